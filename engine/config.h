@@ -1,0 +1,91 @@
+/* config.h — typed view of config.json, generation_config.json and speech_tokenizer/config.json
+ * (internal, prefix qve_). Field names are the JSON keys they come from. Parsing is strict:
+ * a missing or mistyped key the engine needs is an error naming the file and the key.
+ */
+#ifndef QV_CONFIG_H
+#define QV_CONFIG_H
+
+#include <stddef.h>
+
+#define QVE_MAX_LANGS 32
+#define QVE_MAX_SPEAKERS 64
+#define QVE_NAME_MAX 64
+
+enum qve_size { QVE_SIZE_0B6, QVE_SIZE_1B7, QVE_SIZE_OTHER };
+enum qve_variant { QVE_VARIANT_BASE, QVE_VARIANT_CUSTOM_VOICE, QVE_VARIANT_VOICE_DESIGN };
+
+typedef struct {            /* a Qwen3 decoder stack (talker or code predictor) */
+    int hidden_size, intermediate_size, num_hidden_layers;
+    int num_attention_heads, num_key_value_heads, head_dim;
+    int vocab_size, num_code_groups;
+    float rms_norm_eps, rope_theta;
+    int max_position_embeddings;
+} qve_stack_config;
+
+typedef struct { char name[QVE_NAME_MAX]; int id; } qve_named_id;
+typedef struct { char name[QVE_NAME_MAX]; int id; char dialect[QVE_NAME_MAX]; } qve_speaker;
+
+typedef struct {
+    /* config.json top level */
+    char tts_model_size[16];              /* "0b6", "1b7" */
+    char tts_model_type[32];              /* "base", "custom_voice", "voice_design" */
+    enum qve_size size;
+    enum qve_variant variant;
+    int im_start_token_id, im_end_token_id, assistant_token_id;
+    int tts_pad_token_id, tts_bos_token_id, tts_eos_token_id;
+    /* talker_config */
+    qve_stack_config talker;
+    int text_hidden_size, text_vocab_size;
+    int codec_pad_id, codec_bos_id, codec_eos_token_id;
+    int codec_think_id, codec_nothink_id, codec_think_bos_id, codec_think_eos_id;
+    int n_languages;
+    qve_named_id codec_language_id[QVE_MAX_LANGS];
+    int n_speakers;
+    qve_speaker spk_id[QVE_MAX_SPEAKERS];  /* dialect "" when spk_is_dialect is false */
+    /* talker_config.code_predictor_config */
+    qve_stack_config code_predictor;
+    /* speaker_encoder_config (Base only; has_speaker_encoder = 0 otherwise) */
+    int has_speaker_encoder;
+    int enc_dim, mel_dim, sample_rate;
+    int enc_channels[5], enc_kernel_sizes[5], enc_dilations[5];
+    int enc_attention_channels, enc_res2net_scale, enc_se_channels;
+} qve_model_config;
+
+typedef struct {            /* generation_config.json (wrapper fallbacks for missing keys) */
+    int do_sample, top_k;
+    float top_p, temperature, repetition_penalty;
+    int subtalker_dosample, subtalker_top_k;
+    float subtalker_top_p, subtalker_temperature;
+    int max_new_tokens;
+} qve_generation_config;
+
+typedef struct {            /* speech_tokenizer/config.json */
+    int encoder_valid_num_quantizers, input_sample_rate, output_sample_rate;
+    int encode_downsample_rate, decode_upsample_rate;
+    struct {
+        int codebook_size, codebook_dim, latent_dim, decoder_dim, hidden_size, intermediate_size;
+        int num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim;
+        float rms_norm_eps, rope_theta, layer_scale_initial_scale;
+        int sliding_window, num_quantizers, num_semantic_quantizers;
+        int upsample_rates[4], upsampling_ratios[2];
+    } decoder;
+    struct {
+        int num_filters, kernel_size, last_kernel_size, residual_kernel_size;
+        int num_residual_layers, dilation_growth_rate, compress, upsampling_ratios[4];
+        int hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim;
+        int intermediate_size, sliding_window, num_quantizers, num_semantic_quantizers;
+        int codebook_size, codebook_dim;
+        float norm_eps, rope_theta, layer_scale_initial_scale;
+    } encoder;
+} qve_codec_config;
+
+/* Each returns 0 on success, -1 with "FILE: key K: problem" in err. dir = model directory. */
+int qve_model_config_load(qve_model_config *c, const char *dir, char *err, size_t err_size);
+int qve_generation_config_load(qve_generation_config *g, const char *dir, char *err, size_t err_size);
+int qve_codec_config_load(qve_codec_config *c, const char *dir, char *err, size_t err_size);
+
+/* Lookups (case-insensitive); -1 when absent. */
+int qve_language_id(const qve_model_config *c, const char *name);
+const qve_speaker *qve_speaker_find(const qve_model_config *c, const char *name);
+
+#endif

@@ -1,0 +1,51 @@
+/* safetensors.h — read-only, bounds-checked safetensors access on mmap (internal, prefix qve_st_).
+ *
+ * A qve_st opens one model directory's checkpoint: a single `<name>.safetensors` or a sharded set
+ * listed in `<name>.safetensors.index.json`. Every header is validated before use: header length
+ * against file size, dtype in {BF16, F16, F32, I64}, shape × dtype size == byte range, every
+ * range inside the file and no two ranges overlapping. Tensor data stays in the mapping: returned
+ * pointers are borrowed and valid until qve_st_close.
+ */
+#ifndef QV_SAFETENSORS_H
+#define QV_SAFETENSORS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum qve_dtype { QVE_DTYPE_BF16, QVE_DTYPE_F16, QVE_DTYPE_F32, QVE_DTYPE_I64 };
+
+typedef struct {
+    const char *name;        /* borrowed */
+    enum qve_dtype dtype;
+    int n_dims;              /* 0..4 */
+    int64_t shape[4];
+    const void *data;        /* borrowed, inside the mmap; only dtype-aligned */
+    size_t n_bytes;
+} qve_tensor;
+
+typedef struct qve_st qve_st;
+
+/* Opens path = a .safetensors file or a .safetensors.index.json. On failure returns NULL and
+ * writes one line "FILE: problem (expected X, found Y)" into err (err_size bytes). */
+qve_st *qve_st_open(const char *path, char *err, size_t err_size);
+void qve_st_close(qve_st *st); /* accepts NULL */
+
+int qve_st_count(const qve_st *st);
+/* i-th tensor (0 <= i < count) in header order; NULL if out of range. */
+const qve_tensor *qve_st_at(const qve_st *st, int i);
+/* Tensor by exact name, or NULL. */
+const qve_tensor *qve_st_find(const qve_st *st, const char *name);
+
+/* Find `name` and check its dtype and shape (n_dims entries of shape). Returns the tensor, or NULL
+ * with "FILE: tensor NAME: expected [a, b] BF16, found [c, d] F32" (or "missing") in err. */
+const qve_tensor *qve_st_expect(const qve_st *st, const char *name, enum qve_dtype dtype,
+                                int n_dims, const int64_t *shape, char *err, size_t err_size);
+
+/* Copies a tensor of any float dtype into newly allocated f32 (caller frees with qvk_free).
+ * NULL on allocation failure. */
+float *qve_tensor_to_f32(const qve_tensor *t);
+
+const char *qve_dtype_name(enum qve_dtype d);
+size_t qve_dtype_size(enum qve_dtype d);
+
+#endif

@@ -1,0 +1,159 @@
+/* kernels.h — numeric kernels of qvoice (project-internal API, prefix qvk_).
+ *
+ * Layout conventions: matrices are row-major [out, in] as PyTorch stores Linear weights, so a
+ * matvec is y[o] = sum_i W[o*in + i] * x[i]. Sequences are time-major [T, C] for transformer
+ * stages and channels-first [C, T] for convolutions (as the PyTorch modules hold them).
+ * Weights may sit in an mmap and are only as aligned as their element type: kernels use
+ * unaligned loads. Activation buffers the caller allocates should be 64-byte aligned
+ * (qvk_alloc). No kernel allocates: the ones that need scratch take it as an argument and say
+ * how much.
+ *
+ * Threads: kernels that take a qvk_pool split *output rows* (never the reduction axis) across
+ * the pool, so results are bit-identical for any thread count. pool == NULL runs on the caller.
+ * Variants: qvk_init() picks scalar / AVX2 / AVX-512 from CPUID once; QV_KERNELS=scalar|avx2|avx512
+ * forces one. Every variant is tested against the scalar one and a double-precision reference.
+ */
+#ifndef QV_KERNELS_H
+#define QV_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- setup ------------------------------------------------------------------------------ */
+
+/* Picks the kernel variant (idempotent, thread-safe). Called implicitly by qvk_pool_create. */
+void qvk_init(void);
+/* "scalar", "avx2" or "avx512": the variant in use. */
+const char *qvk_variant(void);
+
+/* 64-byte aligned allocation of n bytes (rounded up); NULL on failure. Free with qvk_free. */
+void *qvk_alloc(size_t n_bytes);
+void qvk_free(void *p);
+
+/* ---- thread pool ------------------------------------------------------------------------ */
+
+typedef struct qvk_pool qvk_pool;
+/* A job: called once per thread with ith in [0, nth); the calling thread runs ith = 0. */
+typedef void (*qvk_job)(int ith, int nth, void *arg);
+
+/* Persistent pool of n_threads (>= 1, the caller counts as one). NULL on failure. */
+qvk_pool *qvk_pool_create(int n_threads);
+/* Accepts NULL. Joins the workers. */
+void qvk_pool_free(qvk_pool *pool);
+/* Threads in the pool (1 for NULL). */
+int qvk_pool_threads(const qvk_pool *pool);
+/* Runs fn on every thread and returns when all are done. Not re-entrant. */
+void qvk_pool_run(qvk_pool *pool, qvk_job fn, void *arg);
+
+/* ---- conversions ------------------------------------------------------------------------ */
+
+static inline float qvk_bf16_to_f32_1(uint16_t b) {
+    union { uint32_t u; float f; } v = { (uint32_t)b << 16 };
+    return v.f;
+}
+/* dst[i] = bf16 src[i] widened (exact). */
+void qvk_bf16_to_f32(float *restrict dst, const uint16_t *restrict src, size_t n);
+/* Round-to-nearest-even to bf16 (NaN stays NaN). */
+void qvk_f32_to_bf16(uint16_t *restrict dst, const float *restrict src, size_t n);
+/* IEEE half to f32 (for F16 checkpoints). */
+void qvk_f16_to_f32(float *restrict dst, const uint16_t *restrict src, size_t n);
+
+/* ---- matrix-vector products (decode path; memory-bound) -------------------------------- */
+
+/* y[n_out] = W[n_out, n_in] (bf16) · x[n_in] (+ bias[n_out] if bias != NULL), f32 accumulate. */
+void qvk_matvec_bf16(qvk_pool *pool, float *restrict y, const uint16_t *restrict w,
+                     const float *restrict x, const float *restrict bias, int n_out, int n_in);
+/* Same with f32 weights. */
+void qvk_matvec_f32(qvk_pool *pool, float *restrict y, const float *restrict w,
+                    const float *restrict x, const float *restrict bias, int n_out, int n_in);
+
+/* Several bf16 matrices applied to the same x in one pool dispatch (QKV, gate/up): all threads
+ * stay busy across the whole set of rows and the pool is woken once. */
+typedef struct {
+    float *y;            /* [n_out] */
+    const uint16_t *w;   /* [n_out, n_in] */
+    const float *bias;   /* [n_out] or NULL */
+    int n_out;
+} qvk_mv;
+void qvk_matvec_bf16_multi(qvk_pool *pool, const float *restrict x, int n_in,
+                           const qvk_mv *mv, int n_mv);
+
+/* ---- batched linear layers (prefill, codec, encoders; compute-bound, OpenBLAS) ---------- */
+
+/* Y[n_rows, n_out] = X[n_rows, n_in] · W[n_out, n_in]^T (+ bias). f32 weights, cblas_sgemm. */
+void qvk_linear_f32(float *restrict y, const float *restrict x, const float *restrict w,
+                    const float *restrict bias, int n_rows, int n_in, int n_out);
+/* Same with bf16 weights: W is widened into scratch (n_out*n_in floats, caller-provided) then
+ * sgemm. With n_rows == 1 it falls back to qvk_matvec_bf16 (scratch unused). */
+void qvk_linear_bf16(qvk_pool *pool, float *restrict y, const float *restrict x,
+                     const uint16_t *restrict w, const float *restrict bias, int n_rows,
+                     int n_in, int n_out, float *restrict scratch);
+/* General sgemm passthrough: C[M,N] = alpha·op(A)·op(B) + beta·C, row-major, like cblas. */
+void qvk_sgemm(int trans_a, int trans_b, int m, int n, int k, float alpha, const float *a,
+               int lda, const float *b, int ldb, float beta, float *c, int ldc);
+/* Threads OpenBLAS may use (the one place that sets it). Default 1. */
+void qvk_blas_set_threads(int n);
+
+/* ---- element-wise and normalisation (in place allowed: y may equal x) ------------------ */
+
+/* y = w ⊙ x / sqrt(mean(x²) + eps), mean in f32 like the reference (double accumulate ok). */
+void qvk_rmsnorm(float *y, const float *x, const float *w, int n, float eps);
+/* y = (x − mean)/sqrt(var + eps) ⊙ w + b (population variance); b may be NULL. */
+void qvk_layernorm(float *y, const float *x, const float *w, const float *b, int n, float eps);
+void qvk_softmax(float *x, int n);                 /* in place, max-subtracted */
+void qvk_silu(float *x, int n);                    /* x·sigmoid(x) */
+void qvk_gelu_erf(float *x, int n);                /* 0.5·x·(1 + erf(x/√2)) */
+void qvk_elu(float *x, int n);                     /* alpha = 1 */
+/* x[C, T] in place: x + sin²(exp(a_c)·x) / (exp(b_c) + 1e-9); a, b are log-space per channel. */
+void qvk_snakebeta(float *x, int n_ch, int n_t, const float *log_alpha, const float *log_beta);
+/* y[i] = silu(g[i]) * u[i] (SwiGLU join). */
+void qvk_swiglu(float *y, const float *g, const float *u, int n);
+
+/* ---- RoPE (split-half / NeoX rotate_half) ---------------------------------------------- */
+
+/* cos/sin tables for one position: c[i] = cos(pos·f_i), s[i] = sin(pos·f_i), i < head_dim/2,
+ * f_i = 1/theta^(2i/head_dim) computed in f32 like the reference. */
+void qvk_rope_table(float *c, float *s, int head_dim, int pos, float theta);
+/* x[n_heads, head_dim] in place: y[i] = x[i]c − x[i+h]s, y[i+h] = x[i+h]c + x[i]s, h = head_dim/2. */
+void qvk_rope_apply(float *x, int n_heads, int head_dim, const float *c, const float *s);
+
+/* ---- attention -------------------------------------------------------------------------- */
+
+/* One query position over a cache of n_ctx keys/values, GQA (query head j uses kv head
+ * j / (n_heads/n_kv_heads)). q [n_heads*hd]; k, v [n_ctx, n_kv_heads*hd] with row stride
+ * kv_stride floats; out [n_heads*hd]. Softmax in f32. scratch: n_heads*n_ctx floats.
+ * Heads are split across the pool. */
+void qvk_attend(qvk_pool *pool, float *restrict out, const float *restrict q,
+                const float *k, const float *v, int n_ctx, int kv_stride, int n_heads,
+                int n_kv_heads, int head_dim, float scale, float *restrict scratch);
+
+/* ---- convolutions (channels-first [C, T]) ---------------------------------------------- */
+
+enum qvk_pad { QVK_PAD_ZERO, QVK_PAD_REFLECT, QVK_PAD_REPLICATE };
+
+typedef struct {
+    int c_in, c_out, k, stride, dilation, groups;
+    int pad_left, pad_right;  /* samples added before/after (reflect excludes the edge sample) */
+    enum qvk_pad pad;
+} qvk_conv;
+
+/* Output length: (t_in + pad_left + pad_right − dilation·(k−1) − 1) / stride + 1 (0 if < 1). */
+int qvk_conv1d_out_len(const qvk_conv *cv, int t_in);
+/* Scratch floats qvk_conv1d needs for t_in input samples (padded input + im2col). */
+size_t qvk_conv1d_scratch(const qvk_conv *cv, int t_in);
+/* y[c_out, t_out] = conv(x[c_in, t_in]); W [c_out, c_in/groups, k] (PyTorch Conv1d), b [c_out]
+ * or NULL. Depthwise (groups == c_in == c_out) has a direct path; others im2col + sgemm. */
+void qvk_conv1d(const qvk_conv *cv, float *restrict y, const float *restrict x, int t_in,
+                const float *restrict w, const float *restrict b, float *restrict scratch);
+
+/* Transposed conv, W [c_in, c_out, k] (PyTorch ConvTranspose1d), b [c_out] or NULL:
+ * y[o, t·stride + j] += Σ_i x[i, t]·W[i, o, j] over the full length (t_in−1)·stride + k,
+ * of which the first t_in·stride + k − stride − trim_right samples are kept (trim_right = k − stride
+ * gives the causal "right trim only" of the speech decoder). Returns the kept length.
+ * scratch: qvk_conv_transpose1d_scratch() floats. */
+size_t qvk_conv_transpose1d_scratch(int c_in, int c_out, int k, int t_in);
+int qvk_conv_transpose1d(float *restrict y, const float *restrict x, int c_in, int c_out,
+                         int t_in, int k, int stride, int trim_right, const float *restrict w,
+                         const float *restrict b, float *restrict scratch);
+
+#endif

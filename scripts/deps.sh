@@ -1,0 +1,26 @@
+#!/bin/sh
+# Install the Debian packages qvoice builds and tests with; idempotent and quiet when all is there.
+# As root it runs apt-get; otherwise it prints the exact command to run.
+set -e
+PKGS="gcc make pkg-config liblz4-dev libsndfile1-dev libsamplerate0-dev libopenblas-pthread-dev
+libcjson-dev libpcre2-dev libutf8proc-dev libfftw3-dev libcmocka-dev libssl-dev libpng-dev
+clang libclang-rt-14-dev"
+missing=""
+for p in $PKGS; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+# node/npm run the reference tokenizer; any install that puts them on PATH will do.
+command -v node >/dev/null 2>&1 || missing="$missing nodejs"
+command -v npm  >/dev/null 2>&1 || missing="$missing npm"
+[ -z "$missing" ] && exit 0
+if [ "$(id -u)" = 0 ]; then
+  echo "deps: installing:$missing" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  # shellcheck disable=SC2086
+  apt-get install -y -qq --no-install-recommends $missing >/dev/null
+else
+  echo "deps: missing packages; run:" >&2
+  echo "  sudo apt-get update && sudo apt-get install -y$missing" >&2
+  exit 1
+fi
