@@ -1,0 +1,78 @@
+/* speech_decoder.h — Qwen3-TTS-12Hz speech-tokenizer decoder: codes [T, 16] → 24 kHz audio (§6.1).
+ *
+ * Key design: one incremental path. Everything in the decoder is causal, so it runs frame blocks
+ * of fixed size (QVE_DEC_BLOCK_FRAMES, aligned to the chunk start) through carried state (KV
+ * cache of the sliding window, conv tails). The one-shot decode is that same stream fed all at
+ * once, so streamed and one-shot audio are bit-identical by construction.
+ *
+ * Usage:
+ *     qve_decoder *dec = qve_decoder_load("model/speech_tokenizer", err, sizeof err);
+ *     qve_decoder_decode(dec, codes, n_frames, wav, err, sizeof err);  // wav: n_frames*1920
+ *   or, streaming while the talker runs:
+ *     qve_dec_stream *s = qve_dec_stream_start(dec, 1, on_audio, user, err, sizeof err);
+ *     for each frame: qve_dec_stream_push(s, frame16);
+ *     qve_dec_stream_finish(s, err, sizeof err);                       // flushes, joins, frees
+ *
+ * Long outputs follow the reference `chunked_decode` exactly: chunks of 300 frames, every chunk
+ * after the first is decoded from a clean state with the previous 25 frames as left context whose
+ * samples are dropped. Streaming does the same, so it equals the one-shot decode for any length.
+ *
+ * Thread safety: a qve_decoder is read-only after load and may be shared by any number of
+ * streams/threads. A qve_dec_stream belongs to one producer thread (push/finish from one thread).
+ */
+#ifndef QV_SPEECH_DECODER_H
+#define QV_SPEECH_DECODER_H
+
+#include <stddef.h>
+
+/* Frames per decode step. Both paths use it, so it fixes the float arithmetic (sgemm shapes);
+ * streaming emits audio in steps of this many frames (4 × 80 ms). */
+#define QVE_DEC_BLOCK_FRAMES 4
+/* Reference chunking (qwen_tts tokenizer decoder `chunked_decode`). */
+#define QVE_DEC_CHUNK_FRAMES 300
+#define QVE_DEC_CONTEXT_FRAMES 25
+
+typedef struct qve_decoder qve_decoder;
+typedef struct qve_dec_stream qve_dec_stream;
+
+/* Loads config.json + model.safetensors of a speech tokenizer directory (the `speech_tokenizer/`
+ * folder of a model). Weights stay in the mmap (borrowed); the codebook tables
+ * embedding_sum / max(cluster_usage, 1e-5) are computed once here. Returns NULL with a one-line
+ * "FILE: problem" in err on failure. */
+qve_decoder *qve_decoder_load(const char *dir, char *err, size_t err_size);
+/* Accepts NULL. No stream of this decoder may still be running. */
+void qve_decoder_free(qve_decoder *dec);
+
+int qve_decoder_n_codebooks(const qve_decoder *dec);      /* 16 */
+int qve_decoder_codebook_size(const qve_decoder *dec);    /* 2048: valid codes are [0, size) */
+int qve_decoder_samples_per_frame(const qve_decoder *dec); /* 1920 */
+int qve_decoder_sample_rate(const qve_decoder *dec);      /* 24000 */
+
+/* One-shot decode. codes: frame-major [n_frames][n_codebooks] (the talker's order; the reference
+ * tensor [16, T] transposed). wav: n_frames * samples_per_frame floats in [-1, 1].
+ * Runs on the caller's thread (OpenBLAS threads as set by qvk_blas_set_threads). Allocates its
+ * state once per call. Returns 0, or -1 with err (bad code value, allocation failure). */
+int qve_decoder_decode(const qve_decoder *dec, const int *codes, int n_frames, float *wav,
+                       char *err, size_t err_size);
+
+/* Audio callback: n_samples new samples (a multiple of samples_per_frame) in order; pcm is only
+ * valid during the call. Return 0 to continue, non-zero to abort the stream (push/finish then
+ * return -1). Called from the decoder thread (n_threads >= 1) or from push/finish (0). */
+typedef int (*qve_audio_cb)(void *user, const float *pcm, int n_samples);
+
+/* Starts a streaming decode. n_threads = 0: no thread, push/finish decode on the caller's thread
+ * whenever a block is complete. n_threads >= 1: a decoder thread does the work; it uses exactly
+ * one core in this version (values > 1 are accepted and reserved for splitting work later), so
+ * give the talker pool the remaining cores. All state is allocated here (sized for one block and
+ * the chunk's KV window); nothing is allocated per frame. NULL + err on failure. */
+qve_dec_stream *qve_dec_stream_start(const qve_decoder *dec, int n_threads, qve_audio_cb cb,
+                                     void *user, char *err, size_t err_size);
+/* Queues one frame (n_codebooks codes). Cheap: copies into a queue and returns; blocks only when
+ * the decoder is more than 1024 frames behind. Returns 0, or -1 if a code is out of range or the
+ * stream has failed/aborted (details from finish). */
+int qve_dec_stream_push(qve_dec_stream *s, const int *frame);
+/* Decodes the remaining frames (a partial last block), waits for the thread, frees the stream
+ * (always, even on error; accepts NULL). Returns 0, or -1 with err. */
+int qve_dec_stream_finish(qve_dec_stream *s, char *err, size_t err_size);
+
+#endif
