@@ -1,14 +1,15 @@
 /* model.c — loads the talker and code predictor of a Qwen3-TTS-12Hz checkpoint (§1, §2.1).
  *
- * Every tensor is looked up by the name and shape the config implies; the number of talker.*
- * tensors must match that table exactly, and only speaker_encoder.* (used by clone/) may be extra.
- * Matrices stay bf16 in the mmap (borrowed); norms and biases are widened to owned f32 copies.
+ * The file is first checked exactly against the manifest built from the config (manifest.h), then
+ * each tensor is bound by name. Matrices stay bf16 in the mmap (borrowed; other dtypes are refused
+ * for now); norms and biases are widened to owned f32 copies.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
+#include "manifest.h"
 #include "model.h"
 
 /* ==== tensor lookup helpers ================================================================== */
@@ -17,7 +18,6 @@ typedef struct {
     qv_model *m;
     char *err;
     size_t err_size;
-    int n_expected;                   /* talker.* tensors requested so far */
     int failed;
 } loader;
 
@@ -26,14 +26,12 @@ static const uint16_t *get_matrix(loader *L, const char *name, int64_t rows, int
     int64_t shape[2] = {rows, cols};
     const qve_tensor *t = qve_st_expect(L->m->st, name, QVE_DTYPE_BF16, 2, shape, L->err,
                                         L->err_size);
-    L->n_expected++;
     if (!t) { L->failed = 1; return NULL; }
     return (const uint16_t *)t->data;
 }
 
 static float *get_vector(loader *L, const char *name, int64_t n) {
     if (L->failed) return NULL;
-    L->n_expected++;
     const qve_tensor *t = qve_st_find(L->m->st, name);
     if (!t || t->n_dims != 1 || t->shape[0] != n || t->dtype == QVE_DTYPE_I64) {
         if (!t)
@@ -129,7 +127,13 @@ int qve_model_load(qv_model *m, const char *dir, char *err, size_t err_size) {
     m->st = qve_st_open(path, err, err_size);
     if (!m->st) return -1;
 
-    loader L = {m, err, err_size, 0, 0};
+    qve_manifest man = {0};
+    int bad = qve_manifest_model(&man, c, err, err_size) ||
+              qve_manifest_check_st(&man, m->st, 1, err, err_size);
+    qve_manifest_free(&man);
+    if (bad) return -1;
+
+    loader L = {m, err, err_size, 0};
     const int64_t H = c->talker.hidden_size, TH = c->text_hidden_size;
     qve_talker *t = &m->talker;
     load_stack(&L, &t->stack, &c->talker, "talker.model");
@@ -158,20 +162,6 @@ int qve_model_load(qv_model *m, const char *dir, char *err, size_t err_size) {
     }
     if (L.failed) return -1;
 
-    int n_talker = 0;
-    for (int i = 0; i < qve_st_count(m->st); i++) {
-        const char *name = qve_st_at(m->st, i)->name;
-        if (!strncmp(name, "talker.", 7)) n_talker++;
-        else if (strncmp(name, "speaker_encoder.", 16)) {
-            snprintf(err, err_size, "%s: unexpected tensor %s", path, name);
-            return -1;
-        }
-    }
-    if (n_talker != L.n_expected) {
-        snprintf(err, err_size, "%s: expected %d talker.* tensors, found %d", path, L.n_expected,
-                 n_talker);
-        return -1;
-    }
     return 0;
 }
 

@@ -175,7 +175,8 @@ struct qv_session {
     int n_prefill;
     float *queue;                     /* [n_queue, H] trailing text embeddings */
     int n_queue;
-    int n_frames, n_generated, pos;
+    int n_frames, pos;
+    struct qve_tok *tok;              /* opened on first text request */
 };
 
 #endif

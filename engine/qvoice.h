@@ -1,6 +1,6 @@
 /* qvoice.h — public API of libqvoice: load a Qwen3-TTS-12Hz checkpoint and synthesize speech.
  *
- * Usage (codes for one utterance; text given as token ids of the target text):
+ * Usage (codes for one utterance):
  *
  *     char err[512];
  *     qv_model *m;
@@ -11,7 +11,7 @@
  *     qv_session *s;
  *     qv_session_new(&s, m, &p);
  *     qv_request r = qv_default_request();
- *     r.text_ids = ids; r.n_text_ids = n; r.speaker = "ryan"; r.language = "english";
+ *     r.text = "Hello world."; r.speaker = "ryan"; r.language = "english";
  *     if (qv_session_start(s, &r)) { fprintf(stderr, "%s\n", qv_session_error(s)); ... }
  *     int32_t codes[QV_N_CODEBOOKS]; int done = 0;
  *     while (!qv_session_next_frame(s, codes, &done) && !done) { ... use one 80 ms frame ... }
@@ -115,6 +115,9 @@ enum qv_text_layout {
 };
 
 typedef struct {
+    const char *text;            /* target text, UTF-8; used when text_ids is NULL */
+    const char *instruct;        /* instruction / voice description; used when instruct_ids is NULL */
+    const char *ref_text;        /* ICL transcript; used when ref_text_ids is NULL */
     const int32_t *text_ids;     /* target text token ids t_0..t_{N-1} (N >= 1) */
     int n_text_ids;
     const char *language;        /* NULL or "auto", or a name from qv_model_language */
@@ -146,6 +149,10 @@ enum qv_status qv_session_start(qv_session *s, const qv_request *r);
  * end-of-speech or max_frames were produced. QV_E_STATE without a started utterance. */
 enum qv_status qv_session_next_frame(qv_session *s, int32_t codes[QV_N_CODEBOOKS], int *done);
 int qv_session_n_frames(const qv_session *s);   /* frames produced in this utterance */
+/* Token ids of UTF-8 text with the model's Qwen2 tokenizer (opened on first use from the model
+ * directory). *ids is malloc'd (caller frees). QV_E_MODEL if the tokenizer files are bad,
+ * QV_E_INVALID for invalid UTF-8. */
+enum qv_status qv_session_tokenize(qv_session *s, const char *text, int32_t **ids, int *n_ids);
 /* One-line detail of the last error of this session (borrowed, "" when none). */
 const char *qv_session_error(const qv_session *s);
 

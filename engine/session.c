@@ -12,8 +12,10 @@
 #include <strings.h>
 
 #include "model.h"
+#include "tokenizer.h"
 
 #define NEWLINE_TOKEN_ID 198   /* "\n" in the Qwen2 vocabulary (§7); the role block's third id */
+#define USER_TOKEN_ID 872      /* "user" (§7), role of the instruct block */
 
 /* ==== status and defaults ==================================================================== */
 
@@ -141,6 +143,7 @@ void qv_session_free(qv_session *s) {
                     s->seen, s->pad};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) qvk_free(bufs[i]);
     qvk_pool_free(s->pool);
+    qve_tok_free(s->tok);
     free(s);
 }
 
@@ -239,7 +242,7 @@ static int ids_valid(const int32_t *ids, int n, int limit) {
 
 #define SLOT_VECTOR (-2)   /* codec list entry holding the caller's speaker vector */
 
-enum qv_status qv_session_start(qv_session *s, const qv_request *r) {
+static enum qv_status start_ids(qv_session *s, const qv_request *r) {
     const qv_model *m = s->m;
     const qve_model_config *c = &m->cfg;
     const int H = c->talker.hidden_size, TH = c->text_hidden_size;
@@ -480,4 +483,68 @@ enum qv_status qv_session_next_frame(qv_session *s, int32_t codes[QV_N_CODEBOOKS
     qve_talker_head(&m->talker, s->pool, s->z, s->logits_raw, s->x);
     memcpy(codes, frame, sizeof frame);
     return QV_OK;
+}
+
+/* ==== text ================================================================================== */
+
+enum qv_status qv_session_tokenize(qv_session *s, const char *text, int32_t **ids, int *n_ids) {
+    *ids = NULL;
+    *n_ids = 0;
+    if (!s->tok) {
+        s->tok = qve_tok_open(s->m->dir, s->err, sizeof s->err);
+        if (!s->tok) return QV_E_MODEL;
+    }
+    qve_tok_ids v = {0};
+    int st = qve_tok_encode(s->tok, text, strlen(text), &v, s->err, sizeof s->err);
+    if (st != QVE_TOK_OK) {
+        qve_tok_ids_free(&v);
+        return st == QVE_TOK_E_NOMEM ? QV_E_NOMEM : st == QVE_TOK_E_BAD_UTF8 ? QV_E_INVALID
+                                                                             : QV_E_MODEL;
+    }
+    if (v.n_ids > (1u << 24)) {
+        qve_tok_ids_free(&v);
+        return fail(s, QV_E_LIMIT, "text of %zu tokens is too long", v.n_ids);
+    }
+    *ids = v.ids;
+    *n_ids = (int)v.n_ids;
+    return QV_OK;
+}
+
+/* Tokenises the request's strings where ids are not given (templates of §7: the instruct block
+ * is "<|im_start|>user\n" + instruct + "<|im_end|>\n"), then builds the prompt. */
+enum qv_status qv_session_start(qv_session *s, const qv_request *r) {
+    if (!s || !r) return QV_E_INVALID;
+    qv_request q = *r;
+    int32_t *text = NULL, *ins = NULL, *ref = NULL, *ins_full = NULL;
+    int n_text = 0, n_ins = 0, n_ref = 0;
+    enum qv_status st = QV_OK;
+    if (!q.text_ids && q.text) {
+        if ((st = qv_session_tokenize(s, q.text, &text, &n_text))) goto done;
+        q.text_ids = text, q.n_text_ids = n_text;
+    }
+    if (!q.ref_text_ids && q.ref_text) {
+        if ((st = qv_session_tokenize(s, q.ref_text, &ref, &n_ref))) goto done;
+        q.ref_text_ids = ref, q.n_ref_text_ids = n_ref;
+    }
+    if (!q.instruct_ids && q.instruct && q.instruct[0]) {
+        if ((st = qv_session_tokenize(s, q.instruct, &ins, &n_ins))) goto done;
+        ins_full = malloc(((size_t)n_ins + 5) * sizeof(int32_t));
+        if (!ins_full) {
+            st = fail(s, QV_E_NOMEM, "out of memory");
+            goto done;
+        }
+        const qve_model_config *c = &s->m->cfg;
+        ins_full[0] = c->im_start_token_id;
+        ins_full[1] = USER_TOKEN_ID;
+        ins_full[2] = NEWLINE_TOKEN_ID;
+        memcpy(ins_full + 3, ins, (size_t)n_ins * sizeof(int32_t));
+        ins_full[n_ins + 3] = c->im_end_token_id;
+        ins_full[n_ins + 4] = NEWLINE_TOKEN_ID;
+        q.instruct_ids = ins_full, q.n_instruct_ids = n_ins + 5;
+    }
+    st = start_ids(s, &q);
+done:
+    if (st != QV_OK) s->state = QVE_FAILED;
+    free(text), free(ins), free(ref), free(ins_full);
+    return st;
 }
