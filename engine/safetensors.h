@@ -28,6 +28,10 @@ typedef struct qve_st qve_st;
 /* Opens path = a .safetensors file or a .safetensors.index.json. On failure returns NULL and
  * writes one line "FILE: problem (expected X, found Y)" into err (err_size bytes). */
 qve_st *qve_st_open(const char *path, char *err, size_t err_size);
+/* Same checks on a single safetensors image in memory (borrowed: buf must outlive the qve_st);
+ * label names it in errors. Used by the fuzz target and by tests. */
+qve_st *qve_st_open_memory(const void *buf, size_t n_bytes, const char *label, char *err,
+                           size_t err_size);
 void qve_st_close(qve_st *st); /* accepts NULL */
 
 int qve_st_count(const qve_st *st);
@@ -35,6 +39,9 @@ int qve_st_count(const qve_st *st);
 const qve_tensor *qve_st_at(const qve_st *st, int i);
 /* Tensor by exact name, or NULL. */
 const qve_tensor *qve_st_find(const qve_st *st, const char *name);
+/* Path of the file holding t (the shard for sharded checkpoints); the opened path if t is NULL
+ * or not from st. Borrowed. */
+const char *qve_st_file(const qve_st *st, const qve_tensor *t);
 
 /* Find `name` and check its dtype and shape (n_dims entries of shape). Returns the tensor, or NULL
  * with "FILE: tensor NAME: expected [a, b] BF16, found [c, d] F32" (or "missing") in err. */
