@@ -606,6 +606,17 @@ qve_st *qve_st_open(const char *path, char *err, size_t err_size) {
     return st;
 }
 
+qve_st *qve_st_open_dir(const char *dir, const char *stem, char *err, size_t err_size) {
+    char path[4096];
+    int n = snprintf(path, sizeof path, "%s/%s.safetensors.index.json", dir, stem);
+    if (n < 0 || (size_t)n >= sizeof path) {
+        fail(err, err_size, "%s: path too long", dir);
+        return NULL;
+    }
+    if (access(path, F_OK) != 0) snprintf(path, sizeof path, "%s/%s.safetensors", dir, stem);
+    return qve_st_open(path, err, err_size);
+}
+
 int qve_st_count(const qve_st *st) { return st ? st->n_tensors : 0; }
 
 const qve_tensor *qve_st_at(const qve_st *st, int i) {
