@@ -20,10 +20,10 @@
 
 /* ==== constants ============================================================================ */
 
-#define N_UP 2          /* upsample stages (config upsampling_ratios) */
-#define N_BLOCKS 4      /* decoder blocks (config upsample_rates) */
-#define N_RES 3         /* residual units per block, dilations 1, 3, 9 */
-#define CONV_K 7        /* kernel of decoder.0, residual conv1, ConvNeXt dwconv, final conv */
+#define N_UP 2     /* upsample stages (config upsampling_ratios) */
+#define N_BLOCKS 4 /* decoder blocks (config upsample_rates) */
+#define N_RES 3    /* residual units per block, dilations 1, 3, 9 */
+#define CONV_K 7   /* kernel of decoder.0, residual conv1, ConvNeXt dwconv, final conv */
 #define PRE_CONV_K 3
 #define QUEUE_FRAMES 1024
 static const int res_dilation[N_RES] = {1, 3, 9};
@@ -31,14 +31,14 @@ static const int res_dilation[N_RES] = {1, 3, 9};
 /* ==== weights ============================================================================== */
 
 typedef struct {
-    const float *attn_norm;    /* [H] layers.L.input_layernorm.weight */
-    const float *wq, *wk, *wv; /* [nh·hd, H] self_attn.{q,k,v}_proj.weight */
-    const float *wo;           /* [H, nh·hd] self_attn.o_proj.weight */
-    const float *attn_scale;   /* [H] self_attn_layer_scale.scale */
-    const float *mlp_norm;     /* [H] post_attention_layernorm.weight */
+    const float *attn_norm;     /* [H] layers.L.input_layernorm.weight */
+    const float *wq, *wk, *wv;  /* [nh·hd, H] self_attn.{q,k,v}_proj.weight */
+    const float *wo;            /* [H, nh·hd] self_attn.o_proj.weight */
+    const float *attn_scale;    /* [H] self_attn_layer_scale.scale */
+    const float *mlp_norm;      /* [H] post_attention_layernorm.weight */
     const float *w_gate, *w_up; /* [I, H] mlp.{gate,up}_proj.weight */
-    const float *w_down;       /* [H, I] mlp.down_proj.weight */
-    const float *mlp_scale;    /* [H] mlp_layer_scale.scale */
+    const float *w_down;        /* [H, I] mlp.down_proj.weight */
+    const float *mlp_scale;     /* [H] mlp_layer_scale.scale */
 } dec_layer;
 
 typedef struct {
@@ -51,17 +51,17 @@ typedef struct {
 } dec_upsample;
 
 typedef struct {
-    const float *a1, *b1;       /* [C] block.U.act1.{alpha,beta} (log space) */
-    const float *c1_w, *c1_b;   /* [C, C, 7] / [C] block.U.conv1.conv, dilation d */
-    const float *a2, *b2;       /* [C] block.U.act2 */
-    const float *c2_w, *c2_b;   /* [C, C, 1] / [C] block.U.conv2.conv */
+    const float *a1, *b1;     /* [C] block.U.act1.{alpha,beta} (log space) */
+    const float *c1_w, *c1_b; /* [C, C, 7] / [C] block.U.conv1.conv, dilation d */
+    const float *a2, *b2;     /* [C] block.U.act2 */
+    const float *c2_w, *c2_b; /* [C, C, 1] / [C] block.U.conv2.conv */
 } dec_res;
 
 typedef struct {
     int c_in, c_out, rate;
-    const float *a, *b;         /* [C_in] decoder.I.block.0.{alpha,beta} */
-    const float *up_w, *up_b;   /* [C_in, C_out, 2r] / [C_out] decoder.I.block.1.conv */
-    dec_res res[N_RES];         /* decoder.I.block.{2,3,4} */
+    const float *a, *b;       /* [C_in] decoder.I.block.0.{alpha,beta} */
+    const float *up_w, *up_b; /* [C_in, C_out, 2r] / [C_out] decoder.I.block.1.conv */
+    dec_res res[N_RES];       /* decoder.I.block.{2,3,4} */
 } dec_block;
 
 struct qve_decoder {
@@ -73,28 +73,28 @@ struct qve_decoder {
     int samples_per_frame, sample_rate;
 
     qve_st *st;
-    float *codebooks;            /* [n_q, cb_size, cb_dim] embedding_sum / max(usage, 1e-5), owned */
-    const float *out_first;      /* [rvq_dim, cb_dim] quantizer.rvq_first.output_proj.weight */
-    const float *out_rest;       /* [rvq_dim, cb_dim] quantizer.rvq_rest.output_proj.weight */
-    const float *pre_w, *pre_b;  /* [latent, rvq_dim, 3] / [latent] pre_conv.conv */
-    const float *in_w, *in_b;    /* [H, latent] / [H] pre_transformer.input_proj */
+    float *codebooks;           /* [n_q, cb_size, cb_dim] embedding_sum / max(usage, 1e-5), owned */
+    const float *out_first;     /* [rvq_dim, cb_dim] quantizer.rvq_first.output_proj.weight */
+    const float *out_rest;      /* [rvq_dim, cb_dim] quantizer.rvq_rest.output_proj.weight */
+    const float *pre_w, *pre_b; /* [latent, rvq_dim, 3] / [latent] pre_conv.conv */
+    const float *in_w, *in_b;   /* [H, latent] / [H] pre_transformer.input_proj */
     dec_layer *layers;
-    const float *norm_w;         /* [H] pre_transformer.norm.weight */
+    const float *norm_w;          /* [H] pre_transformer.norm.weight */
     const float *outp_w, *outp_b; /* [latent, H] / [latent] pre_transformer.output_proj */
     dec_upsample up[N_UP];
-    const float *d0_w, *d0_b;    /* [dec_dim, latent, 7] decoder.0.conv */
+    const float *d0_w, *d0_b; /* [dec_dim, latent, 7] decoder.0.conv */
     dec_block blk[N_BLOCKS];
-    const float *fa, *fb;        /* [C] decoder.5.{alpha,beta} */
-    const float *fw, *fbias;     /* [1, C, 7] / [1] decoder.6.conv */
+    const float *fa, *fb;    /* [C] decoder.5.{alpha,beta} */
+    const float *fw, *fbias; /* [1, C, 7] / [1] decoder.6.conv */
 
-    float **owned;               /* copies of tensors not 4-byte aligned in the file */
+    float **owned; /* copies of tensors not 4-byte aligned in the file */
     int n_owned;
 };
 
 /* ==== per-stream state ===================================================================== */
 
 typedef struct {
-    float *x;   /* [n_ch, n] last n input columns of a conv (or context of a transposed conv) */
+    float *x; /* [n_ch, n] last n input columns of a conv (or context of a transposed conv) */
     int n_ch, n;
 } tail;
 
@@ -120,23 +120,24 @@ struct qve_dec_stream {
     qve_audio_cb cb;
     void *user;
 
-    int *pending;        /* [BLOCK, n_q] frames of the block being filled */
+    int *pending; /* [BLOCK, n_q] frames of the block being filled */
     int n_pending;
-    int block_f0;        /* chunk-relative index of pending[0] */
-    int chunk_fed;       /* frames fed into the current chunk (context included) */
-    int chunk_ctx;       /* leading context frames of the current chunk (their audio is dropped) */
-    int *history;        /* ring [CONTEXT, n_q] of the last frames fed (context of next chunk) */
-    long n_frames;       /* frames fed to the decoder in total */
+    int block_f0;    /* chunk-relative index of pending[0] */
+    int chunk_fed;   /* frames fed into the current chunk (context included) */
+    int chunk_ctx;   /* leading context frames of the current chunk (their audio is dropped) */
+    int single_pass; /* no chunking (qve_decoder_decode_pass) */
+    int *history;    /* ring [CONTEXT, n_q] of the last frames fed (context of next chunk) */
+    long n_frames;   /* frames fed to the decoder in total */
     int failed;
-    char err[256];       /* written by the decoding thread */
-    long n_pushed;       /* producer side */
-    char perr[128];      /* written by the producer (bad code) */
+    char err[256];  /* written by the decoding thread */
+    long n_pushed;  /* producer side */
+    char perr[128]; /* written by the producer (bad code) */
 
     int threaded;
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t cv_data, cv_space;
-    int *queue;          /* ring [QUEUE_FRAMES, n_q] */
+    int *queue; /* ring [QUEUE_FRAMES, n_q] */
     int q_head, q_count, finishing, thread_started;
 };
 
@@ -153,7 +154,8 @@ static void set_err(char *err, size_t n, const char *fmt, ...) {
 /* dst[c, t] = src[t, c] for a [rows, cols] → [cols, rows] transpose. */
 static void transpose(float *restrict dst, const float *restrict src, int rows, int cols) {
     for (int r = 0; r < rows; r++)
-        for (int c = 0; c < cols; c++) dst[(size_t)c * rows + r] = src[(size_t)r * cols + c];
+        for (int c = 0; c < cols; c++)
+            dst[(size_t)c * rows + r] = src[(size_t)r * cols + c];
 }
 
 /* ==== loading ============================================================================== */
@@ -167,8 +169,8 @@ typedef struct {
 } loader;
 
 /* Borrowed f32 tensor `name` of the given shape; a copy when the file leaves it misaligned. */
-static const float *get(loader *ld, int n_dims, int64_t d0, int64_t d1, int64_t d2,
-                        const char *fmt, ...) {
+static const float *get(loader *ld, int n_dims, int64_t d0, int64_t d1, int64_t d2, const char *fmt,
+                        ...) {
     if (ld->failed) return NULL;
     char name[160];
     va_list ap;
@@ -224,16 +226,19 @@ static int load_config(qve_decoder *d, const char *dir, char *err, size_t err_si
         d->rate[i] = c.decoder.upsample_rates[i];
         d->samples_per_frame *= d->rate[i];
     }
-    int ok = d->n_q >= 2 && d->cb_size >= 1 && d->cb_dim >= 1 && d->latent >= 1 &&
-             d->hidden >= 1 && d->inter >= 1 && d->n_layers >= 0 && d->n_heads >= 1 &&
-             d->head_dim >= 2 && d->head_dim % 2 == 0 && d->window >= 1 && d->sample_rate >= 1 &&
+    int ok = d->n_q >= 2 && d->cb_size >= 1 && d->cb_dim >= 1 && d->latent >= 1 && d->hidden >= 1 &&
+             d->inter >= 1 && d->n_layers >= 0 && d->n_heads >= 1 && d->head_dim >= 2 &&
+             d->head_dim % 2 == 0 && d->window >= 1 && d->sample_rate >= 1 &&
              d->dec_dim % (1 << N_BLOCKS) == 0 && d->dec_dim >= (1 << N_BLOCKS) &&
              c.decoder.num_key_value_heads == d->n_heads && c.decoder.num_semantic_quantizers == 1;
-    for (int i = 0; i < N_UP; i++) ok = ok && d->up_ratio[i] >= 1 && d->up_ratio[i] <= 64;
-    for (int i = 0; i < N_BLOCKS; i++) ok = ok && d->rate[i] >= 1 && d->rate[i] <= 64;
+    for (int i = 0; i < N_UP; i++)
+        ok = ok && d->up_ratio[i] >= 1 && d->up_ratio[i] <= 64;
+    for (int i = 0; i < N_BLOCKS; i++)
+        ok = ok && d->rate[i] >= 1 && d->rate[i] <= 64;
     if (!ok) {
         set_err(err, err_size,
-                "%s/config.json: unsupported decoder_config (expected positive sizes, even "
+                "%s/speech_tokenizer/config.json: unsupported decoder_config (expected positive "
+                "sizes, even "
                 "head_dim, kv heads == heads, decoder_dim divisible by 16)",
                 dir);
         return -1;
@@ -256,11 +261,14 @@ static int load_weights(qve_decoder *d, loader *ld) {
         if (ld->failed) return -1;
         for (int e = 0; e < d->cb_size; e++) {
             float u = use[e] > 1e-5f ? use[e] : 1e-5f;
-            for (int i = 0; i < d->cb_dim; i++) *cb++ = sum[(size_t)e * d->cb_dim + i] / u;
+            for (int i = 0; i < d->cb_dim; i++)
+                *cb++ = sum[(size_t)e * d->cb_dim + i] / u;
         }
     }
-    d->out_first = get(ld, 3, d->rvq_dim, d->cb_dim, 1, "%squantizer.rvq_first.output_proj.weight", p);
-    d->out_rest = get(ld, 3, d->rvq_dim, d->cb_dim, 1, "%squantizer.rvq_rest.output_proj.weight", p);
+    d->out_first =
+        get(ld, 3, d->rvq_dim, d->cb_dim, 1, "%squantizer.rvq_first.output_proj.weight", p);
+    d->out_rest =
+        get(ld, 3, d->rvq_dim, d->cb_dim, 1, "%squantizer.rvq_rest.output_proj.weight", p);
     d->pre_w = get(ld, 3, L, d->rvq_dim, PRE_CONV_K, "%spre_conv.conv.weight", p);
     d->pre_b = get(ld, 1, L, 0, 0, "%spre_conv.conv.bias", p);
     const char *t = "decoder.pre_transformer.";
@@ -345,7 +353,7 @@ qve_decoder *qve_decoder_load(const char *dir, char *err, size_t err_size) {
         return NULL;
     }
     if (load_config(d, dir, err, err_size) != 0) goto fail;
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    snprintf(path, sizeof path, "%s/speech_tokenizer/model.safetensors", dir);
     d->st = qve_st_open(path, err, err_size);
     if (!d->st) goto fail;
     d->layers = calloc((size_t)d->n_layers + 1, sizeof *d->layers);
@@ -364,7 +372,8 @@ fail:
 
 void qve_decoder_free(qve_decoder *dec) {
     if (!dec) return;
-    for (int i = 0; i < dec->n_owned; i++) qvk_free(dec->owned[i]);
+    for (int i = 0; i < dec->n_owned; i++)
+        qvk_free(dec->owned[i]);
     free(dec->owned);
     qvk_free(dec->codebooks);
     free(dec->layers);
@@ -372,10 +381,18 @@ void qve_decoder_free(qve_decoder *dec) {
     free(dec);
 }
 
-int qve_decoder_n_codebooks(const qve_decoder *dec) { return dec->n_q; }
-int qve_decoder_codebook_size(const qve_decoder *dec) { return dec->cb_size; }
-int qve_decoder_samples_per_frame(const qve_decoder *dec) { return dec->samples_per_frame; }
-int qve_decoder_sample_rate(const qve_decoder *dec) { return dec->sample_rate; }
+int qve_decoder_n_codebooks(const qve_decoder *dec) {
+    return dec->n_q;
+}
+int qve_decoder_codebook_size(const qve_decoder *dec) {
+    return dec->cb_size;
+}
+int qve_decoder_samples_per_frame(const qve_decoder *dec) {
+    return dec->samples_per_frame;
+}
+int qve_decoder_sample_rate(const qve_decoder *dec) {
+    return dec->sample_rate;
+}
 
 /* ==== state sizing and allocation ========================================================== */
 
@@ -386,7 +403,9 @@ static qvk_conv conv_desc(int c_in, int c_out, int k, int dil, int groups) {
 
 /* Columns of context a transposed conv (kernel k, stride s) needs so that every kept output
  * sample has all its contributions: ceil((k − s) / s). */
-static int ct_ctx(int k, int s) { return (k - s + s - 1) / s; }
+static int ct_ctx(int k, int s) {
+    return (k - s + s - 1) / s;
+}
 
 typedef struct {
     size_t act, scratch;
@@ -476,10 +495,10 @@ static int state_alloc(dec_state *s, const qve_decoder *d) {
     /* time-major transformer and ConvNeXt buffers, one block */
     int B = QVE_DEC_BLOCK_FRAMES, A = d->n_heads * d->head_dim;
     size_t t_up = (size_t)B;
-    for (int i = 0; i < N_UP; i++) t_up *= d->up_ratio[i];
+    for (int i = 0; i < N_UP; i++)
+        t_up *= d->up_ratio[i];
     size_t n_tm = (size_t)B * d->hidden * 2 + (size_t)B * A * 2 + (size_t)B * d->inter * 2 +
-                  (size_t)d->n_heads * d->window + (size_t)d->head_dim +
-                  t_up * (size_t)d->latent +
+                  (size_t)d->n_heads * d->window + (size_t)d->head_dim + t_up * (size_t)d->latent +
                   (size_t)B * d->cb_dim * 2 + (size_t)B * d->rvq_dim * 2;
     s->tx = qvk_alloc(n_tm * f);
     float *p = s->tx;
@@ -572,8 +591,8 @@ static void conv_step(dec_state *s, tail *tl, float *y, const float *x, int n, i
 static void convt_step(dec_state *s, tail *tl, float *y, const float *x, int n, int c_out, int k,
                        int r, const float *w, const float *bias, const float *a, const float *b) {
     int w_in = with_tail(s->cat, tl, x, n, a, b);
-    int kept = qvk_conv_transpose1d(s->c, s->cat, tl->n_ch, c_out, w_in, k, r, k - r, w, bias,
-                                    s->scratch);
+    int kept =
+        qvk_conv_transpose1d(s->c, s->cat, tl->n_ch, c_out, w_in, k, r, k - r, w, bias, s->scratch);
     int skip = tl->n * r, out = n * r;
     for (int o = 0; o < c_out; o++)
         memcpy(y + (size_t)o * out, s->c + (size_t)o * kept + skip, (size_t)out * sizeof *y);
@@ -589,12 +608,14 @@ static void rvq_decode(const qve_decoder *d, dec_state *s, const int *codes, int
         memcpy(r, d->codebooks + ((size_t)1 * d->cb_size + c[1]) * D, (size_t)D * sizeof(float));
         for (int g = 2; g < d->n_q; g++) {
             const float *e = d->codebooks + ((size_t)g * d->cb_size + c[g]) * D;
-            for (int i = 0; i < D; i++) r[i] += e[i];
+            for (int i = 0; i < D; i++)
+                r[i] += e[i];
         }
     }
     qvk_linear_f32(s->q0, s->emb0, d->out_first, NULL, nb, D, d->rvq_dim);
     qvk_linear_f32(s->qr, s->embr, d->out_rest, NULL, nb, D, d->rvq_dim);
-    for (size_t i = 0; i < (size_t)nb * d->rvq_dim; i++) s->q0[i] += s->qr[i];
+    for (size_t i = 0; i < (size_t)nb * d->rvq_dim; i++)
+        s->q0[i] += s->qr[i];
 }
 
 /* pre_transformer on x [nb, H] in place for chunk positions pos0 .. pos0+nb−1. */
@@ -624,7 +645,8 @@ static void transformer(const qve_decoder *d, dec_state *s, float *x, int nb, in
         }
         qvk_linear_f32(s->th, s->tatt, y->wo, NULL, nb, A, H);
         for (int t = 0; t < nb; t++)
-            for (int i = 0; i < H; i++) x[(size_t)t * H + i] += y->attn_scale[i] * s->th[(size_t)t * H + i];
+            for (int i = 0; i < H; i++)
+                x[(size_t)t * H + i] += y->attn_scale[i] * s->th[(size_t)t * H + i];
         for (int t = 0; t < nb; t++)
             qvk_rmsnorm(s->th + (size_t)t * H, x + (size_t)t * H, y->mlp_norm, H, d->rms_eps);
         qvk_linear_f32(s->tg, s->th, y->w_gate, NULL, nb, H, d->inter);
@@ -632,9 +654,11 @@ static void transformer(const qve_decoder *d, dec_state *s, float *x, int nb, in
         qvk_swiglu(s->tg, s->tg, s->tu, nb * d->inter);
         qvk_linear_f32(s->th, s->tg, y->w_down, NULL, nb, d->inter, H);
         for (int t = 0; t < nb; t++)
-            for (int i = 0; i < H; i++) x[(size_t)t * H + i] += y->mlp_scale[i] * s->th[(size_t)t * H + i];
+            for (int i = 0; i < H; i++)
+                x[(size_t)t * H + i] += y->mlp_scale[i] * s->th[(size_t)t * H + i];
     }
-    for (int t = 0; t < nb; t++) qvk_rmsnorm(x + (size_t)t * H, x + (size_t)t * H, d->norm_w, H, d->rms_eps);
+    for (int t = 0; t < nb; t++)
+        qvk_rmsnorm(x + (size_t)t * H, x + (size_t)t * H, d->norm_w, H, d->rms_eps);
 }
 
 /* Decodes nb frames at chunk positions pos0.. and returns their nb·samples_per_frame samples
@@ -662,13 +686,15 @@ static const float *decode_block(const qve_decoder *d, dec_state *s, const int *
         conv_step(s, &s->up_dw[u], s->b, s->a, t, L, CONV_K, 1, L, w->dw_w, w->dw_b, NULL, NULL);
         float *tm = s->ff; /* [t, L] time-major; the [t, F] rows go to cat */
         transpose(tm, s->b, L, t);
-        for (int i = 0; i < t; i++) qvk_layernorm(tm + (size_t)i * L, tm + (size_t)i * L, w->ln_w, w->ln_b, L, 1e-6f);
+        for (int i = 0; i < t; i++)
+            qvk_layernorm(tm + (size_t)i * L, tm + (size_t)i * L, w->ln_w, w->ln_b, L, 1e-6f);
         qvk_linear_f32(s->cat, tm, w->pw1_w, w->pw1_b, t, L, d->conv_inter);
         qvk_gelu_erf(s->cat, t * d->conv_inter);
         qvk_linear_f32(tm, s->cat, w->pw2_w, w->pw2_b, t, d->conv_inter, L);
         for (int c = 0; c < L; c++)
             for (int i = 0; i < t; i++)
-                s->b[(size_t)c * t + i] = s->a[(size_t)c * t + i] + w->gamma[c] * tm[(size_t)i * L + c];
+                s->b[(size_t)c * t + i] =
+                    s->a[(size_t)c * t + i] + w->gamma[c] * tm[(size_t)i * L + c];
     }
 
     /* decoder.0 and the four blocks; b holds the stream */
@@ -687,13 +713,15 @@ static const float *decode_block(const qve_decoder *d, dec_state *s, const int *
             qvk_snakebeta(tmp, co, t, ru->a2, ru->b2);
             qvk_conv cv = conv_desc(co, co, 1, 1, 1);
             qvk_conv1d(&cv, s->c, tmp, t, ru->c2_w, ru->c2_b, s->scratch);
-            for (size_t j = 0; j < (size_t)co * t; j++) y[j] += s->c[j];
+            for (size_t j = 0; j < (size_t)co * t; j++)
+                y[j] += s->c[j];
         }
         x = y;
         y = tmp;
     }
     conv_step(s, &s->fin, y, x, t, 1, CONV_K, 1, 1, d->fw, d->fbias, d->fa, d->fb);
-    for (int i = 0; i < t; i++) y[i] = y[i] < -1.0f ? -1.0f : (y[i] > 1.0f ? 1.0f : y[i]);
+    for (int i = 0; i < t; i++)
+        y[i] = y[i] < -1.0f ? -1.0f : (y[i] > 1.0f ? 1.0f : y[i]);
     return y;
 }
 
@@ -734,6 +762,14 @@ static int add_to_chunk(qve_dec_stream *st, const int *frame) {
  * final), the next one starts with the next frame. */
 static int feed_frame(qve_dec_stream *st, const int *frame) {
     int nq = st->dec->n_q;
+    if (st->single_pass) {
+        if (st->chunk_fed == st->s.max_pos) {
+            set_err(st->err, sizeof st->err, "speech decoder: single pass longer than %d frames",
+                    st->s.max_pos);
+            return -1;
+        }
+        return add_to_chunk(st, frame);
+    }
     if (st->chunk_fed - st->chunk_ctx == QVE_DEC_CHUNK_FRAMES) {
         state_reset(&st->s);
         st->chunk_fed = 0;
@@ -841,8 +877,8 @@ int qve_dec_stream_push(qve_dec_stream *st, const int *frame) {
         if (frame[g] < 0 || frame[g] >= d->cb_size) bad = g;
     if (bad >= 0 && !st->perr[0])
         set_err(st->perr, sizeof st->perr,
-                "speech decoder: frame %ld codebook %d: code %d out of range [0, %d)",
-                st->n_pushed, bad, frame[bad], d->cb_size);
+                "speech decoder: frame %ld codebook %d: code %d out of range [0, %d)", st->n_pushed,
+                bad, frame[bad], d->cb_size);
     st->n_pushed++;
     if (!st->threaded) {
         if (bad >= 0) st->failed = 1;
@@ -855,7 +891,8 @@ int qve_dec_stream_push(qve_dec_stream *st, const int *frame) {
         st->failed = 1;
         pthread_cond_signal(&st->cv_data);
     }
-    while (st->q_count == QUEUE_FRAMES && !st->failed) pthread_cond_wait(&st->cv_space, &st->mu);
+    while (st->q_count == QUEUE_FRAMES && !st->failed)
+        pthread_cond_wait(&st->cv_space, &st->mu);
     int failed = st->failed;
     if (!failed) {
         int slot = (st->q_head + st->q_count) % QUEUE_FRAMES;
@@ -881,7 +918,9 @@ int qve_dec_stream_finish(qve_dec_stream *st, char *err, size_t err_size) {
     int rc = st->failed ? -1 : 0;
     if (rc)
         set_err(err, err_size, "%s",
-                st->perr[0] ? st->perr : st->err[0] ? st->err : "speech decoder: failed");
+                st->perr[0]  ? st->perr
+                : st->err[0] ? st->err
+                             : "speech decoder: failed");
     stream_free(st);
     return rc;
 }
@@ -900,8 +939,8 @@ static int to_buffer(void *user, const float *pcm, int n_samples) {
     return 0;
 }
 
-int qve_decoder_decode(const qve_decoder *dec, const int *codes, int n_frames, float *wav,
-                       char *err, size_t err_size) {
+static int decode_all(const qve_decoder *dec, const int *codes, int n_frames, float *wav,
+                      int single_pass, char *err, size_t err_size) {
     if (n_frames < 0) {
         set_err(err, err_size, "speech decoder: negative frame count %d", n_frames);
         return -1;
@@ -909,7 +948,18 @@ int qve_decoder_decode(const qve_decoder *dec, const int *codes, int n_frames, f
     sink k = {wav, 0};
     qve_dec_stream *st = qve_dec_stream_start(dec, 0, to_buffer, &k, err, err_size);
     if (!st) return -1;
+    st->single_pass = single_pass;
     for (int f = 0; f < n_frames; f++)
         if (qve_dec_stream_push(st, codes + (size_t)f * dec->n_q) != 0) break;
     return qve_dec_stream_finish(st, err, err_size);
+}
+
+int qve_decoder_decode(const qve_decoder *dec, const int *codes, int n_frames, float *wav,
+                       char *err, size_t err_size) {
+    return decode_all(dec, codes, n_frames, wav, 0, err, err_size);
+}
+
+int qve_decoder_decode_pass(const qve_decoder *dec, const int *codes, int n_frames, float *wav,
+                            char *err, size_t err_size) {
+    return decode_all(dec, codes, n_frames, wav, 1, err, err_size);
 }
