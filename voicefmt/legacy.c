@@ -198,6 +198,88 @@ static int read_weights(qvf_cur *c, const char *name, qvf_voice *v, char *err, s
     return QVF_OK;
 }
 
+/* ---------------------------------------------------------------- QV4X trailer
+ * What v3 cannot hold (model identities, extra META keys, tensor dtypes/shapes/hashes) is appended
+ * after the last section, the legacy engine's one ignored extension point (docs/qvoice-format.md §6):
+ * "QV4X", u32 length L, payload, u32 CRC over tag, length and payload. Payload: the v4 HEAD payload
+ * (128 B), u32 meta_bytes + a v4 META payload, u32 n_tensors + per tensor: u32 name_bytes, name,
+ * u32 dtype, u32 n_dims, u64 shape[4], target SHA-256, result SHA-256. */
+
+static int read_trailer(const uint8_t *buf, size_t n, size_t off, const char *name, qvf_voice *v, char *err, size_t es) {
+    if (n - off < 8 || memcmp(buf + off, "QV4X", 4)) return QVF_OK;
+    uint32_t len = rd32(buf + off + 4);
+    if ((uint64_t)len + 4 > n - off - 8)
+        return qvf_fail(err, es, QVF_E_TRUNCATED, name, "QV4X trailer at offset %zu: %u bytes + CRC, %zu left", off, len, n - off - 8);
+    uint32_t crc = qvf_crc32c(0, buf + off, 8ull + len);
+#ifndef FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION
+    if (crc != rd32(buf + off + 8 + len))
+        return qvf_fail(err, es, QVF_E_CRC, name, "QV4X trailer at offset %zu: CRC mismatch (stored 0x%08x, computed 0x%08x)", off,
+                        rd32(buf + off + 8 + len), crc);
+#endif
+    qvf_cur cur = {buf + off + 8, len, 0}, *c = &cur;
+    NEED(c, QVF_HEAD_BYTES + 4, "QV4X HEAD");
+    const uint8_t *h = c->p;
+    qvf_model_id src, tgt;
+    memcpy(&src, &v->source, sizeof src);
+    memcpy(&tgt, &v->target, sizeof tgt);
+    uint32_t *s_f[3] = {&src.hidden_size, &src.text_hidden_size, &src.enc_dim}, *t_f[4] = {&tgt.hidden_size, &tgt.text_hidden_size, &tgt.enc_dim, &tgt.variant};
+    for (int i = 0; i < 3; i++)
+        if (!*s_f[i]) *s_f[i] = rd32(h + 16 + 4 * i);
+    if (!src.variant) src.variant = rd32(h + 28);
+    memcpy(src.fingerprint, h + 32, 32);
+    if (v->has_wdelta) {
+        for (int i = 0; i < 4; i++)
+            if (!*t_f[i]) *t_f[i] = rd32(h + 64 + 4 * i);
+        memcpy(tgt.fingerprint, h + 80, 32);
+    }
+    if (src.variant > QVF_VARIANT_VOICE_DESIGN || tgt.variant > QVF_VARIANT_VOICE_DESIGN || src.enc_dim != v->enc_dim)
+        return qvf_fail(err, es, QVF_E_MISMATCH, name, "QV4X trailer: model identity does not match the file");
+    v->source = src;
+    v->target = tgt;
+    c->off += QVF_HEAD_BYTES;
+    uint32_t mb = take32(c);
+    NEED(c, mb, "QV4X META");
+    if (mb) {
+        qvf_voice *m = qvf_voice_new();
+        if (!m) return qvf_fail(err, es, QVF_E_NOMEM, name, "QV4X");
+        int rc = qvf_meta_parse(c->p + c->off, mb, name, m, err, es);
+        for (int i = 0; !rc && i < m->n_meta; i++)
+            if (!qvf_meta_get(v, m->meta[i].key)) rc = qvf_meta_set(v, m->meta[i].key, m->meta[i].value);
+        qvf_voice_free(m);
+        if (rc) return rc == QVF_E_NOMEM ? qvf_fail(err, es, rc, name, "QV4X META") : rc;
+        c->off += mb;
+    }
+    NEED(c, 4, "QV4X tensor table");
+    uint32_t k = take32(c);
+    for (uint32_t i = 0; i < k; i++) {
+        NEED(c, 4, "QV4X tensor entry");
+        uint32_t nl = take32(c);
+        NEED(c, nl + 112ull, "QV4X tensor entry");
+        const uint8_t *p = c->p + c->off;
+        c->off += nl + 112ull;
+        uint32_t dtype = rd32(p + nl), nd = rd32(p + nl + 4);
+        uint64_t shape[4];
+        for (int j = 0; j < 4; j++) shape[j] = rd64(p + nl + 8 + 8 * j);
+        for (uint32_t j = 0; j < v->n_tensors; j++) {
+            qvf_tensor *t = &v->tensors[j];
+            if (strlen(t->name) != nl || memcmp(t->name, p, nl)) continue;
+            uint64_t esz = dtype == QVF_DTYPE_BF16 ? 2 : 4, el = qvf_shape_elems(nd, shape);
+            if ((dtype != QVF_DTYPE_BF16 && dtype != QVF_DTYPE_F32) || !el || el > t->raw_bytes / esz || el * esz != t->raw_bytes ||
+                (t->encoding == QVF_ENC_DELTA16_LZ4 && dtype != QVF_DTYPE_BF16))
+                return qvf_fail(err, es, QVF_E_MISMATCH, name, "QV4X trailer: tensor %s: dtype/shape do not match %llu bytes", t->name,
+                                (unsigned long long)t->raw_bytes);
+            for (uint32_t d = nd; d < 4; d++)
+                if (shape[d]) return qvf_fail(err, es, QVF_E_RESERVED, name, "QV4X trailer: tensor %s: unused shape entry not zero", t->name);
+            t->dtype = dtype;
+            t->n_dims = nd;
+            memcpy(t->shape, shape, sizeof shape);
+            memcpy(t->target_sha256, p + nl + 40, 32);
+            memcpy(t->result_sha256, p + nl + 72, 32);
+        }
+    }
+    return QVF_OK;
+}
+
 int qvf_legacy_read(const uint8_t *buf, size_t n, const char *name, uint32_t hint, qvf_voice *v, char *err, size_t es) {
     qvf_cur cur = {buf, n, 4}, *c = &cur;
     uint32_t ver = take32(c), d;
@@ -238,10 +320,23 @@ int qvf_legacy_read(const uint8_t *buf, size_t n, const char *name, uint32_t hin
     c->off += 64ull * f;
     if (ver < 3) return QVF_OK; /* v1/v2: anything after the core is ignored, as the engine does */
     int rc;
-    if (probe(c, "META") && (rc = read_meta(c, name, v, err, es))) return rc;
-    if (probe(c, "TPAD") && (rc = read_tpad(c, name, v, err, es))) return rc;
-    if (probe(c, "WOVR") && (rc = read_wovr(c, name, v, err, es))) return rc;
-    return read_weights(c, name, v, err, es);
+    size_t end = c->off; /* end of the last section parsed: where a QV4X trailer may start */
+    if (probe(c, "META")) {
+        if ((rc = read_meta(c, name, v, err, es))) return rc;
+        end = c->off;
+    }
+    if (probe(c, "TPAD")) {
+        if ((rc = read_tpad(c, name, v, err, es))) return rc;
+        end = c->off;
+    }
+    if (probe(c, "WOVR")) {
+        if ((rc = read_wovr(c, name, v, err, es))) return rc;
+        end = c->off;
+    }
+    size_t before = c->off;
+    if ((rc = read_weights(c, name, v, err, es))) return rc;
+    if (c->off != before) end = c->off;
+    return read_trailer(buf, n, end, name, v, err, es);
 }
 
 int qvf_bin_read(const uint8_t *buf, size_t n, const char *name, uint32_t hint, qvf_voice *v, char *err, size_t es) {
@@ -319,6 +414,78 @@ static int write_record(const qvf_tensor *t, qvf_out *o, const char *name, char 
     return rc;
 }
 
+/* The trailer is written only when it carries something v3 cannot, so a legacy file read and
+ * written back stays byte-identical. */
+static int needs_trailer(const qvf_voice *v, uint32_t flags) {
+    static const char *const v3_keys[] = {"name", "language", "language_id", "max_ref_duration_s", "v3_flags"};
+    if (!qvf_is_zero(v->source.fingerprint, 32) || !qvf_is_zero(v->target.fingerprint, 32)) return 1;
+    if (v->source.text_hidden_size != v->wovr_th || v->source.variant != ((flags & 4) ? QVF_VARIANT_BASE : 0)) return 1;
+    if (v->has_wdelta && (v->target.text_hidden_size || v->target.enc_dim ||
+                          v->target.variant != (v->wdelta_kind == QVF_WKIND_DELTA ? QVF_VARIANT_CUSTOM_VOICE : 0)))
+        return 1;
+    for (int i = 0; i < v->n_meta; i++) {
+        size_t k = 0;
+        while (k < 5 && strcmp(v->meta[i].key, v3_keys[k])) k++;
+        if (k == 5) return 1;
+    }
+    for (uint32_t i = 0; v->has_wdelta && i < v->n_tensors; i++) {
+        const qvf_tensor *t = &v->tensors[i];
+        if (t->n_dims != 1 || !qvf_is_zero(t->target_sha256, 32) || !qvf_is_zero(t->result_sha256, 32)) return 1;
+        if (t->encoding == QVF_ENC_RAW && t->dtype != guess_dtype(t->name)) return 1;
+    }
+    return 0;
+}
+
+static void write_trailer(const qvf_voice *v, qvf_out *o) {
+    uint64_t mb = 8;
+    for (int i = 0; i < v->n_meta; i++) mb = align_up(mb + 8 + strlen(v->meta[i].key) + strlen(v->meta[i].value), 8);
+    uint64_t len = QVF_HEAD_BYTES + 4 + mb + 4;
+    for (uint32_t i = 0; v->has_wdelta && i < v->n_tensors; i++) len += 4 + strlen(v->tensors[i].name) + 112;
+    out_write(o, "QV4X", 4);
+    o->crc = qvf_crc32c(0, "QV4X", 4);
+    put32(o, (uint32_t)len);
+    uint8_t head[QVF_HEAD_BYTES] = {0};
+    const qvf_model_id *ids[2] = {&v->source, &v->target};
+    wr32(head, QVF_FORMAT_VERSION);
+    for (int k = 0; k < 2; k++) {
+        uint8_t *p = head + 16 + 48 * k;
+        wr32(p, ids[k]->hidden_size);
+        wr32(p + 4, ids[k]->text_hidden_size);
+        wr32(p + 8, k ? ids[k]->enc_dim : v->enc_dim);
+        wr32(p + 12, ids[k]->variant);
+        memcpy(p + 16, ids[k]->fingerprint, 32);
+    }
+    out_write(o, head, sizeof head);
+    put32(o, (uint32_t)mb);
+    uint64_t start = o->pos;
+    put32(o, (uint32_t)v->n_meta);
+    put32(o, 0);
+    for (int i = 0; i < v->n_meta; i++) {
+        size_t kl = strlen(v->meta[i].key), vl = strlen(v->meta[i].value);
+        put32(o, (uint32_t)kl);
+        put32(o, (uint32_t)vl);
+        out_write(o, v->meta[i].key, kl);
+        out_write(o, v->meta[i].value, vl);
+        out_zero(o, align_up(o->pos - start, 8) - (o->pos - start));
+    }
+    put32(o, v->has_wdelta ? v->n_tensors : 0);
+    for (uint32_t i = 0; v->has_wdelta && i < v->n_tensors; i++) {
+        const qvf_tensor *t = &v->tensors[i];
+        uint8_t e[112] = {0};
+        wr32(e, t->dtype);
+        wr32(e + 4, t->n_dims);
+        for (int j = 0; j < 4; j++) wr64(e + 8 + 8 * j, j < (int)t->n_dims ? t->shape[j] : 0);
+        memcpy(e + 40, t->target_sha256, 32);
+        memcpy(e + 72, t->result_sha256, 32);
+        put32(o, (uint32_t)strlen(t->name));
+        out_write(o, t->name, strlen(t->name));
+        out_write(o, e, sizeof e);
+    }
+    uint8_t b[4];
+    wr32(b, o->crc);
+    out_write(o, b, 4);
+}
+
 int qvf_legacy_write_v3(const qvf_voice *v, qvf_out *o, const char *name, char *err, size_t es) {
     int rc = qvf_legacy_check_v3(v, name, err, es);
     if (rc) return rc;
@@ -369,5 +536,6 @@ int qvf_legacy_write_v3(const qvf_voice *v, qvf_out *o, const char *name, char *
         for (uint32_t i = 0; i < v->n_tensors; i++)
             if ((rc = write_record(&v->tensors[i], o, name, err, es))) return rc;
     }
+    if (needs_trailer(v, flags)) write_trailer(v, o);
     return QVF_OK;
 }

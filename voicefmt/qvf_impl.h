@@ -57,6 +57,9 @@ int qvf_is_zero(const uint8_t *p, size_t n);
 /* Number of elements of a shape, or 0 on overflow / zero dims. */
 uint64_t qvf_shape_elems(uint32_t n_dims, const uint64_t *shape);
 
+/* Parses a v4 META payload into v (reader.c); used for the v3 QV4X trailer. */
+int qvf_meta_parse(const uint8_t *p, uint64_t n, const char *name, qvf_voice *v, char *err, size_t err_size);
+
 /* Legacy (legacy.c): parse v1..v3 core + sections, or a raw .bin x-vector. */
 int qvf_legacy_read(const uint8_t *buf, size_t n, const char *name, uint32_t enc_dim_hint,
                     qvf_voice *v, char *err, size_t err_size);
@@ -75,6 +78,8 @@ void out_zero(qvf_out *o, uint64_t n);
 /* v3 serialisation (legacy.c) to o; returns 0 or a code (validation before writing). */
 int qvf_legacy_check_v3(const qvf_voice *v, const char *name, char *err, size_t err_size);
 int qvf_legacy_write_v3(const qvf_voice *v, qvf_out *o, const char *name, char *err, size_t err_size);
+/* Serialises v to an open stream (no atomicity): tests and the round-trip fuzzer. */
+int qvf_write_stream(const qvf_voice *v, FILE *f, int version, const char *name, char *err, size_t err_size);
 /* Whole-tensor decode into a new buffer of raw_bytes (the delta itself for encoding 1 when target
  * is NULL). Used by converters. */
 int qvf_tensor_decode_delta(const qvf_tensor *t, uint8_t *out, char *err, size_t err_size);

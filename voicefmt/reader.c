@@ -158,6 +158,11 @@ static int parse_meta(const ctx *c, const uint8_t *p, uint64_t n, qvf_voice *v) 
     return QVF_OK;
 }
 
+int qvf_meta_parse(const uint8_t *p, uint64_t n, const char *name, qvf_voice *v, char *err, size_t es) {
+    ctx c = {name, "QV4X", 0, err, es};
+    return parse_meta(&c, p, n, v);
+}
+
 static int parse_iclr(const ctx *c, const uint8_t *p, uint64_t n, qvf_voice *v) {
     if (n < 64) return FAIL(c, QVF_E_CHUNK_SIZE, "payload is %llu bytes (minimum 64)", (unsigned long long)n);
     uint32_t t = rd32(p), f = rd32(p + 4), cb = rd32(p + 8);

@@ -312,7 +312,6 @@ int qvf_writer_add_tensor(qvf_writer *w, const qvf_tensor *t, char *err, size_t 
     int rc = check_tensor(t, w->path, err, es);
     if (!rc && w->n_written >= w->n_expected) rc = qvf_fail(err, es, QVF_E_ARG, w->path, "more tensors than announced (%u)", w->n_expected);
     if (rc) return rc;
-    if (t->encoding == QVF_ENC_DELTA16_LZ4 && t->block_bytes > QVF_MAX_BLOCK_BYTES) return QVF_E_ARG;
     write_tensor(&w->o, t);
     w->n_written++;
     return QVF_OK;
@@ -337,34 +336,46 @@ static int needs_reblock(const qvf_tensor *t) {
            (t->block_bytes < QVF_MIN_BLOCK_BYTES || t->block_bytes > QVF_MAX_BLOCK_BYTES || t->block_bytes % 4);
 }
 
-int qvf_write_file(const qvf_voice *v, const char *path, int version, char *err, size_t es) {
-    qvf_writer *w;
+static int write_all(qvf_out *o, const qvf_voice *v, int version, const char *name, char *err, size_t es) {
     int rc;
-    if (version == 3) {
-        if ((rc = qvf_legacy_check_v3(v, path, err, es))) return rc;
-        if ((rc = writer_create(&w, path, err, es))) return rc;
-        if ((rc = qvf_legacy_write_v3(v, &w->o, path, err, es))) {
-            writer_drop(w);
-            return rc;
-        }
-        return writer_finish(w, err, es);
-    }
-    if (version != 4) return qvf_fail(err, es, QVF_E_ARG, path, "cannot write version %d (3 or 4)", version);
-    if ((rc = qvf_writer_open(&w, path, v, v->has_wdelta ? v->n_tensors : 0, v->wdelta_kind, err, es))) return rc;
+    if (version == 3) return qvf_legacy_write_v3(v, o, name, err, es);
+    if (version != 4) return qvf_fail(err, es, QVF_E_ARG, name, "cannot write version %d (3 or 4)", version);
+    if ((rc = check_voice(v, name, err, es))) return rc;
+    if (v->has_wdelta && v->n_tensors > QVF_MAX_TENSORS) return qvf_fail(err, es, QVF_E_LIMIT, name, "%u tensors", v->n_tensors);
+    write_v4_body(o, v, v->has_wdelta, v->n_tensors, v->wdelta_kind);
     for (uint32_t i = 0; i < v->n_tensors && v->has_wdelta; i++) {
         const qvf_tensor *t = &v->tensors[i];
         qvf_tensor tmp = {0};
         if (needs_reblock(t)) {
-            if ((rc = qvf_tensor_reblock(t, QVF_BLOCK_BYTES_DEFAULT, &tmp, err, es))) break;
+            if ((rc = qvf_tensor_reblock(t, QVF_BLOCK_BYTES_DEFAULT, &tmp, err, es))) return rc;
             t = &tmp;
         }
-        rc = qvf_writer_add_tensor(w, t, err, es);
+        rc = check_tensor(t, name, err, es);
+        if (!rc) write_tensor(o, t);
         qvf_tensor_free(&tmp);
-        if (rc) break;
+        if (rc) return rc;
     }
-    if (rc) {
+    chunk_begin(o, "QEND", 1, 0);
+    chunk_end(o);
+    return QVF_OK;
+}
+
+int qvf_write_stream(const qvf_voice *v, FILE *f, int version, const char *name, char *err, size_t es) {
+    qvf_out o = {f, 0, 0, 0};
+    int rc = write_all(&o, v, version, name, err, es);
+    if (!rc && o.failed) rc = qvf_fail(err, es, QVF_E_IO, name, "write failed: %s", strerror(o.failed));
+    return rc;
+}
+
+int qvf_write_file(const qvf_voice *v, const char *path, int version, char *err, size_t es) {
+    qvf_writer *w;
+    int rc;
+    if (version == 3 && (rc = qvf_legacy_check_v3(v, path, err, es))) return rc;
+    if (version != 3 && version != 4) return qvf_fail(err, es, QVF_E_ARG, path, "cannot write version %d (3 or 4)", version);
+    if ((rc = writer_create(&w, path, err, es))) return rc;
+    if ((rc = write_all(&w->o, v, version, path, err, es))) {
         writer_drop(w);
         return rc;
     }
-    return qvf_writer_commit(w, err, es);
+    return writer_finish(w, err, es);
 }
