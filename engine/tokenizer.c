@@ -25,6 +25,15 @@ static const char QWEN2_REGEX[] =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
     "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
+/* The same with \s spelled out as the Unicode White_Space property, which is what HF's
+ * Oniguruma and Rust regex engines match. PCRE2's UCP \s adds U+180E; JavaScript's \s (the
+ * transformers.js reference) adds U+FEFF and lacks U+0085 (see tests/tokenizer/README.md). */
+#define WS "\\t\\n\\x0B\\f\\r\\x20\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}" \
+           "\\x{205F}\\x{3000}"
+static const char SPLIT_PATTERN[] =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^" WS "\\p{L}\\p{N}]+[\\r\\n]*|"
+    "[" WS "]*[\\r\\n]+|[" WS "]+(?![^" WS "])|[" WS "]+";
+
 #define CACHE_MAX_PIECE_BYTES 256   /* longer pieces are merged every time */
 #define CACHE_MAX_ENTRIES (1u << 16) /* cache is cleared when full: bounded memory */
 #define MAX_ADDED 4096
@@ -561,7 +570,7 @@ static int setup_regex(qve_tok *t, char *err, size_t err_size)
 {
     int ec;
     PCRE2_SIZE eo;
-    t->re = pcre2_compile((PCRE2_SPTR)QWEN2_REGEX, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP,
+    t->re = pcre2_compile((PCRE2_SPTR)SPLIT_PATTERN, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP,
                           &ec, &eo, NULL);
     if (!t->re) {
         PCRE2_UCHAR msg[160];
