@@ -177,6 +177,7 @@ struct qv_session {
     int n_queue;
     int n_frames, pos;
     struct qve_tok *tok;              /* opened on first text request */
+    int32_t role_ids[3];              /* role block: <|im_start|> assistant \n (§3.4) */
 };
 
 #endif

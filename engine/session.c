@@ -12,10 +12,10 @@
 #include <strings.h>
 
 #include "model.h"
+#include "prompt.h"
 #include "tokenizer.h"
 
 #define NEWLINE_TOKEN_ID 198   /* "\n" in the Qwen2 vocabulary (§7); the role block's third id */
-#define USER_TOKEN_ID 872      /* "user" (§7), role of the instruct block */
 
 /* ==== status and defaults ==================================================================== */
 
@@ -249,7 +249,6 @@ static enum qv_status start_ids(qv_session *s, const qv_request *r) {
     const int CV = c->code_predictor.vocab_size;
     free_utterance(s);
     s->state = QVE_FAILED;
-    s->err[0] = 0;
     s->n_frames = 0;
     memset(s->seen, 0, (size_t)c->talker.vocab_size);
     qve_rng_seed(&s->rng, s->p.seed);
@@ -352,9 +351,7 @@ static enum qv_status start_ids(qv_session *s, const qv_request *r) {
         goto done;
     }
     if (Mi) memcpy(ids, r->instruct_ids, (size_t)Mi * sizeof(int32_t));
-    ids[o_role] = c->im_start_token_id;
-    ids[o_role + 1] = c->assistant_token_id;
-    ids[o_role + 2] = NEWLINE_TOKEN_ID;
+    memcpy(ids + o_role, s->role_ids, sizeof s->role_ids);
     memcpy(ids + o_txt, r->text_ids, (size_t)N * sizeof(int32_t));
     if (Mr) memcpy(ids + o_ref, r->ref_text_ids, (size_t)Mr * sizeof(int32_t));
     ids[o_pad] = c->tts_pad_token_id;
@@ -510,41 +507,59 @@ enum qv_status qv_session_tokenize(qv_session *s, const char *text, int32_t **id
     return QV_OK;
 }
 
-/* Tokenises the request's strings where ids are not given (templates of §7: the instruct block
- * is "<|im_start|>user\n" + instruct + "<|im_end|>\n"), then builds the prompt. */
+static enum qv_status tok_status(qv_session *s, int st) {
+    if (st == QVE_TOK_OK) return QV_OK;
+    if (!s->err[0]) snprintf(s->err, sizeof s->err, "tokenizer: %s", qve_tok_strerror(st));
+    return st == QVE_TOK_E_NOMEM ? QV_E_NOMEM : st == QVE_TOK_E_BAD_UTF8 ? QV_E_INVALID
+                                                                         : QV_E_MODEL;
+}
+
+/* Tokenises the request's strings where ids are not given, with the reference's templates
+ * (prompt.h: the whole template string is encoded, so a text starting with CR/LF merges into the
+ * role block exactly as in the official wrapper), then builds the prompt. */
 enum qv_status qv_session_start(qv_session *s, const qv_request *r) {
     if (!s || !r) return QV_E_INVALID;
     qv_request q = *r;
-    int32_t *text = NULL, *ins = NULL, *ref = NULL, *ins_full = NULL;
-    int n_text = 0, n_ins = 0, n_ref = 0;
+    qve_tok_ids text = {0}, ins = {0}, ref = {0};
+    int32_t role[3], ref_role[3];
     enum qv_status st = QV_OK;
-    if (!q.text_ids && q.text) {
-        if ((st = qv_session_tokenize(s, q.text, &text, &n_text))) goto done;
-        q.text_ids = text, q.n_text_ids = n_text;
-    }
-    if (!q.ref_text_ids && q.ref_text) {
-        if ((st = qv_session_tokenize(s, q.ref_text, &ref, &n_ref))) goto done;
-        q.ref_text_ids = ref, q.n_ref_text_ids = n_ref;
-    }
-    if (!q.instruct_ids && q.instruct && q.instruct[0]) {
-        if ((st = qv_session_tokenize(s, q.instruct, &ins, &n_ins))) goto done;
-        ins_full = malloc(((size_t)n_ins + 5) * sizeof(int32_t));
-        if (!ins_full) {
-            st = fail(s, QV_E_NOMEM, "out of memory");
+    s->err[0] = 0;
+    s->role_ids[0] = s->m->cfg.im_start_token_id;
+    s->role_ids[1] = s->m->cfg.assistant_token_id;
+    s->role_ids[2] = NEWLINE_TOKEN_ID;
+    if ((q.text && !q.text_ids) || (q.ref_text && !q.ref_text_ids) ||
+        (q.instruct && q.instruct[0] && !q.instruct_ids)) {
+        if (!s->tok && !(s->tok = qve_tok_open(s->m->dir, s->err, sizeof s->err))) {
+            st = QV_E_MODEL;
             goto done;
         }
-        const qve_model_config *c = &s->m->cfg;
-        ins_full[0] = c->im_start_token_id;
-        ins_full[1] = USER_TOKEN_ID;
-        ins_full[2] = NEWLINE_TOKEN_ID;
-        memcpy(ins_full + 3, ins, (size_t)n_ins * sizeof(int32_t));
-        ins_full[n_ins + 3] = c->im_end_token_id;
-        ins_full[n_ins + 4] = NEWLINE_TOKEN_ID;
-        q.instruct_ids = ins_full, q.n_instruct_ids = n_ins + 5;
+    }
+    if (q.text && !q.text_ids) {
+        st = tok_status(s, qve_prompt_target_ids(s->tok, q.text, strlen(q.text), &text, role,
+                                                 s->err, sizeof s->err));
+        if (st) goto done;
+        memcpy(s->role_ids, role, sizeof role);
+        q.text_ids = text.ids, q.n_text_ids = (int)text.n_ids;
+    }
+    if (q.ref_text && !q.ref_text_ids) {
+        st = tok_status(s, qve_prompt_ref_ids(s->tok, q.ref_text, strlen(q.ref_text), &ref,
+                                              ref_role, s->err, sizeof s->err));
+        if (st) goto done;
+        q.ref_text_ids = ref.ids, q.n_ref_text_ids = (int)ref.n_ids;
+    }
+    if (q.instruct && q.instruct[0] && !q.instruct_ids) {
+        st = tok_status(s, qve_prompt_instruct_ids(s->tok, q.instruct, strlen(q.instruct), &ins,
+                                                   s->err, sizeof s->err));
+        if (st) goto done;
+        q.instruct_ids = ins.ids, q.n_instruct_ids = (int)ins.n_ids;
+    }
+    if (q.n_text_ids > (1 << 24) || q.n_ref_text_ids > (1 << 24) || q.n_instruct_ids > (1 << 24)) {
+        st = fail(s, QV_E_LIMIT, "text too long");
+        goto done;
     }
     st = start_ids(s, &q);
 done:
     if (st != QV_OK) s->state = QVE_FAILED;
-    free(text), free(ins), free(ref), free(ins_full);
+    qve_tok_ids_free(&text), qve_tok_ids_free(&ins), qve_tok_ids_free(&ref);
     return st;
 }
