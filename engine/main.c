@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "qvf.h"
 #include "qvoice.h"
 #include "speech_decoder.h"
 
@@ -25,7 +26,8 @@
 
 typedef struct {
     const char *model_dir, *text, *speaker, *language, *instruct, *out_path;
-    const char *dump_codes, *decode_codes;
+    const char *dump_codes, *decode_codes, *voice;
+    int no_icl;
     int force_instruct, stream, greedy, tokens, list_speakers, list_languages, quiet;
     int max_frames;           /* 0 = model default */
     double max_seconds;       /* 0 = none */
@@ -40,7 +42,7 @@ typedef struct {
 enum {
     OPT_FORCE_INSTRUCT = 256, OPT_STREAM, OPT_MAX_FRAMES, OPT_MAX_SECONDS, OPT_TEMPERATURE,
     OPT_TOP_K, OPT_TOP_P, OPT_RP, OPT_GREEDY, OPT_SEED, OPT_LIST_SPEAKERS, OPT_LIST_LANGUAGES,
-    OPT_DUMP_CODES, OPT_DECODE_CODES, OPT_TOKENS
+    OPT_DUMP_CODES, OPT_DECODE_CODES, OPT_TOKENS, OPT_NO_ICL
 };
 
 static void usage(FILE *f) {
@@ -51,6 +53,10 @@ static void usage(FILE *f) {
         "  -m, --model DIR            model directory (config.json, model.safetensors, speech_tokenizer/)\n"
         "  -t, --text TEXT            text to speak (default: read stdin)\n"
         "  -s, --speaker NAME         preset speaker (CustomVoice; see --list-speakers)\n"
+        "  -v, --voice FILE           cloned voice (.qvoice or raw .bin x-vector) instead of --speaker;\n"
+        "                             its reference codes + transcript are used as an ICL prompt on\n"
+        "                             Base models (the official clone mode) unless --no-icl\n"
+        "      --no-icl               use only the voice's x-vector\n"
         "  -l, --language NAME        language (default auto; see --list-languages)\n"
         "  -i, --instruct TEXT        style instruction / voice description (1.7B, VoiceDesign)\n"
         "      --force-instruct       pass --instruct to a 0.6B CustomVoice model anyway\n"
@@ -110,6 +116,7 @@ static int parse_args(int argc, char **argv, options *o) {
     static const struct option lo[] = {
         {"model", required_argument, 0, 'm'},      {"text", required_argument, 0, 't'},
         {"speaker", required_argument, 0, 's'},    {"language", required_argument, 0, 'l'},
+        {"voice", required_argument, 0, 'v'},      {"no-icl", no_argument, 0, OPT_NO_ICL},
         {"instruct", required_argument, 0, 'i'},   {"force-instruct", no_argument, 0, OPT_FORCE_INSTRUCT},
         {"output", required_argument, 0, 'o'},     {"stream", no_argument, 0, OPT_STREAM},
         {"max-frames", required_argument, 0, OPT_MAX_FRAMES},
@@ -131,11 +138,13 @@ static int parse_args(int argc, char **argv, options *o) {
     int c;
     long l;
     double d;
-    while ((c = getopt_long(argc, argv, "m:t:s:l:i:o:j:qhV", lo, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "m:t:s:l:v:i:o:j:qhV", lo, NULL)) != -1) {
         switch (c) {
         case 'm': o->model_dir = optarg; break;
         case 't': o->text = optarg; break;
         case 's': o->speaker = optarg; break;
+        case 'v': o->voice = optarg; break;
+        case OPT_NO_ICL: o->no_icl = 1; break;
         case 'l': o->language = optarg; break;
         case 'i': o->instruct = optarg; break;
         case 'o': o->out_path = optarg; break;
@@ -191,6 +200,7 @@ static int parse_args(int argc, char **argv, options *o) {
     }
     if (optind < argc) return usage_error("unexpected argument '%s'", argv[optind]);
     if (!o->model_dir) return usage_error("%s", "-m/--model DIR is required");
+    if (o->voice && o->speaker) return usage_error("%s", "--voice and --speaker are exclusive");
     if (o->decode_codes && !o->out_path && !o->stream)
         return usage_error("%s", "--decode-codes needs -o FILE or --stream");
     return 0;
@@ -372,7 +382,8 @@ int main(int argc, char **argv) {
     qve_dec_stream *ds = NULL;
     FILE *dump = NULL;
     char *stdin_text = NULL;
-    int32_t *all = NULL;
+    int32_t *all = NULL, *ref_codes = NULL;
+    qvf_voice *voice = NULL;
     SNDFILE *snd = NULL;
     sink k = {0};
 
@@ -448,7 +459,38 @@ int main(int argc, char **argv) {
     r.language = o.language;
     r.speaker = o.speaker;
     const char *type = qv_model_type(m);
-    if (!strcmp(type, "custom_voice") && !o.speaker) {
+    if (o.voice) {
+        const int H = qv_model_hidden_size(m);
+        int vst = qvf_read_file(o.voice, (uint32_t)H, &voice, err, sizeof err);
+        if (vst) {
+            fprintf(stderr, TOOL ": %s\n", err);
+            goto out;
+        }
+        if (!voice->xvector || (int)voice->enc_dim != H) {
+            fprintf(stderr, TOOL ": %s: x-vector of %u values, the model needs %d\n", o.voice,
+                    voice->xvector ? voice->enc_dim : 0, H);
+            goto out;
+        }
+        r.speaker_vector = voice->xvector;
+        r.n_speaker_vector = H;
+        if (voice->tpad && (int)voice->tpad_hidden == H) r.text_special = voice->tpad;
+        if (!o.no_icl && !strcmp(type, "base") && voice->n_frames && voice->codes &&
+            voice->transcript) {
+            ref_codes = malloc((size_t)voice->n_frames * QV_N_CODEBOOKS * sizeof(int32_t));
+            if (!ref_codes) {
+                fprintf(stderr, TOOL ": out of memory\n");
+                goto out;
+            }
+            for (size_t i = 0; i < (size_t)voice->n_frames * QV_N_CODEBOOKS; i++)
+                ref_codes[i] = voice->codes[i];
+            r.ref_codes = ref_codes;
+            r.n_ref_frames = (int)voice->n_frames;
+            r.ref_text = voice->transcript;
+        }
+        if ((voice->wovr_h || voice->has_wdelta) && !o.quiet)
+            fprintf(stderr, TOOL ": warning: %s: weight bridge/delta chunks are not applied by "
+                            "this version\n", o.voice);
+    } else if (!strcmp(type, "custom_voice") && !o.speaker) {
         fprintf(stderr, TOOL ": %s: a CustomVoice model needs --speaker (see --list-speakers)\n",
                 o.model_dir);
         goto out;
@@ -562,6 +604,8 @@ out:
     if (snd && sf_close(snd) && rc == 0) rc = 1;
     if (dump && dump != stdout) fclose(dump);
     free(all);
+    free(ref_codes);
+    qvf_voice_free(voice);
     free(stdin_text);
     qv_session_free(s);
     qv_model_free(m);

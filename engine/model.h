@@ -168,7 +168,7 @@ struct qv_session {
     float *work;                      /* [same] sampler scratch */
     int *work_idx;
     uint8_t *seen;                    /* [vocab] code0 set for the repetition penalty */
-    float *pad;                       /* [H] PAD = P(tts_pad) */
+    float *pad;                       /* [H] PAD = P(tts_pad) of the current utterance */
     /* per-utterance buffers (allocated at qv_session_start) */
     qve_stack_state talker;
     float *prefill;                   /* [n_prefill, H] prompt embeddings, kept for inspection */

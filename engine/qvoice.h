@@ -130,6 +130,8 @@ typedef struct {
     int n_ref_frames;
     const int32_t *ref_text_ids; /* ICL: transcript token ids r_0..r_{M-1} */
     int n_ref_text_ids;
+    const float *text_special;   /* [3][hidden]: tts_pad, tts_bos, tts_eos embeddings replacing
+                                    the model's (a voice file's TPAD bridge), or NULL */
     enum qv_text_layout layout;
 } qv_request;
 

@@ -194,16 +194,11 @@ enum qv_status qv_session_new(qv_session **out, const qv_model *m, const qv_para
     s->work_idx = qvk_alloc(nv * sizeof(int));
     s->seen = qvk_alloc(V);
     s->pad = qvk_alloc(H * sizeof(float));
-    float *tmp = qvk_alloc(2 * (size_t)c->text_hidden_size * sizeof(float));
     if (!s->pool || !s->x || !s->z || !s->z_frame || !s->logits_raw || !s->logits || !s->work ||
-        !s->work_idx || !s->seen || !s->pad || !tmp || qve_cp_state_init(&s->cp, m)) {
-        qvk_free(tmp);
+        !s->work_idx || !s->seen || !s->pad || qve_cp_state_init(&s->cp, m)) {
         qv_session_free(s);
         return QV_E_NOMEM;
     }
-    const int32_t pad_id = c->tts_pad_token_id;
-    qve_talker_project_text(&m->talker, c, s->pool, s->pad, &pad_id, 1, tmp, NULL);
-    qvk_free(tmp);
     s->state = QVE_IDLE;
     *out = s;
     return QV_OK;
@@ -358,6 +353,9 @@ static enum qv_status start_ids(qv_session *s, const qv_request *r) {
     ids[o_bos] = c->tts_bos_token_id;
     ids[o_eos] = c->tts_eos_token_id;
     qve_talker_project_text(&m->talker, c, s->pool, tproj, ids, n_txt, tmp, wscr);
+    if (r->text_special)
+        memcpy(tproj + (size_t)o_pad * H, r->text_special, 3 * (size_t)H * sizeof(float));
+    memcpy(s->pad, tproj + (size_t)o_pad * H, (size_t)H * sizeof(float));
 
     /* -- assemble (§3.4) -- */
     float *e = s->prefill;
