@@ -41,14 +41,15 @@ static void project(qve_cp_state *s, const qv_model *m, qvk_pool *pool, const fl
         memcpy(s->x, in, (size_t)CH * sizeof(float));
 }
 
-void qve_cp_frame(qve_cp_state *s, const qv_model *m, qvk_pool *pool, const float *z, int c0,
-                  int32_t codes[QVE_N_GROUPS], qve_pick_fn pick, void *pick_ctx) {
+void qve_cp_frame(qve_cp_state *s, const qv_model *m, const qve_talker *talker, qvk_pool *pool,
+                  const float *z, int c0, int32_t codes[QVE_N_GROUPS], qve_pick_fn pick,
+                  void *pick_ctx) {
     const qve_stack_config *c = &m->cp.stack.cfg;
     const int H = m->cfg.talker.hidden_size, CH = c->hidden_size, CV = c->vocab_size;
     codes[0] = c0;
     project(s, m, pool, z);
     qve_stack_forward(&s->st, pool, s->x, 1, 0);
-    qve_talker_codec_embed(&m->talker, s->proj_in, c0, 0);
+    qve_talker_codec_embed(talker, s->proj_in, c0, 0);
     project(s, m, pool, s->proj_in);
     qve_stack_forward(&s->st, pool, s->x, 1, 1);
     for (int g = 0; g < QVE_N_GROUPS - 1; g++) {

@@ -384,6 +384,7 @@ int main(int argc, char **argv) {
     char *stdin_text = NULL;
     int32_t *all = NULL, *ref_codes = NULL;
     qvf_voice *voice = NULL;
+    qv_text_bridge bridge;
     SNDFILE *snd = NULL;
     sink k = {0};
 
@@ -487,9 +488,21 @@ int main(int argc, char **argv) {
             r.n_ref_frames = (int)voice->n_frames;
             r.ref_text = voice->transcript;
         }
-        if ((voice->wovr_h || voice->has_wdelta) && !o.quiet)
-            fprintf(stderr, TOOL ": warning: %s: weight bridge/delta chunks are not applied by "
-                            "this version\n", o.voice);
+        if (voice->wovr_h) {
+            if ((int)voice->wovr_h == H && (int)voice->wovr_th == qv_model_text_hidden_size(m)) {
+                bridge.fc1_weight = voice->wovr_fc1_w, bridge.fc1_bias = voice->wovr_fc1_b;
+                bridge.fc2_weight = voice->wovr_fc2_w, bridge.fc2_bias = voice->wovr_fc2_b;
+                bridge.codec_rows = voice->wovr_codec, bridge.n_codec_rows = (int)voice->wovr_cv;
+                r.bridge = &bridge;
+            } else if (!o.quiet) {
+                fprintf(stderr, TOOL ": warning: %s: model bridge for hidden %u/%u ignored (model "
+                                "%d/%d)\n", o.voice, voice->wovr_h, voice->wovr_th, H,
+                        qv_model_text_hidden_size(m));
+            }
+        }
+        if (voice->has_wdelta && !o.quiet)
+            fprintf(stderr, TOOL ": warning: %s: weight deltas are not applied by this version\n",
+                    o.voice);
     } else if (!strcmp(type, "custom_voice") && !o.speaker) {
         fprintf(stderr, TOOL ": %s: a CustomVoice model needs --speaker (see --list-speakers)\n",
                 o.model_dir);

@@ -44,9 +44,9 @@ typedef struct {                      /* talker (§3) */
     qve_stack stack;
     const uint16_t *text_embedding;   /* [text_vocab, text_hidden] talker.model.text_embedding.weight */
     const uint16_t *fc1;              /* [text_hidden, text_hidden] talker.text_projection.linear_fc1.weight */
-    float *fc1_bias;                  /* [text_hidden]  talker.text_projection.linear_fc1.bias */
+    const float *fc1_bias;            /* [text_hidden]  talker.text_projection.linear_fc1.bias */
     const uint16_t *fc2;              /* [H, text_hidden] talker.text_projection.linear_fc2.weight */
-    float *fc2_bias;                  /* [H]            talker.text_projection.linear_fc2.bias */
+    const float *fc2_bias;            /* [H]            talker.text_projection.linear_fc2.bias */
     const uint16_t *codec_embedding;  /* [3072, H]      talker.model.codec_embedding.weight */
     const uint16_t *codec_head;       /* [3072, H]      talker.codec_head.weight */
 } qve_talker;
@@ -120,10 +120,12 @@ typedef struct {                      /* per-frame code-predictor working set */
 int qve_cp_state_init(qve_cp_state *s, const qv_model *m);
 void qve_cp_state_free(qve_cp_state *s);
 
-/* Residual codes c1..c15 for one frame from (z, c0) (§4). pick(logits, group, ctx) chooses each
+/* Residual codes c1..c15 for one frame from (z, c0) (§4); talker supplies C(c0) (the session's
+ * view, which a text bridge may change). pick(logits, group, ctx) chooses each
  * code from the 2048 raw logits (it may modify them in a copy, not these). */
 typedef int (*qve_pick_fn)(const float *logits, int n, void *ctx);
-void qve_cp_frame(qve_cp_state *s, const qv_model *m, qvk_pool *pool, const float *z, int c0,
+void qve_cp_frame(qve_cp_state *s, const qv_model *m, const qve_talker *talker, qvk_pool *pool,
+                  const float *z, int c0,
                   int32_t codes[QVE_N_GROUPS], qve_pick_fn pick, void *pick_ctx);
 
 /* ==== sampler (§3.6) ========================================================================= */
@@ -169,6 +171,8 @@ struct qv_session {
     int *work_idx;
     uint8_t *seen;                    /* [vocab] code0 set for the repetition penalty */
     float *pad;                       /* [H] PAD = P(tts_pad) of the current utterance */
+    qve_talker tw;                    /* the talker as this utterance sees it (text bridge applied) */
+    uint16_t *codec_copy;             /* [vocab, H] bridged codec table, or NULL */
     /* per-utterance buffers (allocated at qv_session_start) */
     qve_stack_state talker;
     float *prefill;                   /* [n_prefill, H] prompt embeddings, kept for inspection */

@@ -76,6 +76,7 @@ void qv_model_free(qv_model *m); /* accepts NULL */
 const char *qv_model_type(const qv_model *m);
 const char *qv_model_size(const qv_model *m);
 int qv_model_hidden_size(const qv_model *m);   /* length of a speaker (x-)vector */
+int qv_model_text_hidden_size(const qv_model *m);
 /* Preset speakers (CustomVoice; 0 otherwise) and selectable languages ("auto" first, dialects
  * excluded). Names are borrowed; i out of range gives NULL. */
 int qv_model_n_speakers(const qv_model *m);
@@ -114,6 +115,19 @@ enum qv_text_layout {
     QV_LAYOUT_NON_STREAMING      /* whole text in the prompt */
 };
 
+/* A voice file's model bridge (WOVR): the source model's text projection and its first
+ * n_codec_rows codec-embedding rows, used instead of the model's for this utterance. Shapes are
+ * the model's: fc1 [text_hidden, text_hidden] bf16, fc2 [hidden, text_hidden] bf16, biases f32,
+ * codec_rows [n_codec_rows, hidden] bf16. */
+typedef struct {
+    const uint16_t *fc1_weight;
+    const float *fc1_bias;
+    const uint16_t *fc2_weight;
+    const float *fc2_bias;
+    const uint16_t *codec_rows;
+    int n_codec_rows;
+} qv_text_bridge;
+
 typedef struct {
     const char *text;            /* target text, UTF-8; used when text_ids is NULL */
     const char *instruct;        /* instruction / voice description; used when instruct_ids is NULL */
@@ -132,6 +146,7 @@ typedef struct {
     int n_ref_text_ids;
     const float *text_special;   /* [3][hidden]: tts_pad, tts_bos, tts_eos embeddings replacing
                                     the model's (a voice file's TPAD bridge), or NULL */
+    const qv_text_bridge *bridge; /* or NULL */
     enum qv_text_layout layout;
 } qv_request;
 

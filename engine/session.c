@@ -95,6 +95,7 @@ void qv_model_free(qv_model *m) {
 const char *qv_model_type(const qv_model *m) { return m->cfg.tts_model_type; }
 const char *qv_model_size(const qv_model *m) { return m->cfg.tts_model_size; }
 int qv_model_hidden_size(const qv_model *m) { return m->cfg.talker.hidden_size; }
+int qv_model_text_hidden_size(const qv_model *m) { return m->cfg.text_hidden_size; }
 int qv_model_n_speakers(const qv_model *m) { return m->cfg.n_speakers; }
 
 const char *qv_model_speaker(const qv_model *m, int i) {
@@ -131,8 +132,11 @@ static void free_utterance(qv_session *s) {
     qve_stack_state_free(&s->talker);
     qvk_free(s->prefill);
     qvk_free(s->queue);
+    qvk_free(s->codec_copy);
     s->prefill = s->queue = NULL;
+    s->codec_copy = NULL;
     s->n_prefill = s->n_queue = 0;
+    s->tw = s->m->talker;
 }
 
 void qv_session_free(qv_session *s) {
@@ -176,6 +180,7 @@ enum qv_status qv_session_new(qv_session **out, const qv_model *m, const qv_para
     if (!s) return QV_E_NOMEM;
     s->m = m;
     s->p = *p;
+    s->tw = m->talker;
     if (check_params(p, s->err, sizeof s->err)) {
         qv_session_free(s);
         return QV_E_INVALID;
@@ -210,9 +215,10 @@ int qv_session_n_frames(const qv_session *s) { return s->n_frames; }
 /* ==== prompt ================================================================================= */
 
 /* out = F(codes) = C(c0) + sum_g CPE_{g-1}[c_g] (§3.1). */
-static void frame_embed(const qv_model *m, float *out, const int32_t *codes) {
+static void frame_embed(const qv_session *s, float *out, const int32_t *codes) {
+    const qv_model *m = s->m;
     const int H = m->cfg.talker.hidden_size;
-    qve_talker_codec_embed(&m->talker, out, codes[0], 0);
+    qve_talker_codec_embed(&s->tw, out, codes[0], 0);
     for (int g = 1; g < QVE_N_GROUPS; g++) {
         const uint16_t *row = m->cp.codec_embedding[g - 1] + (size_t)codes[g] * H;
         for (int i = 0; i < H; i++) out[i] += qvk_bf16_to_f32_1(row[i]);
@@ -306,6 +312,27 @@ static enum qv_status start_ids(qv_session *s, const qv_request *r) {
             return fail(s, QV_E_MODEL, "%s/config.json: codec id %d outside the codec vocabulary",
                         m->dir, clist[j]);
 
+    /* -- text bridge (a voice file's WOVR): session view of the talker's embeddings -- */
+    s->tw = m->talker;
+    if (r->bridge) {
+        const qv_text_bridge *b = r->bridge;
+        if (!b->fc1_weight || !b->fc1_bias || !b->fc2_weight || !b->fc2_bias ||
+            b->n_codec_rows < 0 || b->n_codec_rows > c->talker.vocab_size ||
+            (b->n_codec_rows && !b->codec_rows))
+            return fail(s, QV_E_INVALID, "request: incomplete text bridge (or %d codec rows > %d)",
+                        b->n_codec_rows, c->talker.vocab_size);
+        s->tw.fc1 = b->fc1_weight, s->tw.fc1_bias = b->fc1_bias;
+        s->tw.fc2 = b->fc2_weight, s->tw.fc2_bias = b->fc2_bias;
+        if (b->n_codec_rows) {
+            const size_t row = (size_t)H * sizeof(uint16_t);
+            s->codec_copy = qvk_alloc((size_t)c->talker.vocab_size * row);
+            if (!s->codec_copy) return fail(s, QV_E_NOMEM, "out of memory for the codec table");
+            memcpy(s->codec_copy, m->talker.codec_embedding, (size_t)c->talker.vocab_size * row);
+            memcpy(s->codec_copy, b->codec_rows, (size_t)b->n_codec_rows * row);
+            s->tw.codec_embedding = s->codec_copy;
+        }
+    }
+
     int streaming = r->layout == QV_LAYOUT_STREAMING ||
                     (r->layout == QV_LAYOUT_DEFAULT && c->variant == QVE_VARIANT_BASE);
     const int icl = r->n_ref_frames > 0;
@@ -352,7 +379,7 @@ static enum qv_status start_ids(qv_session *s, const qv_request *r) {
     ids[o_pad] = c->tts_pad_token_id;
     ids[o_bos] = c->tts_bos_token_id;
     ids[o_eos] = c->tts_eos_token_id;
-    qve_talker_project_text(&m->talker, c, s->pool, tproj, ids, n_txt, tmp, wscr);
+    qve_talker_project_text(&s->tw, c, s->pool, tproj, ids, n_txt, tmp, wscr);
     if (r->text_special)
         memcpy(tproj + (size_t)o_pad * H, r->text_special, 3 * (size_t)H * sizeof(float));
     memcpy(s->pad, tproj + (size_t)o_pad * H, (size_t)H * sizeof(float));
@@ -368,36 +395,36 @@ static enum qv_status start_ids(qv_session *s, const qv_request *r) {
         if (clist[j] == SLOT_VECTOR)
             for (int i = 0; i < H; i++) e[i] += r->speaker_vector[i];
         else
-            qve_talker_codec_embed(&m->talker, e, clist[j], 1);
+            qve_talker_codec_embed(&s->tw, e, clist[j], 1);
         NEXT();
     }
     if (!icl && streaming) {
-        EMIT_TEXT(TROW(o_txt)), qve_talker_codec_embed(&m->talker, e, c->codec_bos_id, 1), NEXT();
+        EMIT_TEXT(TROW(o_txt)), qve_talker_codec_embed(&s->tw, e, c->codec_bos_id, 1), NEXT();
         for (int i = 1; i < N; i++)
             memcpy(s->queue + (size_t)(i - 1) * H, TROW(o_txt + i), (size_t)H * sizeof(float));
         memcpy(s->queue + (size_t)(N - 1) * H, TROW(o_eos), (size_t)H * sizeof(float));
     } else if (!icl) {
         for (int i = 0; i <= N; i++) {
             EMIT_TEXT(TROW(i < N ? o_txt + i : o_eos));
-            qve_talker_codec_embed(&m->talker, e, c->codec_pad_id, 1);
+            qve_talker_codec_embed(&s->tw, e, c->codec_pad_id, 1);
             NEXT();
         }
-        EMIT_TEXT(TROW(o_pad)), qve_talker_codec_embed(&m->talker, e, c->codec_bos_id, 1), NEXT();
+        EMIT_TEXT(TROW(o_pad)), qve_talker_codec_embed(&s->tw, e, c->codec_bos_id, 1), NEXT();
     } else {
         /* Ts = [ref text, target text, EOS]; Cs = [C(bos), F(R_0) ... F(R_{T-1})] */
 #define TS(i) TROW((i) < Mr ? o_ref + (i) : (i) < Mr + N ? o_txt + (i) - Mr : o_eos)
         float *f = xbuf;   /* scratch for one F(R_j) before the prefill uses xbuf */
         if (!streaming) {
             for (int i = 0; i < Lt; i++)
-                EMIT_TEXT(TS(i)), qve_talker_codec_embed(&m->talker, e, c->codec_pad_id, 1), NEXT();
+                EMIT_TEXT(TS(i)), qve_talker_codec_embed(&s->tw, e, c->codec_pad_id, 1), NEXT();
         }
         for (int j = 0; j < Lc; j++) {
             if (streaming) EMIT_TEXT(j < Lt ? TS(j) : TROW(o_pad));
             else EMIT_TEXT(TROW(o_pad));
             if (j == 0) {
-                qve_talker_codec_embed(&m->talker, e, c->codec_bos_id, 1);
+                qve_talker_codec_embed(&s->tw, e, c->codec_bos_id, 1);
             } else {
-                frame_embed(m, f, r->ref_codes + (size_t)(j - 1) * QVE_N_GROUPS);
+                frame_embed(s, f, r->ref_codes + (size_t)(j - 1) * QVE_N_GROUPS);
                 for (int i = 0; i < H; i++) e[i] += f[i];
             }
             NEXT();
@@ -468,10 +495,10 @@ enum qv_status qv_session_next_frame(qv_session *s, int32_t codes[QV_N_CODEBOOKS
     s->seen[c0] = 1;
     memcpy(s->z_frame, s->z, (size_t)H * sizeof(float));
     int32_t frame[QVE_N_GROUPS];
-    qve_cp_frame(&s->cp, m, s->pool, s->z_frame, c0, frame, pick_cp, s);
+    qve_cp_frame(&s->cp, m, &s->tw, s->pool, s->z_frame, c0, frame, pick_cp, s);
 
     const int k = s->n_frames++;
-    frame_embed(m, s->x, frame);
+    frame_embed(s, s->x, frame);
     const float *text = k < s->n_queue ? s->queue + (size_t)k * H : s->pad;
     for (int i = 0; i < H; i++) s->x[i] += text[i];
     qve_stack_forward(&s->talker, s->pool, s->x, 1, s->pos++);

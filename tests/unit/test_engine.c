@@ -227,6 +227,39 @@ static void test_prompt_base(void **st) {
     qv_model_free(m);
 }
 
+static void test_text_bridge(void **st) {
+    (void)st;
+    qv_model *m = load("tiny-base");
+    const int H = qv_model_hidden_size(m);
+    int32_t ref[3 * 16];
+    for (int i = 0; i < 3 * 16; i++) ref[i] = (i * 91) % 2048;
+    qv_request r = qv_default_request();
+    r.text_ids = TEXT, r.n_text_ids = N_TEXT, r.ref_codes = ref, r.n_ref_frames = 3;
+    qv_session *a = start(m, &r, QV_OK);
+    /* identity bridge (the model's own weights): bit-identical prompt */
+    qv_text_bridge b = {m->talker.fc1, m->talker.fc1_bias, m->talker.fc2, m->talker.fc2_bias,
+                        m->talker.codec_embedding, 2048};
+    r.bridge = &b;
+    qv_session *s = start(m, &r, QV_OK);
+    assert_int_equal(s->n_prefill, a->n_prefill);
+    assert_memory_equal(s->prefill, a->prefill, (size_t)a->n_prefill * H * sizeof(float));
+    qv_session_free(s);
+    /* zeroed codebook rows: the ICL frame positions lose their codec part, nothing else moves */
+    uint16_t *zero = calloc((size_t)2048 * H, sizeof(uint16_t));
+    b.codec_rows = zero;
+    s = start(m, &r, QV_OK);
+    const size_t first_frame = (size_t)(s->n_prefill - 3) * H;   /* streaming: last 3 = F(R_j) */
+    assert_memory_equal(s->prefill, a->prefill, first_frame * sizeof(float));
+    assert_memory_not_equal(s->prefill + first_frame, a->prefill + first_frame, (size_t)H * 4);
+    qv_session_free(s);
+    b.n_codec_rows = 4000;
+    s = start(m, &r, QV_E_INVALID);
+    qv_session_free(s);
+    free(zero);
+    qv_session_free(a);
+    qv_model_free(m);
+}
+
 /* ==== generation ============================================================================= */
 
 static int generate(const qv_model *m, int n_threads, uint64_t seed, int32_t *out, int max) {
@@ -286,7 +319,8 @@ int main(void) {
         cmocka_unit_test(test_topk_keeps_ties),    cmocka_unit_test(test_topp),
         cmocka_unit_test(test_greedy_and_processing), cmocka_unit_test(test_rng_repeatable),
         cmocka_unit_test(test_prompt_customvoice), cmocka_unit_test(test_prompt_voicedesign),
-        cmocka_unit_test(test_prompt_base),        cmocka_unit_test(test_seed_determinism),
+        cmocka_unit_test(test_prompt_base),        cmocka_unit_test(test_text_bridge),
+        cmocka_unit_test(test_seed_determinism),
         cmocka_unit_test(test_api_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
