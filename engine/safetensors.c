@@ -531,7 +531,12 @@ static qve_st *open_index(const char *path, char *err, size_t err_size) {
         }
         memcpy(pt->path, path, n_dir);
         memcpy(pt->path + n_dir, shards[j], n_name + 1);
-        if (map_file(pt, err, err_size) != 0 || parse_part(pt, err, err_size) != 0) goto bad;
+        if (map_file(pt, err, err_size) != 0 || parse_part(pt, err, err_size) != 0) {
+            size_t used = err ? strnlen(err, err_size) : 0;
+            if (err && used + 1 < err_size)
+                snprintf(err + used, err_size - used, " (shard listed in %s)", path);
+            goto bad;
+        }
     }
     if (build_table(st, err, err_size) != 0) goto bad;
     listed = calloc((size_t)(st->n_tensors ? st->n_tensors : 1), 1);
@@ -604,6 +609,17 @@ qve_st *qve_st_open(const char *path, char *err, size_t err_size) {
         return NULL;
     }
     return st;
+}
+
+qve_st *qve_st_open_dir(const char *dir, const char *stem, char *err, size_t err_size) {
+    char path[4096];
+    int n = snprintf(path, sizeof path, "%s/%s.safetensors.index.json", dir, stem);
+    if (n < 0 || (size_t)n >= sizeof path) {
+        fail(err, err_size, "%s: path too long", dir);
+        return NULL;
+    }
+    if (access(path, F_OK) != 0) snprintf(path, sizeof path, "%s/%s.safetensors", dir, stem);
+    return qve_st_open(path, err, err_size);
 }
 
 int qve_st_count(const qve_st *st) { return st ? st->n_tensors : 0; }

@@ -28,6 +28,9 @@ typedef struct qve_st qve_st;
 /* Opens path = a .safetensors file or a .safetensors.index.json. On failure returns NULL and
  * writes one line "FILE: problem (expected X, found Y)" into err (err_size bytes). */
 qve_st *qve_st_open(const char *path, char *err, size_t err_size);
+/* Opens dir/stem.safetensors.index.json if it exists, else dir/stem.safetensors
+ * (stem e.g. "model" or "speech_tokenizer/model"). */
+qve_st *qve_st_open_dir(const char *dir, const char *stem, char *err, size_t err_size);
 /* Same checks on a single safetensors image in memory (borrowed: buf must outlive the qve_st);
  * label names it in errors. Used by the fuzz target and by tests. */
 qve_st *qve_st_open_memory(const void *buf, size_t n_bytes, const char *label, char *err,

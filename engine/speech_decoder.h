@@ -6,7 +6,7 @@
  * once, so streamed and one-shot audio are bit-identical by construction.
  *
  * Usage:
- *     qve_decoder *dec = qve_decoder_load("model/speech_tokenizer", err, sizeof err);
+ *     qve_decoder *dec = qve_decoder_load("model_dir", err, sizeof err);
  *     qve_decoder_decode(dec, codes, n_frames, wav, err, sizeof err);  // wav: n_frames*1920
  *   or, streaming while the talker runs:
  *     qve_dec_stream *s = qve_dec_stream_start(dec, 1, on_audio, user, err, sizeof err);
@@ -35,18 +35,18 @@
 typedef struct qve_decoder qve_decoder;
 typedef struct qve_dec_stream qve_dec_stream;
 
-/* Loads config.json + model.safetensors of a speech tokenizer directory (the `speech_tokenizer/`
- * folder of a model). Weights stay in the mmap (borrowed); the codebook tables
- * embedding_sum / max(cluster_usage, 1e-5) are computed once here. Returns NULL with a one-line
- * "FILE: problem" in err on failure. */
+/* Loads speech_tokenizer/config.json + speech_tokenizer/model.safetensors of a model directory
+ * (the same dir qve_codec_config_load takes). Weights stay in the mmap (borrowed); the codebook
+ * tables embedding_sum / max(cluster_usage, 1e-5) are computed once here. Returns NULL with a
+ * one-line "FILE: problem" in err on failure. */
 qve_decoder *qve_decoder_load(const char *dir, char *err, size_t err_size);
 /* Accepts NULL. No stream of this decoder may still be running. */
 void qve_decoder_free(qve_decoder *dec);
 
-int qve_decoder_n_codebooks(const qve_decoder *dec);      /* 16 */
-int qve_decoder_codebook_size(const qve_decoder *dec);    /* 2048: valid codes are [0, size) */
+int qve_decoder_n_codebooks(const qve_decoder *dec);       /* 16 */
+int qve_decoder_codebook_size(const qve_decoder *dec);     /* 2048: valid codes are [0, size) */
 int qve_decoder_samples_per_frame(const qve_decoder *dec); /* 1920 */
-int qve_decoder_sample_rate(const qve_decoder *dec);      /* 24000 */
+int qve_decoder_sample_rate(const qve_decoder *dec);       /* 24000 */
 
 /* One-shot decode. codes: frame-major [n_frames][n_codebooks] (the talker's order; the reference
  * tensor [16, T] transposed). wav: n_frames * samples_per_frame floats in [-1, 1].
@@ -54,6 +54,12 @@ int qve_decoder_sample_rate(const qve_decoder *dec);      /* 24000 */
  * state once per call. Returns 0, or -1 with err (bad code value, allocation failure). */
 int qve_decoder_decode(const qve_decoder *dec, const int *codes, int n_frames, float *wav,
                        char *err, size_t err_size);
+
+/* One pass from a clean state without the 300-frame chunking (what the reference's decoder
+ * forward does for one chunk): n_frames <= QVE_DEC_CHUNK_FRAMES + QVE_DEC_CONTEXT_FRAMES (the KV
+ * cache size). For tests and tools that need the reference's per-chunk output. */
+int qve_decoder_decode_pass(const qve_decoder *dec, const int *codes, int n_frames, float *wav,
+                            char *err, size_t err_size);
 
 /* Audio callback: n_samples new samples (a multiple of samples_per_frame) in order; pcm is only
  * valid during the call. Return 0 to continue, non-zero to abort the stream (push/finish then

@@ -1,0 +1,146 @@
+/* fingerprint.c — model and tensor SHA-256 via OpenSSL EVP. The stream hashed is specified in
+ * fingerprint.h; every integer is serialised byte by byte (explicit little-endian) so the value is
+ * the same on any host. Tensors are visited in name order, not header order, so re-serialising
+ * or re-sharding a checkpoint leaves the fingerprint unchanged.
+ */
+#include "fingerprint.h"
+
+#include <errno.h>
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CONFIG_MAX_BYTES ((size_t)16 << 20)
+static const char k_tag[] = "qvoice-model-fingerprint-v1";
+
+/* ==== helpers =============================================================================== */
+
+static int put(EVP_MD_CTX *ctx, const void *p, size_t n) {
+    return EVP_DigestUpdate(ctx, p, n) == 1 ? 0 : -1;
+}
+
+static int put_le(EVP_MD_CTX *ctx, uint64_t v, int n_bytes) {
+    uint8_t b[8];
+    for (int i = 0; i < n_bytes; i++) b[i] = (uint8_t)(v >> (8 * i));
+    return put(ctx, b, (size_t)n_bytes);
+}
+
+int qve_tensor_sha256(const qve_tensor *t, uint8_t out[32]) {
+    unsigned int n = 0;
+    /* EVP_Digest on a zero-length buffer is fine; data may be any pointer then. */
+    int ok = EVP_Digest(t->n_bytes ? t->data : "", t->n_bytes, out, &n, EVP_sha256(), NULL) == 1;
+    return ok && n == 32 ? 0 : -1;
+}
+
+char *qve_sha256_hex(const uint8_t digest[32], char out[65]) {
+    static const char hex[] = "0123456789abcdef";
+    for (int i = 0; i < 32; i++) {
+        out[2 * i] = hex[digest[i] >> 4];
+        out[2 * i + 1] = hex[digest[i] & 15];
+    }
+    out[64] = 0;
+    return out;
+}
+
+/* Tensor indices in name order (bottom-up merge sort; qsort would need global context). */
+static int *name_order(const qve_st *st) {
+    int n = qve_st_count(st);
+    int *idx = malloc(sizeof *idx * (size_t)(n ? n : 1)), *tmp = malloc(sizeof *tmp * (size_t)(n ? n : 1));
+    if (!idx || !tmp) {
+        free(idx);
+        free(tmp);
+        return NULL;
+    }
+    for (int i = 0; i < n; i++) idx[i] = i;
+    for (int w = 1; w < n; w *= 2) {
+        for (int lo = 0; lo < n; lo += 2 * w) {
+            int mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n;
+            int a = lo, b = mid, k = lo;
+            while (a < mid && b < hi)
+                tmp[k++] = strcmp(qve_st_at(st, idx[a])->name, qve_st_at(st, idx[b])->name) <= 0
+                               ? idx[a++]
+                               : idx[b++];
+            while (a < mid) tmp[k++] = idx[a++];
+            while (b < hi) tmp[k++] = idx[b++];
+        }
+        memcpy(idx, tmp, sizeof *idx * (size_t)n);
+    }
+    free(tmp);
+    return idx;
+}
+
+/* ==== API =================================================================================== */
+
+int qve_fingerprint_st(const qve_st *st, const void *config_json, size_t config_n_bytes,
+                       enum qve_fingerprint_mode mode, uint8_t out[32], char *err,
+                       size_t err_size) {
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    int *order = name_order(st);
+    int rc = -1;
+    if (!ctx || !order || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
+        snprintf(err, err_size, "%s: fingerprint: out of memory or SHA-256 unavailable",
+                 qve_st_file(st, NULL));
+        goto out;
+    }
+    uint8_t m = mode == QVE_FINGERPRINT_CONTENT ? 1 : 0;
+    int n = qve_st_count(st), bad = 0;
+    bad |= put(ctx, k_tag, sizeof k_tag - 1);
+    bad |= put(ctx, &m, 1);
+    bad |= put_le(ctx, config_n_bytes, 8);
+    bad |= put(ctx, config_json, config_n_bytes);
+    bad |= put_le(ctx, (uint64_t)n, 4);
+    for (int i = 0; i < n && !bad; i++) {
+        const qve_tensor *t = qve_st_at(st, order[i]);
+        size_t name_len = strlen(t->name);
+        const char *dt = qve_dtype_name(t->dtype);
+        uint8_t dt_len = (uint8_t)strlen(dt), nd = (uint8_t)t->n_dims;
+        bad |= put_le(ctx, name_len, 4);
+        bad |= put(ctx, t->name, name_len);
+        bad |= put(ctx, &dt_len, 1);
+        bad |= put(ctx, dt, dt_len);
+        bad |= put(ctx, &nd, 1);
+        for (int k = 0; k < t->n_dims; k++) bad |= put_le(ctx, (uint64_t)t->shape[k], 8);
+        if (m) {
+            uint8_t h[32];
+            bad |= qve_tensor_sha256(t, h);
+            bad |= put(ctx, h, 32);
+        }
+    }
+    unsigned int n_out = 0;
+    if (bad || EVP_DigestFinal_ex(ctx, out, &n_out) != 1 || n_out != 32) {
+        snprintf(err, err_size, "%s: fingerprint: SHA-256 failed", qve_st_file(st, NULL));
+        goto out;
+    }
+    rc = 0;
+out:
+    free(order);
+    EVP_MD_CTX_free(ctx);
+    return rc;
+}
+
+int qve_fingerprint_model(const char *dir, enum qve_fingerprint_mode mode, uint8_t out[32],
+                          char *err, size_t err_size) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(err, err_size, "%s: cannot open (%s)", path, strerror(errno));
+        return -1;
+    }
+    char *cfg = malloc(CONFIG_MAX_BYTES + 1);
+    size_t n_cfg = cfg ? fread(cfg, 1, CONFIG_MAX_BYTES + 1, f) : 0;
+    int io_err = ferror(f);
+    fclose(f);
+    if (!cfg || io_err || n_cfg > CONFIG_MAX_BYTES) {
+        snprintf(err, err_size, "%s: %s", path,
+                 !cfg ? "out of memory" : io_err ? "read error" : "file too large");
+        free(cfg);
+        return -1;
+    }
+    qve_st *st = qve_st_open_dir(dir, "model", err, err_size);
+    int rc = st ? qve_fingerprint_st(st, cfg, n_cfg, mode, out, err, err_size) : -1;
+    qve_st_close(st);
+    free(cfg);
+    return rc;
+}

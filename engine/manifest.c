@@ -1,0 +1,452 @@
+/* manifest.c — expected-tensor tables from the configs (architecture doc §2.1, §2.2, §6.2) and the
+ * load-time check against them. Every shape is computed from config fields with 64-bit arithmetic;
+ * nothing is keyed on the model size, so tiny and full-size checkpoints share one path.
+ */
+#include "manifest.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ==== building ============================================================================== */
+
+typedef struct {
+    qve_manifest *m;
+    int cap;
+    int bad;
+    char *err;
+    size_t err_size;
+} builder;
+
+static void bfail(builder *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void bfail(builder *b, const char *fmt, ...) {
+    if (b->bad) return;
+    b->bad = 1;
+    if (!b->err || !b->err_size) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(b->err, b->err_size, fmt, ap);
+    va_end(ap);
+}
+
+/* add(b, dtype, n_dims, d0, d1, d2, "fmt", ...): one entry; unused dims pass 0. */
+static void add(builder *b, enum qve_dtype dtype, int n_dims, int64_t d0, int64_t d1, int64_t d2,
+                const char *fmt, ...) __attribute__((format(printf, 7, 8)));
+static void add(builder *b, enum qve_dtype dtype, int n_dims, int64_t d0, int64_t d1, int64_t d2,
+                const char *fmt, ...) {
+    if (b->bad) return;
+    qve_manifest *m = b->m;
+    if (m->n_entries == b->cap) {
+        int cap = b->cap ? b->cap * 2 : 512;
+        qve_manifest_entry *e = realloc(m->entries, sizeof *e * (size_t)cap);
+        if (!e) {
+            bfail(b, "manifest: out of memory");
+            return;
+        }
+        m->entries = e;
+        b->cap = cap;
+    }
+    qve_manifest_entry *e = &m->entries[m->n_entries];
+    memset(e, 0, sizeof *e);
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(e->name, sizeof e->name, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= sizeof e->name) {
+        bfail(b, "manifest: tensor name too long (expected < %d bytes)", QVE_MANIFEST_NAME_MAX);
+        return;
+    }
+    int64_t d[3] = {d0, d1, d2};
+    for (int i = 0; i < n_dims; i++) {
+        if (d[i] <= 0) {
+            bfail(b, "manifest: tensor %s: dimension %d is %lld (config values inconsistent)",
+                  e->name, i, (long long)d[i]);
+            return;
+        }
+        e->shape[i] = d[i];
+    }
+    e->n_dims = n_dims;
+    e->dtype = dtype;
+    m->n_entries++;
+}
+
+static int cmp_entry_name_ctx(const qve_manifest_entry *e, int a, int b) {
+    return strcmp(e[a].name, e[b].name);
+}
+
+/* Sorted name index (bottom-up merge sort: no global qsort context, thread-safe). */
+static void finish(builder *b) {
+    qve_manifest *m = b->m;
+    if (b->bad) return;
+    int n = m->n_entries;
+    m->by_name = malloc(sizeof *m->by_name * (size_t)(n ? n : 1));
+    int *tmp = malloc(sizeof *tmp * (size_t)(n ? n : 1));
+    if (!m->by_name || !tmp) {
+        free(tmp);
+        bfail(b, "manifest: out of memory");
+        return;
+    }
+    for (int i = 0; i < n; i++) m->by_name[i] = i;
+    for (int w = 1; w < n; w *= 2) {
+        for (int lo = 0; lo < n; lo += 2 * w) {
+            int mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n;
+            int x = lo, y = mid, k = lo;
+            while (x < mid && y < hi)
+                tmp[k++] = cmp_entry_name_ctx(m->entries, m->by_name[x], m->by_name[y]) <= 0
+                               ? m->by_name[x++]
+                               : m->by_name[y++];
+            while (x < mid) tmp[k++] = m->by_name[x++];
+            while (y < hi) tmp[k++] = m->by_name[y++];
+        }
+        memcpy(m->by_name, tmp, sizeof *tmp * (size_t)n);
+    }
+    free(tmp);
+    for (int i = 1; i < n; i++)
+        if (cmp_entry_name_ctx(m->entries, m->by_name[i - 1], m->by_name[i]) == 0)
+            bfail(b, "manifest: duplicate entry %s", m->entries[m->by_name[i]].name);
+}
+
+/* One Qwen3 decoder layer: 11 tensors, no biases (§2.1). */
+static void qwen3_layer(builder *b, const char *prefix, int i, const qve_stack_config *s) {
+    const enum qve_dtype D = QVE_DTYPE_BF16;
+    int64_t h = s->hidden_size, q = (int64_t)s->num_attention_heads * s->head_dim,
+            kv = (int64_t)s->num_key_value_heads * s->head_dim, f = s->intermediate_size;
+    add(b, D, 1, h, 0, 0, "%s.layers.%d.input_layernorm.weight", prefix, i);
+    add(b, D, 2, q, h, 0, "%s.layers.%d.self_attn.q_proj.weight", prefix, i);
+    add(b, D, 2, kv, h, 0, "%s.layers.%d.self_attn.k_proj.weight", prefix, i);
+    add(b, D, 2, kv, h, 0, "%s.layers.%d.self_attn.v_proj.weight", prefix, i);
+    add(b, D, 2, h, q, 0, "%s.layers.%d.self_attn.o_proj.weight", prefix, i);
+    add(b, D, 1, s->head_dim, 0, 0, "%s.layers.%d.self_attn.q_norm.weight", prefix, i);
+    add(b, D, 1, s->head_dim, 0, 0, "%s.layers.%d.self_attn.k_norm.weight", prefix, i);
+    add(b, D, 1, h, 0, 0, "%s.layers.%d.post_attention_layernorm.weight", prefix, i);
+    add(b, D, 2, f, h, 0, "%s.layers.%d.mlp.gate_proj.weight", prefix, i);
+    add(b, D, 2, f, h, 0, "%s.layers.%d.mlp.up_proj.weight", prefix, i);
+    add(b, D, 2, h, f, 0, "%s.layers.%d.mlp.down_proj.weight", prefix, i);
+}
+
+int qve_manifest_model(qve_manifest *m, const qve_model_config *c, char *err, size_t err_size) {
+    memset(m, 0, sizeof *m);
+    builder b = {.m = m, .err = err, .err_size = err_size};
+    const enum qve_dtype D = QVE_DTYPE_BF16;
+    const qve_stack_config *t = &c->talker, *p = &c->code_predictor;
+    int64_t H = t->hidden_size, T = c->text_hidden_size;
+
+    add(&b, D, 2, c->text_vocab_size, T, 0, "talker.model.text_embedding.weight");
+    add(&b, D, 2, T, T, 0, "talker.text_projection.linear_fc1.weight");
+    add(&b, D, 1, T, 0, 0, "talker.text_projection.linear_fc1.bias");
+    add(&b, D, 2, H, T, 0, "talker.text_projection.linear_fc2.weight");
+    add(&b, D, 1, H, 0, 0, "talker.text_projection.linear_fc2.bias");
+    add(&b, D, 2, t->vocab_size, H, 0, "talker.model.codec_embedding.weight");
+    for (int i = 0; i < t->num_hidden_layers; i++) qwen3_layer(&b, "talker.model", i, t);
+    add(&b, D, 1, H, 0, 0, "talker.model.norm.weight");
+    add(&b, D, 2, t->vocab_size, H, 0, "talker.codec_head.weight");
+
+    for (int i = 0; i < p->num_hidden_layers; i++)
+        qwen3_layer(&b, "talker.code_predictor.model", i, p);
+    add(&b, D, 1, p->hidden_size, 0, 0, "talker.code_predictor.model.norm.weight");
+    /* Code-predictor embeddings have the talker's width (they embed talker-side codes, §2.1). */
+    for (int g = 0; g < t->num_code_groups - 1; g++)
+        add(&b, D, 2, p->vocab_size, H, 0, "talker.code_predictor.model.codec_embedding.%d.weight",
+            g);
+    for (int g = 0; g < t->num_code_groups - 1; g++)
+        add(&b, D, 2, p->vocab_size, p->hidden_size, 0, "talker.code_predictor.lm_head.%d.weight",
+            g);
+    if (H != p->hidden_size) {
+        add(&b, D, 2, p->hidden_size, H, 0, "talker.code_predictor.small_to_mtp_projection.weight");
+        add(&b, D, 1, p->hidden_size, 0, 0, "talker.code_predictor.small_to_mtp_projection.bias");
+    }
+
+    if (c->has_speaker_encoder) {
+        const int *ch = c->enc_channels, *ks = c->enc_kernel_sizes;
+        const char *s = "speaker_encoder";
+        int scale = c->enc_res2net_scale, se = c->enc_se_channels;
+        add(&b, D, 3, ch[0], c->mel_dim, ks[0], "%s.blocks.0.conv.weight", s);
+        add(&b, D, 1, ch[0], 0, 0, "%s.blocks.0.conv.bias", s);
+        for (int k = 1; k <= 3; k++) {
+            if (scale < 1 || ch[k] % scale != 0) {
+                bfail(&b, "manifest: enc_channels[%d] = %d not divisible by enc_res2net_scale %d", k,
+                      ch[k], scale);
+                break;
+            }
+            int64_t w = ch[k] / scale;
+            add(&b, D, 3, ch[k], ch[k - 1], 1, "%s.blocks.%d.tdnn1.conv.weight", s, k);
+            add(&b, D, 1, ch[k], 0, 0, "%s.blocks.%d.tdnn1.conv.bias", s, k);
+            for (int j = 0; j < scale - 1; j++) {
+                add(&b, D, 3, w, w, ks[k], "%s.blocks.%d.res2net_block.blocks.%d.conv.weight", s, k,
+                    j);
+                add(&b, D, 1, w, 0, 0, "%s.blocks.%d.res2net_block.blocks.%d.conv.bias", s, k, j);
+            }
+            add(&b, D, 3, ch[k], ch[k], 1, "%s.blocks.%d.tdnn2.conv.weight", s, k);
+            add(&b, D, 1, ch[k], 0, 0, "%s.blocks.%d.tdnn2.conv.bias", s, k);
+            add(&b, D, 3, se, ch[k], 1, "%s.blocks.%d.se_block.conv1.weight", s, k);
+            add(&b, D, 1, se, 0, 0, "%s.blocks.%d.se_block.conv1.bias", s, k);
+            add(&b, D, 3, ch[k], se, 1, "%s.blocks.%d.se_block.conv2.weight", s, k);
+            add(&b, D, 1, ch[k], 0, 0, "%s.blocks.%d.se_block.conv2.bias", s, k);
+        }
+        int64_t cat = (int64_t)ch[1] + ch[2] + ch[3];
+        add(&b, D, 3, ch[4], cat, ks[4], "%s.mfa.conv.weight", s);
+        add(&b, D, 1, ch[4], 0, 0, "%s.mfa.conv.bias", s);
+        add(&b, D, 3, c->enc_attention_channels, 3 * (int64_t)ch[4], 1, "%s.asp.tdnn.conv.weight",
+            s);
+        add(&b, D, 1, c->enc_attention_channels, 0, 0, "%s.asp.tdnn.conv.bias", s);
+        add(&b, D, 3, ch[4], c->enc_attention_channels, 1, "%s.asp.conv.weight", s);
+        add(&b, D, 1, ch[4], 0, 0, "%s.asp.conv.bias", s);
+        add(&b, D, 3, c->enc_dim, 2 * (int64_t)ch[4], 1, "%s.fc.weight", s);
+        add(&b, D, 1, c->enc_dim, 0, 0, "%s.fc.bias", s);
+    }
+    finish(&b);
+    if (b.bad) qve_manifest_free(m);
+    return b.bad ? -1 : 0;
+}
+
+int qve_manifest_codec(qve_manifest *m, const qve_codec_config *c, char *err, size_t err_size) {
+    memset(m, 0, sizeof *m);
+    builder b = {.m = m, .err = err, .err_size = err_size};
+    const enum qve_dtype F = QVE_DTYPE_F32;
+
+    /* ---- decoder (§2.2, §6.1) ---- */
+    int64_t cd = c->decoder.codebook_dim, half = cd / 2, cbs = c->decoder.codebook_size;
+    int64_t lat = c->decoder.latent_dim, hid = c->decoder.hidden_size;
+    int64_t qd = (int64_t)c->decoder.num_attention_heads * c->decoder.head_dim;
+    int64_t kvd = (int64_t)c->decoder.num_key_value_heads * c->decoder.head_dim;
+    int64_t inter = c->decoder.intermediate_size;
+    int n_sem = c->decoder.num_semantic_quantizers, n_q = c->decoder.num_quantizers;
+    static const char *const rvq[2] = {"rvq_first", "rvq_rest"};
+    for (int s = 0; s < 2; s++) {
+        add(&b, F, 3, half, cd, 1, "decoder.quantizer.%s.input_proj.weight", rvq[s]);
+        add(&b, F, 3, cd, half, 1, "decoder.quantizer.%s.output_proj.weight", rvq[s]);
+        int n = s == 0 ? n_sem : n_q - n_sem;
+        if (n < 1) bfail(&b, "manifest: decoder num_quantizers %d <= num_semantic_quantizers %d",
+                         n_q, n_sem);
+        for (int i = 0; i < n; i++) {
+            add(&b, F, 2, cbs, half, 0, "decoder.quantizer.%s.vq.layers.%d._codebook.embedding_sum",
+                rvq[s], i);
+            add(&b, F, 1, cbs, 0, 0, "decoder.quantizer.%s.vq.layers.%d._codebook.cluster_usage",
+                rvq[s], i);
+        }
+    }
+    add(&b, F, 3, lat, cd, 3, "decoder.pre_conv.conv.weight");
+    add(&b, F, 1, lat, 0, 0, "decoder.pre_conv.conv.bias");
+    add(&b, F, 2, hid, lat, 0, "decoder.pre_transformer.input_proj.weight");
+    add(&b, F, 1, hid, 0, 0, "decoder.pre_transformer.input_proj.bias");
+    for (int i = 0; i < c->decoder.num_hidden_layers; i++) {
+        const char *p = "decoder.pre_transformer.layers";
+        add(&b, F, 1, hid, 0, 0, "%s.%d.input_layernorm.weight", p, i);
+        add(&b, F, 2, qd, hid, 0, "%s.%d.self_attn.q_proj.weight", p, i);
+        add(&b, F, 2, kvd, hid, 0, "%s.%d.self_attn.k_proj.weight", p, i);
+        add(&b, F, 2, kvd, hid, 0, "%s.%d.self_attn.v_proj.weight", p, i);
+        add(&b, F, 2, hid, qd, 0, "%s.%d.self_attn.o_proj.weight", p, i);
+        add(&b, F, 1, hid, 0, 0, "%s.%d.self_attn_layer_scale.scale", p, i);
+        add(&b, F, 1, hid, 0, 0, "%s.%d.post_attention_layernorm.weight", p, i);
+        add(&b, F, 2, inter, hid, 0, "%s.%d.mlp.gate_proj.weight", p, i);
+        add(&b, F, 2, inter, hid, 0, "%s.%d.mlp.up_proj.weight", p, i);
+        add(&b, F, 2, hid, inter, 0, "%s.%d.mlp.down_proj.weight", p, i);
+        add(&b, F, 1, hid, 0, 0, "%s.%d.mlp_layer_scale.scale", p, i);
+    }
+    add(&b, F, 1, hid, 0, 0, "decoder.pre_transformer.norm.weight");
+    add(&b, F, 2, lat, hid, 0, "decoder.pre_transformer.output_proj.weight");
+    add(&b, F, 1, lat, 0, 0, "decoder.pre_transformer.output_proj.bias");
+    for (int i = 0; i < 2; i++) {
+        int64_t r = c->decoder.upsampling_ratios[i];
+        const char *p = "decoder.upsample";
+        add(&b, F, 3, lat, lat, r, "%s.%d.0.conv.weight", p, i); /* ConvTranspose k = s = r */
+        add(&b, F, 1, lat, 0, 0, "%s.%d.0.conv.bias", p, i);
+        add(&b, F, 3, lat, 1, 7, "%s.%d.1.dwconv.conv.weight", p, i);
+        add(&b, F, 1, lat, 0, 0, "%s.%d.1.dwconv.conv.bias", p, i);
+        add(&b, F, 1, lat, 0, 0, "%s.%d.1.norm.weight", p, i);
+        add(&b, F, 1, lat, 0, 0, "%s.%d.1.norm.bias", p, i);
+        add(&b, F, 2, 4 * lat, lat, 0, "%s.%d.1.pwconv1.weight", p, i);
+        add(&b, F, 1, 4 * lat, 0, 0, "%s.%d.1.pwconv1.bias", p, i);
+        add(&b, F, 2, lat, 4 * lat, 0, "%s.%d.1.pwconv2.weight", p, i);
+        add(&b, F, 1, lat, 0, 0, "%s.%d.1.pwconv2.bias", p, i);
+        add(&b, F, 1, lat, 0, 0, "%s.%d.1.gamma", p, i);
+    }
+    int64_t cin = c->decoder.decoder_dim;
+    add(&b, F, 3, cin, lat, 7, "decoder.decoder.0.conv.weight");
+    add(&b, F, 1, cin, 0, 0, "decoder.decoder.0.conv.bias");
+    for (int i = 1; i <= 4; i++) {
+        int64_t cout = cin / 2, r = c->decoder.upsample_rates[i - 1];
+        const char *p = "decoder.decoder";
+        add(&b, F, 1, cin, 0, 0, "%s.%d.block.0.alpha", p, i);
+        add(&b, F, 1, cin, 0, 0, "%s.%d.block.0.beta", p, i);
+        add(&b, F, 3, cin, cout, 2 * r, "%s.%d.block.1.conv.weight", p, i);
+        add(&b, F, 1, cout, 0, 0, "%s.%d.block.1.conv.bias", p, i);
+        for (int u = 2; u <= 4; u++) {
+            add(&b, F, 1, cout, 0, 0, "%s.%d.block.%d.act1.alpha", p, i, u);
+            add(&b, F, 1, cout, 0, 0, "%s.%d.block.%d.act1.beta", p, i, u);
+            add(&b, F, 1, cout, 0, 0, "%s.%d.block.%d.act2.alpha", p, i, u);
+            add(&b, F, 1, cout, 0, 0, "%s.%d.block.%d.act2.beta", p, i, u);
+            add(&b, F, 3, cout, cout, 7, "%s.%d.block.%d.conv1.conv.weight", p, i, u);
+            add(&b, F, 1, cout, 0, 0, "%s.%d.block.%d.conv1.conv.bias", p, i, u);
+            add(&b, F, 3, cout, cout, 1, "%s.%d.block.%d.conv2.conv.weight", p, i, u);
+            add(&b, F, 1, cout, 0, 0, "%s.%d.block.%d.conv2.conv.bias", p, i, u);
+        }
+        cin = cout;
+    }
+    add(&b, F, 1, cin, 0, 0, "decoder.decoder.5.alpha");
+    add(&b, F, 1, cin, 0, 0, "decoder.decoder.5.beta");
+    add(&b, F, 3, 1, cin, 7, "decoder.decoder.6.conv.weight");
+    add(&b, F, 1, 1, 0, 0, "decoder.decoder.6.conv.bias");
+
+    /* ---- encoder, the parts §6.2 uses (HF Mimi names) ---- */
+    const char *L = "encoder.encoder.layers";
+    int64_t nf = c->encoder.num_filters, comp = c->encoder.compress, eh = c->encoder.hidden_size;
+    int li = 0;
+    add(&b, F, 3, nf, 1, c->encoder.kernel_size, "%s.%d.conv.weight", L, li);
+    add(&b, F, 1, nf, 0, 0, "%s.%d.conv.bias", L, li);
+    li++;
+    int64_t ch = nf, hop = 1;
+    for (int s = 3; s >= 0; s--) { /* Mimi's encoder walks the ratios in reverse */
+        int64_t r = c->encoder.upsampling_ratios[s];
+        hop *= r;
+        if (ch % comp != 0) bfail(&b, "manifest: encoder channels %lld not divisible by compress",
+                                  (long long)ch);
+        for (int j = 0; j < c->encoder.num_residual_layers; j++, li++) {
+            add(&b, F, 3, ch / comp, ch, c->encoder.residual_kernel_size,
+                "%s.%d.block.1.conv.weight", L, li);
+            add(&b, F, 1, ch / comp, 0, 0, "%s.%d.block.1.conv.bias", L, li);
+            add(&b, F, 3, ch, ch / comp, 1, "%s.%d.block.3.conv.weight", L, li);
+            add(&b, F, 1, ch, 0, 0, "%s.%d.block.3.conv.bias", L, li);
+        }
+        li++; /* ELU */
+        add(&b, F, 3, 2 * ch, ch, 2 * r, "%s.%d.conv.weight", L, li);
+        add(&b, F, 1, 2 * ch, 0, 0, "%s.%d.conv.bias", L, li);
+        li++;
+        ch *= 2;
+    }
+    li++; /* ELU */
+    add(&b, F, 3, eh, ch, c->encoder.last_kernel_size, "%s.%d.conv.weight", L, li);
+    add(&b, F, 1, eh, 0, 0, "%s.%d.conv.bias", L, li);
+    int64_t eq = (int64_t)c->encoder.num_attention_heads * c->encoder.head_dim;
+    int64_t ekv = (int64_t)c->encoder.num_key_value_heads * c->encoder.head_dim;
+    int64_t ei = c->encoder.intermediate_size;
+    for (int i = 0; i < c->encoder.num_hidden_layers; i++) {
+        const char *p = "encoder.encoder_transformer.layers";
+        add(&b, F, 1, eh, 0, 0, "%s.%d.input_layernorm.weight", p, i);
+        add(&b, F, 1, eh, 0, 0, "%s.%d.input_layernorm.bias", p, i);
+        add(&b, F, 1, eh, 0, 0, "%s.%d.post_attention_layernorm.weight", p, i);
+        add(&b, F, 1, eh, 0, 0, "%s.%d.post_attention_layernorm.bias", p, i);
+        add(&b, F, 2, eq, eh, 0, "%s.%d.self_attn.q_proj.weight", p, i);
+        add(&b, F, 2, ekv, eh, 0, "%s.%d.self_attn.k_proj.weight", p, i);
+        add(&b, F, 2, ekv, eh, 0, "%s.%d.self_attn.v_proj.weight", p, i);
+        add(&b, F, 2, eh, eq, 0, "%s.%d.self_attn.o_proj.weight", p, i);
+        add(&b, F, 2, ei, eh, 0, "%s.%d.mlp.fc1.weight", p, i);
+        add(&b, F, 2, eh, ei, 0, "%s.%d.mlp.fc2.weight", p, i);
+        add(&b, F, 1, eh, 0, 0, "%s.%d.self_attn_layer_scale.scale", p, i);
+        add(&b, F, 1, eh, 0, 0, "%s.%d.mlp_layer_scale.scale", p, i);
+    }
+    /* downsample: SEANet hop → codec frame hop; Mimi uses kernel = 2 × stride. */
+    if (!b.bad && (c->encode_downsample_rate % hop != 0 || c->encode_downsample_rate / hop < 1))
+        bfail(&b, "manifest: encode_downsample_rate %d not a multiple of the encoder hop %lld",
+              c->encode_downsample_rate, (long long)hop);
+    int64_t stride = hop ? c->encode_downsample_rate / hop : 0;
+    add(&b, F, 3, eh, eh, 2 * stride, "encoder.downsample.conv.weight");
+    int64_t ecd = c->encoder.codebook_dim, ecs = c->encoder.codebook_size;
+    int e_sem = c->encoder.num_semantic_quantizers;
+    int n_acoustic = c->encoder_valid_num_quantizers - e_sem; /* layers beyond are never used */
+    if (n_acoustic < 0) bfail(&b, "manifest: encoder_valid_num_quantizers below semantic count");
+    static const char *const erq[2] = {"semantic_residual_vector_quantizer",
+                                       "acoustic_residual_vector_quantizer"};
+    for (int s = 0; s < 2; s++) {
+        add(&b, F, 3, ecd, eh, 1, "encoder.quantizer.%s.input_proj.weight", erq[s]);
+        add(&b, F, 3, eh, ecd, 1, "encoder.quantizer.%s.output_proj.weight", erq[s]);
+        int n = s == 0 ? e_sem : n_acoustic;
+        for (int i = 0; i < n; i++) {
+            add(&b, F, 2, ecs, ecd, 0, "encoder.quantizer.%s.layers.%d.codebook.embed_sum", erq[s],
+                i);
+            add(&b, F, 1, ecs, 0, 0, "encoder.quantizer.%s.layers.%d.codebook.cluster_usage",
+                erq[s], i);
+        }
+    }
+    finish(&b);
+    if (b.bad) qve_manifest_free(m);
+    return b.bad ? -1 : 0;
+}
+
+void qve_manifest_free(qve_manifest *m) {
+    if (!m) return;
+    free(m->entries);
+    free(m->by_name);
+    memset(m, 0, sizeof *m);
+}
+
+const qve_manifest_entry *qve_manifest_find(const qve_manifest *m, const char *name) {
+    if (!m || !m->by_name) return NULL;
+    int lo = 0, hi = m->n_entries - 1;
+    while (lo <= hi) {
+        int mid = lo + (hi - lo) / 2;
+        const qve_manifest_entry *e = &m->entries[m->by_name[mid]];
+        int c = strcmp(e->name, name);
+        if (c == 0) return e;
+        if (c < 0) lo = mid + 1;
+        else hi = mid - 1;
+    }
+    return NULL;
+}
+
+/* ==== checking ============================================================================== */
+
+static void fmt_shape(char *buf, size_t n, int n_dims, const int64_t *shape) {
+    size_t used = (size_t)snprintf(buf, n, "[");
+    for (int i = 0; i < n_dims && used < n; i++)
+        used += (size_t)snprintf(buf + used, n - used, "%s%lld", i ? ", " : "",
+                                 (long long)shape[i]);
+    if (used < n) snprintf(buf + used, n - used, "]");
+}
+
+int qve_manifest_check_st(const qve_manifest *m, const qve_st *st, int exact, char *err,
+                          size_t err_size) {
+    char want[96], got[96];
+    for (int i = 0; i < m->n_entries; i++) {
+        const qve_manifest_entry *e = &m->entries[i];
+        const qve_tensor *t = qve_st_find(st, e->name);
+        fmt_shape(want, sizeof want, e->n_dims, e->shape);
+        if (!t) {
+            snprintf(err, err_size, "%s: tensor %s: missing (expected %s)", qve_st_file(st, NULL),
+                     e->name, want);
+            return -1;
+        }
+        int ok = t->n_dims == e->n_dims && t->dtype != QVE_DTYPE_I64;
+        for (int k = 0; ok && k < e->n_dims; k++) ok = t->shape[k] == e->shape[k];
+        if (!ok) {
+            fmt_shape(got, sizeof got, t->n_dims, t->shape);
+            snprintf(err, err_size, "%s: tensor %s: expected %s float, found %s %s",
+                     qve_st_file(st, t), e->name, want, got, qve_dtype_name(t->dtype));
+            return -1;
+        }
+    }
+    if (exact && qve_st_count(st) != m->n_entries) {
+        /* Every entry was found, so the count can only be larger: name one stranger. */
+        for (int i = 0; i < qve_st_count(st); i++) {
+            const qve_tensor *t = qve_st_at(st, i);
+            if (!qve_manifest_find(m, t->name)) {
+                snprintf(err, err_size, "%s: unexpected tensor %s (expected %d tensors, found %d)",
+                         qve_st_file(st, t), t->name, m->n_entries, qve_st_count(st));
+                return -1;
+            }
+        }
+        snprintf(err, err_size, "%s: wrong tensor count (expected %d, found %d)",
+                 qve_st_file(st, NULL), m->n_entries, qve_st_count(st));
+        return -1;
+    }
+    return 0;
+}
+
+int qve_manifest_check(const qve_model_config *mc, const qve_codec_config *cc, const qve_st *main,
+                       const qve_st *codec, char *err, size_t err_size) {
+    qve_manifest m;
+    if (main) {
+        if (qve_manifest_model(&m, mc, err, err_size) != 0) return -1;
+        int rc = qve_manifest_check_st(&m, main, 1, err, err_size);
+        qve_manifest_free(&m);
+        if (rc != 0) return -1;
+    }
+    if (codec && cc) {
+        if (qve_manifest_codec(&m, cc, err, err_size) != 0) return -1;
+        int rc = qve_manifest_check_st(&m, codec, 0, err, err_size);
+        qve_manifest_free(&m);
+        if (rc != 0) return -1;
+    }
+    return 0;
+}

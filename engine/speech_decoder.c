@@ -1,0 +1,965 @@
+/* speech_decoder.c — Qwen3-TTS-12Hz speech-tokenizer decoder (§6.1), mirrors the official
+ * Qwen3TTSTokenizerV2Decoder.forward / chunked_decode. All stages are causal, so a block of frames
+ * is decoded from carried state: conv tails (the last (k−1)·d inputs of every conv), one context
+ * column per transposed conv and the KV cache of the chunk. One-shot decode and streaming both
+ * feed fixed blocks through feed_frame(), which makes their float arithmetic identical.
+ */
+#include "speech_decoder.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "kernels.h"
+#include "safetensors.h"
+
+/* ==== constants ============================================================================ */
+
+#define N_UP 2     /* upsample stages (config upsampling_ratios) */
+#define N_BLOCKS 4 /* decoder blocks (config upsample_rates) */
+#define N_RES 3    /* residual units per block, dilations 1, 3, 9 */
+#define CONV_K 7   /* kernel of decoder.0, residual conv1, ConvNeXt dwconv, final conv */
+#define PRE_CONV_K 3
+#define QUEUE_FRAMES 1024
+static const int res_dilation[N_RES] = {1, 3, 9};
+
+/* ==== weights ============================================================================== */
+
+typedef struct {
+    const float *attn_norm;     /* [H] layers.L.input_layernorm.weight */
+    const float *wq, *wk, *wv;  /* [nh·hd, H] self_attn.{q,k,v}_proj.weight */
+    const float *wo;            /* [H, nh·hd] self_attn.o_proj.weight */
+    const float *attn_scale;    /* [H] self_attn_layer_scale.scale */
+    const float *mlp_norm;      /* [H] post_attention_layernorm.weight */
+    const float *w_gate, *w_up; /* [I, H] mlp.{gate,up}_proj.weight */
+    const float *w_down;        /* [H, I] mlp.down_proj.weight */
+    const float *mlp_scale;     /* [H] mlp_layer_scale.scale */
+} dec_layer;
+
+typedef struct {
+    const float *up_w, *up_b;   /* [L, L, r] / [L] upsample.S.0.conv (ConvTranspose, k = s = r) */
+    const float *dw_w, *dw_b;   /* [L, 1, 7] / [L] upsample.S.1.dwconv.conv */
+    const float *ln_w, *ln_b;   /* [L] upsample.S.1.norm */
+    const float *pw1_w, *pw1_b; /* [4L, L] / [4L] upsample.S.1.pwconv1 */
+    const float *pw2_w, *pw2_b; /* [L, 4L] / [L] upsample.S.1.pwconv2 */
+    const float *gamma;         /* [L] upsample.S.1.gamma */
+} dec_upsample;
+
+typedef struct {
+    const float *a1, *b1;     /* [C] block.U.act1.{alpha,beta} (log space) */
+    const float *c1_w, *c1_b; /* [C, C, 7] / [C] block.U.conv1.conv, dilation d */
+    const float *a2, *b2;     /* [C] block.U.act2 */
+    const float *c2_w, *c2_b; /* [C, C, 1] / [C] block.U.conv2.conv */
+} dec_res;
+
+typedef struct {
+    int c_in, c_out, rate;
+    const float *a, *b;       /* [C_in] decoder.I.block.0.{alpha,beta} */
+    const float *up_w, *up_b; /* [C_in, C_out, 2r] / [C_out] decoder.I.block.1.conv */
+    dec_res res[N_RES];       /* decoder.I.block.{2,3,4} */
+} dec_block;
+
+struct qve_decoder {
+    int n_q, cb_size, cb_dim;    /* 16 codebooks × 2048 entries × 256 */
+    int rvq_dim, latent, hidden; /* 512, 1024, 512 */
+    int inter, n_layers, n_heads, head_dim, window, conv_inter;
+    int dec_dim, up_ratio[N_UP], rate[N_BLOCKS];
+    float rms_eps, rope_theta;
+    int samples_per_frame, sample_rate;
+
+    qve_st *st;
+    float *codebooks;           /* [n_q, cb_size, cb_dim] embedding_sum / max(usage, 1e-5), owned */
+    const float *out_first;     /* [rvq_dim, cb_dim] quantizer.rvq_first.output_proj.weight */
+    const float *out_rest;      /* [rvq_dim, cb_dim] quantizer.rvq_rest.output_proj.weight */
+    const float *pre_w, *pre_b; /* [latent, rvq_dim, 3] / [latent] pre_conv.conv */
+    const float *in_w, *in_b;   /* [H, latent] / [H] pre_transformer.input_proj */
+    dec_layer *layers;
+    const float *norm_w;          /* [H] pre_transformer.norm.weight */
+    const float *outp_w, *outp_b; /* [latent, H] / [latent] pre_transformer.output_proj */
+    dec_upsample up[N_UP];
+    const float *d0_w, *d0_b; /* [dec_dim, latent, 7] decoder.0.conv */
+    dec_block blk[N_BLOCKS];
+    const float *fa, *fb;    /* [C] decoder.5.{alpha,beta} */
+    const float *fw, *fbias; /* [1, C, 7] / [1] decoder.6.conv */
+
+    float **owned; /* copies of tensors not 4-byte aligned in the file */
+    int n_owned;
+};
+
+/* ==== per-stream state ===================================================================== */
+
+typedef struct {
+    float *x; /* [n_ch, n] last n input columns of a conv (or context of a transposed conv) */
+    int n_ch, n;
+} tail;
+
+typedef struct {
+    tail pre;                       /* pre_conv input (RVQ output) */
+    tail up_ctx[N_UP], up_dw[N_UP]; /* upsample ConvTranspose context, ConvNeXt dwconv input */
+    tail d0;                        /* decoder.0 input */
+    tail blk_ctx[N_BLOCKS];         /* snake-activated block input (ConvTranspose context) */
+    tail res[N_BLOCKS][N_RES];      /* snake1-activated residual input (conv1, dilation d) */
+    tail fin;                       /* decoder.5 output (final conv input) */
+    float *k_cache, *v_cache;       /* [n_layers, max_pos, nh·hd] */
+    int max_pos;
+
+    /* activations: channels-first blocks and time-major transformer rows */
+    float *a, *b, *c, *cat, *scratch;
+    float *tx, *th, *tq, *tatt, *tg, *tu, *att_scratch, *rope_c, *rope_s, *ff;
+    float *emb0, *embr, *q0, *qr;
+} dec_state;
+
+struct qve_dec_stream {
+    const qve_decoder *dec;
+    dec_state s;
+    qve_audio_cb cb;
+    void *user;
+
+    int *pending; /* [BLOCK, n_q] frames of the block being filled */
+    int n_pending;
+    int block_f0;    /* chunk-relative index of pending[0] */
+    int chunk_fed;   /* frames fed into the current chunk (context included) */
+    int chunk_ctx;   /* leading context frames of the current chunk (their audio is dropped) */
+    int single_pass; /* no chunking (qve_decoder_decode_pass) */
+    int *history;    /* ring [CONTEXT, n_q] of the last frames fed (context of next chunk) */
+    long n_frames;   /* frames fed to the decoder in total */
+    int failed;
+    char err[256];  /* written by the decoding thread */
+    long n_pushed;  /* producer side */
+    char perr[128]; /* written by the producer (bad code) */
+
+    int threaded;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv_data, cv_space;
+    int *queue; /* ring [QUEUE_FRAMES, n_q] */
+    int q_head, q_count, finishing, thread_started;
+};
+
+/* ==== small helpers ======================================================================== */
+
+static void set_err(char *err, size_t n, const char *fmt, ...) {
+    if (!err || !n) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, n, fmt, ap);
+    va_end(ap);
+}
+
+/* dst[c, t] = src[t, c] for a [rows, cols] → [cols, rows] transpose. */
+static void transpose(float *restrict dst, const float *restrict src, int rows, int cols) {
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++)
+            dst[(size_t)c * rows + r] = src[(size_t)r * cols + c];
+}
+
+/* ==== loading ============================================================================== */
+
+typedef struct {
+    qve_decoder *d;
+    const char *path;
+    char *err;
+    size_t err_size;
+    int failed;
+} loader;
+
+/* Borrowed f32 tensor `name` of the given shape; a copy when the file leaves it misaligned. */
+static const float *get(loader *ld, int n_dims, int64_t d0, int64_t d1, int64_t d2, const char *fmt,
+                        ...) {
+    if (ld->failed) return NULL;
+    char name[160];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    int64_t shape[3] = {d0, d1, d2};
+    const qve_tensor *t =
+        qve_st_expect(ld->d->st, name, QVE_DTYPE_F32, n_dims, shape, ld->err, ld->err_size);
+    if (!t) {
+        ld->failed = 1;
+        return NULL;
+    }
+    if ((uintptr_t)t->data % sizeof(float) == 0) return t->data;
+    float *copy = qve_tensor_to_f32(t);
+    float **o = realloc(ld->d->owned, (size_t)(ld->d->n_owned + 1) * sizeof *o);
+    if (!copy || !o) {
+        qvk_free(copy);
+        if (o) ld->d->owned = o;
+        set_err(ld->err, ld->err_size, "%s: out of memory copying %s", ld->path, name);
+        ld->failed = 1;
+        return NULL;
+    }
+    ld->d->owned = o;
+    o[ld->d->n_owned++] = copy;
+    return copy;
+}
+
+static int load_config(qve_decoder *d, const char *dir, char *err, size_t err_size) {
+    qve_codec_config c;
+    if (qve_codec_config_load(&c, dir, err, err_size) != 0) return -1;
+    d->n_q = c.decoder.num_quantizers;
+    d->cb_size = c.decoder.codebook_size;
+    d->rvq_dim = c.decoder.codebook_dim;
+    d->cb_dim = c.decoder.codebook_dim / 2;
+    d->latent = c.decoder.latent_dim;
+    d->hidden = c.decoder.hidden_size;
+    d->inter = c.decoder.intermediate_size;
+    d->n_layers = c.decoder.num_hidden_layers;
+    d->n_heads = c.decoder.num_attention_heads;
+    d->head_dim = c.decoder.head_dim;
+    d->window = c.decoder.sliding_window;
+    d->dec_dim = c.decoder.decoder_dim;
+    d->rms_eps = c.decoder.rms_norm_eps;
+    d->rope_theta = c.decoder.rope_theta;
+    d->sample_rate = c.output_sample_rate;
+    d->samples_per_frame = 1;
+    for (int i = 0; i < N_UP; i++) {
+        d->up_ratio[i] = c.decoder.upsampling_ratios[i];
+        d->samples_per_frame *= d->up_ratio[i];
+    }
+    for (int i = 0; i < N_BLOCKS; i++) {
+        d->rate[i] = c.decoder.upsample_rates[i];
+        d->samples_per_frame *= d->rate[i];
+    }
+    int ok = d->n_q >= 2 && d->cb_size >= 1 && d->cb_dim >= 1 && d->latent >= 1 && d->hidden >= 1 &&
+             d->inter >= 1 && d->n_layers >= 0 && d->n_heads >= 1 && d->head_dim >= 2 &&
+             d->head_dim % 2 == 0 && d->window >= 1 && d->sample_rate >= 1 &&
+             d->dec_dim % (1 << N_BLOCKS) == 0 && d->dec_dim >= (1 << N_BLOCKS) &&
+             c.decoder.num_key_value_heads == d->n_heads && c.decoder.num_semantic_quantizers == 1;
+    for (int i = 0; i < N_UP; i++)
+        ok = ok && d->up_ratio[i] >= 1 && d->up_ratio[i] <= 64;
+    for (int i = 0; i < N_BLOCKS; i++)
+        ok = ok && d->rate[i] >= 1 && d->rate[i] <= 64;
+    if (!ok) {
+        set_err(err, err_size,
+                "%s/speech_tokenizer/config.json: unsupported decoder_config (expected positive "
+                "sizes, even "
+                "head_dim, kv heads == heads, decoder_dim divisible by 16)",
+                dir);
+        return -1;
+    }
+    return 0;
+}
+
+static int load_weights(qve_decoder *d, loader *ld) {
+    int L = d->latent, H = d->hidden, I = d->inter, A = d->n_heads * d->head_dim;
+    const char *p = "decoder.";
+    float *cb = d->codebooks;
+    for (int g = 0; g < d->n_q; g++) {
+        char q[96];
+        if (g == 0)
+            snprintf(q, sizeof q, "%squantizer.rvq_first.vq.layers.0._codebook", p);
+        else
+            snprintf(q, sizeof q, "%squantizer.rvq_rest.vq.layers.%d._codebook", p, g - 1);
+        const float *sum = get(ld, 2, d->cb_size, d->cb_dim, 0, "%s.embedding_sum", q);
+        const float *use = get(ld, 1, d->cb_size, 0, 0, "%s.cluster_usage", q);
+        if (ld->failed) return -1;
+        for (int e = 0; e < d->cb_size; e++) {
+            float u = use[e] > 1e-5f ? use[e] : 1e-5f;
+            for (int i = 0; i < d->cb_dim; i++)
+                *cb++ = sum[(size_t)e * d->cb_dim + i] / u;
+        }
+    }
+    d->out_first =
+        get(ld, 3, d->rvq_dim, d->cb_dim, 1, "%squantizer.rvq_first.output_proj.weight", p);
+    d->out_rest =
+        get(ld, 3, d->rvq_dim, d->cb_dim, 1, "%squantizer.rvq_rest.output_proj.weight", p);
+    d->pre_w = get(ld, 3, L, d->rvq_dim, PRE_CONV_K, "%spre_conv.conv.weight", p);
+    d->pre_b = get(ld, 1, L, 0, 0, "%spre_conv.conv.bias", p);
+    const char *t = "decoder.pre_transformer.";
+    d->in_w = get(ld, 2, H, L, 0, "%sinput_proj.weight", t);
+    d->in_b = get(ld, 1, H, 0, 0, "%sinput_proj.bias", t);
+    for (int l = 0; l < d->n_layers; l++) {
+        dec_layer *y = &d->layers[l];
+        y->attn_norm = get(ld, 1, H, 0, 0, "%slayers.%d.input_layernorm.weight", t, l);
+        y->wq = get(ld, 2, A, H, 0, "%slayers.%d.self_attn.q_proj.weight", t, l);
+        y->wk = get(ld, 2, A, H, 0, "%slayers.%d.self_attn.k_proj.weight", t, l);
+        y->wv = get(ld, 2, A, H, 0, "%slayers.%d.self_attn.v_proj.weight", t, l);
+        y->wo = get(ld, 2, H, A, 0, "%slayers.%d.self_attn.o_proj.weight", t, l);
+        y->attn_scale = get(ld, 1, H, 0, 0, "%slayers.%d.self_attn_layer_scale.scale", t, l);
+        y->mlp_norm = get(ld, 1, H, 0, 0, "%slayers.%d.post_attention_layernorm.weight", t, l);
+        y->w_gate = get(ld, 2, I, H, 0, "%slayers.%d.mlp.gate_proj.weight", t, l);
+        y->w_up = get(ld, 2, I, H, 0, "%slayers.%d.mlp.up_proj.weight", t, l);
+        y->w_down = get(ld, 2, H, I, 0, "%slayers.%d.mlp.down_proj.weight", t, l);
+        y->mlp_scale = get(ld, 1, H, 0, 0, "%slayers.%d.mlp_layer_scale.scale", t, l);
+    }
+    d->norm_w = get(ld, 1, H, 0, 0, "%snorm.weight", t);
+    d->outp_w = get(ld, 2, L, H, 0, "%soutput_proj.weight", t);
+    d->outp_b = get(ld, 1, L, 0, 0, "%soutput_proj.bias", t);
+    if (ld->failed) return -1;
+
+    /* ConvNeXt width: the checkpoint's pwconv1 rows (4·latent in the official model). */
+    const qve_tensor *pw = qve_st_find(d->st, "decoder.upsample.0.1.pwconv1.weight");
+    d->conv_inter = pw && pw->n_dims == 2 ? (int)pw->shape[0] : 4 * L;
+    int F = d->conv_inter;
+    for (int s = 0; s < N_UP; s++) {
+        dec_upsample *u = &d->up[s];
+        u->up_w = get(ld, 3, L, L, d->up_ratio[s], "%supsample.%d.0.conv.weight", p, s);
+        u->up_b = get(ld, 1, L, 0, 0, "%supsample.%d.0.conv.bias", p, s);
+        u->dw_w = get(ld, 3, L, 1, CONV_K, "%supsample.%d.1.dwconv.conv.weight", p, s);
+        u->dw_b = get(ld, 1, L, 0, 0, "%supsample.%d.1.dwconv.conv.bias", p, s);
+        u->ln_w = get(ld, 1, L, 0, 0, "%supsample.%d.1.norm.weight", p, s);
+        u->ln_b = get(ld, 1, L, 0, 0, "%supsample.%d.1.norm.bias", p, s);
+        u->pw1_w = get(ld, 2, F, L, 0, "%supsample.%d.1.pwconv1.weight", p, s);
+        u->pw1_b = get(ld, 1, F, 0, 0, "%supsample.%d.1.pwconv1.bias", p, s);
+        u->pw2_w = get(ld, 2, L, F, 0, "%supsample.%d.1.pwconv2.weight", p, s);
+        u->pw2_b = get(ld, 1, L, 0, 0, "%supsample.%d.1.pwconv2.bias", p, s);
+        u->gamma = get(ld, 1, L, 0, 0, "%supsample.%d.1.gamma", p, s);
+    }
+    const char *q = "decoder.decoder.";
+    d->d0_w = get(ld, 3, d->dec_dim, L, CONV_K, "%s0.conv.weight", q);
+    d->d0_b = get(ld, 1, d->dec_dim, 0, 0, "%s0.conv.bias", q);
+    for (int i = 0; i < N_BLOCKS; i++) {
+        dec_block *b = &d->blk[i];
+        b->c_in = d->dec_dim >> i;
+        b->c_out = d->dec_dim >> (i + 1);
+        b->rate = d->rate[i];
+        int ci = b->c_in, co = b->c_out, n = i + 1;
+        b->a = get(ld, 1, ci, 0, 0, "%s%d.block.0.alpha", q, n);
+        b->b = get(ld, 1, ci, 0, 0, "%s%d.block.0.beta", q, n);
+        b->up_w = get(ld, 3, ci, co, 2 * b->rate, "%s%d.block.1.conv.weight", q, n);
+        b->up_b = get(ld, 1, co, 0, 0, "%s%d.block.1.conv.bias", q, n);
+        for (int r = 0; r < N_RES; r++) {
+            dec_res *u = &b->res[r];
+            int m = r + 2;
+            u->a1 = get(ld, 1, co, 0, 0, "%s%d.block.%d.act1.alpha", q, n, m);
+            u->b1 = get(ld, 1, co, 0, 0, "%s%d.block.%d.act1.beta", q, n, m);
+            u->c1_w = get(ld, 3, co, co, CONV_K, "%s%d.block.%d.conv1.conv.weight", q, n, m);
+            u->c1_b = get(ld, 1, co, 0, 0, "%s%d.block.%d.conv1.conv.bias", q, n, m);
+            u->a2 = get(ld, 1, co, 0, 0, "%s%d.block.%d.act2.alpha", q, n, m);
+            u->b2 = get(ld, 1, co, 0, 0, "%s%d.block.%d.act2.beta", q, n, m);
+            u->c2_w = get(ld, 3, co, co, 1, "%s%d.block.%d.conv2.conv.weight", q, n, m);
+            u->c2_b = get(ld, 1, co, 0, 0, "%s%d.block.%d.conv2.conv.bias", q, n, m);
+        }
+    }
+    int cf = d->dec_dim >> N_BLOCKS;
+    d->fa = get(ld, 1, cf, 0, 0, "%s%d.alpha", q, N_BLOCKS + 1);
+    d->fb = get(ld, 1, cf, 0, 0, "%s%d.beta", q, N_BLOCKS + 1);
+    d->fw = get(ld, 3, 1, cf, CONV_K, "%s%d.conv.weight", q, N_BLOCKS + 2);
+    d->fbias = get(ld, 1, 1, 0, 0, "%s%d.conv.bias", q, N_BLOCKS + 2);
+    return ld->failed ? -1 : 0;
+}
+
+qve_decoder *qve_decoder_load(const char *dir, char *err, size_t err_size) {
+    qve_decoder *d = calloc(1, sizeof *d);
+    char path[4096];
+    if (!d) {
+        set_err(err, err_size, "%s: out of memory", dir);
+        return NULL;
+    }
+    if (load_config(d, dir, err, err_size) != 0) goto fail;
+    snprintf(path, sizeof path, "%s/speech_tokenizer/model.safetensors", dir);
+    d->st = qve_st_open(path, err, err_size);
+    if (!d->st) goto fail;
+    d->layers = calloc((size_t)d->n_layers + 1, sizeof *d->layers);
+    d->codebooks = qvk_alloc((size_t)d->n_q * d->cb_size * d->cb_dim * sizeof(float));
+    if (!d->layers || !d->codebooks) {
+        set_err(err, err_size, "%s: out of memory", path);
+        goto fail;
+    }
+    loader ld = {d, path, err, err_size, 0};
+    if (load_weights(d, &ld) != 0) goto fail;
+    return d;
+fail:
+    qve_decoder_free(d);
+    return NULL;
+}
+
+void qve_decoder_free(qve_decoder *dec) {
+    if (!dec) return;
+    for (int i = 0; i < dec->n_owned; i++)
+        qvk_free(dec->owned[i]);
+    free(dec->owned);
+    qvk_free(dec->codebooks);
+    free(dec->layers);
+    qve_st_close(dec->st);
+    free(dec);
+}
+
+int qve_decoder_n_codebooks(const qve_decoder *dec) {
+    return dec->n_q;
+}
+int qve_decoder_codebook_size(const qve_decoder *dec) {
+    return dec->cb_size;
+}
+int qve_decoder_samples_per_frame(const qve_decoder *dec) {
+    return dec->samples_per_frame;
+}
+int qve_decoder_sample_rate(const qve_decoder *dec) {
+    return dec->sample_rate;
+}
+
+/* ==== state sizing and allocation ========================================================== */
+
+static qvk_conv conv_desc(int c_in, int c_out, int k, int dil, int groups) {
+    qvk_conv cv = {c_in, c_out, k, 1, dil, groups, 0, 0, QVK_PAD_ZERO};
+    return cv;
+}
+
+/* Columns of context a transposed conv (kernel k, stride s) needs so that every kept output
+ * sample has all its contributions: ceil((k − s) / s). */
+static int ct_ctx(int k, int s) {
+    return (k - s + s - 1) / s;
+}
+
+typedef struct {
+    size_t act, scratch;
+} sizes;
+
+static void need(size_t *m, size_t v) {
+    if (v > *m) *m = v;
+}
+
+/* Largest activation and conv scratch over all stages for a block of nb frames. */
+static sizes stage_sizes(const qve_decoder *d, int nb) {
+    sizes z = {0, 0};
+    need(&z.act, (size_t)d->rvq_dim * (PRE_CONV_K - 1 + nb));
+    need(&z.act, (size_t)d->latent * nb);
+    qvk_conv pre = conv_desc(d->rvq_dim, d->latent, PRE_CONV_K, 1, 1);
+    need(&z.scratch, qvk_conv1d_scratch(&pre, PRE_CONV_K - 1 + nb));
+    size_t t = (size_t)nb;
+    for (int s = 0; s < N_UP; s++) {
+        int r = d->up_ratio[s], cx = ct_ctx(r, r);
+        need(&z.act, (size_t)d->latent * (cx + t) * r);
+        need(&z.scratch, qvk_conv_transpose1d_scratch(d->latent, d->latent, r, (int)(cx + t)));
+        t *= r;
+        need(&z.act, t * (size_t)d->conv_inter);
+        qvk_conv dw = conv_desc(d->latent, d->latent, CONV_K, 1, d->latent);
+        need(&z.act, (size_t)d->latent * (CONV_K - 1 + t));
+        need(&z.scratch, qvk_conv1d_scratch(&dw, (int)(CONV_K - 1 + t)));
+    }
+    qvk_conv d0 = conv_desc(d->latent, d->dec_dim, CONV_K, 1, 1);
+    need(&z.act, (size_t)d->latent * (CONV_K - 1 + t));
+    need(&z.act, (size_t)d->dec_dim * t);
+    need(&z.scratch, qvk_conv1d_scratch(&d0, (int)(CONV_K - 1 + t)));
+    for (int i = 0; i < N_BLOCKS; i++) {
+        const dec_block *b = &d->blk[i];
+        int r = b->rate, k = 2 * r, cx = ct_ctx(k, r);
+        need(&z.act, (size_t)b->c_in * (cx + t));
+        need(&z.act, ((size_t)(cx + t) * r + k) * b->c_out);
+        need(&z.scratch, qvk_conv_transpose1d_scratch(b->c_in, b->c_out, k, (int)(cx + t)));
+        t *= r;
+        for (int u = 0; u < N_RES; u++) {
+            int h = (CONV_K - 1) * res_dilation[u];
+            qvk_conv c1 = conv_desc(b->c_out, b->c_out, CONV_K, res_dilation[u], 1);
+            qvk_conv c2 = conv_desc(b->c_out, b->c_out, 1, 1, 1);
+            need(&z.act, (size_t)b->c_out * (h + t));
+            need(&z.scratch, qvk_conv1d_scratch(&c1, (int)(h + t)));
+            need(&z.scratch, qvk_conv1d_scratch(&c2, (int)t));
+        }
+    }
+    int cf = d->dec_dim >> N_BLOCKS;
+    qvk_conv fin = conv_desc(cf, 1, CONV_K, 1, 1);
+    need(&z.act, (size_t)cf * (CONV_K - 1 + t));
+    need(&z.scratch, qvk_conv1d_scratch(&fin, (int)(CONV_K - 1 + t)));
+    return z;
+}
+
+static int tail_init(tail *t, int n_ch, int n, float **arena) {
+    t->n_ch = n_ch;
+    t->n = n;
+    t->x = *arena;
+    *arena += (size_t)n_ch * n;
+    return 0;
+}
+
+static void state_free(dec_state *s) {
+    float **bufs[] = {&s->a, &s->b, &s->c, &s->cat, &s->scratch, &s->tx, &s->k_cache, &s->pre.x};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) {
+        qvk_free(*bufs[i]);
+        *bufs[i] = NULL;
+    }
+}
+
+/* Allocates every buffer a block needs (nothing is allocated while decoding). */
+static int state_alloc(dec_state *s, const qve_decoder *d) {
+    memset(s, 0, sizeof *s);
+    sizes z = {0, 0};
+    for (int nb = 1; nb <= QVE_DEC_BLOCK_FRAMES; nb++) {
+        sizes y = stage_sizes(d, nb);
+        need(&z.act, y.act);
+        need(&z.scratch, y.scratch);
+    }
+    size_t f = sizeof(float);
+    s->a = qvk_alloc(z.act * f);
+    s->b = qvk_alloc(z.act * f);
+    s->c = qvk_alloc(z.act * f);
+    s->cat = qvk_alloc(z.act * f);
+    s->scratch = qvk_alloc(z.scratch * f);
+
+    /* time-major transformer and ConvNeXt buffers, one block */
+    int B = QVE_DEC_BLOCK_FRAMES, A = d->n_heads * d->head_dim;
+    size_t t_up = (size_t)B;
+    for (int i = 0; i < N_UP; i++)
+        t_up *= d->up_ratio[i];
+    size_t n_tm = (size_t)B * d->hidden * 2 + (size_t)B * A * 2 + (size_t)B * d->inter * 2 +
+                  (size_t)d->n_heads * d->window + (size_t)d->head_dim + t_up * (size_t)d->latent +
+                  (size_t)B * d->cb_dim * 2 + (size_t)B * d->rvq_dim * 2;
+    s->tx = qvk_alloc(n_tm * f);
+    float *p = s->tx;
+    if (p) {
+        s->th = p += (size_t)B * d->hidden;
+        s->tq = p += (size_t)B * d->hidden;
+        s->tatt = p += (size_t)B * A;
+        s->tg = p += (size_t)B * A;
+        s->tu = p += (size_t)B * d->inter;
+        s->att_scratch = p += (size_t)B * d->inter;
+        s->rope_c = p += (size_t)d->n_heads * d->window;
+        s->rope_s = p += d->head_dim / 2;
+        s->ff = p += d->head_dim / 2;
+        s->emb0 = p += t_up * (size_t)d->latent;
+        s->embr = p += (size_t)B * d->cb_dim;
+        s->q0 = p += (size_t)B * d->cb_dim;
+        s->qr = p += (size_t)B * d->rvq_dim;
+    }
+    s->max_pos = QVE_DEC_CHUNK_FRAMES + QVE_DEC_CONTEXT_FRAMES;
+    s->k_cache = qvk_alloc((size_t)2 * d->n_layers * s->max_pos * A * f + f);
+    s->v_cache = s->k_cache ? s->k_cache + (size_t)d->n_layers * s->max_pos * A : NULL;
+
+    /* conv tails in one block */
+    size_t n_tail = (size_t)d->rvq_dim * (PRE_CONV_K - 1) + (size_t)d->latent * (CONV_K - 1);
+    for (int i = 0; i < N_UP; i++)
+        n_tail += (size_t)d->latent * (ct_ctx(d->up_ratio[i], d->up_ratio[i]) + CONV_K - 1);
+    for (int i = 0; i < N_BLOCKS; i++) {
+        n_tail += (size_t)d->blk[i].c_in * ct_ctx(2 * d->rate[i], d->rate[i]);
+        for (int u = 0; u < N_RES; u++)
+            n_tail += (size_t)d->blk[i].c_out * (CONV_K - 1) * res_dilation[u];
+    }
+    n_tail += (size_t)(d->dec_dim >> N_BLOCKS) * (CONV_K - 1);
+    float *arena = qvk_alloc(n_tail * f + f);
+    if (!s->a || !s->b || !s->c || !s->cat || !s->scratch || !s->tx || !s->k_cache || !arena) {
+        qvk_free(arena);
+        state_free(s);
+        return -1;
+    }
+    tail_init(&s->pre, d->rvq_dim, PRE_CONV_K - 1, &arena);
+    for (int i = 0; i < N_UP; i++) {
+        tail_init(&s->up_ctx[i], d->latent, ct_ctx(d->up_ratio[i], d->up_ratio[i]), &arena);
+        tail_init(&s->up_dw[i], d->latent, CONV_K - 1, &arena);
+    }
+    tail_init(&s->d0, d->latent, CONV_K - 1, &arena);
+    for (int i = 0; i < N_BLOCKS; i++) {
+        tail_init(&s->blk_ctx[i], d->blk[i].c_in, ct_ctx(2 * d->rate[i], d->rate[i]), &arena);
+        for (int u = 0; u < N_RES; u++)
+            tail_init(&s->res[i][u], d->blk[i].c_out, (CONV_K - 1) * res_dilation[u], &arena);
+    }
+    tail_init(&s->fin, d->dec_dim >> N_BLOCKS, CONV_K - 1, &arena);
+    return 0;
+}
+
+/* Clean state for a new chunk: zero conv padding, RoPE positions from 0 (KV rows are rewritten
+ * before they are read). The tails share one arena that starts at pre.x. */
+static void state_reset(dec_state *s) {
+    tail *last = &s->fin;
+    size_t n = (size_t)(last->x + (size_t)last->n_ch * last->n - s->pre.x);
+    memset(s->pre.x, 0, n * sizeof(float));
+}
+
+/* ==== block stages ========================================================================= */
+
+/* cat[c, tl.n + n] = [tail | act(x)] where act is SnakeBeta (a, b) or identity; then the tail
+ * takes the last tl.n columns. Returns cat's row length. */
+static int with_tail(float *cat, tail *tl, const float *x, int n, const float *a, const float *b) {
+    int h = tl->n, w = h + n;
+    for (int c = 0; c < tl->n_ch; c++) {
+        float *row = cat + (size_t)c * w;
+        memcpy(row, tl->x + (size_t)c * h, (size_t)h * sizeof *row);
+        memcpy(row + h, x + (size_t)c * n, (size_t)n * sizeof *row);
+        if (a) qvk_snakebeta(row + h, 1, n, a + c, b + c);
+        memcpy(tl->x + (size_t)c * h, row + n, (size_t)h * sizeof *row);
+    }
+    return w;
+}
+
+/* y[c_out, n] = causal conv of x[c_in, n] (kernel k, dilation dil) continuing from the tail;
+ * x optionally SnakeBeta-activated first. */
+static void conv_step(dec_state *s, tail *tl, float *y, const float *x, int n, int c_out, int k,
+                      int dil, int groups, const float *w, const float *bias, const float *a,
+                      const float *b) {
+    int w_in = with_tail(s->cat, tl, x, n, a, b);
+    qvk_conv cv = conv_desc(tl->n_ch, c_out, k, dil, groups);
+    qvk_conv1d(&cv, y, s->cat, w_in, w, bias, s->scratch);
+}
+
+/* y[c_out, n·r] = causal ConvTranspose1d (kernel k, stride r, right trim k − r) of x[c_in, n]
+ * continuing from the context tail; uses s->c for the untrimmed rows. */
+static void convt_step(dec_state *s, tail *tl, float *y, const float *x, int n, int c_out, int k,
+                       int r, const float *w, const float *bias, const float *a, const float *b) {
+    int w_in = with_tail(s->cat, tl, x, n, a, b);
+    int kept =
+        qvk_conv_transpose1d(s->c, s->cat, tl->n_ch, c_out, w_in, k, r, k - r, w, bias, s->scratch);
+    int skip = tl->n * r, out = n * r;
+    for (int o = 0; o < c_out; o++)
+        memcpy(y + (size_t)o * out, s->c + (size_t)o * kept + skip, (size_t)out * sizeof *y);
+}
+
+/* Codes [nb, n_q] → q [nb, rvq_dim] (time-major): both output projections, summed. */
+static void rvq_decode(const qve_decoder *d, dec_state *s, const int *codes, int nb) {
+    int D = d->cb_dim;
+    for (int t = 0; t < nb; t++) {
+        const int *c = codes + (size_t)t * d->n_q;
+        memcpy(s->emb0 + (size_t)t * D, d->codebooks + (size_t)c[0] * D, (size_t)D * sizeof(float));
+        float *r = s->embr + (size_t)t * D;
+        memcpy(r, d->codebooks + ((size_t)1 * d->cb_size + c[1]) * D, (size_t)D * sizeof(float));
+        for (int g = 2; g < d->n_q; g++) {
+            const float *e = d->codebooks + ((size_t)g * d->cb_size + c[g]) * D;
+            for (int i = 0; i < D; i++)
+                r[i] += e[i];
+        }
+    }
+    qvk_linear_f32(s->q0, s->emb0, d->out_first, NULL, nb, D, d->rvq_dim);
+    qvk_linear_f32(s->qr, s->embr, d->out_rest, NULL, nb, D, d->rvq_dim);
+    for (size_t i = 0; i < (size_t)nb * d->rvq_dim; i++)
+        s->q0[i] += s->qr[i];
+}
+
+/* pre_transformer on x [nb, H] in place for chunk positions pos0 .. pos0+nb−1. */
+static void transformer(const qve_decoder *d, dec_state *s, float *x, int nb, int pos0) {
+    int H = d->hidden, A = d->n_heads * d->head_dim, hd = d->head_dim;
+    float scale = 1.0f / sqrtf((float)hd);
+    for (int l = 0; l < d->n_layers; l++) {
+        const dec_layer *y = &d->layers[l];
+        float *kc = s->k_cache + (size_t)l * s->max_pos * A;
+        float *vc = s->v_cache + (size_t)l * s->max_pos * A;
+        for (int t = 0; t < nb; t++)
+            qvk_rmsnorm(s->th + (size_t)t * H, x + (size_t)t * H, y->attn_norm, H, d->rms_eps);
+        qvk_linear_f32(s->tq, s->th, y->wq, NULL, nb, H, A);
+        qvk_linear_f32(kc + (size_t)pos0 * A, s->th, y->wk, NULL, nb, H, A);
+        qvk_linear_f32(vc + (size_t)pos0 * A, s->th, y->wv, NULL, nb, H, A);
+        for (int t = 0; t < nb; t++) {
+            int p = pos0 + t;
+            qvk_rope_table(s->rope_c, s->rope_s, hd, p, d->rope_theta);
+            qvk_rope_apply(s->tq + (size_t)t * A, d->n_heads, hd, s->rope_c, s->rope_s);
+            qvk_rope_apply(kc + (size_t)p * A, d->n_heads, hd, s->rope_c, s->rope_s);
+        }
+        for (int t = 0; t < nb; t++) {
+            int p = pos0 + t, j0 = p - d->window + 1 > 0 ? p - d->window + 1 : 0;
+            qvk_attend(NULL, s->tatt + (size_t)t * A, s->tq + (size_t)t * A, kc + (size_t)j0 * A,
+                       vc + (size_t)j0 * A, p - j0 + 1, A, d->n_heads, d->n_heads, hd, scale,
+                       s->att_scratch);
+        }
+        qvk_linear_f32(s->th, s->tatt, y->wo, NULL, nb, A, H);
+        for (int t = 0; t < nb; t++)
+            for (int i = 0; i < H; i++)
+                x[(size_t)t * H + i] += y->attn_scale[i] * s->th[(size_t)t * H + i];
+        for (int t = 0; t < nb; t++)
+            qvk_rmsnorm(s->th + (size_t)t * H, x + (size_t)t * H, y->mlp_norm, H, d->rms_eps);
+        qvk_linear_f32(s->tg, s->th, y->w_gate, NULL, nb, H, d->inter);
+        qvk_linear_f32(s->tu, s->th, y->w_up, NULL, nb, H, d->inter);
+        qvk_swiglu(s->tg, s->tg, s->tu, nb * d->inter);
+        qvk_linear_f32(s->th, s->tg, y->w_down, NULL, nb, d->inter, H);
+        for (int t = 0; t < nb; t++)
+            for (int i = 0; i < H; i++)
+                x[(size_t)t * H + i] += y->mlp_scale[i] * s->th[(size_t)t * H + i];
+    }
+    for (int t = 0; t < nb; t++)
+        qvk_rmsnorm(x + (size_t)t * H, x + (size_t)t * H, d->norm_w, H, d->rms_eps);
+}
+
+/* Decodes nb frames at chunk positions pos0.. and returns their nb·samples_per_frame samples
+ * (clamped) in a buffer owned by the state. */
+static const float *decode_block(const qve_decoder *d, dec_state *s, const int *codes, int nb,
+                                 int pos0) {
+    int L = d->latent, H = d->hidden;
+    /* quantizer → pre_conv → transformer (time-major in the middle) */
+    rvq_decode(d, s, codes, nb);
+    transpose(s->a, s->q0, nb, d->rvq_dim);
+    conv_step(s, &s->pre, s->b, s->a, nb, L, PRE_CONV_K, 1, 1, d->pre_w, d->pre_b, NULL, NULL);
+    transpose(s->a, s->b, L, nb);
+    qvk_linear_f32(s->tx, s->a, d->in_w, d->in_b, nb, L, H);
+    transformer(d, s, s->tx, nb, pos0);
+    qvk_linear_f32(s->a, s->tx, d->outp_w, d->outp_b, nb, H, L);
+    transpose(s->b, s->a, nb, L); /* b = [L, nb] */
+
+    /* upsample: ConvTranspose (k = s) + ConvNeXt; b holds the stream */
+    int t = nb;
+    for (int u = 0; u < N_UP; u++) {
+        const dec_upsample *w = &d->up[u];
+        int r = d->up_ratio[u];
+        convt_step(s, &s->up_ctx[u], s->a, s->b, t, L, r, r, w->up_w, w->up_b, NULL, NULL);
+        t *= r;
+        conv_step(s, &s->up_dw[u], s->b, s->a, t, L, CONV_K, 1, L, w->dw_w, w->dw_b, NULL, NULL);
+        float *tm = s->ff; /* [t, L] time-major; the [t, F] rows go to cat */
+        transpose(tm, s->b, L, t);
+        for (int i = 0; i < t; i++)
+            qvk_layernorm(tm + (size_t)i * L, tm + (size_t)i * L, w->ln_w, w->ln_b, L, 1e-6f);
+        qvk_linear_f32(s->cat, tm, w->pw1_w, w->pw1_b, t, L, d->conv_inter);
+        qvk_gelu_erf(s->cat, t * d->conv_inter);
+        qvk_linear_f32(tm, s->cat, w->pw2_w, w->pw2_b, t, d->conv_inter, L);
+        for (int c = 0; c < L; c++)
+            for (int i = 0; i < t; i++)
+                s->b[(size_t)c * t + i] =
+                    s->a[(size_t)c * t + i] + w->gamma[c] * tm[(size_t)i * L + c];
+    }
+
+    /* decoder.0 and the four blocks; b holds the stream */
+    conv_step(s, &s->d0, s->a, s->b, t, d->dec_dim, CONV_K, 1, 1, d->d0_w, d->d0_b, NULL, NULL);
+    float *x = s->a, *y = s->b;
+    for (int i = 0; i < N_BLOCKS; i++) {
+        const dec_block *bk = &d->blk[i];
+        int r = bk->rate, co = bk->c_out;
+        convt_step(s, &s->blk_ctx[i], y, x, t, co, 2 * r, r, bk->up_w, bk->up_b, bk->a, bk->b);
+        t *= r;
+        float *tmp = x; /* x is free now: y is the stream */
+        for (int u = 0; u < N_RES; u++) {
+            const dec_res *ru = &bk->res[u];
+            conv_step(s, &s->res[i][u], tmp, y, t, co, CONV_K, res_dilation[u], 1, ru->c1_w,
+                      ru->c1_b, ru->a1, ru->b1);
+            qvk_snakebeta(tmp, co, t, ru->a2, ru->b2);
+            qvk_conv cv = conv_desc(co, co, 1, 1, 1);
+            qvk_conv1d(&cv, s->c, tmp, t, ru->c2_w, ru->c2_b, s->scratch);
+            for (size_t j = 0; j < (size_t)co * t; j++)
+                y[j] += s->c[j];
+        }
+        x = y;
+        y = tmp;
+    }
+    conv_step(s, &s->fin, y, x, t, 1, CONV_K, 1, 1, d->fw, d->fbias, d->fa, d->fb);
+    for (int i = 0; i < t; i++)
+        y[i] = y[i] < -1.0f ? -1.0f : (y[i] > 1.0f ? 1.0f : y[i]);
+    return y;
+}
+
+/* ==== chunking and streaming =============================================================== */
+
+/* Decodes the pending frames as one block and hands the audio of the non-context frames to the
+ * callback. Returns 0, or -1 when the callback asked to stop. */
+static int run_pending(qve_dec_stream *st) {
+    if (st->n_pending == 0) return 0;
+    const qve_decoder *d = st->dec;
+    int nb = st->n_pending, f0 = st->block_f0;
+    const float *pcm = decode_block(d, &st->s, st->pending, nb, f0);
+    st->block_f0 += nb;
+    st->n_pending = 0;
+    int skip = st->chunk_ctx - f0;
+    if (skip < 0) skip = 0;
+    if (skip >= nb) return 0;
+    int spf = d->samples_per_frame;
+    if (st->cb(st->user, pcm + (size_t)skip * spf, (nb - skip) * spf) != 0) {
+        set_err(st->err, sizeof st->err, "speech decoder: stopped by the audio callback");
+        return -1;
+    }
+    return 0;
+}
+
+/* Adds one frame to the current chunk (a block is decoded when full). */
+static int add_to_chunk(qve_dec_stream *st, const int *frame) {
+    int nq = st->dec->n_q;
+    memcpy(st->pending + (size_t)st->n_pending * nq, frame, (size_t)nq * sizeof *frame);
+    st->n_pending++;
+    st->chunk_fed++;
+    if (st->n_pending == QVE_DEC_BLOCK_FRAMES) return run_pending(st);
+    return 0;
+}
+
+/* The reference chunked_decode: chunk k ≥ 1 starts at frame 300k from a clean state, preceded by
+ * the 25 frames before it as context. A full chunk is flushed at once (its partial last block is
+ * final), the next one starts with the next frame. */
+static int feed_frame(qve_dec_stream *st, const int *frame) {
+    int nq = st->dec->n_q;
+    if (st->single_pass) {
+        if (st->chunk_fed == st->s.max_pos) {
+            set_err(st->err, sizeof st->err, "speech decoder: single pass longer than %d frames",
+                    st->s.max_pos);
+            return -1;
+        }
+        return add_to_chunk(st, frame);
+    }
+    if (st->chunk_fed - st->chunk_ctx == QVE_DEC_CHUNK_FRAMES) {
+        state_reset(&st->s);
+        st->chunk_fed = 0;
+        st->block_f0 = 0;
+        st->chunk_ctx = QVE_DEC_CONTEXT_FRAMES;
+        for (int i = 0; i < QVE_DEC_CONTEXT_FRAMES; i++) {
+            long f = st->n_frames - QVE_DEC_CONTEXT_FRAMES + i;
+            if (add_to_chunk(st, st->history + (size_t)(f % QVE_DEC_CONTEXT_FRAMES) * nq) != 0)
+                return -1;
+        }
+    }
+    memcpy(st->history + (size_t)(st->n_frames % QVE_DEC_CONTEXT_FRAMES) * nq, frame,
+           (size_t)nq * sizeof *frame);
+    st->n_frames++;
+    if (add_to_chunk(st, frame) != 0) return -1;
+    if (st->chunk_fed - st->chunk_ctx == QVE_DEC_CHUNK_FRAMES) return run_pending(st);
+    return 0;
+}
+
+static void *decoder_thread(void *arg) {
+    qve_dec_stream *st = arg;
+    int nq = st->dec->n_q;
+    int frame[64];
+    pthread_mutex_lock(&st->mu);
+    for (;;) {
+        while (st->q_count == 0 && !st->finishing && !st->failed)
+            pthread_cond_wait(&st->cv_data, &st->mu);
+        if (st->failed || st->q_count == 0) break;
+        memcpy(frame, st->queue + (size_t)st->q_head * nq, (size_t)nq * sizeof *frame);
+        st->q_head = (st->q_head + 1) % QUEUE_FRAMES;
+        st->q_count--;
+        pthread_cond_signal(&st->cv_space);
+        pthread_mutex_unlock(&st->mu);
+        int rc = feed_frame(st, frame);
+        pthread_mutex_lock(&st->mu);
+        if (rc != 0) st->failed = 1;
+    }
+    if (!st->failed) {
+        pthread_mutex_unlock(&st->mu);
+        int rc = run_pending(st);
+        pthread_mutex_lock(&st->mu);
+        if (rc != 0) st->failed = 1;
+    }
+    pthread_cond_broadcast(&st->cv_space);
+    pthread_mutex_unlock(&st->mu);
+    return NULL;
+}
+
+static void stream_free(qve_dec_stream *st) {
+    if (!st) return;
+    if (st->threaded) {
+        pthread_mutex_destroy(&st->mu);
+        pthread_cond_destroy(&st->cv_data);
+        pthread_cond_destroy(&st->cv_space);
+    }
+    state_free(&st->s);
+    free(st->pending);
+    free(st->history);
+    free(st->queue);
+    free(st);
+}
+
+qve_dec_stream *qve_dec_stream_start(const qve_decoder *dec, int n_threads, qve_audio_cb cb,
+                                     void *user, char *err, size_t err_size) {
+    if (!dec || !cb || n_threads < 0 || dec->n_q > 64) {
+        set_err(err, err_size, "speech decoder: bad stream arguments");
+        return NULL;
+    }
+    qve_dec_stream *st = calloc(1, sizeof *st);
+    if (!st) goto oom;
+    st->dec = dec;
+    st->cb = cb;
+    st->user = user;
+    size_t nq = (size_t)dec->n_q;
+    st->pending = malloc(QVE_DEC_BLOCK_FRAMES * nq * sizeof(int));
+    st->history = malloc(QVE_DEC_CONTEXT_FRAMES * nq * sizeof(int));
+    if (!st->pending || !st->history) goto oom;
+    if (state_alloc(&st->s, dec) != 0) goto oom;
+    state_reset(&st->s);
+    if (n_threads >= 1) {
+        st->queue = malloc(QUEUE_FRAMES * nq * sizeof(int));
+        if (!st->queue) goto oom;
+        pthread_mutex_init(&st->mu, NULL);
+        pthread_cond_init(&st->cv_data, NULL);
+        pthread_cond_init(&st->cv_space, NULL);
+        st->threaded = 1;
+        if (pthread_create(&st->thread, NULL, decoder_thread, st) != 0) {
+            set_err(err, err_size, "speech decoder: cannot start the decoder thread");
+            stream_free(st);
+            return NULL;
+        }
+        st->thread_started = 1;
+    }
+    return st;
+oom:
+    set_err(err, err_size, "speech decoder: out of memory for the decode state");
+    stream_free(st);
+    return NULL;
+}
+
+int qve_dec_stream_push(qve_dec_stream *st, const int *frame) {
+    const qve_decoder *d = st->dec;
+    int bad = -1;
+    for (int g = 0; g < d->n_q && bad < 0; g++)
+        if (frame[g] < 0 || frame[g] >= d->cb_size) bad = g;
+    if (bad >= 0 && !st->perr[0])
+        set_err(st->perr, sizeof st->perr,
+                "speech decoder: frame %ld codebook %d: code %d out of range [0, %d)", st->n_pushed,
+                bad, frame[bad], d->cb_size);
+    st->n_pushed++;
+    if (!st->threaded) {
+        if (bad >= 0) st->failed = 1;
+        if (st->failed) return -1;
+        if (feed_frame(st, frame) != 0) st->failed = 1;
+        return st->failed ? -1 : 0;
+    }
+    pthread_mutex_lock(&st->mu);
+    if (bad >= 0) {
+        st->failed = 1;
+        pthread_cond_signal(&st->cv_data);
+    }
+    while (st->q_count == QUEUE_FRAMES && !st->failed)
+        pthread_cond_wait(&st->cv_space, &st->mu);
+    int failed = st->failed;
+    if (!failed) {
+        int slot = (st->q_head + st->q_count) % QUEUE_FRAMES;
+        memcpy(st->queue + (size_t)slot * d->n_q, frame, (size_t)d->n_q * sizeof *frame);
+        st->q_count++;
+        pthread_cond_signal(&st->cv_data);
+    }
+    pthread_mutex_unlock(&st->mu);
+    return failed ? -1 : 0;
+}
+
+int qve_dec_stream_finish(qve_dec_stream *st, char *err, size_t err_size) {
+    if (!st) return 0;
+    if (st->threaded) {
+        pthread_mutex_lock(&st->mu);
+        st->finishing = 1;
+        pthread_cond_signal(&st->cv_data);
+        pthread_mutex_unlock(&st->mu);
+        if (st->thread_started) pthread_join(st->thread, NULL);
+    } else if (!st->failed && run_pending(st) != 0) {
+        st->failed = 1;
+    }
+    int rc = st->failed ? -1 : 0;
+    if (rc)
+        set_err(err, err_size, "%s",
+                st->perr[0]  ? st->perr
+                : st->err[0] ? st->err
+                             : "speech decoder: failed");
+    stream_free(st);
+    return rc;
+}
+
+/* ==== one-shot ============================================================================= */
+
+typedef struct {
+    float *wav;
+    size_t n;
+} sink;
+
+static int to_buffer(void *user, const float *pcm, int n_samples) {
+    sink *k = user;
+    memcpy(k->wav + k->n, pcm, (size_t)n_samples * sizeof *pcm);
+    k->n += (size_t)n_samples;
+    return 0;
+}
+
+static int decode_all(const qve_decoder *dec, const int *codes, int n_frames, float *wav,
+                      int single_pass, char *err, size_t err_size) {
+    if (n_frames < 0) {
+        set_err(err, err_size, "speech decoder: negative frame count %d", n_frames);
+        return -1;
+    }
+    sink k = {wav, 0};
+    qve_dec_stream *st = qve_dec_stream_start(dec, 0, to_buffer, &k, err, err_size);
+    if (!st) return -1;
+    st->single_pass = single_pass;
+    for (int f = 0; f < n_frames; f++)
+        if (qve_dec_stream_push(st, codes + (size_t)f * dec->n_q) != 0) break;
+    return qve_dec_stream_finish(st, err, err_size);
+}
+
+int qve_decoder_decode(const qve_decoder *dec, const int *codes, int n_frames, float *wav,
+                       char *err, size_t err_size) {
+    return decode_all(dec, codes, n_frames, wav, 0, err, err_size);
+}
+
+int qve_decoder_decode_pass(const qve_decoder *dec, const int *codes, int n_frames, float *wav,
+                            char *err, size_t err_size) {
+    return decode_all(dec, codes, n_frames, wav, 1, err, err_size);
+}
