@@ -36,6 +36,7 @@ static const char SPLIT_PATTERN[] =
 
 #define CACHE_MAX_PIECE_BYTES 256   /* longer pieces are merged every time */
 #define CACHE_MAX_ENTRIES (1u << 16) /* cache is cleared when full: bounded memory */
+#define CACHE_MAX_KEY_BYTES ((size_t)4 << 20)
 #define MAX_ADDED 4096
 #define JIT_STACK_BYTES (1u << 20)
 
@@ -816,7 +817,7 @@ static int encode_piece(qve_tok *t, const uint8_t *s, size_t n, qve_tok_ids *out
     int st = bpe_piece(t, s, n, out);
     if (st) return st;
     size_t n_ids = out->n_ids - first;
-    if (t->n_cache >= CACHE_MAX_ENTRIES) {
+    if (t->n_cache >= CACHE_MAX_ENTRIES || t->n_cache_keys + n > CACHE_MAX_KEY_BYTES) {
         cache_clear(t);
         i = (uint32_t)h & t->cache_mask;
     }

@@ -303,7 +303,7 @@ static int parse_wdtn(const ctx *c, const uint8_t *p, uint64_t n, qvf_tensor *t)
         for (uint32_t i = 0; i < nblk; i++) {
             uint32_t cs = rd32(p + tab + 4ull * i);
             uint64_t blk = (i + 1 < nblk) ? bb : raw - (uint64_t)bb * (nblk - 1);
-            if (cs < 1 || cs > (uint64_t)LZ4_compressBound((int)blk))
+            if (cs < 1 || cs > (uint64_t)LZ4_compressBound((int)blk) || blk > 255ull * cs + 64) /* LZ4 expands <= ~255x */
                 return FAIL(c, QVF_E_RANGE, "block %u: compressed size %u (expected 1..%d)", i, cs, LZ4_compressBound((int)blk));
             t->block_offsets[i] = sum;
             sum += cs;
