@@ -195,6 +195,13 @@ int qvf_wdelta_apply(const qvf_tensor *t, const void *target, void *out, int ver
 /* Frees what a tensor owns and zeroes it; accepts NULL. */
 void qvf_tensor_free(qvf_tensor *t);
 
+/* ---- voice library ----
+ * Resolves what a user typed for --voice: an existing file path (contains '/' or ends in .qvoice /
+ * .bin) is used as is; otherwise NAME is looked up as voices/NAME.qvoice, then DIR/NAME.qvoice for
+ * each DIR of $QVOICE_PATH (colon-separated). Writes the path into path (path_size bytes).
+ * Returns 0, QVF_E_IO with "NAME: no voices/NAME.qvoice or in $QVOICE_PATH" in err, or QVF_E_ARG. */
+int qvf_voice_find(const char *name, char *path, size_t path_size, char *err, size_t err_size);
+
 /* ---- utilities ---- */
 uint32_t qvf_crc32c(uint32_t crc, const void *buf, size_t n_bytes); /* crc = 0 to start */
 /* SHA-256 of a buffer (OpenSSL EVP). 0 or QVF_E_NOMEM. */
