@@ -88,9 +88,9 @@ $(B)/bench/%: $(B)/tests/bench/%.o $(LIB)
 
 # Synthetic checkpoints: tiny for unit tests, full-size 0.6B for the golden checks.
 models: $(MKMODEL)
-	@scripts/models.sh tiny
+	@MKMODEL=$(MKMODEL) scripts/models.sh tiny
 models-full: $(MKMODEL)
-	@scripts/models.sh full
+	@MKMODEL=$(MKMODEL) scripts/models.sh full
 
 test: deps
 	@$(MAKE) --no-print-directory all $(TESTS)
@@ -101,6 +101,9 @@ asan:
 	@$(MAKE) --no-print-directory B=build-asan OPT=-O1 \
 	  CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
 	  LDFLAGS="-fsanitize=address,undefined" test
+
+fuzz:
+	@scripts/fuzz.sh
 
 bench: deps
 	@$(MAKE) --no-print-directory all $(BENCHES) models-full

@@ -531,7 +531,12 @@ static qve_st *open_index(const char *path, char *err, size_t err_size) {
         }
         memcpy(pt->path, path, n_dir);
         memcpy(pt->path + n_dir, shards[j], n_name + 1);
-        if (map_file(pt, err, err_size) != 0 || parse_part(pt, err, err_size) != 0) goto bad;
+        if (map_file(pt, err, err_size) != 0 || parse_part(pt, err, err_size) != 0) {
+            size_t used = err ? strnlen(err, err_size) : 0;
+            if (err && used + 1 < err_size)
+                snprintf(err + used, err_size - used, " (shard listed in %s)", path);
+            goto bad;
+        }
     }
     if (build_table(st, err, err_size) != 0) goto bad;
     listed = calloc((size_t)(st->n_tensors ? st->n_tensors : 1), 1);

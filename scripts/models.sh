@@ -6,7 +6,8 @@
 set -e
 root=$(cd "$(dirname "$0")/.." && pwd)
 cache=${QVOICE_CACHE:-$root/cache}
-mk=$root/build/tools/mkmodel
+mk=${MKMODEL:-$root/build/tools/mkmodel}
+case $mk in /*) ;; *) mk=$PWD/$mk ;; esac
 cfg=$root/tests/golden/configs
 tok_version=3.7.2
 npm_dir=$cache/npm

@@ -950,8 +950,10 @@ int main(int argc, char **argv) {
     /* Configs: copied byte for byte unless --tiny / --voice-design change them. */
     char path[4096], out[4096];
     char *model_text, *codec_text;
-    snprintf(path, sizeof path, "%s/config.json", o.config_dir);
-    cfg_path = strdup(path);
+    static char model_cfg_path[4096], codec_cfg_path[4096];
+    snprintf(model_cfg_path, sizeof model_cfg_path, "%s/config.json", o.config_dir);
+    snprintf(path, sizeof path, "%s", model_cfg_path);
+    cfg_path = model_cfg_path;
     cJSON *cfg = load_json(path, &model_text);
     cJSON *type = get(cfg, "tts_model_type");
     enum variant variant;
@@ -968,8 +970,9 @@ int main(int argc, char **argv) {
     if (o.tiny) make_tiny_model_config(cfg);
     char *model_json = (o.tiny || o.voice_design) ? cJSON_Print(cfg) : strdup(model_text);
 
-    snprintf(path, sizeof path, "%s/speech_tokenizer/config.json", o.config_dir);
-    cfg_path = strdup(path);
+    snprintf(codec_cfg_path, sizeof codec_cfg_path, "%s/speech_tokenizer/config.json", o.config_dir);
+    snprintf(path, sizeof path, "%s", codec_cfg_path);
+    cfg_path = codec_cfg_path;
     cJSON *ccfg = load_json(path, &codec_text);
     if (o.tiny) make_tiny_codec_config(ccfg);
     char *codec_json = o.tiny ? cJSON_Print(ccfg) : strdup(codec_text);
@@ -999,7 +1002,7 @@ int main(int argc, char **argv) {
         }
         if (same) {
             if (!o.quiet) printf("%s: up to date\n", o.out_dir);
-            return 0;
+            goto done;
         }
     }
     snprintf(path, sizeof path, "%s/speech_tokenizer", o.out_dir);
@@ -1024,7 +1027,7 @@ int main(int argc, char **argv) {
     gen_job job;
     memset(&job, 0, sizeof job);
     job.list.t = xmalloc(MAX_TENSORS * sizeof(tensor_spec));
-    cfg_path = o.config_dir;
+    cfg_path = model_cfg_path;
     model_tensors(cfg, variant == VARIANT_BASE, &job.list);
     job.seed = o.seed_model;
     job.seed_cv = o.seed_cv;
@@ -1047,6 +1050,7 @@ int main(int argc, char **argv) {
     snprintf(out, sizeof out, "%s/model.safetensors", o.out_dir);
     uint64_t total = write_safetensors(&job, out, o.n_threads);
     int n_model = job.list.n;
+    free(job.list.t);
 
     /* speech_tokenizer/model.safetensors: linked from --codec-from when its stamp matches. */
     snprintf(out, sizeof out, "%s/speech_tokenizer/model.safetensors", o.out_dir);
@@ -1066,12 +1070,13 @@ int main(int argc, char **argv) {
     if (!linked) {
         memset(&job, 0, sizeof job);
         job.list.t = xmalloc(MAX_TENSORS * sizeof(tensor_spec));
-        cfg_path = o.config_dir;
+        cfg_path = codec_cfg_path;
         codec_tensors(ccfg, &job.list);
         job.seed = o.seed_codec;
         for (int i = 0; i < job.list.n; i++) assign_rule(&job.list.t[i]);
         total += write_safetensors(&job, out, o.n_threads);
         n_codec = job.list.n;
+        free(job.list.t);
     }
     write_file_atomic(stamp_path, stamp, strlen(stamp));
     if (!o.quiet) {
@@ -1082,6 +1087,7 @@ int main(int argc, char **argv) {
         else printf(", speech tokenizer %d tensors", n_codec);
         printf(", %.2f GB) in %.1f s\n", (double)total / 1e9, now_s() - t0);
     }
+done:
     cJSON_Delete(cfg);
     cJSON_Delete(ccfg);
     free(model_text);

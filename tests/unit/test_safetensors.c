@@ -297,6 +297,30 @@ static void test_sharded(void **state) {
     expect_fail(idx, "tensor q", NULL);
 }
 
+/* Every committed hostile file fails with its expected one-line error (tests/hostile/safetensors). */
+static void test_hostile(void **state) {
+    (void)state;
+    const char *dir = "tests/hostile/safetensors";
+    char path[1024], line[512];
+    snprintf(path, sizeof path, "%s/expected.txt", dir);
+    FILE *f = fopen(path, "r");
+    if (!f) fail_msg("cannot open %s (tests run from the repo root)", path);
+    int n = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (line[0] == '#' || line[0] == '\n') continue;
+        line[strcspn(line, "\n")] = 0;
+        char *tab = strchr(line, '\t');
+        assert_non_null(tab);
+        *tab = 0;
+        snprintf(path, sizeof path, "%s/%s", dir, line);
+        expect_fail(path, tab + 1, NULL);
+        n++;
+    }
+    fclose(f);
+    printf("    %d hostile files rejected as expected\n", n);
+    assert_true(n >= 20);
+}
+
 static int setup(void **state) {
     (void)state;
     snprintf(g_dir, sizeof g_dir, "/tmp/qv_st_XXXXXX");
@@ -316,7 +340,7 @@ int main(void) {
         cmocka_unit_test(test_truncated),  cmocka_unit_test(test_header_len),
         cmocka_unit_test(test_bad_json),   cmocka_unit_test(test_dtype),
         cmocka_unit_test(test_offsets),    cmocka_unit_test(test_shape_size),
-        cmocka_unit_test(test_sharded),
+        cmocka_unit_test(test_sharded),    cmocka_unit_test(test_hostile),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

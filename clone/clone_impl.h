@@ -1,0 +1,37 @@
+/* clone_impl.h — internals shared by the clone/ files: the chunked 1-D convolution that the
+ * speaker encoder and the speech-tokenizer encoder run on (channels-first [C, T]).
+ */
+#ifndef QV_CLONE_IMPL_H
+#define QV_CLONE_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum qvc_pad { QVC_PAD_ZERO, QVC_PAD_REFLECT, QVC_PAD_REPLICATE };
+enum qvc_act { QVC_ACT_NONE, QVC_ACT_RELU, QVC_ACT_ELU };
+
+typedef struct {
+    int c_in, c_out, k, stride, dilation;
+    int pad_left, pad_right;   /* reflect excludes the edge sample (PyTorch "reflect") */
+    enum qvc_pad pad;
+    enum qvc_act act_in;       /* applied to the (padded) input before the conv */
+    enum qvc_act act_out;      /* applied after bias */
+    int residual;              /* 1: y = y + (conv + bias), the residual read from y itself */
+} qvc_conv;
+
+/* Output length: (t_in + pad_left + pad_right − dilation·(k−1) − 1)/stride + 1, or 0. */
+int64_t qvc_conv_out_len(const qvc_conv *cv, int64_t t_in);
+/* Scratch floats qvc_conv1d needs (independent of t_in: the time axis is processed in chunks). */
+size_t qvc_conv_scratch(const qvc_conv *cv);
+/* y[c_out, t_out] (row stride ldy) = conv(x[c_in, t_in] (row stride ldx)); W [c_out, c_in, k]
+ * (PyTorch Conv1d), bias [c_out] or NULL. Time is cut into chunks: each chunk's padded input
+ * window is gathered (and activated once), unfolded (im2col) and multiplied with one sgemm. */
+void qvc_conv1d(const qvc_conv *cv, float *y, int64_t ldy, const float *x, int64_t ldx,
+                int64_t t_in, const float *w, const float *bias, float *scratch);
+
+/* Causal "MimiConv1d" geometry: left pad K_eff − stride, right pad so that t_out = ⌈t_in/stride⌉. */
+void qvc_conv_causal(qvc_conv *cv, int64_t t_in);
+/* "same" geometry for odd effective kernels (ECAPA): pad = dilation·(k−1)/2 each side. */
+void qvc_conv_same(qvc_conv *cv);
+
+#endif

@@ -1,0 +1,482 @@
+/* speech_encoder.c — speech-tokenizer encoder (§6.2, HF MimiModel.encode as Qwen3-TTS calls it):
+ * SEANet (causal convs, ELU, ⌈L/stride⌉ lengths) → 8-layer causal transformer → replicate-padded
+ * stride-2 downsample → split RVQ with the encoder's own codebooks → 16 codes per 12.5 Hz frame.
+ * Conv layers run as chunked im2col + sgemm (qvc_conv1d); weights stay in the F32 mmap except the
+ * codebooks, which are divided by their cluster usage once at load.
+ */
+#include "clone.h"
+#include "clone_impl.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "kernels.h"
+#include "safetensors.h"
+
+#define N_STAGES 4
+#define MAX_RES 4
+#define MAX_LAYERS 32
+
+typedef struct {
+    int n_filters, kernel_size, last_kernel_size, residual_kernel_size;
+    int n_residual_layers, dilation_growth_rate, compress;
+    int ratios[N_STAGES];               /* encoder order: reversed upsampling_ratios */
+    int hidden_size, n_layers, n_heads, head_dim, intermediate_size;
+    float norm_eps, rope_theta;
+    int codebook_size, codebook_dim, n_codes;
+} enc_config;
+
+typedef struct { const float *w, *b; } conv_w;
+
+typedef struct {
+    conv_w res[MAX_RES][2];             /* encoder.encoder.layers.i.block.{1,3}.conv */
+    conv_w down;                        /* stride conv [2C, C, 2r] */
+} stage_w;
+
+typedef struct {
+    const float *ln1_w, *ln1_b;         /* input_layernorm [512] */
+    const float *wq, *wk, *wv, *wo;     /* self_attn.{q,k,v,o}_proj [512, 512] */
+    const float *ls1;                   /* self_attn_layer_scale.scale [512] */
+    const float *ln2_w, *ln2_b;         /* post_attention_layernorm [512] */
+    const float *fc1, *fc2;             /* mlp.fc1 [2048, 512], mlp.fc2 [512, 2048] */
+    const float *ls2;                   /* mlp_layer_scale.scale [512] */
+} layer_w;
+
+typedef struct {
+    conv_w conv0;                       /* encoder.encoder.layers.0.conv [F, 1, k] */
+    stage_w stage[N_STAGES];
+    conv_w conv_last;                   /* encoder.encoder.layers.L.conv [hidden, 16F, last_k] */
+    layer_w layer[MAX_LAYERS];
+    const float *downsample;            /* encoder.downsample.conv.weight [512, 512, 4] */
+    const float *proj_sem, *proj_ac;    /* quantizer.*.input_proj.weight [256, 512, 1] */
+    float *codebook;                    /* [n_codes, 2048, 256] embed_sum / max(usage, 1e-5) */
+    float *codebook_sq;                 /* [n_codes, 2048] ‖e‖² */
+} enc_weights;
+
+struct qvc_speech_encoder {
+    enc_config cfg;
+    enc_weights w;
+    qve_st *st;
+    int window;
+};
+
+/* ---- loading ---------------------------------------------------------------------------- */
+
+static const float *tensor(const qve_st *st, const char *name, int n_dims, int64_t d0, int64_t d1,
+                           int64_t d2, char *err, size_t err_size) {
+    int64_t shape[3] = {d0, d1, d2};
+    const qve_tensor *t = qve_st_expect(st, name, QVE_DTYPE_F32, n_dims, shape, err, err_size);
+    return t ? (const float *)t->data : NULL;
+}
+
+static int conv_load(conv_w *cw, const qve_st *st, const char *prefix, int c_out, int c_in, int k,
+                     char *err, size_t err_size) {
+    char name[192];
+    snprintf(name, sizeof name, "%s.weight", prefix);
+    cw->w = tensor(st, name, 3, c_out, c_in, k, err, err_size);
+    snprintf(name, sizeof name, "%s.bias", prefix);
+    cw->b = cw->w ? tensor(st, name, 1, c_out, 0, 0, err, err_size) : NULL;
+    return cw->w && cw->b ? 0 : -1;
+}
+
+static int config_from(enc_config *c, const qve_codec_config *cc) {
+    c->n_filters = cc->encoder.num_filters;
+    c->kernel_size = cc->encoder.kernel_size;
+    c->last_kernel_size = cc->encoder.last_kernel_size;
+    c->residual_kernel_size = cc->encoder.residual_kernel_size;
+    c->n_residual_layers = cc->encoder.num_residual_layers;
+    c->dilation_growth_rate = cc->encoder.dilation_growth_rate;
+    c->compress = cc->encoder.compress;
+    for (int i = 0; i < N_STAGES; i++) c->ratios[i] = cc->encoder.upsampling_ratios[N_STAGES - 1 - i];
+    c->hidden_size = cc->encoder.hidden_size;
+    c->n_layers = cc->encoder.num_hidden_layers;
+    c->n_heads = cc->encoder.num_attention_heads;
+    c->head_dim = cc->encoder.head_dim;
+    c->intermediate_size = cc->encoder.intermediate_size;
+    c->norm_eps = cc->encoder.norm_eps;
+    c->rope_theta = cc->encoder.rope_theta;
+    c->codebook_size = cc->encoder.codebook_size;
+    c->codebook_dim = cc->encoder.codebook_dim;
+    c->n_codes = cc->encoder_valid_num_quantizers;
+    int ok = c->n_filters > 0 && c->compress > 0 && c->n_residual_layers >= 1 &&
+             c->n_residual_layers <= MAX_RES && c->n_layers >= 0 && c->n_layers <= MAX_LAYERS &&
+             c->n_heads > 0 && c->head_dim > 0 && c->head_dim % 2 == 0 &&
+             c->n_heads * c->head_dim == c->hidden_size && c->n_codes == QVC_CODE_GROUPS &&
+             c->codebook_size > 0 && c->codebook_dim > 0 && cc->encoder.num_semantic_quantizers == 1 &&
+             cc->encoder.num_quantizers >= c->n_codes;
+    for (int i = 0; i < N_STAGES; i++) ok = ok && c->ratios[i] > 0;
+    ok = ok && c->ratios[0] * c->ratios[1] * c->ratios[2] * c->ratios[3] * 2 ==
+                   cc->encode_downsample_rate;
+    return ok ? 0 : -1;
+}
+
+static int codebook_load(qvc_speech_encoder *se, int g, const char *prefix, char *err,
+                         size_t err_size) {
+    const enc_config *c = &se->cfg;
+    char name[192];
+    snprintf(name, sizeof name, "%s.codebook.embed_sum", prefix);
+    const float *sum = tensor(se->st, name, 2, c->codebook_size, c->codebook_dim, 0, err, err_size);
+    snprintf(name, sizeof name, "%s.codebook.cluster_usage", prefix);
+    const float *use = sum ? tensor(se->st, name, 1, c->codebook_size, 0, 0, err, err_size) : NULL;
+    if (!use) return -1;
+    size_t n = (size_t)c->codebook_size * c->codebook_dim;
+    float *e = se->w.codebook + (size_t)g * n;
+    float *sq = se->w.codebook_sq + (size_t)g * c->codebook_size;
+    for (int i = 0; i < c->codebook_size; i++) {
+        float u = use[i] > 1e-5f ? use[i] : 1e-5f;
+        double acc = 0.0;
+        for (int j = 0; j < c->codebook_dim; j++) {
+            float v = sum[(size_t)i * c->codebook_dim + j] / u;
+            e[(size_t)i * c->codebook_dim + j] = v;
+            acc += (double)v * v;
+        }
+        sq[i] = (float)acc;
+    }
+    return 0;
+}
+
+qvc_speech_encoder *qvc_speech_encoder_load(const char *dir, char *err, size_t err_size) {
+    qve_codec_config cc;
+    if (qve_codec_config_load(&cc, dir, err, err_size)) return NULL;
+    qvc_speech_encoder *se = calloc(1, sizeof *se);
+    if (!se) {
+        snprintf(err, err_size, "%s: out of memory", dir);
+        return NULL;
+    }
+    enc_config *c = &se->cfg;
+    if (config_from(c, &cc)) {
+        snprintf(err, err_size, "%s/speech_tokenizer/config.json: unsupported encoder_config", dir);
+        free(se);
+        return NULL;
+    }
+    se->st = qve_st_open_dir(dir, "speech_tokenizer/model", err, err_size);
+    if (!se->st) {
+        free(se);
+        return NULL;
+    }
+    enc_weights *w = &se->w;
+    const qve_st *st = se->st;
+    char p[192];
+    int idx = 0, ch = c->n_filters, rc;
+    rc = conv_load(&w->conv0, st, "encoder.encoder.layers.0.conv", ch, 1, c->kernel_size, err, err_size);
+    idx = 1;
+    for (int s = 0; s < N_STAGES && !rc; s++) {
+        int hid = ch / c->compress;
+        for (int j = 0; j < c->n_residual_layers && !rc; j++, idx++) {
+            snprintf(p, sizeof p, "encoder.encoder.layers.%d.block.1.conv", idx);
+            rc = conv_load(&w->stage[s].res[j][0], st, p, hid, ch, c->residual_kernel_size, err, err_size);
+            snprintf(p, sizeof p, "encoder.encoder.layers.%d.block.3.conv", idx);
+            if (!rc) rc = conv_load(&w->stage[s].res[j][1], st, p, ch, hid, 1, err, err_size);
+        }
+        idx++; /* ELU */
+        snprintf(p, sizeof p, "encoder.encoder.layers.%d.conv", idx++);
+        if (!rc) rc = conv_load(&w->stage[s].down, st, p, 2 * ch, ch, 2 * c->ratios[s], err, err_size);
+        ch *= 2;
+    }
+    idx++; /* ELU */
+    snprintf(p, sizeof p, "encoder.encoder.layers.%d.conv", idx);
+    if (!rc) rc = conv_load(&w->conv_last, st, p, c->hidden_size, ch, c->last_kernel_size, err, err_size);
+    int h = c->hidden_size, f = c->intermediate_size;
+    for (int l = 0; l < c->n_layers && !rc; l++) {
+        layer_w *L = &w->layer[l];
+        struct { const float **dst; const char *name; int nd; int d0, d1; } tab[] = {
+            {&L->ln1_w, "input_layernorm.weight", 1, h, 0},
+            {&L->ln1_b, "input_layernorm.bias", 1, h, 0},
+            {&L->wq, "self_attn.q_proj.weight", 2, h, h},
+            {&L->wk, "self_attn.k_proj.weight", 2, h, h},
+            {&L->wv, "self_attn.v_proj.weight", 2, h, h},
+            {&L->wo, "self_attn.o_proj.weight", 2, h, h},
+            {&L->ls1, "self_attn_layer_scale.scale", 1, h, 0},
+            {&L->ln2_w, "post_attention_layernorm.weight", 1, h, 0},
+            {&L->ln2_b, "post_attention_layernorm.bias", 1, h, 0},
+            {&L->fc1, "mlp.fc1.weight", 2, f, h},
+            {&L->fc2, "mlp.fc2.weight", 2, h, f},
+            {&L->ls2, "mlp_layer_scale.scale", 1, h, 0},
+        };
+        for (size_t i = 0; i < sizeof tab / sizeof tab[0] && !rc; i++) {
+            snprintf(p, sizeof p, "encoder.encoder_transformer.layers.%d.%s", l, tab[i].name);
+            *tab[i].dst = tensor(st, p, tab[i].nd, tab[i].d0, tab[i].d1, 0, err, err_size);
+            rc = *tab[i].dst ? 0 : -1;
+        }
+    }
+    if (!rc) {
+        w->downsample = tensor(st, "encoder.downsample.conv.weight", 3, h, h, 4, err, err_size);
+        rc = w->downsample ? 0 : -1;
+    }
+    if (!rc) {
+        w->proj_sem = tensor(st, "encoder.quantizer.semantic_residual_vector_quantizer.input_proj.weight",
+                             3, c->codebook_dim, h, 1, err, err_size);
+        w->proj_ac = w->proj_sem ? tensor(st,
+                             "encoder.quantizer.acoustic_residual_vector_quantizer.input_proj.weight",
+                             3, c->codebook_dim, h, 1, err, err_size) : NULL;
+        rc = w->proj_ac ? 0 : -1;
+    }
+    if (!rc) {
+        w->codebook = qvk_alloc((size_t)c->n_codes * c->codebook_size * c->codebook_dim * sizeof(float));
+        w->codebook_sq = qvk_alloc((size_t)c->n_codes * c->codebook_size * sizeof(float));
+        if (!w->codebook || !w->codebook_sq) {
+            snprintf(err, err_size, "%s: out of memory", dir);
+            rc = -1;
+        }
+    }
+    if (!rc)
+        rc = codebook_load(se, 0, "encoder.quantizer.semantic_residual_vector_quantizer.layers.0",
+                           err, err_size);
+    for (int g = 1; g < c->n_codes && !rc; g++) {
+        snprintf(p, sizeof p, "encoder.quantizer.acoustic_residual_vector_quantizer.layers.%d", g - 1);
+        rc = codebook_load(se, g, p, err, err_size);
+    }
+    if (rc) {
+        qvc_speech_encoder_free(se);
+        return NULL;
+    }
+    return se;
+}
+
+void qvc_speech_encoder_free(qvc_speech_encoder *se) {
+    if (!se) return;
+    qvk_free(se->w.codebook);
+    qvk_free(se->w.codebook_sq);
+    qve_st_close(se->st);
+    free(se);
+}
+
+void qvc_speech_encoder_set_window(qvc_speech_encoder *se, int window) {
+    se->window = window > 0 ? window : 0;
+}
+
+int qvc_speech_encoder_n_frames(int64_t n) { return (int)((n + 1919) / 1920); }
+
+/* ---- forward ---------------------------------------------------------------------------- */
+
+static qvc_conv causal(int c_in, int c_out, int k, int stride, int dilation, enum qvc_act act_in,
+                       int64_t t_in) {
+    qvc_conv cv = {.c_in = c_in, .c_out = c_out, .k = k, .stride = stride, .dilation = dilation,
+                   .pad = QVC_PAD_ZERO, .act_in = act_in};
+    qvc_conv_causal(&cv, t_in);
+    return cv;
+}
+
+typedef struct {       /* per-call buffers */
+    float *p, *q;      /* SEANet ping-pong [C, T] */
+    float *scratch;    /* conv scratch */
+    float *x, *hbuf, *qb, *kb, *vb, *att, *ff; /* transformer, time-major */
+    float *rope_c, *rope_s;
+    float *xs, *dist;  /* RVQ */
+} enc_state;
+
+static void enc_state_free(enc_state *s) {
+    float *bufs[] = {s->p, s->q, s->scratch, s->x, s->hbuf, s->qb, s->kb, s->vb, s->att,
+                     s->ff, s->rope_c, s->rope_s, s->xs, s->dist};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) qvk_free(bufs[i]);
+}
+
+/* Sizes every buffer by walking the SEANet geometry once. */
+static int enc_state_init(enc_state *s, const enc_config *c, int64_t n) {
+    memset(s, 0, sizeof *s);
+    size_t need_p = 0, need_q = 0, scratch = 0;
+    int64_t t = n;
+    int ch = c->n_filters;
+    int cur_p = 1;   /* which ping-pong buffer holds the stage input */
+#define NEED(is_p, v) do { size_t v_ = (v); if (is_p) { if (v_ > need_p) need_p = v_; } \
+                           else if (v_ > need_q) need_q = v_; } while (0)
+    qvc_conv cv = causal(1, ch, c->kernel_size, 1, 1, QVC_ACT_NONE, t);
+    scratch = qvc_conv_scratch(&cv);
+    NEED(1, (size_t)ch * t);
+    for (int st = 0; st < N_STAGES; st++) {
+        int hid = ch / c->compress;
+        cv = causal(ch, hid, c->residual_kernel_size, 1, 1, QVC_ACT_ELU, t);
+        if (qvc_conv_scratch(&cv) > scratch) scratch = qvc_conv_scratch(&cv);
+        NEED(!cur_p, (size_t)hid * t);
+        cv = causal(hid, ch, 1, 1, 1, QVC_ACT_ELU, t);
+        if (qvc_conv_scratch(&cv) > scratch) scratch = qvc_conv_scratch(&cv);
+        cv = causal(ch, 2 * ch, 2 * c->ratios[st], c->ratios[st], 1, QVC_ACT_ELU, t);
+        if (qvc_conv_scratch(&cv) > scratch) scratch = qvc_conv_scratch(&cv);
+        t = qvc_conv_out_len(&cv, t);
+        ch *= 2;
+        NEED(!cur_p, (size_t)ch * t);
+        cur_p = !cur_p;
+    }
+    cv = causal(ch, c->hidden_size, c->last_kernel_size, 1, 1, QVC_ACT_ELU, t);
+    if (qvc_conv_scratch(&cv) > scratch) scratch = qvc_conv_scratch(&cv);
+    NEED(!cur_p, (size_t)c->hidden_size * t);
+    cv = causal(c->hidden_size, c->hidden_size, 4, 2, 1, QVC_ACT_NONE, t);
+    if (qvc_conv_scratch(&cv) > scratch) scratch = qvc_conv_scratch(&cv);
+    NEED(cur_p, (size_t)c->hidden_size * t);
+#undef NEED
+    size_t tt = (size_t)t, h = (size_t)c->hidden_size;
+    s->p = qvk_alloc(need_p * sizeof(float));
+    s->q = qvk_alloc(need_q * sizeof(float));
+    s->scratch = qvk_alloc(scratch * sizeof(float));
+    s->x = qvk_alloc(tt * h * sizeof(float));
+    s->hbuf = qvk_alloc(tt * h * sizeof(float));
+    s->qb = qvk_alloc(tt * h * sizeof(float));
+    s->kb = qvk_alloc(tt * h * sizeof(float));
+    s->vb = qvk_alloc(tt * h * sizeof(float));
+    s->att = qvk_alloc(tt * tt * sizeof(float));
+    s->ff = qvk_alloc(tt * (size_t)c->intermediate_size * sizeof(float));
+    s->rope_c = qvk_alloc(tt * (size_t)c->head_dim / 2 * sizeof(float));
+    s->rope_s = qvk_alloc(tt * (size_t)c->head_dim / 2 * sizeof(float));
+    s->xs = qvk_alloc(tt * (size_t)c->codebook_dim * sizeof(float));
+    s->dist = qvk_alloc(tt * (size_t)c->codebook_size * sizeof(float));
+    if (!s->p || !s->q || !s->scratch || !s->x || !s->hbuf || !s->qb || !s->kb || !s->vb ||
+        !s->att || !s->ff || !s->rope_c || !s->rope_s || !s->xs || !s->dist) {
+        enc_state_free(s);
+        return -1;
+    }
+    return 0;
+}
+
+/* MimiTransformerLayer: x + ls1 ⊙ Attn(LN(x)); x + ls2 ⊙ fc2(gelu(fc1(LN(x)))), x [T, H]. */
+static void transformer_layer(const enc_config *c, const layer_w *L, enc_state *s, int t,
+                              int window) {
+    int h = c->hidden_size, hd = c->head_dim, f = c->intermediate_size;
+    size_t tt = (size_t)t;
+    for (int i = 0; i < t; i++)
+        qvk_layernorm(s->hbuf + (size_t)i * h, s->x + (size_t)i * h, L->ln1_w, L->ln1_b, h, c->norm_eps);
+    qvk_sgemm(0, 1, t, h, h, 1.0f, s->hbuf, h, L->wq, h, 0.0f, s->qb, h);
+    qvk_sgemm(0, 1, t, h, h, 1.0f, s->hbuf, h, L->wk, h, 0.0f, s->kb, h);
+    qvk_sgemm(0, 1, t, h, h, 1.0f, s->hbuf, h, L->wv, h, 0.0f, s->vb, h);
+    for (int i = 0; i < t; i++) {
+        const float *rc = s->rope_c + (size_t)i * hd / 2, *rs = s->rope_s + (size_t)i * hd / 2;
+        qvk_rope_apply(s->qb + (size_t)i * h, c->n_heads, hd, rc, rs);
+        qvk_rope_apply(s->kb + (size_t)i * h, c->n_heads, hd, rc, rs);
+    }
+    float scale = 1.0f / sqrtf((float)hd);
+    for (int hh = 0; hh < c->n_heads; hh++) {
+        const float *qh = s->qb + hh * hd, *kh = s->kb + hh * hd, *vh = s->vb + hh * hd;
+        qvk_sgemm(0, 1, t, t, hd, scale, qh, h, kh, h, 0.0f, s->att, t);
+        for (int i = 0; i < t; i++) {
+            float *row = s->att + (size_t)i * tt;
+            int j0 = window > 0 && i - window + 1 > 0 ? i - window + 1 : 0;
+            for (int j = 0; j < j0; j++) row[j] = 0.0f;
+            qvk_softmax(row + j0, i + 1 - j0);
+            for (int j = i + 1; j < t; j++) row[j] = 0.0f;
+        }
+        /* heads write their slice of hbuf (LN output no longer needed) */
+        qvk_sgemm(0, 0, t, hd, t, 1.0f, s->att, t, vh, h, 0.0f, s->hbuf + hh * hd, h);
+    }
+    qvk_sgemm(0, 1, t, h, h, 1.0f, s->hbuf, h, L->wo, h, 0.0f, s->qb, h);
+    for (int i = 0; i < t; i++)
+        for (int j = 0; j < h; j++) s->x[(size_t)i * h + j] += L->ls1[j] * s->qb[(size_t)i * h + j];
+    for (int i = 0; i < t; i++)
+        qvk_layernorm(s->hbuf + (size_t)i * h, s->x + (size_t)i * h, L->ln2_w, L->ln2_b, h, c->norm_eps);
+    qvk_sgemm(0, 1, t, f, h, 1.0f, s->hbuf, h, L->fc1, h, 0.0f, s->ff, f);
+    qvk_gelu_erf(s->ff, (int)(tt * f));
+    qvk_sgemm(0, 1, t, h, f, 1.0f, s->ff, f, L->fc2, f, 0.0f, s->qb, h);
+    for (int i = 0; i < t; i++)
+        for (int j = 0; j < h; j++) s->x[(size_t)i * h + j] += L->ls2[j] * s->qb[(size_t)i * h + j];
+}
+
+/* Nearest codebook row for each of n vectors r [n, D]: argmin ‖r − e‖². The sgemm form
+ * ‖e‖² − 2 r·e ranks candidates; those within a small margin of the best are re-ranked with the
+ * exact distance in double, so f32 cancellation cannot pick the wrong row. */
+static void nearest(int32_t *codes, int code_stride, const float *r, int n, const float *e,
+                    const float *e_sq, int n_e, int d, float *dist) {
+    qvk_sgemm(0, 1, n, n_e, d, -2.0f, r, d, e, d, 0.0f, dist, n_e);
+    for (int i = 0; i < n; i++) {
+        float *row = dist + (size_t)i * n_e;
+        double r2 = 0.0;
+        for (int j = 0; j < d; j++) r2 += (double)r[(size_t)i * d + j] * r[(size_t)i * d + j];
+        float best = INFINITY;
+        for (int k = 0; k < n_e; k++) {
+            row[k] += e_sq[k];
+            if (row[k] < best) best = row[k];
+        }
+        float margin = 1e-4f * (float)(r2 + fabs(best)) + 1e-6f;
+        double best_exact = INFINITY;
+        int best_k = 0;
+        for (int k = 0; k < n_e; k++) {
+            if (row[k] > best + margin) continue;
+            double acc = 0.0;
+            for (int j = 0; j < d; j++) {
+                double dl = (double)r[(size_t)i * d + j] - e[(size_t)k * d + j];
+                acc += dl * dl;
+            }
+            if (acc < best_exact) {
+                best_exact = acc;
+                best_k = k;
+            }
+        }
+        codes[(size_t)i * code_stride] = best_k;
+    }
+}
+
+int qvc_speech_encoder_encode(const qvc_speech_encoder *se, int32_t *codes, const float *x,
+                              int64_t n, char *err, size_t err_size) {
+    const enc_config *c = &se->cfg;
+    const enc_weights *w = &se->w;
+    if (n <= 0) {
+        snprintf(err, err_size, "speech encoder: empty input");
+        return -1;
+    }
+    enc_state s;
+    if (enc_state_init(&s, c, n)) {
+        snprintf(err, err_size, "speech encoder: out of memory for %lld samples", (long long)n);
+        return -1;
+    }
+    /* SEANet, channels-first; cur/oth alternate between the two ping-pong buffers */
+    float *cur = s.p, *oth = s.q;
+    int64_t t = n;
+    int ch = c->n_filters;
+    qvc_conv cv = causal(1, ch, c->kernel_size, 1, 1, QVC_ACT_NONE, t);
+    qvc_conv1d(&cv, cur, t, x, t, t, w->conv0.w, w->conv0.b, s.scratch);
+    for (int st = 0; st < N_STAGES; st++) {
+        int hid = ch / c->compress, dil = 1;
+        for (int j = 0; j < c->n_residual_layers; j++, dil *= c->dilation_growth_rate) {
+            cv = causal(ch, hid, c->residual_kernel_size, 1, dil, QVC_ACT_ELU, t);
+            qvc_conv1d(&cv, oth, t, cur, t, t, w->stage[st].res[j][0].w, w->stage[st].res[j][0].b,
+                       s.scratch);
+            cv = causal(hid, ch, 1, 1, 1, QVC_ACT_ELU, t);
+            cv.residual = 1;
+            qvc_conv1d(&cv, cur, t, oth, t, t, w->stage[st].res[j][1].w, w->stage[st].res[j][1].b,
+                       s.scratch);
+        }
+        cv = causal(ch, 2 * ch, 2 * c->ratios[st], c->ratios[st], 1, QVC_ACT_ELU, t);
+        int64_t t2 = qvc_conv_out_len(&cv, t);
+        qvc_conv1d(&cv, oth, t2, cur, t, t, w->stage[st].down.w, w->stage[st].down.b, s.scratch);
+        float *tmp = cur;
+        cur = oth;
+        oth = tmp;
+        t = t2;
+        ch *= 2;
+    }
+    int h = c->hidden_size, tf = (int)t;
+    cv = causal(ch, h, c->last_kernel_size, 1, 1, QVC_ACT_ELU, t);
+    qvc_conv1d(&cv, oth, t, cur, t, t, w->conv_last.w, w->conv_last.b, s.scratch);
+    /* transformer, time-major [T, H] */
+    for (int i = 0; i < tf; i++)
+        for (int j = 0; j < h; j++) s.x[(size_t)i * h + j] = oth[(size_t)j * tf + i];
+    for (int i = 0; i < tf; i++)
+        qvk_rope_table(s.rope_c + (size_t)i * c->head_dim / 2, s.rope_s + (size_t)i * c->head_dim / 2,
+                       c->head_dim, i, c->rope_theta);
+    for (int l = 0; l < c->n_layers; l++) transformer_layer(c, &w->layer[l], &s, tf, se->window);
+    for (int i = 0; i < tf; i++)
+        for (int j = 0; j < h; j++) oth[(size_t)j * tf + i] = s.x[(size_t)i * h + j];
+    /* downsample 25 → 12.5 Hz: k4 s2, replicate padding, no bias */
+    cv = causal(h, h, 4, 2, 1, QVC_ACT_NONE, t);
+    cv.pad = QVC_PAD_REPLICATE;
+    int tq = (int)qvc_conv_out_len(&cv, t);
+    qvc_conv1d(&cv, cur, tq, oth, t, t, w->downsample, NULL, s.scratch);
+    for (int i = 0; i < tq; i++)
+        for (int j = 0; j < h; j++) s.x[(size_t)i * h + j] = cur[(size_t)j * tq + i];
+    /* split RVQ: semantic code 0 from its own projection, acoustic residual chain for 1..15 */
+    int d = c->codebook_dim, ne = c->codebook_size;
+    size_t cb = (size_t)ne * d;
+    qvk_sgemm(0, 1, tq, d, h, 1.0f, s.x, h, w->proj_sem, h, 0.0f, s.xs, d);
+    nearest(codes, c->n_codes, s.xs, tq, w->codebook, w->codebook_sq, ne, d, s.dist);
+    qvk_sgemm(0, 1, tq, d, h, 1.0f, s.x, h, w->proj_ac, h, 0.0f, s.xs, d);
+    for (int g = 1; g < c->n_codes; g++) {
+        const float *e = w->codebook + (size_t)g * cb;
+        nearest(codes + g, c->n_codes, s.xs, tq, e, w->codebook_sq + (size_t)g * ne, ne, d, s.dist);
+        for (int i = 0; i < tq; i++) {
+            const float *row = e + (size_t)codes[(size_t)i * c->n_codes + g] * d;
+            for (int j = 0; j < d; j++) s.xs[(size_t)i * d + j] -= row[j];
+        }
+    }
+    enc_state_free(&s);
+    return 0;
+}

@@ -1,0 +1,21 @@
+/* qvf_sample.h — deterministic sample voices for the voicefmt tests and the fuzz seed corpus. */
+#ifndef QVF_SAMPLE_H
+#define QVF_SAMPLE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "qvf.h"
+
+#define QVF_SAMPLE_N_ELEMS (96 * 64)
+/* Target (CustomVoice) and result (Base) bf16 arrays of the sample's delta tensor. */
+void qvf_sample_bf16(uint16_t *out, size_t n, uint32_t seed);
+/* A voice with every chunk: x-vector, META, ICL, TPAD, WOVR and (with_wdelta) two tensors (one
+ * bf16 bit-delta in 3 blocks, one f32 raw) targeting hidden 1024. NULL on allocation failure. */
+qvf_voice *qvf_sample_voice(int with_wdelta);
+/* 1 if a and b hold the same voice content (tensors compared decoded); else 0 with the first
+ * difference in why. ids: also compare model identities. */
+int qvf_sample_equal(const qvf_voice *a, const qvf_voice *b, int ids, char *why, size_t why_size);
+/* Serialises v (version 3 or 4) into a malloc'd buffer; NULL on failure. */
+uint8_t *qvf_sample_serialize(const qvf_voice *v, int version, size_t *n_bytes);
+
+#endif
