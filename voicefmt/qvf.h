@@ -93,7 +93,9 @@ typedef struct {
 typedef struct { char *key, *value; } qvf_meta_entry; /* owned, NUL-terminated */
 
 /* A voice in memory. Every pointer is owned by the voice (freed by qvf_voice_free), except
- * tensors[i].data, which may borrow the file mapping the voice also owns. */
+ * tensors[i].data, which may borrow the file mapping the voice also owns. To build a voice, set
+ * fields directly with malloc'd buffers (the voice takes ownership; e.g. v->tpad = malloc(12 * h),
+ * v->tpad_hidden = h) or use the qvf_voice_set_* / qvf_meta_set helpers. */
 typedef struct {
     int file_version;           /* version read: 1..4, 0 = raw .bin x-vector */
     qvf_model_id source, target;
