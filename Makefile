@@ -102,6 +102,9 @@ asan:
 	  CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
 	  LDFLAGS="-fsanitize=address,undefined" test
 
+fuzz:
+	@scripts/fuzz.sh
+
 bench: deps
 	@$(MAKE) --no-print-directory all $(BENCHES) models-full
 	@scripts/bench.sh

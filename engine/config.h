@@ -79,7 +79,13 @@ typedef struct {            /* speech_tokenizer/config.json */
     } encoder;
 } qve_codec_config;
 
-/* Each returns 0 on success, -1 with "FILE: key K: problem" in err. dir = model directory. */
+/* Each returns 0 on success, -1 with one line in err: "DIR/config.json: missing key
+ * talker_config.hidden_size" or "DIR/config.json: key K: wrong type (expected integer, found
+ * string)" / "...: out of range (...)". dir = model directory.
+ * variant: from tts_model_type; "custom_voice" with an empty spk_id map counts as VoiceDesign.
+ * size: 0B6 / 1B7 only when tts_model_size and the dimensions are the published ones, else OTHER
+ * (the tiny synthetic models). Base configs may omit ECAPA fields (official defaults, §5.2).
+ * generation_config.json: absent file or keys take the Python wrapper's fallbacks (§1.4). */
 int qve_model_config_load(qve_model_config *c, const char *dir, char *err, size_t err_size);
 int qve_generation_config_load(qve_generation_config *g, const char *dir, char *err, size_t err_size);
 int qve_codec_config_load(qve_codec_config *c, const char *dir, char *err, size_t err_size);

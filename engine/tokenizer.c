@@ -25,8 +25,18 @@ static const char QWEN2_REGEX[] =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
     "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
+/* The same with \s spelled out as the Unicode White_Space property, which is what HF's
+ * Oniguruma and Rust regex engines match. PCRE2's UCP \s adds U+180E; JavaScript's \s (the
+ * transformers.js reference) adds U+FEFF and lacks U+0085 (see tests/tokenizer/README.md). */
+#define WS "\\t\\n\\x0B\\f\\r\\x20\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}" \
+           "\\x{205F}\\x{3000}"
+static const char SPLIT_PATTERN[] =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^" WS "\\p{L}\\p{N}]+[\\r\\n]*|"
+    "[" WS "]*[\\r\\n]+|[" WS "]+(?![^" WS "])|[" WS "]+";
+
 #define CACHE_MAX_PIECE_BYTES 256   /* longer pieces are merged every time */
 #define CACHE_MAX_ENTRIES (1u << 16) /* cache is cleared when full: bounded memory */
+#define CACHE_MAX_KEY_BYTES ((size_t)4 << 20)
 #define MAX_ADDED 4096
 #define JIT_STACK_BYTES (1u << 20)
 
@@ -44,7 +54,7 @@ typedef struct { /* one BPE cache entry: key bytes and ids live in the arenas */
 } cache_entry;
 
 typedef struct {
-    int32_t rank, pos, left, right;
+    int32_t rank, pos, left, right, merged;
 } heap_item;
 
 struct qve_tok {
@@ -85,6 +95,8 @@ struct qve_tok {
     size_t cap_sym;
     heap_item *heap;
     size_t cap_heap;
+    utf8proc_int32_t *nfc; /* NFC scratch: code points, then re-encoded UTF-8 in place */
+    size_t cap_nfc;
 };
 
 /* ==== small helpers ================================================================ */
@@ -561,7 +573,7 @@ static int setup_regex(qve_tok *t, char *err, size_t err_size)
 {
     int ec;
     PCRE2_SIZE eo;
-    t->re = pcre2_compile((PCRE2_SPTR)QWEN2_REGEX, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP,
+    t->re = pcre2_compile((PCRE2_SPTR)SPLIT_PATTERN, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP,
                           &ec, &eo, NULL);
     if (!t->re) {
         PCRE2_UCHAR msg[160];
@@ -672,6 +684,7 @@ void qve_tok_free(qve_tok *t)
     free(t->prev);
     free(t->next);
     free(t->heap);
+    free(t->nfc);
     free(t);
 }
 
@@ -718,20 +731,24 @@ static void push_pair(qve_tok *t, size_t *n_heap, int32_t i)
     uint64_t key = (uint64_t)(uint32_t)t->sym[i] << 32 | (uint32_t)t->sym[j];
     uint32_t s = merge_slot(t, key);
     if (t->merge_keys[s] == UINT64_MAX) return;
-    heap_push(t->heap, n_heap, (heap_item){t->merge_rank[s], i, t->sym[i], t->sym[j]});
+    heap_push(t->heap, n_heap,
+              (heap_item){t->merge_rank[s], i, t->sym[i], t->sym[j], t->merge_id[s]});
 }
 
 /* Merges the bytes of one pre-token; appends the ids to out. */
 static int bpe_piece(qve_tok *t, const uint8_t *s, size_t n, qve_tok_ids *out)
 {
-    if (grow((void **)&t->sym, &t->cap_sym, n, sizeof *t->sym)) return QVE_TOK_E_NOMEM;
-    size_t cap = t->cap_sym;
-    int32_t *p = realloc(t->prev, cap * sizeof *p);
-    if (!p) return QVE_TOK_E_NOMEM;
-    t->prev = p;
-    p = realloc(t->next, cap * sizeof *p);
-    if (!p) return QVE_TOK_E_NOMEM;
-    t->next = p;
+    if (n > t->cap_sym) {
+        size_t cap = t->cap_sym;
+        if (grow((void **)&t->sym, &cap, n, sizeof *t->sym)) return QVE_TOK_E_NOMEM;
+        int32_t *p = realloc(t->prev, cap * sizeof *p);
+        if (!p) return QVE_TOK_E_NOMEM;
+        t->prev = p;
+        p = realloc(t->next, cap * sizeof *p);
+        if (!p) return QVE_TOK_E_NOMEM;
+        t->next = p;
+        t->cap_sym = cap; /* only once all three hold cap entries */
+    }
     /* each merge pushes at most 2 pairs; n - 1 initial pairs */
     if (grow((void **)&t->heap, &t->cap_heap, 3 * n + 1, sizeof *t->heap)) return QVE_TOK_E_NOMEM;
     for (size_t i = 0; i < n; i++) {
@@ -746,8 +763,7 @@ static int bpe_piece(qve_tok *t, const uint8_t *s, size_t n, qve_tok_ids *out)
         int32_t i = it.pos, j = t->next[i];
         /* stale entry: a merged symbol always has a different (longer) token than before */
         if (t->sym[i] != it.left || j < 0 || t->sym[j] != it.right) continue;
-        uint64_t key = (uint64_t)(uint32_t)it.left << 32 | (uint32_t)it.right;
-        t->sym[i] = t->merge_id[merge_slot(t, key)];
+        t->sym[i] = it.merged;
         t->sym[j] = -1;
         t->next[i] = t->next[j];
         if (t->next[j] >= 0) t->prev[t->next[j]] = i;
@@ -801,7 +817,7 @@ static int encode_piece(qve_tok *t, const uint8_t *s, size_t n, qve_tok_ids *out
     int st = bpe_piece(t, s, n, out);
     if (st) return st;
     size_t n_ids = out->n_ids - first;
-    if (t->n_cache >= CACHE_MAX_ENTRIES) {
+    if (t->n_cache >= CACHE_MAX_ENTRIES || t->n_cache_keys + n > CACHE_MAX_KEY_BYTES) {
         cache_clear(t);
         i = (uint32_t)h & t->cache_mask;
     }
@@ -862,16 +878,24 @@ static int encode_segment(qve_tok *t, const uint8_t *s, size_t n, qve_tok_ids *o
     int need_nfc = 0;
     for (size_t i = 0; i < n && !need_nfc; i++) need_nfc = s[i] >= 0xCC;
     if (!need_nfc) return encode_normalised(t, s, n, out, err, err_size);
-    utf8proc_uint8_t *nfc = NULL;
-    utf8proc_ssize_t m = utf8proc_map(s, (utf8proc_ssize_t)n, &nfc, UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+    /* utf8proc_map would malloc (and the kernel zero) a fresh buffer per call: decompose into a
+     * kept buffer instead, growing it when utf8proc reports the size it needs */
+    utf8proc_option_t opt = UTF8PROC_STABLE | UTF8PROC_COMPOSE;
+    utf8proc_ssize_t m;
+    for (;;) {
+        m = utf8proc_decompose(s, (utf8proc_ssize_t)n, t->nfc, (utf8proc_ssize_t)t->cap_nfc, opt);
+        if (m < 0 || (size_t)m <= t->cap_nfc) break;
+        if (grow((void **)&t->nfc, &t->cap_nfc, (size_t)m + 1, sizeof *t->nfc))
+            m = UTF8PROC_ERROR_NOMEM;
+        if (m < 0) break;
+    }
+    if (m >= 0) m = utf8proc_normalize_utf32(t->nfc, m, opt);
+    if (m >= 0) m = utf8proc_reencode(t->nfc, m, opt);
     if (m < 0) {
-        free(nfc);
         set_err(err, err_size, "NFC: %s", utf8proc_errmsg(m));
         return m == UTF8PROC_ERROR_NOMEM ? QVE_TOK_E_NOMEM : QVE_TOK_E_BAD_UTF8;
     }
-    int st = encode_normalised(t, nfc, (size_t)m, out, err, err_size);
-    free(nfc);
-    return st;
+    return encode_normalised(t, (const uint8_t *)t->nfc, (size_t)m, out, err, err_size);
 }
 
 int qve_tok_encode(qve_tok *t, const char *text, size_t n, qve_tok_ids *out, char *err,

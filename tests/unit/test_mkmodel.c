@@ -16,6 +16,8 @@
 #include <cmocka.h>
 #include <openssl/evp.h>
 
+#include "config.h"
+#include "manifest.h"
 #include "safetensors.h"
 
 static char cache_dir[1024];
@@ -329,12 +331,51 @@ static void test_tiny_layout(void **state) {
     check_layout("tiny-base/speech_tokenizer/model.safetensors", 36 + 2 + 27 + 22 + 2 + 112 + 4 + 28 + 24 + 1 + 100);
 }
 
+/* The generated dirs parse with the engine's config reader and match its expected-tensor tables
+ * (engine/manifest.c, written independently from the same spec). */
+static void check_manifest(const char *model) {
+    char dir[1200], p[1300], err[512];
+    path_in_cache(dir, sizeof dir, model);
+    qve_model_config mc;
+    qve_codec_config cc;
+    if (qve_model_config_load(&mc, dir, err, sizeof err)) fail_msg("%s", err);
+    if (qve_codec_config_load(&cc, dir, err, sizeof err)) fail_msg("%s", err);
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    qve_st *m = qve_st_open(p, err, sizeof err);
+    if (!m) fail_msg("%s", err);
+    snprintf(p, sizeof p, "%s/speech_tokenizer/model.safetensors", dir);
+    qve_st *c = qve_st_open(p, err, sizeof err);
+    if (!c) fail_msg("%s", err);
+    if (qve_manifest_check(&mc, &cc, m, c, err, sizeof err)) fail_msg("%s", err);
+    print_message("%s: %d + %d tensors match the engine manifest\n", model, qve_st_count(m), qve_st_count(c));
+    qve_st_close(m);
+    qve_st_close(c);
+}
+
+static void test_engine_manifest(void **state) {
+    (void)state;
+    if (!have_models("tiny-base", "tiny-cv", "tiny-vd", NULL)) skip();
+    check_manifest("tiny-base");
+    check_manifest("tiny-cv");
+    check_manifest("tiny-vd");
+    if (have_models("q06b-base", "q06b-cv", NULL)) {
+        check_manifest("q06b-base");
+        check_manifest("q06b-cv");
+    }
+    if (have_models("q17b-base", "q17b-cv", "q17b-vd", NULL)) { /* headers only: cheap */
+        check_manifest("q17b-base");
+        check_manifest("q17b-cv");
+        check_manifest("q17b-vd");
+    }
+}
+
 int main(void) {
     const char *c = getenv("QVOICE_CACHE");
     snprintf(cache_dir, sizeof cache_dir, "%s", c && *c ? c : "cache");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_elements_by_hand), cmocka_unit_test(test_cv_derivation),
-        cmocka_unit_test(test_tiny_layout),      cmocka_unit_test(test_configs_identical),
+        cmocka_unit_test(test_tiny_layout),      cmocka_unit_test(test_engine_manifest),
+        cmocka_unit_test(test_configs_identical),
         cmocka_unit_test(test_checksums_06b),    cmocka_unit_test(test_checksums_17b),
     };
     return cmocka_run_group_tests_name("mkmodel", tests, NULL, NULL);

@@ -1,0 +1,66 @@
+#!/bin/sh
+# fuzz.sh — build every tests/fuzz/fuzz_*.c as a libFuzzer binary (clang, ASan + UBSan, fuzz-mode
+# library: FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION skips CRC checks) and run each for FUZZ_SECONDS
+# (default 60; FUZZ_TARGETS="fuzz_a fuzz_b" runs only those). New inputs go to build/fuzz/corpus/<target>, crashes to tests/fuzz/findings/.
+# Ends with one line per target: runs executed, and whether it found anything. Exit 1 on a finding.
+set -u
+SECONDS_PER=${FUZZ_SECONDS:-60}
+CC=${FUZZ_CC:-clang}
+B=build/fuzz
+JOBS=${FUZZ_JOBS:-1}
+CFLAGS="-g -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined \
+ -DFUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION -D_GNU_SOURCE -std=c11 -I. -Ikernels -Iengine -Iclone -Ivoicefmt \
+ -I/usr/include/cjson"
+LIBS="-lopenblas -llz4 -lsndfile -lsamplerate -lcjson -lpcre2-8 -lutf8proc -lfftw3f -lcrypto -lpng -lpthread -lm"
+AVX2="-mavx2 -mfma -mf16c"
+AVX512="$AVX2 -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512bf16 -mavx512vnni"
+command -v "$CC" >/dev/null || { echo "fuzz.sh: $CC not found (apt-get install clang)" >&2; exit 1; }
+mkdir -p "$B/obj" tests/fuzz/findings
+
+# The library, instrumented (a file another module cannot build with clang is skipped with a note;
+# a target that needs it then fails to link and is reported as not built).
+objs=""
+for src in $(ls kernels/*.c engine/*.c clone/*.c voicefmt/*.c 2>/dev/null | grep -v '/main\.c$'); do
+  obj="$B/obj/$(echo "$src" | tr / _ | sed 's/\.c$/.o/')"
+  isa=""
+  case "$src" in *_avx2.c) isa=$AVX2 ;; *_avx512.c) isa=$AVX512 ;; esac
+  if $CC $CFLAGS $isa -fsanitize=fuzzer-no-link -c "$src" -o "$obj" 2>"$obj.log"; then
+    objs="$objs $obj"
+  else
+    echo "fuzz.sh: note: $src does not build with $CC (see $obj.log)" >&2
+  fi
+done
+rm -f "$B/libqvoice-fuzz.a"
+ar rcs "$B/libqvoice-fuzz.a" $objs
+
+status=0
+summary=""
+for t in tests/fuzz/fuzz_*.c; do
+  name=$(basename "$t" .c)
+  if [ -n "${FUZZ_TARGETS:-}" ] && ! echo " $FUZZ_TARGETS " | grep -q " $name "; then continue; fi
+  bin="$B/$name"
+  if ! $CC $CFLAGS -fsanitize=fuzzer "$t" "$B/libqvoice-fuzz.a" $LIBS -o "$bin" 2>"$bin.log"; then
+    summary="$summary\n$name: NOT BUILT (see $bin.log)"
+    status=1
+    continue
+  fi
+  mkdir -p "$B/corpus/$name"
+  seeds=""
+  [ -d "tests/fuzz/corpus/$name" ] && seeds="tests/fuzz/corpus/$name"
+  dict=""
+  if [ -f "tests/fuzz/$name.dict" ]; then dict="-dict=tests/fuzz/$name.dict"
+  else case "$name" in *qvf*|*legacy*|*roundtrip*) dict="-dict=tests/fuzz/qvf.dict" ;; esac; fi
+  echo "== $name: $SECONDS_PER s" >&2
+  "$bin" -max_total_time="$SECONDS_PER" -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 $dict \
+    -artifact_prefix="tests/fuzz/findings/$name-" "$B/corpus/$name" $seeds >"$B/$name.out" 2>&1
+  rc=$?
+  runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$B/$name.out" | tail -1)
+  if [ $rc -eq 0 ]; then
+    summary="$summary\n$name: ${runs:-?} runs in ${SECONDS_PER}s, no finding"
+  else
+    summary="$summary\n$name: FINDING after ${runs:-?} runs (see $B/$name.out and tests/fuzz/findings/)"
+    status=1
+  fi
+done
+printf "$summary\n"
+exit $status

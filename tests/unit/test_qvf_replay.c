@@ -1,0 +1,163 @@
+/* test_qvf_replay.c — the standalone replay of the fuzz targets inside `make test`: every file of
+ * tests/fuzz/corpus/<target>/ goes through that target, every tests/hostile/<dir>/ file through
+ * fuzz_<dir> when that target exists, and tests/hostile/qvf/ files must fail with the code listed in
+ * its expected.txt. A target aborts or trips a sanitizer (make asan) on a bad input.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "qvf.h"
+
+#define LLVMFuzzerTestOneInput fuzz_qvf_read_one
+#include "../fuzz/fuzz_qvf_read.c"
+#undef LLVMFuzzerTestOneInput
+#define LLVMFuzzerTestOneInput fuzz_legacy_read_one
+#include "../fuzz/fuzz_legacy_read.c"
+#undef LLVMFuzzerTestOneInput
+#define LLVMFuzzerTestOneInput fuzz_roundtrip_one
+#include "../fuzz/fuzz_roundtrip.c"
+#undef LLVMFuzzerTestOneInput
+#if __has_include("../fuzz/fuzz_safetensors.c")
+#define LLVMFuzzerTestOneInput fuzz_safetensors_one
+#include "../fuzz/fuzz_safetensors.c"
+#undef LLVMFuzzerTestOneInput
+#define HAVE_FUZZ_SAFETENSORS 1
+#endif
+#if __has_include("../fuzz/fuzz_tokenizer.c")
+#define LLVMFuzzerTestOneInput fuzz_tokenizer_one
+#include "../fuzz/fuzz_tokenizer.c"
+#undef LLVMFuzzerTestOneInput
+#define HAVE_FUZZ_TOKENIZER 1
+#endif
+
+typedef int (*target_fn)(const uint8_t *, size_t);
+static const struct { const char *name; target_fn fn; } targets[] = {
+    {"fuzz_qvf_read", fuzz_qvf_read_one},
+    {"fuzz_legacy_read", fuzz_legacy_read_one},
+    {"fuzz_roundtrip", fuzz_roundtrip_one},
+#ifdef HAVE_FUZZ_SAFETENSORS
+    {"fuzz_safetensors", fuzz_safetensors_one},
+#endif
+#ifdef HAVE_FUZZ_TOKENIZER
+    {"fuzz_tokenizer", fuzz_tokenizer_one},
+#endif
+};
+#define N_TARGETS (sizeof targets / sizeof targets[0])
+
+static uint8_t *slurp(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long sz = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *b = malloc(sz > 0 ? (size_t)sz : 1);
+    if (b && sz > 0 && fread(b, 1, (size_t)sz, f) != (size_t)sz) {
+        free(b);
+        b = NULL;
+    }
+    fclose(f);
+    *n = sz > 0 ? (size_t)sz : 0;
+    return b;
+}
+
+/* Runs fn over every regular file of dir; returns the number of files. */
+static int replay_dir(const char *dir, target_fn fn) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    struct dirent *e;
+    int n = 0;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.' || !strcmp(e->d_name, "expected.txt")) continue;
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        size_t len;
+        uint8_t *b = slurp(path, &len);
+        if (!b) continue;
+        fn(b, len);
+        free(b);
+        n++;
+    }
+    closedir(d);
+    return n;
+}
+
+static void test_replay_corpus(void **state) {
+    (void)state;
+    int total = 0;
+    for (size_t i = 0; i < N_TARGETS; i++) {
+        char dir[256];
+        snprintf(dir, sizeof dir, "tests/fuzz/corpus/%s", targets[i].name);
+        int n = replay_dir(dir, targets[i].fn);
+        printf("replay: %-18s %4d corpus files\n", targets[i].name, n);
+        total += n;
+    }
+    assert_true(total > 0);
+}
+
+static void test_replay_hostile_dirs(void **state) {
+    (void)state;
+    DIR *d = opendir("tests/hostile");
+    assert_non_null(d);
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        char dir[512], want[300];
+        snprintf(dir, sizeof dir, "tests/hostile/%s", e->d_name);
+        snprintf(want, sizeof want, "fuzz_%s", e->d_name);
+        for (size_t i = 0; i < N_TARGETS; i++) {
+            int match = !strcmp(targets[i].name, want) ||
+                        (!strcmp(e->d_name, "qvf") && strcmp(targets[i].name, "fuzz_safetensors") &&
+                         strcmp(targets[i].name, "fuzz_tokenizer"));
+            if (match) printf("replay: %-18s %4d files of %s\n", targets[i].name, replay_dir(dir, targets[i].fn), dir);
+        }
+    }
+    closedir(d);
+}
+
+static void test_hostile_qvf_expected(void **state) {
+    (void)state;
+    FILE *f = fopen("tests/hostile/qvf/expected.txt", "r");
+    assert_non_null(f);
+    char line[512];
+    int n = 0, bad = 0;
+    while (fgets(line, sizeof line, f)) {
+        char file[256], code[64];
+        if (line[0] == '#' || sscanf(line, "%255s %63s", file, code) != 2) continue;
+        char path[512], err[512];
+        snprintf(path, sizeof path, "tests/hostile/qvf/%s", file);
+        qvf_voice *v = NULL;
+        int rc = qvf_read_file(path, 0, &v, err, sizeof err);
+        for (uint32_t i = 0; !rc && i < v->n_tensors; i++) { /* decode, as `voicefmt verify` does */
+            const qvf_tensor *t = &v->tensors[i];
+            void *z = calloc(1, t->raw_bytes), *o = malloc(t->raw_bytes);
+            rc = qvf_wdelta_apply(t, z, o, 0, err, sizeof err);
+            free(z);
+            free(o);
+        }
+        qvf_voice_free(v);
+        if (strcmp(qvf_errname(rc), code)) {
+            printf("%s: got %s (%s), expected %s\n", file, qvf_errname(rc), rc ? err : "", code);
+            bad++;
+        }
+        n++;
+    }
+    fclose(f);
+    printf("hostile/qvf: %d files, %d with the wrong code\n", n, bad);
+    assert_true(n > 40);
+    assert_int_equal(bad, 0);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_replay_corpus),
+        cmocka_unit_test(test_replay_hostile_dirs),
+        cmocka_unit_test(test_hostile_qvf_expected),
+    };
+    return cmocka_run_group_tests_name("qvf_replay", tests, NULL, NULL);
+}
