@@ -472,6 +472,18 @@ static void test_cli(void **state) {
     assert_string_equal(qvf_meta_get(v, "language_id"), "2050");
     qvf_voice_free(v);
     assert_int_equal(run("bin/clone --compare %s %s > /dev/null", out, out), 0);
+    /* --target-cv: a WDELTA against the tiny CustomVoice, target identity recorded */
+    char cv_tiny[1024];
+    snprintf(cv_tiny, sizeof cv_tiny, "%.*s/tiny-cv", (int)(strlen(g_tiny) - strlen("/tiny-base")), g_tiny);
+    assert_int_equal(run("bin/clone -m %s %s -o %s --target-cv %s --json > /dev/null", g_tiny, CLIP,
+                         out, cv_tiny), 0);
+    assert_int_equal(qvf_read_file(out, 0, &v, err, sizeof err), 0);
+    printf("  --target-cv: WDELTA with %u tensors, target variant %u\n", v->n_tensors, v->target.variant);
+    assert_true(v->has_wdelta);
+    assert_true(v->n_tensors > 0);
+    assert_int_equal(v->target.variant, QVF_VARIANT_CUSTOM_VOICE);
+    assert_int_equal(v->n_frames, 0);
+    qvf_voice_free(v);
     unlink(out);
 }
 
