@@ -381,6 +381,25 @@ static void test_conv_helper(void **state) {
         md = 0.0;
         for (int i = 0; i < cv.c_out * t_out; i++) md = fmax(md, fabs(y[i] - 2 * yr[i]));
         assert_true(md < 2e-4);
+        /* time-major variant: x [t, c_in], W [c_out, k, c_in], y [t_out, c_out] */
+        cv.residual = 0;
+        float *xt = malloc(sizeof(float) * (size_t)cv.c_in * t);
+        float *wt = malloc(sizeof(float) * (size_t)cv.c_out * cv.c_in * cv.k);
+        float *yt = malloc(sizeof(float) * (size_t)cv.c_out * t_out);
+        float *scratch_tm = qvk_alloc(sizeof(float) * qvc_conv_scratch_tm(&cv));
+        for (int c = 0; c < cv.c_in; c++)
+            for (int i = 0; i < t; i++) xt[(size_t)i * cv.c_in + c] = x[(size_t)c * t + i];
+        qvc_conv_weights_tm(wt, w, cv.c_out, cv.c_in, cv.k);
+        qvc_conv1d_tm(&cv, yt, cv.c_out, xt, cv.c_in, t, wt, b, scratch_tm);
+        md = 0.0;
+        for (int o = 0; o < cv.c_out; o++)
+            for (int i = 0; i < t_out; i++) md = fmax(md, fabs(yt[(size_t)i * cv.c_out + o] - yr[(size_t)o * t_out + i]));
+        printf("    time-major: max |d| vs double %.3g\n", md);
+        assert_true(md < 1e-4);
+        free(xt);
+        free(wt);
+        free(yt);
+        qvk_free(scratch_tm);
         free(x);
         free(w);
         free(b);
