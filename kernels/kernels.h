@@ -25,6 +25,9 @@
 void qvk_init(void);
 /* "scalar", "avx2" or "avx512": the variant in use. */
 const char *qvk_variant(void);
+/* Switches to the named variant; -1 if unknown or this CPU lacks it (variant unchanged).
+ * For tests and benchmarks: not safe while kernels run on other threads. */
+int qvk_set_variant(const char *name);
 
 /* 64-byte aligned allocation of n bytes (rounded up); NULL on failure. Free with qvk_free. */
 void *qvk_alloc(size_t n_bytes);

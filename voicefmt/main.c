@@ -356,10 +356,7 @@ static int verify_model(const char *path, const qvf_voice *v, const char *dir, i
     } else {
         fprintf(stderr, "voicefmt: %s: warning: WDELTA has no target fingerprint (legacy); only sizes checked\n", path);
     }
-    char stp[4096];
-    snprintf(stp, sizeof stp, "%s/model.safetensors", dir);
-    if (file_size(stp) == 0) snprintf(stp, sizeof stp, "%s/model.safetensors.index.json", dir);
-    qve_st *st = qve_st_open(stp, err, sizeof err);
+    qve_st *st = qve_st_open_dir(dir, "model", err, sizeof err);
     if (!st) {
         fprintf(stderr, "voicefmt: %s\n", err);
         return 1;
@@ -368,7 +365,7 @@ static int verify_model(const char *path, const qvf_voice *v, const char *dir, i
         const qvf_tensor *t = &v->tensors[i];
         const qve_tensor *m = qve_st_find(st, t->name);
         if (!m) {
-            fprintf(stderr, "voicefmt: %s: WDELTA tensor %s is not in %s\n", path, t->name, stp);
+            fprintf(stderr, "voicefmt: %s: WDELTA tensor %s is not in model %s\n", path, t->name, dir);
             bad = 1;
             continue;
         }

@@ -1,0 +1,37 @@
+/* blas.c — the only caller of OpenBLAS (cblas_sgemm) and the one place setting its thread count,
+ * so the pool, OpenBLAS and the decoder thread can be kept within the core budget.
+ */
+#include <cblas.h>
+
+#include "kernels.h"
+
+void qvk_sgemm(int trans_a, int trans_b, int m, int n, int k, float alpha, const float *a,
+               int lda, const float *b, int ldb, float beta, float *c, int ldc) {
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+void qvk_blas_set_threads(int n) { openblas_set_num_threads(n < 1 ? 1 : n); }
+
+static void add_bias(float *y, const float *bias, int n_rows, int n_out) {
+    if (!bias) return;
+    for (int r = 0; r < n_rows; r++)
+        for (int o = 0; o < n_out; o++) y[(size_t)r * n_out + o] += bias[o];
+}
+
+void qvk_linear_f32(float *restrict y, const float *restrict x, const float *restrict w,
+                    const float *restrict bias, int n_rows, int n_in, int n_out) {
+    qvk_sgemm(0, 1, n_rows, n_out, n_in, 1.0f, x, n_in, w, n_in, 0.0f, y, n_out);
+    add_bias(y, bias, n_rows, n_out);
+}
+
+void qvk_linear_bf16(qvk_pool *pool, float *restrict y, const float *restrict x,
+                     const uint16_t *restrict w, const float *restrict bias, int n_rows,
+                     int n_in, int n_out, float *restrict scratch) {
+    if (n_rows == 1) {
+        qvk_matvec_bf16(pool, y, w, x, bias, n_out, n_in);
+        return;
+    }
+    qvk_bf16_to_f32(scratch, w, (size_t)n_out * n_in);
+    qvk_linear_f32(y, x, scratch, bias, n_rows, n_in, n_out);
+}

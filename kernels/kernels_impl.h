@@ -1,0 +1,33 @@
+/* kernels_impl.h — what the per-ISA files of kernels/ share: one table of row kernels per variant.
+ * The public kernels (matvec.c, nn.c) split work and call through the table chosen by dispatch.c;
+ * every entry computes each output row independently of how rows are grouped, which is what makes
+ * results bit-identical for any thread count.
+ */
+#ifndef QV_KERNELS_IMPL_H
+#define QV_KERNELS_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+    const char *name;
+    /* y[r] = W[r, :]·x (+ bias[r]) for r in [r0, r1); W row stride n_in. */
+    void (*mv_bf16)(float *restrict y, const uint16_t *restrict w, const float *restrict x,
+                    const float *restrict bias, int r0, int r1, int n_in);
+    void (*mv_f32)(float *restrict y, const float *restrict w, const float *restrict x,
+                   const float *restrict bias, int r0, int r1, int n_in);
+    float (*dot)(const float *a, const float *b, int n);
+    /* y += a·x */
+    void (*axpy)(float *restrict y, float a, const float *restrict x, int n);
+    /* Σ x² accumulated in double (rmsnorm). */
+    double (*sumsq)(const float *x, int n);
+} qvk_impl;
+
+extern const qvk_impl qvk_impl_scalar;
+extern const qvk_impl qvk_impl_avx2;
+extern const qvk_impl qvk_impl_avx512;
+
+/* The variant in use (qvk_init() is run first if needed). */
+const qvk_impl *qvk_impl_get(void);
+
+#endif

@@ -1,0 +1,78 @@
+/* matvec.c — bf16/f32 matrix-vector products split by output rows across the pool.
+ * Row ranges are multiples of ROW_ALIGN so each thread streams whole cache lines of y and the
+ * row kernels can block rows; a row's arithmetic never depends on the split (bit-identical).
+ */
+#include "kernels.h"
+#include "kernels_impl.h"
+
+#define ROW_ALIGN 16
+
+/* [r0, r1) of n rows for thread ith of nth. */
+static void split_rows(int n, int ith, int nth, int *r0, int *r1) {
+    int per = (n + nth - 1) / nth;
+    per = (per + ROW_ALIGN - 1) / ROW_ALIGN * ROW_ALIGN;
+    long a = (long)per * ith, b = a + per;
+    *r0 = a < n ? (int)a : n;
+    *r1 = b < n ? (int)b : n;
+}
+
+struct mv_job {
+    const qvk_impl *impl;
+    float *y;
+    const void *w;
+    const float *x;
+    const float *bias;
+    int n_out, n_in, is_bf16;
+};
+
+static void mv_run(int ith, int nth, void *p) {
+    const struct mv_job *j = p;
+    int r0, r1;
+    split_rows(j->n_out, ith, nth, &r0, &r1);
+    if (r0 >= r1) return;
+    if (j->is_bf16)
+        j->impl->mv_bf16(j->y, j->w, j->x, j->bias, r0, r1, j->n_in);
+    else
+        j->impl->mv_f32(j->y, j->w, j->x, j->bias, r0, r1, j->n_in);
+}
+
+void qvk_matvec_bf16(qvk_pool *pool, float *restrict y, const uint16_t *restrict w,
+                     const float *restrict x, const float *restrict bias, int n_out, int n_in) {
+    struct mv_job j = { qvk_impl_get(), y, w, x, bias, n_out, n_in, 1 };
+    qvk_pool_run(pool, mv_run, &j);
+}
+
+void qvk_matvec_f32(qvk_pool *pool, float *restrict y, const float *restrict w,
+                    const float *restrict x, const float *restrict bias, int n_out, int n_in) {
+    struct mv_job j = { qvk_impl_get(), y, w, x, bias, n_out, n_in, 0 };
+    qvk_pool_run(pool, mv_run, &j);
+}
+
+struct multi_job {
+    const qvk_impl *impl;
+    const float *x;
+    const qvk_mv *mv;
+    int n_mv, n_in, n_total;
+};
+
+/* The rows of all matrices, concatenated, are split as one range. */
+static void multi_run(int ith, int nth, void *p) {
+    const struct multi_job *j = p;
+    int r0, r1;
+    split_rows(j->n_total, ith, nth, &r0, &r1);
+    int base = 0;
+    for (int m = 0; m < j->n_mv && base < r1; m++) {
+        const qvk_mv *mv = &j->mv[m];
+        int a = r0 > base ? r0 - base : 0;
+        int b = r1 - base < mv->n_out ? r1 - base : mv->n_out;
+        if (a < b) j->impl->mv_bf16(mv->y, mv->w, j->x, mv->bias, a, b, j->n_in);
+        base += mv->n_out;
+    }
+}
+
+void qvk_matvec_bf16_multi(qvk_pool *pool, const float *restrict x, int n_in,
+                           const qvk_mv *mv, int n_mv) {
+    struct multi_job j = { qvk_impl_get(), x, mv, n_mv, n_in, 0 };
+    for (int m = 0; m < n_mv; m++) j.n_total += mv[m].n_out;
+    qvk_pool_run(pool, multi_run, &j);
+}

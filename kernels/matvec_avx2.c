@@ -1,0 +1,112 @@
+/* matvec_avx2.c — AVX2+FMA row kernels: bf16 widened exactly to f32, FMA with f32 x, four rows
+ * per pass sharing each x load; one 8-lane accumulator per row plus a scalar tail, so a row's
+ * result does not depend on whether it ran inside a block of four.
+ */
+#include <immintrin.h>
+
+#include "kernels.h"
+#include "kernels_impl.h"
+
+static inline __m256 load_bf16(const uint16_t *p) {
+    __m128i h = _mm_loadu_si128((const __m128i *)p);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+static inline float hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static inline float tail_bf16(float s, const uint16_t *w, const float *x, int i, int n) {
+    for (; i < n; i++) s += qvk_bf16_to_f32_1(w[i]) * x[i];
+    return s;
+}
+
+static void mv_bf16(float *restrict y, const uint16_t *restrict w, const float *restrict x,
+                    const float *restrict bias, int r0, int r1, int n_in) {
+    int n8 = n_in & ~7;
+    int r = r0;
+    for (; r + 4 <= r1; r += 4) {
+        const uint16_t *w0 = w + (size_t)r * n_in, *w1 = w0 + n_in, *w2 = w1 + n_in,
+                       *w3 = w2 + n_in;
+        __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(),
+               a3 = _mm256_setzero_ps();
+        for (int i = 0; i < n8; i += 8) {
+            __m256 xv = _mm256_loadu_ps(x + i);
+            a0 = _mm256_fmadd_ps(load_bf16(w0 + i), xv, a0);
+            a1 = _mm256_fmadd_ps(load_bf16(w1 + i), xv, a1);
+            a2 = _mm256_fmadd_ps(load_bf16(w2 + i), xv, a2);
+            a3 = _mm256_fmadd_ps(load_bf16(w3 + i), xv, a3);
+        }
+        float s0 = tail_bf16(hsum(a0), w0, x, n8, n_in), s1 = tail_bf16(hsum(a1), w1, x, n8, n_in),
+              s2 = tail_bf16(hsum(a2), w2, x, n8, n_in), s3 = tail_bf16(hsum(a3), w3, x, n8, n_in);
+        if (bias) {
+            s0 += bias[r];
+            s1 += bias[r + 1];
+            s2 += bias[r + 2];
+            s3 += bias[r + 3];
+        }
+        y[r] = s0;
+        y[r + 1] = s1;
+        y[r + 2] = s2;
+        y[r + 3] = s3;
+    }
+    for (; r < r1; r++) {
+        const uint16_t *w0 = w + (size_t)r * n_in;
+        __m256 a0 = _mm256_setzero_ps();
+        for (int i = 0; i < n8; i += 8)
+            a0 = _mm256_fmadd_ps(load_bf16(w0 + i), _mm256_loadu_ps(x + i), a0);
+        float s0 = tail_bf16(hsum(a0), w0, x, n8, n_in);
+        y[r] = bias ? s0 + bias[r] : s0;
+    }
+}
+
+static float dot(const float *a, const float *b, int n) {
+    int n8 = n & ~7;
+    __m256 acc = _mm256_setzero_ps();
+    for (int i = 0; i < n8; i += 8)
+        acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
+    float s = hsum(acc);
+    for (int i = n8; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+static void mv_f32(float *restrict y, const float *restrict w, const float *restrict x,
+                   const float *restrict bias, int r0, int r1, int n_in) {
+    for (int r = r0; r < r1; r++) {
+        float s = dot(w + (size_t)r * n_in, x, n_in);
+        y[r] = bias ? s + bias[r] : s;
+    }
+}
+
+static void axpy(float *restrict y, float a, const float *restrict x, int n) {
+    int n8 = n & ~7;
+    __m256 av = _mm256_set1_ps(a);
+    for (int i = 0; i < n8; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    for (int i = n8; i < n; i++) y[i] += a * x[i];
+}
+
+static double sumsq(const float *x, int n) {
+    int n4 = n & ~3;
+    __m256d acc = _mm256_setzero_pd();
+    for (int i = 0; i < n4; i += 4) {
+        __m256d v = _mm256_cvtps_pd(_mm_loadu_ps(x + i));
+        acc = _mm256_fmadd_pd(v, v, acc);
+    }
+    __m128d s2 = _mm_add_pd(_mm256_castpd256_pd128(acc), _mm256_extractf128_pd(acc, 1));
+    double s = _mm_cvtsd_f64(_mm_add_sd(s2, _mm_unpackhi_pd(s2, s2)));
+    for (int i = n4; i < n; i++) s += (double)x[i] * x[i];
+    return s;
+}
+
+const qvk_impl qvk_impl_avx2 = {
+    .name = "avx2",
+    .mv_bf16 = mv_bf16,
+    .mv_f32 = mv_f32,
+    .dot = dot,
+    .axpy = axpy,
+    .sumsq = sumsq,
+};

@@ -1,0 +1,67 @@
+/* matvec_scalar.c — portable reference row kernels (always compiled; the spec for the SIMD ones).
+ * Each dot product keeps 8 independent partial sums (lane j takes elements i ≡ j mod 8), reduced
+ * pairwise: the compiler may not reorder float sums, so this is what lets it vectorise at -O2.
+ */
+#include "kernels.h"
+#include "kernels_impl.h"
+
+#define LANES 8
+
+static float reduce8(const float *acc) {
+    float a = (acc[0] + acc[4]) + (acc[2] + acc[6]);
+    float b = (acc[1] + acc[5]) + (acc[3] + acc[7]);
+    return a + b;
+}
+
+static float dot_bf16(const uint16_t *restrict w, const float *restrict x, int n) {
+    float acc[LANES] = { 0 };
+    int i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int j = 0; j < LANES; j++) acc[j] += qvk_bf16_to_f32_1(w[i + j]) * x[i + j];
+    for (int j = 0; i < n; i++, j++) acc[j] += qvk_bf16_to_f32_1(w[i]) * x[i];
+    return reduce8(acc);
+}
+
+static float dot_f32(const float *a, const float *b, int n) {
+    float acc[LANES] = { 0 };
+    int i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int j = 0; j < LANES; j++) acc[j] += a[i + j] * b[i + j];
+    for (int j = 0; i < n; i++, j++) acc[j] += a[i] * b[i];
+    return reduce8(acc);
+}
+
+static void mv_bf16(float *restrict y, const uint16_t *restrict w, const float *restrict x,
+                    const float *restrict bias, int r0, int r1, int n_in) {
+    for (int r = r0; r < r1; r++) {
+        float s = dot_bf16(w + (size_t)r * n_in, x, n_in);
+        y[r] = bias ? s + bias[r] : s;
+    }
+}
+
+static void mv_f32(float *restrict y, const float *restrict w, const float *restrict x,
+                   const float *restrict bias, int r0, int r1, int n_in) {
+    for (int r = r0; r < r1; r++) {
+        float s = dot_f32(w + (size_t)r * n_in, x, n_in);
+        y[r] = bias ? s + bias[r] : s;
+    }
+}
+
+static void axpy(float *restrict y, float a, const float *restrict x, int n) {
+    for (int i = 0; i < n; i++) y[i] += a * x[i];
+}
+
+static double sumsq(const float *x, int n) {
+    double s = 0;
+    for (int i = 0; i < n; i++) s += (double)x[i] * x[i];
+    return s;
+}
+
+const qvk_impl qvk_impl_scalar = {
+    .name = "scalar",
+    .mv_bf16 = mv_bf16,
+    .mv_f32 = mv_f32,
+    .dot = dot_f32,
+    .axpy = axpy,
+    .sumsq = sumsq,
+};

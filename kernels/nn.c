@@ -1,0 +1,128 @@
+/* nn.c — element-wise ops, norms, RoPE and single-query attention.
+ * Numerics follow the PyTorch reference: f32 element math, norm statistics accumulated in double
+ * and rounded to f32 (what torch's f32 reductions approximate best), softmax max-subtracted.
+ */
+#include <math.h>
+
+#include "kernels.h"
+#include "kernels_impl.h"
+
+void qvk_rmsnorm(float *y, const float *x, const float *w, int n, float eps) {
+    float ms = (float)(qvk_impl_get()->sumsq(x, n) / n);
+    float r = 1.0f / sqrtf(ms + eps);
+    for (int i = 0; i < n; i++) y[i] = w[i] * (x[i] * r);
+}
+
+void qvk_layernorm(float *y, const float *x, const float *w, const float *b, int n, float eps) {
+    double s = 0;
+    for (int i = 0; i < n; i++) s += x[i];
+    float mean = (float)(s / n);
+    double v = 0;
+    for (int i = 0; i < n; i++) {
+        double d = (double)x[i] - mean;
+        v += d * d;
+    }
+    float r = 1.0f / sqrtf((float)(v / n) + eps);
+    for (int i = 0; i < n; i++) {
+        float t = (x[i] - mean) * r * w[i];
+        y[i] = b ? t + b[i] : t;
+    }
+}
+
+void qvk_softmax(float *x, int n) {
+    if (n <= 0) return;
+    float m = x[0];
+    for (int i = 1; i < n; i++) m = x[i] > m ? x[i] : m;
+    double s = 0;
+    for (int i = 0; i < n; i++) {
+        x[i] = expf(x[i] - m);
+        s += x[i];
+    }
+    float inv = (float)(1.0 / s);
+    for (int i = 0; i < n; i++) x[i] *= inv;
+}
+
+void qvk_silu(float *x, int n) {
+    for (int i = 0; i < n; i++) x[i] = x[i] / (1.0f + expf(-x[i]));
+}
+
+void qvk_gelu_erf(float *x, int n) {
+    for (int i = 0; i < n; i++) x[i] = 0.5f * x[i] * (1.0f + erff(x[i] * (float)M_SQRT1_2));
+}
+
+void qvk_elu(float *x, int n) {
+    for (int i = 0; i < n; i++) x[i] = x[i] > 0.0f ? x[i] : expm1f(x[i]);
+}
+
+void qvk_snakebeta(float *x, int n_ch, int n_t, const float *log_alpha, const float *log_beta) {
+    for (int c = 0; c < n_ch; c++) {
+        float a = expf(log_alpha[c]);
+        float inv_b = 1.0f / (expf(log_beta[c]) + 1e-9f);
+        float *row = x + (size_t)c * n_t;
+        for (int t = 0; t < n_t; t++) {
+            float s = sinf(a * row[t]);
+            row[t] += inv_b * (s * s);
+        }
+    }
+}
+
+void qvk_swiglu(float *y, const float *g, const float *u, int n) {
+    for (int i = 0; i < n; i++) y[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+void qvk_rope_table(float *c, float *s, int head_dim, int pos, float theta) {
+    int h = head_dim / 2;
+    for (int i = 0; i < h; i++) {
+        float inv_freq = 1.0f / powf(theta, (float)(2 * i) / (float)head_dim);
+        float a = (float)pos * inv_freq;
+        c[i] = cosf(a);
+        s[i] = sinf(a);
+    }
+}
+
+void qvk_rope_apply(float *x, int n_heads, int head_dim, const float *c, const float *s) {
+    int h = head_dim / 2;
+    for (int hd = 0; hd < n_heads; hd++) {
+        float *v = x + (size_t)hd * head_dim;
+        for (int i = 0; i < h; i++) {
+            float a = v[i], b = v[i + h];
+            v[i] = a * c[i] - b * s[i];
+            v[i + h] = b * c[i] + a * s[i];
+        }
+    }
+}
+
+struct attend_job {
+    const qvk_impl *impl;
+    float *out;
+    const float *q, *k, *v;
+    float *scratch;
+    int n_ctx, kv_stride, n_heads, n_kv_heads, head_dim;
+    float scale;
+};
+
+static void attend_run(int ith, int nth, void *p) {
+    const struct attend_job *j = p;
+    int group = j->n_heads / j->n_kv_heads;
+    int hd = j->head_dim;
+    for (int h = ith; h < j->n_heads; h += nth) {
+        const float *q = j->q + (size_t)h * hd;
+        size_t kv_off = (size_t)(h / group) * hd;
+        float *sc = j->scratch + (size_t)h * j->n_ctx;
+        for (int t = 0; t < j->n_ctx; t++)
+            sc[t] = j->impl->dot(q, j->k + (size_t)t * j->kv_stride + kv_off, hd) * j->scale;
+        qvk_softmax(sc, j->n_ctx);
+        float *o = j->out + (size_t)h * hd;
+        for (int i = 0; i < hd; i++) o[i] = 0.0f;
+        for (int t = 0; t < j->n_ctx; t++)
+            j->impl->axpy(o, sc[t], j->v + (size_t)t * j->kv_stride + kv_off, hd);
+    }
+}
+
+void qvk_attend(qvk_pool *pool, float *restrict out, const float *restrict q,
+                const float *k, const float *v, int n_ctx, int kv_stride, int n_heads,
+                int n_kv_heads, int head_dim, float scale, float *restrict scratch) {
+    struct attend_job j = { qvk_impl_get(), out, q, k, v, scratch, n_ctx, kv_stride,
+                            n_heads, n_kv_heads, head_dim, scale };
+    qvk_pool_run(pool, attend_run, &j);
+}

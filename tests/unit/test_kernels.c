@@ -1,0 +1,738 @@
+/* test_kernels.c — every kernel against a naive double-precision reference at a stated tolerance,
+ * every SIMD variant against the scalar one, and 2 threads against 1 bit for bit.
+ * Dot-product tolerances use the worst-case bound for f32 summation in any order:
+ * |Δ| ≤ n·2⁻²⁴·Σ|aᵢbᵢ| (plus a tiny absolute floor); the measured max |Δ| is printed.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "kernels.h"
+#include "helpers/npy.h"
+
+static const char *const k_variants[] = { "scalar", "avx2", "avx512" };
+#define N_VARIANTS 3
+
+/* Tests that loop over variants put back the one dispatch picked. */
+static const char *g_picked;
+static void restore_variant(void) { assert_int_equal(qvk_set_variant(g_picked), 0); }
+
+/* ---- deterministic random numbers ------------------------------------------------------ */
+
+static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
+
+static uint32_t rnd_u32(void) {
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return (uint32_t)(g_rng >> 16);
+}
+
+/* uniform in [-1, 1) */
+static float rnd(void) { return (float)((double)rnd_u32() / 2147483648.0 - 1.0); }
+
+static void fill(float *x, size_t n, float scale) {
+    for (size_t i = 0; i < n; i++) x[i] = rnd() * scale;
+}
+
+static void fill_bf16(uint16_t *w, size_t n, float scale) {
+    for (size_t i = 0; i < n; i++) {
+        float f = rnd() * scale;
+        qvk_f32_to_bf16(&w[i], &f, 1);
+    }
+}
+
+static float *falloc(size_t n) {
+    float *p = qvk_alloc(n * sizeof(float));
+    assert_non_null(p);
+    return p;
+}
+
+/* ---- comparison helpers ---------------------------------------------------------------- */
+
+/* Checks |got − want| ≤ atol + rtol·|want| element-wise; prints max |Δ|. */
+static void check_close(const char *what, const float *got, const double *want, size_t n,
+                        double atol, double rtol) {
+    double max_d = 0;
+    size_t bad = n;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - want[i]);
+        if (!(d <= atol + rtol * fabs(want[i])) && bad == n) bad = i;
+        if (d > max_d || isnan(d)) max_d = d;
+    }
+    printf("  %-40s max|Δ| = %.3g (tol %.1g + %.1g·|ref|)\n", what, max_d, atol, rtol);
+    if (bad != n)
+        fail_msg("%s: element %zu: got %.9g, want %.9g", what, bad, (double)got[bad], want[bad]);
+}
+
+/* ---- conversions ----------------------------------------------------------------------- */
+
+static void test_conversions(void **state) {
+    (void)state;
+    const float in[] = { 1.0f, -2.5f, 1.00390625f /* tie, even -> 1.0 */,
+                         1.01171875f /* tie, odd -> up */, 3.0e38f, INFINITY, NAN };
+    const uint16_t want[] = { 0x3f80, 0xc020, 0x3f80, 0x3f82, 0x7f62, 0x7f80 };
+    uint16_t out[7];
+    qvk_f32_to_bf16(out, in, 7);
+    for (int i = 0; i < 6; i++) assert_int_equal(out[i], want[i]);
+    assert_true((out[6] & 0x7f80) == 0x7f80 && (out[6] & 0x7f) != 0);
+    float back[6];
+    qvk_bf16_to_f32(back, out, 6);
+    assert_true(back[0] == 1.0f && back[1] == -2.5f && back[3] == 1.015625f && isinf(back[5]));
+
+    const uint16_t h[] = { 0x3c00, 0xc000, 0x0001, 0x03ff, 0x7bff, 0x7c00, 0x8000, 0x7e00 };
+    float f[8];
+    qvk_f16_to_f32(f, h, 8);
+    assert_true(f[0] == 1.0f);
+    assert_true(f[1] == -2.0f);
+    assert_true(f[2] == ldexpf(1.0f, -24));
+    assert_true(f[3] == ldexpf(1023.0f, -24));
+    assert_true(f[4] == 65504.0f);
+    assert_true(isinf(f[5]) && f[5] > 0);
+    assert_true(f[6] == 0.0f && signbit(f[6]));
+    assert_true(isnan(f[7]));
+}
+
+/* ---- matvec ---------------------------------------------------------------------------- */
+
+static void ref_matvec_bf16(double *y, double *bound, const uint16_t *w, const float *x,
+                            const float *bias, int n_out, int n_in) {
+    for (int o = 0; o < n_out; o++) {
+        double s = 0, a = 0;
+        for (int i = 0; i < n_in; i++) {
+            double p = (double)qvk_bf16_to_f32_1(w[(size_t)o * n_in + i]) * x[i];
+            s += p;
+            a += fabs(p);
+        }
+        if (bias) {
+            s += bias[o];
+            a += fabs(bias[o]);
+        }
+        y[o] = s;
+        bound[o] = (n_in + 1) * ldexp(1.0, -24) * a + 1e-30;
+    }
+}
+
+static void check_bound(const char *what, const float *got, const double *want,
+                        const double *bound, int n) {
+    double max_d = 0, max_ratio = 0;
+    for (int i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - want[i]);
+        if (d > max_d) max_d = d;
+        if (d / bound[i] > max_ratio || isnan(d)) max_ratio = d / bound[i];
+        if (!(d <= bound[i]))
+            fail_msg("%s: row %d: got %.9g, want %.9g (bound %.3g)", what, i, (double)got[i],
+                     want[i], bound[i]);
+    }
+    printf("  %-40s max|Δ| = %.3g (%.3g of the n·u·Σ|wx| bound)\n", what, max_d, max_ratio);
+}
+
+static void test_matvec_vs_reference(void **state) {
+    (void)state;
+    const int shapes[][2] = { { 1, 1 }, { 3, 7 }, { 5, 16 }, { 17, 33 }, { 37, 100 },
+                              { 64, 1024 }, { 129, 1027 }, { 8, 3072 } };
+    qvk_pool *pool = qvk_pool_create(2);
+    assert_non_null(pool);
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int n_out = shapes[s][0], n_in = shapes[s][1];
+        size_t nw = (size_t)n_out * n_in;
+        uint16_t *w = qvk_alloc(nw * 2);
+        float *wf = falloc(nw), *x = falloc((size_t)n_in), *b = falloc((size_t)n_out);
+        float *y = falloc((size_t)n_out), *y_scalar = falloc((size_t)n_out);
+        double *ref = malloc(sizeof(double) * (size_t)n_out);
+        double *bound = malloc(sizeof(double) * (size_t)n_out);
+        assert_true(w && ref && bound);
+        fill_bf16(w, nw, 1.0f);
+        qvk_bf16_to_f32(wf, w, nw);
+        fill(x, (size_t)n_in, 2.0f);
+        fill(b, (size_t)n_out, 0.5f);
+        for (int use_bias = 0; use_bias < 2; use_bias++) {
+            const float *bias = use_bias ? b : NULL;
+            ref_matvec_bf16(ref, bound, w, x, bias, n_out, n_in);
+            for (int v = 0; v < N_VARIANTS; v++) {
+                if (qvk_set_variant(k_variants[v]) != 0) continue;
+                char what[96];
+                snprintf(what, sizeof what, "matvec_bf16 %s %dx%d%s", k_variants[v], n_out,
+                         n_in, use_bias ? "+b" : "");
+                qvk_matvec_bf16(pool, y, w, x, bias, n_out, n_in);
+                check_bound(what, y, ref, bound, n_out);
+                if (v == 0) memcpy(y_scalar, y, sizeof(float) * (size_t)n_out);
+                /* variant vs scalar: both within the bound, so within twice of it */
+                for (int o = 0; o < n_out; o++)
+                    assert_true(fabs((double)y[o] - y_scalar[o]) <= 2 * bound[o]);
+                snprintf(what, sizeof what, "matvec_f32 %s %dx%d%s", k_variants[v], n_out,
+                         n_in, use_bias ? "+b" : "");
+                qvk_matvec_f32(pool, y, wf, x, bias, n_out, n_in);
+                check_bound(what, y, ref, bound, n_out);
+            }
+        }
+        qvk_free(w);
+        qvk_free(wf);
+        qvk_free(x);
+        qvk_free(b);
+        qvk_free(y);
+        qvk_free(y_scalar);
+        free(ref);
+        free(bound);
+    }
+    restore_variant();
+    qvk_pool_free(pool);
+}
+
+/* 1 thread vs 2 threads, and multi vs separate calls: bit for bit, for every variant. */
+static void test_matvec_threads_bit_identical(void **state) {
+    (void)state;
+    enum { N_IN = 1000, N_A = 333, N_B = 64, N_C = 7 };
+    const int n_outs[3] = { N_A, N_B, N_C };
+    uint16_t *w[3];
+    float *bias = falloc(N_A), *x = falloc(N_IN);
+    float *y1[3], *y2[3], *y3[3];
+    for (int m = 0; m < 3; m++) {
+        w[m] = qvk_alloc((size_t)n_outs[m] * N_IN * 2);
+        assert_non_null(w[m]);
+        fill_bf16(w[m], (size_t)n_outs[m] * N_IN, 1.0f);
+        y1[m] = falloc((size_t)n_outs[m]);
+        y2[m] = falloc((size_t)n_outs[m]);
+        y3[m] = falloc((size_t)n_outs[m]);
+    }
+    fill(bias, N_A, 1.0f);
+    fill(x, N_IN, 1.0f);
+    qvk_pool *p2 = qvk_pool_create(2), *p3 = qvk_pool_create(3);
+    assert_true(p2 && p3);
+    assert_int_equal(qvk_pool_threads(p2), 2);
+    assert_int_equal(qvk_pool_threads(NULL), 1);
+    for (int v = 0; v < N_VARIANTS; v++) {
+        if (qvk_set_variant(k_variants[v]) != 0) {
+            printf("  variant %s not supported here: skipped\n", k_variants[v]);
+            continue;
+        }
+        for (int m = 0; m < 3; m++) {
+            const float *b = m == 0 ? bias : NULL;
+            qvk_matvec_bf16(NULL, y1[m], w[m], x, b, n_outs[m], N_IN);
+            qvk_matvec_bf16(p2, y2[m], w[m], x, b, n_outs[m], N_IN);
+            assert_memory_equal(y1[m], y2[m], sizeof(float) * (size_t)n_outs[m]);
+            qvk_matvec_bf16(p3, y2[m], w[m], x, b, n_outs[m], N_IN);
+            assert_memory_equal(y1[m], y2[m], sizeof(float) * (size_t)n_outs[m]);
+        }
+        qvk_mv mv[3];
+        for (int m = 0; m < 3; m++)
+            mv[m] = (qvk_mv){ y3[m], w[m], m == 0 ? bias : NULL, n_outs[m] };
+        qvk_pool *pools[3] = { NULL, p2, p3 };
+        for (int p = 0; p < 3; p++) {
+            for (int m = 0; m < 3; m++) memset(y3[m], 0xff, sizeof(float) * (size_t)n_outs[m]);
+            qvk_matvec_bf16_multi(pools[p], x, N_IN, mv, 3);
+            for (int m = 0; m < 3; m++)
+                assert_memory_equal(y1[m], y3[m], sizeof(float) * (size_t)n_outs[m]);
+        }
+        printf("  %s: 1/2/3 threads and multi bit-identical\n", k_variants[v]);
+    }
+    restore_variant();
+    qvk_pool_free(p2);
+    qvk_pool_free(p3);
+    for (int m = 0; m < 3; m++) {
+        qvk_free(w[m]);
+        qvk_free(y1[m]);
+        qvk_free(y2[m]);
+        qvk_free(y3[m]);
+    }
+    qvk_free(bias);
+    qvk_free(x);
+}
+
+/* ---- thread pool ----------------------------------------------------------------------- */
+
+struct count_arg {
+    int counts[8];
+    int nth_seen;
+};
+
+static void count_job(int ith, int nth, void *p) {
+    struct count_arg *a = p;
+    a->counts[ith]++;
+    a->nth_seen = nth;
+}
+
+static void test_pool(void **state) {
+    (void)state;
+    assert_null(qvk_pool_create(0));
+    qvk_pool_free(NULL);
+    for (int n = 1; n <= 4; n++) {
+        qvk_pool *pool = qvk_pool_create(n);
+        assert_non_null(pool);
+        struct count_arg a = { { 0 }, 0 };
+        for (int r = 0; r < 5000; r++) qvk_pool_run(pool, count_job, &a);
+        /* let workers fall asleep, then check they wake from the futex */
+        usleep(2000);
+        qvk_pool_run(pool, count_job, &a);
+        for (int i = 0; i < n; i++) assert_int_equal(a.counts[i], 5001);
+        for (int i = n; i < 8; i++) assert_int_equal(a.counts[i], 0);
+        assert_int_equal(a.nth_seen, n);
+        qvk_pool_free(pool);
+    }
+}
+
+/* ---- linear (sgemm) -------------------------------------------------------------------- */
+
+static void test_linear(void **state) {
+    (void)state;
+    enum { R = 5, IN = 67, OUT = 33 };
+    float *x = falloc(R * IN), *w = falloc(OUT * IN), *b = falloc(OUT), *y = falloc(R * OUT);
+    float *scratch = falloc(OUT * IN);
+    uint16_t *wb = qvk_alloc(OUT * IN * 2);
+    double ref[R * OUT];
+    fill(x, R * IN, 1.0f);
+    fill_bf16(wb, OUT * IN, 1.0f);
+    qvk_bf16_to_f32(w, wb, OUT * IN);
+    fill(b, OUT, 1.0f);
+    for (int r = 0; r < R; r++)
+        for (int o = 0; o < OUT; o++) {
+            double s = b[o];
+            for (int i = 0; i < IN; i++) s += (double)x[r * IN + i] * w[o * IN + i];
+            ref[r * OUT + o] = s;
+        }
+    qvk_linear_f32(y, x, w, b, R, IN, OUT);
+    check_close("linear_f32 5x67->33", y, ref, R * OUT, 1e-5, 1e-5);
+    memset(y, 0, sizeof(float) * R * OUT);
+    qvk_linear_bf16(NULL, y, x, wb, b, R, IN, OUT, scratch);
+    check_close("linear_bf16 5x67->33", y, ref, R * OUT, 1e-5, 1e-5);
+    qvk_linear_bf16(NULL, y, x, wb, b, 1, IN, OUT, NULL);
+    check_close("linear_bf16 1 row (matvec path)", y, ref, OUT, 1e-5, 1e-5);
+
+    /* sgemm with transposes: C = 2·Aᵀ·Bᵀ + 0.5·C */
+    enum { M = 4, N = 3, K = 6 };
+    float a[K * M], bb[N * K], c[M * N];
+    double cref[M * N];
+    fill(a, K * M, 1.0f);
+    fill(bb, N * K, 1.0f);
+    fill(c, M * N, 1.0f);
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double s = 0;
+            for (int k = 0; k < K; k++) s += (double)a[k * M + i] * bb[j * K + k];
+            cref[i * N + j] = 2 * s + 0.5 * c[i * N + j];
+        }
+    qvk_sgemm(1, 1, M, N, K, 2.0f, a, M, bb, K, 0.5f, c, N);
+    check_close("sgemm AᵀBᵀ", c, cref, M * N, 1e-5, 1e-5);
+    qvk_free(x);
+    qvk_free(w);
+    qvk_free(b);
+    qvk_free(y);
+    qvk_free(scratch);
+    qvk_free(wb);
+}
+
+/* ---- element-wise and norms ------------------------------------------------------------ */
+
+static void test_elementwise(void **state) {
+    (void)state;
+    enum { N = 1031 };
+    float x[N], y[N], w[N], b[N], g[N], u[N];
+    double ref[N];
+    fill(x, N, 4.0f);
+    fill(w, N, 1.0f);
+    fill(b, N, 1.0f);
+    fill(g, N, 6.0f);
+    fill(u, N, 2.0f);
+
+    for (int v = 0; v < N_VARIANTS; v++) {
+        if (qvk_set_variant(k_variants[v]) != 0) continue;
+        double ss = 0;
+        for (int i = 0; i < N; i++) ss += (double)x[i] * x[i];
+        double r = 1.0 / sqrt(ss / N + 1e-6);
+        for (int i = 0; i < N; i++) ref[i] = w[i] * x[i] * r;
+        qvk_rmsnorm(y, x, w, N, 1e-6f);
+        char what[64];
+        snprintf(what, sizeof what, "rmsnorm %s", k_variants[v]);
+        check_close(what, y, ref, N, 1e-6, 4e-7 * 4);
+    }
+    restore_variant();
+
+    double mean = 0, var = 0;
+    for (int i = 0; i < N; i++) mean += x[i];
+    mean /= N;
+    for (int i = 0; i < N; i++) var += (x[i] - mean) * (x[i] - mean);
+    var /= N;
+    for (int i = 0; i < N; i++) ref[i] = (x[i] - mean) / sqrt(var + 1e-5) * w[i] + b[i];
+    qvk_layernorm(y, x, w, b, N, 1e-5f);
+    check_close("layernorm", y, ref, N, 1e-6, 2e-6);
+    for (int i = 0; i < N; i++) ref[i] -= b[i];
+    qvk_layernorm(y, x, w, NULL, N, 1e-5f);
+    check_close("layernorm (no bias)", y, ref, N, 1e-6, 2e-6);
+
+    double mx = x[0], sum = 0;
+    for (int i = 1; i < N; i++) mx = x[i] > mx ? x[i] : mx;
+    for (int i = 0; i < N; i++) sum += exp(x[i] - mx);
+    for (int i = 0; i < N; i++) ref[i] = exp(x[i] - mx) / sum;
+    memcpy(y, x, sizeof x);
+    qvk_softmax(y, N);
+    check_close("softmax", y, ref, N, 1e-9, 2e-6);
+
+    for (int i = 0; i < N; i++) ref[i] = x[i] / (1 + exp(-(double)x[i]));
+    memcpy(y, x, sizeof x);
+    qvk_silu(y, N);
+    check_close("silu", y, ref, N, 1e-7, 1e-6);
+
+    for (int i = 0; i < N; i++) ref[i] = 0.5 * x[i] * (1 + erf(x[i] / sqrt(2.0)));
+    memcpy(y, x, sizeof x);
+    qvk_gelu_erf(y, N);
+    check_close("gelu_erf", y, ref, N, 1e-7, 1e-6);
+
+    for (int i = 0; i < N; i++) ref[i] = x[i] > 0 ? x[i] : expm1((double)x[i]);
+    memcpy(y, x, sizeof x);
+    qvk_elu(y, N);
+    check_close("elu", y, ref, N, 1e-7, 1e-6);
+
+    for (int i = 0; i < N; i++) {
+        double gd = g[i];
+        ref[i] = gd / (1 + exp(-gd)) * u[i];
+    }
+    qvk_swiglu(y, g, u, N);
+    check_close("swiglu", y, ref, N, 1e-7, 2e-6);
+
+    enum { C = 3, T = 50 };
+    float sx[C * T], la[C] = { -0.5f, 0.0f, 1.2f }, lb[C] = { 0.3f, -1.0f, 0.0f };
+    double sref[C * T];
+    fill(sx, C * T, 3.0f);
+    for (int c = 0; c < C; c++)
+        for (int t = 0; t < T; t++) {
+            double s = sin(exp((double)la[c]) * sx[c * T + t]);
+            sref[c * T + t] = sx[c * T + t] + s * s / (exp((double)lb[c]) + 1e-9);
+        }
+    qvk_snakebeta(sx, C, T, la, lb);
+    check_close("snakebeta", sx, sref, C * T, 2e-6, 2e-6);
+}
+
+/* ---- RoPE ------------------------------------------------------------------------------ */
+
+static void test_rope(void **state) {
+    (void)state;
+    enum { HD = 128, H = 3 };
+    float c[HD / 2], s[HD / 2], x[H * HD];
+    double cref[HD / 2], sref[HD / 2], xref[H * HD];
+    int pos = 1234;
+    qvk_rope_table(c, s, HD, pos, 1e6f);
+    for (int i = 0; i < HD / 2; i++) {
+        /* the reference computes the angle in f32: pos·f_i rounded, then cos/sin of it */
+        float f = 1.0f / powf(1e6f, (float)(2 * i) / HD);
+        float a = (float)pos * f;
+        cref[i] = cos((double)a);
+        sref[i] = sin((double)a);
+    }
+    check_close("rope_table cos", c, cref, HD / 2, 2e-7, 0);
+    check_close("rope_table sin", s, sref, HD / 2, 2e-7, 0);
+    fill(x, H * HD, 1.0f);
+    for (int h = 0; h < H; h++)
+        for (int i = 0; i < HD / 2; i++) {
+            double a = x[h * HD + i], b = x[h * HD + i + HD / 2];
+            xref[h * HD + i] = a * c[i] - b * s[i];
+            xref[h * HD + i + HD / 2] = b * c[i] + a * s[i];
+        }
+    qvk_rope_apply(x, H, HD, c, s);
+    check_close("rope_apply", x, xref, H * HD, 1e-6, 1e-6);
+}
+
+/* ---- attention ------------------------------------------------------------------------- */
+
+static void test_attend(void **state) {
+    (void)state;
+    enum { NH = 8, NKV = 2, HD = 67, CTX = 45, STRIDE = NKV * HD + 5 };
+    float *q = falloc(NH * HD), *k = falloc(CTX * STRIDE), *v = falloc(CTX * STRIDE);
+    float *out = falloc(NH * HD), *out2 = falloc(NH * HD), *scratch = falloc(NH * CTX);
+    double ref[NH * HD];
+    fill(q, NH * HD, 1.0f);
+    fill(k, CTX * STRIDE, 1.0f);
+    fill(v, CTX * STRIDE, 1.0f);
+    float scale = 1.0f / sqrtf(HD);
+    for (int h = 0; h < NH; h++) {
+        int kvh = h / (NH / NKV);
+        double sc[CTX], mx = -1e300, sum = 0;
+        for (int t = 0; t < CTX; t++) {
+            double d = 0;
+            for (int i = 0; i < HD; i++) d += (double)q[h * HD + i] * k[t * STRIDE + kvh * HD + i];
+            sc[t] = d * scale;
+            mx = sc[t] > mx ? sc[t] : mx;
+        }
+        for (int t = 0; t < CTX; t++) sum += sc[t] = exp(sc[t] - mx);
+        for (int i = 0; i < HD; i++) {
+            double o = 0;
+            for (int t = 0; t < CTX; t++) o += sc[t] / sum * v[t * STRIDE + kvh * HD + i];
+            ref[h * HD + i] = o;
+        }
+    }
+    qvk_pool *pool = qvk_pool_create(2);
+    for (int vv = 0; vv < N_VARIANTS; vv++) {
+        if (qvk_set_variant(k_variants[vv]) != 0) continue;
+        qvk_attend(NULL, out, q, k, v, CTX, STRIDE, NH, NKV, HD, scale, scratch);
+        char what[64];
+        snprintf(what, sizeof what, "attend %s", k_variants[vv]);
+        check_close(what, out, ref, NH * HD, 2e-6, 1e-5);
+        qvk_attend(pool, out2, q, k, v, CTX, STRIDE, NH, NKV, HD, scale, scratch);
+        assert_memory_equal(out, out2, sizeof(float) * NH * HD);
+    }
+    restore_variant();
+    qvk_pool_free(pool);
+    qvk_free(q);
+    qvk_free(k);
+    qvk_free(v);
+    qvk_free(out);
+    qvk_free(out2);
+    qvk_free(scratch);
+}
+
+/* ---- convolutions ---------------------------------------------------------------------- */
+
+static double padded_at(const float *row, int t_in, long p, enum qvk_pad mode) {
+    if (p >= 0 && p < t_in) return row[p];
+    if (mode == QVK_PAD_ZERO) return 0;
+    if (mode == QVK_PAD_REPLICATE) return row[p < 0 ? 0 : t_in - 1];
+    /* reflect (edge excluded), folded repeatedly */
+    if (t_in == 1) return row[0];
+    while (p < 0 || p >= t_in) p = p < 0 ? -p : 2 * (t_in - 1) - p;
+    return row[p];
+}
+
+static void ref_conv1d(const qvk_conv *cv, double *y, const float *x, int t_in, const float *w,
+                       const float *b) {
+    int t_out = qvk_conv1d_out_len(cv, t_in);
+    int cig = cv->c_in / cv->groups, cog = cv->c_out / cv->groups;
+    for (int o = 0; o < cv->c_out; o++) {
+        int g = o / cog;
+        for (int t = 0; t < t_out; t++) {
+            double s = b ? b[o] : 0;
+            for (int ci = 0; ci < cig; ci++)
+                for (int j = 0; j < cv->k; j++) {
+                    long p = (long)t * cv->stride + (long)j * cv->dilation - cv->pad_left;
+                    s += (double)w[((size_t)o * cig + ci) * cv->k + j] *
+                         padded_at(x + (size_t)(g * cig + ci) * t_in, t_in, p, cv->pad);
+                }
+            y[(size_t)o * t_out + t] = s;
+        }
+    }
+}
+
+static void test_conv1d(void **state) {
+    (void)state;
+    const qvk_conv cases[] = {
+        /* c_in c_out k stride dil groups padl padr mode */
+        { 4, 6, 3, 1, 1, 1, 2, 0, QVK_PAD_ZERO },      /* causal k3 */
+        { 5, 3, 7, 1, 3, 1, 18, 0, QVK_PAD_ZERO },     /* causal dilated */
+        { 4, 4, 5, 1, 2, 1, 4, 4, QVK_PAD_REFLECT },   /* "same" reflect */
+        { 3, 2, 3, 1, 1, 1, 1, 1, QVK_PAD_REPLICATE },
+        { 6, 4, 8, 4, 1, 1, 4, 3, QVK_PAD_ZERO },      /* strided */
+        { 4, 6, 3, 2, 1, 2, 1, 1, QVK_PAD_REFLECT },   /* grouped */
+        { 8, 8, 7, 1, 1, 8, 6, 0, QVK_PAD_ZERO },      /* depthwise causal */
+        { 8, 8, 3, 2, 2, 8, 2, 2, QVK_PAD_REFLECT },   /* depthwise strided dilated */
+        { 7, 5, 1, 1, 1, 1, 0, 0, QVK_PAD_ZERO },      /* 1x1 */
+        { 2, 3, 3, 1, 1, 1, 12, 12, QVK_PAD_REFLECT }, /* pad longer than the input */
+    };
+    const int t_ins[] = { 1, 9, 40 };
+    double max_all = 0;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const qvk_conv *cv = &cases[c];
+        for (size_t ti = 0; ti < sizeof t_ins / sizeof t_ins[0]; ti++) {
+            int t_in = t_ins[ti];
+            int t_out = qvk_conv1d_out_len(cv, t_in);
+            if (t_out <= 0) continue;
+            size_t nw = (size_t)cv->c_out * (cv->c_in / cv->groups) * cv->k;
+            float *x = falloc((size_t)cv->c_in * t_in), *w = falloc(nw), *b = falloc(cv->c_out);
+            float *y = falloc((size_t)cv->c_out * t_out);
+            float *scratch = falloc(qvk_conv1d_scratch(cv, t_in) + 1);
+            double *ref = malloc(sizeof(double) * (size_t)cv->c_out * t_out);
+            fill(x, (size_t)cv->c_in * t_in, 1.0f);
+            fill(w, nw, 1.0f);
+            fill(b, cv->c_out, 1.0f);
+            for (int use_b = 0; use_b < 2; use_b++) {
+                ref_conv1d(cv, ref, x, t_in, w, use_b ? b : NULL);
+                qvk_conv1d(cv, y, x, t_in, w, use_b ? b : NULL, scratch);
+                for (size_t i = 0; i < (size_t)cv->c_out * t_out; i++) {
+                    double d = fabs(y[i] - ref[i]);
+                    if (d > max_all) max_all = d;
+                    if (!(d <= 1e-5))
+                        fail_msg("conv1d case %zu t_in %d: y[%zu] = %.9g, want %.9g", c, t_in, i,
+                                 (double)y[i], ref[i]);
+                }
+            }
+            qvk_free(x);
+            qvk_free(w);
+            qvk_free(b);
+            qvk_free(y);
+            qvk_free(scratch);
+            free(ref);
+        }
+    }
+    printf("  %-40s max|Δ| = %.3g (tol 1e-5)\n", "conv1d (10 configs x 3 lengths)", max_all);
+    qvk_conv cz = { 2, 2, 5, 1, 1, 1, 0, 0, QVK_PAD_ZERO };
+    assert_int_equal(qvk_conv1d_out_len(&cz, 4), 0);
+    assert_int_equal(qvk_conv1d_out_len(&cz, 5), 1);
+}
+
+static void test_conv_transpose1d(void **state) {
+    (void)state;
+    const int cfg[][4] = { /* c_in c_out k stride */ { 4, 3, 2, 2 }, { 3, 5, 16, 8 },
+                           { 2, 2, 10, 5 }, { 5, 4, 3, 1 } };
+    double max_all = 0;
+    for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
+        int ci = cfg[c][0], co = cfg[c][1], k = cfg[c][2], st = cfg[c][3];
+        for (int trim_mode = 0; trim_mode < 2; trim_mode++) {
+            int trim = trim_mode ? k - st : 0;
+            int t_in = 11;
+            int full = (t_in - 1) * st + k;
+            float *x = falloc((size_t)ci * t_in), *w = falloc((size_t)ci * co * k);
+            float *b = falloc(co), *y = falloc((size_t)co * full);
+            float *scratch = falloc(qvk_conv_transpose1d_scratch(ci, co, k, t_in));
+            double *ref = calloc((size_t)co * full, sizeof(double));
+            fill(x, (size_t)ci * t_in, 1.0f);
+            fill(w, (size_t)ci * co * k, 1.0f);
+            fill(b, co, 1.0f);
+            for (int o = 0; o < co; o++) {
+                for (int p = 0; p < full; p++) ref[(size_t)o * full + p] = b[o];
+                for (int i = 0; i < ci; i++)
+                    for (int t = 0; t < t_in; t++)
+                        for (int j = 0; j < k; j++)
+                            ref[(size_t)o * full + t * st + j] +=
+                                (double)x[i * t_in + t] * w[((size_t)i * co + o) * k + j];
+            }
+            int kept = qvk_conv_transpose1d(y, x, ci, co, t_in, k, st, trim, w, b, scratch);
+            assert_int_equal(kept, full - trim);
+            for (int o = 0; o < co; o++)
+                for (int p = 0; p < kept; p++) {
+                    double d = fabs(y[(size_t)o * kept + p] - ref[(size_t)o * full + p]);
+                    if (d > max_all) max_all = d;
+                    if (!(d <= 1e-5)) fail_msg("conv_transpose1d cfg %zu: o %d p %d", c, o, p);
+                }
+            qvk_free(x);
+            qvk_free(w);
+            qvk_free(b);
+            qvk_free(y);
+            qvk_free(scratch);
+            free(ref);
+        }
+    }
+    printf("  %-40s max|Δ| = %.3g (tol 1e-5)\n", "conv_transpose1d (4 configs x 2 trims)",
+           max_all);
+}
+
+/* ---- .npy reader ----------------------------------------------------------------------- */
+
+static void write_file(const char *path, const void *data, size_t n) {
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(data, 1, n, f), n);
+    fclose(f);
+}
+
+/* Builds a v1.0 .npy image: header padded so the data starts at a multiple of 64. */
+static size_t make_npy(unsigned char *buf, const char *dict, const void *data, size_t n_data) {
+    size_t dl = strlen(dict);
+    size_t total_hdr = (10 + dl + 1 + 63) / 64 * 64;
+    size_t hlen = total_hdr - 10;
+    memcpy(buf, "\x93NUMPY\x01\x00", 8);
+    buf[8] = (unsigned char)(hlen & 0xff);
+    buf[9] = (unsigned char)(hlen >> 8);
+    memcpy(buf + 10, dict, dl);
+    memset(buf + 10 + dl, ' ', hlen - dl - 1);
+    buf[total_hdr - 1] = '\n';
+    memcpy(buf + total_hdr, data, n_data);
+    return total_hdr + n_data;
+}
+
+static void test_npy(void **state) {
+    (void)state;
+    char path[] = "/tmp/qvk_test_npy_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    unsigned char buf[512];
+    char err[256];
+    npy_array a;
+
+    const float f[8] = { 1, -2, 3.5f, 0, 1e-3f, 42, 7, 8 };
+    size_t n = make_npy(buf, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", f,
+                        6 * sizeof *f);
+    write_file(path, buf, n);
+    assert_int_equal(npy_read(path, &a, err, sizeof err), 0);
+    assert_int_equal(a.dtype, NPY_F32);
+    assert_int_equal(a.n_dims, 2);
+    assert_true(a.shape[0] == 2 && a.shape[1] == 3 && a.n_elems == 6);
+    assert_memory_equal(npy_f32(&a), f, 6 * sizeof *f);
+    npy_free(&a);
+
+    const int64_t iv[3] = { -1, 151672, 1ll << 40 };
+    n = make_npy(buf, "{'descr': '<i8', 'fortran_order': False, 'shape': (3,), }", iv, sizeof iv);
+    write_file(path, buf, n);
+    assert_int_equal(npy_read_typed(path, NPY_I64, &a, err, sizeof err), 0);
+    assert_true(a.n_dims == 1 && a.shape[0] == 3);
+    assert_memory_equal(npy_i64(&a), iv, sizeof iv);
+    npy_free(&a);
+    assert_int_equal(npy_read_typed(path, NPY_F32, &a, err, sizeof err), -1);
+
+    n = make_npy(buf, "{'descr': '<f4', 'fortran_order': False, 'shape': (), }", f, 4);
+    write_file(path, buf, n);
+    assert_int_equal(npy_read(path, &a, err, sizeof err), 0);
+    assert_true(a.n_dims == 0 && a.n_elems == 1 && npy_f32(&a)[0] == 1.0f);
+    npy_free(&a);
+
+    /* hostile inputs: each must fail with a message and leave nothing allocated */
+    struct {
+        const char *dict;
+        size_t n_data;
+    } bad[] = {
+        { "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", 20 }, /* short */
+        { "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", 28 }, /* long */
+        { "{'descr': '>f4', 'fortran_order': False, 'shape': (2,), }", 8 },
+        { "{'descr': '<f4', 'fortran_order': True, 'shape': (2,), }", 8 },
+        { "{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999999999,), }", 8 },
+        { "{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967296, 16), }",
+          8 },
+        { "{'descr': '<f4', 'fortran_order': False, 'shape': (2, }", 8 },
+        { "{'fortran_order': False, 'shape': (2,), }", 8 },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        n = make_npy(buf, bad[i].dict, f, bad[i].n_data);
+        write_file(path, buf, n);
+        err[0] = 0;
+        assert_int_equal(npy_read(path, &a, err, sizeof err), -1);
+        assert_null(a.data);
+        assert_true(strstr(err, path) == err);
+    }
+    n = make_npy(buf, "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }", f, 8);
+    buf[8] = 0xff; /* header length beyond the file */
+    buf[9] = 0xff;
+    write_file(path, buf, n);
+    assert_int_equal(npy_read(path, &a, err, sizeof err), -1);
+    write_file(path, "\x93NUMPY\x01", 7);
+    assert_int_equal(npy_read(path, &a, err, sizeof err), -1);
+    write_file(path, "PK\x03\x04 not npy", 13);
+    assert_int_equal(npy_read(path, &a, err, sizeof err), -1);
+    unlink(path);
+    assert_int_equal(npy_read(path, &a, err, sizeof err), -1);
+    printf("  npy: f4/i8/scalar read, 11 malformed files rejected (last: %s)\n", err);
+}
+
+int main(void) {
+    qvk_init();
+    g_picked = qvk_variant();
+    printf("kernel variant by CPUID/QV_KERNELS: %s\n", g_picked);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_conversions),
+        cmocka_unit_test(test_pool),
+        cmocka_unit_test(test_matvec_vs_reference),
+        cmocka_unit_test(test_matvec_threads_bit_identical),
+        cmocka_unit_test(test_linear),
+        cmocka_unit_test(test_elementwise),
+        cmocka_unit_test(test_rope),
+        cmocka_unit_test(test_attend),
+        cmocka_unit_test(test_conv1d),
+        cmocka_unit_test(test_conv_transpose1d),
+        cmocka_unit_test(test_npy),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
