@@ -52,7 +52,7 @@ typedef struct {
 
 typedef struct {
     const float *a1, *b1;     /* [C] block.U.act1.{alpha,beta} (log space) */
-    const float *c1_w, *c1_b; /* [C, C, 7] / [C] block.U.conv1.conv, dilation d */
+    const float *c1_w, *c1_b; /* [7, C, C] (tap-major copy) / [C] block.U.conv1.conv, dil. d */
     const float *a2, *b2;     /* [C] block.U.act2 */
     const float *c2_w, *c2_b; /* [C, C, 1] / [C] block.U.conv2.conv */
 } dec_res;
@@ -76,18 +76,18 @@ struct qve_decoder {
     float *codebooks;           /* [n_q, cb_size, cb_dim] embedding_sum / max(usage, 1e-5), owned */
     const float *out_first;     /* [rvq_dim, cb_dim] quantizer.rvq_first.output_proj.weight */
     const float *out_rest;      /* [rvq_dim, cb_dim] quantizer.rvq_rest.output_proj.weight */
-    const float *pre_w, *pre_b; /* [latent, rvq_dim, 3] / [latent] pre_conv.conv */
+    const float *pre_w, *pre_b; /* [3, latent, rvq_dim] (tap-major copy) / [latent] pre_conv.conv */
     const float *in_w, *in_b;   /* [H, latent] / [H] pre_transformer.input_proj */
     dec_layer *layers;
     const float *norm_w;          /* [H] pre_transformer.norm.weight */
     const float *outp_w, *outp_b; /* [latent, H] / [latent] pre_transformer.output_proj */
     dec_upsample up[N_UP];
-    const float *d0_w, *d0_b; /* [dec_dim, latent, 7] decoder.0.conv */
+    const float *d0_w, *d0_b; /* [7, dec_dim, latent] (tap-major copy) decoder.0.conv */
     dec_block blk[N_BLOCKS];
     const float *fa, *fb;    /* [C] decoder.5.{alpha,beta} */
-    const float *fw, *fbias; /* [1, C, 7] / [1] decoder.6.conv */
+    const float *fw, *fbias; /* [7, 1, C] (tap-major copy) / [1] decoder.6.conv */
 
-    float **owned; /* copies of tensors not 4-byte aligned in the file */
+    float **owned; /* tap-major conv weights and copies of misaligned tensors */
     int n_owned;
 };
 
@@ -168,6 +168,20 @@ typedef struct {
     int failed;
 } loader;
 
+static int keep(loader *ld, float *p) {
+    float **o = realloc(ld->d->owned, (size_t)(ld->d->n_owned + 1) * sizeof *o);
+    if (!p || !o) {
+        qvk_free(p);
+        if (o) ld->d->owned = o;
+        set_err(ld->err, ld->err_size, "%s: out of memory", ld->path);
+        ld->failed = 1;
+        return -1;
+    }
+    ld->d->owned = o;
+    o[ld->d->n_owned++] = p;
+    return 0;
+}
+
 /* Borrowed f32 tensor `name` of the given shape; a copy when the file leaves it misaligned. */
 static const float *get(loader *ld, int n_dims, int64_t d0, int64_t d1, int64_t d2, const char *fmt,
                         ...) {
@@ -186,17 +200,20 @@ static const float *get(loader *ld, int n_dims, int64_t d0, int64_t d1, int64_t 
     }
     if ((uintptr_t)t->data % sizeof(float) == 0) return t->data;
     float *copy = qve_tensor_to_f32(t);
-    float **o = realloc(ld->d->owned, (size_t)(ld->d->n_owned + 1) * sizeof *o);
-    if (!copy || !o) {
-        qvk_free(copy);
-        if (o) ld->d->owned = o;
-        set_err(ld->err, ld->err_size, "%s: out of memory copying %s", ld->path, name);
-        ld->failed = 1;
-        return NULL;
-    }
-    ld->d->owned = o;
-    o[ld->d->n_owned++] = copy;
-    return copy;
+    return keep(ld, copy) == 0 ? copy : NULL;
+}
+
+/* Conv1d weight [c_out, c_in, k] → tap-major [k, c_out, c_in], so that each tap is a plain
+ * [c_out, c_in] matrix and the conv runs as k sgemms on shifted views of the input (no im2col). */
+static const float *taps(loader *ld, const float *w, int c_out, int c_in, int k) {
+    if (!w) return NULL;
+    float *t = qvk_alloc((size_t)k * c_out * c_in * sizeof *t);
+    if (keep(ld, t) != 0) return NULL;
+    for (int o = 0; o < c_out; o++)
+        for (int i = 0; i < c_in; i++)
+            for (int j = 0; j < k; j++)
+                t[((size_t)j * c_out + o) * c_in + i] = w[((size_t)o * c_in + i) * k + j];
+    return t;
 }
 
 static int load_config(qve_decoder *d, const char *dir, char *err, size_t err_size) {
@@ -269,7 +286,8 @@ static int load_weights(qve_decoder *d, loader *ld) {
         get(ld, 3, d->rvq_dim, d->cb_dim, 1, "%squantizer.rvq_first.output_proj.weight", p);
     d->out_rest =
         get(ld, 3, d->rvq_dim, d->cb_dim, 1, "%squantizer.rvq_rest.output_proj.weight", p);
-    d->pre_w = get(ld, 3, L, d->rvq_dim, PRE_CONV_K, "%spre_conv.conv.weight", p);
+    d->pre_w = taps(ld, get(ld, 3, L, d->rvq_dim, PRE_CONV_K, "%spre_conv.conv.weight", p), L,
+                    d->rvq_dim, PRE_CONV_K);
     d->pre_b = get(ld, 1, L, 0, 0, "%spre_conv.conv.bias", p);
     const char *t = "decoder.pre_transformer.";
     d->in_w = get(ld, 2, H, L, 0, "%sinput_proj.weight", t);
@@ -312,7 +330,8 @@ static int load_weights(qve_decoder *d, loader *ld) {
         u->gamma = get(ld, 1, L, 0, 0, "%supsample.%d.1.gamma", p, s);
     }
     const char *q = "decoder.decoder.";
-    d->d0_w = get(ld, 3, d->dec_dim, L, CONV_K, "%s0.conv.weight", q);
+    d->d0_w =
+        taps(ld, get(ld, 3, d->dec_dim, L, CONV_K, "%s0.conv.weight", q), d->dec_dim, L, CONV_K);
     d->d0_b = get(ld, 1, d->dec_dim, 0, 0, "%s0.conv.bias", q);
     for (int i = 0; i < N_BLOCKS; i++) {
         dec_block *b = &d->blk[i];
@@ -329,7 +348,9 @@ static int load_weights(qve_decoder *d, loader *ld) {
             int m = r + 2;
             u->a1 = get(ld, 1, co, 0, 0, "%s%d.block.%d.act1.alpha", q, n, m);
             u->b1 = get(ld, 1, co, 0, 0, "%s%d.block.%d.act1.beta", q, n, m);
-            u->c1_w = get(ld, 3, co, co, CONV_K, "%s%d.block.%d.conv1.conv.weight", q, n, m);
+            u->c1_w =
+                taps(ld, get(ld, 3, co, co, CONV_K, "%s%d.block.%d.conv1.conv.weight", q, n, m), co,
+                     co, CONV_K);
             u->c1_b = get(ld, 1, co, 0, 0, "%s%d.block.%d.conv1.conv.bias", q, n, m);
             u->a2 = get(ld, 1, co, 0, 0, "%s%d.block.%d.act2.alpha", q, n, m);
             u->b2 = get(ld, 1, co, 0, 0, "%s%d.block.%d.act2.beta", q, n, m);
@@ -340,7 +361,7 @@ static int load_weights(qve_decoder *d, loader *ld) {
     int cf = d->dec_dim >> N_BLOCKS;
     d->fa = get(ld, 1, cf, 0, 0, "%s%d.alpha", q, N_BLOCKS + 1);
     d->fb = get(ld, 1, cf, 0, 0, "%s%d.beta", q, N_BLOCKS + 1);
-    d->fw = get(ld, 3, 1, cf, CONV_K, "%s%d.conv.weight", q, N_BLOCKS + 2);
+    d->fw = taps(ld, get(ld, 3, 1, cf, CONV_K, "%s%d.conv.weight", q, N_BLOCKS + 2), 1, cf, CONV_K);
     d->fbias = get(ld, 1, 1, 0, 0, "%s%d.conv.bias", q, N_BLOCKS + 2);
     return ld->failed ? -1 : 0;
 }
@@ -415,13 +436,12 @@ static void need(size_t *m, size_t v) {
     if (v > *m) *m = v;
 }
 
-/* Largest activation and conv scratch over all stages for a block of nb frames. */
+/* Largest activation and kernel scratch (depthwise conv, transposed conv) over all stages for a
+ * block of nb frames. */
 static sizes stage_sizes(const qve_decoder *d, int nb) {
     sizes z = {0, 0};
     need(&z.act, (size_t)d->rvq_dim * (PRE_CONV_K - 1 + nb));
     need(&z.act, (size_t)d->latent * nb);
-    qvk_conv pre = conv_desc(d->rvq_dim, d->latent, PRE_CONV_K, 1, 1);
-    need(&z.scratch, qvk_conv1d_scratch(&pre, PRE_CONV_K - 1 + nb));
     size_t t = (size_t)nb;
     for (int s = 0; s < N_UP; s++) {
         int r = d->up_ratio[s], cx = ct_ctx(r, r);
@@ -433,10 +453,8 @@ static sizes stage_sizes(const qve_decoder *d, int nb) {
         need(&z.act, (size_t)d->latent * (CONV_K - 1 + t));
         need(&z.scratch, qvk_conv1d_scratch(&dw, (int)(CONV_K - 1 + t)));
     }
-    qvk_conv d0 = conv_desc(d->latent, d->dec_dim, CONV_K, 1, 1);
     need(&z.act, (size_t)d->latent * (CONV_K - 1 + t));
     need(&z.act, (size_t)d->dec_dim * t);
-    need(&z.scratch, qvk_conv1d_scratch(&d0, (int)(CONV_K - 1 + t)));
     for (int i = 0; i < N_BLOCKS; i++) {
         const dec_block *b = &d->blk[i];
         int r = b->rate, k = 2 * r, cx = ct_ctx(k, r);
@@ -446,17 +464,11 @@ static sizes stage_sizes(const qve_decoder *d, int nb) {
         t *= r;
         for (int u = 0; u < N_RES; u++) {
             int h = (CONV_K - 1) * res_dilation[u];
-            qvk_conv c1 = conv_desc(b->c_out, b->c_out, CONV_K, res_dilation[u], 1);
-            qvk_conv c2 = conv_desc(b->c_out, b->c_out, 1, 1, 1);
             need(&z.act, (size_t)b->c_out * (h + t));
-            need(&z.scratch, qvk_conv1d_scratch(&c1, (int)(h + t)));
-            need(&z.scratch, qvk_conv1d_scratch(&c2, (int)t));
         }
     }
     int cf = d->dec_dim >> N_BLOCKS;
-    qvk_conv fin = conv_desc(cf, 1, CONV_K, 1, 1);
     need(&z.act, (size_t)cf * (CONV_K - 1 + t));
-    need(&z.scratch, qvk_conv1d_scratch(&fin, (int)(CONV_K - 1 + t)));
     return z;
 }
 
@@ -576,12 +588,30 @@ static int with_tail(float *cat, tail *tl, const float *x, int n, const float *a
     return w;
 }
 
+/* y[c_out, n] = bias + Σ_j W_j · x[:, j·dil : j·dil + n] for an input with row length w_in
+ * (tail included): one sgemm per tap on a shifted view, W tap-major [k, c_out, c_in]. */
+static void conv_taps(float *y, const float *x, int w_in, int c_in, int c_out, int k, int dil,
+                      const float *wt, const float *bias) {
+    int n = w_in - (k - 1) * dil;
+    for (int o = 0; o < c_out; o++)
+        for (int t = 0; t < n; t++)
+            y[(size_t)o * n + t] = bias ? bias[o] : 0.0f;
+    for (int j = 0; j < k; j++)
+        qvk_sgemm(0, 0, c_out, n, c_in, 1.0f, wt + (size_t)j * c_out * c_in, c_in,
+                  x + (size_t)j * dil, w_in, 1.0f, y, n);
+}
+
 /* y[c_out, n] = causal conv of x[c_in, n] (kernel k, dilation dil) continuing from the tail;
- * x optionally SnakeBeta-activated first. */
+ * x optionally SnakeBeta-activated first. Dense convs take tap-major weights; depthwise convs
+ * (groups > 1) take the checkpoint layout and run in qvk_conv1d. */
 static void conv_step(dec_state *s, tail *tl, float *y, const float *x, int n, int c_out, int k,
                       int dil, int groups, const float *w, const float *bias, const float *a,
                       const float *b) {
     int w_in = with_tail(s->cat, tl, x, n, a, b);
+    if (groups == 1) {
+        conv_taps(y, s->cat, w_in, tl->n_ch, c_out, k, dil, w, bias);
+        return;
+    }
     qvk_conv cv = conv_desc(tl->n_ch, c_out, k, dil, groups);
     qvk_conv1d(&cv, y, s->cat, w_in, w, bias, s->scratch);
 }
@@ -711,8 +741,7 @@ static const float *decode_block(const qve_decoder *d, dec_state *s, const int *
             conv_step(s, &s->res[i][u], tmp, y, t, co, CONV_K, res_dilation[u], 1, ru->c1_w,
                       ru->c1_b, ru->a1, ru->b1);
             qvk_snakebeta(tmp, co, t, ru->a2, ru->b2);
-            qvk_conv cv = conv_desc(co, co, 1, 1, 1);
-            qvk_conv1d(&cv, s->c, tmp, t, ru->c2_w, ru->c2_b, s->scratch);
+            conv_taps(s->c, tmp, t, co, co, 1, 1, ru->c2_w, ru->c2_b);
             for (size_t j = 0; j < (size_t)co * t; j++)
                 y[j] += s->c[j];
         }
@@ -747,13 +776,25 @@ static int run_pending(qve_dec_stream *st) {
     return 0;
 }
 
+/* Frames in the block starting at chunk position f0 (fixed per position, so every path
+ * decodes the same blocks). Context frames, all known at once, go in full blocks; new frames
+ * start with blocks of 1, 1, 2, 4 then QVE_DEC_BLOCK_FRAMES, so the first audio of a stream
+ * comes after one frame while later blocks amortise weight reads over several frames. */
+static int block_frames(int f0, int n_ctx) {
+    if (f0 < n_ctx) return n_ctx - f0 < QVE_DEC_BLOCK_FRAMES ? n_ctx - f0 : QVE_DEC_BLOCK_FRAMES;
+    int f = f0 - n_ctx, n = 1;
+    while (n * 2 <= f && n * 2 <= QVE_DEC_BLOCK_FRAMES)
+        n *= 2;
+    return n;
+}
+
 /* Adds one frame to the current chunk (a block is decoded when full). */
 static int add_to_chunk(qve_dec_stream *st, const int *frame) {
     int nq = st->dec->n_q;
     memcpy(st->pending + (size_t)st->n_pending * nq, frame, (size_t)nq * sizeof *frame);
     st->n_pending++;
     st->chunk_fed++;
-    if (st->n_pending == QVE_DEC_BLOCK_FRAMES) return run_pending(st);
+    if (st->n_pending == block_frames(st->block_f0, st->chunk_ctx)) return run_pending(st);
     return 0;
 }
 
@@ -939,16 +980,19 @@ static int to_buffer(void *user, const float *pcm, int n_samples) {
     return 0;
 }
 
+/* single_pass: one chunk (no 300-frame chunking) whose first n_ctx frames are context. */
 static int decode_all(const qve_decoder *dec, const int *codes, int n_frames, float *wav,
-                      int single_pass, char *err, size_t err_size) {
-    if (n_frames < 0) {
-        set_err(err, err_size, "speech decoder: negative frame count %d", n_frames);
+                      int single_pass, int n_ctx, char *err, size_t err_size) {
+    if (n_frames < 0 || n_ctx < 0 || n_ctx > n_frames) {
+        set_err(err, err_size, "speech decoder: bad frame counts (%d frames, %d context)", n_frames,
+                n_ctx);
         return -1;
     }
     sink k = {wav, 0};
     qve_dec_stream *st = qve_dec_stream_start(dec, 0, to_buffer, &k, err, err_size);
     if (!st) return -1;
     st->single_pass = single_pass;
+    st->chunk_ctx = n_ctx;
     for (int f = 0; f < n_frames; f++)
         if (qve_dec_stream_push(st, codes + (size_t)f * dec->n_q) != 0) break;
     return qve_dec_stream_finish(st, err, err_size);
@@ -956,10 +1000,10 @@ static int decode_all(const qve_decoder *dec, const int *codes, int n_frames, fl
 
 int qve_decoder_decode(const qve_decoder *dec, const int *codes, int n_frames, float *wav,
                        char *err, size_t err_size) {
-    return decode_all(dec, codes, n_frames, wav, 0, err, err_size);
+    return decode_all(dec, codes, n_frames, wav, 0, 0, err, err_size);
 }
 
-int qve_decoder_decode_pass(const qve_decoder *dec, const int *codes, int n_frames, float *wav,
-                            char *err, size_t err_size) {
-    return decode_all(dec, codes, n_frames, wav, 1, err, err_size);
+int qve_decoder_decode_pass(const qve_decoder *dec, const int *codes, int n_frames, int n_ctx,
+                            float *wav, char *err, size_t err_size) {
+    return decode_all(dec, codes, n_frames, wav, 1, n_ctx, err, err_size);
 }

@@ -1,7 +1,7 @@
 /* speech_decoder.h — Qwen3-TTS-12Hz speech-tokenizer decoder: codes [T, 16] → 24 kHz audio (§6.1).
  *
- * Key design: one incremental path. Everything in the decoder is causal, so it runs frame blocks
- * of fixed size (QVE_DEC_BLOCK_FRAMES, aligned to the chunk start) through carried state (KV
+ * Key design: one incremental path. Everything in the decoder is causal, so it runs blocks of
+ * frames on a fixed schedule (aligned to the chunk start) through carried state (KV
  * cache of the sliding window, conv tails). The one-shot decode is that same stream fed all at
  * once, so streamed and one-shot audio are bit-identical by construction.
  *
@@ -25,9 +25,11 @@
 
 #include <stddef.h>
 
-/* Frames per decode step. Both paths use it, so it fixes the float arithmetic (sgemm shapes);
- * streaming emits audio in steps of this many frames (4 × 80 ms). */
-#define QVE_DEC_BLOCK_FRAMES 4
+/* Largest number of frames per decode step. Steps follow a fixed schedule per chunk position
+ * (1, 1, 2, 4, then 8 frames; see block_frames in the .c), which fixes the float arithmetic
+ * (sgemm shapes) for both paths: streaming emits its first audio after one frame, later audio
+ * every 8 frames (640 ms). */
+#define QVE_DEC_BLOCK_FRAMES 8
 /* Reference chunking (qwen_tts tokenizer decoder `chunked_decode`). */
 #define QVE_DEC_CHUNK_FRAMES 300
 #define QVE_DEC_CONTEXT_FRAMES 25
@@ -55,11 +57,13 @@ int qve_decoder_sample_rate(const qve_decoder *dec);       /* 24000 */
 int qve_decoder_decode(const qve_decoder *dec, const int *codes, int n_frames, float *wav,
                        char *err, size_t err_size);
 
-/* One pass from a clean state without the 300-frame chunking (what the reference's decoder
- * forward does for one chunk): n_frames <= QVE_DEC_CHUNK_FRAMES + QVE_DEC_CONTEXT_FRAMES (the KV
- * cache size). For tests and tools that need the reference's per-chunk output. */
-int qve_decoder_decode_pass(const qve_decoder *dec, const int *codes, int n_frames, float *wav,
-                            char *err, size_t err_size);
+/* One chunk of the reference chunked_decode: a single pass from a clean state over n_frames
+ * codes (<= QVE_DEC_CHUNK_FRAMES + QVE_DEC_CONTEXT_FRAMES, the KV cache size) of which the first
+ * n_ctx are left context whose audio is dropped; wav gets (n_frames − n_ctx)·samples_per_frame
+ * samples. Uses the same block schedule as a chunk of qve_decoder_decode, so the output equals
+ * that chunk's bit for bit. For tests and tools. */
+int qve_decoder_decode_pass(const qve_decoder *dec, const int *codes, int n_frames, int n_ctx,
+                            float *wav, char *err, size_t err_size);
 
 /* Audio callback: n_samples new samples (a multiple of samples_per_frame) in order; pcm is only
  * valid during the call. Return 0 to continue, non-zero to abort the stream (push/finish then

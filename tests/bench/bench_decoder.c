@@ -1,0 +1,75 @@
+/* bench_decoder.c — speech decoder speed on the full-size synthetic tokenizer: ms of compute per
+ * 80 ms frame of audio (CPU time), one-shot and through the decoder thread (OpenBLAS 1 thread).
+ * Usage: bench_decoder [MODEL_DIR [N_FRAMES]] (default $QVOICE_CACHE/q06b-base, 100 frames).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "kernels.h"
+#include "speech_decoder.h"
+
+static double now_s(clockid_t id) {
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int sink(void *user, const float *pcm, int n) {
+    (void)pcm;
+    *(long *)user += n;
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    char dir[1024], err[512];
+    const char *cache = getenv("QVOICE_CACHE");
+    if (argc > 1)
+        snprintf(dir, sizeof dir, "%s", argv[1]);
+    else
+        snprintf(dir, sizeof dir, "%s/q06b-base", cache && *cache ? cache : "cache");
+    int n = argc > 2 ? atoi(argv[2]) : 100;
+    if (n < 1) n = 1;
+    qvk_init();
+    qvk_blas_set_threads(1);
+    qve_decoder *d = qve_decoder_load(dir, err, sizeof err);
+    if (!d) {
+        fprintf(stderr, "bench_decoder: %s\n", err);
+        return 1;
+    }
+    int nq = qve_decoder_n_codebooks(d), spf = qve_decoder_samples_per_frame(d);
+    int *codes = malloc((size_t)n * nq * sizeof *codes);
+    float *wav = malloc((size_t)n * spf * sizeof *wav);
+    if (!codes || !wav) return 1;
+    unsigned x = 12345;
+    for (size_t i = 0; i < (size_t)n * nq; i++) {
+        x = x * 1103515245u + 12345u;
+        codes[i] = (int)((x >> 8) % (unsigned)qve_decoder_codebook_size(d));
+    }
+    double t0 = now_s(CLOCK_MONOTONIC), c0 = now_s(CLOCK_PROCESS_CPUTIME_ID);
+    if (qve_decoder_decode(d, codes, n, wav, err, sizeof err) != 0) {
+        fprintf(stderr, "bench_decoder: %s\n", err);
+        return 1;
+    }
+    double t1 = now_s(CLOCK_MONOTONIC), c1 = now_s(CLOCK_PROCESS_CPUTIME_ID);
+    long got = 0;
+    qve_dec_stream *s = qve_dec_stream_start(d, 1, sink, &got, err, sizeof err);
+    for (int f = 0; s && f < n; f++)
+        qve_dec_stream_push(s, codes + (size_t)f * nq);
+    if (!s || qve_dec_stream_finish(s, err, sizeof err) != 0) {
+        fprintf(stderr, "bench_decoder: %s\n", err);
+        return 1;
+    }
+    double t2 = now_s(CLOCK_MONOTONIC), c2 = now_s(CLOCK_PROCESS_CPUTIME_ID);
+    printf("speech decoder (%s kernels, block %d frames): %d frames\n", qvk_variant(),
+           QVE_DEC_BLOCK_FRAMES, n);
+    /* CPU time is the figure that matters on a shared machine; wall time shown alongside */
+    printf("  one-shot : %7.1f ms CPU/frame (%.1f wall), %.2f× realtime\n", (c1 - c0) * 1e3 / n,
+           (t1 - t0) * 1e3 / n, (c1 - c0) / (n * 0.08));
+    printf("  streamed : %7.1f ms CPU/frame (%.1f wall), %ld samples\n", (c2 - c1) * 1e3 / n,
+           (t2 - t1) * 1e3 / n, got);
+    free(codes);
+    free(wav);
+    qve_decoder_free(d);
+    return 0;
+}
