@@ -107,6 +107,42 @@ static void test_threads_codes_roundtrip(void **st) {
     assert_true(same_file(a, c, 0));
 }
 
+/* Beyond 300 frames the decoder switches to the reference's chunking: streaming must still match. */
+static void test_long_stream(void **st) {
+    (void)st;
+    char a[512], b[512];
+    snprintf(a, sizeof a, "%s/long.wav", tmp);
+    snprintf(b, sizeof b, "%s/long_stream.wav", tmp);
+    assert_int_equal(run("-q -s ryan -t 'Long.' --max-frames 340 --seed 2 -o %s", a), 0);
+    assert_int_equal(run("-q -s ryan -t 'Long.' --max-frames 340 --seed 2 --stream -o %s", b), 0);
+    printf("long: %ld bytes\n", file_bytes(a));
+    assert_true(file_bytes(a) > 44 + 301 * 1920 * 2);
+    assert_true(same_file(a, b, 0));
+}
+
+/* 0.6B CustomVoice: --instruct is dropped with a warning unless --force-instruct. */
+static void test_instruct_policy(void **st) {
+    (void)st;
+    char a[512], b[512], c[512], warn[512];
+    snprintf(a, sizeof a, "%s/plain.wav", tmp);
+    snprintf(b, sizeof b, "%s/dropped.wav", tmp);
+    snprintf(c, sizeof c, "%s/forced.wav", tmp);
+    snprintf(warn, sizeof warn, "%s/warn.txt", tmp);
+    assert_int_equal(run("-q -s ryan -t 'Hi.' --max-frames 6 --greedy -o %s", a), 0);
+    assert_int_equal(run("-s ryan -t 'Hi.' -i 'Whisper.' --max-frames 6 --greedy -o %s 2> %s", b,
+                         warn), 0);
+    assert_int_equal(run("-q -s ryan -t 'Hi.' -i 'Whisper.' --force-instruct --max-frames 6 "
+                         "--greedy -o %s", c), 0);
+    assert_true(same_file(a, b, 0));
+    assert_false(same_file(a, c, 0));
+    FILE *f = fopen(warn, "r");
+    char line[512] = "";
+    assert_non_null(f);
+    assert_non_null(fgets(line, sizeof line, f));
+    fclose(f);
+    assert_non_null(strstr(line, "warning"));
+}
+
 static void test_errors_and_info(void **st) {
     (void)st;
     assert_int_equal(run("--help > /dev/null"), 0);
@@ -139,6 +175,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_speakers_languages_stream),
         cmocka_unit_test(test_threads_codes_roundtrip),
+        cmocka_unit_test(test_long_stream),
+        cmocka_unit_test(test_instruct_policy),
         cmocka_unit_test(test_errors_and_info),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
