@@ -1,7 +1,8 @@
 /* conv.c — 1-D convolution as chunked im2col + sgemm, with padding and activations fused into
  * the gather. Chunking bounds the unfolded matrix (the 30 s clip is 720 000 samples at the first
- * Mimi layers), and activating the gathered window applies ELU once per input sample instead of
- * once per kernel tap.
+ * Mimi layers), activating the gathered window applies ELU once per input sample instead of once
+ * per kernel tap, and the chunks are what a thread pool shares (each thread its own scratch,
+ * single-threaded sgemm inside).
  */
 #include "clone_impl.h"
 
@@ -12,12 +13,19 @@
 
 /* Unfolded matrix budget in floats per chunk (8 MB): large enough for efficient sgemm shapes. */
 #define COLS_BUDGET (1 << 21)
+/* At least this many chunks per conv, so a pool has work to share; the chunking depends only on
+ * the shapes, never on the thread count, so results are identical for any number of threads. */
+#define MIN_CHUNKS 8
 
-static int64_t chunk_len(const qvc_conv *cv) {
-    int64_t kk = (int64_t)cv->c_in * cv->k;
-    int64_t n = COLS_BUDGET / kk;
-    if (n < 64) n = 64;
-    return n;
+static int64_t chunk_max(const qvc_conv *cv) {
+    int64_t n = COLS_BUDGET / ((int64_t)cv->c_in * cv->k);
+    return n < 16 ? 16 : n;
+}
+
+static int64_t chunk_len(const qvc_conv *cv, int64_t t_out) {
+    int64_t n = (t_out + MIN_CHUNKS - 1) / MIN_CHUNKS, m = chunk_max(cv);
+    if (n < 16) n = 16;
+    return n < m ? n : m;
 }
 
 static int64_t span_len(const qvc_conv *cv, int64_t n) {
@@ -30,8 +38,10 @@ int64_t qvc_conv_out_len(const qvc_conv *cv, int64_t t_in) {
 }
 
 size_t qvc_conv_scratch(const qvc_conv *cv) {
-    int64_t n = chunk_len(cv);
-    return (size_t)(cv->c_in * span_len(cv, n) + (int64_t)cv->c_in * cv->k * n + cv->c_out * n) + 64;
+    int64_t n = chunk_max(cv);
+    size_t per = (size_t)((int64_t)cv->c_in * span_len(cv, n) + (int64_t)cv->c_in * cv->k * n +
+                          (int64_t)cv->c_out * n);
+    return (per + 15) / 16 * 16;   /* keeps every thread's slice 64-byte aligned */
 }
 
 void qvc_conv_causal(qvc_conv *cv, int64_t t_in) {
@@ -80,80 +90,152 @@ static void activate(float *x, size_t n, enum qvc_act act) {
     }
 }
 
-void qvc_conv1d(const qvc_conv *cv, float *y, int64_t ldy, const float *x, int64_t ldx,
-                int64_t t_in, const float *w, const float *bias, float *scratch) {
-    int64_t t_out = qvc_conv_out_len(cv, t_in);
-    int64_t n_max = chunk_len(cv);
+typedef struct {
+    const qvc_conv *cv;
+    float *y;
+    int64_t ldy, ldx, t_in, t_out, n_chunk;
+    const float *x, *w, *bias;
+    float *scratch;
+    int time_major;
+} conv_job;
+
+/* One chunk of output columns [t0, t0 + n), channels-first. */
+static void chunk_cf(const conv_job *j, int64_t t0, int64_t n, float *scratch) {
+    const qvc_conv *cv = j->cv;
+    int64_t n_max = chunk_max(cv), t_in = j->t_in;
     int kk = cv->c_in * cv->k;
-    int direct = cv->k == 1 && cv->stride == 1;
     float *win = scratch;
     float *cols = win + cv->c_in * span_len(cv, n_max);
     float *out = cols + (size_t)kk * n_max;
-    for (int64_t t0 = 0; t0 < t_out; t0 += n_max) {
-        int64_t n = t_out - t0 < n_max ? t_out - t0 : n_max;
-        int64_t span = span_len(cv, n);
-        int64_t p0 = t0 * cv->stride - cv->pad_left;
-        /* padded, activated input window [c_in, span] */
-        for (int c = 0; c < cv->c_in; c++) {
-            const float *xr = x + (size_t)c * ldx;
-            float *wr = win + (size_t)c * span;
-            int64_t lo = p0 < 0 ? -p0 : 0;
-            int64_t hi = t_in - p0 < span ? t_in - p0 : span;
-            if (hi > lo) memcpy(wr + lo, xr + p0 + lo, (size_t)(hi - lo) * sizeof(float));
-            else hi = lo;
-            for (int64_t i = 0; i < lo; i++) {
-                int64_t s = src_index(cv->pad, p0 + i, t_in);
-                wr[i] = s < 0 ? 0.0f : xr[s];
-            }
-            for (int64_t i = hi; i < span; i++) {
-                int64_t s = src_index(cv->pad, p0 + i, t_in);
-                wr[i] = s < 0 ? 0.0f : xr[s];
-            }
+    int64_t span = span_len(cv, n);
+    int64_t p0 = t0 * cv->stride - cv->pad_left;
+    /* padded, activated input window [c_in, span] */
+    for (int c = 0; c < cv->c_in; c++) {
+        const float *xr = j->x + (size_t)c * j->ldx;
+        float *wr = win + (size_t)c * span;
+        int64_t lo = p0 < 0 ? -p0 : 0;
+        int64_t hi = t_in - p0 < span ? t_in - p0 : span;
+        if (hi > lo) memcpy(wr + lo, xr + p0 + lo, (size_t)(hi - lo) * sizeof(float));
+        else hi = lo;
+        for (int64_t i = 0; i < lo; i++) {
+            int64_t s = src_index(cv->pad, p0 + i, t_in);
+            wr[i] = s < 0 ? 0.0f : xr[s];
         }
-        activate(win, (size_t)cv->c_in * span, cv->act_in);
-        const float *b_mat = win;
-        int64_t ldb = span;
-        if (!direct) {
-            for (int c = 0; c < cv->c_in; c++)
-                for (int j = 0; j < cv->k; j++) {
-                    const float *src = win + (size_t)c * span + (int64_t)j * cv->dilation;
-                    float *dst = cols + ((size_t)c * cv->k + j) * n;
-                    if (cv->stride == 1) {
-                        memcpy(dst, src, (size_t)n * sizeof(float));
-                    } else {
-                        for (int64_t i = 0; i < n; i++) dst[i] = src[i * cv->stride];
-                    }
+        for (int64_t i = hi; i < span; i++) {
+            int64_t s = src_index(cv->pad, p0 + i, t_in);
+            wr[i] = s < 0 ? 0.0f : xr[s];
+        }
+    }
+    activate(win, (size_t)cv->c_in * span, cv->act_in);
+    const float *b_mat = win;
+    int64_t ldb = span;
+    if (!(cv->k == 1 && cv->stride == 1)) {
+        for (int c = 0; c < cv->c_in; c++)
+            for (int k = 0; k < cv->k; k++) {
+                const float *src = win + (size_t)c * span + (int64_t)k * cv->dilation;
+                float *dst = cols + ((size_t)c * cv->k + k) * n;
+                if (cv->stride == 1) {
+                    memcpy(dst, src, (size_t)n * sizeof(float));
+                } else {
+                    for (int64_t i = 0; i < n; i++) dst[i] = src[i * cv->stride];
                 }
-            b_mat = cols;
-            ldb = n;
+            }
+        b_mat = cols;
+        ldb = n;
+    }
+    qvk_sgemm(0, 0, cv->c_out, (int)n, kk, 1.0f, j->w, kk, b_mat, (int)ldb, 0.0f, out, (int)n);
+    for (int o = 0; o < cv->c_out; o++) {
+        float *orow = out + (size_t)o * n;
+        float *yrow = j->y + (size_t)o * j->ldy + t0;
+        if (j->bias) {
+            float b = j->bias[o];
+            for (int64_t i = 0; i < n; i++) orow[i] += b;
         }
-        qvk_sgemm(0, 0, cv->c_out, (int)n, kk, 1.0f, w, kk, b_mat, (int)ldb, 0.0f, out, (int)n);
-        for (int o = 0; o < cv->c_out; o++) {
-            float *orow = out + (size_t)o * n;
-            float *yrow = y + (size_t)o * ldy + t0;
-            float b = bias ? bias[o] : 0.0f;
-            if (bias)
-                for (int64_t i = 0; i < n; i++) orow[i] += b;
-            activate(orow, (size_t)n, cv->act_out);
-            if (cv->residual)
-                for (int64_t i = 0; i < n; i++) yrow[i] += orow[i];
-            else
-                memcpy(yrow, orow, (size_t)n * sizeof(float));
-        }
+        activate(orow, (size_t)n, cv->act_out);
+        if (cv->residual)
+            for (int64_t i = 0; i < n; i++) yrow[i] += orow[i];
+        else
+            memcpy(yrow, orow, (size_t)n * sizeof(float));
     }
 }
 
-/* ---- time-major ------------------------------------------------------------------------- */
-
-static int64_t chunk_len_tm(const qvc_conv *cv) {
-    int64_t n = COLS_BUDGET / ((int64_t)cv->c_in * cv->k);
-    return n < 64 ? 64 : n;
+/* One chunk of output rows [t0, t0 + n), time-major. */
+static void chunk_tm(const conv_job *j, int64_t t0, int64_t n, float *scratch) {
+    const qvc_conv *cv = j->cv;
+    int64_t n_max = chunk_max(cv);
+    int c_in = cv->c_in, kk = c_in * cv->k;
+    float *win = scratch;
+    float *cols = win + (size_t)c_in * span_len(cv, n_max);
+    float *out = cols + (size_t)kk * n_max;
+    int64_t span = span_len(cv, n);
+    int64_t p0 = t0 * cv->stride - cv->pad_left;
+    /* window rows [p0, p0 + span) of x, padded; contiguous [span, c_in] */
+    for (int64_t i = 0; i < span; i++) {
+        int64_t s = src_index(cv->pad, p0 + i, j->t_in);
+        float *wr = win + (size_t)i * c_in;
+        if (s < 0) memset(wr, 0, (size_t)c_in * sizeof(float));
+        else memcpy(wr, j->x + (size_t)s * j->ldx, (size_t)c_in * sizeof(float));
+    }
+    activate(win, (size_t)c_in * span, cv->act_in);
+    const float *a = win;
+    if (!(cv->k == 1 && cv->stride == 1)) {
+        for (int64_t i = 0; i < n; i++) {
+            float *dst = cols + (size_t)i * kk;
+            const float *src = win + (size_t)i * cv->stride * c_in;
+            if (cv->dilation == 1) {
+                memcpy(dst, src, (size_t)kk * sizeof(float));
+            } else {
+                for (int k = 0; k < cv->k; k++)
+                    memcpy(dst + (size_t)k * c_in, src + (size_t)k * cv->dilation * c_in,
+                           (size_t)c_in * sizeof(float));
+            }
+        }
+        a = cols;
+    }
+    qvk_sgemm(0, 1, (int)n, cv->c_out, kk, 1.0f, a, kk, j->w, kk, 0.0f, out, cv->c_out);
+    for (int64_t i = 0; i < n; i++) {
+        float *orow = out + (size_t)i * cv->c_out;
+        float *yrow = j->y + (size_t)(t0 + i) * j->ldy;
+        if (j->bias)
+            for (int o = 0; o < cv->c_out; o++) orow[o] += j->bias[o];
+        activate(orow, (size_t)cv->c_out, cv->act_out);
+        if (cv->residual)
+            for (int o = 0; o < cv->c_out; o++) yrow[o] += orow[o];
+        else
+            memcpy(yrow, orow, (size_t)cv->c_out * sizeof(float));
+    }
 }
 
-size_t qvc_conv_scratch_tm(const qvc_conv *cv) {
-    int64_t n = chunk_len_tm(cv);
-    return (size_t)((int64_t)cv->c_in * span_len(cv, n) + (int64_t)cv->c_in * cv->k * n +
-                    (int64_t)cv->c_out * n) + 64;
+static void conv_run(int ith, int nth, void *arg) {
+    const conv_job *j = arg;
+    float *scratch = j->scratch + (size_t)ith * qvc_conv_scratch(j->cv);
+    int64_t n_chunks = (j->t_out + j->n_chunk - 1) / j->n_chunk;
+    for (int64_t c = ith; c < n_chunks; c += nth) {
+        int64_t t0 = c * j->n_chunk;
+        int64_t n = j->t_out - t0 < j->n_chunk ? j->t_out - t0 : j->n_chunk;
+        if (j->time_major) chunk_tm(j, t0, n, scratch);
+        else chunk_cf(j, t0, n, scratch);
+    }
+}
+
+static void conv_dispatch(qvk_pool *pool, const qvc_conv *cv, float *y, int64_t ldy,
+                          const float *x, int64_t ldx, int64_t t_in, const float *w,
+                          const float *bias, float *scratch, int time_major) {
+    conv_job j = {.cv = cv, .y = y, .ldy = ldy, .ldx = ldx, .t_in = t_in, .x = x, .w = w,
+                  .bias = bias, .scratch = scratch, .time_major = time_major};
+    j.t_out = qvc_conv_out_len(cv, t_in);
+    j.n_chunk = chunk_len(cv, j.t_out);
+    if (j.t_out > 0) qvk_pool_run(pool, conv_run, &j);
+}
+
+void qvc_conv1d(qvk_pool *pool, const qvc_conv *cv, float *y, int64_t ldy, const float *x,
+                int64_t ldx, int64_t t_in, const float *w, const float *bias, float *scratch) {
+    conv_dispatch(pool, cv, y, ldy, x, ldx, t_in, w, bias, scratch, 0);
+}
+
+void qvc_conv1d_tm(qvk_pool *pool, const qvc_conv *cv, float *y, int64_t ldy, const float *x,
+                   int64_t ldx, int64_t t_in, const float *w, const float *bias, float *scratch) {
+    conv_dispatch(pool, cv, y, ldy, x, ldx, t_in, w, bias, scratch, 1);
 }
 
 void qvc_conv_weights_tm(float *dst, const float *src, int c_out, int c_in, int k) {
@@ -161,55 +243,4 @@ void qvc_conv_weights_tm(float *dst, const float *src, int c_out, int c_in, int 
         for (int c = 0; c < c_in; c++)
             for (int j = 0; j < k; j++)
                 dst[((size_t)o * k + j) * c_in + c] = src[((size_t)o * c_in + c) * k + j];
-}
-
-void qvc_conv1d_tm(const qvc_conv *cv, float *y, int64_t ldy, const float *x, int64_t ldx,
-                   int64_t t_in, const float *w, const float *bias, float *scratch) {
-    int64_t t_out = qvc_conv_out_len(cv, t_in);
-    int64_t n_max = chunk_len_tm(cv);
-    int c_in = cv->c_in, kk = c_in * cv->k;
-    int direct = cv->k == 1 && cv->stride == 1;
-    float *win = scratch;
-    float *cols = win + (size_t)c_in * span_len(cv, n_max);
-    float *out = cols + (size_t)kk * n_max;
-    for (int64_t t0 = 0; t0 < t_out; t0 += n_max) {
-        int64_t n = t_out - t0 < n_max ? t_out - t0 : n_max;
-        int64_t span = span_len(cv, n);
-        int64_t p0 = t0 * cv->stride - cv->pad_left;
-        /* window rows [p0, p0 + span) of x, padded; contiguous [span, c_in] */
-        for (int64_t i = 0; i < span; i++) {
-            int64_t s = src_index(cv->pad, p0 + i, t_in);
-            float *wr = win + (size_t)i * c_in;
-            if (s < 0) memset(wr, 0, (size_t)c_in * sizeof(float));
-            else memcpy(wr, x + (size_t)s * ldx, (size_t)c_in * sizeof(float));
-        }
-        activate(win, (size_t)c_in * span, cv->act_in);
-        const float *a = win;
-        if (!direct) {
-            for (int64_t i = 0; i < n; i++) {
-                float *dst = cols + (size_t)i * kk;
-                const float *src = win + (size_t)i * cv->stride * c_in;
-                if (cv->dilation == 1) {
-                    memcpy(dst, src, (size_t)kk * sizeof(float));
-                } else {
-                    for (int j = 0; j < cv->k; j++)
-                        memcpy(dst + (size_t)j * c_in, src + (size_t)j * cv->dilation * c_in,
-                               (size_t)c_in * sizeof(float));
-                }
-            }
-            a = cols;
-        }
-        qvk_sgemm(0, 1, (int)n, cv->c_out, kk, 1.0f, a, kk, w, kk, 0.0f, out, cv->c_out);
-        for (int64_t i = 0; i < n; i++) {
-            float *orow = out + (size_t)i * cv->c_out;
-            float *yrow = y + (size_t)(t0 + i) * ldy;
-            if (bias)
-                for (int o = 0; o < cv->c_out; o++) orow[o] += bias[o];
-            activate(orow, (size_t)cv->c_out, cv->act_out);
-            if (cv->residual)
-                for (int o = 0; o < cv->c_out; o++) yrow[o] += orow[o];
-            else
-                memcpy(yrow, orow, (size_t)cv->c_out * sizeof(float));
-        }
-    }
 }
