@@ -173,7 +173,9 @@ int qvf_write_file(const qvf_voice *v, const char *path, int version, char *err,
 
 /* Streaming writer for large weight streams (clone --target-cv): writes every chunk of v (v must
  * have no tensors), then a WDHD for n_tensors; add exactly n_tensors tensors, then commit. Only one
- * tensor needs to be in memory at a time. abort (or a failed call) removes the temp file. */
+ * tensor needs to be in memory at a time. After a failed add the writer is bad: later adds and
+ * commit return that error; commit (failing or not) and abort free w; only a successful commit
+ * leaves a file at path. */
 typedef struct qvf_writer qvf_writer;
 int qvf_writer_open(qvf_writer **w, const char *path, const qvf_voice *v, uint32_t n_tensors,
                     uint32_t wdelta_kind, char *err, size_t err_size);

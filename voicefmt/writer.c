@@ -70,6 +70,7 @@ struct qvf_writer {
     qvf_out o;
     char *path, *tmp;
     uint32_t n_expected, n_written;
+    int bad; /* first failed add: the writer is unusable (style rule 23) */
 };
 
 static void writer_drop(qvf_writer *w) {
@@ -309,15 +310,21 @@ int qvf_writer_open(qvf_writer **out, const char *path, const qvf_voice *v, uint
 }
 
 int qvf_writer_add_tensor(qvf_writer *w, const qvf_tensor *t, char *err, size_t es) {
+    if (w->bad) return qvf_fail(err, es, w->bad, w->path, "writer is unusable after an earlier error");
     int rc = check_tensor(t, w->path, err, es);
     if (!rc && w->n_written >= w->n_expected) rc = qvf_fail(err, es, QVF_E_ARG, w->path, "more tensors than announced (%u)", w->n_expected);
-    if (rc) return rc;
+    if (rc) return w->bad = rc;
     write_tensor(&w->o, t);
     w->n_written++;
     return QVF_OK;
 }
 
 int qvf_writer_commit(qvf_writer *w, char *err, size_t es) {
+    if (w->bad) {
+        int rc = qvf_fail(err, es, w->bad, w->path, "not written: an earlier tensor was refused");
+        writer_drop(w);
+        return rc;
+    }
     if (w->n_written != w->n_expected) {
         int rc = qvf_fail(err, es, QVF_E_ARG, w->path, "%u of %u announced tensors written", w->n_written, w->n_expected);
         writer_drop(w);

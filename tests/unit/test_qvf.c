@@ -447,6 +447,13 @@ static void test_atomic_write(void **state) {
     assert_int_equal(qvf_writer_open(&w, p2, v, 1, QVF_WKIND_DELTA, err, sizeof err), 0);
     assert_int_equal(qvf_writer_commit(w, err, sizeof err), QVF_E_ARG); /* 0 of 1 tensors */
     assert_int_equal(access(p2, F_OK), -1);
+    /* a refused tensor makes the writer bad: commit fails and leaves nothing */
+    qvf_tensor bad = {0};
+    assert_int_equal(qvf_writer_open(&w, p2, v, 1, QVF_WKIND_DELTA, err, sizeof err), 0);
+    assert_int_equal(qvf_writer_add_tensor(w, &bad, err, sizeof err), QVF_E_ARG);
+    assert_int_equal(qvf_writer_add_tensor(w, &bad, err, sizeof err), QVF_E_ARG);
+    assert_int_equal(qvf_writer_commit(w, err, sizeof err), QVF_E_ARG);
+    assert_int_equal(access(p2, F_OK), -1);
     assert_int_equal(qvf_read_file(p2, 0, &r, err, sizeof err), QVF_E_IO);
     assert_non_null(strstr(err, p2));
     snprintf(p2, sizeof p2, "rm -rf %s", dir);
