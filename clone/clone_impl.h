@@ -29,6 +29,21 @@ size_t qvc_conv_scratch(const qvc_conv *cv);
 void qvc_conv1d(const qvc_conv *cv, float *y, int64_t ldy, const float *x, int64_t ldx,
                 int64_t t_in, const float *w, const float *bias, float *scratch);
 
+/* Time-major variant: x [t_in, c_in] (row stride ldx), y [t_out, c_out] (row stride ldy),
+ * W [c_out, k, c_in] (taps outermost: qvc_conv_weights_tm permutes a PyTorch weight once).
+ * The gathered window is one contiguous block per chunk and each unfolded row is k contiguous
+ * copies, so no strided gathers; this is the layout the speech encoder runs in. */
+size_t qvc_conv_scratch_tm(const qvc_conv *cv);
+void qvc_conv1d_tm(const qvc_conv *cv, float *y, int64_t ldy, const float *x, int64_t ldx,
+                   int64_t t_in, const float *w, const float *bias, float *scratch);
+/* dst [c_out, k, c_in] ← src [c_out, c_in, k]. */
+void qvc_conv_weights_tm(float *dst, const float *src, int c_out, int c_in, int k);
+
+/* ELU (alpha 1) in place: AVX2+FMA polynomial when the CPU has it (≤ 2 ulp from expm1f), else
+ * the scalar expm1f loop. */
+void qvc_elu(float *x, size_t n);
+void qvc_elu_avx2(float *x, size_t n);
+
 /* Causal "MimiConv1d" geometry: left pad K_eff − stride, right pad so that t_out = ⌈t_in/stride⌉. */
 void qvc_conv_causal(qvc_conv *cv, int64_t t_in);
 /* "same" geometry for odd effective kernels (ECAPA): pad = dilation·(k−1)/2 each side. */

@@ -5,6 +5,7 @@
  */
 #include "clone_impl.h"
 
+#include <math.h>
 #include <string.h>
 
 #include "kernels.h"
@@ -56,13 +57,26 @@ static int64_t src_index(enum qvc_pad pad, int64_t p, int64_t t_in) {
     return -1;
 }
 
+void qvc_elu(float *x, size_t n) {
+    static int have_avx2 = -1;
+    if (have_avx2 < 0) {
+        __builtin_cpu_init();
+        have_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    }
+    if (have_avx2) {
+        qvc_elu_avx2(x, n);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) x[i] = x[i] > 0.0f ? x[i] : expm1f(x[i]);
+}
+
 static void activate(float *x, size_t n, enum qvc_act act) {
     switch (act) {
     case QVC_ACT_NONE: break;
     case QVC_ACT_RELU:
         for (size_t i = 0; i < n; i++) x[i] = x[i] > 0.0f ? x[i] : 0.0f;
         break;
-    case QVC_ACT_ELU: qvk_elu(x, (int)n); break;
+    case QVC_ACT_ELU: qvc_elu(x, n); break;
     }
 }
 
@@ -125,6 +139,77 @@ void qvc_conv1d(const qvc_conv *cv, float *y, int64_t ldy, const float *x, int64
                 for (int64_t i = 0; i < n; i++) yrow[i] += orow[i];
             else
                 memcpy(yrow, orow, (size_t)n * sizeof(float));
+        }
+    }
+}
+
+/* ---- time-major ------------------------------------------------------------------------- */
+
+static int64_t chunk_len_tm(const qvc_conv *cv) {
+    int64_t n = COLS_BUDGET / ((int64_t)cv->c_in * cv->k);
+    return n < 64 ? 64 : n;
+}
+
+size_t qvc_conv_scratch_tm(const qvc_conv *cv) {
+    int64_t n = chunk_len_tm(cv);
+    return (size_t)((int64_t)cv->c_in * span_len(cv, n) + (int64_t)cv->c_in * cv->k * n +
+                    (int64_t)cv->c_out * n) + 64;
+}
+
+void qvc_conv_weights_tm(float *dst, const float *src, int c_out, int c_in, int k) {
+    for (int o = 0; o < c_out; o++)
+        for (int c = 0; c < c_in; c++)
+            for (int j = 0; j < k; j++)
+                dst[((size_t)o * k + j) * c_in + c] = src[((size_t)o * c_in + c) * k + j];
+}
+
+void qvc_conv1d_tm(const qvc_conv *cv, float *y, int64_t ldy, const float *x, int64_t ldx,
+                   int64_t t_in, const float *w, const float *bias, float *scratch) {
+    int64_t t_out = qvc_conv_out_len(cv, t_in);
+    int64_t n_max = chunk_len_tm(cv);
+    int c_in = cv->c_in, kk = c_in * cv->k;
+    int direct = cv->k == 1 && cv->stride == 1;
+    float *win = scratch;
+    float *cols = win + (size_t)c_in * span_len(cv, n_max);
+    float *out = cols + (size_t)kk * n_max;
+    for (int64_t t0 = 0; t0 < t_out; t0 += n_max) {
+        int64_t n = t_out - t0 < n_max ? t_out - t0 : n_max;
+        int64_t span = span_len(cv, n);
+        int64_t p0 = t0 * cv->stride - cv->pad_left;
+        /* window rows [p0, p0 + span) of x, padded; contiguous [span, c_in] */
+        for (int64_t i = 0; i < span; i++) {
+            int64_t s = src_index(cv->pad, p0 + i, t_in);
+            float *wr = win + (size_t)i * c_in;
+            if (s < 0) memset(wr, 0, (size_t)c_in * sizeof(float));
+            else memcpy(wr, x + (size_t)s * ldx, (size_t)c_in * sizeof(float));
+        }
+        activate(win, (size_t)c_in * span, cv->act_in);
+        const float *a = win;
+        if (!direct) {
+            for (int64_t i = 0; i < n; i++) {
+                float *dst = cols + (size_t)i * kk;
+                const float *src = win + (size_t)i * cv->stride * c_in;
+                if (cv->dilation == 1) {
+                    memcpy(dst, src, (size_t)kk * sizeof(float));
+                } else {
+                    for (int j = 0; j < cv->k; j++)
+                        memcpy(dst + (size_t)j * c_in, src + (size_t)j * cv->dilation * c_in,
+                               (size_t)c_in * sizeof(float));
+                }
+            }
+            a = cols;
+        }
+        qvk_sgemm(0, 1, (int)n, cv->c_out, kk, 1.0f, a, kk, w, kk, 0.0f, out, cv->c_out);
+        for (int64_t i = 0; i < n; i++) {
+            float *orow = out + (size_t)i * cv->c_out;
+            float *yrow = y + (size_t)(t0 + i) * ldy;
+            if (bias)
+                for (int o = 0; o < cv->c_out; o++) orow[o] += bias[o];
+            activate(orow, (size_t)cv->c_out, cv->act_out);
+            if (cv->residual)
+                for (int o = 0; o < cv->c_out; o++) yrow[o] += orow[o];
+            else
+                memcpy(yrow, orow, (size_t)cv->c_out * sizeof(float));
         }
     }
 }

@@ -52,7 +52,7 @@ struct qvc_ecapa {
 typedef struct {     /* activations for one forward of n_frames */
     int n_frames;
     float *x0;       /* [C, T] block 0 output */
-    float *cat;      /* [3·C, T] outputs of the SE blocks (MFA input) */
+    float *cat;      /* [3·C, T] outputs of the SE blocks (MFA input); first the mel [128, T] */
     float *h1, *h2;  /* [C, T] inside a block */
     float *tmp;      /* [C/s, T] Res2Net chunk input */
     float *mfa;      /* [C4, T] */
@@ -234,7 +234,9 @@ static int state_init(ecapa_state *s, const ecapa_config *c, int t) {
     if ((v = qvc_conv_scratch(&cv)) > scratch) scratch = v;
     size_t tt = (size_t)t;
     s->x0 = qvk_alloc(ch * tt * sizeof(float));
-    s->cat = qvk_alloc(3 * ch * tt * sizeof(float));
+    /* cat also holds the transposed mel input before block 0 runs */
+    size_t cat_rows = 3 * (size_t)ch > (size_t)c->mel_dim ? 3 * (size_t)ch : (size_t)c->mel_dim;
+    s->cat = qvk_alloc(cat_rows * tt * sizeof(float));
     s->h1 = qvk_alloc(ch * tt * sizeof(float));
     s->h2 = qvk_alloc(ch * tt * sizeof(float));
     s->tmp = qvk_alloc(sub * tt * sizeof(float));

@@ -1,8 +1,9 @@
 /* speech_encoder.c — speech-tokenizer encoder (§6.2, HF MimiModel.encode as Qwen3-TTS calls it):
  * SEANet (causal convs, ELU, ⌈L/stride⌉ lengths) → 8-layer causal transformer → replicate-padded
  * stride-2 downsample → split RVQ with the encoder's own codebooks → 16 codes per 12.5 Hz frame.
- * Conv layers run as chunked im2col + sgemm (qvc_conv1d); weights stay in the F32 mmap except the
- * codebooks, which are divided by their cluster usage once at load.
+ * Everything runs time-major ([T, C]): conv layers are chunked im2col + sgemm (qvc_conv1d_tm) whose
+ * unfolded rows are contiguous copies; conv weights are permuted to [out, k, in] and the codebooks
+ * divided by their cluster usage once at load, the transformer weights stay in the F32 mmap.
  */
 #include "clone.h"
 #include "clone_impl.h"
@@ -29,7 +30,7 @@ typedef struct {
     int codebook_size, codebook_dim, n_codes;
 } enc_config;
 
-typedef struct { const float *w, *b; } conv_w;
+typedef struct { const float *w, *b; } conv_w;   /* w [out, k, in] (owned), b [out] (mmap) */
 
 typedef struct {
     conv_w res[MAX_RES][2];             /* encoder.encoder.layers.i.block.{1,3}.conv */
@@ -50,10 +51,12 @@ typedef struct {
     stage_w stage[N_STAGES];
     conv_w conv_last;                   /* encoder.encoder.layers.L.conv [hidden, 16F, last_k] */
     layer_w layer[MAX_LAYERS];
-    const float *downsample;            /* encoder.downsample.conv.weight [512, 512, 4] */
+    const float *downsample;            /* encoder.downsample.conv.weight [512, 512, 4] → [512, 4, 512] */
     const float *proj_sem, *proj_ac;    /* quantizer.*.input_proj.weight [256, 512, 1] */
     float *codebook;                    /* [n_codes, 2048, 256] embed_sum / max(usage, 1e-5) */
     float *codebook_sq;                 /* [n_codes, 2048] ‖e‖² */
+    float *conv_arena;                  /* permuted conv weights */
+    size_t conv_used, conv_cap;         /* floats */
 } enc_weights;
 
 struct qvc_speech_encoder {
@@ -72,14 +75,45 @@ static const float *tensor(const qve_st *st, const char *name, int n_dims, int64
     return t ? (const float *)t->data : NULL;
 }
 
-static int conv_load(conv_w *cw, const qve_st *st, const char *prefix, int c_out, int c_in, int k,
-                     char *err, size_t err_size) {
+/* Permuted copy [out, k, in] of a PyTorch conv weight into the conv arena. */
+static const float *conv_weight(enc_weights *w, const qve_st *st, const char *name, int c_out,
+                                int c_in, int k, char *err, size_t err_size) {
+    const float *src = tensor(st, name, 3, c_out, c_in, k, err, err_size);
+    size_t n = (size_t)c_out * c_in * k;
+    if (!src) return NULL;
+    if (w->conv_used + n > w->conv_cap) {
+        snprintf(err, err_size, "%s: conv weights larger than the config implies", name);
+        return NULL;
+    }
+    float *dst = w->conv_arena + w->conv_used;
+    w->conv_used += n;
+    qvc_conv_weights_tm(dst, src, c_out, c_in, k);
+    return dst;
+}
+
+static int conv_load(enc_weights *w, conv_w *cw, const qve_st *st, const char *prefix, int c_out,
+                     int c_in, int k, char *err, size_t err_size) {
     char name[192];
     snprintf(name, sizeof name, "%s.weight", prefix);
-    cw->w = tensor(st, name, 3, c_out, c_in, k, err, err_size);
+    cw->w = conv_weight(w, st, name, c_out, c_in, k, err, err_size);
     snprintf(name, sizeof name, "%s.bias", prefix);
     cw->b = cw->w ? tensor(st, name, 1, c_out, 0, 0, err, err_size) : NULL;
     return cw->w && cw->b ? 0 : -1;
+}
+
+/* Floats of all SEANet + downsample conv weights for config c. */
+static size_t conv_floats(const enc_config *c) {
+    size_t n = (size_t)c->n_filters * c->kernel_size;
+    int ch = c->n_filters;
+    for (int s = 0; s < N_STAGES; s++) {
+        int hid = ch / c->compress;
+        n += (size_t)c->n_residual_layers * ((size_t)hid * ch * c->residual_kernel_size + (size_t)ch * hid);
+        n += (size_t)2 * ch * ch * 2 * c->ratios[s];
+        ch *= 2;
+    }
+    n += (size_t)c->hidden_size * ch * c->last_kernel_size;
+    n += (size_t)c->hidden_size * c->hidden_size * 4;
+    return n;
 }
 
 static int config_from(enc_config *c, const qve_codec_config *cc) {
@@ -161,24 +195,31 @@ qvc_speech_encoder *qvc_speech_encoder_load(const char *dir, char *err, size_t e
     const qve_st *st = se->st;
     char p[192];
     int idx = 0, ch = c->n_filters, rc;
-    rc = conv_load(&w->conv0, st, "encoder.encoder.layers.0.conv", ch, 1, c->kernel_size, err, err_size);
+    w->conv_cap = conv_floats(c);
+    w->conv_arena = qvk_alloc(w->conv_cap * sizeof(float));
+    if (!w->conv_arena) {
+        snprintf(err, err_size, "%s: out of memory", dir);
+        qvc_speech_encoder_free(se);
+        return NULL;
+    }
+    rc = conv_load(w, &w->conv0, st, "encoder.encoder.layers.0.conv", ch, 1, c->kernel_size, err, err_size);
     idx = 1;
     for (int s = 0; s < N_STAGES && !rc; s++) {
         int hid = ch / c->compress;
         for (int j = 0; j < c->n_residual_layers && !rc; j++, idx++) {
             snprintf(p, sizeof p, "encoder.encoder.layers.%d.block.1.conv", idx);
-            rc = conv_load(&w->stage[s].res[j][0], st, p, hid, ch, c->residual_kernel_size, err, err_size);
+            rc = conv_load(w, &w->stage[s].res[j][0], st, p, hid, ch, c->residual_kernel_size, err, err_size);
             snprintf(p, sizeof p, "encoder.encoder.layers.%d.block.3.conv", idx);
-            if (!rc) rc = conv_load(&w->stage[s].res[j][1], st, p, ch, hid, 1, err, err_size);
+            if (!rc) rc = conv_load(w, &w->stage[s].res[j][1], st, p, ch, hid, 1, err, err_size);
         }
         idx++; /* ELU */
         snprintf(p, sizeof p, "encoder.encoder.layers.%d.conv", idx++);
-        if (!rc) rc = conv_load(&w->stage[s].down, st, p, 2 * ch, ch, 2 * c->ratios[s], err, err_size);
+        if (!rc) rc = conv_load(w, &w->stage[s].down, st, p, 2 * ch, ch, 2 * c->ratios[s], err, err_size);
         ch *= 2;
     }
     idx++; /* ELU */
     snprintf(p, sizeof p, "encoder.encoder.layers.%d.conv", idx);
-    if (!rc) rc = conv_load(&w->conv_last, st, p, c->hidden_size, ch, c->last_kernel_size, err, err_size);
+    if (!rc) rc = conv_load(w, &w->conv_last, st, p, c->hidden_size, ch, c->last_kernel_size, err, err_size);
     int h = c->hidden_size, f = c->intermediate_size;
     for (int l = 0; l < c->n_layers && !rc; l++) {
         layer_w *L = &w->layer[l];
@@ -203,7 +244,7 @@ qvc_speech_encoder *qvc_speech_encoder_load(const char *dir, char *err, size_t e
         }
     }
     if (!rc) {
-        w->downsample = tensor(st, "encoder.downsample.conv.weight", 3, h, h, 4, err, err_size);
+        w->downsample = conv_weight(w, st, "encoder.downsample.conv.weight", h, h, 4, err, err_size);
         rc = w->downsample ? 0 : -1;
     }
     if (!rc) {
@@ -240,6 +281,7 @@ void qvc_speech_encoder_free(qvc_speech_encoder *se) {
     if (!se) return;
     qvk_free(se->w.codebook);
     qvk_free(se->w.codebook_sq);
+    qvk_free(se->w.conv_arena);
     qve_st_close(se->st);
     free(se);
 }
@@ -284,27 +326,28 @@ static int enc_state_init(enc_state *s, const enc_config *c, int64_t n) {
 #define NEED(is_p, v) do { size_t v_ = (v); if (is_p) { if (v_ > need_p) need_p = v_; } \
                            else if (v_ > need_q) need_q = v_; } while (0)
     qvc_conv cv = causal(1, ch, c->kernel_size, 1, 1, QVC_ACT_NONE, t);
-    scratch = qvc_conv_scratch(&cv);
+    scratch = qvc_conv_scratch_tm(&cv);
     NEED(1, (size_t)ch * t);
     for (int st = 0; st < N_STAGES; st++) {
-        int hid = ch / c->compress;
-        cv = causal(ch, hid, c->residual_kernel_size, 1, 1, QVC_ACT_ELU, t);
-        if (qvc_conv_scratch(&cv) > scratch) scratch = qvc_conv_scratch(&cv);
+        int hid = ch / c->compress, dil = 1;
+        for (int j = 0; j < c->n_residual_layers; j++, dil *= c->dilation_growth_rate) {
+            cv = causal(ch, hid, c->residual_kernel_size, 1, dil, QVC_ACT_ELU, t);
+            if (qvc_conv_scratch_tm(&cv) > scratch) scratch = qvc_conv_scratch_tm(&cv);
+        }
         NEED(!cur_p, (size_t)hid * t);
         cv = causal(hid, ch, 1, 1, 1, QVC_ACT_ELU, t);
-        if (qvc_conv_scratch(&cv) > scratch) scratch = qvc_conv_scratch(&cv);
+        if (qvc_conv_scratch_tm(&cv) > scratch) scratch = qvc_conv_scratch_tm(&cv);
         cv = causal(ch, 2 * ch, 2 * c->ratios[st], c->ratios[st], 1, QVC_ACT_ELU, t);
-        if (qvc_conv_scratch(&cv) > scratch) scratch = qvc_conv_scratch(&cv);
+        if (qvc_conv_scratch_tm(&cv) > scratch) scratch = qvc_conv_scratch_tm(&cv);
         t = qvc_conv_out_len(&cv, t);
         ch *= 2;
         NEED(!cur_p, (size_t)ch * t);
         cur_p = !cur_p;
     }
-    cv = causal(ch, c->hidden_size, c->last_kernel_size, 1, 1, QVC_ACT_ELU, t);
-    if (qvc_conv_scratch(&cv) > scratch) scratch = qvc_conv_scratch(&cv);
-    NEED(!cur_p, (size_t)c->hidden_size * t);
+    cv = causal(ch, c->hidden_size, c->last_kernel_size, 1, 1, QVC_ACT_ELU, t); /* → s->x */
+    if (qvc_conv_scratch_tm(&cv) > scratch) scratch = qvc_conv_scratch_tm(&cv);
     cv = causal(c->hidden_size, c->hidden_size, 4, 2, 1, QVC_ACT_NONE, t);
-    if (qvc_conv_scratch(&cv) > scratch) scratch = qvc_conv_scratch(&cv);
+    if (qvc_conv_scratch_tm(&cv) > scratch) scratch = qvc_conv_scratch_tm(&cv);
     NEED(cur_p, (size_t)c->hidden_size * t);
 #undef NEED
     size_t tt = (size_t)t, h = (size_t)c->hidden_size;
@@ -418,26 +461,27 @@ int qvc_speech_encoder_encode(const qvc_speech_encoder *se, int32_t *codes, cons
         snprintf(err, err_size, "speech encoder: out of memory for %lld samples", (long long)n);
         return -1;
     }
-    /* SEANet, channels-first; cur/oth alternate between the two ping-pong buffers */
+    /* SEANet, time-major [T, C]; cur/oth alternate between the two ping-pong buffers */
     float *cur = s.p, *oth = s.q;
     int64_t t = n;
     int ch = c->n_filters;
     qvc_conv cv = causal(1, ch, c->kernel_size, 1, 1, QVC_ACT_NONE, t);
-    qvc_conv1d(&cv, cur, t, x, t, t, w->conv0.w, w->conv0.b, s.scratch);
+    qvc_conv1d_tm(&cv, cur, ch, x, 1, t, w->conv0.w, w->conv0.b, s.scratch);
     for (int st = 0; st < N_STAGES; st++) {
         int hid = ch / c->compress, dil = 1;
         for (int j = 0; j < c->n_residual_layers; j++, dil *= c->dilation_growth_rate) {
             cv = causal(ch, hid, c->residual_kernel_size, 1, dil, QVC_ACT_ELU, t);
-            qvc_conv1d(&cv, oth, t, cur, t, t, w->stage[st].res[j][0].w, w->stage[st].res[j][0].b,
-                       s.scratch);
+            qvc_conv1d_tm(&cv, oth, hid, cur, ch, t, w->stage[st].res[j][0].w,
+                          w->stage[st].res[j][0].b, s.scratch);
             cv = causal(hid, ch, 1, 1, 1, QVC_ACT_ELU, t);
             cv.residual = 1;
-            qvc_conv1d(&cv, cur, t, oth, t, t, w->stage[st].res[j][1].w, w->stage[st].res[j][1].b,
-                       s.scratch);
+            qvc_conv1d_tm(&cv, cur, ch, oth, hid, t, w->stage[st].res[j][1].w,
+                          w->stage[st].res[j][1].b, s.scratch);
         }
         cv = causal(ch, 2 * ch, 2 * c->ratios[st], c->ratios[st], 1, QVC_ACT_ELU, t);
         int64_t t2 = qvc_conv_out_len(&cv, t);
-        qvc_conv1d(&cv, oth, t2, cur, t, t, w->stage[st].down.w, w->stage[st].down.b, s.scratch);
+        qvc_conv1d_tm(&cv, oth, 2 * ch, cur, ch, t, w->stage[st].down.w, w->stage[st].down.b,
+                      s.scratch);
         float *tmp = cur;
         cur = oth;
         oth = tmp;
@@ -446,29 +490,24 @@ int qvc_speech_encoder_encode(const qvc_speech_encoder *se, int32_t *codes, cons
     }
     int h = c->hidden_size, tf = (int)t;
     cv = causal(ch, h, c->last_kernel_size, 1, 1, QVC_ACT_ELU, t);
-    qvc_conv1d(&cv, oth, t, cur, t, t, w->conv_last.w, w->conv_last.b, s.scratch);
-    /* transformer, time-major [T, H] */
-    for (int i = 0; i < tf; i++)
-        for (int j = 0; j < h; j++) s.x[(size_t)i * h + j] = oth[(size_t)j * tf + i];
+    qvc_conv1d_tm(&cv, s.x, h, cur, ch, t, w->conv_last.w, w->conv_last.b, s.scratch);
+    /* transformer on s.x [T, H] */
     for (int i = 0; i < tf; i++)
         qvk_rope_table(s.rope_c + (size_t)i * c->head_dim / 2, s.rope_s + (size_t)i * c->head_dim / 2,
                        c->head_dim, i, c->rope_theta);
     for (int l = 0; l < c->n_layers; l++) transformer_layer(c, &w->layer[l], &s, tf, se->window);
-    for (int i = 0; i < tf; i++)
-        for (int j = 0; j < h; j++) oth[(size_t)j * tf + i] = s.x[(size_t)i * h + j];
     /* downsample 25 → 12.5 Hz: k4 s2, replicate padding, no bias */
     cv = causal(h, h, 4, 2, 1, QVC_ACT_NONE, t);
     cv.pad = QVC_PAD_REPLICATE;
     int tq = (int)qvc_conv_out_len(&cv, t);
-    qvc_conv1d(&cv, cur, tq, oth, t, t, w->downsample, NULL, s.scratch);
-    for (int i = 0; i < tq; i++)
-        for (int j = 0; j < h; j++) s.x[(size_t)i * h + j] = cur[(size_t)j * tq + i];
+    float *z = cur;   /* [tq, H] */
+    qvc_conv1d_tm(&cv, z, h, s.x, h, t, w->downsample, NULL, s.scratch);
     /* split RVQ: semantic code 0 from its own projection, acoustic residual chain for 1..15 */
     int d = c->codebook_dim, ne = c->codebook_size;
     size_t cb = (size_t)ne * d;
-    qvk_sgemm(0, 1, tq, d, h, 1.0f, s.x, h, w->proj_sem, h, 0.0f, s.xs, d);
+    qvk_sgemm(0, 1, tq, d, h, 1.0f, z, h, w->proj_sem, h, 0.0f, s.xs, d);
     nearest(codes, c->n_codes, s.xs, tq, w->codebook, w->codebook_sq, ne, d, s.dist);
-    qvk_sgemm(0, 1, tq, d, h, 1.0f, s.x, h, w->proj_ac, h, 0.0f, s.xs, d);
+    qvk_sgemm(0, 1, tq, d, h, 1.0f, z, h, w->proj_ac, h, 0.0f, s.xs, d);
     for (int g = 1; g < c->n_codes; g++) {
         const float *e = w->codebook + (size_t)g * cb;
         nearest(codes + g, c->n_codes, s.xs, tq, e, w->codebook_sq + (size_t)g * ne, ne, d, s.dist);

@@ -21,6 +21,8 @@ typedef struct {
     void (*axpy)(float *restrict y, float a, const float *restrict x, int n);
     /* Σ x² accumulated in double (rmsnorm). */
     double (*sumsq)(const float *x, int n);
+    /* XOR of the n_bytes / 8 whole 64-bit words at p (bandwidth probe). */
+    uint64_t (*xor64)(const void *p, size_t n_bytes);
 } qvk_impl;
 
 extern const qvk_impl qvk_impl_scalar;

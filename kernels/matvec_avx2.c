@@ -1,5 +1,6 @@
 /* matvec_avx2.c — AVX2+FMA row kernels: bf16 widened exactly to f32, FMA with f32 x, four rows
- * per pass sharing each x load; one 8-lane accumulator per row plus a scalar tail, so a row's
+ * per pass sharing each x load, the next four prefetched (rows of 1024 bf16 are too short for the
+ * hardware prefetcher alone). One 8-lane accumulator per row plus a scalar tail, so a row's
  * result does not depend on whether it ran inside a block of four.
  */
 #include <immintrin.h>
@@ -33,7 +34,15 @@ static void mv_bf16(float *restrict y, const uint16_t *restrict w, const float *
                        *w3 = w2 + n_in;
         __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(),
                a3 = _mm256_setzero_ps();
+        const char *next = (const char *)(w3 + n_in);
         for (int i = 0; i < n8; i += 8) {
+            if (!(i & 31)) {
+                /* the next block of four rows, one cache line per row per 32 weights */
+                _mm_prefetch(next + (size_t)i * 2, _MM_HINT_T0);
+                _mm_prefetch(next + ((size_t)n_in + i) * 2, _MM_HINT_T0);
+                _mm_prefetch(next + ((size_t)2 * n_in + i) * 2, _MM_HINT_T0);
+                _mm_prefetch(next + ((size_t)3 * n_in + i) * 2, _MM_HINT_T0);
+            }
             __m256 xv = _mm256_loadu_ps(x + i);
             a0 = _mm256_fmadd_ps(load_bf16(w0 + i), xv, a0);
             a1 = _mm256_fmadd_ps(load_bf16(w1 + i), xv, a1);
@@ -102,6 +111,22 @@ static double sumsq(const float *x, int n) {
     return s;
 }
 
+static uint64_t xor64(const void *p, size_t n_bytes) {
+    const unsigned char *b = p;
+    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+    size_t i = 0;
+    for (; i + 128 <= n_bytes; i += 128) {
+        a0 = _mm256_xor_si256(a0, _mm256_loadu_si256((const __m256i *)(b + i)));
+        a1 = _mm256_xor_si256(a1, _mm256_loadu_si256((const __m256i *)(b + i + 32)));
+        a2 = _mm256_xor_si256(a2, _mm256_loadu_si256((const __m256i *)(b + i + 64)));
+        a3 = _mm256_xor_si256(a3, _mm256_loadu_si256((const __m256i *)(b + i + 96)));
+    }
+    __m256i a = _mm256_xor_si256(_mm256_xor_si256(a0, a1), _mm256_xor_si256(a2, a3));
+    uint64_t lanes[4];
+    _mm256_storeu_si256((__m256i *)lanes, a);
+    return lanes[0] ^ lanes[1] ^ lanes[2] ^ lanes[3] ^ qvk_impl_scalar.xor64(b + i, n_bytes - i);
+}
+
 const qvk_impl qvk_impl_avx2 = {
     .name = "avx2",
     .mv_bf16 = mv_bf16,
@@ -109,4 +134,5 @@ const qvk_impl qvk_impl_avx2 = {
     .dot = dot,
     .axpy = axpy,
     .sumsq = sumsq,
+    .xor64 = xor64,
 };

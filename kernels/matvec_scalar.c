@@ -2,6 +2,8 @@
  * Each dot product keeps 8 independent partial sums (lane j takes elements i ≡ j mod 8), reduced
  * pairwise: the compiler may not reorder float sums, so this is what lets it vectorise at -O2.
  */
+#include <string.h>
+
 #include "kernels.h"
 #include "kernels_impl.h"
 
@@ -57,6 +59,24 @@ static double sumsq(const float *x, int n) {
     return s;
 }
 
+static uint64_t xor64(const void *p, size_t n_bytes) {
+    const unsigned char *b = p;
+    uint64_t a[4] = { 0 };
+    size_t n = n_bytes / 8, i = 0;
+    for (; i + 4 <= n; i += 4)
+        for (int j = 0; j < 4; j++) {
+            uint64_t u;
+            memcpy(&u, b + (i + j) * 8, 8);
+            a[j] ^= u;
+        }
+    for (; i < n; i++) {
+        uint64_t u;
+        memcpy(&u, b + i * 8, 8);
+        a[0] ^= u;
+    }
+    return a[0] ^ a[1] ^ a[2] ^ a[3];
+}
+
 const qvk_impl qvk_impl_scalar = {
     .name = "scalar",
     .mv_bf16 = mv_bf16,
@@ -64,4 +84,5 @@ const qvk_impl qvk_impl_scalar = {
     .dot = dot_f32,
     .axpy = axpy,
     .sumsq = sumsq,
+    .xor64 = xor64,
 };

@@ -12,7 +12,7 @@
 #define NEED(c, k, what)                                                                          \
     do {                                                                                          \
         if (!cur_has((c), (k)))                                                                   \
-            return qvf_fail(err, es, QVF_E_TRUNCATED, name, "%s at offset %zu: need %llu bytes, %zu left", \
+            return qvf_fail(err, es, QVF_E_TRUNCATED, name, "%s at offset %zu: truncated (need %llu bytes, %zu left)", \
                             (what), (c)->off, (unsigned long long)(k), cur_left(c));              \
     } while (0)
 
@@ -187,7 +187,7 @@ static int read_weights(qvf_cur *c, const char *name, qvf_voice *v, char *err, s
     }
     uint32_t k = take32(c);
     if (k > QVF_MAX_TENSORS) return qvf_fail(err, es, QVF_E_LIMIT, name, "weight stream: %u tensors (maximum %u)", k, QVF_MAX_TENSORS);
-    if (11ull * k > cur_left(c)) return qvf_fail(err, es, QVF_E_TRUNCATED, name, "weight stream: %u tensors cannot fit in %zu bytes", k, cur_left(c));
+    if (11ull * k > cur_left(c)) return qvf_fail(err, es, QVF_E_TRUNCATED, name, "weight stream: truncated: %u tensors cannot fit in %zu bytes", k, cur_left(c));
     if (k && !(v->tensors = calloc(k, sizeof *v->tensors))) return qvf_fail(err, es, QVF_E_NOMEM, name, "tensor table");
     v->has_wdelta = 1;
     v->wdelta_kind = kind;
@@ -210,7 +210,7 @@ static int read_trailer(const uint8_t *buf, size_t n, size_t off, const char *na
     if (n - off < 8 || memcmp(buf + off, "QV4X", 4)) return QVF_OK;
     uint32_t len = rd32(buf + off + 4);
     if ((uint64_t)len + 4 > n - off - 8)
-        return qvf_fail(err, es, QVF_E_TRUNCATED, name, "QV4X trailer at offset %zu: %u bytes + CRC, %zu left", off, len, n - off - 8);
+        return qvf_fail(err, es, QVF_E_TRUNCATED, name, "QV4X trailer at offset %zu: truncated (%u bytes + CRC, %zu left)", off, len, n - off - 8);
     uint32_t crc = qvf_crc32c(0, buf + off, 8ull + len);
 #ifndef FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION
     if (crc != rd32(buf + off + 8 + len))

@@ -93,7 +93,9 @@ typedef struct {
 typedef struct { char *key, *value; } qvf_meta_entry; /* owned, NUL-terminated */
 
 /* A voice in memory. Every pointer is owned by the voice (freed by qvf_voice_free), except
- * tensors[i].data, which may borrow the file mapping the voice also owns. */
+ * tensors[i].data, which may borrow the file mapping the voice also owns. To build a voice, set
+ * fields directly with malloc'd buffers (the voice takes ownership; e.g. v->tpad = malloc(12 * h),
+ * v->tpad_hidden = h) or use the qvf_voice_set_* / qvf_meta_set helpers. */
 typedef struct {
     int file_version;           /* version read: 1..4, 0 = raw .bin x-vector */
     qvf_model_id source, target;
@@ -194,6 +196,13 @@ int qvf_wdelta_apply(const qvf_tensor *t, const void *target, void *out, int ver
                      size_t err_size);
 /* Frees what a tensor owns and zeroes it; accepts NULL. */
 void qvf_tensor_free(qvf_tensor *t);
+
+/* ---- voice library ----
+ * Resolves what a user typed for --voice: an existing file path (contains '/' or ends in .qvoice /
+ * .bin) is used as is; otherwise NAME is looked up as voices/NAME.qvoice, then DIR/NAME.qvoice for
+ * each DIR of $QVOICE_PATH (colon-separated). Writes the path into path (path_size bytes).
+ * Returns 0, QVF_E_IO with "NAME: no voices/NAME.qvoice or in $QVOICE_PATH" in err, or QVF_E_ARG. */
+int qvf_voice_find(const char *name, char *path, size_t path_size, char *err, size_t err_size);
 
 /* ---- utilities ---- */
 uint32_t qvf_crc32c(uint32_t crc, const void *buf, size_t n_bytes); /* crc = 0 to start */

@@ -249,7 +249,7 @@ static int parse_wdhd(const ctx *c, const uint8_t *p, uint64_t n, uint64_t bytes
     if (kind > QVF_WKIND_FULL) return FAIL(c, QVF_E_RANGE, "kind %u (expected 0..2)", kind);
     if (!qvf_is_zero(p + 8, 56)) return FAIL(c, QVF_E_RESERVED, "reserved bytes 8..63 not zero");
     if (k * MIN_WDTN_CHUNK > bytes_left)
-        return FAIL(c, QVF_E_TRUNCATED, "%u tensors cannot fit in the %llu bytes left", k, (unsigned long long)bytes_left);
+        return FAIL(c, QVF_E_TRUNCATED, "truncated: %u tensors cannot fit in the %llu bytes left", k, (unsigned long long)bytes_left);
     if (k && !(v->tensors = calloc(k, sizeof *v->tensors))) return FAIL(c, QVF_E_NOMEM, "tensor table");
     v->has_wdelta = 1;
     v->wdelta_kind = kind;
@@ -327,14 +327,14 @@ static int parse_wdtn(const ctx *c, const uint8_t *p, uint64_t n, qvf_tensor *t)
 /* Reads the chunk header at *off; fills tag/flags/len, checks the payload and CRC fit. */
 static int frame(const uint8_t *b, size_t n, uint64_t off, const char *name, uint32_t *flags, uint64_t *len,
                  char *err, size_t es) {
-    if (n - off < 16) return qvf_fail(err, es, QVF_E_TRUNCATED, name, "chunk header at offset %llu: %llu of 16 bytes present", (unsigned long long)off, (unsigned long long)(n - off));
+    if (n - off < 16) return qvf_fail(err, es, QVF_E_TRUNCATED, name, "chunk header at offset %llu: truncated (%llu of 16 bytes present)", (unsigned long long)off, (unsigned long long)(n - off));
     char tag[5];
     tag_text(b + off, tag);
     *flags = rd32(b + off + 4);
     *len = rd64(b + off + 8);
     uint64_t left = n - off - 16;
     if (*len > left || left - *len < 4)
-        return qvf_fail(err, es, QVF_E_TRUNCATED, name, "chunk %s at offset %llu: payload of %llu bytes + CRC, only %llu bytes left",
+        return qvf_fail(err, es, QVF_E_TRUNCATED, name, "chunk %s at offset %llu: truncated (payload of %llu bytes + CRC, only %llu bytes left)",
                         tag, (unsigned long long)off, (unsigned long long)*len, (unsigned long long)left);
     return QVF_OK;
 }
@@ -342,7 +342,7 @@ static int frame(const uint8_t *b, size_t n, uint64_t off, const char *name, uin
 static uint64_t pad_after(uint64_t end) { return (48 + 64 - end % 64) % 64; }
 
 static int check_file_header(const uint8_t *b, size_t n, const char *name, char *err, size_t es) {
-    if (n < 48) return qvf_fail(err, es, QVF_E_TRUNCATED, name, "file header: %zu of 48 bytes present", n);
+    if (n < 48) return qvf_fail(err, es, QVF_E_TRUNCATED, name, "file header: truncated (%zu of 48 bytes present)", n);
     if (rd32(b + 8)) return qvf_fail(err, es, QVF_E_RESERVED, name, "file header: flags 0x%x (expected 0)", rd32(b + 8));
     uint32_t crc = qvf_crc32c(0, b, 12);
     if (CHECK_CRC && crc != rd32(b + 12))
@@ -376,7 +376,7 @@ int qvf_list_chunks(const void *buf, size_t n, const char *name, qvf_chunk_info 
             if (end != n) return qvf_fail(err, es, QVF_E_TRAILING, name, "%llu bytes after QEND", (unsigned long long)(n - end));
             return QVF_OK;
         }
-        if (n - end < pad_after(end)) return qvf_fail(err, es, QVF_E_TRUNCATED, name, "padding after the chunk at offset %llu", (unsigned long long)off);
+        if (n - end < pad_after(end)) return qvf_fail(err, es, QVF_E_TRUNCATED, name, "padding after the chunk at offset %llu: truncated", (unsigned long long)off);
         off = end + pad_after(end);
     }
 }
@@ -451,7 +451,7 @@ static int parse_v4(const uint8_t *b, size_t n, const char *name, qvf_voice *v, 
             break;
         }
         uint64_t pad = pad_after(end);
-        if (n - end < pad) return qvf_fail(err, es, QVF_E_TRUNCATED, name, "padding after chunk %s at offset %llu", c.tag, (unsigned long long)off);
+        if (n - end < pad) return qvf_fail(err, es, QVF_E_TRUNCATED, name, "padding after chunk %s at offset %llu: truncated", c.tag, (unsigned long long)off);
         if (!qvf_is_zero(b + end, pad)) return FAIL(&c, QVF_E_RESERVED, "padding after the chunk not zero");
         off = end + pad;
     }
@@ -470,7 +470,7 @@ static int ends_with(const char *s, const char *suffix) {
 
 static int read_any(const uint8_t *b, size_t n, const char *name, uint32_t hint, qvf_voice *v, char *err, size_t es) {
     if (n >= 4 && !memcmp(b, "QVCE", 4)) {
-        if (n < 8) return qvf_fail(err, es, QVF_E_TRUNCATED, name, "header: %zu of 8 bytes present", n);
+        if (n < 8) return qvf_fail(err, es, QVF_E_TRUNCATED, name, "header: truncated (%zu of 8 bytes present)", n);
         uint32_t ver = rd32(b + 4);
         if (ver == 4) return parse_v4(b, n, name, v, err, es);
         if (ver >= 1 && ver <= 3) return qvf_legacy_read(b, n, name, hint, v, err, es);

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 #include "qvf_impl.h"
 
 #define QVF_TEXT_(name, text) text,
@@ -211,4 +212,33 @@ int qvf_voice_set_icl(qvf_voice *v, const char *transcript, const uint16_t *code
     v->codes = c;
     v->n_frames = n_frames;
     return QVF_OK;
+}
+
+static int try_path(const char *p, char *path, size_t path_size) {
+    if (access(p, R_OK)) return 0;
+    return (size_t)snprintf(path, path_size, "%s", p) < path_size;
+}
+
+int qvf_voice_find(const char *name, char *path, size_t path_size, char *err, size_t err_size) {
+    size_t n = name ? strlen(name) : 0;
+    if (!n || !path || !path_size) return qvf_fail(err, err_size, QVF_E_ARG, name, "empty voice name");
+    int is_path = strchr(name, '/') || (n > 7 && !strcmp(name + n - 7, ".qvoice")) || (n > 4 && !strcmp(name + n - 4, ".bin"));
+    if (is_path) {
+        if (try_path(name, path, path_size)) return QVF_OK;
+        return qvf_fail(err, err_size, QVF_E_IO, name, "no such voice file");
+    }
+    char buf[4096];
+    snprintf(buf, sizeof buf, "voices/%s.qvoice", name);
+    if (try_path(buf, path, path_size)) return QVF_OK;
+    const char *qp = getenv("QVOICE_PATH");
+    while (qp && *qp) {
+        const char *end = strchr(qp, ':');
+        size_t len = end ? (size_t)(end - qp) : strlen(qp);
+        if (len) {
+            snprintf(buf, sizeof buf, "%.*s/%s.qvoice", (int)len, qp, name);
+            if (try_path(buf, path, path_size)) return QVF_OK;
+        }
+        qp = end ? end + 1 : NULL;
+    }
+    return qvf_fail(err, err_size, QVF_E_IO, name, "no voices/%s.qvoice and none in $QVOICE_PATH", name);
 }

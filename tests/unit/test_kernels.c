@@ -247,6 +247,24 @@ static void test_matvec_threads_bit_identical(void **state) {
     qvk_free(x);
 }
 
+static void test_mem_read(void **state) {
+    (void)state;
+    enum { N = 1000 };
+    unsigned char *buf = qvk_alloc(N + 1);
+    for (int i = 0; i <= N; i++) buf[i] = (unsigned char)rnd_u32();
+    for (int v = 0; v < N_VARIANTS; v++) {
+        if (qvk_set_variant(k_variants[v]) != 0) continue;
+        for (int off = 0; off < 2; off++)
+            for (int n = 0; n <= N - off; n += n < 600 ? 1 : 37) {
+                uint64_t want = 0;
+                for (int i = 0; i < n; i++) want ^= (uint64_t)buf[off + i] << (8 * (i & 7));
+                assert_true(qvk_mem_read(buf + off, (size_t)n) == want);
+            }
+    }
+    restore_variant();
+    qvk_free(buf);
+}
+
 /* ---- thread pool ----------------------------------------------------------------------- */
 
 struct count_arg {
@@ -724,6 +742,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_conversions),
         cmocka_unit_test(test_pool),
+        cmocka_unit_test(test_mem_read),
         cmocka_unit_test(test_matvec_vs_reference),
         cmocka_unit_test(test_matvec_threads_bit_identical),
         cmocka_unit_test(test_linear),

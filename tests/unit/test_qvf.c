@@ -244,6 +244,39 @@ static void test_legacy_v3_graft_byte_map(void **state) {
     qvf_voice_free(v4);
 }
 
+/* 1.7B graft (§7): x-vector 12..8203, ref_text_len 8204, frames 8208, META 8212, TPAD 8316, WOVR 32900,
+ * total 25 215 124 — produced by our v3 writer from a voice with those dimensions. */
+static void test_legacy_v3_graft_17b_offsets(void **state) {
+    (void)state;
+    qvf_voice *v = qvf_voice_new();
+    static float x[2048];
+    assert_int_equal(qvf_voice_set_xvector(v, x, 2048), 0);
+    v->source.hidden_size = 2048;
+    v->source.text_hidden_size = 2048;
+    v->source.variant = QVF_VARIANT_BASE;
+    assert_int_equal(qvf_meta_set(v, "v3_flags", "4"), 0);
+    assert_int_equal(qvf_meta_set(v, "max_ref_duration_s", "30"), 0);
+    v->tpad_hidden = 2048;
+    v->tpad = calloc(3 * 2048, 4);
+    v->wovr_h = v->wovr_th = v->wovr_cv = 2048;
+    v->wovr_fc1_w = calloc(2048 * 2048, 2);
+    v->wovr_fc1_b = calloc(2048, 4);
+    v->wovr_fc2_w = calloc(2048 * 2048, 2);
+    v->wovr_fc2_b = calloc(2048, 4);
+    v->wovr_codec = calloc(2048 * 2048, 2);
+    size_t n;
+    uint8_t *b = qvf_sample_serialize(v, 3, &n);
+    assert_non_null(b);
+    assert_int_equal(n, 25215124);
+    assert_memory_equal(b + 8212, "META", 4);
+    assert_memory_equal(b + 8316, "TPAD", 4);
+    assert_memory_equal(b + 32900, "WOVR", 4);
+    assert_int_equal(rd32(b + 8212 + 24), 2048); /* model_size = hidden */
+    assert_int_equal(rd32(b + 8212 + 100), 4);   /* flags: from Base */
+    free(b);
+    qvf_voice_free(v);
+}
+
 static bb core(uint32_t ver, uint32_t enc_dim, const char *text, uint32_t frames) {
     bb b = {0};
     put(&b, "QVCE", 4);
@@ -429,6 +462,7 @@ int main(void) {
         cmocka_unit_test(test_v4_v3_v4_keeps_everything),
         cmocka_unit_test(test_wdelta_apply),
         cmocka_unit_test(test_legacy_v3_graft_byte_map),
+        cmocka_unit_test(test_legacy_v3_graft_17b_offsets),
         cmocka_unit_test(test_legacy_v1_v2_bin),
         cmocka_unit_test(test_legacy_v3_weight_streams),
         cmocka_unit_test(test_atomic_write),

@@ -1,0 +1,71 @@
+/* bench_clone.c — clone/ speed on the 30 s bundled clip with the full-size synthetic 0.6B Base:
+ * mel + ECAPA (target ≤ 0.3 s) and the speech-tokenizer encoder (target ≤ 1.0 s), 2 threads by
+ * default (argv[1] overrides). Best of N runs, wall and CPU time; no assertions (see test_clone).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "clone.h"
+#include "kernels.h"
+
+static double wall_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+static double cpu_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+int main(int argc, char **argv) {
+    int threads = argc > 1 ? atoi(argv[1]) : 2;
+    const char *cache = getenv("QVOICE_CACHE");
+    char dir[1024], err[1024];
+    snprintf(dir, sizeof dir, "%s/q06b-base", cache && *cache ? cache : "cache");
+    qvk_blas_set_threads(threads);
+    qvc_audio a;
+    if (qvc_audio_load(&a, "tests/audio/en_ohenry_chenevert.wav", 30.0, err, sizeof err)) {
+        fprintf(stderr, "bench_clone: %s\n", err);
+        return 1;
+    }
+    qvc_ecapa *e = qvc_ecapa_load(dir, err, sizeof err);
+    qvc_speech_encoder *se = e ? qvc_speech_encoder_load(dir, err, sizeof err) : NULL;
+    if (!se) {
+        fprintf(stderr, "bench_clone: %s\n", err);
+        return 1;
+    }
+    int nf = qvc_mel_n_frames(a.n_samples), n_codes = qvc_speech_encoder_n_frames(a.n_samples);
+    float *mel = malloc(sizeof(float) * QVC_MEL_BINS * (size_t)nf);
+    float *xvec = malloc(sizeof(float) * (size_t)qvc_ecapa_dim(e));
+    int32_t *codes = malloc(sizeof(int32_t) * QVC_CODE_GROUPS * (size_t)n_codes);
+    qvc_mel *m = qvc_mel_create();
+    double best_w = 1e9, best_c = 0, best_w2 = 1e9, best_c2 = 0;
+    for (int r = 0; r < 3; r++) {
+        double w0 = wall_s(), c0 = cpu_s();
+        qvc_mel_compute(m, mel, a.samples, a.n_samples);
+        if (qvc_ecapa_forward(e, xvec, mel, nf, err, sizeof err)) return 1;
+        double w = wall_s() - w0;
+        if (w < best_w) best_w = w, best_c = cpu_s() - c0;
+    }
+    for (int r = 0; r < 2; r++) {
+        double w0 = wall_s(), c0 = cpu_s();
+        if (qvc_speech_encoder_encode(se, codes, a.samples, a.n_samples, err, sizeof err)) return 1;
+        double w = wall_s() - w0;
+        if (w < best_w2) best_w2 = w, best_c2 = cpu_s() - c0;
+    }
+    printf("clone bench: 30 s clip, %d threads, kernels %s\n", threads, qvk_variant());
+    printf("  mel + ECAPA      %.3f s wall (%.3f s CPU)   target <= 0.3 s\n", best_w, best_c);
+    printf("  speech encoder   %.3f s wall (%.3f s CPU)   target <= 1.0 s\n", best_w2, best_c2);
+    qvc_mel_free(m);
+    qvc_ecapa_free(e);
+    qvc_speech_encoder_free(se);
+    qvc_audio_free(&a);
+    free(mel);
+    free(xvec);
+    free(codes);
+    return 0;
+}

@@ -1,0 +1,518 @@
+/* test_clone.c — clone/ against the official implementation's outputs on the synthetic 0.6B Base
+ * (mel max |Δ| ≤ 1e-3, x-vector relative L2 ≤ 1e-4, encoder codes identical), format/rate
+ * invariance of the x-vector, the audio checks, the conv helper against a naive double loop, the
+ * tiny model, and the CLI (exit codes, no partial output).
+ */
+#include <math.h>
+#include <samplerate.h>
+#include <setjmp.h>
+#include <sndfile.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "clone.h"
+#include "clone_impl.h"
+#include "kernels.h"
+#include "qvf.h"
+
+#define CLIP "tests/audio/en_ohenry_chenevert.wav"
+#define GOLDEN "tests/golden/clone/"
+
+/* ---- helpers ---------------------------------------------------------------------------- */
+
+static char g_base[1024], g_cv[1024], g_tiny[1024];
+
+static void model_paths(void) {
+    const char *cache = getenv("QVOICE_CACHE");
+    if (!cache || !*cache) cache = "cache";
+    snprintf(g_base, sizeof g_base, "%s/q06b-base", cache);
+    snprintf(g_cv, sizeof g_cv, "%s/q06b-cv", cache);
+    snprintf(g_tiny, sizeof g_tiny, "%s/tiny-base", cache);
+}
+
+/* Minimal .npy v1 reader (little-endian, C order): returns the data, element count in *n. */
+static void *npy_load(const char *path, const char *descr, size_t elem_bytes, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    unsigned char h[10];
+    void *data = NULL;
+    if (fread(h, 1, 10, f) == 10 && !memcmp(h, "\x93NUMPY", 6)) {
+        size_t hl = h[8] | (size_t)h[9] << 8;
+        char *hdr = calloc(1, hl + 1);
+        if (hdr && fread(hdr, 1, hl, f) == hl && strstr(hdr, descr)) {
+            long pos = ftell(f);
+            fseek(f, 0, SEEK_END);
+            size_t bytes = (size_t)(ftell(f) - pos);
+            fseek(f, pos, SEEK_SET);
+            data = malloc(bytes);
+            if (data && fread(data, 1, bytes, f) == bytes) {
+                *n = bytes / elem_bytes;
+            } else {
+                free(data);
+                data = NULL;
+            }
+        }
+        free(hdr);
+    }
+    fclose(f);
+    return data;
+}
+
+static float *xvector_of(const qvc_ecapa *e, const qvc_audio *a) {
+    int nf = qvc_mel_n_frames(a->n_samples);
+    qvc_mel *m = qvc_mel_create();
+    float *mel = malloc(sizeof(float) * QVC_MEL_BINS * (size_t)nf);
+    float *x = malloc(sizeof(float) * (size_t)qvc_ecapa_dim(e));
+    char err[512];
+    assert_non_null(m);
+    assert_int_equal(qvc_mel_compute(m, mel, a->samples, a->n_samples), 0);
+    int rc = qvc_ecapa_forward(e, x, mel, nf, err, sizeof err);
+    if (rc) fprintf(stderr, "%s\n", err);
+    assert_int_equal(rc, 0);
+    free(mel);
+    qvc_mel_free(m);
+    return x;
+}
+
+static int write_wav(const char *path, int format, int rate, int channels, const float *inter,
+                     int64_t frames) {
+    SF_INFO info = {.samplerate = rate, .channels = channels, .format = format};
+    SNDFILE *sf = sf_open(path, SFM_WRITE, &info);
+    if (!sf) return -1;
+    sf_count_t w = sf_writef_float(sf, inter, frames);
+    sf_close(sf);
+    return w == frames ? 0 : -1;
+}
+
+static qvc_audio g_clip;   /* the bundled clip at 24 kHz, loaded once */
+static qvc_ecapa *g_ecapa; /* full-size Base speaker encoder */
+
+static int setup_full(void **state) {
+    char err[512];
+    model_paths();
+    qvk_blas_set_threads(2);
+    if (qvc_audio_load(&g_clip, CLIP, 30.0, err, sizeof err)) {
+        fprintf(stderr, "%s\n", err);
+        return -1;
+    }
+    g_ecapa = qvc_ecapa_load(g_base, err, sizeof err);
+    if (!g_ecapa) fprintf(stderr, "test_clone: %s (run `make models-full`)\n", err);
+    return g_ecapa ? 0 : -1;
+}
+
+static int teardown_full(void **state) {
+    qvc_audio_free(&g_clip);
+    qvc_ecapa_free(g_ecapa);
+    return 0;
+}
+
+/* ---- goldens ---------------------------------------------------------------------------- */
+
+static void test_golden_mel(void **state) {
+    size_t n = 0;
+    float *ref = npy_load(GOLDEN "spk_mel.npy", "<f4", 4, &n);
+    assert_non_null(ref);
+    int nf = qvc_mel_n_frames(g_clip.n_samples);
+    assert_int_equal((size_t)nf * QVC_MEL_BINS, n);
+    float *mel = malloc(sizeof(float) * n);
+    qvc_mel *m = qvc_mel_create();
+    assert_int_equal(qvc_mel_compute(m, mel, g_clip.samples, g_clip.n_samples), 0);
+    double md = 0.0;
+    for (size_t i = 0; i < n; i++) md = fmax(md, fabs((double)mel[i] - ref[i]));
+    printf("  mel [%d, 128] vs official: max |d| = %.3g (tolerance 1e-3)\n", nf, md);
+    assert_true(md <= 1e-3);
+    qvc_mel_free(m);
+    free(mel);
+    free(ref);
+}
+
+static void test_golden_xvector(void **state) {
+    size_t n = 0;
+    float *ref = npy_load(GOLDEN "spk_xvector.npy", "<f4", 4, &n);
+    assert_non_null(ref);
+    assert_int_equal(n, (size_t)qvc_ecapa_dim(g_ecapa));
+    float *x = xvector_of(g_ecapa, &g_clip);
+    double num = 0.0, den = 0.0, md = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)x[i] - ref[i];
+        num += d * d;
+        den += (double)ref[i] * ref[i];
+        md = fmax(md, fabs(d));
+    }
+    double rel = sqrt(num / den);
+    printf("  x-vector vs official: relative L2 = %.3g (tolerance 1e-4), max |d| = %.3g, norm %.4f\n",
+           rel, md, sqrt(den));
+    assert_true(rel <= 1e-4);
+    free(x);
+    free(ref);
+}
+
+static void test_golden_codes(void **state) {
+    char err[512];
+    size_t n = 0;
+    int64_t *ref = npy_load(GOLDEN "codes_enc.npy", "<i8", 8, &n);
+    assert_non_null(ref);
+    qvc_speech_encoder *se = qvc_speech_encoder_load(g_base, err, sizeof err);
+    if (!se) fprintf(stderr, "%s\n", err);
+    assert_non_null(se);
+    int nf = qvc_speech_encoder_n_frames(g_clip.n_samples);
+    assert_int_equal((size_t)nf * QVC_CODE_GROUPS, n);
+    int32_t *codes = malloc(sizeof(int32_t) * n);
+    assert_int_equal(qvc_speech_encoder_encode(se, codes, g_clip.samples, g_clip.n_samples, err, sizeof err), 0);
+    int bad = 0;
+    for (int g = 0; g < QVC_CODE_GROUPS; g++)
+        for (int f = 0; f < nf; f++) bad += ref[(size_t)g * nf + f] != codes[(size_t)f * QVC_CODE_GROUPS + g];
+    printf("  speech-encoder codes [%d, 16] vs official: %d of %zu differ (tolerance 0)\n", nf, bad, n);
+    assert_int_equal(bad, 0);
+    /* the sliding window (flash-attention behaviour) must differ on this 750-frame clip */
+    qvc_speech_encoder_set_window(se, 250);
+    assert_int_equal(qvc_speech_encoder_encode(se, codes, g_clip.samples, g_clip.n_samples, err, sizeof err), 0);
+    int bad_w = 0;
+    for (int g = 0; g < QVC_CODE_GROUPS; g++)
+        for (int f = 0; f < nf; f++) bad_w += ref[(size_t)g * nf + f] != codes[(size_t)f * QVC_CODE_GROUPS + g];
+    printf("  with window 250 instead of plain causal: %d differ (the reference is plain causal)\n", bad_w);
+    assert_true(bad_w > 0);
+    free(codes);
+    free(ref);
+    qvc_speech_encoder_free(se);
+}
+
+/* ---- same voice from WAV, FLAC and 44.1 kHz stereo ------------------------------------- */
+
+static void test_formats(void **state) {
+    char err[512];
+    char flac[64], st44[64];
+    snprintf(flac, sizeof flac, "/tmp/test_clone_%d.flac", (int)getpid());
+    snprintf(st44, sizeof st44, "/tmp/test_clone_%d_44k.wav", (int)getpid());
+    /* FLAC copy of the 16-bit clip: lossless, so the decoded samples are identical */
+    assert_int_equal(write_wav(flac, SF_FORMAT_FLAC | SF_FORMAT_PCM_16, 24000, 1, g_clip.samples,
+                               g_clip.n_samples), 0);
+    /* 44.1 kHz stereo 16-bit copy */
+    long n44 = (long)ceil(g_clip.n_samples * 44100.0 / 24000.0) + 16;
+    float *mono44 = malloc(sizeof(float) * (size_t)n44);
+    SRC_DATA d = {.data_in = g_clip.samples, .input_frames = (long)g_clip.n_samples,
+                  .data_out = mono44, .output_frames = n44, .src_ratio = 44100.0 / 24000.0};
+    assert_int_equal(src_simple(&d, SRC_SINC_MEDIUM_QUALITY, 1), 0);
+    float *inter = malloc(sizeof(float) * 2 * (size_t)d.output_frames_gen);
+    for (long i = 0; i < d.output_frames_gen; i++) inter[2 * i] = inter[2 * i + 1] = mono44[i];
+    assert_int_equal(write_wav(st44, SF_FORMAT_WAV | SF_FORMAT_PCM_16, 44100, 2, inter,
+                               d.output_frames_gen), 0);
+    free(inter);
+    free(mono44);
+
+    qvc_audio a_flac, a_44;
+    assert_int_equal(qvc_audio_load(&a_flac, flac, 30.0, err, sizeof err), 0);
+    assert_int_equal(qvc_audio_load(&a_44, st44, 30.0, err, sizeof err), 0);
+    assert_int_equal(a_44.src_channels, 2);
+    assert_int_equal(a_44.src_rate_hz, 44100);
+    assert_true(a_44.resampled);
+    float *x_wav = xvector_of(g_ecapa, &g_clip);
+    float *x_flac = xvector_of(g_ecapa, &a_flac);
+    float *x_44 = xvector_of(g_ecapa, &a_44);
+    int dim = qvc_ecapa_dim(g_ecapa);
+    int same = !memcmp(x_wav, x_flac, sizeof(float) * (size_t)dim);
+    double c44 = qvc_cosine(x_wav, x_44, dim);
+    printf("  WAV vs FLAC x-vector: %s; WAV vs 44.1 kHz stereo: cosine %.6f (tolerance >= 0.99)\n",
+           same ? "bit-identical" : "DIFFERENT", c44);
+    assert_true(same);
+    assert_true(c44 >= 0.99);
+    free(x_wav);
+    free(x_flac);
+    free(x_44);
+    qvc_audio_free(&a_flac);
+    qvc_audio_free(&a_44);
+    unlink(flac);
+    unlink(st44);
+}
+
+/* ---- audio checks ----------------------------------------------------------------------- */
+
+static void expect_load_error(const char *path, const char *needle) {
+    char err[512] = "";
+    qvc_audio a;
+    int rc = qvc_audio_load(&a, path, 30.0, err, sizeof err);
+    printf("  %s -> %s\n", path, rc ? err : "(accepted)");
+    assert_int_equal(rc, -1);
+    assert_non_null(strstr(err, path));
+    assert_non_null(strstr(err, needle));
+}
+
+static void test_audio_errors(void **state) {
+    char path[64];
+    int64_t n = 24000 * 5;
+    float *x = calloc((size_t)n, sizeof(float));
+    snprintf(path, sizeof path, "/tmp/test_clone_%d_bad.wav", (int)getpid());
+    /* digital silence */
+    assert_int_equal(write_wav(path, SF_FORMAT_WAV | SF_FORMAT_FLOAT, 24000, 1, x, n), 0);
+    expect_load_error(path, "digital silence");
+    /* near-silence: −80 dBFS noise */
+    srand(1);
+    for (int64_t i = 0; i < n; i++) x[i] = 1e-4f * ((float)rand() / RAND_MAX - 0.5f);
+    assert_int_equal(write_wav(path, SF_FORMAT_WAV | SF_FORMAT_FLOAT, 24000, 1, x, n), 0);
+    expect_load_error(path, "near-silence");
+    /* too short: 2 s of the clip */
+    assert_int_equal(write_wav(path, SF_FORMAT_WAV | SF_FORMAT_PCM_16, 24000, 1, g_clip.samples, 48000), 0);
+    expect_load_error(path, "too short");
+    /* unreadable: not audio at all */
+    FILE *f = fopen(path, "wb");
+    fputs("this is not a sound file\n", f);
+    fclose(f);
+    expect_load_error(path, "cannot read audio");
+    unlink(path);
+    expect_load_error("/nonexistent/ref.wav", "cannot read audio");
+    free(x);
+}
+
+static void test_audio_warnings(void **state) {
+    char err[512], path[64];
+    qvc_audio a;
+    /* --max-seconds 10 on the 30 s clip: first 10 s, flagged */
+    assert_int_equal(qvc_audio_load(&a, CLIP, 10.0, err, sizeof err), 0);
+    assert_true(a.truncated);
+    assert_int_equal(a.n_samples, 240000);
+    assert_memory_equal(a.samples, g_clip.samples, 240000 * sizeof(float));
+    assert_true(a.short_warning == 0);
+    qvc_audio_free(&a);
+    /* 5 s: accepted with the short warning; clipped copy: warning with its fraction */
+    snprintf(path, sizeof path, "/tmp/test_clone_%d_w.wav", (int)getpid());
+    int64_t n = 24000 * 5;
+    float *x = malloc(sizeof(float) * (size_t)n);
+    int64_t clipped = 0;
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = 8.0f * g_clip.samples[i];
+        if (x[i] > 1.0f) x[i] = 1.0f;
+        if (x[i] < -1.0f) x[i] = -1.0f;
+        clipped += fabsf(x[i]) >= (float)QVC_CLIP_LEVEL;
+    }
+    assert_int_equal(write_wav(path, SF_FORMAT_WAV | SF_FORMAT_FLOAT, 24000, 1, x, n), 0);
+    assert_int_equal(qvc_audio_load(&a, path, 30.0, err, sizeof err), 0);
+    printf("  5 s clipped copy: short warning %d, clip warning %d, clipped %.4f%% (expected %.4f%%)\n",
+           a.short_warning, a.clip_warning, 100 * a.clipped_fraction, 100.0 * clipped / n);
+    assert_true(a.short_warning);
+    assert_true(a.clip_warning);
+    assert_true(fabs(a.clipped_fraction - (double)clipped / n) < 1e-9);
+    qvc_audio_free(&a);
+    unlink(path);
+    free(x);
+}
+
+static void test_not_base(void **state) {
+    char err[512] = "";
+    qvc_ecapa *e = qvc_ecapa_load(g_cv, err, sizeof err);
+    printf("  CustomVoice: %s\n", err);
+    assert_null(e);
+    assert_non_null(strstr(err, "Base"));
+}
+
+/* ---- conv helper vs naive double -------------------------------------------------------- */
+
+static void naive_conv(const qvc_conv *cv, double *y, const float *x, int t_in, const float *w,
+                       const float *b) {
+    int t_out = (int)qvc_conv_out_len(cv, t_in);
+    for (int o = 0; o < cv->c_out; o++)
+        for (int t = 0; t < t_out; t++) {
+            double acc = b ? b[o] : 0.0;
+            for (int c = 0; c < cv->c_in; c++)
+                for (int j = 0; j < cv->k; j++) {
+                    int p = t * cv->stride + j * cv->dilation - cv->pad_left;
+                    double v;
+                    if (p >= 0 && p < t_in) v = x[c * t_in + p];
+                    else if (cv->pad == QVC_PAD_ZERO) v = 0.0;
+                    else if (cv->pad == QVC_PAD_REFLECT) v = x[c * t_in + (p < 0 ? -p : 2 * (t_in - 1) - p)];
+                    else v = x[c * t_in + (p < 0 ? 0 : t_in - 1)];
+                    if (cv->act_in == QVC_ACT_ELU && v < 0) v = expm1(v);
+                    if (cv->act_in == QVC_ACT_RELU && v < 0) v = 0;
+                    acc += v * w[(o * cv->c_in + c) * cv->k + j];
+                }
+            if (cv->act_out == QVC_ACT_RELU && acc < 0) acc = 0;
+            if (cv->act_out == QVC_ACT_ELU && acc < 0) acc = expm1(acc);
+            y[o * t_out + t] = acc;
+        }
+}
+
+static void test_conv_helper(void **state) {
+    struct { int c_in, c_out, k, stride, dil; enum qvc_pad pad; int causal; enum qvc_act ai, ao; int t; } cases[] = {
+        {3, 5, 7, 1, 1, QVC_PAD_ZERO, 1, QVC_ACT_NONE, QVC_ACT_NONE, 1000},
+        {4, 6, 8, 4, 1, QVC_PAD_ZERO, 1, QVC_ACT_ELU, QVC_ACT_NONE, 1001},
+        {5, 3, 3, 1, 4, QVC_PAD_REFLECT, 0, QVC_ACT_NONE, QVC_ACT_RELU, 300},
+        {6, 6, 4, 2, 1, QVC_PAD_REPLICATE, 1, QVC_ACT_NONE, QVC_ACT_NONE, 77},
+        {700, 9, 1, 1, 1, QVC_PAD_ZERO, 0, QVC_ACT_NONE, QVC_ACT_NONE, 5000},
+        {2, 4, 16, 8, 1, QVC_PAD_ZERO, 1, QVC_ACT_ELU, QVC_ACT_NONE, 61},
+    };
+    srand(7);
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        qvc_conv cv = {.c_in = cases[ci].c_in, .c_out = cases[ci].c_out, .k = cases[ci].k,
+                       .stride = cases[ci].stride, .dilation = cases[ci].dil, .pad = cases[ci].pad,
+                       .act_in = cases[ci].ai, .act_out = cases[ci].ao};
+        int t = cases[ci].t;
+        if (cases[ci].causal) qvc_conv_causal(&cv, t);
+        else qvc_conv_same(&cv);
+        int t_out = (int)qvc_conv_out_len(&cv, t);
+        if (cases[ci].causal) assert_int_equal(t_out, (t + cv.stride - 1) / cv.stride);
+        else assert_int_equal(t_out, t);
+        float *x = malloc(sizeof(float) * (size_t)cv.c_in * t);
+        float *w = malloc(sizeof(float) * (size_t)cv.c_out * cv.c_in * cv.k);
+        float *b = malloc(sizeof(float) * (size_t)cv.c_out);
+        float *y = malloc(sizeof(float) * (size_t)cv.c_out * t_out);
+        double *yr = malloc(sizeof(double) * (size_t)cv.c_out * t_out);
+        float *scratch = qvk_alloc(sizeof(float) * qvc_conv_scratch(&cv));
+        for (int i = 0; i < cv.c_in * t; i++) x[i] = (float)rand() / RAND_MAX * 2 - 1;
+        for (int i = 0; i < cv.c_out * cv.c_in * cv.k; i++) w[i] = (float)rand() / RAND_MAX - 0.5f;
+        for (int i = 0; i < cv.c_out; i++) b[i] = (float)rand() / RAND_MAX - 0.5f;
+        qvc_conv1d(&cv, y, t_out, x, t, t, w, b, scratch);
+        naive_conv(&cv, yr, x, t, w, b);
+        double md = 0.0;
+        for (int i = 0; i < cv.c_out * t_out; i++) md = fmax(md, fabs(y[i] - yr[i]));
+        printf("  conv case %zu (c_in %d, k %d, stride %d, dil %d): max |d| vs double %.3g\n", ci,
+               cv.c_in, cv.k, cv.stride, cv.dilation, md);
+        assert_true(md < 1e-4);
+        /* residual mode adds onto y */
+        cv.residual = 1;
+        qvc_conv1d(&cv, y, t_out, x, t, t, w, b, scratch);
+        md = 0.0;
+        for (int i = 0; i < cv.c_out * t_out; i++) md = fmax(md, fabs(y[i] - 2 * yr[i]));
+        assert_true(md < 2e-4);
+        /* time-major variant: x [t, c_in], W [c_out, k, c_in], y [t_out, c_out] */
+        cv.residual = 0;
+        float *xt = malloc(sizeof(float) * (size_t)cv.c_in * t);
+        float *wt = malloc(sizeof(float) * (size_t)cv.c_out * cv.c_in * cv.k);
+        float *yt = malloc(sizeof(float) * (size_t)cv.c_out * t_out);
+        float *scratch_tm = qvk_alloc(sizeof(float) * qvc_conv_scratch_tm(&cv));
+        for (int c = 0; c < cv.c_in; c++)
+            for (int i = 0; i < t; i++) xt[(size_t)i * cv.c_in + c] = x[(size_t)c * t + i];
+        qvc_conv_weights_tm(wt, w, cv.c_out, cv.c_in, cv.k);
+        qvc_conv1d_tm(&cv, yt, cv.c_out, xt, cv.c_in, t, wt, b, scratch_tm);
+        md = 0.0;
+        for (int o = 0; o < cv.c_out; o++)
+            for (int i = 0; i < t_out; i++) md = fmax(md, fabs(yt[(size_t)i * cv.c_out + o] - yr[(size_t)o * t_out + i]));
+        printf("    time-major: max |d| vs double %.3g\n", md);
+        assert_true(md < 1e-4);
+        free(xt);
+        free(wt);
+        free(yt);
+        qvk_free(scratch_tm);
+        free(x);
+        free(w);
+        free(b);
+        free(y);
+        free(yr);
+        qvk_free(scratch);
+    }
+}
+
+/* ---- tiny model ------------------------------------------------------------------------- */
+
+static void test_tiny_model(void **state) {
+    char err[512];
+    qvc_ecapa *e = qvc_ecapa_load(g_tiny, err, sizeof err);
+    if (!e) fprintf(stderr, "%s\n", err);
+    assert_non_null(e);
+    assert_int_equal(qvc_ecapa_dim(e), 64);
+    float *x1 = xvector_of(e, &g_clip);
+    float *x2 = xvector_of(e, &g_clip);
+    int finite = 1;
+    for (int i = 0; i < 64; i++) finite &= isfinite(x1[i]);
+    assert_true(finite);
+    assert_memory_equal(x1, x2, 64 * sizeof(float));
+    /* a different 10 s part of the clip is a different, still similar, "speaker" */
+    qvc_audio part;
+    assert_int_equal(qvc_audio_from_mono(&part, g_clip.samples + 240000, 240000, 24000, "part", err, sizeof err), 0);
+    float *x3 = xvector_of(e, &part);
+    double c = qvc_cosine(x1, x3, 64);
+    printf("  tiny x-vector norm %.3f; cosine whole clip vs 10 s part %.4f\n", qvc_l2norm(x1, 64), c);
+    assert_true(c < 1.0);
+    qvc_speech_encoder *se = qvc_speech_encoder_load(g_tiny, err, sizeof err);
+    if (!se) fprintf(stderr, "%s\n", err);
+    assert_non_null(se);
+    int nf = qvc_speech_encoder_n_frames(4000);
+    assert_int_equal(nf, 3);
+    int32_t codes[3 * QVC_CODE_GROUPS];
+    assert_int_equal(qvc_speech_encoder_encode(se, codes, g_clip.samples, 4000, err, sizeof err), 0);
+    for (int i = 0; i < 3 * QVC_CODE_GROUPS; i++) assert_true(codes[i] >= 0 && codes[i] < 2048);
+    /* causal: the codes of the first frames do not depend on later audio */
+    int32_t codes2[QVC_CODE_GROUPS * 2];
+    assert_int_equal(qvc_speech_encoder_encode(se, codes2, g_clip.samples, 3840, err, sizeof err), 0);
+    assert_memory_equal(codes, codes2, sizeof codes2);
+    qvc_speech_encoder_free(se);
+    qvc_audio_free(&part);
+    free(x1);
+    free(x2);
+    free(x3);
+    qvc_ecapa_free(e);
+}
+
+/* ---- CLI -------------------------------------------------------------------------------- */
+
+static int run(const char *fmt, ...) {
+    char cmd[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    int st = system(cmd);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void test_cli(void **state) {
+    char out[64], bad[64];
+    struct stat sb;
+    snprintf(out, sizeof out, "/tmp/test_clone_%d.qvoice", (int)getpid());
+    snprintf(bad, sizeof bad, "/tmp/test_clone_%d_short.wav", (int)getpid());
+    assert_int_equal(access("bin/clone", X_OK), 0);
+    assert_int_equal(run("bin/clone --help > /dev/null"), 0);
+    assert_int_equal(run("bin/clone --bogus 2> /dev/null"), 2);
+    /* failures: exit 1 and no output file */
+    unlink(out);
+    assert_int_equal(write_wav(bad, SF_FORMAT_WAV | SF_FORMAT_PCM_16, 24000, 1, g_clip.samples, 24000), 0);
+    assert_int_equal(run("bin/clone -m %s %s -o %s 2> /dev/null", g_tiny, bad, out), 1);
+    assert_int_equal(stat(out, &sb), -1);
+    assert_int_equal(run("bin/clone -m %s %s -o %s 2> /dev/null", g_cv, CLIP, out), 1);
+    assert_int_equal(stat(out, &sb), -1);
+    unlink(bad);
+    /* tiny Base, ICL: the file reads back with the x-vector, transcript and 375 frames */
+    assert_int_equal(run("bin/clone -m %s %s -o %s -t 'One dollar.' -l english -n tester > /dev/null",
+                         g_tiny, CLIP, out), 0);
+    qvf_voice *v = NULL;
+    char err[512];
+    assert_int_equal(qvf_read_file(out, 0, &v, err, sizeof err), 0);
+    assert_int_equal(v->enc_dim, 64);
+    assert_int_equal(v->n_frames, 375);
+    assert_string_equal(v->transcript, "One dollar.");
+    assert_string_equal(qvf_meta_get(v, "name"), "tester");
+    assert_string_equal(qvf_meta_get(v, "language_id"), "2050");
+    qvf_voice_free(v);
+    assert_int_equal(run("bin/clone --compare %s %s > /dev/null", out, out), 0);
+    /* --target-cv: a WDELTA against the tiny CustomVoice, target identity recorded */
+    char cv_tiny[1024];
+    snprintf(cv_tiny, sizeof cv_tiny, "%.*s/tiny-cv", (int)(strlen(g_tiny) - strlen("/tiny-base")), g_tiny);
+    assert_int_equal(run("bin/clone -m %s %s -o %s --target-cv %s --json > /dev/null", g_tiny, CLIP,
+                         out, cv_tiny), 0);
+    assert_int_equal(qvf_read_file(out, 0, &v, err, sizeof err), 0);
+    printf("  --target-cv: WDELTA with %u tensors, target variant %u\n", v->n_tensors, v->target.variant);
+    assert_true(v->has_wdelta);
+    assert_true(v->n_tensors > 0);
+    assert_int_equal(v->target.variant, QVF_VARIANT_CUSTOM_VOICE);
+    assert_int_equal(v->n_frames, 0);
+    qvf_voice_free(v);
+    unlink(out);
+}
+
+int main(void) {
+    const struct CMUnitTest full[] = {
+        cmocka_unit_test(test_golden_mel),     cmocka_unit_test(test_golden_xvector),
+        cmocka_unit_test(test_golden_codes),   cmocka_unit_test(test_formats),
+        cmocka_unit_test(test_audio_errors),   cmocka_unit_test(test_audio_warnings),
+        cmocka_unit_test(test_not_base),       cmocka_unit_test(test_conv_helper),
+        cmocka_unit_test(test_tiny_model),     cmocka_unit_test(test_cli),
+    };
+    return cmocka_run_group_tests_name("clone", full, setup_full, teardown_full);
+}
