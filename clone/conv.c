@@ -13,17 +13,18 @@
 
 /* Unfolded matrix budget in floats per chunk (8 MB): large enough for efficient sgemm shapes. */
 #define COLS_BUDGET (1 << 21)
-/* At least this many chunks per conv, so a pool has work to share; the chunking depends only on
- * the shapes, never on the thread count, so results are identical for any number of threads. */
-#define MIN_CHUNKS 8
 
 static int64_t chunk_max(const qvc_conv *cv) {
     int64_t n = COLS_BUDGET / ((int64_t)cv->c_in * cv->k);
     return n < 16 ? 16 : n;
 }
 
-static int64_t chunk_len(const qvc_conv *cv, int64_t t_out) {
-    int64_t n = (t_out + MIN_CHUNKS - 1) / MIN_CHUNKS, m = chunk_max(cv);
+/* At least one chunk per thread, else as few as the budget allows: every chunk repacks the whole
+ * weight matrix inside sgemm, which dominates the short late layers (750 frames × 8192 inputs).
+ * OpenBLAS accumulates each output element over K in the same order whatever the M split, so
+ * the result does not depend on the thread count (test_clone checks 1 vs 2 threads). */
+static int64_t chunk_len(const qvc_conv *cv, int64_t t_out, int n_threads) {
+    int64_t n = (t_out + n_threads - 1) / n_threads, m = chunk_max(cv);
     if (n < 16) n = 16;
     return n < m ? n : m;
 }
@@ -169,8 +170,21 @@ static void chunk_tm(const conv_job *j, int64_t t0, int64_t n, float *scratch) {
     float *out = cols + (size_t)kk * n_max;
     int64_t span = span_len(cv, n);
     int64_t p0 = t0 * cv->stride - cv->pad_left;
-    /* window rows [p0, p0 + span) of x, padded; contiguous [span, c_in] */
+    /* window rows [p0, p0 + span) of x, padded; contiguous [span, c_in]. Rows inside the input
+     * are one block copy when x rows are packed (ldx == c_in). */
+    int64_t lo = p0 < 0 ? -p0 : 0;
+    int64_t hi = j->t_in - p0 < span ? j->t_in - p0 : span;
+    if (hi < lo) hi = lo;
+    if (j->ldx == c_in && hi > lo) {
+        memcpy(win + (size_t)lo * c_in, j->x + (size_t)(p0 + lo) * c_in,
+               (size_t)(hi - lo) * c_in * sizeof(float));
+    } else {
+        for (int64_t i = lo; i < hi; i++)
+            memcpy(win + (size_t)i * c_in, j->x + (size_t)(p0 + i) * j->ldx, (size_t)c_in * sizeof(float));
+    }
     for (int64_t i = 0; i < span; i++) {
+        if (i == lo) i = hi;
+        if (i >= span) break;
         int64_t s = src_index(cv->pad, p0 + i, j->t_in);
         float *wr = win + (size_t)i * c_in;
         if (s < 0) memset(wr, 0, (size_t)c_in * sizeof(float));
@@ -224,7 +238,7 @@ static void conv_dispatch(qvk_pool *pool, const qvc_conv *cv, float *y, int64_t 
     conv_job j = {.cv = cv, .y = y, .ldy = ldy, .ldx = ldx, .t_in = t_in, .x = x, .w = w,
                   .bias = bias, .scratch = scratch, .time_major = time_major};
     j.t_out = qvc_conv_out_len(cv, t_in);
-    j.n_chunk = chunk_len(cv, j.t_out);
+    j.n_chunk = chunk_len(cv, j.t_out, qvk_pool_threads(pool));
     if (j.t_out > 0) qvk_pool_run(pool, conv_run, &j);
 }
 
