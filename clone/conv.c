@@ -191,33 +191,51 @@ static void chunk_tm(const conv_job *j, int64_t t0, int64_t n, float *scratch) {
         else memcpy(wr, j->x + (size_t)s * j->ldx, (size_t)c_in * sizeof(float));
     }
     activate(win, (size_t)c_in * span, cv->act_in);
-    const float *a = win;
-    if (!(cv->k == 1 && cv->stride == 1)) {
-        for (int64_t i = 0; i < n; i++) {
-            float *dst = cols + (size_t)i * kk;
-            const float *src = win + (size_t)i * cv->stride * c_in;
-            if (cv->dilation == 1) {
-                memcpy(dst, src, (size_t)kk * sizeof(float));
-            } else {
-                for (int k = 0; k < cv->k; k++)
-                    memcpy(dst + (size_t)k * c_in, src + (size_t)k * cv->dilation * c_in,
-                           (size_t)c_in * sizeof(float));
+    /* With dilation 1 and k a multiple of the stride, tap group g (taps g·s .. g·s + s − 1) of
+     * output row i is the contiguous slice win[(i + g)·s·c_in, +s·c_in): a plain sgemm operand with
+     * lda = s·c_in. Summing the k/s group products avoids unfolding (the first Mimi layers would
+     * otherwise copy ~1 GB per clip); narrow inputs (the 1-channel first conv) still unfold. */
+    int grouped = cv->dilation == 1 && cv->k % cv->stride == 0 && c_in * cv->stride >= 16;
+    /* without a residual the product goes straight into y; with one it is formed first, so the
+     * sum keeps the reference's order y + (W·x + b) */
+    float *dst = cv->residual ? out : j->y + (size_t)t0 * j->ldy;
+    int ldc = cv->residual ? cv->c_out : (int)j->ldy;
+    if (grouped) {
+        int kg = c_in * cv->stride;
+        for (int g = 0; g < cv->k / cv->stride; g++)
+            qvk_sgemm(0, 1, (int)n, cv->c_out, kg, 1.0f, win + (size_t)g * kg, kg,
+                      j->w + (size_t)g * kg, kk, g ? 1.0f : 0.0f, dst, ldc);
+    } else {
+        const float *a = win;
+        if (!(cv->k == 1 && cv->stride == 1)) {
+            for (int64_t i = 0; i < n; i++) {
+                float *d = cols + (size_t)i * kk;
+                const float *src = win + (size_t)i * cv->stride * c_in;
+                if (cv->dilation == 1) {
+                    memcpy(d, src, (size_t)kk * sizeof(float));
+                } else {
+                    for (int k = 0; k < cv->k; k++)
+                        memcpy(d + (size_t)k * c_in, src + (size_t)k * cv->dilation * c_in,
+                               (size_t)c_in * sizeof(float));
+                }
             }
+            a = cols;
         }
-        a = cols;
+        qvk_sgemm(0, 1, (int)n, cv->c_out, kk, 1.0f, a, kk, j->w, kk, 0.0f, dst, ldc);
     }
-    qvk_sgemm(0, 1, (int)n, cv->c_out, kk, 1.0f, a, kk, j->w, kk, 0.0f, out, cv->c_out);
-    for (int64_t i = 0; i < n; i++) {
-        float *orow = out + (size_t)i * cv->c_out;
-        float *yrow = j->y + (size_t)(t0 + i) * j->ldy;
-        if (j->bias)
-            for (int o = 0; o < cv->c_out; o++) orow[o] += j->bias[o];
-        activate(orow, (size_t)cv->c_out, cv->act_out);
-        if (cv->residual)
+    if (j->bias)
+        for (int64_t i = 0; i < n; i++) {
+            float *row = dst + (size_t)i * ldc;
+            for (int o = 0; o < cv->c_out; o++) row[o] += j->bias[o];
+        }
+    if (cv->act_out != QVC_ACT_NONE)
+        for (int64_t i = 0; i < n; i++) activate(dst + (size_t)i * ldc, (size_t)cv->c_out, cv->act_out);
+    if (cv->residual)
+        for (int64_t i = 0; i < n; i++) {
+            float *yrow = j->y + (size_t)(t0 + i) * j->ldy;
+            const float *orow = out + (size_t)i * cv->c_out;
             for (int o = 0; o < cv->c_out; o++) yrow[o] += orow[o];
-        else
-            memcpy(yrow, orow, (size_t)cv->c_out * sizeof(float));
-    }
+        }
 }
 
 static void conv_run(int ith, int nth, void *arg) {
