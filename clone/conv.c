@@ -13,17 +13,18 @@
 
 /* Unfolded matrix budget in floats per chunk (8 MB): large enough for efficient sgemm shapes. */
 #define COLS_BUDGET (1 << 21)
-/* At least this many chunks per conv, so a pool has work to share; the chunking depends only on
- * the shapes, never on the thread count, so results are identical for any number of threads. */
-#define MIN_CHUNKS 8
 
 static int64_t chunk_max(const qvc_conv *cv) {
     int64_t n = COLS_BUDGET / ((int64_t)cv->c_in * cv->k);
     return n < 16 ? 16 : n;
 }
 
-static int64_t chunk_len(const qvc_conv *cv, int64_t t_out) {
-    int64_t n = (t_out + MIN_CHUNKS - 1) / MIN_CHUNKS, m = chunk_max(cv);
+/* At least one chunk per thread, else as few as the budget allows: every chunk repacks the whole
+ * weight matrix inside sgemm, which dominates the short late layers (750 frames × 8192 inputs).
+ * OpenBLAS accumulates each output element over K in the same order whatever the M split, so
+ * the result does not depend on the thread count (test_clone checks 1 vs 2 threads). */
+static int64_t chunk_len(const qvc_conv *cv, int64_t t_out, int n_threads) {
+    int64_t n = (t_out + n_threads - 1) / n_threads, m = chunk_max(cv);
     if (n < 16) n = 16;
     return n < m ? n : m;
 }
@@ -169,41 +170,72 @@ static void chunk_tm(const conv_job *j, int64_t t0, int64_t n, float *scratch) {
     float *out = cols + (size_t)kk * n_max;
     int64_t span = span_len(cv, n);
     int64_t p0 = t0 * cv->stride - cv->pad_left;
-    /* window rows [p0, p0 + span) of x, padded; contiguous [span, c_in] */
+    /* window rows [p0, p0 + span) of x, padded; contiguous [span, c_in]. Rows inside the input
+     * are one block copy when x rows are packed (ldx == c_in). */
+    int64_t lo = p0 < 0 ? -p0 : 0;
+    int64_t hi = j->t_in - p0 < span ? j->t_in - p0 : span;
+    if (hi < lo) hi = lo;
+    if (j->ldx == c_in && hi > lo) {
+        memcpy(win + (size_t)lo * c_in, j->x + (size_t)(p0 + lo) * c_in,
+               (size_t)(hi - lo) * c_in * sizeof(float));
+    } else {
+        for (int64_t i = lo; i < hi; i++)
+            memcpy(win + (size_t)i * c_in, j->x + (size_t)(p0 + i) * j->ldx, (size_t)c_in * sizeof(float));
+    }
     for (int64_t i = 0; i < span; i++) {
+        if (i == lo) i = hi;
+        if (i >= span) break;
         int64_t s = src_index(cv->pad, p0 + i, j->t_in);
         float *wr = win + (size_t)i * c_in;
         if (s < 0) memset(wr, 0, (size_t)c_in * sizeof(float));
         else memcpy(wr, j->x + (size_t)s * j->ldx, (size_t)c_in * sizeof(float));
     }
     activate(win, (size_t)c_in * span, cv->act_in);
-    const float *a = win;
-    if (!(cv->k == 1 && cv->stride == 1)) {
-        for (int64_t i = 0; i < n; i++) {
-            float *dst = cols + (size_t)i * kk;
-            const float *src = win + (size_t)i * cv->stride * c_in;
-            if (cv->dilation == 1) {
-                memcpy(dst, src, (size_t)kk * sizeof(float));
-            } else {
-                for (int k = 0; k < cv->k; k++)
-                    memcpy(dst + (size_t)k * c_in, src + (size_t)k * cv->dilation * c_in,
-                           (size_t)c_in * sizeof(float));
+    /* With dilation 1 and k a multiple of the stride, tap group g (taps g·s .. g·s + s − 1) of
+     * output row i is the contiguous slice win[(i + g)·s·c_in, +s·c_in): a plain sgemm operand with
+     * lda = s·c_in. Summing the k/s group products avoids unfolding (the first Mimi layers would
+     * otherwise copy ~1 GB per clip); narrow inputs (the 1-channel first conv) still unfold. */
+    int grouped = cv->dilation == 1 && cv->k % cv->stride == 0 && c_in * cv->stride >= 16;
+    /* without a residual the product goes straight into y; with one it is formed first, so the
+     * sum keeps the reference's order y + (W·x + b) */
+    float *dst = cv->residual ? out : j->y + (size_t)t0 * j->ldy;
+    int ldc = cv->residual ? cv->c_out : (int)j->ldy;
+    if (grouped) {
+        int kg = c_in * cv->stride;
+        for (int g = 0; g < cv->k / cv->stride; g++)
+            qvk_sgemm(0, 1, (int)n, cv->c_out, kg, 1.0f, win + (size_t)g * kg, kg,
+                      j->w + (size_t)g * kg, kk, g ? 1.0f : 0.0f, dst, ldc);
+    } else {
+        const float *a = win;
+        if (!(cv->k == 1 && cv->stride == 1)) {
+            for (int64_t i = 0; i < n; i++) {
+                float *d = cols + (size_t)i * kk;
+                const float *src = win + (size_t)i * cv->stride * c_in;
+                if (cv->dilation == 1) {
+                    memcpy(d, src, (size_t)kk * sizeof(float));
+                } else {
+                    for (int k = 0; k < cv->k; k++)
+                        memcpy(d + (size_t)k * c_in, src + (size_t)k * cv->dilation * c_in,
+                               (size_t)c_in * sizeof(float));
+                }
             }
+            a = cols;
         }
-        a = cols;
+        qvk_sgemm(0, 1, (int)n, cv->c_out, kk, 1.0f, a, kk, j->w, kk, 0.0f, dst, ldc);
     }
-    qvk_sgemm(0, 1, (int)n, cv->c_out, kk, 1.0f, a, kk, j->w, kk, 0.0f, out, cv->c_out);
-    for (int64_t i = 0; i < n; i++) {
-        float *orow = out + (size_t)i * cv->c_out;
-        float *yrow = j->y + (size_t)(t0 + i) * j->ldy;
-        if (j->bias)
-            for (int o = 0; o < cv->c_out; o++) orow[o] += j->bias[o];
-        activate(orow, (size_t)cv->c_out, cv->act_out);
-        if (cv->residual)
+    if (j->bias)
+        for (int64_t i = 0; i < n; i++) {
+            float *row = dst + (size_t)i * ldc;
+            for (int o = 0; o < cv->c_out; o++) row[o] += j->bias[o];
+        }
+    if (cv->act_out != QVC_ACT_NONE)
+        for (int64_t i = 0; i < n; i++) activate(dst + (size_t)i * ldc, (size_t)cv->c_out, cv->act_out);
+    if (cv->residual)
+        for (int64_t i = 0; i < n; i++) {
+            float *yrow = j->y + (size_t)(t0 + i) * j->ldy;
+            const float *orow = out + (size_t)i * cv->c_out;
             for (int o = 0; o < cv->c_out; o++) yrow[o] += orow[o];
-        else
-            memcpy(yrow, orow, (size_t)cv->c_out * sizeof(float));
-    }
+        }
 }
 
 static void conv_run(int ith, int nth, void *arg) {
@@ -224,7 +256,7 @@ static void conv_dispatch(qvk_pool *pool, const qvc_conv *cv, float *y, int64_t 
     conv_job j = {.cv = cv, .y = y, .ldy = ldy, .ldx = ldx, .t_in = t_in, .x = x, .w = w,
                   .bias = bias, .scratch = scratch, .time_major = time_major};
     j.t_out = qvc_conv_out_len(cv, t_in);
-    j.n_chunk = chunk_len(cv, j.t_out);
+    j.n_chunk = chunk_len(cv, j.t_out, qvk_pool_threads(pool));
     if (j.t_out > 0) qvk_pool_run(pool, conv_run, &j);
 }
 

@@ -378,9 +378,8 @@ static int enc_state_init(enc_state *s, const enc_config *c, int64_t n, int n_th
     return 0;
 }
 
-/* Row blocks shared by the pool: the split depends on the row count only (8 blocks), never on
- * the thread count, so every thread count gives the same sgemm shapes and the same results. */
-#define ROW_BLOCKS 8
+/* Row blocks: one per thread (each sgemm call repacks its weights, so fewer, taller calls are
+ * cheaper); per-element sums do not depend on the row split (see conv.c). */
 
 typedef struct {
     const enc_config *c;
@@ -389,8 +388,8 @@ typedef struct {
     int t, window;
 } layer_job;
 
-static void row_block(int t, int blk, int *a, int *b) {
-    int n = (t + ROW_BLOCKS - 1) / ROW_BLOCKS;
+static void row_block(int t, int blk, int n_blk, int *a, int *b) {
+    int n = (t + n_blk - 1) / n_blk;
     *a = blk * n < t ? blk * n : t;
     *b = *a + n < t ? *a + n : t;
 }
@@ -402,10 +401,10 @@ static void qkv_run(int ith, int nth, void *arg) {
     const layer_w *L = j->L;
     enc_state *s = j->s;
     int h = c->hidden_size, hd = c->head_dim;
-    for (int blk = ith; blk < ROW_BLOCKS; blk += nth) {
+    {
         int a, b;
-        row_block(j->t, blk, &a, &b);
-        if (b <= a) continue;
+        row_block(j->t, ith, nth, &a, &b);
+        if (b <= a) return;
         size_t o = (size_t)a * h;
         for (int i = a; i < b; i++)
             qvk_layernorm(s->hbuf + (size_t)i * h, s->x + (size_t)i * h, L->ln1_w, L->ln1_b, h, c->norm_eps);
@@ -450,10 +449,10 @@ static void out_mlp_run(int ith, int nth, void *arg) {
     const layer_w *L = j->L;
     enc_state *s = j->s;
     int h = c->hidden_size, f = c->intermediate_size;
-    for (int blk = ith; blk < ROW_BLOCKS; blk += nth) {
+    {
         int a, b;
-        row_block(j->t, blk, &a, &b);
-        if (b <= a) continue;
+        row_block(j->t, ith, nth, &a, &b);
+        if (b <= a) return;
         size_t o = (size_t)a * h, n = (size_t)(b - a);
         qvk_sgemm(0, 1, b - a, h, h, 1.0f, s->hbuf + o, h, L->wo, h, 0.0f, s->qb + o, h);
         for (size_t i = 0; i < n; i++)
@@ -528,10 +527,10 @@ static void rvq_run(int ith, int nth, void *arg) {
     const enc_weights *w = &j->se->w;
     int h = c->hidden_size, d = c->codebook_dim, ne = c->codebook_size, nc = c->n_codes;
     size_t cb = (size_t)ne * d;
-    for (int blk = ith; blk < ROW_BLOCKS; blk += nth) {
+    {
         int a, b;
-        row_block(j->tq, blk, &a, &b);
-        if (b <= a) continue;
+        row_block(j->tq, ith, nth, &a, &b);
+        if (b <= a) return;
         const float *z = j->z + (size_t)a * h;
         float *xs = j->s->xs + (size_t)a * d, *dist = j->s->dist + (size_t)a * ne;
         int32_t *codes = j->codes + (size_t)a * nc;
