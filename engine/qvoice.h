@@ -1,10 +1,35 @@
 /* qvoice.h — public API of libqvoice: load a Qwen3-TTS-12Hz checkpoint and synthesize speech.
  *
- * Thread safety: a qv_model is read-only after load and may be shared by threads; a qv_session
- * belongs to one thread at a time.
+ * Usage (codes for one utterance):
+ *
+ *     char err[512];
+ *     qv_model *m;
+ *     if (qv_model_load(&m, "models/Qwen3-TTS-12Hz-0.6B-CustomVoice", err, sizeof err))
+ *         { fprintf(stderr, "%s\n", err); return 1; }
+ *     qv_params p = qv_model_params(m);            // generation_config.json defaults
+ *     p.seed = 42;
+ *     qv_session *s;
+ *     qv_session_new(&s, m, &p);
+ *     qv_request r = qv_default_request();
+ *     r.text = "Hello world."; r.speaker = "ryan"; r.language = "english";
+ *     if (qv_session_start(s, &r)) { fprintf(stderr, "%s\n", qv_session_error(s)); ... }
+ *     int32_t codes[QV_N_CODEBOOKS]; int done = 0;
+ *     while (!qv_session_next_frame(s, codes, &done) && !done) { ... use one 80 ms frame ... }
+ *     qv_session_free(s); qv_model_free(m);
+ *
+ * Thread safety: a qv_model is read-only after load and may be shared by any number of threads
+ * and sessions; a qv_session belongs to one thread at a time. Nothing here prints or exits.
+ * Determinism: with sampling on, a given seed gives the same codes for any n_threads.
  */
 #ifndef QVOICE_H
 #define QVOICE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 #define QV_VERSION_MAJOR 0
 #define QV_VERSION_MINOR 1
@@ -13,5 +38,143 @@
 
 /* Library version string, e.g. "0.1.0". */
 const char *qv_version(void);
+
+#define QV_N_CODEBOOKS 16     /* codes per frame: c0 (talker) + c1..c15 (code predictor) */
+#define QV_FRAME_RATE_HZ 12.5 /* frames per second of audio */
+#define QV_SAMPLE_RATE_HZ 24000
+
+/* ==== status ================================================================================= */
+
+#define QV_STATUS_LIST(X)                                                                          \
+    X(QV_OK, "ok")                                                                                 \
+    X(QV_E_INVALID, "invalid argument")                                                            \
+    X(QV_E_MODEL, "cannot load the model (missing, malformed or unsupported files)")               \
+    X(QV_E_NOMEM, "out of memory")                                                                 \
+    X(QV_E_SPEAKER, "unknown speaker")                                                             \
+    X(QV_E_LANGUAGE, "unknown language")                                                           \
+    X(QV_E_UNSUPPORTED, "not supported by this model or build")                                    \
+    X(QV_E_LIMIT, "input exceeds a model limit")                                                   \
+    X(QV_E_STATE, "no utterance in progress (not started, finished, or failed)")
+
+#define QV_STATUS_ENUM_(name, text) name,
+enum qv_status { QV_STATUS_LIST(QV_STATUS_ENUM_) QV_STATUS_COUNT };
+#undef QV_STATUS_ENUM_
+
+/* Static text for a status ("unknown status" for out-of-range values). */
+const char *qv_strerror(enum qv_status st);
+
+/* ==== model ================================================================================== */
+
+typedef struct qv_model qv_model;
+
+/* Loads config.json, generation_config.json and model.safetensors (kept mmapped) from dir.
+ * On failure *out = NULL, a status is returned and err gets one line "FILE: problem". */
+enum qv_status qv_model_load(qv_model **out, const char *dir, char *err, size_t err_size);
+void qv_model_free(qv_model *m); /* accepts NULL */
+
+/* "base", "custom_voice" or "voice_design"; "0b6" or "1b7". Borrowed, valid while m lives. */
+const char *qv_model_type(const qv_model *m);
+const char *qv_model_size(const qv_model *m);
+int qv_model_hidden_size(const qv_model *m); /* length of a speaker (x-)vector */
+int qv_model_text_hidden_size(const qv_model *m);
+/* Preset speakers (CustomVoice; 0 otherwise) and selectable languages ("auto" first, dialects
+ * excluded). Names are borrowed; i out of range gives NULL. */
+int qv_model_n_speakers(const qv_model *m);
+const char *qv_model_speaker(const qv_model *m, int i);
+int qv_model_n_languages(const qv_model *m);
+const char *qv_model_language(const qv_model *m, int i);
+
+/* ==== parameters ============================================================================= */
+
+typedef struct {
+    int n_threads;            /* compute threads (>= 1) */
+    uint64_t seed;            /* RNG seed for sampling */
+    int do_sample;            /* 0 = greedy talker (after penalty and suppression) */
+    float temperature;        /* > 0 */
+    int top_k;                /* 0 = off */
+    float top_p;              /* (0, 1]; 1 = off */
+    float repetition_penalty; /* >= 1 typical; 1 = off; applied even when greedy */
+    int subtalker_do_sample;  /* code predictor: 0 = argmax */
+    float subtalker_temperature;
+    int subtalker_top_k;
+    float subtalker_top_p;
+    int max_frames; /* frames per utterance (max_new_tokens - 1 of the reference) */
+} qv_params;
+
+/* The reference wrapper's fallbacks: sampling on, T 0.9, top-k 50, top-p 1, penalty 1.05,
+ * code predictor T 0.9 / top-k 50 / top-p 1, max_frames 2047, 1 thread, seed 0. */
+qv_params qv_default_params(void);
+/* Same, overridden by the model's generation_config.json (max_new_tokens - 1 -> max_frames). */
+qv_params qv_model_params(const qv_model *m);
+
+/* ==== one utterance ========================================================================== */
+
+enum qv_text_layout {
+    QV_LAYOUT_DEFAULT,      /* non-streaming for CustomVoice/VoiceDesign, streaming for Base */
+    QV_LAYOUT_STREAMING,    /* one text token fed per generated frame */
+    QV_LAYOUT_NON_STREAMING /* whole text in the prompt */
+};
+
+/* A voice file's model bridge (WOVR): the source model's text projection and its first
+ * n_codec_rows codec-embedding rows, used instead of the model's for this utterance. Shapes are
+ * the model's: fc1 [text_hidden, text_hidden] bf16, fc2 [hidden, text_hidden] bf16, biases f32,
+ * codec_rows [n_codec_rows, hidden] bf16. */
+typedef struct {
+    const uint16_t *fc1_weight;
+    const float *fc1_bias;
+    const uint16_t *fc2_weight;
+    const float *fc2_bias;
+    const uint16_t *codec_rows;
+    int n_codec_rows;
+} qv_text_bridge;
+
+typedef struct {
+    const char *text;        /* target text, UTF-8; used when text_ids is NULL */
+    const char *instruct;    /* instruction / voice description; used when instruct_ids is NULL */
+    const char *ref_text;    /* ICL transcript; used when ref_text_ids is NULL */
+    const int32_t *text_ids; /* target text token ids t_0..t_{N-1} (N >= 1) */
+    int n_text_ids;
+    const char *language;        /* NULL or "auto", or a name from qv_model_language */
+    const char *speaker;         /* preset speaker (CustomVoice) or NULL */
+    const float *speaker_vector; /* x-vector of qv_model_hidden_size floats; replaces speaker */
+    int n_speaker_vector;
+    const int32_t *instruct_ids; /* ids of "<|im_start|>user\n{instruct}<|im_end|>\n", or NULL */
+    int n_instruct_ids;
+    const int32_t *ref_codes; /* ICL: reference frames [n_ref_frames][16], or NULL */
+    int n_ref_frames;
+    const int32_t *ref_text_ids; /* ICL: transcript token ids r_0..r_{M-1} */
+    int n_ref_text_ids;
+    const float *text_special;    /* [3][hidden]: tts_pad, tts_bos, tts_eos embeddings replacing
+                                     the model's (a voice file's TPAD bridge), or NULL */
+    const qv_text_bridge *bridge; /* or NULL */
+    enum qv_text_layout layout;
+} qv_request;
+
+qv_request qv_default_request(void); /* all empty, language auto, default layout */
+
+typedef struct qv_session qv_session;
+
+/* A session owns the thread pool, KV caches and scratch for one utterance at a time. */
+enum qv_status qv_session_new(qv_session **out, const qv_model *m, const qv_params *p);
+void qv_session_free(qv_session *s); /* accepts NULL */
+
+/* Builds the prompt (§3.4 of the architecture notes) and runs the prefill. Ends any previous
+ * utterance. Errors: QV_E_SPEAKER / QV_E_LANGUAGE (the detail lists valid names), QV_E_INVALID,
+ * QV_E_LIMIT, QV_E_NOMEM. The request's arrays are only read during this call. */
+enum qv_status qv_session_start(qv_session *s, const qv_request *r);
+/* Generates the next frame into codes[16]. *done = 1 (codes untouched) once the model emitted
+ * end-of-speech or max_frames were produced. QV_E_STATE without a started utterance. */
+enum qv_status qv_session_next_frame(qv_session *s, int32_t codes[QV_N_CODEBOOKS], int *done);
+int qv_session_n_frames(const qv_session *s); /* frames produced in this utterance */
+/* Token ids of UTF-8 text with the model's Qwen2 tokenizer (opened on first use from the model
+ * directory). *ids is malloc'd (caller frees). QV_E_MODEL if the tokenizer files are bad,
+ * QV_E_INVALID for invalid UTF-8. */
+enum qv_status qv_session_tokenize(qv_session *s, const char *text, int32_t **ids, int *n_ids);
+/* One-line detail of the last error of this session (borrowed, "" when none). */
+const char *qv_session_error(const qv_session *s);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

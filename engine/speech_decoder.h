@@ -52,8 +52,9 @@ int qve_decoder_sample_rate(const qve_decoder *dec);       /* 24000 */
 
 /* One-shot decode. codes: frame-major [n_frames][n_codebooks] (the talker's order; the reference
  * tensor [16, T] transposed). wav: n_frames * samples_per_frame floats in [-1, 1].
- * Runs on the caller's thread (OpenBLAS threads as set by qvk_blas_set_threads). Allocates its
- * state once per call. Returns 0, or -1 with err (bad code value, allocation failure). */
+ * Runs on the caller's thread; its sgemms use the OpenBLAS threads set by qvk_blas_set_threads
+ * (more threads give the same samples bit for bit; tested). Allocates its state once per call.
+ * Returns 0, or -1 with err (bad code value, allocation failure). */
 int qve_decoder_decode(const qve_decoder *dec, const int *codes, int n_frames, float *wav,
                        char *err, size_t err_size);
 
@@ -73,8 +74,10 @@ typedef int (*qve_audio_cb)(void *user, const float *pcm, int n_samples);
 /* Starts a streaming decode. n_threads = 0: no thread, push/finish decode on the caller's thread
  * whenever a block is complete. n_threads >= 1: a decoder thread does the work; it uses exactly
  * one core in this version (values > 1 are accepted and reserved for splitting work later), so
- * give the talker pool the remaining cores. All state is allocated here (sized for one block and
- * the chunk's KV window); nothing is allocated per frame. NULL + err on failure. */
+ * give the talker pool the remaining cores, and keep qvk_blas_set_threads at 1 while it runs
+ * (OpenBLAS's thread count is process-wide and applies to the decoder thread's sgemms too). All
+ * state is allocated here (sized for one block and the chunk's KV window); nothing is allocated per
+ * frame. NULL + err on failure. */
 qve_dec_stream *qve_dec_stream_start(const qve_decoder *dec, int n_threads, qve_audio_cb cb,
                                      void *user, char *err, size_t err_size);
 /* Queues one frame (n_codebooks codes). Cheap: copies into a queue and returns; blocks only when

@@ -33,6 +33,11 @@ int qvk_set_variant(const char *name);
 void *qvk_alloc(size_t n_bytes);
 void qvk_free(void *p);
 
+/* Reads n_bytes at p (any alignment) at full vector width and returns a checksum (XOR of the
+ * 64-bit words, tail bytes zero-extended): the read-bandwidth probe that benchmarks compare
+ * matvec throughput with. */
+uint64_t qvk_mem_read(const void *p, size_t n_bytes);
+
 /* ---- thread pool ------------------------------------------------------------------------ */
 
 typedef struct qvk_pool qvk_pool;

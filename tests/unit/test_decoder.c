@@ -200,6 +200,12 @@ static void test_golden_dec(void **state) {
     check_golden("dec_codes -> dec_wav (50 frames)", wav, npy_f32(&want), n_s);
     float *st = stream(g_full, frames, n, 1);
     check_identical("full size: streamed (thread) vs one-shot", st, wav, n_s);
+    /* OpenBLAS splits output rows/columns, never the reduction: 2 BLAS threads change nothing */
+    qvk_blas_set_threads(2);
+    float *two = decode(g_full, frames, n);
+    qvk_blas_set_threads(1);
+    check_identical("full size: 2 BLAS threads vs 1", two, wav, n_s);
+    free(two);
     free(st);
     free(wav);
     free(frames);

@@ -1,0 +1,67 @@
+/* code_predictor.c — residual codebooks 1..15 of one frame (§4, Qwen3TTSTalkerCodePredictor).
+ *
+ * A fresh 16-position KV cache per frame (positions restart at 0). Every input goes through
+ * small_to_mtp_projection on 1.7B (identity on 0.6B); the reference's 2-position prefill is run as
+ * two single-token steps, which is the same causal computation.
+ */
+#include <string.h>
+
+#include "model.h"
+
+int qve_cp_state_init(qve_cp_state *s, const qv_model *m) {
+    memset(s, 0, sizeof *s);
+    const int H = m->cfg.talker.hidden_size, CH = m->cfg.code_predictor.hidden_size;
+    const int CV = m->cfg.code_predictor.vocab_size;
+    if (qve_stack_state_init(&s->st, &m->cp.stack, QVE_N_GROUPS, 0)) return -1;
+    s->x = qvk_alloc((size_t)CH * sizeof(float));
+    s->proj_in = qvk_alloc((size_t)(H > CH ? H : CH) * sizeof(float));
+    s->logits = qvk_alloc((size_t)(QVE_N_GROUPS - 1) * (size_t)CV * sizeof(float));
+    if (!s->x || !s->proj_in || !s->logits) {
+        qve_cp_state_free(s);
+        return -1;
+    }
+    return 0;
+}
+
+void qve_cp_state_free(qve_cp_state *s) {
+    if (!s) return;
+    qve_stack_state_free(&s->st);
+    qvk_free(s->x);
+    qvk_free(s->proj_in);
+    qvk_free(s->logits);
+    memset(s, 0, sizeof *s);
+}
+
+/* s->x = Π(in), in being a talker-width vector. */
+static void project(qve_cp_state *s, const qv_model *m, qvk_pool *pool, const float *in) {
+    const int H = m->cfg.talker.hidden_size, CH = m->cfg.code_predictor.hidden_size;
+    if (m->cp.mtp_proj)
+        qvk_matvec_bf16(pool, s->x, m->cp.mtp_proj, in, m->cp.mtp_bias, CH, H);
+    else
+        memcpy(s->x, in, (size_t)CH * sizeof(float));
+}
+
+void qve_cp_frame(qve_cp_state *s, const qv_model *m, const qve_talker *talker, qvk_pool *pool,
+                  const float *z, int c0, int32_t codes[QVE_N_GROUPS], qve_pick_fn pick,
+                  void *pick_ctx) {
+    const qve_stack_config *c = &m->cp.stack.cfg;
+    const int H = m->cfg.talker.hidden_size, CH = c->hidden_size, CV = c->vocab_size;
+    codes[0] = c0;
+    project(s, m, pool, z);
+    qve_stack_forward(&s->st, pool, s->x, 1, 0);
+    qve_talker_codec_embed(talker, s->proj_in, c0, 0);
+    project(s, m, pool, s->proj_in);
+    qve_stack_forward(&s->st, pool, s->x, 1, 1);
+    for (int g = 0; g < QVE_N_GROUPS - 1; g++) {
+        float *logits = s->logits + (size_t)g * CV;
+        float *normed = s->proj_in; /* free between inputs */
+        qvk_rmsnorm(normed, s->x, m->cp.stack.norm, CH, c->rms_norm_eps);
+        qvk_matvec_bf16(pool, logits, m->cp.lm_head[g], normed, NULL, CV, CH);
+        int code = pick(logits, CV, pick_ctx);
+        codes[g + 1] = code;
+        if (g == QVE_N_GROUPS - 2) break; /* CPE_14 never feeds the predictor */
+        qvk_bf16_to_f32(s->proj_in, m->cp.codec_embedding[g] + (size_t)code * H, (size_t)H);
+        project(s, m, pool, s->proj_in);
+        qve_stack_forward(&s->st, pool, s->x, 1, g + 2);
+    }
+}

@@ -1,0 +1,184 @@
+/* model.c — loads the talker and code predictor of a Qwen3-TTS-12Hz checkpoint (§1, §2.1).
+ *
+ * The file is first checked exactly against the manifest built from the config (manifest.h), then
+ * each tensor is bound by name. Matrices stay bf16 in the mmap (borrowed; other dtypes are refused
+ * for now); norms and biases are widened to owned f32 copies.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "manifest.h"
+#include "model.h"
+
+/* ==== tensor lookup helpers ================================================================== */
+
+typedef struct {
+    qv_model *m;
+    char *err;
+    size_t err_size;
+    int failed;
+} loader;
+
+static const uint16_t *get_matrix(loader *L, const char *name, int64_t rows, int64_t cols) {
+    if (L->failed) return NULL;
+    int64_t shape[2] = {rows, cols};
+    const qve_tensor *t =
+        qve_st_expect(L->m->st, name, QVE_DTYPE_BF16, 2, shape, L->err, L->err_size);
+    if (!t) {
+        L->failed = 1;
+        return NULL;
+    }
+    return (const uint16_t *)t->data;
+}
+
+static float *get_vector(loader *L, const char *name, int64_t n) {
+    if (L->failed) return NULL;
+    const qve_tensor *t = qve_st_find(L->m->st, name);
+    if (!t || t->n_dims != 1 || t->shape[0] != n || t->dtype == QVE_DTYPE_I64) {
+        if (!t)
+            snprintf(L->err, L->err_size, "%s/model.safetensors: tensor %s: missing", L->m->dir,
+                     name);
+        else
+            snprintf(L->err, L->err_size,
+                     "%s/model.safetensors: tensor %s: expected [%lld] float, found %d-d %s",
+                     L->m->dir, name, (long long)n, t->n_dims, qve_dtype_name(t->dtype));
+        L->failed = 1;
+        return NULL;
+    }
+    float *f = qve_tensor_to_f32(t);
+    float **grown =
+        f ? realloc(L->m->f32_copies, sizeof(float *) * (size_t)(L->m->n_f32_copies + 1)) : NULL;
+    if (!grown) {
+        qvk_free(f);
+        snprintf(L->err, L->err_size, "%s: out of memory converting %s", L->m->dir, name);
+        L->failed = 1;
+        return NULL;
+    }
+    L->m->f32_copies = grown;
+    L->m->f32_copies[L->m->n_f32_copies++] = f;
+    return f;
+}
+
+static void load_stack(loader *L, qve_stack *s, const qve_stack_config *c, const char *prefix) {
+    s->cfg = *c;
+    s->layers = calloc((size_t)c->num_hidden_layers, sizeof(qve_layer));
+    if (!s->layers) {
+        snprintf(L->err, L->err_size, "%s: out of memory", L->m->dir);
+        L->failed = 1;
+        return;
+    }
+    const int64_t H = c->hidden_size, I = c->intermediate_size;
+    const int64_t qd = (int64_t)c->num_attention_heads * c->head_dim;
+    const int64_t kvd = (int64_t)c->num_key_value_heads * c->head_dim;
+    char n[256];
+    for (int i = 0; i < c->num_hidden_layers; i++) {
+        qve_layer *l = &s->layers[i];
+#define NAME(suffix) (snprintf(n, sizeof n, "%s.layers.%d.%s", prefix, i, suffix), n)
+        l->input_layernorm = get_vector(L, NAME("input_layernorm.weight"), H);
+        l->q_proj = get_matrix(L, NAME("self_attn.q_proj.weight"), qd, H);
+        l->k_proj = get_matrix(L, NAME("self_attn.k_proj.weight"), kvd, H);
+        l->v_proj = get_matrix(L, NAME("self_attn.v_proj.weight"), kvd, H);
+        l->o_proj = get_matrix(L, NAME("self_attn.o_proj.weight"), H, qd);
+        l->q_norm = get_vector(L, NAME("self_attn.q_norm.weight"), c->head_dim);
+        l->k_norm = get_vector(L, NAME("self_attn.k_norm.weight"), c->head_dim);
+        l->post_attention_layernorm = get_vector(L, NAME("post_attention_layernorm.weight"), H);
+        l->gate_proj = get_matrix(L, NAME("mlp.gate_proj.weight"), I, H);
+        l->up_proj = get_matrix(L, NAME("mlp.up_proj.weight"), I, H);
+        l->down_proj = get_matrix(L, NAME("mlp.down_proj.weight"), H, I);
+#undef NAME
+    }
+    snprintf(n, sizeof n, "%s.norm.weight", prefix);
+    s->norm = get_vector(L, n, H);
+}
+
+static int check_stack_config(const qve_stack_config *c, const char *dir, const char *what,
+                              char *err, size_t err_size) {
+    if (c->hidden_size <= 0 || c->num_hidden_layers <= 0 || c->num_attention_heads <= 0 ||
+        c->num_key_value_heads <= 0 || c->head_dim <= 0 || (c->head_dim & 1) ||
+        c->num_attention_heads % c->num_key_value_heads || c->intermediate_size <= 0) {
+        snprintf(err, err_size, "%s/config.json: %s: inconsistent shape (heads %d/%d, head_dim %d)",
+                 dir, what, c->num_attention_heads, c->num_key_value_heads, c->head_dim);
+        return -1;
+    }
+    return 0;
+}
+
+/* ==== API ==================================================================================== */
+
+int qve_model_load(qv_model *m, const char *dir, char *err, size_t err_size) {
+    memset(m, 0, sizeof *m);
+    snprintf(m->dir, sizeof m->dir, "%s", dir);
+    if (qve_model_config_load(&m->cfg, dir, err, err_size)) return -1;
+    if (qve_generation_config_load(&m->gen, dir, err, err_size)) return -1;
+    const qve_model_config *c = &m->cfg;
+    if (check_stack_config(&c->talker, dir, "talker_config", err, err_size) ||
+        check_stack_config(&c->code_predictor, dir, "code_predictor_config", err, err_size))
+        return -1;
+    if (c->talker.num_code_groups != QVE_N_GROUPS || c->talker.vocab_size < 2048 + 1024 ||
+        c->code_predictor.vocab_size <= 0) {
+        snprintf(err, err_size,
+                 "%s/config.json: talker_config: expected 16 code groups and a "
+                 "3072-entry codec vocab, found %d and %d",
+                 dir, c->talker.num_code_groups, c->talker.vocab_size);
+        return -1;
+    }
+
+    char path[1100];
+    struct stat sb;
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    if (stat(path, &sb) != 0) snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    m->st = qve_st_open(path, err, err_size);
+    if (!m->st) return -1;
+
+    qve_manifest man = {0};
+    int bad = qve_manifest_model(&man, c, err, err_size) ||
+              qve_manifest_check_st(&man, m->st, 1, err, err_size);
+    qve_manifest_free(&man);
+    if (bad) return -1;
+
+    loader L = {m, err, err_size, 0};
+    const int64_t H = c->talker.hidden_size, TH = c->text_hidden_size;
+    qve_talker *t = &m->talker;
+    load_stack(&L, &t->stack, &c->talker, "talker.model");
+    t->text_embedding =
+        get_matrix(&L, "talker.model.text_embedding.weight", c->text_vocab_size, TH);
+    t->fc1 = get_matrix(&L, "talker.text_projection.linear_fc1.weight", TH, TH);
+    t->fc1_bias = get_vector(&L, "talker.text_projection.linear_fc1.bias", TH);
+    t->fc2 = get_matrix(&L, "talker.text_projection.linear_fc2.weight", H, TH);
+    t->fc2_bias = get_vector(&L, "talker.text_projection.linear_fc2.bias", H);
+    t->codec_embedding =
+        get_matrix(&L, "talker.model.codec_embedding.weight", c->talker.vocab_size, H);
+    t->codec_head = get_matrix(&L, "talker.codec_head.weight", c->talker.vocab_size, H);
+
+    qve_code_predictor *cp = &m->cp;
+    const int64_t CH = c->code_predictor.hidden_size, CV = c->code_predictor.vocab_size;
+    load_stack(&L, &cp->stack, &c->code_predictor, "talker.code_predictor.model");
+    char n[160];
+    for (int g = 0; g < QVE_N_GROUPS - 1; g++) {
+        snprintf(n, sizeof n, "talker.code_predictor.model.codec_embedding.%d.weight", g);
+        cp->codec_embedding[g] = get_matrix(&L, n, CV, H);
+        snprintf(n, sizeof n, "talker.code_predictor.lm_head.%d.weight", g);
+        cp->lm_head[g] = get_matrix(&L, n, CV, CH);
+    }
+    if (!L.failed && H != CH) { /* 1.7B: small_to_mtp_projection; absent (identity) when equal */
+        cp->mtp_proj =
+            get_matrix(&L, "talker.code_predictor.small_to_mtp_projection.weight", CH, H);
+        cp->mtp_bias = get_vector(&L, "talker.code_predictor.small_to_mtp_projection.bias", CH);
+    }
+    if (L.failed) return -1;
+
+    return 0;
+}
+
+void qve_model_unload(qv_model *m) {
+    if (!m) return;
+    for (int i = 0; i < m->n_f32_copies; i++)
+        qvk_free(m->f32_copies[i]);
+    free(m->f32_copies);
+    free(m->talker.stack.layers);
+    free(m->cp.stack.layers);
+    qve_st_close(m->st);
+    memset(m, 0, sizeof *m);
+}

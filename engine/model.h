@@ -1,0 +1,191 @@
+/* model.h — engine-internal layouts shared by model.c, talker.c, code_predictor.c, sampler.c and
+ * session.c (prefix qve_). Weights are borrowed bf16 pointers into the checkpoint mmap; only the
+ * small vectors (norms, biases) are widened to f32 copies at load. State structs hold every
+ * activation buffer and KV cache so that the frame loop never allocates.
+ */
+#ifndef QV_MODEL_H
+#define QV_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "kernels.h"
+#include "qvoice.h"
+#include "safetensors.h"
+
+#define QVE_N_GROUPS 16 /* codebooks per frame (num_code_groups) */
+#define QVE_ERR_MAX 512
+
+/* ==== weights ================================================================================ */
+
+typedef struct {                     /* one Qwen3 decoder layer; PREFIX = talker.model.layers.N or
+                                        talker.code_predictor.model.layers.N */
+    float *input_layernorm;          /* [H]            PREFIX.input_layernorm.weight (f32 copy) */
+    const uint16_t *q_proj;          /* [nh*hd, H]     PREFIX.self_attn.q_proj.weight */
+    const uint16_t *k_proj;          /* [nkv*hd, H]    PREFIX.self_attn.k_proj.weight */
+    const uint16_t *v_proj;          /* [nkv*hd, H]    PREFIX.self_attn.v_proj.weight */
+    const uint16_t *o_proj;          /* [H, nh*hd]     PREFIX.self_attn.o_proj.weight */
+    float *q_norm;                   /* [hd]           PREFIX.self_attn.q_norm.weight (f32) */
+    float *k_norm;                   /* [hd]           PREFIX.self_attn.k_norm.weight (f32) */
+    float *post_attention_layernorm; /* [H]            PREFIX.post_attention_layernorm.weight */
+    const uint16_t *gate_proj;       /* [I, H]         PREFIX.mlp.gate_proj.weight */
+    const uint16_t *up_proj;         /* [I, H]         PREFIX.mlp.up_proj.weight */
+    const uint16_t *down_proj;       /* [H, I]         PREFIX.mlp.down_proj.weight */
+} qve_layer;
+
+typedef struct { /* a Qwen3 decoder stack without embeddings / head */
+    qve_stack_config cfg;
+    qve_layer *layers; /* [num_hidden_layers] */
+    float *norm;       /* [H] *.model.norm.weight (f32) */
+} qve_stack;
+
+typedef struct { /* talker (§3) */
+    qve_stack stack;
+    const uint16_t
+        *text_embedding;   /* [text_vocab, text_hidden] talker.model.text_embedding.weight */
+    const uint16_t *fc1;   /* [text_hidden, text_hidden] talker.text_projection.linear_fc1.weight */
+    const float *fc1_bias; /* [text_hidden]  talker.text_projection.linear_fc1.bias */
+    const uint16_t *fc2;   /* [H, text_hidden] talker.text_projection.linear_fc2.weight */
+    const float *fc2_bias; /* [H]            talker.text_projection.linear_fc2.bias */
+    const uint16_t *codec_embedding; /* [3072, H]      talker.model.codec_embedding.weight */
+    const uint16_t *codec_head;      /* [3072, H]      talker.codec_head.weight */
+} qve_talker;
+
+typedef struct {     /* code predictor (§4), prefix talker.code_predictor. */
+    qve_stack stack; /* hidden 1024 on both sizes */
+    const uint16_t
+        *codec_embedding[QVE_N_GROUPS - 1];    /* [2048, H_talker] model.codec_embedding.g.weight */
+    const uint16_t *lm_head[QVE_N_GROUPS - 1]; /* [2048, 1024] lm_head.g.weight */
+    const uint16_t *mtp_proj; /* [1024, H_talker] small_to_mtp_projection.weight; NULL = identity */
+    float *mtp_bias;          /* [1024]         small_to_mtp_projection.bias */
+} qve_code_predictor;
+
+struct qv_model {
+    char dir[1024];
+    qve_model_config cfg;
+    qve_generation_config gen;
+    qve_st *st; /* owns the mmap the weight pointers borrow from */
+    qve_talker talker;
+    qve_code_predictor cp;
+    int n_f32_copies;
+    float **f32_copies; /* every f32 copy above, freed at qv_model_free */
+};
+
+/* Loads config, generation config and every talker/code-predictor tensor (checked against the
+ * table built from the config). 0 on success, -1 with a one-line error in err. */
+int qve_model_load(qv_model *m, const char *dir, char *err, size_t err_size);
+void qve_model_unload(qv_model *m);
+
+/* ==== decoder-stack state (KV cache + scratch) ================================================ */
+
+typedef struct {
+    const qve_stack *w;
+    int max_ctx;              /* positions the cache holds */
+    float *k_cache, *v_cache; /* [n_layers][max_ctx][nkv*hd] */
+    /* single-token scratch */
+    float *h, *q, *k, *v, *att, *gate, *up, *attn_scratch; /* attn_scratch [nh*max_ctx] */
+    float *rope_c, *rope_s;                                /* [hd/2] */
+    /* batched prefill scratch (n_batch rows); NULL when n_batch == 0 */
+    int n_batch;
+    float *bh, *bq, *bk, *bv, *batt, *bgate, *bup, *wscratch;
+} qve_stack_state;
+
+/* Allocates caches for max_ctx positions and, when n_batch > 0, batch buffers for prefills of up
+ * to n_batch rows. 0 / -1 (out of memory). */
+int qve_stack_state_init(qve_stack_state *s, const qve_stack *w, int max_ctx, int n_batch);
+void qve_stack_state_free(qve_stack_state *s);
+
+/* Runs n tokens x[n, H] (in place: residual stream out) at positions pos0..pos0+n-1, writing the
+ * cache; no final norm. n == 1 uses bf16 matvecs; n > 1 needs n <= n_batch and uses sgemm.
+ * pos0 + n must be <= max_ctx (checked by callers). */
+void qve_stack_forward(qve_stack_state *s, qvk_pool *pool, float *x, int n, int pos0);
+
+/* ==== talker / code predictor ================================================================ */
+
+/* out[n, H] = text_projection(E_txt[ids[i]]) (§3.1). tmp needs n*2*text_hidden floats, wscratch
+ * text_hidden*text_hidden floats (used when n > 1). */
+void qve_talker_project_text(const qve_talker *t, const qve_model_config *c, qvk_pool *pool,
+                             float *out, const int32_t *ids, int n, float *tmp, float *wscratch);
+/* out[H] += (or =) row id of the codec embedding. */
+void qve_talker_codec_embed(const qve_talker *t, float *out, int id, int accumulate);
+/* logits[3072] = codec_head · z where z = final-norm of x (z written). */
+void qve_talker_head(const qve_talker *t, qvk_pool *pool, float *z, float *logits, const float *x);
+
+typedef struct { /* per-frame code-predictor working set */
+    qve_stack_state st;
+    float *x;       /* [1024] */
+    float *proj_in; /* [H_talker] */
+    float *logits;  /* [15][2048] raw logits of the current frame */
+} qve_cp_state;
+
+int qve_cp_state_init(qve_cp_state *s, const qv_model *m);
+void qve_cp_state_free(qve_cp_state *s);
+
+/* Residual codes c1..c15 for one frame from (z, c0) (§4); talker supplies C(c0) (the session's
+ * view, which a text bridge may change). pick(logits, group, ctx) chooses each
+ * code from the 2048 raw logits (it may modify them in a copy, not these). */
+typedef int (*qve_pick_fn)(const float *logits, int n, void *ctx);
+void qve_cp_frame(qve_cp_state *s, const qv_model *m, const qve_talker *talker, qvk_pool *pool,
+                  const float *z, int c0, int32_t codes[QVE_N_GROUPS], qve_pick_fn pick,
+                  void *pick_ctx);
+
+/* ==== sampler (§3.6) ========================================================================= */
+
+typedef struct {
+    uint64_t s[4];
+} qve_rng;
+void qve_rng_seed(qve_rng *r, uint64_t seed);
+double qve_rng_uniform(qve_rng *r); /* [0, 1), 53 bits */
+
+typedef struct {
+    int do_sample;
+    float temperature, top_p;
+    int top_k;
+} qve_sample_params;
+
+/* Temperature, top-k (ties kept), top-p, then multinomial (or argmax when !do_sample) over
+ * logits[n] which is modified. work: n floats + n ints of scratch (work_idx). */
+int qve_sample(float *logits, int n, const qve_sample_params *p, qve_rng *rng, float *work,
+               int *work_idx);
+/* Talker code0 rules before sampling: repetition penalty over the set seen[], EOS blocked while
+ * n_generated < 2, [vocab-1024, vocab) suppressed except eos. */
+void qve_talker_logits_process(float *logits, int vocab, const uint8_t *seen, float penalty,
+                               int n_generated, int eos_id);
+
+/* ==== session ================================================================================ */
+
+enum qve_session_state { QVE_IDLE, QVE_RUNNING, QVE_DONE, QVE_FAILED };
+
+struct qv_session {
+    const qv_model *m;
+    qv_params p;
+    qvk_pool *pool;
+    char err[QVE_ERR_MAX];
+    enum qve_session_state state;
+    qve_rng rng;
+    qve_cp_state cp;
+    /* per-frame buffers (allocated at qv_session_new) */
+    float *x;          /* [H] talker input / residual */
+    float *z;          /* [H] final-norm hidden of the last talker forward */
+    float *z_frame;    /* [H] the z that produced the current frame's c0 */
+    float *logits_raw; /* [vocab] codec-head logits of the last talker forward */
+    float *logits;     /* [max(vocab, cp vocab)] processed copy */
+    float *work;       /* [same] sampler scratch */
+    int *work_idx;
+    uint8_t *seen;        /* [vocab] code0 set for the repetition penalty */
+    float *pad;           /* [H] PAD = P(tts_pad) of the current utterance */
+    qve_talker tw;        /* the talker as this utterance sees it (text bridge applied) */
+    uint16_t *codec_copy; /* [vocab, H] bridged codec table, or NULL */
+    /* per-utterance buffers (allocated at qv_session_start) */
+    qve_stack_state talker;
+    float *prefill; /* [n_prefill, H] prompt embeddings, kept for inspection */
+    int n_prefill;
+    float *queue; /* [n_queue, H] trailing text embeddings */
+    int n_queue;
+    int n_frames, pos;
+    struct qve_tok *tok; /* opened on first text request */
+    int32_t role_ids[3]; /* role block: <|im_start|> assistant \n (§3.4) */
+};
+
+#endif

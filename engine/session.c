@@ -1,0 +1,622 @@
+/* session.c — public API: model handle, parameters, prompt construction (§3.4) and the frame loop
+ * (§3.5) mirroring Qwen3TTSForConditionalGeneration.generate.
+ *
+ * All per-frame buffers are allocated by qv_session_new and all per-utterance ones (KV cache sized
+ * prompt + max_frames, prompt embeddings, text queue) by qv_session_start: next_frame never
+ * allocates. The talker step for frame k is run eagerly after it, as the reference does.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "model.h"
+#include "prompt.h"
+#include "tokenizer.h"
+
+#define NEWLINE_TOKEN_ID 198 /* "\n" in the Qwen2 vocabulary (§7); the role block's third id */
+
+/* ==== status and defaults ==================================================================== */
+
+const char *qv_strerror(enum qv_status st) {
+#define QV_STATUS_TEXT_(name, text) text,
+    static const char *const text[] = {QV_STATUS_LIST(QV_STATUS_TEXT_)};
+#undef QV_STATUS_TEXT_
+    if ((int)st < 0 || st >= QV_STATUS_COUNT) return "unknown status";
+    return text[st];
+}
+
+qv_params qv_default_params(void) {
+    qv_params p = {0};
+    p.n_threads = 1;
+    p.seed = 0;
+    p.do_sample = 1;
+    p.temperature = 0.9f;
+    p.top_k = 50;
+    p.top_p = 1.0f;
+    p.repetition_penalty = 1.05f;
+    p.subtalker_do_sample = 1;
+    p.subtalker_temperature = 0.9f;
+    p.subtalker_top_k = 50;
+    p.subtalker_top_p = 1.0f;
+    p.max_frames = 2047;
+    return p;
+}
+
+qv_params qv_model_params(const qv_model *m) {
+    qv_params p = qv_default_params();
+    const qve_generation_config *g = &m->gen;
+    p.do_sample = g->do_sample;
+    p.temperature = g->temperature;
+    p.top_k = g->top_k;
+    p.top_p = g->top_p;
+    p.repetition_penalty = g->repetition_penalty;
+    p.subtalker_do_sample = g->subtalker_dosample;
+    p.subtalker_temperature = g->subtalker_temperature;
+    p.subtalker_top_k = g->subtalker_top_k;
+    p.subtalker_top_p = g->subtalker_top_p;
+    p.max_frames = g->max_new_tokens > 1 ? g->max_new_tokens - 1 : 1;
+    return p;
+}
+
+qv_request qv_default_request(void) {
+    qv_request r;
+    memset(&r, 0, sizeof r);
+    r.layout = QV_LAYOUT_DEFAULT;
+    return r;
+}
+
+/* ==== model ================================================================================== */
+
+enum qv_status qv_model_load(qv_model **out, const char *dir, char *err, size_t err_size) {
+    *out = NULL;
+    qvk_init();
+    qv_model *m = calloc(1, sizeof *m);
+    if (!m) {
+        snprintf(err, err_size, "%s: out of memory", dir);
+        return QV_E_NOMEM;
+    }
+    if (qve_model_load(m, dir, err, err_size)) {
+        qve_model_unload(m);
+        free(m);
+        return QV_E_MODEL;
+    }
+    *out = m;
+    return QV_OK;
+}
+
+void qv_model_free(qv_model *m) {
+    if (!m) return;
+    qve_model_unload(m);
+    free(m);
+}
+
+const char *qv_model_type(const qv_model *m) {
+    return m->cfg.tts_model_type;
+}
+const char *qv_model_size(const qv_model *m) {
+    return m->cfg.tts_model_size;
+}
+int qv_model_hidden_size(const qv_model *m) {
+    return m->cfg.talker.hidden_size;
+}
+int qv_model_text_hidden_size(const qv_model *m) {
+    return m->cfg.text_hidden_size;
+}
+int qv_model_n_speakers(const qv_model *m) {
+    return m->cfg.n_speakers;
+}
+
+const char *qv_model_speaker(const qv_model *m, int i) {
+    return i >= 0 && i < m->cfg.n_speakers ? m->cfg.spk_id[i].name : NULL;
+}
+
+/* Selectable languages: "auto" plus every codec_language_id key that is not a dialect. */
+int qv_model_n_languages(const qv_model *m) {
+    int n = 1;
+    for (int i = 0; i < m->cfg.n_languages; i++)
+        if (!strstr(m->cfg.codec_language_id[i].name, "dialect")) n++;
+    return n;
+}
+
+const char *qv_model_language(const qv_model *m, int i) {
+    if (i == 0) return "auto";
+    for (int j = 0; j < m->cfg.n_languages; j++)
+        if (!strstr(m->cfg.codec_language_id[j].name, "dialect") && --i == 0)
+            return m->cfg.codec_language_id[j].name;
+    return NULL;
+}
+
+/* ==== session lifetime ======================================================================= */
+
+static enum qv_status fail(qv_session *s, enum qv_status st, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(s->err, sizeof s->err, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+static void free_utterance(qv_session *s) {
+    qve_stack_state_free(&s->talker);
+    qvk_free(s->prefill);
+    qvk_free(s->queue);
+    qvk_free(s->codec_copy);
+    s->prefill = s->queue = NULL;
+    s->codec_copy = NULL;
+    s->n_prefill = s->n_queue = 0;
+    s->tw = s->m->talker;
+}
+
+void qv_session_free(qv_session *s) {
+    if (!s) return;
+    free_utterance(s);
+    qve_cp_state_free(&s->cp);
+    void *bufs[] = {s->x,    s->z,        s->z_frame, s->logits_raw, s->logits,
+                    s->work, s->work_idx, s->seen,    s->pad};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        qvk_free(bufs[i]);
+    qvk_pool_free(s->pool);
+    qve_tok_free(s->tok);
+    free(s);
+}
+
+static int check_params(const qv_params *p, char *err, size_t n) {
+    if (p->n_threads < 1 || p->n_threads > 256)
+        return snprintf(err, n, "n_threads: expected 1..256, found %d", p->n_threads), -1;
+    if (p->do_sample && !(p->temperature > 0))
+        return snprintf(err, n, "temperature: expected > 0, found %g", p->temperature), -1;
+    if (p->subtalker_do_sample && !(p->subtalker_temperature > 0))
+        return snprintf(err, n, "subtalker_temperature: expected > 0, found %g",
+                        p->subtalker_temperature),
+               -1;
+    if (!(p->top_p > 0 && p->top_p <= 1) || !(p->subtalker_top_p > 0 && p->subtalker_top_p <= 1))
+        return snprintf(err, n, "top_p: expected (0, 1], found %g / %g", p->top_p,
+                        p->subtalker_top_p),
+               -1;
+    if (p->top_k < 0 || p->subtalker_top_k < 0)
+        return snprintf(err, n, "top_k: expected >= 0, found %d / %d", p->top_k,
+                        p->subtalker_top_k),
+               -1;
+    if (!(p->repetition_penalty > 0))
+        return snprintf(err, n, "repetition_penalty: expected > 0, found %g",
+                        p->repetition_penalty),
+               -1;
+    if (p->max_frames < 1)
+        return snprintf(err, n, "max_frames: expected >= 1, found %d", p->max_frames), -1;
+    return 0;
+}
+
+enum qv_status qv_session_new(qv_session **out, const qv_model *m, const qv_params *p) {
+    *out = NULL;
+    if (!m || !p) return QV_E_INVALID;
+    qv_session *s = calloc(1, sizeof *s);
+    if (!s) return QV_E_NOMEM;
+    s->m = m;
+    s->p = *p;
+    s->tw = m->talker;
+    if (check_params(p, s->err, sizeof s->err)) {
+        qv_session_free(s);
+        return QV_E_INVALID;
+    }
+    const qve_model_config *c = &m->cfg;
+    const size_t H = (size_t)c->talker.hidden_size, V = (size_t)c->talker.vocab_size;
+    const size_t nv =
+        V > (size_t)c->code_predictor.vocab_size ? V : (size_t)c->code_predictor.vocab_size;
+    s->pool = qvk_pool_create(p->n_threads);
+    s->x = qvk_alloc(H * sizeof(float));
+    s->z = qvk_alloc(H * sizeof(float));
+    s->z_frame = qvk_alloc(H * sizeof(float));
+    s->logits_raw = qvk_alloc(V * sizeof(float));
+    s->logits = qvk_alloc(nv * sizeof(float));
+    s->work = qvk_alloc(nv * sizeof(float));
+    s->work_idx = qvk_alloc(nv * sizeof(int));
+    s->seen = qvk_alloc(V);
+    s->pad = qvk_alloc(H * sizeof(float));
+    if (!s->pool || !s->x || !s->z || !s->z_frame || !s->logits_raw || !s->logits || !s->work ||
+        !s->work_idx || !s->seen || !s->pad || qve_cp_state_init(&s->cp, m)) {
+        qv_session_free(s);
+        return QV_E_NOMEM;
+    }
+    s->state = QVE_IDLE;
+    *out = s;
+    return QV_OK;
+}
+
+const char *qv_session_error(const qv_session *s) {
+    return s ? s->err : "";
+}
+int qv_session_n_frames(const qv_session *s) {
+    return s->n_frames;
+}
+
+/* ==== prompt ================================================================================= */
+
+/* out = F(codes) = C(c0) + sum_g CPE_{g-1}[c_g] (§3.1). */
+static void frame_embed(const qv_session *s, float *out, const int32_t *codes) {
+    const qv_model *m = s->m;
+    const int H = m->cfg.talker.hidden_size;
+    qve_talker_codec_embed(&s->tw, out, codes[0], 0);
+    for (int g = 1; g < QVE_N_GROUPS; g++) {
+        const uint16_t *row = m->cp.codec_embedding[g - 1] + (size_t)codes[g] * H;
+        for (int i = 0; i < H; i++)
+            out[i] += qvk_bf16_to_f32_1(row[i]);
+    }
+}
+
+static void list_names(char *buf, size_t n, const qv_model *m, int speakers) {
+    size_t used = 0;
+    buf[0] = 0;
+    int count = speakers ? qv_model_n_speakers(m) : qv_model_n_languages(m);
+    for (int i = 0; i < count && used < n; i++) {
+        const char *name = speakers ? qv_model_speaker(m, i) : qv_model_language(m, i);
+        used += (size_t)snprintf(buf + used, n - used, "%s%s", i ? ", " : "", name);
+    }
+}
+
+static int ids_valid(const int32_t *ids, int n, int limit) {
+    for (int i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= limit) return 0;
+    return 1;
+}
+
+#define SLOT_VECTOR (-2) /* codec list entry holding the caller's speaker vector */
+
+static enum qv_status start_ids(qv_session *s, const qv_request *r) {
+    const qv_model *m = s->m;
+    const qve_model_config *c = &m->cfg;
+    const int H = c->talker.hidden_size, TH = c->text_hidden_size;
+    const int CV = c->code_predictor.vocab_size;
+    free_utterance(s);
+    s->state = QVE_FAILED;
+    s->n_frames = 0;
+    memset(s->seen, 0, (size_t)c->talker.vocab_size);
+    qve_rng_seed(&s->rng, s->p.seed);
+
+    /* -- validate -- */
+    if (!r || !r->text_ids || r->n_text_ids < 1)
+        return fail(s, QV_E_INVALID, "request: expected at least one text token id");
+    if (!ids_valid(r->text_ids, r->n_text_ids, c->text_vocab_size) ||
+        (r->n_instruct_ids && (!r->instruct_ids || !ids_valid(r->instruct_ids, r->n_instruct_ids,
+                                                              c->text_vocab_size))) ||
+        (r->n_ref_text_ids && (!r->ref_text_ids || !ids_valid(r->ref_text_ids, r->n_ref_text_ids,
+                                                              c->text_vocab_size))) ||
+        r->n_text_ids < 0 || r->n_instruct_ids < 0 || r->n_ref_text_ids < 0)
+        return fail(s, QV_E_INVALID, "request: token id outside [0, %d)", c->text_vocab_size);
+    if (r->n_ref_frames < 0 ||
+        (r->n_ref_frames &&
+         (!r->ref_codes ||
+          !ids_valid(r->ref_codes, r->n_ref_frames * QVE_N_GROUPS, CV < 2048 ? CV : 2048))))
+        return fail(s, QV_E_INVALID, "request: reference code outside [0, 2048)");
+    if (r->speaker_vector && r->n_speaker_vector != H)
+        return fail(s, QV_E_INVALID, "request: speaker vector: expected %d values, found %d", H,
+                    r->n_speaker_vector);
+
+    /* -- language and speaker: codec prefix K ++ [S] ++ [pad, bos] -- */
+    char names[1024];
+    const char *lang = r->language;
+    int is_auto = !lang || !strcasecmp(lang, "auto"), lang_id = -1;
+    if (!is_auto && (strstr(lang, "dialect") || (lang_id = qve_language_id(c, lang)) < 0)) {
+        list_names(names, sizeof names, m, 0);
+        return fail(s, QV_E_LANGUAGE, "unknown language '%s' (valid: %s)", lang, names);
+    }
+    const qve_speaker *spk = NULL;
+    if (!r->speaker_vector && r->speaker) {
+        spk = qve_speaker_find(c, r->speaker);
+        if (!spk) {
+            list_names(names, sizeof names, m, 1);
+            return fail(s, QV_E_SPEAKER, "unknown speaker '%s' (valid: %s)", r->speaker,
+                        c->n_speakers ? names : "none, this model has no preset speakers");
+        }
+    }
+    if (spk && spk->dialect[0] && (is_auto || !strcasecmp(lang, "chinese"))) {
+        int d = qve_language_id(c, spk->dialect); /* dialect rule (§1.3) */
+        if (d >= 0) is_auto = 0, lang_id = d;
+    }
+    int clist[8], n_c = 0;
+    if (is_auto) {
+        clist[n_c++] = c->codec_nothink_id;
+        clist[n_c++] = c->codec_think_bos_id;
+        clist[n_c++] = c->codec_think_eos_id;
+    } else {
+        clist[n_c++] = c->codec_think_id;
+        clist[n_c++] = c->codec_think_bos_id;
+        clist[n_c++] = lang_id;
+        clist[n_c++] = c->codec_think_eos_id;
+    }
+    if (r->speaker_vector)
+        clist[n_c++] = SLOT_VECTOR;
+    else if (spk)
+        clist[n_c++] = spk->id;
+    clist[n_c++] = c->codec_pad_id;
+    clist[n_c++] = c->codec_bos_id;
+    for (int j = 0; j < n_c; j++)
+        if (clist[j] != SLOT_VECTOR && (clist[j] < 0 || clist[j] >= c->talker.vocab_size))
+            return fail(s, QV_E_MODEL, "%s/config.json: codec id %d outside the codec vocabulary",
+                        m->dir, clist[j]);
+
+    /* -- text bridge (a voice file's WOVR): session view of the talker's embeddings -- */
+    s->tw = m->talker;
+    if (r->bridge) {
+        const qv_text_bridge *b = r->bridge;
+        if (!b->fc1_weight || !b->fc1_bias || !b->fc2_weight || !b->fc2_bias ||
+            b->n_codec_rows < 0 || b->n_codec_rows > c->talker.vocab_size ||
+            (b->n_codec_rows && !b->codec_rows))
+            return fail(s, QV_E_INVALID, "request: incomplete text bridge (or %d codec rows > %d)",
+                        b->n_codec_rows, c->talker.vocab_size);
+        s->tw.fc1 = b->fc1_weight, s->tw.fc1_bias = b->fc1_bias;
+        s->tw.fc2 = b->fc2_weight, s->tw.fc2_bias = b->fc2_bias;
+        if (b->n_codec_rows) {
+            const size_t row = (size_t)H * sizeof(uint16_t);
+            s->codec_copy = qvk_alloc((size_t)c->talker.vocab_size * row);
+            if (!s->codec_copy) return fail(s, QV_E_NOMEM, "out of memory for the codec table");
+            memcpy(s->codec_copy, m->talker.codec_embedding, (size_t)c->talker.vocab_size * row);
+            memcpy(s->codec_copy, b->codec_rows, (size_t)b->n_codec_rows * row);
+            s->tw.codec_embedding = s->codec_copy;
+        }
+    }
+
+    int streaming = r->layout == QV_LAYOUT_STREAMING ||
+                    (r->layout == QV_LAYOUT_DEFAULT && c->variant == QVE_VARIANT_BASE);
+    const int icl = r->n_ref_frames > 0;
+
+    /* -- every text row to project: instruct, role, text, ref, PAD, BOS, EOS -- */
+    const int Mi = r->n_instruct_ids, N = r->n_text_ids, Mr = r->n_ref_text_ids;
+    const int o_role = Mi, o_txt = Mi + 3, o_ref = o_txt + N, o_pad = o_ref + Mr;
+    const int o_bos = o_pad + 1, o_eos = o_pad + 2, n_txt = o_pad + 3;
+    const int Lt = Mr + N + 1, Lc = 1 + r->n_ref_frames;
+    int body, n_q;
+    if (icl) {
+        body = streaming ? Lc : Lt + Lc;
+        n_q = streaming && Lt > Lc ? Lt - Lc : 0;
+    } else {
+        body = streaming ? 1 : N + 2;
+        n_q = streaming ? N : 0;
+    }
+    const int L = Mi + 3 + (n_c - 1) + body;
+    const int max_pos = c->talker.max_position_embeddings;
+    if (L >= max_pos)
+        return fail(s, QV_E_LIMIT, "prompt of %d positions exceeds max_position_embeddings %d", L,
+                    max_pos);
+    int max_frames = s->p.max_frames;
+    if (max_frames > max_pos - L) max_frames = max_pos - L;
+    s->p.max_frames = max_frames;
+
+    int32_t *ids = malloc((size_t)n_txt * sizeof(int32_t));
+    float *tproj = qvk_alloc((size_t)n_txt * H * sizeof(float));
+    float *tmp = qvk_alloc(2 * (size_t)n_txt * TH * sizeof(float));
+    float *wscr = qvk_alloc((size_t)TH * (size_t)(TH > H ? TH : H) * sizeof(float));
+    float *xbuf = qvk_alloc((size_t)L * H * sizeof(float));
+    s->prefill = qvk_alloc((size_t)L * H * sizeof(float));
+    s->queue = n_q ? qvk_alloc((size_t)n_q * H * sizeof(float)) : NULL;
+    enum qv_status st = QV_E_NOMEM;
+    if (!ids || !tproj || !tmp || !wscr || !xbuf || !s->prefill || (n_q && !s->queue) ||
+        qve_stack_state_init(&s->talker, &m->talker.stack, L + max_frames, L > 1 ? L : 0)) {
+        fail(s, st, "out of memory for a prompt of %d positions", L);
+        goto done;
+    }
+    if (Mi) memcpy(ids, r->instruct_ids, (size_t)Mi * sizeof(int32_t));
+    memcpy(ids + o_role, s->role_ids, sizeof s->role_ids);
+    memcpy(ids + o_txt, r->text_ids, (size_t)N * sizeof(int32_t));
+    if (Mr) memcpy(ids + o_ref, r->ref_text_ids, (size_t)Mr * sizeof(int32_t));
+    ids[o_pad] = c->tts_pad_token_id;
+    ids[o_bos] = c->tts_bos_token_id;
+    ids[o_eos] = c->tts_eos_token_id;
+    qve_talker_project_text(&s->tw, c, s->pool, tproj, ids, n_txt, tmp, wscr);
+    if (r->text_special)
+        memcpy(tproj + (size_t)o_pad * H, r->text_special, 3 * (size_t)H * sizeof(float));
+    memcpy(s->pad, tproj + (size_t)o_pad * H, (size_t)H * sizeof(float));
+
+    /* -- assemble (§3.4) -- */
+    float *e = s->prefill;
+#define TROW(i) (tproj + (size_t)(i)*H)
+#define EMIT_TEXT(row) (memcpy(e, (row), (size_t)H * sizeof(float)))
+#define NEXT() (e += H)
+    for (int i = 0; i < Mi + 3; i++)
+        EMIT_TEXT(TROW(i)), NEXT();
+    for (int j = 0; j < n_c - 1; j++) {
+        EMIT_TEXT(TROW(j < n_c - 2 ? o_pad : o_bos));
+        if (clist[j] == SLOT_VECTOR)
+            for (int i = 0; i < H; i++)
+                e[i] += r->speaker_vector[i];
+        else
+            qve_talker_codec_embed(&s->tw, e, clist[j], 1);
+        NEXT();
+    }
+    if (!icl && streaming) {
+        EMIT_TEXT(TROW(o_txt)), qve_talker_codec_embed(&s->tw, e, c->codec_bos_id, 1), NEXT();
+        for (int i = 1; i < N; i++)
+            memcpy(s->queue + (size_t)(i - 1) * H, TROW(o_txt + i), (size_t)H * sizeof(float));
+        memcpy(s->queue + (size_t)(N - 1) * H, TROW(o_eos), (size_t)H * sizeof(float));
+    } else if (!icl) {
+        for (int i = 0; i <= N; i++) {
+            EMIT_TEXT(TROW(i < N ? o_txt + i : o_eos));
+            qve_talker_codec_embed(&s->tw, e, c->codec_pad_id, 1);
+            NEXT();
+        }
+        EMIT_TEXT(TROW(o_pad)), qve_talker_codec_embed(&s->tw, e, c->codec_bos_id, 1), NEXT();
+    } else {
+        /* Ts = [ref text, target text, EOS]; Cs = [C(bos), F(R_0) ... F(R_{T-1})] */
+#define TS(i) TROW((i) < Mr ? o_ref + (i) : (i) < Mr + N ? o_txt + (i)-Mr : o_eos)
+        float *f = xbuf; /* scratch for one F(R_j) before the prefill uses xbuf */
+        if (!streaming) {
+            for (int i = 0; i < Lt; i++)
+                EMIT_TEXT(TS(i)), qve_talker_codec_embed(&s->tw, e, c->codec_pad_id, 1), NEXT();
+        }
+        for (int j = 0; j < Lc; j++) {
+            if (streaming)
+                EMIT_TEXT(j < Lt ? TS(j) : TROW(o_pad));
+            else
+                EMIT_TEXT(TROW(o_pad));
+            if (j == 0) {
+                qve_talker_codec_embed(&s->tw, e, c->codec_bos_id, 1);
+            } else {
+                frame_embed(s, f, r->ref_codes + (size_t)(j - 1) * QVE_N_GROUPS);
+                for (int i = 0; i < H; i++)
+                    e[i] += f[i];
+            }
+            NEXT();
+        }
+        for (int i = 0; i < n_q; i++)
+            memcpy(s->queue + (size_t)i * H, TS(Lc + i), (size_t)H * sizeof(float));
+#undef TS
+    }
+#undef TROW
+#undef EMIT_TEXT
+#undef NEXT
+    s->n_prefill = L;
+    s->n_queue = n_q;
+
+    /* -- prefill -- */
+    memcpy(xbuf, s->prefill, (size_t)L * H * sizeof(float));
+    qve_stack_forward(&s->talker, s->pool, xbuf, L, 0);
+    qve_talker_head(&m->talker, s->pool, s->z, s->logits_raw, xbuf + (size_t)(L - 1) * H);
+    s->pos = L;
+    s->state = QVE_RUNNING;
+    st = QV_OK;
+done:
+    free(ids);
+    qvk_free(tproj);
+    qvk_free(tmp);
+    qvk_free(wscr);
+    qvk_free(xbuf);
+    if (st != QV_OK) free_utterance(s);
+    return st;
+}
+
+/* ==== frame loop ============================================================================= */
+
+static int pick_cp(const float *logits, int n, void *ctx) {
+    qv_session *s = ctx;
+    memcpy(s->logits, logits, (size_t)n * sizeof(float));
+    const qve_sample_params sp = {s->p.subtalker_do_sample, s->p.subtalker_temperature,
+                                  s->p.subtalker_top_p, s->p.subtalker_top_k};
+    return qve_sample(s->logits, n, &sp, &s->rng, s->work, s->work_idx);
+}
+
+enum qv_status qv_session_next_frame(qv_session *s, int32_t codes[QV_N_CODEBOOKS], int *done) {
+    *done = 0;
+    if (s->state == QVE_DONE) {
+        *done = 1;
+        return QV_OK;
+    }
+    if (s->state != QVE_RUNNING) return fail(s, QV_E_STATE, "no utterance in progress");
+    if (s->n_frames >= s->p.max_frames) {
+        s->state = QVE_DONE;
+        *done = 1;
+        return QV_OK;
+    }
+    const qv_model *m = s->m;
+    const qve_model_config *c = &m->cfg;
+    const int H = c->talker.hidden_size, V = c->talker.vocab_size;
+
+    memcpy(s->logits, s->logits_raw, (size_t)V * sizeof(float));
+    qve_talker_logits_process(s->logits, V, s->seen, s->p.repetition_penalty, s->n_frames,
+                              c->codec_eos_token_id);
+    const qve_sample_params sp = {s->p.do_sample, s->p.temperature, s->p.top_p, s->p.top_k};
+    const int c0 = qve_sample(s->logits, V, &sp, &s->rng, s->work, s->work_idx);
+    if (c0 == c->codec_eos_token_id) {
+        s->state = QVE_DONE;
+        *done = 1;
+        return QV_OK;
+    }
+    s->seen[c0] = 1;
+    memcpy(s->z_frame, s->z, (size_t)H * sizeof(float));
+    int32_t frame[QVE_N_GROUPS];
+    qve_cp_frame(&s->cp, m, &s->tw, s->pool, s->z_frame, c0, frame, pick_cp, s);
+
+    const int k = s->n_frames++;
+    frame_embed(s, s->x, frame);
+    const float *text = k < s->n_queue ? s->queue + (size_t)k * H : s->pad;
+    for (int i = 0; i < H; i++)
+        s->x[i] += text[i];
+    qve_stack_forward(&s->talker, s->pool, s->x, 1, s->pos++);
+    qve_talker_head(&m->talker, s->pool, s->z, s->logits_raw, s->x);
+    memcpy(codes, frame, sizeof frame);
+    return QV_OK;
+}
+
+/* ==== text ================================================================================== */
+
+enum qv_status qv_session_tokenize(qv_session *s, const char *text, int32_t **ids, int *n_ids) {
+    *ids = NULL;
+    *n_ids = 0;
+    if (!s->tok) {
+        s->tok = qve_tok_open(s->m->dir, s->err, sizeof s->err);
+        if (!s->tok) return QV_E_MODEL;
+    }
+    qve_tok_ids v = {0};
+    int st = qve_tok_encode(s->tok, text, strlen(text), &v, s->err, sizeof s->err);
+    if (st != QVE_TOK_OK) {
+        qve_tok_ids_free(&v);
+        return st == QVE_TOK_E_NOMEM      ? QV_E_NOMEM
+               : st == QVE_TOK_E_BAD_UTF8 ? QV_E_INVALID
+                                          : QV_E_MODEL;
+    }
+    if (v.n_ids > (1u << 24)) {
+        qve_tok_ids_free(&v);
+        return fail(s, QV_E_LIMIT, "text of %zu tokens is too long", v.n_ids);
+    }
+    *ids = v.ids;
+    *n_ids = (int)v.n_ids;
+    return QV_OK;
+}
+
+static enum qv_status tok_status(qv_session *s, int st) {
+    if (st == QVE_TOK_OK) return QV_OK;
+    if (!s->err[0]) snprintf(s->err, sizeof s->err, "tokenizer: %s", qve_tok_strerror(st));
+    return st == QVE_TOK_E_NOMEM      ? QV_E_NOMEM
+           : st == QVE_TOK_E_BAD_UTF8 ? QV_E_INVALID
+                                      : QV_E_MODEL;
+}
+
+/* Tokenises the request's strings where ids are not given, with the reference's templates
+ * (prompt.h: the whole template string is encoded, so a text starting with CR/LF merges into the
+ * role block exactly as in the official wrapper), then builds the prompt. */
+enum qv_status qv_session_start(qv_session *s, const qv_request *r) {
+    if (!s || !r) return QV_E_INVALID;
+    qv_request q = *r;
+    qve_tok_ids text = {0}, ins = {0}, ref = {0};
+    int32_t role[3], ref_role[3];
+    enum qv_status st = QV_OK;
+    s->err[0] = 0;
+    s->role_ids[0] = s->m->cfg.im_start_token_id;
+    s->role_ids[1] = s->m->cfg.assistant_token_id;
+    s->role_ids[2] = NEWLINE_TOKEN_ID;
+    if ((q.text && !q.text_ids) || (q.ref_text && !q.ref_text_ids) ||
+        (q.instruct && q.instruct[0] && !q.instruct_ids)) {
+        if (!s->tok && !(s->tok = qve_tok_open(s->m->dir, s->err, sizeof s->err))) {
+            st = QV_E_MODEL;
+            goto done;
+        }
+    }
+    if (q.text && !q.text_ids) {
+        st = tok_status(s, qve_prompt_target_ids(s->tok, q.text, strlen(q.text), &text, role,
+                                                 s->err, sizeof s->err));
+        if (st) goto done;
+        memcpy(s->role_ids, role, sizeof role);
+        q.text_ids = text.ids, q.n_text_ids = (int)text.n_ids;
+    }
+    if (q.ref_text && !q.ref_text_ids) {
+        st = tok_status(s, qve_prompt_ref_ids(s->tok, q.ref_text, strlen(q.ref_text), &ref,
+                                              ref_role, s->err, sizeof s->err));
+        if (st) goto done;
+        q.ref_text_ids = ref.ids, q.n_ref_text_ids = (int)ref.n_ids;
+    }
+    if (q.instruct && q.instruct[0] && !q.instruct_ids) {
+        st = tok_status(s, qve_prompt_instruct_ids(s->tok, q.instruct, strlen(q.instruct), &ins,
+                                                   s->err, sizeof s->err));
+        if (st) goto done;
+        q.instruct_ids = ins.ids, q.n_instruct_ids = (int)ins.n_ids;
+    }
+    if (q.n_text_ids > (1 << 24) || q.n_ref_text_ids > (1 << 24) || q.n_instruct_ids > (1 << 24)) {
+        st = fail(s, QV_E_LIMIT, "text too long");
+        goto done;
+    }
+    st = start_ids(s, &q);
+done:
+    if (st != QV_OK) s->state = QVE_FAILED;
+    qve_tok_ids_free(&text), qve_tok_ids_free(&ins), qve_tok_ids_free(&ref);
+    return st;
+}

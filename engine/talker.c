@@ -1,0 +1,202 @@
+/* talker.c — the Qwen3 decoder stack shared by the talker and the code predictor (§3.2), plus the
+ * talker's text projection, codec embedding and codec head (§3.1).
+ *
+ * One forward path: a single token goes through fused bf16 matvecs (QKV and gate/up in one pool
+ * dispatch each); a prefill of n > 1 tokens goes through sgemm with weights widened per matrix
+ * into one reusable scratch. Activations and the KV cache are f32.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "model.h"
+
+/* ==== state ================================================================================== */
+
+int qve_stack_state_init(qve_stack_state *s, const qve_stack *w, int max_ctx, int n_batch) {
+    memset(s, 0, sizeof *s);
+    s->w = w;
+    s->max_ctx = max_ctx;
+    s->n_batch = n_batch;
+    const qve_stack_config *c = &w->cfg;
+    const size_t H = (size_t)c->hidden_size, I = (size_t)c->intermediate_size;
+    const size_t qd = (size_t)c->num_attention_heads * c->head_dim;
+    const size_t kvd = (size_t)c->num_key_value_heads * c->head_dim;
+    const size_t cache = (size_t)c->num_hidden_layers * (size_t)max_ctx * kvd * sizeof(float);
+    s->k_cache = qvk_alloc(cache);
+    s->v_cache = qvk_alloc(cache);
+    s->h = qvk_alloc(H * sizeof(float));
+    s->q = qvk_alloc(qd * sizeof(float));
+    s->k = qvk_alloc(kvd * sizeof(float));
+    s->v = qvk_alloc(kvd * sizeof(float));
+    s->att = qvk_alloc(qd * sizeof(float));
+    s->gate = qvk_alloc(I * sizeof(float));
+    s->up = qvk_alloc(I * sizeof(float));
+    s->attn_scratch = qvk_alloc((size_t)c->num_attention_heads * (size_t)max_ctx * sizeof(float));
+    s->rope_c = qvk_alloc((size_t)c->head_dim / 2 * sizeof(float));
+    s->rope_s = qvk_alloc((size_t)c->head_dim / 2 * sizeof(float));
+    int ok = s->k_cache && s->v_cache && s->h && s->q && s->k && s->v && s->att && s->gate &&
+             s->up && s->attn_scratch && s->rope_c && s->rope_s;
+    if (ok && n_batch > 0) {
+        const size_t n = (size_t)n_batch;
+        size_t wmax = qd * H; /* largest matrix: max over q, o, gate/up, down */
+        if (I * H > wmax) wmax = I * H;
+        s->bh = qvk_alloc(n * H * sizeof(float));
+        s->bq = qvk_alloc(n * qd * sizeof(float));
+        s->bk = qvk_alloc(n * kvd * sizeof(float));
+        s->bv = qvk_alloc(n * kvd * sizeof(float));
+        s->batt = qvk_alloc(n * qd * sizeof(float));
+        s->bgate = qvk_alloc(n * I * sizeof(float));
+        s->bup = qvk_alloc(n * I * sizeof(float));
+        s->wscratch = qvk_alloc(wmax * sizeof(float));
+        ok = s->bh && s->bq && s->bk && s->bv && s->batt && s->bgate && s->bup && s->wscratch;
+    }
+    if (!ok) {
+        qve_stack_state_free(s);
+        return -1;
+    }
+    return 0;
+}
+
+void qve_stack_state_free(qve_stack_state *s) {
+    if (!s) return;
+    float *bufs[] = {s->k_cache, s->v_cache, s->h,     s->q,   s->k,
+                     s->v,       s->att,     s->gate,  s->up,  s->attn_scratch,
+                     s->rope_c,  s->rope_s,  s->bh,    s->bq,  s->bk,
+                     s->bv,      s->batt,    s->bgate, s->bup, s->wscratch};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        qvk_free(bufs[i]);
+    memset(s, 0, sizeof *s);
+}
+
+/* ==== forward ================================================================================ */
+
+/* Per-head q/k RMSNorm, RoPE at pos, and store k/v at cache row pos of layer l. */
+static void qk_norm_rope_store(qve_stack_state *s, int l, float *q, float *k, const float *v,
+                               int pos) {
+    const qve_stack_config *c = &s->w->cfg;
+    const qve_layer *L = &s->w->layers[l];
+    const int hd = c->head_dim, nh = c->num_attention_heads, nkv = c->num_key_value_heads;
+    const size_t kvd = (size_t)nkv * hd;
+    for (int h = 0; h < nh; h++)
+        qvk_rmsnorm(q + h * hd, q + h * hd, L->q_norm, hd, c->rms_norm_eps);
+    for (int h = 0; h < nkv; h++)
+        qvk_rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, c->rms_norm_eps);
+    qvk_rope_table(s->rope_c, s->rope_s, hd, pos, c->rope_theta);
+    qvk_rope_apply(q, nh, hd, s->rope_c, s->rope_s);
+    qvk_rope_apply(k, nkv, hd, s->rope_c, s->rope_s);
+    const size_t row = ((size_t)l * (size_t)s->max_ctx + (size_t)pos) * kvd;
+    memcpy(s->k_cache + row, k, kvd * sizeof(float));
+    memcpy(s->v_cache + row, v, kvd * sizeof(float));
+}
+
+static void attend(qve_stack_state *s, qvk_pool *pool, int l, float *out, const float *q,
+                   int n_ctx) {
+    const qve_stack_config *c = &s->w->cfg;
+    const int hd = c->head_dim;
+    const size_t kvd = (size_t)c->num_key_value_heads * hd;
+    const size_t base = (size_t)l * (size_t)s->max_ctx * kvd;
+    qvk_attend(pool, out, q, s->k_cache + base, s->v_cache + base, n_ctx, (int)kvd,
+               c->num_attention_heads, c->num_key_value_heads, hd, 1.0f / sqrtf((float)hd),
+               s->attn_scratch);
+}
+
+static void add(float *restrict x, const float *restrict y, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        x[i] += y[i];
+}
+
+/* Mirrors Qwen3TTSTalkerDecoderLayer / the code predictor's layer for one token. */
+static void forward_one(qve_stack_state *s, qvk_pool *pool, float *x, int pos) {
+    const qve_stack_config *c = &s->w->cfg;
+    const int H = c->hidden_size, I = c->intermediate_size;
+    const int qd = c->num_attention_heads * c->head_dim;
+    const int kvd = c->num_key_value_heads * c->head_dim;
+    for (int l = 0; l < c->num_hidden_layers; l++) {
+        const qve_layer *L = &s->w->layers[l];
+        qvk_rmsnorm(s->h, x, L->input_layernorm, H, c->rms_norm_eps);
+        const qvk_mv qkv[3] = {{s->q, L->q_proj, NULL, qd},
+                               {s->k, L->k_proj, NULL, kvd},
+                               {s->v, L->v_proj, NULL, kvd}};
+        qvk_matvec_bf16_multi(pool, s->h, H, qkv, 3);
+        qk_norm_rope_store(s, l, s->q, s->k, s->v, pos);
+        attend(s, pool, l, s->att, s->q, pos + 1);
+        qvk_matvec_bf16(pool, s->h, L->o_proj, s->att, NULL, H, qd);
+        add(x, s->h, (size_t)H);
+        qvk_rmsnorm(s->h, x, L->post_attention_layernorm, H, c->rms_norm_eps);
+        const qvk_mv gu[2] = {{s->gate, L->gate_proj, NULL, I}, {s->up, L->up_proj, NULL, I}};
+        qvk_matvec_bf16_multi(pool, s->h, H, gu, 2);
+        qvk_swiglu(s->gate, s->gate, s->up, I);
+        qvk_matvec_bf16(pool, s->h, L->down_proj, s->gate, NULL, H, I);
+        add(x, s->h, (size_t)H);
+    }
+}
+
+static void forward_batch(qve_stack_state *s, qvk_pool *pool, float *x, int n, int pos0) {
+    const qve_stack_config *c = &s->w->cfg;
+    const int H = c->hidden_size, I = c->intermediate_size;
+    const int qd = c->num_attention_heads * c->head_dim;
+    const int kvd = c->num_key_value_heads * c->head_dim;
+    float *ws = s->wscratch;
+    for (int l = 0; l < c->num_hidden_layers; l++) {
+        const qve_layer *L = &s->w->layers[l];
+        for (int i = 0; i < n; i++)
+            qvk_rmsnorm(s->bh + (size_t)i * H, x + (size_t)i * H, L->input_layernorm, H,
+                        c->rms_norm_eps);
+        qvk_linear_bf16(pool, s->bq, s->bh, L->q_proj, NULL, n, H, qd, ws);
+        qvk_linear_bf16(pool, s->bk, s->bh, L->k_proj, NULL, n, H, kvd, ws);
+        qvk_linear_bf16(pool, s->bv, s->bh, L->v_proj, NULL, n, H, kvd, ws);
+        for (int i = 0; i < n; i++)
+            qk_norm_rope_store(s, l, s->bq + (size_t)i * qd, s->bk + (size_t)i * kvd,
+                               s->bv + (size_t)i * kvd, pos0 + i);
+        for (int i = 0; i < n; i++)
+            attend(s, pool, l, s->batt + (size_t)i * qd, s->bq + (size_t)i * qd, pos0 + i + 1);
+        qvk_linear_bf16(pool, s->bh, s->batt, L->o_proj, NULL, n, qd, H, ws);
+        add(x, s->bh, (size_t)n * H);
+        for (int i = 0; i < n; i++)
+            qvk_rmsnorm(s->bh + (size_t)i * H, x + (size_t)i * H, L->post_attention_layernorm, H,
+                        c->rms_norm_eps);
+        qvk_linear_bf16(pool, s->bgate, s->bh, L->gate_proj, NULL, n, H, I, ws);
+        qvk_linear_bf16(pool, s->bup, s->bh, L->up_proj, NULL, n, H, I, ws);
+        qvk_swiglu(s->bgate, s->bgate, s->bup, n * I);
+        qvk_linear_bf16(pool, s->bh, s->bgate, L->down_proj, NULL, n, I, H, ws);
+        add(x, s->bh, (size_t)n * H);
+    }
+}
+
+void qve_stack_forward(qve_stack_state *s, qvk_pool *pool, float *x, int n, int pos0) {
+    if (n == 1) {
+        forward_one(s, pool, x, pos0);
+        return;
+    }
+    forward_batch(s, pool, x, n, pos0);
+}
+
+/* ==== talker embeddings and head ============================================================= */
+
+/* Qwen3TTSTalkerResizeMLP: fc2(silu(fc1(e) + b1)) + b2. */
+void qve_talker_project_text(const qve_talker *t, const qve_model_config *c, qvk_pool *pool,
+                             float *out, const int32_t *ids, int n, float *tmp, float *wscratch) {
+    const int TH = c->text_hidden_size, H = c->talker.hidden_size;
+    float *e = tmp, *f = tmp + (size_t)n * TH;
+    for (int i = 0; i < n; i++)
+        qvk_bf16_to_f32(e + (size_t)i * TH, t->text_embedding + (size_t)ids[i] * TH, (size_t)TH);
+    qvk_linear_bf16(pool, f, e, t->fc1, t->fc1_bias, n, TH, TH, wscratch);
+    qvk_silu(f, n * TH);
+    qvk_linear_bf16(pool, out, f, t->fc2, t->fc2_bias, n, TH, H, wscratch);
+}
+
+void qve_talker_codec_embed(const qve_talker *t, float *out, int id, int accumulate) {
+    const int H = t->stack.cfg.hidden_size;
+    const uint16_t *row = t->codec_embedding + (size_t)id * H;
+    if (accumulate)
+        for (int i = 0; i < H; i++)
+            out[i] += qvk_bf16_to_f32_1(row[i]);
+    else
+        qvk_bf16_to_f32(out, row, (size_t)H);
+}
+
+void qve_talker_head(const qve_talker *t, qvk_pool *pool, float *z, float *logits, const float *x) {
+    const qve_stack_config *c = &t->stack.cfg;
+    qvk_rmsnorm(z, x, t->stack.norm, c->hidden_size, c->rms_norm_eps);
+    qvk_matvec_bf16(pool, logits, t->codec_head, z, NULL, c->vocab_size, c->hidden_size);
+}
