@@ -437,6 +437,10 @@ static int run_clone(const options *o, qvk_pool *pool) {
 
     if (o->ref_text_file) {
         if (!(r.transcript = read_text_file(o->ref_text_file, err, sizeof err))) goto fail;
+        if (!*r.transcript) {
+            snprintf(err, sizeof err, "%s: empty transcript", o->ref_text_file);
+            goto fail;
+        }
     } else if (o->ref_text) {
         r.transcript = strdup(o->ref_text);
     }
@@ -453,8 +457,12 @@ static int run_clone(const options *o, qvk_pool *pool) {
     if (o->language && strcasecmp(o->language, "auto") != 0) {
         r.language_id = qve_language_id(&mc, o->language);
         if (r.language_id < 0) {
-            snprintf(err, sizeof err, "%s: unknown language \"%s\" (see codec_language_id in %s/config.json)",
-                     o->language, o->language, o->model_dir);
+            int n = snprintf(err, sizeof err, "%s/config.json: unknown language \"%s\" (expected auto",
+                             o->model_dir, o->language);
+            for (int i = 0; i < mc.n_languages && n > 0 && (size_t)n < sizeof err; i++)
+                if (!strstr(mc.codec_language_id[i].name, "dialect"))
+                    n += snprintf(err + n, sizeof err - (size_t)n, ", %s", mc.codec_language_id[i].name);
+            if (n > 0 && (size_t)n < sizeof err) snprintf(err + n, sizeof err - (size_t)n, ")");
             goto fail;
         }
     }
@@ -623,6 +631,7 @@ int main(int argc, char **argv) {
         if (!o.out) return usage_error("-o VOICE.qvoice is required");
         if (o.ref_text && o.ref_text_file)
             return usage_error("--ref-text and --ref-text-file exclude each other");
+        if (o.ref_text && !*o.ref_text) return usage_error("--ref-text: empty transcript");
     }
     /* the pool shares the work; each piece runs a single-threaded sgemm */
     qvk_blas_set_threads(1);
