@@ -42,7 +42,9 @@ void qve_guard_init(qve_guard *g, int n_text_tokens, const qve_guard_params *p) 
     g->loud_dbfs = -INFINITY;
 }
 
-static double secs(int frames) { return frames / FRAME_HZ; }
+static double secs(int frames) {
+    return frames / FRAME_HZ;
+}
 
 int qve_guard_frame(qve_guard *g, const int32_t codes[16], float frame_rms) {
     if (g->verdict != QVE_GUARD_OK) return g->verdict;
@@ -72,8 +74,7 @@ int qve_guard_frame(qve_guard *g, const int32_t codes[16], float frame_rms) {
             snprintf(g->msg, sizeof g->msg,
                      "runaway guard: repeating code loop: a %d-frame c0 pattern repeated %.1f "
                      "times over frames %d-%d (%.2f-%.2f s)",
-                     per, (double)span / per, g->loop_start, t, secs(g->loop_start),
-                     secs(t + 1));
+                     per, (double)span / per, g->loop_start, t, secs(g->loop_start), secs(t + 1));
             return g->verdict;
         }
     }
@@ -100,14 +101,21 @@ int qve_guard_frame(qve_guard *g, const int32_t codes[16], float frame_rms) {
     return g->verdict;
 }
 
-const char *qve_guard_message(const qve_guard *g) { return g->msg; }
+const char *qve_guard_message(const qve_guard *g) {
+    return g->msg;
+}
 
 const char *qve_guard_verdict_name(int verdict) {
     switch (verdict) {
-    case QVE_GUARD_OK: return "ok";
-    case QVE_GUARD_BUDGET: return "budget";
-    case QVE_GUARD_LOOP: return "loop";
-    case QVE_GUARD_SILENCE: return "silence";
-    default: return "?";
+    case QVE_GUARD_OK:
+        return "ok";
+    case QVE_GUARD_BUDGET:
+        return "budget";
+    case QVE_GUARD_LOOP:
+        return "loop";
+    case QVE_GUARD_SILENCE:
+        return "silence";
+    default:
+        return "?";
     }
 }

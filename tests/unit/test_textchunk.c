@@ -17,7 +17,8 @@
 
 static int n_cp(const char *s) {
     int n = 0;
-    for (; *s; s++) n += ((unsigned char)*s & 0xC0) != 0x80;
+    for (; *s; s++)
+        n += ((unsigned char)*s & 0xC0) != 0x80;
     return n;
 }
 
@@ -35,13 +36,15 @@ static void test_sentences_packed(void **state) {
     (void)state;
     qve_chunk_list l;
     char err[256];
-    const char *t = "Hello there.  How are you?\nI am fine!\n\nNew paragraph... with dots. Pi is 3.14 "
-                    "and e.g. so on.";
+    const char *t =
+        "Hello there.  How are you?\nI am fine!\n\nNew paragraph... with dots. Pi is 3.14 "
+        "and e.g. so on.";
     assert_int_equal(qve_text_chunk(&l, t, 30, err, sizeof err), 0);
-    for (int i = 0; i < l.n_chunks; i++) printf("  [%d] %d '%s'\n", i, l.chunks[i].n_chars, l.chunks[i].text);
+    for (int i = 0; i < l.n_chunks; i++)
+        printf("  [%d] %d '%s'\n", i, l.chunks[i].n_chars, l.chunks[i].text);
     assert_int_equal(l.n_chunks, 4);
     assert_string_equal(l.chunks[0].text, "Hello there. How are you?");
-    assert_string_equal(l.chunks[1].text, "I am fine!");          /* paragraph break: not packed */
+    assert_string_equal(l.chunks[1].text, "I am fine!"); /* paragraph break: not packed */
     assert_string_equal(l.chunks[2].text, "New paragraph... with dots.");
     assert_string_equal(l.chunks[3].text, "Pi is 3.14 and e.g. so on."); /* "3.14": no end */
     for (int i = 0; i < l.n_chunks; i++) {
@@ -76,7 +79,8 @@ static void test_long_sentence_split(void **state) {
     qve_chunk_list_free(&l);
     /* CJK without spaces or punctuation: hard cut between code points (3-byte sequences) */
     char cjk[3 * 25 + 1] = {0};
-    for (int i = 0; i < 25; i++) memcpy(cjk + 3 * i, "\xe4\xb8\xad", 3); /* 中 */
+    for (int i = 0; i < 25; i++)
+        memcpy(cjk + 3 * i, "\xe4\xb8\xad", 3); /* 中 */
     assert_int_equal(qve_text_chunk(&l, cjk, 10, err, sizeof err), 0);
     assert_int_equal(l.n_chunks, 3);
     int total = 0;
@@ -127,7 +131,7 @@ static void test_pauses(void **state) {
     assert_int_equal(l.n_chunks, 1);
     assert_string_equal(l.chunks[0].text, "a [note] b");
     qve_chunk_list_free(&l);
-    const char *bad[] = {"x [pause:abc]", "x [pause:5]", "x [pause:-1s]", "x [pause:61s]",
+    const char *bad[] = {"x [pause:abc]",    "x [pause:5]",   "x [pause:-1s]", "x [pause:61s]",
                          "x [pause:1.2.3s]", "x [pause:0ms]", "x [pause:500ms"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         err[0] = 0;
@@ -165,14 +169,16 @@ static void test_audio_join_trim(void **state) {
     (void)state;
     qve_audio_buf b = {0};
     float one[1000], two[1000];
-    for (int i = 0; i < 1000; i++) one[i] = 1.0f, two[i] = -1.0f;
+    for (int i = 0; i < 1000; i++)
+        one[i] = 1.0f, two[i] = -1.0f;
     assert_int_equal(qve_audio_append(&b, one, 1000, 240), 0); /* nothing to fade into */
     assert_int_equal(b.n, 1000);
     assert_int_equal(qve_audio_append(&b, two, 1000, 240), 0);
     assert_int_equal(b.n, 1760);
     /* linear ramp across the 240-sample overlap, monotone, ends untouched */
     assert_true(b.x[759] == 1.0f && b.x[1000] == -1.0f);
-    for (int i = 760; i < 1000; i++) assert_true(b.x[i] < b.x[i - 1]);
+    for (int i = 760; i < 1000; i++)
+        assert_true(b.x[i] < b.x[i - 1]);
     assert_true(fabsf(b.x[880] + b.x[879]) < 1e-2f);
     assert_int_equal(qve_audio_append_silence(&b, 2400), 0);
     assert_int_equal(b.n, 4160);
