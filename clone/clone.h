@@ -5,13 +5,18 @@
  * qvc_speech_encoder_encode (§6.2 Mimi codes). Library code never prints: errors are one line
  * "FILE: problem" in the caller's err buffer, warnings are fields of qvc_audio.
  * Thread safety: loaded models are read-only and may be shared; each call allocates its own
- * activations. OpenBLAS threads are set by the caller (qvk_blas_set_threads).
+ * activations. Parallelism comes from a qvk_pool the caller passes (NULL = calling thread only):
+ * work is cut into pieces that do not depend on the thread count (results are identical for any
+ * pool size), each running a single-threaded sgemm — so with a pool of n > 1 threads set
+ * qvk_blas_set_threads(1) to stay within n cores.
  */
 #ifndef QV_CLONE_H
 #define QV_CLONE_H
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "kernels.h"
 
 #define QVC_SAMPLE_RATE_HZ 24000
 #define QVC_MIN_SECONDS 3.0        /* shorter references are refused */
@@ -75,8 +80,8 @@ void qvc_ecapa_free(qvc_ecapa *e);
 int qvc_ecapa_dim(const qvc_ecapa *e);   /* enc_dim: 1024 (0.6B) or 2048 (1.7B) */
 /* mel [n_frames, 128] (qvc_mel_compute layout) → xvec [enc_dim]. Allocates activations for
  * n_frames; returns 0, or -1 with err on allocation failure / n_frames < 5. */
-int qvc_ecapa_forward(const qvc_ecapa *e, float *xvec, const float *mel, int n_frames, char *err,
-                      size_t err_size);
+int qvc_ecapa_forward(const qvc_ecapa *e, qvk_pool *pool, float *xvec, const float *mel,
+                      int n_frames, char *err, size_t err_size);
 
 /* ---- speech-tokenizer (Mimi) encoder (§6.2) --------------------------------------------- */
 
@@ -93,8 +98,8 @@ void qvc_speech_encoder_set_window(qvc_speech_encoder *se, int window);
 int qvc_speech_encoder_n_frames(int64_t n_samples);
 /* x [n] mono 24 kHz → codes [n_frames, 16] (frame-major, codebook 0 = semantic). Returns 0, or -1
  * with err on allocation failure / empty input. */
-int qvc_speech_encoder_encode(const qvc_speech_encoder *se, int32_t *codes, const float *x,
-                              int64_t n, char *err, size_t err_size);
+int qvc_speech_encoder_encode(const qvc_speech_encoder *se, qvk_pool *pool, int32_t *codes,
+                              const float *x, int64_t n, char *err, size_t err_size);
 
 /* ---- helpers ---------------------------------------------------------------------------- */
 

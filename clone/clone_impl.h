@@ -7,6 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels.h"
+
 enum qvc_pad { QVC_PAD_ZERO, QVC_PAD_REFLECT, QVC_PAD_REPLICATE };
 enum qvc_act { QVC_ACT_NONE, QVC_ACT_RELU, QVC_ACT_ELU };
 
@@ -21,21 +23,22 @@ typedef struct {
 
 /* Output length: (t_in + pad_left + pad_right − dilation·(k−1) − 1)/stride + 1, or 0. */
 int64_t qvc_conv_out_len(const qvc_conv *cv, int64_t t_in);
-/* Scratch floats qvc_conv1d needs (independent of t_in: the time axis is processed in chunks). */
+/* Scratch floats one thread of qvc_conv1d / qvc_conv1d_tm needs (independent of t_in: time is
+ * processed in chunks); with a pool, scratch holds qvk_pool_threads(pool) such slices. */
 size_t qvc_conv_scratch(const qvc_conv *cv);
 /* y[c_out, t_out] (row stride ldy) = conv(x[c_in, t_in] (row stride ldx)); W [c_out, c_in, k]
  * (PyTorch Conv1d), bias [c_out] or NULL. Time is cut into chunks: each chunk's padded input
- * window is gathered (and activated once), unfolded (im2col) and multiplied with one sgemm. */
-void qvc_conv1d(const qvc_conv *cv, float *y, int64_t ldy, const float *x, int64_t ldx,
-                int64_t t_in, const float *w, const float *bias, float *scratch);
+ * window is gathered (and activated once), unfolded (im2col) and multiplied with one sgemm.
+ * pool (NULL = caller only) shares the chunks; OpenBLAS should then run single-threaded. */
+void qvc_conv1d(qvk_pool *pool, const qvc_conv *cv, float *y, int64_t ldy, const float *x,
+                int64_t ldx, int64_t t_in, const float *w, const float *bias, float *scratch);
 
 /* Time-major variant: x [t_in, c_in] (row stride ldx), y [t_out, c_out] (row stride ldy),
  * W [c_out, k, c_in] (taps outermost: qvc_conv_weights_tm permutes a PyTorch weight once).
  * The gathered window is one contiguous block per chunk and each unfolded row is k contiguous
  * copies, so no strided gathers; this is the layout the speech encoder runs in. */
-size_t qvc_conv_scratch_tm(const qvc_conv *cv);
-void qvc_conv1d_tm(const qvc_conv *cv, float *y, int64_t ldy, const float *x, int64_t ldx,
-                   int64_t t_in, const float *w, const float *bias, float *scratch);
+void qvc_conv1d_tm(qvk_pool *pool, const qvc_conv *cv, float *y, int64_t ldy, const float *x,
+                   int64_t ldx, int64_t t_in, const float *w, const float *bias, float *scratch);
 /* dst [c_out, k, c_in] ← src [c_out, c_in, k]. */
 void qvc_conv_weights_tm(float *dst, const float *src, int c_out, int c_in, int k);
 

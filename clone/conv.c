@@ -1,7 +1,8 @@
 /* conv.c — 1-D convolution as chunked im2col + sgemm, with padding and activations fused into
  * the gather. Chunking bounds the unfolded matrix (the 30 s clip is 720 000 samples at the first
- * Mimi layers), and activating the gathered window applies ELU once per input sample instead of
- * once per kernel tap.
+ * Mimi layers), activating the gathered window applies ELU once per input sample instead of once
+ * per kernel tap, and the chunks are what a thread pool shares (each thread its own scratch,
+ * single-threaded sgemm inside).
  */
 #include "clone_impl.h"
 
@@ -13,11 +14,19 @@
 /* Unfolded matrix budget in floats per chunk (8 MB): large enough for efficient sgemm shapes. */
 #define COLS_BUDGET (1 << 21)
 
-static int64_t chunk_len(const qvc_conv *cv) {
-    int64_t kk = (int64_t)cv->c_in * cv->k;
-    int64_t n = COLS_BUDGET / kk;
-    if (n < 64) n = 64;
-    return n;
+static int64_t chunk_max(const qvc_conv *cv) {
+    int64_t n = COLS_BUDGET / ((int64_t)cv->c_in * cv->k);
+    return n < 16 ? 16 : n;
+}
+
+/* At least one chunk per thread, else as few as the budget allows: every chunk repacks the whole
+ * weight matrix inside sgemm, which dominates the short late layers (750 frames × 8192 inputs).
+ * OpenBLAS accumulates each output element over K in the same order whatever the M split, so
+ * the result does not depend on the thread count (test_clone checks 1 vs 2 threads). */
+static int64_t chunk_len(const qvc_conv *cv, int64_t t_out, int n_threads) {
+    int64_t n = (t_out + n_threads - 1) / n_threads, m = chunk_max(cv);
+    if (n < 16) n = 16;
+    return n < m ? n : m;
 }
 
 static int64_t span_len(const qvc_conv *cv, int64_t n) {
@@ -30,8 +39,10 @@ int64_t qvc_conv_out_len(const qvc_conv *cv, int64_t t_in) {
 }
 
 size_t qvc_conv_scratch(const qvc_conv *cv) {
-    int64_t n = chunk_len(cv);
-    return (size_t)(cv->c_in * span_len(cv, n) + (int64_t)cv->c_in * cv->k * n + cv->c_out * n) + 64;
+    int64_t n = chunk_max(cv);
+    size_t per = (size_t)((int64_t)cv->c_in * span_len(cv, n) + (int64_t)cv->c_in * cv->k * n +
+                          (int64_t)cv->c_out * n);
+    return (per + 15) / 16 * 16;   /* keeps every thread's slice 64-byte aligned */
 }
 
 void qvc_conv_causal(qvc_conv *cv, int64_t t_in) {
@@ -80,80 +91,183 @@ static void activate(float *x, size_t n, enum qvc_act act) {
     }
 }
 
-void qvc_conv1d(const qvc_conv *cv, float *y, int64_t ldy, const float *x, int64_t ldx,
-                int64_t t_in, const float *w, const float *bias, float *scratch) {
-    int64_t t_out = qvc_conv_out_len(cv, t_in);
-    int64_t n_max = chunk_len(cv);
+typedef struct {
+    const qvc_conv *cv;
+    float *y;
+    int64_t ldy, ldx, t_in, t_out, n_chunk;
+    const float *x, *w, *bias;
+    float *scratch;
+    int time_major;
+} conv_job;
+
+/* One chunk of output columns [t0, t0 + n), channels-first. */
+static void chunk_cf(const conv_job *j, int64_t t0, int64_t n, float *scratch) {
+    const qvc_conv *cv = j->cv;
+    int64_t n_max = chunk_max(cv), t_in = j->t_in;
     int kk = cv->c_in * cv->k;
-    int direct = cv->k == 1 && cv->stride == 1;
     float *win = scratch;
     float *cols = win + cv->c_in * span_len(cv, n_max);
     float *out = cols + (size_t)kk * n_max;
-    for (int64_t t0 = 0; t0 < t_out; t0 += n_max) {
-        int64_t n = t_out - t0 < n_max ? t_out - t0 : n_max;
-        int64_t span = span_len(cv, n);
-        int64_t p0 = t0 * cv->stride - cv->pad_left;
-        /* padded, activated input window [c_in, span] */
-        for (int c = 0; c < cv->c_in; c++) {
-            const float *xr = x + (size_t)c * ldx;
-            float *wr = win + (size_t)c * span;
-            int64_t lo = p0 < 0 ? -p0 : 0;
-            int64_t hi = t_in - p0 < span ? t_in - p0 : span;
-            if (hi > lo) memcpy(wr + lo, xr + p0 + lo, (size_t)(hi - lo) * sizeof(float));
-            else hi = lo;
-            for (int64_t i = 0; i < lo; i++) {
-                int64_t s = src_index(cv->pad, p0 + i, t_in);
-                wr[i] = s < 0 ? 0.0f : xr[s];
-            }
-            for (int64_t i = hi; i < span; i++) {
-                int64_t s = src_index(cv->pad, p0 + i, t_in);
-                wr[i] = s < 0 ? 0.0f : xr[s];
-            }
+    int64_t span = span_len(cv, n);
+    int64_t p0 = t0 * cv->stride - cv->pad_left;
+    /* padded, activated input window [c_in, span] */
+    for (int c = 0; c < cv->c_in; c++) {
+        const float *xr = j->x + (size_t)c * j->ldx;
+        float *wr = win + (size_t)c * span;
+        int64_t lo = p0 < 0 ? -p0 : 0;
+        int64_t hi = t_in - p0 < span ? t_in - p0 : span;
+        if (hi > lo) memcpy(wr + lo, xr + p0 + lo, (size_t)(hi - lo) * sizeof(float));
+        else hi = lo;
+        for (int64_t i = 0; i < lo; i++) {
+            int64_t s = src_index(cv->pad, p0 + i, t_in);
+            wr[i] = s < 0 ? 0.0f : xr[s];
         }
-        activate(win, (size_t)cv->c_in * span, cv->act_in);
-        const float *b_mat = win;
-        int64_t ldb = span;
-        if (!direct) {
-            for (int c = 0; c < cv->c_in; c++)
-                for (int j = 0; j < cv->k; j++) {
-                    const float *src = win + (size_t)c * span + (int64_t)j * cv->dilation;
-                    float *dst = cols + ((size_t)c * cv->k + j) * n;
-                    if (cv->stride == 1) {
-                        memcpy(dst, src, (size_t)n * sizeof(float));
-                    } else {
-                        for (int64_t i = 0; i < n; i++) dst[i] = src[i * cv->stride];
-                    }
+        for (int64_t i = hi; i < span; i++) {
+            int64_t s = src_index(cv->pad, p0 + i, t_in);
+            wr[i] = s < 0 ? 0.0f : xr[s];
+        }
+    }
+    activate(win, (size_t)cv->c_in * span, cv->act_in);
+    const float *b_mat = win;
+    int64_t ldb = span;
+    if (!(cv->k == 1 && cv->stride == 1)) {
+        for (int c = 0; c < cv->c_in; c++)
+            for (int k = 0; k < cv->k; k++) {
+                const float *src = win + (size_t)c * span + (int64_t)k * cv->dilation;
+                float *dst = cols + ((size_t)c * cv->k + k) * n;
+                if (cv->stride == 1) {
+                    memcpy(dst, src, (size_t)n * sizeof(float));
+                } else {
+                    for (int64_t i = 0; i < n; i++) dst[i] = src[i * cv->stride];
                 }
-            b_mat = cols;
-            ldb = n;
+            }
+        b_mat = cols;
+        ldb = n;
+    }
+    qvk_sgemm(0, 0, cv->c_out, (int)n, kk, 1.0f, j->w, kk, b_mat, (int)ldb, 0.0f, out, (int)n);
+    for (int o = 0; o < cv->c_out; o++) {
+        float *orow = out + (size_t)o * n;
+        float *yrow = j->y + (size_t)o * j->ldy + t0;
+        if (j->bias) {
+            float b = j->bias[o];
+            for (int64_t i = 0; i < n; i++) orow[i] += b;
         }
-        qvk_sgemm(0, 0, cv->c_out, (int)n, kk, 1.0f, w, kk, b_mat, (int)ldb, 0.0f, out, (int)n);
-        for (int o = 0; o < cv->c_out; o++) {
-            float *orow = out + (size_t)o * n;
-            float *yrow = y + (size_t)o * ldy + t0;
-            float b = bias ? bias[o] : 0.0f;
-            if (bias)
-                for (int64_t i = 0; i < n; i++) orow[i] += b;
-            activate(orow, (size_t)n, cv->act_out);
-            if (cv->residual)
-                for (int64_t i = 0; i < n; i++) yrow[i] += orow[i];
-            else
-                memcpy(yrow, orow, (size_t)n * sizeof(float));
-        }
+        activate(orow, (size_t)n, cv->act_out);
+        if (cv->residual)
+            for (int64_t i = 0; i < n; i++) yrow[i] += orow[i];
+        else
+            memcpy(yrow, orow, (size_t)n * sizeof(float));
     }
 }
 
-/* ---- time-major ------------------------------------------------------------------------- */
-
-static int64_t chunk_len_tm(const qvc_conv *cv) {
-    int64_t n = COLS_BUDGET / ((int64_t)cv->c_in * cv->k);
-    return n < 64 ? 64 : n;
+/* One chunk of output rows [t0, t0 + n), time-major. */
+static void chunk_tm(const conv_job *j, int64_t t0, int64_t n, float *scratch) {
+    const qvc_conv *cv = j->cv;
+    int64_t n_max = chunk_max(cv);
+    int c_in = cv->c_in, kk = c_in * cv->k;
+    float *win = scratch;
+    float *cols = win + (size_t)c_in * span_len(cv, n_max);
+    float *out = cols + (size_t)kk * n_max;
+    int64_t span = span_len(cv, n);
+    int64_t p0 = t0 * cv->stride - cv->pad_left;
+    /* window rows [p0, p0 + span) of x, padded; contiguous [span, c_in]. Rows inside the input
+     * are one block copy when x rows are packed (ldx == c_in). */
+    int64_t lo = p0 < 0 ? -p0 : 0;
+    int64_t hi = j->t_in - p0 < span ? j->t_in - p0 : span;
+    if (hi < lo) hi = lo;
+    if (j->ldx == c_in && hi > lo) {
+        memcpy(win + (size_t)lo * c_in, j->x + (size_t)(p0 + lo) * c_in,
+               (size_t)(hi - lo) * c_in * sizeof(float));
+    } else {
+        for (int64_t i = lo; i < hi; i++)
+            memcpy(win + (size_t)i * c_in, j->x + (size_t)(p0 + i) * j->ldx, (size_t)c_in * sizeof(float));
+    }
+    for (int64_t i = 0; i < span; i++) {
+        if (i == lo) i = hi;
+        if (i >= span) break;
+        int64_t s = src_index(cv->pad, p0 + i, j->t_in);
+        float *wr = win + (size_t)i * c_in;
+        if (s < 0) memset(wr, 0, (size_t)c_in * sizeof(float));
+        else memcpy(wr, j->x + (size_t)s * j->ldx, (size_t)c_in * sizeof(float));
+    }
+    activate(win, (size_t)c_in * span, cv->act_in);
+    /* With dilation 1 and k a multiple of the stride, tap group g (taps g·s .. g·s + s − 1) of
+     * output row i is the contiguous slice win[(i + g)·s·c_in, +s·c_in): a plain sgemm operand with
+     * lda = s·c_in. Summing the k/s group products avoids unfolding (the first Mimi layers would
+     * otherwise copy ~1 GB per clip); narrow inputs (the 1-channel first conv) still unfold. */
+    int grouped = cv->dilation == 1 && cv->k % cv->stride == 0 && c_in * cv->stride >= 16;
+    /* without a residual the product goes straight into y; with one it is formed first, so the
+     * sum keeps the reference's order y + (W·x + b) */
+    float *dst = cv->residual ? out : j->y + (size_t)t0 * j->ldy;
+    int ldc = cv->residual ? cv->c_out : (int)j->ldy;
+    if (grouped) {
+        int kg = c_in * cv->stride;
+        for (int g = 0; g < cv->k / cv->stride; g++)
+            qvk_sgemm(0, 1, (int)n, cv->c_out, kg, 1.0f, win + (size_t)g * kg, kg,
+                      j->w + (size_t)g * kg, kk, g ? 1.0f : 0.0f, dst, ldc);
+    } else {
+        const float *a = win;
+        if (!(cv->k == 1 && cv->stride == 1)) {
+            for (int64_t i = 0; i < n; i++) {
+                float *d = cols + (size_t)i * kk;
+                const float *src = win + (size_t)i * cv->stride * c_in;
+                if (cv->dilation == 1) {
+                    memcpy(d, src, (size_t)kk * sizeof(float));
+                } else {
+                    for (int k = 0; k < cv->k; k++)
+                        memcpy(d + (size_t)k * c_in, src + (size_t)k * cv->dilation * c_in,
+                               (size_t)c_in * sizeof(float));
+                }
+            }
+            a = cols;
+        }
+        qvk_sgemm(0, 1, (int)n, cv->c_out, kk, 1.0f, a, kk, j->w, kk, 0.0f, dst, ldc);
+    }
+    if (j->bias)
+        for (int64_t i = 0; i < n; i++) {
+            float *row = dst + (size_t)i * ldc;
+            for (int o = 0; o < cv->c_out; o++) row[o] += j->bias[o];
+        }
+    if (cv->act_out != QVC_ACT_NONE)
+        for (int64_t i = 0; i < n; i++) activate(dst + (size_t)i * ldc, (size_t)cv->c_out, cv->act_out);
+    if (cv->residual)
+        for (int64_t i = 0; i < n; i++) {
+            float *yrow = j->y + (size_t)(t0 + i) * j->ldy;
+            const float *orow = out + (size_t)i * cv->c_out;
+            for (int o = 0; o < cv->c_out; o++) yrow[o] += orow[o];
+        }
 }
 
-size_t qvc_conv_scratch_tm(const qvc_conv *cv) {
-    int64_t n = chunk_len_tm(cv);
-    return (size_t)((int64_t)cv->c_in * span_len(cv, n) + (int64_t)cv->c_in * cv->k * n +
-                    (int64_t)cv->c_out * n) + 64;
+static void conv_run(int ith, int nth, void *arg) {
+    const conv_job *j = arg;
+    float *scratch = j->scratch + (size_t)ith * qvc_conv_scratch(j->cv);
+    int64_t n_chunks = (j->t_out + j->n_chunk - 1) / j->n_chunk;
+    for (int64_t c = ith; c < n_chunks; c += nth) {
+        int64_t t0 = c * j->n_chunk;
+        int64_t n = j->t_out - t0 < j->n_chunk ? j->t_out - t0 : j->n_chunk;
+        if (j->time_major) chunk_tm(j, t0, n, scratch);
+        else chunk_cf(j, t0, n, scratch);
+    }
+}
+
+static void conv_dispatch(qvk_pool *pool, const qvc_conv *cv, float *y, int64_t ldy,
+                          const float *x, int64_t ldx, int64_t t_in, const float *w,
+                          const float *bias, float *scratch, int time_major) {
+    conv_job j = {.cv = cv, .y = y, .ldy = ldy, .ldx = ldx, .t_in = t_in, .x = x, .w = w,
+                  .bias = bias, .scratch = scratch, .time_major = time_major};
+    j.t_out = qvc_conv_out_len(cv, t_in);
+    j.n_chunk = chunk_len(cv, j.t_out, qvk_pool_threads(pool));
+    if (j.t_out > 0) qvk_pool_run(pool, conv_run, &j);
+}
+
+void qvc_conv1d(qvk_pool *pool, const qvc_conv *cv, float *y, int64_t ldy, const float *x,
+                int64_t ldx, int64_t t_in, const float *w, const float *bias, float *scratch) {
+    conv_dispatch(pool, cv, y, ldy, x, ldx, t_in, w, bias, scratch, 0);
+}
+
+void qvc_conv1d_tm(qvk_pool *pool, const qvc_conv *cv, float *y, int64_t ldy, const float *x,
+                   int64_t ldx, int64_t t_in, const float *w, const float *bias, float *scratch) {
+    conv_dispatch(pool, cv, y, ldy, x, ldx, t_in, w, bias, scratch, 1);
 }
 
 void qvc_conv_weights_tm(float *dst, const float *src, int c_out, int c_in, int k) {
@@ -161,55 +275,4 @@ void qvc_conv_weights_tm(float *dst, const float *src, int c_out, int c_in, int 
         for (int c = 0; c < c_in; c++)
             for (int j = 0; j < k; j++)
                 dst[((size_t)o * k + j) * c_in + c] = src[((size_t)o * c_in + c) * k + j];
-}
-
-void qvc_conv1d_tm(const qvc_conv *cv, float *y, int64_t ldy, const float *x, int64_t ldx,
-                   int64_t t_in, const float *w, const float *bias, float *scratch) {
-    int64_t t_out = qvc_conv_out_len(cv, t_in);
-    int64_t n_max = chunk_len_tm(cv);
-    int c_in = cv->c_in, kk = c_in * cv->k;
-    int direct = cv->k == 1 && cv->stride == 1;
-    float *win = scratch;
-    float *cols = win + (size_t)c_in * span_len(cv, n_max);
-    float *out = cols + (size_t)kk * n_max;
-    for (int64_t t0 = 0; t0 < t_out; t0 += n_max) {
-        int64_t n = t_out - t0 < n_max ? t_out - t0 : n_max;
-        int64_t span = span_len(cv, n);
-        int64_t p0 = t0 * cv->stride - cv->pad_left;
-        /* window rows [p0, p0 + span) of x, padded; contiguous [span, c_in] */
-        for (int64_t i = 0; i < span; i++) {
-            int64_t s = src_index(cv->pad, p0 + i, t_in);
-            float *wr = win + (size_t)i * c_in;
-            if (s < 0) memset(wr, 0, (size_t)c_in * sizeof(float));
-            else memcpy(wr, x + (size_t)s * ldx, (size_t)c_in * sizeof(float));
-        }
-        activate(win, (size_t)c_in * span, cv->act_in);
-        const float *a = win;
-        if (!direct) {
-            for (int64_t i = 0; i < n; i++) {
-                float *dst = cols + (size_t)i * kk;
-                const float *src = win + (size_t)i * cv->stride * c_in;
-                if (cv->dilation == 1) {
-                    memcpy(dst, src, (size_t)kk * sizeof(float));
-                } else {
-                    for (int j = 0; j < cv->k; j++)
-                        memcpy(dst + (size_t)j * c_in, src + (size_t)j * cv->dilation * c_in,
-                               (size_t)c_in * sizeof(float));
-                }
-            }
-            a = cols;
-        }
-        qvk_sgemm(0, 1, (int)n, cv->c_out, kk, 1.0f, a, kk, w, kk, 0.0f, out, cv->c_out);
-        for (int64_t i = 0; i < n; i++) {
-            float *orow = out + (size_t)i * cv->c_out;
-            float *yrow = y + (size_t)(t0 + i) * ldy;
-            if (bias)
-                for (int o = 0; o < cv->c_out; o++) orow[o] += bias[o];
-            activate(orow, (size_t)cv->c_out, cv->act_out);
-            if (cv->residual)
-                for (int o = 0; o < cv->c_out; o++) yrow[o] += orow[o];
-            else
-                memcpy(yrow, orow, (size_t)cv->c_out * sizeof(float));
-        }
-    }
 }

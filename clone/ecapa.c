@@ -215,7 +215,7 @@ static qvc_conv tdnn(int c_in, int c_out, int k, int dilation) {
     return cv;
 }
 
-static int state_init(ecapa_state *s, const ecapa_config *c, int t) {
+static int state_init(ecapa_state *s, const ecapa_config *c, int t, int n_threads) {
     memset(s, 0, sizeof *s);
     s->n_frames = t;
     int ch = c->channels[1], c4 = c->channels[4], sub = ch / c->res2net_scale;
@@ -243,7 +243,7 @@ static int state_init(ecapa_state *s, const ecapa_config *c, int t) {
     s->mfa = qvk_alloc(c4 * tt * sizeof(float));
     s->att = qvk_alloc(c4 * tt * sizeof(float));
     s->hid = qvk_alloc((size_t)c->attention_channels * tt * sizeof(float));
-    s->scratch = qvk_alloc(scratch * sizeof(float));
+    s->scratch = qvk_alloc(scratch * (size_t)n_threads * sizeof(float));
     s->vec = qvk_alloc((8 * (size_t)c4 + (size_t)c->enc_dim + c->attention_channels) * sizeof(float));
     if (!s->x0 || !s->cat || !s->h1 || !s->h2 || !s->tmp || !s->mfa || !s->att || !s->hid ||
         !s->scratch || !s->vec) {
@@ -254,12 +254,12 @@ static int state_init(ecapa_state *s, const ecapa_config *c, int t) {
 }
 
 /* SEResNet block (Qwen3TTS SqueezeExcitationRes2NetBlock): out = SE(tdnn2(Res2Net(tdnn1(x)))) + x */
-static void se_block(const ecapa_config *c, const se_block_weights *w, ecapa_state *s,
-                     float *out, const float *in, int k, int d) {
+static void se_block(qvk_pool *pool, const ecapa_config *c, const se_block_weights *w,
+                     ecapa_state *s, float *out, const float *in, int k, int d) {
     int t = s->n_frames, ch = c->channels[1], scale = c->res2net_scale, sub = ch / scale;
     size_t tt = (size_t)t;
     qvc_conv cv = tdnn(ch, ch, 1, 1);
-    qvc_conv1d(&cv, s->h1, t, in, t, t, w->tdnn1.w, w->tdnn1.b, s->scratch);
+    qvc_conv1d(pool, &cv, s->h1, t, in, t, t, w->tdnn1.w, w->tdnn1.b, s->scratch);
     /* Res2Net: y0 = x0, y1 = f0(x1), yi = f_{i−1}(xi + y_{i−1}) */
     memcpy(s->h2, s->h1, sub * tt * sizeof(float));
     qvc_conv rc = tdnn(sub, sub, k, d);
@@ -272,9 +272,9 @@ static void se_block(const ecapa_config *c, const se_block_weights *w, ecapa_sta
             for (size_t j = 0; j < sub * tt; j++) s->tmp[j] = xi[j] + prev[j];
             src = s->tmp;
         }
-        qvc_conv1d(&rc, yi, t, src, t, t, w->res2net[i - 1].w, w->res2net[i - 1].b, s->scratch);
+        qvc_conv1d(pool, &rc, yi, t, src, t, t, w->res2net[i - 1].w, w->res2net[i - 1].b, s->scratch);
     }
-    qvc_conv1d(&cv, out, t, s->h2, t, t, w->tdnn2.w, w->tdnn2.b, s->scratch);
+    qvc_conv1d(pool, &cv, out, t, s->h2, t, t, w->tdnn2.w, w->tdnn2.b, s->scratch);
     /* squeeze-excitation over the time mean */
     float *mean = s->vec, *z = s->vec + ch, *g = z + c->se_channels;
     for (int i = 0; i < ch; i++) {
@@ -310,8 +310,44 @@ static void weighted_stats(float *mu, float *sd, const float *x, const float *wt
     }
 }
 
-int qvc_ecapa_forward(const qvc_ecapa *e, float *xvec, const float *mel, int n_frames, char *err,
-                      size_t err_size) {
+/* ASP pieces shared by the pool: the attention TDNN over column blocks, then per-channel softmax
+ * over time and the weighted statistics. */
+typedef struct {
+    const ecapa_config *c;
+    const ecapa_weights *w;
+    ecapa_state *s;
+    const float *cvec;
+    float *pooled;
+} asp_job;
+
+static void asp_tdnn_run(int ith, int nth, void *arg) {
+    const asp_job *j = arg;
+    int t = j->s->n_frames, c4 = j->c->channels[4], att = j->c->attention_channels;
+    int a = (int)((int64_t)t * ith / nth), b = (int)((int64_t)t * (ith + 1) / nth);
+    if (b <= a) return;
+    qvk_sgemm(0, 0, att, b - a, c4, 1.0f, j->w->asp_tdnn.w, 3 * c4, j->s->mfa + a, t, 0.0f,
+              j->s->hid + a, t);
+    for (int o = 0; o < att; o++) {
+        float *r = j->s->hid + (size_t)o * t;
+        for (int i = a; i < b; i++) {
+            float v = r[i] + j->cvec[o];
+            r[i] = tanhf(v > 0.0f ? v : 0.0f);
+        }
+    }
+}
+
+static void asp_pool_run(int ith, int nth, void *arg) {
+    const asp_job *j = arg;
+    int t = j->s->n_frames, c4 = j->c->channels[4];
+    int a = c4 * ith / nth, b = c4 * (ith + 1) / nth;
+    for (int i = a; i < b; i++) qvk_softmax(j->s->att + (size_t)i * t, t);
+    if (b > a)
+        weighted_stats(j->pooled + a, j->pooled + c4 + a, j->s->mfa + (size_t)a * t,
+                       j->s->att + (size_t)a * t, b - a, t);
+}
+
+int qvc_ecapa_forward(const qvc_ecapa *e, qvk_pool *pool, float *xvec, const float *mel,
+                      int n_frames, char *err, size_t err_size) {
     const ecapa_config *c = &e->cfg;
     const ecapa_weights *w = &e->w;
     if (n_frames < 5) {
@@ -320,7 +356,7 @@ int qvc_ecapa_forward(const qvc_ecapa *e, float *xvec, const float *mel, int n_f
         return -1;
     }
     ecapa_state s;
-    if (state_init(&s, c, n_frames)) {
+    if (state_init(&s, c, n_frames, qvk_pool_threads(pool))) {
         snprintf(err, err_size, "speaker encoder: out of memory for %d frames", n_frames);
         return -1;
     }
@@ -331,15 +367,15 @@ int qvc_ecapa_forward(const qvc_ecapa *e, float *xvec, const float *mel, int n_f
     for (int f = 0; f < t; f++)
         for (int m = 0; m < c->mel_dim; m++) melT[(size_t)m * tt + f] = mel[(size_t)f * c->mel_dim + m];
     qvc_conv cv = tdnn(c->mel_dim, ch, c->kernel_sizes[0], c->dilations[0]);
-    qvc_conv1d(&cv, s.x0, t, melT, t, t, w->block0.w, w->block0.b, s.scratch);
+    qvc_conv1d(pool, &cv, s.x0, t, melT, t, t, w->block0.w, w->block0.b, s.scratch);
     const float *in = s.x0;
     for (int b = 0; b < N_SE_BLOCKS; b++) {
         float *out = s.cat + (size_t)b * ch * tt;
-        se_block(c, &w->se[b], &s, out, in, c->kernel_sizes[b + 1], c->dilations[b + 1]);
+        se_block(pool, c, &w->se[b], &s, out, in, c->kernel_sizes[b + 1], c->dilations[b + 1]);
         in = out;
     }
     cv = tdnn(3 * ch, c4, 1, 1);
-    qvc_conv1d(&cv, s.mfa, t, s.cat, t, t, w->mfa.w, w->mfa.b, s.scratch);
+    qvc_conv1d(pool, &cv, s.mfa, t, s.cat, t, t, w->mfa.w, w->mfa.b, s.scratch);
     /* attentive statistics pooling (global context) */
     float *mu = s.vec, *sd = mu + c4, *ctx = sd + c4, *pooled = ctx + 2 * c4;
     float *cvec = pooled + 2 * c4;
@@ -353,18 +389,11 @@ int qvc_ecapa_forward(const qvc_ecapa *e, float *xvec, const float *mel, int n_f
         for (int i = 0; i < 2 * c4; i++) acc += (double)wr[i] * ctx[i];
         cvec[o] = (float)acc + w->asp_tdnn.b[o];
     }
-    qvk_sgemm(0, 0, att, t, c4, 1.0f, w->asp_tdnn.w, 3 * c4, s.mfa, t, 0.0f, s.hid, t);
-    for (int o = 0; o < att; o++) {
-        float *r = s.hid + (size_t)o * tt;
-        for (int j = 0; j < t; j++) {
-            float v = r[j] + cvec[o];
-            r[j] = tanhf(v > 0.0f ? v : 0.0f);
-        }
-    }
+    asp_job job = {.c = c, .w = w, .s = &s, .cvec = cvec, .pooled = pooled};
+    qvk_pool_run(pool, asp_tdnn_run, &job);
     qvc_conv ac = {.c_in = att, .c_out = c4, .k = 1, .stride = 1, .dilation = 1};
-    qvc_conv1d(&ac, s.att, t, s.hid, t, t, w->asp_conv.w, w->asp_conv.b, s.scratch);
-    for (int i = 0; i < c4; i++) qvk_softmax(s.att + (size_t)i * tt, t);
-    weighted_stats(pooled, pooled + c4, s.mfa, s.att, c4, t);
+    qvc_conv1d(pool, &ac, s.att, t, s.hid, t, t, w->asp_conv.w, w->asp_conv.b, s.scratch);
+    qvk_pool_run(pool, asp_pool_run, &job);
     qvk_matvec_f32(NULL, xvec, w->fc.w, pooled, w->fc.b, c->enc_dim, 2 * c4);
     state_free(&s);
     return 0;

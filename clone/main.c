@@ -129,15 +129,15 @@ static int file_sha256_hex(const char *path, char hex[65]) {
 }
 
 /* Audio → x-vector with a loaded speaker encoder. */
-static int xvector_of_audio(const qvc_ecapa *e, qvc_audio *a, float *xvec, int *n_frames,
-                            char *err, size_t err_size) {
+static int xvector_of_audio(const qvc_ecapa *e, qvk_pool *pool, qvc_audio *a, float *xvec,
+                            int *n_frames, char *err, size_t err_size) {
     *n_frames = qvc_mel_n_frames(a->n_samples);
     qvc_mel *mel = qvc_mel_create();
     float *m = malloc((size_t)(*n_frames > 0 ? *n_frames : 1) * QVC_MEL_BINS * sizeof(float));
     int rc = -1;
     if (!mel || !m) snprintf(err, err_size, "out of memory");
     else if (qvc_mel_compute(mel, m, a->samples, a->n_samples)) snprintf(err, err_size, "audio too short");
-    else rc = qvc_ecapa_forward(e, xvec, m, *n_frames, err, err_size);
+    else rc = qvc_ecapa_forward(e, pool, xvec, m, *n_frames, err, err_size);
     free(m);
     qvc_mel_free(mel);
     return rc;
@@ -145,8 +145,8 @@ static int xvector_of_audio(const qvc_ecapa *e, qvc_audio *a, float *xvec, int *
 
 /* ---- --compare ------------------------------------------------------------------------- */
 
-static int load_xvector(const char *path, const options *o, qvc_ecapa **e, float **xvec, int *dim,
-                        char *err, size_t err_size) {
+static int load_xvector(const char *path, const options *o, qvk_pool *pool, qvc_ecapa **e,
+                        float **xvec, int *dim, char *err, size_t err_size) {
     if (is_voice_file(path)) {
         qvf_voice *v = NULL;
         char e2[512];
@@ -173,19 +173,19 @@ static int load_xvector(const char *path, const options *o, qvc_ecapa **e, float
     int nf, rc = -1;
     char e2[400];
     if (!*xvec) snprintf(err, err_size, "%s: out of memory", path);
-    else if (xvector_of_audio(*e, &a, *xvec, &nf, e2, sizeof e2)) snprintf(err, err_size, "%s: %s", path, e2);
+    else if (xvector_of_audio(*e, pool, &a, *xvec, &nf, e2, sizeof e2)) snprintf(err, err_size, "%s: %s", path, e2);
     else rc = 0;
     qvc_audio_free(&a);
     return rc;
 }
 
-static int run_compare(const options *o, const char *pa, const char *pb) {
+static int run_compare(const options *o, qvk_pool *pool, const char *pa, const char *pb) {
     char err[1024];
     qvc_ecapa *e = NULL;
     float *xa = NULL, *xb = NULL;
     int da = 0, db = 0, rc = 1;
-    if (load_xvector(pa, o, &e, &xa, &da, err, sizeof err) ||
-        load_xvector(pb, o, &e, &xb, &db, err, sizeof err)) {
+    if (load_xvector(pa, o, pool, &e, &xa, &da, err, sizeof err) ||
+        load_xvector(pb, o, pool, &e, &xb, &db, err, sizeof err)) {
         fprintf(stderr, "clone: %s\n", err);
     } else if (da != db) {
         fprintf(stderr, "clone: %s: x-vector size %d differs from %s's %d\n", pb, db, pa, da);
@@ -381,7 +381,7 @@ static int set_meta(qvf_voice *v, const options *o, const report *r) {
     return rc;
 }
 
-static int run_clone(const options *o) {
+static int run_clone(const options *o, qvk_pool *pool) {
     char err[1024];
     report r;
     memset(&r, 0, sizeof r);
@@ -460,7 +460,7 @@ static int run_clone(const options *o) {
         snprintf(err, sizeof err, "%s: out of memory", o->audio);
         goto fail;
     }
-    if (xvector_of_audio(ecapa, &r.audio, xvec, &r.n_mel_frames, e2, sizeof e2)) {
+    if (xvector_of_audio(ecapa, pool, &r.audio, xvec, &r.n_mel_frames, e2, sizeof e2)) {
         snprintf(err, sizeof err, "%s: %s", o->audio, e2);
         goto fail;
     }
@@ -475,7 +475,8 @@ static int run_clone(const options *o) {
             snprintf(err, sizeof err, "%s: out of memory", o->audio);
             goto fail;
         }
-        if (qvc_speech_encoder_encode(se, codes, r.audio.samples, r.audio.n_samples, e2, sizeof e2)) {
+        if (qvc_speech_encoder_encode(se, pool, codes, r.audio.samples, r.audio.n_samples, e2,
+                                      sizeof e2)) {
             snprintf(err, sizeof err, "%s: %s", o->audio, e2);
             goto fail;
         }
@@ -575,15 +576,19 @@ int main(int argc, char **argv) {
         default: return usage_error("unknown option");
         }
     }
-    qvk_blas_set_threads(o.threads);
-    if (o.compare) {
-        if (argc - optind != 2) return usage_error("--compare needs exactly two files");
-        return run_compare(&o, argv[optind], argv[optind + 1]);
+    if (o.compare && argc - optind != 2) return usage_error("--compare needs exactly two files");
+    if (!o.compare) {
+        if (argc - optind != 1) return usage_error("expected exactly one reference audio file");
+        o.audio = argv[optind];
+        if (!o.model_dir) return usage_error("-m BASE_MODEL_DIR is required");
+        if (!o.out) return usage_error("-o VOICE.qvoice is required");
+        if (o.ref_text && o.ref_text_file)
+            return usage_error("--ref-text and --ref-text-file exclude each other");
     }
-    if (argc - optind != 1) return usage_error("expected exactly one reference audio file");
-    o.audio = argv[optind];
-    if (!o.model_dir) return usage_error("-m BASE_MODEL_DIR is required");
-    if (!o.out) return usage_error("-o VOICE.qvoice is required");
-    if (o.ref_text && o.ref_text_file) return usage_error("--ref-text and --ref-text-file exclude each other");
-    return run_clone(&o);
+    /* the pool shares the work; each piece runs a single-threaded sgemm */
+    qvk_blas_set_threads(1);
+    qvk_pool *pool = o.threads > 1 ? qvk_pool_create(o.threads) : NULL;
+    int rc = o.compare ? run_compare(&o, pool, argv[optind], argv[optind + 1]) : run_clone(&o, pool);
+    qvk_pool_free(pool);
+    return rc;
 }

@@ -303,11 +303,13 @@ static qvc_conv causal(int c_in, int c_out, int k, int stride, int dilation, enu
 }
 
 typedef struct {       /* per-call buffers */
-    float *p, *q;      /* SEANet ping-pong [C, T] */
-    float *scratch;    /* conv scratch */
-    float *x, *hbuf, *qb, *kb, *vb, *att, *ff; /* transformer, time-major */
+    int n_threads;
+    float *p, *q;      /* SEANet ping-pong [T, C] */
+    float *scratch;    /* conv scratch, one slice per thread */
+    float *x, *hbuf, *qb, *kb, *vb, *ff; /* transformer [T, ·] */
+    float *att;        /* [n_threads, T, T] attention probabilities, one matrix per thread */
     float *rope_c, *rope_s;
-    float *xs, *dist;  /* RVQ */
+    float *xs, *dist;  /* RVQ [Tq, D], [Tq, codebook_size] */
 } enc_state;
 
 static void enc_state_free(enc_state *s) {
@@ -317,49 +319,52 @@ static void enc_state_free(enc_state *s) {
 }
 
 /* Sizes every buffer by walking the SEANet geometry once. */
-static int enc_state_init(enc_state *s, const enc_config *c, int64_t n) {
+static int enc_state_init(enc_state *s, const enc_config *c, int64_t n, int n_threads) {
     memset(s, 0, sizeof *s);
+    s->n_threads = n_threads;
     size_t need_p = 0, need_q = 0, scratch = 0;
     int64_t t = n;
     int ch = c->n_filters;
     int cur_p = 1;   /* which ping-pong buffer holds the stage input */
 #define NEED(is_p, v) do { size_t v_ = (v); if (is_p) { if (v_ > need_p) need_p = v_; } \
                            else if (v_ > need_q) need_q = v_; } while (0)
+#define SCRATCH(cv) do { if (qvc_conv_scratch(&(cv)) > scratch) scratch = qvc_conv_scratch(&(cv)); } while (0)
     qvc_conv cv = causal(1, ch, c->kernel_size, 1, 1, QVC_ACT_NONE, t);
-    scratch = qvc_conv_scratch_tm(&cv);
+    SCRATCH(cv);
     NEED(1, (size_t)ch * t);
     for (int st = 0; st < N_STAGES; st++) {
         int hid = ch / c->compress, dil = 1;
         for (int j = 0; j < c->n_residual_layers; j++, dil *= c->dilation_growth_rate) {
             cv = causal(ch, hid, c->residual_kernel_size, 1, dil, QVC_ACT_ELU, t);
-            if (qvc_conv_scratch_tm(&cv) > scratch) scratch = qvc_conv_scratch_tm(&cv);
+            SCRATCH(cv);
         }
         NEED(!cur_p, (size_t)hid * t);
         cv = causal(hid, ch, 1, 1, 1, QVC_ACT_ELU, t);
-        if (qvc_conv_scratch_tm(&cv) > scratch) scratch = qvc_conv_scratch_tm(&cv);
+        SCRATCH(cv);
         cv = causal(ch, 2 * ch, 2 * c->ratios[st], c->ratios[st], 1, QVC_ACT_ELU, t);
-        if (qvc_conv_scratch_tm(&cv) > scratch) scratch = qvc_conv_scratch_tm(&cv);
+        SCRATCH(cv);
         t = qvc_conv_out_len(&cv, t);
         ch *= 2;
         NEED(!cur_p, (size_t)ch * t);
         cur_p = !cur_p;
     }
     cv = causal(ch, c->hidden_size, c->last_kernel_size, 1, 1, QVC_ACT_ELU, t); /* → s->x */
-    if (qvc_conv_scratch_tm(&cv) > scratch) scratch = qvc_conv_scratch_tm(&cv);
-    cv = causal(c->hidden_size, c->hidden_size, 4, 2, 1, QVC_ACT_NONE, t);
-    if (qvc_conv_scratch_tm(&cv) > scratch) scratch = qvc_conv_scratch_tm(&cv);
+    SCRATCH(cv);
+    cv = causal(c->hidden_size, c->hidden_size, 4, 2, 1, QVC_ACT_NONE, t);      /* → cur */
+    SCRATCH(cv);
     NEED(cur_p, (size_t)c->hidden_size * t);
 #undef NEED
-    size_t tt = (size_t)t, h = (size_t)c->hidden_size;
+#undef SCRATCH
+    size_t tt = (size_t)t, h = (size_t)c->hidden_size, nt = (size_t)n_threads;
     s->p = qvk_alloc(need_p * sizeof(float));
     s->q = qvk_alloc(need_q * sizeof(float));
-    s->scratch = qvk_alloc(scratch * sizeof(float));
+    s->scratch = qvk_alloc(scratch * nt * sizeof(float));
     s->x = qvk_alloc(tt * h * sizeof(float));
     s->hbuf = qvk_alloc(tt * h * sizeof(float));
     s->qb = qvk_alloc(tt * h * sizeof(float));
     s->kb = qvk_alloc(tt * h * sizeof(float));
     s->vb = qvk_alloc(tt * h * sizeof(float));
-    s->att = qvk_alloc(tt * tt * sizeof(float));
+    s->att = qvk_alloc(nt * tt * tt * sizeof(float));
     s->ff = qvk_alloc(tt * (size_t)c->intermediate_size * sizeof(float));
     s->rope_c = qvk_alloc(tt * (size_t)c->head_dim / 2 * sizeof(float));
     s->rope_s = qvk_alloc(tt * (size_t)c->head_dim / 2 * sizeof(float));
@@ -373,45 +378,103 @@ static int enc_state_init(enc_state *s, const enc_config *c, int64_t n) {
     return 0;
 }
 
-/* MimiTransformerLayer: x + ls1 ⊙ Attn(LN(x)); x + ls2 ⊙ fc2(gelu(fc1(LN(x)))), x [T, H]. */
-static void transformer_layer(const enc_config *c, const layer_w *L, enc_state *s, int t,
-                              int window) {
-    int h = c->hidden_size, hd = c->head_dim, f = c->intermediate_size;
-    size_t tt = (size_t)t;
-    for (int i = 0; i < t; i++)
-        qvk_layernorm(s->hbuf + (size_t)i * h, s->x + (size_t)i * h, L->ln1_w, L->ln1_b, h, c->norm_eps);
-    qvk_sgemm(0, 1, t, h, h, 1.0f, s->hbuf, h, L->wq, h, 0.0f, s->qb, h);
-    qvk_sgemm(0, 1, t, h, h, 1.0f, s->hbuf, h, L->wk, h, 0.0f, s->kb, h);
-    qvk_sgemm(0, 1, t, h, h, 1.0f, s->hbuf, h, L->wv, h, 0.0f, s->vb, h);
-    for (int i = 0; i < t; i++) {
-        const float *rc = s->rope_c + (size_t)i * hd / 2, *rs = s->rope_s + (size_t)i * hd / 2;
-        qvk_rope_apply(s->qb + (size_t)i * h, c->n_heads, hd, rc, rs);
-        qvk_rope_apply(s->kb + (size_t)i * h, c->n_heads, hd, rc, rs);
-    }
-    float scale = 1.0f / sqrtf((float)hd);
-    for (int hh = 0; hh < c->n_heads; hh++) {
-        const float *qh = s->qb + hh * hd, *kh = s->kb + hh * hd, *vh = s->vb + hh * hd;
-        qvk_sgemm(0, 1, t, t, hd, scale, qh, h, kh, h, 0.0f, s->att, t);
-        for (int i = 0; i < t; i++) {
-            float *row = s->att + (size_t)i * tt;
-            int j0 = window > 0 && i - window + 1 > 0 ? i - window + 1 : 0;
-            for (int j = 0; j < j0; j++) row[j] = 0.0f;
-            qvk_softmax(row + j0, i + 1 - j0);
-            for (int j = i + 1; j < t; j++) row[j] = 0.0f;
+/* Row blocks: one per thread (each sgemm call repacks its weights, so fewer, taller calls are
+ * cheaper); per-element sums do not depend on the row split (see conv.c). */
+
+typedef struct {
+    const enc_config *c;
+    const layer_w *L;
+    enc_state *s;
+    int t, window;
+} layer_job;
+
+static void row_block(int t, int blk, int n_blk, int *a, int *b) {
+    int n = (t + n_blk - 1) / n_blk;
+    *a = blk * n < t ? blk * n : t;
+    *b = *a + n < t ? *a + n : t;
+}
+
+/* Phase 1 (rows): h = LN(x); q, k, v projections; RoPE on q and k. */
+static void qkv_run(int ith, int nth, void *arg) {
+    const layer_job *j = arg;
+    const enc_config *c = j->c;
+    const layer_w *L = j->L;
+    enc_state *s = j->s;
+    int h = c->hidden_size, hd = c->head_dim;
+    {
+        int a, b;
+        row_block(j->t, ith, nth, &a, &b);
+        if (b <= a) return;
+        size_t o = (size_t)a * h;
+        for (int i = a; i < b; i++)
+            qvk_layernorm(s->hbuf + (size_t)i * h, s->x + (size_t)i * h, L->ln1_w, L->ln1_b, h, c->norm_eps);
+        qvk_sgemm(0, 1, b - a, h, h, 1.0f, s->hbuf + o, h, L->wq, h, 0.0f, s->qb + o, h);
+        qvk_sgemm(0, 1, b - a, h, h, 1.0f, s->hbuf + o, h, L->wk, h, 0.0f, s->kb + o, h);
+        qvk_sgemm(0, 1, b - a, h, h, 1.0f, s->hbuf + o, h, L->wv, h, 0.0f, s->vb + o, h);
+        for (int i = a; i < b; i++) {
+            const float *rc = s->rope_c + (size_t)i * hd / 2, *rs = s->rope_s + (size_t)i * hd / 2;
+            qvk_rope_apply(s->qb + (size_t)i * h, c->n_heads, hd, rc, rs);
+            qvk_rope_apply(s->kb + (size_t)i * h, c->n_heads, hd, rc, rs);
         }
-        /* heads write their slice of hbuf (LN output no longer needed) */
-        qvk_sgemm(0, 0, t, hd, t, 1.0f, s->att, t, vh, h, 0.0f, s->hbuf + hh * hd, h);
     }
-    qvk_sgemm(0, 1, t, h, h, 1.0f, s->hbuf, h, L->wo, h, 0.0f, s->qb, h);
-    for (int i = 0; i < t; i++)
-        for (int j = 0; j < h; j++) s->x[(size_t)i * h + j] += L->ls1[j] * s->qb[(size_t)i * h + j];
-    for (int i = 0; i < t; i++)
-        qvk_layernorm(s->hbuf + (size_t)i * h, s->x + (size_t)i * h, L->ln2_w, L->ln2_b, h, c->norm_eps);
-    qvk_sgemm(0, 1, t, f, h, 1.0f, s->hbuf, h, L->fc1, h, 0.0f, s->ff, f);
-    qvk_gelu_erf(s->ff, (int)(tt * f));
-    qvk_sgemm(0, 1, t, h, f, 1.0f, s->ff, f, L->fc2, f, 0.0f, s->qb, h);
-    for (int i = 0; i < t; i++)
-        for (int j = 0; j < h; j++) s->x[(size_t)i * h + j] += L->ls2[j] * s->qb[(size_t)i * h + j];
+}
+
+/* Phase 2 (heads): causal (optionally windowed) softmax attention; head outputs into hbuf. */
+static void attn_run(int ith, int nth, void *arg) {
+    const layer_job *j = arg;
+    const enc_config *c = j->c;
+    enc_state *s = j->s;
+    int h = c->hidden_size, hd = c->head_dim, t = j->t;
+    size_t tt = (size_t)t;
+    float *att = s->att + (size_t)ith * tt * tt;
+    float scale = 1.0f / sqrtf((float)hd);
+    for (int hh = ith; hh < c->n_heads; hh += nth) {
+        const float *qh = s->qb + hh * hd, *kh = s->kb + hh * hd, *vh = s->vb + hh * hd;
+        qvk_sgemm(0, 1, t, t, hd, scale, qh, h, kh, h, 0.0f, att, t);
+        for (int i = 0; i < t; i++) {
+            float *row = att + (size_t)i * tt;
+            int j0 = j->window > 0 && i - j->window + 1 > 0 ? i - j->window + 1 : 0;
+            for (int k = 0; k < j0; k++) row[k] = 0.0f;
+            qvk_softmax(row + j0, i + 1 - j0);
+            for (int k = i + 1; k < t; k++) row[k] = 0.0f;
+        }
+        qvk_sgemm(0, 0, t, hd, t, 1.0f, att, t, vh, h, 0.0f, s->hbuf + hh * hd, h);
+    }
+}
+
+/* Phase 3 (rows): x += ls1 ⊙ Wo·attn; x += ls2 ⊙ fc2(gelu(fc1(LN(x)))). */
+static void out_mlp_run(int ith, int nth, void *arg) {
+    const layer_job *j = arg;
+    const enc_config *c = j->c;
+    const layer_w *L = j->L;
+    enc_state *s = j->s;
+    int h = c->hidden_size, f = c->intermediate_size;
+    {
+        int a, b;
+        row_block(j->t, ith, nth, &a, &b);
+        if (b <= a) return;
+        size_t o = (size_t)a * h, n = (size_t)(b - a);
+        qvk_sgemm(0, 1, b - a, h, h, 1.0f, s->hbuf + o, h, L->wo, h, 0.0f, s->qb + o, h);
+        for (size_t i = 0; i < n; i++)
+            for (int k = 0; k < h; k++) s->x[o + i * h + k] += L->ls1[k] * s->qb[o + i * h + k];
+        for (size_t i = 0; i < n; i++)
+            qvk_layernorm(s->hbuf + o + i * h, s->x + o + i * h, L->ln2_w, L->ln2_b, h, c->norm_eps);
+        float *ff = s->ff + (size_t)a * f;
+        qvk_sgemm(0, 1, b - a, f, h, 1.0f, s->hbuf + o, h, L->fc1, h, 0.0f, ff, f);
+        qvk_gelu_erf(ff, (int)(n * f));
+        qvk_sgemm(0, 1, b - a, h, f, 1.0f, ff, f, L->fc2, f, 0.0f, s->qb + o, h);
+        for (size_t i = 0; i < n; i++)
+            for (int k = 0; k < h; k++) s->x[o + i * h + k] += L->ls2[k] * s->qb[o + i * h + k];
+    }
+}
+
+/* MimiTransformerLayer: x + ls1 ⊙ Attn(LN(x)); x + ls2 ⊙ fc2(gelu(fc1(LN(x)))), x [T, H]. */
+static void transformer_layer(qvk_pool *pool, const enc_config *c, const layer_w *L, enc_state *s,
+                              int t, int window) {
+    layer_job j = {.c = c, .L = L, .s = s, .t = t, .window = window};
+    qvk_pool_run(pool, qkv_run, &j);
+    qvk_pool_run(pool, attn_run, &j);
+    qvk_pool_run(pool, out_mlp_run, &j);
 }
 
 /* Nearest codebook row for each of n vectors r [n, D]: argmin ‖r − e‖². The sgemm form
@@ -448,8 +511,45 @@ static void nearest(int32_t *codes, int code_stride, const float *r, int n, cons
     }
 }
 
-int qvc_speech_encoder_encode(const qvc_speech_encoder *se, int32_t *codes, const float *x,
-                              int64_t n, char *err, size_t err_size) {
+typedef struct {
+    const qvc_speech_encoder *se;
+    enc_state *s;
+    const float *z;   /* [tq, H] downsampled latents */
+    int32_t *codes;
+    int tq;
+} rvq_job;
+
+/* Split RVQ per block of frames: semantic code 0 from its own projection, then the acoustic
+ * residual chain (a separate projection of the same latent) for codes 1..15. */
+static void rvq_run(int ith, int nth, void *arg) {
+    const rvq_job *j = arg;
+    const enc_config *c = &j->se->cfg;
+    const enc_weights *w = &j->se->w;
+    int h = c->hidden_size, d = c->codebook_dim, ne = c->codebook_size, nc = c->n_codes;
+    size_t cb = (size_t)ne * d;
+    {
+        int a, b;
+        row_block(j->tq, ith, nth, &a, &b);
+        if (b <= a) return;
+        const float *z = j->z + (size_t)a * h;
+        float *xs = j->s->xs + (size_t)a * d, *dist = j->s->dist + (size_t)a * ne;
+        int32_t *codes = j->codes + (size_t)a * nc;
+        qvk_sgemm(0, 1, b - a, d, h, 1.0f, z, h, w->proj_sem, h, 0.0f, xs, d);
+        nearest(codes, nc, xs, b - a, w->codebook, w->codebook_sq, ne, d, dist);
+        qvk_sgemm(0, 1, b - a, d, h, 1.0f, z, h, w->proj_ac, h, 0.0f, xs, d);
+        for (int g = 1; g < nc; g++) {
+            const float *e = w->codebook + (size_t)g * cb;
+            nearest(codes + g, nc, xs, b - a, e, w->codebook_sq + (size_t)g * ne, ne, d, dist);
+            for (int i = 0; i < b - a; i++) {
+                const float *row = e + (size_t)codes[(size_t)i * nc + g] * d;
+                for (int k = 0; k < d; k++) xs[(size_t)i * d + k] -= row[k];
+            }
+        }
+    }
+}
+
+int qvc_speech_encoder_encode(const qvc_speech_encoder *se, qvk_pool *pool, int32_t *codes,
+                              const float *x, int64_t n, char *err, size_t err_size) {
     const enc_config *c = &se->cfg;
     const enc_weights *w = &se->w;
     if (n <= 0) {
@@ -457,7 +557,7 @@ int qvc_speech_encoder_encode(const qvc_speech_encoder *se, int32_t *codes, cons
         return -1;
     }
     enc_state s;
-    if (enc_state_init(&s, c, n)) {
+    if (enc_state_init(&s, c, n, qvk_pool_threads(pool))) {
         snprintf(err, err_size, "speech encoder: out of memory for %lld samples", (long long)n);
         return -1;
     }
@@ -466,21 +566,21 @@ int qvc_speech_encoder_encode(const qvc_speech_encoder *se, int32_t *codes, cons
     int64_t t = n;
     int ch = c->n_filters;
     qvc_conv cv = causal(1, ch, c->kernel_size, 1, 1, QVC_ACT_NONE, t);
-    qvc_conv1d_tm(&cv, cur, ch, x, 1, t, w->conv0.w, w->conv0.b, s.scratch);
+    qvc_conv1d_tm(pool, &cv, cur, ch, x, 1, t, w->conv0.w, w->conv0.b, s.scratch);
     for (int st = 0; st < N_STAGES; st++) {
         int hid = ch / c->compress, dil = 1;
         for (int j = 0; j < c->n_residual_layers; j++, dil *= c->dilation_growth_rate) {
             cv = causal(ch, hid, c->residual_kernel_size, 1, dil, QVC_ACT_ELU, t);
-            qvc_conv1d_tm(&cv, oth, hid, cur, ch, t, w->stage[st].res[j][0].w,
+            qvc_conv1d_tm(pool, &cv, oth, hid, cur, ch, t, w->stage[st].res[j][0].w,
                           w->stage[st].res[j][0].b, s.scratch);
             cv = causal(hid, ch, 1, 1, 1, QVC_ACT_ELU, t);
             cv.residual = 1;
-            qvc_conv1d_tm(&cv, cur, ch, oth, hid, t, w->stage[st].res[j][1].w,
+            qvc_conv1d_tm(pool, &cv, cur, ch, oth, hid, t, w->stage[st].res[j][1].w,
                           w->stage[st].res[j][1].b, s.scratch);
         }
         cv = causal(ch, 2 * ch, 2 * c->ratios[st], c->ratios[st], 1, QVC_ACT_ELU, t);
         int64_t t2 = qvc_conv_out_len(&cv, t);
-        qvc_conv1d_tm(&cv, oth, 2 * ch, cur, ch, t, w->stage[st].down.w, w->stage[st].down.b,
+        qvc_conv1d_tm(pool, &cv, oth, 2 * ch, cur, ch, t, w->stage[st].down.w, w->stage[st].down.b,
                       s.scratch);
         float *tmp = cur;
         cur = oth;
@@ -490,32 +590,19 @@ int qvc_speech_encoder_encode(const qvc_speech_encoder *se, int32_t *codes, cons
     }
     int h = c->hidden_size, tf = (int)t;
     cv = causal(ch, h, c->last_kernel_size, 1, 1, QVC_ACT_ELU, t);
-    qvc_conv1d_tm(&cv, s.x, h, cur, ch, t, w->conv_last.w, w->conv_last.b, s.scratch);
+    qvc_conv1d_tm(pool, &cv, s.x, h, cur, ch, t, w->conv_last.w, w->conv_last.b, s.scratch);
     /* transformer on s.x [T, H] */
     for (int i = 0; i < tf; i++)
         qvk_rope_table(s.rope_c + (size_t)i * c->head_dim / 2, s.rope_s + (size_t)i * c->head_dim / 2,
                        c->head_dim, i, c->rope_theta);
-    for (int l = 0; l < c->n_layers; l++) transformer_layer(c, &w->layer[l], &s, tf, se->window);
+    for (int l = 0; l < c->n_layers; l++) transformer_layer(pool, c, &w->layer[l], &s, tf, se->window);
     /* downsample 25 → 12.5 Hz: k4 s2, replicate padding, no bias */
     cv = causal(h, h, 4, 2, 1, QVC_ACT_NONE, t);
     cv.pad = QVC_PAD_REPLICATE;
     int tq = (int)qvc_conv_out_len(&cv, t);
-    float *z = cur;   /* [tq, H] */
-    qvc_conv1d_tm(&cv, z, h, s.x, h, t, w->downsample, NULL, s.scratch);
-    /* split RVQ: semantic code 0 from its own projection, acoustic residual chain for 1..15 */
-    int d = c->codebook_dim, ne = c->codebook_size;
-    size_t cb = (size_t)ne * d;
-    qvk_sgemm(0, 1, tq, d, h, 1.0f, z, h, w->proj_sem, h, 0.0f, s.xs, d);
-    nearest(codes, c->n_codes, s.xs, tq, w->codebook, w->codebook_sq, ne, d, s.dist);
-    qvk_sgemm(0, 1, tq, d, h, 1.0f, z, h, w->proj_ac, h, 0.0f, s.xs, d);
-    for (int g = 1; g < c->n_codes; g++) {
-        const float *e = w->codebook + (size_t)g * cb;
-        nearest(codes + g, c->n_codes, s.xs, tq, e, w->codebook_sq + (size_t)g * ne, ne, d, s.dist);
-        for (int i = 0; i < tq; i++) {
-            const float *row = e + (size_t)codes[(size_t)i * c->n_codes + g] * d;
-            for (int j = 0; j < d; j++) s.xs[(size_t)i * d + j] -= row[j];
-        }
-    }
+    qvc_conv1d_tm(pool, &cv, cur, h, s.x, h, t, w->downsample, NULL, s.scratch);
+    rvq_job rj = {.se = se, .s = &s, .z = cur, .codes = codes, .tq = tq};
+    qvk_pool_run(pool, rvq_run, &rj);
     enc_state_free(&s);
     return 0;
 }

@@ -54,12 +54,12 @@ void qve_cp_frame(qve_cp_state *s, const qv_model *m, const qve_talker *talker, 
     qve_stack_forward(&s->st, pool, s->x, 1, 1);
     for (int g = 0; g < QVE_N_GROUPS - 1; g++) {
         float *logits = s->logits + (size_t)g * CV;
-        float *normed = s->proj_in;   /* free between inputs */
+        float *normed = s->proj_in; /* free between inputs */
         qvk_rmsnorm(normed, s->x, m->cp.stack.norm, CH, c->rms_norm_eps);
         qvk_matvec_bf16(pool, logits, m->cp.lm_head[g], normed, NULL, CV, CH);
         int code = pick(logits, CV, pick_ctx);
         codes[g + 1] = code;
-        if (g == QVE_N_GROUPS - 2) break;   /* CPE_14 never feeds the predictor */
+        if (g == QVE_N_GROUPS - 2) break; /* CPE_14 never feeds the predictor */
         qvk_bf16_to_f32(s->proj_in, m->cp.codec_embedding[g] + (size_t)code * H, (size_t)H);
         project(s, m, pool, s->proj_in);
         qve_stack_forward(&s->st, pool, s->x, 1, g + 2);

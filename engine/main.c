@@ -29,8 +29,8 @@ typedef struct {
     const char *dump_codes, *decode_codes, *voice;
     int no_icl;
     int force_instruct, stream, greedy, tokens, list_speakers, list_languages, quiet;
-    int max_frames;           /* 0 = model default */
-    double max_seconds;       /* 0 = none */
+    int max_frames;     /* 0 = model default */
+    double max_seconds; /* 0 = none */
     int n_threads;
     int have_seed;
     uint64_t seed;
@@ -40,21 +40,38 @@ typedef struct {
 } options;
 
 enum {
-    OPT_FORCE_INSTRUCT = 256, OPT_STREAM, OPT_MAX_FRAMES, OPT_MAX_SECONDS, OPT_TEMPERATURE,
-    OPT_TOP_K, OPT_TOP_P, OPT_RP, OPT_GREEDY, OPT_SEED, OPT_LIST_SPEAKERS, OPT_LIST_LANGUAGES,
-    OPT_DUMP_CODES, OPT_DECODE_CODES, OPT_TOKENS, OPT_NO_ICL
+    OPT_FORCE_INSTRUCT = 256,
+    OPT_STREAM,
+    OPT_MAX_FRAMES,
+    OPT_MAX_SECONDS,
+    OPT_TEMPERATURE,
+    OPT_TOP_K,
+    OPT_TOP_P,
+    OPT_RP,
+    OPT_GREEDY,
+    OPT_SEED,
+    OPT_LIST_SPEAKERS,
+    OPT_LIST_LANGUAGES,
+    OPT_DUMP_CODES,
+    OPT_DECODE_CODES,
+    OPT_TOKENS,
+    OPT_NO_ICL
 };
 
 static void usage(FILE *f) {
     const qv_params d = qv_default_params();
-    fprintf(f,
+    fprintf(
+        f,
         "usage: speak -m DIR [options] [--text TEXT | < text]\n"
         "Synthesize speech with a Qwen3-TTS-12Hz model directory.\n\n"
-        "  -m, --model DIR            model directory (config.json, model.safetensors, speech_tokenizer/)\n"
+        "  -m, --model DIR            model directory (config.json, model.safetensors, "
+        "speech_tokenizer/)\n"
         "  -t, --text TEXT            text to speak (default: read stdin)\n"
         "  -s, --speaker NAME         preset speaker (CustomVoice; see --list-speakers)\n"
-        "  -v, --voice FILE           cloned voice (.qvoice or raw .bin x-vector) instead of --speaker;\n"
-        "                             its reference codes + transcript are used as an ICL prompt on\n"
+        "  -v, --voice FILE           cloned voice (.qvoice or raw .bin x-vector) instead of "
+        "--speaker;\n"
+        "                             its reference codes + transcript are used as an ICL prompt "
+        "on\n"
         "                             Base models (the official clone mode) unless --no-icl\n"
         "      --no-icl               use only the voice's x-vector\n"
         "  -l, --language NAME        language (default auto; see --list-languages)\n"
@@ -63,19 +80,23 @@ static void usage(FILE *f) {
         "  -o, --output FILE          audio file; format by extension: .wav .flac .ogg\n"
         "      --stream               decode while generating: raw s16le 24 kHz mono to stdout,\n"
         "                             or a WAV written progressively with -o\n"
-        "      --max-frames N         at most N frames of 80 ms (default: model's max_new_tokens-1)\n"
+        "      --max-frames N         at most N frames of 80 ms (default: model's "
+        "max_new_tokens-1)\n"
         "      --max-seconds S        at most S seconds of audio\n"
         "      --temperature T        talker temperature (default: generation_config.json, %.2g)\n"
         "      --top-k K              talker top-k, 0 = off (default: generation_config.json, %d)\n"
-        "      --top-p P              talker top-p, 1 = off (default: generation_config.json, %.2g)\n"
+        "      --top-p P              talker top-p, 1 = off (default: generation_config.json, "
+        "%.2g)\n"
         "      --repetition-penalty R (default: generation_config.json, %.3g)\n"
         "      --greedy               argmax talker and code predictor (penalty still applies)\n"
         "  -j, --threads N            compute threads (default %d)\n"
-        "      --seed N               sampling seed (default %llu); output is identical across runs\n"
+        "      --seed N               sampling seed (default %llu); output is identical across "
+        "runs\n"
         "                             and thread counts\n"
         "      --list-speakers        print preset speakers and exit\n"
         "      --list-languages       print languages and exit\n"
-        "      --dump-codes FILE      write the codes, one frame per line (16 integers); - = stdout\n"
+        "      --dump-codes FILE      write the codes, one frame per line (16 integers); - = "
+        "stdout\n"
         "      --decode-codes FILE    decode such a file to audio (-o) instead of synthesizing\n"
         "      --tokens               print the text's token ids and exit\n"
         "  -q, --quiet                no progress or summary on stderr\n"
@@ -113,26 +134,34 @@ static int parse_double(const char *s, double lo, double hi, double *out) {
 
 /* 0 ok, 1 exit 0 (help/version), 2 usage error */
 static int parse_args(int argc, char **argv, options *o) {
-    static const struct option lo[] = {
-        {"model", required_argument, 0, 'm'},      {"text", required_argument, 0, 't'},
-        {"speaker", required_argument, 0, 's'},    {"language", required_argument, 0, 'l'},
-        {"voice", required_argument, 0, 'v'},      {"no-icl", no_argument, 0, OPT_NO_ICL},
-        {"instruct", required_argument, 0, 'i'},   {"force-instruct", no_argument, 0, OPT_FORCE_INSTRUCT},
-        {"output", required_argument, 0, 'o'},     {"stream", no_argument, 0, OPT_STREAM},
-        {"max-frames", required_argument, 0, OPT_MAX_FRAMES},
-        {"max-seconds", required_argument, 0, OPT_MAX_SECONDS},
-        {"temperature", required_argument, 0, OPT_TEMPERATURE},
-        {"top-k", required_argument, 0, OPT_TOP_K}, {"top-p", required_argument, 0, OPT_TOP_P},
-        {"repetition-penalty", required_argument, 0, OPT_RP},
-        {"greedy", no_argument, 0, OPT_GREEDY},    {"threads", required_argument, 0, 'j'},
-        {"seed", required_argument, 0, OPT_SEED},
-        {"list-speakers", no_argument, 0, OPT_LIST_SPEAKERS},
-        {"list-languages", no_argument, 0, OPT_LIST_LANGUAGES},
-        {"dump-codes", required_argument, 0, OPT_DUMP_CODES},
-        {"decode-codes", required_argument, 0, OPT_DECODE_CODES},
-        {"tokens", no_argument, 0, OPT_TOKENS},    {"quiet", no_argument, 0, 'q'},
-        {"help", no_argument, 0, 'h'},             {"version", no_argument, 0, 'V'},
-        {0, 0, 0, 0}};
+    static const struct option lo[] = {{"model", required_argument, 0, 'm'},
+                                       {"text", required_argument, 0, 't'},
+                                       {"speaker", required_argument, 0, 's'},
+                                       {"language", required_argument, 0, 'l'},
+                                       {"voice", required_argument, 0, 'v'},
+                                       {"no-icl", no_argument, 0, OPT_NO_ICL},
+                                       {"instruct", required_argument, 0, 'i'},
+                                       {"force-instruct", no_argument, 0, OPT_FORCE_INSTRUCT},
+                                       {"output", required_argument, 0, 'o'},
+                                       {"stream", no_argument, 0, OPT_STREAM},
+                                       {"max-frames", required_argument, 0, OPT_MAX_FRAMES},
+                                       {"max-seconds", required_argument, 0, OPT_MAX_SECONDS},
+                                       {"temperature", required_argument, 0, OPT_TEMPERATURE},
+                                       {"top-k", required_argument, 0, OPT_TOP_K},
+                                       {"top-p", required_argument, 0, OPT_TOP_P},
+                                       {"repetition-penalty", required_argument, 0, OPT_RP},
+                                       {"greedy", no_argument, 0, OPT_GREEDY},
+                                       {"threads", required_argument, 0, 'j'},
+                                       {"seed", required_argument, 0, OPT_SEED},
+                                       {"list-speakers", no_argument, 0, OPT_LIST_SPEAKERS},
+                                       {"list-languages", no_argument, 0, OPT_LIST_LANGUAGES},
+                                       {"dump-codes", required_argument, 0, OPT_DUMP_CODES},
+                                       {"decode-codes", required_argument, 0, OPT_DECODE_CODES},
+                                       {"tokens", no_argument, 0, OPT_TOKENS},
+                                       {"quiet", no_argument, 0, 'q'},
+                                       {"help", no_argument, 0, 'h'},
+                                       {"version", no_argument, 0, 'V'},
+                                       {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->n_threads = qv_default_params().n_threads;
     int c;
@@ -140,62 +169,110 @@ static int parse_args(int argc, char **argv, options *o) {
     double d;
     while ((c = getopt_long(argc, argv, "m:t:s:l:v:i:o:j:qhV", lo, NULL)) != -1) {
         switch (c) {
-        case 'm': o->model_dir = optarg; break;
-        case 't': o->text = optarg; break;
-        case 's': o->speaker = optarg; break;
-        case 'v': o->voice = optarg; break;
-        case OPT_NO_ICL: o->no_icl = 1; break;
-        case 'l': o->language = optarg; break;
-        case 'i': o->instruct = optarg; break;
-        case 'o': o->out_path = optarg; break;
-        case 'q': o->quiet = 1; break;
-        case OPT_FORCE_INSTRUCT: o->force_instruct = 1; break;
-        case OPT_STREAM: o->stream = 1; break;
-        case OPT_GREEDY: o->greedy = 1; break;
-        case OPT_TOKENS: o->tokens = 1; break;
-        case OPT_LIST_SPEAKERS: o->list_speakers = 1; break;
-        case OPT_LIST_LANGUAGES: o->list_languages = 1; break;
-        case OPT_DUMP_CODES: o->dump_codes = optarg; break;
-        case OPT_DECODE_CODES: o->decode_codes = optarg; break;
+        case 'm':
+            o->model_dir = optarg;
+            break;
+        case 't':
+            o->text = optarg;
+            break;
+        case 's':
+            o->speaker = optarg;
+            break;
+        case 'v':
+            o->voice = optarg;
+            break;
+        case OPT_NO_ICL:
+            o->no_icl = 1;
+            break;
+        case 'l':
+            o->language = optarg;
+            break;
+        case 'i':
+            o->instruct = optarg;
+            break;
+        case 'o':
+            o->out_path = optarg;
+            break;
+        case 'q':
+            o->quiet = 1;
+            break;
+        case OPT_FORCE_INSTRUCT:
+            o->force_instruct = 1;
+            break;
+        case OPT_STREAM:
+            o->stream = 1;
+            break;
+        case OPT_GREEDY:
+            o->greedy = 1;
+            break;
+        case OPT_TOKENS:
+            o->tokens = 1;
+            break;
+        case OPT_LIST_SPEAKERS:
+            o->list_speakers = 1;
+            break;
+        case OPT_LIST_LANGUAGES:
+            o->list_languages = 1;
+            break;
+        case OPT_DUMP_CODES:
+            o->dump_codes = optarg;
+            break;
+        case OPT_DECODE_CODES:
+            o->decode_codes = optarg;
+            break;
         case 'j':
-            if (parse_long(optarg, 1, 256, &l)) return usage_error("--threads: expected 1..256, found '%s'", optarg);
+            if (parse_long(optarg, 1, 256, &l))
+                return usage_error("--threads: expected 1..256, found '%s'", optarg);
             o->n_threads = (int)l;
             break;
         case OPT_MAX_FRAMES:
-            if (parse_long(optarg, 1, 1000000, &l)) return usage_error("--max-frames: expected 1..1000000, found '%s'", optarg);
+            if (parse_long(optarg, 1, 1000000, &l))
+                return usage_error("--max-frames: expected 1..1000000, found '%s'", optarg);
             o->max_frames = (int)l;
             break;
         case OPT_MAX_SECONDS:
-            if (parse_double(optarg, 0.08, 80000, &d)) return usage_error("--max-seconds: expected 0.08..80000, found '%s'", optarg);
+            if (parse_double(optarg, 0.08, 80000, &d))
+                return usage_error("--max-seconds: expected 0.08..80000, found '%s'", optarg);
             o->max_seconds = d;
             break;
         case OPT_TEMPERATURE:
-            if (parse_double(optarg, 1e-3, 100, &d)) return usage_error("--temperature: expected 0.001..100, found '%s'", optarg);
+            if (parse_double(optarg, 1e-3, 100, &d))
+                return usage_error("--temperature: expected 0.001..100, found '%s'", optarg);
             o->temperature = (float)d, o->set_temperature = 1;
             break;
         case OPT_TOP_K:
-            if (parse_long(optarg, 0, 1000000, &l)) return usage_error("--top-k: expected >= 0, found '%s'", optarg);
+            if (parse_long(optarg, 0, 1000000, &l))
+                return usage_error("--top-k: expected >= 0, found '%s'", optarg);
             o->top_k = (int)l, o->set_top_k = 1;
             break;
         case OPT_TOP_P:
-            if (parse_double(optarg, 1e-6, 1, &d)) return usage_error("--top-p: expected (0, 1], found '%s'", optarg);
+            if (parse_double(optarg, 1e-6, 1, &d))
+                return usage_error("--top-p: expected (0, 1], found '%s'", optarg);
             o->top_p = (float)d, o->set_top_p = 1;
             break;
         case OPT_RP:
-            if (parse_double(optarg, 1e-3, 100, &d)) return usage_error("--repetition-penalty: expected 0.001..100, found '%s'", optarg);
+            if (parse_double(optarg, 1e-3, 100, &d))
+                return usage_error("--repetition-penalty: expected 0.001..100, found '%s'", optarg);
             o->repetition_penalty = (float)d, o->set_rp = 1;
             break;
         case OPT_SEED: {
             char *end;
             errno = 0;
             unsigned long long v = strtoull(optarg, &end, 10);
-            if (errno || end == optarg || *end || optarg[0] == '-') return usage_error("--seed: expected a non-negative integer, found '%s'", optarg);
+            if (errno || end == optarg || *end || optarg[0] == '-')
+                return usage_error("--seed: expected a non-negative integer, found '%s'", optarg);
             o->seed = v, o->have_seed = 1;
             break;
         }
-        case 'h': usage(stdout); return 1;
-        case 'V': printf(TOOL " %s\n", qv_version()); return 1;
-        default: fprintf(stderr, "Try 'speak --help'.\n"); return 2;
+        case 'h':
+            usage(stdout);
+            return 1;
+        case 'V':
+            printf(TOOL " %s\n", qv_version());
+            return 1;
+        default:
+            fprintf(stderr, "Try 'speak --help'.\n");
+            return 2;
         }
     }
     if (optind < argc) return usage_error("unexpected argument '%s'", argv[optind]);
@@ -228,7 +305,8 @@ static char *read_all(FILE *f) {
         }
     }
     buf[n] = 0;
-    while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r')) buf[--n] = 0;   /* trailing newline of a pipe */
+    while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
+        buf[--n] = 0; /* trailing newline of a pipe */
     return buf;
 }
 
@@ -254,7 +332,7 @@ static SNDFILE *open_audio(const char *path, int format) {
 /* ==== audio sinks ============================================================================ */
 
 typedef struct {
-    SNDFILE *snd;             /* progressive file, or NULL for raw s16le on stdout */
+    SNDFILE *snd; /* progressive file, or NULL for raw s16le on stdout */
     int failed;
     long n_samples;
 } sink;
@@ -305,11 +383,15 @@ static int *read_codes(const char *path, int *n_frames) {
     while (!bad && fgets(line, sizeof line, f)) {
         line_no++;
         char *p = line, *end;
-        while (*p == ' ' || *p == '\t') p++;
+        while (*p == ' ' || *p == '\t')
+            p++;
         if (*p == '\n' || *p == 0 || *p == '#') continue;
         if (n == cap) {
             int *g = realloc(codes, cap * 2 * QV_N_CODEBOOKS * sizeof(int));
-            if (!g) { bad = 1; break; }
+            if (!g) {
+                bad = 1;
+                break;
+            }
             codes = g, cap *= 2;
         }
         for (int g = 0; g < QV_N_CODEBOOKS; g++) {
@@ -338,7 +420,8 @@ static int *read_codes(const char *path, int *n_frames) {
 
 static void list(const qv_model *m, int speakers) {
     int n = speakers ? qv_model_n_speakers(m) : qv_model_n_languages(m);
-    for (int i = 0; i < n; i++) puts(speakers ? qv_model_speaker(m, i) : qv_model_language(m, i));
+    for (int i = 0; i < n; i++)
+        puts(speakers ? qv_model_speaker(m, i) : qv_model_language(m, i));
 }
 
 static int decode_only(const options *o, const qve_decoder *dec) {
@@ -349,10 +432,12 @@ static int decode_only(const options *o, const qve_decoder *dec) {
     float *wav = malloc((size_t)n * sizeof(float));
     char err[512];
     int rc = 1;
-    if (!wav) fprintf(stderr, TOOL ": out of memory\n");
+    if (!wav)
+        fprintf(stderr, TOOL ": out of memory\n");
     else if (qve_decoder_decode(dec, codes, n_frames, wav, err, sizeof err))
         fprintf(stderr, TOOL ": %s\n", err);
-    else if (o->out_path) rc = write_audio(o->out_path, wav, n) ? 1 : 0;
+    else if (o->out_path)
+        rc = write_audio(o->out_path, wav, n) ? 1 : 0;
     else {
         sink k = {0};
         rc = on_audio(&k, wav, (int)n) ? 1 : 0;
@@ -445,7 +530,8 @@ int main(int argc, char **argv) {
             fprintf(stderr, TOOL ": %s\n", qv_session_error(s));
             goto out;
         }
-        for (int i = 0; i < n; i++) printf("%s%d", i ? " " : "", all[i]);
+        for (int i = 0; i < n; i++)
+            printf("%s%d", i ? " " : "", all[i]);
         printf("\n");
         rc = 0;
         goto out;
@@ -495,9 +581,10 @@ int main(int argc, char **argv) {
                 bridge.codec_rows = voice->wovr_codec, bridge.n_codec_rows = (int)voice->wovr_cv;
                 r.bridge = &bridge;
             } else if (!o.quiet) {
-                fprintf(stderr, TOOL ": warning: %s: model bridge for hidden %u/%u ignored (model "
-                                "%d/%d)\n", o.voice, voice->wovr_h, voice->wovr_th, H,
-                        qv_model_text_hidden_size(m));
+                fprintf(stderr,
+                        TOOL ": warning: %s: model bridge for hidden %u/%u ignored (model "
+                             "%d/%d)\n",
+                        o.voice, voice->wovr_h, voice->wovr_th, H, qv_model_text_hidden_size(m));
             }
         }
         if (voice->has_wdelta && !o.quiet)
@@ -511,8 +598,9 @@ int main(int argc, char **argv) {
     if (o.instruct && !strcmp(type, "custom_voice") && !strcmp(qv_model_size(m), "0b6") &&
         !o.force_instruct) {
         if (!o.quiet)
-            fprintf(stderr, TOOL ": warning: the 0.6B CustomVoice model was not trained for "
-                            "instructions; ignoring --instruct (use --force-instruct to keep it)\n");
+            fprintf(stderr,
+                    TOOL ": warning: the 0.6B CustomVoice model was not trained for "
+                         "instructions; ignoring --instruct (use --force-instruct to keep it)\n");
     } else {
         r.instruct = o.instruct;
     }
@@ -540,7 +628,8 @@ int main(int argc, char **argv) {
 
     const double t0 = now_s();
     if ((st = qv_session_start(s, &r))) {
-        fprintf(stderr, TOOL ": %s\n", qv_session_error(s)[0] ? qv_session_error(s) : qv_strerror(st));
+        fprintf(stderr, TOOL ": %s\n",
+                qv_session_error(s)[0] ? qv_session_error(s) : qv_strerror(st));
         goto out;
     }
     const int progress = !o.quiet && isatty(STDERR_FILENO);
@@ -555,13 +644,15 @@ int main(int argc, char **argv) {
         }
         if (done) break;
         if (dump) {
-            for (int g = 0; g < QV_N_CODEBOOKS; g++) fprintf(dump, "%s%d", g ? " " : "", fr[g]);
+            for (int g = 0; g < QV_N_CODEBOOKS; g++)
+                fprintf(dump, "%s%d", g ? " " : "", fr[g]);
             fputc('\n', dump);
         }
         if (ds) {
             int frame[QV_N_CODEBOOKS];
-            for (int g = 0; g < QV_N_CODEBOOKS; g++) frame[g] = fr[g];
-            if (qve_dec_stream_push(ds, frame)) break;   /* the error comes from finish */
+            for (int g = 0; g < QV_N_CODEBOOKS; g++)
+                frame[g] = fr[g];
+            if (qve_dec_stream_push(ds, frame)) break; /* the error comes from finish */
         } else if (want_audio) {
             if ((size_t)n_frames == cap) {
                 size_t nc = cap ? cap * 2 : 256;
@@ -599,7 +690,8 @@ int main(int argc, char **argv) {
         int *codes = malloc((size_t)n_frames * QV_N_CODEBOOKS * sizeof(int));
         int bad = !wav || !codes;
         if (bad) fprintf(stderr, TOOL ": out of memory\n");
-        for (long i = 0; !bad && i < (long)n_frames * QV_N_CODEBOOKS; i++) codes[i] = all[i];
+        for (long i = 0; !bad && i < (long)n_frames * QV_N_CODEBOOKS; i++)
+            codes[i] = all[i];
         if (!bad && qve_decoder_decode(dec, codes, n_frames, wav, err, sizeof err))
             bad = 1, fprintf(stderr, TOOL ": %s\n", err);
         if (!bad) bad = write_audio(o.out_path, wav, n) != 0;

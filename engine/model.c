@@ -24,9 +24,12 @@ typedef struct {
 static const uint16_t *get_matrix(loader *L, const char *name, int64_t rows, int64_t cols) {
     if (L->failed) return NULL;
     int64_t shape[2] = {rows, cols};
-    const qve_tensor *t = qve_st_expect(L->m->st, name, QVE_DTYPE_BF16, 2, shape, L->err,
-                                        L->err_size);
-    if (!t) { L->failed = 1; return NULL; }
+    const qve_tensor *t =
+        qve_st_expect(L->m->st, name, QVE_DTYPE_BF16, 2, shape, L->err, L->err_size);
+    if (!t) {
+        L->failed = 1;
+        return NULL;
+    }
     return (const uint16_t *)t->data;
 }
 
@@ -35,7 +38,8 @@ static float *get_vector(loader *L, const char *name, int64_t n) {
     const qve_tensor *t = qve_st_find(L->m->st, name);
     if (!t || t->n_dims != 1 || t->shape[0] != n || t->dtype == QVE_DTYPE_I64) {
         if (!t)
-            snprintf(L->err, L->err_size, "%s/model.safetensors: tensor %s: missing", L->m->dir, name);
+            snprintf(L->err, L->err_size, "%s/model.safetensors: tensor %s: missing", L->m->dir,
+                     name);
         else
             snprintf(L->err, L->err_size,
                      "%s/model.safetensors: tensor %s: expected [%lld] float, found %d-d %s",
@@ -44,8 +48,8 @@ static float *get_vector(loader *L, const char *name, int64_t n) {
         return NULL;
     }
     float *f = qve_tensor_to_f32(t);
-    float **grown = f ? realloc(L->m->f32_copies, sizeof(float *) * (size_t)(L->m->n_f32_copies + 1))
-                      : NULL;
+    float **grown =
+        f ? realloc(L->m->f32_copies, sizeof(float *) * (size_t)(L->m->n_f32_copies + 1)) : NULL;
     if (!grown) {
         qvk_free(f);
         snprintf(L->err, L->err_size, "%s: out of memory converting %s", L->m->dir, name);
@@ -114,9 +118,10 @@ int qve_model_load(qv_model *m, const char *dir, char *err, size_t err_size) {
         return -1;
     if (c->talker.num_code_groups != QVE_N_GROUPS || c->talker.vocab_size < 2048 + 1024 ||
         c->code_predictor.vocab_size <= 0) {
-        snprintf(err, err_size, "%s/config.json: talker_config: expected 16 code groups and a "
-                 "3072-entry codec vocab, found %d and %d", dir, c->talker.num_code_groups,
-                 c->talker.vocab_size);
+        snprintf(err, err_size,
+                 "%s/config.json: talker_config: expected 16 code groups and a "
+                 "3072-entry codec vocab, found %d and %d",
+                 dir, c->talker.num_code_groups, c->talker.vocab_size);
         return -1;
     }
 
@@ -137,13 +142,14 @@ int qve_model_load(qv_model *m, const char *dir, char *err, size_t err_size) {
     const int64_t H = c->talker.hidden_size, TH = c->text_hidden_size;
     qve_talker *t = &m->talker;
     load_stack(&L, &t->stack, &c->talker, "talker.model");
-    t->text_embedding = get_matrix(&L, "talker.model.text_embedding.weight", c->text_vocab_size, TH);
+    t->text_embedding =
+        get_matrix(&L, "talker.model.text_embedding.weight", c->text_vocab_size, TH);
     t->fc1 = get_matrix(&L, "talker.text_projection.linear_fc1.weight", TH, TH);
     t->fc1_bias = get_vector(&L, "talker.text_projection.linear_fc1.bias", TH);
     t->fc2 = get_matrix(&L, "talker.text_projection.linear_fc2.weight", H, TH);
     t->fc2_bias = get_vector(&L, "talker.text_projection.linear_fc2.bias", H);
-    t->codec_embedding = get_matrix(&L, "talker.model.codec_embedding.weight",
-                                    c->talker.vocab_size, H);
+    t->codec_embedding =
+        get_matrix(&L, "talker.model.codec_embedding.weight", c->talker.vocab_size, H);
     t->codec_head = get_matrix(&L, "talker.codec_head.weight", c->talker.vocab_size, H);
 
     qve_code_predictor *cp = &m->cp;
@@ -156,8 +162,9 @@ int qve_model_load(qv_model *m, const char *dir, char *err, size_t err_size) {
         snprintf(n, sizeof n, "talker.code_predictor.lm_head.%d.weight", g);
         cp->lm_head[g] = get_matrix(&L, n, CV, CH);
     }
-    if (!L.failed && H != CH) {   /* 1.7B: small_to_mtp_projection; absent (identity) when equal */
-        cp->mtp_proj = get_matrix(&L, "talker.code_predictor.small_to_mtp_projection.weight", CH, H);
+    if (!L.failed && H != CH) { /* 1.7B: small_to_mtp_projection; absent (identity) when equal */
+        cp->mtp_proj =
+            get_matrix(&L, "talker.code_predictor.small_to_mtp_projection.weight", CH, H);
         cp->mtp_bias = get_vector(&L, "talker.code_predictor.small_to_mtp_projection.bias", CH);
     }
     if (L.failed) return -1;
@@ -167,7 +174,8 @@ int qve_model_load(qv_model *m, const char *dir, char *err, size_t err_size) {
 
 void qve_model_unload(qv_model *m) {
     if (!m) return;
-    for (int i = 0; i < m->n_f32_copies; i++) qvk_free(m->f32_copies[i]);
+    for (int i = 0; i < m->n_f32_copies; i++)
+        qvk_free(m->f32_copies[i]);
     free(m->f32_copies);
     free(m->talker.stack.layers);
     free(m->cp.stack.layers);

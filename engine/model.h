@@ -14,60 +14,62 @@
 #include "qvoice.h"
 #include "safetensors.h"
 
-#define QVE_N_GROUPS 16   /* codebooks per frame (num_code_groups) */
+#define QVE_N_GROUPS 16 /* codebooks per frame (num_code_groups) */
 #define QVE_ERR_MAX 512
 
 /* ==== weights ================================================================================ */
 
-typedef struct {                      /* one Qwen3 decoder layer; PREFIX = talker.model.layers.N or
-                                         talker.code_predictor.model.layers.N */
-    float *input_layernorm;           /* [H]            PREFIX.input_layernorm.weight (f32 copy) */
-    const uint16_t *q_proj;           /* [nh*hd, H]     PREFIX.self_attn.q_proj.weight */
-    const uint16_t *k_proj;           /* [nkv*hd, H]    PREFIX.self_attn.k_proj.weight */
-    const uint16_t *v_proj;           /* [nkv*hd, H]    PREFIX.self_attn.v_proj.weight */
-    const uint16_t *o_proj;           /* [H, nh*hd]     PREFIX.self_attn.o_proj.weight */
-    float *q_norm;                    /* [hd]           PREFIX.self_attn.q_norm.weight (f32) */
-    float *k_norm;                    /* [hd]           PREFIX.self_attn.k_norm.weight (f32) */
-    float *post_attention_layernorm;  /* [H]            PREFIX.post_attention_layernorm.weight */
-    const uint16_t *gate_proj;        /* [I, H]         PREFIX.mlp.gate_proj.weight */
-    const uint16_t *up_proj;          /* [I, H]         PREFIX.mlp.up_proj.weight */
-    const uint16_t *down_proj;        /* [H, I]         PREFIX.mlp.down_proj.weight */
+typedef struct {                     /* one Qwen3 decoder layer; PREFIX = talker.model.layers.N or
+                                        talker.code_predictor.model.layers.N */
+    float *input_layernorm;          /* [H]            PREFIX.input_layernorm.weight (f32 copy) */
+    const uint16_t *q_proj;          /* [nh*hd, H]     PREFIX.self_attn.q_proj.weight */
+    const uint16_t *k_proj;          /* [nkv*hd, H]    PREFIX.self_attn.k_proj.weight */
+    const uint16_t *v_proj;          /* [nkv*hd, H]    PREFIX.self_attn.v_proj.weight */
+    const uint16_t *o_proj;          /* [H, nh*hd]     PREFIX.self_attn.o_proj.weight */
+    float *q_norm;                   /* [hd]           PREFIX.self_attn.q_norm.weight (f32) */
+    float *k_norm;                   /* [hd]           PREFIX.self_attn.k_norm.weight (f32) */
+    float *post_attention_layernorm; /* [H]            PREFIX.post_attention_layernorm.weight */
+    const uint16_t *gate_proj;       /* [I, H]         PREFIX.mlp.gate_proj.weight */
+    const uint16_t *up_proj;         /* [I, H]         PREFIX.mlp.up_proj.weight */
+    const uint16_t *down_proj;       /* [H, I]         PREFIX.mlp.down_proj.weight */
 } qve_layer;
 
-typedef struct {                      /* a Qwen3 decoder stack without embeddings / head */
+typedef struct { /* a Qwen3 decoder stack without embeddings / head */
     qve_stack_config cfg;
-    qve_layer *layers;                /* [num_hidden_layers] */
-    float *norm;                      /* [H] *.model.norm.weight (f32) */
+    qve_layer *layers; /* [num_hidden_layers] */
+    float *norm;       /* [H] *.model.norm.weight (f32) */
 } qve_stack;
 
-typedef struct {                      /* talker (§3) */
+typedef struct { /* talker (§3) */
     qve_stack stack;
-    const uint16_t *text_embedding;   /* [text_vocab, text_hidden] talker.model.text_embedding.weight */
-    const uint16_t *fc1;              /* [text_hidden, text_hidden] talker.text_projection.linear_fc1.weight */
-    const float *fc1_bias;            /* [text_hidden]  talker.text_projection.linear_fc1.bias */
-    const uint16_t *fc2;              /* [H, text_hidden] talker.text_projection.linear_fc2.weight */
-    const float *fc2_bias;            /* [H]            talker.text_projection.linear_fc2.bias */
-    const uint16_t *codec_embedding;  /* [3072, H]      talker.model.codec_embedding.weight */
-    const uint16_t *codec_head;       /* [3072, H]      talker.codec_head.weight */
+    const uint16_t
+        *text_embedding;   /* [text_vocab, text_hidden] talker.model.text_embedding.weight */
+    const uint16_t *fc1;   /* [text_hidden, text_hidden] talker.text_projection.linear_fc1.weight */
+    const float *fc1_bias; /* [text_hidden]  talker.text_projection.linear_fc1.bias */
+    const uint16_t *fc2;   /* [H, text_hidden] talker.text_projection.linear_fc2.weight */
+    const float *fc2_bias; /* [H]            talker.text_projection.linear_fc2.bias */
+    const uint16_t *codec_embedding; /* [3072, H]      talker.model.codec_embedding.weight */
+    const uint16_t *codec_head;      /* [3072, H]      talker.codec_head.weight */
 } qve_talker;
 
-typedef struct {                      /* code predictor (§4), prefix talker.code_predictor. */
-    qve_stack stack;                  /* hidden 1024 on both sizes */
-    const uint16_t *codec_embedding[QVE_N_GROUPS - 1]; /* [2048, H_talker] model.codec_embedding.g.weight */
-    const uint16_t *lm_head[QVE_N_GROUPS - 1];         /* [2048, 1024] lm_head.g.weight */
-    const uint16_t *mtp_proj;         /* [1024, H_talker] small_to_mtp_projection.weight; NULL = identity */
-    float *mtp_bias;                  /* [1024]         small_to_mtp_projection.bias */
+typedef struct {     /* code predictor (§4), prefix talker.code_predictor. */
+    qve_stack stack; /* hidden 1024 on both sizes */
+    const uint16_t
+        *codec_embedding[QVE_N_GROUPS - 1];    /* [2048, H_talker] model.codec_embedding.g.weight */
+    const uint16_t *lm_head[QVE_N_GROUPS - 1]; /* [2048, 1024] lm_head.g.weight */
+    const uint16_t *mtp_proj; /* [1024, H_talker] small_to_mtp_projection.weight; NULL = identity */
+    float *mtp_bias;          /* [1024]         small_to_mtp_projection.bias */
 } qve_code_predictor;
 
 struct qv_model {
     char dir[1024];
     qve_model_config cfg;
     qve_generation_config gen;
-    qve_st *st;                       /* owns the mmap the weight pointers borrow from */
+    qve_st *st; /* owns the mmap the weight pointers borrow from */
     qve_talker talker;
     qve_code_predictor cp;
     int n_f32_copies;
-    float **f32_copies;               /* every f32 copy above, freed at qv_model_free */
+    float **f32_copies; /* every f32 copy above, freed at qv_model_free */
 };
 
 /* Loads config, generation config and every talker/code-predictor tensor (checked against the
@@ -79,11 +81,11 @@ void qve_model_unload(qv_model *m);
 
 typedef struct {
     const qve_stack *w;
-    int max_ctx;                      /* positions the cache holds */
-    float *k_cache, *v_cache;         /* [n_layers][max_ctx][nkv*hd] */
+    int max_ctx;              /* positions the cache holds */
+    float *k_cache, *v_cache; /* [n_layers][max_ctx][nkv*hd] */
     /* single-token scratch */
-    float *h, *q, *k, *v, *att, *gate, *up, *attn_scratch;  /* attn_scratch [nh*max_ctx] */
-    float *rope_c, *rope_s;           /* [hd/2] */
+    float *h, *q, *k, *v, *att, *gate, *up, *attn_scratch; /* attn_scratch [nh*max_ctx] */
+    float *rope_c, *rope_s;                                /* [hd/2] */
     /* batched prefill scratch (n_batch rows); NULL when n_batch == 0 */
     int n_batch;
     float *bh, *bq, *bk, *bv, *batt, *bgate, *bup, *wscratch;
@@ -110,11 +112,11 @@ void qve_talker_codec_embed(const qve_talker *t, float *out, int id, int accumul
 /* logits[3072] = codec_head · z where z = final-norm of x (z written). */
 void qve_talker_head(const qve_talker *t, qvk_pool *pool, float *z, float *logits, const float *x);
 
-typedef struct {                      /* per-frame code-predictor working set */
+typedef struct { /* per-frame code-predictor working set */
     qve_stack_state st;
-    float *x;                         /* [1024] */
-    float *proj_in;                   /* [H_talker] */
-    float *logits;                    /* [15][2048] raw logits of the current frame */
+    float *x;       /* [1024] */
+    float *proj_in; /* [H_talker] */
+    float *logits;  /* [15][2048] raw logits of the current frame */
 } qve_cp_state;
 
 int qve_cp_state_init(qve_cp_state *s, const qv_model *m);
@@ -125,14 +127,16 @@ void qve_cp_state_free(qve_cp_state *s);
  * code from the 2048 raw logits (it may modify them in a copy, not these). */
 typedef int (*qve_pick_fn)(const float *logits, int n, void *ctx);
 void qve_cp_frame(qve_cp_state *s, const qv_model *m, const qve_talker *talker, qvk_pool *pool,
-                  const float *z, int c0,
-                  int32_t codes[QVE_N_GROUPS], qve_pick_fn pick, void *pick_ctx);
+                  const float *z, int c0, int32_t codes[QVE_N_GROUPS], qve_pick_fn pick,
+                  void *pick_ctx);
 
 /* ==== sampler (§3.6) ========================================================================= */
 
-typedef struct { uint64_t s[4]; } qve_rng;
+typedef struct {
+    uint64_t s[4];
+} qve_rng;
 void qve_rng_seed(qve_rng *r, uint64_t seed);
-double qve_rng_uniform(qve_rng *r);   /* [0, 1), 53 bits */
+double qve_rng_uniform(qve_rng *r); /* [0, 1), 53 bits */
 
 typedef struct {
     int do_sample;
@@ -162,26 +166,26 @@ struct qv_session {
     qve_rng rng;
     qve_cp_state cp;
     /* per-frame buffers (allocated at qv_session_new) */
-    float *x;                         /* [H] talker input / residual */
-    float *z;                         /* [H] final-norm hidden of the last talker forward */
-    float *z_frame;                   /* [H] the z that produced the current frame's c0 */
-    float *logits_raw;                /* [vocab] codec-head logits of the last talker forward */
-    float *logits;                    /* [max(vocab, cp vocab)] processed copy */
-    float *work;                      /* [same] sampler scratch */
+    float *x;          /* [H] talker input / residual */
+    float *z;          /* [H] final-norm hidden of the last talker forward */
+    float *z_frame;    /* [H] the z that produced the current frame's c0 */
+    float *logits_raw; /* [vocab] codec-head logits of the last talker forward */
+    float *logits;     /* [max(vocab, cp vocab)] processed copy */
+    float *work;       /* [same] sampler scratch */
     int *work_idx;
-    uint8_t *seen;                    /* [vocab] code0 set for the repetition penalty */
-    float *pad;                       /* [H] PAD = P(tts_pad) of the current utterance */
-    qve_talker tw;                    /* the talker as this utterance sees it (text bridge applied) */
-    uint16_t *codec_copy;             /* [vocab, H] bridged codec table, or NULL */
+    uint8_t *seen;        /* [vocab] code0 set for the repetition penalty */
+    float *pad;           /* [H] PAD = P(tts_pad) of the current utterance */
+    qve_talker tw;        /* the talker as this utterance sees it (text bridge applied) */
+    uint16_t *codec_copy; /* [vocab, H] bridged codec table, or NULL */
     /* per-utterance buffers (allocated at qv_session_start) */
     qve_stack_state talker;
-    float *prefill;                   /* [n_prefill, H] prompt embeddings, kept for inspection */
+    float *prefill; /* [n_prefill, H] prompt embeddings, kept for inspection */
     int n_prefill;
-    float *queue;                     /* [n_queue, H] trailing text embeddings */
+    float *queue; /* [n_queue, H] trailing text embeddings */
     int n_queue;
     int n_frames, pos;
-    struct qve_tok *tok;              /* opened on first text request */
-    int32_t role_ids[3];              /* role block: <|im_start|> assistant \n (§3.4) */
+    struct qve_tok *tok; /* opened on first text request */
+    int32_t role_ids[3]; /* role block: <|im_start|> assistant \n (§3.4) */
 };
 
 #endif

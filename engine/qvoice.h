@@ -39,21 +39,21 @@ extern "C" {
 /* Library version string, e.g. "0.1.0". */
 const char *qv_version(void);
 
-#define QV_N_CODEBOOKS 16        /* codes per frame: c0 (talker) + c1..c15 (code predictor) */
-#define QV_FRAME_RATE_HZ 12.5    /* frames per second of audio */
+#define QV_N_CODEBOOKS 16     /* codes per frame: c0 (talker) + c1..c15 (code predictor) */
+#define QV_FRAME_RATE_HZ 12.5 /* frames per second of audio */
 #define QV_SAMPLE_RATE_HZ 24000
 
 /* ==== status ================================================================================= */
 
-#define QV_STATUS_LIST(X)                                                                        \
-    X(QV_OK, "ok")                                                                               \
-    X(QV_E_INVALID, "invalid argument")                                                          \
-    X(QV_E_MODEL, "cannot load the model (missing, malformed or unsupported files)")             \
-    X(QV_E_NOMEM, "out of memory")                                                               \
-    X(QV_E_SPEAKER, "unknown speaker")                                                           \
-    X(QV_E_LANGUAGE, "unknown language")                                                         \
-    X(QV_E_UNSUPPORTED, "not supported by this model or build")                                  \
-    X(QV_E_LIMIT, "input exceeds a model limit")                                                 \
+#define QV_STATUS_LIST(X)                                                                          \
+    X(QV_OK, "ok")                                                                                 \
+    X(QV_E_INVALID, "invalid argument")                                                            \
+    X(QV_E_MODEL, "cannot load the model (missing, malformed or unsupported files)")               \
+    X(QV_E_NOMEM, "out of memory")                                                                 \
+    X(QV_E_SPEAKER, "unknown speaker")                                                             \
+    X(QV_E_LANGUAGE, "unknown language")                                                           \
+    X(QV_E_UNSUPPORTED, "not supported by this model or build")                                    \
+    X(QV_E_LIMIT, "input exceeds a model limit")                                                   \
     X(QV_E_STATE, "no utterance in progress (not started, finished, or failed)")
 
 #define QV_STATUS_ENUM_(name, text) name,
@@ -75,7 +75,7 @@ void qv_model_free(qv_model *m); /* accepts NULL */
 /* "base", "custom_voice" or "voice_design"; "0b6" or "1b7". Borrowed, valid while m lives. */
 const char *qv_model_type(const qv_model *m);
 const char *qv_model_size(const qv_model *m);
-int qv_model_hidden_size(const qv_model *m);   /* length of a speaker (x-)vector */
+int qv_model_hidden_size(const qv_model *m); /* length of a speaker (x-)vector */
 int qv_model_text_hidden_size(const qv_model *m);
 /* Preset speakers (CustomVoice; 0 otherwise) and selectable languages ("auto" first, dialects
  * excluded). Names are borrowed; i out of range gives NULL. */
@@ -87,18 +87,18 @@ const char *qv_model_language(const qv_model *m, int i);
 /* ==== parameters ============================================================================= */
 
 typedef struct {
-    int n_threads;               /* compute threads (>= 1) */
-    uint64_t seed;               /* RNG seed for sampling */
-    int do_sample;               /* 0 = greedy talker (after penalty and suppression) */
-    float temperature;           /* > 0 */
-    int top_k;                   /* 0 = off */
-    float top_p;                 /* (0, 1]; 1 = off */
-    float repetition_penalty;    /* >= 1 typical; 1 = off; applied even when greedy */
-    int subtalker_do_sample;     /* code predictor: 0 = argmax */
+    int n_threads;            /* compute threads (>= 1) */
+    uint64_t seed;            /* RNG seed for sampling */
+    int do_sample;            /* 0 = greedy talker (after penalty and suppression) */
+    float temperature;        /* > 0 */
+    int top_k;                /* 0 = off */
+    float top_p;              /* (0, 1]; 1 = off */
+    float repetition_penalty; /* >= 1 typical; 1 = off; applied even when greedy */
+    int subtalker_do_sample;  /* code predictor: 0 = argmax */
     float subtalker_temperature;
     int subtalker_top_k;
     float subtalker_top_p;
-    int max_frames;              /* frames per utterance (max_new_tokens - 1 of the reference) */
+    int max_frames; /* frames per utterance (max_new_tokens - 1 of the reference) */
 } qv_params;
 
 /* The reference wrapper's fallbacks: sampling on, T 0.9, top-k 50, top-p 1, penalty 1.05,
@@ -110,9 +110,9 @@ qv_params qv_model_params(const qv_model *m);
 /* ==== one utterance ========================================================================== */
 
 enum qv_text_layout {
-    QV_LAYOUT_DEFAULT,           /* non-streaming for CustomVoice/VoiceDesign, streaming for Base */
-    QV_LAYOUT_STREAMING,         /* one text token fed per generated frame */
-    QV_LAYOUT_NON_STREAMING      /* whole text in the prompt */
+    QV_LAYOUT_DEFAULT,      /* non-streaming for CustomVoice/VoiceDesign, streaming for Base */
+    QV_LAYOUT_STREAMING,    /* one text token fed per generated frame */
+    QV_LAYOUT_NON_STREAMING /* whole text in the prompt */
 };
 
 /* A voice file's model bridge (WOVR): the source model's text projection and its first
@@ -129,10 +129,10 @@ typedef struct {
 } qv_text_bridge;
 
 typedef struct {
-    const char *text;            /* target text, UTF-8; used when text_ids is NULL */
-    const char *instruct;        /* instruction / voice description; used when instruct_ids is NULL */
-    const char *ref_text;        /* ICL transcript; used when ref_text_ids is NULL */
-    const int32_t *text_ids;     /* target text token ids t_0..t_{N-1} (N >= 1) */
+    const char *text;        /* target text, UTF-8; used when text_ids is NULL */
+    const char *instruct;    /* instruction / voice description; used when instruct_ids is NULL */
+    const char *ref_text;    /* ICL transcript; used when ref_text_ids is NULL */
+    const int32_t *text_ids; /* target text token ids t_0..t_{N-1} (N >= 1) */
     int n_text_ids;
     const char *language;        /* NULL or "auto", or a name from qv_model_language */
     const char *speaker;         /* preset speaker (CustomVoice) or NULL */
@@ -140,17 +140,17 @@ typedef struct {
     int n_speaker_vector;
     const int32_t *instruct_ids; /* ids of "<|im_start|>user\n{instruct}<|im_end|>\n", or NULL */
     int n_instruct_ids;
-    const int32_t *ref_codes;    /* ICL: reference frames [n_ref_frames][16], or NULL */
+    const int32_t *ref_codes; /* ICL: reference frames [n_ref_frames][16], or NULL */
     int n_ref_frames;
     const int32_t *ref_text_ids; /* ICL: transcript token ids r_0..r_{M-1} */
     int n_ref_text_ids;
-    const float *text_special;   /* [3][hidden]: tts_pad, tts_bos, tts_eos embeddings replacing
-                                    the model's (a voice file's TPAD bridge), or NULL */
+    const float *text_special;    /* [3][hidden]: tts_pad, tts_bos, tts_eos embeddings replacing
+                                     the model's (a voice file's TPAD bridge), or NULL */
     const qv_text_bridge *bridge; /* or NULL */
     enum qv_text_layout layout;
 } qv_request;
 
-qv_request qv_default_request(void);   /* all empty, language auto, default layout */
+qv_request qv_default_request(void); /* all empty, language auto, default layout */
 
 typedef struct qv_session qv_session;
 
@@ -165,7 +165,7 @@ enum qv_status qv_session_start(qv_session *s, const qv_request *r);
 /* Generates the next frame into codes[16]. *done = 1 (codes untouched) once the model emitted
  * end-of-speech or max_frames were produced. QV_E_STATE without a started utterance. */
 enum qv_status qv_session_next_frame(qv_session *s, int32_t codes[QV_N_CODEBOOKS], int *done);
-int qv_session_n_frames(const qv_session *s);   /* frames produced in this utterance */
+int qv_session_n_frames(const qv_session *s); /* frames produced in this utterance */
 /* Token ids of UTF-8 text with the model's Qwen2 tokenizer (opened on first use from the model
  * directory). *ids is malloc'd (caller frees). QV_E_MODEL if the tokenizer files are bad,
  * QV_E_INVALID for invalid UTF-8. */

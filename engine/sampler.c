@@ -20,10 +20,13 @@ static uint64_t splitmix64(uint64_t *x) {
 }
 
 void qve_rng_seed(qve_rng *r, uint64_t seed) {
-    for (int i = 0; i < 4; i++) r->s[i] = splitmix64(&seed);
+    for (int i = 0; i < 4; i++)
+        r->s[i] = splitmix64(&seed);
 }
 
-static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+static uint64_t rotl(uint64_t x, int k) {
+    return (x << k) | (x >> (64 - k));
+}
 
 static uint64_t next_u64(qve_rng *r) {
     uint64_t *s = r->s;
@@ -37,16 +40,18 @@ static uint64_t next_u64(qve_rng *r) {
     return out;
 }
 
-double qve_rng_uniform(qve_rng *r) { return (double)(next_u64(r) >> 11) * 0x1.0p-53; }
+double qve_rng_uniform(qve_rng *r) {
+    return (double)(next_u64(r) >> 11) * 0x1.0p-53;
+}
 
 /* ==== logits processing ====================================================================== */
 
 void qve_talker_logits_process(float *logits, int vocab, const uint8_t *seen, float penalty,
                                int n_generated, int eos_id) {
-    if (penalty != 1.0f)   /* RepetitionPenaltyLogitsProcessor: once per distinct token */
+    if (penalty != 1.0f) /* RepetitionPenaltyLogitsProcessor: once per distinct token */
         for (int i = 0; i < vocab; i++)
             if (seen[i]) logits[i] = logits[i] > 0 ? logits[i] / penalty : logits[i] * penalty;
-    if (n_generated < 2) logits[eos_id] = -INFINITY;   /* min_new_tokens = 2 */
+    if (n_generated < 2) logits[eos_id] = -INFINITY; /* min_new_tokens = 2 */
     for (int i = vocab - 1024; i < vocab; i++)
         if (i != eos_id && i >= 0) logits[i] = -INFINITY;
 }
@@ -74,8 +79,9 @@ int qve_sample(float *logits, int n, const qve_sample_params *p, qve_rng *rng, f
                int *work_idx) {
     if (!p->do_sample || p->temperature <= 0) return argmax(logits, n);
     if (p->temperature != 1.0f)
-        for (int i = 0; i < n; i++) logits[i] /= p->temperature;
-    if (p->top_k > 0 && p->top_k < n) {   /* TopKLogitsWarper: keep >= k-th largest (ties kept) */
+        for (int i = 0; i < n; i++)
+            logits[i] /= p->temperature;
+    if (p->top_k > 0 && p->top_k < n) { /* TopKLogitsWarper: keep >= k-th largest (ties kept) */
         memcpy(work, logits, (size_t)n * sizeof(float));
         qsort(work, (size_t)n, sizeof(float), cmp_desc);
         const float kth = work[p->top_k - 1];
@@ -88,8 +94,9 @@ int qve_sample(float *logits, int n, const qve_sample_params *p, qve_rng *rng, f
         work[i] = logits[i] == -INFINITY ? 0.0f : expf(logits[i] - mx);
         sum += work[i];
     }
-    if (p->top_p < 1.0f) {   /* TopPLogitsWarper: drop the low tail whose mass is <= 1 - top_p */
-        for (int i = 0; i < n; i++) work_idx[i] = i;
+    if (p->top_p < 1.0f) { /* TopPLogitsWarper: drop the low tail whose mass is <= 1 - top_p */
+        for (int i = 0; i < n; i++)
+            work_idx[i] = i;
         qsort_r(work_idx, (size_t)n, sizeof(int), cmp_idx_asc, logits);
         double cum = 0;
         for (int r = 0; r < n - 1; r++) {
@@ -99,7 +106,8 @@ int qve_sample(float *logits, int n, const qve_sample_params *p, qve_rng *rng, f
             work[i] = 0;
         }
         sum = 0;
-        for (int i = 0; i < n; i++) sum += work[i];
+        for (int i = 0; i < n; i++)
+            sum += work[i];
     }
     const double u = qve_rng_uniform(rng) * sum;
     double acc = 0;

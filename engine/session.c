@@ -15,7 +15,7 @@
 #include "prompt.h"
 #include "tokenizer.h"
 
-#define NEWLINE_TOKEN_ID 198   /* "\n" in the Qwen2 vocabulary (§7); the role block's third id */
+#define NEWLINE_TOKEN_ID 198 /* "\n" in the Qwen2 vocabulary (§7); the role block's third id */
 
 /* ==== status and defaults ==================================================================== */
 
@@ -92,11 +92,21 @@ void qv_model_free(qv_model *m) {
     free(m);
 }
 
-const char *qv_model_type(const qv_model *m) { return m->cfg.tts_model_type; }
-const char *qv_model_size(const qv_model *m) { return m->cfg.tts_model_size; }
-int qv_model_hidden_size(const qv_model *m) { return m->cfg.talker.hidden_size; }
-int qv_model_text_hidden_size(const qv_model *m) { return m->cfg.text_hidden_size; }
-int qv_model_n_speakers(const qv_model *m) { return m->cfg.n_speakers; }
+const char *qv_model_type(const qv_model *m) {
+    return m->cfg.tts_model_type;
+}
+const char *qv_model_size(const qv_model *m) {
+    return m->cfg.tts_model_size;
+}
+int qv_model_hidden_size(const qv_model *m) {
+    return m->cfg.talker.hidden_size;
+}
+int qv_model_text_hidden_size(const qv_model *m) {
+    return m->cfg.text_hidden_size;
+}
+int qv_model_n_speakers(const qv_model *m) {
+    return m->cfg.n_speakers;
+}
 
 const char *qv_model_speaker(const qv_model *m, int i) {
     return i >= 0 && i < m->cfg.n_speakers ? m->cfg.spk_id[i].name : NULL;
@@ -143,9 +153,10 @@ void qv_session_free(qv_session *s) {
     if (!s) return;
     free_utterance(s);
     qve_cp_state_free(&s->cp);
-    void *bufs[] = {s->x, s->z, s->z_frame, s->logits_raw, s->logits, s->work, s->work_idx,
-                    s->seen, s->pad};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) qvk_free(bufs[i]);
+    void *bufs[] = {s->x,    s->z,        s->z_frame, s->logits_raw, s->logits,
+                    s->work, s->work_idx, s->seen,    s->pad};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        qvk_free(bufs[i]);
     qvk_pool_free(s->pool);
     qve_tok_free(s->tok);
     free(s);
@@ -158,16 +169,20 @@ static int check_params(const qv_params *p, char *err, size_t n) {
         return snprintf(err, n, "temperature: expected > 0, found %g", p->temperature), -1;
     if (p->subtalker_do_sample && !(p->subtalker_temperature > 0))
         return snprintf(err, n, "subtalker_temperature: expected > 0, found %g",
-                        p->subtalker_temperature), -1;
+                        p->subtalker_temperature),
+               -1;
     if (!(p->top_p > 0 && p->top_p <= 1) || !(p->subtalker_top_p > 0 && p->subtalker_top_p <= 1))
         return snprintf(err, n, "top_p: expected (0, 1], found %g / %g", p->top_p,
-                        p->subtalker_top_p), -1;
+                        p->subtalker_top_p),
+               -1;
     if (p->top_k < 0 || p->subtalker_top_k < 0)
         return snprintf(err, n, "top_k: expected >= 0, found %d / %d", p->top_k,
-                        p->subtalker_top_k), -1;
+                        p->subtalker_top_k),
+               -1;
     if (!(p->repetition_penalty > 0))
         return snprintf(err, n, "repetition_penalty: expected > 0, found %g",
-                        p->repetition_penalty), -1;
+                        p->repetition_penalty),
+               -1;
     if (p->max_frames < 1)
         return snprintf(err, n, "max_frames: expected >= 1, found %d", p->max_frames), -1;
     return 0;
@@ -187,8 +202,8 @@ enum qv_status qv_session_new(qv_session **out, const qv_model *m, const qv_para
     }
     const qve_model_config *c = &m->cfg;
     const size_t H = (size_t)c->talker.hidden_size, V = (size_t)c->talker.vocab_size;
-    const size_t nv = V > (size_t)c->code_predictor.vocab_size ? V
-                                                              : (size_t)c->code_predictor.vocab_size;
+    const size_t nv =
+        V > (size_t)c->code_predictor.vocab_size ? V : (size_t)c->code_predictor.vocab_size;
     s->pool = qvk_pool_create(p->n_threads);
     s->x = qvk_alloc(H * sizeof(float));
     s->z = qvk_alloc(H * sizeof(float));
@@ -209,8 +224,12 @@ enum qv_status qv_session_new(qv_session **out, const qv_model *m, const qv_para
     return QV_OK;
 }
 
-const char *qv_session_error(const qv_session *s) { return s ? s->err : ""; }
-int qv_session_n_frames(const qv_session *s) { return s->n_frames; }
+const char *qv_session_error(const qv_session *s) {
+    return s ? s->err : "";
+}
+int qv_session_n_frames(const qv_session *s) {
+    return s->n_frames;
+}
 
 /* ==== prompt ================================================================================= */
 
@@ -221,7 +240,8 @@ static void frame_embed(const qv_session *s, float *out, const int32_t *codes) {
     qve_talker_codec_embed(&s->tw, out, codes[0], 0);
     for (int g = 1; g < QVE_N_GROUPS; g++) {
         const uint16_t *row = m->cp.codec_embedding[g - 1] + (size_t)codes[g] * H;
-        for (int i = 0; i < H; i++) out[i] += qvk_bf16_to_f32_1(row[i]);
+        for (int i = 0; i < H; i++)
+            out[i] += qvk_bf16_to_f32_1(row[i]);
     }
 }
 
@@ -241,7 +261,7 @@ static int ids_valid(const int32_t *ids, int n, int limit) {
     return 1;
 }
 
-#define SLOT_VECTOR (-2)   /* codec list entry holding the caller's speaker vector */
+#define SLOT_VECTOR (-2) /* codec list entry holding the caller's speaker vector */
 
 static enum qv_status start_ids(qv_session *s, const qv_request *r) {
     const qv_model *m = s->m;
@@ -258,14 +278,16 @@ static enum qv_status start_ids(qv_session *s, const qv_request *r) {
     if (!r || !r->text_ids || r->n_text_ids < 1)
         return fail(s, QV_E_INVALID, "request: expected at least one text token id");
     if (!ids_valid(r->text_ids, r->n_text_ids, c->text_vocab_size) ||
-        (r->n_instruct_ids && (!r->instruct_ids ||
-                               !ids_valid(r->instruct_ids, r->n_instruct_ids, c->text_vocab_size))) ||
-        (r->n_ref_text_ids && (!r->ref_text_ids ||
-                               !ids_valid(r->ref_text_ids, r->n_ref_text_ids, c->text_vocab_size))) ||
+        (r->n_instruct_ids && (!r->instruct_ids || !ids_valid(r->instruct_ids, r->n_instruct_ids,
+                                                              c->text_vocab_size))) ||
+        (r->n_ref_text_ids && (!r->ref_text_ids || !ids_valid(r->ref_text_ids, r->n_ref_text_ids,
+                                                              c->text_vocab_size))) ||
         r->n_text_ids < 0 || r->n_instruct_ids < 0 || r->n_ref_text_ids < 0)
         return fail(s, QV_E_INVALID, "request: token id outside [0, %d)", c->text_vocab_size);
-    if (r->n_ref_frames < 0 || (r->n_ref_frames && (!r->ref_codes ||
-        !ids_valid(r->ref_codes, r->n_ref_frames * QVE_N_GROUPS, CV < 2048 ? CV : 2048))))
+    if (r->n_ref_frames < 0 ||
+        (r->n_ref_frames &&
+         (!r->ref_codes ||
+          !ids_valid(r->ref_codes, r->n_ref_frames * QVE_N_GROUPS, CV < 2048 ? CV : 2048))))
         return fail(s, QV_E_INVALID, "request: reference code outside [0, 2048)");
     if (r->speaker_vector && r->n_speaker_vector != H)
         return fail(s, QV_E_INVALID, "request: speaker vector: expected %d values, found %d", H,
@@ -289,7 +311,7 @@ static enum qv_status start_ids(qv_session *s, const qv_request *r) {
         }
     }
     if (spk && spk->dialect[0] && (is_auto || !strcasecmp(lang, "chinese"))) {
-        int d = qve_language_id(c, spk->dialect);   /* dialect rule (§1.3) */
+        int d = qve_language_id(c, spk->dialect); /* dialect rule (§1.3) */
         if (d >= 0) is_auto = 0, lang_id = d;
     }
     int clist[8], n_c = 0;
@@ -303,8 +325,10 @@ static enum qv_status start_ids(qv_session *s, const qv_request *r) {
         clist[n_c++] = lang_id;
         clist[n_c++] = c->codec_think_eos_id;
     }
-    if (r->speaker_vector) clist[n_c++] = SLOT_VECTOR;
-    else if (spk) clist[n_c++] = spk->id;
+    if (r->speaker_vector)
+        clist[n_c++] = SLOT_VECTOR;
+    else if (spk)
+        clist[n_c++] = spk->id;
     clist[n_c++] = c->codec_pad_id;
     clist[n_c++] = c->codec_bos_id;
     for (int j = 0; j < n_c; j++)
@@ -386,14 +410,16 @@ static enum qv_status start_ids(qv_session *s, const qv_request *r) {
 
     /* -- assemble (§3.4) -- */
     float *e = s->prefill;
-#define TROW(i) (tproj + (size_t)(i) * H)
+#define TROW(i) (tproj + (size_t)(i)*H)
 #define EMIT_TEXT(row) (memcpy(e, (row), (size_t)H * sizeof(float)))
 #define NEXT() (e += H)
-    for (int i = 0; i < Mi + 3; i++) EMIT_TEXT(TROW(i)), NEXT();
+    for (int i = 0; i < Mi + 3; i++)
+        EMIT_TEXT(TROW(i)), NEXT();
     for (int j = 0; j < n_c - 1; j++) {
         EMIT_TEXT(TROW(j < n_c - 2 ? o_pad : o_bos));
         if (clist[j] == SLOT_VECTOR)
-            for (int i = 0; i < H; i++) e[i] += r->speaker_vector[i];
+            for (int i = 0; i < H; i++)
+                e[i] += r->speaker_vector[i];
         else
             qve_talker_codec_embed(&s->tw, e, clist[j], 1);
         NEXT();
@@ -412,20 +438,23 @@ static enum qv_status start_ids(qv_session *s, const qv_request *r) {
         EMIT_TEXT(TROW(o_pad)), qve_talker_codec_embed(&s->tw, e, c->codec_bos_id, 1), NEXT();
     } else {
         /* Ts = [ref text, target text, EOS]; Cs = [C(bos), F(R_0) ... F(R_{T-1})] */
-#define TS(i) TROW((i) < Mr ? o_ref + (i) : (i) < Mr + N ? o_txt + (i) - Mr : o_eos)
-        float *f = xbuf;   /* scratch for one F(R_j) before the prefill uses xbuf */
+#define TS(i) TROW((i) < Mr ? o_ref + (i) : (i) < Mr + N ? o_txt + (i)-Mr : o_eos)
+        float *f = xbuf; /* scratch for one F(R_j) before the prefill uses xbuf */
         if (!streaming) {
             for (int i = 0; i < Lt; i++)
                 EMIT_TEXT(TS(i)), qve_talker_codec_embed(&s->tw, e, c->codec_pad_id, 1), NEXT();
         }
         for (int j = 0; j < Lc; j++) {
-            if (streaming) EMIT_TEXT(j < Lt ? TS(j) : TROW(o_pad));
-            else EMIT_TEXT(TROW(o_pad));
+            if (streaming)
+                EMIT_TEXT(j < Lt ? TS(j) : TROW(o_pad));
+            else
+                EMIT_TEXT(TROW(o_pad));
             if (j == 0) {
                 qve_talker_codec_embed(&s->tw, e, c->codec_bos_id, 1);
             } else {
                 frame_embed(s, f, r->ref_codes + (size_t)(j - 1) * QVE_N_GROUPS);
-                for (int i = 0; i < H; i++) e[i] += f[i];
+                for (int i = 0; i < H; i++)
+                    e[i] += f[i];
             }
             NEXT();
         }
@@ -500,7 +529,8 @@ enum qv_status qv_session_next_frame(qv_session *s, int32_t codes[QV_N_CODEBOOKS
     const int k = s->n_frames++;
     frame_embed(s, s->x, frame);
     const float *text = k < s->n_queue ? s->queue + (size_t)k * H : s->pad;
-    for (int i = 0; i < H; i++) s->x[i] += text[i];
+    for (int i = 0; i < H; i++)
+        s->x[i] += text[i];
     qve_stack_forward(&s->talker, s->pool, s->x, 1, s->pos++);
     qve_talker_head(&m->talker, s->pool, s->z, s->logits_raw, s->x);
     memcpy(codes, frame, sizeof frame);
@@ -520,8 +550,9 @@ enum qv_status qv_session_tokenize(qv_session *s, const char *text, int32_t **id
     int st = qve_tok_encode(s->tok, text, strlen(text), &v, s->err, sizeof s->err);
     if (st != QVE_TOK_OK) {
         qve_tok_ids_free(&v);
-        return st == QVE_TOK_E_NOMEM ? QV_E_NOMEM : st == QVE_TOK_E_BAD_UTF8 ? QV_E_INVALID
-                                                                             : QV_E_MODEL;
+        return st == QVE_TOK_E_NOMEM      ? QV_E_NOMEM
+               : st == QVE_TOK_E_BAD_UTF8 ? QV_E_INVALID
+                                          : QV_E_MODEL;
     }
     if (v.n_ids > (1u << 24)) {
         qve_tok_ids_free(&v);
@@ -535,8 +566,9 @@ enum qv_status qv_session_tokenize(qv_session *s, const char *text, int32_t **id
 static enum qv_status tok_status(qv_session *s, int st) {
     if (st == QVE_TOK_OK) return QV_OK;
     if (!s->err[0]) snprintf(s->err, sizeof s->err, "tokenizer: %s", qve_tok_strerror(st));
-    return st == QVE_TOK_E_NOMEM ? QV_E_NOMEM : st == QVE_TOK_E_BAD_UTF8 ? QV_E_INVALID
-                                                                         : QV_E_MODEL;
+    return st == QVE_TOK_E_NOMEM      ? QV_E_NOMEM
+           : st == QVE_TOK_E_BAD_UTF8 ? QV_E_INVALID
+                                      : QV_E_MODEL;
 }
 
 /* Tokenises the request's strings where ids are not given, with the reference's templates

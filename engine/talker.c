@@ -38,7 +38,7 @@ int qve_stack_state_init(qve_stack_state *s, const qve_stack *w, int max_ctx, in
              s->up && s->attn_scratch && s->rope_c && s->rope_s;
     if (ok && n_batch > 0) {
         const size_t n = (size_t)n_batch;
-        size_t wmax = qd * H;          /* largest matrix: max over q, o, gate/up, down */
+        size_t wmax = qd * H; /* largest matrix: max over q, o, gate/up, down */
         if (I * H > wmax) wmax = I * H;
         s->bh = qvk_alloc(n * H * sizeof(float));
         s->bq = qvk_alloc(n * qd * sizeof(float));
@@ -59,10 +59,12 @@ int qve_stack_state_init(qve_stack_state *s, const qve_stack *w, int max_ctx, in
 
 void qve_stack_state_free(qve_stack_state *s) {
     if (!s) return;
-    float *bufs[] = {s->k_cache, s->v_cache, s->h, s->q, s->k, s->v, s->att, s->gate, s->up,
-                     s->attn_scratch, s->rope_c, s->rope_s, s->bh, s->bq, s->bk, s->bv, s->batt,
-                     s->bgate, s->bup, s->wscratch};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) qvk_free(bufs[i]);
+    float *bufs[] = {s->k_cache, s->v_cache, s->h,     s->q,   s->k,
+                     s->v,       s->att,     s->gate,  s->up,  s->attn_scratch,
+                     s->rope_c,  s->rope_s,  s->bh,    s->bq,  s->bk,
+                     s->bv,      s->batt,    s->bgate, s->bup, s->wscratch};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        qvk_free(bufs[i]);
     memset(s, 0, sizeof *s);
 }
 
@@ -75,8 +77,10 @@ static void qk_norm_rope_store(qve_stack_state *s, int l, float *q, float *k, co
     const qve_layer *L = &s->w->layers[l];
     const int hd = c->head_dim, nh = c->num_attention_heads, nkv = c->num_key_value_heads;
     const size_t kvd = (size_t)nkv * hd;
-    for (int h = 0; h < nh; h++) qvk_rmsnorm(q + h * hd, q + h * hd, L->q_norm, hd, c->rms_norm_eps);
-    for (int h = 0; h < nkv; h++) qvk_rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, c->rms_norm_eps);
+    for (int h = 0; h < nh; h++)
+        qvk_rmsnorm(q + h * hd, q + h * hd, L->q_norm, hd, c->rms_norm_eps);
+    for (int h = 0; h < nkv; h++)
+        qvk_rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, c->rms_norm_eps);
     qvk_rope_table(s->rope_c, s->rope_s, hd, pos, c->rope_theta);
     qvk_rope_apply(q, nh, hd, s->rope_c, s->rope_s);
     qvk_rope_apply(k, nkv, hd, s->rope_c, s->rope_s);
@@ -97,7 +101,8 @@ static void attend(qve_stack_state *s, qvk_pool *pool, int l, float *out, const 
 }
 
 static void add(float *restrict x, const float *restrict y, size_t n) {
-    for (size_t i = 0; i < n; i++) x[i] += y[i];
+    for (size_t i = 0; i < n; i++)
+        x[i] += y[i];
 }
 
 /* Mirrors Qwen3TTSTalkerDecoderLayer / the code predictor's layer for one token. */
@@ -109,7 +114,8 @@ static void forward_one(qve_stack_state *s, qvk_pool *pool, float *x, int pos) {
     for (int l = 0; l < c->num_hidden_layers; l++) {
         const qve_layer *L = &s->w->layers[l];
         qvk_rmsnorm(s->h, x, L->input_layernorm, H, c->rms_norm_eps);
-        const qvk_mv qkv[3] = {{s->q, L->q_proj, NULL, qd}, {s->k, L->k_proj, NULL, kvd},
+        const qvk_mv qkv[3] = {{s->q, L->q_proj, NULL, qd},
+                               {s->k, L->k_proj, NULL, kvd},
                                {s->v, L->v_proj, NULL, kvd}};
         qvk_matvec_bf16_multi(pool, s->h, H, qkv, 3);
         qk_norm_rope_store(s, l, s->q, s->k, s->v, pos);
@@ -183,7 +189,8 @@ void qve_talker_codec_embed(const qve_talker *t, float *out, int id, int accumul
     const int H = t->stack.cfg.hidden_size;
     const uint16_t *row = t->codec_embedding + (size_t)id * H;
     if (accumulate)
-        for (int i = 0; i < H; i++) out[i] += qvk_bf16_to_f32_1(row[i]);
+        for (int i = 0; i < H; i++)
+            out[i] += qvk_bf16_to_f32_1(row[i]);
     else
         qvk_bf16_to_f32(out, row, (size_t)H);
 }

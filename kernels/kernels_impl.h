@@ -21,6 +21,12 @@ typedef struct {
     void (*axpy)(float *restrict y, float a, const float *restrict x, int n);
     /* Σ x² accumulated in double (rmsnorm). */
     double (*sumsq)(const float *x, int n);
+    /* x[i] = exp(x[i] − m); returns Σ of the results in double (softmax). */
+    double (*exp_sub_sum)(float *x, int n, float m);
+    /* y[i] = silu(g[i])·(u ? u[i] : 1) (y may equal g). */
+    void (*silu_mul)(float *y, const float *g, const float *u, int n);
+    /* x[i] += inv_b·sin²(a·x[i]) (SnakeBeta, one channel). */
+    void (*snake)(float *x, int n, float a, float inv_b);
     /* XOR of the n_bytes / 8 whole 64-bit words at p (bandwidth probe). */
     uint64_t (*xor64)(const void *p, size_t n_bytes);
 } qvk_impl;

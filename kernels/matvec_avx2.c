@@ -4,6 +4,7 @@
  * result does not depend on whether it ran inside a block of four.
  */
 #include <immintrin.h>
+#include <math.h>
 
 #include "kernels.h"
 #include "kernels_impl.h"
@@ -111,6 +112,115 @@ static double sumsq(const float *x, int n) {
     return s;
 }
 
+/* ---- vector exp / sin (same polynomials as the AVX-512 file) ---------------------------- */
+
+#define SET1 _mm256_set1_ps
+
+/* 2^k for integer k in [-126, 127]. */
+static inline __m256 pow2i(__m256i k) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k, _mm256_set1_epi32(127)), 23));
+}
+
+static inline __m256 exp8(__m256 x) {
+    __m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
+    __m256 xc = _mm256_max_ps(_mm256_min_ps(x, SET1(89.0f)), SET1(-104.0f));
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, SET1(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, SET1(0.693359375f), xc);
+    r = _mm256_fnmadd_ps(n, SET1(-2.12194440e-4f), r);
+    __m256 p = SET1(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, SET1(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, SET1(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, SET1(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, SET1(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, SET1(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, SET1(1.0f)));
+    /* 2^n as 2^n1·2^n2 so n in [-150, 129] neither wraps the exponent field nor loses
+     * gradual underflow / overflow to inf */
+    __m256i ni = _mm256_cvtps_epi32(n);
+    __m256i n1 = _mm256_srai_epi32(ni, 1);
+    __m256 e = _mm256_mul_ps(_mm256_mul_ps(p, pow2i(n1)), pow2i(_mm256_sub_epi32(ni, n1)));
+    return _mm256_blendv_ps(e, x, nan);
+}
+
+static inline __m256 sin2_8(__m256 x, int *big) {
+    __m256 j = _mm256_round_ps(_mm256_mul_ps(x, SET1(0.636619772367581343f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(j, SET1(1.5707963705062866f), x);
+    r = _mm256_fnmadd_ps(j, SET1(-4.371138828673793e-08f), r);
+    r = _mm256_fnmadd_ps(j, SET1(-1.7151245100058819e-15f), r);
+    __m256 z = _mm256_mul_ps(r, r);
+    __m256 ps = _mm256_fmadd_ps(SET1(-1.9515295891e-4f), z, SET1(8.3321608736e-3f));
+    ps = _mm256_fmadd_ps(ps, z, SET1(-1.6666654611e-1f));
+    ps = _mm256_fmadd_ps(_mm256_mul_ps(ps, z), r, r);
+    __m256 pc = _mm256_fmadd_ps(SET1(2.443315711809948e-5f), z, SET1(-1.388731625493765e-3f));
+    pc = _mm256_fmadd_ps(pc, z, SET1(4.166664568298827e-2f));
+    pc = _mm256_fmadd_ps(_mm256_mul_ps(pc, z), z, _mm256_fnmadd_ps(SET1(0.5f), z, SET1(1.0f)));
+    __m256i odd = _mm256_slli_epi32(_mm256_cvtps_epi32(j), 31);
+    __m256 sv = _mm256_blendv_ps(ps, pc, _mm256_castsi256_ps(odd));
+    __m256 absx = _mm256_andnot_ps(SET1(-0.0f), x);
+    *big = _mm256_movemask_ps(_mm256_cmp_ps(absx, SET1(65536.0f), _CMP_NLT_UQ)) != 0;
+    return _mm256_mul_ps(sv, sv);
+}
+
+static double exp_sub_sum(float *x, int n, float m) {
+    __m256 mv = SET1(m);
+    __m256d acc = _mm256_setzero_pd();
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), mv));
+        _mm256_storeu_ps(x + i, e);
+        acc = _mm256_add_pd(acc, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+        acc = _mm256_add_pd(acc, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+    }
+    double t[4];
+    _mm256_storeu_pd(t, acc);
+    double s = (t[0] + t[2]) + (t[1] + t[3]);
+    for (; i < n; i++) {
+        x[i] = expf(x[i] - m);
+        s += x[i];
+    }
+    return s;
+}
+
+static void silu_mul(float *y, const float *g, const float *u, int n) {
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 gv = _mm256_loadu_ps(g + i);
+        __m256 v = _mm256_div_ps(gv, _mm256_add_ps(SET1(1.0f), exp8(_mm256_sub_ps(_mm256_setzero_ps(), gv))));
+        if (u) v = _mm256_mul_ps(v, _mm256_loadu_ps(u + i));
+        _mm256_storeu_ps(y + i, v);
+    }
+    for (; i < n; i++) {
+        float v = g[i] / (1.0f + expf(-g[i]));
+        y[i] = u ? v * u[i] : v;
+    }
+}
+
+static void snake(float *x, int n, float a, float inv_b) {
+    __m256 av = SET1(a), bv = SET1(inv_b);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 xv = _mm256_loadu_ps(x + i);
+        int big;
+        __m256 s2 = sin2_8(_mm256_mul_ps(av, xv), &big);
+        if (big) {
+            float t[8];
+            _mm256_storeu_ps(t, s2);
+            for (int l = 0; l < 8; l++) {
+                float s = sinf(a * x[i + l]);
+                if (fabsf(a * x[i + l]) >= 65536.0f) t[l] = s * s;
+            }
+            s2 = _mm256_loadu_ps(t);
+        }
+        _mm256_storeu_ps(x + i, _mm256_fmadd_ps(bv, s2, xv));
+    }
+    for (; i < n; i++) {
+        float s = sinf(a * x[i]);
+        x[i] += inv_b * (s * s);
+    }
+}
+
 static uint64_t xor64(const void *p, size_t n_bytes) {
     const unsigned char *b = p;
     __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
@@ -134,5 +244,8 @@ const qvk_impl qvk_impl_avx2 = {
     .dot = dot,
     .axpy = axpy,
     .sumsq = sumsq,
+    .exp_sub_sum = exp_sub_sum,
+    .silu_mul = silu_mul,
+    .snake = snake,
     .xor64 = xor64,
 };

@@ -7,6 +7,7 @@
  * it runs in a block of four or alone.
  */
 #include <immintrin.h>
+#include <math.h>
 
 #include "kernels.h"
 #include "kernels_impl.h"
@@ -123,6 +124,90 @@ static double sumsq(const float *x, int n) {
     return s;
 }
 
+/* ---- vector exp / sin (Cephes-style minimax polynomials, ~1-2 ulp; checked in test_kernels) */
+
+static inline __m512 exp16(__m512 x) {
+    __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+    __m512 xc = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(89.0f)), _mm512_set1_ps(-104.0f));
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), xc);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    return _mm512_mask_mov_ps(_mm512_scalef_ps(p, n), nan, x);
+}
+
+/* sin²(x): quadrant sign is irrelevant after squaring. |x| ≥ 2¹⁶ lanes are left to sinf. */
+static inline __m512 sin2_16(__m512 x, int *big) {
+    __m512 j = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(0.636619772367581343f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(j, _mm512_set1_ps(1.5707963705062866f), x);
+    r = _mm512_fnmadd_ps(j, _mm512_set1_ps(-4.371138828673793e-08f), r);
+    r = _mm512_fnmadd_ps(j, _mm512_set1_ps(-1.7151245100058819e-15f), r);
+    __m512 z = _mm512_mul_ps(r, r);
+    __m512 ps = _mm512_fmadd_ps(_mm512_set1_ps(-1.9515295891e-4f), z, _mm512_set1_ps(8.3321608736e-3f));
+    ps = _mm512_fmadd_ps(ps, z, _mm512_set1_ps(-1.6666654611e-1f));
+    ps = _mm512_fmadd_ps(_mm512_mul_ps(ps, z), r, r);
+    __m512 pc = _mm512_fmadd_ps(_mm512_set1_ps(2.443315711809948e-5f), z, _mm512_set1_ps(-1.388731625493765e-3f));
+    pc = _mm512_fmadd_ps(pc, z, _mm512_set1_ps(4.166664568298827e-2f));
+    pc = _mm512_fmadd_ps(_mm512_mul_ps(pc, z), z, _mm512_fnmadd_ps(_mm512_set1_ps(0.5f), z, _mm512_set1_ps(1.0f)));
+    __mmask16 odd = _mm512_test_epi32_mask(_mm512_cvtps_epi32(j), _mm512_set1_epi32(1));
+    __m512 sv = _mm512_mask_mov_ps(ps, odd, pc);
+    *big = _mm512_cmp_ps_mask(_mm512_abs_ps(x), _mm512_set1_ps(65536.0f), _CMP_NLT_UQ) != 0;
+    return _mm512_mul_ps(sv, sv);
+}
+
+static double exp_sub_sum(float *x, int n, float m) {
+    __m512 mv = _mm512_set1_ps(m);
+    __m512d acc = _mm512_setzero_pd();
+    int i = 0;
+    for (; i < n; i += 16) {
+        __mmask16 k = n - i >= 16 ? 0xffff : (__mmask16)((1u << (n - i)) - 1);
+        __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), mv));
+        e = _mm512_maskz_mov_ps(k, e);
+        _mm512_mask_storeu_ps(x + i, k, e);
+        acc = _mm512_add_pd(acc, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
+        acc = _mm512_add_pd(acc, _mm512_cvtps_pd(_mm512_extractf32x8_ps(e, 1)));
+    }
+    return _mm512_reduce_add_pd(acc);
+}
+
+static void silu_mul(float *y, const float *g, const float *u, int n) {
+    for (int i = 0; i < n; i += 16) {
+        __mmask16 k = n - i >= 16 ? 0xffff : (__mmask16)((1u << (n - i)) - 1);
+        __m512 gv = _mm512_maskz_loadu_ps(k, g + i);
+        __m512 v = _mm512_div_ps(gv, _mm512_add_ps(_mm512_set1_ps(1.0f), exp16(_mm512_sub_ps(_mm512_setzero_ps(), gv))));
+        if (u) v = _mm512_mul_ps(v, _mm512_maskz_loadu_ps(k, u + i));
+        _mm512_mask_storeu_ps(y + i, k, v);
+    }
+}
+
+static void snake(float *x, int n, float a, float inv_b) {
+    __m512 av = _mm512_set1_ps(a), bv = _mm512_set1_ps(inv_b);
+    for (int i = 0; i < n; i += 16) {
+        __mmask16 k = n - i >= 16 ? 0xffff : (__mmask16)((1u << (n - i)) - 1);
+        __m512 xv = _mm512_maskz_loadu_ps(k, x + i);
+        int big;
+        __m512 s2 = sin2_16(_mm512_mul_ps(av, xv), &big);
+        if (big) {
+            float t[16];
+            _mm512_storeu_ps(t, s2);
+            for (int l = 0; l < 16 && i + l < n; l++) {
+                float s = sinf(a * x[i + l]);
+                if (fabsf(a * x[i + l]) >= 65536.0f) t[l] = s * s;
+            }
+            s2 = _mm512_loadu_ps(t);
+        }
+        _mm512_mask_storeu_ps(x + i, k, _mm512_fmadd_ps(bv, s2, xv));
+    }
+}
+
 static uint64_t xor64(const void *p, size_t n_bytes) {
     const unsigned char *b = p;
     __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
@@ -148,5 +233,8 @@ const qvk_impl qvk_impl_avx512 = {
     .dot = dot,
     .axpy = axpy,
     .sumsq = sumsq,
+    .exp_sub_sum = exp_sub_sum,
+    .silu_mul = silu_mul,
+    .snake = snake,
     .xor64 = xor64,
 };

@@ -2,6 +2,7 @@
  * Each dot product keeps 8 independent partial sums (lane j takes elements i ≡ j mod 8), reduced
  * pairwise: the compiler may not reorder float sums, so this is what lets it vectorise at -O2.
  */
+#include <math.h>
 #include <string.h>
 
 #include "kernels.h"
@@ -59,6 +60,29 @@ static double sumsq(const float *x, int n) {
     return s;
 }
 
+static double exp_sub_sum(float *x, int n, float m) {
+    double s = 0;
+    for (int i = 0; i < n; i++) {
+        x[i] = expf(x[i] - m);
+        s += x[i];
+    }
+    return s;
+}
+
+static void silu_mul(float *y, const float *g, const float *u, int n) {
+    for (int i = 0; i < n; i++) {
+        float v = g[i] / (1.0f + expf(-g[i]));
+        y[i] = u ? v * u[i] : v;
+    }
+}
+
+static void snake(float *x, int n, float a, float inv_b) {
+    for (int t = 0; t < n; t++) {
+        float s = sinf(a * x[t]);
+        x[t] += inv_b * (s * s);
+    }
+}
+
 static uint64_t xor64(const void *p, size_t n_bytes) {
     const unsigned char *b = p;
     uint64_t a[4] = { 0 };
@@ -84,5 +108,8 @@ const qvk_impl qvk_impl_scalar = {
     .dot = dot_f32,
     .axpy = axpy,
     .sumsq = sumsq,
+    .exp_sub_sum = exp_sub_sum,
+    .silu_mul = silu_mul,
+    .snake = snake,
     .xor64 = xor64,
 };

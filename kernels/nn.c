@@ -33,18 +33,12 @@ void qvk_softmax(float *x, int n) {
     if (n <= 0) return;
     float m = x[0];
     for (int i = 1; i < n; i++) m = x[i] > m ? x[i] : m;
-    double s = 0;
-    for (int i = 0; i < n; i++) {
-        x[i] = expf(x[i] - m);
-        s += x[i];
-    }
+    double s = qvk_impl_get()->exp_sub_sum(x, n, m);
     float inv = (float)(1.0 / s);
     for (int i = 0; i < n; i++) x[i] *= inv;
 }
 
-void qvk_silu(float *x, int n) {
-    for (int i = 0; i < n; i++) x[i] = x[i] / (1.0f + expf(-x[i]));
-}
+void qvk_silu(float *x, int n) { qvk_impl_get()->silu_mul(x, x, NULL, n); }
 
 void qvk_gelu_erf(float *x, int n) {
     for (int i = 0; i < n; i++) x[i] = 0.5f * x[i] * (1.0f + erff(x[i] * (float)M_SQRT1_2));
@@ -58,16 +52,12 @@ void qvk_snakebeta(float *x, int n_ch, int n_t, const float *log_alpha, const fl
     for (int c = 0; c < n_ch; c++) {
         float a = expf(log_alpha[c]);
         float inv_b = 1.0f / (expf(log_beta[c]) + 1e-9f);
-        float *row = x + (size_t)c * n_t;
-        for (int t = 0; t < n_t; t++) {
-            float s = sinf(a * row[t]);
-            row[t] += inv_b * (s * s);
-        }
+        qvk_impl_get()->snake(x + (size_t)c * n_t, n_t, a, inv_b);
     }
 }
 
 void qvk_swiglu(float *y, const float *g, const float *u, int n) {
-    for (int i = 0; i < n; i++) y[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    qvk_impl_get()->silu_mul(y, g, u, n);
 }
 
 void qvk_rope_table(float *c, float *s, int head_dim, int pos, float theta) {

@@ -13,7 +13,8 @@ static int table_ready;
 static void make_table(void) {
     for (uint32_t i = 0; i < 256; i++) {
         uint32_t c = i;
-        for (int k = 0; k < 8; k++) c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+        for (int k = 0; k < 8; k++)
+            c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
         table[i] = c;
     }
     table_ready = 1;
@@ -21,13 +22,15 @@ static void make_table(void) {
 
 static uint32_t crc_table(uint32_t c, const uint8_t *p, size_t n) {
     if (!table_ready) make_table(); /* idempotent, so a benign race between threads */
-    while (n--) c = table[(c ^ *p++) & 0xFF] ^ (c >> 8);
+    while (n--)
+        c = table[(c ^ *p++) & 0xFF] ^ (c >> 8);
     return c;
 }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <nmmintrin.h>
-__attribute__((target("sse4.2"))) static uint32_t crc_sse42(uint32_t c, const uint8_t *p, size_t n) {
+__attribute__((target("sse4.2"))) static uint32_t crc_sse42(uint32_t c, const uint8_t *p,
+                                                            size_t n) {
     uint64_t c64 = c;
     while (n >= 8) {
         uint64_t w;
@@ -37,7 +40,8 @@ __attribute__((target("sse4.2"))) static uint32_t crc_sse42(uint32_t c, const ui
         n -= 8;
     }
     c = (uint32_t)c64;
-    while (n--) c = _mm_crc32_u8(c, *p++);
+    while (n--)
+        c = _mm_crc32_u8(c, *p++);
     return c;
 }
 static int have_sse42(void) {

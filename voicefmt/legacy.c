@@ -1,7 +1,7 @@
 /* legacy.c — legacy v1–v3 .qvoice and raw .bin x-vectors (shared/docs/qvoice-legacy.md), read with
  * the same bounds-checked cursor as v4, and the byte-compatible v3 writer.
- * Reading keeps the legacy engine's semantics (positional probes that consume their tag, WDLT header
- * heuristic, bytes after the last section ignored) but refuses what it read unchecked: short
+ * Reading keeps the legacy engine's semantics (positional probes that consume their tag, WDLT
+ * header heuristic, bytes after the last section ignored) but refuses what it read unchecked: short
  * sections, oversize lengths, raw records whose size disagrees, zlib encodings 2/3.
  */
 #include <lz4.h>
@@ -9,11 +9,12 @@
 #include <string.h>
 #include "qvf_impl.h"
 
-#define NEED(c, k, what)                                                                          \
-    do {                                                                                          \
-        if (!cur_has((c), (k)))                                                                   \
-            return qvf_fail(err, es, QVF_E_TRUNCATED, name, "%s at offset %zu: truncated (need %llu bytes, %zu left)", \
-                            (what), (c)->off, (unsigned long long)(k), cur_left(c));              \
+#define NEED(c, k, what)                                                                           \
+    do {                                                                                           \
+        if (!cur_has((c), (k)))                                                                    \
+            return qvf_fail(err, es, QVF_E_TRUNCATED, name,                                        \
+                            "%s at offset %zu: truncated (need %llu bytes, %zu left)", (what),     \
+                            (c)->off, (unsigned long long)(k), cur_left(c));                       \
     } while (0)
 
 static uint32_t take32(qvf_cur *c) {
@@ -35,7 +36,8 @@ static int probe(qvf_cur *c, const char *tag) {
 
 static int fixed_string(const uint8_t *p, size_t cap, char **out) {
     size_t len = 0;
-    while (len < cap && p[len]) len++;
+    while (len < cap && p[len])
+        len++;
     if (!qvf_utf8_valid(p, len)) return QVF_E_UTF8;
     if (!len) return QVF_OK;
     return (*out = strndup((const char *)p, len)) ? QVF_OK : QVF_E_NOMEM;
@@ -49,7 +51,8 @@ static int read_meta(qvf_cur *c, const char *name, qvf_voice *v, char *err, size
     if (!rc) rc = fixed_string(p + 32, 64, &vname);
     if (rc) {
         free(lang);
-        return qvf_fail(err, es, rc, name, "META: %s", rc == QVF_E_UTF8 ? "language or voice name is not UTF-8" : "out of memory");
+        return qvf_fail(err, es, rc, name, "META: %s",
+                        rc == QVF_E_UTF8 ? "language or voice name is not UTF-8" : "out of memory");
     }
     uint32_t lang_id = rd32(p), model_size = rd32(p + 20), flags = rd32(p + 96);
     float ref_dur;
@@ -75,7 +78,9 @@ static int read_meta(qvf_cur *c, const char *name, qvf_voice *v, char *err, size
 static int read_tpad(qvf_cur *c, const char *name, qvf_voice *v, char *err, size_t es) {
     NEED(c, 4, "TPAD hidden");
     uint32_t h = take32(c);
-    if (h < 1 || h > QVF_MAX_DIM) return qvf_fail(err, es, QVF_E_LIMIT, name, "TPAD: hidden %u (expected 1..%u)", h, QVF_MAX_DIM);
+    if (h < 1 || h > QVF_MAX_DIM)
+        return qvf_fail(err, es, QVF_E_LIMIT, name, "TPAD: hidden %u (expected 1..%u)", h,
+                        QVF_MAX_DIM);
     NEED(c, 12ull * h, "TPAD vectors");
     if (!(v->tpad = malloc(12ull * h))) return qvf_fail(err, es, QVF_E_NOMEM, name, "TPAD");
     memcpy(v->tpad, c->p + c->off, 12ull * h);
@@ -89,20 +94,29 @@ static int read_wovr(qvf_cur *c, const char *name, qvf_voice *v, char *err, size
     NEED(c, 12, "WOVR dims");
     uint32_t h = take32(c), th = take32(c), cv = take32(c);
     if (h < 1 || h > QVF_MAX_DIM || th < 1 || th > QVF_MAX_DIM || cv < 1 || cv > QVF_MAX_CV)
-        return qvf_fail(err, es, QVF_E_LIMIT, name, "WOVR: dims h %u th %u cv %u (expected 1..%u, cv 1..%u)", h, th, cv, QVF_MAX_DIM, QVF_MAX_CV);
+        return qvf_fail(err, es, QVF_E_LIMIT, name,
+                        "WOVR: dims h %u th %u cv %u (expected 1..%u, cv 1..%u)", h, th, cv,
+                        QVF_MAX_DIM, QVF_MAX_CV);
     uint64_t len[5] = {2ull * th * th, 4ull * th, 2ull * h * th, 4ull * h, 2ull * cv * h};
     NEED(c, len[0] + len[1] + len[2] + len[3] + len[4], "WOVR arrays");
     void *a[5];
     for (int i = 0; i < 5; i++) {
         if (!(a[i] = malloc(len[i]))) {
-            for (int j = 0; j < i; j++) free(a[j]);
+            for (int j = 0; j < i; j++)
+                free(a[j]);
             return qvf_fail(err, es, QVF_E_NOMEM, name, "WOVR");
         }
         memcpy(a[i], c->p + c->off, len[i]);
         c->off += len[i];
     }
-    v->wovr_fc1_w = a[0]; v->wovr_fc1_b = a[1]; v->wovr_fc2_w = a[2]; v->wovr_fc2_b = a[3]; v->wovr_codec = a[4];
-    v->wovr_h = h; v->wovr_th = th; v->wovr_cv = cv;
+    v->wovr_fc1_w = a[0];
+    v->wovr_fc1_b = a[1];
+    v->wovr_fc2_w = a[2];
+    v->wovr_fc2_b = a[3];
+    v->wovr_codec = a[4];
+    v->wovr_h = h;
+    v->wovr_th = th;
+    v->wovr_cv = cv;
     if (!v->source.text_hidden_size) v->source.text_hidden_size = th;
     return QVF_OK;
 }
@@ -110,46 +124,64 @@ static int read_wovr(qvf_cur *c, const char *name, qvf_voice *v, char *err, size
 /* Legacy records carry no dtype: norms and biases are f32 (legacy §6.4), everything else bf16. */
 static uint32_t guess_dtype(const char *n) {
     size_t l = strlen(n);
-    if ((l >= 4 && !strcmp(n + l - 4, "bias")) || (l >= 11 && !strcmp(n + l - 11, "norm.weight"))) return QVF_DTYPE_F32;
+    if ((l >= 4 && !strcmp(n + l - 4, "bias")) || (l >= 11 && !strcmp(n + l - 11, "norm.weight")))
+        return QVF_DTYPE_F32;
     return QVF_DTYPE_BF16;
 }
 
-static int read_record(qvf_cur *c, const char *name, uint32_t idx, qvf_tensor *t, char *err, size_t es) {
+static int read_record(qvf_cur *c, const char *name, uint32_t idx, qvf_tensor *t, char *err,
+                       size_t es) {
     NEED(c, 2, "tensor record");
     uint16_t nl = rd16(c->p + c->off);
     c->off += 2;
     if (nl < 1 || nl > QVF_MAX_NAME_BYTES)
-        return qvf_fail(err, es, QVF_E_LIMIT, name, "weight record %u: name of %u bytes (expected 1..%u)", idx, nl, QVF_MAX_NAME_BYTES);
+        return qvf_fail(err, es, QVF_E_LIMIT, name,
+                        "weight record %u: name of %u bytes (expected 1..%u)", idx, nl,
+                        QVF_MAX_NAME_BYTES);
     NEED(c, nl + 9ull, "tensor record");
     const uint8_t *np = c->p + c->off;
     for (uint32_t i = 0; i < nl; i++)
-        if (np[i] < 0x21 || np[i] > 0x7E) return qvf_fail(err, es, QVF_E_RANGE, name, "weight record %u: name has byte 0x%02x", idx, np[i]);
+        if (np[i] < 0x21 || np[i] > 0x7E)
+            return qvf_fail(err, es, QVF_E_RANGE, name, "weight record %u: name has byte 0x%02x",
+                            idx, np[i]);
     c->off += nl;
     uint32_t raw = take32(c);
     uint8_t enc = c->p[c->off++];
     uint32_t pb = take32(c);
-    if (!(t->name = strndup((const char *)np, nl))) return qvf_fail(err, es, QVF_E_NOMEM, name, "tensor name");
+    if (!(t->name = strndup((const char *)np, nl)))
+        return qvf_fail(err, es, QVF_E_NOMEM, name, "tensor name");
     NEED(c, pb, t->name);
     if (enc == 2 || enc == 3)
-        return qvf_fail(err, es, QVF_E_UNSUPPORTED, name, "tensor %s: legacy zlib encoding %u (recreate the voice)", t->name, enc);
+        return qvf_fail(err, es, QVF_E_UNSUPPORTED, name,
+                        "tensor %s: legacy zlib encoding %u (recreate the voice)", t->name, enc);
     if (raw == 0) return qvf_fail(err, es, QVF_E_RANGE, name, "tensor %s: raw_bytes 0", t->name);
     if (enc == 4) {
-        if (raw % 2) return qvf_fail(err, es, QVF_E_MISMATCH, name, "tensor %s: odd raw_bytes %u for a bf16 delta", t->name, raw);
+        if (raw % 2)
+            return qvf_fail(err, es, QVF_E_MISMATCH, name,
+                            "tensor %s: odd raw_bytes %u for a bf16 delta", t->name, raw);
         /* LZ4 expands at most ~255x: a larger claim is a lie we must not allocate for */
-        if (raw > LZ4_MAX_INPUT_SIZE || pb < 1 || pb > (uint32_t)LZ4_compressBound((int)raw) || raw > 255ull * pb + 64)
-            return qvf_fail(err, es, QVF_E_RANGE, name, "tensor %s: compressed size %u for %u bytes", t->name, pb, raw);
+        if (raw > LZ4_MAX_INPUT_SIZE || pb < 1 || pb > (uint32_t)LZ4_compressBound((int)raw) ||
+            raw > 255ull * pb + 64)
+            return qvf_fail(err, es, QVF_E_RANGE, name,
+                            "tensor %s: compressed size %u for %u bytes", t->name, pb, raw);
         t->dtype = QVF_DTYPE_BF16;
         t->encoding = QVF_ENC_DELTA16_LZ4;
         t->block_bytes = raw;
         t->n_blocks = 1;
-        if (!(t->block_offsets = malloc(2 * sizeof *t->block_offsets))) return qvf_fail(err, es, QVF_E_NOMEM, name, "tensor");
+        if (!(t->block_offsets = malloc(2 * sizeof *t->block_offsets)))
+            return qvf_fail(err, es, QVF_E_NOMEM, name, "tensor");
         t->block_offsets[0] = 0;
         t->block_offsets[1] = pb;
     } else { /* 0, and the codes the engine treats as raw (1, 5, ...) */
-        if (pb != raw) return qvf_fail(err, es, QVF_E_MISMATCH, name, "tensor %s: raw record of %u bytes declares raw_bytes %u", t->name, pb, raw);
+        if (pb != raw)
+            return qvf_fail(err, es, QVF_E_MISMATCH, name,
+                            "tensor %s: raw record of %u bytes declares raw_bytes %u", t->name, pb,
+                            raw);
         t->dtype = guess_dtype(t->name);
         if (raw % (t->dtype == QVF_DTYPE_F32 ? 4 : 2)) t->dtype = QVF_DTYPE_BF16;
-        if (raw % 2) return qvf_fail(err, es, QVF_E_MISMATCH, name, "tensor %s: odd raw_bytes %u", t->name, raw);
+        if (raw % 2)
+            return qvf_fail(err, es, QVF_E_MISMATCH, name, "tensor %s: odd raw_bytes %u", t->name,
+                            raw);
         t->encoding = QVF_ENC_RAW;
     }
     t->n_dims = 1;
@@ -186,9 +218,15 @@ static int read_weights(qvf_cur *c, const char *name, qvf_voice *v, char *err, s
         return QVF_OK; /* trailing data: the engine's one extension point */
     }
     uint32_t k = take32(c);
-    if (k > QVF_MAX_TENSORS) return qvf_fail(err, es, QVF_E_LIMIT, name, "weight stream: %u tensors (maximum %u)", k, QVF_MAX_TENSORS);
-    if (11ull * k > cur_left(c)) return qvf_fail(err, es, QVF_E_TRUNCATED, name, "weight stream: truncated: %u tensors cannot fit in %zu bytes", k, cur_left(c));
-    if (k && !(v->tensors = calloc(k, sizeof *v->tensors))) return qvf_fail(err, es, QVF_E_NOMEM, name, "tensor table");
+    if (k > QVF_MAX_TENSORS)
+        return qvf_fail(err, es, QVF_E_LIMIT, name, "weight stream: %u tensors (maximum %u)", k,
+                        QVF_MAX_TENSORS);
+    if (11ull * k > cur_left(c))
+        return qvf_fail(err, es, QVF_E_TRUNCATED, name,
+                        "weight stream: truncated: %u tensors cannot fit in %zu bytes", k,
+                        cur_left(c));
+    if (k && !(v->tensors = calloc(k, sizeof *v->tensors)))
+        return qvf_fail(err, es, QVF_E_NOMEM, name, "tensor table");
     v->has_wdelta = 1;
     v->wdelta_kind = kind;
     for (uint32_t i = 0; i < k; i++) {
@@ -201,21 +239,25 @@ static int read_weights(qvf_cur *c, const char *name, qvf_voice *v, char *err, s
 
 /* ---------------------------------------------------------------- QV4X trailer
  * What v3 cannot hold (model identities, extra META keys, tensor dtypes/shapes/hashes) is appended
- * after the last section, the legacy engine's one ignored extension point (docs/qvoice-format.md §6):
- * "QV4X", u32 length L, payload, u32 CRC over tag, length and payload. Payload: the v4 HEAD payload
- * (128 B), u32 meta_bytes + a v4 META payload, u32 n_tensors + per tensor: u32 name_bytes, name,
- * u32 dtype, u32 n_dims, u64 shape[4], target SHA-256, result SHA-256. */
+ * after the last section, the legacy engine's one ignored extension point (docs/qvoice-format.md
+ * §6): "QV4X", u32 length L, payload, u32 CRC over tag, length and payload. Payload: the v4 HEAD
+ * payload (128 B), u32 meta_bytes + a v4 META payload, u32 n_tensors + per tensor: u32 name_bytes,
+ * name, u32 dtype, u32 n_dims, u64 shape[4], target SHA-256, result SHA-256. */
 
-static int read_trailer(const uint8_t *buf, size_t n, size_t off, const char *name, qvf_voice *v, char *err, size_t es) {
+static int read_trailer(const uint8_t *buf, size_t n, size_t off, const char *name, qvf_voice *v,
+                        char *err, size_t es) {
     if (n - off < 8 || memcmp(buf + off, "QV4X", 4)) return QVF_OK;
     uint32_t len = rd32(buf + off + 4);
     if ((uint64_t)len + 4 > n - off - 8)
-        return qvf_fail(err, es, QVF_E_TRUNCATED, name, "QV4X trailer at offset %zu: truncated (%u bytes + CRC, %zu left)", off, len, n - off - 8);
+        return qvf_fail(err, es, QVF_E_TRUNCATED, name,
+                        "QV4X trailer at offset %zu: truncated (%u bytes + CRC, %zu left)", off,
+                        len, n - off - 8);
     uint32_t crc = qvf_crc32c(0, buf + off, 8ull + len);
 #ifndef FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION
     if (crc != rd32(buf + off + 8 + len))
-        return qvf_fail(err, es, QVF_E_CRC, name, "QV4X trailer at offset %zu: CRC mismatch (stored 0x%08x, computed 0x%08x)", off,
-                        rd32(buf + off + 8 + len), crc);
+        return qvf_fail(err, es, QVF_E_CRC, name,
+                        "QV4X trailer at offset %zu: CRC mismatch (stored 0x%08x, computed 0x%08x)",
+                        off, rd32(buf + off + 8 + len), crc);
 #endif
     qvf_cur cur = {buf + off + 8, len, 0}, *c = &cur;
     NEED(c, QVF_HEAD_BYTES + 4, "QV4X HEAD");
@@ -223,7 +265,8 @@ static int read_trailer(const uint8_t *buf, size_t n, size_t off, const char *na
     qvf_model_id src, tgt;
     memcpy(&src, &v->source, sizeof src);
     memcpy(&tgt, &v->target, sizeof tgt);
-    uint32_t *s_f[3] = {&src.hidden_size, &src.text_hidden_size, &src.enc_dim}, *t_f[4] = {&tgt.hidden_size, &tgt.text_hidden_size, &tgt.enc_dim, &tgt.variant};
+    uint32_t *s_f[3] = {&src.hidden_size, &src.text_hidden_size, &src.enc_dim},
+             *t_f[4] = {&tgt.hidden_size, &tgt.text_hidden_size, &tgt.enc_dim, &tgt.variant};
     for (int i = 0; i < 3; i++)
         if (!*s_f[i]) *s_f[i] = rd32(h + 16 + 4 * i);
     if (!src.variant) src.variant = rd32(h + 28);
@@ -233,8 +276,10 @@ static int read_trailer(const uint8_t *buf, size_t n, size_t off, const char *na
             if (!*t_f[i]) *t_f[i] = rd32(h + 64 + 4 * i);
         memcpy(tgt.fingerprint, h + 80, 32);
     }
-    if (src.variant > QVF_VARIANT_VOICE_DESIGN || tgt.variant > QVF_VARIANT_VOICE_DESIGN || src.enc_dim != v->enc_dim)
-        return qvf_fail(err, es, QVF_E_MISMATCH, name, "QV4X trailer: model identity does not match the file");
+    if (src.variant > QVF_VARIANT_VOICE_DESIGN || tgt.variant > QVF_VARIANT_VOICE_DESIGN ||
+        src.enc_dim != v->enc_dim)
+        return qvf_fail(err, es, QVF_E_MISMATCH, name,
+                        "QV4X trailer: model identity does not match the file");
     v->source = src;
     v->target = tgt;
     c->off += QVF_HEAD_BYTES;
@@ -245,7 +290,8 @@ static int read_trailer(const uint8_t *buf, size_t n, size_t off, const char *na
         if (!m) return qvf_fail(err, es, QVF_E_NOMEM, name, "QV4X");
         int rc = qvf_meta_parse(c->p + c->off, mb, name, m, err, es);
         for (int i = 0; !rc && i < m->n_meta; i++)
-            if (!qvf_meta_get(v, m->meta[i].key)) rc = qvf_meta_set(v, m->meta[i].key, m->meta[i].value);
+            if (!qvf_meta_get(v, m->meta[i].key))
+                rc = qvf_meta_set(v, m->meta[i].key, m->meta[i].value);
         qvf_voice_free(m);
         if (rc) return rc == QVF_E_NOMEM ? qvf_fail(err, es, rc, name, "QV4X META") : rc;
         c->off += mb;
@@ -260,17 +306,23 @@ static int read_trailer(const uint8_t *buf, size_t n, size_t off, const char *na
         c->off += nl + 112ull;
         uint32_t dtype = rd32(p + nl), nd = rd32(p + nl + 4);
         uint64_t shape[4];
-        for (int j = 0; j < 4; j++) shape[j] = rd64(p + nl + 8 + 8 * j);
+        for (int j = 0; j < 4; j++)
+            shape[j] = rd64(p + nl + 8 + 8 * j);
         for (uint32_t j = 0; j < v->n_tensors; j++) {
             qvf_tensor *t = &v->tensors[j];
             if (strlen(t->name) != nl || memcmp(t->name, p, nl)) continue;
             uint64_t esz = dtype == QVF_DTYPE_BF16 ? 2 : 4, el = qvf_shape_elems(nd, shape);
-            if ((dtype != QVF_DTYPE_BF16 && dtype != QVF_DTYPE_F32) || !el || el > t->raw_bytes / esz || el * esz != t->raw_bytes ||
+            if ((dtype != QVF_DTYPE_BF16 && dtype != QVF_DTYPE_F32) || !el ||
+                el > t->raw_bytes / esz || el * esz != t->raw_bytes ||
                 (t->encoding == QVF_ENC_DELTA16_LZ4 && dtype != QVF_DTYPE_BF16))
-                return qvf_fail(err, es, QVF_E_MISMATCH, name, "QV4X trailer: tensor %s: dtype/shape do not match %llu bytes", t->name,
-                                (unsigned long long)t->raw_bytes);
+                return qvf_fail(err, es, QVF_E_MISMATCH, name,
+                                "QV4X trailer: tensor %s: dtype/shape do not match %llu bytes",
+                                t->name, (unsigned long long)t->raw_bytes);
             for (uint32_t d = nd; d < 4; d++)
-                if (shape[d]) return qvf_fail(err, es, QVF_E_RESERVED, name, "QV4X trailer: tensor %s: unused shape entry not zero", t->name);
+                if (shape[d])
+                    return qvf_fail(err, es, QVF_E_RESERVED, name,
+                                    "QV4X trailer: tensor %s: unused shape entry not zero",
+                                    t->name);
             t->dtype = dtype;
             t->n_dims = nd;
             memcpy(t->shape, shape, sizeof shape);
@@ -281,7 +333,8 @@ static int read_trailer(const uint8_t *buf, size_t n, size_t off, const char *na
     return QVF_OK;
 }
 
-int qvf_legacy_read(const uint8_t *buf, size_t n, const char *name, uint32_t hint, qvf_voice *v, char *err, size_t es) {
+int qvf_legacy_read(const uint8_t *buf, size_t n, const char *name, uint32_t hint, qvf_voice *v,
+                    char *err, size_t es) {
     qvf_cur cur = {buf, n, 4}, *c = &cur;
     uint32_t ver = take32(c), d;
     v->file_version = (int)ver;
@@ -291,7 +344,8 @@ int qvf_legacy_read(const uint8_t *buf, size_t n, const char *name, uint32_t hin
     } else {
         d = hint ? hint : 1024; /* v1 writers always wrote 1024 floats (legacy §4) */
     }
-    if (d < 1 || d > QVF_MAX_DIM) return qvf_fail(err, es, QVF_E_LIMIT, name, "enc_dim %u (expected 1..%u)", d, QVF_MAX_DIM);
+    if (d < 1 || d > QVF_MAX_DIM)
+        return qvf_fail(err, es, QVF_E_LIMIT, name, "enc_dim %u (expected 1..%u)", d, QVF_MAX_DIM);
     NEED(c, 4ull * d, "x-vector");
     if (!(v->xvector = malloc(4ull * d))) return qvf_fail(err, es, QVF_E_NOMEM, name, "x-vector");
     memcpy(v->xvector, c->p + c->off, 4ull * d);
@@ -299,22 +353,30 @@ int qvf_legacy_read(const uint8_t *buf, size_t n, const char *name, uint32_t hin
     v->enc_dim = v->source.enc_dim = d;
     NEED(c, 4, "ref_text_len");
     uint32_t l = take32(c);
-    if (l > QVF_MAX_TEXT_BYTES) return qvf_fail(err, es, QVF_E_LIMIT, name, "ref_text of %u bytes (maximum %u)", l, QVF_MAX_TEXT_BYTES);
+    if (l > QVF_MAX_TEXT_BYTES)
+        return qvf_fail(err, es, QVF_E_LIMIT, name, "ref_text of %u bytes (maximum %u)", l,
+                        QVF_MAX_TEXT_BYTES);
     NEED(c, l, "ref_text");
-    if (!qvf_utf8_valid(c->p + c->off, l) || memchr(c->p + c->off, 0, l)) return qvf_fail(err, es, QVF_E_UTF8, name, "ref_text is not UTF-8 text");
-    if (l && !(v->transcript = strndup((const char *)c->p + c->off, l))) return qvf_fail(err, es, QVF_E_NOMEM, name, "ref_text");
+    if (!qvf_utf8_valid(c->p + c->off, l) || memchr(c->p + c->off, 0, l))
+        return qvf_fail(err, es, QVF_E_UTF8, name, "ref_text is not UTF-8 text");
+    if (l && !(v->transcript = strndup((const char *)c->p + c->off, l)))
+        return qvf_fail(err, es, QVF_E_NOMEM, name, "ref_text");
     v->transcript_bytes = l;
     c->off += l;
     NEED(c, 4, "n_ref_frames");
     uint32_t f = take32(c);
-    if (f > QVF_MAX_FRAMES) return qvf_fail(err, es, QVF_E_LIMIT, name, "%u ref frames (maximum %u)", f, QVF_MAX_FRAMES);
+    if (f > QVF_MAX_FRAMES)
+        return qvf_fail(err, es, QVF_E_LIMIT, name, "%u ref frames (maximum %u)", f,
+                        QVF_MAX_FRAMES);
     NEED(c, 64ull * f, "ref_codes");
     if (f && !(v->codes = malloc(32ull * f))) return qvf_fail(err, es, QVF_E_NOMEM, name, "codes");
     for (uint64_t i = 0; i < 16ull * f; i++) {
         uint32_t code = rd32(c->p + c->off + 4 * i);
         if (code >= QVF_CODE_LIMIT)
-            return qvf_fail(err, es, QVF_E_RANGE, name, "ref frame %llu codebook %llu: code %d (expected 0..%u)",
-                            (unsigned long long)(i / 16), (unsigned long long)(i % 16), (int)code, QVF_CODE_LIMIT - 1);
+            return qvf_fail(err, es, QVF_E_RANGE, name,
+                            "ref frame %llu codebook %llu: code %d (expected 0..%u)",
+                            (unsigned long long)(i / 16), (unsigned long long)(i % 16), (int)code,
+                            QVF_CODE_LIMIT - 1);
         v->codes[i] = (uint16_t)code;
     }
     v->n_frames = f;
@@ -340,10 +402,17 @@ int qvf_legacy_read(const uint8_t *buf, size_t n, const char *name, uint32_t hin
     return read_trailer(buf, n, end, name, v, err, es);
 }
 
-int qvf_bin_read(const uint8_t *buf, size_t n, const char *name, uint32_t hint, qvf_voice *v, char *err, size_t es) {
-    if (n == 0 || n % 4) return qvf_fail(err, es, QVF_E_CHUNK_SIZE, name, "raw x-vector of %zu bytes (expected a multiple of 4)", n);
-    if (n / 4 > QVF_MAX_DIM) return qvf_fail(err, es, QVF_E_LIMIT, name, "raw x-vector of %zu floats (maximum %u)", n / 4, QVF_MAX_DIM);
-    if (hint && n != 4ull * hint) return qvf_fail(err, es, QVF_E_MISMATCH, name, "raw x-vector of %zu floats (expected %u)", n / 4, hint);
+int qvf_bin_read(const uint8_t *buf, size_t n, const char *name, uint32_t hint, qvf_voice *v,
+                 char *err, size_t es) {
+    if (n == 0 || n % 4)
+        return qvf_fail(err, es, QVF_E_CHUNK_SIZE, name,
+                        "raw x-vector of %zu bytes (expected a multiple of 4)", n);
+    if (n / 4 > QVF_MAX_DIM)
+        return qvf_fail(err, es, QVF_E_LIMIT, name, "raw x-vector of %zu floats (maximum %u)",
+                        n / 4, QVF_MAX_DIM);
+    if (hint && n != 4ull * hint)
+        return qvf_fail(err, es, QVF_E_MISMATCH, name, "raw x-vector of %zu floats (expected %u)",
+                        n / 4, hint);
     v->file_version = 0;
     if (!(v->xvector = malloc(n))) return qvf_fail(err, es, QVF_E_NOMEM, name, "x-vector");
     memcpy(v->xvector, buf, n);
@@ -354,19 +423,32 @@ int qvf_bin_read(const uint8_t *buf, size_t n, const char *name, uint32_t hint, 
 /* ---------------------------------------------------------------- v3 writer */
 
 int qvf_legacy_check_v3(const qvf_voice *v, const char *name, char *err, size_t es) {
-    if (!v->xvector || !v->enc_dim) return qvf_fail(err, es, QVF_E_ARG, name, "voice has no x-vector");
-    if (v->wovr_h && !v->tpad_hidden) return qvf_fail(err, es, QVF_E_UNSUPPORTED, name, "v3 cannot hold WOVR without TPAD (positional sections)");
+    if (!v->xvector || !v->enc_dim)
+        return qvf_fail(err, es, QVF_E_ARG, name, "voice has no x-vector");
+    if (v->wovr_h && !v->tpad_hidden)
+        return qvf_fail(err, es, QVF_E_UNSUPPORTED, name,
+                        "v3 cannot hold WOVR without TPAD (positional sections)");
     if (v->has_wdelta && (!v->tpad_hidden || !v->wovr_h))
-        return qvf_fail(err, es, QVF_E_UNSUPPORTED, name, "v3 cannot hold a weight stream without TPAD and WOVR (positional sections)");
-    if (v->has_wdelta && v->wdelta_kind == QVF_WKIND_DELTA && v->target.hidden_size != 1024 && v->target.hidden_size != 2048)
-        return qvf_fail(err, es, QVF_E_UNSUPPORTED, name, "v3 WDLT needs target hidden 1024 or 2048, found %u", v->target.hidden_size);
-    if (v->has_wdelta && v->wdelta_kind == QVF_WKIND_DELTA_NOHIDDEN && (v->n_tensors == 1024 || v->n_tensors == 2048))
-        return qvf_fail(err, es, QVF_E_UNSUPPORTED, name, "v3 WDLT without hidden cannot hold %u tensors", v->n_tensors);
+        return qvf_fail(
+            err, es, QVF_E_UNSUPPORTED, name,
+            "v3 cannot hold a weight stream without TPAD and WOVR (positional sections)");
+    if (v->has_wdelta && v->wdelta_kind == QVF_WKIND_DELTA && v->target.hidden_size != 1024 &&
+        v->target.hidden_size != 2048)
+        return qvf_fail(err, es, QVF_E_UNSUPPORTED, name,
+                        "v3 WDLT needs target hidden 1024 or 2048, found %u",
+                        v->target.hidden_size);
+    if (v->has_wdelta && v->wdelta_kind == QVF_WKIND_DELTA_NOHIDDEN &&
+        (v->n_tensors == 1024 || v->n_tensors == 2048))
+        return qvf_fail(err, es, QVF_E_UNSUPPORTED, name,
+                        "v3 WDLT without hidden cannot hold %u tensors", v->n_tensors);
     for (uint32_t i = 0; i < v->n_tensors; i++) {
         const qvf_tensor *t = &v->tensors[i];
-        if (t->raw_bytes > UINT32_MAX || (t->encoding == QVF_ENC_DELTA16_LZ4 && t->raw_bytes > LZ4_MAX_INPUT_SIZE))
-            return qvf_fail(err, es, QVF_E_LIMIT, name, "tensor %s: %llu bytes too large for v3", t->name, (unsigned long long)t->raw_bytes);
-        if (strlen(t->name) > QVF_MAX_NAME_BYTES) return qvf_fail(err, es, QVF_E_LIMIT, name, "tensor name too long");
+        if (t->raw_bytes > UINT32_MAX ||
+            (t->encoding == QVF_ENC_DELTA16_LZ4 && t->raw_bytes > LZ4_MAX_INPUT_SIZE))
+            return qvf_fail(err, es, QVF_E_LIMIT, name, "tensor %s: %llu bytes too large for v3",
+                            t->name, (unsigned long long)t->raw_bytes);
+        if (strlen(t->name) > QVF_MAX_NAME_BYTES)
+            return qvf_fail(err, es, QVF_E_LIMIT, name, "tensor name too long");
     }
     return QVF_OK;
 }
@@ -401,10 +483,12 @@ static int write_record(const qvf_tensor *t, qvf_out *o, const char *name, char 
     }
     int cap = LZ4_compressBound((int)t->raw_bytes);
     uint8_t *delta = malloc(t->raw_bytes), *z = malloc((size_t)cap);
-    int rc = (!delta || !z) ? qvf_fail(err, es, QVF_E_NOMEM, name, "tensor %s", t->name) : qvf_tensor_decode_delta(t, delta, err, es);
+    int rc = (!delta || !z) ? qvf_fail(err, es, QVF_E_NOMEM, name, "tensor %s", t->name)
+                            : qvf_tensor_decode_delta(t, delta, err, es);
     if (!rc) {
         int zn = LZ4_compress_default((const char *)delta, (char *)z, (int)t->raw_bytes, cap);
-        if (zn <= 0) rc = qvf_fail(err, es, QVF_E_LZ4, name, "tensor %s: LZ4 compression failed", t->name);
+        if (zn <= 0)
+            rc = qvf_fail(err, es, QVF_E_LZ4, name, "tensor %s: LZ4 compression failed", t->name);
         else {
             put32(o, (uint32_t)zn);
             out_write(o, z, (size_t)zn);
@@ -418,20 +502,28 @@ static int write_record(const qvf_tensor *t, qvf_out *o, const char *name, char 
 /* The trailer is written only when it carries something v3 cannot, so a legacy file read and
  * written back stays byte-identical. */
 static int needs_trailer(const qvf_voice *v, uint32_t flags) {
-    static const char *const v3_keys[] = {"name", "language", "language_id", "max_ref_duration_s", "v3_flags"};
-    if (!qvf_is_zero(v->source.fingerprint, 32) || !qvf_is_zero(v->target.fingerprint, 32)) return 1;
-    if (v->source.text_hidden_size != v->wovr_th || v->source.variant != ((flags & 4) ? QVF_VARIANT_BASE : 0)) return 1;
-    if (v->has_wdelta && (v->target.text_hidden_size || v->target.enc_dim ||
-                          v->target.variant != (v->wdelta_kind == QVF_WKIND_DELTA ? QVF_VARIANT_CUSTOM_VOICE : 0)))
+    static const char *const v3_keys[] = {"name", "language", "language_id", "max_ref_duration_s",
+                                          "v3_flags"};
+    if (!qvf_is_zero(v->source.fingerprint, 32) || !qvf_is_zero(v->target.fingerprint, 32))
+        return 1;
+    if (v->source.text_hidden_size != v->wovr_th ||
+        v->source.variant != ((flags & 4) ? QVF_VARIANT_BASE : 0))
+        return 1;
+    if (v->has_wdelta &&
+        (v->target.text_hidden_size || v->target.enc_dim ||
+         v->target.variant != (v->wdelta_kind == QVF_WKIND_DELTA ? QVF_VARIANT_CUSTOM_VOICE : 0)))
         return 1;
     for (int i = 0; i < v->n_meta; i++) {
         size_t k = 0;
-        while (k < 5 && strcmp(v->meta[i].key, v3_keys[k])) k++;
+        while (k < 5 && strcmp(v->meta[i].key, v3_keys[k]))
+            k++;
         if (k == 5) return 1;
     }
     for (uint32_t i = 0; v->has_wdelta && i < v->n_tensors; i++) {
         const qvf_tensor *t = &v->tensors[i];
-        if (t->n_dims != 1 || !qvf_is_zero(t->target_sha256, 32) || !qvf_is_zero(t->result_sha256, 32)) return 1;
+        if (t->n_dims != 1 || !qvf_is_zero(t->target_sha256, 32) ||
+            !qvf_is_zero(t->result_sha256, 32))
+            return 1;
         if (t->encoding == QVF_ENC_RAW && t->dtype != guess_dtype(t->name)) return 1;
     }
     return 0;
@@ -439,9 +531,11 @@ static int needs_trailer(const qvf_voice *v, uint32_t flags) {
 
 static void write_trailer(const qvf_voice *v, qvf_out *o) {
     uint64_t mb = 8;
-    for (int i = 0; i < v->n_meta; i++) mb = align_up(mb + 8 + strlen(v->meta[i].key) + strlen(v->meta[i].value), 8);
+    for (int i = 0; i < v->n_meta; i++)
+        mb = align_up(mb + 8 + strlen(v->meta[i].key) + strlen(v->meta[i].value), 8);
     uint64_t len = QVF_HEAD_BYTES + 4 + mb + 4;
-    for (uint32_t i = 0; v->has_wdelta && i < v->n_tensors; i++) len += 4 + strlen(v->tensors[i].name) + 112;
+    for (uint32_t i = 0; v->has_wdelta && i < v->n_tensors; i++)
+        len += 4 + strlen(v->tensors[i].name) + 112;
     out_write(o, "QV4X", 4);
     o->crc = qvf_crc32c(0, "QV4X", 4);
     put32(o, (uint32_t)len);
@@ -475,7 +569,8 @@ static void write_trailer(const qvf_voice *v, qvf_out *o) {
         uint8_t e[112] = {0};
         wr32(e, t->dtype);
         wr32(e + 4, t->n_dims);
-        for (int j = 0; j < 4; j++) wr64(e + 8 + 8 * j, j < (int)t->n_dims ? t->shape[j] : 0);
+        for (int j = 0; j < 4; j++)
+            wr64(e + 8 + 8 * j, j < (int)t->n_dims ? t->shape[j] : 0);
         memcpy(e + 40, t->target_sha256, 32);
         memcpy(e + 72, t->result_sha256, 32);
         put32(o, (uint32_t)strlen(t->name));
@@ -497,7 +592,8 @@ int qvf_legacy_write_v3(const qvf_voice *v, qvf_out *o, const char *name, char *
     put32(o, v->transcript_bytes);
     out_write(o, v->transcript, v->transcript_bytes);
     put32(o, v->n_frames);
-    for (uint64_t i = 0; i < 16ull * v->n_frames; i++) put32(o, v->codes[i]);
+    for (uint64_t i = 0; i < 16ull * v->n_frames; i++)
+        put32(o, v->codes[i]);
     /* META (the engine always writes it; needed positionally before TPAD) */
     const char *s;
     uint32_t flags = (v->n_frames ? 2 : 0) | (v->source.variant == QVF_VARIANT_BASE ? 4 : 0);
@@ -530,8 +626,10 @@ int qvf_legacy_write_v3(const qvf_voice *v, qvf_out *o, const char *name, char *
         out_write(o, v->wovr_codec, 2 * cv * h);
     }
     if (v->has_wdelta) {
-        if (v->wdelta_kind == QVF_WKIND_FULL) out_write(o, "WFULL", 5);
-        else out_write(o, "WDLT", 4);
+        if (v->wdelta_kind == QVF_WKIND_FULL)
+            out_write(o, "WFULL", 5);
+        else
+            out_write(o, "WDLT", 4);
         if (v->wdelta_kind == QVF_WKIND_DELTA) put32(o, v->target.hidden_size);
         put32(o, v->n_tensors);
         for (uint32_t i = 0; i < v->n_tensors; i++)

@@ -103,9 +103,12 @@ static int write_voice(const qvf_voice *v, const char *path, int version) {
 }
 
 static int parse_version(const char *s, int *out) {
-    if (!strcmp(s, "v3") || !strcmp(s, "3")) *out = 3;
-    else if (!strcmp(s, "v4") || !strcmp(s, "4")) *out = 4;
-    else return -1;
+    if (!strcmp(s, "v3") || !strcmp(s, "3"))
+        *out = 3;
+    else if (!strcmp(s, "v4") || !strcmp(s, "4"))
+        *out = 4;
+    else
+        return -1;
     return 0;
 }
 
@@ -120,12 +123,14 @@ static const char *wkind_name(uint32_t k) {
 }
 
 static void hex(const uint8_t *d, int n, char *out) {
-    for (int i = 0; i < n; i++) sprintf(out + 2 * i, "%02x", d[i]);
+    for (int i = 0; i < n; i++)
+        sprintf(out + 2 * i, "%02x", d[i]);
 }
 
 static double xnorm(const qvf_voice *v) {
     double s = 0;
-    for (uint32_t i = 0; i < v->enc_dim; i++) s += (double)v->xvector[i] * v->xvector[i];
+    for (uint32_t i = 0; i < v->enc_dim; i++)
+        s += (double)v->xvector[i] * v->xvector[i];
     return sqrt(s);
 }
 
@@ -164,8 +169,8 @@ static void id_json(cJSON *o, const char *key, const qvf_model_id *id) {
 static void id_text(const char *label, const qvf_model_id *id) {
     char fp[65];
     hex(id->fingerprint, 32, fp);
-    printf("  %s model: hidden %u, text hidden %u, enc_dim %u, %s, fingerprint %s\n", label, id->hidden_size,
-           id->text_hidden_size, id->enc_dim, variant_name(id->variant), fp);
+    printf("  %s model: hidden %u, text hidden %u, enc_dim %u, %s, fingerprint %s\n", label,
+           id->hidden_size, id->text_hidden_size, id->enc_dim, variant_name(id->variant), fp);
 }
 
 static uint64_t wdelta_bytes(const qvf_voice *v, uint64_t *raw) {
@@ -239,7 +244,8 @@ static int inspect_one(const char *path, cJSON *jarr) {
         id_json(jo, "source_model", &v->source);
         if (v->has_wdelta) id_json(jo, "target_model", &v->target);
         cJSON *m = cJSON_AddObjectToObject(jo, "meta");
-        for (int i = 0; i < v->n_meta; i++) cJSON_AddStringToObject(m, v->meta[i].key, v->meta[i].value);
+        for (int i = 0; i < v->n_meta; i++)
+            cJSON_AddStringToObject(m, v->meta[i].key, v->meta[i].value);
         cJSON_AddNumberToObject(jo, "enc_dim", v->enc_dim);
         cJSON_AddNumberToObject(jo, "xvector_norm", xnorm(v));
         cJSON_AddNumberToObject(jo, "icl_frames", v->n_frames);
@@ -260,10 +266,11 @@ static int inspect_one(const char *path, cJSON *jarr) {
             cJSON_AddNumberToObject(w, "raw_bytes", (double)raw);
         }
     } else {
-        printf("%s: qvoice v%d%s, %llu bytes\n", path, v->file_version, v->file_version ? "" : " (raw .bin x-vector)",
-               (unsigned long long)file_size(path));
-        printf("  name: %s   language: %s%s%s%s   duration: %s%s\n", name ? name : "-", lang ? lang : "-",
-               lid ? " (" : "", lid ? lid : "", lid ? ")" : "", dur ? dur : "-", dur ? " s" : "");
+        printf("%s: qvoice v%d%s, %llu bytes\n", path, v->file_version,
+               v->file_version ? "" : " (raw .bin x-vector)", (unsigned long long)file_size(path));
+        printf("  name: %s   language: %s%s%s%s   duration: %s%s\n", name ? name : "-",
+               lang ? lang : "-", lid ? " (" : "", lid ? lid : "", lid ? ")" : "", dur ? dur : "-",
+               dur ? " s" : "");
         for (int i = 0; i < v->n_meta; i++)
             if (strcmp(v->meta[i].key, "name") && strcmp(v->meta[i].key, "language") &&
                 strcmp(v->meta[i].key, "language_id") && strcmp(v->meta[i].key, "duration_s"))
@@ -271,14 +278,14 @@ static int inspect_one(const char *path, cJSON *jarr) {
         id_text("source", &v->source);
         if (v->has_wdelta) id_text("target", &v->target);
         printf("  x-vector: %u floats, norm %.4f\n", v->enc_dim, xnorm(v));
-        printf("  ICL: %u frames (%.2f s), transcript %u bytes%s%.60s%s\n", v->n_frames, v->n_frames / 12.5,
-               v->transcript_bytes, v->transcript ? ": \"" : "", v->transcript ? v->transcript : "",
-               v->transcript ? "\"" : "");
+        printf("  ICL: %u frames (%.2f s), transcript %u bytes%s%.60s%s\n", v->n_frames,
+               v->n_frames / 12.5, v->transcript_bytes, v->transcript ? ": \"" : "",
+               v->transcript ? v->transcript : "", v->transcript ? "\"" : "");
         if (v->tpad_hidden) printf("  TPAD: hidden %u\n", v->tpad_hidden);
         if (v->wovr_h) printf("  WOVR: h %u, th %u, cv %u\n", v->wovr_h, v->wovr_th, v->wovr_cv);
         if (v->has_wdelta)
-            printf("  weights: %s, %u tensors, %.1f MB stored for %.1f MB\n", wkind_name(v->wdelta_kind), v->n_tensors,
-                   comp / 1e6, raw / 1e6);
+            printf("  weights: %s, %u tensors, %.1f MB stored for %.1f MB\n",
+                   wkind_name(v->wdelta_kind), v->n_tensors, comp / 1e6, raw / 1e6);
     }
     chunks_out(path, jo, &framing_ok);
     qvf_voice_free(v);
@@ -286,17 +293,22 @@ static int inspect_one(const char *path, cJSON *jarr) {
 }
 
 static int cmd_inspect(int argc, char **argv) {
-    static const struct option opts[] = {{"json", no_argument, 0, 'j'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    static const struct option opts[] = {
+        {"json", no_argument, 0, 'j'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     int json = 0, c;
     while ((c = getopt_long(argc, argv, "jh", opts, NULL)) != -1) {
-        if (c == 'j') json = 1;
-        else if (c == 'h') return fputs(usage_text, stdout), 0;
-        else return usage_error("inspect: unknown option");
+        if (c == 'j')
+            json = 1;
+        else if (c == 'h')
+            return fputs(usage_text, stdout), 0;
+        else
+            return usage_error("inspect: unknown option");
     }
     if (optind >= argc) return usage_error("inspect: no FILE");
     cJSON *arr = json ? cJSON_CreateArray() : NULL;
     int rc = 0;
-    for (int i = optind; i < argc; i++) rc |= inspect_one(argv[i], arr);
+    for (int i = optind; i < argc; i++)
+        rc |= inspect_one(argv[i], arr);
     if (arr) {
         char *s = cJSON_Print(arr);
         if (s) puts(s);
@@ -319,24 +331,30 @@ static int verify_model(const char *path, const qvf_voice *v, const char *dir, i
     uint32_t h = (uint32_t)cfg.talker.hidden_size, th = (uint32_t)cfg.text_hidden_size;
     uint32_t want_enc = cfg.has_speaker_encoder ? (uint32_t)cfg.enc_dim : h; /* legacy §8 step 2 */
     if (v->enc_dim != want_enc) {
-        fprintf(stderr, "voicefmt: %s: x-vector has %u floats, model %s expects %u\n", path, v->enc_dim, dir, want_enc);
+        fprintf(stderr, "voicefmt: %s: x-vector has %u floats, model %s expects %u\n", path,
+                v->enc_dim, dir, want_enc);
         bad = 1;
     }
     if (v->tpad_hidden && v->tpad_hidden != h) {
-        fprintf(stderr, "voicefmt: %s: TPAD hidden %u, model %s has %u\n", path, v->tpad_hidden, dir, h);
+        fprintf(stderr, "voicefmt: %s: TPAD hidden %u, model %s has %u\n", path, v->tpad_hidden,
+                dir, h);
         bad = 1;
     }
     if (v->wovr_h && (v->wovr_h != h || v->wovr_th != th)) {
-        fprintf(stderr, "voicefmt: %s: WOVR h %u th %u, model %s has %u / %u\n", path, v->wovr_h, v->wovr_th, dir, h, th);
+        fprintf(stderr, "voicefmt: %s: WOVR h %u th %u, model %s has %u / %u\n", path, v->wovr_h,
+                v->wovr_th, dir, h, th);
         bad = 1;
     }
     if (!v->has_wdelta) return bad;
     if (cfg.variant == QVE_VARIANT_BASE && v->wdelta_kind != QVF_WKIND_FULL) {
-        fprintf(stderr, "voicefmt: %s: weight deltas target a CustomVoice model, %s is a Base model\n", path, dir);
+        fprintf(stderr,
+                "voicefmt: %s: weight deltas target a CustomVoice model, %s is a Base model\n",
+                path, dir);
         bad = 1;
     }
     if (v->target.hidden_size && v->target.hidden_size != h) {
-        fprintf(stderr, "voicefmt: %s: WDELTA targets hidden %u, model %s has %u\n", path, v->target.hidden_size, dir, h);
+        fprintf(stderr, "voicefmt: %s: WDELTA targets hidden %u, model %s has %u\n", path,
+                v->target.hidden_size, dir, h);
         bad = 1;
     }
     uint8_t fp[32];
@@ -354,7 +372,10 @@ static int verify_model(const char *path, const qvf_voice *v, const char *dir, i
             bad = 1;
         }
     } else {
-        fprintf(stderr, "voicefmt: %s: warning: WDELTA has no target fingerprint (legacy); only sizes checked\n", path);
+        fprintf(stderr,
+                "voicefmt: %s: warning: WDELTA has no target fingerprint (legacy); only sizes "
+                "checked\n",
+                path);
     }
     qve_st *st = qve_st_open_dir(dir, "model", err, sizeof err);
     if (!st) {
@@ -365,21 +386,27 @@ static int verify_model(const char *path, const qvf_voice *v, const char *dir, i
         const qvf_tensor *t = &v->tensors[i];
         const qve_tensor *m = qve_st_find(st, t->name);
         if (!m) {
-            fprintf(stderr, "voicefmt: %s: WDELTA tensor %s is not in model %s\n", path, t->name, dir);
+            fprintf(stderr, "voicefmt: %s: WDELTA tensor %s is not in model %s\n", path, t->name,
+                    dir);
             bad = 1;
             continue;
         }
-        if (t->encoding == QVF_ENC_DELTA16_LZ4 && (m->dtype != QVE_DTYPE_BF16 || m->n_bytes != t->raw_bytes)) {
-            fprintf(stderr, "voicefmt: %s: WDELTA tensor %s: %llu bf16 bytes, model has %zu bytes %s\n", path, t->name,
-                    (unsigned long long)t->raw_bytes, m->n_bytes, qve_dtype_name(m->dtype));
+        if (t->encoding == QVF_ENC_DELTA16_LZ4 &&
+            (m->dtype != QVE_DTYPE_BF16 || m->n_bytes != t->raw_bytes)) {
+            fprintf(stderr,
+                    "voicefmt: %s: WDELTA tensor %s: %llu bf16 bytes, model has %zu bytes %s\n",
+                    path, t->name, (unsigned long long)t->raw_bytes, m->n_bytes,
+                    qve_dtype_name(m->dtype));
             bad = 1;
             continue;
         }
         if (deep && t->encoding == QVF_ENC_DELTA16_LZ4 && memcmp(t->target_sha256, zero, 32)) {
             uint8_t hsh[32];
             if (qve_tensor_sha256(m, hsh) || memcmp(hsh, t->target_sha256, 32)) {
-                fprintf(stderr, "voicefmt: %s: WDELTA tensor %s: model tensor content differs from the delta's target\n", path,
-                        t->name);
+                fprintf(stderr,
+                        "voicefmt: %s: WDELTA tensor %s: model tensor content differs from the "
+                        "delta's target\n",
+                        path, t->name);
                 bad = 1;
             }
         }
@@ -407,15 +434,21 @@ static int verify_blocks(const char *path, const qvf_voice *v) {
 }
 
 static int cmd_verify(int argc, char **argv) {
-    static const struct option opts[] = {
-        {"model", required_argument, 0, 'm'}, {"deep", no_argument, 0, 'd'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    static const struct option opts[] = {{"model", required_argument, 0, 'm'},
+                                         {"deep", no_argument, 0, 'd'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
     const char *model = NULL;
     int deep = 0, c;
     while ((c = getopt_long(argc, argv, "m:dh", opts, NULL)) != -1) {
-        if (c == 'm') model = optarg;
-        else if (c == 'd') deep = 1;
-        else if (c == 'h') return fputs(usage_text, stdout), 0;
-        else return usage_error("verify: unknown option");
+        if (c == 'm')
+            model = optarg;
+        else if (c == 'd')
+            deep = 1;
+        else if (c == 'h')
+            return fputs(usage_text, stdout), 0;
+        else
+            return usage_error("verify: unknown option");
     }
     if (optind >= argc) return usage_error("verify: no FILE");
     int rc = 0;
@@ -427,7 +460,9 @@ static int cmd_verify(int argc, char **argv) {
         }
         int bad = verify_blocks(argv[i], v);
         if (!bad && model) bad = verify_model(argv[i], v, model, deep);
-        if (!bad) printf("%s: ok (v%d%s%s)\n", argv[i], v->file_version, model ? ", fits " : "", model ? model : "");
+        if (!bad)
+            printf("%s: ok (v%d%s%s)\n", argv[i], v->file_version, model ? ", fits " : "",
+                   model ? model : "");
         rc |= bad;
         qvf_voice_free(v);
     }
@@ -436,71 +471,92 @@ static int cmd_verify(int argc, char **argv) {
 
 /* ---------------------------------------------------------------- diff */
 
-static int same_mem(const void *a, const void *b, size_t n) { return !n || (a && b && !memcmp(a, b, n)); }
+static int same_mem(const void *a, const void *b, size_t n) {
+    return !n || (a && b && !memcmp(a, b, n));
+}
 
 static int diff_voices(const qvf_voice *a, const qvf_voice *b) {
     int d = 0;
 #define DIFFER(...) (printf(__VA_ARGS__), d = 1)
-    if (a->enc_dim != b->enc_dim) DIFFER("x-vector: %u vs %u floats\n", a->enc_dim, b->enc_dim);
+    if (a->enc_dim != b->enc_dim)
+        DIFFER("x-vector: %u vs %u floats\n", a->enc_dim, b->enc_dim);
     else if (!same_mem(a->xvector, b->xvector, 4ull * a->enc_dim)) {
         double m = 0;
-        for (uint32_t i = 0; i < a->enc_dim; i++) m = fmax(m, fabs((double)a->xvector[i] - b->xvector[i]));
+        for (uint32_t i = 0; i < a->enc_dim; i++)
+            m = fmax(m, fabs((double)a->xvector[i] - b->xvector[i]));
         DIFFER("x-vector: max |diff| %.6g\n", m);
     }
     if (memcmp(&a->source, &b->source, sizeof a->source)) DIFFER("source model identity differs\n");
     if (memcmp(&a->target, &b->target, sizeof a->target)) DIFFER("target model identity differs\n");
-    if (a->transcript_bytes != b->transcript_bytes || !same_mem(a->transcript, b->transcript, a->transcript_bytes))
+    if (a->transcript_bytes != b->transcript_bytes ||
+        !same_mem(a->transcript, b->transcript, a->transcript_bytes))
         DIFFER("transcript differs\n");
     if (a->n_frames != b->n_frames || !same_mem(a->codes, b->codes, 32ull * a->n_frames))
         DIFFER("ICL codes differ (%u vs %u frames)\n", a->n_frames, b->n_frames);
     for (int i = 0; i < a->n_meta; i++) {
         const char *o = qvf_meta_get(b, a->meta[i].key);
-        if (!o) DIFFER("meta %s: only in A\n", a->meta[i].key);
-        else if (strcmp(o, a->meta[i].value)) DIFFER("meta %s: \"%s\" vs \"%s\"\n", a->meta[i].key, a->meta[i].value, o);
+        if (!o)
+            DIFFER("meta %s: only in A\n", a->meta[i].key);
+        else if (strcmp(o, a->meta[i].value))
+            DIFFER("meta %s: \"%s\" vs \"%s\"\n", a->meta[i].key, a->meta[i].value, o);
     }
     for (int i = 0; i < b->n_meta; i++)
         if (!qvf_meta_get(a, b->meta[i].key)) DIFFER("meta %s: only in B\n", b->meta[i].key);
-    if (a->tpad_hidden != b->tpad_hidden || !same_mem(a->tpad, b->tpad, 12ull * a->tpad_hidden)) DIFFER("TPAD differs\n");
+    if (a->tpad_hidden != b->tpad_hidden || !same_mem(a->tpad, b->tpad, 12ull * a->tpad_hidden))
+        DIFFER("TPAD differs\n");
     uint64_t h = a->wovr_h, th = a->wovr_th, cv = a->wovr_cv;
-    if (h != b->wovr_h || th != b->wovr_th || cv != b->wovr_cv || !same_mem(a->wovr_fc1_w, b->wovr_fc1_w, 2 * th * th) ||
-        !same_mem(a->wovr_fc1_b, b->wovr_fc1_b, 4 * th) || !same_mem(a->wovr_fc2_w, b->wovr_fc2_w, 2 * h * th) ||
-        !same_mem(a->wovr_fc2_b, b->wovr_fc2_b, 4 * h) || !same_mem(a->wovr_codec, b->wovr_codec, 2 * cv * h))
+    if (h != b->wovr_h || th != b->wovr_th || cv != b->wovr_cv ||
+        !same_mem(a->wovr_fc1_w, b->wovr_fc1_w, 2 * th * th) ||
+        !same_mem(a->wovr_fc1_b, b->wovr_fc1_b, 4 * th) ||
+        !same_mem(a->wovr_fc2_w, b->wovr_fc2_w, 2 * h * th) ||
+        !same_mem(a->wovr_fc2_b, b->wovr_fc2_b, 4 * h) ||
+        !same_mem(a->wovr_codec, b->wovr_codec, 2 * cv * h))
         DIFFER("WOVR differs\n");
-    if (a->has_wdelta != b->has_wdelta || a->n_tensors != b->n_tensors || a->wdelta_kind != b->wdelta_kind) {
+    if (a->has_wdelta != b->has_wdelta || a->n_tensors != b->n_tensors ||
+        a->wdelta_kind != b->wdelta_kind) {
         DIFFER("weight stream: %u vs %u tensors\n", a->n_tensors, b->n_tensors);
         return d;
     }
     for (uint32_t i = 0; i < a->n_tensors; i++) {
         const qvf_tensor *x = &a->tensors[i], *y = &b->tensors[i];
-        if (strcmp(x->name, y->name) || x->raw_bytes != y->raw_bytes || x->dtype != y->dtype || x->encoding != y->encoding) {
+        if (strcmp(x->name, y->name) || x->raw_bytes != y->raw_bytes || x->dtype != y->dtype ||
+            x->encoding != y->encoding) {
             DIFFER("tensor %u: %s vs %s\n", i, x->name, y->name);
             continue;
         }
         /* compare decoded content: same deltas in different block layouts are the same voice */
-        uint8_t *zero = calloc(1, x->raw_bytes), *dx = malloc(x->raw_bytes), *dy = malloc(x->raw_bytes);
+        uint8_t *zero = calloc(1, x->raw_bytes), *dx = malloc(x->raw_bytes),
+                *dy = malloc(x->raw_bytes);
         char err[512];
         int ok = zero && dx && dy && !qvf_wdelta_apply(x, zero, dx, 0, err, sizeof err) &&
                  !qvf_wdelta_apply(y, zero, dy, 0, err, sizeof err);
         if (!ok) {
-            free(zero); free(dx); free(dy);
+            free(zero);
+            free(dx);
+            free(dy);
             return -1;
         }
         if (memcmp(dx, dy, x->raw_bytes)) DIFFER("tensor %s: data differs\n", x->name);
-        free(zero); free(dx); free(dy);
+        free(zero);
+        free(dx);
+        free(dy);
     }
 #undef DIFFER
     return d;
 }
 
 static int cmd_diff(int argc, char **argv) {
-    if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) return fputs(usage_text, stdout), 0;
+    if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")))
+        return fputs(usage_text, stdout), 0;
     if (argc != 3) return usage_error("diff: needs exactly two files");
     qvf_voice *a = load(argv[1]), *b = a ? load(argv[2]) : NULL;
     int rc = 2;
     if (a && b) {
         int d = diff_voices(a, b);
-        if (d < 0) fprintf(stderr, "voicefmt: %s / %s: cannot decode a weight tensor\n", argv[1], argv[2]);
-        else if (!d) printf("same\n");
+        if (d < 0)
+            fprintf(stderr, "voicefmt: %s / %s: cannot decode a weight tensor\n", argv[1], argv[2]);
+        else if (!d)
+            printf("same\n");
         rc = d < 0 ? 2 : d;
     }
     qvf_voice_free(a);
@@ -511,21 +567,30 @@ static int cmd_diff(int argc, char **argv) {
 /* ---------------------------------------------------------------- convert / strip */
 
 static int cmd_convert_strip(int argc, char **argv, int strip) {
-    static const struct option opts[] = {{"to", required_argument, 0, 't'}, {"output", required_argument, 0, 'o'},
-                                         {"drop", required_argument, 0, 'D'}, {"help", no_argument, 0, 'h'},
+    static const struct option opts[] = {{"to", required_argument, 0, 't'},
+                                         {"output", required_argument, 0, 'o'},
+                                         {"drop", required_argument, 0, 'D'},
+                                         {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     const char *out = NULL, *drop = NULL;
     int version = 4, c;
     while ((c = getopt_long(argc, argv, strip ? "t:o:D:h" : "t:o:h", opts, NULL)) != -1) {
         if (c == 't') {
             if (parse_version(optarg, &version)) return usage_error("--to must be v3 or v4");
-        } else if (c == 'o') out = optarg;
-        else if (c == 'D' && strip) drop = optarg;
-        else if (c == 'h') return fputs(usage_text, stdout), 0;
-        else return usage_error("unknown option");
+        } else if (c == 'o')
+            out = optarg;
+        else if (c == 'D' && strip)
+            drop = optarg;
+        else if (c == 'h')
+            return fputs(usage_text, stdout), 0;
+        else
+            return usage_error("unknown option");
     }
-    if (!out || optind != argc - 1) return usage_error(strip ? "strip: needs --drop, -o OUT and one FILE" : "convert: needs -o OUT and one FILE");
-    if (strip && (!drop || (strcmp(drop, "wdelta") && strcmp(drop, "icl")))) return usage_error("strip: --drop wdelta|icl");
+    if (!out || optind != argc - 1)
+        return usage_error(strip ? "strip: needs --drop, -o OUT and one FILE"
+                                 : "convert: needs -o OUT and one FILE");
+    if (strip && (!drop || (strcmp(drop, "wdelta") && strcmp(drop, "icl"))))
+        return usage_error("strip: --drop wdelta|icl");
     qvf_voice *v = load(argv[optind]);
     if (!v) return 1;
     if (drop && !strcmp(drop, "wdelta")) qvf_voice_drop_wdelta(v);
@@ -546,8 +611,10 @@ static int cmd_convert_strip(int argc, char **argv, int strip) {
 /* ---------------------------------------------------------------- extract */
 
 static int cmd_extract(int argc, char **argv) {
-    static const struct option opts[] = {{"xvector", required_argument, 0, 'x'}, {"codes", required_argument, 0, 'c'},
-                                         {"transcript", required_argument, 0, 'T'}, {"help", no_argument, 0, 'h'},
+    static const struct option opts[] = {{"xvector", required_argument, 0, 'x'},
+                                         {"codes", required_argument, 0, 'c'},
+                                         {"transcript", required_argument, 0, 'T'},
+                                         {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     const char *out = NULL;
     int what = 0, c;
@@ -558,11 +625,13 @@ static int cmd_extract(int argc, char **argv) {
         what = c;
         out = optarg;
     }
-    if (!what || optind != argc - 1) return usage_error("extract: needs one of --xvector/--codes/--transcript and one FILE");
+    if (!what || optind != argc - 1)
+        return usage_error("extract: needs one of --xvector/--codes/--transcript and one FILE");
     qvf_voice *v = load(argv[optind]);
     if (!v) return 1;
     if ((what == 'c' && !v->n_frames) || (what == 'T' && !v->transcript)) {
-        fprintf(stderr, "voicefmt: %s: has no %s\n", argv[optind], what == 'c' ? "ICL codes" : "transcript");
+        fprintf(stderr, "voicefmt: %s: has no %s\n", argv[optind],
+                what == 'c' ? "ICL codes" : "transcript");
         qvf_voice_free(v);
         return 1;
     }
@@ -572,10 +641,12 @@ static int cmd_extract(int argc, char **argv) {
     FILE *f = fopen(tmp, "wb");
     int ok = f != NULL;
     if (ok && what == 'x') ok = fwrite(v->xvector, 4, v->enc_dim, f) == v->enc_dim;
-    if (ok && what == 'T') ok = fwrite(v->transcript, 1, v->transcript_bytes, f) == v->transcript_bytes;
+    if (ok && what == 'T')
+        ok = fwrite(v->transcript, 1, v->transcript_bytes, f) == v->transcript_bytes;
     for (uint32_t i = 0; ok && what == 'c' && i < v->n_frames; i++)
         for (int k = 0; k < QVF_N_CODEBOOKS; k++)
-            ok = fprintf(f, "%u%c", v->codes[i * QVF_N_CODEBOOKS + k], k == QVF_N_CODEBOOKS - 1 ? '\n' : ' ') > 0;
+            ok = fprintf(f, "%u%c", v->codes[i * QVF_N_CODEBOOKS + k],
+                         k == QVF_N_CODEBOOKS - 1 ? '\n' : ' ') > 0;
     if (f && fclose(f)) ok = 0;
     if (ok && rename(tmp, out)) ok = 0;
     if (!ok) {
@@ -588,7 +659,9 @@ static int cmd_extract(int argc, char **argv) {
 
 /* ---------------------------------------------------------------- list */
 
-static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+static int cmp_str(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
 
 static int list_dir(const char *dir, int *any) {
     DIR *d = opendir(dir);
@@ -617,9 +690,9 @@ static int list_dir(const char *dir, int *any) {
             rc = 1;
         } else {
             const char *nm = qvf_meta_get(v, "name"), *lang = qvf_meta_get(v, "language");
-            printf("%-40s  v%d  %-20s %-10s hidden %-5u %4u ICL frames%s  %8.1f KB\n", path, v->file_version, nm ? nm : "-",
-                   lang ? lang : "-", v->source.hidden_size, v->n_frames, v->has_wdelta ? "  +WDELTA" : "",
-                   file_size(path) / 1024.0);
+            printf("%-40s  v%d  %-20s %-10s hidden %-5u %4u ICL frames%s  %8.1f KB\n", path,
+                   v->file_version, nm ? nm : "-", lang ? lang : "-", v->source.hidden_size,
+                   v->n_frames, v->has_wdelta ? "  +WDELTA" : "", file_size(path) / 1024.0);
             qvf_voice_free(v);
         }
         free(names[i]);
@@ -629,17 +702,21 @@ static int list_dir(const char *dir, int *any) {
 }
 
 static int cmd_list(int argc, char **argv) {
-    if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) return fputs(usage_text, stdout), 0;
+    if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")))
+        return fputs(usage_text, stdout), 0;
     int rc = 0, any = 0;
     if (argc > 1) {
-        for (int i = 1; i < argc; i++) rc |= list_dir(argv[i], &any);
+        for (int i = 1; i < argc; i++)
+            rc |= list_dir(argv[i], &any);
         return rc;
     }
     rc |= list_dir("voices", &any);
     const char *qp = getenv("QVOICE_PATH");
     if (qp) {
         char *copy = strdup(qp), *save = NULL;
-        for (char *tok = copy ? strtok_r(copy, ":", &save) : NULL; tok; tok = strtok_r(NULL, ":", &save)) rc |= list_dir(tok, &any);
+        for (char *tok = copy ? strtok_r(copy, ":", &save) : NULL; tok;
+             tok = strtok_r(NULL, ":", &save))
+            rc |= list_dir(tok, &any);
         free(copy);
     }
     if (!any) fprintf(stderr, "voicefmt: no .qvoice files in voices/ or $QVOICE_PATH\n");
@@ -649,28 +726,37 @@ static int cmd_list(int argc, char **argv) {
 /* ---------------------------------------------------------------- mix */
 
 static int cmd_mix(int argc, char **argv) {
-    static const struct option opts[] = {{"output", required_argument, 0, 'o'}, {"name", required_argument, 0, 'n'},
-                                         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    static const struct option opts[] = {{"output", required_argument, 0, 'o'},
+                                         {"name", required_argument, 0, 'n'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
     const char *out = NULL, *name = "mix";
     int c;
     while ((c = getopt_long(argc, argv, "o:n:h", opts, NULL)) != -1) {
-        if (c == 'o') out = optarg;
-        else if (c == 'n') name = optarg;
-        else if (c == 'h') return fputs(usage_text, stdout), 0;
-        else return usage_error("mix: unknown option");
+        if (c == 'o')
+            out = optarg;
+        else if (c == 'n')
+            name = optarg;
+        else if (c == 'h')
+            return fputs(usage_text, stdout), 0;
+        else
+            return usage_error("mix: unknown option");
     }
-    if (!out || optind >= argc) return usage_error("mix: needs -o OUT and at least one FILE:WEIGHT");
+    if (!out || optind >= argc)
+        return usage_error("mix: needs -o OUT and at least one FILE:WEIGHT");
     int n = argc - optind, rc = 1;
     qvf_voice *first = NULL;
     float *acc = NULL;
     char recipe[8192] = "";
     for (int i = 0; i < n; i++) {
         char *arg = argv[optind + i], *colon = strrchr(arg, ':'), *end;
-        if (!colon) return free(acc), qvf_voice_free(first), usage_error("mix: each input is FILE:WEIGHT");
+        if (!colon)
+            return free(acc), qvf_voice_free(first), usage_error("mix: each input is FILE:WEIGHT");
         errno = 0;
         double w = strtod(colon + 1, &end);
         if (errno || *end || end == colon + 1 || !isfinite(w))
-            return free(acc), qvf_voice_free(first), usage_error("mix: weight is not a finite number");
+            return free(acc), qvf_voice_free(first),
+                   usage_error("mix: weight is not a finite number");
         *colon = 0;
         qvf_voice *v = load(arg);
         *colon = ':';
@@ -678,15 +764,20 @@ static int cmd_mix(int argc, char **argv) {
         if (!first) {
             first = v;
             if (!(acc = calloc(v->enc_dim, sizeof *acc))) goto done;
-        } else if (memcmp(&v->source, &first->source, sizeof v->source) || v->enc_dim != first->enc_dim) {
+        } else if (memcmp(&v->source, &first->source, sizeof v->source) ||
+                   v->enc_dim != first->enc_dim) {
             const char *a0 = argv[optind];
-            fprintf(stderr, "voicefmt: %.*s: made with a different model than %.*s (model identities differ)\n",
-                    (int)(colon - arg), arg, (int)(strrchr(a0, ':') - a0), a0);
+            fprintf(
+                stderr,
+                "voicefmt: %.*s: made with a different model than %.*s (model identities differ)\n",
+                (int)(colon - arg), arg, (int)(strrchr(a0, ':') - a0), a0);
             qvf_voice_free(v);
             goto done;
         }
-        for (uint32_t k = 0; k < first->enc_dim; k++) acc[k] += (float)(w * v->xvector[k]);
-        snprintf(recipe + strlen(recipe), sizeof recipe - strlen(recipe), "%s%s", i ? "," : "", arg);
+        for (uint32_t k = 0; k < first->enc_dim; k++)
+            acc[k] += (float)(w * v->xvector[k]);
+        snprintf(recipe + strlen(recipe), sizeof recipe - strlen(recipe), "%s%s", i ? "," : "",
+                 arg);
         if (v != first) qvf_voice_free(v);
     }
     memcpy(first->xvector, acc, first->enc_dim * sizeof *acc);
@@ -695,11 +786,15 @@ static int cmd_mix(int argc, char **argv) {
     char now[32];
     time_t t = time(NULL);
     strftime(now, sizeof now, "%Y-%m-%dT%H:%M:%SZ", gmtime(&t));
-    static const char *const drop[] = {"source_sha256", "duration_s", "source_sample_rate_hz", "source_channels", "v3_flags"};
-    for (size_t i = 0; i < sizeof drop / sizeof drop[0]; i++) qvf_meta_set(first, drop[i], NULL);
-    if (qvf_meta_set(first, "name", name) || qvf_meta_set(first, "mix", recipe) || qvf_meta_set(first, "created_utc", now) ||
+    static const char *const drop[] = {"source_sha256", "duration_s", "source_sample_rate_hz",
+                                       "source_channels", "v3_flags"};
+    for (size_t i = 0; i < sizeof drop / sizeof drop[0]; i++)
+        qvf_meta_set(first, drop[i], NULL);
+    if (qvf_meta_set(first, "name", name) || qvf_meta_set(first, "mix", recipe) ||
+        qvf_meta_set(first, "created_utc", now) ||
         qvf_meta_set(first, "tool", "qvoice voicefmt " QVF_VERSION_STRING)) {
-        fprintf(stderr, "voicefmt: %s: invalid META value (name must be UTF-8, at most 64 KiB)\n", out);
+        fprintf(stderr, "voicefmt: %s: invalid META value (name must be UTF-8, at most 64 KiB)\n",
+                out);
         goto done;
     }
     rc = write_voice(first, out, 4);
@@ -715,7 +810,8 @@ int main(int argc, char **argv) {
     if (argc < 2) return usage_error("no command");
     const char *cmd = argv[1];
     if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h")) return fputs(usage_text, stdout), 0;
-    if (!strcmp(cmd, "--version") || !strcmp(cmd, "-V")) return printf("voicefmt %s (qvoice format v%d)\n", qvf_version(), QVF_FORMAT_VERSION), 0;
+    if (!strcmp(cmd, "--version") || !strcmp(cmd, "-V"))
+        return printf("voicefmt %s (qvoice format v%d)\n", qvf_version(), QVF_FORMAT_VERSION), 0;
     argc--;
     argv++;
     optind = 1;

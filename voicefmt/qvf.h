@@ -1,14 +1,16 @@
-/* qvf.h — public API of the .qvoice voice-file library (prefix qvf_); format: docs/qvoice-format.md.
+/* qvf.h — public API of the .qvoice voice-file library (prefix qvf_); format:
+ * docs/qvoice-format.md.
  *
  * Usage:
  *     qvf_voice *v; char err[256];
- *     if (qvf_read_file("alice.qvoice", 0, &v, err, sizeof err)) { fprintf(stderr, "%s\n", err); ... }
- *     use v->xvector[0..v->enc_dim-1], v->codes, v->transcript, qvf_meta_get(v, "name") ...
+ *     if (qvf_read_file("alice.qvoice", 0, &v, err, sizeof err)) { fprintf(stderr, "%s\n", err);
+ * ... } use v->xvector[0..v->enc_dim-1], v->codes, v->transcript, qvf_meta_get(v, "name") ...
  *     qvf_voice_free(v);
  * Writing: fill a qvf_voice (qvf_voice_new + the fields), then qvf_write_file (atomic).
  * Thread safety: no global state; a qvf_voice may be read by several threads, modified by one.
- * Errors: functions return 0 or a QVF_E_* code and write one line "FILE: chunk XXXX: problem" into err.
- * The library never prints, exits or aborts on bad input, and depends on no other qvoice module.
+ * Errors: functions return 0 or a QVF_E_* code and write one line "FILE: chunk XXXX: problem" into
+ * err. The library never prints, exits or aborts on bad input, and depends on no other qvoice
+ * module.
  */
 #ifndef QVF_H
 #define QVF_H
@@ -22,30 +24,30 @@
 #define QVF_BLOCK_BYTES_DEFAULT (1u << 20)
 
 /* Error codes: X(NAME, "text"); qvf_strerror(code) returns the text. */
-#define QVF_ERRORS(X)                                                                  \
-    X(OK, "ok")                                                                        \
-    X(IO, "I/O error")                                                                 \
-    X(NOMEM, "out of memory")                                                          \
-    X(ARG, "invalid argument")                                                         \
-    X(MAGIC, "not a .qvoice file (bad magic)")                                         \
-    X(VERSION, "unsupported version")                                                  \
-    X(TRUNCATED, "truncated")                                                          \
-    X(CRC, "CRC mismatch")                                                             \
-    X(CHUNK_SIZE, "wrong chunk or field size")                                         \
-    X(UNKNOWN_CRITICAL, "unknown critical chunk")                                      \
-    X(DUPLICATE, "duplicate chunk")                                                    \
-    X(ORDER, "chunk out of order")                                                     \
-    X(MISSING, "required chunk missing")                                               \
-    X(FLAGS, "wrong chunk flags")                                                      \
-    X(RESERVED, "reserved field or padding not zero")                                  \
-    X(LIMIT, "over limit")                                                             \
-    X(OVERFLOW, "size overflow")                                                       \
-    X(RANGE, "value out of range")                                                     \
-    X(UTF8, "invalid UTF-8")                                                           \
-    X(MISMATCH, "inconsistent sizes")                                                  \
-    X(LZ4, "corrupt compressed block")                                                 \
-    X(HASH, "SHA-256 mismatch")                                                        \
-    X(TRAILING, "trailing bytes after the last chunk")                                 \
+#define QVF_ERRORS(X)                                                                              \
+    X(OK, "ok")                                                                                    \
+    X(IO, "I/O error")                                                                             \
+    X(NOMEM, "out of memory")                                                                      \
+    X(ARG, "invalid argument")                                                                     \
+    X(MAGIC, "not a .qvoice file (bad magic)")                                                     \
+    X(VERSION, "unsupported version")                                                              \
+    X(TRUNCATED, "truncated")                                                                      \
+    X(CRC, "CRC mismatch")                                                                         \
+    X(CHUNK_SIZE, "wrong chunk or field size")                                                     \
+    X(UNKNOWN_CRITICAL, "unknown critical chunk")                                                  \
+    X(DUPLICATE, "duplicate chunk")                                                                \
+    X(ORDER, "chunk out of order")                                                                 \
+    X(MISSING, "required chunk missing")                                                           \
+    X(FLAGS, "wrong chunk flags")                                                                  \
+    X(RESERVED, "reserved field or padding not zero")                                              \
+    X(LIMIT, "over limit")                                                                         \
+    X(OVERFLOW, "size overflow")                                                                   \
+    X(RANGE, "value out of range")                                                                 \
+    X(UTF8, "invalid UTF-8")                                                                       \
+    X(MISMATCH, "inconsistent sizes")                                                              \
+    X(LZ4, "corrupt compressed block")                                                             \
+    X(HASH, "SHA-256 mismatch")                                                                    \
+    X(TRAILING, "trailing bytes after the last chunk")                                             \
     X(UNSUPPORTED, "unsupported feature")
 
 #define QVF_ENUM_(name, text) QVF_E_##name,
@@ -60,8 +62,12 @@ const char *qvf_errname(int code);
 /* Library version string (QVF_VERSION_STRING). */
 const char *qvf_version(void);
 
-enum qvf_variant { QVF_VARIANT_UNKNOWN, QVF_VARIANT_BASE, QVF_VARIANT_CUSTOM_VOICE,
-                   QVF_VARIANT_VOICE_DESIGN };
+enum qvf_variant {
+    QVF_VARIANT_UNKNOWN,
+    QVF_VARIANT_BASE,
+    QVF_VARIANT_CUSTOM_VOICE,
+    QVF_VARIANT_VOICE_DESIGN
+};
 
 /* Identity of a checkpoint; zero fields mean unknown. fingerprint = qve_fingerprint_model(). */
 typedef struct {
@@ -71,56 +77,60 @@ typedef struct {
 
 enum qvf_dtype { QVF_DTYPE_BF16 = 1, QVF_DTYPE_F32 = 2 };
 enum qvf_encoding { QVF_ENC_RAW = 0, QVF_ENC_DELTA16_LZ4 = 1 };
-/* Weight-stream kind (WDHD.kind): deltas, deltas from a legacy WDLT without target hidden, full weights. */
+/* Weight-stream kind (WDHD.kind): deltas, deltas from a legacy WDLT without target hidden, full
+ * weights. */
 enum qvf_wkind { QVF_WKIND_DELTA = 0, QVF_WKIND_DELTA_NOHIDDEN = 1, QVF_WKIND_FULL = 2 };
 
-/* One WDELTA record. data points into the file mapping (borrowed from the voice) or to owned_data. */
+/* One WDELTA record. data points into the file mapping (borrowed from the voice) or to owned_data.
+ */
 typedef struct {
-    char *name;                 /* owned, NUL-terminated */
+    char *name; /* owned, NUL-terminated */
     uint32_t dtype, encoding, n_dims;
     uint64_t shape[4];
-    uint64_t raw_bytes;         /* decoded tensor size */
-    uint64_t block_bytes;       /* decoded bytes per block (encoding 1); a legacy tensor is one block */
+    uint64_t raw_bytes;   /* decoded tensor size */
+    uint64_t block_bytes; /* decoded bytes per block (encoding 1); a legacy tensor is one block */
     uint32_t n_blocks;
-    uint64_t *block_offsets;    /* owned, n_blocks + 1 offsets into data */
-    const uint8_t *data;        /* raw tensor (encoding 0) or the compressed blocks */
+    uint64_t *block_offsets; /* owned, n_blocks + 1 offsets into data */
+    const uint8_t *data;     /* raw tensor (encoding 0) or the compressed blocks */
     uint64_t data_bytes;
-    uint8_t target_sha256[32];  /* zero = unknown */
-    uint8_t result_sha256[32];  /* zero = unknown */
-    uint8_t *owned_data;        /* non-NULL when data was produced by qvf_wdelta_encode */
+    uint8_t target_sha256[32]; /* zero = unknown */
+    uint8_t result_sha256[32]; /* zero = unknown */
+    uint8_t *owned_data;       /* non-NULL when data was produced by qvf_wdelta_encode */
 } qvf_tensor;
 
-typedef struct { char *key, *value; } qvf_meta_entry; /* owned, NUL-terminated */
+typedef struct {
+    char *key, *value;
+} qvf_meta_entry; /* owned, NUL-terminated */
 
 /* A voice in memory. Every pointer is owned by the voice (freed by qvf_voice_free), except
  * tensors[i].data, which may borrow the file mapping the voice also owns. To build a voice, set
  * fields directly with malloc'd buffers (the voice takes ownership; e.g. v->tpad = malloc(12 * h),
  * v->tpad_hidden = h) or use the qvf_voice_set_* / qvf_meta_set helpers. */
 typedef struct {
-    int file_version;           /* version read: 1..4, 0 = raw .bin x-vector */
+    int file_version; /* version read: 1..4, 0 = raw .bin x-vector */
     qvf_model_id source, target;
     uint32_t enc_dim;
-    float *xvector;             /* [enc_dim] */
-    char *transcript;           /* NUL-terminated UTF-8, NULL if none */
+    float *xvector;   /* [enc_dim] */
+    char *transcript; /* NUL-terminated UTF-8, NULL if none */
     uint32_t transcript_bytes;
     uint32_t n_frames;
-    uint16_t *codes;            /* [n_frames * 16], frame-major */
+    uint16_t *codes; /* [n_frames * 16], frame-major */
     int n_meta;
     qvf_meta_entry *meta;
-    int has_meta;               /* META chunk present (legacy v3: META section present) */
-    uint32_t tpad_hidden;       /* 0 = no TPAD */
-    float *tpad;                /* [3 * tpad_hidden]: tts_pad, tts_bos, tts_eos */
+    int has_meta;                      /* META chunk present (legacy v3: META section present) */
+    uint32_t tpad_hidden;              /* 0 = no TPAD */
+    float *tpad;                       /* [3 * tpad_hidden]: tts_pad, tts_bos, tts_eos */
     uint32_t wovr_h, wovr_th, wovr_cv; /* 0 = no WOVR */
-    uint16_t *wovr_fc1_w;       /* bf16 [th * th] */
-    float *wovr_fc1_b;          /* [th] */
-    uint16_t *wovr_fc2_w;       /* bf16 [h * th] */
-    float *wovr_fc2_b;          /* [h] */
-    uint16_t *wovr_codec;       /* bf16 [cv * h] */
+    uint16_t *wovr_fc1_w;              /* bf16 [th * th] */
+    float *wovr_fc1_b;                 /* [th] */
+    uint16_t *wovr_fc2_w;              /* bf16 [h * th] */
+    float *wovr_fc2_b;                 /* [h] */
+    uint16_t *wovr_codec;              /* bf16 [cv * h] */
     int has_wdelta;
-    uint32_t wdelta_kind;       /* enum qvf_wkind */
+    uint32_t wdelta_kind; /* enum qvf_wkind */
     uint32_t n_tensors;
-    qvf_tensor *tensors;        /* [n_tensors] */
-    void *backing_;             /* private: the file mapping tensors borrow from */
+    qvf_tensor *tensors; /* [n_tensors] */
+    void *backing_;      /* private: the file mapping tensors borrow from */
     size_t backing_bytes_;
     int backing_kind_;
 } qvf_voice;
@@ -136,20 +146,23 @@ const char *qvf_meta_get(const qvf_voice *v, const char *key);
 int qvf_meta_set(qvf_voice *v, const char *key, const char *value);
 /* Helpers that copy into owned buffers (replacing old contents). 0 or QVF_E_NOMEM/QVF_E_LIMIT. */
 int qvf_voice_set_xvector(qvf_voice *v, const float *x, uint32_t enc_dim);
-int qvf_voice_set_icl(qvf_voice *v, const char *transcript, const uint16_t *codes, uint32_t n_frames);
+int qvf_voice_set_icl(qvf_voice *v, const char *transcript, const uint16_t *codes,
+                      uint32_t n_frames);
 /* Removes the weight stream (and zeroes v->target) / the ICL transcript and codes. */
 void qvf_voice_drop_wdelta(qvf_voice *v);
 void qvf_voice_drop_icl(qvf_voice *v);
 
 /* ---- reading ----
  * Reads a v4 file, a legacy v1..v3 .qvoice or a raw .bin x-vector (any file not starting with QVCE
- * whose name does not end in .qvoice). enc_dim_hint: the enc_dim to assume for v1 files (0 = 1024) and
- * the size a .bin must have (0 = file size / 4). Everything is validated before use (bounds, limits,
- * CRCs, order); WDELTA payloads are indexed, not decoded (qvf_wdelta_apply decodes them). The file is
- * mapped read-only; *out owns the mapping. Returns 0, or a code with err = "FILE: chunk XXXX: problem". */
-int qvf_read_file(const char *path, uint32_t enc_dim_hint, qvf_voice **out, char *err, size_t err_size);
-/* Same from memory (name is used in messages). The voice borrows buf for tensor data: keep buf alive
- * and unchanged until qvf_voice_free. */
+ * whose name does not end in .qvoice). enc_dim_hint: the enc_dim to assume for v1 files (0 = 1024)
+ * and the size a .bin must have (0 = file size / 4). Everything is validated before use (bounds,
+ * limits, CRCs, order); WDELTA payloads are indexed, not decoded (qvf_wdelta_apply decodes them).
+ * The file is mapped read-only; *out owns the mapping. Returns 0, or a code with err = "FILE: chunk
+ * XXXX: problem". */
+int qvf_read_file(const char *path, uint32_t enc_dim_hint, qvf_voice **out, char *err,
+                  size_t err_size);
+/* Same from memory (name is used in messages). The voice borrows buf for tensor data: keep buf
+ * alive and unchanged until qvf_voice_free. */
 int qvf_read_mem(const void *buf, size_t n_bytes, const char *name, uint32_t enc_dim_hint,
                  qvf_voice **out, char *err, size_t err_size);
 
@@ -167,19 +180,21 @@ int qvf_list_chunks(const void *buf, size_t n_bytes, const char *name, qvf_chunk
 
 /* ---- writing ----
  * Writes v atomically: temp file in the same directory, fsync, rename, fsync of the directory; on
- * any failure the destination is untouched. version 4 (native) or 3 (legacy, byte-compatible with the
- * legacy engine; refuses what v3 cannot hold). */
+ * any failure the destination is untouched. version 4 (native) or 3 (legacy, byte-compatible with
+ * the legacy engine; refuses what v3 cannot hold). */
 int qvf_write_file(const qvf_voice *v, const char *path, int version, char *err, size_t err_size);
 
 /* Streaming writer for large weight streams (clone --target-cv): writes every chunk of v (v must
  * have no tensors), then a WDHD for n_tensors; add exactly n_tensors tensors, then commit. Only one
- * tensor needs to be in memory at a time. abort (or a failed call) removes the temp file. */
+ * tensor needs to be in memory at a time. After a failed add the writer is bad: later adds and
+ * commit return that error; commit (failing or not) and abort free w; only a successful commit
+ * leaves a file at path. */
 typedef struct qvf_writer qvf_writer;
 int qvf_writer_open(qvf_writer **w, const char *path, const qvf_voice *v, uint32_t n_tensors,
                     uint32_t wdelta_kind, char *err, size_t err_size);
 int qvf_writer_add_tensor(qvf_writer *w, const qvf_tensor *t, char *err, size_t err_size);
 int qvf_writer_commit(qvf_writer *w, char *err, size_t err_size); /* frees w */
-void qvf_writer_abort(qvf_writer *w);                               /* frees w; accepts NULL */
+void qvf_writer_abort(qvf_writer *w);                             /* frees w; accepts NULL */
 
 /* ---- WDELTA ----
  * Encodes one tensor into *out (caller frees with qvf_tensor_free). dtype QVF_DTYPE_BF16 with
@@ -189,9 +204,10 @@ void qvf_writer_abort(qvf_writer *w);                               /* frees w; 
 int qvf_wdelta_encode(const char *name, uint32_t dtype, uint32_t n_dims, const uint64_t *shape,
                       const void *result, const void *target, uint64_t block_bytes, qvf_tensor *out,
                       char *err, size_t err_size);
-/* Decodes t into out (t->raw_bytes bytes): raw copy, or out = target + delta block by block with one
- * block of scratch. target must hold t->raw_bytes bytes for encoding 1 (ignored for raw); out may equal
- * target (in place). verify: 1 checks target/result SHA-256 when recorded (QVF_E_HASH). */
+/* Decodes t into out (t->raw_bytes bytes): raw copy, or out = target + delta block by block with
+ * one block of scratch. target must hold t->raw_bytes bytes for encoding 1 (ignored for raw); out
+ * may equal target (in place). verify: 1 checks target/result SHA-256 when recorded (QVF_E_HASH).
+ */
 int qvf_wdelta_apply(const qvf_tensor *t, const void *target, void *out, int verify, char *err,
                      size_t err_size);
 /* Frees what a tensor owns and zeroes it; accepts NULL. */
@@ -201,7 +217,8 @@ void qvf_tensor_free(qvf_tensor *t);
  * Resolves what a user typed for --voice: an existing file path (contains '/' or ends in .qvoice /
  * .bin) is used as is; otherwise NAME is looked up as voices/NAME.qvoice, then DIR/NAME.qvoice for
  * each DIR of $QVOICE_PATH (colon-separated). Writes the path into path (path_size bytes).
- * Returns 0, QVF_E_IO with "NAME: no voices/NAME.qvoice or in $QVOICE_PATH" in err, or QVF_E_ARG. */
+ * Returns 0, QVF_E_IO with "NAME: no voices/NAME.qvoice or in $QVOICE_PATH" in err, or QVF_E_ARG.
+ */
 int qvf_voice_find(const char *name, char *path, size_t path_size, char *err, size_t err_size);
 
 /* ---- utilities ---- */

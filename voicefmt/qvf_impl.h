@@ -28,24 +28,43 @@
 #define QVF_CODE_LIMIT 2048u
 
 typedef struct {
-    const uint8_t *p;  /* start of the region */
-    size_t n;          /* region size */
-    size_t off;        /* read position, always <= n */
+    const uint8_t *p; /* start of the region */
+    size_t n;         /* region size */
+    size_t off;       /* read position, always <= n */
 } qvf_cur;
 
-static inline size_t cur_left(const qvf_cur *c) { return c->n - c->off; }
-static inline int cur_has(const qvf_cur *c, uint64_t k) { return k <= (uint64_t)cur_left(c); }
-static inline uint16_t rd16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+static inline size_t cur_left(const qvf_cur *c) {
+    return c->n - c->off;
+}
+static inline int cur_has(const qvf_cur *c, uint64_t k) {
+    return k <= (uint64_t)cur_left(c);
+}
+static inline uint16_t rd16(const uint8_t *p) {
+    return (uint16_t)(p[0] | (p[1] << 8));
+}
 static inline uint32_t rd32(const uint8_t *p) {
     return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
 }
-static inline uint64_t rd64(const uint8_t *p) { return rd32(p) | ((uint64_t)rd32(p + 4) << 32); }
-static inline void wr16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
-static inline void wr32(uint8_t *p, uint32_t v) {
-    p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); p[2] = (uint8_t)(v >> 16); p[3] = (uint8_t)(v >> 24);
+static inline uint64_t rd64(const uint8_t *p) {
+    return rd32(p) | ((uint64_t)rd32(p + 4) << 32);
 }
-static inline void wr64(uint8_t *p, uint64_t v) { wr32(p, (uint32_t)v); wr32(p + 4, (uint32_t)(v >> 32)); }
-static inline uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+static inline void wr16(uint8_t *p, uint16_t v) {
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+static inline void wr32(uint8_t *p, uint32_t v) {
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+    p[2] = (uint8_t)(v >> 16);
+    p[3] = (uint8_t)(v >> 24);
+}
+static inline void wr64(uint8_t *p, uint64_t v) {
+    wr32(p, (uint32_t)v);
+    wr32(p + 4, (uint32_t)(v >> 32));
+}
+static inline uint64_t align_up(uint64_t x, uint64_t a) {
+    return (x + a - 1) / a * a;
+}
 
 /* Formats "name: msg" into err (if err) and returns code. */
 int qvf_fail(char *err, size_t err_size, int code, const char *name, const char *fmt, ...)
@@ -58,13 +77,14 @@ int qvf_is_zero(const uint8_t *p, size_t n);
 uint64_t qvf_shape_elems(uint32_t n_dims, const uint64_t *shape);
 
 /* Parses a v4 META payload into v (reader.c); used for the v3 QV4X trailer. */
-int qvf_meta_parse(const uint8_t *p, uint64_t n, const char *name, qvf_voice *v, char *err, size_t err_size);
+int qvf_meta_parse(const uint8_t *p, uint64_t n, const char *name, qvf_voice *v, char *err,
+                   size_t err_size);
 
 /* Legacy (legacy.c): parse v1..v3 core + sections, or a raw .bin x-vector. */
 int qvf_legacy_read(const uint8_t *buf, size_t n, const char *name, uint32_t enc_dim_hint,
                     qvf_voice *v, char *err, size_t err_size);
-int qvf_bin_read(const uint8_t *buf, size_t n, const char *name, uint32_t enc_dim_hint, qvf_voice *v,
-                 char *err, size_t err_size);
+int qvf_bin_read(const uint8_t *buf, size_t n, const char *name, uint32_t enc_dim_hint,
+                 qvf_voice *v, char *err, size_t err_size);
 
 /* Output stream with position and CRC (writer.c). */
 typedef struct {
@@ -77,9 +97,11 @@ void out_write(qvf_out *o, const void *buf, size_t n);
 void out_zero(qvf_out *o, uint64_t n);
 /* v3 serialisation (legacy.c) to o; returns 0 or a code (validation before writing). */
 int qvf_legacy_check_v3(const qvf_voice *v, const char *name, char *err, size_t err_size);
-int qvf_legacy_write_v3(const qvf_voice *v, qvf_out *o, const char *name, char *err, size_t err_size);
+int qvf_legacy_write_v3(const qvf_voice *v, qvf_out *o, const char *name, char *err,
+                        size_t err_size);
 /* Serialises v to an open stream (no atomicity): tests and the round-trip fuzzer. */
-int qvf_write_stream(const qvf_voice *v, FILE *f, int version, const char *name, char *err, size_t err_size);
+int qvf_write_stream(const qvf_voice *v, FILE *f, int version, const char *name, char *err,
+                     size_t err_size);
 /* Whole-tensor decode into a new buffer of raw_bytes (the delta itself for encoding 1 when target
  * is NULL). Used by converters. */
 int qvf_tensor_decode_delta(const qvf_tensor *t, uint8_t *out, char *err, size_t err_size);

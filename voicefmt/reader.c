@@ -2,7 +2,8 @@
  * One pass over the chunk sequence through a bounds-checked cursor: each length is checked against
  * the bytes left and the chunk type's limit, the CRC is verified, and only then is the payload
  * parsed (into owned copies, except WDELTA tensor data which stays in the mapping). Fuzz builds
- * (FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION) skip the CRC comparison so the fuzzer reaches the parsers.
+ * (FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION) skip the CRC comparison so the fuzzer reaches the
+ * parsers.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -41,8 +42,9 @@ static const chunk_kind kinds[] = {
     {"META", R_META, 0, 0, QVF_MAX_META_BYTES},
     {"ICLR", R_ICLR, 0, 0, 64 + 32ull * QVF_MAX_FRAMES + 64 + QVF_MAX_TEXT_BYTES},
     {"TPAD", R_TPAD, 0, 0, 64 + 12ull * QVF_MAX_DIM},
-    {"WOVR", R_WOVR, 0, 0, 64 + 5 * 64 + 2ull * QVF_MAX_DIM * QVF_MAX_DIM * 2 + 8ull * QVF_MAX_DIM +
-                            2ull * QVF_MAX_CV * QVF_MAX_DIM},
+    {"WOVR", R_WOVR, 0, 0,
+     64 + 5 * 64 + 2ull * QVF_MAX_DIM *QVF_MAX_DIM * 2 + 8ull * QVF_MAX_DIM +
+         2ull * QVF_MAX_CV *QVF_MAX_DIM},
     {"WDHD", R_WDHD, 1, 1, QVF_WDHD_BYTES},
     {"WDTN", R_WDTN, 1, 0, 2 * QVF_MAX_TENSOR_BYTES},
     {"QEND", R_QEND, 1, 1, 0},
@@ -55,16 +57,17 @@ static const chunk_kind *find_kind(const uint8_t *tag) {
 }
 
 static void tag_text(const uint8_t *t, char out[5]) {
-    for (int i = 0; i < 4; i++) out[i] = (t[i] >= 0x20 && t[i] < 0x7F) ? (char)t[i] : '?';
+    for (int i = 0; i < 4; i++)
+        out[i] = (t[i] >= 0x20 && t[i] < 0x7F) ? (char)t[i] : '?';
     out[4] = 0;
 }
 
 /* ---------------------------------------------------------------- payload parsers */
 
 typedef struct {
-    const char *name;   /* file name for messages */
+    const char *name; /* file name for messages */
     char tag[5];
-    uint64_t off;       /* chunk offset */
+    uint64_t off; /* chunk offset */
     char *err;
     size_t err_size;
 } ctx;
@@ -91,24 +94,29 @@ static void read_id(const uint8_t *p, qvf_model_id *id) {
 
 static int parse_head(const ctx *c, const uint8_t *p, uint64_t n, qvf_voice *v) {
     if (n != QVF_HEAD_BYTES)
-        return FAIL(c, QVF_E_CHUNK_SIZE, "payload is %llu bytes (expected %u)", (unsigned long long)n,
-                    QVF_HEAD_BYTES);
+        return FAIL(c, QVF_E_CHUNK_SIZE, "payload is %llu bytes (expected %u)",
+                    (unsigned long long)n, QVF_HEAD_BYTES);
     if (rd32(p) != QVF_FORMAT_VERSION)
-        return FAIL(c, QVF_E_VERSION, "format version %u (expected %d)", rd32(p), QVF_FORMAT_VERSION);
+        return FAIL(c, QVF_E_VERSION, "format version %u (expected %d)", rd32(p),
+                    QVF_FORMAT_VERSION);
     if (rd32(p + 8) || rd32(p + 12) || !qvf_is_zero(p + 112, 16))
         return FAIL(c, QVF_E_RESERVED, "reserved fields not zero");
     read_id(p + 16, &v->source);
     read_id(p + 64, &v->target);
-    if (v->source.variant > QVF_VARIANT_VOICE_DESIGN || v->target.variant > QVF_VARIANT_VOICE_DESIGN)
+    if (v->source.variant > QVF_VARIANT_VOICE_DESIGN ||
+        v->target.variant > QVF_VARIANT_VOICE_DESIGN)
         return FAIL(c, QVF_E_RANGE, "model variant %u/%u (expected 0..3)", v->source.variant,
                     v->target.variant);
     return QVF_OK;
 }
 
 static int parse_xvec(const ctx *c, const uint8_t *p, uint64_t n, qvf_voice *v) {
-    if (n < 64) return FAIL(c, QVF_E_CHUNK_SIZE, "payload is %llu bytes (minimum 64)", (unsigned long long)n);
+    if (n < 64)
+        return FAIL(c, QVF_E_CHUNK_SIZE, "payload is %llu bytes (minimum 64)",
+                    (unsigned long long)n);
     uint32_t d = rd32(p);
-    if (d < 1 || d > QVF_MAX_DIM) return FAIL(c, QVF_E_LIMIT, "enc_dim %u (expected 1..%u)", d, QVF_MAX_DIM);
+    if (d < 1 || d > QVF_MAX_DIM)
+        return FAIL(c, QVF_E_LIMIT, "enc_dim %u (expected 1..%u)", d, QVF_MAX_DIM);
     if (n != 64 + 4ull * d)
         return FAIL(c, QVF_E_CHUNK_SIZE, "payload is %llu bytes (expected %llu for enc_dim %u)",
                     (unsigned long long)n, 64 + 4ull * d, d);
@@ -122,79 +130,111 @@ static int parse_xvec(const ctx *c, const uint8_t *p, uint64_t n, qvf_voice *v) 
 }
 
 static int parse_meta(const ctx *c, const uint8_t *p, uint64_t n, qvf_voice *v) {
-    if (n < 8) return FAIL(c, QVF_E_CHUNK_SIZE, "payload is %llu bytes (minimum 8)", (unsigned long long)n);
+    if (n < 8)
+        return FAIL(c, QVF_E_CHUNK_SIZE, "payload is %llu bytes (minimum 8)",
+                    (unsigned long long)n);
     uint32_t k = rd32(p);
-    if (k > QVF_MAX_META_ENTRIES) return FAIL(c, QVF_E_LIMIT, "%u entries (maximum %u)", k, QVF_MAX_META_ENTRIES);
+    if (k > QVF_MAX_META_ENTRIES)
+        return FAIL(c, QVF_E_LIMIT, "%u entries (maximum %u)", k, QVF_MAX_META_ENTRIES);
     if (rd32(p + 4)) return FAIL(c, QVF_E_RESERVED, "reserved field not zero");
-    if (16ull * k > n - 8) return FAIL(c, QVF_E_CHUNK_SIZE, "%u entries cannot fit in %llu bytes", k, (unsigned long long)n);
+    if (16ull * k > n - 8)
+        return FAIL(c, QVF_E_CHUNK_SIZE, "%u entries cannot fit in %llu bytes", k,
+                    (unsigned long long)n);
     v->has_meta = 1;
     if (k && !(v->meta = calloc(k, sizeof *v->meta))) return FAIL(c, QVF_E_NOMEM, "entries");
     uint64_t o = 8;
     for (uint32_t i = 0; i < k; i++) {
         if (n - o < 8) return FAIL(c, QVF_E_CHUNK_SIZE, "entry %u runs past the chunk end", i);
         uint32_t kb = rd32(p + o), vb = rd32(p + o + 4);
-        if (kb < 1 || kb > QVF_MAX_KEY_BYTES) return FAIL(c, QVF_E_LIMIT, "entry %u: key of %u bytes (expected 1..%u)", i, kb, QVF_MAX_KEY_BYTES);
-        if (vb > QVF_MAX_VALUE_BYTES) return FAIL(c, QVF_E_LIMIT, "entry %u: value of %u bytes (maximum %u)", i, vb, QVF_MAX_VALUE_BYTES);
+        if (kb < 1 || kb > QVF_MAX_KEY_BYTES)
+            return FAIL(c, QVF_E_LIMIT, "entry %u: key of %u bytes (expected 1..%u)", i, kb,
+                        QVF_MAX_KEY_BYTES);
+        if (vb > QVF_MAX_VALUE_BYTES)
+            return FAIL(c, QVF_E_LIMIT, "entry %u: value of %u bytes (maximum %u)", i, vb,
+                        QVF_MAX_VALUE_BYTES);
         o += 8;
         uint64_t end = align_up(o + kb + vb, 8);
         if (end > n) return FAIL(c, QVF_E_CHUNK_SIZE, "entry %u runs past the chunk end", i);
         const uint8_t *kp = p + o, *vp = p + o + kb;
         for (uint32_t j = 0; j < kb; j++)
-            if (!((kp[j] >= 'a' && kp[j] <= 'z') || (kp[j] >= '0' && kp[j] <= '9') || kp[j] == '_' || kp[j] == '.'))
-                return FAIL(c, QVF_E_RANGE, "entry %u: key has a byte 0x%02x outside [a-z0-9_.]", i, kp[j]);
-        if (!qvf_utf8_valid(vp, vb) || memchr(vp, 0, vb)) return FAIL(c, QVF_E_UTF8, "entry %u: value is not UTF-8 text", i);
-        if (!qvf_is_zero(p + o + kb + vb, end - (o + kb + vb))) return FAIL(c, QVF_E_RESERVED, "entry %u: padding not zero", i);
+            if (!((kp[j] >= 'a' && kp[j] <= 'z') || (kp[j] >= '0' && kp[j] <= '9') ||
+                  kp[j] == '_' || kp[j] == '.'))
+                return FAIL(c, QVF_E_RANGE, "entry %u: key has a byte 0x%02x outside [a-z0-9_.]", i,
+                            kp[j]);
+        if (!qvf_utf8_valid(vp, vb) || memchr(vp, 0, vb))
+            return FAIL(c, QVF_E_UTF8, "entry %u: value is not UTF-8 text", i);
+        if (!qvf_is_zero(p + o + kb + vb, end - (o + kb + vb)))
+            return FAIL(c, QVF_E_RESERVED, "entry %u: padding not zero", i);
         for (uint32_t j = 0; j < i; j++)
             if (strlen(v->meta[j].key) == kb && !memcmp(v->meta[j].key, kp, kb))
-                return FAIL(c, QVF_E_DUPLICATE, "key \"%.*s\" appears twice", (int)kb, (const char *)kp);
-        if (!(v->meta[i].key = strndup((const char *)kp, kb)) || !(v->meta[i].value = strndup((const char *)vp, vb))) {
+                return FAIL(c, QVF_E_DUPLICATE, "key \"%.*s\" appears twice", (int)kb,
+                            (const char *)kp);
+        if (!(v->meta[i].key = strndup((const char *)kp, kb)) ||
+            !(v->meta[i].value = strndup((const char *)vp, vb))) {
             v->n_meta = (int)i + 1;
             return FAIL(c, QVF_E_NOMEM, "entry %u", i);
         }
         v->n_meta = (int)i + 1;
         o = end;
     }
-    if (o != n) return FAIL(c, QVF_E_CHUNK_SIZE, "%llu bytes after the last entry", (unsigned long long)(n - o));
+    if (o != n)
+        return FAIL(c, QVF_E_CHUNK_SIZE, "%llu bytes after the last entry",
+                    (unsigned long long)(n - o));
     return QVF_OK;
 }
 
-int qvf_meta_parse(const uint8_t *p, uint64_t n, const char *name, qvf_voice *v, char *err, size_t es) {
+int qvf_meta_parse(const uint8_t *p, uint64_t n, const char *name, qvf_voice *v, char *err,
+                   size_t es) {
     ctx c = {name, "QV4X", 0, err, es};
     return parse_meta(&c, p, n, v);
 }
 
 static int parse_iclr(const ctx *c, const uint8_t *p, uint64_t n, qvf_voice *v) {
-    if (n < 64) return FAIL(c, QVF_E_CHUNK_SIZE, "payload is %llu bytes (minimum 64)", (unsigned long long)n);
+    if (n < 64)
+        return FAIL(c, QVF_E_CHUNK_SIZE, "payload is %llu bytes (minimum 64)",
+                    (unsigned long long)n);
     uint32_t t = rd32(p), f = rd32(p + 4), cb = rd32(p + 8);
-    if (t > QVF_MAX_TEXT_BYTES) return FAIL(c, QVF_E_LIMIT, "transcript of %u bytes (maximum %u)", t, QVF_MAX_TEXT_BYTES);
-    if (f > QVF_MAX_FRAMES) return FAIL(c, QVF_E_LIMIT, "%u frames (maximum %u)", f, QVF_MAX_FRAMES);
+    if (t > QVF_MAX_TEXT_BYTES)
+        return FAIL(c, QVF_E_LIMIT, "transcript of %u bytes (maximum %u)", t, QVF_MAX_TEXT_BYTES);
+    if (f > QVF_MAX_FRAMES)
+        return FAIL(c, QVF_E_LIMIT, "%u frames (maximum %u)", f, QVF_MAX_FRAMES);
     if (cb != QVF_N_CODEBOOKS) return FAIL(c, QVF_E_RANGE, "%u codebooks (expected 16)", cb);
     if (!qvf_is_zero(p + 12, 52)) return FAIL(c, QVF_E_RESERVED, "reserved bytes 12..63 not zero");
     uint64_t codes_end = 64 + 32ull * f, text_off = align_up(codes_end, 64);
     if (n != text_off + t)
-        return FAIL(c, QVF_E_CHUNK_SIZE, "payload is %llu bytes (expected %llu for %u frames and %u text bytes)",
+        return FAIL(c, QVF_E_CHUNK_SIZE,
+                    "payload is %llu bytes (expected %llu for %u frames and %u text bytes)",
                     (unsigned long long)n, (unsigned long long)(text_off + t), f, t);
-    if (!qvf_is_zero(p + codes_end, text_off - codes_end)) return FAIL(c, QVF_E_RESERVED, "padding after the codes not zero");
+    if (!qvf_is_zero(p + codes_end, text_off - codes_end))
+        return FAIL(c, QVF_E_RESERVED, "padding after the codes not zero");
     for (uint64_t i = 0; i < 16ull * f; i++) {
         uint16_t code = rd16(p + 64 + 2 * i);
         if (code >= QVF_CODE_LIMIT)
-            return FAIL(c, QVF_E_RANGE, "frame %llu codebook %llu: code %u (expected < %u)", (unsigned long long)(i / 16),
-                        (unsigned long long)(i % 16), code, QVF_CODE_LIMIT);
+            return FAIL(c, QVF_E_RANGE, "frame %llu codebook %llu: code %u (expected < %u)",
+                        (unsigned long long)(i / 16), (unsigned long long)(i % 16), code,
+                        QVF_CODE_LIMIT);
     }
-    if (!qvf_utf8_valid(p + text_off, t) || memchr(p + text_off, 0, t)) return FAIL(c, QVF_E_UTF8, "transcript is not UTF-8 text");
+    if (!qvf_utf8_valid(p + text_off, t) || memchr(p + text_off, 0, t))
+        return FAIL(c, QVF_E_UTF8, "transcript is not UTF-8 text");
     if (f && !(v->codes = malloc(32ull * f))) return FAIL(c, QVF_E_NOMEM, "codes");
     if (f) memcpy(v->codes, p + 64, 32ull * f);
     v->n_frames = f;
-    if (t && !(v->transcript = strndup((const char *)p + text_off, t))) return FAIL(c, QVF_E_NOMEM, "transcript");
+    if (t && !(v->transcript = strndup((const char *)p + text_off, t)))
+        return FAIL(c, QVF_E_NOMEM, "transcript");
     v->transcript_bytes = t;
     return QVF_OK;
 }
 
 static int parse_tpad(const ctx *c, const uint8_t *p, uint64_t n, qvf_voice *v) {
-    if (n < 64) return FAIL(c, QVF_E_CHUNK_SIZE, "payload is %llu bytes (minimum 64)", (unsigned long long)n);
+    if (n < 64)
+        return FAIL(c, QVF_E_CHUNK_SIZE, "payload is %llu bytes (minimum 64)",
+                    (unsigned long long)n);
     uint32_t h = rd32(p);
-    if (h < 1 || h > QVF_MAX_DIM) return FAIL(c, QVF_E_LIMIT, "hidden %u (expected 1..%u)", h, QVF_MAX_DIM);
-    if (n != 64 + 12ull * h) return FAIL(c, QVF_E_CHUNK_SIZE, "payload is %llu bytes (expected %llu for hidden %u)", (unsigned long long)n, 64 + 12ull * h, h);
+    if (h < 1 || h > QVF_MAX_DIM)
+        return FAIL(c, QVF_E_LIMIT, "hidden %u (expected 1..%u)", h, QVF_MAX_DIM);
+    if (n != 64 + 12ull * h)
+        return FAIL(c, QVF_E_CHUNK_SIZE, "payload is %llu bytes (expected %llu for hidden %u)",
+                    (unsigned long long)n, 64 + 12ull * h, h);
     if (!qvf_is_zero(p + 4, 60)) return FAIL(c, QVF_E_RESERVED, "reserved bytes 4..63 not zero");
     if (!(v->tpad = malloc(12ull * h))) return FAIL(c, QVF_E_NOMEM, "TPAD");
     memcpy(v->tpad, p + 64, 12ull * h);
@@ -204,7 +244,11 @@ static int parse_tpad(const ctx *c, const uint8_t *p, uint64_t n, qvf_voice *v) 
 
 /* WOVR array layout (shared with the writer through the same arithmetic). */
 static void wovr_layout(uint64_t h, uint64_t th, uint64_t cv, uint64_t off[5], uint64_t len[5]) {
-    len[0] = 2 * th * th; len[1] = 4 * th; len[2] = 2 * h * th; len[3] = 4 * h; len[4] = 2 * cv * h;
+    len[0] = 2 * th * th;
+    len[1] = 4 * th;
+    len[2] = 2 * h * th;
+    len[3] = 4 * h;
+    len[4] = 2 * cv * h;
     uint64_t o = 64;
     for (int i = 0; i < 5; i++) {
         off[i] = align_up(o, 64);
@@ -213,44 +257,61 @@ static void wovr_layout(uint64_t h, uint64_t th, uint64_t cv, uint64_t off[5], u
 }
 
 static int parse_wovr(const ctx *c, const uint8_t *p, uint64_t n, qvf_voice *v) {
-    if (n < 64) return FAIL(c, QVF_E_CHUNK_SIZE, "payload is %llu bytes (minimum 64)", (unsigned long long)n);
+    if (n < 64)
+        return FAIL(c, QVF_E_CHUNK_SIZE, "payload is %llu bytes (minimum 64)",
+                    (unsigned long long)n);
     uint32_t h = rd32(p), th = rd32(p + 4), cv = rd32(p + 8);
     if (h < 1 || h > QVF_MAX_DIM || th < 1 || th > QVF_MAX_DIM || cv < 1 || cv > QVF_MAX_CV)
-        return FAIL(c, QVF_E_LIMIT, "dims h %u th %u cv %u (expected 1..%u, cv 1..%u)", h, th, cv, QVF_MAX_DIM, QVF_MAX_CV);
+        return FAIL(c, QVF_E_LIMIT, "dims h %u th %u cv %u (expected 1..%u, cv 1..%u)", h, th, cv,
+                    QVF_MAX_DIM, QVF_MAX_CV);
     if (!qvf_is_zero(p + 12, 52)) return FAIL(c, QVF_E_RESERVED, "reserved bytes 12..63 not zero");
     uint64_t off[5], len[5];
     wovr_layout(h, th, cv, off, len);
     if (n != off[4] + len[4])
-        return FAIL(c, QVF_E_CHUNK_SIZE, "payload is %llu bytes (expected %llu for h %u th %u cv %u)", (unsigned long long)n,
-                    (unsigned long long)(off[4] + len[4]), h, th, cv);
+        return FAIL(c, QVF_E_CHUNK_SIZE,
+                    "payload is %llu bytes (expected %llu for h %u th %u cv %u)",
+                    (unsigned long long)n, (unsigned long long)(off[4] + len[4]), h, th, cv);
     for (int i = 1; i < 5; i++)
         if (!qvf_is_zero(p + off[i - 1] + len[i - 1], off[i] - off[i - 1] - len[i - 1]))
             return FAIL(c, QVF_E_RESERVED, "padding before array %d not zero", i);
     void *a[5];
     for (int i = 0; i < 5; i++) {
         if (!(a[i] = malloc(len[i]))) {
-            for (int j = 0; j < i; j++) free(a[j]);
+            for (int j = 0; j < i; j++)
+                free(a[j]);
             return FAIL(c, QVF_E_NOMEM, "WOVR");
         }
         memcpy(a[i], p + off[i], len[i]);
     }
-    v->wovr_fc1_w = a[0]; v->wovr_fc1_b = a[1]; v->wovr_fc2_w = a[2]; v->wovr_fc2_b = a[3]; v->wovr_codec = a[4];
-    v->wovr_h = h; v->wovr_th = th; v->wovr_cv = cv;
+    v->wovr_fc1_w = a[0];
+    v->wovr_fc1_b = a[1];
+    v->wovr_fc2_w = a[2];
+    v->wovr_fc2_b = a[3];
+    v->wovr_codec = a[4];
+    v->wovr_h = h;
+    v->wovr_th = th;
+    v->wovr_cv = cv;
     return QVF_OK;
 }
 
 /* Smallest possible WDTN chunk on disk: header 16 + fixed 128 + name 8 + CRC 4. */
 #define MIN_WDTN_CHUNK 156ull
 
-static int parse_wdhd(const ctx *c, const uint8_t *p, uint64_t n, uint64_t bytes_left, qvf_voice *v) {
-    if (n != QVF_WDHD_BYTES) return FAIL(c, QVF_E_CHUNK_SIZE, "payload is %llu bytes (expected %u)", (unsigned long long)n, QVF_WDHD_BYTES);
+static int parse_wdhd(const ctx *c, const uint8_t *p, uint64_t n, uint64_t bytes_left,
+                      qvf_voice *v) {
+    if (n != QVF_WDHD_BYTES)
+        return FAIL(c, QVF_E_CHUNK_SIZE, "payload is %llu bytes (expected %u)",
+                    (unsigned long long)n, QVF_WDHD_BYTES);
     uint32_t k = rd32(p), kind = rd32(p + 4);
-    if (k > QVF_MAX_TENSORS) return FAIL(c, QVF_E_LIMIT, "%u tensors (maximum %u)", k, QVF_MAX_TENSORS);
+    if (k > QVF_MAX_TENSORS)
+        return FAIL(c, QVF_E_LIMIT, "%u tensors (maximum %u)", k, QVF_MAX_TENSORS);
     if (kind > QVF_WKIND_FULL) return FAIL(c, QVF_E_RANGE, "kind %u (expected 0..2)", kind);
     if (!qvf_is_zero(p + 8, 56)) return FAIL(c, QVF_E_RESERVED, "reserved bytes 8..63 not zero");
     if (k * MIN_WDTN_CHUNK > bytes_left)
-        return FAIL(c, QVF_E_TRUNCATED, "truncated: %u tensors cannot fit in the %llu bytes left", k, (unsigned long long)bytes_left);
-    if (k && !(v->tensors = calloc(k, sizeof *v->tensors))) return FAIL(c, QVF_E_NOMEM, "tensor table");
+        return FAIL(c, QVF_E_TRUNCATED, "truncated: %u tensors cannot fit in the %llu bytes left",
+                    k, (unsigned long long)bytes_left);
+    if (k && !(v->tensors = calloc(k, sizeof *v->tensors)))
+        return FAIL(c, QVF_E_NOMEM, "tensor table");
     v->has_wdelta = 1;
     v->wdelta_kind = kind;
     v->n_tensors = 0; /* counts parsed WDTN chunks; must reach k */
@@ -258,65 +319,95 @@ static int parse_wdhd(const ctx *c, const uint8_t *p, uint64_t n, uint64_t bytes
 }
 
 static int parse_wdtn(const ctx *c, const uint8_t *p, uint64_t n, qvf_tensor *t) {
-    if (n < 136) return FAIL(c, QVF_E_CHUNK_SIZE, "payload is %llu bytes (minimum 136)", (unsigned long long)n);
+    if (n < 136)
+        return FAIL(c, QVF_E_CHUNK_SIZE, "payload is %llu bytes (minimum 136)",
+                    (unsigned long long)n);
     uint32_t nb = rd32(p), dtype = rd32(p + 4), enc = rd32(p + 8), nd = rd32(p + 12);
-    if (nb < 1 || nb > QVF_MAX_NAME_BYTES) return FAIL(c, QVF_E_LIMIT, "name of %u bytes (expected 1..%u)", nb, QVF_MAX_NAME_BYTES);
-    if (dtype != QVF_DTYPE_BF16 && dtype != QVF_DTYPE_F32) return FAIL(c, QVF_E_RANGE, "dtype %u (expected 1 bf16 or 2 f32)", dtype);
-    if (enc != QVF_ENC_RAW && enc != QVF_ENC_DELTA16_LZ4) return FAIL(c, QVF_E_RANGE, "encoding %u (expected 0 or 1)", enc);
-    if (enc == QVF_ENC_DELTA16_LZ4 && dtype != QVF_DTYPE_BF16) return FAIL(c, QVF_E_MISMATCH, "bit-delta encoding on a non-bf16 tensor");
+    if (nb < 1 || nb > QVF_MAX_NAME_BYTES)
+        return FAIL(c, QVF_E_LIMIT, "name of %u bytes (expected 1..%u)", nb, QVF_MAX_NAME_BYTES);
+    if (dtype != QVF_DTYPE_BF16 && dtype != QVF_DTYPE_F32)
+        return FAIL(c, QVF_E_RANGE, "dtype %u (expected 1 bf16 or 2 f32)", dtype);
+    if (enc != QVF_ENC_RAW && enc != QVF_ENC_DELTA16_LZ4)
+        return FAIL(c, QVF_E_RANGE, "encoding %u (expected 0 or 1)", enc);
+    if (enc == QVF_ENC_DELTA16_LZ4 && dtype != QVF_DTYPE_BF16)
+        return FAIL(c, QVF_E_MISMATCH, "bit-delta encoding on a non-bf16 tensor");
     if (nd < 1 || nd > 4) return FAIL(c, QVF_E_RANGE, "%u dims (expected 1..4)", nd);
     uint64_t shape[4];
-    for (int i = 0; i < 4; i++) shape[i] = rd64(p + 16 + 8 * i);
+    for (int i = 0; i < 4; i++)
+        shape[i] = rd64(p + 16 + 8 * i);
     for (uint32_t i = nd; i < 4; i++)
         if (shape[i]) return FAIL(c, QVF_E_RESERVED, "unused shape entry %u not zero", i);
     for (uint32_t i = 0; i < nd; i++)
         if (!shape[i]) return FAIL(c, QVF_E_RANGE, "shape entry %u is zero", i);
     uint64_t elems = qvf_shape_elems(nd, shape), esz = dtype == QVF_DTYPE_BF16 ? 2 : 4;
-    if (!elems || elems > QVF_MAX_TENSOR_BYTES) return FAIL(c, QVF_E_OVERFLOW, "shape product overflows");
+    if (!elems || elems > QVF_MAX_TENSOR_BYTES)
+        return FAIL(c, QVF_E_OVERFLOW, "shape product overflows");
     uint64_t raw = rd64(p + 48);
-    if (raw != elems * esz) return FAIL(c, QVF_E_MISMATCH, "raw_bytes %llu (expected %llu from the shape)", (unsigned long long)raw, (unsigned long long)(elems * esz));
-    if (raw > QVF_MAX_TENSOR_BYTES) return FAIL(c, QVF_E_LIMIT, "tensor of %llu bytes (maximum %llu)", (unsigned long long)raw, QVF_MAX_TENSOR_BYTES);
+    if (raw != elems * esz)
+        return FAIL(c, QVF_E_MISMATCH, "raw_bytes %llu (expected %llu from the shape)",
+                    (unsigned long long)raw, (unsigned long long)(elems * esz));
+    if (raw > QVF_MAX_TENSOR_BYTES)
+        return FAIL(c, QVF_E_LIMIT, "tensor of %llu bytes (maximum %llu)", (unsigned long long)raw,
+                    QVF_MAX_TENSOR_BYTES);
     uint32_t bb = rd32(p + 56), nblk = rd32(p + 60);
-    if (enc == QVF_ENC_RAW && (bb || nblk)) return FAIL(c, QVF_E_RESERVED, "block fields of a raw tensor not zero");
+    if (enc == QVF_ENC_RAW && (bb || nblk))
+        return FAIL(c, QVF_E_RESERVED, "block fields of a raw tensor not zero");
     if (enc == QVF_ENC_DELTA16_LZ4) {
         if (bb < QVF_MIN_BLOCK_BYTES || bb > QVF_MAX_BLOCK_BYTES || bb % 4)
-            return FAIL(c, QVF_E_LIMIT, "block_bytes %u (expected %u..%u, multiple of 4)", bb, QVF_MIN_BLOCK_BYTES, QVF_MAX_BLOCK_BYTES);
+            return FAIL(c, QVF_E_LIMIT, "block_bytes %u (expected %u..%u, multiple of 4)", bb,
+                        QVF_MIN_BLOCK_BYTES, QVF_MAX_BLOCK_BYTES);
         if (nblk != (raw + bb - 1) / bb)
-            return FAIL(c, QVF_E_MISMATCH, "%u blocks (expected %llu)", nblk, (unsigned long long)((raw + bb - 1) / bb));
+            return FAIL(c, QVF_E_MISMATCH, "%u blocks (expected %llu)", nblk,
+                        (unsigned long long)((raw + bb - 1) / bb));
     }
     uint64_t name_end = 128 + (uint64_t)nb, tab = align_up(name_end, 8);
-    if (tab + 4ull * nblk > n) return FAIL(c, QVF_E_CHUNK_SIZE, "name and block table run past the chunk end");
+    if (tab + 4ull * nblk > n)
+        return FAIL(c, QVF_E_CHUNK_SIZE, "name and block table run past the chunk end");
     const uint8_t *np = p + 128;
     for (uint32_t i = 0; i < nb; i++)
-        if (np[i] < 0x21 || np[i] > 0x7E) return FAIL(c, QVF_E_RANGE, "tensor name has byte 0x%02x (expected printable ASCII)", np[i]);
-    if (!qvf_is_zero(p + name_end, tab - name_end)) return FAIL(c, QVF_E_RESERVED, "padding after the name not zero");
+        if (np[i] < 0x21 || np[i] > 0x7E)
+            return FAIL(c, QVF_E_RANGE, "tensor name has byte 0x%02x (expected printable ASCII)",
+                        np[i]);
+    if (!qvf_is_zero(p + name_end, tab - name_end))
+        return FAIL(c, QVF_E_RESERVED, "padding after the name not zero");
     uint64_t tab_end = tab + 4ull * nblk, data = align_up(tab_end, 64);
     if (data > n) return FAIL(c, QVF_E_CHUNK_SIZE, "block table runs past the chunk end");
-    if (!qvf_is_zero(p + tab_end, data - tab_end)) return FAIL(c, QVF_E_RESERVED, "padding after the block table not zero");
+    if (!qvf_is_zero(p + tab_end, data - tab_end))
+        return FAIL(c, QVF_E_RESERVED, "padding after the block table not zero");
     uint64_t data_bytes = n - data;
     if (enc == QVF_ENC_RAW) {
         if (data_bytes != raw)
-            return FAIL(c, QVF_E_CHUNK_SIZE, "raw data of %llu bytes (expected %llu)", (unsigned long long)data_bytes, (unsigned long long)raw);
+            return FAIL(c, QVF_E_CHUNK_SIZE, "raw data of %llu bytes (expected %llu)",
+                        (unsigned long long)data_bytes, (unsigned long long)raw);
     } else {
-        if (!(t->block_offsets = malloc(8ull * (nblk + 1)))) return FAIL(c, QVF_E_NOMEM, "block table");
+        if (!(t->block_offsets = malloc(8ull * (nblk + 1))))
+            return FAIL(c, QVF_E_NOMEM, "block table");
         uint64_t sum = 0;
         for (uint32_t i = 0; i < nblk; i++) {
             uint32_t cs = rd32(p + tab + 4ull * i);
             uint64_t blk = (i + 1 < nblk) ? bb : raw - (uint64_t)bb * (nblk - 1);
-            if (cs < 1 || cs > (uint64_t)LZ4_compressBound((int)blk) || blk > 255ull * cs + 64) /* LZ4 expands <= ~255x */
-                return FAIL(c, QVF_E_RANGE, "block %u: compressed size %u (expected 1..%d)", i, cs, LZ4_compressBound((int)blk));
+            if (cs < 1 || cs > (uint64_t)LZ4_compressBound((int)blk) ||
+                blk > 255ull * cs + 64) /* LZ4 expands <= ~255x */
+                return FAIL(c, QVF_E_RANGE, "block %u: compressed size %u (expected 1..%d)", i, cs,
+                            LZ4_compressBound((int)blk));
             t->block_offsets[i] = sum;
             sum += cs;
         }
         t->block_offsets[nblk] = sum;
         if (sum != data_bytes)
-            return FAIL(c, QVF_E_CHUNK_SIZE, "blocks total %llu bytes, data is %llu", (unsigned long long)sum, (unsigned long long)data_bytes);
+            return FAIL(c, QVF_E_CHUNK_SIZE, "blocks total %llu bytes, data is %llu",
+                        (unsigned long long)sum, (unsigned long long)data_bytes);
     }
     if (!(t->name = strndup((const char *)np, nb))) return FAIL(c, QVF_E_NOMEM, "name");
-    t->dtype = dtype; t->encoding = enc; t->n_dims = nd;
+    t->dtype = dtype;
+    t->encoding = enc;
+    t->n_dims = nd;
     memcpy(t->shape, shape, sizeof shape);
-    t->raw_bytes = raw; t->block_bytes = bb; t->n_blocks = nblk;
-    t->data = p + data; t->data_bytes = data_bytes;
+    t->raw_bytes = raw;
+    t->block_bytes = bb;
+    t->n_blocks = nblk;
+    t->data = p + data;
+    t->data_bytes = data_bytes;
     memcpy(t->target_sha256, p + 64, 32);
     memcpy(t->result_sha256, p + 96, 32);
     return QVF_OK;
@@ -325,38 +416,56 @@ static int parse_wdtn(const ctx *c, const uint8_t *p, uint64_t n, qvf_tensor *t)
 /* ---------------------------------------------------------------- framing */
 
 /* Reads the chunk header at *off; fills tag/flags/len, checks the payload and CRC fit. */
-static int frame(const uint8_t *b, size_t n, uint64_t off, const char *name, uint32_t *flags, uint64_t *len,
-                 char *err, size_t es) {
-    if (n - off < 16) return qvf_fail(err, es, QVF_E_TRUNCATED, name, "chunk header at offset %llu: truncated (%llu of 16 bytes present)", (unsigned long long)off, (unsigned long long)(n - off));
+static int frame(const uint8_t *b, size_t n, uint64_t off, const char *name, uint32_t *flags,
+                 uint64_t *len, char *err, size_t es) {
+    if (n - off < 16)
+        return qvf_fail(err, es, QVF_E_TRUNCATED, name,
+                        "chunk header at offset %llu: truncated (%llu of 16 bytes present)",
+                        (unsigned long long)off, (unsigned long long)(n - off));
     char tag[5];
     tag_text(b + off, tag);
     *flags = rd32(b + off + 4);
     *len = rd64(b + off + 8);
     uint64_t left = n - off - 16;
     if (*len > left || left - *len < 4)
-        return qvf_fail(err, es, QVF_E_TRUNCATED, name, "chunk %s at offset %llu: truncated (payload of %llu bytes + CRC, only %llu bytes left)",
-                        tag, (unsigned long long)off, (unsigned long long)*len, (unsigned long long)left);
+        return qvf_fail(err, es, QVF_E_TRUNCATED, name,
+                        "chunk %s at offset %llu: truncated (payload of %llu bytes + CRC, only "
+                        "%llu bytes left)",
+                        tag, (unsigned long long)off, (unsigned long long)*len,
+                        (unsigned long long)left);
     return QVF_OK;
 }
 
-static uint64_t pad_after(uint64_t end) { return (48 + 64 - end % 64) % 64; }
+static uint64_t pad_after(uint64_t end) {
+    return (48 + 64 - end % 64) % 64;
+}
 
 static int check_file_header(const uint8_t *b, size_t n, const char *name, char *err, size_t es) {
-    if (n < 48) return qvf_fail(err, es, QVF_E_TRUNCATED, name, "file header: truncated (%zu of 48 bytes present)", n);
-    if (rd32(b + 8)) return qvf_fail(err, es, QVF_E_RESERVED, name, "file header: flags 0x%x (expected 0)", rd32(b + 8));
+    if (n < 48)
+        return qvf_fail(err, es, QVF_E_TRUNCATED, name,
+                        "file header: truncated (%zu of 48 bytes present)", n);
+    if (rd32(b + 8))
+        return qvf_fail(err, es, QVF_E_RESERVED, name, "file header: flags 0x%x (expected 0)",
+                        rd32(b + 8));
     uint32_t crc = qvf_crc32c(0, b, 12);
     if (CHECK_CRC && crc != rd32(b + 12))
-        return qvf_fail(err, es, QVF_E_CRC, name, "file header: CRC mismatch (stored 0x%08x, computed 0x%08x)", rd32(b + 12), crc);
-    if (!qvf_is_zero(b + 16, 32)) return qvf_fail(err, es, QVF_E_RESERVED, name, "file header: padding not zero");
+        return qvf_fail(err, es, QVF_E_CRC, name,
+                        "file header: CRC mismatch (stored 0x%08x, computed 0x%08x)", rd32(b + 12),
+                        crc);
+    if (!qvf_is_zero(b + 16, 32))
+        return qvf_fail(err, es, QVF_E_RESERVED, name, "file header: padding not zero");
     return QVF_OK;
 }
 
-int qvf_list_chunks(const void *buf, size_t n, const char *name, qvf_chunk_info *chunks, int max_chunks,
-                    int *n_chunks, char *err, size_t es) {
+int qvf_list_chunks(const void *buf, size_t n, const char *name, qvf_chunk_info *chunks,
+                    int max_chunks, int *n_chunks, char *err, size_t es) {
     const uint8_t *b = buf;
     *n_chunks = 0;
-    if (n < 8 || memcmp(b, "QVCE", 4)) return qvf_fail(err, es, QVF_E_MAGIC, name, "not a .qvoice file");
-    if (rd32(b + 4) != 4) return qvf_fail(err, es, QVF_E_VERSION, name, "version %u is not chunked (v4)", rd32(b + 4));
+    if (n < 8 || memcmp(b, "QVCE", 4))
+        return qvf_fail(err, es, QVF_E_MAGIC, name, "not a .qvoice file");
+    if (rd32(b + 4) != 4)
+        return qvf_fail(err, es, QVF_E_VERSION, name, "version %u is not chunked (v4)",
+                        rd32(b + 4));
     int rc = check_file_header(b, n, name, err, es);
     if (rc && rc != QVF_E_CRC) return rc;
     uint64_t off = 48;
@@ -367,21 +476,29 @@ int qvf_list_chunks(const void *buf, size_t n, const char *name, qvf_chunk_info 
         if (*n_chunks < max_chunks) {
             qvf_chunk_info *ci = &chunks[*n_chunks];
             tag_text(b + off, ci->tag);
-            ci->flags = flags; ci->offset = off; ci->payload_bytes = len;
+            ci->flags = flags;
+            ci->offset = off;
+            ci->payload_bytes = len;
             ci->crc_ok = qvf_crc32c(0, b + off, 16 + len) == rd32(b + off + 16 + len);
         }
         (*n_chunks)++;
         uint64_t end = off + 16 + len + 4;
         if (!memcmp(b + off, "QEND", 4)) {
-            if (end != n) return qvf_fail(err, es, QVF_E_TRAILING, name, "%llu bytes after QEND", (unsigned long long)(n - end));
+            if (end != n)
+                return qvf_fail(err, es, QVF_E_TRAILING, name, "%llu bytes after QEND",
+                                (unsigned long long)(n - end));
             return QVF_OK;
         }
-        if (n - end < pad_after(end)) return qvf_fail(err, es, QVF_E_TRUNCATED, name, "padding after the chunk at offset %llu: truncated", (unsigned long long)off);
+        if (n - end < pad_after(end))
+            return qvf_fail(err, es, QVF_E_TRUNCATED, name,
+                            "padding after the chunk at offset %llu: truncated",
+                            (unsigned long long)off);
         off = end + pad_after(end);
     }
 }
 
-static int parse_v4(const uint8_t *b, size_t n, const char *name, qvf_voice *v, char *err, size_t es) {
+static int parse_v4(const uint8_t *b, size_t n, const char *name, qvf_voice *v, char *err,
+                    size_t es) {
     int rc = check_file_header(b, n, name, err, es);
     if (rc) return rc;
     v->file_version = 4;
@@ -399,65 +516,101 @@ static int parse_v4(const uint8_t *b, size_t n, const char *name, qvf_voice *v, 
         if (flags & ~1u) return FAIL(&c, QVF_E_RESERVED, "flags 0x%x has reserved bits set", flags);
         if (!k && (flags & 1)) return FAIL(&c, QVF_E_UNKNOWN_CRITICAL, "unknown critical chunk");
         if (k && (int)(flags & 1) != k->critical)
-            return FAIL(&c, QVF_E_FLAGS, "marked %s (expected %s)", (flags & 1) ? "critical" : "ancillary", k->critical ? "critical" : "ancillary");
+            return FAIL(&c, QVF_E_FLAGS, "marked %s (expected %s)",
+                        (flags & 1) ? "critical" : "ancillary",
+                        k->critical ? "critical" : "ancillary");
         if (k && k->fixed && len != k->max_bytes)
-            return FAIL(&c, QVF_E_CHUNK_SIZE, "payload of %llu bytes (expected %llu)", (unsigned long long)len, (unsigned long long)k->max_bytes);
+            return FAIL(&c, QVF_E_CHUNK_SIZE, "payload of %llu bytes (expected %llu)",
+                        (unsigned long long)len, (unsigned long long)k->max_bytes);
         if (k && len > k->max_bytes)
-            return FAIL(&c, QVF_E_LIMIT, "payload of %llu bytes (maximum %llu)", (unsigned long long)len, (unsigned long long)k->max_bytes);
+            return FAIL(&c, QVF_E_LIMIT, "payload of %llu bytes (maximum %llu)",
+                        (unsigned long long)len, (unsigned long long)k->max_bytes);
         uint32_t crc = qvf_crc32c(0, b + off, 16 + len), stored = rd32(p + len);
-        if (CHECK_CRC && crc != stored) return FAIL(&c, QVF_E_CRC, "CRC mismatch (stored 0x%08x, computed 0x%08x)", stored, crc);
-        if (n_chunks == 0 && (!k || k->rank != R_HEAD)) return FAIL(&c, QVF_E_ORDER, "first chunk must be HEAD");
+        if (CHECK_CRC && crc != stored)
+            return FAIL(&c, QVF_E_CRC, "CRC mismatch (stored 0x%08x, computed 0x%08x)", stored,
+                        crc);
+        if (n_chunks == 0 && (!k || k->rank != R_HEAD))
+            return FAIL(&c, QVF_E_ORDER, "first chunk must be HEAD");
         n_chunks++;
         if (k) {
             if (k->rank < last_rank) return FAIL(&c, QVF_E_ORDER, "comes after a later chunk");
-            if (k->rank == last_rank && k->rank != R_WDTN) return FAIL(&c, QVF_E_DUPLICATE, "second %s chunk", k->tag);
-            if (k->rank == R_WDTN && !v->has_wdelta) return FAIL(&c, QVF_E_ORDER, "WDTN without a WDHD before it");
+            if (k->rank == last_rank && k->rank != R_WDTN)
+                return FAIL(&c, QVF_E_DUPLICATE, "second %s chunk", k->tag);
+            if (k->rank == R_WDTN && !v->has_wdelta)
+                return FAIL(&c, QVF_E_ORDER, "WDTN without a WDHD before it");
             if (last_rank == R_WDHD || last_rank == R_WDTN) {
                 if (k->rank != R_WDTN && v->n_tensors < wdtn_expected)
-                    return FAIL(&c, QVF_E_MISSING, "only %u of %u WDTN chunks before it", v->n_tensors, wdtn_expected);
+                    return FAIL(&c, QVF_E_MISSING, "only %u of %u WDTN chunks before it",
+                                v->n_tensors, wdtn_expected);
             }
-            if (k->rank > R_XVEC && last_rank < R_XVEC) return FAIL(&c, QVF_E_MISSING, "no XVEC chunk before it");
+            if (k->rank > R_XVEC && last_rank < R_XVEC)
+                return FAIL(&c, QVF_E_MISSING, "no XVEC chunk before it");
             last_rank = k->rank;
             switch (k->rank) {
-            case R_HEAD: rc = parse_head(&c, p, len, v); break;
-            case R_XVEC: rc = parse_xvec(&c, p, len, v); break;
-            case R_META: rc = parse_meta(&c, p, len, v); break;
-            case R_ICLR: rc = parse_iclr(&c, p, len, v); break;
-            case R_TPAD: rc = parse_tpad(&c, p, len, v); break;
-            case R_WOVR: rc = parse_wovr(&c, p, len, v); break;
+            case R_HEAD:
+                rc = parse_head(&c, p, len, v);
+                break;
+            case R_XVEC:
+                rc = parse_xvec(&c, p, len, v);
+                break;
+            case R_META:
+                rc = parse_meta(&c, p, len, v);
+                break;
+            case R_ICLR:
+                rc = parse_iclr(&c, p, len, v);
+                break;
+            case R_TPAD:
+                rc = parse_tpad(&c, p, len, v);
+                break;
+            case R_WOVR:
+                rc = parse_wovr(&c, p, len, v);
+                break;
             case R_WDHD:
                 rc = parse_wdhd(&c, p, len, n - (off + 20 + len), v);
                 wdtn_expected = rd32(p);
                 break;
             case R_WDTN:
-                if (v->n_tensors >= wdtn_expected) return FAIL(&c, QVF_E_DUPLICATE, "more WDTN chunks than WDHD announced (%u)", wdtn_expected);
+                if (v->n_tensors >= wdtn_expected)
+                    return FAIL(&c, QVF_E_DUPLICATE, "more WDTN chunks than WDHD announced (%u)",
+                                wdtn_expected);
                 rc = parse_wdtn(&c, p, len, &v->tensors[v->n_tensors]);
                 v->n_tensors++; /* counted even on failure so qvf_voice_free releases it */
                 if (!rc)
                     for (uint32_t i = 0; i + 1 < v->n_tensors; i++)
                         if (!strcmp(v->tensors[i].name, v->tensors[v->n_tensors - 1].name))
-                            return FAIL(&c, QVF_E_DUPLICATE, "tensor %s appears twice", v->tensors[i].name);
+                            return FAIL(&c, QVF_E_DUPLICATE, "tensor %s appears twice",
+                                        v->tensors[i].name);
                 break;
             case R_QEND:
-                if (len) return FAIL(&c, QVF_E_CHUNK_SIZE, "payload is %llu bytes (expected 0)", (unsigned long long)len);
+                if (len)
+                    return FAIL(&c, QVF_E_CHUNK_SIZE, "payload is %llu bytes (expected 0)",
+                                (unsigned long long)len);
                 break;
-            default: break;
+            default:
+                break;
             }
             if (rc) return rc;
         }
         uint64_t end = off + 16 + len + 4;
         if (k && k->rank == R_QEND) {
-            if (end != n) return qvf_fail(err, es, QVF_E_TRAILING, name, "%llu bytes after QEND", (unsigned long long)(n - end));
+            if (end != n)
+                return qvf_fail(err, es, QVF_E_TRAILING, name, "%llu bytes after QEND",
+                                (unsigned long long)(n - end));
             break;
         }
         uint64_t pad = pad_after(end);
-        if (n - end < pad) return qvf_fail(err, es, QVF_E_TRUNCATED, name, "padding after chunk %s at offset %llu: truncated", c.tag, (unsigned long long)off);
-        if (!qvf_is_zero(b + end, pad)) return FAIL(&c, QVF_E_RESERVED, "padding after the chunk not zero");
+        if (n - end < pad)
+            return qvf_fail(err, es, QVF_E_TRUNCATED, name,
+                            "padding after chunk %s at offset %llu: truncated", c.tag,
+                            (unsigned long long)off);
+        if (!qvf_is_zero(b + end, pad))
+            return FAIL(&c, QVF_E_RESERVED, "padding after the chunk not zero");
         off = end + pad;
     }
     int has_target = !qvf_is_zero((const uint8_t *)&v->target, sizeof v->target);
     if (has_target && !v->has_wdelta)
-        return qvf_fail(err, es, QVF_E_MISMATCH, name, "chunk HEAD: target model identity set but there is no WDHD");
+        return qvf_fail(err, es, QVF_E_MISMATCH, name,
+                        "chunk HEAD: target model identity set but there is no WDHD");
     return QVF_OK;
 }
 
@@ -468,19 +621,24 @@ static int ends_with(const char *s, const char *suffix) {
     return a >= b && !strcmp(s + a - b, suffix);
 }
 
-static int read_any(const uint8_t *b, size_t n, const char *name, uint32_t hint, qvf_voice *v, char *err, size_t es) {
+static int read_any(const uint8_t *b, size_t n, const char *name, uint32_t hint, qvf_voice *v,
+                    char *err, size_t es) {
     if (n >= 4 && !memcmp(b, "QVCE", 4)) {
-        if (n < 8) return qvf_fail(err, es, QVF_E_TRUNCATED, name, "header: truncated (%zu of 8 bytes present)", n);
+        if (n < 8)
+            return qvf_fail(err, es, QVF_E_TRUNCATED, name,
+                            "header: truncated (%zu of 8 bytes present)", n);
         uint32_t ver = rd32(b + 4);
         if (ver == 4) return parse_v4(b, n, name, v, err, es);
         if (ver >= 1 && ver <= 3) return qvf_legacy_read(b, n, name, hint, v, err, es);
         return qvf_fail(err, es, QVF_E_VERSION, name, "version %u (expected 1..4)", ver);
     }
-    if (name && ends_with(name, ".qvoice")) return qvf_fail(err, es, QVF_E_MAGIC, name, "does not start with QVCE");
+    if (name && ends_with(name, ".qvoice"))
+        return qvf_fail(err, es, QVF_E_MAGIC, name, "does not start with QVCE");
     return qvf_bin_read(b, n, name, hint, v, err, es);
 }
 
-int qvf_read_mem(const void *buf, size_t n, const char *name, uint32_t hint, qvf_voice **out, char *err, size_t es) {
+int qvf_read_mem(const void *buf, size_t n, const char *name, uint32_t hint, qvf_voice **out,
+                 char *err, size_t es) {
     *out = NULL;
     if (!buf && n) return qvf_fail(err, es, QVF_E_ARG, name, "NULL buffer");
     qvf_voice *v = qvf_voice_new();

@@ -20,7 +20,9 @@ const char *qvf_strerror(int code) {
 const char *qvf_errname(int code) {
     return code >= 0 && code < QVF_E_COUNT_ ? error_names[code] : "QVF_E_?";
 }
-const char *qvf_version(void) { return QVF_VERSION_STRING; }
+const char *qvf_version(void) {
+    return QVF_VERSION_STRING;
+}
 
 int qvf_fail(char *err, size_t err_size, int code, const char *name, const char *fmt, ...) {
     if (err && err_size) {
@@ -57,13 +59,26 @@ int qvf_utf8_valid(const uint8_t *s, size_t n) {
     size_t i = 0;
     while (i < n) {
         uint8_t c = s[i];
-        if (c < 0x80) { i++; continue; }
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
         size_t k;
         uint32_t cp, min;
-        if ((c & 0xE0) == 0xC0) { k = 1; cp = c & 0x1F; min = 0x80; }
-        else if ((c & 0xF0) == 0xE0) { k = 2; cp = c & 0x0F; min = 0x800; }
-        else if ((c & 0xF8) == 0xF0) { k = 3; cp = c & 0x07; min = 0x10000; }
-        else return 0;
+        if ((c & 0xE0) == 0xC0) {
+            k = 1;
+            cp = c & 0x1F;
+            min = 0x80;
+        } else if ((c & 0xF0) == 0xE0) {
+            k = 2;
+            cp = c & 0x0F;
+            min = 0x800;
+        } else if ((c & 0xF8) == 0xF0) {
+            k = 3;
+            cp = c & 0x07;
+            min = 0x10000;
+        } else
+            return 0;
         if (n - i <= k) return 0;
         for (size_t j = 1; j <= k; j++) {
             if ((s[i + j] & 0xC0) != 0x80) return 0;
@@ -75,7 +90,9 @@ int qvf_utf8_valid(const uint8_t *s, size_t n) {
     return 1;
 }
 
-qvf_voice *qvf_voice_new(void) { return calloc(1, sizeof(qvf_voice)); }
+qvf_voice *qvf_voice_new(void) {
+    return calloc(1, sizeof(qvf_voice));
+}
 
 void qvf_tensor_free(qvf_tensor *t) {
     if (!t) return;
@@ -86,7 +103,8 @@ void qvf_tensor_free(qvf_tensor *t) {
 }
 
 void qvf_voice_drop_wdelta(qvf_voice *v) {
-    for (uint32_t i = 0; i < v->n_tensors; i++) qvf_tensor_free(&v->tensors[i]);
+    for (uint32_t i = 0; i < v->n_tensors; i++)
+        qvf_tensor_free(&v->tensors[i]);
     free(v->tensors);
     v->tensors = NULL;
     v->n_tensors = 0;
@@ -120,8 +138,10 @@ void qvf_voice_free(qvf_voice *v) {
     free(v->wovr_fc2_w);
     free(v->wovr_fc2_b);
     free(v->wovr_codec);
-    if (v->backing_kind_ == 1) munmap(v->backing_, v->backing_bytes_);
-    else if (v->backing_kind_ == 2) free(v->backing_);
+    if (v->backing_kind_ == 1)
+        munmap(v->backing_, v->backing_bytes_);
+    else if (v->backing_kind_ == 2)
+        free(v->backing_);
     free(v);
 }
 
@@ -191,7 +211,8 @@ int qvf_voice_set_xvector(qvf_voice *v, const float *x, uint32_t enc_dim) {
     return QVF_OK;
 }
 
-int qvf_voice_set_icl(qvf_voice *v, const char *transcript, const uint16_t *codes, uint32_t n_frames) {
+int qvf_voice_set_icl(qvf_voice *v, const char *transcript, const uint16_t *codes,
+                      uint32_t n_frames) {
     size_t tl = transcript ? strlen(transcript) : 0;
     if (tl > QVF_MAX_TEXT_BYTES || n_frames > QVF_MAX_FRAMES) return QVF_E_LIMIT;
     if (!qvf_utf8_valid((const uint8_t *)(transcript ? transcript : ""), tl)) return QVF_E_UTF8;
@@ -221,8 +242,10 @@ static int try_path(const char *p, char *path, size_t path_size) {
 
 int qvf_voice_find(const char *name, char *path, size_t path_size, char *err, size_t err_size) {
     size_t n = name ? strlen(name) : 0;
-    if (!n || !path || !path_size) return qvf_fail(err, err_size, QVF_E_ARG, name, "empty voice name");
-    int is_path = strchr(name, '/') || (n > 7 && !strcmp(name + n - 7, ".qvoice")) || (n > 4 && !strcmp(name + n - 4, ".bin"));
+    if (!n || !path || !path_size)
+        return qvf_fail(err, err_size, QVF_E_ARG, name, "empty voice name");
+    int is_path = strchr(name, '/') || (n > 7 && !strcmp(name + n - 7, ".qvoice")) ||
+                  (n > 4 && !strcmp(name + n - 4, ".bin"));
     if (is_path) {
         if (try_path(name, path, path_size)) return QVF_OK;
         return qvf_fail(err, err_size, QVF_E_IO, name, "no such voice file");
@@ -240,5 +263,6 @@ int qvf_voice_find(const char *name, char *path, size_t path_size, char *err, si
         }
         qp = end ? end + 1 : NULL;
     }
-    return qvf_fail(err, err_size, QVF_E_IO, name, "no voices/%s.qvoice and none in $QVOICE_PATH", name);
+    return qvf_fail(err, err_size, QVF_E_IO, name, "no voices/%s.qvoice and none in $QVOICE_PATH",
+                    name);
 }

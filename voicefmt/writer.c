@@ -70,6 +70,7 @@ struct qvf_writer {
     qvf_out o;
     char *path, *tmp;
     uint32_t n_expected, n_written;
+    int bad; /* first failed add: the writer is unusable (style rule 23) */
 };
 
 static void writer_drop(qvf_writer *w) {
@@ -119,7 +120,8 @@ static int writer_finish(qvf_writer *w, char *err, size_t es) {
     if (w->o.failed) {
         rc = qvf_fail(err, es, QVF_E_IO, w->path, "write failed: %s", strerror(w->o.failed));
     } else if (rename(w->tmp, w->path)) {
-        rc = qvf_fail(err, es, QVF_E_IO, w->path, "cannot rename the temporary file: %s", strerror(errno));
+        rc = qvf_fail(err, es, QVF_E_IO, w->path, "cannot rename the temporary file: %s",
+                      strerror(errno));
     } else {
         free(w->tmp);
         w->tmp = NULL; /* now the destination: do not unlink */
@@ -148,20 +150,28 @@ static void put_id(qvf_out *o, const qvf_model_id *id) {
 }
 
 static int check_voice(const qvf_voice *v, const char *name, char *err, size_t es) {
-    if (!v->xvector || v->enc_dim < 1 || v->enc_dim > QVF_MAX_DIM) return qvf_fail(err, es, QVF_E_ARG, name, "voice has no valid x-vector");
+    if (!v->xvector || v->enc_dim < 1 || v->enc_dim > QVF_MAX_DIM)
+        return qvf_fail(err, es, QVF_E_ARG, name, "voice has no valid x-vector");
     if (v->source.enc_dim && v->source.enc_dim != v->enc_dim)
-        return qvf_fail(err, es, QVF_E_MISMATCH, name, "source enc_dim %u but x-vector has %u", v->source.enc_dim, v->enc_dim);
-    if (v->transcript_bytes > QVF_MAX_TEXT_BYTES || v->n_frames > QVF_MAX_FRAMES) return qvf_fail(err, es, QVF_E_LIMIT, name, "ICL data over limit");
-    if ((unsigned)v->n_meta > QVF_MAX_META_ENTRIES) return qvf_fail(err, es, QVF_E_LIMIT, name, "too many META entries");
+        return qvf_fail(err, es, QVF_E_MISMATCH, name, "source enc_dim %u but x-vector has %u",
+                        v->source.enc_dim, v->enc_dim);
+    if (v->transcript_bytes > QVF_MAX_TEXT_BYTES || v->n_frames > QVF_MAX_FRAMES)
+        return qvf_fail(err, es, QVF_E_LIMIT, name, "ICL data over limit");
+    if ((unsigned)v->n_meta > QVF_MAX_META_ENTRIES)
+        return qvf_fail(err, es, QVF_E_LIMIT, name, "too many META entries");
     for (uint64_t i = 0; i < 16ull * v->n_frames; i++)
-        if (v->codes[i] >= QVF_CODE_LIMIT) return qvf_fail(err, es, QVF_E_RANGE, name, "ICL code %u out of range", v->codes[i]);
-    if (v->tpad_hidden > QVF_MAX_DIM || v->wovr_h > QVF_MAX_DIM || v->wovr_th > QVF_MAX_DIM || v->wovr_cv > QVF_MAX_CV)
+        if (v->codes[i] >= QVF_CODE_LIMIT)
+            return qvf_fail(err, es, QVF_E_RANGE, name, "ICL code %u out of range", v->codes[i]);
+    if (v->tpad_hidden > QVF_MAX_DIM || v->wovr_h > QVF_MAX_DIM || v->wovr_th > QVF_MAX_DIM ||
+        v->wovr_cv > QVF_MAX_CV)
         return qvf_fail(err, es, QVF_E_LIMIT, name, "TPAD/WOVR dims over limit");
-    if (v->wovr_h && (!v->wovr_th || !v->wovr_cv)) return qvf_fail(err, es, QVF_E_ARG, name, "WOVR dims incomplete");
+    if (v->wovr_h && (!v->wovr_th || !v->wovr_cv))
+        return qvf_fail(err, es, QVF_E_ARG, name, "WOVR dims incomplete");
     return QVF_OK;
 }
 
-static void write_v4_body(qvf_out *o, const qvf_voice *v, int with_wdhd, uint32_t n_tensors, uint32_t kind) {
+static void write_v4_body(qvf_out *o, const qvf_voice *v, int with_wdhd, uint32_t n_tensors,
+                          uint32_t kind) {
     out_write(o, "QVCE", 4);
     put32(o, QVF_FORMAT_VERSION);
     put32(o, 0);
@@ -189,7 +199,8 @@ static void write_v4_body(qvf_out *o, const qvf_voice *v, int with_wdhd, uint32_
 
     if (v->has_meta || v->n_meta) {
         uint64_t len = 8;
-        for (int i = 0; i < v->n_meta; i++) len = align_up(len + 8 + strlen(v->meta[i].key) + strlen(v->meta[i].value), 8);
+        for (int i = 0; i < v->n_meta; i++)
+            len = align_up(len + 8 + strlen(v->meta[i].key) + strlen(v->meta[i].value), 8);
         chunk_begin(o, "META", 0, len);
         uint64_t start = o->pos;
         put32(o, (uint32_t)v->n_meta);
@@ -230,8 +241,10 @@ static void write_v4_body(qvf_out *o, const qvf_voice *v, int with_wdhd, uint32_
     if (v->wovr_h) {
         uint64_t h = v->wovr_h, th = v->wovr_th, cv = v->wovr_cv;
         uint64_t len[5] = {2 * th * th, 4 * th, 2 * h * th, 4 * h, 2 * cv * h}, end = 64;
-        const void *a[5] = {v->wovr_fc1_w, v->wovr_fc1_b, v->wovr_fc2_w, v->wovr_fc2_b, v->wovr_codec};
-        for (int i = 0; i < 5; i++) end = align_up(end, 64) + len[i];
+        const void *a[5] = {v->wovr_fc1_w, v->wovr_fc1_b, v->wovr_fc2_w, v->wovr_fc2_b,
+                            v->wovr_codec};
+        for (int i = 0; i < 5; i++)
+            end = align_up(end, 64) + len[i];
         chunk_begin(o, "WOVR", 0, end);
         uint64_t start = o->pos;
         put32(o, v->wovr_h);
@@ -257,14 +270,18 @@ static void write_v4_body(qvf_out *o, const qvf_voice *v, int with_wdhd, uint32_
 static int check_tensor(const qvf_tensor *t, const char *name, char *err, size_t es) {
     size_t nl = t->name ? strlen(t->name) : 0;
     uint64_t esz = t->dtype == QVF_DTYPE_BF16 ? 2 : 4, elems = qvf_shape_elems(t->n_dims, t->shape);
-    if (nl < 1 || nl > QVF_MAX_NAME_BYTES) return qvf_fail(err, es, QVF_E_ARG, name, "tensor name of %zu bytes", nl);
-    if ((t->dtype != QVF_DTYPE_BF16 && t->dtype != QVF_DTYPE_F32) || !elems || elems * esz != t->raw_bytes || t->raw_bytes > QVF_MAX_TENSOR_BYTES)
-        return qvf_fail(err, es, QVF_E_ARG, name, "tensor %s: inconsistent dtype/shape/raw_bytes", t->name);
+    if (nl < 1 || nl > QVF_MAX_NAME_BYTES)
+        return qvf_fail(err, es, QVF_E_ARG, name, "tensor name of %zu bytes", nl);
+    if ((t->dtype != QVF_DTYPE_BF16 && t->dtype != QVF_DTYPE_F32) || !elems ||
+        elems * esz != t->raw_bytes || t->raw_bytes > QVF_MAX_TENSOR_BYTES)
+        return qvf_fail(err, es, QVF_E_ARG, name, "tensor %s: inconsistent dtype/shape/raw_bytes",
+                        t->name);
     if (t->encoding == QVF_ENC_RAW && t->data_bytes != t->raw_bytes)
         return qvf_fail(err, es, QVF_E_ARG, name, "tensor %s: raw data size", t->name);
     if (t->encoding == QVF_ENC_DELTA16_LZ4 &&
-        (t->dtype != QVF_DTYPE_BF16 || t->block_bytes < QVF_MIN_BLOCK_BYTES || t->block_bytes > QVF_MAX_BLOCK_BYTES ||
-         t->block_bytes % 4 || t->n_blocks != (t->raw_bytes + t->block_bytes - 1) / t->block_bytes))
+        (t->dtype != QVF_DTYPE_BF16 || t->block_bytes < QVF_MIN_BLOCK_BYTES ||
+         t->block_bytes > QVF_MAX_BLOCK_BYTES || t->block_bytes % 4 ||
+         t->n_blocks != (t->raw_bytes + t->block_bytes - 1) / t->block_bytes))
         return qvf_fail(err, es, QVF_E_ARG, name, "tensor %s: invalid block layout", t->name);
     if (t->encoding != QVF_ENC_RAW && t->encoding != QVF_ENC_DELTA16_LZ4)
         return qvf_fail(err, es, QVF_E_ARG, name, "tensor %s: encoding %u", t->name, t->encoding);
@@ -280,7 +297,8 @@ static void write_tensor(qvf_out *o, const qvf_tensor *t) {
     put32(o, t->dtype);
     put32(o, t->encoding);
     put32(o, t->n_dims);
-    for (int i = 0; i < 4; i++) put64(o, i < (int)t->n_dims ? t->shape[i] : 0);
+    for (int i = 0; i < 4; i++)
+        put64(o, i < (int)t->n_dims ? t->shape[i] : 0);
     put64(o, t->raw_bytes);
     put32(o, nblk ? (uint32_t)t->block_bytes : 0);
     put32(o, nblk);
@@ -288,7 +306,8 @@ static void write_tensor(qvf_out *o, const qvf_tensor *t) {
     out_write(o, t->result_sha256, 32);
     out_write(o, t->name, nb);
     pad_to(o, start, 8);
-    for (uint32_t i = 0; i < nblk; i++) put32(o, (uint32_t)(t->block_offsets[i + 1] - t->block_offsets[i]));
+    for (uint32_t i = 0; i < nblk; i++)
+        put32(o, (uint32_t)(t->block_offsets[i + 1] - t->block_offsets[i]));
     pad_to(o, start, 64);
     out_write(o, t->data, t->data_bytes);
     chunk_end(o);
@@ -296,12 +315,14 @@ static void write_tensor(qvf_out *o, const qvf_tensor *t) {
 
 /* ---------------------------------------------------------------- API */
 
-int qvf_writer_open(qvf_writer **out, const char *path, const qvf_voice *v, uint32_t n_tensors, uint32_t kind, char *err,
-                    size_t es) {
+int qvf_writer_open(qvf_writer **out, const char *path, const qvf_voice *v, uint32_t n_tensors,
+                    uint32_t kind, char *err, size_t es) {
     *out = NULL;
     int rc = check_voice(v, path, err, es);
     if (rc) return rc;
-    if (n_tensors > QVF_MAX_TENSORS || kind > QVF_WKIND_FULL) return qvf_fail(err, es, QVF_E_ARG, path, "weight stream of %u tensors, kind %u", n_tensors, kind);
+    if (n_tensors > QVF_MAX_TENSORS || kind > QVF_WKIND_FULL)
+        return qvf_fail(err, es, QVF_E_ARG, path, "weight stream of %u tensors, kind %u", n_tensors,
+                        kind);
     if ((rc = writer_create(out, path, err, es))) return rc;
     (*out)->n_expected = n_tensors;
     write_v4_body(&(*out)->o, v, n_tensors > 0 || v->has_wdelta, n_tensors, kind);
@@ -309,17 +330,27 @@ int qvf_writer_open(qvf_writer **out, const char *path, const qvf_voice *v, uint
 }
 
 int qvf_writer_add_tensor(qvf_writer *w, const qvf_tensor *t, char *err, size_t es) {
+    if (w->bad)
+        return qvf_fail(err, es, w->bad, w->path, "writer is unusable after an earlier error");
     int rc = check_tensor(t, w->path, err, es);
-    if (!rc && w->n_written >= w->n_expected) rc = qvf_fail(err, es, QVF_E_ARG, w->path, "more tensors than announced (%u)", w->n_expected);
-    if (rc) return rc;
+    if (!rc && w->n_written >= w->n_expected)
+        rc = qvf_fail(err, es, QVF_E_ARG, w->path, "more tensors than announced (%u)",
+                      w->n_expected);
+    if (rc) return w->bad = rc;
     write_tensor(&w->o, t);
     w->n_written++;
     return QVF_OK;
 }
 
 int qvf_writer_commit(qvf_writer *w, char *err, size_t es) {
+    if (w->bad) {
+        int rc = qvf_fail(err, es, w->bad, w->path, "not written: an earlier tensor was refused");
+        writer_drop(w);
+        return rc;
+    }
     if (w->n_written != w->n_expected) {
-        int rc = qvf_fail(err, es, QVF_E_ARG, w->path, "%u of %u announced tensors written", w->n_written, w->n_expected);
+        int rc = qvf_fail(err, es, QVF_E_ARG, w->path, "%u of %u announced tensors written",
+                          w->n_written, w->n_expected);
         writer_drop(w);
         return rc;
     }
@@ -328,20 +359,26 @@ int qvf_writer_commit(qvf_writer *w, char *err, size_t es) {
     return writer_finish(w, err, es);
 }
 
-void qvf_writer_abort(qvf_writer *w) { writer_drop(w); }
+void qvf_writer_abort(qvf_writer *w) {
+    writer_drop(w);
+}
 
 /* A tensor read from a legacy file is one LZ4 block of any size; v4 wants bounded blocks. */
 static int needs_reblock(const qvf_tensor *t) {
     return t->encoding == QVF_ENC_DELTA16_LZ4 &&
-           (t->block_bytes < QVF_MIN_BLOCK_BYTES || t->block_bytes > QVF_MAX_BLOCK_BYTES || t->block_bytes % 4);
+           (t->block_bytes < QVF_MIN_BLOCK_BYTES || t->block_bytes > QVF_MAX_BLOCK_BYTES ||
+            t->block_bytes % 4);
 }
 
-static int write_all(qvf_out *o, const qvf_voice *v, int version, const char *name, char *err, size_t es) {
+static int write_all(qvf_out *o, const qvf_voice *v, int version, const char *name, char *err,
+                     size_t es) {
     int rc;
     if (version == 3) return qvf_legacy_write_v3(v, o, name, err, es);
-    if (version != 4) return qvf_fail(err, es, QVF_E_ARG, name, "cannot write version %d (3 or 4)", version);
+    if (version != 4)
+        return qvf_fail(err, es, QVF_E_ARG, name, "cannot write version %d (3 or 4)", version);
     if ((rc = check_voice(v, name, err, es))) return rc;
-    if (v->has_wdelta && v->n_tensors > QVF_MAX_TENSORS) return qvf_fail(err, es, QVF_E_LIMIT, name, "%u tensors", v->n_tensors);
+    if (v->has_wdelta && v->n_tensors > QVF_MAX_TENSORS)
+        return qvf_fail(err, es, QVF_E_LIMIT, name, "%u tensors", v->n_tensors);
     write_v4_body(o, v, v->has_wdelta, v->n_tensors, v->wdelta_kind);
     for (uint32_t i = 0; i < v->n_tensors && v->has_wdelta; i++) {
         const qvf_tensor *t = &v->tensors[i];
@@ -360,10 +397,12 @@ static int write_all(qvf_out *o, const qvf_voice *v, int version, const char *na
     return QVF_OK;
 }
 
-int qvf_write_stream(const qvf_voice *v, FILE *f, int version, const char *name, char *err, size_t es) {
+int qvf_write_stream(const qvf_voice *v, FILE *f, int version, const char *name, char *err,
+                     size_t es) {
     qvf_out o = {f, 0, 0, 0};
     int rc = write_all(&o, v, version, name, err, es);
-    if (!rc && o.failed) rc = qvf_fail(err, es, QVF_E_IO, name, "write failed: %s", strerror(o.failed));
+    if (!rc && o.failed)
+        rc = qvf_fail(err, es, QVF_E_IO, name, "write failed: %s", strerror(o.failed));
     return rc;
 }
 
@@ -371,7 +410,8 @@ int qvf_write_file(const qvf_voice *v, const char *path, int version, char *err,
     qvf_writer *w;
     int rc;
     if (version == 3 && (rc = qvf_legacy_check_v3(v, path, err, es))) return rc;
-    if (version != 3 && version != 4) return qvf_fail(err, es, QVF_E_ARG, path, "cannot write version %d (3 or 4)", version);
+    if (version != 3 && version != 4)
+        return qvf_fail(err, es, QVF_E_ARG, path, "cannot write version %d (3 or 4)", version);
     if ((rc = writer_create(&w, path, err, es))) return rc;
     if ((rc = write_all(&w->o, v, version, path, err, es))) {
         writer_drop(w);

@@ -1,6 +1,7 @@
 /* bench_clone.c — clone/ speed on the 30 s bundled clip with the full-size synthetic 0.6B Base:
- * mel + ECAPA (target ≤ 0.3 s) and the speech-tokenizer encoder (target ≤ 1.0 s), 2 threads by
- * default (argv[1] overrides). Best of N runs, wall and CPU time; no assertions (see test_clone).
+ * mel + ECAPA (target ≤ 0.3 s) and the speech-tokenizer encoder (target ≤ 1.0 s), a pool of 2
+ * threads by default (argv[1] overrides; OpenBLAS single-threaded inside). Best of N runs, wall
+ * and CPU time (all threads); no assertions (see test_clone).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,7 +27,8 @@ int main(int argc, char **argv) {
     const char *cache = getenv("QVOICE_CACHE");
     char dir[1024], err[1024];
     snprintf(dir, sizeof dir, "%s/q06b-base", cache && *cache ? cache : "cache");
-    qvk_blas_set_threads(threads);
+    qvk_blas_set_threads(1);
+    qvk_pool *pool = threads > 1 ? qvk_pool_create(threads) : NULL;
     qvc_audio a;
     if (qvc_audio_load(&a, "tests/audio/en_ohenry_chenevert.wav", 30.0, err, sizeof err)) {
         fprintf(stderr, "bench_clone: %s\n", err);
@@ -47,13 +49,13 @@ int main(int argc, char **argv) {
     for (int r = 0; r < 3; r++) {
         double w0 = wall_s(), c0 = cpu_s();
         qvc_mel_compute(m, mel, a.samples, a.n_samples);
-        if (qvc_ecapa_forward(e, xvec, mel, nf, err, sizeof err)) return 1;
+        if (qvc_ecapa_forward(e, pool, xvec, mel, nf, err, sizeof err)) return 1;
         double w = wall_s() - w0;
         if (w < best_w) best_w = w, best_c = cpu_s() - c0;
     }
     for (int r = 0; r < 2; r++) {
         double w0 = wall_s(), c0 = cpu_s();
-        if (qvc_speech_encoder_encode(se, codes, a.samples, a.n_samples, err, sizeof err)) return 1;
+        if (qvc_speech_encoder_encode(se, pool, codes, a.samples, a.n_samples, err, sizeof err)) return 1;
         double w = wall_s() - w0;
         if (w < best_w2) best_w2 = w, best_c2 = cpu_s() - c0;
     }
@@ -61,6 +63,7 @@ int main(int argc, char **argv) {
     printf("  mel + ECAPA      %.3f s wall (%.3f s CPU)   target <= 0.3 s\n", best_w, best_c);
     printf("  speech encoder   %.3f s wall (%.3f s CPU)   target <= 1.0 s\n", best_w2, best_c2);
     qvc_mel_free(m);
+    qvk_pool_free(pool);
     qvc_ecapa_free(e);
     qvc_speech_encoder_free(se);
     qvc_audio_free(&a);

@@ -195,6 +195,49 @@ int main(int argc, char **argv) {
         free(wl.w);
         free(wl.bytes);
     }
+
+    /* element-wise kernels the speech decoder and attention spend time in (cache-resident) */
+    {
+        enum { C = 96, T = 24000 };
+        float *eb = qvk_alloc(sizeof(float) * C * T), *la = qvk_alloc(C * 4), *lb = qvk_alloc(C * 4);
+        for (int c = 0; c < C; c++) la[c] = lb[c] = 0.01f * c;
+        printf("\n%-32s", "ns/element (1 thread)");
+        for (int v = 0; v < n_var; v++) printf(" %8s", variants[v]);
+        printf("\n");
+        const char *names[] = { "snakebeta 96x24000", "silu 96x24000", "softmax 24000 x96" };
+        for (int op = 0; op < 3; op++) {
+            printf("%-32s", names[op]);
+            for (int v = 0; v < n_var; v++) {
+                if (qvk_set_variant(variants[v]) != 0) {
+                    printf(" %8s", "-");
+                    continue;
+                }
+                double t[N_PASSES];
+                for (int r = 0; r < N_PASSES; r++) {
+                    for (size_t i = 0; i < (size_t)C * T; i++) eb[i] = (float)((i * 7919) % 2001) * 1e-3f - 1.0f;
+                    double t0 = now_s();
+                    if (op == 0) qvk_snakebeta(eb, C, T, la, lb);
+                    if (op == 1) qvk_silu(eb, C * T);
+                    if (op == 2)
+                        for (int c = 0; c < C; c++) qvk_softmax(eb + (size_t)c * T, T);
+                    t[r] = now_s() - t0;
+                }
+                printf(" %8.2f", median(t, N_PASSES) / (C * T) * 1e9);
+            }
+            printf("\n");
+        }
+        qvk_free(eb);
+        qvk_free(la);
+        qvk_free(lb);
+    }
+
+    /* pool dispatch round trip with an empty job */
+    {
+        struct sum_job j = { NULL, 0, { 0 } };
+        double t0 = now_s();
+        for (int r = 0; r < 20000; r++) qvk_pool_run(pool2, sum_run, &j);
+        printf("\npool round trip (2 threads, empty job): %.2f us\n", (now_s() - t0) / 20000 * 1e6);
+    }
     qvk_set_variant(picked);
     qvk_free(x);
     qvk_free(y);

@@ -25,7 +25,8 @@ int main(int argc, char **argv) {
     }
     const char *out = argc > 3 ? argv[3] : "/tmp/bench_wdelta.qvoice";
     char err[512];
-    qve_st *bs = qve_st_open_dir(argv[1], "model", err, sizeof err), *cs = bs ? qve_st_open_dir(argv[2], "model", err, sizeof err) : NULL;
+    qve_st *bs = qve_st_open_dir(argv[1], "model", err, sizeof err),
+           *cs = bs ? qve_st_open_dir(argv[2], "model", err, sizeof err) : NULL;
     if (!bs || !cs) {
         fprintf(stderr, "bench_wdelta: %s\n", err);
         return 1;
@@ -33,8 +34,8 @@ int main(int argc, char **argv) {
     int n = 0;
     for (int i = 0; i < qve_st_count(bs); i++) {
         const qve_tensor *b = qve_st_at(bs, i), *c = qve_st_find(cs, b->name);
-        n += !strncmp(b->name, "talker.", 7) && c && c->dtype == b->dtype && c->n_bytes == b->n_bytes &&
-             (b->dtype == QVE_DTYPE_BF16 || b->dtype == QVE_DTYPE_F32);
+        n += !strncmp(b->name, "talker.", 7) && c && c->dtype == b->dtype &&
+             c->n_bytes == b->n_bytes && (b->dtype == QVE_DTYPE_BF16 || b->dtype == QVE_DTYPE_F32);
     }
     qvf_voice *v = qvf_voice_new();
     float x[16] = {1};
@@ -48,15 +49,16 @@ int main(int argc, char **argv) {
     uint64_t raw = 0;
     for (int i = 0; i < qve_st_count(bs); i++) {
         const qve_tensor *b = qve_st_at(bs, i), *c = qve_st_find(cs, b->name);
-        if (strncmp(b->name, "talker.", 7) || !c || c->dtype != b->dtype || c->n_bytes != b->n_bytes ||
-            (b->dtype != QVE_DTYPE_BF16 && b->dtype != QVE_DTYPE_F32))
+        if (strncmp(b->name, "talker.", 7) || !c || c->dtype != b->dtype ||
+            c->n_bytes != b->n_bytes || (b->dtype != QVE_DTYPE_BF16 && b->dtype != QVE_DTYPE_F32))
             continue;
         uint64_t shape[4] = {0};
-        for (int d = 0; d < b->n_dims; d++) shape[d] = (uint64_t)b->shape[d];
+        for (int d = 0; d < b->n_dims; d++)
+            shape[d] = (uint64_t)b->shape[d];
         qvf_tensor t;
         int bf = b->dtype == QVE_DTYPE_BF16;
-        if (qvf_wdelta_encode(b->name, bf ? QVF_DTYPE_BF16 : QVF_DTYPE_F32, (uint32_t)b->n_dims, shape, b->data,
-                              bf ? c->data : NULL, 0, &t, err, sizeof err) ||
+        if (qvf_wdelta_encode(b->name, bf ? QVF_DTYPE_BF16 : QVF_DTYPE_F32, (uint32_t)b->n_dims,
+                              shape, b->data, bf ? c->data : NULL, 0, &t, err, sizeof err) ||
             qvf_writer_add_tensor(w, &t, err, sizeof err)) {
             fprintf(stderr, "bench_wdelta: %s\n", err);
             qvf_writer_abort(w);
@@ -92,7 +94,8 @@ int main(int argc, char **argv) {
     }
     struct stat st;
     stat(out, &st);
-    printf("wdelta %s vs %s: %d tensors, %.1f MB raw -> file %.1f MB; create %.2f s; read (index + CRC) %.2f s,"
+    printf("wdelta %s vs %s: %d tensors, %.1f MB raw -> file %.1f MB; create %.2f s; read (index + "
+           "CRC) %.2f s,"
            " apply (LZ4 + add) %.2f s; %d/%d tensors bit-identical to Base\n",
            argv[1], argv[2], n, raw / 1e6, st.st_size / 1e6, t1 - t0, t2 - t1, t_apply, exact, n);
     qvf_voice_free(r);

@@ -11,15 +11,19 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static int rt_same(const void *a, const void *b, uint64_t n) { return !n || (a && b && !memcmp(a, b, n)); }
+static int rt_same(const void *a, const void *b, uint64_t n) {
+    return !n || (a && b && !memcmp(a, b, n));
+}
 
 static int rt_tensors_equal(const qvf_tensor *x, const qvf_tensor *y) {
-    if (strcmp(x->name, y->name) || x->raw_bytes != y->raw_bytes || x->dtype != y->dtype || x->encoding != y->encoding)
+    if (strcmp(x->name, y->name) || x->raw_bytes != y->raw_bytes || x->dtype != y->dtype ||
+        x->encoding != y->encoding)
         return 0;
     uint8_t *a = malloc(x->raw_bytes), *b = malloc(x->raw_bytes);
     int ok = a && b;
     if (ok) { /* a corrupt block must fail the same way in both */
-        int ra = qvf_tensor_decode_delta(x, a, NULL, 0), rb = qvf_tensor_decode_delta(y, b, NULL, 0);
+        int ra = qvf_tensor_decode_delta(x, a, NULL, 0),
+            rb = qvf_tensor_decode_delta(y, b, NULL, 0);
         ok = ra == rb && (ra || !memcmp(a, b, x->raw_bytes));
     }
     free(a);
@@ -29,19 +33,29 @@ static int rt_tensors_equal(const qvf_tensor *x, const qvf_tensor *y) {
 
 static int rt_equal(const qvf_voice *a, const qvf_voice *b, int exact) {
     if (a->enc_dim != b->enc_dim || !rt_same(a->xvector, b->xvector, 4ull * a->enc_dim)) return 0;
-    if (a->transcript_bytes != b->transcript_bytes || !rt_same(a->transcript, b->transcript, a->transcript_bytes)) return 0;
-    if (a->n_frames != b->n_frames || !rt_same(a->codes, b->codes, 32ull * a->n_frames)) return 0;
-    if (a->tpad_hidden != b->tpad_hidden || !rt_same(a->tpad, b->tpad, 12ull * a->tpad_hidden)) return 0;
-    uint64_t h = a->wovr_h, th = a->wovr_th, cv = a->wovr_cv;
-    if (h != b->wovr_h || th != b->wovr_th || cv != b->wovr_cv || !rt_same(a->wovr_fc1_w, b->wovr_fc1_w, 2 * th * th) ||
-        !rt_same(a->wovr_fc1_b, b->wovr_fc1_b, 4 * th) || !rt_same(a->wovr_fc2_w, b->wovr_fc2_w, 2 * h * th) ||
-        !rt_same(a->wovr_fc2_b, b->wovr_fc2_b, 4 * h) || !rt_same(a->wovr_codec, b->wovr_codec, 2 * cv * h))
+    if (a->transcript_bytes != b->transcript_bytes ||
+        !rt_same(a->transcript, b->transcript, a->transcript_bytes))
         return 0;
-    if (a->has_wdelta != b->has_wdelta || a->n_tensors != b->n_tensors || a->wdelta_kind != b->wdelta_kind) return 0;
+    if (a->n_frames != b->n_frames || !rt_same(a->codes, b->codes, 32ull * a->n_frames)) return 0;
+    if (a->tpad_hidden != b->tpad_hidden || !rt_same(a->tpad, b->tpad, 12ull * a->tpad_hidden))
+        return 0;
+    uint64_t h = a->wovr_h, th = a->wovr_th, cv = a->wovr_cv;
+    if (h != b->wovr_h || th != b->wovr_th || cv != b->wovr_cv ||
+        !rt_same(a->wovr_fc1_w, b->wovr_fc1_w, 2 * th * th) ||
+        !rt_same(a->wovr_fc1_b, b->wovr_fc1_b, 4 * th) ||
+        !rt_same(a->wovr_fc2_w, b->wovr_fc2_w, 2 * h * th) ||
+        !rt_same(a->wovr_fc2_b, b->wovr_fc2_b, 4 * h) ||
+        !rt_same(a->wovr_codec, b->wovr_codec, 2 * cv * h))
+        return 0;
+    if (a->has_wdelta != b->has_wdelta || a->n_tensors != b->n_tensors ||
+        a->wdelta_kind != b->wdelta_kind)
+        return 0;
     for (uint32_t i = 0; i < a->n_tensors; i++)
         if (!rt_tensors_equal(&a->tensors[i], &b->tensors[i])) return 0;
     if (!exact) return 1;
-    if (memcmp(&a->source, &b->source, sizeof a->source) || memcmp(&a->target, &b->target, sizeof a->target)) return 0;
+    if (memcmp(&a->source, &b->source, sizeof a->source) ||
+        memcmp(&a->target, &b->target, sizeof a->target))
+        return 0;
     if (a->n_meta != b->n_meta) return 0;
     for (int i = 0; i < a->n_meta; i++) {
         const char *o = qvf_meta_get(b, a->meta[i].key);
@@ -66,7 +80,8 @@ static void rt_check(const qvf_voice *v, int version) {
         abort();
     }
     qvf_voice *w = NULL;
-    if (qvf_read_mem(buf, n, "rt.qvoice", v->file_version == 1 ? v->enc_dim : 0, &w, err, sizeof err)) {
+    if (qvf_read_mem(buf, n, "rt.qvoice", v->file_version == 1 ? v->enc_dim : 0, &w, err,
+                     sizeof err)) {
         fprintf(stderr, "v%d re-read failed: %s\n", version, err);
         abort();
     }
@@ -84,7 +99,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const char *name = size >= 4 && !memcmp(data, "QVCE", 4) ? "fuzz.qvoice" : "fuzz.bin";
     if (qvf_read_mem(data, size, name, 0, &v, err, sizeof err)) return 0;
     uint64_t raw = 0;
-    for (uint32_t i = 0; i < v->n_tensors; i++) raw += v->tensors[i].raw_bytes;
+    for (uint32_t i = 0; i < v->n_tensors; i++)
+        raw += v->tensors[i].raw_bytes;
     if (raw <= (16u << 20)) {
         rt_check(v, 4);
         rt_check(v, 3);

@@ -30,6 +30,7 @@
 /* ---- helpers ---------------------------------------------------------------------------- */
 
 static char g_base[1024], g_cv[1024], g_tiny[1024];
+static qvk_pool *g_pool;   /* 2 threads, OpenBLAS single-threaded */
 
 static void model_paths(void) {
     const char *cache = getenv("QVOICE_CACHE");
@@ -67,7 +68,7 @@ static void *npy_load(const char *path, const char *descr, size_t elem_bytes, si
     return data;
 }
 
-static float *xvector_of(const qvc_ecapa *e, const qvc_audio *a) {
+static float *xvector_pool(const qvc_ecapa *e, const qvc_audio *a, qvk_pool *pool) {
     int nf = qvc_mel_n_frames(a->n_samples);
     qvc_mel *m = qvc_mel_create();
     float *mel = malloc(sizeof(float) * QVC_MEL_BINS * (size_t)nf);
@@ -75,13 +76,15 @@ static float *xvector_of(const qvc_ecapa *e, const qvc_audio *a) {
     char err[512];
     assert_non_null(m);
     assert_int_equal(qvc_mel_compute(m, mel, a->samples, a->n_samples), 0);
-    int rc = qvc_ecapa_forward(e, x, mel, nf, err, sizeof err);
+    int rc = qvc_ecapa_forward(e, pool, x, mel, nf, err, sizeof err);
     if (rc) fprintf(stderr, "%s\n", err);
     assert_int_equal(rc, 0);
     free(mel);
     qvc_mel_free(m);
     return x;
 }
+
+static float *xvector_of(const qvc_ecapa *e, const qvc_audio *a) { return xvector_pool(e, a, g_pool); }
 
 static int write_wav(const char *path, int format, int rate, int channels, const float *inter,
                      int64_t frames) {
@@ -99,7 +102,8 @@ static qvc_ecapa *g_ecapa; /* full-size Base speaker encoder */
 static int setup_full(void **state) {
     char err[512];
     model_paths();
-    qvk_blas_set_threads(2);
+    qvk_blas_set_threads(1);
+    g_pool = qvk_pool_create(2);
     if (qvc_audio_load(&g_clip, CLIP, 30.0, err, sizeof err)) {
         fprintf(stderr, "%s\n", err);
         return -1;
@@ -112,6 +116,7 @@ static int setup_full(void **state) {
 static int teardown_full(void **state) {
     qvc_audio_free(&g_clip);
     qvc_ecapa_free(g_ecapa);
+    qvk_pool_free(g_pool);
     return 0;
 }
 
@@ -152,6 +157,12 @@ static void test_golden_xvector(void **state) {
     printf("  x-vector vs official: relative L2 = %.3g (tolerance 1e-4), max |d| = %.3g, norm %.4f\n",
            rel, md, sqrt(den));
     assert_true(rel <= 1e-4);
+    /* the pool splits work the same way for any thread count: one thread gives the same bits */
+    float *x1 = xvector_pool(g_ecapa, &g_clip, NULL);
+    int same = !memcmp(x, x1, n * sizeof(float));
+    printf("  x-vector with 1 thread vs 2: %s\n", same ? "bit-identical" : "DIFFERENT");
+    assert_true(same);
+    free(x1);
     free(x);
     free(ref);
 }
@@ -167,7 +178,7 @@ static void test_golden_codes(void **state) {
     int nf = qvc_speech_encoder_n_frames(g_clip.n_samples);
     assert_int_equal((size_t)nf * QVC_CODE_GROUPS, n);
     int32_t *codes = malloc(sizeof(int32_t) * n);
-    assert_int_equal(qvc_speech_encoder_encode(se, codes, g_clip.samples, g_clip.n_samples, err, sizeof err), 0);
+    assert_int_equal(qvc_speech_encoder_encode(se, g_pool, codes, g_clip.samples, g_clip.n_samples, err, sizeof err), 0);
     int bad = 0;
     for (int g = 0; g < QVC_CODE_GROUPS; g++)
         for (int f = 0; f < nf; f++) bad += ref[(size_t)g * nf + f] != codes[(size_t)f * QVC_CODE_GROUPS + g];
@@ -175,7 +186,7 @@ static void test_golden_codes(void **state) {
     assert_int_equal(bad, 0);
     /* the sliding window (flash-attention behaviour) must differ on this 750-frame clip */
     qvc_speech_encoder_set_window(se, 250);
-    assert_int_equal(qvc_speech_encoder_encode(se, codes, g_clip.samples, g_clip.n_samples, err, sizeof err), 0);
+    assert_int_equal(qvc_speech_encoder_encode(se, g_pool, codes, g_clip.samples, g_clip.n_samples, err, sizeof err), 0);
     int bad_w = 0;
     for (int g = 0; g < QVC_CODE_GROUPS; g++)
         for (int f = 0; f < nf; f++) bad_w += ref[(size_t)g * nf + f] != codes[(size_t)f * QVC_CODE_GROUPS + g];
@@ -364,11 +375,11 @@ static void test_conv_helper(void **state) {
         float *b = malloc(sizeof(float) * (size_t)cv.c_out);
         float *y = malloc(sizeof(float) * (size_t)cv.c_out * t_out);
         double *yr = malloc(sizeof(double) * (size_t)cv.c_out * t_out);
-        float *scratch = qvk_alloc(sizeof(float) * qvc_conv_scratch(&cv));
+        float *scratch = qvk_alloc(2 * sizeof(float) * qvc_conv_scratch(&cv));
         for (int i = 0; i < cv.c_in * t; i++) x[i] = (float)rand() / RAND_MAX * 2 - 1;
         for (int i = 0; i < cv.c_out * cv.c_in * cv.k; i++) w[i] = (float)rand() / RAND_MAX - 0.5f;
         for (int i = 0; i < cv.c_out; i++) b[i] = (float)rand() / RAND_MAX - 0.5f;
-        qvc_conv1d(&cv, y, t_out, x, t, t, w, b, scratch);
+        qvc_conv1d(NULL, &cv, y, t_out, x, t, t, w, b, scratch);
         naive_conv(&cv, yr, x, t, w, b);
         double md = 0.0;
         for (int i = 0; i < cv.c_out * t_out; i++) md = fmax(md, fabs(y[i] - yr[i]));
@@ -377,7 +388,7 @@ static void test_conv_helper(void **state) {
         assert_true(md < 1e-4);
         /* residual mode adds onto y */
         cv.residual = 1;
-        qvc_conv1d(&cv, y, t_out, x, t, t, w, b, scratch);
+        qvc_conv1d(g_pool, &cv, y, t_out, x, t, t, w, b, scratch);
         md = 0.0;
         for (int i = 0; i < cv.c_out * t_out; i++) md = fmax(md, fabs(y[i] - 2 * yr[i]));
         assert_true(md < 2e-4);
@@ -386,11 +397,11 @@ static void test_conv_helper(void **state) {
         float *xt = malloc(sizeof(float) * (size_t)cv.c_in * t);
         float *wt = malloc(sizeof(float) * (size_t)cv.c_out * cv.c_in * cv.k);
         float *yt = malloc(sizeof(float) * (size_t)cv.c_out * t_out);
-        float *scratch_tm = qvk_alloc(sizeof(float) * qvc_conv_scratch_tm(&cv));
+        float *scratch_tm = qvk_alloc(2 * sizeof(float) * qvc_conv_scratch(&cv));
         for (int c = 0; c < cv.c_in; c++)
             for (int i = 0; i < t; i++) xt[(size_t)i * cv.c_in + c] = x[(size_t)c * t + i];
         qvc_conv_weights_tm(wt, w, cv.c_out, cv.c_in, cv.k);
-        qvc_conv1d_tm(&cv, yt, cv.c_out, xt, cv.c_in, t, wt, b, scratch_tm);
+        qvc_conv1d_tm(g_pool, &cv, yt, cv.c_out, xt, cv.c_in, t, wt, b, scratch_tm);
         md = 0.0;
         for (int o = 0; o < cv.c_out; o++)
             for (int i = 0; i < t_out; i++) md = fmax(md, fabs(yt[(size_t)i * cv.c_out + o] - yr[(size_t)o * t_out + i]));
@@ -436,11 +447,11 @@ static void test_tiny_model(void **state) {
     int nf = qvc_speech_encoder_n_frames(4000);
     assert_int_equal(nf, 3);
     int32_t codes[3 * QVC_CODE_GROUPS];
-    assert_int_equal(qvc_speech_encoder_encode(se, codes, g_clip.samples, 4000, err, sizeof err), 0);
+    assert_int_equal(qvc_speech_encoder_encode(se, g_pool, codes, g_clip.samples, 4000, err, sizeof err), 0);
     for (int i = 0; i < 3 * QVC_CODE_GROUPS; i++) assert_true(codes[i] >= 0 && codes[i] < 2048);
     /* causal: the codes of the first frames do not depend on later audio */
     int32_t codes2[QVC_CODE_GROUPS * 2];
-    assert_int_equal(qvc_speech_encoder_encode(se, codes2, g_clip.samples, 3840, err, sizeof err), 0);
+    assert_int_equal(qvc_speech_encoder_encode(se, NULL, codes2, g_clip.samples, 3840, err, sizeof err), 0);
     assert_memory_equal(codes, codes2, sizeof codes2);
     qvc_speech_encoder_free(se);
     qvc_audio_free(&part);

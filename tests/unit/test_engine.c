@@ -30,7 +30,8 @@ static void test_topk_keeps_ties(void **st) {
     }
     printf("top-k 2 over [5,5,5,1]: %d %d %d %d\n", hits[0], hits[1], hits[2], hits[3]);
     assert_int_equal(hits[3], 0);
-    for (int i = 0; i < 3; i++) assert_true(hits[i] > 800);
+    for (int i = 0; i < 3; i++)
+        assert_true(hits[i] > 800);
 }
 
 static void test_topp(void **st) {
@@ -53,11 +54,12 @@ static void test_greedy_and_processing(void **st) {
     (void)st;
     float l[3072];
     uint8_t seen[3072] = {0};
-    for (int i = 0; i < 3072; i++) l[i] = 0.5f;
-    l[7] = 2.0f;       /* seen, positive: /2 -> 1.0 */
-    l[9] = -1.0f;      /* seen, negative: *2 -> -2.0 */
-    l[2150] = 10.0f;   /* EOS */
-    l[2500] = 50.0f;   /* suppressed */
+    for (int i = 0; i < 3072; i++)
+        l[i] = 0.5f;
+    l[7] = 2.0f;     /* seen, positive: /2 -> 1.0 */
+    l[9] = -1.0f;    /* seen, negative: *2 -> -2.0 */
+    l[2150] = 10.0f; /* EOS */
+    l[2500] = 50.0f; /* suppressed */
     seen[7] = seen[9] = 1;
     qve_talker_logits_process(l, 3072, seen, 2.0f, 1, 2150);
     assert_float_equal(l[7], 1.0f, 0);
@@ -70,7 +72,7 @@ static void test_greedy_and_processing(void **st) {
     int idx[3072];
     assert_int_equal(qve_sample(l, 3072, &g, NULL, w, idx), 7);
     l[2150] = 10.0f;
-    qve_talker_logits_process(l, 3072, seen, 1.0f, 2, 2150);   /* EOS allowed from frame 2 */
+    qve_talker_logits_process(l, 3072, seen, 1.0f, 2, 2150); /* EOS allowed from frame 2 */
     assert_int_equal(qve_sample(l, 3072, &g, NULL, w, idx), 2150);
 }
 
@@ -115,7 +117,8 @@ static void expect_row(const qv_session *s, int row, const float *text, int code
     const int H = qv_model_hidden_size(s->m);
     float want[512];
     qve_talker_codec_embed(&s->m->talker, want, codec_id, 0);
-    for (int i = 0; i < H; i++) want[i] += text[i];
+    for (int i = 0; i < H; i++)
+        want[i] += text[i];
     for (int i = 0; i < H; i++)
         assert_float_equal(s->prefill[(size_t)row * H + i], want[i], 1e-6);
 }
@@ -126,25 +129,25 @@ static void test_prompt_customvoice(void **st) {
     qv_request r = qv_default_request();
     r.text_ids = TEXT, r.n_text_ids = N_TEXT, r.speaker = "Ryan", r.language = "english";
     qv_session *s = start(m, &r, QV_OK);
-    assert_int_equal(s->n_prefill, N_TEXT + 11);   /* worked example (a) */
+    assert_int_equal(s->n_prefill, N_TEXT + 11); /* worked example (a) */
     assert_int_equal(s->n_queue, 0);
     expect_row(s, 5, s->pad, 2050);
     expect_row(s, 7, s->pad, 3061);
     qv_session_free(s);
 
-    r.language = NULL;   /* auto, no dialect: nothink layout, one position shorter */
+    r.language = NULL; /* auto, no dialect: nothink layout, one position shorter */
     s = start(m, &r, QV_OK);
     assert_int_equal(s->n_prefill, N_TEXT + 10);
     expect_row(s, 3, s->pad, 2155);
     qv_session_free(s);
 
-    r.speaker = "eric";  /* dialect rule: auto -> sichuan_dialect with the think layout */
+    r.speaker = "eric"; /* dialect rule: auto -> sichuan_dialect with the think layout */
     s = start(m, &r, QV_OK);
     assert_int_equal(s->n_prefill, N_TEXT + 11);
     expect_row(s, 3, s->pad, 2154);
     expect_row(s, 5, s->pad, 2062);
     qv_session_free(s);
-    r.language = "english";   /* a non-Chinese language keeps its own id */
+    r.language = "english"; /* a non-Chinese language keeps its own id */
     s = start(m, &r, QV_OK);
     expect_row(s, 5, s->pad, 2050);
     qv_session_free(s);
@@ -187,14 +190,15 @@ static void test_prompt_base(void **st) {
     qv_model *m = load("tiny-base");
     const int H = qv_model_hidden_size(m);
     float vec[512];
-    for (int i = 0; i < H; i++) vec[i] = 0.01f * (float)i;
+    for (int i = 0; i < H; i++)
+        vec[i] = 0.01f * (float)i;
     qv_request r = qv_default_request();
     r.text_ids = TEXT, r.n_text_ids = N_TEXT, r.language = "english";
     r.speaker_vector = vec, r.n_speaker_vector = H;
-    qv_session *s = start(m, &r, QV_OK);   /* Base default: streaming */
+    qv_session *s = start(m, &r, QV_OK); /* Base default: streaming */
     assert_int_equal(s->n_prefill, 10);
     assert_int_equal(s->n_queue, N_TEXT);
-    for (int i = 0; i < H; i++)   /* speaker slot: PAD + raw vector */
+    for (int i = 0; i < H; i++) /* speaker slot: PAD + raw vector */
         assert_float_equal(s->prefill[(size_t)7 * H + i], s->pad[i] + vec[i], 1e-6);
     qv_session_free(s);
 
@@ -204,15 +208,16 @@ static void test_prompt_base(void **st) {
     r.n_speaker_vector = H;
 
     int32_t ref[5 * 16];
-    for (int i = 0; i < 5 * 16; i++) ref[i] = (i * 37) % 2048;
+    for (int i = 0; i < 5 * 16; i++)
+        ref[i] = (i * 37) % 2048;
     const int32_t ref_text[] = {3966, 17692, 323};
     r.ref_codes = ref, r.n_ref_frames = 5, r.ref_text_ids = ref_text, r.n_ref_text_ids = 3;
-    s = start(m, &r, QV_OK);   /* Lt = 3+8+1 = 12 > Lc = 6: Lc positions, 6 queued */
+    s = start(m, &r, QV_OK); /* Lt = 3+8+1 = 12 > Lc = 6: Lc positions, 6 queued */
     assert_int_equal(s->n_prefill, 9 + 6);
     assert_int_equal(s->n_queue, 6);
     qv_session_free(s);
     r.n_ref_frames = 4, r.n_ref_text_ids = 0;
-    r.n_text_ids = 2;      /* Lt = 3 <= Lc = 5: text padded, nothing queued */
+    r.n_text_ids = 2; /* Lt = 3 <= Lc = 5: text padded, nothing queued */
     s = start(m, &r, QV_OK);
     assert_int_equal(s->n_prefill, 9 + 5);
     assert_int_equal(s->n_queue, 0);
@@ -232,13 +237,14 @@ static void test_text_bridge(void **st) {
     qv_model *m = load("tiny-base");
     const int H = qv_model_hidden_size(m);
     int32_t ref[3 * 16];
-    for (int i = 0; i < 3 * 16; i++) ref[i] = (i * 91) % 2048;
+    for (int i = 0; i < 3 * 16; i++)
+        ref[i] = (i * 91) % 2048;
     qv_request r = qv_default_request();
     r.text_ids = TEXT, r.n_text_ids = N_TEXT, r.ref_codes = ref, r.n_ref_frames = 3;
     qv_session *a = start(m, &r, QV_OK);
     /* identity bridge (the model's own weights): bit-identical prompt */
-    qv_text_bridge b = {m->talker.fc1, m->talker.fc1_bias, m->talker.fc2, m->talker.fc2_bias,
-                        m->talker.codec_embedding, 2048};
+    qv_text_bridge b = {m->talker.fc1,      m->talker.fc1_bias,        m->talker.fc2,
+                        m->talker.fc2_bias, m->talker.codec_embedding, 2048};
     r.bridge = &b;
     qv_session *s = start(m, &r, QV_OK);
     assert_int_equal(s->n_prefill, a->n_prefill);
@@ -248,7 +254,7 @@ static void test_text_bridge(void **st) {
     uint16_t *zero = calloc((size_t)2048 * H, sizeof(uint16_t));
     b.codec_rows = zero;
     s = start(m, &r, QV_OK);
-    const size_t first_frame = (size_t)(s->n_prefill - 3) * H;   /* streaming: last 3 = F(R_j) */
+    const size_t first_frame = (size_t)(s->n_prefill - 3) * H; /* streaming: last 3 = F(R_j) */
     assert_memory_equal(s->prefill, a->prefill, first_frame * sizeof(float));
     assert_memory_not_equal(s->prefill + first_frame, a->prefill + first_frame, (size_t)H * 4);
     qv_session_free(s);
@@ -271,7 +277,8 @@ static int generate(const qv_model *m, int n_threads, uint64_t seed, int32_t *ou
     r.text = "Hello world, this is a test.", r.speaker = "vivian";
     assert_int_equal(qv_session_start(s, &r), QV_OK);
     int n = 0, done = 0;
-    while (!qv_session_next_frame(s, out + (size_t)n * 16, &done) && !done) n++;
+    while (!qv_session_next_frame(s, out + (size_t)n * 16, &done) && !done)
+        n++;
     assert_int_equal(qv_session_n_frames(s), n);
     qv_session_free(s);
     return n;
@@ -283,11 +290,12 @@ static void test_seed_determinism(void **st) {
     static int32_t a[40 * 16], b[40 * 16], c[40 * 16];
     int na = generate(m, 1, 7, a, 40), nb = generate(m, 3, 7, b, 40), nc = generate(m, 1, 8, c, 40);
     printf("frames: seed 7 x1 thread %d, x3 threads %d, seed 8 %d\n", na, nb, nc);
-    assert_true(na >= 2);   /* EOS is blocked for the first two frames */
+    assert_true(na >= 2); /* EOS is blocked for the first two frames */
     assert_int_equal(na, nb);
     assert_memory_equal(a, b, (size_t)na * 16 * sizeof(int32_t));
     assert_true(nc != na || memcmp(a, c, (size_t)na * 16 * sizeof(int32_t)));
-    for (int i = 0; i < na * 16; i++) assert_true(a[i] >= 0 && a[i] < 2048);
+    for (int i = 0; i < na * 16; i++)
+        assert_true(a[i] >= 0 && a[i] < 2048);
     qv_model_free(m);
 }
 
@@ -316,12 +324,11 @@ static void test_api_errors(void **st) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_topk_keeps_ties),    cmocka_unit_test(test_topp),
+        cmocka_unit_test(test_topk_keeps_ties),       cmocka_unit_test(test_topp),
         cmocka_unit_test(test_greedy_and_processing), cmocka_unit_test(test_rng_repeatable),
-        cmocka_unit_test(test_prompt_customvoice), cmocka_unit_test(test_prompt_voicedesign),
-        cmocka_unit_test(test_prompt_base),        cmocka_unit_test(test_text_bridge),
-        cmocka_unit_test(test_seed_determinism),
-        cmocka_unit_test(test_api_errors),
+        cmocka_unit_test(test_prompt_customvoice),    cmocka_unit_test(test_prompt_voicedesign),
+        cmocka_unit_test(test_prompt_base),           cmocka_unit_test(test_text_bridge),
+        cmocka_unit_test(test_seed_determinism),      cmocka_unit_test(test_api_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -47,11 +47,14 @@ static void generate(qv_model *m, const qv_request *r, int want_prefill) {
     int n = 0, done = 0;
     int32_t codes[16];
     while (!qv_session_next_frame(s, codes, &done) && !done) {
-        for (int g = 0; g < 16; g++) assert_true(codes[g] >= 0 && codes[g] < 2048);
-        for (int i = 0; i < 15 * 2048; i++) assert_true(isfinite(s->cp.logits[i]));
-        for (int i = 0; i < 3072; i++) assert_true(isfinite(s->logits_raw[i]));
-        printf("%s frame %d: %d %d %d ... %d\n", qv_model_type(m), n, codes[0], codes[1],
-               codes[2], codes[15]);
+        for (int g = 0; g < 16; g++)
+            assert_true(codes[g] >= 0 && codes[g] < 2048);
+        for (int i = 0; i < 15 * 2048; i++)
+            assert_true(isfinite(s->cp.logits[i]));
+        for (int i = 0; i < 3072; i++)
+            assert_true(isfinite(s->logits_raw[i]));
+        printf("%s frame %d: %d %d %d ... %d\n", qv_model_type(m), n, codes[0], codes[1], codes[2],
+               codes[15]);
         n++;
     }
     assert_int_equal(n, 3);
@@ -66,7 +69,7 @@ static void test_17b_customvoice(void **st) {
     if (!m) skip();
     qv_request r = qv_default_request();
     r.text_ids = TEXT, r.n_text_ids = 8, r.speaker = "ryan", r.language = "english";
-    r.instruct = "Speak slowly.";   /* instruct block: supported on 1.7B */
+    r.instruct = "Speak slowly."; /* instruct block: supported on 1.7B */
     int32_t *ids;
     int n;
     qv_session *s;
@@ -84,7 +87,8 @@ static void test_17b_base_xvector(void **st) {
     qv_model *m = load_or_skip("q17b-base");
     if (!m) skip();
     static float vec[2048];
-    for (int i = 0; i < 2048; i++) vec[i] = 0.3f * sinf(0.01f * (float)i);
+    for (int i = 0; i < 2048; i++)
+        vec[i] = 0.3f * sinf(0.01f * (float)i);
     qv_request r = qv_default_request();
     r.text_ids = TEXT, r.n_text_ids = 8, r.language = "english";
     r.speaker_vector = vec, r.n_speaker_vector = 2048;

@@ -63,10 +63,11 @@ static int teardown(void **st) {
     return system(cmd) == 0 ? 0 : -1;
 }
 
-static const char *const SPEAKERS[] = {"serena", "vivian", "uncle_fu", "ryan", "aiden",
-                                       "ono_anna", "sohee", "eric", "dylan"};
-static const char *const LANGS[] = {"auto", "chinese", "english", "german", "italian", "portuguese",
-                                    "spanish", "japanese", "korean", "french", "russian"};
+static const char *const SPEAKERS[] = {"serena",   "vivian", "uncle_fu", "ryan", "aiden",
+                                       "ono_anna", "sohee",  "eric",     "dylan"};
+static const char *const LANGS[] = {"auto",    "chinese",    "english", "german",
+                                    "italian", "portuguese", "spanish", "japanese",
+                                    "korean",  "french",     "russian"};
 
 /* 11 runs pair the 9 speakers and 11 languages so that each occurs at least once. */
 static void test_speakers_languages_stream(void **st) {
@@ -77,18 +78,22 @@ static void test_speakers_languages_stream(void **st) {
         snprintf(a, sizeof a, "%s/%s_%s.wav", tmp, spk, lang);
         snprintf(b, sizeof b, "%s/%s_%s_stream.wav", tmp, spk, lang);
         snprintf(raw, sizeof raw, "%s/%s_%s.raw", tmp, spk, lang);
-        assert_int_equal(run("-q -s %s -l %s -t 'Hello world.' --max-frames 8 --seed 5 -o %s",
-                             spk, lang, a), 0);
+        assert_int_equal(
+            run("-q -s %s -l %s -t 'Hello world.' --max-frames 8 --seed 5 -o %s", spk, lang, a), 0);
         assert_int_equal(run("-q -s %s -l %s -t 'Hello world.' --max-frames 8 --seed 5 --stream "
-                             "-o %s", spk, lang, b), 0);
+                             "-o %s",
+                             spk, lang, b),
+                         0);
         assert_int_equal(run("-q -s %s -l %s -t 'Hello world.' --max-frames 8 --seed 5 --stream "
-                             "> %s", spk, lang, raw), 0);
+                             "> %s",
+                             spk, lang, raw),
+                         0);
         long n = file_bytes(a), n_raw = file_bytes(raw);
         printf("%-9s %-10s wav %ld bytes, stream wav %ld, raw %ld\n", spk, lang, n, file_bytes(b),
                n_raw);
         assert_true(n > 44 && n_raw > 0 && n_raw % (1920 * 2) == 0 && n_raw <= 8 * 1920 * 2);
         assert_true(same_file(a, b, 0));
-        assert_true(same_file(a, raw, n - n_raw));   /* PCM-16 WAV data == raw s16le */
+        assert_true(same_file(a, raw, n - n_raw)); /* PCM-16 WAV data == raw s16le */
     }
 }
 
@@ -100,11 +105,52 @@ static void test_threads_codes_roundtrip(void **st) {
     snprintf(codes, sizeof codes, "%s/codes.txt", tmp);
     snprintf(c, sizeof c, "%s/decoded.wav", tmp);
     assert_int_equal(run("-q -s ryan -t 'Threads.' --max-seconds 0.8 --seed 9 -j 1 -o %s "
-                         "--dump-codes %s", a, codes), 0);
+                         "--dump-codes %s",
+                         a, codes),
+                     0);
     assert_int_equal(run("-q -s ryan -t 'Threads.' --max-seconds 0.8 --seed 9 -j 3 -o %s", b), 0);
     assert_true(same_file(a, b, 0));
     assert_int_equal(run("-q --decode-codes %s -o %s", codes, c), 0);
     assert_true(same_file(a, c, 0));
+}
+
+/* Beyond 300 frames the decoder switches to the reference's chunking: streaming must still match.
+ */
+static void test_long_stream(void **st) {
+    (void)st;
+    char a[512], b[512];
+    snprintf(a, sizeof a, "%s/long.wav", tmp);
+    snprintf(b, sizeof b, "%s/long_stream.wav", tmp);
+    assert_int_equal(run("-q -s ryan -t 'Long.' --max-frames 340 --seed 2 -o %s", a), 0);
+    assert_int_equal(run("-q -s ryan -t 'Long.' --max-frames 340 --seed 2 --stream -o %s", b), 0);
+    printf("long: %ld bytes\n", file_bytes(a));
+    assert_true(file_bytes(a) > 44 + 301 * 1920 * 2);
+    assert_true(same_file(a, b, 0));
+}
+
+/* 0.6B CustomVoice: --instruct is dropped with a warning unless --force-instruct. */
+static void test_instruct_policy(void **st) {
+    (void)st;
+    char a[512], b[512], c[512], warn[512];
+    snprintf(a, sizeof a, "%s/plain.wav", tmp);
+    snprintf(b, sizeof b, "%s/dropped.wav", tmp);
+    snprintf(c, sizeof c, "%s/forced.wav", tmp);
+    snprintf(warn, sizeof warn, "%s/warn.txt", tmp);
+    assert_int_equal(run("-q -s ryan -t 'Hi.' --max-frames 6 --greedy -o %s", a), 0);
+    assert_int_equal(
+        run("-s ryan -t 'Hi.' -i 'Whisper.' --max-frames 6 --greedy -o %s 2> %s", b, warn), 0);
+    assert_int_equal(run("-q -s ryan -t 'Hi.' -i 'Whisper.' --force-instruct --max-frames 6 "
+                         "--greedy -o %s",
+                         c),
+                     0);
+    assert_true(same_file(a, b, 0));
+    assert_false(same_file(a, c, 0));
+    FILE *f = fopen(warn, "r");
+    char line[512] = "";
+    assert_non_null(f);
+    assert_non_null(fgets(line, sizeof line, f));
+    fclose(f);
+    assert_non_null(strstr(line, "warning"));
 }
 
 static void test_errors_and_info(void **st) {
@@ -115,7 +161,7 @@ static void test_errors_and_info(void **st) {
     assert_int_equal(run("--threads 0 -t x 2> /dev/null"), 2);
     assert_int_equal(run("-s nobody -t x 2> /dev/null"), 1);
     assert_int_equal(run("-s ryan -l klingon -t x 2> /dev/null"), 1);
-    assert_int_equal(run("-t x 2> /dev/null"), 1);   /* CustomVoice needs a speaker */
+    assert_int_equal(run("-t x 2> /dev/null"), 1); /* CustomVoice needs a speaker */
     assert_int_equal(run("-s ryan -t x -o %s/x.mp3 2> /dev/null", tmp), 2);
     char out[512], cmd[1024], line[512];
     snprintf(out, sizeof out, "%s/list.txt", tmp);
@@ -123,7 +169,8 @@ static void test_errors_and_info(void **st) {
     FILE *f = fopen(out, "r");
     assert_non_null(f);
     int n = 0;
-    while (fgets(line, sizeof line, f)) n++;
+    while (fgets(line, sizeof line, f))
+        n++;
     fclose(f);
     assert_int_equal(n, 9);
     snprintf(cmd, sizeof cmd, "--tokens -t 'Hello world, this is a test.' > %s", out);
@@ -139,6 +186,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_speakers_languages_stream),
         cmocka_unit_test(test_threads_codes_roundtrip),
+        cmocka_unit_test(test_long_stream),
+        cmocka_unit_test(test_instruct_policy),
         cmocka_unit_test(test_errors_and_info),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

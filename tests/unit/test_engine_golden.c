@@ -24,15 +24,15 @@
 #define TOL_HIDDEN 1e-3
 
 typedef struct {
-    const char *name;      /* file prefix */
-    const char *model;     /* q06b-cv or q06b-base */
+    const char *name;  /* file prefix */
+    const char *model; /* q06b-cv or q06b-base */
 } run;
 
 static double max_abs_diff(const float *a, const float *b, size_t n) {
     double m = 0;
     for (size_t i = 0; i < n; i++) {
         double d = fabs((double)a[i] - (double)b[i]);
-        if (!(d <= m)) m = d;   /* NaN propagates as a failure */
+        if (!(d <= m)) m = d; /* NaN propagates as a failure */
     }
     return m;
 }
@@ -64,14 +64,15 @@ static cJSON *load_meta(const char *run_name) {
 
 /* ids of meta.token_ids[key][0] without `skip_front` leading and `skip_back` trailing entries;
  * returns the count (0 when the entry is null). */
-static int meta_ids(const cJSON *meta, const char *key, int skip_front, int skip_back,
-                    int32_t *out, int cap) {
+static int meta_ids(const cJSON *meta, const char *key, int skip_front, int skip_back, int32_t *out,
+                    int cap) {
     const cJSON *tid = cJSON_GetObjectItemCaseSensitive(meta, "token_ids");
     const cJSON *arr = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(tid, key), 0);
     if (!cJSON_IsArray(arr)) return 0;
     int n = cJSON_GetArraySize(arr) - skip_front - skip_back;
     assert_true(n >= 0 && n <= cap);
-    for (int i = 0; i < n; i++) out[i] = cJSON_GetArrayItem(arr, i + skip_front)->valueint;
+    for (int i = 0; i < n; i++)
+        out[i] = cJSON_GetArrayItem(arr, i + skip_front)->valueint;
     return n;
 }
 
@@ -134,7 +135,8 @@ static void run_golden(const run *R) {
         r.n_speaker_vector = (int)spk.n_elems;
         load_npy(R->name, "ref_code", NPY_I64, &ref);
         ref_codes = malloc(ref.n_elems * sizeof(int32_t));
-        for (size_t i = 0; i < ref.n_elems; i++) ref_codes[i] = (int32_t)npy_i64(&ref)[i];
+        for (size_t i = 0; i < ref.n_elems; i++)
+            ref_codes[i] = (int32_t)npy_i64(&ref)[i];
         r.ref_codes = ref_codes;
         r.n_ref_frames = (int)ref.shape[0];
     }
@@ -194,18 +196,31 @@ static void run_golden(const run *R) {
 }
 
 static const run RUNS[] = {
-    {"gen_cv_ryan_en", "q06b-cv"},
-    {"gen_cv_ryan_en_instruct", "q06b-cv"},
-    {"gen_cv_ryan_en_rp1", "q06b-cv"},
-    {"gen_base_xvec_en", "q06b-base"},
+    {"gen_cv_ryan_en", "q06b-cv"},     {"gen_cv_ryan_en_instruct", "q06b-cv"},
+    {"gen_cv_ryan_en_rp1", "q06b-cv"}, {"gen_base_xvec_en", "q06b-base"},
     {"gen_base_icl_en", "q06b-base"},
 };
 
-static void test_cv(void **st) { (void)st; run_golden(&RUNS[0]); }
-static void test_cv_instruct(void **st) { (void)st; run_golden(&RUNS[1]); }
-static void test_cv_rp1(void **st) { (void)st; run_golden(&RUNS[2]); }
-static void test_base_xvec(void **st) { (void)st; run_golden(&RUNS[3]); }
-static void test_base_icl(void **st) { (void)st; run_golden(&RUNS[4]); }
+static void test_cv(void **st) {
+    (void)st;
+    run_golden(&RUNS[0]);
+}
+static void test_cv_instruct(void **st) {
+    (void)st;
+    run_golden(&RUNS[1]);
+}
+static void test_cv_rp1(void **st) {
+    (void)st;
+    run_golden(&RUNS[2]);
+}
+static void test_base_xvec(void **st) {
+    (void)st;
+    run_golden(&RUNS[3]);
+}
+static void test_base_icl(void **st) {
+    (void)st;
+    run_golden(&RUNS[4]);
+}
 
 static int teardown(void **st) {
     (void)st;
@@ -216,8 +231,8 @@ static int teardown(void **st) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_cv),          cmocka_unit_test(test_cv_instruct),
-        cmocka_unit_test(test_cv_rp1),      cmocka_unit_test(test_base_xvec),
+        cmocka_unit_test(test_cv),       cmocka_unit_test(test_cv_instruct),
+        cmocka_unit_test(test_cv_rp1),   cmocka_unit_test(test_base_xvec),
         cmocka_unit_test(test_base_icl),
     };
     return cmocka_run_group_tests(tests, NULL, teardown);

@@ -385,19 +385,6 @@ static void test_elementwise(void **state) {
     qvk_layernorm(y, x, w, NULL, N, 1e-5f);
     check_close("layernorm (no bias)", y, ref, N, 1e-6, 2e-6);
 
-    double mx = x[0], sum = 0;
-    for (int i = 1; i < N; i++) mx = x[i] > mx ? x[i] : mx;
-    for (int i = 0; i < N; i++) sum += exp(x[i] - mx);
-    for (int i = 0; i < N; i++) ref[i] = exp(x[i] - mx) / sum;
-    memcpy(y, x, sizeof x);
-    qvk_softmax(y, N);
-    check_close("softmax", y, ref, N, 1e-9, 2e-6);
-
-    for (int i = 0; i < N; i++) ref[i] = x[i] / (1 + exp(-(double)x[i]));
-    memcpy(y, x, sizeof x);
-    qvk_silu(y, N);
-    check_close("silu", y, ref, N, 1e-7, 1e-6);
-
     for (int i = 0; i < N; i++) ref[i] = 0.5 * x[i] * (1 + erf(x[i] / sqrt(2.0)));
     memcpy(y, x, sizeof x);
     qvk_gelu_erf(y, N);
@@ -408,24 +395,68 @@ static void test_elementwise(void **state) {
     qvk_elu(y, N);
     check_close("elu", y, ref, N, 1e-7, 1e-6);
 
-    for (int i = 0; i < N; i++) {
-        double gd = g[i];
-        ref[i] = gd / (1 + exp(-gd)) * u[i];
-    }
-    qvk_swiglu(y, g, u, N);
-    check_close("swiglu", y, ref, N, 1e-7, 2e-6);
+}
 
-    enum { C = 3, T = 50 };
-    float sx[C * T], la[C] = { -0.5f, 0.0f, 1.2f }, lb[C] = { 0.3f, -1.0f, 0.0f };
-    double sref[C * T];
-    fill(sx, C * T, 3.0f);
+/* The SIMD exp/sin polynomials over wide argument ranges, per variant. */
+static void test_vector_math(void **state) {
+    (void)state;
+    enum { N = 4099, C = 3, T = 1000 };
+    static float x[N], y[N], g[N], u[N], sx[C * T], sx0[C * T];
+    static double ref[N], sref[C * T];
+    for (int i = 0; i < N; i++) x[i] = -100.0f + 200.0f * i / (N - 1); /* silu: exp(-x) up to e^100 */
+    fill(g, N, 8.0f);
+    fill(u, N, 2.0f);
+    /* snake arguments a·x up to ~2·10⁵, so the scalar fallback for |a·x| ≥ 2¹⁶ runs too */
+    const float la[C] = { -0.5f, 0.0f, 2.5f }, lb[C] = { 0.3f, -1.0f, 0.0f };
+    for (int t = 0; t < T; t++) {
+        sx0[t] = rnd() * 3.0f;
+        sx0[T + t] = rnd() * 50.0f;
+        sx0[2 * T + t] = (t < T / 2 ? rnd() : rnd() * 2e4f);
+    }
     for (int c = 0; c < C; c++)
         for (int t = 0; t < T; t++) {
-            double s = sin(exp((double)la[c]) * sx[c * T + t]);
-            sref[c * T + t] = sx[c * T + t] + s * s / (exp((double)lb[c]) + 1e-9);
+            /* a·x rounded to f32 as the reference does; at |a·x| ~ 10⁵ that rounding alone
+             * moves sin by up to 0.01, which is not what this test measures */
+            float arg = expf(la[c]) * sx0[c * T + t];
+            double s = sin((double)arg);
+            sref[c * T + t] = sx0[c * T + t] + s * s / ((double)expf(lb[c]) + 1e-9);
         }
-    qvk_snakebeta(sx, C, T, la, lb);
-    check_close("snakebeta", sx, sref, C * T, 2e-6, 2e-6);
+    for (int v = 0; v < N_VARIANTS; v++) {
+        if (qvk_set_variant(k_variants[v]) != 0) continue;
+        char what[64];
+
+        for (int i = 0; i < N; i++) ref[i] = x[i] / (1 + exp(-(double)x[i]));
+        memcpy(y, x, sizeof x);
+        qvk_silu(y, N);
+        snprintf(what, sizeof what, "silu [-100,100] %s", k_variants[v]);
+        check_close(what, y, ref, N, 1e-30, 4e-7);
+
+        for (int i = 0; i < N; i++) ref[i] = g[i] / (1 + exp(-(double)g[i])) * u[i];
+        qvk_swiglu(y, g, u, N);
+        snprintf(what, sizeof what, "swiglu %s", k_variants[v]);
+        check_close(what, y, ref, N, 1e-30, 5e-7);
+
+        /* softmax over a 120-wide range: tiny probabilities must stay accurate too */
+        for (int n = 1; n <= 37; n += 12) {
+            for (int i = 0; i < N; i++) y[i] = -110.0f + 120.0f * (float)((i * 7919) % N) / N;
+            /* x − max is rounded to f32 as in the reference implementation (not the kernel's
+             * error: up to ½ ulp of 110, i.e. a 4e-6 relative change of e^(x−max)) */
+            float mx = -INFINITY;
+            double sum = 0;
+            for (int i = 0; i < n * 100; i++) mx = y[i] > mx ? y[i] : mx;
+            for (int i = 0; i < n * 100; i++) sum += exp((double)(y[i] - mx));
+            for (int i = 0; i < n * 100; i++) ref[i] = exp((double)(y[i] - mx)) / sum;
+            qvk_softmax(y, n * 100);
+            snprintf(what, sizeof what, "softmax n=%d %s", n * 100, k_variants[v]);
+            check_close(what, y, ref, (size_t)n * 100, 1e-44, 1e-6);
+        }
+
+        memcpy(sx, sx0, sizeof sx);
+        qvk_snakebeta(sx, C, T, la, lb);
+        snprintf(what, sizeof what, "snakebeta %s", k_variants[v]);
+        check_close(what, sx, sref, C * T, 2e-6, 3e-7);
+    }
+    restore_variant();
 }
 
 /* ---- RoPE ------------------------------------------------------------------------------ */
@@ -747,6 +778,7 @@ int main(void) {
         cmocka_unit_test(test_matvec_threads_bit_identical),
         cmocka_unit_test(test_linear),
         cmocka_unit_test(test_elementwise),
+        cmocka_unit_test(test_vector_math),
         cmocka_unit_test(test_rope),
         cmocka_unit_test(test_attend),
         cmocka_unit_test(test_conv1d),

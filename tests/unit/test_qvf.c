@@ -23,9 +23,12 @@ static void test_crc32c_known_answer(void **state) {
     assert_int_equal(qvf_crc32c_sw(0, "123456789", 9), 0xE3069283u);
     assert_int_equal(qvf_crc32c(qvf_crc32c(0, "1234", 4), "56789", 5), 0xE3069283u);
     uint8_t big[1000];
-    for (int i = 0; i < 1000; i++) big[i] = (uint8_t)(i * 7);
-    for (int off = 0; off < 9; off++) /* unaligned starts, odd tails: SSE4.2 path equals the table */
-        assert_int_equal(qvf_crc32c(0, big + off, 1000 - 2 * off), qvf_crc32c_sw(0, big + off, 1000 - 2 * off));
+    for (int i = 0; i < 1000; i++)
+        big[i] = (uint8_t)(i * 7);
+    for (int off = 0; off < 9;
+         off++) /* unaligned starts, odd tails: SSE4.2 path equals the table */
+        assert_int_equal(qvf_crc32c(0, big + off, 1000 - 2 * off),
+                         qvf_crc32c_sw(0, big + off, 1000 - 2 * off));
     assert_int_equal(qvf_crc32c(0, "", 0), 0);
 }
 
@@ -109,7 +112,8 @@ static void test_wdelta_apply(void **state) {
     tgt[0] = 0x0001;
     const uint64_t shape[2] = {100, 100};
     qvf_tensor t;
-    assert_int_equal(qvf_wdelta_encode("w", QVF_DTYPE_BF16, 2, shape, res, tgt, 4096, &t, err, sizeof err), 0);
+    assert_int_equal(
+        qvf_wdelta_encode("w", QVF_DTYPE_BF16, 2, shape, res, tgt, 4096, &t, err, sizeof err), 0);
     assert_int_equal(t.encoding, QVF_ENC_DELTA16_LZ4);
     assert_int_equal(t.n_blocks, 5); /* 20000 bytes in 4096-byte blocks */
     assert_int_equal(qvf_wdelta_apply(&t, tgt, out, 1, err, sizeof err), 0);
@@ -122,8 +126,10 @@ static void test_wdelta_apply(void **state) {
     wrong[77] ^= 1;
     assert_int_equal(qvf_wdelta_apply(&t, wrong, out, 1, err, sizeof err), QVF_E_HASH);
     assert_non_null(strstr(err, "target"));
-    assert_int_equal(qvf_wdelta_apply(&t, wrong, out, 0, err, sizeof err), 0); /* unverified: applies */
-    assert_int_equal(qvf_wdelta_apply(&t, (const uint8_t *)tgt + 1, out, 0, err, sizeof err), QVF_E_ARG);
+    assert_int_equal(qvf_wdelta_apply(&t, wrong, out, 0, err, sizeof err),
+                     0); /* unverified: applies */
+    assert_int_equal(qvf_wdelta_apply(&t, (const uint8_t *)tgt + 1, out, 0, err, sizeof err),
+                     QVF_E_ARG);
     /* corrupt compressed data: LZ4 error, never an overrun */
     ((uint8_t *)t.owned_data)[3] ^= 0xFF;
     ((uint8_t *)t.owned_data)[t.block_offsets[1] - 1] ^= 0x5A;
@@ -132,17 +138,22 @@ static void test_wdelta_apply(void **state) {
     qvf_tensor_free(&t);
     float f[7] = {1, 2, 3, 4, 5, 6, 7}, g[7];
     const uint64_t s1[1] = {7};
-    assert_int_equal(qvf_wdelta_encode("n", QVF_DTYPE_F32, 1, s1, f, NULL, 0, &t, err, sizeof err), 0);
+    assert_int_equal(qvf_wdelta_encode("n", QVF_DTYPE_F32, 1, s1, f, NULL, 0, &t, err, sizeof err),
+                     0);
     assert_int_equal(t.encoding, QVF_ENC_RAW);
     assert_int_equal(qvf_wdelta_apply(&t, NULL, g, 1, err, sizeof err), 0);
     assert_memory_equal(f, g, sizeof f);
     qvf_tensor_free(&t);
-    assert_int_equal(qvf_wdelta_encode("n", QVF_DTYPE_BF16, 1, s1, f, f, 100, &t, err, sizeof err), QVF_E_ARG);
+    assert_int_equal(qvf_wdelta_encode("n", QVF_DTYPE_BF16, 1, s1, f, f, 100, &t, err, sizeof err),
+                     QVF_E_ARG);
 }
 
 /* ---- legacy files from the byte maps of qvoice-legacy.md ---- */
 
-typedef struct { uint8_t *p; size_t n, cap; } bb;
+typedef struct {
+    uint8_t *p;
+    size_t n, cap;
+} bb;
 static void put(bb *b, const void *x, size_t k) {
     if (b->n + k > b->cap) {
         b->cap = (b->n + k) * 2;
@@ -152,8 +163,15 @@ static void put(bb *b, const void *x, size_t k) {
     memcpy(b->p + b->n, x, k);
     b->n += k;
 }
-static void put32v(bb *b, uint32_t x) { uint8_t q[4]; wr32(q, x); put(b, q, 4); }
-static void putz(bb *b, size_t k) { while (k--) put(b, "", 1); }
+static void put32v(bb *b, uint32_t x) {
+    uint8_t q[4];
+    wr32(q, x);
+    put(b, q, 4);
+}
+static void putz(bb *b, size_t k) {
+    while (k--)
+        put(b, "", 1);
+}
 
 /* 0.6B graft (§7): QVCE 3 1024, x-vector, L=0, N=0, META, TPAD(1024), WOVR(1024, 2048, 2048). */
 static bb graft06(void) {
@@ -161,7 +179,10 @@ static bb graft06(void) {
     put(&b, "QVCE", 4);
     put32v(&b, 3);
     put32v(&b, 1024);
-    for (int i = 0; i < 1024; i++) { float x = (float)i * 0.01f; put(&b, &x, 4); }
+    for (int i = 0; i < 1024; i++) {
+        float x = (float)i * 0.01f;
+        put(&b, &x, 4);
+    }
     put32v(&b, 0);
     put32v(&b, 0);
     assert_int_equal(b.n, 4116);
@@ -180,7 +201,10 @@ static bb graft06(void) {
     assert_int_equal(b.n, 4220);
     put(&b, "TPAD", 4);
     put32v(&b, 1024);
-    for (int i = 0; i < 3 * 1024; i++) { float x = (float)i; put(&b, &x, 4); }
+    for (int i = 0; i < 3 * 1024; i++) {
+        float x = (float)i;
+        put(&b, &x, 4);
+    }
     assert_int_equal(b.n, 16516);
     put(&b, "WOVR", 4);
     put32v(&b, 1024);
@@ -189,7 +213,8 @@ static bb graft06(void) {
     assert_int_equal(b.n, 16532);
     size_t start = b.n;
     putz(&b, 16789520 - 16);
-    for (size_t i = start; i < b.n; i += 4093) b.p[i] = (uint8_t)i; /* some content */
+    for (size_t i = start; i < b.n; i += 4093)
+        b.p[i] = (uint8_t)i; /* some content */
     assert_int_equal(b.n, 16806036);
     return b;
 }
@@ -239,13 +264,16 @@ static void test_legacy_v3_graft_byte_map(void **state) {
     assert_int_equal(v3->wovr_h, 0);
     assert_int_equal(v3->tpad_hidden, 1024);
     qvf_voice_free(v3);
-    free(out); free(b4); free(b3); free(b.p);
+    free(out);
+    free(b4);
+    free(b3);
+    free(b.p);
     qvf_voice_free(v);
     qvf_voice_free(v4);
 }
 
-/* 1.7B graft (§7): x-vector 12..8203, ref_text_len 8204, frames 8208, META 8212, TPAD 8316, WOVR 32900,
- * total 25 215 124 — produced by our v3 writer from a voice with those dimensions. */
+/* 1.7B graft (§7): x-vector 12..8203, ref_text_len 8204, frames 8208, META 8212, TPAD 8316, WOVR
+ * 32900, total 25 215 124 — produced by our v3 writer from a voice with those dimensions. */
 static void test_legacy_v3_graft_17b_offsets(void **state) {
     (void)state;
     qvf_voice *v = qvf_voice_new();
@@ -282,11 +310,15 @@ static bb core(uint32_t ver, uint32_t enc_dim, const char *text, uint32_t frames
     put(&b, "QVCE", 4);
     put32v(&b, ver);
     if (ver >= 2) put32v(&b, enc_dim);
-    for (uint32_t i = 0; i < enc_dim; i++) { float x = (float)i; put(&b, &x, 4); }
+    for (uint32_t i = 0; i < enc_dim; i++) {
+        float x = (float)i;
+        put(&b, &x, 4);
+    }
     put32v(&b, (uint32_t)strlen(text));
     put(&b, text, strlen(text));
     put32v(&b, frames);
-    for (uint32_t i = 0; i < frames * 16; i++) put32v(&b, i % 2048);
+    for (uint32_t i = 0; i < frames * 16; i++)
+        put32v(&b, i % 2048);
     return b;
 }
 
@@ -304,7 +336,8 @@ static void test_legacy_v1_v2_bin(void **state) {
     qvf_voice_free(v);
     free(b.p);
     b = core(1, 8, "", 0);
-    assert_int_equal(qvf_read_mem(b.p, b.n, "a.qvoice", 8, &v, err, sizeof err), 0); /* enc_dim hint */
+    assert_int_equal(qvf_read_mem(b.p, b.n, "a.qvoice", 8, &v, err, sizeof err),
+                     0); /* enc_dim hint */
     assert_int_equal(v->enc_dim, 8);
     qvf_voice_free(v);
     free(b.p);
@@ -317,12 +350,14 @@ static void test_legacy_v1_v2_bin(void **state) {
     free(b.p);
     /* raw .bin */
     float x[1024];
-    for (int i = 0; i < 1024; i++) x[i] = (float)i;
+    for (int i = 0; i < 1024; i++)
+        x[i] = (float)i;
     assert_int_equal(qvf_read_mem(x, sizeof x, "aiden_joy.bin", 0, &v, err, sizeof err), 0);
     assert_int_equal(v->file_version, 0);
     assert_int_equal(v->enc_dim, 1024);
     qvf_voice_free(v);
-    assert_int_equal(qvf_read_mem(x, sizeof x, "aiden_joy.bin", 2048, &v, err, sizeof err), QVF_E_MISMATCH);
+    assert_int_equal(qvf_read_mem(x, sizeof x, "aiden_joy.bin", 2048, &v, err, sizeof err),
+                     QVF_E_MISMATCH);
     assert_int_equal(qvf_read_mem(x, 4095, "odd.bin", 0, &v, err, sizeof err), QVF_E_CHUNK_SIZE);
     assert_int_equal(qvf_read_mem(x, sizeof x, "x.qvoice", 0, &v, err, sizeof err), QVF_E_MAGIC);
 }
@@ -339,10 +374,14 @@ static bb heavy(int variant, uint16_t *tgt, uint16_t *res, size_t n_el) {
     put32v(&b, 4);
     putz(&b, 48);
     put(&b, "WOVR", 4);
-    put32v(&b, 4); put32v(&b, 8); put32v(&b, 2);
+    put32v(&b, 4);
+    put32v(&b, 8);
+    put32v(&b, 2);
     putz(&b, 2 * 64 + 4 * 8 + 2 * 32 + 4 * 4 + 2 * 8);
-    if (variant == 2) put(&b, "WFULL", 5);
-    else put(&b, "WDLT", 4);
+    if (variant == 2)
+        put(&b, "WFULL", 5);
+    else
+        put(&b, "WDLT", 4);
     if (variant == 0) put32v(&b, 1024);
     put32v(&b, 2);
     const char *nm = "talker.model.layers.0.mlp.up_proj.weight";
@@ -357,7 +396,8 @@ static bb heavy(int variant, uint16_t *tgt, uint16_t *res, size_t n_el) {
         put(&b, res, 2 * n_el);
     } else {
         uint16_t *d = malloc(2 * n_el);
-        for (size_t i = 0; i < n_el; i++) d[i] = (uint16_t)(res[i] - tgt[i]);
+        for (size_t i = 0; i < n_el; i++)
+            d[i] = (uint16_t)(res[i] - tgt[i]);
         int cap = LZ4_compressBound((int)(2 * n_el));
         char *z = malloc((size_t)cap);
         int zn = LZ4_compress_default((const char *)d, z, (int)(2 * n_el), cap);
@@ -410,7 +450,9 @@ static void test_legacy_v3_weight_streams(void **state) {
         if (!qvf_sample_equal(v, w, 1, why, sizeof why)) fail_msg("variant %d: %s", variant, why);
         assert_int_equal(qvf_wdelta_apply(&w->tensors[0], tgt, out, 1, err, sizeof err), 0);
         assert_memory_equal(out, res, sizeof res);
-        free(b3); free(b4); free(b.p);
+        free(b3);
+        free(b4);
+        free(b.p);
         qvf_voice_free(v);
         qvf_voice_free(w);
     }
@@ -427,7 +469,8 @@ static void test_atomic_write(void **state) {
     char why[128];
     if (!qvf_sample_equal(v, r, 1, why, sizeof why)) fail_msg("%s", why);
     qvf_voice_free(r);
-    /* a failing write (voice that v3 cannot hold) leaves the destination untouched and no temp file */
+    /* a failing write (voice that v3 cannot hold) leaves the destination untouched and no temp file
+     */
     struct stat before, after;
     assert_int_equal(stat(path, &before), 0);
     free(v->tpad);
@@ -446,6 +489,13 @@ static void test_atomic_write(void **state) {
     assert_int_equal(access(p2, F_OK), -1);
     assert_int_equal(qvf_writer_open(&w, p2, v, 1, QVF_WKIND_DELTA, err, sizeof err), 0);
     assert_int_equal(qvf_writer_commit(w, err, sizeof err), QVF_E_ARG); /* 0 of 1 tensors */
+    assert_int_equal(access(p2, F_OK), -1);
+    /* a refused tensor makes the writer bad: commit fails and leaves nothing */
+    qvf_tensor bad = {0};
+    assert_int_equal(qvf_writer_open(&w, p2, v, 1, QVF_WKIND_DELTA, err, sizeof err), 0);
+    assert_int_equal(qvf_writer_add_tensor(w, &bad, err, sizeof err), QVF_E_ARG);
+    assert_int_equal(qvf_writer_add_tensor(w, &bad, err, sizeof err), QVF_E_ARG);
+    assert_int_equal(qvf_writer_commit(w, err, sizeof err), QVF_E_ARG);
     assert_int_equal(access(p2, F_OK), -1);
     assert_int_equal(qvf_read_file(p2, 0, &r, err, sizeof err), QVF_E_IO);
     assert_non_null(strstr(err, p2));

@@ -51,7 +51,8 @@ static image split(const uint8_t *b, size_t n) {
 }
 
 static void image_free(image *im) {
-    for (int i = 0; i < im->n; i++) free(im->c[i].p);
+    for (int i = 0; i < im->n; i++)
+        free(im->c[i].p);
     im->n = 0;
 }
 
@@ -82,7 +83,8 @@ static void drop(image *im, int at) {
 /* Reassembles with correct framing, padding and CRCs. */
 static uint8_t *join(const image *im, size_t *n_out) {
     size_t cap = 48;
-    for (int i = 0; i < im->n; i++) cap += im->c[i].n + 20 + 64;
+    for (int i = 0; i < im->n; i++)
+        cap += im->c[i].n + 20 + 64;
     uint8_t *b = calloc(1, cap);
     memcpy(b, "QVCE", 4);
     wr32(b + 4, 4);
@@ -105,7 +107,9 @@ static uint8_t *join(const image *im, size_t *n_out) {
 /* ---- fixtures ---- */
 
 static FILE *expected;
-static const char *fixture_dir(void) { return getenv("QVF_WRITE_FIXTURES"); }
+static const char *fixture_dir(void) {
+    return getenv("QVF_WRITE_FIXTURES");
+}
 
 static void save(const char *sub, const char *name, const void *b, size_t n) {
     const char *d = fixture_dir();
@@ -137,9 +141,12 @@ static int read_all(const uint8_t *b, size_t n, const char *name) {
 
 static void expect(const char *name, const uint8_t *b, size_t n, int code, const char *needle) {
     int rc = read_all(b, n, name);
-    if (rc != code) fail_msg("%s: got %s (%s), expected %s", name, qvf_errname(rc), err, qvf_errname(code));
-    if (needle && !strstr(err, needle)) fail_msg("%s: message \"%s\" lacks \"%s\"", name, err, needle);
-    if (rc && rc != QVF_E_LZ4) assert_non_null(strstr(err, name)); /* names the file (LZ4: the tensor) */
+    if (rc != code)
+        fail_msg("%s: got %s (%s), expected %s", name, qvf_errname(rc), err, qvf_errname(code));
+    if (needle && !strstr(err, needle))
+        fail_msg("%s: message \"%s\" lacks \"%s\"", name, err, needle);
+    if (rc && rc != QVF_E_LZ4)
+        assert_non_null(strstr(err, name)); /* names the file (LZ4: the tensor) */
     save("hostile/qvf", name, b, n);
     if (expected) fprintf(expected, "%s %s\n", name, qvf_errname(code));
 }
@@ -166,8 +173,12 @@ static void crafted(const char *name, edit_fn edit, int code, const char *needle
     free(c);
 }
 
-static void e_unknown_critical(image *im) { insert(im, 2, "ZZZZ", 1, "abc", 3); }
-static void e_unknown_ancillary(image *im) { insert(im, 2, "zzzz", 0, "abc", 3); }
+static void e_unknown_critical(image *im) {
+    insert(im, 2, "ZZZZ", 1, "abc", 3);
+}
+static void e_unknown_ancillary(image *im) {
+    insert(im, 2, "zzzz", 0, "abc", 3);
+}
 static void e_duplicate(image *im) {
     int i = find(im, "META");
     insert(im, i + 1, "META", 0, im->c[i].p, im->c[i].n);
@@ -178,27 +189,49 @@ static void e_order(image *im) {
     im->c[i] = im->c[j];
     im->c[j] = t;
 }
-static void e_missing_xvec(image *im) { drop(im, find(im, "XVEC")); }
-static void e_missing_wdtn(image *im) { drop(im, find(im, "WDTN")); }
+static void e_missing_xvec(image *im) {
+    drop(im, find(im, "XVEC"));
+}
+static void e_missing_wdtn(image *im) {
+    drop(im, find(im, "WDTN"));
+}
 static void e_head_not_first(image *im) {
     chunk t = im->c[0];
     im->c[0] = im->c[1];
     im->c[1] = t;
 }
-static void e_flags(image *im) { im->c[find(im, "META")].flags = 1; }
-static void e_flags_reserved(image *im) { im->c[find(im, "META")].flags = 4; }
-static void e_xvec_size(image *im) { im->c[find(im, "XVEC")].n -= 4; }
-static void e_xvec_limit(image *im) { wr32(im->c[find(im, "XVEC")].p, 20000); }
+static void e_flags(image *im) {
+    im->c[find(im, "META")].flags = 1;
+}
+static void e_flags_reserved(image *im) {
+    im->c[find(im, "META")].flags = 4;
+}
+static void e_xvec_size(image *im) {
+    im->c[find(im, "XVEC")].n -= 4;
+}
+static void e_xvec_limit(image *im) {
+    wr32(im->c[find(im, "XVEC")].p, 20000);
+}
 static void e_xvec_mismatch(image *im) {
     chunk *c = &im->c[find(im, "XVEC")];
     wr32(c->p, 15);
     c->n -= 4;
 }
-static void e_head_version(image *im) { wr32(im->c[0].p, 5); }
-static void e_head_reserved(image *im) { im->c[0].p[120] = 1; }
-static void e_head_variant(image *im) { wr32(im->c[0].p + 28, 9); }
-static void e_meta_key(image *im) { im->c[find(im, "META")].p[16] = 'A'; }
-static void e_meta_limit(image *im) { wr32(im->c[find(im, "META")].p, 100000); }
+static void e_head_version(image *im) {
+    wr32(im->c[0].p, 5);
+}
+static void e_head_reserved(image *im) {
+    im->c[0].p[120] = 1;
+}
+static void e_head_variant(image *im) {
+    wr32(im->c[0].p + 28, 9);
+}
+static void e_meta_key(image *im) {
+    im->c[find(im, "META")].p[16] = 'A';
+}
+static void e_meta_limit(image *im) {
+    wr32(im->c[find(im, "META")].p, 100000);
+}
 static void e_meta_dupkey(image *im) {
     uint8_t *p = im->c[find(im, "META")].p; /* entries 0 "name" and 1 "language" → both "name" */
     uint32_t kb0 = rd32(p + 8), vb0 = rd32(p + 12);
@@ -212,36 +245,60 @@ static void e_meta_dupkey(image *im) {
     wr32(p + e1, 4);
     wr32(p + e1 + 4, vb1 + 4);
 }
-static void e_icl_code(image *im) { wr16(im->c[find(im, "ICLR")].p + 64, 2048); }
+static void e_icl_code(image *im) {
+    wr16(im->c[find(im, "ICLR")].p + 64, 2048);
+}
 static void e_icl_utf8(image *im) {
     chunk *c = &im->c[find(im, "ICLR")];
     c->p[c->n - 1] = 0xC3;
 }
-static void e_icl_codebooks(image *im) { wr32(im->c[find(im, "ICLR")].p + 8, 8); }
-static void e_icl_padding(image *im) { im->c[find(im, "ICLR")].p[64 + 3 * 32 + 1] = 7; }
-static void e_tpad_limit(image *im) { wr32(im->c[find(im, "TPAD")].p, 0); }
-static void e_wovr_size(image *im) { wr32(im->c[find(im, "WOVR")].p + 8, 41); }
-static void e_wdhd_limit(image *im) { wr32(im->c[find(im, "WDHD")].p, 5000); }
-static void e_wdhd_kind(image *im) { wr32(im->c[find(im, "WDHD")].p + 4, 7); }
+static void e_icl_codebooks(image *im) {
+    wr32(im->c[find(im, "ICLR")].p + 8, 8);
+}
+static void e_icl_padding(image *im) {
+    im->c[find(im, "ICLR")].p[64 + 3 * 32 + 1] = 7;
+}
+static void e_tpad_limit(image *im) {
+    wr32(im->c[find(im, "TPAD")].p, 0);
+}
+static void e_wovr_size(image *im) {
+    wr32(im->c[find(im, "WOVR")].p + 8, 41);
+}
+static void e_wdhd_limit(image *im) {
+    wr32(im->c[find(im, "WDHD")].p, 5000);
+}
+static void e_wdhd_kind(image *im) {
+    wr32(im->c[find(im, "WDHD")].p + 4, 7);
+}
 static void e_wdhd_toomany(image *im) {
     int i = find(im, "WDTN");
     insert(im, i + 2, "WDTN", 1, im->c[i].p, im->c[i].n);
 }
-static void e_wdhd_announces_more(image *im) { wr32(im->c[find(im, "WDHD")].p, 4000); }
+static void e_wdhd_announces_more(image *im) {
+    wr32(im->c[find(im, "WDHD")].p, 4000);
+}
 static void e_wdtn_overflow(image *im) {
     uint8_t *p = im->c[find(im, "WDTN")].p;
     wr64(p + 16, 1ull << 40);
     wr64(p + 24, 1ull << 40);
 }
-static void e_wdtn_rawbytes(image *im) { wr64(im->c[find(im, "WDTN")].p + 48, 12290); }
-static void e_wdtn_dtype(image *im) { wr32(im->c[find(im, "WDTN")].p + 4, 3); }
+static void e_wdtn_rawbytes(image *im) {
+    wr64(im->c[find(im, "WDTN")].p + 48, 12290);
+}
+static void e_wdtn_dtype(image *im) {
+    wr32(im->c[find(im, "WDTN")].p + 4, 3);
+}
 static void e_wdtn_f32_delta(image *im) {
     uint8_t *p = im->c[find(im, "WDTN")].p;
     wr32(p + 4, QVF_DTYPE_F32);
     wr64(p + 24, 32); /* 96 x 32 f32 = same bytes */
 }
-static void e_wdtn_block(image *im) { wr32(im->c[find(im, "WDTN")].p + 56, 100); }
-static void e_wdtn_nblocks(image *im) { wr32(im->c[find(im, "WDTN")].p + 60, 4); }
+static void e_wdtn_block(image *im) {
+    wr32(im->c[find(im, "WDTN")].p + 56, 100);
+}
+static void e_wdtn_nblocks(image *im) {
+    wr32(im->c[find(im, "WDTN")].p + 60, 4);
+}
 static void e_wdtn_csize(image *im) {
     uint8_t *p = im->c[find(im, "WDTN")].p;
     uint64_t tab = align_up(128 + rd32(p), 8);
@@ -251,7 +308,9 @@ static void e_wdtn_csize_zero(image *im) {
     uint8_t *p = im->c[find(im, "WDTN")].p;
     wr32(p + align_up(128 + rd32(p), 8), 0);
 }
-static void e_wdtn_name(image *im) { im->c[find(im, "WDTN")].p[130] = ' '; }
+static void e_wdtn_name(image *im) {
+    im->c[find(im, "WDTN")].p[130] = ' ';
+}
 static void e_wdtn_dupname(image *im) {
     int i = find(im, "WDTN") + 1;
     insert(im, i + 1, "WDTN", 1, im->c[i].p, im->c[i].n);
@@ -259,7 +318,8 @@ static void e_wdtn_dupname(image *im) {
 }
 static void e_wdtn_lz4(image *im) {
     chunk *c = &im->c[find(im, "WDTN")];
-    for (uint64_t k = c->n - 40; k < c->n - 2; k++) c->p[k] ^= 0xA5;
+    for (uint64_t k = c->n - 40; k < c->n - 2; k++)
+        c->p[k] ^= 0xA5;
 }
 static void e_wdtn_raw_size(image *im) {
     int i = find(im, "WDTN") + 1; /* the f32 raw tensor */
@@ -381,14 +441,33 @@ static void test_file_level(void **state) {
     /* legacy weight record with zlib encoding 3 */
     uint8_t h[256] = "QVCE";
     size_t k = 0;
-    wr32(h + 4, 3); wr32(h + 8, 1); k = 16; /* x-vector 1 float at 12 */
-    wr32(h + k, 0); k += 4;                  /* L */
-    wr32(h + k, 0); k += 4;                  /* N */
-    memcpy(h + k, "META", 4); k += 104;
-    memcpy(h + k, "TPAD", 4); wr32(h + k + 4, 1); k += 20;
-    memcpy(h + k, "WOVR", 4); wr32(h + k + 4, 1); wr32(h + k + 8, 1); wr32(h + k + 12, 1); k += 16 + 2 + 4 + 2 + 4 + 2;
-    memcpy(h + k, "WDLT", 4); wr32(h + k + 4, 1024); wr32(h + k + 8, 1); k += 12;
-    wr16(h + k, 1); h[k + 2] = 'w'; wr32(h + k + 3, 4); h[k + 7] = 3; wr32(h + k + 8, 2); k += 12 + 2;
+    wr32(h + 4, 3);
+    wr32(h + 8, 1);
+    k = 16; /* x-vector 1 float at 12 */
+    wr32(h + k, 0);
+    k += 4; /* L */
+    wr32(h + k, 0);
+    k += 4; /* N */
+    memcpy(h + k, "META", 4);
+    k += 104;
+    memcpy(h + k, "TPAD", 4);
+    wr32(h + k + 4, 1);
+    k += 20;
+    memcpy(h + k, "WOVR", 4);
+    wr32(h + k + 4, 1);
+    wr32(h + k + 8, 1);
+    wr32(h + k + 12, 1);
+    k += 16 + 2 + 4 + 2 + 4 + 2;
+    memcpy(h + k, "WDLT", 4);
+    wr32(h + k + 4, 1024);
+    wr32(h + k + 8, 1);
+    k += 12;
+    wr16(h + k, 1);
+    h[k + 2] = 'w';
+    wr32(h + k + 3, 4);
+    h[k + 7] = 3;
+    wr32(h + k + 8, 2);
+    k += 12 + 2;
     expect("legacy_zlib_record.qvoice", h, k, QVF_E_UNSUPPORTED, "zlib");
     h[k - 2 - 5] = 0; /* encoding 0 (raw) with payload 2 != raw 4 */
     expect("legacy_raw_size.qvoice", h, k, QVF_E_MISMATCH, "raw");
@@ -440,7 +519,8 @@ static void test_flipped_bytes(void **state) {
             b[off + 16 + k] ^= 0x20;
             int rc = read_all(b, n, "f.qvoice");
             b[off + 16 + k] ^= 0x20;
-            if (rc != QVF_E_CRC || !strstr(err, tag)) fail_msg("flip at %llu in %s: %s", (unsigned long long)(off + 16 + k), tag, err);
+            if (rc != QVF_E_CRC || !strstr(err, tag))
+                fail_msg("flip at %llu in %s: %s", (unsigned long long)(off + 16 + k), tag, err);
             n_crc++;
         }
         uint64_t end = off + 20 + im.c[i].n;
@@ -454,7 +534,8 @@ static void test_flipped_bytes(void **state) {
         if (rc == QVF_OK) fail_msg("flip of byte %zu accepted", k);
         n_other++;
     }
-    printf("flips: %d payload bytes -> QVF_E_CRC naming the chunk; all %d bytes refused\n", n_crc, n_other);
+    printf("flips: %d payload bytes -> QVF_E_CRC naming the chunk; all %d bytes refused\n", n_crc,
+           n_other);
     image_free(&im);
     free(b);
 }
@@ -513,9 +594,9 @@ static void test_write_seed_corpus(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_crafted_chunks),    cmocka_unit_test(test_file_level),
+        cmocka_unit_test(test_crafted_chunks),       cmocka_unit_test(test_file_level),
         cmocka_unit_test(test_truncated_everywhere), cmocka_unit_test(test_flipped_bytes),
-        cmocka_unit_test(test_api_errors),        cmocka_unit_test(test_write_seed_corpus),
+        cmocka_unit_test(test_api_errors),           cmocka_unit_test(test_write_seed_corpus),
     };
     return cmocka_run_group_tests_name("qvf_hostile", tests, NULL, NULL);
 }

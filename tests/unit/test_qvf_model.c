@@ -46,8 +46,10 @@ static void id_of(const char *dir, const qve_model_config *cfg, qvf_model_id *id
     id->hidden_size = (uint32_t)cfg->talker.hidden_size;
     id->text_hidden_size = (uint32_t)cfg->text_hidden_size;
     id->enc_dim = cfg->has_speaker_encoder ? (uint32_t)cfg->enc_dim : 0;
-    id->variant = (uint32_t)cfg->variant + 1; /* qve_variant order is base, custom_voice, voice_design */
-    assert_int_equal(qve_fingerprint_model(dir, QVE_FINGERPRINT_TABLE, id->fingerprint, err, sizeof err), 0);
+    id->variant =
+        (uint32_t)cfg->variant + 1; /* qve_variant order is base, custom_voice, voice_design */
+    assert_int_equal(
+        qve_fingerprint_model(dir, QVE_FINGERPRINT_TABLE, id->fingerprint, err, sizeof err), 0);
 }
 
 static void test_wdelta_tiny_pair(void **state) {
@@ -59,13 +61,15 @@ static void test_wdelta_tiny_pair(void **state) {
     qve_model_config bc, cc;
     assert_int_equal(qve_model_config_load(&bc, base_dir, err, sizeof err), 0);
     assert_int_equal(qve_model_config_load(&cc, cv_dir, err, sizeof err), 0);
-    qve_st *bs = qve_st_open_dir(base_dir, "model", err, sizeof err), *cs = qve_st_open_dir(cv_dir, "model", err, sizeof err);
+    qve_st *bs = qve_st_open_dir(base_dir, "model", err, sizeof err),
+           *cs = qve_st_open_dir(cv_dir, "model", err, sizeof err);
     assert_non_null(bs);
     assert_non_null(cs);
 
     qvf_voice *v = qvf_voice_new();
     float *x = calloc((size_t)bc.enc_dim, sizeof *x);
-    for (int i = 0; i < bc.enc_dim; i++) x[i] = (float)(i % 7) - 3.0f;
+    for (int i = 0; i < bc.enc_dim; i++)
+        x[i] = (float)(i % 7) - 3.0f;
     assert_int_equal(qvf_voice_set_xvector(v, x, (uint32_t)bc.enc_dim), 0);
     free(x);
     id_of(base_dir, &bc, &v->source);
@@ -76,8 +80,8 @@ static void test_wdelta_tiny_pair(void **state) {
     int n = 0, *pick = calloc((size_t)qve_st_count(bs), sizeof *pick);
     for (int i = 0; i < qve_st_count(bs); i++) {
         const qve_tensor *b = qve_st_at(bs, i), *c = qve_st_find(cs, b->name);
-        if (strncmp(b->name, "talker.", 7) || !c || c->dtype != b->dtype || c->n_bytes != b->n_bytes ||
-            (b->dtype != QVE_DTYPE_BF16 && b->dtype != QVE_DTYPE_F32))
+        if (strncmp(b->name, "talker.", 7) || !c || c->dtype != b->dtype ||
+            c->n_bytes != b->n_bytes || (b->dtype != QVE_DTYPE_BF16 && b->dtype != QVE_DTYPE_F32))
             continue;
         pick[i] = 1;
         n++;
@@ -89,17 +93,19 @@ static void test_wdelta_tiny_pair(void **state) {
     close(fd);
     qvf_writer *w;
     double t0 = now_s();
-    assert_int_equal(qvf_writer_open(&w, path, v, (uint32_t)n, QVF_WKIND_DELTA, err, sizeof err), 0);
+    assert_int_equal(qvf_writer_open(&w, path, v, (uint32_t)n, QVF_WKIND_DELTA, err, sizeof err),
+                     0);
     uint64_t raw = 0, stored = 0;
     for (int i = 0; i < qve_st_count(bs); i++) {
         if (!pick[i]) continue;
         const qve_tensor *b = qve_st_at(bs, i), *c = qve_st_find(cs, b->name);
         uint64_t shape[4] = {0};
-        for (int d = 0; d < b->n_dims; d++) shape[d] = (uint64_t)b->shape[d];
+        for (int d = 0; d < b->n_dims; d++)
+            shape[d] = (uint64_t)b->shape[d];
         qvf_tensor t;
         int bf = b->dtype == QVE_DTYPE_BF16;
-        if (qvf_wdelta_encode(b->name, bf ? QVF_DTYPE_BF16 : QVF_DTYPE_F32, (uint32_t)b->n_dims, shape, b->data,
-                              bf ? c->data : NULL, 0, &t, err, sizeof err))
+        if (qvf_wdelta_encode(b->name, bf ? QVF_DTYPE_BF16 : QVF_DTYPE_F32, (uint32_t)b->n_dims,
+                              shape, b->data, bf ? c->data : NULL, 0, &t, err, sizeof err))
             fail_msg("%s", err);
         raw += t.raw_bytes;
         stored += t.data_bytes;
@@ -120,8 +126,10 @@ static void test_wdelta_tiny_pair(void **state) {
         assert_non_null(b);
         void *out = malloc(t->raw_bytes);
         if (qvf_wdelta_apply(t, c->data, out, 1, err, sizeof err)) fail_msg("%s", err);
-        if (!memcmp(out, b->data, t->raw_bytes)) n_exact++;
-        else printf("tensor %s differs from Base after the delta\n", t->name);
+        if (!memcmp(out, b->data, t->raw_bytes))
+            n_exact++;
+        else
+            printf("tensor %s differs from Base after the delta\n", t->name);
         free(out);
     }
     double t2 = now_s();
@@ -132,7 +140,8 @@ static void test_wdelta_tiny_pair(void **state) {
 
     /* the tool: fits the CustomVoice it was made for; refuses Base and another checkpoint */
     char cmd[2048];
-    snprintf(cmd, sizeof cmd, "bin/voicefmt verify --deep --model %s %s >/dev/null 2>&1", cv_dir, path);
+    snprintf(cmd, sizeof cmd, "bin/voicefmt verify --deep --model %s %s >/dev/null 2>&1", cv_dir,
+             path);
     assert_int_equal(run(cmd), 0);
     snprintf(cmd, sizeof cmd, "bin/voicefmt verify --model %s %s >/dev/null 2>&1", base_dir, path);
     assert_int_equal(run(cmd), 1);
@@ -141,7 +150,9 @@ static void test_wdelta_tiny_pair(void **state) {
     fd = mkstemps(other, 7);
     close(fd);
     if (qvf_write_file(r, other, 4, err, sizeof err)) fail_msg("%s", err);
-    snprintf(cmd, sizeof cmd, "bin/voicefmt verify --model %s %s 2>&1 | grep -q 'WDELTA made for model'", cv_dir, other);
+    snprintf(cmd, sizeof cmd,
+             "bin/voicefmt verify --model %s %s 2>&1 | grep -q 'WDELTA made for model'", cv_dir,
+             other);
     assert_int_equal(run(cmd), 0);
     unlink(other);
     unlink(path);

@@ -1,7 +1,7 @@
-/* test_qvf_nomem.c — allocation-failure injection: the N-th malloc/calloc/realloc fails, for every N
- * a read / encode / apply / write performs. Each run must end in QVF_OK or QVF_E_NOMEM (QVF_E_IO for
- * a stream whose buffer could not grow), never crash; leaks show under valgrind. The allocator is
- * interposed by defining malloc here (glibc supports it); not under ASan, which owns malloc.
+/* test_qvf_nomem.c — allocation-failure injection: the N-th malloc/calloc/realloc fails, for every
+ * N a read / encode / apply / write performs. Each run must end in QVF_OK or QVF_E_NOMEM (QVF_E_IO
+ * for a stream whose buffer could not grow), never crash; leaks show under valgrind. The allocator
+ * is interposed by defining malloc here (glibc supports it); not under ASan, which owns malloc.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -35,9 +35,15 @@ static int should_fail(void) {
     }
     return 0;
 }
-void *malloc(size_t n) { return should_fail() ? NULL : __libc_malloc(n); }
-void *calloc(size_t a, size_t b) { return should_fail() ? NULL : __libc_calloc(a, b); }
-void *realloc(void *p, size_t n) { return should_fail() ? NULL : __libc_realloc(p, n); }
+void *malloc(size_t n) {
+    return should_fail() ? NULL : __libc_malloc(n);
+}
+void *calloc(size_t a, size_t b) {
+    return should_fail() ? NULL : __libc_calloc(a, b);
+}
+void *realloc(void *p, size_t n) {
+    return should_fail() ? NULL : __libc_realloc(p, n);
+}
 #endif
 
 static uint8_t *v4, *v3;
@@ -59,8 +65,12 @@ static int op_read(const uint8_t *b, size_t n) {
     return rc;
 }
 
-static int op_read4(void) { return op_read(v4, n4); }
-static int op_read3(void) { return op_read(v3, n3); }
+static int op_read4(void) {
+    return op_read(v4, n4);
+}
+static int op_read3(void) {
+    return op_read(v3, n3);
+}
 
 static int op_encode_write(void) {
     qvf_voice *v = qvf_sample_voice(1);
@@ -89,7 +99,8 @@ static void sweep(const char *what, int (*op)(void)) {
         countdown = k;
         int rc = op();
         countdown = 0;
-        if (rc != QVF_OK && rc != QVF_E_NOMEM && rc != QVF_E_IO) fail_msg("%s: allocation %ld failed -> %s", what, k, qvf_errname(rc));
+        if (rc != QVF_OK && rc != QVF_E_NOMEM && rc != QVF_E_IO)
+            fail_msg("%s: allocation %ld failed -> %s", what, k, qvf_errname(rc));
         if (!fired) {
             assert_int_equal(rc, QVF_OK);
             break;
@@ -99,9 +110,18 @@ static void sweep(const char *what, int (*op)(void)) {
 #endif
 }
 
-static void test_read_v4(void **s) { (void)s; sweep("read v4", op_read4); }
-static void test_read_v3(void **s) { (void)s; sweep("read v3", op_read3); }
-static void test_encode_write(void **s) { (void)s; sweep("encode + write", op_encode_write); }
+static void test_read_v4(void **s) {
+    (void)s;
+    sweep("read v4", op_read4);
+}
+static void test_read_v3(void **s) {
+    (void)s;
+    sweep("read v3", op_read3);
+}
+static void test_encode_write(void **s) {
+    (void)s;
+    sweep("encode + write", op_encode_write);
+}
 
 int main(void) {
     qvf_voice *v = qvf_sample_voice(1);

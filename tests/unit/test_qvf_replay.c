@@ -1,7 +1,7 @@
 /* test_qvf_replay.c — the standalone replay of the fuzz targets inside `make test`: every file of
  * tests/fuzz/corpus/<target>/ goes through that target, every tests/hostile/<dir>/ file through
- * fuzz_<dir> when that target exists, and tests/hostile/qvf/ files must fail with the code listed in
- * its expected.txt. A target aborts or trips a sanitizer (make asan) on a bad input.
+ * fuzz_<dir> when that target exists, and tests/hostile/qvf/ files must fail with the code listed
+ * in its expected.txt. A target aborts or trips a sanitizer (make asan) on a bad input.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -38,9 +38,11 @@
 #endif
 
 typedef int (*target_fn)(const uint8_t *, size_t);
-static const struct { const char *name; target_fn fn; } targets[] = {
-    {"fuzz_qvf_read", fuzz_qvf_read_one},
-    {"fuzz_legacy_read", fuzz_legacy_read_one},
+static const struct {
+    const char *name;
+    target_fn fn;
+} targets[] = {
+    {"fuzz_qvf_read", fuzz_qvf_read_one},       {"fuzz_legacy_read", fuzz_legacy_read_one},
     {"fuzz_roundtrip", fuzz_roundtrip_one},
 #ifdef HAVE_FUZZ_SAFETENSORS
     {"fuzz_safetensors", fuzz_safetensors_one},
@@ -131,7 +133,9 @@ static void test_replay_hostile_dirs(void **state) {
             int match = !strcmp(targets[i].name, want) ||
                         (!strcmp(e->d_name, "qvf") && strcmp(targets[i].name, "fuzz_safetensors") &&
                          strcmp(targets[i].name, "fuzz_tokenizer"));
-            if (match && target_ready(targets[i].name)) printf("replay: %-18s %4d files of %s\n", targets[i].name, replay_dir(dir, targets[i].fn), dir);
+            if (match && target_ready(targets[i].name))
+                printf("replay: %-18s %4d files of %s\n", targets[i].name,
+                       replay_dir(dir, targets[i].fn), dir);
         }
     }
     closedir(d);
@@ -201,22 +205,22 @@ static void test_shipped_voices(void **state) {
 static void test_voice_find(void **state) {
     (void)state;
     char path[512], err[256];
-    assert_int_equal(qvf_voice_find("tests/hostile/qvf/trailing.qvoice", path, sizeof path, err, sizeof err), 0);
+    assert_int_equal(
+        qvf_voice_find("tests/hostile/qvf/trailing.qvoice", path, sizeof path, err, sizeof err), 0);
     assert_string_equal(path, "tests/hostile/qvf/trailing.qvoice");
     setenv("QVOICE_PATH", "/nonexistent:tests/fuzz/corpus/fuzz_qvf_read", 1);
     assert_int_equal(qvf_voice_find("lite_v4", path, sizeof path, err, sizeof err), 0);
     assert_string_equal(path, "tests/fuzz/corpus/fuzz_qvf_read/lite_v4.qvoice");
-    assert_int_equal(qvf_voice_find("no_such_voice_xyz", path, sizeof path, err, sizeof err), QVF_E_IO);
+    assert_int_equal(qvf_voice_find("no_such_voice_xyz", path, sizeof path, err, sizeof err),
+                     QVF_E_IO);
     assert_non_null(strstr(err, "QVOICE_PATH"));
     unsetenv("QVOICE_PATH");
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_replay_corpus),
-        cmocka_unit_test(test_replay_hostile_dirs),
-        cmocka_unit_test(test_hostile_qvf_expected),
-        cmocka_unit_test(test_shipped_voices),
+        cmocka_unit_test(test_replay_corpus),        cmocka_unit_test(test_replay_hostile_dirs),
+        cmocka_unit_test(test_hostile_qvf_expected), cmocka_unit_test(test_shipped_voices),
         cmocka_unit_test(test_voice_find),
     };
     return cmocka_run_group_tests_name("qvf_replay", tests, NULL, NULL);

@@ -65,8 +65,12 @@ static void test_inspect_verify(void **state) {
     assert_int_equal(sh(V " inspect --json %s/full.qvoice | grep -q '\"icl_frames\":.3'", dir), 0);
     assert_int_equal(sh(V " verify %s/full.qvoice %s/lite.qvoice" Q, dir, dir), 0);
     /* one flipped byte: verify fails naming the chunk, inspect marks the CRC bad */
-    assert_int_equal(sh("cp %s/full.qvoice %s/flip.qvoice && printf 'X' | dd of=%s/flip.qvoice bs=1 seek=1100 conv=notrunc" Q, dir, dir, dir), 0);
-    assert_int_equal(sh(V " verify %s/flip.qvoice 2>&1 | grep -q 'chunk TPAD.*CRC mismatch'", dir), 0);
+    assert_int_equal(sh("cp %s/full.qvoice %s/flip.qvoice && printf 'X' | dd of=%s/flip.qvoice "
+                        "bs=1 seek=1100 conv=notrunc" Q,
+                        dir, dir, dir),
+                     0);
+    assert_int_equal(sh(V " verify %s/flip.qvoice 2>&1 | grep -q 'chunk TPAD.*CRC mismatch'", dir),
+                     0);
     assert_int_equal(sh(V " verify %s/flip.qvoice" Q, dir), 1);
     assert_int_equal(sh(V " inspect %s/flip.qvoice 2>/dev/null | grep -q 'TPAD.*CRC BAD'", dir), 0);
     assert_int_equal(sh("head -c 1000 %s/full.qvoice > %s/cut.qvoice", dir, dir), 0);
@@ -84,21 +88,30 @@ static void test_convert_diff_strip(void **state) {
     assert_int_equal(sh(V " strip --drop wdelta -o %s/s.qvoice %s/full.qvoice" Q, dir, dir), 0);
     assert_int_equal(sh(V " diff %s/s.qvoice %s/lite.qvoice" Q, dir, dir), 0);
     assert_int_equal(sh(V " strip --drop icl -o %s/n.qvoice %s/lite.qvoice" Q, dir, dir), 0);
-    assert_int_equal(sh(V " extract --codes %s/c.txt %s/n.qvoice" Q, dir, dir), 1); /* no codes left */
+    assert_int_equal(sh(V " extract --codes %s/c.txt %s/n.qvoice" Q, dir, dir),
+                     1); /* no codes left */
 }
 
 static void test_extract_mix_list(void **state) {
     (void)state;
     assert_int_equal(sh(V " extract --codes %s/c.txt %s/full.qvoice" Q, dir, dir), 0);
-    assert_int_equal(sh("test $(wc -l < %s/c.txt) -eq 3 && test $(head -1 %s/c.txt | wc -w) -eq 16", dir, dir), 0);
+    assert_int_equal(
+        sh("test $(wc -l < %s/c.txt) -eq 3 && test $(head -1 %s/c.txt | wc -w) -eq 16", dir, dir),
+        0);
     assert_int_equal(sh(V " extract --xvector %s/x.bin %s/full.qvoice" Q, dir, dir), 0);
     assert_int_equal(sh("test $(stat -c %%s %s/x.bin) -eq 64", dir), 0);
-    assert_int_equal(sh(V " extract -T %s/t.txt %s/full.qvoice && grep -q 'w.rld' %s/t.txt", dir, dir, dir), 0);
+    assert_int_equal(
+        sh(V " extract -T %s/t.txt %s/full.qvoice && grep -q 'w.rld' %s/t.txt", dir, dir, dir), 0);
     /* mix of a voice with itself at 0.5 + 0.5 gives the same x-vector */
-    assert_int_equal(sh(V " mix -n half -o %s/m.qvoice %s/full.qvoice:0.5 %s/lite.qvoice:0.5" Q, dir, dir, dir), 0);
-    assert_int_equal(sh(V " extract -x %s/mx.bin %s/m.qvoice && cmp -s %s/mx.bin %s/x.bin", dir, dir, dir, dir), 0);
+    assert_int_equal(
+        sh(V " mix -n half -o %s/m.qvoice %s/full.qvoice:0.5 %s/lite.qvoice:0.5" Q, dir, dir, dir),
+        0);
+    assert_int_equal(
+        sh(V " extract -x %s/mx.bin %s/m.qvoice && cmp -s %s/mx.bin %s/x.bin", dir, dir, dir, dir),
+        0);
     assert_int_equal(sh(V " inspect %s/m.qvoice | grep -q 'meta mix: .*full.qvoice:0.5'", dir), 0);
-    assert_int_equal(sh(V " mix -o %s/m2.qvoice %s/full.qvoice:1 %s/x.bin:1" Q, dir, dir, dir), 1); /* other model */
+    assert_int_equal(sh(V " mix -o %s/m2.qvoice %s/full.qvoice:1 %s/x.bin:1" Q, dir, dir, dir),
+                     1); /* other model */
     assert_int_equal(sh(V " list %s | grep -c qvoice | grep -q '^[0-9]'", dir), 0);
     assert_int_equal(sh("QVOICE_PATH=%s " V " list | grep -q 'lite.qvoice'", dir), 0);
 }

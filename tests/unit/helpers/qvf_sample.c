@@ -5,14 +5,18 @@
 #include <string.h>
 #include "qvf_impl.h"
 
-static uint32_t lcg(uint32_t *s) { return *s = *s * 1664525u + 1013904223u; }
+static uint32_t lcg(uint32_t *s) {
+    return *s = *s * 1664525u + 1013904223u;
+}
 
 void qvf_sample_bf16(uint16_t *out, size_t n, uint32_t seed) {
-    for (size_t i = 0; i < n; i++) out[i] = (uint16_t)(0x3C00 + (lcg(&seed) >> 24)); /* small positive bf16 */
+    for (size_t i = 0; i < n; i++)
+        out[i] = (uint16_t)(0x3C00 + (lcg(&seed) >> 24)); /* small positive bf16 */
 }
 
 static void fill_f32(float *x, size_t n, uint32_t seed) {
-    for (size_t i = 0; i < n; i++) x[i] = (float)((int)(lcg(&seed) >> 16) - 32768) / 4096.0f;
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)((int)(lcg(&seed) >> 16) - 32768) / 4096.0f;
 }
 
 qvf_voice *qvf_sample_voice(int with_wdelta) {
@@ -21,25 +25,34 @@ qvf_voice *qvf_sample_voice(int with_wdelta) {
     float x[16];
     fill_f32(x, 16, 1);
     uint16_t codes[3 * 16];
-    for (int i = 0; i < 48; i++) codes[i] = (uint16_t)((i * 997) % 2048);
+    for (int i = 0; i < 48; i++)
+        codes[i] = (uint16_t)((i * 997) % 2048);
     v->source = (qvf_model_id){64, 96, 16, QVF_VARIANT_BASE, {0}};
-    for (int i = 0; i < 32; i++) v->source.fingerprint[i] = (uint8_t)(i + 1);
-    if (qvf_voice_set_xvector(v, x, 16) || qvf_voice_set_icl(v, "h\xc3\xa9llo w\xc3\xb6rld", codes, 3)) goto fail;
-    const char *kv[][2] = {{"name", "Sample"}, {"language", "English"}, {"language_id", "2050"},
-                           {"created_utc", "2026-11-22T00:00:00Z"}, {"tool", "qvoice test"},
-                           {"max_ref_duration_s", "30"}, {"v3_flags", "6"}, {"license", "CC0, consent on file"}};
+    for (int i = 0; i < 32; i++)
+        v->source.fingerprint[i] = (uint8_t)(i + 1);
+    if (qvf_voice_set_xvector(v, x, 16) ||
+        qvf_voice_set_icl(v, "h\xc3\xa9llo w\xc3\xb6rld", codes, 3))
+        goto fail;
+    const char *kv[][2] = {{"name", "Sample"},      {"language", "English"},
+                           {"language_id", "2050"}, {"created_utc", "2026-11-22T00:00:00Z"},
+                           {"tool", "qvoice test"}, {"max_ref_duration_s", "30"},
+                           {"v3_flags", "6"},       {"license", "CC0, consent on file"}};
     for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++)
         if (qvf_meta_set(v, kv[i][0], kv[i][1])) goto fail;
     uint32_t h = 64, th = 96, cv = 40;
     v->tpad_hidden = h;
     v->tpad = malloc(12 * h);
-    v->wovr_h = h; v->wovr_th = th; v->wovr_cv = cv;
+    v->wovr_h = h;
+    v->wovr_th = th;
+    v->wovr_cv = cv;
     v->wovr_fc1_w = malloc(2 * th * th);
     v->wovr_fc1_b = malloc(4 * th);
     v->wovr_fc2_w = malloc(2 * h * th);
     v->wovr_fc2_b = malloc(4 * h);
     v->wovr_codec = malloc(2 * cv * h);
-    if (!v->tpad || !v->wovr_fc1_w || !v->wovr_fc1_b || !v->wovr_fc2_w || !v->wovr_fc2_b || !v->wovr_codec) goto fail;
+    if (!v->tpad || !v->wovr_fc1_w || !v->wovr_fc1_b || !v->wovr_fc2_w || !v->wovr_fc2_b ||
+        !v->wovr_codec)
+        goto fail;
     fill_f32(v->tpad, 3 * h, 2);
     qvf_sample_bf16(v->wovr_fc1_w, th * th, 3);
     fill_f32(v->wovr_fc1_b, th, 4);
@@ -52,19 +65,22 @@ qvf_voice *qvf_sample_voice(int with_wdelta) {
         qvf_sample_bf16(tgt, QVF_SAMPLE_N_ELEMS, 8);
         memcpy(res, tgt, sizeof res);
         uint32_t s = 9;
-        for (int i = 0; i < QVF_SAMPLE_N_ELEMS; i += 1 + (int)(lcg(&s) % 3)) res[i] = (uint16_t)(res[i] + (lcg(&s) >> 28) - 8);
+        for (int i = 0; i < QVF_SAMPLE_N_ELEMS; i += 1 + (int)(lcg(&s) % 3))
+            res[i] = (uint16_t)(res[i] + (lcg(&s) >> 28) - 8);
         fill_f32(norm, 64, 10);
         v->tensors = calloc(2, sizeof *v->tensors);
         if (!v->tensors) goto fail;
         v->has_wdelta = 1;
         v->wdelta_kind = QVF_WKIND_DELTA;
         v->target = (qvf_model_id){1024, 96, 0, QVF_VARIANT_CUSTOM_VOICE, {0}};
-        for (int i = 0; i < 32; i++) v->target.fingerprint[i] = (uint8_t)(0xA0 + i);
+        for (int i = 0; i < 32; i++)
+            v->target.fingerprint[i] = (uint8_t)(0xA0 + i);
         const uint64_t s2[2] = {96, 64}, s1[1] = {64};
         v->n_tensors = 2;
-        if (qvf_wdelta_encode("talker.model.layers.0.mlp.up_proj.weight", QVF_DTYPE_BF16, 2, s2, res, tgt, 4096,
-                              &v->tensors[0], NULL, 0) ||
-            qvf_wdelta_encode("talker.model.norm.weight", QVF_DTYPE_F32, 1, s1, norm, NULL, 0, &v->tensors[1], NULL, 0))
+        if (qvf_wdelta_encode("talker.model.layers.0.mlp.up_proj.weight", QVF_DTYPE_BF16, 2, s2,
+                              res, tgt, 4096, &v->tensors[0], NULL, 0) ||
+            qvf_wdelta_encode("talker.model.norm.weight", QVF_DTYPE_F32, 1, s1, norm, NULL, 0,
+                              &v->tensors[1], NULL, 0))
             goto fail;
     }
     return v;
@@ -73,7 +89,11 @@ fail:
     return NULL;
 }
 
-#define DIFF(...) do { snprintf(why, why_size, __VA_ARGS__); return 0; } while (0)
+#define DIFF(...)                                                                                  \
+    do {                                                                                           \
+        snprintf(why, why_size, __VA_ARGS__);                                                      \
+        return 0;                                                                                  \
+    } while (0)
 
 static int same_bytes(const void *a, const void *b, size_t n) {
     if (!n) return 1;
@@ -81,32 +101,44 @@ static int same_bytes(const void *a, const void *b, size_t n) {
 }
 
 int qvf_sample_equal(const qvf_voice *a, const qvf_voice *b, int ids, char *why, size_t why_size) {
-    if (a->enc_dim != b->enc_dim || !same_bytes(a->xvector, b->xvector, 4ull * a->enc_dim)) DIFF("x-vector");
-    if (ids && (memcmp(&a->source, &b->source, sizeof a->source) || memcmp(&a->target, &b->target, sizeof a->target)))
+    if (a->enc_dim != b->enc_dim || !same_bytes(a->xvector, b->xvector, 4ull * a->enc_dim))
+        DIFF("x-vector");
+    if (ids && (memcmp(&a->source, &b->source, sizeof a->source) ||
+                memcmp(&a->target, &b->target, sizeof a->target)))
         DIFF("model identity");
-    if (a->transcript_bytes != b->transcript_bytes || !same_bytes(a->transcript, b->transcript, a->transcript_bytes)) DIFF("transcript");
-    if (a->n_frames != b->n_frames || !same_bytes(a->codes, b->codes, 32ull * a->n_frames)) DIFF("codes");
+    if (a->transcript_bytes != b->transcript_bytes ||
+        !same_bytes(a->transcript, b->transcript, a->transcript_bytes))
+        DIFF("transcript");
+    if (a->n_frames != b->n_frames || !same_bytes(a->codes, b->codes, 32ull * a->n_frames))
+        DIFF("codes");
     if (a->n_meta != b->n_meta) DIFF("META count %d vs %d", a->n_meta, b->n_meta);
     for (int i = 0; i < a->n_meta; i++) {
         const char *o = qvf_meta_get(b, a->meta[i].key);
         if (!o || strcmp(o, a->meta[i].value)) DIFF("META %s", a->meta[i].key);
     }
-    if (a->tpad_hidden != b->tpad_hidden || !same_bytes(a->tpad, b->tpad, 12ull * a->tpad_hidden)) DIFF("TPAD");
+    if (a->tpad_hidden != b->tpad_hidden || !same_bytes(a->tpad, b->tpad, 12ull * a->tpad_hidden))
+        DIFF("TPAD");
     uint64_t h = a->wovr_h, th = a->wovr_th, cv = a->wovr_cv;
-    if (h != b->wovr_h || th != b->wovr_th || cv != b->wovr_cv || !same_bytes(a->wovr_fc1_w, b->wovr_fc1_w, 2 * th * th) ||
-        !same_bytes(a->wovr_fc1_b, b->wovr_fc1_b, 4 * th) || !same_bytes(a->wovr_fc2_w, b->wovr_fc2_w, 2 * h * th) ||
-        !same_bytes(a->wovr_fc2_b, b->wovr_fc2_b, 4 * h) || !same_bytes(a->wovr_codec, b->wovr_codec, 2 * cv * h))
+    if (h != b->wovr_h || th != b->wovr_th || cv != b->wovr_cv ||
+        !same_bytes(a->wovr_fc1_w, b->wovr_fc1_w, 2 * th * th) ||
+        !same_bytes(a->wovr_fc1_b, b->wovr_fc1_b, 4 * th) ||
+        !same_bytes(a->wovr_fc2_w, b->wovr_fc2_w, 2 * h * th) ||
+        !same_bytes(a->wovr_fc2_b, b->wovr_fc2_b, 4 * h) ||
+        !same_bytes(a->wovr_codec, b->wovr_codec, 2 * cv * h))
         DIFF("WOVR");
-    if (a->has_wdelta != b->has_wdelta || a->n_tensors != b->n_tensors || a->wdelta_kind != b->wdelta_kind) DIFF("weight stream");
+    if (a->has_wdelta != b->has_wdelta || a->n_tensors != b->n_tensors ||
+        a->wdelta_kind != b->wdelta_kind)
+        DIFF("weight stream");
     for (uint32_t i = 0; i < a->n_tensors; i++) {
         const qvf_tensor *x = &a->tensors[i], *y = &b->tensors[i];
-        if (strcmp(x->name, y->name) || x->dtype != y->dtype || x->encoding != y->encoding || x->n_dims != y->n_dims ||
-            memcmp(x->shape, y->shape, sizeof x->shape) || x->raw_bytes != y->raw_bytes ||
-            memcmp(x->target_sha256, y->target_sha256, 32) || memcmp(x->result_sha256, y->result_sha256, 32))
+        if (strcmp(x->name, y->name) || x->dtype != y->dtype || x->encoding != y->encoding ||
+            x->n_dims != y->n_dims || memcmp(x->shape, y->shape, sizeof x->shape) ||
+            x->raw_bytes != y->raw_bytes || memcmp(x->target_sha256, y->target_sha256, 32) ||
+            memcmp(x->result_sha256, y->result_sha256, 32))
             DIFF("tensor %s header", x->name);
         uint8_t *dx = malloc(x->raw_bytes), *dy = malloc(y->raw_bytes);
-        int ok = dx && dy && !qvf_tensor_decode_delta(x, dx, NULL, 0) && !qvf_tensor_decode_delta(y, dy, NULL, 0) &&
-                 !memcmp(dx, dy, x->raw_bytes);
+        int ok = dx && dy && !qvf_tensor_decode_delta(x, dx, NULL, 0) &&
+                 !qvf_tensor_decode_delta(y, dy, NULL, 0) && !memcmp(dx, dy, x->raw_bytes);
         free(dx);
         free(dy);
         if (!ok) DIFF("tensor %s data", x->name);
