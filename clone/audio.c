@@ -137,9 +137,14 @@ int qvc_audio_load(qvc_audio *a, const char *path, double max_seconds, char *err
         set_err(err, err_size, path, "no audio frames in the file");
         return -1;
     }
-    SF_FORMAT_INFO fi = {.format = info.format & SF_FORMAT_TYPEMASK};
-    if (sf_command(NULL, SFC_GET_FORMAT_INFO, &fi, sizeof fi) == 0 && fi.name)
-        snprintf(a->src_format, sizeof a->src_format, "%s", fi.name);
+    SF_FORMAT_INFO major = {.format = info.format & SF_FORMAT_TYPEMASK};
+    SF_FORMAT_INFO sub = {.format = info.format & SF_FORMAT_SUBMASK};
+    if (sf_command(NULL, SFC_GET_FORMAT_INFO, &major, sizeof major) == 0 && major.name) {
+        if (sf_command(NULL, SFC_GET_FORMAT_INFO, &sub, sizeof sub) == 0 && sub.name)
+            snprintf(a->src_format, sizeof a->src_format, "%s, %s", major.name, sub.name);
+        else
+            snprintf(a->src_format, sizeof a->src_format, "%s", major.name);
+    }
     a->src_rate_hz = info.samplerate;
     a->src_channels = info.channels;
     a->src_seconds = (double)info.frames / info.samplerate;

@@ -32,7 +32,7 @@ typedef struct {
     float *samples;           /* [n_samples] mono 24 kHz; owned, free with qvc_audio_free */
     int64_t n_samples;
     int src_rate_hz, src_channels;
-    char src_format[64];      /* libsndfile's name of the container/codec */
+    char src_format[96];      /* libsndfile's names of the container and codec */
     double src_seconds;       /* length of the whole file */
     double used_seconds;      /* length of the part used (after --max-seconds) */
     int resampled;            /* 1 when src_rate_hz != 24000 */
