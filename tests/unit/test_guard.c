@@ -135,6 +135,21 @@ static void test_silence(void **state) {
         v = qve_guard_frame(&g, codes, 0.0f);
     }
     assert_int_equal(v, QVE_GUARD_SILENCE);
+
+    /* the same rule over decoded audio: 1 s of tone, 4 s of -70 dBFS hiss, 1 s of tone */
+    enum { SPF = 1920, NF = 75 };
+    static float wav[NF * SPF];
+    for (int i = 0; i < NF * SPF; i++) {
+        int f = i / SPF;
+        wav[i] = f < 12 || f >= 62 ? 0.3f * sinf(0.05f * (float)i)
+                                   : 3e-4f * (float)((i * 7919) % 13 - 6) / 6.0f;
+    }
+    qve_guard_init(&g, 1000, NULL);
+    assert_int_equal(qve_guard_audio(&g, wav, NF, SPF), QVE_GUARD_SILENCE);
+    printf("  audio: %s\n", qve_guard_message(&g));
+    assert_int_equal(g.silence_start, 12);
+    qve_guard_init(&g, 1000, NULL);
+    assert_int_equal(qve_guard_audio(&g, wav, 12 + 37, SPF), QVE_GUARD_OK); /* 2.96 s: fine */
 }
 
 int main(void) {
