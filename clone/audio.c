@@ -45,8 +45,13 @@ static int resample(float **out, int64_t *n_out, const float *x, int64_t n, int 
 
 static int finish(qvc_audio *a, const char *name, char *err, size_t err_size) {
     double sum2 = 0.0, peak = 0.0;
+    int64_t n_bad = 0;
     for (int64_t i = 0; i < a->n_samples; i++) {
         double v = a->samples[i];
+        if (!isfinite(v)) {
+            n_bad++;
+            continue;
+        }
         sum2 += v * v;
         if (fabs(v) > peak) peak = fabs(v);
     }
@@ -54,6 +59,11 @@ static int finish(qvc_audio *a, const char *name, char *err, size_t err_size) {
     a->peak = peak;
     a->rms_dbfs = rms > 0.0 ? 20.0 * log10(rms) : -INFINITY;
     char msg[160];
+    if (n_bad) {
+        snprintf(msg, sizeof msg, "%lld samples are NaN or infinite (expected finite audio)",
+                 (long long)n_bad);
+        goto fail;
+    }
     if (a->used_seconds < QVC_MIN_SECONDS) {
         snprintf(msg, sizeof msg, "too short (expected at least %.0f s of audio, found %.2f s)",
                  QVC_MIN_SECONDS, a->used_seconds);

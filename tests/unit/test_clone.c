@@ -325,6 +325,11 @@ static void test_audio_errors(void **state) {
     /* too short: 2 s of the clip */
     assert_int_equal(write_wav(path, SF_FORMAT_WAV | SF_FORMAT_PCM_16, 24000, 1, g_clip.samples, 48000), 0);
     expect_load_error(path, "too short");
+    /* non-finite samples in a float WAV */
+    for (int64_t i = 0; i < n; i++) x[i] = 0.1f * sinf((float)i * 0.01f);
+    x[12345] = NAN;
+    assert_int_equal(write_wav(path, SF_FORMAT_WAV | SF_FORMAT_FLOAT, 24000, 1, x, n), 0);
+    expect_load_error(path, "NaN or infinite");
     /* unreadable: not audio at all */
     FILE *f = fopen(path, "wb");
     fputs("this is not a sound file\n", f);
