@@ -286,7 +286,14 @@ static size_t parse_pause(const char *s, int *ms) {
     while ((*p >= '0' && *p <= '9') || *p == '.')
         dots += *p++ == '.';
     if (p == num || dots > 1 || p[-1] == '.' || *num == '.') return 0;
-    double v = strtod(num, NULL), scale;
+    double v = 0, scale = 1; /* by hand: strtod would follow the locale's decimal mark */
+    for (const char *q = num; q < p; q++) {
+        if (*q == '.') continue;
+        v = v * 10 + (*q - '0');
+        if (dots && q > strchr(num, '.')) scale *= 10;
+        if (v > 1e15) return 0;
+    }
+    v /= scale;
     if (!strncasecmp(p, "ms]", 3))
         scale = 1.0, p += 3;
     else if (!strncasecmp(p, "s]", 2))

@@ -115,7 +115,7 @@ static void test_pauses(void **state) {
     (void)state;
     qve_chunk_list l;
     char err[256];
-    const char *t = "[pause:200ms]First.[PAUSE:1.5s] [pause:500ms]Second. [pause:2s]";
+    const char *t = "[pause:0.2s]First.[PAUSE:1.5s] [pause:500ms]Second. [pause:2s]";
     assert_int_equal(qve_text_chunk(&l, t, 200, err, sizeof err), 0);
     assert_int_equal(l.n_chunks, 5);
     assert_int_equal(l.chunks[0].kind, QVE_CHUNK_PAUSE);
