@@ -184,6 +184,11 @@ static void test_golden_codes(void **state) {
         for (int f = 0; f < nf; f++) bad += ref[(size_t)g * nf + f] != codes[(size_t)f * QVC_CODE_GROUPS + g];
     printf("  speech-encoder codes [%d, 16] vs official: %d of %zu differ (tolerance 0)\n", nf, bad, n);
     assert_int_equal(bad, 0);
+    /* one thread (no pool) gives the same codes */
+    int32_t *codes1 = malloc(sizeof(int32_t) * n);
+    assert_int_equal(qvc_speech_encoder_encode(se, NULL, codes1, g_clip.samples, g_clip.n_samples, err, sizeof err), 0);
+    assert_memory_equal(codes, codes1, sizeof(int32_t) * n);
+    free(codes1);
     /* the sliding window (flash-attention behaviour) must differ on this 750-frame clip */
     qvc_speech_encoder_set_window(se, 250);
     assert_int_equal(qvc_speech_encoder_encode(se, g_pool, codes, g_clip.samples, g_clip.n_samples, err, sizeof err), 0);
