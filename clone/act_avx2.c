@@ -32,3 +32,26 @@ void qvc_elu_avx2(float *x, size_t n) {
     }
     for (; i < n; i++) x[i] = x[i] > 0.0f ? x[i] : expm1f(x[i]);
 }
+
+/* y[r, :n] += v[:n] for each of n_rows rows (row stride ldy): the bias of a conv output. */
+void qvc_add_bias_avx2(float *y, int64_t ldy, const float *v, int64_t n_rows, int n) {
+    for (int64_t r = 0; r < n_rows; r++) {
+        float *yr = y + (size_t)r * ldy;
+        int i = 0;
+        for (; i + 8 <= n; i += 8)
+            _mm256_storeu_ps(yr + i, _mm256_add_ps(_mm256_loadu_ps(yr + i), _mm256_loadu_ps(v + i)));
+        for (; i < n; i++) yr[i] += v[i];
+    }
+}
+
+/* y[r, :n] += x[r, :n] (row strides ldy, ldx): a residual connection. */
+void qvc_add_rows_avx2(float *y, int64_t ldy, const float *x, int64_t ldx, int64_t n_rows, int n) {
+    for (int64_t r = 0; r < n_rows; r++) {
+        float *yr = y + (size_t)r * ldy;
+        const float *xr = x + (size_t)r * ldx;
+        int i = 0;
+        for (; i + 8 <= n; i += 8)
+            _mm256_storeu_ps(yr + i, _mm256_add_ps(_mm256_loadu_ps(yr + i), _mm256_loadu_ps(xr + i)));
+        for (; i < n; i++) yr[i] += xr[i];
+    }
+}

@@ -46,6 +46,11 @@ void qvc_conv_weights_tm(float *dst, const float *src, int c_out, int c_in, int 
  * the scalar expm1f loop. */
 void qvc_elu(float *x, size_t n);
 void qvc_elu_avx2(float *x, size_t n);
+/* y[r, :n] += v[:n] per row, and y[r, :n] += x[r, :n]; AVX2 when available (exact either way). */
+void qvc_add_bias(float *y, int64_t ldy, const float *v, int64_t n_rows, int n);
+void qvc_add_rows(float *y, int64_t ldy, const float *x, int64_t ldx, int64_t n_rows, int n);
+void qvc_add_bias_avx2(float *y, int64_t ldy, const float *v, int64_t n_rows, int n);
+void qvc_add_rows_avx2(float *y, int64_t ldy, const float *x, int64_t ldx, int64_t n_rows, int n);
 
 /* Causal "MimiConv1d" geometry: left pad K_eff − stride, right pad so that t_out = ⌈t_in/stride⌉. */
 void qvc_conv_causal(qvc_conv *cv, int64_t t_in);

@@ -71,13 +71,35 @@ static int64_t src_index(enum qvc_pad pad, int64_t p, int64_t t_in) {
     return -1;
 }
 
-void qvc_elu(float *x, size_t n) {
-    static int have_avx2 = -1;
-    if (have_avx2 < 0) {
+static int have_avx2(void) {
+    static int have = -1;
+    if (have < 0) {
         __builtin_cpu_init();
-        have_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+        have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     }
-    if (have_avx2) {
+    return have;
+}
+
+void qvc_add_bias(float *y, int64_t ldy, const float *v, int64_t n_rows, int n) {
+    if (have_avx2()) {
+        qvc_add_bias_avx2(y, ldy, v, n_rows, n);
+        return;
+    }
+    for (int64_t r = 0; r < n_rows; r++)
+        for (int i = 0; i < n; i++) y[(size_t)r * ldy + i] += v[i];
+}
+
+void qvc_add_rows(float *y, int64_t ldy, const float *x, int64_t ldx, int64_t n_rows, int n) {
+    if (have_avx2()) {
+        qvc_add_rows_avx2(y, ldy, x, ldx, n_rows, n);
+        return;
+    }
+    for (int64_t r = 0; r < n_rows; r++)
+        for (int i = 0; i < n; i++) y[(size_t)r * ldy + i] += x[(size_t)r * ldx + i];
+}
+
+void qvc_elu(float *x, size_t n) {
+    if (have_avx2()) {
         qvc_elu_avx2(x, n);
         return;
     }
@@ -156,10 +178,8 @@ static void chunk_cf(const conv_job *j, int64_t t0, int64_t n, float *scratch) {
             for (int64_t i = 0; i < n; i++) orow[i] += b;
         }
         activate(orow, (size_t)n, cv->act_out);
-        if (cv->residual)
-            for (int64_t i = 0; i < n; i++) yrow[i] += orow[i];
-        else
-            memcpy(yrow, orow, (size_t)n * sizeof(float));
+        if (cv->residual) qvc_add_rows(yrow, 0, orow, 0, 1, (int)n);
+        else memcpy(yrow, orow, (size_t)n * sizeof(float));
     }
 }
 
@@ -226,19 +246,10 @@ static void chunk_tm(const conv_job *j, int64_t t0, int64_t n, float *scratch) {
         }
         qvk_sgemm(0, 1, (int)n, cv->c_out, kk, 1.0f, a, kk, j->w, kk, 0.0f, dst, ldc);
     }
-    if (j->bias)
-        for (int64_t i = 0; i < n; i++) {
-            float *row = dst + (size_t)i * ldc;
-            for (int o = 0; o < cv->c_out; o++) row[o] += j->bias[o];
-        }
+    if (j->bias) qvc_add_bias(dst, ldc, j->bias, n, cv->c_out);
     if (cv->act_out != QVC_ACT_NONE)
         for (int64_t i = 0; i < n; i++) activate(dst + (size_t)i * ldc, (size_t)cv->c_out, cv->act_out);
-    if (cv->residual)
-        for (int64_t i = 0; i < n; i++) {
-            float *yrow = j->y + (size_t)(t0 + i) * j->ldy;
-            const float *orow = out + (size_t)i * cv->c_out;
-            for (int o = 0; o < cv->c_out; o++) yrow[o] += orow[o];
-        }
+    if (cv->residual) qvc_add_rows(j->y + (size_t)t0 * j->ldy, j->ldy, out, cv->c_out, n, cv->c_out);
 }
 
 static void conv_run(int ith, int nth, void *arg) {
