@@ -7,6 +7,7 @@
 #include "clone_impl.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels.h"
@@ -71,11 +72,15 @@ static int64_t src_index(enum qvc_pad pad, int64_t p, int64_t t_in) {
     return -1;
 }
 
+/* AVX2+FMA helpers unless the CPU lacks them or QV_KERNELS=scalar forces the portable loops
+ * (same switch as kernels/). Decided once; a benign race sets the same value. */
 static int have_avx2(void) {
     static int have = -1;
     if (have < 0) {
+        const char *force = getenv("QV_KERNELS");
         __builtin_cpu_init();
-        have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+        have = !(force && !strcmp(force, "scalar")) && __builtin_cpu_supports("avx2") &&
+               __builtin_cpu_supports("fma");
     }
     return have;
 }
