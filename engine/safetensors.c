@@ -18,6 +18,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "kernels.h"
+
 
 /* ==== limits ================================================================================ */
 
@@ -671,40 +673,16 @@ const qve_tensor *qve_st_expect(const qve_st *st, const char *name, enum qve_dty
     return t;
 }
 
-/* Local widening until kernels/convert.c lands on main (then: qvk_bf16_to_f32 / qvk_f16_to_f32,
- * qvk_alloc). The buffer comes from aligned_alloc, which qvk_free releases. */
-static float half_to_f32(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1F, man = h & 0x3FF, bits;
-    if (exp == 0x1F) bits = sign | 0x7F800000u | (man << 13);
-    else if (exp) bits = sign | ((exp + 112) << 23) | (man << 13);
-    else if (!man) bits = sign;
-    else {
-        int e = -1;
-        do { e++; man <<= 1; } while (!(man & 0x400));
-        bits = sign | ((uint32_t)(112 - e) << 23) | ((man & 0x3FF) << 13);
-    }
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
-
 float *qve_tensor_to_f32(const qve_tensor *t) {
     if (!t || t->dtype == QVE_DTYPE_I64) return NULL;
     size_t n = t->n_bytes / qve_dtype_size(t->dtype);
-    if (n > (SIZE_MAX - 63) / sizeof(float)) return NULL;
-    float *out = aligned_alloc(64, n ? (n * sizeof(float) + 63) & ~(size_t)63 : 64);
+    if (n > SIZE_MAX / sizeof(float)) return NULL;
+    float *out = qvk_alloc(n * sizeof(float));
     if (!out) return NULL;
-    const uint8_t *src = t->data;
+    /* The reader enforced element alignment, so the mmap'd data may be read as uint16_t. */
     switch (t->dtype) {
-    case QVE_DTYPE_BF16:
-        for (size_t i = 0; i < n; i++) {
-            uint32_t bits = (uint32_t)(src[2 * i] | src[2 * i + 1] << 8) << 16;
-            memcpy(&out[i], &bits, sizeof bits);
-        }
-        break;
-    case QVE_DTYPE_F16:
-        for (size_t i = 0; i < n; i++) out[i] = half_to_f32((uint16_t)(src[2 * i] | src[2 * i + 1] << 8));
-        break;
+    case QVE_DTYPE_BF16: qvk_bf16_to_f32(out, t->data, n); break;
+    case QVE_DTYPE_F16: qvk_f16_to_f32(out, t->data, n); break;
     case QVE_DTYPE_F32: memcpy(out, t->data, n * sizeof(float)); break;
     case QVE_DTYPE_I64: break;
     }

@@ -24,14 +24,3 @@ void qvk_linear_f32(float *restrict y, const float *restrict x, const float *res
     qvk_sgemm(0, 1, n_rows, n_out, n_in, 1.0f, x, n_in, w, n_in, 0.0f, y, n_out);
     add_bias(y, bias, n_rows, n_out);
 }
-
-void qvk_linear_bf16(qvk_pool *pool, float *restrict y, const float *restrict x,
-                     const uint16_t *restrict w, const float *restrict bias, int n_rows,
-                     int n_in, int n_out, float *restrict scratch) {
-    if (n_rows == 1) {
-        qvk_matvec_bf16(pool, y, w, x, bias, n_out, n_in);
-        return;
-    }
-    qvk_bf16_to_f32(scratch, w, (size_t)n_out * n_in);
-    qvk_linear_f32(y, x, scratch, bias, n_rows, n_in, n_out);
-}

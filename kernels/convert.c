@@ -2,9 +2,10 @@
 #include <string.h>
 
 #include "kernels.h"
+#include "kernels_impl.h"
 
 void qvk_bf16_to_f32(float *restrict dst, const uint16_t *restrict src, size_t n) {
-    for (size_t i = 0; i < n; i++) dst[i] = qvk_bf16_to_f32_1(src[i]);
+    qvk_impl_get()->widen_bf16(dst, src, n);
 }
 
 void qvk_f32_to_bf16(uint16_t *restrict dst, const float *restrict src, size_t n) {

@@ -8,6 +8,15 @@
 #include "kernels.h"
 #include "kernels_impl.h"
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+/* CPUID.1:ECX.F16C directly: clang 14's __builtin_cpu_supports does not know "f16c". */
+static int has_f16c(void) {
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+}
+#endif
+
 static const qvk_impl *g_impl = &qvk_impl_scalar;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
@@ -17,7 +26,7 @@ static int supports(const char *name) {
     __builtin_cpu_init();
     if (strcmp(name, "avx2") == 0)
         return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-               __builtin_cpu_supports("f16c");
+               has_f16c();
     if (strcmp(name, "avx512") == 0)
         return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&

@@ -91,8 +91,11 @@ void qvk_matvec_bf16_multi(qvk_pool *pool, const float *restrict x, int n_in,
 /* Y[n_rows, n_out] = X[n_rows, n_in] · W[n_out, n_in]^T (+ bias). f32 weights, cblas_sgemm. */
 void qvk_linear_f32(float *restrict y, const float *restrict x, const float *restrict w,
                     const float *restrict bias, int n_rows, int n_in, int n_out);
-/* Same with bf16 weights: W is widened into scratch (n_out*n_in floats, caller-provided) then
- * sgemm. With n_rows == 1 it falls back to qvk_matvec_bf16 (scratch unused). */
+/* Same with bf16 weights. Up to QVK_LINEAR_DIRECT_MAX_ROWS rows the bf16 weights are read
+ * directly, once for all rows (output columns split over the pool; every element bit-identical
+ * to qvk_matvec_bf16 of that row, any thread count; scratch unused). Above, W is widened into
+ * scratch (n_out*n_in floats, caller-provided; widening split over the pool) and sgemm runs. */
+#define QVK_LINEAR_DIRECT_MAX_ROWS 8
 void qvk_linear_bf16(qvk_pool *pool, float *restrict y, const float *restrict x,
                      const uint16_t *restrict w, const float *restrict bias, int n_rows,
                      int n_in, int n_out, float *restrict scratch);

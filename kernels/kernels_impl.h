@@ -14,6 +14,11 @@ typedef struct {
     /* y[r] = W[r, :]·x (+ bias[r]) for r in [r0, r1); W row stride n_in. */
     void (*mv_bf16)(float *restrict y, const uint16_t *restrict w, const float *restrict x,
                     const float *restrict bias, int r0, int r1, int n_in);
+    /* Y[r, o] = W[o, :]·X[r, :] (+ bias[o]) for o in [o0, o1), r < n_rows; Y row stride n_out.
+     * Each element is computed exactly as mv_bf16 computes row o for x = X[r] (bit-identical),
+     * while W streams from memory once for all rows. */
+    void (*mm_bf16)(float *restrict y, const uint16_t *restrict w, const float *restrict x,
+                    const float *restrict bias, int o0, int o1, int n_in, int n_out, int n_rows);
     void (*mv_f32)(float *restrict y, const float *restrict w, const float *restrict x,
                    const float *restrict bias, int r0, int r1, int n_in);
     float (*dot)(const float *a, const float *b, int n);
@@ -21,6 +26,8 @@ typedef struct {
     void (*axpy)(float *restrict y, float a, const float *restrict x, int n);
     /* Σ x² accumulated in double (rmsnorm). */
     double (*sumsq)(const float *x, int n);
+    /* dst[i] = bf16 src[i] widened to f32 (exact). */
+    void (*widen_bf16)(float *restrict dst, const uint16_t *restrict src, size_t n);
     /* x[i] = exp(x[i] − m); returns Σ of the results in double (softmax). */
     double (*exp_sub_sum)(float *x, int n, float m);
     /* y[i] = silu(g[i])·(u ? u[i] : 1) (y may equal g). */

@@ -1,6 +1,7 @@
-/* matvec.c — bf16/f32 matrix-vector products split by output rows across the pool.
- * Row ranges are multiples of ROW_ALIGN so each thread streams whole cache lines of y and the
- * row kernels can block rows; a row's arithmetic never depends on the split (bit-identical).
+/* matvec.c — bf16/f32 matrix-vector products and batched bf16 linear layers, split by output
+ * rows across the pool. Row ranges are multiples of ROW_ALIGN so each thread streams whole cache
+ * lines and the row kernels can block rows; a row's arithmetic never depends on the split
+ * (bit-identical for any thread count).
  */
 #include "kernels.h"
 #include "kernels_impl.h"
@@ -75,4 +76,41 @@ void qvk_matvec_bf16_multi(qvk_pool *pool, const float *restrict x, int n_in,
     struct multi_job j = { qvk_impl_get(), x, mv, n_mv, n_in, 0 };
     for (int m = 0; m < n_mv; m++) j.n_total += mv[m].n_out;
     qvk_pool_run(pool, multi_run, &j);
+}
+
+/* QVK_LINEAR_DIRECT_MAX_ROWS: with more rows the register-blocked direct kernel's x rows no
+ * longer fit L1 and widening + OpenBLAS wins (bench_kernels, linear_bf16 table). */
+struct mm_job {
+    const qvk_impl *impl;
+    float *y;
+    const uint16_t *w;
+    const float *x;
+    const float *bias;
+    float *wf;
+    int n_rows, n_in, n_out;
+};
+
+static void mm_run(int ith, int nth, void *p) {
+    const struct mm_job *j = p;
+    int o0, o1;
+    split_rows(j->n_out, ith, nth, &o0, &o1);
+    if (o0 >= o1) return;
+    if (j->wf)
+        j->impl->widen_bf16(j->wf + (size_t)o0 * j->n_in, j->w + (size_t)o0 * j->n_in,
+                            (size_t)(o1 - o0) * j->n_in);
+    else
+        j->impl->mm_bf16(j->y, j->w, j->x, j->bias, o0, o1, j->n_in, j->n_out, j->n_rows);
+}
+
+void qvk_linear_bf16(qvk_pool *pool, float *restrict y, const float *restrict x,
+                     const uint16_t *restrict w, const float *restrict bias, int n_rows,
+                     int n_in, int n_out, float *restrict scratch) {
+    struct mm_job j = { qvk_impl_get(), y, w, x, bias, NULL, n_rows, n_in, n_out };
+    if (n_rows > QVK_LINEAR_DIRECT_MAX_ROWS) {
+        j.wf = scratch;
+        qvk_pool_run(pool, mm_run, &j);
+        qvk_linear_f32(y, x, scratch, bias, n_rows, n_in, n_out);
+        return;
+    }
+    qvk_pool_run(pool, mm_run, &j);
 }

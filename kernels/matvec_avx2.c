@@ -73,6 +73,47 @@ static void mv_bf16(float *restrict y, const uint16_t *restrict w, const float *
     }
 }
 
+/* NR rows of X against NW rows of W (NR·NW ≤ 8 accumulators of the 16 ymm registers); the
+ * per-element arithmetic is mv_bf16's: 8-wide chunks, hsum, scalar tail. */
+static inline __attribute__((always_inline)) void mm_block(int NR, int NW, float *restrict y,
+        const uint16_t *restrict w, const float *restrict x, const float *restrict bias, int o,
+        int r, int n_in, int n_out) {
+    int n8 = n_in & ~7;
+    __m256 acc[2][4];
+    const uint16_t *wr[4];
+    const float *xr[2];
+    for (int b = 0; b < NW; b++) wr[b] = w + (size_t)(o + b) * n_in;
+    for (int a = 0; a < NR; a++) {
+        xr[a] = x + (size_t)(r + a) * n_in;
+        for (int b = 0; b < NW; b++) acc[a][b] = _mm256_setzero_ps();
+    }
+    for (int i = 0; i < n8; i += 8) {
+        __m256 wv[4];
+        for (int b = 0; b < NW; b++) wv[b] = load_bf16(wr[b] + i);
+        for (int a = 0; a < NR; a++) {
+            __m256 xv = _mm256_loadu_ps(xr[a] + i);
+            for (int b = 0; b < NW; b++) acc[a][b] = _mm256_fmadd_ps(wv[b], xv, acc[a][b]);
+        }
+    }
+    for (int a = 0; a < NR; a++)
+        for (int b = 0; b < NW; b++) {
+            float s = tail_bf16(hsum(acc[a][b]), wr[b], xr[a], n8, n_in);
+            y[(size_t)(r + a) * n_out + o + b] = bias ? s + bias[o + b] : s;
+        }
+}
+
+static void mm_bf16(float *restrict y, const uint16_t *restrict w, const float *restrict x,
+                    const float *restrict bias, int o0, int o1, int n_in, int n_out, int n_rows) {
+    int o = o0;
+    for (; o + 4 <= o1; o += 4) {
+        int r = 0;
+        for (; r + 2 <= n_rows; r += 2) mm_block(2, 4, y, w, x, bias, o, r, n_in, n_out);
+        if (r < n_rows) mm_block(1, 4, y, w, x, bias, o, r, n_in, n_out);
+    }
+    for (; o < o1; o++)
+        for (int r = 0; r < n_rows; r++) mm_block(1, 1, y, w, x, bias, o, r, n_in, n_out);
+}
+
 static float dot(const float *a, const float *b, int n) {
     int n8 = n & ~7;
     __m256 acc = _mm256_setzero_ps();
@@ -163,6 +204,12 @@ static inline __m256 sin2_8(__m256 x, int *big) {
     return _mm256_mul_ps(sv, sv);
 }
 
+static void widen_bf16(float *restrict dst, const uint16_t *restrict src, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, load_bf16(src + i));
+    for (; i < n; i++) dst[i] = qvk_bf16_to_f32_1(src[i]);
+}
+
 static double exp_sub_sum(float *x, int n, float m) {
     __m256 mv = SET1(m);
     __m256d acc = _mm256_setzero_pd();
@@ -240,10 +287,12 @@ static uint64_t xor64(const void *p, size_t n_bytes) {
 const qvk_impl qvk_impl_avx2 = {
     .name = "avx2",
     .mv_bf16 = mv_bf16,
+    .mm_bf16 = mm_bf16,
     .mv_f32 = mv_f32,
     .dot = dot,
     .axpy = axpy,
     .sumsq = sumsq,
+    .widen_bf16 = widen_bf16,
     .exp_sub_sum = exp_sub_sum,
     .silu_mul = silu_mul,
     .snake = snake,

@@ -80,6 +80,61 @@ static void mv_bf16(float *restrict y, const uint16_t *restrict w, const float *
     }
 }
 
+/* NR rows of X against NW rows of W, all accumulators in registers (NR·NW ≤ 16); the
+ * per-element arithmetic is mv_bf16's: one accumulator, 16-wide chunks, masked tail, reduce. */
+static inline __attribute__((always_inline)) void mm_block(int NR, int NW, float *restrict y,
+        const uint16_t *restrict w, const float *restrict x, const float *restrict bias, int o,
+        int r, int n_in, int n_out) {
+    int n16 = n_in & ~15;
+    __mmask16 tail = (__mmask16)((1u << (n_in & 15)) - 1);
+    __m512 acc[4][4];
+    const uint16_t *wr[4];
+    const float *xr[4];
+    for (int b = 0; b < NW; b++) wr[b] = w + (size_t)(o + b) * n_in;
+    for (int a = 0; a < NR; a++) {
+        xr[a] = x + (size_t)(r + a) * n_in;
+        for (int b = 0; b < NW; b++) acc[a][b] = _mm512_setzero_ps();
+    }
+    for (int i = 0; i < n16; i += 16) {
+        __m512 wv[4];
+        for (int b = 0; b < NW; b++) wv[b] = load_bf16(wr[b] + i);
+        for (int a = 0; a < NR; a++) {
+            __m512 xv = _mm512_loadu_ps(xr[a] + i);
+            for (int b = 0; b < NW; b++) acc[a][b] = _mm512_fmadd_ps(wv[b], xv, acc[a][b]);
+        }
+    }
+    if (tail) {
+        __m512 wv[4];
+        for (int b = 0; b < NW; b++) wv[b] = load_bf16_tail(wr[b] + n16, tail);
+        for (int a = 0; a < NR; a++) {
+            __m512 xv = _mm512_maskz_loadu_ps(tail, xr[a] + n16);
+            for (int b = 0; b < NW; b++) acc[a][b] = _mm512_fmadd_ps(wv[b], xv, acc[a][b]);
+        }
+    }
+    for (int a = 0; a < NR; a++)
+        for (int b = 0; b < NW; b++) {
+            float s = _mm512_reduce_add_ps(acc[a][b]);
+            y[(size_t)(r + a) * n_out + o + b] = bias ? s + bias[o + b] : s;
+        }
+}
+
+static void mm_bf16(float *restrict y, const uint16_t *restrict w, const float *restrict x,
+                    const float *restrict bias, int o0, int o1, int n_in, int n_out, int n_rows) {
+    int o = o0;
+    for (; o + 4 <= o1; o += 4) {
+        int r = 0;
+        for (; r + 4 <= n_rows; r += 4) mm_block(4, 4, y, w, x, bias, o, r, n_in, n_out);
+        if (n_rows - r == 3) mm_block(3, 4, y, w, x, bias, o, r, n_in, n_out);
+        if (n_rows - r == 2) mm_block(2, 4, y, w, x, bias, o, r, n_in, n_out);
+        if (n_rows - r == 1) mm_block(1, 4, y, w, x, bias, o, r, n_in, n_out);
+    }
+    for (; o < o1; o++) {
+        int r = 0;
+        for (; r + 4 <= n_rows; r += 4) mm_block(4, 1, y, w, x, bias, o, r, n_in, n_out);
+        for (; r < n_rows; r++) mm_block(1, 1, y, w, x, bias, o, r, n_in, n_out);
+    }
+}
+
 static float dot(const float *a, const float *b, int n) {
     int n16 = n & ~15;
     __mmask16 tail = (__mmask16)((1u << (n & 15)) - 1);
@@ -163,6 +218,15 @@ static inline __m512 sin2_16(__m512 x, int *big) {
     return _mm512_mul_ps(sv, sv);
 }
 
+static void widen_bf16(float *restrict dst, const uint16_t *restrict src, size_t n) {
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(dst + i, load_bf16(src + i));
+    if (i < n) {
+        __mmask16 k = (__mmask16)((1u << (n - i)) - 1);
+        _mm512_mask_storeu_ps(dst + i, k, load_bf16_tail(src + i, k));
+    }
+}
+
 static double exp_sub_sum(float *x, int n, float m) {
     __m512 mv = _mm512_set1_ps(m);
     __m512d acc = _mm512_setzero_pd();
@@ -229,10 +293,12 @@ static uint64_t xor64(const void *p, size_t n_bytes) {
 const qvk_impl qvk_impl_avx512 = {
     .name = "avx512",
     .mv_bf16 = mv_bf16,
+    .mm_bf16 = mm_bf16,
     .mv_f32 = mv_f32,
     .dot = dot,
     .axpy = axpy,
     .sumsq = sumsq,
+    .widen_bf16 = widen_bf16,
     .exp_sub_sum = exp_sub_sum,
     .silu_mul = silu_mul,
     .snake = snake,

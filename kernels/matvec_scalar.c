@@ -42,6 +42,15 @@ static void mv_bf16(float *restrict y, const uint16_t *restrict w, const float *
     }
 }
 
+static void mm_bf16(float *restrict y, const uint16_t *restrict w, const float *restrict x,
+                    const float *restrict bias, int o0, int o1, int n_in, int n_out, int n_rows) {
+    for (int o = o0; o < o1; o++)
+        for (int r = 0; r < n_rows; r++) {
+            float s = dot_bf16(w + (size_t)o * n_in, x + (size_t)r * n_in, n_in);
+            y[(size_t)r * n_out + o] = bias ? s + bias[o] : s;
+        }
+}
+
 static void mv_f32(float *restrict y, const float *restrict w, const float *restrict x,
                    const float *restrict bias, int r0, int r1, int n_in) {
     for (int r = r0; r < r1; r++) {
@@ -58,6 +67,10 @@ static double sumsq(const float *x, int n) {
     double s = 0;
     for (int i = 0; i < n; i++) s += (double)x[i] * x[i];
     return s;
+}
+
+static void widen_bf16(float *restrict dst, const uint16_t *restrict src, size_t n) {
+    for (size_t i = 0; i < n; i++) dst[i] = qvk_bf16_to_f32_1(src[i]);
 }
 
 static double exp_sub_sum(float *x, int n, float m) {
@@ -104,10 +117,12 @@ static uint64_t xor64(const void *p, size_t n_bytes) {
 const qvk_impl qvk_impl_scalar = {
     .name = "scalar",
     .mv_bf16 = mv_bf16,
+    .mm_bf16 = mm_bf16,
     .mv_f32 = mv_f32,
     .dot = dot_f32,
     .axpy = axpy,
     .sumsq = sumsq,
+    .widen_bf16 = widen_bf16,
     .exp_sub_sum = exp_sub_sum,
     .silu_mul = silu_mul,
     .snake = snake,

@@ -11,7 +11,9 @@
 #include "kernels.h"
 
 #define N_PASSES 7
-#define SET_BYTES ((size_t)256 << 20)
+/* Matrix set per shape: default 768 MB, above this VM's 480 MiB L3; QV_BENCH_SET_MB overrides
+ * (e.g. 32 to see the L3-resident rate that the code predictor's re-read weights get). */
+static size_t g_set_bytes = (size_t)768 << 20;
 
 static double now_s(void) {
     struct timespec ts;
@@ -132,13 +134,15 @@ static uint16_t *alloc_weights(size_t n_bytes, int seed) {
 
 int main(int argc, char **argv) {
     qvk_init();
+    const char *mb = getenv("QV_BENCH_SET_MB");
+    if (mb && atol(mb) > 0) g_set_bytes = (size_t)atol(mb) << 20;
     qvk_pool *pool2 = qvk_pool_create(2);
     if (!pool2) {
         fprintf(stderr, "bench_kernels: cannot create a 2-thread pool\n");
         return 1;
     }
     printf("kernel variant: %s   (matrices cycled: %zu MB per shape, median of %d passes)\n\n",
-           qvk_variant(), SET_BYTES >> 20, N_PASSES);
+           qvk_variant(), g_set_bytes >> 20, N_PASSES);
 
     size_t bw_bytes = (size_t)1 << 30;
     uint64_t *buf = qvk_alloc(bw_bytes);
@@ -173,7 +177,7 @@ int main(int argc, char **argv) {
         struct workload wl = { multi, 0, multi ? 4096 : shapes[s].n_out, 1024, NULL, NULL, x, y };
         if (!multi) wl.n_in = shapes[s].n_in;
         size_t set_bytes = (size_t)wl.n_out * wl.n_in * 2;
-        wl.n_mat = (int)((SET_BYTES + set_bytes - 1) / set_bytes) * (multi ? 3 : 1);
+        wl.n_mat = (int)((g_set_bytes + set_bytes - 1) / set_bytes) * (multi ? 3 : 1);
         wl.w = calloc((size_t)wl.n_mat, sizeof *wl.w);
         wl.bytes = calloc((size_t)wl.n_mat, sizeof *wl.bytes);
         if (!wl.w || !wl.bytes) return 1;
@@ -229,6 +233,47 @@ int main(int argc, char **argv) {
         qvk_free(eb);
         qvk_free(la);
         qvk_free(lb);
+    }
+
+    /* batched bf16 linear (prefill): direct bf16 path vs widening + OpenBLAS sgemm */
+    {
+        enum { OUT = 3072, IN = 1024, MAXR = 256 };
+        uint16_t *w = alloc_weights((size_t)OUT * IN * 2, 1);
+        float *xs = qvk_alloc(sizeof(float) * MAXR * IN), *ys = qvk_alloc(sizeof(float) * MAXR * OUT);
+        float *wf = qvk_alloc(sizeof(float) * OUT * IN);
+        for (int i = 0; i < MAXR * IN; i++) xs[i] = (float)((i % 13) - 6) * 0.1f;
+        printf("\nlinear_bf16 %dx%d, ms per call (%s)    rows:", OUT, IN, picked);
+        const int rows[] = { 4, 16, 32, 64, 128, 256 };
+        for (int k = 0; k < 6; k++) printf(" %7d", rows[k]);
+        for (int th = 1; th <= 2; th++) {
+            qvk_pool *p = th == 1 ? NULL : pool2;
+            qvk_set_variant(picked);
+            for (int path = 0; path < 2; path++) {
+                printf("\n  %d thr %-30s", th,
+                       path ? "widen + sgemm (blas threads=thr)" : "qvk_linear_bf16");
+                qvk_blas_set_threads(th);
+                for (int k = 0; k < 6; k++) {
+                    double t[N_PASSES];
+                    for (int r = 0; r < N_PASSES; r++) {
+                        double t0 = now_s();
+                        if (path == 0) {
+                            qvk_linear_bf16(p, ys, xs, w, NULL, rows[k], IN, OUT, wf);
+                        } else {
+                            qvk_bf16_to_f32(wf, w, (size_t)OUT * IN);
+                            qvk_linear_f32(ys, xs, wf, NULL, rows[k], IN, OUT);
+                        }
+                        t[r] = now_s() - t0;
+                    }
+                    printf(" %7.2f", median(t, N_PASSES) * 1e3);
+                }
+            }
+        }
+        qvk_blas_set_threads(1);
+        printf("\n");
+        qvk_free(w);
+        qvk_free(xs);
+        qvk_free(ys);
+        qvk_free(wf);
     }
 
     /* pool dispatch round trip with an empty job */

@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "kernels.h"
 #include "safetensors.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -18,7 +19,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         const qve_tensor *t = qve_st_at(st, i);
         if (qve_st_find(st, t->name) != t) abort();
         (void)qve_st_expect(st, t->name, t->dtype, t->n_dims, t->shape, err, sizeof err);
-        if (t->n_bytes <= (1u << 20)) free(qve_tensor_to_f32(t));
+        if (t->n_bytes <= (1u << 20)) qvk_free(qve_tensor_to_f32(t));
     }
     qve_st_close(st);
     return 0;

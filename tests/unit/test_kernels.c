@@ -88,6 +88,25 @@ static void test_conversions(void **state) {
     qvk_bf16_to_f32(back, out, 6);
     assert_true(back[0] == 1.0f && back[1] == -2.5f && back[3] == 1.015625f && isinf(back[5]));
 
+    /* widening, every variant, all lengths 0..40 (vector bodies and tails) */
+    uint16_t bits[40];
+    float wide[41];
+    for (int i = 0; i < 40; i++) bits[i] = (uint16_t)rnd_u32();
+    for (int v = 0; v < N_VARIANTS; v++) {
+        if (qvk_set_variant(k_variants[v]) != 0) continue;
+        for (int n = 0; n <= 40; n++) {
+            wide[n] = 12345.0f;
+            qvk_bf16_to_f32(wide, bits, (size_t)n);
+            for (int i = 0; i < n; i++) {
+                uint32_t u;
+                memcpy(&u, &wide[i], 4);
+                assert_int_equal(u, (uint32_t)bits[i] << 16);
+            }
+            assert_true(wide[n] == 12345.0f);
+        }
+    }
+    restore_variant();
+
     const uint16_t h[] = { 0x3c00, 0xc000, 0x0001, 0x03ff, 0x7bff, 0x7c00, 0x8000, 0x7e00 };
     float f[8];
     qvk_f16_to_f32(f, h, 8);
@@ -319,11 +338,6 @@ static void test_linear(void **state) {
     qvk_linear_f32(y, x, w, b, R, IN, OUT);
     check_close("linear_f32 5x67->33", y, ref, R * OUT, 1e-5, 1e-5);
     memset(y, 0, sizeof(float) * R * OUT);
-    qvk_linear_bf16(NULL, y, x, wb, b, R, IN, OUT, scratch);
-    check_close("linear_bf16 5x67->33", y, ref, R * OUT, 1e-5, 1e-5);
-    qvk_linear_bf16(NULL, y, x, wb, b, 1, IN, OUT, NULL);
-    check_close("linear_bf16 1 row (matvec path)", y, ref, OUT, 1e-5, 1e-5);
-
     /* sgemm with transposes: C = 2·Aᵀ·Bᵀ + 0.5·C */
     enum { M = 4, N = 3, K = 6 };
     float a[K * M], bb[N * K], c[M * N];
@@ -345,6 +359,57 @@ static void test_linear(void **state) {
     qvk_free(y);
     qvk_free(scratch);
     qvk_free(wb);
+}
+
+/* Batched bf16 linear: direct path (≤ QVK_LINEAR_DIRECT_MAX_ROWS rows) and widen + sgemm path, every variant; the
+ * direct path must equal qvk_matvec_bf16 row by row, for 1 and 2 threads, bit for bit. */
+static void test_linear_bf16(void **state) {
+    (void)state;
+    enum { IN = 1030, OUT = 37, MAXR = 70 };
+    const int n_rows[] = { 1, 2, 3, 4, 5, 7, 8, 9, 64, 70 };
+    float *x = falloc((size_t)MAXR * IN), *b = falloc(OUT), *y = falloc((size_t)MAXR * OUT);
+    float *y2 = falloc((size_t)MAXR * OUT), *row = falloc(OUT), *scratch = falloc((size_t)OUT * IN);
+    uint16_t *w = qvk_alloc((size_t)OUT * IN * 2);
+    double *ref = malloc(sizeof(double) * MAXR * OUT), *bound = malloc(sizeof(double) * MAXR * OUT);
+    assert_true(w && ref && bound);
+    fill(x, (size_t)MAXR * IN, 1.0f);
+    fill(b, OUT, 1.0f);
+    fill_bf16(w, (size_t)OUT * IN, 1.0f);
+    for (int r = 0; r < MAXR; r++)
+        ref_matvec_bf16(ref + (size_t)r * OUT, bound + (size_t)r * OUT, w, x + (size_t)r * IN, b,
+                        OUT, IN);
+    qvk_pool *pool = qvk_pool_create(2);
+    for (int v = 0; v < N_VARIANTS; v++) {
+        if (qvk_set_variant(k_variants[v]) != 0) continue;
+        for (size_t k = 0; k < sizeof n_rows / sizeof n_rows[0]; k++) {
+            int n = n_rows[k];
+            char what[80];
+            snprintf(what, sizeof what, "linear_bf16 %s %dx%d->%d", k_variants[v], n, IN, OUT);
+            qvk_linear_bf16(NULL, y, x, w, b, n, IN, OUT, scratch);
+            check_bound(what, y, ref, bound, n * OUT);
+            qvk_linear_bf16(pool, y2, x, w, b, n, IN, OUT, scratch);
+            if (n <= QVK_LINEAR_DIRECT_MAX_ROWS) {
+                assert_memory_equal(y, y2, sizeof(float) * (size_t)n * OUT);
+                for (int r = 0; r < n; r++) {
+                    qvk_matvec_bf16(NULL, row, w, x + (size_t)r * IN, b, OUT, IN);
+                    assert_memory_equal(row, y + (size_t)r * OUT, sizeof(float) * OUT);
+                }
+            } else {
+                check_bound(what, y2, ref, bound, n * OUT);
+            }
+        }
+    }
+    restore_variant();
+    qvk_pool_free(pool);
+    qvk_free(x);
+    qvk_free(b);
+    qvk_free(y);
+    qvk_free(y2);
+    qvk_free(row);
+    qvk_free(scratch);
+    qvk_free(w);
+    free(ref);
+    free(bound);
 }
 
 /* ---- element-wise and norms ------------------------------------------------------------ */
@@ -777,6 +842,7 @@ int main(void) {
         cmocka_unit_test(test_matvec_vs_reference),
         cmocka_unit_test(test_matvec_threads_bit_identical),
         cmocka_unit_test(test_linear),
+        cmocka_unit_test(test_linear_bf16),
         cmocka_unit_test(test_elementwise),
         cmocka_unit_test(test_vector_math),
         cmocka_unit_test(test_rope),

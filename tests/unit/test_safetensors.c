@@ -13,6 +13,7 @@
 
 #include <cmocka.h>
 
+#include "kernels.h"
 #include "safetensors.h"
 
 static char g_dir[64];
@@ -108,13 +109,13 @@ static void test_valid(void **state) {
     float *a = qve_tensor_to_f32(qve_st_find(st, "a.bf16"));
     assert_non_null(a);
     assert_true(a[0] == 1.0f && a[1] == -2.0f);
-    free(a);
+    qvk_free(a);
     float *c = qve_tensor_to_f32(qve_st_find(st, "c.f16"));
     assert_true(c[0] == 1.0f && c[1] == -0.5f);
-    free(c);
+    qvk_free(c);
     float *bb = qve_tensor_to_f32(b);
     assert_true(bb[0] == 0.5f && bb[2] == 0.5f);
-    free(bb);
+    qvk_free(bb);
     const qve_tensor *d = qve_st_find(st, "d.i64");
     assert_int_equal(d->n_dims, 0);
     assert_null(qve_tensor_to_f32(d));

@@ -1,0 +1,550 @@
+/* textchunk.c — sentence/length chunking, pause tags, retry bisection, audio join and lead trim.
+ * The text is decoded once into code points with their byte offsets; every split is an index
+ * into that array, so a cut can only fall between code points.
+ */
+#include "textchunk.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/types.h>
+#include <utf8proc.h>
+
+#include "vad.h"
+
+/* ==== character classes ===================================================================== */
+
+static int is_space(int32_t c) {
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v' ||
+           c == 0x00A0 || c == 0x3000 || (c >= 0x2000 && c <= 0x200A) || c == 0x202F;
+}
+/* ends a sentence when followed by whitespace or the end */
+static int is_term_latin(int32_t c) {
+    return c == '.' || c == '!' || c == '?' || c == 0x2026;
+}
+/* ends a sentence wherever it stands: 。！？ */
+static int is_term_cjk(int32_t c) {
+    return c == 0x3002 || c == 0xFF01 || c == 0xFF1F;
+}
+static int is_closer(int32_t c) {
+    return c == '"' || c == '\'' || c == ')' || c == ']' || c == '}' || c == 0x00BB ||
+           c == 0x2019 || c == 0x201D || c == 0x300D || c == 0x300F || c == 0x3011 || c == 0xFF09;
+}
+static int is_comma(int32_t c) {
+    return c == ',' || c == ';' || c == ':' || c == 0xFF0C || c == 0x3001 || c == 0xFF1B ||
+           c == 0xFF1A;
+}
+
+/* ==== decoded text ========================================================================== */
+
+typedef struct {
+    const char *s;
+    int32_t *cp; /* [n] */
+    size_t *off; /* [n + 1] byte offset of each code point */
+    int64_t n;
+} decoded;
+
+static int decode(decoded *d, const char *s, char *err, size_t err_size) {
+    size_t len = strlen(s);
+    d->s = s;
+    d->n = 0;
+    d->cp = malloc((len + 1) * sizeof *d->cp);
+    d->off = malloc((len + 1) * sizeof *d->off);
+    if (!d->cp || !d->off) {
+        snprintf(err, err_size, "text: out of memory (%zu bytes of text)", len);
+        return -1;
+    }
+    size_t p = 0;
+    while (p < len) {
+        int32_t c;
+        utf8proc_ssize_t k =
+            utf8proc_iterate((const utf8proc_uint8_t *)s + p, (utf8proc_ssize_t)(len - p), &c);
+        if (k <= 0) {
+            snprintf(err, err_size, "text: invalid UTF-8 at byte %zu", p);
+            return -1;
+        }
+        d->cp[d->n] = c;
+        d->off[d->n++] = p;
+        p += (size_t)k;
+    }
+    d->off[d->n] = len;
+    return 0;
+}
+
+static void decoded_free(decoded *d) {
+    free(d->cp);
+    free(d->off);
+}
+
+/* Normalised length of [a, b): non-space code points plus one per interior whitespace run. */
+static int norm_count(const decoded *d, int64_t a, int64_t b) {
+    int n = 0, pending = 0;
+    for (int64_t k = a; k < b; k++) {
+        if (is_space(d->cp[k])) {
+            pending = n > 0;
+        } else {
+            n += pending + 1;
+            pending = 0;
+        }
+    }
+    return n;
+}
+
+/* ==== chunk list ============================================================================ */
+
+typedef struct {
+    qve_chunk_list *l;
+    int cap;
+} builder;
+
+static qve_chunk *push(builder *b) {
+    if (b->l->n_chunks == b->cap) {
+        int cap = b->cap ? 2 * b->cap : 16;
+        qve_chunk *c = realloc(b->l->chunks, (size_t)cap * sizeof *c);
+        if (!c) return NULL;
+        b->l->chunks = c;
+        b->cap = cap;
+    }
+    qve_chunk *c = &b->l->chunks[b->l->n_chunks++];
+    memset(c, 0, sizeof *c);
+    return c;
+}
+
+/* Appends the normalised copy of [a, b) as a TEXT chunk (nothing if it is blank). */
+static int emit_text(builder *bl, const decoded *d, int64_t a, int64_t b) {
+    while (a < b && is_space(d->cp[a]))
+        a++;
+    while (b > a && is_space(d->cp[b - 1]))
+        b--;
+    if (a == b) return 0;
+    char *t = malloc(d->off[b] - d->off[a] + 1);
+    if (!t) return -1;
+    size_t w = 0;
+    int n = 0;
+    for (int64_t k = a; k < b; k++) {
+        if (is_space(d->cp[k])) {
+            if (!is_space(d->cp[k - 1])) t[w++] = ' ', n++;
+            continue;
+        }
+        size_t nb = d->off[k + 1] - d->off[k];
+        memcpy(t + w, d->s + d->off[k], nb);
+        w += nb;
+        n++;
+    }
+    t[w] = 0;
+    qve_chunk *c = push(bl);
+    if (!c) {
+        free(t);
+        return -1;
+    }
+    c->kind = QVE_CHUNK_TEXT;
+    c->text = t;
+    c->n_chars = n;
+    return 0;
+}
+
+static int emit_pause(builder *bl, int ms) {
+    qve_chunk_list *l = bl->l;
+    if (l->n_chunks && l->chunks[l->n_chunks - 1].kind == QVE_CHUNK_PAUSE) {
+        int64_t sum = (int64_t)l->chunks[l->n_chunks - 1].pause_ms + ms;
+        l->chunks[l->n_chunks - 1].pause_ms = sum > QVE_PAUSE_MAX_MS ? QVE_PAUSE_MAX_MS : (int)sum;
+        return 0;
+    }
+    qve_chunk *c = push(bl);
+    if (!c) return -1;
+    c->kind = QVE_CHUNK_PAUSE;
+    c->pause_ms = ms;
+    return 0;
+}
+
+/* ==== splitting ============================================================================= */
+
+/* Cuts [a, b) (one sentence longer than max) into pieces of at most max normalised chars. */
+static int emit_long(builder *bl, const decoded *d, int64_t a, int64_t b, int max) {
+    for (;;) {
+        while (a < b && is_space(d->cp[a]))
+            a++;
+        if (norm_count(d, a, b) <= max) return emit_text(bl, d, a, b);
+        int count = 0, pending = 0, comma_count = 0;
+        int64_t lim = b, comma = -1, space = -1;
+        for (int64_t k = a; k < b; k++) {
+            int32_t c = d->cp[k];
+            if (is_space(c)) {
+                if (count > 0 && !pending) space = k;
+                pending = count > 0;
+                continue;
+            }
+            if (count + pending + 1 > max) {
+                lim = k;
+                break;
+            }
+            count += pending + 1;
+            pending = 0;
+            if (is_comma(c)) comma = k, comma_count = count;
+        }
+        int64_t cut = lim;
+        if (comma >= 0 && 2 * comma_count >= max)
+            cut = comma + 1;
+        else if (space > a)
+            cut = space;
+        if (emit_text(bl, d, a, cut)) return -1;
+        a = cut;
+    }
+}
+
+typedef struct {
+    int64_t a, b;
+    int n_chars;
+    int hard_after; /* paragraph break follows: do not pack across */
+} unit;
+
+/* Sentences of [i, j), packed up to max chars within paragraphs. */
+static int emit_run(builder *bl, const decoded *d, int64_t i, int64_t j, int max) {
+    if (max <= 0) return emit_text(bl, d, i, j);
+    unit *u = malloc((size_t)(j - i + 1) * sizeof *u);
+    if (!u) return -1;
+    int64_t n_u = 0, start = -1, k = i;
+    while (k < j) {
+        int32_t c = d->cp[k];
+        if (start < 0) {
+            if (!is_space(c))
+                start = k;
+            else {
+                k++;
+                continue;
+            }
+        }
+        if (c == '\n') {
+            int64_t m = k + 1;
+            while (m < j && is_space(d->cp[m]) && d->cp[m] != '\n')
+                m++;
+            if (m < j && d->cp[m] == '\n') {
+                u[n_u++] = (unit){start, k, 0, 1};
+                start = -1;
+                k = m + 1;
+                continue;
+            }
+        }
+        if (is_term_latin(c) || is_term_cjk(c)) {
+            int cjk = is_term_cjk(c);
+            int64_t m = k + 1;
+            while (m < j &&
+                   (is_term_latin(d->cp[m]) || is_term_cjk(d->cp[m]) || is_closer(d->cp[m]))) {
+                cjk |= is_term_cjk(d->cp[m]);
+                m++;
+            }
+            if (cjk || m == j || is_space(d->cp[m])) {
+                u[n_u++] = (unit){start, m, 0, 0};
+                start = -1;
+            }
+            k = m;
+            continue;
+        }
+        k++;
+    }
+    if (start >= 0) u[n_u++] = (unit){start, j, 0, 0};
+    for (int64_t q = 0; q < n_u; q++) {
+        u[q].n_chars = norm_count(d, u[q].a, u[q].b);
+        int nl = 0; /* a blank line between two sentences is a paragraph break */
+        for (int64_t m = u[q].b; q + 1 < n_u && m < u[q + 1].a; m++)
+            nl += d->cp[m] == '\n';
+        if (nl >= 2) u[q].hard_after = 1;
+    }
+
+    int rc = 0;
+    for (int64_t q = 0; q < n_u && !rc;) {
+        if (u[q].n_chars == 0) {
+            q++;
+            continue;
+        }
+        if (u[q].n_chars > max) {
+            rc = emit_long(bl, d, u[q].a, u[q].b, max);
+            q++;
+            continue;
+        }
+        int64_t v = q;
+        int total = u[q].n_chars;
+        while (v + 1 < n_u && !u[v].hard_after && u[v + 1].n_chars <= max) {
+            int gap = u[v].b < u[v + 1].a && u[v + 1].n_chars > 0;
+            if (total + gap + u[v + 1].n_chars > max) break;
+            total += gap + u[v + 1].n_chars;
+            v++;
+        }
+        rc = emit_text(bl, d, u[q].a, u[v].b);
+        q = v + 1;
+    }
+    free(u);
+    return rc;
+}
+
+/* Parses "[pause:…]" at byte p; returns its length in bytes and *ms, or 0 if malformed. */
+static size_t parse_pause(const char *s, int *ms) {
+    const char *p = s + 7, *num = p;
+    int dots = 0;
+    while ((*p >= '0' && *p <= '9') || *p == '.')
+        dots += *p++ == '.';
+    if (p == num || dots > 1 || p[-1] == '.' || *num == '.') return 0;
+    double v = 0, scale = 1; /* by hand: strtod would follow the locale's decimal mark */
+    for (const char *q = num; q < p; q++) {
+        if (*q == '.') continue;
+        v = v * 10 + (*q - '0');
+        if (dots && q > strchr(num, '.')) scale *= 10;
+        if (v > 1e15) return 0;
+    }
+    v /= scale;
+    if (!strncasecmp(p, "ms]", 3))
+        scale = 1.0, p += 3;
+    else if (!strncasecmp(p, "s]", 2))
+        scale = 1000.0, p += 2;
+    else
+        return 0;
+    double m = v * scale;
+    if (!(m >= 0.5 && m <= QVE_PAUSE_MAX_MS)) return 0;
+    *ms = (int)lround(m);
+    return (size_t)(p - s);
+}
+
+int qve_text_chunk(qve_chunk_list *out, const char *text, int max_chunk_chars, char *err,
+                   size_t err_size) {
+    memset(out, 0, sizeof *out);
+    decoded d = {0};
+    builder bl = {out, 0};
+    if (decode(&d, text, err, err_size)) goto fail;
+    int64_t run = 0;
+    for (int64_t k = 0; k < d.n; k++) {
+        if (d.cp[k] != '[' || strncasecmp(text + d.off[k], "[pause:", 7)) continue;
+        int ms = 0;
+        size_t len = parse_pause(text + d.off[k], &ms);
+        if (!len) {
+            snprintf(err, err_size,
+                     "text: bad pause tag at character %lld: expected e.g. [pause:500ms] or "
+                     "[pause:1.5s], 0 < pause <= %d ms",
+                     (long long)k, QVE_PAUSE_MAX_MS);
+            goto fail;
+        }
+        if (emit_run(&bl, &d, run, k, max_chunk_chars) || emit_pause(&bl, ms)) goto nomem;
+        k += (int64_t)len - 1; /* the tag is ASCII: bytes == code points */
+        run = k + 1;
+    }
+    if (emit_run(&bl, &d, run, d.n, max_chunk_chars)) goto nomem;
+    decoded_free(&d);
+    return 0;
+nomem:
+    snprintf(err, err_size, "text: out of memory while chunking");
+fail:
+    decoded_free(&d);
+    qve_chunk_list_free(out);
+    return -1;
+}
+
+void qve_chunk_list_free(qve_chunk_list *l) {
+    if (!l) return;
+    for (int i = 0; i < l->n_chunks; i++)
+        free(l->chunks[i].text);
+    free(l->chunks);
+    l->chunks = NULL;
+    l->n_chunks = 0;
+}
+
+int qve_text_bisect(const char *text, size_t *cut) {
+    char err[128];
+    decoded d = {0};
+    if (decode(&d, text, err, sizeof err) || d.n < 2) {
+        decoded_free(&d);
+        return -1;
+    }
+    int64_t n = d.n, mid = n / 2, best[3] = {-1, -1, -1};
+    for (int64_t k = 1; k < n; k++) {
+        int32_t prev = d.cp[k - 1], c = d.cp[k];
+        int cls = -1;
+        if ((is_space(c) && (is_term_latin(prev) || is_closer(prev))) || is_term_cjk(prev))
+            cls = 0;
+        else if (is_comma(prev))
+            cls = 1;
+        else if (is_space(c))
+            cls = 2;
+        if (cls < 0 || 4 * k < n || 4 * k > 3 * n) continue;
+        if (cls == 0 && is_closer(prev)) { /* closer must end a terminator run */
+            int64_t m = k - 1;
+            while (m > 0 && is_closer(d.cp[m]))
+                m--;
+            if (!is_term_latin(d.cp[m]) && !is_term_cjk(d.cp[m])) cls = 2;
+        }
+        if (best[cls] < 0 || llabs(k - mid) < llabs(best[cls] - mid)) best[cls] = k;
+    }
+    int64_t k = mid;
+    for (int c = 0; c < 3; c++)
+        if (best[c] >= 0) {
+            k = best[c];
+            break;
+        }
+    *cut = d.off[k];
+    decoded_free(&d);
+    return 0;
+}
+
+/* ==== audio ================================================================================= */
+
+static int reserve(qve_audio_buf *b, int64_t n) {
+    if (b->n + n <= b->cap) return 0;
+    int64_t cap = b->cap ? b->cap : 24000;
+    while (cap < b->n + n)
+        cap *= 2;
+    float *x = realloc(b->x, (size_t)cap * sizeof *x);
+    if (!x) return -1;
+    b->x = x;
+    b->cap = cap;
+    return 0;
+}
+
+int qve_audio_append(qve_audio_buf *b, const float *x, int64_t n, int64_t xfade_samples) {
+    if (n <= 0) return 0;
+    int64_t k = xfade_samples;
+    if (k > b->n) k = b->n;
+    if (k > n) k = n;
+    if (k < 0) k = 0;
+    if (reserve(b, n - k)) return -1;
+    float *tail = b->x + b->n - k;
+    for (int64_t i = 0; i < k; i++) {
+        float w = (float)(((double)i + 0.5) / (double)k);
+        tail[i] = tail[i] * (1.0f - w) + x[i] * w;
+    }
+    memcpy(b->x + b->n, x + k, (size_t)(n - k) * sizeof *x);
+    b->n += n - k;
+    return 0;
+}
+
+int qve_audio_append_silence(qve_audio_buf *b, int64_t n) {
+    if (n <= 0) return 0;
+    if (reserve(b, n)) return -1;
+    memset(b->x + b->n, 0, (size_t)n * sizeof *b->x);
+    b->n += n;
+    return 0;
+}
+
+void qve_audio_buf_free(qve_audio_buf *b) {
+    if (!b) return;
+    free(b->x);
+    memset(b, 0, sizeof *b);
+}
+
+int64_t qve_audio_lead_trim(const float *x, int64_t n, int64_t pad_samples) {
+    qvk_vad_params p = qvk_vad_default_params();
+    int64_t nf = qvk_vad_n_frames(n, p.frame_samples), first, end, drop = 0;
+    float *db = malloc((size_t)(nf ? nf : 1) * sizeof *db);
+    uint8_t *v = malloc((size_t)(nf ? nf : 1));
+    if (db && v) {
+        qvk_vad_frame_db(db, x, n, p.frame_samples);
+        if (qvk_vad_label(v, db, nf, &p, NULL, NULL) > 0) {
+            qvk_vad_bounds(v, nf, &first, &end);
+            drop = first * p.frame_samples - pad_samples;
+            if (drop < 0) drop = 0;
+        }
+    }
+    free(db);
+    free(v);
+    return drop;
+}
+
+/* ==== long-text driver ====================================================================== */
+
+qve_longtext_params qve_longtext_default_params(void) {
+    qve_longtext_params p = {
+        .max_chunk_chars = QVE_MAX_CHUNK_CHARS_DEFAULT,
+        .xfade_ms = QVE_XFADE_MS_DEFAULT,
+        .lead_pad_ms = QVE_LEAD_PAD_MS_DEFAULT,
+        .max_splits = 1,
+    };
+    return p;
+}
+
+#define MS_TO_SAMPLES(ms) ((int64_t)(ms)*24)
+
+typedef struct {
+    const qve_longtext_params *p;
+    qve_chunk_synth_fn fn;
+    void *user;
+    qve_audio_buf *out;
+    qve_longtext_report *r;
+} driver;
+
+/* Synthesizes text (splitting on a guard trip, depth more times) and appends it to d->out.
+ * 0 ok, 1 guard (err), -1 failure (err). */
+static int synth_piece(driver *d, const char *text, int depth, char *err, size_t err_size) {
+    qve_audio_buf tmp = {0};
+    d->r->n_synth_calls++;
+    int rc = d->fn(d->user, text, &tmp, err, err_size);
+    if (rc == 0) {
+        int64_t drop = d->p->lead_pad_ms >= 0
+                           ? qve_audio_lead_trim(tmp.x, tmp.n, MS_TO_SAMPLES(d->p->lead_pad_ms))
+                           : 0;
+        if (qve_audio_append(d->out, tmp.x + drop, tmp.n - drop, MS_TO_SAMPLES(d->p->xfade_ms))) {
+            snprintf(err, err_size, "out of memory joining audio");
+            rc = -1;
+        }
+        qve_audio_buf_free(&tmp);
+        return rc;
+    }
+    qve_audio_buf_free(&tmp);
+    size_t cut;
+    if (rc < 0 || depth <= 0 || qve_text_bisect(text, &cut)) return rc;
+    d->r->n_retries++;
+    size_t len = strlen(text);
+    char *half = malloc(len + 1);
+    if (!half) {
+        snprintf(err, err_size, "out of memory splitting a chunk");
+        return -1;
+    }
+    memcpy(half, text, cut);
+    half[cut] = 0;
+    const char *second = text + cut;
+    while (*second == ' ')
+        second++;
+    size_t n1 = cut;
+    while (n1 > 0 && half[n1 - 1] == ' ')
+        half[--n1] = 0;
+    rc = synth_piece(d, half, depth - 1, err, err_size);
+    if (rc == 0 && *second) rc = synth_piece(d, second, depth - 1, err, err_size);
+    free(half);
+    return rc;
+}
+
+int qve_longtext_run(qve_audio_buf *out, qve_longtext_report *r, const char *text,
+                     const qve_longtext_params *p, qve_chunk_synth_fn fn, void *user, char *err,
+                     size_t err_size) {
+    memset(out, 0, sizeof *out);
+    memset(r, 0, sizeof *r);
+    qve_longtext_params dp = qve_longtext_default_params();
+    if (!p) p = &dp;
+    qve_chunk_list l;
+    if (qve_text_chunk(&l, text, p->max_chunk_chars, err, err_size)) return -1;
+    r->n_entries = l.n_chunks;
+    for (int i = 0; i < l.n_chunks; i++)
+        r->n_text_chunks += l.chunks[i].kind == QVE_CHUNK_TEXT;
+    driver d = {p, fn, user, out, r};
+    int rc = 0, ti = 0;
+    for (int i = 0; i < l.n_chunks && !rc; i++) {
+        const qve_chunk *c = &l.chunks[i];
+        if (c->kind == QVE_CHUNK_PAUSE) {
+            if (qve_audio_append_silence(out, MS_TO_SAMPLES(c->pause_ms))) {
+                snprintf(err, err_size, "out of memory inserting a pause");
+                rc = -1;
+            }
+            continue;
+        }
+        ti++;
+        char msg[512] = "";
+        int st = synth_piece(&d, c->text, p->max_splits, msg, sizeof msg);
+        if (st) {
+            r->failed_chunk = ti;
+            snprintf(err, err_size, "chunk %d/%d: %s%s", ti, r->n_text_chunks, msg,
+                     st > 0 && p->max_splits > 0 ? " (after splitting it in two)" : "");
+            rc = -1;
+        }
+    }
+    qve_chunk_list_free(&l);
+    if (rc) qve_audio_buf_free(out);
+    return rc;
+}

@@ -1,0 +1,112 @@
+/* textchunk.h — long-text handling for speak (prefix qve_): split text into chunks at sentence
+ * boundaries and a maximum length, turn [pause:…] tags into silence entries, pick a split point
+ * for the runaway-guard retry, and join / trim the float audio of the chunks.
+ * Decision: chunks are normalised copies of byte ranges of the input (whitespace runs become one
+ * space), so CJK text keeps its no-space joins and no byte sequence is ever cut inside UTF-8.
+ * Pure functions; nothing prints. See docs/robustness.md.
+ */
+#ifndef QVE_TEXTCHUNK_H
+#define QVE_TEXTCHUNK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define QVE_MAX_CHUNK_CHARS_DEFAULT 200 /* code points per chunk (--max-chunk-chars) */
+#define QVE_PAUSE_MAX_MS 60000          /* longest [pause:…] accepted */
+#define QVE_XFADE_MS_DEFAULT 10         /* crossfade between joined chunks */
+#define QVE_LEAD_PAD_MS_DEFAULT 100     /* leading silence kept by qve_audio_lead_trim */
+
+enum qve_chunk_kind { QVE_CHUNK_TEXT, QVE_CHUNK_PAUSE };
+
+typedef struct {
+    enum qve_chunk_kind kind;
+    char *text;   /* TEXT: NUL-terminated UTF-8, whitespace-normalised, non-empty; owned by the
+                     list. PAUSE: NULL */
+    int n_chars;  /* TEXT: code points in text */
+    int pause_ms; /* PAUSE: silence to insert (consecutive tags are summed) */
+} qve_chunk;
+
+typedef struct {
+    qve_chunk *chunks;
+    int n_chunks;
+} qve_chunk_list;
+
+/* Splits UTF-8 text into TEXT and PAUSE entries, in order.
+ * - `[pause:500ms]`, `[pause:1.5s]` (case-insensitive, 0 < length <= QVE_PAUSE_MAX_MS) become
+ *   PAUSE entries; any other "[pause:" is an error. Other brackets are text.
+ * - With max_chunk_chars > 0: text between pauses is cut into sentences (after . ! ? … followed
+ *   by whitespace or the end, with trailing quotes/brackets; after 。！？ always; at blank lines),
+ *   and consecutive sentences of one paragraph are packed while the chunk stays within
+ *   max_chunk_chars code points. A longer sentence is cut at the last comma-like mark
+ *   (, ， 、 ; ； : ：) in the second half of the limit, else the last space, else at the limit
+ *   (between code points). A single newline counts as a space (hard-wrapped text).
+ * - With max_chunk_chars <= 0 (--no-chunk): only pause tags split.
+ * Returns 0 (out filled; may have 0 entries for blank text), or -1 with a one-line err for
+ * invalid UTF-8, a bad pause tag (with its character offset) or allocation failure (out empty). */
+int qve_text_chunk(qve_chunk_list *out, const char *text, int max_chunk_chars, char *err,
+                   size_t err_size);
+void qve_chunk_list_free(qve_chunk_list *l); /* accepts zeroed lists */
+
+/* Where to cut a chunk in two for a retry: the sentence end nearest the middle (within the
+ * middle half of the text), else the nearest comma-like mark, else space, else the code point
+ * boundary nearest the middle. *cut is a byte offset: halves are text[0, cut) and text[cut, …)
+ * (trim them). Returns 0, or -1 when text has fewer than 2 code points (nothing to split). */
+int qve_text_bisect(const char *text, size_t *cut);
+
+/* ---- audio ---------------------------------------------------------------------------------- */
+
+typedef struct {
+    float *x; /* [n] owned; free with qve_audio_buf_free */
+    int64_t n, cap;
+} qve_audio_buf;
+
+/* Appends x[n]; the last min(xfade_samples, b->n, n) samples of b and the first of x are
+ * crossfaded linearly (the result is that much shorter than the plain concatenation).
+ * Returns 0, or -1 on allocation failure (b unchanged). */
+int qve_audio_append(qve_audio_buf *b, const float *x, int64_t n, int64_t xfade_samples);
+/* Appends n zero samples. 0 or -1 (allocation). */
+int qve_audio_append_silence(qve_audio_buf *b, int64_t n);
+void qve_audio_buf_free(qve_audio_buf *b); /* accepts zeroed buffers */
+
+/* Samples to drop from the start of x[n] so that pad_samples remain before the first voiced
+ * 10 ms frame (kernels/vad.h defaults). 0 when nothing is voiced, the lead is already short,
+ * or on allocation failure (trimming is best-effort, never destructive). */
+int64_t qve_audio_lead_trim(const float *x, int64_t n, int64_t pad_samples);
+
+/* ---- long-text driver ----------------------------------------------------------------------- */
+
+/* Synthesizes one chunk of text and appends its 24 kHz audio to out (the caller's buffer, which
+ * may already hold earlier audio: append, do not overwrite). Returns 0 on success, 1 when the
+ * runaway guard tripped (err: the guard's message; whatever was appended is discarded), or -1
+ * on a hard failure (err). */
+typedef int (*qve_chunk_synth_fn)(void *user, const char *text, qve_audio_buf *out, char *err,
+                                  size_t err_size);
+
+typedef struct {
+    int max_chunk_chars; /* QVE_MAX_CHUNK_CHARS_DEFAULT; <= 0: no chunking (--no-chunk) */
+    int xfade_ms;        /* QVE_XFADE_MS_DEFAULT crossfade between consecutive chunks */
+    int lead_pad_ms;     /* each chunk's leading silence is cut to this; < 0: keep it */
+    int max_splits;      /* times a tripped chunk may be halved again (1: split once) */
+} qve_longtext_params;
+
+qve_longtext_params qve_longtext_default_params(void);
+
+typedef struct {
+    int n_entries;     /* chunks + pauses from qve_text_chunk */
+    int n_text_chunks; /* TEXT entries */
+    int n_synth_calls; /* calls of the synth function, retries included */
+    int n_retries;     /* chunks split after a guard trip */
+    int failed_chunk;  /* 1-based TEXT chunk that failed, 0 if none */
+} qve_longtext_report;
+
+/* Chunks text, synthesizes each TEXT entry with fn, inserts PAUSE silence, trims each chunk's
+ * leading silence to lead_pad_ms and joins with the crossfade. A chunk whose synthesis trips the
+ * guard is split with qve_text_bisect and its halves synthesized (recursively, max_splits
+ * deep); if a piece still trips or cannot be split, it stops: -1 with err
+ * "chunk I/N: MESSAGE (after splitting it in two)" and out freed. Returns 0 with all audio in
+ * out (caller frees), or -1 with err. */
+int qve_longtext_run(qve_audio_buf *out, qve_longtext_report *r, const char *text,
+                     const qve_longtext_params *p, qve_chunk_synth_fn fn, void *user, char *err,
+                     size_t err_size);
+
+#endif
