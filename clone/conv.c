@@ -1,8 +1,9 @@
-/* conv.c — 1-D convolution as chunked im2col + sgemm, with padding and activations fused into
- * the gather. Chunking bounds the unfolded matrix (the 30 s clip is 720 000 samples at the first
- * Mimi layers), activating the gathered window applies ELU once per input sample instead of once
- * per kernel tap, and the chunks are what a thread pool shares (each thread its own scratch,
- * single-threaded sgemm inside).
+/* conv.c — 1-D convolution as chunked sgemm over a gathered input window, with padding and the
+ * input activation applied while gathering. Chunking bounds memory (the 30 s clip is 720 000
+ * samples at the first Mimi layers), activating the window applies ELU once per input sample
+ * instead of once per kernel tap, and the chunks are what a thread pool shares (each thread its
+ * own scratch, single-threaded sgemm inside). Channels-first (ECAPA) unfolds the window
+ * (im2col); time-major (Mimi) multiplies tap groups of the window directly where it can.
  */
 #include "clone_impl.h"
 
@@ -73,9 +74,9 @@ static int64_t src_index(enum qvc_pad pad, int64_t p, int64_t t_in) {
 }
 
 /* AVX2+FMA helpers unless the CPU lacks them or QV_KERNELS=scalar forces the portable loops
- * (same switch as kernels/). Decided once; a benign race sets the same value. */
+ * (same switch as kernels/). Decided once; concurrent first calls store the same value. */
 static int have_avx2(void) {
-    static int have = -1;
+    static _Atomic int have = -1;
     if (have < 0) {
         const char *force = getenv("QV_KERNELS");
         __builtin_cpu_init();
