@@ -8,8 +8,10 @@
 #include "clone_impl.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "kernels.h"
 
@@ -61,6 +63,17 @@ void qvc_conv_causal(qvc_conv *cv, int64_t t_in) {
 
 void qvc_conv_same(qvc_conv *cv) {
     cv->pad_left = cv->pad_right = cv->dilation * (cv->k - 1) / 2;
+}
+
+void *qvc_alloc_large(size_t n_bytes) {
+    void *p = qvk_alloc(n_bytes);
+    const uintptr_t huge = (uintptr_t)2 << 20;
+    if (p && n_bytes >= 2 * huge) {
+        uintptr_t a = ((uintptr_t)p + huge - 1) & ~(huge - 1);
+        uintptr_t b = ((uintptr_t)p + n_bytes) & ~(huge - 1);
+        if (b > a) madvise((void *)a, b - a, MADV_HUGEPAGE);   /* advice only: errors ignored */
+    }
+    return p;
 }
 
 static int64_t src_index(enum qvc_pad pad, int64_t p, int64_t t_in) {

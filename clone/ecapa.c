@@ -243,18 +243,18 @@ static int state_init(ecapa_state *s, const ecapa_config *c, int t, int n_thread
     cv = tdnn(c->attention_channels, c4, 1, 1);
     if ((v = qvc_conv_scratch(&cv)) > scratch) scratch = v;
     size_t tt = (size_t)t;
-    s->x0 = qvk_alloc(ch * tt * sizeof(float));
+    s->x0 = qvc_alloc_large(ch * tt * sizeof(float));
     /* cat also holds the transposed mel input before block 0 runs */
     size_t cat_rows = 3 * (size_t)ch > (size_t)c->mel_dim ? 3 * (size_t)ch : (size_t)c->mel_dim;
-    s->cat = qvk_alloc(cat_rows * tt * sizeof(float));
-    s->h1 = qvk_alloc(ch * tt * sizeof(float));
-    s->h2 = qvk_alloc(ch * tt * sizeof(float));
-    s->tmp = qvk_alloc(sub * tt * sizeof(float));
-    s->mfa = qvk_alloc(c4 * tt * sizeof(float));
-    s->att = qvk_alloc(c4 * tt * sizeof(float));
-    s->hid = qvk_alloc((size_t)c->attention_channels * tt * sizeof(float));
-    s->scratch = qvk_alloc(scratch * (size_t)n_threads * sizeof(float));
-    s->vec = qvk_alloc((8 * (size_t)c4 + (size_t)c->enc_dim + c->attention_channels) * sizeof(float));
+    s->cat = qvc_alloc_large(cat_rows * tt * sizeof(float));
+    s->h1 = qvc_alloc_large(ch * tt * sizeof(float));
+    s->h2 = qvc_alloc_large(ch * tt * sizeof(float));
+    s->tmp = qvc_alloc_large(sub * tt * sizeof(float));
+    s->mfa = qvc_alloc_large(c4 * tt * sizeof(float));
+    s->att = qvc_alloc_large(c4 * tt * sizeof(float));
+    s->hid = qvc_alloc_large((size_t)c->attention_channels * tt * sizeof(float));
+    s->scratch = qvc_alloc_large(scratch * (size_t)n_threads * sizeof(float));
+    s->vec = qvc_alloc_large((8 * (size_t)c4 + (size_t)c->enc_dim + c->attention_channels) * sizeof(float));
     if (!s->x0 || !s->cat || !s->h1 || !s->h2 || !s->tmp || !s->mfa || !s->att || !s->hid ||
         !s->scratch || !s->vec) {
         state_free(s);

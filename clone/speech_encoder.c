@@ -357,20 +357,20 @@ static int enc_state_init(enc_state *s, const enc_config *c, int64_t n, int n_th
 #undef NEED
 #undef SCRATCH
     size_t tt = (size_t)t, h = (size_t)c->hidden_size, nt = (size_t)n_threads;
-    s->p = qvk_alloc(need_p * sizeof(float));
-    s->q = qvk_alloc(need_q * sizeof(float));
-    s->scratch = qvk_alloc(scratch * nt * sizeof(float));
-    s->x = qvk_alloc(tt * h * sizeof(float));
-    s->hbuf = qvk_alloc(tt * h * sizeof(float));
-    s->qb = qvk_alloc(tt * h * sizeof(float));
-    s->kb = qvk_alloc(tt * h * sizeof(float));
-    s->vb = qvk_alloc(tt * h * sizeof(float));
-    s->att = qvk_alloc(nt * tt * tt * sizeof(float));
-    s->ff = qvk_alloc(tt * (size_t)c->intermediate_size * sizeof(float));
-    s->rope_c = qvk_alloc(tt * (size_t)c->head_dim / 2 * sizeof(float));
-    s->rope_s = qvk_alloc(tt * (size_t)c->head_dim / 2 * sizeof(float));
-    s->xs = qvk_alloc(tt * (size_t)c->codebook_dim * sizeof(float));
-    s->dist = qvk_alloc(tt * (size_t)c->codebook_size * sizeof(float));
+    s->p = qvc_alloc_large(need_p * sizeof(float));
+    s->q = qvc_alloc_large(need_q * sizeof(float));
+    s->scratch = qvc_alloc_large(scratch * nt * sizeof(float));
+    s->x = qvc_alloc_large(tt * h * sizeof(float));
+    s->hbuf = qvc_alloc_large(tt * h * sizeof(float));
+    s->qb = qvc_alloc_large(tt * h * sizeof(float));
+    s->kb = qvc_alloc_large(tt * h * sizeof(float));
+    s->vb = qvc_alloc_large(tt * h * sizeof(float));
+    s->att = qvc_alloc_large(nt * tt * tt * sizeof(float));
+    s->ff = qvc_alloc_large(tt * (size_t)c->intermediate_size * sizeof(float));
+    s->rope_c = qvc_alloc_large(tt * (size_t)c->head_dim / 2 * sizeof(float));
+    s->rope_s = qvc_alloc_large(tt * (size_t)c->head_dim / 2 * sizeof(float));
+    s->xs = qvc_alloc_large(tt * (size_t)c->codebook_dim * sizeof(float));
+    s->dist = qvc_alloc_large(tt * (size_t)c->codebook_size * sizeof(float));
     if (!s->p || !s->q || !s->scratch || !s->x || !s->hbuf || !s->qb || !s->kb || !s->vb ||
         !s->att || !s->ff || !s->rope_c || !s->rope_s || !s->xs || !s->dist) {
         enc_state_free(s);
