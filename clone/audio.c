@@ -45,8 +45,13 @@ static int resample(float **out, int64_t *n_out, const float *x, int64_t n, int 
 
 static int finish(qvc_audio *a, const char *name, char *err, size_t err_size) {
     double sum2 = 0.0, peak = 0.0;
+    int64_t n_bad = 0;
     for (int64_t i = 0; i < a->n_samples; i++) {
         double v = a->samples[i];
+        if (!isfinite(v)) {
+            n_bad++;
+            continue;
+        }
         sum2 += v * v;
         if (fabs(v) > peak) peak = fabs(v);
     }
@@ -54,6 +59,11 @@ static int finish(qvc_audio *a, const char *name, char *err, size_t err_size) {
     a->peak = peak;
     a->rms_dbfs = rms > 0.0 ? 20.0 * log10(rms) : -INFINITY;
     char msg[160];
+    if (n_bad) {
+        snprintf(msg, sizeof msg, "%lld samples are NaN or infinite (expected finite audio)",
+                 (long long)n_bad);
+        goto fail;
+    }
     if (a->used_seconds < QVC_MIN_SECONDS) {
         snprintf(msg, sizeof msg, "too short (expected at least %.0f s of audio, found %.2f s)",
                  QVC_MIN_SECONDS, a->used_seconds);
@@ -137,9 +147,14 @@ int qvc_audio_load(qvc_audio *a, const char *path, double max_seconds, char *err
         set_err(err, err_size, path, "no audio frames in the file");
         return -1;
     }
-    SF_FORMAT_INFO fi = {.format = info.format & SF_FORMAT_TYPEMASK};
-    if (sf_command(NULL, SFC_GET_FORMAT_INFO, &fi, sizeof fi) == 0 && fi.name)
-        snprintf(a->src_format, sizeof a->src_format, "%s", fi.name);
+    SF_FORMAT_INFO major = {.format = info.format & SF_FORMAT_TYPEMASK};
+    SF_FORMAT_INFO sub = {.format = info.format & SF_FORMAT_SUBMASK};
+    if (sf_command(NULL, SFC_GET_FORMAT_INFO, &major, sizeof major) == 0 && major.name) {
+        if (sf_command(NULL, SFC_GET_FORMAT_INFO, &sub, sizeof sub) == 0 && sub.name)
+            snprintf(a->src_format, sizeof a->src_format, "%s, %s", major.name, sub.name);
+        else
+            snprintf(a->src_format, sizeof a->src_format, "%s", major.name);
+    }
     a->src_rate_hz = info.samplerate;
     a->src_channels = info.channels;
     a->src_seconds = (double)info.frames / info.samplerate;

@@ -4,11 +4,18 @@
  * qvc_mel_compute (§5.1 log-mel) → qvc_ecapa_forward (§5.2 x-vector), and, for ICL voices,
  * qvc_speech_encoder_encode (§6.2 Mimi codes). Library code never prints: errors are one line
  * "FILE: problem" in the caller's err buffer, warnings are fields of qvc_audio.
+ *
+ *     qvc_audio a; qvc_audio_load(&a, "ref.wav", 30.0, err, sizeof err);
+ *     qvc_ecapa *e = qvc_ecapa_load(base_dir, err, sizeof err);
+ *     int nf = qvc_mel_n_frames(a.n_samples);          // mel buffer: nf × 128 floats
+ *     qvc_mel_compute(mel_ctx, mel, a.samples, a.n_samples);
+ *     qvc_ecapa_forward(e, pool, xvec, mel, nf, err, sizeof err);
+ *
  * Thread safety: loaded models are read-only and may be shared; each call allocates its own
  * activations. Parallelism comes from a qvk_pool the caller passes (NULL = calling thread only):
- * work is cut into pieces that do not depend on the thread count (results are identical for any
- * pool size), each running a single-threaded sgemm — so with a pool of n > 1 threads set
- * qvk_blas_set_threads(1) to stay within n cores.
+ * rows/chunks/heads are shared out and each piece runs a single-threaded sgemm, so with a pool of
+ * n > 1 threads set qvk_blas_set_threads(1) to stay within n cores. Every output element is summed
+ * in the same order whatever the split, so results are identical for any pool size (tested).
  */
 #ifndef QV_CLONE_H
 #define QV_CLONE_H
@@ -32,7 +39,7 @@ typedef struct {
     float *samples;           /* [n_samples] mono 24 kHz; owned, free with qvc_audio_free */
     int64_t n_samples;
     int src_rate_hz, src_channels;
-    char src_format[64];      /* libsndfile's name of the container/codec */
+    char src_format[96];      /* libsndfile's names of the container and codec */
     double src_seconds;       /* length of the whole file */
     double used_seconds;      /* length of the part used (after --max-seconds) */
     int resampled;            /* 1 when src_rate_hz != 24000 */

@@ -11,22 +11,25 @@
 
 #include "kernels.h"
 
-/* Unfolded matrix budget in floats per chunk (8 MB): large enough for efficient sgemm shapes. */
-#define COLS_BUDGET (1 << 21)
+/* Chunk sizing. A chunk's unfolded rows stay within BUDGET floats (1 MB) so the gathered window
+ * is still in L2 when sgemm packs it, but never fewer than MIN_ROWS rows: every sgemm call repacks
+ * the whole weight matrix, which dominates short layers with big weights (750 frames × 8192). */
+#define BUDGET (1 << 18)
+#define MIN_ROWS 256
 
 static int64_t chunk_max(const qvc_conv *cv) {
-    int64_t n = COLS_BUDGET / ((int64_t)cv->c_in * cv->k);
-    return n < 16 ? 16 : n;
+    int64_t n = BUDGET / ((int64_t)cv->c_in * cv->k);
+    return n < MIN_ROWS ? MIN_ROWS : n;
 }
 
-/* At least one chunk per thread, else as few as the budget allows: every chunk repacks the whole
- * weight matrix inside sgemm, which dominates the short late layers (750 frames × 8192 inputs).
- * OpenBLAS accumulates each output element over K in the same order whatever the M split, so
- * the result does not depend on the thread count (test_clone checks 1 vs 2 threads). */
+/* Each thread's share, cut into equal chunks of at most chunk_max rows. OpenBLAS sums each output
+ * element over K in the same order whatever the M split, so the result does not depend on the
+ * thread count (test_clone checks 1 vs 2 threads). */
 static int64_t chunk_len(const qvc_conv *cv, int64_t t_out, int n_threads) {
-    int64_t n = (t_out + n_threads - 1) / n_threads, m = chunk_max(cv);
-    if (n < 16) n = 16;
-    return n < m ? n : m;
+    int64_t share = (t_out + n_threads - 1) / n_threads, m = chunk_max(cv);
+    int64_t pieces = (share + m - 1) / m;
+    int64_t n = pieces > 0 ? (share + pieces - 1) / pieces : 1;
+    return n < 1 ? 1 : n;
 }
 
 static int64_t span_len(const qvc_conv *cv, int64_t n) {

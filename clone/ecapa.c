@@ -64,26 +64,36 @@ typedef struct {     /* activations for one forward of n_frames */
 
 /* ---- loading ---------------------------------------------------------------------------- */
 
+/* Widens tensor `name` (BF16 as shipped; F16/F32 accepted too, §1.6) of the given shape into
+ * the arena. */
+static float *load_f32(float **arena, const qve_st *st, const char *name, int n_dims,
+                       const int64_t *shape, char *err, size_t err_size) {
+    const qve_tensor *t = qve_st_find(st, name);
+    enum qve_dtype dt = t && (t->dtype == QVE_DTYPE_F32 || t->dtype == QVE_DTYPE_F16)
+                            ? t->dtype : QVE_DTYPE_BF16;
+    t = qve_st_expect(st, name, dt, n_dims, shape, err, err_size);
+    if (!t) return NULL;
+    size_t n = t->n_bytes / qve_dtype_size(dt);
+    float *dst = *arena;
+    if (dt == QVE_DTYPE_BF16) qvk_bf16_to_f32(dst, t->data, n);
+    else if (dt == QVE_DTYPE_F16) qvk_f16_to_f32(dst, t->data, n);
+    else memcpy(dst, t->data, n * sizeof(float));
+    *arena += n;
+    return dst;
+}
+
 static int load_conv(conv_weights *cw, float **arena, const qve_st *st, const char *prefix,
                      int c_out, int c_in, int k, int has_bias, char *err, size_t err_size) {
     char name[160];
     int64_t shape[3] = {c_out, c_in, k};
     snprintf(name, sizeof name, "%s.weight", prefix);
-    const qve_tensor *t = qve_st_expect(st, name, QVE_DTYPE_BF16, 3, shape, err, err_size);
-    if (!t) return -1;
-    size_t n = (size_t)c_out * c_in * k;
-    cw->w = *arena;
-    qvk_bf16_to_f32(cw->w, t->data, n);
-    *arena += n;
+    cw->w = load_f32(arena, st, name, 3, shape, err, err_size);
+    if (!cw->w) return -1;
     cw->b = NULL;
     if (has_bias) {
         snprintf(name, sizeof name, "%s.bias", prefix);
-        int64_t bshape[1] = {c_out};
-        t = qve_st_expect(st, name, QVE_DTYPE_BF16, 1, bshape, err, err_size);
-        if (!t) return -1;
-        cw->b = *arena;
-        qvk_bf16_to_f32(cw->b, t->data, (size_t)c_out);
-        *arena += c_out;
+        cw->b = load_f32(arena, st, name, 1, shape, err, err_size);
+        if (!cw->b) return -1;
     }
     return 0;
 }

@@ -30,6 +30,9 @@ typedef struct {
     double max_seconds;
 } options;
 
+#define MAX_SECTIONS 16
+typedef struct { char tag[5]; int count; long long bytes; } section;
+
 typedef struct {       /* what the run did, for the summary */
     qvc_audio audio;
     double t_load_s, t_audio_s, t_xvec_s, t_codes_s, t_write_s;
@@ -39,6 +42,8 @@ typedef struct {       /* what the run did, for the summary */
     char *transcript;
     int n_tensors;
     long long file_bytes;
+    int n_sections;    /* 0 when the written file could not be listed */
+    section sections[MAX_SECTIONS];
 } report;
 
 static double now_s(void) {
@@ -274,9 +279,34 @@ static void model_id(qvf_model_id *id, const qve_model_config *c, const uint8_t 
 
 /* ---- clone ------------------------------------------------------------------------------ */
 
-/* ICLR payload: 64 + align64(32·N) + transcript bytes (qvoice-format.md §4.4). */
-static size_t iclr_bytes(const report *r) {
-    return 64 + ((size_t)32 * r->n_icl_frames + 63) / 64 * 64 + strlen(r->transcript);
+/* Payload bytes per chunk tag of the file just written (WDTN chunks summed), read back with
+ * voicefmt's chunk walker so the summary reports what is on disk. */
+static void list_sections(report *r, const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return;
+    unsigned char *buf = r->file_bytes > 0 ? malloc((size_t)r->file_bytes) : NULL;
+    size_t n = buf ? fread(buf, 1, (size_t)r->file_bytes, f) : 0;
+    fclose(f);
+    enum { MAX_CHUNKS = 4200 };   /* ≤ 4096 WDTN + the fixed chunks */
+    qvf_chunk_info *info = malloc(sizeof *info * MAX_CHUNKS);
+    int n_chunks = 0;
+    char err[256];
+    if (buf && info && n == (size_t)r->file_bytes &&
+        !qvf_list_chunks(buf, n, path, info, MAX_CHUNKS, &n_chunks, err, sizeof err)) {
+        for (int i = 0; i < n_chunks && i < MAX_CHUNKS; i++) {
+            int k = 0;
+            while (k < r->n_sections && strcmp(r->sections[k].tag, info[i].tag)) k++;
+            if (k == r->n_sections) {
+                if (k == MAX_SECTIONS) break;
+                memcpy(r->sections[k].tag, info[i].tag, 5);
+                r->n_sections++;
+            }
+            r->sections[k].count++;
+            r->sections[k].bytes += (long long)info[i].payload_bytes;
+        }
+    }
+    free(info);
+    free(buf);
 }
 
 static void print_summary(const options *o, const report *r, const qvf_voice *v, int dim) {
@@ -302,10 +332,12 @@ static void print_summary(const options *o, const report *r, const qvf_voice *v,
         cJSON *meta = cJSON_AddObjectToObject(j, "meta");
         for (int i = 0; i < v->n_meta; i++) cJSON_AddStringToObject(meta, v->meta[i].key, v->meta[i].value);
         cJSON *sec = cJSON_AddObjectToObject(j, "sections");
-        cJSON_AddNumberToObject(sec, "XVEC", 64 + 4.0 * dim);
-        if (r->n_icl_frames)
-            cJSON_AddNumberToObject(sec, "ICLR", (double)iclr_bytes(r));
-        if (r->n_tensors) cJSON_AddNumberToObject(sec, "WDELTA_tensors", r->n_tensors);
+        for (int i = 0; i < r->n_sections; i++) {
+            cJSON *so = cJSON_AddObjectToObject(sec, r->sections[i].tag);
+            cJSON_AddNumberToObject(so, "count", r->sections[i].count);
+            cJSON_AddNumberToObject(so, "payload_bytes", (double)r->sections[i].bytes);
+        }
+        if (r->n_tensors) cJSON_AddNumberToObject(j, "wdelta_tensors", r->n_tensors);
         cJSON_AddNumberToObject(j, "file_bytes", (double)r->file_bytes);
         cJSON *t = cJSON_AddObjectToObject(j, "timings_s");
         cJSON_AddNumberToObject(t, "load", r->t_load_s);
@@ -333,11 +365,17 @@ static void print_summary(const options *o, const report *r, const qvf_voice *v,
                strlen(r->transcript));
     else
         printf("  ICL        none (x-vector only)\n");
-    printf("  sections   XVEC %d B", 64 + 4 * dim);
-    if (r->n_icl_frames) printf(", ICLR %zu B", iclr_bytes(r));
-    if (v->n_meta) printf(", META (%d keys)", v->n_meta);
-    if (r->n_tensors) printf(", WDELTA (%d tensors)", r->n_tensors);
-    printf("; file %lld bytes\n", r->file_bytes);
+    printf("  sections  ");
+    for (int i = 0; i < r->n_sections; i++) {
+        if (r->sections[i].count > 1)
+            printf(" %s %d × (%lld B total)", r->sections[i].tag, r->sections[i].count, r->sections[i].bytes);
+        else
+            printf(" %s %lld B", r->sections[i].tag, r->sections[i].bytes);
+        printf(i + 1 < r->n_sections ? "," : "");
+    }
+    if (!r->n_sections) printf(" (not listed: file over 256 MB)");
+    printf("\n  file       %lld bytes%s\n", r->file_bytes,
+           r->n_tensors ? " (with the WDELTA weight stream)" : "");
     printf("  timings    load %.2f s, audio %.2f s, mel+ECAPA %.2f s, speech encoder %.2f s, write "
            "%.2f s\n",
            r->t_load_s, r->t_audio_s, r->t_xvec_s, r->t_codes_s, r->t_write_s);
@@ -399,6 +437,10 @@ static int run_clone(const options *o, qvk_pool *pool) {
 
     if (o->ref_text_file) {
         if (!(r.transcript = read_text_file(o->ref_text_file, err, sizeof err))) goto fail;
+        if (!*r.transcript) {
+            snprintf(err, sizeof err, "%s: empty transcript", o->ref_text_file);
+            goto fail;
+        }
     } else if (o->ref_text) {
         r.transcript = strdup(o->ref_text);
     }
@@ -415,8 +457,12 @@ static int run_clone(const options *o, qvk_pool *pool) {
     if (o->language && strcasecmp(o->language, "auto") != 0) {
         r.language_id = qve_language_id(&mc, o->language);
         if (r.language_id < 0) {
-            snprintf(err, sizeof err, "%s: unknown language \"%s\" (see codec_language_id in %s/config.json)",
-                     o->language, o->language, o->model_dir);
+            int n = snprintf(err, sizeof err, "%s/config.json: unknown language \"%s\" (expected auto",
+                             o->model_dir, o->language);
+            for (int i = 0; i < mc.n_languages && n > 0 && (size_t)n < sizeof err; i++)
+                if (!strstr(mc.codec_language_id[i].name, "dialect"))
+                    n += snprintf(err + n, sizeof err - (size_t)n, ", %s", mc.codec_language_id[i].name);
+            if (n > 0 && (size_t)n < sizeof err) snprintf(err + n, sizeof err - (size_t)n, ")");
             goto fail;
         }
     }
@@ -512,6 +558,7 @@ static int run_clone(const options *o, qvk_pool *pool) {
         r.file_bytes = ftell(f);
         fclose(f);
     }
+    if (r.file_bytes > 0 && r.file_bytes <= (256ll << 20)) list_sections(&r, o->out);
     print_summary(o, &r, v, dim);
     rc = 0;
     goto done;
@@ -584,6 +631,7 @@ int main(int argc, char **argv) {
         if (!o.out) return usage_error("-o VOICE.qvoice is required");
         if (o.ref_text && o.ref_text_file)
             return usage_error("--ref-text and --ref-text-file exclude each other");
+        if (o.ref_text && !*o.ref_text) return usage_error("--ref-text: empty transcript");
     }
     /* the pool shares the work; each piece runs a single-threaded sgemm */
     qvk_blas_set_threads(1);

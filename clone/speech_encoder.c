@@ -1,9 +1,10 @@
 /* speech_encoder.c — speech-tokenizer encoder (§6.2, HF MimiModel.encode as Qwen3-TTS calls it):
  * SEANet (causal convs, ELU, ⌈L/stride⌉ lengths) → 8-layer causal transformer → replicate-padded
  * stride-2 downsample → split RVQ with the encoder's own codebooks → 16 codes per 12.5 Hz frame.
- * Everything runs time-major ([T, C]): conv layers are chunked im2col + sgemm (qvc_conv1d_tm) whose
- * unfolded rows are contiguous copies; conv weights are permuted to [out, k, in] and the codebooks
- * divided by their cluster usage once at load, the transformer weights stay in the F32 mmap.
+ * Everything runs time-major ([T, C]): a conv is a few sgemms over a gathered window per chunk of
+ * frames (qvc_conv1d_tm, no unfolding where kernel and stride allow); conv weights are permuted to
+ * [out, k, in] and the codebooks divided by their cluster usage once at load, the transformer
+ * weights stay in the F32 mmap. A qvk_pool shares chunks, row blocks and heads.
  */
 #include "clone.h"
 #include "clone_impl.h"

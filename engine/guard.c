@@ -42,7 +42,27 @@ void qve_guard_init(qve_guard *g, int n_text_tokens, const qve_guard_params *p) 
     g->loud_dbfs = -INFINITY;
 }
 
-static double secs(int frames) { return frames / FRAME_HZ; }
+static double secs(int frames) {
+    return frames / FRAME_HZ;
+}
+
+static void silence_step(qve_guard *g, int t, float frame_rms) {
+    double db = frame_rms > 0 ? 20.0 * log10(frame_rms) : -200.0;
+    int silent = db < g->p.silence_dbfs || db < g->loud_dbfs - g->p.silence_rel_db;
+    if (db > g->loud_dbfs) g->loud_dbfs = db;
+    if (!silent) {
+        g->silent_run = 0;
+        return;
+    }
+    if (g->silent_run++ == 0) g->silence_start = t;
+    if (g->silent_run >= g->p.silence_max_frames) {
+        g->verdict = QVE_GUARD_SILENCE;
+        snprintf(g->msg, sizeof g->msg,
+                 "runaway guard: %.2f s of near-silence (frames %d-%d below %.0f dBFS or %.0f dB "
+                 "under the loudest frame) without end of speech",
+                 secs(g->silent_run), g->silence_start, t, g->p.silence_dbfs, g->p.silence_rel_db);
+    }
+}
 
 int qve_guard_frame(qve_guard *g, const int32_t codes[16], float frame_rms) {
     if (g->verdict != QVE_GUARD_OK) return g->verdict;
@@ -72,42 +92,44 @@ int qve_guard_frame(qve_guard *g, const int32_t codes[16], float frame_rms) {
             snprintf(g->msg, sizeof g->msg,
                      "runaway guard: repeating code loop: a %d-frame c0 pattern repeated %.1f "
                      "times over frames %d-%d (%.2f-%.2f s)",
-                     per, (double)span / per, g->loop_start, t, secs(g->loop_start),
-                     secs(t + 1));
+                     per, (double)span / per, g->loop_start, t, secs(g->loop_start), secs(t + 1));
             return g->verdict;
         }
     }
     g->c0[t % ring] = c0;
 
-    if (!isnan(frame_rms)) {
-        double db = frame_rms > 0 ? 20.0 * log10(frame_rms) : -200.0;
-        int silent = db < g->p.silence_dbfs || db < g->loud_dbfs - g->p.silence_rel_db;
-        if (db > g->loud_dbfs) g->loud_dbfs = db;
-        if (silent) {
-            if (g->silent_run++ == 0) g->silence_start = t;
-        } else {
-            g->silent_run = 0;
-        }
-        if (g->silent_run >= g->p.silence_max_frames) {
-            g->verdict = QVE_GUARD_SILENCE;
-            snprintf(g->msg, sizeof g->msg,
-                     "runaway guard: %.2f s of near-silence (frames %d-%d below %.0f dBFS or "
-                     "%.0f dB under the loudest frame) without end of speech",
-                     secs(g->silent_run), g->silence_start, t, g->p.silence_dbfs,
-                     g->p.silence_rel_db);
-        }
+    if (!isnan(frame_rms)) silence_step(g, t, frame_rms);
+    return g->verdict;
+}
+
+int qve_guard_audio(qve_guard *g, const float *wav, int n_frames, int samples_per_frame) {
+    g->silent_run = 0;
+    g->loud_dbfs = -INFINITY;
+    for (int t = 0; t < n_frames && g->verdict == QVE_GUARD_OK; t++) {
+        const float *x = wav + (size_t)t * samples_per_frame;
+        double s = 0;
+        for (int i = 0; i < samples_per_frame; i++)
+            s += (double)x[i] * x[i];
+        silence_step(g, t, (float)sqrt(s / samples_per_frame));
     }
     return g->verdict;
 }
 
-const char *qve_guard_message(const qve_guard *g) { return g->msg; }
+const char *qve_guard_message(const qve_guard *g) {
+    return g->msg;
+}
 
 const char *qve_guard_verdict_name(int verdict) {
     switch (verdict) {
-    case QVE_GUARD_OK: return "ok";
-    case QVE_GUARD_BUDGET: return "budget";
-    case QVE_GUARD_LOOP: return "loop";
-    case QVE_GUARD_SILENCE: return "silence";
-    default: return "?";
+    case QVE_GUARD_OK:
+        return "ok";
+    case QVE_GUARD_BUDGET:
+        return "budget";
+    case QVE_GUARD_LOOP:
+        return "loop";
+    case QVE_GUARD_SILENCE:
+        return "silence";
+    default:
+        return "?";
     }
 }

@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kernels.h"
 #include "qvf.h"
 #include "qvoice.h"
 #include "speech_decoder.h"
@@ -434,7 +435,8 @@ static int decode_only(const options *o, const qve_decoder *dec) {
     int rc = 1;
     if (!wav)
         fprintf(stderr, TOOL ": out of memory\n");
-    else if (qve_decoder_decode(dec, codes, n_frames, wav, err, sizeof err))
+    else if (qvk_blas_set_threads(o->n_threads),
+             qve_decoder_decode(dec, codes, n_frames, wav, err, sizeof err))
         fprintf(stderr, TOOL ": %s\n", err);
     else if (o->out_path)
         rc = write_audio(o->out_path, wav, n) ? 1 : 0;
@@ -496,7 +498,8 @@ int main(int argc, char **argv) {
     }
 
     qv_params p = qv_model_params(m);
-    p.n_threads = o.n_threads;
+    /* cores: with --stream the decoder thread takes one of them (style rule 35) */
+    p.n_threads = o.stream && o.n_threads > 1 ? o.n_threads - 1 : o.n_threads;
     if (o.have_seed) p.seed = o.seed;
     if (o.set_temperature) p.temperature = o.temperature;
     if (o.set_top_k) p.top_k = o.top_k;
@@ -692,6 +695,7 @@ int main(int argc, char **argv) {
         if (bad) fprintf(stderr, TOOL ": out of memory\n");
         for (long i = 0; !bad && i < (long)n_frames * QV_N_CODEBOOKS; i++)
             codes[i] = all[i];
+        qvk_blas_set_threads(o.n_threads); /* the talker is done: the decoder gets every core */
         if (!bad && qve_decoder_decode(dec, codes, n_frames, wav, err, sizeof err))
             bad = 1, fprintf(stderr, TOOL ": %s\n", err);
         if (!bad) bad = write_audio(o.out_path, wav, n) != 0;

@@ -2,7 +2,7 @@
  * Qwen3TTSTokenizerV2Decoder.forward / chunked_decode. All stages are causal, so a block of frames
  * is decoded from carried state: conv tails (the last (k−1)·d inputs of every conv), one context
  * column per transposed conv and the KV cache of the chunk. One-shot decode and streaming both
- * feed fixed blocks through feed_frame(), which makes their float arithmetic identical.
+ * feed the same block schedule through feed_frame(), which makes their float arithmetic identical.
  */
 #include "speech_decoder.h"
 
@@ -26,6 +26,9 @@
 #define CONV_K 7   /* kernel of decoder.0, residual conv1, ConvNeXt dwconv, final conv */
 #define PRE_CONV_K 3
 #define QUEUE_FRAMES 1024
+/* Decoder blocks from this index on run one frame at a time (1920 samples at the end), which
+ * keeps their activations in L2 instead of streaming 8 frames' worth through memory. */
+#define PER_FRAME_BLOCK 1
 static const int res_dilation[N_RES] = {1, 3, 9};
 
 /* ==== weights ============================================================================== */
@@ -109,7 +112,8 @@ typedef struct {
     int max_pos;
 
     /* activations: channels-first blocks and time-major transformer rows */
-    float *a, *b, *c, *cat, *scratch;
+    float *a, *b, *c, *d, *cat, *scratch;
+    float *out; /* [BLOCK · samples_per_frame] audio of a block */
     float *tx, *th, *tq, *tatt, *tg, *tu, *att_scratch, *rope_c, *rope_s, *ff;
     float *emb0, *embr, *q0, *qr;
 } dec_state;
@@ -458,6 +462,7 @@ static sizes stage_sizes(const qve_decoder *d, int nb) {
     for (int i = 0; i < N_BLOCKS; i++) {
         const dec_block *b = &d->blk[i];
         int r = b->rate, k = 2 * r, cx = ct_ctx(k, r);
+        if (i == PER_FRAME_BLOCK) t /= (size_t)nb;
         need(&z.act, (size_t)b->c_in * (cx + t));
         need(&z.act, ((size_t)(cx + t) * r + k) * b->c_out);
         need(&z.scratch, qvk_conv_transpose1d_scratch(b->c_in, b->c_out, k, (int)(cx + t)));
@@ -472,16 +477,16 @@ static sizes stage_sizes(const qve_decoder *d, int nb) {
     return z;
 }
 
-static int tail_init(tail *t, int n_ch, int n, float **arena) {
+static void tail_init(tail *t, int n_ch, int n, float **arena) {
     t->n_ch = n_ch;
     t->n = n;
     t->x = *arena;
     *arena += (size_t)n_ch * n;
-    return 0;
 }
 
 static void state_free(dec_state *s) {
-    float **bufs[] = {&s->a, &s->b, &s->c, &s->cat, &s->scratch, &s->tx, &s->k_cache, &s->pre.x};
+    float **bufs[] = {&s->a,   &s->b,       &s->c,       &s->d,     &s->cat,
+                      &s->out, &s->scratch, &s->k_cache, &s->pre.x, &s->tx};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) {
         qvk_free(*bufs[i]);
         *bufs[i] = NULL;
@@ -501,8 +506,10 @@ static int state_alloc(dec_state *s, const qve_decoder *d) {
     s->a = qvk_alloc(z.act * f);
     s->b = qvk_alloc(z.act * f);
     s->c = qvk_alloc(z.act * f);
+    s->d = qvk_alloc(z.act * f);
     s->cat = qvk_alloc(z.act * f);
     s->scratch = qvk_alloc(z.scratch * f);
+    s->out = qvk_alloc((size_t)QVE_DEC_BLOCK_FRAMES * d->samples_per_frame * f);
 
     /* time-major transformer and ConvNeXt buffers, one block */
     int B = QVE_DEC_BLOCK_FRAMES, A = d->n_heads * d->head_dim;
@@ -544,7 +551,8 @@ static int state_alloc(dec_state *s, const qve_decoder *d) {
     }
     n_tail += (size_t)(d->dec_dim >> N_BLOCKS) * (CONV_K - 1);
     float *arena = qvk_alloc(n_tail * f + f);
-    if (!s->a || !s->b || !s->c || !s->cat || !s->scratch || !s->tx || !s->k_cache || !arena) {
+    if (!s->a || !s->b || !s->c || !s->d || !s->cat || !s->out || !s->scratch || !s->tx ||
+        !s->k_cache || !arena) {
         qvk_free(arena);
         state_free(s);
         return -1;
@@ -691,6 +699,25 @@ static void transformer(const qve_decoder *d, dec_state *s, float *x, int nb, in
         qvk_rmsnorm(x + (size_t)t * H, x + (size_t)t * H, d->norm_w, H, d->rms_eps);
 }
 
+/* Decoder block i: SnakeBeta → causal ConvTranspose (k 2r, stride r) → three residual units.
+ * Input x [c_in, t] (clobbered: used as scratch), output y [c_out, t·r]; returns t·r. */
+static int block_step(const qve_decoder *d, dec_state *s, int i, float *y, float *x, int t) {
+    const dec_block *bk = &d->blk[i];
+    int r = bk->rate, co = bk->c_out;
+    convt_step(s, &s->blk_ctx[i], y, x, t, co, 2 * r, r, bk->up_w, bk->up_b, bk->a, bk->b);
+    t *= r;
+    for (int u = 0; u < N_RES; u++) {
+        const dec_res *ru = &bk->res[u];
+        conv_step(s, &s->res[i][u], x, y, t, co, CONV_K, res_dilation[u], 1, ru->c1_w, ru->c1_b,
+                  ru->a1, ru->b1);
+        qvk_snakebeta(x, co, t, ru->a2, ru->b2);
+        conv_taps(s->c, x, t, co, co, 1, 1, ru->c2_w, ru->c2_b);
+        for (size_t j = 0; j < (size_t)co * t; j++)
+            y[j] += s->c[j];
+    }
+    return t;
+}
+
 /* Decodes nb frames at chunk positions pos0.. and returns their nb·samples_per_frame samples
  * (clamped) in a buffer owned by the state. */
 static const float *decode_block(const qve_decoder *d, dec_state *s, const int *codes, int nb,
@@ -727,31 +754,36 @@ static const float *decode_block(const qve_decoder *d, dec_state *s, const int *
                     s->a[(size_t)c * t + i] + w->gamma[c] * tm[(size_t)i * L + c];
     }
 
-    /* decoder.0 and the four blocks; b holds the stream */
+    /* decoder.0 and the first block(s) on the whole block of frames; the stream ends in x */
     conv_step(s, &s->d0, s->a, s->b, t, d->dec_dim, CONV_K, 1, 1, d->d0_w, d->d0_b, NULL, NULL);
     float *x = s->a, *y = s->b;
-    for (int i = 0; i < N_BLOCKS; i++) {
-        const dec_block *bk = &d->blk[i];
-        int r = bk->rate, co = bk->c_out;
-        convt_step(s, &s->blk_ctx[i], y, x, t, co, 2 * r, r, bk->up_w, bk->up_b, bk->a, bk->b);
-        t *= r;
-        float *tmp = x; /* x is free now: y is the stream */
-        for (int u = 0; u < N_RES; u++) {
-            const dec_res *ru = &bk->res[u];
-            conv_step(s, &s->res[i][u], tmp, y, t, co, CONV_K, res_dilation[u], 1, ru->c1_w,
-                      ru->c1_b, ru->a1, ru->b1);
-            qvk_snakebeta(tmp, co, t, ru->a2, ru->b2);
-            conv_taps(s->c, tmp, t, co, co, 1, 1, ru->c2_w, ru->c2_b);
-            for (size_t j = 0; j < (size_t)co * t; j++)
-                y[j] += s->c[j];
-        }
+    for (int i = 0; i < PER_FRAME_BLOCK; i++) {
+        t = block_step(d, s, i, y, x, t);
+        float *sw = x;
         x = y;
-        y = tmp;
+        y = sw;
     }
-    conv_step(s, &s->fin, y, x, t, 1, CONV_K, 1, 1, d->fw, d->fbias, d->fa, d->fb);
-    for (int i = 0; i < t; i++)
-        y[i] = y[i] < -1.0f ? -1.0f : (y[i] > 1.0f ? 1.0f : y[i]);
-    return y;
+
+    /* the remaining blocks and the final conv frame by frame, in y and d (x keeps the stream) */
+    int cin = d->blk[PER_FRAME_BLOCK].c_in, tp = t / nb, spf = d->samples_per_frame;
+    for (int f = 0; f < nb; f++) {
+        float *u = y, *v = s->d;
+        for (int c = 0; c < cin; c++)
+            memcpy(u + (size_t)c * tp, x + (size_t)c * t + (size_t)f * tp,
+                   (size_t)tp * sizeof(float));
+        int n = tp;
+        for (int i = PER_FRAME_BLOCK; i < N_BLOCKS; i++) {
+            n = block_step(d, s, i, v, u, n);
+            float *sw = u;
+            u = v;
+            v = sw;
+        }
+        float *o = s->out + (size_t)f * spf;
+        conv_step(s, &s->fin, o, u, n, 1, CONV_K, 1, 1, d->fw, d->fbias, d->fa, d->fb);
+        for (int i = 0; i < n; i++)
+            o[i] = o[i] < -1.0f ? -1.0f : (o[i] > 1.0f ? 1.0f : o[i]);
+    }
+    return s->out;
 }
 
 /* ==== chunking and streaming =============================================================== */

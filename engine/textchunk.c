@@ -21,13 +21,16 @@ static int is_space(int32_t c) {
            c == 0x00A0 || c == 0x3000 || (c >= 0x2000 && c <= 0x200A) || c == 0x202F;
 }
 /* ends a sentence when followed by whitespace or the end */
-static int is_term_latin(int32_t c) { return c == '.' || c == '!' || c == '?' || c == 0x2026; }
+static int is_term_latin(int32_t c) {
+    return c == '.' || c == '!' || c == '?' || c == 0x2026;
+}
 /* ends a sentence wherever it stands: 。！？ */
-static int is_term_cjk(int32_t c) { return c == 0x3002 || c == 0xFF01 || c == 0xFF1F; }
+static int is_term_cjk(int32_t c) {
+    return c == 0x3002 || c == 0xFF01 || c == 0xFF1F;
+}
 static int is_closer(int32_t c) {
     return c == '"' || c == '\'' || c == ')' || c == ']' || c == '}' || c == 0x00BB ||
-           c == 0x2019 || c == 0x201D || c == 0x300D || c == 0x300F || c == 0x3011 ||
-           c == 0xFF09;
+           c == 0x2019 || c == 0x201D || c == 0x300D || c == 0x300F || c == 0x3011 || c == 0xFF09;
 }
 static int is_comma(int32_t c) {
     return c == ',' || c == ';' || c == ':' || c == 0xFF0C || c == 0x3001 || c == 0xFF1B ||
@@ -56,8 +59,8 @@ static int decode(decoded *d, const char *s, char *err, size_t err_size) {
     size_t p = 0;
     while (p < len) {
         int32_t c;
-        utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)s + p,
-                                              (utf8proc_ssize_t)(len - p), &c);
+        utf8proc_ssize_t k =
+            utf8proc_iterate((const utf8proc_uint8_t *)s + p, (utf8proc_ssize_t)(len - p), &c);
         if (k <= 0) {
             snprintf(err, err_size, "text: invalid UTF-8 at byte %zu", p);
             return -1;
@@ -111,8 +114,10 @@ static qve_chunk *push(builder *b) {
 
 /* Appends the normalised copy of [a, b) as a TEXT chunk (nothing if it is blank). */
 static int emit_text(builder *bl, const decoded *d, int64_t a, int64_t b) {
-    while (a < b && is_space(d->cp[a])) a++;
-    while (b > a && is_space(d->cp[b - 1])) b--;
+    while (a < b && is_space(d->cp[a]))
+        a++;
+    while (b > a && is_space(d->cp[b - 1]))
+        b--;
     if (a == b) return 0;
     char *t = malloc(d->off[b] - d->off[a] + 1);
     if (!t) return -1;
@@ -159,7 +164,8 @@ static int emit_pause(builder *bl, int ms) {
 /* Cuts [a, b) (one sentence longer than max) into pieces of at most max normalised chars. */
 static int emit_long(builder *bl, const decoded *d, int64_t a, int64_t b, int max) {
     for (;;) {
-        while (a < b && is_space(d->cp[a])) a++;
+        while (a < b && is_space(d->cp[a]))
+            a++;
         if (norm_count(d, a, b) <= max) return emit_text(bl, d, a, b);
         int count = 0, pending = 0, comma_count = 0;
         int64_t lim = b, comma = -1, space = -1;
@@ -179,8 +185,10 @@ static int emit_long(builder *bl, const decoded *d, int64_t a, int64_t b, int ma
             if (is_comma(c)) comma = k, comma_count = count;
         }
         int64_t cut = lim;
-        if (comma >= 0 && 2 * comma_count >= max) cut = comma + 1;
-        else if (space > a) cut = space;
+        if (comma >= 0 && 2 * comma_count >= max)
+            cut = comma + 1;
+        else if (space > a)
+            cut = space;
         if (emit_text(bl, d, a, cut)) return -1;
         a = cut;
     }
@@ -201,7 +209,8 @@ static int emit_run(builder *bl, const decoded *d, int64_t i, int64_t j, int max
     while (k < j) {
         int32_t c = d->cp[k];
         if (start < 0) {
-            if (!is_space(c)) start = k;
+            if (!is_space(c))
+                start = k;
             else {
                 k++;
                 continue;
@@ -209,7 +218,8 @@ static int emit_run(builder *bl, const decoded *d, int64_t i, int64_t j, int max
         }
         if (c == '\n') {
             int64_t m = k + 1;
-            while (m < j && is_space(d->cp[m]) && d->cp[m] != '\n') m++;
+            while (m < j && is_space(d->cp[m]) && d->cp[m] != '\n')
+                m++;
             if (m < j && d->cp[m] == '\n') {
                 u[n_u++] = (unit){start, k, 0, 1};
                 start = -1;
@@ -220,8 +230,8 @@ static int emit_run(builder *bl, const decoded *d, int64_t i, int64_t j, int max
         if (is_term_latin(c) || is_term_cjk(c)) {
             int cjk = is_term_cjk(c);
             int64_t m = k + 1;
-            while (m < j && (is_term_latin(d->cp[m]) || is_term_cjk(d->cp[m]) ||
-                             is_closer(d->cp[m]))) {
+            while (m < j &&
+                   (is_term_latin(d->cp[m]) || is_term_cjk(d->cp[m]) || is_closer(d->cp[m]))) {
                 cjk |= is_term_cjk(d->cp[m]);
                 m++;
             }
@@ -238,7 +248,8 @@ static int emit_run(builder *bl, const decoded *d, int64_t i, int64_t j, int max
     for (int64_t q = 0; q < n_u; q++) {
         u[q].n_chars = norm_count(d, u[q].a, u[q].b);
         int nl = 0; /* a blank line between two sentences is a paragraph break */
-        for (int64_t m = u[q].b; q + 1 < n_u && m < u[q + 1].a; m++) nl += d->cp[m] == '\n';
+        for (int64_t m = u[q].b; q + 1 < n_u && m < u[q + 1].a; m++)
+            nl += d->cp[m] == '\n';
         if (nl >= 2) u[q].hard_after = 1;
     }
 
@@ -272,12 +283,23 @@ static int emit_run(builder *bl, const decoded *d, int64_t i, int64_t j, int max
 static size_t parse_pause(const char *s, int *ms) {
     const char *p = s + 7, *num = p;
     int dots = 0;
-    while ((*p >= '0' && *p <= '9') || *p == '.') dots += *p++ == '.';
+    while ((*p >= '0' && *p <= '9') || *p == '.')
+        dots += *p++ == '.';
     if (p == num || dots > 1 || p[-1] == '.' || *num == '.') return 0;
-    double v = strtod(num, NULL), scale;
-    if (!strncasecmp(p, "ms]", 3)) scale = 1.0, p += 3;
-    else if (!strncasecmp(p, "s]", 2)) scale = 1000.0, p += 2;
-    else return 0;
+    double v = 0, scale = 1; /* by hand: strtod would follow the locale's decimal mark */
+    for (const char *q = num; q < p; q++) {
+        if (*q == '.') continue;
+        v = v * 10 + (*q - '0');
+        if (dots && q > strchr(num, '.')) scale *= 10;
+        if (v > 1e15) return 0;
+    }
+    v /= scale;
+    if (!strncasecmp(p, "ms]", 3))
+        scale = 1.0, p += 3;
+    else if (!strncasecmp(p, "s]", 2))
+        scale = 1000.0, p += 2;
+    else
+        return 0;
     double m = v * scale;
     if (!(m >= 0.5 && m <= QVE_PAUSE_MAX_MS)) return 0;
     *ms = (int)lround(m);
@@ -319,7 +341,8 @@ fail:
 
 void qve_chunk_list_free(qve_chunk_list *l) {
     if (!l) return;
-    for (int i = 0; i < l->n_chunks; i++) free(l->chunks[i].text);
+    for (int i = 0; i < l->n_chunks; i++)
+        free(l->chunks[i].text);
     free(l->chunks);
     l->chunks = NULL;
     l->n_chunks = 0;
@@ -338,12 +361,15 @@ int qve_text_bisect(const char *text, size_t *cut) {
         int cls = -1;
         if ((is_space(c) && (is_term_latin(prev) || is_closer(prev))) || is_term_cjk(prev))
             cls = 0;
-        else if (is_comma(prev)) cls = 1;
-        else if (is_space(c)) cls = 2;
+        else if (is_comma(prev))
+            cls = 1;
+        else if (is_space(c))
+            cls = 2;
         if (cls < 0 || 4 * k < n || 4 * k > 3 * n) continue;
         if (cls == 0 && is_closer(prev)) { /* closer must end a terminator run */
             int64_t m = k - 1;
-            while (m > 0 && is_closer(d.cp[m])) m--;
+            while (m > 0 && is_closer(d.cp[m]))
+                m--;
             if (!is_term_latin(d.cp[m]) && !is_term_cjk(d.cp[m])) cls = 2;
         }
         if (best[cls] < 0 || llabs(k - mid) < llabs(best[cls] - mid)) best[cls] = k;
@@ -364,7 +390,8 @@ int qve_text_bisect(const char *text, size_t *cut) {
 static int reserve(qve_audio_buf *b, int64_t n) {
     if (b->n + n <= b->cap) return 0;
     int64_t cap = b->cap ? b->cap : 24000;
-    while (cap < b->n + n) cap *= 2;
+    while (cap < b->n + n)
+        cap *= 2;
     float *x = realloc(b->x, (size_t)cap * sizeof *x);
     if (!x) return -1;
     b->x = x;
@@ -419,4 +446,105 @@ int64_t qve_audio_lead_trim(const float *x, int64_t n, int64_t pad_samples) {
     free(db);
     free(v);
     return drop;
+}
+
+/* ==== long-text driver ====================================================================== */
+
+qve_longtext_params qve_longtext_default_params(void) {
+    qve_longtext_params p = {
+        .max_chunk_chars = QVE_MAX_CHUNK_CHARS_DEFAULT,
+        .xfade_ms = QVE_XFADE_MS_DEFAULT,
+        .lead_pad_ms = QVE_LEAD_PAD_MS_DEFAULT,
+        .max_splits = 1,
+    };
+    return p;
+}
+
+#define MS_TO_SAMPLES(ms) ((int64_t)(ms)*24)
+
+typedef struct {
+    const qve_longtext_params *p;
+    qve_chunk_synth_fn fn;
+    void *user;
+    qve_audio_buf *out;
+    qve_longtext_report *r;
+} driver;
+
+/* Synthesizes text (splitting on a guard trip, depth more times) and appends it to d->out.
+ * 0 ok, 1 guard (err), -1 failure (err). */
+static int synth_piece(driver *d, const char *text, int depth, char *err, size_t err_size) {
+    qve_audio_buf tmp = {0};
+    d->r->n_synth_calls++;
+    int rc = d->fn(d->user, text, &tmp, err, err_size);
+    if (rc == 0) {
+        int64_t drop = d->p->lead_pad_ms >= 0
+                           ? qve_audio_lead_trim(tmp.x, tmp.n, MS_TO_SAMPLES(d->p->lead_pad_ms))
+                           : 0;
+        if (qve_audio_append(d->out, tmp.x + drop, tmp.n - drop, MS_TO_SAMPLES(d->p->xfade_ms))) {
+            snprintf(err, err_size, "out of memory joining audio");
+            rc = -1;
+        }
+        qve_audio_buf_free(&tmp);
+        return rc;
+    }
+    qve_audio_buf_free(&tmp);
+    size_t cut;
+    if (rc < 0 || depth <= 0 || qve_text_bisect(text, &cut)) return rc;
+    d->r->n_retries++;
+    size_t len = strlen(text);
+    char *half = malloc(len + 1);
+    if (!half) {
+        snprintf(err, err_size, "out of memory splitting a chunk");
+        return -1;
+    }
+    memcpy(half, text, cut);
+    half[cut] = 0;
+    const char *second = text + cut;
+    while (*second == ' ')
+        second++;
+    size_t n1 = cut;
+    while (n1 > 0 && half[n1 - 1] == ' ')
+        half[--n1] = 0;
+    rc = synth_piece(d, half, depth - 1, err, err_size);
+    if (rc == 0 && *second) rc = synth_piece(d, second, depth - 1, err, err_size);
+    free(half);
+    return rc;
+}
+
+int qve_longtext_run(qve_audio_buf *out, qve_longtext_report *r, const char *text,
+                     const qve_longtext_params *p, qve_chunk_synth_fn fn, void *user, char *err,
+                     size_t err_size) {
+    memset(out, 0, sizeof *out);
+    memset(r, 0, sizeof *r);
+    qve_longtext_params dp = qve_longtext_default_params();
+    if (!p) p = &dp;
+    qve_chunk_list l;
+    if (qve_text_chunk(&l, text, p->max_chunk_chars, err, err_size)) return -1;
+    r->n_entries = l.n_chunks;
+    for (int i = 0; i < l.n_chunks; i++)
+        r->n_text_chunks += l.chunks[i].kind == QVE_CHUNK_TEXT;
+    driver d = {p, fn, user, out, r};
+    int rc = 0, ti = 0;
+    for (int i = 0; i < l.n_chunks && !rc; i++) {
+        const qve_chunk *c = &l.chunks[i];
+        if (c->kind == QVE_CHUNK_PAUSE) {
+            if (qve_audio_append_silence(out, MS_TO_SAMPLES(c->pause_ms))) {
+                snprintf(err, err_size, "out of memory inserting a pause");
+                rc = -1;
+            }
+            continue;
+        }
+        ti++;
+        char msg[512] = "";
+        int st = synth_piece(&d, c->text, p->max_splits, msg, sizeof msg);
+        if (st) {
+            r->failed_chunk = ti;
+            snprintf(err, err_size, "chunk %d/%d: %s%s", ti, r->n_text_chunks, msg,
+                     st > 0 && p->max_splits > 0 ? " (after splitting it in two)" : "");
+            rc = -1;
+        }
+    }
+    qve_chunk_list_free(&l);
+    if (rc) qve_audio_buf_free(out);
+    return rc;
 }

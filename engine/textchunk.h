@@ -73,4 +73,40 @@ void qve_audio_buf_free(qve_audio_buf *b); /* accepts zeroed buffers */
  * or on allocation failure (trimming is best-effort, never destructive). */
 int64_t qve_audio_lead_trim(const float *x, int64_t n, int64_t pad_samples);
 
+/* ---- long-text driver ----------------------------------------------------------------------- */
+
+/* Synthesizes one chunk of text and appends its 24 kHz audio to out (the caller's buffer, which
+ * may already hold earlier audio: append, do not overwrite). Returns 0 on success, 1 when the
+ * runaway guard tripped (err: the guard's message; whatever was appended is discarded), or -1
+ * on a hard failure (err). */
+typedef int (*qve_chunk_synth_fn)(void *user, const char *text, qve_audio_buf *out, char *err,
+                                  size_t err_size);
+
+typedef struct {
+    int max_chunk_chars; /* QVE_MAX_CHUNK_CHARS_DEFAULT; <= 0: no chunking (--no-chunk) */
+    int xfade_ms;        /* QVE_XFADE_MS_DEFAULT crossfade between consecutive chunks */
+    int lead_pad_ms;     /* each chunk's leading silence is cut to this; < 0: keep it */
+    int max_splits;      /* times a tripped chunk may be halved again (1: split once) */
+} qve_longtext_params;
+
+qve_longtext_params qve_longtext_default_params(void);
+
+typedef struct {
+    int n_entries;     /* chunks + pauses from qve_text_chunk */
+    int n_text_chunks; /* TEXT entries */
+    int n_synth_calls; /* calls of the synth function, retries included */
+    int n_retries;     /* chunks split after a guard trip */
+    int failed_chunk;  /* 1-based TEXT chunk that failed, 0 if none */
+} qve_longtext_report;
+
+/* Chunks text, synthesizes each TEXT entry with fn, inserts PAUSE silence, trims each chunk's
+ * leading silence to lead_pad_ms and joins with the crossfade. A chunk whose synthesis trips the
+ * guard is split with qve_text_bisect and its halves synthesized (recursively, max_splits
+ * deep); if a piece still trips or cannot be split, it stops: -1 with err
+ * "chunk I/N: MESSAGE (after splitting it in two)" and out freed. Returns 0 with all audio in
+ * out (caller frees), or -1 with err. */
+int qve_longtext_run(qve_audio_buf *out, qve_longtext_report *r, const char *text,
+                     const qve_longtext_params *p, qve_chunk_synth_fn fn, void *user, char *err,
+                     size_t err_size);
+
 #endif

@@ -30,9 +30,11 @@ void qvk_vad_frame_db(float *db, const float *x, int64_t n_samples, int frame_sa
         int64_t a = f * frame_samples, b = a + frame_samples;
         if (b > n_samples) b = n_samples;
         double s = 0;
-        for (int64_t i = a; i < b; i++) s += (double)x[i] * x[i];
+        for (int64_t i = a; i < b; i++)
+            s += (double)x[i] * x[i];
         double ms = s / (double)(b - a);
-        db[f] = ms > 0 ? (float)fmax(10.0 * log10(ms), QVK_VAD_FLOOR_DBFS) : (float)QVK_VAD_FLOOR_DBFS;
+        db[f] =
+            ms > 0 ? (float)fmax(10.0 * log10(ms), QVK_VAD_FLOOR_DBFS) : (float)QVK_VAD_FLOOR_DBFS;
     }
 }
 
@@ -57,7 +59,8 @@ int64_t qvk_vad_label(uint8_t *voiced, const float *db, int64_t n_frames, const 
     }
     float *s = malloc((size_t)n_frames * sizeof *s);
     if (!s) return -1;
-    for (int64_t i = 0; i < n_frames; i++) s[i] = db[i];
+    for (int64_t i = 0; i < n_frames; i++)
+        s[i] = db[i];
     qsort(s, (size_t)n_frames, sizeof *s, cmp_float);
     double floor_db = percentile(s, n_frames, p->floor_percentile);
     double loud_db = percentile(s, n_frames, 95.0);
@@ -74,9 +77,11 @@ int64_t qvk_vad_label(uint8_t *voiced, const float *db, int64_t n_frames, const 
             continue;
         }
         int64_t j = i;
-        while (j < n_frames && db[j] > thr) j++;
+        while (j < n_frames && db[j] > thr)
+            j++;
         uint8_t keep = j - i >= p->min_run_frames;
-        for (int64_t k = i; k < j; k++) voiced[k] = keep;
+        for (int64_t k = i; k < j; k++)
+            voiced[k] = keep;
         if (keep) n_voiced += j - i;
         i = j;
     }
@@ -85,8 +90,10 @@ int64_t qvk_vad_label(uint8_t *voiced, const float *db, int64_t n_frames, const 
 
 void qvk_vad_bounds(const uint8_t *voiced, int64_t n_frames, int64_t *first, int64_t *end) {
     int64_t a = 0, b = n_frames;
-    while (a < n_frames && !voiced[a]) a++;
-    while (b > a && !voiced[b - 1]) b--;
+    while (a < n_frames && !voiced[a])
+        a++;
+    while (b > a && !voiced[b - 1])
+        b--;
     if (a == n_frames) a = b = 0;
     *first = a;
     *end = b;

@@ -12,12 +12,12 @@
 #define QVK_VAD_FLOOR_DBFS (-120.0) /* level reported for an all-zero frame */
 
 typedef struct {
-    int frame_samples;         /* samples per frame (240 = 10 ms at 24 kHz) */
-    double floor_percentile;   /* noise floor = this percentile of frame levels (0..100) */
-    double margin_db;          /* voiced: level > floor + margin_db ... */
-    double headroom_db;        /* ... capped at loud − headroom_db (loud = 95th percentile) ... */
-    double abs_min_dbfs;       /* ... and never below this (digital silence, hiss) */
-    int min_run_frames;        /* voiced runs shorter than this are clicks: dropped */
+    int frame_samples;       /* samples per frame (240 = 10 ms at 24 kHz) */
+    double floor_percentile; /* noise floor = this percentile of frame levels (0..100) */
+    double margin_db;        /* voiced: level > floor + margin_db ... */
+    double headroom_db;      /* ... capped at loud − headroom_db (loud = 95th percentile) ... */
+    double abs_min_dbfs;     /* ... and never below this (digital silence, hiss) */
+    int min_run_frames;      /* voiced runs shorter than this are clicks: dropped */
 } qvk_vad_params;
 
 /* 10 ms frames at 24 kHz, floor = 10th percentile, margin 15 dB, headroom 30 dB, abs −60 dBFS,

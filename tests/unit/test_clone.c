@@ -184,6 +184,11 @@ static void test_golden_codes(void **state) {
         for (int f = 0; f < nf; f++) bad += ref[(size_t)g * nf + f] != codes[(size_t)f * QVC_CODE_GROUPS + g];
     printf("  speech-encoder codes [%d, 16] vs official: %d of %zu differ (tolerance 0)\n", nf, bad, n);
     assert_int_equal(bad, 0);
+    /* one thread (no pool) gives the same codes */
+    int32_t *codes1 = malloc(sizeof(int32_t) * n);
+    assert_int_equal(qvc_speech_encoder_encode(se, NULL, codes1, g_clip.samples, g_clip.n_samples, err, sizeof err), 0);
+    assert_memory_equal(codes, codes1, sizeof(int32_t) * n);
+    free(codes1);
     /* the sliding window (flash-attention behaviour) must differ on this 750-frame clip */
     qvc_speech_encoder_set_window(se, 250);
     assert_int_equal(qvc_speech_encoder_encode(se, g_pool, codes, g_clip.samples, g_clip.n_samples, err, sizeof err), 0);
@@ -245,6 +250,58 @@ static void test_formats(void **state) {
     unlink(st44);
 }
 
+/* Lossy containers libsndfile reads: OGG/Vorbis, Opus (written at 48 kHz), MP3. The first 10 s of
+ * the clip, written with libsndfile's default encoder settings, must give nearly the x-vector of
+ * the same 10 s read losslessly. */
+static void test_lossy_formats(void **state) {
+    char err[512], path[64];
+    struct { const char *ext; int format, rate; } f[] = {
+        {"ogg", SF_FORMAT_OGG | SF_FORMAT_VORBIS, 24000},
+        {"opus", SF_FORMAT_OGG | SF_FORMAT_OPUS, 48000},
+        {"mp3", SF_FORMAT_MPEG | SF_FORMAT_MPEG_LAYER_III, 24000},
+    };
+    int64_t n = 240000;
+    qvc_audio ref;
+    assert_int_equal(qvc_audio_from_mono(&ref, g_clip.samples, n, 24000, "ref", err, sizeof err), 0);
+    float *x_ref = xvector_of(g_ecapa, &ref);
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+        SF_INFO probe = {.samplerate = f[i].rate, .channels = 1, .format = f[i].format};
+        if (!sf_format_check(&probe)) {
+            printf("  %s: not supported by this libsndfile, skipped\n", f[i].ext);
+            continue;
+        }
+        snprintf(path, sizeof path, "/tmp/test_clone_%d.%s", (int)getpid(), f[i].ext);
+        float *data = g_clip.samples;
+        float *up = NULL;
+        int64_t n_w = n;
+        if (f[i].rate != 24000) {
+            long cap = (long)(n * 2 + 16);
+            up = malloc(sizeof(float) * (size_t)cap);
+            SRC_DATA d = {.data_in = g_clip.samples, .input_frames = (long)n, .data_out = up,
+                          .output_frames = cap, .src_ratio = 2.0};
+            assert_int_equal(src_simple(&d, SRC_SINC_MEDIUM_QUALITY, 1), 0);
+            data = up;
+            n_w = d.output_frames_gen;
+        }
+        assert_int_equal(write_wav(path, f[i].format, f[i].rate, 1, data, n_w), 0);
+        free(up);
+        qvc_audio a;
+        int rc = qvc_audio_load(&a, path, 30.0, err, sizeof err);
+        if (rc) fprintf(stderr, "%s\n", err);
+        assert_int_equal(rc, 0);
+        float *x = xvector_of(g_ecapa, &a);
+        double cs = qvc_cosine(x_ref, x, qvc_ecapa_dim(g_ecapa));
+        printf("  %s (%s, %.2f s read): x-vector cosine vs lossless %.5f (tolerance >= 0.98)\n",
+               f[i].ext, a.src_format, a.used_seconds, cs);
+        assert_true(cs >= 0.98);
+        free(x);
+        qvc_audio_free(&a);
+        unlink(path);
+    }
+    free(x_ref);
+    qvc_audio_free(&ref);
+}
+
 /* ---- audio checks ----------------------------------------------------------------------- */
 
 static void expect_load_error(const char *path, const char *needle) {
@@ -273,6 +330,11 @@ static void test_audio_errors(void **state) {
     /* too short: 2 s of the clip */
     assert_int_equal(write_wav(path, SF_FORMAT_WAV | SF_FORMAT_PCM_16, 24000, 1, g_clip.samples, 48000), 0);
     expect_load_error(path, "too short");
+    /* non-finite samples in a float WAV */
+    for (int64_t i = 0; i < n; i++) x[i] = 0.1f * sinf((float)i * 0.01f);
+    x[12345] = NAN;
+    assert_int_equal(write_wav(path, SF_FORMAT_WAV | SF_FORMAT_FLOAT, 24000, 1, x, n), 0);
+    expect_load_error(path, "NaN or infinite");
     /* unreadable: not audio at all */
     FILE *f = fopen(path, "wb");
     fputs("this is not a sound file\n", f);
@@ -521,6 +583,7 @@ int main(void) {
     const struct CMUnitTest full[] = {
         cmocka_unit_test(test_golden_mel),     cmocka_unit_test(test_golden_xvector),
         cmocka_unit_test(test_golden_codes),   cmocka_unit_test(test_formats),
+        cmocka_unit_test(test_lossy_formats),
         cmocka_unit_test(test_audio_errors),   cmocka_unit_test(test_audio_warnings),
         cmocka_unit_test(test_not_base),       cmocka_unit_test(test_conv_helper),
         cmocka_unit_test(test_tiny_model),     cmocka_unit_test(test_cli),

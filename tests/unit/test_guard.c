@@ -25,17 +25,27 @@ static int32_t rnd_code(void) {
 static int feed(qve_guard *g, int n, int32_t (*c0_of)(int), float rms) {
     int32_t codes[16];
     for (int t = 0; t < n; t++) {
-        for (int k = 0; k < 16; k++) codes[k] = rnd_code();
+        for (int k = 0; k < 16; k++)
+            codes[k] = rnd_code();
         codes[0] = c0_of(t);
         if (qve_guard_frame(g, codes, rms) != QVE_GUARD_OK) return t;
     }
     return -1;
 }
 
-static int32_t c0_random(int t) { (void)t; return rnd_code(); }
-static int32_t c0_const(int t) { return t < 10 ? rnd_code() : 7; }
-static int32_t c0_period5(int t) { return t < 20 ? rnd_code() : 100 + t % 5; }
-static int32_t c0_period20(int t) { return t < 3 ? rnd_code() : 300 + t % 20; }
+static int32_t c0_random(int t) {
+    (void)t;
+    return rnd_code();
+}
+static int32_t c0_const(int t) {
+    return t < 10 ? rnd_code() : 7;
+}
+static int32_t c0_period5(int t) {
+    return t < 20 ? rnd_code() : 100 + t % 5;
+}
+static int32_t c0_period20(int t) {
+    return t < 3 ? rnd_code() : 300 + t % 20;
+}
 
 static void test_budget(void **state) {
     (void)state;
@@ -100,7 +110,8 @@ static void test_silence(void **state) {
      * loudest frame (-6 dBFS) */
     int t, v = QVE_GUARD_OK;
     for (t = 0; t < 200 && v == QVE_GUARD_OK; t++) {
-        for (int k = 0; k < 16; k++) codes[k] = rnd_code();
+        for (int k = 0; k < 16; k++)
+            codes[k] = rnd_code();
         float rms = t < 30 ? 0.5f : (float)pow(10.0, -45.0 / 20.0);
         v = qve_guard_frame(&g, codes, rms);
     }
@@ -111,17 +122,34 @@ static void test_silence(void **state) {
     /* speech pauses shorter than 38 frames reset the run; NAN frames skip the check */
     qve_guard_init(&g, 1000, NULL);
     for (t = 0; t < 600; t++) {
-        for (int k = 0; k < 16; k++) codes[k] = rnd_code();
+        for (int k = 0; k < 16; k++)
+            codes[k] = rnd_code();
         float rms = t % 60 < 25 ? 0.2f : t % 60 < 55 ? 1e-5f : NAN;
         assert_int_equal(qve_guard_frame(&g, codes, rms), QVE_GUARD_OK);
     }
     /* pure digital silence from the start */
     qve_guard_init(&g, 1000, NULL);
     for (t = 0; t < 38; t++) {
-        for (int k = 0; k < 16; k++) codes[k] = rnd_code();
+        for (int k = 0; k < 16; k++)
+            codes[k] = rnd_code();
         v = qve_guard_frame(&g, codes, 0.0f);
     }
     assert_int_equal(v, QVE_GUARD_SILENCE);
+
+    /* the same rule over decoded audio: 1 s of tone, 4 s of -70 dBFS hiss, 1 s of tone */
+    enum { SPF = 1920, NF = 75 };
+    static float wav[NF * SPF];
+    for (int i = 0; i < NF * SPF; i++) {
+        int f = i / SPF;
+        wav[i] = f < 12 || f >= 62 ? 0.3f * sinf(0.05f * (float)i)
+                                   : 3e-4f * (float)((i * 7919) % 13 - 6) / 6.0f;
+    }
+    qve_guard_init(&g, 1000, NULL);
+    assert_int_equal(qve_guard_audio(&g, wav, NF, SPF), QVE_GUARD_SILENCE);
+    printf("  audio: %s\n", qve_guard_message(&g));
+    assert_int_equal(g.silence_start, 12);
+    qve_guard_init(&g, 1000, NULL);
+    assert_int_equal(qve_guard_audio(&g, wav, 12 + 37, SPF), QVE_GUARD_OK); /* 2.96 s: fine */
 }
 
 int main(void) {

@@ -17,7 +17,8 @@
 
 static int n_cp(const char *s) {
     int n = 0;
-    for (; *s; s++) n += ((unsigned char)*s & 0xC0) != 0x80;
+    for (; *s; s++)
+        n += ((unsigned char)*s & 0xC0) != 0x80;
     return n;
 }
 
@@ -35,13 +36,15 @@ static void test_sentences_packed(void **state) {
     (void)state;
     qve_chunk_list l;
     char err[256];
-    const char *t = "Hello there.  How are you?\nI am fine!\n\nNew paragraph... with dots. Pi is 3.14 "
-                    "and e.g. so on.";
+    const char *t =
+        "Hello there.  How are you?\nI am fine!\n\nNew paragraph... with dots. Pi is 3.14 "
+        "and e.g. so on.";
     assert_int_equal(qve_text_chunk(&l, t, 30, err, sizeof err), 0);
-    for (int i = 0; i < l.n_chunks; i++) printf("  [%d] %d '%s'\n", i, l.chunks[i].n_chars, l.chunks[i].text);
+    for (int i = 0; i < l.n_chunks; i++)
+        printf("  [%d] %d '%s'\n", i, l.chunks[i].n_chars, l.chunks[i].text);
     assert_int_equal(l.n_chunks, 4);
     assert_string_equal(l.chunks[0].text, "Hello there. How are you?");
-    assert_string_equal(l.chunks[1].text, "I am fine!");          /* paragraph break: not packed */
+    assert_string_equal(l.chunks[1].text, "I am fine!"); /* paragraph break: not packed */
     assert_string_equal(l.chunks[2].text, "New paragraph... with dots.");
     assert_string_equal(l.chunks[3].text, "Pi is 3.14 and e.g. so on."); /* "3.14": no end */
     for (int i = 0; i < l.n_chunks; i++) {
@@ -76,7 +79,8 @@ static void test_long_sentence_split(void **state) {
     qve_chunk_list_free(&l);
     /* CJK without spaces or punctuation: hard cut between code points (3-byte sequences) */
     char cjk[3 * 25 + 1] = {0};
-    for (int i = 0; i < 25; i++) memcpy(cjk + 3 * i, "\xe4\xb8\xad", 3); /* 中 */
+    for (int i = 0; i < 25; i++)
+        memcpy(cjk + 3 * i, "\xe4\xb8\xad", 3); /* 中 */
     assert_int_equal(qve_text_chunk(&l, cjk, 10, err, sizeof err), 0);
     assert_int_equal(l.n_chunks, 3);
     int total = 0;
@@ -111,7 +115,7 @@ static void test_pauses(void **state) {
     (void)state;
     qve_chunk_list l;
     char err[256];
-    const char *t = "[pause:200ms]First.[PAUSE:1.5s] [pause:500ms]Second. [pause:2s]";
+    const char *t = "[pause:0.2s]First.[PAUSE:1.5s] [pause:500ms]Second. [pause:2s]";
     assert_int_equal(qve_text_chunk(&l, t, 200, err, sizeof err), 0);
     assert_int_equal(l.n_chunks, 5);
     assert_int_equal(l.chunks[0].kind, QVE_CHUNK_PAUSE);
@@ -127,7 +131,7 @@ static void test_pauses(void **state) {
     assert_int_equal(l.n_chunks, 1);
     assert_string_equal(l.chunks[0].text, "a [note] b");
     qve_chunk_list_free(&l);
-    const char *bad[] = {"x [pause:abc]", "x [pause:5]", "x [pause:-1s]", "x [pause:61s]",
+    const char *bad[] = {"x [pause:abc]",    "x [pause:5]",   "x [pause:-1s]", "x [pause:61s]",
                          "x [pause:1.2.3s]", "x [pause:0ms]", "x [pause:500ms"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         err[0] = 0;
@@ -165,14 +169,16 @@ static void test_audio_join_trim(void **state) {
     (void)state;
     qve_audio_buf b = {0};
     float one[1000], two[1000];
-    for (int i = 0; i < 1000; i++) one[i] = 1.0f, two[i] = -1.0f;
+    for (int i = 0; i < 1000; i++)
+        one[i] = 1.0f, two[i] = -1.0f;
     assert_int_equal(qve_audio_append(&b, one, 1000, 240), 0); /* nothing to fade into */
     assert_int_equal(b.n, 1000);
     assert_int_equal(qve_audio_append(&b, two, 1000, 240), 0);
     assert_int_equal(b.n, 1760);
     /* linear ramp across the 240-sample overlap, monotone, ends untouched */
     assert_true(b.x[759] == 1.0f && b.x[1000] == -1.0f);
-    for (int i = 760; i < 1000; i++) assert_true(b.x[i] < b.x[i - 1]);
+    for (int i = 760; i < 1000; i++)
+        assert_true(b.x[i] < b.x[i - 1]);
     assert_true(fabsf(b.x[880] + b.x[879]) < 1e-2f);
     assert_int_equal(qve_audio_append_silence(&b, 2400), 0);
     assert_int_equal(b.n, 4160);
@@ -197,11 +203,156 @@ static void test_audio_join_trim(void **state) {
     free(x);
 }
 
+/* ---- long-text driver with a fake synthesizer -------------------------------------------- */
+
+typedef struct {
+    int trip_over_chars; /* "guard" trips for texts longer than this; 0 = always */
+    int calls;
+    char log[16][128];
+} fake;
+
+/* 0.3 s lead silence then 20 ms of tone per code point */
+static int fake_synth(void *user, const char *text, qve_audio_buf *out, char *err,
+                      size_t err_size) {
+    fake *f = user;
+    if (f->calls < 16) snprintf(f->log[f->calls], sizeof f->log[0], "%s", text);
+    f->calls++;
+    int n = n_cp(text);
+    if (!f->trip_over_chars || n > f->trip_over_chars) {
+        snprintf(err, err_size, "runaway guard: fake trip on %d chars", n);
+        return 1;
+    }
+    if (qve_audio_append_silence(out, 7200)) return -1;
+    for (int i = 0; i < n * 480; i++) {
+        float v = 0.3f * sinf(0.07f * (float)i);
+        if (qve_audio_append(out, &v, 1, 0)) return -1;
+    }
+    return 0;
+}
+
+static void test_longtext(void **state) {
+    (void)state;
+    qve_longtext_params p = qve_longtext_default_params();
+    qve_longtext_report r;
+    qve_audio_buf b;
+    char err[512];
+    const char *text = "First paragraph here. It has two sentences.\n\n"
+                       "Second paragraph, quite a bit longer than the limit allows.[pause:250ms]"
+                       "Third.";
+    p.max_chunk_chars = 60;
+    fake f = {.trip_over_chars = 42};
+    int rc = qve_longtext_run(&b, &r, text, &p, fake_synth, &f, err, sizeof err);
+    if (rc) printf("  %s\n", err);
+    assert_int_equal(rc, 0);
+    for (int i = 0; i < f.calls && i < 16; i++)
+        printf("  synth '%s'\n", f.log[i]);
+    /* chunks: "First … sentences." (43, trips: split), "Second … allows." (59, trips: split
+     * at the comma),
+     * pause, "Third." */
+    assert_int_equal(r.n_text_chunks, 3);
+    assert_int_equal(r.n_entries, 4);
+    assert_int_equal(r.n_retries, 2);
+    assert_int_equal(r.n_synth_calls, 7);
+    assert_string_equal(f.log[1], "First paragraph here.");
+    assert_string_equal(f.log[2], "It has two sentences.");
+    assert_string_equal(f.log[4], "Second paragraph,");
+    assert_string_equal(f.log[5], "quite a bit longer than the limit allows.");
+    assert_string_equal(f.log[6], "Third.");
+    /* audio: each piece keeps 100 ms lead (of its 300 ms), 20 ms per char, 10 ms crossfades,
+     * plus 250 ms of pause */
+    int chars = 21 + 21 + 17 + 41 + 6;
+    int64_t expect = 5 * 2400 + chars * 480 - 4 * 240 + 6000;
+    printf("  %lld samples, expected %lld ± 1200\n", (long long)b.n, (long long)expect);
+    assert_true(llabs(b.n - expect) <= 1200);
+    qve_audio_buf_free(&b);
+
+    /* every piece trips: fails with the chunk number and the guard's message, no audio */
+    fake g = {.trip_over_chars = 0};
+    assert_int_equal(qve_longtext_run(&b, &r, text, &p, fake_synth, &g, err, sizeof err), -1);
+    printf("  %s\n", err);
+    assert_string_equal(err, "chunk 1/3: runaway guard: fake trip on 21 chars (after splitting "
+                             "it in two)");
+    assert_int_equal(r.failed_chunk, 1);
+    assert_null(b.x);
+    assert_int_equal(b.n, 0);
+    assert_int_equal(g.calls, 2); /* the chunk, then its first half */
+
+    /* --no-chunk: the whole text once */
+    p.max_chunk_chars = 0;
+    fake h = {.trip_over_chars = 1000};
+    assert_int_equal(qve_longtext_run(&b, &r, text, &p, fake_synth, &h, err, sizeof err), 0);
+    assert_int_equal(h.calls, 2); /* text before and after the pause */
+    qve_audio_buf_free(&b);
+    assert_int_equal(qve_longtext_run(&b, &r, "bad [pause:x]", &p, fake_synth, &h, err, sizeof err),
+                     -1);
+    assert_non_null(strstr(err, "bad pause tag"));
+}
+
+/* Random texts (ASCII, CJK, punctuation, whitespace, pause tags): every chunk is valid UTF-8
+ * within the limit, and the chunks hold every non-space character of the input, in order. */
+static void test_random_texts(void **state) {
+    (void)state;
+    static const char *const atoms[] = {"a",
+                                        "bc",
+                                        " ",
+                                        "\n",
+                                        "\n\n",
+                                        ".",
+                                        "!",
+                                        "?",
+                                        ",",
+                                        "\xe4\xb8\xad",
+                                        "\xe3\x80\x82",
+                                        "\xef\xbc\x8c",
+                                        "\xe2\x80\xa6",
+                                        "3.5",
+                                        "\"",
+                                        "[pause:20ms]",
+                                        "[x]",
+                                        "\t"};
+    uint32_t seed = 20261122;
+    printf("  seed %u\n", seed);
+    char text[2048], expect[2048], got[4096];
+    for (int it = 0; it < 300; it++) {
+        size_t w = 0, e = 0;
+        int n_atoms = (int)(seed % 200);
+        for (int k = 0; k < n_atoms; k++) {
+            seed = seed * 1664525u + 1013904223u;
+            const char *a = atoms[(seed >> 8) % (sizeof atoms / sizeof *atoms)];
+            size_t len = strlen(a);
+            if (w + len >= sizeof text) break;
+            memcpy(text + w, a, len);
+            w += len;
+            if (strcmp(a, "[pause:20ms]"))
+                for (size_t q = 0; q < len; q++)
+                    if (!strchr(" \n\t", a[q])) expect[e++] = a[q];
+        }
+        text[w] = 0;
+        expect[e] = 0;
+        int max = 1 + (int)(seed >> 20) % 40;
+        qve_chunk_list l;
+        char err[256];
+        assert_int_equal(qve_text_chunk(&l, text, max, err, sizeof err), 0);
+        size_t g = 0;
+        for (int i = 0; i < l.n_chunks; i++) {
+            if (l.chunks[i].kind != QVE_CHUNK_TEXT) continue;
+            check_utf8(l.chunks[i].text);
+            assert_true(l.chunks[i].n_chars >= 1 && l.chunks[i].n_chars <= max);
+            for (const char *q = l.chunks[i].text; *q; q++)
+                if (*q != ' ') got[g++] = *q;
+        }
+        got[g] = 0;
+        assert_string_equal(got, expect);
+        qve_chunk_list_free(&l);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sentences_packed), cmocka_unit_test(test_long_sentence_split),
         cmocka_unit_test(test_cjk_sentences),    cmocka_unit_test(test_pauses),
         cmocka_unit_test(test_bisect),           cmocka_unit_test(test_audio_join_trim),
+        cmocka_unit_test(test_longtext),         cmocka_unit_test(test_random_texts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
