@@ -78,11 +78,17 @@ void qvk_conv1d(const qvk_conv *cv, float *restrict y, const float *restrict x, 
             const float *wr = w + (size_t)c * k;
             float *yr = y + (size_t)c * t_out;
             float bias = b ? b[c] : 0.0f;
-            for (int t = 0; t < t_out; t++) {
-                float s = 0.0f;
-                for (int j = 0; j < k; j++) s += wr[j] * xr[(size_t)t * st + (size_t)j * dl];
-                yr[t] = s + bias;
+            /* tap-outer order: the inner loop over t is independent per element and vectorises */
+            for (int t = 0; t < t_out; t++) yr[t] = 0.0f;
+            for (int j = 0; j < k; j++) {
+                const float *src = xr + (size_t)j * dl;
+                float wj = wr[j];
+                if (st == 1)
+                    for (int t = 0; t < t_out; t++) yr[t] += wj * src[t];
+                else
+                    for (int t = 0; t < t_out; t++) yr[t] += wj * src[(size_t)t * st];
             }
+            for (int t = 0; t < t_out; t++) yr[t] += bias;
         }
         return;
     }

@@ -28,6 +28,8 @@ typedef struct {
     double (*sumsq)(const float *x, int n);
     /* dst[i] = bf16 src[i] widened to f32 (exact). */
     void (*widen_bf16)(float *restrict dst, const uint16_t *restrict src, size_t n);
+    /* max of x[0..n), n ≥ 1 (NaNs after x[0] ignored). */
+    float (*maxf)(const float *x, int n);
     /* x[i] = exp(x[i] − m); returns Σ of the results in double (softmax). */
     double (*exp_sub_sum)(float *x, int n, float m);
     /* y[i] = silu(g[i])·(u ? u[i] : 1) (y may equal g). */

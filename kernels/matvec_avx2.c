@@ -210,6 +210,19 @@ static void widen_bf16(float *restrict dst, const uint16_t *restrict src, size_t
     for (; i < n; i++) dst[i] = qvk_bf16_to_f32_1(src[i]);
 }
 
+static float maxf(const float *x, int n) {
+    /* _mm256_max_ps returns its second operand when either is NaN: the running max stays. */
+    __m256 m = _mm256_set1_ps(x[0]);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) m = _mm256_max_ps(_mm256_loadu_ps(x + i), m);
+    float t[8];
+    _mm256_storeu_ps(t, m);
+    float r = t[0];
+    for (int l = 1; l < 8; l++) r = t[l] > r ? t[l] : r;
+    for (; i < n; i++) r = x[i] > r ? x[i] : r;
+    return r;
+}
+
 static double exp_sub_sum(float *x, int n, float m) {
     __m256 mv = SET1(m);
     __m256d acc = _mm256_setzero_pd();
@@ -293,6 +306,7 @@ const qvk_impl qvk_impl_avx2 = {
     .axpy = axpy,
     .sumsq = sumsq,
     .widen_bf16 = widen_bf16,
+    .maxf = maxf,
     .exp_sub_sum = exp_sub_sum,
     .silu_mul = silu_mul,
     .snake = snake,

@@ -227,6 +227,16 @@ static void widen_bf16(float *restrict dst, const uint16_t *restrict src, size_t
     }
 }
 
+static float maxf(const float *x, int n) {
+    /* _mm512_max_ps returns its second operand when either is NaN: the running max stays. */
+    __m512 m = _mm512_set1_ps(x[0]);
+    int i = 0;
+    for (; i + 16 <= n; i += 16) m = _mm512_max_ps(_mm512_loadu_ps(x + i), m);
+    float r = _mm512_reduce_max_ps(m);
+    for (; i < n; i++) r = x[i] > r ? x[i] : r;
+    return r;
+}
+
 static double exp_sub_sum(float *x, int n, float m) {
     __m512 mv = _mm512_set1_ps(m);
     __m512d acc = _mm512_setzero_pd();
@@ -299,6 +309,7 @@ const qvk_impl qvk_impl_avx512 = {
     .axpy = axpy,
     .sumsq = sumsq,
     .widen_bf16 = widen_bf16,
+    .maxf = maxf,
     .exp_sub_sum = exp_sub_sum,
     .silu_mul = silu_mul,
     .snake = snake,

@@ -73,6 +73,12 @@ static void widen_bf16(float *restrict dst, const uint16_t *restrict src, size_t
     for (size_t i = 0; i < n; i++) dst[i] = qvk_bf16_to_f32_1(src[i]);
 }
 
+static float maxf(const float *x, int n) {
+    float m = x[0];
+    for (int i = 1; i < n; i++) m = x[i] > m ? x[i] : m;
+    return m;
+}
+
 static double exp_sub_sum(float *x, int n, float m) {
     double s = 0;
     for (int i = 0; i < n; i++) {
@@ -123,6 +129,7 @@ const qvk_impl qvk_impl_scalar = {
     .axpy = axpy,
     .sumsq = sumsq,
     .widen_bf16 = widen_bf16,
+    .maxf = maxf,
     .exp_sub_sum = exp_sub_sum,
     .silu_mul = silu_mul,
     .snake = snake,

@@ -31,9 +31,9 @@ void qvk_layernorm(float *y, const float *x, const float *w, const float *b, int
 
 void qvk_softmax(float *x, int n) {
     if (n <= 0) return;
-    float m = x[0];
-    for (int i = 1; i < n; i++) m = x[i] > m ? x[i] : m;
-    double s = qvk_impl_get()->exp_sub_sum(x, n, m);
+    const qvk_impl *impl = qvk_impl_get();
+    float m = impl->maxf(x, n);
+    double s = impl->exp_sub_sum(x, n, m);
     float inv = (float)(1.0 / s);
     for (int i = 0; i < n; i++) x[i] *= inv;
 }
