@@ -100,6 +100,7 @@ typedef struct {
     float subtalker_top_p;
     int max_frames; /* frames per utterance (max_new_tokens - 1 of the reference) */
     int quant;      /* enum qv_quant: weights of the per-frame matvecs */
+    int ignore_eos; /* benchmarks: end-of-speech is never picked, every utterance runs max_frames */
 } qv_params;
 
 /* QV_QUANT_INT8: talker and code-predictor matrices quantized to int8 with per-row scales (by the

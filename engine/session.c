@@ -6,6 +6,7 @@
  * allocates. The talker step for frame k is run eagerly after it, as the reference does.
  */
 #include <stdarg.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -519,6 +520,7 @@ enum qv_status qv_session_next_frame(qv_session *s, int32_t codes[QV_N_CODEBOOKS
     memcpy(s->logits, s->logits_raw, (size_t)V * sizeof(float));
     qve_talker_logits_process(s->logits, V, s->seen, s->p.repetition_penalty, s->n_frames,
                               c->codec_eos_token_id);
+    if (s->p.ignore_eos) s->logits[c->codec_eos_token_id] = -INFINITY; /* benchmarks only */
     const qve_sample_params sp = {s->p.do_sample, s->p.temperature, s->p.top_p, s->p.top_k};
     const int c0 = qve_sample(s->logits, V, &sp, &s->rng, s->work, s->work_idx);
     if (c0 == c->codec_eos_token_id) {

@@ -2,7 +2,8 @@
  * load, prefill of a 40-token text, ms per frame (whole frame and code predictor alone; the
  * talker is the difference), achieved weight GB/s, and time to first audio of a streamed run.
  * usage: bench_speak MODEL_DIR [THREADS [FRAMES [RUNS [QUANT]]]]  (defaults 2, 30, 3, bf16)
- * Prints "key value" lines (medians over RUNS) for scripts/bench.sh. No assertions.
+ * bf16 runs first measure the read bandwidth (1 GiB, THREADS threads). Prints "key value" lines
+ * (medians over RUNS) for scripts/bench.sh. No assertions.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,6 +55,37 @@ static double stack_bytes(const qve_stack_config *c) {
     return c->num_hidden_layers * (qd * H * 2 + kvd * H * 2 * 2 + I * H * 2 * 3);
 }
 
+struct bw_job {
+    const char *buf;
+    size_t n;
+    uint64_t sum[64];
+};
+
+static void bw_run(int ith, int nth, void *p) {
+    struct bw_job *j = p;
+    size_t per = j->n / (size_t)nth;
+    j->sum[ith] = qvk_mem_read(j->buf + per * (size_t)ith, per);
+}
+
+/* Read bandwidth with `threads` threads over a 1 GiB buffer (above this VM's L3), median of 5. */
+static double read_bandwidth(int threads) {
+    const size_t n = (size_t)1 << 30;
+    char *buf = qvk_alloc(n);
+    qvk_pool *pool = qvk_pool_create(threads);
+    if (!buf || !pool) return 0;
+    memset(buf, 1, n);
+    struct bw_job j = {buf, n, {0}};
+    double v[5];
+    for (int k = 0; k < 5; k++) {
+        double t = now_s(CLOCK_MONOTONIC);
+        qvk_pool_run(pool, bw_run, &j);
+        v[k] = n / (now_s(CLOCK_MONOTONIC) - t) / 1e9;
+    }
+    qvk_pool_free(pool);
+    qvk_free(buf);
+    return median(v, 5);
+}
+
 static void fill_request(qv_request *r, const qv_model *m, int32_t *ids) {
     for (int i = 0; i < 40; i++)
         ids[i] = 1000 + 37 * i; /* 40 ordinary text tokens */
@@ -76,6 +108,7 @@ int main(int argc, char **argv) {
     const char *quant = argc > 5 ? argv[5] : "bf16";
     char err[1024];
     qvk_blas_set_threads(1);
+    if (!strcmp(quant, "bf16")) printf("read_gbs %.1f\n", read_bandwidth(threads));
 
     /* time to first audio: a fresh load of everything, then a streamed start (one core for the
      * decoder thread, like speak --stream) */
