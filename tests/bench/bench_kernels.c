@@ -250,7 +250,7 @@ int main(int argc, char **argv) {
             qvk_set_variant(picked);
             for (int path = 0; path < 2; path++) {
                 printf("\n  %d thr %-30s", th,
-                       path ? "widen + sgemm (blas threads=thr)" : "qvk_linear_bf16");
+                       path ? "widen all + 1 sgemm (blas thr=thr)" : "qvk_linear_bf16");
                 qvk_blas_set_threads(th);
                 for (int k = 0; k < 6; k++) {
                     double t[N_PASSES];
