@@ -70,6 +70,8 @@ struct qv_model {
     qve_code_predictor cp;
     int n_f32_copies;
     float **f32_copies; /* every f32 copy above, freed at qv_model_free */
+    int n_weight_copies;
+    uint16_t **weight_copies; /* bf16 tensors rebuilt in RAM by a voice's WDELTA (voice_load.c) */
 };
 
 /* Loads config, generation config and every talker/code-predictor tensor (checked against the
