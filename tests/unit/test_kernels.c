@@ -553,41 +553,46 @@ static void test_rope(void **state) {
 
 /* ---- attention ------------------------------------------------------------------------- */
 
+/* GQA groups of 4, 2 and 1 query heads per kv head; head_dim with a vector tail; strided rows. */
 static void test_attend(void **state) {
     (void)state;
-    enum { NH = 8, NKV = 2, HD = 67, CTX = 45, STRIDE = NKV * HD + 5 };
-    float *q = falloc(NH * HD), *k = falloc(CTX * STRIDE), *v = falloc(CTX * STRIDE);
+    enum { NH = 8, HD = 67, CTX = 45, MAXSTRIDE = NH * HD + 5 };
+    float *q = falloc(NH * HD), *k = falloc(CTX * MAXSTRIDE), *v = falloc(CTX * MAXSTRIDE);
     float *out = falloc(NH * HD), *out2 = falloc(NH * HD), *scratch = falloc(NH * CTX);
     double ref[NH * HD];
-    fill(q, NH * HD, 1.0f);
-    fill(k, CTX * STRIDE, 1.0f);
-    fill(v, CTX * STRIDE, 1.0f);
-    float scale = 1.0f / sqrtf(HD);
-    for (int h = 0; h < NH; h++) {
-        int kvh = h / (NH / NKV);
-        double sc[CTX], mx = -1e300, sum = 0;
-        for (int t = 0; t < CTX; t++) {
-            double d = 0;
-            for (int i = 0; i < HD; i++) d += (double)q[h * HD + i] * k[t * STRIDE + kvh * HD + i];
-            sc[t] = d * scale;
-            mx = sc[t] > mx ? sc[t] : mx;
-        }
-        for (int t = 0; t < CTX; t++) sum += sc[t] = exp(sc[t] - mx);
-        for (int i = 0; i < HD; i++) {
-            double o = 0;
-            for (int t = 0; t < CTX; t++) o += sc[t] / sum * v[t * STRIDE + kvh * HD + i];
-            ref[h * HD + i] = o;
-        }
-    }
     qvk_pool *pool = qvk_pool_create(2);
-    for (int vv = 0; vv < N_VARIANTS; vv++) {
-        if (qvk_set_variant(k_variants[vv]) != 0) continue;
-        qvk_attend(NULL, out, q, k, v, CTX, STRIDE, NH, NKV, HD, scale, scratch);
-        char what[64];
-        snprintf(what, sizeof what, "attend %s", k_variants[vv]);
-        check_close(what, out, ref, NH * HD, 2e-6, 1e-5);
-        qvk_attend(pool, out2, q, k, v, CTX, STRIDE, NH, NKV, HD, scale, scratch);
-        assert_memory_equal(out, out2, sizeof(float) * NH * HD);
+    const int n_kvs[] = { 2, 4, 8 };
+    for (int c = 0; c < 3; c++) {
+        int nkv = n_kvs[c], stride = nkv * HD + 5;
+        fill(q, NH * HD, 1.0f);
+        fill(k, (size_t)CTX * stride, 1.0f);
+        fill(v, (size_t)CTX * stride, 1.0f);
+        float scale = 1.0f / sqrtf(HD);
+        for (int h = 0; h < NH; h++) {
+            int kvh = h / (NH / nkv);
+            double sc[CTX], mx = -1e300, sum = 0;
+            for (int t = 0; t < CTX; t++) {
+                double d = 0;
+                for (int i = 0; i < HD; i++) d += (double)q[h * HD + i] * k[t * stride + kvh * HD + i];
+                sc[t] = d * scale;
+                mx = sc[t] > mx ? sc[t] : mx;
+            }
+            for (int t = 0; t < CTX; t++) sum += sc[t] = exp(sc[t] - mx);
+            for (int i = 0; i < HD; i++) {
+                double o = 0;
+                for (int t = 0; t < CTX; t++) o += sc[t] / sum * v[t * stride + kvh * HD + i];
+                ref[h * HD + i] = o;
+            }
+        }
+        for (int vv = 0; vv < N_VARIANTS; vv++) {
+            if (qvk_set_variant(k_variants[vv]) != 0) continue;
+            qvk_attend(NULL, out, q, k, v, CTX, stride, NH, nkv, HD, scale, scratch);
+            char what[64];
+            snprintf(what, sizeof what, "attend %s %d/%d heads", k_variants[vv], NH, nkv);
+            check_close(what, out, ref, NH * HD, 2e-6, 1e-5);
+            qvk_attend(pool, out2, q, k, v, CTX, stride, NH, nkv, HD, scale, scratch);
+            assert_memory_equal(out, out2, sizeof(float) * NH * HD);
+        }
     }
     restore_variant();
     qvk_pool_free(pool);
