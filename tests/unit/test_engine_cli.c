@@ -82,7 +82,8 @@ static int setup(void **st) {
     /* a voice with ICL codes and a weight delta for tiny-cv */
     snprintf(voice, sizeof voice, "%s/lib/th.qvoice", tmp);
     return sh("mkdir -p %s/lib && bin/clone -m %s/tiny-base --target-cv %s "
-              "tests/audio/en_ohenry_chenevert.wav -s 4 -t 'A test transcript of the reference.' "
+              "tests/audio/en_ohenry_chenevert.wav -s 8 -t 'One dollar and eighty seven cents. That "
+              "was all. And sixty cents of it was in pennies saved one and two at a time.' "
               "-o %s > %s/clone.log 2>&1",
               tmp, cache, model, voice, tmp);
 }
