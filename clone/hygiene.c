@@ -601,6 +601,9 @@ void qvc_hygiene_summary(const qvc_hygiene_report *r, char *buf, size_t size) {
     }
 }
 
+/* 4 decimals: the JSON goes into META and --json, where 17 digits are noise. */
+static double r4(double x) { return round(x * 1e4) / 1e4; }
+
 char *qvc_hygiene_json(const qvc_hygiene_report *r) {
     cJSON *o = cJSON_CreateObject(), *t = cJSON_AddObjectToObject(o, "trim"),
           *l = cJSON_AddObjectToObject(o, "level");
@@ -608,30 +611,30 @@ char *qvc_hygiene_json(const qvc_hygiene_report *r) {
         cJSON_Delete(o);
         return NULL;
     }
-    cJSON_AddNumberToObject(t, "start_s", r->trim.start / SR);
-    cJSON_AddNumberToObject(t, "end_s", r->trim.end / SR);
-    cJSON_AddNumberToObject(t, "in_s", r->trim.in_seconds);
-    cJSON_AddNumberToObject(t, "voiced_s", r->trim.voiced_seconds);
-    cJSON_AddNumberToObject(t, "vad_threshold_dbfs", r->trim.threshold_dbfs);
-    cJSON_AddNumberToObject(t, "floor_dbfs", r->trim.floor_dbfs);
-    cJSON_AddNumberToObject(l, "in_active_dbfs", r->level.in_active_dbfs);
-    cJSON_AddNumberToObject(l, "in_peak_dbfs", r->level.in_peak_dbfs);
-    cJSON_AddNumberToObject(l, "gain_db", r->level.gain_db);
+    cJSON_AddNumberToObject(t, "start_s", r4(r->trim.start / SR));
+    cJSON_AddNumberToObject(t, "end_s", r4(r->trim.end / SR));
+    cJSON_AddNumberToObject(t, "in_s", r4(r->trim.in_seconds));
+    cJSON_AddNumberToObject(t, "voiced_s", r4(r->trim.voiced_seconds));
+    cJSON_AddNumberToObject(t, "vad_threshold_dbfs", r4(r->trim.threshold_dbfs));
+    cJSON_AddNumberToObject(t, "floor_dbfs", r4(r->trim.floor_dbfs));
+    cJSON_AddNumberToObject(l, "in_active_dbfs", r4(r->level.in_active_dbfs));
+    cJSON_AddNumberToObject(l, "in_peak_dbfs", r4(r->level.in_peak_dbfs));
+    cJSON_AddNumberToObject(l, "gain_db", r4(r->level.gain_db));
     cJSON_AddBoolToObject(l, "peak_limited", r->level.peak_limited);
-    cJSON_AddNumberToObject(l, "clipped_fraction", r->level.clipped_fraction);
+    cJSON_AddNumberToObject(l, "clipped_fraction", r4(r->level.clipped_fraction));
     cJSON_AddBoolToObject(l, "clip_warning", r->level.clip_warning);
     if (r->has_icl || r->transcript.fallback) {
         cJSON *w = cJSON_AddObjectToObject(o, "icl_window"),
               *tr = cJSON_AddObjectToObject(o, "transcript");
         if (w) {
-            cJSON_AddNumberToObject(w, "start_s", r->trim.start / SR + r->window.start / SR);
-            cJSON_AddNumberToObject(w, "end_s", r->trim.start / SR + r->window.end / SR);
-            cJSON_AddNumberToObject(w, "voiced_fraction", r->window.voiced_fraction);
-            cJSON_AddNumberToObject(w, "snr_db", r->window.snr_db);
-            cJSON_AddNumberToObject(w, "tail_silence_s", r->window.tail_silence_s);
+            cJSON_AddNumberToObject(w, "start_s", r4(r->trim.start / SR + r->window.start / SR));
+            cJSON_AddNumberToObject(w, "end_s", r4(r->trim.start / SR + r->window.end / SR));
+            cJSON_AddNumberToObject(w, "voiced_fraction", r4(r->window.voiced_fraction));
+            cJSON_AddNumberToObject(w, "snr_db", r4(r->window.snr_db));
+            cJSON_AddNumberToObject(w, "tail_silence_s", r4(r->window.tail_silence_s));
         }
         if (tr) {
-            cJSON_AddNumberToObject(tr, "units_per_voiced_s", r->transcript.units_per_s);
+            cJSON_AddNumberToObject(tr, "units_per_voiced_s", r4(r->transcript.units_per_s));
             cJSON_AddBoolToObject(tr, "fallback_xvector_only", r->transcript.fallback);
         }
     }
@@ -639,17 +642,17 @@ char *qvc_hygiene_json(const qvc_hygiene_report *r) {
         cJSON *s = cJSON_AddObjectToObject(o, "speakers"),
               *a = s ? cJSON_AddArrayToObject(s, "flagged_s") : NULL;
         if (s) {
-            cJSON_AddNumberToObject(s, "windows", r->speaker.n_scored);
-            cJSON_AddNumberToObject(s, "min_cos", r->speaker.min_cos);
-            cJSON_AddNumberToObject(s, "threshold", r->speaker.threshold);
+            cJSON_AddNumberToObject(s, "windows", r4(r->speaker.n_scored));
+            cJSON_AddNumberToObject(s, "min_cos", r4(r->speaker.min_cos));
+            cJSON_AddNumberToObject(s, "threshold", r4(r->speaker.threshold));
         }
         /* ranges are in seconds of the trimmed clip; add trim.start for the source file */
         for (int i = 0; a && i < r->speaker.n_ranges; i++) {
             cJSON *pair = cJSON_CreateArray();
             cJSON_AddItemToArray(
-                pair, cJSON_CreateNumber(r->trim.start / SR + r->speaker.ranges[i].start_s));
+                pair, cJSON_CreateNumber(r4(r->trim.start / SR + r->speaker.ranges[i].start_s)));
             cJSON_AddItemToArray(
-                pair, cJSON_CreateNumber(r->trim.start / SR + r->speaker.ranges[i].end_s));
+                pair, cJSON_CreateNumber(r4(r->trim.start / SR + r->speaker.ranges[i].end_s)));
             cJSON_AddItemToArray(a, pair);
         }
     }

@@ -1,21 +1,26 @@
 /* clone — make a .qvoice from a reference recording, or compare two voices' x-vectors.
- * CLI only: audio → x-vector (+ ICL codes) comes from the clone library, the file is written by
+ * CLI only: audio → reference hygiene (trim, level, ICL window, transcript and second-speaker
+ * checks; clone/hygiene.h) → x-vector (+ ICL codes) from the clone library; the file is written by
  * voicefmt (atomic: a failure never leaves a partial output). Human summary on stdout, warnings
  * on stderr, --json replaces the summary with one JSON object.
  */
 #include <cJSON.h>
 #include <errno.h>
 #include <getopt.h>
+#include <pwd.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "clone.h"
 #include "config.h"
 #include "fingerprint.h"
+#include "hygiene.h"
 #include "kernels.h"
 #include "qvf.h"
 #include "qvoice.h"
@@ -25,18 +30,22 @@
 
 typedef struct {
     const char *model_dir, *audio, *out, *ref_text, *ref_text_file, *name, *language;
-    const char *target_cv;
-    int xvector_only, json, threads, compare;
-    double max_seconds;
+    const char *target_cv, *consent;
+    int xvector_only, json, threads, compare, no_hygiene, allow_fallback;
+    double max_seconds, speaker_threshold;
 } options;
 
 #define MAX_SECTIONS 16
 typedef struct { char tag[5]; int count; long long bytes; } section;
 
+#define MAX_WARNINGS 8
 typedef struct {       /* what the run did, for the summary */
     qvc_audio audio;
-    double t_load_s, t_audio_s, t_xvec_s, t_codes_s, t_write_s;
+    qvc_hygiene_report hyg;
+    int hygiene_ran;   /* qvc_hygiene_run was called (its report holds the steps that ran) */
+    double t_load_s, t_audio_s, t_hygiene_s, t_xvec_s, t_codes_s, t_write_s;
     int n_mel_frames, n_icl_frames;
+    double xvec_seconds, icl_seconds; /* audio fed to ECAPA / to the speech encoder */
     double xvec_norm;
     int language_id;
     char *transcript;
@@ -44,6 +53,8 @@ typedef struct {       /* what the run did, for the summary */
     long long file_bytes;
     int n_sections;    /* 0 when the written file could not be listed */
     section sections[MAX_SECTIONS];
+    int n_warnings;
+    char warnings[MAX_WARNINGS][320];
 } report;
 
 static double now_s(void) {
@@ -54,37 +65,79 @@ static double now_s(void) {
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: clone -m BASE_MODEL_DIR REF_AUDIO -o VOICE.qvoice [options]\n"
-            "       clone --compare A B [-m BASE_MODEL_DIR]\n"
+            "NAME\n"
+            "    clone - make a qvoice voice file from a reference recording\n"
             "\n"
-            "Clones a voice from a reference recording (WAV, FLAC, OGG/Vorbis, Opus, MP3 if\n"
-            "libsndfile supports it; any rate and channel count) with a Qwen3-TTS Base model:\n"
-            "the ECAPA-TDNN x-vector always, the speech-tokenizer codes of the reference too when\n"
-            "its transcript is given (in-context cloning).\n"
+            "SYNOPSIS\n"
+            "    clone -m BASE_MODEL_DIR REF_AUDIO -o VOICE.qvoice [-t TEXT | -T FILE] [options]\n"
+            "    clone --compare A B [-m BASE_MODEL_DIR]\n"
             "\n"
-            "  -m, --model DIR          Base model directory (CustomVoice has no speaker encoder)\n"
-            "  -o, --output FILE        voice file to write (atomically)\n"
-            "  -t, --ref-text TEXT      transcript of the reference: adds ICL codes\n"
-            "  -T, --ref-text-file F    same, read from a UTF-8 file\n"
-            "  -n, --name NAME          voice name (default: the audio file's base name)\n"
-            "  -l, --language LANG      language of the reference (e.g. English; default none)\n"
-            "  -x, --xvector-only       store only the x-vector even with a transcript\n"
-            "  -c, --target-cv DIR      add a WDELTA (Base − CustomVoice weights) for DIR\n"
-            "  -s, --max-seconds S      use at most the first S seconds (default %.0f)\n"
-            "  -j, --json               print one JSON object instead of the summary\n"
-            "  -p, --threads N          threads (default: online CPUs)\n"
-            "  -C, --compare A B        cosine similarity of two x-vectors (audio files need -m;\n"
-            "                           .qvoice/.bin files are read as voices)\n"
-            "  -h, --help, -V, --version\n"
+            "DESCRIPTION\n"
+            "    Reads REF_AUDIO (WAV, FLAC, OGG/Vorbis, Opus, MP3 if libsndfile supports it; any\n"
+            "    rate and channel count; mono 24 kHz after resampling) and, with a Qwen3-TTS Base\n"
+            "    model, stores its ECAPA-TDNN x-vector and, when a transcript is given, the\n"
+            "    speech-tokenizer codes of the reference (in-context cloning, ICL).\n"
+            "    Reference hygiene (default on, docs/robustness.md): trims leading/trailing\n"
+            "    silence, normalises the level (-20 dBFS active RMS, peak <= -1 dBFS) and reports\n"
+            "    clipping, refuses < 3 s of voiced speech, picks the cleanest 10-15 s window for\n"
+            "    ICL (+0.5 s silence), refuses a transcript implausible for that window, and warns\n"
+            "    when windows of the clip sound like another speaker. Every step is printed and\n"
+            "    recorded in the voice file's META (key \"hygiene\").\n"
             "\n"
-            "Exit status: 0 ok, 1 failure (bad input, I/O), 2 usage error.\n"
-            "Example: clone -m models/Qwen3-TTS-12Hz-0.6B-Base ref.wav -t \"Hello there.\" -o me.qvoice\n",
-            QVC_DEFAULT_MAX_SECONDS);
+            "OPTIONS\n"
+            "    -m, --model DIR           Base model directory (required; CustomVoice and\n"
+            "                              VoiceDesign models have no speaker encoder)\n"
+            "    -o, --output FILE         voice file to write, atomically (required)\n"
+            "    -t, --ref-text TEXT       transcript of the reference: adds ICL codes (default:\n"
+            "                              none, x-vector only)\n"
+            "    -T, --ref-text-file F     same, read from a UTF-8 file\n"
+            "    -n, --name NAME           voice name (default: the audio file's base name)\n"
+            "    -l, --language LANG       language of the reference, e.g. English (default: none)\n"
+            "    -x, --xvector-only        store only the x-vector even with a transcript (off)\n"
+            "    -c, --target-cv DIR       add a WDELTA (Base - CustomVoice weights) for DIR (off)\n"
+            "    -s, --max-seconds S       use at most the first S seconds, 3..3600 (default %.0f)\n"
+            "    -H, --no-hygiene          use the clip exactly as given: no trim, no level change,\n"
+            "                              the whole clip for ICL, no checks (default: hygiene on)\n"
+            "    -F, --allow-xvector-fallback\n"
+            "                              an implausible transcript drops ICL (x-vector only)\n"
+            "                              instead of failing (default: fail)\n"
+            "    -S, --speaker-threshold C second-speaker warning below this cosine to the main\n"
+            "                              speaker, -1..1 (default %.2f; for a trained encoder)\n"
+            "    -A, --consent TEXT        consent statement stored in META with the user name and\n"
+            "                              UTC time (documented, not enforced; default: none)\n"
+            "    -j, --json                print one JSON object instead of the summary (off)\n"
+            "    -p, --threads N           threads, 1..256 (default: online CPUs)\n"
+            "    -C, --compare A B         cosine similarity of two x-vectors (audio files need -m;\n"
+            "                              .qvoice/.bin files are read as voices)\n"
+            "    -h, --help                this text\n"
+            "    -V, --version             version\n"
+            "\n"
+            "EXIT STATUS\n"
+            "    0  success\n"
+            "    1  failure: unreadable or refused audio, bad model, I/O error (no output file is\n"
+            "       left behind)\n"
+            "    2  usage error\n"
+            "\n"
+            "EXAMPLE\n"
+            "    clone -m models/Qwen3-TTS-12Hz-0.6B-Base ref.wav -t \"Hello there.\" -l English \\\n"
+            "          --consent \"I agree to my voice being cloned.\" -o me.qvoice\n",
+            QVC_DEFAULT_MAX_SECONDS, qvc_hygiene_default_params().spk_threshold);
 }
 
 static int usage_error(const char *msg) {
     fprintf(stderr, "clone: %s (see clone --help)\n", msg);
     return 2;
+}
+
+/* A warning: to stderr now, and kept for --json. */
+static void warn(report *r, const char *file, const char *fmt, ...) {
+    char msg[320];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "clone: %s: warning: %s\n", file, msg);
+    if (r->n_warnings < MAX_WARNINGS) snprintf(r->warnings[r->n_warnings++], sizeof r->warnings[0], "%s", msg);
 }
 
 static char *read_text_file(const char *path, char *err, size_t err_size) {
@@ -133,15 +186,15 @@ static int file_sha256_hex(const char *path, char hex[65]) {
     return rc;
 }
 
-/* Audio → x-vector with a loaded speaker encoder. */
-static int xvector_of_audio(const qvc_ecapa *e, qvk_pool *pool, qvc_audio *a, float *xvec,
-                            int *n_frames, char *err, size_t err_size) {
-    *n_frames = qvc_mel_n_frames(a->n_samples);
+/* Samples → x-vector with a loaded speaker encoder. */
+static int xvector_of_samples(const qvc_ecapa *e, qvk_pool *pool, const float *x, int64_t n,
+                              float *xvec, int *n_frames, char *err, size_t err_size) {
+    *n_frames = qvc_mel_n_frames(n);
     qvc_mel *mel = qvc_mel_create();
     float *m = malloc((size_t)(*n_frames > 0 ? *n_frames : 1) * QVC_MEL_BINS * sizeof(float));
     int rc = -1;
     if (!mel || !m) snprintf(err, err_size, "out of memory");
-    else if (qvc_mel_compute(mel, m, a->samples, a->n_samples)) snprintf(err, err_size, "audio too short");
+    else if (qvc_mel_compute(mel, m, x, n)) snprintf(err, err_size, "audio too short");
     else rc = qvc_ecapa_forward(e, pool, xvec, m, *n_frames, err, err_size);
     free(m);
     qvc_mel_free(mel);
@@ -178,7 +231,7 @@ static int load_xvector(const char *path, const options *o, qvk_pool *pool, qvc_
     int nf, rc = -1;
     char e2[400];
     if (!*xvec) snprintf(err, err_size, "%s: out of memory", path);
-    else if (xvector_of_audio(*e, pool, &a, *xvec, &nf, e2, sizeof e2)) snprintf(err, err_size, "%s: %s", path, e2);
+    else if (xvector_of_samples(*e, pool, a.samples, a.n_samples, *xvec, &nf, e2, sizeof e2)) snprintf(err, err_size, "%s: %s", path, e2);
     else rc = 0;
     qvc_audio_free(&a);
     return rc;
@@ -309,26 +362,85 @@ static void list_sections(report *r, const char *path) {
     free(buf);
 }
 
+/* The hygiene summary lines of the steps that ran (a refusal stops the chain): trim always,
+ * level once the clean clip exists, the window once it was picked. */
+static void hygiene_lines(const report *r, char *buf, size_t size) {
+    const qvc_hygiene_report *h = &r->hyg;
+    qvc_hygiene_summary(h, buf, size);
+    if (!h->clean) {
+        char *nl = strchr(buf, '\n');
+        if (nl) nl[1] = 0;
+    } else if (!h->has_icl && !h->transcript.fallback && h->window.end > 0) {
+        /* refused transcript: show the window it was checked against */
+        size_t w = strlen(buf);
+        double t0 = (double)h->trim.start / QVC_SAMPLE_RATE_HZ;
+        snprintf(buf + w, size - w, "icl window: %.2f-%.2f s%s, %.2f s voiced (transcript refused)\n",
+                 t0 + (double)h->window.start / QVC_SAMPLE_RATE_HZ,
+                 t0 + (double)h->window.end / QVC_SAMPLE_RATE_HZ,
+                 h->window.whole ? " (whole clip)" : "", h->window.voiced_seconds);
+    }
+}
+
+static void print_hygiene_human(FILE *f, const report *r) {
+    char buf[4096];
+    hygiene_lines(r, buf, sizeof buf);
+    const char *lead = "  hygiene    ";
+    for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n")) {
+        fprintf(f, "%s%s\n", lead, line);
+        lead = "             ";
+    }
+}
+
+static void add_hygiene_json(cJSON *j, const options *o, const report *r) {
+    if (o->no_hygiene || !r->hygiene_ran) {
+        cJSON_AddStringToObject(j, "hygiene", o->no_hygiene ? "off" : "not run");
+        return;
+    }
+    char *hs = qvc_hygiene_json(&r->hyg);
+    cJSON *h = hs ? cJSON_Parse(hs) : NULL;
+    free(hs);
+    if (h) cJSON_AddItemToObject(j, "hygiene", h);
+}
+
+static void add_warnings_json(cJSON *j, const report *r) {
+    cJSON *w = cJSON_AddArrayToObject(j, "warnings");
+    for (int i = 0; w && i < r->n_warnings; i++)
+        cJSON_AddItemToArray(w, cJSON_CreateString(r->warnings[i]));
+}
+
+static void print_json(cJSON *j) {
+    char *s = cJSON_Print(j);
+    if (s) puts(s);
+    free(s);
+    cJSON_Delete(j);
+}
+
 static void print_summary(const options *o, const report *r, const qvf_voice *v, int dim) {
     const qvc_audio *a = &r->audio;
     if (o->json) {
         cJSON *j = cJSON_CreateObject();
+        cJSON_AddBoolToObject(j, "ok", 1);
         cJSON_AddStringToObject(j, "output", o->out);
         cJSON_AddStringToObject(j, "audio", o->audio);
+        cJSON_AddStringToObject(j, "model", o->model_dir);
         cJSON_AddStringToObject(j, "format", a->src_format);
         cJSON_AddNumberToObject(j, "source_sample_rate_hz", a->src_rate_hz);
         cJSON_AddNumberToObject(j, "source_channels", a->src_channels);
         cJSON_AddNumberToObject(j, "source_seconds", a->src_seconds);
         cJSON_AddNumberToObject(j, "seconds_used", a->used_seconds);
+        cJSON_AddNumberToObject(j, "max_seconds", o->max_seconds);
         cJSON_AddBoolToObject(j, "truncated", a->truncated);
         cJSON_AddBoolToObject(j, "resampled", a->resampled);
         cJSON_AddNumberToObject(j, "clipped_fraction", a->clipped_fraction);
         cJSON_AddNumberToObject(j, "rms_dbfs", a->rms_dbfs);
+        add_hygiene_json(j, o, r);
+        cJSON_AddNumberToObject(j, "xvector_seconds", r->xvec_seconds);
         cJSON_AddNumberToObject(j, "mel_frames", r->n_mel_frames);
         cJSON_AddNumberToObject(j, "xvector_dim", dim);
         cJSON_AddNumberToObject(j, "xvector_norm", r->xvec_norm);
+        cJSON_AddNumberToObject(j, "icl_seconds", r->icl_seconds);
         cJSON_AddNumberToObject(j, "icl_frames", r->n_icl_frames);
-        if (r->transcript) cJSON_AddStringToObject(j, "transcript", r->transcript);
+        if (r->n_icl_frames && r->transcript) cJSON_AddStringToObject(j, "transcript", r->transcript);
         cJSON *meta = cJSON_AddObjectToObject(j, "meta");
         for (int i = 0; i < v->n_meta; i++) cJSON_AddStringToObject(meta, v->meta[i].key, v->meta[i].value);
         cJSON *sec = cJSON_AddObjectToObject(j, "sections");
@@ -339,16 +451,16 @@ static void print_summary(const options *o, const report *r, const qvf_voice *v,
         }
         if (r->n_tensors) cJSON_AddNumberToObject(j, "wdelta_tensors", r->n_tensors);
         cJSON_AddNumberToObject(j, "file_bytes", (double)r->file_bytes);
+        add_warnings_json(j, r);
+        cJSON_AddNumberToObject(j, "threads", o->threads);
         cJSON *t = cJSON_AddObjectToObject(j, "timings_s");
         cJSON_AddNumberToObject(t, "load", r->t_load_s);
         cJSON_AddNumberToObject(t, "audio", r->t_audio_s);
+        cJSON_AddNumberToObject(t, "hygiene", r->t_hygiene_s);
         cJSON_AddNumberToObject(t, "mel_ecapa", r->t_xvec_s);
         cJSON_AddNumberToObject(t, "speech_encoder", r->t_codes_s);
         cJSON_AddNumberToObject(t, "write", r->t_write_s);
-        char *s = cJSON_Print(j);
-        if (s) puts(s);
-        free(s);
-        cJSON_Delete(j);
+        print_json(j);
         return;
     }
     printf("clone: %s -> %s\n", o->audio, o->out);
@@ -359,12 +471,17 @@ static void print_summary(const options *o, const report *r, const qvf_voice *v,
            a->truncated ? " (first part only, --max-seconds)" : "",
            a->resampled ? ", resampled to 24 kHz (libsamplerate best sinc)" : ", 24 kHz as is",
            a->rms_dbfs);
-    printf("  x-vector   %d dims, norm %.3f (%d mel frames)\n", dim, r->xvec_norm, r->n_mel_frames);
+    if (o->no_hygiene) printf("  hygiene    off (--no-hygiene: the clip as given)\n");
+    else print_hygiene_human(stdout, r);
+    printf("  x-vector   %d dims, norm %.3f (%.2f s, %d mel frames)\n", dim, r->xvec_norm,
+           r->xvec_seconds, r->n_mel_frames);
     if (r->n_icl_frames)
-        printf("  ICL        %d frames (12.5 Hz) + transcript (%zu bytes)\n", r->n_icl_frames,
-               strlen(r->transcript));
+        printf("  ICL        %d frames (12.5 Hz, %.2f s) + transcript (%zu bytes)\n", r->n_icl_frames,
+               r->icl_seconds, strlen(r->transcript));
     else
-        printf("  ICL        none (x-vector only)\n");
+        printf("  ICL        none (x-vector only%s)\n",
+               r->hyg.transcript.fallback ? ": transcript implausible, --allow-xvector-fallback" : "");
+    if (o->consent) printf("  consent    \"%s\" (%s)\n", o->consent, qvf_meta_get(v, "consent_by"));
     printf("  sections  ");
     for (int i = 0; i < r->n_sections; i++) {
         if (r->sections[i].count > 1)
@@ -376,13 +493,40 @@ static void print_summary(const options *o, const report *r, const qvf_voice *v,
     if (!r->n_sections) printf(" (not listed: file over 256 MB)");
     printf("\n  file       %lld bytes%s\n", r->file_bytes,
            r->n_tensors ? " (with the WDELTA weight stream)" : "");
-    printf("  timings    load %.2f s, audio %.2f s, mel+ECAPA %.2f s, speech encoder %.2f s, write "
-           "%.2f s\n",
-           r->t_load_s, r->t_audio_s, r->t_xvec_s, r->t_codes_s, r->t_write_s);
+    printf("  timings    load %.2f s, audio %.2f s, hygiene %.2f s, mel+ECAPA %.2f s, speech "
+           "encoder %.2f s, write %.2f s\n",
+           r->t_load_s, r->t_audio_s, r->t_hygiene_s, r->t_xvec_s, r->t_codes_s, r->t_write_s);
+}
+
+/* On failure: the hygiene steps that ran (stderr, or in the JSON object), then the error. */
+static void print_failure(const options *o, const report *r, const char *err) {
+    if (o->json) {
+        cJSON *j = cJSON_CreateObject();
+        cJSON_AddBoolToObject(j, "ok", 0);
+        cJSON_AddStringToObject(j, "error", err);
+        if (o->audio) cJSON_AddStringToObject(j, "audio", o->audio);
+        if (o->out) cJSON_AddStringToObject(j, "output", o->out);
+        if (r->hygiene_ran) add_hygiene_json(j, o, r);
+        add_warnings_json(j, r);
+        print_json(j);
+    } else if (r->hygiene_ran) {
+        print_hygiene_human(stderr, r);
+    }
+    fprintf(stderr, "clone: %s\n", err);
+}
+
+static void user_name(char *buf, size_t size) {
+    const char *u = getenv("USER");
+    if (!u || !*u) {
+        struct passwd *pw = getpwuid(geteuid());
+        u = pw ? pw->pw_name : NULL;
+    }
+    if (u && *u) snprintf(buf, size, "%s", u);
+    else snprintf(buf, size, "uid %d", (int)geteuid());
 }
 
 static int set_meta(qvf_voice *v, const options *o, const report *r) {
-    char buf[128];
+    char buf[256];
     int rc = 0;
     const char *name = o->name;
     char base[256];
@@ -401,9 +545,10 @@ static int set_meta(qvf_voice *v, const options *o, const report *r) {
     }
     time_t now = time(NULL);
     struct tm tm;
+    char when[64];
     gmtime_r(&now, &tm);
-    strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    rc |= qvf_meta_set(v, "created_utc", buf);
+    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    rc |= qvf_meta_set(v, "created_utc", when);
     snprintf(buf, sizeof buf, "qvoice clone %s", qv_version());
     rc |= qvf_meta_set(v, "tool", buf);
     char hex[65];
@@ -416,7 +561,52 @@ static int set_meta(qvf_voice *v, const options *o, const report *r) {
     rc |= qvf_meta_set(v, "source_channels", buf);
     snprintf(buf, sizeof buf, "%g", o->max_seconds);
     rc |= qvf_meta_set(v, "max_ref_duration_s", buf);
+    if (o->no_hygiene) {
+        rc |= qvf_meta_set(v, "hygiene", "off");
+    } else {
+        char *hs = qvc_hygiene_json(&r->hyg);
+        rc |= hs ? qvf_meta_set(v, "hygiene", hs) : QVF_E_NOMEM;
+        free(hs);
+    }
+    if (o->consent) {
+        char who[128];
+        user_name(who, sizeof who);
+        rc |= qvf_meta_set(v, "consent", o->consent);
+        rc |= qvf_meta_set(v, "consent_by", who);
+        rc |= qvf_meta_set(v, "consent_utc", when);
+    }
     return rc;
+}
+
+/* The output's directory must exist and be writable, and the output not be a directory:
+ * checked before the models load so a typo costs nothing. */
+static int check_output(const char *out, char *err, size_t err_size) {
+    struct stat sb;
+    if (!stat(out, &sb) && S_ISDIR(sb.st_mode)) {
+        snprintf(err, err_size, "%s: is a directory (expected a voice file path)", out);
+        return -1;
+    }
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", out);
+    char *slash = strrchr(dir, '/');
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == dir) dir[1] = 0;
+    else *slash = 0;
+    if (stat(dir, &sb) || !S_ISDIR(sb.st_mode)) {
+        snprintf(err, err_size, "%.400s: directory %.400s does not exist", out, dir);
+        return -1;
+    }
+    if (access(dir, W_OK | X_OK)) {
+        snprintf(err, err_size, "%.400s: cannot write in %.400s (%s)", out, dir, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* "reference: X" from the hygiene library becomes "AUDIO: X". */
+static void audio_error(char *err, size_t err_size, const char *audio, const char *msg) {
+    if (!strncmp(msg, "reference: ", 11)) msg += 11;
+    snprintf(err, err_size, "%s: %s", audio, msg);
 }
 
 static int run_clone(const options *o, qvk_pool *pool) {
@@ -426,6 +616,7 @@ static int run_clone(const options *o, qvk_pool *pool) {
     int rc = 1;
     qvc_ecapa *ecapa = NULL;
     qvc_speech_encoder *se = NULL;
+    qvc_mel *mel = NULL;
     qve_st *base_st = NULL, *cv_st = NULL;
     qvf_voice *v = NULL;
     float *xvec = NULL;
@@ -435,6 +626,7 @@ static int run_clone(const options *o, qvk_pool *pool) {
     uint8_t fp[32];
     int want_icl = !o->xvector_only && (o->ref_text || o->ref_text_file);
 
+    if (check_output(o->out, err, sizeof err)) goto fail;
     if (o->ref_text_file) {
         if (!(r.transcript = read_text_file(o->ref_text_file, err, sizeof err))) goto fail;
         if (!*r.transcript) {
@@ -490,46 +682,94 @@ static int run_clone(const options *o, qvk_pool *pool) {
     double t2 = now_s();
     r.t_audio_s = t2 - t1;
     if (r.audio.truncated)
-        fprintf(stderr, "clone: %s: warning: %.2f s long, using the first %.2f s (--max-seconds)\n",
-                o->audio, r.audio.src_seconds, r.audio.used_seconds);
+        warn(&r, o->audio, "%.2f s long, using the first %.2f s (--max-seconds)",
+             r.audio.src_seconds, r.audio.used_seconds);
     if (r.audio.short_warning)
-        fprintf(stderr, "clone: %s: warning: only %.2f s of audio; 10-30 s gives a steadier voice\n",
-                o->audio, r.audio.used_seconds);
+        warn(&r, o->audio, "only %.2f s of audio; 10-30 s gives a steadier voice", r.audio.used_seconds);
     if (r.audio.clip_warning)
-        fprintf(stderr, "clone: %s: warning: clipping (%.3f%% of samples at full scale)\n", o->audio,
-                100.0 * r.audio.clipped_fraction);
+        warn(&r, o->audio, "clipping (%.4f%% of samples at full scale)", 100.0 * r.audio.clipped_fraction);
+
+    /* what the x-vector and the ICL codes are computed from */
+    const float *xv_in = r.audio.samples, *icl_in = r.audio.samples;
+    int64_t n_xv = r.audio.n_samples, n_icl_in = r.audio.n_samples;
+    char e2[768];
+    if (!o->no_hygiene) {
+        if (!(mel = qvc_mel_create())) {
+            snprintf(err, sizeof err, "%s: out of memory", o->audio);
+            goto fail;
+        }
+        qvc_hygiene_params hp = qvc_hygiene_default_params();
+        if (o->speaker_threshold > -2) hp.spk_threshold = o->speaker_threshold;
+        qvc_ecapa_ctx ec = {ecapa, mel, pool};
+        r.hygiene_ran = 1;
+        int hrc = qvc_hygiene_run(&r.hyg, r.audio.samples, r.audio.n_samples,
+                                  want_icl ? r.transcript : NULL, o->allow_fallback,
+                                  qvc_ecapa_xvector, &ec, qvc_ecapa_dim(ecapa), &hp, e2, sizeof e2);
+        r.t_hygiene_s = now_s() - t2;
+        if (hrc) {
+            audio_error(err, sizeof err, o->audio, e2);
+            goto fail;
+        }
+        const qvc_hygiene_report *h = &r.hyg;
+        if (h->level.clip_warning && !r.audio.clip_warning)
+            warn(&r, o->audio, "clipping (%.4f%% of samples at full scale)",
+                 100.0 * h->level.clipped_fraction);
+        if (h->transcript.fallback) {
+            warn(&r, o->audio, "%s; ICL dropped, x-vector only (--allow-xvector-fallback)",
+                 h->transcript.reason);
+            want_icl = 0;
+        }
+        if (h->has_speaker && h->speaker.warning) {
+            char ranges[256] = "";
+            size_t w = 0;
+            double ts = (double)h->trim.start / QVC_SAMPLE_RATE_HZ;
+            for (int i = 0; i < h->speaker.n_ranges && w < sizeof ranges; i++)
+                w += (size_t)snprintf(ranges + w, sizeof ranges - w, "%s%.1f-%.1f s",
+                                      i ? ", " : "", ts + h->speaker.ranges[i].start_s,
+                                      ts + h->speaker.ranges[i].end_s);
+            warn(&r, o->audio,
+                 "another speaker? %s sound%s unlike the main voice (cosine < %.2f); cut %s out",
+                 ranges, h->speaker.n_ranges == 1 ? "s" : "", h->speaker.threshold,
+                 h->speaker.n_ranges == 1 ? "it" : "them");
+        }
+        xv_in = h->clean;
+        n_xv = h->n_clean;
+        icl_in = h->icl;
+        n_icl_in = h->n_icl;
+    }
+    double t3 = now_s();
 
     int dim = qvc_ecapa_dim(ecapa);
     xvec = malloc(sizeof(float) * (size_t)dim);
-    char e2[512];
     if (!xvec) {
         snprintf(err, sizeof err, "%s: out of memory", o->audio);
         goto fail;
     }
-    if (xvector_of_audio(ecapa, pool, &r.audio, xvec, &r.n_mel_frames, e2, sizeof e2)) {
-        snprintf(err, sizeof err, "%s: %s", o->audio, e2);
+    if (xvector_of_samples(ecapa, pool, xv_in, n_xv, xvec, &r.n_mel_frames, e2, sizeof e2)) {
+        audio_error(err, sizeof err, o->audio, e2);
         goto fail;
     }
+    r.xvec_seconds = (double)n_xv / QVC_SAMPLE_RATE_HZ;
     r.xvec_norm = qvc_l2norm(xvec, dim);
-    double t3 = now_s();
-    r.t_xvec_s = t3 - t2;
+    double t4 = now_s();
+    r.t_xvec_s = t4 - t3;
     if (want_icl) {
-        r.n_icl_frames = qvc_speech_encoder_n_frames(r.audio.n_samples);
+        r.n_icl_frames = qvc_speech_encoder_n_frames(n_icl_in);
+        r.icl_seconds = (double)n_icl_in / QVC_SAMPLE_RATE_HZ;
         codes = malloc(sizeof(int32_t) * QVC_CODE_GROUPS * (size_t)r.n_icl_frames);
         codes16 = malloc(sizeof(uint16_t) * QVC_CODE_GROUPS * (size_t)r.n_icl_frames);
         if (!codes || !codes16) {
             snprintf(err, sizeof err, "%s: out of memory", o->audio);
             goto fail;
         }
-        if (qvc_speech_encoder_encode(se, pool, codes, r.audio.samples, r.audio.n_samples, e2,
-                                      sizeof e2)) {
-            snprintf(err, sizeof err, "%s: %s", o->audio, e2);
+        if (qvc_speech_encoder_encode(se, pool, codes, icl_in, n_icl_in, e2, sizeof e2)) {
+            audio_error(err, sizeof err, o->audio, e2);
             goto fail;
         }
         for (size_t i = 0; i < (size_t)QVC_CODE_GROUPS * r.n_icl_frames; i++) codes16[i] = (uint16_t)codes[i];
     }
-    double t4 = now_s();
-    r.t_codes_s = t4 - t3;
+    double t5 = now_s();
+    r.t_codes_s = t5 - t4;
 
     if (!(v = qvf_voice_new())) {
         snprintf(err, sizeof err, "%s: out of memory", o->out);
@@ -540,7 +780,8 @@ static int run_clone(const options *o, qvk_pool *pool) {
     if (!qrc && want_icl) qrc = qvf_voice_set_icl(v, r.transcript, codes16, (uint32_t)r.n_icl_frames);
     if (!qrc) qrc = set_meta(v, o, &r);
     if (qrc) {
-        snprintf(err, sizeof err, "%s: %s", o->out, qvf_strerror(qrc));
+        snprintf(err, sizeof err, "%s: %s (META values must be UTF-8, at most 64 KiB)", o->out,
+                 qvf_strerror(qrc));
         goto fail;
     }
     if (o->target_cv) {
@@ -551,7 +792,7 @@ static int run_clone(const options *o, qvk_pool *pool) {
     } else if (qvf_write_file(v, o->out, QVF_FORMAT_VERSION, err, sizeof err)) {
         goto fail;
     }
-    r.t_write_s = now_s() - t4;
+    r.t_write_s = now_s() - t5;
     FILE *f = fopen(o->out, "rb");
     if (f) {
         fseek(f, 0, SEEK_END);
@@ -563,14 +804,16 @@ static int run_clone(const options *o, qvk_pool *pool) {
     rc = 0;
     goto done;
 fail:
-    fprintf(stderr, "clone: %s\n", err);
+    print_failure(o, &r, err);
 done:
     qvc_audio_free(&r.audio);
+    qvc_hygiene_report_free(&r.hyg);
     free(r.transcript);
     free(xvec);
     free(codes);
     free(codes16);
     qvf_voice_free(v);
+    qvc_mel_free(mel);
     qvc_ecapa_free(ecapa);
     qvc_speech_encoder_free(se);
     qve_st_close(base_st);
@@ -578,8 +821,17 @@ done:
     return rc;
 }
 
+static int parse_double(const char *s, double lo, double hi, double *out) {
+    char *end;
+    errno = 0;
+    double d = strtod(s, &end);
+    if (errno || end == s || *end || !(d >= lo && d <= hi)) return -1;
+    *out = d;
+    return 0;
+}
+
 int main(int argc, char **argv) {
-    options o = {.max_seconds = QVC_DEFAULT_MAX_SECONDS};
+    options o = {.max_seconds = QVC_DEFAULT_MAX_SECONDS, .speaker_threshold = -9};
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     o.threads = ncpu > 0 ? (int)ncpu : 1;
     static const struct option longs[] = {
@@ -589,11 +841,14 @@ int main(int argc, char **argv) {
         {"xvector-only", no_argument, 0, 'x'},        {"target-cv", required_argument, 0, 'c'},
         {"max-seconds", required_argument, 0, 's'},   {"json", no_argument, 0, 'j'},
         {"threads", required_argument, 0, 'p'},       {"compare", no_argument, 0, 'C'},
+        {"no-hygiene", no_argument, 0, 'H'},
+        {"allow-xvector-fallback", no_argument, 0, 'F'},
+        {"speaker-threshold", required_argument, 0, 'S'},
+        {"consent", required_argument, 0, 'A'},
         {"help", no_argument, 0, 'h'},                {"version", no_argument, 0, 'V'},
         {0, 0, 0, 0}};
     int ch;
-    char *end;
-    while ((ch = getopt_long(argc, argv, "m:o:t:T:n:l:xc:s:jp:ChV", longs, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "m:o:t:T:n:l:xc:s:jp:CHFS:A:hV", longs, NULL)) != -1) {
         switch (ch) {
         case 'm': o.model_dir = optarg; break;
         case 'o': o.out = optarg; break;
@@ -604,20 +859,24 @@ int main(int argc, char **argv) {
         case 'x': o.xvector_only = 1; break;
         case 'c': o.target_cv = optarg; break;
         case 's':
-            errno = 0;
-            o.max_seconds = strtod(optarg, &end);
-            if (errno || *end || !(o.max_seconds >= QVC_MIN_SECONDS) || o.max_seconds > 3600)
+            if (parse_double(optarg, QVC_MIN_SECONDS, 3600, &o.max_seconds))
                 return usage_error("--max-seconds: expected a number of seconds in [3, 3600]");
             break;
         case 'j': o.json = 1; break;
         case 'p': {
-            errno = 0;
-            long n = strtol(optarg, &end, 10);
-            if (errno || *end || n < 1 || n > 256) return usage_error("--threads: expected 1..256");
+            double n;
+            if (parse_double(optarg, 1, 256, &n) || n != (int)n) return usage_error("--threads: expected 1..256");
             o.threads = (int)n;
             break;
         }
         case 'C': o.compare = 1; break;
+        case 'H': o.no_hygiene = 1; break;
+        case 'F': o.allow_fallback = 1; break;
+        case 'S':
+            if (parse_double(optarg, -1, 1, &o.speaker_threshold))
+                return usage_error("--speaker-threshold: expected a cosine in [-1, 1]");
+            break;
+        case 'A': o.consent = optarg; break;
         case 'h': usage(stdout); return 0;
         case 'V': printf("clone (qvoice) %s\n", qv_version()); return 0;
         default: return usage_error("unknown option");
@@ -632,6 +891,9 @@ int main(int argc, char **argv) {
         if (o.ref_text && o.ref_text_file)
             return usage_error("--ref-text and --ref-text-file exclude each other");
         if (o.ref_text && !*o.ref_text) return usage_error("--ref-text: empty transcript");
+        if (o.consent && !*o.consent) return usage_error("--consent: empty statement");
+        if (o.no_hygiene && (o.allow_fallback || o.speaker_threshold > -2))
+            return usage_error("--allow-xvector-fallback and --speaker-threshold need hygiene (no --no-hygiene)");
     }
     /* the pool shares the work; each piece runs a single-threaded sgemm */
     qvk_blas_set_threads(1);

@@ -303,9 +303,19 @@ static qvc_conv causal(int c_in, int c_out, int k, int stride, int dilation, enu
     return cv;
 }
 
+/* The first SEG_STAGES stages run in time segments of SEG_ROWS output rows: their full-length
+ * activations (184 + 92 MB for a 30 s clip at 24 kHz × 64 channels) would be written once and
+ * read a few times, and first-touch page clearing of that much fresh memory was ~25 % of the
+ * encoder. Per segment, each layer computes exactly the rows the next one reads (a few rows of
+ * causal context are recomputed at segment edges); rows do not depend on how they are grouped,
+ * so the codes are the same bits as unsegmented. */
+#define SEG_STAGES 2
+#define SEG_ROWS 512
+
 typedef struct {       /* per-call buffers */
     int n_threads;
-    float *p, *q;      /* SEANet ping-pong [T, C] */
+    float *p, *q;      /* SEANet ping-pong [T, C] for the unsegmented stages */
+    float *seg_in[SEG_STAGES], *seg_hid[SEG_STAGES]; /* one segment's stage input / res hidden */
     float *scratch;    /* conv scratch, one slice per thread */
     float *x, *hbuf, *qb, *kb, *vb, *ff; /* transformer [T, ·] */
     float *att;        /* [n_threads, T, T] attention probabilities, one matrix per thread */
@@ -317,6 +327,35 @@ static void enc_state_free(enc_state *s) {
     float *bufs[] = {s->p, s->q, s->scratch, s->x, s->hbuf, s->qb, s->kb, s->vb, s->att,
                      s->ff, s->rope_c, s->rope_s, s->xs, s->dist};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) qvk_free(bufs[i]);
+    for (int i = 0; i < SEG_STAGES; i++) {
+        qvk_free(s->seg_in[i]);
+        qvk_free(s->seg_hid[i]);
+    }
+}
+
+/* Input rows [lo, hi) of each segmented stage needed for output rows [a, b) of the last one's
+ * downsampling conv (causal: left context only, clamped to the stage's length t[st]). */
+static void seg_ranges(const enc_config *c, const int64_t *t, int64_t a, int64_t b,
+                       int64_t lo[SEG_STAGES], int64_t hi[SEG_STAGES]) {
+    int64_t o0 = a, o1 = b;
+    for (int st = SEG_STAGES - 1; st >= 0; st--) {
+        int r = c->ratios[st], k = 2 * r, pad = 0;
+        for (int j = 0, dil = 1; j < c->n_residual_layers; j++, dil *= c->dilation_growth_rate)
+            pad += dil * (c->residual_kernel_size - 1);
+        int64_t r0 = o0 * r - (k - r), r1 = (o1 - 1) * r - (k - r) + k;
+        if (r0 < 0) r0 = 0;
+        if (r1 > t[st]) r1 = t[st];
+        lo[st] = r0 - pad < 0 ? 0 : r0 - pad;
+        hi[st] = r1;
+        o0 = lo[st];
+        o1 = hi[st];
+    }
+}
+
+/* Stage input lengths t[0..N_STAGES] (t[0] = samples). */
+static void stage_lengths(const enc_config *c, int64_t n, int64_t *t) {
+    t[0] = n;
+    for (int st = 0; st < N_STAGES; st++) t[st + 1] = (t[st] + c->ratios[st] - 1) / c->ratios[st];
 }
 
 /* Sizes every buffer by walking the SEANet geometry once. */
@@ -324,30 +363,51 @@ static int enc_state_init(enc_state *s, const enc_config *c, int64_t n, int n_th
     memset(s, 0, sizeof *s);
     s->n_threads = n_threads;
     size_t need_p = 0, need_q = 0, scratch = 0;
+    int64_t tl[N_STAGES + 1];
+    stage_lengths(c, n, tl);
     int64_t t = n;
     int ch = c->n_filters;
-    int cur_p = 1;   /* which ping-pong buffer holds the stage input */
 #define NEED(is_p, v) do { size_t v_ = (v); if (is_p) { if (v_ > need_p) need_p = v_; } \
                            else if (v_ > need_q) need_q = v_; } while (0)
 #define SCRATCH(cv) do { if (qvc_conv_scratch(&(cv)) > scratch) scratch = qvc_conv_scratch(&(cv)); } while (0)
     qvc_conv cv = causal(1, ch, c->kernel_size, 1, 1, QVC_ACT_NONE, t);
     SCRATCH(cv);
-    NEED(1, (size_t)ch * t);
+    int64_t max_rows[SEG_STAGES] = {0};
+    for (int64_t a = 0; a < tl[SEG_STAGES]; a += SEG_ROWS) {
+        int64_t lo[SEG_STAGES], hi[SEG_STAGES];
+        seg_ranges(c, tl, a, a + SEG_ROWS < tl[SEG_STAGES] ? a + SEG_ROWS : tl[SEG_STAGES], lo, hi);
+        for (int st = 0; st < SEG_STAGES; st++)
+            if (hi[st] - lo[st] > max_rows[st]) max_rows[st] = hi[st] - lo[st];
+    }
+    int cur_p = 1;   /* which ping-pong buffer holds the stage input (stage SEG_STAGES: p) */
     for (int st = 0; st < N_STAGES; st++) {
         int hid = ch / c->compress, dil = 1;
         for (int j = 0; j < c->n_residual_layers; j++, dil *= c->dilation_growth_rate) {
             cv = causal(ch, hid, c->residual_kernel_size, 1, dil, QVC_ACT_ELU, t);
             SCRATCH(cv);
         }
-        NEED(!cur_p, (size_t)hid * t);
+        if (st < SEG_STAGES) {
+            s->seg_in[st] = qvc_alloc_large((size_t)max_rows[st] * ch * sizeof(float));
+            s->seg_hid[st] = qvc_alloc_large((size_t)max_rows[st] * hid * sizeof(float));
+            if (!s->seg_in[st] || !s->seg_hid[st]) {
+                enc_state_free(s);
+                return -1;
+            }
+        } else {
+            NEED(!cur_p, (size_t)hid * t);
+        }
         cv = causal(hid, ch, 1, 1, 1, QVC_ACT_ELU, t);
         SCRATCH(cv);
         cv = causal(ch, 2 * ch, 2 * c->ratios[st], c->ratios[st], 1, QVC_ACT_ELU, t);
         SCRATCH(cv);
         t = qvc_conv_out_len(&cv, t);
         ch *= 2;
-        NEED(!cur_p, (size_t)ch * t);
-        cur_p = !cur_p;
+        if (st + 1 == SEG_STAGES) {
+            NEED(1, (size_t)ch * t);
+        } else if (st >= SEG_STAGES) {
+            NEED(!cur_p, (size_t)ch * t);
+            cur_p = !cur_p;
+        }
     }
     cv = causal(ch, c->hidden_size, c->last_kernel_size, 1, 1, QVC_ACT_ELU, t); /* → s->x */
     SCRATCH(cv);
@@ -555,6 +615,63 @@ static void rvq_run(int ith, int nth, void *arg) {
     }
 }
 
+/* Rows [u0, u1) of a zero-padded conv's output (geometry cv over t_in input rows) into y
+ * [u1 − u0, c_out], reading x, which holds input rows [x0, ...) [·, c_in]: the rows outside
+ * [0, t_in) become the conv's own zero padding, so each row is computed as in the whole-length
+ * conv. */
+static void conv_rows(qvk_pool *pool, const qvc_conv *cv, int64_t t_in, float *y, const float *x,
+                      int64_t x0, int64_t u0, int64_t u1, const float *w, const float *b,
+                      float *scratch) {
+    int64_t k_eff = (int64_t)(cv->k - 1) * cv->dilation + 1;
+    int64_t lo = u0 * cv->stride - cv->pad_left, hi = (u1 - 1) * cv->stride - cv->pad_left + k_eff;
+    int64_t s_lo = lo < 0 ? 0 : lo, s_hi = hi < t_in ? hi : t_in;
+    qvc_conv l = *cv;
+    l.pad_left = (int)(s_lo - lo);
+    l.pad_right = (int)(hi - s_hi);
+    qvc_conv1d_tm(pool, &l, y, cv->c_out, x + (size_t)(s_lo - x0) * cv->c_in, cv->c_in, s_hi - s_lo,
+                  w, b, scratch);
+}
+
+/* conv0 and stages 0 .. SEG_STAGES − 1, segment by segment, into out [t[SEG_STAGES], C]. */
+static void seanet_segmented(const qvc_speech_encoder *se, qvk_pool *pool, enc_state *s,
+                             const float *x, const int64_t *t, float *out) {
+    const enc_config *c = &se->cfg;
+    const enc_weights *w = &se->w;
+    int64_t t_out = t[SEG_STAGES];
+    int c_last = c->n_filters << SEG_STAGES;
+    for (int64_t a = 0; a < t_out; a += SEG_ROWS) {
+        int64_t b = a + SEG_ROWS < t_out ? a + SEG_ROWS : t_out;
+        int64_t lo[SEG_STAGES], hi[SEG_STAGES];
+        seg_ranges(c, t, a, b, lo, hi);
+        int ch = c->n_filters;
+        qvc_conv cv = causal(1, ch, c->kernel_size, 1, 1, QVC_ACT_NONE, t[0]);
+        conv_rows(pool, &cv, t[0], s->seg_in[0], x, 0, lo[0], hi[0], w->conv0.w, w->conv0.b, s->scratch);
+        for (int st = 0; st < SEG_STAGES; st++) {
+            int hid = ch / c->compress, dil = 1;
+            float *in = s->seg_in[st], *hb = s->seg_hid[st];
+            int64_t valid = lo[st]; /* rows [valid, hi) of in are this stage's current values */
+            for (int j = 0; j < c->n_residual_layers; j++, dil *= c->dilation_growth_rate) {
+                cv = causal(ch, hid, c->residual_kernel_size, 1, dil, QVC_ACT_ELU, t[st]);
+                int64_t r0 = valid == 0 ? 0 : valid + cv.pad_left;
+                conv_rows(pool, &cv, t[st], hb, in, lo[st], r0, hi[st], w->stage[st].res[j][0].w,
+                          w->stage[st].res[j][0].b, s->scratch);
+                cv = causal(hid, ch, 1, 1, 1, QVC_ACT_ELU, t[st]);
+                cv.residual = 1;
+                conv_rows(pool, &cv, t[st], in + (size_t)(r0 - lo[st]) * ch, hb, r0, r0, hi[st],
+                          w->stage[st].res[j][1].w, w->stage[st].res[j][1].b, s->scratch);
+                valid = r0;
+            }
+            cv = causal(ch, 2 * ch, 2 * c->ratios[st], c->ratios[st], 1, QVC_ACT_ELU, t[st]);
+            int last = st + 1 == SEG_STAGES;
+            int64_t o0 = last ? a : lo[st + 1], o1 = last ? b : hi[st + 1];
+            float *dst = last ? out + (size_t)a * c_last : s->seg_in[st + 1];
+            conv_rows(pool, &cv, t[st], dst, in, lo[st], o0, o1, w->stage[st].down.w,
+                      w->stage[st].down.b, s->scratch);
+            ch *= 2;
+        }
+    }
+}
+
 int qvc_speech_encoder_encode(const qvc_speech_encoder *se, qvk_pool *pool, int32_t *codes,
                               const float *x, int64_t n, char *err, size_t err_size) {
     const enc_config *c = &se->cfg;
@@ -568,13 +685,16 @@ int qvc_speech_encoder_encode(const qvc_speech_encoder *se, qvk_pool *pool, int3
         snprintf(err, err_size, "speech encoder: out of memory for %lld samples", (long long)n);
         return -1;
     }
-    /* SEANet, time-major [T, C]; cur/oth alternate between the two ping-pong buffers */
+    /* SEANet, time-major [T, C]: the first stages in segments into s.p, then cur/oth alternate
+     * between the two ping-pong buffers */
+    int64_t tl[N_STAGES + 1];
+    stage_lengths(c, n, tl);
+    seanet_segmented(se, pool, &s, x, tl, s.p);
     float *cur = s.p, *oth = s.q;
-    int64_t t = n;
-    int ch = c->n_filters;
-    qvc_conv cv = causal(1, ch, c->kernel_size, 1, 1, QVC_ACT_NONE, t);
-    qvc_conv1d_tm(pool, &cv, cur, ch, x, 1, t, w->conv0.w, w->conv0.b, s.scratch);
-    for (int st = 0; st < N_STAGES; st++) {
+    int64_t t = tl[SEG_STAGES];
+    int ch = c->n_filters << SEG_STAGES;
+    qvc_conv cv;
+    for (int st = SEG_STAGES; st < N_STAGES; st++) {
         int hid = ch / c->compress, dil = 1;
         for (int j = 0; j < c->n_residual_layers; j++, dil *= c->dilation_growth_rate) {
             cv = causal(ch, hid, c->residual_kernel_size, 1, dil, QVC_ACT_ELU, t);

@@ -1,8 +1,9 @@
 /* speak — text to speech with a Qwen3-TTS-12Hz checkpoint (CustomVoice, VoiceDesign or Base).
  *
- * The talker/code-predictor loop runs on this thread (plus the compute pool); audio goes through
- * the speech decoder either at the end (-o FILE) or while frames are generated (--stream, decoder
- * thread). Codes can be dumped (--dump-codes) and decoded later (--decode-codes).
+ * Long text is cut into chunks (engine/textchunk.h), each generated under the runaway guard
+ * (engine/guard.h) and decoded (while generating with --stream: decoder thread), then joined;
+ * a chunk is emitted/kept only once it completed, so a guard trip never yields audio. Files are
+ * written to a temporary name and renamed at the end: a failure leaves no partial output.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -16,10 +17,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clone.h"
+#include "guard.h"
 #include "kernels.h"
 #include "qvf.h"
 #include "qvoice.h"
 #include "speech_decoder.h"
+#include "textchunk.h"
+#include "voice_load.h"
 
 #define TOOL "speak"
 
@@ -28,7 +33,9 @@
 typedef struct {
     const char *model_dir, *text, *speaker, *language, *instruct, *out_path;
     const char *dump_codes, *decode_codes, *voice;
-    int no_icl;
+    const char *verify_model;
+    int no_icl, no_wdelta, no_guard, verify;
+    int max_chunk_chars;
     int force_instruct, stream, greedy, tokens, list_speakers, list_languages, quiet;
     int quant, ignore_eos;
     int max_frames;     /* 0 = model default */
@@ -59,7 +66,13 @@ enum {
     OPT_TOKENS,
     OPT_QUANT,
     OPT_IGNORE_EOS,
-    OPT_NO_ICL
+    OPT_NO_ICL,
+    OPT_NO_WDELTA,
+    OPT_MAX_CHUNK_CHARS,
+    OPT_NO_CHUNK,
+    OPT_NO_GUARD,
+    OPT_VERIFY,
+    OPT_VERIFY_MODEL
 };
 
 static void usage(FILE *f) {
@@ -72,21 +85,38 @@ static void usage(FILE *f) {
         "speech_tokenizer/)\n"
         "  -t, --text TEXT            text to speak (default: read stdin)\n"
         "  -s, --speaker NAME         preset speaker (CustomVoice; see --list-speakers)\n"
-        "  -v, --voice FILE           cloned voice (.qvoice or raw .bin x-vector) instead of "
+        "  -v, --voice FILE|NAME      cloned voice (.qvoice or raw .bin x-vector) instead of "
         "--speaker;\n"
-        "                             its reference codes + transcript are used as an ICL prompt "
-        "on\n"
-        "                             Base models (the official clone mode) unless --no-icl\n"
+        "                             NAME: voices/NAME.qvoice, then DIR/NAME.qvoice for each DIR "
+        "of\n"
+        "                             $QVOICE_PATH (colon-separated). Its reference codes + "
+        "transcript\n"
+        "                             are an ICL prompt on Base models unless --no-icl; its weight "
+        "delta\n"
+        "                             (clone --target-cv) turns the CustomVoice model it was made "
+        "for\n"
+        "                             into the Base model (refused for any other checkpoint)\n"
         "      --no-icl               use only the voice's x-vector\n"
+        "      --no-wdelta            ignore the voice's weight delta\n"
         "  -l, --language NAME        language (default auto; see --list-languages)\n"
         "  -i, --instruct TEXT        style instruction / voice description (1.7B, VoiceDesign)\n"
         "      --force-instruct       pass --instruct to a 0.6B CustomVoice model anyway\n"
         "  -o, --output FILE          audio file; format by extension: .wav .flac .ogg\n"
         "      --stream               decode while generating: raw s16le 24 kHz mono to stdout,\n"
-        "                             or a WAV written progressively with -o\n"
+        "                             or a WAV written progressively with -o (renamed at the end);\n"
+        "                             audio is emitted chunk by chunk as each one completes\n"
         "      --max-frames N         at most N frames of 80 ms (default: model's "
         "max_new_tokens-1)\n"
         "      --max-seconds S        at most S seconds of audio\n"
+        "                             (both per chunk; reaching them is not an error)\n"
+        "      --max-chunk-chars N    long text: chunks of at most N characters at sentence ends\n"
+        "                             (default %d); [pause:500ms] inserts silence\n"
+        "      --no-chunk             one chunk (only [pause:] tags split the text)\n"
+        "      --no-guard             disable the runaway guard (frame budget 25 + 8 per token,\n"
+        "                             code loops, long silence; on a trip the chunk is retried in\n"
+        "                             two halves, then speak fails without writing output)\n"
+        "      --verify               per chunk: speaker similarity of the audio to the voice\n"
+        "      --verify-model DIR     Base model whose speaker encoder --verify uses (default -m)\n"
         "      --temperature T        talker temperature (default: generation_config.json, %.2g)\n"
         "      --top-k K              talker top-k, 0 = off (default: generation_config.json, %d)\n"
         "      --top-p P              talker top-p, 1 = off (default: generation_config.json, "
@@ -110,7 +140,7 @@ static void usage(FILE *f) {
         "  -h, --help                 this help;  -V, --version  version\n\n"
         "Exit status: 0 ok, 1 failure (bad model, bad input, I/O), 2 usage error.\n"
         "Example: speak -m models/0.6B-CustomVoice -s ryan -l english -t \"Hello.\" -o hello.wav\n",
-        d.temperature, d.top_k, d.top_p, d.repetition_penalty, d.n_threads,
+        QVE_MAX_CHUNK_CHARS_DEFAULT, d.temperature, d.top_k, d.top_p, d.repetition_penalty, d.n_threads,
         (unsigned long long)d.seed);
 }
 
@@ -147,6 +177,13 @@ static int parse_args(int argc, char **argv, options *o) {
                                        {"language", required_argument, 0, 'l'},
                                        {"voice", required_argument, 0, 'v'},
                                        {"no-icl", no_argument, 0, OPT_NO_ICL},
+                                       {"no-wdelta", no_argument, 0, OPT_NO_WDELTA},
+                                       {"max-chunk-chars", required_argument, 0,
+                                        OPT_MAX_CHUNK_CHARS},
+                                       {"no-chunk", no_argument, 0, OPT_NO_CHUNK},
+                                       {"no-guard", no_argument, 0, OPT_NO_GUARD},
+                                       {"verify", no_argument, 0, OPT_VERIFY},
+                                       {"verify-model", required_argument, 0, OPT_VERIFY_MODEL},
                                        {"instruct", required_argument, 0, 'i'},
                                        {"force-instruct", no_argument, 0, OPT_FORCE_INSTRUCT},
                                        {"output", required_argument, 0, 'o'},
@@ -173,6 +210,7 @@ static int parse_args(int argc, char **argv, options *o) {
                                        {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->n_threads = qv_default_params().n_threads;
+    o->max_chunk_chars = QVE_MAX_CHUNK_CHARS_DEFAULT;
     int c;
     long l;
     double d;
@@ -192,6 +230,26 @@ static int parse_args(int argc, char **argv, options *o) {
             break;
         case OPT_NO_ICL:
             o->no_icl = 1;
+            break;
+        case OPT_NO_WDELTA:
+            o->no_wdelta = 1;
+            break;
+        case OPT_NO_CHUNK:
+            o->max_chunk_chars = 0;
+            break;
+        case OPT_NO_GUARD:
+            o->no_guard = 1;
+            break;
+        case OPT_VERIFY:
+            o->verify = 1;
+            break;
+        case OPT_VERIFY_MODEL:
+            o->verify_model = optarg;
+            break;
+        case OPT_MAX_CHUNK_CHARS:
+            if (parse_long(optarg, 1, 1000000, &l))
+                return usage_error("--max-chunk-chars: expected 1..1000000, found '%s'", optarg);
+            o->max_chunk_chars = (int)l;
             break;
         case 'l':
             o->language = optarg;
@@ -375,14 +433,33 @@ static int on_audio(void *user, const float *pcm, int n) {
     return 0;
 }
 
+/* Temporary name next to path (same file system: the final rename is atomic). */
+static void temp_name(char *buf, size_t n, const char *path) {
+    const char *slash = strrchr(path, '/');
+    int dl = slash ? (int)(slash - path + 1) : 0;
+    snprintf(buf, n, "%.*s.%s.part-%d", dl, path, path + dl, (int)getpid());
+}
+
+static int commit_file(const char *tmp, const char *path) {
+    if (!rename(tmp, path)) return 0;
+    fprintf(stderr, TOOL ": %s: %s\n", path, strerror(errno));
+    unlink(tmp);
+    return -1;
+}
+
 static int write_audio(const char *path, const float *wav, long n) {
-    int fmt = format_for(path);
-    SNDFILE *f = open_audio(path, fmt);
+    char tmp[4200];
+    temp_name(tmp, sizeof tmp, path);
+    SNDFILE *f = open_audio(tmp, format_for(path));
     if (!f) return -1;
     int ok = sf_writef_float(f, wav, n) == n;
     if (!ok) fprintf(stderr, TOOL ": %s: %s\n", path, sf_strerror(f));
     if (sf_close(f)) ok = 0;
-    return ok ? 0 : -1;
+    if (!ok) {
+        unlink(tmp);
+        return -1;
+    }
+    return commit_file(tmp, path);
 }
 
 /* ==== codes files ============================================================================ */
@@ -465,31 +542,243 @@ static int decode_only(const options *o, const qve_decoder *dec) {
     return rc;
 }
 
+/* ==== voices ================================================================================ */
+
+/* Resolves --voice with qvf_voice_find; on failure the message lists every place looked at. */
+static int find_voice(const char *name, char *path, size_t n) {
+    char err[512];
+    if (!qvf_voice_find(name, path, n, err, sizeof err)) return 0;
+    size_t len = strlen(name);
+    if (strchr(name, '/') || (len > 7 && !strcmp(name + len - 7, ".qvoice")) ||
+        (len > 4 && !strcmp(name + len - 4, ".bin"))) {
+        fprintf(stderr, TOOL ": %s: no such voice file\n", name);
+        return -1;
+    }
+    fprintf(stderr, TOOL ": voice '%s' not found; looked for voices/%s.qvoice", name, name);
+    const char *qp = getenv("QVOICE_PATH");
+    if (!qp || !*qp) fprintf(stderr, " ($QVOICE_PATH is not set)");
+    while (qp && *qp) {
+        const char *end = strchr(qp, ':');
+        int l = end ? (int)(end - qp) : (int)strlen(qp);
+        if (l) fprintf(stderr, ", %.*s/%s.qvoice", l, qp, name);
+        qp = end ? end + 1 : NULL;
+    }
+    fputc('\n', stderr);
+    return -1;
+}
+
+/* ==== per-chunk synthesis ==================================================================== */
+
+typedef struct {
+    const options *o;
+    qv_session *s;
+    const qv_request *r; /* the voice / speaker prompt; text replaced per chunk */
+    const qve_decoder *dec;
+    int want_audio, progress;
+    FILE *dump;
+    /* --stream: the driver's joined audio, emitted up to its last crossfade window */
+    qve_audio_buf *all;
+    int64_t n_emitted, hold;
+    sink *k;
+    /* --verify */
+    const qvc_ecapa *ecapa;
+    qvc_mel *mel;
+    qvk_pool *vpool;
+    const float *ref_xvec;
+    float *xvec;
+    double cos[1024];
+    int n_cos;
+    /* per chunk */
+    int32_t *codes;
+    size_t cap_frames;
+    int n_frames_total, n_pieces;
+} synth_ctx;
+
+static int emit(synth_ctx *c, int64_t upto) {
+    if (upto <= c->n_emitted) return 0;
+    if (on_audio(c->k, c->all->x + c->n_emitted, (int)(upto - c->n_emitted))) return -1;
+    c->n_emitted = upto;
+    return 0;
+}
+
+static int to_chunk_buf(void *user, const float *pcm, int n) {
+    return qve_audio_append(user, pcm, n, 0) ? 1 : 0;
+}
+
+static double cosine(const float *a, const float *b, int n) {
+    double ab = 0, aa = 0, bb = 0;
+    for (int i = 0; i < n; i++)
+        ab += (double)a[i] * b[i], aa += (double)a[i] * a[i], bb += (double)b[i] * b[i];
+    return aa > 0 && bb > 0 ? ab / sqrt(aa * bb) : 0;
+}
+
+/* Speaker similarity of one chunk's audio to the voice (--verify); NAN when too short. */
+static double verify_chunk(synth_ctx *c, const float *x, int64_t n, char *err, size_t es) {
+    int nf = qvc_mel_n_frames(n);
+    if (nf < 5) return NAN;
+    float *mel = malloc((size_t)nf * QVC_MEL_BINS * sizeof(float));
+    double r = NAN;
+    if (!mel)
+        snprintf(err, es, "out of memory");
+    else if (!qvc_mel_compute(c->mel, mel, x, n) &&
+             !qvc_ecapa_forward(c->ecapa, c->vpool, c->xvec, mel, nf, err, es))
+        r = cosine(c->xvec, c->ref_xvec, qvc_ecapa_dim(c->ecapa));
+    free(mel);
+    return r;
+}
+
+/* qve_chunk_synth_fn: generate one chunk under the guard, decode it into out. */
+static int synth_chunk(void *user, const char *text, qve_audio_buf *out, char *err, size_t es) {
+    synth_ctx *c = user;
+    if (c->k && emit(c, c->all->n - c->hold)) return snprintf(err, es, "audio write failed"), -1;
+    int32_t *ids;
+    int n_ids;
+    if (qv_session_tokenize(c->s, text, &ids, &n_ids))
+        return snprintf(err, es, "%s", qv_session_error(c->s)), -1;
+    free(ids);
+    qve_guard g;
+    qve_guard_init(&g, n_ids, NULL);
+    qv_request r = *c->r;
+    r.text = text;
+    qve_dec_stream *ds = NULL;
+    int rc = -1, nf = 0;
+    if (c->want_audio && c->o->stream &&
+        !(ds = qve_dec_stream_start(c->dec, 1, to_chunk_buf, out, err, es)))
+        return -1;
+    if (qv_session_start(c->s, &r)) {
+        snprintf(err, es, "%s", qv_session_error(c->s));
+        goto done;
+    }
+    for (;;) {
+        int32_t fr[QV_N_CODEBOOKS];
+        int done;
+        if (qv_session_next_frame(c->s, fr, &done)) {
+            snprintf(err, es, "%s", qv_session_error(c->s));
+            goto done;
+        }
+        if (done) break;
+        if (!c->o->no_guard && qve_guard_frame(&g, fr, NAN)) {
+            snprintf(err, es, "%s", qve_guard_message(&g));
+            rc = 1;
+            goto done;
+        }
+        if ((size_t)nf == c->cap_frames) {
+            size_t cap = c->cap_frames ? 2 * c->cap_frames : 256;
+            int32_t *grown = realloc(c->codes, cap * QV_N_CODEBOOKS * sizeof(int32_t));
+            if (!grown) {
+                snprintf(err, es, "out of memory");
+                goto done;
+            }
+            c->codes = grown, c->cap_frames = cap;
+        }
+        memcpy(c->codes + (size_t)nf * QV_N_CODEBOOKS, fr, sizeof fr);
+        if (ds) {
+            int frame[QV_N_CODEBOOKS];
+            for (int i = 0; i < QV_N_CODEBOOKS; i++)
+                frame[i] = fr[i];
+            if (qve_dec_stream_push(ds, frame)) break; /* the error comes from finish */
+        }
+        nf++;
+        if (c->progress)
+            fprintf(stderr, "\r" TOOL ": chunk %d, frame %d (%.2f s)   ", c->n_pieces + 1, nf,
+                    nf / QV_FRAME_RATE_HZ);
+    }
+    if (ds) {
+        qve_dec_stream *d = ds;
+        ds = NULL;
+        if (qve_dec_stream_finish(d, err, es)) goto done;
+    } else if (c->want_audio && nf > 0) {
+        const int64_t n = (int64_t)nf * qve_decoder_samples_per_frame(c->dec);
+        int *codes = malloc((size_t)nf * QV_N_CODEBOOKS * sizeof(int));
+        float *wav = malloc((size_t)n * sizeof(float));
+        int bad = !codes || !wav;
+        if (bad) snprintf(err, es, "out of memory");
+        for (size_t i = 0; !bad && i < (size_t)nf * QV_N_CODEBOOKS; i++)
+            codes[i] = c->codes[i];
+        qvk_blas_set_threads(c->o->n_threads); /* the talker is idle: the decoder gets every core */
+        if (!bad) bad = qve_decoder_decode(c->dec, codes, nf, wav, err, es) != 0;
+        qvk_blas_set_threads(1);
+        if (!bad && qve_audio_append(out, wav, n, 0)) bad = 1, snprintf(err, es, "out of memory");
+        free(codes);
+        free(wav);
+        if (bad) goto done;
+    }
+    if (c->want_audio && !c->o->no_guard &&
+        qve_guard_audio(&g, out->x, nf, qve_decoder_samples_per_frame(c->dec))) {
+        snprintf(err, es, "%s", qve_guard_message(&g));
+        rc = 1;
+        goto done;
+    }
+    if (c->ecapa && c->n_cos < (int)(sizeof c->cos / sizeof c->cos[0])) {
+        char e[256] = "";
+        double v = verify_chunk(c, out->x, out->n, e, sizeof e);
+        if (e[0]) {
+            snprintf(err, es, "--verify: %s", e);
+            goto done;
+        }
+        c->cos[c->n_cos++] = v;
+    }
+    for (int f = 0; c->dump && f < nf; f++) {
+        for (int i = 0; i < QV_N_CODEBOOKS; i++)
+            fprintf(c->dump, "%s%d", i ? " " : "", c->codes[(size_t)f * QV_N_CODEBOOKS + i]);
+        fputc('\n', c->dump);
+    }
+    c->n_frames_total += nf;
+    c->n_pieces++;
+    rc = 0;
+done:
+    if (ds) qve_dec_stream_finish(ds, err + strlen(err), es - strlen(err));
+    if (c->progress) fputc('\n', stderr);
+    return rc;
+}
+
+/* Prints --verify's per-chunk similarities and the lowest. */
+static void report_verify(const synth_ctx *c) {
+    int lo = -1;
+    for (int i = 0; i < c->n_cos; i++) {
+        if (isnan(c->cos[i]))
+            fprintf(stderr, TOOL ": verify: chunk %d: too short to compare\n", i + 1);
+        else
+            fprintf(stderr, TOOL ": verify: chunk %d: speaker similarity %.4f\n", i + 1,
+                    c->cos[i]);
+        if (!isnan(c->cos[i]) && (lo < 0 || c->cos[i] < c->cos[lo])) lo = i;
+    }
+    if (lo >= 0)
+        fprintf(stderr, TOOL ": verify: lowest similarity %.4f (chunk %d of %d)\n", c->cos[lo],
+                lo + 1, c->n_cos);
+}
+
+/* ==== main =================================================================================== */
+
 int main(int argc, char **argv) {
     options o;
     int pr = parse_args(argc, argv, &o);
     if (pr) return pr == 1 ? 0 : 2;
-    const int want_audio = o.out_path || o.stream;
+    const int want_audio = o.out_path || o.stream || o.verify;
     if (o.out_path && !format_for(o.out_path))
         return usage_error("-o %s: unknown extension (expected .wav, .flac or .ogg)", o.out_path);
     if (o.stream && o.out_path && (format_for(o.out_path) & SF_FORMAT_TYPEMASK) != SF_FORMAT_WAV)
         return usage_error("--stream -o %s: progressive output is WAV only", o.out_path);
     if (o.stream && !o.out_path && isatty(STDOUT_FILENO))
         return usage_error("%s", "--stream without -o writes raw audio to stdout: redirect it");
+    if (o.verify_model && !o.verify) o.verify = 1;
 
-    char err[1024];
+    char err[1024], voice_path[4200], out_tmp[4200] = "", dump_tmp[4200] = "";
     int rc = 1;
     qv_model *m = NULL;
     qv_session *s = NULL;
     qve_decoder *dec = NULL;
-    qve_dec_stream *ds = NULL;
     FILE *dump = NULL;
     char *stdin_text = NULL;
-    int32_t *all = NULL, *ref_codes = NULL;
+    int32_t *ids = NULL, *ref_codes = NULL;
     qvf_voice *voice = NULL;
     qv_text_bridge bridge;
     SNDFILE *snd = NULL;
     sink k = {0};
+    qve_audio_buf audio = {0};
+    synth_ctx ctx;
+    memset(&ctx, 0, sizeof ctx);
+    qvc_ecapa *ecapa = NULL;
 
     if (want_audio || o.decode_codes) {
         dec = qve_decoder_load(o.model_dir, err, sizeof err);
@@ -513,6 +802,42 @@ int main(int argc, char **argv) {
         goto out;
     }
 
+    /* -- the voice, before any session: its weight delta changes the model -- */
+    const int H = qv_model_hidden_size(m);
+    qve_wdelta_report wrep = {0};
+    if (o.voice) {
+        if (find_voice(o.voice, voice_path, sizeof voice_path)) goto out;
+        if (qvf_read_file(voice_path, (uint32_t)H, &voice, err, sizeof err)) {
+            fprintf(stderr, TOOL ": %s\n", err);
+            goto out;
+        }
+        if (voice->has_wdelta && !o.no_wdelta) {
+            const double tw0 = now_s();
+            if (qve_voice_apply_wdelta(m, voice, &wrep, err, sizeof err)) {
+                fprintf(stderr, TOOL ": %s: %s\n", voice_path, err);
+                goto out;
+            }
+            if (!o.quiet && wrep.action == QVE_WDELTA_SOURCE)
+                fprintf(stderr,
+                        TOOL ": %s: %s is the voice's source model: its weight delta is not "
+                             "needed\n",
+                        voice_path, o.model_dir);
+            else if (!o.quiet)
+                fprintf(stderr,
+                        TOOL ": %s: weight delta applied in %.2f s: %d of %d tensors changed "
+                             "(%.0f MiB in RAM), %d already equal%s%s\n",
+                        voice_path, now_s() - tw0, wrep.n_changed, wrep.n_tensors,
+                        wrep.mib_copied, wrep.n_same,
+                        wrep.n_unverified ? ", some unverified (legacy file)" : "",
+                        wrep.became_source ? "; the model is now the voice's Base model" : "");
+        }
+    }
+
+    if (voice && (!voice->xvector || (int)voice->enc_dim != H)) {
+        fprintf(stderr, TOOL ": %s: x-vector of %u values, the model needs %d\n", voice_path,
+                voice->xvector ? voice->enc_dim : 0, H);
+        goto out;
+    }
     qv_params p = qv_model_params(m);
     /* cores: with --stream the decoder thread takes one of them (style rule 35) */
     p.n_threads = o.stream && o.n_threads > 1 ? o.n_threads - 1 : o.n_threads;
@@ -546,12 +871,12 @@ int main(int argc, char **argv) {
     }
     if (o.tokens) {
         int n;
-        if ((st = qv_session_tokenize(s, text, &all, &n))) {
+        if ((st = qv_session_tokenize(s, text, &ids, &n))) {
             fprintf(stderr, TOOL ": %s\n", qv_session_error(s));
             goto out;
         }
         for (int i = 0; i < n; i++)
-            printf("%s%d", i ? " " : "", all[i]);
+            printf("%s%d", i ? " " : "", ids[i]);
         printf("\n");
         rc = 0;
         goto out;
@@ -562,25 +887,16 @@ int main(int argc, char **argv) {
     }
 
     qv_request r = qv_default_request();
-    r.text = text;
     r.language = o.language;
     r.speaker = o.speaker;
-    const char *type = qv_model_type(m);
-    if (o.voice) {
-        const int H = qv_model_hidden_size(m);
-        int vst = qvf_read_file(o.voice, (uint32_t)H, &voice, err, sizeof err);
-        if (vst) {
-            fprintf(stderr, TOOL ": %s\n", err);
-            goto out;
-        }
-        if (!voice->xvector || (int)voice->enc_dim != H) {
-            fprintf(stderr, TOOL ": %s: x-vector of %u values, the model needs %d\n", o.voice,
-                    voice->xvector ? voice->enc_dim : 0, H);
-            goto out;
-        }
+    const char *type = qv_model_type(m); /* "base" after a full weight delta */
+    if (voice) {
         r.speaker_vector = voice->xvector;
         r.n_speaker_vector = H;
-        if (voice->tpad && (int)voice->tpad_hidden == H) r.text_special = voice->tpad;
+        /* a weight delta supersedes TPAD and WOVR (legacy §6.2, §6.4): the model's own
+           projection is the source's now */
+        const int bridged = wrep.action == QVE_WDELTA_APPLIED;
+        if (!bridged && voice->tpad && (int)voice->tpad_hidden == H) r.text_special = voice->tpad;
         if (!o.no_icl && !strcmp(type, "base") && voice->n_frames && voice->codes &&
             voice->transcript) {
             ref_codes = malloc((size_t)voice->n_frames * QV_N_CODEBOOKS * sizeof(int32_t));
@@ -594,7 +910,7 @@ int main(int argc, char **argv) {
             r.n_ref_frames = (int)voice->n_frames;
             r.ref_text = voice->transcript;
         }
-        if (voice->wovr_h) {
+        if (voice->wovr_h && !bridged) {
             if ((int)voice->wovr_h == H && (int)voice->wovr_th == qv_model_text_hidden_size(m)) {
                 bridge.fc1_weight = voice->wovr_fc1_w, bridge.fc1_bias = voice->wovr_fc1_b;
                 bridge.fc2_weight = voice->wovr_fc2_w, bridge.fc2_bias = voice->wovr_fc2_b;
@@ -604,12 +920,12 @@ int main(int argc, char **argv) {
                 fprintf(stderr,
                         TOOL ": warning: %s: model bridge for hidden %u/%u ignored (model "
                              "%d/%d)\n",
-                        o.voice, voice->wovr_h, voice->wovr_th, H, qv_model_text_hidden_size(m));
+                        voice_path, voice->wovr_h, voice->wovr_th, H,
+                        qv_model_text_hidden_size(m));
             }
         }
-        if (voice->has_wdelta && !o.quiet)
-            fprintf(stderr, TOOL ": warning: %s: weight deltas are not applied by this version\n",
-                    o.voice);
+        if (voice->has_wdelta && o.no_wdelta && !o.quiet)
+            fprintf(stderr, TOOL ": %s: weight delta ignored (--no-wdelta)\n", voice_path);
     } else if (!strcmp(type, "custom_voice") && !o.speaker) {
         fprintf(stderr, TOOL ": %s: a CustomVoice model needs --speaker (see --list-speakers)\n",
                 o.model_dir);
@@ -625,111 +941,127 @@ int main(int argc, char **argv) {
         r.instruct = o.instruct;
     }
 
+    if (o.verify) {
+        if (!voice) {
+            if (!o.quiet)
+                fprintf(stderr, TOOL ": verify: skipped (a preset speaker has no x-vector to "
+                                     "compare with; use --voice)\n");
+        } else {
+            const char *vdir = o.verify_model ? o.verify_model : o.model_dir;
+            ecapa = qvc_ecapa_load(vdir, err, sizeof err);
+            if (!ecapa) {
+                fprintf(stderr, TOOL ": --verify: %s%s\n", err,
+                        o.verify_model ? "" : " (give the Base model with --verify-model DIR)");
+                goto out;
+            }
+            if (qvc_ecapa_dim(ecapa) != (int)voice->enc_dim) {
+                fprintf(stderr,
+                        TOOL ": --verify-model %s: speaker encoder of %d dims, the voice has %u\n",
+                        vdir, qvc_ecapa_dim(ecapa), voice->enc_dim);
+                goto out;
+            }
+            ctx.ecapa = ecapa;
+            ctx.ref_xvec = voice->xvector;
+            ctx.mel = qvc_mel_create();
+            ctx.vpool = qvk_pool_create(o.n_threads);
+            ctx.xvec = malloc((size_t)voice->enc_dim * sizeof(float));
+            if (!ctx.mel || !ctx.vpool || !ctx.xvec) {
+                fprintf(stderr, TOOL ": out of memory\n");
+                goto out;
+            }
+        }
+    }
+
     if (o.dump_codes) {
-        dump = strcmp(o.dump_codes, "-") ? fopen(o.dump_codes, "w") : stdout;
+        if (strcmp(o.dump_codes, "-")) temp_name(dump_tmp, sizeof dump_tmp, o.dump_codes);
+        dump = dump_tmp[0] ? fopen(dump_tmp, "w") : stdout;
         if (!dump) {
             fprintf(stderr, TOOL ": %s: %s\n", o.dump_codes, strerror(errno));
+            dump_tmp[0] = 0;
             goto out;
         }
     }
     if (o.stream) {
         if (o.out_path) {
-            snd = open_audio(o.out_path, SF_FORMAT_WAV | SF_FORMAT_PCM_16);
-            if (!snd) goto out;
+            temp_name(out_tmp, sizeof out_tmp, o.out_path);
+            snd = open_audio(out_tmp, SF_FORMAT_WAV | SF_FORMAT_PCM_16);
+            if (!snd) {
+                out_tmp[0] = 0;
+                goto out;
+            }
             sf_command(snd, SFC_SET_UPDATE_HEADER_AUTO, NULL, SF_TRUE);
             k.snd = snd;
         }
-        ds = qve_dec_stream_start(dec, 1, on_audio, &k, err, sizeof err);
-        if (!ds) {
-            fprintf(stderr, TOOL ": %s\n", err);
-            goto out;
-        }
+        ctx.k = &k;
     }
 
+    qve_longtext_params lp = qve_longtext_default_params();
+    lp.max_chunk_chars = o.max_chunk_chars;
+    if (o.no_guard) lp.max_splits = 0;
+    ctx.o = &o;
+    ctx.s = s;
+    ctx.r = &r;
+    ctx.dec = dec;
+    ctx.want_audio = want_audio;
+    ctx.progress = !o.quiet && isatty(STDERR_FILENO);
+    ctx.dump = dump;
+    ctx.all = &audio;
+    ctx.hold = (int64_t)lp.xfade_ms * QV_SAMPLE_RATE_HZ / 1000;
+    qve_longtext_report rep;
     const double t0 = now_s();
-    if ((st = qv_session_start(s, &r))) {
-        fprintf(stderr, TOOL ": %s\n",
-                qv_session_error(s)[0] ? qv_session_error(s) : qv_strerror(st));
+    if (qve_longtext_run(&audio, &rep, text, &lp, synth_chunk, &ctx, err, sizeof err)) {
+        fprintf(stderr, TOOL ": %s\n", err);
+        if (!o.quiet && rep.n_text_chunks > 0)
+            fprintf(stderr, TOOL ": no output written (%d chunks, %d synthesized, %d split)\n",
+                    rep.n_text_chunks, rep.n_synth_calls, rep.n_retries);
         goto out;
     }
-    const int progress = !o.quiet && isatty(STDERR_FILENO);
-    size_t cap = 0;
-    int n_frames = 0;
-    for (;;) {
-        int32_t fr[QV_N_CODEBOOKS];
-        int done;
-        if ((st = qv_session_next_frame(s, fr, &done))) {
-            fprintf(stderr, TOOL ": %s\n", qv_session_error(s));
-            goto out;
-        }
-        if (done) break;
-        if (dump) {
-            for (int g = 0; g < QV_N_CODEBOOKS; g++)
-                fprintf(dump, "%s%d", g ? " " : "", fr[g]);
-            fputc('\n', dump);
-        }
-        if (ds) {
-            int frame[QV_N_CODEBOOKS];
-            for (int g = 0; g < QV_N_CODEBOOKS; g++)
-                frame[g] = fr[g];
-            if (qve_dec_stream_push(ds, frame)) break; /* the error comes from finish */
-        } else if (want_audio) {
-            if ((size_t)n_frames == cap) {
-                size_t nc = cap ? cap * 2 : 256;
-                int32_t *g = realloc(all, nc * QV_N_CODEBOOKS * sizeof(int32_t));
-                if (!g) {
-                    fprintf(stderr, TOOL ": out of memory\n");
-                    goto out;
-                }
-                all = g, cap = nc;
-            }
-            memcpy(all + (size_t)n_frames * QV_N_CODEBOOKS, fr, sizeof fr);
-        }
-        n_frames++;
-        if (progress)
-            fprintf(stderr, "\r" TOOL ": frame %d (%.2f s)", n_frames, n_frames / QV_FRAME_RATE_HZ);
-    }
-    if (progress) fputc('\n', stderr);
-    if (dump && dump != stdout && fclose(dump)) {
+    if (o.verify && ctx.ecapa) report_verify(&ctx);
+    if (dump && dump != stdout) {
+        FILE *d = dump;
         dump = NULL;
-        fprintf(stderr, TOOL ": %s: write failed\n", o.dump_codes);
-        goto out;
-    }
-    if (dump == stdout) fflush(stdout);
-    dump = NULL;
-    if (ds) {
-        qve_dec_stream *d = ds;
-        ds = NULL;
-        if (qve_dec_stream_finish(d, err, sizeof err) || k.failed) {
-            fprintf(stderr, TOOL ": %s\n", k.failed ? "audio write failed" : err);
+        if (fclose(d) || commit_file(dump_tmp, o.dump_codes)) {
+            fprintf(stderr, TOOL ": %s: write failed\n", o.dump_codes);
             goto out;
         }
-    } else if (want_audio && n_frames > 0) {
-        const long n = (long)n_frames * qve_decoder_samples_per_frame(dec);
-        float *wav = malloc((size_t)n * sizeof(float));
-        int *codes = malloc((size_t)n_frames * QV_N_CODEBOOKS * sizeof(int));
-        int bad = !wav || !codes;
-        if (bad) fprintf(stderr, TOOL ": out of memory\n");
-        for (long i = 0; !bad && i < (long)n_frames * QV_N_CODEBOOKS; i++)
-            codes[i] = all[i];
-        qvk_blas_set_threads(o.n_threads); /* the talker is done: the decoder gets every core */
-        if (!bad && qve_decoder_decode(dec, codes, n_frames, wav, err, sizeof err))
-            bad = 1, fprintf(stderr, TOOL ": %s\n", err);
-        if (!bad) bad = write_audio(o.out_path, wav, n) != 0;
-        free(wav);
-        free(codes);
-        if (bad) goto out;
+        dump_tmp[0] = 0;
+    } else if (dump) {
+        fflush(stdout);
     }
-    const double wall = now_s() - t0, audio = n_frames / QV_FRAME_RATE_HZ;
+    if (ctx.k) {
+        if (emit(&ctx, audio.n) || k.failed) {
+            fprintf(stderr, TOOL ": audio write failed\n");
+            goto out;
+        }
+        if (snd) {
+            SNDFILE *f = snd;
+            snd = NULL;
+            if (sf_close(f) || commit_file(out_tmp, o.out_path)) goto out;
+            out_tmp[0] = 0;
+        }
+    } else if (o.out_path && write_audio(o.out_path, audio.x, (long)audio.n)) {
+        goto out;
+    }
+    const double wall = now_s() - t0, secs = (double)audio.n / QV_SAMPLE_RATE_HZ;
     if (!o.quiet)
-        fprintf(stderr, TOOL ": %.2f s audio (%d frames) in %.2f s, RTF %.3f\n", audio, n_frames,
-                wall, audio > 0 ? wall / audio : 0.0);
+        fprintf(stderr,
+                TOOL ": %.2f s audio (%d frames, %d chunk%s%s) in %.2f s, RTF %.3f\n", secs,
+                ctx.n_frames_total, rep.n_text_chunks, rep.n_text_chunks == 1 ? "" : "s",
+                rep.n_retries ? ", some split after a guard trip" : "", wall,
+                secs > 0 ? wall / secs : 0.0);
     rc = 0;
 out:
-    if (ds) qve_dec_stream_finish(ds, err, sizeof err);
-    if (snd && sf_close(snd) && rc == 0) rc = 1;
+    if (snd) sf_close(snd);
+    if (out_tmp[0]) unlink(out_tmp);
     if (dump && dump != stdout) fclose(dump);
-    free(all);
+    if (dump_tmp[0]) unlink(dump_tmp);
+    qve_audio_buf_free(&audio);
+    free(ctx.codes);
+    free(ctx.xvec);
+    qvc_mel_free(ctx.mel);
+    qvk_pool_free(ctx.vpool);
+    qvc_ecapa_free(ecapa);
+    free(ids);
     free(ref_codes);
     qvf_voice_free(voice);
     free(stdin_text);

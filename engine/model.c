@@ -187,6 +187,9 @@ void qve_model_unload(qv_model *m) {
     for (int i = 0; i < m->n_f32_copies; i++)
         qvk_free(m->f32_copies[i]);
     free(m->f32_copies);
+    for (int i = 0; i < m->n_weight_copies; i++)
+        qvk_free(m->weight_copies[i]);
+    free(m->weight_copies);
     free(m->talker.stack.layers);
     free(m->cp.stack.layers);
     qve_st_close(m->st);

@@ -80,6 +80,8 @@ struct qv_model {
     qve_code_predictor cp;
     int n_f32_copies;
     float **f32_copies; /* every f32 copy above, freed at qv_model_free */
+    int n_weight_copies;
+    uint16_t **weight_copies; /* bf16 tensors rebuilt in RAM by a voice's WDELTA (voice_load.c) */
     /* int8 view (same tensors, decode matrices quantized), made by the first int8 session */
     pthread_mutex_t q8_lock;
     struct qve_q8_view *q8;

@@ -1,12 +1,25 @@
 /* alloc.c — 64-byte aligned buffers for activations and scratch (cache-line and AVX-512 width),
  * and the memory read probe used by benchmarks. */
 #include <stdlib.h>
+#include <sys/mman.h>
 
 #include "kernels.h"
 #include "kernels_impl.h"
 
+/* Buffers this large (KV caches, scratch, widened weights) are 2 MB aligned and marked for
+ * transparent huge pages: the KV cache is read one 512-byte head row per 4 KB page, and with
+ * 4 KB pages every such read also missed the TLB (attention ran at ~half the read bandwidth). */
+#define HUGE_MIN_BYTES ((size_t)4 << 20)
+#define HUGE_ALIGN ((size_t)2 << 20)
+
 void *qvk_alloc(size_t n_bytes) {
-    if (n_bytes > SIZE_MAX - 63) return NULL;
+    if (n_bytes > SIZE_MAX - HUGE_ALIGN) return NULL;
+    if (n_bytes >= HUGE_MIN_BYTES) {
+        size_t n = (n_bytes + HUGE_ALIGN - 1) & ~(HUGE_ALIGN - 1);
+        void *p = aligned_alloc(HUGE_ALIGN, n);
+        if (p) madvise(p, n, MADV_HUGEPAGE); /* advice only: failure leaves 4 KB pages */
+        return p;
+    }
     size_t n = (n_bytes + 63) & ~(size_t)63;
     return aligned_alloc(64, n ? n : 64);
 }

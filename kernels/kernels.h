@@ -96,8 +96,10 @@ void qvk_linear_f32(float *restrict y, const float *restrict x, const float *res
                     const float *restrict bias, int n_rows, int n_in, int n_out);
 /* Same with bf16 weights. Up to QVK_LINEAR_DIRECT_MAX_ROWS rows the bf16 weights are read
  * directly, once for all rows (output columns split over the pool; every element bit-identical
- * to qvk_matvec_bf16 of that row, any thread count; scratch unused). Above, W is widened into
- * scratch (n_out*n_in floats, caller-provided; widening split over the pool) and sgemm runs. */
+ * to qvk_matvec_bf16 of that row; scratch unused). Above, chunks of ~1 MB of W rows are widened
+ * into scratch (n_out*n_in floats, caller-provided) and multiplied by sgemm while in cache, the
+ * chunks shared out over the pool (so each pool thread calls OpenBLAS: keep qvk_blas_set_threads
+ * at 1 when the pool has several threads). Bit-identical for any pool size either way. */
 #define QVK_LINEAR_DIRECT_MAX_ROWS 8
 void qvk_linear_bf16(qvk_pool *pool, float *restrict y, const float *restrict x,
                      const uint16_t *restrict w, const float *restrict bias, int n_rows,

@@ -24,6 +24,14 @@ typedef struct {
     float (*dot)(const float *a, const float *b, int n);
     /* y += a·x */
     void (*axpy)(float *restrict y, float a, const float *restrict x, int n);
+    /* Attention for n_q query heads sharing one kv head (rows of k, v are kv_stride apart and
+     * far apart in memory, so the next rows are prefetched):
+     * scores: sc[h·n_ctx + t] = dot(q[h·hd..], k[t·kv_stride..]) · scale;
+     * values: out[h·hd + i] = Σ_t sc[h·n_ctx + t]·v[t·kv_stride + i], summed in t order. */
+    void (*attn_scores)(float *restrict sc, const float *restrict q, int n_q, const float *k,
+                        int n_ctx, int kv_stride, int hd, float scale);
+    void (*attn_values)(float *restrict out, const float *restrict sc, int n_q, const float *v,
+                        int n_ctx, int kv_stride, int hd);
     /* Σ x² accumulated in double (rmsnorm). */
     double (*sumsq)(const float *x, int n);
     /* dst[i] = bf16 src[i] widened to f32 (exact). */

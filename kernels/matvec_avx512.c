@@ -167,6 +167,34 @@ static void axpy(float *restrict y, float a, const float *restrict x, int n) {
                                               _mm512_maskz_loadu_ps(tail, y + n16)));
 }
 
+/* Keys ahead to prefetch: each kv row of a head sits on its own 4 KB page in the cache layout
+ * [t, kv_heads·hd], which the hardware prefetchers do not follow. */
+#define ATT_PF 6
+
+static void prefetch_row(const float *p, int hd) {
+    const char *c = (const char *)p;
+    for (int b = 0; b < hd * 4; b += 64) _mm_prefetch(c + b, _MM_HINT_T0);
+}
+
+static void attn_scores(float *restrict sc, const float *restrict q, int n_q, const float *k,
+                        int n_ctx, int kv_stride, int hd, float scale) {
+    for (int t = 0; t < n_ctx; t++) {
+        if (t + ATT_PF < n_ctx) prefetch_row(k + (size_t)(t + ATT_PF) * kv_stride, hd);
+        const float *kr = k + (size_t)t * kv_stride;
+        for (int h = 0; h < n_q; h++) sc[(size_t)h * n_ctx + t] = dot(q + (size_t)h * hd, kr, hd) * scale;
+    }
+}
+
+static void attn_values(float *restrict out, const float *restrict sc, int n_q, const float *v,
+                        int n_ctx, int kv_stride, int hd) {
+    for (int i = 0; i < n_q * hd; i++) out[i] = 0.0f;
+    for (int t = 0; t < n_ctx; t++) {
+        if (t + ATT_PF < n_ctx) prefetch_row(v + (size_t)(t + ATT_PF) * kv_stride, hd);
+        const float *vr = v + (size_t)t * kv_stride;
+        for (int h = 0; h < n_q; h++) axpy(out + (size_t)h * hd, sc[(size_t)h * n_ctx + t], vr, hd);
+    }
+}
+
 static double sumsq(const float *x, int n) {
     int n8 = n & ~7;
     __m512d acc = _mm512_setzero_pd();
@@ -307,6 +335,8 @@ const qvk_impl qvk_impl_avx512 = {
     .mv_f32 = mv_f32,
     .dot = dot,
     .axpy = axpy,
+    .attn_scores = attn_scores,
+    .attn_values = attn_values,
     .sumsq = sumsq,
     .widen_bf16 = widen_bf16,
     .maxf = maxf,

@@ -91,21 +91,20 @@ struct attend_job {
     float scale;
 };
 
+/* Threads take whole kv-head groups, so each kv row is read by one thread, once for all the
+ * query heads that share it; a head's arithmetic does not depend on the split. */
 static void attend_run(int ith, int nth, void *p) {
     const struct attend_job *j = p;
     int group = j->n_heads / j->n_kv_heads;
     int hd = j->head_dim;
-    for (int h = ith; h < j->n_heads; h += nth) {
-        const float *q = j->q + (size_t)h * hd;
-        size_t kv_off = (size_t)(h / group) * hd;
-        float *sc = j->scratch + (size_t)h * j->n_ctx;
-        for (int t = 0; t < j->n_ctx; t++)
-            sc[t] = j->impl->dot(q, j->k + (size_t)t * j->kv_stride + kv_off, hd) * j->scale;
-        qvk_softmax(sc, j->n_ctx);
-        float *o = j->out + (size_t)h * hd;
-        for (int i = 0; i < hd; i++) o[i] = 0.0f;
-        for (int t = 0; t < j->n_ctx; t++)
-            j->impl->axpy(o, sc[t], j->v + (size_t)t * j->kv_stride + kv_off, hd);
+    for (int g = ith; g < j->n_kv_heads; g += nth) {
+        size_t h0 = (size_t)g * group;
+        float *sc = j->scratch + h0 * j->n_ctx;
+        j->impl->attn_scores(sc, j->q + h0 * hd, group, j->k + (size_t)g * hd, j->n_ctx,
+                             j->kv_stride, hd, j->scale);
+        for (int h = 0; h < group; h++) qvk_softmax(sc + (size_t)h * j->n_ctx, j->n_ctx);
+        j->impl->attn_values(j->out + h0 * hd, sc, group, j->v + (size_t)g * hd, j->n_ctx,
+                             j->kv_stride, hd);
     }
 }
 

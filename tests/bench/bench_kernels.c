@@ -235,6 +235,45 @@ int main(int argc, char **argv) {
         qvk_free(lb);
     }
 
+    /* attention over an f32 KV cache, talker shape (16 q / 8 kv heads, head_dim 128), 28 layers
+     * of 1000 positions each (229 MB, more than L2, so this is a KV-read bandwidth figure) */
+    {
+        enum { NH = 16, NKV = 8, HD = 128, CTX = 1000, NL = 28 };
+        size_t per_layer = (size_t)CTX * NKV * HD;
+        float *kv = qvk_alloc(sizeof(float) * per_layer * 2 * NL);
+        float *q = qvk_alloc(sizeof(float) * NH * HD), *o = qvk_alloc(sizeof(float) * NH * HD);
+        float *sc = qvk_alloc(sizeof(float) * NH * CTX);
+        if (!kv || !q || !o || !sc) return 1;
+        for (size_t i = 0; i < per_layer * 2 * NL; i++) kv[i] = (float)(i % 7) * 0.01f;
+        for (int i = 0; i < NH * HD; i++) q[i] = (float)(i % 5) * 0.02f;
+        printf("\nattention, 28 layers x ctx %d (16/8 heads, hd 128): ms per token and GB/s of K+V\n", CTX);
+        for (int v = 0; v < n_var; v++) {
+            if (qvk_set_variant(variants[v]) != 0) continue;
+            printf("  %-7s", variants[v]);
+            for (int th = 1; th <= 2; th++) {
+                double t[N_PASSES];
+                for (int r = 0; r < N_PASSES; r++) {
+                    double t0 = now_s();
+                    for (int l = 0; l < NL; l++) {
+                        const float *k = kv + per_layer * 2 * l;
+                        qvk_attend(th == 1 ? NULL : pool2, o, q, k, k + per_layer, CTX, NKV * HD,
+                                   NH, NKV, HD, 0.088f, sc);
+                    }
+                    t[r] = now_s() - t0;
+                }
+                double m = median(t, N_PASSES);
+                printf("   %d thr %6.2f ms %5.1f GB/s", th, m * 1e3,
+                       (double)per_layer * 2 * NL * 4 / m / 1e9);
+            }
+            printf("\n");
+        }
+        qvk_set_variant(picked);
+        qvk_free(kv);
+        qvk_free(q);
+        qvk_free(o);
+        qvk_free(sc);
+    }
+
     /* batched bf16 linear (prefill): direct bf16 path vs widening + OpenBLAS sgemm */
     {
         enum { OUT = 3072, IN = 1024, MAXR = 256 };
@@ -250,7 +289,7 @@ int main(int argc, char **argv) {
             qvk_set_variant(picked);
             for (int path = 0; path < 2; path++) {
                 printf("\n  %d thr %-30s", th,
-                       path ? "widen + sgemm (blas threads=thr)" : "qvk_linear_bf16");
+                       path ? "widen all + 1 sgemm (blas thr=thr)" : "qvk_linear_bf16");
                 qvk_blas_set_threads(th);
                 for (int k = 0; k < 6; k++) {
                     double t[N_PASSES];

@@ -2,11 +2,14 @@
  * ($QVOICE_CACHE/tiny-cv): every preset speaker and every language give a WAV, the streamed WAV
  * (--stream -o) equals the one-shot WAV byte for byte, raw --stream equals the WAV data, a seed
  * gives identical audio for 1 and 3 threads, --dump-codes/--decode-codes round-trips, and the
- * error paths use the documented exit codes. Runs with cwd = repo root (bin/speak built by make).
+ * error paths use the documented exit codes. Voices (a tiny-base clone with a WDELTA for tiny-cv,
+ * made by bin/clone in setup): NAME lookup, the WDELTA promise and its refusals, long text with
+ * the runaway guard, --verify. Runs with cwd = repo root (bin/speak, bin/clone built by make).
  */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,9 +17,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cJSON.h>
 #include <cmocka.h>
 
-static char model[1024], tmp[256];
+static char model[1100], cache[1024], tmp[256], voice[512];
 
 static int run(const char *fmt, ...) {
     char cmd[4096];
@@ -27,6 +31,27 @@ static int run(const char *fmt, ...) {
     va_end(ap);
     int st = system(cmd);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static int sh(const char *fmt, ...) {
+    char cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    int st = system(cmd);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* 1 if the file contains needle (files here are small logs). */
+static int file_has(const char *path, const char *needle) {
+    static char buf[1 << 16];
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    return strstr(buf, needle) != NULL;
 }
 
 static long file_bytes(const char *path) {
@@ -49,11 +74,18 @@ static int same_file(const char *a, const char *b, long skip_a) {
 
 static int setup(void **st) {
     (void)st;
-    const char *cache = getenv("QVOICE_CACHE");
-    snprintf(model, sizeof model, "%s/tiny-cv", cache ? cache : "cache");
+    snprintf(cache, sizeof cache, "%s", getenv("QVOICE_CACHE") ? getenv("QVOICE_CACHE") : "cache");
+    snprintf(model, sizeof model, "%s/tiny-cv", cache);
     snprintf(tmp, sizeof tmp, "/tmp/qv_cli_%d", (int)getpid());
     if (mkdir(tmp, 0700)) return -1;
-    return access("bin/speak", X_OK);
+    if (access("bin/speak", X_OK) || access("bin/clone", X_OK)) return -1;
+    /* a voice with ICL codes and a weight delta for tiny-cv */
+    snprintf(voice, sizeof voice, "%s/lib/th.qvoice", tmp);
+    return sh("mkdir -p %s/lib && bin/clone -m %s/tiny-base --target-cv %s "
+              "tests/audio/en_ohenry_chenevert.wav -s 8 -t 'One dollar and eighty seven cents. That "
+              "was all. And sixty cents of it was in pennies saved one and two at a time.' "
+              "-o %s > %s/clone.log 2>&1",
+              tmp, cache, model, voice, tmp);
 }
 
 static int teardown(void **st) {
@@ -121,8 +153,8 @@ static void test_long_stream(void **st) {
     char a[512], b[512];
     snprintf(a, sizeof a, "%s/long.wav", tmp);
     snprintf(b, sizeof b, "%s/long_stream.wav", tmp);
-    assert_int_equal(run("-q -s ryan -t 'Long.' --max-frames 340 --seed 2 -o %s", a), 0);
-    assert_int_equal(run("-q -s ryan -t 'Long.' --max-frames 340 --seed 2 --stream -o %s", b), 0);
+    assert_int_equal(run("-q -s ryan -t 'Long.' --max-frames 340 --seed 2 --no-guard -o %s", a), 0);
+    assert_int_equal(run("-q -s ryan -t 'Long.' --max-frames 340 --seed 2 --no-guard --stream -o %s", b), 0);
     printf("long: %ld bytes\n", file_bytes(a));
     assert_true(file_bytes(a) > 44 + 301 * 1920 * 2);
     assert_true(same_file(a, b, 0));
@@ -182,6 +214,202 @@ static void test_errors_and_info(void **st) {
     assert_string_equal(line, "9707 1879 11 419 374 264 1273 13\n");
 }
 
+/* ---- voices ---------------------------------------------------------------------------------- */
+
+/* --voice NAME: found through $QVOICE_PATH; a missing one lists every place looked at. */
+static void test_voice_lookup(void **st) {
+    (void)st;
+    char out[512], log[512];
+    snprintf(out, sizeof out, "%s/byname.wav", tmp);
+    snprintf(log, sizeof log, "%s/lookup.log", tmp);
+    assert_int_equal(sh("QVOICE_PATH=%s/none:%s/lib bin/speak -q -m %s --voice th -t 'Hi.' "
+                        "--max-frames 4 -o %s",
+                        tmp, tmp, model, out),
+                     0);
+    assert_true(file_bytes(out) > 44);
+    assert_int_equal(sh("QVOICE_PATH=%s/a:%s/b bin/speak -m %s --voice nosuch -t 'Hi.' -o %s/x.wav "
+                        "2> %s",
+                        tmp, tmp, model, tmp, log),
+                     1);
+    char want[600];
+    snprintf(want, sizeof want, "%s/b/nosuch.qvoice", tmp);
+    assert_true(file_has(log, "voices/nosuch.qvoice"));
+    assert_true(file_has(log, want));
+}
+
+/* Copy of tiny-cv (symlinks) in dir with config.json rewritten (a different checkpoint
+ * identity) or one bit of a talker tensor flipped (same identity, other weights). */
+static void modified_model(const char *dir, int flip_weight) {
+    assert_int_equal(sh("mkdir -p %s && for f in %s/*; do ln -sf \"$f\" %s/; done", dir, model, dir),
+                     0);
+    if (!flip_weight) {
+        assert_int_equal(sh("rm %s/config.json && (cat %s/config.json; echo) > %s/config.json", dir,
+                            model, dir),
+                         0);
+        return;
+    }
+    char src[1200], dst[1200];
+    snprintf(src, sizeof src, "%s/model.safetensors", model);
+    snprintf(dst, sizeof dst, "%s/model.safetensors", dir);
+    assert_int_equal(sh("rm %s && cp %s %s", dst, src, dst), 0);
+    FILE *f = fopen(dst, "r+b");
+    assert_non_null(f);
+    unsigned char len8[8];
+    assert_int_equal(fread(len8, 1, 8, f), 8);
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; i--)
+        n = n << 8 | len8[i];
+    char *json = calloc(1, (size_t)n + 1);
+    assert_non_null(json);
+    assert_int_equal(fread(json, 1, (size_t)n, f), n);
+    cJSON *h = cJSON_Parse(json);
+    cJSON *t = cJSON_GetObjectItem(h, "talker.model.layers.0.mlp.up_proj.weight");
+    cJSON *off = t ? cJSON_GetObjectItem(t, "data_offsets") : NULL;
+    assert_non_null(off);
+    long pos = 8 + (long)n + (long)cJSON_GetArrayItem(off, 0)->valuedouble + 100;
+    assert_int_equal(fseek(f, pos, SEEK_SET), 0);
+    int c = fgetc(f);
+    assert_int_equal(fseek(f, pos, SEEK_SET), 0);
+    fputc(c ^ 1, f);
+    fclose(f);
+    cJSON_Delete(h);
+    free(json);
+}
+
+/* The WDELTA promise on the tiny pair (x-vector + ICL): tiny-cv + the voice's delta gives the
+ * same bytes as tiny-base with the voice; without the delta it differs; a delta for another
+ * checkpoint identity or for other weights is refused and writes nothing. */
+static void test_wdelta(void **st) {
+    (void)st;
+    char base[512], cv[512], nod[512], log[512], mod[512], x[512];
+    snprintf(base, sizeof base, "%s/wd_base.wav", tmp);
+    snprintf(cv, sizeof cv, "%s/wd_cv.wav", tmp);
+    snprintf(nod, sizeof nod, "%s/wd_nodelta.wav", tmp);
+    snprintf(log, sizeof log, "%s/wd.log", tmp);
+    snprintf(x, sizeof x, "%s/wd_refused.wav", tmp);
+    assert_int_equal(sh("bin/speak -q -m %s/tiny-base --voice %s -t 'Hello world.' --seed 4 "
+                        "--max-frames 8 -o %s",
+                        cache, voice, base),
+                     0);
+    assert_int_equal(sh("bin/speak -m %s --voice %s -t 'Hello world.' --seed 4 --max-frames 8 -o "
+                        "%s 2> %s",
+                        model, voice, cv, log),
+                     0);
+    assert_true(file_has(log, "weight delta applied"));
+    assert_int_equal(run("-q --voice %s --no-wdelta -t 'Hello world.' --seed 4 --max-frames 8 "
+                         "-o %s",
+                         voice, nod),
+                     0);
+    int same = same_file(base, cv, 0), differs = !same_file(base, nod, 0);
+    printf("tiny WDELTA: CustomVoice + delta == Base: %s; without the delta: %s\n",
+           same ? "byte-identical" : "DIFFERENT", differs ? "different" : "SAME");
+    assert_true(file_bytes(base) > 44 && same && differs);
+
+    snprintf(mod, sizeof mod, "%s/mod_config", tmp);
+    modified_model(mod, 0);
+    assert_int_equal(sh("bin/speak -m %s --voice %s -t 'Hi.' --max-frames 4 -o %s 2> %s", mod,
+                        voice, x, log),
+                     1);
+    assert_true(file_has(log, "made for another checkpoint"));
+    assert_true(file_bytes(x) < 0);
+    snprintf(mod, sizeof mod, "%s/mod_weights", tmp);
+    modified_model(mod, 1);
+    assert_int_equal(sh("bin/speak -m %s --voice %s -t 'Hi.' --max-frames 4 -o %s 2> %s", mod,
+                        voice, x, log),
+                     1);
+    assert_true(file_has(log, "talker.model.layers.0.mlp.up_proj.weight was made against other "
+                               "weights"));
+    assert_true(file_bytes(x) < 0);
+    /* the same voice without its delta still works there (x-vector + ICL only) */
+    assert_int_equal(sh("bin/speak -q -m %s --voice %s --no-wdelta -t 'Hi.' --max-frames 4 -o %s",
+                        mod, voice, x),
+                     0);
+}
+
+/* Instruct combines with a cloned voice (after the delta the model is Base: instruct is kept). */
+static void test_voice_instruct(void **st) {
+    (void)st;
+    char a[512], b[512];
+    snprintf(a, sizeof a, "%s/vi_plain.wav", tmp);
+    snprintf(b, sizeof b, "%s/vi_instruct.wav", tmp);
+    assert_int_equal(run("-q --voice %s -t 'Hi.' --greedy --max-frames 6 -o %s", voice, a), 0);
+    assert_int_equal(
+        run("-q --voice %s -t 'Hi.' -i 'Speak slowly.' --greedy --max-frames 6 -o %s", voice, b),
+        0);
+    assert_true(file_bytes(b) > 44 && !same_file(a, b, 0));
+}
+
+/* ---- long text and the runaway guard (issue 9) ---------------------------------------------- */
+
+static const char *const PARAGRAPHS[] = {
+    "The first paragraph has two sentences. It talks about the weather in spring.",
+    "A second paragraph follows after a blank line. It is about trains and stations.",
+    "The third paragraph ends the text. Nothing else remains to be said here."};
+
+/* Random weights never emit end-of-speech: every chunk runs into the frame budget, is retried in
+ * two halves, and speak fails with the guard's message and writes no file. With --max-frames
+ * below the budget every chunk completes; --stream gives the same bytes. */
+static void test_longtext_guard(void **st) {
+    (void)st;
+    char text[1024], out[512], log[512], str[512], raw[512];
+    snprintf(text, sizeof text, "%s\n\n%s [pause:300ms]\n\n%s", PARAGRAPHS[0], PARAGRAPHS[1],
+             PARAGRAPHS[2]);
+    snprintf(out, sizeof out, "%s/guard.wav", tmp);
+    snprintf(str, sizeof str, "%s/guard_stream.wav", tmp);
+    snprintf(raw, sizeof raw, "%s/guard.raw", tmp);
+    snprintf(log, sizeof log, "%s/guard.log", tmp);
+    assert_int_equal(run("-s ryan -t '%s' --seed 1 -o %s 2> %s", text, out, log), 1);
+    assert_true(file_has(log, "speak: chunk 1/3: runaway guard: no end of speech"));
+    assert_true(file_has(log, "(after splitting it in two)"));
+    assert_true(file_bytes(out) < 0);
+    assert_int_equal(sh("ls -a %s | grep -q part-", tmp), 1); /* no temporary file left */
+    for (int i = 0; i < 3; i++) { /* each chunk on its own trips the guard too */
+        assert_int_equal(run("-q -s ryan -t '%s' --seed 1 -o %s 2> %s", PARAGRAPHS[i], out, log),
+                         1);
+        assert_true(file_has(log, "runaway guard"));
+        assert_true(file_bytes(out) < 0);
+    }
+    assert_int_equal(run("-s ryan -t '%s' --seed 1 --max-frames 6 -o %s 2> %s", text, out, log),
+                     0);
+    assert_true(file_has(log, "3 chunks"));
+    /* 3 chunks of 6 frames, 300 ms of pause, two 10 ms crossfades */
+    const long want = 44 + 2L * (3 * 6 * 1920 + 300 * 24 - 2 * 240);
+    printf("long text: %ld bytes (expected %ld)\n", file_bytes(out), want);
+    assert_int_equal(file_bytes(out), want);
+    assert_int_equal(
+        run("-q -s ryan -t '%s' --seed 1 --max-frames 6 --stream -o %s", text, str), 0);
+    assert_int_equal(run("-q -s ryan -t '%s' --seed 1 --max-frames 6 --stream > %s", text, raw),
+                     0);
+    assert_true(same_file(out, str, 0));
+    assert_true(same_file(out, raw, 44));
+    /* --no-chunk: one text chunk (the pause still splits) */
+    assert_int_equal(run("-s ryan -t '%s' --seed 1 --max-frames 6 --no-chunk -o %s 2> %s", text,
+                         out, log),
+                     0);
+    assert_true(file_has(log, "2 chunks"));
+}
+
+/* --verify: per-chunk speaker similarity against the voice with the Base speaker encoder. */
+static void test_verify(void **st) {
+    (void)st;
+    char out[512], log[512];
+    snprintf(out, sizeof out, "%s/verify.wav", tmp);
+    snprintf(log, sizeof log, "%s/verify.log", tmp);
+    assert_int_equal(run("--voice %s --verify-model %s/tiny-base -t 'One two three. Four five "
+                         "six.' --max-chunk-chars 16 --max-frames 8 -o %s 2> %s",
+                         voice, cache, out, log),
+                     0);
+    assert_true(file_has(log, "verify: chunk 1: speaker similarity"));
+    assert_true(file_has(log, "verify: chunk 2: speaker similarity"));
+    assert_true(file_has(log, "verify: lowest similarity"));
+    assert_int_equal(run("-s ryan --verify -t 'Hi.' --max-frames 4 -o %s 2> %s", out, log), 0);
+    assert_true(file_has(log, "verify: skipped"));
+    assert_int_equal(run("--voice %s --verify -t 'Hi.' --max-frames 4 -o %s 2> %s", voice, out,
+                         log),
+                     1); /* tiny-cv has no speaker encoder */
+    assert_true(file_has(log, "--verify-model"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_speakers_languages_stream),
@@ -189,6 +417,11 @@ int main(void) {
         cmocka_unit_test(test_long_stream),
         cmocka_unit_test(test_instruct_policy),
         cmocka_unit_test(test_errors_and_info),
+        cmocka_unit_test(test_voice_lookup),
+        cmocka_unit_test(test_wdelta),
+        cmocka_unit_test(test_voice_instruct),
+        cmocka_unit_test(test_longtext_guard),
+        cmocka_unit_test(test_verify),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -22,7 +22,12 @@
 #endif
 #endif
 
-#ifndef NO_INTERPOSE
+#ifdef NO_INTERPOSE
+#define raw_malloc malloc
+#define raw_calloc calloc
+#else
+#define raw_malloc __libc_malloc
+#define raw_calloc __libc_calloc
 extern void *__libc_malloc(size_t);
 extern void *__libc_calloc(size_t, size_t);
 extern void *__libc_realloc(void *, size_t);
@@ -55,7 +60,7 @@ static int op_read(const uint8_t *b, size_t n) {
     int rc = qvf_read_mem(b, n, "x.qvoice", 0, &v, err, sizeof err);
     for (uint32_t i = 0; !rc && i < v->n_tensors; i++) {
         const qvf_tensor *t = &v->tensors[i];
-        uint8_t *z = __libc_calloc(1, t->raw_bytes), *o = __libc_malloc(t->raw_bytes);
+        uint8_t *z = raw_calloc(1, t->raw_bytes), *o = raw_malloc(t->raw_bytes);
         rc = qvf_wdelta_apply(t, z, o, 1, err, sizeof err);
         if (rc == QVF_E_HASH) rc = QVF_OK; /* zero target: hashes differ by design */
         free(z);

@@ -1,0 +1,43 @@
+/* voice_load.h — applies a voice file's WDELTA (weight delta) to a loaded model (prefix qve_):
+ * the legacy semantics of qvoice-legacy.md §6.4 (the CustomVoice weights become the voice's Base
+ * weights, bit for bit), but only after checking that the delta was made for exactly this
+ * checkpoint: the HEAD target fingerprint and every tensor's recorded target SHA-256.
+ */
+#ifndef QVE_VOICE_LOAD_H
+#define QVE_VOICE_LOAD_H
+
+#include <stddef.h>
+
+#include "qvf.h"
+#include "qvoice.h"
+
+enum qve_wdelta_action {
+    QVE_WDELTA_NONE,    /* the voice has no weight stream */
+    QVE_WDELTA_SOURCE,  /* the model is the voice's source checkpoint: nothing to apply */
+    QVE_WDELTA_APPLIED, /* applied */
+};
+
+typedef struct {
+    enum qve_wdelta_action action;
+    int n_tensors;      /* records in the voice */
+    int n_changed;      /* tensors whose values changed (materialised or f32 copies rewritten) */
+    int n_same;         /* records whose result equals the loaded tensor (left in the mmap) */
+    int n_unverified;   /* records without a target SHA-256 (legacy files): applied unchecked */
+    int became_source;  /* every weight was replaced: the model now behaves as the source variant */
+    double mib_copied;  /* RAM taken by materialised tensors */
+} qve_wdelta_report;
+
+/* Checks and applies v's weight stream to m. Refuses (-1, err explains) when the voice's target
+ * fingerprint (table mode, engine/fingerprint.h) differs from m's, a record names a tensor m does
+ * not have or has another dtype/shape, or a record's target SHA-256 differs from m's tensor; all
+ * of that is checked before any weight changes. bf16 tensors are reconstructed into owned RAM
+ * copies (the checkpoint mmap is read-only) with bounded-memory block decoding and their result
+ * SHA-256 checked; f32 records (norms, biases) overwrite the model's f32 copies. When every
+ * weight was replaced and the source is a Base checkpoint, m's config variant becomes Base (no
+ * preset speakers, Base prompt layout), so the model computes exactly what the source does.
+ * Models that hold derived copies of weights must rebuild them here. After a failure while
+ * applying (corrupt block, result hash), m is partly modified: free it. */
+int qve_voice_apply_wdelta(qv_model *m, const qvf_voice *v, qve_wdelta_report *rep, char *err,
+                           size_t err_size);
+
+#endif

@@ -1,0 +1,377 @@
+/* test_clone_cli.c — bin/clone end to end on the tiny synthetic Base ($QVOICE_CACHE/tiny-base):
+ * reference hygiene as the user sees it (silence trimming, clipping fraction, too little speech,
+ * a transcript far too long for the ICL window with and without --allow-xvector-fallback, a
+ * second "speaker"), consent in META, --help/--version, and no file left by any failure.
+ * Audio is generated (or cut from the bundled clip) into /tmp; reports are read from --json.
+ */
+#include <cJSON.h>
+#include <math.h>
+#include <setjmp.h>
+#include <sndfile.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "clone.h"
+#include "qvf.h"
+
+#define CLIP "tests/audio/en_ohenry_chenevert.wav"
+#define SR 24000
+
+static char g_tiny[1024], g_dir[128];
+static qvc_audio g_clip;
+static char *g_out, *g_err; /* stdout / stderr of the last run() */
+
+static uint32_t g_rng = 7;
+static float noise1(void) { /* uniform in [-1, 1) */
+    g_rng = g_rng * 1664525u + 1013904223u;
+    return (float)(g_rng >> 8) / 8388608.0f - 1.0f;
+}
+
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return strdup("");
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    rewind(f);
+    char *s = calloc(1, (size_t)n + 1);
+    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) s[0] = 0;
+    fclose(f);
+    return s;
+}
+
+/* Runs a shell command with stdout/stderr captured into g_out/g_err; returns the exit status. */
+static int run(const char *fmt, ...) {
+    char cmd[8192], full[8800], po[256], pe[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    snprintf(po, sizeof po, "%s/stdout", g_dir);
+    snprintf(pe, sizeof pe, "%s/stderr", g_dir);
+    snprintf(full, sizeof full, "%s > %s 2> %s", cmd, po, pe);
+    int st = system(full);
+    free(g_out);
+    free(g_err);
+    g_out = slurp(po);
+    g_err = slurp(pe);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void path(char *buf, size_t size, const char *name) { snprintf(buf, size, "%s/%s", g_dir, name); }
+
+static void write_wav(const char *p, const float *x, int64_t n) {
+    SF_INFO info = {.samplerate = SR, .channels = 1, .format = SF_FORMAT_WAV | SF_FORMAT_FLOAT};
+    SNDFILE *sf = sf_open(p, SFM_WRITE, &info);
+    assert_non_null(sf);
+    assert_int_equal(sf_writef_float(sf, x, n), n);
+    sf_close(sf);
+}
+
+static int exists(const char *p) {
+    struct stat sb;
+    return stat(p, &sb) == 0;
+}
+
+/* Number at a dotted path of the --json output ("hygiene.trim.start_s"); NAN if absent. */
+static double jnum(const cJSON *j, const char *dotted) {
+    char key[256];
+    snprintf(key, sizeof key, "%s", dotted);
+    const cJSON *o = j;
+    for (char *k = strtok(key, "."); k && o; k = strtok(NULL, ".")) o = cJSON_GetObjectItemCaseSensitive(o, k);
+    return o && cJSON_IsNumber(o) ? o->valuedouble : o && cJSON_IsBool(o) ? (double)cJSON_IsTrue(o) : NAN;
+}
+
+static cJSON *json_out(void) {
+    cJSON *j = cJSON_Parse(g_out);
+    if (!j) fprintf(stderr, "not JSON:\n%s\nstderr:\n%s\n", g_out, g_err);
+    assert_non_null(j);
+    return j;
+}
+
+static int setup(void **state) {
+    (void)state;
+    const char *cache = getenv("QVOICE_CACHE");
+    snprintf(g_tiny, sizeof g_tiny, "%s/tiny-base", cache && *cache ? cache : "cache");
+    snprintf(g_dir, sizeof g_dir, "/tmp/test_clone_cli_%d", (int)getpid());
+    mkdir(g_dir, 0700);
+    char err[512];
+    if (qvc_audio_load(&g_clip, CLIP, 30.0, err, sizeof err)) {
+        fprintf(stderr, "%s\n", err);
+        return -1;
+    }
+    if (access("bin/clone", X_OK)) {
+        fprintf(stderr, "test_clone_cli: bin/clone missing (run make)\n");
+        return -1;
+    }
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
+    if (system(cmd)) fprintf(stderr, "could not remove %s\n", g_dir);
+    qvc_audio_free(&g_clip);
+    free(g_out);
+    free(g_err);
+    return 0;
+}
+
+static void test_help_version(void **state) {
+    (void)state;
+    assert_int_equal(run("bin/clone --help"), 0);
+    const char *must[] = {"SYNOPSIS", "--no-hygiene", "--allow-xvector-fallback", "--speaker-threshold",
+                          "--consent", "(default 30)", "EXIT STATUS", "EXAMPLE"};
+    for (size_t i = 0; i < sizeof must / sizeof must[0]; i++) {
+        if (!strstr(g_out, must[i])) fprintf(stderr, "--help lacks %s\n", must[i]);
+        assert_non_null(strstr(g_out, must[i]));
+    }
+    assert_int_equal(run("bin/clone --version"), 0);
+    assert_non_null(strstr(g_out, "clone (qvoice)"));
+    assert_int_equal(run("bin/clone --speaker-threshold 2 -m x a.wav -o b.qvoice"), 2);
+    assert_int_equal(run("bin/clone --no-hygiene --allow-xvector-fallback -m x a.wav -o b.qvoice"), 2);
+}
+
+/* 2 s of -80 dBFS room tone, 8 s of the clip, 3 s of room tone: the report says what was cut. */
+static void test_silence_padding(void **state) {
+    (void)state;
+    int64_t lead = 2 * SR, body = 8 * SR, tail = 3 * SR, n = lead + body + tail;
+    float *x = malloc(sizeof(float) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) x[i] = 1e-4f * noise1();
+    for (int64_t i = 0; i < body; i++) x[lead + i] += g_clip.samples[SR + i];
+    char wav[256], out[256];
+    path(wav, sizeof wav, "padded.wav");
+    path(out, sizeof out, "padded.qvoice");
+    write_wav(wav, x, n);
+    free(x);
+    assert_int_equal(run("bin/clone -m %s %s -o %s --json", g_tiny, wav, out), 0);
+    cJSON *j = json_out();
+    double start = jnum(j, "hygiene.trim.start_s"), end = jnum(j, "hygiene.trim.end_s");
+    printf("  padded 2 s + 8 s + 3 s: kept %.3f-%.3f s, %.2f s voiced\n", start, end,
+           jnum(j, "hygiene.trim.voiced_s"));
+    assert_true(start >= 1.9 && start <= 2.3);  /* the clip's own first 50 ms may be quiet */
+    assert_true(end >= 9.6 && end <= 10.1);
+    assert_true(jnum(j, "xvector_seconds") < 8.1);
+    cJSON_Delete(j);
+    /* the human summary says it too, and META records it */
+    assert_int_equal(run("bin/clone -m %s %s -o %s", g_tiny, wav, out), 0);
+    assert_non_null(strstr(g_out, "hygiene    trim: kept"));
+    qvf_voice *v = NULL;
+    char err[512];
+    assert_int_equal(qvf_read_file(out, 0, &v, err, sizeof err), 0);
+    assert_non_null(qvf_meta_get(v, "hygiene"));
+    assert_non_null(strstr(qvf_meta_get(v, "hygiene"), "\"trim\""));
+    qvf_voice_free(v);
+    /* --no-hygiene: the clip as given */
+    assert_int_equal(run("bin/clone -m %s %s -o %s --no-hygiene --json", g_tiny, wav, out), 0);
+    j = json_out();
+    assert_true(fabs(jnum(j, "xvector_seconds") - 13.0) < 1e-6);
+    const cJSON *h = cJSON_GetObjectItemCaseSensitive(j, "hygiene");
+    assert_true(cJSON_IsString(h) && !strcmp(h->valuestring, "off"));
+    cJSON_Delete(j);
+}
+
+/* The clip ×6, hard-clipped at ±1: the clipped fraction is reported, with a warning. */
+static void test_clipping(void **state) {
+    (void)state;
+    int64_t n = 12 * SR;
+    float *x = malloc(sizeof(float) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) {
+        float v = 6.0f * g_clip.samples[i];
+        x[i] = v > 1.0f ? 1.0f : v < -1.0f ? -1.0f : v;
+    }
+    char wav[256], out[256];
+    path(wav, sizeof wav, "clipped.wav");
+    path(out, sizeof out, "clipped.qvoice");
+    write_wav(wav, x, n);
+    free(x);
+    assert_int_equal(run("bin/clone -m %s %s -o %s --json", g_tiny, wav, out), 0);
+    cJSON *j = json_out();
+    double cf = jnum(j, "hygiene.level.clipped_fraction");
+    printf("  clipped clip: fraction %.5f, gain %.2f dB; stderr: %s", cf, jnum(j, "hygiene.level.gain_db"), g_err);
+    assert_true(cf > 1e-3 && cf < 0.2);
+    assert_true(jnum(j, "hygiene.level.clip_warning") == 1);
+    assert_true(jnum(j, "hygiene.level.gain_db") < 0); /* loud: attenuated to the target */
+    assert_non_null(strstr(g_err, "warning: clipping"));
+    const cJSON *w = cJSON_GetObjectItemCaseSensitive(j, "warnings");
+    assert_true(cJSON_GetArraySize(w) >= 1);
+    cJSON_Delete(j);
+}
+
+/* Refusals: exit 1, "clone: FILE: problem", and no output file. */
+static void test_refusals(void **state) {
+    (void)state;
+    char wav[256], out[256];
+    path(out, sizeof out, "refused.qvoice");
+    unlink(out);
+    /* 2.5 s in all */
+    path(wav, sizeof wav, "short.wav");
+    write_wav(wav, g_clip.samples + SR, SR * 5 / 2);
+    assert_int_equal(run("bin/clone -m %s %s -o %s", g_tiny, wav, out), 1);
+    printf("  2.5 s: %s", g_err);
+    assert_non_null(strstr(g_err, wav));
+    assert_false(exists(out));
+    /* 12 s with 2 s of speech in it: too little voiced speech */
+    int64_t n = 12 * SR;
+    float *x = malloc(sizeof(float) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) x[i] = 3e-4f * noise1();
+    for (int64_t i = 0; i < 2 * SR; i++) x[5 * SR + i] += g_clip.samples[SR + i];
+    path(wav, sizeof wav, "little.wav");
+    write_wav(wav, x, n);
+    assert_int_equal(run("bin/clone -m %s %s -o %s", g_tiny, wav, out), 1);
+    printf("  2 s of speech in 12 s: %s", g_err);
+    assert_non_null(strstr(g_err, "voiced speech"));
+    assert_non_null(strstr(g_err, "trim: kept")); /* the steps that ran are shown */
+    assert_false(exists(out));
+    /* --json on failure: one object with ok=false and the error */
+    assert_int_equal(run("bin/clone -m %s %s -o %s --json", g_tiny, wav, out), 1);
+    cJSON *j = json_out();
+    assert_true(cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(j, "ok")));
+    assert_non_null(strstr(cJSON_GetObjectItemCaseSensitive(j, "error")->valuestring, "voiced"));
+    cJSON_Delete(j);
+    /* digital silence */
+    memset(x, 0, sizeof(float) * (size_t)n);
+    path(wav, sizeof wav, "silence.wav");
+    write_wav(wav, x, n);
+    assert_int_equal(run("bin/clone -m %s %s -o %s", g_tiny, wav, out), 1);
+    printf("  silence: %s", g_err);
+    assert_false(exists(out));
+    free(x);
+    /* output paths that cannot be written */
+    assert_int_equal(run("bin/clone -m %s %s -o %s/no/such/dir/v.qvoice", g_tiny, CLIP, g_dir), 1);
+    printf("  bad output: %s", g_err);
+    assert_non_null(strstr(g_err, "does not exist"));
+    assert_int_equal(run("bin/clone -m %s %s -o %s", g_tiny, CLIP, g_dir), 1);
+    assert_non_null(strstr(g_err, "is a directory"));
+    /* unreadable audio */
+    path(wav, sizeof wav, "garbage.wav");
+    FILE *f = fopen(wav, "wb");
+    fputs("not audio at all", f);
+    fclose(f);
+    assert_int_equal(run("bin/clone -m %s %s -o %s", g_tiny, wav, out), 1);
+    assert_true(!strncmp(g_err, "clone: ", 7) && strstr(g_err, wav));
+    assert_false(exists(out));
+    /* a CustomVoice model */
+    assert_int_equal(run("bin/clone -m %.*s/tiny-cv %s -o %s", (int)(strlen(g_tiny) - 10), g_tiny,
+                         CLIP, out), 1);
+    assert_non_null(strstr(g_err, "Base model"));
+    assert_false(exists(out));
+}
+
+/* 12 s of the clip: a fitting transcript gives ICL; one far too long is refused, or dropped with
+ * --allow-xvector-fallback (x-vector kept). */
+static void test_transcript(void **state) {
+    (void)state;
+    char wav[256], out[256];
+    path(wav, sizeof wav, "twelve.wav");
+    path(out, sizeof out, "twelve.qvoice");
+    write_wav(wav, g_clip.samples, 12 * SR);
+    const char *ok = "One dollar and eighty-seven cents. That was all. And sixty cents of it was in "
+                     "pennies, saved one and two at a time by bulldozing the grocer.";
+    assert_int_equal(run("bin/clone -m %s %s -o %s -t '%s' --json", g_tiny, wav, out, ok), 0);
+    cJSON *j = json_out();
+    printf("  fitting transcript: %.1f units/voiced s, %g ICL frames\n",
+           jnum(j, "hygiene.transcript.units_per_voiced_s"), jnum(j, "icl_frames"));
+    /* the whole 12 s clip (after trim) plus 0.5 s of silence */
+    assert_true(jnum(j, "icl_frames") >= 150 && jnum(j, "icl_frames") <= 157);
+    cJSON_Delete(j);
+    char *longtext = malloc(4000);
+    longtext[0] = 0;
+    while (strlen(longtext) + strlen(ok) + 2 < 4000) strcat(strcat(longtext, ok), " ");
+    unlink(out);
+    assert_int_equal(run("bin/clone -m %s %s -o %s -t '%s'", g_tiny, wav, out, longtext), 1);
+    printf("  long transcript: %s", g_err);
+    assert_non_null(strstr(g_err, "far too long"));
+    assert_non_null(strstr(g_err, "icl window:"));
+    assert_false(exists(out));
+    assert_int_equal(run("bin/clone -m %s %s -o %s -t '%s' --allow-xvector-fallback --json", g_tiny,
+                         wav, out, longtext), 0);
+    free(longtext);
+    j = json_out();
+    assert_true(jnum(j, "icl_frames") == 0);
+    assert_true(jnum(j, "hygiene.transcript.fallback_xvector_only") == 1);
+    assert_non_null(strstr(g_err, "far too long"));
+    cJSON_Delete(j);
+    qvf_voice *v = NULL;
+    char err[512];
+    assert_int_equal(qvf_read_file(out, 0, &v, err, sizeof err), 0);
+    assert_int_equal(v->n_frames, 0);
+    assert_int_equal(v->enc_dim, 64);
+    assert_non_null(strstr(qvf_meta_get(v, "hygiene"), "\"fallback_xvector_only\":true"));
+    qvf_voice_free(v);
+}
+
+/* 10 s of white noise then 5 s of harmonic tones: random weights separate these (not real
+ * voices), with the threshold raised to 0.99 (docs/robustness.md). */
+static void test_second_speaker(void **state) {
+    (void)state;
+    int64_t n = 15 * SR, cut = 10 * SR;
+    float *x = malloc(sizeof(float) * (size_t)n);
+    for (int64_t i = 0; i < cut; i++) x[i] = 0.1f * noise1();
+    for (int64_t i = cut; i < n; i++) {
+        double t = (double)i / SR;
+        x[i] = (float)(0.1 * (sin(2 * M_PI * 150 * t) + 0.5 * sin(2 * M_PI * 300 * t) +
+                              0.3 * sin(2 * M_PI * 450 * t)));
+    }
+    char wav[256], out[256];
+    path(wav, sizeof wav, "two.wav");
+    path(out, sizeof out, "two.qvoice");
+    write_wav(wav, x, n);
+    free(x);
+    assert_int_equal(run("bin/clone -m %s %s -o %s --speaker-threshold 0.99 --json", g_tiny, wav, out), 0);
+    cJSON *j = json_out();
+    const cJSON *fl = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(
+                                                           cJSON_GetObjectItemCaseSensitive(j, "hygiene"), "speakers"),
+                                                       "flagged_s");
+    printf("  noise|tones: min cos %.4f, %d flagged range(s); %s", jnum(j, "hygiene.speakers.min_cos"),
+           cJSON_GetArraySize(fl), g_err);
+    assert_true(cJSON_GetArraySize(fl) >= 1);
+    double a = cJSON_GetArrayItem(cJSON_GetArrayItem(fl, 0), 0)->valuedouble;
+    double b = cJSON_GetArrayItem(cJSON_GetArrayItem(fl, 0), 1)->valuedouble;
+    assert_true(b > a && b > 8.0); /* the flagged range reaches into the tones */
+    assert_non_null(strstr(g_err, "another speaker?"));
+    cJSON_Delete(j);
+    /* default threshold (0.5): no warning on random weights */
+    assert_int_equal(run("bin/clone -m %s %s -o %s", g_tiny, wav, out), 0);
+    assert_null(strstr(g_err, "another speaker?"));
+}
+
+static void test_consent(void **state) {
+    (void)state;
+    char out[256];
+    path(out, sizeof out, "consent.qvoice");
+    assert_int_equal(run("USER=tester bin/clone -m %s %s -o %s --consent 'I, the speaker, agree.'",
+                         g_tiny, CLIP, out), 0);
+    qvf_voice *v = NULL;
+    char err[512];
+    assert_int_equal(qvf_read_file(out, 0, &v, err, sizeof err), 0);
+    assert_string_equal(qvf_meta_get(v, "consent"), "I, the speaker, agree.");
+    assert_string_equal(qvf_meta_get(v, "consent_by"), "tester");
+    const char *when = qvf_meta_get(v, "consent_utc");
+    assert_non_null(when);
+    assert_int_equal(strlen(when), 20);
+    assert_int_equal(when[19], 'Z');
+    qvf_voice_free(v);
+    assert_int_equal(run("bin/voicefmt inspect %s", out), 0);
+    assert_non_null(strstr(g_out, "consent: I, the speaker, agree."));
+    assert_non_null(strstr(g_out, "consent_by: tester"));
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_help_version), cmocka_unit_test(test_silence_padding),
+        cmocka_unit_test(test_clipping),     cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_transcript),   cmocka_unit_test(test_second_speaker),
+        cmocka_unit_test(test_consent),
+    };
+    return cmocka_run_group_tests_name("clone_cli", tests, setup, teardown);
+}
