@@ -115,7 +115,10 @@ static void attend(qve_stack_state *s, qvk_pool *pool, int l, float *out, const 
     const int hd = c->head_dim;
     const size_t kvd = (size_t)c->num_key_value_heads * hd;
     const size_t base = (size_t)l * (size_t)s->max_ctx * kvd;
-    qvk_attend(pool, out, q, s->k_cache + base, s->v_cache + base, n_ctx, (int)kvd,
+    /* a short context is less work than waking the pool (the code predictor's 16 positions);
+     * heads are independent, so the result is the same either way */
+    qvk_attend(n_ctx < 64 ? NULL : pool, out, q, s->k_cache + base, s->v_cache + base, n_ctx,
+               (int)kvd,
                c->num_attention_heads, c->num_key_value_heads, hd, 1.0f / sqrtf((float)hd),
                s->attn_scratch);
 }
