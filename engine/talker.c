@@ -118,9 +118,8 @@ static void attend(qve_stack_state *s, qvk_pool *pool, int l, float *out, const 
     /* a short context is less work than waking the pool (the code predictor's 16 positions);
      * heads are independent, so the result is the same either way */
     qvk_attend(n_ctx < 64 ? NULL : pool, out, q, s->k_cache + base, s->v_cache + base, n_ctx,
-               (int)kvd,
-               c->num_attention_heads, c->num_key_value_heads, hd, 1.0f / sqrtf((float)hd),
-               s->attn_scratch);
+               (int)kvd, c->num_attention_heads, c->num_key_value_heads, hd,
+               1.0f / sqrtf((float)hd), s->attn_scratch);
 }
 
 static void add(float *restrict x, const float *restrict y, size_t n) {

@@ -56,8 +56,7 @@ static void quantize_row(int8_t *restrict q, float *restrict s, const float *res
     }
 }
 
-void qvk_q8_quantize_x(int8_t *restrict xq, float *restrict xs, const float *restrict x,
-                       int n_in) {
+void qvk_q8_quantize_x(int8_t *restrict xq, float *restrict xs, const float *restrict x, int n_in) {
     for (int g = 0; g < n_in / QVK_Q8_GROUP; g++)
         quantize_row(xq + g * QVK_Q8_GROUP, xs + g, x + g * QVK_Q8_GROUP, QVK_Q8_GROUP);
 }

@@ -20,8 +20,7 @@ void qvk_q8_rows_avx512(float *restrict y, const int8_t *restrict q, const float
     const int n_g = n_in / QVK_Q8_GROUP;
     int r = r0;
     for (; r + 4 <= r1; r += 4) {
-        const int8_t *w0 = q + (size_t)r * n_in, *w1 = w0 + n_in, *w2 = w1 + n_in,
-                     *w3 = w2 + n_in;
+        const int8_t *w0 = q + (size_t)r * n_in, *w1 = w0 + n_in, *w2 = w1 + n_in, *w3 = w2 + n_in;
         const char *next = (const char *)(w3 + n_in);
         __m512 f0 = _mm512_setzero_ps(), f1 = f0, f2 = f0, f3 = f0;
         for (int g = 0; g < n_g; g++) {
@@ -45,7 +44,8 @@ void qvk_q8_rows_avx512(float *restrict y, const int8_t *restrict q, const float
             f2 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a2), s, f2);
             f3 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a3), s, f3);
         }
-        float s0 = _mm512_reduce_add_ps(f0) * scale[r], s1 = _mm512_reduce_add_ps(f1) * scale[r + 1],
+        float s0 = _mm512_reduce_add_ps(f0) * scale[r],
+              s1 = _mm512_reduce_add_ps(f1) * scale[r + 1],
               s2 = _mm512_reduce_add_ps(f2) * scale[r + 2],
               s3 = _mm512_reduce_add_ps(f3) * scale[r + 3];
         if (bias) s0 += bias[r], s1 += bias[r + 1], s2 += bias[r + 2], s3 += bias[r + 3];

@@ -26,7 +26,9 @@ static uint32_t rng_u32(uint32_t *s) {
     *s ^= *s << 13, *s ^= *s >> 17, *s ^= *s << 5;
     return *s;
 }
-static float rng_f(uint32_t *s) { return (float)(rng_u32(s) >> 8) / 16777216.0f * 2 - 1; }
+static float rng_f(uint32_t *s) {
+    return (float)(rng_u32(s) >> 8) / 16777216.0f * 2 - 1;
+}
 
 static int setup(void **st) {
     (void)st;
