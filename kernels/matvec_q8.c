@@ -73,6 +73,12 @@ static void wq_run(int ith, int nth, void *p) {
     int r0, r1;
     split_rows(j->n_out, ith, nth, &r0, &r1);
     float row[QVK_Q8_MAX_IN];
+    if (!strcmp(qvk_variant(), "avx512")) {
+        for (int r = r0; r < r1; r++)
+            qvk_q8_quantize_row_avx512(j->q + (size_t)r * j->n_in, j->scale + r,
+                                       j->w + (size_t)r * j->n_in, j->n_in);
+        return;
+    }
     for (int r = r0; r < r1; r++) {
         qvk_bf16_to_f32(row, j->w + (size_t)r * j->n_in, (size_t)j->n_in);
         quantize_row(j->q + (size_t)r * j->n_in, j->scale + r, row, j->n_in);

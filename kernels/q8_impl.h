@@ -20,4 +20,8 @@ void qvk_q8_rows_avx512(float *restrict y, const int8_t *restrict q, const float
                         const int8_t *restrict xq, const float *restrict xs,
                         const float *restrict bias, int r0, int r1, int n_in);
 
+/* One bf16 weight row to int8 + scale (n a multiple of 16), byte-identical to the portable path. */
+void qvk_q8_quantize_row_avx512(int8_t *restrict q, float *restrict scale,
+                                const uint16_t *restrict w, int n);
+
 #endif
