@@ -485,6 +485,7 @@ static int write_record(const qvf_tensor *t, qvf_out *o, const char *name, char 
     uint8_t *delta = malloc(t->raw_bytes), *z = malloc((size_t)cap);
     int rc = (!delta || !z) ? qvf_fail(err, es, QVF_E_NOMEM, name, "tensor %s", t->name)
                             : qvf_tensor_decode_delta(t, delta, err, es);
+    if (rc) qvf_err_rename(err, es, name);
     if (!rc) {
         int zn = LZ4_compress_default((const char *)delta, (char *)z, (int)t->raw_bytes, cap);
         if (zn <= 0)

@@ -71,6 +71,9 @@ int qvf_fail(char *err, size_t err_size, int code, const char *name, const char 
     __attribute__((format(printf, 5, 6)));
 /* Table-only CRC-32C (the fallback path), for tests. */
 uint32_t qvf_crc32c_sw(uint32_t crc, const void *buf, size_t n_bytes);
+/* Tensor decode errors start "WDELTA: " (the decoder knows no file); writers replace that prefix
+ * with the file name. */
+void qvf_err_rename(char *err, size_t err_size, const char *name);
 int qvf_utf8_valid(const uint8_t *s, size_t n);
 int qvf_is_zero(const uint8_t *p, size_t n);
 /* Number of elements of a shape, or 0 on overflow / zero dims. */

@@ -38,6 +38,13 @@ int qvf_fail(char *err, size_t err_size, int code, const char *name, const char 
     return code;
 }
 
+void qvf_err_rename(char *err, size_t err_size, const char *name) {
+    if (!err || !err_size || strncmp(err, "WDELTA: ", 8)) return;
+    char tmp[512];
+    snprintf(tmp, sizeof tmp, "%s", err + 8);
+    snprintf(err, err_size, "%s: %s", name, tmp);
+}
+
 int qvf_is_zero(const uint8_t *p, size_t n) {
     for (size_t i = 0; i < n; i++)
         if (p[i]) return 0;

@@ -104,12 +104,12 @@ int qvf_wdelta_encode(const char *name, uint32_t dtype, uint32_t n_dims, const u
 static int decode_block(const qvf_tensor *t, uint32_t i, uint8_t *dst, char *err, size_t es) {
     uint64_t len = block_len(t, i), a = t->block_offsets[i], b = t->block_offsets[i + 1];
     if (b < a || b > t->data_bytes || b - a > INT32_MAX)
-        return qvf_fail(err, es, QVF_E_LZ4, t->name, "block %u: bad offsets", i);
+        return qvf_fail(err, es, QVF_E_LZ4, "WDELTA", "tensor %s: block %u: bad offsets", t->name, i);
     int got = LZ4_decompress_safe((const char *)t->data + a, (char *)dst, (int)(b - a), (int)len);
     if (got < 0 || (uint64_t)got != len)
-        return qvf_fail(err, es, QVF_E_LZ4, t->name,
-                        "block %u: LZ4 decode gave %d bytes (expected %llu)", i, got,
-                        (unsigned long long)len);
+        return qvf_fail(err, es, QVF_E_LZ4, "WDELTA",
+                        "tensor %s: block %u: LZ4 decode gave %d bytes (expected %llu)", t->name,
+                        i, got, (unsigned long long)len);
     return QVF_OK;
 }
 

@@ -384,7 +384,10 @@ static int write_all(qvf_out *o, const qvf_voice *v, int version, const char *na
         const qvf_tensor *t = &v->tensors[i];
         qvf_tensor tmp = {0};
         if (needs_reblock(t)) {
-            if ((rc = qvf_tensor_reblock(t, QVF_BLOCK_BYTES_DEFAULT, &tmp, err, es))) return rc;
+            if ((rc = qvf_tensor_reblock(t, QVF_BLOCK_BYTES_DEFAULT, &tmp, err, es))) {
+                qvf_err_rename(err, es, name);
+                return rc;
+            }
             t = &tmp;
         }
         rc = check_tensor(t, name, err, es);

@@ -71,7 +71,9 @@ static void rt_check(const qvf_voice *v, int version) {
     if (!f) return;
     int rc = qvf_write_stream(v, f, version, "rt", err, sizeof err);
     fclose(f);
-    if (rc == QVF_E_NOMEM || (rc && version == 3)) { /* v3 may refuse what it cannot hold */
+    /* v3 may refuse what it cannot hold; re-blocking a legacy tensor decodes it, and the reader
+     * indexes compressed blocks without decoding them, so a corrupt block surfaces here */
+    if (rc == QVF_E_NOMEM || rc == QVF_E_LZ4 || (rc && version == 3)) {
         free(buf);
         return;
     }

@@ -458,6 +458,34 @@ static void test_legacy_v3_weight_streams(void **state) {
     }
 }
 
+/* Found by fuzz_roundtrip: the reader indexes LZ4 blocks without decoding them, so a legacy tensor
+ * with a corrupt block is only caught when v4 export re-blocks it: QVF_E_LZ4 naming file and tensor,
+ * and nothing written. */
+static void test_legacy_corrupt_block_export(void **state) {
+    (void)state;
+    enum { N = 1001 }; /* 2002 bytes: one legacy block smaller than a v4 block, so re-blocked */
+    static uint16_t tgt[N], res[N];
+    qvf_sample_bf16(tgt, N, 5);
+    qvf_sample_bf16(res, N, 6);
+    bb b = heavy(0, tgt, res, N);
+    qvf_voice *v = NULL;
+    assert_int_equal(qvf_read_mem(b.p, b.n, "c.qvoice", 0, &v, err, sizeof err), 0);
+    qvf_tensor *t = &v->tensors[0];
+    uint8_t *payload = b.p + (t->data - b.p);
+    memset(payload, 0xFF, t->data_bytes); /* still "read" fine: blocks are not decoded at read */
+    char path[] = "/tmp/qvf_corrupt_XXXXXX";
+    assert_non_null(mkdtemp(path));
+    char out[64];
+    snprintf(out, sizeof out, "%s/o.qvoice", path);
+    assert_int_equal(qvf_write_file(v, out, 4, err, sizeof err), QVF_E_LZ4);
+    assert_non_null(strstr(err, out));
+    assert_non_null(strstr(err, "up_proj"));
+    assert_int_equal(access(out, F_OK), -1);
+    assert_int_equal(rmdir(path), 0);
+    qvf_voice_free(v);
+    free(b.p);
+}
+
 static void test_atomic_write(void **state) {
     (void)state;
     char dir[] = "/tmp/qvf_test_XXXXXX", path[256];
@@ -515,6 +543,7 @@ int main(void) {
         cmocka_unit_test(test_legacy_v3_graft_17b_offsets),
         cmocka_unit_test(test_legacy_v1_v2_bin),
         cmocka_unit_test(test_legacy_v3_weight_streams),
+        cmocka_unit_test(test_legacy_corrupt_block_export),
         cmocka_unit_test(test_atomic_write),
     };
     return cmocka_run_group_tests_name("qvf", tests, NULL, NULL);
