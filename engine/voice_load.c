@@ -144,6 +144,8 @@ static int check_record(const qv_model *m, slot_list *l, const qvf_tensor *t, pl
         int shape_ok = p->orig->dtype == QVE_DTYPE_BF16 && (uint32_t)p->orig->n_dims == t->n_dims;
         for (uint32_t d = 0; shape_ok && d < t->n_dims; d++)
             shape_ok = (uint64_t)p->orig->shape[d] == t->shape[d];
+        if (t->n_dims == 1 && p->orig->dtype == QVE_DTYPE_BF16)
+            shape_ok = 1; /* legacy records carry no shape (1-D): the byte count decides */
         if (!shape_ok || t->raw_bytes != p->orig->n_bytes || (p->s && !p->s->bf16))
             return snprintf(err, es,
                             "weight delta for tensor %s does not fit %s (bf16 %llu bytes in the "
