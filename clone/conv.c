@@ -188,17 +188,18 @@ static void chunk_cf(const conv_job *j, int64_t t0, int64_t n, float *scratch) {
         b_mat = cols;
         ldb = n;
     }
-    qvk_sgemm(0, 0, cv->c_out, (int)n, kk, 1.0f, j->w, kk, b_mat, (int)ldb, 0.0f, out, (int)n);
+    /* without a residual the product goes straight into y (bias and activation in place) */
+    float *dst = cv->residual ? out : j->y + t0;
+    int64_t ldc = cv->residual ? n : j->ldy;
+    qvk_sgemm(0, 0, cv->c_out, (int)n, kk, 1.0f, j->w, kk, b_mat, (int)ldb, 0.0f, dst, (int)ldc);
     for (int o = 0; o < cv->c_out; o++) {
-        float *orow = out + (size_t)o * n;
-        float *yrow = j->y + (size_t)o * j->ldy + t0;
+        float *orow = dst + (size_t)o * ldc;
         if (j->bias) {
             float b = j->bias[o];
             for (int64_t i = 0; i < n; i++) orow[i] += b;
         }
         activate(orow, (size_t)n, cv->act_out);
-        if (cv->residual) qvc_add_rows(yrow, 0, orow, 0, 1, (int)n);
-        else memcpy(yrow, orow, (size_t)n * sizeof(float));
+        if (cv->residual) qvc_add_rows(j->y + (size_t)o * j->ldy + t0, 0, orow, 0, 1, (int)n);
     }
 }
 
