@@ -117,7 +117,18 @@ void qvc_add_rows(float *y, int64_t ldy, const float *x, int64_t ldx, int64_t n_
         for (int i = 0; i < n; i++) y[(size_t)r * ldy + i] += x[(size_t)r * ldx + i];
 }
 
+/* The kernels' choice (QV_KERNELS=avx2 keeps the 8-wide loop; the results are the same). */
+static int have_avx512(void) {
+    static _Atomic int have = -1;
+    if (have < 0) have = have_avx2() && !strcmp(qvk_variant(), "avx512");
+    return have;
+}
+
 void qvc_elu(float *x, size_t n) {
+    if (have_avx512()) {
+        qvc_elu_avx512(x, n);
+        return;
+    }
     if (have_avx2()) {
         qvc_elu_avx2(x, n);
         return;
