@@ -12,6 +12,7 @@ int qve_cp_state_init(qve_cp_state *s, const qv_model *m) {
     memset(s, 0, sizeof *s);
     const int H = m->cfg.talker.hidden_size, CH = m->cfg.code_predictor.hidden_size;
     const int CV = m->cfg.code_predictor.vocab_size;
+    s->w = &m->cp;
     if (qve_stack_state_init(&s->st, &m->cp.stack, QVE_N_GROUPS, 0)) return -1;
     s->x = qvk_alloc((size_t)CH * sizeof(float));
     s->proj_in = qvk_alloc((size_t)(H > CH ? H : CH) * sizeof(float));
@@ -32,6 +33,11 @@ void qve_cp_state_free(qve_cp_state *s) {
     memset(s, 0, sizeof *s);
 }
 
+void qve_cp_state_use(qve_cp_state *s, const qve_code_predictor *w) {
+    s->w = w;
+    s->st.w = &w->stack;
+}
+
 /* s->x = Π(in), in being a talker-width vector. */
 static void project(qve_cp_state *s, const qv_model *m, qvk_pool *pool, const float *in) {
     const int H = m->cfg.talker.hidden_size, CH = m->cfg.code_predictor.hidden_size;
@@ -44,7 +50,8 @@ static void project(qve_cp_state *s, const qv_model *m, qvk_pool *pool, const fl
 void qve_cp_frame(qve_cp_state *s, const qv_model *m, const qve_talker *talker, qvk_pool *pool,
                   const float *z, int c0, int32_t codes[QVE_N_GROUPS], qve_pick_fn pick,
                   void *pick_ctx) {
-    const qve_stack_config *c = &m->cp.stack.cfg;
+    const qve_code_predictor *cp = s->w;
+    const qve_stack_config *c = &cp->stack.cfg;
     const int H = m->cfg.talker.hidden_size, CH = c->hidden_size, CV = c->vocab_size;
     codes[0] = c0;
     project(s, m, pool, z);
@@ -55,12 +62,12 @@ void qve_cp_frame(qve_cp_state *s, const qv_model *m, const qve_talker *talker, 
     for (int g = 0; g < QVE_N_GROUPS - 1; g++) {
         float *logits = s->logits + (size_t)g * CV;
         float *normed = s->proj_in; /* free between inputs */
-        qvk_rmsnorm(normed, s->x, m->cp.stack.norm, CH, c->rms_norm_eps);
-        qvk_matvec_bf16(pool, logits, m->cp.lm_head[g], normed, NULL, CV, CH);
+        qvk_rmsnorm(normed, s->x, cp->stack.norm, CH, c->rms_norm_eps);
+        qve_matvec(pool, normed, CH, &(qve_mv){logits, &cp->lm_head[g], NULL, CV}, 1);
         int code = pick(logits, CV, pick_ctx);
         codes[g + 1] = code;
         if (g == QVE_N_GROUPS - 2) break; /* CPE_14 never feeds the predictor */
-        qvk_bf16_to_f32(s->proj_in, m->cp.codec_embedding[g] + (size_t)code * H, (size_t)H);
+        qvk_bf16_to_f32(s->proj_in, cp->codec_embedding[g] + (size_t)code * H, (size_t)H);
         project(s, m, pool, s->proj_in);
         qve_stack_forward(&s->st, pool, s->x, 1, g + 2);
     }

@@ -37,6 +37,7 @@ typedef struct {
     int no_icl, no_wdelta, no_guard, verify;
     int max_chunk_chars;
     int force_instruct, stream, greedy, tokens, list_speakers, list_languages, quiet;
+    int quant, ignore_eos;
     int max_frames;     /* 0 = model default */
     double max_seconds; /* 0 = none */
     int n_threads;
@@ -63,6 +64,8 @@ enum {
     OPT_DUMP_CODES,
     OPT_DECODE_CODES,
     OPT_TOKENS,
+    OPT_QUANT,
+    OPT_IGNORE_EOS,
     OPT_NO_ICL,
     OPT_NO_WDELTA,
     OPT_MAX_CHUNK_CHARS,
@@ -120,6 +123,9 @@ static void usage(FILE *f) {
         "%.2g)\n"
         "      --repetition-penalty R (default: generation_config.json, %.3g)\n"
         "      --greedy               argmax talker and code predictor (penalty still applies)\n"
+        "      --quant bf16|int8      weights of the per-frame matvecs (default bf16; int8 is\n"
+        "                             quantized at load: about twice as fast, codes differ)\n"
+        "      --ignore-eos           never stop at end-of-speech (benchmarks; with --max-frames)\n"
         "  -j, --threads N            compute threads (default %d)\n"
         "      --seed N               sampling seed (default %llu); output is identical across "
         "runs\n"
@@ -196,6 +202,8 @@ static int parse_args(int argc, char **argv, options *o) {
                                        {"dump-codes", required_argument, 0, OPT_DUMP_CODES},
                                        {"decode-codes", required_argument, 0, OPT_DECODE_CODES},
                                        {"tokens", no_argument, 0, OPT_TOKENS},
+                                       {"quant", required_argument, 0, OPT_QUANT},
+                                       {"ignore-eos", no_argument, 0, OPT_IGNORE_EOS},
                                        {"quiet", no_argument, 0, 'q'},
                                        {"help", no_argument, 0, 'h'},
                                        {"version", no_argument, 0, 'V'},
@@ -263,6 +271,14 @@ static int parse_args(int argc, char **argv, options *o) {
             break;
         case OPT_GREEDY:
             o->greedy = 1;
+            break;
+        case OPT_QUANT:
+            if (strcmp(optarg, "bf16") && strcmp(optarg, "int8"))
+                return usage_error("--quant: expected bf16 or int8, found '%s'", optarg);
+            o->quant = strcmp(optarg, "int8") ? QV_QUANT_BF16 : QV_QUANT_INT8;
+            break;
+        case OPT_IGNORE_EOS:
+            o->ignore_eos = 1;
             break;
         case OPT_TOKENS:
             o->tokens = 1;
@@ -831,6 +847,7 @@ int main(int argc, char **argv) {
     if (o.set_top_p) p.top_p = o.top_p;
     if (o.set_rp) p.repetition_penalty = o.repetition_penalty;
     if (o.greedy) p.do_sample = 0, p.subtalker_do_sample = 0;
+    p.quant = o.quant, p.ignore_eos = o.ignore_eos;
     if (o.max_frames) p.max_frames = o.max_frames;
     if (o.max_seconds > 0) {
         int f = (int)floor(o.max_seconds * QV_FRAME_RATE_HZ + 1e-9);

@@ -11,6 +11,7 @@
 
 #include "manifest.h"
 #include "model.h"
+#include "q8.h"
 
 /* ==== tensor lookup helpers ================================================================== */
 
@@ -77,16 +78,16 @@ static void load_stack(loader *L, qve_stack *s, const qve_stack_config *c, const
         qve_layer *l = &s->layers[i];
 #define NAME(suffix) (snprintf(n, sizeof n, "%s.layers.%d.%s", prefix, i, suffix), n)
         l->input_layernorm = get_vector(L, NAME("input_layernorm.weight"), H);
-        l->q_proj = get_matrix(L, NAME("self_attn.q_proj.weight"), qd, H);
-        l->k_proj = get_matrix(L, NAME("self_attn.k_proj.weight"), kvd, H);
-        l->v_proj = get_matrix(L, NAME("self_attn.v_proj.weight"), kvd, H);
-        l->o_proj = get_matrix(L, NAME("self_attn.o_proj.weight"), H, qd);
+        l->q_proj.bf16 = get_matrix(L, NAME("self_attn.q_proj.weight"), qd, H);
+        l->k_proj.bf16 = get_matrix(L, NAME("self_attn.k_proj.weight"), kvd, H);
+        l->v_proj.bf16 = get_matrix(L, NAME("self_attn.v_proj.weight"), kvd, H);
+        l->o_proj.bf16 = get_matrix(L, NAME("self_attn.o_proj.weight"), H, qd);
         l->q_norm = get_vector(L, NAME("self_attn.q_norm.weight"), c->head_dim);
         l->k_norm = get_vector(L, NAME("self_attn.k_norm.weight"), c->head_dim);
         l->post_attention_layernorm = get_vector(L, NAME("post_attention_layernorm.weight"), H);
-        l->gate_proj = get_matrix(L, NAME("mlp.gate_proj.weight"), I, H);
-        l->up_proj = get_matrix(L, NAME("mlp.up_proj.weight"), I, H);
-        l->down_proj = get_matrix(L, NAME("mlp.down_proj.weight"), H, I);
+        l->gate_proj.bf16 = get_matrix(L, NAME("mlp.gate_proj.weight"), I, H);
+        l->up_proj.bf16 = get_matrix(L, NAME("mlp.up_proj.weight"), I, H);
+        l->down_proj.bf16 = get_matrix(L, NAME("mlp.down_proj.weight"), H, I);
 #undef NAME
     }
     snprintf(n, sizeof n, "%s.norm.weight", prefix);
@@ -109,6 +110,7 @@ static int check_stack_config(const qve_stack_config *c, const char *dir, const 
 
 int qve_model_load(qv_model *m, const char *dir, char *err, size_t err_size) {
     memset(m, 0, sizeof *m);
+    pthread_mutex_init(&m->q8_lock, NULL);
     snprintf(m->dir, sizeof m->dir, "%s", dir);
     if (qve_model_config_load(&m->cfg, dir, err, err_size)) return -1;
     if (qve_generation_config_load(&m->gen, dir, err, err_size)) return -1;
@@ -150,7 +152,7 @@ int qve_model_load(qv_model *m, const char *dir, char *err, size_t err_size) {
     t->fc2_bias = get_vector(&L, "talker.text_projection.linear_fc2.bias", H);
     t->codec_embedding =
         get_matrix(&L, "talker.model.codec_embedding.weight", c->talker.vocab_size, H);
-    t->codec_head = get_matrix(&L, "talker.codec_head.weight", c->talker.vocab_size, H);
+    t->codec_head.bf16 = get_matrix(&L, "talker.codec_head.weight", c->talker.vocab_size, H);
 
     qve_code_predictor *cp = &m->cp;
     const int64_t CH = c->code_predictor.hidden_size, CV = c->code_predictor.vocab_size;
@@ -160,7 +162,7 @@ int qve_model_load(qv_model *m, const char *dir, char *err, size_t err_size) {
         snprintf(n, sizeof n, "talker.code_predictor.model.codec_embedding.%d.weight", g);
         cp->codec_embedding[g] = get_matrix(&L, n, CV, H);
         snprintf(n, sizeof n, "talker.code_predictor.lm_head.%d.weight", g);
-        cp->lm_head[g] = get_matrix(&L, n, CV, CH);
+        cp->lm_head[g].bf16 = get_matrix(&L, n, CV, CH);
     }
     if (!L.failed && H != CH) { /* 1.7B: small_to_mtp_projection; absent (identity) when equal */
         cp->mtp_proj =
@@ -174,6 +176,14 @@ int qve_model_load(qv_model *m, const char *dir, char *err, size_t err_size) {
 
 void qve_model_unload(qv_model *m) {
     if (!m) return;
+    if (m->q8) {
+        free(m->q8->talker.stack.layers);
+        free(m->q8->cp.stack.layers);
+        qvk_free(m->q8->q);
+        qvk_free(m->q8->scale);
+        free(m->q8);
+    }
+    pthread_mutex_destroy(&m->q8_lock);
     for (int i = 0; i < m->n_f32_copies; i++)
         qvk_free(m->f32_copies[i]);
     free(m->f32_copies);
@@ -184,4 +194,98 @@ void qve_model_unload(qv_model *m) {
     free(m->cp.stack.layers);
     qve_st_close(m->st);
     memset(m, 0, sizeof *m);
+}
+
+/* ==== int8 view ============================================================================== */
+
+/* Calls fn on every decode matrix of a view (the ones the int8 matvec may serve) with its shape. */
+static void each_matrix(struct qve_q8_view *v, void (*fn)(qve_mat *, int, int, void *), void *ctx) {
+    qve_stack *stacks[2] = {&v->talker.stack, &v->cp.stack};
+    for (int k = 0; k < 2; k++) {
+        const qve_stack_config *c = &stacks[k]->cfg;
+        const int H = c->hidden_size, I = c->intermediate_size;
+        const int qd = c->num_attention_heads * c->head_dim;
+        const int kvd = c->num_key_value_heads * c->head_dim;
+        for (int l = 0; l < c->num_hidden_layers; l++) {
+            qve_layer *L = &stacks[k]->layers[l];
+            fn(&L->q_proj, qd, H, ctx), fn(&L->k_proj, kvd, H, ctx), fn(&L->v_proj, kvd, H, ctx);
+            fn(&L->o_proj, H, qd, ctx);
+            fn(&L->gate_proj, I, H, ctx), fn(&L->up_proj, I, H, ctx), fn(&L->down_proj, H, I, ctx);
+        }
+    }
+    fn(&v->talker.codec_head, v->talker.stack.cfg.vocab_size, v->talker.stack.cfg.hidden_size,
+       ctx);
+    for (int g = 0; g < QVE_N_GROUPS - 1; g++)
+        fn(&v->cp.lm_head[g], v->cp.stack.cfg.vocab_size, v->cp.stack.cfg.hidden_size, ctx);
+}
+
+struct q8_fill {
+    qvk_pool *pool;
+    size_t n_q, n_rows; /* running offsets (or totals when counting) */
+    int8_t *q;
+    float *scale;
+};
+
+static void count_matrix(qve_mat *w, int n_out, int n_in, void *ctx) {
+    struct q8_fill *f = ctx;
+    (void)w;
+    if (n_in % QVK_Q8_GROUP) return;
+    f->n_q += (size_t)n_out * n_in;
+    f->n_rows += (size_t)n_out;
+}
+
+static void fill_matrix(qve_mat *w, int n_out, int n_in, void *ctx) {
+    struct q8_fill *f = ctx;
+    int8_t *q = f->q + f->n_q;
+    float *s = f->scale + f->n_rows;
+    if (qvk_q8_quantize_bf16(f->pool, q, s, w->bf16, n_out, n_in)) return; /* stays bf16 */
+    w->q8 = q, w->q8_scale = s;
+    f->n_q += (size_t)n_out * n_in;
+    f->n_rows += (size_t)n_out;
+}
+
+static qve_layer *copy_layers(const qve_stack *s) {
+    qve_layer *l = malloc(sizeof *l * (size_t)s->cfg.num_hidden_layers);
+    if (l) memcpy(l, s->layers, sizeof *l * (size_t)s->cfg.num_hidden_layers);
+    return l;
+}
+
+int qve_model_quantize(const qv_model *shared, qvk_pool *pool) {
+    /* the model is otherwise read-only; the view is added once, under the lock, and never changed */
+    qv_model *m = (qv_model *)(uintptr_t)shared;
+    pthread_mutex_lock(&m->q8_lock);
+    int rc = 0;
+    if (!m->q8) {
+        struct qve_q8_view *v = calloc(1, sizeof *v);
+        rc = -1;
+        if (v) {
+            v->talker = m->talker, v->cp = m->cp;
+            v->talker.stack.layers = copy_layers(&m->talker.stack);
+            v->cp.stack.layers = copy_layers(&m->cp.stack);
+            struct q8_fill f = {pool, 0, 0, NULL, NULL};
+            if (v->talker.stack.layers && v->cp.stack.layers) each_matrix(v, count_matrix, &f);
+            v->q = qvk_alloc(f.n_q ? f.n_q : 1);
+            v->scale = qvk_alloc((f.n_rows ? f.n_rows : 1) * sizeof(float));
+            if (v->talker.stack.layers && v->cp.stack.layers && v->q && v->scale) {
+                v->n_bytes = f.n_q;
+                f = (struct q8_fill){pool, 0, 0, v->q, v->scale};
+                each_matrix(v, fill_matrix, &f);
+                m->q8 = v;
+                rc = 0;
+            } else {
+                free(v->talker.stack.layers), free(v->cp.stack.layers);
+                qvk_free(v->q), qvk_free(v->scale), free(v);
+            }
+        }
+    }
+    pthread_mutex_unlock(&m->q8_lock);
+    return rc;
+}
+
+const qve_talker *qve_model_talker(const qv_model *m, int quant) {
+    return quant == QV_QUANT_INT8 && m->q8 ? &m->q8->talker : &m->talker;
+}
+
+const qve_code_predictor *qve_model_cp(const qv_model *m, int quant) {
+    return quant == QV_QUANT_INT8 && m->q8 ? &m->q8->cp : &m->cp;
 }

@@ -6,6 +6,7 @@
 #ifndef QV_MODEL_H
 #define QV_MODEL_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -19,19 +20,28 @@
 
 /* ==== weights ================================================================================ */
 
+/* A decode-path matrix [n_out, n_in]: bf16 in the mmap (always; prefill reads it), plus an int8
+ * copy with per-row scales when the model view is quantized (q8 != NULL selects the int8 matvec).
+ */
+typedef struct {
+    const uint16_t *bf16;
+    const int8_t *q8;
+    const float *q8_scale;
+} qve_mat;
+
 typedef struct {                     /* one Qwen3 decoder layer; PREFIX = talker.model.layers.N or
                                         talker.code_predictor.model.layers.N */
     float *input_layernorm;          /* [H]            PREFIX.input_layernorm.weight (f32 copy) */
-    const uint16_t *q_proj;          /* [nh*hd, H]     PREFIX.self_attn.q_proj.weight */
-    const uint16_t *k_proj;          /* [nkv*hd, H]    PREFIX.self_attn.k_proj.weight */
-    const uint16_t *v_proj;          /* [nkv*hd, H]    PREFIX.self_attn.v_proj.weight */
-    const uint16_t *o_proj;          /* [H, nh*hd]     PREFIX.self_attn.o_proj.weight */
+    qve_mat q_proj;            /* [nh*hd, H]     PREFIX.self_attn.q_proj.weight */
+    qve_mat k_proj;            /* [nkv*hd, H]    PREFIX.self_attn.k_proj.weight */
+    qve_mat v_proj;            /* [nkv*hd, H]    PREFIX.self_attn.v_proj.weight */
+    qve_mat o_proj;            /* [H, nh*hd]     PREFIX.self_attn.o_proj.weight */
     float *q_norm;                   /* [hd]           PREFIX.self_attn.q_norm.weight (f32) */
     float *k_norm;                   /* [hd]           PREFIX.self_attn.k_norm.weight (f32) */
     float *post_attention_layernorm; /* [H]            PREFIX.post_attention_layernorm.weight */
-    const uint16_t *gate_proj;       /* [I, H]         PREFIX.mlp.gate_proj.weight */
-    const uint16_t *up_proj;         /* [I, H]         PREFIX.mlp.up_proj.weight */
-    const uint16_t *down_proj;       /* [H, I]         PREFIX.mlp.down_proj.weight */
+    qve_mat gate_proj;         /* [I, H]         PREFIX.mlp.gate_proj.weight */
+    qve_mat up_proj;           /* [I, H]         PREFIX.mlp.up_proj.weight */
+    qve_mat down_proj;         /* [H, I]         PREFIX.mlp.down_proj.weight */
 } qve_layer;
 
 typedef struct { /* a Qwen3 decoder stack without embeddings / head */
@@ -49,14 +59,14 @@ typedef struct { /* talker (§3) */
     const uint16_t *fc2;   /* [H, text_hidden] talker.text_projection.linear_fc2.weight */
     const float *fc2_bias; /* [H]            talker.text_projection.linear_fc2.bias */
     const uint16_t *codec_embedding; /* [3072, H]      talker.model.codec_embedding.weight */
-    const uint16_t *codec_head;      /* [3072, H]      talker.codec_head.weight */
+    qve_mat codec_head;              /* [3072, H]      talker.codec_head.weight */
 } qve_talker;
 
 typedef struct {     /* code predictor (§4), prefix talker.code_predictor. */
     qve_stack stack; /* hidden 1024 on both sizes */
     const uint16_t
         *codec_embedding[QVE_N_GROUPS - 1];    /* [2048, H_talker] model.codec_embedding.g.weight */
-    const uint16_t *lm_head[QVE_N_GROUPS - 1]; /* [2048, 1024] lm_head.g.weight */
+    qve_mat lm_head[QVE_N_GROUPS - 1]; /* [2048, 1024] lm_head.g.weight */
     const uint16_t *mtp_proj; /* [1024, H_talker] small_to_mtp_projection.weight; NULL = identity */
     float *mtp_bias;          /* [1024]         small_to_mtp_projection.bias */
 } qve_code_predictor;
@@ -72,12 +82,31 @@ struct qv_model {
     float **f32_copies; /* every f32 copy above, freed at qv_model_free */
     int n_weight_copies;
     uint16_t **weight_copies; /* bf16 tensors rebuilt in RAM by a voice's WDELTA (voice_load.c) */
+    /* int8 view (same tensors, decode matrices quantized), made by the first int8 session */
+    pthread_mutex_t q8_lock;
+    struct qve_q8_view *q8;
+};
+
+struct qve_q8_view {
+    qve_talker talker;
+    qve_code_predictor cp;
+    int8_t *q;      /* every int8 matrix, one allocation */
+    float *scale;   /* every row scale */
+    size_t n_bytes; /* int8 weight bytes */
 };
 
 /* Loads config, generation config and every talker/code-predictor tensor (checked against the
  * table built from the config). 0 on success, -1 with a one-line error in err. */
 int qve_model_load(qv_model *m, const char *dir, char *err, size_t err_size);
 void qve_model_unload(qv_model *m);
+/* Makes m->q8 (once; thread-safe; later calls return at once): every talker / code-predictor
+ * decode matrix whose n_in is a multiple of QVK_Q8_GROUP quantized to int8 using the pool. 0, or
+ * -1 when out of memory. */
+int qve_model_quantize(const qv_model *m, qvk_pool *pool);
+/* The weights a session with quantization quant (enum qv_quant) uses: m's own, or the int8 view
+ * (which must exist). */
+const qve_talker *qve_model_talker(const qv_model *m, int quant);
+const qve_code_predictor *qve_model_cp(const qv_model *m, int quant);
 
 /* ==== decoder-stack state (KV cache + scratch) ================================================ */
 
@@ -103,6 +132,16 @@ void qve_stack_state_free(qve_stack_state *s);
  * pos0 + n must be <= max_ctx (checked by callers). */
 void qve_stack_forward(qve_stack_state *s, qvk_pool *pool, float *x, int n, int pos0);
 
+/* Several matrices applied to one x[n_in] (n_mv <= 4) in one pool dispatch: int8 when all have
+ * an int8 copy, else bf16. */
+typedef struct {
+    float *y;
+    const qve_mat *w;
+    const float *bias;
+    int n_out;
+} qve_mv;
+void qve_matvec(qvk_pool *pool, const float *x, int n_in, const qve_mv *mv, int n_mv);
+
 /* ==== talker / code predictor ================================================================ */
 
 /* out[n, H] = text_projection(E_txt[ids[i]]) (§3.1). tmp needs n*2*text_hidden floats, wscratch
@@ -115,6 +154,7 @@ void qve_talker_codec_embed(const qve_talker *t, float *out, int id, int accumul
 void qve_talker_head(const qve_talker *t, qvk_pool *pool, float *z, float *logits, const float *x);
 
 typedef struct { /* per-frame code-predictor working set */
+    const qve_code_predictor *w; /* m->cp unless qve_cp_state_use chose another view */
     qve_stack_state st;
     float *x;       /* [1024] */
     float *proj_in; /* [H_talker] */
@@ -123,6 +163,8 @@ typedef struct { /* per-frame code-predictor working set */
 
 int qve_cp_state_init(qve_cp_state *s, const qv_model *m);
 void qve_cp_state_free(qve_cp_state *s);
+/* Runs the state on the weights w (a view of the same model, e.g. qve_model_cp(m, quant)). */
+void qve_cp_state_use(qve_cp_state *s, const qve_code_predictor *w);
 
 /* Residual codes c1..c15 for one frame from (z, c0) (§4); talker supplies C(c0) (the session's
  * view, which a text bridge may change). pick(logits, group, ctx) chooses each

@@ -99,7 +99,14 @@ typedef struct {
     int subtalker_top_k;
     float subtalker_top_p;
     int max_frames; /* frames per utterance (max_new_tokens - 1 of the reference) */
+    int quant;      /* enum qv_quant: weights of the per-frame matvecs */
+    int ignore_eos; /* benchmarks: end-of-speech is never picked, every utterance runs max_frames */
 } qv_params;
+
+/* QV_QUANT_INT8: talker and code-predictor matrices quantized to int8 with per-row scales (by the
+ * first such session of a model, kept for its lifetime: +0.5 GB for 0.6B); half the bytes per
+ * frame, codes close to but not identical with bf16 (docs/performance.md). Prefill stays bf16. */
+enum qv_quant { QV_QUANT_BF16, QV_QUANT_INT8 };
 
 /* The reference wrapper's fallbacks: sampling on, T 0.9, top-k 50, top-p 1, penalty 1.05,
  * code predictor T 0.9 / top-k 50 / top-p 1, max_frames 2047, 1 thread, seed 0. */

@@ -6,6 +6,7 @@
  * allocates. The talker step for frame k is run eagerly after it, as the reference does.
  */
 #include <stdarg.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -146,7 +147,7 @@ static void free_utterance(qv_session *s) {
     s->prefill = s->queue = NULL;
     s->codec_copy = NULL;
     s->n_prefill = s->n_queue = 0;
-    s->tw = s->m->talker;
+    s->tw = *qve_model_talker(s->m, s->p.quant);
 }
 
 void qv_session_free(qv_session *s) {
@@ -185,6 +186,8 @@ static int check_params(const qv_params *p, char *err, size_t n) {
                -1;
     if (p->max_frames < 1)
         return snprintf(err, n, "max_frames: expected >= 1, found %d", p->max_frames), -1;
+    if (p->quant != QV_QUANT_BF16 && p->quant != QV_QUANT_INT8)
+        return snprintf(err, n, "quant: expected bf16 or int8, found %d", p->quant), -1;
     return 0;
 }
 
@@ -215,10 +218,13 @@ enum qv_status qv_session_new(qv_session **out, const qv_model *m, const qv_para
     s->seen = qvk_alloc(V);
     s->pad = qvk_alloc(H * sizeof(float));
     if (!s->pool || !s->x || !s->z || !s->z_frame || !s->logits_raw || !s->logits || !s->work ||
-        !s->work_idx || !s->seen || !s->pad || qve_cp_state_init(&s->cp, m)) {
+        !s->work_idx || !s->seen || !s->pad || qve_cp_state_init(&s->cp, m) ||
+        (p->quant == QV_QUANT_INT8 && qve_model_quantize(m, s->pool))) {
         qv_session_free(s);
         return QV_E_NOMEM;
     }
+    s->tw = *qve_model_talker(m, p->quant); /* perf helper: the int8 view when asked for */
+    qve_cp_state_use(&s->cp, qve_model_cp(m, p->quant));
     s->state = QVE_IDLE;
     *out = s;
     return QV_OK;
@@ -337,7 +343,7 @@ static enum qv_status start_ids(qv_session *s, const qv_request *r) {
                         m->dir, clist[j]);
 
     /* -- text bridge (a voice file's WOVR): session view of the talker's embeddings -- */
-    s->tw = m->talker;
+    s->tw = *qve_model_talker(m, s->p.quant);
     if (r->bridge) {
         const qv_text_bridge *b = r->bridge;
         if (!b->fc1_weight || !b->fc1_bias || !b->fc2_weight || !b->fc2_bias ||
@@ -392,7 +398,7 @@ static enum qv_status start_ids(qv_session *s, const qv_request *r) {
     s->queue = n_q ? qvk_alloc((size_t)n_q * H * sizeof(float)) : NULL;
     enum qv_status st = QV_E_NOMEM;
     if (!ids || !tproj || !tmp || !wscr || !xbuf || !s->prefill || (n_q && !s->queue) ||
-        qve_stack_state_init(&s->talker, &m->talker.stack, L + max_frames, L > 1 ? L : 0)) {
+        qve_stack_state_init(&s->talker, &s->tw.stack, L + max_frames, L > 1 ? L : 0)) {
         fail(s, st, "out of memory for a prompt of %d positions", L);
         goto done;
     }
@@ -471,7 +477,7 @@ static enum qv_status start_ids(qv_session *s, const qv_request *r) {
     /* -- prefill -- */
     memcpy(xbuf, s->prefill, (size_t)L * H * sizeof(float));
     qve_stack_forward(&s->talker, s->pool, xbuf, L, 0);
-    qve_talker_head(&m->talker, s->pool, s->z, s->logits_raw, xbuf + (size_t)(L - 1) * H);
+    qve_talker_head(&s->tw, s->pool, s->z, s->logits_raw, xbuf + (size_t)(L - 1) * H);
     s->pos = L;
     s->state = QVE_RUNNING;
     st = QV_OK;
@@ -514,6 +520,7 @@ enum qv_status qv_session_next_frame(qv_session *s, int32_t codes[QV_N_CODEBOOKS
     memcpy(s->logits, s->logits_raw, (size_t)V * sizeof(float));
     qve_talker_logits_process(s->logits, V, s->seen, s->p.repetition_penalty, s->n_frames,
                               c->codec_eos_token_id);
+    if (s->p.ignore_eos) s->logits[c->codec_eos_token_id] = -INFINITY; /* benchmarks only */
     const qve_sample_params sp = {s->p.do_sample, s->p.temperature, s->p.top_p, s->p.top_k};
     const int c0 = qve_sample(s->logits, V, &sp, &s->rng, s->work, s->work_idx);
     if (c0 == c->codec_eos_token_id) {
@@ -532,7 +539,7 @@ enum qv_status qv_session_next_frame(qv_session *s, int32_t codes[QV_N_CODEBOOKS
     for (int i = 0; i < H; i++)
         s->x[i] += text[i];
     qve_stack_forward(&s->talker, s->pool, s->x, 1, s->pos++);
-    qve_talker_head(&m->talker, s->pool, s->z, s->logits_raw, s->x);
+    qve_talker_head(&s->tw, s->pool, s->z, s->logits_raw, s->x);
     memcpy(codes, frame, sizeof frame);
     return QV_OK;
 }

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "model.h"
+#include "q8.h"
 
 /* ==== state ================================================================================== */
 
@@ -70,6 +71,25 @@ void qve_stack_state_free(qve_stack_state *s) {
 
 /* ==== forward ================================================================================ */
 
+/* The one matvec entry of the decode path: int8 rows when every matrix of the set has an int8
+ * copy (the quantized view), bf16 otherwise; one pool dispatch either way. n_mv <= 4. */
+void qve_matvec(qvk_pool *pool, const float *x, int n_in, const qve_mv *mv, int n_mv) {
+    int all_q8 = n_mv <= 4;
+    for (int i = 0; i < n_mv; i++)
+        all_q8 = all_q8 && mv[i].w->q8;
+    if (all_q8) {
+        qvk_q8_mv q[4];
+        for (int i = 0; i < n_mv; i++)
+            q[i] = (qvk_q8_mv){mv[i].y, mv[i].w->q8, mv[i].w->q8_scale, mv[i].bias, mv[i].n_out};
+        qvk_q8_matvec_multi(pool, x, n_in, q, n_mv);
+        return;
+    }
+    qvk_mv b[4];
+    for (int i = 0; i < n_mv && i < 4; i++)
+        b[i] = (qvk_mv){mv[i].y, mv[i].w->bf16, mv[i].bias, mv[i].n_out};
+    qvk_matvec_bf16_multi(pool, x, n_in, b, n_mv < 4 ? n_mv : 4);
+}
+
 /* Per-head q/k RMSNorm, RoPE at pos, and store k/v at cache row pos of layer l. */
 static void qk_norm_rope_store(qve_stack_state *s, int l, float *q, float *k, const float *v,
                                int pos) {
@@ -114,19 +134,19 @@ static void forward_one(qve_stack_state *s, qvk_pool *pool, float *x, int pos) {
     for (int l = 0; l < c->num_hidden_layers; l++) {
         const qve_layer *L = &s->w->layers[l];
         qvk_rmsnorm(s->h, x, L->input_layernorm, H, c->rms_norm_eps);
-        const qvk_mv qkv[3] = {{s->q, L->q_proj, NULL, qd},
-                               {s->k, L->k_proj, NULL, kvd},
-                               {s->v, L->v_proj, NULL, kvd}};
-        qvk_matvec_bf16_multi(pool, s->h, H, qkv, 3);
+        const qve_mv qkv[3] = {{s->q, &L->q_proj, NULL, qd},
+                               {s->k, &L->k_proj, NULL, kvd},
+                               {s->v, &L->v_proj, NULL, kvd}};
+        qve_matvec(pool, s->h, H, qkv, 3);
         qk_norm_rope_store(s, l, s->q, s->k, s->v, pos);
         attend(s, pool, l, s->att, s->q, pos + 1);
-        qvk_matvec_bf16(pool, s->h, L->o_proj, s->att, NULL, H, qd);
+        qve_matvec(pool, s->att, qd, &(qve_mv){s->h, &L->o_proj, NULL, H}, 1);
         add(x, s->h, (size_t)H);
         qvk_rmsnorm(s->h, x, L->post_attention_layernorm, H, c->rms_norm_eps);
-        const qvk_mv gu[2] = {{s->gate, L->gate_proj, NULL, I}, {s->up, L->up_proj, NULL, I}};
-        qvk_matvec_bf16_multi(pool, s->h, H, gu, 2);
+        const qve_mv gu[2] = {{s->gate, &L->gate_proj, NULL, I}, {s->up, &L->up_proj, NULL, I}};
+        qve_matvec(pool, s->h, H, gu, 2);
         qvk_swiglu(s->gate, s->gate, s->up, I);
-        qvk_matvec_bf16(pool, s->h, L->down_proj, s->gate, NULL, H, I);
+        qve_matvec(pool, s->gate, I, &(qve_mv){s->h, &L->down_proj, NULL, H}, 1);
         add(x, s->h, (size_t)H);
     }
 }
@@ -142,23 +162,23 @@ static void forward_batch(qve_stack_state *s, qvk_pool *pool, float *x, int n, i
         for (int i = 0; i < n; i++)
             qvk_rmsnorm(s->bh + (size_t)i * H, x + (size_t)i * H, L->input_layernorm, H,
                         c->rms_norm_eps);
-        qvk_linear_bf16(pool, s->bq, s->bh, L->q_proj, NULL, n, H, qd, ws);
-        qvk_linear_bf16(pool, s->bk, s->bh, L->k_proj, NULL, n, H, kvd, ws);
-        qvk_linear_bf16(pool, s->bv, s->bh, L->v_proj, NULL, n, H, kvd, ws);
+        qvk_linear_bf16(pool, s->bq, s->bh, L->q_proj.bf16, NULL, n, H, qd, ws);
+        qvk_linear_bf16(pool, s->bk, s->bh, L->k_proj.bf16, NULL, n, H, kvd, ws);
+        qvk_linear_bf16(pool, s->bv, s->bh, L->v_proj.bf16, NULL, n, H, kvd, ws);
         for (int i = 0; i < n; i++)
             qk_norm_rope_store(s, l, s->bq + (size_t)i * qd, s->bk + (size_t)i * kvd,
                                s->bv + (size_t)i * kvd, pos0 + i);
         for (int i = 0; i < n; i++)
             attend(s, pool, l, s->batt + (size_t)i * qd, s->bq + (size_t)i * qd, pos0 + i + 1);
-        qvk_linear_bf16(pool, s->bh, s->batt, L->o_proj, NULL, n, qd, H, ws);
+        qvk_linear_bf16(pool, s->bh, s->batt, L->o_proj.bf16, NULL, n, qd, H, ws);
         add(x, s->bh, (size_t)n * H);
         for (int i = 0; i < n; i++)
             qvk_rmsnorm(s->bh + (size_t)i * H, x + (size_t)i * H, L->post_attention_layernorm, H,
                         c->rms_norm_eps);
-        qvk_linear_bf16(pool, s->bgate, s->bh, L->gate_proj, NULL, n, H, I, ws);
-        qvk_linear_bf16(pool, s->bup, s->bh, L->up_proj, NULL, n, H, I, ws);
+        qvk_linear_bf16(pool, s->bgate, s->bh, L->gate_proj.bf16, NULL, n, H, I, ws);
+        qvk_linear_bf16(pool, s->bup, s->bh, L->up_proj.bf16, NULL, n, H, I, ws);
         qvk_swiglu(s->bgate, s->bgate, s->bup, n * I);
-        qvk_linear_bf16(pool, s->bh, s->bgate, L->down_proj, NULL, n, I, H, ws);
+        qvk_linear_bf16(pool, s->bh, s->bgate, L->down_proj.bf16, NULL, n, I, H, ws);
         add(x, s->bh, (size_t)n * H);
     }
 }
@@ -198,5 +218,5 @@ void qve_talker_codec_embed(const qve_talker *t, float *out, int id, int accumul
 void qve_talker_head(const qve_talker *t, qvk_pool *pool, float *z, float *logits, const float *x) {
     const qve_stack_config *c = &t->stack.cfg;
     qvk_rmsnorm(z, x, t->stack.norm, c->hidden_size, c->rms_norm_eps);
-    qvk_matvec_bf16(pool, logits, t->codec_head, z, NULL, c->vocab_size, c->hidden_size);
+    qve_matvec(pool, z, c->hidden_size, &(qve_mv){logits, &t->codec_head, NULL, c->vocab_size}, 1);
 }

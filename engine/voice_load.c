@@ -51,16 +51,16 @@ static void add_stack(slot_list *l, qve_stack *st, const char *prefix) {
         qve_layer *y = &st->layers[i];
 #define NAME(suffix) (snprintf(n, sizeof n, "%s.layers.%d.%s", prefix, i, suffix), n)
         add(l, NAME("input_layernorm.weight"), NULL, y->input_layernorm, H);
-        add(l, NAME("self_attn.q_proj.weight"), &y->q_proj, NULL, qd * H);
-        add(l, NAME("self_attn.k_proj.weight"), &y->k_proj, NULL, kvd * H);
-        add(l, NAME("self_attn.v_proj.weight"), &y->v_proj, NULL, kvd * H);
-        add(l, NAME("self_attn.o_proj.weight"), &y->o_proj, NULL, H * qd);
+        add(l, NAME("self_attn.q_proj.weight"), &y->q_proj.bf16, NULL, qd * H);
+        add(l, NAME("self_attn.k_proj.weight"), &y->k_proj.bf16, NULL, kvd * H);
+        add(l, NAME("self_attn.v_proj.weight"), &y->v_proj.bf16, NULL, kvd * H);
+        add(l, NAME("self_attn.o_proj.weight"), &y->o_proj.bf16, NULL, H * qd);
         add(l, NAME("self_attn.q_norm.weight"), NULL, y->q_norm, c->head_dim);
         add(l, NAME("self_attn.k_norm.weight"), NULL, y->k_norm, c->head_dim);
         add(l, NAME("post_attention_layernorm.weight"), NULL, y->post_attention_layernorm, H);
-        add(l, NAME("mlp.gate_proj.weight"), &y->gate_proj, NULL, I * H);
-        add(l, NAME("mlp.up_proj.weight"), &y->up_proj, NULL, I * H);
-        add(l, NAME("mlp.down_proj.weight"), &y->down_proj, NULL, H * I);
+        add(l, NAME("mlp.gate_proj.weight"), &y->gate_proj.bf16, NULL, I * H);
+        add(l, NAME("mlp.up_proj.weight"), &y->up_proj.bf16, NULL, I * H);
+        add(l, NAME("mlp.down_proj.weight"), &y->down_proj.bf16, NULL, H * I);
 #undef NAME
     }
     snprintf(n, sizeof n, "%s.norm.weight", prefix);
@@ -86,7 +86,7 @@ static int collect(slot_list *l, qv_model *m) {
     add(l, "talker.text_projection.linear_fc2.weight", &t->fc2, NULL, H * TH);
     add(l, "talker.text_projection.linear_fc2.bias", NULL, t->fc2_bias, H);
     add(l, "talker.model.codec_embedding.weight", &t->codec_embedding, NULL, V * H);
-    add(l, "talker.codec_head.weight", &t->codec_head, NULL, V * H);
+    add(l, "talker.codec_head.weight", &t->codec_head.bf16, NULL, V * H);
     qve_code_predictor *cp = &m->cp;
     add_stack(l, &cp->stack, "talker.code_predictor.model");
     char n[160];
@@ -94,7 +94,7 @@ static int collect(slot_list *l, qv_model *m) {
         snprintf(n, sizeof n, "talker.code_predictor.model.codec_embedding.%d.weight", g);
         add(l, n, &cp->codec_embedding[g], NULL, CV * H);
         snprintf(n, sizeof n, "talker.code_predictor.lm_head.%d.weight", g);
-        add(l, n, &cp->lm_head[g], NULL, CV * CH);
+        add(l, n, &cp->lm_head[g].bf16, NULL, CV * CH);
     }
     if (cp->mtp_proj) {
         add(l, "talker.code_predictor.small_to_mtp_projection.weight", &cp->mtp_proj, NULL,

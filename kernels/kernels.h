@@ -32,7 +32,8 @@ const char *qvk_variant(void);
  * For tests and benchmarks: not safe while kernels run on other threads. */
 int qvk_set_variant(const char *name);
 
-/* 64-byte aligned allocation of n bytes (rounded up); NULL on failure. Free with qvk_free. */
+/* 64-byte aligned allocation of n bytes (rounded up); NULL on failure. Free with qvk_free.
+ * From 4 MB up the block is 2 MB aligned and advised for transparent huge pages (KV caches). */
 void *qvk_alloc(size_t n_bytes);
 void qvk_free(void *p);
 
@@ -138,7 +139,7 @@ void qvk_rope_apply(float *x, int n_heads, int head_dim, const float *c, const f
 /* One query position over a cache of n_ctx keys/values, GQA (query head j uses kv head
  * j / (n_heads/n_kv_heads)). q [n_heads*hd]; k, v [n_ctx, n_kv_heads*hd] with row stride
  * kv_stride floats; out [n_heads*hd]. Softmax in f32. scratch: n_heads*n_ctx floats.
- * Heads are split across the pool. */
+ * KV-head groups are split across the pool (bit-identical for any thread count). */
 void qvk_attend(qvk_pool *pool, float *restrict out, const float *restrict q,
                 const float *k, const float *v, int n_ctx, int kv_stride, int n_heads,
                 int n_kv_heads, int head_dim, float scale, float *restrict scratch);

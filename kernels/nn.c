@@ -10,12 +10,14 @@
 void qvk_rmsnorm(float *y, const float *x, const float *w, int n, float eps) {
     float ms = (float)(qvk_impl_get()->sumsq(x, n) / n);
     float r = 1.0f / sqrtf(ms + eps);
-    for (int i = 0; i < n; i++) y[i] = w[i] * (x[i] * r);
+    for (int i = 0; i < n; i++)
+        y[i] = w[i] * (x[i] * r);
 }
 
 void qvk_layernorm(float *y, const float *x, const float *w, const float *b, int n, float eps) {
     double s = 0;
-    for (int i = 0; i < n; i++) s += x[i];
+    for (int i = 0; i < n; i++)
+        s += x[i];
     float mean = (float)(s / n);
     double v = 0;
     for (int i = 0; i < n; i++) {
@@ -35,17 +37,22 @@ void qvk_softmax(float *x, int n) {
     float m = impl->maxf(x, n);
     double s = impl->exp_sub_sum(x, n, m);
     float inv = (float)(1.0 / s);
-    for (int i = 0; i < n; i++) x[i] *= inv;
+    for (int i = 0; i < n; i++)
+        x[i] *= inv;
 }
 
-void qvk_silu(float *x, int n) { qvk_impl_get()->silu_mul(x, x, NULL, n); }
+void qvk_silu(float *x, int n) {
+    qvk_impl_get()->silu_mul(x, x, NULL, n);
+}
 
 void qvk_gelu_erf(float *x, int n) {
-    for (int i = 0; i < n; i++) x[i] = 0.5f * x[i] * (1.0f + erff(x[i] * (float)M_SQRT1_2));
+    for (int i = 0; i < n; i++)
+        x[i] = 0.5f * x[i] * (1.0f + erff(x[i] * (float)M_SQRT1_2));
 }
 
 void qvk_elu(float *x, int n) {
-    for (int i = 0; i < n; i++) x[i] = x[i] > 0.0f ? x[i] : expm1f(x[i]);
+    for (int i = 0; i < n; i++)
+        x[i] = x[i] > 0.0f ? x[i] : expm1f(x[i]);
 }
 
 void qvk_snakebeta(float *x, int n_ch, int n_t, const float *log_alpha, const float *log_beta) {
@@ -102,16 +109,17 @@ static void attend_run(int ith, int nth, void *p) {
         float *sc = j->scratch + h0 * j->n_ctx;
         j->impl->attn_scores(sc, j->q + h0 * hd, group, j->k + (size_t)g * hd, j->n_ctx,
                              j->kv_stride, hd, j->scale);
-        for (int h = 0; h < group; h++) qvk_softmax(sc + (size_t)h * j->n_ctx, j->n_ctx);
+        for (int h = 0; h < group; h++)
+            qvk_softmax(sc + (size_t)h * j->n_ctx, j->n_ctx);
         j->impl->attn_values(j->out + h0 * hd, sc, group, j->v + (size_t)g * hd, j->n_ctx,
                              j->kv_stride, hd);
     }
 }
 
-void qvk_attend(qvk_pool *pool, float *restrict out, const float *restrict q,
-                const float *k, const float *v, int n_ctx, int kv_stride, int n_heads,
-                int n_kv_heads, int head_dim, float scale, float *restrict scratch) {
-    struct attend_job j = { qvk_impl_get(), out, q, k, v, scratch, n_ctx, kv_stride,
-                            n_heads, n_kv_heads, head_dim, scale };
+void qvk_attend(qvk_pool *pool, float *restrict out, const float *restrict q, const float *k,
+                const float *v, int n_ctx, int kv_stride, int n_heads, int n_kv_heads, int head_dim,
+                float scale, float *restrict scratch) {
+    struct attend_job j = {qvk_impl_get(), out,       q,       k,          v,        scratch,
+                           n_ctx,          kv_stride, n_heads, n_kv_heads, head_dim, scale};
     qvk_pool_run(pool, attend_run, &j);
 }

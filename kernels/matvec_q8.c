@@ -1,0 +1,139 @@
+/* matvec_q8.c — int8 matvecs: quantization of weights (load time) and activations (per call),
+ * the scalar reference row kernel, and the pool split (same row ranges as matvec.c: multiples of
+ * 16 rows, so a row's arithmetic never depends on the thread count). The ISA follows qvk_variant().
+ */
+#include <math.h>
+#include <string.h>
+
+#include "q8.h"
+#include "q8_impl.h"
+
+#define ROW_ALIGN 16
+
+static void split_rows(int n, int ith, int nth, int *r0, int *r1) {
+    int per = (n + nth - 1) / nth;
+    per = (per + ROW_ALIGN - 1) / ROW_ALIGN * ROW_ALIGN;
+    long a = (long)per * ith, b = a + per;
+    *r0 = a < n ? (int)a : n;
+    *r1 = b < n ? (int)b : n;
+}
+
+static qvk_q8_rows_fn by_name(const char *v) {
+    if (!strcmp(v, "avx512")) return qvk_q8_rows_avx512;
+    if (!strcmp(v, "avx2")) return qvk_q8_rows_avx2;
+    if (!strcmp(v, "scalar")) return qvk_q8_rows_scalar;
+    return NULL;
+}
+
+void qvk_q8_rows_scalar(float *restrict y, const int8_t *restrict q, const float *restrict scale,
+                        const int8_t *restrict xq, const float *restrict xs,
+                        const float *restrict bias, int r0, int r1, int n_in) {
+    for (int r = r0; r < r1; r++) {
+        const int8_t *w = q + (size_t)r * n_in;
+        float acc = 0;
+        for (int g = 0; g < n_in / QVK_Q8_GROUP; g++) {
+            int32_t d = 0;
+            for (int i = g * QVK_Q8_GROUP; i < (g + 1) * QVK_Q8_GROUP; i++)
+                d += (int32_t)w[i] * xq[i];
+            acc += xs[g] * (float)d;
+        }
+        y[r] = bias ? acc * scale[r] + bias[r] : acc * scale[r];
+    }
+}
+
+/* ---- quantization ----------------------------------------------------------------------- */
+
+static void quantize_row(int8_t *restrict q, float *restrict s, const float *restrict x, int n) {
+    float amax = 0;
+    for (int i = 0; i < n; i++)
+        amax = fmaxf(amax, fabsf(x[i]));
+    *s = amax / 127.0f;
+    const float inv = amax > 0 ? 127.0f / amax : 0.0f;
+    for (int i = 0; i < n; i++) { /* round half away from zero; |v| <= 127 by construction */
+        float v = x[i] * inv;
+        v = v < -127.0f ? -127.0f : v > 127.0f ? 127.0f : v;
+        q[i] = (int8_t)(int)(v + (v < 0 ? -0.5f : 0.5f));
+    }
+}
+
+void qvk_q8_quantize_x(int8_t *restrict xq, float *restrict xs, const float *restrict x,
+                       int n_in) {
+    for (int g = 0; g < n_in / QVK_Q8_GROUP; g++)
+        quantize_row(xq + g * QVK_Q8_GROUP, xs + g, x + g * QVK_Q8_GROUP, QVK_Q8_GROUP);
+}
+
+struct wq_job {
+    int8_t *q;
+    float *scale;
+    const uint16_t *w;
+    int n_out, n_in;
+};
+
+static void wq_run(int ith, int nth, void *p) {
+    const struct wq_job *j = p;
+    int r0, r1;
+    split_rows(j->n_out, ith, nth, &r0, &r1);
+    float row[QVK_Q8_MAX_IN];
+    for (int r = r0; r < r1; r++) {
+        qvk_bf16_to_f32(row, j->w + (size_t)r * j->n_in, (size_t)j->n_in);
+        quantize_row(j->q + (size_t)r * j->n_in, j->scale + r, row, j->n_in);
+    }
+}
+
+int qvk_q8_quantize_bf16(qvk_pool *pool, int8_t *restrict q, float *restrict scale,
+                         const uint16_t *restrict w, int n_out, int n_in) {
+    if (n_in <= 0 || n_in % QVK_Q8_GROUP || n_in > QVK_Q8_MAX_IN) return -1;
+    struct wq_job j = {q, scale, w, n_out, n_in};
+    qvk_pool_run(pool, wq_run, &j);
+    return 0;
+}
+
+/* ---- matvec ----------------------------------------------------------------------------- */
+
+struct mv_job {
+    qvk_q8_rows_fn rows;
+    const int8_t *xq;
+    const float *xs;
+    const qvk_q8_mv *mv;
+    int n_mv, n_in, n_total;
+};
+
+/* The rows of all matrices, concatenated, are split as one range. */
+static void mv_run(int ith, int nth, void *p) {
+    const struct mv_job *j = p;
+    int r0, r1;
+    split_rows(j->n_total, ith, nth, &r0, &r1);
+    int base = 0;
+    for (int m = 0; m < j->n_mv && base < r1; m++) {
+        const qvk_q8_mv *mv = &j->mv[m];
+        int a = r0 > base ? r0 - base : 0;
+        int b = r1 - base < mv->n_out ? r1 - base : mv->n_out;
+        if (a < b) j->rows(mv->y, mv->q, mv->scale, j->xq, j->xs, mv->bias, a, b, j->n_in);
+        base += mv->n_out;
+    }
+}
+
+void qvk_q8_matvec_multi(qvk_pool *pool, const float *restrict x, int n_in, const qvk_q8_mv *mv,
+                         int n_mv) {
+    _Alignas(64) int8_t xq[QVK_Q8_MAX_IN];
+    float xs[QVK_Q8_MAX_IN / QVK_Q8_GROUP];
+    qvk_q8_quantize_x(xq, xs, x, n_in);
+    struct mv_job j = {by_name(qvk_variant()), xq, xs, mv, n_mv, n_in, 0};
+    for (int m = 0; m < n_mv; m++)
+        j.n_total += mv[m].n_out;
+    qvk_pool_run(pool, mv_run, &j);
+}
+
+int qvk_q8_rows(const char *variant, float *restrict y, const int8_t *restrict q,
+                const float *restrict scale, const int8_t *restrict xq, const float *restrict xs,
+                const float *restrict bias, int r0, int r1, int n_in) {
+    const char *cur = qvk_variant();
+    if (variant && strcmp(variant, cur)) {
+        if (qvk_set_variant(variant)) return -1; /* unsupported: illegal instructions otherwise */
+        qvk_set_variant(cur);
+    }
+    qvk_q8_rows_fn f = by_name(variant ? variant : cur);
+    if (!f) return -1;
+    f(y, q, scale, xq, xs, bias, r0, r1, n_in);
+    return 0;
+}

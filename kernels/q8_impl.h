@@ -1,0 +1,23 @@
+/* q8_impl.h — row kernels of the int8 matvec, one per ISA file (see q8.h for the arithmetic). */
+#ifndef QV_Q8_IMPL_H
+#define QV_Q8_IMPL_H
+
+#include <stdint.h>
+
+/* y[r] = scale[r] · Σ_g xs[g] · (Σ_{i in g} q[r, i]·xq[i]) (+ bias[r]) for r in [r0, r1). */
+typedef void (*qvk_q8_rows_fn)(float *restrict y, const int8_t *restrict q,
+                               const float *restrict scale, const int8_t *restrict xq,
+                               const float *restrict xs, const float *restrict bias, int r0,
+                               int r1, int n_in);
+
+void qvk_q8_rows_scalar(float *restrict y, const int8_t *restrict q, const float *restrict scale,
+                        const int8_t *restrict xq, const float *restrict xs,
+                        const float *restrict bias, int r0, int r1, int n_in);
+void qvk_q8_rows_avx2(float *restrict y, const int8_t *restrict q, const float *restrict scale,
+                      const int8_t *restrict xq, const float *restrict xs,
+                      const float *restrict bias, int r0, int r1, int n_in);
+void qvk_q8_rows_avx512(float *restrict y, const int8_t *restrict q, const float *restrict scale,
+                        const int8_t *restrict xq, const float *restrict xs,
+                        const float *restrict bias, int r0, int r1, int n_in);
+
+#endif

@@ -1,0 +1,97 @@
+#!/bin/sh
+# bench.sh — the speed table of qvoice (make bench): full-size synthetic 0.6B, 2 threads.
+# Figures are medians of QV_BENCH_RUNS runs (default 3; the 300-frame syntheses run once).
+# Timed with wall clock and CPU time: on a shared machine compare CPU time, not wall.
+set -eu
+cd "$(dirname "$0")/.."
+CACHE=${QVOICE_CACHE:-cache}
+CV=$CACHE/q06b-cv
+BASE=$CACHE/q06b-base
+RUNS=${QV_BENCH_RUNS:-3}
+J=${QV_BENCH_THREADS:-2}
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+TEXT="The old lighthouse keeper climbed the narrow stairs every evening, lit the great lamp, and watched the ships pass safely through the dark water below."
+
+median() { sort -n | awk '{v[NR]=$1} END {if (NR%2) print v[(NR+1)/2]; else print (v[NR/2]+v[NR/2+1])/2}'; }
+key() { awk -v k="$1" '$1==k {print $2}' "$2"; }
+
+# speak N_FRAMES QUANT [--stream]: one run, prints "wall_s user_s sys_s maxrss_kb frames"
+speak_run() {
+    n=$1; q=$2; shift 2
+    if [ "${1:-}" = --stream ]; then out="--stream"; else out="-o $TMP/a.wav"; fi
+    /usr/bin/time -f "%e %U %S %M" -o "$TMP/time" \
+        bin/speak -m "$CV" -s "$SPEAKER" -t "$TEXT" -j "$J" --max-frames "$n" --ignore-eos \
+        --quant "$q" $out >"$TMP/pcm" 2>"$TMP/err"
+    frames=$(sed -n 's/.*(\([0-9]*\) frames).*/\1/p' "$TMP/err")
+    echo "$(cat "$TMP/time") $frames"
+}
+
+# speak_med N QUANT [--stream] RUNS: median RTF (wall incl. load / audio), max RSS, CPU s
+speak_med() {
+    n=$1; q=$2; s=$3; r=$4
+    : >"$TMP/runs"
+    i=0; while [ $i -lt "$r" ]; do speak_run "$n" "$q" $s >>"$TMP/runs"; i=$((i + 1)); done
+    rtf=$(awk '{print $1 / ($5 / 12.5)}' "$TMP/runs" | median)
+    cpu=$(awk '{print $2 + $3}' "$TMP/runs" | median)
+    rss=$(awk '{print $4}' "$TMP/runs" | sort -n | tail -1)
+    fr=$(awk '{print $5}' "$TMP/runs" | sort -n | head -1)
+    echo "$rtf $cpu $rss $fr"
+}
+
+SPEAKER=$(bin/speak -m "$CV" --list-speakers | awk 'NR==1{print $1}')
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+load=$(uptime | sed 's/.*load average: //')
+
+build/bench/bench_speak "$CV" "$J" 30 "$RUNS" bf16 >"$TMP/bf16"
+build/bench/bench_speak "$CV" "$J" 30 "$RUNS" int8 >"$TMP/int8"
+build/bench/bench_decoder "$BASE" 100 >"$TMP/dec"
+dec_ms=$(sed -n 's/.*one-shot : *\([0-9.]*\) ms CPU.*/\1/p' "$TMP/dec")
+set -- $(speak_med 100 bf16 "" "$RUNS"); b100=$1; b100cpu=$2; rss=$3; b100f=$4
+set -- $(speak_med 100 bf16 --stream "$RUNS"); s100=$1; s100cpu=$2
+set -- $(speak_med 300 bf16 "" 1); b300=$1
+set -- $(speak_med 100 int8 "" "$RUNS"); i100=$1; i100cpu=$2; rss8=$3
+set -- $(speak_med 300 int8 "" 1); i300=$1
+# generation alone (codes only) for the decoder overlap
+: >"$TMP/gen"
+i=0; while [ $i -lt "$RUNS" ]; do
+    /usr/bin/time -f "%e" -o "$TMP/time" bin/speak -m "$CV" -s "$SPEAKER" -t "$TEXT" -j "$J" \
+        --max-frames 100 --ignore-eos --dump-codes "$TMP/codes" -q
+    cat "$TMP/time" >>"$TMP/gen"; i=$((i + 1))
+done
+gen=$(median <"$TMP/gen")
+build/bench/bench_clone "$J" >"$TMP/clone"
+ecapa=$(sed -n 's/.*mel + ECAPA *\([0-9.]*\) s wall (\([0-9.]*\) s CPU).*/\1 \2/p' "$TMP/clone")
+enc=$(sed -n 's/.*speech encoder *\([0-9.]*\) s wall (\([0-9.]*\) s CPU).*/\1 \2/p' "$TMP/clone")
+w16=$( { /usr/bin/time -f "%e" dd if=/dev/zero of="$TMP/w16" bs=1M count=16 conv=fsync status=none; } 2>&1 )
+build/bench/bench_wdelta "$BASE" "$CV" "$TMP/wd.qvoice" >"$TMP/wd"
+wd=$(cat "$TMP/wd")
+build/bench/bench_tokenizer "$CV" >"$TMP/tok"
+tok=$(sed -n 's/^tokenizer *//p' "$TMP/tok" | head -1)
+
+B="$TMP/bf16"; Q="$TMP/int8"
+cat <<TABLE
+qvoice benchmark — commit $commit, $(date -u +%Y-%m-%d), $(nproc) cores, $J threads, load average $load
+model: full-size synthetic 0.6B CustomVoice ($CV), medians of $RUNS runs
+| figure | bf16 | int8 |
+|---|---|---|
+| read bandwidth, $J threads (1 GiB) | $(key read_gbs $B) GB/s | |
+| model load (mmap + decoder) | $(key load_s $B) s | |
+| prefill, 40-token text | $(key prefill_ms $B) ms | $(key prefill_ms $Q) ms |
+| frame (talker + code predictor), wall / CPU | $(key frame_ms $B) / $(key frame_cpu_ms $B) ms | $(key frame_ms $Q) / $(key frame_cpu_ms $Q) ms |
+| talker per frame (frame − code predictor), wall | $(key talker_ms $B) ms ($(key talker_gbs $B) GB/s of $(key talker_gb_per_frame $B) GB) | $(key talker_ms $Q) ms ($(key talker_gbs $Q) GB/s) |
+| code predictor per frame, wall / CPU | $(key cp_ms $B) / $(key cp_cpu_ms $B) ms ($(key cp_gbs $B) GB/s of $(key cp_gb_per_frame $B) GB) | $(key cp_ms $Q) / $(key cp_cpu_ms $Q) ms ($(key cp_gbs $Q) GB/s) |
+| speech decoder, CPU per 80 ms frame | $dec_ms ms | |
+| RTF 100 frames, -o file (wall incl. load) | $b100 (CPU $b100cpu s) | $i100 (CPU $i100cpu s) |
+| RTF 100 frames, --stream (decoder thread + $((J - 1)) talker thread) | $s100 (CPU $s100cpu s) | |
+| codes only, 100 frames (no decoder), wall | $gen s | |
+| RTF 300 frames, -o file (1 run) | $b300 | $i300 |
+| time to first audio, --stream (incl. load) | $(key first_audio_s $B) s | $(key first_audio_s $Q) s (incl. quantization) |
+| peak RSS, 100 frames | $((rss / 1024)) MB | $((rss8 / 1024)) MB |
+| clone: mel + ECAPA, 30 s clip (wall CPU, s) | $ecapa | |
+| clone: Mimi encoder, 30 s clip (wall CPU, s) | $enc | |
+| write 16 MB file (fsync) | ${w16} s | |
+| tokenizer | $tok | |
+wdelta: $wd
+frames produced per 100-frame run: $b100f (--ignore-eos)
+TABLE

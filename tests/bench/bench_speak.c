@@ -1,0 +1,218 @@
+/* bench_speak.c — where the time of one synthesis goes, through the library on a full-size model:
+ * load, prefill of a 40-token text, ms per frame (whole frame and code predictor alone; the
+ * talker is the difference), achieved weight GB/s, and time to first audio of a streamed run.
+ * usage: bench_speak MODEL_DIR [THREADS [FRAMES [RUNS [QUANT]]]]  (defaults 2, 30, 3, bf16)
+ * bf16 runs first measure the read bandwidth (1 GiB, THREADS threads). Prints "key value" lines
+ * (medians over RUNS) for scripts/bench.sh. No assertions.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "model.h"
+#include "speech_decoder.h"
+
+static double now_s(clockid_t id) {
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static int pick_argmax(const float *l, int n, void *ctx) {
+    (void)ctx;
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (l[i] > l[b]) b = i;
+    return b;
+}
+
+struct first_audio {
+    double t0, t_first;
+};
+
+static int on_audio(void *user, const float *pcm, int n) {
+    (void)pcm, (void)n;
+    struct first_audio *f = user;
+    if (f->t_first == 0) f->t_first = now_s(CLOCK_MONOTONIC) - f->t0;
+    return 0;
+}
+
+static double stack_bytes(const qve_stack_config *c) {
+    const double H = c->hidden_size, I = c->intermediate_size;
+    const double qd = (double)c->num_attention_heads * c->head_dim;
+    const double kvd = (double)c->num_key_value_heads * c->head_dim;
+    return c->num_hidden_layers * (qd * H * 2 + kvd * H * 2 * 2 + I * H * 2 * 3);
+}
+
+struct bw_job {
+    const char *buf;
+    size_t n;
+    uint64_t sum[64];
+};
+
+static void bw_run(int ith, int nth, void *p) {
+    struct bw_job *j = p;
+    size_t per = j->n / (size_t)nth;
+    j->sum[ith] = qvk_mem_read(j->buf + per * (size_t)ith, per);
+}
+
+/* Read bandwidth with `threads` threads over a 1 GiB buffer (above this VM's L3), median of 5. */
+static double read_bandwidth(int threads) {
+    const size_t n = (size_t)1 << 30;
+    char *buf = qvk_alloc(n);
+    qvk_pool *pool = qvk_pool_create(threads);
+    if (!buf || !pool) return 0;
+    memset(buf, 1, n);
+    struct bw_job j = {buf, n, {0}};
+    double v[5];
+    for (int k = 0; k < 5; k++) {
+        double t = now_s(CLOCK_MONOTONIC);
+        qvk_pool_run(pool, bw_run, &j);
+        v[k] = n / (now_s(CLOCK_MONOTONIC) - t) / 1e9;
+    }
+    qvk_pool_free(pool);
+    qvk_free(buf);
+    return median(v, 5);
+}
+
+static void fill_request(qv_request *r, const qv_model *m, int32_t *ids) {
+    for (int i = 0; i < 40; i++)
+        ids[i] = 1000 + 37 * i; /* 40 ordinary text tokens */
+    *r = qv_default_request();
+    r->text_ids = ids;
+    r->n_text_ids = 40;
+    r->language = "english";
+    if (qv_model_n_speakers(m) > 0) r->speaker = qv_model_speaker(m, 0);
+    r->layout = QV_LAYOUT_NON_STREAMING;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fprintf(stderr, "usage: bench_speak MODEL_DIR [THREADS [FRAMES [RUNS [QUANT]]]]\n");
+        return 2;
+    }
+    const char *dir = argv[1];
+    const int threads = argc > 2 ? atoi(argv[2]) : 2, frames = argc > 3 ? atoi(argv[3]) : 30,
+              runs = argc > 4 ? atoi(argv[4]) : 3;
+    const char *quant = argc > 5 ? argv[5] : "bf16";
+    char err[1024];
+    qvk_blas_set_threads(1);
+    if (!strcmp(quant, "bf16")) printf("read_gbs %.1f\n", read_bandwidth(threads));
+
+    /* time to first audio: a fresh load of everything, then a streamed start (one core for the
+     * decoder thread, like speak --stream) */
+    struct first_audio fa = {now_s(CLOCK_MONOTONIC), 0};
+    qve_decoder *dec = qve_decoder_load(dir, err, sizeof err);
+    qv_model *m = NULL;
+    if (!dec || qv_model_load(&m, dir, err, sizeof err)) {
+        fprintf(stderr, "bench_speak: %s\n", err);
+        return 1;
+    }
+    const double t_load = now_s(CLOCK_MONOTONIC) - fa.t0;
+    qv_params p = qv_model_params(m);
+    p.do_sample = 0, p.subtalker_do_sample = 0, p.max_frames = frames > 8 ? frames : 8;
+    p.quant = strcmp(quant, "int8") ? QV_QUANT_BF16 : QV_QUANT_INT8;
+    int32_t ids[40], codes[QV_N_CODEBOOKS], done = 0;
+    qv_request r;
+    fill_request(&r, m, ids);
+    {
+        qv_params ps = p;
+        ps.n_threads = threads > 1 ? threads - 1 : 1;
+        qv_session *s;
+        qve_dec_stream *ds = qve_dec_stream_start(dec, 1, on_audio, &fa, err, sizeof err);
+        if (qv_session_new(&s, m, &ps) || !ds || qv_session_start(s, &r)) {
+            fprintf(stderr, "bench_speak: cannot start a streamed session\n");
+            return 1;
+        }
+        for (int f = 0; f < 8 && !fa.t_first; f++) {
+            if (qv_session_next_frame(s, codes, &done) || done) break;
+            int fr[QV_N_CODEBOOKS];
+            for (int g = 0; g < QV_N_CODEBOOKS; g++)
+                fr[g] = codes[g];
+            qve_dec_stream_push(ds, fr);
+            for (int w = 0; w < 2000 && !fa.t_first; w++) { /* the decoder thread runs it */
+                struct timespec ms = {0, 1000000};
+                nanosleep(&ms, NULL);
+            }
+        }
+        qve_dec_stream_finish(ds, err, sizeof err);
+        qv_session_free(s);
+    }
+    printf("load_s %.3f\n", t_load);
+    printf("first_audio_s %.3f\n", fa.t_first);
+
+    qv_session *s;
+    p.n_threads = threads;
+    if (qv_session_new(&s, m, &p)) {
+        fprintf(stderr, "bench_speak: cannot create a session\n");
+        return 1;
+    }
+    double *pre = calloc((size_t)runs, sizeof(double)), *fw = calloc((size_t)runs, sizeof(double));
+    double *fc = calloc((size_t)runs, sizeof(double)), *cw = calloc((size_t)runs, sizeof(double));
+    double *cc = calloc((size_t)runs, sizeof(double));
+    qve_cp_state cps;
+    if (!pre || !fw || !fc || !cw || !cc || qve_cp_state_init(&cps, m)) return 1;
+    qve_cp_state_use(&cps, qve_model_cp(m, p.quant));
+    const int H = qv_model_hidden_size(m);
+    float *z = calloc((size_t)H, sizeof(float));
+    for (int i = 0; i < H; i++)
+        z[i] = (float)((i * 7919) % 201 - 100) / 100.0f;
+    for (int k = 0; k < runs; k++) {
+        double t = now_s(CLOCK_MONOTONIC);
+        if (qv_session_start(s, &r)) {
+            fprintf(stderr, "bench_speak: %s\n", qv_session_error(s));
+            return 1;
+        }
+        pre[k] = now_s(CLOCK_MONOTONIC) - t;
+        double c0 = now_s(CLOCK_PROCESS_CPUTIME_ID);
+        t = now_s(CLOCK_MONOTONIC);
+        int n = 0;
+        while (n < frames && !qv_session_next_frame(s, codes, &done) && !done)
+            n++;
+        fw[k] = (now_s(CLOCK_MONOTONIC) - t) / n;
+        fc[k] = (now_s(CLOCK_PROCESS_CPUTIME_ID) - c0) / n;
+        const int n_cp = 10;
+        c0 = now_s(CLOCK_PROCESS_CPUTIME_ID);
+        t = now_s(CLOCK_MONOTONIC);
+        for (int i = 0; i < n_cp; i++)
+            qve_cp_frame(&cps, m, &m->talker, s->pool, z, 7 * i, codes, pick_argmax, NULL);
+        cw[k] = (now_s(CLOCK_MONOTONIC) - t) / n_cp;
+        cc[k] = (now_s(CLOCK_PROCESS_CPUTIME_ID) - c0) / n_cp;
+    }
+    const double frame_w = median(fw, runs), cp_w = median(cw, runs);
+    const double bpw = strcmp(quant, "int8") ? 1.0 : 0.5; /* weight bytes relative to bf16 */
+    const double talker_gb = (stack_bytes(&m->cfg.talker) +
+                              2.0 * m->cfg.talker.vocab_size * m->cfg.talker.hidden_size) *
+                             bpw / 1e9;
+    const double cp_gb = (16.0 * stack_bytes(&m->cfg.code_predictor) +
+                          15.0 * 2 * m->cfg.code_predictor.vocab_size *
+                              m->cfg.code_predictor.hidden_size) *
+                         bpw / 1e9;
+    printf("prefill_ms %.1f\n", 1e3 * median(pre, runs));
+    printf("frame_ms %.1f\n", 1e3 * frame_w);
+    printf("frame_cpu_ms %.1f\n", 1e3 * median(fc, runs));
+    printf("cp_ms %.1f\n", 1e3 * cp_w);
+    printf("cp_cpu_ms %.1f\n", 1e3 * median(cc, runs));
+    printf("talker_ms %.1f\n", 1e3 * (frame_w - cp_w));
+    printf("talker_gb_per_frame %.3f\n", talker_gb);
+    printf("cp_gb_per_frame %.3f\n", cp_gb);
+    printf("talker_gbs %.1f\n", talker_gb / (frame_w - cp_w));
+    printf("cp_gbs %.1f\n", cp_gb / cp_w);
+    qve_cp_state_free(&cps);
+    qv_session_free(s);
+    qv_model_free(m);
+    qve_decoder_free(dec);
+    free(z), free(pre), free(fw), free(fc), free(cw), free(cc);
+    return 0;
+}

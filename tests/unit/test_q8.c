@@ -1,0 +1,179 @@
+/* test_q8.c — int8 matvec (kernels/q8.h): every variant against the scalar reference and a
+ * double-precision evaluation of the same quantized product; quantization error against the
+ * unquantized bf16 product; bit-identical results for 1 and 2 threads.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "kernels.h"
+#include "q8.h"
+
+enum { N_OUT = 203, N_IN = 768 }; /* odd row count: blocked rows plus tails */
+
+static uint16_t *g_w;
+static float *g_x, *g_bias;
+static int8_t *g_q, *g_xq;
+static float *g_scale, *g_xs;
+
+static uint32_t rng_u32(uint32_t *s) {
+    *s ^= *s << 13, *s ^= *s >> 17, *s ^= *s << 5;
+    return *s;
+}
+static float rng_f(uint32_t *s) { return (float)(rng_u32(s) >> 8) / 16777216.0f * 2 - 1; }
+
+static int setup(void **st) {
+    (void)st;
+    uint32_t s = 12345;
+    g_w = qvk_alloc(sizeof(uint16_t) * N_OUT * N_IN);
+    g_x = qvk_alloc(sizeof(float) * N_IN);
+    g_bias = qvk_alloc(sizeof(float) * N_OUT);
+    g_q = qvk_alloc((size_t)N_OUT * N_IN);
+    g_scale = qvk_alloc(sizeof(float) * N_OUT);
+    g_xq = qvk_alloc(N_IN);
+    g_xs = qvk_alloc(sizeof(float) * N_IN / QVK_Q8_GROUP);
+    float *row = malloc(sizeof(float) * N_IN);
+    for (int r = 0; r < N_OUT; r++) {
+        float amp = 0.01f * (1 + r % 7); /* rows of different magnitude */
+        for (int i = 0; i < N_IN; i++)
+            row[i] = amp * rng_f(&s);
+        if (r == 5)
+            for (int i = 0; i < N_IN; i++)
+                row[i] = 0; /* an all-zero row */
+        qvk_f32_to_bf16(g_w + (size_t)r * N_IN, row, N_IN);
+        g_bias[r] = 0.1f * rng_f(&s);
+    }
+    for (int i = 0; i < N_IN; i++)
+        g_x[i] = rng_f(&s) * (i == 300 ? 20.0f : 1.0f); /* one outlier, in group 2 */
+    free(row);
+    assert_int_equal(qvk_q8_quantize_bf16(NULL, g_q, g_scale, g_w, N_OUT, N_IN), 0);
+    qvk_q8_quantize_x(g_xq, g_xs, g_x, N_IN);
+    return 0;
+}
+
+static int teardown(void **st) {
+    (void)st;
+    qvk_free(g_w), qvk_free(g_x), qvk_free(g_bias), qvk_free(g_q), qvk_free(g_scale);
+    qvk_free(g_xq), qvk_free(g_xs);
+    return 0;
+}
+
+/* The quantized product evaluated in double. */
+static double ref_q(int r) {
+    double acc = 0;
+    for (int g = 0; g < N_IN / QVK_Q8_GROUP; g++) {
+        long d = 0;
+        for (int i = g * QVK_Q8_GROUP; i < (g + 1) * QVK_Q8_GROUP; i++)
+            d += (long)g_q[(size_t)r * N_IN + i] * g_xq[i];
+        acc += (double)g_xs[g] * (double)d;
+    }
+    return acc * g_scale[r] + g_bias[r];
+}
+
+static void test_quantize_bounds(void **st) {
+    (void)st;
+    int8_t q[256];
+    float s;
+    assert_int_equal(qvk_q8_quantize_bf16(NULL, q, &s, g_w, 1, 100), -1); /* not a multiple */
+    for (size_t i = 0; i < (size_t)N_OUT * N_IN; i++)
+        assert_true(g_q[i] >= -127 && g_q[i] <= 127);
+    assert_true(g_scale[5] == 0.0f);
+    /* each weight is within half a step of its bf16 value */
+    double worst = 0;
+    for (int r = 0; r < N_OUT; r++)
+        for (int i = 0; i < N_IN; i++) {
+            double w = qvk_bf16_to_f32_1(g_w[(size_t)r * N_IN + i]);
+            double e = fabs(w - (double)g_scale[r] * g_q[(size_t)r * N_IN + i]);
+            if (g_scale[r] > 0) e /= g_scale[r];
+            if (e > worst) worst = e;
+        }
+    printf("weight quantization: max |w - s*q| = %.4f steps (limit 0.5 + 1e-5)\n", worst);
+    assert_true(worst <= 0.5 + 1e-5);
+}
+
+static void test_variants(void **st) {
+    (void)st;
+    static const char *const names[] = {"scalar", "avx2", "avx512"};
+    float y[N_OUT];
+    for (int v = 0; v < 3; v++) {
+        if (qvk_q8_rows(names[v], y, g_q, g_scale, g_xq, g_xs, g_bias, 0, N_OUT, N_IN)) {
+            printf("%s: not supported here, skipped\n", names[v]);
+            continue;
+        }
+        double worst = 0;
+        for (int r = 0; r < N_OUT; r++) {
+            double bound = 1e-5; /* f32 sum of 6 group terms and two products */
+            double mag = 0;
+            for (int g = 0; g < N_IN / QVK_Q8_GROUP; g++) {
+                long d = 0;
+                for (int i = g * QVK_Q8_GROUP; i < (g + 1) * QVK_Q8_GROUP; i++)
+                    d += labs((long)g_q[(size_t)r * N_IN + i] * g_xq[i]);
+                mag += (double)g_xs[g] * (double)d;
+            }
+            bound *= mag * g_scale[r] + fabs(g_bias[r]) + 1e-30;
+            double e = fabs(y[r] - ref_q(r)) / bound;
+            if (e > worst) worst = e;
+        }
+        printf("%s vs double of the quantized product: max |dy| = %.3f of 1e-5*sum|terms|\n",
+               names[v], worst);
+        assert_true(worst <= 1.0);
+    }
+}
+
+static void test_quantization_error(void **st) {
+    (void)st;
+    float y[N_OUT];
+    assert_int_equal(qvk_q8_rows(NULL, y, g_q, g_scale, g_xq, g_xs, g_bias, 0, N_OUT, N_IN), 0);
+    double worst = 0;
+    for (int r = 0; r < N_OUT; r++) {
+        double exact = g_bias[r], mag = 0;
+        for (int i = 0; i < N_IN; i++) {
+            double t = (double)qvk_bf16_to_f32_1(g_w[(size_t)r * N_IN + i]) * g_x[i];
+            exact += t, mag += fabs(t);
+        }
+        double e = mag > 0 ? fabs(y[r] - exact) / mag : fabs(y[r] - exact);
+        if (e > worst) worst = e;
+    }
+    /* rounding both operands to 255 levels: expect well under 1 % of sum |w x| */
+    printf("int8 vs unquantized bf16 product: max |dy| = %.5f of sum|w*x| (limit 0.01)\n", worst);
+    assert_true(worst < 0.01);
+}
+
+static void test_threads_identical(void **st) {
+    (void)st;
+    float y1[N_OUT], y2[N_OUT], z1[100], z2[100];
+    qvk_pool *p2 = qvk_pool_create(2);
+    assert_non_null(p2);
+    qvk_q8_mv mv1[2] = {{y1, g_q, g_scale, g_bias, N_OUT}, {z1, g_q, g_scale, NULL, 100}};
+    qvk_q8_mv mv2[2] = {{y2, g_q, g_scale, g_bias, N_OUT}, {z2, g_q, g_scale, NULL, 100}};
+    qvk_q8_matvec_multi(NULL, g_x, N_IN, mv1, 2);
+    qvk_q8_matvec_multi(p2, g_x, N_IN, mv2, 2);
+    int diff = 0;
+    for (int r = 0; r < N_OUT; r++)
+        diff += memcmp(&y1[r], &y2[r], sizeof(float)) != 0;
+    for (int r = 0; r < 100; r++)
+        diff += memcmp(&z1[r], &z2[r], sizeof(float)) != 0;
+    float yr[N_OUT];
+    qvk_q8_rows(NULL, yr, g_q, g_scale, g_xq, g_xs, g_bias, 0, N_OUT, N_IN);
+    for (int r = 0; r < N_OUT; r++)
+        diff += memcmp(&y1[r], &yr[r], sizeof(float)) != 0;
+    printf("1 vs 2 threads (and vs the row kernel): %d rows differ\n", diff);
+    assert_int_equal(diff, 0);
+    qvk_pool_free(p2);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_quantize_bounds),
+        cmocka_unit_test(test_variants),
+        cmocka_unit_test(test_quantization_error),
+        cmocka_unit_test(test_threads_identical),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
