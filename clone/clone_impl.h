@@ -47,6 +47,9 @@ void qvc_conv_weights_tm(float *dst, const float *src, int c_out, int c_in, int 
 void qvc_elu(float *x, size_t n);
 void qvc_elu_avx2(float *x, size_t n);
 void qvc_elu_avx512(float *x, size_t n); /* bit-identical to qvc_elu_avx2 */
+/* 1-input-channel stride-1 conv product (no bias) from an activated window; see act_avx512.c. */
+void qvc_conv_c1_avx512(float *y, int64_t ldy, const float *win, int64_t n, const float *w, int k,
+                        int c_out);
 /* y[r, :n] += v[:n] per row, and y[r, :n] += x[r, :n]; AVX2 when available (exact either way). */
 void qvc_add_bias(float *y, int64_t ldy, const float *v, int64_t n_rows, int n);
 void qvc_add_rows(float *y, int64_t ldy, const float *x, int64_t ldx, int64_t n_rows, int n);

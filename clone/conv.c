@@ -254,7 +254,11 @@ static void chunk_tm(const conv_job *j, int64_t t0, int64_t n, float *scratch) {
      * sum keeps the reference's order y + (W·x + b) */
     float *dst = cv->residual ? out : j->y + (size_t)t0 * j->ldy;
     int ldc = cv->residual ? cv->c_out : (int)j->ldy;
-    if (grouped) {
+    int direct = c_in == 1 && cv->stride == 1 && cv->dilation == 1 && cv->k <= 16 &&
+                 cv->c_out % 16 == 0 && cv->c_out <= 256 && have_avx512();
+    if (direct) {
+        qvc_conv_c1_avx512(dst, ldc, win, n, j->w, cv->k, cv->c_out);
+    } else if (grouped) {
         int kg = c_in * cv->stride;
         for (int g = 0; g < cv->k / cv->stride; g++)
             qvk_sgemm(0, 1, (int)n, cv->c_out, kg, 1.0f, win + (size_t)g * kg, kg,

@@ -507,6 +507,21 @@ static void test_elu_variants(void **state) {
     for (int i = 0; i < N; i++) n_diff += memcmp(a + i, b + i, sizeof(float)) != 0;
     printf("  ELU avx512 vs avx2: %d of %d values differ (tolerance 0)\n", n_diff, N);
     assert_int_equal(n_diff, 0);
+    /* the direct 1-channel conv is one fmaf chain from zero per output, in tap order */
+    enum { K = 7, CO = 64, T = 300 };
+    float w[CO * K], *y = malloc(sizeof(float) * T * CO);
+    for (int i = 0; i < CO * K; i++) w[i] = 0.37f * a[i] - 0.1f;
+    qvc_conv_c1_avx512(y, CO, a + 1, T, w, K, CO);
+    n_diff = 0;
+    for (int i = 0; i < T; i++)
+        for (int o = 0; o < CO; o++) {
+            float acc = 0.0f;
+            for (int j = 0; j < K; j++) acc = fmaf(a[1 + i + j], w[o * K + j], acc);
+            n_diff += memcmp(&acc, y + (size_t)i * CO + o, sizeof acc) != 0;
+        }
+    printf("  1-channel conv avx512 vs fmaf chain: %d of %d differ (tolerance 0)\n", n_diff, T * CO);
+    assert_int_equal(n_diff, 0);
+    free(y);
     free(a);
     free(b);
 }
