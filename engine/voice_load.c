@@ -297,6 +297,7 @@ int qve_voice_apply_wdelta(qv_model *m, const qvf_voice *v, qve_wdelta_report *r
         all &= l.s[i].hit;
     free(l.s);
     free(p);
+    qve_model_drop_q8(m); /* derived from the old weights; rebuilt by the next int8 session */
     if (rc) return -1;
     rep->action = QVE_WDELTA_APPLIED;
     if (all && v->source.variant == QVF_VARIANT_BASE) {
