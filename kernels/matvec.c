@@ -31,10 +31,16 @@ static void mv_run(int ith, int nth, void *p) {
     int r0, r1;
     split_rows(j->n_out, ith, nth, &r0, &r1);
     if (r0 >= r1) return;
-    if (j->is_bf16)
+    if (j->is_bf16) {
         j->impl->mv_bf16(j->y, j->w, j->x, j->bias, r0, r1, j->n_in);
-    else
-        j->impl->mv_f32(j->y, j->w, j->x, j->bias, r0, r1, j->n_in);
+        return;
+    }
+    /* f32 matrices are small (ECAPA SE and output layers): no row-blocked kernel, a dot per row. */
+    const float *w = j->w;
+    for (int r = r0; r < r1; r++) {
+        float s = j->impl->dot(w + (size_t)r * j->n_in, j->x, j->n_in);
+        j->y[r] = j->bias ? s + j->bias[r] : s;
+    }
 }
 
 void qvk_matvec_bf16(qvk_pool *pool, float *restrict y, const uint16_t *restrict w,

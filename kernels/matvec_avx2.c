@@ -132,14 +132,6 @@ static float dot(const float *a, const float *b, int n) {
     return s;
 }
 
-static void mv_f32(float *restrict y, const float *restrict w, const float *restrict x,
-                   const float *restrict bias, int r0, int r1, int n_in) {
-    for (int r = r0; r < r1; r++) {
-        float s = dot(w + (size_t)r * n_in, x, n_in);
-        y[r] = bias ? s + bias[r] : s;
-    }
-}
-
 static void axpy(float *restrict y, float a, const float *restrict x, int n) {
     int n8 = n & ~7;
     __m256 av = _mm256_set1_ps(a);
@@ -148,38 +140,6 @@ static void axpy(float *restrict y, float a, const float *restrict x, int n) {
                          _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
     for (int i = n8; i < n; i++)
         y[i] += a * x[i];
-}
-
-/* Keys ahead to prefetch: each kv row of a head sits on its own 4 KB page in the cache layout
- * [t, kv_heads·hd], which the hardware prefetchers do not follow. */
-#define ATT_PF 6
-
-static void prefetch_row(const float *p, int hd) {
-    const char *c = (const char *)p;
-    for (int b = 0; b < hd * 4; b += 64)
-        _mm_prefetch(c + b, _MM_HINT_T0);
-}
-
-static void attn_scores(float *restrict sc, const float *restrict q, int n_q, const float *k,
-                        int n_ctx, int kv_stride, int hd, float scale) {
-    for (int t = 0; t < n_ctx; t++) {
-        if (t + ATT_PF < n_ctx) prefetch_row(k + (size_t)(t + ATT_PF) * kv_stride, hd);
-        const float *kr = k + (size_t)t * kv_stride;
-        for (int h = 0; h < n_q; h++)
-            sc[(size_t)h * n_ctx + t] = dot(q + (size_t)h * hd, kr, hd) * scale;
-    }
-}
-
-static void attn_values(float *restrict out, const float *restrict sc, int n_q, const float *v,
-                        int n_ctx, int kv_stride, int hd) {
-    for (int i = 0; i < n_q * hd; i++)
-        out[i] = 0.0f;
-    for (int t = 0; t < n_ctx; t++) {
-        if (t + ATT_PF < n_ctx) prefetch_row(v + (size_t)(t + ATT_PF) * kv_stride, hd);
-        const float *vr = v + (size_t)t * kv_stride;
-        for (int h = 0; h < n_q; h++)
-            axpy(out + (size_t)h * hd, sc[(size_t)h * n_ctx + t], vr, hd);
-    }
 }
 
 static double sumsq(const float *x, int n) {
@@ -350,11 +310,8 @@ const qvk_impl qvk_impl_avx2 = {
     .name = "avx2",
     .mv_bf16 = mv_bf16,
     .mm_bf16 = mm_bf16,
-    .mv_f32 = mv_f32,
     .dot = dot,
     .axpy = axpy,
-    .attn_scores = attn_scores,
-    .attn_values = attn_values,
     .sumsq = sumsq,
     .widen_bf16 = widen_bf16,
     .maxf = maxf,

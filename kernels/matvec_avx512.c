@@ -154,14 +154,6 @@ static float dot(const float *a, const float *b, int n) {
     return _mm512_reduce_add_ps(acc);
 }
 
-static void mv_f32(float *restrict y, const float *restrict w, const float *restrict x,
-                   const float *restrict bias, int r0, int r1, int n_in) {
-    for (int r = r0; r < r1; r++) {
-        float s = dot(w + (size_t)r * n_in, x, n_in);
-        y[r] = bias ? s + bias[r] : s;
-    }
-}
-
 static void axpy(float *restrict y, float a, const float *restrict x, int n) {
     int n16 = n & ~15;
     __mmask16 tail = (__mmask16)((1u << (n & 15)) - 1);
@@ -173,38 +165,6 @@ static void axpy(float *restrict y, float a, const float *restrict x, int n) {
         _mm512_mask_storeu_ps(y + n16, tail,
                               _mm512_fmadd_ps(av, _mm512_maskz_loadu_ps(tail, x + n16),
                                               _mm512_maskz_loadu_ps(tail, y + n16)));
-}
-
-/* Keys ahead to prefetch: each kv row of a head sits on its own 4 KB page in the cache layout
- * [t, kv_heads·hd], which the hardware prefetchers do not follow. */
-#define ATT_PF 6
-
-static void prefetch_row(const float *p, int hd) {
-    const char *c = (const char *)p;
-    for (int b = 0; b < hd * 4; b += 64)
-        _mm_prefetch(c + b, _MM_HINT_T0);
-}
-
-static void attn_scores(float *restrict sc, const float *restrict q, int n_q, const float *k,
-                        int n_ctx, int kv_stride, int hd, float scale) {
-    for (int t = 0; t < n_ctx; t++) {
-        if (t + ATT_PF < n_ctx) prefetch_row(k + (size_t)(t + ATT_PF) * kv_stride, hd);
-        const float *kr = k + (size_t)t * kv_stride;
-        for (int h = 0; h < n_q; h++)
-            sc[(size_t)h * n_ctx + t] = dot(q + (size_t)h * hd, kr, hd) * scale;
-    }
-}
-
-static void attn_values(float *restrict out, const float *restrict sc, int n_q, const float *v,
-                        int n_ctx, int kv_stride, int hd) {
-    for (int i = 0; i < n_q * hd; i++)
-        out[i] = 0.0f;
-    for (int t = 0; t < n_ctx; t++) {
-        if (t + ATT_PF < n_ctx) prefetch_row(v + (size_t)(t + ATT_PF) * kv_stride, hd);
-        const float *vr = v + (size_t)t * kv_stride;
-        for (int h = 0; h < n_q; h++)
-            axpy(out + (size_t)h * hd, sc[(size_t)h * n_ctx + t], vr, hd);
-    }
 }
 
 static double sumsq(const float *x, int n) {
@@ -353,11 +313,8 @@ const qvk_impl qvk_impl_avx512 = {
     .name = "avx512",
     .mv_bf16 = mv_bf16,
     .mm_bf16 = mm_bf16,
-    .mv_f32 = mv_f32,
     .dot = dot,
     .axpy = axpy,
-    .attn_scores = attn_scores,
-    .attn_values = attn_values,
     .sumsq = sumsq,
     .widen_bf16 = widen_bf16,
     .maxf = maxf,

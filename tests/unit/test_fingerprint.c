@@ -18,29 +18,9 @@
 
 #include "fingerprint.h"
 #include "safetensors.h"
+#include "helpers/tmpdir.h"
 
-static char g_dir[64];
 static const char k_config[] = "{\"tts_model_type\": \"base\"}\n";
-
-static void write_file(const char *name, const void *p, size_t n) {
-    char path[256];
-    snprintf(path, sizeof path, "%s/%s", g_dir, name);
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    if (n) fwrite(p, 1, n, f);
-    fclose(f);
-}
-
-static void write_st(const char *name, const char *header, const uint8_t *data, size_t n_data) {
-    size_t n = strlen(header), padded = (n + 7) & ~(size_t)7;
-    uint8_t *buf = calloc(1, 8 + padded + n_data);
-    for (int i = 0; i < 8; i++) buf[i] = (uint8_t)((uint64_t)padded >> (8 * i));
-    memcpy(buf + 8, header, n);
-    memset(buf + 8 + n, ' ', padded - n);
-    memcpy(buf + 8 + padded, data, n_data);
-    write_file(name, buf, 8 + padded + n_data);
-    free(buf);
-}
 
 /* Tensors: "b.w" F32 [2] = {1, 2}; "a.x" BF16 [1, 2] = {0x3F80, 0x4000}. */
 static uint8_t g_b[8], g_a[4];
@@ -54,25 +34,26 @@ static void make_model(int swapped) {
     if (!swapped) {
         memcpy(data, g_b, 8);
         memcpy(data + 8, g_a, 4);
-        write_st("model.safetensors",
-                 "{\"b.w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
-                 "\"a.x\":{\"dtype\":\"BF16\",\"shape\":[1,2],\"data_offsets\":[8,12]}}",
-                 data, 16);
+        tmp_write_st(tmp_path("model.safetensors"),
+                     "{\"b.w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                     "\"a.x\":{\"dtype\":\"BF16\",\"shape\":[1,2],\"data_offsets\":[8,12]}}",
+                     data, 16);
     } else {
         memcpy(data, g_a, 4);
         memcpy(data + 8, g_b, 8);
-        write_st("model.safetensors",
-                 "{\"__metadata__\":{\"format\":\"pt\"},"
-                 "\"a.x\":{\"dtype\":\"BF16\",\"shape\":[1,2],\"data_offsets\":[0,4]},"
-                 "\"b.w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}",
-                 data, 16);
+        tmp_write_st(tmp_path("model.safetensors"),
+                     "{\"__metadata__\":{\"format\":\"pt\"},"
+                     "\"a.x\":{\"dtype\":\"BF16\",\"shape\":[1,2],\"data_offsets\":[0,4]},"
+                     "\"b.w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}",
+                     data, 16);
     }
-    write_file("config.json", k_config, strlen(k_config));
+    tmp_write(tmp_path("config.json"), k_config, strlen(k_config));
 }
 
 static void le(EVP_MD_CTX *c, uint64_t v, int n) {
     uint8_t b[8];
-    for (int i = 0; i < n; i++) b[i] = (uint8_t)(v >> (8 * i));
+    for (int i = 0; i < n; i++)
+        b[i] = (uint8_t)(v >> (8 * i));
     EVP_DigestUpdate(c, b, (size_t)n);
 }
 
@@ -95,7 +76,10 @@ static void expected_fp(int content, uint8_t out[32]) {
     /* "a.x" < "b.w" */
     le(c, 3, 4);
     EVP_DigestUpdate(c, "a.x", 3);
-    EVP_DigestUpdate(c, "\x04" "BF16", 5);
+    EVP_DigestUpdate(c,
+                     "\x04"
+                     "BF16",
+                     5);
     EVP_DigestUpdate(c, "\x02", 1);
     le(c, 1, 8);
     le(c, 2, 8);
@@ -105,7 +89,10 @@ static void expected_fp(int content, uint8_t out[32]) {
     }
     le(c, 3, 4);
     EVP_DigestUpdate(c, "b.w", 3);
-    EVP_DigestUpdate(c, "\x03" "F32", 4);
+    EVP_DigestUpdate(c,
+                     "\x03"
+                     "F32",
+                     4);
     EVP_DigestUpdate(c, "\x01", 1);
     le(c, 2, 8);
     if (content) {
@@ -119,7 +106,7 @@ static void expected_fp(int content, uint8_t out[32]) {
 
 static void fp(enum qve_fingerprint_mode mode, uint8_t out[32]) {
     char err[256];
-    if (qve_fingerprint_model(g_dir, mode, out, err, sizeof err) != 0) fail_msg("%s", err);
+    if (qve_fingerprint_model(tmp_dir, mode, out, err, sizeof err) != 0) fail_msg("%s", err);
 }
 
 static void test_tensor_sha(void **state) {
@@ -154,17 +141,17 @@ static void test_stream(void **state) {
     assert_memory_equal(got, want, 32);
     /* Sharding does not matter either. */
     char p[256];
-    snprintf(p, sizeof p, "%s/model.safetensors", g_dir);
+    snprintf(p, sizeof p, "%s/model.safetensors", tmp_dir);
     unlink(p);
-    write_st("s1.safetensors", "{\"b.w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}",
-             g_b, 8);
-    write_st("s2.safetensors",
-             "{\"a.x\":{\"dtype\":\"BF16\",\"shape\":[1,2],\"data_offsets\":[0,4]}}", g_a, 4);
+    tmp_write_st(tmp_path("s1.safetensors"),
+                 "{\"b.w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", g_b, 8);
+    tmp_write_st(tmp_path("s2.safetensors"),
+                 "{\"a.x\":{\"dtype\":\"BF16\",\"shape\":[1,2],\"data_offsets\":[0,4]}}", g_a, 4);
     const char *idx = "{\"weight_map\":{\"a.x\":\"s2.safetensors\",\"b.w\":\"s1.safetensors\"}}";
-    write_file("model.safetensors.index.json", idx, strlen(idx));
+    tmp_write(tmp_path("model.safetensors.index.json"), idx, strlen(idx));
     fp(QVE_FINGERPRINT_CONTENT, got);
     assert_memory_equal(got, want, 32);
-    snprintf(p, sizeof p, "%s/model.safetensors.index.json", g_dir);
+    snprintf(p, sizeof p, "%s/model.safetensors.index.json", tmp_dir);
     unlink(p);
 }
 
@@ -180,25 +167,24 @@ static void test_sensitivity(void **state) {
     uint8_t data[16] = {0};
     memcpy(data, g_b, 8);
     memcpy(data + 8, g_a, 4);
-    write_st("model.safetensors",
-             "{\"b.w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
-             "\"a.x\":{\"dtype\":\"BF16\",\"shape\":[1,2],\"data_offsets\":[8,12]}}",
-             data, 16);
+    tmp_write_st(tmp_path("model.safetensors"),
+                 "{\"b.w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                 "\"a.x\":{\"dtype\":\"BF16\",\"shape\":[1,2],\"data_offsets\":[8,12]}}",
+                 data, 16);
     fp(QVE_FINGERPRINT_TABLE, t1);
     fp(QVE_FINGERPRINT_CONTENT, c1);
     assert_memory_equal(t0, t1, 32);
     assert_memory_not_equal(c0, c1, 32);
     /* One config byte: both change. */
     make_model(0);
-    write_file("config.json", "{\"tts_model_type\": \"base\"} \n", strlen(k_config) + 1);
+    tmp_write(tmp_path("config.json"), "{\"tts_model_type\": \"base\"} \n", strlen(k_config) + 1);
     fp(QVE_FINGERPRINT_TABLE, t1);
     fp(QVE_FINGERPRINT_CONTENT, c1);
     assert_memory_not_equal(t0, t1, 32);
     assert_memory_not_equal(c0, c1, 32);
     char err[256];
-    assert_int_equal(qve_fingerprint_model("/nonexistent-dir", QVE_FINGERPRINT_TABLE, t1, err,
-                                           sizeof err),
-                     -1);
+    assert_int_equal(
+        qve_fingerprint_model("/nonexistent-dir", QVE_FINGERPRINT_TABLE, t1, err, sizeof err), -1);
     assert_non_null(strstr(err, "/nonexistent-dir/config.json: cannot open"));
 }
 
@@ -207,7 +193,9 @@ static void test_golden_tensors(void **state) {
     (void)state;
     const char *cache = getenv("QVOICE_CACHE");
     if (!cache || !*cache) cache = "cache";
-    static const struct { const char *dir, *name, *hex; } ref[] = {
+    static const struct {
+        const char *dir, *name, *hex;
+    } ref[] = {
         {"q06b-base", "talker.model.norm.weight",
          "01a46c15eaa29a7431a6c758d4d3cf0cc7adb136df2e12e50843570bde528d45"},
         {"q06b-base", "speaker_encoder.fc.weight",
@@ -251,19 +239,6 @@ static void test_golden_tensors(void **state) {
     }
 }
 
-static int setup(void **state) {
-    (void)state;
-    snprintf(g_dir, sizeof g_dir, "/tmp/qv_fp_XXXXXX");
-    return mkdtemp(g_dir) ? 0 : -1;
-}
-
-static int teardown(void **state) {
-    (void)state;
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-    return system(cmd) == 0 ? 0 : -1;
-}
-
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tensor_sha),
@@ -271,5 +246,5 @@ int main(void) {
         cmocka_unit_test(test_sensitivity),
         cmocka_unit_test(test_golden_tensors),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, tmpdir_setup, tmpdir_teardown);
 }

@@ -17,6 +17,7 @@
 
 #include "kernels.h"
 #include "helpers/npy.h"
+#include "helpers/tmpdir.h"
 
 static const char *const k_variants[] = {"scalar", "avx2", "avx512"};
 #define N_VARIANTS 3
@@ -777,13 +778,6 @@ static void test_conv_transpose1d(void **state) {
 
 /* ---- .npy reader ----------------------------------------------------------------------- */
 
-static void write_file(const char *path, const void *data, size_t n) {
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(data, 1, n, f), n);
-    fclose(f);
-}
-
 /* Builds a v1.0 .npy image: header padded so the data starts at a multiple of 64. */
 static size_t make_npy(unsigned char *buf, const char *dict, const void *data, size_t n_data) {
     size_t dl = strlen(dict);
@@ -812,7 +806,7 @@ static void test_npy(void **state) {
     const float f[8] = {1, -2, 3.5f, 0, 1e-3f, 42, 7, 8};
     size_t n = make_npy(buf, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", f,
                         6 * sizeof *f);
-    write_file(path, buf, n);
+    tmp_write(path, buf, n);
     assert_int_equal(npy_read(path, &a, err, sizeof err), 0);
     assert_int_equal(a.dtype, NPY_F32);
     assert_int_equal(a.n_dims, 2);
@@ -822,7 +816,7 @@ static void test_npy(void **state) {
 
     const int64_t iv[3] = {-1, 151672, 1ll << 40};
     n = make_npy(buf, "{'descr': '<i8', 'fortran_order': False, 'shape': (3,), }", iv, sizeof iv);
-    write_file(path, buf, n);
+    tmp_write(path, buf, n);
     assert_int_equal(npy_read_typed(path, NPY_I64, &a, err, sizeof err), 0);
     assert_true(a.n_dims == 1 && a.shape[0] == 3);
     assert_memory_equal(npy_i64(&a), iv, sizeof iv);
@@ -830,7 +824,7 @@ static void test_npy(void **state) {
     assert_int_equal(npy_read_typed(path, NPY_F32, &a, err, sizeof err), -1);
 
     n = make_npy(buf, "{'descr': '<f4', 'fortran_order': False, 'shape': (), }", f, 4);
-    write_file(path, buf, n);
+    tmp_write(path, buf, n);
     assert_int_equal(npy_read(path, &a, err, sizeof err), 0);
     assert_true(a.n_dims == 0 && a.n_elems == 1 && npy_f32(&a)[0] == 1.0f);
     npy_free(&a);
@@ -851,7 +845,7 @@ static void test_npy(void **state) {
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         n = make_npy(buf, bad[i].dict, f, bad[i].n_data);
-        write_file(path, buf, n);
+        tmp_write(path, buf, n);
         err[0] = 0;
         assert_int_equal(npy_read(path, &a, err, sizeof err), -1);
         assert_null(a.data);
@@ -860,11 +854,11 @@ static void test_npy(void **state) {
     n = make_npy(buf, "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }", f, 8);
     buf[8] = 0xff; /* header length beyond the file */
     buf[9] = 0xff;
-    write_file(path, buf, n);
+    tmp_write(path, buf, n);
     assert_int_equal(npy_read(path, &a, err, sizeof err), -1);
-    write_file(path, "\x93NUMPY\x01", 7);
+    tmp_write(path, "\x93NUMPY\x01", 7);
     assert_int_equal(npy_read(path, &a, err, sizeof err), -1);
-    write_file(path, "PK\x03\x04 not npy", 13);
+    tmp_write(path, "PK\x03\x04 not npy", 13);
     assert_int_equal(npy_read(path, &a, err, sizeof err), -1);
     unlink(path);
     assert_int_equal(npy_read(path, &a, err, sizeof err), -1);
