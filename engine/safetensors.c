@@ -631,6 +631,11 @@ const qve_tensor *qve_st_at(const qve_st *st, int i) {
     return &st->tensors[i];
 }
 
+const qve_tensor *qve_st_at_sorted(const qve_st *st, int i) {
+    if (!st || i < 0 || i >= st->n_tensors) return NULL;
+    return &st->tensors[st->by_name[i]];
+}
+
 const qve_tensor *qve_st_find(const qve_st *st, const char *name) {
     if (!st || !name) return NULL;
     int lo = 0, hi = st->n_tensors - 1;

@@ -40,6 +40,9 @@ void qve_st_close(qve_st *st); /* accepts NULL */
 int qve_st_count(const qve_st *st);
 /* i-th tensor (0 <= i < count) in header order; NULL if out of range. */
 const qve_tensor *qve_st_at(const qve_st *st, int i);
+/* i-th tensor (0 <= i < count) in strcmp order of the names (names are unique); NULL if out of
+ * range. Costs nothing: the order is the one qve_st_find searches. */
+const qve_tensor *qve_st_at_sorted(const qve_st *st, int i);
 /* Tensor by exact name, or NULL. */
 const qve_tensor *qve_st_find(const qve_st *st, const char *name);
 /* Path of the file holding t (the shard for sharded checkpoints); the opened path if t is NULL
