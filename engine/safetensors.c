@@ -1,9 +1,8 @@
 /* safetensors.c — bounds-checked safetensors reader on a read-only mmap.
  * Every header field is validated before a pointer into the data is formed: header length against
  * the file and HEADER_MAX_BYTES, dtype, shape × dtype size == byte range, range inside the data
- * area, element alignment, no overlaps (ranges sorted by offset), unique names. A sharded
- * checkpoint is opened as several parts merged into one table; names are copied out of the cJSON
- * tree so it can be freed at once.
+ * area, element alignment, no overlaps (ranges sorted by offset), unique names. Shards are opened
+ * as parts merged into one table; names are copied out of the cJSON tree so it is freed at once.
  */
 #include "safetensors.h"
 
