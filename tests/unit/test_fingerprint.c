@@ -25,11 +25,8 @@ static const char k_config[] = "{\"tts_model_type\": \"base\"}\n";
 /* Tensors: "b.w" F32 [2] = {1, 2}; "a.x" BF16 [1, 2] = {0x3F80, 0x4000}. */
 static uint8_t g_b[8], g_a[4];
 
-static void make_model(int swapped) {
-    float b[2] = {1, 2};
-    uint16_t a[2] = {0x3F80, 0x4000};
-    memcpy(g_b, b, 8);
-    memcpy(g_a, a, 4);
+/* Writes model.safetensors from g_b and g_a, in header order b, a (or a, b with metadata). */
+static void write_model(int swapped) {
     uint8_t data[16] = {0};
     if (!swapped) {
         memcpy(data, g_b, 8);
@@ -47,6 +44,14 @@ static void make_model(int swapped) {
                      "\"b.w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}",
                      data, 16);
     }
+}
+
+static void make_model(int swapped) {
+    float b[2] = {1, 2};
+    uint16_t a[2] = {0x3F80, 0x4000};
+    memcpy(g_b, b, 8);
+    memcpy(g_a, a, 4);
+    write_model(swapped);
     tmp_write(tmp_path("config.json"), k_config, strlen(k_config));
 }
 
@@ -157,13 +162,7 @@ static void test_sensitivity(void **state) {
     assert_memory_not_equal(t0, c0, 32);
     /* One weight byte: only the content fingerprint changes. */
     g_b[0] ^= 1;
-    uint8_t data[16] = {0};
-    memcpy(data, g_b, 8);
-    memcpy(data + 8, g_a, 4);
-    tmp_write_st(tmp_path("model.safetensors"),
-                 "{\"b.w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
-                 "\"a.x\":{\"dtype\":\"BF16\",\"shape\":[1,2],\"data_offsets\":[8,12]}}",
-                 data, 16);
+    write_model(0);
     fp(QVE_FINGERPRINT_TABLE, t1);
     fp(QVE_FINGERPRINT_CONTENT, c1);
     assert_memory_equal(t0, t1, 32);
