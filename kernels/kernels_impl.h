@@ -46,4 +46,24 @@ extern const qvk_impl qvk_impl_avx512;
 /* The variant in use (qvk_init() is run first if needed). */
 const qvk_impl *qvk_impl_get(void);
 
+/* ---- pieces of the four-row bf16 blocks the SIMD files share ------------------------------ */
+
+/* Prefetches weight i of each of the four bf16 rows starting at next (row stride n_in): called
+ * every 32 weights, one cache line per row. always_inline: GCC 12 otherwise deems this
+ * side-effect-free helper const and deletes the calls (objdump showed no prefetcht0 left). */
+static inline __attribute__((always_inline)) void qvk_prefetch_rows4_bf16(const uint16_t *next,
+                                                                          int n_in, int i) {
+    __builtin_prefetch(next + i); /* read, all cache levels: prefetcht0 */
+    __builtin_prefetch(next + (size_t)n_in + i);
+    __builtin_prefetch(next + (size_t)2 * n_in + i);
+    __builtin_prefetch(next + (size_t)3 * n_in + i);
+}
+
+/* y[r + k] = s[k] (+ bias[r + k]) for the four rows of a block. */
+static inline void qvk_store_rows4(float *restrict y, const float *restrict bias, int r,
+                                   const float s[4]) {
+    for (int k = 0; k < 4; k++)
+        y[r + k] = bias ? s[k] + bias[r + k] : s[k];
+}
+
 #endif

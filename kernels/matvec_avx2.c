@@ -36,33 +36,18 @@ static void mv_bf16(float *restrict y, const uint16_t *restrict w, const float *
                        *w3 = w2 + n_in;
         __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(),
                a3 = _mm256_setzero_ps();
-        const char *next = (const char *)(w3 + n_in);
+        const uint16_t *next = w3 + n_in;
         for (int i = 0; i < n8; i += 8) {
-            if (!(i & 31)) {
-                /* the next block of four rows, one cache line per row per 32 weights */
-                _mm_prefetch(next + (size_t)i * 2, _MM_HINT_T0);
-                _mm_prefetch(next + ((size_t)n_in + i) * 2, _MM_HINT_T0);
-                _mm_prefetch(next + ((size_t)2 * n_in + i) * 2, _MM_HINT_T0);
-                _mm_prefetch(next + ((size_t)3 * n_in + i) * 2, _MM_HINT_T0);
-            }
+            if (!(i & 31)) qvk_prefetch_rows4_bf16(next, n_in, i); /* the next block */
             __m256 xv = _mm256_loadu_ps(x + i);
             a0 = _mm256_fmadd_ps(load_bf16(w0 + i), xv, a0);
             a1 = _mm256_fmadd_ps(load_bf16(w1 + i), xv, a1);
             a2 = _mm256_fmadd_ps(load_bf16(w2 + i), xv, a2);
             a3 = _mm256_fmadd_ps(load_bf16(w3 + i), xv, a3);
         }
-        float s0 = tail_bf16(hsum(a0), w0, x, n8, n_in), s1 = tail_bf16(hsum(a1), w1, x, n8, n_in),
-              s2 = tail_bf16(hsum(a2), w2, x, n8, n_in), s3 = tail_bf16(hsum(a3), w3, x, n8, n_in);
-        if (bias) {
-            s0 += bias[r];
-            s1 += bias[r + 1];
-            s2 += bias[r + 2];
-            s3 += bias[r + 3];
-        }
-        y[r] = s0;
-        y[r + 1] = s1;
-        y[r + 2] = s2;
-        y[r + 3] = s3;
+        float s[4] = {tail_bf16(hsum(a0), w0, x, n8, n_in), tail_bf16(hsum(a1), w1, x, n8, n_in),
+                      tail_bf16(hsum(a2), w2, x, n8, n_in), tail_bf16(hsum(a3), w3, x, n8, n_in)};
+        qvk_store_rows4(y, bias, r, s);
     }
     for (; r < r1; r++) {
         const uint16_t *w0 = w + (size_t)r * n_in;

@@ -30,15 +30,9 @@ static void mv_bf16(float *restrict y, const uint16_t *restrict w, const float *
                        *w3 = w2 + n_in;
         __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(),
                a3 = _mm512_setzero_ps();
-        const char *next = (const char *)(w3 + n_in);
+        const uint16_t *next = w3 + n_in;
         for (int i = 0; i < n16; i += 16) {
-            if (!(i & 31)) {
-                /* the next block of four rows, one cache line per row per 32 weights */
-                _mm_prefetch(next + (size_t)i * 2, _MM_HINT_T0);
-                _mm_prefetch(next + ((size_t)n_in + i) * 2, _MM_HINT_T0);
-                _mm_prefetch(next + ((size_t)2 * n_in + i) * 2, _MM_HINT_T0);
-                _mm_prefetch(next + ((size_t)3 * n_in + i) * 2, _MM_HINT_T0);
-            }
+            if (!(i & 31)) qvk_prefetch_rows4_bf16(next, n_in, i); /* the next block */
             __m512 xv = _mm512_loadu_ps(x + i);
             a0 = _mm512_fmadd_ps(load_bf16(w0 + i), xv, a0);
             a1 = _mm512_fmadd_ps(load_bf16(w1 + i), xv, a1);
@@ -52,18 +46,9 @@ static void mv_bf16(float *restrict y, const uint16_t *restrict w, const float *
             a2 = _mm512_fmadd_ps(load_bf16_tail(w2 + n16, tail), xv, a2);
             a3 = _mm512_fmadd_ps(load_bf16_tail(w3 + n16, tail), xv, a3);
         }
-        float s0 = _mm512_reduce_add_ps(a0), s1 = _mm512_reduce_add_ps(a1),
-              s2 = _mm512_reduce_add_ps(a2), s3 = _mm512_reduce_add_ps(a3);
-        if (bias) {
-            s0 += bias[r];
-            s1 += bias[r + 1];
-            s2 += bias[r + 2];
-            s3 += bias[r + 3];
-        }
-        y[r] = s0;
-        y[r + 1] = s1;
-        y[r + 2] = s2;
-        y[r + 3] = s3;
+        float s[4] = {_mm512_reduce_add_ps(a0), _mm512_reduce_add_ps(a1), _mm512_reduce_add_ps(a2),
+                      _mm512_reduce_add_ps(a3)};
+        qvk_store_rows4(y, bias, r, s);
     }
     for (; r < r1; r++) {
         const uint16_t *w0 = w + (size_t)r * n_in;

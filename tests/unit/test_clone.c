@@ -420,6 +420,7 @@ static void test_conv_helper(void **state) {
         {6, 6, 4, 2, 1, QVC_PAD_REPLICATE, 1, QVC_ACT_NONE, QVC_ACT_NONE, 77},
         {700, 9, 1, 1, 1, QVC_PAD_ZERO, 0, QVC_ACT_NONE, QVC_ACT_NONE, 5000},
         {2, 4, 16, 8, 1, QVC_PAD_ZERO, 1, QVC_ACT_ELU, QVC_ACT_NONE, 61},
+        {64, 32, 1, 1, 1, QVC_PAD_ZERO, 0, QVC_ACT_NONE, QVC_ACT_RELU, 777}, /* read in place */
     };
     srand(7);
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {

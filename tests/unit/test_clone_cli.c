@@ -335,7 +335,8 @@ static void test_second_speaker(void **state) {
     path(out, sizeof out, "two.qvoice");
     write_wav(wav, x, n);
     free(x);
-    assert_int_equal(run("bin/clone -m %s %s -o %s --speaker-threshold 0.99 --json", g_tiny, wav, out), 0);
+    assert_int_equal(run("bin/clone -m %s %s -o %s --speaker-threshold 0.99 --threads 2 --json", g_tiny,
+                         wav, out), 0);
     cJSON *j = json_out();
     const cJSON *fl = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(
                                                            cJSON_GetObjectItemCaseSensitive(j, "hygiene"), "speakers"),
@@ -347,6 +348,14 @@ static void test_second_speaker(void **state) {
     double b = cJSON_GetArrayItem(cJSON_GetArrayItem(fl, 0), 1)->valuedouble;
     assert_true(b > a && b > 8.0); /* the flagged range reaches into the tones */
     assert_non_null(strstr(g_err, "another speaker?"));
+    /* windows shared across 2 threads or run on 1: the same vectors */
+    double mc2 = jnum(j, "hygiene.speakers.min_cos");
+    cJSON_Delete(j);
+    assert_int_equal(run("bin/clone -m %s %s -o %s --speaker-threshold 0.99 --threads 1 --json", g_tiny,
+                         wav, out), 0);
+    j = json_out();
+    printf("  min cos with 2 threads %.4f, with 1 thread %.4f\n", mc2, jnum(j, "hygiene.speakers.min_cos"));
+    assert_true(jnum(j, "hygiene.speakers.min_cos") == mc2);
     cJSON_Delete(j);
     /* default threshold (0.5): no warning on random weights */
     assert_int_equal(run("bin/clone -m %s %s -o %s", g_tiny, wav, out), 0);

@@ -25,11 +25,8 @@ static const char k_config[] = "{\"tts_model_type\": \"base\"}\n";
 /* Tensors: "b.w" F32 [2] = {1, 2}; "a.x" BF16 [1, 2] = {0x3F80, 0x4000}. */
 static uint8_t g_b[8], g_a[4];
 
-static void make_model(int swapped) {
-    float b[2] = {1, 2};
-    uint16_t a[2] = {0x3F80, 0x4000};
-    memcpy(g_b, b, 8);
-    memcpy(g_a, a, 4);
+/* Writes model.safetensors from g_b and g_a, in header order b, a (or a, b with metadata). */
+static void write_model(int swapped) {
     uint8_t data[16] = {0};
     if (!swapped) {
         memcpy(data, g_b, 8);
@@ -47,6 +44,14 @@ static void make_model(int swapped) {
                      "\"b.w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}",
                      data, 16);
     }
+}
+
+static void make_model(int swapped) {
+    float b[2] = {1, 2};
+    uint16_t a[2] = {0x3F80, 0x4000};
+    memcpy(g_b, b, 8);
+    memcpy(g_a, a, 4);
+    write_model(swapped);
     tmp_write(tmp_path("config.json"), k_config, strlen(k_config));
 }
 
@@ -62,6 +67,23 @@ static void sha(const void *p, size_t n, uint8_t out[32]) {
     EVP_Digest(p, n, out, &k, EVP_sha256(), NULL);
 }
 
+/* One tensor's record in the documented stream: name, dtype, shape, [SHA-256 of the data]. */
+static void put_tensor(EVP_MD_CTX *c, const char *name, const char *dtype, int n_dims,
+                       const uint64_t *shape, const void *data, size_t n_bytes, int content) {
+    le(c, strlen(name), 4);
+    EVP_DigestUpdate(c, name, strlen(name));
+    le(c, strlen(dtype), 1);
+    EVP_DigestUpdate(c, dtype, strlen(dtype));
+    le(c, (uint64_t)n_dims, 1);
+    for (int k = 0; k < n_dims; k++)
+        le(c, shape[k], 8);
+    if (content) {
+        uint8_t h[32];
+        sha(data, n_bytes, h);
+        EVP_DigestUpdate(c, h, 32);
+    }
+}
+
 /* The documented stream, written out independently of fingerprint.c. */
 static void expected_fp(int content, uint8_t out[32]) {
     EVP_MD_CTX *c = EVP_MD_CTX_new();
@@ -72,33 +94,9 @@ static void expected_fp(int content, uint8_t out[32]) {
     le(c, strlen(k_config), 8);
     EVP_DigestUpdate(c, k_config, strlen(k_config));
     le(c, 2, 4);
-    uint8_t h[32];
     /* "a.x" < "b.w" */
-    le(c, 3, 4);
-    EVP_DigestUpdate(c, "a.x", 3);
-    EVP_DigestUpdate(c,
-                     "\x04"
-                     "BF16",
-                     5);
-    EVP_DigestUpdate(c, "\x02", 1);
-    le(c, 1, 8);
-    le(c, 2, 8);
-    if (content) {
-        sha(g_a, 4, h);
-        EVP_DigestUpdate(c, h, 32);
-    }
-    le(c, 3, 4);
-    EVP_DigestUpdate(c, "b.w", 3);
-    EVP_DigestUpdate(c,
-                     "\x03"
-                     "F32",
-                     4);
-    EVP_DigestUpdate(c, "\x01", 1);
-    le(c, 2, 8);
-    if (content) {
-        sha(g_b, 8, h);
-        EVP_DigestUpdate(c, h, 32);
-    }
+    put_tensor(c, "a.x", "BF16", 2, (const uint64_t[]){1, 2}, g_a, 4, content);
+    put_tensor(c, "b.w", "F32", 1, (const uint64_t[]){2}, g_b, 8, content);
     unsigned int k;
     EVP_DigestFinal_ex(c, out, &k);
     EVP_MD_CTX_free(c);
@@ -164,13 +162,7 @@ static void test_sensitivity(void **state) {
     assert_memory_not_equal(t0, c0, 32);
     /* One weight byte: only the content fingerprint changes. */
     g_b[0] ^= 1;
-    uint8_t data[16] = {0};
-    memcpy(data, g_b, 8);
-    memcpy(data + 8, g_a, 4);
-    tmp_write_st(tmp_path("model.safetensors"),
-                 "{\"b.w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
-                 "\"a.x\":{\"dtype\":\"BF16\",\"shape\":[1,2],\"data_offsets\":[8,12]}}",
-                 data, 16);
+    write_model(0);
     fp(QVE_FINGERPRINT_TABLE, t1);
     fp(QVE_FINGERPRINT_CONTENT, c1);
     assert_memory_equal(t0, t1, 32);

@@ -67,6 +67,8 @@ static void test_valid(void **state) {
     assert_string_equal(qve_st_at(st, 3)->name, "d.i64");
     assert_null(qve_st_at(st, 4));
     assert_null(qve_st_at(st, -1));
+    assert_string_equal(qve_st_at_sorted(st, 1)->name, "b.f32"); /* name order (= header here) */
+    assert_null(qve_st_at_sorted(st, 4));
     const qve_tensor *b = qve_st_find(st, "b.f32");
     assert_non_null(b);
     assert_int_equal(b->n_dims, 2);
