@@ -66,9 +66,13 @@ static int setup(void **st) {
     (void)st;
     snprintf(cache, sizeof cache, "%s", getenv("QVOICE_CACHE") ? getenv("QVOICE_CACHE") : "cache");
     snprintf(tmp, sizeof tmp, "/tmp/qv_wdp_%d", (int)getpid());
-    if (mkdir(tmp, 0700)) return -1;
     snprintf(voice, sizeof voice, "%s/heavy.qvoice", tmp);
-    return access("bin/speak", X_OK) || access("bin/clone", X_OK);
+    if (mkdir(tmp, 0700) || access("bin/speak", X_OK) || access("bin/clone", X_OK)) {
+        printf("setup: cannot create %s or no bin/speak, bin/clone (cwd must be the repo root)\n",
+               tmp);
+        return -1;
+    }
+    return 0;
 }
 
 static int teardown(void **st) {
