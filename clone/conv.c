@@ -117,7 +117,18 @@ void qvc_add_rows(float *y, int64_t ldy, const float *x, int64_t ldx, int64_t n_
         for (int i = 0; i < n; i++) y[(size_t)r * ldy + i] += x[(size_t)r * ldx + i];
 }
 
+/* The kernels' choice (QV_KERNELS=avx2 keeps the 8-wide loop; the results are the same). */
+static int have_avx512(void) {
+    static _Atomic int have = -1;
+    if (have < 0) have = have_avx2() && !strcmp(qvk_variant(), "avx512");
+    return have;
+}
+
 void qvc_elu(float *x, size_t n) {
+    if (have_avx512()) {
+        qvc_elu_avx512(x, n);
+        return;
+    }
     if (have_avx2()) {
         qvc_elu_avx2(x, n);
         return;
@@ -144,9 +155,31 @@ typedef struct {
     int time_major;
 } conv_job;
 
+/* A 1×1 conv with nothing applied to its input reads x in place: no window, no unfolding, so
+ * each thread's share is one chunk (one weight packing). ECAPA's tdnn1/tdnn2/MFA/attention
+ * convs are ~70 % of its work. */
+static int reads_in_place(const qvc_conv *cv, int time_major) {
+    return !time_major && cv->k == 1 && cv->stride == 1 && cv->act_in == QVC_ACT_NONE &&
+           cv->pad_left == 0 && cv->pad_right == 0 && !cv->residual;
+}
+
 /* One chunk of output columns [t0, t0 + n), channels-first. */
 static void chunk_cf(const conv_job *j, int64_t t0, int64_t n, float *scratch) {
     const qvc_conv *cv = j->cv;
+    if (reads_in_place(cv, 0)) {
+        float *dst = j->y + t0;
+        qvk_sgemm(0, 0, cv->c_out, (int)n, cv->c_in, 1.0f, j->w, cv->c_in, j->x + t0, (int)j->ldx,
+                  0.0f, dst, (int)j->ldy);
+        for (int o = 0; o < cv->c_out; o++) {
+            float *orow = dst + (size_t)o * j->ldy;
+            if (j->bias) {
+                float b = j->bias[o];
+                for (int64_t i = 0; i < n; i++) orow[i] += b;
+            }
+            activate(orow, (size_t)n, cv->act_out);
+        }
+        return;
+    }
     int64_t n_max = chunk_max(cv), t_in = j->t_in;
     int kk = cv->c_in * cv->k;
     float *win = scratch;
@@ -188,17 +221,18 @@ static void chunk_cf(const conv_job *j, int64_t t0, int64_t n, float *scratch) {
         b_mat = cols;
         ldb = n;
     }
-    qvk_sgemm(0, 0, cv->c_out, (int)n, kk, 1.0f, j->w, kk, b_mat, (int)ldb, 0.0f, out, (int)n);
+    /* without a residual the product goes straight into y (bias and activation in place) */
+    float *dst = cv->residual ? out : j->y + t0;
+    int64_t ldc = cv->residual ? n : j->ldy;
+    qvk_sgemm(0, 0, cv->c_out, (int)n, kk, 1.0f, j->w, kk, b_mat, (int)ldb, 0.0f, dst, (int)ldc);
     for (int o = 0; o < cv->c_out; o++) {
-        float *orow = out + (size_t)o * n;
-        float *yrow = j->y + (size_t)o * j->ldy + t0;
+        float *orow = dst + (size_t)o * ldc;
         if (j->bias) {
             float b = j->bias[o];
             for (int64_t i = 0; i < n; i++) orow[i] += b;
         }
         activate(orow, (size_t)n, cv->act_out);
-        if (cv->residual) qvc_add_rows(yrow, 0, orow, 0, 1, (int)n);
-        else memcpy(yrow, orow, (size_t)n * sizeof(float));
+        if (cv->residual) qvc_add_rows(j->y + (size_t)o * j->ldy + t0, 0, orow, 0, 1, (int)n);
     }
 }
 
@@ -242,7 +276,11 @@ static void chunk_tm(const conv_job *j, int64_t t0, int64_t n, float *scratch) {
      * sum keeps the reference's order y + (W·x + b) */
     float *dst = cv->residual ? out : j->y + (size_t)t0 * j->ldy;
     int ldc = cv->residual ? cv->c_out : (int)j->ldy;
-    if (grouped) {
+    int direct = c_in == 1 && cv->stride == 1 && cv->dilation == 1 && cv->k <= 16 &&
+                 cv->c_out % 16 == 0 && cv->c_out <= 256 && have_avx512();
+    if (direct) {
+        qvc_conv_c1_avx512(dst, ldc, win, n, j->w, cv->k, cv->c_out);
+    } else if (grouped) {
         int kg = c_in * cv->stride;
         for (int g = 0; g < cv->k / cv->stride; g++)
             qvk_sgemm(0, 1, (int)n, cv->c_out, kg, 1.0f, win + (size_t)g * kg, kg,
@@ -289,7 +327,9 @@ static void conv_dispatch(qvk_pool *pool, const qvc_conv *cv, float *y, int64_t 
     conv_job j = {.cv = cv, .y = y, .ldy = ldy, .ldx = ldx, .t_in = t_in, .x = x, .w = w,
                   .bias = bias, .scratch = scratch, .time_major = time_major};
     j.t_out = qvc_conv_out_len(cv, t_in);
-    j.n_chunk = chunk_len(cv, j.t_out, qvk_pool_threads(pool));
+    int nt = qvk_pool_threads(pool);
+    j.n_chunk = reads_in_place(cv, time_major) ? (j.t_out + nt - 1) / nt
+                                               : chunk_len(cv, j.t_out, nt);
     if (j.t_out > 0) qvk_pool_run(pool, conv_run, &j);
 }
 

@@ -8,6 +8,7 @@
 
 #include <cJSON.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -384,6 +385,53 @@ int qvc_ecapa_xvector(void *ctx, const float *x, int64_t n, float *xvec, char *e
     return rc;
 }
 
+/* The ECAPA's windows shared out whole across the pool's threads (each with its own mel context,
+ * single-threaded inside): a 3 s window is too short to split well. The vectors are the same
+ * bits as the sequential path (the ECAPA's result does not depend on its pool). */
+typedef struct {
+    const qvc_ecapa_ctx *c;
+    qvc_mel **mels;
+    const float *x;
+    const int *idx;
+    int n, dim;
+    int64_t hop, wl;
+    float *v;
+    _Atomic int failed;
+    char err[256];
+} windows_job;
+
+static void windows_run(int ith, int nth, void *arg) {
+    windows_job *j = arg;
+    qvc_ecapa_ctx one = {j->c->ecapa, j->mels[ith], NULL};
+    char e[256];
+    for (int w = ith; w < j->n && !j->failed; w += nth)
+        if (qvc_ecapa_xvector(&one, j->x + (int64_t)j->idx[w] * j->hop, j->wl,
+                              j->v + (size_t)w * j->dim, e, sizeof e)) {
+            int expected = 0;
+            if (atomic_compare_exchange_strong(&j->failed, &expected, 1))
+                snprintf(j->err, sizeof j->err, "%s", e);
+        }
+}
+
+static int ecapa_windows(const qvc_ecapa_ctx *c, const float *x, const int *idx, int n,
+                         int64_t hop, int64_t wl, float *v, int dim, char *err, size_t err_size) {
+    int nt = qvk_pool_threads(c->pool), rc = -1;
+    windows_job j = {.c = c, .x = x, .idx = idx, .n = n, .dim = dim, .hop = hop, .wl = wl, .v = v};
+    j.mels = calloc((size_t)nt, sizeof *j.mels);
+    int ok = j.mels != NULL;
+    for (int t = 0; ok && t < nt; t++) ok = (j.mels[t] = qvc_mel_create()) != NULL;
+    if (!ok) {
+        snprintf(err, err_size, "reference: out of memory (mel contexts)");
+    } else {
+        qvk_pool_run(c->pool, windows_run, &j);
+        if (j.failed) snprintf(err, err_size, "%s", j.err);
+        else rc = 0;
+    }
+    for (int t = 0; j.mels && t < nt; t++) qvc_mel_free(j.mels[t]);
+    free(j.mels);
+    return rc;
+}
+
 static void normalize(float *v, int dim) {
     double s = 0;
     for (int i = 0; i < dim; i++)
@@ -429,11 +477,16 @@ int qvc_speaker_scan(qvc_speaker_report *r, const float *x, int64_t n, int dim, 
         int64_t a = (int64_t)w * hop, fa = a / f.fs, fb = (a + wl) / f.fs, nv = 0;
         for (int64_t k = fa; k < fb && k < f.n; k++)
             nv += f.v[k];
-        if ((double)nv < p->spk_min_voiced * (double)(fb - fa)) continue;
-        if (fn(ctx, x + a, wl, v + (size_t)ns * dim, err, err_size)) goto done;
-        normalize(v + (size_t)ns * dim, dim);
-        idx[ns++] = w;
+        if ((double)nv >= p->spk_min_voiced * (double)(fb - fa)) idx[ns++] = w;
     }
+    if (fn == qvc_ecapa_xvector && qvk_pool_threads(((const qvc_ecapa_ctx *)ctx)->pool) > 1) {
+        if (ecapa_windows(ctx, x, idx, ns, hop, wl, v, dim, err, err_size)) goto done;
+    } else {
+        for (int w = 0; w < ns; w++)
+            if (fn(ctx, x + (int64_t)idx[w] * hop, wl, v + (size_t)w * dim, err, err_size)) goto done;
+    }
+    for (int w = 0; w < ns; w++)
+        normalize(v + (size_t)w * dim, dim);
     r->n_windows = nw;
     r->n_scored = ns;
     if (ns < 2) {

@@ -21,6 +21,7 @@
 #include "config.h"
 #include "fingerprint.h"
 #include "hygiene.h"
+#include "plot.h"
 #include "kernels.h"
 #include "qvf.h"
 #include "qvoice.h"
@@ -30,7 +31,7 @@
 
 typedef struct {
     const char *model_dir, *audio, *out, *ref_text, *ref_text_file, *name, *language;
-    const char *target_cv, *consent;
+    const char *target_cv, *consent, *plot;
     int xvector_only, json, threads, compare, no_hygiene, allow_fallback;
     double max_seconds, speaker_threshold;
 } options;
@@ -105,6 +106,8 @@ static void usage(FILE *f) {
             "                              speaker, -1..1 (default %.2f; for a trained encoder)\n"
             "    -A, --consent TEXT        consent statement stored in META with the user name and\n"
             "                              UTC time (documented, not enforced; default: none)\n"
+            "    -P, --plot FILE.png       also write the reference's log-mel spectrogram as a PNG,\n"
+            "                              the part used for the x-vector marked (default: none)\n"
             "    -j, --json                print one JSON object instead of the summary (off)\n"
             "    -p, --threads N           threads, 1..256 (default: online CPUs)\n"
             "    -C, --compare A B         cosine similarity of two x-vectors (audio files need -m;\n"
@@ -367,7 +370,9 @@ static void list_sections(report *r, const char *path) {
 static void hygiene_lines(const report *r, char *buf, size_t size) {
     const qvc_hygiene_report *h = &r->hyg;
     qvc_hygiene_summary(h, buf, size);
-    if (!h->clean) {
+    if (!h->clean && h->trim.end == 0) {
+        buf[0] = 0; /* no speech found: the error says it all */
+    } else if (!h->clean) {
         char *nl = strchr(buf, '\n');
         if (nl) nl[1] = 0;
     } else if (!h->has_icl && !h->transcript.fallback && h->window.end > 0) {
@@ -451,6 +456,7 @@ static void print_summary(const options *o, const report *r, const qvf_voice *v,
         }
         if (r->n_tensors) cJSON_AddNumberToObject(j, "wdelta_tensors", r->n_tensors);
         cJSON_AddNumberToObject(j, "file_bytes", (double)r->file_bytes);
+        if (o->plot) cJSON_AddStringToObject(j, "plot", o->plot);
         add_warnings_json(j, r);
         cJSON_AddNumberToObject(j, "threads", o->threads);
         cJSON *t = cJSON_AddObjectToObject(j, "timings_s");
@@ -493,6 +499,7 @@ static void print_summary(const options *o, const report *r, const qvf_voice *v,
     if (!r->n_sections) printf(" (not listed: file over 256 MB)");
     printf("\n  file       %lld bytes%s\n", r->file_bytes,
            r->n_tensors ? " (with the WDELTA weight stream)" : "");
+    if (o->plot) printf("  plot       %s (log-mel, the part used marked)\n", o->plot);
     printf("  timings    load %.2f s, audio %.2f s, hygiene %.2f s, mel+ECAPA %.2f s, speech "
            "encoder %.2f s, write %.2f s\n",
            r->t_load_s, r->t_audio_s, r->t_hygiene_s, r->t_xvec_s, r->t_codes_s, r->t_write_s);
@@ -609,6 +616,30 @@ static void audio_error(char *err, size_t err_size, const char *audio, const cha
     snprintf(err, err_size, "%s: %s", audio, msg);
 }
 
+/* --plot: the log-mel of the whole clip as loaded, the part the x-vector used (after trimming)
+ * marked. */
+static int write_plot(const options *o, const report *r, char *err, size_t err_size) {
+    int nf = qvc_mel_n_frames(r->audio.n_samples);
+    qvc_mel *mel = qvc_mel_create();
+    float *m = malloc((size_t)(nf > 0 ? nf : 1) * QVC_MEL_BINS * sizeof(float));
+    int rc = -1;
+    if (!mel || !m || nf <= 0 || qvc_mel_compute(mel, m, r->audio.samples, r->audio.n_samples)) {
+        snprintf(err, err_size, "%s: cannot compute the spectrogram (out of memory?)", o->plot);
+    } else {
+        int a = 0, b = nf;
+        if (r->hygiene_ran && r->hyg.clean) {
+            a = (int)(r->hyg.trim.start / QVC_MEL_HOP);
+            b = (int)((r->hyg.trim.end + QVC_MEL_HOP - 1) / QVC_MEL_HOP);
+            if (b > nf) b = nf;
+            if (a >= b) a = b - 1;
+        }
+        rc = qvc_plot_mel_png(o->plot, m, nf, a, b, err, err_size);
+    }
+    free(m);
+    qvc_mel_free(mel);
+    return rc;
+}
+
 static int run_clone(const options *o, qvk_pool *pool) {
     char err[1024];
     report r;
@@ -625,8 +656,10 @@ static int run_clone(const options *o, qvk_pool *pool) {
     qve_model_config mc, cvc;
     uint8_t fp[32];
     int want_icl = !o->xvector_only && (o->ref_text || o->ref_text_file);
+    int plot_written = 0;
 
     if (check_output(o->out, err, sizeof err)) goto fail;
+    if (o->plot && check_output(o->plot, err, sizeof err)) goto fail;
     if (o->ref_text_file) {
         if (!(r.transcript = read_text_file(o->ref_text_file, err, sizeof err))) goto fail;
         if (!*r.transcript) {
@@ -719,6 +752,12 @@ static int run_clone(const options *o, qvk_pool *pool) {
                  h->transcript.reason);
             want_icl = 0;
         }
+        if (h->has_icl && !h->window.whole)
+            warn(&r, o->audio,
+                 "ICL uses %.2f-%.2f s of the clip (the cleanest 10-15 s): the transcript must be "
+                 "of exactly those seconds",
+                 (double)(h->trim.start + h->window.start) / QVC_SAMPLE_RATE_HZ,
+                 (double)(h->trim.start + h->window.end) / QVC_SAMPLE_RATE_HZ);
         if (h->has_speaker && h->speaker.warning) {
             char ranges[256] = "";
             size_t w = 0;
@@ -784,6 +823,10 @@ static int run_clone(const options *o, qvk_pool *pool) {
                  qvf_strerror(qrc));
         goto fail;
     }
+    if (o->plot) {
+        if (write_plot(o, &r, err, sizeof err)) goto fail;
+        plot_written = 1;
+    }
     if (o->target_cv) {
         uint8_t cfp[32];
         if (qve_fingerprint_model(o->target_cv, QVE_FINGERPRINT_TABLE, cfp, err, sizeof err)) goto fail;
@@ -804,6 +847,7 @@ static int run_clone(const options *o, qvk_pool *pool) {
     rc = 0;
     goto done;
 fail:
+    if (plot_written) unlink(o->plot); /* no partial output: the voice file was not written */
     print_failure(o, &r, err);
 done:
     qvc_audio_free(&r.audio);
@@ -844,11 +888,11 @@ int main(int argc, char **argv) {
         {"no-hygiene", no_argument, 0, 'H'},
         {"allow-xvector-fallback", no_argument, 0, 'F'},
         {"speaker-threshold", required_argument, 0, 'S'},
-        {"consent", required_argument, 0, 'A'},
+        {"consent", required_argument, 0, 'A'},       {"plot", required_argument, 0, 'P'},
         {"help", no_argument, 0, 'h'},                {"version", no_argument, 0, 'V'},
         {0, 0, 0, 0}};
     int ch;
-    while ((ch = getopt_long(argc, argv, "m:o:t:T:n:l:xc:s:jp:CHFS:A:hV", longs, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "m:o:t:T:n:l:xc:s:jp:CHFS:A:P:hV", longs, NULL)) != -1) {
         switch (ch) {
         case 'm': o.model_dir = optarg; break;
         case 'o': o.out = optarg; break;
@@ -877,6 +921,7 @@ int main(int argc, char **argv) {
                 return usage_error("--speaker-threshold: expected a cosine in [-1, 1]");
             break;
         case 'A': o.consent = optarg; break;
+        case 'P': o.plot = optarg; break;
         case 'h': usage(stdout); return 0;
         case 'V': printf("clone (qvoice) %s\n", qv_version()); return 0;
         default: return usage_error("unknown option");

@@ -324,13 +324,16 @@ typedef struct {       /* per-call buffers */
 } enc_state;
 
 static void enc_state_free(enc_state *s) {
-    float *bufs[] = {s->p, s->q, s->scratch, s->x, s->hbuf, s->qb, s->kb, s->vb, s->att,
-                     s->ff, s->rope_c, s->rope_s, s->xs, s->dist};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) qvk_free(bufs[i]);
-    for (int i = 0; i < SEG_STAGES; i++) {
-        qvk_free(s->seg_in[i]);
-        qvk_free(s->seg_hid[i]);
-    }
+    qvk_free(s->p);
+    qvk_free(s->q);
+    qvk_free(s->scratch);
+}
+
+/* Next n floats of a carved buffer, 64-byte aligned. */
+static float *carve(float **at, size_t n) {
+    float *r = *at;
+    *at += (n + 15) / 16 * 16;
+    return r;
 }
 
 /* Input rows [lo, hi) of each segmented stage needed for output rows [a, b) of the last one's
@@ -358,7 +361,10 @@ static void stage_lengths(const enc_config *c, int64_t n, int64_t *t) {
     for (int st = 0; st < N_STAGES; st++) t[st + 1] = (t[st] + c->ratios[st] - 1) / c->ratios[st];
 }
 
-/* Sizes every buffer by walking the SEANet geometry once. */
+/* Sizes every buffer by walking the SEANet geometry once. Fresh pages cost a fault and a clear
+ * each, so only p, q and the conv scratch are allocated: the segment buffers live in q (free
+ * while the first stages run into p), the transformer and RVQ buffers in whichever of p and q
+ * does not hold the SEANet output. */
 static int enc_state_init(enc_state *s, const enc_config *c, int64_t n, int n_threads) {
     memset(s, 0, sizeof *s);
     s->n_threads = n_threads;
@@ -370,6 +376,7 @@ static int enc_state_init(enc_state *s, const enc_config *c, int64_t n, int n_th
 #define NEED(is_p, v) do { size_t v_ = (v); if (is_p) { if (v_ > need_p) need_p = v_; } \
                            else if (v_ > need_q) need_q = v_; } while (0)
 #define SCRATCH(cv) do { if (qvc_conv_scratch(&(cv)) > scratch) scratch = qvc_conv_scratch(&(cv)); } while (0)
+#define ROUND16(v) (((size_t)(v) + 15) / 16 * 16)
     qvc_conv cv = causal(1, ch, c->kernel_size, 1, 1, QVC_ACT_NONE, t);
     SCRATCH(cv);
     int64_t max_rows[SEG_STAGES] = {0};
@@ -379,6 +386,7 @@ static int enc_state_init(enc_state *s, const enc_config *c, int64_t n, int n_th
         for (int st = 0; st < SEG_STAGES; st++)
             if (hi[st] - lo[st] > max_rows[st]) max_rows[st] = hi[st] - lo[st];
     }
+    size_t seg_total = 0;
     int cur_p = 1;   /* which ping-pong buffer holds the stage input (stage SEG_STAGES: p) */
     for (int st = 0; st < N_STAGES; st++) {
         int hid = ch / c->compress, dil = 1;
@@ -386,16 +394,10 @@ static int enc_state_init(enc_state *s, const enc_config *c, int64_t n, int n_th
             cv = causal(ch, hid, c->residual_kernel_size, 1, dil, QVC_ACT_ELU, t);
             SCRATCH(cv);
         }
-        if (st < SEG_STAGES) {
-            s->seg_in[st] = qvc_alloc_large((size_t)max_rows[st] * ch * sizeof(float));
-            s->seg_hid[st] = qvc_alloc_large((size_t)max_rows[st] * hid * sizeof(float));
-            if (!s->seg_in[st] || !s->seg_hid[st]) {
-                enc_state_free(s);
-                return -1;
-            }
-        } else {
+        if (st < SEG_STAGES)
+            seg_total += ROUND16((size_t)max_rows[st] * ch) + ROUND16((size_t)max_rows[st] * hid);
+        else
             NEED(!cur_p, (size_t)hid * t);
-        }
         cv = causal(hid, ch, 1, 1, 1, QVC_ACT_ELU, t);
         SCRATCH(cv);
         cv = causal(ch, 2 * ch, 2 * c->ratios[st], c->ratios[st], 1, QVC_ACT_ELU, t);
@@ -414,28 +416,41 @@ static int enc_state_init(enc_state *s, const enc_config *c, int64_t n, int n_th
     cv = causal(c->hidden_size, c->hidden_size, 4, 2, 1, QVC_ACT_NONE, t);      /* → cur */
     SCRATCH(cv);
     NEED(cur_p, (size_t)c->hidden_size * t);
+    size_t tt = (size_t)t, h = (size_t)c->hidden_size, nt = (size_t)n_threads;
+    size_t tr_total = 5 * ROUND16(tt * h) + ROUND16(nt * tt * tt) +
+                      ROUND16(tt * (size_t)c->intermediate_size) +
+                      2 * ROUND16(tt * (size_t)c->head_dim / 2) +
+                      ROUND16(tt * (size_t)c->codebook_dim) + ROUND16(tt * (size_t)c->codebook_size);
+    NEED(!cur_p, tr_total);
+    NEED(0, seg_total);
 #undef NEED
 #undef SCRATCH
-    size_t tt = (size_t)t, h = (size_t)c->hidden_size, nt = (size_t)n_threads;
+#undef ROUND16
     s->p = qvc_alloc_large(need_p * sizeof(float));
     s->q = qvc_alloc_large(need_q * sizeof(float));
     s->scratch = qvc_alloc_large(scratch * nt * sizeof(float));
-    s->x = qvc_alloc_large(tt * h * sizeof(float));
-    s->hbuf = qvc_alloc_large(tt * h * sizeof(float));
-    s->qb = qvc_alloc_large(tt * h * sizeof(float));
-    s->kb = qvc_alloc_large(tt * h * sizeof(float));
-    s->vb = qvc_alloc_large(tt * h * sizeof(float));
-    s->att = qvc_alloc_large(nt * tt * tt * sizeof(float));
-    s->ff = qvc_alloc_large(tt * (size_t)c->intermediate_size * sizeof(float));
-    s->rope_c = qvc_alloc_large(tt * (size_t)c->head_dim / 2 * sizeof(float));
-    s->rope_s = qvc_alloc_large(tt * (size_t)c->head_dim / 2 * sizeof(float));
-    s->xs = qvc_alloc_large(tt * (size_t)c->codebook_dim * sizeof(float));
-    s->dist = qvc_alloc_large(tt * (size_t)c->codebook_size * sizeof(float));
-    if (!s->p || !s->q || !s->scratch || !s->x || !s->hbuf || !s->qb || !s->kb || !s->vb ||
-        !s->att || !s->ff || !s->rope_c || !s->rope_s || !s->xs || !s->dist) {
+    if (!s->p || !s->q || !s->scratch) {
         enc_state_free(s);
         return -1;
     }
+    float *at = s->q;
+    ch = c->n_filters;
+    for (int st = 0; st < SEG_STAGES; st++, ch *= 2) {
+        s->seg_in[st] = carve(&at, (size_t)max_rows[st] * ch);
+        s->seg_hid[st] = carve(&at, (size_t)max_rows[st] * (ch / c->compress));
+    }
+    at = cur_p ? s->q : s->p;
+    s->x = carve(&at, tt * h);
+    s->hbuf = carve(&at, tt * h);
+    s->qb = carve(&at, tt * h);
+    s->kb = carve(&at, tt * h);
+    s->vb = carve(&at, tt * h);
+    s->att = carve(&at, nt * tt * tt);
+    s->ff = carve(&at, tt * (size_t)c->intermediate_size);
+    s->rope_c = carve(&at, tt * (size_t)c->head_dim / 2);
+    s->rope_s = carve(&at, tt * (size_t)c->head_dim / 2);
+    s->xs = carve(&at, tt * (size_t)c->codebook_dim);
+    s->dist = carve(&at, tt * (size_t)c->codebook_size);
     return 0;
 }
 

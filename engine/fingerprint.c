@@ -43,42 +43,14 @@ char *qve_sha256_hex(const uint8_t digest[32], char out[65]) {
     return out;
 }
 
-/* Tensor indices in name order (bottom-up merge sort; qsort would need global context). */
-static int *name_order(const qve_st *st) {
-    int n = qve_st_count(st);
-    int *idx = malloc(sizeof *idx * (size_t)(n ? n : 1)), *tmp = malloc(sizeof *tmp * (size_t)(n ? n : 1));
-    if (!idx || !tmp) {
-        free(idx);
-        free(tmp);
-        return NULL;
-    }
-    for (int i = 0; i < n; i++) idx[i] = i;
-    for (int w = 1; w < n; w *= 2) {
-        for (int lo = 0; lo < n; lo += 2 * w) {
-            int mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n;
-            int a = lo, b = mid, k = lo;
-            while (a < mid && b < hi)
-                tmp[k++] = strcmp(qve_st_at(st, idx[a])->name, qve_st_at(st, idx[b])->name) <= 0
-                               ? idx[a++]
-                               : idx[b++];
-            while (a < mid) tmp[k++] = idx[a++];
-            while (b < hi) tmp[k++] = idx[b++];
-        }
-        memcpy(idx, tmp, sizeof *idx * (size_t)n);
-    }
-    free(tmp);
-    return idx;
-}
-
 /* ==== API =================================================================================== */
 
 int qve_fingerprint_st(const qve_st *st, const void *config_json, size_t config_n_bytes,
                        enum qve_fingerprint_mode mode, uint8_t out[32], char *err,
                        size_t err_size) {
     EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-    int *order = name_order(st);
     int rc = -1;
-    if (!ctx || !order || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
+    if (!ctx || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
         snprintf(err, err_size, "%s: fingerprint: out of memory or SHA-256 unavailable",
                  qve_st_file(st, NULL));
         goto out;
@@ -91,7 +63,7 @@ int qve_fingerprint_st(const qve_st *st, const void *config_json, size_t config_
     bad |= put(ctx, config_json, config_n_bytes);
     bad |= put_le(ctx, (uint64_t)n, 4);
     for (int i = 0; i < n && !bad; i++) {
-        const qve_tensor *t = qve_st_at(st, order[i]);
+        const qve_tensor *t = qve_st_at_sorted(st, i);
         size_t name_len = strlen(t->name);
         const char *dt = qve_dtype_name(t->dtype);
         uint8_t dt_len = (uint8_t)strlen(dt), nd = (uint8_t)t->n_dims;
@@ -114,7 +86,6 @@ int qve_fingerprint_st(const qve_st *st, const void *config_json, size_t config_
     }
     rc = 0;
 out:
-    free(order);
     EVP_MD_CTX_free(ctx);
     return rc;
 }

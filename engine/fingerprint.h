@@ -1,8 +1,13 @@
 /* fingerprint.h — SHA-256 identity of a model directory and of single tensors (internal, qve_).
- *
  * A voice file records the fingerprint of the model it was cloned for; a WDELTA chunk records
- * per-tensor hashes. The fingerprint (v1) is SHA-256 over this byte stream, integers
- * little-endian:
+ * per-tensor hashes. Key design: tensors are hashed in name order with their dtype and shape, not
+ * the header bytes, so re-serialising or re-sharding a checkpoint keeps the fingerprint; the
+ * exact stream (v1) is specified below.
+ */
+#ifndef QV_FINGERPRINT_H
+#define QV_FINGERPRINT_H
+
+/* The fingerprint (v1) is SHA-256 over this byte stream, integers little-endian:
  *   "qvoice-model-fingerprint-v1" (27 bytes, no NUL), u8 mode (0 = table, 1 = content)
  *   u64 length of config.json, then config.json's bytes exactly as on disk
  *   u32 number of tensors N in model.safetensors (or the shards of model.safetensors.index.json)
@@ -15,8 +20,6 @@
  * Mode 0 ("table") reads ~5 kB + the header: instant. Mode 1 ("content") reads every weight byte
  * (~1-2 s for 1.8 GB with SHA-NI); it alone detects changed weight values.
  */
-#ifndef QV_FINGERPRINT_H
-#define QV_FINGERPRINT_H
 
 #include <stddef.h>
 #include <stdint.h>

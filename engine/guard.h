@@ -41,6 +41,7 @@ typedef struct {
     char msg[256];
 } qve_guard;
 
+/* The defaults noted on each field of qve_guard_params. */
 qve_guard_params qve_guard_default_params(void);
 /* Budget in frames for a chunk of n_text_tokens (the formula above). */
 int qve_guard_budget(int n_text_tokens, const qve_guard_params *p);

@@ -1,14 +1,14 @@
 /* manifest.h — the expected-tensor tables of a Qwen3-TTS checkpoint, built from its configs
  * (internal, prefix qve_manifest_). Shapes derive from config values only (architecture doc §2),
  * so the tiny synthetic configs and both published sizes use the same code.
- *
- * model.safetensors must hold exactly the model table (402/404 CustomVoice/VoiceDesign, 478/480
- * Base); speech_tokenizer/model.safetensors must hold at least the codec table (the whole decoder
- * plus the encoder parts §6.2 uses; unused encoder tensors such as acoustic layers >= 15 or
- * `codebook.initialized` may be present).
  */
 #ifndef QV_MANIFEST_H
 #define QV_MANIFEST_H
+
+/* model.safetensors must hold exactly the model table (402/404 CustomVoice/VoiceDesign, 478/480
+ * Base); speech_tokenizer/model.safetensors must hold at least the codec table (the whole decoder
+ * plus the encoder parts §6.2 uses; unused encoder tensors such as acoustic layers >= 15 or
+ * `codebook.initialized` may be present). */
 
 #include <stddef.h>
 #include <stdint.h>

@@ -174,15 +174,19 @@ int qve_model_load(qv_model *m, const char *dir, char *err, size_t err_size) {
     return 0;
 }
 
+void qve_model_drop_q8(qv_model *m) {
+    if (!m->q8) return;
+    free(m->q8->talker.stack.layers);
+    free(m->q8->cp.stack.layers);
+    qvk_free(m->q8->q);
+    qvk_free(m->q8->scale);
+    free(m->q8);
+    m->q8 = NULL;
+}
+
 void qve_model_unload(qv_model *m) {
     if (!m) return;
-    if (m->q8) {
-        free(m->q8->talker.stack.layers);
-        free(m->q8->cp.stack.layers);
-        qvk_free(m->q8->q);
-        qvk_free(m->q8->scale);
-        free(m->q8);
-    }
+    qve_model_drop_q8(m);
     pthread_mutex_destroy(&m->q8_lock);
     for (int i = 0; i < m->n_f32_copies; i++)
         qvk_free(m->f32_copies[i]);

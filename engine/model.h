@@ -105,6 +105,9 @@ void qve_model_unload(qv_model *m);
 int qve_model_quantize(const qv_model *m, qvk_pool *pool);
 /* The weights a session with quantization quant (enum qv_quant) uses: m's own, or the int8 view
  * (which must exist). */
+/* Frees the int8 view (weights changed: voice_load.c); the next int8 session quantizes again.
+ * No session may be using it. */
+void qve_model_drop_q8(qv_model *m);
 const qve_talker *qve_model_talker(const qv_model *m, int quant);
 const qve_code_predictor *qve_model_cp(const qv_model *m, int quant);
 

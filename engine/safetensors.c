@@ -1,9 +1,8 @@
 /* safetensors.c — bounds-checked safetensors reader on a read-only mmap.
  * Every header field is validated before a pointer into the data is formed: header length against
  * the file and HEADER_MAX_BYTES, dtype, shape × dtype size == byte range, range inside the data
- * area, element alignment, no overlaps (ranges sorted by offset), unique names. A sharded
- * checkpoint is opened as several parts merged into one table; names are copied out of the cJSON
- * tree so it can be freed at once.
+ * area, element alignment, no overlaps (ranges sorted by offset), unique names. Shards are opened
+ * as parts merged into one table; names are copied out of the cJSON tree so it is freed at once.
  */
 #include "safetensors.h"
 
@@ -629,6 +628,11 @@ int qve_st_count(const qve_st *st) { return st ? st->n_tensors : 0; }
 const qve_tensor *qve_st_at(const qve_st *st, int i) {
     if (!st || i < 0 || i >= st->n_tensors) return NULL;
     return &st->tensors[i];
+}
+
+const qve_tensor *qve_st_at_sorted(const qve_st *st, int i) {
+    if (!st || i < 0 || i >= st->n_tensors) return NULL;
+    return &st->tensors[st->by_name[i]];
 }
 
 const qve_tensor *qve_st_find(const qve_st *st, const char *name) {

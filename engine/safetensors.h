@@ -1,13 +1,14 @@
 /* safetensors.h — read-only, bounds-checked safetensors access on mmap (internal, prefix qve_st_).
- *
  * A qve_st opens one model directory's checkpoint: a single `<name>.safetensors` or a sharded set
- * listed in `<name>.safetensors.index.json`. Every header is validated before use: header length
- * against file size, dtype in {BF16, F16, F32, I64}, shape × dtype size == byte range, every
- * range inside the file and no two ranges overlapping. Tensor data stays in the mapping: returned
+ * listed in `<name>.safetensors.index.json`. Key design: tensor data stays in the mapping; returned
  * pointers are borrowed and valid until qve_st_close.
  */
 #ifndef QV_SAFETENSORS_H
 #define QV_SAFETENSORS_H
+
+/* Every header is validated before use: header length against file size, dtype in {BF16, F16,
+ * F32, I64}, shape × dtype size == byte range, every range inside the file and no two ranges
+ * overlapping. */
 
 #include <stddef.h>
 #include <stdint.h>
@@ -40,6 +41,9 @@ void qve_st_close(qve_st *st); /* accepts NULL */
 int qve_st_count(const qve_st *st);
 /* i-th tensor (0 <= i < count) in header order; NULL if out of range. */
 const qve_tensor *qve_st_at(const qve_st *st, int i);
+/* i-th tensor (0 <= i < count) in strcmp order of the names (names are unique); NULL if out of
+ * range. Costs nothing: the order is the one qve_st_find searches. */
+const qve_tensor *qve_st_at_sorted(const qve_st *st, int i);
 /* Tensor by exact name, or NULL. */
 const qve_tensor *qve_st_find(const qve_st *st, const char *name);
 /* Path of the file holding t (the shard for sharded checkpoints); the opened path if t is NULL
@@ -55,7 +59,9 @@ const qve_tensor *qve_st_expect(const qve_st *st, const char *name, enum qve_dty
  * NULL on allocation failure. */
 float *qve_tensor_to_f32(const qve_tensor *t);
 
+/* Safetensors name of a dtype ("BF16", "F16", "F32", "I64"; "?" if not one of them). */
 const char *qve_dtype_name(enum qve_dtype d);
+/* Bytes per element (0 if not a known dtype). */
 size_t qve_dtype_size(enum qve_dtype d);
 
 #endif

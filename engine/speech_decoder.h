@@ -1,11 +1,13 @@
 /* speech_decoder.h — Qwen3-TTS-12Hz speech-tokenizer decoder: codes [T, 16] → 24 kHz audio (§6.1).
- *
  * Key design: one incremental path. Everything in the decoder is causal, so it runs blocks of
- * frames on a fixed schedule (aligned to the chunk start) through carried state (KV
- * cache of the sliding window, conv tails). The one-shot decode is that same stream fed all at
- * once, so streamed and one-shot audio are bit-identical by construction.
- *
- * Usage:
+ * frames on a fixed schedule (aligned to the chunk start) through carried state (KV cache of the
+ * sliding window, conv tails). The one-shot decode is that same stream fed all at once, so
+ * streamed and one-shot audio are bit-identical by construction.
+ */
+#ifndef QV_SPEECH_DECODER_H
+#define QV_SPEECH_DECODER_H
+
+/* Usage:
  *     qve_decoder *dec = qve_decoder_load("model_dir", err, sizeof err);
  *     qve_decoder_decode(dec, codes, n_frames, wav, err, sizeof err);  // wav: n_frames*1920
  *   or, streaming while the talker runs:
@@ -20,8 +22,6 @@
  * Thread safety: a qve_decoder is read-only after load and may be shared by any number of
  * streams/threads. A qve_dec_stream belongs to one producer thread (push/finish from one thread).
  */
-#ifndef QV_SPEECH_DECODER_H
-#define QV_SPEECH_DECODER_H
 
 #include <stddef.h>
 

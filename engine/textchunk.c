@@ -529,7 +529,7 @@ int qve_longtext_run(qve_audio_buf *out, qve_longtext_report *r, const char *tex
         const qve_chunk *c = &l.chunks[i];
         if (c->kind == QVE_CHUNK_PAUSE) {
             if (qve_audio_append_silence(out, MS_TO_SAMPLES(c->pause_ms))) {
-                snprintf(err, err_size, "out of memory inserting a pause");
+                snprintf(err, err_size, "text: out of memory inserting a pause");
                 rc = -1;
             }
             continue;

@@ -1,9 +1,8 @@
 /* textchunk.h — long-text handling for speak (prefix qve_): split text into chunks at sentence
  * boundaries and a maximum length, turn [pause:…] tags into silence entries, pick a split point
- * for the runaway-guard retry, and join / trim the float audio of the chunks.
+ * for the runaway-guard retry, join / trim the chunks' audio. Pure functions; nothing prints.
  * Decision: chunks are normalised copies of byte ranges of the input (whitespace runs become one
- * space), so CJK text keeps its no-space joins and no byte sequence is ever cut inside UTF-8.
- * Pure functions; nothing prints. See docs/robustness.md.
+ * space), so CJK keeps its no-space joins and no UTF-8 sequence is cut. See docs/robustness.md.
  */
 #ifndef QVE_TEXTCHUNK_H
 #define QVE_TEXTCHUNK_H
@@ -89,6 +88,7 @@ typedef struct {
     int max_splits;      /* times a tripped chunk may be halved again (1: split once) */
 } qve_longtext_params;
 
+/* The defaults noted on each field of qve_longtext_params. */
 qve_longtext_params qve_longtext_default_params(void);
 
 typedef struct {

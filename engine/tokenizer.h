@@ -1,17 +1,18 @@
 /* tokenizer.h — Qwen2 byte-level BPE text tokenizer (internal, prefix qve_tok_), §7 of
  * docs qwen3-tts-architecture.md. Matches the HF fast tokenizer / transformers.js ids exactly.
- *
- *   char err[256];
- *   qve_tok *tok = qve_tok_open("/models/Qwen3-TTS-12Hz-0.6B-Base", err, sizeof err);
- *   qve_tok_ids ids = {0};
- *   if (tok && qve_tok_encode(tok, "Hello world", 11, &ids, err, sizeof err) == QVE_TOK_OK) ...
- *   qve_tok_ids_free(&ids); qve_tok_free(tok);
- *
  * Thread safety: open/free/encode need exclusive use of a qve_tok (encode updates a word cache
  * and scratch buffers); decode, token_to_id, id_to_token and vocab_size only read it.
  */
 #ifndef QVE_TOKENIZER_H
 #define QVE_TOKENIZER_H
+
+/* Usage:
+ *   char err[256];
+ *   qve_tok *tok = qve_tok_open("/models/Qwen3-TTS-12Hz-0.6B-Base", err, sizeof err);
+ *   qve_tok_ids ids = {0};
+ *   if (tok && qve_tok_encode(tok, "Hello world", 11, &ids, err, sizeof err) == QVE_TOK_OK) ...
+ *   qve_tok_ids_free(&ids); qve_tok_free(tok);
+ */
 
 #include <stddef.h>
 #include <stdint.h>

@@ -3,9 +3,12 @@
  * so a refused voice leaves the model intact; the second rebuilds the changed bf16 tensors in
  * owned RAM (copy-on-write of the read-only mmap) and rewrites the f32 copies.
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "fingerprint.h"
 #include "model.h"
@@ -120,6 +123,15 @@ static const char *variant_name(uint32_t v) {
                                            : "unknown";
 }
 
+/* Releases the resident pages of a read-only file-mapped range (checkpoint or voice file) that
+ * is no longer needed; they are read back from the file if touched again. Without this a heavy
+ * voice would keep both the CustomVoice tensors and their Base copies resident (~4 GB for 0.6B). */
+static void drop_pages(const void *p, size_t n) {
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t a = ((uintptr_t)p + page - 1) & ~(page - 1), b = ((uintptr_t)p + n) & ~(page - 1);
+    if (b > a) madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
 /* Per-record plan from the check pass. */
 typedef struct {
     slot *s;               /* NULL: a checkpoint tensor the engine does not read (skipped) */
@@ -144,6 +156,8 @@ static int check_record(const qv_model *m, slot_list *l, const qvf_tensor *t, pl
         int shape_ok = p->orig->dtype == QVE_DTYPE_BF16 && (uint32_t)p->orig->n_dims == t->n_dims;
         for (uint32_t d = 0; shape_ok && d < t->n_dims; d++)
             shape_ok = (uint64_t)p->orig->shape[d] == t->shape[d];
+        if (t->n_dims == 1 && p->orig->dtype == QVE_DTYPE_BF16)
+            shape_ok = 1; /* legacy records carry no shape (1-D): the byte count decides */
         if (!shape_ok || t->raw_bytes != p->orig->n_bytes || (p->s && !p->s->bf16))
             return snprintf(err, es,
                             "weight delta for tensor %s does not fit %s (bf16 %llu bytes in the "
@@ -168,6 +182,7 @@ static int check_record(const qv_model *m, slot_list *l, const qvf_tensor *t, pl
             char a[65], b[65];
             if (qve_tensor_sha256(p->orig, h))
                 return snprintf(err, es, "out of memory hashing %s", t->name), -1;
+            drop_pages(p->orig->data, p->orig->n_bytes);
             if (memcmp(h, t->target_sha256, 32))
                 return snprintf(err, es,
                                 "weight delta for tensor %s was made against other weights "
@@ -219,6 +234,7 @@ static int apply_record(qv_model *m, const qvf_tensor *t, const plan *p, qve_wde
         return snprintf(err, es, "%s", e), -1;
     if (check_result(t, buf, err, es)) return -1;
     *p->s->bf16 = buf;
+    drop_pages(p->orig->data, p->orig->n_bytes);
     rep->n_changed++;
     rep->mib_copied += (double)t->raw_bytes / (1 << 20);
     return 0;
@@ -281,6 +297,7 @@ int qve_voice_apply_wdelta(qv_model *m, const qvf_voice *v, qve_wdelta_report *r
         all &= l.s[i].hit;
     free(l.s);
     free(p);
+    qve_model_drop_q8(m); /* derived from the old weights; rebuilt by the next int8 session */
     if (rc) return -1;
     rep->action = QVE_WDELTA_APPLIED;
     if (all && v->source.variant == QVF_VARIANT_BASE) {

@@ -35,8 +35,9 @@ typedef struct {
  * SHA-256 checked; f32 records (norms, biases) overwrite the model's f32 copies. When every
  * weight was replaced and the source is a Base checkpoint, m's config variant becomes Base (no
  * preset speakers, Base prompt layout), so the model computes exactly what the source does.
- * Models that hold derived copies of weights must rebuild them here. After a failure while
- * applying (corrupt block, result hash), m is partly modified: free it. */
+ * Derived copies are rebuilt: the int8 view is dropped (the next int8 session quantizes the new
+ * weights); pad/bos/eos embeddings are computed per utterance. Call before creating sessions.
+ * After a failure while applying (corrupt block, result hash), m is partly modified: free it. */
 int qve_voice_apply_wdelta(qv_model *m, const qvf_voice *v, qve_wdelta_report *rep, char *err,
                            size_t err_size);
 

@@ -24,11 +24,14 @@ void *qvk_alloc(size_t n_bytes) {
     return aligned_alloc(64, n ? n : 64);
 }
 
-void qvk_free(void *p) { free(p); }
+void qvk_free(void *p) {
+    free(p);
+}
 
 uint64_t qvk_mem_read(const void *p, size_t n_bytes) {
     uint64_t s = qvk_impl_get()->xor64(p, n_bytes);
     const unsigned char *b = p;
-    for (size_t i = n_bytes & ~(size_t)7; i < n_bytes; i++) s ^= (uint64_t)b[i] << (8 * (i & 7));
+    for (size_t i = n_bytes & ~(size_t)7; i < n_bytes; i++)
+        s ^= (uint64_t)b[i] << (8 * (i & 7));
     return s;
 }

@@ -5,18 +5,21 @@
 
 #include "kernels.h"
 
-void qvk_sgemm(int trans_a, int trans_b, int m, int n, int k, float alpha, const float *a,
-               int lda, const float *b, int ldb, float beta, float *c, int ldc) {
+void qvk_sgemm(int trans_a, int trans_b, int m, int n, int k, float alpha, const float *a, int lda,
+               const float *b, int ldb, float beta, float *c, int ldc) {
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
                 trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-void qvk_blas_set_threads(int n) { openblas_set_num_threads(n < 1 ? 1 : n); }
+void qvk_blas_set_threads(int n) {
+    openblas_set_num_threads(n < 1 ? 1 : n);
+}
 
 static void add_bias(float *y, const float *bias, int n_rows, int n_out) {
     if (!bias) return;
     for (int r = 0; r < n_rows; r++)
-        for (int o = 0; o < n_out; o++) y[(size_t)r * n_out + o] += bias[o];
+        for (int o = 0; o < n_out; o++)
+            y[(size_t)r * n_out + o] += bias[o];
 }
 
 void qvk_linear_f32(float *restrict y, const float *restrict x, const float *restrict w,

@@ -79,16 +79,20 @@ void qvk_conv1d(const qvk_conv *cv, float *restrict y, const float *restrict x, 
             float *yr = y + (size_t)c * t_out;
             float bias = b ? b[c] : 0.0f;
             /* tap-outer order: the inner loop over t is independent per element and vectorises */
-            for (int t = 0; t < t_out; t++) yr[t] = 0.0f;
+            for (int t = 0; t < t_out; t++)
+                yr[t] = 0.0f;
             for (int j = 0; j < k; j++) {
                 const float *src = xr + (size_t)j * dl;
                 float wj = wr[j];
                 if (st == 1)
-                    for (int t = 0; t < t_out; t++) yr[t] += wj * src[t];
+                    for (int t = 0; t < t_out; t++)
+                        yr[t] += wj * src[t];
                 else
-                    for (int t = 0; t < t_out; t++) yr[t] += wj * src[(size_t)t * st];
+                    for (int t = 0; t < t_out; t++)
+                        yr[t] += wj * src[(size_t)t * st];
             }
-            for (int t = 0; t < t_out; t++) yr[t] += bias;
+            for (int t = 0; t < t_out; t++)
+                yr[t] += bias;
         }
         return;
     }
@@ -104,7 +108,8 @@ void qvk_conv1d(const qvk_conv *cv, float *restrict y, const float *restrict x, 
                 if (st == 1)
                     memcpy(cr, src, (size_t)t_out * sizeof *cr);
                 else
-                    for (int t = 0; t < t_out; t++) cr[t] = src[(size_t)t * st];
+                    for (int t = 0; t < t_out; t++)
+                        cr[t] = src[(size_t)t * st];
             }
         }
         /* y_g[cog, t_out] = W_g[cog, cig·k] · col[cig·k, t_out] */
@@ -113,15 +118,16 @@ void qvk_conv1d(const qvk_conv *cv, float *restrict y, const float *restrict x, 
     }
     if (b)
         for (int o = 0; o < cv->c_out; o++)
-            for (int t = 0; t < t_out; t++) y[(size_t)o * t_out + t] += b[o];
+            for (int t = 0; t < t_out; t++)
+                y[(size_t)o * t_out + t] += b[o];
 }
 
 size_t qvk_conv_transpose1d_scratch(int c_in, int c_out, int k, int t_in) {
     return (size_t)c_out * k * t_in;
 }
 
-int qvk_conv_transpose1d(float *restrict y, const float *restrict x, int c_in, int c_out,
-                         int t_in, int k, int stride, int trim_right, const float *restrict w,
+int qvk_conv_transpose1d(float *restrict y, const float *restrict x, int c_in, int c_out, int t_in,
+                         int k, int stride, int trim_right, const float *restrict w,
                          const float *restrict b, float *restrict scratch) {
     long kept = (long)t_in * stride + k - stride - trim_right;
     if (t_in <= 0 || kept <= 0) return 0;
@@ -130,7 +136,8 @@ int qvk_conv_transpose1d(float *restrict y, const float *restrict x, int c_in, i
     for (int o = 0; o < c_out; o++) {
         float *yr = y + (size_t)o * kept;
         float bias = b ? b[o] : 0.0f;
-        for (long p = 0; p < kept; p++) yr[p] = bias;
+        for (long p = 0; p < kept; p++)
+            yr[p] = bias;
         for (int j = 0; j < k; j++) {
             const float *cr = scratch + ((size_t)o * k + j) * t_in;
             for (int t = 0; t < t_in; t++) {

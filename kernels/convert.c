@@ -13,7 +13,7 @@ void qvk_f32_to_bf16(uint16_t *restrict dst, const float *restrict src, size_t n
         uint32_t u;
         memcpy(&u, &src[i], 4);
         if ((u & 0x7fffffffu) > 0x7f800000u)
-            dst[i] = (uint16_t)((u >> 16) | 0x40);  /* quiet NaN, sign and payload top kept */
+            dst[i] = (uint16_t)((u >> 16) | 0x40); /* quiet NaN, sign and payload top kept */
         else
             dst[i] = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
     }
@@ -45,5 +45,6 @@ static float f16_to_f32_1(uint16_t h) {
 }
 
 void qvk_f16_to_f32(float *restrict dst, const uint16_t *restrict src, size_t n) {
-    for (size_t i = 0; i < n; i++) dst[i] = f16_to_f32_1(src[i]);
+    for (size_t i = 0; i < n; i++)
+        dst[i] = f16_to_f32_1(src[i]);
 }

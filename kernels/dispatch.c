@@ -25,8 +25,7 @@ static int supports(const char *name) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
     if (strcmp(name, "avx2") == 0)
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-               has_f16c();
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c();
     if (strcmp(name, "avx512") == 0)
         return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
@@ -50,7 +49,7 @@ static void pick(void) {
         return;
     }
     g_impl = supports("avx512") ? &qvk_impl_avx512
-           : supports("avx2")   ? &qvk_impl_avx2
+             : supports("avx2") ? &qvk_impl_avx2
                                 : &qvk_impl_scalar;
 }
 
@@ -59,14 +58,18 @@ static void init_once(void) {
     qvk_blas_set_threads(1);
 }
 
-void qvk_init(void) { pthread_once(&g_once, init_once); }
+void qvk_init(void) {
+    pthread_once(&g_once, init_once);
+}
 
 const qvk_impl *qvk_impl_get(void) {
     qvk_init();
     return g_impl;
 }
 
-const char *qvk_variant(void) { return qvk_impl_get()->name; }
+const char *qvk_variant(void) {
+    return qvk_impl_get()->name;
+}
 
 int qvk_set_variant(const char *name) {
     qvk_init();

@@ -1,6 +1,13 @@
 /* kernels.h — numeric kernels of qvoice (project-internal API, prefix qvk_).
- *
- * Layout conventions: matrices are row-major [out, in] as PyTorch stores Linear weights, so a
+ * Key design: kernels that take a qvk_pool split *output rows* (never the reduction axis), so
+ * results are bit-identical for any thread count (pool == NULL runs on the caller); qvk_init()
+ * picks scalar / AVX2 / AVX-512 from CPUID once (QV_KERNELS=scalar|avx2|avx512 forces one), and
+ * every variant is tested against the scalar one and a double-precision reference.
+ */
+#ifndef QV_KERNELS_H
+#define QV_KERNELS_H
+
+/* Layout conventions: matrices are row-major [out, in] as PyTorch stores Linear weights, so a
  * matvec is y[o] = sum_i W[o*in + i] * x[i]. Sequences are time-major [T, C] for transformer
  * stages and channels-first [C, T] for convolutions (as the PyTorch modules hold them).
  * Weights may sit in an mmap and are only as aligned as their element type: kernels use
@@ -8,16 +15,10 @@
  * (qvk_alloc). No kernel allocates: the ones that need scratch take it as an argument and say
  * how much.
  *
- * Threads: kernels that take a qvk_pool split *output rows* (never the reduction axis) across
- * the pool, so results are bit-identical for any thread count. pool == NULL runs on the caller.
- * Variants: qvk_init() picks scalar / AVX2 / AVX-512 from CPUID once; QV_KERNELS=scalar|avx2|avx512
- * forces one. Every variant is tested against the scalar one and a double-precision reference.
  * Accuracy: dot products accumulate in f32 with a variant-specific order (within n·2⁻²⁴·Σ|wᵢxᵢ|
  * of the exact value; measured ~1e-3 of that bound); SIMD exp / sin (softmax, silu, swiglu,
  * snakebeta) are within ~2 ulp of libm; norms accumulate their statistics in double.
  */
-#ifndef QV_KERNELS_H
-#define QV_KERNELS_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -32,8 +33,10 @@ const char *qvk_variant(void);
  * For tests and benchmarks: not safe while kernels run on other threads. */
 int qvk_set_variant(const char *name);
 
-/* 64-byte aligned allocation of n bytes (rounded up); NULL on failure. Free with qvk_free. */
+/* 64-byte aligned allocation of n bytes (rounded up); NULL on failure. Free with qvk_free.
+ * From 4 MB up the block is 2 MB aligned and advised for transparent huge pages (KV caches). */
 void *qvk_alloc(size_t n_bytes);
+/* Frees a qvk_alloc block; accepts NULL. */
 void qvk_free(void *p);
 
 /* Reads n_bytes at p (any alignment) at full vector width and returns a checksum (XOR of the
@@ -138,7 +141,7 @@ void qvk_rope_apply(float *x, int n_heads, int head_dim, const float *c, const f
 /* One query position over a cache of n_ctx keys/values, GQA (query head j uses kv head
  * j / (n_heads/n_kv_heads)). q [n_heads*hd]; k, v [n_ctx, n_kv_heads*hd] with row stride
  * kv_stride floats; out [n_heads*hd]. Softmax in f32. scratch: n_heads*n_ctx floats.
- * Heads are split across the pool. */
+ * KV-head groups are split across the pool (bit-identical for any thread count). */
 void qvk_attend(qvk_pool *pool, float *restrict out, const float *restrict q,
                 const float *k, const float *v, int n_ctx, int kv_stride, int n_heads,
                 int n_kv_heads, int head_dim, float scale, float *restrict scratch);

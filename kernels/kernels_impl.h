@@ -19,19 +19,10 @@ typedef struct {
      * while W streams from memory once for all rows. */
     void (*mm_bf16)(float *restrict y, const uint16_t *restrict w, const float *restrict x,
                     const float *restrict bias, int o0, int o1, int n_in, int n_out, int n_rows);
-    void (*mv_f32)(float *restrict y, const float *restrict w, const float *restrict x,
-                   const float *restrict bias, int r0, int r1, int n_in);
+    /* Σ a[i]·b[i] (the f32 matvec and attention scores run it row by row). */
     float (*dot)(const float *a, const float *b, int n);
     /* y += a·x */
     void (*axpy)(float *restrict y, float a, const float *restrict x, int n);
-    /* Attention for n_q query heads sharing one kv head (rows of k, v are kv_stride apart and
-     * far apart in memory, so the next rows are prefetched):
-     * scores: sc[h·n_ctx + t] = dot(q[h·hd..], k[t·kv_stride..]) · scale;
-     * values: out[h·hd + i] = Σ_t sc[h·n_ctx + t]·v[t·kv_stride + i], summed in t order. */
-    void (*attn_scores)(float *restrict sc, const float *restrict q, int n_q, const float *k,
-                        int n_ctx, int kv_stride, int hd, float scale);
-    void (*attn_values)(float *restrict out, const float *restrict sc, int n_q, const float *v,
-                        int n_ctx, int kv_stride, int hd);
     /* Σ x² accumulated in double (rmsnorm). */
     double (*sumsq)(const float *x, int n);
     /* dst[i] = bf16 src[i] widened to f32 (exact). */
@@ -54,5 +45,25 @@ extern const qvk_impl qvk_impl_avx512;
 
 /* The variant in use (qvk_init() is run first if needed). */
 const qvk_impl *qvk_impl_get(void);
+
+/* ---- pieces of the four-row bf16 blocks the SIMD files share ------------------------------ */
+
+/* Prefetches weight i of each of the four bf16 rows starting at next (row stride n_in): called
+ * every 32 weights, one cache line per row. always_inline: GCC 12 otherwise deems this
+ * side-effect-free helper const and deletes the calls (objdump showed no prefetcht0 left). */
+static inline __attribute__((always_inline)) void qvk_prefetch_rows4_bf16(const uint16_t *next,
+                                                                          int n_in, int i) {
+    __builtin_prefetch(next + i); /* read, all cache levels: prefetcht0 */
+    __builtin_prefetch(next + (size_t)n_in + i);
+    __builtin_prefetch(next + (size_t)2 * n_in + i);
+    __builtin_prefetch(next + (size_t)3 * n_in + i);
+}
+
+/* y[r + k] = s[k] (+ bias[r + k]) for the four rows of a block. */
+static inline void qvk_store_rows4(float *restrict y, const float *restrict bias, int r,
+                                   const float s[4]) {
+    for (int k = 0; k < 4; k++)
+        y[r + k] = bias ? s[k] + bias[r + k] : s[k];
+}
 
 #endif

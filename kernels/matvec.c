@@ -31,21 +31,27 @@ static void mv_run(int ith, int nth, void *p) {
     int r0, r1;
     split_rows(j->n_out, ith, nth, &r0, &r1);
     if (r0 >= r1) return;
-    if (j->is_bf16)
+    if (j->is_bf16) {
         j->impl->mv_bf16(j->y, j->w, j->x, j->bias, r0, r1, j->n_in);
-    else
-        j->impl->mv_f32(j->y, j->w, j->x, j->bias, r0, r1, j->n_in);
+        return;
+    }
+    /* f32 matrices are small (ECAPA SE and output layers): no row-blocked kernel, a dot per row. */
+    const float *w = j->w;
+    for (int r = r0; r < r1; r++) {
+        float s = j->impl->dot(w + (size_t)r * j->n_in, j->x, j->n_in);
+        j->y[r] = j->bias ? s + j->bias[r] : s;
+    }
 }
 
 void qvk_matvec_bf16(qvk_pool *pool, float *restrict y, const uint16_t *restrict w,
                      const float *restrict x, const float *restrict bias, int n_out, int n_in) {
-    struct mv_job j = { qvk_impl_get(), y, w, x, bias, n_out, n_in, 1 };
+    struct mv_job j = {qvk_impl_get(), y, w, x, bias, n_out, n_in, 1};
     qvk_pool_run(pool, mv_run, &j);
 }
 
 void qvk_matvec_f32(qvk_pool *pool, float *restrict y, const float *restrict w,
                     const float *restrict x, const float *restrict bias, int n_out, int n_in) {
-    struct mv_job j = { qvk_impl_get(), y, w, x, bias, n_out, n_in, 0 };
+    struct mv_job j = {qvk_impl_get(), y, w, x, bias, n_out, n_in, 0};
     qvk_pool_run(pool, mv_run, &j);
 }
 
@@ -71,10 +77,11 @@ static void multi_run(int ith, int nth, void *p) {
     }
 }
 
-void qvk_matvec_bf16_multi(qvk_pool *pool, const float *restrict x, int n_in,
-                           const qvk_mv *mv, int n_mv) {
-    struct multi_job j = { qvk_impl_get(), x, mv, n_mv, n_in, 0 };
-    for (int m = 0; m < n_mv; m++) j.n_total += mv[m].n_out;
+void qvk_matvec_bf16_multi(qvk_pool *pool, const float *restrict x, int n_in, const qvk_mv *mv,
+                           int n_mv) {
+    struct multi_job j = {qvk_impl_get(), x, mv, n_mv, n_in, 0};
+    for (int m = 0; m < n_mv; m++)
+        j.n_total += mv[m].n_out;
     qvk_pool_run(pool, multi_run, &j);
 }
 
@@ -106,11 +113,12 @@ static void sgemm_chunks(const struct mm_job *j, int ith, int nth) {
         int o0 = c * cr, n = j->n_out - o0 < cr ? j->n_out - o0 : cr;
         float *wf = j->wf + (size_t)o0 * j->n_in;
         j->impl->widen_bf16(wf, j->w + (size_t)o0 * j->n_in, (size_t)n * j->n_in);
-        qvk_sgemm(0, 1, j->n_rows, n, j->n_in, 1.0f, j->x, j->n_in, wf, j->n_in, 0.0f,
-                  j->y + o0, j->n_out);
+        qvk_sgemm(0, 1, j->n_rows, n, j->n_in, 1.0f, j->x, j->n_in, wf, j->n_in, 0.0f, j->y + o0,
+                  j->n_out);
         if (j->bias)
             for (int r = 0; r < j->n_rows; r++)
-                for (int o = o0; o < o0 + n; o++) j->y[(size_t)r * j->n_out + o] += j->bias[o];
+                for (int o = o0; o < o0 + n; o++)
+                    j->y[(size_t)r * j->n_out + o] += j->bias[o];
     }
 }
 
@@ -126,9 +134,9 @@ static void mm_run(int ith, int nth, void *p) {
 }
 
 void qvk_linear_bf16(qvk_pool *pool, float *restrict y, const float *restrict x,
-                     const uint16_t *restrict w, const float *restrict bias, int n_rows,
-                     int n_in, int n_out, float *restrict scratch) {
-    struct mm_job j = { qvk_impl_get(), y, w, x, bias, NULL, n_rows, n_in, n_out };
+                     const uint16_t *restrict w, const float *restrict bias, int n_rows, int n_in,
+                     int n_out, float *restrict scratch) {
+    struct mm_job j = {qvk_impl_get(), y, w, x, bias, NULL, n_rows, n_in, n_out};
     if (n_rows > QVK_LINEAR_DIRECT_MAX_ROWS) j.wf = scratch;
     qvk_pool_run(pool, mm_run, &j);
 }

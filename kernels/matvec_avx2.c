@@ -1,7 +1,7 @@
-/* matvec_avx2.c — AVX2+FMA row kernels: bf16 widened exactly to f32, FMA with f32 x, four rows
- * per pass sharing each x load, the next four prefetched (rows of 1024 bf16 are too short for the
- * hardware prefetcher alone). One 8-lane accumulator per row plus a scalar tail, so a row's
- * result does not depend on whether it ran inside a block of four.
+/* matvec_avx2.c — AVX2+FMA kernels of the dispatch table: bf16 widened exactly to f32, FMA with
+ * f32 x, four rows per pass sharing each x load, the next four prefetched (rows of 1024 bf16 are
+ * too short for the hardware prefetcher alone). One 8-lane accumulator per row plus a scalar
+ * tail, so a row's result does not depend on whether it ran inside a block of four.
  */
 #include <immintrin.h>
 #include <math.h>
@@ -22,7 +22,8 @@ static inline float hsum(__m256 v) {
 }
 
 static inline float tail_bf16(float s, const uint16_t *w, const float *x, int i, int n) {
-    for (; i < n; i++) s += qvk_bf16_to_f32_1(w[i]) * x[i];
+    for (; i < n; i++)
+        s += qvk_bf16_to_f32_1(w[i]) * x[i];
     return s;
 }
 
@@ -35,33 +36,18 @@ static void mv_bf16(float *restrict y, const uint16_t *restrict w, const float *
                        *w3 = w2 + n_in;
         __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(),
                a3 = _mm256_setzero_ps();
-        const char *next = (const char *)(w3 + n_in);
+        const uint16_t *next = w3 + n_in;
         for (int i = 0; i < n8; i += 8) {
-            if (!(i & 31)) {
-                /* the next block of four rows, one cache line per row per 32 weights */
-                _mm_prefetch(next + (size_t)i * 2, _MM_HINT_T0);
-                _mm_prefetch(next + ((size_t)n_in + i) * 2, _MM_HINT_T0);
-                _mm_prefetch(next + ((size_t)2 * n_in + i) * 2, _MM_HINT_T0);
-                _mm_prefetch(next + ((size_t)3 * n_in + i) * 2, _MM_HINT_T0);
-            }
+            if (!(i & 31)) qvk_prefetch_rows4_bf16(next, n_in, i); /* the next block */
             __m256 xv = _mm256_loadu_ps(x + i);
             a0 = _mm256_fmadd_ps(load_bf16(w0 + i), xv, a0);
             a1 = _mm256_fmadd_ps(load_bf16(w1 + i), xv, a1);
             a2 = _mm256_fmadd_ps(load_bf16(w2 + i), xv, a2);
             a3 = _mm256_fmadd_ps(load_bf16(w3 + i), xv, a3);
         }
-        float s0 = tail_bf16(hsum(a0), w0, x, n8, n_in), s1 = tail_bf16(hsum(a1), w1, x, n8, n_in),
-              s2 = tail_bf16(hsum(a2), w2, x, n8, n_in), s3 = tail_bf16(hsum(a3), w3, x, n8, n_in);
-        if (bias) {
-            s0 += bias[r];
-            s1 += bias[r + 1];
-            s2 += bias[r + 2];
-            s3 += bias[r + 3];
-        }
-        y[r] = s0;
-        y[r + 1] = s1;
-        y[r + 2] = s2;
-        y[r + 3] = s3;
+        float s[4] = {tail_bf16(hsum(a0), w0, x, n8, n_in), tail_bf16(hsum(a1), w1, x, n8, n_in),
+                      tail_bf16(hsum(a2), w2, x, n8, n_in), tail_bf16(hsum(a3), w3, x, n8, n_in)};
+        qvk_store_rows4(y, bias, r, s);
     }
     for (; r < r1; r++) {
         const uint16_t *w0 = w + (size_t)r * n_in;
@@ -75,24 +61,28 @@ static void mv_bf16(float *restrict y, const uint16_t *restrict w, const float *
 
 /* NR rows of X against NW rows of W (NR·NW ≤ 8 accumulators of the 16 ymm registers); the
  * per-element arithmetic is mv_bf16's: 8-wide chunks, hsum, scalar tail. */
-static inline __attribute__((always_inline)) void mm_block(int NR, int NW, float *restrict y,
-        const uint16_t *restrict w, const float *restrict x, const float *restrict bias, int o,
-        int r, int n_in, int n_out) {
+static inline __attribute__((always_inline)) void
+mm_block(int NR, int NW, float *restrict y, const uint16_t *restrict w, const float *restrict x,
+         const float *restrict bias, int o, int r, int n_in, int n_out) {
     int n8 = n_in & ~7;
     __m256 acc[2][4];
     const uint16_t *wr[4];
     const float *xr[2];
-    for (int b = 0; b < NW; b++) wr[b] = w + (size_t)(o + b) * n_in;
+    for (int b = 0; b < NW; b++)
+        wr[b] = w + (size_t)(o + b) * n_in;
     for (int a = 0; a < NR; a++) {
         xr[a] = x + (size_t)(r + a) * n_in;
-        for (int b = 0; b < NW; b++) acc[a][b] = _mm256_setzero_ps();
+        for (int b = 0; b < NW; b++)
+            acc[a][b] = _mm256_setzero_ps();
     }
     for (int i = 0; i < n8; i += 8) {
         __m256 wv[4];
-        for (int b = 0; b < NW; b++) wv[b] = load_bf16(wr[b] + i);
+        for (int b = 0; b < NW; b++)
+            wv[b] = load_bf16(wr[b] + i);
         for (int a = 0; a < NR; a++) {
             __m256 xv = _mm256_loadu_ps(xr[a] + i);
-            for (int b = 0; b < NW; b++) acc[a][b] = _mm256_fmadd_ps(wv[b], xv, acc[a][b]);
+            for (int b = 0; b < NW; b++)
+                acc[a][b] = _mm256_fmadd_ps(wv[b], xv, acc[a][b]);
         }
     }
     for (int a = 0; a < NR; a++)
@@ -107,11 +97,13 @@ static void mm_bf16(float *restrict y, const uint16_t *restrict w, const float *
     int o = o0;
     for (; o + 4 <= o1; o += 4) {
         int r = 0;
-        for (; r + 2 <= n_rows; r += 2) mm_block(2, 4, y, w, x, bias, o, r, n_in, n_out);
+        for (; r + 2 <= n_rows; r += 2)
+            mm_block(2, 4, y, w, x, bias, o, r, n_in, n_out);
         if (r < n_rows) mm_block(1, 4, y, w, x, bias, o, r, n_in, n_out);
     }
     for (; o < o1; o++)
-        for (int r = 0; r < n_rows; r++) mm_block(1, 1, y, w, x, bias, o, r, n_in, n_out);
+        for (int r = 0; r < n_rows; r++)
+            mm_block(1, 1, y, w, x, bias, o, r, n_in, n_out);
 }
 
 static float dot(const float *a, const float *b, int n) {
@@ -120,52 +112,19 @@ static float dot(const float *a, const float *b, int n) {
     for (int i = 0; i < n8; i += 8)
         acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
     float s = hsum(acc);
-    for (int i = n8; i < n; i++) s += a[i] * b[i];
+    for (int i = n8; i < n; i++)
+        s += a[i] * b[i];
     return s;
-}
-
-static void mv_f32(float *restrict y, const float *restrict w, const float *restrict x,
-                   const float *restrict bias, int r0, int r1, int n_in) {
-    for (int r = r0; r < r1; r++) {
-        float s = dot(w + (size_t)r * n_in, x, n_in);
-        y[r] = bias ? s + bias[r] : s;
-    }
 }
 
 static void axpy(float *restrict y, float a, const float *restrict x, int n) {
     int n8 = n & ~7;
     __m256 av = _mm256_set1_ps(a);
     for (int i = 0; i < n8; i += 8)
-        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
-    for (int i = n8; i < n; i++) y[i] += a * x[i];
-}
-
-/* Keys ahead to prefetch: each kv row of a head sits on its own 4 KB page in the cache layout
- * [t, kv_heads·hd], which the hardware prefetchers do not follow. */
-#define ATT_PF 6
-
-static void prefetch_row(const float *p, int hd) {
-    const char *c = (const char *)p;
-    for (int b = 0; b < hd * 4; b += 64) _mm_prefetch(c + b, _MM_HINT_T0);
-}
-
-static void attn_scores(float *restrict sc, const float *restrict q, int n_q, const float *k,
-                        int n_ctx, int kv_stride, int hd, float scale) {
-    for (int t = 0; t < n_ctx; t++) {
-        if (t + ATT_PF < n_ctx) prefetch_row(k + (size_t)(t + ATT_PF) * kv_stride, hd);
-        const float *kr = k + (size_t)t * kv_stride;
-        for (int h = 0; h < n_q; h++) sc[(size_t)h * n_ctx + t] = dot(q + (size_t)h * hd, kr, hd) * scale;
-    }
-}
-
-static void attn_values(float *restrict out, const float *restrict sc, int n_q, const float *v,
-                        int n_ctx, int kv_stride, int hd) {
-    for (int i = 0; i < n_q * hd; i++) out[i] = 0.0f;
-    for (int t = 0; t < n_ctx; t++) {
-        if (t + ATT_PF < n_ctx) prefetch_row(v + (size_t)(t + ATT_PF) * kv_stride, hd);
-        const float *vr = v + (size_t)t * kv_stride;
-        for (int h = 0; h < n_q; h++) axpy(out + (size_t)h * hd, sc[(size_t)h * n_ctx + t], vr, hd);
-    }
+        _mm256_storeu_ps(y + i,
+                         _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    for (int i = n8; i < n; i++)
+        y[i] += a * x[i];
 }
 
 static double sumsq(const float *x, int n) {
@@ -177,7 +136,8 @@ static double sumsq(const float *x, int n) {
     }
     __m128d s2 = _mm_add_pd(_mm256_castpd256_pd128(acc), _mm256_extractf128_pd(acc, 1));
     double s = _mm_cvtsd_f64(_mm_add_sd(s2, _mm_unpackhi_pd(s2, s2)));
-    for (int i = n4; i < n; i++) s += (double)x[i] * x[i];
+    for (int i = n4; i < n; i++)
+        s += (double)x[i] * x[i];
     return s;
 }
 
@@ -234,20 +194,25 @@ static inline __m256 sin2_8(__m256 x, int *big) {
 
 static void widen_bf16(float *restrict dst, const uint16_t *restrict src, size_t n) {
     size_t i = 0;
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, load_bf16(src + i));
-    for (; i < n; i++) dst[i] = qvk_bf16_to_f32_1(src[i]);
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, load_bf16(src + i));
+    for (; i < n; i++)
+        dst[i] = qvk_bf16_to_f32_1(src[i]);
 }
 
 static float maxf(const float *x, int n) {
     /* _mm256_max_ps returns its second operand when either is NaN: the running max stays. */
     __m256 m = _mm256_set1_ps(x[0]);
     int i = 0;
-    for (; i + 8 <= n; i += 8) m = _mm256_max_ps(_mm256_loadu_ps(x + i), m);
+    for (; i + 8 <= n; i += 8)
+        m = _mm256_max_ps(_mm256_loadu_ps(x + i), m);
     float t[8];
     _mm256_storeu_ps(t, m);
     float r = t[0];
-    for (int l = 1; l < 8; l++) r = t[l] > r ? t[l] : r;
-    for (; i < n; i++) r = x[i] > r ? x[i] : r;
+    for (int l = 1; l < 8; l++)
+        r = t[l] > r ? t[l] : r;
+    for (; i < n; i++)
+        r = x[i] > r ? x[i] : r;
     return r;
 }
 
@@ -275,7 +240,8 @@ static void silu_mul(float *y, const float *g, const float *u, int n) {
     int i = 0;
     for (; i + 8 <= n; i += 8) {
         __m256 gv = _mm256_loadu_ps(g + i);
-        __m256 v = _mm256_div_ps(gv, _mm256_add_ps(SET1(1.0f), exp8(_mm256_sub_ps(_mm256_setzero_ps(), gv))));
+        __m256 v = _mm256_div_ps(
+            gv, _mm256_add_ps(SET1(1.0f), exp8(_mm256_sub_ps(_mm256_setzero_ps(), gv))));
         if (u) v = _mm256_mul_ps(v, _mm256_loadu_ps(u + i));
         _mm256_storeu_ps(y + i, v);
     }
@@ -329,11 +295,8 @@ const qvk_impl qvk_impl_avx2 = {
     .name = "avx2",
     .mv_bf16 = mv_bf16,
     .mm_bf16 = mm_bf16,
-    .mv_f32 = mv_f32,
     .dot = dot,
     .axpy = axpy,
-    .attn_scores = attn_scores,
-    .attn_values = attn_values,
     .sumsq = sumsq,
     .widen_bf16 = widen_bf16,
     .maxf = maxf,

@@ -1,10 +1,8 @@
-/* matvec_avx512.c — AVX-512 row kernels. bf16 weights are widened exactly to f32 (zero-extend,
- * shift left 16) and multiplied with f32 x by FMA, so only the summation order differs from the
- * scalar reference (vdpbf16ps would round x to bf16, which the golden tests cannot afford).
- * Four rows are streamed at a time to share each x load, and the next four are prefetched: with
- * 2 KB rows the hardware prefetcher alone reached ~65 % of read bandwidth, this ~95 %
- * (bench_kernels). Every row uses one 16-lane accumulator and a masked tail, identical whether
- * it runs in a block of four or alone.
+/* matvec_avx512.c — AVX-512 kernels of the dispatch table. bf16 weights are widened exactly to f32
+ * and multiplied with f32 x by FMA (vdpbf16ps would round x to bf16, which the golden tests cannot
+ * afford). Four rows stream at a time sharing each x load, the next four prefetched: 2 KB rows
+ * alone reached ~65 % of read bandwidth, prefetched ~95 % (bench_kernels). One 16-lane
+ * accumulator per row and a masked tail, the same in a block of four or alone (bit-identical).
  */
 #include <immintrin.h>
 #include <math.h>
@@ -32,15 +30,9 @@ static void mv_bf16(float *restrict y, const uint16_t *restrict w, const float *
                        *w3 = w2 + n_in;
         __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(),
                a3 = _mm512_setzero_ps();
-        const char *next = (const char *)(w3 + n_in);
+        const uint16_t *next = w3 + n_in;
         for (int i = 0; i < n16; i += 16) {
-            if (!(i & 31)) {
-                /* the next block of four rows, one cache line per row per 32 weights */
-                _mm_prefetch(next + (size_t)i * 2, _MM_HINT_T0);
-                _mm_prefetch(next + ((size_t)n_in + i) * 2, _MM_HINT_T0);
-                _mm_prefetch(next + ((size_t)2 * n_in + i) * 2, _MM_HINT_T0);
-                _mm_prefetch(next + ((size_t)3 * n_in + i) * 2, _MM_HINT_T0);
-            }
+            if (!(i & 31)) qvk_prefetch_rows4_bf16(next, n_in, i); /* the next block */
             __m512 xv = _mm512_loadu_ps(x + i);
             a0 = _mm512_fmadd_ps(load_bf16(w0 + i), xv, a0);
             a1 = _mm512_fmadd_ps(load_bf16(w1 + i), xv, a1);
@@ -54,18 +46,9 @@ static void mv_bf16(float *restrict y, const uint16_t *restrict w, const float *
             a2 = _mm512_fmadd_ps(load_bf16_tail(w2 + n16, tail), xv, a2);
             a3 = _mm512_fmadd_ps(load_bf16_tail(w3 + n16, tail), xv, a3);
         }
-        float s0 = _mm512_reduce_add_ps(a0), s1 = _mm512_reduce_add_ps(a1),
-              s2 = _mm512_reduce_add_ps(a2), s3 = _mm512_reduce_add_ps(a3);
-        if (bias) {
-            s0 += bias[r];
-            s1 += bias[r + 1];
-            s2 += bias[r + 2];
-            s3 += bias[r + 3];
-        }
-        y[r] = s0;
-        y[r + 1] = s1;
-        y[r + 2] = s2;
-        y[r + 3] = s3;
+        float s[4] = {_mm512_reduce_add_ps(a0), _mm512_reduce_add_ps(a1), _mm512_reduce_add_ps(a2),
+                      _mm512_reduce_add_ps(a3)};
+        qvk_store_rows4(y, bias, r, s);
     }
     for (; r < r1; r++) {
         const uint16_t *w0 = w + (size_t)r * n_in;
@@ -82,33 +65,39 @@ static void mv_bf16(float *restrict y, const uint16_t *restrict w, const float *
 
 /* NR rows of X against NW rows of W, all accumulators in registers (NR·NW ≤ 16); the
  * per-element arithmetic is mv_bf16's: one accumulator, 16-wide chunks, masked tail, reduce. */
-static inline __attribute__((always_inline)) void mm_block(int NR, int NW, float *restrict y,
-        const uint16_t *restrict w, const float *restrict x, const float *restrict bias, int o,
-        int r, int n_in, int n_out) {
+static inline __attribute__((always_inline)) void
+mm_block(int NR, int NW, float *restrict y, const uint16_t *restrict w, const float *restrict x,
+         const float *restrict bias, int o, int r, int n_in, int n_out) {
     int n16 = n_in & ~15;
     __mmask16 tail = (__mmask16)((1u << (n_in & 15)) - 1);
     __m512 acc[4][4];
     const uint16_t *wr[4];
     const float *xr[4];
-    for (int b = 0; b < NW; b++) wr[b] = w + (size_t)(o + b) * n_in;
+    for (int b = 0; b < NW; b++)
+        wr[b] = w + (size_t)(o + b) * n_in;
     for (int a = 0; a < NR; a++) {
         xr[a] = x + (size_t)(r + a) * n_in;
-        for (int b = 0; b < NW; b++) acc[a][b] = _mm512_setzero_ps();
+        for (int b = 0; b < NW; b++)
+            acc[a][b] = _mm512_setzero_ps();
     }
     for (int i = 0; i < n16; i += 16) {
         __m512 wv[4];
-        for (int b = 0; b < NW; b++) wv[b] = load_bf16(wr[b] + i);
+        for (int b = 0; b < NW; b++)
+            wv[b] = load_bf16(wr[b] + i);
         for (int a = 0; a < NR; a++) {
             __m512 xv = _mm512_loadu_ps(xr[a] + i);
-            for (int b = 0; b < NW; b++) acc[a][b] = _mm512_fmadd_ps(wv[b], xv, acc[a][b]);
+            for (int b = 0; b < NW; b++)
+                acc[a][b] = _mm512_fmadd_ps(wv[b], xv, acc[a][b]);
         }
     }
     if (tail) {
         __m512 wv[4];
-        for (int b = 0; b < NW; b++) wv[b] = load_bf16_tail(wr[b] + n16, tail);
+        for (int b = 0; b < NW; b++)
+            wv[b] = load_bf16_tail(wr[b] + n16, tail);
         for (int a = 0; a < NR; a++) {
             __m512 xv = _mm512_maskz_loadu_ps(tail, xr[a] + n16);
-            for (int b = 0; b < NW; b++) acc[a][b] = _mm512_fmadd_ps(wv[b], xv, acc[a][b]);
+            for (int b = 0; b < NW; b++)
+                acc[a][b] = _mm512_fmadd_ps(wv[b], xv, acc[a][b]);
         }
     }
     for (int a = 0; a < NR; a++)
@@ -123,15 +112,18 @@ static void mm_bf16(float *restrict y, const uint16_t *restrict w, const float *
     int o = o0;
     for (; o + 4 <= o1; o += 4) {
         int r = 0;
-        for (; r + 4 <= n_rows; r += 4) mm_block(4, 4, y, w, x, bias, o, r, n_in, n_out);
+        for (; r + 4 <= n_rows; r += 4)
+            mm_block(4, 4, y, w, x, bias, o, r, n_in, n_out);
         if (n_rows - r == 3) mm_block(3, 4, y, w, x, bias, o, r, n_in, n_out);
         if (n_rows - r == 2) mm_block(2, 4, y, w, x, bias, o, r, n_in, n_out);
         if (n_rows - r == 1) mm_block(1, 4, y, w, x, bias, o, r, n_in, n_out);
     }
     for (; o < o1; o++) {
         int r = 0;
-        for (; r + 4 <= n_rows; r += 4) mm_block(4, 1, y, w, x, bias, o, r, n_in, n_out);
-        for (; r < n_rows; r++) mm_block(1, 1, y, w, x, bias, o, r, n_in, n_out);
+        for (; r + 4 <= n_rows; r += 4)
+            mm_block(4, 1, y, w, x, bias, o, r, n_in, n_out);
+        for (; r < n_rows; r++)
+            mm_block(1, 1, y, w, x, bias, o, r, n_in, n_out);
     }
 }
 
@@ -147,52 +139,17 @@ static float dot(const float *a, const float *b, int n) {
     return _mm512_reduce_add_ps(acc);
 }
 
-static void mv_f32(float *restrict y, const float *restrict w, const float *restrict x,
-                   const float *restrict bias, int r0, int r1, int n_in) {
-    for (int r = r0; r < r1; r++) {
-        float s = dot(w + (size_t)r * n_in, x, n_in);
-        y[r] = bias ? s + bias[r] : s;
-    }
-}
-
 static void axpy(float *restrict y, float a, const float *restrict x, int n) {
     int n16 = n & ~15;
     __mmask16 tail = (__mmask16)((1u << (n & 15)) - 1);
     __m512 av = _mm512_set1_ps(a);
     for (int i = 0; i < n16; i += 16)
-        _mm512_storeu_ps(y + i, _mm512_fmadd_ps(av, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
+        _mm512_storeu_ps(y + i,
+                         _mm512_fmadd_ps(av, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
     if (tail)
         _mm512_mask_storeu_ps(y + n16, tail,
                               _mm512_fmadd_ps(av, _mm512_maskz_loadu_ps(tail, x + n16),
                                               _mm512_maskz_loadu_ps(tail, y + n16)));
-}
-
-/* Keys ahead to prefetch: each kv row of a head sits on its own 4 KB page in the cache layout
- * [t, kv_heads·hd], which the hardware prefetchers do not follow. */
-#define ATT_PF 6
-
-static void prefetch_row(const float *p, int hd) {
-    const char *c = (const char *)p;
-    for (int b = 0; b < hd * 4; b += 64) _mm_prefetch(c + b, _MM_HINT_T0);
-}
-
-static void attn_scores(float *restrict sc, const float *restrict q, int n_q, const float *k,
-                        int n_ctx, int kv_stride, int hd, float scale) {
-    for (int t = 0; t < n_ctx; t++) {
-        if (t + ATT_PF < n_ctx) prefetch_row(k + (size_t)(t + ATT_PF) * kv_stride, hd);
-        const float *kr = k + (size_t)t * kv_stride;
-        for (int h = 0; h < n_q; h++) sc[(size_t)h * n_ctx + t] = dot(q + (size_t)h * hd, kr, hd) * scale;
-    }
-}
-
-static void attn_values(float *restrict out, const float *restrict sc, int n_q, const float *v,
-                        int n_ctx, int kv_stride, int hd) {
-    for (int i = 0; i < n_q * hd; i++) out[i] = 0.0f;
-    for (int t = 0; t < n_ctx; t++) {
-        if (t + ATT_PF < n_ctx) prefetch_row(v + (size_t)(t + ATT_PF) * kv_stride, hd);
-        const float *vr = v + (size_t)t * kv_stride;
-        for (int h = 0; h < n_q; h++) axpy(out + (size_t)h * hd, sc[(size_t)h * n_ctx + t], vr, hd);
-    }
 }
 
 static double sumsq(const float *x, int n) {
@@ -203,7 +160,8 @@ static double sumsq(const float *x, int n) {
         acc = _mm512_fmadd_pd(v, v, acc);
     }
     double s = _mm512_reduce_add_pd(acc);
-    for (int i = n8; i < n; i++) s += (double)x[i] * x[i];
+    for (int i = n8; i < n; i++)
+        s += (double)x[i] * x[i];
     return s;
 }
 
@@ -234,12 +192,15 @@ static inline __m512 sin2_16(__m512 x, int *big) {
     r = _mm512_fnmadd_ps(j, _mm512_set1_ps(-4.371138828673793e-08f), r);
     r = _mm512_fnmadd_ps(j, _mm512_set1_ps(-1.7151245100058819e-15f), r);
     __m512 z = _mm512_mul_ps(r, r);
-    __m512 ps = _mm512_fmadd_ps(_mm512_set1_ps(-1.9515295891e-4f), z, _mm512_set1_ps(8.3321608736e-3f));
+    __m512 ps =
+        _mm512_fmadd_ps(_mm512_set1_ps(-1.9515295891e-4f), z, _mm512_set1_ps(8.3321608736e-3f));
     ps = _mm512_fmadd_ps(ps, z, _mm512_set1_ps(-1.6666654611e-1f));
     ps = _mm512_fmadd_ps(_mm512_mul_ps(ps, z), r, r);
-    __m512 pc = _mm512_fmadd_ps(_mm512_set1_ps(2.443315711809948e-5f), z, _mm512_set1_ps(-1.388731625493765e-3f));
+    __m512 pc = _mm512_fmadd_ps(_mm512_set1_ps(2.443315711809948e-5f), z,
+                                _mm512_set1_ps(-1.388731625493765e-3f));
     pc = _mm512_fmadd_ps(pc, z, _mm512_set1_ps(4.166664568298827e-2f));
-    pc = _mm512_fmadd_ps(_mm512_mul_ps(pc, z), z, _mm512_fnmadd_ps(_mm512_set1_ps(0.5f), z, _mm512_set1_ps(1.0f)));
+    pc = _mm512_fmadd_ps(_mm512_mul_ps(pc, z), z,
+                         _mm512_fnmadd_ps(_mm512_set1_ps(0.5f), z, _mm512_set1_ps(1.0f)));
     __mmask16 odd = _mm512_test_epi32_mask(_mm512_cvtps_epi32(j), _mm512_set1_epi32(1));
     __m512 sv = _mm512_mask_mov_ps(ps, odd, pc);
     *big = _mm512_cmp_ps_mask(_mm512_abs_ps(x), _mm512_set1_ps(65536.0f), _CMP_NLT_UQ) != 0;
@@ -248,7 +209,8 @@ static inline __m512 sin2_16(__m512 x, int *big) {
 
 static void widen_bf16(float *restrict dst, const uint16_t *restrict src, size_t n) {
     size_t i = 0;
-    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(dst + i, load_bf16(src + i));
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(dst + i, load_bf16(src + i));
     if (i < n) {
         __mmask16 k = (__mmask16)((1u << (n - i)) - 1);
         _mm512_mask_storeu_ps(dst + i, k, load_bf16_tail(src + i, k));
@@ -259,9 +221,11 @@ static float maxf(const float *x, int n) {
     /* _mm512_max_ps returns its second operand when either is NaN: the running max stays. */
     __m512 m = _mm512_set1_ps(x[0]);
     int i = 0;
-    for (; i + 16 <= n; i += 16) m = _mm512_max_ps(_mm512_loadu_ps(x + i), m);
+    for (; i + 16 <= n; i += 16)
+        m = _mm512_max_ps(_mm512_loadu_ps(x + i), m);
     float r = _mm512_reduce_max_ps(m);
-    for (; i < n; i++) r = x[i] > r ? x[i] : r;
+    for (; i < n; i++)
+        r = x[i] > r ? x[i] : r;
     return r;
 }
 
@@ -284,7 +248,8 @@ static void silu_mul(float *y, const float *g, const float *u, int n) {
     for (int i = 0; i < n; i += 16) {
         __mmask16 k = n - i >= 16 ? 0xffff : (__mmask16)((1u << (n - i)) - 1);
         __m512 gv = _mm512_maskz_loadu_ps(k, g + i);
-        __m512 v = _mm512_div_ps(gv, _mm512_add_ps(_mm512_set1_ps(1.0f), exp16(_mm512_sub_ps(_mm512_setzero_ps(), gv))));
+        __m512 v = _mm512_div_ps(
+            gv, _mm512_add_ps(_mm512_set1_ps(1.0f), exp16(_mm512_sub_ps(_mm512_setzero_ps(), gv))));
         if (u) v = _mm512_mul_ps(v, _mm512_maskz_loadu_ps(k, u + i));
         _mm512_mask_storeu_ps(y + i, k, v);
     }
@@ -324,7 +289,8 @@ static uint64_t xor64(const void *p, size_t n_bytes) {
     uint64_t lanes[8];
     _mm512_storeu_si512(lanes, a);
     uint64_t s = 0;
-    for (int j = 0; j < 8; j++) s ^= lanes[j];
+    for (int j = 0; j < 8; j++)
+        s ^= lanes[j];
     return s ^ qvk_impl_scalar.xor64(b + i, n_bytes - i);
 }
 
@@ -332,11 +298,8 @@ const qvk_impl qvk_impl_avx512 = {
     .name = "avx512",
     .mv_bf16 = mv_bf16,
     .mm_bf16 = mm_bf16,
-    .mv_f32 = mv_f32,
     .dot = dot,
     .axpy = axpy,
-    .attn_scores = attn_scores,
-    .attn_values = attn_values,
     .sumsq = sumsq,
     .widen_bf16 = widen_bf16,
     .maxf = maxf,

@@ -1,6 +1,6 @@
-/* matvec_scalar.c — portable reference row kernels (always compiled; the spec for the SIMD ones).
- * Each dot product keeps 8 independent partial sums (lane j takes elements i ≡ j mod 8), reduced
- * pairwise: the compiler may not reorder float sums, so this is what lets it vectorise at -O2.
+/* matvec_scalar.c — portable reference kernels of the dispatch table (always compiled; the spec
+ * the SIMD files are tested against). Dot products keep 8 partial sums (lane j takes elements
+ * i ≡ j mod 8) reduced pairwise: a fixed order independent of row blocking and threads.
  */
 #include <math.h>
 #include <string.h>
@@ -17,20 +17,24 @@ static float reduce8(const float *acc) {
 }
 
 static float dot_bf16(const uint16_t *restrict w, const float *restrict x, int n) {
-    float acc[LANES] = { 0 };
+    float acc[LANES] = {0};
     int i = 0;
     for (; i + LANES <= n; i += LANES)
-        for (int j = 0; j < LANES; j++) acc[j] += qvk_bf16_to_f32_1(w[i + j]) * x[i + j];
-    for (int j = 0; i < n; i++, j++) acc[j] += qvk_bf16_to_f32_1(w[i]) * x[i];
+        for (int j = 0; j < LANES; j++)
+            acc[j] += qvk_bf16_to_f32_1(w[i + j]) * x[i + j];
+    for (int j = 0; i < n; i++, j++)
+        acc[j] += qvk_bf16_to_f32_1(w[i]) * x[i];
     return reduce8(acc);
 }
 
 static float dot_f32(const float *a, const float *b, int n) {
-    float acc[LANES] = { 0 };
+    float acc[LANES] = {0};
     int i = 0;
     for (; i + LANES <= n; i += LANES)
-        for (int j = 0; j < LANES; j++) acc[j] += a[i + j] * b[i + j];
-    for (int j = 0; i < n; i++, j++) acc[j] += a[i] * b[i];
+        for (int j = 0; j < LANES; j++)
+            acc[j] += a[i + j] * b[i + j];
+    for (int j = 0; i < n; i++, j++)
+        acc[j] += a[i] * b[i];
     return reduce8(acc);
 }
 
@@ -51,59 +55,27 @@ static void mm_bf16(float *restrict y, const uint16_t *restrict w, const float *
         }
 }
 
-static void mv_f32(float *restrict y, const float *restrict w, const float *restrict x,
-                   const float *restrict bias, int r0, int r1, int n_in) {
-    for (int r = r0; r < r1; r++) {
-        float s = dot_f32(w + (size_t)r * n_in, x, n_in);
-        y[r] = bias ? s + bias[r] : s;
-    }
-}
-
 static void axpy(float *restrict y, float a, const float *restrict x, int n) {
-    for (int i = 0; i < n; i++) y[i] += a * x[i];
-}
-
-/* Keys ahead to prefetch: each kv row of a head sits on its own 4 KB page in the cache layout
- * [t, kv_heads·hd], which the hardware prefetchers do not follow. */
-#define ATT_PF 6
-
-static void prefetch_row(const float *p, int hd) {
-    const char *c = (const char *)p;
-    for (int b = 0; b < hd * 4; b += 64) __builtin_prefetch(c + b);
-}
-
-static void attn_scores(float *restrict sc, const float *restrict q, int n_q, const float *k,
-                        int n_ctx, int kv_stride, int hd, float scale) {
-    for (int t = 0; t < n_ctx; t++) {
-        if (t + ATT_PF < n_ctx) prefetch_row(k + (size_t)(t + ATT_PF) * kv_stride, hd);
-        const float *kr = k + (size_t)t * kv_stride;
-        for (int h = 0; h < n_q; h++) sc[(size_t)h * n_ctx + t] = dot_f32(q + (size_t)h * hd, kr, hd) * scale;
-    }
-}
-
-static void attn_values(float *restrict out, const float *restrict sc, int n_q, const float *v,
-                        int n_ctx, int kv_stride, int hd) {
-    for (int i = 0; i < n_q * hd; i++) out[i] = 0.0f;
-    for (int t = 0; t < n_ctx; t++) {
-        if (t + ATT_PF < n_ctx) prefetch_row(v + (size_t)(t + ATT_PF) * kv_stride, hd);
-        const float *vr = v + (size_t)t * kv_stride;
-        for (int h = 0; h < n_q; h++) axpy(out + (size_t)h * hd, sc[(size_t)h * n_ctx + t], vr, hd);
-    }
+    for (int i = 0; i < n; i++)
+        y[i] += a * x[i];
 }
 
 static double sumsq(const float *x, int n) {
     double s = 0;
-    for (int i = 0; i < n; i++) s += (double)x[i] * x[i];
+    for (int i = 0; i < n; i++)
+        s += (double)x[i] * x[i];
     return s;
 }
 
 static void widen_bf16(float *restrict dst, const uint16_t *restrict src, size_t n) {
-    for (size_t i = 0; i < n; i++) dst[i] = qvk_bf16_to_f32_1(src[i]);
+    for (size_t i = 0; i < n; i++)
+        dst[i] = qvk_bf16_to_f32_1(src[i]);
 }
 
 static float maxf(const float *x, int n) {
     float m = x[0];
-    for (int i = 1; i < n; i++) m = x[i] > m ? x[i] : m;
+    for (int i = 1; i < n; i++)
+        m = x[i] > m ? x[i] : m;
     return m;
 }
 
@@ -132,7 +104,7 @@ static void snake(float *x, int n, float a, float inv_b) {
 
 static uint64_t xor64(const void *p, size_t n_bytes) {
     const unsigned char *b = p;
-    uint64_t a[4] = { 0 };
+    uint64_t a[4] = {0};
     size_t n = n_bytes / 8, i = 0;
     for (; i + 4 <= n; i += 4)
         for (int j = 0; j < 4; j++) {
@@ -152,11 +124,8 @@ const qvk_impl qvk_impl_scalar = {
     .name = "scalar",
     .mv_bf16 = mv_bf16,
     .mm_bf16 = mm_bf16,
-    .mv_f32 = mv_f32,
     .dot = dot_f32,
     .axpy = axpy,
-    .attn_scores = attn_scores,
-    .attn_values = attn_values,
     .sumsq = sumsq,
     .widen_bf16 = widen_bf16,
     .maxf = maxf,

@@ -10,12 +10,14 @@
 void qvk_rmsnorm(float *y, const float *x, const float *w, int n, float eps) {
     float ms = (float)(qvk_impl_get()->sumsq(x, n) / n);
     float r = 1.0f / sqrtf(ms + eps);
-    for (int i = 0; i < n; i++) y[i] = w[i] * (x[i] * r);
+    for (int i = 0; i < n; i++)
+        y[i] = w[i] * (x[i] * r);
 }
 
 void qvk_layernorm(float *y, const float *x, const float *w, const float *b, int n, float eps) {
     double s = 0;
-    for (int i = 0; i < n; i++) s += x[i];
+    for (int i = 0; i < n; i++)
+        s += x[i];
     float mean = (float)(s / n);
     double v = 0;
     for (int i = 0; i < n; i++) {
@@ -35,17 +37,22 @@ void qvk_softmax(float *x, int n) {
     float m = impl->maxf(x, n);
     double s = impl->exp_sub_sum(x, n, m);
     float inv = (float)(1.0 / s);
-    for (int i = 0; i < n; i++) x[i] *= inv;
+    for (int i = 0; i < n; i++)
+        x[i] *= inv;
 }
 
-void qvk_silu(float *x, int n) { qvk_impl_get()->silu_mul(x, x, NULL, n); }
+void qvk_silu(float *x, int n) {
+    qvk_impl_get()->silu_mul(x, x, NULL, n);
+}
 
 void qvk_gelu_erf(float *x, int n) {
-    for (int i = 0; i < n; i++) x[i] = 0.5f * x[i] * (1.0f + erff(x[i] * (float)M_SQRT1_2));
+    for (int i = 0; i < n; i++)
+        x[i] = 0.5f * x[i] * (1.0f + erff(x[i] * (float)M_SQRT1_2));
 }
 
 void qvk_elu(float *x, int n) {
-    for (int i = 0; i < n; i++) x[i] = x[i] > 0.0f ? x[i] : expm1f(x[i]);
+    for (int i = 0; i < n; i++)
+        x[i] = x[i] > 0.0f ? x[i] : expm1f(x[i]);
 }
 
 void qvk_snakebeta(float *x, int n_ch, int n_t, const float *log_alpha, const float *log_beta) {
@@ -91,6 +98,40 @@ struct attend_job {
     float scale;
 };
 
+/* Keys ahead to prefetch: each kv row of a head sits on its own 4 KB page in the cache layout
+ * [t, kv_heads·hd], which the hardware prefetchers do not follow. */
+#define ATT_PF 6
+
+static void prefetch_row(const float *p, int hd) {
+    const char *c = (const char *)p;
+    for (int b = 0; b < hd * 4; b += 64)
+        __builtin_prefetch(c + b); /* read, all cache levels (prefetcht0) */
+}
+
+/* n_q query heads sharing one kv head: sc[h·n_ctx + t] = dot(q[h·hd..], k[t·kv_stride..])·scale */
+static void attn_scores(const qvk_impl *impl, float *restrict sc, const float *restrict q, int n_q,
+                        const float *k, int n_ctx, int kv_stride, int hd, float scale) {
+    for (int t = 0; t < n_ctx; t++) {
+        if (t + ATT_PF < n_ctx) prefetch_row(k + (size_t)(t + ATT_PF) * kv_stride, hd);
+        const float *kr = k + (size_t)t * kv_stride;
+        for (int h = 0; h < n_q; h++)
+            sc[(size_t)h * n_ctx + t] = impl->dot(q + (size_t)h * hd, kr, hd) * scale;
+    }
+}
+
+/* out[h·hd + i] = Σ_t sc[h·n_ctx + t]·v[t·kv_stride + i], summed in t order. */
+static void attn_values(const qvk_impl *impl, float *restrict out, const float *restrict sc,
+                        int n_q, const float *v, int n_ctx, int kv_stride, int hd) {
+    for (int i = 0; i < n_q * hd; i++)
+        out[i] = 0.0f;
+    for (int t = 0; t < n_ctx; t++) {
+        if (t + ATT_PF < n_ctx) prefetch_row(v + (size_t)(t + ATT_PF) * kv_stride, hd);
+        const float *vr = v + (size_t)t * kv_stride;
+        for (int h = 0; h < n_q; h++)
+            impl->axpy(out + (size_t)h * hd, sc[(size_t)h * n_ctx + t], vr, hd);
+    }
+}
+
 /* Threads take whole kv-head groups, so each kv row is read by one thread, once for all the
  * query heads that share it; a head's arithmetic does not depend on the split. */
 static void attend_run(int ith, int nth, void *p) {
@@ -100,18 +141,19 @@ static void attend_run(int ith, int nth, void *p) {
     for (int g = ith; g < j->n_kv_heads; g += nth) {
         size_t h0 = (size_t)g * group;
         float *sc = j->scratch + h0 * j->n_ctx;
-        j->impl->attn_scores(sc, j->q + h0 * hd, group, j->k + (size_t)g * hd, j->n_ctx,
-                             j->kv_stride, hd, j->scale);
-        for (int h = 0; h < group; h++) qvk_softmax(sc + (size_t)h * j->n_ctx, j->n_ctx);
-        j->impl->attn_values(j->out + h0 * hd, sc, group, j->v + (size_t)g * hd, j->n_ctx,
-                             j->kv_stride, hd);
+        attn_scores(j->impl, sc, j->q + h0 * hd, group, j->k + (size_t)g * hd, j->n_ctx,
+                    j->kv_stride, hd, j->scale);
+        for (int h = 0; h < group; h++)
+            qvk_softmax(sc + (size_t)h * j->n_ctx, j->n_ctx);
+        attn_values(j->impl, j->out + h0 * hd, sc, group, j->v + (size_t)g * hd, j->n_ctx,
+                    j->kv_stride, hd);
     }
 }
 
-void qvk_attend(qvk_pool *pool, float *restrict out, const float *restrict q,
-                const float *k, const float *v, int n_ctx, int kv_stride, int n_heads,
-                int n_kv_heads, int head_dim, float scale, float *restrict scratch) {
-    struct attend_job j = { qvk_impl_get(), out, q, k, v, scratch, n_ctx, kv_stride,
-                            n_heads, n_kv_heads, head_dim, scale };
+void qvk_attend(qvk_pool *pool, float *restrict out, const float *restrict q, const float *k,
+                const float *v, int n_ctx, int kv_stride, int n_heads, int n_kv_heads, int head_dim,
+                float scale, float *restrict scratch) {
+    struct attend_job j = {qvk_impl_get(), out,       q,       k,          v,        scratch,
+                           n_ctx,          kv_stride, n_heads, n_kv_heads, head_dim, scale};
     qvk_pool_run(pool, attend_run, &j);
 }

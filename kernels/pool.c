@@ -22,9 +22,9 @@ struct qvk_pool {
     struct worker_arg *args;
     qvk_job fn;
     void *arg;
-    _Atomic uint32_t gen;       /* bumped once per job (futex word for workers) */
-    _Atomic uint32_t n_done;    /* workers finished with the current job (futex word for caller) */
-    _Atomic int n_sleeping;     /* workers blocked in FUTEX_WAIT on gen */
+    _Atomic uint32_t gen;    /* bumped once per job (futex word for workers) */
+    _Atomic uint32_t n_done; /* workers finished with the current job (futex word for caller) */
+    _Atomic int n_sleeping;  /* workers blocked in FUTEX_WAIT on gen */
     _Atomic int caller_sleeping;
     _Atomic int stop;
 };
@@ -75,7 +75,7 @@ static void *worker_main(void *p) {
 }
 
 static void wake_workers(struct qvk_pool *pool) {
-    atomic_fetch_add(&pool->gen, 1);  /* seq_cst: pairs with n_sleeping++ in the worker */
+    atomic_fetch_add(&pool->gen, 1); /* seq_cst: pairs with n_sleeping++ in the worker */
     if (atomic_load(&pool->n_sleeping) > 0) futex_wake(&pool->gen);
 }
 
@@ -105,14 +105,17 @@ void qvk_pool_free(qvk_pool *pool) {
     if (pool->n_threads > 1) {
         atomic_store(&pool->stop, 1);
         wake_workers(pool);
-        for (int i = 1; i < pool->n_threads; i++) pthread_join(pool->threads[i], NULL);
+        for (int i = 1; i < pool->n_threads; i++)
+            pthread_join(pool->threads[i], NULL);
     }
     free(pool->threads);
     free(pool->args);
     free(pool);
 }
 
-int qvk_pool_threads(const qvk_pool *pool) { return pool ? pool->n_threads : 1; }
+int qvk_pool_threads(const qvk_pool *pool) {
+    return pool ? pool->n_threads : 1;
+}
 
 void qvk_pool_run(qvk_pool *pool, qvk_job fn, void *arg) {
     if (!pool || pool->n_threads == 1) {
@@ -132,7 +135,8 @@ void qvk_pool_run(qvk_pool *pool, qvk_job fn, void *arg) {
     }
     if (d != want) {
         atomic_store(&pool->caller_sleeping, 1);
-        while ((d = atomic_load(&pool->n_done)) != want) futex_wait(&pool->n_done, d);
+        while ((d = atomic_load(&pool->n_done)) != want)
+            futex_wait(&pool->n_done, d);
         atomic_store(&pool->caller_sleeping, 0);
     }
 }

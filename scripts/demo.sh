@@ -2,7 +2,7 @@
 # demo.sh — the whole workbench end to end on the synthetic 0.6B pair (called by `make demo` after
 # the build and `make models-full`): clone the bundled clip, inspect/verify the voices, speak with a
 # preset speaker and the cloned voice. Every step is timed; any failing step stops the demo (exit 1).
-# Steps whose CLI flag does not exist yet are reported as skipped, never silently dropped.
+# Steps whose CLI flag does not exist yet are reported as skipped. Env: QVOICE_DEMO_OUT, QVOICE_DEMO_FRAMES.
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root" || exit 1
@@ -14,10 +14,15 @@ base=$cache/q06b-base
 cv=$cache/q06b-cv
 clip=tests/audio/en_ohenry_chenevert.wav
 # The clip is 0:30-1:00 of Phil Chenevert's LibriVox reading of O. Henry's "The Gift of the Magi".
-# Nobody here could listen to it: this is the story's opening, which that stretch most likely holds
-# after the LibriVox preamble. A wrong transcript still exercises the ICL path, but with real weights
-# replace it with what is actually said.
-ref_text="One dollar and eighty-seven cents. That was all. And sixty cents of it was in pennies."
+# Nobody here could listen to it: the transcript below is the story's opening paragraph, which the
+# clip's first 15 s most likely hold after the LibriVox preamble (it fits their length: clone's
+# hygiene measures ~20 letters per voiced second, a normal reading rate). So the ICL voices use the
+# first 15 s (clone picks an ICL window inside longer clips, whose words we could not know). With
+# your own clip, give what is actually said.
+ref_seconds=15
+ref_text="One dollar and eighty-seven cents. That was all. And sixty cents of it was in pennies. \
+Pennies saved one and two at a time by bulldozing the grocer and the vegetable man and the butcher \
+until one's cheeks burned with the silent imputation of parsimony that such close dealing implied."
 text="Hello. This is qvoice, a voice-cloning workbench written in C."
 instruct="Speak slowly, in a warm and gentle voice."
 
@@ -41,7 +46,7 @@ step() {
     say "== $name"
     printf '   $'
     for a in "$@"; do
-        case $a in *" "*) printf " '%s'" "$a" ;; *) printf ' %s' "$a" ;; esac
+        case $a in *" "* | *"'"*) printf ' "%s"' "$a" ;; *) printf ' %s' "$a" ;; esac
     done
     printf '\n'
     t0=$(date +%s.%N)
@@ -94,12 +99,12 @@ if has_flag bin/clone '--plot'; then plot_args="--plot $out/reference-mel.png"; 
 # shellcheck disable=SC2086 # plot_args is empty or two words
 step "clone: ICL voice (x-vector + codes)" "voices/demo.qvoice${plot_args:+ $out/reference-mel.png}" \
     bin/clone -m "$base" "$clip" -o voices/demo.qvoice --name demo --language English \
-    --ref-text "$ref_text" --threads "$threads" $plot_args
+    --ref-text "$ref_text" --max-seconds "$ref_seconds" --threads "$threads" $plot_args
 [ -n "$plot_args" ] || skip "clone --plot (reference log-mel PNG)" "bin/clone has no --plot yet"
 
 step "clone: heavy voice (+ WDELTA for CV)" voices/demo-heavy.qvoice \
     bin/clone -m "$base" "$clip" -o voices/demo-heavy.qvoice --name demo-heavy --language English \
-    --ref-text "$ref_text" --target-cv "$cv" --threads "$threads"
+    --ref-text "$ref_text" --max-seconds "$ref_seconds" --target-cv "$cv" --threads "$threads"
 
 # ---- inspect / verify -------------------------------------------------------------------------
 step "voicefmt inspect demo.qvoice" "" bin/voicefmt inspect voices/demo.qvoice
@@ -130,9 +135,13 @@ step "speak: preset speaker ryan" "$out/preset-ryan.wav" \
     $speak --speaker ryan --text "$text" -o "$out/preset-ryan.wav"
 
 if has_flag bin/speak '--voice'; then
+    # --verify: speaker similarity of the output to the voice (with the Base model's encoder); on
+    # random weights the number shows the check runs, not how alike the voices sound.
+    verify=
+    if has_flag bin/speak '--verify-model'; then verify="--verify --verify-model $base"; fi
     # shellcheck disable=SC2086
     step "speak: cloned voice (x-vector)" "$out/cloned.wav" \
-        $speak --voice voices/demo.qvoice --text "$text" -o "$out/cloned.wav"
+        $speak --voice voices/demo.qvoice $verify --text "$text" -o "$out/cloned.wav"
     # The 0.6B CustomVoice model was not trained for instructions (the official wrapper drops
     # them); --force-instruct keeps the instruct prompt so that its code path runs here too.
     force=
@@ -141,15 +150,13 @@ if has_flag bin/speak '--voice'; then
     step "speak: cloned voice + instruct" "$out/cloned-instruct.wav" \
         $speak --voice voices/demo.qvoice --instruct "$instruct" $force --text "$text" \
         -o "$out/cloned-instruct.wav"
+    # The weight delta turns the CustomVoice model into the Base model the voice was cloned with,
+    # where the voice's reference codes + transcript make the official ICL clone prompt.
     # shellcheck disable=SC2086
-    step "speak: heavy voice (WDELTA)" "$out/cloned-heavy.wav" \
+    step "speak: heavy voice (WDELTA, ICL)" "$out/cloned-heavy.wav" \
         $speak --voice voices/demo-heavy.qvoice --text "$text" -o "$out/cloned-heavy.wav"
-    if grep -q 'not applied' "$summary.log"; then
-        say "   note: this speak does not apply weight deltas yet; the heavy voice ran as an x-vector voice"
-        record note "  (WDELTA not applied by speak yet)" "-" "see the warning above"
-    fi
 else
-    for s in "speak: cloned voice (x-vector)" "speak: cloned voice + instruct" "speak: heavy voice (WDELTA)"; do
+    for s in "speak: cloned voice (x-vector)" "speak: cloned voice + instruct" "speak: heavy voice (WDELTA, ICL)"; do
         skip "$s" "bin/speak has no --voice yet"
     done
 fi

@@ -1,7 +1,9 @@
 /* bench_clone.c — clone/ speed on the 30 s bundled clip with the full-size synthetic 0.6B Base:
  * mel + ECAPA (target ≤ 0.3 s) and the speech-tokenizer encoder (target ≤ 1.0 s), a pool of 2
  * threads by default (argv[1] overrides; OpenBLAS single-threaded inside). Best of N runs, wall
- * and CPU time (all threads); no assertions (see test_clone).
+ * and CPU time (all threads), and the calling thread's own CPU time: on a loaded machine wall time
+ * says little, while max(caller CPU, workers' CPU) estimates the wall time on idle cores. No
+ * assertions (see test_clone).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +21,12 @@ static double wall_s(void) {
 static double cpu_s(void) {
     struct timespec t;
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+static double thread_cpu_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
     return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
@@ -45,23 +53,25 @@ int main(int argc, char **argv) {
     float *xvec = malloc(sizeof(float) * (size_t)qvc_ecapa_dim(e));
     int32_t *codes = malloc(sizeof(int32_t) * QVC_CODE_GROUPS * (size_t)n_codes);
     qvc_mel *m = qvc_mel_create();
-    double best_w = 1e9, best_c = 0, best_w2 = 1e9, best_c2 = 0;
+    double best_w = 1e9, best_c = 0, best_m = 0, best_w2 = 1e9, best_c2 = 0, best_m2 = 0;
     for (int r = 0; r < 3; r++) {
-        double w0 = wall_s(), c0 = cpu_s();
+        double w0 = wall_s(), c0 = cpu_s(), m0 = thread_cpu_s();
         qvc_mel_compute(m, mel, a.samples, a.n_samples);
         if (qvc_ecapa_forward(e, pool, xvec, mel, nf, err, sizeof err)) return 1;
         double w = wall_s() - w0;
-        if (w < best_w) best_w = w, best_c = cpu_s() - c0;
+        if (w < best_w) best_w = w, best_c = cpu_s() - c0, best_m = thread_cpu_s() - m0;
     }
-    for (int r = 0; r < 2; r++) {
-        double w0 = wall_s(), c0 = cpu_s();
+    for (int r = 0; r < 3; r++) {
+        double w0 = wall_s(), c0 = cpu_s(), m0 = thread_cpu_s();
         if (qvc_speech_encoder_encode(se, pool, codes, a.samples, a.n_samples, err, sizeof err)) return 1;
         double w = wall_s() - w0;
-        if (w < best_w2) best_w2 = w, best_c2 = cpu_s() - c0;
+        if (w < best_w2) best_w2 = w, best_c2 = cpu_s() - c0, best_m2 = thread_cpu_s() - m0;
     }
     printf("clone bench: 30 s clip, %d threads, kernels %s\n", threads, qvk_variant());
-    printf("  mel + ECAPA      %.3f s wall (%.3f s CPU)   target <= 0.3 s\n", best_w, best_c);
-    printf("  speech encoder   %.3f s wall (%.3f s CPU)   target <= 1.0 s\n", best_w2, best_c2);
+    printf("  mel + ECAPA      %.3f s wall (%.3f s CPU; caller %.3f s, workers %.3f s)   target <= 0.3 s\n",
+           best_w, best_c, best_m, best_c - best_m);
+    printf("  speech encoder   %.3f s wall (%.3f s CPU; caller %.3f s, workers %.3f s)   target <= 1.0 s\n",
+           best_w2, best_c2, best_m2, best_c2 - best_m2);
     qvc_mel_free(m);
     qvk_pool_free(pool);
     qvc_ecapa_free(e);

@@ -48,7 +48,7 @@ static void sum_run(int ith, int nth, void *arg) {
 }
 
 static double read_bw(qvk_pool *pool, const uint64_t *buf, size_t n_bytes, int n_rep) {
-    struct sum_job j = { buf, n_bytes / 8, { 0 } };
+    struct sum_job j = {buf, n_bytes / 8, {0}};
     double t[N_PASSES * 4];
     uint64_t sink = 0;
     for (int r = 0; r < n_rep; r++) {
@@ -86,10 +86,11 @@ static void run_pass(qvk_pool *pool, const struct workload *wl) {
             qvk_matvec_bf16(pool, wl->y, wl->w[m], wl->x, NULL, wl->n_out, wl->n_in);
         return;
     }
-    const int outs[3] = { 2048, 1024, 1024 };
+    const int outs[3] = {2048, 1024, 1024};
     for (int s = 0; s + 3 <= wl->n_mat; s += 3) {
         qvk_mv mv[3];
-        for (int m = 0; m < 3; m++) mv[m] = (qvk_mv){ wl->y + 2048 * m, wl->w[s + m], NULL, outs[m] };
+        for (int m = 0; m < 3; m++)
+            mv[m] = (qvk_mv){wl->y + 2048 * m, wl->w[s + m], NULL, outs[m]};
         qvk_matvec_bf16_multi(pool, wl->x, 1024, mv, 3);
     }
 }
@@ -99,12 +100,13 @@ static void run_pass(qvk_pool *pool, const struct workload *wl) {
 static struct result bench(qvk_pool *pool, const struct workload *wl) {
     double t_mv[N_PASSES], t_rd[N_PASSES], ratio[N_PASSES];
     size_t total = 0;
-    for (int m = 0; m < wl->n_mat; m++) total += wl->bytes[m];
+    for (int m = 0; m < wl->n_mat; m++)
+        total += wl->bytes[m];
     for (int r = 0; r < N_PASSES + 1; r++) {
         double t0 = now_s();
         uint64_t sink = 0;
         for (int m = 0; m < wl->n_mat; m++) {
-            struct sum_job j = { (const uint64_t *)wl->w[m], wl->bytes[m] / 8, { 0 } };
+            struct sum_job j = {(const uint64_t *)wl->w[m], wl->bytes[m] / 8, {0}};
             qvk_pool_run(pool, sum_run, &j);
             sink += j.out[0];
         }
@@ -117,8 +119,8 @@ static struct result bench(qvk_pool *pool, const struct workload *wl) {
         t_mv[r - 1] = t2 - t1;
         ratio[r - 1] = (t1 - t0) / (t2 - t1);
     }
-    struct result res = { total / median(t_mv, N_PASSES) / 1e9,
-                          total / median(t_rd, N_PASSES) / 1e9, median(ratio, N_PASSES) };
+    struct result res = {total / median(t_mv, N_PASSES) / 1e9, total / median(t_rd, N_PASSES) / 1e9,
+                         median(ratio, N_PASSES)};
     return res;
 }
 
@@ -160,21 +162,24 @@ int main(int argc, char **argv) {
            qvk_variant(), bw1, bw2, bw_l2_1);
 
     const struct shape shapes[] = {
-        { "1024x3072 (down)", 1024, 3072 }, { "3072x1024 (gate/up)", 3072, 1024 },
-        { "2048x1024 (q)", 2048, 1024 },    { "1024x2048 (o)", 1024, 2048 },
+        {"1024x3072 (down)", 1024, 3072},
+        {"3072x1024 (gate/up)", 3072, 1024},
+        {"2048x1024 (q)", 2048, 1024},
+        {"1024x2048 (o)", 1024, 2048},
     };
     /* variants to run: the arguments, or all three */
-    const char *all[] = { "avx512", "avx2", "scalar" };
+    const char *all[] = {"avx512", "avx2", "scalar"};
     const char *const *variants = argc > 1 ? (const char *const *)argv + 1 : all;
     int n_var = argc > 1 ? argc - 1 : 3;
     const char *picked = qvk_variant();
     printf("%-22s %-7s | %-22s | %-22s\n", "bf16 matvec [out x in]", "variant",
            "1 thread: GB/s  %read", "2 threads: GB/s  %read");
     float *x = qvk_alloc(4096 * sizeof(float)), *y = qvk_alloc(4096 * 3 * sizeof(float));
-    for (int i = 0; i < 4096; i++) x[i] = (float)((i % 17) - 8) * 0.125f;
+    for (int i = 0; i < 4096; i++)
+        x[i] = (float)((i % 17) - 8) * 0.125f;
     for (size_t s = 0; s <= sizeof shapes / sizeof shapes[0]; s++) {
         int multi = s == sizeof shapes / sizeof shapes[0];
-        struct workload wl = { multi, 0, multi ? 4096 : shapes[s].n_out, 1024, NULL, NULL, x, y };
+        struct workload wl = {multi, 0, multi ? 4096 : shapes[s].n_out, 1024, NULL, NULL, x, y};
         if (!multi) wl.n_in = shapes[s].n_in;
         size_t set_bytes = (size_t)wl.n_out * wl.n_in * 2;
         wl.n_mat = (int)((g_set_bytes + set_bytes - 1) / set_bytes) * (multi ? 3 : 1);
@@ -192,10 +197,11 @@ int main(int argc, char **argv) {
             if (qvk_set_variant(variants[v]) != 0) continue;
             struct result r1 = bench(NULL, &wl), r2 = bench(pool2, &wl);
             printf("%-22s %-7s | %6.1f (rd %4.1f) %4.0f%% | %6.1f (rd %4.1f) %4.0f%%\n",
-                   multi ? "multi q+k+v 4096x1024" : shapes[s].what, variants[v], r1.gbs,
-                   r1.bw_gbs, 100 * r1.ratio, r2.gbs, r2.bw_gbs, 100 * r2.ratio);
+                   multi ? "multi q+k+v 4096x1024" : shapes[s].what, variants[v], r1.gbs, r1.bw_gbs,
+                   100 * r1.ratio, r2.gbs, r2.bw_gbs, 100 * r2.ratio);
         }
-        for (int m = 0; m < wl.n_mat; m++) qvk_free(wl.w[m]);
+        for (int m = 0; m < wl.n_mat; m++)
+            qvk_free(wl.w[m]);
         free(wl.w);
         free(wl.bytes);
     }
@@ -203,12 +209,15 @@ int main(int argc, char **argv) {
     /* element-wise kernels the speech decoder and attention spend time in (cache-resident) */
     {
         enum { C = 96, T = 24000 };
-        float *eb = qvk_alloc(sizeof(float) * C * T), *la = qvk_alloc(C * 4), *lb = qvk_alloc(C * 4);
-        for (int c = 0; c < C; c++) la[c] = lb[c] = 0.01f * c;
+        float *eb = qvk_alloc(sizeof(float) * C * T), *la = qvk_alloc(C * 4),
+              *lb = qvk_alloc(C * 4);
+        for (int c = 0; c < C; c++)
+            la[c] = lb[c] = 0.01f * c;
         printf("\n%-32s", "ns/element (1 thread)");
-        for (int v = 0; v < n_var; v++) printf(" %8s", variants[v]);
+        for (int v = 0; v < n_var; v++)
+            printf(" %8s", variants[v]);
         printf("\n");
-        const char *names[] = { "snakebeta 96x24000", "silu 96x24000", "softmax 24000 x96" };
+        const char *names[] = {"snakebeta 96x24000", "silu 96x24000", "softmax 24000 x96"};
         for (int op = 0; op < 3; op++) {
             printf("%-32s", names[op]);
             for (int v = 0; v < n_var; v++) {
@@ -218,12 +227,14 @@ int main(int argc, char **argv) {
                 }
                 double t[N_PASSES];
                 for (int r = 0; r < N_PASSES; r++) {
-                    for (size_t i = 0; i < (size_t)C * T; i++) eb[i] = (float)((i * 7919) % 2001) * 1e-3f - 1.0f;
+                    for (size_t i = 0; i < (size_t)C * T; i++)
+                        eb[i] = (float)((i * 7919) % 2001) * 1e-3f - 1.0f;
                     double t0 = now_s();
                     if (op == 0) qvk_snakebeta(eb, C, T, la, lb);
                     if (op == 1) qvk_silu(eb, C * T);
                     if (op == 2)
-                        for (int c = 0; c < C; c++) qvk_softmax(eb + (size_t)c * T, T);
+                        for (int c = 0; c < C; c++)
+                            qvk_softmax(eb + (size_t)c * T, T);
                     t[r] = now_s() - t0;
                 }
                 printf(" %8.2f", median(t, N_PASSES) / (C * T) * 1e9);
@@ -244,9 +255,13 @@ int main(int argc, char **argv) {
         float *q = qvk_alloc(sizeof(float) * NH * HD), *o = qvk_alloc(sizeof(float) * NH * HD);
         float *sc = qvk_alloc(sizeof(float) * NH * CTX);
         if (!kv || !q || !o || !sc) return 1;
-        for (size_t i = 0; i < per_layer * 2 * NL; i++) kv[i] = (float)(i % 7) * 0.01f;
-        for (int i = 0; i < NH * HD; i++) q[i] = (float)(i % 5) * 0.02f;
-        printf("\nattention, 28 layers x ctx %d (16/8 heads, hd 128): ms per token and GB/s of K+V\n", CTX);
+        for (size_t i = 0; i < per_layer * 2 * NL; i++)
+            kv[i] = (float)(i % 7) * 0.01f;
+        for (int i = 0; i < NH * HD; i++)
+            q[i] = (float)(i % 5) * 0.02f;
+        printf(
+            "\nattention, 28 layers x ctx %d (16/8 heads, hd 128): ms per token and GB/s of K+V\n",
+            CTX);
         for (int v = 0; v < n_var; v++) {
             if (qvk_set_variant(variants[v]) != 0) continue;
             printf("  %-7s", variants[v]);
@@ -278,12 +293,15 @@ int main(int argc, char **argv) {
     {
         enum { OUT = 3072, IN = 1024, MAXR = 256 };
         uint16_t *w = alloc_weights((size_t)OUT * IN * 2, 1);
-        float *xs = qvk_alloc(sizeof(float) * MAXR * IN), *ys = qvk_alloc(sizeof(float) * MAXR * OUT);
+        float *xs = qvk_alloc(sizeof(float) * MAXR * IN),
+              *ys = qvk_alloc(sizeof(float) * MAXR * OUT);
         float *wf = qvk_alloc(sizeof(float) * OUT * IN);
-        for (int i = 0; i < MAXR * IN; i++) xs[i] = (float)((i % 13) - 6) * 0.1f;
+        for (int i = 0; i < MAXR * IN; i++)
+            xs[i] = (float)((i % 13) - 6) * 0.1f;
         printf("\nlinear_bf16 %dx%d, ms per call (%s)    rows:", OUT, IN, picked);
-        const int rows[] = { 4, 16, 32, 64, 128, 256 };
-        for (int k = 0; k < 6; k++) printf(" %7d", rows[k]);
+        const int rows[] = {4, 16, 32, 64, 128, 256};
+        for (int k = 0; k < 6; k++)
+            printf(" %7d", rows[k]);
         for (int th = 1; th <= 2; th++) {
             qvk_pool *p = th == 1 ? NULL : pool2;
             qvk_set_variant(picked);
@@ -317,9 +335,10 @@ int main(int argc, char **argv) {
 
     /* pool dispatch round trip with an empty job */
     {
-        struct sum_job j = { NULL, 0, { 0 } };
+        struct sum_job j = {NULL, 0, {0}};
         double t0 = now_s();
-        for (int r = 0; r < 20000; r++) qvk_pool_run(pool2, sum_run, &j);
+        for (int r = 0; r < 20000; r++)
+            qvk_pool_run(pool2, sum_run, &j);
         printf("\npool round trip (2 threads, empty job): %.2f us\n", (now_s() - t0) / 20000 * 1e6);
     }
     qvk_set_variant(picked);

@@ -420,6 +420,7 @@ static void test_conv_helper(void **state) {
         {6, 6, 4, 2, 1, QVC_PAD_REPLICATE, 1, QVC_ACT_NONE, QVC_ACT_NONE, 77},
         {700, 9, 1, 1, 1, QVC_PAD_ZERO, 0, QVC_ACT_NONE, QVC_ACT_NONE, 5000},
         {2, 4, 16, 8, 1, QVC_PAD_ZERO, 1, QVC_ACT_ELU, QVC_ACT_NONE, 61},
+        {64, 32, 1, 1, 1, QVC_PAD_ZERO, 0, QVC_ACT_NONE, QVC_ACT_RELU, 777}, /* read in place */
     };
     srand(7);
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
@@ -480,6 +481,50 @@ static void test_conv_helper(void **state) {
         free(yr);
         qvk_free(scratch);
     }
+}
+
+/* The 16-wide ELU gives the same bits as the 8-wide one (so the codes do not depend on it). */
+static void test_elu_variants(void **state) {
+    (void)state;
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) {
+        printf("  no AVX-512F on this CPU: nothing to compare\n");
+        return;
+    }
+    enum { N = 4099 };
+    float *a = malloc(sizeof(float) * N), *b = malloc(sizeof(float) * N);
+    uint32_t rng = 12345;
+    for (int i = 0; i < N; i++) {
+        rng = rng * 1664525u + 1013904223u;
+        a[i] = -25.0f + 30.0f * (float)(rng >> 8) / 16777216.0f;
+        if (i % 97 == 0) a[i] = -1e-30f * (float)(i % 5);
+        if (i % 101 == 0) a[i] = 0.0f;
+    }
+    a[7] = -0.0f;
+    memcpy(b, a, sizeof(float) * N);
+    qvc_elu_avx2(a, N);
+    qvc_elu_avx512(b, N);
+    int n_diff = 0;
+    for (int i = 0; i < N; i++) n_diff += memcmp(a + i, b + i, sizeof(float)) != 0;
+    printf("  ELU avx512 vs avx2: %d of %d values differ (tolerance 0)\n", n_diff, N);
+    assert_int_equal(n_diff, 0);
+    /* the direct 1-channel conv is one fmaf chain from zero per output, in tap order */
+    enum { K = 7, CO = 64, T = 300 };
+    float w[CO * K], *y = malloc(sizeof(float) * T * CO);
+    for (int i = 0; i < CO * K; i++) w[i] = 0.37f * a[i] - 0.1f;
+    qvc_conv_c1_avx512(y, CO, a + 1, T, w, K, CO);
+    n_diff = 0;
+    for (int i = 0; i < T; i++)
+        for (int o = 0; o < CO; o++) {
+            float acc = 0.0f;
+            for (int j = 0; j < K; j++) acc = fmaf(a[1 + i + j], w[o * K + j], acc);
+            n_diff += memcmp(&acc, y + (size_t)i * CO + o, sizeof acc) != 0;
+        }
+    printf("  1-channel conv avx512 vs fmaf chain: %d of %d differ (tolerance 0)\n", n_diff, T * CO);
+    assert_int_equal(n_diff, 0);
+    free(y);
+    free(a);
+    free(b);
 }
 
 /* ---- tiny model ------------------------------------------------------------------------- */
@@ -586,6 +631,7 @@ int main(void) {
         cmocka_unit_test(test_lossy_formats),
         cmocka_unit_test(test_audio_errors),   cmocka_unit_test(test_audio_warnings),
         cmocka_unit_test(test_not_base),       cmocka_unit_test(test_conv_helper),
+        cmocka_unit_test(test_elu_variants),
         cmocka_unit_test(test_tiny_model),     cmocka_unit_test(test_cli),
     };
     return cmocka_run_group_tests_name("clone", full, setup_full, teardown_full);

@@ -1,7 +1,7 @@
 /* test_clone_cli.c — bin/clone end to end on the tiny synthetic Base ($QVOICE_CACHE/tiny-base):
  * reference hygiene as the user sees it (silence trimming, clipping fraction, too little speech,
  * a transcript far too long for the ICL window with and without --allow-xvector-fallback, a
- * second "speaker"), consent in META, --help/--version, and no file left by any failure.
+ * second "speaker"), consent in META, --plot, --help/--version, and no file left by any failure.
  * Audio is generated (or cut from the bundled clip) into /tmp; reports are read from --json.
  */
 #include <cJSON.h>
@@ -130,7 +130,7 @@ static void test_help_version(void **state) {
     (void)state;
     assert_int_equal(run("bin/clone --help"), 0);
     const char *must[] = {"SYNOPSIS", "--no-hygiene", "--allow-xvector-fallback", "--speaker-threshold",
-                          "--consent", "(default 30)", "EXIT STATUS", "EXAMPLE"};
+                          "--consent", "--plot", "(default 30)", "EXIT STATUS", "EXAMPLE"};
     for (size_t i = 0; i < sizeof must / sizeof must[0]; i++) {
         if (!strstr(g_out, must[i])) fprintf(stderr, "--help lacks %s\n", must[i]);
         assert_non_null(strstr(g_out, must[i]));
@@ -162,9 +162,14 @@ static void test_silence_padding(void **state) {
     assert_true(end >= 9.6 && end <= 10.1);
     assert_true(jnum(j, "xvector_seconds") < 8.1);
     cJSON_Delete(j);
-    /* the human summary says it too, and META records it */
-    assert_int_equal(run("bin/clone -m %s %s -o %s", g_tiny, wav, out), 0);
+    /* the human summary says it too, META records it; --plot writes the spectrogram PNG */
+    char png[256];
+    path(png, sizeof png, "padded.png");
+    assert_int_equal(run("bin/clone -m %s %s -o %s --plot %s", g_tiny, wav, out, png), 0);
     assert_non_null(strstr(g_out, "hygiene    trim: kept"));
+    char *img = slurp(png);
+    assert_memory_equal(img, "\x89PNG", 4);
+    free(img);
     qvf_voice *v = NULL;
     char err[512];
     assert_int_equal(qvf_read_file(out, 0, &v, err, sizeof err), 0);
@@ -288,11 +293,14 @@ static void test_transcript(void **state) {
     longtext[0] = 0;
     while (strlen(longtext) + strlen(ok) + 2 < 4000) strcat(strcat(longtext, ok), " ");
     unlink(out);
-    assert_int_equal(run("bin/clone -m %s %s -o %s -t '%s'", g_tiny, wav, out, longtext), 1);
+    char png[256];
+    path(png, sizeof png, "refused.png");
+    assert_int_equal(run("bin/clone -m %s %s -o %s -t '%s' --plot %s", g_tiny, wav, out, longtext, png), 1);
     printf("  long transcript: %s", g_err);
     assert_non_null(strstr(g_err, "far too long"));
     assert_non_null(strstr(g_err, "icl window:"));
     assert_false(exists(out));
+    assert_false(exists(png)); /* no partial output, the plot included */
     assert_int_equal(run("bin/clone -m %s %s -o %s -t '%s' --allow-xvector-fallback --json", g_tiny,
                          wav, out, longtext), 0);
     free(longtext);
@@ -327,7 +335,8 @@ static void test_second_speaker(void **state) {
     path(out, sizeof out, "two.qvoice");
     write_wav(wav, x, n);
     free(x);
-    assert_int_equal(run("bin/clone -m %s %s -o %s --speaker-threshold 0.99 --json", g_tiny, wav, out), 0);
+    assert_int_equal(run("bin/clone -m %s %s -o %s --speaker-threshold 0.99 --threads 2 --json", g_tiny,
+                         wav, out), 0);
     cJSON *j = json_out();
     const cJSON *fl = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(
                                                            cJSON_GetObjectItemCaseSensitive(j, "hygiene"), "speakers"),
@@ -339,6 +348,14 @@ static void test_second_speaker(void **state) {
     double b = cJSON_GetArrayItem(cJSON_GetArrayItem(fl, 0), 1)->valuedouble;
     assert_true(b > a && b > 8.0); /* the flagged range reaches into the tones */
     assert_non_null(strstr(g_err, "another speaker?"));
+    /* windows shared across 2 threads or run on 1: the same vectors */
+    double mc2 = jnum(j, "hygiene.speakers.min_cos");
+    cJSON_Delete(j);
+    assert_int_equal(run("bin/clone -m %s %s -o %s --speaker-threshold 0.99 --threads 1 --json", g_tiny,
+                         wav, out), 0);
+    j = json_out();
+    printf("  min cos with 2 threads %.4f, with 1 thread %.4f\n", mc2, jnum(j, "hygiene.speakers.min_cos"));
+    assert_true(jnum(j, "hygiene.speakers.min_cos") == mc2);
     cJSON_Delete(j);
     /* default threshold (0.5): no warning on random weights */
     assert_int_equal(run("bin/clone -m %s %s -o %s", g_tiny, wav, out), 0);

@@ -16,10 +16,9 @@
 #include <cmocka.h>
 
 #include "config.h"
+#include "helpers/tmpdir.h"
 
 #define GOLD "tests/golden/configs"
-
-static char g_dir[64];
 
 static char *slurp(const char *path) {
     FILE *f = fopen(path, "rb");
@@ -36,10 +35,7 @@ static void spit(const char *dir, const char *name, const char *text) {
     snprintf(p, sizeof p, "%s/speech_tokenizer", dir);
     mkdir(p, 0755);
     snprintf(p, sizeof p, "%s/%s", dir, name);
-    FILE *f = fopen(p, "wb");
-    assert_non_null(f);
-    fputs(text, f);
-    fclose(f);
+    tmp_write(p, text, strlen(text));
 }
 
 static void spit_json(const char *dir, const char *name, const cJSON *j) {
@@ -48,13 +44,13 @@ static void spit_json(const char *dir, const char *name, const cJSON *j) {
     free(t);
 }
 
-/* A fresh copy of GOLD/variant in g_dir; returns the parsed config.json for mutation. */
+/* A fresh copy of GOLD/variant in tmp_dir; returns the parsed config.json for mutation. */
 static cJSON *fresh(const char *variant) {
     char p[256];
     snprintf(p, sizeof p, GOLD "/%s/speech_tokenizer/config.json", variant);
-    spit(g_dir, "speech_tokenizer/config.json", slurp(p));
+    spit(tmp_dir, "speech_tokenizer/config.json", slurp(p));
     snprintf(p, sizeof p, GOLD "/%s/generation_config.json", variant);
-    spit(g_dir, "generation_config.json", slurp(p));
+    spit(tmp_dir, "generation_config.json", slurp(p));
     snprintf(p, sizeof p, GOLD "/%s/config.json", variant);
     cJSON *j = cJSON_Parse(slurp(p));
     assert_non_null(j);
@@ -62,10 +58,10 @@ static cJSON *fresh(const char *variant) {
 }
 
 static void expect_model_fail(const cJSON *j, const char *want) {
-    spit_json(g_dir, "config.json", j);
+    spit_json(tmp_dir, "config.json", j);
     qve_model_config c;
     char err[512] = "";
-    assert_int_equal(qve_model_config_load(&c, g_dir, err, sizeof err), -1);
+    assert_int_equal(qve_model_config_load(&c, tmp_dir, err, sizeof err), -1);
     printf("    error: %s\n", err);
     assert_null(strchr(err, '\n'));
     assert_non_null(strstr(err, "/config.json: "));
@@ -148,18 +144,18 @@ static void test_variant_and_size(void **state) {
     cJSON *tc = cJSON_GetObjectItem(j, "talker_config");
     cJSON_ReplaceItemInObject(tc, "spk_id", cJSON_CreateObject());
     cJSON_ReplaceItemInObject(tc, "spk_is_dialect", cJSON_CreateObject());
-    spit_json(g_dir, "config.json", j);
-    assert_int_equal(qve_model_config_load(&c, g_dir, err, sizeof err), 0);
+    spit_json(tmp_dir, "config.json", j);
+    assert_int_equal(qve_model_config_load(&c, tmp_dir, err, sizeof err), 0);
     assert_int_equal(c.variant, QVE_VARIANT_VOICE_DESIGN);
     cJSON_ReplaceItemInObject(j, "tts_model_type", cJSON_CreateString("voice_design"));
-    spit_json(g_dir, "config.json", j);
-    assert_int_equal(qve_model_config_load(&c, g_dir, err, sizeof err), 0);
+    spit_json(tmp_dir, "config.json", j);
+    assert_int_equal(qve_model_config_load(&c, tmp_dir, err, sizeof err), 0);
     assert_int_equal(c.variant, QVE_VARIANT_VOICE_DESIGN);
     /* Tiny dimensions with a "0b6" label: OTHER. */
     cJSON_ReplaceItemInObject(tc, "hidden_size", cJSON_CreateNumber(64));
     cJSON_ReplaceItemInObject(tc, "num_hidden_layers", cJSON_CreateNumber(2));
-    spit_json(g_dir, "config.json", j);
-    assert_int_equal(qve_model_config_load(&c, g_dir, err, sizeof err), 0);
+    spit_json(tmp_dir, "config.json", j);
+    assert_int_equal(qve_model_config_load(&c, tmp_dir, err, sizeof err), 0);
     assert_int_equal(c.size, QVE_SIZE_OTHER);
     assert_int_equal(c.talker.hidden_size, 64);
     cJSON_ReplaceItemInObject(j, "tts_model_type", cJSON_CreateString("karaoke"));
@@ -174,8 +170,8 @@ static void test_missing_key(void **state) {
     expect_model_fail(j, "missing key talker_config.hidden_size");
     cJSON_Delete(j);
     j = fresh("q06b-base");
-    cJSON *cp = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "talker_config"),
-                                    "code_predictor_config");
+    cJSON *cp =
+        cJSON_GetObjectItem(cJSON_GetObjectItem(j, "talker_config"), "code_predictor_config");
     cJSON_DeleteItemFromObject(cp, "num_key_value_heads");
     expect_model_fail(j, "missing key talker_config.code_predictor_config.num_key_value_heads");
     cJSON_Delete(j);
@@ -198,14 +194,17 @@ static void test_wrong_type(void **state) {
     cJSON *j = fresh("q06b-base");
     cJSON *tc = cJSON_GetObjectItem(j, "talker_config");
     cJSON_ReplaceItemInObject(tc, "hidden_size", cJSON_CreateString("1024"));
-    expect_model_fail(j, "key talker_config.hidden_size: wrong type (expected integer, found string)");
+    expect_model_fail(j,
+                      "key talker_config.hidden_size: wrong type (expected integer, found string)");
     cJSON_ReplaceItemInObject(tc, "hidden_size", cJSON_CreateNumber(1024.5));
-    expect_model_fail(j, "key talker_config.hidden_size: wrong type (expected integer, found 1024.5)");
+    expect_model_fail(j,
+                      "key talker_config.hidden_size: wrong type (expected integer, found 1024.5)");
     cJSON_ReplaceItemInObject(tc, "hidden_size", cJSON_CreateNumber(-4));
     expect_model_fail(j, "key talker_config.hidden_size: out of range");
     cJSON_ReplaceItemInObject(tc, "hidden_size", cJSON_CreateNumber(1024));
     cJSON_ReplaceItemInObject(tc, "codec_language_id", cJSON_CreateArray());
-    expect_model_fail(j, "key talker_config.codec_language_id: wrong type (expected object, found array)");
+    expect_model_fail(
+        j, "key talker_config.codec_language_id: wrong type (expected object, found array)");
     cJSON_Delete(j);
     j = fresh("q06b-base");
     cJSON_ReplaceItemInObject(j, "talker_config", cJSON_CreateNull());
@@ -214,12 +213,13 @@ static void test_wrong_type(void **state) {
     j = fresh("q06b-base");
     cJSON_ReplaceItemInObject(cJSON_GetObjectItem(j, "speaker_encoder_config"), "enc_channels",
                               cJSON_CreateIntArray((const int[]){512, 512}, 2));
-    expect_model_fail(j, "key speaker_encoder_config.enc_channels: wrong length (expected 5, found 2)");
+    expect_model_fail(
+        j, "key speaker_encoder_config.enc_channels: wrong length (expected 5, found 2)");
     cJSON_Delete(j);
-    spit(g_dir, "config.json", "{\n\"talker_config\": {\n,}\n");
+    spit(tmp_dir, "config.json", "{\n\"talker_config\": {\n,}\n");
     qve_model_config c;
     char err[256];
-    assert_int_equal(qve_model_config_load(&c, g_dir, err, sizeof err), -1);
+    assert_int_equal(qve_model_config_load(&c, tmp_dir, err, sizeof err), -1);
     printf("    error: %s\n", err);
     assert_non_null(strstr(err, "config.json: not valid JSON (error near line 3)"));
     assert_int_equal(qve_model_config_load(&c, "/nonexistent-dir", err, sizeof err), -1);
@@ -236,8 +236,8 @@ static void test_generation(void **state) {
     assert_true(g.temperature == 0.9f && g.repetition_penalty == 1.05f && g.top_p == 1.0f);
     assert_int_equal(g.max_new_tokens, 8192);
     /* Missing keys take the wrapper's fallbacks: max_new_tokens 2048, not the file's 8192. */
-    spit(g_dir, "generation_config.json", "{\"do_sample\": false, \"top_k\": 7}");
-    assert_int_equal(qve_generation_config_load(&g, g_dir, err, sizeof err), 0);
+    spit(tmp_dir, "generation_config.json", "{\"do_sample\": false, \"top_k\": 7}");
+    assert_int_equal(qve_generation_config_load(&g, tmp_dir, err, sizeof err), 0);
     assert_false(g.do_sample);
     assert_int_equal(g.top_k, 7);
     assert_int_equal(g.max_new_tokens, 2048);
@@ -245,10 +245,11 @@ static void test_generation(void **state) {
     /* No file at all: every fallback. */
     assert_int_equal(qve_generation_config_load(&g, "/nonexistent-dir", err, sizeof err), 0);
     assert_int_equal(g.max_new_tokens, 2048);
-    spit(g_dir, "generation_config.json", "{\"top_k\": \"many\"}");
-    assert_int_equal(qve_generation_config_load(&g, g_dir, err, sizeof err), -1);
+    spit(tmp_dir, "generation_config.json", "{\"top_k\": \"many\"}");
+    assert_int_equal(qve_generation_config_load(&g, tmp_dir, err, sizeof err), -1);
     printf("    error: %s\n", err);
-    assert_non_null(strstr(err, "generation_config.json: key top_k: wrong type (expected integer, found string)"));
+    assert_non_null(strstr(
+        err, "generation_config.json: key top_k: wrong type (expected integer, found string)"));
 }
 
 static void test_codec(void **state) {
@@ -276,33 +277,20 @@ static void test_codec(void **state) {
 
     cJSON *j = cJSON_Parse(slurp(GOLD "/q06b-base/speech_tokenizer/config.json"));
     cJSON_DeleteItemFromObject(cJSON_GetObjectItem(j, "encoder_config"), "num_filters");
-    spit_json(g_dir, "speech_tokenizer/config.json", j);
-    assert_int_equal(qve_codec_config_load(&c, g_dir, err, sizeof err), -1);
+    spit_json(tmp_dir, "speech_tokenizer/config.json", j);
+    assert_int_equal(qve_codec_config_load(&c, tmp_dir, err, sizeof err), -1);
     printf("    error: %s\n", err);
-    assert_non_null(strstr(err, "speech_tokenizer/config.json: missing key encoder_config.num_filters"));
+    assert_non_null(
+        strstr(err, "speech_tokenizer/config.json: missing key encoder_config.num_filters"));
     cJSON_Delete(j);
-}
-
-static int setup(void **state) {
-    (void)state;
-    snprintf(g_dir, sizeof g_dir, "/tmp/qv_cfg_XXXXXX");
-    return mkdtemp(g_dir) ? 0 : -1;
-}
-
-static int teardown(void **state) {
-    (void)state;
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-    return system(cmd) == 0 ? 0 : -1;
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_base),        cmocka_unit_test(test_custom_voice),
-        cmocka_unit_test(test_17b),
-        cmocka_unit_test(test_variant_and_size), cmocka_unit_test(test_missing_key),
-        cmocka_unit_test(test_wrong_type),  cmocka_unit_test(test_generation),
-        cmocka_unit_test(test_codec),
+        cmocka_unit_test(test_17b),         cmocka_unit_test(test_variant_and_size),
+        cmocka_unit_test(test_missing_key), cmocka_unit_test(test_wrong_type),
+        cmocka_unit_test(test_generation),  cmocka_unit_test(test_codec),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, tmpdir_setup, tmpdir_teardown);
 }

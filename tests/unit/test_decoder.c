@@ -185,19 +185,32 @@ static int *random_frames(int n, int cb_size) {
 
 /* ---- full size: official golden outputs -------------------------------------------------- */
 
+/* Decodes the golden codes file (cb_major: stored [16, n] instead of [n, 16]) and checks the
+ * result against the golden wav file. Returns the decoded wav; *frames (both caller-freed), *n and
+ * *n_s receive the frames and the sample count. */
+static float *golden_pair(const char *codes_npy, int cb_major, const char *wav_npy,
+                          const char *what, int **frames, int *n, size_t *n_s) {
+    npy_array codes = {0}, want = {0};
+    read_npy(codes_npy, NPY_I64, &codes);
+    read_npy(wav_npy, NPY_F32, &want);
+    *frames = to_frames(&codes, cb_major, n);
+    *n_s = (size_t)*n * qve_decoder_samples_per_frame(g_full);
+    assert_int_equal(want.n_elems, *n_s);
+    float *wav = decode(g_full, *frames, *n);
+    check_golden(what, wav, npy_f32(&want), *n_s);
+    npy_free(&codes);
+    npy_free(&want);
+    return wav;
+}
+
 /* dec_codes (16, 50) → dec_wav (96000,); the threaded stream must equal the one-shot bit for bit.
  */
 static void test_golden_dec(void **state) {
     (void)state;
-    npy_array codes = {0}, want = {0};
-    read_npy("dec_codes.npy", NPY_I64, &codes);
-    read_npy("dec_wav.npy", NPY_F32, &want);
-    int n;
-    int *frames = to_frames(&codes, 1, &n);
-    size_t n_s = (size_t)n * qve_decoder_samples_per_frame(g_full);
-    assert_int_equal(want.n_elems, n_s);
-    float *wav = decode(g_full, frames, n);
-    check_golden("dec_codes -> dec_wav (50 frames)", wav, npy_f32(&want), n_s);
+    int n, *frames;
+    size_t n_s;
+    float *wav = golden_pair("dec_codes.npy", 1, "dec_wav.npy", "dec_codes -> dec_wav (50 frames)",
+                             &frames, &n, &n_s);
     float *st = stream(g_full, frames, n, 1);
     check_identical("full size: streamed (thread) vs one-shot", st, wav, n_s);
     /* OpenBLAS splits output rows/columns, never the reduction: 2 BLAS threads change nothing */
@@ -209,26 +222,16 @@ static void test_golden_dec(void **state) {
     free(st);
     free(wav);
     free(frames);
-    npy_free(&codes);
-    npy_free(&want);
 }
 
 /* CustomVoice run: codes (19, 16) → wav of the public API. */
 static void test_golden_cv(void **state) {
     (void)state;
-    npy_array codes = {0}, want = {0};
-    read_npy("gen_cv_ryan_en_codes.npy", NPY_I64, &codes);
-    read_npy("gen_cv_ryan_en_wav.npy", NPY_F32, &want);
-    int n;
-    int *frames = to_frames(&codes, 0, &n);
-    size_t n_s = (size_t)n * qve_decoder_samples_per_frame(g_full);
-    assert_int_equal(want.n_elems, n_s);
-    float *wav = decode(g_full, frames, n);
-    check_golden("gen_cv_ryan_en codes -> wav (19 frames)", wav, npy_f32(&want), n_s);
-    free(wav);
+    int n, *frames;
+    size_t n_s;
+    free(golden_pair("gen_cv_ryan_en_codes.npy", 0, "gen_cv_ryan_en_wav.npy",
+                     "gen_cv_ryan_en codes -> wav (19 frames)", &frames, &n, &n_s));
     free(frames);
-    npy_free(&codes);
-    npy_free(&want);
 }
 
 /* ICL run: the reference decodes ref_code (375) + codes (19) = 394 frames with chunked_decode and

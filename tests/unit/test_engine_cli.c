@@ -304,6 +304,17 @@ static void test_wdelta(void **st) {
     printf("tiny WDELTA: CustomVoice + delta == Base: %s; without the delta: %s\n",
            same ? "byte-identical" : "DIFFERENT", differs ? "different" : "SAME");
     assert_true(file_bytes(base) > 44 && same && differs);
+    /* the int8 view is quantized from the delta'd weights: again the Base model's bytes */
+    assert_int_equal(sh("bin/speak -q -m %s/tiny-base --voice %s -t 'Hello world.' --seed 4 "
+                        "--max-frames 8 --quant int8 -o %s",
+                        cache, voice, base),
+                     0);
+    assert_int_equal(run("-q --voice %s -t 'Hello world.' --seed 4 --max-frames 8 --quant int8 "
+                         "-o %s",
+                         voice, cv),
+                     0);
+    printf("tiny WDELTA, --quant int8: %s\n", same_file(base, cv, 0) ? "byte-identical" : "DIFFERENT");
+    assert_true(same_file(base, cv, 0));
 
     snprintf(mod, sizeof mod, "%s/mod_config", tmp);
     modified_model(mod, 0);

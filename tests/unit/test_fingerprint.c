@@ -18,67 +18,70 @@
 
 #include "fingerprint.h"
 #include "safetensors.h"
+#include "helpers/tmpdir.h"
 
-static char g_dir[64];
 static const char k_config[] = "{\"tts_model_type\": \"base\"}\n";
-
-static void write_file(const char *name, const void *p, size_t n) {
-    char path[256];
-    snprintf(path, sizeof path, "%s/%s", g_dir, name);
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    if (n) fwrite(p, 1, n, f);
-    fclose(f);
-}
-
-static void write_st(const char *name, const char *header, const uint8_t *data, size_t n_data) {
-    size_t n = strlen(header), padded = (n + 7) & ~(size_t)7;
-    uint8_t *buf = calloc(1, 8 + padded + n_data);
-    for (int i = 0; i < 8; i++) buf[i] = (uint8_t)((uint64_t)padded >> (8 * i));
-    memcpy(buf + 8, header, n);
-    memset(buf + 8 + n, ' ', padded - n);
-    memcpy(buf + 8 + padded, data, n_data);
-    write_file(name, buf, 8 + padded + n_data);
-    free(buf);
-}
 
 /* Tensors: "b.w" F32 [2] = {1, 2}; "a.x" BF16 [1, 2] = {0x3F80, 0x4000}. */
 static uint8_t g_b[8], g_a[4];
+
+/* Writes model.safetensors from g_b and g_a, in header order b, a (or a, b with metadata). */
+static void write_model(int swapped) {
+    uint8_t data[16] = {0};
+    if (!swapped) {
+        memcpy(data, g_b, 8);
+        memcpy(data + 8, g_a, 4);
+        tmp_write_st(tmp_path("model.safetensors"),
+                     "{\"b.w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                     "\"a.x\":{\"dtype\":\"BF16\",\"shape\":[1,2],\"data_offsets\":[8,12]}}",
+                     data, 16);
+    } else {
+        memcpy(data, g_a, 4);
+        memcpy(data + 8, g_b, 8);
+        tmp_write_st(tmp_path("model.safetensors"),
+                     "{\"__metadata__\":{\"format\":\"pt\"},"
+                     "\"a.x\":{\"dtype\":\"BF16\",\"shape\":[1,2],\"data_offsets\":[0,4]},"
+                     "\"b.w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}",
+                     data, 16);
+    }
+}
 
 static void make_model(int swapped) {
     float b[2] = {1, 2};
     uint16_t a[2] = {0x3F80, 0x4000};
     memcpy(g_b, b, 8);
     memcpy(g_a, a, 4);
-    uint8_t data[16] = {0};
-    if (!swapped) {
-        memcpy(data, g_b, 8);
-        memcpy(data + 8, g_a, 4);
-        write_st("model.safetensors",
-                 "{\"b.w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
-                 "\"a.x\":{\"dtype\":\"BF16\",\"shape\":[1,2],\"data_offsets\":[8,12]}}",
-                 data, 16);
-    } else {
-        memcpy(data, g_a, 4);
-        memcpy(data + 8, g_b, 8);
-        write_st("model.safetensors",
-                 "{\"__metadata__\":{\"format\":\"pt\"},"
-                 "\"a.x\":{\"dtype\":\"BF16\",\"shape\":[1,2],\"data_offsets\":[0,4]},"
-                 "\"b.w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}",
-                 data, 16);
-    }
-    write_file("config.json", k_config, strlen(k_config));
+    write_model(swapped);
+    tmp_write(tmp_path("config.json"), k_config, strlen(k_config));
 }
 
 static void le(EVP_MD_CTX *c, uint64_t v, int n) {
     uint8_t b[8];
-    for (int i = 0; i < n; i++) b[i] = (uint8_t)(v >> (8 * i));
+    for (int i = 0; i < n; i++)
+        b[i] = (uint8_t)(v >> (8 * i));
     EVP_DigestUpdate(c, b, (size_t)n);
 }
 
 static void sha(const void *p, size_t n, uint8_t out[32]) {
     unsigned int k;
     EVP_Digest(p, n, out, &k, EVP_sha256(), NULL);
+}
+
+/* One tensor's record in the documented stream: name, dtype, shape, [SHA-256 of the data]. */
+static void put_tensor(EVP_MD_CTX *c, const char *name, const char *dtype, int n_dims,
+                       const uint64_t *shape, const void *data, size_t n_bytes, int content) {
+    le(c, strlen(name), 4);
+    EVP_DigestUpdate(c, name, strlen(name));
+    le(c, strlen(dtype), 1);
+    EVP_DigestUpdate(c, dtype, strlen(dtype));
+    le(c, (uint64_t)n_dims, 1);
+    for (int k = 0; k < n_dims; k++)
+        le(c, shape[k], 8);
+    if (content) {
+        uint8_t h[32];
+        sha(data, n_bytes, h);
+        EVP_DigestUpdate(c, h, 32);
+    }
 }
 
 /* The documented stream, written out independently of fingerprint.c. */
@@ -91,27 +94,9 @@ static void expected_fp(int content, uint8_t out[32]) {
     le(c, strlen(k_config), 8);
     EVP_DigestUpdate(c, k_config, strlen(k_config));
     le(c, 2, 4);
-    uint8_t h[32];
     /* "a.x" < "b.w" */
-    le(c, 3, 4);
-    EVP_DigestUpdate(c, "a.x", 3);
-    EVP_DigestUpdate(c, "\x04" "BF16", 5);
-    EVP_DigestUpdate(c, "\x02", 1);
-    le(c, 1, 8);
-    le(c, 2, 8);
-    if (content) {
-        sha(g_a, 4, h);
-        EVP_DigestUpdate(c, h, 32);
-    }
-    le(c, 3, 4);
-    EVP_DigestUpdate(c, "b.w", 3);
-    EVP_DigestUpdate(c, "\x03" "F32", 4);
-    EVP_DigestUpdate(c, "\x01", 1);
-    le(c, 2, 8);
-    if (content) {
-        sha(g_b, 8, h);
-        EVP_DigestUpdate(c, h, 32);
-    }
+    put_tensor(c, "a.x", "BF16", 2, (const uint64_t[]){1, 2}, g_a, 4, content);
+    put_tensor(c, "b.w", "F32", 1, (const uint64_t[]){2}, g_b, 8, content);
     unsigned int k;
     EVP_DigestFinal_ex(c, out, &k);
     EVP_MD_CTX_free(c);
@@ -119,7 +104,7 @@ static void expected_fp(int content, uint8_t out[32]) {
 
 static void fp(enum qve_fingerprint_mode mode, uint8_t out[32]) {
     char err[256];
-    if (qve_fingerprint_model(g_dir, mode, out, err, sizeof err) != 0) fail_msg("%s", err);
+    if (qve_fingerprint_model(tmp_dir, mode, out, err, sizeof err) != 0) fail_msg("%s", err);
 }
 
 static void test_tensor_sha(void **state) {
@@ -154,17 +139,17 @@ static void test_stream(void **state) {
     assert_memory_equal(got, want, 32);
     /* Sharding does not matter either. */
     char p[256];
-    snprintf(p, sizeof p, "%s/model.safetensors", g_dir);
+    snprintf(p, sizeof p, "%s/model.safetensors", tmp_dir);
     unlink(p);
-    write_st("s1.safetensors", "{\"b.w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}",
-             g_b, 8);
-    write_st("s2.safetensors",
-             "{\"a.x\":{\"dtype\":\"BF16\",\"shape\":[1,2],\"data_offsets\":[0,4]}}", g_a, 4);
+    tmp_write_st(tmp_path("s1.safetensors"),
+                 "{\"b.w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", g_b, 8);
+    tmp_write_st(tmp_path("s2.safetensors"),
+                 "{\"a.x\":{\"dtype\":\"BF16\",\"shape\":[1,2],\"data_offsets\":[0,4]}}", g_a, 4);
     const char *idx = "{\"weight_map\":{\"a.x\":\"s2.safetensors\",\"b.w\":\"s1.safetensors\"}}";
-    write_file("model.safetensors.index.json", idx, strlen(idx));
+    tmp_write(tmp_path("model.safetensors.index.json"), idx, strlen(idx));
     fp(QVE_FINGERPRINT_CONTENT, got);
     assert_memory_equal(got, want, 32);
-    snprintf(p, sizeof p, "%s/model.safetensors.index.json", g_dir);
+    snprintf(p, sizeof p, "%s/model.safetensors.index.json", tmp_dir);
     unlink(p);
 }
 
@@ -177,28 +162,21 @@ static void test_sensitivity(void **state) {
     assert_memory_not_equal(t0, c0, 32);
     /* One weight byte: only the content fingerprint changes. */
     g_b[0] ^= 1;
-    uint8_t data[16] = {0};
-    memcpy(data, g_b, 8);
-    memcpy(data + 8, g_a, 4);
-    write_st("model.safetensors",
-             "{\"b.w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
-             "\"a.x\":{\"dtype\":\"BF16\",\"shape\":[1,2],\"data_offsets\":[8,12]}}",
-             data, 16);
+    write_model(0);
     fp(QVE_FINGERPRINT_TABLE, t1);
     fp(QVE_FINGERPRINT_CONTENT, c1);
     assert_memory_equal(t0, t1, 32);
     assert_memory_not_equal(c0, c1, 32);
     /* One config byte: both change. */
     make_model(0);
-    write_file("config.json", "{\"tts_model_type\": \"base\"} \n", strlen(k_config) + 1);
+    tmp_write(tmp_path("config.json"), "{\"tts_model_type\": \"base\"} \n", strlen(k_config) + 1);
     fp(QVE_FINGERPRINT_TABLE, t1);
     fp(QVE_FINGERPRINT_CONTENT, c1);
     assert_memory_not_equal(t0, t1, 32);
     assert_memory_not_equal(c0, c1, 32);
     char err[256];
-    assert_int_equal(qve_fingerprint_model("/nonexistent-dir", QVE_FINGERPRINT_TABLE, t1, err,
-                                           sizeof err),
-                     -1);
+    assert_int_equal(
+        qve_fingerprint_model("/nonexistent-dir", QVE_FINGERPRINT_TABLE, t1, err, sizeof err), -1);
     assert_non_null(strstr(err, "/nonexistent-dir/config.json: cannot open"));
 }
 
@@ -207,7 +185,9 @@ static void test_golden_tensors(void **state) {
     (void)state;
     const char *cache = getenv("QVOICE_CACHE");
     if (!cache || !*cache) cache = "cache";
-    static const struct { const char *dir, *name, *hex; } ref[] = {
+    static const struct {
+        const char *dir, *name, *hex;
+    } ref[] = {
         {"q06b-base", "talker.model.norm.weight",
          "01a46c15eaa29a7431a6c758d4d3cf0cc7adb136df2e12e50843570bde528d45"},
         {"q06b-base", "speaker_encoder.fc.weight",
@@ -251,19 +231,6 @@ static void test_golden_tensors(void **state) {
     }
 }
 
-static int setup(void **state) {
-    (void)state;
-    snprintf(g_dir, sizeof g_dir, "/tmp/qv_fp_XXXXXX");
-    return mkdtemp(g_dir) ? 0 : -1;
-}
-
-static int teardown(void **state) {
-    (void)state;
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-    return system(cmd) == 0 ? 0 : -1;
-}
-
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tensor_sha),
@@ -271,5 +238,5 @@ int main(void) {
         cmocka_unit_test(test_sensitivity),
         cmocka_unit_test(test_golden_tensors),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, tmpdir_setup, tmpdir_teardown);
 }

@@ -68,31 +68,28 @@ static void test_budget(void **state) {
     assert_string_equal(qve_guard_verdict_name(QVE_GUARD_BUDGET), "budget");
 }
 
+/* Feeds c0_of to a fresh guard and expects a loop of the given period, tripped at frame t_trip
+ * with its start at loop_start (-1: not checked). */
+static void expect_loop(const char *what, int32_t (*c0_of)(int), int period, int loop_start,
+                        int t_trip, qve_guard *g) {
+    qve_guard_init(g, 1000, NULL);
+    int t = feed(g, 2000, c0_of, NAN);
+    printf("  %s: frame %d: %s\n", what, t, qve_guard_message(g));
+    assert_int_equal(g->verdict, QVE_GUARD_LOOP);
+    assert_int_equal(g->loop_period, period);
+    assert_int_equal(t, t_trip);
+    if (loop_start >= 0) assert_int_equal(g->loop_start, loop_start);
+}
+
 static void test_loops(void **state) {
     (void)state;
     qve_guard g;
     /* a constant c0 from frame 10: period 1 over loop_min_frames (38) frames */
-    qve_guard_init(&g, 1000, NULL);
-    int t = feed(&g, 2000, c0_const, NAN);
-    printf("  const: frame %d: %s\n", t, qve_guard_message(&g));
-    assert_int_equal(g.verdict, QVE_GUARD_LOOP);
-    assert_int_equal(t, 10 + 38 - 1);
-    assert_int_equal(g.loop_period, 1);
-    assert_int_equal(g.loop_start, 10);
+    expect_loop("const", c0_const, 1, 10, 10 + 38 - 1, &g);
     /* period 5 from frame 20 */
-    qve_guard_init(&g, 1000, NULL);
-    t = feed(&g, 2000, c0_period5, NAN);
-    printf("  period 5: frame %d: %s\n", t, qve_guard_message(&g));
-    assert_int_equal(g.verdict, QVE_GUARD_LOOP);
-    assert_int_equal(g.loop_period, 5);
-    assert_int_equal(t, 20 + 38 - 1);
+    expect_loop("period 5", c0_period5, 5, -1, 20 + 38 - 1, &g);
     /* period 20: needs 3 repeats = 60 frames */
-    qve_guard_init(&g, 1000, NULL);
-    t = feed(&g, 2000, c0_period20, NAN);
-    printf("  period 20: frame %d: %s\n", t, qve_guard_message(&g));
-    assert_int_equal(g.verdict, QVE_GUARD_LOOP);
-    assert_int_equal(g.loop_period, 20);
-    assert_int_equal(t, 3 + 60 - 1);
+    expect_loop("period 20", c0_period20, 20, -1, 3 + 60 - 1, &g);
     assert_non_null(strstr(qve_guard_message(&g), "repeating code loop"));
     /* varied stream (random c0 in 2048 codes) over 2000 frames: no loop */
     qve_guard_init(&g, 1000, NULL);

@@ -17,13 +17,16 @@
 
 #include "kernels.h"
 #include "helpers/npy.h"
+#include "helpers/tmpdir.h"
 
-static const char *const k_variants[] = { "scalar", "avx2", "avx512" };
+static const char *const k_variants[] = {"scalar", "avx2", "avx512"};
 #define N_VARIANTS 3
 
 /* Tests that loop over variants put back the one dispatch picked. */
 static const char *g_picked;
-static void restore_variant(void) { assert_int_equal(qvk_set_variant(g_picked), 0); }
+static void restore_variant(void) {
+    assert_int_equal(qvk_set_variant(g_picked), 0);
+}
 
 /* ---- deterministic random numbers ------------------------------------------------------ */
 
@@ -37,10 +40,13 @@ static uint32_t rnd_u32(void) {
 }
 
 /* uniform in [-1, 1) */
-static float rnd(void) { return (float)((double)rnd_u32() / 2147483648.0 - 1.0); }
+static float rnd(void) {
+    return (float)((double)rnd_u32() / 2147483648.0 - 1.0);
+}
 
 static void fill(float *x, size_t n, float scale) {
-    for (size_t i = 0; i < n; i++) x[i] = rnd() * scale;
+    for (size_t i = 0; i < n; i++)
+        x[i] = rnd() * scale;
 }
 
 static void fill_bf16(uint16_t *w, size_t n, float scale) {
@@ -77,12 +83,18 @@ static void check_close(const char *what, const float *got, const double *want, 
 
 static void test_conversions(void **state) {
     (void)state;
-    const float in[] = { 1.0f, -2.5f, 1.00390625f /* tie, even -> 1.0 */,
-                         1.01171875f /* tie, odd -> up */, 3.0e38f, INFINITY, NAN };
-    const uint16_t want[] = { 0x3f80, 0xc020, 0x3f80, 0x3f82, 0x7f62, 0x7f80 };
+    const float in[] = {1.0f,
+                        -2.5f,
+                        1.00390625f /* tie, even -> 1.0 */,
+                        1.01171875f /* tie, odd -> up */,
+                        3.0e38f,
+                        INFINITY,
+                        NAN};
+    const uint16_t want[] = {0x3f80, 0xc020, 0x3f80, 0x3f82, 0x7f62, 0x7f80};
     uint16_t out[7];
     qvk_f32_to_bf16(out, in, 7);
-    for (int i = 0; i < 6; i++) assert_int_equal(out[i], want[i]);
+    for (int i = 0; i < 6; i++)
+        assert_int_equal(out[i], want[i]);
     assert_true((out[6] & 0x7f80) == 0x7f80 && (out[6] & 0x7f) != 0);
     float back[6];
     qvk_bf16_to_f32(back, out, 6);
@@ -91,7 +103,8 @@ static void test_conversions(void **state) {
     /* widening, every variant, all lengths 0..40 (vector bodies and tails) */
     uint16_t bits[40];
     float wide[41];
-    for (int i = 0; i < 40; i++) bits[i] = (uint16_t)rnd_u32();
+    for (int i = 0; i < 40; i++)
+        bits[i] = (uint16_t)rnd_u32();
     for (int v = 0; v < N_VARIANTS; v++) {
         if (qvk_set_variant(k_variants[v]) != 0) continue;
         for (int n = 0; n <= 40; n++) {
@@ -107,7 +120,7 @@ static void test_conversions(void **state) {
     }
     restore_variant();
 
-    const uint16_t h[] = { 0x3c00, 0xc000, 0x0001, 0x03ff, 0x7bff, 0x7c00, 0x8000, 0x7e00 };
+    const uint16_t h[] = {0x3c00, 0xc000, 0x0001, 0x03ff, 0x7bff, 0x7c00, 0x8000, 0x7e00};
     float f[8];
     qvk_f16_to_f32(f, h, 8);
     assert_true(f[0] == 1.0f);
@@ -140,8 +153,8 @@ static void ref_matvec_bf16(double *y, double *bound, const uint16_t *w, const f
     }
 }
 
-static void check_bound(const char *what, const float *got, const double *want,
-                        const double *bound, int n) {
+static void check_bound(const char *what, const float *got, const double *want, const double *bound,
+                        int n) {
     double max_d = 0, max_ratio = 0;
     for (int i = 0; i < n; i++) {
         double d = fabs((double)got[i] - want[i]);
@@ -156,8 +169,8 @@ static void check_bound(const char *what, const float *got, const double *want,
 
 static void test_matvec_vs_reference(void **state) {
     (void)state;
-    const int shapes[][2] = { { 1, 1 }, { 3, 7 }, { 5, 16 }, { 17, 33 }, { 37, 100 },
-                              { 64, 1024 }, { 129, 1027 }, { 8, 3072 } };
+    const int shapes[][2] = {{1, 1},    {3, 7},     {5, 16},     {17, 33},
+                             {37, 100}, {64, 1024}, {129, 1027}, {8, 3072}};
     qvk_pool *pool = qvk_pool_create(2);
     assert_non_null(pool);
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
@@ -179,16 +192,16 @@ static void test_matvec_vs_reference(void **state) {
             for (int v = 0; v < N_VARIANTS; v++) {
                 if (qvk_set_variant(k_variants[v]) != 0) continue;
                 char what[96];
-                snprintf(what, sizeof what, "matvec_bf16 %s %dx%d%s", k_variants[v], n_out,
-                         n_in, use_bias ? "+b" : "");
+                snprintf(what, sizeof what, "matvec_bf16 %s %dx%d%s", k_variants[v], n_out, n_in,
+                         use_bias ? "+b" : "");
                 qvk_matvec_bf16(pool, y, w, x, bias, n_out, n_in);
                 check_bound(what, y, ref, bound, n_out);
                 if (v == 0) memcpy(y_scalar, y, sizeof(float) * (size_t)n_out);
                 /* variant vs scalar: both within the bound, so within twice of it */
                 for (int o = 0; o < n_out; o++)
                     assert_true(fabs((double)y[o] - y_scalar[o]) <= 2 * bound[o]);
-                snprintf(what, sizeof what, "matvec_f32 %s %dx%d%s", k_variants[v], n_out,
-                         n_in, use_bias ? "+b" : "");
+                snprintf(what, sizeof what, "matvec_f32 %s %dx%d%s", k_variants[v], n_out, n_in,
+                         use_bias ? "+b" : "");
                 qvk_matvec_f32(pool, y, wf, x, bias, n_out, n_in);
                 check_bound(what, y, ref, bound, n_out);
             }
@@ -210,7 +223,7 @@ static void test_matvec_vs_reference(void **state) {
 static void test_matvec_threads_bit_identical(void **state) {
     (void)state;
     enum { N_IN = 1000, N_A = 333, N_B = 64, N_C = 7 };
-    const int n_outs[3] = { N_A, N_B, N_C };
+    const int n_outs[3] = {N_A, N_B, N_C};
     uint16_t *w[3];
     float *bias = falloc(N_A), *x = falloc(N_IN);
     float *y1[3], *y2[3], *y3[3];
@@ -243,10 +256,11 @@ static void test_matvec_threads_bit_identical(void **state) {
         }
         qvk_mv mv[3];
         for (int m = 0; m < 3; m++)
-            mv[m] = (qvk_mv){ y3[m], w[m], m == 0 ? bias : NULL, n_outs[m] };
-        qvk_pool *pools[3] = { NULL, p2, p3 };
+            mv[m] = (qvk_mv){y3[m], w[m], m == 0 ? bias : NULL, n_outs[m]};
+        qvk_pool *pools[3] = {NULL, p2, p3};
         for (int p = 0; p < 3; p++) {
-            for (int m = 0; m < 3; m++) memset(y3[m], 0xff, sizeof(float) * (size_t)n_outs[m]);
+            for (int m = 0; m < 3; m++)
+                memset(y3[m], 0xff, sizeof(float) * (size_t)n_outs[m]);
             qvk_matvec_bf16_multi(pools[p], x, N_IN, mv, 3);
             for (int m = 0; m < 3; m++)
                 assert_memory_equal(y1[m], y3[m], sizeof(float) * (size_t)n_outs[m]);
@@ -270,13 +284,15 @@ static void test_mem_read(void **state) {
     (void)state;
     enum { N = 1000 };
     unsigned char *buf = qvk_alloc(N + 1);
-    for (int i = 0; i <= N; i++) buf[i] = (unsigned char)rnd_u32();
+    for (int i = 0; i <= N; i++)
+        buf[i] = (unsigned char)rnd_u32();
     for (int v = 0; v < N_VARIANTS; v++) {
         if (qvk_set_variant(k_variants[v]) != 0) continue;
         for (int off = 0; off < 2; off++)
             for (int n = 0; n <= N - off; n += n < 600 ? 1 : 37) {
                 uint64_t want = 0;
-                for (int i = 0; i < n; i++) want ^= (uint64_t)buf[off + i] << (8 * (i & 7));
+                for (int i = 0; i < n; i++)
+                    want ^= (uint64_t)buf[off + i] << (8 * (i & 7));
                 assert_true(qvk_mem_read(buf + off, (size_t)n) == want);
             }
     }
@@ -304,13 +320,16 @@ static void test_pool(void **state) {
     for (int n = 1; n <= 4; n++) {
         qvk_pool *pool = qvk_pool_create(n);
         assert_non_null(pool);
-        struct count_arg a = { { 0 }, 0 };
-        for (int r = 0; r < 5000; r++) qvk_pool_run(pool, count_job, &a);
+        struct count_arg a = {{0}, 0};
+        for (int r = 0; r < 5000; r++)
+            qvk_pool_run(pool, count_job, &a);
         /* let workers fall asleep, then check they wake from the futex */
         usleep(2000);
         qvk_pool_run(pool, count_job, &a);
-        for (int i = 0; i < n; i++) assert_int_equal(a.counts[i], 5001);
-        for (int i = n; i < 8; i++) assert_int_equal(a.counts[i], 0);
+        for (int i = 0; i < n; i++)
+            assert_int_equal(a.counts[i], 5001);
+        for (int i = n; i < 8; i++)
+            assert_int_equal(a.counts[i], 0);
         assert_int_equal(a.nth_seen, n);
         qvk_pool_free(pool);
     }
@@ -332,7 +351,8 @@ static void test_linear(void **state) {
     for (int r = 0; r < R; r++)
         for (int o = 0; o < OUT; o++) {
             double s = b[o];
-            for (int i = 0; i < IN; i++) s += (double)x[r * IN + i] * w[o * IN + i];
+            for (int i = 0; i < IN; i++)
+                s += (double)x[r * IN + i] * w[o * IN + i];
             ref[r * OUT + o] = s;
         }
     qvk_linear_f32(y, x, w, b, R, IN, OUT);
@@ -348,7 +368,8 @@ static void test_linear(void **state) {
     for (int i = 0; i < M; i++)
         for (int j = 0; j < N; j++) {
             double s = 0;
-            for (int k = 0; k < K; k++) s += (double)a[k * M + i] * bb[j * K + k];
+            for (int k = 0; k < K; k++)
+                s += (double)a[k * M + i] * bb[j * K + k];
             cref[i * N + j] = 2 * s + 0.5 * c[i * N + j];
         }
     qvk_sgemm(1, 1, M, N, K, 2.0f, a, M, bb, K, 0.5f, c, N);
@@ -367,7 +388,7 @@ static void test_linear(void **state) {
 static void test_linear_bf16(void **state) {
     (void)state;
     enum { IN = 1030, OUT = 517, MAXR = 70 }; /* 517 = 3 widening chunks of 240, 240, 37 */
-    const int n_rows[] = { 1, 2, 3, 4, 5, 7, 8, 9, 64, 70 };
+    const int n_rows[] = {1, 2, 3, 4, 5, 7, 8, 9, 64, 70};
     float *x = falloc((size_t)MAXR * IN), *b = falloc(OUT), *y = falloc((size_t)MAXR * OUT);
     float *y2 = falloc((size_t)MAXR * OUT), *row = falloc(OUT), *scratch = falloc((size_t)OUT * IN);
     uint16_t *w = qvk_alloc((size_t)OUT * IN * 2);
@@ -426,9 +447,11 @@ static void test_elementwise(void **state) {
     for (int v = 0; v < N_VARIANTS; v++) {
         if (qvk_set_variant(k_variants[v]) != 0) continue;
         double ss = 0;
-        for (int i = 0; i < N; i++) ss += (double)x[i] * x[i];
+        for (int i = 0; i < N; i++)
+            ss += (double)x[i] * x[i];
         double r = 1.0 / sqrt(ss / N + 1e-6);
-        for (int i = 0; i < N; i++) ref[i] = w[i] * x[i] * r;
+        for (int i = 0; i < N; i++)
+            ref[i] = w[i] * x[i] * r;
         qvk_rmsnorm(y, x, w, N, 1e-6f);
         char what[64];
         snprintf(what, sizeof what, "rmsnorm %s", k_variants[v]);
@@ -437,27 +460,32 @@ static void test_elementwise(void **state) {
     restore_variant();
 
     double mean = 0, var = 0;
-    for (int i = 0; i < N; i++) mean += x[i];
+    for (int i = 0; i < N; i++)
+        mean += x[i];
     mean /= N;
-    for (int i = 0; i < N; i++) var += (x[i] - mean) * (x[i] - mean);
+    for (int i = 0; i < N; i++)
+        var += (x[i] - mean) * (x[i] - mean);
     var /= N;
-    for (int i = 0; i < N; i++) ref[i] = (x[i] - mean) / sqrt(var + 1e-5) * w[i] + b[i];
+    for (int i = 0; i < N; i++)
+        ref[i] = (x[i] - mean) / sqrt(var + 1e-5) * w[i] + b[i];
     qvk_layernorm(y, x, w, b, N, 1e-5f);
     check_close("layernorm", y, ref, N, 1e-6, 2e-6);
-    for (int i = 0; i < N; i++) ref[i] -= b[i];
+    for (int i = 0; i < N; i++)
+        ref[i] -= b[i];
     qvk_layernorm(y, x, w, NULL, N, 1e-5f);
     check_close("layernorm (no bias)", y, ref, N, 1e-6, 2e-6);
 
-    for (int i = 0; i < N; i++) ref[i] = 0.5 * x[i] * (1 + erf(x[i] / sqrt(2.0)));
+    for (int i = 0; i < N; i++)
+        ref[i] = 0.5 * x[i] * (1 + erf(x[i] / sqrt(2.0)));
     memcpy(y, x, sizeof x);
     qvk_gelu_erf(y, N);
     check_close("gelu_erf", y, ref, N, 1e-7, 1e-6);
 
-    for (int i = 0; i < N; i++) ref[i] = x[i] > 0 ? x[i] : expm1((double)x[i]);
+    for (int i = 0; i < N; i++)
+        ref[i] = x[i] > 0 ? x[i] : expm1((double)x[i]);
     memcpy(y, x, sizeof x);
     qvk_elu(y, N);
     check_close("elu", y, ref, N, 1e-7, 1e-6);
-
 }
 
 /* The SIMD exp/sin polynomials over wide argument ranges, per variant. */
@@ -466,11 +494,12 @@ static void test_vector_math(void **state) {
     enum { N = 4099, C = 3, T = 1000 };
     static float x[N], y[N], g[N], u[N], sx[C * T], sx0[C * T];
     static double ref[N], sref[C * T];
-    for (int i = 0; i < N; i++) x[i] = -100.0f + 200.0f * i / (N - 1); /* silu: exp(-x) up to e^100 */
+    for (int i = 0; i < N; i++)
+        x[i] = -100.0f + 200.0f * i / (N - 1); /* silu: exp(-x) up to e^100 */
     fill(g, N, 8.0f);
     fill(u, N, 2.0f);
     /* snake arguments a·x up to ~2·10⁵, so the scalar fallback for |a·x| ≥ 2¹⁶ runs too */
-    const float la[C] = { -0.5f, 0.0f, 2.5f }, lb[C] = { 0.3f, -1.0f, 0.0f };
+    const float la[C] = {-0.5f, 0.0f, 2.5f}, lb[C] = {0.3f, -1.0f, 0.0f};
     for (int t = 0; t < T; t++) {
         sx0[t] = rnd() * 3.0f;
         sx0[T + t] = rnd() * 50.0f;
@@ -488,27 +517,33 @@ static void test_vector_math(void **state) {
         if (qvk_set_variant(k_variants[v]) != 0) continue;
         char what[64];
 
-        for (int i = 0; i < N; i++) ref[i] = x[i] / (1 + exp(-(double)x[i]));
+        for (int i = 0; i < N; i++)
+            ref[i] = x[i] / (1 + exp(-(double)x[i]));
         memcpy(y, x, sizeof x);
         qvk_silu(y, N);
         snprintf(what, sizeof what, "silu [-100,100] %s", k_variants[v]);
         check_close(what, y, ref, N, 1e-30, 4e-7);
 
-        for (int i = 0; i < N; i++) ref[i] = g[i] / (1 + exp(-(double)g[i])) * u[i];
+        for (int i = 0; i < N; i++)
+            ref[i] = g[i] / (1 + exp(-(double)g[i])) * u[i];
         qvk_swiglu(y, g, u, N);
         snprintf(what, sizeof what, "swiglu %s", k_variants[v]);
         check_close(what, y, ref, N, 1e-30, 5e-7);
 
         /* softmax over a 120-wide range: tiny probabilities must stay accurate too */
         for (int n = 1; n <= 37; n += 12) {
-            for (int i = 0; i < N; i++) y[i] = -110.0f + 120.0f * (float)((i * 7919) % N) / N;
+            for (int i = 0; i < N; i++)
+                y[i] = -110.0f + 120.0f * (float)((i * 7919) % N) / N;
             /* x − max is rounded to f32 as in the reference implementation (not the kernel's
              * error: up to ½ ulp of 110, i.e. a 4e-6 relative change of e^(x−max)) */
             float mx = -INFINITY;
             double sum = 0;
-            for (int i = 0; i < n * 100; i++) mx = y[i] > mx ? y[i] : mx;
-            for (int i = 0; i < n * 100; i++) sum += exp((double)(y[i] - mx));
-            for (int i = 0; i < n * 100; i++) ref[i] = exp((double)(y[i] - mx)) / sum;
+            for (int i = 0; i < n * 100; i++)
+                mx = y[i] > mx ? y[i] : mx;
+            for (int i = 0; i < n * 100; i++)
+                sum += exp((double)(y[i] - mx));
+            for (int i = 0; i < n * 100; i++)
+                ref[i] = exp((double)(y[i] - mx)) / sum;
             qvk_softmax(y, n * 100);
             snprintf(what, sizeof what, "softmax n=%d %s", n * 100, k_variants[v]);
             check_close(what, y, ref, (size_t)n * 100, 1e-44, 1e-6);
@@ -561,7 +596,7 @@ static void test_attend(void **state) {
     float *out = falloc(NH * HD), *out2 = falloc(NH * HD), *scratch = falloc(NH * CTX);
     double ref[NH * HD];
     qvk_pool *pool = qvk_pool_create(2);
-    const int n_kvs[] = { 2, 4, 8 };
+    const int n_kvs[] = {2, 4, 8};
     for (int c = 0; c < 3; c++) {
         int nkv = n_kvs[c], stride = nkv * HD + 5;
         fill(q, NH * HD, 1.0f);
@@ -573,14 +608,17 @@ static void test_attend(void **state) {
             double sc[CTX], mx = -1e300, sum = 0;
             for (int t = 0; t < CTX; t++) {
                 double d = 0;
-                for (int i = 0; i < HD; i++) d += (double)q[h * HD + i] * k[t * stride + kvh * HD + i];
+                for (int i = 0; i < HD; i++)
+                    d += (double)q[h * HD + i] * k[t * stride + kvh * HD + i];
                 sc[t] = d * scale;
                 mx = sc[t] > mx ? sc[t] : mx;
             }
-            for (int t = 0; t < CTX; t++) sum += sc[t] = exp(sc[t] - mx);
+            for (int t = 0; t < CTX; t++)
+                sum += sc[t] = exp(sc[t] - mx);
             for (int i = 0; i < HD; i++) {
                 double o = 0;
-                for (int t = 0; t < CTX; t++) o += sc[t] / sum * v[t * stride + kvh * HD + i];
+                for (int t = 0; t < CTX; t++)
+                    o += sc[t] / sum * v[t * stride + kvh * HD + i];
                 ref[h * HD + i] = o;
             }
         }
@@ -612,7 +650,8 @@ static double padded_at(const float *row, int t_in, long p, enum qvk_pad mode) {
     if (mode == QVK_PAD_REPLICATE) return row[p < 0 ? 0 : t_in - 1];
     /* reflect (edge excluded), folded repeatedly */
     if (t_in == 1) return row[0];
-    while (p < 0 || p >= t_in) p = p < 0 ? -p : 2 * (t_in - 1) - p;
+    while (p < 0 || p >= t_in)
+        p = p < 0 ? -p : 2 * (t_in - 1) - p;
     return row[p];
 }
 
@@ -639,18 +678,18 @@ static void test_conv1d(void **state) {
     (void)state;
     const qvk_conv cases[] = {
         /* c_in c_out k stride dil groups padl padr mode */
-        { 4, 6, 3, 1, 1, 1, 2, 0, QVK_PAD_ZERO },      /* causal k3 */
-        { 5, 3, 7, 1, 3, 1, 18, 0, QVK_PAD_ZERO },     /* causal dilated */
-        { 4, 4, 5, 1, 2, 1, 4, 4, QVK_PAD_REFLECT },   /* "same" reflect */
-        { 3, 2, 3, 1, 1, 1, 1, 1, QVK_PAD_REPLICATE },
-        { 6, 4, 8, 4, 1, 1, 4, 3, QVK_PAD_ZERO },      /* strided */
-        { 4, 6, 3, 2, 1, 2, 1, 1, QVK_PAD_REFLECT },   /* grouped */
-        { 8, 8, 7, 1, 1, 8, 6, 0, QVK_PAD_ZERO },      /* depthwise causal */
-        { 8, 8, 3, 2, 2, 8, 2, 2, QVK_PAD_REFLECT },   /* depthwise strided dilated */
-        { 7, 5, 1, 1, 1, 1, 0, 0, QVK_PAD_ZERO },      /* 1x1 */
-        { 2, 3, 3, 1, 1, 1, 12, 12, QVK_PAD_REFLECT }, /* pad longer than the input */
+        {4, 6, 3, 1, 1, 1, 2, 0, QVK_PAD_ZERO},    /* causal k3 */
+        {5, 3, 7, 1, 3, 1, 18, 0, QVK_PAD_ZERO},   /* causal dilated */
+        {4, 4, 5, 1, 2, 1, 4, 4, QVK_PAD_REFLECT}, /* "same" reflect */
+        {3, 2, 3, 1, 1, 1, 1, 1, QVK_PAD_REPLICATE},
+        {6, 4, 8, 4, 1, 1, 4, 3, QVK_PAD_ZERO},      /* strided */
+        {4, 6, 3, 2, 1, 2, 1, 1, QVK_PAD_REFLECT},   /* grouped */
+        {8, 8, 7, 1, 1, 8, 6, 0, QVK_PAD_ZERO},      /* depthwise causal */
+        {8, 8, 3, 2, 2, 8, 2, 2, QVK_PAD_REFLECT},   /* depthwise strided dilated */
+        {7, 5, 1, 1, 1, 1, 0, 0, QVK_PAD_ZERO},      /* 1x1 */
+        {2, 3, 3, 1, 1, 1, 12, 12, QVK_PAD_REFLECT}, /* pad longer than the input */
     };
-    const int t_ins[] = { 1, 9, 40 };
+    const int t_ins[] = {1, 9, 40};
     double max_all = 0;
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         const qvk_conv *cv = &cases[c];
@@ -686,15 +725,15 @@ static void test_conv1d(void **state) {
         }
     }
     printf("  %-40s max|Δ| = %.3g (tol 1e-5)\n", "conv1d (10 configs x 3 lengths)", max_all);
-    qvk_conv cz = { 2, 2, 5, 1, 1, 1, 0, 0, QVK_PAD_ZERO };
+    qvk_conv cz = {2, 2, 5, 1, 1, 1, 0, 0, QVK_PAD_ZERO};
     assert_int_equal(qvk_conv1d_out_len(&cz, 4), 0);
     assert_int_equal(qvk_conv1d_out_len(&cz, 5), 1);
 }
 
 static void test_conv_transpose1d(void **state) {
     (void)state;
-    const int cfg[][4] = { /* c_in c_out k stride */ { 4, 3, 2, 2 }, { 3, 5, 16, 8 },
-                           { 2, 2, 10, 5 }, { 5, 4, 3, 1 } };
+    const int cfg[][4] = {
+        /* c_in c_out k stride */ {4, 3, 2, 2}, {3, 5, 16, 8}, {2, 2, 10, 5}, {5, 4, 3, 1}};
     double max_all = 0;
     for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
         int ci = cfg[c][0], co = cfg[c][1], k = cfg[c][2], st = cfg[c][3];
@@ -710,7 +749,8 @@ static void test_conv_transpose1d(void **state) {
             fill(w, (size_t)ci * co * k, 1.0f);
             fill(b, co, 1.0f);
             for (int o = 0; o < co; o++) {
-                for (int p = 0; p < full; p++) ref[(size_t)o * full + p] = b[o];
+                for (int p = 0; p < full; p++)
+                    ref[(size_t)o * full + p] = b[o];
                 for (int i = 0; i < ci; i++)
                     for (int t = 0; t < t_in; t++)
                         for (int j = 0; j < k; j++)
@@ -733,18 +773,10 @@ static void test_conv_transpose1d(void **state) {
             free(ref);
         }
     }
-    printf("  %-40s max|Δ| = %.3g (tol 1e-5)\n", "conv_transpose1d (4 configs x 2 trims)",
-           max_all);
+    printf("  %-40s max|Δ| = %.3g (tol 1e-5)\n", "conv_transpose1d (4 configs x 2 trims)", max_all);
 }
 
 /* ---- .npy reader ----------------------------------------------------------------------- */
-
-static void write_file(const char *path, const void *data, size_t n) {
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(data, 1, n, f), n);
-    fclose(f);
-}
 
 /* Builds a v1.0 .npy image: header padded so the data starts at a multiple of 64. */
 static size_t make_npy(unsigned char *buf, const char *dict, const void *data, size_t n_data) {
@@ -771,10 +803,10 @@ static void test_npy(void **state) {
     char err[256];
     npy_array a;
 
-    const float f[8] = { 1, -2, 3.5f, 0, 1e-3f, 42, 7, 8 };
+    const float f[8] = {1, -2, 3.5f, 0, 1e-3f, 42, 7, 8};
     size_t n = make_npy(buf, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", f,
                         6 * sizeof *f);
-    write_file(path, buf, n);
+    tmp_write(path, buf, n);
     assert_int_equal(npy_read(path, &a, err, sizeof err), 0);
     assert_int_equal(a.dtype, NPY_F32);
     assert_int_equal(a.n_dims, 2);
@@ -782,9 +814,9 @@ static void test_npy(void **state) {
     assert_memory_equal(npy_f32(&a), f, 6 * sizeof *f);
     npy_free(&a);
 
-    const int64_t iv[3] = { -1, 151672, 1ll << 40 };
+    const int64_t iv[3] = {-1, 151672, 1ll << 40};
     n = make_npy(buf, "{'descr': '<i8', 'fortran_order': False, 'shape': (3,), }", iv, sizeof iv);
-    write_file(path, buf, n);
+    tmp_write(path, buf, n);
     assert_int_equal(npy_read_typed(path, NPY_I64, &a, err, sizeof err), 0);
     assert_true(a.n_dims == 1 && a.shape[0] == 3);
     assert_memory_equal(npy_i64(&a), iv, sizeof iv);
@@ -792,7 +824,7 @@ static void test_npy(void **state) {
     assert_int_equal(npy_read_typed(path, NPY_F32, &a, err, sizeof err), -1);
 
     n = make_npy(buf, "{'descr': '<f4', 'fortran_order': False, 'shape': (), }", f, 4);
-    write_file(path, buf, n);
+    tmp_write(path, buf, n);
     assert_int_equal(npy_read(path, &a, err, sizeof err), 0);
     assert_true(a.n_dims == 0 && a.n_elems == 1 && npy_f32(&a)[0] == 1.0f);
     npy_free(&a);
@@ -802,19 +834,18 @@ static void test_npy(void **state) {
         const char *dict;
         size_t n_data;
     } bad[] = {
-        { "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", 20 }, /* short */
-        { "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", 28 }, /* long */
-        { "{'descr': '>f4', 'fortran_order': False, 'shape': (2,), }", 8 },
-        { "{'descr': '<f4', 'fortran_order': True, 'shape': (2,), }", 8 },
-        { "{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999999999,), }", 8 },
-        { "{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967296, 16), }",
-          8 },
-        { "{'descr': '<f4', 'fortran_order': False, 'shape': (2, }", 8 },
-        { "{'fortran_order': False, 'shape': (2,), }", 8 },
+        {"{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", 20}, /* short */
+        {"{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", 28}, /* long */
+        {"{'descr': '>f4', 'fortran_order': False, 'shape': (2,), }", 8},
+        {"{'descr': '<f4', 'fortran_order': True, 'shape': (2,), }", 8},
+        {"{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999999999,), }", 8},
+        {"{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967296, 16), }", 8},
+        {"{'descr': '<f4', 'fortran_order': False, 'shape': (2, }", 8},
+        {"{'fortran_order': False, 'shape': (2,), }", 8},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         n = make_npy(buf, bad[i].dict, f, bad[i].n_data);
-        write_file(path, buf, n);
+        tmp_write(path, buf, n);
         err[0] = 0;
         assert_int_equal(npy_read(path, &a, err, sizeof err), -1);
         assert_null(a.data);
@@ -823,11 +854,11 @@ static void test_npy(void **state) {
     n = make_npy(buf, "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }", f, 8);
     buf[8] = 0xff; /* header length beyond the file */
     buf[9] = 0xff;
-    write_file(path, buf, n);
+    tmp_write(path, buf, n);
     assert_int_equal(npy_read(path, &a, err, sizeof err), -1);
-    write_file(path, "\x93NUMPY\x01", 7);
+    tmp_write(path, "\x93NUMPY\x01", 7);
     assert_int_equal(npy_read(path, &a, err, sizeof err), -1);
-    write_file(path, "PK\x03\x04 not npy", 13);
+    tmp_write(path, "PK\x03\x04 not npy", 13);
     assert_int_equal(npy_read(path, &a, err, sizeof err), -1);
     unlink(path);
     assert_int_equal(npy_read(path, &a, err, sizeof err), -1);

@@ -20,10 +20,9 @@
 #include "config.h"
 #include "manifest.h"
 #include "safetensors.h"
+#include "helpers/tmpdir.h"
 
 #define GOLD "tests/golden/configs"
-
-static char g_dir[64];
 
 static void load_configs(const char *dir, qve_model_config *mc, qve_codec_config *cc) {
     char err[512];
@@ -33,15 +32,20 @@ static void load_configs(const char *dir, qve_model_config *mc, qve_codec_config
 
 static int count_prefix(const qve_manifest *m, const char *prefix) {
     int n = 0;
-    for (int i = 0; i < m->n_entries; i++) n += strncmp(m->entries[i].name, prefix, strlen(prefix)) == 0;
+    for (int i = 0; i < m->n_entries; i++)
+        n += strncmp(m->entries[i].name, prefix, strlen(prefix)) == 0;
     return n;
 }
 
 static void test_counts(void **state) {
     (void)state;
-    static const struct { const char *dir; int n; } want[] = {
-        {GOLD "/q06b-cv", 402}, {GOLD "/q06b-base", 478}, {GOLD "/q17b-cv", 404},
-        {GOLD "/q17b-base", 480}};
+    static const struct {
+        const char *dir;
+        int n;
+    } want[] = {{GOLD "/q06b-cv", 402},
+                {GOLD "/q06b-base", 478},
+                {GOLD "/q17b-cv", 404},
+                {GOLD "/q17b-base", 480}};
     char err[256];
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         qve_model_config mc;
@@ -52,19 +56,22 @@ static void test_counts(void **state) {
         printf("    %s: %d model tensors\n", want[i].dir, m.n_entries);
         assert_int_equal(m.n_entries, want[i].n);
         assert_int_equal(count_prefix(&m, "speaker_encoder."), mc.has_speaker_encoder ? 76 : 0);
-        const qve_manifest_entry *e = qve_manifest_find(&m, "talker.model.layers.27.self_attn.q_proj.weight");
+        const qve_manifest_entry *e =
+            qve_manifest_find(&m, "talker.model.layers.27.self_attn.q_proj.weight");
         assert_non_null(e);
         assert_int_equal(e->shape[0], 2048);
         assert_int_equal(e->shape[1], mc.talker.hidden_size);
         e = qve_manifest_find(&m, "talker.code_predictor.model.codec_embedding.14.weight");
         assert_int_equal(e->shape[1], mc.talker.hidden_size); /* talker width, §2.1 */
-        assert_int_equal(qve_manifest_find(&m, "talker.code_predictor.small_to_mtp_projection.bias") != NULL,
-                         mc.talker.hidden_size != mc.code_predictor.hidden_size);
+        assert_int_equal(
+            qve_manifest_find(&m, "talker.code_predictor.small_to_mtp_projection.bias") != NULL,
+            mc.talker.hidden_size != mc.code_predictor.hidden_size);
         if (mc.has_speaker_encoder) {
             e = qve_manifest_find(&m, "speaker_encoder.fc.weight");
             assert_int_equal(e->shape[0], mc.enc_dim);
             assert_int_equal(e->shape[1], 3072);
-            e = qve_manifest_find(&m, "speaker_encoder.blocks.2.res2net_block.blocks.6.conv.weight");
+            e = qve_manifest_find(&m,
+                                  "speaker_encoder.blocks.2.res2net_block.blocks.6.conv.weight");
             assert_true(e->shape[0] == 64 && e->shape[1] == 64 && e->shape[2] == 3);
         }
         assert_null(qve_manifest_find(&m, "talker.model.layers.28.input_layernorm.weight"));
@@ -83,8 +90,12 @@ static void test_counts(void **state) {
         assert_true(e->shape[0] == 512 && e->shape[2] == 4);
         e = qve_manifest_find(&m, "decoder.decoder.4.block.1.conv.weight");
         assert_true(e->shape[0] == 192 && e->shape[1] == 96 && e->shape[2] == 6);
-        assert_non_null(qve_manifest_find(&m, "encoder.quantizer.acoustic_residual_vector_quantizer.layers.14.codebook.embed_sum"));
-        assert_null(qve_manifest_find(&m, "encoder.quantizer.acoustic_residual_vector_quantizer.layers.15.codebook.embed_sum"));
+        assert_non_null(qve_manifest_find(
+            &m,
+            "encoder.quantizer.acoustic_residual_vector_quantizer.layers.14.codebook.embed_sum"));
+        assert_null(qve_manifest_find(
+            &m,
+            "encoder.quantizer.acoustic_residual_vector_quantizer.layers.15.codebook.embed_sum"));
         qve_manifest_free(&m);
     }
 }
@@ -106,16 +117,19 @@ static void write_from_manifest(const char *path, const qve_manifest *m, const c
             e.n_dims = 1;
             e.shape[0] = 4;
             e.dtype = QVE_DTYPE_F32;
-        } else e = m->entries[i];
+        } else
+            e = m->entries[i];
         if (drop && strcmp(e.name, drop) == 0) continue;
         if (reshape && strcmp(e.name, reshape) == 0) e.shape[0] += 1;
         int i64 = as_i64 && strcmp(e.name, as_i64) == 0;
         uint64_t n = i64 ? 8 : qve_dtype_size(e.dtype);
-        for (int k = 0; k < e.n_dims; k++) n *= (uint64_t)e.shape[k];
+        for (int k = 0; k < e.n_dims; k++)
+            n *= (uint64_t)e.shape[k];
         cJSON *t = cJSON_AddObjectToObject(h, e.name);
         cJSON_AddStringToObject(t, "dtype", i64 ? "I64" : qve_dtype_name(e.dtype));
         cJSON *s = cJSON_AddArrayToObject(t, "shape");
-        for (int k = 0; k < e.n_dims; k++) cJSON_AddItemToArray(s, cJSON_CreateNumber((double)e.shape[k]));
+        for (int k = 0; k < e.n_dims; k++)
+            cJSON_AddItemToArray(s, cJSON_CreateNumber((double)e.shape[k]));
         cJSON *o = cJSON_AddArrayToObject(t, "data_offsets");
         cJSON_AddItemToArray(o, cJSON_CreateNumber((double)off));
         cJSON_AddItemToArray(o, cJSON_CreateNumber((double)(off + n)));
@@ -123,20 +137,11 @@ static void write_from_manifest(const char *path, const qve_manifest *m, const c
     }
     char *js = cJSON_PrintUnformatted(h);
     cJSON_Delete(h);
-    size_t n = strlen(js), padded = (n + 7) & ~(size_t)7;
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    uint8_t len[8];
-    for (int i = 0; i < 8; i++) len[i] = (uint8_t)((uint64_t)padded >> (8 * i));
-    fwrite(len, 1, 8, f);
-    fwrite(js, 1, n, f);
-    for (size_t i = n; i < padded; i++) fputc(' ', f);
+    tmp_write_st(path, js, NULL, off); /* sparse zeros */
     free(js);
-    assert_int_equal(ftruncate(fileno(f), (off_t)(8 + padded + off)), 0); /* sparse zeros */
-    fclose(f);
 }
 
-/* A reduced Base config (tiny widths, 256-token text vocabulary) in g_dir. */
+/* A reduced Base config (tiny widths, 256-token text vocabulary) in tmp_dir. */
 static void small_config(qve_model_config *mc, qve_codec_config *cc) {
     load_configs(GOLD "/q06b-base", mc, cc);
     mc->size = QVE_SIZE_OTHER;
@@ -186,7 +191,7 @@ static void test_check_small(void **state) {
     /* 6 + 2*11 + 2 talker, 2*11 + 1 + 3 + 3 + 2 code predictor, 2 + 3*(2+6+6) + 8 speaker enc. */
     assert_int_equal(m.n_entries, 30 + 31 + 52);
     char path[128];
-    snprintf(path, sizeof path, "%s/model.safetensors", g_dir);
+    snprintf(path, sizeof path, "%s/model.safetensors", tmp_dir);
 
     write_from_manifest(path, &m, NULL, NULL, NULL, NULL);
     qve_st *st = qve_st_open(path, err, sizeof err);
@@ -195,13 +200,19 @@ static void test_check_small(void **state) {
     qve_st_close(st);
 
     write_from_manifest(path, &m, "talker.code_predictor.lm_head.2.weight", NULL, NULL, NULL);
-    expect_check_fail(&mc, path, "tensor talker.code_predictor.lm_head.2.weight: missing (expected [64, 16])");
+    expect_check_fail(&mc, path,
+                      "tensor talker.code_predictor.lm_head.2.weight: missing (expected [64, 16])");
     write_from_manifest(path, &m, NULL, "talker.model.layers.1.mlp.down_proj.weight", NULL, NULL);
-    expect_check_fail(&mc, path, "tensor talker.model.layers.1.mlp.down_proj.weight: expected [32, 64] float, found [33, 64] BF16");
+    expect_check_fail(&mc, path,
+                      "tensor talker.model.layers.1.mlp.down_proj.weight: expected [32, 64] float, "
+                      "found [33, 64] BF16");
     write_from_manifest(path, &m, NULL, NULL, "talker.model.layers.2.input_layernorm.weight", NULL);
-    expect_check_fail(&mc, path, "unexpected tensor talker.model.layers.2.input_layernorm.weight (expected 113 tensors, found 114)");
+    expect_check_fail(&mc, path,
+                      "unexpected tensor talker.model.layers.2.input_layernorm.weight (expected "
+                      "113 tensors, found 114)");
     write_from_manifest(path, &m, NULL, NULL, NULL, "speaker_encoder.fc.bias");
-    expect_check_fail(&mc, path, "tensor speaker_encoder.fc.bias: expected [32] float, found [32] I64");
+    expect_check_fail(&mc, path,
+                      "tensor speaker_encoder.fc.bias: expected [32] float, found [32] I64");
     qve_manifest_free(&m);
 }
 
@@ -234,7 +245,7 @@ static void test_cache_models(void **state) {
     (void)state;
     const char *cache = getenv("QVOICE_CACHE");
     if (!cache || !*cache) cache = "cache";
-    static const char *const names[] = {"tiny-base", "tiny-cv", "tiny-vd", "q06b-base",
+    static const char *const names[] = {"tiny-base", "tiny-cv",   "tiny-vd", "q06b-base",
                                         "q06b-cv",   "q17b-base", "q17b-cv", "q17b-vd"};
     int n = 0;
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
@@ -245,24 +256,11 @@ static void test_cache_models(void **state) {
     if (n == 0) printf("    note: no synthetic models in %s; nothing checked\n", cache);
 }
 
-static int setup(void **state) {
-    (void)state;
-    snprintf(g_dir, sizeof g_dir, "/tmp/qv_man_XXXXXX");
-    return mkdtemp(g_dir) ? 0 : -1;
-}
-
-static int teardown(void **state) {
-    (void)state;
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-    return system(cmd) == 0 ? 0 : -1;
-}
-
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_counts),
         cmocka_unit_test(test_check_small),
         cmocka_unit_test(test_cache_models),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, tmpdir_setup, tmpdir_teardown);
 }

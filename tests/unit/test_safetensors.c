@@ -15,37 +15,7 @@
 
 #include "kernels.h"
 #include "safetensors.h"
-
-static char g_dir[64];
-
-static const char *tmp_path(const char *name) {
-    static char buf[8][256];
-    static int k;
-    char *p = buf[k++ % 8];
-    snprintf(p, 256, "%s/%s", g_dir, name);
-    return p;
-}
-
-/* Writes 8-byte LE length, header padded with spaces to a multiple of 8, then data. */
-static void write_st(const char *path, const char *header, const void *data, size_t n_data) {
-    size_t n = strlen(header), padded = (n + 7) & ~(size_t)7;
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    uint8_t len[8];
-    for (int i = 0; i < 8; i++) len[i] = (uint8_t)((uint64_t)padded >> (8 * i));
-    fwrite(len, 1, 8, f);
-    fwrite(header, 1, n, f);
-    for (size_t i = n; i < padded; i++) fputc(' ', f);
-    if (n_data) fwrite(data, 1, n_data, f);
-    fclose(f);
-}
-
-static void write_raw(const char *path, const void *data, size_t n) {
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    if (n) fwrite(data, 1, n, f);
-    fclose(f);
-}
+#include "helpers/tmpdir.h"
 
 /* Opens path expecting failure; asserts every substring in the NULL-terminated list. */
 static void expect_fail(const char *path, ...) {
@@ -66,12 +36,11 @@ static void expect_fail(const char *path, ...) {
 
 /* bf16 1.0, -2.0 | f32 0.5 x3 | f16 1.0, -0.5 | i64 7 */
 static uint8_t g_data[32];
-static const char *g_hdr =
-    "{\"__metadata__\":{\"format\":\"pt\"},"
-    "\"a.bf16\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[0,4]},"
-    "\"b.f32\":{\"dtype\":\"F32\",\"shape\":[1,3],\"data_offsets\":[4,16]},"
-    "\"c.f16\":{\"dtype\":\"F16\",\"shape\":[2,1],\"data_offsets\":[16,20]},"
-    "\"d.i64\":{\"dtype\":\"I64\",\"shape\":[],\"data_offsets\":[24,32]}}";
+static const char *g_hdr = "{\"__metadata__\":{\"format\":\"pt\"},"
+                           "\"a.bf16\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[0,4]},"
+                           "\"b.f32\":{\"dtype\":\"F32\",\"shape\":[1,3],\"data_offsets\":[4,16]},"
+                           "\"c.f16\":{\"dtype\":\"F16\",\"shape\":[2,1],\"data_offsets\":[16,20]},"
+                           "\"d.i64\":{\"dtype\":\"I64\",\"shape\":[],\"data_offsets\":[24,32]}}";
 
 static void fill_data(void) {
     uint16_t bf[2] = {0x3F80, 0xC000};
@@ -89,7 +58,7 @@ static void test_valid(void **state) {
     (void)state;
     fill_data();
     const char *p = tmp_path("valid.safetensors");
-    write_st(p, g_hdr, g_data, 32);
+    tmp_write_st(p, g_hdr, g_data, 32);
     char err[256] = "";
     qve_st *st = qve_st_open(p, err, sizeof err);
     if (!st) fail_msg("%s", err);
@@ -98,6 +67,8 @@ static void test_valid(void **state) {
     assert_string_equal(qve_st_at(st, 3)->name, "d.i64");
     assert_null(qve_st_at(st, 4));
     assert_null(qve_st_at(st, -1));
+    assert_string_equal(qve_st_at_sorted(st, 1)->name, "b.f32"); /* name order (= header here) */
+    assert_null(qve_st_at_sorted(st, 4));
     const qve_tensor *b = qve_st_find(st, "b.f32");
     assert_non_null(b);
     assert_int_equal(b->n_dims, 2);
@@ -139,7 +110,8 @@ static void test_memory(void **state) {
     fill_data();
     size_t n = strlen(g_hdr), padded = (n + 7) & ~(size_t)7;
     uint8_t *buf = calloc(1, 8 + padded + 32);
-    for (int i = 0; i < 8; i++) buf[i] = (uint8_t)((uint64_t)padded >> (8 * i));
+    for (int i = 0; i < 8; i++)
+        buf[i] = (uint8_t)((uint64_t)padded >> (8 * i));
     memcpy(buf + 8, g_hdr, n);
     memset(buf + 8 + n, ' ', padded - n);
     memcpy(buf + 8 + padded, g_data, 32);
@@ -156,11 +128,11 @@ static void test_memory(void **state) {
 static void test_truncated(void **state) {
     (void)state;
     const char *p = tmp_path("trunc.safetensors");
-    write_raw(p, "\x10\0\0", 3);
+    tmp_write(p, "\x10\0\0", 3);
     expect_fail(p, "truncated file", "expected at least 8 bytes, found 3", NULL);
     /* Data cut short: the last tensor's range now ends past the file. */
     fill_data();
-    write_st(p, g_hdr, g_data, 20);
+    tmp_write_st(p, g_hdr, g_data, 20);
     expect_fail(p, "tensor d.i64", "data_offsets out of range", "expected end <= 20, found 32",
                 NULL);
     expect_fail(tmp_path("does-not-exist.safetensors"), "cannot open", NULL);
@@ -171,42 +143,43 @@ static void test_header_len(void **state) {
     const char *p = tmp_path("hlen.safetensors");
     uint8_t b[16] = {0xF0, 0x00};
     memcpy(b + 8, "{}      ", 8);
-    write_raw(p, b, 16);
+    tmp_write(p, b, 16);
     expect_fail(p, "header length exceeds file", "expected <= 8, found 240", NULL);
     uint8_t big[16] = {0, 0, 0, 0, 0, 0, 0, 0x80};
-    write_raw(p, big, 16);
+    tmp_write(p, big, 16);
     expect_fail(p, "header length over limit", NULL);
 }
 
 static void test_bad_json(void **state) {
     (void)state;
     const char *p = tmp_path("json.safetensors");
-    write_st(p, "{\"a\":{\"dtype\":\"F32\",", NULL, 0);
+    tmp_write_st(p, "{\"a\":{\"dtype\":\"F32\",", NULL, 0);
     expect_fail(p, "header is not valid JSON", NULL);
-    write_st(p, "[1,2]", NULL, 0);
+    tmp_write_st(p, "[1,2]", NULL, 0);
     expect_fail(p, "header is not a JSON object", NULL);
-    write_st(p, "{}x", NULL, 0);
+    tmp_write_st(p, "{}x", NULL, 0);
     expect_fail(p, "trailing bytes after JSON header", NULL);
-    write_st(p, "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
-                "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
-             "\0\0\0\0\0\0\0\0", 8);
+    tmp_write_st(p,
+                 "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+                 "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
+                 "\0\0\0\0\0\0\0\0", 8);
     expect_fail(p, "duplicate tensor a", NULL);
-    write_st(p, "{\"a\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,4]}}", NULL, 0);
+    tmp_write_st(p, "{\"a\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,4]}}", NULL, 0);
     expect_fail(p, "tensor a: bad shape entry 0", NULL);
-    write_st(p, "{\"a\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1],\"data_offsets\":[0,4]}}", NULL,
-             0);
+    tmp_write_st(p, "{\"a\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1],\"data_offsets\":[0,4]}}",
+                 NULL, 0);
     expect_fail(p, "tensor a: too many dimensions (expected <= 4, found 5)", NULL);
-    write_st(p, "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0]}}", NULL, 0);
+    tmp_write_st(p, "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0]}}", NULL, 0);
     expect_fail(p, "tensor a: bad data_offsets", NULL);
-    write_st(p, "{\"a\":{\"shape\":[1],\"data_offsets\":[0,4]}}", NULL, 0);
+    tmp_write_st(p, "{\"a\":{\"shape\":[1],\"data_offsets\":[0,4]}}", NULL, 0);
     expect_fail(p, "tensor a: missing or non-string dtype", NULL);
 }
 
 static void test_dtype(void **state) {
     (void)state;
     const char *p = tmp_path("dtype.safetensors");
-    write_st(p, "{\"w.q\":{\"dtype\":\"F8_E4M3\",\"shape\":[4],\"data_offsets\":[0,4]}}",
-             "\0\0\0\0", 4);
+    tmp_write_st(p, "{\"w.q\":{\"dtype\":\"F8_E4M3\",\"shape\":[4],\"data_offsets\":[0,4]}}",
+                 "\0\0\0\0", 4);
     expect_fail(p, "tensor w.q: unsupported dtype", "found F8_E4M3", NULL);
 }
 
@@ -214,19 +187,21 @@ static void test_offsets(void **state) {
     (void)state;
     uint8_t z[64] = {0};
     const char *p = tmp_path("off.safetensors");
-    write_st(p, "{\"x\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[48,64]}}", z, 32);
+    tmp_write_st(p, "{\"x\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[48,64]}}", z, 32);
     expect_fail(p, "tensor x: data_offsets out of range", "expected end <= 32, found 64", NULL);
-    write_st(p, "{\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,4]}}", z, 32);
+    tmp_write_st(p, "{\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,4]}}", z, 32);
     expect_fail(p, "tensor x: data_offsets reversed", NULL);
-    write_st(p, "{\"x\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]},"
-                "\"y\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}",
-             z, 32);
+    tmp_write_st(p,
+                 "{\"x\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]},"
+                 "\"y\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}",
+                 z, 32);
     expect_fail(p, "overlap", "expected y to start at >= 16, found 8", NULL);
-    write_st(p, "{\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[2,6]}}", z, 32);
+    tmp_write_st(p, "{\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[2,6]}}", z, 32);
     expect_fail(p, "tensor x: data not aligned", NULL);
-    write_st(p, "{\"x\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296],"
-                "\"data_offsets\":[0,16]}}",
-             z, 32);
+    tmp_write_st(p,
+                 "{\"x\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296],"
+                 "\"data_offsets\":[0,16]}}",
+                 z, 32);
     expect_fail(p, "tensor x: shape", "overflows", NULL);
 }
 
@@ -234,27 +209,30 @@ static void test_shape_size(void **state) {
     (void)state;
     uint8_t z[32] = {0};
     const char *p = tmp_path("shape.safetensors");
-    write_st(p, "{\"m\":{\"dtype\":\"BF16\",\"shape\":[3,4],\"data_offsets\":[0,16]}}", z, 32);
+    tmp_write_st(p, "{\"m\":{\"dtype\":\"BF16\",\"shape\":[3,4],\"data_offsets\":[0,16]}}", z, 32);
     expect_fail(p, "tensor m: byte range does not match shape [3, 4] BF16",
                 "expected 24 bytes, found 16", NULL);
 }
 
-static void write_index(const char *path, const char *json) { write_raw(path, json, strlen(json)); }
+static void write_index(const char *path, const char *json) {
+    tmp_write(path, json, strlen(json));
+}
 
 static void test_sharded(void **state) {
     (void)state;
     uint8_t z[16] = {0};
     float one = 1.0f;
     memcpy(z, &one, 4);
-    write_st(tmp_path("m-1.safetensors"),
-             "{\"p\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
-             "\"q\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}",
-             z, 16);
-    write_st(tmp_path("m-2.safetensors"),
-             "{\"r\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", z, 4);
+    tmp_write_st(tmp_path("m-1.safetensors"),
+                 "{\"p\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+                 "\"q\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}",
+                 z, 16);
+    tmp_write_st(tmp_path("m-2.safetensors"),
+                 "{\"r\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", z, 4);
     const char *idx = tmp_path("model.safetensors.index.json");
-    write_index(idx, "{\"metadata\":{\"total_size\":20},\"weight_map\":{"
-                     "\"p\":\"m-1.safetensors\",\"q\":\"m-1.safetensors\",\"r\":\"m-2.safetensors\"}}");
+    write_index(idx,
+                "{\"metadata\":{\"total_size\":20},\"weight_map\":{"
+                "\"p\":\"m-1.safetensors\",\"q\":\"m-1.safetensors\",\"r\":\"m-2.safetensors\"}}");
     char err[512] = "";
     qve_st *st = qve_st_open(idx, err, sizeof err);
     if (!st) fail_msg("%s", err);
@@ -298,7 +276,8 @@ static void test_sharded(void **state) {
     expect_fail(idx, "tensor q", NULL);
 }
 
-/* Every committed hostile file fails with its expected one-line error (tests/hostile/safetensors). */
+/* Every committed hostile file fails with its expected one-line error (tests/hostile/safetensors).
+ */
 static void test_hostile(void **state) {
     (void)state;
     const char *dir = "tests/hostile/safetensors";
@@ -322,26 +301,13 @@ static void test_hostile(void **state) {
     assert_true(n >= 20);
 }
 
-static int setup(void **state) {
-    (void)state;
-    snprintf(g_dir, sizeof g_dir, "/tmp/qv_st_XXXXXX");
-    return mkdtemp(g_dir) ? 0 : -1;
-}
-
-static int teardown(void **state) {
-    (void)state;
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-    return system(cmd) == 0 ? 0 : -1;
-}
-
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_valid),      cmocka_unit_test(test_memory),
-        cmocka_unit_test(test_truncated),  cmocka_unit_test(test_header_len),
-        cmocka_unit_test(test_bad_json),   cmocka_unit_test(test_dtype),
-        cmocka_unit_test(test_offsets),    cmocka_unit_test(test_shape_size),
-        cmocka_unit_test(test_sharded),    cmocka_unit_test(test_hostile),
+        cmocka_unit_test(test_valid),     cmocka_unit_test(test_memory),
+        cmocka_unit_test(test_truncated), cmocka_unit_test(test_header_len),
+        cmocka_unit_test(test_bad_json),  cmocka_unit_test(test_dtype),
+        cmocka_unit_test(test_offsets),   cmocka_unit_test(test_shape_size),
+        cmocka_unit_test(test_sharded),   cmocka_unit_test(test_hostile),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, tmpdir_setup, tmpdir_teardown);
 }

@@ -20,6 +20,7 @@
 
 #include "prompt.h"
 #include "tokenizer.h"
+#include "helpers/tmpdir.h"
 
 #define CORPUS "tests/tokenizer/corpus.jsonl"
 #define CORPUS_IDS "tests/tokenizer/corpus.ids.jsonl"
@@ -585,14 +586,10 @@ static void test_encode_into(void **state)
     assert_string_equal(qve_tok_strerror(-1), "unknown status");
 }
 
-static void write_file(const char *dir, const char *name, const char *text)
+/* name in the test's scratch directory (tmp_dir) */
+static void write_file(const char *name, const char *text)
 {
-    char p[512];
-    snprintf(p, sizeof p, "%s/%s", dir, name);
-    FILE *f = fopen(p, "wb");
-    assert_non_null(f);
-    fputs(text, f);
-    fclose(f);
+    tmp_write(tmp_path(name), text, strlen(text));
 }
 
 /* GPT-2 byte -> code point, written here independently of the library. */
@@ -609,8 +606,7 @@ static unsigned byte_cp(int b)
 static void test_synthetic_and_errors(void **state)
 {
     (void)state;
-    char dir[] = "/tmp/qvoice_tok_XXXXXX";
-    assert_non_null(mkdtemp(dir));
+    const char *dir = tmp_dir;
     cJSON *vocab = cJSON_CreateObject();
     for (int b = 0; b < 256; b++) {
         char s[4];
@@ -624,10 +620,10 @@ static void test_synthetic_and_errors(void **state)
     cJSON_AddNumberToObject(vocab, "ab", 258);
     cJSON_AddNumberToObject(vocab, "bc", 259);
     char *vj = cJSON_PrintUnformatted(vocab);
-    write_file(dir, "vocab.json", vj);
+    write_file("vocab.json", vj);
     free(vj);
     cJSON_Delete(vocab);
-    write_file(dir, "merges.txt", "#version: 0.2\nb c\na a\naa a\na b\n");
+    write_file("merges.txt", "#version: 0.2\nb c\na a\naa a\na b\n");
     char err[256];
     qve_tok *t = qve_tok_open(dir, err, sizeof err);
     if (!t) fail_msg("%s", err);
@@ -646,21 +642,21 @@ static void test_synthetic_and_errors(void **state)
     qve_tok_ids_free(&v);
     qve_tok_free(t);
     /* errors: each names the file and the problem */
-    write_file(dir, "merges.txt", "#version: 0.2\na a\nq z\n");
+    write_file("merges.txt", "#version: 0.2\na a\nq z\n");
     assert_null(qve_tok_open(dir, err, sizeof err));
     assert_non_null(strstr(err, "merges.txt: merge 3: result \"qz\" not in vocab"));
-    write_file(dir, "merges.txt", "a a\nabc\n");
+    write_file("merges.txt", "a a\nabc\n");
     assert_null(qve_tok_open(dir, err, sizeof err));
     assert_non_null(strstr(err, "merges.txt: line 2: expected \"A B\""));
-    write_file(dir, "merges.txt", "a a\n");
-    write_file(dir, "tokenizer_config.json",
+    write_file("merges.txt", "a a\n");
+    write_file("tokenizer_config.json",
                "{\"added_tokens_decoder\": {\"300\": {\"content\": \"<x>\", \"lstrip\": true}}}");
     assert_null(qve_tok_open(dir, err, sizeof err));
     assert_non_null(strstr(err, "lstrip=true is not supported"));
-    write_file(dir, "tokenizer_config.json", "{\"added_tokens_decoder\": {\"300\": {");
+    write_file("tokenizer_config.json", "{\"added_tokens_decoder\": {\"300\": {");
     assert_null(qve_tok_open(dir, err, sizeof err));
     assert_non_null(strstr(err, "tokenizer_config.json: not valid JSON"));
-    write_file(dir, "tokenizer_config.json",
+    write_file("tokenizer_config.json",
                "{\"added_tokens_decoder\": {\"300\": {\"content\": \"<x>\"}}}");
     t = qve_tok_open(dir, err, sizeof err);
     if (!t) fail_msg("%s", err);
@@ -669,20 +665,12 @@ static void test_synthetic_and_errors(void **state)
     expect_ids(&v, added, 5, "added token");
     qve_tok_ids_free(&v);
     qve_tok_free(t);
-    char p[256];
-    snprintf(p, sizeof p, "%s/merges.txt", dir);
-    unlink(p);
+    unlink(tmp_path("merges.txt"));
     assert_null(qve_tok_open(dir, err, sizeof err));
     assert_non_null(strstr(err, "no vocab.json + merges.txt and no tokenizer.json"));
-    write_file(dir, "tokenizer.json", "{\"model\": {\"type\": \"WordPiece\"}}");
+    write_file("tokenizer.json", "{\"model\": {\"type\": \"WordPiece\"}}");
     assert_null(qve_tok_open(dir, err, sizeof err));
     assert_non_null(strstr(err, "tokenizer.json: model.type: expected \"BPE\""));
-    static const char *const names[] = {"vocab.json", "tokenizer.json", "tokenizer_config.json"};
-    for (int i = 0; i < 3; i++) {
-        snprintf(p, sizeof p, "%s/%s", dir, names[i]);
-        unlink(p);
-    }
-    rmdir(dir);
     assert_null(qve_tok_open("/nonexistent/qvoice", err, sizeof err));
     assert_non_null(strstr(err, "/nonexistent/qvoice: no vocab.json"));
 }
@@ -702,7 +690,7 @@ int main(void)
         cmocka_unit_test(test_decode_roundtrip),
         cmocka_unit_test(test_bad_utf8),
         cmocka_unit_test(test_encode_into),
-        cmocka_unit_test(test_synthetic_and_errors),
+        cmocka_unit_test_setup_teardown(test_synthetic_and_errors, tmpdir_setup, tmpdir_teardown),
     };
     return cmocka_run_group_tests_name("tokenizer", tests, group_setup, group_teardown);
 }

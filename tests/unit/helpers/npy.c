@@ -30,7 +30,8 @@ static const char *find_key(const char *h, size_t n, const char *key) {
     for (size_t i = 0; i + kl + 2 <= n; i++) {
         if (h[i] == '\'' && memcmp(h + i + 1, key, kl) == 0 && h[i + 1 + kl] == '\'') {
             size_t j = i + kl + 2;
-            while (j < n && h[j] == ' ') j++;
+            while (j < n && h[j] == ' ')
+                j++;
             if (j < n && h[j] == ':') return h + j + 1;
             return NULL;
         }
@@ -39,7 +40,8 @@ static const char *find_key(const char *h, size_t n, const char *key) {
 }
 
 static const char *skip_ws(const char *p, const char *end) {
-    while (p < end && (*p == ' ' || *p == '\t')) p++;
+    while (p < end && (*p == ' ' || *p == '\t'))
+        p++;
     return p;
 }
 
@@ -155,7 +157,8 @@ int npy_read(const char *path, npy_array *a, char *err, size_t err_len) {
     const unsigned char *src = buf + data_off;
     for (size_t i = 0; i < a->n_elems; i++) {
         uint64_t u = 0;
-        for (size_t b = 0; b < elem; b++) u |= (uint64_t)src[i * elem + b] << (8 * b);
+        for (size_t b = 0; b < elem; b++)
+            u |= (uint64_t)src[i * elem + b] << (8 * b);
         if (elem == 4) {
             uint32_t u32 = (uint32_t)u;
             memcpy((float *)a->data + i, &u32, 4);
@@ -173,8 +176,7 @@ out:
     return rc;
 }
 
-int npy_read_typed(const char *path, enum npy_dtype want, npy_array *a, char *err,
-                   size_t err_len) {
+int npy_read_typed(const char *path, enum npy_dtype want, npy_array *a, char *err, size_t err_len) {
     if (npy_read(path, a, err, err_len) != 0) return -1;
     if (a->dtype != want) {
         npy_free(a);

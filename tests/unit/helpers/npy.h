@@ -13,22 +13,25 @@ enum npy_dtype { NPY_F32, NPY_I64 };
 
 typedef struct {
     enum npy_dtype dtype;
-    int n_dims;                     /* 0 for a scalar */
+    int n_dims; /* 0 for a scalar */
     int64_t shape[NPY_MAX_DIMS];
-    size_t n_elems;                 /* product of shape (1 for a scalar) */
-    void *data;                     /* float[n_elems] or int64_t[n_elems]; owned, npy_free() */
+    size_t n_elems; /* product of shape (1 for a scalar) */
+    void *data;     /* float[n_elems] or int64_t[n_elems]; owned, npy_free() */
 } npy_array;
 
 /* Reads path into *a. Returns 0, or -1 with a one-line "PATH: problem" in err (if err_len > 0);
  * on failure *a holds nothing to free. */
 int npy_read(const char *path, npy_array *a, char *err, size_t err_len);
 /* Same, but also fails unless the dtype is want (convenience for tests). */
-int npy_read_typed(const char *path, enum npy_dtype want, npy_array *a, char *err,
-                   size_t err_len);
+int npy_read_typed(const char *path, enum npy_dtype want, npy_array *a, char *err, size_t err_len);
 /* Accepts a zeroed or already freed array. */
 void npy_free(npy_array *a);
 
-static inline const float *npy_f32(const npy_array *a) { return (const float *)a->data; }
-static inline const int64_t *npy_i64(const npy_array *a) { return (const int64_t *)a->data; }
+static inline const float *npy_f32(const npy_array *a) {
+    return (const float *)a->data;
+}
+static inline const int64_t *npy_i64(const npy_array *a) {
+    return (const int64_t *)a->data;
+}
 
 #endif

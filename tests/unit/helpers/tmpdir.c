@@ -1,0 +1,76 @@
+/* tmpdir.c — scratch directory and file writers for the unit tests (see tmpdir.h). The directory
+ * is removed with nftw, not system("rm -rf"), so no shell sees the path.
+ */
+#include "tmpdir.h"
+
+#include <errno.h>
+#include <ftw.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+char tmp_dir[64];
+
+int tmpdir_setup(void **state) {
+    (void)state;
+    snprintf(tmp_dir, sizeof tmp_dir, "/tmp/%s_XXXXXX", program_invocation_short_name);
+    return mkdtemp(tmp_dir) ? 0 : -1;
+}
+
+static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+int tmpdir_teardown(void **state) {
+    (void)state;
+    if (!tmp_dir[0]) return 0;
+    return nftw(tmp_dir, remove_one, 16, FTW_DEPTH | FTW_PHYS) == 0 ? 0 : -1;
+}
+
+const char *tmp_path(const char *name) {
+    static char buf[8][512];
+    static int k;
+    char *p = buf[k++ % 8];
+    snprintf(p, sizeof buf[0], "%s/%s", tmp_dir, name);
+    return p;
+}
+
+static FILE *open_or_fail(const char *path) {
+    FILE *f = fopen(path, "wb");
+    if (!f) fail_msg("%s: cannot create (%s)", path, strerror(errno));
+    return f;
+}
+
+static void close_or_fail(FILE *f, const char *path) {
+    int bad = ferror(f);
+    if (fclose(f) || bad) fail_msg("%s: write failed", path);
+}
+
+void tmp_write(const char *path, const void *data, size_t n) {
+    FILE *f = open_or_fail(path);
+    if (n) fwrite(data, 1, n, f);
+    close_or_fail(f, path);
+}
+
+void tmp_write_st(const char *path, const char *header, const void *data, size_t n_data) {
+    size_t n = strlen(header), padded = (n + 7) & ~(size_t)7;
+    FILE *f = open_or_fail(path);
+    uint8_t len[8];
+    for (int i = 0; i < 8; i++)
+        len[i] = (uint8_t)((uint64_t)padded >> (8 * i));
+    fwrite(len, 1, 8, f);
+    fwrite(header, 1, n, f);
+    for (size_t i = n; i < padded; i++)
+        fputc(' ', f);
+    if (data && n_data) fwrite(data, 1, n_data, f);
+    if (!data && (fflush(f) || ftruncate(fileno(f), (off_t)(8 + padded + n_data))))
+        fail_msg("%s: cannot extend to %zu bytes", path, 8 + padded + n_data);
+    close_or_fail(f, path);
+}
