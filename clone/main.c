@@ -1,8 +1,8 @@
 /* clone — make a .qvoice from a reference recording, or compare two voices' x-vectors.
- * CLI only: audio → reference hygiene (trim, level, ICL window, transcript and second-speaker
- * checks; clone/hygiene.h) → x-vector (+ ICL codes) from the clone library; the file is written by
- * voicefmt (atomic: a failure never leaves a partial output). Human summary on stdout, warnings
- * on stderr, --json replaces the summary with one JSON object.
+ * CLI only: audio → reference hygiene (clone/hygiene.h) → x-vector (+ ICL codes) from the clone
+ * library, TPAD/WOVR from the Base model exactly as the engine computes them (engine/model.h); the
+ * file is written by voicefmt (atomic: a failure never leaves a partial output). Human summary on
+ * stdout, warnings on stderr, --json replaces the summary with one JSON object.
  */
 #include <cJSON.h>
 #include <errno.h>
