@@ -669,17 +669,22 @@ static int list_dir(const char *dir, int *any) {
     char **names = NULL;
     size_t n = 0;
     struct dirent *e;
+    int rc = 0;
     while ((e = readdir(d))) {
         size_t l = strlen(e->d_name);
         if (l <= 7 || strcmp(e->d_name + l - 7, ".qvoice")) continue;
         char **nn = realloc(names, (n + 1) * sizeof *names);
-        if (!nn) break;
-        names = nn;
-        names[n++] = strdup(e->d_name);
+        char *name = nn ? strdup(e->d_name) : NULL;
+        if (nn) names = nn;
+        if (!name) {
+            fprintf(stderr, "voicefmt: %s: out of memory listing the directory\n", dir);
+            rc = 1;
+            break;
+        }
+        names[n++] = name;
     }
     closedir(d);
-    qsort(names, n, sizeof *names, cmp_str);
-    int rc = 0;
+    if (n) qsort(names, n, sizeof *names, cmp_str); /* qsort(NULL, 0) is undefined */
     for (size_t i = 0; i < n; i++) {
         char path[4096], err[512];
         snprintf(path, sizeof path, "%s/%s", dir, names[i]);
