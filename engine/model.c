@@ -217,8 +217,7 @@ static void each_matrix(struct qve_q8_view *v, void (*fn)(qve_mat *, int, int, v
             fn(&L->gate_proj, I, H, ctx), fn(&L->up_proj, I, H, ctx), fn(&L->down_proj, H, I, ctx);
         }
     }
-    fn(&v->talker.codec_head, v->talker.stack.cfg.vocab_size, v->talker.stack.cfg.hidden_size,
-       ctx);
+    fn(&v->talker.codec_head, v->talker.stack.cfg.vocab_size, v->talker.stack.cfg.hidden_size, ctx);
     for (int g = 0; g < QVE_N_GROUPS - 1; g++)
         fn(&v->cp.lm_head[g], v->cp.stack.cfg.vocab_size, v->cp.stack.cfg.hidden_size, ctx);
 }
@@ -255,7 +254,7 @@ static qve_layer *copy_layers(const qve_stack *s) {
 }
 
 int qve_model_quantize(const qv_model *shared, qvk_pool *pool) {
-    /* the model is otherwise read-only; the view is added once, under the lock, and never changed */
+    /* the model is otherwise read-only: the view is added once, under the lock, never changed */
     qv_model *m = (qv_model *)(uintptr_t)shared;
     pthread_mutex_lock(&m->q8_lock);
     int rc = 0;

@@ -32,16 +32,16 @@ typedef struct {
 typedef struct {                     /* one Qwen3 decoder layer; PREFIX = talker.model.layers.N or
                                         talker.code_predictor.model.layers.N */
     float *input_layernorm;          /* [H]            PREFIX.input_layernorm.weight (f32 copy) */
-    qve_mat q_proj;            /* [nh*hd, H]     PREFIX.self_attn.q_proj.weight */
-    qve_mat k_proj;            /* [nkv*hd, H]    PREFIX.self_attn.k_proj.weight */
-    qve_mat v_proj;            /* [nkv*hd, H]    PREFIX.self_attn.v_proj.weight */
-    qve_mat o_proj;            /* [H, nh*hd]     PREFIX.self_attn.o_proj.weight */
+    qve_mat q_proj;                  /* [nh*hd, H]     PREFIX.self_attn.q_proj.weight */
+    qve_mat k_proj;                  /* [nkv*hd, H]    PREFIX.self_attn.k_proj.weight */
+    qve_mat v_proj;                  /* [nkv*hd, H]    PREFIX.self_attn.v_proj.weight */
+    qve_mat o_proj;                  /* [H, nh*hd]     PREFIX.self_attn.o_proj.weight */
     float *q_norm;                   /* [hd]           PREFIX.self_attn.q_norm.weight (f32) */
     float *k_norm;                   /* [hd]           PREFIX.self_attn.k_norm.weight (f32) */
     float *post_attention_layernorm; /* [H]            PREFIX.post_attention_layernorm.weight */
-    qve_mat gate_proj;         /* [I, H]         PREFIX.mlp.gate_proj.weight */
-    qve_mat up_proj;           /* [I, H]         PREFIX.mlp.up_proj.weight */
-    qve_mat down_proj;         /* [H, I]         PREFIX.mlp.down_proj.weight */
+    qve_mat gate_proj;               /* [I, H]         PREFIX.mlp.gate_proj.weight */
+    qve_mat up_proj;                 /* [I, H]         PREFIX.mlp.up_proj.weight */
+    qve_mat down_proj;               /* [H, I]         PREFIX.mlp.down_proj.weight */
 } qve_layer;
 
 typedef struct { /* a Qwen3 decoder stack without embeddings / head */
@@ -66,7 +66,7 @@ typedef struct {     /* code predictor (§4), prefix talker.code_predictor. */
     qve_stack stack; /* hidden 1024 on both sizes */
     const uint16_t
         *codec_embedding[QVE_N_GROUPS - 1];    /* [2048, H_talker] model.codec_embedding.g.weight */
-    qve_mat lm_head[QVE_N_GROUPS - 1]; /* [2048, 1024] lm_head.g.weight */
+    qve_mat lm_head[QVE_N_GROUPS - 1];         /* [2048, 1024] lm_head.g.weight */
     const uint16_t *mtp_proj; /* [1024, H_talker] small_to_mtp_projection.weight; NULL = identity */
     float *mtp_bias;          /* [1024]         small_to_mtp_projection.bias */
 } qve_code_predictor;

@@ -115,9 +115,11 @@ static void attend(qve_stack_state *s, qvk_pool *pool, int l, float *out, const 
     const int hd = c->head_dim;
     const size_t kvd = (size_t)c->num_key_value_heads * hd;
     const size_t base = (size_t)l * (size_t)s->max_ctx * kvd;
-    qvk_attend(pool, out, q, s->k_cache + base, s->v_cache + base, n_ctx, (int)kvd,
-               c->num_attention_heads, c->num_key_value_heads, hd, 1.0f / sqrtf((float)hd),
-               s->attn_scratch);
+    /* a short context is less work than waking the pool (the code predictor's 16 positions);
+     * heads are independent, so the result is the same either way */
+    qvk_attend(n_ctx < 64 ? NULL : pool, out, q, s->k_cache + base, s->v_cache + base, n_ctx,
+               (int)kvd, c->num_attention_heads, c->num_key_value_heads, hd,
+               1.0f / sqrtf((float)hd), s->attn_scratch);
 }
 
 static void add(float *restrict x, const float *restrict y, size_t n) {
@@ -151,6 +153,42 @@ static void forward_one(qve_stack_state *s, qvk_pool *pool, float *x, int pos) {
     }
 }
 
+/* Batched bf16 linear for prefills: W widened into scratch by all threads, then each thread
+ * runs sgemm on its own rows of X (OpenBLAS single-threaded per call, so both cores work; splitting
+ * rows does not change any element: checked bit for bit on every layer shape). Up to
+ * QVK_LINEAR_DIRECT_MAX_ROWS rows qvk_linear_bf16 reads bf16 directly. */
+struct lin_job {
+    float *y, *wf;
+    const float *x, *bias;
+    const uint16_t *w;
+    int n, n_in, n_out, widen;
+};
+
+static void lin_run(int ith, int nth, void *p) {
+    const struct lin_job *j = p;
+    const int rows = j->widen ? j->n_out : j->n, per = (rows + nth - 1) / nth;
+    const int r0 = per * ith < rows ? per * ith : rows, r1 = r0 + per < rows ? r0 + per : rows;
+    if (r0 >= r1) return;
+    if (j->widen)
+        qvk_bf16_to_f32(j->wf + (size_t)r0 * j->n_in, j->w + (size_t)r0 * j->n_in,
+                        (size_t)(r1 - r0) * j->n_in);
+    else
+        qvk_linear_f32(j->y + (size_t)r0 * j->n_out, j->x + (size_t)r0 * j->n_in, j->wf, j->bias,
+                       r1 - r0, j->n_in, j->n_out);
+}
+
+static void linear(qvk_pool *pool, float *y, const float *x, const uint16_t *w, const float *bias,
+                   int n, int n_in, int n_out, float *scratch) {
+    if (n <= QVK_LINEAR_DIRECT_MAX_ROWS) {
+        qvk_linear_bf16(pool, y, x, w, bias, n, n_in, n_out, scratch);
+        return;
+    }
+    struct lin_job j = {y, scratch, x, bias, w, n, n_in, n_out, 1};
+    qvk_pool_run(pool, lin_run, &j);
+    j.widen = 0;
+    qvk_pool_run(pool, lin_run, &j);
+}
+
 static void forward_batch(qve_stack_state *s, qvk_pool *pool, float *x, int n, int pos0) {
     const qve_stack_config *c = &s->w->cfg;
     const int H = c->hidden_size, I = c->intermediate_size;
@@ -162,23 +200,23 @@ static void forward_batch(qve_stack_state *s, qvk_pool *pool, float *x, int n, i
         for (int i = 0; i < n; i++)
             qvk_rmsnorm(s->bh + (size_t)i * H, x + (size_t)i * H, L->input_layernorm, H,
                         c->rms_norm_eps);
-        qvk_linear_bf16(pool, s->bq, s->bh, L->q_proj.bf16, NULL, n, H, qd, ws);
-        qvk_linear_bf16(pool, s->bk, s->bh, L->k_proj.bf16, NULL, n, H, kvd, ws);
-        qvk_linear_bf16(pool, s->bv, s->bh, L->v_proj.bf16, NULL, n, H, kvd, ws);
+        linear(pool, s->bq, s->bh, L->q_proj.bf16, NULL, n, H, qd, ws);
+        linear(pool, s->bk, s->bh, L->k_proj.bf16, NULL, n, H, kvd, ws);
+        linear(pool, s->bv, s->bh, L->v_proj.bf16, NULL, n, H, kvd, ws);
         for (int i = 0; i < n; i++)
             qk_norm_rope_store(s, l, s->bq + (size_t)i * qd, s->bk + (size_t)i * kvd,
                                s->bv + (size_t)i * kvd, pos0 + i);
         for (int i = 0; i < n; i++)
             attend(s, pool, l, s->batt + (size_t)i * qd, s->bq + (size_t)i * qd, pos0 + i + 1);
-        qvk_linear_bf16(pool, s->bh, s->batt, L->o_proj.bf16, NULL, n, qd, H, ws);
+        linear(pool, s->bh, s->batt, L->o_proj.bf16, NULL, n, qd, H, ws);
         add(x, s->bh, (size_t)n * H);
         for (int i = 0; i < n; i++)
             qvk_rmsnorm(s->bh + (size_t)i * H, x + (size_t)i * H, L->post_attention_layernorm, H,
                         c->rms_norm_eps);
-        qvk_linear_bf16(pool, s->bgate, s->bh, L->gate_proj.bf16, NULL, n, H, I, ws);
-        qvk_linear_bf16(pool, s->bup, s->bh, L->up_proj.bf16, NULL, n, H, I, ws);
+        linear(pool, s->bgate, s->bh, L->gate_proj.bf16, NULL, n, H, I, ws);
+        linear(pool, s->bup, s->bh, L->up_proj.bf16, NULL, n, H, I, ws);
         qvk_swiglu(s->bgate, s->bgate, s->bup, n * I);
-        qvk_linear_bf16(pool, s->bh, s->bgate, L->down_proj.bf16, NULL, n, I, H, ws);
+        linear(pool, s->bh, s->bgate, L->down_proj.bf16, NULL, n, I, H, ws);
         add(x, s->bh, (size_t)n * H);
     }
 }
@@ -200,9 +238,9 @@ void qve_talker_project_text(const qve_talker *t, const qve_model_config *c, qvk
     float *e = tmp, *f = tmp + (size_t)n * TH;
     for (int i = 0; i < n; i++)
         qvk_bf16_to_f32(e + (size_t)i * TH, t->text_embedding + (size_t)ids[i] * TH, (size_t)TH);
-    qvk_linear_bf16(pool, f, e, t->fc1, t->fc1_bias, n, TH, TH, wscratch);
+    linear(pool, f, e, t->fc1, t->fc1_bias, n, TH, TH, wscratch);
     qvk_silu(f, n * TH);
-    qvk_linear_bf16(pool, out, f, t->fc2, t->fc2_bias, n, TH, H, wscratch);
+    linear(pool, out, f, t->fc2, t->fc2_bias, n, TH, H, wscratch);
 }
 
 int qve_model_text_special(const qv_model *m, qvk_pool *pool, float *out) {

@@ -56,8 +56,7 @@ static void quantize_row(int8_t *restrict q, float *restrict s, const float *res
     }
 }
 
-void qvk_q8_quantize_x(int8_t *restrict xq, float *restrict xs, const float *restrict x,
-                       int n_in) {
+void qvk_q8_quantize_x(int8_t *restrict xq, float *restrict xs, const float *restrict x, int n_in) {
     for (int g = 0; g < n_in / QVK_Q8_GROUP; g++)
         quantize_row(xq + g * QVK_Q8_GROUP, xs + g, x + g * QVK_Q8_GROUP, QVK_Q8_GROUP);
 }
@@ -74,6 +73,12 @@ static void wq_run(int ith, int nth, void *p) {
     int r0, r1;
     split_rows(j->n_out, ith, nth, &r0, &r1);
     float row[QVK_Q8_MAX_IN];
+    if (!strcmp(qvk_variant(), "avx512")) {
+        for (int r = r0; r < r1; r++)
+            qvk_q8_quantize_row_avx512(j->q + (size_t)r * j->n_in, j->scale + r,
+                                       j->w + (size_t)r * j->n_in, j->n_in);
+        return;
+    }
     for (int r = r0; r < r1; r++) {
         qvk_bf16_to_f32(row, j->w + (size_t)r * j->n_in, (size_t)j->n_in);
         quantize_row(j->q + (size_t)r * j->n_in, j->scale + r, row, j->n_in);

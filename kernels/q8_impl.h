@@ -7,8 +7,8 @@
 /* y[r] = scale[r] · Σ_g xs[g] · (Σ_{i in g} q[r, i]·xq[i]) (+ bias[r]) for r in [r0, r1). */
 typedef void (*qvk_q8_rows_fn)(float *restrict y, const int8_t *restrict q,
                                const float *restrict scale, const int8_t *restrict xq,
-                               const float *restrict xs, const float *restrict bias, int r0,
-                               int r1, int n_in);
+                               const float *restrict xs, const float *restrict bias, int r0, int r1,
+                               int n_in);
 
 void qvk_q8_rows_scalar(float *restrict y, const int8_t *restrict q, const float *restrict scale,
                         const int8_t *restrict xq, const float *restrict xs,
@@ -19,5 +19,9 @@ void qvk_q8_rows_avx2(float *restrict y, const int8_t *restrict q, const float *
 void qvk_q8_rows_avx512(float *restrict y, const int8_t *restrict q, const float *restrict scale,
                         const int8_t *restrict xq, const float *restrict xs,
                         const float *restrict bias, int r0, int r1, int n_in);
+
+/* One bf16 weight row to int8 + scale (n a multiple of 16), byte-identical to the portable path. */
+void qvk_q8_quantize_row_avx512(int8_t *restrict q, float *restrict scale,
+                                const uint16_t *restrict w, int n);
 
 #endif

@@ -21,9 +21,9 @@ speak_run() {
     n=$1; q=$2; shift 2
     if [ "${1:-}" = --stream ]; then out="--stream"; else out="-o $TMP/a.wav"; fi
     /usr/bin/time -f "%e %U %S %M" -o "$TMP/time" \
-        bin/speak -m "$CV" -s "$SPEAKER" -t "$TEXT" -j "$J" --max-frames "$n" --ignore-eos \
+        bin/speak -m "$CV" -s "$SPEAKER" -t "$TEXT" -j "$J" --max-frames "$n" --ignore-eos --no-guard --no-chunk \
         --quant "$q" $out >"$TMP/pcm" 2>"$TMP/err"
-    frames=$(sed -n 's/.*(\([0-9]*\) frames).*/\1/p' "$TMP/err")
+    frames=$(sed -n "s/.*(\([0-9]*\) frames.*/\1/p" "$TMP/err")
     echo "$(cat "$TMP/time") $frames"
 }
 
@@ -56,7 +56,7 @@ set -- $(speak_med 300 int8 "" 1); i300=$1
 : >"$TMP/gen"
 i=0; while [ $i -lt "$RUNS" ]; do
     /usr/bin/time -f "%e" -o "$TMP/time" bin/speak -m "$CV" -s "$SPEAKER" -t "$TEXT" -j "$J" \
-        --max-frames 100 --ignore-eos --dump-codes "$TMP/codes" -q
+        --max-frames 100 --ignore-eos --no-guard --no-chunk --dump-codes "$TMP/codes" -q
     cat "$TMP/time" >>"$TMP/gen"; i=$((i + 1))
 done
 gen=$(median <"$TMP/gen")

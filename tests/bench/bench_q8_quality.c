@@ -120,8 +120,7 @@ int main(int argc, char **argv) {
            cp_n, cp_n ? cp_err / cp_n : 0, cp_err_max, cp_n ? 100.0 * cp_same / cp_n : 0);
     printf("  greedy free-running, %d frames: codes identical %.1f %% (c0 %.1f %%), first "
            "differing frame %d\n",
-           n, n ? 100.0 * same / ((double)n * QVE_N_GROUPS) : 0, n ? 100.0 * same0 / n : 0,
-           first);
+           n, n ? 100.0 * same / ((double)n * QVE_N_GROUPS) : 0, n ? 100.0 * same0 / n : 0, first);
     qve_cp_state_free(&cp8);
     free(c[0]), free(c[1]), free(ref);
     qv_session_free(s[0]), qv_session_free(s[1]);

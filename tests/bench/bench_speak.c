@@ -52,7 +52,8 @@ static double stack_bytes(const qve_stack_config *c) {
     const double H = c->hidden_size, I = c->intermediate_size;
     const double qd = (double)c->num_attention_heads * c->head_dim;
     const double kvd = (double)c->num_key_value_heads * c->head_dim;
-    return c->num_hidden_layers * (qd * H * 2 + kvd * H * 2 * 2 + I * H * 2 * 3);
+    return c->num_hidden_layers *
+           (qd * H * 2 * 2 + kvd * H * 2 * 2 + I * H * 2 * 3); /* q,o k,v mlp */
 }
 
 struct bw_job {
@@ -192,13 +193,13 @@ int main(int argc, char **argv) {
     }
     const double frame_w = median(fw, runs), cp_w = median(cw, runs);
     const double bpw = strcmp(quant, "int8") ? 1.0 : 0.5; /* weight bytes relative to bf16 */
-    const double talker_gb = (stack_bytes(&m->cfg.talker) +
-                              2.0 * m->cfg.talker.vocab_size * m->cfg.talker.hidden_size) *
-                             bpw / 1e9;
-    const double cp_gb = (16.0 * stack_bytes(&m->cfg.code_predictor) +
-                          15.0 * 2 * m->cfg.code_predictor.vocab_size *
-                              m->cfg.code_predictor.hidden_size) *
-                         bpw / 1e9;
+    const double talker_gb =
+        (stack_bytes(&m->cfg.talker) + 2.0 * m->cfg.talker.vocab_size * m->cfg.talker.hidden_size) *
+        bpw / 1e9;
+    const double cp_gb =
+        (16.0 * stack_bytes(&m->cfg.code_predictor) +
+         15.0 * 2 * m->cfg.code_predictor.vocab_size * m->cfg.code_predictor.hidden_size) *
+        bpw / 1e9;
     printf("prefill_ms %.1f\n", 1e3 * median(pre, runs));
     printf("frame_ms %.1f\n", 1e3 * frame_w);
     printf("frame_cpu_ms %.1f\n", 1e3 * median(fc, runs));

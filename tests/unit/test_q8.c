@@ -26,7 +26,9 @@ static uint32_t rng_u32(uint32_t *s) {
     *s ^= *s << 13, *s ^= *s >> 17, *s ^= *s << 5;
     return *s;
 }
-static float rng_f(uint32_t *s) { return (float)(rng_u32(s) >> 8) / 16777216.0f * 2 - 1; }
+static float rng_f(uint32_t *s) {
+    return (float)(rng_u32(s) >> 8) / 16777216.0f * 2 - 1;
+}
 
 static int setup(void **st) {
     (void)st;
@@ -95,6 +97,21 @@ static void test_quantize_bounds(void **st) {
         }
     printf("weight quantization: max |w - s*q| = %.4f steps (limit 0.5 + 1e-5)\n", worst);
     assert_true(worst <= 0.5 + 1e-5);
+    /* every variant quantizes to the same bytes (the SIMD row repeats the portable operations) */
+    const char *cur = qvk_variant();
+    int8_t *q2 = qvk_alloc((size_t)N_OUT * N_IN);
+    float s2[N_OUT];
+    assert_int_equal(qvk_set_variant("scalar"), 0);
+    assert_int_equal(qvk_q8_quantize_bf16(NULL, q2, s2, g_w, N_OUT, N_IN), 0);
+    qvk_set_variant(cur);
+    size_t n_diff = 0;
+    for (size_t i = 0; i < (size_t)N_OUT * N_IN; i++)
+        n_diff += q2[i] != g_q[i];
+    for (int r = 0; r < N_OUT; r++)
+        n_diff += memcmp(&s2[r], &g_scale[r], sizeof(float)) != 0;
+    printf("weight quantization, %s vs scalar: %zu bytes/scales differ\n", cur, n_diff);
+    assert_int_equal(n_diff, 0);
+    qvk_free(q2);
 }
 
 static void test_variants(void **st) {
