@@ -1,8 +1,8 @@
 /* clone — make a .qvoice from a reference recording, or compare two voices' x-vectors.
- * CLI only: audio → reference hygiene (trim, level, ICL window, transcript and second-speaker
- * checks; clone/hygiene.h) → x-vector (+ ICL codes) from the clone library; the file is written by
- * voicefmt (atomic: a failure never leaves a partial output). Human summary on stdout, warnings
- * on stderr, --json replaces the summary with one JSON object.
+ * CLI only: audio → reference hygiene (clone/hygiene.h) → x-vector (+ ICL codes) from the clone
+ * library, TPAD/WOVR from the Base model exactly as the engine computes them (engine/model.h); the
+ * file is written by voicefmt (atomic: a failure never leaves a partial output). Human summary on
+ * stdout, warnings on stderr, --json replaces the summary with one JSON object.
  */
 #include <cJSON.h>
 #include <errno.h>
@@ -23,6 +23,7 @@
 #include "hygiene.h"
 #include "plot.h"
 #include "kernels.h"
+#include "model.h"
 #include "qvf.h"
 #include "qvoice.h"
 #include "safetensors.h"
@@ -32,7 +33,7 @@
 typedef struct {
     const char *model_dir, *audio, *out, *ref_text, *ref_text_file, *name, *language;
     const char *target_cv, *consent, *plot;
-    int xvector_only, json, threads, compare, no_hygiene, allow_fallback;
+    int xvector_only, json, threads, compare, no_hygiene, allow_fallback, no_wovr;
     double max_seconds, speaker_threshold;
 } options;
 
@@ -77,7 +78,9 @@ static void usage(FILE *f) {
             "    Reads REF_AUDIO (WAV, FLAC, OGG/Vorbis, Opus, MP3 if libsndfile supports it; any\n"
             "    rate and channel count; mono 24 kHz after resampling) and, with a Qwen3-TTS Base\n"
             "    model, stores its ECAPA-TDNN x-vector and, when a transcript is given, the\n"
-            "    speech-tokenizer codes of the reference (in-context cloning, ICL).\n"
+            "    speech-tokenizer codes of the reference (in-context cloning, ICL), plus the Base\n"
+            "    model's text-side bridge: TPAD (pad/bos/eos text embeddings) and WOVR (text\n"
+            "    projection and codebook embedding rows 0..2047; see --no-wovr).\n"
             "    Reference hygiene (default on, docs/robustness.md): trims leading/trailing\n"
             "    silence, normalises the level (-20 dBFS active RMS, peak <= -1 dBFS) and reports\n"
             "    clipping, refuses < 3 s of voiced speech, picks the cleanest 10-15 s window for\n"
@@ -96,6 +99,10 @@ static void usage(FILE *f) {
             "    -l, --language LANG       language of the reference, e.g. English (default: none)\n"
             "    -x, --xvector-only        store only the x-vector even with a transcript (off)\n"
             "    -c, --target-cv DIR       add a WDELTA (Base - CustomVoice weights) for DIR (off)\n"
+            "    -W, --no-wovr             leave out WOVR, the Base text projection and codebook\n"
+            "                              rows (16 MB for 0.6B) that make a CustomVoice model\n"
+            "                              speak with Base's text side (default: written; TPAD,\n"
+            "                              the Base pad/bos/eos vectors, is always written)\n"
             "    -s, --max-seconds S       use at most the first S seconds, 3..3600 (default %.0f)\n"
             "    -H, --no-hygiene          use the clip exactly as given: no trim, no level change,\n"
             "                              the whole clip for ICL, no checks (default: hygiene on)\n"
@@ -322,6 +329,33 @@ static int write_with_wdelta(const qvf_voice *v, const char *out, const qve_st *
     return qvf_writer_commit(w, err, err_size) ? -1 : 0;
 }
 
+/* TPAD (pad/bos/eos as the engine computes them) and, unless no_wovr, WOVR (the Base text
+ * projection and codebook rows 0..2047) from the loaded Base model; legacy §6.2-6.3. */
+#define WOVR_CODEC_ROWS 2048
+static int set_bridge(qvf_voice *v, const qv_model *m, qvk_pool *pool, int no_wovr) {
+    const qve_model_config *c = &m->cfg;
+    const size_t H = (size_t)c->talker.hidden_size, TH = (size_t)c->text_hidden_size;
+    const size_t cv = (size_t)c->talker.vocab_size < WOVR_CODEC_ROWS ? (size_t)c->talker.vocab_size
+                                                                     : WOVR_CODEC_ROWS;
+    float *tpad = malloc(3 * H * sizeof(float));
+    if (!tpad) return -1;
+    v->tpad = tpad, v->tpad_hidden = (uint32_t)H;
+    if (qve_model_text_special(m, pool, tpad)) return -1;
+    if (no_wovr) return 0;
+    const qve_talker *t = &m->talker;
+    if (!(v->wovr_fc1_w = malloc(TH * TH * 2)) || !(v->wovr_fc1_b = malloc(TH * 4)) ||
+        !(v->wovr_fc2_w = malloc(H * TH * 2)) || !(v->wovr_fc2_b = malloc(H * 4)) ||
+        !(v->wovr_codec = malloc(cv * H * 2)))
+        return -1;
+    memcpy(v->wovr_fc1_w, t->fc1, TH * TH * 2);
+    memcpy(v->wovr_fc1_b, t->fc1_bias, TH * 4);
+    memcpy(v->wovr_fc2_w, t->fc2, H * TH * 2);
+    memcpy(v->wovr_fc2_b, t->fc2_bias, H * 4);
+    memcpy(v->wovr_codec, t->codec_embedding, cv * H * 2);
+    v->wovr_h = (uint32_t)H, v->wovr_th = (uint32_t)TH, v->wovr_cv = (uint32_t)cv;
+    return 0;
+}
+
 static void model_id(qvf_model_id *id, const qve_model_config *c, const uint8_t fp[32]) {
     memset(id, 0, sizeof *id);
     id->hidden_size = (uint32_t)c->talker.hidden_size;
@@ -454,6 +488,8 @@ static void print_summary(const options *o, const report *r, const qvf_voice *v,
             cJSON_AddNumberToObject(so, "count", r->sections[i].count);
             cJSON_AddNumberToObject(so, "payload_bytes", (double)r->sections[i].bytes);
         }
+        cJSON_AddBoolToObject(j, "tpad", v->tpad_hidden != 0);
+        cJSON_AddBoolToObject(j, "wovr", v->wovr_h != 0);
         if (r->n_tensors) cJSON_AddNumberToObject(j, "wdelta_tensors", r->n_tensors);
         cJSON_AddNumberToObject(j, "file_bytes", (double)r->file_bytes);
         if (o->plot) cJSON_AddStringToObject(j, "plot", o->plot);
@@ -650,6 +686,7 @@ static int run_clone(const options *o, qvk_pool *pool) {
     qvc_mel *mel = NULL;
     qve_st *base_st = NULL, *cv_st = NULL;
     qvf_voice *v = NULL;
+    qv_model *base_m = NULL;
     float *xvec = NULL;
     int32_t *codes = NULL;
     uint16_t *codes16 = NULL;
@@ -708,6 +745,7 @@ static int run_clone(const options *o, qvk_pool *pool) {
     if (!(ecapa = qvc_ecapa_load(o->model_dir, err, sizeof err))) goto fail;
     if (want_icl && !(se = qvc_speech_encoder_load(o->model_dir, err, sizeof err))) goto fail;
     if (qve_fingerprint_model(o->model_dir, QVE_FINGERPRINT_TABLE, fp, err, sizeof err)) goto fail;
+    if (qv_model_load(&base_m, o->model_dir, err, sizeof err)) goto fail;
     double t1 = now_s();
     r.t_load_s = t1 - t0;
 
@@ -823,6 +861,10 @@ static int run_clone(const options *o, qvk_pool *pool) {
                  qvf_strerror(qrc));
         goto fail;
     }
+    if (set_bridge(v, base_m, pool, o->no_wovr)) {
+        snprintf(err, sizeof err, "%s: out of memory for TPAD/WOVR", o->out);
+        goto fail;
+    }
     if (o->plot) {
         if (write_plot(o, &r, err, sizeof err)) goto fail;
         plot_written = 1;
@@ -860,6 +902,7 @@ done:
     qvc_mel_free(mel);
     qvc_ecapa_free(ecapa);
     qvc_speech_encoder_free(se);
+    qv_model_free(base_m);
     qve_st_close(base_st);
     qve_st_close(cv_st);
     return rc;
@@ -889,10 +932,11 @@ int main(int argc, char **argv) {
         {"allow-xvector-fallback", no_argument, 0, 'F'},
         {"speaker-threshold", required_argument, 0, 'S'},
         {"consent", required_argument, 0, 'A'},       {"plot", required_argument, 0, 'P'},
+        {"no-wovr", no_argument, 0, 'W'},
         {"help", no_argument, 0, 'h'},                {"version", no_argument, 0, 'V'},
         {0, 0, 0, 0}};
     int ch;
-    while ((ch = getopt_long(argc, argv, "m:o:t:T:n:l:xc:s:jp:CHFS:A:P:hV", longs, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "m:o:t:T:n:l:xc:s:jp:CHFS:A:P:WhV", longs, NULL)) != -1) {
         switch (ch) {
         case 'm': o.model_dir = optarg; break;
         case 'o': o.out = optarg; break;
@@ -922,6 +966,7 @@ int main(int argc, char **argv) {
             break;
         case 'A': o.consent = optarg; break;
         case 'P': o.plot = optarg; break;
+        case 'W': o.no_wovr = 1; break;
         case 'h': usage(stdout); return 0;
         case 'V': printf("clone (qvoice) %s\n", qv_version()); return 0;
         default: return usage_error("unknown option");

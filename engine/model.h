@@ -151,6 +151,10 @@ void qve_matvec(qvk_pool *pool, const float *x, int n_in, const qve_mv *mv, int 
  * text_hidden*text_hidden floats (used when n > 1). */
 void qve_talker_project_text(const qve_talker *t, const qve_model_config *c, qvk_pool *pool,
                              float *out, const int32_t *ids, int n, float *tmp, float *wscratch);
+/* out[3, H] = text projections of tts_pad, tts_bos, tts_eos with m's own weights, computed as
+ * one 3-row qve_talker_project_text (a voice file's TPAD, written by clone). 0, or -1 when out of
+ * memory. */
+int qve_model_text_special(const qv_model *m, qvk_pool *pool, float *out);
 /* out[H] += (or =) row id of the codec embedding. */
 void qve_talker_codec_embed(const qve_talker *t, float *out, int id, int accumulate);
 /* logits[3072] = codec_head · z where z = final-norm of x (z written). */

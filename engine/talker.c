@@ -243,6 +243,19 @@ void qve_talker_project_text(const qve_talker *t, const qve_model_config *c, qvk
     linear(pool, out, f, t->fc2, t->fc2_bias, n, TH, H, wscratch);
 }
 
+int qve_model_text_special(const qv_model *m, qvk_pool *pool, float *out) {
+    const qve_model_config *c = &m->cfg;
+    const size_t TH = (size_t)c->text_hidden_size, H = (size_t)c->talker.hidden_size;
+    const int32_t ids[3] = {c->tts_pad_token_id, c->tts_bos_token_id, c->tts_eos_token_id};
+    float *tmp = qvk_alloc(2 * 3 * TH * sizeof(float));
+    float *wscratch = qvk_alloc(TH * (TH > H ? TH : H) * sizeof(float));
+    int rc = tmp && wscratch ? 0 : -1;
+    if (!rc) qve_talker_project_text(&m->talker, c, pool, out, ids, 3, tmp, wscratch);
+    qvk_free(tmp);
+    qvk_free(wscratch);
+    return rc;
+}
+
 void qve_talker_codec_embed(const qve_talker *t, float *out, int id, int accumulate) {
     const int H = t->stack.cfg.hidden_size;
     const uint16_t *row = t->codec_embedding + (size_t)id * H;

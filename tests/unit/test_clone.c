@@ -19,6 +19,8 @@
 
 #include <cmocka.h>
 
+#include "helpers/shell.h"
+
 #include "clone.h"
 #include "clone_impl.h"
 #include "kernels.h"
@@ -570,34 +572,24 @@ static void test_tiny_model(void **state) {
 
 /* ---- CLI -------------------------------------------------------------------------------- */
 
-static int run(const char *fmt, ...) {
-    char cmd[2048];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    int st = system(cmd);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
 static void test_cli(void **state) {
     char out[64], bad[64];
     struct stat sb;
     snprintf(out, sizeof out, "/tmp/test_clone_%d.qvoice", (int)getpid());
     snprintf(bad, sizeof bad, "/tmp/test_clone_%d_short.wav", (int)getpid());
     assert_int_equal(access("bin/clone", X_OK), 0);
-    assert_int_equal(run("bin/clone --help > /dev/null"), 0);
-    assert_int_equal(run("bin/clone --bogus 2> /dev/null"), 2);
+    assert_int_equal(sh("bin/clone --help > /dev/null"), 0);
+    assert_int_equal(sh("bin/clone --bogus 2> /dev/null"), 2);
     /* failures: exit 1 and no output file */
     unlink(out);
     assert_int_equal(write_wav(bad, SF_FORMAT_WAV | SF_FORMAT_PCM_16, 24000, 1, g_clip.samples, 24000), 0);
-    assert_int_equal(run("bin/clone -m %s %s -o %s 2> /dev/null", g_tiny, bad, out), 1);
+    assert_int_equal(sh("bin/clone -m %s %s -o %s 2> /dev/null", g_tiny, bad, out), 1);
     assert_int_equal(stat(out, &sb), -1);
-    assert_int_equal(run("bin/clone -m %s %s -o %s 2> /dev/null", g_cv, CLIP, out), 1);
+    assert_int_equal(sh("bin/clone -m %s %s -o %s 2> /dev/null", g_cv, CLIP, out), 1);
     assert_int_equal(stat(out, &sb), -1);
     unlink(bad);
     /* tiny Base, ICL: the file reads back with the x-vector, transcript and 375 frames */
-    assert_int_equal(run("bin/clone -m %s %s -o %s --no-hygiene -t 'One dollar.' -l english -n tester > /dev/null",
+    assert_int_equal(sh("bin/clone -m %s %s -o %s --no-hygiene -t 'One dollar.' -l english -n tester > /dev/null",
                          g_tiny, CLIP, out), 0);
     qvf_voice *v = NULL;
     char err[512];
@@ -608,11 +600,11 @@ static void test_cli(void **state) {
     assert_string_equal(qvf_meta_get(v, "name"), "tester");
     assert_string_equal(qvf_meta_get(v, "language_id"), "2050");
     qvf_voice_free(v);
-    assert_int_equal(run("bin/clone --compare %s %s > /dev/null", out, out), 0);
+    assert_int_equal(sh("bin/clone --compare %s %s > /dev/null", out, out), 0);
     /* --target-cv: a WDELTA against the tiny CustomVoice, target identity recorded */
     char cv_tiny[1024];
     snprintf(cv_tiny, sizeof cv_tiny, "%.*s/tiny-cv", (int)(strlen(g_tiny) - strlen("/tiny-base")), g_tiny);
-    assert_int_equal(run("bin/clone -m %s %s -o %s --target-cv %s --json > /dev/null", g_tiny, CLIP,
+    assert_int_equal(sh("bin/clone -m %s %s -o %s --target-cv %s --json > /dev/null", g_tiny, CLIP,
                          out, cv_tiny), 0);
     assert_int_equal(qvf_read_file(out, 0, &v, err, sizeof err), 0);
     printf("  --target-cv: WDELTA with %u tensors, target variant %u\n", v->n_tensors, v->target.variant);

@@ -1,7 +1,9 @@
 /* test_clone_cli.c — bin/clone end to end on the tiny synthetic Base ($QVOICE_CACHE/tiny-base):
  * reference hygiene as the user sees it (silence trimming, clipping fraction, too little speech,
  * a transcript far too long for the ICL window with and without --allow-xvector-fallback, a
- * second "speaker"), consent in META, --plot, --help/--version, and no file left by any failure.
+ * second "speaker"), consent in META, --plot, --help/--version, no file left by any failure, and
+ * the Base text-side bridge (TPAD = the engine's pad/bos/eos, WOVR = the Base tensors' bytes,
+ * --no-wovr, v4 -> v3 -> v4 round trip, speak on tiny-cv with the v3 file).
  * Audio is generated (or cut from the bundled clip) into /tmp; reports are read from --json.
  */
 #include <cJSON.h>
@@ -21,7 +23,10 @@
 #include <cmocka.h>
 
 #include "clone.h"
+#include "model.h"
 #include "qvf.h"
+#include "qvoice.h"
+#include "safetensors.h"
 
 #define CLIP "tests/audio/en_ohenry_chenevert.wav"
 #define SR 24000
@@ -383,12 +388,160 @@ static void test_consent(void **state) {
     assert_non_null(strstr(g_out, "consent_by: tester"));
 }
 
+/* max |a - b| over n floats; *same = bit-identical. */
+static double max_abs_diff(const float *a, const float *b, size_t n, int *same) {
+    double m = 0;
+    *same = !memcmp(a, b, n * sizeof(float));
+    for (size_t i = 0; i < n; i++)
+        if (fabs((double)a[i] - b[i]) > m) m = fabs((double)a[i] - b[i]);
+    return m;
+}
+
+static void assert_same_bridge(const qvf_voice *a, const qvf_voice *b) {
+    assert_int_equal(a->tpad_hidden, b->tpad_hidden);
+    assert_memory_equal(a->tpad, b->tpad, 12 * (size_t)a->tpad_hidden);
+    assert_int_equal(a->wovr_h, b->wovr_h);
+    assert_int_equal(a->wovr_th, b->wovr_th);
+    assert_int_equal(a->wovr_cv, b->wovr_cv);
+    size_t h = a->wovr_h, th = a->wovr_th;
+    assert_memory_equal(a->wovr_fc1_w, b->wovr_fc1_w, 2 * th * th);
+    assert_memory_equal(a->wovr_fc1_b, b->wovr_fc1_b, 4 * th);
+    assert_memory_equal(a->wovr_fc2_w, b->wovr_fc2_w, 2 * h * th);
+    assert_memory_equal(a->wovr_fc2_b, b->wovr_fc2_b, 4 * h);
+    assert_memory_equal(a->wovr_codec, b->wovr_codec, 2 * (size_t)a->wovr_cv * h);
+}
+
+/* TPAD is what the engine computes for PAD/BOS/EOS on the Base model (bit for bit), WOVR holds
+ * the Base tensors' bytes; --no-wovr leaves WOVR out; v4 -> v3 -> v4 keeps every field; tiny-cv
+ * speaks with the v3 file. */
+static void test_bridge(void **state) {
+    (void)state;
+    char out[256], nowovr[256], v3[256], v4[256], wav[256], err[512];
+    path(out, sizeof out, "bridge.qvoice");
+    path(nowovr, sizeof nowovr, "nowovr.qvoice");
+    path(v3, sizeof v3, "bridge3.qvoice");
+    path(v4, sizeof v4, "bridge4.qvoice");
+    path(wav, sizeof wav, "bridge.wav");
+    assert_int_equal(run("bin/clone -m %s %s -o %s -H -s 4 -t 'Hello there, this is a test.' --json",
+                         g_tiny, CLIP, out), 0);
+    cJSON *j = json_out();
+    assert_true(jnum(j, "tpad") == 1 && jnum(j, "wovr") == 1);
+    assert_true(jnum(j, "sections.TPAD.payload_bytes") > 0 && jnum(j, "sections.WOVR.payload_bytes") > 0);
+    cJSON_Delete(j);
+
+    qv_model *m = NULL;
+    assert_int_equal(qv_model_load(&m, g_tiny, err, sizeof err), 0);
+    const size_t H = (size_t)m->cfg.talker.hidden_size, TH = (size_t)m->cfg.text_hidden_size;
+    qvf_voice *v = NULL;
+    assert_int_equal(qvf_read_file(out, 0, &v, err, sizeof err), 0);
+    assert_int_equal(v->tpad_hidden, H);
+    assert_int_equal(v->wovr_h, H);
+    assert_int_equal(v->wovr_th, TH);
+    assert_int_equal(v->wovr_cv, 2048);
+    assert_true(v->n_frames > 0);
+
+    /* TPAD vs the engine: qve_model_text_special, and a session's PAD and EOS rows (a 1-token
+       Base prompt: 7 projected rows, the same direct kernel as the 3-row call) */
+    float *ref = malloc(3 * H * sizeof(float));
+    assert_int_equal(qve_model_text_special(m, NULL, ref), 0);
+    int same;
+    double d = max_abs_diff(v->tpad, ref, 3 * H, &same);
+    printf("TPAD vs qve_model_text_special: max |d| %g, bit-identical %d\n", d, same);
+    assert_true(same);
+    qv_params p = qv_model_params(m);
+    qv_session *s = NULL;
+    assert_int_equal(qv_session_new(&s, m, &p), QV_OK);
+    qv_request r = qv_default_request();
+    const int32_t text_id[1] = {1000};
+    r.text_ids = text_id, r.n_text_ids = 1;
+    r.speaker_vector = v->xvector, r.n_speaker_vector = (int)H;
+    assert_int_equal(qv_session_start(s, &r), QV_OK);
+    double dp = max_abs_diff(v->tpad, s->pad, H, &same);
+    int same_eos;
+    assert_int_equal(s->n_queue, 1);
+    double de = max_abs_diff(v->tpad + 2 * H, s->queue, H, &same_eos);
+    printf("TPAD vs session PAD / EOS: max |d| %g / %g, bit-identical %d / %d\n", dp, de, same, same_eos);
+    assert_true(same && same_eos);
+    qv_session_free(s);
+    free(ref);
+
+    /* WOVR vs the Base checkpoint's tensors */
+    qve_st *st = qve_st_open_dir(g_tiny, "model", err, sizeof err);
+    assert_non_null(st);
+    const char *names[5] = {"talker.text_projection.linear_fc1.weight",
+                            "talker.text_projection.linear_fc1.bias",
+                            "talker.text_projection.linear_fc2.weight",
+                            "talker.text_projection.linear_fc2.bias",
+                            "talker.model.codec_embedding.weight"};
+    const void *got[5] = {v->wovr_fc1_w, v->wovr_fc1_b, v->wovr_fc2_w, v->wovr_fc2_b, v->wovr_codec};
+    for (int i = 0; i < 5; i++) {
+        const qve_tensor *t = qve_st_find(st, names[i]);
+        assert_non_null(t);
+        if (i == 1 || i == 3) {
+            float *f = qve_tensor_to_f32(t);
+            assert_non_null(f);
+            assert_memory_equal(got[i], f, (i == 1 ? TH : H) * sizeof(float));
+            qvk_free(f);
+        } else {
+            size_t n = i == 0 ? 2 * TH * TH : i == 2 ? 2 * H * TH : 2 * 2048 * H;
+            assert_true(t->n_bytes >= n);
+            assert_memory_equal(got[i], t->data, n);
+        }
+    }
+    qve_st_close(st);
+    qv_model_free(m);
+
+    /* --no-wovr: TPAD only */
+    assert_int_equal(run("bin/clone -m %s %s -o %s -H -s 4 --no-wovr", g_tiny, CLIP, nowovr), 0);
+    qvf_voice *n = NULL;
+    assert_int_equal(qvf_read_file(nowovr, 0, &n, err, sizeof err), 0);
+    assert_int_equal(n->tpad_hidden, H);
+    assert_memory_equal(n->tpad, v->tpad, 12 * H);
+    assert_int_equal(n->wovr_h, 0);
+    struct stat a, b;
+    assert_int_equal(stat(out, &a), 0);
+    assert_int_equal(stat(nowovr, &b), 0);
+    printf("voice with WOVR %lld bytes, without %lld bytes\n", (long long)a.st_size, (long long)b.st_size);
+    assert_true(b.st_size + (off_t)(2 * TH * TH + 2 * H * TH + 2 * 2048 * H) < a.st_size);
+    qvf_voice_free(n);
+
+    /* v4 -> v3 -> v4 keeps x-vector, ICL, META, TPAD, WOVR */
+    assert_int_equal(run("bin/voicefmt convert --to v3 -o %s %s", v3, out), 0);
+    assert_int_equal(run("bin/voicefmt convert --to v4 -o %s %s", v4, v3), 0);
+    const char *files[2] = {v3, v4};
+    for (int f = 0; f < 2; f++) {
+        qvf_voice *w = NULL;
+        assert_int_equal(qvf_read_file(files[f], 0, &w, err, sizeof err), 0);
+        assert_int_equal(w->file_version, f ? 4 : 3);
+        assert_int_equal(w->enc_dim, v->enc_dim);
+        assert_memory_equal(w->xvector, v->xvector, 4 * (size_t)v->enc_dim);
+        assert_int_equal(w->n_frames, v->n_frames);
+        assert_memory_equal(w->codes, v->codes, 2 * QVF_N_CODEBOOKS * (size_t)v->n_frames);
+        assert_string_equal(w->transcript, v->transcript);
+        for (int i = 0; i < v->n_meta; i++) {
+            const char *val = qvf_meta_get(w, v->meta[i].key);
+            if (!val) fprintf(stderr, "META %s lost in %s\n", v->meta[i].key, files[f]);
+            assert_non_null(val);
+            assert_string_equal(val, v->meta[i].value);
+        }
+        assert_same_bridge(v, w);
+        qvf_voice_free(w);
+    }
+    qvf_voice_free(v);
+
+    /* the CustomVoice model speaks with the v3 file (its TPAD/WOVR are applied) */
+    char cv[1100];
+    snprintf(cv, sizeof cv, "%.1000s/../tiny-cv", g_tiny);
+    assert_int_equal(run("bin/speak -q -m %s --voice %s -t 'Hello world.' --max-frames 4 -o %s", cv, v3, wav), 0);
+    assert_true(exists(wav));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_help_version), cmocka_unit_test(test_silence_padding),
         cmocka_unit_test(test_clipping),     cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_transcript),   cmocka_unit_test(test_second_speaker),
-        cmocka_unit_test(test_consent),
+        cmocka_unit_test(test_consent),      cmocka_unit_test(test_bridge),
     };
     return cmocka_run_group_tests_name("clone_cli", tests, setup, teardown);
 }

@@ -20,43 +20,18 @@
 #include <cJSON.h>
 #include <cmocka.h>
 
+#include "helpers/shell.h"
+
 static char model[1100], cache[1024], tmp[256], voice[512];
 
 static int run(const char *fmt, ...) {
-    char cmd[4096];
+    char prefix[1200];
+    snprintf(prefix, sizeof prefix, "bin/speak -m %s ", model);
     va_list ap;
     va_start(ap, fmt);
-    int n = snprintf(cmd, sizeof cmd, "bin/speak -m %s ", model);
-    vsnprintf(cmd + n, sizeof cmd - (size_t)n, fmt, ap);
+    int rc = vsh(prefix, fmt, ap);
     va_end(ap);
-    int st = system(cmd);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-static int sh(const char *fmt, ...) {
-    char cmd[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    int st = system(cmd);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-/* 1 if the file contains needle (files here are small logs). */
-static int file_has(const char *path, const char *needle) {
-    static char buf[1 << 16];
-    FILE *f = fopen(path, "r");
-    if (!f) return 0;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    return strstr(buf, needle) != NULL;
-}
-
-static long file_bytes(const char *path) {
-    struct stat sb;
-    return stat(path, &sb) ? -1 : (long)sb.st_size;
+    return rc;
 }
 
 static int same_file(const char *a, const char *b, long skip_a) {

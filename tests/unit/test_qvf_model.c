@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+
+#include "helpers/shell.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,11 +36,6 @@ static double now_s(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + t.tv_nsec * 1e-9;
-}
-
-static int run(const char *cmd) {
-    int rc = system(cmd);
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }
 
 static void id_of(const char *dir, const qve_model_config *cfg, qvf_model_id *id) {
@@ -142,9 +139,9 @@ static void test_wdelta_tiny_pair(void **state) {
     char cmd[2048];
     snprintf(cmd, sizeof cmd, "bin/voicefmt verify --deep --model %s %s >/dev/null 2>&1", cv_dir,
              path);
-    assert_int_equal(run(cmd), 0);
+    assert_int_equal(sh("%s", cmd), 0);
     snprintf(cmd, sizeof cmd, "bin/voicefmt verify --model %s %s >/dev/null 2>&1", base_dir, path);
-    assert_int_equal(run(cmd), 1);
+    assert_int_equal(sh("%s", cmd), 1);
     r->target.fingerprint[0] ^= 1;
     char other[] = "/tmp/qvf_tiny_other_XXXXXX.qvoice";
     fd = mkstemps(other, 7);
@@ -153,7 +150,7 @@ static void test_wdelta_tiny_pair(void **state) {
     snprintf(cmd, sizeof cmd,
              "bin/voicefmt verify --model %s %s 2>&1 | grep -q 'WDELTA made for model'", cv_dir,
              other);
-    assert_int_equal(run(cmd), 0);
+    assert_int_equal(sh("%s", cmd), 0);
     unlink(other);
     unlink(path);
     qvf_voice_free(r);

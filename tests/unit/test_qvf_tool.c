@@ -6,6 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+
+#include "helpers/shell.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,16 +16,6 @@
 #include "helpers/qvf_sample.h"
 
 static char dir[64], err[512];
-
-static int sh(const char *fmt, ...) {
-    char cmd[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    int rc = system(cmd);
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
 
 static int setup(void **state) {
     (void)state;

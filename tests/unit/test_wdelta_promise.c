@@ -17,22 +17,9 @@
 
 #include <cmocka.h>
 
+#include "helpers/shell.h"
+
 static char cache[1024], tmp[256], voice[512];
-
-static int sh(const char *fmt, ...) {
-    char cmd[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    int st = system(cmd);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-static long file_bytes(const char *path) {
-    struct stat sb;
-    return stat(path, &sb) ? -1 : (long)sb.st_size;
-}
 
 /* Index of the first differing byte, or -1 when the files are identical. */
 static long first_diff(const char *a, const char *b) {
@@ -50,16 +37,6 @@ static long first_diff(const char *a, const char *b) {
     if (fa) fclose(fa);
     if (fb) fclose(fb);
     return d;
-}
-
-static int file_has(const char *path, const char *needle) {
-    static char buf[1 << 16];
-    FILE *f = fopen(path, "r");
-    if (!f) return 0;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    return strstr(buf, needle) != NULL;
 }
 
 static int setup(void **st) {

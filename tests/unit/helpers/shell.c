@@ -1,0 +1,41 @@
+/* shell.c — command runner and file probes for the CLI-level tests (see shell.h). */
+#include "shell.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+int vsh(const char *prefix, const char *fmt, va_list ap) {
+    char cmd[8192];
+    int n = snprintf(cmd, sizeof cmd, "%s", prefix);
+    if (n < 0 || (size_t)n >= sizeof cmd) return -1;
+    int m = vsnprintf(cmd + n, sizeof cmd - (size_t)n, fmt, ap);
+    if (m < 0 || (size_t)m >= sizeof cmd - (size_t)n) return -1;
+    int st = system(cmd);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+int sh(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = vsh("", fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+int file_has(const char *path, const char *needle) {
+    static char buf[1 << 16];
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    return strstr(buf, needle) != NULL;
+}
+
+long file_bytes(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) ? -1 : (long)sb.st_size;
+}
