@@ -79,8 +79,18 @@ static void usage(FILE *f) {
     const qv_params d = qv_default_params();
     fprintf(
         f,
-        "usage: speak -m DIR [options] [--text TEXT | < text]\n"
-        "Synthesize speech with a Qwen3-TTS-12Hz model directory.\n\n"
+        "NAME\n"
+        "    speak - say text with a Qwen3-TTS-12Hz model, a preset speaker or a cloned voice\n\n"
+        "SYNOPSIS\n"
+        "    speak -m MODEL_DIR [options] [--text TEXT | < text]\n"
+        "    speak -m MODEL_DIR --decode-codes FILE -o OUT.wav\n"
+        "    speak -m MODEL_DIR --tokens | --list-speakers | --list-languages\n\n"
+        "DESCRIPTION\n"
+        "    Tokenizes the text, runs the talker and code predictor frame by frame (80 ms each)\n"
+        "    and decodes the codes to 24 kHz mono audio. Long text is split into chunks at\n"
+        "    sentence ends; a runaway guard stops generations that never end.\n"
+        "    Details: docs/speak.md, docs/robustness.md.\n\n"
+        "OPTIONS\n"
         "  -m, --model DIR            model directory (config.json, model.safetensors, "
         "speech_tokenizer/)\n"
         "  -t, --text TEXT            text to speak (default: read stdin)\n"
@@ -138,8 +148,10 @@ static void usage(FILE *f) {
         "      --tokens               print the text's token ids and exit\n"
         "  -q, --quiet                no progress or summary on stderr\n"
         "  -h, --help                 this help;  -V, --version  version\n\n"
-        "Exit status: 0 ok, 1 failure (bad model, bad input, I/O), 2 usage error.\n"
-        "Example: speak -m models/0.6B-CustomVoice -s ryan -l english -t \"Hello.\" -o hello.wav\n",
+        "EXIT STATUS\n"
+        "    0 ok, 1 failure (bad model, bad input, runaway guard, I/O), 2 usage error.\n\n"
+        "EXAMPLE\n"
+        "    speak -m models/0.6B-CustomVoice -s ryan -l english -t \"Hello.\" -o hello.wav\n",
         QVE_MAX_CHUNK_CHARS_DEFAULT, d.temperature, d.top_k, d.top_p, d.repetition_penalty, d.n_threads,
         (unsigned long long)d.seed);
 }

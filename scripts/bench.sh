@@ -66,8 +66,8 @@ hidden=$(awk -v g="$gen" -v d="$dec_ms" -v s="$s100" 'BEGIN {
     dt = d * 100 / 1000; h = (g + dt - s * 8) / dt; if (h < 0) h = 0; if (h > 1) h = 1;
     printf "%.0f %%", 100 * h }')
 build/bench/bench_clone "$J" >"$TMP/clone"
-ecapa=$(sed -n 's/.*mel + ECAPA *\([0-9.]*\) s wall (\([0-9.]*\) s CPU).*/\1 \2/p' "$TMP/clone")
-enc=$(sed -n 's/.*speech encoder *\([0-9.]*\) s wall (\([0-9.]*\) s CPU).*/\1 \2/p' "$TMP/clone")
+ecapa=$(sed -n 's/.*mel + ECAPA *\([0-9.]*\) s wall (\([0-9.]*\) s CPU[;)].*/\1 \2/p' "$TMP/clone")
+enc=$(sed -n 's/.*speech encoder *\([0-9.]*\) s wall (\([0-9.]*\) s CPU[;)].*/\1 \2/p' "$TMP/clone")
 w16=$( { /usr/bin/time -f "%e" dd if=/dev/zero of="$TMP/w16" bs=1M count=16 conv=fsync status=none; } 2>&1 )
 build/bench/bench_wdelta "$BASE" "$CV" "$TMP/wd.qvoice" >"$TMP/wd"
 wd=$(cat "$TMP/wd")
