@@ -42,12 +42,7 @@ void qvc_conv1d_tm(qvk_pool *pool, const qvc_conv *cv, float *y, int64_t ldy, co
 /* dst [c_out, k, c_in] ← src [c_out, c_in, k]. */
 void qvc_conv_weights_tm(float *dst, const float *src, int c_out, int c_in, int k);
 
-/* ELU (alpha 1) in place: AVX2+FMA polynomial when the CPU has it (≤ 2 ulp from expm1f; 16 wide
- * with the same bits when the kernels run AVX-512), else the scalar expm1f loop. */
-void qvc_elu(float *x, size_t n);
-void qvc_elu_avx2(float *x, size_t n);
-void qvc_elu_avx512(float *x, size_t n); /* bit-identical to qvc_elu_avx2 */
-/* 1-input-channel stride-1 conv product (no bias) from an activated window; see act_avx512.c. */
+/* 1-input-channel stride-1 conv product (no bias) from an activated window; see conv_avx512.c. */
 void qvc_conv_c1_avx512(float *y, int64_t ldy, const float *win, int64_t n, const float *w, int k,
                         int c_out);
 /* y[r, :n] += v[:n] per row, and y[r, :n] += x[r, :n]; AVX2 when available (exact either way). */

@@ -124,25 +124,13 @@ static int have_avx512(void) {
     return have;
 }
 
-void qvc_elu(float *x, size_t n) {
-    if (have_avx512()) {
-        qvc_elu_avx512(x, n);
-        return;
-    }
-    if (have_avx2()) {
-        qvc_elu_avx2(x, n);
-        return;
-    }
-    for (size_t i = 0; i < n; i++) x[i] = x[i] > 0.0f ? x[i] : expm1f(x[i]);
-}
-
 static void activate(float *x, size_t n, enum qvc_act act) {
     switch (act) {
     case QVC_ACT_NONE: break;
     case QVC_ACT_RELU:
         for (size_t i = 0; i < n; i++) x[i] = x[i] > 0.0f ? x[i] : 0.0f;
         break;
-    case QVC_ACT_ELU: qvc_elu(x, n); break;
+    case QVC_ACT_ELU: qvk_elu(x, n); break;
     }
 }
 

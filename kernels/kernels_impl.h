@@ -35,6 +35,8 @@ typedef struct {
     void (*silu_mul)(float *y, const float *g, const float *u, int n);
     /* x[i] += inv_b·sin²(a·x[i]) (SnakeBeta, one channel). */
     void (*snake)(float *x, int n, float a, float inv_b);
+    /* x[i] = ELU(x[i]), alpha 1 (the speech encoder's activation). */
+    void (*elu)(float *x, size_t n);
     /* XOR of the n_bytes / 8 whole 64-bit words at p (bandwidth probe). */
     uint64_t (*xor64)(const void *p, size_t n_bytes);
 } qvk_impl;

@@ -294,6 +294,36 @@ static uint64_t xor64(const void *p, size_t n_bytes) {
     return s ^ qvk_impl_scalar.xor64(b + i, n_bytes - i);
 }
 
+/* The ELU of the AVX2 file 16 wide: the same operations in the same order, so each element is
+ * bit-identical to the AVX2 path (the remainder goes through it), and blocks with no negative value
+ * are left alone. ELU was ~5 % of the speech encoder. */
+static void elu(float *x, size_t n) {
+    const __m512 log2e = _mm512_set1_ps(1.44269504088896341f);
+    const __m512 ln2_hi = _mm512_set1_ps(0.693145751953125f);
+    const __m512 ln2_lo = _mm512_set1_ps(1.428606765330187045e-06f);
+    const __m512 lo = _mm512_set1_ps(-20.0f), zero = _mm512_setzero_ps(), one = _mm512_set1_ps(1.0f);
+    const float c[8] = {1.f / 40320.f, 1.f / 5040.f, 1.f / 720.f, 1.f / 120.f, 1.f / 24.f,
+                        1.f / 6.f, 0.5f, 1.0f};
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 v = _mm512_loadu_ps(x + i);
+        __mmask16 neg = _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ);
+        if (!neg) continue;
+        __m512 xc = _mm512_max_ps(_mm512_min_ps(v, zero), lo);
+        __m512 kf = _mm512_roundscale_ps(_mm512_mul_ps(xc, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        __m512 r = _mm512_fnmadd_ps(kf, ln2_hi, xc);
+        r = _mm512_fnmadd_ps(kf, ln2_lo, r);
+        __m512 p = _mm512_set1_ps(c[0]);
+        for (int j = 1; j < 7; j++) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c[j]));
+        p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, r);          /* expm1(r) */
+        __m512i ki = _mm512_cvtps_epi32(kf);
+        __m512 s = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(ki, _mm512_set1_epi32(127)), 23));
+        __m512 e = _mm512_fmadd_ps(s, p, _mm512_sub_ps(s, one));
+        _mm512_storeu_ps(x + i, _mm512_mask_blend_ps(neg, v, e));
+    }
+    if (i < n) qvk_impl_avx2.elu(x + i, n - i);
+}
+
 const qvk_impl qvk_impl_avx512 = {
     .name = "avx512",
     .mv_bf16 = mv_bf16,
@@ -306,5 +336,6 @@ const qvk_impl qvk_impl_avx512 = {
     .exp_sub_sum = exp_sub_sum,
     .silu_mul = silu_mul,
     .snake = snake,
+    .elu = elu,
     .xor64 = xor64,
 };

@@ -120,6 +120,11 @@ static uint64_t xor64(const void *p, size_t n_bytes) {
     return a[0] ^ a[1] ^ a[2] ^ a[3];
 }
 
+static void elu(float *x, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        x[i] = x[i] > 0.0f ? x[i] : expm1f(x[i]);
+}
+
 const qvk_impl qvk_impl_scalar = {
     .name = "scalar",
     .mv_bf16 = mv_bf16,
@@ -132,5 +137,6 @@ const qvk_impl qvk_impl_scalar = {
     .exp_sub_sum = exp_sub_sum,
     .silu_mul = silu_mul,
     .snake = snake,
+    .elu = elu,
     .xor64 = xor64,
 };

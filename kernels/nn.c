@@ -50,9 +50,8 @@ void qvk_gelu_erf(float *x, int n) {
         x[i] = 0.5f * x[i] * (1.0f + erff(x[i] * (float)M_SQRT1_2));
 }
 
-void qvk_elu(float *x, int n) {
-    for (int i = 0; i < n; i++)
-        x[i] = x[i] > 0.0f ? x[i] : expm1f(x[i]);
+void qvk_elu(float *x, size_t n) {
+    qvk_impl_get()->elu(x, n);
 }
 
 void qvk_snakebeta(float *x, int n_ch, int n_t, const float *log_alpha, const float *log_beta) {

@@ -549,6 +549,13 @@ static void test_vector_math(void **state) {
             check_close(what, y, ref, (size_t)n * 100, 1e-44, 1e-6);
         }
 
+        for (int i = 0; i < N; i++)
+            ref[i] = x[i] > 0 ? x[i] : expm1((double)x[i]);
+        memcpy(y, x, sizeof x);
+        qvk_elu(y, N);
+        snprintf(what, sizeof what, "elu [-100,100] %s", k_variants[v]);
+        check_close(what, y, ref, N, 1e-30, 4e-7);
+
         memcpy(sx, sx0, sizeof sx);
         qvk_snakebeta(sx, C, T, la, lb);
         snprintf(what, sizeof what, "snakebeta %s", k_variants[v]);
