@@ -457,12 +457,14 @@ static int enc_state_init(enc_state *s, const enc_config *c, int64_t n, int n_th
 /* Row blocks: one per thread (each sgemm call repacks its weights, so fewer, taller calls are
  * cheaper); per-element sums do not depend on the row split (see conv.c). */
 
-typedef struct {
+typedef struct layer_job layer_job;
+struct layer_job {
     const enc_config *c;
     const layer_w *L;
     enc_state *s;
     int t, window;
-} layer_job;
+    void (*rows)(const layer_job *j, int a, int b); /* the row phase rows_run runs */
+};
 
 static void row_block(int t, int blk, int n_blk, int *a, int *b) {
     int n = (t + n_blk - 1) / n_blk;
@@ -470,28 +472,36 @@ static void row_block(int t, int blk, int n_blk, int *a, int *b) {
     *b = *a + n < t ? *a + n : t;
 }
 
-/* Phase 1 (rows): h = LN(x); q, k, v projections; RoPE on q and k. */
-static void qkv_run(int ith, int nth, void *arg) {
+/* Runs j->rows on this thread's block of rows. */
+static void rows_run(int ith, int nth, void *arg) {
     const layer_job *j = arg;
+    int a, b;
+    row_block(j->t, ith, nth, &a, &b);
+    if (b > a) j->rows(j, a, b);
+}
+
+/* x[i, k] += ls[k]·y[i, k] for n rows of h: a layer-scaled residual. */
+static void add_scaled(float *x, const float *ls, const float *y, size_t n, int h) {
+    for (size_t i = 0; i < n; i++)
+        for (int k = 0; k < h; k++) x[i * h + k] += ls[k] * y[i * h + k];
+}
+
+/* Phase 1 (rows): h = LN(x); q, k, v projections; RoPE on q and k. */
+static void qkv_rows(const layer_job *j, int a, int b) {
     const enc_config *c = j->c;
     const layer_w *L = j->L;
     enc_state *s = j->s;
     int h = c->hidden_size, hd = c->head_dim;
-    {
-        int a, b;
-        row_block(j->t, ith, nth, &a, &b);
-        if (b <= a) return;
-        size_t o = (size_t)a * h;
-        for (int i = a; i < b; i++)
-            qvk_layernorm(s->hbuf + (size_t)i * h, s->x + (size_t)i * h, L->ln1_w, L->ln1_b, h, c->norm_eps);
-        qvk_sgemm(0, 1, b - a, h, h, 1.0f, s->hbuf + o, h, L->wq, h, 0.0f, s->qb + o, h);
-        qvk_sgemm(0, 1, b - a, h, h, 1.0f, s->hbuf + o, h, L->wk, h, 0.0f, s->kb + o, h);
-        qvk_sgemm(0, 1, b - a, h, h, 1.0f, s->hbuf + o, h, L->wv, h, 0.0f, s->vb + o, h);
-        for (int i = a; i < b; i++) {
-            const float *rc = s->rope_c + (size_t)i * hd / 2, *rs = s->rope_s + (size_t)i * hd / 2;
-            qvk_rope_apply(s->qb + (size_t)i * h, c->n_heads, hd, rc, rs);
-            qvk_rope_apply(s->kb + (size_t)i * h, c->n_heads, hd, rc, rs);
-        }
+    size_t o = (size_t)a * h;
+    for (int i = a; i < b; i++)
+        qvk_layernorm(s->hbuf + (size_t)i * h, s->x + (size_t)i * h, L->ln1_w, L->ln1_b, h, c->norm_eps);
+    qvk_sgemm(0, 1, b - a, h, h, 1.0f, s->hbuf + o, h, L->wq, h, 0.0f, s->qb + o, h);
+    qvk_sgemm(0, 1, b - a, h, h, 1.0f, s->hbuf + o, h, L->wk, h, 0.0f, s->kb + o, h);
+    qvk_sgemm(0, 1, b - a, h, h, 1.0f, s->hbuf + o, h, L->wv, h, 0.0f, s->vb + o, h);
+    for (int i = a; i < b; i++) {
+        const float *rc = s->rope_c + (size_t)i * hd / 2, *rs = s->rope_s + (size_t)i * hd / 2;
+        qvk_rope_apply(s->qb + (size_t)i * h, c->n_heads, hd, rc, rs);
+        qvk_rope_apply(s->kb + (size_t)i * h, c->n_heads, hd, rc, rs);
     }
 }
 
@@ -525,38 +535,31 @@ static void attn_run(int ith, int nth, void *arg) {
 }
 
 /* Phase 3 (rows): x += ls1 ⊙ Wo·attn; x += ls2 ⊙ fc2(gelu(fc1(LN(x)))). */
-static void out_mlp_run(int ith, int nth, void *arg) {
-    const layer_job *j = arg;
+static void out_mlp_rows(const layer_job *j, int a, int b) {
     const enc_config *c = j->c;
     const layer_w *L = j->L;
     enc_state *s = j->s;
     int h = c->hidden_size, f = c->intermediate_size;
-    {
-        int a, b;
-        row_block(j->t, ith, nth, &a, &b);
-        if (b <= a) return;
-        size_t o = (size_t)a * h, n = (size_t)(b - a);
-        qvk_sgemm(0, 1, b - a, h, h, 1.0f, s->hbuf + o, h, L->wo, h, 0.0f, s->qb + o, h);
-        for (size_t i = 0; i < n; i++)
-            for (int k = 0; k < h; k++) s->x[o + i * h + k] += L->ls1[k] * s->qb[o + i * h + k];
-        for (size_t i = 0; i < n; i++)
-            qvk_layernorm(s->hbuf + o + i * h, s->x + o + i * h, L->ln2_w, L->ln2_b, h, c->norm_eps);
-        float *ff = s->ff + (size_t)a * f;
-        qvk_sgemm(0, 1, b - a, f, h, 1.0f, s->hbuf + o, h, L->fc1, h, 0.0f, ff, f);
-        qvk_gelu_erf(ff, (int)(n * f));
-        qvk_sgemm(0, 1, b - a, h, f, 1.0f, ff, f, L->fc2, f, 0.0f, s->qb + o, h);
-        for (size_t i = 0; i < n; i++)
-            for (int k = 0; k < h; k++) s->x[o + i * h + k] += L->ls2[k] * s->qb[o + i * h + k];
-    }
+    size_t o = (size_t)a * h, n = (size_t)(b - a);
+    qvk_sgemm(0, 1, b - a, h, h, 1.0f, s->hbuf + o, h, L->wo, h, 0.0f, s->qb + o, h);
+    add_scaled(s->x + o, L->ls1, s->qb + o, n, h);
+    for (size_t i = 0; i < n; i++)
+        qvk_layernorm(s->hbuf + o + i * h, s->x + o + i * h, L->ln2_w, L->ln2_b, h, c->norm_eps);
+    float *ff = s->ff + (size_t)a * f;
+    qvk_sgemm(0, 1, b - a, f, h, 1.0f, s->hbuf + o, h, L->fc1, h, 0.0f, ff, f);
+    qvk_gelu_erf(ff, (int)(n * f));
+    qvk_sgemm(0, 1, b - a, h, f, 1.0f, ff, f, L->fc2, f, 0.0f, s->qb + o, h);
+    add_scaled(s->x + o, L->ls2, s->qb + o, n, h);
 }
 
 /* MimiTransformerLayer: x + ls1 ⊙ Attn(LN(x)); x + ls2 ⊙ fc2(gelu(fc1(LN(x)))), x [T, H]. */
 static void transformer_layer(qvk_pool *pool, const enc_config *c, const layer_w *L, enc_state *s,
                               int t, int window) {
-    layer_job j = {.c = c, .L = L, .s = s, .t = t, .window = window};
-    qvk_pool_run(pool, qkv_run, &j);
+    layer_job j = {.c = c, .L = L, .s = s, .t = t, .window = window, .rows = qkv_rows};
+    qvk_pool_run(pool, rows_run, &j);
     qvk_pool_run(pool, attn_run, &j);
-    qvk_pool_run(pool, out_mlp_run, &j);
+    j.rows = out_mlp_rows;
+    qvk_pool_run(pool, rows_run, &j);
 }
 
 /* Nearest codebook row for each of n vectors r [n, D]: argmin ‖r − e‖². The sgemm form
