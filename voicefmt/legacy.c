@@ -531,9 +531,7 @@ static int needs_trailer(const qvf_voice *v, uint32_t flags) {
 }
 
 static void write_trailer(const qvf_voice *v, qvf_out *o) {
-    uint64_t mb = 8;
-    for (int i = 0; i < v->n_meta; i++)
-        mb = align_up(mb + 8 + strlen(v->meta[i].key) + strlen(v->meta[i].value), 8);
+    uint64_t mb = out_meta_len(v);
     uint64_t len = QVF_HEAD_BYTES + 4 + mb + 4;
     for (uint32_t i = 0; v->has_wdelta && i < v->n_tensors; i++)
         len += 4 + strlen(v->tensors[i].name) + 112;
@@ -553,17 +551,7 @@ static void write_trailer(const qvf_voice *v, qvf_out *o) {
     }
     out_write(o, head, sizeof head);
     put32(o, (uint32_t)mb);
-    uint64_t start = o->pos;
-    put32(o, (uint32_t)v->n_meta);
-    put32(o, 0);
-    for (int i = 0; i < v->n_meta; i++) {
-        size_t kl = strlen(v->meta[i].key), vl = strlen(v->meta[i].value);
-        put32(o, (uint32_t)kl);
-        put32(o, (uint32_t)vl);
-        out_write(o, v->meta[i].key, kl);
-        out_write(o, v->meta[i].value, vl);
-        out_zero(o, align_up(o->pos - start, 8) - (o->pos - start));
-    }
+    out_meta(o, v);
     put32(o, v->has_wdelta ? v->n_tensors : 0);
     for (uint32_t i = 0; v->has_wdelta && i < v->n_tensors; i++) {
         const qvf_tensor *t = &v->tensors[i];

@@ -98,6 +98,10 @@ typedef struct {
 } qvf_out;
 void out_write(qvf_out *o, const void *buf, size_t n);
 void out_zero(qvf_out *o, uint64_t n);
+/* The META table both formats write: u32 entry count, u32 0, then per entry u32 key bytes, u32
+ * value bytes, key, value, zero-padded to 8 from the table's start; out_meta_len is its size. */
+uint64_t out_meta_len(const qvf_voice *v);
+void out_meta(qvf_out *o, const qvf_voice *v);
 /* v3 serialisation (legacy.c) to o; returns 0 or a code (validation before writing). */
 int qvf_legacy_check_v3(const qvf_voice *v, const char *name, char *err, size_t err_size);
 int qvf_legacy_write_v3(const qvf_voice *v, qvf_out *o, const char *name, char *err,

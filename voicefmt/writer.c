@@ -64,6 +64,27 @@ static void pad_to(qvf_out *o, uint64_t payload_start, uint64_t align) {
     out_zero(o, align_up(rel, align) - rel);
 }
 
+uint64_t out_meta_len(const qvf_voice *v) {
+    uint64_t len = 8;
+    for (int i = 0; i < v->n_meta; i++)
+        len = align_up(len + 8 + strlen(v->meta[i].key) + strlen(v->meta[i].value), 8);
+    return len;
+}
+
+void out_meta(qvf_out *o, const qvf_voice *v) {
+    uint64_t start = o->pos;
+    put32(o, (uint32_t)v->n_meta);
+    put32(o, 0);
+    for (int i = 0; i < v->n_meta; i++) {
+        size_t kl = strlen(v->meta[i].key), vl = strlen(v->meta[i].value);
+        put32(o, (uint32_t)kl);
+        put32(o, (uint32_t)vl);
+        out_write(o, v->meta[i].key, kl);
+        out_write(o, v->meta[i].value, vl);
+        pad_to(o, start, 8);
+    }
+}
+
 /* ---------------------------------------------------------------- atomic file */
 
 struct qvf_writer {
@@ -198,21 +219,8 @@ static void write_v4_body(qvf_out *o, const qvf_voice *v, int with_wdhd, uint32_
     chunk_end(o);
 
     if (v->has_meta || v->n_meta) {
-        uint64_t len = 8;
-        for (int i = 0; i < v->n_meta; i++)
-            len = align_up(len + 8 + strlen(v->meta[i].key) + strlen(v->meta[i].value), 8);
-        chunk_begin(o, "META", 0, len);
-        uint64_t start = o->pos;
-        put32(o, (uint32_t)v->n_meta);
-        put32(o, 0);
-        for (int i = 0; i < v->n_meta; i++) {
-            size_t kl = strlen(v->meta[i].key), vl = strlen(v->meta[i].value);
-            put32(o, (uint32_t)kl);
-            put32(o, (uint32_t)vl);
-            out_write(o, v->meta[i].key, kl);
-            out_write(o, v->meta[i].value, vl);
-            pad_to(o, start, 8);
-        }
+        chunk_begin(o, "META", 0, out_meta_len(v));
+        out_meta(o, v);
         chunk_end(o);
     }
 
