@@ -5,8 +5,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "q8.h"
-#include "q8_impl.h"
+#include "kernels/q8.h"
+#include "kernels/q8_impl.h"
 
 #define ROW_ALIGN 16
 

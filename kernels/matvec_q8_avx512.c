@@ -6,8 +6,8 @@
  */
 #include <immintrin.h>
 
-#include "q8.h"
-#include "q8_impl.h"
+#include "kernels/q8.h"
+#include "kernels/q8_impl.h"
 
 static inline __m512i signed_w(const int8_t *p, __mmask64 neg) {
     __m512i w = _mm512_loadu_si512((const void *)p);

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "kernels.h"
+#include "kernels/kernels.h"
 
 #define N_PASSES 7
 /* Matrix set per shape: default 768 MB, above this VM's 480 MiB L3; QV_BENCH_SET_MB overrides
