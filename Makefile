@@ -35,7 +35,7 @@ MKMODEL  := $(B)/tools/mkmodel
 export QVOICE_CACHE ?= $(CURDIR)/cache
 
 .SECONDARY:
-.PHONY: all test asan fuzz bench bench-kernels deps demo install clean help models models-full check-tools
+.PHONY: check-layers all test asan fuzz bench bench-kernels deps demo install clean help models models-full check-tools
 all: $(LIB) $(TOOLS) $(MKMODEL)
 
 help:
@@ -51,6 +51,9 @@ help:
 
 deps:
 	@scripts/deps.sh
+
+check-layers:
+	@mkdir -p $(B) && B=$(B) scripts/check-layers.sh
 
 $(B)/%.o: %.c
 	@mkdir -p $(dir $@)

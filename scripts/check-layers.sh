@@ -28,8 +28,8 @@ for dir in $(printf '%s\n' "$rules" | cut -d: -f1); do
       [ $ok = 1 ] || { echo "check-layers: $f:${line%%:*}: $dir/ may not include \"$inc\""; echo x; }
     done
   done
-done > build/check-layers.out 2>&1
-grep -v '^x$' build/check-layers.out
-n=$(grep -c '^x$' build/check-layers.out)
+done > "${B:-build}/check-layers.out" 2>&1
+grep -v "^x$" "${B:-build}/check-layers.out"
+n=$(grep -c "^x$" "${B:-build}/check-layers.out")
 if [ "$n" -gt 0 ]; then echo "check-layers: $n include(s) against docs/architecture.md"; exit 1; fi
 echo "check-layers: ok ($(printf '%s\n' "$rules" | wc -l) folders)"
