@@ -15,6 +15,7 @@
 
 #include "checkpoint/config.h"
 #include "checkpoint/fingerprint.h"
+#include "include/qvoice.h"
 #include "voicefmt/qvf.h"
 #include "checkpoint/safetensors.h"
 
@@ -139,20 +140,6 @@ static uint64_t file_size(const char *path) {
     return stat(path, &st) ? 0 : (uint64_t)st.st_size;
 }
 
-static void *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    uint64_t sz = file_size(path);
-    void *b = malloc(sz ? sz : 1);
-    if (b && fread(b, 1, sz, f) != sz) {
-        free(b);
-        b = NULL;
-    }
-    fclose(f);
-    *n = sz;
-    return b;
-}
-
 /* ---------------------------------------------------------------- inspect */
 
 static void id_json(cJSON *o, const char *key, const qvf_model_id *id) {
@@ -186,7 +173,7 @@ static uint64_t wdelta_bytes(const qvf_voice *v, uint64_t *raw) {
 /* Chunk table of a v4 file (also when the voice itself does not parse). */
 static void chunks_out(const char *path, cJSON *jo, int *framing_ok) {
     size_t n;
-    uint8_t *b = slurp(path, &n);
+    uint8_t *b = (uint8_t *)qv_file_read(path, SIZE_MAX / 2, &n, NULL, 0);
     *framing_ok = 1;
     if (!b || n < 8 || memcmp(b, "QVCE", 4) || b[4] != 4 || b[5] || b[6] || b[7]) {
         free(b);
@@ -635,10 +622,14 @@ static int cmd_extract(int argc, char **argv) {
         qvf_voice_free(v);
         return 1;
     }
-    /* extract output is small: write to a temp name and rename, like the library does */
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp", out);
-    FILE *f = fopen(tmp, "wb");
+    char err[4400];
+    qv_outfile *of;
+    if (qv_outfile_open(&of, out, err, sizeof err)) {
+        fprintf(stderr, "voicefmt: %s\n", err);
+        qvf_voice_free(v);
+        return 1;
+    }
+    FILE *f = qv_outfile_stream(of);
     int ok = f != NULL;
     if (ok && what == 'x') ok = fwrite(v->xvector, 4, v->enc_dim, f) == v->enc_dim;
     if (ok && what == 'T')
@@ -647,11 +638,12 @@ static int cmd_extract(int argc, char **argv) {
         for (int k = 0; k < QVF_N_CODEBOOKS; k++)
             ok = fprintf(f, "%u%c", v->codes[i * QVF_N_CODEBOOKS + k],
                          k == QVF_N_CODEBOOKS - 1 ? '\n' : ' ') > 0;
-    if (f && fclose(f)) ok = 0;
-    if (ok && rename(tmp, out)) ok = 0;
     if (!ok) {
         fprintf(stderr, "voicefmt: %s: cannot write: %s\n", out, strerror(errno));
-        remove(tmp);
+        qv_outfile_abort(of);
+    } else if (qv_outfile_commit(of, err, sizeof err)) {
+        fprintf(stderr, "voicefmt: %s\n", err);
+        ok = 0;
     }
     qvf_voice_free(v);
     return ok ? 0 : 1;

@@ -1,16 +1,12 @@
 /* writer.c — atomic .qvoice writer: v4 chunks (docs/qvoice-format.md) or legacy v3 (legacy.c).
- * Output goes to a temporary file in the destination's directory; commit = fflush, fsync, rename,
- * fsync of the directory, so a crash or full disk never leaves a partial file at the destination.
+ * Output goes through util/fileio.c's atomic writer, so a crash, kill or full disk never leaves a
+ * partial file at the destination (nor, where Linux allows it, a temporary one beside it).
  * Chunk lengths are computed before a chunk is written, so its CRC is accumulated while streaming.
  */
 #include <errno.h>
-#include <fcntl.h>
-#include <libgen.h>
-#include <lz4.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
+#include "util/fileio.h"
 #include "voicefmt/qvf_impl.h"
 
 /* ---------------------------------------------------------------- output stream */
@@ -89,16 +85,15 @@ void out_meta(qvf_out *o, const qvf_voice *v) {
 
 struct qvf_writer {
     qvf_out o;
-    char *path, *tmp;
+    qvu_wfile *file;
+    char *path;
     uint32_t n_expected, n_written;
     int bad; /* first failed add: the writer is unusable (style rule 23) */
 };
 
 static void writer_drop(qvf_writer *w) {
     if (!w) return;
-    if (w->o.f) fclose(w->o.f);
-    if (w->tmp) unlink(w->tmp);
-    free(w->tmp);
+    qvu_wfile_abort(w->file);
     free(w->path);
     free(w);
 }
@@ -106,27 +101,17 @@ static void writer_drop(qvf_writer *w) {
 static int writer_create(qvf_writer **out, const char *path, char *err, size_t es) {
     *out = NULL;
     qvf_writer *w = calloc(1, sizeof *w);
-    size_t pl = strlen(path);
-    if (!w || !(w->path = strdup(path)) || !(w->tmp = malloc(pl + 16))) {
+    if (!w || !(w->path = strdup(path))) {
         writer_drop(w);
         return qvf_fail(err, es, QVF_E_NOMEM, path, "writer");
     }
-    snprintf(w->tmp, pl + 16, "%s.tmp.XXXXXX", path);
-    int fd = mkstemp(w->tmp);
-    if (fd < 0) {
-        int e = errno;
-        free(w->tmp);
-        w->tmp = NULL;
+    if (qvu_wfile_open(&w->file, path, err, es)) {
         writer_drop(w);
-        return qvf_fail(err, es, QVF_E_IO, path, "cannot create a temporary file: %s", strerror(e));
+        return QVF_E_IO;
     }
-    mode_t um = umask(0);
-    umask(um);
-    if (fchmod(fd, 0666 & ~um) || !(w->o.f = fdopen(fd, "wb"))) {
-        int e = errno;
-        close(fd);
+    if (!(w->o.f = qvu_wfile_stream(w->file))) {
         writer_drop(w);
-        return qvf_fail(err, es, QVF_E_IO, path, "cannot open the temporary file: %s", strerror(e));
+        return qvf_fail(err, es, QVF_E_NOMEM, path, "writer");
     }
     *out = w;
     return QVF_OK;
@@ -134,27 +119,12 @@ static int writer_create(qvf_writer **out, const char *path, char *err, size_t e
 
 static int writer_finish(qvf_writer *w, char *err, size_t es) {
     int rc = QVF_OK;
-    if (!w->o.failed && fflush(w->o.f)) w->o.failed = errno;
-    if (!w->o.failed && fsync(fileno(w->o.f))) w->o.failed = errno;
-    if (fclose(w->o.f) && !w->o.failed) w->o.failed = errno ? errno : EIO;
-    w->o.f = NULL;
     if (w->o.failed) {
         rc = qvf_fail(err, es, QVF_E_IO, w->path, "write failed: %s", strerror(w->o.failed));
-    } else if (rename(w->tmp, w->path)) {
-        rc = qvf_fail(err, es, QVF_E_IO, w->path, "cannot rename the temporary file: %s",
-                      strerror(errno));
     } else {
-        free(w->tmp);
-        w->tmp = NULL; /* now the destination: do not unlink */
-        char *d = strdup(w->path);
-        if (d) {
-            int dfd = open(dirname(d), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-            if (dfd >= 0) {
-                fsync(dfd);
-                close(dfd);
-            }
-            free(d);
-        }
+        qvu_wfile *f = w->file;
+        w->file = NULL; /* commit frees it, whatever the outcome */
+        if (qvu_wfile_commit(f, err, es)) rc = QVF_E_IO;
     }
     writer_drop(w);
     return rc;
