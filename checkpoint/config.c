@@ -400,19 +400,22 @@ int qve_model_config_load(qve_model_config *c, const char *dir, char *err, size_
 
 /* ==== generation_config.json ================================================================= */
 
+qve_generation_config qve_generation_defaults(void) {
+    return (qve_generation_config){.do_sample = 1,
+                                   .top_k = 50,
+                                   .top_p = 1.0f,
+                                   .temperature = 0.9f,
+                                   .repetition_penalty = 1.05f,
+                                   .subtalker_dosample = 1,
+                                   .subtalker_top_k = 50,
+                                   .subtalker_top_p = 1.0f,
+                                   .subtalker_temperature = 0.9f,
+                                   .max_new_tokens = 2048};
+}
+
 int qve_generation_config_load(qve_generation_config *g, const char *dir, char *err,
                                size_t err_size) {
-    /* The Python wrapper's fallbacks for keys absent from the file (§1.4). */
-    *g = (qve_generation_config){.do_sample = 1,
-                                 .top_k = 50,
-                                 .top_p = 1.0f,
-                                 .temperature = 0.9f,
-                                 .repetition_penalty = 1.05f,
-                                 .subtalker_dosample = 1,
-                                 .subtalker_top_k = 50,
-                                 .subtalker_top_p = 1.0f,
-                                 .subtalker_temperature = 0.9f,
-                                 .max_new_tokens = 2048};
+    *g = qve_generation_defaults();
     rd r = {.err = err, .err_size = err_size};
     cJSON *root = load_json(&r, dir, "generation_config.json", 1);
     if (!root) return r.bad ? -1 : 0;

@@ -123,6 +123,8 @@ void qvk_softmax(float *x, int n);                 /* in place, max-subtracted *
 void qvk_silu(float *x, int n);                    /* x·sigmoid(x) */
 void qvk_gelu_erf(float *x, int n);                /* 0.5·x·(1 + erf(x/√2)) */
 void qvk_elu(float *x, size_t n);                  /* alpha = 1; SIMD ≤ 2 ulp from expm1f */
+/* Cosine similarity of two vectors (double accumulate); 0 when either is zero. */
+double qvk_cosine(const float *a, const float *b, int n);
 /* x[C, T] in place: x + sin²(exp(a_c)·x) / (exp(b_c) + 1e-9); a, b are log-space per channel. */
 void qvk_snakebeta(float *x, int n_ch, int n_t, const float *log_alpha, const float *log_beta);
 /* y[i] = silu(g[i]) * u[i] (SwiGLU join). */

@@ -234,7 +234,7 @@ static int run_compare(const options *o, qvk_pool *pool, const char *pa, const c
     } else if (da != db) {
         fprintf(stderr, "clone: %s: x-vector size %d differs from %s's %d\n", pb, db, pa, da);
     } else {
-        double cs = qvc_cosine(xa, xb, da);
+        double cs = qvk_cosine(xa, xb, da);
         if (o->json) {
             cJSON *j = cJSON_CreateObject();
             cJSON_AddStringToObject(j, "a", pa);

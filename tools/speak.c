@@ -623,13 +623,6 @@ static int to_chunk_buf(void *user, const float *pcm, int n) {
     return qve_audio_append(user, pcm, n, 0) ? 1 : 0;
 }
 
-static double cosine(const float *a, const float *b, int n) {
-    double ab = 0, aa = 0, bb = 0;
-    for (int i = 0; i < n; i++)
-        ab += (double)a[i] * b[i], aa += (double)a[i] * a[i], bb += (double)b[i] * b[i];
-    return aa > 0 && bb > 0 ? ab / sqrt(aa * bb) : 0;
-}
-
 /* Speaker similarity of one chunk's audio to the voice (--verify); NAN when too short. */
 static double verify_chunk(synth_ctx *c, const float *x, int64_t n, char *err, size_t es) {
     int nf = qvc_mel_n_frames(n);
@@ -640,7 +633,7 @@ static double verify_chunk(synth_ctx *c, const float *x, int64_t n, char *err, s
         snprintf(err, es, "out of memory");
     else if (!qvc_mel_compute(c->mel, mel, x, n) &&
              !qvc_ecapa_forward(c->ecapa, c->vpool, c->xvec, mel, nf, err, es))
-        r = cosine(c->xvec, c->ref_xvec, qvc_ecapa_dim(c->ecapa));
+        r = qvk_cosine(c->xvec, c->ref_xvec, qvc_ecapa_dim(c->ecapa));
     free(mel);
     return r;
 }

@@ -238,7 +238,7 @@ static void test_formats(void **state) {
     float *x_44 = xvector_of(g_ecapa, &a_44);
     int dim = qvc_ecapa_dim(g_ecapa);
     int same = !memcmp(x_wav, x_flac, sizeof(float) * (size_t)dim);
-    double c44 = qvc_cosine(x_wav, x_44, dim);
+    double c44 = qvk_cosine(x_wav, x_44, dim);
     printf("  WAV vs FLAC x-vector: %s; WAV vs 44.1 kHz stereo: cosine %.6f (tolerance >= 0.99)\n",
            same ? "bit-identical" : "DIFFERENT", c44);
     assert_true(same);
@@ -292,7 +292,7 @@ static void test_lossy_formats(void **state) {
         if (rc) fprintf(stderr, "%s\n", err);
         assert_int_equal(rc, 0);
         float *x = xvector_of(g_ecapa, &a);
-        double cs = qvc_cosine(x_ref, x, qvc_ecapa_dim(g_ecapa));
+        double cs = qvk_cosine(x_ref, x, qvc_ecapa_dim(g_ecapa));
         printf("  %s (%s, %.2f s read): x-vector cosine vs lossless %.5f (tolerance >= 0.98)\n",
                f[i].ext, a.src_format, a.used_seconds, cs);
         assert_true(cs >= 0.98);
@@ -557,7 +557,7 @@ static void test_tiny_model(void **state) {
     qvc_audio part;
     assert_int_equal(qvc_audio_from_mono(&part, g_clip.samples + 240000, 240000, 24000, "part", err, sizeof err), 0);
     float *x3 = xvector_of(e, &part);
-    double c = qvc_cosine(x1, x3, 64);
+    double c = qvk_cosine(x1, x3, 64);
     printf("  tiny x-vector norm %.3f; cosine whole clip vs 10 s part %.4f\n", qvc_l2norm(x1, 64), c);
     assert_true(c < 1.0);
     qvc_speech_encoder *se = qvc_speech_encoder_load(g_tiny, err, sizeof err);
