@@ -584,12 +584,13 @@ static int clone_run(run *u, const qv_cloner *c, qvk_pool *pool, int *plot_writt
     }
 
     /* audio */
+    int64_t n_pcm = r->n_samples, n_max = (int64_t)(r->max_seconds * r->sample_rate_hz);
+    if (r->pcm && n_pcm > n_max) n_pcm = n_max; /* in-memory audio: cut as the file reader does */
     int arc = r->audio_path ? qvc_audio_load(&a, r->audio_path, r->max_seconds, u->err, u->err_size)
-                            : qvc_audio_from_mono(&a, r->pcm, r->n_samples, r->sample_rate_hz,
-                                                  u->label, u->err, u->err_size);
-    if (!arc && r->pcm && a.used_seconds > r->max_seconds) { /* in-memory audio: cut here */
-        a.n_samples = (int64_t)(r->max_seconds * QVC_SAMPLE_RATE_HZ);
-        a.used_seconds = r->max_seconds;
+                            : qvc_audio_from_mono(&a, r->pcm, n_pcm, r->sample_rate_hz, u->label,
+                                                  u->err, u->err_size);
+    if (!arc && r->pcm && n_pcm < r->n_samples) {
+        a.src_seconds = (double)r->n_samples / r->sample_rate_hz;
         a.truncated = 1;
     }
     t_audio = now_s() - t, t = now_s();
