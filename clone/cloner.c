@@ -767,7 +767,6 @@ enum qv_status qv_clone_run(const qv_cloner *c, const qv_clone_request *r, const
         snprintf(err, err_size, "out of memory");
         return QV_E_NOMEM;
     }
-    if (r->name && !*r->name) u.label = "reference";
     cJSON_AddBoolToObject(u.j, "ok", 0);
     if (out_path) cJSON_AddStringToObject(u.j, "output", out_path);
     cJSON_AddStringToObject(u.j, "audio", u.label);

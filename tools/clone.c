@@ -83,7 +83,8 @@ static void usage(FILE *f, const qv_clone_request *d) {
             "    -P, --plot FILE.png       also write the reference's log-mel spectrogram as a PNG,\n"
             "                              the part used for the x-vector marked (default: none)\n"
             "        --json                print the JSON report instead of the summary (off)\n"
-            "    -j, --threads N           threads, 1..256 (default: all online CPUs)\n"
+            "    -j, --threads N           threads, 1..256 (default: all online CPUs; -p is the\n"
+            "                              older spelling)\n"
             "    -C, --compare A B         cosine similarity of two x-vectors (audio files need -m;\n"
             "                              .qvoice/.bin files are read as voices)\n"
             "    -h, --help                this text\n"
@@ -333,7 +334,7 @@ int main(int argc, char **argv) {
         {0, 0, 0, 0}};
     opterr = 0; /* unknown options are reported below, in one line */
     int ch;
-    while ((ch = getopt_long(argc, argv, ":m:o:t:T:n:l:xc:s:j:CHw:FS:A:P:WhV", longs, NULL)) !=
+    while ((ch = getopt_long(argc, argv, ":m:o:t:T:n:l:xc:s:j:p:CHw:FS:A:P:WhV", longs, NULL)) !=
            -1) {
         switch (ch) {
         case 'm': o.model_dir = optarg; break;
@@ -349,7 +350,8 @@ int main(int argc, char **argv) {
                 return usage_error("--max-seconds: expected a number of seconds in [3, 3600], found '%s'", optarg);
             break;
         case OPT_JSON: o.json = 1; break;
-        case 'j': {
+        case 'j':
+        case 'p': {
             double n;
             if (parse_double(optarg, 1, 256, &n) || n != (int)n)
                 return usage_error("--threads: expected 1..256, found '%s'", optarg);
