@@ -461,7 +461,6 @@ static void add_hygiene(cJSON *j, const qvc_hygiene_report *h, int ran) {
     if (o) cJSON_AddItemToObject(j, "hygiene", o);
     char text[4096];
     qvc_hygiene_summary(h, text, sizeof text);
-    if (!h->clean && h->trim.end == 0) text[0] = 0; /* no speech found: the error says it all */
     cJSON_AddStringToObject(j, "hygiene_text", text);
 }
 

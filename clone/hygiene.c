@@ -641,6 +641,7 @@ int qvc_hygiene_run(qvc_hygiene_report *r, const float *x, int64_t n, const char
     qvc_hygiene_params dp = qvc_hygiene_default_params();
     if (!p) p = &dp;
     if (qvc_trim_silence(&r->trim, x, n, p, err, err_size)) return -1;
+    r->has_trim = 1;
     if (qvc_check_voiced(&r->trim, p, err, err_size)) return -1;
     r->n_clean = r->trim.end - r->trim.start;
     r->clean = malloc((size_t)r->n_clean * sizeof *r->clean);
@@ -650,6 +651,7 @@ int qvc_hygiene_run(qvc_hygiene_report *r, const float *x, int64_t n, const char
     }
     memcpy(r->clean, x + r->trim.start, (size_t)r->n_clean * sizeof *r->clean);
     if (qvc_level_normalize(&r->level, r->clean, r->n_clean, p, err, err_size)) return -1;
+    r->has_level = 1;
     if (transcript || p->icl_mode == QVC_ICL_AUTO) {
         if (icl_span(r, p, err, err_size)) return -1;
         r->has_window = 1;
@@ -699,19 +701,21 @@ void qvc_hygiene_summary(const qvc_hygiene_report *r, char *buf, size_t size) {
     size_t w = 0;
     if (size) buf[0] = 0;
     const qvc_trim_report *t = &r->trim;
+    if (!r->has_trim) return;
     APPEND("trim: kept %.2f-%.2f s of %.2f s (cut %.2f s lead, %.2f s tail); %.2f s voiced "
            "(VAD threshold %.1f dBFS, floor %.1f dBFS)\n",
            t->start / SR, t->end / SR, t->in_seconds, t->lead_trimmed_s, t->trail_trimmed_s,
            t->voiced_seconds, t->threshold_dbfs, t->floor_dbfs);
     const qvc_level_report *l = &r->level;
-    APPEND("level: %.1f LUFS, peak %.1f dBFS, gain %+.1f dB%s -> %.1f LUFS, peak %.1f dBFS; "
-           "clipped %.4f%% of samples%s\n",
-           l->in_lufs, l->in_peak_dbfs, l->gain_db,
-           l->peak_limited   ? " (limited by the peak cap)"
-           : l->gain_limited ? " (limited by the max gain)"
-                             : "",
-           l->out_lufs, l->out_peak_dbfs, 100.0 * l->clipped_fraction,
-           l->clip_warning ? " (WARNING: clipped)" : "");
+    if (r->has_level)
+        APPEND("level: %.1f LUFS, peak %.1f dBFS, gain %+.1f dB%s -> %.1f LUFS, peak %.1f "
+               "dBFS; clipped %.4f%% of samples%s\n",
+               l->in_lufs, l->in_peak_dbfs, l->gain_db,
+               l->peak_limited   ? " (limited by the peak cap)"
+               : l->gain_limited ? " (limited by the max gain)"
+                                 : "",
+               l->out_lufs, l->out_peak_dbfs, 100.0 * l->clipped_fraction,
+               l->clip_warning ? " (WARNING: clipped)" : "");
     if (r->has_window) {
         const qvc_window_report *v = &r->window;
         APPEND("icl window: %.2f-%.2f s (%s), %.2f s, %.0f%% voiced (%.2f s), SNR %.1f dB, "

@@ -181,7 +181,7 @@ typedef struct {
     qvc_transcript_report transcript; /* has_transcript */
     int has_window, has_transcript;
     qvc_speaker_report speaker;       /* has_speaker */
-    int has_icl, has_speaker;
+    int has_trim, has_level, has_icl, has_speaker; /* the steps that ran */
     float *clean; /* trimmed + normalised clip (x-vector input); owned */
     int64_t n_clean;
     float *icl; /* ICL window + tail silence (speech-encoder input), NULL without ICL; owned */
@@ -201,7 +201,8 @@ void qvc_hygiene_report_free(qvc_hygiene_report *r); /* accepts zeroed reports *
 
 /* "full", "auto", "range". */
 const char *qvc_icl_mode_name(enum qvc_icl_mode m);
-/* Human summary, one step per line ("trim: …", "level: …", …) into buf (truncated to size). */
+/* Human summary of the steps that ran, one per line ("trim: …", "level: …", …) into buf
+ * (truncated to size; "" when not even the trim found speech). */
 void qvc_hygiene_summary(const qvc_hygiene_report *r, char *buf, size_t size);
 /* Compact JSON object of all numbers, for META key "hygiene". malloc'd; NULL on failure. */
 char *qvc_hygiene_json(const qvc_hygiene_report *r);
