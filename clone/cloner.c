@@ -507,7 +507,8 @@ static int language_id(run *u, const qve_model_config *mc, const char *dir) {
     return -1;
 }
 
-/* Warnings on the audio and the hygiene steps, in the order the old CLI printed them. */
+/* Warnings from the hygiene steps: usable, but the user should look (clipping, a dropped
+ * transcript, an auto window, another voice). */
 static void hygiene_warnings(run *u, const qvc_audio *a, const qvc_hygiene_report *h) {
     if (h->level.clip_warning && !a->clip_warning)
         warn(u, "clipping (%.4f%% of samples at full scale)", 100.0 * h->level.clipped_fraction);
