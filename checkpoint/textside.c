@@ -44,16 +44,15 @@ int qve_textside_bind(qve_textside *ts, const qve_st *st, const qve_model_config
         return -1;
     }
     ts->fc1_bias = ts->owned, ts->fc2_bias = ts->owned + TH;
-    if (!(ts->text_embedding = matrix(st, "talker.model.text_embedding.weight", ts->text_vocab,
-                                      TH, err, err_size)) ||
-        !(ts->fc1 = matrix(st, "talker.text_projection.linear_fc1.weight", TH, TH, err,
-                           err_size)) ||
+    if (!(ts->text_embedding = matrix(st, "talker.model.text_embedding.weight", ts->text_vocab, TH,
+                                      err, err_size)) ||
+        !(ts->fc1 =
+              matrix(st, "talker.text_projection.linear_fc1.weight", TH, TH, err, err_size)) ||
         vector(st, "talker.text_projection.linear_fc1.bias", TH, ts->owned, err, err_size) ||
-        !(ts->fc2 = matrix(st, "talker.text_projection.linear_fc2.weight", H, TH, err,
-                           err_size)) ||
+        !(ts->fc2 = matrix(st, "talker.text_projection.linear_fc2.weight", H, TH, err, err_size)) ||
         vector(st, "talker.text_projection.linear_fc2.bias", H, ts->owned + TH, err, err_size) ||
-        !(ts->codec_embedding = matrix(st, "talker.model.codec_embedding.weight",
-                                       ts->codec_vocab, H, err, err_size))) {
+        !(ts->codec_embedding = matrix(st, "talker.model.codec_embedding.weight", ts->codec_vocab,
+                                       H, err, err_size))) {
         qve_textside_free(ts);
         return -1;
     }

@@ -39,7 +39,7 @@ struct qv_cloner {
     qvc_ecapa *ecapa;
     qve_st *st; /* the Base checkpoint: text side, WDELTA source */
     qve_textside text;
-    float *tpad; /* [3][hidden], computed once */
+    float *tpad;       /* [3][hidden], computed once */
     struct lazy *lazy; /* the speech encoder, loaded on first ICL use */
 };
 
@@ -197,9 +197,12 @@ static int check_output(run *u, const char *out) {
     char dir[4096];
     snprintf(dir, sizeof dir, "%s", out);
     char *slash = strrchr(dir, '/');
-    if (!slash) snprintf(dir, sizeof dir, ".");
-    else if (slash == dir) dir[1] = 0;
-    else *slash = 0;
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else if (slash == dir)
+        dir[1] = 0;
+    else
+        *slash = 0;
     if (stat(dir, &sb) || !S_ISDIR(sb.st_mode))
         return fail(u, QV_E_IO, "%.400s: directory %.400s does not exist", out, dir);
     if (access(dir, W_OK | X_OK))
@@ -230,8 +233,10 @@ static void user_name(char *buf, size_t size) {
         struct passwd *pw = getpwuid(geteuid());
         who = pw ? pw->pw_name : NULL;
     }
-    if (who && *who) snprintf(buf, size, "%s", who);
-    else snprintf(buf, size, "uid %d", (int)geteuid());
+    if (who && *who)
+        snprintf(buf, size, "%s", who);
+    else
+        snprintf(buf, size, "uid %d", (int)geteuid());
 }
 
 static void model_id(qvf_model_id *id, const qve_model_config *c, const uint8_t fp[32]) {
@@ -252,9 +257,12 @@ static int xvector_of(const qvc_ecapa *e, qvk_pool *pool, const float *x, int64_
     qvc_mel *mel = mel_create();
     float *m = malloc((size_t)(*n_frames > 0 ? *n_frames : 1) * QVC_MEL_BINS * sizeof(float));
     int rc = -1;
-    if (!mel || !m) snprintf(err, err_size, "out of memory");
-    else if (qvc_mel_compute(mel, m, x, n)) snprintf(err, err_size, "audio too short");
-    else rc = qvc_ecapa_forward(e, pool, xvec, m, *n_frames, err, err_size);
+    if (!mel || !m)
+        snprintf(err, err_size, "out of memory");
+    else if (qvc_mel_compute(mel, m, x, n))
+        snprintf(err, err_size, "audio too short");
+    else
+        rc = qvc_ecapa_forward(e, pool, xvec, m, *n_frames, err, err_size);
     free(m);
     qvc_mel_free(mel);
     return rc;
@@ -314,8 +322,8 @@ static int set_meta(qvf_voice *v, const run *u, const qvc_audio *a, int language
 static int set_bridge(qvf_voice *v, const qv_cloner *c, int with_wovr) {
     const qve_textside *t = &c->text;
     const size_t H = (size_t)t->hidden, TH = (size_t)t->text_hidden;
-    const size_t cv = (size_t)t->codec_vocab < WOVR_CODEC_ROWS ? (size_t)t->codec_vocab
-                                                               : WOVR_CODEC_ROWS;
+    const size_t cv =
+        (size_t)t->codec_vocab < WOVR_CODEC_ROWS ? (size_t)t->codec_vocab : WOVR_CODEC_ROWS;
     if (!(v->tpad = malloc(3 * H * sizeof(float)))) return -1;
     memcpy(v->tpad, c->tpad, 3 * H * sizeof(float));
     v->tpad_hidden = (uint32_t)H;
@@ -333,14 +341,17 @@ static int set_bridge(qvf_voice *v, const qv_cloner *c, int with_wovr) {
     return 0;
 }
 
-static int is_delta_tensor(const qve_tensor *t) { return !strncmp(t->name, "talker.", 7); }
+static int is_delta_tensor(const qve_tensor *t) {
+    return !strncmp(t->name, "talker.", 7);
+}
 
 /* Streams every talker.* tensor of the Base checkpoint as a delta against the CustomVoice one:
  * bf16 matrices as bit deltas, 1-D tensors (norms, biases) raw f32 (qvoice-format.md §4.8). */
 static int write_with_wdelta(const qvf_voice *v, const char *out, const qve_st *base,
                              const qve_st *cv, int *n_written, char *err, size_t err_size) {
     int n = 0;
-    for (int i = 0; i < qve_st_count(base); i++) n += is_delta_tensor(qve_st_at(base, i));
+    for (int i = 0; i < qve_st_count(base); i++)
+        n += is_delta_tensor(qve_st_at(base, i));
     qvf_writer *w = NULL;
     if (qvf_writer_open(&w, out, v, (uint32_t)n, QVF_WKIND_DELTA, err, err_size)) return -1;
     for (int i = 0; i < qve_st_count(base); i++) {
@@ -348,7 +359,8 @@ static int write_with_wdelta(const qvf_voice *v, const char *out, const qve_st *
         if (!is_delta_tensor(t)) continue;
         const qve_tensor *tt = qve_st_find(cv, t->name);
         uint64_t shape[4] = {0};
-        for (int d = 0; d < t->n_dims; d++) shape[d] = (uint64_t)t->shape[d];
+        for (int d = 0; d < t->n_dims; d++)
+            shape[d] = (uint64_t)t->shape[d];
         qvf_tensor q;
         memset(&q, 0, sizeof q);
         int rc;
@@ -515,7 +527,8 @@ static void hygiene_warnings(run *u, const qvc_audio *a, const qvc_hygiene_repor
     if (h->transcript.fallback)
         warn(u, "%s; ICL dropped, x-vector only (allow_xvector_fallback)", h->transcript.reason);
     if (h->has_icl && h->window.mode == QVC_ICL_AUTO && !h->window.whole)
-        warn(u, "ICL uses %.2f-%.2f s of the clip (the cleanest 10-15 s): the transcript must be "
+        warn(u,
+             "ICL uses %.2f-%.2f s of the clip (the cleanest 10-15 s): the transcript must be "
              "of exactly those seconds",
              (double)(h->trim.start + h->window.start) / QVC_SAMPLE_RATE_HZ,
              (double)(h->trim.start + h->window.end) / QVC_SAMPLE_RATE_HZ);
@@ -563,8 +576,10 @@ static int clone_run(run *u, const qv_cloner *c, qvk_pool *pool, int *plot_writt
             goto done;
         }
         if (cvc.variant == QVE_VARIANT_BASE) {
-            fail(u, QV_E_INVALID, "%s: the weight-delta target must be a CustomVoice (or "
-                 "VoiceDesign) model, found a Base model", r->target_cv_dir);
+            fail(u, QV_E_INVALID,
+                 "%s: the weight-delta target must be a CustomVoice (or "
+                 "VoiceDesign) model, found a Base model",
+                 r->target_cv_dir);
             goto done;
         }
         if (cvc.talker.hidden_size != c->cfg.talker.hidden_size) {
@@ -600,8 +615,7 @@ static int clone_run(run *u, const qv_cloner *c, qvk_pool *pool, int *plot_writt
     }
     add_audio(j, &a, r->max_seconds);
     if (a.truncated)
-        warn(u, "%.2f s long, using the first %.2f s (max_seconds)", a.src_seconds,
-             a.used_seconds);
+        warn(u, "%.2f s long, using the first %.2f s (max_seconds)", a.src_seconds, a.used_seconds);
     if (a.short_warning)
         warn(u, "only %.2f s of audio; 10-30 s gives a steadier voice", a.used_seconds);
     if (a.clip_warning)
@@ -623,9 +637,9 @@ static int clone_run(run *u, const qv_cloner *c, qvk_pool *pool, int *plot_writt
         hp.icl_max_s = QV_ICL_MAX_SECONDS;
         qvc_ecapa_ctx ec = {c->ecapa, mel, pool};
         hygiene_ran = 1;
-        int hrc = qvc_hygiene_run(&h, a.samples, a.n_samples, r->ref_text,
-                                  r->allow_xvector_fallback, qvc_ecapa_xvector, &ec,
-                                  qvc_ecapa_dim(c->ecapa), &hp, e2, sizeof e2);
+        int hrc =
+            qvc_hygiene_run(&h, a.samples, a.n_samples, r->ref_text, r->allow_xvector_fallback,
+                            qvc_ecapa_xvector, &ec, qvc_ecapa_dim(c->ecapa), &hp, e2, sizeof e2);
         qvc_mel_free(mel);
         t_hyg = now_s() - t, t = now_s();
         if (hrc) {
@@ -760,8 +774,14 @@ done:
 enum qv_status qv_clone_run(const qv_cloner *c, const qv_clone_request *r, const char *out_path,
                             char **report_json, char *err, size_t err_size) {
     if (report_json) *report_json = NULL;
-    run u = {r, out_path, r->audio_path ? r->audio_path : "reference", cJSON_CreateObject(), NULL,
-             err, err_size, QV_OK};
+    run u = {r,
+             out_path,
+             r->audio_path ? r->audio_path : "reference",
+             cJSON_CreateObject(),
+             NULL,
+             err,
+             err_size,
+             QV_OK};
     if (!u.j || !(u.warnings = cJSON_CreateArray())) {
         cJSON_Delete(u.j);
         snprintf(err, err_size, "out of memory");

@@ -24,8 +24,9 @@
 #include "voicefmt/qvf.h"
 
 #define CLIP "tests/audio/en_ohenry_chenevert.wav"
-#define TEXT12 "One dollar and eighty-seven cents. That was all. And sixty cents of it was in " \
-               "pennies, saved one and two at a time by bulldozing the grocer."
+#define TEXT12                                                                                     \
+    "One dollar and eighty-seven cents. That was all. And sixty cents of it was in "               \
+    "pennies, saved one and two at a time by bulldozing the grocer."
 
 static char g_tiny[1024], g_cv[1024], g_dir[128];
 static float *g_pcm; /* the bundled clip, 24 kHz mono */
@@ -67,8 +68,11 @@ static int teardown(void **state) {
 static double jnum(const cJSON *j, const char *dotted) {
     char key[256];
     snprintf(key, sizeof key, "%s", dotted);
-    for (char *k = strtok(key, "."); k && j; k = strtok(NULL, ".")) j = cJSON_GetObjectItemCaseSensitive(j, k);
-    return j && cJSON_IsNumber(j) ? j->valuedouble : j && cJSON_IsBool(j) ? (double)cJSON_IsTrue(j) : NAN;
+    for (char *k = strtok(key, "."); k && j; k = strtok(NULL, "."))
+        j = cJSON_GetObjectItemCaseSensitive(j, k);
+    return j && cJSON_IsNumber(j) ? j->valuedouble
+           : j && cJSON_IsBool(j) ? (double)cJSON_IsTrue(j)
+                                  : NAN;
 }
 
 static qv_clone_request pcm_request(int64_t n, const char *text) {
@@ -96,10 +100,11 @@ static void test_pcm_icl(void **state) {
     assert_int_equal(qv_clone_run(g_c, &r, out, &rep, err, sizeof err), QV_OK);
     cJSON *j = cJSON_Parse(rep);
     assert_non_null(j);
-    printf("  12 s from memory: %g ICL frames, span %.2f-%.2f s, %.1f letters/voiced s, %.1f LUFS\n",
-           jnum(j, "icl_frames"), jnum(j, "hygiene.icl_window.start_s"),
-           jnum(j, "hygiene.icl_window.end_s"), jnum(j, "hygiene.transcript.units_per_voiced_s"),
-           jnum(j, "loudness_lufs"));
+    printf(
+        "  12 s from memory: %g ICL frames, span %.2f-%.2f s, %.1f letters/voiced s, %.1f LUFS\n",
+        jnum(j, "icl_frames"), jnum(j, "hygiene.icl_window.start_s"),
+        jnum(j, "hygiene.icl_window.end_s"), jnum(j, "hygiene.transcript.units_per_voiced_s"),
+        jnum(j, "loudness_lufs"));
     assert_true(jnum(j, "ok") == 1);
     qvf_voice *v = NULL;
     assert_int_equal(qvf_read_file(out, 0, &v, err, sizeof err), 0);
@@ -163,10 +168,13 @@ static void test_concurrent(void **state) {
     (void)state;
     job jobs[3];
     pthread_t th[2];
-    for (int i = 0; i < 3; i++) snprintf(jobs[i].out, sizeof jobs[i].out, "%s/c%d.qvoice", g_dir, i);
+    for (int i = 0; i < 3; i++)
+        snprintf(jobs[i].out, sizeof jobs[i].out, "%s/c%d.qvoice", g_dir, i);
     clone_job(&jobs[2]);
-    for (int i = 0; i < 2; i++) pthread_create(&th[i], NULL, clone_job, &jobs[i]);
-    for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < 2; i++)
+        pthread_create(&th[i], NULL, clone_job, &jobs[i]);
+    for (int i = 0; i < 2; i++)
+        pthread_join(th[i], NULL);
     char err[512];
     qvf_voice *v[3];
     for (int i = 0; i < 3; i++) {
@@ -183,8 +191,8 @@ static void test_concurrent(void **state) {
     /* the similarity of a voice with itself and with its audio's x-vector */
     double cs = 0;
     char *rep = NULL;
-    assert_int_equal(qv_clone_similarity(NULL, jobs[0].out, jobs[1].out, 30, &cs, &rep, err,
-                                         sizeof err), QV_OK);
+    assert_int_equal(
+        qv_clone_similarity(NULL, jobs[0].out, jobs[1].out, 30, &cs, &rep, err, sizeof err), QV_OK);
     assert_true(fabs(cs - 1.0) < 1e-12);
     free(rep);
     assert_int_equal(qv_clone_similarity(NULL, jobs[0].out, CLIP, 30, &cs, NULL, err, sizeof err),
