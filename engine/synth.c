@@ -4,9 +4,13 @@
  * guard (guard.h) while the speech decoder runs on its own thread, the chunk's leading silence
  * trimmed, chunks joined with a crossfade, optional speaker verification, statistics.
  *
- * Threads: the caller's thread drives the session (its pool has n_threads - 1 workers, at least
- * one) and calls the PCM callback; one decoder thread per chunk decodes the frames as they come
- * (engine/speech_decoder.h) and hands its audio back through a mutex-guarded buffer.
+ * Threads (n = qv_params.n_threads): the caller's thread drives the session and calls the PCM
+ * callback. Streaming, one decoder thread per chunk decodes the frames as they come
+ * (engine/speech_decoder.h) and hands its audio back through a mutex-guarded buffer; the
+ * generation pool then has n - 1 threads (a pool sharing its cores with the decoder waits on
+ * preempted workers at every barrier: measured 3x slower), but n for the prefill and the first
+ * frames, while the decoder is idle. Whole chunks are generated with n threads and decoded after
+ * generation on the caller's thread with n OpenBLAS threads.
  *
  * Streaming: audio flows chunk -> joined output -> callback as soon as it is decoded, except the
  * last crossfade window of the joined output (the next chunk may still blend into it) and a
@@ -37,7 +41,9 @@ struct qv_synth {
     qv_model *m; /* shared; synth.c writes only the lazily loaded decoder, the synth count and,
                     while it is the model's only synth, a voice's weight delta */
     qv_params p;
-    qv_session *s;
+    qv_session *s; /* its own pool has n_threads - 1 threads (streaming: the decoder thread
+                      takes the last core) */
+    qvk_pool *full; /* n_threads threads (NULL when 1): used while no decoder thread runs */
     char err[QVE_ERR_MAX];
     atomic_int cancel;
     qv_chunk_fn chunk_fn;
@@ -113,6 +119,8 @@ enum qv_status qv_synth_new(qv_synth **out, const qv_model *m, const qv_params *
     pthread_mutex_init(&s->mu, NULL);
     __atomic_add_fetch(&s->m->n_synths, 1, __ATOMIC_SEQ_CST);
     enum qv_status st = new_session(s);
+    if (!st && s->p.n_threads > 1 && !(s->full = qvk_pool_create(s->p.n_threads)))
+        st = QV_E_NOMEM;
     if (st) {
         qv_synth_free(s);
         return st;
@@ -125,6 +133,7 @@ void qv_synth_free(qv_synth *s) {
     if (!s) return;
     __atomic_sub_fetch(&s->m->n_synths, 1, __ATOMIC_SEQ_CST);
     qv_session_free(s->s);
+    qvk_pool_free(s->full);
     qvc_ecapa_free(s->ecapa);
     qvc_mel_free(s->mel);
     free(s->xvec);
@@ -252,8 +261,24 @@ static int take_audio(run *c, piece *pc, int last) {
     return deliver(c, xf);
 }
 
-/* Generates text as one piece under the guard, decoding on the decoder thread. 0, 1 guard trip
- * (c->msg), -1 failure (c->status, c->msg). */
+/* Pushes frames [0, n) of the piece's codes to a decoder on this thread (whole chunks: the
+ * decoder runs after generation with every core, while the pool sleeps). */
+static int decode_here(run *c, int n, char *e, size_t es) {
+    qve_dec_stream *ds = qve_dec_stream_start(c->dec, 0, on_decoded, c->s, e, es);
+    if (!ds) return -1;
+    qvk_blas_set_threads(c->s->p.n_threads); /* the same samples for any count */
+    for (int f = 0; f < n; f++)
+        if (qve_dec_stream_push(ds, c->s->codes + (size_t)f * QV_N_CODEBOOKS)) break;
+    int rc = qve_dec_stream_finish(ds, e, es);
+    qvk_blas_set_threads(1);
+    return rc;
+}
+
+/* Generates text as one piece under the guard. Streaming, a decoder thread decodes the frames
+ * as they come; until the piece is heard each block is waited for (its audio goes out now, not
+ * after the next frame) and, the decoder being idle meanwhile, the pool has every core. Whole
+ * chunks are decoded after generation. 0, 1 guard trip (c->msg), -1 failure (c->status,
+ * c->msg). */
 static int generate(run *c, const char *text, piece *pc) {
     qv_synth *s = c->s;
     int32_t *ids;
@@ -267,8 +292,11 @@ static int generate(run *c, const char *text, piece *pc) {
     s->s->p.max_frames = c->max_frames;
     char e[256] = "";
     qve_dec_stream *ds = NULL;
-    if (!c->r->codes_only && !(ds = qve_dec_stream_start(c->dec, 1, on_decoded, s, e, sizeof e)))
+    if (c->stream && !c->r->codes_only &&
+        !(ds = qve_dec_stream_start(c->dec, 1, on_decoded, s, e, sizeof e)))
         return fail(c, QV_E_NOMEM, "%s", e);
+    qvk_pool *own = s->s->pool;
+    if (s->full) s->s->pool = s->full;
     enum qv_status st = qv_session_start(s->s, &q);
     int rc = st ? fail(c, st, "%s", qv_session_error(s->s)) : 0;
     while (!rc) {
@@ -278,6 +306,7 @@ static int generate(run *c, const char *text, piece *pc) {
             rc = fail(c, QV_E_CANCELLED, "%s", "cancelled");
             break;
         }
+        if (ds && pc->joined) s->s->pool = own;
         if ((st = qv_session_next_frame(s->s, fr, &done))) {
             rc = fail(c, st, "%s", qv_session_error(s->s));
             break;
@@ -304,16 +333,16 @@ static int generate(run *c, const char *text, piece *pc) {
         pc->n_frames++;
         if (!ds) continue;
         if (qve_dec_stream_push(ds, fr)) break; /* the error comes from finish */
-        /* until the piece is heard, wait for each block: its audio goes out now, not after the
-           next frame */
-        if (c->stream && !pc->joined && qve_dec_stream_sync(ds)) break;
+        if (!pc->joined && qve_dec_stream_sync(ds)) break;
         rc = take_audio(c, pc, 0);
     }
-    if (!ds) return rc;
-    if (qve_dec_stream_finish(ds, e, sizeof e) && !rc)
+    s->s->pool = own;
+    int bad = ds ? qve_dec_stream_finish(ds, e, sizeof e)
+                 : !rc && !c->r->codes_only && decode_here(c, pc->n_frames, e, sizeof e);
+    if (bad && !rc)
         rc = atomic_load(&s->cancel) ? fail(c, QV_E_CANCELLED, "%s", "cancelled")
                                      : fail(c, QV_E_NOMEM, "%s", e);
-    return rc ? rc : take_audio(c, pc, 1);
+    return rc || c->r->codes_only ? rc : take_audio(c, pc, 1);
 }
 
 /* Speaker similarity of a piece's audio to the voice; NAN when too short. */
