@@ -44,6 +44,10 @@ typedef struct {                     /* one Qwen3 decoder layer; PREFIX = talker
     qve_mat down_proj;               /* [H, I]         PREFIX.mlp.down_proj.weight */
 } qve_layer;
 
+/* The field of l that holds tensor k of qve_layer_tensor (checkpoint/manifest.h): *mat for a
+ * matrix, else *vec (the other is set to NULL). */
+void qve_layer_field(qve_layer *l, int k, qve_mat **mat, float ***vec);
+
 typedef struct { /* a Qwen3 decoder stack without embeddings / head */
     qve_stack_config cfg;
     qve_layer *layers; /* [num_hidden_layers] */

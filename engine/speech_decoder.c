@@ -423,7 +423,8 @@ int qve_decoder_sample_rate(const qve_decoder *dec) {
 /* ==== state sizing and allocation ========================================================== */
 
 static qvk_conv conv_desc(int c_in, int c_out, int k, int dil, int groups) {
-    qvk_conv cv = {c_in, c_out, k, 1, dil, groups, 0, 0, QVK_PAD_ZERO};
+    qvk_conv cv = {.c_in = c_in, .c_out = c_out, .k = k, .stride = 1, .dilation = dil,
+                   .groups = groups, .pad = QVK_PAD_ZERO};
     return cv;
 }
 

@@ -355,7 +355,7 @@ static double verify(run *c, const piece *pc) {
     char e[256];
     if (mel && !qvc_mel_compute(s->mel, mel, pc->pb.x, pc->pb.n) &&
         !qvc_ecapa_forward(s->ecapa, s->s->pool, s->xvec, mel, nf, e, sizeof e))
-        v = qvc_cosine(s->xvec, c->ref_xvec, qvc_ecapa_dim(s->ecapa));
+        v = qvk_cosine(s->xvec, c->ref_xvec, qvc_ecapa_dim(s->ecapa));
     free(mel);
     return v;
 }

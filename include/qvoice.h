@@ -26,6 +26,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -353,6 +354,27 @@ qv_clone_request qv_clone_default_request(void);
  * audio, QV_E_INVALID for a transcript that does not fit, QV_E_IO; err names the problem. */
 enum qv_status qv_clone_run(const qv_cloner *c, const qv_clone_request *r, const char *out_path,
                             char **report_json, char *err, size_t err_size);
+
+/* ==== files ================================================================================== */
+
+/* The library's atomic writer, for a tool's own outputs (WAV, codes, extracts): the file appears
+ * at path complete on commit (replacing an old one), or not at all. A writer killed before commit
+ * leaves nothing behind where Linux allows it (an unnamed O_TMPFILE); elsewhere its temp file
+ * ".NAME.tmp.PID.N" is removed by the next write to that path. One writer per thread. */
+typedef struct qv_outfile qv_outfile;
+
+/* QV_OK, or QV_E_IO with err = "PATH: problem". */
+enum qv_status qv_outfile_open(qv_outfile **out, const char *path, char *err, size_t err_size);
+int qv_outfile_fd(const qv_outfile *f);     /* write here (e.g. sf_open_fd); do not close it */
+FILE *qv_outfile_stream(qv_outfile *f);     /* or here (owned by f; NULL when out of memory) */
+/* Flush, fsync, put in place, fsync the directory; frees f. QV_OK or QV_E_IO (nothing left). */
+enum qv_status qv_outfile_commit(qv_outfile *f, char *err, size_t err_size);
+void qv_outfile_abort(qv_outfile *f); /* discards and frees; accepts NULL */
+
+/* A whole file (regular, pipe, /dev/stdin) into a malloc'd buffer with a NUL after its
+ * *n_bytes bytes; NULL with err = "PATH: problem" when it cannot be read or exceeds max_bytes. */
+char *qv_file_read(const char *path, size_t max_bytes, size_t *n_bytes, char *err,
+                   size_t err_size);
 
 #ifdef __cplusplus
 }

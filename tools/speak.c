@@ -392,43 +392,49 @@ static int format_for(const char *path) {
     return 0;
 }
 
-static SNDFILE *open_audio(const char *path, int format) {
+/* libsndfile on the atomic writer's descriptor (the file appears at path only on commit). */
+static SNDFILE *open_audio(qv_outfile *of, const char *path, int format) {
     SF_INFO info = {0};
     info.samplerate = QV_SAMPLE_RATE_HZ;
     info.channels = 1;
     info.format = format;
-    SNDFILE *f = sf_open(path, SFM_WRITE, &info);
+    SNDFILE *f = sf_open_fd(qv_outfile_fd(of), SFM_WRITE, &info, 0);
     if (!f) fprintf(stderr, TOOL ": %s: %s\n", path, sf_strerror(NULL));
     return f;
 }
 
-/* Temporary name next to path (same file system: the final rename is atomic). */
-static void temp_name(char *buf, size_t n, const char *path) {
-    const char *slash = strrchr(path, '/');
-    int dl = slash ? (int)(slash - path + 1) : 0;
-    snprintf(buf, n, "%.*s.%s.part-%d", dl, path, path + dl, (int)getpid());
+static qv_outfile *open_out(const char *path) {
+    char err[4400];
+    qv_outfile *of;
+    if (qv_outfile_open(&of, path, err, sizeof err)) {
+        fprintf(stderr, TOOL ": %s\n", err);
+        return NULL;
+    }
+    return of;
 }
 
-static int commit_file(const char *tmp, const char *path) {
-    if (!rename(tmp, path)) return 0;
-    fprintf(stderr, TOOL ": %s: %s\n", path, strerror(errno));
-    unlink(tmp);
+static int commit_out(qv_outfile *of) {
+    char err[4400];
+    if (!qv_outfile_commit(of, err, sizeof err)) return 0;
+    fprintf(stderr, TOOL ": %s\n", err);
     return -1;
 }
 
 static int write_audio(const char *path, const float *wav, long n) {
-    char tmp[4200];
-    temp_name(tmp, sizeof tmp, path);
-    SNDFILE *f = open_audio(tmp, format_for(path));
-    if (!f) return -1;
+    qv_outfile *of = open_out(path);
+    SNDFILE *f = of ? open_audio(of, path, format_for(path)) : NULL;
+    if (!f) {
+        qv_outfile_abort(of);
+        return -1;
+    }
     int ok = sf_writef_float(f, wav, n) == n;
     if (!ok) fprintf(stderr, TOOL ": %s: %s\n", path, sf_strerror(f));
     if (sf_close(f)) ok = 0;
     if (!ok) {
-        unlink(tmp);
+        qv_outfile_abort(of);
         return -1;
     }
-    return commit_file(tmp, path);
+    return commit_out(of);
 }
 
 /* ==== audio sink ============================================================================= */
@@ -604,7 +610,8 @@ int main(int argc, char **argv) {
         return usage_error("%s", "--stream without -o writes raw audio to stdout: redirect it");
     if (o.verify_model && !o.verify) o.verify = 1;
 
-    char err[1024], out_tmp[4200] = "", dump_tmp[4200] = "";
+    char err[1024];
+    qv_outfile *out_file = NULL, *dump_file = NULL;
     int rc = 1;
     qv_model *m = NULL;
     qv_synth *syn = NULL;
@@ -709,20 +716,16 @@ int main(int argc, char **argv) {
         fprintf(stderr, TOOL ": %s: weight delta ignored (--no-wdelta)\n", qv_voice_path(voice));
 
     if (o.dump_codes) {
-        if (strcmp(o.dump_codes, "-")) temp_name(dump_tmp, sizeof dump_tmp, o.dump_codes);
-        ck.dump = dump_tmp[0] ? fopen(dump_tmp, "w") : stdout;
+        if (strcmp(o.dump_codes, "-") && !(dump_file = open_out(o.dump_codes))) goto out;
+        ck.dump = dump_file ? qv_outfile_stream(dump_file) : stdout;
         if (!ck.dump) {
-            fprintf(stderr, TOOL ": %s: %s\n", o.dump_codes, strerror(errno));
-            dump_tmp[0] = 0;
+            fprintf(stderr, TOOL ": out of memory\n");
             goto out;
         }
     }
     if (o.stream && o.out_path) {
-        temp_name(out_tmp, sizeof out_tmp, o.out_path);
-        if (!(snd = open_audio(out_tmp, SF_FORMAT_WAV | SF_FORMAT_PCM_16))) {
-            out_tmp[0] = 0;
-            goto out;
-        }
+        if (!(out_file = open_out(o.out_path))) goto out;
+        if (!(snd = open_audio(out_file, o.out_path, SF_FORMAT_WAV | SF_FORMAT_PCM_16))) goto out;
         sf_command(snd, SFC_SET_UPDATE_HEADER_AUTO, NULL, SF_TRUE);
         k.snd = snd;
     } else if (o.stream) {
@@ -747,22 +750,25 @@ int main(int argc, char **argv) {
         goto out;
     }
     if (r.verify_model_dir) report_verify(&ck);
-    if (ck.dump && ck.dump != stdout) {
-        FILE *d = ck.dump;
+    if (dump_file) {
+        qv_outfile *d = dump_file;
+        dump_file = NULL;
         ck.dump = NULL;
-        if (fclose(d) || commit_file(dump_tmp, o.dump_codes)) {
-            fprintf(stderr, TOOL ": %s: write failed\n", o.dump_codes);
-            goto out;
-        }
-        dump_tmp[0] = 0;
+        if (commit_out(d)) goto out;
     } else if (ck.dump) {
         fflush(stdout);
     }
     if (snd) {
         SNDFILE *f = snd;
         snd = NULL;
-        if (sf_close(f) || commit_file(out_tmp, o.out_path)) goto out;
-        out_tmp[0] = 0;
+        qv_outfile *of = out_file;
+        out_file = NULL;
+        if (sf_close(f)) {
+            fprintf(stderr, TOOL ": %s: %s\n", o.out_path, sf_strerror(NULL));
+            qv_outfile_abort(of);
+            goto out;
+        }
+        if (commit_out(of)) goto out;
     } else if (o.out_path && !o.stream && write_audio(o.out_path, k.all, (long)k.n)) {
         goto out;
     }
@@ -777,9 +783,8 @@ int main(int argc, char **argv) {
 out:
     g_synth = NULL;
     if (snd) sf_close(snd);
-    if (out_tmp[0]) unlink(out_tmp);
-    if (ck.dump && ck.dump != stdout) fclose(ck.dump);
-    if (dump_tmp[0]) unlink(dump_tmp);
+    qv_outfile_abort(out_file);
+    qv_outfile_abort(dump_file);
     free(k.all);
     free(stdin_text);
     qv_synth_free(syn);
