@@ -427,7 +427,7 @@ static enum qv_status prepare(run *c, const qv_voice *v, qv_text_bridge *bridge)
                         m->dir), c->status;
         return QV_OK;
     }
-    enum qv_status st = qv_voice_check(v, m, e, sizeof e);
+    enum qv_status st = qve_voice_check(v, m, r->use_wdelta, e, sizeof e);
     if (st == QV_E_FOREIGN_VOICE && r->force_voice)
         snprintf(c->st->warning, sizeof c->st->warning, "%.250s", e);
     else if (st)

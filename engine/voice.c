@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "checkpoint/sibling.h"
 #include "engine/model.h"
 #include "engine/voice_load.h"
 
@@ -93,6 +94,11 @@ int qv_voice_has_wdelta(const qv_voice *v) {
 }
 
 enum qv_status qv_voice_check(const qv_voice *v, const qv_model *m, char *err, size_t es) {
+    return qve_voice_check(v, m, 1, err, es);
+}
+
+enum qv_status qve_voice_check(const qv_voice *v, const qv_model *m, int with_delta, char *err,
+                               size_t es) {
     const qvf_voice *f = v->f;
     const int H = m->cfg.talker.hidden_size;
     if (!f->xvector || (int)f->enc_dim != H) {
@@ -102,15 +108,31 @@ enum qv_status qv_voice_check(const qv_voice *v, const qv_model *m, char *err, s
     }
     enum qve_wdelta_action a;
     char e[768];
-    if (qve_voice_wdelta_fits(m, f, &a, e, sizeof e)) {
+    if (with_delta && qve_voice_wdelta_fits(m, f, &a, e, sizeof e)) {
         snprintf(err, es, "%s: %s", v->path, e);
         return QV_E_VOICE;
     }
-    /* Hook: the sibling check (is the voice's source m's Base/CustomVoice sibling, judged from
-       its TPAD/WOVR rows against m's own) returns QV_E_FOREIGN_VOICE here once the
-       checkpoint-level function lands (voicefmt-dedupe). */
     if (err && es) err[0] = 0;
-    return QV_OK;
+    if (m->wdelta_on && !memcmp(m->wdelta_source, f->source.fingerprint, 32))
+        return QV_OK; /* m carries the voice's delta: its text side is the source's */
+    /* is the voice's source m's sibling? its text-side rows against m's own */
+    const int TH = m->cfg.text_hidden_size;
+    qve_text_rows vr = {f->tpad_hidden == (uint32_t)H ? f->tpad : NULL,
+                        f->wovr_th == (uint32_t)TH ? f->wovr_fc1_b : NULL,
+                        f->wovr_h == (uint32_t)H ? f->wovr_fc2_b : NULL};
+    if (!vr.tpad && !vr.fc1_bias && !vr.fc2_bias) return QV_OK; /* nothing to judge by */
+    float *tpad = malloc((size_t)3 * H * sizeof *tpad);
+    if (!tpad || qve_model_text_special(m, NULL, tpad)) {
+        free(tpad);
+        snprintf(err, es, "%s: out of memory", v->path);
+        return QV_E_NOMEM;
+    }
+    qve_text_rows mr = {tpad, m->talker.fc1_bias, m->talker.fc2_bias};
+    enum qve_kinship k = qve_sibling_judge(&vr, &mr, H, TH, NULL, e, sizeof e);
+    free(tpad);
+    if (k != QVE_KIN_FOREIGN) return QV_OK;
+    snprintf(err, es, "%s: made with a checkpoint unrelated to %s: %s", v->path, m->dir, e);
+    return QV_E_FOREIGN_VOICE;
 }
 
 void qve_voice_request(const qv_voice *v, const qv_model *m, int use_icl, qv_request *r,
