@@ -101,15 +101,16 @@ enum qv_status qve_voice_check(const qv_voice *v, const qv_model *m, int with_de
                                size_t es) {
     const qvf_voice *f = v->f;
     const int H = m->cfg.talker.hidden_size;
+    enum qve_wdelta_action a;
+    char e[768];
+    /* the delta first: made for another checkpoint, that is the reason to name */
+    if (with_delta && qve_voice_wdelta_fits(m, f, &a, e, sizeof e)) {
+        snprintf(err, es, "%s: %s", v->path, e);
+        return QV_E_VOICE;
+    }
     if (!f->xvector || (int)f->enc_dim != H) {
         snprintf(err, es, "%s: x-vector of %u values, the model needs %d", v->path,
                  f->xvector ? f->enc_dim : 0, H);
-        return QV_E_VOICE;
-    }
-    enum qve_wdelta_action a;
-    char e[768];
-    if (with_delta && qve_voice_wdelta_fits(m, f, &a, e, sizeof e)) {
-        snprintf(err, es, "%s: %s", v->path, e);
         return QV_E_VOICE;
     }
     if (err && es) err[0] = 0;
