@@ -448,9 +448,9 @@ static enum qv_status prepare(run *c, const qv_voice *v, qv_text_bridge *bridge)
             qve_wdelta_report rep;
             qv_session_free(s->s); /* sessions hold views of the old weights */
             s->s = NULL;
-            if (qve_voice_apply_wdelta(m, v->f, &rep, e, sizeof e))
-                return fail(c, QV_E_VOICE, "%s: %s", v->path, e), QV_E_VOICE;
+            const int bad = qve_voice_apply_wdelta(m, v->f, &rep, e, sizeof e);
             if ((st = new_session(s))) return fail(c, st, "%s", s->err), st;
+            if (bad) return fail(c, QV_E_VOICE, "%s: %s", v->path, e), QV_E_VOICE;
         }
         c->st->wdelta_applied = a == QVE_WDELTA_APPLIED;
     }
@@ -525,6 +525,7 @@ enum qv_status qv_synth_run(qv_synth *s, const qv_synth_request *r, qv_pcm_fn fn
         snprintf(s->err, sizeof s->err, "synth: no text");
         return QV_E_INVALID;
     }
+    if (!s->s && new_session(s)) return QV_E_NOMEM; /* lost to a failed weight delta */
     qv_voice *opened = NULL;
     const qv_voice *v = r->voice;
     qv_text_bridge bridge;
