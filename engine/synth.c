@@ -162,7 +162,11 @@ typedef struct {
     qv_synth *s;
     const qv_synth_request *r;
     qv_request base; /* speaker / voice prompt; the text is set per chunk */
-    const qve_decoder *dec;
+    const qve_decoder *dec; /* once decoder() joined the loader */
+    pthread_t loader;       /* loads the model's decoder while the tokenizer opens and the
+                               first chunk prefills */
+    int loading;
+    char dec_err[256];
     const float *ref_xvec; /* the voice's x-vector when verifying */
     int max_frames, stream, n_pieces, n_text_chunks;
     qv_pcm_fn fn;
@@ -261,6 +265,20 @@ static int take_audio(run *c, piece *pc, int last) {
     return deliver(c, xf);
 }
 
+static void *load_decoder(void *arg) {
+    run *c = arg;
+    c->dec = model_decoder(c->s->m, c->dec_err, sizeof c->dec_err);
+    return NULL;
+}
+
+/* The model's decoder, waiting for the loader thread the first time. */
+static const qve_decoder *decoder(run *c) {
+    if (c->loading) pthread_join(c->loader, NULL);
+    c->loading = 0;
+    if (!c->dec) fail(c, QV_E_MODEL, "%s", c->dec_err);
+    return c->dec;
+}
+
 /* Pushes frames [0, n) of the piece's codes to a decoder on this thread (whole chunks: the
  * decoder runs after generation with every core, while the pool sleeps). */
 static int decode_here(run *c, int n, char *e, size_t es) {
@@ -292,13 +310,13 @@ static int generate(run *c, const char *text, piece *pc) {
     s->s->p.max_frames = c->max_frames;
     char e[256] = "";
     qve_dec_stream *ds = NULL;
-    if (c->stream && !c->r->codes_only &&
-        !(ds = qve_dec_stream_start(c->dec, 1, on_decoded, s, e, sizeof e)))
-        return fail(c, QV_E_NOMEM, "%s", e);
     qvk_pool *own = s->s->pool;
     if (s->full) s->s->pool = s->full;
     enum qv_status st = qv_session_start(s->s, &q);
     int rc = st ? fail(c, st, "%s", qv_session_error(s->s)) : 0;
+    if (!rc && c->stream && !c->r->codes_only &&
+        (!decoder(c) || !(ds = qve_dec_stream_start(c->dec, 1, on_decoded, s, e, sizeof e))))
+        rc = c->dec ? fail(c, QV_E_NOMEM, "%s", e) : -1;
     while (!rc) {
         int32_t fr[QV_N_CODEBOOKS];
         int done;
@@ -337,6 +355,7 @@ static int generate(run *c, const char *text, piece *pc) {
         rc = take_audio(c, pc, 0);
     }
     s->s->pool = own;
+    if (!rc && !ds && !c->r->codes_only && !decoder(c)) rc = -1;
     int bad = ds ? qve_dec_stream_finish(ds, e, sizeof e)
                  : !rc && !c->r->codes_only && decode_here(c, pc->n_frames, e, sizeof e);
     if (bad && !rc)
@@ -534,8 +553,10 @@ enum qv_status qv_synth_run(qv_synth *s, const qv_synth_request *r, qv_pcm_fn fn
         c.status = st;
     if (!v) v = opened;
     if (!st) st = prepare(&c, v, &bridge);
-    if (!st && !r->codes_only && !(c.dec = model_decoder(s->m, c.msg, sizeof c.msg)))
-        st = c.status = QV_E_MODEL;
+    if (!st && !r->codes_only) {
+        c.loading = !pthread_create(&c.loader, NULL, load_decoder, &c);
+        if (!c.loading) load_decoder(&c);
+    }
     if (!st) {
         c.max_frames = s->p.max_frames;
         if (r->max_seconds > 0) {
@@ -545,6 +566,7 @@ enum qv_status qv_synth_run(qv_synth *s, const qv_synth_request *r, qv_pcm_fn fn
         }
         st = speak_text(&c) ? c.status : QV_OK;
     }
+    if (c.loading) pthread_join(c.loader, NULL);
     qv_voice_free(opened);
     qve_audio_buf_free(&c.out);
     if (st) snprintf(s->err, sizeof s->err, "%s", c.msg);
