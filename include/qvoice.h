@@ -1,6 +1,6 @@
 /* qvoice.h — public API of libqvoice: load a Qwen3-TTS-12Hz checkpoint and synthesize speech.
  *
- * Usage (codes for one utterance):
+ * Usage (text to audio, streamed to a callback; complete program: examples/stream_wav.c):
  *
  *     char err[512];
  *     qv_model *m;
@@ -8,6 +8,16 @@
  *         { fprintf(stderr, "%s\n", err); return 1; }
  *     qv_params p = qv_model_params(m);            // generation_config.json defaults
  *     p.seed = 42;
+ *     p.n_threads = qv_threads_resolve(0);         // every core
+ *     qv_synth *y;
+ *     qv_synth_new(&y, m, &p);
+ *     qv_synth_request q = qv_synth_default_request();
+ *     q.text = "Hello world."; q.speaker = "ryan";   // or q.voice_path = "voices/me.qvoice"
+ *     if (qv_synth_run(y, &q, on_pcm, user, NULL)) { fprintf(stderr, "%s\n", qv_synth_error(y)); }
+ *     qv_synth_free(y);
+ *
+ * Or codes for one utterance, frame by frame:
+ *
  *     qv_session *s;
  *     qv_session_new(&s, m, &p);
  *     qv_request r = qv_default_request();
@@ -17,8 +27,9 @@
  *     while (!qv_session_next_frame(s, codes, &done) && !done) { ... use one 80 ms frame ... }
  *     qv_session_free(s); qv_model_free(m);
  *
- * Thread safety: a qv_model is read-only after load and may be shared by any number of threads
- * and sessions; a qv_session belongs to one thread at a time. Nothing here prints or exits.
+ * Thread safety: a qv_model is read-only after load (but for a voice's weight delta, see
+ * use_wdelta) and may be shared by any number of threads, sessions and syntheses; a qv_session
+ * or qv_synth belongs to one thread at a time. Nothing here prints or exits.
  * Determinism: with sampling on, a given seed gives the same codes for any n_threads.
  */
 #ifndef QVOICE_H
