@@ -323,7 +323,7 @@ static int verify_model(const char *path, const qvf_voice *v, const char *dir, i
     }
     int bad = 0;
     uint32_t h = (uint32_t)cfg.talker.hidden_size, th = (uint32_t)cfg.text_hidden_size;
-    uint32_t want_enc = cfg.has_speaker_encoder ? (uint32_t)cfg.enc_dim : h; /* legacy §8 step 2 */
+    uint32_t want_enc = cfg.has_speaker_encoder ? (uint32_t)cfg.enc_dim : h; /* CustomVoice: a speaker row of H */
     if (v->enc_dim != want_enc) {
         fprintf(stderr, "voicefmt: %s: x-vector has %u floats, model %s expects %u\n", path,
                 v->enc_dim, dir, want_enc);
@@ -698,8 +698,14 @@ static int cmp_str(const void *a, const void *b) {
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-static int list_dir(const char *dir, int *any) {
+/* Lists the voices in dir; a missing dir is skipped (the default search path) or, when named on
+ * the command line (required), a usage error. */
+static int list_dir(const char *dir, int *any, int required) {
     DIR *d = opendir(dir);
+    if (!d && required) {
+        fprintf(stderr, "voicefmt: list: %s: %s (see voicefmt --help)\n", dir, strerror(errno));
+        return EXIT_USAGE;
+    }
     if (!d) return 0;
     char **names = NULL;
     size_t n = 0;
@@ -746,17 +752,20 @@ static int cmd_list(int argc, char **argv) {
         return fputs(usage_text, stdout), 0;
     int rc = 0, any = 0;
     if (argc > 1) {
-        for (int i = 1; i < argc; i++)
-            rc |= list_dir(argv[i], &any);
+        for (int i = 1; i < argc; i++) {
+            int r = list_dir(argv[i], &any, 1);
+            if (r == EXIT_USAGE) return r;
+            rc |= r;
+        }
         return rc;
     }
-    rc |= list_dir("voices", &any);
+    rc |= list_dir("voices", &any, 0);
     const char *qp = getenv("QVOICE_PATH");
     if (qp) {
         char *copy = strdup(qp), *save = NULL;
         for (char *tok = copy ? strtok_r(copy, ":", &save) : NULL; tok;
              tok = strtok_r(NULL, ":", &save))
-            rc |= list_dir(tok, &any);
+            rc |= list_dir(tok, &any, 0);
         free(copy);
     }
     if (!any) fprintf(stderr, "voicefmt: no .qvoice files in voices/ or $QVOICE_PATH\n");
@@ -851,7 +860,7 @@ int main(int argc, char **argv) {
     const char *cmd = argv[1];
     if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h")) return fputs(usage_text, stdout), 0;
     if (!strcmp(cmd, "--version") || !strcmp(cmd, "-V"))
-        return printf("voicefmt %s (qvoice format v%d)\n", qvf_version(), QVF_FORMAT_VERSION), 0;
+        return printf("voicefmt (qvoice) %s\n", qv_version()), 0;
     argc--;
     argv++;
     optind = 1;
