@@ -11,6 +11,7 @@
 #include "checkpoint/fingerprint.h"
 #include "checkpoint/sibling.h"
 #include "engine/model.h"
+#include "engine/voice_verify.h"
 #include "include/qvoice.h"
 #include "voicefmt/qvf.h"
 
@@ -100,25 +101,30 @@ static void check_wdelta(report *r, const qvf_voice *v, const qv_model *m, const
     }
 }
 
-/* Whether the voice was made with m's sibling checkpoint (checkpoint/sibling.h). 1 if foreign. */
-static int check_sibling(report *r, const qvf_voice *v, const qv_model *m, const char *dir,
-                         int force) {
+int qve_voice_kinship(const qv_model *m, const qvf_voice *v, char *why, size_t why_size) {
     const int H = m->cfg.talker.hidden_size;
     float *tpad = malloc(3 * (size_t)H * sizeof(float));
     if (!tpad || qve_model_text_special(m, NULL, tpad)) {
         free(tpad);
-        say(r, 1, "out of memory");
-        return 0;
+        return -1;
     }
     const qve_text_rows mine = {tpad, m->talker.fc1_bias, m->talker.fc2_bias};
-    const qve_text_rows theirs = {v->tpad_hidden ? v->tpad : NULL,
-                                  v->wovr_h ? v->wovr_fc1_b : NULL,
-                                  v->wovr_h ? v->wovr_fc2_b : NULL};
-    char why[320];
+    const qve_text_rows theirs = {v->tpad_hidden == (uint32_t)H ? v->tpad : NULL,
+                                  v->wovr_h == (uint32_t)H ? v->wovr_fc1_b : NULL,
+                                  v->wovr_h == (uint32_t)H ? v->wovr_fc2_b : NULL};
     enum qve_kinship k =
-        qve_sibling_judge(&theirs, &mine, H, m->cfg.text_hidden_size, NULL, why, sizeof why);
+        qve_sibling_judge(&theirs, &mine, H, m->cfg.text_hidden_size, NULL, why, why_size);
     free(tpad);
-    if (k == QVE_KIN_FOREIGN)
+    return (int)k;
+}
+
+/* The sibling check of qv_voice_file_verify; 1 if the voice is foreign (and not forced). */
+static int check_sibling(report *r, const qvf_voice *v, const qv_model *m, const char *dir,
+                         int force) {
+    char why[320];
+    int k = qve_voice_kinship(m, v, why, sizeof why);
+    if (k < 0) say(r, 1, "out of memory");
+    else if (k == QVE_KIN_FOREIGN)
         say(r, !force, "made with a checkpoint unrelated to %s%s: %s", dir,
             force ? " (allowed by force)" : "", why);
     else if (k == QVE_KIN_UNKNOWN)
