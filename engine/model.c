@@ -11,6 +11,7 @@
 
 #include "checkpoint/manifest.h"
 #include "engine/model.h"
+#include "engine/speech_decoder.h"
 #include "kernels/q8.h"
 
 /* ==== tensor lookup helpers ================================================================== */
@@ -113,6 +114,7 @@ static int check_stack_config(const qve_stack_config *c, const char *dir, const 
 int qve_model_load(qv_model *m, const char *dir, char *err, size_t err_size) {
     memset(m, 0, sizeof *m);
     pthread_mutex_init(&m->q8_lock, NULL);
+    pthread_mutex_init(&m->dec_lock, NULL);
     snprintf(m->dir, sizeof m->dir, "%s", dir);
     if (qve_model_config_load(&m->cfg, dir, err, err_size)) return -1;
     if (qve_generation_config_load(&m->gen, dir, err, err_size)) return -1;
@@ -190,6 +192,8 @@ void qve_model_unload(qv_model *m) {
     if (!m) return;
     qve_model_drop_q8(m);
     pthread_mutex_destroy(&m->q8_lock);
+    qve_decoder_free(m->dec);
+    pthread_mutex_destroy(&m->dec_lock);
     for (int i = 0; i < m->n_f32_copies; i++)
         qvk_free(m->f32_copies[i]);
     free(m->f32_copies);

@@ -89,6 +89,14 @@ struct qv_model {
     /* int8 view (same tensors, decode matrices quantized), made by the first int8 session */
     pthread_mutex_t q8_lock;
     struct qve_q8_view *q8;
+    /* the speech decoder, loaded by the first synthesis that needs it (synth.c) and shared
+       read-only by all; and how many qv_synth use this model (a weight delta may change the
+       weights only while one does) */
+    pthread_mutex_t dec_lock;
+    struct qve_decoder *dec;
+    int n_synths;
+    int wdelta_on;             /* a voice's weight delta was applied (voice_load.c) */
+    uint8_t wdelta_source[32]; /* that voice's source fingerprint */
 };
 
 struct qve_q8_view {

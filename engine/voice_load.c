@@ -232,16 +232,15 @@ static int apply_record(qv_model *m, const qvf_tensor *t, const plan *p, qve_wde
     return 0;
 }
 
-int qve_voice_apply_wdelta(qv_model *m, const qvf_voice *v, qve_wdelta_report *rep, char *err,
-                           size_t es) {
-    memset(rep, 0, sizeof *rep);
+int qve_voice_wdelta_fits(const qv_model *m, const qvf_voice *v, enum qve_wdelta_action *action,
+                          char *err, size_t es) {
+    *action = QVE_WDELTA_NONE;
     if (!v->has_wdelta || !v->n_tensors) return 0;
-    rep->n_tensors = (int)v->n_tensors;
     uint8_t fp[32];
     char a[65], b[65];
     if (qve_fingerprint_model(m->dir, QVE_FINGERPRINT_TABLE, fp, err, es)) return -1;
     if (!is_zero(v->source.fingerprint) && !memcmp(fp, v->source.fingerprint, 32)) {
-        rep->action = QVE_WDELTA_SOURCE; /* the delta turns its target into this model */
+        *action = QVE_WDELTA_SOURCE; /* the delta turns its target into this model */
         return 0;
     }
     const qvf_model_id *tg = &v->target;
@@ -267,6 +266,17 @@ int qve_voice_apply_wdelta(qv_model *m, const qvf_voice *v, qve_wdelta_report *r
                             tg->hidden_size, m->dir, m->cfg.talker.hidden_size),
                    -1;
     }
+    *action = QVE_WDELTA_APPLIED;
+    return 0;
+}
+
+int qve_voice_apply_wdelta(qv_model *m, const qvf_voice *v, qve_wdelta_report *rep, char *err,
+                           size_t es) {
+    memset(rep, 0, sizeof *rep);
+    if (qve_voice_wdelta_fits(m, v, &rep->action, err, es)) return -1;
+    if (rep->action != QVE_WDELTA_APPLIED) return 0;
+    rep->action = QVE_WDELTA_NONE;
+    rep->n_tensors = (int)v->n_tensors;
 
     slot_list l;
     plan *p = calloc(v->n_tensors, sizeof *p);
@@ -292,6 +302,8 @@ int qve_voice_apply_wdelta(qv_model *m, const qvf_voice *v, qve_wdelta_report *r
     qve_model_drop_q8(m); /* derived from the old weights; rebuilt by the next int8 session */
     if (rc) return -1;
     rep->action = QVE_WDELTA_APPLIED;
+    m->wdelta_on = 1;
+    memcpy(m->wdelta_source, v->source.fingerprint, 32);
     if (all && v->source.variant == QVF_VARIANT_BASE) {
         /* every weight is now the Base checkpoint's: behave as it (prompt layout, no presets) */
         m->cfg.variant = QVE_VARIANT_BASE;
