@@ -7,6 +7,7 @@
 
 #include "engine/model.h"
 #include "engine/voice_load.h"
+#include "engine/voice_verify.h"
 
 /* err = where NAME was looked for (qvf_voice_find's order). */
 static void not_found(const char *name, char *err, size_t es) {
@@ -106,9 +107,13 @@ enum qv_status qv_voice_check(const qv_voice *v, const qv_model *m, char *err, s
         snprintf(err, es, "%s: %s", v->path, e);
         return QV_E_VOICE;
     }
-    /* Hook: the sibling check (is the voice's source m's Base/CustomVoice sibling, judged from
-       its TPAD/WOVR rows against m's own) returns QV_E_FOREIGN_VOICE here once the
-       checkpoint-level function lands (voicefmt-dedupe). */
+    /* made with m's Base/CustomVoice sibling? (its TPAD/WOVR rows against m's own) */
+    int k = qve_voice_kinship(m, f, e, sizeof e);
+    if (k < 0) return snprintf(err, es, "%s: out of memory", v->path), QV_E_NOMEM;
+    if (k == QVE_KIN_FOREIGN) {
+        snprintf(err, es, "%s: made with a checkpoint unrelated to %s: %s", v->path, m->dir, e);
+        return QV_E_FOREIGN_VOICE;
+    }
     if (err && es) err[0] = 0;
     return QV_OK;
 }

@@ -6,6 +6,7 @@
 
 #include <stddef.h>
 
+#include "checkpoint/sibling.h"
 #include "include/qvoice.h"
 #include "voicefmt/qvf.h"
 
