@@ -11,6 +11,7 @@
 #include "checkpoint/fingerprint.h"
 #include "checkpoint/sibling.h"
 #include "engine/model.h"
+#include "engine/voice_load.h"
 #include "engine/voice_verify.h"
 #include "include/qvoice.h"
 #include "voicefmt/qvf.h"
@@ -37,10 +38,6 @@ static void say(report *r, int problem, const char *fmt, ...) {
     if (n > 0) r->used = r->used + (size_t)n < r->size ? r->used + (size_t)n : r->size - 1;
 }
 
-static void hex(const uint8_t *p, char out[65]) {
-    for (int i = 0; i < 32; i++) snprintf(out + 2 * i, 3, "%02x", p[i]);
-}
-
 /* x-vector, TPAD and WOVR sizes against the model's. */
 static void check_sizes(report *r, const qvf_voice *v, const qv_model *m, const char *dir) {
     const qve_model_config *c = &m->cfg;
@@ -59,27 +56,15 @@ static void check_sizes(report *r, const qvf_voice *v, const qv_model *m, const 
 static void check_wdelta(report *r, const qvf_voice *v, const qv_model *m, const char *dir,
                          int deep) {
     static const uint8_t zero[32];
-    const qve_model_config *c = &m->cfg;
-    if (c->variant == QVE_VARIANT_BASE && v->wdelta_kind != QVF_WKIND_FULL)
-        say(r, 1, "weight deltas target a CustomVoice model, %s is a Base model", dir);
-    if (v->target.hidden_size && v->target.hidden_size != (uint32_t)c->talker.hidden_size)
-        say(r, 1, "WDELTA targets hidden %u, model %s has %d", v->target.hidden_size, dir,
-            c->talker.hidden_size);
-    if (memcmp(v->target.fingerprint, zero, 32)) {
-        uint8_t fp[32];
-        char err[512], a[65], b[65];
-        if (qve_fingerprint_model(dir, QVE_FINGERPRINT_TABLE, fp, err, sizeof err)) {
-            say(r, 1, "%s", err);
-            return;
-        }
-        if (memcmp(fp, v->target.fingerprint, 32)) {
-            hex(v->target.fingerprint, a);
-            hex(fp, b);
-            say(r, 1, "WDELTA made for model %s, %s is %s", a, dir, b);
-        }
-    } else {
-        say(r, 0, "WDELTA has no target fingerprint (legacy); only sizes checked");
+    enum qve_wdelta_action a;
+    char err[768];
+    if (qve_voice_wdelta_fits(m, v, &a, err, sizeof err)) { /* identity: the engine's own rule */
+        say(r, 1, "%s", err);
+        return;
     }
+    if (a == QVE_WDELTA_SOURCE) return; /* m is the voice's source: the delta is not applied */
+    if (!memcmp(v->target.fingerprint, zero, 32))
+        say(r, 0, "WDELTA has no target fingerprint (legacy); only sizes checked");
     for (uint32_t i = 0; i < v->n_tensors; i++) {
         const qvf_tensor *t = &v->tensors[i];
         const qve_tensor *mt = qve_st_find(m->st, t->name);

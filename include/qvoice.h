@@ -227,8 +227,9 @@ int qv_voice_has_wdelta(const qv_voice *v);       /* carries a weight delta */
 enum qv_status qv_voice_check(const qv_voice *v, const qv_model *m, char *err, size_t err_size);
 
 /* What `voicefmt verify --model` checks, for a voice file and a model directory: x-vector, TPAD
- * and WOVR sizes; a weight delta's target (variant, hidden size, fingerprint, every tensor
- * present with its size; with QV_VERIFY_DEEP also each target tensor's SHA-256); and whether the
+ * and WOVR sizes; a weight delta (made for this checkpoint or this is its source, as synthesis
+ * decides; every tensor present with its size; with QV_VERIFY_DEEP also each target tensor's
+ * SHA-256); and whether the
  * voice was made with the model's sibling checkpoint (judged from its TPAD/WOVR rows; without
  * them a warning "cannot tell"; QV_VERIFY_FORCE makes a foreign voice a warning). Loads the
  * model with qv_model_load for the call. report gets every problem and warning, one line each
