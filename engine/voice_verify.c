@@ -27,8 +27,8 @@ static void say(report *r, int problem, const char *fmt, ...) __attribute__((for
 static void say(report *r, int problem, const char *fmt, ...) {
     r->n_bad += problem;
     if (!r->out || r->used + 1 >= r->size) return;
-    int n = snprintf(r->out + r->used, r->size - r->used, "%s%s: %s", r->used ? "\n" : "",
-                     r->path, problem ? "" : "warning: ");
+    int n = snprintf(r->out + r->used, r->size - r->used, "%s%s: %s", r->used ? "\n" : "", r->path,
+                     problem ? "" : "warning: ");
     if (n < 0 || r->used + (size_t)n >= r->size) return;
     r->used += (size_t)n;
     va_list ap;
@@ -108,7 +108,8 @@ static int check_sibling(report *r, const qvf_voice *v, const qv_model *m, const
                          int force) {
     char why[320];
     int k = qve_voice_kinship(m, v, why, sizeof why);
-    if (k < 0) say(r, 1, "out of memory");
+    if (k < 0)
+        say(r, 1, "out of memory");
     else if (k == QVE_KIN_FOREIGN)
         say(r, !force, "made with a checkpoint unrelated to %s%s: %s", dir,
             force ? " (allowed by force)" : "", why);
