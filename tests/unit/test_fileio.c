@@ -26,6 +26,7 @@
 #include "util/fileio.h"
 
 static char err[4400];
+static const char *self; /* this binary (argv[0]): the writer the fallback test runs */
 
 /* Entries of dir other than . and .., as one space-separated string. */
 static const char *listing(const char *dir) {
@@ -246,8 +247,7 @@ static void test_read_file(void **state) {
  * writer takes its fallback path. Returns the child's pid (it keeps that pid through exec). */
 static pid_t spawn_hidden_proc(const char *mode, const char *path) {
     char cmd[1024];
-    snprintf(cmd, sizeof cmd, "mount -t tmpfs none /proc && exec build/tests/test_fileio %s %s",
-             mode, path);
+    snprintf(cmd, sizeof cmd, "mount -t tmpfs none /proc && exec %s %s %s", self, mode, path);
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
@@ -314,6 +314,7 @@ static int writer_main(const char *mode, const char *path) {
 }
 
 int main(int argc, char **argv) {
+    self = argv[0];
     if (argc == 3) return writer_main(argv[1], argv[2]);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kill_leaves_nothing),
