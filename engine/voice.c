@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "checkpoint/sibling.h"
 #include "engine/model.h"
 #include "engine/voice_load.h"
+#include "engine/voice_verify.h"
 
 /* err = where NAME was looked for (qvf_voice_find's order). */
 static void not_found(const char *name, char *err, size_t es) {
@@ -117,19 +117,8 @@ enum qv_status qve_voice_check(const qv_voice *v, const qv_model *m, int with_de
     if (m->wdelta_on && !memcmp(m->wdelta_source, f->source.fingerprint, 32))
         return QV_OK; /* m carries the voice's delta: its text side is the source's */
     /* is the voice's source m's sibling? its text-side rows against m's own */
-    const int TH = m->cfg.text_hidden_size;
-    qve_text_rows vr = {f->tpad_hidden == (uint32_t)H ? f->tpad : NULL,
-                        f->wovr_th == (uint32_t)TH ? f->wovr_fc1_b : NULL,
-                        f->wovr_h == (uint32_t)H ? f->wovr_fc2_b : NULL};
-    float *tpad = malloc((size_t)3 * H * sizeof *tpad);
-    if (!tpad || qve_textside_special(&m->text, &m->cfg, NULL, tpad)) {
-        free(tpad);
-        snprintf(err, es, "%s: out of memory", v->path);
-        return QV_E_NOMEM;
-    }
-    qve_text_rows mr = {tpad, m->text.fc1_bias, m->text.fc2_bias};
-    enum qve_kinship k = qve_sibling_judge(&vr, &mr, H, TH, NULL, e, sizeof e);
-    free(tpad);
+    int k = qve_voice_kinship(m, f, e, sizeof e);
+    if (k < 0) return snprintf(err, es, "%s: out of memory", v->path), QV_E_NOMEM;
     if (k == QVE_KIN_UNKNOWN) snprintf(err, es, "%s: %s", v->path, e); /* a warning */
     if (k != QVE_KIN_FOREIGN) return QV_OK;
     snprintf(err, es, "%s: made with a checkpoint unrelated to %s: %s", v->path, m->dir, e);

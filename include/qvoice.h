@@ -238,6 +238,19 @@ int qv_voice_has_wdelta(const qv_voice *v);       /* carries a weight delta */
  * carries no text-side rows to judge by ("" otherwise). */
 enum qv_status qv_voice_check(const qv_voice *v, const qv_model *m, char *err, size_t err_size);
 
+/* What `voicefmt verify --model` checks, for a voice file and a model directory: x-vector, TPAD
+ * and WOVR sizes; a weight delta (made for this checkpoint or this is its source, as synthesis
+ * decides; every tensor present with its size; with QV_VERIFY_DEEP also each target tensor's
+ * SHA-256); and whether the
+ * voice was made with the model's sibling checkpoint (judged from its TPAD/WOVR rows; without
+ * them a warning "cannot tell"; QV_VERIFY_FORCE makes a foreign voice a warning). Loads the
+ * model with qv_model_load for the call. report gets every problem and warning, one line each
+ * ("PATH: problem", "PATH: warning: ..."). QV_OK (warnings possible), QV_E_FOREIGN_VOICE (that is
+ * the only problem), QV_E_VOICE, or qv_model_load's status. */
+enum { QV_VERIFY_DEEP = 1, QV_VERIFY_FORCE = 2 };
+enum qv_status qv_voice_file_verify(const char *model_dir, const char *voice_path, int flags,
+                                    char *report, size_t report_size);
+
 /* ==== synthesis: text to 24 kHz audio ========================================================= */
 
 /* PCM delivery: n_samples new mono 24 kHz samples in [-1, 1], in order, as soon as they are
