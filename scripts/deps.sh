@@ -4,9 +4,9 @@
 set -e
 PKGS="gcc make pkg-config liblz4-dev libsndfile1-dev libsamplerate0-dev libopenblas-pthread-dev
 libcjson-dev libpcre2-dev libutf8proc-dev libfftw3-dev libcmocka-dev libssl-dev libpng-dev
-clang libclang-rt-14-dev help2man libmp3lame-dev python3 python3-venv python3-setuptools"
+clang libclang-rt-14-dev help2man libmp3lame-dev python3 python3-venv python3-setuptools python3-wheel"
 # help2man: make install's man pages. libmp3lame-dev: sndfile.pc lists -lmp3lame for
-# `pkg-config --static` (libsndfile1-dev does not pull it in). python3-venv/-setuptools: the Python
+# `pkg-config --static` (libsndfile1-dev does not pull it in). python3-venv/-setuptools/-wheel: the Python
 # package is pip-installed offline into a venv by its test.
 missing=""
 for p in $PKGS; do
