@@ -1,7 +1,6 @@
 # qvoice — one non-recursive Makefile. Sources are found by wildcard so that a new module file
-# needs no edit here: every .c in the library folders (LIB_DIRS) goes into build/libqvoice.a and
-# build/libqvoice.so (-fPIC; exports only what the public headers declare), each tools/NAME.c
-# becomes bin/NAME (linked statically), each tests/unit/test_*.c one cmocka binary.
+# needs no edit here: every .c in the library folders (LIB_DIRS) goes into build/libqvoice.a,
+# each tools/NAME.c becomes bin/NAME, each tests/unit/test_*.c one cmocka binary.
 # Includes name their folder (-I. only); make check-layers enforces docs/architecture.md.
 # ISA flags go only to files named *_avx2.c / *_avx512.c (style rule 33): one binary, any x86-64.
 
@@ -41,6 +40,9 @@ MKMODEL  := $(B)/tools/mkmodel
 MANS     := $(TOOLS:bin/%=$(B)/man/%.1)
 # Library code is position-independent for the shared library; calls inside it bind locally.
 $(LIB_OBJ): PIC := -fPIC -fno-semantic-interposition
+# Examples may include the public headers by their installed names (<qvoice.h>, <qvf.h>), as a
+# program built with `pkg-config --cflags qvoice` does.
+$(B)/examples/%.o: CPPFLAGS_ALL += -Iinclude -Ivoicefmt
 
 # Generated checkpoints (git-ignored). QVOICE_CACHE may point elsewhere to share them.
 # make test also builds the 1.7B pair (issue 4: the mtp-projection path runs end to end).
@@ -88,8 +90,9 @@ $(LIB): $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
-# The shared library exports exactly the functions the public headers declare (scripts/exports.sh
-# writes the version script); the soname carries the major version.
+# build/libqvoice.so: the same objects (-fPIC), exporting exactly the functions the public headers
+# declare (scripts/exports.sh writes the version script); the soname carries the major version.
+# The tools and tests link the static archive.
 $(B)/qvoice.map: $(PUBLIC_H) scripts/exports.sh
 	@mkdir -p $(dir $@)
 	CC="$(CC)" scripts/exports.sh $(PUBLIC_H) > $@.tmp && mv $@.tmp $@
