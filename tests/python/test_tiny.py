@@ -23,6 +23,13 @@ HAS_CLONE = LIB.has("qv_clone_run")
 SHORT = dict(max_new_tokens=6, seed=7)  # a random model never stops: cap the frames
 
 
+def clip_samples(seconds):
+    """The first seconds of the bundled clip as floats (the span CLIP_TEXT transcribes: 8 s)."""
+    with wave.open(CLIP) as w:
+        raw = array.array("h", w.readframes(int(w.getframerate() * seconds)))
+        return [x / 32768.0 for x in raw], w.getframerate()
+
+
 def model(name, **kw):
     return qvoice.Qwen3TTSModel.from_pretrained(os.path.join(CACHE, name), threads=2, **kw)
 
@@ -202,11 +209,7 @@ class Cloning(unittest.TestCase):
             self.base.create_voice_clone_prompt(CLIP)
 
     def test_samples_and_xvector_only(self):
-        with wave.open(CLIP) as w:
-            raw = array.array("h", w.readframes(w.getframerate() * 5))
-            sr = w.getframerate()
-        samples = [x / 32768.0 for x in raw]
-        prompt = self.base.create_voice_clone_prompt((samples, sr), x_vector_only_mode=True)
+        prompt = self.base.create_voice_clone_prompt(clip_samples(5), x_vector_only_mode=True)
         self.assertFalse(prompt[0].icl_mode)
         self.assertFalse(qvoice.Voice(prompt[0].path).has_icl)
 
@@ -224,8 +227,8 @@ class Cloning(unittest.TestCase):
         by_prompt, _ = cv.generate_voice_clone("Hello.", voice_clone_prompt=prompt, **SHORT)
         self.assertEqual(sr, 24000)
         self.assertEqual(as_list(by_path[0]), as_list(by_prompt[0]))
-        wavs, _ = self.base.generate_voice_clone("Hello.", ref_audio=CLIP, ref_text=CLIP_TEXT,
-                                                 **SHORT)
+        wavs, _ = self.base.generate_voice_clone("Hello.", ref_audio=clip_samples(8),
+                                                 ref_text=CLIP_TEXT, **SHORT)
         self.assertGreater(len(wavs[0]), 0)
 
 
