@@ -30,7 +30,8 @@ class SynthRequest(ctypes.Structure):
                 ("voice", c_void_p), ("voice_path", c_char_p), ("instruct", c_char_p),
                 ("use_icl", c_int), ("use_wdelta", c_int), ("force_voice", c_int),
                 ("max_chunk_chars", c_int), ("guard", c_int), ("trim_lead", c_int),
-                ("max_seconds", c_double), ("verify_model_dir", c_char_p)]
+                ("max_seconds", c_double), ("codes_only", c_int), ("whole_chunks", c_int),
+                ("verify_model_dir", c_char_p)]
 
 
 class SynthStats(ctypes.Structure):
