@@ -1,8 +1,8 @@
 /* test_batch.c — `speak --batch jobs.jsonl` (docs/batch.md) on the tiny CustomVoice model: one
  * JSON result line per job in input order, a failing job (unknown speaker, malformed JSON) does
  * not stop the batch nor leave an output file, the good jobs' audio is written, and the exit
- * status is 1 because a job failed (0 when none did). Skipped while bin/speak has no --batch.
- * Runs with cwd = repo root.
+ * status is 1 because a job failed (0 when none did); a job's audio is byte-identical to a single
+ * speak run with the same seed. Runs with cwd = repo root.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -27,8 +27,6 @@ static int group_setup(void **st) {
     return 0;
 }
 
-static int has_batch(void) { return sh("bin/speak --help 2>&1 | grep -q -- --batch") == 0; }
-
 /* The n-th line (0-based) of the file as JSON, or NULL. */
 static cJSON *json_line(const char *path, int n) {
     static char line[4096];
@@ -47,7 +45,6 @@ static int is_ok(const cJSON *j) { return cJSON_IsTrue(cJSON_GetObjectItem(j, "o
 
 static void test_batch_with_failing_lines(void **st) {
     (void)st;
-    if (!has_batch()) skip();
     const char *jobs = tmp_path("jobs.jsonl");
     FILE *f = fopen(jobs, "w");
     assert_non_null(f);
@@ -80,12 +77,16 @@ static void test_batch_with_failing_lines(void **st) {
     assert_true(file_bytes(tmp_path("1.wav")) > 44);
     assert_true(file_bytes(tmp_path("4.flac")) > 0);
     assert_int_equal(file_bytes(tmp_path("2.wav")), -1);
+    /* one model load for all jobs, same audio as one speak run per job */
+    assert_int_equal(sh("bin/speak -m %s -q --threads 1 --max-seconds 0.5 --seed 1 -s ryan -t 'One.' "
+                        "-o %s && cmp -s %s %s",
+                        model, tmp_path("single.wav"), tmp_path("single.wav"), tmp_path("1.wav")),
+                     0);
     for (int i = 0; i < 4; i++) cJSON_Delete(r[i]);
 }
 
 static void test_batch_all_ok_and_usage(void **st) {
     (void)st;
-    if (!has_batch()) skip();
     const char *jobs = tmp_path("ok.jsonl");
     FILE *f = fopen(jobs, "w");
     assert_non_null(f);
@@ -95,6 +96,7 @@ static void test_batch_all_ok_and_usage(void **st) {
                         jobs), 0);
     assert_int_equal(sh("bin/speak -m %s --batch %s > /dev/null 2>&1", model,
                         tmp_path("missing.jsonl")), 2);
+    assert_int_equal(sh("bin/speak -m %s -t x --batch %s > /dev/null 2>&1", model, jobs), 2);
 }
 
 int main(void) {
