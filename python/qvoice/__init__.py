@@ -205,7 +205,10 @@ class Qwen3TTSModel:
         self._lock = threading.Lock()
         self.last_stats = None
         p = lib.qv_model_params(handle)
-        f = lambda x: round(x, 6)  # float32 fields: 0.9, not 0.8999999761581421
+
+        def f(x):  # float32 fields: 0.9, not 0.8999999761581421
+            return round(x, 6)
+
         self.generate_defaults = {
             "do_sample": bool(p.do_sample), "temperature": f(p.temperature), "top_k": p.top_k,
             "top_p": f(p.top_p), "repetition_penalty": f(p.repetition_penalty),
@@ -344,7 +347,7 @@ class Qwen3TTSModel:
         wavs = []
         for job in jobs:
             blocks = []
-            self._run(job, kw, lambda b: blocks.append(b) and False)
+            self._run(job, kw, lambda b: blocks.append(b))  # None: never stop
             wavs.append(_join(blocks))
         return wavs, SAMPLE_RATE
 
