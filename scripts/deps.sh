@@ -9,7 +9,7 @@ INSTALL_PKGS="help2man libmp3lame-dev python3 python3-venv python3-setuptools py
 python3-numpy"
 
 PKGS="gcc make pkg-config liblz4-dev libsndfile1-dev libsamplerate0-dev libopenblas-pthread-dev
-libcjson-dev libpcre2-dev libutf8proc-dev libfftw3-dev libcmocka-dev libssl-dev libpng-dev
+libcjson-dev libpcre2-dev libutf8proc-dev libfftw3-dev libcmocka-dev libssl-dev libpng-dev libebur128-dev
 clang libclang-rt-14-dev"
 missing=""
 for p in $PKGS $INSTALL_PKGS; do
