@@ -6,6 +6,7 @@
 #ifndef QV_KERNELS_IMPL_H
 #define QV_KERNELS_IMPL_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -47,6 +48,35 @@ extern const qvk_impl qvk_impl_avx512;
 
 /* The variant in use (qvk_init() is run first if needed). */
 const qvk_impl *qvk_impl_get(void);
+
+/* ---- row split of the memory-bound matvecs ---------------------------------------------- */
+
+/* Output rows are handed out in chunks of ~256 KB of weights (a multiple of 16 rows) from a shared
+ * counter, so a thread the shared machine preempts does not hold the others up at the end of a
+ * call; a row's arithmetic never depends on the thread that runs it (bit-identical for any
+ * thread count). One thread takes all rows as one range (its row kernel prefetches across
+ * blocks unbroken). */
+typedef struct {
+    _Atomic int next;
+    int chunk, n;
+} qvk_row_queue;
+
+static inline void qvk_row_queue_init(qvk_row_queue *q, int n_rows, size_t row_bytes) {
+    size_t c = (((size_t)256 << 10) / (row_bytes ? row_bytes : 1) + 15) & ~(size_t)15;
+    q->chunk = c < 16 ? 16 : c > (size_t)n_rows ? (n_rows > 0 ? n_rows : 1) : (int)c;
+    q->n = n_rows;
+    atomic_init(&q->next, 0);
+}
+
+/* Claims the next range [*r0, *r1) for a thread of a pool of nth; 0 when none is left. */
+static inline int qvk_row_queue_take(qvk_row_queue *q, int nth, int *r0, int *r1) {
+    int c = atomic_fetch_add_explicit(&q->next, 1, memory_order_relaxed);
+    long a = (long)c * (nth > 1 ? q->chunk : q->n), b = a + (nth > 1 ? q->chunk : q->n);
+    if (a >= q->n) return 0;
+    *r0 = (int)a;
+    *r1 = b < q->n ? (int)b : q->n;
+    return 1;
+}
 
 /* ---- pieces of the four-row bf16 blocks the SIMD files share ------------------------------ */
 

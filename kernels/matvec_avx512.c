@@ -1,14 +1,16 @@
 /* matvec_avx512.c — AVX-512 kernels of the dispatch table. bf16 weights are widened exactly to f32
  * and multiplied with f32 x by FMA (vdpbf16ps would round x to bf16, which the golden tests cannot
- * afford). Four rows stream at a time sharing each x load, the next four prefetched: 2 KB rows
- * alone reached ~65 % of read bandwidth, prefetched ~95 % (bench_kernels). One 16-lane
- * accumulator per row and a masked tail, the same in a block of four or alone (bit-identical).
+ * afford). Eight rows stream at a time sharing each x load, the next eight prefetched into L2
+ * (see mv_block). One 16-lane accumulator per row and a masked tail, the same in a block or
+ * alone (bit-identical).
  */
 #include <immintrin.h>
 #include <math.h>
 
 #include "kernels.h"
 #include "kernels_impl.h"
+
+#define MV_ROWS 8 /* rows per block of mv_bf16 */
 
 static inline __m512 load_bf16(const uint16_t *p) {
     __m256i h = _mm256_loadu_si256((const __m256i *)p);
@@ -20,47 +22,54 @@ static inline __m512 load_bf16_tail(const uint16_t *p, __mmask16 m) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
+/* NR rows at a time, one accumulator per row (so a row's sum is the same in a block or alone).
+ * The next block, a contiguous NR·n_in·2 bytes, is prefetched into L2 as one linear stream,
+ * NR·32 bytes per step: the hardware prefetcher alone serves one stream per core well but
+ * several interleaved row streams badly (~50 % of the read probe), and prefetching into L1
+ * (prefetcht0) evicts the current block once rows pass ~2 KB. */
+static inline __attribute__((always_inline)) void
+mv_block(int NR, float *restrict y, const uint16_t *restrict w, const float *restrict x,
+         const float *restrict bias, int r, int n_in, int n16, __mmask16 tail) {
+    const uint16_t *wr = w + (size_t)r * n_in;
+    const char *next = (const char *)(wr + (size_t)NR * n_in);
+    __m512 acc[MV_ROWS];
+#pragma GCC unroll 8
+    for (int k = 0; k < NR; k++)
+        acc[k] = _mm512_setzero_ps();
+    for (int i = 0; i < n16; i += 16) {
+        if (NR > 1) {
+#pragma GCC unroll 4
+            for (int l = 0; l < NR * 32; l += 64)
+                _mm_prefetch(next + (size_t)i * 2 * NR + l, _MM_HINT_T1);
+        }
+        __m512 xv = _mm512_loadu_ps(x + i);
+#pragma GCC unroll 8
+        for (int k = 0; k < NR; k++)
+            acc[k] = _mm512_fmadd_ps(load_bf16(wr + (size_t)k * n_in + i), xv, acc[k]);
+    }
+    if (tail) {
+        __m512 xv = _mm512_maskz_loadu_ps(tail, x + n16);
+#pragma GCC unroll 8
+        for (int k = 0; k < NR; k++)
+            acc[k] = _mm512_fmadd_ps(load_bf16_tail(wr + (size_t)k * n_in + n16, tail), xv,
+                                     acc[k]);
+    }
+#pragma GCC unroll 8
+    for (int k = 0; k < NR; k++) {
+        float s = _mm512_reduce_add_ps(acc[k]);
+        y[r + k] = bias ? s + bias[r + k] : s;
+    }
+}
+
 static void mv_bf16(float *restrict y, const uint16_t *restrict w, const float *restrict x,
                     const float *restrict bias, int r0, int r1, int n_in) {
     int n16 = n_in & ~15;
     __mmask16 tail = (__mmask16)((1u << (n_in & 15)) - 1);
     int r = r0;
-    for (; r + 4 <= r1; r += 4) {
-        const uint16_t *w0 = w + (size_t)r * n_in, *w1 = w0 + n_in, *w2 = w1 + n_in,
-                       *w3 = w2 + n_in;
-        __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(),
-               a3 = _mm512_setzero_ps();
-        const uint16_t *next = w3 + n_in;
-        for (int i = 0; i < n16; i += 16) {
-            if (!(i & 31)) qvk_prefetch_rows4_bf16(next, n_in, i); /* the next block */
-            __m512 xv = _mm512_loadu_ps(x + i);
-            a0 = _mm512_fmadd_ps(load_bf16(w0 + i), xv, a0);
-            a1 = _mm512_fmadd_ps(load_bf16(w1 + i), xv, a1);
-            a2 = _mm512_fmadd_ps(load_bf16(w2 + i), xv, a2);
-            a3 = _mm512_fmadd_ps(load_bf16(w3 + i), xv, a3);
-        }
-        if (tail) {
-            __m512 xv = _mm512_maskz_loadu_ps(tail, x + n16);
-            a0 = _mm512_fmadd_ps(load_bf16_tail(w0 + n16, tail), xv, a0);
-            a1 = _mm512_fmadd_ps(load_bf16_tail(w1 + n16, tail), xv, a1);
-            a2 = _mm512_fmadd_ps(load_bf16_tail(w2 + n16, tail), xv, a2);
-            a3 = _mm512_fmadd_ps(load_bf16_tail(w3 + n16, tail), xv, a3);
-        }
-        float s[4] = {_mm512_reduce_add_ps(a0), _mm512_reduce_add_ps(a1), _mm512_reduce_add_ps(a2),
-                      _mm512_reduce_add_ps(a3)};
-        qvk_store_rows4(y, bias, r, s);
-    }
-    for (; r < r1; r++) {
-        const uint16_t *w0 = w + (size_t)r * n_in;
-        __m512 a0 = _mm512_setzero_ps();
-        for (int i = 0; i < n16; i += 16)
-            a0 = _mm512_fmadd_ps(load_bf16(w0 + i), _mm512_loadu_ps(x + i), a0);
-        if (tail)
-            a0 = _mm512_fmadd_ps(load_bf16_tail(w0 + n16, tail),
-                                 _mm512_maskz_loadu_ps(tail, x + n16), a0);
-        float s0 = _mm512_reduce_add_ps(a0);
-        y[r] = bias ? s0 + bias[r] : s0;
-    }
+    for (; r + MV_ROWS <= r1; r += MV_ROWS)
+        mv_block(MV_ROWS, y, w, x, bias, r, n_in, n16, tail);
+    for (; r < r1; r++)
+        mv_block(1, y, w, x, bias, r, n_in, n16, tail);
 }
 
 /* NR rows of X against NW rows of W, all accumulators in registers (NR·NW ≤ 16); the

@@ -1,11 +1,12 @@
 /* matvec_q8.c — int8 matvecs: quantization of weights (load time) and activations (per call),
- * the scalar reference row kernel, and the pool split (same row ranges as matvec.c: multiples of
- * 16 rows, so a row's arithmetic never depends on the thread count). The ISA follows qvk_variant().
+ * the scalar reference row kernel, and the pool split (matvecs: chunks from a shared counter as
+ * in matvec.c; a row's arithmetic never depends on the thread count). The ISA follows qvk_variant().
  */
 #include <math.h>
 #include <string.h>
 
 #include "q8.h"
+#include "kernels_impl.h"
 #include "q8_impl.h"
 
 #define ROW_ALIGN 16
@@ -100,21 +101,22 @@ struct mv_job {
     const int8_t *xq;
     const float *xs;
     const qvk_q8_mv *mv;
-    int n_mv, n_in, n_total;
+    int n_mv, n_in;
+    qvk_row_queue queue; /* over the rows of all matrices, concatenated */
 };
 
-/* The rows of all matrices, concatenated, are split as one range. */
 static void mv_run(int ith, int nth, void *p) {
-    const struct mv_job *j = p;
+    struct mv_job *j = p;
     int r0, r1;
-    split_rows(j->n_total, ith, nth, &r0, &r1);
-    int base = 0;
-    for (int m = 0; m < j->n_mv && base < r1; m++) {
-        const qvk_q8_mv *mv = &j->mv[m];
-        int a = r0 > base ? r0 - base : 0;
-        int b = r1 - base < mv->n_out ? r1 - base : mv->n_out;
-        if (a < b) j->rows(mv->y, mv->q, mv->scale, j->xq, j->xs, mv->bias, a, b, j->n_in);
-        base += mv->n_out;
+    while (qvk_row_queue_take(&j->queue, nth, &r0, &r1)) {
+        int base = 0;
+        for (int m = 0; m < j->n_mv && base < r1; m++) {
+            const qvk_q8_mv *mv = &j->mv[m];
+            int a = r0 > base ? r0 - base : 0;
+            int b = r1 - base < mv->n_out ? r1 - base : mv->n_out;
+            if (a < b) j->rows(mv->y, mv->q, mv->scale, j->xq, j->xs, mv->bias, a, b, j->n_in);
+            base += mv->n_out;
+        }
     }
 }
 
@@ -123,9 +125,12 @@ void qvk_q8_matvec_multi(qvk_pool *pool, const float *restrict x, int n_in, cons
     _Alignas(64) int8_t xq[QVK_Q8_MAX_IN];
     float xs[QVK_Q8_MAX_IN / QVK_Q8_GROUP];
     qvk_q8_quantize_x(xq, xs, x, n_in);
-    struct mv_job j = {by_name(qvk_variant()), xq, xs, mv, n_mv, n_in, 0};
+    struct mv_job j = {.rows = by_name(qvk_variant()), .xq = xq, .xs = xs, .mv = mv, .n_mv = n_mv,
+                       .n_in = n_in};
+    int n_total = 0;
     for (int m = 0; m < n_mv; m++)
-        j.n_total += mv[m].n_out;
+        n_total += mv[m].n_out;
+    qvk_row_queue_init(&j.queue, n_total, (size_t)n_in);
     qvk_pool_run(pool, mv_run, &j);
 }
 
