@@ -1,6 +1,7 @@
 # qvoice — one non-recursive Makefile. Sources are found by wildcard so that a new module file
-# needs no edit here: every .c in kernels/ engine/ clone/ voicefmt/ except main.c goes into
-# build/libqvoice.a; each tests/unit/test_*.c becomes one cmocka binary.
+# needs no edit here: every .c in the library folders (LIB_DIRS) goes into build/libqvoice.a,
+# each tools/NAME.c becomes bin/NAME, each tests/unit/test_*.c one cmocka binary.
+# Includes name their folder (-I. only); make check-layers enforces docs/architecture.md.
 # ISA flags go only to files named *_avx2.c / *_avx512.c (style rule 33): one binary, any x86-64.
 
 CC      ?= cc
@@ -10,18 +11,18 @@ OPT     ?= -O2
 CFLAGS  ?= $(OPT) -g
 WARN     = -std=c11 -Wall -Wextra -Wshadow -Wcast-qual -Wstrict-prototypes -Wswitch-enum -Wundef \
            -Wno-unused-parameter $(WERROR)
-CPPFLAGS_ALL = -D_GNU_SOURCE -I. -Ikernels -Iengine -Iclone -Ivoicefmt -I/usr/include/cjson $(CPPFLAGS)
+CPPFLAGS_ALL = -D_GNU_SOURCE -I. -I/usr/include/cjson $(CPPFLAGS)
 LIBS     = -lopenblas -llz4 -lsndfile -lsamplerate -lcjson -lpcre2-8 -lutf8proc -lfftw3f -lcrypto \
            -lpng -lpthread -lm
 AVX2_FLAGS   = -mavx2 -mfma -mf16c
 AVX512_FLAGS = -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512bf16 -mavx512vnni
 
 B := build
-LIB_DIRS := kernels engine clone voicefmt
-LIB_SRC  := $(filter-out %/main.c,$(foreach d,$(LIB_DIRS),$(wildcard $(d)/*.c)))
+LIB_DIRS := kernels voicefmt checkpoint features clone engine
+LIB_SRC  := $(foreach d,$(LIB_DIRS),$(wildcard $(d)/*.c))
 LIB_OBJ  := $(LIB_SRC:%.c=$(B)/%.o)
 LIB      := $(B)/libqvoice.a
-TOOLS    := bin/clone bin/speak bin/voicefmt
+TOOLS    := $(patsubst tools/%.c,bin/%,$(wildcard tools/*.c))
 TEST_SRC := $(wildcard tests/unit/test_*.c)
 TESTS    := $(TEST_SRC:tests/unit/%.c=$(B)/tests/%)
 TEST_HELPERS := $(wildcard tests/unit/helpers/*.c)
@@ -34,7 +35,7 @@ MKMODEL  := $(B)/tools/mkmodel
 export QVOICE_CACHE ?= $(CURDIR)/cache
 
 .SECONDARY:
-.PHONY: all test asan fuzz bench bench-kernels deps demo install clean help models models-full check-tools
+.PHONY: check-layers all test asan fuzz bench bench-kernels deps demo install clean help models models-full check-tools
 all: $(LIB) $(TOOLS) $(MKMODEL)
 
 help:
@@ -50,6 +51,9 @@ help:
 
 deps:
 	@scripts/deps.sh
+
+check-layers:
+	@mkdir -p $(B) && B=$(B) scripts/check-layers.sh
 
 $(B)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -67,11 +71,7 @@ $(LIB): $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
-bin/%: $(B)/%/main.o $(LIB)
-	@mkdir -p bin
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIB) $(LIBS)
-
-bin/speak: $(B)/engine/main.o $(LIB)
+bin/%: $(B)/tools/%.o $(LIB)
 	@mkdir -p bin
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIB) $(LIBS)
 
@@ -123,7 +123,7 @@ demo: deps
 install: all
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin
 	install -m 644 $(LIB) $(DESTDIR)$(PREFIX)/lib/
-	install -m 644 engine/qvoice.h voicefmt/qvf.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 include/qvoice.h voicefmt/qvf.h $(DESTDIR)$(PREFIX)/include/
 	install -m 755 $(TOOLS) $(DESTDIR)$(PREFIX)/bin/
 
 clean:

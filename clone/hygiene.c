@@ -4,7 +4,7 @@
  * whole-clip vector: attentive statistics pooling adds the between-speaker spread to a mixed
  * clip's vector, which then resembles neither speaker (measured in docs/robustness.md).
  */
-#include "hygiene.h"
+#include "clone/hygiene.h"
 
 #include <cJSON.h>
 #include <math.h>

@@ -10,8 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "clone.h"
-#include "vad.h"
+#include "clone/clone.h"
+#include "kernels/vad.h"
 
 typedef struct {
     qvk_vad_params vad;

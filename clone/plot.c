@@ -3,7 +3,7 @@
  * brightness) while the hue turns purple → red → yellow; each entry's chroma is reduced until it
  * fits sRGB, which keeps the lightness ramp exact.
  */
-#include "plot.h"
+#include "clone/plot.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -17,7 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "clone.h"
+#include "clone/clone.h"
 
 #define RANGE_DB 80.0
 #define NATS_PER_DB (M_LN10 / 20.0) /* mel values are ln(magnitude): 20·log10(e) dB per nat */

@@ -6,17 +6,17 @@
  * [out, k, in] and the codebooks divided by their cluster usage once at load, the transformer
  * weights stay in the F32 mmap. A qvk_pool shares chunks, row blocks and heads.
  */
-#include "clone.h"
-#include "clone_impl.h"
+#include "clone/clone.h"
+#include "features/features_impl.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
-#include "kernels.h"
-#include "safetensors.h"
+#include "checkpoint/config.h"
+#include "kernels/kernels.h"
+#include "checkpoint/safetensors.h"
 
 #define N_STAGES 4
 #define MAX_RES 4

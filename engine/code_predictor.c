@@ -6,7 +6,7 @@
  */
 #include <string.h>
 
-#include "model.h"
+#include "engine/model.h"
 
 int qve_cp_state_init(qve_cp_state *s, const qv_model *m) {
     memset(s, 0, sizeof *s);

@@ -2,7 +2,7 @@
  * current stretch where c0 equals c0 p frames back: a pattern of period p repeated k times gives
  * a stretch of (k − 1)·p, so one comparison per period per frame suffices.
  */
-#include "guard.h"
+#include "engine/guard.h"
 
 #include <math.h>
 #include <stdio.h>

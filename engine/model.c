@@ -9,9 +9,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "manifest.h"
-#include "model.h"
-#include "q8.h"
+#include "checkpoint/manifest.h"
+#include "engine/model.h"
+#include "kernels/q8.h"
 
 /* ==== tensor lookup helpers ================================================================== */
 

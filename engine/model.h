@@ -10,10 +10,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "config.h"
-#include "kernels.h"
-#include "qvoice.h"
-#include "safetensors.h"
+#include "checkpoint/config.h"
+#include "kernels/kernels.h"
+#include "include/qvoice.h"
+#include "checkpoint/safetensors.h"
 
 #define QVE_N_GROUPS 16 /* codebooks per frame (num_code_groups) */
 #define QVE_ERR_MAX 512

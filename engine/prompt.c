@@ -2,7 +2,7 @@
  * special-token strings inside user text behave as in the reference) and then sliced like the
  * official wrapper (ids[3:-5], all ids, ids[3:-2]); nothing is re-derived by hand.
  */
-#include "prompt.h"
+#include "engine/prompt.h"
 
 #include <stdio.h>
 #include <stdlib.h>

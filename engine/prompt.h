@@ -6,7 +6,7 @@
 #ifndef QVE_PROMPT_H
 #define QVE_PROMPT_H
 
-#include "tokenizer.h"
+#include "engine/tokenizer.h"
 
 /* Target text: "<|im_start|>assistant\n{text}<|im_end|>\n<|im_start|>assistant\n" -> ids[3:-5],
  * i.e. t_0..t_{N-1} (N may be 0 for empty text). role_ids (may be NULL) receives ids[0:3], the

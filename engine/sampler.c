@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model.h"
+#include "engine/model.h"
 
 /* ==== RNG ==================================================================================== */
 

@@ -12,9 +12,9 @@
 #include <string.h>
 #include <strings.h>
 
-#include "model.h"
-#include "prompt.h"
-#include "tokenizer.h"
+#include "engine/model.h"
+#include "engine/prompt.h"
+#include "engine/tokenizer.h"
 
 #define NEWLINE_TOKEN_ID 198 /* "\n" in the Qwen2 vocabulary (§7); the role block's third id */
 

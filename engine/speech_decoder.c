@@ -4,7 +4,7 @@
  * column per transposed conv and the KV cache of the chunk. One-shot decode and streaming both
  * feed the same block schedule through feed_frame(), which makes their float arithmetic identical.
  */
-#include "speech_decoder.h"
+#include "engine/speech_decoder.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -14,9 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
-#include "kernels.h"
-#include "safetensors.h"
+#include "checkpoint/config.h"
+#include "kernels/kernels.h"
+#include "checkpoint/safetensors.h"
 
 /* ==== constants ============================================================================ */
 

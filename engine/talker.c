@@ -8,8 +8,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "model.h"
-#include "q8.h"
+#include "engine/model.h"
+#include "kernels/q8.h"
 
 /* ==== state ================================================================================== */
 

@@ -2,7 +2,7 @@
  * The text is decoded once into code points with their byte offsets; every split is an index
  * into that array, so a cut can only fall between code points.
  */
-#include "textchunk.h"
+#include "engine/textchunk.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -12,7 +12,7 @@
 #include <sys/types.h>
 #include <utf8proc.h>
 
-#include "vad.h"
+#include "kernels/vad.h"
 
 /* ==== character classes ===================================================================== */
 

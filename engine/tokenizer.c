@@ -4,7 +4,7 @@
  * (rank, position) over a linked list, O(n log n) for any word length and the same order as the HF
  * and transformers.js implementations; results for short pieces are cached by their bytes.
  */
-#include "tokenizer.h"
+#include "engine/tokenizer.h"
 
 #include <cJSON.h>
 #include <errno.h>

@@ -10,9 +10,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "fingerprint.h"
-#include "model.h"
-#include "voice_load.h"
+#include "checkpoint/fingerprint.h"
+#include "engine/model.h"
+#include "engine/voice_load.h"
 
 typedef struct {
     char name[160];

@@ -8,8 +8,8 @@
 
 #include <stddef.h>
 
-#include "qvf.h"
-#include "qvoice.h"
+#include "voicefmt/qvf.h"
+#include "include/qvoice.h"
 
 enum qve_wdelta_action {
     QVE_WDELTA_NONE,    /* the voice has no weight stream */

@@ -3,8 +3,8 @@
 #include <stdlib.h>
 #include <sys/mman.h>
 
-#include "kernels.h"
-#include "kernels_impl.h"
+#include "kernels/kernels.h"
+#include "kernels/kernels_impl.h"
 
 /* Buffers this large (KV caches, scratch, widened weights) are 2 MB aligned and marked for
  * transparent huge pages: the KV cache is read one 512-byte head row per 4 KB page, and with

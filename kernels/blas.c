@@ -3,7 +3,7 @@
  */
 #include <cblas.h>
 
-#include "kernels.h"
+#include "kernels/kernels.h"
 
 void qvk_sgemm(int trans_a, int trans_b, int m, int n, int k, float alpha, const float *a, int lda,
                const float *b, int ldb, float beta, float *c, int ldc) {

@@ -5,7 +5,7 @@
  */
 #include <string.h>
 
-#include "kernels.h"
+#include "kernels/kernels.h"
 
 int qvk_conv1d_out_len(const qvk_conv *cv, int t_in) {
     long span = (long)cv->dilation * (cv->k - 1) + 1;

@@ -1,8 +1,8 @@
 /* convert.c — bf16 / f16 / f32 conversions (exact widening; round-to-nearest-even narrowing). */
 #include <string.h>
 
-#include "kernels.h"
-#include "kernels_impl.h"
+#include "kernels/kernels.h"
+#include "kernels/kernels_impl.h"
 
 void qvk_bf16_to_f32(float *restrict dst, const uint16_t *restrict src, size_t n) {
     qvk_impl_get()->widen_bf16(dst, src, n);

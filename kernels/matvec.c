@@ -4,8 +4,8 @@
  * and the row kernels can block rows; a row's arithmetic never depends on the split
  * (bit-identical for any thread count).
  */
-#include "kernels.h"
-#include "kernels_impl.h"
+#include "kernels/kernels.h"
+#include "kernels/kernels_impl.h"
 
 #define ROW_ALIGN 16
 

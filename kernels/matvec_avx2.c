@@ -6,8 +6,8 @@
 #include <immintrin.h>
 #include <math.h>
 
-#include "kernels.h"
-#include "kernels_impl.h"
+#include "kernels/kernels.h"
+#include "kernels/kernels_impl.h"
 
 static inline __m256 load_bf16(const uint16_t *p) {
     __m128i h = _mm_loadu_si128((const __m128i *)p);

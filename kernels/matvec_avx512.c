@@ -7,8 +7,8 @@
 #include <immintrin.h>
 #include <math.h>
 
-#include "kernels.h"
-#include "kernels_impl.h"
+#include "kernels/kernels.h"
+#include "kernels/kernels_impl.h"
 
 #define MV_ROWS 8 /* rows per block of mv_bf16 */
 

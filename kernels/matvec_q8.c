@@ -6,9 +6,9 @@
 #include <stdatomic.h>
 #include <string.h>
 
-#include "q8.h"
-#include "kernels_impl.h"
-#include "q8_impl.h"
+#include "kernels/kernels_impl.h"
+#include "kernels/q8.h"
+#include "kernels/q8_impl.h"
 
 static qvk_q8_rows_fn by_name(const char *v) {
     if (!strcmp(v, "avx512")) return qvk_q8_rows_avx512;

@@ -4,8 +4,8 @@
  */
 #include <immintrin.h>
 
-#include "q8.h"
-#include "q8_impl.h"
+#include "kernels/q8.h"
+#include "kernels/q8_impl.h"
 
 static inline __m256i dot32(__m256i acc, __m256i xa, __m256i xv, const int8_t *w) {
     __m256i wv = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)w), xv);

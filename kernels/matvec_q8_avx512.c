@@ -6,8 +6,8 @@
  */
 #include <immintrin.h>
 
-#include "q8.h"
-#include "q8_impl.h"
+#include "kernels/q8.h"
+#include "kernels/q8_impl.h"
 
 #define Q8_ROWS 8 /* rows per block */
 

@@ -5,8 +5,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "kernels.h"
-#include "kernels_impl.h"
+#include "kernels/kernels.h"
+#include "kernels/kernels_impl.h"
 
 #define LANES 8
 

@@ -4,8 +4,8 @@
  */
 #include <math.h>
 
-#include "kernels.h"
-#include "kernels_impl.h"
+#include "kernels/kernels.h"
+#include "kernels/kernels_impl.h"
 
 void qvk_rmsnorm(float *y, const float *x, const float *w, int n, float eps) {
     float ms = (float)(qvk_impl_get()->sumsq(x, n) / n);

@@ -11,7 +11,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "kernels.h"
+#include "kernels/kernels.h"
 
 /* ~20-50 µs of polling before sleeping; the machine is shared, so not longer. */
 #define SPIN_ITERS 2000

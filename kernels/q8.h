@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kernels.h"
+#include "kernels/kernels.h"
 
 #define QVK_Q8_GROUP 128 /* activation group; n_in must be a multiple of it */
 

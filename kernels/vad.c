@@ -2,7 +2,7 @@
  * floor + margin finds speech above room tone; the cap below the loud frames keeps a clip that
  * is speech throughout (no silence to measure a floor from) from losing its quieter half.
  */
-#include "vad.h"
+#include "kernels/vad.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -9,7 +9,7 @@ CC=${FUZZ_CC:-clang}
 B=build/fuzz
 JOBS=${FUZZ_JOBS:-1}
 CFLAGS="-g -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined \
- -DFUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION -D_GNU_SOURCE -std=c11 -I. -Ikernels -Iengine -Iclone -Ivoicefmt \
+ -DFUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION -D_GNU_SOURCE -std=c11 -I. \
  -I/usr/include/cjson"
 LIBS="-lopenblas -llz4 -lsndfile -lsamplerate -lcjson -lpcre2-8 -lutf8proc -lfftw3f -lcrypto -lpng -lpthread -lm"
 AVX2="-mavx2 -mfma -mf16c"
@@ -20,7 +20,7 @@ mkdir -p "$B/obj" tests/fuzz/findings
 # The library, instrumented (a file another module cannot build with clang is skipped with a note;
 # a target that needs it then fails to link and is reported as not built).
 objs=""
-for src in $(ls kernels/*.c engine/*.c clone/*.c voicefmt/*.c 2>/dev/null | grep -v '/main\.c$'); do
+for src in $(ls kernels/*.c voicefmt/*.c checkpoint/*.c features/*.c clone/*.c engine/*.c 2>/dev/null); do
   obj="$B/obj/$(echo "$src" | tr / _ | sed 's/\.c$/.o/')"
   isa=""
   case "$src" in *_avx2.c) isa=$AVX2 ;; *_avx512.c) isa=$AVX512 ;; esac

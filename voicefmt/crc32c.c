@@ -5,7 +5,7 @@
  */
 #include <openssl/evp.h>
 #include <string.h>
-#include "qvf_impl.h"
+#include "voicefmt/qvf_impl.h"
 
 static uint32_t table[256];
 static int table_ready;

@@ -7,7 +7,7 @@
 #include <lz4.h>
 #include <stdlib.h>
 #include <string.h>
-#include "qvf_impl.h"
+#include "voicefmt/qvf_impl.h"
 
 #define NEED(c, k, what)                                                                           \
     do {                                                                                           \

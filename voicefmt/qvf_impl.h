@@ -7,7 +7,7 @@
 #define QVF_IMPL_H
 
 #include <stdio.h>
-#include "qvf.h"
+#include "voicefmt/qvf.h"
 
 /* Limits of docs/qvoice-format.md §5. */
 #define QVF_MAX_DIM 16384u

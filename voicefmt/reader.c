@@ -14,7 +14,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include "qvf_impl.h"
+#include "voicefmt/qvf_impl.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "voicefmt copies little-endian arrays directly; big-endian hosts are not supported"

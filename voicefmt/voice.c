@@ -7,7 +7,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
-#include "qvf_impl.h"
+#include "voicefmt/qvf_impl.h"
 
 #define QVF_TEXT_(name, text) text,
 #define QVF_NAME_(name, text) "QVF_E_" #name,

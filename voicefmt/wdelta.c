@@ -5,7 +5,7 @@
 #include <lz4.h>
 #include <stdlib.h>
 #include <string.h>
-#include "qvf_impl.h"
+#include "voicefmt/qvf_impl.h"
 
 static uint64_t block_len(const qvf_tensor *t, uint32_t i) {
     return i + 1 < t->n_blocks ? t->block_bytes

@@ -11,7 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include "qvf_impl.h"
+#include "voicefmt/qvf_impl.h"
 
 /* ---------------------------------------------------------------- output stream */
 

@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "clone.h"
-#include "kernels.h"
+#include "clone/clone.h"
+#include "kernels/kernels.h"
 
 static double wall_s(void) {
     struct timespec t;

@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "kernels.h"
-#include "speech_decoder.h"
+#include "kernels/kernels.h"
+#include "engine/speech_decoder.h"
 
 static double now_s(clockid_t id) {
     struct timespec ts;

@@ -13,8 +13,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "kernels.h"
-#include "q8.h"
+#include "kernels/kernels.h"
+#include "kernels/q8.h"
 
 #define N_PASSES 7
 /* Matrix set per shape: default 384 MB, twelve times this VM's 32 MiB L3; QV_BENCH_SET_MB

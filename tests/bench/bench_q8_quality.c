@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model.h"
+#include "engine/model.h"
 
 struct forced {
     const int32_t *codes; /* bf16 codes c1..c15 of the frame */

@@ -10,8 +10,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "model.h"
-#include "speech_decoder.h"
+#include "engine/model.h"
+#include "engine/speech_decoder.h"
 
 static double now_s(clockid_t id) {
     struct timespec ts;

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "tokenizer.h"
+#include "engine/tokenizer.h"
 
 static double now_s(void)
 {

@@ -9,8 +9,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
-#include "qvf.h"
-#include "safetensors.h"
+#include "voicefmt/qvf.h"
+#include "checkpoint/safetensors.h"
 
 static double now_s(void) {
     struct timespec t;

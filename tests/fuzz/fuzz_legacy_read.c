@@ -6,7 +6,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include "qvf.h"
+#include "voicefmt/qvf.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -5,7 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
-#include "qvf.h"
+#include "voicefmt/qvf.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "qvf_impl.h"
+#include "voicefmt/qvf_impl.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

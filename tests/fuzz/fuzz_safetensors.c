@@ -6,8 +6,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "kernels.h"
-#include "safetensors.h"
+#include "kernels/kernels.h"
+#include "checkpoint/safetensors.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

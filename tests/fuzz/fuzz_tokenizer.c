@@ -11,8 +11,8 @@
 
 #include <utf8proc.h>
 
-#include "prompt.h"
-#include "tokenizer.h"
+#include "engine/prompt.h"
+#include "engine/tokenizer.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -19,12 +19,12 @@
 
 #include <cmocka.h>
 
-#include "helpers/shell.h"
+#include "tests/unit/helpers/shell.h"
 
-#include "clone.h"
-#include "clone_impl.h"
-#include "kernels.h"
-#include "qvf.h"
+#include "clone/clone.h"
+#include "features/features_impl.h"
+#include "kernels/kernels.h"
+#include "voicefmt/qvf.h"
 
 #define CLIP "tests/audio/en_ohenry_chenevert.wav"
 #define GOLDEN "tests/golden/clone/"

@@ -22,11 +22,11 @@
 
 #include <cmocka.h>
 
-#include "clone.h"
-#include "model.h"
-#include "qvf.h"
-#include "qvoice.h"
-#include "safetensors.h"
+#include "clone/clone.h"
+#include "engine/model.h"
+#include "voicefmt/qvf.h"
+#include "include/qvoice.h"
+#include "checkpoint/safetensors.h"
 
 #define CLIP "tests/audio/en_ohenry_chenevert.wav"
 #define SR 24000

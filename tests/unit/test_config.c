@@ -15,8 +15,8 @@
 #include <cJSON.h>
 #include <cmocka.h>
 
-#include "config.h"
-#include "helpers/tmpdir.h"
+#include "checkpoint/config.h"
+#include "tests/unit/helpers/tmpdir.h"
 
 #define GOLD "tests/golden/configs"
 

@@ -14,9 +14,9 @@
 
 #include <cmocka.h>
 
-#include "helpers/npy.h"
-#include "kernels.h"
-#include "speech_decoder.h"
+#include "tests/unit/helpers/npy.h"
+#include "kernels/kernels.h"
+#include "engine/speech_decoder.h"
 
 #define GOLDEN "tests/golden/decoder/"
 

@@ -13,7 +13,7 @@
 
 #include <cmocka.h>
 
-#include "model.h"
+#include "engine/model.h"
 
 /* ==== sampler ================================================================================ */
 

@@ -15,7 +15,7 @@
 
 #include <cmocka.h>
 
-#include "model.h"
+#include "engine/model.h"
 
 static qv_model *load_or_skip(const char *name) {
     const char *cache = getenv("QVOICE_CACHE");

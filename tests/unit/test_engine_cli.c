@@ -20,7 +20,7 @@
 #include <cJSON.h>
 #include <cmocka.h>
 
-#include "helpers/shell.h"
+#include "tests/unit/helpers/shell.h"
 
 static char model[1100], cache[1024], tmp[256], voice[512];
 

@@ -15,8 +15,8 @@
 
 #include <cmocka.h>
 
-#include "helpers/npy.h"
-#include "model.h"
+#include "tests/unit/helpers/npy.h"
+#include "engine/model.h"
 
 #define GOLD "tests/golden/engine/"
 #define TOL_EMBED 1e-5

@@ -16,9 +16,9 @@
 #include <cmocka.h>
 #include <openssl/evp.h>
 
-#include "fingerprint.h"
-#include "safetensors.h"
-#include "helpers/tmpdir.h"
+#include "checkpoint/fingerprint.h"
+#include "checkpoint/safetensors.h"
+#include "tests/unit/helpers/tmpdir.h"
 
 static const char k_config[] = "{\"tts_model_type\": \"base\"}\n";
 

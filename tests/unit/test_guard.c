@@ -12,7 +12,7 @@
 
 #include <cmocka.h>
 
-#include "guard.h"
+#include "engine/guard.h"
 
 static uint32_t rng = 12345;
 static int32_t rnd_code(void) {

@@ -15,8 +15,8 @@
 
 #include <cmocka.h>
 
-#include "clone.h"
-#include "hygiene.h"
+#include "clone/clone.h"
+#include "clone/hygiene.h"
 
 #define SR 24000
 #define CLIP "tests/audio/en_ohenry_chenevert.wav"

@@ -15,9 +15,9 @@
 
 #include <cmocka.h>
 
-#include "kernels.h"
-#include "helpers/npy.h"
-#include "helpers/tmpdir.h"
+#include "kernels/kernels.h"
+#include "tests/unit/helpers/npy.h"
+#include "tests/unit/helpers/tmpdir.h"
 
 static const char *const k_variants[] = {"scalar", "avx2", "avx512"};
 #define N_VARIANTS 3

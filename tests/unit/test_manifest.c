@@ -17,10 +17,10 @@
 #include <cJSON.h>
 #include <cmocka.h>
 
-#include "config.h"
-#include "manifest.h"
-#include "safetensors.h"
-#include "helpers/tmpdir.h"
+#include "checkpoint/config.h"
+#include "checkpoint/manifest.h"
+#include "checkpoint/safetensors.h"
+#include "tests/unit/helpers/tmpdir.h"
 
 #define GOLD "tests/golden/configs"
 

@@ -16,9 +16,9 @@
 #include <cmocka.h>
 #include <openssl/evp.h>
 
-#include "config.h"
-#include "manifest.h"
-#include "safetensors.h"
+#include "checkpoint/config.h"
+#include "checkpoint/manifest.h"
+#include "checkpoint/safetensors.h"
 
 static char cache_dir[1024];
 
@@ -332,7 +332,7 @@ static void test_tiny_layout(void **state) {
 }
 
 /* The generated dirs parse with the engine's config reader and match its expected-tensor tables
- * (engine/manifest.c, written independently from the same spec). */
+ * (checkpoint/manifest.c, written independently from the same spec). */
 static void check_manifest(const char *model) {
     char dir[1200], p[1300], err[512];
     path_in_cache(dir, sizeof dir, model);

@@ -15,8 +15,8 @@
 #include <cmocka.h>
 #include <png.h>
 
-#include "clone.h"
-#include "plot.h"
+#include "clone/clone.h"
+#include "clone/plot.h"
 
 #define CLIP "tests/audio/en_ohenry_chenevert.wav"
 

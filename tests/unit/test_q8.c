@@ -12,8 +12,8 @@
 
 #include <cmocka.h>
 
-#include "kernels.h"
-#include "q8.h"
+#include "kernels/kernels.h"
+#include "kernels/q8.h"
 
 enum { N_OUT = 203, N_IN = 768 }; /* odd row count: blocked rows plus tails */
 

@@ -11,9 +11,9 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include "helpers/qvf_sample.h"
+#include "tests/unit/helpers/qvf_sample.h"
 #include <lz4.h>
-#include "qvf_impl.h"
+#include "voicefmt/qvf_impl.h"
 
 static char err[512];
 

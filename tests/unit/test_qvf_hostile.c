@@ -13,8 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include "helpers/qvf_sample.h"
-#include "qvf_impl.h"
+#include "tests/unit/helpers/qvf_sample.h"
+#include "voicefmt/qvf_impl.h"
 
 static char err[512];
 

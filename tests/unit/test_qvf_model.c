@@ -10,17 +10,17 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "helpers/shell.h"
+#include "tests/unit/helpers/shell.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-#include "config.h"
-#include "fingerprint.h"
-#include "qvf.h"
-#include "safetensors.h"
+#include "checkpoint/config.h"
+#include "checkpoint/fingerprint.h"
+#include "voicefmt/qvf.h"
+#include "checkpoint/safetensors.h"
 
 static char err[512], base_dir[512], cv_dir[512];
 

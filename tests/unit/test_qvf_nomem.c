@@ -11,8 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "helpers/qvf_sample.h"
-#include "qvf_impl.h"
+#include "tests/unit/helpers/qvf_sample.h"
+#include "voicefmt/qvf_impl.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define NO_INTERPOSE 1

@@ -13,26 +13,26 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "qvf.h"
+#include "voicefmt/qvf.h"
 
 #define LLVMFuzzerTestOneInput fuzz_qvf_read_one
-#include "../fuzz/fuzz_qvf_read.c"
+#include "tests/fuzz/fuzz_qvf_read.c"
 #undef LLVMFuzzerTestOneInput
 #define LLVMFuzzerTestOneInput fuzz_legacy_read_one
-#include "../fuzz/fuzz_legacy_read.c"
+#include "tests/fuzz/fuzz_legacy_read.c"
 #undef LLVMFuzzerTestOneInput
 #define LLVMFuzzerTestOneInput fuzz_roundtrip_one
-#include "../fuzz/fuzz_roundtrip.c"
+#include "tests/fuzz/fuzz_roundtrip.c"
 #undef LLVMFuzzerTestOneInput
 #if __has_include("../fuzz/fuzz_safetensors.c")
 #define LLVMFuzzerTestOneInput fuzz_safetensors_one
-#include "../fuzz/fuzz_safetensors.c"
+#include "tests/fuzz/fuzz_safetensors.c"
 #undef LLVMFuzzerTestOneInput
 #define HAVE_FUZZ_SAFETENSORS 1
 #endif
 #if __has_include("../fuzz/fuzz_tokenizer.c")
 #define LLVMFuzzerTestOneInput fuzz_tokenizer_one
-#include "../fuzz/fuzz_tokenizer.c"
+#include "tests/fuzz/fuzz_tokenizer.c"
 #undef LLVMFuzzerTestOneInput
 #define HAVE_FUZZ_TOKENIZER 1
 #endif

@@ -7,13 +7,13 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "helpers/shell.h"
+#include "tests/unit/helpers/shell.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include "helpers/qvf_sample.h"
+#include "tests/unit/helpers/qvf_sample.h"
 
 static char dir[64], err[512];
 

@@ -13,9 +13,9 @@
 
 #include <cmocka.h>
 
-#include "kernels.h"
-#include "safetensors.h"
-#include "helpers/tmpdir.h"
+#include "kernels/kernels.h"
+#include "checkpoint/safetensors.h"
+#include "tests/unit/helpers/tmpdir.h"
 
 /* Opens path expecting failure; asserts every substring in the NULL-terminated list. */
 static void expect_fail(const char *path, ...) {

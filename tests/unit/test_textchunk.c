@@ -13,7 +13,7 @@
 #include <cmocka.h>
 #include <utf8proc.h>
 
-#include "textchunk.h"
+#include "engine/textchunk.h"
 
 static int n_cp(const char *s) {
     int n = 0;

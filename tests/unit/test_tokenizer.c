@@ -18,9 +18,9 @@
 #include <cmocka.h>
 #include <utf8proc.h>
 
-#include "prompt.h"
-#include "tokenizer.h"
-#include "helpers/tmpdir.h"
+#include "engine/prompt.h"
+#include "engine/tokenizer.h"
+#include "tests/unit/helpers/tmpdir.h"
 
 #define CORPUS "tests/tokenizer/corpus.jsonl"
 #define CORPUS_IDS "tests/tokenizer/corpus.ids.jsonl"

@@ -17,7 +17,7 @@
 
 #include <cmocka.h>
 
-#include "helpers/shell.h"
+#include "tests/unit/helpers/shell.h"
 
 static char cache[1024], tmp[256], voice[512];
 

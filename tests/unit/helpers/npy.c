@@ -1,7 +1,7 @@
 /* npy.c — NumPy .npy reader for tests: reads the whole file, parses the header dictionary by
  * key, checks the declared shape × dtype against the bytes present, and copies the payload out.
  */
-#include "npy.h"
+#include "tests/unit/helpers/npy.h"
 
 #include <errno.h>
 #include <stdarg.h>

@@ -1,9 +1,9 @@
 /* qvf_sample.c — deterministic sample voices shared by the voicefmt tests (see qvf_sample.h). */
-#include "qvf_sample.h"
+#include "tests/unit/helpers/qvf_sample.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "qvf_impl.h"
+#include "voicefmt/qvf_impl.h"
 
 static uint32_t lcg(uint32_t *s) {
     return *s = *s * 1664525u + 1013904223u;

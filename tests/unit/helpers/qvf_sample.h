@@ -4,7 +4,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include "qvf.h"
+#include "voicefmt/qvf.h"
 
 #define QVF_SAMPLE_N_ELEMS (96 * 64)
 /* Target (CustomVoice) and result (Base) bf16 arrays of the sample's delta tensor. */

@@ -1,5 +1,5 @@
 /* shell.c — command runner and file probes for the CLI-level tests (see shell.h). */
-#include "shell.h"
+#include "tests/unit/helpers/shell.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,7 +1,7 @@
 /* tmpdir.c — scratch directory and file writers for the unit tests (see tmpdir.h). The directory
  * is removed with nftw, not system("rm -rf"), so no shell sees the path.
  */
-#include "tmpdir.h"
+#include "tests/unit/helpers/tmpdir.h"
 
 #include <errno.h>
 #include <ftw.h>

@@ -3,7 +3,7 @@
  * the same on any host. Tensors are visited in name order, not header order, so re-serialising
  * or re-sharding a checkpoint leaves the fingerprint unchanged.
  */
-#include "fingerprint.h"
+#include "checkpoint/fingerprint.h"
 
 #include <errno.h>
 #include <openssl/evp.h>

@@ -13,8 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "config.h"
-#include "safetensors.h"
+#include "checkpoint/config.h"
+#include "checkpoint/safetensors.h"
 
 #define QVE_MANIFEST_NAME_MAX 128
 

@@ -4,7 +4,7 @@
  * area, element alignment, no overlaps (ranges sorted by offset), unique names. Shards are opened
  * as parts merged into one table; names are copied out of the cJSON tree so it is freed at once.
  */
-#include "safetensors.h"
+#include "checkpoint/safetensors.h"
 
 #include <cJSON.h>
 #include <errno.h>
@@ -17,7 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "kernels.h"
+#include "kernels/kernels.h"
 
 
 /* ==== limits ================================================================================ */

@@ -4,17 +4,17 @@
  * once at load. The ASP TDNN sees [x; μ; σ] with μ, σ constant over time, so its 4608-wide
  * input is split: W_x·x by sgemm plus one matvec for the constant part (a third of the work).
  */
-#include "clone.h"
-#include "clone_impl.h"
+#include "features/features.h"
+#include "features/features_impl.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
-#include "kernels.h"
-#include "safetensors.h"
+#include "checkpoint/config.h"
+#include "kernels/kernels.h"
+#include "checkpoint/safetensors.h"
 
 #define N_SE_BLOCKS 3
 #define MAX_SCALE 16

@@ -1,6 +1,6 @@
 /* conv_avx512.c — conv.c's direct path for the speech encoder's 1-input-channel first conv.
  */
-#include "clone_impl.h"
+#include "features/features_impl.h"
 
 #include <immintrin.h>
 

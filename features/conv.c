@@ -5,7 +5,7 @@
  * own scratch, single-threaded sgemm inside). Channels-first (ECAPA) unfolds the window
  * (im2col); time-major (Mimi) multiplies tap groups of the window directly where it can.
  */
-#include "clone_impl.h"
+#include "features/features_impl.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -13,7 +13,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "kernels.h"
+#include "kernels/kernels.h"
 
 /* Chunk sizing. A chunk's unfolded rows stay within BUDGET floats (1 MB) so the gathered window
  * is still in L2 when sgemm packs it, but never fewer than MIN_ROWS rows: every sgemm call repacks

@@ -54,7 +54,13 @@ const char *qv_version(void);
     X(QV_E_LANGUAGE, "unknown language")                                                           \
     X(QV_E_UNSUPPORTED, "not supported by this model or build")                                    \
     X(QV_E_LIMIT, "input exceeds a model limit")                                                   \
-    X(QV_E_STATE, "no utterance in progress (not started, finished, or failed)")
+    X(QV_E_STATE, "no utterance in progress (not started, finished, or failed)")              \
+    X(QV_E_VOICE, "cannot use the voice file (missing, malformed, or made for another model)") \
+    X(QV_E_FOREIGN_VOICE, "the voice was made with a checkpoint unrelated to this model")      \
+    X(QV_E_GUARD, "the runaway guard stopped a chunk that did not end")                       \
+    X(QV_E_CANCELLED, "cancelled")                                                             \
+    X(QV_E_AUDIO, "cannot read or use the reference audio")                                    \
+    X(QV_E_IO, "cannot write the output")
 
 #define QV_STATUS_ENUM_(name, text) name,
 enum qv_status { QV_STATUS_LIST(QV_STATUS_ENUM_) QV_STATUS_COUNT };
@@ -179,6 +185,143 @@ int qv_session_n_frames(const qv_session *s); /* frames produced in this utteran
 enum qv_status qv_session_tokenize(qv_session *s, const char *text, int32_t **ids, int *n_ids);
 /* One-line detail of the last error of this session (borrowed, "" when none). */
 const char *qv_session_error(const qv_session *s);
+
+
+/* ==== threads ================================================================================ */
+
+/* The one thread-budget rule of the library and every tool: n >= 1 is taken as is, n <= 0 means
+ * all online CPUs. */
+int qv_threads_resolve(int n);
+
+/* ==== voices ================================================================================= */
+
+/* An opened .qvoice (v1-v4) or raw .bin x-vector, checked (CRCs, structure) on open. Read-only
+ * after open: may be shared by any number of threads and syntheses. */
+typedef struct qv_voice qv_voice;
+
+/* Opens path, or a voice NAME looked up as voices/NAME.qvoice then in each $QVOICE_PATH
+ * directory. On failure *out = NULL, QV_E_VOICE, err = "FILE: problem". */
+enum qv_status qv_voice_open(qv_voice **out, const char *path_or_name, char *err, size_t err_size);
+void qv_voice_free(qv_voice *v); /* accepts NULL */
+const char *qv_voice_name(const qv_voice *v);     /* "" when unnamed; borrowed */
+const char *qv_voice_language(const qv_voice *v); /* "" when unset; borrowed */
+const char *qv_voice_path(const qv_voice *v);     /* the file it was opened from; borrowed */
+int qv_voice_has_icl(const qv_voice *v);          /* reference codes + transcript present */
+int qv_voice_has_wdelta(const qv_voice *v);       /* carries a weight delta */
+
+/* Whether v can speak on m: the x-vector length, the weight delta's target fingerprint, and
+ * whether the voice's source checkpoint is m's sibling (the Base/CustomVoice pair of one
+ * release) judged from the text-side rows it carries. QV_OK; QV_E_VOICE (cannot be used: wrong
+ * size, delta for another checkpoint); QV_E_FOREIGN_VOICE (usable but made with an unrelated
+ * checkpoint: speak warns, voicefmt verify --model fails; force it with the request's
+ * force_voice). err gets the one-line reason. */
+enum qv_status qv_voice_check(const qv_voice *v, const qv_model *m, char *err, size_t err_size);
+
+/* ==== synthesis: text to 24 kHz audio ========================================================= */
+
+/* PCM delivery: n_samples new mono 24 kHz samples in [-1, 1], in order, as soon as they are
+ * decoded (the first block after the first few frames, then growing blocks). pcm is only valid
+ * during the call. Called on the thread that runs the synthesis. Return non-zero to stop: the
+ * synthesis then ends with QV_E_CANCELLED. */
+typedef int (*qv_pcm_fn)(void *user, const float *pcm, int n_samples);
+
+typedef struct {
+    const char *text;        /* UTF-8; long text is split at sentence ends; [pause:500ms] tags */
+    const char *language;    /* NULL or "auto", or a name from qv_model_language */
+    const char *speaker;     /* preset speaker (CustomVoice), or NULL */
+    const qv_voice *voice;   /* an opened voice, or NULL (takes precedence over voice_path) */
+    const char *voice_path;  /* a .qvoice path or voice name, opened for this call, or NULL */
+    const char *instruct;    /* style instruction (1.7B CustomVoice) or voice description
+                                (VoiceDesign), or NULL */
+    int use_icl;             /* 1: use the voice's reference codes + transcript when present */
+    int use_wdelta;          /* 1: apply the voice's weight delta when present */
+    int force_voice;         /* 1: use a voice that qv_voice_check calls foreign */
+    int max_chunk_chars;     /* code points per chunk (200); <= 0: the whole text at once */
+    int guard;               /* 1: runaway guard (frame budget, c0 loop, silence) */
+    int trim_lead;           /* 1: each chunk's leading silence is cut to 100 ms */
+    double max_seconds;      /* cap on the audio (0 = none); reaching it ends the utterance
+                                normally (stats.capped = 1), it is not an error */
+    const char *verify_model_dir; /* Base model directory: per-chunk speaker similarity of the
+                                     output to the voice (stats.verify_*), or NULL */
+} qv_synth_request;
+
+/* use_icl, use_wdelta, guard, trim_lead = 1; max_chunk_chars = 200; everything else 0/NULL. */
+qv_synth_request qv_synth_default_request(void);
+
+typedef struct {
+    int n_chunks;             /* text chunks synthesized (pauses excluded) */
+    int n_frames;             /* codec frames generated (80 ms each), retries excluded */
+    int64_t n_samples;        /* samples delivered */
+    double audio_seconds;     /* n_samples / 24000 */
+    double first_audio_s;     /* start of the call -> first PCM delivered */
+    double total_s;           /* wall time of the call */
+    double rtf;               /* total_s / audio_seconds */
+    int capped;               /* stopped at max_seconds or max_frames */
+    int guard_trips;          /* chunks the guard stopped (each retried in halves if allowed) */
+    char guard_verdict[16];   /* "ok", "budget", "loop", "silence": the last trip's verdict */
+    int wdelta_applied;       /* the voice's weight delta was used */
+    int n_verify;             /* chunks compared (verify_model_dir) */
+    double verify_min, verify_mean; /* speaker cosine similarity over those chunks */
+    char warning[256];        /* "" or a non-fatal warning (foreign voice forced, ...) */
+} qv_synth_stats;
+
+/* A synthesizer: one session (thread pool, KV caches), its decoder thread and scratch, on a
+ * shared read-only model. One synthesis at a time per qv_synth; any number of qv_synth may run
+ * concurrently on one model, each on its own thread. */
+typedef struct qv_synth qv_synth;
+
+enum qv_status qv_synth_new(qv_synth **out, const qv_model *m, const qv_params *p);
+void qv_synth_free(qv_synth *s); /* accepts NULL; not while a synthesis runs */
+
+/* Synthesizes r, delivering audio through fn as it is decoded. The guard: a chunk that trips it
+ * before any of its audio went out is retried in two halves; once audio has gone out, a trip
+ * ends the synthesis with QV_E_GUARD (the delivered audio is incomplete: callers writing a file
+ * must discard it). Streaming and one-shot delivery give bit-identical samples for one seed.
+ * st may be NULL. Errors: those of qv_session_start, QV_E_VOICE, QV_E_FOREIGN_VOICE,
+ * QV_E_GUARD, QV_E_CANCELLED; qv_synth_error has the detail. */
+enum qv_status qv_synth_run(qv_synth *s, const qv_synth_request *r, qv_pcm_fn fn, void *user,
+                            qv_synth_stats *st);
+/* Asks the running qv_synth_run to stop (from any thread, also a signal handler); it returns
+ * QV_E_CANCELLED within about one frame. A no-op when nothing runs. */
+void qv_synth_cancel(qv_synth *s);
+/* One-line detail of the last error (borrowed, "" when none). */
+const char *qv_synth_error(const qv_synth *s);
+
+/* ==== cloning: reference audio to a voice file ================================================ */
+
+/* What cloning needs of a Base checkpoint (speaker encoder, speech-tokenizer encoder, text side,
+ * identity), loaded once. Read-only after load: one cloner may serve concurrent qv_clone_run
+ * calls. */
+typedef struct qv_cloner qv_cloner;
+
+enum qv_status qv_cloner_load(qv_cloner **out, const char *base_dir, int n_threads, char *err,
+                              size_t err_size);
+void qv_cloner_free(qv_cloner *c); /* accepts NULL */
+
+typedef struct {
+    const char *audio_path;   /* reference audio in any libsndfile format, or NULL and: */
+    const float *pcm;         /* mono samples at sample_rate_hz */
+    int64_t n_samples;
+    int sample_rate_hz;
+    const char *ref_text;     /* transcript of the reference: adds ICL codes (NULL: x-vector only) */
+    const char *language;     /* stored in the voice (NULL: unset) */
+    const char *name;         /* voice name (NULL: none) */
+    const char *consent;      /* consent statement stored in META (NULL: none) */
+    double max_seconds;       /* audio used (30) */
+    int hygiene;              /* 1: trim, level, ICL span, transcript checks (docs/robustness.md) */
+    int with_wovr;            /* 1: carry the Base text side (WOVR) */
+    const char *target_cv_dir; /* CustomVoice directory: add a weight delta for it, or NULL */
+} qv_clone_request;
+
+/* hygiene, with_wovr = 1; max_seconds = 30; everything else 0/NULL. */
+qv_clone_request qv_clone_default_request(void);
+
+/* Clones r into out_path, written atomically (nothing is left behind on failure or kill).
+ * *report_json (may be NULL) gets a malloc'd JSON object: the voice's identity, sizes, the audio
+ * and hygiene report (used span, transcript fit, level, warnings). QV_E_AUDIO for unusable
+ * audio, QV_E_INVALID for a transcript that does not fit, QV_E_IO; err names the problem. */
+enum qv_status qv_clone_run(const qv_cloner *c, const qv_clone_request *r, const char *out_path,
+                            char **report_json, char *err, size_t err_size);
 
 #ifdef __cplusplus
 }

@@ -1,7 +1,7 @@
 /* conv_avx2.c — the AVX2 row additions of conv.c: a conv output's bias and a residual connection
  * (plain adds, so exact: the portable loops give the same bits).
  */
-#include "clone_impl.h"
+#include "features/features_impl.h"
 
 #include <immintrin.h>
 

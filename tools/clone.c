@@ -17,16 +17,16 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "clone.h"
-#include "config.h"
-#include "fingerprint.h"
-#include "hygiene.h"
-#include "plot.h"
-#include "kernels.h"
-#include "model.h"
-#include "qvf.h"
-#include "qvoice.h"
-#include "safetensors.h"
+#include "clone/clone.h"
+#include "checkpoint/config.h"
+#include "checkpoint/fingerprint.h"
+#include "clone/hygiene.h"
+#include "clone/plot.h"
+#include "kernels/kernels.h"
+#include "engine/model.h"
+#include "voicefmt/qvf.h"
+#include "include/qvoice.h"
+#include "checkpoint/safetensors.h"
 
 #define MAX_TRANSCRIPT_BYTES (1u << 20)
 

@@ -13,10 +13,10 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "config.h"
-#include "fingerprint.h"
-#include "qvf.h"
-#include "safetensors.h"
+#include "checkpoint/config.h"
+#include "checkpoint/fingerprint.h"
+#include "voicefmt/qvf.h"
+#include "checkpoint/safetensors.h"
 
 #define EXIT_USAGE 2
 

@@ -24,7 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "safetensors.h"
+#include "checkpoint/safetensors.h"
 
 enum qve_fingerprint_mode { QVE_FINGERPRINT_TABLE = 0, QVE_FINGERPRINT_CONTENT = 1 };
 

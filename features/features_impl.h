@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kernels.h"
+#include "kernels/kernels.h"
 
 enum qvc_pad { QVC_PAD_ZERO, QVC_PAD_REFLECT, QVC_PAD_REPLICATE };
 enum qvc_act { QVC_ACT_NONE, QVC_ACT_RELU, QVC_ACT_ELU };

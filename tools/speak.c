@@ -17,14 +17,14 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "clone.h"
-#include "guard.h"
-#include "kernels.h"
-#include "qvf.h"
-#include "qvoice.h"
-#include "speech_decoder.h"
-#include "textchunk.h"
-#include "voice_load.h"
+#include "clone/clone.h"
+#include "engine/guard.h"
+#include "kernels/kernels.h"
+#include "voicefmt/qvf.h"
+#include "include/qvoice.h"
+#include "engine/speech_decoder.h"
+#include "engine/textchunk.h"
+#include "engine/voice_load.h"
 
 #define TOOL "speak"
 

@@ -2,7 +2,7 @@
  * load-time check against them. Every shape is computed from config fields with 64-bit arithmetic;
  * nothing is keyed on the model size, so tiny and full-size checkpoints share one path.
  */
-#include "manifest.h"
+#include "checkpoint/manifest.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -4,7 +4,7 @@
  * defaults are the ones the official code applies (ECAPA fields absent from a Base config, and the
  * Python wrapper's generation fallbacks).
  */
-#include "config.h"
+#include "checkpoint/config.h"
 
 #include <cJSON.h>
 #include <errno.h>

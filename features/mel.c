@@ -3,14 +3,14 @@
  * filterbank, ln(max(mel, 1e-5)). The filterbank is built in double and rounded to f32 in the
  * same two steps as librosa.filters.mel(dtype=float32), so the weights match it bit for bit.
  */
-#include "clone.h"
+#include "features/features.h"
 
 #include <fftw3.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels.h"
+#include "kernels/kernels.h"
 
 #define N_BINS (QVC_MEL_N_FFT / 2 + 1)
 #define PAD ((QVC_MEL_N_FFT - QVC_MEL_HOP) / 2)

@@ -3,7 +3,7 @@
  * normalisation (the reference speaker encoder sees the signal as is). The checks a clone needs
  * (too short, silent, clipped, too long) are made here and reported as errors or flags.
  */
-#include "clone.h"
+#include "features/features.h"
 
 #include <math.h>
 #include <samplerate.h>
