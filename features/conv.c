@@ -117,11 +117,10 @@ void qvc_add_rows(float *y, int64_t ldy, const float *x, int64_t ldx, int64_t n_
         for (int i = 0; i < n; i++) y[(size_t)r * ldy + i] += x[(size_t)r * ldx + i];
 }
 
-/* The kernels' choice (QV_KERNELS=avx2 keeps the 8-wide loop; the results are the same). */
+/* The kernels' current choice, read per call so that a test switching the variant
+ * (qvk_set_variant) switches the 1-channel conv with it (the results are the same). */
 static int have_avx512(void) {
-    static _Atomic int have = -1;
-    if (have < 0) have = have_avx2() && !strcmp(qvk_variant(), "avx512");
-    return have;
+    return have_avx2() && !strcmp(qvk_variant(), "avx512");
 }
 
 static void activate(float *x, size_t n, enum qvc_act act) {

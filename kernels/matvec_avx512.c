@@ -238,19 +238,35 @@ static float maxf(const float *x, int n) {
     return r;
 }
 
+/* The AVX2 loop 16 wide: the same polynomial (exp16 gives exp8's bits: 2^n applied exactly
+ * either way) on the first n & ~7 values, expf on the rest, and the same four double partial
+ * sums added in the same order. Softmax rows are then bit-identical to the AVX2 variant's for
+ * every length; the speech encoder's causal attention has rows of every length, and the masked
+ * polynomial tail this replaces made its codes depend on the variant. */
+static inline __m256d add_4x2(__m256d acc, __m256 e8) {
+    acc = _mm256_add_pd(acc, _mm256_cvtps_pd(_mm256_castps256_ps128(e8)));
+    return _mm256_add_pd(acc, _mm256_cvtps_pd(_mm256_extractf128_ps(e8, 1)));
+}
+
 static double exp_sub_sum(float *x, int n, float m) {
-    __m512 mv = _mm512_set1_ps(m);
-    __m512d acc = _mm512_setzero_pd();
-    int i = 0;
-    for (; i < n; i += 16) {
-        __mmask16 k = n - i >= 16 ? 0xffff : (__mmask16)((1u << (n - i)) - 1);
+    const __m512 mv = _mm512_set1_ps(m);
+    const int n8 = n & ~7;
+    __m256d acc = _mm256_setzero_pd();
+    for (int i = 0; i < n8; i += 16) {
+        __mmask16 k = n8 - i >= 16 ? 0xffff : 0x00ff;
         __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), mv));
-        e = _mm512_maskz_mov_ps(k, e);
         _mm512_mask_storeu_ps(x + i, k, e);
-        acc = _mm512_add_pd(acc, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
-        acc = _mm512_add_pd(acc, _mm512_cvtps_pd(_mm512_extractf32x8_ps(e, 1)));
+        acc = add_4x2(acc, _mm512_castps512_ps256(e));
+        if (k == 0xffff) acc = add_4x2(acc, _mm512_extractf32x8_ps(e, 1));
     }
-    return _mm512_reduce_add_pd(acc);
+    double t[4];
+    _mm256_storeu_pd(t, acc);
+    double s = (t[0] + t[2]) + (t[1] + t[3]);
+    for (int i = n8; i < n; i++) {
+        x[i] = expf(x[i] - m);
+        s += x[i];
+    }
+    return s;
 }
 
 static void silu_mul(float *y, const float *g, const float *u, int n) {
