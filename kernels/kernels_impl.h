@@ -78,24 +78,18 @@ static inline int qvk_row_queue_take(qvk_row_queue *q, int nth, int *r0, int *r1
     return 1;
 }
 
-/* ---- pieces of the four-row bf16 blocks the SIMD files share ------------------------------ */
+/* ---- row-block matvec kernels ------------------------------------------------------------ */
 
-/* Prefetches weight i of each of the four bf16 rows starting at next (row stride n_in): called
- * every 32 weights, one cache line per row. always_inline: GCC 12 otherwise deems this
- * side-effect-free helper const and deletes the calls (objdump showed no prefetcht0 left). */
-static inline __attribute__((always_inline)) void qvk_prefetch_rows4_bf16(const uint16_t *next,
-                                                                          int n_in, int i) {
-    __builtin_prefetch(next + i); /* read, all cache levels: prefetcht0 */
-    __builtin_prefetch(next + (size_t)n_in + i);
-    __builtin_prefetch(next + (size_t)2 * n_in + i);
-    __builtin_prefetch(next + (size_t)3 * n_in + i);
-}
-
-/* y[r + k] = s[k] (+ bias[r + k]) for the four rows of a block. */
-static inline void qvk_store_rows4(float *restrict y, const float *restrict bias, int r,
-                                   const float s[4]) {
-    for (int k = 0; k < 4; k++)
-        y[r + k] = bias ? s[k] + bias[r + k] : s[k];
+/* Prefetches n_bytes at p into L2 (prefetcht1). A kernel streaming a block of rows calls this
+ * every step for its share of the next block (one contiguous range): the hardware prefetcher
+ * serves one linear stream per core well but the block's interleaved row streams badly (~50 %
+ * of the read probe), and prefetching into L1 evicts the current block once rows pass ~2 KB.
+ * always_inline: GCC 12 deemed an earlier side-effect-free prefetch helper const and deleted
+ * the calls. */
+static inline __attribute__((always_inline)) void qvk_prefetch_l2(const char *p, int n_bytes) {
+#pragma GCC unroll 8
+    for (int l = 0; l < n_bytes; l += 64)
+        __builtin_prefetch(p + l, 0, 2);
 }
 
 #endif

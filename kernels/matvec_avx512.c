@@ -1,7 +1,7 @@
 /* matvec_avx512.c — AVX-512 kernels of the dispatch table. bf16 weights are widened exactly to f32
  * and multiplied with f32 x by FMA (vdpbf16ps would round x to bf16, which the golden tests cannot
  * afford). Eight rows stream at a time sharing each x load, the next eight prefetched into L2
- * (see mv_block). One 16-lane accumulator per row and a masked tail, the same in a block or
+ * (qvk_prefetch_l2). One 16-lane accumulator per row and a masked tail, the same in a block or
  * alone (bit-identical).
  */
 #include <immintrin.h>
@@ -22,11 +22,8 @@ static inline __m512 load_bf16_tail(const uint16_t *p, __mmask16 m) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-/* NR rows at a time, one accumulator per row (so a row's sum is the same in a block or alone).
- * The next block, a contiguous NR·n_in·2 bytes, is prefetched into L2 as one linear stream,
- * NR·32 bytes per step: the hardware prefetcher alone serves one stream per core well but
- * several interleaved row streams badly (~50 % of the read probe), and prefetching into L1
- * (prefetcht0) evicts the current block once rows pass ~2 KB. */
+/* NR rows at a time, one accumulator per row (so a row's sum is the same in a block or alone);
+ * the next block (NR·n_in·2 contiguous bytes) prefetched into L2, NR·32 bytes per step. */
 static inline __attribute__((always_inline)) void
 mv_block(int NR, float *restrict y, const uint16_t *restrict w, const float *restrict x,
          const float *restrict bias, int r, int n_in, int n16, __mmask16 tail) {
@@ -37,11 +34,7 @@ mv_block(int NR, float *restrict y, const uint16_t *restrict w, const float *res
     for (int k = 0; k < NR; k++)
         acc[k] = _mm512_setzero_ps();
     for (int i = 0; i < n16; i += 16) {
-        if (NR > 1) {
-#pragma GCC unroll 4
-            for (int l = 0; l < NR * 32; l += 64)
-                _mm_prefetch(next + (size_t)i * 2 * NR + l, _MM_HINT_T1);
-        }
+        if (NR > 1) qvk_prefetch_l2(next + (size_t)i * 2 * NR, NR * 32);
         __m512 xv = _mm512_loadu_ps(x + i);
 #pragma GCC unroll 8
         for (int k = 0; k < NR; k++)

@@ -2,10 +2,11 @@
  * as |x| and each weight byte is negated where x < 0 (one masked subtract per 64 bytes, shared by
  * the rows streamed together; weights are within ±127, so negation cannot overflow).
  * Exact int32 per 128-element group, then one f32 FMA by the group's x scale. Eight rows at a
- * time, the next eight prefetched as in matvec_avx512.c.
+ * time, the next eight prefetched into L2.
  */
 #include <immintrin.h>
 
+#include "kernels/kernels_impl.h"
 #include "kernels/q8.h"
 #include "kernels/q8_impl.h"
 
@@ -16,8 +17,8 @@ static inline __m512i signed_w(const int8_t *p, __mmask64 neg) {
     return _mm512_mask_sub_epi8(w, neg, _mm512_setzero_si512(), w);
 }
 
-/* NR rows sharing each x load; the next block (NR·n_in contiguous bytes) is prefetched into L2
- * as one linear stream, NR lines per 64-byte step (why: matvec_avx512.c, mv_block). */
+/* NR rows sharing each x load; the next block (NR·n_in contiguous bytes) prefetched into L2,
+ * NR lines per 64-byte step (qvk_prefetch_l2). */
 static inline __attribute__((always_inline)) void
 rows_block(int NR, float *restrict y, const int8_t *restrict q, const float *restrict scale,
            const int8_t *restrict xq, const float *restrict xs, const float *restrict bias, int r,
@@ -35,11 +36,7 @@ rows_block(int NR, float *restrict y, const int8_t *restrict q, const float *res
             a[k] = _mm512_setzero_si512();
 #pragma GCC unroll 2
         for (int i = g * QVK_Q8_GROUP; i < (g + 1) * QVK_Q8_GROUP; i += 64) {
-            if (NR > 1) {
-#pragma GCC unroll 8
-                for (int k = 0; k < NR; k++)
-                    _mm_prefetch(next + (size_t)i * NR + 64 * k, _MM_HINT_T1);
-            }
+            if (NR > 1) qvk_prefetch_l2(next + (size_t)i * NR, NR * 64);
             __m512i xv = _mm512_loadu_si512((const void *)(xq + i));
             __mmask64 neg = _mm512_movepi8_mask(xv);
             __m512i xa = _mm512_abs_epi8(xv);
