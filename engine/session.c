@@ -186,8 +186,8 @@ static int check_params(const qv_params *p, char *err, size_t n) {
                -1;
     if (p->max_frames < 1)
         return snprintf(err, n, "max_frames: expected >= 1, found %d", p->max_frames), -1;
-    if (p->quant != QV_QUANT_BF16 && p->quant != QV_QUANT_INT8)
-        return snprintf(err, n, "quant: expected bf16 or int8, found %d", p->quant), -1;
+    if (p->quant != QV_QUANT_BF16 && p->quant != QV_QUANT_INT8 && p->quant != QV_QUANT_Q4)
+        return snprintf(err, n, "quant: expected bf16, int8 or q4, found %d", p->quant), -1;
     return 0;
 }
 
@@ -219,7 +219,7 @@ enum qv_status qv_session_new(qv_session **out, const qv_model *m, const qv_para
     s->pad = qvk_alloc(H * sizeof(float));
     if (!s->pool || !s->x || !s->z || !s->z_frame || !s->logits_raw || !s->logits || !s->work ||
         !s->work_idx || !s->seen || !s->pad || qve_cp_state_init(&s->cp, m) ||
-        (p->quant == QV_QUANT_INT8 && qve_model_quantize(m, s->pool))) {
+        qve_model_quantize(m, p->quant, s->pool)) {
         qv_session_free(s);
         return QV_E_NOMEM;
     }
@@ -351,8 +351,8 @@ static enum qv_status start_ids(qv_session *s, const qv_request *r) {
             (b->n_codec_rows && !b->codec_rows))
             return fail(s, QV_E_INVALID, "request: incomplete text bridge (or %d codec rows > %d)",
                         b->n_codec_rows, c->talker.vocab_size);
-        s->tw.fc1 = b->fc1_weight, s->tw.fc1_bias = b->fc1_bias;
-        s->tw.fc2 = b->fc2_weight, s->tw.fc2_bias = b->fc2_bias;
+        s->tw.fc1 = (qve_mat){.bf16 = b->fc1_weight}, s->tw.fc1_bias = b->fc1_bias;
+        s->tw.fc2 = (qve_mat){.bf16 = b->fc2_weight}, s->tw.fc2_bias = b->fc2_bias;
         if (b->n_codec_rows) {
             const size_t row = (size_t)H * sizeof(uint16_t);
             s->codec_copy = qvk_alloc((size_t)c->talker.vocab_size * row);

@@ -81,9 +81,9 @@ static int collect(slot_list *l, qv_model *m) {
     qve_talker *t = &m->talker;
     add_stack(l, &t->stack, "talker.model");
     add(l, "talker.model.text_embedding.weight", &t->text_embedding, NULL, c->text_vocab_size * TH);
-    add(l, "talker.text_projection.linear_fc1.weight", &t->fc1, NULL, TH * TH);
+    add(l, "talker.text_projection.linear_fc1.weight", &t->fc1.bf16, NULL, TH * TH);
     add(l, "talker.text_projection.linear_fc1.bias", NULL, t->fc1_bias, TH);
-    add(l, "talker.text_projection.linear_fc2.weight", &t->fc2, NULL, H * TH);
+    add(l, "talker.text_projection.linear_fc2.weight", &t->fc2.bf16, NULL, H * TH);
     add(l, "talker.text_projection.linear_fc2.bias", NULL, t->fc2_bias, H);
     add(l, "talker.model.codec_embedding.weight", &t->codec_embedding, NULL, V * H);
     add(l, "talker.codec_head.weight", &t->codec_head.bf16, NULL, V * H);
@@ -96,8 +96,8 @@ static int collect(slot_list *l, qv_model *m) {
         snprintf(n, sizeof n, "talker.code_predictor.lm_head.%d.weight", g);
         add(l, n, &cp->lm_head[g].bf16, NULL, CV * CH);
     }
-    if (cp->mtp_proj) {
-        add(l, "talker.code_predictor.small_to_mtp_projection.weight", &cp->mtp_proj, NULL,
+    if (cp->mtp_proj.bf16) {
+        add(l, "talker.code_predictor.small_to_mtp_projection.weight", &cp->mtp_proj.bf16, NULL,
             CH * H);
         add(l, "talker.code_predictor.small_to_mtp_projection.bias", NULL, cp->mtp_bias, CH);
     }
@@ -297,7 +297,7 @@ int qve_voice_apply_wdelta(qv_model *m, const qvf_voice *v, qve_wdelta_report *r
         all &= l.s[i].hit;
     free(l.s);
     free(p);
-    qve_model_drop_q8(m); /* derived from the old weights; rebuilt by the next int8 session */
+    qve_model_drop_views(m); /* derived from the old weights; rebuilt by the next session */
     if (rc) return -1;
     rep->action = QVE_WDELTA_APPLIED;
     if (all && v->source.variant == QVF_VARIANT_BASE) {

@@ -111,8 +111,11 @@ typedef struct {
 
 /* QV_QUANT_INT8: talker and code-predictor matrices quantized to int8 with per-row scales (by the
  * first such session of a model, kept for its lifetime: +0.5 GB for 0.6B); half the bytes per
- * frame, codes close to but not identical with bf16 (docs/performance.md). Prefill stays bf16. */
-enum qv_quant { QV_QUANT_BF16, QV_QUANT_INT8 };
+ * frame, codes close to but not identical with bf16 (docs/performance.md). Prefill stays bf16.
+ * QV_QUANT_Q4: every linear quantized to 4 bits, MLX's affine group-64 layout, exactly as
+ * qvoice-compress --q4 stores it (docs/compression.md; +0.3 GB for 0.6B, prefill widens q4).
+ * A checkpoint already stored as q4 runs its q4 weights whatever quant says. */
+enum qv_quant { QV_QUANT_BF16, QV_QUANT_INT8, QV_QUANT_Q4 };
 
 /* The reference wrapper's fallbacks: sampling on, T 0.9, top-k 50, top-p 1, penalty 1.05,
  * code predictor T 0.9 / top-k 50 / top-p 1, max_frames 2047, 1 thread, seed 0. */

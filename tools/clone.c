@@ -341,15 +341,15 @@ static int set_bridge(qvf_voice *v, const qv_model *m, qvk_pool *pool, int no_wo
     if (!tpad) return -1;
     v->tpad = tpad, v->tpad_hidden = (uint32_t)H;
     if (qve_model_text_special(m, pool, tpad)) return -1;
-    if (no_wovr) return 0;
     const qve_talker *t = &m->talker;
+    if (no_wovr || !t->fc1.bf16 || !t->fc2.bf16) return 0; /* a q4 checkpoint has no bf16 WOVR */
     if (!(v->wovr_fc1_w = malloc(TH * TH * 2)) || !(v->wovr_fc1_b = malloc(TH * 4)) ||
         !(v->wovr_fc2_w = malloc(H * TH * 2)) || !(v->wovr_fc2_b = malloc(H * 4)) ||
         !(v->wovr_codec = malloc(cv * H * 2)))
         return -1;
-    memcpy(v->wovr_fc1_w, t->fc1, TH * TH * 2);
+    memcpy(v->wovr_fc1_w, t->fc1.bf16, TH * TH * 2);
     memcpy(v->wovr_fc1_b, t->fc1_bias, TH * 4);
-    memcpy(v->wovr_fc2_w, t->fc2, H * TH * 2);
+    memcpy(v->wovr_fc2_w, t->fc2.bf16, H * TH * 2);
     memcpy(v->wovr_fc2_b, t->fc2_bias, H * 4);
     memcpy(v->wovr_codec, t->codec_embedding, cv * H * 2);
     v->wovr_h = (uint32_t)H, v->wovr_th = (uint32_t)TH, v->wovr_cv = (uint32_t)cv;

@@ -133,8 +133,9 @@ static void usage(FILE *f) {
         "%.2g)\n"
         "      --repetition-penalty R (default: generation_config.json, %.3g)\n"
         "      --greedy               argmax talker and code predictor (penalty still applies)\n"
-        "      --quant bf16|int8      weights of the per-frame matvecs (default bf16; int8 is\n"
-        "                             quantized at load: about twice as fast, codes differ)\n"
+        "      --quant bf16|int8|q4   weights of the per-frame matvecs (default bf16; int8 and\n"
+        "                             q4 are quantized at load: faster, codes differ; a q4\n"
+        "                             checkpoint runs q4 anyway, docs/compression.md)\n"
         "      --ignore-eos           never stop at end-of-speech (benchmarks; with --max-frames)\n"
         "  -j, --threads N            compute threads (default %d)\n"
         "      --seed N               sampling seed (default %llu); output is identical across "
@@ -285,9 +286,11 @@ static int parse_args(int argc, char **argv, options *o) {
             o->greedy = 1;
             break;
         case OPT_QUANT:
-            if (strcmp(optarg, "bf16") && strcmp(optarg, "int8"))
-                return usage_error("--quant: expected bf16 or int8, found '%s'", optarg);
-            o->quant = strcmp(optarg, "int8") ? QV_QUANT_BF16 : QV_QUANT_INT8;
+            if (strcmp(optarg, "bf16") && strcmp(optarg, "int8") && strcmp(optarg, "q4"))
+                return usage_error("--quant: expected bf16, int8 or q4, found '%s'", optarg);
+            o->quant = !strcmp(optarg, "int8") ? QV_QUANT_INT8
+                       : !strcmp(optarg, "q4") ? QV_QUANT_Q4
+                                               : QV_QUANT_BF16;
             break;
         case OPT_IGNORE_EOS:
             o->ignore_eos = 1;
