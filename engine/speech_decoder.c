@@ -196,13 +196,16 @@ static const float *get(loader *ld, int n_dims, int64_t d0, int64_t d1, int64_t 
     vsnprintf(name, sizeof name, fmt, ap);
     va_end(ap);
     int64_t shape[3] = {d0, d1, d2};
+    /* F32 as published, or F16 (qvoice-compress --decoder-f16) widened to an owned copy */
+    const qve_tensor *f = qve_st_find(ld->d->st, name);
+    const enum qve_dtype want = f && f->dtype == QVE_DTYPE_F16 ? QVE_DTYPE_F16 : QVE_DTYPE_F32;
     const qve_tensor *t =
-        qve_st_expect(ld->d->st, name, QVE_DTYPE_F32, n_dims, shape, ld->err, ld->err_size);
+        qve_st_expect(ld->d->st, name, want, n_dims, shape, ld->err, ld->err_size);
     if (!t) {
         ld->failed = 1;
         return NULL;
     }
-    if ((uintptr_t)t->data % sizeof(float) == 0) return t->data;
+    if (want == QVE_DTYPE_F32 && (uintptr_t)t->data % sizeof(float) == 0) return t->data;
     float *copy = qve_tensor_to_f32(t);
     return keep(ld, copy) == 0 ? copy : NULL;
 }
