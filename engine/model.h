@@ -227,6 +227,7 @@ struct qv_session {
     qv_params p;
     qvk_pool *pool;
     char err[QVE_ERR_MAX];
+    char warn[QVE_ERR_MAX]; /* non-fatal note of the last start ("" when none) */
     enum qve_session_state state;
     qve_rng rng;
     qve_cp_state cp;

@@ -60,7 +60,8 @@ const char *qv_version(void);
     X(QV_E_GUARD, "the runaway guard stopped a chunk that did not end")                       \
     X(QV_E_CANCELLED, "cancelled")                                                             \
     X(QV_E_AUDIO, "cannot read or use the reference audio")                                    \
-    X(QV_E_IO, "cannot write the output")
+    X(QV_E_IO, "cannot write the output")                                                        \
+    X(QV_E_VOCAB, "the text uses tokens outside the model's pruned vocabulary")
 
 #define QV_STATUS_ENUM_(name, text) name,
 enum qv_status { QV_STATUS_LIST(QV_STATUS_ENUM_) QV_STATUS_COUNT };
@@ -164,6 +165,9 @@ typedef struct {
                                      the model's (a voice file's TPAD bridge), or NULL */
     const qv_text_bridge *bridge; /* or NULL */
     enum qv_text_layout layout;
+    int strict_vocab; /* vocabulary-pruned model (qvoice-compress --vocab): 1 refuses ids its
+                         token map lacks with QV_E_VOCAB; 0 runs them as zero rows and says so in
+                         qv_session_warning */
 } qv_request;
 
 qv_request qv_default_request(void); /* all empty, language auto, default layout */
@@ -188,6 +192,9 @@ int qv_session_n_frames(const qv_session *s); /* frames produced in this utteran
 enum qv_status qv_session_tokenize(qv_session *s, const char *text, int32_t **ids, int *n_ids);
 /* One-line detail of the last error of this session (borrowed, "" when none). */
 const char *qv_session_error(const qv_session *s);
+/* One-line non-fatal note of the last qv_session_start (borrowed, "" when none): e.g. the ids and
+ * text a pruned vocabulary lacks. */
+const char *qv_session_warning(const qv_session *s);
 
 
 /* ==== threads ================================================================================ */

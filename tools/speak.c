@@ -37,7 +37,7 @@ typedef struct {
     int no_icl, no_wdelta, no_guard, verify;
     int max_chunk_chars;
     int force_instruct, stream, greedy, tokens, list_speakers, list_languages, quiet;
-    int quant, ignore_eos;
+    int quant, ignore_eos, strict_vocab;
     int max_frames;     /* 0 = model default */
     double max_seconds; /* 0 = none */
     int n_threads;
@@ -66,6 +66,7 @@ enum {
     OPT_TOKENS,
     OPT_QUANT,
     OPT_IGNORE_EOS,
+    OPT_STRICT_VOCAB,
     OPT_NO_ICL,
     OPT_NO_WDELTA,
     OPT_MAX_CHUNK_CHARS,
@@ -137,6 +138,8 @@ static void usage(FILE *f) {
         "                             q4 are quantized at load: faster, codes differ; a q4\n"
         "                             checkpoint runs q4 anyway, docs/compression.md)\n"
         "      --ignore-eos           never stop at end-of-speech (benchmarks; with --max-frames)\n"
+        "      --strict-vocab         vocabulary-pruned model: refuse text with tokens it lacks\n"
+        "                             (default: warn, naming them, and read them as zero rows)\n"
         "  -j, --threads N            compute threads (default %d)\n"
         "      --seed N               sampling seed (default %llu); output is identical across "
         "runs\n"
@@ -217,6 +220,7 @@ static int parse_args(int argc, char **argv, options *o) {
                                        {"tokens", no_argument, 0, OPT_TOKENS},
                                        {"quant", required_argument, 0, OPT_QUANT},
                                        {"ignore-eos", no_argument, 0, OPT_IGNORE_EOS},
+                                       {"strict-vocab", no_argument, 0, OPT_STRICT_VOCAB},
                                        {"quiet", no_argument, 0, 'q'},
                                        {"help", no_argument, 0, 'h'},
                                        {"version", no_argument, 0, 'V'},
@@ -291,6 +295,9 @@ static int parse_args(int argc, char **argv, options *o) {
             o->quant = !strcmp(optarg, "int8") ? QV_QUANT_INT8
                        : !strcmp(optarg, "q4") ? QV_QUANT_Q4
                                                : QV_QUANT_BF16;
+            break;
+        case OPT_STRICT_VOCAB:
+            o->strict_vocab = 1;
             break;
         case OPT_IGNORE_EOS:
             o->ignore_eos = 1;
@@ -664,6 +671,7 @@ static int synth_chunk(void *user, const char *text, qve_audio_buf *out, char *e
         snprintf(err, es, "%s", qv_session_error(c->s));
         goto done;
     }
+    if (*qv_session_warning(c->s)) fprintf(stderr, TOOL ": warning: %s\n", qv_session_warning(c->s));
     for (;;) {
         int32_t fr[QV_N_CODEBOOKS];
         int done;
@@ -902,6 +910,7 @@ int main(int argc, char **argv) {
     }
 
     qv_request r = qv_default_request();
+    r.strict_vocab = o.strict_vocab;
     r.language = o.language;
     r.speaker = o.speaker;
     const char *type = qv_model_type(m); /* "base" after a full weight delta */
