@@ -111,6 +111,7 @@ fuzz:
 bench: deps
 	@$(MAKE) --no-print-directory all $(BENCHES) models-full
 	@scripts/bench.sh
+	@scripts/bench-compress.sh
 
 bench-kernels: deps
 	@$(MAKE) --no-print-directory $(B)/bench/bench_kernels
