@@ -17,6 +17,9 @@
 
 #include <cmocka.h>
 
+#include <cJSON.h>
+
+#include "checkpoint/manifest.h"
 #include "checkpoint/safetensors.h"
 #include "compress/qvz.h"
 #include "engine/model.h"
@@ -287,6 +290,47 @@ static void test_errors(void **st) {
     assert_int_equal(sh("bin/qvoice-compress --help | grep -q -- --strip-encoder"), 0);
 }
 
+/* MLP neuron pruning's layout: intermediate_size as a per-layer list (docs/compression.md). */
+static void test_layer_widths(void **st) {
+    (void)st;
+    if (!exists(model("tiny-cv"))) skip();
+    char p[1200], err[512];
+    snprintf(p, sizeof p, "%s/config.json", model("tiny-cv"));
+    FILE *f = fopen(p, "rb");
+    assert_non_null(f);
+    static char txt[1 << 16];
+    txt[fread(txt, 1, sizeof txt - 1, f)] = 0;
+    fclose(f);
+    const char *lists[2] = {"[64, 128]", "[64, 128, 192]"}; /* right length, one too many */
+    for (int k = 0; k < 2; k++) {
+        cJSON *root = cJSON_Parse(txt);
+        cJSON *tc = cJSON_GetObjectItemCaseSensitive(root, "talker_config");
+        cJSON_ReplaceItemInObjectCaseSensitive(tc, "intermediate_size", cJSON_Parse(lists[k]));
+        char *js = cJSON_Print(root);
+        const char *dir = tmp_path(k ? "widths-bad" : "widths");
+        snprintf(p, sizeof p, "mkdir -p %s", dir);
+        assert_int_equal(sh("%s", p), 0);
+        snprintf(p, sizeof p, "%s/config.json", dir);
+        tmp_write(p, js, strlen(js));
+        free(js), cJSON_Delete(root);
+        qve_model_config c;
+        if (k) {
+            assert_int_equal(qve_model_config_load(&c, dir, err, sizeof err), -1);
+            printf("    %s\n", err);
+            assert_non_null(strstr(err, "intermediate_size"));
+            continue;
+        }
+        if (qve_model_config_load(&c, dir, err, sizeof err)) fail_msg("%s", err);
+        assert_int_equal(c.talker.intermediate_size, 128);
+        assert_int_equal(qve_layer_intermediate(&c.talker, 0), 64);
+        qve_manifest m;
+        assert_int_equal(qve_manifest_model(&m, &c, err, sizeof err), 0);
+        assert_int_equal(qve_manifest_find(&m, "talker.model.layers.0.mlp.gate_proj.weight")->shape[0], 64);
+        assert_int_equal(qve_manifest_find(&m, "talker.model.layers.1.mlp.down_proj.weight")->shape[1], 128);
+        qve_manifest_free(&m);
+    }
+}
+
 /* ==== synthetic 0.6B CustomVoice ============================================================= */
 
 /* Fully compressed (vocab + encoder strip + f16 decoder + q4): its codes equal the q4 view of the
@@ -316,6 +360,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tiny_lossless),     cmocka_unit_test(test_tiny_q4),
         cmocka_unit_test(test_tiny_prune_layers), cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_layer_widths),
         cmocka_unit_test(test_06b),
     };
     return cmocka_run_group_tests(tests, tmpdir_setup, tmpdir_teardown);
