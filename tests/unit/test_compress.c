@@ -220,6 +220,32 @@ static void test_tiny_lossless(void **st) {
     assert_non_null(strstr(qv_session_error(s), "outside the model's vocabulary"));
     qv_session_free(s);
     qv_model_free(a), qv_model_free(b);
+    /* a map entry past the stored rows is refused at load, naming the tensor */
+    char dst[1200];
+    snprintf(dst, sizeof dst, "cp -r %s %s", tmp_path("tiny-vocab"), tmp_path("tiny-badmap"));
+    assert_int_equal(sh("%s", dst), 0);
+    snprintf(dst, sizeof dst, "%s/model.safetensors", tmp_path("tiny-badmap"));
+    FILE *f = fopen(dst, "r+b");
+    assert_non_null(f);
+    unsigned char n8[8];
+    assert_int_equal(fread(n8, 1, 8, f), 8);
+    uint64_t n_hdr = 0;
+    for (int i = 7; i >= 0; i--)
+        n_hdr = n_hdr << 8 | n8[i];
+    char *hdr = calloc(1, n_hdr + 1);
+    assert_int_equal(fread(hdr, 1, n_hdr, f), n_hdr);
+    cJSON *h = cJSON_Parse(hdr);
+    cJSON *off = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(h, "talker.model.text_token_map"), "data_offsets");
+    assert_non_null(off);
+    const int32_t bad = 1 << 30;
+    fseek(f, (long)(8 + n_hdr + (uint64_t)cJSON_GetArrayItem(off, 0)->valuedouble + 4 * 42), SEEK_SET);
+    assert_int_equal(fwrite(&bad, 4, 1, f), 1);
+    fclose(f), cJSON_Delete(h), free(hdr);
+    qv_model *bm;
+    assert_int_not_equal(qv_model_load(&bm, tmp_path("tiny-badmap"), err, sizeof err), QV_OK);
+    printf("    %s\n", err);
+    assert_non_null(strstr(err, "text_token_map: entry 42"));
     /* f16 keeps 11 mantissa bits: PCM within 1e-3 of f32 (measured ~1e-5 on random weights) */
     assert_true(decoder_delta(model("tiny-cv"), tmp_path("tiny-vocab")) < 1e-3);
 }
