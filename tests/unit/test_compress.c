@@ -380,6 +380,18 @@ static void test_06b(void **st) {
     assert_true(decoder_delta(model("q06b-cv"), tmp_path("q06b-small")) < 1e-3);
 }
 
+/* 1.7B: the q4 view quantizes the mtp projection too and the frame loop runs on it. */
+static void test_17b_q4_view(void **st) {
+    (void)st;
+    if (!exists(model("q17b-cv"))) skip();
+    qv_model *m = load(model("q17b-cv"));
+    int32_t c[MAX_FRAMES * QV_N_CODEBOOKS];
+    assert_true(greedy(m, QV_QUANT_Q4, COVERED[0], c, 2) > 0);
+    assert_non_null(qve_model_cp(m, QV_QUANT_Q4)->mtp_proj.q4);
+    assert_null(m->cp.mtp_proj.q4);
+    qv_model_free(m);
+}
+
 int main(void) {
     const char *c = getenv("QVOICE_CACHE");
     snprintf(g_cache, sizeof g_cache, "%s", c && *c ? c : "cache");
@@ -387,7 +399,7 @@ int main(void) {
         cmocka_unit_test(test_tiny_lossless),     cmocka_unit_test(test_tiny_q4),
         cmocka_unit_test(test_tiny_prune_layers), cmocka_unit_test(test_errors),
         cmocka_unit_test(test_layer_widths),
-        cmocka_unit_test(test_06b),
+        cmocka_unit_test(test_06b),               cmocka_unit_test(test_17b_q4_view),
     };
     return cmocka_run_group_tests(tests, tmpdir_setup, tmpdir_teardown);
 }
