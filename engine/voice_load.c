@@ -276,6 +276,12 @@ int qve_voice_apply_wdelta(qv_model *m, const qvf_voice *v, qve_wdelta_report *r
                    -1;
     }
 
+    if (m->cfg.quant_bits || m->talker.text_token_map) /* the delta is over bf16 tensors */
+        return snprintf(err, es,
+                        "%s is a compressed checkpoint (docs/compression.md): a weight delta needs "
+                        "the uncompressed one (use --no-wdelta)",
+                        m->dir),
+               -1;
     slot_list l;
     plan *p = calloc(v->n_tensors, sizeof *p);
     if (!p || collect(&l, m)) {
