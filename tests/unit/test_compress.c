@@ -189,6 +189,27 @@ static void quality(qv_model *m, int quant, int n, double *talker_err, double *c
     qv_session_free(s), qv_session_free(q);
 }
 
+/* qvk_f32_to_f16 (the f16 decoder's narrowing): every half round-trips; halfway cases round to
+ * even; overflow gives infinity. */
+static void test_f16_narrowing(void **st) {
+    (void)st;
+    int bad = 0;
+    for (uint32_t h = 0; h < 0x10000; h++) {
+        if ((h & 0x7c00) == 0x7c00 && (h & 0x3ff)) continue; /* NaN payloads */
+        uint16_t in = (uint16_t)h, out;
+        float f;
+        qvk_f16_to_f32(&f, &in, 1);
+        qvk_f32_to_f16(&out, &f, 1);
+        bad += out != in;
+    }
+    assert_int_equal(bad, 0);
+    const float x[4] = {1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f, 65520.0f, 0x1p-25f};
+    const uint16_t want[4] = {0x3c00, 0x3c02, 0x7c00, 0x0000}; /* ties to even; inf; 0.5 ulp -> 0 */
+    uint16_t got[4];
+    qvk_f32_to_f16(got, x, 4);
+    assert_memory_equal(got, want, sizeof want);
+}
+
 /* ==== tiny models ============================================================================ */
 
 static void test_tiny_lossless(void **st) {
@@ -396,6 +417,7 @@ int main(void) {
     const char *c = getenv("QVOICE_CACHE");
     snprintf(g_cache, sizeof g_cache, "%s", c && *c ? c : "cache");
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_f16_narrowing),
         cmocka_unit_test(test_tiny_lossless),     cmocka_unit_test(test_tiny_q4),
         cmocka_unit_test(test_tiny_prune_layers), cmocka_unit_test(test_errors),
         cmocka_unit_test(test_layer_widths),
