@@ -686,6 +686,13 @@ const qve_tensor *qve_st_expect(const qve_st *st, const char *name, enum qve_dty
     return t;
 }
 
+void qve_tensor_drop_pages(const qve_tensor *t) {
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    const uintptr_t a = ((uintptr_t)t->data + page - 1) / page * page;
+    const uintptr_t b = ((uintptr_t)t->data + t->n_bytes) / page * page;
+    if (a < b) madvise((void *)a, b - a, MADV_DONTNEED); /* a hint: failure changes nothing */
+}
+
 float *qve_tensor_to_f32(const qve_tensor *t) {
     if (!t || !qve_dtype_is_float(t->dtype)) return NULL;
     size_t n = t->n_bytes / qve_dtype_size(t->dtype);

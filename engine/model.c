@@ -90,7 +90,11 @@ static void get_linear(loader *L, qve_mat *w, const char *name, int64_t rows, in
     snprintf(sb, sizeof sb, "%.*s.biases", (int)n, name);
     const qve_tensor *b = qve_st_find(L->m->st, sb);
     w->q4_b = b && w->q4_s ? keep_f32(L, b, sb) : NULL;
-    if (!w->q4 || !w->q4_b) L->failed = 1;
+    if (!w->q4 || !w->q4_b) {
+        L->failed = 1;
+        return;
+    }
+    qve_tensor_drop_pages(s), qve_tensor_drop_pages(b); /* RSS holds the f32 copies only */
 }
 
 static void load_stack(loader *L, qve_stack *s, const qve_stack_config *c, const char *prefix) {

@@ -207,6 +207,7 @@ static const float *get(loader *ld, int n_dims, int64_t d0, int64_t d1, int64_t 
     }
     if (want == QVE_DTYPE_F32 && (uintptr_t)t->data % sizeof(float) == 0) return t->data;
     float *copy = qve_tensor_to_f32(t);
+    if (copy) qve_tensor_drop_pages(t); /* RSS holds the f32 copy only */
     return keep(ld, copy) == 0 ? copy : NULL;
 }
 
