@@ -686,10 +686,10 @@ const qve_tensor *qve_st_expect(const qve_st *st, const char *name, enum qve_dty
     return t;
 }
 
-void qve_tensor_drop_pages(const qve_tensor *t) {
+void qve_st_drop_pages(const void *data, size_t n_bytes) {
     const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-    const uintptr_t a = ((uintptr_t)t->data + page - 1) / page * page;
-    const uintptr_t b = ((uintptr_t)t->data + t->n_bytes) / page * page;
+    const uintptr_t a = ((uintptr_t)data + page - 1) / page * page;
+    const uintptr_t b = ((uintptr_t)data + n_bytes) / page * page;
     if (a < b) madvise((void *)a, b - a, MADV_DONTNEED); /* a hint: failure changes nothing */
 }
 

@@ -66,11 +66,11 @@ const qve_tensor *qve_st_expect(const qve_st *st, const char *name, enum qve_dty
  * NULL on allocation failure. */
 float *qve_tensor_to_f32(const qve_tensor *t);
 
-/* For a tensor of a file-backed qve_st (not qve_st_open_memory) whose bytes were copied and will
- * not be read again: drops the whole pages inside it from the resident set (they would be read
- * from the file again if touched). Used after widening F16 / q4 scales to owned f32 copies, so
- * RSS does not hold both forms. */
-void qve_tensor_drop_pages(const qve_tensor *t);
+/* For tensor bytes of a file-backed qve_st (not qve_st_open_memory) that were copied and will not
+ * be read again: drops the whole pages inside [data, data + n_bytes) from the resident set (they
+ * would be read from the file again if touched). Used after widening F16 / q4 scales to owned
+ * f32 or reordering conv weights, so RSS does not hold both forms. */
+void qve_st_drop_pages(const void *data, size_t n_bytes);
 
 /* Safetensors name of a dtype ("BF16", "F16", "F32", "I64", "I32", "U32"; "?" otherwise). */
 const char *qve_dtype_name(enum qve_dtype d);

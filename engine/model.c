@@ -94,7 +94,7 @@ static void get_linear(loader *L, qve_mat *w, const char *name, int64_t rows, in
         L->failed = 1;
         return;
     }
-    qve_tensor_drop_pages(s), qve_tensor_drop_pages(b); /* RSS holds the f32 copies only */
+    qve_st_drop_pages(s->data, s->n_bytes), qve_st_drop_pages(b->data, b->n_bytes); /* RSS holds the f32 copies only */
 }
 
 static void load_stack(loader *L, qve_stack *s, const qve_stack_config *c, const char *prefix) {
