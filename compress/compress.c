@@ -233,16 +233,12 @@ static int is_linear(const qve_tensor *t) {
 static int plan_q4(plan *p, const qve_tensor *t, qvk_pool *pool, qvz_report *r) {
     const int o = (int)t->shape[0], in = (int)t->shape[1], n_g = in / QVK_Q4_GROUP;
     const size_t n_s = (size_t)o * (size_t)n_g;
-    float *sb = malloc(2 * n_s * sizeof(float));
     uint8_t *q = malloc((size_t)o * (size_t)in / 2);
     uint16_t *s16 = malloc(n_s * 2), *b16 = malloc(n_s * 2);
-    if (!sb || !q || !s16 || !b16 || qvk_q4_quantize_bf16(pool, q, sb, sb + n_s, t->data, o, in)) {
-        free(sb), free(q), free(s16), free(b16);
+    if (!q || !s16 || !b16 || qvk_q4_quantize_bf16(pool, q, s16, b16, t->data, o, in)) {
+        free(q), free(s16), free(b16);
         return -1;
     }
-    qvk_f32_to_bf16(s16, sb, n_s); /* exact: the quantizer rounded them to bf16 */
-    qvk_f32_to_bf16(b16, sb + n_s, n_s);
-    free(sb);
     const size_t n = strlen(t->name) - 7;
     char name[200];
     out_tensor *w = plan_add(p, t->name, QVE_DTYPE_U32, 2, (int64_t[]){o, in / 8}, SRC_OWNED);

@@ -70,6 +70,31 @@ static float *get_vector(loader *L, const char *name, int64_t n) {
     return keep_f32(L, t, name);
 }
 
+/* A q4 scales/biases tensor as bf16: borrowed from the mmap when it is bf16 (the usual MLX
+ * layout), else an owned copy (an F16 or F32 scale is rounded to bf16: 2^-9 relative, against
+ * q4's own ~7 %). */
+static const uint16_t *get_bf16(loader *L, const qve_tensor *t, const char *name) {
+    if (t->dtype == QVE_DTYPE_BF16) return t->data;
+    const size_t n = t->n_bytes / qve_dtype_size(t->dtype);
+    float *f = qve_tensor_to_f32(t);
+    uint16_t *h = f ? qvk_alloc(n * sizeof *h) : NULL;
+    uint16_t **grown =
+        h ? realloc(L->m->weight_copies, sizeof *grown * (size_t)(L->m->n_weight_copies + 1))
+          : NULL;
+    if (!grown) {
+        qvk_free(f), qvk_free(h);
+        snprintf(L->err, L->err_size, "%s: out of memory converting %s", L->m->dir, name);
+        L->failed = 1;
+        return NULL;
+    }
+    qvk_f32_to_bf16(h, f, n);
+    qvk_free(f);
+    qve_st_drop_pages(t->data, t->n_bytes); /* RSS holds the bf16 copy only */
+    L->m->weight_copies = grown;
+    L->m->weight_copies[L->m->n_weight_copies++] = h;
+    return h;
+}
+
 /* A linear weight NAME (".weight"): bf16, or MLX q4 when NAME's ".scales" is present (the
  * manifest check already fixed every shape and dtype). */
 static void get_linear(loader *L, qve_mat *w, const char *name, int64_t rows, int64_t cols) {
@@ -86,15 +111,11 @@ static void get_linear(loader *L, qve_mat *w, const char *name, int64_t rows, in
     const qve_tensor *q =
         qve_st_expect(L->m->st, name, QVE_DTYPE_U32, 2, shape, L->err, L->err_size);
     w->q4 = q ? q->data : NULL;
-    w->q4_s = q ? keep_f32(L, s, sb) : NULL;
+    w->q4_s = q ? get_bf16(L, s, sb) : NULL;
     snprintf(sb, sizeof sb, "%.*s.biases", (int)n, name);
     const qve_tensor *b = qve_st_find(L->m->st, sb);
-    w->q4_b = b && w->q4_s ? keep_f32(L, b, sb) : NULL;
-    if (!w->q4 || !w->q4_b) {
-        L->failed = 1;
-        return;
-    }
-    qve_st_drop_pages(s->data, s->n_bytes), qve_st_drop_pages(b->data, b->n_bytes); /* RSS holds the f32 copies only */
+    w->q4_b = b && w->q4_s ? get_bf16(L, b, sb) : NULL;
+    if (!w->q4 || !w->q4_b) L->failed = 1;
 }
 
 static void load_stack(loader *L, qve_stack *s, const qve_stack_config *c, const char *prefix) {
@@ -290,7 +311,7 @@ struct q_fill {
     int q4;
     size_t n_q, n_s; /* running byte / scale offsets (or totals when counting) */
     uint8_t *q;
-    float *scale;
+    void *scale; /* f32 (int8) or bf16 (q4) */
 };
 
 static int quantizable(const qve_mat *w, int n_in, const struct q_fill *f) {
@@ -309,12 +330,13 @@ static void fill_matrix(qve_mat *w, int n_out, int n_in, void *ctx) {
     struct q_fill *f = ctx;
     if (!quantizable(w, n_in, f)) return;
     uint8_t *q = f->q + f->n_q;
-    float *s = f->scale + f->n_s;
     if (f->q4) {
+        uint16_t *s = (uint16_t *)f->scale + f->n_s;
         const size_t n_g = (size_t)n_out * (n_in / QVK_Q4_GROUP);
         qvk_q4_quantize_bf16(f->pool, q, s, s + n_g, w->bf16, n_out, n_in);
         w->q4 = q, w->q4_s = s, w->q4_b = s + n_g;
     } else {
+        float *s = (float *)f->scale + f->n_s;
         qvk_q8_quantize_bf16(f->pool, (int8_t *)q, s, w->bf16, n_out, n_in);
         w->q8 = (const int8_t *)q, w->q8_scale = s;
     }
@@ -340,7 +362,7 @@ static struct qve_view *make_view(const qv_model *m, int q4, qvk_pool *pool) {
     }
     each_matrix(&m->cfg, v, q4, count_matrix, &f);
     v->q = qvk_alloc(f.n_q ? f.n_q : 1);
-    v->scale = qvk_alloc((f.n_s ? f.n_s : 1) * sizeof(float));
+    v->scale = qvk_alloc((f.n_s ? f.n_s : 1) * (q4 ? sizeof(uint16_t) : sizeof(float)));
     if (!v->q || !v->scale) {
         free_view(v);
         return NULL;

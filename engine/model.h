@@ -22,8 +22,8 @@
 /* ==== weights ================================================================================ */
 
 /* A matrix [n_out, n_in], its weight tag being which pointers are set: bf16 in the mmap, or 4-bit
- * (kernels/q4.h: packed q4 in the mmap of a quantized checkpoint or in a q4 view, f32 group
- * scales/biases) with bf16 NULL when the checkpoint holds only that; plus an int8 copy with
+ * (kernels/q4.h: packed q4 and bf16 group scales/biases, in the mmap of a quantized checkpoint or
+ * in a q4 view) with bf16 NULL when the checkpoint holds only that; plus an int8 copy with
  * per-row scales in the int8 view. Decode matvecs use int8, else q4, else bf16; prefills use q4
  * (widened) when present, else bf16, so a q4 view and the same weights loaded from a q4
  * checkpoint compute the same. */
@@ -32,7 +32,7 @@ typedef struct {
     const int8_t *q8;
     const float *q8_scale;
     const uint8_t *q4;
-    const float *q4_s, *q4_b; /* [n_out, n_in / 64] */
+    const uint16_t *q4_s, *q4_b; /* [n_out, n_in / 64] bf16 */
 } qve_mat;
 
 typedef struct {                     /* one Qwen3 decoder layer; PREFIX = talker.model.layers.N or
@@ -90,7 +90,8 @@ struct qv_model {
     int n_f32_copies;
     float **f32_copies; /* every f32 copy above, freed at qv_model_free */
     int n_weight_copies;
-    uint16_t **weight_copies; /* bf16 tensors rebuilt in RAM by a voice's WDELTA (voice_load.c) */
+    uint16_t **weight_copies; /* bf16 tensors made in RAM: by a voice's WDELTA (voice_load.c), q4
+                                 scales of a non-bf16 checkpoint (model.c) */
     /* quantized views (same tensors, matrices quantized), made by the first int8 / q4 session */
     pthread_mutex_t q8_lock;
     struct qve_view *q8, *q4;
@@ -100,7 +101,7 @@ struct qve_view {
     qve_talker talker;
     qve_code_predictor cp;
     void *q;        /* every quantized matrix, one allocation */
-    float *scale;   /* every int8 row scale, or every q4 group scale then bias */
+    void *scale;    /* every int8 row scale (f32), or every q4 group scale then bias (bf16) */
     size_t n_bytes; /* quantized weight bytes */
 };
 

@@ -29,7 +29,7 @@ void qvk_q4_rows_scalar(const qvk_q4_mv *mv, const int8_t *restrict xq, const fl
     const int n_g = n_in / QVK_Q4_GROUP;
     for (int r = r0; r < r1; r++) {
         const uint8_t *q = mv->q + (size_t)r * (n_in / 2);
-        const float *s = mv->s + (size_t)r * n_g, *b = mv->b + (size_t)r * n_g;
+        const uint16_t *s = mv->s + (size_t)r * n_g, *b = mv->b + (size_t)r * n_g;
         float acc = 0;
         for (int g = 0; g < n_g; g++) {
             const uint8_t *qg = q + g * (QVK_Q4_GROUP / 2);
@@ -37,7 +37,7 @@ void qvk_q4_rows_scalar(const qvk_q4_mv *mv, const int8_t *restrict xq, const fl
             int32_t d = 0;
             for (int k = 0; k < QVK_Q4_GROUP / 2; k++)
                 d += (qg[k] & 15) * xg[k] + (qg[k] >> 4) * xg[k + QVK_Q4_GROUP / 2];
-            acc += s[g] * xs[g] * (float)d + b[g] * xsum[g];
+            acc += qvk_bf16_to_f32_1(s[g]) * xs[g] * (float)d + qvk_bf16_to_f32_1(b[g]) * xsum[g];
         }
         mv->y[r] = mv->bias ? acc + mv->bias[r] : acc;
     }
@@ -45,21 +45,21 @@ void qvk_q4_rows_scalar(const qvk_q4_mv *mv, const int8_t *restrict xq, const fl
 
 /* ---- quantization ----------------------------------------------------------------------- */
 
-static float round_bf16(float v) {
+static uint16_t to_bf16(float v) {
     uint16_t h;
     qvk_f32_to_bf16(&h, &v, 1);
-    return qvk_bf16_to_f32_1(h);
+    return h;
 }
 
-void qvk_q4_quantize_row(uint8_t *restrict q, float *restrict s, float *restrict b,
+void qvk_q4_quantize_row(uint8_t *restrict q, uint16_t *restrict s, uint16_t *restrict b,
                          const float *restrict w, int n_in) {
     for (int g = 0; g < n_in / QVK_Q4_GROUP; g++) {
         const float *wg = w + g * QVK_Q4_GROUP;
         float lo = wg[0], hi = wg[0];
         for (int i = 1; i < QVK_Q4_GROUP; i++)
             lo = fminf(lo, wg[i]), hi = fmaxf(hi, wg[i]);
-        const float sg = round_bf16((hi - lo) / 15.0f), bg = round_bf16(lo);
-        s[g] = sg, b[g] = bg;
+        s[g] = to_bf16((hi - lo) / 15.0f), b[g] = to_bf16(lo);
+        const float sg = qvk_bf16_to_f32_1(s[g]), bg = qvk_bf16_to_f32_1(b[g]);
         uint8_t *qg = q + g * (QVK_Q4_GROUP / 2);
         for (int k = 0; k < QVK_Q4_GROUP / 2; k++) {
             int v[2];
@@ -74,7 +74,7 @@ void qvk_q4_quantize_row(uint8_t *restrict q, float *restrict s, float *restrict
 
 struct wq_job {
     uint8_t *q;
-    float *s, *b;
+    uint16_t *s, *b;
     const uint16_t *w;
     int n_out, n_in;
 };
@@ -92,23 +92,25 @@ static void wq_run(int ith, int nth, void *p) {
     }
 }
 
-int qvk_q4_quantize_bf16(qvk_pool *pool, uint8_t *restrict q, float *restrict s, float *restrict b,
-                         const uint16_t *restrict w, int n_out, int n_in) {
+int qvk_q4_quantize_bf16(qvk_pool *pool, uint8_t *restrict q, uint16_t *restrict s,
+                         uint16_t *restrict b, const uint16_t *restrict w, int n_out, int n_in) {
     if (n_in <= 0 || n_in % QVK_Q4_GROUP || n_in > QVK_Q4_MAX_IN) return -1;
     struct wq_job j = {q, s, b, w, n_out, n_in};
     qvk_pool_run(pool, wq_run, &j);
     return 0;
 }
 
-void qvk_q4_dequantize(float *restrict dst, const uint8_t *restrict q, const float *restrict s,
-                       const float *restrict b, size_t n_rows, int n_in) {
+void qvk_q4_dequantize(float *restrict dst, const uint8_t *restrict q, const uint16_t *restrict s,
+                       const uint16_t *restrict b, size_t n_rows, int n_in) {
     const size_t n_g = n_rows * (size_t)(n_in / QVK_Q4_GROUP);
-    for (size_t g = 0; g < n_g; g++)
+    for (size_t g = 0; g < n_g; g++) {
+        const float sg = qvk_bf16_to_f32_1(s[g]), bg = qvk_bf16_to_f32_1(b[g]);
         for (int k = 0; k < QVK_Q4_GROUP / 2; k++) {
             const uint8_t v = q[g * (QVK_Q4_GROUP / 2) + (size_t)k];
-            dst[g * QVK_Q4_GROUP + 2 * (size_t)k] = s[g] * (float)(v & 15) + b[g];
-            dst[g * QVK_Q4_GROUP + 2 * (size_t)k + 1] = s[g] * (float)(v >> 4) + b[g];
+            dst[g * QVK_Q4_GROUP + 2 * (size_t)k] = sg * (float)(v & 15) + bg;
+            dst[g * QVK_Q4_GROUP + 2 * (size_t)k + 1] = sg * (float)(v >> 4) + bg;
         }
+    }
 }
 
 void qvk_q4_prepare_x(int8_t *restrict xq, float *restrict xs, float *restrict xsum,

@@ -8,6 +8,7 @@
 #include "kernels/q4_impl.h"
 
 #define GB (QVK_Q4_GROUP / 2)
+#define BF qvk_bf16_to_f32_1
 
 static inline __m256i dot64(const uint8_t *p, __m256i xe, __m256i xo) {
     const __m256i mask = _mm256_set1_epi8(15);
@@ -31,7 +32,7 @@ void qvk_q4_rows_avx2(const qvk_q4_mv *mv, const int8_t *restrict xq, const floa
     int r = r0;
     for (; r + 2 <= r1; r += 2) {
         const uint8_t *q0 = mv->q + (size_t)r * rb;
-        const float *s0 = mv->s + (size_t)r * n_g, *b0 = mv->b + (size_t)r * n_g;
+        const uint16_t *s0 = mv->s + (size_t)r * n_g, *b0 = mv->b + (size_t)r * n_g;
         __m256 f0 = _mm256_setzero_ps(), f1 = f0;
         float c0 = 0, c1 = 0;
         for (int g = 0; g < n_g; g++) {
@@ -39,9 +40,10 @@ void qvk_q4_rows_avx2(const qvk_q4_mv *mv, const int8_t *restrict xq, const floa
             const __m256i xo = _mm256_load_si256((const __m256i *)(xq + g * QVK_Q4_GROUP + GB));
             __m256i d0 = dot64(q0 + (size_t)g * GB, xe, xo);
             __m256i d1 = dot64(q0 + rb + (size_t)g * GB, xe, xo);
-            f0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d0), _mm256_set1_ps(s0[g] * xs[g]), f0);
-            f1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d1), _mm256_set1_ps(s0[n_g + g] * xs[g]), f1);
-            c0 += b0[g] * xsum[g], c1 += b0[n_g + g] * xsum[g];
+            f0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d0), _mm256_set1_ps(BF(s0[g]) * xs[g]), f0);
+            f1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d1), _mm256_set1_ps(BF(s0[n_g + g]) * xs[g]),
+                                 f1);
+            c0 += BF(b0[g]) * xsum[g], c1 += BF(b0[n_g + g]) * xsum[g];
         }
         const float y0 = hsum(f0) + c0, y1 = hsum(f1) + c1;
         mv->y[r] = mv->bias ? y0 + mv->bias[r] : y0;
@@ -49,15 +51,15 @@ void qvk_q4_rows_avx2(const qvk_q4_mv *mv, const int8_t *restrict xq, const floa
     }
     for (; r < r1; r++) {
         const uint8_t *q0 = mv->q + (size_t)r * rb;
-        const float *s0 = mv->s + (size_t)r * n_g, *b0 = mv->b + (size_t)r * n_g;
+        const uint16_t *s0 = mv->s + (size_t)r * n_g, *b0 = mv->b + (size_t)r * n_g;
         __m256 f0 = _mm256_setzero_ps();
         float c0 = 0;
         for (int g = 0; g < n_g; g++) {
             const __m256i xe = _mm256_load_si256((const __m256i *)(xq + g * QVK_Q4_GROUP));
             const __m256i xo = _mm256_load_si256((const __m256i *)(xq + g * QVK_Q4_GROUP + GB));
             f0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot64(q0 + (size_t)g * GB, xe, xo)),
-                                 _mm256_set1_ps(s0[g] * xs[g]), f0);
-            c0 += b0[g] * xsum[g];
+                                 _mm256_set1_ps(BF(s0[g]) * xs[g]), f0);
+            c0 += BF(b0[g]) * xsum[g];
         }
         const float y = hsum(f0) + c0;
         mv->y[r] = mv->bias ? y + mv->bias[r] : y;

@@ -18,7 +18,8 @@
 enum { N_OUT = 203, N_IN = 832, N_G = N_IN / QVK_Q4_GROUP }; /* 13 groups: odd, not 128-aligned */
 
 static uint16_t *g_w;
-static float *g_x, *g_bias, *g_s, *g_b, *g_xs, *g_xsum;
+static float *g_x, *g_bias, *g_xs, *g_xsum;
+static uint16_t *g_s, *g_b; /* bf16 */
 static uint8_t *g_q;
 static int8_t *g_xq;
 
@@ -37,8 +38,8 @@ static int setup(void **st) {
     g_x = qvk_alloc(sizeof(float) * N_IN);
     g_bias = qvk_alloc(sizeof(float) * N_OUT);
     g_q = qvk_alloc((size_t)N_OUT * N_IN / 2);
-    g_s = qvk_alloc(sizeof(float) * N_OUT * N_G);
-    g_b = qvk_alloc(sizeof(float) * N_OUT * N_G);
+    g_s = qvk_alloc(sizeof(uint16_t) * N_OUT * N_G);
+    g_b = qvk_alloc(sizeof(uint16_t) * N_OUT * N_G);
     g_xq = qvk_alloc(N_IN);
     g_xs = qvk_alloc(sizeof(float) * N_G);
     g_xsum = qvk_alloc(sizeof(float) * N_G);
@@ -73,7 +74,8 @@ static int nib(int r, int i) {
 static void test_packing(void **st) {
     (void)st;
     /* a ramp 0..15 quantizes to q = i % 16 and packs as MLX's uint32 0x76543210, 0xfedcba98 */
-    float w[QVK_Q4_GROUP], s, b;
+    float w[QVK_Q4_GROUP];
+    uint16_t s, b;
     uint8_t q[QVK_Q4_GROUP / 2];
     for (int i = 0; i < QVK_Q4_GROUP; i++)
         w[i] = (float)(i % 16);
@@ -82,7 +84,7 @@ static void test_packing(void **st) {
     memcpy(&u0, q, 4), memcpy(&u1, q + 4, 4); /* little-endian host, as the checkpoint */
     assert_int_equal(u0, 0x76543210u);
     assert_int_equal(u1, 0xfedcba98u);
-    assert_true(s == 1.0f && b == 0.0f);
+    assert_true(s == 0x3f80 && b == 0); /* bf16 1.0 and 0.0 */
     float back[QVK_Q4_GROUP];
     qvk_q4_dequantize(back, q, &s, &b, 1, QVK_Q4_GROUP);
     assert_memory_equal(back, w, sizeof w);
@@ -94,7 +96,8 @@ static void test_quantize_bounds(void **st) {
     double worst = 0;
     for (int r = 0; r < N_OUT; r++)
         for (int i = 0; i < N_IN; i++) {
-            const float s = g_s[r * N_G + i / QVK_Q4_GROUP], b = g_b[r * N_G + i / QVK_Q4_GROUP];
+            const float s = qvk_bf16_to_f32_1(g_s[r * N_G + i / QVK_Q4_GROUP]),
+                        b = qvk_bf16_to_f32_1(g_b[r * N_G + i / QVK_Q4_GROUP]);
             double w = qvk_bf16_to_f32_1(g_w[(size_t)r * N_IN + i]);
             double e = fabs(w - ((double)s * nib(r, i) + b));
             /* half a step, plus the bf16 rounding of s (15 steps · 2^-9) and of b (2^-9 |b|) */
@@ -103,7 +106,7 @@ static void test_quantize_bounds(void **st) {
         }
     printf("weight quantization: max |w - (s*q + b)| = %.3f of the bound\n", worst);
     assert_true(worst <= 1.0);
-    assert_true(g_s[5 * N_G] == 0.0f && g_b[5 * N_G] == 0.0f);
+    assert_true(g_s[5 * N_G] == 0 && g_b[5 * N_G] == 0);
 }
 
 /* The quantized product in double, and the sum of |terms| that scales its rounding bound. */
@@ -117,9 +120,10 @@ static double ref_q(int r, double *mag) {
             const long t = (long)nib(r, i) * g_xq[g * QVK_Q4_GROUP + (k & 1) * 32 + k / 2];
             d += t, ad += labs(t);
         }
-        const double sx = (double)g_s[r * N_G + g] * g_xs[g];
-        acc += sx * (double)d + (double)g_b[r * N_G + g] * g_xsum[g];
-        *mag += fabs(sx) * (double)ad + fabs((double)g_b[r * N_G + g] * g_xsum[g]);
+        const double sx = (double)qvk_bf16_to_f32_1(g_s[r * N_G + g]) * g_xs[g];
+        const double bx = (double)qvk_bf16_to_f32_1(g_b[r * N_G + g]) * g_xsum[g];
+        acc += sx * (double)d + bx;
+        *mag += fabs(sx) * (double)ad + fabs(bx);
     }
     return acc;
 }
