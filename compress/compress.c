@@ -226,6 +226,7 @@ static int is_linear(const qve_tensor *t) {
     const size_t n = strlen(t->name);
     return t->n_dims == 2 && n > 7 && !strcmp(t->name + n - 7, ".weight") &&
            !strstr(t->name, "embedding") && !strncmp(t->name, "talker.", 7) &&
+           !strstr(t->name, "text_projection") && /* prompt-only; bf16 in the text side */
            t->shape[1] % QVK_Q4_GROUP == 0 && t->shape[1] <= QVK_Q4_MAX_IN;
 }
 

@@ -14,6 +14,7 @@
 #include "checkpoint/manifest.h"
 #include "engine/model.h"
 #include "kernels/q4.h"
+#include "engine/speech_decoder.h"
 #include "kernels/q8.h"
 
 /* ==== tensor lookup helpers ================================================================== */
@@ -126,29 +127,30 @@ static void load_stack(loader *L, qve_stack *s, const qve_stack_config *c, const
         L->failed = 1;
         return;
     }
-    const int64_t H = c->hidden_size;
-    const int64_t qd = (int64_t)c->num_attention_heads * c->head_dim;
-    const int64_t kvd = (int64_t)c->num_key_value_heads * c->head_dim;
     char n[256];
-    for (int i = 0; i < c->num_hidden_layers; i++) {
-        qve_layer *l = &s->layers[i];
-        const int64_t I = qve_layer_intermediate(c, i);
-#define NAME(suffix) (snprintf(n, sizeof n, "%s.layers.%d.%s", prefix, i, suffix), n)
-        l->input_layernorm = get_vector(L, NAME("input_layernorm.weight"), H);
-        get_linear(L, &l->q_proj, NAME("self_attn.q_proj.weight"), qd, H);
-        get_linear(L, &l->k_proj, NAME("self_attn.k_proj.weight"), kvd, H);
-        get_linear(L, &l->v_proj, NAME("self_attn.v_proj.weight"), kvd, H);
-        get_linear(L, &l->o_proj, NAME("self_attn.o_proj.weight"), H, qd);
-        l->q_norm = get_vector(L, NAME("self_attn.q_norm.weight"), c->head_dim);
-        l->k_norm = get_vector(L, NAME("self_attn.k_norm.weight"), c->head_dim);
-        l->post_attention_layernorm = get_vector(L, NAME("post_attention_layernorm.weight"), H);
-        get_linear(L, &l->gate_proj, NAME("mlp.gate_proj.weight"), I, H);
-        get_linear(L, &l->up_proj, NAME("mlp.up_proj.weight"), I, H);
-        get_linear(L, &l->down_proj, NAME("mlp.down_proj.weight"), H, I);
-#undef NAME
-    }
+    for (int i = 0; i < c->num_hidden_layers; i++)
+        for (int k = 0; k < QVE_LAYER_N_TENSORS; k++) {
+            int64_t shape[2];
+            qve_mat *mat;
+            float **vec;
+            qve_layer_tensor(c, prefix, i, k, n, sizeof n, shape);
+            qve_layer_field(&s->layers[i], k, &mat, &vec);
+            if (mat) get_linear(L, mat, n, shape[0], shape[1]);
+            else *vec = get_vector(L, n, shape[0]);
+        }
     snprintf(n, sizeof n, "%s.norm.weight", prefix);
-    s->norm = get_vector(L, n, H);
+    s->norm = get_vector(L, n, c->hidden_size);
+}
+
+void qve_layer_field(qve_layer *l, int k, qve_mat **mat, float ***vec) {
+    qve_mat *const m[QVE_LAYER_N_TENSORS] = {
+        NULL, &l->q_proj, &l->k_proj, &l->v_proj, &l->o_proj, NULL, NULL, NULL,
+        &l->gate_proj, &l->up_proj, &l->down_proj};
+    float **const v[QVE_LAYER_N_TENSORS] = {
+        &l->input_layernorm, NULL, NULL, NULL, NULL, &l->q_norm, &l->k_norm,
+        &l->post_attention_layernorm, NULL, NULL, NULL};
+    *mat = m[k];
+    *vec = v[k];
 }
 
 static int check_stack_config(const qve_stack_config *c, const char *dir, const char *what,
@@ -168,6 +170,7 @@ static int check_stack_config(const qve_stack_config *c, const char *dir, const 
 int qve_model_load(qv_model *m, const char *dir, char *err, size_t err_size) {
     memset(m, 0, sizeof *m);
     pthread_mutex_init(&m->q8_lock, NULL);
+    pthread_mutex_init(&m->dec_lock, NULL);
     snprintf(m->dir, sizeof m->dir, "%s", dir);
     if (qve_model_config_load(&m->cfg, dir, err, err_size)) return -1;
     if (qve_generation_config_load(&m->gen, dir, err, err_size)) return -1;
@@ -199,31 +202,15 @@ int qve_model_load(qv_model *m, const char *dir, char *err, size_t err_size) {
     if (bad) return -1;
 
     loader L = {m, err, err_size, 0};
-    const int64_t H = c->talker.hidden_size, TH = c->text_hidden_size;
+    const int64_t H = c->talker.hidden_size;
     qve_talker *t = &m->talker;
     load_stack(&L, &t->stack, &c->talker, "talker.model");
-    const qve_tensor *map = qve_st_find(m->st, "talker.model.text_token_map");
-    t->n_text_rows = map ? (int)qve_st_find(m->st, "talker.model.text_embedding.weight")->shape[0]
-                         : c->text_vocab_size;
-    t->text_embedding =
-        get_matrix(&L, "talker.model.text_embedding.weight", t->n_text_rows, TH);
-    if (map) { /* vocabulary pruning: every id must land on a stored row */
-        t->text_token_map = map->data;
-        for (int i = 0; i < c->text_vocab_size && !L.failed; i++)
-            if (t->text_token_map[i] < 0 || t->text_token_map[i] >= t->n_text_rows) {
-                snprintf(err, err_size,
-                         "%s: tensor talker.model.text_token_map: entry %d is %d (expected "
-                         "0..%d)",
-                         qve_st_file(m->st, map), i, t->text_token_map[i], t->n_text_rows - 1);
-                L.failed = 1;
-            }
-    }
-    get_linear(&L, &t->fc1, "talker.text_projection.linear_fc1.weight", TH, TH);
-    t->fc1_bias = get_vector(&L, "talker.text_projection.linear_fc1.bias", TH);
-    get_linear(&L, &t->fc2, "talker.text_projection.linear_fc2.weight", H, TH);
-    t->fc2_bias = get_vector(&L, "talker.text_projection.linear_fc2.bias", H);
-    t->codec_embedding =
-        get_matrix(&L, "talker.model.codec_embedding.weight", c->talker.vocab_size, H);
+    if (!L.failed && qve_textside_bind(&m->text, m->st, c, err, err_size)) L.failed = 1;
+    t->text_embedding = m->text.text_embedding;
+    t->text_token_map = m->text.text_token_map;
+    t->fc1 = m->text.fc1, t->fc1_bias = m->text.fc1_bias;
+    t->fc2 = m->text.fc2, t->fc2_bias = m->text.fc2_bias;
+    t->codec_embedding = m->text.codec_embedding;
     get_linear(&L, &t->codec_head, "talker.codec_head.weight", c->talker.vocab_size, H);
 
     qve_code_predictor *cp = &m->cp;
@@ -264,12 +251,15 @@ void qve_model_unload(qv_model *m) {
     if (!m) return;
     qve_model_drop_views(m);
     pthread_mutex_destroy(&m->q8_lock);
+    qve_decoder_free(m->dec);
+    pthread_mutex_destroy(&m->dec_lock);
     for (int i = 0; i < m->n_f32_copies; i++)
         qvk_free(m->f32_copies[i]);
     free(m->f32_copies);
     for (int i = 0; i < m->n_weight_copies; i++)
         qvk_free(m->weight_copies[i]);
     free(m->weight_copies);
+    qve_textside_free(&m->text);
     free(m->talker.stack.layers);
     free(m->cp.stack.layers);
     qve_st_close(m->st);
@@ -279,8 +269,8 @@ void qve_model_unload(qv_model *m) {
 /* ==== quantized views ======================================================================= */
 
 /* Calls fn on every matrix of a view the quantized matvecs may serve, with its shape: the decode
- * matrices, plus (all != 0, the q4 view) the text and mtp projections. */
-static void each_matrix(const qve_model_config *mc, struct qve_view *v, int all,
+ * matrices, plus (all != 0, the q4 view) the mtp projection. */
+static void each_matrix(struct qve_view *v, int all,
                         void (*fn)(qve_mat *, int, int, void *), void *ctx) {
     qve_stack *stacks[2] = {&v->talker.stack, &v->cp.stack};
     for (int k = 0; k < 2; k++) {
@@ -301,8 +291,6 @@ static void each_matrix(const qve_model_config *mc, struct qve_view *v, int all,
     for (int g = 0; g < QVE_N_GROUPS - 1; g++)
         fn(&v->cp.lm_head[g], v->cp.stack.cfg.vocab_size, CH, ctx);
     if (!all) return;
-    fn(&v->talker.fc1, mc->text_hidden_size, mc->text_hidden_size, ctx);
-    fn(&v->talker.fc2, H, mc->text_hidden_size, ctx);
     fn(&v->cp.mtp_proj, CH, H, ctx); /* skipped when absent (no bf16) */
 }
 
@@ -360,7 +348,7 @@ static struct qve_view *make_view(const qv_model *m, int q4, qvk_pool *pool) {
         free_view(v);
         return NULL;
     }
-    each_matrix(&m->cfg, v, q4, count_matrix, &f);
+    each_matrix(v, q4, count_matrix, &f);
     v->q = qvk_alloc(f.n_q ? f.n_q : 1);
     v->scale = qvk_alloc((f.n_s ? f.n_s : 1) * (q4 ? sizeof(uint16_t) : sizeof(float)));
     if (!v->q || !v->scale) {
@@ -369,7 +357,7 @@ static struct qve_view *make_view(const qv_model *m, int q4, qvk_pool *pool) {
     }
     v->n_bytes = f.n_q;
     f = (struct q_fill){pool, q4, 0, 0, v->q, v->scale};
-    each_matrix(&m->cfg, v, q4, fill_matrix, &f);
+    each_matrix(v, q4, fill_matrix, &f);
     return v;
 }
 

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "checkpoint/config.h"
+#include "checkpoint/textside.h"
 #include "kernels/kernels.h"
 #include "include/qvoice.h"
 #include "checkpoint/safetensors.h"
@@ -50,6 +51,10 @@ typedef struct {                     /* one Qwen3 decoder layer; PREFIX = talker
     qve_mat down_proj;               /* [H, I]         PREFIX.mlp.down_proj.weight */
 } qve_layer;
 
+/* The field of l that holds tensor k of qve_layer_tensor (checkpoint/manifest.h): *mat for a
+ * matrix, else *vec (the other is set to NULL). */
+void qve_layer_field(qve_layer *l, int k, qve_mat **mat, float ***vec);
+
 typedef struct { /* a Qwen3 decoder stack without embeddings / head */
     qve_stack_config cfg;
     qve_layer *layers; /* [num_hidden_layers] */
@@ -62,10 +67,9 @@ typedef struct { /* talker (§3) */
         *text_embedding;   /* [n_text_rows, text_hidden] talker.model.text_embedding.weight */
     const int32_t *text_token_map; /* [text_vocab] talker.model.text_token_map: token id -> row
                                       (0 = the zero row of a pruned vocabulary), or NULL */
-    int n_text_rows;
-    qve_mat fc1;           /* [text_hidden, text_hidden] talker.text_projection.linear_fc1.weight */
+    const uint16_t *fc1;   /* [text_hidden, text_hidden] talker.text_projection.linear_fc1.weight */
     const float *fc1_bias; /* [text_hidden]  talker.text_projection.linear_fc1.bias */
-    qve_mat fc2;           /* [H, text_hidden] talker.text_projection.linear_fc2.weight */
+    const uint16_t *fc2;   /* [H, text_hidden] talker.text_projection.linear_fc2.weight */
     const float *fc2_bias; /* [H]            talker.text_projection.linear_fc2.bias */
     const uint16_t *codec_embedding; /* [3072, H]      talker.model.codec_embedding.weight */
     qve_mat codec_head;              /* [3072, H]      talker.codec_head.weight */
@@ -85,6 +89,7 @@ struct qv_model {
     qve_model_config cfg;
     qve_generation_config gen;
     qve_st *st; /* owns the mmap the weight pointers borrow from */
+    qve_textside text; /* the checkpoint's text side; talker's text fields point into it */
     qve_talker talker;
     qve_code_predictor cp;
     int n_f32_copies;
@@ -95,6 +100,14 @@ struct qv_model {
     /* quantized views (same tensors, matrices quantized), made by the first int8 / q4 session */
     pthread_mutex_t q8_lock;
     struct qve_view *q8, *q4;
+    /* the speech decoder, loaded by the first synthesis that needs it (synth.c) and shared
+       read-only by all; and how many qv_synth use this model (a weight delta may change the
+       weights only while one does) */
+    pthread_mutex_t dec_lock;
+    struct qve_decoder *dec;
+    int n_synths;
+    int wdelta_on;             /* a voice's weight delta was applied (voice_load.c) */
+    uint8_t wdelta_source[32]; /* that voice's source fingerprint */
 };
 
 struct qve_view {
@@ -161,15 +174,11 @@ void qve_matvec(qvk_pool *pool, const float *x, int n_in, const qve_mv *mv, int 
 
 /* ==== talker / code predictor ================================================================ */
 
-/* out[n, H] = text_projection(E_txt[ids[i]]) (§3.1), ids through the token map when there is one
- * (ids must be < text_vocab_size; a pruned id gives the zero row). tmp needs n*2*text_hidden floats, wscratch
- * text_hidden*text_hidden floats (used when n > 1). */
+/* out[n, H] = text_projection(E_txt[ids[i]]) (§3.1) with t's text side (the model's, or a
+ * voice's WOVR bridge; ids through the token map of a pruned vocabulary): qve_textside_project,
+ * so a voice's TPAD (clone) is computed by the same code. tmp needs n*2*text_hidden floats, wscratch text_hidden*max(text_hidden, H) floats. */
 void qve_talker_project_text(const qve_talker *t, const qve_model_config *c, qvk_pool *pool,
                              float *out, const int32_t *ids, int n, float *tmp, float *wscratch);
-/* out[3, H] = text projections of tts_pad, tts_bos, tts_eos with m's own weights, computed as
- * one 3-row qve_talker_project_text (a voice file's TPAD, written by clone). 0, or -1 when out of
- * memory. */
-int qve_model_text_special(const qv_model *m, qvk_pool *pool, float *out);
 /* out[H] += (or =) row id of the codec embedding. */
 void qve_talker_codec_embed(const qve_talker *t, float *out, int id, int accumulate);
 /* logits[3072] = codec_head · z where z = final-norm of x (z written). */

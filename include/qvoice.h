@@ -1,6 +1,6 @@
 /* qvoice.h — public API of libqvoice: load a Qwen3-TTS-12Hz checkpoint and synthesize speech.
  *
- * Usage (codes for one utterance):
+ * Usage (text to audio, streamed to a callback; complete program: examples/stream_wav.c):
  *
  *     char err[512];
  *     qv_model *m;
@@ -8,6 +8,16 @@
  *         { fprintf(stderr, "%s\n", err); return 1; }
  *     qv_params p = qv_model_params(m);            // generation_config.json defaults
  *     p.seed = 42;
+ *     p.n_threads = qv_threads_resolve(0);         // every core
+ *     qv_synth *y;
+ *     qv_synth_new(&y, m, &p);
+ *     qv_synth_request q = qv_synth_default_request();
+ *     q.text = "Hello world."; q.speaker = "ryan";   // or q.voice_path = "voices/me.qvoice"
+ *     if (qv_synth_run(y, &q, on_pcm, user, NULL)) { fprintf(stderr, "%s\n", qv_synth_error(y)); }
+ *     qv_synth_free(y);
+ *
+ * Or codes for one utterance, frame by frame:
+ *
  *     qv_session *s;
  *     qv_session_new(&s, m, &p);
  *     qv_request r = qv_default_request();
@@ -17,8 +27,9 @@
  *     while (!qv_session_next_frame(s, codes, &done) && !done) { ... use one 80 ms frame ... }
  *     qv_session_free(s); qv_model_free(m);
  *
- * Thread safety: a qv_model is read-only after load and may be shared by any number of threads
- * and sessions; a qv_session belongs to one thread at a time. Nothing here prints or exits.
+ * Thread safety: a qv_model is read-only after load (but for a voice's weight delta, see
+ * use_wdelta) and may be shared by any number of threads, sessions and syntheses; a qv_session
+ * or qv_synth belongs to one thread at a time. Nothing here prints or exits.
  * Determinism: with sampling on, a given seed gives the same codes for any n_threads.
  */
 #ifndef QVOICE_H
@@ -26,6 +37,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -42,6 +54,7 @@ const char *qv_version(void);
 #define QV_N_CODEBOOKS 16     /* codes per frame: c0 (talker) + c1..c15 (code predictor) */
 #define QV_FRAME_RATE_HZ 12.5 /* frames per second of audio */
 #define QV_SAMPLE_RATE_HZ 24000
+#define QV_SAMPLES_PER_FRAME 1920 /* samples of one frame */
 
 /* ==== status ================================================================================= */
 
@@ -90,6 +103,13 @@ int qv_model_n_speakers(const qv_model *m);
 const char *qv_model_speaker(const qv_model *m, int i);
 int qv_model_n_languages(const qv_model *m);
 const char *qv_model_language(const qv_model *m, int i);
+
+/* Decodes codes [n_frames][16] (as generated) to wav[n_frames * QV_SAMPLES_PER_FRAME] with the
+ * model's speech decoder, n_threads (qv_threads_resolve) for its matrix products; the same
+ * samples as a synthesis delivers for those frames before trimming and joining. QV_E_INVALID
+ * for a code outside [0, 2048), QV_E_MODEL when the decoder cannot be loaded; err says which. */
+enum qv_status qv_model_decode_codes(const qv_model *m, const int32_t *codes, int n_frames,
+                                     int n_threads, float *wav, char *err, size_t err_size);
 
 /* ==== parameters ============================================================================= */
 
@@ -224,8 +244,22 @@ int qv_voice_has_wdelta(const qv_voice *v);       /* carries a weight delta */
  * release) judged from the text-side rows it carries. QV_OK; QV_E_VOICE (cannot be used: wrong
  * size, delta for another checkpoint); QV_E_FOREIGN_VOICE (usable but made with an unrelated
  * checkpoint: speak warns, voicefmt verify --model fails; force it with the request's
- * force_voice). err gets the one-line reason. */
+ * force_voice). err gets the one-line reason; with QV_OK it holds a warning when the voice
+ * carries no text-side rows to judge by ("" otherwise). */
 enum qv_status qv_voice_check(const qv_voice *v, const qv_model *m, char *err, size_t err_size);
+
+/* What `voicefmt verify --model` checks, for a voice file and a model directory: x-vector, TPAD
+ * and WOVR sizes; a weight delta (made for this checkpoint or this is its source, as synthesis
+ * decides; every tensor present with its size; with QV_VERIFY_DEEP also each target tensor's
+ * SHA-256); and whether the
+ * voice was made with the model's sibling checkpoint (judged from its TPAD/WOVR rows; without
+ * them a warning "cannot tell"; QV_VERIFY_FORCE makes a foreign voice a warning). Loads the
+ * model with qv_model_load for the call. report gets every problem and warning, one line each
+ * ("PATH: problem", "PATH: warning: ..."). QV_OK (warnings possible), QV_E_FOREIGN_VOICE (that is
+ * the only problem), QV_E_VOICE, or qv_model_load's status. */
+enum { QV_VERIFY_DEEP = 1, QV_VERIFY_FORCE = 2 };
+enum qv_status qv_voice_file_verify(const char *model_dir, const char *voice_path, int flags,
+                                    char *report, size_t report_size);
 
 /* ==== synthesis: text to 24 kHz audio ========================================================= */
 
@@ -244,18 +278,30 @@ typedef struct {
     const char *instruct;    /* style instruction (1.7B CustomVoice) or voice description
                                 (VoiceDesign), or NULL */
     int use_icl;             /* 1: use the voice's reference codes + transcript when present */
-    int use_wdelta;          /* 1: apply the voice's weight delta when present */
+    int use_wdelta;          /* 1: apply the voice's weight delta when present. It rewrites
+                                the model's weights for good (the model becomes the voice's
+                                source model, e.g. Base): allowed only while this is the
+                                model's only qv_synth, else QV_E_UNSUPPORTED */
     int force_voice;         /* 1: use a voice that qv_voice_check calls foreign */
+    int strict_vocab;        /* 1: refuse text a pruned vocabulary lacks (QV_E_VOCAB); 0: run it
+                                as zero rows, named in stats.warning (qv_request.strict_vocab) */
     int max_chunk_chars;     /* code points per chunk (200); <= 0: the whole text at once */
     int guard;               /* 1: runaway guard (frame budget, c0 loop, silence) */
     int trim_lead;           /* 1: each chunk's leading silence is cut to 100 ms */
-    double max_seconds;      /* cap on the audio (0 = none); reaching it ends the utterance
-                                normally (stats.capped = 1), it is not an error */
+    double max_seconds;      /* cap on the audio of each chunk (0 = none; lowers the params'
+                                max_frames); reaching it ends the chunk normally
+                                (stats.capped = 1), it is not an error */
+    int codes_only;          /* 1: generate codes only (see qv_synth_set_chunk_fn): no
+                                decoding, no audio, no silence rule */
+    int whole_chunks;        /* 1: deliver a chunk's audio only once the chunk completed and
+                                passed the guard (a trip can always be retried; latency one
+                                chunk); 0: stream it as decoded */
     const char *verify_model_dir; /* Base model directory: per-chunk speaker similarity of the
                                      output to the voice (stats.verify_*), or NULL */
 } qv_synth_request;
 
-/* use_icl, use_wdelta, guard, trim_lead = 1; max_chunk_chars = 200; everything else 0/NULL. */
+/* use_icl, use_wdelta, guard, trim_lead = 1; max_chunk_chars = 200; everything else 0/NULL
+ * (so audio streams). */
 qv_synth_request qv_synth_default_request(void);
 
 typedef struct {
@@ -291,6 +337,19 @@ void qv_synth_free(qv_synth *s); /* accepts NULL; not while a synthesis runs */
  * QV_E_GUARD, QV_E_CANCELLED; qv_synth_error has the detail. */
 enum qv_status qv_synth_run(qv_synth *s, const qv_synth_request *r, qv_pcm_fn fn, void *user,
                             qv_synth_stats *st);
+/* A chunk (a text chunk, or one half of one split after a guard trip) that completed and passed
+ * the guard, in order. codes: its frames [n_frames][16], valid during the call. verify: speaker
+ * similarity of its audio to the voice (verify_model_dir), NAN when not computed or too short. */
+typedef struct {
+    int index; /* 1, 2, ... over the chunks of this synthesis */
+    const int32_t *codes;
+    int n_frames;
+    double verify;
+} qv_chunk_info;
+typedef void (*qv_chunk_fn)(void *user, const qv_chunk_info *c);
+/* Calls fn after each completed chunk of the next syntheses (NULL: none). */
+void qv_synth_set_chunk_fn(qv_synth *s, qv_chunk_fn fn, void *user);
+
 /* Asks the running qv_synth_run to stop (from any thread, also a signal handler); it returns
  * QV_E_CANCELLED within about one frame. A no-op when nothing runs. */
 void qv_synth_cancel(qv_synth *s);
@@ -304,34 +363,82 @@ const char *qv_synth_error(const qv_synth *s);
  * calls. */
 typedef struct qv_cloner qv_cloner;
 
+/* n_threads as qv_threads_resolve. QV_E_MODEL for a model that is not a Base (the error says
+ * so). */
 enum qv_status qv_cloner_load(qv_cloner **out, const char *base_dir, int n_threads, char *err,
                               size_t err_size);
 void qv_cloner_free(qv_cloner *c); /* accepts NULL */
+
+/* The part of the (trimmed) reference the ICL prompt uses; the transcript must say exactly what
+ * is spoken in it (docs/robustness.md). */
+enum qv_icl_window {
+    QV_ICL_FULL,  /* the whole trimmed clip, refused when longer than QV_ICL_MAX_SECONDS */
+    QV_ICL_AUTO,  /* the cleanest 10-15 s window (reported: give that span's transcript) */
+    QV_ICL_RANGE  /* icl_start_s..icl_end_s seconds of the clip as loaded, 3-30 s after trim */
+};
+#define QV_ICL_MAX_SECONDS 30.0
 
 typedef struct {
     const char *audio_path;   /* reference audio in any libsndfile format, or NULL and: */
     const float *pcm;         /* mono samples at sample_rate_hz */
     int64_t n_samples;
     int sample_rate_hz;
-    const char *ref_text;     /* transcript of the reference: adds ICL codes (NULL: x-vector only) */
+    const char *ref_text;     /* transcript of the ICL span: adds ICL codes (NULL: x-vector only) */
     const char *language;     /* stored in the voice (NULL: unset) */
-    const char *name;         /* voice name (NULL: none) */
+    const char *name;         /* voice name (NULL: the audio file's base name, or none) */
     const char *consent;      /* consent statement stored in META (NULL: none) */
-    double max_seconds;       /* audio used (30) */
-    int hygiene;              /* 1: trim, level, ICL span, transcript checks (docs/robustness.md) */
+    double max_seconds;       /* audio used (30), 3..3600 */
+    int hygiene;              /* 1: trim, loudness, ICL span, transcript checks (docs/robustness.md) */
     int with_wovr;            /* 1: carry the Base text side (WOVR) */
     const char *target_cv_dir; /* CustomVoice directory: add a weight delta for it, or NULL */
+    enum qv_icl_window icl_window; /* needs hygiene; without it the whole clip is the span */
+    double icl_start_s, icl_end_s; /* QV_ICL_RANGE */
+    int allow_xvector_fallback; /* 1: a transcript that does not fit drops ICL instead of failing */
+    double speaker_threshold; /* second-speaker warning below this cosine, -1..1 (0.5) */
+    const char *plot_path;    /* also write the log-mel PNG of the reference there, or NULL */
 } qv_clone_request;
 
-/* hygiene, with_wovr = 1; max_seconds = 30; everything else 0/NULL. */
+/* hygiene, with_wovr = 1; max_seconds = 30; icl_window FULL; speaker_threshold 0.5; everything
+ * else 0/NULL. */
 qv_clone_request qv_clone_default_request(void);
 
-/* Clones r into out_path, written atomically (nothing is left behind on failure or kill).
- * *report_json (may be NULL) gets a malloc'd JSON object: the voice's identity, sizes, the audio
- * and hygiene report (used span, transcript fit, level, warnings). QV_E_AUDIO for unusable
- * audio, QV_E_INVALID for a transcript that does not fit, QV_E_IO; err names the problem. */
+/* Clones r into out_path, written atomically (nothing is left behind on failure or kill; the plot
+ * neither). out_path NULL: everything but the writing (e.g. to see the QV_ICL_AUTO span first).
+ * *report_json (may be NULL) gets a malloc'd JSON object, on failure too ("ok": false, "error"):
+ * the voice's identity, sizes, the audio (integrated loudness in LUFS), the hygiene report (used
+ * span, transcript fit, level) and its human text ("hygiene_text"), warnings, timings. QV_E_AUDIO
+ * for unusable audio, QV_E_INVALID for a bad request or a transcript that does not fit, QV_E_MODEL,
+ * QV_E_IO; err names the problem ("FILE: problem"). */
 enum qv_status qv_clone_run(const qv_cloner *c, const qv_clone_request *r, const char *out_path,
                             char **report_json, char *err, size_t err_size);
+
+/* Speaker similarity of a and b, each a voice file (.qvoice or .bin: its x-vector) or reference
+ * audio (its x-vector computed with c over at most max_seconds; c may be NULL when both are voice
+ * files). *report_json: {"a", "b", "cosine", "norm_a", "norm_b", "dim"} (malloc'd). */
+enum qv_status qv_clone_similarity(const qv_cloner *c, const char *a, const char *b,
+                                   double max_seconds, double *cosine, char **report_json,
+                                   char *err, size_t err_size);
+
+/* ==== files ================================================================================== */
+
+/* The library's atomic writer, for a tool's own outputs (WAV, codes, extracts): the file appears
+ * at path complete on commit (replacing an old one), or not at all. A writer killed before commit
+ * leaves nothing behind where Linux allows it (an unnamed O_TMPFILE); elsewhere its temp file
+ * ".NAME.tmp.PID.N" is removed by the next write to that path. One writer per thread. */
+typedef struct qv_outfile qv_outfile;
+
+/* QV_OK, or QV_E_IO with err = "PATH: problem". */
+enum qv_status qv_outfile_open(qv_outfile **out, const char *path, char *err, size_t err_size);
+int qv_outfile_fd(const qv_outfile *f);     /* write here (e.g. sf_open_fd); do not close it */
+FILE *qv_outfile_stream(qv_outfile *f);     /* or here (owned by f; NULL when out of memory) */
+/* Flush, fsync, put in place, fsync the directory; frees f. QV_OK or QV_E_IO (nothing left). */
+enum qv_status qv_outfile_commit(qv_outfile *f, char *err, size_t err_size);
+void qv_outfile_abort(qv_outfile *f); /* discards and frees; accepts NULL */
+
+/* A whole file (regular, pipe, /dev/stdin) into a malloc'd buffer with a NUL after its
+ * *n_bytes bytes; NULL with err = "PATH: problem" when it cannot be read or exceeds max_bytes. */
+char *qv_file_read(const char *path, size_t max_bytes, size_t *n_bytes, char *err,
+                   size_t err_size);
 
 #ifdef __cplusplus
 }

@@ -230,7 +230,7 @@ static void test_tiny_lossless(void **st) {
     qve_st_close(cs);
     qv_model *a = load(model("tiny-cv")), *b = load(tmp_path("tiny-vocab"));
     assert_non_null(b->talker.text_token_map);
-    assert_true(b->talker.n_text_rows < b->cfg.text_vocab_size / 2);
+    assert_true(b->text.n_text_rows < b->cfg.text_vocab_size / 2);
     same_codes(a, QV_QUANT_BF16, b, QV_QUANT_BF16, MAX_FRAMES);
     /* uncovered text: named in a warning, refused when strict */
     qv_session *s = start(b, QV_QUANT_BF16, "Straße Zürich", 0, QV_OK);

@@ -243,7 +243,7 @@ static void test_text_bridge(void **st) {
     r.text_ids = TEXT, r.n_text_ids = N_TEXT, r.ref_codes = ref, r.n_ref_frames = 3;
     qv_session *a = start(m, &r, QV_OK);
     /* identity bridge (the model's own weights): bit-identical prompt */
-    qv_text_bridge b = {m->talker.fc1.bf16, m->talker.fc1_bias,        m->talker.fc2.bf16,
+    qv_text_bridge b = {m->talker.fc1,      m->talker.fc1_bias,        m->talker.fc2,
                         m->talker.fc2_bias, m->talker.codec_embedding, 2048};
     r.bridge = &b;
     qv_session *s = start(m, &r, QV_OK);
