@@ -23,7 +23,7 @@ AVX2_FLAGS   = -mavx2 -mfma -mf16c
 AVX512_FLAGS = -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512bf16 -mavx512vnni
 
 B := build
-LIB_DIRS := util kernels voicefmt checkpoint features clone engine
+LIB_DIRS := util kernels voicefmt checkpoint features clone engine compress
 LIB_SRC  := $(foreach d,$(LIB_DIRS),$(wildcard $(d)/*.c))
 LIB_OBJ  := $(LIB_SRC:%.c=$(B)/%.o)
 LIB      := $(B)/libqvoice.a
@@ -148,6 +148,7 @@ fuzz:
 bench: deps
 	@$(MAKE) --no-print-directory all $(BENCHES) models-full
 	@scripts/bench.sh
+	@scripts/bench-compress.sh
 
 bench-kernels: deps
 	@$(MAKE) --no-print-directory $(B)/bench/bench_kernels

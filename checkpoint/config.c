@@ -207,8 +207,19 @@ static void opt_float(rd *r, const cJSON *obj, const char *key, float *out) {
 
 static void get_stack(rd *r, const cJSON *o, const char *path, qve_stack_config *s) {
     get_dim(r, o, path, "hidden_size", &s->hidden_size);
-    get_dim(r, o, path, "intermediate_size", &s->intermediate_size);
-    get_dim(r, o, path, "num_hidden_layers", &s->num_hidden_layers);
+    get_int(r, o, path, "num_hidden_layers", 1, QVE_MAX_LAYERS, &s->num_hidden_layers);
+    /* intermediate_size: one width for every layer, or (MLP neuron pruning, docs/compression.md)
+     * a list of num_hidden_layers widths; intermediate_size is then their maximum */
+    const cJSON *is = member(r, o, path, "intermediate_size", 0);
+    if (is && cJSON_IsArray(is) && !r->bad) {
+        get_int_array(r, o, path, "intermediate_size", s->num_hidden_layers,
+                      s->layer_intermediate_size, 0);
+        for (int l = 0; l < s->num_hidden_layers && !r->bad; l++)
+            if (s->layer_intermediate_size[l] > s->intermediate_size)
+                s->intermediate_size = s->layer_intermediate_size[l];
+    } else if (is) {
+        get_dim(r, o, path, "intermediate_size", &s->intermediate_size);
+    }
     get_dim(r, o, path, "num_attention_heads", &s->num_attention_heads);
     get_dim(r, o, path, "num_key_value_heads", &s->num_key_value_heads);
     get_dim(r, o, path, "head_dim", &s->head_dim);
@@ -325,6 +336,16 @@ int qve_model_config_load(qve_model_config *c, const char *dir, char *err, size_
     get_id(&r, root, "", "tts_pad_token_id", &c->tts_pad_token_id);
     get_id(&r, root, "", "tts_bos_token_id", &c->tts_bos_token_id);
     get_id(&r, root, "", "tts_eos_token_id", &c->tts_eos_token_id);
+
+    const cJSON *qz = get_obj(&r, root, "", "quantization", 1);
+    if (qz) { /* MLX's affine quantization (docs/compression.md): only group 64, 4 bits */
+        get_dim(&r, qz, "quantization", "group_size", &c->quant_group_size);
+        get_dim(&r, qz, "quantization", "bits", &c->quant_bits);
+        if (!r.bad && (c->quant_group_size != 64 || c->quant_bits != 4))
+            rd_fail(&r, "key quantization: unsupported (expected group_size 64, bits 4, found %d, "
+                        "%d)",
+                    c->quant_group_size, c->quant_bits);
+    }
 
     const char *tp = "talker_config";
     const cJSON *tc = get_obj(&r, root, "", tp, 0);

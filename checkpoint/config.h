@@ -14,13 +14,23 @@
 enum qve_size { QVE_SIZE_0B6, QVE_SIZE_1B7, QVE_SIZE_OTHER };
 enum qve_variant { QVE_VARIANT_BASE, QVE_VARIANT_CUSTOM_VOICE, QVE_VARIANT_VOICE_DESIGN };
 
+#define QVE_MAX_LAYERS 128
+
 typedef struct {            /* a Qwen3 decoder stack (talker or code predictor) */
     int hidden_size, intermediate_size, num_hidden_layers;
+    /* intermediate_size may be a per-layer list (then intermediate_size is its maximum); all 0
+     * when it is one number: read widths with qve_layer_intermediate */
+    int layer_intermediate_size[QVE_MAX_LAYERS];
     int num_attention_heads, num_key_value_heads, head_dim;
     int vocab_size, num_code_groups;
     float rms_norm_eps, rope_theta;
     int max_position_embeddings;
 } qve_stack_config;
+
+/* MLP width of layer l. */
+static inline int qve_layer_intermediate(const qve_stack_config *s, int l) {
+    return s->layer_intermediate_size[l] ? s->layer_intermediate_size[l] : s->intermediate_size;
+}
 
 typedef struct { char name[QVE_NAME_MAX]; int id; } qve_named_id;
 typedef struct { char name[QVE_NAME_MAX]; int id; char dialect[QVE_NAME_MAX]; } qve_speaker;
@@ -33,6 +43,9 @@ typedef struct {
     enum qve_variant variant;
     int im_start_token_id, im_end_token_id, assistant_token_id;
     int tts_pad_token_id, tts_bos_token_id, tts_eos_token_id;
+    /* quantization {group_size, bits} (MLX layout; 0, 0 when absent): q4 linears are the ones
+     * whose `.scales` tensor is present */
+    int quant_group_size, quant_bits;
     /* talker_config */
     qve_stack_config talker;
     int text_hidden_size, text_vocab_size;

@@ -124,7 +124,7 @@ int qve_layer_tensor(const qve_stack_config *s, const char *prefix, int i, int k
     };
     const int64_t dim[NONE + 1] = {s->hidden_size, (int64_t)s->num_attention_heads * s->head_dim,
                                    (int64_t)s->num_key_value_heads * s->head_dim, s->head_dim,
-                                   s->intermediate_size, 0};
+                                   qve_layer_intermediate(s, i), 0};
     snprintf(name, name_size, "%s.layers.%d.%s", prefix, i, t[k].suffix);
     shape[0] = dim[t[k].rows];
     shape[1] = dim[t[k].cols];
@@ -401,6 +401,54 @@ const qve_manifest_entry *qve_manifest_find(const qve_manifest *m, const char *n
     return NULL;
 }
 
+int qve_manifest_compressed(qve_manifest *m, const qve_model_config *c, const qve_st *st,
+                            char *err, size_t err_size) {
+    qve_manifest out = {0};
+    builder b = {.m = &out, .err = err, .err_size = err_size};
+    const char *emb = "talker.model.text_embedding.weight", *map = "talker.model.text_token_map";
+    const qve_tensor *tm = qve_st_find(st, map), *te = qve_st_find(st, emb);
+    char sc[QVE_MANIFEST_NAME_MAX + 8];
+    for (int i = 0; i < m->n_entries && !b.bad; i++) {
+        const qve_manifest_entry *e = &m->entries[i];
+        const size_t n = strlen(e->name);
+        const int linear = c->quant_bits && e->n_dims == 2 && n > 7 &&
+                           !strcmp(e->name + n - 7, ".weight") && !strstr(e->name, "embedding");
+        snprintf(sc, sizeof sc, "%.*s.scales", (int)(n - 7), e->name);
+        if (linear && qve_st_find(st, sc)) {
+            const int64_t o = e->shape[0], in = e->shape[1], per_u32 = 32 / c->quant_bits;
+            if (in % c->quant_group_size) {
+                bfail(&b, "%s: tensor %s: input width %lld is not a multiple of the quantization "
+                          "group %d",
+                      qve_st_file(st, NULL), e->name, (long long)in, c->quant_group_size);
+                break;
+            }
+            add(&b, QVE_DTYPE_U32, 2, o, in / per_u32, 0, "%s", e->name);
+            add(&b, e->dtype, 2, o, in / c->quant_group_size, 0, "%s", sc);
+            add(&b, e->dtype, 2, o, in / c->quant_group_size, 0, "%.*s.biases", (int)(n - 7),
+                e->name);
+        } else if (tm && !strcmp(e->name, emb)) { /* vocabulary pruned: the rows st holds */
+            const int64_t rows = te && te->n_dims == 2 ? te->shape[0] : e->shape[0];
+            if (rows < 1 || rows > e->shape[0]) {
+                bfail(&b, "%s: tensor %s: expected 1..%lld rows with a token map, found %lld",
+                      qve_st_file(st, te), emb, (long long)e->shape[0], (long long)rows);
+                break;
+            }
+            add(&b, e->dtype, 2, rows, e->shape[1], 0, "%s", emb);
+            add(&b, QVE_DTYPE_I32, 1, e->shape[0], 0, 0, "%s", map);
+        } else {
+            add(&b, e->dtype, e->n_dims, e->shape[0], e->shape[1], e->shape[2], "%s", e->name);
+        }
+    }
+    finish(&b);
+    if (b.bad) {
+        qve_manifest_free(&out);
+        return -1;
+    }
+    qve_manifest_free(m);
+    *m = out;
+    return 0;
+}
+
 /* ==== checking ============================================================================== */
 
 static void fmt_shape(char *buf, size_t n, int n_dims, const int64_t *shape) {
@@ -423,12 +471,14 @@ int qve_manifest_check_st(const qve_manifest *m, const qve_st *st, int exact, ch
                      e->name, want);
             return -1;
         }
-        int ok = t->n_dims == e->n_dims && t->dtype != QVE_DTYPE_I64;
+        const int fl = qve_dtype_is_float(e->dtype); /* any float, or exactly the integer type */
+        int ok = t->n_dims == e->n_dims && (fl ? qve_dtype_is_float(t->dtype) : t->dtype == e->dtype);
         for (int k = 0; ok && k < e->n_dims; k++) ok = t->shape[k] == e->shape[k];
         if (!ok) {
             fmt_shape(got, sizeof got, t->n_dims, t->shape);
-            snprintf(err, err_size, "%s: tensor %s: expected %s float, found %s %s",
-                     qve_st_file(st, t), e->name, want, got, qve_dtype_name(t->dtype));
+            snprintf(err, err_size, "%s: tensor %s: expected %s %s, found %s %s",
+                     qve_st_file(st, t), e->name, want, fl ? "float" : qve_dtype_name(e->dtype),
+                     got, qve_dtype_name(t->dtype));
             return -1;
         }
     }

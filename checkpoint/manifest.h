@@ -37,6 +37,14 @@ int qve_manifest_model(qve_manifest *m, const qve_model_config *c, char *err, si
 int qve_manifest_codec(qve_manifest *m, const qve_codec_config *c, char *err, size_t err_size);
 void qve_manifest_free(qve_manifest *m);
 
+/* Adapts a model table to the compressed layouts st uses (docs/compression.md): with
+ * c->quant_bits set, each non-embedding `X.weight` matrix [o, i] whose `X.scales` st holds becomes
+ * X.weight U32 [o, i·bits/32] + X.scales, X.biases [o, i/group]; with
+ * `talker.model.text_token_map` in st the text embedding has the rows st holds (1..text_vocab_size)
+ * and the map is expected as I32 [text_vocab_size]. 0, or -1 with a one-line error (m unchanged). */
+int qve_manifest_compressed(qve_manifest *m, const qve_model_config *c, const qve_st *st,
+                            char *err, size_t err_size);
+
 /* The tensors of one Qwen3 decoder layer (§2.1), in the order of qve_layer's fields: the one
  * name table the manifest, the model loader and the weight-delta loader walk. */
 #define QVE_LAYER_N_TENSORS 11

@@ -82,6 +82,8 @@ const char *qve_dtype_name(enum qve_dtype d) {
     case QVE_DTYPE_F16: return "F16";
     case QVE_DTYPE_F32: return "F32";
     case QVE_DTYPE_I64: return "I64";
+    case QVE_DTYPE_I32: return "I32";
+    case QVE_DTYPE_U32: return "U32";
     }
     return "?";
 }
@@ -92,13 +94,19 @@ size_t qve_dtype_size(enum qve_dtype d) {
     case QVE_DTYPE_F16: return 2;
     case QVE_DTYPE_F32: return 4;
     case QVE_DTYPE_I64: return 8;
+    case QVE_DTYPE_I32: return 4;
+    case QVE_DTYPE_U32: return 4;
     }
     return 0;
 }
 
+int qve_dtype_is_float(enum qve_dtype d) {
+    return d == QVE_DTYPE_BF16 || d == QVE_DTYPE_F16 || d == QVE_DTYPE_F32;
+}
+
 static int parse_dtype(const char *s, enum qve_dtype *d) {
     static const enum qve_dtype all[] = {QVE_DTYPE_BF16, QVE_DTYPE_F16, QVE_DTYPE_F32,
-                                         QVE_DTYPE_I64};
+                                         QVE_DTYPE_I64,  QVE_DTYPE_I32, QVE_DTYPE_U32};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (strcmp(s, qve_dtype_name(all[i])) == 0) {
             *d = all[i];
@@ -154,7 +162,8 @@ static int parse_entry(const part *pt, const char *name, const cJSON *e, uint64_
         return fail(err, err_size, "%s: tensor %s: missing or non-string dtype", f, name);
     if (parse_dtype(jd->valuestring, &t->dtype) != 0)
         return fail(err, err_size,
-                    "%s: tensor %s: unsupported dtype (expected BF16, F16, F32 or I64, found %.32s)",
+                    "%s: tensor %s: unsupported dtype (expected BF16, F16, F32, I64, I32 or U32, found "
+                    "%.32s)",
                     f, name, jd->valuestring);
     if (!cJSON_IsArray(js))
         return fail(err, err_size, "%s: tensor %s: missing or non-array shape", f, name);
@@ -637,8 +646,15 @@ const qve_tensor *qve_st_expect(const qve_st *st, const char *name, enum qve_dty
     return t;
 }
 
+void qve_st_drop_pages(const void *data, size_t n_bytes) {
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    const uintptr_t a = ((uintptr_t)data + page - 1) / page * page;
+    const uintptr_t b = ((uintptr_t)data + n_bytes) / page * page;
+    if (a < b) madvise((void *)a, b - a, MADV_DONTNEED); /* a hint: failure changes nothing */
+}
+
 float *qve_tensor_to_f32(const qve_tensor *t) {
-    if (!t || t->dtype == QVE_DTYPE_I64) return NULL;
+    if (!t || !qve_dtype_is_float(t->dtype)) return NULL;
     size_t n = t->n_bytes / qve_dtype_size(t->dtype);
     if (n > SIZE_MAX / sizeof(float)) return NULL;
     float *out = qvk_alloc(n * sizeof(float));
@@ -648,7 +664,9 @@ float *qve_tensor_to_f32(const qve_tensor *t) {
     case QVE_DTYPE_BF16: qvk_bf16_to_f32(out, t->data, n); break;
     case QVE_DTYPE_F16: qvk_f16_to_f32(out, t->data, n); break;
     case QVE_DTYPE_F32: memcpy(out, t->data, n * sizeof(float)); break;
-    case QVE_DTYPE_I64: break;
+    case QVE_DTYPE_I64:
+    case QVE_DTYPE_I32:
+    case QVE_DTYPE_U32: break;
     }
     return out;
 }

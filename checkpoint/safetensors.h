@@ -7,13 +7,20 @@
 #define QV_SAFETENSORS_H
 
 /* Every header is validated before use: header length against file size, dtype in {BF16, F16,
- * F32, I64}, shape × dtype size == byte range, every range inside the file and no two ranges
+ * F32, I64, I32, U32} (the integer ones: token map and packed 4-bit weights), shape × dtype size == byte range, every range inside the file and no two ranges
  * overlapping. */
 
 #include <stddef.h>
 #include <stdint.h>
 
-enum qve_dtype { QVE_DTYPE_BF16, QVE_DTYPE_F16, QVE_DTYPE_F32, QVE_DTYPE_I64 };
+enum qve_dtype {
+    QVE_DTYPE_BF16,
+    QVE_DTYPE_F16,
+    QVE_DTYPE_F32,
+    QVE_DTYPE_I64,
+    QVE_DTYPE_I32,
+    QVE_DTYPE_U32
+};
 
 typedef struct {
     const char *name;        /* borrowed */
@@ -59,9 +66,17 @@ const qve_tensor *qve_st_expect(const qve_st *st, const char *name, enum qve_dty
  * NULL on allocation failure. */
 float *qve_tensor_to_f32(const qve_tensor *t);
 
-/* Safetensors name of a dtype ("BF16", "F16", "F32", "I64"; "?" if not one of them). */
+/* For tensor bytes of a file-backed qve_st (not qve_st_open_memory) that were copied and will not
+ * be read again: drops the whole pages inside [data, data + n_bytes) from the resident set (they
+ * would be read from the file again if touched). Used after widening F16 / q4 scales to owned
+ * f32 or reordering conv weights, so RSS does not hold both forms. */
+void qve_st_drop_pages(const void *data, size_t n_bytes);
+
+/* Safetensors name of a dtype ("BF16", "F16", "F32", "I64", "I32", "U32"; "?" otherwise). */
 const char *qve_dtype_name(enum qve_dtype d);
 /* Bytes per element (0 if not a known dtype). */
 size_t qve_dtype_size(enum qve_dtype d);
+/* 1 for BF16, F16, F32. */
+int qve_dtype_is_float(enum qve_dtype d);
 
 #endif

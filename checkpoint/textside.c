@@ -15,7 +15,7 @@ static const uint16_t *matrix(const qve_st *st, const char *name, int64_t rows, 
 static int vector(const qve_st *st, const char *name, int64_t n, float *dst, char *err,
                   size_t err_size) {
     const qve_tensor *t = qve_st_find(st, name);
-    if (!t || t->n_dims != 1 || t->shape[0] != n || t->dtype == QVE_DTYPE_I64) {
+    if (!t || t->n_dims != 1 || t->shape[0] != n || !qve_dtype_is_float(t->dtype)) {
         if (!t)
             snprintf(err, err_size, "%s: tensor %s: missing", qve_st_file(st, NULL), name);
         else
@@ -44,8 +44,31 @@ int qve_textside_bind(qve_textside *ts, const qve_st *st, const qve_model_config
         return -1;
     }
     ts->fc1_bias = ts->owned, ts->fc2_bias = ts->owned + TH;
-    if (!(ts->text_embedding = matrix(st, "talker.model.text_embedding.weight", ts->text_vocab, TH,
-                                      err, err_size)) ||
+    const qve_tensor *map = qve_st_find(st, "talker.model.text_token_map");
+    const qve_tensor *emb = qve_st_find(st, "talker.model.text_embedding.weight");
+    ts->n_text_rows = map && emb && emb->n_dims == 2 && emb->shape[0] >= 1 &&
+                              emb->shape[0] <= ts->text_vocab
+                          ? (int)emb->shape[0]
+                          : ts->text_vocab;
+    if (map && (map->dtype != QVE_DTYPE_I32 || map->n_dims != 1 || map->shape[0] != ts->text_vocab)) {
+        snprintf(err, err_size, "%s: tensor talker.model.text_token_map: expected [%d] I32",
+                 qve_st_file(st, map), ts->text_vocab);
+        qve_textside_free(ts);
+        return -1;
+    }
+    for (int i = 0; map && i < ts->text_vocab; i++) {
+        const int32_t r = ((const int32_t *)map->data)[i];
+        if (r < 0 || r >= ts->n_text_rows) {
+            snprintf(err, err_size,
+                     "%s: tensor talker.model.text_token_map: entry %d is %d (expected 0..%d)",
+                     qve_st_file(st, map), i, r, ts->n_text_rows - 1);
+            qve_textside_free(ts);
+            return -1;
+        }
+    }
+    ts->text_token_map = map ? map->data : NULL;
+    if (!(ts->text_embedding = matrix(st, "talker.model.text_embedding.weight", ts->n_text_rows,
+                                      TH, err, err_size)) ||
         !(ts->fc1 =
               matrix(st, "talker.text_projection.linear_fc1.weight", TH, TH, err, err_size)) ||
         vector(st, "talker.text_projection.linear_fc1.bias", TH, ts->owned, err, err_size) ||
@@ -69,8 +92,10 @@ void qve_textside_project(const qve_textside *ts, qvk_pool *pool, float *out, co
                           int n, float *tmp, float *wscratch) {
     const int TH = ts->text_hidden, H = ts->hidden;
     float *e = tmp, *f = tmp + (size_t)n * TH;
-    for (int i = 0; i < n; i++)
-        qvk_bf16_to_f32(e + (size_t)i * TH, ts->text_embedding + (size_t)ids[i] * TH, (size_t)TH);
+    for (int i = 0; i < n; i++) {
+        const int32_t row = ts->text_token_map ? ts->text_token_map[ids[i]] : ids[i];
+        qvk_bf16_to_f32(e + (size_t)i * TH, ts->text_embedding + (size_t)row * TH, (size_t)TH);
+    }
     qvk_linear_bf16(pool, f, e, ts->fc1, ts->fc1_bias, n, TH, TH, wscratch);
     qvk_silu(f, n * TH);
     qvk_linear_bf16(pool, out, f, ts->fc2, ts->fc2_bias, n, TH, H, wscratch);

@@ -21,7 +21,10 @@
 
 typedef struct {
     int text_hidden, hidden, text_vocab, codec_vocab;
-    const uint16_t *text_embedding;  /* [text_vocab, text_hidden] talker.model.text_embedding */
+    const uint16_t *text_embedding;  /* [n_text_rows, text_hidden] talker.model.text_embedding */
+    const int32_t *text_token_map;   /* [text_vocab] talker.model.text_token_map: id -> row (0 =
+                                        the zero row of a pruned vocabulary), or NULL: row = id */
+    int n_text_rows;                 /* text_vocab without a map */
     const uint16_t *fc1;             /* [text_hidden, text_hidden] text_projection.linear_fc1 */
     const float *fc1_bias;           /* [text_hidden] (f32 copy, owned) */
     const uint16_t *fc2;             /* [hidden, text_hidden] text_projection.linear_fc2 */
@@ -31,7 +34,8 @@ typedef struct {
 } qve_textside;
 
 /* Binds the tensors of st (bf16 matrices borrowed from the mmap, biases of any float dtype
- * widened to f32) with the shapes c gives. 0, or -1 with "FILE: tensor NAME: expected ..." in
+ * widened to f32) with the shapes c gives; a vocabulary-pruned checkpoint (docs/compression.md)
+ * has fewer embedding rows and a token map, each entry checked to name a stored row. 0, or -1 with "FILE: tensor NAME: expected ..." in
  * err. Free with qve_textside_free; the views live as long as st. */
 int qve_textside_bind(qve_textside *ts, const qve_st *st, const qve_model_config *c, char *err,
                       size_t err_size);

@@ -191,6 +191,12 @@ qvc_speech_encoder *qvc_speech_encoder_load(const char *dir, char *err, size_t e
         free(se);
         return NULL;
     }
+    if (!qve_st_find(se->st, "encoder.encoder.layers.0.conv.weight")) { /* stripped */
+        snprintf(err, err_size, "%s: no speech encoder (removed by qvoice-compress --strip-encoder): "
+                 "ICL cloning needs the model's full speech tokenizer", qve_st_file(se->st, NULL));
+        qvc_speech_encoder_free(se);
+        return NULL;
+    }
     enc_weights *w = &se->w;
     const qve_st *st = se->st;
     char p[192];

@@ -41,8 +41,9 @@ void qve_cp_state_use(qve_cp_state *s, const qve_code_predictor *w) {
 /* s->x = Π(in), in being a talker-width vector. */
 static void project(qve_cp_state *s, const qv_model *m, qvk_pool *pool, const float *in) {
     const int H = m->cfg.talker.hidden_size, CH = m->cfg.code_predictor.hidden_size;
-    if (m->cp.mtp_proj)
-        qvk_matvec_bf16(pool, s->x, m->cp.mtp_proj, in, m->cp.mtp_bias, CH, H);
+    const qve_mat *w = &s->w->mtp_proj; /* the view's: q4 in a q4 view */
+    if (w->bf16 || w->q4)
+        qve_matvec(pool, in, H, &(qve_mv){s->x, w, m->cp.mtp_bias, CH}, 1);
     else
         memcpy(s->x, in, (size_t)CH * sizeof(float));
 }

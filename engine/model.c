@@ -1,8 +1,10 @@
-/* model.c — loads the talker and code predictor of a Qwen3-TTS-12Hz checkpoint (§1, §2.1).
+/* model.c — loads the talker and code predictor of a Qwen3-TTS-12Hz checkpoint (§1, §2.1), plain
+ * or compressed (docs/compression.md: q4 linears, token map, fewer layers, per-layer MLP widths).
  *
  * The file is first checked exactly against the manifest built from the config (manifest.h), then
- * each tensor is bound by name. Matrices stay bf16 in the mmap (borrowed; other dtypes are refused
- * for now); norms and biases are widened to owned f32 copies.
+ * each tensor is bound by name. Matrices stay bf16 or packed 4-bit in the mmap (borrowed); norms,
+ * biases and q4 group scales are widened to owned f32 copies. The int8 and q4 views quantize the
+ * bf16 matrices in RAM once, for the sessions that ask.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +13,7 @@
 
 #include "checkpoint/manifest.h"
 #include "engine/model.h"
+#include "kernels/q4.h"
 #include "engine/speech_decoder.h"
 #include "kernels/q8.h"
 
@@ -35,20 +38,8 @@ static const uint16_t *get_matrix(loader *L, const char *name, int64_t rows, int
     return (const uint16_t *)t->data;
 }
 
-static float *get_vector(loader *L, const char *name, int64_t n) {
-    if (L->failed) return NULL;
-    const qve_tensor *t = qve_st_find(L->m->st, name);
-    if (!t || t->n_dims != 1 || t->shape[0] != n || t->dtype == QVE_DTYPE_I64) {
-        if (!t)
-            snprintf(L->err, L->err_size, "%s/model.safetensors: tensor %s: missing", L->m->dir,
-                     name);
-        else
-            snprintf(L->err, L->err_size,
-                     "%s/model.safetensors: tensor %s: expected [%lld] float, found %d-d %s",
-                     L->m->dir, name, (long long)n, t->n_dims, qve_dtype_name(t->dtype));
-        L->failed = 1;
-        return NULL;
-    }
+/* An owned f32 copy of t (any float dtype), freed at unload. */
+static float *keep_f32(loader *L, const qve_tensor *t, const char *name) {
     float *f = qve_tensor_to_f32(t);
     float **grown =
         f ? realloc(L->m->f32_copies, sizeof(float *) * (size_t)(L->m->n_f32_copies + 1)) : NULL;
@@ -61,6 +52,71 @@ static float *get_vector(loader *L, const char *name, int64_t n) {
     L->m->f32_copies = grown;
     L->m->f32_copies[L->m->n_f32_copies++] = f;
     return f;
+}
+
+static float *get_vector(loader *L, const char *name, int64_t n) {
+    if (L->failed) return NULL;
+    const qve_tensor *t = qve_st_find(L->m->st, name);
+    if (!t || t->n_dims != 1 || t->shape[0] != n || !qve_dtype_is_float(t->dtype)) {
+        if (!t)
+            snprintf(L->err, L->err_size, "%s/model.safetensors: tensor %s: missing", L->m->dir,
+                     name);
+        else
+            snprintf(L->err, L->err_size,
+                     "%s/model.safetensors: tensor %s: expected [%lld] float, found %d-d %s",
+                     L->m->dir, name, (long long)n, t->n_dims, qve_dtype_name(t->dtype));
+        L->failed = 1;
+        return NULL;
+    }
+    return keep_f32(L, t, name);
+}
+
+/* A q4 scales/biases tensor as bf16: borrowed from the mmap when it is bf16 (the usual MLX
+ * layout), else an owned copy (an F16 or F32 scale is rounded to bf16: 2^-9 relative, against
+ * q4's own ~7 %). */
+static const uint16_t *get_bf16(loader *L, const qve_tensor *t, const char *name) {
+    if (t->dtype == QVE_DTYPE_BF16) return t->data;
+    const size_t n = t->n_bytes / qve_dtype_size(t->dtype);
+    float *f = qve_tensor_to_f32(t);
+    uint16_t *h = f ? qvk_alloc(n * sizeof *h) : NULL;
+    uint16_t **grown =
+        h ? realloc(L->m->weight_copies, sizeof *grown * (size_t)(L->m->n_weight_copies + 1))
+          : NULL;
+    if (!grown) {
+        qvk_free(f), qvk_free(h);
+        snprintf(L->err, L->err_size, "%s: out of memory converting %s", L->m->dir, name);
+        L->failed = 1;
+        return NULL;
+    }
+    qvk_f32_to_bf16(h, f, n);
+    qvk_free(f);
+    qve_st_drop_pages(t->data, t->n_bytes); /* RSS holds the bf16 copy only */
+    L->m->weight_copies = grown;
+    L->m->weight_copies[L->m->n_weight_copies++] = h;
+    return h;
+}
+
+/* A linear weight NAME (".weight"): bf16, or MLX q4 when NAME's ".scales" is present (the
+ * manifest check already fixed every shape and dtype). */
+static void get_linear(loader *L, qve_mat *w, const char *name, int64_t rows, int64_t cols) {
+    char sb[300];
+    const size_t n = strlen(name) - strlen(".weight");
+    snprintf(sb, sizeof sb, "%.*s.scales", (int)n, name);
+    const qve_tensor *s = L->m->cfg.quant_bits ? qve_st_find(L->m->st, sb) : NULL;
+    if (!s) {
+        w->bf16 = get_matrix(L, name, rows, cols);
+        return;
+    }
+    if (L->failed) return;
+    const int64_t shape[2] = {rows, cols / 8};
+    const qve_tensor *q =
+        qve_st_expect(L->m->st, name, QVE_DTYPE_U32, 2, shape, L->err, L->err_size);
+    w->q4 = q ? q->data : NULL;
+    w->q4_s = q ? get_bf16(L, s, sb) : NULL;
+    snprintf(sb, sizeof sb, "%.*s.biases", (int)n, name);
+    const qve_tensor *b = qve_st_find(L->m->st, sb);
+    w->q4_b = b && w->q4_s ? get_bf16(L, b, sb) : NULL;
+    if (!w->q4 || !w->q4_b) L->failed = 1;
 }
 
 static void load_stack(loader *L, qve_stack *s, const qve_stack_config *c, const char *prefix) {
@@ -79,7 +135,7 @@ static void load_stack(loader *L, qve_stack *s, const qve_stack_config *c, const
             float **vec;
             qve_layer_tensor(c, prefix, i, k, n, sizeof n, shape);
             qve_layer_field(&s->layers[i], k, &mat, &vec);
-            if (mat) mat->bf16 = get_matrix(L, n, shape[0], shape[1]);
+            if (mat) get_linear(L, mat, n, shape[0], shape[1]);
             else *vec = get_vector(L, n, shape[0]);
         }
     snprintf(n, sizeof n, "%s.norm.weight", prefix);
@@ -140,6 +196,7 @@ int qve_model_load(qv_model *m, const char *dir, char *err, size_t err_size) {
 
     qve_manifest man = {0};
     int bad = qve_manifest_model(&man, c, err, err_size) ||
+              qve_manifest_compressed(&man, c, m->st, err, err_size) ||
               qve_manifest_check_st(&man, m->st, 1, err, err_size);
     qve_manifest_free(&man);
     if (bad) return -1;
@@ -150,10 +207,11 @@ int qve_model_load(qv_model *m, const char *dir, char *err, size_t err_size) {
     load_stack(&L, &t->stack, &c->talker, "talker.model");
     if (!L.failed && qve_textside_bind(&m->text, m->st, c, err, err_size)) L.failed = 1;
     t->text_embedding = m->text.text_embedding;
+    t->text_token_map = m->text.text_token_map;
     t->fc1 = m->text.fc1, t->fc1_bias = m->text.fc1_bias;
     t->fc2 = m->text.fc2, t->fc2_bias = m->text.fc2_bias;
     t->codec_embedding = m->text.codec_embedding;
-    t->codec_head.bf16 = get_matrix(&L, "talker.codec_head.weight", c->talker.vocab_size, H);
+    get_linear(&L, &t->codec_head, "talker.codec_head.weight", c->talker.vocab_size, H);
 
     qve_code_predictor *cp = &m->cp;
     const int64_t CH = c->code_predictor.hidden_size, CV = c->code_predictor.vocab_size;
@@ -163,11 +221,11 @@ int qve_model_load(qv_model *m, const char *dir, char *err, size_t err_size) {
         snprintf(n, sizeof n, "talker.code_predictor.model.codec_embedding.%d.weight", g);
         cp->codec_embedding[g] = get_matrix(&L, n, CV, H);
         snprintf(n, sizeof n, "talker.code_predictor.lm_head.%d.weight", g);
-        cp->lm_head[g].bf16 = get_matrix(&L, n, CV, CH);
+        get_linear(&L, &cp->lm_head[g], n, CV, CH);
     }
     if (!L.failed && H != CH) { /* 1.7B: small_to_mtp_projection; absent (identity) when equal */
-        cp->mtp_proj =
-            get_matrix(&L, "talker.code_predictor.small_to_mtp_projection.weight", CH, H);
+        get_linear(&L, &cp->mtp_proj, "talker.code_predictor.small_to_mtp_projection.weight", CH,
+                   H);
         cp->mtp_bias = get_vector(&L, "talker.code_predictor.small_to_mtp_projection.bias", CH);
     }
     if (L.failed) return -1;
@@ -175,19 +233,23 @@ int qve_model_load(qv_model *m, const char *dir, char *err, size_t err_size) {
     return 0;
 }
 
-void qve_model_drop_q8(qv_model *m) {
-    if (!m->q8) return;
-    free(m->q8->talker.stack.layers);
-    free(m->q8->cp.stack.layers);
-    qvk_free(m->q8->q);
-    qvk_free(m->q8->scale);
-    free(m->q8);
-    m->q8 = NULL;
+static void free_view(struct qve_view *v) {
+    if (!v) return;
+    free(v->talker.stack.layers);
+    free(v->cp.stack.layers);
+    qvk_free(v->q);
+    qvk_free(v->scale);
+    free(v);
+}
+
+void qve_model_drop_views(qv_model *m) {
+    free_view(m->q8), free_view(m->q4);
+    m->q8 = m->q4 = NULL;
 }
 
 void qve_model_unload(qv_model *m) {
     if (!m) return;
-    qve_model_drop_q8(m);
+    qve_model_drop_views(m);
     pthread_mutex_destroy(&m->q8_lock);
     qve_decoder_free(m->dec);
     pthread_mutex_destroy(&m->dec_lock);
@@ -204,58 +266,72 @@ void qve_model_unload(qv_model *m) {
     memset(m, 0, sizeof *m);
 }
 
-/* ==== int8 view ============================================================================== */
+/* ==== quantized views ======================================================================= */
 
-/* Calls fn on every decode matrix of a view (the ones the int8 matvec may serve) with its shape. */
-static void each_matrix(struct qve_q8_view *v, void (*fn)(qve_mat *, int, int, void *), void *ctx) {
+/* Calls fn on every matrix of a view the quantized matvecs may serve, with its shape: the decode
+ * matrices, plus (all != 0, the q4 view) the mtp projection. */
+static void each_matrix(struct qve_view *v, int all,
+                        void (*fn)(qve_mat *, int, int, void *), void *ctx) {
     qve_stack *stacks[2] = {&v->talker.stack, &v->cp.stack};
     for (int k = 0; k < 2; k++) {
         const qve_stack_config *c = &stacks[k]->cfg;
-        const int H = c->hidden_size, I = c->intermediate_size;
+        const int H = c->hidden_size;
         const int qd = c->num_attention_heads * c->head_dim;
         const int kvd = c->num_key_value_heads * c->head_dim;
         for (int l = 0; l < c->num_hidden_layers; l++) {
             qve_layer *L = &stacks[k]->layers[l];
+            const int I = qve_layer_intermediate(c, l);
             fn(&L->q_proj, qd, H, ctx), fn(&L->k_proj, kvd, H, ctx), fn(&L->v_proj, kvd, H, ctx);
             fn(&L->o_proj, H, qd, ctx);
             fn(&L->gate_proj, I, H, ctx), fn(&L->up_proj, I, H, ctx), fn(&L->down_proj, H, I, ctx);
         }
     }
-    fn(&v->talker.codec_head, v->talker.stack.cfg.vocab_size, v->talker.stack.cfg.hidden_size, ctx);
+    const int H = v->talker.stack.cfg.hidden_size, CH = v->cp.stack.cfg.hidden_size;
+    fn(&v->talker.codec_head, v->talker.stack.cfg.vocab_size, H, ctx);
     for (int g = 0; g < QVE_N_GROUPS - 1; g++)
-        fn(&v->cp.lm_head[g], v->cp.stack.cfg.vocab_size, v->cp.stack.cfg.hidden_size, ctx);
+        fn(&v->cp.lm_head[g], v->cp.stack.cfg.vocab_size, CH, ctx);
+    if (!all) return;
+    fn(&v->cp.mtp_proj, CH, H, ctx); /* skipped when absent (no bf16) */
 }
 
-struct q8_fill {
-    size_t n_q, n_rows; /* running offsets (or totals when counting) */
-    int8_t *q;
-    float *scale;
-    qvk_q8_quant *mats; /* filled: the matrices to quantize in one dispatch */
+struct q_fill {
+    qvk_pool *pool;
+    int q4;
+    size_t n_q, n_s; /* running byte / scale offsets (or totals when counting) */
+    uint8_t *q;
+    void *scale;        /* f32 (int8) or bf16 (q4) */
+    qvk_q8_quant *mats; /* int8: the matrices, quantized in one pool dispatch */
     int n_mats;
 };
 
-static int q8_fits(int n_in) {
-    return n_in % QVK_Q8_GROUP == 0 && n_in <= QVK_Q8_MAX_IN;
+static int quantizable(const qve_mat *w, int n_in, const struct q_fill *f) {
+    return w->bf16 && n_in % (f->q4 ? QVK_Q4_GROUP : QVK_Q8_GROUP) == 0 &&
+           n_in <= (f->q4 ? QVK_Q4_MAX_IN : QVK_Q8_MAX_IN);
 }
 
 static void count_matrix(qve_mat *w, int n_out, int n_in, void *ctx) {
-    struct q8_fill *f = ctx;
-    (void)w;
-    if (!q8_fits(n_in)) return;
-    f->n_q += (size_t)n_out * n_in;
-    f->n_rows += (size_t)n_out;
+    struct q_fill *f = ctx;
+    if (!quantizable(w, n_in, f)) return;
+    f->n_q += (size_t)n_out * n_in / (f->q4 ? 2 : 1);
+    f->n_s += f->q4 ? (size_t)n_out * (n_in / QVK_Q4_GROUP) * 2 : (size_t)n_out;
     f->n_mats++;
 }
 
 static void fill_matrix(qve_mat *w, int n_out, int n_in, void *ctx) {
-    struct q8_fill *f = ctx;
-    if (!q8_fits(n_in)) return; /* stays bf16 */
-    int8_t *q = f->q + f->n_q;
-    float *s = f->scale + f->n_rows;
-    f->mats[f->n_mats++] = (qvk_q8_quant){q, s, w->bf16, n_out, n_in};
-    w->q8 = q, w->q8_scale = s;
-    f->n_q += (size_t)n_out * n_in;
-    f->n_rows += (size_t)n_out;
+    struct q_fill *f = ctx;
+    if (!quantizable(w, n_in, f)) return;
+    uint8_t *q = f->q + f->n_q;
+    if (f->q4) {
+        uint16_t *s = (uint16_t *)f->scale + f->n_s;
+        const size_t n_g = (size_t)n_out * (n_in / QVK_Q4_GROUP);
+        qvk_q4_quantize_bf16(f->pool, q, s, s + n_g, w->bf16, n_out, n_in);
+        w->q4 = q, w->q4_s = s, w->q4_b = s + n_g;
+    } else {
+        float *s = (float *)f->scale + f->n_s;
+        f->mats[f->n_mats] = (qvk_q8_quant){(int8_t *)q, s, w->bf16, n_out, n_in};
+        w->q8 = (const int8_t *)q, w->q8_scale = s;
+    }
+    count_matrix(w, n_out, n_in, ctx);
 }
 
 static qve_layer *copy_layers(const qve_stack *s) {
@@ -264,45 +340,57 @@ static qve_layer *copy_layers(const qve_stack *s) {
     return l;
 }
 
-int qve_model_quantize(const qv_model *shared, qvk_pool *pool) {
-    /* the model is otherwise read-only: the view is added once, under the lock, never changed */
-    qv_model *m = (qv_model *)(uintptr_t)shared;
-    pthread_mutex_lock(&m->q8_lock);
-    int rc = 0;
-    if (!m->q8) {
-        struct qve_q8_view *v = calloc(1, sizeof *v);
-        rc = -1;
-        if (v) {
-            v->talker = m->talker, v->cp = m->cp;
-            v->talker.stack.layers = copy_layers(&m->talker.stack);
-            v->cp.stack.layers = copy_layers(&m->cp.stack);
-            struct q8_fill f = {0};
-            if (v->talker.stack.layers && v->cp.stack.layers) each_matrix(v, count_matrix, &f);
-            v->q = qvk_alloc(f.n_q ? f.n_q : 1);
-            v->scale = qvk_alloc((f.n_rows ? f.n_rows : 1) * sizeof(float));
-            qvk_q8_quant *mats = malloc(sizeof *mats * (size_t)(f.n_mats ? f.n_mats : 1));
-            if (v->talker.stack.layers && v->cp.stack.layers && v->q && v->scale && mats) {
-                v->n_bytes = f.n_q;
-                f = (struct q8_fill){0, 0, v->q, v->scale, mats, 0};
-                each_matrix(v, fill_matrix, &f);
-                qvk_q8_quantize_multi(pool, mats, f.n_mats); /* shapes checked by q8_fits */
-                m->q8 = v;
-                rc = 0;
-            } else {
-                free(v->talker.stack.layers), free(v->cp.stack.layers);
-                qvk_free(v->q), qvk_free(v->scale), free(v);
-            }
-            free(mats);
-        }
+static struct qve_view *make_view(const qv_model *m, int q4, qvk_pool *pool) {
+    struct qve_view *v = calloc(1, sizeof *v);
+    if (!v) return NULL;
+    v->talker = m->talker, v->cp = m->cp;
+    v->talker.stack.layers = copy_layers(&m->talker.stack);
+    v->cp.stack.layers = copy_layers(&m->cp.stack);
+    struct q_fill f = {pool, q4, 0, 0, NULL, NULL, NULL, 0};
+    if (!v->talker.stack.layers || !v->cp.stack.layers) {
+        free_view(v);
+        return NULL;
     }
+    each_matrix(v, q4, count_matrix, &f);
+    v->q = qvk_alloc(f.n_q ? f.n_q : 1);
+    v->scale = qvk_alloc((f.n_s ? f.n_s : 1) * (q4 ? sizeof(uint16_t) : sizeof(float)));
+    if (!v->q || !v->scale) {
+        free_view(v);
+        return NULL;
+    }
+    v->n_bytes = f.n_q;
+    qvk_q8_quant *mats = q4 ? NULL : malloc(sizeof *mats * (size_t)(f.n_mats ? f.n_mats : 1));
+    if (!q4 && !mats) {
+        free_view(v);
+        return NULL;
+    }
+    f = (struct q_fill){pool, q4, 0, 0, v->q, v->scale, mats, 0};
+    each_matrix(v, q4, fill_matrix, &f);
+    if (!q4) qvk_q8_quantize_multi(pool, mats, f.n_mats); /* shapes checked by quantizable */
+    free(mats);
+    return v;
+}
+
+int qve_model_quantize(const qv_model *shared, int quant, qvk_pool *pool) {
+    if (quant != QV_QUANT_INT8 && quant != QV_QUANT_Q4) return 0;
+    /* the model is otherwise read-only: a view is added once, under the lock, never changed */
+    qv_model *m = (qv_model *)(uintptr_t)shared;
+    struct qve_view **slot = quant == QV_QUANT_Q4 ? &m->q4 : &m->q8;
+    pthread_mutex_lock(&m->q8_lock);
+    if (!*slot) *slot = make_view(m, quant == QV_QUANT_Q4, pool);
+    const int rc = *slot ? 0 : -1;
     pthread_mutex_unlock(&m->q8_lock);
     return rc;
 }
 
+static const struct qve_view *view(const qv_model *m, int quant) {
+    return quant == QV_QUANT_INT8 ? m->q8 : quant == QV_QUANT_Q4 ? m->q4 : NULL;
+}
+
 const qve_talker *qve_model_talker(const qv_model *m, int quant) {
-    return quant == QV_QUANT_INT8 && m->q8 ? &m->q8->talker : &m->talker;
+    return view(m, quant) ? &view(m, quant)->talker : &m->talker;
 }
 
 const qve_code_predictor *qve_model_cp(const qv_model *m, int quant) {
-    return quant == QV_QUANT_INT8 && m->q8 ? &m->q8->cp : &m->cp;
+    return view(m, quant) ? &view(m, quant)->cp : &m->cp;
 }

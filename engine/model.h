@@ -1,6 +1,7 @@
 /* model.h — engine-internal layouts shared by model.c, talker.c, code_predictor.c, sampler.c and
- * session.c (prefix qve_). Weights are borrowed bf16 pointers into the checkpoint mmap; only the
- * small vectors (norms, biases) are widened to f32 copies at load. State structs hold every
+ * session.c (prefix qve_). Weights are borrowed bf16 (or packed 4-bit) pointers into the
+ * checkpoint mmap; only the small vectors (norms, biases, q4 group scales) are widened to f32
+ * copies at load. State structs hold every
  * activation buffer and KV cache so that the frame loop never allocates.
  */
 #ifndef QV_MODEL_H
@@ -21,13 +22,18 @@
 
 /* ==== weights ================================================================================ */
 
-/* A decode-path matrix [n_out, n_in]: bf16 in the mmap (always; prefill reads it), plus an int8
- * copy with per-row scales when the model view is quantized (q8 != NULL selects the int8 matvec).
- */
+/* A matrix [n_out, n_in], its weight tag being which pointers are set: bf16 in the mmap, or 4-bit
+ * (kernels/q4.h: packed q4 and bf16 group scales/biases, in the mmap of a quantized checkpoint or
+ * in a q4 view) with bf16 NULL when the checkpoint holds only that; plus an int8 copy with
+ * per-row scales in the int8 view. Decode matvecs use int8, else q4, else bf16; prefills use q4
+ * (widened) when present, else bf16, so a q4 view and the same weights loaded from a q4
+ * checkpoint compute the same. */
 typedef struct {
     const uint16_t *bf16;
     const int8_t *q8;
     const float *q8_scale;
+    const uint8_t *q4;
+    const uint16_t *q4_s, *q4_b; /* [n_out, n_in / 64] bf16 */
 } qve_mat;
 
 typedef struct {                     /* one Qwen3 decoder layer; PREFIX = talker.model.layers.N or
@@ -40,7 +46,7 @@ typedef struct {                     /* one Qwen3 decoder layer; PREFIX = talker
     float *q_norm;                   /* [hd]           PREFIX.self_attn.q_norm.weight (f32) */
     float *k_norm;                   /* [hd]           PREFIX.self_attn.k_norm.weight (f32) */
     float *post_attention_layernorm; /* [H]            PREFIX.post_attention_layernorm.weight */
-    qve_mat gate_proj;               /* [I, H]         PREFIX.mlp.gate_proj.weight */
+    qve_mat gate_proj;               /* [I, H]         PREFIX.mlp.gate_proj.weight (I per layer) */
     qve_mat up_proj;                 /* [I, H]         PREFIX.mlp.up_proj.weight */
     qve_mat down_proj;               /* [H, I]         PREFIX.mlp.down_proj.weight */
 } qve_layer;
@@ -58,7 +64,9 @@ typedef struct { /* a Qwen3 decoder stack without embeddings / head */
 typedef struct { /* talker (§3) */
     qve_stack stack;
     const uint16_t
-        *text_embedding;   /* [text_vocab, text_hidden] talker.model.text_embedding.weight */
+        *text_embedding;   /* [n_text_rows, text_hidden] talker.model.text_embedding.weight */
+    const int32_t *text_token_map; /* [text_vocab] talker.model.text_token_map: token id -> row
+                                      (0 = the zero row of a pruned vocabulary), or NULL */
     const uint16_t *fc1;   /* [text_hidden, text_hidden] talker.text_projection.linear_fc1.weight */
     const float *fc1_bias; /* [text_hidden]  talker.text_projection.linear_fc1.bias */
     const uint16_t *fc2;   /* [H, text_hidden] talker.text_projection.linear_fc2.weight */
@@ -72,7 +80,7 @@ typedef struct {     /* code predictor (§4), prefix talker.code_predictor. */
     const uint16_t
         *codec_embedding[QVE_N_GROUPS - 1];    /* [2048, H_talker] model.codec_embedding.g.weight */
     qve_mat lm_head[QVE_N_GROUPS - 1];         /* [2048, 1024] lm_head.g.weight */
-    const uint16_t *mtp_proj; /* [1024, H_talker] small_to_mtp_projection.weight; NULL = identity */
+    qve_mat mtp_proj; /* [1024, H_talker] small_to_mtp_projection.weight; all NULL = identity */
     float *mtp_bias;          /* [1024]         small_to_mtp_projection.bias */
 } qve_code_predictor;
 
@@ -87,10 +95,11 @@ struct qv_model {
     int n_f32_copies;
     float **f32_copies; /* every f32 copy above, freed at qv_model_free */
     int n_weight_copies;
-    uint16_t **weight_copies; /* bf16 tensors rebuilt in RAM by a voice's WDELTA (voice_load.c) */
-    /* int8 view (same tensors, decode matrices quantized), made by the first int8 session */
+    uint16_t **weight_copies; /* bf16 tensors made in RAM: by a voice's WDELTA (voice_load.c), q4
+                                 scales of a non-bf16 checkpoint (model.c) */
+    /* quantized views (same tensors, matrices quantized), made by the first int8 / q4 session */
     pthread_mutex_t q8_lock;
-    struct qve_q8_view *q8;
+    struct qve_view *q8, *q4;
     /* the speech decoder, loaded by the first synthesis that needs it (synth.c) and shared
        read-only by all; and how many qv_synth use this model (a weight delta may change the
        weights only while one does) */
@@ -101,27 +110,30 @@ struct qv_model {
     uint8_t wdelta_source[32]; /* that voice's source fingerprint */
 };
 
-struct qve_q8_view {
+struct qve_view {
     qve_talker talker;
     qve_code_predictor cp;
-    int8_t *q;      /* every int8 matrix, one allocation */
-    float *scale;   /* every row scale */
-    size_t n_bytes; /* int8 weight bytes */
+    void *q;        /* every quantized matrix, one allocation */
+    void *scale;    /* every int8 row scale (f32), or every q4 group scale then bias (bf16) */
+    size_t n_bytes; /* quantized weight bytes */
 };
 
 /* Loads config, generation config and every talker/code-predictor tensor (checked against the
  * table built from the config). 0 on success, -1 with a one-line error in err. */
 int qve_model_load(qv_model *m, const char *dir, char *err, size_t err_size);
 void qve_model_unload(qv_model *m);
-/* Makes m->q8 (once; thread-safe; later calls return at once): every talker / code-predictor
- * decode matrix whose n_in is a multiple of QVK_Q8_GROUP quantized to int8 using the pool. 0, or
- * -1 when out of memory. */
-int qve_model_quantize(const qv_model *m, qvk_pool *pool);
-/* The weights a session with quantization quant (enum qv_quant) uses: m's own, or the int8 view
- * (which must exist). */
-/* Frees the int8 view (weights changed: voice_load.c); the next int8 session quantizes again.
- * No session may be using it. */
-void qve_model_drop_q8(qv_model *m);
+/* Makes the view of quant (enum qv_quant; once, thread-safe; later calls return at once):
+ * QV_QUANT_INT8 quantizes every talker / code-predictor decode matrix whose n_in is a multiple of
+ * QVK_Q8_GROUP to int8; QV_QUANT_Q4 every bf16 linear (layers, heads, text projection, mtp
+ * projection) whose n_in is a multiple of QVK_Q4_GROUP to q4 as qvoice-compress --q4 stores it.
+ * Matrices without bf16 (a q4 checkpoint) stay as they are. 0 (also for QV_QUANT_BF16), or -1
+ * when out of memory. */
+int qve_model_quantize(const qv_model *m, int quant, qvk_pool *pool);
+/* Frees the quantized views (weights changed: voice_load.c); the next session quantizes again.
+ * No session may be using them. */
+void qve_model_drop_views(qv_model *m);
+/* The weights a session with quantization quant (enum qv_quant) uses: m's own, or the view of
+ * quant when it exists. */
 const qve_talker *qve_model_talker(const qv_model *m, int quant);
 const qve_code_predictor *qve_model_cp(const qv_model *m, int quant);
 
@@ -149,8 +161,9 @@ void qve_stack_state_free(qve_stack_state *s);
  * pos0 + n must be <= max_ctx (checked by callers). */
 void qve_stack_forward(qve_stack_state *s, qvk_pool *pool, float *x, int n, int pos0);
 
-/* Several matrices applied to one x[n_in] (n_mv <= 4) in one pool dispatch: int8 when all have
- * an int8 copy, else bf16. */
+/* Several matrices applied to one x[n_in] (n_mv <= 4) in one pool dispatch when they share a
+ * weight tag (int8 if all have a copy, else q4 if all have one, else bf16); one dispatch per
+ * matrix otherwise. */
 typedef struct {
     float *y;
     const qve_mat *w;
@@ -162,8 +175,8 @@ void qve_matvec(qvk_pool *pool, const float *x, int n_in, const qve_mv *mv, int 
 /* ==== talker / code predictor ================================================================ */
 
 /* out[n, H] = text_projection(E_txt[ids[i]]) (§3.1) with t's text side (the model's, or a
- * voice's WOVR bridge): qve_textside_project, so a voice's TPAD (clone) is computed by the same
- * code. tmp needs n*2*text_hidden floats, wscratch text_hidden*max(text_hidden, H) floats. */
+ * voice's WOVR bridge; ids through the token map of a pruned vocabulary): qve_textside_project,
+ * so a voice's TPAD (clone) is computed by the same code. tmp needs n*2*text_hidden floats, wscratch text_hidden*max(text_hidden, H) floats. */
 void qve_talker_project_text(const qve_talker *t, const qve_model_config *c, qvk_pool *pool,
                              float *out, const int32_t *ids, int n, float *tmp, float *wscratch);
 /* out[H] += (or =) row id of the codec embedding. */
@@ -224,6 +237,7 @@ struct qv_session {
     qv_params p;
     qvk_pool *pool;
     char err[QVE_ERR_MAX];
+    char warn[QVE_ERR_MAX]; /* non-fatal note of the last start ("" when none) */
     enum qve_session_state state;
     qve_rng rng;
     qve_cp_state cp;

@@ -178,8 +178,8 @@ static int check_params(const qv_params *p, char *err, size_t n) {
                -1;
     if (p->max_frames < 1)
         return snprintf(err, n, "max_frames: expected >= 1, found %d", p->max_frames), -1;
-    if (p->quant != QV_QUANT_BF16 && p->quant != QV_QUANT_INT8)
-        return snprintf(err, n, "quant: expected bf16 or int8, found %d", p->quant), -1;
+    if (p->quant != QV_QUANT_BF16 && p->quant != QV_QUANT_INT8 && p->quant != QV_QUANT_Q4)
+        return snprintf(err, n, "quant: expected bf16, int8 or q4, found %d", p->quant), -1;
     return 0;
 }
 
@@ -211,7 +211,7 @@ enum qv_status qv_session_new(qv_session **out, const qv_model *m, const qv_para
     s->pad = qvk_alloc(H * sizeof(float));
     if (!s->pool || !s->x || !s->z || !s->z_frame || !s->logits_raw || !s->logits || !s->work ||
         !s->work_idx || !s->seen || !s->pad || qve_cp_state_init(&s->cp, m) ||
-        (p->quant == QV_QUANT_INT8 && qve_model_quantize(m, s->pool))) {
+        qve_model_quantize(m, p->quant, s->pool)) {
         qv_session_free(s);
         return QV_E_NOMEM;
     }
@@ -224,6 +224,10 @@ enum qv_status qv_session_new(qv_session **out, const qv_model *m, const qv_para
 
 const char *qv_session_error(const qv_session *s) {
     return s ? s->err : "";
+}
+
+const char *qv_session_warning(const qv_session *s) {
+    return s ? s->warn : "";
 }
 int qv_session_n_frames(const qv_session *s) {
     return s->n_frames;
@@ -261,6 +265,38 @@ static int ids_valid(const int32_t *ids, int n, int limit) {
 
 #define SLOT_VECTOR (-2) /* codec list entry holding the caller's speaker vector */
 
+/* Ids a pruned vocabulary lacks would land on its zero row (docs/compression.md): warn, naming
+ * the first few with their text, or refuse when the request is strict. */
+static enum qv_status check_vocab(qv_session *s, const qv_request *r) {
+    const int32_t *map = s->m->talker.text_token_map;
+    if (!map) return QV_OK;
+    const int32_t *lists[3] = {r->text_ids, r->instruct_ids, r->ref_text_ids};
+    const int counts[3] = {r->n_text_ids, r->n_instruct_ids, r->n_ref_text_ids};
+    char msg[320];
+    size_t used = 0;
+    int n_bad = 0;
+    if (!s->tok) s->tok = qve_tok_open(s->m->dir, NULL, 0); /* names only: fine without */
+    for (int l = 0; l < 3; l++)
+        for (int i = 0; i < counts[l]; i++) {
+            const int32_t id = lists[l][i];
+            if (map[id]) continue;
+            if (n_bad++ < 6 && used < sizeof msg) {
+                char *txt = NULL;
+                if (s->tok) qve_tok_decode(s->tok, &id, 1, &txt, NULL, NULL, 0);
+                used += (size_t)snprintf(msg + used, sizeof msg - used, "%s%d \"%.24s\"",
+                                         n_bad > 1 ? ", " : "", id, txt ? txt : "?");
+                free(txt);
+            }
+        }
+    if (!n_bad) return QV_OK;
+    if (r->strict_vocab)
+        return fail(s, QV_E_VOCAB, "%d token(s) outside the model's vocabulary: %s", n_bad, msg);
+    snprintf(s->warn, sizeof s->warn,
+             "%d token(s) outside the model's vocabulary, read as zero rows: %s", n_bad,
+             msg);
+    return QV_OK;
+}
+
 static enum qv_status start_ids(qv_session *s, const qv_request *r) {
     const qv_model *m = s->m;
     const qve_model_config *c = &m->cfg;
@@ -282,6 +318,9 @@ static enum qv_status start_ids(qv_session *s, const qv_request *r) {
                                                               c->text_vocab_size))) ||
         r->n_text_ids < 0 || r->n_instruct_ids < 0 || r->n_ref_text_ids < 0)
         return fail(s, QV_E_INVALID, "request: token id outside [0, %d)", c->text_vocab_size);
+    s->warn[0] = 0;
+    enum qv_status vst = check_vocab(s, r);
+    if (vst) return vst;
     if (r->n_ref_frames < 0 ||
         (r->n_ref_frames &&
          (!r->ref_codes ||

@@ -197,14 +197,18 @@ static const float *get(loader *ld, int n_dims, int64_t d0, int64_t d1, int64_t 
     vsnprintf(name, sizeof name, fmt, ap);
     va_end(ap);
     int64_t shape[3] = {d0, d1, d2};
+    /* F32 as published, or F16 (qvoice-compress --decoder-f16) widened to an owned copy */
+    const qve_tensor *f = qve_st_find(ld->d->st, name);
+    const enum qve_dtype want = f && f->dtype == QVE_DTYPE_F16 ? QVE_DTYPE_F16 : QVE_DTYPE_F32;
     const qve_tensor *t =
-        qve_st_expect(ld->d->st, name, QVE_DTYPE_F32, n_dims, shape, ld->err, ld->err_size);
+        qve_st_expect(ld->d->st, name, want, n_dims, shape, ld->err, ld->err_size);
     if (!t) {
         ld->failed = 1;
         return NULL;
     }
-    if ((uintptr_t)t->data % sizeof(float) == 0) return t->data;
+    if (want == QVE_DTYPE_F32 && (uintptr_t)t->data % sizeof(float) == 0) return t->data;
     float *copy = qve_tensor_to_f32(t);
+    if (copy) qve_st_drop_pages(t->data, t->n_bytes); /* RSS holds the f32 copy only */
     return keep(ld, copy) == 0 ? copy : NULL;
 }
 
@@ -218,6 +222,17 @@ static const float *taps(loader *ld, const float *w, int c_out, int c_in, int k)
         for (int i = 0; i < c_in; i++)
             for (int j = 0; j < k; j++)
                 t[((size_t)j * c_out + o) * c_in + i] = w[((size_t)o * c_in + i) * k + j];
+    /* w is not read again: free it if it is the copy get() just made, else drop its mmap pages
+     * (116 MB of the 0.6B decoder would otherwise be resident twice) */
+    float **o = ld->d->owned;
+    const size_t n = (size_t)k * c_out * c_in;
+    if (ld->d->n_owned >= 2 && o[ld->d->n_owned - 2] == w) {
+        qvk_free(o[ld->d->n_owned - 2]);
+        o[ld->d->n_owned - 2] = t;
+        ld->d->n_owned--;
+    } else {
+        qve_st_drop_pages(w, n * sizeof *w);
+    }
     return t;
 }
 

@@ -308,6 +308,8 @@ static int generate(run *c, const char *text, piece *pc) {
     if (s->full) s->s->pool = s->full;
     enum qv_status st = qv_session_start(s->s, &q);
     int rc = st ? fail(c, st, "%s", qv_session_error(s->s)) : 0;
+    if (!rc && *qv_session_warning(s->s) && !c->st->warning[0])
+        snprintf(c->st->warning, sizeof c->st->warning, "%.250s", qv_session_warning(s->s));
     if (!rc && c->stream && !c->r->codes_only &&
         (!decoder(c) || !(ds = qve_dec_stream_start(c->dec, 1, on_decoded, s, e, sizeof e))))
         rc = c->dec ? fail(c, QV_E_NOMEM, "%s", e) : -1;
@@ -431,6 +433,7 @@ static enum qv_status prepare(run *c, const qv_voice *v, qv_text_bridge *bridge)
     qv_model *m = s->m;
     char e[768];
     c->base = qv_default_request();
+    c->base.strict_vocab = r->strict_vocab;
     c->base.language = r->language;
     c->base.instruct = r->instruct;
     if (!v) {

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "engine/model.h"
+#include "kernels/q4.h"
 #include "kernels/q8.h"
 
 /* ==== state ================================================================================== */
@@ -71,23 +72,39 @@ void qve_stack_state_free(qve_stack_state *s) {
 
 /* ==== forward ================================================================================ */
 
-/* The one matvec entry of the decode path: int8 rows when every matrix of the set has an int8
- * copy (the quantized view), bf16 otherwise; one pool dispatch either way. n_mv <= 4. */
+/* The weight tag of a matrix for the decode matvec: int8 copy, else q4, else bf16. */
+enum { TAG_BF16, TAG_Q8, TAG_Q4 };
+static int tag(const qve_mat *w) {
+    return w->q8 ? TAG_Q8 : w->q4 ? TAG_Q4 : TAG_BF16;
+}
+
+/* The one matvec entry of the decode path: one pool dispatch for a set sharing a weight tag
+ * (QKV, gate/up), else one per matrix. n_mv <= 4. */
 void qve_matvec(qvk_pool *pool, const float *x, int n_in, const qve_mv *mv, int n_mv) {
-    int all_q8 = n_mv <= 4;
-    for (int i = 0; i < n_mv; i++)
-        all_q8 = all_q8 && mv[i].w->q8;
-    if (all_q8) {
+    const int t = tag(mv[0].w);
+    for (int i = 1; i < n_mv; i++)
+        if (tag(mv[i].w) != t) {
+            for (int k = 0; k < n_mv; k++)
+                qve_matvec(pool, x, n_in, &mv[k], 1);
+            return;
+        }
+    if (t == TAG_Q8) {
         qvk_q8_mv q[4];
         for (int i = 0; i < n_mv; i++)
             q[i] = (qvk_q8_mv){mv[i].y, mv[i].w->q8, mv[i].w->q8_scale, mv[i].bias, mv[i].n_out};
         qvk_q8_matvec_multi(pool, x, n_in, q, n_mv);
-        return;
+    } else if (t == TAG_Q4) {
+        qvk_q4_mv q[4];
+        for (int i = 0; i < n_mv; i++)
+            q[i] = (qvk_q4_mv){mv[i].y,    mv[i].w->q4,   mv[i].w->q4_s,
+                               mv[i].w->q4_b, mv[i].bias, mv[i].n_out};
+        qvk_q4_matvec_multi(pool, x, n_in, q, n_mv);
+    } else {
+        qvk_mv b[4];
+        for (int i = 0; i < n_mv; i++)
+            b[i] = (qvk_mv){mv[i].y, mv[i].w->bf16, mv[i].bias, mv[i].n_out};
+        qvk_matvec_bf16_multi(pool, x, n_in, b, n_mv);
     }
-    qvk_mv b[4];
-    for (int i = 0; i < n_mv && i < 4; i++)
-        b[i] = (qvk_mv){mv[i].y, mv[i].w->bf16, mv[i].bias, mv[i].n_out};
-    qvk_matvec_bf16_multi(pool, x, n_in, b, n_mv < 4 ? n_mv : 4);
 }
 
 /* Per-head q/k RMSNorm, RoPE at pos, and store k/v at cache row pos of layer l. */
@@ -130,11 +147,12 @@ static void add(float *restrict x, const float *restrict y, size_t n) {
 /* Mirrors Qwen3TTSTalkerDecoderLayer / the code predictor's layer for one token. */
 static void forward_one(qve_stack_state *s, qvk_pool *pool, float *x, int pos) {
     const qve_stack_config *c = &s->w->cfg;
-    const int H = c->hidden_size, I = c->intermediate_size;
+    const int H = c->hidden_size;
     const int qd = c->num_attention_heads * c->head_dim;
     const int kvd = c->num_key_value_heads * c->head_dim;
     for (int l = 0; l < c->num_hidden_layers; l++) {
         const qve_layer *L = &s->w->layers[l];
+        const int I = qve_layer_intermediate(c, l);
         qvk_rmsnorm(s->h, x, L->input_layernorm, H, c->rms_norm_eps);
         const qve_mv qkv[3] = {{s->q, &L->q_proj, NULL, qd},
                                {s->k, &L->k_proj, NULL, kvd},
@@ -153,14 +171,14 @@ static void forward_one(qve_stack_state *s, qvk_pool *pool, float *x, int pos) {
     }
 }
 
-/* Batched bf16 linear for prefills: W widened into scratch by all threads, then each thread
- * runs sgemm on its own rows of X (OpenBLAS single-threaded per call, so both cores work; splitting
- * rows does not change any element: checked bit for bit on every layer shape). Up to
- * QVK_LINEAR_DIRECT_MAX_ROWS rows qvk_linear_bf16 reads bf16 directly. */
+/* Batched linear for prefills: W widened into scratch by all threads (bf16, or q4 dequantized),
+ * then each thread runs sgemm on its own rows of X (OpenBLAS single-threaded per call, so both
+ * cores work; splitting rows does not change any element: checked bit for bit on every layer
+ * shape). Up to QVK_LINEAR_DIRECT_MAX_ROWS rows qvk_linear_bf16 reads bf16 directly. */
 struct lin_job {
     float *y, *wf;
     const float *x, *bias;
-    const uint16_t *w;
+    const qve_mat *w;
     int n, n_in, n_out, widen;
 };
 
@@ -169,18 +187,23 @@ static void lin_run(int ith, int nth, void *p) {
     const int rows = j->widen ? j->n_out : j->n, per = (rows + nth - 1) / nth;
     const int r0 = per * ith < rows ? per * ith : rows, r1 = r0 + per < rows ? r0 + per : rows;
     if (r0 >= r1) return;
-    if (j->widen)
-        qvk_bf16_to_f32(j->wf + (size_t)r0 * j->n_in, j->w + (size_t)r0 * j->n_in,
+    const size_t n_g = (size_t)j->n_in / QVK_Q4_GROUP;
+    if (j->widen && j->w->q4)
+        qvk_q4_dequantize(j->wf + (size_t)r0 * j->n_in, j->w->q4 + (size_t)r0 * j->n_in / 2,
+                          j->w->q4_s + r0 * n_g, j->w->q4_b + r0 * n_g, (size_t)(r1 - r0),
+                          j->n_in);
+    else if (j->widen)
+        qvk_bf16_to_f32(j->wf + (size_t)r0 * j->n_in, j->w->bf16 + (size_t)r0 * j->n_in,
                         (size_t)(r1 - r0) * j->n_in);
     else
         qvk_linear_f32(j->y + (size_t)r0 * j->n_out, j->x + (size_t)r0 * j->n_in, j->wf, j->bias,
                        r1 - r0, j->n_in, j->n_out);
 }
 
-static void linear(qvk_pool *pool, float *y, const float *x, const uint16_t *w, const float *bias,
+static void linear(qvk_pool *pool, float *y, const float *x, const qve_mat *w, const float *bias,
                    int n, int n_in, int n_out, float *scratch) {
-    if (n <= QVK_LINEAR_DIRECT_MAX_ROWS) {
-        qvk_linear_bf16(pool, y, x, w, bias, n, n_in, n_out, scratch);
+    if (n <= QVK_LINEAR_DIRECT_MAX_ROWS && !w->q4) {
+        qvk_linear_bf16(pool, y, x, w->bf16, bias, n, n_in, n_out, scratch);
         return;
     }
     struct lin_job j = {y, scratch, x, bias, w, n, n_in, n_out, 1};
@@ -191,32 +214,33 @@ static void linear(qvk_pool *pool, float *y, const float *x, const uint16_t *w, 
 
 static void forward_batch(qve_stack_state *s, qvk_pool *pool, float *x, int n, int pos0) {
     const qve_stack_config *c = &s->w->cfg;
-    const int H = c->hidden_size, I = c->intermediate_size;
+    const int H = c->hidden_size;
     const int qd = c->num_attention_heads * c->head_dim;
     const int kvd = c->num_key_value_heads * c->head_dim;
     float *ws = s->wscratch;
     for (int l = 0; l < c->num_hidden_layers; l++) {
         const qve_layer *L = &s->w->layers[l];
+        const int I = qve_layer_intermediate(c, l);
         for (int i = 0; i < n; i++)
             qvk_rmsnorm(s->bh + (size_t)i * H, x + (size_t)i * H, L->input_layernorm, H,
                         c->rms_norm_eps);
-        linear(pool, s->bq, s->bh, L->q_proj.bf16, NULL, n, H, qd, ws);
-        linear(pool, s->bk, s->bh, L->k_proj.bf16, NULL, n, H, kvd, ws);
-        linear(pool, s->bv, s->bh, L->v_proj.bf16, NULL, n, H, kvd, ws);
+        linear(pool, s->bq, s->bh, &L->q_proj, NULL, n, H, qd, ws);
+        linear(pool, s->bk, s->bh, &L->k_proj, NULL, n, H, kvd, ws);
+        linear(pool, s->bv, s->bh, &L->v_proj, NULL, n, H, kvd, ws);
         for (int i = 0; i < n; i++)
             qk_norm_rope_store(s, l, s->bq + (size_t)i * qd, s->bk + (size_t)i * kvd,
                                s->bv + (size_t)i * kvd, pos0 + i);
         for (int i = 0; i < n; i++)
             attend(s, pool, l, s->batt + (size_t)i * qd, s->bq + (size_t)i * qd, pos0 + i + 1);
-        linear(pool, s->bh, s->batt, L->o_proj.bf16, NULL, n, qd, H, ws);
+        linear(pool, s->bh, s->batt, &L->o_proj, NULL, n, qd, H, ws);
         add(x, s->bh, (size_t)n * H);
         for (int i = 0; i < n; i++)
             qvk_rmsnorm(s->bh + (size_t)i * H, x + (size_t)i * H, L->post_attention_layernorm, H,
                         c->rms_norm_eps);
-        linear(pool, s->bgate, s->bh, L->gate_proj.bf16, NULL, n, H, I, ws);
-        linear(pool, s->bup, s->bh, L->up_proj.bf16, NULL, n, H, I, ws);
+        linear(pool, s->bgate, s->bh, &L->gate_proj, NULL, n, H, I, ws);
+        linear(pool, s->bup, s->bh, &L->up_proj, NULL, n, H, I, ws);
         qvk_swiglu(s->bgate, s->bgate, s->bup, n * I);
-        linear(pool, s->bh, s->bgate, L->down_proj.bf16, NULL, n, I, H, ws);
+        linear(pool, s->bh, s->bgate, &L->down_proj, NULL, n, I, H, ws);
         add(x, s->bh, (size_t)n * H);
     }
 }
@@ -238,6 +262,7 @@ void qve_talker_project_text(const qve_talker *t, const qve_model_config *c, qvk
                              .text_vocab = c->text_vocab_size,
                              .codec_vocab = c->talker.vocab_size,
                              .text_embedding = t->text_embedding,
+                             .text_token_map = t->text_token_map,
                              .fc1 = t->fc1,
                              .fc1_bias = t->fc1_bias,
                              .fc2 = t->fc2,

@@ -91,8 +91,8 @@ static int collect(slot_list *l, qv_model *m) {
         snprintf(n, sizeof n, "talker.code_predictor.lm_head.%d.weight", g);
         add(l, n, &cp->lm_head[g].bf16, NULL, CV * CH);
     }
-    if (cp->mtp_proj) {
-        add(l, "talker.code_predictor.small_to_mtp_projection.weight", &cp->mtp_proj, NULL,
+    if (cp->mtp_proj.bf16) {
+        add(l, "talker.code_predictor.small_to_mtp_projection.weight", &cp->mtp_proj.bf16, NULL,
             CH * H);
         add(l, "talker.code_predictor.small_to_mtp_projection.bias", NULL, cp->mtp_bias, CH);
     }
@@ -281,6 +281,12 @@ int qve_voice_apply_wdelta(qv_model *m, const qvf_voice *v, qve_wdelta_report *r
     rep->action = QVE_WDELTA_NONE;
     rep->n_tensors = (int)v->n_tensors;
 
+    if (m->cfg.quant_bits || m->talker.text_token_map) /* the delta is over bf16 tensors */
+        return snprintf(err, es,
+                        "%s is a compressed checkpoint (docs/compression.md): a weight delta needs "
+                        "the uncompressed one (use --no-wdelta)",
+                        m->dir),
+               -1;
     slot_list l;
     plan *p = calloc(v->n_tensors, sizeof *p);
     if (!p || collect(&l, m)) {
@@ -302,7 +308,7 @@ int qve_voice_apply_wdelta(qv_model *m, const qvf_voice *v, qve_wdelta_report *r
         all &= l.s[i].hit;
     free(l.s);
     free(p);
-    qve_model_drop_q8(m); /* derived from the old weights; rebuilt by the next int8 session */
+    qve_model_drop_views(m); /* derived from the old weights; rebuilt by the next session */
     if (rc) return -1;
     rep->action = QVE_WDELTA_APPLIED;
     m->wdelta_on = 1;

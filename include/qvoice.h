@@ -73,7 +73,8 @@ const char *qv_version(void);
     X(QV_E_GUARD, "the runaway guard stopped a chunk that did not end")                       \
     X(QV_E_CANCELLED, "cancelled")                                                             \
     X(QV_E_AUDIO, "cannot read or use the reference audio")                                    \
-    X(QV_E_IO, "cannot write the output")
+    X(QV_E_IO, "cannot write the output")                                                        \
+    X(QV_E_VOCAB, "the text uses tokens outside the model's pruned vocabulary")
 
 #define QV_STATUS_ENUM_(name, text) name,
 enum qv_status { QV_STATUS_LIST(QV_STATUS_ENUM_) QV_STATUS_COUNT };
@@ -131,8 +132,11 @@ typedef struct {
 
 /* QV_QUANT_INT8: talker and code-predictor matrices quantized to int8 with per-row scales (by the
  * first such session of a model, kept for its lifetime: +0.5 GB for 0.6B); half the bytes per
- * frame, codes close to but not identical with bf16 (docs/performance.md). Prefill stays bf16. */
-enum qv_quant { QV_QUANT_BF16, QV_QUANT_INT8 };
+ * frame, codes close to but not identical with bf16 (docs/performance.md). Prefill stays bf16.
+ * QV_QUANT_Q4: every linear quantized to 4 bits, MLX's affine group-64 layout, exactly as
+ * qvoice-compress --q4 stores it (docs/compression.md; +0.3 GB for 0.6B, prefill widens q4).
+ * A checkpoint already stored as q4 runs its q4 weights whatever quant says. */
+enum qv_quant { QV_QUANT_BF16, QV_QUANT_INT8, QV_QUANT_Q4 };
 
 /* The reference wrapper's fallbacks: sampling on, T 0.9, top-k 50, top-p 1, penalty 1.05,
  * code predictor T 0.9 / top-k 50 / top-p 1, max_frames 2047, 1 thread, seed 0. */
@@ -181,6 +185,9 @@ typedef struct {
                                      the model's (a voice file's TPAD bridge), or NULL */
     const qv_text_bridge *bridge; /* or NULL */
     enum qv_text_layout layout;
+    int strict_vocab; /* vocabulary-pruned model (qvoice-compress --vocab): 1 refuses ids its
+                         token map lacks with QV_E_VOCAB; 0 runs them as zero rows and says so in
+                         qv_session_warning */
 } qv_request;
 
 qv_request qv_default_request(void); /* all empty, language auto, default layout */
@@ -205,6 +212,9 @@ int qv_session_n_frames(const qv_session *s); /* frames produced in this utteran
 enum qv_status qv_session_tokenize(qv_session *s, const char *text, int32_t **ids, int *n_ids);
 /* One-line detail of the last error of this session (borrowed, "" when none). */
 const char *qv_session_error(const qv_session *s);
+/* One-line non-fatal note of the last qv_session_start (borrowed, "" when none): e.g. the ids and
+ * text a pruned vocabulary lacks. */
+const char *qv_session_warning(const qv_session *s);
 
 
 /* ==== threads ================================================================================ */
@@ -273,6 +283,8 @@ typedef struct {
                                 source model, e.g. Base): allowed only while this is the
                                 model's only qv_synth, else QV_E_UNSUPPORTED */
     int force_voice;         /* 1: use a voice that qv_voice_check calls foreign */
+    int strict_vocab;        /* 1: refuse text a pruned vocabulary lacks (QV_E_VOCAB); 0: run it
+                                as zero rows, named in stats.warning (qv_request.strict_vocab) */
     int max_chunk_chars;     /* code points per chunk (200); <= 0: the whole text at once */
     int guard;               /* 1: runaway guard (frame budget, c0 loop, silence) */
     int trim_lead;           /* 1: each chunk's leading silence is cut to 100 ms */

@@ -71,6 +71,8 @@ void qvk_bf16_to_f32(float *restrict dst, const uint16_t *restrict src, size_t n
 void qvk_f32_to_bf16(uint16_t *restrict dst, const float *restrict src, size_t n);
 /* IEEE half to f32 (for F16 checkpoints). */
 void qvk_f16_to_f32(float *restrict dst, const uint16_t *restrict src, size_t n);
+/* f32 to IEEE half, round-to-nearest-even (|x| ≥ 65520 becomes ±inf, NaN stays NaN). */
+void qvk_f32_to_f16(uint16_t *restrict dst, const float *restrict src, size_t n);
 
 /* ---- matrix-vector products (decode path; memory-bound) -------------------------------- */
 

@@ -32,7 +32,7 @@ typedef struct {
     int no_icl, no_wdelta, no_guard, verify;
     int max_chunk_chars;
     int force_instruct, stream, greedy, tokens, list_speakers, list_languages, quiet;
-    int quant, ignore_eos;
+    int quant, ignore_eos, strict_vocab;
     int max_frames;     /* 0 = model default */
     double max_seconds; /* 0 = none */
     int n_threads;
@@ -61,6 +61,7 @@ enum {
     OPT_TOKENS,
     OPT_QUANT,
     OPT_IGNORE_EOS,
+    OPT_STRICT_VOCAB,
     OPT_NO_ICL,
     OPT_NO_WDELTA,
     OPT_MAX_CHUNK_CHARS,
@@ -130,8 +131,11 @@ static void usage(FILE *f) {
         "%.2g)\n"
         "      --repetition-penalty R (default: generation_config.json, %.3g)\n"
         "      --greedy               argmax talker and code predictor (penalty still applies)\n"
-        "      --quant bf16|int8      weights of the per-frame matvecs (default bf16; int8 is\n"
-        "                             quantized at load: about twice as fast, codes differ)\n"
+        "      --quant bf16|int8|q4   weights of the per-frame matvecs (default bf16; int8 and\n"
+        "                             q4 are quantized at load: faster, codes differ; a q4\n"
+        "                             checkpoint runs q4 anyway, docs/compression.md)\n"
+        "      --strict-vocab         vocabulary-pruned model: refuse text with tokens it lacks\n"
+        "                             (default: warn, naming them, and read them as zero rows)\n"
         "      --ignore-eos           never stop at end-of-speech (benchmarks; with --max-frames)\n"
         "  -j, --threads N            compute threads (default %d)\n"
         "      --seed N               sampling seed (default %llu); output is identical across "
@@ -218,6 +222,7 @@ static int parse_args(int argc, char **argv, options *o) {
                                        {"batch", required_argument, 0, OPT_BATCH},
                                        {"quant", required_argument, 0, OPT_QUANT},
                                        {"ignore-eos", no_argument, 0, OPT_IGNORE_EOS},
+                                       {"strict-vocab", no_argument, 0, OPT_STRICT_VOCAB},
                                        {"quiet", no_argument, 0, 'q'},
                                        {"help", no_argument, 0, 'h'},
                                        {"version", no_argument, 0, 'V'},
@@ -287,9 +292,14 @@ static int parse_args(int argc, char **argv, options *o) {
             o->greedy = 1;
             break;
         case OPT_QUANT:
-            if (strcmp(optarg, "bf16") && strcmp(optarg, "int8"))
-                return usage_error("--quant: expected bf16 or int8, found '%s'", optarg);
-            o->quant = strcmp(optarg, "int8") ? QV_QUANT_BF16 : QV_QUANT_INT8;
+            if (strcmp(optarg, "bf16") && strcmp(optarg, "int8") && strcmp(optarg, "q4"))
+                return usage_error("--quant: expected bf16, int8 or q4, found '%s'", optarg);
+            o->quant = !strcmp(optarg, "int8") ? QV_QUANT_INT8
+                       : !strcmp(optarg, "q4") ? QV_QUANT_Q4
+                                               : QV_QUANT_BF16;
+            break;
+        case OPT_STRICT_VOCAB:
+            o->strict_vocab = 1;
             break;
         case OPT_IGNORE_EOS:
             o->ignore_eos = 1;
@@ -891,6 +901,7 @@ int main(int argc, char **argv) {
 
     qv_synth_request r = qv_synth_default_request();
     r.force_voice = 1; /* a voice from an unrelated checkpoint is a warning here (stats.warning) */
+    r.strict_vocab = o.strict_vocab;
     r.text = text;
     r.language = o.language;
     r.speaker = o.speaker;

@@ -1,8 +1,8 @@
-/* bench_q8_quality.c — how far int8 weights move the outputs from bf16 on a full-size model:
+/* bench_q8_quality.c — how far int8 (or q4) weights move the outputs from bf16 on a full-size model:
  * relative error of the talker's codec-head logits after the same prefill and of the code
  * predictor's 15 logit vectors for the same inputs (teacher-forced on the bf16 codes), argmax
  * agreement there, and greedy free-running code agreement over FRAMES frames.
- * usage: bench_q8_quality MODEL_DIR [FRAMES [THREADS]]  (defaults 300, 2). Prints a report.
+ * usage: bench_q8_quality MODEL_DIR [FRAMES [THREADS [int8|q4]]]  (defaults 300, 2, int8).
  */
 #include <math.h>
 #include <stdio.h>
@@ -43,10 +43,12 @@ static double rel_err(const float *a, const float *ref, int n) {
 
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: bench_q8_quality MODEL_DIR [FRAMES [THREADS]]\n");
+        fprintf(stderr, "usage: bench_q8_quality MODEL_DIR [FRAMES [THREADS [int8|q4]]]\n");
         return 2;
     }
     const int frames = argc > 2 ? atoi(argv[2]) : 300, threads = argc > 3 ? atoi(argv[3]) : 2;
+    const int quant = argc > 4 && !strcmp(argv[4], "q4") ? QV_QUANT_Q4 : QV_QUANT_INT8;
+    const char *qname = quant == QV_QUANT_Q4 ? "q4" : "int8";
     char err[1024];
     qv_model *m;
     if (qv_model_load(&m, argv[1], err, sizeof err)) {
@@ -58,7 +60,7 @@ int main(int argc, char **argv) {
     p.ignore_eos = 1;
     qv_session *s[2];
     for (int k = 0; k < 2; k++) {
-        p.quant = k ? QV_QUANT_INT8 : QV_QUANT_BF16;
+        p.quant = k ? quant : QV_QUANT_BF16;
         if (qv_session_new(&s[k], m, &p)) return 1;
     }
     int32_t ids[40];
@@ -70,7 +72,7 @@ int main(int argc, char **argv) {
     for (int k = 0; k < 2; k++)
         if (qv_session_start(s[k], &r)) return 1;
     const int V = m->cfg.talker.vocab_size, CV = m->cfg.code_predictor.vocab_size;
-    printf("int8 vs bf16 on %s\n", argv[1]);
+    printf("%s vs bf16 on %s\n", qname, argv[1]);
     printf("  talker codec-head logits after prefill: rel. L2 error %.4f, argmax %s\n",
            rel_err(s[1]->logits_raw, s[0]->logits_raw, V),
            argmax(s[1]->logits_raw, V) == argmax(s[0]->logits_raw, V) ? "same" : "differs");
@@ -82,7 +84,7 @@ int main(int argc, char **argv) {
     float *ref = malloc(sizeof(float) * (QVE_N_GROUPS - 1) * (size_t)CV);
     qve_cp_state cp8;
     if (!c[0] || !c[1] || !ref || qve_cp_state_init(&cp8, m)) return 1;
-    qve_cp_state_use(&cp8, qve_model_cp(m, QV_QUANT_INT8));
+    qve_cp_state_use(&cp8, qve_model_cp(m, quant));
     double cp_err = 0, cp_err_max = 0;
     long cp_same = 0, cp_n = 0;
     int n = 0;

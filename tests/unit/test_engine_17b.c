@@ -34,7 +34,7 @@ static qv_model *load_or_skip(const char *name) {
 
 static void generate(qv_model *m, const qv_request *r, int want_prefill) {
     assert_int_equal(qv_model_hidden_size(m), 2048);
-    assert_non_null(m->cp.mtp_proj);
+    assert_non_null(m->cp.mtp_proj.bf16);
     assert_non_null(m->cp.mtp_bias);
     qv_params p = qv_model_params(m);
     p.do_sample = p.subtalker_do_sample = 0;

@@ -1,0 +1,58 @@
+/* qvz.h — compressed Qwen3-TTS checkpoints (prefix qvz_; public: bin/qvoice-compress uses it).
+ *
+ *   qvz_options o = qvz_default_options();
+ *   o.vocab = "english", o.strip_encoder = o.decoder_f16 = o.q4 = 1;
+ *   qvz_report r;
+ *   char err[512];
+ *   if (qvz_compress("models/0.6B-CustomVoice", "models/0.6B-CV-small", &o, &r, err, sizeof err))
+ *       fprintf(stderr, "%s\n", err);
+ *
+ * The output is a standard model directory the engine loads like any other (docs/compression.md
+ * has the layout: token map, MLX q4 g64, f16 decoder, no encoder, fewer talker layers). It is
+ * written as OUT.tmp-PID and renamed into place, so OUT either appears complete or not at all.
+ * Thread safety: calls share nothing.
+ */
+#ifndef QV_QVZ_H
+#define QV_QVZ_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+    /* vocabulary pruning: NULL keeps every text embedding row; "english" takes the words of
+     * QVZ_ENGLISH_WORDS (Debian wamerican); anything else is a text file whose whitespace-separated
+     * words are used the same way (docs/compression.md lists what else is always kept) */
+    const char *vocab;
+    int strip_encoder; /* drop the speech tokenizer's encoder (ICL cloning needs it) */
+    int decoder_f16;   /* store the speech decoder in float16 */
+    int q4;            /* every talker / code-predictor linear to MLX 4-bit affine, group 64 */
+    int prune_layers;  /* remove this many talker layers from the top (0 = none) */
+    int n_threads;     /* quantization threads (>= 1) */
+} qvz_options;
+
+#define QVZ_ENGLISH_WORDS "/usr/share/dict/american-english"
+
+/* What each step did (bytes are tensor data bytes). */
+typedef struct {
+    uint64_t model_bytes_in, model_bytes_out;     /* model.safetensors */
+    uint64_t codec_bytes_in, codec_bytes_out;     /* speech_tokenizer/model.safetensors */
+    int n_text_ids, n_text_rows;                  /* tokenizer ids / embedding rows kept (+1 zero) */
+    uint64_t embedding_bytes_in, embedding_bytes_out;
+    int n_encoder_tensors;                        /* dropped */
+    uint64_t encoder_bytes;
+    uint64_t decoder_bytes_in, decoder_bytes_out;
+    float decoder_max_abs;                        /* max |w| over the decoder (f16 needs < 65504) */
+    int n_q4;                                     /* matrices quantized */
+    uint64_t q4_bytes_in, q4_bytes_out;
+    int layers_in, layers_out;                    /* talker layers */
+} qvz_report;
+
+/* Defaults: nothing changed (a plain copy), 1 thread. */
+qvz_options qvz_default_options(void);
+
+/* Writes the compressed copy of model_dir to out_dir, which must not exist. 0, or -1 with one line
+ * "FILE: problem" in err (out_dir then does not exist either). report may be NULL. */
+int qvz_compress(const char *model_dir, const char *out_dir, const qvz_options *o,
+                 qvz_report *report, char *err, size_t err_size);
+
+#endif

@@ -1,0 +1,179 @@
+/* matvec_q4.c — 4-bit affine matvecs (q4.h): weight quantization (load time / compress tool),
+ * activation preparation (per call), the scalar reference row kernel, and the pool split (same
+ * row ranges as the int8 path: multiples of 16 rows). The ISA follows qvk_variant().
+ */
+#include <math.h>
+#include <string.h>
+
+#include "kernels/q4_impl.h"
+
+#define ROW_ALIGN 16
+
+static void split_rows(int n, int ith, int nth, int *r0, int *r1) {
+    int per = (n + nth - 1) / nth;
+    per = (per + ROW_ALIGN - 1) / ROW_ALIGN * ROW_ALIGN;
+    long a = (long)per * ith, b = a + per;
+    *r0 = a < n ? (int)a : n;
+    *r1 = b < n ? (int)b : n;
+}
+
+static qvk_q4_rows_fn by_name(const char *v) {
+    if (!strcmp(v, "avx512")) return qvk_q4_rows_avx512;
+    if (!strcmp(v, "avx2")) return qvk_q4_rows_avx2;
+    if (!strcmp(v, "scalar")) return qvk_q4_rows_scalar;
+    return NULL;
+}
+
+void qvk_q4_rows_scalar(const qvk_q4_mv *mv, const int8_t *restrict xq, const float *restrict xs,
+                        const float *restrict xsum, int r0, int r1, int n_in) {
+    const int n_g = n_in / QVK_Q4_GROUP;
+    for (int r = r0; r < r1; r++) {
+        const uint8_t *q = mv->q + (size_t)r * (n_in / 2);
+        const uint16_t *s = mv->s + (size_t)r * n_g, *b = mv->b + (size_t)r * n_g;
+        float acc = 0;
+        for (int g = 0; g < n_g; g++) {
+            const uint8_t *qg = q + g * (QVK_Q4_GROUP / 2);
+            const int8_t *xg = xq + g * QVK_Q4_GROUP;
+            int32_t d = 0;
+            for (int k = 0; k < QVK_Q4_GROUP / 2; k++)
+                d += (qg[k] & 15) * xg[k] + (qg[k] >> 4) * xg[k + QVK_Q4_GROUP / 2];
+            acc += qvk_bf16_to_f32_1(s[g]) * xs[g] * (float)d + qvk_bf16_to_f32_1(b[g]) * xsum[g];
+        }
+        mv->y[r] = mv->bias ? acc + mv->bias[r] : acc;
+    }
+}
+
+/* ---- quantization ----------------------------------------------------------------------- */
+
+static uint16_t to_bf16(float v) {
+    uint16_t h;
+    qvk_f32_to_bf16(&h, &v, 1);
+    return h;
+}
+
+void qvk_q4_quantize_row(uint8_t *restrict q, uint16_t *restrict s, uint16_t *restrict b,
+                         const float *restrict w, int n_in) {
+    for (int g = 0; g < n_in / QVK_Q4_GROUP; g++) {
+        const float *wg = w + g * QVK_Q4_GROUP;
+        float lo = wg[0], hi = wg[0];
+        for (int i = 1; i < QVK_Q4_GROUP; i++)
+            lo = fminf(lo, wg[i]), hi = fmaxf(hi, wg[i]);
+        s[g] = to_bf16((hi - lo) / 15.0f), b[g] = to_bf16(lo);
+        const float sg = qvk_bf16_to_f32_1(s[g]), bg = qvk_bf16_to_f32_1(b[g]);
+        uint8_t *qg = q + g * (QVK_Q4_GROUP / 2);
+        for (int k = 0; k < QVK_Q4_GROUP / 2; k++) {
+            int v[2];
+            for (int j = 0; j < 2; j++) {
+                float t = sg > 0 ? rintf((wg[2 * k + j] - bg) / sg) : 0.0f;
+                v[j] = t < 0 ? 0 : t > 15 ? 15 : (int)t;
+            }
+            qg[k] = (uint8_t)(v[0] | v[1] << 4);
+        }
+    }
+}
+
+struct wq_job {
+    uint8_t *q;
+    uint16_t *s, *b;
+    const uint16_t *w;
+    int n_out, n_in;
+};
+
+static void wq_run(int ith, int nth, void *p) {
+    const struct wq_job *j = p;
+    int r0, r1;
+    split_rows(j->n_out, ith, nth, &r0, &r1);
+    float row[QVK_Q4_MAX_IN];
+    const int n_g = j->n_in / QVK_Q4_GROUP;
+    for (int r = r0; r < r1; r++) {
+        qvk_bf16_to_f32(row, j->w + (size_t)r * j->n_in, (size_t)j->n_in);
+        qvk_q4_quantize_row(j->q + (size_t)r * (j->n_in / 2), j->s + (size_t)r * n_g,
+                            j->b + (size_t)r * n_g, row, j->n_in);
+    }
+}
+
+int qvk_q4_quantize_bf16(qvk_pool *pool, uint8_t *restrict q, uint16_t *restrict s,
+                         uint16_t *restrict b, const uint16_t *restrict w, int n_out, int n_in) {
+    if (n_in <= 0 || n_in % QVK_Q4_GROUP || n_in > QVK_Q4_MAX_IN) return -1;
+    struct wq_job j = {q, s, b, w, n_out, n_in};
+    qvk_pool_run(pool, wq_run, &j);
+    return 0;
+}
+
+void qvk_q4_dequantize(float *restrict dst, const uint8_t *restrict q, const uint16_t *restrict s,
+                       const uint16_t *restrict b, size_t n_rows, int n_in) {
+    const size_t n_g = n_rows * (size_t)(n_in / QVK_Q4_GROUP);
+    for (size_t g = 0; g < n_g; g++) {
+        const float sg = qvk_bf16_to_f32_1(s[g]), bg = qvk_bf16_to_f32_1(b[g]);
+        for (int k = 0; k < QVK_Q4_GROUP / 2; k++) {
+            const uint8_t v = q[g * (QVK_Q4_GROUP / 2) + (size_t)k];
+            dst[g * QVK_Q4_GROUP + 2 * (size_t)k] = sg * (float)(v & 15) + bg;
+            dst[g * QVK_Q4_GROUP + 2 * (size_t)k + 1] = sg * (float)(v >> 4) + bg;
+        }
+    }
+}
+
+void qvk_q4_prepare_x(int8_t *restrict xq, float *restrict xs, float *restrict xsum,
+                      const float *restrict x, int n_in) {
+    for (int g = 0; g < n_in / QVK_Q4_GROUP; g++) {
+        const float *xg = x + g * QVK_Q4_GROUP;
+        float amax = 0, sum = 0;
+        for (int i = 0; i < QVK_Q4_GROUP; i++)
+            amax = fmaxf(amax, fabsf(xg[i])), sum += xg[i];
+        xs[g] = amax / 127.0f, xsum[g] = sum;
+        const float inv = amax > 0 ? 127.0f / amax : 0.0f;
+        for (int i = 0; i < QVK_Q4_GROUP; i++) { /* even elements first, then odd */
+            float v = fminf(fmaxf(xg[i] * inv, -127.0f), 127.0f);
+            xq[g * QVK_Q4_GROUP + (i & 1) * (QVK_Q4_GROUP / 2) + i / 2] = (int8_t)lrintf(v);
+        }
+    }
+}
+
+/* ---- matvec ----------------------------------------------------------------------------- */
+
+struct mv_job {
+    qvk_q4_rows_fn rows;
+    const int8_t *xq;
+    const float *xs, *xsum;
+    const qvk_q4_mv *mv;
+    int n_mv, n_in, n_total;
+};
+
+/* The rows of all matrices, concatenated, are split as one range. */
+static void mv_run(int ith, int nth, void *p) {
+    const struct mv_job *j = p;
+    int r0, r1;
+    split_rows(j->n_total, ith, nth, &r0, &r1);
+    int base = 0;
+    for (int m = 0; m < j->n_mv && base < r1; m++) {
+        const qvk_q4_mv *mv = &j->mv[m];
+        int a = r0 > base ? r0 - base : 0;
+        int b = r1 - base < mv->n_out ? r1 - base : mv->n_out;
+        if (a < b) j->rows(mv, j->xq, j->xs, j->xsum, a, b, j->n_in);
+        base += mv->n_out;
+    }
+}
+
+void qvk_q4_matvec_multi(qvk_pool *pool, const float *restrict x, int n_in, const qvk_q4_mv *mv,
+                         int n_mv) {
+    _Alignas(64) int8_t xq[QVK_Q4_MAX_IN];
+    float xs[QVK_Q4_MAX_IN / QVK_Q4_GROUP], xsum[QVK_Q4_MAX_IN / QVK_Q4_GROUP];
+    qvk_q4_prepare_x(xq, xs, xsum, x, n_in);
+    struct mv_job j = {by_name(qvk_variant()), xq, xs, xsum, mv, n_mv, n_in, 0};
+    for (int m = 0; m < n_mv; m++)
+        j.n_total += mv[m].n_out;
+    qvk_pool_run(pool, mv_run, &j);
+}
+
+int qvk_q4_rows(const char *variant, const qvk_q4_mv *mv, const int8_t *xq, const float *xs,
+                const float *xsum, int r0, int r1, int n_in) {
+    const char *cur = qvk_variant();
+    if (variant && strcmp(variant, cur)) {
+        if (qvk_set_variant(variant)) return -1; /* unsupported: illegal instructions otherwise */
+        qvk_set_variant(cur);
+    }
+    qvk_q4_rows_fn f = by_name(variant ? variant : cur);
+    if (!f) return -1;
+    f(mv, xq, xs, xsum, r0, r1, n_in);
+    return 0;
+}

@@ -1,0 +1,427 @@
+/* test_compress.c — compressed checkpoints (compress/qvz.h, docs/compression.md) end to end:
+ * vocabulary pruning + encoder strip give greedy codes identical to the uncompressed model on
+ * covered text (the lossless claim) and name the ids of uncovered text (warning, or QV_E_VOCAB
+ * when strict); the f16 decoder's PCM stays within a stated bound of f32; a q4 checkpoint runs
+ * exactly as --quant q4 on the original, with its logits error and teacher-forced argmax
+ * agreement bounded; layer pruning loads and runs; bad input fails cleanly, leaving nothing.
+ * Tiny models always; the synthetic 0.6B CustomVoice when $QVOICE_CACHE/q06b-cv exists.
+ */
+#include <dirent.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include <cJSON.h>
+
+#include "checkpoint/manifest.h"
+#include "checkpoint/safetensors.h"
+#include "compress/qvz.h"
+#include "engine/model.h"
+#include "engine/speech_decoder.h"
+#include "tests/unit/helpers/shell.h"
+#include "tests/unit/helpers/tmpdir.h"
+
+#define MAX_FRAMES 24
+
+static const char *const COVERED[] = {
+    "Hello world, this is a simple test of the compressed model.",
+    "The quick brown fox jumps over the lazy dog 42 times!",
+};
+
+static char g_cache[1024];
+
+static const char *model(const char *name) {
+    static char p[4][1100];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(p[k], sizeof p[k], "%s/%s", g_cache, name);
+    return p[k];
+}
+
+static int exists(const char *dir) {
+    char p[1200];
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    return file_bytes(p) > 0;
+}
+
+static void compress(const char *in, const char *out, qvz_options o) {
+    char err[1024];
+    qvz_report r;
+    o.n_threads = 2;
+    if (qvz_compress(in, out, &o, &r, err, sizeof err)) fail_msg("%s", err);
+    printf("    %s: %.1f -> %.1f MB (%d text rows, %d q4 matrices, %d encoder tensors dropped)\n",
+           out, (r.model_bytes_in + r.codec_bytes_in) / 1e6,
+           (r.model_bytes_out + r.codec_bytes_out) / 1e6, r.n_text_rows, r.n_q4,
+           r.n_encoder_tensors);
+}
+
+static qv_model *load(const char *dir) {
+    char err[1024];
+    qv_model *m;
+    if (qv_model_load(&m, dir, err, sizeof err)) fail_msg("%s", err);
+    return m;
+}
+
+static qv_session *start(qv_model *m, int quant, const char *text, int strict, enum qv_status want) {
+    qv_params p = qv_model_params(m);
+    p.n_threads = 2, p.do_sample = 0, p.subtalker_do_sample = 0, p.max_frames = MAX_FRAMES;
+    p.quant = quant;
+    qv_session *s;
+    assert_int_equal(qv_session_new(&s, m, &p), QV_OK);
+    qv_request r = qv_default_request();
+    r.text = text, r.language = "english", r.strict_vocab = strict;
+    if (qv_model_n_speakers(m) > 0) r.speaker = qv_model_speaker(m, 0);
+    enum qv_status st = qv_session_start(s, &r);
+    if (st != want) fail_msg("start: %s: %s", qv_strerror(st), qv_session_error(s));
+    return s;
+}
+
+/* Greedy codes of text (at most n_max frames) into codes; returns the frame count. */
+static int greedy(qv_model *m, int quant, const char *text, int32_t *codes, int n_max) {
+    qv_session *s = start(m, quant, text, 0, QV_OK);
+    assert_string_equal(qv_session_warning(s), "");
+    int n = 0, done = 0;
+    while (n < n_max && !qv_session_next_frame(s, codes + (size_t)n * QV_N_CODEBOOKS, &done) &&
+           !done)
+        n++;
+    qv_session_free(s);
+    return n;
+}
+
+static void same_codes(qv_model *a, int qa, qv_model *b, int qb, int n_max) {
+    for (size_t t = 0; t < sizeof COVERED / sizeof COVERED[0]; t++) {
+        int32_t ca[MAX_FRAMES * QV_N_CODEBOOKS], cb[MAX_FRAMES * QV_N_CODEBOOKS];
+        int na = greedy(a, qa, COVERED[t], ca, n_max), nb = greedy(b, qb, COVERED[t], cb, n_max);
+        printf("    \"%.24s...\": %d / %d frames, codes %s\n", COVERED[t], na, nb,
+               na == nb && !memcmp(ca, cb, sizeof(int32_t) * QV_N_CODEBOOKS * (size_t)na)
+                   ? "identical"
+                   : "DIFFER");
+        assert_int_equal(na, nb);
+        assert_memory_equal(ca, cb, sizeof(int32_t) * QV_N_CODEBOOKS * (size_t)na);
+    }
+}
+
+/* max |Δ| of the f16 decoder's PCM against the f32 one on the same codes; returns it. */
+static double decoder_delta(const char *ref_dir, const char *f16_dir) {
+    char err[1024];
+    qve_decoder *a = qve_decoder_load(ref_dir, err, sizeof err);
+    if (!a) fail_msg("%s", err);
+    qve_decoder *b = qve_decoder_load(f16_dir, err, sizeof err);
+    if (!b) fail_msg("%s", err);
+    enum { N = 12 };
+    int codes[N * 16];
+    for (int i = 0; i < N * 16; i++)
+        codes[i] = (i * 733 + 17) % 2048;
+    const int spf = qve_decoder_samples_per_frame(a);
+    float *wa = malloc(sizeof(float) * N * (size_t)spf), *wb = malloc(sizeof(float) * N * (size_t)spf);
+    assert_non_null(wa), assert_non_null(wb);
+    assert_int_equal(qve_decoder_decode(a, codes, N, wa, err, sizeof err), 0);
+    assert_int_equal(qve_decoder_decode(b, codes, N, wb, err, sizeof err), 0);
+    double d = 0, peak = 0;
+    for (int i = 0; i < N * spf; i++)
+        d = fmax(d, fabs((double)wa[i] - wb[i])), peak = fmax(peak, fabs(wa[i]));
+    printf("    f16 decoder: PCM max |delta| %.2e (peak |x| %.3f) over %d frames\n", d, peak, N);
+    free(wa), free(wb);
+    qve_decoder_free(a), qve_decoder_free(b);
+    return d;
+}
+
+static double rel_err(const float *a, const float *ref, int n) {
+    double num = 0, den = 0;
+    for (int i = 0; i < n; i++)
+        num += ((double)a[i] - ref[i]) * ((double)a[i] - ref[i]), den += (double)ref[i] * ref[i];
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+static int argmax(const float *l, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (l[i] > l[b]) b = i;
+    return b;
+}
+
+struct forced {
+    const int32_t *codes;
+    int g;
+};
+static int pick_forced(const float *l, int n, void *ctx) {
+    (void)l, (void)n;
+    struct forced *f = ctx;
+    return f->codes[1 + f->g++];
+}
+
+/* quant vs bf16 on m: talker logits after the same prefill, and the code predictor's logits
+ * teacher-forced on bf16's greedy codes for n frames. */
+static void quality(qv_model *m, int quant, int n, double *talker_err, double *cp_err,
+                    double *cp_agree) {
+    qv_session *s = start(m, QV_QUANT_BF16, COVERED[0], 0, QV_OK);
+    qv_session *q = start(m, quant, COVERED[0], 0, QV_OK);
+    const int V = m->cfg.talker.vocab_size, CV = m->cfg.code_predictor.vocab_size;
+    *talker_err = rel_err(q->logits_raw, s->logits_raw, V);
+    qve_cp_state cp;
+    assert_int_equal(qve_cp_state_init(&cp, m), 0);
+    qve_cp_state_use(&cp, qve_model_cp(m, quant));
+    double e = 0;
+    long same = 0, k = 0;
+    for (int i = 0; i < n; i++) {
+        int32_t c[QV_N_CODEBOOKS], tmp[QV_N_CODEBOOKS];
+        int done;
+        assert_int_equal(qv_session_next_frame(s, c, &done), QV_OK);
+        if (done) break;
+        struct forced f = {c, 0};
+        qve_cp_frame(&cp, m, &s->tw, s->pool, s->z_frame, c[0], tmp, pick_forced, &f);
+        for (int g = 0; g < QVE_N_GROUPS - 1; g++, k++) {
+            e += rel_err(cp.logits + (size_t)g * CV, s->cp.logits + (size_t)g * CV, CV);
+            same += argmax(cp.logits + (size_t)g * CV, CV) == c[1 + g];
+        }
+    }
+    *cp_err = k ? e / k : 0, *cp_agree = k ? (double)same / k : 0;
+    printf("    %s vs bf16: talker logits rel. error %.4f; code predictor %.4f, argmax agrees "
+           "%.1f %% (%ld teacher-forced)\n",
+           quant == QV_QUANT_Q4 ? "q4" : "int8", *talker_err, *cp_err, 100 * *cp_agree, k);
+    qve_cp_state_free(&cp);
+    qv_session_free(s), qv_session_free(q);
+}
+
+/* qvk_f32_to_f16 (the f16 decoder's narrowing): every half round-trips; halfway cases round to
+ * even; overflow gives infinity. */
+static void test_f16_narrowing(void **st) {
+    (void)st;
+    int bad = 0;
+    for (uint32_t h = 0; h < 0x10000; h++) {
+        if ((h & 0x7c00) == 0x7c00 && (h & 0x3ff)) continue; /* NaN payloads */
+        uint16_t in = (uint16_t)h, out;
+        float f;
+        qvk_f16_to_f32(&f, &in, 1);
+        qvk_f32_to_f16(&out, &f, 1);
+        bad += out != in;
+    }
+    assert_int_equal(bad, 0);
+    const float x[4] = {1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f, 65520.0f, 0x1p-25f};
+    const uint16_t want[4] = {0x3c00, 0x3c02, 0x7c00, 0x0000}; /* ties to even; inf; 0.5 ulp -> 0 */
+    uint16_t got[4];
+    qvk_f32_to_f16(got, x, 4);
+    assert_memory_equal(got, want, sizeof want);
+}
+
+/* ==== tiny models ============================================================================ */
+
+static void test_tiny_lossless(void **st) {
+    (void)st;
+    if (!exists(model("tiny-cv"))) skip();
+    qvz_options o = qvz_default_options();
+    o.vocab = "english", o.strip_encoder = 1, o.decoder_f16 = 1;
+    compress(model("tiny-cv"), tmp_path("tiny-vocab"), o);
+    char err[512];
+    char p[1200];
+    snprintf(p, sizeof p, "%s/speech_tokenizer/model.safetensors", tmp_path("tiny-vocab"));
+    qve_st *cs = qve_st_open(p, err, sizeof err);
+    assert_non_null(cs);
+    for (int i = 0; i < qve_st_count(cs); i++) { /* no encoder; the decoder in f16 */
+        assert_true(strncmp(qve_st_at(cs, i)->name, "encoder.", 8) != 0);
+        assert_true(qve_st_at(cs, i)->dtype != QVE_DTYPE_F32);
+    }
+    qve_st_close(cs);
+    qv_model *a = load(model("tiny-cv")), *b = load(tmp_path("tiny-vocab"));
+    assert_non_null(b->talker.text_token_map);
+    assert_true(b->text.n_text_rows < b->cfg.text_vocab_size / 2);
+    same_codes(a, QV_QUANT_BF16, b, QV_QUANT_BF16, MAX_FRAMES);
+    /* uncovered text: named in a warning, refused when strict */
+    qv_session *s = start(b, QV_QUANT_BF16, "Straße Zürich", 0, QV_OK);
+    printf("    warning: %s\n", qv_session_warning(s));
+    assert_non_null(strstr(qv_session_warning(s), "\"ße\""));
+    qv_session_free(s);
+    s = start(b, QV_QUANT_BF16, "Straße", 1, QV_E_VOCAB);
+    assert_non_null(strstr(qv_session_error(s), "outside the model's vocabulary"));
+    qv_session_free(s);
+    qv_model_free(a), qv_model_free(b);
+    /* a map entry past the stored rows is refused at load, naming the tensor */
+    char dst[1200];
+    snprintf(dst, sizeof dst, "cp -r %s %s", tmp_path("tiny-vocab"), tmp_path("tiny-badmap"));
+    assert_int_equal(sh("%s", dst), 0);
+    snprintf(dst, sizeof dst, "%s/model.safetensors", tmp_path("tiny-badmap"));
+    FILE *f = fopen(dst, "r+b");
+    assert_non_null(f);
+    unsigned char n8[8];
+    assert_int_equal(fread(n8, 1, 8, f), 8);
+    uint64_t n_hdr = 0;
+    for (int i = 7; i >= 0; i--)
+        n_hdr = n_hdr << 8 | n8[i];
+    char *hdr = calloc(1, n_hdr + 1);
+    assert_int_equal(fread(hdr, 1, n_hdr, f), n_hdr);
+    cJSON *h = cJSON_Parse(hdr);
+    cJSON *off = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(h, "talker.model.text_token_map"), "data_offsets");
+    assert_non_null(off);
+    const int32_t bad = 1 << 30;
+    fseek(f, (long)(8 + n_hdr + (uint64_t)cJSON_GetArrayItem(off, 0)->valuedouble + 4 * 42), SEEK_SET);
+    assert_int_equal(fwrite(&bad, 4, 1, f), 1);
+    fclose(f), cJSON_Delete(h), free(hdr);
+    qv_model *bm;
+    assert_int_not_equal(qv_model_load(&bm, tmp_path("tiny-badmap"), err, sizeof err), QV_OK);
+    printf("    %s\n", err);
+    assert_non_null(strstr(err, "text_token_map: entry 42"));
+    /* f16 keeps 11 mantissa bits: PCM within 1e-3 of f32 (measured ~1e-5 on random weights) */
+    assert_true(decoder_delta(model("tiny-cv"), tmp_path("tiny-vocab")) < 1e-3);
+}
+
+static void test_tiny_q4(void **st) {
+    (void)st;
+    if (!exists(model("tiny-cv"))) skip();
+    qvz_options o = qvz_default_options();
+    o.q4 = 1;
+    compress(model("tiny-cv"), tmp_path("tiny-q4"), o);
+    qv_model *a = load(model("tiny-cv")), *b = load(tmp_path("tiny-q4"));
+    assert_null(b->talker.stack.layers[0].q_proj.bf16);
+    assert_non_null(b->talker.stack.layers[0].q_proj.q4);
+    /* the q4 view of the original and the q4 checkpoint hold the same weights */
+    same_codes(a, QV_QUANT_Q4, b, QV_QUANT_BF16, MAX_FRAMES);
+    double te, ce, agree, te8, ce8, agree8;
+    quality(a, QV_QUANT_Q4, 8, &te, &ce, &agree);
+    quality(a, QV_QUANT_INT8, 8, &te8, &ce8, &agree8);
+    /* Random weights are the worst case for 16 levels (no structure; every layer adds its own
+     * ~7 % matvec error): measured 0.29 / 0.22 / 65 % here, int8 0.00 / 0.01 / 97 %. */
+    assert_true(te < 0.45 && ce < 0.35 && agree > 0.45);
+    qv_model_free(a), qv_model_free(b);
+}
+
+static void test_tiny_prune_layers(void **st) {
+    (void)st;
+    if (!exists(model("tiny-cv"))) skip();
+    qvz_options o = qvz_default_options();
+    o.prune_layers = 1;
+    compress(model("tiny-cv"), tmp_path("tiny-prune"), o);
+    qv_model *a = load(model("tiny-cv")), *b = load(tmp_path("tiny-prune"));
+    assert_int_equal(b->cfg.talker.num_hidden_layers, a->cfg.talker.num_hidden_layers - 1);
+    int32_t c[MAX_FRAMES * QV_N_CODEBOOKS];
+    assert_true(greedy(b, QV_QUANT_BF16, COVERED[0], c, 4) > 0);
+    qv_model_free(a), qv_model_free(b);
+}
+
+static void test_errors(void **st) {
+    (void)st;
+    if (!exists(model("tiny-cv"))) skip();
+    char err[1024];
+    qvz_options o = qvz_default_options();
+    o.prune_layers = 99;
+    assert_int_equal(qvz_compress(model("tiny-cv"), tmp_path("bad"), &o, NULL, err, sizeof err), -1);
+    printf("    %s\n", err);
+    assert_non_null(strstr(err, "talker layers"));
+    o = qvz_default_options();
+    o.vocab = tmp_path("no-such-words");
+    assert_int_equal(qvz_compress(model("tiny-cv"), tmp_path("bad"), &o, NULL, err, sizeof err), -1);
+    printf("    %s\n", err);
+    assert_non_null(strstr(err, "no-such-words"));
+    o = qvz_default_options();
+    assert_int_equal(qvz_compress(tmp_path("no-model"), tmp_path("bad"), &o, NULL, err, sizeof err),
+                     -1);
+    printf("    %s\n", err);
+    tmp_write(tmp_path("exists"), "x", 1);
+    assert_int_equal(qvz_compress(model("tiny-cv"), tmp_path("exists"), &o, NULL, err, sizeof err),
+                     -1);
+    assert_non_null(strstr(err, "already exists"));
+    DIR *d = opendir(tmp_dir); /* nothing half-written left behind */
+    assert_non_null(d);
+    for (struct dirent *e; (e = readdir(d));) {
+        assert_null(strstr(e->d_name, ".tmp-"));
+        assert_true(strcmp(e->d_name, "bad") != 0);
+    }
+    closedir(d);
+    assert_int_equal(sh("bin/qvoice-compress >/dev/null 2>&1"), 2);
+    assert_int_equal(sh("bin/qvoice-compress --help | grep -q -- --strip-encoder"), 0);
+}
+
+/* MLP neuron pruning's layout: intermediate_size as a per-layer list (docs/compression.md). */
+static void test_layer_widths(void **st) {
+    (void)st;
+    if (!exists(model("tiny-cv"))) skip();
+    char p[1200], err[512];
+    snprintf(p, sizeof p, "%s/config.json", model("tiny-cv"));
+    FILE *f = fopen(p, "rb");
+    assert_non_null(f);
+    static char txt[1 << 16];
+    txt[fread(txt, 1, sizeof txt - 1, f)] = 0;
+    fclose(f);
+    const char *lists[2] = {"[64, 128]", "[64, 128, 192]"}; /* right length, one too many */
+    for (int k = 0; k < 2; k++) {
+        cJSON *root = cJSON_Parse(txt);
+        cJSON *tc = cJSON_GetObjectItemCaseSensitive(root, "talker_config");
+        cJSON_ReplaceItemInObjectCaseSensitive(tc, "intermediate_size", cJSON_Parse(lists[k]));
+        char *js = cJSON_Print(root);
+        const char *dir = tmp_path(k ? "widths-bad" : "widths");
+        snprintf(p, sizeof p, "mkdir -p %s", dir);
+        assert_int_equal(sh("%s", p), 0);
+        snprintf(p, sizeof p, "%s/config.json", dir);
+        tmp_write(p, js, strlen(js));
+        free(js), cJSON_Delete(root);
+        qve_model_config c;
+        if (k) {
+            assert_int_equal(qve_model_config_load(&c, dir, err, sizeof err), -1);
+            printf("    %s\n", err);
+            assert_non_null(strstr(err, "intermediate_size"));
+            continue;
+        }
+        if (qve_model_config_load(&c, dir, err, sizeof err)) fail_msg("%s", err);
+        assert_int_equal(c.talker.intermediate_size, 128);
+        assert_int_equal(qve_layer_intermediate(&c.talker, 0), 64);
+        qve_manifest m;
+        assert_int_equal(qve_manifest_model(&m, &c, err, sizeof err), 0);
+        assert_int_equal(qve_manifest_find(&m, "talker.model.layers.0.mlp.gate_proj.weight")->shape[0], 64);
+        assert_int_equal(qve_manifest_find(&m, "talker.model.layers.1.mlp.down_proj.weight")->shape[1], 128);
+        qve_manifest_free(&m);
+    }
+}
+
+/* ==== synthetic 0.6B CustomVoice ============================================================= */
+
+/* Fully compressed (vocab + encoder strip + f16 decoder + q4): its codes equal the q4 view of the
+ * original (vocabulary pruning and the encoder strip change nothing; the view equals the q4
+ * checkpoint, test_tiny_q4), so one compressed copy checks the lossless steps at 0.6B size. */
+static void test_06b(void **st) {
+    (void)st;
+    if (!exists(model("q06b-cv"))) skip();
+    qvz_options o = qvz_default_options();
+    o.vocab = "english", o.strip_encoder = 1, o.decoder_f16 = 1, o.q4 = 1;
+    compress(model("q06b-cv"), tmp_path("q06b-small"), o);
+    qv_model *a = load(model("q06b-cv")), *b = load(tmp_path("q06b-small"));
+    same_codes(a, QV_QUANT_Q4, b, QV_QUANT_BF16, 3);
+    qv_model_free(b);
+    double te, ce, agree, te8, ce8, agree8;
+    quality(a, QV_QUANT_Q4, 2, &te, &ce, &agree);
+    quality(a, QV_QUANT_INT8, 2, &te8, &ce8, &agree8);
+    /* random weights, 28 layers: measured 0.41 / 0.30 / 37 % (int8 0.008 / 0.04 / 93 %) */
+    assert_true(te < 0.6 && ce < 0.45 && agree > 0.2);
+    qv_model_free(a);
+    assert_true(decoder_delta(model("q06b-cv"), tmp_path("q06b-small")) < 1e-3);
+}
+
+/* 1.7B: the q4 view quantizes the mtp projection too and the frame loop runs on it. */
+static void test_17b_q4_view(void **st) {
+    (void)st;
+    if (!exists(model("q17b-cv"))) skip();
+    qv_model *m = load(model("q17b-cv"));
+    int32_t c[MAX_FRAMES * QV_N_CODEBOOKS];
+    assert_true(greedy(m, QV_QUANT_Q4, COVERED[0], c, 2) > 0);
+    assert_non_null(qve_model_cp(m, QV_QUANT_Q4)->mtp_proj.q4);
+    assert_null(m->cp.mtp_proj.q4);
+    qv_model_free(m);
+}
+
+int main(void) {
+    const char *c = getenv("QVOICE_CACHE");
+    snprintf(g_cache, sizeof g_cache, "%s", c && *c ? c : "cache");
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_f16_narrowing),
+        cmocka_unit_test(test_tiny_lossless),     cmocka_unit_test(test_tiny_q4),
+        cmocka_unit_test(test_tiny_prune_layers), cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_layer_widths),
+        cmocka_unit_test(test_06b),               cmocka_unit_test(test_17b_q4_view),
+    };
+    return cmocka_run_group_tests(tests, tmpdir_setup, tmpdir_teardown);
+}

@@ -1,0 +1,206 @@
+/* test_q4.c — 4-bit affine matvec (kernels/q4.h): MLX packing, quantization within half a step,
+ * every variant against the scalar reference and a double-precision evaluation of the same
+ * quantized product, error against the unquantized product, bit-identical for 1 and 2 threads.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "kernels/kernels.h"
+#include "kernels/q4.h"
+
+enum { N_OUT = 203, N_IN = 832, N_G = N_IN / QVK_Q4_GROUP }; /* 13 groups: odd, not 128-aligned */
+
+static uint16_t *g_w;
+static float *g_x, *g_bias, *g_xs, *g_xsum;
+static uint16_t *g_s, *g_b; /* bf16 */
+static uint8_t *g_q;
+static int8_t *g_xq;
+
+static uint32_t rng_u32(uint32_t *s) {
+    *s ^= *s << 13, *s ^= *s >> 17, *s ^= *s << 5;
+    return *s;
+}
+static float rng_f(uint32_t *s) {
+    return (float)(rng_u32(s) >> 8) / 16777216.0f * 2 - 1;
+}
+
+static int setup(void **st) {
+    (void)st;
+    uint32_t s = 4242;
+    g_w = qvk_alloc(sizeof(uint16_t) * N_OUT * N_IN);
+    g_x = qvk_alloc(sizeof(float) * N_IN);
+    g_bias = qvk_alloc(sizeof(float) * N_OUT);
+    g_q = qvk_alloc((size_t)N_OUT * N_IN / 2);
+    g_s = qvk_alloc(sizeof(uint16_t) * N_OUT * N_G);
+    g_b = qvk_alloc(sizeof(uint16_t) * N_OUT * N_G);
+    g_xq = qvk_alloc(N_IN);
+    g_xs = qvk_alloc(sizeof(float) * N_G);
+    g_xsum = qvk_alloc(sizeof(float) * N_G);
+    float *row = malloc(sizeof(float) * N_IN);
+    for (int r = 0; r < N_OUT; r++) {
+        float amp = 0.01f * (1 + r % 7), off = r % 3 ? 0.0f : 0.02f; /* some rows off-centre */
+        for (int i = 0; i < N_IN; i++)
+            row[i] = r == 5 ? 0.0f : off + amp * rng_f(&s); /* row 5 all zero */
+        qvk_f32_to_bf16(g_w + (size_t)r * N_IN, row, N_IN);
+        g_bias[r] = 0.1f * rng_f(&s);
+    }
+    for (int i = 0; i < N_IN; i++)
+        g_x[i] = rng_f(&s) * (i == 300 ? 20.0f : 1.0f) + 0.1f; /* an outlier and a mean */
+    free(row);
+    assert_int_equal(qvk_q4_quantize_bf16(NULL, g_q, g_s, g_b, g_w, N_OUT, N_IN), 0);
+    qvk_q4_prepare_x(g_xq, g_xs, g_xsum, g_x, N_IN);
+    return 0;
+}
+
+static int teardown(void **st) {
+    (void)st;
+    qvk_free(g_w), qvk_free(g_x), qvk_free(g_bias), qvk_free(g_q), qvk_free(g_s);
+    qvk_free(g_b), qvk_free(g_xq), qvk_free(g_xs), qvk_free(g_xsum);
+    return 0;
+}
+
+static int nib(int r, int i) {
+    const uint8_t v = g_q[(size_t)r * N_IN / 2 + (size_t)i / 2];
+    return i & 1 ? v >> 4 : v & 15;
+}
+
+static void test_packing(void **st) {
+    (void)st;
+    /* a ramp 0..15 quantizes to q = i % 16 and packs as MLX's uint32 0x76543210, 0xfedcba98 */
+    float w[QVK_Q4_GROUP];
+    uint16_t s, b;
+    uint8_t q[QVK_Q4_GROUP / 2];
+    for (int i = 0; i < QVK_Q4_GROUP; i++)
+        w[i] = (float)(i % 16);
+    qvk_q4_quantize_row(q, &s, &b, w, QVK_Q4_GROUP);
+    uint32_t u0, u1;
+    memcpy(&u0, q, 4), memcpy(&u1, q + 4, 4); /* little-endian host, as the checkpoint */
+    assert_int_equal(u0, 0x76543210u);
+    assert_int_equal(u1, 0xfedcba98u);
+    assert_true(s == 0x3f80 && b == 0); /* bf16 1.0 and 0.0 */
+    float back[QVK_Q4_GROUP];
+    qvk_q4_dequantize(back, q, &s, &b, 1, QVK_Q4_GROUP);
+    assert_memory_equal(back, w, sizeof w);
+    assert_int_equal(qvk_q4_quantize_bf16(NULL, q, &s, &b, g_w, 1, 100), -1); /* not a multiple */
+}
+
+static void test_quantize_bounds(void **st) {
+    (void)st;
+    double worst = 0;
+    for (int r = 0; r < N_OUT; r++)
+        for (int i = 0; i < N_IN; i++) {
+            const float s = qvk_bf16_to_f32_1(g_s[r * N_G + i / QVK_Q4_GROUP]),
+                        b = qvk_bf16_to_f32_1(g_b[r * N_G + i / QVK_Q4_GROUP]);
+            double w = qvk_bf16_to_f32_1(g_w[(size_t)r * N_IN + i]);
+            double e = fabs(w - ((double)s * nib(r, i) + b));
+            /* half a step, plus the bf16 rounding of s (15 steps · 2^-9) and of b (2^-9 |b|) */
+            double lim = s * (0.5 + 15 * 0x1p-8) + fabs(b) * 0x1p-8 + 1e-12;
+            if (e / lim > worst) worst = e / lim;
+        }
+    printf("weight quantization: max |w - (s*q + b)| = %.3f of the bound\n", worst);
+    assert_true(worst <= 1.0);
+    assert_true(g_s[5 * N_G] == 0 && g_b[5 * N_G] == 0);
+}
+
+/* The quantized product in double, and the sum of |terms| that scales its rounding bound. */
+static double ref_q(int r, double *mag) {
+    double acc = g_bias[r];
+    *mag = fabs(g_bias[r]);
+    for (int g = 0; g < N_G; g++) {
+        long d = 0, ad = 0;
+        for (int k = 0; k < QVK_Q4_GROUP; k++) {
+            const int i = g * QVK_Q4_GROUP + k;
+            const long t = (long)nib(r, i) * g_xq[g * QVK_Q4_GROUP + (k & 1) * 32 + k / 2];
+            d += t, ad += labs(t);
+        }
+        const double sx = (double)qvk_bf16_to_f32_1(g_s[r * N_G + g]) * g_xs[g];
+        const double bx = (double)qvk_bf16_to_f32_1(g_b[r * N_G + g]) * g_xsum[g];
+        acc += sx * (double)d + bx;
+        *mag += fabs(sx) * (double)ad + fabs(bx);
+    }
+    return acc;
+}
+
+static void test_variants(void **st) {
+    (void)st;
+    static const char *const names[] = {"scalar", "avx2", "avx512"};
+    float y[N_OUT], yref[N_OUT];
+    qvk_q4_mv mv = {y, g_q, g_s, g_b, g_bias, N_OUT};
+    qvk_q4_mv mref = {yref, g_q, g_s, g_b, g_bias, N_OUT};
+    assert_int_equal(qvk_q4_rows("scalar", &mref, g_xq, g_xs, g_xsum, 0, N_OUT, N_IN), 0);
+    for (int v = 0; v < 3; v++) {
+        if (qvk_q4_rows(names[v], &mv, g_xq, g_xs, g_xsum, 0, N_OUT, N_IN)) {
+            printf("%s: not supported here, skipped\n", names[v]);
+            continue;
+        }
+        double worst = 0, worst_s = 0;
+        for (int r = 0; r < N_OUT; r++) {
+            double mag, e = fabs(y[r] - ref_q(r, &mag)) / (1e-5 * mag + 1e-30);
+            double es = fabs(y[r] - yref[r]) / (1e-5 * mag + 1e-30);
+            if (e > worst) worst = e;
+            if (es > worst_s) worst_s = es;
+        }
+        printf("%s: max |dy| vs double %.3f, vs scalar %.3f (of 1e-5*sum|terms|)\n", names[v],
+               worst, worst_s);
+        assert_true(worst <= 1.0 && worst_s <= 1.0);
+    }
+}
+
+static void test_quantization_error(void **st) {
+    (void)st;
+    float y[N_OUT];
+    qvk_q4_mv mv = {y, g_q, g_s, g_b, g_bias, N_OUT};
+    qvk_q4_matvec_multi(NULL, g_x, N_IN, &mv, 1);
+    double worst = 0;
+    for (int r = 0; r < N_OUT; r++) {
+        double exact = g_bias[r], mag = 0;
+        for (int i = 0; i < N_IN; i++) {
+            double t = (double)qvk_bf16_to_f32_1(g_w[(size_t)r * N_IN + i]) * g_x[i];
+            exact += t, mag += fabs(t);
+        }
+        double e = mag > 0 ? fabs(y[r] - exact) / mag : fabs(y[r] - exact);
+        if (e > worst) worst = e;
+    }
+    /* 16 weight levels: a uniform error of up to s/2 per weight, mostly cancelling */
+    printf("q4 vs unquantized bf16 product: max |dy| = %.5f of sum|w*x| (limit 0.05)\n", worst);
+    assert_true(worst < 0.05);
+}
+
+static void test_threads_identical(void **st) {
+    (void)st;
+    float y1[N_OUT], y2[N_OUT], z1[100], z2[100], yr[N_OUT];
+    qvk_pool *p2 = qvk_pool_create(2);
+    assert_non_null(p2);
+    qvk_q4_mv mv1[2] = {{y1, g_q, g_s, g_b, g_bias, N_OUT}, {z1, g_q, g_s, g_b, NULL, 100}};
+    qvk_q4_mv mv2[2] = {{y2, g_q, g_s, g_b, g_bias, N_OUT}, {z2, g_q, g_s, g_b, NULL, 100}};
+    qvk_q4_matvec_multi(NULL, g_x, N_IN, mv1, 2);
+    qvk_q4_matvec_multi(p2, g_x, N_IN, mv2, 2);
+    qvk_q4_mv mr = {yr, g_q, g_s, g_b, g_bias, N_OUT};
+    qvk_q4_rows(NULL, &mr, g_xq, g_xs, g_xsum, 0, N_OUT, N_IN);
+    int diff = 0;
+    for (int r = 0; r < N_OUT; r++)
+        diff += memcmp(&y1[r], &y2[r], 4) != 0, diff += memcmp(&y1[r], &yr[r], 4) != 0;
+    for (int r = 0; r < 100; r++)
+        diff += memcmp(&z1[r], &z2[r], 4) != 0;
+    printf("1 vs 2 threads (and vs the row kernel): %d rows differ\n", diff);
+    assert_int_equal(diff, 0);
+    qvk_pool_free(p2);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_packing),
+        cmocka_unit_test(test_quantize_bounds),
+        cmocka_unit_test(test_variants),
+        cmocka_unit_test(test_quantization_error),
+        cmocka_unit_test(test_threads_identical),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
