@@ -3,14 +3,14 @@
 # qvoice-compress steps applied cumulatively to the synthetic 0.6B CustomVoice, each spoken for
 # 100 frames on QV_BENCH_THREADS (2) threads: size on disk, peak RSS, per-frame time, RTF (wall
 # including load), and the quality figures of each lossy step. The pure-C reference engine's int8
-# runs in the same session when $QVOICE_REF_ENGINE (default /work/ext/qwen3-tts/qwen_tts) exists.
+# runs in the same session when $QVOICE_REF_ENGINE names its binary (built outside this repo).
 set -eu
 cd "$(dirname "$0")/.."
 CACHE=${QVOICE_CACHE:-cache}
 CV=$CACHE/q06b-cv
 J=${QV_BENCH_THREADS:-2}
 FRAMES=${QV_BENCH_FRAMES:-100}
-REF=${QVOICE_REF_ENGINE:-/work/ext/qwen3-tts/qwen_tts}
+REF=${QVOICE_REF_ENGINE:-}
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/bench-compress.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
 TEXT="The old lighthouse keeper climbed the narrow stairs every evening, lit the great lamp, and watched the ships pass safely through the dark water below."
@@ -60,8 +60,11 @@ row "+ q4 (fully compressed)" "$TMP/vsfq" bf16
 row "+ 2 talker layers pruned" "$TMP/p2" bf16
 row "q4, 4 talker layers pruned" "$TMP/p4" bf16
 if [ -x "$REF" ]; then
-    /usr/bin/time -f "%e %M" -o "$TMP/time" "$REF" -d "$CV" -s ryan -l English -j "$J" \
-        --seed 42 --max-tokens "$FRAMES" --int8 --text "$TEXT" -o "$TMP/r.wav" 2>"$TMP/rerr" || true
+    # from a neutral directory: it falls back to ./config.json
+    cva=$(cd "$CV" && pwd)
+    (cd "$TMP" && /usr/bin/time -f "%e %M" -o "$TMP/time" "$REF" -d "$cva" -s ryan -l English \
+        -j "$J" --seed 42 --max-tokens "$FRAMES" --int8 --text "$TEXT" -o "$TMP/r.wav" \
+        2>"$TMP/rerr") || true
     fr=$(sed -n 's/.*Generated \([0-9]*\) frames.*/\1/p' "$TMP/rerr")
     set -- $(cat "$TMP/time")
     [ -n "$fr" ] && awk -v w="$1" -v rss="$2" -v f="$fr" -v sz="$(mb "$(st_bytes "$CV")")" \

@@ -5,7 +5,7 @@
 set -eu
 cd "$(dirname "$0")/.."
 CACHE=${QVOICE_CACHE:-cache}
-CV=$CACHE/q06b-cv
+CV=$(cd "$CACHE" && pwd)/q06b-cv
 BASE=$CACHE/q06b-base
 RUNS=${QV_BENCH_RUNS:-3}
 J=${QV_BENCH_THREADS:-2}
@@ -112,7 +112,8 @@ ours8=$(build/bench/bench_ttfa "$RUNS" bin/speak -m "$CV" -s "$SPEAKER" -l engli
     --seed 42 --max-frames 20 --no-guard --stream --quant int8 | ttfa)
 ref="not measured (set QVOICE_REF_ENGINE)"
 if [ -n "${QVOICE_REF_ENGINE:-}" ]; then
-    r=$(build/bench/bench_ttfa "$RUNS" "$QVOICE_REF_ENGINE" -d "$CV" -s "$SPEAKER" -l English -j "$J" \
+    mkdir -p "$TMP/neutral" # it falls back to ./config.json: run it where there is none
+    r=$(build/bench/bench_ttfa "$RUNS" sh -c 'cd "$0" && exec "$@"' "$TMP/neutral" "$QVOICE_REF_ENGINE" -d "$CV" -s "$SPEAKER" -l English -j "$J" \
         --seed 42 --max-tokens 20 --stdout --text "$TEXT" | ttfa)
     ref="$r s ($(awk -v a="$ours" -v b="$r" 'BEGIN {printf "ours / theirs = %.2f", a / b}'))"
 fi
