@@ -1,6 +1,7 @@
 # qvoice — one non-recursive Makefile. Sources are found by wildcard so that a new module file
 # needs no edit here: every .c in the library folders (LIB_DIRS) goes into build/libqvoice.a,
-# each tools/NAME.c becomes bin/NAME, each tests/unit/test_*.c one cmocka binary.
+# each tools/NAME.c becomes bin/NAME, each examples/NAME.c build/examples/NAME, each
+# tests/unit/test_*.c one cmocka binary.
 # Includes name their folder (-I. only); make check-layers enforces docs/architecture.md.
 # ISA flags go only to files named *_avx2.c / *_avx512.c (style rule 33): one binary, any x86-64.
 
@@ -18,11 +19,12 @@ AVX2_FLAGS   = -mavx2 -mfma -mf16c
 AVX512_FLAGS = -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512bf16 -mavx512vnni
 
 B := build
-LIB_DIRS := kernels voicefmt checkpoint features clone engine server
+LIB_DIRS := util kernels voicefmt checkpoint features clone engine server
 LIB_SRC  := $(foreach d,$(LIB_DIRS),$(wildcard $(d)/*.c))
 LIB_OBJ  := $(LIB_SRC:%.c=$(B)/%.o)
 LIB      := $(B)/libqvoice.a
 TOOLS    := $(patsubst tools/%.c,bin/%,$(wildcard tools/*.c))
+EXAMPLES := $(patsubst examples/%.c,$(B)/examples/%,$(wildcard examples/*.c))
 TEST_SRC := $(wildcard tests/unit/test_*.c)
 TESTS    := $(TEST_SRC:tests/unit/%.c=$(B)/tests/%)
 TEST_HELPERS := $(wildcard tests/unit/helpers/*.c)
@@ -75,6 +77,9 @@ bin/%: $(B)/tools/%.o $(LIB)
 	@mkdir -p bin
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIB) $(LIBS)
 
+$(B)/examples/%: $(B)/examples/%.o $(LIB)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIB) $(LIBS)
+
 $(MKMODEL): $(B)/tests/tools/mkmodel.o $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIB) $(LIBS)
@@ -94,7 +99,7 @@ models-full: $(MKMODEL)
 	@MKMODEL=$(MKMODEL) scripts/models.sh full
 
 test: deps
-	@$(MAKE) --no-print-directory all $(TESTS)
+	@$(MAKE) --no-print-directory all $(EXAMPLES) $(TESTS)
 	@QVOICE_MODELS_17B=1 $(MAKE) --no-print-directory models models-full
 	@QVOICE_MODELS_17B=1 tests/run.sh $(TESTS)
 

@@ -15,6 +15,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "util/fileio.h"
+
 #define CONFIG_MAX_BYTES ((size_t)16 << 20) /* real configs are < 10 kB */
 #define DIM_MAX (1 << 24)                    /* sanity bound on any size-like field */
 
@@ -54,37 +56,27 @@ static const char *json_type(const cJSON *v) {
  * absent, NULL without one: check r->bad). */
 static cJSON *load_json(rd *r, const char *dir, const char *name, int optional) {
     snprintf(r->file, sizeof r->file, "%s/%s", dir, name);
-    FILE *f = fopen(r->file, "rb");
-    if (!f) {
-        if (!(optional && errno == ENOENT)) rd_fail(r, "cannot open (%s)", strerror(errno));
-        return NULL;
-    }
-    char *buf = malloc(CONFIG_MAX_BYTES + 1);
+    size_t n;
+    char msg[4400];
+    char *buf = qvu_read_file(r->file, CONFIG_MAX_BYTES, &n, msg, sizeof msg);
     if (!buf) {
-        fclose(f);
-        rd_fail(r, "out of memory");
+        if (!(optional && errno == ENOENT) && !r->bad) {
+            r->bad = 1;
+            if (r->err && r->err_size) snprintf(r->err, r->err_size, "%s", msg);
+        }
         return NULL;
     }
-    size_t n = fread(buf, 1, CONFIG_MAX_BYTES + 1, f);
-    int io_err = ferror(f);
-    fclose(f);
-    cJSON *root = NULL;
-    if (io_err) rd_fail(r, "read error");
-    else if (n > CONFIG_MAX_BYTES)
-        rd_fail(r, "file too large (expected <= %zu bytes)", CONFIG_MAX_BYTES);
-    else {
-        const char *end = NULL;
-        root = cJSON_ParseWithLengthOpts(buf, n, &end, 0);
-        if (!root) {
-            /* Report a line number: the useful coordinate for a hand-edited config. */
-            int line = 1;
-            for (const char *p = buf; end && p < end && p < buf + n; p++) line += *p == '\n';
-            rd_fail(r, "not valid JSON (error near line %d)", line);
-        } else if (!cJSON_IsObject(root)) {
-            rd_fail(r, "top level is not a JSON object (found %s)", json_type(root));
-            cJSON_Delete(root);
-            root = NULL;
-        }
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(buf, n, &end, 0);
+    if (!root) {
+        /* Report a line number: the useful coordinate for a hand-edited config. */
+        int line = 1;
+        for (const char *p = buf; end && p < end && p < buf + n; p++) line += *p == '\n';
+        rd_fail(r, "not valid JSON (error near line %d)", line);
+    } else if (!cJSON_IsObject(root)) {
+        rd_fail(r, "top level is not a JSON object (found %s)", json_type(root));
+        cJSON_Delete(root);
+        root = NULL;
     }
     free(buf);
     return root;
@@ -408,19 +400,22 @@ int qve_model_config_load(qve_model_config *c, const char *dir, char *err, size_
 
 /* ==== generation_config.json ================================================================= */
 
+qve_generation_config qve_generation_defaults(void) {
+    return (qve_generation_config){.do_sample = 1,
+                                   .top_k = 50,
+                                   .top_p = 1.0f,
+                                   .temperature = 0.9f,
+                                   .repetition_penalty = 1.05f,
+                                   .subtalker_dosample = 1,
+                                   .subtalker_top_k = 50,
+                                   .subtalker_top_p = 1.0f,
+                                   .subtalker_temperature = 0.9f,
+                                   .max_new_tokens = 2048};
+}
+
 int qve_generation_config_load(qve_generation_config *g, const char *dir, char *err,
                                size_t err_size) {
-    /* The Python wrapper's fallbacks for keys absent from the file (§1.4). */
-    *g = (qve_generation_config){.do_sample = 1,
-                                 .top_k = 50,
-                                 .top_p = 1.0f,
-                                 .temperature = 0.9f,
-                                 .repetition_penalty = 1.05f,
-                                 .subtalker_dosample = 1,
-                                 .subtalker_top_k = 50,
-                                 .subtalker_top_p = 1.0f,
-                                 .subtalker_temperature = 0.9f,
-                                 .max_new_tokens = 2048};
+    *g = qve_generation_defaults();
     rd r = {.err = err, .err_size = err_size};
     cJSON *root = load_json(&r, dir, "generation_config.json", 1);
     if (!root) return r.bad ? -1 : 0;

@@ -88,6 +88,9 @@ typedef struct {            /* speech_tokenizer/config.json */
  * generation_config.json: absent file or keys take the Python wrapper's fallbacks (§1.4). */
 int qve_model_config_load(qve_model_config *c, const char *dir, char *err, size_t err_size);
 int qve_generation_config_load(qve_generation_config *g, const char *dir, char *err, size_t err_size);
+/* The Python wrapper's fallbacks for keys absent from generation_config.json (§1.4): the one
+ * set of generation defaults (qv_default_params is built from it). */
+qve_generation_config qve_generation_defaults(void);
 int qve_codec_config_load(qve_codec_config *c, const char *dir, char *err, size_t err_size);
 
 /* Lookups (case-insensitive); -1 when absent. */

@@ -5,11 +5,12 @@
  */
 #include "checkpoint/fingerprint.h"
 
-#include <errno.h>
 #include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "util/fileio.h"
 
 #define CONFIG_MAX_BYTES ((size_t)16 << 20)
 static const char k_tag[] = "qvoice-model-fingerprint-v1";
@@ -94,21 +95,9 @@ int qve_fingerprint_model(const char *dir, enum qve_fingerprint_mode mode, uint8
                           char *err, size_t err_size) {
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", dir);
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        snprintf(err, err_size, "%s: cannot open (%s)", path, strerror(errno));
-        return -1;
-    }
-    char *cfg = malloc(CONFIG_MAX_BYTES + 1);
-    size_t n_cfg = cfg ? fread(cfg, 1, CONFIG_MAX_BYTES + 1, f) : 0;
-    int io_err = ferror(f);
-    fclose(f);
-    if (!cfg || io_err || n_cfg > CONFIG_MAX_BYTES) {
-        snprintf(err, err_size, "%s: %s", path,
-                 !cfg ? "out of memory" : io_err ? "read error" : "file too large");
-        free(cfg);
-        return -1;
-    }
+    size_t n_cfg;
+    char *cfg = qvu_read_file(path, CONFIG_MAX_BYTES, &n_cfg, err, err_size);
+    if (!cfg) return -1;
     qve_st *st = qve_st_open_dir(dir, "model", err, err_size);
     int rc = st ? qve_fingerprint_st(st, cfg, n_cfg, mode, out, err, err_size) : -1;
     qve_st_close(st);

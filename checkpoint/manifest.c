@@ -107,22 +107,38 @@ static void finish(builder *b) {
             bfail(b, "manifest: duplicate entry %s", m->entries[m->by_name[i]].name);
 }
 
+int qve_layer_tensor(const qve_stack_config *s, const char *prefix, int i, int k, char *name,
+                     size_t name_size, int64_t shape[2]) {
+    /* dims: H hidden, Q heads x head_dim, KV kv heads x head_dim, D head_dim, I intermediate */
+    enum { H, Q, KV, D, I, NONE };
+    static const struct {
+        const char *suffix;
+        int rows, cols;
+    } t[QVE_LAYER_N_TENSORS] = {
+        {"input_layernorm.weight", H, NONE},     {"self_attn.q_proj.weight", Q, H},
+        {"self_attn.k_proj.weight", KV, H},      {"self_attn.v_proj.weight", KV, H},
+        {"self_attn.o_proj.weight", H, Q},       {"self_attn.q_norm.weight", D, NONE},
+        {"self_attn.k_norm.weight", D, NONE},    {"post_attention_layernorm.weight", H, NONE},
+        {"mlp.gate_proj.weight", I, H},          {"mlp.up_proj.weight", I, H},
+        {"mlp.down_proj.weight", H, I},
+    };
+    const int64_t dim[NONE + 1] = {s->hidden_size, (int64_t)s->num_attention_heads * s->head_dim,
+                                   (int64_t)s->num_key_value_heads * s->head_dim, s->head_dim,
+                                   s->intermediate_size, 0};
+    snprintf(name, name_size, "%s.layers.%d.%s", prefix, i, t[k].suffix);
+    shape[0] = dim[t[k].rows];
+    shape[1] = dim[t[k].cols];
+    return t[k].cols == NONE ? 1 : 2;
+}
+
 /* One Qwen3 decoder layer: 11 tensors, no biases (§2.1). */
 static void qwen3_layer(builder *b, const char *prefix, int i, const qve_stack_config *s) {
-    const enum qve_dtype D = QVE_DTYPE_BF16;
-    int64_t h = s->hidden_size, q = (int64_t)s->num_attention_heads * s->head_dim,
-            kv = (int64_t)s->num_key_value_heads * s->head_dim, f = s->intermediate_size;
-    add(b, D, 1, h, 0, 0, "%s.layers.%d.input_layernorm.weight", prefix, i);
-    add(b, D, 2, q, h, 0, "%s.layers.%d.self_attn.q_proj.weight", prefix, i);
-    add(b, D, 2, kv, h, 0, "%s.layers.%d.self_attn.k_proj.weight", prefix, i);
-    add(b, D, 2, kv, h, 0, "%s.layers.%d.self_attn.v_proj.weight", prefix, i);
-    add(b, D, 2, h, q, 0, "%s.layers.%d.self_attn.o_proj.weight", prefix, i);
-    add(b, D, 1, s->head_dim, 0, 0, "%s.layers.%d.self_attn.q_norm.weight", prefix, i);
-    add(b, D, 1, s->head_dim, 0, 0, "%s.layers.%d.self_attn.k_norm.weight", prefix, i);
-    add(b, D, 1, h, 0, 0, "%s.layers.%d.post_attention_layernorm.weight", prefix, i);
-    add(b, D, 2, f, h, 0, "%s.layers.%d.mlp.gate_proj.weight", prefix, i);
-    add(b, D, 2, f, h, 0, "%s.layers.%d.mlp.up_proj.weight", prefix, i);
-    add(b, D, 2, h, f, 0, "%s.layers.%d.mlp.down_proj.weight", prefix, i);
+    for (int k = 0; k < QVE_LAYER_N_TENSORS; k++) {
+        char name[QVE_MANIFEST_NAME_MAX];
+        int64_t shape[2];
+        int n_dims = qve_layer_tensor(s, prefix, i, k, name, sizeof name, shape);
+        add(b, QVE_DTYPE_BF16, n_dims, shape[0], shape[1], 0, "%s", name);
+    }
 }
 
 int qve_manifest_model(qve_manifest *m, const qve_model_config *c, char *err, size_t err_size) {

@@ -37,6 +37,15 @@ int qve_manifest_model(qve_manifest *m, const qve_model_config *c, char *err, si
 int qve_manifest_codec(qve_manifest *m, const qve_codec_config *c, char *err, size_t err_size);
 void qve_manifest_free(qve_manifest *m);
 
+/* The tensors of one Qwen3 decoder layer (§2.1), in the order of qve_layer's fields: the one
+ * name table the manifest, the model loader and the weight-delta loader walk. */
+#define QVE_LAYER_N_TENSORS 11
+/* Tensor k (0 <= k < QVE_LAYER_N_TENSORS) of layer i of stack s under prefix ("talker.model"):
+ * writes "PREFIX.layers.I.SUFFIX" to name and its shape to shape[2] ([n] or [rows, cols]);
+ * returns the number of dims (1 for a norm vector, 2 for a bf16 matrix). */
+int qve_layer_tensor(const qve_stack_config *s, const char *prefix, int i, int k, char *name,
+                     size_t name_size, int64_t shape[2]);
+
 /* Entry by exact name, or NULL. */
 const qve_manifest_entry *qve_manifest_find(const qve_manifest *m, const char *name);
 

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "kernels/kernels.h"
+#include "util/fileio.h"
 
 
 /* ==== limits ================================================================================ */
@@ -428,50 +429,9 @@ qve_st *qve_st_open_memory(const void *buf, size_t n_bytes, const char *label, c
 
 /* ==== sharded checkpoints =================================================================== */
 
-static char *read_small_file(const char *path, size_t *n_out, char *err, size_t err_size) {
-    FILE *fp = fopen(path, "rb");
-    if (!fp) {
-        fail(err, err_size, "%s: cannot open (%s)", path, strerror(errno));
-        return NULL;
-    }
-    char *buf = NULL;
-    size_t n = 0, cap = 0;
-    for (;;) {
-        if (n == cap) {
-            if (cap >= INDEX_MAX_BYTES) {
-                fail(err, err_size, "%s: file over limit (expected <= %zu bytes)", path,
-                     INDEX_MAX_BYTES);
-                goto bad;
-            }
-            cap = cap ? cap * 2 : 65536;
-            char *nb = realloc(buf, cap + 1);
-            if (!nb) {
-                fail(err, err_size, "%s: out of memory", path);
-                goto bad;
-            }
-            buf = nb;
-        }
-        size_t got = fread(buf + n, 1, cap - n, fp);
-        n += got;
-        if (got == 0) break;
-    }
-    if (ferror(fp)) {
-        fail(err, err_size, "%s: read error", path);
-        goto bad;
-    }
-    fclose(fp);
-    buf[n] = 0;
-    *n_out = n;
-    return buf;
-bad:
-    fclose(fp);
-    free(buf);
-    return NULL;
-}
-
 static qve_st *open_index(const char *path, char *err, size_t err_size) {
     size_t n_text;
-    char *text = read_small_file(path, &n_text, err, err_size);
+    char *text = qvu_read_file(path, INDEX_MAX_BYTES, &n_text, err, err_size);
     if (!text) return NULL;
     cJSON *root = cJSON_ParseWithLength(text, n_text);
     free(text);

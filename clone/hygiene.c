@@ -498,7 +498,7 @@ int qvc_speaker_scan(qvc_speaker_report *r, const float *x, int64_t n, int dim, 
     double lo = 2;
     for (int a = 0; a < ns; a++)
         for (int b = a + 1; b < ns; b++) {
-            double cab = qvc_cosine(v + (size_t)a * dim, v + (size_t)b * dim, dim);
+            double cab = qvk_cosine(v + (size_t)a * dim, v + (size_t)b * dim, dim);
             if (cab < lo) lo = cab, s0 = a, s1 = b;
         }
     memcpy(c[0], v + (size_t)s0 * dim, (size_t)dim * sizeof *v);
@@ -506,8 +506,8 @@ int qvc_speaker_scan(qvc_speaker_report *r, const float *x, int64_t n, int dim, 
     for (int it = 0; it < 20; it++) {
         int changed = 0;
         for (int w = 0; w < ns; w++) {
-            int l = qvc_cosine(v + (size_t)w * dim, c[1], dim) >
-                    qvc_cosine(v + (size_t)w * dim, c[0], dim);
+            int l = qvk_cosine(v + (size_t)w * dim, c[1], dim) >
+                    qvk_cosine(v + (size_t)w * dim, c[0], dim);
             changed |= it == 0 || l != lab[w];
             lab[w] = l;
         }
@@ -521,10 +521,10 @@ int qvc_speaker_scan(qvc_speaker_report *r, const float *x, int64_t n, int dim, 
     int main_lab = n1 > ns - n1 || (n1 == ns - n1 && lab[0] == 1);
     r->n_main = main_lab ? n1 : ns - n1;
     r->n_other = ns - r->n_main;
-    r->centroid_cos = r->n_other ? qvc_cosine(c[0], c[1], dim) : 1.0;
+    r->centroid_cos = r->n_other ? qvk_cosine(c[0], c[1], dim) : 1.0;
     const float *ref = c[main_lab];
     for (int w = 0; w < ns; w++) {
-        cs[w] = qvc_cosine(v + (size_t)w * dim, ref, dim);
+        cs[w] = qvk_cosine(v + (size_t)w * dim, ref, dim);
         if (cs[w] < r->min_cos) r->min_cos = cs[w];
     }
     /* merge flagged windows whose spans touch */

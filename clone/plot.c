@@ -5,8 +5,6 @@
  */
 #include "clone/plot.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <float.h>
 #include <math.h>
 #include <png.h>
@@ -14,10 +12,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "clone/clone.h"
+#include "util/fileio.h"
 
 #define RANGE_DB 80.0
 #define NATS_PER_DB (M_LN10 / 20.0) /* mel values are ln(magnitude): 20·log10(e) dB per nat */
@@ -141,47 +138,16 @@ static void render(uint8_t *img, int width, const float *mel, int n_frames, int 
         for (int y = 0; y < spec_h + QVC_PLOT_AXIS_PX; y++) put(img, width, lines[i], y, line_rgb);
 }
 
-/* ---- atomic write ----------------------------------------------------------------------- */
-
-static int fsync_parent(const char *path) {
-    char dir[4096];
-    const char *slash = strrchr(path, '/');
-    if (!slash) snprintf(dir, sizeof dir, ".");
-    else if (slash == path) snprintf(dir, sizeof dir, "/");
-    else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
-    int fd = open(dir, O_RDONLY | O_DIRECTORY);
-    if (fd < 0) return -1;
-    int rc = fsync(fd);
-    close(fd);
-    return rc;
-}
+/* ---- write -------------------------------------------------------------------------------- */
 
 static int write_png(const char *path, const uint8_t *img, int width, int height, char *err,
                      size_t err_size) {
-    size_t n = strlen(path);
-    char *tmp = malloc(n + 16);
-    if (!tmp) {
-        snprintf(err, err_size, "%s: out of memory", path);
-        return -1;
-    }
-    snprintf(tmp, n + 16, "%s.tmp.XXXXXX", path);
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        snprintf(err, err_size, "%s: cannot create a temporary file next to it (%s)", path,
-                 strerror(errno));
-        free(tmp);
-        return -1;
-    }
-    /* mkstemp makes 0600; a picture is as readable as any other file the user writes */
-    mode_t mask = umask(0);
-    umask(mask);
-    (void)fchmod(fd, 0666 & ~mask);
-    FILE *f = fdopen(fd, "wb");
+    qvu_wfile *w;
+    if (qvu_wfile_open(&w, path, err, err_size)) return -1;
+    FILE *f = qvu_wfile_stream(w);
     if (!f) {
-        snprintf(err, err_size, "%s: %s", tmp, strerror(errno));
-        close(fd);
-        unlink(tmp);
-        free(tmp);
+        qvu_wfile_abort(w);
+        snprintf(err, err_size, "%s: out of memory", path);
         return -1;
     }
     png_image image;
@@ -192,24 +158,12 @@ static int write_png(const char *path, const uint8_t *img, int width, int height
     image.format = PNG_FORMAT_RGB;
     int ok = png_image_write_to_stdio(&image, f, 0, img, width * 3, NULL);
     if (!ok) snprintf(err, err_size, "%s: libpng: %s", path, image.message);
-    else if (fflush(f) || fsync(fileno(f))) {
-        snprintf(err, err_size, "%s: write failed (%s)", path, strerror(errno));
-        ok = 0;
-    }
     png_image_free(&image);
-    if (fclose(f) && ok) {
-        snprintf(err, err_size, "%s: write failed (%s)", path, strerror(errno));
-        ok = 0;
+    if (!ok) {
+        qvu_wfile_abort(w);
+        return -1;
     }
-    if (ok && rename(tmp, path)) {
-        snprintf(err, err_size, "%s: cannot rename the temporary file into place (%s)", path,
-                 strerror(errno));
-        ok = 0;
-    }
-    if (!ok) unlink(tmp);
-    else (void)fsync_parent(path); /* the picture is complete either way; this only orders the rename */
-    free(tmp);
-    return ok ? 0 : -1;
+    return qvu_wfile_commit(w, err, err_size);
 }
 
 int qvc_plot_mel_png(const char *path, const float *mel, int n_frames, int used_start_frame,

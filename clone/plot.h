@@ -26,8 +26,8 @@ int qvc_plot_column(int n_frames, int frame);
 /* Writes path as an 8-bit RGB PNG of mel [n_frames, 128] (time-major, natural-log values as
  * qvc_mel_compute returns them). Frames [used_start_frame, used_end_frame) are the part that was
  * used; 0 <= start < end <= n_frames. Non-finite values are drawn as the quietest colour. The write
- * is atomic: a temporary file in the same directory, fsync, rename, fsync of the directory; on any
- * failure nothing is left at path (an existing file there is untouched). Returns 0, or -1 with
+ * is atomic (util/fileio.h): on any failure nothing is left at path (an existing file there is
+ * untouched). Returns 0, or -1 with
  * "PATH: problem" in err (bad arguments, out of memory, I/O). */
 int qvc_plot_mel_png(const char *path, const float *mel, int n_frames, int used_start_frame,
                      int used_end_frame, char *err, size_t err_size);

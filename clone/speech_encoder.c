@@ -2,12 +2,11 @@
  * SEANet (causal convs, ELU, ⌈L/stride⌉ lengths) → 8-layer causal transformer → replicate-padded
  * stride-2 downsample → split RVQ with the encoder's own codebooks → 16 codes per 12.5 Hz frame.
  * Everything runs time-major ([T, C]): a conv is a few sgemms over a gathered window per chunk of
- * frames (qvc_conv1d_tm, no unfolding where kernel and stride allow); conv weights are permuted to
+ * frames (qvk_conv1d_chunked_tm, no unfolding where kernel and stride allow); conv weights are permuted to
  * [out, k, in] and the codebooks divided by their cluster usage once at load, the transformer
  * weights stay in the F32 mmap. A qvk_pool shares chunks, row blocks and heads.
  */
 #include "clone/clone.h"
-#include "features/features_impl.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -88,7 +87,7 @@ static const float *conv_weight(enc_weights *w, const qve_st *st, const char *na
     }
     float *dst = w->conv_arena + w->conv_used;
     w->conv_used += n;
-    qvc_conv_weights_tm(dst, src, c_out, c_in, k);
+    qvk_conv_weights_tm(dst, src, c_out, c_in, k);
     return dst;
 }
 
@@ -295,11 +294,11 @@ int qvc_speech_encoder_n_frames(int64_t n) { return (int)((n + 1919) / 1920); }
 
 /* ---- forward ---------------------------------------------------------------------------- */
 
-static qvc_conv causal(int c_in, int c_out, int k, int stride, int dilation, enum qvc_act act_in,
+static qvk_conv causal(int c_in, int c_out, int k, int stride, int dilation, enum qvk_act act_in,
                        int64_t t_in) {
-    qvc_conv cv = {.c_in = c_in, .c_out = c_out, .k = k, .stride = stride, .dilation = dilation,
-                   .pad = QVC_PAD_ZERO, .act_in = act_in};
-    qvc_conv_causal(&cv, t_in);
+    qvk_conv cv = {.c_in = c_in, .c_out = c_out, .k = k, .stride = stride, .dilation = dilation,
+                   .pad = QVK_PAD_ZERO, .act_in = act_in};
+    qvk_conv_causal(&cv, t_in);
     return cv;
 }
 
@@ -375,9 +374,9 @@ static int enc_state_init(enc_state *s, const enc_config *c, int64_t n, int n_th
     int ch = c->n_filters;
 #define NEED(is_p, v) do { size_t v_ = (v); if (is_p) { if (v_ > need_p) need_p = v_; } \
                            else if (v_ > need_q) need_q = v_; } while (0)
-#define SCRATCH(cv) do { if (qvc_conv_scratch(&(cv)) > scratch) scratch = qvc_conv_scratch(&(cv)); } while (0)
+#define SCRATCH(cv) do { if (qvk_conv_chunk_scratch(&(cv)) > scratch) scratch = qvk_conv_chunk_scratch(&(cv)); } while (0)
 #define ROUND16(v) (((size_t)(v) + 15) / 16 * 16)
-    qvc_conv cv = causal(1, ch, c->kernel_size, 1, 1, QVC_ACT_NONE, t);
+    qvk_conv cv = causal(1, ch, c->kernel_size, 1, 1, QVK_ACT_NONE, t);
     SCRATCH(cv);
     int64_t max_rows[SEG_STAGES] = {0};
     for (int64_t a = 0; a < tl[SEG_STAGES]; a += SEG_ROWS) {
@@ -391,18 +390,18 @@ static int enc_state_init(enc_state *s, const enc_config *c, int64_t n, int n_th
     for (int st = 0; st < N_STAGES; st++) {
         int hid = ch / c->compress, dil = 1;
         for (int j = 0; j < c->n_residual_layers; j++, dil *= c->dilation_growth_rate) {
-            cv = causal(ch, hid, c->residual_kernel_size, 1, dil, QVC_ACT_ELU, t);
+            cv = causal(ch, hid, c->residual_kernel_size, 1, dil, QVK_ACT_ELU, t);
             SCRATCH(cv);
         }
         if (st < SEG_STAGES)
             seg_total += ROUND16((size_t)max_rows[st] * ch) + ROUND16((size_t)max_rows[st] * hid);
         else
             NEED(!cur_p, (size_t)hid * t);
-        cv = causal(hid, ch, 1, 1, 1, QVC_ACT_ELU, t);
+        cv = causal(hid, ch, 1, 1, 1, QVK_ACT_ELU, t);
         SCRATCH(cv);
-        cv = causal(ch, 2 * ch, 2 * c->ratios[st], c->ratios[st], 1, QVC_ACT_ELU, t);
+        cv = causal(ch, 2 * ch, 2 * c->ratios[st], c->ratios[st], 1, QVK_ACT_ELU, t);
         SCRATCH(cv);
-        t = qvc_conv_out_len(&cv, t);
+        t = qvk_conv1d_out_len(&cv, t);
         ch *= 2;
         if (st + 1 == SEG_STAGES) {
             NEED(1, (size_t)ch * t);
@@ -411,9 +410,9 @@ static int enc_state_init(enc_state *s, const enc_config *c, int64_t n, int n_th
             cur_p = !cur_p;
         }
     }
-    cv = causal(ch, c->hidden_size, c->last_kernel_size, 1, 1, QVC_ACT_ELU, t); /* → s->x */
+    cv = causal(ch, c->hidden_size, c->last_kernel_size, 1, 1, QVK_ACT_ELU, t); /* → s->x */
     SCRATCH(cv);
-    cv = causal(c->hidden_size, c->hidden_size, 4, 2, 1, QVC_ACT_NONE, t);      /* → cur */
+    cv = causal(c->hidden_size, c->hidden_size, 4, 2, 1, QVK_ACT_NONE, t);      /* → cur */
     SCRATCH(cv);
     NEED(cur_p, (size_t)c->hidden_size * t);
     size_t tt = (size_t)t, h = (size_t)c->hidden_size, nt = (size_t)n_threads;
@@ -426,9 +425,9 @@ static int enc_state_init(enc_state *s, const enc_config *c, int64_t n, int n_th
 #undef NEED
 #undef SCRATCH
 #undef ROUND16
-    s->p = qvc_alloc_large(need_p * sizeof(float));
-    s->q = qvc_alloc_large(need_q * sizeof(float));
-    s->scratch = qvc_alloc_large(scratch * nt * sizeof(float));
+    s->p = qvk_alloc(need_p * sizeof(float));
+    s->q = qvk_alloc(need_q * sizeof(float));
+    s->scratch = qvk_alloc(scratch * nt * sizeof(float));
     if (!s->p || !s->q || !s->scratch) {
         enc_state_free(s);
         return -1;
@@ -637,16 +636,16 @@ static void rvq_run(int ith, int nth, void *arg) {
  * [u1 − u0, c_out], reading x, which holds input rows [x0, ...) [·, c_in]: the rows outside
  * [0, t_in) become the conv's own zero padding, so each row is computed as in the whole-length
  * conv. */
-static void conv_rows(qvk_pool *pool, const qvc_conv *cv, int64_t t_in, float *y, const float *x,
+static void conv_rows(qvk_pool *pool, const qvk_conv *cv, int64_t t_in, float *y, const float *x,
                       int64_t x0, int64_t u0, int64_t u1, const float *w, const float *b,
                       float *scratch) {
     int64_t k_eff = (int64_t)(cv->k - 1) * cv->dilation + 1;
     int64_t lo = u0 * cv->stride - cv->pad_left, hi = (u1 - 1) * cv->stride - cv->pad_left + k_eff;
     int64_t s_lo = lo < 0 ? 0 : lo, s_hi = hi < t_in ? hi : t_in;
-    qvc_conv l = *cv;
+    qvk_conv l = *cv;
     l.pad_left = (int)(s_lo - lo);
     l.pad_right = (int)(hi - s_hi);
-    qvc_conv1d_tm(pool, &l, y, cv->c_out, x + (size_t)(s_lo - x0) * cv->c_in, cv->c_in, s_hi - s_lo,
+    qvk_conv1d_chunked_tm(pool, &l, y, cv->c_out, x + (size_t)(s_lo - x0) * cv->c_in, cv->c_in, s_hi - s_lo,
                   w, b, scratch);
 }
 
@@ -662,24 +661,24 @@ static void seanet_segmented(const qvc_speech_encoder *se, qvk_pool *pool, enc_s
         int64_t lo[SEG_STAGES], hi[SEG_STAGES];
         seg_ranges(c, t, a, b, lo, hi);
         int ch = c->n_filters;
-        qvc_conv cv = causal(1, ch, c->kernel_size, 1, 1, QVC_ACT_NONE, t[0]);
+        qvk_conv cv = causal(1, ch, c->kernel_size, 1, 1, QVK_ACT_NONE, t[0]);
         conv_rows(pool, &cv, t[0], s->seg_in[0], x, 0, lo[0], hi[0], w->conv0.w, w->conv0.b, s->scratch);
         for (int st = 0; st < SEG_STAGES; st++) {
             int hid = ch / c->compress, dil = 1;
             float *in = s->seg_in[st], *hb = s->seg_hid[st];
             int64_t valid = lo[st]; /* rows [valid, hi) of in are this stage's current values */
             for (int j = 0; j < c->n_residual_layers; j++, dil *= c->dilation_growth_rate) {
-                cv = causal(ch, hid, c->residual_kernel_size, 1, dil, QVC_ACT_ELU, t[st]);
+                cv = causal(ch, hid, c->residual_kernel_size, 1, dil, QVK_ACT_ELU, t[st]);
                 int64_t r0 = valid == 0 ? 0 : valid + cv.pad_left;
                 conv_rows(pool, &cv, t[st], hb, in, lo[st], r0, hi[st], w->stage[st].res[j][0].w,
                           w->stage[st].res[j][0].b, s->scratch);
-                cv = causal(hid, ch, 1, 1, 1, QVC_ACT_ELU, t[st]);
+                cv = causal(hid, ch, 1, 1, 1, QVK_ACT_ELU, t[st]);
                 cv.residual = 1;
                 conv_rows(pool, &cv, t[st], in + (size_t)(r0 - lo[st]) * ch, hb, r0, r0, hi[st],
                           w->stage[st].res[j][1].w, w->stage[st].res[j][1].b, s->scratch);
                 valid = r0;
             }
-            cv = causal(ch, 2 * ch, 2 * c->ratios[st], c->ratios[st], 1, QVC_ACT_ELU, t[st]);
+            cv = causal(ch, 2 * ch, 2 * c->ratios[st], c->ratios[st], 1, QVK_ACT_ELU, t[st]);
             int last = st + 1 == SEG_STAGES;
             int64_t o0 = last ? a : lo[st + 1], o1 = last ? b : hi[st + 1];
             float *dst = last ? out + (size_t)a * c_last : s->seg_in[st + 1];
@@ -711,21 +710,21 @@ int qvc_speech_encoder_encode(const qvc_speech_encoder *se, qvk_pool *pool, int3
     float *cur = s.p, *oth = s.q;
     int64_t t = tl[SEG_STAGES];
     int ch = c->n_filters << SEG_STAGES;
-    qvc_conv cv;
+    qvk_conv cv;
     for (int st = SEG_STAGES; st < N_STAGES; st++) {
         int hid = ch / c->compress, dil = 1;
         for (int j = 0; j < c->n_residual_layers; j++, dil *= c->dilation_growth_rate) {
-            cv = causal(ch, hid, c->residual_kernel_size, 1, dil, QVC_ACT_ELU, t);
-            qvc_conv1d_tm(pool, &cv, oth, hid, cur, ch, t, w->stage[st].res[j][0].w,
+            cv = causal(ch, hid, c->residual_kernel_size, 1, dil, QVK_ACT_ELU, t);
+            qvk_conv1d_chunked_tm(pool, &cv, oth, hid, cur, ch, t, w->stage[st].res[j][0].w,
                           w->stage[st].res[j][0].b, s.scratch);
-            cv = causal(hid, ch, 1, 1, 1, QVC_ACT_ELU, t);
+            cv = causal(hid, ch, 1, 1, 1, QVK_ACT_ELU, t);
             cv.residual = 1;
-            qvc_conv1d_tm(pool, &cv, cur, ch, oth, hid, t, w->stage[st].res[j][1].w,
+            qvk_conv1d_chunked_tm(pool, &cv, cur, ch, oth, hid, t, w->stage[st].res[j][1].w,
                           w->stage[st].res[j][1].b, s.scratch);
         }
-        cv = causal(ch, 2 * ch, 2 * c->ratios[st], c->ratios[st], 1, QVC_ACT_ELU, t);
-        int64_t t2 = qvc_conv_out_len(&cv, t);
-        qvc_conv1d_tm(pool, &cv, oth, 2 * ch, cur, ch, t, w->stage[st].down.w, w->stage[st].down.b,
+        cv = causal(ch, 2 * ch, 2 * c->ratios[st], c->ratios[st], 1, QVK_ACT_ELU, t);
+        int64_t t2 = qvk_conv1d_out_len(&cv, t);
+        qvk_conv1d_chunked_tm(pool, &cv, oth, 2 * ch, cur, ch, t, w->stage[st].down.w, w->stage[st].down.b,
                       s.scratch);
         float *tmp = cur;
         cur = oth;
@@ -734,18 +733,18 @@ int qvc_speech_encoder_encode(const qvc_speech_encoder *se, qvk_pool *pool, int3
         ch *= 2;
     }
     int h = c->hidden_size, tf = (int)t;
-    cv = causal(ch, h, c->last_kernel_size, 1, 1, QVC_ACT_ELU, t);
-    qvc_conv1d_tm(pool, &cv, s.x, h, cur, ch, t, w->conv_last.w, w->conv_last.b, s.scratch);
+    cv = causal(ch, h, c->last_kernel_size, 1, 1, QVK_ACT_ELU, t);
+    qvk_conv1d_chunked_tm(pool, &cv, s.x, h, cur, ch, t, w->conv_last.w, w->conv_last.b, s.scratch);
     /* transformer on s.x [T, H] */
     for (int i = 0; i < tf; i++)
         qvk_rope_table(s.rope_c + (size_t)i * c->head_dim / 2, s.rope_s + (size_t)i * c->head_dim / 2,
                        c->head_dim, i, c->rope_theta);
     for (int l = 0; l < c->n_layers; l++) transformer_layer(pool, c, &w->layer[l], &s, tf, se->window);
     /* downsample 25 → 12.5 Hz: k4 s2, replicate padding, no bias */
-    cv = causal(h, h, 4, 2, 1, QVC_ACT_NONE, t);
-    cv.pad = QVC_PAD_REPLICATE;
-    int tq = (int)qvc_conv_out_len(&cv, t);
-    qvc_conv1d_tm(pool, &cv, cur, h, s.x, h, t, w->downsample, NULL, s.scratch);
+    cv = causal(h, h, 4, 2, 1, QVK_ACT_NONE, t);
+    cv.pad = QVK_PAD_REPLICATE;
+    int tq = (int)qvk_conv1d_out_len(&cv, t);
+    qvk_conv1d_chunked_tm(pool, &cv, cur, h, s.x, h, t, w->downsample, NULL, s.scratch);
     rvq_job rj = {.se = se, .s = &s, .z = cur, .codes = codes, .tq = tq};
     qvk_pool_run(pool, rvq_run, &rj);
     enc_state_free(&s);

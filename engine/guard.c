@@ -102,11 +102,14 @@ int qve_guard_frame(qve_guard *g, const int32_t codes[16], float frame_rms) {
     return g->verdict;
 }
 
-int qve_guard_audio(qve_guard *g, const float *wav, int n_frames, int samples_per_frame) {
-    g->silent_run = 0;
-    g->loud_dbfs = -INFINITY;
-    for (int t = 0; t < n_frames && g->verdict == QVE_GUARD_OK; t++) {
-        const float *x = wav + (size_t)t * samples_per_frame;
+int qve_guard_audio(qve_guard *g, const float *wav, int first_frame, int n_frames,
+                    int samples_per_frame) {
+    if (first_frame == 0) {
+        g->silent_run = 0;
+        g->loud_dbfs = -INFINITY;
+    }
+    for (int t = first_frame; t < first_frame + n_frames && g->verdict == QVE_GUARD_OK; t++) {
+        const float *x = wav + (size_t)(t - first_frame) * samples_per_frame;
         double s = 0;
         for (int i = 0; i < samples_per_frame; i++)
             s += (double)x[i] * x[i];

@@ -52,10 +52,13 @@ void qve_guard_init(qve_guard *g, int n_text_tokens, const qve_guard_params *p);
  * Returns the verdict (enum qve_guard_verdict); once not OK it stays so for this chunk. Call
  * before using the frame: a frame past the budget is reported, not counted as good. */
 int qve_guard_frame(qve_guard *g, const int32_t codes[16], float frame_rms);
-/* The silence rule over audio decoded after generation (one-shot decoding, where frame RMS is
- * not known inside the loop): wav holds n_frames × samples_per_frame samples of this chunk;
- * frames are judged in order as qve_guard_frame would. Returns the verdict (sticky as above). */
-int qve_guard_audio(qve_guard *g, const float *wav, int n_frames, int samples_per_frame);
+/* The silence rule over decoded audio, fed as it arrives from the decoder (which runs behind
+ * the generation loop): wav holds frames first_frame .. first_frame + n_frames − 1 of this chunk
+ * (n_frames × samples_per_frame samples); call with consecutive ranges starting at 0 (which
+ * resets the silence state). Frames are judged in order as qve_guard_frame would, so feeding a
+ * chunk in pieces gives the verdict of feeding it whole. Returns the verdict (sticky as above). */
+int qve_guard_audio(qve_guard *g, const float *wav, int first_frame, int n_frames,
+                    int samples_per_frame);
 /* One line explaining the verdict ("" while OK). Borrowed, valid until the next init. */
 const char *qve_guard_message(const qve_guard *g);
 /* "ok", "budget", "loop", "silence". */

@@ -11,6 +11,7 @@
 
 #include "checkpoint/manifest.h"
 #include "engine/model.h"
+#include "engine/speech_decoder.h"
 #include "kernels/q8.h"
 
 /* ==== tensor lookup helpers ================================================================== */
@@ -70,28 +71,30 @@ static void load_stack(loader *L, qve_stack *s, const qve_stack_config *c, const
         L->failed = 1;
         return;
     }
-    const int64_t H = c->hidden_size, I = c->intermediate_size;
-    const int64_t qd = (int64_t)c->num_attention_heads * c->head_dim;
-    const int64_t kvd = (int64_t)c->num_key_value_heads * c->head_dim;
     char n[256];
-    for (int i = 0; i < c->num_hidden_layers; i++) {
-        qve_layer *l = &s->layers[i];
-#define NAME(suffix) (snprintf(n, sizeof n, "%s.layers.%d.%s", prefix, i, suffix), n)
-        l->input_layernorm = get_vector(L, NAME("input_layernorm.weight"), H);
-        l->q_proj.bf16 = get_matrix(L, NAME("self_attn.q_proj.weight"), qd, H);
-        l->k_proj.bf16 = get_matrix(L, NAME("self_attn.k_proj.weight"), kvd, H);
-        l->v_proj.bf16 = get_matrix(L, NAME("self_attn.v_proj.weight"), kvd, H);
-        l->o_proj.bf16 = get_matrix(L, NAME("self_attn.o_proj.weight"), H, qd);
-        l->q_norm = get_vector(L, NAME("self_attn.q_norm.weight"), c->head_dim);
-        l->k_norm = get_vector(L, NAME("self_attn.k_norm.weight"), c->head_dim);
-        l->post_attention_layernorm = get_vector(L, NAME("post_attention_layernorm.weight"), H);
-        l->gate_proj.bf16 = get_matrix(L, NAME("mlp.gate_proj.weight"), I, H);
-        l->up_proj.bf16 = get_matrix(L, NAME("mlp.up_proj.weight"), I, H);
-        l->down_proj.bf16 = get_matrix(L, NAME("mlp.down_proj.weight"), H, I);
-#undef NAME
-    }
+    for (int i = 0; i < c->num_hidden_layers; i++)
+        for (int k = 0; k < QVE_LAYER_N_TENSORS; k++) {
+            int64_t shape[2];
+            qve_mat *mat;
+            float **vec;
+            qve_layer_tensor(c, prefix, i, k, n, sizeof n, shape);
+            qve_layer_field(&s->layers[i], k, &mat, &vec);
+            if (mat) mat->bf16 = get_matrix(L, n, shape[0], shape[1]);
+            else *vec = get_vector(L, n, shape[0]);
+        }
     snprintf(n, sizeof n, "%s.norm.weight", prefix);
-    s->norm = get_vector(L, n, H);
+    s->norm = get_vector(L, n, c->hidden_size);
+}
+
+void qve_layer_field(qve_layer *l, int k, qve_mat **mat, float ***vec) {
+    qve_mat *const m[QVE_LAYER_N_TENSORS] = {
+        NULL, &l->q_proj, &l->k_proj, &l->v_proj, &l->o_proj, NULL, NULL, NULL,
+        &l->gate_proj, &l->up_proj, &l->down_proj};
+    float **const v[QVE_LAYER_N_TENSORS] = {
+        &l->input_layernorm, NULL, NULL, NULL, NULL, &l->q_norm, &l->k_norm,
+        &l->post_attention_layernorm, NULL, NULL, NULL};
+    *mat = m[k];
+    *vec = v[k];
 }
 
 static int check_stack_config(const qve_stack_config *c, const char *dir, const char *what,
@@ -111,6 +114,7 @@ static int check_stack_config(const qve_stack_config *c, const char *dir, const 
 int qve_model_load(qv_model *m, const char *dir, char *err, size_t err_size) {
     memset(m, 0, sizeof *m);
     pthread_mutex_init(&m->q8_lock, NULL);
+    pthread_mutex_init(&m->dec_lock, NULL);
     snprintf(m->dir, sizeof m->dir, "%s", dir);
     if (qve_model_config_load(&m->cfg, dir, err, err_size)) return -1;
     if (qve_generation_config_load(&m->gen, dir, err, err_size)) return -1;
@@ -188,6 +192,8 @@ void qve_model_unload(qv_model *m) {
     if (!m) return;
     qve_model_drop_q8(m);
     pthread_mutex_destroy(&m->q8_lock);
+    qve_decoder_free(m->dec);
+    pthread_mutex_destroy(&m->dec_lock);
     for (int i = 0; i < m->n_f32_copies; i++)
         qvk_free(m->f32_copies[i]);
     free(m->f32_copies);

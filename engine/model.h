@@ -44,6 +44,10 @@ typedef struct {                     /* one Qwen3 decoder layer; PREFIX = talker
     qve_mat down_proj;               /* [H, I]         PREFIX.mlp.down_proj.weight */
 } qve_layer;
 
+/* The field of l that holds tensor k of qve_layer_tensor (checkpoint/manifest.h): *mat for a
+ * matrix, else *vec (the other is set to NULL). */
+void qve_layer_field(qve_layer *l, int k, qve_mat **mat, float ***vec);
+
 typedef struct { /* a Qwen3 decoder stack without embeddings / head */
     qve_stack_config cfg;
     qve_layer *layers; /* [num_hidden_layers] */
@@ -85,6 +89,14 @@ struct qv_model {
     /* int8 view (same tensors, decode matrices quantized), made by the first int8 session */
     pthread_mutex_t q8_lock;
     struct qve_q8_view *q8;
+    /* the speech decoder, loaded by the first synthesis that needs it (synth.c) and shared
+       read-only by all; and how many qv_synth use this model (a weight delta may change the
+       weights only while one does) */
+    pthread_mutex_t dec_lock;
+    struct qve_decoder *dec;
+    int n_synths;
+    int wdelta_on;             /* a voice's weight delta was applied (voice_load.c) */
+    uint8_t wdelta_source[32]; /* that voice's source fingerprint */
 };
 
 struct qve_q8_view {

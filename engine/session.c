@@ -28,26 +28,9 @@ const char *qv_strerror(enum qv_status st) {
     return text[st];
 }
 
-qv_params qv_default_params(void) {
+static qv_params params_from(const qve_generation_config *g) {
     qv_params p = {0};
     p.n_threads = 1;
-    p.seed = 0;
-    p.do_sample = 1;
-    p.temperature = 0.9f;
-    p.top_k = 50;
-    p.top_p = 1.0f;
-    p.repetition_penalty = 1.05f;
-    p.subtalker_do_sample = 1;
-    p.subtalker_temperature = 0.9f;
-    p.subtalker_top_k = 50;
-    p.subtalker_top_p = 1.0f;
-    p.max_frames = 2047;
-    return p;
-}
-
-qv_params qv_model_params(const qv_model *m) {
-    qv_params p = qv_default_params();
-    const qve_generation_config *g = &m->gen;
     p.do_sample = g->do_sample;
     p.temperature = g->temperature;
     p.top_k = g->top_k;
@@ -59,6 +42,15 @@ qv_params qv_model_params(const qv_model *m) {
     p.subtalker_top_p = g->subtalker_top_p;
     p.max_frames = g->max_new_tokens > 1 ? g->max_new_tokens - 1 : 1;
     return p;
+}
+
+qv_params qv_default_params(void) {
+    const qve_generation_config g = qve_generation_defaults();
+    return params_from(&g);
+}
+
+qv_params qv_model_params(const qv_model *m) {
+    return params_from(&m->gen);
 }
 
 qv_request qv_default_request(void) {

@@ -124,13 +124,13 @@ struct qve_dec_stream {
     qve_audio_cb cb;
     void *user;
 
-    int *pending; /* [BLOCK, n_q] frames of the block being filled */
+    int32_t *pending; /* [BLOCK, n_q] frames of the block being filled */
     int n_pending;
     int block_f0;    /* chunk-relative index of pending[0] */
     int chunk_fed;   /* frames fed into the current chunk (context included) */
     int chunk_ctx;   /* leading context frames of the current chunk (their audio is dropped) */
     int single_pass; /* no chunking (qve_decoder_decode_pass) */
-    int *history;    /* ring [CONTEXT, n_q] of the last frames fed (context of next chunk) */
+    int32_t *history;    /* ring [CONTEXT, n_q] of the last frames fed (context of next chunk) */
     long n_frames;   /* frames fed to the decoder in total */
     int failed;
     char err[256];  /* written by the decoding thread */
@@ -141,8 +141,9 @@ struct qve_dec_stream {
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t cv_data, cv_space;
-    int *queue; /* ring [QUEUE_FRAMES, n_q] */
+    int32_t *queue; /* ring [QUEUE_FRAMES, n_q] */
     int q_head, q_count, finishing, thread_started;
+    int busy; /* the thread is decoding a frame it took from the queue */
 };
 
 /* ==== small helpers ======================================================================== */
@@ -422,7 +423,8 @@ int qve_decoder_sample_rate(const qve_decoder *dec) {
 /* ==== state sizing and allocation ========================================================== */
 
 static qvk_conv conv_desc(int c_in, int c_out, int k, int dil, int groups) {
-    qvk_conv cv = {c_in, c_out, k, 1, dil, groups, 0, 0, QVK_PAD_ZERO};
+    qvk_conv cv = {.c_in = c_in, .c_out = c_out, .k = k, .stride = 1, .dilation = dil,
+                   .groups = groups, .pad = QVK_PAD_ZERO};
     return cv;
 }
 
@@ -637,10 +639,10 @@ static void convt_step(dec_state *s, tail *tl, float *y, const float *x, int n, 
 }
 
 /* Codes [nb, n_q] → q [nb, rvq_dim] (time-major): both output projections, summed. */
-static void rvq_decode(const qve_decoder *d, dec_state *s, const int *codes, int nb) {
+static void rvq_decode(const qve_decoder *d, dec_state *s, const int32_t *codes, int nb) {
     int D = d->cb_dim;
     for (int t = 0; t < nb; t++) {
-        const int *c = codes + (size_t)t * d->n_q;
+        const int32_t *c = codes + (size_t)t * d->n_q;
         memcpy(s->emb0 + (size_t)t * D, d->codebooks + (size_t)c[0] * D, (size_t)D * sizeof(float));
         float *r = s->embr + (size_t)t * D;
         memcpy(r, d->codebooks + ((size_t)1 * d->cb_size + c[1]) * D, (size_t)D * sizeof(float));
@@ -720,7 +722,7 @@ static int block_step(const qve_decoder *d, dec_state *s, int i, float *y, float
 
 /* Decodes nb frames at chunk positions pos0.. and returns their nb·samples_per_frame samples
  * (clamped) in a buffer owned by the state. */
-static const float *decode_block(const qve_decoder *d, dec_state *s, const int *codes, int nb,
+static const float *decode_block(const qve_decoder *d, dec_state *s, const int32_t *codes, int nb,
                                  int pos0) {
     int L = d->latent, H = d->hidden;
     /* quantizer → pre_conv → transformer (time-major in the middle) */
@@ -821,7 +823,7 @@ static int block_frames(int f0, int n_ctx) {
 }
 
 /* Adds one frame to the current chunk (a block is decoded when full). */
-static int add_to_chunk(qve_dec_stream *st, const int *frame) {
+static int add_to_chunk(qve_dec_stream *st, const int32_t *frame) {
     int nq = st->dec->n_q;
     memcpy(st->pending + (size_t)st->n_pending * nq, frame, (size_t)nq * sizeof *frame);
     st->n_pending++;
@@ -833,7 +835,7 @@ static int add_to_chunk(qve_dec_stream *st, const int *frame) {
 /* The reference chunked_decode: chunk k ≥ 1 starts at frame 300k from a clean state, preceded by
  * the 25 frames before it as context. A full chunk is flushed at once (its partial last block is
  * final), the next one starts with the next frame. */
-static int feed_frame(qve_dec_stream *st, const int *frame) {
+static int feed_frame(qve_dec_stream *st, const int32_t *frame) {
     int nq = st->dec->n_q;
     if (st->single_pass) {
         if (st->chunk_fed == st->s.max_pos) {
@@ -865,7 +867,7 @@ static int feed_frame(qve_dec_stream *st, const int *frame) {
 static void *decoder_thread(void *arg) {
     qve_dec_stream *st = arg;
     int nq = st->dec->n_q;
-    int frame[64];
+    int32_t frame[64];
     pthread_mutex_lock(&st->mu);
     for (;;) {
         while (st->q_count == 0 && !st->finishing && !st->failed)
@@ -874,10 +876,12 @@ static void *decoder_thread(void *arg) {
         memcpy(frame, st->queue + (size_t)st->q_head * nq, (size_t)nq * sizeof *frame);
         st->q_head = (st->q_head + 1) % QUEUE_FRAMES;
         st->q_count--;
-        pthread_cond_signal(&st->cv_space);
+        st->busy = 1;
         pthread_mutex_unlock(&st->mu);
         int rc = feed_frame(st, frame);
         pthread_mutex_lock(&st->mu);
+        st->busy = 0;
+        pthread_cond_broadcast(&st->cv_space); /* push (room) and sync (progress) wait on it */
         if (rc != 0) st->failed = 1;
     }
     if (!st->failed) {
@@ -917,13 +921,13 @@ qve_dec_stream *qve_dec_stream_start(const qve_decoder *dec, int n_threads, qve_
     st->cb = cb;
     st->user = user;
     size_t nq = (size_t)dec->n_q;
-    st->pending = malloc(QVE_DEC_BLOCK_FRAMES * nq * sizeof(int));
-    st->history = malloc(QVE_DEC_CONTEXT_FRAMES * nq * sizeof(int));
+    st->pending = malloc(QVE_DEC_BLOCK_FRAMES * nq * sizeof(int32_t));
+    st->history = malloc(QVE_DEC_CONTEXT_FRAMES * nq * sizeof(int32_t));
     if (!st->pending || !st->history) goto oom;
     if (state_alloc(&st->s, dec) != 0) goto oom;
     state_reset(&st->s);
     if (n_threads >= 1) {
-        st->queue = malloc(QUEUE_FRAMES * nq * sizeof(int));
+        st->queue = malloc(QUEUE_FRAMES * nq * sizeof(int32_t));
         if (!st->queue) goto oom;
         pthread_mutex_init(&st->mu, NULL);
         pthread_cond_init(&st->cv_data, NULL);
@@ -943,7 +947,7 @@ oom:
     return NULL;
 }
 
-int qve_dec_stream_push(qve_dec_stream *st, const int *frame) {
+int qve_dec_stream_push(qve_dec_stream *st, const int32_t *frame) {
     const qve_decoder *d = st->dec;
     int bad = -1;
     for (int g = 0; g < d->n_q && bad < 0; g++)
@@ -973,6 +977,16 @@ int qve_dec_stream_push(qve_dec_stream *st, const int *frame) {
         st->q_count++;
         pthread_cond_signal(&st->cv_data);
     }
+    pthread_mutex_unlock(&st->mu);
+    return failed ? -1 : 0;
+}
+
+int qve_dec_stream_sync(qve_dec_stream *st) {
+    if (!st->threaded) return st->failed ? -1 : 0;
+    pthread_mutex_lock(&st->mu);
+    while ((st->q_count || st->busy) && !st->failed)
+        pthread_cond_wait(&st->cv_space, &st->mu);
+    int failed = st->failed;
     pthread_mutex_unlock(&st->mu);
     return failed ? -1 : 0;
 }
@@ -1013,7 +1027,7 @@ static int to_buffer(void *user, const float *pcm, int n_samples) {
 }
 
 /* single_pass: one chunk (no 300-frame chunking) whose first n_ctx frames are context. */
-static int decode_all(const qve_decoder *dec, const int *codes, int n_frames, float *wav,
+static int decode_all(const qve_decoder *dec, const int32_t *codes, int n_frames, float *wav,
                       int single_pass, int n_ctx, char *err, size_t err_size) {
     if (n_frames < 0 || n_ctx < 0 || n_ctx > n_frames) {
         set_err(err, err_size, "speech decoder: bad frame counts (%d frames, %d context)", n_frames,
@@ -1030,12 +1044,12 @@ static int decode_all(const qve_decoder *dec, const int *codes, int n_frames, fl
     return qve_dec_stream_finish(st, err, err_size);
 }
 
-int qve_decoder_decode(const qve_decoder *dec, const int *codes, int n_frames, float *wav,
+int qve_decoder_decode(const qve_decoder *dec, const int32_t *codes, int n_frames, float *wav,
                        char *err, size_t err_size) {
     return decode_all(dec, codes, n_frames, wav, 0, 0, err, err_size);
 }
 
-int qve_decoder_decode_pass(const qve_decoder *dec, const int *codes, int n_frames, int n_ctx,
+int qve_decoder_decode_pass(const qve_decoder *dec, const int32_t *codes, int n_frames, int n_ctx,
                             float *wav, char *err, size_t err_size) {
     return decode_all(dec, codes, n_frames, wav, 1, n_ctx, err, err_size);
 }

@@ -24,6 +24,7 @@
  */
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* Largest number of frames per decode step. Steps follow a fixed schedule per chunk position
  * (1, 1, 2, 4, then 8 frames; see block_frames in the .c), which fixes the float arithmetic
@@ -55,7 +56,7 @@ int qve_decoder_sample_rate(const qve_decoder *dec);       /* 24000 */
  * Runs on the caller's thread; its sgemms use the OpenBLAS threads set by qvk_blas_set_threads
  * (more threads give the same samples bit for bit; tested). Allocates its state once per call.
  * Returns 0, or -1 with err (bad code value, allocation failure). */
-int qve_decoder_decode(const qve_decoder *dec, const int *codes, int n_frames, float *wav,
+int qve_decoder_decode(const qve_decoder *dec, const int32_t *codes, int n_frames, float *wav,
                        char *err, size_t err_size);
 
 /* One chunk of the reference chunked_decode: a single pass from a clean state over n_frames
@@ -63,7 +64,7 @@ int qve_decoder_decode(const qve_decoder *dec, const int *codes, int n_frames, f
  * n_ctx are left context whose audio is dropped; wav gets (n_frames − n_ctx)·samples_per_frame
  * samples. Uses the same block schedule as a chunk of qve_decoder_decode, so the output equals
  * that chunk's bit for bit. For tests and tools. */
-int qve_decoder_decode_pass(const qve_decoder *dec, const int *codes, int n_frames, int n_ctx,
+int qve_decoder_decode_pass(const qve_decoder *dec, const int32_t *codes, int n_frames, int n_ctx,
                             float *wav, char *err, size_t err_size);
 
 /* Audio callback: n_samples new samples (a multiple of samples_per_frame) in order; pcm is only
@@ -83,7 +84,12 @@ qve_dec_stream *qve_dec_stream_start(const qve_decoder *dec, int n_threads, qve_
 /* Queues one frame (n_codebooks codes). Cheap: copies into a queue and returns; blocks only when
  * the decoder is more than 1024 frames behind. Returns 0, or -1 if a code is out of range or the
  * stream has failed/aborted (details from finish). */
-int qve_dec_stream_push(qve_dec_stream *s, const int *frame);
+int qve_dec_stream_push(qve_dec_stream *s, const int32_t *frame);
+/* Waits until the decoder thread has taken and decoded every frame pushed so far (the audio of
+ * each completed block has gone to the callback; a partial block stays pending). Lets a caller
+ * deliver the first block at once instead of after its next frame. 0, or -1 if the stream
+ * failed. */
+int qve_dec_stream_sync(qve_dec_stream *s);
 /* Decodes the remaining frames (a partial last block), waits for the thread, frees the stream
  * (always, even on error; accepts NULL). Returns 0, or -1 with err. */
 int qve_dec_stream_finish(qve_dec_stream *s, char *err, size_t err_size);

@@ -12,7 +12,6 @@
 #include <sys/types.h>
 #include <utf8proc.h>
 
-#include "kernels/vad.h"
 
 /* ==== character classes ===================================================================== */
 
@@ -430,121 +429,14 @@ void qve_audio_buf_free(qve_audio_buf *b) {
     memset(b, 0, sizeof *b);
 }
 
-int64_t qve_audio_lead_trim(const float *x, int64_t n, int64_t pad_samples) {
-    qvk_vad_params p = qvk_vad_default_params();
-    int64_t nf = qvk_vad_n_frames(n, p.frame_samples), first, end, drop = 0;
-    float *db = malloc((size_t)(nf ? nf : 1) * sizeof *db);
-    uint8_t *v = malloc((size_t)(nf ? nf : 1));
-    if (db && v) {
-        qvk_vad_frame_db(db, x, n, p.frame_samples);
-        if (qvk_vad_label(v, db, nf, &p, NULL, NULL) > 0) {
-            qvk_vad_bounds(v, nf, &first, &end);
-            drop = first * p.frame_samples - pad_samples;
-            if (drop < 0) drop = 0;
-        }
+int64_t qve_audio_lead_start(const float *x, int64_t n, int64_t pad_samples, int64_t *scanned) {
+    enum { FRAME = 240 };
+    for (; *scanned + FRAME <= n; *scanned += FRAME) {
+        double e = 0;
+        for (int i = 0; i < FRAME; i++)
+            e += (double)x[*scanned + i] * x[*scanned + i];
+        if (10 * log10(e / FRAME + 1e-30) > QVE_LEAD_DBFS)
+            return *scanned > pad_samples ? *scanned - pad_samples : 0;
     }
-    free(db);
-    free(v);
-    return drop;
-}
-
-/* ==== long-text driver ====================================================================== */
-
-qve_longtext_params qve_longtext_default_params(void) {
-    qve_longtext_params p = {
-        .max_chunk_chars = QVE_MAX_CHUNK_CHARS_DEFAULT,
-        .xfade_ms = QVE_XFADE_MS_DEFAULT,
-        .lead_pad_ms = QVE_LEAD_PAD_MS_DEFAULT,
-        .max_splits = 1,
-    };
-    return p;
-}
-
-#define MS_TO_SAMPLES(ms) ((int64_t)(ms)*24)
-
-typedef struct {
-    const qve_longtext_params *p;
-    qve_chunk_synth_fn fn;
-    void *user;
-    qve_audio_buf *out;
-    qve_longtext_report *r;
-} driver;
-
-/* Synthesizes text (splitting on a guard trip, depth more times) and appends it to d->out.
- * 0 ok, 1 guard (err), -1 failure (err). */
-static int synth_piece(driver *d, const char *text, int depth, char *err, size_t err_size) {
-    qve_audio_buf tmp = {0};
-    d->r->n_synth_calls++;
-    int rc = d->fn(d->user, text, &tmp, err, err_size);
-    if (rc == 0) {
-        int64_t drop = d->p->lead_pad_ms >= 0
-                           ? qve_audio_lead_trim(tmp.x, tmp.n, MS_TO_SAMPLES(d->p->lead_pad_ms))
-                           : 0;
-        if (qve_audio_append(d->out, tmp.x + drop, tmp.n - drop, MS_TO_SAMPLES(d->p->xfade_ms))) {
-            snprintf(err, err_size, "out of memory joining audio");
-            rc = -1;
-        }
-        qve_audio_buf_free(&tmp);
-        return rc;
-    }
-    qve_audio_buf_free(&tmp);
-    size_t cut;
-    if (rc < 0 || depth <= 0 || qve_text_bisect(text, &cut)) return rc;
-    d->r->n_retries++;
-    size_t len = strlen(text);
-    char *half = malloc(len + 1);
-    if (!half) {
-        snprintf(err, err_size, "out of memory splitting a chunk");
-        return -1;
-    }
-    memcpy(half, text, cut);
-    half[cut] = 0;
-    const char *second = text + cut;
-    while (*second == ' ')
-        second++;
-    size_t n1 = cut;
-    while (n1 > 0 && half[n1 - 1] == ' ')
-        half[--n1] = 0;
-    rc = synth_piece(d, half, depth - 1, err, err_size);
-    if (rc == 0 && *second) rc = synth_piece(d, second, depth - 1, err, err_size);
-    free(half);
-    return rc;
-}
-
-int qve_longtext_run(qve_audio_buf *out, qve_longtext_report *r, const char *text,
-                     const qve_longtext_params *p, qve_chunk_synth_fn fn, void *user, char *err,
-                     size_t err_size) {
-    memset(out, 0, sizeof *out);
-    memset(r, 0, sizeof *r);
-    qve_longtext_params dp = qve_longtext_default_params();
-    if (!p) p = &dp;
-    qve_chunk_list l;
-    if (qve_text_chunk(&l, text, p->max_chunk_chars, err, err_size)) return -1;
-    r->n_entries = l.n_chunks;
-    for (int i = 0; i < l.n_chunks; i++)
-        r->n_text_chunks += l.chunks[i].kind == QVE_CHUNK_TEXT;
-    driver d = {p, fn, user, out, r};
-    int rc = 0, ti = 0;
-    for (int i = 0; i < l.n_chunks && !rc; i++) {
-        const qve_chunk *c = &l.chunks[i];
-        if (c->kind == QVE_CHUNK_PAUSE) {
-            if (qve_audio_append_silence(out, MS_TO_SAMPLES(c->pause_ms))) {
-                snprintf(err, err_size, "text: out of memory inserting a pause");
-                rc = -1;
-            }
-            continue;
-        }
-        ti++;
-        char msg[512] = "";
-        int st = synth_piece(&d, c->text, p->max_splits, msg, sizeof msg);
-        if (st) {
-            r->failed_chunk = ti;
-            snprintf(err, err_size, "chunk %d/%d: %s%s", ti, r->n_text_chunks, msg,
-                     st > 0 && p->max_splits > 0 ? " (after splitting it in two)" : "");
-            rc = -1;
-        }
-    }
-    qve_chunk_list_free(&l);
-    if (rc) qve_audio_buf_free(out);
-    return rc;
+    return -1;
 }

@@ -1,4 +1,4 @@
-/* textchunk.h — long-text handling for speak (prefix qve_): split text into chunks at sentence
+/* textchunk.h — long-text handling for synth.c (prefix qve_): split text into chunks at sentence
  * boundaries and a maximum length, turn [pause:…] tags into silence entries, pick a split point
  * for the runaway-guard retry, join / trim the chunks' audio. Pure functions; nothing prints.
  * Decision: chunks are normalised copies of byte ranges of the input (whitespace runs become one
@@ -13,7 +13,8 @@
 #define QVE_MAX_CHUNK_CHARS_DEFAULT 200 /* code points per chunk (--max-chunk-chars) */
 #define QVE_PAUSE_MAX_MS 60000          /* longest [pause:…] accepted */
 #define QVE_XFADE_MS_DEFAULT 10         /* crossfade between joined chunks */
-#define QVE_LEAD_PAD_MS_DEFAULT 100     /* leading silence kept by qve_audio_lead_trim */
+#define QVE_LEAD_PAD_MS_DEFAULT 100     /* leading silence kept by qve_audio_lead_start */
+#define QVE_LEAD_DBFS (-50.0)           /* speech starts at the first 10 ms frame above this */
 
 enum qve_chunk_kind { QVE_CHUNK_TEXT, QVE_CHUNK_PAUSE };
 
@@ -67,46 +68,11 @@ int qve_audio_append(qve_audio_buf *b, const float *x, int64_t n, int64_t xfade_
 int qve_audio_append_silence(qve_audio_buf *b, int64_t n);
 void qve_audio_buf_free(qve_audio_buf *b); /* accepts zeroed buffers */
 
-/* Samples to drop from the start of x[n] so that pad_samples remain before the first voiced
- * 10 ms frame (kernels/vad.h defaults). 0 when nothing is voiced, the lead is already short,
- * or on allocation failure (trimming is best-effort, never destructive). */
-int64_t qve_audio_lead_trim(const float *x, int64_t n, int64_t pad_samples);
-
-/* ---- long-text driver ----------------------------------------------------------------------- */
-
-/* Synthesizes one chunk of text and appends its 24 kHz audio to out (the caller's buffer, which
- * may already hold earlier audio: append, do not overwrite). Returns 0 on success, 1 when the
- * runaway guard tripped (err: the guard's message; whatever was appended is discarded), or -1
- * on a hard failure (err). */
-typedef int (*qve_chunk_synth_fn)(void *user, const char *text, qve_audio_buf *out, char *err,
-                                  size_t err_size);
-
-typedef struct {
-    int max_chunk_chars; /* QVE_MAX_CHUNK_CHARS_DEFAULT; <= 0: no chunking (--no-chunk) */
-    int xfade_ms;        /* QVE_XFADE_MS_DEFAULT crossfade between consecutive chunks */
-    int lead_pad_ms;     /* each chunk's leading silence is cut to this; < 0: keep it */
-    int max_splits;      /* times a tripped chunk may be halved again (1: split once) */
-} qve_longtext_params;
-
-/* The defaults noted on each field of qve_longtext_params. */
-qve_longtext_params qve_longtext_default_params(void);
-
-typedef struct {
-    int n_entries;     /* chunks + pauses from qve_text_chunk */
-    int n_text_chunks; /* TEXT entries */
-    int n_synth_calls; /* calls of the synth function, retries included */
-    int n_retries;     /* chunks split after a guard trip */
-    int failed_chunk;  /* 1-based TEXT chunk that failed, 0 if none */
-} qve_longtext_report;
-
-/* Chunks text, synthesizes each TEXT entry with fn, inserts PAUSE silence, trims each chunk's
- * leading silence to lead_pad_ms and joins with the crossfade. A chunk whose synthesis trips the
- * guard is split with qve_text_bisect and its halves synthesized (recursively, max_splits
- * deep); if a piece still trips or cannot be split, it stops: -1 with err
- * "chunk I/N: MESSAGE (after splitting it in two)" and out freed. Returns 0 with all audio in
- * out (caller frees), or -1 with err. */
-int qve_longtext_run(qve_audio_buf *out, qve_longtext_report *r, const char *text,
-                     const qve_longtext_params *p, qve_chunk_synth_fn fn, void *user, char *err,
-                     size_t err_size);
+/* Lead trim that can run while audio arrives: judges the whole 10 ms frames of x[0, n) from
+ * *scanned on (advancing it) and returns the first sample to keep, the start of the first frame
+ * above QVE_LEAD_DBFS less pad_samples (at least 0), or -1 while every frame so far is quieter.
+ * Feeding a signal in any pieces gives the same answer as feeding it whole, so streamed and
+ * one-shot audio are trimmed alike. */
+int64_t qve_audio_lead_start(const float *x, int64_t n, int64_t pad_samples, int64_t *scanned);
 
 #endif

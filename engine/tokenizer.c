@@ -18,6 +18,10 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include "util/fileio.h"
+
+#define TOK_FILE_MAX_BYTES ((size_t)64 << 20) /* vocab.json and merges.txt are a few MB */
+
 /* ==== constants ==================================================================== */
 
 /* The Qwen2 pre-tokenizer (tokenizer.json pre_tokenizer.pretokenizers[0].pattern.Regex). */
@@ -144,27 +148,6 @@ static int grow(void **p, size_t *cap, size_t need, size_t elem)
     *p = q;
     *cap = c;
     return 0;
-}
-
-static char *read_file(const char *path, size_t *n_out)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    char *buf = NULL;
-    if (fseek(f, 0, SEEK_END) == 0) {
-        long n = ftell(f);
-        if (n >= 0 && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)n + 1))) {
-            if (fread(buf, 1, (size_t)n, f) != (size_t)n) {
-                free(buf);
-                buf = NULL;
-            } else {
-                buf[n] = 0;
-                *n_out = (size_t)n;
-            }
-        }
-    }
-    fclose(f);
-    return buf;
 }
 
 static int file_exists(const char *path)
@@ -325,9 +308,8 @@ static int add_merge(qve_tok *t, const char *a, size_t na, const char *b, size_t
 static cJSON *load_json(const char *path, char *err, size_t err_size, int *status)
 {
     size_t n = 0;
-    char *buf = read_file(path, &n);
+    char *buf = qvu_read_file(path, TOK_FILE_MAX_BYTES, &n, err, err_size);
     if (!buf) {
-        set_err(err, err_size, "%s: cannot read (%s)", path, strerror(errno));
         *status = QVE_TOK_E_IO;
         return NULL;
     }
@@ -419,9 +401,8 @@ static int load_added(qve_tok *t, const cJSON *node, int is_decoder, const char 
 static int load_merges_txt(qve_tok *t, const char *path, char *err, size_t err_size)
 {
     size_t n = 0;
-    char *buf = read_file(path, &n);
+    char *buf = qvu_read_file(path, TOK_FILE_MAX_BYTES, &n, err, err_size);
     if (!buf) {
-        set_err(err, err_size, "%s: cannot read (%s)", path, strerror(errno));
         return QVE_TOK_E_IO;
     }
     size_t n_lines = 1;

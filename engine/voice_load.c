@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "checkpoint/fingerprint.h"
+#include "checkpoint/manifest.h"
 #include "engine/model.h"
 #include "engine/voice_load.h"
 
@@ -43,34 +44,25 @@ static void add(slot_list *l, const char *name, const uint16_t **bf16, const flo
 
 static void add_stack(slot_list *l, qve_stack *st, const char *prefix) {
     const qve_stack_config *c = &st->cfg;
-    const int64_t H = c->hidden_size, I = c->intermediate_size;
-    const int64_t qd = (int64_t)c->num_attention_heads * c->head_dim;
-    const int64_t kvd = (int64_t)c->num_key_value_heads * c->head_dim;
     char n[160];
-    for (int i = 0; i < c->num_hidden_layers; i++) {
-        qve_layer *y = &st->layers[i];
-#define NAME(suffix) (snprintf(n, sizeof n, "%s.layers.%d.%s", prefix, i, suffix), n)
-        add(l, NAME("input_layernorm.weight"), NULL, y->input_layernorm, H);
-        add(l, NAME("self_attn.q_proj.weight"), &y->q_proj.bf16, NULL, qd * H);
-        add(l, NAME("self_attn.k_proj.weight"), &y->k_proj.bf16, NULL, kvd * H);
-        add(l, NAME("self_attn.v_proj.weight"), &y->v_proj.bf16, NULL, kvd * H);
-        add(l, NAME("self_attn.o_proj.weight"), &y->o_proj.bf16, NULL, H * qd);
-        add(l, NAME("self_attn.q_norm.weight"), NULL, y->q_norm, c->head_dim);
-        add(l, NAME("self_attn.k_norm.weight"), NULL, y->k_norm, c->head_dim);
-        add(l, NAME("post_attention_layernorm.weight"), NULL, y->post_attention_layernorm, H);
-        add(l, NAME("mlp.gate_proj.weight"), &y->gate_proj.bf16, NULL, I * H);
-        add(l, NAME("mlp.up_proj.weight"), &y->up_proj.bf16, NULL, I * H);
-        add(l, NAME("mlp.down_proj.weight"), &y->down_proj.bf16, NULL, H * I);
-#undef NAME
-    }
+    for (int i = 0; i < c->num_hidden_layers; i++)
+        for (int k = 0; k < QVE_LAYER_N_TENSORS; k++) {
+            int64_t shape[2];
+            qve_mat *mat;
+            float **vec;
+            qve_layer_tensor(c, prefix, i, k, n, sizeof n, shape);
+            qve_layer_field(&st->layers[i], k, &mat, &vec);
+            if (mat) add(l, n, &mat->bf16, NULL, shape[0] * shape[1]);
+            else add(l, n, NULL, *vec, shape[0]);
+        }
     snprintf(n, sizeof n, "%s.norm.weight", prefix);
-    add(l, n, NULL, st->norm, H);
+    add(l, n, NULL, st->norm, c->hidden_size);
 }
 
 /* Every weight the engine reads, by checkpoint name. */
 static int collect(slot_list *l, qv_model *m) {
     const qve_model_config *c = &m->cfg;
-    l->cap = 11 * (c->talker.num_hidden_layers + c->code_predictor.num_hidden_layers) + 2 + 7 +
+    l->cap = QVE_LAYER_N_TENSORS * (c->talker.num_hidden_layers + c->code_predictor.num_hidden_layers) + 2 + 7 +
              2 * (QVE_N_GROUPS - 1) + 2;
     l->n = 0;
     l->m = m;
@@ -240,16 +232,15 @@ static int apply_record(qv_model *m, const qvf_tensor *t, const plan *p, qve_wde
     return 0;
 }
 
-int qve_voice_apply_wdelta(qv_model *m, const qvf_voice *v, qve_wdelta_report *rep, char *err,
-                           size_t es) {
-    memset(rep, 0, sizeof *rep);
+int qve_voice_wdelta_fits(const qv_model *m, const qvf_voice *v, enum qve_wdelta_action *action,
+                          char *err, size_t es) {
+    *action = QVE_WDELTA_NONE;
     if (!v->has_wdelta || !v->n_tensors) return 0;
-    rep->n_tensors = (int)v->n_tensors;
     uint8_t fp[32];
     char a[65], b[65];
     if (qve_fingerprint_model(m->dir, QVE_FINGERPRINT_TABLE, fp, err, es)) return -1;
     if (!is_zero(v->source.fingerprint) && !memcmp(fp, v->source.fingerprint, 32)) {
-        rep->action = QVE_WDELTA_SOURCE; /* the delta turns its target into this model */
+        *action = QVE_WDELTA_SOURCE; /* the delta turns its target into this model */
         return 0;
     }
     const qvf_model_id *tg = &v->target;
@@ -275,6 +266,17 @@ int qve_voice_apply_wdelta(qv_model *m, const qvf_voice *v, qve_wdelta_report *r
                             tg->hidden_size, m->dir, m->cfg.talker.hidden_size),
                    -1;
     }
+    *action = QVE_WDELTA_APPLIED;
+    return 0;
+}
+
+int qve_voice_apply_wdelta(qv_model *m, const qvf_voice *v, qve_wdelta_report *rep, char *err,
+                           size_t es) {
+    memset(rep, 0, sizeof *rep);
+    if (qve_voice_wdelta_fits(m, v, &rep->action, err, es)) return -1;
+    if (rep->action != QVE_WDELTA_APPLIED) return 0;
+    rep->action = QVE_WDELTA_NONE;
+    rep->n_tensors = (int)v->n_tensors;
 
     slot_list l;
     plan *p = calloc(v->n_tensors, sizeof *p);
@@ -300,6 +302,8 @@ int qve_voice_apply_wdelta(qv_model *m, const qvf_voice *v, qve_wdelta_report *r
     qve_model_drop_q8(m); /* derived from the old weights; rebuilt by the next int8 session */
     if (rc) return -1;
     rep->action = QVE_WDELTA_APPLIED;
+    m->wdelta_on = 1;
+    memcpy(m->wdelta_source, v->source.fingerprint, 32);
     if (all && v->source.variant == QVF_VARIANT_BASE) {
         /* every weight is now the Base checkpoint's: behave as it (prompt layout, no presets) */
         m->cfg.variant = QVE_VARIANT_BASE;

@@ -27,6 +27,12 @@ typedef struct {
     double mib_copied;  /* RAM taken by materialised tensors */
 } qve_wdelta_report;
 
+/* The identity part of the checks below (no tensor is read; reads m's table fingerprint):
+ * *action = NONE (v has no weight stream), SOURCE (m is v's source checkpoint: nothing to apply)
+ * or APPLIED (the delta was made for m). -1 with err when it was made for another checkpoint. */
+int qve_voice_wdelta_fits(const qv_model *m, const qvf_voice *v, enum qve_wdelta_action *action,
+                          char *err, size_t err_size);
+
 /* Checks and applies v's weight stream to m. Refuses (-1, err explains) when the voice's target
  * fingerprint (table mode, engine/fingerprint.h) differs from m's, a record names a tensor m does
  * not have or has another dtype/shape, or a record's target SHA-256 differs from m's tensor; all
@@ -36,9 +42,25 @@ typedef struct {
  * weight was replaced and the source is a Base checkpoint, m's config variant becomes Base (no
  * preset speakers, Base prompt layout), so the model computes exactly what the source does.
  * Derived copies are rebuilt: the int8 view is dropped (the next int8 session quantizes the new
- * weights); pad/bos/eos embeddings are computed per utterance. Call before creating sessions.
+ * weights); pad/bos/eos embeddings are computed per utterance. Records the delta in m
+ * (wdelta_on, wdelta_source). Call with no session on m (sessions keep views of the weights).
  * After a failure while applying (corrupt block, result hash), m is partly modified: free it. */
 int qve_voice_apply_wdelta(qv_model *m, const qvf_voice *v, qve_wdelta_report *rep, char *err,
                            size_t err_size);
+
+/* ==== qv_voice (voice.c) ====================================================================== */
+
+struct qv_voice {
+    qvf_voice *f;
+    char path[4096];
+    int32_t *codes; /* the ICL codes widened once to the engine's code type, or NULL */
+};
+
+/* What a voice gives one utterance on m: r's speaker vector, ICL codes + transcript (when the
+ * model is Base and use_icl), TPAD and the WOVR bridge (into *bridge; when their sizes fit and m
+ * does not carry the voice's weight delta, which supersedes both, legacy §6.2/§6.4). warn gets
+ * a one-line note when WOVR does not fit (else ""). The request borrows from v and bridge. */
+void qve_voice_request(const qv_voice *v, const qv_model *m, int use_icl, qv_request *r,
+                       qv_text_bridge *bridge, char *warn, size_t warn_size);
 
 #endif

@@ -215,12 +215,3 @@ double qvc_l2norm(const float *a, int n) {
     return sqrt(s);
 }
 
-double qvc_cosine(const float *a, const float *b, int n) {
-    double ab = 0.0, aa = 0.0, bb = 0.0;
-    for (int i = 0; i < n; i++) {
-        ab += (double)a[i] * b[i];
-        aa += (double)a[i] * a[i];
-        bb += (double)b[i] * b[i];
-    }
-    return aa > 0.0 && bb > 0.0 ? ab / sqrt(aa * bb) : 0.0;
-}

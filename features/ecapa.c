@@ -1,11 +1,10 @@
 /* ecapa.c — ECAPA-TDNN speaker encoder (§5.2), mirrors Qwen3TTSSpeakerEncoder: TDNN →
  * 3 SE-Res2Net blocks → MFA → attentive statistics pooling → 1×1 fc. Every conv is a chunked
- * im2col + sgemm (qvc_conv1d) with reflect "same" padding; weights are widened from BF16 to f32
+ * im2col + sgemm (qvk_conv1d_chunked) with reflect "same" padding; weights are widened from BF16 to f32
  * once at load. The ASP TDNN sees [x; μ; σ] with μ, σ constant over time, so its 4608-wide
  * input is split: W_x·x by sgemm plus one matvec for the constant part (a third of the work).
  */
 #include "features/features.h"
-#include "features/features_impl.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -218,10 +217,10 @@ static void state_free(ecapa_state *s) {
     qvk_free(s->vec);
 }
 
-static qvc_conv tdnn(int c_in, int c_out, int k, int dilation) {
-    qvc_conv cv = {.c_in = c_in, .c_out = c_out, .k = k, .stride = 1, .dilation = dilation,
-                   .pad = QVC_PAD_REFLECT, .act_out = QVC_ACT_RELU};
-    qvc_conv_same(&cv);
+static qvk_conv tdnn(int c_in, int c_out, int k, int dilation) {
+    qvk_conv cv = {.c_in = c_in, .c_out = c_out, .k = k, .stride = 1, .dilation = dilation,
+                   .pad = QVK_PAD_REFLECT, .act_out = QVK_ACT_RELU};
+    qvk_conv_same(&cv);
     return cv;
 }
 
@@ -230,34 +229,34 @@ static int state_init(ecapa_state *s, const ecapa_config *c, int t, int n_thread
     s->n_frames = t;
     int ch = c->channels[1], c4 = c->channels[4], sub = ch / c->res2net_scale;
     size_t scratch = 0, v;
-    qvc_conv cv = tdnn(c->mel_dim, ch, c->kernel_sizes[0], c->dilations[0]);
-    scratch = qvc_conv_scratch(&cv);
+    qvk_conv cv = tdnn(c->mel_dim, ch, c->kernel_sizes[0], c->dilations[0]);
+    scratch = qvk_conv_chunk_scratch(&cv);
     for (int b = 1; b <= N_SE_BLOCKS; b++) {
         cv = tdnn(sub, sub, c->kernel_sizes[b], c->dilations[b]);
-        if ((v = qvc_conv_scratch(&cv)) > scratch) scratch = v;
+        if ((v = qvk_conv_chunk_scratch(&cv)) > scratch) scratch = v;
     }
     cv = tdnn(3 * ch, c4, 1, 1);
-    if ((v = qvc_conv_scratch(&cv)) > scratch) scratch = v;
+    if ((v = qvk_conv_chunk_scratch(&cv)) > scratch) scratch = v;
     cv = tdnn(ch, ch, 1, 1);
-    if ((v = qvc_conv_scratch(&cv)) > scratch) scratch = v;
+    if ((v = qvk_conv_chunk_scratch(&cv)) > scratch) scratch = v;
     cv = tdnn(c->attention_channels, c4, 1, 1);
-    if ((v = qvc_conv_scratch(&cv)) > scratch) scratch = v;
+    if ((v = qvk_conv_chunk_scratch(&cv)) > scratch) scratch = v;
     size_t tt = (size_t)t;
-    s->x0 = qvc_alloc_large(ch * tt * sizeof(float));
+    s->x0 = qvk_alloc(ch * tt * sizeof(float));
     /* cat also holds the transposed mel input before block 0 runs */
     size_t cat_rows = 3 * (size_t)ch > (size_t)c->mel_dim ? 3 * (size_t)ch : (size_t)c->mel_dim;
-    s->cat = qvc_alloc_large(cat_rows * tt * sizeof(float));
-    s->h1 = qvc_alloc_large(ch * tt * sizeof(float));
-    s->h2 = qvc_alloc_large(ch * tt * sizeof(float));
-    s->tmp = qvc_alloc_large(sub * tt * sizeof(float));
-    s->mfa = qvc_alloc_large(c4 * tt * sizeof(float));
+    s->cat = qvk_alloc(cat_rows * tt * sizeof(float));
+    s->h1 = qvk_alloc(ch * tt * sizeof(float));
+    s->h2 = qvk_alloc(ch * tt * sizeof(float));
+    s->tmp = qvk_alloc(sub * tt * sizeof(float));
+    s->mfa = qvk_alloc(c4 * tt * sizeof(float));
     /* fresh pages cost a fault and a clear each (~15 % of the forward): the attention buffers
      * reuse cat (dead once MFA has read it) and h1 (dead after the last block) */
-    s->att = cat_rows >= (size_t)c4 ? s->cat : qvc_alloc_large(c4 * tt * sizeof(float));
+    s->att = cat_rows >= (size_t)c4 ? s->cat : qvk_alloc(c4 * tt * sizeof(float));
     s->hid = ch >= c->attention_channels ? s->h1
-                                                 : qvc_alloc_large((size_t)c->attention_channels * tt * sizeof(float));
-    s->scratch = qvc_alloc_large(scratch * (size_t)n_threads * sizeof(float));
-    s->vec = qvc_alloc_large((8 * (size_t)c4 + (size_t)c->enc_dim + c->attention_channels) * sizeof(float));
+                                                 : qvk_alloc((size_t)c->attention_channels * tt * sizeof(float));
+    s->scratch = qvk_alloc(scratch * (size_t)n_threads * sizeof(float));
+    s->vec = qvk_alloc((8 * (size_t)c4 + (size_t)c->enc_dim + c->attention_channels) * sizeof(float));
     if (!s->x0 || !s->cat || !s->h1 || !s->h2 || !s->tmp || !s->mfa || !s->att || !s->hid ||
         !s->scratch || !s->vec) {
         state_free(s);
@@ -271,11 +270,11 @@ static void se_block(qvk_pool *pool, const ecapa_config *c, const se_block_weigh
                      ecapa_state *s, float *out, const float *in, int k, int d) {
     int t = s->n_frames, ch = c->channels[1], scale = c->res2net_scale, sub = ch / scale;
     size_t tt = (size_t)t;
-    qvc_conv cv = tdnn(ch, ch, 1, 1);
-    qvc_conv1d(pool, &cv, s->h1, t, in, t, t, w->tdnn1.w, w->tdnn1.b, s->scratch);
+    qvk_conv cv = tdnn(ch, ch, 1, 1);
+    qvk_conv1d_chunked(pool, &cv, s->h1, t, in, t, t, w->tdnn1.w, w->tdnn1.b, s->scratch);
     /* Res2Net: y0 = x0, y1 = f0(x1), yi = f_{i−1}(xi + y_{i−1}) */
     memcpy(s->h2, s->h1, sub * tt * sizeof(float));
-    qvc_conv rc = tdnn(sub, sub, k, d);
+    qvk_conv rc = tdnn(sub, sub, k, d);
     for (int i = 1; i < scale; i++) {
         const float *xi = s->h1 + (size_t)i * sub * tt;
         float *yi = s->h2 + (size_t)i * sub * tt;
@@ -285,9 +284,9 @@ static void se_block(qvk_pool *pool, const ecapa_config *c, const se_block_weigh
             for (size_t j = 0; j < sub * tt; j++) s->tmp[j] = xi[j] + prev[j];
             src = s->tmp;
         }
-        qvc_conv1d(pool, &rc, yi, t, src, t, t, w->res2net[i - 1].w, w->res2net[i - 1].b, s->scratch);
+        qvk_conv1d_chunked(pool, &rc, yi, t, src, t, t, w->res2net[i - 1].w, w->res2net[i - 1].b, s->scratch);
     }
-    qvc_conv1d(pool, &cv, out, t, s->h2, t, t, w->tdnn2.w, w->tdnn2.b, s->scratch);
+    qvk_conv1d_chunked(pool, &cv, out, t, s->h2, t, t, w->tdnn2.w, w->tdnn2.b, s->scratch);
     /* squeeze-excitation over the time mean */
     float *mean = s->vec, *z = s->vec + ch, *g = z + c->se_channels;
     for (int i = 0; i < ch; i++) {
@@ -392,8 +391,8 @@ int qvc_ecapa_forward(const qvc_ecapa *e, qvk_pool *pool, float *xvec, const flo
     float *melT = s.cat;
     for (int f = 0; f < t; f++)
         for (int m = 0; m < c->mel_dim; m++) melT[(size_t)m * tt + f] = mel[(size_t)f * c->mel_dim + m];
-    qvc_conv cv = tdnn(c->mel_dim, ch, c->kernel_sizes[0], c->dilations[0]);
-    qvc_conv1d(pool, &cv, s.x0, t, melT, t, t, w->block0.w, w->block0.b, s.scratch);
+    qvk_conv cv = tdnn(c->mel_dim, ch, c->kernel_sizes[0], c->dilations[0]);
+    qvk_conv1d_chunked(pool, &cv, s.x0, t, melT, t, t, w->block0.w, w->block0.b, s.scratch);
     const float *in = s.x0;
     for (int b = 0; b < N_SE_BLOCKS; b++) {
         float *out = s.cat + (size_t)b * ch * tt;
@@ -401,7 +400,7 @@ int qvc_ecapa_forward(const qvc_ecapa *e, qvk_pool *pool, float *xvec, const flo
         in = out;
     }
     cv = tdnn(3 * ch, c4, 1, 1);
-    qvc_conv1d(pool, &cv, s.mfa, t, s.cat, t, t, w->mfa.w, w->mfa.b, s.scratch);
+    qvk_conv1d_chunked(pool, &cv, s.mfa, t, s.cat, t, t, w->mfa.w, w->mfa.b, s.scratch);
     /* attentive statistics pooling (global context) */
     float *mu = s.vec, *sd = mu + c4, *ctx = sd + c4, *pooled = ctx + 2 * c4;
     float *cvec = pooled + 2 * c4;
@@ -417,8 +416,8 @@ int qvc_ecapa_forward(const qvc_ecapa *e, qvk_pool *pool, float *xvec, const flo
     }
     asp_job job = {.c = c, .w = w, .s = &s, .cvec = cvec, .pooled = pooled};
     qvk_pool_run(pool, asp_tdnn_run, &job);
-    qvc_conv ac = {.c_in = att, .c_out = c4, .k = 1, .stride = 1, .dilation = 1};
-    qvc_conv1d(pool, &ac, s.att, t, s.hid, t, t, w->asp_conv.w, w->asp_conv.b, s.scratch);
+    qvk_conv ac = {.c_in = att, .c_out = c4, .k = 1, .stride = 1, .dilation = 1};
+    qvk_conv1d_chunked(pool, &ac, s.att, t, s.hid, t, t, w->asp_conv.w, w->asp_conv.b, s.scratch);
     qvk_pool_run(pool, asp_pool_run, &job);
     qvk_matvec_f32(NULL, xvec, w->fc.w, pooled, w->fc.b, c->enc_dim, 2 * c4);
     state_free(&s);

@@ -89,8 +89,6 @@ int qvc_ecapa_forward(const qvc_ecapa *e, qvk_pool *pool, float *xvec, const flo
 
 /* ---- helpers ---------------------------------------------------------------------------- */
 
-/* Cosine similarity of two vectors (double accumulate); 0 when either is zero. */
-double qvc_cosine(const float *a, const float *b, int n);
 double qvc_l2norm(const float *a, int n);
 
 #endif

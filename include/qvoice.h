@@ -26,6 +26,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -42,6 +43,7 @@ const char *qv_version(void);
 #define QV_N_CODEBOOKS 16     /* codes per frame: c0 (talker) + c1..c15 (code predictor) */
 #define QV_FRAME_RATE_HZ 12.5 /* frames per second of audio */
 #define QV_SAMPLE_RATE_HZ 24000
+#define QV_SAMPLES_PER_FRAME 1920 /* samples of one frame */
 
 /* ==== status ================================================================================= */
 
@@ -89,6 +91,13 @@ int qv_model_n_speakers(const qv_model *m);
 const char *qv_model_speaker(const qv_model *m, int i);
 int qv_model_n_languages(const qv_model *m);
 const char *qv_model_language(const qv_model *m, int i);
+
+/* Decodes codes [n_frames][16] (as generated) to wav[n_frames * QV_SAMPLES_PER_FRAME] with the
+ * model's speech decoder, n_threads (qv_threads_resolve) for its matrix products; the same
+ * samples as a synthesis delivers for those frames before trimming and joining. QV_E_INVALID
+ * for a code outside [0, 2048), QV_E_MODEL when the decoder cannot be loaded; err says which. */
+enum qv_status qv_model_decode_codes(const qv_model *m, const int32_t *codes, int n_frames,
+                                     int n_threads, float *wav, char *err, size_t err_size);
 
 /* ==== parameters ============================================================================= */
 
@@ -234,18 +243,28 @@ typedef struct {
     const char *instruct;    /* style instruction (1.7B CustomVoice) or voice description
                                 (VoiceDesign), or NULL */
     int use_icl;             /* 1: use the voice's reference codes + transcript when present */
-    int use_wdelta;          /* 1: apply the voice's weight delta when present */
+    int use_wdelta;          /* 1: apply the voice's weight delta when present. It rewrites
+                                the model's weights for good (the model becomes the voice's
+                                source model, e.g. Base): allowed only while this is the
+                                model's only qv_synth, else QV_E_UNSUPPORTED */
     int force_voice;         /* 1: use a voice that qv_voice_check calls foreign */
     int max_chunk_chars;     /* code points per chunk (200); <= 0: the whole text at once */
     int guard;               /* 1: runaway guard (frame budget, c0 loop, silence) */
     int trim_lead;           /* 1: each chunk's leading silence is cut to 100 ms */
-    double max_seconds;      /* cap on the audio (0 = none); reaching it ends the utterance
-                                normally (stats.capped = 1), it is not an error */
+    double max_seconds;      /* cap on the audio of each chunk (0 = none; lowers the params'
+                                max_frames); reaching it ends the chunk normally
+                                (stats.capped = 1), it is not an error */
+    int codes_only;          /* 1: generate codes only (see qv_synth_set_chunk_fn): no
+                                decoding, no audio, no silence rule */
+    int whole_chunks;        /* 1: deliver a chunk's audio only once the chunk completed and
+                                passed the guard (a trip can always be retried; latency one
+                                chunk); 0: stream it as decoded */
     const char *verify_model_dir; /* Base model directory: per-chunk speaker similarity of the
                                      output to the voice (stats.verify_*), or NULL */
 } qv_synth_request;
 
-/* use_icl, use_wdelta, guard, trim_lead = 1; max_chunk_chars = 200; everything else 0/NULL. */
+/* use_icl, use_wdelta, guard, trim_lead = 1; max_chunk_chars = 200; everything else 0/NULL
+ * (so audio streams). */
 qv_synth_request qv_synth_default_request(void);
 
 typedef struct {
@@ -281,6 +300,19 @@ void qv_synth_free(qv_synth *s); /* accepts NULL; not while a synthesis runs */
  * QV_E_GUARD, QV_E_CANCELLED; qv_synth_error has the detail. */
 enum qv_status qv_synth_run(qv_synth *s, const qv_synth_request *r, qv_pcm_fn fn, void *user,
                             qv_synth_stats *st);
+/* A chunk (a text chunk, or one half of one split after a guard trip) that completed and passed
+ * the guard, in order. codes: its frames [n_frames][16], valid during the call. verify: speaker
+ * similarity of its audio to the voice (verify_model_dir), NAN when not computed or too short. */
+typedef struct {
+    int index; /* 1, 2, ... over the chunks of this synthesis */
+    const int32_t *codes;
+    int n_frames;
+    double verify;
+} qv_chunk_info;
+typedef void (*qv_chunk_fn)(void *user, const qv_chunk_info *c);
+/* Calls fn after each completed chunk of the next syntheses (NULL: none). */
+void qv_synth_set_chunk_fn(qv_synth *s, qv_chunk_fn fn, void *user);
+
 /* Asks the running qv_synth_run to stop (from any thread, also a signal handler); it returns
  * QV_E_CANCELLED within about one frame. A no-op when nothing runs. */
 void qv_synth_cancel(qv_synth *s);
@@ -322,6 +354,27 @@ qv_clone_request qv_clone_default_request(void);
  * audio, QV_E_INVALID for a transcript that does not fit, QV_E_IO; err names the problem. */
 enum qv_status qv_clone_run(const qv_cloner *c, const qv_clone_request *r, const char *out_path,
                             char **report_json, char *err, size_t err_size);
+
+/* ==== files ================================================================================== */
+
+/* The library's atomic writer, for a tool's own outputs (WAV, codes, extracts): the file appears
+ * at path complete on commit (replacing an old one), or not at all. A writer killed before commit
+ * leaves nothing behind where Linux allows it (an unnamed O_TMPFILE); elsewhere its temp file
+ * ".NAME.tmp.PID.N" is removed by the next write to that path. One writer per thread. */
+typedef struct qv_outfile qv_outfile;
+
+/* QV_OK, or QV_E_IO with err = "PATH: problem". */
+enum qv_status qv_outfile_open(qv_outfile **out, const char *path, char *err, size_t err_size);
+int qv_outfile_fd(const qv_outfile *f);     /* write here (e.g. sf_open_fd); do not close it */
+FILE *qv_outfile_stream(qv_outfile *f);     /* or here (owned by f; NULL when out of memory) */
+/* Flush, fsync, put in place, fsync the directory; frees f. QV_OK or QV_E_IO (nothing left). */
+enum qv_status qv_outfile_commit(qv_outfile *f, char *err, size_t err_size);
+void qv_outfile_abort(qv_outfile *f); /* discards and frees; accepts NULL */
+
+/* A whole file (regular, pipe, /dev/stdin) into a malloc'd buffer with a NUL after its
+ * *n_bytes bytes; NULL with err = "PATH: problem" when it cannot be read or exceeds max_bytes. */
+char *qv_file_read(const char *path, size_t max_bytes, size_t *n_bytes, char *err,
+                   size_t err_size);
 
 #ifdef __cplusplus
 }

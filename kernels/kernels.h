@@ -123,6 +123,8 @@ void qvk_softmax(float *x, int n);                 /* in place, max-subtracted *
 void qvk_silu(float *x, int n);                    /* x·sigmoid(x) */
 void qvk_gelu_erf(float *x, int n);                /* 0.5·x·(1 + erf(x/√2)) */
 void qvk_elu(float *x, size_t n);                  /* alpha = 1; SIMD ≤ 2 ulp from expm1f */
+/* Cosine similarity of two vectors (double accumulate); 0 when either is zero. */
+double qvk_cosine(const float *a, const float *b, int n);
 /* x[C, T] in place: x + sin²(exp(a_c)·x) / (exp(b_c) + 1e-9); a, b are log-space per channel. */
 void qvk_snakebeta(float *x, int n_ch, int n_t, const float *log_alpha, const float *log_beta);
 /* y[i] = silu(g[i]) * u[i] (SwiGLU join). */
@@ -146,18 +148,30 @@ void qvk_attend(qvk_pool *pool, float *restrict out, const float *restrict q,
                 const float *k, const float *v, int n_ctx, int kv_stride, int n_heads,
                 int n_kv_heads, int head_dim, float scale, float *restrict scratch);
 
-/* ---- convolutions (channels-first [C, T]) ---------------------------------------------- */
+/* ---- 1-D convolutions (conv.c) ------------------------------------------------------------ */
 
 enum qvk_pad { QVK_PAD_ZERO, QVK_PAD_REFLECT, QVK_PAD_REPLICATE };
+enum qvk_act { QVK_ACT_NONE, QVK_ACT_RELU, QVK_ACT_ELU };
 
 typedef struct {
-    int c_in, c_out, k, stride, dilation, groups;
+    int c_in, c_out, k, stride, dilation;
+    int groups;               /* qvk_conv1d only (0 or 1: dense); the chunked convs are dense */
     int pad_left, pad_right;  /* samples added before/after (reflect excludes the edge sample) */
     enum qvk_pad pad;
+    /* the chunked convs only: */
+    enum qvk_act act_in;      /* applied to the (padded) input before the conv */
+    enum qvk_act act_out;     /* applied after bias */
+    int residual;             /* 1: y = y + (conv + bias), the residual read from y itself */
 } qvk_conv;
 
 /* Output length: (t_in + pad_left + pad_right − dilation·(k−1) − 1) / stride + 1 (0 if < 1). */
-int qvk_conv1d_out_len(const qvk_conv *cv, int t_in);
+int64_t qvk_conv1d_out_len(const qvk_conv *cv, int64_t t_in);
+/* Causal "MimiConv1d" geometry: left pad K_eff − stride, right pad so that t_out = ⌈t_in/stride⌉. */
+void qvk_conv_causal(qvk_conv *cv, int64_t t_in);
+/* "same" geometry for odd effective kernels (ECAPA): pad = dilation·(k−1)/2 each side. */
+void qvk_conv_same(qvk_conv *cv);
+
+/* Short inputs, channels-first [C, T]: */
 /* Scratch floats qvk_conv1d needs for t_in input samples (padded input + im2col). */
 size_t qvk_conv1d_scratch(const qvk_conv *cv, int t_in);
 /* y[c_out, t_out] = conv(x[c_in, t_in]); W [c_out, c_in/groups, k] (PyTorch Conv1d), b [c_out]
@@ -174,5 +188,29 @@ size_t qvk_conv_transpose1d_scratch(int c_in, int c_out, int k, int t_in);
 int qvk_conv_transpose1d(float *restrict y, const float *restrict x, int c_in, int c_out,
                          int t_in, int k, int stride, int trim_right, const float *restrict w,
                          const float *restrict b, float *restrict scratch);
+
+/* Long inputs in chunks, shared by a pool (NULL = caller only; OpenBLAS should then run
+ * single-threaded). Scratch floats one thread needs (independent of t_in); with a pool, scratch
+ * holds qvk_pool_threads(pool) such slices. */
+size_t qvk_conv_chunk_scratch(const qvk_conv *cv);
+/* y[c_out, t_out] (row stride ldy) = conv(x[c_in, t_in] (row stride ldx)); W [c_out, c_in, k]
+ * (PyTorch Conv1d), bias [c_out] or NULL. Each chunk's padded input window is gathered (and
+ * activated once), unfolded (im2col) and multiplied with one sgemm. Bit-identical for any
+ * thread count. */
+void qvk_conv1d_chunked(qvk_pool *pool, const qvk_conv *cv, float *y, int64_t ldy, const float *x,
+                        int64_t ldx, int64_t t_in, const float *w, const float *bias,
+                        float *scratch);
+/* Time-major: x [t_in, c_in] (row stride ldx), y [t_out, c_out] (row stride ldy), W [c_out, k,
+ * c_in] (taps outermost: qvk_conv_weights_tm permutes a PyTorch weight once). The gathered
+ * window is one contiguous block per chunk and each unfolded row is k contiguous copies; this is
+ * the layout the speech encoder runs in. */
+void qvk_conv1d_chunked_tm(qvk_pool *pool, const qvk_conv *cv, float *y, int64_t ldy,
+                           const float *x, int64_t ldx, int64_t t_in, const float *w,
+                           const float *bias, float *scratch);
+/* dst [c_out, k, c_in] ← src [c_out, c_in, k]. */
+void qvk_conv_weights_tm(float *dst, const float *src, int c_out, int c_in, int k);
+/* y[r, :n] += v[:n] per row, and y[r, :n] += x[r, :n] (exact: same bits in every variant). */
+void qvk_add_bias(float *y, int64_t ldy, const float *v, int64_t n_rows, int n);
+void qvk_add_rows(float *y, int64_t ldy, const float *x, int64_t ldx, int64_t n_rows, int n);
 
 #endif

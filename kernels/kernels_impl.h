@@ -39,11 +39,28 @@ typedef struct {
     void (*elu)(float *x, size_t n);
     /* XOR of the n_bytes / 8 whole 64-bit words at p (bandwidth probe). */
     uint64_t (*xor64)(const void *p, size_t n_bytes);
+    /* y[r, :n] += v[:n] and y[r, :n] += x[r, :n] for n_rows rows (conv bias, residual). */
+    void (*add_bias)(float *y, int64_t ldy, const float *v, int64_t n_rows, int n);
+    void (*add_rows)(float *y, int64_t ldy, const float *x, int64_t ldx, int64_t n_rows, int n);
+    /* 1-input-channel stride-1 conv product y[i, o] = Σ_j w[o, j]·win[i + j] (no bias), k <= 16,
+     * c_out a multiple of 16 up to 256, bit-identical to the sgemm it replaces; NULL when the
+     * variant has none (conv.c then runs the sgemm). */
+    void (*conv_c1)(float *y, int64_t ldy, const float *win, int64_t n, const float *w, int k,
+                    int c_out);
 } qvk_impl;
 
 extern const qvk_impl qvk_impl_scalar;
 extern const qvk_impl qvk_impl_avx2;
 extern const qvk_impl qvk_impl_avx512;
+
+/* Table entries defined in conv*.c. */
+void qvk_add_bias_scalar(float *y, int64_t ldy, const float *v, int64_t n_rows, int n);
+void qvk_add_rows_scalar(float *y, int64_t ldy, const float *x, int64_t ldx, int64_t n_rows,
+                         int n);
+void qvk_add_bias_avx2(float *y, int64_t ldy, const float *v, int64_t n_rows, int n);
+void qvk_add_rows_avx2(float *y, int64_t ldy, const float *x, int64_t ldx, int64_t n_rows, int n);
+void qvk_conv_c1_avx512(float *y, int64_t ldy, const float *win, int64_t n, const float *w, int k,
+                        int c_out);
 
 /* The variant in use (qvk_init() is run first if needed). */
 const qvk_impl *qvk_impl_get(void);

@@ -334,4 +334,6 @@ const qvk_impl qvk_impl_avx2 = {
     .snake = snake,
     .elu = elu,
     .xor64 = xor64,
+    .add_bias = qvk_add_bias_avx2,
+    .add_rows = qvk_add_rows_avx2,
 };

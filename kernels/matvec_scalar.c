@@ -139,4 +139,6 @@ const qvk_impl qvk_impl_scalar = {
     .snake = snake,
     .elu = elu,
     .xor64 = xor64,
+    .add_bias = qvk_add_bias_scalar,
+    .add_rows = qvk_add_rows_scalar,
 };

@@ -14,6 +14,16 @@ void qvk_rmsnorm(float *y, const float *x, const float *w, int n, float eps) {
         y[i] = w[i] * (x[i] * r);
 }
 
+double qvk_cosine(const float *a, const float *b, int n) {
+    double ab = 0.0, aa = 0.0, bb = 0.0;
+    for (int i = 0; i < n; i++) {
+        ab += (double)a[i] * b[i];
+        aa += (double)a[i] * a[i];
+        bb += (double)b[i] * b[i];
+    }
+    return aa > 0.0 && bb > 0.0 ? ab / sqrt(aa * bb) : 0.0;
+}
+
 void qvk_layernorm(float *y, const float *x, const float *w, const float *b, int n, float eps) {
     double s = 0;
     for (int i = 0; i < n; i++)

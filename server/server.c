@@ -177,7 +177,7 @@ static enum MHD_Result ready(qv_server *s, struct MHD_Connection *c, req *q) {
         cJSON_AddStringToObject(m, "size", qv_model_size(s->models[i].model));
         cJSON_AddItemToArray(a, m);
     }
-    cJSON_AddBoolToObject(o, "synthesis", synth_available());
+    cJSON_AddBoolToObject(o, "synthesis", 1);
     cJSON_AddBoolToObject(o, "cloning", s->cloner != NULL);
     char *body = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
@@ -444,8 +444,7 @@ enum qv_status qv_server_start(qv_server **out, const qv_server_config *c, char 
     }
     voices_clean(s->voices_dir);
     if (c->api_key_file && read_keys(s, c->api_key_file, err, es)) goto fail;
-    s->n_threads = qv_threads_resolve ? qv_threads_resolve(c->n_threads)
-                                      : c->n_threads > 0 ? c->n_threads : 1;
+    s->n_threads = qv_threads_resolve(c->n_threads);
     if (c->clone_model_dir && clone_available() &&
         (st = qv_cloner_load(&s->cloner, c->clone_model_dir, s->n_threads, err, es)))
         goto fail;
@@ -455,8 +454,7 @@ enum qv_status qv_server_start(qv_server **out, const qv_server_config *c, char 
         s->slots[i].params = qv_model_params(s->models[0].model);
         s->slots[i].params.n_threads = s->n_threads;
         s->slots[i].params.quant = c->quant;
-        if (synth_available() &&
-            (st = qv_synth_new(&s->slots[i].synth, s->models[0].model, &s->slots[i].params))) {
+        if ((st = qv_synth_new(&s->slots[i].synth, s->models[0].model, &s->slots[i].params))) {
             snprintf(err, es, "%s: cannot create a synthesizer: %s", s->models[0].dir,
                      qv_strerror(st));
             goto fail;
@@ -523,8 +521,7 @@ void qv_server_free(qv_server *s) {
         pthread_mutex_unlock(&s->mu);
         MHD_stop_daemon(s->daemon);
     }
-    for (int i = 0; i < s->n_slots; i++)
-        if (s->slots[i].synth) qv_synth_free(s->slots[i].synth);
+    for (int i = 0; i < s->n_slots; i++) qv_synth_free(s->slots[i].synth);
     free(s->slots);
     if (s->cloner) qv_cloner_free(s->cloner);
     for (int i = 0; i < s->n_models; i++) {

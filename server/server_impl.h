@@ -12,23 +12,13 @@
 #include "include/qvoice.h"
 #include "server/qvserver.h"
 
-/* The library's synthesis, voice and cloning calls are being implemented alongside this server.
- * Until they land they are weak references: the server builds and serves everything else, and
- * synth_available() / clone_available() make speech and cloning answer 501. */
-#pragma weak qv_synth_new
-#pragma weak qv_synth_free
-#pragma weak qv_synth_run
-#pragma weak qv_synth_cancel
-#pragma weak qv_synth_error
-#pragma weak qv_synth_default_request
-#pragma weak qv_voice_open
-#pragma weak qv_voice_free
-#pragma weak qv_voice_check
+/* The library's cloning calls are being implemented alongside this server. Until they land they
+ * are weak references: the server builds and serves everything else, and clone_available()
+ * makes cloning uploads answer 501. */
 #pragma weak qv_cloner_load
 #pragma weak qv_cloner_free
 #pragma weak qv_clone_run
 #pragma weak qv_clone_default_request
-#pragma weak qv_threads_resolve
 
 /* ==== routes and metrics ===================================================================== */
 
@@ -143,7 +133,6 @@ struct job;
 enum MHD_Result speech_handle(qv_server *s, struct MHD_Connection *c, req *q);
 /* The connection is gone (or finished): stop the synthesis if it still runs, drop the job. */
 void speech_release(qv_server *s, req *q);
-int synth_available(void);
 int clone_available(void);
 
 /* ==== voices (voices.c) ====================================================================== */

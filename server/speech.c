@@ -35,11 +35,6 @@ typedef struct job {
     qv_synth_stats stats;
 } job;
 
-int synth_available(void) {
-    return qv_synth_new && qv_synth_free && qv_synth_run && qv_synth_cancel && qv_synth_error &&
-           qv_synth_default_request;
-}
-
 /* ==== jobs =================================================================================== */
 
 static void job_unref(job *j) {
@@ -133,6 +128,11 @@ static void *worker(void *arg) {
     qv_synth *sy = s->slots[j->slot].synth;
     qv_synth_stats st = {0};
     enum qv_status rc = qv_synth_run(sy, &j->r, on_pcm, j, &st);
+    metrics_synth(&s->met, &st); /* before the reply can go out: a client sees it counted */
+    pthread_mutex_lock(&s->met.mu);
+    s->met.guard_failures += rc == QV_E_GUARD;
+    s->met.cancelled += rc == QV_E_CANCELLED;
+    pthread_mutex_unlock(&s->met.mu);
     pthread_mutex_lock(&j->mu);
     j->st = rc;
     j->stats = st;
@@ -141,11 +141,6 @@ static void *worker(void *arg) {
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
     slot_release(s, j->slot);
-    metrics_synth(&s->met, &st);
-    pthread_mutex_lock(&s->met.mu);
-    s->met.guard_failures += rc == QV_E_GUARD;
-    s->met.cancelled += rc == QV_E_CANCELLED;
-    pthread_mutex_unlock(&s->met.mu);
     job_unref(j);
     return NULL;
 }
@@ -570,9 +565,6 @@ enum MHD_Result speech_handle(qv_server *s, struct MHD_Connection *c, req *q) {
         return reply_error(c, q, v.status, v.status >= 500 ? "server_error"
                                                            : "invalid_request_error",
                            v.code, v.param, "%s", v.msg);
-    if (!synth_available())
-        return reply_error(c, q, 501, "server_error", "not_implemented", NULL,
-                           "synthesis is not available in this build of libqvoice");
     j->r = qv_synth_default_request();
     j->r.text = j->text;
     j->r.language = j->language;

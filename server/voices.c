@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "server/server_impl.h"
+#include "util/fileio.h"
 #include "voicefmt/qvf.h"
 
 #define FIELD_MAX_BYTES 16384 /* name, transcript, language, consent */
@@ -21,8 +22,6 @@
 int clone_available(void) {
     return qv_cloner_load && qv_cloner_free && qv_clone_run && qv_clone_default_request;
 }
-
-static int voice_api_available(void) { return qv_voice_open && qv_voice_free && qv_voice_check; }
 
 static int is_id(const char *s) {
     size_t n = 0;
@@ -328,25 +327,6 @@ static const char *field(struct upload *u, int f) {
     return (const char *)u->field[f].p;
 }
 
-static int read_all(const char *path, bytes *b) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return -1;
-    char buf[65536];
-    ssize_t n;
-    while ((n = read(fd, buf, sizeof buf)) > 0)
-        if (bytes_add(b, buf, (size_t)n)) break;
-    close(fd);
-    return n == 0 ? 0 : -1;
-}
-
-static int fsync_path(const char *path) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return -1;
-    int rc = fsync(fd);
-    close(fd);
-    return rc;
-}
-
 struct name_ctx {
     const char *name, *id;
     int taken;
@@ -358,39 +338,48 @@ static int name_fn(void *user, const char *id, const char *path, qvf_voice *v) {
     return n->taken;
 }
 
-/* Moves the finished voice file src into the library under its SHA-256; fills id. */
+/* Puts the finished voice file src into the library as <sha256>.qvoice (util's atomic writer)
+ * and removes src; replies with its description and the report. */
 static enum MHD_Result store(qv_server *s, struct MHD_Connection *c, req *q, const char *src,
                              const char *name, cJSON *report) {
-    bytes b = {0};
     uint8_t h[32];
     char id[65], dst[4096], err[512];
-    if (read_all(src, &b) || qvf_sha256(b.p, b.len, h)) {
-        free(b.p);
+    size_t n;
+    char *b = qvu_read_file(src, (size_t)s->cfg.max_upload_mb << 21, &n, err, sizeof err);
+    unlink(src);
+    if (!b || qvf_sha256(b, n, h)) {
+        free(b);
         cJSON_Delete(report);
-        return reply_error(c, q, 500, "server_error", "io_error", NULL, "%s: cannot read back",
-                           src);
+        return reply_error(c, q, 500, "server_error", "io_error", NULL, "%s", err);
     }
     for (int i = 0; i < 32; i++) snprintf(id + 2 * i, 3, "%02x", h[i]);
-    struct name_ctx n = {name, id, 0};
-    if (name) each_voice(s->voices_dir, name_fn, &n);
-    if (n.taken) {
-        free(b.p);
+    struct name_ctx nc = {name, id, 0};
+    if (name) each_voice(s->voices_dir, name_fn, &nc);
+    if (nc.taken) {
+        free(b);
         cJSON_Delete(report);
         return reply_error(c, q, 409, "invalid_request_error", "voice_exists", "name",
                            "name %s: another library voice has it (DELETE it first)", name);
     }
     snprintf(dst, sizeof dst, "%s/%s.qvoice", s->voices_dir, id);
-    if (fsync_path(src) || rename(src, dst) || fsync_path(s->voices_dir)) {
-        free(b.p);
+    qvu_wfile *w;
+    FILE *f = NULL;
+    int bad = qvu_wfile_open(&w, dst, err, sizeof err);
+    if (!bad && (!(f = qvu_wfile_stream(w)) || fwrite(b, 1, n, f) != n)) {
+        qvu_wfile_abort(w);
+        snprintf(err, sizeof err, "%s.qvoice: cannot write", id);
+        bad = 1;
+    }
+    if (bad || qvu_wfile_commit(w, err, sizeof err)) {
+        free(b);
         cJSON_Delete(report);
-        return reply_error(c, q, 500, "server_error", "io_error", NULL, "%s: %s", dst,
-                           strerror(errno));
+        return reply_error(c, q, 500, "server_error", "io_error", NULL, "%s", err);
     }
     qvf_voice *v;
-    int rc = qvf_read_mem(b.p, b.len, dst, 0, &v, err, sizeof err);
+    int rc = qvf_read_mem(b, n, dst, 0, &v, err, sizeof err);
     cJSON *o = rc ? cJSON_CreateObject() : describe(id, dst, v);
     if (!rc) qvf_voice_free(v);
-    free(b.p);
+    free(b);
     if (report) cJSON_AddItemToObject(o, "report", report);
     char *body = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
@@ -414,7 +403,7 @@ static enum MHD_Result store_qvoice(qv_server *s, struct MHD_Connection *c, req 
                            "%s: %s", u->filename[0] ? u->filename : "upload",
                            without_path(err, u->tmp));
     cJSON *report = cJSON_CreateObject();
-    if (voice_api_available()) {
+    {
         qv_voice *qv;
         enum qv_status st = qv_voice_open(&qv, u->tmp, err, sizeof err), fit = QV_E_VOICE;
         cJSON *fits = cJSON_AddArrayToObject(report, "fits_models");
@@ -454,9 +443,7 @@ static enum MHD_Result store_qvoice(qv_server *s, struct MHD_Connection *c, req 
     char name_copy[512];
     snprintf(name_copy, sizeof name_copy, "%s", name ? name : "");
     qvf_voice_free(v);
-    enum MHD_Result r = store(s, c, q, out, name_copy[0] ? name_copy : NULL, report);
-    if (rewrite) unlink(out); /* gone after a successful rename */
-    return r;
+    return store(s, c, q, out, name_copy[0] ? name_copy : NULL, report);
 }
 
 static enum MHD_Result clone_upload(qv_server *s, struct MHD_Connection *c, req *q,
@@ -490,9 +477,7 @@ static enum MHD_Result clone_upload(qv_server *s, struct MHD_Connection *c, req 
     }
     cJSON *rep = report ? cJSON_Parse(report) : NULL;
     free(report);
-    enum MHD_Result ret = store(s, c, q, out, r.name, rep);
-    unlink(out);
-    return ret;
+    return store(s, c, q, out, r.name, rep);
 }
 
 enum MHD_Result upload_finish(qv_server *s, struct MHD_Connection *c, req *q) {

@@ -151,22 +151,9 @@ static void warn(report *r, const char *file, const char *fmt, ...) {
 }
 
 static char *read_text_file(const char *path, char *err, size_t err_size) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        snprintf(err, err_size, "%s: %s", path, strerror(errno));
-        return NULL;
-    }
-    char *buf = malloc(MAX_TRANSCRIPT_BYTES + 1);
-    size_t n = buf ? fread(buf, 1, MAX_TRANSCRIPT_BYTES + 1, f) : 0;
-    int bad = ferror(f);
-    fclose(f);
-    if (!buf || bad || n > MAX_TRANSCRIPT_BYTES) {
-        snprintf(err, err_size, "%s: %s", path, !buf ? "out of memory" : bad ? "read error" : "transcript over 1 MiB");
-        free(buf);
-        return NULL;
-    }
-    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r')) n--;
-    buf[n] = 0;
+    size_t n;
+    char *buf = qv_file_read(path, MAX_TRANSCRIPT_BYTES, &n, err, err_size);
+    while (buf && n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r')) buf[--n] = 0;
     return buf;
 }
 
@@ -176,23 +163,12 @@ static int is_voice_file(const char *path) {
 }
 
 static int file_sha256_hex(const char *path, char hex[65]) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return -1;
-    if (fseek(f, 0, SEEK_END)) {
-        fclose(f);
-        return -1;
-    }
-    long n = ftell(f);
-    rewind(f);
-    unsigned char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
-    int rc = -1;
+    size_t n;
+    char *buf = qv_file_read(path, SIZE_MAX / 2, &n, NULL, 0);
     uint8_t d[32];
-    if (buf && fread(buf, 1, (size_t)n, f) == (size_t)n && qvf_sha256(buf, (size_t)n, d) == 0) {
-        qve_sha256_hex(d, hex);
-        rc = 0;
-    }
+    int rc = buf && qvf_sha256(buf, n, d) == 0 ? 0 : -1;
+    if (!rc) qve_sha256_hex(d, hex);
     free(buf);
-    fclose(f);
     return rc;
 }
 
@@ -258,7 +234,7 @@ static int run_compare(const options *o, qvk_pool *pool, const char *pa, const c
     } else if (da != db) {
         fprintf(stderr, "clone: %s: x-vector size %d differs from %s's %d\n", pb, db, pa, da);
     } else {
-        double cs = qvc_cosine(xa, xb, da);
+        double cs = qvk_cosine(xa, xb, da);
         if (o->json) {
             cJSON *j = cJSON_CreateObject();
             cJSON_AddStringToObject(j, "a", pa);
@@ -372,11 +348,8 @@ static void model_id(qvf_model_id *id, const qve_model_config *c, const uint8_t 
 /* Payload bytes per chunk tag of the file just written (WDTN chunks summed), read back with
  * voicefmt's chunk walker so the summary reports what is on disk. */
 static void list_sections(report *r, const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return;
-    unsigned char *buf = r->file_bytes > 0 ? malloc((size_t)r->file_bytes) : NULL;
-    size_t n = buf ? fread(buf, 1, (size_t)r->file_bytes, f) : 0;
-    fclose(f);
+    size_t n;
+    char *buf = qv_file_read(path, (size_t)r->file_bytes, &n, NULL, 0);
     enum { MAX_CHUNKS = 4200 };   /* ≤ 4096 WDTN + the fixed chunks */
     qvf_chunk_info *info = malloc(sizeof *info * MAX_CHUNKS);
     int n_chunks = 0;

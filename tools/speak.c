@@ -1,11 +1,10 @@
 /* speak — text to speech with a Qwen3-TTS-12Hz checkpoint (CustomVoice, VoiceDesign or Base).
- *
- * Long text is cut into chunks (engine/textchunk.h), each generated under the runaway guard
- * (engine/guard.h) and decoded (while generating with --stream: decoder thread), then joined;
- * a chunk is emitted/kept only once it completed, so a guard trip never yields audio. Files are
- * written to a temporary name and renamed at the end: a failure leaves no partial output.
+ * Parses arguments, runs qv_synth (the library does chunking, the guard, decoding, streaming) and
+ * writes the audio. Files are written to a temporary name and renamed at the end: a failure
+ * (also a guard trip after streaming began, or Ctrl-C) leaves no partial output.
  */
 #include <errno.h>
+#include <signal.h>
 #include <getopt.h>
 #include <math.h>
 #include <sndfile.h>
@@ -17,14 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "clone/clone.h"
-#include "engine/guard.h"
-#include "kernels/kernels.h"
-#include "voicefmt/qvf.h"
 #include "include/qvoice.h"
-#include "engine/speech_decoder.h"
-#include "engine/textchunk.h"
-#include "engine/voice_load.h"
 
 #define TOOL "speak"
 
@@ -112,9 +104,9 @@ static void usage(FILE *f) {
         "  -i, --instruct TEXT        style instruction / voice description (1.7B, VoiceDesign)\n"
         "      --force-instruct       pass --instruct to a 0.6B CustomVoice model anyway\n"
         "  -o, --output FILE          audio file; format by extension: .wav .flac .ogg\n"
-        "      --stream               decode while generating: raw s16le 24 kHz mono to stdout,\n"
-        "                             or a WAV written progressively with -o (renamed at the end);\n"
-        "                             audio is emitted chunk by chunk as each one completes\n"
+        "      --stream               raw s16le 24 kHz mono to stdout, or a WAV written\n"
+        "                             progressively with -o (renamed at the end), from the first\n"
+        "                             decoded frame on; a guard trip after that fails the run\n"
         "      --max-frames N         at most N frames of 80 ms (default: model's "
         "max_new_tokens-1)\n"
         "      --max-seconds S        at most S seconds of audio\n"
@@ -152,7 +144,7 @@ static void usage(FILE *f) {
         "    0 ok, 1 failure (bad model, bad input, runaway guard, I/O), 2 usage error.\n\n"
         "EXAMPLE\n"
         "    speak -m models/0.6B-CustomVoice -s ryan -l english -t \"Hello.\" -o hello.wav\n",
-        QVE_MAX_CHUNK_CHARS_DEFAULT, d.temperature, d.top_k, d.top_p, d.repetition_penalty, d.n_threads,
+        qv_synth_default_request().max_chunk_chars, d.temperature, d.top_k, d.top_p, d.repetition_penalty, d.n_threads,
         (unsigned long long)d.seed);
 }
 
@@ -222,7 +214,7 @@ static int parse_args(int argc, char **argv, options *o) {
                                        {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->n_threads = qv_default_params().n_threads;
-    o->max_chunk_chars = QVE_MAX_CHUNK_CHARS_DEFAULT;
+    o->max_chunk_chars = qv_synth_default_request().max_chunk_chars;
     int c;
     long l;
     double d;
@@ -372,12 +364,6 @@ static int parse_args(int argc, char **argv, options *o) {
 
 /* ==== small helpers ========================================================================== */
 
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 static char *read_all(FILE *f) {
     size_t n = 0, cap = 4096;
     char *buf = malloc(cap);
@@ -406,29 +392,66 @@ static int format_for(const char *path) {
     return 0;
 }
 
-static SNDFILE *open_audio(const char *path, int format) {
+/* libsndfile on the atomic writer's descriptor (the file appears at path only on commit). */
+static SNDFILE *open_audio(qv_outfile *of, const char *path, int format) {
     SF_INFO info = {0};
     info.samplerate = QV_SAMPLE_RATE_HZ;
     info.channels = 1;
     info.format = format;
-    SNDFILE *f = sf_open(path, SFM_WRITE, &info);
+    SNDFILE *f = sf_open_fd(qv_outfile_fd(of), SFM_WRITE, &info, 0);
     if (!f) fprintf(stderr, TOOL ": %s: %s\n", path, sf_strerror(NULL));
     return f;
 }
 
-/* ==== audio sinks ============================================================================ */
+static qv_outfile *open_out(const char *path) {
+    char err[4400];
+    qv_outfile *of;
+    if (qv_outfile_open(&of, path, err, sizeof err)) {
+        fprintf(stderr, TOOL ": %s\n", err);
+        return NULL;
+    }
+    return of;
+}
+
+static int commit_out(qv_outfile *of) {
+    char err[4400];
+    if (!qv_outfile_commit(of, err, sizeof err)) return 0;
+    fprintf(stderr, TOOL ": %s\n", err);
+    return -1;
+}
+
+static int write_audio(const char *path, const float *wav, long n) {
+    qv_outfile *of = open_out(path);
+    SNDFILE *f = of ? open_audio(of, path, format_for(path)) : NULL;
+    if (!f) {
+        qv_outfile_abort(of);
+        return -1;
+    }
+    int ok = sf_writef_float(f, wav, n) == n;
+    if (!ok) fprintf(stderr, TOOL ": %s: %s\n", path, sf_strerror(f));
+    if (sf_close(f)) ok = 0;
+    if (!ok) {
+        qv_outfile_abort(of);
+        return -1;
+    }
+    return commit_out(of);
+}
+
+/* ==== audio sink ============================================================================= */
 
 typedef struct {
-    SNDFILE *snd; /* progressive file, or NULL for raw s16le on stdout */
+    SNDFILE *snd; /* progressive file (--stream -o) */
+    int raw;      /* raw s16le on stdout (--stream) */
+    float *all;   /* everything, for a one-shot -o */
+    int64_t n, cap;
     int failed;
-    long n_samples;
 } sink;
 
 static int on_audio(void *user, const float *pcm, int n) {
     sink *k = user;
     if (k->snd) {
         if (sf_writef_float(k->snd, pcm, n) != n) return k->failed = 1;
-    } else {
+    } else if (k->raw) {
         int16_t buf[4096];
         for (int i = 0; i < n;) {
             int m = n - i < 4096 ? n - i : 4096;
@@ -440,50 +463,31 @@ static int on_audio(void *user, const float *pcm, int n) {
             i += m;
         }
         fflush(stdout);
+    } else {
+        if (k->n + n > k->cap) {
+            int64_t cap = k->cap ? k->cap : QV_SAMPLE_RATE_HZ;
+            while (cap < k->n + n)
+                cap *= 2;
+            float *g = realloc(k->all, (size_t)cap * sizeof *g);
+            if (!g) return k->failed = 1;
+            k->all = g, k->cap = cap;
+        }
+        memcpy(k->all + k->n, pcm, (size_t)n * sizeof *pcm);
     }
-    k->n_samples += n;
+    k->n += n;
     return 0;
-}
-
-/* Temporary name next to path (same file system: the final rename is atomic). */
-static void temp_name(char *buf, size_t n, const char *path) {
-    const char *slash = strrchr(path, '/');
-    int dl = slash ? (int)(slash - path + 1) : 0;
-    snprintf(buf, n, "%.*s.%s.part-%d", dl, path, path + dl, (int)getpid());
-}
-
-static int commit_file(const char *tmp, const char *path) {
-    if (!rename(tmp, path)) return 0;
-    fprintf(stderr, TOOL ": %s: %s\n", path, strerror(errno));
-    unlink(tmp);
-    return -1;
-}
-
-static int write_audio(const char *path, const float *wav, long n) {
-    char tmp[4200];
-    temp_name(tmp, sizeof tmp, path);
-    SNDFILE *f = open_audio(tmp, format_for(path));
-    if (!f) return -1;
-    int ok = sf_writef_float(f, wav, n) == n;
-    if (!ok) fprintf(stderr, TOOL ": %s: %s\n", path, sf_strerror(f));
-    if (sf_close(f)) ok = 0;
-    if (!ok) {
-        unlink(tmp);
-        return -1;
-    }
-    return commit_file(tmp, path);
 }
 
 /* ==== codes files ============================================================================ */
 
-static int *read_codes(const char *path, int *n_frames) {
+static int32_t *read_codes(const char *path, int *n_frames) {
     FILE *f = strcmp(path, "-") ? fopen(path, "r") : stdin;
     if (!f) {
         fprintf(stderr, TOOL ": %s: %s\n", path, strerror(errno));
         return NULL;
     }
     size_t cap = 256, n = 0;
-    int *codes = malloc(cap * QV_N_CODEBOOKS * sizeof(int));
+    int32_t *codes = malloc(cap * QV_N_CODEBOOKS * sizeof *codes);
     char line[1024];
     int line_no = 0, bad = !codes;
     while (!bad && fgets(line, sizeof line, f)) {
@@ -493,7 +497,7 @@ static int *read_codes(const char *path, int *n_frames) {
             p++;
         if (*p == '\n' || *p == 0 || *p == '#') continue;
         if (n == cap) {
-            int *g = realloc(codes, cap * 2 * QV_N_CODEBOOKS * sizeof(int));
+            int32_t *g = realloc(codes, cap * 2 * QV_N_CODEBOOKS * sizeof *g);
             if (!g) {
                 bad = 1;
                 break;
@@ -507,7 +511,7 @@ static int *read_codes(const char *path, int *n_frames) {
                 bad = 1;
                 break;
             }
-            codes[n * QV_N_CODEBOOKS + (size_t)g] = (int)v;
+            codes[n * QV_N_CODEBOOKS + (size_t)g] = (int32_t)v;
             p = end;
         }
         n++;
@@ -522,31 +526,22 @@ static int *read_codes(const char *path, int *n_frames) {
     return codes;
 }
 
-/* ==== main =================================================================================== */
-
-static void list(const qv_model *m, int speakers) {
-    int n = speakers ? qv_model_n_speakers(m) : qv_model_n_languages(m);
-    for (int i = 0; i < n; i++)
-        puts(speakers ? qv_model_speaker(m, i) : qv_model_language(m, i));
-}
-
-static int decode_only(const options *o, const qve_decoder *dec) {
+static int decode_only(const options *o, const qv_model *m) {
     int n_frames;
-    int *codes = read_codes(o->decode_codes, &n_frames);
+    int32_t *codes = read_codes(o->decode_codes, &n_frames);
     if (!codes) return 1;
-    const long n = (long)n_frames * qve_decoder_samples_per_frame(dec);
+    const long n = (long)n_frames * QV_SAMPLES_PER_FRAME;
     float *wav = malloc((size_t)n * sizeof(float));
     char err[512];
     int rc = 1;
     if (!wav)
         fprintf(stderr, TOOL ": out of memory\n");
-    else if (qvk_blas_set_threads(o->n_threads),
-             qve_decoder_decode(dec, codes, n_frames, wav, err, sizeof err))
+    else if (qv_model_decode_codes(m, codes, n_frames, o->n_threads, wav, err, sizeof err))
         fprintf(stderr, TOOL ": %s\n", err);
     else if (o->out_path)
         rc = write_audio(o->out_path, wav, n) ? 1 : 0;
     else {
-        sink k = {0};
+        sink k = {.raw = 1};
         rc = on_audio(&k, wav, (int)n) ? 1 : 0;
     }
     free(wav);
@@ -554,198 +549,26 @@ static int decode_only(const options *o, const qve_decoder *dec) {
     return rc;
 }
 
-/* ==== voices ================================================================================ */
-
-/* Resolves --voice with qvf_voice_find; on failure the message lists every place looked at. */
-static int find_voice(const char *name, char *path, size_t n) {
-    char err[512];
-    if (!qvf_voice_find(name, path, n, err, sizeof err)) return 0;
-    size_t len = strlen(name);
-    if (strchr(name, '/') || (len > 7 && !strcmp(name + len - 7, ".qvoice")) ||
-        (len > 4 && !strcmp(name + len - 4, ".bin"))) {
-        fprintf(stderr, TOOL ": %s: no such voice file\n", name);
-        return -1;
-    }
-    fprintf(stderr, TOOL ": voice '%s' not found; looked for voices/%s.qvoice", name, name);
-    const char *qp = getenv("QVOICE_PATH");
-    if (!qp || !*qp) fprintf(stderr, " ($QVOICE_PATH is not set)");
-    while (qp && *qp) {
-        const char *end = strchr(qp, ':');
-        int l = end ? (int)(end - qp) : (int)strlen(qp);
-        if (l) fprintf(stderr, ", %.*s/%s.qvoice", l, qp, name);
-        qp = end ? end + 1 : NULL;
-    }
-    fputc('\n', stderr);
-    return -1;
-}
-
-/* ==== per-chunk synthesis ==================================================================== */
+/* ==== per chunk: --dump-codes, --verify ====================================================== */
 
 typedef struct {
-    const options *o;
-    qv_session *s;
-    const qv_request *r; /* the voice / speaker prompt; text replaced per chunk */
-    const qve_decoder *dec;
-    int want_audio, progress;
     FILE *dump;
-    /* --stream: the driver's joined audio, emitted up to its last crossfade window */
-    qve_audio_buf *all;
-    int64_t n_emitted, hold;
-    sink *k;
-    /* --verify */
-    const qvc_ecapa *ecapa;
-    qvc_mel *mel;
-    qvk_pool *vpool;
-    const float *ref_xvec;
-    float *xvec;
     double cos[1024];
     int n_cos;
-    /* per chunk */
-    int32_t *codes;
-    size_t cap_frames;
-    int n_frames_total, n_pieces;
-} synth_ctx;
+} chunks;
 
-static int emit(synth_ctx *c, int64_t upto) {
-    if (upto <= c->n_emitted) return 0;
-    if (on_audio(c->k, c->all->x + c->n_emitted, (int)(upto - c->n_emitted))) return -1;
-    c->n_emitted = upto;
-    return 0;
-}
-
-static int to_chunk_buf(void *user, const float *pcm, int n) {
-    return qve_audio_append(user, pcm, n, 0) ? 1 : 0;
-}
-
-static double cosine(const float *a, const float *b, int n) {
-    double ab = 0, aa = 0, bb = 0;
-    for (int i = 0; i < n; i++)
-        ab += (double)a[i] * b[i], aa += (double)a[i] * a[i], bb += (double)b[i] * b[i];
-    return aa > 0 && bb > 0 ? ab / sqrt(aa * bb) : 0;
-}
-
-/* Speaker similarity of one chunk's audio to the voice (--verify); NAN when too short. */
-static double verify_chunk(synth_ctx *c, const float *x, int64_t n, char *err, size_t es) {
-    int nf = qvc_mel_n_frames(n);
-    if (nf < 5) return NAN;
-    float *mel = malloc((size_t)nf * QVC_MEL_BINS * sizeof(float));
-    double r = NAN;
-    if (!mel)
-        snprintf(err, es, "out of memory");
-    else if (!qvc_mel_compute(c->mel, mel, x, n) &&
-             !qvc_ecapa_forward(c->ecapa, c->vpool, c->xvec, mel, nf, err, es))
-        r = cosine(c->xvec, c->ref_xvec, qvc_ecapa_dim(c->ecapa));
-    free(mel);
-    return r;
-}
-
-/* qve_chunk_synth_fn: generate one chunk under the guard, decode it into out. */
-static int synth_chunk(void *user, const char *text, qve_audio_buf *out, char *err, size_t es) {
-    synth_ctx *c = user;
-    if (c->k && emit(c, c->all->n - c->hold)) return snprintf(err, es, "audio write failed"), -1;
-    int32_t *ids;
-    int n_ids;
-    if (qv_session_tokenize(c->s, text, &ids, &n_ids))
-        return snprintf(err, es, "%s", qv_session_error(c->s)), -1;
-    free(ids);
-    qve_guard g;
-    qve_guard_init(&g, n_ids, NULL);
-    qv_request r = *c->r;
-    r.text = text;
-    qve_dec_stream *ds = NULL;
-    int rc = -1, nf = 0;
-    if (c->want_audio && c->o->stream &&
-        !(ds = qve_dec_stream_start(c->dec, 1, to_chunk_buf, out, err, es)))
-        return -1;
-    if (qv_session_start(c->s, &r)) {
-        snprintf(err, es, "%s", qv_session_error(c->s));
-        goto done;
-    }
-    for (;;) {
-        int32_t fr[QV_N_CODEBOOKS];
-        int done;
-        if (qv_session_next_frame(c->s, fr, &done)) {
-            snprintf(err, es, "%s", qv_session_error(c->s));
-            goto done;
-        }
-        if (done) break;
-        if (!c->o->no_guard && qve_guard_frame(&g, fr, NAN)) {
-            snprintf(err, es, "%s", qve_guard_message(&g));
-            rc = 1;
-            goto done;
-        }
-        if ((size_t)nf == c->cap_frames) {
-            size_t cap = c->cap_frames ? 2 * c->cap_frames : 256;
-            int32_t *grown = realloc(c->codes, cap * QV_N_CODEBOOKS * sizeof(int32_t));
-            if (!grown) {
-                snprintf(err, es, "out of memory");
-                goto done;
-            }
-            c->codes = grown, c->cap_frames = cap;
-        }
-        memcpy(c->codes + (size_t)nf * QV_N_CODEBOOKS, fr, sizeof fr);
-        if (ds) {
-            int frame[QV_N_CODEBOOKS];
-            for (int i = 0; i < QV_N_CODEBOOKS; i++)
-                frame[i] = fr[i];
-            if (qve_dec_stream_push(ds, frame)) break; /* the error comes from finish */
-        }
-        nf++;
-        if (c->progress)
-            fprintf(stderr, "\r" TOOL ": chunk %d, frame %d (%.2f s)   ", c->n_pieces + 1, nf,
-                    nf / QV_FRAME_RATE_HZ);
-    }
-    if (ds) {
-        qve_dec_stream *d = ds;
-        ds = NULL;
-        if (qve_dec_stream_finish(d, err, es)) goto done;
-    } else if (c->want_audio && nf > 0) {
-        const int64_t n = (int64_t)nf * qve_decoder_samples_per_frame(c->dec);
-        int *codes = malloc((size_t)nf * QV_N_CODEBOOKS * sizeof(int));
-        float *wav = malloc((size_t)n * sizeof(float));
-        int bad = !codes || !wav;
-        if (bad) snprintf(err, es, "out of memory");
-        for (size_t i = 0; !bad && i < (size_t)nf * QV_N_CODEBOOKS; i++)
-            codes[i] = c->codes[i];
-        qvk_blas_set_threads(c->o->n_threads); /* the talker is idle: the decoder gets every core */
-        if (!bad) bad = qve_decoder_decode(c->dec, codes, nf, wav, err, es) != 0;
-        qvk_blas_set_threads(1);
-        if (!bad && qve_audio_append(out, wav, n, 0)) bad = 1, snprintf(err, es, "out of memory");
-        free(codes);
-        free(wav);
-        if (bad) goto done;
-    }
-    if (c->want_audio && !c->o->no_guard &&
-        qve_guard_audio(&g, out->x, nf, qve_decoder_samples_per_frame(c->dec))) {
-        snprintf(err, es, "%s", qve_guard_message(&g));
-        rc = 1;
-        goto done;
-    }
-    if (c->ecapa && c->n_cos < (int)(sizeof c->cos / sizeof c->cos[0])) {
-        char e[256] = "";
-        double v = verify_chunk(c, out->x, out->n, e, sizeof e);
-        if (e[0]) {
-            snprintf(err, es, "--verify: %s", e);
-            goto done;
-        }
-        c->cos[c->n_cos++] = v;
-    }
-    for (int f = 0; c->dump && f < nf; f++) {
+static void on_chunk(void *user, const qv_chunk_info *c) {
+    chunks *k = user;
+    for (int f = 0; k->dump && f < c->n_frames; f++) {
         for (int i = 0; i < QV_N_CODEBOOKS; i++)
-            fprintf(c->dump, "%s%d", i ? " " : "", c->codes[(size_t)f * QV_N_CODEBOOKS + i]);
-        fputc('\n', c->dump);
+            fprintf(k->dump, "%s%d", i ? " " : "", (int)c->codes[(size_t)f * QV_N_CODEBOOKS + i]);
+        fputc('\n', k->dump);
     }
-    c->n_frames_total += nf;
-    c->n_pieces++;
-    rc = 0;
-done:
-    if (ds) qve_dec_stream_finish(ds, err + strlen(err), es - strlen(err));
-    if (c->progress) fputc('\n', stderr);
-    return rc;
+    if (k->n_cos < (int)(sizeof k->cos / sizeof k->cos[0])) k->cos[k->n_cos++] = c->verify;
 }
 
 /* Prints --verify's per-chunk similarities and the lowest. */
-static void report_verify(const synth_ctx *c) {
+static void report_verify(const chunks *c) {
     int lo = -1;
     for (int i = 0; i < c->n_cos; i++) {
         if (isnan(c->cos[i]))
@@ -762,11 +585,23 @@ static void report_verify(const synth_ctx *c) {
 
 /* ==== main =================================================================================== */
 
+static void list(const qv_model *m, int speakers) {
+    int n = speakers ? qv_model_n_speakers(m) : qv_model_n_languages(m);
+    for (int i = 0; i < n; i++)
+        puts(speakers ? qv_model_speaker(m, i) : qv_model_language(m, i));
+}
+
+static qv_synth *volatile g_synth; /* Ctrl-C cancels it; main then removes its temporary files */
+
+static void on_signal(int sig) {
+    (void)sig;
+    qv_synth_cancel(g_synth);
+}
+
 int main(int argc, char **argv) {
     options o;
     int pr = parse_args(argc, argv, &o);
     if (pr) return pr == 1 ? 0 : 2;
-    const int want_audio = o.out_path || o.stream || o.verify;
     if (o.out_path && !format_for(o.out_path))
         return usage_error("-o %s: unknown extension (expected .wav, .flac or .ogg)", o.out_path);
     if (o.stream && o.out_path && (format_for(o.out_path) & SF_FORMAT_TYPEMASK) != SF_FORMAT_WAV)
@@ -775,36 +610,24 @@ int main(int argc, char **argv) {
         return usage_error("%s", "--stream without -o writes raw audio to stdout: redirect it");
     if (o.verify_model && !o.verify) o.verify = 1;
 
-    char err[1024], voice_path[4200], out_tmp[4200] = "", dump_tmp[4200] = "";
+    char err[1024];
+    qv_outfile *out_file = NULL, *dump_file = NULL;
     int rc = 1;
     qv_model *m = NULL;
-    qv_session *s = NULL;
-    qve_decoder *dec = NULL;
-    FILE *dump = NULL;
+    qv_synth *syn = NULL;
+    qv_voice *voice = NULL;
     char *stdin_text = NULL;
-    int32_t *ids = NULL, *ref_codes = NULL;
-    qvf_voice *voice = NULL;
-    qv_text_bridge bridge;
     SNDFILE *snd = NULL;
     sink k = {0};
-    qve_audio_buf audio = {0};
-    synth_ctx ctx;
-    memset(&ctx, 0, sizeof ctx);
-    qvc_ecapa *ecapa = NULL;
+    chunks ck = {0};
+    enum qv_status st;
 
-    if (want_audio || o.decode_codes) {
-        dec = qve_decoder_load(o.model_dir, err, sizeof err);
-        if (!dec) {
-            fprintf(stderr, TOOL ": %s\n", err);
-            goto out;
-        }
-    }
-    if (o.decode_codes) {
-        rc = decode_only(&o, dec);
+    if ((st = qv_model_load(&m, o.model_dir, err, sizeof err))) {
+        fprintf(stderr, TOOL ": %s\n", err);
         goto out;
     }
-    if (qv_model_load(&m, o.model_dir, err, sizeof err)) {
-        fprintf(stderr, TOOL ": %s\n", err);
+    if (o.decode_codes) {
+        rc = decode_only(&o, m);
         goto out;
     }
     if (o.list_speakers || o.list_languages) {
@@ -813,65 +636,6 @@ int main(int argc, char **argv) {
         rc = 0;
         goto out;
     }
-
-    /* -- the voice, before any session: its weight delta changes the model -- */
-    const int H = qv_model_hidden_size(m);
-    qve_wdelta_report wrep = {0};
-    if (o.voice) {
-        if (find_voice(o.voice, voice_path, sizeof voice_path)) goto out;
-        if (qvf_read_file(voice_path, (uint32_t)H, &voice, err, sizeof err)) {
-            fprintf(stderr, TOOL ": %s\n", err);
-            goto out;
-        }
-        if (voice->has_wdelta && !o.no_wdelta) {
-            const double tw0 = now_s();
-            if (qve_voice_apply_wdelta(m, voice, &wrep, err, sizeof err)) {
-                fprintf(stderr, TOOL ": %s: %s\n", voice_path, err);
-                goto out;
-            }
-            if (!o.quiet && wrep.action == QVE_WDELTA_SOURCE)
-                fprintf(stderr,
-                        TOOL ": %s: %s is the voice's source model: its weight delta is not "
-                             "needed\n",
-                        voice_path, o.model_dir);
-            else if (!o.quiet)
-                fprintf(stderr,
-                        TOOL ": %s: weight delta applied in %.2f s: %d of %d tensors changed "
-                             "(%.0f MiB in RAM), %d already equal%s%s\n",
-                        voice_path, now_s() - tw0, wrep.n_changed, wrep.n_tensors,
-                        wrep.mib_copied, wrep.n_same,
-                        wrep.n_unverified ? ", some unverified (legacy file)" : "",
-                        wrep.became_source ? "; the model is now the voice's Base model" : "");
-        }
-    }
-
-    if (voice && (!voice->xvector || (int)voice->enc_dim != H)) {
-        fprintf(stderr, TOOL ": %s: x-vector of %u values, the model needs %d\n", voice_path,
-                voice->xvector ? voice->enc_dim : 0, H);
-        goto out;
-    }
-    qv_params p = qv_model_params(m);
-    /* cores: with --stream the decoder thread takes one of them (style rule 35) */
-    p.n_threads = o.stream && o.n_threads > 1 ? o.n_threads - 1 : o.n_threads;
-    if (o.have_seed) p.seed = o.seed;
-    if (o.set_temperature) p.temperature = o.temperature;
-    if (o.set_top_k) p.top_k = o.top_k;
-    if (o.set_top_p) p.top_p = o.top_p;
-    if (o.set_rp) p.repetition_penalty = o.repetition_penalty;
-    if (o.greedy) p.do_sample = 0, p.subtalker_do_sample = 0;
-    p.quant = o.quant, p.ignore_eos = o.ignore_eos;
-    if (o.max_frames) p.max_frames = o.max_frames;
-    if (o.max_seconds > 0) {
-        int f = (int)floor(o.max_seconds * QV_FRAME_RATE_HZ + 1e-9);
-        if (f < 1) f = 1;
-        if (f < p.max_frames) p.max_frames = f;
-    }
-    enum qv_status st = qv_session_new(&s, m, &p);
-    if (st) {
-        fprintf(stderr, TOOL ": %s: %s\n", qv_strerror(st), s ? qv_session_error(s) : "");
-        goto out;
-    }
-
     const char *text = o.text;
     if (!text) {
         stdin_text = read_all(stdin);
@@ -881,15 +645,22 @@ int main(int argc, char **argv) {
         }
         text = stdin_text;
     }
+    qv_params p = qv_model_params(m);
+    p.n_threads = o.n_threads;
     if (o.tokens) {
+        qv_session *s;
+        int32_t *ids;
         int n;
-        if ((st = qv_session_tokenize(s, text, &ids, &n))) {
-            fprintf(stderr, TOOL ": %s\n", qv_session_error(s));
+        if ((st = qv_session_new(&s, m, &p)) || (st = qv_session_tokenize(s, text, &ids, &n))) {
+            fprintf(stderr, TOOL ": %s\n", s ? qv_session_error(s) : qv_strerror(st));
+            qv_session_free(s);
             goto out;
         }
         for (int i = 0; i < n; i++)
             printf("%s%d", i ? " " : "", ids[i]);
         printf("\n");
+        free(ids);
+        qv_session_free(s);
         rc = 0;
         goto out;
     }
@@ -897,54 +668,39 @@ int main(int argc, char **argv) {
         fprintf(stderr, TOOL ": no text to speak\n");
         goto out;
     }
-
-    qv_request r = qv_default_request();
-    r.language = o.language;
-    r.speaker = o.speaker;
-    const char *type = qv_model_type(m); /* "base" after a full weight delta */
-    if (voice) {
-        r.speaker_vector = voice->xvector;
-        r.n_speaker_vector = H;
-        /* a weight delta supersedes TPAD and WOVR (legacy §6.2, §6.4): the model's own
-           projection is the source's now */
-        const int bridged = wrep.action == QVE_WDELTA_APPLIED;
-        if (!bridged && voice->tpad && (int)voice->tpad_hidden == H) r.text_special = voice->tpad;
-        if (!o.no_icl && !strcmp(type, "base") && voice->n_frames && voice->codes &&
-            voice->transcript) {
-            ref_codes = malloc((size_t)voice->n_frames * QV_N_CODEBOOKS * sizeof(int32_t));
-            if (!ref_codes) {
-                fprintf(stderr, TOOL ": out of memory\n");
-                goto out;
-            }
-            for (size_t i = 0; i < (size_t)voice->n_frames * QV_N_CODEBOOKS; i++)
-                ref_codes[i] = voice->codes[i];
-            r.ref_codes = ref_codes;
-            r.n_ref_frames = (int)voice->n_frames;
-            r.ref_text = voice->transcript;
-        }
-        if (voice->wovr_h && !bridged) {
-            if ((int)voice->wovr_h == H && (int)voice->wovr_th == qv_model_text_hidden_size(m)) {
-                bridge.fc1_weight = voice->wovr_fc1_w, bridge.fc1_bias = voice->wovr_fc1_b;
-                bridge.fc2_weight = voice->wovr_fc2_w, bridge.fc2_bias = voice->wovr_fc2_b;
-                bridge.codec_rows = voice->wovr_codec, bridge.n_codec_rows = (int)voice->wovr_cv;
-                r.bridge = &bridge;
-            } else if (!o.quiet) {
-                fprintf(stderr,
-                        TOOL ": warning: %s: model bridge for hidden %u/%u ignored (model "
-                             "%d/%d)\n",
-                        voice_path, voice->wovr_h, voice->wovr_th, H,
-                        qv_model_text_hidden_size(m));
-            }
-        }
-        if (voice->has_wdelta && o.no_wdelta && !o.quiet)
-            fprintf(stderr, TOOL ": %s: weight delta ignored (--no-wdelta)\n", voice_path);
-    } else if (!strcmp(type, "custom_voice") && !o.speaker) {
-        fprintf(stderr, TOOL ": %s: a CustomVoice model needs --speaker (see --list-speakers)\n",
-                o.model_dir);
+    if (o.voice && (st = qv_voice_open(&voice, o.voice, err, sizeof err))) {
+        fprintf(stderr, TOOL ": %s\n", err);
         goto out;
     }
-    if (o.instruct && !strcmp(type, "custom_voice") && !strcmp(qv_model_size(m), "0b6") &&
-        !o.force_instruct) {
+
+    if (o.have_seed) p.seed = o.seed;
+    if (o.set_temperature) p.temperature = o.temperature;
+    if (o.set_top_k) p.top_k = o.top_k;
+    if (o.set_top_p) p.top_p = o.top_p;
+    if (o.set_rp) p.repetition_penalty = o.repetition_penalty;
+    if (o.greedy) p.do_sample = 0, p.subtalker_do_sample = 0;
+    p.quant = o.quant, p.ignore_eos = o.ignore_eos;
+    if (o.max_frames) p.max_frames = o.max_frames;
+    if ((st = qv_synth_new(&syn, m, &p))) {
+        fprintf(stderr, TOOL ": %s: %s\n", qv_strerror(st), syn ? qv_synth_error(syn) : "");
+        goto out;
+    }
+
+    qv_synth_request r = qv_synth_default_request();
+    r.text = text;
+    r.language = o.language;
+    r.speaker = o.speaker;
+    r.voice = voice;
+    r.use_icl = !o.no_icl;
+    r.use_wdelta = !o.no_wdelta;
+    r.guard = !o.no_guard;
+    r.max_chunk_chars = o.max_chunk_chars;
+    r.max_seconds = o.max_seconds;
+    r.whole_chunks = !o.stream; /* a file written at the end can wait for each chunk */
+    r.codes_only = !o.out_path && !o.stream && !o.verify;
+    const int delta = voice && qv_voice_has_wdelta(voice) && !o.no_wdelta; /* makes it Base */
+    if (o.instruct && !strcmp(qv_model_type(m), "custom_voice") &&
+        !strcmp(qv_model_size(m), "0b6") && !delta && !o.force_instruct) {
         if (!o.quiet)
             fprintf(stderr,
                     TOOL ": warning: the 0.6B CustomVoice model was not trained for "
@@ -952,133 +708,87 @@ int main(int argc, char **argv) {
     } else {
         r.instruct = o.instruct;
     }
-
-    if (o.verify) {
-        if (!voice) {
-            if (!o.quiet)
-                fprintf(stderr, TOOL ": verify: skipped (a preset speaker has no x-vector to "
-                                     "compare with; use --voice)\n");
-        } else {
-            const char *vdir = o.verify_model ? o.verify_model : o.model_dir;
-            ecapa = qvc_ecapa_load(vdir, err, sizeof err);
-            if (!ecapa) {
-                fprintf(stderr, TOOL ": --verify: %s%s\n", err,
-                        o.verify_model ? "" : " (give the Base model with --verify-model DIR)");
-                goto out;
-            }
-            if (qvc_ecapa_dim(ecapa) != (int)voice->enc_dim) {
-                fprintf(stderr,
-                        TOOL ": --verify-model %s: speaker encoder of %d dims, the voice has %u\n",
-                        vdir, qvc_ecapa_dim(ecapa), voice->enc_dim);
-                goto out;
-            }
-            ctx.ecapa = ecapa;
-            ctx.ref_xvec = voice->xvector;
-            ctx.mel = qvc_mel_create();
-            ctx.vpool = qvk_pool_create(o.n_threads);
-            ctx.xvec = malloc((size_t)voice->enc_dim * sizeof(float));
-            if (!ctx.mel || !ctx.vpool || !ctx.xvec) {
-                fprintf(stderr, TOOL ": out of memory\n");
-                goto out;
-            }
-        }
-    }
+    if (o.verify && !voice && !o.quiet)
+        fprintf(stderr, TOOL ": verify: skipped (a preset speaker has no x-vector to compare "
+                             "with; use --voice)\n");
+    if (o.verify && voice) r.verify_model_dir = o.verify_model ? o.verify_model : o.model_dir;
+    if (voice && qv_voice_has_wdelta(voice) && o.no_wdelta && !o.quiet)
+        fprintf(stderr, TOOL ": %s: weight delta ignored (--no-wdelta)\n", qv_voice_path(voice));
 
     if (o.dump_codes) {
-        if (strcmp(o.dump_codes, "-")) temp_name(dump_tmp, sizeof dump_tmp, o.dump_codes);
-        dump = dump_tmp[0] ? fopen(dump_tmp, "w") : stdout;
-        if (!dump) {
-            fprintf(stderr, TOOL ": %s: %s\n", o.dump_codes, strerror(errno));
-            dump_tmp[0] = 0;
+        if (strcmp(o.dump_codes, "-") && !(dump_file = open_out(o.dump_codes))) goto out;
+        ck.dump = dump_file ? qv_outfile_stream(dump_file) : stdout;
+        if (!ck.dump) {
+            fprintf(stderr, TOOL ": out of memory\n");
             goto out;
         }
     }
-    if (o.stream) {
-        if (o.out_path) {
-            temp_name(out_tmp, sizeof out_tmp, o.out_path);
-            snd = open_audio(out_tmp, SF_FORMAT_WAV | SF_FORMAT_PCM_16);
-            if (!snd) {
-                out_tmp[0] = 0;
-                goto out;
-            }
-            sf_command(snd, SFC_SET_UPDATE_HEADER_AUTO, NULL, SF_TRUE);
-            k.snd = snd;
-        }
-        ctx.k = &k;
+    if (o.stream && o.out_path) {
+        if (!(out_file = open_out(o.out_path))) goto out;
+        if (!(snd = open_audio(out_file, o.out_path, SF_FORMAT_WAV | SF_FORMAT_PCM_16))) goto out;
+        sf_command(snd, SFC_SET_UPDATE_HEADER_AUTO, NULL, SF_TRUE);
+        k.snd = snd;
+    } else if (o.stream) {
+        k.raw = 1;
     }
-
-    qve_longtext_params lp = qve_longtext_default_params();
-    lp.max_chunk_chars = o.max_chunk_chars;
-    if (o.no_guard) lp.max_splits = 0;
-    ctx.o = &o;
-    ctx.s = s;
-    ctx.r = &r;
-    ctx.dec = dec;
-    ctx.want_audio = want_audio;
-    ctx.progress = !o.quiet && isatty(STDERR_FILENO);
-    ctx.dump = dump;
-    ctx.all = &audio;
-    ctx.hold = (int64_t)lp.xfade_ms * QV_SAMPLE_RATE_HZ / 1000;
-    qve_longtext_report rep;
-    const double t0 = now_s();
-    if (qve_longtext_run(&audio, &rep, text, &lp, synth_chunk, &ctx, err, sizeof err)) {
-        fprintf(stderr, TOOL ": %s\n", err);
-        if (!o.quiet && rep.n_text_chunks > 0)
-            fprintf(stderr, TOOL ": no output written (%d chunks, %d synthesized, %d split)\n",
-                    rep.n_text_chunks, rep.n_synth_calls, rep.n_retries);
+    qv_synth_set_chunk_fn(syn, on_chunk, &ck);
+    g_synth = syn;
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    qv_synth_stats ss;
+    st = qv_synth_run(syn, &r, r.codes_only ? NULL : on_audio, &k, &ss);
+    if (ss.warning[0] && !o.quiet) fprintf(stderr, TOOL ": warning: %s\n", ss.warning);
+    if (ss.wdelta_applied && !o.quiet)
+        fprintf(stderr, TOOL ": %s: weight delta applied: the model computes as the voice's "
+                             "source model\n", qv_voice_path(voice));
+    if (st) {
+        fprintf(stderr, TOOL ": %s\n", k.failed ? "audio write failed" : qv_synth_error(syn));
+        if (st == QV_E_MODEL && r.verify_model_dir && !o.verify_model)
+            fprintf(stderr, TOOL ": --verify: give the Base model with --verify-model DIR\n");
+        if (!o.quiet && (o.out_path || o.dump_codes))
+            fprintf(stderr, TOOL ": no output written\n");
         goto out;
     }
-    if (o.verify && ctx.ecapa) report_verify(&ctx);
-    if (dump && dump != stdout) {
-        FILE *d = dump;
-        dump = NULL;
-        if (fclose(d) || commit_file(dump_tmp, o.dump_codes)) {
-            fprintf(stderr, TOOL ": %s: write failed\n", o.dump_codes);
-            goto out;
-        }
-        dump_tmp[0] = 0;
-    } else if (dump) {
+    if (r.verify_model_dir) report_verify(&ck);
+    if (dump_file) {
+        qv_outfile *d = dump_file;
+        dump_file = NULL;
+        ck.dump = NULL;
+        if (commit_out(d)) goto out;
+    } else if (ck.dump) {
         fflush(stdout);
     }
-    if (ctx.k) {
-        if (emit(&ctx, audio.n) || k.failed) {
-            fprintf(stderr, TOOL ": audio write failed\n");
+    if (snd) {
+        SNDFILE *f = snd;
+        snd = NULL;
+        qv_outfile *of = out_file;
+        out_file = NULL;
+        if (sf_close(f)) {
+            fprintf(stderr, TOOL ": %s: %s\n", o.out_path, sf_strerror(NULL));
+            qv_outfile_abort(of);
             goto out;
         }
-        if (snd) {
-            SNDFILE *f = snd;
-            snd = NULL;
-            if (sf_close(f) || commit_file(out_tmp, o.out_path)) goto out;
-            out_tmp[0] = 0;
-        }
-    } else if (o.out_path && write_audio(o.out_path, audio.x, (long)audio.n)) {
+        if (commit_out(of)) goto out;
+    } else if (o.out_path && !o.stream && write_audio(o.out_path, k.all, (long)k.n)) {
         goto out;
     }
-    const double wall = now_s() - t0, secs = (double)audio.n / QV_SAMPLE_RATE_HZ;
     if (!o.quiet)
         fprintf(stderr,
-                TOOL ": %.2f s audio (%d frames, %d chunk%s%s) in %.2f s, RTF %.3f\n", secs,
-                ctx.n_frames_total, rep.n_text_chunks, rep.n_text_chunks == 1 ? "" : "s",
-                rep.n_retries ? ", some split after a guard trip" : "", wall,
-                secs > 0 ? wall / secs : 0.0);
+                TOOL ": %.2f s audio (%d frames, %d chunk%s%s) in %.2f s, RTF %.3f, first audio "
+                     "after %.2f s\n",
+                ss.audio_seconds, ss.n_frames, ss.n_chunks, ss.n_chunks == 1 ? "" : "s",
+                ss.guard_trips ? ", some split after a guard trip" : "", ss.total_s, ss.rtf,
+                ss.first_audio_s);
     rc = 0;
 out:
+    g_synth = NULL;
     if (snd) sf_close(snd);
-    if (out_tmp[0]) unlink(out_tmp);
-    if (dump && dump != stdout) fclose(dump);
-    if (dump_tmp[0]) unlink(dump_tmp);
-    qve_audio_buf_free(&audio);
-    free(ctx.codes);
-    free(ctx.xvec);
-    qvc_mel_free(ctx.mel);
-    qvk_pool_free(ctx.vpool);
-    qvc_ecapa_free(ecapa);
-    free(ids);
-    free(ref_codes);
-    qvf_voice_free(voice);
+    qv_outfile_abort(out_file);
+    qv_outfile_abort(dump_file);
+    free(k.all);
     free(stdin_text);
-    qv_session_free(s);
+    qv_synth_free(syn);
+    qv_voice_free(voice);
     qv_model_free(m);
-    qve_decoder_free(dec);
     return rc;
 }

@@ -15,6 +15,9 @@
 
 #include "checkpoint/config.h"
 #include "checkpoint/fingerprint.h"
+#include "checkpoint/sibling.h"
+#include "engine/model.h"
+#include "include/qvoice.h"
 #include "voicefmt/qvf.h"
 #include "checkpoint/safetensors.h"
 
@@ -26,7 +29,7 @@ static const char *usage_text =
     "\n"
     "SYNOPSIS\n"
     "    voicefmt inspect [--json] FILE...\n"
-    "    voicefmt verify [--model DIR] [--deep] FILE...\n"
+    "    voicefmt verify [--model DIR [--deep] [--force]] FILE...\n"
     "    voicefmt diff A B\n"
     "    voicefmt convert --to v3|v4 -o OUT FILE\n"
     "    voicefmt extract (--xvector OUT.bin | --codes OUT.txt | --transcript OUT.txt) FILE\n"
@@ -38,7 +41,7 @@ static const char *usage_text =
     "DESCRIPTION\n"
     "    Reads v4 .qvoice files (docs/qvoice-format.md), legacy v1-v3 .qvoice files and raw .bin\n"
     "    x-vectors (any file not starting with QVCE whose name does not end in .qvoice). Every\n"
-    "    write is atomic (temporary file, fsync, rename).\n"
+    "    write is atomic (nothing is left at or beside OUT on failure or kill).\n"
     "\n"
     "COMMANDS AND OPTIONS\n"
     "    inspect     version, chunks with sizes and CRC status, name, language, duration, model\n"
@@ -46,8 +49,13 @@ static const char *usage_text =
     "        -j, --json          one JSON array of objects on stdout instead of text\n"
     "    verify      full structural check (lengths, CRCs, order, limits, LZ4 blocks).\n"
     "        -m, --model DIR     also check that the voice fits the model in DIR: x-vector size,\n"
-    "                            TPAD/WOVR sizes, WDELTA target fingerprint and tensor table\n"
+    "                            TPAD/WOVR sizes, WDELTA target fingerprint and tensor table,\n"
+    "                            and that it was made with DIR's sibling checkpoint (the\n"
+    "                            Base/CustomVoice pair of one release), judged from its TPAD\n"
+    "                            and WOVR rows; without those: a warning (cannot tell)\n"
     "        -d, --deep          with --model: also hash every WDELTA target tensor (SHA-256)\n"
+    "        -f, --force         with --model: a voice made with an unrelated checkpoint is a\n"
+    "                            warning, not a failure\n"
     "    diff        compare two voices by content (exit 0 same, 1 different, 2 trouble)\n"
     "    convert     write FILE as version v3 (legacy engine) or v4 (default v4)\n"
     "        -t, --to v3|v4      output version\n"
@@ -139,20 +147,6 @@ static uint64_t file_size(const char *path) {
     return stat(path, &st) ? 0 : (uint64_t)st.st_size;
 }
 
-static void *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    uint64_t sz = file_size(path);
-    void *b = malloc(sz ? sz : 1);
-    if (b && fread(b, 1, sz, f) != sz) {
-        free(b);
-        b = NULL;
-    }
-    fclose(f);
-    *n = sz;
-    return b;
-}
-
 /* ---------------------------------------------------------------- inspect */
 
 static void id_json(cJSON *o, const char *key, const qvf_model_id *id) {
@@ -186,7 +180,7 @@ static uint64_t wdelta_bytes(const qvf_voice *v, uint64_t *raw) {
 /* Chunk table of a v4 file (also when the voice itself does not parse). */
 static void chunks_out(const char *path, cJSON *jo, int *framing_ok) {
     size_t n;
-    uint8_t *b = slurp(path, &n);
+    uint8_t *b = (uint8_t *)qv_file_read(path, SIZE_MAX / 2, &n, NULL, 0);
     *framing_ok = 1;
     if (!b || n < 8 || memcmp(b, "QVCE", 4) || b[4] != 4 || b[5] || b[6] || b[7]) {
         free(b);
@@ -415,6 +409,38 @@ static int verify_model(const char *path, const qvf_voice *v, const char *dir, i
     return bad;
 }
 
+/* Whether the voice was made with the model's sibling checkpoint (checkpoint/sibling.h): a
+ * foreign voice fails unless force; a voice without text-side rows is a warning. */
+static int verify_sibling(const char *path, const qvf_voice *v, const char *dir, int force) {
+    char err[768], why[320];
+    qv_model *m;
+    if (qv_model_load(&m, dir, err, sizeof err)) {
+        fprintf(stderr, "voicefmt: %s\n", err);
+        return 1;
+    }
+    const int H = qv_model_hidden_size(m);
+    float *tpad = malloc(3 * (size_t)H * sizeof(float));
+    if (!tpad || qve_model_text_special(m, NULL, tpad)) {
+        fprintf(stderr, "voicefmt: out of memory\n");
+        free(tpad);
+        qv_model_free(m);
+        return 1;
+    }
+    const qve_text_rows mine = {tpad, m->talker.fc1_bias, m->talker.fc2_bias};
+    const qve_text_rows theirs = {v->tpad_hidden ? v->tpad : NULL, v->wovr_h ? v->wovr_fc1_b : NULL,
+                                  v->wovr_h ? v->wovr_fc2_b : NULL};
+    enum qve_kinship k = qve_sibling_judge(&theirs, &mine, H, qv_model_text_hidden_size(m), NULL,
+                                           why, sizeof why);
+    free(tpad);
+    qv_model_free(m);
+    if (k == QVE_KIN_FOREIGN)
+        fprintf(stderr, "voicefmt: %s: %smade with a checkpoint unrelated to %s: %s\n", path,
+                force ? "warning (--force): " : "", dir, why);
+    else if (k == QVE_KIN_UNKNOWN)
+        fprintf(stderr, "voicefmt: %s: warning: %s\n", path, why);
+    return k == QVE_KIN_FOREIGN && !force;
+}
+
 /* Decodes every LZ4 block so a corrupt block is caught by verify, not at load. */
 static int verify_blocks(const char *path, const qvf_voice *v) {
     char err[512];
@@ -436,15 +462,18 @@ static int verify_blocks(const char *path, const qvf_voice *v) {
 static int cmd_verify(int argc, char **argv) {
     static const struct option opts[] = {{"model", required_argument, 0, 'm'},
                                          {"deep", no_argument, 0, 'd'},
+                                         {"force", no_argument, 0, 'f'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     const char *model = NULL;
-    int deep = 0, c;
-    while ((c = getopt_long(argc, argv, "m:dh", opts, NULL)) != -1) {
+    int deep = 0, force = 0, c;
+    while ((c = getopt_long(argc, argv, "m:dfh", opts, NULL)) != -1) {
         if (c == 'm')
             model = optarg;
         else if (c == 'd')
             deep = 1;
+        else if (c == 'f')
+            force = 1;
         else if (c == 'h')
             return fputs(usage_text, stdout), 0;
         else
@@ -460,6 +489,7 @@ static int cmd_verify(int argc, char **argv) {
         }
         int bad = verify_blocks(argv[i], v);
         if (!bad && model) bad = verify_model(argv[i], v, model, deep);
+        if (!bad && model) bad = verify_sibling(argv[i], v, model, force);
         if (!bad)
             printf("%s: ok (v%d%s%s)\n", argv[i], v->file_version, model ? ", fits " : "",
                    model ? model : "");
@@ -635,10 +665,14 @@ static int cmd_extract(int argc, char **argv) {
         qvf_voice_free(v);
         return 1;
     }
-    /* extract output is small: write to a temp name and rename, like the library does */
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp", out);
-    FILE *f = fopen(tmp, "wb");
+    char err[4400];
+    qv_outfile *of;
+    if (qv_outfile_open(&of, out, err, sizeof err)) {
+        fprintf(stderr, "voicefmt: %s\n", err);
+        qvf_voice_free(v);
+        return 1;
+    }
+    FILE *f = qv_outfile_stream(of);
     int ok = f != NULL;
     if (ok && what == 'x') ok = fwrite(v->xvector, 4, v->enc_dim, f) == v->enc_dim;
     if (ok && what == 'T')
@@ -647,11 +681,12 @@ static int cmd_extract(int argc, char **argv) {
         for (int k = 0; k < QVF_N_CODEBOOKS; k++)
             ok = fprintf(f, "%u%c", v->codes[i * QVF_N_CODEBOOKS + k],
                          k == QVF_N_CODEBOOKS - 1 ? '\n' : ' ') > 0;
-    if (f && fclose(f)) ok = 0;
-    if (ok && rename(tmp, out)) ok = 0;
     if (!ok) {
         fprintf(stderr, "voicefmt: %s: cannot write: %s\n", out, strerror(errno));
-        remove(tmp);
+        qv_outfile_abort(of);
+    } else if (qv_outfile_commit(of, err, sizeof err)) {
+        fprintf(stderr, "voicefmt: %s\n", err);
+        ok = 0;
     }
     qvf_voice_free(v);
     return ok ? 0 : 1;

@@ -7,7 +7,7 @@
 #include <lz4.h>
 #include <stdlib.h>
 #include <string.h>
-#include "voicefmt/qvf_impl.h"
+#include "voicefmt/legacy.h"
 
 #define NEED(c, k, what)                                                                           \
     do {                                                                                           \
@@ -75,49 +75,24 @@ static int read_meta(qvf_cur *c, const char *name, qvf_voice *v, char *err, size
     return QVF_OK;
 }
 
+/* TPAD and WOVR as in v4 but packed (chunk.c); their dims also fill in the source identity. */
 static int read_tpad(qvf_cur *c, const char *name, qvf_voice *v, char *err, size_t es) {
-    NEED(c, 4, "TPAD hidden");
-    uint32_t h = take32(c);
-    if (h < 1 || h > QVF_MAX_DIM)
-        return qvf_fail(err, es, QVF_E_LIMIT, name, "TPAD: hidden %u (expected 1..%u)", h,
-                        QVF_MAX_DIM);
-    NEED(c, 12ull * h, "TPAD vectors");
-    if (!(v->tpad = malloc(12ull * h))) return qvf_fail(err, es, QVF_E_NOMEM, name, "TPAD");
-    memcpy(v->tpad, c->p + c->off, 12ull * h);
-    c->off += 12ull * h;
-    v->tpad_hidden = h;
-    if (!v->source.hidden_size) v->source.hidden_size = h;
+    qvf_chunk_ctx x = {name, "TPAD", c->off, err, es};
+    uint64_t used;
+    int rc = qvf_tpad_read(&x, c->p + c->off, cur_left(c), 0, v, &used);
+    if (rc) return rc;
+    c->off += used;
+    if (!v->source.hidden_size) v->source.hidden_size = v->tpad_hidden;
     return QVF_OK;
 }
 
 static int read_wovr(qvf_cur *c, const char *name, qvf_voice *v, char *err, size_t es) {
-    NEED(c, 12, "WOVR dims");
-    uint32_t h = take32(c), th = take32(c), cv = take32(c);
-    if (h < 1 || h > QVF_MAX_DIM || th < 1 || th > QVF_MAX_DIM || cv < 1 || cv > QVF_MAX_CV)
-        return qvf_fail(err, es, QVF_E_LIMIT, name,
-                        "WOVR: dims h %u th %u cv %u (expected 1..%u, cv 1..%u)", h, th, cv,
-                        QVF_MAX_DIM, QVF_MAX_CV);
-    uint64_t len[5] = {2ull * th * th, 4ull * th, 2ull * h * th, 4ull * h, 2ull * cv * h};
-    NEED(c, len[0] + len[1] + len[2] + len[3] + len[4], "WOVR arrays");
-    void *a[5];
-    for (int i = 0; i < 5; i++) {
-        if (!(a[i] = malloc(len[i]))) {
-            for (int j = 0; j < i; j++)
-                free(a[j]);
-            return qvf_fail(err, es, QVF_E_NOMEM, name, "WOVR");
-        }
-        memcpy(a[i], c->p + c->off, len[i]);
-        c->off += len[i];
-    }
-    v->wovr_fc1_w = a[0];
-    v->wovr_fc1_b = a[1];
-    v->wovr_fc2_w = a[2];
-    v->wovr_fc2_b = a[3];
-    v->wovr_codec = a[4];
-    v->wovr_h = h;
-    v->wovr_th = th;
-    v->wovr_cv = cv;
-    if (!v->source.text_hidden_size) v->source.text_hidden_size = th;
+    qvf_chunk_ctx x = {name, "WOVR", c->off, err, es};
+    uint64_t used;
+    int rc = qvf_wovr_read(&x, c->p + c->off, cur_left(c), 0, v, &used);
+    if (rc) return rc;
+    c->off += used;
+    if (!v->source.text_hidden_size) v->source.text_hidden_size = v->wovr_th;
     return QVF_OK;
 }
 
@@ -288,7 +263,8 @@ static int read_trailer(const uint8_t *buf, size_t n, size_t off, const char *na
     if (mb) {
         qvf_voice *m = qvf_voice_new();
         if (!m) return qvf_fail(err, es, QVF_E_NOMEM, name, "QV4X");
-        int rc = qvf_meta_parse(c->p + c->off, mb, name, m, err, es);
+        qvf_chunk_ctx x = {name, "QV4X", 0, err, es};
+        int rc = qvf_meta_parse(&x, c->p + c->off, mb, m);
         for (int i = 0; !rc && i < m->n_meta; i++)
             if (!qvf_meta_get(v, m->meta[i].key))
                 rc = qvf_meta_set(v, m->meta[i].key, m->meta[i].value);
@@ -453,32 +429,26 @@ int qvf_legacy_check_v3(const qvf_voice *v, const char *name, char *err, size_t 
     return QVF_OK;
 }
 
-static void put32(qvf_out *o, uint32_t x) {
-    uint8_t b[4];
-    wr32(b, x);
-    out_write(o, b, 4);
-}
-
 static void put_fixed(qvf_out *o, const char *s, size_t cap) {
     char b[64] = {0};
     size_t l = s ? strlen(s) : 0;
     if (l > cap - 1) l = cap - 1;
     if (l) memcpy(b, s, l);
-    out_write(o, b, cap);
+    qvf_out_write(o, b, cap);
 }
 
 static int write_record(const qvf_tensor *t, qvf_out *o, const char *name, char *err, size_t es) {
     uint8_t h[2];
     size_t nl = strlen(t->name);
     wr16(h, (uint16_t)nl);
-    out_write(o, h, 2);
-    out_write(o, t->name, nl);
-    put32(o, (uint32_t)t->raw_bytes);
+    qvf_out_write(o, h, 2);
+    qvf_out_write(o, t->name, nl);
+    qvf_out_put32(o, (uint32_t)t->raw_bytes);
     uint8_t enc = t->encoding == QVF_ENC_RAW ? 0 : 4;
-    out_write(o, &enc, 1);
+    qvf_out_write(o, &enc, 1);
     if (t->encoding == QVF_ENC_RAW || t->n_blocks == 1) { /* one LZ4 block already: copy verbatim */
-        put32(o, (uint32_t)t->data_bytes);
-        out_write(o, t->data, t->data_bytes);
+        qvf_out_put32(o, (uint32_t)t->data_bytes);
+        qvf_out_write(o, t->data, t->data_bytes);
         return QVF_OK;
     }
     int cap = LZ4_compressBound((int)t->raw_bytes);
@@ -491,8 +461,8 @@ static int write_record(const qvf_tensor *t, qvf_out *o, const char *name, char 
         if (zn <= 0)
             rc = qvf_fail(err, es, QVF_E_LZ4, name, "tensor %s: LZ4 compression failed", t->name);
         else {
-            put32(o, (uint32_t)zn);
-            out_write(o, z, (size_t)zn);
+            qvf_out_put32(o, (uint32_t)zn);
+            qvf_out_write(o, z, (size_t)zn);
         }
     }
     free(delta);
@@ -531,13 +501,13 @@ static int needs_trailer(const qvf_voice *v, uint32_t flags) {
 }
 
 static void write_trailer(const qvf_voice *v, qvf_out *o) {
-    uint64_t mb = out_meta_len(v);
+    uint64_t mb = qvf_out_meta_len(v);
     uint64_t len = QVF_HEAD_BYTES + 4 + mb + 4;
     for (uint32_t i = 0; v->has_wdelta && i < v->n_tensors; i++)
         len += 4 + strlen(v->tensors[i].name) + 112;
-    out_write(o, "QV4X", 4);
+    qvf_out_write(o, "QV4X", 4);
     o->crc = qvf_crc32c(0, "QV4X", 4);
-    put32(o, (uint32_t)len);
+    qvf_out_put32(o, (uint32_t)len);
     uint8_t head[QVF_HEAD_BYTES] = {0};
     const qvf_model_id *ids[2] = {&v->source, &v->target};
     wr32(head, QVF_FORMAT_VERSION);
@@ -549,10 +519,10 @@ static void write_trailer(const qvf_voice *v, qvf_out *o) {
         wr32(p + 12, ids[k]->variant);
         memcpy(p + 16, ids[k]->fingerprint, 32);
     }
-    out_write(o, head, sizeof head);
-    put32(o, (uint32_t)mb);
-    out_meta(o, v);
-    put32(o, v->has_wdelta ? v->n_tensors : 0);
+    qvf_out_write(o, head, sizeof head);
+    qvf_out_put32(o, (uint32_t)mb);
+    qvf_out_meta(o, v);
+    qvf_out_put32(o, v->has_wdelta ? v->n_tensors : 0);
     for (uint32_t i = 0; v->has_wdelta && i < v->n_tensors; i++) {
         const qvf_tensor *t = &v->tensors[i];
         uint8_t e[112] = {0};
@@ -562,65 +532,57 @@ static void write_trailer(const qvf_voice *v, qvf_out *o) {
             wr64(e + 8 + 8 * j, j < (int)t->n_dims ? t->shape[j] : 0);
         memcpy(e + 40, t->target_sha256, 32);
         memcpy(e + 72, t->result_sha256, 32);
-        put32(o, (uint32_t)strlen(t->name));
-        out_write(o, t->name, strlen(t->name));
-        out_write(o, e, sizeof e);
+        qvf_out_put32(o, (uint32_t)strlen(t->name));
+        qvf_out_write(o, t->name, strlen(t->name));
+        qvf_out_write(o, e, sizeof e);
     }
     uint8_t b[4];
     wr32(b, o->crc);
-    out_write(o, b, 4);
+    qvf_out_write(o, b, 4);
 }
 
 int qvf_legacy_write_v3(const qvf_voice *v, qvf_out *o, const char *name, char *err, size_t es) {
     int rc = qvf_legacy_check_v3(v, name, err, es);
     if (rc) return rc;
-    out_write(o, "QVCE", 4);
-    put32(o, 3);
-    put32(o, v->enc_dim);
-    out_write(o, v->xvector, 4ull * v->enc_dim);
-    put32(o, v->transcript_bytes);
-    out_write(o, v->transcript, v->transcript_bytes);
-    put32(o, v->n_frames);
+    qvf_out_write(o, "QVCE", 4);
+    qvf_out_put32(o, 3);
+    qvf_out_put32(o, v->enc_dim);
+    qvf_out_write(o, v->xvector, 4ull * v->enc_dim);
+    qvf_out_put32(o, v->transcript_bytes);
+    qvf_out_write(o, v->transcript, v->transcript_bytes);
+    qvf_out_put32(o, v->n_frames);
     for (uint64_t i = 0; i < 16ull * v->n_frames; i++)
-        put32(o, v->codes[i]);
+        qvf_out_put32(o, v->codes[i]);
     /* META (the engine always writes it; needed positionally before TPAD) */
     const char *s;
     uint32_t flags = (v->n_frames ? 2 : 0) | (v->source.variant == QVF_VARIANT_BASE ? 4 : 0);
     if ((s = qvf_meta_get(v, "v3_flags"))) flags = (uint32_t)strtoul(s, NULL, 10);
     float ref_dur = 30.0f;
     if ((s = qvf_meta_get(v, "max_ref_duration_s"))) ref_dur = strtof(s, NULL);
-    out_write(o, "META", 4);
-    put32(o, (s = qvf_meta_get(v, "language_id")) ? (uint32_t)strtoul(s, NULL, 10) : 0);
+    qvf_out_write(o, "META", 4);
+    qvf_out_put32(o, (s = qvf_meta_get(v, "language_id")) ? (uint32_t)strtoul(s, NULL, 10) : 0);
     put_fixed(o, qvf_meta_get(v, "language"), 16);
-    put32(o, v->source.hidden_size);
-    put32(o, v->enc_dim);
-    out_write(o, &ref_dur, 4);
+    qvf_out_put32(o, v->source.hidden_size);
+    qvf_out_put32(o, v->enc_dim);
+    qvf_out_write(o, &ref_dur, 4);
     put_fixed(o, qvf_meta_get(v, "name"), 64);
-    put32(o, flags);
+    qvf_out_put32(o, flags);
     if (v->tpad_hidden) {
-        out_write(o, "TPAD", 4);
-        put32(o, v->tpad_hidden);
-        out_write(o, v->tpad, 12ull * v->tpad_hidden);
+        qvf_out_write(o, "TPAD", 4);
+        qvf_out_put32(o, v->tpad_hidden);
+        qvf_out_write(o, v->tpad, 12ull * v->tpad_hidden);
     }
     if (v->wovr_h) {
-        uint64_t h = v->wovr_h, th = v->wovr_th, cv = v->wovr_cv;
-        out_write(o, "WOVR", 4);
-        put32(o, v->wovr_h);
-        put32(o, v->wovr_th);
-        put32(o, v->wovr_cv);
-        out_write(o, v->wovr_fc1_w, 2 * th * th);
-        out_write(o, v->wovr_fc1_b, 4 * th);
-        out_write(o, v->wovr_fc2_w, 2 * h * th);
-        out_write(o, v->wovr_fc2_b, 4 * h);
-        out_write(o, v->wovr_codec, 2 * cv * h);
+        qvf_out_write(o, "WOVR", 4);
+        qvf_wovr_write(o, v, 0);
     }
     if (v->has_wdelta) {
         if (v->wdelta_kind == QVF_WKIND_FULL)
-            out_write(o, "WFULL", 5);
+            qvf_out_write(o, "WFULL", 5);
         else
-            out_write(o, "WDLT", 4);
-        if (v->wdelta_kind == QVF_WKIND_DELTA) put32(o, v->target.hidden_size);
-        put32(o, v->n_tensors);
+            qvf_out_write(o, "WDLT", 4);
+        if (v->wdelta_kind == QVF_WKIND_DELTA) qvf_out_put32(o, v->target.hidden_size);
+        qvf_out_put32(o, v->n_tensors);
         for (uint32_t i = 0; i < v->n_tensors; i++)
             if ((rc = write_record(&v->tensors[i], o, name, err, es))) return rc;
     }

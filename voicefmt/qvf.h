@@ -179,8 +179,8 @@ int qvf_list_chunks(const void *buf, size_t n_bytes, const char *name, qvf_chunk
                     int max_chunks, int *n_chunks, char *err, size_t err_size);
 
 /* ---- writing ----
- * Writes v atomically: temp file in the same directory, fsync, rename, fsync of the directory; on
- * any failure the destination is untouched. version 4 (native) or 3 (legacy, byte-compatible with
+ * Writes v atomically (an unnamed temp file linked into place on success, fsync of file and
+ * directory); on any failure or kill the destination is untouched and no temp file remains. version 4 (native) or 3 (legacy, byte-compatible with
  * the legacy engine; refuses what v3 cannot hold). */
 int qvf_write_file(const qvf_voice *v, const char *path, int version, char *err, size_t err_size);
 

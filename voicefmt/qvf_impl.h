@@ -79,33 +79,57 @@ int qvf_is_zero(const uint8_t *p, size_t n);
 /* Number of elements of a shape, or 0 on overflow / zero dims. */
 uint64_t qvf_shape_elems(uint32_t n_dims, const uint64_t *shape);
 
-/* Parses a v4 META payload into v (reader.c); used for the v3 QV4X trailer. */
-int qvf_meta_parse(const uint8_t *p, uint64_t n, const char *name, qvf_voice *v, char *err,
-                   size_t err_size);
+/* ---- chunk.c: what every format file shares (reader.c, legacy.c and writer.c depend on it and
+ * not on each other; legacy.h is included by reader.c and writer.c only). */
 
-/* Legacy (legacy.c): parse v1..v3 core + sections, or a raw .bin x-vector. */
-int qvf_legacy_read(const uint8_t *buf, size_t n, const char *name, uint32_t enc_dim_hint,
-                    qvf_voice *v, char *err, size_t err_size);
-int qvf_bin_read(const uint8_t *buf, size_t n, const char *name, uint32_t enc_dim_hint,
-                 qvf_voice *v, char *err, size_t err_size);
+/* A chunk being parsed, for messages "NAME: chunk TAG at offset N: problem". */
+typedef struct {
+    const char *name; /* file name for messages */
+    char tag[5];
+    uint64_t off; /* chunk offset */
+    char *err;
+    size_t err_size;
+} qvf_chunk_ctx;
+int qvf_chunk_fail(const qvf_chunk_ctx *c, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+#define QVF_FAIL(c, code, ...) qvf_chunk_fail((c), (code), __VA_ARGS__)
 
-/* Output stream with position and CRC (writer.c). */
+/* Output stream with position and CRC. */
 typedef struct {
     FILE *f;
     uint64_t pos;
     uint32_t crc;
     int failed;
 } qvf_out;
-void out_write(qvf_out *o, const void *buf, size_t n);
-void out_zero(qvf_out *o, uint64_t n);
-/* The META table both formats write: u32 entry count, u32 0, then per entry u32 key bytes, u32
- * value bytes, key, value, zero-padded to 8 from the table's start; out_meta_len is its size. */
-uint64_t out_meta_len(const qvf_voice *v);
-void out_meta(qvf_out *o, const qvf_voice *v);
-/* v3 serialisation (legacy.c) to o; returns 0 or a code (validation before writing). */
-int qvf_legacy_check_v3(const qvf_voice *v, const char *name, char *err, size_t err_size);
-int qvf_legacy_write_v3(const qvf_voice *v, qvf_out *o, const char *name, char *err,
-                        size_t err_size);
+void qvf_out_write(qvf_out *o, const void *buf, size_t n);
+void qvf_out_zero(qvf_out *o, uint64_t n);
+void qvf_out_put32(qvf_out *o, uint32_t x); /* little-endian */
+void qvf_out_put64(qvf_out *o, uint64_t x);
+/* Zeros up to the next multiple of align counted from payload_start. */
+void qvf_out_pad(qvf_out *o, uint64_t payload_start, uint64_t align);
+
+/* The META table both formats write (v4 META chunk, v3 QV4X trailer): u32 entry count, u32 0,
+ * then per entry u32 key bytes, u32 value bytes, key, value, zero-padded to 8 from the table's
+ * start; qvf_out_meta_len is its size. qvf_meta_parse reads one into v. */
+uint64_t qvf_out_meta_len(const qvf_voice *v);
+void qvf_out_meta(qvf_out *o, const qvf_voice *v);
+int qvf_meta_parse(const qvf_chunk_ctx *c, const uint8_t *p, uint64_t n, qvf_voice *v);
+
+/* TPAD (u32 hidden, then [3][hidden] f32) and WOVR (u32 h, th, cv, then fc1_w, fc1_b, fc2_w,
+ * fc2_b, codec rows): v4 puts the dims in a 64-byte header with reserved zeros and aligns each
+ * WOVR array to 64; v3 (v4 = 0) packs them. The readers take p[0..n) (v4: exactly the payload;
+ * v3: what is left of the file), copy into v and set *n_used (may be NULL). Offsets in
+ * qvf_wovr_layout count from the dims. */
+int qvf_tpad_read(const qvf_chunk_ctx *c, const uint8_t *p, uint64_t n, int v4, qvf_voice *v,
+                  uint64_t *n_used);
+void qvf_wovr_layout(uint64_t h, uint64_t th, uint64_t cv, int v4, uint64_t off[5],
+                     uint64_t len[5]);
+int qvf_wovr_read(const qvf_chunk_ctx *c, const uint8_t *p, uint64_t n, int v4, qvf_voice *v,
+                  uint64_t *n_used);
+void qvf_wovr_write(qvf_out *o, const qvf_voice *v, int v4); /* dims + arrays */
+
+/* ---- writer.c, wdelta.c */
+
 /* Serialises v to an open stream (no atomicity): tests and the round-trip fuzzer. */
 int qvf_write_stream(const qvf_voice *v, FILE *f, int version, const char *name, char *err,
                      size_t err_size);

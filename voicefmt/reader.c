@@ -7,14 +7,13 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <lz4.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include "voicefmt/qvf_impl.h"
+#include "voicefmt/legacy.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "voicefmt copies little-endian arrays directly; big-endian hosts are not supported"
@@ -64,26 +63,6 @@ static void tag_text(const uint8_t *t, char out[5]) {
 
 /* ---------------------------------------------------------------- payload parsers */
 
-typedef struct {
-    const char *name; /* file name for messages */
-    char tag[5];
-    uint64_t off; /* chunk offset */
-    char *err;
-    size_t err_size;
-} ctx;
-
-#define FAIL(c, code, ...) chunk_fail((c), (code), __VA_ARGS__)
-__attribute__((format(printf, 3, 4))) static int chunk_fail(const ctx *c, int code, const char *fmt,
-                                                            ...) {
-    char msg[200];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    return qvf_fail(c->err, c->err_size, code, c->name, "chunk %s at offset %llu: %s", c->tag,
-                    (unsigned long long)c->off, msg);
-}
-
 static void read_id(const uint8_t *p, qvf_model_id *id) {
     id->hidden_size = rd32(p);
     id->text_hidden_size = rd32(p + 4);
@@ -92,313 +71,184 @@ static void read_id(const uint8_t *p, qvf_model_id *id) {
     memcpy(id->fingerprint, p + 16, 32);
 }
 
-static int parse_head(const ctx *c, const uint8_t *p, uint64_t n, qvf_voice *v) {
+static int parse_head(const qvf_chunk_ctx *c, const uint8_t *p, uint64_t n, qvf_voice *v) {
     if (n != QVF_HEAD_BYTES)
-        return FAIL(c, QVF_E_CHUNK_SIZE, "payload is %llu bytes (expected %u)",
+        return QVF_FAIL(c, QVF_E_CHUNK_SIZE, "payload is %llu bytes (expected %u)",
                     (unsigned long long)n, QVF_HEAD_BYTES);
     if (rd32(p) != QVF_FORMAT_VERSION)
-        return FAIL(c, QVF_E_VERSION, "format version %u (expected %d)", rd32(p),
+        return QVF_FAIL(c, QVF_E_VERSION, "format version %u (expected %d)", rd32(p),
                     QVF_FORMAT_VERSION);
     if (rd32(p + 8) || rd32(p + 12) || !qvf_is_zero(p + 112, 16))
-        return FAIL(c, QVF_E_RESERVED, "reserved fields not zero");
+        return QVF_FAIL(c, QVF_E_RESERVED, "reserved fields not zero");
     read_id(p + 16, &v->source);
     read_id(p + 64, &v->target);
     if (v->source.variant > QVF_VARIANT_VOICE_DESIGN ||
         v->target.variant > QVF_VARIANT_VOICE_DESIGN)
-        return FAIL(c, QVF_E_RANGE, "model variant %u/%u (expected 0..3)", v->source.variant,
+        return QVF_FAIL(c, QVF_E_RANGE, "model variant %u/%u (expected 0..3)", v->source.variant,
                     v->target.variant);
     return QVF_OK;
 }
 
-static int parse_xvec(const ctx *c, const uint8_t *p, uint64_t n, qvf_voice *v) {
+static int parse_xvec(const qvf_chunk_ctx *c, const uint8_t *p, uint64_t n, qvf_voice *v) {
     if (n < 64)
-        return FAIL(c, QVF_E_CHUNK_SIZE, "payload is %llu bytes (minimum 64)",
+        return QVF_FAIL(c, QVF_E_CHUNK_SIZE, "payload is %llu bytes (minimum 64)",
                     (unsigned long long)n);
     uint32_t d = rd32(p);
     if (d < 1 || d > QVF_MAX_DIM)
-        return FAIL(c, QVF_E_LIMIT, "enc_dim %u (expected 1..%u)", d, QVF_MAX_DIM);
+        return QVF_FAIL(c, QVF_E_LIMIT, "enc_dim %u (expected 1..%u)", d, QVF_MAX_DIM);
     if (n != 64 + 4ull * d)
-        return FAIL(c, QVF_E_CHUNK_SIZE, "payload is %llu bytes (expected %llu for enc_dim %u)",
+        return QVF_FAIL(c, QVF_E_CHUNK_SIZE, "payload is %llu bytes (expected %llu for enc_dim %u)",
                     (unsigned long long)n, 64 + 4ull * d, d);
-    if (!qvf_is_zero(p + 4, 60)) return FAIL(c, QVF_E_RESERVED, "reserved bytes 4..63 not zero");
+    if (!qvf_is_zero(p + 4, 60)) return QVF_FAIL(c, QVF_E_RESERVED, "reserved bytes 4..63 not zero");
     if (v->source.enc_dim != d)
-        return FAIL(c, QVF_E_MISMATCH, "enc_dim %u but HEAD says %u", d, v->source.enc_dim);
-    if (!(v->xvector = malloc(4ull * d))) return FAIL(c, QVF_E_NOMEM, "x-vector");
+        return QVF_FAIL(c, QVF_E_MISMATCH, "enc_dim %u but HEAD says %u", d, v->source.enc_dim);
+    if (!(v->xvector = malloc(4ull * d))) return QVF_FAIL(c, QVF_E_NOMEM, "x-vector");
     memcpy(v->xvector, p + 64, 4ull * d);
     v->enc_dim = d;
     return QVF_OK;
 }
 
-static int parse_meta(const ctx *c, const uint8_t *p, uint64_t n, qvf_voice *v) {
-    if (n < 8)
-        return FAIL(c, QVF_E_CHUNK_SIZE, "payload is %llu bytes (minimum 8)",
-                    (unsigned long long)n);
-    uint32_t k = rd32(p);
-    if (k > QVF_MAX_META_ENTRIES)
-        return FAIL(c, QVF_E_LIMIT, "%u entries (maximum %u)", k, QVF_MAX_META_ENTRIES);
-    if (rd32(p + 4)) return FAIL(c, QVF_E_RESERVED, "reserved field not zero");
-    if (16ull * k > n - 8)
-        return FAIL(c, QVF_E_CHUNK_SIZE, "%u entries cannot fit in %llu bytes", k,
-                    (unsigned long long)n);
-    v->has_meta = 1;
-    if (k && !(v->meta = calloc(k, sizeof *v->meta))) return FAIL(c, QVF_E_NOMEM, "entries");
-    uint64_t o = 8;
-    for (uint32_t i = 0; i < k; i++) {
-        if (n - o < 8) return FAIL(c, QVF_E_CHUNK_SIZE, "entry %u runs past the chunk end", i);
-        uint32_t kb = rd32(p + o), vb = rd32(p + o + 4);
-        if (kb < 1 || kb > QVF_MAX_KEY_BYTES)
-            return FAIL(c, QVF_E_LIMIT, "entry %u: key of %u bytes (expected 1..%u)", i, kb,
-                        QVF_MAX_KEY_BYTES);
-        if (vb > QVF_MAX_VALUE_BYTES)
-            return FAIL(c, QVF_E_LIMIT, "entry %u: value of %u bytes (maximum %u)", i, vb,
-                        QVF_MAX_VALUE_BYTES);
-        o += 8;
-        uint64_t end = align_up(o + kb + vb, 8);
-        if (end > n) return FAIL(c, QVF_E_CHUNK_SIZE, "entry %u runs past the chunk end", i);
-        const uint8_t *kp = p + o, *vp = p + o + kb;
-        for (uint32_t j = 0; j < kb; j++)
-            if (!((kp[j] >= 'a' && kp[j] <= 'z') || (kp[j] >= '0' && kp[j] <= '9') ||
-                  kp[j] == '_' || kp[j] == '.'))
-                return FAIL(c, QVF_E_RANGE, "entry %u: key has a byte 0x%02x outside [a-z0-9_.]", i,
-                            kp[j]);
-        if (!qvf_utf8_valid(vp, vb) || memchr(vp, 0, vb))
-            return FAIL(c, QVF_E_UTF8, "entry %u: value is not UTF-8 text", i);
-        if (!qvf_is_zero(p + o + kb + vb, end - (o + kb + vb)))
-            return FAIL(c, QVF_E_RESERVED, "entry %u: padding not zero", i);
-        for (uint32_t j = 0; j < i; j++)
-            if (strlen(v->meta[j].key) == kb && !memcmp(v->meta[j].key, kp, kb))
-                return FAIL(c, QVF_E_DUPLICATE, "key \"%.*s\" appears twice", (int)kb,
-                            (const char *)kp);
-        if (!(v->meta[i].key = strndup((const char *)kp, kb)) ||
-            !(v->meta[i].value = strndup((const char *)vp, vb))) {
-            v->n_meta = (int)i + 1;
-            return FAIL(c, QVF_E_NOMEM, "entry %u", i);
-        }
-        v->n_meta = (int)i + 1;
-        o = end;
-    }
-    if (o != n)
-        return FAIL(c, QVF_E_CHUNK_SIZE, "%llu bytes after the last entry",
-                    (unsigned long long)(n - o));
-    return QVF_OK;
-}
-
-int qvf_meta_parse(const uint8_t *p, uint64_t n, const char *name, qvf_voice *v, char *err,
-                   size_t es) {
-    ctx c = {name, "QV4X", 0, err, es};
-    return parse_meta(&c, p, n, v);
-}
-
-static int parse_iclr(const ctx *c, const uint8_t *p, uint64_t n, qvf_voice *v) {
+static int parse_iclr(const qvf_chunk_ctx *c, const uint8_t *p, uint64_t n, qvf_voice *v) {
     if (n < 64)
-        return FAIL(c, QVF_E_CHUNK_SIZE, "payload is %llu bytes (minimum 64)",
+        return QVF_FAIL(c, QVF_E_CHUNK_SIZE, "payload is %llu bytes (minimum 64)",
                     (unsigned long long)n);
     uint32_t t = rd32(p), f = rd32(p + 4), cb = rd32(p + 8);
     if (t > QVF_MAX_TEXT_BYTES)
-        return FAIL(c, QVF_E_LIMIT, "transcript of %u bytes (maximum %u)", t, QVF_MAX_TEXT_BYTES);
+        return QVF_FAIL(c, QVF_E_LIMIT, "transcript of %u bytes (maximum %u)", t, QVF_MAX_TEXT_BYTES);
     if (f > QVF_MAX_FRAMES)
-        return FAIL(c, QVF_E_LIMIT, "%u frames (maximum %u)", f, QVF_MAX_FRAMES);
-    if (cb != QVF_N_CODEBOOKS) return FAIL(c, QVF_E_RANGE, "%u codebooks (expected 16)", cb);
-    if (!qvf_is_zero(p + 12, 52)) return FAIL(c, QVF_E_RESERVED, "reserved bytes 12..63 not zero");
+        return QVF_FAIL(c, QVF_E_LIMIT, "%u frames (maximum %u)", f, QVF_MAX_FRAMES);
+    if (cb != QVF_N_CODEBOOKS) return QVF_FAIL(c, QVF_E_RANGE, "%u codebooks (expected 16)", cb);
+    if (!qvf_is_zero(p + 12, 52)) return QVF_FAIL(c, QVF_E_RESERVED, "reserved bytes 12..63 not zero");
     uint64_t codes_end = 64 + 32ull * f, text_off = align_up(codes_end, 64);
     if (n != text_off + t)
-        return FAIL(c, QVF_E_CHUNK_SIZE,
+        return QVF_FAIL(c, QVF_E_CHUNK_SIZE,
                     "payload is %llu bytes (expected %llu for %u frames and %u text bytes)",
                     (unsigned long long)n, (unsigned long long)(text_off + t), f, t);
     if (!qvf_is_zero(p + codes_end, text_off - codes_end))
-        return FAIL(c, QVF_E_RESERVED, "padding after the codes not zero");
+        return QVF_FAIL(c, QVF_E_RESERVED, "padding after the codes not zero");
     for (uint64_t i = 0; i < 16ull * f; i++) {
         uint16_t code = rd16(p + 64 + 2 * i);
         if (code >= QVF_CODE_LIMIT)
-            return FAIL(c, QVF_E_RANGE, "frame %llu codebook %llu: code %u (expected < %u)",
+            return QVF_FAIL(c, QVF_E_RANGE, "frame %llu codebook %llu: code %u (expected < %u)",
                         (unsigned long long)(i / 16), (unsigned long long)(i % 16), code,
                         QVF_CODE_LIMIT);
     }
     if (!qvf_utf8_valid(p + text_off, t) || memchr(p + text_off, 0, t))
-        return FAIL(c, QVF_E_UTF8, "transcript is not UTF-8 text");
-    if (f && !(v->codes = malloc(32ull * f))) return FAIL(c, QVF_E_NOMEM, "codes");
+        return QVF_FAIL(c, QVF_E_UTF8, "transcript is not UTF-8 text");
+    if (f && !(v->codes = malloc(32ull * f))) return QVF_FAIL(c, QVF_E_NOMEM, "codes");
     if (f) memcpy(v->codes, p + 64, 32ull * f);
     v->n_frames = f;
     if (t && !(v->transcript = strndup((const char *)p + text_off, t)))
-        return FAIL(c, QVF_E_NOMEM, "transcript");
+        return QVF_FAIL(c, QVF_E_NOMEM, "transcript");
     v->transcript_bytes = t;
-    return QVF_OK;
-}
-
-static int parse_tpad(const ctx *c, const uint8_t *p, uint64_t n, qvf_voice *v) {
-    if (n < 64)
-        return FAIL(c, QVF_E_CHUNK_SIZE, "payload is %llu bytes (minimum 64)",
-                    (unsigned long long)n);
-    uint32_t h = rd32(p);
-    if (h < 1 || h > QVF_MAX_DIM)
-        return FAIL(c, QVF_E_LIMIT, "hidden %u (expected 1..%u)", h, QVF_MAX_DIM);
-    if (n != 64 + 12ull * h)
-        return FAIL(c, QVF_E_CHUNK_SIZE, "payload is %llu bytes (expected %llu for hidden %u)",
-                    (unsigned long long)n, 64 + 12ull * h, h);
-    if (!qvf_is_zero(p + 4, 60)) return FAIL(c, QVF_E_RESERVED, "reserved bytes 4..63 not zero");
-    if (!(v->tpad = malloc(12ull * h))) return FAIL(c, QVF_E_NOMEM, "TPAD");
-    memcpy(v->tpad, p + 64, 12ull * h);
-    v->tpad_hidden = h;
-    return QVF_OK;
-}
-
-/* WOVR array layout (shared with the writer through the same arithmetic). */
-static void wovr_layout(uint64_t h, uint64_t th, uint64_t cv, uint64_t off[5], uint64_t len[5]) {
-    len[0] = 2 * th * th;
-    len[1] = 4 * th;
-    len[2] = 2 * h * th;
-    len[3] = 4 * h;
-    len[4] = 2 * cv * h;
-    uint64_t o = 64;
-    for (int i = 0; i < 5; i++) {
-        off[i] = align_up(o, 64);
-        o = off[i] + len[i];
-    }
-}
-
-static int parse_wovr(const ctx *c, const uint8_t *p, uint64_t n, qvf_voice *v) {
-    if (n < 64)
-        return FAIL(c, QVF_E_CHUNK_SIZE, "payload is %llu bytes (minimum 64)",
-                    (unsigned long long)n);
-    uint32_t h = rd32(p), th = rd32(p + 4), cv = rd32(p + 8);
-    if (h < 1 || h > QVF_MAX_DIM || th < 1 || th > QVF_MAX_DIM || cv < 1 || cv > QVF_MAX_CV)
-        return FAIL(c, QVF_E_LIMIT, "dims h %u th %u cv %u (expected 1..%u, cv 1..%u)", h, th, cv,
-                    QVF_MAX_DIM, QVF_MAX_CV);
-    if (!qvf_is_zero(p + 12, 52)) return FAIL(c, QVF_E_RESERVED, "reserved bytes 12..63 not zero");
-    uint64_t off[5], len[5];
-    wovr_layout(h, th, cv, off, len);
-    if (n != off[4] + len[4])
-        return FAIL(c, QVF_E_CHUNK_SIZE,
-                    "payload is %llu bytes (expected %llu for h %u th %u cv %u)",
-                    (unsigned long long)n, (unsigned long long)(off[4] + len[4]), h, th, cv);
-    for (int i = 1; i < 5; i++)
-        if (!qvf_is_zero(p + off[i - 1] + len[i - 1], off[i] - off[i - 1] - len[i - 1]))
-            return FAIL(c, QVF_E_RESERVED, "padding before array %d not zero", i);
-    void *a[5];
-    for (int i = 0; i < 5; i++) {
-        if (!(a[i] = malloc(len[i]))) {
-            for (int j = 0; j < i; j++)
-                free(a[j]);
-            return FAIL(c, QVF_E_NOMEM, "WOVR");
-        }
-        memcpy(a[i], p + off[i], len[i]);
-    }
-    v->wovr_fc1_w = a[0];
-    v->wovr_fc1_b = a[1];
-    v->wovr_fc2_w = a[2];
-    v->wovr_fc2_b = a[3];
-    v->wovr_codec = a[4];
-    v->wovr_h = h;
-    v->wovr_th = th;
-    v->wovr_cv = cv;
     return QVF_OK;
 }
 
 /* Smallest possible WDTN chunk on disk: header 16 + fixed 128 + name 8 + CRC 4. */
 #define MIN_WDTN_CHUNK 156ull
 
-static int parse_wdhd(const ctx *c, const uint8_t *p, uint64_t n, uint64_t bytes_left,
+static int parse_wdhd(const qvf_chunk_ctx *c, const uint8_t *p, uint64_t n, uint64_t bytes_left,
                       qvf_voice *v) {
     if (n != QVF_WDHD_BYTES)
-        return FAIL(c, QVF_E_CHUNK_SIZE, "payload is %llu bytes (expected %u)",
+        return QVF_FAIL(c, QVF_E_CHUNK_SIZE, "payload is %llu bytes (expected %u)",
                     (unsigned long long)n, QVF_WDHD_BYTES);
     uint32_t k = rd32(p), kind = rd32(p + 4);
     if (k > QVF_MAX_TENSORS)
-        return FAIL(c, QVF_E_LIMIT, "%u tensors (maximum %u)", k, QVF_MAX_TENSORS);
-    if (kind > QVF_WKIND_FULL) return FAIL(c, QVF_E_RANGE, "kind %u (expected 0..2)", kind);
-    if (!qvf_is_zero(p + 8, 56)) return FAIL(c, QVF_E_RESERVED, "reserved bytes 8..63 not zero");
+        return QVF_FAIL(c, QVF_E_LIMIT, "%u tensors (maximum %u)", k, QVF_MAX_TENSORS);
+    if (kind > QVF_WKIND_FULL) return QVF_FAIL(c, QVF_E_RANGE, "kind %u (expected 0..2)", kind);
+    if (!qvf_is_zero(p + 8, 56)) return QVF_FAIL(c, QVF_E_RESERVED, "reserved bytes 8..63 not zero");
     if (k * MIN_WDTN_CHUNK > bytes_left)
-        return FAIL(c, QVF_E_TRUNCATED, "truncated: %u tensors cannot fit in the %llu bytes left",
+        return QVF_FAIL(c, QVF_E_TRUNCATED, "truncated: %u tensors cannot fit in the %llu bytes left",
                     k, (unsigned long long)bytes_left);
     if (k && !(v->tensors = calloc(k, sizeof *v->tensors)))
-        return FAIL(c, QVF_E_NOMEM, "tensor table");
+        return QVF_FAIL(c, QVF_E_NOMEM, "tensor table");
     v->has_wdelta = 1;
     v->wdelta_kind = kind;
     v->n_tensors = 0; /* counts parsed WDTN chunks; must reach k */
     return QVF_OK;
 }
 
-static int parse_wdtn(const ctx *c, const uint8_t *p, uint64_t n, qvf_tensor *t) {
+static int parse_wdtn(const qvf_chunk_ctx *c, const uint8_t *p, uint64_t n, qvf_tensor *t) {
     if (n < 136)
-        return FAIL(c, QVF_E_CHUNK_SIZE, "payload is %llu bytes (minimum 136)",
+        return QVF_FAIL(c, QVF_E_CHUNK_SIZE, "payload is %llu bytes (minimum 136)",
                     (unsigned long long)n);
     uint32_t nb = rd32(p), dtype = rd32(p + 4), enc = rd32(p + 8), nd = rd32(p + 12);
     if (nb < 1 || nb > QVF_MAX_NAME_BYTES)
-        return FAIL(c, QVF_E_LIMIT, "name of %u bytes (expected 1..%u)", nb, QVF_MAX_NAME_BYTES);
+        return QVF_FAIL(c, QVF_E_LIMIT, "name of %u bytes (expected 1..%u)", nb, QVF_MAX_NAME_BYTES);
     if (dtype != QVF_DTYPE_BF16 && dtype != QVF_DTYPE_F32)
-        return FAIL(c, QVF_E_RANGE, "dtype %u (expected 1 bf16 or 2 f32)", dtype);
+        return QVF_FAIL(c, QVF_E_RANGE, "dtype %u (expected 1 bf16 or 2 f32)", dtype);
     if (enc != QVF_ENC_RAW && enc != QVF_ENC_DELTA16_LZ4)
-        return FAIL(c, QVF_E_RANGE, "encoding %u (expected 0 or 1)", enc);
+        return QVF_FAIL(c, QVF_E_RANGE, "encoding %u (expected 0 or 1)", enc);
     if (enc == QVF_ENC_DELTA16_LZ4 && dtype != QVF_DTYPE_BF16)
-        return FAIL(c, QVF_E_MISMATCH, "bit-delta encoding on a non-bf16 tensor");
-    if (nd < 1 || nd > 4) return FAIL(c, QVF_E_RANGE, "%u dims (expected 1..4)", nd);
+        return QVF_FAIL(c, QVF_E_MISMATCH, "bit-delta encoding on a non-bf16 tensor");
+    if (nd < 1 || nd > 4) return QVF_FAIL(c, QVF_E_RANGE, "%u dims (expected 1..4)", nd);
     uint64_t shape[4];
     for (int i = 0; i < 4; i++)
         shape[i] = rd64(p + 16 + 8 * i);
     for (uint32_t i = nd; i < 4; i++)
-        if (shape[i]) return FAIL(c, QVF_E_RESERVED, "unused shape entry %u not zero", i);
+        if (shape[i]) return QVF_FAIL(c, QVF_E_RESERVED, "unused shape entry %u not zero", i);
     for (uint32_t i = 0; i < nd; i++)
-        if (!shape[i]) return FAIL(c, QVF_E_RANGE, "shape entry %u is zero", i);
+        if (!shape[i]) return QVF_FAIL(c, QVF_E_RANGE, "shape entry %u is zero", i);
     uint64_t elems = qvf_shape_elems(nd, shape), esz = dtype == QVF_DTYPE_BF16 ? 2 : 4;
     if (!elems || elems > QVF_MAX_TENSOR_BYTES)
-        return FAIL(c, QVF_E_OVERFLOW, "shape product overflows");
+        return QVF_FAIL(c, QVF_E_OVERFLOW, "shape product overflows");
     uint64_t raw = rd64(p + 48);
     if (raw != elems * esz)
-        return FAIL(c, QVF_E_MISMATCH, "raw_bytes %llu (expected %llu from the shape)",
+        return QVF_FAIL(c, QVF_E_MISMATCH, "raw_bytes %llu (expected %llu from the shape)",
                     (unsigned long long)raw, (unsigned long long)(elems * esz));
     if (raw > QVF_MAX_TENSOR_BYTES)
-        return FAIL(c, QVF_E_LIMIT, "tensor of %llu bytes (maximum %llu)", (unsigned long long)raw,
+        return QVF_FAIL(c, QVF_E_LIMIT, "tensor of %llu bytes (maximum %llu)", (unsigned long long)raw,
                     QVF_MAX_TENSOR_BYTES);
     uint32_t bb = rd32(p + 56), nblk = rd32(p + 60);
     if (enc == QVF_ENC_RAW && (bb || nblk))
-        return FAIL(c, QVF_E_RESERVED, "block fields of a raw tensor not zero");
+        return QVF_FAIL(c, QVF_E_RESERVED, "block fields of a raw tensor not zero");
     if (enc == QVF_ENC_DELTA16_LZ4) {
         if (bb < QVF_MIN_BLOCK_BYTES || bb > QVF_MAX_BLOCK_BYTES || bb % 4)
-            return FAIL(c, QVF_E_LIMIT, "block_bytes %u (expected %u..%u, multiple of 4)", bb,
+            return QVF_FAIL(c, QVF_E_LIMIT, "block_bytes %u (expected %u..%u, multiple of 4)", bb,
                         QVF_MIN_BLOCK_BYTES, QVF_MAX_BLOCK_BYTES);
         if (nblk != (raw + bb - 1) / bb)
-            return FAIL(c, QVF_E_MISMATCH, "%u blocks (expected %llu)", nblk,
+            return QVF_FAIL(c, QVF_E_MISMATCH, "%u blocks (expected %llu)", nblk,
                         (unsigned long long)((raw + bb - 1) / bb));
     }
     uint64_t name_end = 128 + (uint64_t)nb, tab = align_up(name_end, 8);
     if (tab + 4ull * nblk > n)
-        return FAIL(c, QVF_E_CHUNK_SIZE, "name and block table run past the chunk end");
+        return QVF_FAIL(c, QVF_E_CHUNK_SIZE, "name and block table run past the chunk end");
     const uint8_t *np = p + 128;
     for (uint32_t i = 0; i < nb; i++)
         if (np[i] < 0x21 || np[i] > 0x7E)
-            return FAIL(c, QVF_E_RANGE, "tensor name has byte 0x%02x (expected printable ASCII)",
+            return QVF_FAIL(c, QVF_E_RANGE, "tensor name has byte 0x%02x (expected printable ASCII)",
                         np[i]);
     if (!qvf_is_zero(p + name_end, tab - name_end))
-        return FAIL(c, QVF_E_RESERVED, "padding after the name not zero");
+        return QVF_FAIL(c, QVF_E_RESERVED, "padding after the name not zero");
     uint64_t tab_end = tab + 4ull * nblk, data = align_up(tab_end, 64);
-    if (data > n) return FAIL(c, QVF_E_CHUNK_SIZE, "block table runs past the chunk end");
+    if (data > n) return QVF_FAIL(c, QVF_E_CHUNK_SIZE, "block table runs past the chunk end");
     if (!qvf_is_zero(p + tab_end, data - tab_end))
-        return FAIL(c, QVF_E_RESERVED, "padding after the block table not zero");
+        return QVF_FAIL(c, QVF_E_RESERVED, "padding after the block table not zero");
     uint64_t data_bytes = n - data;
     if (enc == QVF_ENC_RAW) {
         if (data_bytes != raw)
-            return FAIL(c, QVF_E_CHUNK_SIZE, "raw data of %llu bytes (expected %llu)",
+            return QVF_FAIL(c, QVF_E_CHUNK_SIZE, "raw data of %llu bytes (expected %llu)",
                         (unsigned long long)data_bytes, (unsigned long long)raw);
     } else {
         if (!(t->block_offsets = malloc(8ull * (nblk + 1))))
-            return FAIL(c, QVF_E_NOMEM, "block table");
+            return QVF_FAIL(c, QVF_E_NOMEM, "block table");
         uint64_t sum = 0;
         for (uint32_t i = 0; i < nblk; i++) {
             uint32_t cs = rd32(p + tab + 4ull * i);
             uint64_t blk = (i + 1 < nblk) ? bb : raw - (uint64_t)bb * (nblk - 1);
             if (cs < 1 || cs > (uint64_t)LZ4_compressBound((int)blk) ||
                 blk > 255ull * cs + 64) /* LZ4 expands <= ~255x */
-                return FAIL(c, QVF_E_RANGE, "block %u: compressed size %u (expected 1..%d)", i, cs,
+                return QVF_FAIL(c, QVF_E_RANGE, "block %u: compressed size %u (expected 1..%d)", i, cs,
                             LZ4_compressBound((int)blk));
             t->block_offsets[i] = sum;
             sum += cs;
         }
         t->block_offsets[nblk] = sum;
         if (sum != data_bytes)
-            return FAIL(c, QVF_E_CHUNK_SIZE, "blocks total %llu bytes, data is %llu",
+            return QVF_FAIL(c, QVF_E_CHUNK_SIZE, "blocks total %llu bytes, data is %llu",
                         (unsigned long long)sum, (unsigned long long)data_bytes);
     }
-    if (!(t->name = strndup((const char *)np, nb))) return FAIL(c, QVF_E_NOMEM, "name");
+    if (!(t->name = strndup((const char *)np, nb))) return QVF_FAIL(c, QVF_E_NOMEM, "name");
     t->dtype = dtype;
     t->encoding = enc;
     t->n_dims = nd;
@@ -509,42 +359,42 @@ static int parse_v4(const uint8_t *b, size_t n, const char *name, qvf_voice *v, 
         uint32_t flags;
         uint64_t len;
         if ((rc = frame(b, n, off, name, &flags, &len, err, es))) return rc;
-        ctx c = {name, "", off, err, es};
+        qvf_chunk_ctx c = {name, "", off, err, es};
         tag_text(b + off, c.tag);
         const uint8_t *p = b + off + 16;
         const chunk_kind *k = find_kind(b + off);
-        if (flags & ~1u) return FAIL(&c, QVF_E_RESERVED, "flags 0x%x has reserved bits set", flags);
-        if (!k && (flags & 1)) return FAIL(&c, QVF_E_UNKNOWN_CRITICAL, "unknown critical chunk");
+        if (flags & ~1u) return QVF_FAIL(&c, QVF_E_RESERVED, "flags 0x%x has reserved bits set", flags);
+        if (!k && (flags & 1)) return QVF_FAIL(&c, QVF_E_UNKNOWN_CRITICAL, "unknown critical chunk");
         if (k && (int)(flags & 1) != k->critical)
-            return FAIL(&c, QVF_E_FLAGS, "marked %s (expected %s)",
+            return QVF_FAIL(&c, QVF_E_FLAGS, "marked %s (expected %s)",
                         (flags & 1) ? "critical" : "ancillary",
                         k->critical ? "critical" : "ancillary");
         if (k && k->fixed && len != k->max_bytes)
-            return FAIL(&c, QVF_E_CHUNK_SIZE, "payload of %llu bytes (expected %llu)",
+            return QVF_FAIL(&c, QVF_E_CHUNK_SIZE, "payload of %llu bytes (expected %llu)",
                         (unsigned long long)len, (unsigned long long)k->max_bytes);
         if (k && len > k->max_bytes)
-            return FAIL(&c, QVF_E_LIMIT, "payload of %llu bytes (maximum %llu)",
+            return QVF_FAIL(&c, QVF_E_LIMIT, "payload of %llu bytes (maximum %llu)",
                         (unsigned long long)len, (unsigned long long)k->max_bytes);
         uint32_t crc = qvf_crc32c(0, b + off, 16 + len), stored = rd32(p + len);
         if (CHECK_CRC && crc != stored)
-            return FAIL(&c, QVF_E_CRC, "CRC mismatch (stored 0x%08x, computed 0x%08x)", stored,
+            return QVF_FAIL(&c, QVF_E_CRC, "CRC mismatch (stored 0x%08x, computed 0x%08x)", stored,
                         crc);
         if (n_chunks == 0 && (!k || k->rank != R_HEAD))
-            return FAIL(&c, QVF_E_ORDER, "first chunk must be HEAD");
+            return QVF_FAIL(&c, QVF_E_ORDER, "first chunk must be HEAD");
         n_chunks++;
         if (k) {
-            if (k->rank < last_rank) return FAIL(&c, QVF_E_ORDER, "comes after a later chunk");
+            if (k->rank < last_rank) return QVF_FAIL(&c, QVF_E_ORDER, "comes after a later chunk");
             if (k->rank == last_rank && k->rank != R_WDTN)
-                return FAIL(&c, QVF_E_DUPLICATE, "second %s chunk", k->tag);
+                return QVF_FAIL(&c, QVF_E_DUPLICATE, "second %s chunk", k->tag);
             if (k->rank == R_WDTN && !v->has_wdelta)
-                return FAIL(&c, QVF_E_ORDER, "WDTN without a WDHD before it");
+                return QVF_FAIL(&c, QVF_E_ORDER, "WDTN without a WDHD before it");
             if (last_rank == R_WDHD || last_rank == R_WDTN) {
                 if (k->rank != R_WDTN && v->n_tensors < wdtn_expected)
-                    return FAIL(&c, QVF_E_MISSING, "only %u of %u WDTN chunks before it",
+                    return QVF_FAIL(&c, QVF_E_MISSING, "only %u of %u WDTN chunks before it",
                                 v->n_tensors, wdtn_expected);
             }
             if (k->rank > R_XVEC && last_rank < R_XVEC)
-                return FAIL(&c, QVF_E_MISSING, "no XVEC chunk before it");
+                return QVF_FAIL(&c, QVF_E_MISSING, "no XVEC chunk before it");
             last_rank = k->rank;
             switch (k->rank) {
             case R_HEAD:
@@ -554,16 +404,16 @@ static int parse_v4(const uint8_t *b, size_t n, const char *name, qvf_voice *v, 
                 rc = parse_xvec(&c, p, len, v);
                 break;
             case R_META:
-                rc = parse_meta(&c, p, len, v);
+                rc = qvf_meta_parse(&c, p, len, v);
                 break;
             case R_ICLR:
                 rc = parse_iclr(&c, p, len, v);
                 break;
             case R_TPAD:
-                rc = parse_tpad(&c, p, len, v);
+                rc = qvf_tpad_read(&c, p, len, 1, v, NULL);
                 break;
             case R_WOVR:
-                rc = parse_wovr(&c, p, len, v);
+                rc = qvf_wovr_read(&c, p, len, 1, v, NULL);
                 break;
             case R_WDHD:
                 rc = parse_wdhd(&c, p, len, n - (off + 20 + len), v);
@@ -571,19 +421,19 @@ static int parse_v4(const uint8_t *b, size_t n, const char *name, qvf_voice *v, 
                 break;
             case R_WDTN:
                 if (v->n_tensors >= wdtn_expected)
-                    return FAIL(&c, QVF_E_DUPLICATE, "more WDTN chunks than WDHD announced (%u)",
+                    return QVF_FAIL(&c, QVF_E_DUPLICATE, "more WDTN chunks than WDHD announced (%u)",
                                 wdtn_expected);
                 rc = parse_wdtn(&c, p, len, &v->tensors[v->n_tensors]);
                 v->n_tensors++; /* counted even on failure so qvf_voice_free releases it */
                 if (!rc)
                     for (uint32_t i = 0; i + 1 < v->n_tensors; i++)
                         if (!strcmp(v->tensors[i].name, v->tensors[v->n_tensors - 1].name))
-                            return FAIL(&c, QVF_E_DUPLICATE, "tensor %s appears twice",
+                            return QVF_FAIL(&c, QVF_E_DUPLICATE, "tensor %s appears twice",
                                         v->tensors[i].name);
                 break;
             case R_QEND:
                 if (len)
-                    return FAIL(&c, QVF_E_CHUNK_SIZE, "payload is %llu bytes (expected 0)",
+                    return QVF_FAIL(&c, QVF_E_CHUNK_SIZE, "payload is %llu bytes (expected 0)",
                                 (unsigned long long)len);
                 break;
             default:
@@ -604,7 +454,7 @@ static int parse_v4(const uint8_t *b, size_t n, const char *name, qvf_voice *v, 
                             "padding after chunk %s at offset %llu: truncated", c.tag,
                             (unsigned long long)off);
         if (!qvf_is_zero(b + end, pad))
-            return FAIL(&c, QVF_E_RESERVED, "padding after the chunk not zero");
+            return QVF_FAIL(&c, QVF_E_RESERVED, "padding after the chunk not zero");
         off = end + pad;
     }
     int has_target = !qvf_is_zero((const uint8_t *)&v->target, sizeof v->target);

@@ -1,55 +1,23 @@
 /* writer.c — atomic .qvoice writer: v4 chunks (docs/qvoice-format.md) or legacy v3 (legacy.c).
- * Output goes to a temporary file in the destination's directory; commit = fflush, fsync, rename,
- * fsync of the directory, so a crash or full disk never leaves a partial file at the destination.
+ * Output goes through util/fileio.c's atomic writer, so a crash, kill or full disk never leaves a
+ * partial file at the destination (nor, where Linux allows it, a temporary one beside it).
  * Chunk lengths are computed before a chunk is written, so its CRC is accumulated while streaming.
  */
 #include <errno.h>
-#include <fcntl.h>
-#include <libgen.h>
-#include <lz4.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
-#include "voicefmt/qvf_impl.h"
+#include "util/fileio.h"
+#include "voicefmt/legacy.h"
 
-/* ---------------------------------------------------------------- output stream */
-
-void out_write(qvf_out *o, const void *buf, size_t n) {
-    if (!n) return;
-    o->crc = qvf_crc32c(o->crc, buf, n);
-    o->pos += n;
-    if (!o->failed && fwrite(buf, 1, n, o->f) != n) o->failed = errno ? errno : EIO;
-}
-
-void out_zero(qvf_out *o, uint64_t n) {
-    static const uint8_t z[64];
-    while (n) {
-        size_t k = n < 64 ? (size_t)n : 64;
-        out_write(o, z, k);
-        n -= k;
-    }
-}
-
-static void put32(qvf_out *o, uint32_t x) {
-    uint8_t b[4];
-    wr32(b, x);
-    out_write(o, b, 4);
-}
-
-static void put64(qvf_out *o, uint64_t x) {
-    uint8_t b[8];
-    wr64(b, x);
-    out_write(o, b, 8);
-}
+/* ---------------------------------------------------------------- chunk framing */
 
 /* Pads so the chunk header lands at ≡ 48 (mod 64), writes it and restarts the CRC. */
 static void chunk_begin(qvf_out *o, const char *tag, int critical, uint64_t len) {
-    out_zero(o, (48 + 64 - o->pos % 64) % 64);
+    qvf_out_zero(o, (48 + 64 - o->pos % 64) % 64);
     o->crc = 0;
-    out_write(o, tag, 4);
-    put32(o, critical ? 1 : 0);
-    put64(o, len);
+    qvf_out_write(o, tag, 4);
+    qvf_out_put32(o, critical ? 1 : 0);
+    qvf_out_put64(o, len);
 }
 
 static void chunk_end(qvf_out *o) {
@@ -59,46 +27,19 @@ static void chunk_end(qvf_out *o) {
     if (!o->failed && fwrite(b, 1, 4, o->f) != 4) o->failed = errno ? errno : EIO;
 }
 
-static void pad_to(qvf_out *o, uint64_t payload_start, uint64_t align) {
-    uint64_t rel = o->pos - payload_start;
-    out_zero(o, align_up(rel, align) - rel);
-}
-
-uint64_t out_meta_len(const qvf_voice *v) {
-    uint64_t len = 8;
-    for (int i = 0; i < v->n_meta; i++)
-        len = align_up(len + 8 + strlen(v->meta[i].key) + strlen(v->meta[i].value), 8);
-    return len;
-}
-
-void out_meta(qvf_out *o, const qvf_voice *v) {
-    uint64_t start = o->pos;
-    put32(o, (uint32_t)v->n_meta);
-    put32(o, 0);
-    for (int i = 0; i < v->n_meta; i++) {
-        size_t kl = strlen(v->meta[i].key), vl = strlen(v->meta[i].value);
-        put32(o, (uint32_t)kl);
-        put32(o, (uint32_t)vl);
-        out_write(o, v->meta[i].key, kl);
-        out_write(o, v->meta[i].value, vl);
-        pad_to(o, start, 8);
-    }
-}
-
 /* ---------------------------------------------------------------- atomic file */
 
 struct qvf_writer {
     qvf_out o;
-    char *path, *tmp;
+    qvu_wfile *file;
+    char *path;
     uint32_t n_expected, n_written;
     int bad; /* first failed add: the writer is unusable (style rule 23) */
 };
 
 static void writer_drop(qvf_writer *w) {
     if (!w) return;
-    if (w->o.f) fclose(w->o.f);
-    if (w->tmp) unlink(w->tmp);
-    free(w->tmp);
+    qvu_wfile_abort(w->file);
     free(w->path);
     free(w);
 }
@@ -106,27 +47,17 @@ static void writer_drop(qvf_writer *w) {
 static int writer_create(qvf_writer **out, const char *path, char *err, size_t es) {
     *out = NULL;
     qvf_writer *w = calloc(1, sizeof *w);
-    size_t pl = strlen(path);
-    if (!w || !(w->path = strdup(path)) || !(w->tmp = malloc(pl + 16))) {
+    if (!w || !(w->path = strdup(path))) {
         writer_drop(w);
         return qvf_fail(err, es, QVF_E_NOMEM, path, "writer");
     }
-    snprintf(w->tmp, pl + 16, "%s.tmp.XXXXXX", path);
-    int fd = mkstemp(w->tmp);
-    if (fd < 0) {
-        int e = errno;
-        free(w->tmp);
-        w->tmp = NULL;
+    if (qvu_wfile_open(&w->file, path, err, es)) {
         writer_drop(w);
-        return qvf_fail(err, es, QVF_E_IO, path, "cannot create a temporary file: %s", strerror(e));
+        return QVF_E_IO;
     }
-    mode_t um = umask(0);
-    umask(um);
-    if (fchmod(fd, 0666 & ~um) || !(w->o.f = fdopen(fd, "wb"))) {
-        int e = errno;
-        close(fd);
+    if (!(w->o.f = qvu_wfile_stream(w->file))) {
         writer_drop(w);
-        return qvf_fail(err, es, QVF_E_IO, path, "cannot open the temporary file: %s", strerror(e));
+        return qvf_fail(err, es, QVF_E_NOMEM, path, "writer");
     }
     *out = w;
     return QVF_OK;
@@ -134,27 +65,12 @@ static int writer_create(qvf_writer **out, const char *path, char *err, size_t e
 
 static int writer_finish(qvf_writer *w, char *err, size_t es) {
     int rc = QVF_OK;
-    if (!w->o.failed && fflush(w->o.f)) w->o.failed = errno;
-    if (!w->o.failed && fsync(fileno(w->o.f))) w->o.failed = errno;
-    if (fclose(w->o.f) && !w->o.failed) w->o.failed = errno ? errno : EIO;
-    w->o.f = NULL;
     if (w->o.failed) {
         rc = qvf_fail(err, es, QVF_E_IO, w->path, "write failed: %s", strerror(w->o.failed));
-    } else if (rename(w->tmp, w->path)) {
-        rc = qvf_fail(err, es, QVF_E_IO, w->path, "cannot rename the temporary file: %s",
-                      strerror(errno));
     } else {
-        free(w->tmp);
-        w->tmp = NULL; /* now the destination: do not unlink */
-        char *d = strdup(w->path);
-        if (d) {
-            int dfd = open(dirname(d), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-            if (dfd >= 0) {
-                fsync(dfd);
-                close(dfd);
-            }
-            free(d);
-        }
+        qvu_wfile *f = w->file;
+        w->file = NULL; /* commit frees it, whatever the outcome */
+        if (qvu_wfile_commit(f, err, es)) rc = QVF_E_IO;
     }
     writer_drop(w);
     return rc;
@@ -163,11 +79,11 @@ static int writer_finish(qvf_writer *w, char *err, size_t es) {
 /* ---------------------------------------------------------------- v4 chunks */
 
 static void put_id(qvf_out *o, const qvf_model_id *id) {
-    put32(o, id->hidden_size);
-    put32(o, id->text_hidden_size);
-    put32(o, id->enc_dim);
-    put32(o, id->variant);
-    out_write(o, id->fingerprint, 32);
+    qvf_out_put32(o, id->hidden_size);
+    qvf_out_put32(o, id->text_hidden_size);
+    qvf_out_put32(o, id->enc_dim);
+    qvf_out_put32(o, id->variant);
+    qvf_out_write(o, id->fingerprint, 32);
 }
 
 static int check_voice(const qvf_voice *v, const char *name, char *err, size_t es) {
@@ -193,34 +109,34 @@ static int check_voice(const qvf_voice *v, const char *name, char *err, size_t e
 
 static void write_v4_body(qvf_out *o, const qvf_voice *v, int with_wdhd, uint32_t n_tensors,
                           uint32_t kind) {
-    out_write(o, "QVCE", 4);
-    put32(o, QVF_FORMAT_VERSION);
-    put32(o, 0);
-    put32(o, o->crc);
-    out_zero(o, 32);
+    qvf_out_write(o, "QVCE", 4);
+    qvf_out_put32(o, QVF_FORMAT_VERSION);
+    qvf_out_put32(o, 0);
+    qvf_out_put32(o, o->crc);
+    qvf_out_zero(o, 32);
 
     chunk_begin(o, "HEAD", 1, QVF_HEAD_BYTES);
-    put32(o, QVF_FORMAT_VERSION);
-    put32(o, 0);
-    put32(o, 0);
-    put32(o, 0);
+    qvf_out_put32(o, QVF_FORMAT_VERSION);
+    qvf_out_put32(o, 0);
+    qvf_out_put32(o, 0);
+    qvf_out_put32(o, 0);
     qvf_model_id src = v->source, tgt = v->target;
     src.enc_dim = v->enc_dim;
     if (!with_wdhd) memset(&tgt, 0, sizeof tgt);
     put_id(o, &src);
     put_id(o, &tgt);
-    out_zero(o, 16);
+    qvf_out_zero(o, 16);
     chunk_end(o);
 
     chunk_begin(o, "XVEC", 1, 64 + 4ull * v->enc_dim);
-    put32(o, v->enc_dim);
-    out_zero(o, 60);
-    out_write(o, v->xvector, 4ull * v->enc_dim);
+    qvf_out_put32(o, v->enc_dim);
+    qvf_out_zero(o, 60);
+    qvf_out_write(o, v->xvector, 4ull * v->enc_dim);
     chunk_end(o);
 
     if (v->has_meta || v->n_meta) {
-        chunk_begin(o, "META", 0, out_meta_len(v));
-        out_meta(o, v);
+        chunk_begin(o, "META", 0, qvf_out_meta_len(v));
+        qvf_out_meta(o, v);
         chunk_end(o);
     }
 
@@ -228,49 +144,37 @@ static void write_v4_body(qvf_out *o, const qvf_voice *v, int with_wdhd, uint32_
         uint64_t text_off = align_up(64 + 32ull * v->n_frames, 64);
         chunk_begin(o, "ICLR", 0, text_off + v->transcript_bytes);
         uint64_t start = o->pos;
-        put32(o, v->transcript_bytes);
-        put32(o, v->n_frames);
-        put32(o, QVF_N_CODEBOOKS);
-        out_zero(o, 52);
-        out_write(o, v->codes, 32ull * v->n_frames);
-        pad_to(o, start, 64);
-        out_write(o, v->transcript, v->transcript_bytes);
+        qvf_out_put32(o, v->transcript_bytes);
+        qvf_out_put32(o, v->n_frames);
+        qvf_out_put32(o, QVF_N_CODEBOOKS);
+        qvf_out_zero(o, 52);
+        qvf_out_write(o, v->codes, 32ull * v->n_frames);
+        qvf_out_pad(o, start, 64);
+        qvf_out_write(o, v->transcript, v->transcript_bytes);
         chunk_end(o);
     }
 
     if (v->tpad_hidden) {
         chunk_begin(o, "TPAD", 0, 64 + 12ull * v->tpad_hidden);
-        put32(o, v->tpad_hidden);
-        out_zero(o, 60);
-        out_write(o, v->tpad, 12ull * v->tpad_hidden);
+        qvf_out_put32(o, v->tpad_hidden);
+        qvf_out_zero(o, 60);
+        qvf_out_write(o, v->tpad, 12ull * v->tpad_hidden);
         chunk_end(o);
     }
 
     if (v->wovr_h) {
-        uint64_t h = v->wovr_h, th = v->wovr_th, cv = v->wovr_cv;
-        uint64_t len[5] = {2 * th * th, 4 * th, 2 * h * th, 4 * h, 2 * cv * h}, end = 64;
-        const void *a[5] = {v->wovr_fc1_w, v->wovr_fc1_b, v->wovr_fc2_w, v->wovr_fc2_b,
-                            v->wovr_codec};
-        for (int i = 0; i < 5; i++)
-            end = align_up(end, 64) + len[i];
-        chunk_begin(o, "WOVR", 0, end);
-        uint64_t start = o->pos;
-        put32(o, v->wovr_h);
-        put32(o, v->wovr_th);
-        put32(o, v->wovr_cv);
-        out_zero(o, 52);
-        for (int i = 0; i < 5; i++) {
-            pad_to(o, start, 64);
-            out_write(o, a[i], len[i]);
-        }
+        uint64_t off[5], len[5];
+        qvf_wovr_layout(v->wovr_h, v->wovr_th, v->wovr_cv, 1, off, len);
+        chunk_begin(o, "WOVR", 0, off[4] + len[4]);
+        qvf_wovr_write(o, v, 1);
         chunk_end(o);
     }
 
     if (with_wdhd) {
         chunk_begin(o, "WDHD", 1, QVF_WDHD_BYTES);
-        put32(o, n_tensors);
-        put32(o, kind);
-        out_zero(o, 56);
+        qvf_out_put32(o, n_tensors);
+        qvf_out_put32(o, kind);
+        qvf_out_zero(o, 56);
         chunk_end(o);
     }
 }
@@ -301,23 +205,23 @@ static void write_tensor(qvf_out *o, const qvf_tensor *t) {
     uint64_t data = align_up(align_up(128 + nb, 8) + 4ull * nblk, 64);
     chunk_begin(o, "WDTN", 1, data + t->data_bytes);
     uint64_t start = o->pos;
-    put32(o, nb);
-    put32(o, t->dtype);
-    put32(o, t->encoding);
-    put32(o, t->n_dims);
+    qvf_out_put32(o, nb);
+    qvf_out_put32(o, t->dtype);
+    qvf_out_put32(o, t->encoding);
+    qvf_out_put32(o, t->n_dims);
     for (int i = 0; i < 4; i++)
-        put64(o, i < (int)t->n_dims ? t->shape[i] : 0);
-    put64(o, t->raw_bytes);
-    put32(o, nblk ? (uint32_t)t->block_bytes : 0);
-    put32(o, nblk);
-    out_write(o, t->target_sha256, 32);
-    out_write(o, t->result_sha256, 32);
-    out_write(o, t->name, nb);
-    pad_to(o, start, 8);
+        qvf_out_put64(o, i < (int)t->n_dims ? t->shape[i] : 0);
+    qvf_out_put64(o, t->raw_bytes);
+    qvf_out_put32(o, nblk ? (uint32_t)t->block_bytes : 0);
+    qvf_out_put32(o, nblk);
+    qvf_out_write(o, t->target_sha256, 32);
+    qvf_out_write(o, t->result_sha256, 32);
+    qvf_out_write(o, t->name, nb);
+    qvf_out_pad(o, start, 8);
     for (uint32_t i = 0; i < nblk; i++)
-        put32(o, (uint32_t)(t->block_offsets[i + 1] - t->block_offsets[i]));
-    pad_to(o, start, 64);
-    out_write(o, t->data, t->data_bytes);
+        qvf_out_put32(o, (uint32_t)(t->block_offsets[i + 1] - t->block_offsets[i]));
+    qvf_out_pad(o, start, 64);
+    qvf_out_write(o, t->data, t->data_bytes);
     chunk_end(o);
 }
 

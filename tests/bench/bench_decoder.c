@@ -38,7 +38,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     int nq = qve_decoder_n_codebooks(d), spf = qve_decoder_samples_per_frame(d);
-    int *codes = malloc((size_t)n * nq * sizeof *codes);
+    int32_t *codes = malloc((size_t)n * nq * sizeof *codes);
     float *wav = malloc((size_t)n * spf * sizeof *wav);
     if (!codes || !wav) return 1;
     unsigned x = 12345;

@@ -138,10 +138,7 @@ int main(int argc, char **argv) {
         }
         for (int f = 0; f < 8 && !fa.t_first; f++) {
             if (qv_session_next_frame(s, codes, &done) || done) break;
-            int fr[QV_N_CODEBOOKS];
-            for (int g = 0; g < QV_N_CODEBOOKS; g++)
-                fr[g] = codes[g];
-            qve_dec_stream_push(ds, fr);
+            qve_dec_stream_push(ds, codes);
             for (int w = 0; w < 2000 && !fa.t_first; w++) { /* the decoder thread runs it */
                 struct timespec ms = {0, 1000000};
                 nanosleep(&ms, NULL);

@@ -10,7 +10,8 @@ import OpenAI from 'openai';
 
 const [base, mode, out] = process.argv.slice(2);
 const client = new OpenAI({ baseURL: base + '/v1', apiKey: process.env.QV_API_KEY || 'none', maxRetries: 0, timeout: 60000 });
-const req = { model: 'tts-1', voice: 'ryan', input: 'Hello from the openai package.', response_format: 'wav' };
+// max_seconds (a qvoice extension, passed through by the package) keeps the tiny test model short
+const req = { model: 'tts-1', voice: 'ryan', input: 'Hello from the openai package.', response_format: 'wav', max_seconds: 2, seed: 3 };
 
 function fail(msg) { console.error('openai_speech: ' + msg); process.exit(1); }
 

@@ -1,7 +1,7 @@
 /* mkmodel — synthetic Qwen3-TTS checkpoint generator (docs: synthetic-checkpoint.md v1, synthetic-tiny.md).
  * Tensor names and shapes are derived from the config files it writes, so the tiny and full-size
  * configurations share one code path. Values come from a stateless counter hash, so 2 threads fill
- * chunks in any order with identical bytes; files are written as NAME.tmp + rename and a stamp file
+ * chunks in any order with identical bytes; files are written atomically (util/fileio.h) and a stamp file
  * written last lets a rerun with the same arguments skip all work.
  */
 #include <cJSON.h>
@@ -19,6 +19,8 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "util/fileio.h"
 
 /* ==== constants ==== */
 
@@ -98,17 +100,11 @@ static void *xmalloc(size_t n) {
 }
 
 static char *read_file(const char *path, size_t *n_out) {
-    FILE *f = fopen(path, "rb");
-    if (!f) die("%s: cannot open (%s)", path, strerror(errno));
-    if (fseek(f, 0, SEEK_END) != 0) die("%s: cannot seek", path);
-    long n = ftell(f);
-    if (n < 0) die("%s: cannot size", path);
-    rewind(f);
-    char *buf = xmalloc((size_t)n + 1);
-    if (fread(buf, 1, (size_t)n, f) != (size_t)n) die("%s: short read", path);
-    fclose(f);
-    buf[n] = 0;
-    if (n_out) *n_out = (size_t)n;
+    char err[4400];
+    size_t n;
+    char *buf = qvu_read_file(path, SIZE_MAX / 2, &n, err, sizeof err);
+    if (!buf) die("%s", err);
+    if (n_out) *n_out = n;
     return buf;
 }
 
@@ -126,15 +122,24 @@ static void write_all(int fd, const void *buf, size_t n, uint64_t off, const cha
     }
 }
 
-/* Writes buf to DIR/NAME via NAME.tmp + rename, so a killed run never leaves a partial file. */
+static qvu_wfile *open_atomic(const char *path) {
+    char err[4400];
+    qvu_wfile *w;
+    if (qvu_wfile_open(&w, path, err, sizeof err)) die("%s", err);
+    return w;
+}
+
+static void commit_atomic(qvu_wfile *w) {
+    char err[4400];
+    if (qvu_wfile_commit(w, err, sizeof err)) die("%s", err);
+}
+
+/* Writes buf to path atomically (util/fileio.h): a killed run leaves neither a partial file nor a
+ * temporary one. */
 static void write_file_atomic(const char *path, const void *buf, size_t n) {
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) die("%s: cannot create (%s)", tmp, strerror(errno));
-    write_all(fd, buf, n, 0, tmp);
-    if (close(fd) != 0) die("%s: close failed (%s)", tmp, strerror(errno));
-    if (rename(tmp, path) != 0) die("%s: rename failed (%s)", path, strerror(errno));
+    qvu_wfile *w = open_atomic(path);
+    write_all(qvu_wfile_fd(w), buf, n, 0, path);
+    commit_atomic(w);
 }
 
 static void mkdir_p(const char *path) {
@@ -713,21 +718,19 @@ static void *fill_worker(void *arg) {
     return NULL;
 }
 
-/* Writes one safetensors file (tmp + rename); returns total bytes. */
+/* Writes one safetensors file atomically; returns total bytes. */
 static uint64_t write_safetensors(gen_job *job, const char *path, int n_threads) {
     size_t hlen;
     uint64_t data_bytes;
     char *header = build_header(&job->list, &hlen, &data_bytes);
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    int fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) die("%s: cannot create (%s)", tmp, strerror(errno));
+    qvu_wfile *w = open_atomic(path);
+    int fd = qvu_wfile_fd(w);
     uint64_t total = 8 + hlen + data_bytes;
-    if (ftruncate(fd, (off_t)total) != 0) die("%s: cannot size to %" PRIu64 " bytes (%s)", tmp, total, strerror(errno));
+    if (ftruncate(fd, (off_t)total) != 0) die("%s: cannot size to %" PRIu64 " bytes (%s)", path, total, strerror(errno));
     unsigned char len8[8];
     for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)hlen >> (8 * i));
-    write_all(fd, len8, 8, 0, tmp);
-    write_all(fd, header, hlen, 8, tmp);
+    write_all(fd, len8, 8, 0, path);
+    write_all(fd, header, hlen, 8, path);
     free(header);
 
     fill_ctx c = {.job = job, .fd = fd, .data_start = 8 + hlen};
@@ -750,9 +753,8 @@ static uint64_t write_safetensors(gen_job *job, const char *path, int n_threads)
     pthread_mutex_destroy(&c.lock);
     free(c.chunk_tensor);
     free(c.chunk_start);
-    if (c.failed) die("%s: write failed (%s)", tmp, strerror(c.failed));
-    if (close(fd) != 0) die("%s: close failed (%s)", tmp, strerror(errno));
-    if (rename(tmp, path) != 0) die("%s: rename failed (%s)", path, strerror(errno));
+    if (c.failed) die("%s: write failed (%s)", path, strerror(c.failed));
+    commit_atomic(w);
     return total;
 }
 

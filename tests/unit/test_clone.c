@@ -22,8 +22,8 @@
 #include "tests/unit/helpers/shell.h"
 
 #include "clone/clone.h"
-#include "features/features_impl.h"
 #include "kernels/kernels.h"
+#include "kernels/kernels_impl.h"
 #include "voicefmt/qvf.h"
 
 #define CLIP "tests/audio/en_ohenry_chenevert.wav"
@@ -238,7 +238,7 @@ static void test_formats(void **state) {
     float *x_44 = xvector_of(g_ecapa, &a_44);
     int dim = qvc_ecapa_dim(g_ecapa);
     int same = !memcmp(x_wav, x_flac, sizeof(float) * (size_t)dim);
-    double c44 = qvc_cosine(x_wav, x_44, dim);
+    double c44 = qvk_cosine(x_wav, x_44, dim);
     printf("  WAV vs FLAC x-vector: %s; WAV vs 44.1 kHz stereo: cosine %.6f (tolerance >= 0.99)\n",
            same ? "bit-identical" : "DIFFERENT", c44);
     assert_true(same);
@@ -292,7 +292,7 @@ static void test_lossy_formats(void **state) {
         if (rc) fprintf(stderr, "%s\n", err);
         assert_int_equal(rc, 0);
         float *x = xvector_of(g_ecapa, &a);
-        double cs = qvc_cosine(x_ref, x, qvc_ecapa_dim(g_ecapa));
+        double cs = qvk_cosine(x_ref, x, qvc_ecapa_dim(g_ecapa));
         printf("  %s (%s, %.2f s read): x-vector cosine vs lossless %.5f (tolerance >= 0.98)\n",
                f[i].ext, a.src_format, a.used_seconds, cs);
         assert_true(cs >= 0.98);
@@ -390,9 +390,9 @@ static void test_not_base(void **state) {
 
 /* ---- conv helper vs naive double -------------------------------------------------------- */
 
-static void naive_conv(const qvc_conv *cv, double *y, const float *x, int t_in, const float *w,
+static void naive_conv(const qvk_conv *cv, double *y, const float *x, int t_in, const float *w,
                        const float *b) {
-    int t_out = (int)qvc_conv_out_len(cv, t_in);
+    int t_out = (int)qvk_conv1d_out_len(cv, t_in);
     for (int o = 0; o < cv->c_out; o++)
         for (int t = 0; t < t_out; t++) {
             double acc = b ? b[o] : 0.0;
@@ -401,38 +401,38 @@ static void naive_conv(const qvc_conv *cv, double *y, const float *x, int t_in, 
                     int p = t * cv->stride + j * cv->dilation - cv->pad_left;
                     double v;
                     if (p >= 0 && p < t_in) v = x[c * t_in + p];
-                    else if (cv->pad == QVC_PAD_ZERO) v = 0.0;
-                    else if (cv->pad == QVC_PAD_REFLECT) v = x[c * t_in + (p < 0 ? -p : 2 * (t_in - 1) - p)];
+                    else if (cv->pad == QVK_PAD_ZERO) v = 0.0;
+                    else if (cv->pad == QVK_PAD_REFLECT) v = x[c * t_in + (p < 0 ? -p : 2 * (t_in - 1) - p)];
                     else v = x[c * t_in + (p < 0 ? 0 : t_in - 1)];
-                    if (cv->act_in == QVC_ACT_ELU && v < 0) v = expm1(v);
-                    if (cv->act_in == QVC_ACT_RELU && v < 0) v = 0;
+                    if (cv->act_in == QVK_ACT_ELU && v < 0) v = expm1(v);
+                    if (cv->act_in == QVK_ACT_RELU && v < 0) v = 0;
                     acc += v * w[(o * cv->c_in + c) * cv->k + j];
                 }
-            if (cv->act_out == QVC_ACT_RELU && acc < 0) acc = 0;
-            if (cv->act_out == QVC_ACT_ELU && acc < 0) acc = expm1(acc);
+            if (cv->act_out == QVK_ACT_RELU && acc < 0) acc = 0;
+            if (cv->act_out == QVK_ACT_ELU && acc < 0) acc = expm1(acc);
             y[o * t_out + t] = acc;
         }
 }
 
 static void test_conv_helper(void **state) {
-    struct { int c_in, c_out, k, stride, dil; enum qvc_pad pad; int causal; enum qvc_act ai, ao; int t; } cases[] = {
-        {3, 5, 7, 1, 1, QVC_PAD_ZERO, 1, QVC_ACT_NONE, QVC_ACT_NONE, 1000},
-        {4, 6, 8, 4, 1, QVC_PAD_ZERO, 1, QVC_ACT_ELU, QVC_ACT_NONE, 1001},
-        {5, 3, 3, 1, 4, QVC_PAD_REFLECT, 0, QVC_ACT_NONE, QVC_ACT_RELU, 300},
-        {6, 6, 4, 2, 1, QVC_PAD_REPLICATE, 1, QVC_ACT_NONE, QVC_ACT_NONE, 77},
-        {700, 9, 1, 1, 1, QVC_PAD_ZERO, 0, QVC_ACT_NONE, QVC_ACT_NONE, 5000},
-        {2, 4, 16, 8, 1, QVC_PAD_ZERO, 1, QVC_ACT_ELU, QVC_ACT_NONE, 61},
-        {64, 32, 1, 1, 1, QVC_PAD_ZERO, 0, QVC_ACT_NONE, QVC_ACT_RELU, 777}, /* read in place */
+    struct { int c_in, c_out, k, stride, dil; enum qvk_pad pad; int causal; enum qvk_act ai, ao; int t; } cases[] = {
+        {3, 5, 7, 1, 1, QVK_PAD_ZERO, 1, QVK_ACT_NONE, QVK_ACT_NONE, 1000},
+        {4, 6, 8, 4, 1, QVK_PAD_ZERO, 1, QVK_ACT_ELU, QVK_ACT_NONE, 1001},
+        {5, 3, 3, 1, 4, QVK_PAD_REFLECT, 0, QVK_ACT_NONE, QVK_ACT_RELU, 300},
+        {6, 6, 4, 2, 1, QVK_PAD_REPLICATE, 1, QVK_ACT_NONE, QVK_ACT_NONE, 77},
+        {700, 9, 1, 1, 1, QVK_PAD_ZERO, 0, QVK_ACT_NONE, QVK_ACT_NONE, 5000},
+        {2, 4, 16, 8, 1, QVK_PAD_ZERO, 1, QVK_ACT_ELU, QVK_ACT_NONE, 61},
+        {64, 32, 1, 1, 1, QVK_PAD_ZERO, 0, QVK_ACT_NONE, QVK_ACT_RELU, 777}, /* read in place */
     };
     srand(7);
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
-        qvc_conv cv = {.c_in = cases[ci].c_in, .c_out = cases[ci].c_out, .k = cases[ci].k,
+        qvk_conv cv = {.c_in = cases[ci].c_in, .c_out = cases[ci].c_out, .k = cases[ci].k,
                        .stride = cases[ci].stride, .dilation = cases[ci].dil, .pad = cases[ci].pad,
                        .act_in = cases[ci].ai, .act_out = cases[ci].ao};
         int t = cases[ci].t;
-        if (cases[ci].causal) qvc_conv_causal(&cv, t);
-        else qvc_conv_same(&cv);
-        int t_out = (int)qvc_conv_out_len(&cv, t);
+        if (cases[ci].causal) qvk_conv_causal(&cv, t);
+        else qvk_conv_same(&cv);
+        int t_out = (int)qvk_conv1d_out_len(&cv, t);
         if (cases[ci].causal) assert_int_equal(t_out, (t + cv.stride - 1) / cv.stride);
         else assert_int_equal(t_out, t);
         float *x = malloc(sizeof(float) * (size_t)cv.c_in * t);
@@ -440,11 +440,11 @@ static void test_conv_helper(void **state) {
         float *b = malloc(sizeof(float) * (size_t)cv.c_out);
         float *y = malloc(sizeof(float) * (size_t)cv.c_out * t_out);
         double *yr = malloc(sizeof(double) * (size_t)cv.c_out * t_out);
-        float *scratch = qvk_alloc(2 * sizeof(float) * qvc_conv_scratch(&cv));
+        float *scratch = qvk_alloc(2 * sizeof(float) * qvk_conv_chunk_scratch(&cv));
         for (int i = 0; i < cv.c_in * t; i++) x[i] = (float)rand() / RAND_MAX * 2 - 1;
         for (int i = 0; i < cv.c_out * cv.c_in * cv.k; i++) w[i] = (float)rand() / RAND_MAX - 0.5f;
         for (int i = 0; i < cv.c_out; i++) b[i] = (float)rand() / RAND_MAX - 0.5f;
-        qvc_conv1d(NULL, &cv, y, t_out, x, t, t, w, b, scratch);
+        qvk_conv1d_chunked(NULL, &cv, y, t_out, x, t, t, w, b, scratch);
         naive_conv(&cv, yr, x, t, w, b);
         double md = 0.0;
         for (int i = 0; i < cv.c_out * t_out; i++) md = fmax(md, fabs(y[i] - yr[i]));
@@ -453,7 +453,7 @@ static void test_conv_helper(void **state) {
         assert_true(md < 1e-4);
         /* residual mode adds onto y */
         cv.residual = 1;
-        qvc_conv1d(g_pool, &cv, y, t_out, x, t, t, w, b, scratch);
+        qvk_conv1d_chunked(g_pool, &cv, y, t_out, x, t, t, w, b, scratch);
         md = 0.0;
         for (int i = 0; i < cv.c_out * t_out; i++) md = fmax(md, fabs(y[i] - 2 * yr[i]));
         assert_true(md < 2e-4);
@@ -462,11 +462,11 @@ static void test_conv_helper(void **state) {
         float *xt = malloc(sizeof(float) * (size_t)cv.c_in * t);
         float *wt = malloc(sizeof(float) * (size_t)cv.c_out * cv.c_in * cv.k);
         float *yt = malloc(sizeof(float) * (size_t)cv.c_out * t_out);
-        float *scratch_tm = qvk_alloc(2 * sizeof(float) * qvc_conv_scratch(&cv));
+        float *scratch_tm = qvk_alloc(2 * sizeof(float) * qvk_conv_chunk_scratch(&cv));
         for (int c = 0; c < cv.c_in; c++)
             for (int i = 0; i < t; i++) xt[(size_t)i * cv.c_in + c] = x[(size_t)c * t + i];
-        qvc_conv_weights_tm(wt, w, cv.c_out, cv.c_in, cv.k);
-        qvc_conv1d_tm(g_pool, &cv, yt, cv.c_out, xt, cv.c_in, t, wt, b, scratch_tm);
+        qvk_conv_weights_tm(wt, w, cv.c_out, cv.c_in, cv.k);
+        qvk_conv1d_chunked_tm(g_pool, &cv, yt, cv.c_out, xt, cv.c_in, t, wt, b, scratch_tm);
         md = 0.0;
         for (int o = 0; o < cv.c_out; o++)
             for (int i = 0; i < t_out; i++) md = fmax(md, fabs(yt[(size_t)i * cv.c_out + o] - yr[(size_t)o * t_out + i]));
@@ -524,7 +524,7 @@ static void test_elu_variants(void **state) {
     enum { K = 7, CO = 64, T = 300 };
     float w[CO * K], *y = malloc(sizeof(float) * T * CO);
     for (int i = 0; i < CO * K; i++) w[i] = 0.37f * a[i] - 0.1f;
-    qvc_conv_c1_avx512(y, CO, a + 1, T, w, K, CO);
+    qvk_conv_c1_avx512(y, CO, a + 1, T, w, K, CO);
     n_diff = 0;
     for (int i = 0; i < T; i++)
         for (int o = 0; o < CO; o++) {
@@ -557,7 +557,7 @@ static void test_tiny_model(void **state) {
     qvc_audio part;
     assert_int_equal(qvc_audio_from_mono(&part, g_clip.samples + 240000, 240000, 24000, "part", err, sizeof err), 0);
     float *x3 = xvector_of(e, &part);
-    double c = qvc_cosine(x1, x3, 64);
+    double c = qvk_cosine(x1, x3, 64);
     printf("  tiny x-vector norm %.3f; cosine whole clip vs 10 s part %.4f\n", qvc_l2norm(x1, 64), c);
     assert_true(c < 1.0);
     qvc_speech_encoder *se = qvc_speech_encoder_load(g_tiny, err, sizeof err);

@@ -59,12 +59,12 @@ static void read_npy(const char *name, enum npy_dtype dt, npy_array *a) {
 }
 
 /* int64 codes → int frames [n_frames][16]; cb_major: the array is [16, T] (else [T, 16]). */
-static int *to_frames(const npy_array *a, int cb_major, int *n_frames) {
+static int32_t *to_frames(const npy_array *a, int cb_major, int *n_frames) {
     assert_int_equal(a->n_dims, 2);
     int nq = (int)(cb_major ? a->shape[0] : a->shape[1]);
     int t = (int)(cb_major ? a->shape[1] : a->shape[0]);
     assert_int_equal(nq, 16);
-    int *f = malloc((size_t)t * nq * sizeof *f);
+    int32_t *f = malloc((size_t)t * nq * sizeof *f);
     assert_non_null(f);
     const int64_t *c = npy_i64(a);
     for (int i = 0; i < t; i++)
@@ -81,7 +81,7 @@ static float *alloc_wav(const qve_decoder *d, int n_frames) {
     return wav;
 }
 
-static float *decode(const qve_decoder *d, const int *frames, int n) {
+static float *decode(const qve_decoder *d, const int32_t *frames, int n) {
     char err[512];
     float *wav = alloc_wav(d, n);
     if (qve_decoder_decode(d, frames, n, wav, err, sizeof err) != 0) fail_msg("%s", err);
@@ -89,7 +89,7 @@ static float *decode(const qve_decoder *d, const int *frames, int n) {
 }
 
 /* One reference chunk: n frames from a clean state, the first n_ctx of them context. */
-static float *decode_chunk(const qve_decoder *d, const int *frames, int n, int n_ctx) {
+static float *decode_chunk(const qve_decoder *d, const int32_t *frames, int n, int n_ctx) {
     char err[512];
     float *wav = alloc_wav(d, n - n_ctx);
     if (qve_decoder_decode_pass(d, frames, n, n_ctx, wav, err, sizeof err) != 0)
@@ -131,7 +131,7 @@ static int on_audio(void *user, const float *pcm, int n) {
 
 /* Streams frames through a decoder thread (n_threads 1) or synchronously (0); with pause_us the
  * producer sleeps after each frame, so the thread really waits for frames like behind a talker. */
-static float *stream_paced(const qve_decoder *d, const int *frames, int n, int n_threads,
+static float *stream_paced(const qve_decoder *d, const int32_t *frames, int n, int n_threads,
                            long pause_us) {
     char err[512];
     collect c = {0};
@@ -152,7 +152,7 @@ static float *stream_paced(const qve_decoder *d, const int *frames, int n, int n
     return c.wav;
 }
 
-static float *stream(const qve_decoder *d, const int *frames, int n, int n_threads) {
+static float *stream(const qve_decoder *d, const int32_t *frames, int n, int n_threads) {
     return stream_paced(d, frames, n, n_threads, 0);
 }
 
@@ -171,8 +171,8 @@ static void check_golden(const char *what, const float *got, const float *want, 
 }
 
 static uint64_t g_rng = 0x2545f4914f6cdd1dull;
-static int *random_frames(int n, int cb_size) {
-    int *f = malloc((size_t)n * 16 * sizeof *f);
+static int32_t *random_frames(int n, int cb_size) {
+    int32_t *f = malloc((size_t)n * 16 * sizeof *f);
     assert_non_null(f);
     for (size_t i = 0; i < (size_t)n * 16; i++) {
         g_rng ^= g_rng << 13;
@@ -189,7 +189,7 @@ static int *random_frames(int n, int cb_size) {
  * result against the golden wav file. Returns the decoded wav; *frames (both caller-freed), *n and
  * *n_s receive the frames and the sample count. */
 static float *golden_pair(const char *codes_npy, int cb_major, const char *wav_npy,
-                          const char *what, int **frames, int *n, size_t *n_s) {
+                          const char *what, int32_t **frames, int *n, size_t *n_s) {
     npy_array codes = {0}, want = {0};
     read_npy(codes_npy, NPY_I64, &codes);
     read_npy(wav_npy, NPY_F32, &want);
@@ -245,12 +245,12 @@ static void test_golden_icl_chunk(void **state) {
     read_npy("gen_base_icl_en_codes.npy", NPY_I64, &gen);
     read_npy("gen_base_icl_en_wav.npy", NPY_F32, &want);
     int n_ref, n_gen;
-    int *fr = to_frames(&ref, 0, &n_ref);
-    int *fg = to_frames(&gen, 0, &n_gen);
+    int32_t *fr = to_frames(&ref, 0, &n_ref);
+    int32_t *fg = to_frames(&gen, 0, &n_gen);
     int total = n_ref + n_gen, ctx = QVE_DEC_CONTEXT_FRAMES;
     int start = QVE_DEC_CHUNK_FRAMES; /* chunk 1 */
     assert_true(total > start && total <= 2 * QVE_DEC_CHUNK_FRAMES);
-    int *all = malloc((size_t)total * 16 * sizeof *all);
+    int32_t *all = malloc((size_t)total * 16 * sizeof *all);
     assert_non_null(all);
     memcpy(all, fr, (size_t)n_ref * 16 * sizeof *all);
     memcpy(all + (size_t)n_ref * 16, fg, (size_t)n_gen * 16 * sizeof *all);
@@ -273,7 +273,7 @@ static void test_golden_icl_chunk(void **state) {
 static void test_tiny_stream(void **state) {
     (void)state;
     int n = 61; /* not a multiple of the block: the partial last block is exercised */
-    int *f = random_frames(n, qve_decoder_codebook_size(g_tiny));
+    int32_t *f = random_frames(n, qve_decoder_codebook_size(g_tiny));
     size_t n_s = (size_t)n * qve_decoder_samples_per_frame(g_tiny);
     float *one = decode(g_tiny, f, n);
     float *thr = stream(g_tiny, f, n, 1);
@@ -308,7 +308,7 @@ static void test_tiny_stream(void **state) {
 static void test_tiny_chunks(void **state) {
     (void)state;
     int n = 2 * QVE_DEC_CHUNK_FRAMES + 47, spf = qve_decoder_samples_per_frame(g_tiny);
-    int *f = random_frames(n, qve_decoder_codebook_size(g_tiny));
+    int32_t *f = random_frames(n, qve_decoder_codebook_size(g_tiny));
     size_t n_s = (size_t)n * spf;
     float *ref = malloc(n_s * sizeof *ref);
     assert_non_null(ref);
@@ -342,7 +342,7 @@ static void test_tiny_chunks(void **state) {
 static void test_tiny_boundary(void **state) {
     (void)state;
     int spf = qve_decoder_samples_per_frame(g_tiny);
-    int *f = random_frames(301, qve_decoder_codebook_size(g_tiny));
+    int32_t *f = random_frames(301, qve_decoder_codebook_size(g_tiny));
     float *a = decode(g_tiny, f, 301);
     float *b = decode(g_tiny, f, 300);
     check_identical("tiny: decode(300) vs prefix of decode(301)", b, a, (size_t)300 * spf);
@@ -358,7 +358,7 @@ static void test_tiny_boundary(void **state) {
 static void test_errors(void **state) {
     (void)state;
     char err[512] = "";
-    int *f = random_frames(5, qve_decoder_codebook_size(g_tiny));
+    int32_t *f = random_frames(5, qve_decoder_codebook_size(g_tiny));
     f[3 * 16 + 7] = qve_decoder_codebook_size(g_tiny);
     float *wav = malloc((size_t)5 * qve_decoder_samples_per_frame(g_tiny) * sizeof *wav);
     assert_non_null(wav);

@@ -142,11 +142,21 @@ static void test_silence(void **state) {
                                    : 3e-4f * (float)((i * 7919) % 13 - 6) / 6.0f;
     }
     qve_guard_init(&g, 1000, NULL);
-    assert_int_equal(qve_guard_audio(&g, wav, NF, SPF), QVE_GUARD_SILENCE);
+    assert_int_equal(qve_guard_audio(&g, wav, 0, NF, SPF), QVE_GUARD_SILENCE);
     printf("  audio: %s\n", qve_guard_message(&g));
     assert_int_equal(g.silence_start, 12);
     qve_guard_init(&g, 1000, NULL);
-    assert_int_equal(qve_guard_audio(&g, wav, 12 + 37, SPF), QVE_GUARD_OK); /* 2.96 s: fine */
+    assert_int_equal(qve_guard_audio(&g, wav, 0, 12 + 37, SPF), QVE_GUARD_OK); /* 2.96 s: fine */
+    /* fed in the decoder's blocks (1, 1, 2, 4, 8, ... frames): the same verdict and start */
+    qve_guard_init(&g, 1000, NULL);
+    int f = 0, v2 = QVE_GUARD_OK;
+    for (int nb = 1; f < NF && v2 == QVE_GUARD_OK; nb = nb < 8 && f > 0 ? 2 * nb : nb) {
+        int n = f + nb > NF ? NF - f : nb;
+        v2 = qve_guard_audio(&g, wav + (size_t)f * SPF, f, n, SPF);
+        f += n;
+    }
+    assert_int_equal(v2, QVE_GUARD_SILENCE);
+    assert_int_equal(g.silence_start, 12);
 }
 
 int main(void) {

@@ -685,16 +685,16 @@ static void test_conv1d(void **state) {
     (void)state;
     const qvk_conv cases[] = {
         /* c_in c_out k stride dil groups padl padr mode */
-        {4, 6, 3, 1, 1, 1, 2, 0, QVK_PAD_ZERO},    /* causal k3 */
-        {5, 3, 7, 1, 3, 1, 18, 0, QVK_PAD_ZERO},   /* causal dilated */
-        {4, 4, 5, 1, 2, 1, 4, 4, QVK_PAD_REFLECT}, /* "same" reflect */
-        {3, 2, 3, 1, 1, 1, 1, 1, QVK_PAD_REPLICATE},
-        {6, 4, 8, 4, 1, 1, 4, 3, QVK_PAD_ZERO},      /* strided */
-        {4, 6, 3, 2, 1, 2, 1, 1, QVK_PAD_REFLECT},   /* grouped */
-        {8, 8, 7, 1, 1, 8, 6, 0, QVK_PAD_ZERO},      /* depthwise causal */
-        {8, 8, 3, 2, 2, 8, 2, 2, QVK_PAD_REFLECT},   /* depthwise strided dilated */
-        {7, 5, 1, 1, 1, 1, 0, 0, QVK_PAD_ZERO},      /* 1x1 */
-        {2, 3, 3, 1, 1, 1, 12, 12, QVK_PAD_REFLECT}, /* pad longer than the input */
+        {4, 6, 3, 1, 1, 1, 2, 0, QVK_PAD_ZERO, QVK_ACT_NONE, QVK_ACT_NONE, 0},    /* causal k3 */
+        {5, 3, 7, 1, 3, 1, 18, 0, QVK_PAD_ZERO, QVK_ACT_NONE, QVK_ACT_NONE, 0},   /* causal dilated */
+        {4, 4, 5, 1, 2, 1, 4, 4, QVK_PAD_REFLECT, QVK_ACT_NONE, QVK_ACT_NONE, 0}, /* "same" reflect */
+        {3, 2, 3, 1, 1, 1, 1, 1, QVK_PAD_REPLICATE, QVK_ACT_NONE, QVK_ACT_NONE, 0},
+        {6, 4, 8, 4, 1, 1, 4, 3, QVK_PAD_ZERO, QVK_ACT_NONE, QVK_ACT_NONE, 0},      /* strided */
+        {4, 6, 3, 2, 1, 2, 1, 1, QVK_PAD_REFLECT, QVK_ACT_NONE, QVK_ACT_NONE, 0},   /* grouped */
+        {8, 8, 7, 1, 1, 8, 6, 0, QVK_PAD_ZERO, QVK_ACT_NONE, QVK_ACT_NONE, 0},      /* depthwise causal */
+        {8, 8, 3, 2, 2, 8, 2, 2, QVK_PAD_REFLECT, QVK_ACT_NONE, QVK_ACT_NONE, 0},   /* depthwise strided dilated */
+        {7, 5, 1, 1, 1, 1, 0, 0, QVK_PAD_ZERO, QVK_ACT_NONE, QVK_ACT_NONE, 0},      /* 1x1 */
+        {2, 3, 3, 1, 1, 1, 12, 12, QVK_PAD_REFLECT, QVK_ACT_NONE, QVK_ACT_NONE, 0}, /* pad longer than the input */
     };
     const int t_ins[] = {1, 9, 40};
     double max_all = 0;
@@ -732,7 +732,7 @@ static void test_conv1d(void **state) {
         }
     }
     printf("  %-40s max|Δ| = %.3g (tol 1e-5)\n", "conv1d (10 configs x 3 lengths)", max_all);
-    qvk_conv cz = {2, 2, 5, 1, 1, 1, 0, 0, QVK_PAD_ZERO};
+    qvk_conv cz = {2, 2, 5, 1, 1, 1, 0, 0, QVK_PAD_ZERO, QVK_ACT_NONE, QVK_ACT_NONE, 0};
     assert_int_equal(qvk_conv1d_out_len(&cz, 4), 0);
     assert_int_equal(qvk_conv1d_out_len(&cz, 5), 1);
 }

@@ -28,7 +28,7 @@
 #include "tests/unit/helpers/tmpdir.h"
 
 #define CLIP "tests/audio/en_ohenry_chenevert.wav"
-#define VOICE "voices/ohenry.qvoice"
+#define VOICE_06B "voices/ohenry.qvoice" /* made for 0.6B: fits no tiny model */
 
 typedef struct {
     pid_t pid;
@@ -38,6 +38,8 @@ typedef struct {
 
 static char g_cv[512], g_base[512];
 static server g_srv; /* the shared server: tiny-cv, max 200 chars, 1 MB uploads, 3 s timeout */
+static server g_extra; /* one started by a test (stopped by the teardown if a test fails) */
+static char g_voice[512]; /* a tiny-base clone of the bundled clip: fits tiny-cv */
 static int g_npm;    /* the openai package is installed */
 static char g_body[1 << 16];
 
@@ -141,11 +143,13 @@ static int ready_flag(const server *sv, const char *key) {
     return v;
 }
 
-/* Value of the first metrics line starting with prefix, or -1. */
+/* Value of the metrics sample line starting with prefix, or -1. */
 static double metric(const server *sv, const char *prefix) {
     if (curl(sv, NULL, "SRV/metrics") != 200) return -1;
-    const char *p = strstr(g_body, prefix);
-    return p ? atof(p + strlen(prefix)) : -1;
+    char line[256];
+    snprintf(line, sizeof line, "\n%s", prefix); /* not the # HELP line */
+    const char *p = strstr(g_body, line);
+    return p ? atof(p + strlen(line)) : -1;
 }
 
 static int count_files(const char *dir, const char *needle) {
@@ -169,6 +173,10 @@ static int group_setup(void **state) {
     tmp_write(tmp_path("voices/.upload-abc123"), "x", 1);
     tmp_write(tmp_path("voices/.new-abc123"), "x", 1);
     tmp_write(tmp_path("voices/0123.qvoice.tmp.XyZ123"), "x", 1);
+    snprintf(g_voice, sizeof g_voice, "%s/tiny.qvoice", tmp_dir);
+    if (sh("bin/clone -m %s %s -o %s -n tiny --consent test >/dev/null 2>&1", g_base, CLIP,
+           g_voice))
+        return -1;
     g_npm = sh("cd tests/server && timeout 300 npm install --no-audit --no-fund --silent "
                ">/dev/null 2>&1") == 0;
     char args[2048];
@@ -180,6 +188,7 @@ static int group_setup(void **state) {
 
 static int group_teardown(void **state) {
     stop(&g_srv);
+    stop(&g_extra);
     return tmpdir_teardown(state);
 }
 
@@ -247,14 +256,14 @@ static void test_speech_bad_input(void **state) {
 
 /* ==== voice library ========================================================================== */
 
-static int py(const char *fmt, ...) {
+static int py(const server *sv, const char *fmt, ...) {
     char args[2048], cmd[4096 + 256];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(args, sizeof args, fmt, ap);
     va_end(ap);
     snprintf(cmd, sizeof cmd, "timeout 120 python3 tests/server/client.py %d %s > %s 2>&1",
-             g_srv.port, args, tmp_path("py.out"));
+             sv->port, args, tmp_path("py.out"));
     int st = system(cmd);
     slurp(tmp_path("py.out"), g_body, sizeof g_body);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
@@ -264,9 +273,9 @@ static void test_voices(void **state) {
     (void)state;
     char dir[512], stored[1024], id[65] = "";
     snprintf(dir, sizeof dir, "%s/voices", tmp_dir);
-    assert_int_equal(py("upload %s name=henry", VOICE), 0);
+    assert_int_equal(py(&g_srv, "upload %s name=henry", g_voice), 0);
     assert_true(!strncmp(g_body, "400 ", 4) && strstr(g_body, "\"consent\""));
-    assert_int_equal(py("upload %s name=henry consent='I agree'", VOICE), 0);
+    assert_int_equal(py(&g_srv, "upload %s name=henry consent='I agree'", g_voice), 0);
     assert_true(!strncmp(g_body, "200 ", 4));
     cJSON *o = cJSON_Parse(g_body + 4);
     assert_non_null(o);
@@ -278,7 +287,7 @@ static void test_voices(void **state) {
     snprintf(stored, sizeof stored, "%s/%s.qvoice", dir, id);
     assert_int_equal(sh("test \"$(sha256sum < %s | cut -c1-64)\" = %s", stored, id), 0);
     /* the same voice again: the same id, no conflict */
-    assert_int_equal(py("upload %s name=henry consent=yes", VOICE), 0);
+    assert_int_equal(py(&g_srv, "upload %s name=henry consent=yes", g_voice), 0);
     assert_non_null(strstr(g_body, id));
     assert_int_equal(curl(&g_srv, NULL, "SRV/v1/audio/voices"), 200);
     assert_non_null(strstr(g_body, "\"henry\""));
@@ -289,10 +298,10 @@ static void test_voices(void **state) {
                      200);
     assert_int_equal(sh("cmp -s %s %s", tmp_path("dl.qvoice"), stored), 0);
     /* bad uploads */
-    assert_int_equal(py("truncated %s name=x consent=yes", VOICE), 0);
+    assert_int_equal(py(&g_srv, "truncated %s name=x consent=yes", g_voice), 0);
     assert_true(!strncmp(g_body, "400 ", 4) && strstr(g_body, "truncated"));
-    assert_int_equal(sh("head -c 3000 %s > %s", VOICE, tmp_path("cut.qvoice")), 0);
-    assert_int_equal(py("upload %s consent=yes", tmp_path("cut.qvoice")), 0);
+    assert_int_equal(sh("head -c 3000 %s > %s", g_voice, tmp_path("cut.qvoice")), 0);
+    assert_int_equal(py(&g_srv, "upload %s consent=yes", tmp_path("cut.qvoice")), 0);
     assert_true(!strncmp(g_body, "400 ", 4) && strstr(g_body, "invalid_voice_file"));
     assert_int_equal(sh("head -c 1200000 /dev/zero > %s", tmp_path("big.wav")), 0);
     /* over --max-upload-mb: refused by its Content-Length, or while it arrives (chunked) */
@@ -302,8 +311,10 @@ static void test_voices(void **state) {
     int st = curl(&g_srv, NULL, "-H 'Transfer-Encoding: chunked' -F audio_sample=@%s "
                                 "-F consent=yes SRV/v1/audio/voices", tmp_path("big.wav"));
     assert_true(st == 413 || st == 100 || st == 0);
-    assert_int_equal(py("upload %s consent=yes name=%064d", VOICE, 0), 0);
+    assert_int_equal(py(&g_srv, "upload %s consent=yes name=%064d", g_voice, 0), 0);
     assert_true(!strncmp(g_body, "400 ", 4) && strstr(g_body, "\"name\""));
+    assert_int_equal(py(&g_srv, "upload %s consent=yes", VOICE_06B), 0); /* another model's voice */
+    assert_true(!strncmp(g_body, "400 ", 4) && strstr(g_body, "voice_unusable"));
     assert_int_equal(curl(&g_srv, NULL, "-F x=1 SRV/v1/audio/voices"), 400);
     assert_string_equal(error_code(), "missing_field");
     assert_int_equal(curl(&g_srv, NULL, "-H 'Content-Type: text/plain' -d x SRV/v1/audio/voices"), 400);
@@ -317,24 +328,23 @@ static void test_voices(void **state) {
 
 static void test_slow_client(void **state) {
     (void)state;
-    assert_int_equal(py("slow"), 0); /* dropped after --timeout 3 */
+    assert_int_equal(py(&g_srv, "slow"), 0); /* dropped after --timeout 3 */
     assert_int_equal(curl(&g_srv, NULL, "SRV/health"), 200);
 }
 
 static void test_auth(void **state) {
     (void)state;
-    server sv = {0};
     char args[2048];
     tmp_write(tmp_path("keys"), "# keys\nsecret-1\nsecret-2\n", 25);
     snprintf(args, sizeof args, "-m %s --voices %s/voices --api-key-file %s", g_cv, tmp_dir,
              tmp_path("keys"));
-    assert_int_equal(start(&sv, "auth", args), 0);
-    assert_int_equal(curl(&sv, NULL, "SRV/v1/audio/voices"), 401);
+    assert_int_equal(start(&g_extra, "auth", args), 0);
+    assert_int_equal(curl(&g_extra, NULL, "SRV/v1/audio/voices"), 401);
     assert_string_equal(error_code(), "invalid_api_key");
-    assert_int_equal(curl(&sv, NULL, "-H 'Authorization: Bearer secret-3' SRV/v1/audio/voices"), 401);
-    assert_int_equal(curl(&sv, NULL, "-H 'Authorization: Bearer secret-2' SRV/v1/audio/voices"), 200);
-    assert_int_equal(curl(&sv, NULL, "SRV/health"), 200); /* probes need no key */
-    assert_int_equal(stop(&sv), 0);
+    assert_int_equal(curl(&g_extra, NULL, "-H 'Authorization: Bearer secret-3' SRV/v1/audio/voices"), 401);
+    assert_int_equal(curl(&g_extra, NULL, "-H 'Authorization: Bearer secret-2' SRV/v1/audio/voices"), 200);
+    assert_int_equal(curl(&g_extra, NULL, "SRV/health"), 200); /* probes need no key */
+    assert_int_equal(stop(&g_extra), 0);
     /* a missing key file is a start-up error naming it */
     assert_int_equal(sh("bin/qvoice-server -m %s --voices %s/voices --api-key-file %s/none "
                         "2>%s; test $? = 1", g_cv, tmp_dir, tmp_dir, tmp_path("err")), 0);
@@ -398,6 +408,22 @@ static void test_speech(void **state) {
         assert_int_equal(st, 200);
         assert_true(wav_frames(tmp_path(out)) > 0);
     }
+    /* a library voice by name */
+    assert_int_equal(py(&g_srv, "upload %s name=lib consent=yes", g_voice), 0);
+    assert_true(!strncmp(g_body, "200 ", 4));
+    assert_int_equal(curl(&g_srv, tmp_path("lib.wav"), "-d '{\"input\":\"Hi.\",\"voice\":\"lib\","
+                                                     "\"max_seconds\":1}' SRV/v1/audio/speech"),
+                     200);
+    assert_true(wav_frames(tmp_path("lib.wav")) > 0);
+    /* no cap: the tiny model's random codes may run into the runaway guard, which must be a 500
+     * (never a 200 with the partial audio) and counted */
+    int st = curl(&g_srv, NULL, "-d '{\"input\":\"Hello there.\",\"voice\":\"ryan\"}' "
+                                "SRV/v1/audio/speech");
+    if (st != 200) {
+        assert_int_equal(st, 500);
+        assert_string_equal(error_code(), "guard");
+        assert_true(metric(&g_srv, "qvoice_guard_failures_total ") >= 1);
+    }
     if (!g_npm) return;
     char base[64];
     snprintf(base, sizeof base, "http://127.0.0.1:%d", g_srv.port);
@@ -414,64 +440,62 @@ static void test_speech(void **state) {
 
 static void test_disconnect_and_limits(void **state) {
     (void)state;
-    server sv = {0};
     char args[2048];
     snprintf(args, sizeof args, "-m %s --voices %s/voices --max-concurrency 1 --max-queue 0", g_cv,
              tmp_dir);
-    assert_int_equal(start(&sv, "busy", args), 0);
-    if (!synthesis(&sv)) {
-        stop(&sv);
+    assert_int_equal(start(&g_extra, "busy", args), 0);
+    if (!synthesis(&g_extra)) {
+        stop(&g_extra);
         skip();
     }
     /* a long streamed request in the background, then a second one: 429 with Retry-After */
-    const char *longreq = "{\"input\":\"A long text that goes on.\",\"voice\":\"ryan\","
+    const char *longreq = "{\"input\":\"A long text that goes on and on, sentence after sentence, "
+                          "with many words in it so that the tiny model has a large frame budget "
+                          "and keeps its synthesis slot busy for a while.\",\"voice\":\"ryan\","
                           "\"stream_format\":\"audio\",\"response_format\":\"pcm\","
                           "\"max_seconds\":60}";
     tmp_write(tmp_path("long.json"), longreq, strlen(longreq));
     assert_int_equal(sh("curl -s --max-time 120 -o %s -d @%s http://127.0.0.1:%d/v1/audio/speech &",
-                        tmp_path("bg.pcm"), tmp_path("long.json"), sv.port), 0);
-    for (int i = 0; i < 100 && metric(&sv, "qvoice_active_sessions ") < 1; i++) sleep_ms(100);
-    assert_int_equal(curl(&sv, NULL, "-D %s -d '{\"input\":\"x\"}' SRV/v1/audio/speech",
+                        tmp_path("bg.pcm"), tmp_path("long.json"), g_extra.port), 0);
+    for (int i = 0; i < 100 && metric(&g_extra, "qvoice_active_sessions ") < 1; i++) sleep_ms(100);
+    assert_int_equal(curl(&g_extra, NULL, "-D %s -d '{\"input\":\"x\"}' SRV/v1/audio/speech",
                           tmp_path("hdr")), 429);
     assert_true(file_has(tmp_path("hdr"), "Retry-After: 1"));
     /* SIGTERM under load: the stream in flight ends normally, the server exits 0 */
-    assert_int_equal(stop(&sv), 0);
-    assert_true(file_has(sv.log, "draining"));
-    assert_int_equal(sh("curl -s --max-time 5 http://127.0.0.1:%d/health", sv.port) == 0, 0);
+    assert_int_equal(stop(&g_extra), 0);
+    assert_true(file_has(g_extra.log, "draining"));
+    assert_int_equal(sh("curl -s --max-time 5 http://127.0.0.1:%d/health", g_extra.port) == 0, 0);
     /* a client that leaves mid-stream cancels its synthesis */
-    assert_int_equal(start(&sv, "gone", args), 0);
+    assert_int_equal(start(&g_extra, "gone", args), 0);
     char json[512];
     snprintf(json, sizeof json, "'%s'", longreq);
     char cmd[1024];
-    snprintf(cmd, sizeof cmd, "timeout 60 python3 tests/server/client.py %d disconnect %s", sv.port,
+    snprintf(cmd, sizeof cmd, "timeout 60 python3 tests/server/client.py %d disconnect %s", g_extra.port,
              json);
     assert_int_equal(sh("%s > /dev/null", cmd), 0);
     double cancelled = 0;
-    for (int i = 0; i < 100 && (cancelled = metric(&sv, "qvoice_cancelled_total ")) < 1; i++)
+    for (int i = 0; i < 100 && (cancelled = metric(&g_extra, "qvoice_cancelled_total ")) < 1; i++)
         sleep_ms(100);
     assert_true(cancelled >= 1);
-    assert_true(metric(&sv, "qvoice_active_sessions ") == 0);
-    assert_int_equal(stop(&sv), 0);
+    assert_true(metric(&g_extra, "qvoice_active_sessions ") == 0);
+    assert_int_equal(stop(&g_extra), 0);
 }
 
 /* ==== cloning ================================================================================ */
 
 static void test_clone_upload(void **state) {
     (void)state;
-    server sv = {0};
     char args[2048];
     snprintf(args, sizeof args, "-m %s --voices %s/voices --clone-model %s", g_cv, tmp_dir, g_base);
-    assert_int_equal(start(&sv, "clone", args), 0);
+    assert_int_equal(start(&g_extra, "clone", args), 0);
     int in_lib = sh("nm build/libqvoice.a 2>/dev/null | grep -q ' T qv_clone_run$'") == 0;
-    int served = ready_flag(&sv, "cloning");
+    int served = ready_flag(&g_extra, "cloning");
     if (served != in_lib || !served) {
-        stop(&sv);
+        stop(&g_extra);
         assert_int_equal(served, in_lib);
         skip();
     }
-    server keep = g_srv;
-    g_srv = sv; /* py() talks to g_srv */
-    assert_int_equal(py("upload %s name=clip consent=yes language=english", CLIP), 0);
+    assert_int_equal(py(&g_extra, "upload %s name=clip consent=yes language=english", CLIP), 0);
     assert_true(!strncmp(g_body, "200 ", 4) && strstr(g_body, "\"report\""));
     /* corrupt audio of each container: the start of a valid file, then garbage */
     const struct {
@@ -492,11 +516,10 @@ static void test_clone_upload(void **state) {
         sf_close(w);
         assert_int_equal(sh("head -c 700 %s > %s.cut && head -c 8000 /dev/urandom >> %s.cut", f,
                             f, f), 0);
-        assert_int_equal(py("upload %s.cut consent=yes", f), 0);
+        assert_int_equal(py(&g_extra, "upload %s.cut consent=yes", f), 0);
         if (strncmp(g_body, "400 ", 4)) fail_msg("%s: %s", f, g_body);
     }
-    g_srv = keep;
-    assert_int_equal(stop(&sv), 0);
+    assert_int_equal(stop(&g_extra), 0);
 }
 
 int main(void) {

@@ -194,98 +194,20 @@ static void test_audio_join_trim(void **state) {
         x[i] = 1e-4f * ((float)(r >> 16 & 0x7fff) / 16384.0f - 1.0f);
         if (i >= 24000) x[i] += 0.3f * sinf(2.0f * 3.14159265f * 220.0f * (float)i / 24000.0f);
     }
-    int64_t drop = qve_audio_lead_trim(x, n, 2400);
-    printf("  lead trim drops %lld samples (expect 21600 ± 240)\n", (long long)drop);
-    assert_true(llabs(drop - 21600) <= 240);
-    assert_int_equal(qve_audio_lead_trim(x + 21600, n - 21600, 2400), 0); /* already short */
+    int64_t scanned = 0, start = qve_audio_lead_start(x, n, 2400, &scanned);
+    printf("  lead trim keeps from sample %lld (expect 21600)\n", (long long)start);
+    assert_int_equal(start, 21600);
+    /* fed in decoder blocks (1920 samples): the same answer once the tone arrives */
+    scanned = 0, start = -1;
+    for (int64_t k = 1920; start < 0 && k <= n; k += 1920)
+        start = qve_audio_lead_start(x, k, 2400, &scanned);
+    assert_int_equal(start, 21600);
+    scanned = 0;
+    assert_int_equal(qve_audio_lead_start(x + 21600, n - 21600, 2400, &scanned), 0); /* short */
     memset(x, 0, (size_t)n * sizeof *x);
-    assert_int_equal(qve_audio_lead_trim(x, n, 2400), 0); /* all silent: untouched */
+    scanned = 0;
+    assert_int_equal(qve_audio_lead_start(x, n, 2400, &scanned), -1); /* all silent */
     free(x);
-}
-
-/* ---- long-text driver with a fake synthesizer -------------------------------------------- */
-
-typedef struct {
-    int trip_over_chars; /* "guard" trips for texts longer than this; 0 = always */
-    int calls;
-    char log[16][128];
-} fake;
-
-/* 0.3 s lead silence then 20 ms of tone per code point */
-static int fake_synth(void *user, const char *text, qve_audio_buf *out, char *err,
-                      size_t err_size) {
-    fake *f = user;
-    if (f->calls < 16) snprintf(f->log[f->calls], sizeof f->log[0], "%s", text);
-    f->calls++;
-    int n = n_cp(text);
-    if (!f->trip_over_chars || n > f->trip_over_chars) {
-        snprintf(err, err_size, "runaway guard: fake trip on %d chars", n);
-        return 1;
-    }
-    if (qve_audio_append_silence(out, 7200)) return -1;
-    for (int i = 0; i < n * 480; i++) {
-        float v = 0.3f * sinf(0.07f * (float)i);
-        if (qve_audio_append(out, &v, 1, 0)) return -1;
-    }
-    return 0;
-}
-
-static void test_longtext(void **state) {
-    (void)state;
-    qve_longtext_params p = qve_longtext_default_params();
-    qve_longtext_report r;
-    qve_audio_buf b;
-    char err[512];
-    const char *text = "First paragraph here. It has two sentences.\n\n"
-                       "Second paragraph, quite a bit longer than the limit allows.[pause:250ms]"
-                       "Third.";
-    p.max_chunk_chars = 60;
-    fake f = {.trip_over_chars = 42};
-    int rc = qve_longtext_run(&b, &r, text, &p, fake_synth, &f, err, sizeof err);
-    if (rc) printf("  %s\n", err);
-    assert_int_equal(rc, 0);
-    for (int i = 0; i < f.calls && i < 16; i++)
-        printf("  synth '%s'\n", f.log[i]);
-    /* chunks: "First … sentences." (43, trips: split), "Second … allows." (59, trips: split
-     * at the comma),
-     * pause, "Third." */
-    assert_int_equal(r.n_text_chunks, 3);
-    assert_int_equal(r.n_entries, 4);
-    assert_int_equal(r.n_retries, 2);
-    assert_int_equal(r.n_synth_calls, 7);
-    assert_string_equal(f.log[1], "First paragraph here.");
-    assert_string_equal(f.log[2], "It has two sentences.");
-    assert_string_equal(f.log[4], "Second paragraph,");
-    assert_string_equal(f.log[5], "quite a bit longer than the limit allows.");
-    assert_string_equal(f.log[6], "Third.");
-    /* audio: each piece keeps 100 ms lead (of its 300 ms), 20 ms per char, 10 ms crossfades,
-     * plus 250 ms of pause */
-    int chars = 21 + 21 + 17 + 41 + 6;
-    int64_t expect = 5 * 2400 + chars * 480 - 4 * 240 + 6000;
-    printf("  %lld samples, expected %lld ± 1200\n", (long long)b.n, (long long)expect);
-    assert_true(llabs(b.n - expect) <= 1200);
-    qve_audio_buf_free(&b);
-
-    /* every piece trips: fails with the chunk number and the guard's message, no audio */
-    fake g = {.trip_over_chars = 0};
-    assert_int_equal(qve_longtext_run(&b, &r, text, &p, fake_synth, &g, err, sizeof err), -1);
-    printf("  %s\n", err);
-    assert_string_equal(err, "chunk 1/3: runaway guard: fake trip on 21 chars (after splitting "
-                             "it in two)");
-    assert_int_equal(r.failed_chunk, 1);
-    assert_null(b.x);
-    assert_int_equal(b.n, 0);
-    assert_int_equal(g.calls, 2); /* the chunk, then its first half */
-
-    /* --no-chunk: the whole text once */
-    p.max_chunk_chars = 0;
-    fake h = {.trip_over_chars = 1000};
-    assert_int_equal(qve_longtext_run(&b, &r, text, &p, fake_synth, &h, err, sizeof err), 0);
-    assert_int_equal(h.calls, 2); /* text before and after the pause */
-    qve_audio_buf_free(&b);
-    assert_int_equal(qve_longtext_run(&b, &r, "bad [pause:x]", &p, fake_synth, &h, err, sizeof err),
-                     -1);
-    assert_non_null(strstr(err, "bad pause tag"));
 }
 
 /* Random texts (ASCII, CJK, punctuation, whitespace, pause tags): every chunk is valid UTF-8
@@ -352,7 +274,7 @@ int main(void) {
         cmocka_unit_test(test_sentences_packed), cmocka_unit_test(test_long_sentence_split),
         cmocka_unit_test(test_cjk_sentences),    cmocka_unit_test(test_pauses),
         cmocka_unit_test(test_bisect),           cmocka_unit_test(test_audio_join_trim),
-        cmocka_unit_test(test_longtext),         cmocka_unit_test(test_random_texts),
+        cmocka_unit_test(test_random_texts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

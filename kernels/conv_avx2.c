@@ -1,12 +1,13 @@
 /* conv_avx2.c — the AVX2 row additions of conv.c: a conv output's bias and a residual connection
- * (plain adds, so exact: the portable loops give the same bits).
+ * (plain adds, so exact: the scalar loops give the same bits). Table entries of the avx2 and
+ * avx512 variants.
  */
-#include "features/features_impl.h"
+#include "kernels/kernels_impl.h"
 
 #include <immintrin.h>
 
 /* y[r, :n] += v[:n] for each of n_rows rows (row stride ldy): the bias of a conv output. */
-void qvc_add_bias_avx2(float *y, int64_t ldy, const float *v, int64_t n_rows, int n) {
+void qvk_add_bias_avx2(float *y, int64_t ldy, const float *v, int64_t n_rows, int n) {
     for (int64_t r = 0; r < n_rows; r++) {
         float *yr = y + (size_t)r * ldy;
         int i = 0;
@@ -17,7 +18,7 @@ void qvc_add_bias_avx2(float *y, int64_t ldy, const float *v, int64_t n_rows, in
 }
 
 /* y[r, :n] += x[r, :n] (row strides ldy, ldx): a residual connection. */
-void qvc_add_rows_avx2(float *y, int64_t ldy, const float *x, int64_t ldx, int64_t n_rows, int n) {
+void qvk_add_rows_avx2(float *y, int64_t ldy, const float *x, int64_t ldx, int64_t n_rows, int n) {
     for (int64_t r = 0; r < n_rows; r++) {
         float *yr = y + (size_t)r * ldy;
         const float *xr = x + (size_t)r * ldx;

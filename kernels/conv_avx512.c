@@ -1,6 +1,7 @@
-/* conv_avx512.c — conv.c's direct path for the speech encoder's 1-input-channel first conv.
+/* conv_avx512.c — conv.c's direct path for the speech encoder's 1-input-channel first conv (the
+ * avx512 variant's conv_c1; the other variants have none and take the sgemm path).
  */
-#include "features/features_impl.h"
+#include "kernels/kernels_impl.h"
 
 #include <immintrin.h>
 
@@ -8,7 +9,7 @@
  * an sgemm with K = 7 is mostly packing. One FMA chain per output from zero in tap order, which
  * is what the sgemm computes, so the bits are the same (checked by the codes golden). c_out must
  * be a multiple of 16, at most 256; k at most 16. */
-void qvc_conv_c1_avx512(float *y, int64_t ldy, const float *win, int64_t n, const float *w, int k,
+void qvk_conv_c1_avx512(float *y, int64_t ldy, const float *win, int64_t n, const float *w, int k,
                         int c_out) {
     __m512 wt[16][16];   /* [tap][output block] */
     int nb = c_out / 16;

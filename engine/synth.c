@@ -1,0 +1,527 @@
+/* synth.c — qv_synth: text to 24 kHz audio (include/qvoice.h). One call runs the whole pipeline:
+ * the voice -> prompt mapping (voice.c), the weight delta (voice_load.c), long text cut into chunks
+ * with [pause:] silences (textchunk.h), each chunk generated frame by frame under the runaway
+ * guard (guard.h) while the speech decoder runs on its own thread, the chunk's leading silence
+ * trimmed, chunks joined with a crossfade, optional speaker verification, statistics.
+ *
+ * Threads: the caller's thread drives the session (its pool has n_threads - 1 workers, at least
+ * one) and calls the PCM callback; one decoder thread per chunk decodes the frames as they come
+ * (engine/speech_decoder.h) and hands its audio back through a mutex-guarded buffer.
+ *
+ * Streaming: audio flows chunk -> joined output -> callback as soon as it is decoded, except the
+ * last crossfade window of the joined output (the next chunk may still blend into it) and a
+ * chunk's leading quiet stretch (it may be trimmed). The lead trim is causal
+ * (qve_audio_lead_start), so streamed and whole-chunk delivery give the same samples.
+ */
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "engine/guard.h"
+#include "engine/model.h"
+#include "engine/speech_decoder.h"
+#include "engine/textchunk.h"
+#include "engine/voice_load.h"
+#include "features/features.h"
+
+#define MS(ms) ((int64_t)(ms)*QV_SAMPLE_RATE_HZ / 1000)
+
+struct qv_synth {
+    qv_model *m; /* shared; synth.c writes only the lazily loaded decoder, the synth count and,
+                    while it is the model's only synth, a voice's weight delta */
+    qv_params p;
+    qv_session *s;
+    char err[QVE_ERR_MAX];
+    atomic_int cancel;
+    qv_chunk_fn chunk_fn;
+    void *chunk_user;
+    /* verification: the speaker encoder of verify_dir, loaded on first use */
+    char verify_dir[1024];
+    qvc_ecapa *ecapa;
+    qvc_mel *mel;
+    float *xvec;
+    /* decoded audio handed over by the decoder thread */
+    pthread_mutex_t mu;
+    qve_audio_buf q;
+    int q_nomem;
+    /* the current chunk's codes */
+    int32_t *codes;
+    size_t cap_frames;
+};
+
+/* ==== threads, model decoder ================================================================ */
+
+int qv_threads_resolve(int n) {
+    if (n >= 1) return n;
+    long c = sysconf(_SC_NPROCESSORS_ONLN);
+    return c >= 1 ? (int)c : 1;
+}
+
+static const qve_decoder *model_decoder(qv_model *m, char *err, size_t es) {
+    pthread_mutex_lock(&m->dec_lock);
+    if (!m->dec) m->dec = qve_decoder_load(m->dir, err, es);
+    const qve_decoder *d = m->dec;
+    pthread_mutex_unlock(&m->dec_lock);
+    return d;
+}
+
+enum qv_status qv_model_decode_codes(const qv_model *cm, const int32_t *codes, int n_frames,
+                                     int n_threads, float *wav, char *err, size_t es) {
+    qv_model *m = (qv_model *)(uintptr_t)cm; /* only the shared decoder is added */
+    const qve_decoder *d = model_decoder(m, err, es);
+    if (!d) return QV_E_MODEL;
+    qvk_blas_set_threads(qv_threads_resolve(n_threads)); /* same samples for any count */
+    int rc = qve_decoder_decode(d, codes, n_frames, wav, err, es);
+    qvk_blas_set_threads(1);
+    return rc ? QV_E_INVALID : QV_OK;
+}
+
+/* ==== qv_synth ============================================================================== */
+
+qv_synth_request qv_synth_default_request(void) {
+    qv_synth_request r;
+    memset(&r, 0, sizeof r);
+    r.use_icl = r.use_wdelta = r.guard = r.trim_lead = 1;
+    r.max_chunk_chars = QVE_MAX_CHUNK_CHARS_DEFAULT;
+    return r;
+}
+
+static enum qv_status new_session(qv_synth *s) {
+    qv_params p = s->p;
+    p.n_threads = s->p.n_threads > 1 ? s->p.n_threads - 1 : 1; /* the decoder thread has one */
+    qv_session_free(s->s);
+    enum qv_status st = qv_session_new(&s->s, s->m, &p);
+    if (st) snprintf(s->err, sizeof s->err, "%s", s->s ? qv_session_error(s->s) : qv_strerror(st));
+    return st;
+}
+
+enum qv_status qv_synth_new(qv_synth **out, const qv_model *m, const qv_params *p) {
+    *out = NULL;
+    if (!m || !p) return QV_E_INVALID;
+    qv_synth *s = calloc(1, sizeof *s);
+    if (!s) return QV_E_NOMEM;
+    s->m = (qv_model *)(uintptr_t)m;
+    s->p = *p;
+    s->p.n_threads = qv_threads_resolve(p->n_threads);
+    pthread_mutex_init(&s->mu, NULL);
+    __atomic_add_fetch(&s->m->n_synths, 1, __ATOMIC_SEQ_CST);
+    enum qv_status st = new_session(s);
+    if (st) {
+        qv_synth_free(s);
+        return st;
+    }
+    *out = s;
+    return QV_OK;
+}
+
+void qv_synth_free(qv_synth *s) {
+    if (!s) return;
+    __atomic_sub_fetch(&s->m->n_synths, 1, __ATOMIC_SEQ_CST);
+    qv_session_free(s->s);
+    qvc_ecapa_free(s->ecapa);
+    qvc_mel_free(s->mel);
+    free(s->xvec);
+    qve_audio_buf_free(&s->q);
+    pthread_mutex_destroy(&s->mu);
+    free(s->codes);
+    free(s);
+}
+
+void qv_synth_cancel(qv_synth *s) {
+    if (s) atomic_store(&s->cancel, 1);
+}
+
+const char *qv_synth_error(const qv_synth *s) {
+    return s ? s->err : "";
+}
+
+void qv_synth_set_chunk_fn(qv_synth *s, qv_chunk_fn fn, void *user) {
+    s->chunk_fn = fn;
+    s->chunk_user = user;
+}
+
+/* ==== one call ============================================================================== */
+
+typedef struct {
+    qv_synth *s;
+    const qv_synth_request *r;
+    qv_request base; /* speaker / voice prompt; the text is set per chunk */
+    const qve_decoder *dec;
+    const float *ref_xvec; /* the voice's x-vector when verifying */
+    int max_frames, stream, n_pieces, n_text_chunks;
+    qv_pcm_fn fn;
+    void *user;
+    qv_synth_stats *st;
+    double t0;
+    qve_audio_buf out; /* joined audio not yet delivered */
+    enum qv_status status; /* of a failure (-1 returns) */
+    char msg[QVE_ERR_MAX];
+} run;
+
+/* One chunk (or half) being synthesized. */
+typedef struct {
+    qve_audio_buf pb; /* its decoded audio, all of it */
+    int64_t scanned;  /* samples judged by the lead trim */
+    int64_t start;    /* first sample kept (-1: still in the leading silence) */
+    int64_t pos;      /* next sample to join */
+    int joined;       /* some of it is in the joined output: the stream has heard it */
+    int judged;       /* frames the guard's silence rule has seen */
+    int n_frames, capped;
+    qve_guard g;
+} piece;
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+__attribute__((format(printf, 3, 4))) static int fail(run *c, enum qv_status st,
+                                                     const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->msg, sizeof c->msg, fmt, ap);
+    va_end(ap);
+    c->status = st;
+    return -1;
+}
+
+/* Delivers the joined output except its last keep samples. */
+static int deliver(run *c, int64_t keep) {
+    int64_t n = c->out.n - keep;
+    if (n <= 0) return 0;
+    if (atomic_load(&c->s->cancel) || (c->fn && c->fn(c->user, c->out.x, (int)n))) {
+        atomic_store(&c->s->cancel, 1);
+        return fail(c, QV_E_CANCELLED, "%s", "cancelled");
+    }
+    if (!c->st->n_samples) c->st->first_audio_s = now_s() - c->t0;
+    c->st->n_samples += n;
+    memmove(c->out.x, c->out.x + n, (size_t)keep * sizeof *c->out.x);
+    c->out.n = keep;
+    return 0;
+}
+
+/* Decoder thread: queue the audio for the synthesis thread; stop when cancelled. */
+static int on_decoded(void *user, const float *pcm, int n) {
+    qv_synth *s = user;
+    pthread_mutex_lock(&s->mu);
+    if (qve_audio_append(&s->q, pcm, n, 0)) s->q_nomem = 1;
+    int stop = s->q_nomem || atomic_load(&s->cancel);
+    pthread_mutex_unlock(&s->mu);
+    return stop;
+}
+
+/* Moves the decoded audio into the piece, runs the guard's silence rule and the lead trim over
+ * it, and joins what is final (everything when last; while streaming, what the trim and the
+ * crossfade no longer need). 0, 1 guard trip (c->msg), -1 failure. */
+static int take_audio(run *c, piece *pc, int last) {
+    qv_synth *s = c->s;
+    pthread_mutex_lock(&s->mu);
+    int bad = s->q_nomem || qve_audio_append(&pc->pb, s->q.x, s->q.n, 0);
+    s->q.n = 0;
+    pthread_mutex_unlock(&s->mu);
+    if (bad) return fail(c, QV_E_NOMEM, "%s", "out of memory for decoded audio");
+    const int nf = (int)(pc->pb.n / QV_SAMPLES_PER_FRAME);
+    if (c->r->guard && nf > pc->judged &&
+        qve_guard_audio(&pc->g, pc->pb.x + (size_t)pc->judged * QV_SAMPLES_PER_FRAME, pc->judged,
+                        nf - pc->judged, QV_SAMPLES_PER_FRAME))
+        return snprintf(c->msg, sizeof c->msg, "%s", qve_guard_message(&pc->g)), 1;
+    pc->judged = nf;
+    if (pc->start < 0)
+        pc->start =
+            qve_audio_lead_start(pc->pb.x, pc->pb.n, MS(QVE_LEAD_PAD_MS_DEFAULT), &pc->scanned);
+    if (!c->stream && !last) return 0;
+    if (pc->start < 0) {
+        if (!last) return 0;
+        pc->start = 0; /* no speech found: kept whole */
+    }
+    if (pc->pos < pc->start) pc->pos = pc->start;
+    const int64_t n = pc->pb.n - pc->pos, xf = MS(QVE_XFADE_MS_DEFAULT);
+    if (n <= 0 || (!pc->joined && n < xf && !last)) return 0; /* the crossfade needs xf samples */
+    if (qve_audio_append(&c->out, pc->pb.x + pc->pos, n, pc->joined ? 0 : xf))
+        return fail(c, QV_E_NOMEM, "%s", "out of memory joining audio");
+    pc->joined = 1;
+    pc->pos = pc->pb.n;
+    return deliver(c, xf);
+}
+
+/* Generates text as one piece under the guard, decoding on the decoder thread. 0, 1 guard trip
+ * (c->msg), -1 failure (c->status, c->msg). */
+static int generate(run *c, const char *text, piece *pc) {
+    qv_synth *s = c->s;
+    int32_t *ids;
+    int n_ids;
+    if (qv_session_tokenize(s->s, text, &ids, &n_ids))
+        return fail(c, QV_E_MODEL, "%s", qv_session_error(s->s));
+    free(ids);
+    qve_guard_init(&pc->g, n_ids, NULL);
+    qv_request q = c->base;
+    q.text = text;
+    s->s->p.max_frames = c->max_frames;
+    char e[256] = "";
+    qve_dec_stream *ds = NULL;
+    if (!c->r->codes_only && !(ds = qve_dec_stream_start(c->dec, 1, on_decoded, s, e, sizeof e)))
+        return fail(c, QV_E_NOMEM, "%s", e);
+    enum qv_status st = qv_session_start(s->s, &q);
+    int rc = st ? fail(c, st, "%s", qv_session_error(s->s)) : 0;
+    while (!rc) {
+        int32_t fr[QV_N_CODEBOOKS];
+        int done;
+        if (atomic_load(&s->cancel)) {
+            rc = fail(c, QV_E_CANCELLED, "%s", "cancelled");
+            break;
+        }
+        if ((st = qv_session_next_frame(s->s, fr, &done))) {
+            rc = fail(c, st, "%s", qv_session_error(s->s));
+            break;
+        }
+        if (done) {
+            pc->capped = pc->n_frames >= c->max_frames;
+            break;
+        }
+        if (c->r->guard && qve_guard_frame(&pc->g, fr, NAN)) {
+            snprintf(c->msg, sizeof c->msg, "%s", qve_guard_message(&pc->g));
+            rc = 1;
+            break;
+        }
+        if ((size_t)pc->n_frames == s->cap_frames) {
+            size_t cap = s->cap_frames ? 2 * s->cap_frames : 256;
+            int32_t *g = realloc(s->codes, cap * QV_N_CODEBOOKS * sizeof *g);
+            if (!g) {
+                rc = fail(c, QV_E_NOMEM, "%s", "out of memory");
+                break;
+            }
+            s->codes = g, s->cap_frames = cap;
+        }
+        memcpy(s->codes + (size_t)pc->n_frames * QV_N_CODEBOOKS, fr, sizeof fr);
+        pc->n_frames++;
+        if (!ds) continue;
+        if (qve_dec_stream_push(ds, fr)) break; /* the error comes from finish */
+        /* until the piece is heard, wait for each block: its audio goes out now, not after the
+           next frame */
+        if (c->stream && !pc->joined && qve_dec_stream_sync(ds)) break;
+        rc = take_audio(c, pc, 0);
+    }
+    if (!ds) return rc;
+    if (qve_dec_stream_finish(ds, e, sizeof e) && !rc)
+        rc = atomic_load(&s->cancel) ? fail(c, QV_E_CANCELLED, "%s", "cancelled")
+                                     : fail(c, QV_E_NOMEM, "%s", e);
+    return rc ? rc : take_audio(c, pc, 1);
+}
+
+/* Speaker similarity of a piece's audio to the voice; NAN when too short. */
+static double verify(run *c, const piece *pc) {
+    qv_synth *s = c->s;
+    int nf = qvc_mel_n_frames(pc->pb.n);
+    if (nf < 5) return NAN;
+    float *mel = malloc((size_t)nf * QVC_MEL_BINS * sizeof(float));
+    double v = NAN;
+    char e[256];
+    if (mel && !qvc_mel_compute(s->mel, mel, pc->pb.x, pc->pb.n) &&
+        !qvc_ecapa_forward(s->ecapa, s->s->pool, s->xvec, mel, nf, e, sizeof e))
+        v = qvk_cosine(s->xvec, c->ref_xvec, qvc_ecapa_dim(s->ecapa));
+    free(mel);
+    return v;
+}
+
+/* Synthesizes text; on a guard trip before any of it was heard, its two halves (depth more
+ * times). 0, 1 guard (c->msg), -1 failure. */
+static int synth_piece(run *c, const char *text, int depth, int *split) {
+    piece pc;
+    memset(&pc, 0, sizeof pc);
+    pc.start = c->r->trim_lead ? -1 : 0;
+    int rc = generate(c, text, &pc);
+    if (rc == 0) {
+        qv_chunk_info ci = {++c->n_pieces, c->s->codes, pc.n_frames, NAN};
+        if (c->ref_xvec) {
+            ci.verify = verify(c, &pc);
+            if (!isnan(ci.verify)) {
+                qv_synth_stats *st = c->st;
+                st->verify_mean = (st->verify_mean * st->n_verify + ci.verify) / (st->n_verify + 1);
+                st->verify_min = st->n_verify && st->verify_min < ci.verify ? st->verify_min
+                                                                            : ci.verify;
+                st->n_verify++;
+            }
+        }
+        c->st->n_frames += pc.n_frames;
+        c->st->capped |= pc.capped;
+        if (c->s->chunk_fn) c->s->chunk_fn(c->s->chunk_user, &ci);
+    }
+    const int heard = pc.joined;
+    qve_audio_buf_free(&pc.pb);
+    if (rc <= 0) return rc;
+    c->st->guard_trips++;
+    snprintf(c->st->guard_verdict, sizeof c->st->guard_verdict, "%s",
+             qve_guard_verdict_name(pc.g.verdict));
+    size_t cut;
+    if (heard) {
+        size_t n = strlen(c->msg);
+        snprintf(c->msg + n, sizeof c->msg - n, " (its audio had started: not retried)");
+        return 1;
+    }
+    if (depth <= 0 || qve_text_bisect(text, &cut)) return 1;
+    *split = 1;
+    char *half = strdup(text);
+    if (!half) return fail(c, QV_E_NOMEM, "%s", "out of memory splitting a chunk");
+    half[cut] = 0;
+    for (size_t n = cut; n > 0 && half[n - 1] == ' ';)
+        half[--n] = 0;
+    const char *second = text + cut;
+    while (*second == ' ')
+        second++;
+    rc = synth_piece(c, half, depth - 1, split);
+    if (rc == 0 && *second) rc = synth_piece(c, second, depth - 1, split);
+    free(half);
+    return rc;
+}
+
+/* The voice, its checks and weight delta, the verification encoder: everything before text. */
+static enum qv_status prepare(run *c, const qv_voice *v, qv_text_bridge *bridge) {
+    qv_synth *s = c->s;
+    const qv_synth_request *r = c->r;
+    qv_model *m = s->m;
+    char e[768];
+    c->base = qv_default_request();
+    c->base.language = r->language;
+    c->base.instruct = r->instruct;
+    if (!v) {
+        c->base.speaker = r->speaker;
+        if (m->cfg.variant == QVE_VARIANT_CUSTOM_VOICE && !r->speaker)
+            return fail(c, QV_E_SPEAKER, "%s: a CustomVoice model needs a preset speaker or a voice",
+                        m->dir), c->status;
+        return QV_OK;
+    }
+    enum qv_status st = qv_voice_check(v, m, e, sizeof e);
+    if (st == QV_E_FOREIGN_VOICE && r->force_voice)
+        snprintf(c->st->warning, sizeof c->st->warning, "%.250s", e);
+    else if (st)
+        return fail(c, st, "%s", e), st;
+    if (v->f->has_wdelta && r->use_wdelta) {
+        enum qve_wdelta_action a;
+        if (qve_voice_wdelta_fits(m, v->f, &a, e, sizeof e))
+            return fail(c, QV_E_VOICE, "%s: %s", v->path, e), QV_E_VOICE;
+        const int mine = m->wdelta_on && !memcmp(m->wdelta_source, v->f->source.fingerprint, 32);
+        if (a == QVE_WDELTA_APPLIED && !mine) {
+            if (m->wdelta_on || __atomic_load_n(&m->n_synths, __ATOMIC_SEQ_CST) > 1)
+                return fail(c, QV_E_UNSUPPORTED,
+                            "%s: a weight delta rewrites the model's weights, and %s is %s (open "
+                            "a model of its own for this voice, or set use_wdelta = 0)",
+                            v->path, m->dir, m->wdelta_on ? "already another voice's source model"
+                                                  : "shared by other syntheses"),
+                       QV_E_UNSUPPORTED;
+            qve_wdelta_report rep;
+            qv_session_free(s->s); /* sessions hold views of the old weights */
+            s->s = NULL;
+            if (qve_voice_apply_wdelta(m, v->f, &rep, e, sizeof e))
+                return fail(c, QV_E_VOICE, "%s: %s", v->path, e), QV_E_VOICE;
+            if ((st = new_session(s))) return fail(c, st, "%s", s->err), st;
+        }
+        c->st->wdelta_applied = a == QVE_WDELTA_APPLIED;
+    }
+    qve_voice_request(v, m, r->use_icl, &c->base, bridge, e, sizeof e);
+    if (e[0] && !c->st->warning[0]) snprintf(c->st->warning, sizeof c->st->warning, "%.250s", e);
+    if (!r->verify_model_dir) return QV_OK;
+    if (!s->ecapa || strcmp(s->verify_dir, r->verify_model_dir)) {
+        qvc_ecapa_free(s->ecapa);
+        s->ecapa = qvc_ecapa_load(r->verify_model_dir, e, sizeof e);
+        if (!s->ecapa) return fail(c, QV_E_MODEL, "verify: %s", e), QV_E_MODEL;
+        snprintf(s->verify_dir, sizeof s->verify_dir, "%s", r->verify_model_dir);
+        free(s->xvec);
+        s->xvec = malloc((size_t)qvc_ecapa_dim(s->ecapa) * sizeof(float));
+        if (!s->mel) s->mel = qvc_mel_create();
+        if (!s->xvec || !s->mel) return fail(c, QV_E_NOMEM, "%s", "out of memory"), QV_E_NOMEM;
+    }
+    if (qvc_ecapa_dim(s->ecapa) != (int)v->f->enc_dim) {
+        snprintf(e, sizeof e, "verify: %s: speaker encoder of %d dims, the voice has %u",
+                 r->verify_model_dir, qvc_ecapa_dim(s->ecapa), v->f->enc_dim);
+        return fail(c, QV_E_MODEL, "%s", e), QV_E_MODEL;
+    }
+    c->ref_xvec = v->f->xvector;
+    return QV_OK;
+}
+
+/* Chunks the text and synthesizes each chunk, pauses as silence, into the joined output. */
+static int speak_text(run *c) {
+    qve_chunk_list l;
+    char e[256];
+    if (qve_text_chunk(&l, c->r->text, c->r->max_chunk_chars, e, sizeof e))
+        return fail(c, QV_E_INVALID, "text: %s", e);
+    for (int i = 0; i < l.n_chunks; i++)
+        c->n_text_chunks += l.chunks[i].kind == QVE_CHUNK_TEXT;
+    int rc = 0, ti = 0;
+    for (int i = 0; i < l.n_chunks && !rc; i++) {
+        const qve_chunk *k = &l.chunks[i];
+        if (k->kind == QVE_CHUNK_PAUSE) {
+            rc = qve_audio_append_silence(&c->out, MS(k->pause_ms))
+                     ? fail(c, QV_E_NOMEM, "%s", "out of memory inserting a pause")
+                     : deliver(c, MS(QVE_XFADE_MS_DEFAULT));
+            continue;
+        }
+        int split = 0;
+        ti++;
+        rc = synth_piece(c, k->text, c->r->guard ? 1 : 0, &split);
+        if (rc) {
+            char m[QVE_ERR_MAX];
+            snprintf(m, sizeof m, "%s", c->msg);
+            snprintf(c->msg, sizeof c->msg, "chunk %d/%d: %.440s%s", ti, c->n_text_chunks, m,
+                     rc > 0 && split ? " (after splitting it in two)" : "");
+            if (rc > 0) c->status = QV_E_GUARD;
+        }
+    }
+    qve_chunk_list_free(&l);
+    return rc ? -1 : deliver(c, 0);
+}
+
+enum qv_status qv_synth_run(qv_synth *s, const qv_synth_request *r, qv_pcm_fn fn, void *user,
+                            qv_synth_stats *stats) {
+    if (!s) return QV_E_INVALID;
+    qv_synth_stats local;
+    run c;
+    memset(&c, 0, sizeof c);
+    c.st = stats ? stats : &local;
+    memset(c.st, 0, sizeof *c.st);
+    snprintf(c.st->guard_verdict, sizeof c.st->guard_verdict, "ok");
+    c.s = s, c.r = r, c.fn = fn, c.user = user, c.t0 = now_s();
+    c.stream = r && !r->whole_chunks;
+    s->err[0] = 0;
+    atomic_store(&s->cancel, 0);
+    if (!r || !r->text) {
+        snprintf(s->err, sizeof s->err, "synth: no text");
+        return QV_E_INVALID;
+    }
+    qv_voice *opened = NULL;
+    const qv_voice *v = r->voice;
+    qv_text_bridge bridge;
+    enum qv_status st = QV_OK;
+    if (!v && r->voice_path && (st = qv_voice_open(&opened, r->voice_path, c.msg, sizeof c.msg)))
+        c.status = st;
+    if (!v) v = opened;
+    if (!st) st = prepare(&c, v, &bridge);
+    if (!st && !r->codes_only && !(c.dec = model_decoder(s->m, c.msg, sizeof c.msg)))
+        st = c.status = QV_E_MODEL;
+    if (!st) {
+        c.max_frames = s->p.max_frames;
+        if (r->max_seconds > 0) {
+            int f = (int)floor(r->max_seconds * QV_FRAME_RATE_HZ + 1e-9);
+            if (f < 1) f = 1;
+            if (f < c.max_frames) c.max_frames = f;
+        }
+        st = speak_text(&c) ? c.status : QV_OK;
+    }
+    qv_voice_free(opened);
+    qve_audio_buf_free(&c.out);
+    if (st) snprintf(s->err, sizeof s->err, "%s", c.msg);
+    qv_synth_stats *o = c.st;
+    o->n_chunks = c.n_text_chunks;
+    o->audio_seconds = (double)o->n_samples / QV_SAMPLE_RATE_HZ;
+    o->total_s = now_s() - c.t0;
+    o->rtf = o->audio_seconds > 0 ? o->total_s / o->audio_seconds : 0;
+    return st;
+}

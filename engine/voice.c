@@ -1,0 +1,141 @@
+/* voice.c — qv_voice: a voice file opened by path or name, checked against a model, and mapped
+ * onto an utterance's request (voice_load.h).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/model.h"
+#include "engine/voice_load.h"
+
+/* err = where NAME was looked for (qvf_voice_find's order). */
+static void not_found(const char *name, char *err, size_t es) {
+    size_t len = strlen(name), o;
+    if (strchr(name, '/') || (len > 7 && !strcmp(name + len - 7, ".qvoice")) ||
+        (len > 4 && !strcmp(name + len - 4, ".bin"))) {
+        snprintf(err, es, "%s: no such voice file", name);
+        return;
+    }
+    snprintf(err, es, "voice '%s' not found; looked for voices/%s.qvoice", name, name);
+    const char *qp = getenv("QVOICE_PATH");
+    if (!qp || !*qp) {
+        o = strlen(err);
+        snprintf(err + o, es - o, " ($QVOICE_PATH is not set)");
+    }
+    while (qp && *qp) {
+        const char *end = strchr(qp, ':');
+        int l = end ? (int)(end - qp) : (int)strlen(qp);
+        o = strlen(err);
+        if (l && o < es) snprintf(err + o, es - o, ", %.*s/%s.qvoice", l, qp, name);
+        qp = end ? end + 1 : NULL;
+    }
+}
+
+enum qv_status qv_voice_open(qv_voice **out, const char *path_or_name, char *err, size_t es) {
+    *out = NULL;
+    if (!path_or_name || !*path_or_name) {
+        snprintf(err, es, "voice: empty name");
+        return QV_E_VOICE;
+    }
+    qv_voice *v = calloc(1, sizeof *v);
+    if (!v) {
+        snprintf(err, es, "%s: out of memory", path_or_name);
+        return QV_E_NOMEM;
+    }
+    char e[512];
+    if (qvf_voice_find(path_or_name, v->path, sizeof v->path, e, sizeof e)) {
+        not_found(path_or_name, err, es);
+        free(v);
+        return QV_E_VOICE;
+    }
+    if (qvf_read_file(v->path, 0, &v->f, err, es)) {
+        free(v);
+        return QV_E_VOICE;
+    }
+    const qvf_voice *f = v->f;
+    if (f->n_frames && f->codes) {
+        const size_t n = (size_t)f->n_frames * QV_N_CODEBOOKS;
+        if (!(v->codes = malloc(n * sizeof *v->codes))) {
+            snprintf(err, es, "%s: out of memory", v->path);
+            qv_voice_free(v);
+            return QV_E_NOMEM;
+        }
+        for (size_t i = 0; i < n; i++)
+            v->codes[i] = f->codes[i];
+    }
+    *out = v;
+    return QV_OK;
+}
+
+void qv_voice_free(qv_voice *v) {
+    if (!v) return;
+    qvf_voice_free(v->f);
+    free(v->codes);
+    free(v);
+}
+
+const char *qv_voice_name(const qv_voice *v) {
+    const char *s = qvf_meta_get(v->f, "name");
+    return s ? s : "";
+}
+const char *qv_voice_language(const qv_voice *v) {
+    const char *s = qvf_meta_get(v->f, "language");
+    return s ? s : "";
+}
+const char *qv_voice_path(const qv_voice *v) {
+    return v->path;
+}
+int qv_voice_has_icl(const qv_voice *v) {
+    return v->codes && v->f->transcript;
+}
+int qv_voice_has_wdelta(const qv_voice *v) {
+    return v->f->has_wdelta;
+}
+
+enum qv_status qv_voice_check(const qv_voice *v, const qv_model *m, char *err, size_t es) {
+    const qvf_voice *f = v->f;
+    const int H = m->cfg.talker.hidden_size;
+    if (!f->xvector || (int)f->enc_dim != H) {
+        snprintf(err, es, "%s: x-vector of %u values, the model needs %d", v->path,
+                 f->xvector ? f->enc_dim : 0, H);
+        return QV_E_VOICE;
+    }
+    enum qve_wdelta_action a;
+    char e[768];
+    if (qve_voice_wdelta_fits(m, f, &a, e, sizeof e)) {
+        snprintf(err, es, "%s: %s", v->path, e);
+        return QV_E_VOICE;
+    }
+    /* Hook: the sibling check (is the voice's source m's Base/CustomVoice sibling, judged from
+       its TPAD/WOVR rows against m's own) returns QV_E_FOREIGN_VOICE here once the
+       checkpoint-level function lands (voicefmt-dedupe). */
+    if (err && es) err[0] = 0;
+    return QV_OK;
+}
+
+void qve_voice_request(const qv_voice *v, const qv_model *m, int use_icl, qv_request *r,
+                       qv_text_bridge *bridge, char *warn, size_t ws) {
+    const qvf_voice *f = v->f;
+    const int H = m->cfg.talker.hidden_size, TH = m->cfg.text_hidden_size;
+    const int bridged = m->wdelta_on && !memcmp(m->wdelta_source, f->source.fingerprint, 32);
+    warn[0] = 0;
+    r->speaker_vector = f->xvector;
+    r->n_speaker_vector = H;
+    if (!bridged && f->tpad && (int)f->tpad_hidden == H) r->text_special = f->tpad;
+    if (use_icl && m->cfg.variant == QVE_VARIANT_BASE && qv_voice_has_icl(v)) {
+        r->ref_codes = v->codes;
+        r->n_ref_frames = (int)f->n_frames;
+        r->ref_text = f->transcript;
+    }
+    if (f->wovr_h && !bridged) {
+        if ((int)f->wovr_h == H && (int)f->wovr_th == TH) {
+            bridge->fc1_weight = f->wovr_fc1_w, bridge->fc1_bias = f->wovr_fc1_b;
+            bridge->fc2_weight = f->wovr_fc2_w, bridge->fc2_bias = f->wovr_fc2_b;
+            bridge->codec_rows = f->wovr_codec, bridge->n_codec_rows = (int)f->wovr_cv;
+            r->bridge = bridge;
+        } else {
+            snprintf(warn, ws, "%s: model bridge for hidden %u/%u ignored (model %d/%d)", v->path,
+                     f->wovr_h, f->wovr_th, H, TH);
+        }
+    }
+}

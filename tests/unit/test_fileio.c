@@ -1,0 +1,249 @@
+/* test_fileio.c — util/fileio: the atomic writer leaves nothing behind when its process is killed
+ * mid-write (new file and overwrite), replaces an old file only on commit, removes temp files of
+ * dead writers and keeps those of live ones; the whole-file reader on files, pipes and limits.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "tests/unit/helpers/tmpdir.h"
+#include "util/fileio.h"
+
+static char err[4400];
+
+/* Entries of dir other than . and .., as one space-separated string. */
+static const char *listing(const char *dir) {
+    static char out[4096];
+    out[0] = 0;
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+            snprintf(out + strlen(out), sizeof out - strlen(out), "%s%s", out[0] ? " " : "", e->d_name);
+    closedir(d);
+    return out;
+}
+
+static void write_all(int fd, const void *p, size_t n) {
+    assert_int_equal(write(fd, p, n), (ssize_t)n);
+}
+
+static void mkdir_fresh(const char *dir) {
+    assert_int_equal(mkdir(dir, 0755), 0);
+}
+
+/* A child writes path through the writer without end (1 MiB, then 64 KiB every millisecond); the
+ * parent kills it with SIGKILL once 1 MiB is written. */
+static void kill_mid_write(const char *path) {
+    int ready[2];
+    assert_int_equal(pipe(ready), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        static char block[1 << 16];
+        memset(block, 'k', sizeof block);
+        qvu_wfile *w;
+        if (qvu_wfile_open(&w, path, err, sizeof err)) _exit(1);
+        for (int i = 0; i < 16; i++)
+            if (write(qvu_wfile_fd(w), block, sizeof block) != (ssize_t)sizeof block) _exit(1);
+        if (write(ready[1], "r", 1) != 1) _exit(1);
+        for (;;) {
+            if (write(qvu_wfile_fd(w), block, sizeof block) != (ssize_t)sizeof block) _exit(1);
+            usleep(1000);
+        }
+    }
+    close(ready[1]);
+    char c;
+    assert_int_equal(read(ready[0], &c, 1), 1); /* the child is mid-write */
+    close(ready[0]);
+    assert_int_equal(kill(pid, SIGKILL), 0);
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+}
+
+static void test_kill_leaves_nothing(void **state) {
+    (void)state;
+    const char *dir = tmp_path("kill");
+    mkdir_fresh(dir);
+    char path[256];
+    snprintf(path, sizeof path, "%s/big.qvoice", dir);
+    kill_mid_write(path);
+    printf("after a kill mid-write of a new file: [%s]\n", listing(dir));
+    assert_string_equal(listing(dir), "");
+
+    /* an old file stays as it was, and nothing is left beside it */
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    fputs("old", f);
+    fclose(f);
+    kill_mid_write(path);
+    assert_string_equal(listing(dir), "big.qvoice");
+    size_t n;
+    char *b = qvu_read_file(path, 100, &n, err, sizeof err);
+    assert_non_null(b);
+    assert_string_equal(b, "old");
+    free(b);
+}
+
+static void test_overwrite_on_commit_only(void **state) {
+    (void)state;
+    const char *dir = tmp_path("over");
+    mkdir_fresh(dir);
+    char path[256];
+    snprintf(path, sizeof path, "%s/v.wav", dir);
+    qvu_wfile *w;
+    /* new file: appears only on commit, with umask-respecting permissions */
+    mode_t um = umask(022);
+    assert_int_equal(qvu_wfile_open(&w, path, err, sizeof err), 0);
+    write_all(qvu_wfile_fd(w), "first", 5);
+    assert_string_equal(listing(dir), "");
+    assert_int_equal(qvu_wfile_commit(w, err, sizeof err), 0);
+    umask(um);
+    struct stat a, b;
+    assert_int_equal(stat(path, &a), 0);
+    assert_int_equal(a.st_mode & 0777, 0644);
+    /* overwrite: the old file is untouched (same inode, same bytes) until commit */
+    assert_int_equal(qvu_wfile_open(&w, path, err, sizeof err), 0);
+    FILE *f = qvu_wfile_stream(w);
+    assert_non_null(f);
+    fputs("second version", f);
+    fflush(f);
+    size_t n;
+    char *r = qvu_read_file(path, 100, &n, err, sizeof err);
+    assert_string_equal(r, "first");
+    free(r);
+    assert_int_equal(stat(path, &b), 0);
+    assert_int_equal(a.st_ino, b.st_ino);
+    assert_int_equal(qvu_wfile_commit(w, err, sizeof err), 0);
+    r = qvu_read_file(path, 100, &n, err, sizeof err);
+    assert_string_equal(r, "second version");
+    assert_int_equal(n, 14);
+    free(r);
+    assert_string_equal(listing(dir), "v.wav");
+    /* abort: old file kept, nothing beside it */
+    assert_int_equal(qvu_wfile_open(&w, path, err, sizeof err), 0);
+    write_all(qvu_wfile_fd(w), "third", 5);
+    qvu_wfile_abort(w);
+    r = qvu_read_file(path, 100, &n, err, sizeof err);
+    assert_string_equal(r, "second version");
+    free(r);
+    assert_string_equal(listing(dir), "v.wav");
+    /* a directory that does not exist: one line naming the path */
+    snprintf(path, sizeof path, "%s/missing/v.wav", dir);
+    assert_int_equal(qvu_wfile_open(&w, path, err, sizeof err), -1);
+    printf("%s\n", err);
+    assert_non_null(strstr(err, path));
+}
+
+/* Temp files of a writer that died on the fallback path are removed by the next write to that
+ * path; those of a live process and of other destinations are kept. */
+static void test_stale_temp_removed(void **state) {
+    (void)state;
+    const char *dir = tmp_path("stale");
+    mkdir_fresh(dir);
+    pid_t dead = fork();
+    assert_true(dead >= 0);
+    if (dead == 0) _exit(0);
+    assert_int_equal(waitpid(dead, NULL, 0), dead);
+    char p[512];
+    const char *names[3] = {".v.wav.tmp.%ld.0", ".v.wav.tmp.%ld.3", ".other.wav.tmp.%ld.0"};
+    long pids[3] = {(long)dead, (long)getpid(), (long)dead};
+    for (int i = 0; i < 3; i++) {
+        char name[128];
+        snprintf(name, sizeof name, names[i], pids[i]);
+        snprintf(p, sizeof p, "%s/%s", dir, name);
+        tmp_write(p, "x", 1);
+    }
+    snprintf(p, sizeof p, "%s/v.wav", dir);
+    tmp_write(p, "old", 3); /* an overwrite also cleans up on the O_TMPFILE path */
+    qvu_wfile *w;
+    assert_int_equal(qvu_wfile_open(&w, p, err, sizeof err), 0);
+    write_all(qvu_wfile_fd(w), "new", 3);
+    assert_int_equal(qvu_wfile_commit(w, err, sizeof err), 0);
+    char dead_name[128], live[128], other[128];
+    snprintf(dead_name, sizeof dead_name, names[0], pids[0]);
+    snprintf(live, sizeof live, names[1], pids[1]);
+    snprintf(other, sizeof other, names[2], pids[2]);
+    const char *got = listing(dir);
+    printf("after the write: [%s]\n", got);
+    assert_null(strstr(got, dead_name));
+    assert_non_null(strstr(got, live));
+    assert_non_null(strstr(got, other));
+    int n_tmp = 0;
+    for (const char *q = got; (q = strstr(q, ".v.wav.tmp.")); q++) n_tmp++;
+    assert_int_equal(n_tmp, 1); /* the live one: the write itself left none */
+    size_t n;
+    char *r = qvu_read_file(p, 10, &n, err, sizeof err);
+    assert_string_equal(r, "new");
+    free(r);
+}
+
+static void test_read_file(void **state) {
+    (void)state;
+    const char *p = tmp_path("r.txt");
+    tmp_write(p, "hello\nworld", 11);
+    size_t n = 0;
+    char *b = qvu_read_file(p, 11, &n, err, sizeof err);
+    assert_non_null(b);
+    assert_int_equal(n, 11);
+    assert_int_equal(b[11], 0);
+    assert_memory_equal(b, "hello\nworld", 11);
+    free(b);
+    /* one byte over the limit */
+    assert_null(qvu_read_file(p, 10, &n, err, sizeof err));
+    assert_int_equal(errno, EFBIG);
+    printf("%s\n", err);
+    assert_non_null(strstr(err, "r.txt: file too large"));
+    /* missing file: ENOENT, so callers can treat an optional file as absent */
+    assert_null(qvu_read_file(tmp_path("none"), 10, &n, err, sizeof err));
+    assert_int_equal(errno, ENOENT);
+    assert_non_null(strstr(err, "none: cannot open"));
+    /* a directory is a read error, not a crash */
+    assert_null(qvu_read_file(tmp_dir, 10, &n, err, sizeof err));
+    assert_non_null(strstr(err, "read error"));
+    /* a pipe larger than the first buffer (the size is not known in advance) */
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(fds[0]);
+        static char big[200000];
+        for (size_t i = 0; i < sizeof big; i++) big[i] = (char)('a' + i % 26);
+        _exit(write(fds[1], big, sizeof big) == (ssize_t)sizeof big ? 0 : 1);
+    }
+    close(fds[1]);
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/fd/%d", fds[0]);
+    b = qvu_read_file(path, 1 << 20, &n, err, sizeof err);
+    close(fds[0]);
+    waitpid(pid, NULL, 0);
+    assert_non_null(b);
+    assert_int_equal(n, 200000);
+    assert_int_equal(b[199999], 'a' + 199999 % 26);
+    free(b);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_kill_leaves_nothing),
+        cmocka_unit_test(test_overwrite_on_commit_only),
+        cmocka_unit_test(test_stale_temp_removed),
+        cmocka_unit_test(test_read_file),
+    };
+    return cmocka_run_group_tests(tests, tmpdir_setup, tmpdir_teardown);
+}
