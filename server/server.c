@@ -519,7 +519,10 @@ void qv_server_free(qv_server *s) {
         pthread_mutex_lock(&s->mu);
         s->draining = 2; /* requests still running give up (speech.c) */
         pthread_mutex_unlock(&s->mu);
-        MHD_stop_daemon(s->daemon);
+        MHD_stop_daemon(s->daemon); /* closing the connections cancels their syntheses */
+        pthread_mutex_lock(&s->mu);
+        while (s->n_workers > 0) pthread_cond_wait(&s->cv, &s->mu);
+        pthread_mutex_unlock(&s->mu);
     }
     for (int i = 0; i < s->n_slots; i++) qv_synth_free(s->slots[i].synth);
     free(s->slots);

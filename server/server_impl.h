@@ -93,7 +93,7 @@ struct qv_server {
     pthread_mutex_t mu; /* everything below */
     pthread_cond_t cv;  /* slot freed, request finished */
     slot *slots;
-    int n_slots, n_queued, n_inflight, draining;
+    int n_slots, n_queued, n_inflight, n_workers, draining;
     metrics met;
 };
 

@@ -125,7 +125,8 @@ static void slot_release(qv_server *s, int i) {
 static void *worker(void *arg) {
     job *j = arg;
     qv_server *s = j->s;
-    qv_synth *sy = s->slots[j->slot].synth;
+    int j_slot = j->slot;
+    qv_synth *sy = s->slots[j_slot].synth;
     qv_synth_stats st = {0};
     enum qv_status rc = qv_synth_run(sy, &j->r, on_pcm, j, &st);
     metrics_synth(&s->met, &st); /* before the reply can go out: a client sees it counted */
@@ -140,8 +141,12 @@ static void *worker(void *arg) {
     j->done = 1;
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
-    slot_release(s, j->slot);
     job_unref(j);
+    pthread_mutex_lock(&s->mu);
+    s->slots[j_slot].busy = 0;
+    s->n_workers--;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
     return NULL;
 }
 
@@ -584,6 +589,9 @@ enum MHD_Result speech_handle(qv_server *s, struct MHD_Connection *c, req *q) {
     pthread_t th;
     j->refs = 2; /* the request and the worker */
     j->running = 1;
+    pthread_mutex_lock(&s->mu);
+    s->n_workers++; /* qv_server_free waits for them */
+    pthread_mutex_unlock(&s->mu);
     pthread_attr_t at;
     pthread_attr_init(&at);
     pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
@@ -592,6 +600,9 @@ enum MHD_Result speech_handle(qv_server *s, struct MHD_Connection *c, req *q) {
     if (err) {
         j->refs = 1;
         j->running = 0;
+        pthread_mutex_lock(&s->mu);
+        s->n_workers--;
+        pthread_mutex_unlock(&s->mu);
         slot_release(s, j->slot);
         return reply_error(c, q, 503, "server_error", "out_of_memory", NULL,
                            "cannot start a synthesis thread");

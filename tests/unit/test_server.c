@@ -466,6 +466,7 @@ static void test_disconnect_and_limits(void **state) {
     assert_true(file_has(g_extra.log, "draining"));
     assert_int_equal(sh("curl -s --max-time 5 http://127.0.0.1:%d/health", g_extra.port) == 0, 0);
     /* a client that leaves mid-stream cancels its synthesis */
+    strcat(args, " --timeout 2");
     assert_int_equal(start(&g_extra, "gone", args), 0);
     char json[512];
     snprintf(json, sizeof json, "'%s'", longreq);
@@ -478,6 +479,13 @@ static void test_disconnect_and_limits(void **state) {
         sleep_ms(100);
     assert_true(cancelled >= 1);
     assert_true(metric(&g_extra, "qvoice_active_sessions ") == 0);
+    /* over the wall time (--timeout 2; ~25 s of audio at RTF >= 0.1): 504, synthesis stopped */
+    char body[1024];
+    snprintf(body, sizeof body, "%s", longreq);
+    strcpy(strstr(body, ",\"stream_format\""), "}");
+    tmp_write(tmp_path("late.json"), body, strlen(body));
+    assert_int_equal(curl(&g_extra, NULL, "-d @%s SRV/v1/audio/speech", tmp_path("late.json")), 504);
+    assert_string_equal(error_code(), "timeout");
     assert_int_equal(stop(&g_extra), 0);
 }
 
