@@ -37,7 +37,7 @@ MKMODEL  := $(B)/tools/mkmodel
 export QVOICE_CACHE ?= $(CURDIR)/cache
 
 .SECONDARY:
-.PHONY: check-layers all test asan fuzz bench bench-kernels deps demo install clean help models models-full check-tools
+.PHONY: check-layers all test asan fuzz bench bench-kernels deps demo serve-demo serve-lb install clean help models models-full check-tools
 all: $(LIB) $(TOOLS) $(MKMODEL)
 
 help:
@@ -49,6 +49,8 @@ help:
 	@echo "make bench      benchmark table (full-size synthetic 0.6B)"
 	@echo "make bench-kernels  matvec GB/s vs machine read bandwidth"
 	@echo "make demo       end-to-end demo on the synthetic model and the bundled clip"
+	@echo "make serve-demo qvoice-server on the synthetic 0.6B pair: upload a voice, speak over HTTP"
+	@echo "make serve-lb   nginx balancing two qvoice-servers; one is killed mid-run"
 	@echo "make install    install library, headers, tools and qvoice.pc into PREFIX=$(PREFIX)"
 
 deps:
@@ -124,6 +126,14 @@ bench-kernels: deps
 demo: deps
 	@$(MAKE) --no-print-directory all models-full
 	@scripts/demo.sh
+
+serve-demo: deps
+	@$(MAKE) --no-print-directory all models-full
+	@scripts/serve-demo.sh
+
+serve-lb: deps
+	@$(MAKE) --no-print-directory all models
+	@scripts/serve-lb.sh
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin

@@ -55,7 +55,7 @@ void metrics_synth(metrics *m, const qv_synth_stats *st) {
 
 static void out(bytes *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void out(bytes *b, const char *fmt, ...) {
-    char line[512];
+    char line[2048]; /* the longest call below is ~900 bytes */
     va_list ap;
     va_start(ap, fmt);
     int n = vsnprintf(line, sizeof line, fmt, ap);

@@ -1,7 +1,8 @@
 /* test_server.c — bin/qvoice-server end to end with real clients: curl, the official openai npm
  * package (tests/server/openai_speech.mjs, installed into tests/server/node_modules by npm here),
  * and Python's http.client (tests/server/client.py: multipart uploads, a truncated body, a slow
- * client, a disconnect mid-stream). Servers run the tiny synthetic models ($QVOICE_CACHE/tiny-cv,
+ * client, a disconnect mid-stream), and scripts/serve-lb.sh (nginx balancing two servers, one
+ * killed mid-run). Servers run the tiny synthetic models ($QVOICE_CACHE/tiny-cv,
  * tiny-base) on 127.0.0.1 with a free port they pick (--listen 127.0.0.1:0, read from the log);
  * every client call has a time limit and every server is stopped (SIGTERM, then SIGKILL) by the
  * test that started it.
@@ -530,13 +531,28 @@ static void test_clone_upload(void **state) {
     assert_int_equal(stop(&g_extra), 0);
 }
 
+/* ==== scale-out ============================================================================= */
+
+static void test_scale_out(void **state) {
+    (void)state;
+    if (sh("command -v nginx >/dev/null || test -x /usr/sbin/nginx")) skip(); /* make deps has it */
+    /* nginx + two servers sharing a voices dir: upload via nginx, speak on the other backend,
+     * 6 requests with one backend killed after the third: all succeed */
+    int rc = sh("N_REQUESTS=6 timeout 300 scripts/serve-lb.sh %s > %s 2>&1", g_cv, tmp_path("lb.out"));
+    if (rc) {
+        slurp(tmp_path("lb.out"), g_body, sizeof g_body);
+        fail_msg("serve-lb.sh exited %d:\n%s", rc, g_body);
+    }
+    assert_true(file_has(tmp_path("lb.out"), "6/6 requests succeeded"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_routes),        cmocka_unit_test(test_speech_bad_input),
         cmocka_unit_test(test_voices),        cmocka_unit_test(test_slow_client),
         cmocka_unit_test(test_auth),          cmocka_unit_test(test_metrics),
         cmocka_unit_test(test_speech),        cmocka_unit_test(test_disconnect_and_limits),
-        cmocka_unit_test(test_clone_upload),
+        cmocka_unit_test(test_clone_upload),  cmocka_unit_test(test_scale_out),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
