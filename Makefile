@@ -37,7 +37,7 @@ MKMODEL  := $(B)/tools/mkmodel
 export QVOICE_CACHE ?= $(CURDIR)/cache
 
 .SECONDARY:
-.PHONY: check-layers all test asan fuzz bench bench-kernels deps demo serve-demo serve-lb install clean help models models-full check-tools
+.PHONY: check-layers all test asan fuzz bench bench-kernels deps demo serve-demo serve-lb serve-bench install clean help models models-full check-tools
 all: $(LIB) $(TOOLS) $(MKMODEL)
 
 help:
@@ -51,6 +51,7 @@ help:
 	@echo "make demo       end-to-end demo on the synthetic model and the bundled clip"
 	@echo "make serve-demo qvoice-server on the synthetic 0.6B pair: upload a voice, speak over HTTP"
 	@echo "make serve-lb   nginx balancing two qvoice-servers; one is killed mid-run"
+	@echo "make serve-bench  server TTFA, 1 vs 4 streams, 8-client load (hey), soak (also in make bench)"
 	@echo "make install    install library, headers, tools and qvoice.pc into PREFIX=$(PREFIX)"
 
 deps:
@@ -118,6 +119,11 @@ fuzz:
 bench: deps
 	@$(MAKE) --no-print-directory all $(BENCHES) models-full
 	@scripts/bench.sh
+	@scripts/serve-bench.sh
+
+serve-bench: deps
+	@$(MAKE) --no-print-directory all models-full
+	@scripts/serve-bench.sh
 
 bench-kernels: deps
 	@$(MAKE) --no-print-directory $(B)/bench/bench_kernels

@@ -4,7 +4,7 @@
 set -e
 PKGS="gcc make pkg-config liblz4-dev libsndfile1-dev libsamplerate0-dev libopenblas-pthread-dev
 libcjson-dev libpcre2-dev libutf8proc-dev libfftw3-dev libcmocka-dev libssl-dev libpng-dev
-clang libclang-rt-14-dev libmicrohttpd-dev nginx-light"
+clang libclang-rt-14-dev libmicrohttpd-dev nginx-light hey"
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -5,6 +5,7 @@
  */
 #include <cJSON.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
