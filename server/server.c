@@ -342,7 +342,7 @@ qv_server_config qv_server_default_config(void) {
                               .max_seconds = 120,
                               .max_text_chars = 4096,
                               .max_upload_mb = 20,
-                              .timeout_s = 60};
+                              .timeout_s = 300};
 }
 
 static int read_keys(qv_server *s, const char *path, char *err, size_t es) {

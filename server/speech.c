@@ -331,11 +331,11 @@ static int parse(qv_server *s, const char *body, size_t len, job *j, qv_params *
     char path[4096];
     const char *speaker = NULL;
     if (!voice && qv_model_n_speakers(m) > 0) speaker = qv_model_speaker(m, 0);
-    else if (!voice) {
+    else if (!voice && strcmp(qv_model_type(m), "voice_design")) { /* it has instructions */
         bad(v, 400, "invalid_value", "voice", "voice: required (a library voice for model %s)",
             s->models[*model].name);
         goto out;
-    } else if (voice_lookup(s, voice, path, sizeof path)) {
+    } else if (voice && voice_lookup(s, voice, path, sizeof path)) {
         speaker = find_name(voice, qv_model_speaker, qv_model_n_speakers(m), m);
         if (!speaker) {
             list_names(names, sizeof names, qv_model_speaker, qv_model_n_speakers(m), m);
@@ -399,7 +399,7 @@ static int parse(qv_server *s, const char *body, size_t len, job *j, qv_params *
     if ((input && !(j->text = strdup(input))) || (lang && !(j->language = strdup(lang))) ||
         (speaker && !(j->speaker = strdup(speaker))) ||
         (instr && !(j->instruct = strdup(instr))) ||
-        (!speaker && !(j->voice_path = strdup(path)))) {
+        (voice && !speaker && !(j->voice_path = strdup(path)))) {
         bad(v, 500, "out_of_memory", NULL, "out of memory");
         goto out;
     }
