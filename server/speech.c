@@ -29,8 +29,9 @@ typedef struct job {
     bytes out;  /* streams: encoded bytes not yet sent, from off */
     size_t off;
     float *pcm; /* non-streamed: every sample */
-    int64_t n_pcm, cap_pcm, n_samples;
+    int64_t n_pcm, cap_pcm, n_samples, max_samples; /* max_samples: the request's cap, 0 none */
     int running, cancel, timed_out, done, ended; /* running: the worker holds the slot */
+    int capped; /* the audio reached max_samples: a normal end */
     enum qv_status st;
     char err[512];
     qv_synth_stats stats;
@@ -81,6 +82,10 @@ static int on_pcm(void *user, const float *x, int n) {
     if (now_s() > j->deadline) {
         j->cancel = j->timed_out = 1;
     }
+    if (j->max_samples && j->n_samples + n >= j->max_samples) { /* the rest is cut: a normal end */
+        n = (int)(j->max_samples - j->n_samples);
+        j->capped = stop = 1;
+    }
     if (j->cancel) {
         stop = 1;
     } else if (j->stream == STREAM_NONE) {
@@ -130,6 +135,13 @@ static void *worker(void *arg) {
     qv_synth *sy = s->slots[j_slot].synth;
     qv_synth_stats st = {0};
     enum qv_status rc = qv_synth_run(sy, &j->r, on_pcm, j, &st);
+    pthread_mutex_lock(&j->mu);
+    int capped = j->capped && !j->cancel;
+    pthread_mutex_unlock(&j->mu);
+    if (rc == QV_E_CANCELLED && capped) { /* stopped at the cap by on_pcm */
+        rc = QV_OK;
+        st.capped = 1;
+    }
     metrics_synth(&s->met, &st); /* before the reply can go out: a client sees it counted */
     pthread_mutex_lock(&s->met.mu);
     s->met.guard_failures += rc == QV_E_GUARD;
@@ -577,7 +589,14 @@ enum MHD_Result speech_handle(qv_server *s, struct MHD_Connection *c, req *q) {
     j->r.speaker = j->speaker;
     j->r.voice_path = j->voice_path;
     j->r.instruct = j->instruct;
-    j->r.max_seconds = j->max_seconds;
+    j->r.max_seconds = j->max_seconds; /* per chunk in the library; on_pcm caps the total */
+    j->max_samples = (int64_t)(j->max_seconds * QV_SAMPLE_RATE_HZ);
+    /* A weight delta rewrites the shared model for good: not in a server. The voice's x-vector
+     * (and ICL) still apply. */
+    j->r.use_wdelta = 0;
+    /* A whole response can wait for each chunk to pass the guard, so a trip is retried instead
+     * of failing the request; a stream sends audio as it is decoded. */
+    j->r.whole_chunks = j->stream == STREAM_NONE;
     j->slot = slot_acquire(s, c, model, &p, j->deadline);
     if (j->slot == -1)
         return reply_error(c, q, MHD_HTTP_TOO_MANY_REQUESTS, "server_error", "busy", NULL,
