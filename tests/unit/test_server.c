@@ -38,7 +38,7 @@ typedef struct {
 } server;
 
 static char g_cv[512], g_base[512];
-static server g_srv; /* the shared server: tiny-cv, max 200 chars, 1 MB uploads, 3 s timeout */
+static server g_srv; /* the shared server: tiny-cv, max 200 chars, 1 MB uploads, 10 s timeout */
 static server g_extra; /* one started by a test (stopped by the teardown if a test fails) */
 static char g_voice[512]; /* a tiny-base clone of the bundled clip: fits tiny-cv */
 static int g_npm;    /* the openai package is installed */
@@ -182,7 +182,7 @@ static int group_setup(void **state) {
                ">/dev/null 2>&1") == 0;
     char args[2048];
     snprintf(args, sizeof args,
-             "-m %s --voices %s/voices --max-text-chars 200 --max-upload-mb 1 --timeout 3", g_cv,
+             "-m %s --voices %s/voices --max-text-chars 200 --max-upload-mb 1 --timeout 10", g_cv,
              tmp_dir);
     return start(&g_srv, "main", args);
 }
@@ -329,7 +329,7 @@ static void test_voices(void **state) {
 
 static void test_slow_client(void **state) {
     (void)state;
-    assert_int_equal(py(&g_srv, "slow"), 0); /* dropped after --timeout 3 */
+    assert_int_equal(py(&g_srv, "slow"), 0); /* dropped after --timeout 10 */
     assert_int_equal(curl(&g_srv, NULL, "SRV/health"), 200);
 }
 
@@ -455,16 +455,26 @@ static void test_disconnect_and_limits(void **state) {
                           "and keeps its synthesis slot busy for a while.\",\"voice\":\"ryan\","
                           "\"stream_format\":\"audio\",\"response_format\":\"pcm\","
                           "\"max_seconds\":60}";
-    tmp_write(tmp_path("long.json"), longreq, strlen(longreq));
-    assert_int_equal(sh("curl -s --max-time 120 -o %s -d @%s http://127.0.0.1:%d/v1/audio/speech &",
-                        tmp_path("bg.pcm"), tmp_path("long.json"), g_extra.port), 0);
+    char capped[1024];
+    snprintf(capped, sizeof capped, "%s", longreq);
+    strcpy(strstr(capped, "\"max_seconds\":60}"), "\"max_seconds\":8}"); /* ends before the guard */
+    tmp_write(tmp_path("long.json"), capped, strlen(capped));
+    unlink(tmp_path("bg.rc"));
+    assert_int_equal(sh("(curl -s --max-time 120 -o %s -d @%s http://127.0.0.1:%d/v1/audio/speech; "
+                        "echo $? > %s) &", tmp_path("bg.pcm"), tmp_path("long.json"), g_extra.port,
+                        tmp_path("bg.rc")), 0);
     for (int i = 0; i < 100 && metric(&g_extra, "qvoice_active_sessions ") < 1; i++) sleep_ms(100);
     assert_int_equal(curl(&g_extra, NULL, "-D %s -d '{\"input\":\"x\"}' SRV/v1/audio/speech",
                           tmp_path("hdr")), 429);
     assert_true(file_has(tmp_path("hdr"), "Retry-After: 1"));
-    /* SIGTERM under load: the stream in flight ends normally, the server exits 0 */
+    /* SIGTERM under load: the stream in flight ends normally (all of it, a clean chunked end),
+     * the server exits 0 */
     assert_int_equal(stop(&g_extra), 0);
     assert_true(file_has(g_extra.log, "draining"));
+    for (int i = 0; i < 300 && file_bytes(tmp_path("bg.rc")) <= 0; i++) sleep_ms(100);
+    assert_true(file_has(tmp_path("bg.rc"), "0\n"));
+    long got = file_bytes(tmp_path("bg.pcm"));
+    assert_true(got > 0 && got <= 8 * 48000);
     assert_int_equal(sh("curl -s --max-time 5 http://127.0.0.1:%d/health", g_extra.port) == 0, 0);
     /* a client that leaves mid-stream cancels its synthesis */
     strcat(args, " --timeout 2");
