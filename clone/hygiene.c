@@ -7,6 +7,7 @@
 #include "clone/hygiene.h"
 
 #include <cJSON.h>
+#include <ebur128.h>
 #include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -20,12 +21,15 @@ qvc_hygiene_params qvc_hygiene_default_params(void) {
     qvc_hygiene_params p = {
         .vad = qvk_vad_default_params(),
         .preroll_s = 0.020,
-        .target_rms_dbfs = -20.0,
+        .target_lufs = -20.0,
         .peak_cap_dbfs = -1.0,
         .max_gain_db = 30.0,
         .clip_level = QVC_CLIP_LEVEL,
         .clip_warn_fraction = QVC_CLIP_WARN_FRACTION,
         .min_voiced_s = QVC_MIN_SECONDS,
+        .icl_mode = QVC_ICL_FULL,
+        .icl_max_s = 30.0,
+        .icl_min_s = QVC_MIN_SECONDS,
         .window_min_s = 10.0,
         .window_max_s = 15.0,
         .min_snr_db = 25.0,
@@ -120,6 +124,16 @@ static double to_db(double amp) {
     return amp > 0 ? 20.0 * log10(amp) : QVK_VAD_FLOOR_DBFS;
 }
 
+int qvc_loudness_lufs(const float *x, int64_t n, double *lufs) {
+    ebur128_state *st = ebur128_init(1, QVC_SAMPLE_RATE_HZ, EBUR128_MODE_I);
+    int rc = st && ebur128_add_frames_float(st, x, (size_t)n) == EBUR128_SUCCESS &&
+                     ebur128_loudness_global(st, lufs) == EBUR128_SUCCESS
+                 ? 0
+                 : -1;
+    if (st) ebur128_destroy(&st);
+    return rc;
+}
+
 int qvc_level_normalize(qvc_level_report *r, float *x, int64_t n, const qvc_hygiene_params *p,
                         char *err, size_t err_size) {
     memset(r, 0, sizeof *r);
@@ -140,9 +154,17 @@ int qvc_level_normalize(qvc_level_report *r, float *x, int64_t n, const qvc_hygi
         snprintf(err, err_size, "reference: no voiced frame to measure the level on");
         return -1;
     }
+    if (qvc_loudness_lufs(x, n, &r->in_lufs)) {
+        snprintf(err, err_size, "reference: out of memory (loudness meter)");
+        return -1;
+    }
+    if (!isfinite(r->in_lufs)) {
+        snprintf(err, err_size, "reference: too quiet: nothing above the EBU R128 gate (-70 LUFS)");
+        return -1;
+    }
     r->in_active_dbfs = to_db(sqrt(act / (double)n_act));
     r->in_peak_dbfs = to_db(peak);
-    double g = p->target_rms_dbfs - r->in_active_dbfs;
+    double g = p->target_lufs - r->in_lufs;
     if (g > p->peak_cap_dbfs - r->in_peak_dbfs) {
         g = p->peak_cap_dbfs - r->in_peak_dbfs;
         r->peak_limited = 1;
@@ -156,6 +178,7 @@ int qvc_level_normalize(qvc_level_report *r, float *x, int64_t n, const qvc_hygi
     float s = (float)pow(10.0, g / 20.0);
     for (int64_t i = 0; i < n; i++)
         x[i] *= s;
+    r->out_lufs = r->in_lufs + g; /* loudness scales with the gain (BS.1770 is linear + gates) */
     r->out_active_dbfs = r->in_active_dbfs + g;
     r->out_peak_dbfs = r->in_peak_dbfs + g;
     return 0;
@@ -187,8 +210,9 @@ static double window_score(const sums *z, int64_t s, int64_t e, const qvc_hygien
            0.01 * (len * z->fs / SR - p->window_min_s);
 }
 
-int qvc_pick_window(qvc_window_report *r, const float *x, int64_t n, const qvc_hygiene_params *p,
-                    char *err, size_t err_size) {
+/* Searches the best window (search = 1) or measures [start, end) (in samples). */
+static int window_run(qvc_window_report *r, const float *x, int64_t n, int search, int64_t start,
+                      int64_t end, const qvc_hygiene_params *p, char *err, size_t err_size) {
     memset(r, 0, sizeof *r);
     r->tail_silence_s = p->tail_silence_s;
     frames f;
@@ -223,31 +247,53 @@ int qvc_pick_window(qvc_window_report *r, const float *x, int64_t n, const qvc_h
     }
     free(tmp);
     sums z = {pv, pc, pa, pb, f.fs, (int)blk};
-    int64_t wmin = (int64_t)ceil(p->window_min_s * SR / f.fs);
-    int64_t wmax = (int64_t)floor(p->window_max_s * SR / f.fs);
     int64_t best_s = 0, best_e = m;
-    double best = -INFINITY;
-    if ((double)n <= p->window_max_s * SR || wmin > m) {
-        r->whole = 1;
-    } else {
-        for (int64_t s = 0; s + wmin <= m; s++) {
-            if (s > 0 && f.v[s]) continue; /* start on silence (or the clip start) */
-            for (int64_t e = s + wmin; e <= s + wmax && e <= m; e++) {
-                if (e < m && f.v[e - 1]) continue; /* end on silence (or the clip end) */
-                double sc = window_score(&z, s, e, p, NULL, NULL, NULL);
-                if (sc > best) best = sc, best_s = s, best_e = e;
+    if (search) {
+        int64_t wmin = (int64_t)ceil(p->window_min_s * SR / f.fs);
+        int64_t wmax = (int64_t)floor(p->window_max_s * SR / f.fs);
+        double best = -INFINITY;
+        if ((double)n <= p->window_max_s * SR || wmin > m) {
+            r->whole = 1;
+        } else {
+            for (int64_t s = 0; s + wmin <= m; s++) {
+                if (s > 0 && f.v[s]) continue; /* start on silence (or the clip start) */
+                for (int64_t e = s + wmin; e <= s + wmax && e <= m; e++) {
+                    if (e < m && f.v[e - 1]) continue; /* end on silence (or the clip end) */
+                    double sc = window_score(&z, s, e, p, NULL, NULL, NULL);
+                    if (sc > best) best = sc, best_s = s, best_e = e;
+                }
             }
+            if (best == -INFINITY) r->whole = 1; /* no silent boundaries in range: use all */
         }
-        if (best == -INFINITY) r->whole = 1; /* no silent boundaries in range: use all */
+        if (r->whole) best_s = 0, best_e = m;
+        r->start = best_s * f.fs;
+        r->end = best_e * f.fs < n ? best_e * f.fs : n;
+    } else {
+        best_s = start / f.fs, best_e = (end + f.fs - 1) / f.fs;
+        if (best_e > m) best_e = m;
+        if (best_e <= best_s) best_e = best_s + 1;
+        r->start = start, r->end = end;
+        r->whole = start == 0 && end == n;
     }
-    if (r->whole) best_s = 0, best_e = m;
-    r->start = best_s * f.fs;
-    r->end = best_e * f.fs < n ? best_e * f.fs : n;
     r->score =
         window_score(&z, best_s, best_e, p, &r->voiced_fraction, &r->clipped_fraction, &r->snr_db);
     r->voiced_seconds = (pv[best_e] - pv[best_s]) * f.fs / SR;
     free(pv);
     frames_free(&f);
+    return 0;
+}
+
+int qvc_pick_window(qvc_window_report *r, const float *x, int64_t n, const qvc_hygiene_params *p,
+                    char *err, size_t err_size) {
+    if (window_run(r, x, n, 1, 0, n, p, err, err_size)) return -1;
+    r->mode = QVC_ICL_AUTO;
+    return 0;
+}
+
+int qvc_measure_window(qvc_window_report *r, const float *x, int64_t n, int64_t start,
+                       int64_t end, const qvc_hygiene_params *p, char *err, size_t err_size) {
+    if (window_run(r, x, n, 0, start, end, p, err, err_size)) return -1;
+    r->mode = QVC_ICL_RANGE;
     return 0;
 }
 
@@ -345,11 +391,12 @@ int qvc_check_transcript(qvc_transcript_report *r, const char *text, double voic
     int too_long = r->units_per_s > p->units_per_s_max;
     snprintf(r->reason, sizeof r->reason,
              "transcript: %.0f letter-equivalents (%d counted characters) for %.2f s of voiced "
-             "speech in the ICL window = %.1f/s, %s (plausible %.0f-%.0f/s): %s",
+             "speech in the ICL span = %.1f/s, %s (plausible %.0f-%.0f/s): %s",
              r->units, r->n_counted, voiced_seconds, r->units_per_s,
              too_long ? "far too long" : "far too short", p->units_per_s_min, p->units_per_s_max,
-             too_long ? "give the transcript of the window only, or a shorter text"
-                      : "the transcript should cover everything said in the window");
+             too_long ? "the transcript must say exactly what is spoken in the ICL span, nothing "
+                        "more (or choose the span it describes: --icl-window)"
+                      : "the transcript should cover everything said in the ICL span");
     if (allow_fallback) {
         r->fallback = 1;
         return 1;
@@ -554,6 +601,39 @@ done:
 
 /* ==== all steps ============================================================================= */
 
+/* The ICL span of p->icl_mode on the clean clip (see qvc_hygiene_run). */
+static int icl_span(qvc_hygiene_report *r, const qvc_hygiene_params *p, char *err,
+                    size_t err_size) {
+    const double t0 = r->trim.start / SR, len = r->n_clean / SR;
+    if (p->icl_mode == QVC_ICL_AUTO)
+        return qvc_pick_window(&r->window, r->clean, r->n_clean, p, err, err_size);
+    if (p->icl_mode == QVC_ICL_FULL) {
+        if (len > p->icl_max_s + 1e-9) {
+            snprintf(err, err_size,
+                     "reference: the trimmed clip (%.2f-%.2f s) is %.2f s, over the %.0f s ICL "
+                     "cap: use --icl-window auto or START-END, or a shorter clip",
+                     t0, t0 + len, len, p->icl_max_s);
+            return -1;
+        }
+        int rc = qvc_measure_window(&r->window, r->clean, r->n_clean, 0, r->n_clean, p, err,
+                                    err_size);
+        r->window.mode = QVC_ICL_FULL;
+        return rc;
+    }
+    double a = fmax(p->icl_start_s, t0), b = fmin(p->icl_end_s, t0 + len);
+    if (!(b - a >= p->icl_min_s) || b - a > p->icl_max_s + 1e-9) {
+        snprintf(err, err_size,
+                 "reference: ICL window %.2f-%.2f s holds %.2f s of the trimmed clip (%.2f-%.2f "
+                 "s); it needs %.0f-%.0f s",
+                 p->icl_start_s, p->icl_end_s, b > a ? b - a : 0.0, t0, t0 + len, p->icl_min_s,
+                 p->icl_max_s);
+        return -1;
+    }
+    int64_t s0 = (int64_t)llround((a - t0) * SR), s1 = (int64_t)llround((b - t0) * SR);
+    if (s1 > r->n_clean) s1 = r->n_clean;
+    return qvc_measure_window(&r->window, r->clean, r->n_clean, s0, s1, p, err, err_size);
+}
+
 int qvc_hygiene_run(qvc_hygiene_report *r, const float *x, int64_t n, const char *transcript,
                     int allow_fallback, qvc_xvector_fn fn, void *ctx, int dim,
                     const qvc_hygiene_params *p, char *err, size_t err_size) {
@@ -561,6 +641,7 @@ int qvc_hygiene_run(qvc_hygiene_report *r, const float *x, int64_t n, const char
     qvc_hygiene_params dp = qvc_hygiene_default_params();
     if (!p) p = &dp;
     if (qvc_trim_silence(&r->trim, x, n, p, err, err_size)) return -1;
+    r->has_trim = 1;
     if (qvc_check_voiced(&r->trim, p, err, err_size)) return -1;
     r->n_clean = r->trim.end - r->trim.start;
     r->clean = malloc((size_t)r->n_clean * sizeof *r->clean);
@@ -570,10 +651,15 @@ int qvc_hygiene_run(qvc_hygiene_report *r, const float *x, int64_t n, const char
     }
     memcpy(r->clean, x + r->trim.start, (size_t)r->n_clean * sizeof *r->clean);
     if (qvc_level_normalize(&r->level, r->clean, r->n_clean, p, err, err_size)) return -1;
+    r->has_level = 1;
+    if (transcript || p->icl_mode == QVC_ICL_AUTO) {
+        if (icl_span(r, p, err, err_size)) return -1;
+        r->has_window = 1;
+    }
     if (transcript) {
-        if (qvc_pick_window(&r->window, r->clean, r->n_clean, p, err, err_size)) return -1;
         int t = qvc_check_transcript(&r->transcript, transcript, r->window.voiced_seconds,
                                      allow_fallback, p, err, err_size);
+        r->has_transcript = 1;
         if (t < 0) return -1;
         if (t == 0) {
             r->icl = qvc_window_extract(&r->window, r->clean, &r->n_icl);
@@ -602,6 +688,10 @@ void qvc_hygiene_report_free(qvc_hygiene_report *r) {
 
 /* ==== reporting ============================================================================= */
 
+const char *qvc_icl_mode_name(enum qvc_icl_mode m) {
+    return m == QVC_ICL_AUTO ? "auto" : m == QVC_ICL_RANGE ? "range" : "full";
+}
+
 #define APPEND(...)                                                                                \
     do {                                                                                           \
         if (w < size) w += (size_t)snprintf(buf + w, size - w, __VA_ARGS__);                       \
@@ -611,31 +701,39 @@ void qvc_hygiene_summary(const qvc_hygiene_report *r, char *buf, size_t size) {
     size_t w = 0;
     if (size) buf[0] = 0;
     const qvc_trim_report *t = &r->trim;
+    if (!r->has_trim) return;
     APPEND("trim: kept %.2f-%.2f s of %.2f s (cut %.2f s lead, %.2f s tail); %.2f s voiced "
            "(VAD threshold %.1f dBFS, floor %.1f dBFS)\n",
            t->start / SR, t->end / SR, t->in_seconds, t->lead_trimmed_s, t->trail_trimmed_s,
            t->voiced_seconds, t->threshold_dbfs, t->floor_dbfs);
     const qvc_level_report *l = &r->level;
-    APPEND("level: active %.1f dBFS, peak %.1f dBFS, gain %+.1f dB%s -> active %.1f, peak %.1f "
-           "dBFS; clipped %.4f%% of samples%s\n",
-           l->in_active_dbfs, l->in_peak_dbfs, l->gain_db,
-           l->peak_limited   ? " (limited by the peak cap)"
-           : l->gain_limited ? " (limited by the max gain)"
-                             : "",
-           l->out_active_dbfs, l->out_peak_dbfs, 100.0 * l->clipped_fraction,
-           l->clip_warning ? " (WARNING: clipped)" : "");
-    if (r->has_icl || r->transcript.fallback) {
+    if (r->has_level)
+        APPEND("level: %.1f LUFS, peak %.1f dBFS, gain %+.1f dB%s -> %.1f LUFS, peak %.1f "
+               "dBFS; clipped %.4f%% of samples%s\n",
+               l->in_lufs, l->in_peak_dbfs, l->gain_db,
+               l->peak_limited   ? " (limited by the peak cap)"
+               : l->gain_limited ? " (limited by the max gain)"
+                                 : "",
+               l->out_lufs, l->out_peak_dbfs, 100.0 * l->clipped_fraction,
+               l->clip_warning ? " (WARNING: clipped)" : "");
+    if (r->has_window) {
         const qvc_window_report *v = &r->window;
-        APPEND("icl window: %.2f-%.2f s%s, %.0f%% voiced (%.2f s), SNR %.1f dB, clipped %.4f%%, "
-               "+%.2f s silence\n",
-               (t->start + v->start) / SR, (t->start + v->end) / SR,
-               v->whole ? " (whole clip)" : "", 100.0 * v->voiced_fraction, v->voiced_seconds,
-               v->snr_db, 100.0 * v->clipped_fraction, v->tail_silence_s);
+        APPEND("icl window: %.2f-%.2f s (%s), %.2f s, %.0f%% voiced (%.2f s), SNR %.1f dB, "
+               "clipped %.4f%%, +%.2f s silence\n",
+               (t->start + v->start) / SR, (t->start + v->end) / SR, qvc_icl_mode_name(v->mode),
+               (v->end - v->start) / SR, 100.0 * v->voiced_fraction, v->voiced_seconds, v->snr_db,
+               100.0 * v->clipped_fraction, v->tail_silence_s);
+    }
+    if (r->has_transcript) {
         const qvc_transcript_report *tr = &r->transcript;
         if (tr->fallback)
             APPEND("transcript: WARNING: %s; falling back to x-vector only\n", tr->reason);
+        else if (tr->plausible)
+            APPEND("transcript: %.0f letter-equivalents for %.2f s voiced = %.1f/s (ok)\n",
+                   tr->units, tr->voiced_seconds, tr->units_per_s);
         else
-            APPEND("transcript: %.1f letter-equivalents per voiced second (ok)\n", tr->units_per_s);
+            APPEND("transcript: %.0f letter-equivalents for %.2f s voiced = %.1f/s (refused)\n",
+                   tr->units, tr->voiced_seconds, tr->units_per_s);
     }
     if (r->has_speaker) {
         const qvc_speaker_report *s = &r->speaker;
@@ -676,20 +774,27 @@ char *qvc_hygiene_json(const qvc_hygiene_report *r) {
     cJSON_AddBoolToObject(l, "peak_limited", r->level.peak_limited);
     cJSON_AddNumberToObject(l, "clipped_fraction", r4(r->level.clipped_fraction));
     cJSON_AddBoolToObject(l, "clip_warning", r->level.clip_warning);
-    if (r->has_icl || r->transcript.fallback) {
-        cJSON *w = cJSON_AddObjectToObject(o, "icl_window"),
-              *tr = cJSON_AddObjectToObject(o, "transcript");
-        if (w) {
-            cJSON_AddNumberToObject(w, "start_s", r4(r->trim.start / SR + r->window.start / SR));
-            cJSON_AddNumberToObject(w, "end_s", r4(r->trim.start / SR + r->window.end / SR));
-            cJSON_AddNumberToObject(w, "voiced_fraction", r4(r->window.voiced_fraction));
-            cJSON_AddNumberToObject(w, "snr_db", r4(r->window.snr_db));
-            cJSON_AddNumberToObject(w, "tail_silence_s", r4(r->window.tail_silence_s));
-        }
-        if (tr) {
-            cJSON_AddNumberToObject(tr, "units_per_voiced_s", r4(r->transcript.units_per_s));
-            cJSON_AddBoolToObject(tr, "fallback_xvector_only", r->transcript.fallback);
-        }
+    cJSON_AddNumberToObject(l, "in_lufs", r4(r->level.in_lufs));
+    cJSON_AddNumberToObject(l, "out_lufs", r4(r->level.out_lufs));
+    cJSON_AddNumberToObject(l, "out_peak_dbfs", r4(r->level.out_peak_dbfs));
+    cJSON *w = r->has_window ? cJSON_AddObjectToObject(o, "icl_window") : NULL;
+    if (w) {
+        cJSON_AddStringToObject(w, "mode", qvc_icl_mode_name(r->window.mode));
+        cJSON_AddNumberToObject(w, "start_s", r4(r->trim.start / SR + r->window.start / SR));
+        cJSON_AddNumberToObject(w, "end_s", r4(r->trim.start / SR + r->window.end / SR));
+        cJSON_AddNumberToObject(w, "seconds", r4((r->window.end - r->window.start) / SR));
+        cJSON_AddNumberToObject(w, "voiced_s", r4(r->window.voiced_seconds));
+        cJSON_AddNumberToObject(w, "voiced_fraction", r4(r->window.voiced_fraction));
+        cJSON_AddNumberToObject(w, "snr_db", r4(r->window.snr_db));
+        cJSON_AddNumberToObject(w, "tail_silence_s", r4(r->window.tail_silence_s));
+    }
+    cJSON *tr = r->has_transcript ? cJSON_AddObjectToObject(o, "transcript") : NULL;
+    if (tr) {
+        cJSON_AddNumberToObject(tr, "units", r4(r->transcript.units));
+        cJSON_AddNumberToObject(tr, "voiced_s", r4(r->transcript.voiced_seconds));
+        cJSON_AddNumberToObject(tr, "units_per_voiced_s", r4(r->transcript.units_per_s));
+        cJSON_AddBoolToObject(tr, "plausible", r->transcript.plausible);
+        cJSON_AddBoolToObject(tr, "fallback_xvector_only", r->transcript.fallback);
     }
     if (r->has_speaker) {
         cJSON *s = cJSON_AddObjectToObject(o, "speakers"),

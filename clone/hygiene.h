@@ -1,6 +1,7 @@
-/* hygiene.h — reference-audio hygiene for clone (prefix qvc_): trim silence, normalise level and
- * report clipping, refuse too little speech, pick the cleanest ICL window (+ tail silence), check
- * the transcript against it, and look for a second speaker. Each step is a pure function over
+/* hygiene.h — reference-audio hygiene for clone (prefix qvc_): trim silence, normalise loudness
+ * (EBU R128) and report clipping, refuse too little speech, choose the ICL span (the whole trimmed
+ * clip, the cleanest window, or a given range; + tail silence), check the transcript against it,
+ * and look for a second speaker. Each step is a pure function over
  * mono 24 kHz float samples that fills a report struct (numbers for the summary and for META);
  * qvc_hygiene_run chains them. Voice activity: kernels/vad.h. Thresholds: docs/robustness.md.
  */
@@ -13,16 +14,27 @@
 #include "clone/clone.h"
 #include "kernels/vad.h"
 
+/* Which part of the trimmed clip the ICL prompt uses (docs/robustness.md). */
+enum qvc_icl_mode {
+    QVC_ICL_FULL,  /* the whole trimmed clip, up to icl_max_s: what a transcript of the clip says */
+    QVC_ICL_AUTO,  /* the cleanest window_min_s..window_max_s window (its transcript is needed) */
+    QVC_ICL_RANGE  /* [icl_start_s, icl_end_s) of the input clip, intersected with the trim */
+};
+
 typedef struct {
     qvk_vad_params vad;
     double preroll_s;          /* kept before the first / after the last voiced frame: 0.02 */
-    double target_rms_dbfs;    /* active (voiced-frame) level after normalisation: -20 */
+    double target_lufs;        /* integrated loudness after normalisation (EBU R128): -20 */
     double peak_cap_dbfs;      /* the gain never lifts the peak above this: -1 */
     double max_gain_db;        /* never amplify more than this (noise): +30 */
     double clip_level;         /* |x| >= this counts as clipped: QVC_CLIP_LEVEL */
     double clip_warn_fraction; /* warning from this fraction of clipped samples: 1e-4 */
     double min_voiced_s;       /* refuse with less voiced speech: 3 */
-    double window_min_s, window_max_s;       /* ICL window: 10 .. 15 s */
+    enum qvc_icl_mode icl_mode;              /* QVC_ICL_FULL */
+    double icl_start_s, icl_end_s;           /* QVC_ICL_RANGE: seconds of the input clip */
+    double icl_max_s;                        /* cap on the ICL span: 30 s */
+    double icl_min_s;                        /* a shorter given range is refused: 3 s */
+    double window_min_s, window_max_s;       /* QVC_ICL_AUTO window: 10 .. 15 s */
     double min_snr_db;                       /* windows below this SNR are penalised: 25 */
     double tail_silence_s;                   /* appended to the ICL window: 0.5 */
     double units_per_s_min, units_per_s_max; /* transcript units per voiced second: 4 .. 35 */
@@ -56,23 +68,29 @@ typedef struct {
     int64_t n_clipped;                   /* samples with |x| >= clip_level, before the gain */
     double clipped_fraction;             /* n_clipped / n */
     int clip_warning;                    /* clipped_fraction >= clip_warn_fraction */
-    double in_active_dbfs, in_peak_dbfs; /* active = RMS over voiced frames */
+    double in_lufs, in_peak_dbfs;        /* integrated loudness (libebur128), sample peak */
+    double in_active_dbfs;               /* RMS over voiced (VAD) frames, for the report */
     double gain_db;
     int peak_limited, gain_limited; /* the gain was lowered by the peak cap / max gain */
-    double out_active_dbfs, out_peak_dbfs;
+    double out_lufs, out_peak_dbfs, out_active_dbfs;
 } qvc_level_report;
 
-/* Measures clipping, then scales x[n] in place to target_rms_dbfs active level, lowered so the
- * peak stays <= peak_cap_dbfs and capped at max_gain_db. Returns 0, or -1 with err (allocation,
- * or no voiced frame). */
+/* Integrated loudness (EBU R128) of mono 24 kHz x into *lufs: -HUGE_VAL when nothing is above
+ * the -70 LUFS gate. 0, or -1 when out of memory. */
+int qvc_loudness_lufs(const float *x, int64_t n, double *lufs);
+/* Measures clipping and the integrated loudness (ITU-R BS.1770 K-weighting and gating, via
+ * libebur128), then scales x[n] in place to target_lufs, lowered so the sample peak stays <=
+ * peak_cap_dbfs and capped at max_gain_db. Returns 0, or -1 with err (allocation, no voiced
+ * frame, or nothing above the R128 absolute gate of -70 LUFS). */
 int qvc_level_normalize(qvc_level_report *r, float *x, int64_t n, const qvc_hygiene_params *p,
                         char *err, size_t err_size);
 
 /* ---- ICL window ------------------------------------------------------------------------ */
 
 typedef struct {
+    enum qvc_icl_mode mode;
     int64_t start, end; /* window [start, end) of the samples given */
-    int whole;          /* the input was no longer than window_max_s: all of it */
+    int whole;          /* all of the samples given */
     double voiced_fraction, voiced_seconds, clipped_fraction, snr_db, score;
     double tail_silence_s;
 } qvc_window_report;
@@ -84,6 +102,10 @@ typedef struct {
  * 0, or -1 with err on allocation failure. */
 int qvc_pick_window(qvc_window_report *r, const float *x, int64_t n, const qvc_hygiene_params *p,
                     char *err, size_t err_size);
+/* The same numbers for the fixed window [start, end) (0 <= start < end <= n). 0, or -1 with err
+ * on allocation failure. */
+int qvc_measure_window(qvc_window_report *r, const float *x, int64_t n, int64_t start,
+                       int64_t end, const qvc_hygiene_params *p, char *err, size_t err_size);
 /* x[start, end) followed by tail_silence_s of zeros: a malloc'd buffer (*n_out samples), or
  * NULL on allocation failure. */
 float *qvc_window_extract(const qvc_window_report *r, const float *x, int64_t *n_out);
@@ -96,7 +118,7 @@ typedef struct {
     double voiced_seconds, units_per_s;
     int plausible;    /* units_per_s within [min, max] */
     int fallback;     /* implausible, ICL dropped: x-vector only */
-    char reason[256]; /* why implausible ("" otherwise) */
+    char reason[400]; /* why implausible ("" otherwise) */
 } qvc_transcript_report;
 
 /* Latin-letter-equivalent length of UTF-8 text: letters 1, decimal digits 3, kana 1.5, Hangul
@@ -155,18 +177,21 @@ int qvc_speaker_scan(qvc_speaker_report *r, const float *x, int64_t n, int dim, 
 typedef struct {
     qvc_trim_report trim;
     qvc_level_report level;
-    qvc_window_report window;         /* has_icl */
-    qvc_transcript_report transcript; /* has_icl or transcript.fallback */
+    qvc_window_report window;         /* has_window */
+    qvc_transcript_report transcript; /* has_transcript */
+    int has_window, has_transcript;
     qvc_speaker_report speaker;       /* has_speaker */
-    int has_icl, has_speaker;
+    int has_trim, has_level, has_icl, has_speaker; /* the steps that ran */
     float *clean; /* trimmed + normalised clip (x-vector input); owned */
     int64_t n_clean;
     float *icl; /* ICL window + tail silence (speech-encoder input), NULL without ICL; owned */
     int64_t n_icl;
 } qvc_hygiene_report;
 
-/* trim → voiced check → level → (transcript given: window → transcript check) → (fn given:
- * speaker scan on the clean clip). Returns 0 (done; a fallback drops the ICL: has_icl = 0,
+/* trim → voiced check → level → (transcript given, or icl_mode AUTO: the ICL span of icl_mode →
+ * transcript check) → (fn given: speaker scan on the clean clip). A FULL span longer than
+ * icl_max_s, or a RANGE outside the trimmed clip, shorter than icl_min_s or longer than
+ * icl_max_s, is refused. Returns 0 (done; a fallback drops the ICL: has_icl = 0,
  * transcript.fallback = 1), or -1 with err (refusal or failure) — the report keeps the numbers
  * of the steps that ran, for the message. Free with qvc_hygiene_report_free either way. */
 int qvc_hygiene_run(qvc_hygiene_report *r, const float *x, int64_t n, const char *transcript,
@@ -174,7 +199,10 @@ int qvc_hygiene_run(qvc_hygiene_report *r, const float *x, int64_t n, const char
                     const qvc_hygiene_params *p, char *err, size_t err_size);
 void qvc_hygiene_report_free(qvc_hygiene_report *r); /* accepts zeroed reports */
 
-/* Human summary, one step per line ("trim: …", "level: …", …) into buf (truncated to size). */
+/* "full", "auto", "range". */
+const char *qvc_icl_mode_name(enum qvc_icl_mode m);
+/* Human summary of the steps that ran, one per line ("trim: …", "level: …", …) into buf
+ * (truncated to size; "" when not even the trim found speech). */
 void qvc_hygiene_summary(const qvc_hygiene_report *r, char *buf, size_t size);
 /* Compact JSON object of all numbers, for META key "hygiene". malloc'd; NULL on failure. */
 char *qvc_hygiene_json(const qvc_hygiene_report *r);

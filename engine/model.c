@@ -145,17 +145,14 @@ int qve_model_load(qv_model *m, const char *dir, char *err, size_t err_size) {
     if (bad) return -1;
 
     loader L = {m, err, err_size, 0};
-    const int64_t H = c->talker.hidden_size, TH = c->text_hidden_size;
+    const int64_t H = c->talker.hidden_size;
     qve_talker *t = &m->talker;
     load_stack(&L, &t->stack, &c->talker, "talker.model");
-    t->text_embedding =
-        get_matrix(&L, "talker.model.text_embedding.weight", c->text_vocab_size, TH);
-    t->fc1 = get_matrix(&L, "talker.text_projection.linear_fc1.weight", TH, TH);
-    t->fc1_bias = get_vector(&L, "talker.text_projection.linear_fc1.bias", TH);
-    t->fc2 = get_matrix(&L, "talker.text_projection.linear_fc2.weight", H, TH);
-    t->fc2_bias = get_vector(&L, "talker.text_projection.linear_fc2.bias", H);
-    t->codec_embedding =
-        get_matrix(&L, "talker.model.codec_embedding.weight", c->talker.vocab_size, H);
+    if (!L.failed && qve_textside_bind(&m->text, m->st, c, err, err_size)) L.failed = 1;
+    t->text_embedding = m->text.text_embedding;
+    t->fc1 = m->text.fc1, t->fc1_bias = m->text.fc1_bias;
+    t->fc2 = m->text.fc2, t->fc2_bias = m->text.fc2_bias;
+    t->codec_embedding = m->text.codec_embedding;
     t->codec_head.bf16 = get_matrix(&L, "talker.codec_head.weight", c->talker.vocab_size, H);
 
     qve_code_predictor *cp = &m->cp;
@@ -200,6 +197,7 @@ void qve_model_unload(qv_model *m) {
     for (int i = 0; i < m->n_weight_copies; i++)
         qvk_free(m->weight_copies[i]);
     free(m->weight_copies);
+    qve_textside_free(&m->text);
     free(m->talker.stack.layers);
     free(m->cp.stack.layers);
     qve_st_close(m->st);

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "checkpoint/config.h"
+#include "checkpoint/textside.h"
 #include "kernels/kernels.h"
 #include "include/qvoice.h"
 #include "checkpoint/safetensors.h"
@@ -80,6 +81,7 @@ struct qv_model {
     qve_model_config cfg;
     qve_generation_config gen;
     qve_st *st; /* owns the mmap the weight pointers borrow from */
+    qve_textside text; /* the checkpoint's text side; talker's text fields point into it */
     qve_talker talker;
     qve_code_predictor cp;
     int n_f32_copies;
@@ -159,14 +161,11 @@ void qve_matvec(qvk_pool *pool, const float *x, int n_in, const qve_mv *mv, int 
 
 /* ==== talker / code predictor ================================================================ */
 
-/* out[n, H] = text_projection(E_txt[ids[i]]) (§3.1). tmp needs n*2*text_hidden floats, wscratch
- * text_hidden*text_hidden floats (used when n > 1). */
+/* out[n, H] = text_projection(E_txt[ids[i]]) (§3.1) with t's text side (the model's, or a
+ * voice's WOVR bridge): qve_textside_project, so a voice's TPAD (clone) is computed by the same
+ * code. tmp needs n*2*text_hidden floats, wscratch text_hidden*max(text_hidden, H) floats. */
 void qve_talker_project_text(const qve_talker *t, const qve_model_config *c, qvk_pool *pool,
                              float *out, const int32_t *ids, int n, float *tmp, float *wscratch);
-/* out[3, H] = text projections of tts_pad, tts_bos, tts_eos with m's own weights, computed as
- * one 3-row qve_talker_project_text (a voice file's TPAD, written by clone). 0, or -1 when out of
- * memory. */
-int qve_model_text_special(const qv_model *m, qvk_pool *pool, float *out);
 /* out[H] += (or =) row id of the codec embedding. */
 void qve_talker_codec_embed(const qve_talker *t, float *out, int id, int accumulate);
 /* logits[3072] = codec_head · z where z = final-norm of x (z written). */

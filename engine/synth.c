@@ -56,13 +56,7 @@ struct qv_synth {
     size_t cap_frames;
 };
 
-/* ==== threads, model decoder ================================================================ */
-
-int qv_threads_resolve(int n) {
-    if (n >= 1) return n;
-    long c = sysconf(_SC_NPROCESSORS_ONLN);
-    return c >= 1 ? (int)c : 1;
-}
+/* ==== model decoder ======================================================================== */
 
 static const qve_decoder *model_decoder(qv_model *m, char *err, size_t es) {
     pthread_mutex_lock(&m->dec_lock);

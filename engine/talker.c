@@ -231,29 +231,19 @@ void qve_stack_forward(qve_stack_state *s, qvk_pool *pool, float *x, int n, int 
 
 /* ==== talker embeddings and head ============================================================= */
 
-/* Qwen3TTSTalkerResizeMLP: fc2(silu(fc1(e) + b1)) + b2. */
 void qve_talker_project_text(const qve_talker *t, const qve_model_config *c, qvk_pool *pool,
                              float *out, const int32_t *ids, int n, float *tmp, float *wscratch) {
-    const int TH = c->text_hidden_size, H = c->talker.hidden_size;
-    float *e = tmp, *f = tmp + (size_t)n * TH;
-    for (int i = 0; i < n; i++)
-        qvk_bf16_to_f32(e + (size_t)i * TH, t->text_embedding + (size_t)ids[i] * TH, (size_t)TH);
-    linear(pool, f, e, t->fc1, t->fc1_bias, n, TH, TH, wscratch);
-    qvk_silu(f, n * TH);
-    linear(pool, out, f, t->fc2, t->fc2_bias, n, TH, H, wscratch);
-}
-
-int qve_model_text_special(const qv_model *m, qvk_pool *pool, float *out) {
-    const qve_model_config *c = &m->cfg;
-    const size_t TH = (size_t)c->text_hidden_size, H = (size_t)c->talker.hidden_size;
-    const int32_t ids[3] = {c->tts_pad_token_id, c->tts_bos_token_id, c->tts_eos_token_id};
-    float *tmp = qvk_alloc(2 * 3 * TH * sizeof(float));
-    float *wscratch = qvk_alloc(TH * (TH > H ? TH : H) * sizeof(float));
-    int rc = tmp && wscratch ? 0 : -1;
-    if (!rc) qve_talker_project_text(&m->talker, c, pool, out, ids, 3, tmp, wscratch);
-    qvk_free(tmp);
-    qvk_free(wscratch);
-    return rc;
+    const qve_textside ts = {.text_hidden = c->text_hidden_size,
+                             .hidden = c->talker.hidden_size,
+                             .text_vocab = c->text_vocab_size,
+                             .codec_vocab = c->talker.vocab_size,
+                             .text_embedding = t->text_embedding,
+                             .fc1 = t->fc1,
+                             .fc1_bias = t->fc1_bias,
+                             .fc2 = t->fc2,
+                             .fc2_bias = t->fc2_bias,
+                             .codec_embedding = t->codec_embedding};
+    qve_textside_project(&ts, pool, out, ids, n, tmp, wscratch);
 }
 
 void qve_talker_codec_embed(const qve_talker *t, float *out, int id, int accumulate) {

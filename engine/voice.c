@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "checkpoint/sibling.h"
 #include "engine/model.h"
 #include "engine/voice_load.h"
 
@@ -95,21 +96,39 @@ int qv_voice_has_wdelta(const qv_voice *v) {
 enum qv_status qv_voice_check(const qv_voice *v, const qv_model *m, char *err, size_t es) {
     const qvf_voice *f = v->f;
     const int H = m->cfg.talker.hidden_size;
-    if (!f->xvector || (int)f->enc_dim != H) {
-        snprintf(err, es, "%s: x-vector of %u values, the model needs %d", v->path,
-                 f->xvector ? f->enc_dim : 0, H);
-        return QV_E_VOICE;
-    }
+    /* the delta's target first: for a heavy voice it names the real mismatch */
     enum qve_wdelta_action a;
     char e[768];
     if (qve_voice_wdelta_fits(m, f, &a, e, sizeof e)) {
         snprintf(err, es, "%s: %s", v->path, e);
         return QV_E_VOICE;
     }
-    /* Hook: the sibling check (is the voice's source m's Base/CustomVoice sibling, judged from
-       its TPAD/WOVR rows against m's own) returns QV_E_FOREIGN_VOICE here once the
-       checkpoint-level function lands (voicefmt-dedupe). */
+    if (!f->xvector || (int)f->enc_dim != H) {
+        snprintf(err, es, "%s: x-vector of %u values, the model needs %d", v->path,
+                 f->xvector ? f->enc_dim : 0, H);
+        return QV_E_VOICE;
+    }
+    /* Sibling check: the voice's text-side rows against the model's own (checkpoint/sibling.h). */
+    const int TH = m->cfg.text_hidden_size;
+    float *tpad = malloc(3 * (size_t)H * sizeof(float));
+    if (!tpad || qve_textside_special(&m->text, &m->cfg, NULL, tpad)) {
+        free(tpad);
+        snprintf(err, es, "out of memory");
+        return QV_E_NOMEM;
+    }
+    const int wovr = f->wovr_h && (int)f->wovr_h == H && (int)f->wovr_th == TH;
+    const qve_text_rows mine = {tpad, m->text.fc1_bias, m->text.fc2_bias};
+    const qve_text_rows theirs = {f->tpad && (int)f->tpad_hidden == H ? f->tpad : NULL,
+                                  wovr ? f->wovr_fc1_b : NULL, wovr ? f->wovr_fc2_b : NULL};
+    char why[320];
+    enum qve_kinship k = qve_sibling_judge(&theirs, &mine, H, TH, NULL, why, sizeof why);
+    free(tpad);
     if (err && es) err[0] = 0;
+    if (k == QVE_KIN_FOREIGN) {
+        snprintf(err, es, "%s: made with a checkpoint unrelated to this model: %s", v->path, why);
+        return QV_E_FOREIGN_VOICE;
+    }
+    if (k == QVE_KIN_UNKNOWN) snprintf(err, es, "%s: %s", v->path, why);
     return QV_OK;
 }
 

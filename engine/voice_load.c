@@ -35,9 +35,12 @@ static void add(slot_list *l, const char *name, const uint16_t **bf16, const flo
     slot *s = &l->s[l->n++];
     snprintf(s->name, sizeof s->name, "%s", name);
     s->bf16 = bf16;
-    s->f32 = NULL; /* the model's own writable copy (model.c get_vector keeps them all) */
+    s->f32 = NULL; /* the model's own writable copy (model.c get_vector or the text side) */
     for (int i = 0; f32 && i < l->m->n_f32_copies; i++)
         if (l->m->f32_copies[i] == f32) s->f32 = l->m->f32_copies[i];
+    const qve_textside *ts = &l->m->text; /* the text projection's biases live there */
+    if (f32 && f32 == ts->fc1_bias) s->f32 = ts->owned;
+    if (f32 && f32 == ts->fc2_bias) s->f32 = ts->owned + ts->text_hidden;
     s->n = n;
     s->hit = 0;
 }

@@ -223,7 +223,8 @@ int qv_voice_has_wdelta(const qv_voice *v);       /* carries a weight delta */
  * release) judged from the text-side rows it carries. QV_OK; QV_E_VOICE (cannot be used: wrong
  * size, delta for another checkpoint); QV_E_FOREIGN_VOICE (usable but made with an unrelated
  * checkpoint: speak warns, voicefmt verify --model fails; force it with the request's
- * force_voice). err gets the one-line reason. */
+ * force_voice). err gets the one-line reason; with QV_OK it holds a warning when the voice
+ * carries no text-side rows to judge by ("" otherwise). */
 enum qv_status qv_voice_check(const qv_voice *v, const qv_model *m, char *err, size_t err_size);
 
 /* ==== synthesis: text to 24 kHz audio ========================================================= */
@@ -326,34 +327,61 @@ const char *qv_synth_error(const qv_synth *s);
  * calls. */
 typedef struct qv_cloner qv_cloner;
 
+/* n_threads as qv_threads_resolve. QV_E_MODEL for a model that is not a Base (the error says
+ * so). */
 enum qv_status qv_cloner_load(qv_cloner **out, const char *base_dir, int n_threads, char *err,
                               size_t err_size);
 void qv_cloner_free(qv_cloner *c); /* accepts NULL */
+
+/* The part of the (trimmed) reference the ICL prompt uses; the transcript must say exactly what
+ * is spoken in it (docs/robustness.md). */
+enum qv_icl_window {
+    QV_ICL_FULL,  /* the whole trimmed clip, refused when longer than QV_ICL_MAX_SECONDS */
+    QV_ICL_AUTO,  /* the cleanest 10-15 s window (reported: give that span's transcript) */
+    QV_ICL_RANGE  /* icl_start_s..icl_end_s seconds of the clip as loaded, 3-30 s after trim */
+};
+#define QV_ICL_MAX_SECONDS 30.0
 
 typedef struct {
     const char *audio_path;   /* reference audio in any libsndfile format, or NULL and: */
     const float *pcm;         /* mono samples at sample_rate_hz */
     int64_t n_samples;
     int sample_rate_hz;
-    const char *ref_text;     /* transcript of the reference: adds ICL codes (NULL: x-vector only) */
+    const char *ref_text;     /* transcript of the ICL span: adds ICL codes (NULL: x-vector only) */
     const char *language;     /* stored in the voice (NULL: unset) */
-    const char *name;         /* voice name (NULL: none) */
+    const char *name;         /* voice name (NULL: the audio file's base name, or none) */
     const char *consent;      /* consent statement stored in META (NULL: none) */
-    double max_seconds;       /* audio used (30) */
-    int hygiene;              /* 1: trim, level, ICL span, transcript checks (docs/robustness.md) */
+    double max_seconds;       /* audio used (30), 3..3600 */
+    int hygiene;              /* 1: trim, loudness, ICL span, transcript checks (docs/robustness.md) */
     int with_wovr;            /* 1: carry the Base text side (WOVR) */
     const char *target_cv_dir; /* CustomVoice directory: add a weight delta for it, or NULL */
+    enum qv_icl_window icl_window; /* needs hygiene; without it the whole clip is the span */
+    double icl_start_s, icl_end_s; /* QV_ICL_RANGE */
+    int allow_xvector_fallback; /* 1: a transcript that does not fit drops ICL instead of failing */
+    double speaker_threshold; /* second-speaker warning below this cosine, -1..1 (0.5) */
+    const char *plot_path;    /* also write the log-mel PNG of the reference there, or NULL */
 } qv_clone_request;
 
-/* hygiene, with_wovr = 1; max_seconds = 30; everything else 0/NULL. */
+/* hygiene, with_wovr = 1; max_seconds = 30; icl_window FULL; speaker_threshold 0.5; everything
+ * else 0/NULL. */
 qv_clone_request qv_clone_default_request(void);
 
-/* Clones r into out_path, written atomically (nothing is left behind on failure or kill).
- * *report_json (may be NULL) gets a malloc'd JSON object: the voice's identity, sizes, the audio
- * and hygiene report (used span, transcript fit, level, warnings). QV_E_AUDIO for unusable
- * audio, QV_E_INVALID for a transcript that does not fit, QV_E_IO; err names the problem. */
+/* Clones r into out_path, written atomically (nothing is left behind on failure or kill; the plot
+ * neither). out_path NULL: everything but the writing (e.g. to see the QV_ICL_AUTO span first).
+ * *report_json (may be NULL) gets a malloc'd JSON object, on failure too ("ok": false, "error"):
+ * the voice's identity, sizes, the audio (integrated loudness in LUFS), the hygiene report (used
+ * span, transcript fit, level) and its human text ("hygiene_text"), warnings, timings. QV_E_AUDIO
+ * for unusable audio, QV_E_INVALID for a bad request or a transcript that does not fit, QV_E_MODEL,
+ * QV_E_IO; err names the problem ("FILE: problem"). */
 enum qv_status qv_clone_run(const qv_cloner *c, const qv_clone_request *r, const char *out_path,
                             char **report_json, char *err, size_t err_size);
+
+/* Speaker similarity of a and b, each a voice file (.qvoice or .bin: its x-vector) or reference
+ * audio (its x-vector computed with c over at most max_seconds; c may be NULL when both are voice
+ * files). *report_json: {"a", "b", "cosine", "norm_a", "norm_b", "dim"} (malloc'd). */
+enum qv_status qv_clone_similarity(const qv_cloner *c, const char *a, const char *b,
+                                   double max_seconds, double *cosine, char **report_json,
+                                   char *err, size_t err_size);
 
 /* ==== files ================================================================================== */
 

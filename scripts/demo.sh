@@ -15,14 +15,18 @@ cv=$cache/q06b-cv
 clip=tests/audio/en_ohenry_chenevert.wav
 # The clip is 0:30-1:00 of Phil Chenevert's LibriVox reading of O. Henry's "The Gift of the Magi".
 # Nobody here could listen to it: the transcript below is the story's opening paragraph, which the
-# clip's first 15 s most likely hold after the LibriVox preamble (it fits their length: clone's
-# hygiene measures ~20 letters per voiced second, a normal reading rate). So the ICL voices use the
-# first 15 s (clone picks an ICL window inside longer clips, whose words we could not know). With
-# your own clip, give what is actually said.
-ref_seconds=15
+# clip most likely holds after the LibriVox preamble (its length fits: clone's hygiene measures
+# ~21 letters per voiced second over the whole clip, a normal reading rate). As in the README, the
+# ICL voices use the whole clip with the transcript of all of it. With your own clip, give what is
+# actually said.
+ref_seconds=30
 ref_text="One dollar and eighty-seven cents. That was all. And sixty cents of it was in pennies. \
 Pennies saved one and two at a time by bulldozing the grocer and the vegetable man and the butcher \
-until one's cheeks burned with the silent imputation of parsimony that such close dealing implied."
+until one's cheeks burned with the silent imputation of parsimony that such close dealing implied. \
+Three times Della counted it. One dollar and eighty-seven cents. And the next day would be \
+Christmas. There was clearly nothing to do but flop down on the shabby little couch and howl. So \
+Della did it. Which instigates the moral reflection that life is made up of sobs, sniffles, and \
+smiles, with sniffles predominating."
 text="Hello. This is qvoice, a voice-cloning workbench written in C."
 instruct="Speak slowly, in a warm and gentle voice."
 

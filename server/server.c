@@ -445,7 +445,7 @@ enum qv_status qv_server_start(qv_server **out, const qv_server_config *c, char 
     voices_clean(s->voices_dir);
     if (c->api_key_file && read_keys(s, c->api_key_file, err, es)) goto fail;
     s->n_threads = qv_threads_resolve(c->n_threads);
-    if (c->clone_model_dir && clone_available() &&
+    if (c->clone_model_dir &&
         (st = qv_cloner_load(&s->cloner, c->clone_model_dir, s->n_threads, err, es)))
         goto fail;
     if (!(s->slots = calloc((size_t)c->max_concurrency, sizeof *s->slots))) goto nomem;

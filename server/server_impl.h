@@ -12,13 +12,6 @@
 #include "include/qvoice.h"
 #include "server/qvserver.h"
 
-/* The library's cloning calls are being implemented alongside this server. Until they land they
- * are weak references: the server builds and serves everything else, and clone_available()
- * makes cloning uploads answer 501. */
-#pragma weak qv_cloner_load
-#pragma weak qv_cloner_free
-#pragma weak qv_clone_run
-#pragma weak qv_clone_default_request
 
 /* ==== routes and metrics ===================================================================== */
 
@@ -133,7 +126,6 @@ struct job;
 enum MHD_Result speech_handle(qv_server *s, struct MHD_Connection *c, req *q);
 /* The connection is gone (or finished): stop the synthesis if it still runs, drop the job. */
 void speech_release(qv_server *s, req *q);
-int clone_available(void);
 
 /* ==== voices (voices.c) ====================================================================== */
 

@@ -19,10 +19,6 @@
 
 #define FIELD_MAX_BYTES 16384 /* name, transcript, language, consent */
 
-int clone_available(void) {
-    return qv_cloner_load && qv_cloner_free && qv_clone_run && qv_clone_default_request;
-}
-
 static int is_id(const char *s) {
     size_t n = 0;
     for (; s[n]; n++)
@@ -473,10 +469,13 @@ static enum MHD_Result clone_upload(qv_server *s, struct MHD_Connection *c, req 
         return reply_error(c, q, status, status == 400 ? "invalid_request_error" : "server_error",
                            st == QV_E_AUDIO ? "invalid_audio" : "clone_failed",
                            st == QV_E_AUDIO ? "audio_sample" : NULL, "%s: %s: %s",
-                           u->filename[0] ? u->filename : "upload", qv_strerror(st), err);
+                           u->filename[0] ? u->filename : "upload", qv_strerror(st),
+                           without_path(err, u->tmp));
     }
     cJSON *rep = report ? cJSON_Parse(report) : NULL;
     free(report);
+    static const char *const internal[] = {"output", "audio", "model"}; /* server paths */
+    for (int i = 0; i < 3; i++) cJSON_DeleteItemFromObjectCaseSensitive(rep, internal[i]);
     return store(s, c, q, out, r.name, rep);
 }
 

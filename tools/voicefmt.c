@@ -409,36 +409,29 @@ static int verify_model(const char *path, const qvf_voice *v, const char *dir, i
     return bad;
 }
 
-/* Whether the voice was made with the model's sibling checkpoint (checkpoint/sibling.h): a
- * foreign voice fails unless force; a voice without text-side rows is a warning. */
-static int verify_sibling(const char *path, const qvf_voice *v, const char *dir, int force) {
-    char err[768], why[320];
-    qv_model *m;
-    if (qv_model_load(&m, dir, err, sizeof err)) {
+/* Whether the voice was made with the model's sibling checkpoint (qv_voice_check): a foreign
+ * voice fails unless force; a voice without text-side rows is a warning. */
+static int verify_sibling(const char *path, const char *dir, int force) {
+    char err[768];
+    qv_model *m = NULL;
+    qv_voice *v = NULL;
+    if (qv_model_load(&m, dir, err, sizeof err) || qv_voice_open(&v, path, err, sizeof err)) {
         fprintf(stderr, "voicefmt: %s\n", err);
-        return 1;
-    }
-    const int H = qv_model_hidden_size(m);
-    float *tpad = malloc(3 * (size_t)H * sizeof(float));
-    if (!tpad || qve_model_text_special(m, NULL, tpad)) {
-        fprintf(stderr, "voicefmt: out of memory\n");
-        free(tpad);
         qv_model_free(m);
         return 1;
     }
-    const qve_text_rows mine = {tpad, m->talker.fc1_bias, m->talker.fc2_bias};
-    const qve_text_rows theirs = {v->tpad_hidden ? v->tpad : NULL, v->wovr_h ? v->wovr_fc1_b : NULL,
-                                  v->wovr_h ? v->wovr_fc2_b : NULL};
-    enum qve_kinship k = qve_sibling_judge(&theirs, &mine, H, qv_model_text_hidden_size(m), NULL,
-                                           why, sizeof why);
-    free(tpad);
+    enum qv_status st = qv_voice_check(v, m, err, sizeof err);
+    qv_voice_free(v);
     qv_model_free(m);
-    if (k == QVE_KIN_FOREIGN)
-        fprintf(stderr, "voicefmt: %s: %smade with a checkpoint unrelated to %s: %s\n", path,
-                force ? "warning (--force): " : "", dir, why);
-    else if (k == QVE_KIN_UNKNOWN)
+    size_t pl = strlen(path); /* err is "PATH: why" */
+    const char *why = !strncmp(err, path, pl) && !strncmp(err + pl, ": ", 2) ? err + pl + 2 : err;
+    if (st == QV_E_FOREIGN_VOICE)
+        fprintf(stderr, "voicefmt: %s: %s%s\n", path, force ? "warning (--force): " : "", why);
+    else if (st == QV_OK && err[0])
         fprintf(stderr, "voicefmt: %s: warning: %s\n", path, why);
-    return k == QVE_KIN_FOREIGN && !force;
+    else if (st)
+        fprintf(stderr, "voicefmt: %s\n", err);
+    return st == QV_E_FOREIGN_VOICE ? !force : st != QV_OK;
 }
 
 /* Decodes every LZ4 block so a corrupt block is caught by verify, not at load. */
@@ -489,7 +482,7 @@ static int cmd_verify(int argc, char **argv) {
         }
         int bad = verify_blocks(argv[i], v);
         if (!bad && model) bad = verify_model(argv[i], v, model, deep);
-        if (!bad && model) bad = verify_sibling(argv[i], v, model, force);
+        if (!bad && model) bad = verify_sibling(argv[i], model, force);
         if (!bad)
             printf("%s: ok (v%d%s%s)\n", argv[i], v->file_version, model ? ", fits " : "",
                    model ? model : "");

@@ -367,6 +367,78 @@ static void test_second_speaker(void **state) {
     assert_null(strstr(g_err, "another speaker?"));
 }
 
+/* The README's clone example as written: the bundled 30 s clip with the transcript of all of it
+ * (the story's opening paragraph; the words were not checked by ear: see scripts/demo.sh). The
+ * ICL span is the whole trimmed clip; the same transcript against the auto window is refused with
+ * the numbers, and --icl-window auto without a transcript reports the span to transcribe. */
+#define FULL_TRANSCRIPT                                                                            \
+    "One dollar and eighty-seven cents. That was all. And sixty cents of it was in pennies. "   \
+    "Pennies saved one and two at a time by bulldozing the grocer and the vegetable man and the " \
+    "butcher until one's cheeks burned with the silent imputation of parsimony that such close " \
+    "dealing implied. Three times Della counted it. One dollar and eighty-seven cents. And the " \
+    "next day would be Christmas. There was clearly nothing to do but flop down on the shabby " \
+    "little couch and howl. So Della did it. Which instigates the moral reflection that life is " \
+    "made up of sobs, sniffles, and smiles, with sniffles predominating."
+static void test_readme_example(void **state) {
+    (void)state;
+    char out[256];
+    path(out, sizeof out, "me.qvoice");
+    assert_int_equal(run("bin/clone -m %s %s -t \"%s\" -l English --consent \"I agree to my voice "
+                         "being cloned.\" -o %s --json", g_tiny, CLIP, FULL_TRANSCRIPT, out), 0);
+    cJSON *j = json_out();
+    double a = jnum(j, "hygiene.icl_window.start_s"), b = jnum(j, "hygiene.icl_window.end_s");
+    printf("  README example: ICL span %.2f-%.2f s (%s), %.2f s voiced, %.1f letters/voiced s, "
+           "%g frames; loudness %.1f LUFS -> %.1f LUFS\n", a, b,
+           cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(
+               cJSON_GetObjectItemCaseSensitive(j, "hygiene"), "icl_window"), "mode")->valuestring,
+           jnum(j, "hygiene.icl_window.voiced_s"), jnum(j, "hygiene.transcript.units_per_voiced_s"),
+           jnum(j, "icl_frames"), jnum(j, "loudness_lufs"), jnum(j, "hygiene.level.out_lufs"));
+    assert_true(a < 0.1 && b > 29.9);                     /* the whole clip (trimmed) */
+    assert_true(jnum(j, "icl_frames") >= 380 && jnum(j, "icl_frames") <= 382); /* + 0.5 s */
+    assert_true(jnum(j, "hygiene.transcript.plausible") == 1);
+    assert_true(fabs(jnum(j, "hygiene.level.out_lufs") + 20.0) < 1e-3);
+    assert_true(jnum(j, "loudness_lufs") < -20.0);
+    cJSON_Delete(j);
+    qvf_voice *v = NULL;
+    char err[512];
+    assert_int_equal(qvf_read_file(out, 0, &v, err, sizeof err), 0);
+    assert_string_equal(v->transcript, FULL_TRANSCRIPT);
+    qvf_voice_free(v);
+    /* the same transcript for the auto window: refused, with the numbers */
+    unlink(out);
+    assert_int_equal(run("bin/clone -m %s %s -t \"%s\" --icl-window auto -o %s", g_tiny, CLIP,
+                         FULL_TRANSCRIPT, out), 1);
+    printf("  auto window: %s", g_err);
+    assert_non_null(strstr(g_err, "icl window:"));
+    assert_non_null(strstr(g_err, "(auto)"));
+    assert_non_null(strstr(g_err, "485 letter-equivalents"));
+    assert_non_null(strstr(g_err, "far too long"));
+    assert_false(exists(out));
+    /* auto without a transcript: the span is printed with the request for its transcript */
+    assert_int_equal(run("bin/clone -m %s %s --icl-window auto", g_tiny, CLIP), 0);
+    printf("  %s", g_out);
+    assert_non_null(strstr(g_out, "ICL window: "));
+    assert_non_null(strstr(g_out, "give the transcript of exactly these seconds"));
+    assert_non_null(strstr(g_out, "--icl-window "));
+    /* a given range */
+    assert_int_equal(run("bin/clone -m %s %s --icl-window 0-15 -t \"%s\" -o %s --json", g_tiny,
+                         CLIP, "One dollar and eighty-seven cents. That was all. And sixty cents "
+                         "of it was in pennies. Pennies saved one and two at a time by bulldozing "
+                         "the grocer and the vegetable man and the butcher until one's cheeks "
+                         "burned with the silent imputation of parsimony that such close dealing "
+                         "implied.", out), 0);
+    j = json_out();
+    assert_true(fabs(jnum(j, "hygiene.icl_window.end_s") - 15.0) < 1e-3);
+    assert_true(jnum(j, "icl_frames") >= 193 && jnum(j, "icl_frames") <= 194); /* 15 s + 0.5 s */
+    cJSON_Delete(j);
+    /* flags: -j is --threads everywhere, unknown options in one line */
+    assert_int_equal(run("bin/clone -j x -m %s %s -o %s", g_tiny, CLIP, out), 2);
+    assert_non_null(strstr(g_err, "--threads"));
+    assert_int_equal(run("bin/clone --bogus -m %s %s -o %s", g_tiny, CLIP, out), 2);
+    assert_string_equal(g_err, "clone: unknown option '--bogus' (see clone --help)\n");
+    assert_int_equal(run("bin/clone --icl-window 5 -m %s %s -o %s", g_tiny, CLIP, out), 2);
+}
+
 static void test_consent(void **state) {
     (void)state;
     char out[256];
@@ -440,13 +512,14 @@ static void test_bridge(void **state) {
     assert_int_equal(v->wovr_cv, 2048);
     assert_true(v->n_frames > 0);
 
-    /* TPAD vs the engine: qve_model_text_special, and a session's PAD and EOS rows (a 1-token
-       Base prompt: 7 projected rows, the same direct kernel as the 3-row call) */
+    /* TPAD vs the engine: the model's text side (checkpoint/textside, which the engine's prompt
+       projection runs through), and a session's PAD and EOS rows (a 1-token Base prompt: 7
+       projected rows, the same direct kernel as the 3-row call) */
     float *ref = malloc(3 * H * sizeof(float));
-    assert_int_equal(qve_model_text_special(m, NULL, ref), 0);
+    assert_int_equal(qve_textside_special(&m->text, &m->cfg, NULL, ref), 0);
     int same;
     double d = max_abs_diff(v->tpad, ref, 3 * H, &same);
-    printf("TPAD vs qve_model_text_special: max |d| %g, bit-identical %d\n", d, same);
+    printf("TPAD vs the model's qve_textside_special: max |d| %g, bit-identical %d\n", d, same);
     assert_true(same);
     qv_params p = qv_model_params(m);
     qv_session *s = NULL;
@@ -541,7 +614,8 @@ int main(void) {
         cmocka_unit_test(test_help_version), cmocka_unit_test(test_silence_padding),
         cmocka_unit_test(test_clipping),     cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_transcript),   cmocka_unit_test(test_second_speaker),
-        cmocka_unit_test(test_consent),      cmocka_unit_test(test_bridge),
+        cmocka_unit_test(test_consent),
+        cmocka_unit_test(test_readme_example),      cmocka_unit_test(test_bridge),
     };
     return cmocka_run_group_tests_name("clone_cli", tests, setup, teardown);
 }

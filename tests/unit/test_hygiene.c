@@ -108,9 +108,14 @@ static void test_clipping_and_level(void **state) {
            r.peak_limited);
     assert_true(fabs(r.clipped_fraction - expect) < 0.005);
     assert_true(r.clip_warning);
-    assert_true(fabs(r.out_active_dbfs + 20.0) < 1e-9 && !r.peak_limited); /* attenuated */
+    assert_true(!r.peak_limited && r.gain_db < 0); /* attenuated to -20 LUFS */
+    double lufs;
+    assert_int_equal(qvc_loudness_lufs(x, n, &lufs), 0);
+    printf("  clipped sine: in %.2f LUFS, out %.2f LUFS (measured again %.3f)\n", r.in_lufs,
+           r.out_lufs, lufs);
+    assert_true(fabs(r.out_lufs + 20.0) < 1e-9 && fabs(lufs + 20.0) < 0.01);
 
-    /* quiet speech at about -40 dBFS active: raised to -20 */
+    /* quiet speech at about -40 dBFS active: raised to -20 LUFS */
     memset(x, 0, (size_t)n * sizeof *x);
     speech(x, n, 0.012f, 0);
     assert_int_equal(qvc_level_normalize(&r, x, n, &p, err, sizeof err), 0);
@@ -118,12 +123,14 @@ static void test_clipping_and_level(void **state) {
     for (int64_t i = 0; i < n; i++)
         s += (double)x[i] * x[i];
     double out_db = 10 * log10(s / (double)n);
-    printf("  quiet: in %.1f dBFS, gain %+.1f dB, out %.2f dBFS (measured %.2f)\n",
-           r.in_active_dbfs, r.gain_db, r.out_active_dbfs, out_db);
+    assert_int_equal(qvc_loudness_lufs(x, n, &lufs), 0);
+    printf("  quiet: in %.1f LUFS (active %.1f dBFS), gain %+.1f dB, out %.2f LUFS (measured "
+           "%.3f; RMS %.2f dBFS)\n",
+           r.in_lufs, r.in_active_dbfs, r.gain_db, r.out_lufs, lufs, out_db);
     assert_false(r.clip_warning);
     assert_int_equal(r.n_clipped, 0);
     assert_false(r.peak_limited);
-    assert_true(fabs(out_db + 20.0) < 0.05);
+    assert_true(fabs(lufs + 20.0) < 0.01);
 
     /* speech at -35 dBFS with a few full-scale clicks: the peak cap limits the gain */
     memset(x, 0, (size_t)n * sizeof *x);
@@ -257,6 +264,57 @@ static void test_transcript(void **state) {
     free(x);
 }
 
+/* The ICL span rule: full = the whole trimmed clip (capped), auto = the cleanest 10-15 s (picked
+ * without a transcript too), range = given seconds of the input; refusals carry the numbers. */
+static void test_icl_span(void **state) {
+    (void)state;
+    qvc_hygiene_params p = qvc_hygiene_default_params();
+    char err[512];
+    int64_t n = 24 * SR;
+    float *x = calloc((size_t)n, sizeof *x);
+    syllables(x, n, 0.3f);
+    qvc_hygiene_report h;
+    /* full: the whole trimmed clip */
+    assert_int_equal(qvc_hygiene_run(&h, x, n, "word word word word word word word word word "
+                     "word word word word word word word word word word word word word word word "
+                     "word word word word word word word word word word word word word word word "
+                     "word word word word word", 0, NULL, NULL, 0, &p, err, sizeof err), 0);
+    assert_true(h.has_window && h.has_icl && h.window.whole && h.window.mode == QVC_ICL_FULL);
+    assert_int_equal(h.n_icl, h.n_clean + SR / 2);
+    qvc_hygiene_report_free(&h);
+    /* full over the cap: refused with the numbers */
+    p.icl_max_s = 20;
+    assert_int_equal(qvc_hygiene_run(&h, x, n, "word word", 0, NULL, NULL, 0, &p, err,
+                                     sizeof err), -1);
+    printf("  over the cap: %s\n", err);
+    assert_non_null(strstr(err, "over the 20 s ICL cap"));
+    qvc_hygiene_report_free(&h);
+    /* auto without a transcript: a 10-15 s window, no ICL */
+    p.icl_mode = QVC_ICL_AUTO;
+    assert_int_equal(qvc_hygiene_run(&h, x, n, NULL, 0, NULL, NULL, 0, &p, err, sizeof err), 0);
+    double len = (double)(h.window.end - h.window.start) / SR;
+    printf("  auto: %.2f-%.2f s\n", (double)(h.trim.start + h.window.start) / SR,
+           (double)(h.trim.start + h.window.end) / SR);
+    assert_true(h.has_window && !h.has_transcript && !h.has_icl && !h.icl);
+    assert_true(len >= 10 - 0.011 && len <= 15 + 0.011);
+    qvc_hygiene_report_free(&h);
+    /* range: seconds of the input, intersected with the trim */
+    p.icl_mode = QVC_ICL_RANGE, p.icl_start_s = 5, p.icl_end_s = 11;
+    assert_int_equal(qvc_hygiene_run(&h, x, n, "word word word word word word word word word "
+                     "word word word word", 0, NULL, NULL, 0, &p, err, sizeof err), 0);
+    assert_true(h.has_icl && h.window.mode == QVC_ICL_RANGE);
+    assert_int_equal(h.trim.start + h.window.start, 5 * SR);
+    assert_int_equal(h.trim.start + h.window.end, 11 * SR);
+    assert_int_equal(h.n_icl, 6 * SR + SR / 2);
+    qvc_hygiene_report_free(&h);
+    p.icl_start_s = 30, p.icl_end_s = 40; /* outside the clip */
+    assert_int_equal(qvc_hygiene_run(&h, x, n, "word", 0, NULL, NULL, 0, &p, err, sizeof err), -1);
+    printf("  outside: %s\n", err);
+    assert_non_null(strstr(err, "ICL window 30.00-40.00 s holds 0.00 s"));
+    qvc_hygiene_report_free(&h);
+    free(x);
+}
+
 /* ---- second speaker with the tiny synthetic Base ECAPA ------------------------------------ */
 
 static qvc_ecapa *g_ecapa;
@@ -343,6 +401,7 @@ int main(void) {
         cmocka_unit_test(test_clipping_and_level),
         cmocka_unit_test(test_too_short),
         cmocka_unit_test(test_window),
+        cmocka_unit_test(test_icl_span),
         cmocka_unit_test(test_transcript),
         cmocka_unit_test_setup_teardown(test_second_speaker, setup_ecapa, teardown_ecapa),
     };

@@ -1,0 +1,90 @@
+/* textside.c — a checkpoint's text side: bind, project (see textside.h). */
+#include "checkpoint/textside.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const uint16_t *matrix(const qve_st *st, const char *name, int64_t rows, int64_t cols,
+                              char *err, size_t err_size) {
+    const int64_t shape[2] = {rows, cols};
+    const qve_tensor *t = qve_st_expect(st, name, QVE_DTYPE_BF16, 2, shape, err, err_size);
+    return t ? (const uint16_t *)t->data : NULL;
+}
+
+/* A 1-D float tensor of n elements widened into dst. */
+static int vector(const qve_st *st, const char *name, int64_t n, float *dst, char *err,
+                  size_t err_size) {
+    const qve_tensor *t = qve_st_find(st, name);
+    if (!t || t->n_dims != 1 || t->shape[0] != n || t->dtype == QVE_DTYPE_I64) {
+        if (!t)
+            snprintf(err, err_size, "%s: tensor %s: missing", qve_st_file(st, NULL), name);
+        else
+            snprintf(err, err_size, "%s: tensor %s: expected [%lld] float, found %d-d %s",
+                     qve_st_file(st, t), name, (long long)n, t->n_dims, qve_dtype_name(t->dtype));
+        return -1;
+    }
+    float *f = qve_tensor_to_f32(t);
+    if (!f) {
+        snprintf(err, err_size, "%s: out of memory converting %s", qve_st_file(st, t), name);
+        return -1;
+    }
+    memcpy(dst, f, (size_t)n * sizeof(float));
+    qvk_free(f);
+    return 0;
+}
+
+int qve_textside_bind(qve_textside *ts, const qve_st *st, const qve_model_config *c, char *err,
+                      size_t err_size) {
+    memset(ts, 0, sizeof *ts);
+    const int64_t TH = c->text_hidden_size, H = c->talker.hidden_size;
+    ts->text_hidden = (int)TH, ts->hidden = (int)H;
+    ts->text_vocab = c->text_vocab_size, ts->codec_vocab = c->talker.vocab_size;
+    if (!(ts->owned = qvk_alloc((size_t)(TH + H) * sizeof(float)))) {
+        snprintf(err, err_size, "%s: out of memory", qve_st_file(st, NULL));
+        return -1;
+    }
+    ts->fc1_bias = ts->owned, ts->fc2_bias = ts->owned + TH;
+    if (!(ts->text_embedding = matrix(st, "talker.model.text_embedding.weight", ts->text_vocab, TH,
+                                      err, err_size)) ||
+        !(ts->fc1 =
+              matrix(st, "talker.text_projection.linear_fc1.weight", TH, TH, err, err_size)) ||
+        vector(st, "talker.text_projection.linear_fc1.bias", TH, ts->owned, err, err_size) ||
+        !(ts->fc2 = matrix(st, "talker.text_projection.linear_fc2.weight", H, TH, err, err_size)) ||
+        vector(st, "talker.text_projection.linear_fc2.bias", H, ts->owned + TH, err, err_size) ||
+        !(ts->codec_embedding = matrix(st, "talker.model.codec_embedding.weight", ts->codec_vocab,
+                                       H, err, err_size))) {
+        qve_textside_free(ts);
+        return -1;
+    }
+    return 0;
+}
+
+void qve_textside_free(qve_textside *ts) {
+    if (!ts) return;
+    qvk_free(ts->owned);
+    memset(ts, 0, sizeof *ts);
+}
+
+void qve_textside_project(const qve_textside *ts, qvk_pool *pool, float *out, const int32_t *ids,
+                          int n, float *tmp, float *wscratch) {
+    const int TH = ts->text_hidden, H = ts->hidden;
+    float *e = tmp, *f = tmp + (size_t)n * TH;
+    for (int i = 0; i < n; i++)
+        qvk_bf16_to_f32(e + (size_t)i * TH, ts->text_embedding + (size_t)ids[i] * TH, (size_t)TH);
+    qvk_linear_bf16(pool, f, e, ts->fc1, ts->fc1_bias, n, TH, TH, wscratch);
+    qvk_silu(f, n * TH);
+    qvk_linear_bf16(pool, out, f, ts->fc2, ts->fc2_bias, n, TH, H, wscratch);
+}
+
+int qve_textside_special(const qve_textside *ts, const qve_model_config *c, qvk_pool *pool,
+                         float *out) {
+    const size_t TH = (size_t)ts->text_hidden, H = (size_t)ts->hidden;
+    const int32_t ids[3] = {c->tts_pad_token_id, c->tts_bos_token_id, c->tts_eos_token_id};
+    float *tmp = qvk_alloc(2 * 3 * TH * sizeof(float));
+    float *wscratch = qvk_alloc(TH * (TH > H ? TH : H) * sizeof(float));
+    int rc = tmp && wscratch ? 0 : -1;
+    if (!rc) qve_textside_project(ts, pool, out, ids, 3, tmp, wscratch);
+    qvk_free(tmp);
+    qvk_free(wscratch);
+    return rc;
+}

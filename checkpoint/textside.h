@@ -1,0 +1,50 @@
+/* textside.h — a checkpoint's text side (prefix qve_): the text embedding, the text projection
+ * (Qwen3TTSTalkerResizeMLP, §3.1) and the codec-embedding rows, bound as views into the mmap,
+ * and the projection of text-token rows with the kernels. One implementation for the engine
+ * (every prompt's text rows) and for clone (a voice's TPAD, and its WOVR bridge tensors).
+ *
+ *     qve_textside ts;
+ *     qve_textside_bind(&ts, st, &cfg, err, sizeof err);
+ *     qve_textside_special(&ts, &cfg, pool, tpad);      // [3][hidden]: pad, bos, eos
+ *
+ * Thread safety: read-only after bind; projections allocate nothing but the caller's buffers.
+ */
+#ifndef QV_TEXTSIDE_H
+#define QV_TEXTSIDE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "checkpoint/config.h"
+#include "checkpoint/safetensors.h"
+#include "kernels/kernels.h"
+
+typedef struct {
+    int text_hidden, hidden, text_vocab, codec_vocab;
+    const uint16_t *text_embedding;  /* [text_vocab, text_hidden] talker.model.text_embedding */
+    const uint16_t *fc1;             /* [text_hidden, text_hidden] text_projection.linear_fc1 */
+    const float *fc1_bias;           /* [text_hidden] (f32 copy, owned) */
+    const uint16_t *fc2;             /* [hidden, text_hidden] text_projection.linear_fc2 */
+    const float *fc2_bias;           /* [hidden] (f32 copy, owned) */
+    const uint16_t *codec_embedding; /* [codec_vocab, hidden] talker.model.codec_embedding */
+    float *owned;                    /* the two bias copies, one allocation */
+} qve_textside;
+
+/* Binds the tensors of st (bf16 matrices borrowed from the mmap, biases of any float dtype
+ * widened to f32) with the shapes c gives. 0, or -1 with "FILE: tensor NAME: expected ..." in
+ * err. Free with qve_textside_free; the views live as long as st. */
+int qve_textside_bind(qve_textside *ts, const qve_st *st, const qve_model_config *c, char *err,
+                      size_t err_size);
+void qve_textside_free(qve_textside *ts); /* accepts zeroed structs */
+
+/* out[n, hidden] = fc2(silu(fc1(E[ids[i]]) + b1)) + b2 with qvk_linear_bf16 (bit-identical for
+ * any pool size; ids must be < text_vocab). tmp: 2 n text_hidden floats; wscratch:
+ * text_hidden max(text_hidden, hidden) floats (used when n > QVK_LINEAR_DIRECT_MAX_ROWS). */
+void qve_textside_project(const qve_textside *ts, qvk_pool *pool, float *out, const int32_t *ids,
+                          int n, float *tmp, float *wscratch);
+/* out[3, hidden] = projections of tts_pad, tts_bos, tts_eos (a voice file's TPAD). 0, or -1 when
+ * out of memory. */
+int qve_textside_special(const qve_textside *ts, const qve_model_config *c, qvk_pool *pool,
+                         float *out);
+
+#endif

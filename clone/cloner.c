@@ -1,0 +1,894 @@
+/* cloner.c — the public cloning API (qvoice.h): reference audio → hygiene → x-vector (mel +
+ * ECAPA) and ICL codes (Mimi) → a voice with the Base text side (TPAD, WOVR: checkpoint/textside)
+ * and identity, written atomically by voicefmt, optionally with a weight delta for a CustomVoice
+ * target. Everything the run did goes into one JSON report (cJSON), from which the clone tool
+ * prints its summary.
+ */
+#include <cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <pwd.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "checkpoint/config.h"
+#include "checkpoint/fingerprint.h"
+#include "checkpoint/safetensors.h"
+#include "checkpoint/textside.h"
+#include "clone/clone.h"
+#include "clone/hygiene.h"
+#include "clone/plot.h"
+#include "include/qvoice.h"
+#include "voicefmt/qvf.h"
+
+#define WOVR_CODEC_ROWS 2048 /* codebook rows a voice's WOVR carries (legacy §6.3) */
+
+struct qv_cloner {
+    char dir[1024];
+    qve_model_config cfg;
+    uint8_t fingerprint[32];
+    int n_threads;
+    double load_s;
+    qvc_ecapa *ecapa;
+    qve_st *st; /* the Base checkpoint: text side, WDELTA source */
+    qve_textside text;
+    float *tpad;       /* [3][hidden], computed once */
+    struct lazy *lazy; /* the speech encoder, loaded on first ICL use */
+};
+
+struct lazy {
+    pthread_mutex_t lock;
+    qvc_speech_encoder *se;
+};
+
+/* FFTW's planner is not thread-safe: mel contexts are made one at a time. */
+static pthread_mutex_t g_mel_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static qvc_mel *mel_create(void) {
+    pthread_mutex_lock(&g_mel_lock);
+    qvc_mel *m = qvc_mel_create();
+    pthread_mutex_unlock(&g_mel_lock);
+    return m;
+}
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+static qvk_pool *pool_for(int n_threads) {
+    return n_threads > 1 ? qvk_pool_create(n_threads) : NULL;
+}
+
+/* ==== cloner ================================================================================ */
+
+void qv_cloner_free(qv_cloner *c) {
+    if (!c) return;
+    qvc_ecapa_free(c->ecapa);
+    if (c->lazy) {
+        qvc_speech_encoder_free(c->lazy->se);
+        pthread_mutex_destroy(&c->lazy->lock);
+        free(c->lazy);
+    }
+    qve_textside_free(&c->text);
+    qve_st_close(c->st);
+    free(c->tpad);
+    free(c);
+}
+
+enum qv_status qv_cloner_load(qv_cloner **out, const char *base_dir, int n_threads, char *err,
+                              size_t err_size) {
+    *out = NULL;
+    double t0 = now_s();
+    qv_cloner *c = calloc(1, sizeof *c);
+    if (c && !(c->lazy = calloc(1, sizeof *c->lazy))) {
+        free(c);
+        c = NULL;
+    }
+    if (!c) {
+        snprintf(err, err_size, "%s: out of memory", base_dir);
+        return QV_E_NOMEM;
+    }
+    pthread_mutex_init(&c->lazy->lock, NULL);
+    snprintf(c->dir, sizeof c->dir, "%s", base_dir);
+    c->n_threads = qv_threads_resolve(n_threads);
+    /* the pool shares the work out; each piece runs a single-threaded sgemm */
+    qvk_blas_set_threads(1);
+    enum qv_status st = QV_E_MODEL;
+    if (qve_model_config_load(&c->cfg, base_dir, err, err_size)) goto fail;
+    if (c->cfg.variant != QVE_VARIANT_BASE || !c->cfg.has_speaker_encoder) {
+        snprintf(err, err_size,
+                 "%s: this is a %s model; cloning needs a Base model (only Base checkpoints have "
+                 "the speaker encoder)",
+                 base_dir, c->cfg.tts_model_type);
+        goto fail;
+    }
+    if (!(c->ecapa = qvc_ecapa_load(base_dir, err, err_size)) ||
+        qve_fingerprint_model(base_dir, QVE_FINGERPRINT_TABLE, c->fingerprint, err, err_size) ||
+        !(c->st = qve_st_open_dir(base_dir, "model", err, err_size)) ||
+        qve_textside_bind(&c->text, c->st, &c->cfg, err, err_size))
+        goto fail;
+    qvk_pool *pool = pool_for(c->n_threads);
+    c->tpad = malloc(3 * (size_t)c->text.hidden * sizeof(float));
+    int bad = !c->tpad || qve_textside_special(&c->text, &c->cfg, pool, c->tpad);
+    qvk_pool_free(pool);
+    if (bad) {
+        snprintf(err, err_size, "%s: out of memory for TPAD", base_dir);
+        st = QV_E_NOMEM;
+        goto fail;
+    }
+    c->load_s = now_s() - t0;
+    *out = c;
+    return QV_OK;
+fail:
+    qv_cloner_free(c);
+    return st;
+}
+
+static const qvc_speech_encoder *speech_encoder(const qv_cloner *c, char *err, size_t err_size) {
+    pthread_mutex_lock(&c->lazy->lock);
+    if (!c->lazy->se) c->lazy->se = qvc_speech_encoder_load(c->dir, err, err_size);
+    const qvc_speech_encoder *se = c->lazy->se;
+    pthread_mutex_unlock(&c->lazy->lock);
+    return se;
+}
+
+qv_clone_request qv_clone_default_request(void) {
+    qv_clone_request r;
+    memset(&r, 0, sizeof r);
+    r.max_seconds = QVC_DEFAULT_MAX_SECONDS;
+    r.hygiene = 1;
+    r.with_wovr = 1;
+    r.icl_window = QV_ICL_FULL;
+    r.speaker_threshold = qvc_hygiene_default_params().spk_threshold;
+    return r;
+}
+
+/* ==== one run =============================================================================== */
+
+typedef struct {
+    const qv_clone_request *r;
+    const char *out, *label; /* output path (or NULL), the audio's name in messages */
+    cJSON *j;                /* the report */
+    cJSON *warnings;
+    char *err;
+    size_t err_size;
+    enum qv_status st;
+} run;
+
+static int fail(run *u, enum qv_status st, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(u->err, u->err_size, fmt, ap);
+    va_end(ap);
+    u->st = st;
+    return -1;
+}
+
+static void warn(run *u, const char *fmt, ...) {
+    char msg[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    cJSON_AddItemToArray(u->warnings, cJSON_CreateString(msg));
+}
+
+/* "reference: X" from the hygiene library becomes "AUDIO: X". */
+static int audio_fail(run *u, enum qv_status st, const char *msg) {
+    if (!strncmp(msg, "reference: ", 11)) msg += 11;
+    return fail(u, st, "%s: %s", u->label, msg);
+}
+
+/* The output's directory must exist and be writable, and the output not be a directory: checked
+ * before any work so a typo costs nothing. */
+static int check_output(run *u, const char *out) {
+    struct stat sb;
+    if (!stat(out, &sb) && S_ISDIR(sb.st_mode))
+        return fail(u, QV_E_IO, "%s: is a directory (expected a file path)", out);
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", out);
+    char *slash = strrchr(dir, '/');
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else if (slash == dir)
+        dir[1] = 0;
+    else
+        *slash = 0;
+    if (stat(dir, &sb) || !S_ISDIR(sb.st_mode))
+        return fail(u, QV_E_IO, "%.400s: directory %.400s does not exist", out, dir);
+    if (access(dir, W_OK | X_OK))
+        return fail(u, QV_E_IO, "%.400s: cannot write in %.400s (%s)", out, dir, strerror(errno));
+    return 0;
+}
+
+static int file_sha256_hex(const char *path, char hex[65]) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    long n = fseek(f, 0, SEEK_END) ? -1 : ftell(f);
+    rewind(f);
+    unsigned char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    int rc = -1;
+    uint8_t d[32];
+    if (buf && fread(buf, 1, (size_t)n, f) == (size_t)n && qvf_sha256(buf, (size_t)n, d) == 0) {
+        qve_sha256_hex(d, hex);
+        rc = 0;
+    }
+    free(buf);
+    fclose(f);
+    return rc;
+}
+
+static void user_name(char *buf, size_t size) {
+    const char *who = getenv("USER");
+    if (!who || !*who) {
+        struct passwd *pw = getpwuid(geteuid());
+        who = pw ? pw->pw_name : NULL;
+    }
+    if (who && *who)
+        snprintf(buf, size, "%s", who);
+    else
+        snprintf(buf, size, "uid %d", (int)geteuid());
+}
+
+static void model_id(qvf_model_id *id, const qve_model_config *c, const uint8_t fp[32]) {
+    memset(id, 0, sizeof *id);
+    id->hidden_size = (uint32_t)c->talker.hidden_size;
+    id->text_hidden_size = (uint32_t)c->text_hidden_size;
+    id->enc_dim = c->has_speaker_encoder ? (uint32_t)c->enc_dim : 0;
+    id->variant = c->variant == QVE_VARIANT_BASE           ? QVF_VARIANT_BASE
+                  : c->variant == QVE_VARIANT_CUSTOM_VOICE ? QVF_VARIANT_CUSTOM_VOICE
+                                                           : QVF_VARIANT_VOICE_DESIGN;
+    memcpy(id->fingerprint, fp, 32);
+}
+
+/* Samples → x-vector. */
+static int xvector_of(const qvc_ecapa *e, qvk_pool *pool, const float *x, int64_t n, float *xvec,
+                      int *n_frames, char *err, size_t err_size) {
+    *n_frames = qvc_mel_n_frames(n);
+    qvc_mel *mel = mel_create();
+    float *m = malloc((size_t)(*n_frames > 0 ? *n_frames : 1) * QVC_MEL_BINS * sizeof(float));
+    int rc = -1;
+    if (!mel || !m)
+        snprintf(err, err_size, "out of memory");
+    else if (qvc_mel_compute(mel, m, x, n))
+        snprintf(err, err_size, "audio too short");
+    else
+        rc = qvc_ecapa_forward(e, pool, xvec, m, *n_frames, err, err_size);
+    free(m);
+    qvc_mel_free(mel);
+    return rc;
+}
+
+/* META: name, language, creation, tool, source, hygiene, consent. */
+static int set_meta(qvf_voice *v, const run *u, const qvc_audio *a, int language_id,
+                    const char *hygiene_json) {
+    const qv_clone_request *r = u->r;
+    char buf[256], base[256];
+    int rc = 0;
+    const char *name = r->name;
+    if (!name && r->audio_path) {
+        const char *s = strrchr(r->audio_path, '/');
+        snprintf(base, sizeof base, "%s", s ? s + 1 : r->audio_path);
+        char *dot = strrchr(base, '.');
+        if (dot && dot != base) *dot = 0;
+        name = base;
+    }
+    if (name) rc |= qvf_meta_set(v, "name", name);
+    if (r->language) {
+        rc |= qvf_meta_set(v, "language", r->language);
+        snprintf(buf, sizeof buf, "%d", language_id);
+        rc |= qvf_meta_set(v, "language_id", buf);
+    }
+    time_t now = time(NULL);
+    struct tm tm;
+    char when[64];
+    gmtime_r(&now, &tm);
+    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    rc |= qvf_meta_set(v, "created_utc", when);
+    snprintf(buf, sizeof buf, "qvoice clone %s", qv_version());
+    rc |= qvf_meta_set(v, "tool", buf);
+    char hex[65];
+    if (r->audio_path && !file_sha256_hex(r->audio_path, hex))
+        rc |= qvf_meta_set(v, "source_sha256", hex);
+    snprintf(buf, sizeof buf, "%.3f", a->used_seconds);
+    rc |= qvf_meta_set(v, "duration_s", buf);
+    snprintf(buf, sizeof buf, "%d", a->src_rate_hz);
+    rc |= qvf_meta_set(v, "source_sample_rate_hz", buf);
+    snprintf(buf, sizeof buf, "%d", a->src_channels);
+    rc |= qvf_meta_set(v, "source_channels", buf);
+    snprintf(buf, sizeof buf, "%g", r->max_seconds);
+    rc |= qvf_meta_set(v, "max_ref_duration_s", buf);
+    rc |= qvf_meta_set(v, "hygiene", hygiene_json ? hygiene_json : "off");
+    if (r->consent) {
+        char who[128];
+        user_name(who, sizeof who);
+        rc |= qvf_meta_set(v, "consent", r->consent);
+        rc |= qvf_meta_set(v, "consent_by", who);
+        rc |= qvf_meta_set(v, "consent_utc", when);
+    }
+    return rc;
+}
+
+/* TPAD always; WOVR (copies of the Base text projection and codebook rows) unless left out. */
+static int set_bridge(qvf_voice *v, const qv_cloner *c, int with_wovr) {
+    const qve_textside *t = &c->text;
+    const size_t H = (size_t)t->hidden, TH = (size_t)t->text_hidden;
+    const size_t cv =
+        (size_t)t->codec_vocab < WOVR_CODEC_ROWS ? (size_t)t->codec_vocab : WOVR_CODEC_ROWS;
+    if (!(v->tpad = malloc(3 * H * sizeof(float)))) return -1;
+    memcpy(v->tpad, c->tpad, 3 * H * sizeof(float));
+    v->tpad_hidden = (uint32_t)H;
+    if (!with_wovr) return 0;
+    if (!(v->wovr_fc1_w = malloc(TH * TH * 2)) || !(v->wovr_fc1_b = malloc(TH * 4)) ||
+        !(v->wovr_fc2_w = malloc(H * TH * 2)) || !(v->wovr_fc2_b = malloc(H * 4)) ||
+        !(v->wovr_codec = malloc(cv * H * 2)))
+        return -1;
+    memcpy(v->wovr_fc1_w, t->fc1, TH * TH * 2);
+    memcpy(v->wovr_fc1_b, t->fc1_bias, TH * 4);
+    memcpy(v->wovr_fc2_w, t->fc2, H * TH * 2);
+    memcpy(v->wovr_fc2_b, t->fc2_bias, H * 4);
+    memcpy(v->wovr_codec, t->codec_embedding, cv * H * 2);
+    v->wovr_h = (uint32_t)H, v->wovr_th = (uint32_t)TH, v->wovr_cv = (uint32_t)cv;
+    return 0;
+}
+
+static int is_delta_tensor(const qve_tensor *t) {
+    return !strncmp(t->name, "talker.", 7);
+}
+
+/* Streams every talker.* tensor of the Base checkpoint as a delta against the CustomVoice one:
+ * bf16 matrices as bit deltas, 1-D tensors (norms, biases) raw f32 (qvoice-format.md §4.8). */
+static int write_with_wdelta(const qvf_voice *v, const char *out, const qve_st *base,
+                             const qve_st *cv, int *n_written, char *err, size_t err_size) {
+    int n = 0;
+    for (int i = 0; i < qve_st_count(base); i++)
+        n += is_delta_tensor(qve_st_at(base, i));
+    qvf_writer *w = NULL;
+    if (qvf_writer_open(&w, out, v, (uint32_t)n, QVF_WKIND_DELTA, err, err_size)) return -1;
+    for (int i = 0; i < qve_st_count(base); i++) {
+        const qve_tensor *t = qve_st_at(base, i);
+        if (!is_delta_tensor(t)) continue;
+        const qve_tensor *tt = qve_st_find(cv, t->name);
+        uint64_t shape[4] = {0};
+        for (int d = 0; d < t->n_dims; d++)
+            shape[d] = (uint64_t)t->shape[d];
+        qvf_tensor q;
+        memset(&q, 0, sizeof q);
+        int rc;
+        if (t->dtype == QVE_DTYPE_BF16 && t->n_dims >= 2) {
+            int same = tt && tt->dtype == QVE_DTYPE_BF16 && tt->n_bytes == t->n_bytes;
+            rc = qvf_wdelta_encode(t->name, QVF_DTYPE_BF16, (uint32_t)t->n_dims, shape, t->data,
+                                   same ? tt->data : NULL, 0, &q, err, err_size);
+        } else {
+            float *f = qve_tensor_to_f32(t);
+            if (!f) {
+                snprintf(err, err_size, "%s: out of memory", out);
+                qvf_writer_abort(w);
+                return -1;
+            }
+            rc = qvf_wdelta_encode(t->name, QVF_DTYPE_F32, (uint32_t)t->n_dims, shape, f, NULL, 0,
+                                   &q, err, err_size);
+            qvk_free(f);
+        }
+        if (!rc) rc = qvf_writer_add_tensor(w, &q, err, err_size);
+        qvf_tensor_free(&q);
+        if (rc) {
+            qvf_writer_abort(w);
+            return -1;
+        }
+    }
+    *n_written = n;
+    return qvf_writer_commit(w, err, err_size) ? -1 : 0;
+}
+
+/* Payload bytes per chunk tag of the file just written (WDTN chunks summed), read back with
+ * voicefmt's chunk walker so the report says what is on disk; files over 256 MB are not listed. */
+static void add_sections(cJSON *j, const char *path, long long file_bytes) {
+    if (file_bytes <= 0 || file_bytes > (256ll << 20)) return;
+    FILE *f = fopen(path, "rb");
+    if (!f) return;
+    unsigned char *buf = malloc((size_t)file_bytes);
+    size_t n = buf ? fread(buf, 1, (size_t)file_bytes, f) : 0;
+    fclose(f);
+    enum { MAX_CHUNKS = 4200 }; /* ≤ 4096 WDTN + the fixed chunks */
+    qvf_chunk_info *info = malloc(sizeof *info * MAX_CHUNKS);
+    int n_chunks = 0;
+    char err[256];
+    cJSON *sec = cJSON_AddObjectToObject(j, "sections");
+    if (sec && buf && info && n == (size_t)file_bytes &&
+        !qvf_list_chunks(buf, n, path, info, MAX_CHUNKS, &n_chunks, err, sizeof err)) {
+        for (int i = 0; i < n_chunks && i < MAX_CHUNKS; i++) {
+            cJSON *s = cJSON_GetObjectItemCaseSensitive(sec, info[i].tag);
+            if (!s) {
+                s = cJSON_AddObjectToObject(sec, info[i].tag);
+                cJSON_AddNumberToObject(s, "count", 0);
+                cJSON_AddNumberToObject(s, "payload_bytes", 0);
+            }
+            cJSON *cnt = cJSON_GetObjectItemCaseSensitive(s, "count");
+            cJSON *by = cJSON_GetObjectItemCaseSensitive(s, "payload_bytes");
+            cJSON_SetNumberValue(cnt, cnt->valuedouble + 1);
+            cJSON_SetNumberValue(by, by->valuedouble + (double)info[i].payload_bytes);
+        }
+    }
+    free(info);
+    free(buf);
+}
+
+/* --plot: the log-mel of the clip as loaded, the part the x-vector used (after trimming) marked. */
+static int write_plot(run *u, const qvc_audio *a, const qvc_hygiene_report *h) {
+    const char *png = u->r->plot_path;
+    int nf = qvc_mel_n_frames(a->n_samples);
+    qvc_mel *mel = mel_create();
+    float *m = malloc((size_t)(nf > 0 ? nf : 1) * QVC_MEL_BINS * sizeof(float));
+    int rc = -1;
+    if (!mel || !m || nf <= 0 || qvc_mel_compute(mel, m, a->samples, a->n_samples)) {
+        fail(u, QV_E_NOMEM, "%s: cannot compute the spectrogram (out of memory?)", png);
+    } else {
+        int s = 0, e = nf;
+        if (h && h->clean) {
+            s = (int)(h->trim.start / QVC_MEL_HOP);
+            e = (int)((h->trim.end + QVC_MEL_HOP - 1) / QVC_MEL_HOP);
+            if (e > nf) e = nf;
+            if (s >= e) s = e - 1;
+        }
+        rc = qvc_plot_mel_png(png, m, nf, s, e, u->err, u->err_size);
+        if (rc) u->st = QV_E_IO;
+    }
+    free(m);
+    qvc_mel_free(mel);
+    return rc;
+}
+
+static void add_audio(cJSON *j, const qvc_audio *a, double max_seconds) {
+    cJSON_AddStringToObject(j, "format", a->src_format);
+    cJSON_AddNumberToObject(j, "source_sample_rate_hz", a->src_rate_hz);
+    cJSON_AddNumberToObject(j, "source_channels", a->src_channels);
+    cJSON_AddNumberToObject(j, "source_seconds", a->src_seconds);
+    cJSON_AddNumberToObject(j, "seconds_used", a->used_seconds);
+    cJSON_AddNumberToObject(j, "max_seconds", max_seconds);
+    cJSON_AddBoolToObject(j, "truncated", a->truncated);
+    cJSON_AddBoolToObject(j, "resampled", a->resampled);
+    cJSON_AddNumberToObject(j, "clipped_fraction", a->clipped_fraction);
+    cJSON_AddNumberToObject(j, "rms_dbfs", a->rms_dbfs);
+    double lufs;
+    if (!qvc_loudness_lufs(a->samples, a->n_samples, &lufs) && isfinite(lufs))
+        cJSON_AddNumberToObject(j, "loudness_lufs", round(lufs * 100) / 100);
+}
+
+/* The hygiene numbers and text of the steps that ran (also on failure). */
+static void add_hygiene(cJSON *j, const qvc_hygiene_report *h, int ran) {
+    if (!ran) return;
+    char *hs = qvc_hygiene_json(h);
+    cJSON *o = hs ? cJSON_Parse(hs) : NULL;
+    free(hs);
+    if (o) cJSON_AddItemToObject(j, "hygiene", o);
+    char text[4096];
+    qvc_hygiene_summary(h, text, sizeof text);
+    cJSON_AddStringToObject(j, "hygiene_text", text);
+}
+
+static int check_request(run *u, const qv_cloner *c) {
+    const qv_clone_request *r = u->r;
+    if (!r->audio_path == !r->pcm)
+        return fail(u, QV_E_INVALID, "clone request: give either audio_path or pcm");
+    if (r->pcm && (r->n_samples <= 0 || r->sample_rate_hz <= 0))
+        return fail(u, QV_E_INVALID, "clone request: pcm needs n_samples and sample_rate_hz > 0");
+    if (!(r->max_seconds >= QVC_MIN_SECONDS && r->max_seconds <= 3600))
+        return fail(u, QV_E_INVALID, "clone request: max_seconds %g outside 3..3600",
+                    r->max_seconds);
+    if (r->ref_text && !*r->ref_text)
+        return fail(u, QV_E_INVALID, "%s: empty transcript", u->label);
+    if (r->consent && !*r->consent)
+        return fail(u, QV_E_INVALID, "clone request: empty consent statement");
+    if (!(r->speaker_threshold >= -1 && r->speaker_threshold <= 1))
+        return fail(u, QV_E_INVALID, "clone request: speaker_threshold %g outside -1..1",
+                    r->speaker_threshold);
+    if (r->icl_window != QV_ICL_FULL && !r->hygiene)
+        return fail(u, QV_E_INVALID, "clone request: an ICL window needs hygiene");
+    if (r->icl_window == QV_ICL_RANGE && !(r->icl_end_s > r->icl_start_s && r->icl_start_s >= 0))
+        return fail(u, QV_E_INVALID, "clone request: ICL window %g-%g s is empty", r->icl_start_s,
+                    r->icl_end_s);
+    if (!c) return fail(u, QV_E_INVALID, "clone request: no cloner");
+    if (u->out && check_output(u, u->out)) return -1;
+    if (r->plot_path && check_output(u, r->plot_path)) return -1;
+    return 0;
+}
+
+static int language_id(run *u, const qve_model_config *mc, const char *dir) {
+    const char *lang = u->r->language;
+    if (!lang || !strcasecmp(lang, "auto")) return 0;
+    int id = qve_language_id(mc, lang);
+    if (id >= 0) return id;
+    int n = snprintf(u->err, u->err_size, "%s/config.json: unknown language \"%s\" (expected auto",
+                     dir, lang);
+    for (int i = 0; i < mc->n_languages && n > 0 && (size_t)n < u->err_size; i++)
+        if (!strstr(mc->codec_language_id[i].name, "dialect"))
+            n += snprintf(u->err + n, u->err_size - (size_t)n, ", %s",
+                          mc->codec_language_id[i].name);
+    if (n > 0 && (size_t)n < u->err_size) snprintf(u->err + n, u->err_size - (size_t)n, ")");
+    u->st = QV_E_LANGUAGE;
+    return -1;
+}
+
+/* Warnings from the hygiene steps: usable, but the user should look (clipping, a dropped
+ * transcript, an auto window, another voice). */
+static void hygiene_warnings(run *u, const qvc_audio *a, const qvc_hygiene_report *h) {
+    if (h->level.clip_warning && !a->clip_warning)
+        warn(u, "clipping (%.4f%% of samples at full scale)", 100.0 * h->level.clipped_fraction);
+    if (h->transcript.fallback)
+        warn(u, "%s; ICL dropped, x-vector only (allow_xvector_fallback)", h->transcript.reason);
+    if (h->has_icl && h->window.mode == QVC_ICL_AUTO && !h->window.whole)
+        warn(u,
+             "ICL uses %.2f-%.2f s of the clip (the cleanest 10-15 s): the transcript must be "
+             "of exactly those seconds",
+             (double)(h->trim.start + h->window.start) / QVC_SAMPLE_RATE_HZ,
+             (double)(h->trim.start + h->window.end) / QVC_SAMPLE_RATE_HZ);
+    if (h->has_speaker && h->speaker.warning) {
+        char ranges[256] = "";
+        size_t w = 0;
+        double ts = (double)h->trim.start / QVC_SAMPLE_RATE_HZ;
+        for (int i = 0; i < h->speaker.n_ranges && w < sizeof ranges; i++)
+            w += (size_t)snprintf(ranges + w, sizeof ranges - w, "%s%.1f-%.1f s", i ? ", " : "",
+                                  ts + h->speaker.ranges[i].start_s,
+                                  ts + h->speaker.ranges[i].end_s);
+        warn(u, "another speaker? %s sound%s unlike the main voice (cosine < %.2f); cut %s out",
+             ranges, h->speaker.n_ranges == 1 ? "s" : "", h->speaker.threshold,
+             h->speaker.n_ranges == 1 ? "it" : "them");
+    }
+}
+
+static enum qvc_icl_mode icl_mode(enum qv_icl_window w) {
+    return w == QV_ICL_AUTO ? QVC_ICL_AUTO : w == QV_ICL_RANGE ? QVC_ICL_RANGE : QVC_ICL_FULL;
+}
+
+static int clone_run(run *u, const qv_cloner *c, qvk_pool *pool, int *plot_written) {
+    const qv_clone_request *r = u->r;
+    cJSON *j = u->j;
+    qvc_audio a;
+    qvc_hygiene_report h;
+    memset(&a, 0, sizeof a);
+    memset(&h, 0, sizeof h);
+    qve_st *cv_st = NULL;
+    qve_model_config cvc;
+    qvf_voice *v = NULL;
+    float *xvec = NULL;
+    int32_t *codes = NULL;
+    uint16_t *codes16 = NULL;
+    char *hyg_json = NULL;
+    int rc = -1, hygiene_ran = 0, want_icl = r->ref_text != NULL;
+    char e2[768];
+    double t_audio = 0, t_hyg = 0, t_xvec = 0, t_codes = 0, t_write = 0, t = now_s();
+
+    int lang = language_id(u, &c->cfg, c->dir);
+    if (lang < 0) goto done;
+    if (r->target_cv_dir) {
+        if (qve_model_config_load(&cvc, r->target_cv_dir, u->err, u->err_size)) {
+            u->st = QV_E_MODEL;
+            goto done;
+        }
+        if (cvc.variant == QVE_VARIANT_BASE) {
+            fail(u, QV_E_INVALID,
+                 "%s: the weight-delta target must be a CustomVoice (or "
+                 "VoiceDesign) model, found a Base model",
+                 r->target_cv_dir);
+            goto done;
+        }
+        if (cvc.talker.hidden_size != c->cfg.talker.hidden_size) {
+            fail(u, QV_E_INVALID, "%s: hidden size %d does not match the Base model's %d",
+                 r->target_cv_dir, cvc.talker.hidden_size, c->cfg.talker.hidden_size);
+            goto done;
+        }
+        if (!(cv_st = qve_st_open_dir(r->target_cv_dir, "model", u->err, u->err_size))) {
+            u->st = QV_E_MODEL;
+            goto done;
+        }
+    }
+    const qvc_speech_encoder *se = want_icl ? speech_encoder(c, u->err, u->err_size) : NULL;
+    if (want_icl && !se) {
+        u->st = QV_E_MODEL;
+        goto done;
+    }
+
+    /* audio */
+    int64_t n_pcm = r->n_samples, n_max = (int64_t)(r->max_seconds * r->sample_rate_hz);
+    if (r->pcm && n_pcm > n_max) n_pcm = n_max; /* in-memory audio: cut as the file reader does */
+    int arc = r->audio_path ? qvc_audio_load(&a, r->audio_path, r->max_seconds, u->err, u->err_size)
+                            : qvc_audio_from_mono(&a, r->pcm, n_pcm, r->sample_rate_hz, u->label,
+                                                  u->err, u->err_size);
+    if (!arc && r->pcm && n_pcm < r->n_samples) {
+        a.src_seconds = (double)r->n_samples / r->sample_rate_hz;
+        a.truncated = 1;
+    }
+    t_audio = now_s() - t, t = now_s();
+    if (arc) {
+        u->st = QV_E_AUDIO;
+        goto done;
+    }
+    add_audio(j, &a, r->max_seconds);
+    if (a.truncated)
+        warn(u, "%.2f s long, using the first %.2f s (max_seconds)", a.src_seconds, a.used_seconds);
+    if (a.short_warning)
+        warn(u, "only %.2f s of audio; 10-30 s gives a steadier voice", a.used_seconds);
+    if (a.clip_warning)
+        warn(u, "clipping (%.4f%% of samples at full scale)", 100.0 * a.clipped_fraction);
+
+    /* hygiene: what the x-vector and the ICL codes are computed from */
+    const float *xv_in = a.samples, *icl_in = a.samples;
+    int64_t n_xv = a.n_samples, n_icl = a.n_samples;
+    if (r->hygiene) {
+        qvc_mel *mel = mel_create();
+        if (!mel) {
+            fail(u, QV_E_NOMEM, "%s: out of memory", u->label);
+            goto done;
+        }
+        qvc_hygiene_params hp = qvc_hygiene_default_params();
+        hp.spk_threshold = r->speaker_threshold;
+        hp.icl_mode = icl_mode(r->icl_window);
+        hp.icl_start_s = r->icl_start_s, hp.icl_end_s = r->icl_end_s;
+        hp.icl_max_s = QV_ICL_MAX_SECONDS;
+        qvc_ecapa_ctx ec = {c->ecapa, mel, pool};
+        hygiene_ran = 1;
+        int hrc =
+            qvc_hygiene_run(&h, a.samples, a.n_samples, r->ref_text, r->allow_xvector_fallback,
+                            qvc_ecapa_xvector, &ec, qvc_ecapa_dim(c->ecapa), &hp, e2, sizeof e2);
+        qvc_mel_free(mel);
+        t_hyg = now_s() - t, t = now_s();
+        if (hrc) {
+            audio_fail(u, h.has_transcript && !h.transcript.plausible ? QV_E_INVALID : QV_E_AUDIO,
+                       e2);
+            goto done;
+        }
+        hygiene_warnings(u, &a, &h);
+        if (h.transcript.fallback) want_icl = 0;
+        xv_in = h.clean, n_xv = h.n_clean;
+        icl_in = h.icl, n_icl = h.n_icl;
+        if (!(hyg_json = qvc_hygiene_json(&h))) {
+            fail(u, QV_E_NOMEM, "%s: out of memory", u->label);
+            goto done;
+        }
+    } else {
+        cJSON_AddStringToObject(j, "hygiene", "off");
+    }
+
+    /* x-vector */
+    int dim = qvc_ecapa_dim(c->ecapa), n_mel = 0;
+    if (!(xvec = malloc(sizeof(float) * (size_t)dim))) {
+        fail(u, QV_E_NOMEM, "%s: out of memory", u->label);
+        goto done;
+    }
+    if (xvector_of(c->ecapa, pool, xv_in, n_xv, xvec, &n_mel, e2, sizeof e2)) {
+        audio_fail(u, QV_E_AUDIO, e2);
+        goto done;
+    }
+    t_xvec = now_s() - t, t = now_s();
+    cJSON_AddNumberToObject(j, "xvector_seconds", (double)n_xv / QVC_SAMPLE_RATE_HZ);
+    cJSON_AddNumberToObject(j, "mel_frames", n_mel);
+    cJSON_AddNumberToObject(j, "xvector_dim", dim);
+    cJSON_AddNumberToObject(j, "xvector_norm", qvc_l2norm(xvec, dim));
+
+    /* ICL codes */
+    int n_frames = 0;
+    if (want_icl) {
+        n_frames = qvc_speech_encoder_n_frames(n_icl);
+        codes = malloc(sizeof(int32_t) * QVC_CODE_GROUPS * (size_t)n_frames);
+        codes16 = malloc(sizeof(uint16_t) * QVC_CODE_GROUPS * (size_t)n_frames);
+        if (!codes || !codes16) {
+            fail(u, QV_E_NOMEM, "%s: out of memory", u->label);
+            goto done;
+        }
+        if (qvc_speech_encoder_encode(se, pool, codes, icl_in, n_icl, e2, sizeof e2)) {
+            audio_fail(u, QV_E_AUDIO, e2);
+            goto done;
+        }
+        for (size_t i = 0; i < (size_t)QVC_CODE_GROUPS * n_frames; i++)
+            codes16[i] = (uint16_t)codes[i];
+    }
+    t_codes = now_s() - t, t = now_s();
+    cJSON_AddNumberToObject(j, "icl_seconds", want_icl ? (double)n_icl / QVC_SAMPLE_RATE_HZ : 0);
+    cJSON_AddNumberToObject(j, "icl_frames", n_frames);
+    if (n_frames) cJSON_AddStringToObject(j, "transcript", r->ref_text);
+
+    /* the voice */
+    if (!(v = qvf_voice_new())) {
+        fail(u, QV_E_NOMEM, "out of memory");
+        goto done;
+    }
+    model_id(&v->source, &c->cfg, c->fingerprint);
+    int qrc = qvf_voice_set_xvector(v, xvec, (uint32_t)dim);
+    if (!qrc && n_frames) qrc = qvf_voice_set_icl(v, r->ref_text, codes16, (uint32_t)n_frames);
+    if (!qrc) qrc = set_meta(v, u, &a, lang, hyg_json);
+    if (qrc) {
+        fail(u, QV_E_INVALID, "%s: %s (META values must be UTF-8, at most 64 KiB)",
+             u->out ? u->out : u->label, qvf_strerror(qrc));
+        goto done;
+    }
+    if (set_bridge(v, c, r->with_wovr)) {
+        fail(u, QV_E_NOMEM, "out of memory for TPAD/WOVR");
+        goto done;
+    }
+    cJSON *meta = cJSON_AddObjectToObject(j, "meta");
+    for (int i = 0; i < v->n_meta; i++)
+        cJSON_AddStringToObject(meta, v->meta[i].key, v->meta[i].value);
+    cJSON_AddBoolToObject(j, "tpad", v->tpad_hidden != 0);
+    cJSON_AddBoolToObject(j, "wovr", v->wovr_h != 0);
+    if (r->plot_path) {
+        if (write_plot(u, &a, hygiene_ran ? &h : NULL)) goto done;
+        *plot_written = 1;
+        cJSON_AddStringToObject(j, "plot", r->plot_path);
+    }
+    if (u->out) {
+        int n_tensors = 0;
+        if (r->target_cv_dir) {
+            uint8_t cfp[32];
+            if (qve_fingerprint_model(r->target_cv_dir, QVE_FINGERPRINT_TABLE, cfp, u->err,
+                                      u->err_size)) {
+                u->st = QV_E_MODEL;
+                goto done;
+            }
+            model_id(&v->target, &cvc, cfp);
+            if (write_with_wdelta(v, u->out, c->st, cv_st, &n_tensors, u->err, u->err_size)) {
+                u->st = QV_E_IO;
+                goto done;
+            }
+            cJSON_AddNumberToObject(j, "wdelta_tensors", n_tensors);
+        } else if (qvf_write_file(v, u->out, QVF_FORMAT_VERSION, u->err, u->err_size)) {
+            u->st = QV_E_IO;
+            goto done;
+        }
+        struct stat sb;
+        long long bytes = stat(u->out, &sb) ? 0 : (long long)sb.st_size;
+        add_sections(j, u->out, bytes);
+        cJSON_AddNumberToObject(j, "file_bytes", (double)bytes);
+    }
+    t_write = now_s() - t;
+    rc = 0;
+done:
+    add_hygiene(j, &h, hygiene_ran);
+    cJSON *tj = cJSON_AddObjectToObject(j, "timings_s");
+    cJSON_AddNumberToObject(tj, "load", c->load_s);
+    cJSON_AddNumberToObject(tj, "audio", t_audio);
+    cJSON_AddNumberToObject(tj, "hygiene", t_hyg);
+    cJSON_AddNumberToObject(tj, "mel_ecapa", t_xvec);
+    cJSON_AddNumberToObject(tj, "speech_encoder", t_codes);
+    cJSON_AddNumberToObject(tj, "write", t_write);
+    qvc_audio_free(&a);
+    qvc_hygiene_report_free(&h);
+    free(hyg_json);
+    free(xvec);
+    free(codes);
+    free(codes16);
+    qvf_voice_free(v);
+    qve_st_close(cv_st);
+    return rc;
+}
+
+enum qv_status qv_clone_run(const qv_cloner *c, const qv_clone_request *r, const char *out_path,
+                            char **report_json, char *err, size_t err_size) {
+    if (report_json) *report_json = NULL;
+    run u = {r,
+             out_path,
+             r->audio_path ? r->audio_path : "reference",
+             cJSON_CreateObject(),
+             NULL,
+             err,
+             err_size,
+             QV_OK};
+    if (!u.j || !(u.warnings = cJSON_CreateArray())) {
+        cJSON_Delete(u.j);
+        snprintf(err, err_size, "out of memory");
+        return QV_E_NOMEM;
+    }
+    cJSON_AddBoolToObject(u.j, "ok", 0);
+    if (out_path) cJSON_AddStringToObject(u.j, "output", out_path);
+    cJSON_AddStringToObject(u.j, "audio", u.label);
+    if (c) cJSON_AddStringToObject(u.j, "model", c->dir);
+    int plot_written = 0;
+    int rc = check_request(&u, c);
+    if (!rc) {
+        qvk_pool *pool = pool_for(c->n_threads);
+        rc = clone_run(&u, c, pool, &plot_written);
+        qvk_pool_free(pool);
+        cJSON_AddNumberToObject(u.j, "threads", c->n_threads);
+    }
+    if (rc && plot_written) unlink(r->plot_path); /* no partial output: no voice, no plot */
+    cJSON_AddItemToObject(u.j, "warnings", u.warnings);
+    cJSON_ReplaceItemInObject(u.j, "ok", cJSON_CreateBool(!rc));
+    if (rc) cJSON_AddStringToObject(u.j, "error", err);
+    if (report_json) *report_json = cJSON_Print(u.j);
+    cJSON_Delete(u.j);
+    if (!rc && report_json && !*report_json) {
+        snprintf(err, err_size, "out of memory for the report");
+        return QV_E_NOMEM;
+    }
+    return rc ? (u.st != QV_OK ? u.st : QV_E_INVALID) : QV_OK;
+}
+
+/* ==== similarity ============================================================================ */
+
+static int is_voice_file(const char *path) {
+    size_t n = strlen(path);
+    return (n > 7 && !strcmp(path + n - 7, ".qvoice")) || (n > 4 && !strcmp(path + n - 4, ".bin"));
+}
+
+static enum qv_status xvector_of_path(const qv_cloner *c, const char *path, double max_seconds,
+                                      float **xvec, int *dim, char *err, size_t err_size) {
+    if (is_voice_file(path)) {
+        qvf_voice *v = NULL;
+        if (qvf_read_file(path, 0, &v, err, err_size)) return QV_E_VOICE;
+        *dim = (int)v->enc_dim;
+        *xvec = malloc(sizeof(float) * (v->enc_dim ? v->enc_dim : 1));
+        if (*xvec) memcpy(*xvec, v->xvector, sizeof(float) * v->enc_dim);
+        qvf_voice_free(v);
+        if (*xvec) return QV_OK;
+        snprintf(err, err_size, "%s: out of memory", path);
+        return QV_E_NOMEM;
+    }
+    if (!c) {
+        snprintf(err, err_size, "%s: an audio file needs a Base model to compute its x-vector",
+                 path);
+        return QV_E_INVALID;
+    }
+    qvc_audio a;
+    if (qvc_audio_load(&a, path, max_seconds, err, err_size)) return QV_E_AUDIO;
+    *dim = qvc_ecapa_dim(c->ecapa);
+    *xvec = malloc(sizeof(float) * (size_t)*dim);
+    int nf;
+    char e2[400];
+    enum qv_status st = QV_OK;
+    qvk_pool *pool = pool_for(c->n_threads);
+    if (!*xvec) {
+        snprintf(err, err_size, "%s: out of memory", path);
+        st = QV_E_NOMEM;
+    } else if (xvector_of(c->ecapa, pool, a.samples, a.n_samples, *xvec, &nf, e2, sizeof e2)) {
+        snprintf(err, err_size, "%s: %s", path, e2);
+        st = QV_E_AUDIO;
+    }
+    qvk_pool_free(pool);
+    qvc_audio_free(&a);
+    return st;
+}
+
+enum qv_status qv_clone_similarity(const qv_cloner *c, const char *a, const char *b,
+                                   double max_seconds, double *cosine, char **report_json,
+                                   char *err, size_t err_size) {
+    if (report_json) *report_json = NULL;
+    float *xa = NULL, *xb = NULL;
+    int da = 0, db = 0;
+    enum qv_status st = xvector_of_path(c, a, max_seconds, &xa, &da, err, err_size);
+    if (!st) st = xvector_of_path(c, b, max_seconds, &xb, &db, err, err_size);
+    if (!st && da != db) {
+        snprintf(err, err_size, "%s: x-vector size %d differs from %s's %d", b, db, a, da);
+        st = QV_E_INVALID;
+    }
+    if (!st) {
+        double cs = qvk_cosine(xa, xb, da);
+        if (cosine) *cosine = cs;
+        cJSON *j = report_json ? cJSON_CreateObject() : NULL;
+        if (j) {
+            cJSON_AddStringToObject(j, "a", a);
+            cJSON_AddStringToObject(j, "b", b);
+            cJSON_AddNumberToObject(j, "cosine", cs);
+            cJSON_AddNumberToObject(j, "norm_a", qvc_l2norm(xa, da));
+            cJSON_AddNumberToObject(j, "norm_b", qvc_l2norm(xb, db));
+            cJSON_AddNumberToObject(j, "dim", da);
+            *report_json = cJSON_Print(j);
+            cJSON_Delete(j);
+        }
+        if (report_json && !*report_json) {
+            snprintf(err, err_size, "out of memory for the report");
+            st = QV_E_NOMEM;
+        }
+    }
+    free(xa);
+    free(xb);
+    return st;
+}
