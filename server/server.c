@@ -177,7 +177,6 @@ static enum MHD_Result ready(qv_server *s, struct MHD_Connection *c, req *q) {
         cJSON_AddStringToObject(m, "size", qv_model_size(s->models[i].model));
         cJSON_AddItemToArray(a, m);
     }
-    cJSON_AddBoolToObject(o, "synthesis", 1);
     cJSON_AddBoolToObject(o, "cloning", s->cloner != NULL);
     char *body = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
