@@ -58,7 +58,9 @@ static void slurp(const char *path, char *buf, size_t size) {
 static int start(server *sv, const char *name, const char *args) {
     char cmd[4096];
     snprintf(sv->log, sizeof sv->log, "%s/%s.log", tmp_dir, name);
-    snprintf(cmd, sizeof cmd, "exec bin/qvoice-server %s --listen 127.0.0.1:0 2>%s", args, sv->log);
+    snprintf(cmd, sizeof cmd,
+             "LSAN_OPTIONS=suppressions=tests/server/lsan.supp exec bin/qvoice-server %s "
+             "--listen 127.0.0.1:0 2>%s", args, sv->log);
     unlink(sv->log);
     sv->pid = fork();
     if (sv->pid == 0) {
