@@ -39,6 +39,43 @@ speak_med() {
     echo "$rtf $cpu $rss $fr"
 }
 
+# Side by side with the pure-C engine (QVOICE_REF_ENGINE: its binary, built outside this repo; it
+# is only a stopwatch). Same model, text, speaker, threads and 100 frames, output to a file, wall
+# clock including load; runs interleaved (ours, theirs, ours, ...) so both see the same machine.
+# It has no --ignore-eos: the lighthouse text keeps it from stopping before 100 frames, and
+# every run's frame count is checked (WAV of 100 x 1920 samples).
+vs_run() { # engine quant -> "wall_s maxrss_kb samples"
+    rm -f "$TMP/vs.wav"
+    if [ "$1" = ours ]; then
+        /usr/bin/time -f "%e %M" -o "$TMP/vs.time" bin/speak -m "$CV" -s "$SPEAKER" -l english \
+            -t "$TEXT" -j "$J" --seed 42 --max-frames 100 --ignore-eos --no-guard --no-chunk \
+            --quant "$2" -o "$TMP/vs.wav" 2>/dev/null
+    else
+        q=""; [ "$2" = int8 ] && q=--int8
+        (cd "$TMP/neutral" && /usr/bin/time -f "%e %M" -o "$TMP/vs.time" "$QVOICE_REF_ENGINE" \
+            -d "$CV" -s "$SPEAKER" -l English -j "$J" --seed 42 --max-tokens 100 $q --text "$TEXT" \
+            -o "$TMP/vs.wav" >/dev/null 2>&1)
+    fi
+    echo "$(cat "$TMP/vs.time") $(( ($(stat -c %s "$TMP/vs.wav" 2>/dev/null || echo 44) - 44) / 2 ))"
+}
+vs_table() {
+    mkdir -p "$TMP/neutral"
+    echo "| 100 frames, wall incl. load (median of $RUNS) | qvoice | pure-C engine | speed-up |"
+    echo "|---|---|---|---|"
+    for q in bf16 int8; do
+        : >"$TMP/vs.ours"; : >"$TMP/vs.ref"; i=0
+        while [ $i -lt "$RUNS" ]; do
+            vs_run ours $q >>"$TMP/vs.ours"; vs_run ref $q >>"$TMP/vs.ref"; i=$((i + 1))
+        done
+        bad=$(cat "$TMP/vs.ours" "$TMP/vs.ref" | awk '$3 != 192000' | wc -l)
+        o=$(awk '{print $1}' "$TMP/vs.ours" | median); r=$(awk '{print $1}' "$TMP/vs.ref" | median)
+        om=$(awk '{print $2}' "$TMP/vs.ours" | sort -n | tail -1); rm_=$(awk '{print $2}' "$TMP/vs.ref" | sort -n | tail -1)
+        awk -v q=$q -v o="$o" -v r="$r" -v om="$om" -v rm="$rm_" -v bad="$bad" 'BEGIN {
+            printf "| %s: wall s (RTF), peak RSS | %.2f (%.2f), %d MB | %.2f (%.2f), %d MB | %.2fx%s |\n",
+                q, o, o / 8, om / 1024, r, r / 8, rm / 1024, r / o, bad ? " (some run not 100 frames!)" : "" }'
+    done
+}
+
 SPEAKER=$(bin/speak -m "$CV" --list-speakers | awk 'NR==1{print $1}')
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 load=$(uptime | sed 's/.*load average: //')
@@ -65,6 +102,20 @@ gen=$(median <"$TMP/gen")
 hidden=$(awk -v g="$gen" -v d="$dec_ms" -v s="$s100" 'BEGIN {
     dt = d * 100 / 1000; h = (g + dt - s * 8) / dt; if (h < 0) h = 0; if (h > 1) h = 1;
     printf "%.0f %%", 100 * h }')
+# time to first audio as a user sees it: process start -> first PCM byte of speak --stream on
+# stdout (warm page cache: bench_ttfa runs once unmeasured first); beside it, when
+# QVOICE_REF_ENGINE names the pure-C engine's binary (built outside this repo), its --stdout mode
+ttfa() { sed -n 's/^ttfa \([0-9.]*\) s.*/\1/p'; }
+ours=$(build/bench/bench_ttfa "$RUNS" bin/speak -m "$CV" -s "$SPEAKER" -l english -t "$TEXT" -j "$J" \
+    --seed 42 --max-frames 20 --no-guard --stream | ttfa)
+ours8=$(build/bench/bench_ttfa "$RUNS" bin/speak -m "$CV" -s "$SPEAKER" -l english -t "$TEXT" -j "$J" \
+    --seed 42 --max-frames 20 --no-guard --stream --quant int8 | ttfa)
+ref="not measured (set QVOICE_REF_ENGINE)"
+if [ -n "${QVOICE_REF_ENGINE:-}" ]; then
+    r=$(build/bench/bench_ttfa "$RUNS" "$QVOICE_REF_ENGINE" -d "$CV" -s "$SPEAKER" -l English -j "$J" \
+        --seed 42 --max-tokens 20 --stdout --text "$TEXT" | ttfa)
+    ref="$r s ($(awk -v a="$ours" -v b="$r" 'BEGIN {printf "ours / theirs = %.2f", a / b}'))"
+fi
 build/bench/bench_clone "$J" >"$TMP/clone"
 ecapa=$(sed -n 's/.*mel + ECAPA *\([0-9.]*\) s wall (\([0-9.]*\) s CPU[;)].*/\1 \2/p' "$TMP/clone")
 enc=$(sed -n 's/.*speech encoder *\([0-9.]*\) s wall (\([0-9.]*\) s CPU[;)].*/\1 \2/p' "$TMP/clone")
@@ -92,7 +143,8 @@ model: full-size synthetic 0.6B CustomVoice ($CV), medians of $RUNS runs
 | codes only, 100 frames (no decoder), wall | $gen s | |
 | decoder work hidden behind generation by --stream | $hidden | |
 | RTF 300 frames, -o file (1 run) | $b300 | $i300 |
-| time to first audio, --stream (incl. load) | $(key first_audio_s $B) s | $(key first_audio_s $Q) s (incl. quantization) |
+| time to first audio: process start -> first PCM byte of speak --stream | $ours s | $ours8 s (incl. quantization) |
+| the same for the pure-C engine's --stdout | $ref | |
 | peak RSS, 100 frames | $((rss / 1024)) MB | $((rss8 / 1024)) MB |
 | clone: mel + ECAPA, 30 s clip (wall CPU, s) | $ecapa | |
 | clone: Mimi encoder, 30 s clip (wall CPU, s) | $enc | |
@@ -101,3 +153,10 @@ model: full-size synthetic 0.6B CustomVoice ($CV), medians of $RUNS runs
 wdelta: $wd
 frames produced per 100-frame run: $b100f (--ignore-eos)
 TABLE
+if [ -n "${QVOICE_REF_ENGINE:-}" ]; then
+    echo
+    echo "side by side with the pure-C engine ($QVOICE_REF_ENGINE), same run, 0.6B CustomVoice, $J threads"
+    vs_table
+else
+    echo "(set QVOICE_REF_ENGINE to the pure-C engine's binary for the side-by-side table)"
+fi

@@ -31,6 +31,7 @@ trap cleanup EXIT INT TERM
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 start_backend() { # NAME -> prints its port
+  : > "$W/$1.log"
   bin/qvoice-server -m "$MODEL" --voices "$W/voices" --listen 127.0.0.1:0 >/dev/null 2>"$W/$1.log" &
   echo $! > "$W/$1.pid"
   for _ in $(seq 300); do

@@ -405,7 +405,7 @@ static int parse(qv_server *s, const char *body, size_t len, job *j, qv_params *
     if ((got = get_num(o, "repetition_penalty", 0.1, 10, 0, &d, v)) < 0) goto out;
     if (got) p->repetition_penalty = (float)d;
     if ((got = get_num(o, "max_new_tokens", 1, 65536, 1, &d, v)) < 0) goto out;
-    if (got && d - 1 < p->max_frames) p->max_frames = d > 1 ? (int)d - 1 : 1;
+    if (got) p->max_frames = d > 1 ? (int)d - 1 : 1; /* max_seconds still caps the audio */
     if ((got = get_num(o, "max_seconds", 0.08, 1e6, 0, &d, v)) < 0) goto out;
     if (got && (max_s <= 0 || d < max_s)) max_s = d;
     if ((input && !(j->text = strdup(input))) || (lang && !(j->language = strdup(lang))) ||
@@ -602,6 +602,9 @@ enum MHD_Result speech_handle(qv_server *s, struct MHD_Connection *c, req *q) {
         return reply_error(c, q, MHD_HTTP_TOO_MANY_REQUESTS, "server_error", "busy", NULL,
                            "all %d synthesis slots busy and %d requests queued; retry later",
                            s->n_slots, s->cfg.max_queue);
+    if (j->slot == -2 && now_s() > j->deadline)
+        return reply_error(c, q, MHD_HTTP_GATEWAY_TIMEOUT, "server_error", "timeout", NULL,
+                           "no synthesis slot within the time limit (%d s)", s->cfg.timeout_s);
     if (j->slot == -2) return MHD_NO; /* the client left or the server stops */
     if (j->slot == -3)
         return reply_error(c, q, 503, "server_error", "out_of_memory", NULL,
