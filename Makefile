@@ -17,13 +17,13 @@ CFLAGS  ?= $(OPT) -g
 WARN     = -std=c11 -Wall -Wextra -Wshadow -Wcast-qual -Wstrict-prototypes -Wswitch-enum -Wundef \
            -Wno-unused-parameter $(WERROR)
 CPPFLAGS_ALL = -D_GNU_SOURCE -I. -I/usr/include/cjson $(CPPFLAGS)
-LIBS     = -lopenblas -llz4 -lsndfile -lsamplerate -lcjson -lpcre2-8 -lutf8proc -lfftw3f -lcrypto \
+LIBS     = -lopenblas -llz4 -lmicrohttpd -lsndfile -lsamplerate -lcjson -lpcre2-8 -lutf8proc -lfftw3f -lcrypto \
            -lpng -lebur128 -lpthread -lm
 AVX2_FLAGS   = -mavx2 -mfma -mf16c
 AVX512_FLAGS = -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512bf16 -mavx512vnni
 
 B := build
-LIB_DIRS := util kernels voicefmt checkpoint features clone engine compress
+LIB_DIRS := util kernels voicefmt checkpoint features clone engine compress server
 LIB_SRC  := $(foreach d,$(LIB_DIRS),$(wildcard $(d)/*.c))
 LIB_OBJ  := $(LIB_SRC:%.c=$(B)/%.o)
 LIB      := $(B)/libqvoice.a
@@ -51,7 +51,7 @@ $(B)/examples/%.o: CPPFLAGS_ALL += -Iinclude -Ivoicefmt
 export QVOICE_CACHE ?= $(CURDIR)/cache
 
 .SECONDARY:
-.PHONY: check-layers all test asan fuzz bench bench-kernels deps demo install uninstall man clean help models models-full
+.PHONY: check-layers all test asan fuzz bench bench-kernels deps demo serve-demo serve-lb serve-bench install uninstall man clean help models models-full
 all: $(LIB) $(SO) $(TOOLS) $(MKMODEL)
 
 help:
@@ -63,6 +63,9 @@ help:
 	@echo "make bench      benchmark table (full-size synthetic 0.6B)"
 	@echo "make bench-kernels  matvec GB/s vs machine read bandwidth"
 	@echo "make demo       end-to-end demo on the synthetic model and the bundled clip"
+	@echo "make serve-demo qvoice-server on the synthetic 0.6B pair: upload a voice, speak over HTTP"
+	@echo "make serve-lb   nginx balancing two qvoice-servers; one is killed mid-run"
+	@echo "make serve-bench  server TTFA, 1 vs 4 streams, 8-client load (hey), soak (also in make bench)"
 	@echo "make check-layers  check that every #include follows docs/architecture.md"
 	@echo "make man        man pages of the tools from their --help (build/man/)"
 	@echo "make install    install tools, libraries, headers, qvoice.pc and man pages into"
@@ -149,6 +152,11 @@ bench: deps
 	@$(MAKE) --no-print-directory all $(BENCHES) models-full
 	@scripts/bench.sh
 	@scripts/bench-compress.sh
+	@scripts/serve-bench.sh
+
+serve-bench: deps
+	@$(MAKE) --no-print-directory all models-full
+	@scripts/serve-bench.sh
 
 bench-kernels: deps
 	@$(MAKE) --no-print-directory $(B)/bench/bench_kernels
@@ -157,6 +165,14 @@ bench-kernels: deps
 demo: deps
 	@$(MAKE) --no-print-directory all models-full
 	@scripts/demo.sh
+
+serve-demo: deps
+	@$(MAKE) --no-print-directory all models-full
+	@scripts/serve-demo.sh
+
+serve-lb: deps
+	@$(MAKE) --no-print-directory all models
+	@scripts/serve-lb.sh
 
 # Man pages: help2man runs each tool's --help and --version.
 man: $(MANS)

@@ -1,0 +1,49 @@
+#!/bin/sh
+# serve-demo.sh — qvoice-server on the synthetic 0.6B pair (called by `make serve-demo` after the
+# build and `make models-full`): start the server, put the bundled clip's voice in the library
+# (cloned from the clip by the server when libqvoice can clone, else voices/ohenry.qvoice), speak
+# with a preset speaker (whole WAV) and with the library voice (streamed: time to first byte at
+# the client), show the metrics, stop with SIGTERM. Output in out/serve-demo (QVOICE_DEMO_OUT).
+set -eu
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+cache=${QVOICE_CACHE:-$root/cache}
+out=${QVOICE_DEMO_OUT:-out/serve-demo}
+threads=$(nproc 2>/dev/null || echo 1)
+mkdir -p "$out/voices"
+bin/qvoice-server -m "$cache/q06b-cv" --clone-model "$cache/q06b-base" --voices "$out/voices" \
+  --threads "$threads" --listen 127.0.0.1:0 >/dev/null 2>"$out/server.log" &
+pid=$!
+trap 'kill $pid 2>/dev/null || true' EXIT INT TERM
+for _ in $(seq 600); do grep -q "listening on" "$out/server.log" && break; sleep 0.1; done
+port=$(sed -n 's/.*listening on .*:\([0-9]*\)$/\1/p' "$out/server.log")
+[ -n "$port" ] || { cat "$out/server.log" >&2; exit 1; }
+url=http://127.0.0.1:$port
+echo "serve-demo: $(sed -n 's/.*\(listening on .*\)/\1/p' "$out/server.log"); GET /ready:"
+curl -s "$url/ready"; echo
+
+if curl -s "$url/ready" | grep -q '"cloning":true'; then
+  src=tests/audio/en_ohenry_chenevert.wav
+else
+  src=voices/ohenry.qvoice
+fi
+echo "serve-demo: POST /v1/audio/voices with $src"
+curl -s -F audio_sample=@"$src" -F name=ohenry -F language=english \
+  -F consent="LibriVox recording in the public domain (tests/audio/ATTRIBUTION.md)" \
+  "$url/v1/audio/voices" | head -c 600; echo
+
+text="Hello. This is qvoice, a voice-cloning workbench written in C."
+echo "serve-demo: preset speaker ryan, whole WAV -> $out/ryan.wav"
+curl -s -o "$out/ryan.wav" -w '  HTTP %{http_code}, %{size_download} bytes, %{time_total} s\n' \
+  -d "{\"input\":\"$text\",\"voice\":\"ryan\",\"max_seconds\":4}" "$url/v1/audio/speech"
+echo "serve-demo: library voice ohenry, streamed (stream_format audio) -> $out/ohenry.wav"
+curl -s -o "$out/ohenry.wav" \
+  -w '  HTTP %{http_code}, first byte after %{time_starttransfer} s, %{size_download} bytes in %{time_total} s\n' \
+  -d "{\"input\":\"$text\",\"voice\":\"ohenry\",\"stream_format\":\"audio\",\"max_seconds\":4}" \
+  "$url/v1/audio/speech"
+echo "serve-demo: metrics"
+curl -s "$url/metrics" | grep -E '^qvoice_(requests_total|audio_seconds_total|rtf_(sum|count)|time_to_first_audio_seconds_(sum|count))'
+kill -TERM $pid
+wait $pid
+echo "serve-demo: server log"
+cat "$out/server.log"

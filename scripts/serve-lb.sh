@@ -1,0 +1,116 @@
+#!/bin/sh
+# serve-lb.sh — scale-out on one machine: nginx (Debian package, an unprivileged process on a high
+# port) balancing two qvoice-server processes on 127.0.0.1 that share one voices directory.
+# It uploads a voice through the balancer, synthesizes with it on the backend that did not store
+# it, then runs a series of requests through the balancer and kills one backend (SIGKILL) in the
+# middle: every request must still succeed (nginx retries the other backend on a refused or
+# broken connection). Prints one line per step; exit 0 when all held.
+#
+# usage: scripts/serve-lb.sh [MODEL_DIR]     (default $QVOICE_CACHE/tiny-cv; needs bin/ built)
+# Open-source nginx checks health passively (max_fails / fail_timeout); GET /ready is what an
+# active checker (Kubernetes, nginx Plus, HAProxy) polls — deploy/ shows it.
+set -eu
+cd "$(dirname "$0")/.."
+MODEL=${1:-${QVOICE_CACHE:-cache}/tiny-cv}
+N_REQUESTS=${N_REQUESTS:-8}
+command -v nginx >/dev/null || PATH=$PATH:/usr/sbin
+command -v nginx >/dev/null || { echo "serve-lb: nginx not found (apt-get install nginx-light)" >&2; exit 1; }
+[ -x bin/qvoice-server ] && [ -x bin/clone ] || { echo "serve-lb: build first (make)" >&2; exit 1; }
+
+W=$(mktemp -d /tmp/qvoice-lb.XXXXXX)
+chmod 755 "$W"
+mkdir -p "$W/voices" "$W/nginx"
+PIDS=""
+cleanup() {
+  for p in $PIDS; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$W"
+}
+trap cleanup EXIT INT TERM
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+start_backend() { # NAME -> prints its port
+  : > "$W/$1.log"
+  bin/qvoice-server -m "$MODEL" --voices "$W/voices" --listen 127.0.0.1:0 >/dev/null 2>"$W/$1.log" &
+  echo $! > "$W/$1.pid"
+  for _ in $(seq 300); do
+    port=$(sed -n 's/.*listening on .*:\([0-9]*\)$/\1/p' "$W/$1.log")
+    [ -n "$port" ] && { echo "$port"; return 0; }
+    sleep 0.1
+  done
+  echo "serve-lb: backend $1 did not start:" >&2; cat "$W/$1.log" >&2; return 1
+}
+
+P1=$(start_backend b1); PIDS="$PIDS $(cat "$W/b1.pid")"
+P2=$(start_backend b2); PIDS="$PIDS $(cat "$W/b2.pid")"
+LB=$(free_port)
+cat > "$W/nginx/nginx.conf" <<EOF
+daemon off;
+worker_processes 1;
+pid $W/nginx/nginx.pid;
+error_log $W/nginx/error.log warn;
+events { worker_connections 256; }
+http {
+  access_log $W/nginx/access.log;
+  client_body_temp_path $W/nginx/body;
+  proxy_temp_path $W/nginx/proxy;
+  fastcgi_temp_path $W/nginx/fastcgi;
+  uwsgi_temp_path $W/nginx/uwsgi;
+  scgi_temp_path $W/nginx/scgi;
+  upstream qvoice {
+    server 127.0.0.1:$P1 max_fails=1 fail_timeout=10s;
+    server 127.0.0.1:$P2 max_fails=1 fail_timeout=10s;
+    keepalive 8;
+  }
+  server {
+    listen 127.0.0.1:$LB;
+    client_max_body_size 25m;
+    location / {
+      proxy_pass http://qvoice;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_buffering off;               # streamed audio and SSE leave as they are decoded
+      proxy_read_timeout 120s;
+      # synthesis has no side effect and uploads are content-addressed: safe to retry
+      proxy_next_upstream error timeout http_502 http_503 non_idempotent;
+    }
+  }
+}
+EOF
+if [ "$(id -u)" = 0 ]; then # run unprivileged even when started as root
+  chown -R nobody "$W/nginx"
+  setpriv --reuid=nobody --regid=nogroup --clear-groups nginx -c "$W/nginx/nginx.conf" -e "$W/nginx/error.log" &
+else
+  nginx -c "$W/nginx/nginx.conf" -e "$W/nginx/error.log" &
+fi
+PIDS="$PIDS $!"
+for _ in $(seq 50); do curl -sf "http://127.0.0.1:$LB/health" >/dev/null && break; sleep 0.1; done
+echo "serve-lb: nginx 127.0.0.1:$LB -> backends 127.0.0.1:$P1, 127.0.0.1:$P2 (voices $W/voices)"
+
+# 1. a voice uploaded through the balancer, spoken on the backend that did not store it
+bin/clone -m "${MODEL%-cv}-base" tests/audio/en_ohenry_chenevert.wav -o "$W/lb.qvoice" -n lbvoice \
+  --consent "serve-lb test" >/dev/null 2>&1 || cp voices/ohenry.qvoice "$W/lb.qvoice"
+code=$(curl -s -o "$W/up.json" -w '%{http_code}' -F audio_sample=@"$W/lb.qvoice" -F name=lbvoice \
+  -F consent="serve-lb test" "http://127.0.0.1:$LB/v1/audio/voices")
+[ "$code" = 200 ] || { echo "serve-lb: upload through nginx: HTTP $code $(cat "$W/up.json")" >&2; exit 1; }
+if grep -q "POST /v1/audio/voices 200" "$W/b1.log"; then other=$P2; else other=$P1; fi
+code=$(curl -s -o "$W/other.wav" -w '%{http_code}' -d '{"input":"Stored on one, spoken on the other.","voice":"lbvoice","max_seconds":2}' \
+  "http://127.0.0.1:$other/v1/audio/speech")
+[ "$code" = 200 ] || { echo "serve-lb: synthesis on the other backend: HTTP $code" >&2; exit 1; }
+echo "serve-lb: voice uploaded through nginx, spoken by the other backend (127.0.0.1:$other): $(stat -c %s "$W/other.wav") bytes"
+
+# 2. requests through the balancer; backend 1 killed halfway
+ok=0
+for i in $(seq "$N_REQUESTS"); do
+  if [ "$i" = $((N_REQUESTS / 2 + 1)) ]; then
+    kill -9 "$(cat "$W/b1.pid")"; echo "serve-lb: killed backend 1 (SIGKILL)"
+  fi
+  code=$(curl -s -o "$W/r$i.wav" -w '%{http_code}' --max-time 120 \
+    -d "{\"input\":\"Request number $i.\",\"voice\":\"lbvoice\",\"max_seconds\":1,\"seed\":$i}" \
+    "http://127.0.0.1:$LB/v1/audio/speech")
+  [ "$code" = 200 ] && ok=$((ok + 1))
+  echo "serve-lb: request $i: HTTP $code"
+done
+echo "serve-lb: $ok/$N_REQUESTS requests succeeded through nginx with one backend killed"
+[ "$ok" = "$N_REQUESTS" ]

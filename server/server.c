@@ -1,0 +1,542 @@
+/* server.c — the HTTP side: libmicrohttpd daemon (one thread per connection), routing, bearer
+ * auth, body limits, OpenAI-style error replies, /health /ready /metrics, one log line per
+ * request, draining on shutdown.
+ */
+#include <cJSON.h>
+#include <errno.h>
+#include <netdb.h>
+#include <openssl/crypto.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "server/server_impl.h"
+
+/* ==== helpers ================================================================================ */
+
+double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+void srv_log(qv_server *s, const char *fmt, ...) {
+    if (!s->cfg.log) return;
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    s->cfg.log(s->cfg.log_user, line);
+}
+
+static void mhd_log(void *cls, const char *fmt, va_list ap) {
+    qv_server *s = cls;
+    char line[512];
+    vsnprintf(line, sizeof line, fmt, ap);
+    size_t n = strlen(line);
+    while (n && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = 0;
+    srv_log(s, "libmicrohttpd: %s", line);
+}
+
+int peer_gone(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci) return 1;
+    struct pollfd p = {.fd = ci->connect_fd, .events = POLLRDHUP};
+    return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
+int find_model(const qv_server *s, const char *name) {
+    if (!name) return 0;
+    for (int i = 0; i < s->n_models; i++)
+        if (!strcmp(name, s->models[i].name) || !strcmp(name, s->models[i].dir)) return i;
+    /* OpenAI's model names select the default model, so stock clients work unchanged. */
+    static const char *const aliases[] = {"tts-1", "tts-1-hd", "gpt-4o-mini-tts"};
+    for (size_t i = 0; i < sizeof aliases / sizeof *aliases; i++)
+        if (!strcmp(name, aliases[i])) return 0;
+    return -1;
+}
+
+/* ==== replies ================================================================================ */
+
+enum MHD_Result reply_json(struct MHD_Connection *c, req *q, int status, char *body) {
+    if (!body) {
+        static char oom[] = "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\","
+                            "\"param\":null,\"code\":null}}";
+        status = MHD_HTTP_INTERNAL_SERVER_ERROR;
+        body = strdup(oom);
+        if (!body) return MHD_NO;
+    }
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    if (status == MHD_HTTP_TOO_MANY_REQUESTS || status == MHD_HTTP_SERVICE_UNAVAILABLE)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+    enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
+    MHD_destroy_response(r);
+    q->status = status;
+    return ret;
+}
+
+enum MHD_Result reply_error(struct MHD_Connection *c, req *q, int status, const char *type,
+                            const char *code, const char *param, const char *fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    snprintf(q->note, sizeof q->note, "%.63s", code ? code : type);
+    cJSON *o = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(o, "error");
+    cJSON_AddStringToObject(e, "message", msg);
+    cJSON_AddStringToObject(e, "type", type);
+    if (param) cJSON_AddStringToObject(e, "param", param);
+    else cJSON_AddNullToObject(e, "param");
+    if (code) cJSON_AddStringToObject(e, "code", code);
+    else cJSON_AddNullToObject(e, "code");
+    char *body = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return reply_json(c, q, status, body);
+}
+
+/* ==== routes ================================================================================= */
+
+static enum route route_of(const char *url, const char **id) {
+    static const char voices[] = "/v1/audio/voices";
+    *id = NULL;
+    if (!strcmp(url, "/v1/audio/speech")) return ROUTE_SPEECH;
+    if (!strcmp(url, voices)) return ROUTE_VOICES_LIST;
+    if (!strncmp(url, voices, sizeof voices - 1) && url[sizeof voices - 1] == '/' &&
+        url[sizeof voices] && !strchr(url + sizeof voices, '/')) {
+        *id = url + sizeof voices;
+        return ROUTE_VOICE_GET;
+    }
+    if (!strcmp(url, "/health")) return ROUTE_HEALTH;
+    if (!strcmp(url, "/ready")) return ROUTE_READY;
+    if (!strcmp(url, "/metrics")) return ROUTE_METRICS;
+    return ROUTE_OTHER;
+}
+
+/* The route for this method, or -1 when the path exists but not with this method. */
+static int route_method(enum route r, const char *method) {
+    int get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), post = !strcmp(method, "POST");
+    switch (r) {
+    case ROUTE_SPEECH: return post ? (int)r : -1;
+    case ROUTE_VOICES_LIST: return get ? (int)r : post ? ROUTE_VOICES_UPLOAD : -1;
+    case ROUTE_VOICE_GET: return get ? (int)r : !strcmp(method, "DELETE") ? ROUTE_VOICE_DELETE : -1;
+    case ROUTE_HEALTH:
+    case ROUTE_READY:
+    case ROUTE_METRICS: return get ? (int)r : -1;
+    case ROUTE_VOICES_UPLOAD:
+    case ROUTE_VOICE_DELETE:
+    case ROUTE_OTHER:
+    case ROUTE_COUNT: break;
+    }
+    return (int)r;
+}
+
+static int authorized(const qv_server *s, struct MHD_Connection *c) {
+    if (!s->n_keys) return 1;
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    if (!h || strncmp(h, "Bearer ", 7)) return 0;
+    h += 7;
+    size_t n = strlen(h);
+    int ok = 0;
+    for (int i = 0; i < s->n_keys; i++)
+        ok |= strlen(s->keys[i]) == n && !CRYPTO_memcmp(s->keys[i], h, n);
+    return ok;
+}
+
+static size_t body_limit(const qv_server *s) {
+    return 8 * (size_t)s->cfg.max_text_chars + 65536; /* UTF-8 and JSON escapes, other fields */
+}
+
+static enum MHD_Result health(struct MHD_Connection *c, req *q) {
+    return reply_json(c, q, MHD_HTTP_OK, strdup("{\"status\":\"ok\"}"));
+}
+
+static enum MHD_Result ready(qv_server *s, struct MHD_Connection *c, req *q) {
+    cJSON *o = cJSON_CreateObject(), *a = cJSON_AddArrayToObject(o, "models");
+    pthread_mutex_lock(&s->mu);
+    int draining = s->draining;
+    pthread_mutex_unlock(&s->mu);
+    cJSON_AddStringToObject(o, "status", draining ? "draining" : "ready");
+    for (int i = 0; i < s->n_models; i++) {
+        cJSON *m = cJSON_CreateObject();
+        cJSON_AddStringToObject(m, "id", s->models[i].name);
+        cJSON_AddStringToObject(m, "type", qv_model_type(s->models[i].model));
+        cJSON_AddStringToObject(m, "size", qv_model_size(s->models[i].model));
+        cJSON_AddItemToArray(a, m);
+    }
+    cJSON_AddBoolToObject(o, "cloning", s->cloner != NULL);
+    char *body = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return reply_json(c, q, draining ? MHD_HTTP_SERVICE_UNAVAILABLE : MHD_HTTP_OK, body);
+}
+
+static enum MHD_Result metrics_reply(qv_server *s, struct MHD_Connection *c, req *q) {
+    int active = 0, queued;
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < s->n_slots; i++) active += s->slots[i].busy;
+    queued = s->n_queued;
+    pthread_mutex_unlock(&s->mu);
+    char *text = metrics_render(&s->met, active, queued);
+    if (!text) return MHD_NO;
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(text), text,
+                                                             MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(text);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/plain; version=0.0.4");
+    enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);
+    MHD_destroy_response(r);
+    q->status = MHD_HTTP_OK;
+    return ret;
+}
+
+/* First call of a request: headers only. Refusals that need no body are answered here. */
+static enum MHD_Result begin(qv_server *s, struct MHD_Connection *c, req *q, const char *id) {
+    pthread_mutex_lock(&s->mu);
+    int draining = s->draining;
+    pthread_mutex_unlock(&s->mu);
+    if (draining)
+        return reply_error(c, q, MHD_HTTP_SERVICE_UNAVAILABLE, "server_error", "shutting_down",
+                           NULL, "the server is shutting down");
+    if (q->route == ROUTE_OTHER)
+        return reply_error(c, q, MHD_HTTP_NOT_FOUND, "invalid_request_error", "not_found", NULL,
+                           "%s %s: no such route", q->method, q->url);
+    int r = route_method(q->route, q->method);
+    if (r < 0)
+        return reply_error(c, q, MHD_HTTP_METHOD_NOT_ALLOWED, "invalid_request_error",
+                           "method_not_allowed", NULL, "%s %s: method not allowed", q->method,
+                           q->url);
+    q->route = (enum route)r;
+    if (!strncmp(q->url, "/v1/", 4) && !authorized(s, c))
+        return reply_error(c, q, MHD_HTTP_UNAUTHORIZED, "invalid_request_error", "invalid_api_key",
+                           NULL, "missing or invalid bearer key (Authorization: Bearer KEY)");
+    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    unsigned long long len = cl ? strtoull(cl, NULL, 10) : 0;
+    if (q->route == ROUTE_SPEECH && len > body_limit(s))
+        return reply_error(c, q, MHD_HTTP_CONTENT_TOO_LARGE, "invalid_request_error",
+                           "request_too_large", NULL, "request body of %llu bytes exceeds %zu",
+                           len, body_limit(s));
+    if (q->route == ROUTE_VOICES_UPLOAD) {
+        if (len > (unsigned long long)s->cfg.max_upload_mb << 20)
+            return reply_error(c, q, MHD_HTTP_CONTENT_TOO_LARGE, "invalid_request_error",
+                               "upload_too_large", NULL, "upload of %llu bytes exceeds %d MB", len,
+                               s->cfg.max_upload_mb);
+        return upload_begin(s, c, q);
+    }
+    (void)id;
+    return MHD_YES;
+}
+
+static enum MHD_Result finish(qv_server *s, struct MHD_Connection *c, req *q, const char *id) {
+    switch (q->route) {
+    case ROUTE_SPEECH:
+        if (q->too_big)
+            return reply_error(c, q, MHD_HTTP_CONTENT_TOO_LARGE, "invalid_request_error",
+                               "request_too_large", NULL, "request body exceeds %zu bytes",
+                               body_limit(s));
+        return speech_handle(s, c, q);
+    case ROUTE_VOICES_LIST:
+    case ROUTE_VOICE_GET: return voices_get(s, c, q, id);
+    case ROUTE_VOICE_DELETE: return voices_delete(s, c, q, id);
+    case ROUTE_VOICES_UPLOAD: return upload_finish(s, c, q);
+    case ROUTE_HEALTH: return health(c, q);
+    case ROUTE_READY: return ready(s, c, q);
+    case ROUTE_METRICS: return metrics_reply(s, c, q);
+    case ROUTE_OTHER:
+    case ROUTE_COUNT: break;
+    }
+    return MHD_NO;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
+                                  const char *method, const char *version, const char *data,
+                                  size_t *size, void **con_cls) {
+    qv_server *s = cls;
+    req *q = *con_cls;
+    const char *id;
+    if (!q) {
+        if (!(q = calloc(1, sizeof *q)) || !(q->url = strdup(url))) {
+            free(q);
+            return MHD_NO;
+        }
+        *con_cls = q;
+        q->t0 = now_s();
+        snprintf(q->method, sizeof q->method, "%s", method);
+        q->route = route_of(url, &id);
+        pthread_mutex_lock(&s->mu);
+        s->n_inflight++;
+        pthread_mutex_unlock(&s->mu);
+        return begin(s, c, q, id);
+    }
+    route_of(url, &id);
+    if (q->status) { /* answered already: the rest of the body is discarded */
+        *size = 0;
+        return MHD_YES;
+    }
+    if (*size) {
+        if (q->route == ROUTE_VOICES_UPLOAD) return upload_data(s, c, q, data, size);
+        if (q->body_len + *size > body_limit(s)) q->too_big = 1;
+        if (!q->too_big) {
+            bytes b = {(uint8_t *)q->body, q->body_len, q->body_cap};
+            if (bytes_add(&b, data, *size) || bytes_add(&b, "", 1)) return MHD_NO;
+            q->body = (char *)b.p;
+            q->body_len = b.len - 1; /* kept NUL-terminated */
+            q->body_cap = b.cap;
+        }
+        *size = 0;
+        return MHD_YES;
+    }
+    return finish(s, c, q, id);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                         enum MHD_RequestTerminationCode toe) {
+    qv_server *s = cls;
+    req *q = *con_cls;
+    if (!q) return;
+    speech_release(s, q); /* a disconnect cancels the synthesis at once */
+    upload_free(q->up);
+    if (q->pp) MHD_destroy_post_processor(q->pp);
+    int status = q->status ? q->status : 499; /* nginx's "client closed request" */
+    if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && !q->note[0])
+        snprintf(q->note, sizeof q->note, "%s",
+                 toe == MHD_REQUEST_TERMINATED_CLIENT_ABORT ? "client-abort"
+                 : toe == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED ? "timeout"
+                                                               : "incomplete");
+    metrics_request(&s->met, q->route, status);
+    srv_log(s, "%s %s %d %.3fs%s%s", q->method, q->url, status, now_s() - q->t0,
+            q->note[0] ? " " : "", q->note);
+    free(q->body);
+    free(q->url);
+    free(q);
+    *con_cls = NULL;
+    pthread_mutex_lock(&s->mu);
+    s->n_inflight--;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* ==== start / stop =========================================================================== */
+
+qv_server_config qv_server_default_config(void) {
+    return (qv_server_config){.listen = "127.0.0.1:8080",
+                              .n_threads = 1,
+                              .max_concurrency = 1,
+                              .max_queue = 4,
+                              .quant = QV_QUANT_BF16,
+                              .max_seconds = 120,
+                              .max_text_chars = 4096,
+                              .max_upload_mb = 20,
+                              .timeout_s = 300};
+}
+
+static int read_keys(qv_server *s, const char *path, char *err, size_t es) {
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        snprintf(err, es, "%s: %s", path, strerror(errno));
+        return -1;
+    }
+    char line[1024];
+    while (fgets(line, sizeof line, f)) {
+        size_t n = strcspn(line, "\r\n");
+        line[n] = 0;
+        if (!n || line[0] == '#') continue;
+        char **k = realloc(s->keys, (size_t)(s->n_keys + 1) * sizeof *k);
+        if (!k || !(k[s->n_keys] = strdup(line))) {
+            if (k) s->keys = k;
+            fclose(f);
+            snprintf(err, es, "%s: out of memory", path);
+            return -1;
+        }
+        s->keys = k;
+        s->n_keys++;
+    }
+    fclose(f);
+    if (!s->n_keys) {
+        snprintf(err, es, "%s: no keys (one per line)", path);
+        return -1;
+    }
+    return 0;
+}
+
+static int parse_listen(const char *listen, struct sockaddr_storage *ss, char *err, size_t es) {
+    char host[256];
+    const char *colon = strrchr(listen, ':');
+    if (!colon || colon == listen || (size_t)(colon - listen) >= sizeof host || !colon[1]) {
+        snprintf(err, es, "--listen %s: expected HOST:PORT", listen);
+        return -1;
+    }
+    memcpy(host, listen, (size_t)(colon - listen));
+    host[colon - listen] = 0;
+    if (host[0] == '[' && host[strlen(host) - 1] == ']') { /* [::1]:8080 */
+        memmove(host, host + 1, strlen(host));
+        host[strlen(host) - 1] = 0;
+    }
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_NUMERICSERV | AI_PASSIVE},
+                    *ai;
+    int rc = getaddrinfo(host, colon + 1, &hints, &ai);
+    if (rc) {
+        snprintf(err, es, "--listen %s: %s", listen, gai_strerror(rc));
+        return -1;
+    }
+    memcpy(ss, ai->ai_addr, ai->ai_addrlen);
+    freeaddrinfo(ai);
+    return 0;
+}
+
+static int load_models(qv_server *s, const qv_server_config *c, char *err, size_t es) {
+    if (c->n_models < 1) {
+        snprintf(err, es, "server: no model (-m MODEL_DIR)");
+        return QV_E_INVALID;
+    }
+    if (!(s->models = calloc((size_t)c->n_models, sizeof *s->models))) return QV_E_NOMEM;
+    s->n_models = c->n_models;
+    for (int i = 0; i < c->n_models; i++) {
+        served_model *m = &s->models[i];
+        if (!(m->dir = strdup(c->model_dirs[i]))) return QV_E_NOMEM;
+        size_t n = strlen(m->dir);
+        while (n > 1 && m->dir[n - 1] == '/') m->dir[--n] = 0;
+        const char *base = strrchr(m->dir, '/');
+        if (!(m->name = strdup(base ? base + 1 : m->dir))) return QV_E_NOMEM;
+        enum qv_status st = qv_model_load(&m->model, m->dir, err, es);
+        if (st) return st;
+    }
+    return QV_OK;
+}
+
+enum qv_status qv_server_start(qv_server **out, const qv_server_config *c, char *err, size_t es) {
+    *out = NULL;
+    if (!c->voices_dir || c->max_concurrency < 1 || c->max_queue < 0 || c->max_text_chars < 1 ||
+        c->max_upload_mb < 1 || c->timeout_s < 1 || c->max_seconds < 0) {
+        snprintf(err, es, "server: invalid configuration (voices dir, limits)");
+        return QV_E_INVALID;
+    }
+    qv_server *s = calloc(1, sizeof *s);
+    if (!s) return QV_E_NOMEM;
+    s->cfg = *c;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    metrics_init(&s->met);
+    s->formats = formats_available();
+    enum qv_status st = load_models(s, c, err, es);
+    if (st) goto fail;
+    st = QV_E_INVALID;
+    if (!(s->voices_dir = strdup(c->voices_dir))) goto nomem;
+    if (mkdir(s->voices_dir, 0755) && errno != EEXIST) {
+        snprintf(err, es, "%s: %s", s->voices_dir, strerror(errno));
+        goto fail;
+    }
+    voices_clean(s->voices_dir);
+    if (c->api_key_file && read_keys(s, c->api_key_file, err, es)) goto fail;
+    s->n_threads = qv_threads_resolve(c->n_threads);
+    if (c->clone_model_dir &&
+        (st = qv_cloner_load(&s->cloner, c->clone_model_dir, s->n_threads, err, es)))
+        goto fail;
+    if (!(s->slots = calloc((size_t)c->max_concurrency, sizeof *s->slots))) goto nomem;
+    s->n_slots = c->max_concurrency;
+    for (int i = 0; i < s->n_slots; i++) { /* built now: allocation and int8 weights before /ready */
+        s->slots[i].params = qv_model_params(s->models[0].model);
+        s->slots[i].params.n_threads = s->n_threads;
+        s->slots[i].params.quant = c->quant;
+        if ((st = qv_synth_new(&s->slots[i].synth, s->models[0].model, &s->slots[i].params))) {
+            snprintf(err, es, "%s: cannot create a synthesizer: %s", s->models[0].dir,
+                     qv_strerror(st));
+            goto fail;
+        }
+    }
+    struct sockaddr_storage ss;
+    st = QV_E_INVALID;
+    if (parse_listen(c->listen ? c->listen : "127.0.0.1:8080", &ss, err, es)) goto fail;
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
+                     MHD_USE_AUTO | MHD_USE_ITC | MHD_USE_ERROR_LOG |
+                     (ss.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0);
+    s->daemon = MHD_start_daemon(
+        flags, 0, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
+        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)c->timeout_s, MHD_OPTION_NOTIFY_COMPLETED,
+        on_completed, s, MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned)(c->max_concurrency + c->max_queue + 64), MHD_OPTION_END);
+    if (!s->daemon) {
+        snprintf(err, es, "--listen %s: cannot listen (address in use or not local?)",
+                 c->listen ? c->listen : "127.0.0.1:8080");
+        st = QV_E_IO;
+        goto fail;
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
+    s->port = di ? di->port : 0;
+    *out = s;
+    return QV_OK;
+nomem:
+    st = QV_E_NOMEM;
+    snprintf(err, es, "server: out of memory");
+fail:
+    qv_server_free(s);
+    return st;
+}
+
+int qv_server_port(const qv_server *s) { return s->port; }
+
+void qv_server_drain(qv_server *s, double timeout_s) {
+    pthread_mutex_lock(&s->mu);
+    s->draining = 1;
+    pthread_mutex_unlock(&s->mu);
+    MHD_socket fd = MHD_quiesce_daemon(s->daemon);
+    if (fd != MHD_INVALID_SOCKET) close(fd);
+    double end = now_s() + timeout_s;
+    pthread_mutex_lock(&s->mu);
+    while (s->n_inflight > 0 && now_s() < end) {
+        struct timespec t;
+        clock_gettime(CLOCK_REALTIME, &t);
+        t.tv_nsec += 100000000;
+        if (t.tv_nsec >= 1000000000) {
+            t.tv_sec++;
+            t.tv_nsec -= 1000000000;
+        }
+        pthread_cond_timedwait(&s->cv, &s->mu, &t);
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+void qv_server_free(qv_server *s) {
+    if (!s) return;
+    if (s->daemon) {
+        pthread_mutex_lock(&s->mu);
+        s->draining = 2; /* requests still running give up (speech.c) */
+        pthread_mutex_unlock(&s->mu);
+        MHD_stop_daemon(s->daemon); /* closing the connections cancels their syntheses */
+        pthread_mutex_lock(&s->mu);
+        while (s->n_workers > 0) pthread_cond_wait(&s->cv, &s->mu);
+        pthread_mutex_unlock(&s->mu);
+    }
+    for (int i = 0; i < s->n_slots; i++) qv_synth_free(s->slots[i].synth);
+    free(s->slots);
+    if (s->cloner) qv_cloner_free(s->cloner);
+    for (int i = 0; i < s->n_models; i++) {
+        qv_model_free(s->models[i].model);
+        free(s->models[i].dir);
+        free(s->models[i].name);
+    }
+    free(s->models);
+    for (int i = 0; i < s->n_keys; i++) free(s->keys[i]);
+    free(s->keys);
+    free(s->voices_dir);
+    pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->mu);
+    pthread_mutex_destroy(&s->met.mu);
+    free(s);
+}

@@ -1,0 +1,180 @@
+/* server_impl.h — what the files of server/ share: the server and per-request state, replies,
+ * metrics, the speech and voice routes, audio encoding.
+ */
+#ifndef QV_SERVER_IMPL_H
+#define QV_SERVER_IMPL_H
+
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "include/qvoice.h"
+#include "server/qvserver.h"
+
+
+/* ==== routes and metrics ===================================================================== */
+
+#define ROUTE_LIST(X)                                                                              \
+    X(ROUTE_SPEECH, "speech")                                                                      \
+    X(ROUTE_VOICES_LIST, "voices_list")                                                            \
+    X(ROUTE_VOICES_UPLOAD, "voices_upload")                                                        \
+    X(ROUTE_VOICE_GET, "voice_get")                                                                \
+    X(ROUTE_VOICE_DELETE, "voice_delete")                                                          \
+    X(ROUTE_HEALTH, "health")                                                                      \
+    X(ROUTE_READY, "ready")                                                                        \
+    X(ROUTE_METRICS, "metrics")                                                                    \
+    X(ROUTE_OTHER, "other")
+#define ROUTE_ENUM_(name, text) name,
+enum route { ROUTE_LIST(ROUTE_ENUM_) ROUTE_COUNT };
+#undef ROUTE_ENUM_
+
+#define N_STATUS_SLOTS 24 /* distinct HTTP status codes tracked per route */
+#define N_BUCKETS 12
+
+typedef struct {
+    double le[N_BUCKETS]; /* upper bounds; +Inf implied */
+    uint64_t count[N_BUCKETS + 1];
+    uint64_t n;
+    double sum;
+} histogram;
+
+typedef struct {
+    pthread_mutex_t mu;
+    int status[ROUTE_COUNT][N_STATUS_SLOTS];
+    uint64_t requests[ROUTE_COUNT][N_STATUS_SLOTS];
+    uint64_t stream_errors; /* streamed responses cut after their 200 (guard, failure, limit) */
+    uint64_t guard_failures;
+    uint64_t cancelled; /* syntheses stopped by a disconnect or the wall-time limit */
+    double audio_seconds;
+    histogram rtf, ttfa_s;
+} metrics;
+
+void metrics_init(metrics *m);
+void metrics_request(metrics *m, enum route r, int status);
+void metrics_synth(metrics *m, const qv_synth_stats *st);
+/* Prometheus text exposition; malloc'd. */
+char *metrics_render(metrics *m, int active, int queued);
+
+/* ==== server ================================================================================= */
+
+typedef struct {
+    qv_synth *synth; /* NULL until first used or after a failed rebuild */
+    int model;       /* index into models */
+    qv_params params;
+    int busy;
+} slot;
+
+typedef struct {
+    char *dir, *name; /* name: basename of dir, what requests put in "model" */
+    qv_model *model;
+} served_model;
+
+struct qv_server {
+    qv_server_config cfg;
+    struct MHD_Daemon *daemon;
+    int port;
+    served_model *models;
+    int n_models;
+    qv_cloner *cloner;
+    char *voices_dir;
+    char **keys; /* accepted bearer keys */
+    int n_keys;
+    int n_threads;
+    int formats; /* bit per enum audio_format libsndfile can write */
+
+    pthread_mutex_t mu; /* everything below */
+    pthread_cond_t cv;  /* slot freed, request finished */
+    slot *slots;
+    int n_slots, n_queued, n_inflight, n_workers, draining;
+    metrics met;
+};
+
+/* Per-request state (MHD's con_cls). */
+typedef struct {
+    enum route route;
+    int status;
+    char method[8];
+    char *url;
+    double t0;
+    char *body; /* JSON body */
+    size_t body_len, body_cap;
+    int too_big;
+    struct MHD_PostProcessor *pp; /* multipart upload */
+    struct upload *up;
+    struct job *job; /* speech synthesis in progress */
+    char note[64];   /* added to the log line */
+} req;
+
+/* Log one formatted line through cfg.log. */
+void srv_log(qv_server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+double now_s(void);
+/* Queues a JSON reply (takes ownership of the malloc'd body) / an OpenAI-style error. */
+enum MHD_Result reply_json(struct MHD_Connection *c, req *q, int status, char *body);
+enum MHD_Result reply_error(struct MHD_Connection *c, req *q, int status, const char *type,
+                            const char *code, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 7, 8)));
+/* 1 when the peer has closed the connection (checked without blocking). */
+int peer_gone(struct MHD_Connection *c);
+/* Index of the served model called name (NULL: the default), or -1. */
+int find_model(const qv_server *s, const char *name);
+
+/* ==== speech (speech.c) ====================================================================== */
+
+struct job;
+/* Handles POST /v1/audio/speech once its JSON body is complete. */
+enum MHD_Result speech_handle(qv_server *s, struct MHD_Connection *c, req *q);
+/* The connection is gone (or finished): stop the synthesis if it still runs, drop the job. */
+void speech_release(qv_server *s, req *q);
+
+/* ==== voices (voices.c) ====================================================================== */
+
+struct upload;
+/* GET /v1/audio/voices, GET/DELETE /v1/audio/voices/{id}. */
+enum MHD_Result voices_get(qv_server *s, struct MHD_Connection *c, req *q, const char *id);
+enum MHD_Result voices_delete(qv_server *s, struct MHD_Connection *c, req *q, const char *id);
+/* POST /v1/audio/voices: first call sets up the multipart parser (0 or an error queued). */
+enum MHD_Result upload_begin(qv_server *s, struct MHD_Connection *c, req *q);
+enum MHD_Result upload_data(qv_server *s, struct MHD_Connection *c, req *q, const char *data,
+                            size_t *size);
+enum MHD_Result upload_finish(qv_server *s, struct MHD_Connection *c, req *q);
+void upload_free(struct upload *u);
+/* Removes temporary files a killed server left in dir. */
+void voices_clean(const char *dir);
+/* Path of the library voice with this id (64 hex) or META name; 0, or -1 when none. */
+int voice_lookup(const qv_server *s, const char *id_or_name, char *path, size_t path_size);
+
+/* ==== audio encoding (encode.c) ============================================================== */
+
+#define AUDIO_FORMAT_LIST(X)                                                                       \
+    X(FMT_WAV, "wav", "audio/wav")                                                                 \
+    X(FMT_PCM, "pcm", "audio/pcm")                                                                 \
+    X(FMT_FLAC, "flac", "audio/flac")                                                              \
+    X(FMT_MP3, "mp3", "audio/mpeg")                                                                \
+    X(FMT_OPUS, "opus", "audio/ogg")
+#define FMT_ENUM_(name, text, mime) name,
+enum audio_format { AUDIO_FORMAT_LIST(FMT_ENUM_) FMT_COUNT };
+#undef FMT_ENUM_
+
+int format_parse(const char *name); /* enum audio_format or -1 */
+const char *format_name(int f);
+const char *format_mime(int f);
+int formats_available(void); /* bit per format this libsndfile can write */
+
+typedef struct {
+    uint8_t *p;
+    size_t len, cap;
+} bytes;
+/* Appends n bytes of p (p NULL: n uninitialised bytes); 0 or -1 (out of memory). */
+int bytes_add(bytes *b, const void *p, size_t n);
+
+/* 44-byte 16-bit mono 24 kHz WAV header; n_samples < 0: unknown length (streams). */
+void wav_header(uint8_t out[44], int64_t n_samples);
+/* Appends samples as 16-bit little-endian. */
+int pcm16_add(bytes *b, const float *x, int n);
+/* Whole file of format f (wav, pcm, flac, mp3, opus) from n samples; 0 or -1 with err. */
+int encode_all(int f, const float *x, int64_t n, bytes *out, char *err, size_t err_size);
+/* Base64 of n bytes appended to b. */
+int base64_add(bytes *b, const uint8_t *p, size_t n);
+
+#endif

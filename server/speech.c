@@ -1,0 +1,677 @@
+/* speech.c — POST /v1/audio/speech: OpenAI's request fields plus vLLM-Omni's extensions, a pool
+ * of qv_synth slots with a bounded queue, and a job per request: a worker thread runs
+ * qv_synth_run, its PCM callback appends encoded audio to the job, and the connection's thread
+ * sends it (whole, or streamed as chunked bytes or SSE events as it arrives).
+ */
+#include <cJSON.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "server/server_impl.h"
+
+enum stream_kind { STREAM_NONE, STREAM_AUDIO, STREAM_SSE };
+
+typedef struct job {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    qv_server *s;
+    int slot, refs, format, stream, n_chars;
+    double deadline, max_seconds;
+    struct MHD_Connection *conn; /* for disconnect checks while waiting */
+    /* request (owned strings) */
+    qv_synth_request r;
+    char *text, *language, *speaker, *instruct, *voice_path;
+    /* results, under mu */
+    bytes out;  /* streams: encoded bytes not yet sent, from off */
+    size_t off;
+    float *pcm; /* non-streamed: every sample */
+    int64_t n_pcm, cap_pcm, n_samples, max_samples; /* max_samples: the request's cap, 0 none */
+    int running, cancel, timed_out, done, ended; /* running: the worker holds the slot */
+    int capped; /* the audio reached max_samples: a normal end */
+    enum qv_status st;
+    char err[512];
+    qv_synth_stats stats;
+} job;
+
+/* ==== jobs =================================================================================== */
+
+static void job_unref(job *j) {
+    pthread_mutex_lock(&j->mu);
+    int last = --j->refs == 0;
+    pthread_mutex_unlock(&j->mu);
+    if (!last) return;
+    pthread_mutex_destroy(&j->mu);
+    pthread_cond_destroy(&j->cv);
+    free(j->text);
+    free(j->language);
+    free(j->speaker);
+    free(j->instruct);
+    free(j->voice_path);
+    free(j->out.p);
+    free(j->pcm);
+    free(j);
+}
+
+/* Stops the synthesis if it still runs. The slot stays ours until done is set (worker), so the
+ * cancel cannot reach a later request's synthesis. */
+static void job_cancel(job *j, int timed_out) {
+    pthread_mutex_lock(&j->mu);
+    if (j->running && !j->done && !j->cancel) {
+        j->cancel = 1;
+        j->timed_out = timed_out;
+        qv_synth_cancel(j->s->slots[j->slot].synth);
+    }
+    pthread_mutex_unlock(&j->mu);
+}
+
+static int sse_delta(job *j, const uint8_t *p, size_t n) {
+    static const char head[] = "data: {\"type\":\"speech.audio.delta\",\"audio\":\"";
+    return bytes_add(&j->out, head, sizeof head - 1) || base64_add(&j->out, p, n) ||
+           bytes_add(&j->out, "\"}\n\n", 4);
+}
+
+/* qv_pcm_fn: runs on the worker thread. */
+static int on_pcm(void *user, const float *x, int n) {
+    job *j = user;
+    int stop = 0, fail = 0;
+    pthread_mutex_lock(&j->mu);
+    if (now_s() > j->deadline) {
+        j->cancel = j->timed_out = 1;
+    }
+    if (j->max_samples && j->n_samples + n >= j->max_samples) { /* the rest is cut: a normal end */
+        n = (int)(j->max_samples - j->n_samples);
+        j->capped = stop = 1;
+    }
+    if (j->cancel) {
+        stop = 1;
+    } else if (j->stream == STREAM_NONE) {
+        if (j->n_pcm + n > j->cap_pcm) {
+            int64_t cap = j->cap_pcm ? 2 * j->cap_pcm : QV_SAMPLE_RATE_HZ * 4;
+            while (cap < j->n_pcm + n) cap *= 2;
+            float *p = realloc(j->pcm, (size_t)cap * sizeof *p);
+            if (!p) fail = 1;
+            else {
+                j->pcm = p;
+                j->cap_pcm = cap;
+            }
+        }
+        if (!fail) memcpy(j->pcm + j->n_pcm, x, (size_t)n * sizeof *x);
+        j->n_pcm += fail ? 0 : n;
+    } else {
+        bytes blk = {0};
+        uint8_t h[44];
+        wav_header(h, -1);
+        if (j->n_samples == 0 && j->format == FMT_WAV) fail |= bytes_add(&blk, h, sizeof h);
+        fail |= pcm16_add(&blk, x, n);
+        if (!fail) fail = j->stream == STREAM_SSE ? sse_delta(j, blk.p, blk.len)
+                                                  : bytes_add(&j->out, blk.p, blk.len);
+        free(blk.p);
+    }
+    j->n_samples += n;
+    if (fail) {
+        j->cancel = 1;
+        snprintf(j->err, sizeof j->err, "response: out of memory");
+    }
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    return stop || fail;
+}
+
+static void slot_release(qv_server *s, int i) {
+    pthread_mutex_lock(&s->mu);
+    s->slots[i].busy = 0;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void *worker(void *arg) {
+    job *j = arg;
+    qv_server *s = j->s;
+    int j_slot = j->slot;
+    qv_synth *sy = s->slots[j_slot].synth;
+    qv_synth_stats st = {0};
+    enum qv_status rc = qv_synth_run(sy, &j->r, on_pcm, j, &st);
+    pthread_mutex_lock(&j->mu);
+    int capped = j->capped && !j->cancel;
+    pthread_mutex_unlock(&j->mu);
+    if (rc == QV_E_CANCELLED && capped) { /* stopped at the cap by on_pcm */
+        rc = QV_OK;
+        st.capped = 1;
+    }
+    metrics_synth(&s->met, &st); /* before the reply can go out: a client sees it counted */
+    pthread_mutex_lock(&s->met.mu);
+    s->met.guard_failures += rc == QV_E_GUARD;
+    s->met.cancelled += rc == QV_E_CANCELLED;
+    pthread_mutex_unlock(&s->met.mu);
+    pthread_mutex_lock(&j->mu);
+    j->st = rc;
+    j->stats = st;
+    if (rc && !j->err[0]) snprintf(j->err, sizeof j->err, "%s", qv_synth_error(sy));
+    j->done = 1;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    job_unref(j);
+    pthread_mutex_lock(&s->mu);
+    s->slots[j_slot].busy = 0;
+    s->n_workers--;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+/* ==== slots ================================================================================== */
+
+static int params_equal(const qv_params *a, const qv_params *b) {
+    return a->n_threads == b->n_threads && a->seed == b->seed && a->do_sample == b->do_sample &&
+           a->temperature == b->temperature && a->top_k == b->top_k && a->top_p == b->top_p &&
+           a->repetition_penalty == b->repetition_penalty && a->max_frames == b->max_frames &&
+           a->quant == b->quant && a->subtalker_do_sample == b->subtalker_do_sample &&
+           a->subtalker_temperature == b->subtalker_temperature &&
+           a->subtalker_top_k == b->subtalker_top_k && a->subtalker_top_p == b->subtalker_top_p &&
+           a->ignore_eos == b->ignore_eos;
+}
+
+/* A slot for (model, p): its index; -1 queue full (429); -2 gave up waiting (the client left,
+ * the deadline passed, the server stops); -3 cannot build the synthesizer. A slot whose model or
+ * parameters differ is rebuilt (the synthesizer takes its parameters at creation). */
+static int slot_acquire(qv_server *s, struct MHD_Connection *c, int model, const qv_params *p,
+                        double deadline) {
+    pthread_mutex_lock(&s->mu);
+    int best = -1;
+    for (;;) {
+        for (int i = 0; i < s->n_slots; i++) {
+            if (s->slots[i].busy) continue;
+            if (best < 0) best = i;
+            if (s->slots[i].model == model && params_equal(&s->slots[i].params, p)) {
+                best = i;
+                break;
+            }
+        }
+        if (best >= 0) break;
+        if (!s->n_queued && s->cfg.max_queue == 0) break;
+        if (s->n_queued >= s->cfg.max_queue) {
+            pthread_mutex_unlock(&s->mu);
+            return -1;
+        }
+        s->n_queued++;
+        struct timespec t;
+        clock_gettime(CLOCK_REALTIME, &t);
+        t.tv_nsec += 100000000;
+        if (t.tv_nsec >= 1000000000) {
+            t.tv_sec++;
+            t.tv_nsec -= 1000000000;
+        }
+        pthread_cond_timedwait(&s->cv, &s->mu, &t);
+        s->n_queued--;
+        if (s->draining == 2 || now_s() > deadline || peer_gone(c)) {
+            pthread_mutex_unlock(&s->mu);
+            return -2;
+        }
+    }
+    if (best < 0) {
+        pthread_mutex_unlock(&s->mu);
+        return -1;
+    }
+    slot *sl = &s->slots[best];
+    sl->busy = 1;
+    pthread_mutex_unlock(&s->mu);
+    if (sl->synth && sl->model == model && params_equal(&sl->params, p)) return best;
+    if (sl->synth) qv_synth_free(sl->synth);
+    sl->synth = NULL;
+    sl->model = model;
+    sl->params = *p;
+    if (qv_synth_new(&sl->synth, s->models[model].model, p)) {
+        sl->synth = NULL;
+        slot_release(s, best);
+        return -3;
+    }
+    return best;
+}
+
+/* ==== request parsing ======================================================================== */
+
+typedef struct {
+    int status; /* 0 = valid */
+    const char *code, *param;
+    char msg[512];
+} verdict;
+
+static int bad(verdict *v, int status, const char *code, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static int bad(verdict *v, int status, const char *code, const char *param, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(v->msg, sizeof v->msg, fmt, ap);
+    va_end(ap);
+    v->status = status;
+    v->code = code;
+    v->param = param;
+    return -1;
+}
+
+/* String field k: NULL when absent or null; -1 (verdict set) when not a string. */
+static int get_str(cJSON *o, const char *k, const char **out, verdict *v) {
+    cJSON *x = cJSON_GetObjectItemCaseSensitive(o, k);
+    *out = NULL;
+    if (!x || cJSON_IsNull(x)) return 0;
+    if (!cJSON_IsString(x)) return bad(v, 400, "invalid_type", k, "%s: expected a string", k);
+    *out = x->valuestring;
+    return 0;
+}
+
+/* Number field k within [lo, hi]: 0 absent, 1 set, -1 bad (verdict set). integer: whole only. */
+static int get_num(cJSON *o, const char *k, double lo, double hi, int integer, double *out,
+                   verdict *v) {
+    cJSON *x = cJSON_GetObjectItemCaseSensitive(o, k);
+    if (!x || cJSON_IsNull(x)) return 0;
+    if (!cJSON_IsNumber(x)) return bad(v, 400, "invalid_type", k, "%s: expected a number", k);
+    double d = x->valuedouble;
+    if (!isfinite(d) || d < lo || d > hi || (integer && d != floor(d)))
+        return bad(v, 400, "invalid_value", k, "%s: %g is not %s in [%g, %g]", k, d,
+                   integer ? "an integer" : "a number", lo, hi);
+    *out = d;
+    return 1;
+}
+
+static int utf8_chars(const char *s) {
+    int n = 0;
+    for (; *s; s++) n += ((unsigned char)*s & 0xC0) != 0x80;
+    return n;
+}
+
+static const char *find_name(const char *want, const char *(*name)(const qv_model *, int),
+                             int count, const qv_model *m) {
+    for (int i = 0; i < count; i++)
+        if (name(m, i) && !strcasecmp(want, name(m, i))) return name(m, i);
+    return NULL;
+}
+
+static void list_names(char *buf, size_t size, const char *(*name)(const qv_model *, int),
+                       int count, const qv_model *m) {
+    size_t n = 0;
+    buf[0] = 0;
+    for (int i = 0; i < count && n + 2 < size; i++)
+        n += (size_t)snprintf(buf + n, size - n, "%s%s", i ? ", " : "", name(m, i));
+}
+
+/* Fills j (strings, request, format, stream) and p from the JSON body; model in *model. */
+static int parse(qv_server *s, const char *body, size_t len, job *j, qv_params *p, int *model,
+                 verdict *v) {
+    cJSON *o = cJSON_ParseWithLength(body ? body : "", len);
+    int rc = -1;
+    const char *input, *mname, *voice, *instr, *fmt, *sfmt, *lang;
+    double d;
+    if (!cJSON_IsObject(o)) {
+        bad(v, 400, "invalid_json", NULL, "request body: not a JSON object");
+        goto out;
+    }
+    if (get_str(o, "input", &input, v) || get_str(o, "model", &mname, v) ||
+        get_str(o, "voice", &voice, v) || get_str(o, "instructions", &instr, v) ||
+        get_str(o, "response_format", &fmt, v) || get_str(o, "stream_format", &sfmt, v) ||
+        get_str(o, "language", &lang, v))
+        goto out;
+    if (!input || !input[0]) {
+        bad(v, 400, "invalid_value", "input", "input: required, non-empty text");
+        goto out;
+    }
+    j->n_chars = utf8_chars(input);
+    if (j->n_chars > s->cfg.max_text_chars) {
+        bad(v, 400, "input_too_long", "input", "input: %d characters exceed the limit of %d",
+            j->n_chars, s->cfg.max_text_chars);
+        goto out;
+    }
+    if ((*model = find_model(s, mname)) < 0) {
+        bad(v, 404, "model_not_found", "model", "model %s: not served here (GET /ready lists them)",
+            mname);
+        goto out;
+    }
+    const qv_model *m = s->models[*model].model;
+    char names[1024];
+    if (lang && strcasecmp(lang, "auto")) {
+        const char *l = find_name(lang, qv_model_language, qv_model_n_languages(m), m);
+        if (!l) {
+            list_names(names, sizeof names, qv_model_language, qv_model_n_languages(m), m);
+            bad(v, 400, "invalid_value", "language", "language %s: not one of %s", lang, names);
+            goto out;
+        }
+        lang = l;
+    }
+    char path[4096];
+    const char *speaker = NULL;
+    if (!voice && qv_model_n_speakers(m) > 0) speaker = qv_model_speaker(m, 0);
+    else if (!voice && strcmp(qv_model_type(m), "voice_design")) { /* it has instructions */
+        bad(v, 400, "invalid_value", "voice", "voice: required (a library voice for model %s)",
+            s->models[*model].name);
+        goto out;
+    } else if (voice && voice_lookup(s, voice, path, sizeof path)) {
+        speaker = find_name(voice, qv_model_speaker, qv_model_n_speakers(m), m);
+        if (!speaker) {
+            list_names(names, sizeof names, qv_model_speaker, qv_model_n_speakers(m), m);
+            bad(v, 400, "voice_not_found", "voice",
+                "voice %s: neither a library voice (GET /v1/audio/voices) nor a preset speaker "
+                "of %s (%s)",
+                voice, s->models[*model].name, names[0] ? names : "none");
+            goto out;
+        }
+    }
+    j->format = FMT_WAV;
+    if (fmt && (j->format = format_parse(fmt)) < 0) {
+        bad(v, 400, "invalid_value", "response_format",
+            "response_format %s: expected wav, pcm, flac, mp3 or opus", fmt);
+        goto out;
+    }
+    if (!(s->formats & (1 << j->format))) {
+        bad(v, 400, "unsupported_format", "response_format",
+            "response_format %s: this build's libsndfile cannot write it", fmt);
+        goto out;
+    }
+    j->stream = !sfmt ? STREAM_NONE : !strcmp(sfmt, "audio") ? STREAM_AUDIO
+                : !strcmp(sfmt, "sse")                       ? STREAM_SSE
+                                                             : -1;
+    if (j->stream < 0) {
+        bad(v, 400, "invalid_value", "stream_format", "stream_format %s: expected audio or sse",
+            sfmt);
+        goto out;
+    }
+    if (j->stream && j->format != FMT_WAV && j->format != FMT_PCM) {
+        bad(v, 400, "unsupported_format", "response_format",
+            "response_format %s: streams are wav or pcm (ask without stream_format for %s)",
+            format_name(j->format), format_name(j->format));
+        goto out;
+    }
+    int got = get_num(o, "speed", 0.25, 4, 0, &d, v);
+    if (got < 0) goto out;
+    if (got && d != 1.0) {
+        bad(v, 400, "unsupported_value", "speed",
+            "speed %g: only 1.0 is supported (qvoice does not time-stretch its output)", d);
+        goto out;
+    }
+    *p = qv_model_params(m);
+    p->n_threads = s->n_threads;
+    p->quant = s->cfg.quant;
+    double max_s = s->cfg.max_seconds;
+    if ((got = get_num(o, "seed", 0, 9007199254740991.0, 1, &d, v)) < 0) goto out;
+    if (got) p->seed = (uint64_t)d;
+    if ((got = get_num(o, "temperature", 1e-3, 10, 0, &d, v)) < 0) goto out;
+    if (got) p->temperature = (float)d;
+    if ((got = get_num(o, "top_k", 0, 100000, 1, &d, v)) < 0) goto out;
+    if (got) p->top_k = (int)d;
+    if ((got = get_num(o, "top_p", 1e-6, 1, 0, &d, v)) < 0) goto out;
+    if (got) p->top_p = (float)d;
+    if ((got = get_num(o, "repetition_penalty", 0.1, 10, 0, &d, v)) < 0) goto out;
+    if (got) p->repetition_penalty = (float)d;
+    if ((got = get_num(o, "max_new_tokens", 1, 65536, 1, &d, v)) < 0) goto out;
+    if (got) p->max_frames = d > 1 ? (int)d - 1 : 1; /* max_seconds still caps the audio */
+    if ((got = get_num(o, "max_seconds", 0.08, 1e6, 0, &d, v)) < 0) goto out;
+    if (got && (max_s <= 0 || d < max_s)) max_s = d;
+    if ((input && !(j->text = strdup(input))) || (lang && !(j->language = strdup(lang))) ||
+        (speaker && !(j->speaker = strdup(speaker))) ||
+        (instr && !(j->instruct = strdup(instr))) ||
+        (voice && !speaker && !(j->voice_path = strdup(path)))) {
+        bad(v, 500, "out_of_memory", NULL, "out of memory");
+        goto out;
+    }
+    j->max_seconds = max_s;
+    rc = 0;
+out:
+    cJSON_Delete(o);
+    return rc;
+}
+
+/* ==== replies ================================================================================ */
+
+/* HTTP status for a failed synthesis. */
+static int failure_status(const job *j, const char **type, const char **code) {
+    *type = "invalid_request_error";
+    switch (j->st) {
+    case QV_E_INVALID: *code = "invalid_value"; return 400;
+    case QV_E_SPEAKER: *code = "voice_not_found"; return 400;
+    case QV_E_LANGUAGE: *code = "invalid_value"; return 400;
+    case QV_E_LIMIT: *code = "input_too_long"; return 400;
+    case QV_E_VOCAB: *code = "unsupported_characters"; return 400;
+    case QV_E_VOICE:
+    case QV_E_FOREIGN_VOICE: *code = "voice_unusable"; return 400;
+    case QV_E_UNSUPPORTED: *code = "unsupported_value"; return 400;
+    case QV_E_CANCELLED:
+        *type = "server_error";
+        *code = j->timed_out ? "timeout" : "cancelled";
+        return j->timed_out ? 504 : 503;
+    case QV_E_NOMEM: *type = "server_error"; *code = "out_of_memory"; return 503;
+    case QV_E_GUARD: *type = "server_error"; *code = "guard"; return 500;
+    case QV_OK:
+    case QV_E_MODEL:
+    case QV_E_STATE:
+    case QV_E_AUDIO:
+    case QV_E_IO:
+    case QV_STATUS_COUNT: break;
+    }
+    *type = "server_error";
+    *code = "synthesis_failed";
+    return 500;
+}
+
+static enum MHD_Result reply_failure(struct MHD_Connection *c, req *q, const job *j) {
+    const char *type, *code;
+    int status = failure_status(j, &type, &code);
+    return reply_error(c, q, status, type, code, NULL, "synthesis failed: %s: %s",
+                       qv_strerror(j->st), j->err[0] ? j->err : "-");
+}
+
+/* Waits until pred holds (under j->mu), the client leaves or the deadline passes (then the
+ * synthesis is cancelled: returns -1 when the client left). */
+static int wait_job(job *j, int want_bytes) {
+    pthread_mutex_lock(&j->mu);
+    while (!j->done && !(want_bytes && j->out.len > j->off)) {
+        struct timespec t;
+        clock_gettime(CLOCK_REALTIME, &t);
+        t.tv_nsec += 50000000;
+        if (t.tv_nsec >= 1000000000) {
+            t.tv_sec++;
+            t.tv_nsec -= 1000000000;
+        }
+        pthread_cond_timedwait(&j->cv, &j->mu, &t);
+        if (j->done || (want_bytes && j->out.len > j->off)) break;
+        pthread_mutex_unlock(&j->mu);
+        int gone = peer_gone(j->conn), late = now_s() > j->deadline;
+        pthread_mutex_lock(&j->s->mu);
+        int stopping = j->s->draining == 2;
+        pthread_mutex_unlock(&j->s->mu);
+        if (gone || late || stopping) {
+            job_cancel(j, late);
+            if (gone) return -1;
+        }
+        pthread_mutex_lock(&j->mu);
+    }
+    pthread_mutex_unlock(&j->mu);
+    return 0;
+}
+
+static void count_stream_error(qv_server *s) {
+    pthread_mutex_lock(&s->met.mu);
+    s->met.stream_errors++;
+    pthread_mutex_unlock(&s->met.mu);
+}
+
+/* MHD content reader of a streamed response. */
+static ssize_t read_stream(void *cls, uint64_t pos, char *buf, size_t max) {
+    job *j = cls;
+    if (wait_job(j, 1) < 0) return MHD_CONTENT_READER_END_WITH_ERROR;
+    pthread_mutex_lock(&j->mu);
+    if (j->out.len == j->off && j->done && !j->ended) { /* the end: done event or error */
+        j->ended = 1;
+        int ok = j->st == QV_OK;
+        if (!ok) count_stream_error(j->s);
+        if (j->stream == STREAM_SSE) {
+            char ev[1024];
+            const char *type, *code;
+            int status = ok ? 200 : failure_status(j, &type, &code);
+            if (ok)
+                snprintf(ev, sizeof ev,
+                         "data: {\"type\":\"speech.audio.done\",\"usage\":{\"input_tokens\":%d,"
+                         "\"output_tokens\":%d,\"total_tokens\":%d}}\n\n",
+                         j->n_chars, j->stats.n_frames, j->n_chars + j->stats.n_frames);
+            else {
+                cJSON *e = cJSON_CreateObject(), *in = cJSON_AddObjectToObject(e, "error");
+                char msg[700];
+                snprintf(msg, sizeof msg, "synthesis failed after audio was sent: %s: %s",
+                         qv_strerror(j->st), j->err);
+                cJSON_AddStringToObject(e, "type", "error");
+                cJSON_AddStringToObject(in, "message", msg);
+                cJSON_AddStringToObject(in, "type", type);
+                cJSON_AddStringToObject(in, "code", code);
+                cJSON_AddNumberToObject(in, "status", status);
+                char *t = cJSON_PrintUnformatted(e);
+                snprintf(ev, sizeof ev, "data: %s\n\n", t ? t : "{\"type\":\"error\"}");
+                free(t);
+                cJSON_Delete(e);
+            }
+            bytes_add(&j->out, ev, strlen(ev));
+        } else if (!ok) {
+            pthread_mutex_unlock(&j->mu);
+            return MHD_CONTENT_READER_END_WITH_ERROR; /* truncated body: the client sees it */
+        }
+    }
+    ssize_t n;
+    if (j->out.len > j->off) {
+        n = (ssize_t)(j->out.len - j->off < max ? j->out.len - j->off : max);
+        memcpy(buf, j->out.p + j->off, (size_t)n);
+        j->off += (size_t)n;
+        if (j->off == j->out.len) j->off = j->out.len = 0;
+    } else {
+        n = j->done ? MHD_CONTENT_READER_END_OF_STREAM : MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+    pthread_mutex_unlock(&j->mu);
+    return n;
+}
+
+static void free_stream(void *cls) { job_unref(cls); }
+
+/* ==== the route ============================================================================== */
+
+void speech_release(qv_server *s, req *q) {
+    job *j = q->job;
+    if (!j) return;
+    job_cancel(j, 0);
+    pthread_mutex_lock(&j->mu);
+    if (j->done && j->stats.n_samples)
+        snprintf(q->note, sizeof q->note, "audio=%.2fs ttfa=%.3fs rtf=%.3f",
+                 j->stats.audio_seconds, j->stats.first_audio_s, j->stats.rtf);
+    else if (j->done && j->st)
+        snprintf(q->note, sizeof q->note, "synthesis: %s", qv_strerror(j->st));
+    pthread_mutex_unlock(&j->mu);
+    job_unref(j);
+    q->job = NULL;
+}
+
+enum MHD_Result speech_handle(qv_server *s, struct MHD_Connection *c, req *q) {
+    job *j = calloc(1, sizeof *j);
+    if (!j) return MHD_NO;
+    pthread_mutex_init(&j->mu, NULL);
+    pthread_cond_init(&j->cv, NULL);
+    j->refs = 1;
+    j->s = s;
+    j->conn = c;
+    j->deadline = q->t0 + s->cfg.timeout_s;
+    q->job = j; /* freed by speech_release when the request completes */
+    verdict v = {0};
+    qv_params p;
+    int model;
+    if (parse(s, q->body, q->body_len, j, &p, &model, &v))
+        return reply_error(c, q, v.status, v.status >= 500 ? "server_error"
+                                                           : "invalid_request_error",
+                           v.code, v.param, "%s", v.msg);
+    j->r = qv_synth_default_request();
+    j->r.text = j->text;
+    j->r.language = j->language;
+    j->r.speaker = j->speaker;
+    j->r.voice_path = j->voice_path;
+    j->r.instruct = j->instruct;
+    j->r.max_seconds = j->max_seconds; /* per chunk in the library; on_pcm caps the total */
+    j->max_samples = (int64_t)(j->max_seconds * QV_SAMPLE_RATE_HZ);
+    /* A weight delta rewrites the shared model for good: not in a server. The voice's x-vector
+     * (and ICL) still apply. */
+    j->r.use_wdelta = 0;
+    /* A whole response can wait for each chunk to pass the guard, so a trip is retried instead
+     * of failing the request; a stream sends audio as it is decoded. */
+    j->r.whole_chunks = j->stream == STREAM_NONE;
+    j->slot = slot_acquire(s, c, model, &p, j->deadline);
+    if (j->slot == -1)
+        return reply_error(c, q, MHD_HTTP_TOO_MANY_REQUESTS, "server_error", "busy", NULL,
+                           "all %d synthesis slots busy and %d requests queued; retry later",
+                           s->n_slots, s->cfg.max_queue);
+    if (j->slot == -2 && now_s() > j->deadline)
+        return reply_error(c, q, MHD_HTTP_GATEWAY_TIMEOUT, "server_error", "timeout", NULL,
+                           "no synthesis slot within the time limit (%d s)", s->cfg.timeout_s);
+    if (j->slot == -2) return MHD_NO; /* the client left or the server stops */
+    if (j->slot == -3)
+        return reply_error(c, q, 503, "server_error", "out_of_memory", NULL,
+                           "cannot create a synthesizer for these parameters");
+    pthread_t th;
+    j->refs = 2; /* the request and the worker */
+    j->running = 1;
+    pthread_mutex_lock(&s->mu);
+    s->n_workers++; /* qv_server_free waits for them */
+    pthread_mutex_unlock(&s->mu);
+    pthread_attr_t at;
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    int err = pthread_create(&th, &at, worker, j);
+    pthread_attr_destroy(&at);
+    if (err) {
+        j->refs = 1;
+        j->running = 0;
+        pthread_mutex_lock(&s->mu);
+        s->n_workers--;
+        pthread_mutex_unlock(&s->mu);
+        slot_release(s, j->slot);
+        return reply_error(c, q, 503, "server_error", "out_of_memory", NULL,
+                           "cannot start a synthesis thread");
+    }
+    if (j->stream == STREAM_NONE) {
+        if (wait_job(j, 0) < 0) return MHD_NO;
+        if (j->st) return reply_failure(c, q, j);
+        bytes out = {0};
+        char e[256];
+        if (encode_all(j->format, j->pcm, j->n_pcm, &out, e, sizeof e)) {
+            free(out.p);
+            return reply_error(c, q, 500, "server_error", "encoding_failed", NULL, "%s", e);
+        }
+        struct MHD_Response *r =
+            MHD_create_response_from_buffer(out.len, out.p, MHD_RESPMEM_MUST_FREE);
+        if (!r) {
+            free(out.p);
+            return MHD_NO;
+        }
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, format_mime(j->format));
+        enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);
+        MHD_destroy_response(r);
+        q->status = MHD_HTTP_OK;
+        return ret;
+    }
+    /* Streams: the status waits for the first audio, so an early failure is still a 4xx/5xx. */
+    if (wait_job(j, 1) < 0) return MHD_NO;
+    pthread_mutex_lock(&j->mu);
+    int failed = j->done && j->st && j->out.len == 0;
+    pthread_mutex_unlock(&j->mu);
+    if (failed) return reply_failure(c, q, j);
+    pthread_mutex_lock(&j->mu);
+    j->refs++; /* the response */
+    pthread_mutex_unlock(&j->mu);
+    struct MHD_Response *r =
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 32 * 1024, read_stream, j, free_stream);
+    if (!r) {
+        job_unref(j);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
+                            j->stream == STREAM_SSE ? "text/event-stream" : format_mime(j->format));
+    if (j->stream == STREAM_SSE) MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);
+    MHD_destroy_response(r);
+    q->status = MHD_HTTP_OK;
+    return ret;
+}

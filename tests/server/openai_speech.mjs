@@ -1,0 +1,51 @@
+// openai_speech.mjs — the official openai package against qvoice-server (run by test_server.c).
+// usage: node openai_speech.mjs BASE_URL MODE [OUT]
+//   MODE bad-voice: expects a 400 BadRequestError with code voice_not_found
+//   MODE wav:       audio.speech.create, whole body -> OUT
+//   MODE stream:    stream_format "audio", body read chunk by chunk -> OUT; prints the chunk count
+//   MODE sse:       stream_format "sse", speech.audio.delta events decoded -> OUT; checks the done event
+// Exit 0 when the call behaved as expected, 1 otherwise (one line on stderr says why).
+import fs from 'node:fs';
+import OpenAI from 'openai';
+
+const [base, mode, out] = process.argv.slice(2);
+const client = new OpenAI({ baseURL: base + '/v1', apiKey: process.env.QV_API_KEY || 'none', maxRetries: 0, timeout: 60000 });
+// max_seconds (a qvoice extension, passed through by the package) keeps the tiny test model short
+const req = { model: 'tts-1', voice: 'ryan', input: 'Hello from the openai package.', response_format: 'wav', max_seconds: 2, seed: 3 };
+
+function fail(msg) { console.error('openai_speech: ' + msg); process.exit(1); }
+
+try {
+  if (mode === 'bad-voice') {
+    try {
+      await client.audio.speech.create({ ...req, voice: 'no-such-voice' });
+    } catch (e) {
+      if (e instanceof OpenAI.BadRequestError && e.status === 400 && e.code === 'voice_not_found') process.exit(0);
+      fail(`unexpected error ${e.status} ${e.code}: ${e.message}`);
+    }
+    fail('no error for an unknown voice');
+  } else if (mode === 'wav') {
+    const r = await client.audio.speech.create(req);
+    fs.writeFileSync(out, Buffer.from(await r.arrayBuffer()));
+  } else if (mode === 'stream') {
+    const r = await client.audio.speech.create({ ...req, stream_format: 'audio' });
+    const parts = [];
+    for await (const chunk of r.body) parts.push(Buffer.from(chunk));
+    fs.writeFileSync(out, Buffer.concat(parts));
+    console.log(`chunks ${parts.length}`);
+  } else if (mode === 'sse') {
+    const r = await client.audio.speech.create({ ...req, response_format: 'pcm', stream_format: 'sse' });
+    const text = Buffer.from(await r.arrayBuffer()).toString();
+    const events = text.split('\n\n').filter((e) => e.startsWith('data: ')).map((e) => JSON.parse(e.slice(6)));
+    const deltas = events.filter((e) => e.type === 'speech.audio.delta');
+    const done = events.filter((e) => e.type === 'speech.audio.done');
+    if (!deltas.length || done.length !== 1 || events[events.length - 1] !== done[0]) fail('expected deltas then one done event');
+    if (!(done[0].usage && done[0].usage.output_tokens > 0)) fail('done event without usage');
+    fs.writeFileSync(out, Buffer.concat(deltas.map((e) => Buffer.from(e.audio, 'base64'))));
+    console.log(`deltas ${deltas.length}`);
+  } else {
+    fail('unknown mode ' + mode);
+  }
+} catch (e) {
+  fail(`${e.status || ''} ${e.message}`);
+}

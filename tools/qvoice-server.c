@@ -1,0 +1,194 @@
+/* qvoice-server — the OpenAI-compatible speech server and voice library over HTTP (CLI only:
+ * arguments, signals, the log sink; the server is server/qvserver.h).
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "include/qvoice.h"
+#include "server/qvserver.h"
+
+#define TOOL "qvoice-server"
+#define EXIT_USAGE 2
+#define MAX_MODELS 8
+#define DRAIN_SECONDS 60
+
+static void usage(const qv_server_config *d) {
+    printf("NAME\n"
+           "    qvoice-server - OpenAI-compatible text-to-speech server with a voice library\n"
+           "\n"
+           "SYNOPSIS\n"
+           "    qvoice-server -m MODEL_DIR [-m MODEL_DIR...] --voices DIR [--clone-model BASE_DIR]\n"
+           "                  [--listen HOST:PORT] [--api-key-file F] [--threads N]\n"
+           "                  [--max-concurrency N] [--max-queue N] [--quant bf16|int8]\n"
+           "                  [--max-seconds S] [--max-text-chars N] [--max-upload-mb N]\n"
+           "                  [--timeout S]\n"
+           "    qvoice-server --help | --version\n"
+           "\n"
+           "DESCRIPTION\n"
+           "    Serves POST /v1/audio/speech (OpenAI's fields; stream_format audio or sse), the\n"
+           "    voice library GET/POST /v1/audio/voices and GET/DELETE /v1/audio/voices/{id},\n"
+           "    and GET /health, /ready, /metrics (docs/server.md). Models are loaded once and\n"
+           "    shared by all syntheses. One line per request goes to stderr. SIGTERM or SIGINT\n"
+           "    stops accepting connections, lets requests in flight finish (up to %d s), exits 0.\n"
+           "\n"
+           "OPTIONS\n"
+           "    -m, --model DIR         a model to serve (repeatable; the first is the default;\n"
+           "                            requests name it by the directory's base name)\n"
+           "    -v, --voices DIR        voice library directory, created if missing (required)\n"
+           "    -c, --clone-model DIR   Base model for cloning uploaded reference audio\n"
+           "    -l, --listen HOST:PORT  address (default %s; port 0: any free port)\n"
+           "    -k, --api-key-file F    accept only Authorization: Bearer KEY with a key from F\n"
+           "                            (one per line) on /v1/ routes\n"
+           "    -t, --threads N         compute threads per synthesis (default %d; 0: all CPUs)\n"
+           "    -j, --max-concurrency N syntheses at once (default %d)\n"
+           "    -q, --max-queue N       requests waiting beyond that before 429 (default %d)\n"
+           "    -Q, --quant bf16|int8   weights of the per-frame matvecs (default bf16)\n"
+           "    -s, --max-seconds S     cap on audio per request, 0 = none (default %g)\n"
+           "    -n, --max-text-chars N  longest input in characters (default %d)\n"
+           "    -u, --max-upload-mb N   largest voice upload (default %d)\n"
+           "    -T, --timeout S         idle connection timeout and wall time per request\n"
+           "                            (default %d)\n"
+           "    -h, --help              this text\n"
+           "    -V, --version           version\n"
+           "\n"
+           "EXIT STATUS\n"
+           "    0 after a clean shutdown, 1 when a model or the address cannot be used, 2 usage\n"
+           "    error.\n"
+           "\n"
+           "EXAMPLE\n"
+           "    qvoice-server -m cache/tiny-cv --voices voices --listen 127.0.0.1:8080 &\n"
+           "    curl -s localhost:8080/v1/audio/speech -H 'Content-Type: application/json' \\\n"
+           "         -d '{\"input\":\"Hello.\",\"voice\":\"ryan\"}' -o hello.wav\n",
+           DRAIN_SECONDS, d->listen, d->n_threads, d->max_concurrency, d->max_queue,
+           d->max_seconds, d->max_text_chars, d->max_upload_mb, d->timeout_s);
+}
+
+static int usage_error(const char *fmt, const char *arg) {
+    fprintf(stderr, TOOL ": ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, " (see " TOOL " --help)\n");
+    return EXIT_USAGE;
+}
+
+/* Whole number in [lo, hi], or -1 on a usage error. */
+static int int_arg(const char *s, int lo, int hi, int *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) return -1;
+    *out = (int)v;
+    return 0;
+}
+
+static void log_line(void *user, const char *line) {
+    char ts[32];
+    time_t t = time(NULL);
+    struct tm tm;
+    strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&t, &tm));
+    fprintf(stderr, "%s %s\n", ts, line);
+}
+
+int main(int argc, char **argv) {
+    qv_server_config c = qv_server_default_config();
+    const char *models[MAX_MODELS];
+    static const struct option opts[] = {
+        {"model", required_argument, 0, 'm'},       {"voices", required_argument, 0, 'v'},
+        {"clone-model", required_argument, 0, 'c'}, {"listen", required_argument, 0, 'l'},
+        {"api-key-file", required_argument, 0, 'k'}, {"threads", required_argument, 0, 't'},
+        {"max-concurrency", required_argument, 0, 'j'}, {"max-queue", required_argument, 0, 'q'},
+        {"quant", required_argument, 0, 'Q'},       {"max-seconds", required_argument, 0, 's'},
+        {"max-text-chars", required_argument, 0, 'n'}, {"max-upload-mb", required_argument, 0, 'u'},
+        {"timeout", required_argument, 0, 'T'},     {"help", no_argument, 0, 'h'},
+        {"version", no_argument, 0, 'V'},           {0, 0, 0, 0}};
+    int o;
+    char *end;
+    opterr = 0;
+    while ((o = getopt_long(argc, argv, ":m:v:c:l:k:t:j:q:Q:s:n:u:T:hV", opts, NULL)) != -1) {
+        switch (o) {
+        case 'm':
+            if (c.n_models == MAX_MODELS) return usage_error("-m: at most %s models", "8");
+            models[c.n_models++] = optarg;
+            break;
+        case 'v': c.voices_dir = optarg; break;
+        case 'c': c.clone_model_dir = optarg; break;
+        case 'l': c.listen = optarg; break;
+        case 'k': c.api_key_file = optarg; break;
+        case 't':
+            if (int_arg(optarg, 0, 256, &c.n_threads))
+                return usage_error("--threads: expected 0..256, found '%s'", optarg);
+            break;
+        case 'j':
+            if (int_arg(optarg, 1, 256, &c.max_concurrency))
+                return usage_error("--max-concurrency: expected 1..256, found '%s'", optarg);
+            break;
+        case 'q':
+            if (int_arg(optarg, 0, 4096, &c.max_queue))
+                return usage_error("--max-queue: expected 0..4096, found '%s'", optarg);
+            break;
+        case 'Q':
+            if (!strcmp(optarg, "bf16")) c.quant = QV_QUANT_BF16;
+            else if (!strcmp(optarg, "int8")) c.quant = QV_QUANT_INT8;
+            else return usage_error("--quant: expected bf16 or int8, found '%s'", optarg);
+            break;
+        case 's':
+            c.max_seconds = strtod(optarg, &end);
+            if (end == optarg || *end || !(c.max_seconds >= 0 && c.max_seconds <= 86400))
+                return usage_error("--max-seconds: expected 0..86400, found '%s'", optarg);
+            break;
+        case 'n':
+            if (int_arg(optarg, 1, 1000000, &c.max_text_chars))
+                return usage_error("--max-text-chars: expected 1..1000000, found '%s'", optarg);
+            break;
+        case 'u':
+            if (int_arg(optarg, 1, 4096, &c.max_upload_mb))
+                return usage_error("--max-upload-mb: expected 1..4096, found '%s'", optarg);
+            break;
+        case 'T':
+            if (int_arg(optarg, 1, 86400, &c.timeout_s))
+                return usage_error("--timeout: expected 1..86400 seconds, found '%s'", optarg);
+            break;
+        case 'h': usage(&c); return 0;
+        case 'V': printf(TOOL " %s\n", qv_version()); return 0;
+        case ':': return usage_error("%s needs an argument", argv[optind - 1]);
+        default: return usage_error("unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind < argc) return usage_error("unexpected argument '%s'", argv[optind]);
+    if (!c.n_models) return usage_error("%s", "-m/--model DIR is required");
+    if (!c.voices_dir) return usage_error("%s", "--voices DIR is required");
+    c.model_dirs = models;
+    c.log = log_line;
+
+    /* Blocked before the server's threads exist, so they inherit the mask and sigwait here
+     * receives the signal. */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    qv_server *s;
+    char err[1024];
+    if (qv_server_start(&s, &c, err, sizeof err)) {
+        fprintf(stderr, TOOL ": %s\n", err);
+        return 1;
+    }
+    char line[512];
+    snprintf(line, sizeof line, "listening on %.*s:%d", (int)(strrchr(c.listen, ':') - c.listen),
+             c.listen, qv_server_port(s));
+    log_line(NULL, line);
+    int sig = 0;
+    sigwait(&set, &sig);
+    snprintf(line, sizeof line, "%s: draining", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    log_line(NULL, line);
+    qv_server_drain(s, DRAIN_SECONDS);
+    qv_server_free(s);
+    log_line(NULL, "stopped");
+    return 0;
+}
