@@ -51,9 +51,9 @@ vs_run() { # engine quant -> "wall_s maxrss_kb samples"
             -t "$TEXT" -j "$J" --seed 42 --max-frames 100 --ignore-eos --no-guard --no-chunk \
             --quant "$2" -o "$TMP/vs.wav" 2>/dev/null
     else
-        q=""; [ "$2" = int8 ] && q=--int8
+        i8=""; [ "$2" = int8 ] && i8=--int8
         (cd "$TMP/neutral" && /usr/bin/time -f "%e %M" -o "$TMP/vs.time" "$QVOICE_REF_ENGINE" \
-            -d "$CV" -s "$SPEAKER" -l English -j "$J" --seed 42 --max-tokens 100 $q --text "$TEXT" \
+            -d "$CV" -s "$SPEAKER" -l English -j "$J" --seed 42 --max-tokens 100 $i8 --text "$TEXT" \
             -o "$TMP/vs.wav" >/dev/null 2>&1)
     fi
     echo "$(cat "$TMP/vs.time") $(( ($(stat -c %s "$TMP/vs.wav" 2>/dev/null || echo 44) - 44) / 2 ))"
