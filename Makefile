@@ -7,6 +7,10 @@
 
 CC      ?= cc
 PREFIX  ?= /usr/local
+LIBDIR  ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+BINDIR  ?= $(PREFIX)/bin
+MANDIR  ?= $(PREFIX)/share/man
 WERROR  ?= $(if $(CI),-Werror,)
 OPT     ?= -O2
 CFLAGS  ?= $(OPT) -g
@@ -23,6 +27,10 @@ LIB_DIRS := util kernels voicefmt checkpoint features clone engine
 LIB_SRC  := $(foreach d,$(LIB_DIRS),$(wildcard $(d)/*.c))
 LIB_OBJ  := $(LIB_SRC:%.c=$(B)/%.o)
 LIB      := $(B)/libqvoice.a
+VERSION  := $(shell sed -n 's/^\#define QV_VERSION_STRING "\(.*\)"/\1/p' include/qvoice.h)
+SONAME   := libqvoice.so.$(firstword $(subst ., ,$(VERSION)))
+SO       := $(B)/libqvoice.so.$(VERSION)
+PUBLIC_H := include/qvoice.h voicefmt/qvf.h
 TOOLS    := $(patsubst tools/%.c,bin/%,$(wildcard tools/*.c))
 EXAMPLES := $(patsubst examples/%.c,$(B)/examples/%,$(wildcard examples/*.c))
 TEST_SRC := $(wildcard tests/unit/test_*.c)
@@ -31,17 +39,23 @@ TEST_HELPERS := $(wildcard tests/unit/helpers/*.c)
 BENCH_SRC := $(wildcard tests/bench/*.c)
 BENCHES  := $(BENCH_SRC:tests/bench/%.c=$(B)/bench/%)
 MKMODEL  := $(B)/tools/mkmodel
+MANS     := $(TOOLS:bin/%=$(B)/man/%.1)
+# Library code is position-independent for the shared library; calls inside it bind locally.
+$(LIB_OBJ): PIC := -fPIC -fno-semantic-interposition
+# Examples may include the public headers by their installed names (<qvoice.h>, <qvf.h>), as a
+# program built with `pkg-config --cflags qvoice` does.
+$(B)/examples/%.o: CPPFLAGS_ALL += -Iinclude -Ivoicefmt
 
 # Generated checkpoints (git-ignored). QVOICE_CACHE may point elsewhere to share them.
 # make test also builds the 1.7B pair (issue 4: the mtp-projection path runs end to end).
 export QVOICE_CACHE ?= $(CURDIR)/cache
 
 .SECONDARY:
-.PHONY: check-layers all test asan fuzz bench bench-kernels deps demo install clean help models models-full check-tools
-all: $(LIB) $(TOOLS) $(MKMODEL)
+.PHONY: check-layers all test asan fuzz bench bench-kernels deps demo install uninstall man clean help models models-full
+all: $(LIB) $(SO) $(TOOLS) $(MKMODEL)
 
 help:
-	@echo "make            build bin/clone bin/speak bin/voicefmt and build/libqvoice.a"
+	@echo "make            build $(TOOLS), build/libqvoice.a and build/libqvoice.so"
 	@echo "make deps       install missing Debian packages (prints the apt-get line when not root)"
 	@echo "make test       install deps, build, generate synthetic models, run all tests"
 	@echo "make asan       the test suite under AddressSanitizer + UBSan (build-asan/)"
@@ -49,7 +63,12 @@ help:
 	@echo "make bench      benchmark table (full-size synthetic 0.6B)"
 	@echo "make bench-kernels  matvec GB/s vs machine read bandwidth"
 	@echo "make demo       end-to-end demo on the synthetic model and the bundled clip"
-	@echo "make install    install library, headers, tools and qvoice.pc into PREFIX=$(PREFIX)"
+	@echo "make check-layers  check that every #include follows docs/architecture.md"
+	@echo "make man        man pages of the tools from their --help (build/man/)"
+	@echo "make install    install tools, libraries, headers, qvoice.pc and man pages into"
+	@echo "                [DESTDIR]PREFIX (PREFIX=$(PREFIX))"
+	@echo "make uninstall  remove what make install installed (same PREFIX and DESTDIR)"
+	@echo "make clean      remove build/, build-asan/ and bin/"
 
 deps:
 	@scripts/deps.sh
@@ -59,19 +78,31 @@ check-layers:
 
 $(B)/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS_ALL) $(WARN) $(CFLAGS) -MMD -MP -c $< -o $@
+	$(CC) $(CPPFLAGS_ALL) $(WARN) $(CFLAGS) $(PIC) -MMD -MP -c $< -o $@
 
 $(B)/%_avx2.o: %_avx2.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS_ALL) $(WARN) $(CFLAGS) $(AVX2_FLAGS) -MMD -MP -c $< -o $@
+	$(CC) $(CPPFLAGS_ALL) $(WARN) $(CFLAGS) $(PIC) $(AVX2_FLAGS) -MMD -MP -c $< -o $@
 
 $(B)/%_avx512.o: %_avx512.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS_ALL) $(WARN) $(CFLAGS) $(AVX512_FLAGS) -MMD -MP -c $< -o $@
+	$(CC) $(CPPFLAGS_ALL) $(WARN) $(CFLAGS) $(PIC) $(AVX512_FLAGS) -MMD -MP -c $< -o $@
 
 $(LIB): $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
+
+# build/libqvoice.so: the same objects (-fPIC), exporting exactly the functions the public headers
+# declare (scripts/exports.sh writes the version script); the soname carries the major version.
+# The tools and tests link the static archive.
+$(B)/qvoice.map: $(PUBLIC_H) scripts/exports.sh
+	@mkdir -p $(dir $@)
+	CC="$(CC)" scripts/exports.sh $(PUBLIC_H) > $@.tmp && mv $@.tmp $@
+
+$(SO): $(LIB_OBJ) $(B)/qvoice.map
+	$(CC) -shared $(CFLAGS) $(LDFLAGS) -Wl,-soname,$(SONAME) -Wl,--version-script=$(B)/qvoice.map \
+	  -Wl,--no-undefined -o $@ $(LIB_OBJ) $(LIBS)
+	ln -sf $(notdir $@) $(B)/$(SONAME) && ln -sf $(SONAME) $(B)/libqvoice.so
 
 bin/%: $(B)/tools/%.o $(LIB)
 	@mkdir -p bin
@@ -126,11 +157,33 @@ demo: deps
 	@$(MAKE) --no-print-directory all models-full
 	@scripts/demo.sh
 
-install: all
-	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin
-	install -m 644 $(LIB) $(DESTDIR)$(PREFIX)/lib/
-	install -m 644 include/qvoice.h voicefmt/qvf.h $(DESTDIR)$(PREFIX)/include/
-	install -m 755 $(TOOLS) $(DESTDIR)$(PREFIX)/bin/
+# Man pages: help2man runs each tool's --help and --version.
+man: $(MANS)
+$(B)/man/%.1: bin/%
+	@mkdir -p $(dir $@)
+	help2man --no-info --no-discard-stderr -n "$$($< --help 2>&1 | sed -n 's/^ *$*[^ ]* - //p' | head -1)" \
+	  -o $@.tmp $< && mv $@.tmp $@
+
+# qvoice.pc names the PREFIX/LIBDIR/INCLUDEDIR given here (scripts/pc.sh: each -lNAME of LIBS
+# becomes a Requires.private when NAME.pc or libNAME.pc exists, else stays in Libs.private).
+install: all $(MANS)
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCLUDEDIR) \
+	  $(DESTDIR)$(MANDIR)/man1
+	install -m 755 $(TOOLS) $(DESTDIR)$(BINDIR)/
+	install -m 644 $(LIB) $(DESTDIR)$(LIBDIR)/
+	install -m 755 $(SO) $(DESTDIR)$(LIBDIR)/
+	ln -sf $(notdir $(SO)) $(DESTDIR)$(LIBDIR)/$(SONAME)
+	ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/libqvoice.so
+	install -m 644 $(PUBLIC_H) $(DESTDIR)$(INCLUDEDIR)/
+	scripts/pc.sh qvoice.pc.in "$(PREFIX)" "$(LIBDIR)" "$(INCLUDEDIR)" "$(VERSION)" "$(LIBS)" \
+	  > $(DESTDIR)$(LIBDIR)/pkgconfig/qvoice.pc
+	install -m 644 $(MANS) $(DESTDIR)$(MANDIR)/man1/
+
+uninstall:
+	rm -f $(TOOLS:bin/%=$(DESTDIR)$(BINDIR)/%) $(MANS:$(B)/man/%=$(DESTDIR)$(MANDIR)/man1/%) \
+	  $(DESTDIR)$(LIBDIR)/libqvoice.a $(DESTDIR)$(LIBDIR)/libqvoice.so $(DESTDIR)$(LIBDIR)/$(SONAME) \
+	  $(DESTDIR)$(LIBDIR)/$(notdir $(SO)) $(DESTDIR)$(LIBDIR)/pkgconfig/qvoice.pc \
+	  $(addprefix $(DESTDIR)$(INCLUDEDIR)/,$(notdir $(PUBLIC_H)))
 
 clean:
 	rm -rf build build-asan bin

@@ -16,6 +16,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cJSON.h>
+
 #include "include/qvoice.h"
 
 #define TOOL "speak"
@@ -26,6 +28,7 @@ typedef struct {
     const char *model_dir, *text, *speaker, *language, *instruct, *out_path;
     const char *dump_codes, *decode_codes, *voice;
     const char *verify_model;
+    const char *batch; /* --batch: JSON Lines jobs file, "-" = stdin (docs/batch.md) */
     int no_icl, no_wdelta, no_guard, verify;
     int max_chunk_chars;
     int force_instruct, stream, greedy, tokens, list_speakers, list_languages, quiet;
@@ -64,7 +67,8 @@ enum {
     OPT_NO_CHUNK,
     OPT_NO_GUARD,
     OPT_VERIFY,
-    OPT_VERIFY_MODEL
+    OPT_VERIFY_MODEL,
+    OPT_BATCH
 };
 
 static void usage(FILE *f) {
@@ -76,6 +80,7 @@ static void usage(FILE *f) {
         "SYNOPSIS\n"
         "    speak -m MODEL_DIR [options] [--text TEXT | < text]\n"
         "    speak -m MODEL_DIR --decode-codes FILE -o OUT.wav\n"
+        "    speak -m MODEL_DIR [options] --batch JOBS.jsonl\n"
         "    speak -m MODEL_DIR --tokens | --list-speakers | --list-languages\n\n"
         "DESCRIPTION\n"
         "    Tokenizes the text, runs the talker and code predictor frame by frame (80 ms each)\n"
@@ -138,6 +143,10 @@ static void usage(FILE *f) {
         "stdout\n"
         "      --decode-codes FILE    decode such a file to audio (-o) instead of synthesizing\n"
         "      --tokens               print the text's token ids and exit\n"
+        "      --batch FILE           one model load for many texts: one JSON job per line\n"
+        "                             (text, output, speaker|voice, language, instruct, seed);\n"
+        "                             one JSON result per job on stdout; exit 1 if any failed\n"
+        "                             (docs/batch.md). - = stdin\n"
         "  -q, --quiet                no progress or summary on stderr\n"
         "  -h, --help                 this help;  -V, --version  version\n\n"
         "EXIT STATUS\n"
@@ -206,6 +215,7 @@ static int parse_args(int argc, char **argv, options *o) {
                                        {"dump-codes", required_argument, 0, OPT_DUMP_CODES},
                                        {"decode-codes", required_argument, 0, OPT_DECODE_CODES},
                                        {"tokens", no_argument, 0, OPT_TOKENS},
+                                       {"batch", required_argument, 0, OPT_BATCH},
                                        {"quant", required_argument, 0, OPT_QUANT},
                                        {"ignore-eos", no_argument, 0, OPT_IGNORE_EOS},
                                        {"quiet", no_argument, 0, 'q'},
@@ -299,6 +309,9 @@ static int parse_args(int argc, char **argv, options *o) {
         case OPT_DECODE_CODES:
             o->decode_codes = optarg;
             break;
+        case OPT_BATCH:
+            o->batch = optarg;
+            break;
         case 'j':
             if (parse_long(optarg, 1, 256, &l))
                 return usage_error("--threads: expected 1..256, found '%s'", optarg);
@@ -359,6 +372,10 @@ static int parse_args(int argc, char **argv, options *o) {
     if (o->voice && o->speaker) return usage_error("%s", "--voice and --speaker are exclusive");
     if (o->decode_codes && !o->out_path && !o->stream)
         return usage_error("%s", "--decode-codes needs -o FILE or --stream");
+    if (o->batch && (o->text || o->out_path || o->stream || o->dump_codes || o->decode_codes ||
+                     o->tokens || o->verify || o->verify_model))
+        return usage_error("%s", "--batch: text and output come from the jobs file (no -t, -o, "
+                                 "--stream, --dump-codes, --decode-codes, --tokens, --verify)");
     return 0;
 }
 
@@ -585,6 +602,29 @@ static void report_verify(const chunks *c) {
 
 /* ==== main =================================================================================== */
 
+/* The model's generation defaults overridden by the command line. */
+static qv_params params_for(const options *o, const qv_model *m) {
+    qv_params p = qv_model_params(m);
+    p.n_threads = o->n_threads;
+    if (o->have_seed) p.seed = o->seed;
+    if (o->set_temperature) p.temperature = o->temperature;
+    if (o->set_top_k) p.top_k = o->top_k;
+    if (o->set_top_p) p.top_p = o->top_p;
+    if (o->set_rp) p.repetition_penalty = o->repetition_penalty;
+    if (o->greedy) p.do_sample = 0, p.subtalker_do_sample = 0;
+    p.quant = o->quant, p.ignore_eos = o->ignore_eos;
+    if (o->max_frames) p.max_frames = o->max_frames;
+    return p;
+}
+
+/* An instruction the 0.6B CustomVoice model was not trained for is dropped (unless forced or a
+ * weight delta makes the model another one). */
+static int instruct_ignored(const options *o, const qv_model *m, const qv_voice *voice) {
+    const int delta = voice && qv_voice_has_wdelta(voice) && !o->no_wdelta; /* makes it Base */
+    return !strcmp(qv_model_type(m), "custom_voice") && !strcmp(qv_model_size(m), "0b6") &&
+           !delta && !o->force_instruct;
+}
+
 static void list(const qv_model *m, int speakers) {
     int n = speakers ? qv_model_n_speakers(m) : qv_model_n_languages(m);
     for (int i = 0; i < n; i++)
@@ -598,6 +638,171 @@ static void on_signal(int sig) {
     qv_synth_cancel(g_synth);
 }
 
+/* ==== --batch (docs/batch.md) ================================================================ */
+
+typedef struct {
+    const qv_model *m;
+    qv_params p;     /* the command line's; a job's seed replaces p.seed */
+    qv_synth *syn;   /* made for p (a new seed makes a new one: cheap next to the model load) */
+    qv_voice *voice; /* the last voice a job named, kept open for the next jobs */
+    char *voice_name;
+} batch;
+
+/* The string field key of job j (checked to be a string), or dflt when absent. */
+static const char *job_str(const cJSON *j, const char *key, const char *dflt) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
+    return cJSON_IsString(v) ? v->valuestring : dflt;
+}
+
+/* Checks a job's fields; 0, or -1 with err = "FIELD: problem". */
+static int job_check(const cJSON *j, char *err, size_t n) {
+    static const char *const strs[] = {"text", "output", "speaker", "voice", "language", "instruct"};
+    if (!cJSON_IsObject(j)) return snprintf(err, n, "not a JSON object"), -1;
+    for (const cJSON *f = j->child; f; f = f->next) {
+        int known = 0;
+        for (size_t i = 0; i < sizeof strs / sizeof *strs; i++)
+            if (!strcmp(f->string, strs[i])) {
+                known = 1;
+                if (!cJSON_IsString(f)) return snprintf(err, n, "%s: not a string", f->string), -1;
+            }
+        if (!strcmp(f->string, "seed")) {
+            known = 1;
+            if (!cJSON_IsNumber(f) || f->valuedouble < 0 || f->valuedouble > 9007199254740992.0 ||
+                f->valuedouble != floor(f->valuedouble))
+                return snprintf(err, n, "seed: expected a non-negative integer"), -1;
+        }
+        if (!known) return snprintf(err, n, "%s: unknown field", f->string), -1;
+    }
+    if (!job_str(j, "text", NULL) || !job_str(j, "text", NULL)[0])
+        return snprintf(err, n, "text: missing or empty"), -1;
+    const char *out = job_str(j, "output", NULL);
+    if (!out) return snprintf(err, n, "output: missing"), -1;
+    if (!format_for(out))
+        return snprintf(err, n, "output: %s: unknown extension (expected .wav, .flac or .ogg)", out),
+               -1;
+    if (cJSON_GetObjectItemCaseSensitive(j, "speaker") && cJSON_GetObjectItemCaseSensitive(j, "voice"))
+        return snprintf(err, n, "speaker and voice are exclusive"), -1;
+    return 0;
+}
+
+/* Runs one job line; fills res with the job's result fields. 0 ok, -1 failed (err set),
+ * QV_E_CANCELLED when Ctrl-C stopped it. */
+static int job_run(const options *o, batch *b, const char *line, cJSON *res, char *err, size_t n) {
+    cJSON *j = cJSON_Parse(line);
+    int rc = -1;
+    sink k = {0};
+    if (!j) {
+        snprintf(err, n, "not valid JSON");
+        return -1;
+    }
+    if (job_check(j, err, n)) goto out;
+    const char *speaker = job_str(j, "speaker", NULL), *vname = job_str(j, "voice", NULL);
+    if (!speaker && !vname) speaker = o->speaker, vname = o->voice;
+    if (vname && (!b->voice_name || strcmp(vname, b->voice_name))) {
+        qv_voice_free(b->voice), b->voice = NULL;
+        free(b->voice_name), b->voice_name = NULL;
+        if (qv_voice_open(&b->voice, vname, err, n)) goto out;
+        if (!(b->voice_name = strdup(vname))) {
+            snprintf(err, n, "out of memory");
+            goto out;
+        }
+    }
+    qv_params p = b->p;
+    const cJSON *seed = cJSON_GetObjectItemCaseSensitive(j, "seed");
+    if (seed) p.seed = (uint64_t)seed->valuedouble;
+    enum qv_status st;
+    if (!b->syn || p.seed != b->p.seed) {
+        qv_synth_free(b->syn), b->syn = NULL;
+        if ((st = qv_synth_new(&b->syn, b->m, &p))) {
+            snprintf(err, n, "%s", qv_strerror(st));
+            goto out;
+        }
+        b->p.seed = p.seed;
+    }
+    qv_synth_request r = qv_synth_default_request();
+    r.text = job_str(j, "text", NULL);
+    r.language = job_str(j, "language", o->language);
+    r.speaker = vname ? NULL : speaker;
+    r.voice = vname ? b->voice : NULL;
+    r.use_icl = !o->no_icl, r.use_wdelta = !o->no_wdelta, r.guard = !o->no_guard;
+    r.max_chunk_chars = o->max_chunk_chars, r.max_seconds = o->max_seconds;
+    r.whole_chunks = 1; /* the file is written at the end */
+    const char *instruct = job_str(j, "instruct", o->instruct);
+    if (instruct && instruct_ignored(o, b->m, r.voice))
+        cJSON_AddStringToObject(res, "warning", "instruct ignored: the 0.6B CustomVoice model "
+                                                "was not trained for instructions");
+    else
+        r.instruct = instruct;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    qv_synth_stats ss;
+    g_synth = b->syn;
+    st = qv_synth_run(b->syn, &r, on_audio, &k, &ss);
+    g_synth = NULL;
+    if (st) {
+        snprintf(err, n, "%s", k.failed ? "out of memory" : qv_synth_error(b->syn));
+        if (st == QV_E_CANCELLED) rc = QV_E_CANCELLED;
+        goto out;
+    }
+    const char *out = job_str(j, "output", NULL);
+    if (write_audio(out, k.all, (long)k.n)) {
+        snprintf(err, n, "output: %s: cannot write (details on stderr)", out);
+        goto out;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    cJSON_AddStringToObject(res, "output", out);
+    cJSON_AddNumberToObject(res, "seconds", round(secs * 1000) / 1000);
+    cJSON_AddNumberToObject(res, "audio_seconds", round(ss.audio_seconds * 1000) / 1000);
+    cJSON_AddNumberToObject(res, "rtf", ss.audio_seconds > 0 ? round(secs / ss.audio_seconds * 1000) / 1000 : 0);
+    cJSON_AddNumberToObject(res, "frames", ss.n_frames);
+    if (ss.warning[0]) cJSON_AddStringToObject(res, "warning", ss.warning);
+    rc = 0;
+out:
+    free(k.all);
+    cJSON_Delete(j);
+    return rc;
+}
+
+/* Runs every job of jobs; one result line per job on stdout. 0 all ok, 1 some failed. */
+static int run_batch(const options *o, const qv_model *m, FILE *jobs) {
+    batch b = {.m = m, .p = params_for(o, m)};
+    char *line = NULL, err[4400];
+    size_t cap = 0;
+    int n_failed = 0, n_jobs = 0;
+    ssize_t len;
+    for (int lineno = 1; (len = getline(&line, &cap, jobs)) >= 0; lineno++) {
+        while (len && (line[len - 1] == '\n' || line[len - 1] == '\r'))
+            line[--len] = 0;
+        if (!line[strspn(line, " \t")]) continue; /* blank line: no job */
+        cJSON *res = cJSON_CreateObject();
+        if (!res) {
+            fprintf(stderr, TOOL ": out of memory\n");
+            n_failed++;
+            break;
+        }
+        cJSON_AddNumberToObject(res, "line", lineno);
+        cJSON_AddFalseToObject(res, "ok"); /* set below: keeps "ok" next to "line" */
+        err[0] = 0;
+        int rc = job_run(o, &b, line, res, err, sizeof err);
+        n_jobs++;
+        cJSON_ReplaceItemInObject(res, "ok", cJSON_CreateBool(rc == 0));
+        if (rc) cJSON_AddStringToObject(res, "error", err), n_failed++;
+        char *txt = cJSON_PrintUnformatted(res);
+        if (txt) printf("%s\n", txt), fflush(stdout);
+        free(txt);
+        cJSON_Delete(res);
+        if (!o->quiet && rc) fprintf(stderr, TOOL ": line %d: %s\n", lineno, err);
+        if (rc == QV_E_CANCELLED) break;
+    }
+    if (!o->quiet) fprintf(stderr, TOOL ": batch: %d job(s), %d failed\n", n_jobs, n_failed);
+    free(line);
+    free(b.voice_name);
+    qv_voice_free(b.voice);
+    qv_synth_free(b.syn);
+    return n_failed ? 1 : 0;
+}
+
 int main(int argc, char **argv) {
     options o;
     int pr = parse_args(argc, argv, &o);
@@ -609,6 +814,9 @@ int main(int argc, char **argv) {
     if (o.stream && !o.out_path && isatty(STDOUT_FILENO))
         return usage_error("%s", "--stream without -o writes raw audio to stdout: redirect it");
     if (o.verify_model && !o.verify) o.verify = 1;
+    FILE *jobs = NULL;
+    if (o.batch && !(jobs = strcmp(o.batch, "-") ? fopen(o.batch, "r") : stdin))
+        return usage_error("--batch %s: cannot open", o.batch);
 
     char err[1024];
     qv_outfile *out_file = NULL, *dump_file = NULL;
@@ -636,6 +844,10 @@ int main(int argc, char **argv) {
         rc = 0;
         goto out;
     }
+    if (jobs) {
+        rc = run_batch(&o, m, jobs);
+        goto out;
+    }
     const char *text = o.text;
     if (!text) {
         stdin_text = read_all(stdin);
@@ -645,8 +857,7 @@ int main(int argc, char **argv) {
         }
         text = stdin_text;
     }
-    qv_params p = qv_model_params(m);
-    p.n_threads = o.n_threads;
+    qv_params p = params_for(&o, m);
     if (o.tokens) {
         qv_session *s;
         int32_t *ids;
@@ -673,14 +884,6 @@ int main(int argc, char **argv) {
         goto out;
     }
 
-    if (o.have_seed) p.seed = o.seed;
-    if (o.set_temperature) p.temperature = o.temperature;
-    if (o.set_top_k) p.top_k = o.top_k;
-    if (o.set_top_p) p.top_p = o.top_p;
-    if (o.set_rp) p.repetition_penalty = o.repetition_penalty;
-    if (o.greedy) p.do_sample = 0, p.subtalker_do_sample = 0;
-    p.quant = o.quant, p.ignore_eos = o.ignore_eos;
-    if (o.max_frames) p.max_frames = o.max_frames;
     if ((st = qv_synth_new(&syn, m, &p))) {
         fprintf(stderr, TOOL ": %s: %s\n", qv_strerror(st), syn ? qv_synth_error(syn) : "");
         goto out;
@@ -700,9 +903,7 @@ int main(int argc, char **argv) {
     r.max_seconds = o.max_seconds;
     r.whole_chunks = !o.stream; /* a file written at the end can wait for each chunk */
     r.codes_only = !o.out_path && !o.stream && !o.verify;
-    const int delta = voice && qv_voice_has_wdelta(voice) && !o.no_wdelta; /* makes it Base */
-    if (o.instruct && !strcmp(qv_model_type(m), "custom_voice") &&
-        !strcmp(qv_model_size(m), "0b6") && !delta && !o.force_instruct) {
+    if (o.instruct && instruct_ignored(&o, m, voice)) {
         if (!o.quiet)
             fprintf(stderr,
                     TOOL ": warning: the 0.6B CustomVoice model was not trained for "
@@ -784,6 +985,7 @@ int main(int argc, char **argv) {
     rc = 0;
 out:
     g_synth = NULL;
+    if (jobs && jobs != stdin) fclose(jobs);
     if (snd) sf_close(snd);
     qv_outfile_abort(out_file);
     qv_outfile_abort(dump_file);

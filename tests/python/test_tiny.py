@@ -1,0 +1,239 @@
+"""The qvoice Python package on the tiny synthetic models ($QVOICE_CACHE/tiny-*): the ctypes
+structs against the C compiler's layout, loading and its errors, the official names, keyword
+handling and return shapes, streaming vs one-shot audio, cloning to a .qvoice and speaking it.
+Synthesis and cloning tests skip when the loaded libqvoice lacks qv_synth_run / qv_clone_run."""
+import array
+import os
+import subprocess
+import tempfile
+import unittest
+import wave
+
+import qvoice
+from qvoice import _capi
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CACHE = os.environ.get("QVOICE_CACHE", os.path.join(REPO, "cache"))
+CLIP = os.path.join(REPO, "tests", "audio", "en_ohenry_chenevert.wav")
+CLIP_TEXT = ("One dollar and eighty seven cents. That was all. And sixty cents of it was in "
+             "pennies saved one and two at a time.")
+LIB = _capi.lib()
+HAS_SYNTH = LIB.has("qv_synth_run")
+HAS_CLONE = LIB.has("qv_clone_run")
+SHORT = dict(max_new_tokens=6, seed=7)  # a random model never stops: cap the frames
+
+
+def clip_samples(seconds):
+    """The first seconds of the bundled clip as floats (the span CLIP_TEXT transcribes: 8 s)."""
+    with wave.open(CLIP) as w:
+        raw = array.array("h", w.readframes(int(w.getframerate() * seconds)))
+        return [x / 32768.0 for x in raw], w.getframerate()
+
+
+def model(name, **kw):
+    return qvoice.Qwen3TTSModel.from_pretrained(os.path.join(CACHE, name), threads=2, **kw)
+
+
+def as_list(wav):
+    return list(wav.tolist() if hasattr(wav, "tolist") else wav)
+
+
+def assert_float32(tc, wav):
+    """numpy float32 when numpy is importable (test_python.c also runs this with it blocked),
+    else array('f')."""
+    if qvoice._np is not None:
+        tc.assertIsInstance(wav, qvoice._np.ndarray)
+        tc.assertEqual(str(wav.dtype), "float32")
+    else:
+        tc.assertIsInstance(wav, array.array)
+        tc.assertEqual(wav.typecode, "f")
+
+
+class Library(unittest.TestCase):
+    def test_version_matches_header(self):
+        with open(os.path.join(REPO, "include", "qvoice.h")) as f:
+            self.assertIn('#define QV_VERSION_STRING "%s"' % qvoice.version(), f.read())
+
+    def test_installed_copy_is_used(self):
+        # set by tests/unit/test_python.c for the pip-installed package
+        if not os.environ.get("QVOICE_EXPECT_PACKAGED_LIB"):
+            self.skipTest("not the pip-installed package")
+        self.assertEqual(os.path.dirname(LIB.path), os.path.dirname(qvoice.__file__))
+
+    def test_struct_layout_matches_c(self):
+        """Every ctypes struct has the C size and each field the C offset."""
+        lines = ['#include <stddef.h>', '#include <stdio.h>', '#include "include/qvoice.h"',
+                 'int main(void) {']
+        expect = []
+        for cname, cls in _capi.STRUCTS.items():
+            lines.append('printf("%%zu\\n", sizeof(%s));' % cname)
+            expect.append(_capi.ctypes.sizeof(cls))
+            for f, _ in cls._fields_:
+                lines.append('printf("%%zu\\n", offsetof(%s, %s));' % (cname, f))
+                expect.append(getattr(cls, f).offset)
+        lines.append("return 0; }")
+        with tempfile.TemporaryDirectory() as d:
+            exe = os.path.join(d, "layout")
+            subprocess.run(["cc", "-I", REPO, "-x", "c", "-", "-o", exe],
+                           input="\n".join(lines).encode(), check=True)
+            got = [int(x) for x in subprocess.run([exe], stdout=subprocess.PIPE,
+                                                  check=True).stdout.split()]
+        self.assertEqual(got, expect)
+
+
+class Loading(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.cv = model("tiny-cv")
+
+    def test_model_info(self):
+        self.assertEqual(self.cv.model_type, "custom_voice")
+        self.assertEqual(self.cv.sample_rate, 24000)
+        self.assertIn("ryan", self.cv.get_supported_speakers())
+        self.assertEqual(self.cv.get_supported_languages()[0], "auto")
+        self.assertGreater(self.cv.generate_defaults["max_new_tokens"], 1)
+        self.assertIn("repetition_penalty", self.cv.generate_defaults)
+
+    def test_hf_loader_kwargs_accepted(self):
+        m = model("tiny-vd", device_map="cpu", dtype=None, attn_implementation="sdpa")
+        self.assertEqual(m.model_type, "voice_design")
+        m.close()
+        with self.assertRaises(ValueError):  # closed: no use after free
+            m.get_supported_speakers()
+
+    def test_load_errors(self):
+        with self.assertRaises(FileNotFoundError):
+            qvoice.Qwen3TTSModel.from_pretrained("Qwen/Qwen3-TTS-12Hz-0.6B-Base")
+        with tempfile.TemporaryDirectory() as d:
+            with self.assertRaises(qvoice.QvoiceError) as cm:
+                qvoice.Qwen3TTSModel.from_pretrained(d)
+            self.assertEqual(cm.exception.status, "QV_E_MODEL")
+            self.assertIn(d, str(cm.exception))
+        with self.assertRaises(TypeError):
+            model("tiny-cv", trust_remote_code=True)
+        with self.assertRaises(ValueError):
+            model("tiny-cv", quant="q3")
+
+    def test_bad_generation_kwargs(self):
+        with self.assertRaises(TypeError):
+            self.cv.generate_custom_voice("Hi.", speaker="ryan", num_beams=2)
+        with self.assertRaises(ValueError):
+            self.cv.generate_custom_voice("Hi.", speaker="ryan", max_new_tokens=1)
+        with self.assertRaises(ValueError):
+            self.cv.generate_custom_voice("Hi.", speaker="ryan", non_streaming_mode=False)
+
+    def test_wrong_model_type(self):
+        with self.assertRaises(ValueError):
+            self.cv.generate_voice_design("Hi.", instruct="A calm voice.")
+        with self.assertRaisesRegex(ValueError, "clone_model"):
+            self.cv.create_voice_clone_prompt(CLIP, ref_text=CLIP_TEXT)
+
+    def test_batch_mismatch(self):
+        with self.assertRaisesRegex(ValueError, "Batch size mismatch"):
+            self.cv.generate_custom_voice(["a", "b", "c"], speaker=["ryan", "eric"])
+
+
+@unittest.skipUnless(HAS_SYNTH, "libqvoice has no qv_synth_run yet")
+class Synthesis(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.cv = model("tiny-cv")
+
+    def test_custom_voice_shapes_and_seed(self):
+        wavs, sr = self.cv.generate_custom_voice("Hello there.", speaker="Ryan",
+                                                 language="English", **SHORT)
+        self.assertEqual(sr, 24000)
+        self.assertIsInstance(wavs, list)
+        self.assertEqual(len(wavs), 1)
+        assert_float32(self, wavs[0])
+        self.assertGreater(len(wavs[0]), 0)
+        self.assertTrue(all(-1.0 <= x <= 1.0 for x in as_list(wavs[0])))
+        again, _ = self.cv.generate_custom_voice("Hello there.", speaker="ryan",
+                                                 language="english", **SHORT)
+        self.assertEqual(as_list(again[0]), as_list(wavs[0]))
+        other, _ = self.cv.generate_custom_voice("Hello there.", speaker="ryan",
+                                                 max_new_tokens=6, seed=8)
+        self.assertNotEqual(as_list(other[0]), as_list(wavs[0]))
+        self.assertGreater(self.cv.last_stats["n_frames"], 0)
+
+    def test_text_list(self):
+        wavs, _ = self.cv.generate_custom_voice(["One.", "Two."], speaker="eric", **SHORT)
+        self.assertEqual(len(wavs), 2)
+
+    def test_stream_equals_generate(self):
+        blocks = list(self.cv.stream_custom_voice("Streaming text.", speaker="ryan", **SHORT))
+        self.assertGreater(len(blocks), 0)
+        joined = [x for b in blocks for x in as_list(b)]
+        wavs, _ = self.cv.generate_custom_voice("Streaming text.", speaker="ryan", **SHORT)
+        self.assertEqual(joined, as_list(wavs[0]))
+
+    def test_stream_closed_early(self):
+        gen = self.cv.stream_custom_voice("Stop early.", speaker="ryan", max_new_tokens=40)
+        next(gen)
+        gen.close()  # cancels the synthesis; the model is usable right after
+        wavs, _ = self.cv.generate_custom_voice("After.", speaker="ryan", **SHORT)
+        self.assertGreater(len(wavs[0]), 0)
+
+    def test_unknown_speaker(self):
+        with self.assertRaises(ValueError) as cm:
+            self.cv.generate_custom_voice("Hi.", speaker="nobody", **SHORT)
+        self.assertIn("nobody", str(cm.exception))
+
+    def test_voice_design(self):
+        vd = model("tiny-vd")
+        wavs, sr = vd.generate_voice_design("Hi.", "A calm, low voice.", **SHORT)
+        self.assertEqual((len(wavs), sr), (1, 24000))
+        self.assertGreater(len(wavs[0]), 0)
+
+
+@unittest.skipUnless(HAS_CLONE, "libqvoice has no qv_clone_run yet")
+class Cloning(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.base = model("tiny-base")
+        cls.tmp = tempfile.TemporaryDirectory()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def test_prompt_save(self):
+        prompt = self.base.create_voice_clone_prompt(CLIP, ref_text=CLIP_TEXT, max_seconds=8)
+        self.assertEqual(len(prompt), 1)
+        self.assertTrue(prompt[0].icl_mode)
+        path = prompt.save(os.path.join(self.tmp.name, "me.qvoice"))
+        with open(path, "rb") as f:
+            self.assertEqual(f.read(4), b"QVCE")
+        v = qvoice.Voice(path)
+        self.assertTrue(v.has_icl)
+
+    def test_icl_needs_ref_text(self):
+        with self.assertRaisesRegex(ValueError, "ref_text is required"):
+            self.base.create_voice_clone_prompt(CLIP)
+
+    def test_samples_and_xvector_only(self):
+        prompt = self.base.create_voice_clone_prompt(clip_samples(5), x_vector_only_mode=True)
+        self.assertFalse(prompt[0].icl_mode)
+        self.assertFalse(qvoice.Voice(prompt[0].path).has_icl)
+
+    def test_bad_audio(self):
+        with self.assertRaises(qvoice.QvoiceError):
+            self.base.create_voice_clone_prompt(os.path.join(self.tmp.name, "missing.wav"),
+                                                x_vector_only_mode=True)
+
+    @unittest.skipUnless(HAS_SYNTH, "libqvoice has no qv_synth_run yet")
+    def test_clone_then_speak(self):
+        cv = model("tiny-cv", clone_model=os.path.join(CACHE, "tiny-base"))
+        prompt = cv.create_voice_clone_prompt(CLIP, ref_text=CLIP_TEXT, max_seconds=8)
+        path = prompt.save(os.path.join(self.tmp.name, "cv.qvoice"))
+        by_path, sr = cv.generate_voice_clone("Hello.", voice_clone_prompt=path, **SHORT)
+        by_prompt, _ = cv.generate_voice_clone("Hello.", voice_clone_prompt=prompt, **SHORT)
+        self.assertEqual(sr, 24000)
+        self.assertEqual(as_list(by_path[0]), as_list(by_prompt[0]))
+        wavs, _ = self.base.generate_voice_clone("Hello.", ref_audio=clip_samples(8),
+                                                 ref_text=CLIP_TEXT, **SHORT)
+        self.assertGreater(len(wavs[0]), 0)
+
+
+if __name__ == "__main__":
+    unittest.main()

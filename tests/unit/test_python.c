@@ -1,0 +1,107 @@
+/* test_python.c — the Python package (python/qvoice) as a user gets it: pip-installed offline
+ * into a fresh venv with Debian's python3 (--no-build-isolation; --system-site-packages for
+ * Debian's wheel and numpy), carrying its own copy of build/libqvoice.so; then
+ * tests/python/test_tiny.py (tiny synthetic models; once with numpy, once with numpy blocked so
+ * that the array('f') path runs) and test_full.py (the full-size synthetic 0.6B) run on it with
+ * unittest. Runs with cwd = repo root; skipped in sanitizer builds (an ASan
+ * library cannot load into python3). PYTHON overrides the interpreter.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "tests/unit/helpers/shell.h"
+#include "tests/unit/helpers/tmpdir.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SANITIZED 1
+#endif
+#endif
+
+static char repo[1024], python[256], venv[128];
+
+static int group_setup(void **st) {
+    if (tmpdir_setup(st) || !getcwd(repo, sizeof repo)) return -1;
+    const char *p = getenv("PYTHON");
+    snprintf(python, sizeof python, "%s",
+             p ? p : access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : "python3");
+    snprintf(venv, sizeof venv, "%s", tmp_path("venv"));
+    return 0;
+}
+
+static void test_pip_install(void **st) {
+    (void)st;
+#ifdef SANITIZED
+    skip();
+#endif
+    const char *log = tmp_path("pip.log");
+    int rc = sh("%s -m venv --system-site-packages %s > %s 2>&1 && "
+                "%s/bin/pip install --no-index --no-build-isolation . >> %s 2>&1",
+                python, venv, log, venv, log);
+    if (rc) {
+        sh("tail -20 %s", log);
+        fail_msg("pip install failed (%s)", log);
+    }
+    assert_int_equal(sh("ls %s/lib/python3*/site-packages/qvoice/libqvoice.so.0 >/dev/null", venv), 0);
+}
+
+/* Runs one test module with the venv's python from outside the source tree; prints unittest's
+ * summary lines so that the run's log shows how many Python tests passed and skipped. */
+static void run_module(const char *module, int block_numpy) {
+    const char *log = tmp_path("unittest.log");
+    int rc = sh("cd %s && env -u QVOICE_LIB QVOICE_EXPECT_PACKAGED_LIB=1 "
+                "QVOICE_CACHE=\"${QVOICE_CACHE:-%s/cache}\" %s/bin/python -c \"import sys; %s"
+                "import unittest; unittest.main(module=None, argv=['unittest', 'discover', '-v', "
+                "'-s', '%s/tests/python', '-p', '%s'])\" > %s 2>&1",
+                tmp_dir, repo, venv, block_numpy ? "sys.modules['numpy'] = None; " : "", repo,
+                module, log);
+    sh("grep -E '^(Ran |OK|FAILED)|(ERROR|FAIL|skipped)' %s | sed 's/^/  python: /'", log);
+    if (rc) {
+        sh("tail -40 %s", log);
+        fail_msg("%s failed", module);
+    }
+}
+
+static void test_tiny_models(void **st) {
+    (void)st;
+#ifdef SANITIZED
+    skip();
+#endif
+    run_module("test_tiny.py", 0);
+}
+
+static void test_tiny_models_without_numpy(void **st) {
+    (void)st;
+#ifdef SANITIZED
+    skip();
+#endif
+    run_module("test_tiny.py", 1);
+}
+
+static void test_full_06b(void **st) {
+    (void)st;
+#ifdef SANITIZED
+    skip();
+#endif
+    run_module("test_full.py", 0);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_pip_install),
+        cmocka_unit_test(test_tiny_models),
+        cmocka_unit_test(test_tiny_models_without_numpy),
+        cmocka_unit_test(test_full_06b),
+    };
+    return cmocka_run_group_tests(tests, group_setup, tmpdir_teardown);
+}
