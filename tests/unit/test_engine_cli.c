@@ -165,11 +165,11 @@ static void test_errors_and_info(void **st) {
     assert_int_equal(run("--help > /dev/null"), 0);
     assert_int_equal(run("--version > /dev/null"), 0);
     assert_int_equal(run("--bogus 2> /dev/null"), 2);
-    assert_int_equal(run("--threads 0 -t x 2> /dev/null"), 2);
-    assert_int_equal(run("-s nobody -t x 2> /dev/null"), 1);
-    assert_int_equal(run("-s ryan -l klingon -t x 2> /dev/null"), 1);
-    assert_int_equal(run("-t x 2> /dev/null"), 1); /* CustomVoice needs a speaker */
-    assert_int_equal(run("-s ryan -t x -o %s/x.mp3 2> /dev/null", tmp), 2);
+    assert_int_equal(run("--threads -1 -t x -o %s/x.wav 2> /dev/null", tmp), 2);
+    assert_int_equal(run("-s nobody -t x -o %s/x.wav 2> /dev/null", tmp), 1);
+    assert_int_equal(run("-s ryan -l klingon -t x -o %s/x.wav 2> /dev/null", tmp), 1);
+    assert_int_equal(run("-t x -o %s/x.wav 2> /dev/null", tmp), 1); /* CustomVoice: a speaker */
+    assert_int_equal(run("-s ryan -t x -o %s/x.mp4 2> /dev/null", tmp), 2);
     char out[512], cmd[1024], line[512];
     snprintf(out, sizeof out, "%s/list.txt", tmp);
     assert_int_equal(run("--list-speakers > %s", out), 0);
