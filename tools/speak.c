@@ -166,7 +166,8 @@ static void usage(FILE *f) {
         "    2 usage error.\n\n"
         "EXAMPLE\n"
         "    speak -m models/0.6B-CustomVoice -s ryan -l english -t \"Hello.\" -o hello.wav\n",
-        qv_synth_default_request().max_chunk_chars, d.temperature, d.top_k, d.top_p, d.repetition_penalty,
+        qv_synth_default_request().max_chunk_chars, d.temperature, d.top_k, d.top_p,
+        d.repetition_penalty,
         (unsigned long long)d.seed);
 }
 
@@ -443,6 +444,8 @@ static int parse_args(int argc, char **argv, options *o) {
     if (o->voice && o->speaker) return usage_error("%s", "--voice and --speaker are exclusive");
     if (o->decode_codes && !o->out_path && !o->stream)
         return usage_error("%s", "--decode-codes needs -o FILE or --stream");
+    if (format_name && !o->out_path)
+        return usage_error("--format %s: needs -o FILE or -o -", format_name);
     const int listing = o->tokens || o->list_speakers || o->list_languages;
     if (!o->out_path && !o->stream && !o->dump_codes && !o->verify && !o->verify_model &&
         !o->batch && !listing)
@@ -454,8 +457,6 @@ static int parse_args(int argc, char **argv, options *o) {
                                  ", or give --format)"
                                : "-o %s (stdout): give --format " FORMAT_NAMES,
                            o->out_path);
-    if (format_name && !o->out_path)
-        return usage_error("--format %s: needs -o FILE or -o -", format_name);
     if (o->format && !format_writable(o->format))
         return usage_error("--format %s: this build of libsndfile cannot write it",
                            format_name ? format_name : strrchr(o->out_path, '.') + 1);
@@ -605,8 +606,8 @@ static int normalize_loudness(float *wav, int64_t n, double target, int64_t *n_c
     double lufs;
     if (qv_loudness_lufs(wav, n, &lufs)) return snprintf(err, err_size, "out of memory"), -1;
     if (!isfinite(lufs))
-        return snprintf(err, err_size, "--loudness: the audio is silent (nothing above the EBU "
-                                       "R128 gate of -70 LUFS)"),
+        return snprintf(err, err_size, "--loudness: nothing to measure (silent, or shorter than "
+                                       "one 0.4 s EBU R128 block)"),
                -1;
     const float g = (float)pow(10.0, (target - lufs) / 20.0);
     *n_clipped = 0;
@@ -888,7 +889,8 @@ static const char *job_str(const cJSON *j, const char *key, const char *dflt) {
 
 /* Checks a job's fields; 0, or -1 with err = "FIELD: problem". */
 static int job_check(const cJSON *j, char *err, size_t n) {
-    static const char *const strs[] = {"text", "output", "speaker", "voice", "language", "instruct"};
+    static const char *const strs[] = {"text",  "output",   "speaker",
+                                       "voice", "language", "instruct"};
     if (!cJSON_IsObject(j)) return snprintf(err, n, "not a JSON object"), -1;
     for (const cJSON *f = j->child; f; f = f->next) {
         int known = 0;
@@ -916,7 +918,8 @@ static int job_check(const cJSON *j, char *err, size_t n) {
                -1;
     if (!format_writable(fmt))
         return snprintf(err, n, "output: %s: this build of libsndfile cannot write it", out), -1;
-    if (cJSON_GetObjectItemCaseSensitive(j, "speaker") && cJSON_GetObjectItemCaseSensitive(j, "voice"))
+    if (cJSON_GetObjectItemCaseSensitive(j, "speaker") &&
+        cJSON_GetObjectItemCaseSensitive(j, "voice"))
         return snprintf(err, n, "speaker and voice are exclusive"), -1;
     return 0;
 }
@@ -1204,7 +1207,8 @@ int main(int argc, char **argv) {
         if (commit_out(of)) goto out;
     }
     double lufs = -HUGE_VAL;
-    if (o.out_path && !o.stream && emit(&o, o.out_path, o.format, k.all, k.n, &lufs, err, sizeof err)) {
+    if (o.out_path && !o.stream &&
+        emit(&o, o.out_path, o.format, k.all, k.n, &lufs, err, sizeof err)) {
         fprintf(stderr, TOOL ": %s\n", err);
         goto out;
     }
