@@ -471,9 +471,10 @@ static int parse_args(int argc, char **argv, options *o) {
     if (o->stream && o->loudness)
         return usage_error("%s", "--loudness needs the whole audio before writing: not with "
                                  "--stream");
-    if (o->json && (o->stream || !o->out_path || !strcmp(o->out_path, "-")) && !o->batch)
-        return usage_error("%s", "--json: the summary goes to stdout, so the audio must go to a "
-                                 "file (-o FILE, no --stream)");
+    if (o->json && (o->stream || !o->out_path || !strcmp(o->out_path, "-") || o->decode_codes) &&
+        !o->batch)
+        return usage_error("%s", "--json summarises a synthesis to a file (-o FILE; not with -o -, "
+                                 "--stream or --decode-codes)");
     if (o->dump_codes && !strcmp(o->dump_codes, "-") &&
         ((o->out_path && !strcmp(o->out_path, "-")) || (o->stream && !o->out_path)))
         return usage_error("%s", "--dump-codes - and the audio cannot both go to stdout");
@@ -591,8 +592,10 @@ static int write_audio(const char *path, int fmt, const float *wav, long n) {
         if (!ok) fprintf(stderr, TOOL ": stdout: %s\n", strerror(errno));
     } else if (ok) {
         qv_outfile *of = open_out(path);
-        ok = of && write(qv_outfile_fd(of), b.p, (size_t)b.n) == (ssize_t)b.n;
-        if (of && !ok) fprintf(stderr, TOOL ": %s: %s\n", path, strerror(errno));
+        FILE *s = of ? qv_outfile_stream(of) : NULL;
+        ok = s && fwrite(b.p, 1, (size_t)b.n, s) == (size_t)b.n;
+        if (of && !ok)
+            fprintf(stderr, TOOL ": %s: %s\n", path, s ? strerror(errno) : "out of memory");
         if (of) ok = ok ? !commit_out(of) : (qv_outfile_abort(of), 0);
     }
     free(b.p);
@@ -660,6 +663,51 @@ static int on_audio(void *user, const float *pcm, int n) {
     return 0;
 }
 
+/* ==== output and its summary ================================================================ */
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* --loudness, then the file: writes wav[n] (scaled in place) as fmt to path and its integrated
+ * loudness to *lufs. 0, or -1 with err. */
+static int emit(const options *o, const char *path, int fmt, float *wav, int64_t n, double *lufs,
+                char *err, size_t err_size) {
+    int64_t n_clipped = 0;
+    if (o->loudness && normalize_loudness(wav, n, o->loudness, &n_clipped, err, err_size))
+        return -1;
+    if (n_clipped && !o->quiet)
+        fprintf(stderr, TOOL ": %s: warning: --loudness %g clipped %lld sample(s)\n", path,
+                o->loudness, (long long)n_clipped);
+    if (qv_loudness_lufs(wav, n, lufs)) *lufs = -HUGE_VAL;
+    if (write_audio(path, fmt, wav, (long)n))
+        return snprintf(err, err_size, "%s: cannot write (details on stderr)", path), -1;
+    return 0;
+}
+
+/* The summary of one synthesis written to out: --json and a --batch result line. */
+static void add_summary(cJSON *res, const char *out, double secs, const qv_synth_stats *ss,
+                        double lufs) {
+    cJSON_AddStringToObject(res, "output", out);
+    cJSON_AddNumberToObject(res, "seconds", round(secs * 1000) / 1000);
+    cJSON_AddNumberToObject(res, "audio_seconds", round(ss->audio_seconds * 1000) / 1000);
+    cJSON_AddNumberToObject(res, "rtf",
+                            ss->audio_seconds > 0 ? round(secs / ss->audio_seconds * 1000) / 1000
+                                                  : 0);
+    cJSON_AddNumberToObject(res, "frames", ss->n_frames);
+    cJSON_AddNumberToObject(res, "chunks", ss->n_chunks);
+    if (isfinite(lufs)) cJSON_AddNumberToObject(res, "loudness_lufs", round(lufs * 100) / 100);
+    if (ss->warning[0]) cJSON_AddStringToObject(res, "warning", ss->warning);
+}
+
+static void print_json(const cJSON *j) {
+    char *txt = cJSON_PrintUnformatted(j);
+    if (txt) printf("%s\n", txt), fflush(stdout);
+    free(txt);
+}
+
 /* ==== codes files ============================================================================ */
 
 static int32_t *read_codes(const char *path, int *n_frames) {
@@ -720,8 +768,11 @@ static int decode_only(const options *o, const qv_model *m) {
         fprintf(stderr, TOOL ": out of memory\n");
     else if (qv_model_decode_codes(m, codes, n_frames, o->n_threads, wav, err, sizeof err))
         fprintf(stderr, TOOL ": %s\n", err);
-    else if (o->out_path)
-        rc = write_audio(o->out_path, o->format, wav, n) ? 1 : 0;
+    else if (o->out_path) {
+        double lufs;
+        rc = emit(o, o->out_path, o->format, wav, n, &lufs, err, sizeof err) ? 1 : 0;
+        if (rc) fprintf(stderr, TOOL ": %s\n", err);
+    }
     else {
         sink k = {.raw = 1};
         rc = on_audio(&k, wav, (int)n) ? 1 : 0;
@@ -801,51 +852,6 @@ static qv_synth *volatile g_synth; /* Ctrl-C cancels it; main then removes its t
 static void on_signal(int sig) {
     (void)sig;
     qv_synth_cancel(g_synth);
-}
-
-/* ==== output and its summary ================================================================ */
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-/* --loudness, then the file: writes wav[n] (scaled in place) as fmt to path and its integrated
- * loudness to *lufs. 0, or -1 with err. */
-static int emit(const options *o, const char *path, int fmt, float *wav, int64_t n, double *lufs,
-                char *err, size_t err_size) {
-    int64_t n_clipped = 0;
-    if (o->loudness && normalize_loudness(wav, n, o->loudness, &n_clipped, err, err_size))
-        return -1;
-    if (n_clipped && !o->quiet)
-        fprintf(stderr, TOOL ": %s: warning: --loudness %g clipped %lld sample(s)\n", path,
-                o->loudness, (long long)n_clipped);
-    if (qv_loudness_lufs(wav, n, lufs)) *lufs = -HUGE_VAL;
-    if (write_audio(path, fmt, wav, (long)n))
-        return snprintf(err, err_size, "%s: cannot write (details on stderr)", path), -1;
-    return 0;
-}
-
-/* The summary of one synthesis written to out: --json and a --batch result line. */
-static void add_summary(cJSON *res, const char *out, double secs, const qv_synth_stats *ss,
-                        double lufs) {
-    cJSON_AddStringToObject(res, "output", out);
-    cJSON_AddNumberToObject(res, "seconds", round(secs * 1000) / 1000);
-    cJSON_AddNumberToObject(res, "audio_seconds", round(ss->audio_seconds * 1000) / 1000);
-    cJSON_AddNumberToObject(res, "rtf",
-                            ss->audio_seconds > 0 ? round(secs / ss->audio_seconds * 1000) / 1000
-                                                  : 0);
-    cJSON_AddNumberToObject(res, "frames", ss->n_frames);
-    cJSON_AddNumberToObject(res, "chunks", ss->n_chunks);
-    if (isfinite(lufs)) cJSON_AddNumberToObject(res, "loudness_lufs", round(lufs * 100) / 100);
-    if (ss->warning[0]) cJSON_AddStringToObject(res, "warning", ss->warning);
-}
-
-static void print_json(const cJSON *j) {
-    char *txt = cJSON_PrintUnformatted(j);
-    if (txt) printf("%s\n", txt), fflush(stdout);
-    free(txt);
 }
 
 /* ==== --batch (docs/batch.md) ================================================================ */
@@ -1122,7 +1128,6 @@ int main(int argc, char **argv) {
     }
 
     qv_synth_request r = qv_synth_default_request();
-    r.force_voice = 1; /* a voice from an unrelated checkpoint is a warning here (stats.warning) */
     r.text = text;
     r.language = o.language;
     r.speaker = o.speaker;
