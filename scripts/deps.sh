@@ -2,11 +2,12 @@
 # Install the Debian packages qvoice builds and tests with; idempotent and quiet when all is there.
 # As root it runs apt-get; otherwise it prints the exact command to run.
 set -e
-# help2man: make install's man pages. libmp3lame-dev: sndfile.pc lists -lmp3lame for
-# `pkg-config --static` (libsndfile1-dev does not pull it in). python3-*: the Python package is
+# help2man: make install's man pages. libmp3lame-dev, libunistring-dev: sndfile.pc and gnutls.pc
+# (through libmicrohttpd) list -lmp3lame and -lunistring for `pkg-config --static`, and their -dev
+# packages do not pull them in. python3-*: the Python package is
 # pip-installed offline into a venv by its test (which runs it with and without numpy).
-INSTALL_PKGS="help2man libmp3lame-dev python3 python3-venv python3-setuptools python3-wheel
-python3-numpy"
+INSTALL_PKGS="help2man libmp3lame-dev libunistring-dev python3 python3-venv python3-setuptools
+python3-wheel python3-numpy"
 
 PKGS="gcc make pkg-config liblz4-dev libsndfile1-dev libsamplerate0-dev libopenblas-pthread-dev
 libcjson-dev libpcre2-dev libutf8proc-dev libfftw3-dev libcmocka-dev libssl-dev libpng-dev libebur128-dev

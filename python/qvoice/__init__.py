@@ -527,14 +527,25 @@ class Qwen3TTSModel:
 
     def create_voice_clone_prompt(self, ref_audio, ref_text=None, x_vector_only_mode=False, *,
                                   language=None, name=None, consent=None, max_seconds=30.0,
-                                  hygiene=True, with_wovr=True, target_cv=None):
+                                  hygiene=True, with_wovr=True, target_cv=None, icl_window="full",
+                                  allow_xvector_fallback=False):
         """Clones each reference (Base speaker and speech encoders: this model if Base, else
         from_pretrained's clone_model). ICL (ref codes + transcript) unless x_vector_only_mode;
         ICL needs ref_text, as in qwen_tts. Returns VoiceClonePrompts (a list, one item per
         reference); .save("x.qvoice") writes a voice file speak and the other tools read.
         Keyword-only extras are clone's options: language/name/consent stored in the voice,
         max_seconds of audio used, hygiene (trim, level, ICL window, transcript checks),
-        with_wovr (Base text side), target_cv (CustomVoice dir: add a weight delta)."""
+        with_wovr (Base text side), target_cv (CustomVoice dir: add a weight delta), icl_window:
+        the part of the clip ref_text transcribes ("full": the whole trimmed clip, at most 30 s;
+        "auto": the cleanest 10-15 s, reported in .report; or (start_s, end_s)),
+        allow_xvector_fallback (a transcript that does not fit drops ICL instead of failing)."""
+        if isinstance(icl_window, tuple) and len(icl_window) == 2:
+            window, (icl_start, icl_end) = _capi.ICL_RANGE, map(float, icl_window)
+        elif icl_window in _capi.ICL_WINDOW:
+            window, icl_start, icl_end = _capi.ICL_WINDOW[icl_window], 0.0, 0.0
+        else:
+            raise ValueError("icl_window: %r is not 'full', 'auto' or (start_s, end_s)"
+                             % (icl_window,))
         refs = list(ref_audio) if isinstance(ref_audio, list) else [ref_audio]
         n = len(refs)
         texts = _as_list(ref_text, n, "ref_text")
@@ -557,6 +568,8 @@ class Qwen3TTSModel:
                 r.language, r.name, r.consent = _b(language), _b(name), _b(consent)
                 r.max_seconds, r.hygiene, r.with_wovr = max_seconds, int(hygiene), int(with_wovr)
                 r.target_cv_dir = _b(target_cv)
+                r.icl_window, r.icl_start_s, r.icl_end_s = window, icl_start, icl_end
+                r.allow_xvector_fallback = int(allow_xvector_fallback)
                 voice_path = os.path.join(tmpdir, "voice.qvoice")
                 report, err = ctypes.c_void_p(), ctypes.create_string_buffer(1024)
                 st = self._lib.qv_clone_run(cloner, ctypes.byref(r), _b(voice_path),

@@ -13,6 +13,8 @@ STATUS = ["QV_OK", "QV_E_INVALID", "QV_E_MODEL", "QV_E_NOMEM", "QV_E_SPEAKER", "
           "QV_E_UNSUPPORTED", "QV_E_LIMIT", "QV_E_STATE", "QV_E_VOICE", "QV_E_FOREIGN_VOICE",
           "QV_E_GUARD", "QV_E_CANCELLED", "QV_E_AUDIO", "QV_E_IO"]
 QUANT = {"bf16": 0, "int8": 1}
+ICL_WINDOW = {"full": 0, "auto": 1}  # enum qv_icl_window; a (start_s, end_s) pair is QV_ICL_RANGE
+ICL_RANGE = 2
 SAMPLE_RATE = 24000
 
 
@@ -48,7 +50,9 @@ class CloneRequest(ctypes.Structure):
                 ("n_samples", c_int64), ("sample_rate_hz", c_int), ("ref_text", c_char_p),
                 ("language", c_char_p), ("name", c_char_p), ("consent", c_char_p),
                 ("max_seconds", c_double), ("hygiene", c_int), ("with_wovr", c_int),
-                ("target_cv_dir", c_char_p)]
+                ("target_cv_dir", c_char_p), ("icl_window", c_int), ("icl_start_s", c_double),
+                ("icl_end_s", c_double), ("allow_xvector_fallback", c_int),
+                ("speaker_threshold", c_double), ("plot_path", c_char_p)]
 
 
 # C struct name -> ctypes class, for the layout test.

@@ -207,6 +207,22 @@ class Cloning(unittest.TestCase):
         v = qvoice.Voice(path)
         self.assertTrue(v.has_icl)
 
+    def test_icl_window(self):
+        """The transcript must match the ICL span: the first 8 s fit CLIP_TEXT, the whole 30 s
+        clip does not (refused with the numbers), unless ICL may fall back to the x-vector."""
+        prompt = self.base.create_voice_clone_prompt(CLIP, ref_text=CLIP_TEXT,
+                                                     icl_window=(0.0, 8.0))
+        self.assertTrue(qvoice.Voice(prompt[0].path).has_icl)
+        self.assertIsInstance(prompt[0].report, dict)
+        with self.assertRaises(ValueError) as cm:
+            self.base.create_voice_clone_prompt(CLIP, ref_text=CLIP_TEXT)
+        self.assertIn("transcript", str(cm.exception))
+        fallback = self.base.create_voice_clone_prompt(CLIP, ref_text=CLIP_TEXT,
+                                                       allow_xvector_fallback=True)
+        self.assertFalse(qvoice.Voice(fallback[0].path).has_icl)
+        with self.assertRaises(ValueError):
+            self.base.create_voice_clone_prompt(CLIP, ref_text=CLIP_TEXT, icl_window="best")
+
     def test_icl_needs_ref_text(self):
         with self.assertRaisesRegex(ValueError, "ref_text is required"):
             self.base.create_voice_clone_prompt(CLIP)

@@ -2,7 +2,7 @@
  * Makefile; no committed file names a path of the machine it was written on (/work/, /root/,
  * /home/); LICENSE is the Apache-2.0 text; the README has the download commands (hf, ModelScope),
  * the build-only line and a "Source layout" naming every folder of docs/architecture.md's layers
- * table. Runs with cwd = repo root.
+ * table that exists. Runs with cwd = repo root.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -56,6 +56,7 @@ static void test_readme(void **st) {
     assert_int_equal(sh("sed -n '/^## Source layout/,/^## /p' README.md > /tmp/qv_layout_$$; "
                         "rc=0; for d in $(sed -n '/^<!-- layers -->/,/^<!-- \\/layers -->/p' "
                         "docs/architecture.md | sed -n 's/^| `\\([a-z]*\\)` |.*/\\1/p'); do "
+                        "[ -d \"$d\" ] || continue; "
                         "grep -q \"^| \\`$d/\\`\" /tmp/qv_layout_$$ || { echo \"README: no $d/\"; rc=1; }; "
                         "done; rm -f /tmp/qv_layout_$$; exit $rc"),
                      0);
