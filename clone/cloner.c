@@ -460,7 +460,7 @@ static void add_audio(cJSON *j, const qvc_audio *a, double max_seconds) {
     cJSON_AddNumberToObject(j, "clipped_fraction", a->clipped_fraction);
     cJSON_AddNumberToObject(j, "rms_dbfs", a->rms_dbfs);
     double lufs;
-    if (!qvc_loudness_lufs(a->samples, a->n_samples, &lufs) && isfinite(lufs))
+    if (!qv_loudness_lufs(a->samples, a->n_samples, &lufs) && isfinite(lufs))
         cJSON_AddNumberToObject(j, "loudness_lufs", round(lufs * 100) / 100);
 }
 

@@ -5,9 +5,9 @@
  * clip's vector, which then resembles neither speaker (measured in docs/robustness.md).
  */
 #include "clone/hygiene.h"
+#include "include/qvoice.h"
 
 #include <cJSON.h>
-#include <ebur128.h>
 #include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -124,16 +124,6 @@ static double to_db(double amp) {
     return amp > 0 ? 20.0 * log10(amp) : QVK_VAD_FLOOR_DBFS;
 }
 
-int qvc_loudness_lufs(const float *x, int64_t n, double *lufs) {
-    ebur128_state *st = ebur128_init(1, QVC_SAMPLE_RATE_HZ, EBUR128_MODE_I);
-    int rc = st && ebur128_add_frames_float(st, x, (size_t)n) == EBUR128_SUCCESS &&
-                     ebur128_loudness_global(st, lufs) == EBUR128_SUCCESS
-                 ? 0
-                 : -1;
-    if (st) ebur128_destroy(&st);
-    return rc;
-}
-
 int qvc_level_normalize(qvc_level_report *r, float *x, int64_t n, const qvc_hygiene_params *p,
                         char *err, size_t err_size) {
     memset(r, 0, sizeof *r);
@@ -154,7 +144,7 @@ int qvc_level_normalize(qvc_level_report *r, float *x, int64_t n, const qvc_hygi
         snprintf(err, err_size, "reference: no voiced frame to measure the level on");
         return -1;
     }
-    if (qvc_loudness_lufs(x, n, &r->in_lufs)) {
+    if (qv_loudness_lufs(x, n, &r->in_lufs)) {
         snprintf(err, err_size, "reference: out of memory (loudness meter)");
         return -1;
     }

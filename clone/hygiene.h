@@ -75,9 +75,6 @@ typedef struct {
     double out_lufs, out_peak_dbfs, out_active_dbfs;
 } qvc_level_report;
 
-/* Integrated loudness (EBU R128) of mono 24 kHz x into *lufs: -HUGE_VAL when nothing is above
- * the -70 LUFS gate. 0, or -1 when out of memory. */
-int qvc_loudness_lufs(const float *x, int64_t n, double *lufs);
 /* Measures clipping and the integrated loudness (ITU-R BS.1770 K-weighting and gating, via
  * libebur128), then scales x[n] in place to target_lufs, lowered so the sample peak stays <=
  * peak_cap_dbfs and capped at max_gain_db. Returns 0, or -1 with err (allocation, no voiced

@@ -419,6 +419,12 @@ enum qv_status qv_clone_similarity(const qv_cloner *c, const char *a, const char
                                    double max_seconds, double *cosine, char **report_json,
                                    char *err, size_t err_size);
 
+/* ==== audio ================================================================================== */
+
+/* Integrated loudness (EBU R128 / ITU-R BS.1770 with gating, libebur128) of mono 24 kHz pcm in
+ * LUFS; -HUGE_VAL when nothing is above the -70 LUFS absolute gate. QV_OK or QV_E_NOMEM. */
+enum qv_status qv_loudness_lufs(const float *pcm, int64_t n_samples, double *lufs);
+
 /* ==== files ================================================================================== */
 
 /* The library's atomic writer, for a tool's own outputs (WAV, codes, extracts): the file appears

@@ -29,6 +29,9 @@ typedef struct {
     const char *dump_codes, *decode_codes, *voice;
     const char *verify_model;
     const char *batch; /* --batch: JSON Lines jobs file, "-" = stdin (docs/batch.md) */
+    int format;        /* libsndfile format of -o: --format, else the extension */
+    int json;          /* --json: a summary object on stdout */
+    double loudness;   /* --loudness LUFS target; 0 = leave the level as generated */
     int no_icl, no_wdelta, no_guard, verify;
     int max_chunk_chars;
     int force_instruct, stream, greedy, tokens, list_speakers, list_languages, quiet;
@@ -69,7 +72,10 @@ enum {
     OPT_NO_GUARD,
     OPT_VERIFY,
     OPT_VERIFY_MODEL,
-    OPT_BATCH
+    OPT_BATCH,
+    OPT_FORMAT,
+    OPT_JSON,
+    OPT_LOUDNESS
 };
 
 static void usage(FILE *f) {
@@ -79,7 +85,7 @@ static void usage(FILE *f) {
         "NAME\n"
         "    speak - say text with a Qwen3-TTS-12Hz model, a preset speaker or a cloned voice\n\n"
         "SYNOPSIS\n"
-        "    speak -m MODEL_DIR [options] [--text TEXT | < text]\n"
+        "    speak -m MODEL_DIR [options] [--text TEXT | < text] -o OUT | --stream\n"
         "    speak -m MODEL_DIR --decode-codes FILE -o OUT.wav\n"
         "    speak -m MODEL_DIR [options] --batch JOBS.jsonl\n"
         "    speak -m MODEL_DIR --tokens | --list-speakers | --list-languages\n\n"
@@ -109,7 +115,13 @@ static void usage(FILE *f) {
         "  -l, --language NAME        language (default auto; see --list-languages)\n"
         "  -i, --instruct TEXT        style instruction / voice description (1.7B, VoiceDesign)\n"
         "      --force-instruct       pass --instruct to a 0.6B CustomVoice model anyway\n"
-        "  -o, --output FILE          audio file; format by extension: .wav .flac .ogg\n"
+        "  -o, --output FILE          audio file, written atomically; format by extension:\n"
+        "                             .wav .flac .ogg .opus .mp3 .pcm (raw s16le); - = stdout\n"
+        "      --format F             wav, flac, ogg, opus, mp3 or pcm (needed with -o -)\n"
+        "      --loudness LUFS        normalise the output's integrated loudness (EBU R128),\n"
+        "                             e.g. -23 (broadcast) or -16 (podcasts); not with --stream\n"
+        "      --json                 a JSON summary on stdout (output, seconds, rtf, frames,\n"
+        "                             loudness_lufs) when the audio goes to a file\n"
         "      --stream               raw s16le 24 kHz mono to stdout, or a WAV written\n"
         "                             progressively with -o (renamed at the end), from the first\n"
         "                             decoded frame on; a guard trip after that fails the run\n"
@@ -137,7 +149,7 @@ static void usage(FILE *f) {
         "      --strict-vocab         vocabulary-pruned model: refuse text with tokens it lacks\n"
         "                             (default: warn, naming them, and read them as zero rows)\n"
         "      --ignore-eos           never stop at end-of-speech (benchmarks; with --max-frames)\n"
-        "  -j, --threads N            compute threads (default %d)\n"
+        "  -j, --threads N            compute threads (default 0: all online CPUs)\n"
         "      --seed N               sampling seed (default %llu); output is identical across "
         "runs\n"
         "                             and thread counts\n"
@@ -154,18 +166,54 @@ static void usage(FILE *f) {
         "  -q, --quiet                no progress or summary on stderr\n"
         "  -h, --help                 this help;  -V, --version  version\n\n"
         "EXIT STATUS\n"
-        "    0 ok, 1 failure (bad model, bad input, runaway guard, I/O), 2 usage error.\n\n"
+        "    0 ok, 1 failure (bad model, bad input, runaway guard, I/O; --batch: a job failed),\n"
+        "    2 usage error.\n\n"
         "EXAMPLE\n"
         "    speak -m models/0.6B-CustomVoice -s ryan -l english -t \"Hello.\" -o hello.wav\n",
-        qv_synth_default_request().max_chunk_chars, d.temperature, d.top_k, d.top_p, d.repetition_penalty, d.n_threads,
+        qv_synth_default_request().max_chunk_chars, d.temperature, d.top_k, d.top_p,
+        d.repetition_penalty,
         (unsigned long long)d.seed);
 }
 
+/* One line, as every tool: "speak: problem (see speak --help)". */
 static int usage_error(const char *fmt, const char *arg) {
     fprintf(stderr, TOOL ": ");
     fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\nTry 'speak --help'.\n");
+    fprintf(stderr, " (see " TOOL " --help)\n");
     return 2;
+}
+
+/* ==== output formats ========================================================================= */
+
+static const struct {
+    const char *name; /* --format and the file extension */
+    int sf;
+} formats[] = {
+    {"wav", SF_FORMAT_WAV | SF_FORMAT_PCM_16},
+    {"flac", SF_FORMAT_FLAC | SF_FORMAT_PCM_16},
+    {"ogg", SF_FORMAT_OGG | SF_FORMAT_VORBIS},
+    {"opus", SF_FORMAT_OGG | SF_FORMAT_OPUS},
+    {"mp3", SF_FORMAT_MPEG | SF_FORMAT_MPEG_LAYER_III},
+    {"pcm", SF_FORMAT_RAW | SF_FORMAT_PCM_16 | SF_ENDIAN_LITTLE},
+};
+#define FORMAT_NAMES "wav, flac, ogg, opus, mp3 or pcm"
+
+static int format_named(const char *name) {
+    for (size_t i = 0; i < sizeof formats / sizeof *formats; i++)
+        if (!strcasecmp(name, formats[i].name)) return formats[i].sf;
+    return 0;
+}
+
+/* The format of path's extension, or 0. */
+static int format_for(const char *path) {
+    const char *dot = strrchr(path, '.');
+    return dot && !strchr(dot, '/') ? format_named(dot + 1) : 0;
+}
+
+/* Whether this libsndfile writes fmt (MP3 and Opus depend on how it was built). */
+static int format_writable(int fmt) {
+    SF_INFO info = {.samplerate = QV_SAMPLE_RATE_HZ, .channels = 1, .format = fmt};
+    return sf_format_check(&info);
 }
 
 static int parse_long(const char *s, long lo, long hi, long *out) {
@@ -220,6 +268,9 @@ static int parse_args(int argc, char **argv, options *o) {
                                        {"decode-codes", required_argument, 0, OPT_DECODE_CODES},
                                        {"tokens", no_argument, 0, OPT_TOKENS},
                                        {"batch", required_argument, 0, OPT_BATCH},
+                                       {"format", required_argument, 0, OPT_FORMAT},
+                                       {"json", no_argument, 0, OPT_JSON},
+                                       {"loudness", required_argument, 0, OPT_LOUDNESS},
                                        {"quant", required_argument, 0, OPT_QUANT},
                                        {"ignore-eos", no_argument, 0, OPT_IGNORE_EOS},
                                        {"strict-vocab", no_argument, 0, OPT_STRICT_VOCAB},
@@ -228,12 +279,14 @@ static int parse_args(int argc, char **argv, options *o) {
                                        {"version", no_argument, 0, 'V'},
                                        {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
-    o->n_threads = qv_default_params().n_threads;
+    o->n_threads = qv_threads_resolve(0);
     o->max_chunk_chars = qv_synth_default_request().max_chunk_chars;
     int c;
     long l;
     double d;
-    while ((c = getopt_long(argc, argv, "m:t:s:l:v:i:o:j:qhV", lo, NULL)) != -1) {
+    const char *format_name = NULL;
+    opterr = 0; /* unknown options are reported below, in one line */
+    while ((c = getopt_long(argc, argv, ":m:t:s:l:v:i:o:j:qhV", lo, NULL)) != -1) {
         switch (c) {
         case 'm':
             o->model_dir = optarg;
@@ -322,10 +375,24 @@ static int parse_args(int argc, char **argv, options *o) {
         case OPT_BATCH:
             o->batch = optarg;
             break;
+        case OPT_FORMAT:
+            if (!(o->format = format_named(optarg)))
+                return usage_error("--format: expected " FORMAT_NAMES ", found '%s'", optarg);
+            format_name = optarg;
+            break;
+        case OPT_JSON:
+            o->json = 1;
+            break;
+        case OPT_LOUDNESS:
+            if (parse_double(optarg, -70, -1, &d))
+                return usage_error("--loudness: expected -70..-1 LUFS, found '%s'", optarg);
+            o->loudness = d;
+            break;
         case 'j':
-            if (parse_long(optarg, 1, 256, &l))
-                return usage_error("--threads: expected 1..256, found '%s'", optarg);
-            o->n_threads = (int)l;
+            if (parse_long(optarg, 0, 256, &l))
+                return usage_error("--threads: expected 0..256 (0: all online CPUs), found '%s'",
+                                   optarg);
+            o->n_threads = qv_threads_resolve((int)l);
             break;
         case OPT_MAX_FRAMES:
             if (parse_long(optarg, 1, 1000000, &l))
@@ -370,11 +437,16 @@ static int parse_args(int argc, char **argv, options *o) {
             usage(stdout);
             return 1;
         case 'V':
-            printf(TOOL " %s\n", qv_version());
+            printf(TOOL " (qvoice) %s\n", qv_version());
             return 1;
+        case ':':
+            return usage_error("option '%s' needs an argument", argv[optind - 1]);
         default:
-            fprintf(stderr, "Try 'speak --help'.\n");
-            return 2;
+            if (optopt) {
+                const char opt[3] = {'-', (char)optopt, 0};
+                return usage_error("unknown option '%s'", opt);
+            }
+            return usage_error("unknown option '%s'", argv[optind - 1]);
         }
     }
     if (optind < argc) return usage_error("unexpected argument '%s'", argv[optind]);
@@ -382,10 +454,45 @@ static int parse_args(int argc, char **argv, options *o) {
     if (o->voice && o->speaker) return usage_error("%s", "--voice and --speaker are exclusive");
     if (o->decode_codes && !o->out_path && !o->stream)
         return usage_error("%s", "--decode-codes needs -o FILE or --stream");
+    if (format_name && !o->out_path)
+        return usage_error("--format %s: needs -o FILE or -o -", format_name);
+    const int listing = o->tokens || o->list_speakers || o->list_languages;
+    if (!o->out_path && !o->stream && !o->dump_codes && !o->verify && !o->verify_model &&
+        !o->batch && !listing)
+        return usage_error("%s", "nowhere to put the audio: give -o FILE, -o - --format F, "
+                                 "--stream or --dump-codes");
+    if (o->out_path && !o->format && !(o->format = format_for(o->out_path)))
+        return usage_error(strcmp(o->out_path, "-")
+                               ? "-o %s: unknown extension (expected " FORMAT_NAMES
+                                 ", or give --format)"
+                               : "-o %s (stdout): give --format " FORMAT_NAMES,
+                           o->out_path);
+    if (o->format && !format_writable(o->format))
+        return usage_error("--format %s: this build of libsndfile cannot write it",
+                           format_name ? format_name : strrchr(o->out_path, '.') + 1);
+    if (o->stream && o->out_path) {
+        const int type = o->format & SF_FORMAT_TYPEMASK;
+        if (!strcmp(o->out_path, "-") && type != SF_FORMAT_RAW)
+            return usage_error("%s", "--stream -o -: streams raw s16le only (--format pcm)");
+        if (type != SF_FORMAT_WAV && type != SF_FORMAT_RAW)
+            return usage_error("--stream -o %s: progressive output is WAV or PCM only",
+                               o->out_path);
+    }
+    if (o->stream && o->loudness)
+        return usage_error("%s", "--loudness needs the whole audio before writing: not with "
+                                 "--stream");
+    if (o->json && (o->stream || !o->out_path || !strcmp(o->out_path, "-") || o->decode_codes) &&
+        !o->batch)
+        return usage_error("%s", "--json summarises a synthesis to a file (-o FILE; not with -o -, "
+                                 "--stream or --decode-codes)");
+    if (o->dump_codes && !strcmp(o->dump_codes, "-") &&
+        ((o->out_path && !strcmp(o->out_path, "-")) || (o->stream && !o->out_path)))
+        return usage_error("%s", "--dump-codes - and the audio cannot both go to stdout");
     if (o->batch && (o->text || o->out_path || o->stream || o->dump_codes || o->decode_codes ||
-                     o->tokens || o->verify || o->verify_model))
+                     listing || o->verify || o->verify_model || format_name))
         return usage_error("%s", "--batch: text and output come from the jobs file (no -t, -o, "
-                                 "--stream, --dump-codes, --decode-codes, --tokens, --verify)");
+                                 "--format, --stream, --dump-codes, --decode-codes, --tokens, "
+                                 "--list-*, --verify)");
     return 0;
 }
 
@@ -408,15 +515,6 @@ static char *read_all(FILE *f) {
     while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
         buf[--n] = 0; /* trailing newline of a pipe */
     return buf;
-}
-
-static int format_for(const char *path) {
-    const char *dot = strrchr(path, '.');
-    if (!dot) return 0;
-    if (!strcasecmp(dot, ".wav")) return SF_FORMAT_WAV | SF_FORMAT_PCM_16;
-    if (!strcasecmp(dot, ".flac")) return SF_FORMAT_FLAC | SF_FORMAT_PCM_16;
-    if (!strcasecmp(dot, ".ogg")) return SF_FORMAT_OGG | SF_FORMAT_VORBIS;
-    return 0;
 }
 
 /* libsndfile on the atomic writer's descriptor (the file appears at path only on commit). */
@@ -447,21 +545,91 @@ static int commit_out(qv_outfile *of) {
     return -1;
 }
 
-static int write_audio(const char *path, const float *wav, long n) {
-    qv_outfile *of = open_out(path);
-    SNDFILE *f = of ? open_audio(of, path, format_for(path)) : NULL;
-    if (!f) {
-        qv_outfile_abort(of);
-        return -1;
+/* libsndfile's virtual I/O on a growing memory buffer: every format (also those that seek back
+ * to finish a header) can then go to a pipe as well as to a file. */
+typedef struct {
+    unsigned char *p;
+    sf_count_t n, cap, pos;
+} membuf;
+
+static sf_count_t mem_len(void *u) { return ((membuf *)u)->n; }
+static sf_count_t mem_tell(void *u) { return ((membuf *)u)->pos; }
+
+static sf_count_t mem_seek(sf_count_t off, int whence, void *u) {
+    membuf *b = u;
+    sf_count_t to = off + (whence == SEEK_CUR ? b->pos : whence == SEEK_END ? b->n : 0);
+    if (to < 0) return -1;
+    return b->pos = to;
+}
+
+static sf_count_t mem_read(void *dst, sf_count_t n, void *u) {
+    membuf *b = u;
+    if (n > b->n - b->pos) n = b->n - b->pos > 0 ? b->n - b->pos : 0;
+    memcpy(dst, b->p + b->pos, (size_t)n);
+    b->pos += n;
+    return n;
+}
+
+static sf_count_t mem_write(const void *src, sf_count_t n, void *u) {
+    membuf *b = u;
+    if (b->pos + n > b->cap) {
+        sf_count_t cap = b->cap ? b->cap : 65536;
+        while (cap < b->pos + n)
+            cap *= 2;
+        unsigned char *g = realloc(b->p, (size_t)cap);
+        if (!g) return 0;
+        b->p = g, b->cap = cap;
     }
-    int ok = sf_writef_float(f, wav, n) == n;
-    if (!ok) fprintf(stderr, TOOL ": %s: %s\n", path, sf_strerror(f));
-    if (sf_close(f)) ok = 0;
-    if (!ok) {
-        qv_outfile_abort(of);
-        return -1;
+    if (b->pos > b->n) memset(b->p + b->n, 0, (size_t)(b->pos - b->n)); /* a seek past the end */
+    memcpy(b->p + b->pos, src, (size_t)n);
+    b->pos += n;
+    if (b->pos > b->n) b->n = b->pos;
+    return n;
+}
+
+/* Encodes wav[n] as fmt and writes it to path ("-": stdout), atomically for a file. */
+static int write_audio(const char *path, int fmt, const float *wav, long n) {
+    SF_VIRTUAL_IO io = {mem_len, mem_seek, mem_read, mem_write, mem_tell};
+    SF_INFO info = {.samplerate = QV_SAMPLE_RATE_HZ, .channels = 1, .format = fmt};
+    membuf b = {0};
+    SNDFILE *f = sf_open_virtual(&io, SFM_WRITE, &info, &b);
+    int ok = f && sf_writef_float(f, wav, n) == n;
+    if (f && !ok) fprintf(stderr, TOOL ": %s: %s\n", path, sf_strerror(f));
+    if (!f) fprintf(stderr, TOOL ": %s: %s\n", path, sf_strerror(NULL));
+    if (f && sf_close(f)) ok = 0;
+    if (ok && !strcmp(path, "-")) {
+        ok = fwrite(b.p, 1, (size_t)b.n, stdout) == (size_t)b.n && !fflush(stdout);
+        if (!ok) fprintf(stderr, TOOL ": stdout: %s\n", strerror(errno));
+    } else if (ok) {
+        qv_outfile *of = open_out(path);
+        FILE *s = of ? qv_outfile_stream(of) : NULL;
+        ok = s && fwrite(b.p, 1, (size_t)b.n, s) == (size_t)b.n;
+        if (of && !ok)
+            fprintf(stderr, TOOL ": %s: %s\n", path, s ? strerror(errno) : "out of memory");
+        if (of) ok = ok ? !commit_out(of) : (qv_outfile_abort(of), 0);
     }
-    return commit_out(of);
+    free(b.p);
+    return ok ? 0 : -1;
+}
+
+/* Scales wav[n] to an integrated loudness of target LUFS; samples beyond full scale are clipped
+ * (counted in *n_clipped). 0, or -1 with err when there is nothing to measure. */
+static int normalize_loudness(float *wav, int64_t n, double target, int64_t *n_clipped,
+                              char *err, size_t err_size) {
+    double lufs;
+    if (qv_loudness_lufs(wav, n, &lufs)) return snprintf(err, err_size, "out of memory"), -1;
+    if (!isfinite(lufs))
+        return snprintf(err, err_size, "--loudness: nothing to measure (silent, or shorter than "
+                                       "one 0.4 s EBU R128 block)"),
+               -1;
+    const float g = (float)pow(10.0, (target - lufs) / 20.0);
+    *n_clipped = 0;
+    for (int64_t i = 0; i < n; i++) {
+        float v = wav[i] * g;
+        if (fabsf(v) > 1.0f) v = v > 0 ? 1.0f : -1.0f, ++*n_clipped;
+        wav[i] = v;
+    }
+    return 0;
 }
 
 /* ==== audio sink ============================================================================= */
@@ -503,6 +671,51 @@ static int on_audio(void *user, const float *pcm, int n) {
     }
     k->n += n;
     return 0;
+}
+
+/* ==== output and its summary ================================================================ */
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* --loudness, then the file: writes wav[n] (scaled in place) as fmt to path and its integrated
+ * loudness to *lufs. 0, or -1 with err. */
+static int emit(const options *o, const char *path, int fmt, float *wav, int64_t n, double *lufs,
+                char *err, size_t err_size) {
+    int64_t n_clipped = 0;
+    if (o->loudness && normalize_loudness(wav, n, o->loudness, &n_clipped, err, err_size))
+        return -1;
+    if (n_clipped && !o->quiet)
+        fprintf(stderr, TOOL ": %s: warning: --loudness %g clipped %lld sample(s)\n", path,
+                o->loudness, (long long)n_clipped);
+    if (qv_loudness_lufs(wav, n, lufs)) *lufs = -HUGE_VAL;
+    if (write_audio(path, fmt, wav, (long)n))
+        return snprintf(err, err_size, "%s: cannot write (details on stderr)", path), -1;
+    return 0;
+}
+
+/* The summary of one synthesis written to out: --json and a --batch result line. */
+static void add_summary(cJSON *res, const char *out, double secs, const qv_synth_stats *ss,
+                        double lufs) {
+    cJSON_AddStringToObject(res, "output", out);
+    cJSON_AddNumberToObject(res, "seconds", round(secs * 1000) / 1000);
+    cJSON_AddNumberToObject(res, "audio_seconds", round(ss->audio_seconds * 1000) / 1000);
+    cJSON_AddNumberToObject(res, "rtf",
+                            ss->audio_seconds > 0 ? round(secs / ss->audio_seconds * 1000) / 1000
+                                                  : 0);
+    cJSON_AddNumberToObject(res, "frames", ss->n_frames);
+    cJSON_AddNumberToObject(res, "chunks", ss->n_chunks);
+    if (isfinite(lufs)) cJSON_AddNumberToObject(res, "loudness_lufs", round(lufs * 100) / 100);
+    if (ss->warning[0]) cJSON_AddStringToObject(res, "warning", ss->warning);
+}
+
+static void print_json(const cJSON *j) {
+    char *txt = cJSON_PrintUnformatted(j);
+    if (txt) printf("%s\n", txt), fflush(stdout);
+    free(txt);
 }
 
 /* ==== codes files ============================================================================ */
@@ -565,8 +778,11 @@ static int decode_only(const options *o, const qv_model *m) {
         fprintf(stderr, TOOL ": out of memory\n");
     else if (qv_model_decode_codes(m, codes, n_frames, o->n_threads, wav, err, sizeof err))
         fprintf(stderr, TOOL ": %s\n", err);
-    else if (o->out_path)
-        rc = write_audio(o->out_path, wav, n) ? 1 : 0;
+    else if (o->out_path) {
+        double lufs;
+        rc = emit(o, o->out_path, o->format, wav, n, &lufs, err, sizeof err) ? 1 : 0;
+        if (rc) fprintf(stderr, TOOL ": %s\n", err);
+    }
     else {
         sink k = {.raw = 1};
         rc = on_audio(&k, wav, (int)n) ? 1 : 0;
@@ -651,12 +867,35 @@ static void on_signal(int sig) {
 /* ==== --batch (docs/batch.md) ================================================================ */
 
 typedef struct {
+    char *name; /* as the jobs name it */
+    qv_voice *v;
+} cached_voice;
+
+typedef struct {
     const qv_model *m;
-    qv_params p;     /* the command line's; a job's seed replaces p.seed */
-    qv_synth *syn;   /* made for p (a new seed makes a new one: cheap next to the model load) */
-    qv_voice *voice; /* the last voice a job named, kept open for the next jobs */
-    char *voice_name;
+    qv_params p;   /* the command line's; a job's seed replaces p.seed */
+    qv_synth *syn; /* made for p (a new seed makes a new one: cheap next to the model load) */
+    cached_voice *voices; /* every voice a job named, opened once */
+    int n_voices;
+    int wdelta_line; /* the line whose voice's weight delta rewrote the model, or 0 */
 } batch;
+
+/* The voice the jobs call name, opened on first use. NULL with err on failure. */
+static const qv_voice *batch_voice(batch *b, const char *name, char *err, size_t n) {
+    for (int i = 0; i < b->n_voices; i++)
+        if (!strcmp(b->voices[i].name, name)) return b->voices[i].v;
+    cached_voice *g = realloc(b->voices, (size_t)(b->n_voices + 1) * sizeof *g);
+    if (!g) return snprintf(err, n, "out of memory"), NULL;
+    b->voices = g;
+    cached_voice *c = &b->voices[b->n_voices];
+    if (qv_voice_open(&c->v, name, err, n)) return NULL;
+    if (!(c->name = strdup(name))) {
+        qv_voice_free(c->v);
+        return snprintf(err, n, "out of memory"), NULL;
+    }
+    b->n_voices++;
+    return c->v;
+}
 
 /* The string field key of job j (checked to be a string), or dflt when absent. */
 static const char *job_str(const cJSON *j, const char *key, const char *dflt) {
@@ -666,7 +905,8 @@ static const char *job_str(const cJSON *j, const char *key, const char *dflt) {
 
 /* Checks a job's fields; 0, or -1 with err = "FIELD: problem". */
 static int job_check(const cJSON *j, char *err, size_t n) {
-    static const char *const strs[] = {"text", "output", "speaker", "voice", "language", "instruct"};
+    static const char *const strs[] = {"text",  "output",   "speaker",
+                                       "voice", "language", "instruct"};
     if (!cJSON_IsObject(j)) return snprintf(err, n, "not a JSON object"), -1;
     for (const cJSON *f = j->child; f; f = f->next) {
         int known = 0;
@@ -686,36 +926,43 @@ static int job_check(const cJSON *j, char *err, size_t n) {
     if (!job_str(j, "text", NULL) || !job_str(j, "text", NULL)[0])
         return snprintf(err, n, "text: missing or empty"), -1;
     const char *out = job_str(j, "output", NULL);
-    if (!out) return snprintf(err, n, "output: missing"), -1;
-    if (!format_for(out))
-        return snprintf(err, n, "output: %s: unknown extension (expected .wav, .flac or .ogg)", out),
+    if (!out || !out[0]) return snprintf(err, n, "output: missing"), -1;
+    if (!strcmp(out, "-")) return snprintf(err, n, "output: stdout carries the results"), -1;
+    const int fmt = format_for(out);
+    if (!fmt)
+        return snprintf(err, n, "output: %s: unknown extension (expected " FORMAT_NAMES ")", out),
                -1;
-    if (cJSON_GetObjectItemCaseSensitive(j, "speaker") && cJSON_GetObjectItemCaseSensitive(j, "voice"))
+    if (!format_writable(fmt))
+        return snprintf(err, n, "output: %s: this build of libsndfile cannot write it", out), -1;
+    if (cJSON_GetObjectItemCaseSensitive(j, "speaker") &&
+        cJSON_GetObjectItemCaseSensitive(j, "voice"))
         return snprintf(err, n, "speaker and voice are exclusive"), -1;
     return 0;
 }
 
-/* Runs one job line; fills res with the job's result fields. 0 ok, -1 failed (err set),
- * QV_E_CANCELLED when Ctrl-C stopped it. */
-static int job_run(const options *o, batch *b, const char *line, cJSON *res, char *err, size_t n) {
+/* Runs the job on line lineno; fills res with the job's result fields. 0 ok, -1 failed (err
+ * set), QV_E_CANCELLED when Ctrl-C stopped it. */
+static int job_run(const options *o, batch *b, int lineno, const char *line, cJSON *res,
+                   char *err, size_t n) {
     cJSON *j = cJSON_Parse(line);
     int rc = -1;
     sink k = {0};
     if (!j) {
-        snprintf(err, n, "not valid JSON");
+        const char *at = cJSON_GetErrorPtr();
+        snprintf(err, n, "not valid JSON (at column %d)",
+                 at && at >= line ? (int)(at - line) + 1 : 1);
         return -1;
     }
     if (job_check(j, err, n)) goto out;
     const char *speaker = job_str(j, "speaker", NULL), *vname = job_str(j, "voice", NULL);
     if (!speaker && !vname) speaker = o->speaker, vname = o->voice;
-    if (vname && (!b->voice_name || strcmp(vname, b->voice_name))) {
-        qv_voice_free(b->voice), b->voice = NULL;
-        free(b->voice_name), b->voice_name = NULL;
-        if (qv_voice_open(&b->voice, vname, err, n)) goto out;
-        if (!(b->voice_name = strdup(vname))) {
-            snprintf(err, n, "out of memory");
-            goto out;
-        }
+    const qv_voice *voice = vname ? batch_voice(b, vname, err, n) : NULL;
+    if (vname && !voice) goto out;
+    if (!voice && b->wdelta_line) {
+        snprintf(err, n, "speaker %s: line %d's voice rewrote the model with its weight delta; "
+                         "run preset speakers in another batch (or --no-wdelta)",
+                 speaker ? speaker : "(none)", b->wdelta_line);
+        goto out;
     }
     qv_params p = b->p;
     const cJSON *seed = cJSON_GetObjectItemCaseSensitive(j, "seed");
@@ -730,10 +977,12 @@ static int job_run(const options *o, batch *b, const char *line, cJSON *res, cha
         b->p.seed = p.seed;
     }
     qv_synth_request r = qv_synth_default_request();
+    r.force_voice = 1; /* as a single run: a foreign voice is a warning */
+    r.strict_vocab = o->strict_vocab;
     r.text = job_str(j, "text", NULL);
     r.language = job_str(j, "language", o->language);
-    r.speaker = vname ? NULL : speaker;
-    r.voice = vname ? b->voice : NULL;
+    r.speaker = voice ? NULL : speaker;
+    r.voice = voice;
     r.use_icl = !o->no_icl, r.use_wdelta = !o->no_wdelta, r.guard = !o->no_guard;
     r.max_chunk_chars = o->max_chunk_chars, r.max_seconds = o->max_seconds;
     r.whole_chunks = 1; /* the file is written at the end */
@@ -743,30 +992,21 @@ static int job_run(const options *o, batch *b, const char *line, cJSON *res, cha
                                                 "was not trained for instructions");
     else
         r.instruct = instruct;
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    const double t0 = now_s();
     qv_synth_stats ss;
     g_synth = b->syn;
     st = qv_synth_run(b->syn, &r, on_audio, &k, &ss);
     g_synth = NULL;
+    if (ss.wdelta_applied && !b->wdelta_line) b->wdelta_line = lineno;
     if (st) {
         snprintf(err, n, "%s", k.failed ? "out of memory" : qv_synth_error(b->syn));
         if (st == QV_E_CANCELLED) rc = QV_E_CANCELLED;
         goto out;
     }
     const char *out = job_str(j, "output", NULL);
-    if (write_audio(out, k.all, (long)k.n)) {
-        snprintf(err, n, "output: %s: cannot write (details on stderr)", out);
-        goto out;
-    }
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
-    cJSON_AddStringToObject(res, "output", out);
-    cJSON_AddNumberToObject(res, "seconds", round(secs * 1000) / 1000);
-    cJSON_AddNumberToObject(res, "audio_seconds", round(ss.audio_seconds * 1000) / 1000);
-    cJSON_AddNumberToObject(res, "rtf", ss.audio_seconds > 0 ? round(secs / ss.audio_seconds * 1000) / 1000 : 0);
-    cJSON_AddNumberToObject(res, "frames", ss.n_frames);
-    if (ss.warning[0]) cJSON_AddStringToObject(res, "warning", ss.warning);
+    double lufs;
+    if (emit(o, out, format_for(out), k.all, k.n, &lufs, err, n)) goto out;
+    add_summary(res, out, now_s() - t0, &ss, lufs);
     rc = 0;
 out:
     free(k.all);
@@ -781,6 +1021,8 @@ static int run_batch(const options *o, const qv_model *m, FILE *jobs) {
     size_t cap = 0;
     int n_failed = 0, n_jobs = 0;
     ssize_t len;
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
     for (int lineno = 1; (len = getline(&line, &cap, jobs)) >= 0; lineno++) {
         while (len && (line[len - 1] == '\n' || line[len - 1] == '\r'))
             line[--len] = 0;
@@ -794,21 +1036,20 @@ static int run_batch(const options *o, const qv_model *m, FILE *jobs) {
         cJSON_AddNumberToObject(res, "line", lineno);
         cJSON_AddFalseToObject(res, "ok"); /* set below: keeps "ok" next to "line" */
         err[0] = 0;
-        int rc = job_run(o, &b, line, res, err, sizeof err);
+        int rc = job_run(o, &b, lineno, line, res, err, sizeof err);
         n_jobs++;
         cJSON_ReplaceItemInObject(res, "ok", cJSON_CreateBool(rc == 0));
         if (rc) cJSON_AddStringToObject(res, "error", err), n_failed++;
-        char *txt = cJSON_PrintUnformatted(res);
-        if (txt) printf("%s\n", txt), fflush(stdout);
-        free(txt);
+        print_json(res);
         cJSON_Delete(res);
-        if (!o->quiet && rc) fprintf(stderr, TOOL ": line %d: %s\n", lineno, err);
+        if (!o->quiet && rc) fprintf(stderr, TOOL ": %s: line %d: %s\n", o->batch, lineno, err);
         if (rc == QV_E_CANCELLED) break;
     }
     if (!o->quiet) fprintf(stderr, TOOL ": batch: %d job(s), %d failed\n", n_jobs, n_failed);
     free(line);
-    free(b.voice_name);
-    qv_voice_free(b.voice);
+    for (int i = 0; i < b.n_voices; i++)
+        free(b.voices[i].name), qv_voice_free(b.voices[i].v);
+    free(b.voices);
     qv_synth_free(b.syn);
     return n_failed ? 1 : 0;
 }
@@ -817,12 +1058,10 @@ int main(int argc, char **argv) {
     options o;
     int pr = parse_args(argc, argv, &o);
     if (pr) return pr == 1 ? 0 : 2;
-    if (o.out_path && !format_for(o.out_path))
-        return usage_error("-o %s: unknown extension (expected .wav, .flac or .ogg)", o.out_path);
-    if (o.stream && o.out_path && (format_for(o.out_path) & SF_FORMAT_TYPEMASK) != SF_FORMAT_WAV)
-        return usage_error("--stream -o %s: progressive output is WAV only", o.out_path);
-    if (o.stream && !o.out_path && isatty(STDOUT_FILENO))
-        return usage_error("%s", "--stream without -o writes raw audio to stdout: redirect it");
+    const int to_stdout = o.out_path && !strcmp(o.out_path, "-");
+    if (o.stream && to_stdout) o.out_path = NULL; /* --format pcm: what --stream writes anyway */
+    if (((o.stream && !o.out_path) || to_stdout) && isatty(STDOUT_FILENO))
+        return usage_error("%s", "the audio would go to a terminal: redirect stdout");
     if (o.verify_model && !o.verify) o.verify = 1;
     FILE *jobs = NULL;
     if (o.batch && !(jobs = strcmp(o.batch, "-") ? fopen(o.batch, "r") : stdin))
@@ -900,7 +1139,6 @@ int main(int argc, char **argv) {
     }
 
     qv_synth_request r = qv_synth_default_request();
-    r.force_voice = 1; /* a voice from an unrelated checkpoint is a warning here (stats.warning) */
     r.strict_vocab = o.strict_vocab;
     r.text = text;
     r.language = o.language;
@@ -939,7 +1177,7 @@ int main(int argc, char **argv) {
     }
     if (o.stream && o.out_path) {
         if (!(out_file = open_out(o.out_path))) goto out;
-        if (!(snd = open_audio(out_file, o.out_path, SF_FORMAT_WAV | SF_FORMAT_PCM_16))) goto out;
+        if (!(snd = open_audio(out_file, o.out_path, o.format))) goto out;
         sf_command(snd, SFC_SET_UPDATE_HEADER_AUTO, NULL, SF_TRUE);
         k.snd = snd;
     } else if (o.stream) {
@@ -950,6 +1188,7 @@ int main(int argc, char **argv) {
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
     qv_synth_stats ss;
+    const double t0 = now_s();
     st = qv_synth_run(syn, &r, r.codes_only ? NULL : on_audio, &k, &ss);
     if (ss.warning[0] && !o.quiet) fprintf(stderr, TOOL ": warning: %s\n", ss.warning);
     if (ss.wdelta_applied && !o.quiet)
@@ -983,8 +1222,21 @@ int main(int argc, char **argv) {
             goto out;
         }
         if (commit_out(of)) goto out;
-    } else if (o.out_path && !o.stream && write_audio(o.out_path, k.all, (long)k.n)) {
+    }
+    double lufs = -HUGE_VAL;
+    if (o.out_path && !o.stream &&
+        emit(&o, o.out_path, o.format, k.all, k.n, &lufs, err, sizeof err)) {
+        fprintf(stderr, TOOL ": %s\n", err);
         goto out;
+    }
+    if (o.json) {
+        cJSON *j = cJSON_CreateObject();
+        if (j) {
+            cJSON_AddTrueToObject(j, "ok");
+            add_summary(j, o.out_path, now_s() - t0, &ss, lufs);
+            print_json(j);
+            cJSON_Delete(j);
+        }
     }
     if (!o.quiet)
         fprintf(stderr,

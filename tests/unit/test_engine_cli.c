@@ -165,11 +165,11 @@ static void test_errors_and_info(void **st) {
     assert_int_equal(run("--help > /dev/null"), 0);
     assert_int_equal(run("--version > /dev/null"), 0);
     assert_int_equal(run("--bogus 2> /dev/null"), 2);
-    assert_int_equal(run("--threads 0 -t x 2> /dev/null"), 2);
-    assert_int_equal(run("-s nobody -t x 2> /dev/null"), 1);
-    assert_int_equal(run("-s ryan -l klingon -t x 2> /dev/null"), 1);
-    assert_int_equal(run("-t x 2> /dev/null"), 1); /* CustomVoice needs a speaker */
-    assert_int_equal(run("-s ryan -t x -o %s/x.mp3 2> /dev/null", tmp), 2);
+    assert_int_equal(run("--threads -1 -t x -o %s/x.wav 2> /dev/null", tmp), 2);
+    assert_int_equal(run("-s nobody -t x -o %s/x.wav 2> /dev/null", tmp), 1);
+    assert_int_equal(run("-s ryan -l klingon -t x -o %s/x.wav 2> /dev/null", tmp), 1);
+    assert_int_equal(run("-t x -o %s/x.wav 2> /dev/null", tmp), 1); /* CustomVoice: a speaker */
+    assert_int_equal(run("-s ryan -t x -o %s/x.mp4 2> /dev/null", tmp), 2);
     char out[512], cmd[1024], line[512];
     snprintf(out, sizeof out, "%s/list.txt", tmp);
     assert_int_equal(run("--list-speakers > %s", out), 0);
@@ -187,6 +187,33 @@ static void test_errors_and_info(void **st) {
     assert_non_null(fgets(line, sizeof line, f));
     fclose(f);
     assert_string_equal(line, "9707 1879 11 419 374 264 1273 13\n");
+}
+
+/* --batch with a voice that carries a weight delta: the voice is opened once and serves two jobs
+ * (same seed, same bytes); a preset speaker after the delta rewrote the model fails, naming the
+ * line that applied it. */
+static void test_batch_wdelta(void **st) {
+    (void)st;
+    char jobs[512], res[512], b[3][512];
+    snprintf(jobs, sizeof jobs, "%s/wd_jobs.jsonl", tmp);
+    snprintf(res, sizeof res, "%s/wd_res.jsonl", tmp);
+    for (int i = 0; i < 3; i++)
+        snprintf(b[i], sizeof b[i], "%s/wd_b%d.wav", tmp, i + 1);
+    FILE *f = fopen(jobs, "w");
+    assert_non_null(f);
+    for (int i = 0; i < 2; i++)
+        fprintf(
+            f, "{\"text\": \"Hello world.\", \"voice\": \"%s\", \"seed\": 4, \"output\": \"%s\"}\n",
+            voice, b[i]);
+    fprintf(f, "{\"text\": \"Hi.\", \"speaker\": \"ryan\", \"output\": \"%s\"}\n", b[2]);
+    fclose(f);
+    assert_int_equal(run("-q --max-frames 8 --batch %s > %s", jobs, res), 1);
+    assert_true(file_has(res, "{\"line\":1,\"ok\":true"));
+    assert_true(file_has(res, "{\"line\":2,\"ok\":true"));
+    assert_true(file_has(res, "{\"line\":3,\"ok\":false,\"error\":\"speaker ryan: line 1's voice "
+                              "rewrote the model"));
+    assert_true(file_bytes(b[0]) > 44 && same_file(b[0], b[1], 0));
+    assert_int_equal(file_bytes(b[2]), -1);
 }
 
 /* ---- voices ---------------------------------------------------------------------------------- */
@@ -405,6 +432,7 @@ int main(void) {
         cmocka_unit_test(test_errors_and_info),
         cmocka_unit_test(test_voice_lookup),
         cmocka_unit_test(test_wdelta),
+        cmocka_unit_test(test_batch_wdelta),
         cmocka_unit_test(test_voice_instruct),
         cmocka_unit_test(test_longtext_guard),
         cmocka_unit_test(test_verify),

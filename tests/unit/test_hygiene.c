@@ -17,6 +17,7 @@
 
 #include "clone/clone.h"
 #include "clone/hygiene.h"
+#include "include/qvoice.h"
 
 #define SR 24000
 #define CLIP "tests/audio/en_ohenry_chenevert.wav"
@@ -110,7 +111,7 @@ static void test_clipping_and_level(void **state) {
     assert_true(r.clip_warning);
     assert_true(!r.peak_limited && r.gain_db < 0); /* attenuated to -20 LUFS */
     double lufs;
-    assert_int_equal(qvc_loudness_lufs(x, n, &lufs), 0);
+    assert_int_equal(qv_loudness_lufs(x, n, &lufs), 0);
     printf("  clipped sine: in %.2f LUFS, out %.2f LUFS (measured again %.3f)\n", r.in_lufs,
            r.out_lufs, lufs);
     assert_true(fabs(r.out_lufs + 20.0) < 1e-9 && fabs(lufs + 20.0) < 0.01);
@@ -123,7 +124,7 @@ static void test_clipping_and_level(void **state) {
     for (int64_t i = 0; i < n; i++)
         s += (double)x[i] * x[i];
     double out_db = 10 * log10(s / (double)n);
-    assert_int_equal(qvc_loudness_lufs(x, n, &lufs), 0);
+    assert_int_equal(qv_loudness_lufs(x, n, &lufs), 0);
     printf("  quiet: in %.1f LUFS (active %.1f dBFS), gain %+.1f dB, out %.2f LUFS (measured "
            "%.3f; RMS %.2f dBFS)\n",
            r.in_lufs, r.in_active_dbfs, r.gain_db, r.out_lufs, lufs, out_db);
