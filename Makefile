@@ -131,6 +131,7 @@ models-full: $(MKMODEL)
 
 test: deps
 	@$(MAKE) --no-print-directory all $(EXAMPLES) $(TESTS)
+	@$(MAKE) --no-print-directory check-layers
 	@QVOICE_MODELS_17B=1 $(MAKE) --no-print-directory models models-full
 	@QVOICE_MODELS_17B=1 tests/run.sh $(TESTS)
 

@@ -32,12 +32,14 @@ enum qve_kinship qve_sibling_judge(const qve_text_rows *voice, const qve_text_ro
         if (!n++ || c < lo) lo = c, worst = rows[i].what;
     }
     if (min_cos) *min_cos = lo;
-    enum qve_kinship k = !n ? QVE_KIN_UNKNOWN : lo >= QVE_SIBLING_MIN_COS ? QVE_KIN_SIBLING
-                                                                         : QVE_KIN_FOREIGN;
+    enum qve_kinship k = !n                          ? QVE_KIN_UNKNOWN
+                         : lo >= QVE_SIBLING_MIN_COS ? QVE_KIN_SIBLING
+                                                     : QVE_KIN_FOREIGN;
     if (why && why_size) {
         if (k == QVE_KIN_UNKNOWN)
-            snprintf(why, why_size, "no TPAD or WOVR rows: cannot tell which checkpoint it was "
-                                    "made with");
+            snprintf(why, why_size,
+                     "no TPAD or WOVR rows: cannot tell which checkpoint it was "
+                     "made with");
         else
             snprintf(why, why_size,
                      "text-side rows %s the model's (%d compared, lowest cosine %.6f: %s; a "

@@ -4,9 +4,13 @@
  * guard (guard.h) while the speech decoder runs on its own thread, the chunk's leading silence
  * trimmed, chunks joined with a crossfade, optional speaker verification, statistics.
  *
- * Threads: the caller's thread drives the session (its pool has n_threads - 1 workers, at least
- * one) and calls the PCM callback; one decoder thread per chunk decodes the frames as they come
- * (engine/speech_decoder.h) and hands its audio back through a mutex-guarded buffer.
+ * Threads (n = qv_params.n_threads): the caller's thread drives the session and calls the PCM
+ * callback. Streaming, one decoder thread per chunk decodes the frames as they come
+ * (engine/speech_decoder.h) and hands its audio back through a mutex-guarded buffer; the
+ * generation pool then has n - 1 threads (a pool sharing its cores with the decoder waits on
+ * preempted workers at every barrier: measured 3x slower), but n for the prefill and the first
+ * frames, while the decoder is idle. Whole chunks are generated with n threads and decoded after
+ * generation on the caller's thread with n OpenBLAS threads.
  *
  * Streaming: audio flows chunk -> joined output -> callback as soon as it is decoded, except the
  * last crossfade window of the joined output (the next chunk may still blend into it) and a
@@ -37,7 +41,9 @@ struct qv_synth {
     qv_model *m; /* shared; synth.c writes only the lazily loaded decoder, the synth count and,
                     while it is the model's only synth, a voice's weight delta */
     qv_params p;
-    qv_session *s;
+    qv_session *s; /* its own pool has n_threads - 1 threads (streaming: the decoder thread
+                      takes the last core) */
+    qvk_pool *full; /* n_threads threads (NULL when 1): used while no decoder thread runs */
     char err[QVE_ERR_MAX];
     atomic_int cancel;
     qv_chunk_fn chunk_fn;
@@ -107,6 +113,8 @@ enum qv_status qv_synth_new(qv_synth **out, const qv_model *m, const qv_params *
     pthread_mutex_init(&s->mu, NULL);
     __atomic_add_fetch(&s->m->n_synths, 1, __ATOMIC_SEQ_CST);
     enum qv_status st = new_session(s);
+    if (!st && s->p.n_threads > 1 && !(s->full = qvk_pool_create(s->p.n_threads)))
+        st = QV_E_NOMEM;
     if (st) {
         qv_synth_free(s);
         return st;
@@ -119,6 +127,7 @@ void qv_synth_free(qv_synth *s) {
     if (!s) return;
     __atomic_sub_fetch(&s->m->n_synths, 1, __ATOMIC_SEQ_CST);
     qv_session_free(s->s);
+    qvk_pool_free(s->full);
     qvc_ecapa_free(s->ecapa);
     qvc_mel_free(s->mel);
     free(s->xvec);
@@ -147,7 +156,11 @@ typedef struct {
     qv_synth *s;
     const qv_synth_request *r;
     qv_request base; /* speaker / voice prompt; the text is set per chunk */
-    const qve_decoder *dec;
+    const qve_decoder *dec; /* once decoder() joined the loader */
+    pthread_t loader;       /* loads the model's decoder while the tokenizer opens and the
+                               first chunk prefills */
+    int loading;
+    char dec_err[256];
     const float *ref_xvec; /* the voice's x-vector when verifying */
     int max_frames, stream, n_pieces, n_text_chunks;
     qv_pcm_fn fn;
@@ -246,8 +259,38 @@ static int take_audio(run *c, piece *pc, int last) {
     return deliver(c, xf);
 }
 
-/* Generates text as one piece under the guard, decoding on the decoder thread. 0, 1 guard trip
- * (c->msg), -1 failure (c->status, c->msg). */
+static void *load_decoder(void *arg) {
+    run *c = arg;
+    c->dec = model_decoder(c->s->m, c->dec_err, sizeof c->dec_err);
+    return NULL;
+}
+
+/* The model's decoder, waiting for the loader thread the first time. */
+static const qve_decoder *decoder(run *c) {
+    if (c->loading) pthread_join(c->loader, NULL);
+    c->loading = 0;
+    if (!c->dec) fail(c, QV_E_MODEL, "%s", c->dec_err);
+    return c->dec;
+}
+
+/* Pushes frames [0, n) of the piece's codes to a decoder on this thread (whole chunks: the
+ * decoder runs after generation with every core, while the pool sleeps). */
+static int decode_here(run *c, int n, char *e, size_t es) {
+    qve_dec_stream *ds = qve_dec_stream_start(c->dec, 0, on_decoded, c->s, e, es);
+    if (!ds) return -1;
+    qvk_blas_set_threads(c->s->p.n_threads); /* the same samples for any count */
+    for (int f = 0; f < n; f++)
+        if (qve_dec_stream_push(ds, c->s->codes + (size_t)f * QV_N_CODEBOOKS)) break;
+    int rc = qve_dec_stream_finish(ds, e, es);
+    qvk_blas_set_threads(1);
+    return rc;
+}
+
+/* Generates text as one piece under the guard. Streaming, a decoder thread decodes the frames
+ * as they come; until the piece is heard each block is waited for (its audio goes out now, not
+ * after the next frame) and, the decoder being idle meanwhile, the pool has every core. Whole
+ * chunks are decoded after generation. 0, 1 guard trip (c->msg), -1 failure (c->status,
+ * c->msg). */
 static int generate(run *c, const char *text, piece *pc) {
     qv_synth *s = c->s;
     int32_t *ids;
@@ -261,10 +304,13 @@ static int generate(run *c, const char *text, piece *pc) {
     s->s->p.max_frames = c->max_frames;
     char e[256] = "";
     qve_dec_stream *ds = NULL;
-    if (!c->r->codes_only && !(ds = qve_dec_stream_start(c->dec, 1, on_decoded, s, e, sizeof e)))
-        return fail(c, QV_E_NOMEM, "%s", e);
+    qvk_pool *own = s->s->pool;
+    if (s->full) s->s->pool = s->full;
     enum qv_status st = qv_session_start(s->s, &q);
     int rc = st ? fail(c, st, "%s", qv_session_error(s->s)) : 0;
+    if (!rc && c->stream && !c->r->codes_only &&
+        (!decoder(c) || !(ds = qve_dec_stream_start(c->dec, 1, on_decoded, s, e, sizeof e))))
+        rc = c->dec ? fail(c, QV_E_NOMEM, "%s", e) : -1;
     while (!rc) {
         int32_t fr[QV_N_CODEBOOKS];
         int done;
@@ -272,6 +318,7 @@ static int generate(run *c, const char *text, piece *pc) {
             rc = fail(c, QV_E_CANCELLED, "%s", "cancelled");
             break;
         }
+        if (ds && pc->joined) s->s->pool = own;
         if ((st = qv_session_next_frame(s->s, fr, &done))) {
             rc = fail(c, st, "%s", qv_session_error(s->s));
             break;
@@ -298,16 +345,17 @@ static int generate(run *c, const char *text, piece *pc) {
         pc->n_frames++;
         if (!ds) continue;
         if (qve_dec_stream_push(ds, fr)) break; /* the error comes from finish */
-        /* until the piece is heard, wait for each block: its audio goes out now, not after the
-           next frame */
-        if (c->stream && !pc->joined && qve_dec_stream_sync(ds)) break;
+        if (!pc->joined && qve_dec_stream_sync(ds)) break;
         rc = take_audio(c, pc, 0);
     }
-    if (!ds) return rc;
-    if (qve_dec_stream_finish(ds, e, sizeof e) && !rc)
+    s->s->pool = own;
+    if (!rc && !ds && !c->r->codes_only && !decoder(c)) rc = -1;
+    int bad = ds ? qve_dec_stream_finish(ds, e, sizeof e)
+                 : !rc && !c->r->codes_only && decode_here(c, pc->n_frames, e, sizeof e);
+    if (bad && !rc)
         rc = atomic_load(&s->cancel) ? fail(c, QV_E_CANCELLED, "%s", "cancelled")
                                      : fail(c, QV_E_NOMEM, "%s", e);
-    return rc ? rc : take_audio(c, pc, 1);
+    return rc || c->r->codes_only ? rc : take_audio(c, pc, 1);
 }
 
 /* Speaker similarity of a piece's audio to the voice; NAN when too short. */
@@ -392,7 +440,7 @@ static enum qv_status prepare(run *c, const qv_voice *v, qv_text_bridge *bridge)
                         m->dir), c->status;
         return QV_OK;
     }
-    enum qv_status st = qv_voice_check(v, m, e, sizeof e);
+    enum qv_status st = qve_voice_check(v, m, r->use_wdelta, e, sizeof e);
     if (st == QV_E_FOREIGN_VOICE && r->force_voice)
         snprintf(c->st->warning, sizeof c->st->warning, "%.250s", e);
     else if (st)
@@ -413,9 +461,9 @@ static enum qv_status prepare(run *c, const qv_voice *v, qv_text_bridge *bridge)
             qve_wdelta_report rep;
             qv_session_free(s->s); /* sessions hold views of the old weights */
             s->s = NULL;
-            if (qve_voice_apply_wdelta(m, v->f, &rep, e, sizeof e))
-                return fail(c, QV_E_VOICE, "%s: %s", v->path, e), QV_E_VOICE;
+            const int bad = qve_voice_apply_wdelta(m, v->f, &rep, e, sizeof e);
             if ((st = new_session(s))) return fail(c, st, "%s", s->err), st;
+            if (bad) return fail(c, QV_E_VOICE, "%s: %s", v->path, e), QV_E_VOICE;
         }
         c->st->wdelta_applied = a == QVE_WDELTA_APPLIED;
     }
@@ -490,6 +538,7 @@ enum qv_status qv_synth_run(qv_synth *s, const qv_synth_request *r, qv_pcm_fn fn
         snprintf(s->err, sizeof s->err, "synth: no text");
         return QV_E_INVALID;
     }
+    if (!s->s && new_session(s)) return QV_E_NOMEM; /* lost to a failed weight delta */
     qv_voice *opened = NULL;
     const qv_voice *v = r->voice;
     qv_text_bridge bridge;
@@ -498,8 +547,10 @@ enum qv_status qv_synth_run(qv_synth *s, const qv_synth_request *r, qv_pcm_fn fn
         c.status = st;
     if (!v) v = opened;
     if (!st) st = prepare(&c, v, &bridge);
-    if (!st && !r->codes_only && !(c.dec = model_decoder(s->m, c.msg, sizeof c.msg)))
-        st = c.status = QV_E_MODEL;
+    if (!st && !r->codes_only) {
+        c.loading = !pthread_create(&c.loader, NULL, load_decoder, &c);
+        if (!c.loading) load_decoder(&c);
+    }
     if (!st) {
         c.max_frames = s->p.max_frames;
         if (r->max_seconds > 0) {
@@ -509,6 +560,7 @@ enum qv_status qv_synth_run(qv_synth *s, const qv_synth_request *r, qv_pcm_fn fn
         }
         st = speak_text(&c) ? c.status : QV_OK;
     }
+    if (c.loading) pthread_join(c.loader, NULL);
     qv_voice_free(opened);
     qve_audio_buf_free(&c.out);
     if (st) snprintf(s->err, sizeof s->err, "%s", c.msg);

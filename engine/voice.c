@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "checkpoint/sibling.h"
 #include "engine/model.h"
 #include "engine/voice_load.h"
+#include "engine/voice_verify.h"
 
 /* err = where NAME was looked for (qvf_voice_find's order). */
 static void not_found(const char *name, char *err, size_t es) {
@@ -94,12 +94,17 @@ int qv_voice_has_wdelta(const qv_voice *v) {
 }
 
 enum qv_status qv_voice_check(const qv_voice *v, const qv_model *m, char *err, size_t es) {
+    return qve_voice_check(v, m, 1, err, es);
+}
+
+enum qv_status qve_voice_check(const qv_voice *v, const qv_model *m, int with_delta, char *err,
+                               size_t es) {
     const qvf_voice *f = v->f;
     const int H = m->cfg.talker.hidden_size;
-    /* the delta's target first: for a heavy voice it names the real mismatch */
     enum qve_wdelta_action a;
     char e[768];
-    if (qve_voice_wdelta_fits(m, f, &a, e, sizeof e)) {
+    /* the delta first: made for another checkpoint, that is the reason to name */
+    if (with_delta && qve_voice_wdelta_fits(m, f, &a, e, sizeof e)) {
         snprintf(err, es, "%s: %s", v->path, e);
         return QV_E_VOICE;
     }
@@ -108,28 +113,16 @@ enum qv_status qv_voice_check(const qv_voice *v, const qv_model *m, char *err, s
                  f->xvector ? f->enc_dim : 0, H);
         return QV_E_VOICE;
     }
-    /* Sibling check: the voice's text-side rows against the model's own (checkpoint/sibling.h). */
-    const int TH = m->cfg.text_hidden_size;
-    float *tpad = malloc(3 * (size_t)H * sizeof(float));
-    if (!tpad || qve_textside_special(&m->text, &m->cfg, NULL, tpad)) {
-        free(tpad);
-        snprintf(err, es, "out of memory");
-        return QV_E_NOMEM;
-    }
-    const int wovr = f->wovr_h && (int)f->wovr_h == H && (int)f->wovr_th == TH;
-    const qve_text_rows mine = {tpad, m->text.fc1_bias, m->text.fc2_bias};
-    const qve_text_rows theirs = {f->tpad && (int)f->tpad_hidden == H ? f->tpad : NULL,
-                                  wovr ? f->wovr_fc1_b : NULL, wovr ? f->wovr_fc2_b : NULL};
-    char why[320];
-    enum qve_kinship k = qve_sibling_judge(&theirs, &mine, H, TH, NULL, why, sizeof why);
-    free(tpad);
     if (err && es) err[0] = 0;
-    if (k == QVE_KIN_FOREIGN) {
-        snprintf(err, es, "%s: made with a checkpoint unrelated to this model: %s", v->path, why);
-        return QV_E_FOREIGN_VOICE;
-    }
-    if (k == QVE_KIN_UNKNOWN) snprintf(err, es, "%s: %s", v->path, why);
-    return QV_OK;
+    if (m->wdelta_on && !memcmp(m->wdelta_source, f->source.fingerprint, 32))
+        return QV_OK; /* m carries the voice's delta: its text side is the source's */
+    /* is the voice's source m's sibling? its text-side rows against m's own */
+    int k = qve_voice_kinship(m, f, e, sizeof e);
+    if (k < 0) return snprintf(err, es, "%s: out of memory", v->path), QV_E_NOMEM;
+    if (k == QVE_KIN_UNKNOWN) snprintf(err, es, "%s: %s", v->path, e); /* a warning */
+    if (k != QVE_KIN_FOREIGN) return QV_OK;
+    snprintf(err, es, "%s: made with a checkpoint unrelated to %s: %s", v->path, m->dir, e);
+    return QV_E_FOREIGN_VOICE;
 }
 
 void qve_voice_request(const qv_voice *v, const qv_model *m, int use_icl, qv_request *r,

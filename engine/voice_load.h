@@ -56,6 +56,11 @@ struct qv_voice {
     int32_t *codes; /* the ICL codes widened once to the engine's code type, or NULL */
 };
 
+/* qv_voice_check, with the weight delta's fingerprint checked only when with_delta (a voice
+ * used without its delta fits any checkpoint its x-vector fits). */
+enum qv_status qve_voice_check(const qv_voice *v, const qv_model *m, int with_delta, char *err,
+                               size_t err_size);
+
 /* What a voice gives one utterance on m: r's speaker vector, ICL codes + transcript (when the
  * model is Base and use_icl), TPAD and the WOVR bridge (into *bridge; when their sizes fit and m
  * does not carry the voice's weight delta, which supersedes both, legacy §6.2/§6.4). warn gets

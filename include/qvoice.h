@@ -1,6 +1,6 @@
 /* qvoice.h — public API of libqvoice: load a Qwen3-TTS-12Hz checkpoint and synthesize speech.
  *
- * Usage (codes for one utterance):
+ * Usage (text to audio, streamed to a callback; complete program: examples/stream_wav.c):
  *
  *     char err[512];
  *     qv_model *m;
@@ -8,6 +8,16 @@
  *         { fprintf(stderr, "%s\n", err); return 1; }
  *     qv_params p = qv_model_params(m);            // generation_config.json defaults
  *     p.seed = 42;
+ *     p.n_threads = qv_threads_resolve(0);         // every core
+ *     qv_synth *y;
+ *     qv_synth_new(&y, m, &p);
+ *     qv_synth_request q = qv_synth_default_request();
+ *     q.text = "Hello world."; q.speaker = "ryan";   // or q.voice_path = "voices/me.qvoice"
+ *     if (qv_synth_run(y, &q, on_pcm, user, NULL)) { fprintf(stderr, "%s\n", qv_synth_error(y)); }
+ *     qv_synth_free(y);
+ *
+ * Or codes for one utterance, frame by frame:
+ *
  *     qv_session *s;
  *     qv_session_new(&s, m, &p);
  *     qv_request r = qv_default_request();
@@ -17,8 +27,9 @@
  *     while (!qv_session_next_frame(s, codes, &done) && !done) { ... use one 80 ms frame ... }
  *     qv_session_free(s); qv_model_free(m);
  *
- * Thread safety: a qv_model is read-only after load and may be shared by any number of threads
- * and sessions; a qv_session belongs to one thread at a time. Nothing here prints or exits.
+ * Thread safety: a qv_model is read-only after load (but for a voice's weight delta, see
+ * use_wdelta) and may be shared by any number of threads, sessions and syntheses; a qv_session
+ * or qv_synth belongs to one thread at a time. Nothing here prints or exits.
  * Determinism: with sampling on, a given seed gives the same codes for any n_threads.
  */
 #ifndef QVOICE_H
@@ -226,6 +237,19 @@ int qv_voice_has_wdelta(const qv_voice *v);       /* carries a weight delta */
  * force_voice). err gets the one-line reason; with QV_OK it holds a warning when the voice
  * carries no text-side rows to judge by ("" otherwise). */
 enum qv_status qv_voice_check(const qv_voice *v, const qv_model *m, char *err, size_t err_size);
+
+/* What `voicefmt verify --model` checks, for a voice file and a model directory: x-vector, TPAD
+ * and WOVR sizes; a weight delta (made for this checkpoint or this is its source, as synthesis
+ * decides; every tensor present with its size; with QV_VERIFY_DEEP also each target tensor's
+ * SHA-256); and whether the
+ * voice was made with the model's sibling checkpoint (judged from its TPAD/WOVR rows; without
+ * them a warning "cannot tell"; QV_VERIFY_FORCE makes a foreign voice a warning). Loads the
+ * model with qv_model_load for the call. report gets every problem and warning, one line each
+ * ("PATH: problem", "PATH: warning: ..."). QV_OK (warnings possible), QV_E_FOREIGN_VOICE (that is
+ * the only problem), QV_E_VOICE, or qv_model_load's status. */
+enum { QV_VERIFY_DEEP = 1, QV_VERIFY_FORCE = 2 };
+enum qv_status qv_voice_file_verify(const char *model_dir, const char *voice_path, int flags,
+                                    char *report, size_t report_size);
 
 /* ==== synthesis: text to 24 kHz audio ========================================================= */
 

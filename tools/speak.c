@@ -897,6 +897,7 @@ int main(int argc, char **argv) {
     r.voice = voice;
     r.use_icl = !o.no_icl;
     r.use_wdelta = !o.no_wdelta;
+    r.force_voice = 1; /* a voice made with an unrelated checkpoint: a warning (stats.warning) */
     r.guard = !o.no_guard;
     r.max_chunk_chars = o.max_chunk_chars;
     r.max_seconds = o.max_seconds;

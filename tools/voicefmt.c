@@ -1,6 +1,6 @@
 /* voicefmt — inspect, verify, compare, convert and edit .qvoice voice files (CLI only).
- * All file handling is in the qvf_ library; this file parses options, prints, and (verify --model)
- * checks a voice against a model directory through the engine's config and fingerprint code.
+ * File handling is in the qvf_ library (voicefmt/qvf.h); verify --model goes through
+ * qv_voice_file_verify (include/qvoice.h). This file parses options and prints.
  */
 #include <cJSON.h>
 #include <dirent.h>
@@ -13,13 +13,8 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "checkpoint/config.h"
-#include "checkpoint/fingerprint.h"
-#include "checkpoint/sibling.h"
-#include "engine/model.h"
 #include "include/qvoice.h"
 #include "voicefmt/qvf.h"
-#include "checkpoint/safetensors.h"
 
 #define EXIT_USAGE 2
 
@@ -314,124 +309,16 @@ static int cmd_inspect(int argc, char **argv) {
 
 /* ---------------------------------------------------------------- verify */
 
-static int verify_model(const char *path, const qvf_voice *v, const char *dir, int deep) {
-    char err[512];
-    qve_model_config cfg;
-    if (qve_model_config_load(&cfg, dir, err, sizeof err)) {
-        fprintf(stderr, "voicefmt: %s\n", err);
-        return 1;
+/* The model checks, through the library (qv_voice_file_verify); its lines go to stderr. */
+static int verify_model(const char *path, const char *dir, int flags) {
+    char report[8192];
+    enum qv_status st = qv_voice_file_verify(dir, path, flags, report, sizeof report);
+    for (char *line = report, *next; *line; line = next) {
+        next = strchr(line, '\n');
+        next = next ? (*next = 0, next + 1) : line + strlen(line);
+        fprintf(stderr, "voicefmt: %s\n", line);
     }
-    int bad = 0;
-    uint32_t h = (uint32_t)cfg.talker.hidden_size, th = (uint32_t)cfg.text_hidden_size;
-    uint32_t want_enc = cfg.has_speaker_encoder ? (uint32_t)cfg.enc_dim : h; /* legacy §8 step 2 */
-    if (v->enc_dim != want_enc) {
-        fprintf(stderr, "voicefmt: %s: x-vector has %u floats, model %s expects %u\n", path,
-                v->enc_dim, dir, want_enc);
-        bad = 1;
-    }
-    if (v->tpad_hidden && v->tpad_hidden != h) {
-        fprintf(stderr, "voicefmt: %s: TPAD hidden %u, model %s has %u\n", path, v->tpad_hidden,
-                dir, h);
-        bad = 1;
-    }
-    if (v->wovr_h && (v->wovr_h != h || v->wovr_th != th)) {
-        fprintf(stderr, "voicefmt: %s: WOVR h %u th %u, model %s has %u / %u\n", path, v->wovr_h,
-                v->wovr_th, dir, h, th);
-        bad = 1;
-    }
-    if (!v->has_wdelta) return bad;
-    if (cfg.variant == QVE_VARIANT_BASE && v->wdelta_kind != QVF_WKIND_FULL) {
-        fprintf(stderr,
-                "voicefmt: %s: weight deltas target a CustomVoice model, %s is a Base model\n",
-                path, dir);
-        bad = 1;
-    }
-    if (v->target.hidden_size && v->target.hidden_size != h) {
-        fprintf(stderr, "voicefmt: %s: WDELTA targets hidden %u, model %s has %u\n", path,
-                v->target.hidden_size, dir, h);
-        bad = 1;
-    }
-    uint8_t fp[32];
-    static const uint8_t zero[32];
-    if (memcmp(v->target.fingerprint, zero, 32)) {
-        if (qve_fingerprint_model(dir, QVE_FINGERPRINT_TABLE, fp, err, sizeof err)) {
-            fprintf(stderr, "voicefmt: %s\n", err);
-            return 1;
-        }
-        if (memcmp(fp, v->target.fingerprint, 32)) {
-            char a[65], b[65];
-            hex(v->target.fingerprint, 32, a);
-            hex(fp, 32, b);
-            fprintf(stderr, "voicefmt: %s: WDELTA made for model %s, %s is %s\n", path, a, dir, b);
-            bad = 1;
-        }
-    } else {
-        fprintf(stderr,
-                "voicefmt: %s: warning: WDELTA has no target fingerprint (legacy); only sizes "
-                "checked\n",
-                path);
-    }
-    qve_st *st = qve_st_open_dir(dir, "model", err, sizeof err);
-    if (!st) {
-        fprintf(stderr, "voicefmt: %s\n", err);
-        return 1;
-    }
-    for (uint32_t i = 0; i < v->n_tensors; i++) {
-        const qvf_tensor *t = &v->tensors[i];
-        const qve_tensor *m = qve_st_find(st, t->name);
-        if (!m) {
-            fprintf(stderr, "voicefmt: %s: WDELTA tensor %s is not in model %s\n", path, t->name,
-                    dir);
-            bad = 1;
-            continue;
-        }
-        if (t->encoding == QVF_ENC_DELTA16_LZ4 &&
-            (m->dtype != QVE_DTYPE_BF16 || m->n_bytes != t->raw_bytes)) {
-            fprintf(stderr,
-                    "voicefmt: %s: WDELTA tensor %s: %llu bf16 bytes, model has %zu bytes %s\n",
-                    path, t->name, (unsigned long long)t->raw_bytes, m->n_bytes,
-                    qve_dtype_name(m->dtype));
-            bad = 1;
-            continue;
-        }
-        if (deep && t->encoding == QVF_ENC_DELTA16_LZ4 && memcmp(t->target_sha256, zero, 32)) {
-            uint8_t hsh[32];
-            if (qve_tensor_sha256(m, hsh) || memcmp(hsh, t->target_sha256, 32)) {
-                fprintf(stderr,
-                        "voicefmt: %s: WDELTA tensor %s: model tensor content differs from the "
-                        "delta's target\n",
-                        path, t->name);
-                bad = 1;
-            }
-        }
-    }
-    qve_st_close(st);
-    return bad;
-}
-
-/* Whether the voice was made with the model's sibling checkpoint (qv_voice_check): a foreign
- * voice fails unless force; a voice without text-side rows is a warning. */
-static int verify_sibling(const char *path, const char *dir, int force) {
-    char err[768];
-    qv_model *m = NULL;
-    qv_voice *v = NULL;
-    if (qv_model_load(&m, dir, err, sizeof err) || qv_voice_open(&v, path, err, sizeof err)) {
-        fprintf(stderr, "voicefmt: %s\n", err);
-        qv_model_free(m);
-        return 1;
-    }
-    enum qv_status st = qv_voice_check(v, m, err, sizeof err);
-    qv_voice_free(v);
-    qv_model_free(m);
-    size_t pl = strlen(path); /* err is "PATH: why" */
-    const char *why = !strncmp(err, path, pl) && !strncmp(err + pl, ": ", 2) ? err + pl + 2 : err;
-    if (st == QV_E_FOREIGN_VOICE)
-        fprintf(stderr, "voicefmt: %s: %s%s\n", path, force ? "warning (--force): " : "", why);
-    else if (st == QV_OK && err[0])
-        fprintf(stderr, "voicefmt: %s: warning: %s\n", path, why);
-    else if (st)
-        fprintf(stderr, "voicefmt: %s\n", err);
-    return st == QV_E_FOREIGN_VOICE ? !force : st != QV_OK;
+    return st != QV_OK;
 }
 
 /* Decodes every LZ4 block so a corrupt block is caught by verify, not at load. */
@@ -481,8 +368,8 @@ static int cmd_verify(int argc, char **argv) {
             continue;
         }
         int bad = verify_blocks(argv[i], v);
-        if (!bad && model) bad = verify_model(argv[i], v, model, deep);
-        if (!bad && model) bad = verify_sibling(argv[i], model, force);
+        if (!bad && model)
+            bad = verify_model(argv[i], model, (deep ? QV_VERIFY_DEEP : 0) | (force ? QV_VERIFY_FORCE : 0));
         if (!bad)
             printf("%s: ok (v%d%s%s)\n", argv[i], v->file_version, model ? ", fits " : "",
                    model ? model : "");
@@ -691,8 +578,14 @@ static int cmp_str(const void *a, const void *b) {
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-static int list_dir(const char *dir, int *any) {
+/* Lists the voices in dir; a missing dir is skipped (the default search path) or, when named on
+ * the command line (required), a usage error. */
+static int list_dir(const char *dir, int *any, int required) {
     DIR *d = opendir(dir);
+    if (!d && required) {
+        fprintf(stderr, "voicefmt: list: %s: %s (see voicefmt --help)\n", dir, strerror(errno));
+        return EXIT_USAGE;
+    }
     if (!d) return 0;
     char **names = NULL;
     size_t n = 0;
@@ -739,17 +632,20 @@ static int cmd_list(int argc, char **argv) {
         return fputs(usage_text, stdout), 0;
     int rc = 0, any = 0;
     if (argc > 1) {
-        for (int i = 1; i < argc; i++)
-            rc |= list_dir(argv[i], &any);
+        for (int i = 1; i < argc; i++) {
+            int r = list_dir(argv[i], &any, 1);
+            if (r == EXIT_USAGE) return r;
+            rc |= r;
+        }
         return rc;
     }
-    rc |= list_dir("voices", &any);
+    rc |= list_dir("voices", &any, 0);
     const char *qp = getenv("QVOICE_PATH");
     if (qp) {
         char *copy = strdup(qp), *save = NULL;
         for (char *tok = copy ? strtok_r(copy, ":", &save) : NULL; tok;
              tok = strtok_r(NULL, ":", &save))
-            rc |= list_dir(tok, &any);
+            rc |= list_dir(tok, &any, 0);
         free(copy);
     }
     if (!any) fprintf(stderr, "voicefmt: no .qvoice files in voices/ or $QVOICE_PATH\n");
@@ -844,7 +740,7 @@ int main(int argc, char **argv) {
     const char *cmd = argv[1];
     if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h")) return fputs(usage_text, stdout), 0;
     if (!strcmp(cmd, "--version") || !strcmp(cmd, "-V"))
-        return printf("voicefmt %s (qvoice format v%d)\n", qvf_version(), QVF_FORMAT_VERSION), 0;
+        return printf("voicefmt (qvoice) %s\n", qv_version()), 0;
     argc--;
     argv++;
     optind = 1;

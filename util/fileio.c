@@ -45,7 +45,8 @@ static char *temp_name(const char *dir, const char *path) {
     size_t n = strlen(pre) + 32;
     char *p = malloc(n);
     if (p)
-        snprintf(p, n, "%s%ld.%u", pre, (long)getpid(), __atomic_fetch_add(&seq, 1, __ATOMIC_RELAXED));
+        snprintf(p, n, "%s%ld.%u", pre, (long)getpid(),
+                 __atomic_fetch_add(&seq, 1, __ATOMIC_RELAXED));
     free(pre);
     return p;
 }
@@ -87,8 +88,10 @@ static void sync_dir(const char *dir) {
 }
 
 static void wfile_free(qvu_wfile *w) {
-    if (w->f) fclose(w->f);
-    else if (w->fd >= 0) close(w->fd);
+    if (w->f)
+        fclose(w->f);
+    else if (w->fd >= 0)
+        close(w->fd);
     if (w->tmp) unlink(w->tmp);
     free(w->tmp);
     free(w->dir);
@@ -219,15 +222,19 @@ char *qvu_read_file(const char *path, size_t max_bytes, size_t *n_bytes, char *e
         }
         ssize_t got = read(fd, buf + n, cap - n);
         if (got < 0 && errno == EINTR) continue;
-        if (got < 0) e = errno;
-        else if (got == 0) break;
-        else n += (size_t)got;
+        if (got < 0)
+            e = errno;
+        else if (got == 0)
+            break;
+        else
+            n += (size_t)got;
     }
     close(fd);
     if (!e && n > max_bytes) e = EFBIG;
     if (e) {
         if (e == EFBIG) {
-            if (err && es) snprintf(err, es, "%s: file too large (expected <= %zu bytes)", path, max_bytes);
+            if (err && es)
+                snprintf(err, es, "%s: file too large (expected <= %zu bytes)", path, max_bytes);
         } else {
             fail(err, es, path, e == ENOMEM ? "cannot read" : "read error", e);
         }

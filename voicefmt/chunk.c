@@ -82,14 +82,14 @@ void qvf_out_meta(qvf_out *o, const qvf_voice *v) {
 int qvf_meta_parse(const qvf_chunk_ctx *c, const uint8_t *p, uint64_t n, qvf_voice *v) {
     if (n < 8)
         return QVF_FAIL(c, QVF_E_CHUNK_SIZE, "payload is %llu bytes (minimum 8)",
-                    (unsigned long long)n);
+                        (unsigned long long)n);
     uint32_t k = rd32(p);
     if (k > QVF_MAX_META_ENTRIES)
         return QVF_FAIL(c, QVF_E_LIMIT, "%u entries (maximum %u)", k, QVF_MAX_META_ENTRIES);
     if (rd32(p + 4)) return QVF_FAIL(c, QVF_E_RESERVED, "reserved field not zero");
     if (16ull * k > n - 8)
         return QVF_FAIL(c, QVF_E_CHUNK_SIZE, "%u entries cannot fit in %llu bytes", k,
-                    (unsigned long long)n);
+                        (unsigned long long)n);
     v->has_meta = 1;
     if (k && !(v->meta = calloc(k, sizeof *v->meta))) return QVF_FAIL(c, QVF_E_NOMEM, "entries");
     uint64_t o = 8;
@@ -98,10 +98,10 @@ int qvf_meta_parse(const qvf_chunk_ctx *c, const uint8_t *p, uint64_t n, qvf_voi
         uint32_t kb = rd32(p + o), vb = rd32(p + o + 4);
         if (kb < 1 || kb > QVF_MAX_KEY_BYTES)
             return QVF_FAIL(c, QVF_E_LIMIT, "entry %u: key of %u bytes (expected 1..%u)", i, kb,
-                        QVF_MAX_KEY_BYTES);
+                            QVF_MAX_KEY_BYTES);
         if (vb > QVF_MAX_VALUE_BYTES)
             return QVF_FAIL(c, QVF_E_LIMIT, "entry %u: value of %u bytes (maximum %u)", i, vb,
-                        QVF_MAX_VALUE_BYTES);
+                            QVF_MAX_VALUE_BYTES);
         o += 8;
         uint64_t end = align_up(o + kb + vb, 8);
         if (end > n) return QVF_FAIL(c, QVF_E_CHUNK_SIZE, "entry %u runs past the chunk end", i);
@@ -109,8 +109,8 @@ int qvf_meta_parse(const qvf_chunk_ctx *c, const uint8_t *p, uint64_t n, qvf_voi
         for (uint32_t j = 0; j < kb; j++)
             if (!((kp[j] >= 'a' && kp[j] <= 'z') || (kp[j] >= '0' && kp[j] <= '9') ||
                   kp[j] == '_' || kp[j] == '.'))
-                return QVF_FAIL(c, QVF_E_RANGE, "entry %u: key has a byte 0x%02x outside [a-z0-9_.]", i,
-                            kp[j]);
+                return QVF_FAIL(c, QVF_E_RANGE,
+                                "entry %u: key has a byte 0x%02x outside [a-z0-9_.]", i, kp[j]);
         if (!qvf_utf8_valid(vp, vb) || memchr(vp, 0, vb))
             return QVF_FAIL(c, QVF_E_UTF8, "entry %u: value is not UTF-8 text", i);
         if (!qvf_is_zero(p + o + kb + vb, end - (o + kb + vb)))
@@ -118,7 +118,7 @@ int qvf_meta_parse(const qvf_chunk_ctx *c, const uint8_t *p, uint64_t n, qvf_voi
         for (uint32_t j = 0; j < i; j++)
             if (strlen(v->meta[j].key) == kb && !memcmp(v->meta[j].key, kp, kb))
                 return QVF_FAIL(c, QVF_E_DUPLICATE, "key \"%.*s\" appears twice", (int)kb,
-                            (const char *)kp);
+                                (const char *)kp);
         if (!(v->meta[i].key = strndup((const char *)kp, kb)) ||
             !(v->meta[i].value = strndup((const char *)vp, vb))) {
             v->n_meta = (int)i + 1;
@@ -129,7 +129,7 @@ int qvf_meta_parse(const qvf_chunk_ctx *c, const uint8_t *p, uint64_t n, qvf_voi
     }
     if (o != n)
         return QVF_FAIL(c, QVF_E_CHUNK_SIZE, "%llu bytes after the last entry",
-                    (unsigned long long)(n - o));
+                        (unsigned long long)(n - o));
     return QVF_OK;
 }
 
@@ -141,15 +141,16 @@ int qvf_tpad_read(const qvf_chunk_ctx *c, const uint8_t *p, uint64_t n, int v4, 
     const int short_code = v4 ? QVF_E_CHUNK_SIZE : QVF_E_TRUNCATED;
     if (n < head)
         return QVF_FAIL(c, short_code, "%llu bytes (minimum %llu)", (unsigned long long)n,
-                    (unsigned long long)head);
+                        (unsigned long long)head);
     uint32_t h = rd32(p);
     if (h < 1 || h > QVF_MAX_DIM)
         return QVF_FAIL(c, QVF_E_LIMIT, "hidden %u (expected 1..%u)", h, QVF_MAX_DIM);
     const uint64_t end = head + 12ull * h;
     if (v4 ? n != end : n < end)
         return QVF_FAIL(c, short_code, "%llu bytes (expected %llu for hidden %u)",
-                    (unsigned long long)n, (unsigned long long)end, h);
-    if (v4 && !qvf_is_zero(p + 4, 60)) return QVF_FAIL(c, QVF_E_RESERVED, "reserved bytes 4..63 not zero");
+                        (unsigned long long)n, (unsigned long long)end, h);
+    if (v4 && !qvf_is_zero(p + 4, 60))
+        return QVF_FAIL(c, QVF_E_RESERVED, "reserved bytes 4..63 not zero");
     if (!(v->tpad = malloc(12ull * h))) return QVF_FAIL(c, QVF_E_NOMEM, "TPAD");
     memcpy(v->tpad, p + head, 12ull * h);
     v->tpad_hidden = h;
@@ -177,18 +178,19 @@ int qvf_wovr_read(const qvf_chunk_ctx *c, const uint8_t *p, uint64_t n, int v4, 
     const int short_code = v4 ? QVF_E_CHUNK_SIZE : QVF_E_TRUNCATED;
     if (n < head)
         return QVF_FAIL(c, short_code, "%llu bytes (minimum %llu)", (unsigned long long)n,
-                    (unsigned long long)head);
+                        (unsigned long long)head);
     uint32_t h = rd32(p), th = rd32(p + 4), cv = rd32(p + 8);
     if (h < 1 || h > QVF_MAX_DIM || th < 1 || th > QVF_MAX_DIM || cv < 1 || cv > QVF_MAX_CV)
-        return QVF_FAIL(c, QVF_E_LIMIT, "dims h %u th %u cv %u (expected 1..%u, cv 1..%u)", h, th, cv,
-                    QVF_MAX_DIM, QVF_MAX_CV);
-    if (v4 && !qvf_is_zero(p + 12, 52)) return QVF_FAIL(c, QVF_E_RESERVED, "reserved bytes 12..63 not zero");
+        return QVF_FAIL(c, QVF_E_LIMIT, "dims h %u th %u cv %u (expected 1..%u, cv 1..%u)", h, th,
+                        cv, QVF_MAX_DIM, QVF_MAX_CV);
+    if (v4 && !qvf_is_zero(p + 12, 52))
+        return QVF_FAIL(c, QVF_E_RESERVED, "reserved bytes 12..63 not zero");
     uint64_t off[5], len[5];
     qvf_wovr_layout(h, th, cv, v4, off, len);
     const uint64_t end = off[4] + len[4];
     if (v4 ? n != end : n < end)
         return QVF_FAIL(c, short_code, "%llu bytes (expected %llu for h %u th %u cv %u)",
-                    (unsigned long long)n, (unsigned long long)end, h, th, cv);
+                        (unsigned long long)n, (unsigned long long)end, h, th, cv);
     for (int i = 1; v4 && i < 5; i++)
         if (!qvf_is_zero(p + off[i - 1] + len[i - 1], off[i] - off[i - 1] - len[i - 1]))
             return QVF_FAIL(c, QVF_E_RESERVED, "padding before array %d not zero", i);

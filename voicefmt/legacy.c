@@ -1,4 +1,4 @@
-/* legacy.c — legacy v1–v3 .qvoice and raw .bin x-vectors (shared/docs/qvoice-legacy.md), read with
+/* legacy.c — legacy v1–v3 .qvoice and raw .bin x-vectors (docs/qvoice-format.md §7), read with
  * the same bounds-checked cursor as v4, and the byte-compatible v3 writer.
  * Reading keeps the legacy engine's semantics (positional probes that consume their tag, WDLT
  * header heuristic, bytes after the last section ignored) but refuses what it read unchecked: short
@@ -96,7 +96,8 @@ static int read_wovr(qvf_cur *c, const char *name, qvf_voice *v, char *err, size
     return QVF_OK;
 }
 
-/* Legacy records carry no dtype: norms and biases are f32 (legacy §6.4), everything else bf16. */
+/* Legacy records carry no dtype: norms and biases are f32, everything else bf16
+ * (qvoice-format.md §7). */
 static uint32_t guess_dtype(const char *n) {
     size_t l = strlen(n);
     if ((l >= 4 && !strcmp(n + l - 4, "bias")) || (l >= 11 && !strcmp(n + l - 11, "norm.weight")))
@@ -176,7 +177,7 @@ static int read_weights(qvf_cur *c, const char *name, qvf_voice *v, char *err, s
         c->off += 4;
         NEED(c, 4, "WDLT header");
         uint32_t x = take32(c);
-        if (x == 1024 || x == 2048) { /* the engine's heuristic, legacy §6.4 */
+        if (x == 1024 || x == 2048) { /* the legacy engine's heuristic, qvoice-format.md §7 */
             kind = QVF_WKIND_DELTA;
             v->target.hidden_size = x;
             v->target.variant = QVF_VARIANT_CUSTOM_VOICE;
@@ -215,7 +216,7 @@ static int read_weights(qvf_cur *c, const char *name, qvf_voice *v, char *err, s
 /* ---------------------------------------------------------------- QV4X trailer
  * What v3 cannot hold (model identities, extra META keys, tensor dtypes/shapes/hashes) is appended
  * after the last section, the legacy engine's one ignored extension point (docs/qvoice-format.md
- * §6): "QV4X", u32 length L, payload, u32 CRC over tag, length and payload. Payload: the v4 HEAD
+ * §7): "QV4X", u32 length L, payload, u32 CRC over tag, length and payload. Payload: the v4 HEAD
  * payload (128 B), u32 meta_bytes + a v4 META payload, u32 n_tensors + per tensor: u32 name_bytes,
  * name, u32 dtype, u32 n_dims, u64 shape[4], target SHA-256, result SHA-256. */
 
@@ -318,7 +319,7 @@ int qvf_legacy_read(const uint8_t *buf, size_t n, const char *name, uint32_t hin
         NEED(c, 4, "enc_dim");
         d = take32(c);
     } else {
-        d = hint ? hint : 1024; /* v1 writers always wrote 1024 floats (legacy §4) */
+        d = hint ? hint : 1024; /* v1 writers always wrote 1024 floats (qvoice-format.md §7) */
     }
     if (d < 1 || d > QVF_MAX_DIM)
         return qvf_fail(err, es, QVF_E_LIMIT, name, "enc_dim %u (expected 1..%u)", d, QVF_MAX_DIM);

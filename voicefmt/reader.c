@@ -74,10 +74,10 @@ static void read_id(const uint8_t *p, qvf_model_id *id) {
 static int parse_head(const qvf_chunk_ctx *c, const uint8_t *p, uint64_t n, qvf_voice *v) {
     if (n != QVF_HEAD_BYTES)
         return QVF_FAIL(c, QVF_E_CHUNK_SIZE, "payload is %llu bytes (expected %u)",
-                    (unsigned long long)n, QVF_HEAD_BYTES);
+                        (unsigned long long)n, QVF_HEAD_BYTES);
     if (rd32(p) != QVF_FORMAT_VERSION)
         return QVF_FAIL(c, QVF_E_VERSION, "format version %u (expected %d)", rd32(p),
-                    QVF_FORMAT_VERSION);
+                        QVF_FORMAT_VERSION);
     if (rd32(p + 8) || rd32(p + 12) || !qvf_is_zero(p + 112, 16))
         return QVF_FAIL(c, QVF_E_RESERVED, "reserved fields not zero");
     read_id(p + 16, &v->source);
@@ -85,21 +85,22 @@ static int parse_head(const qvf_chunk_ctx *c, const uint8_t *p, uint64_t n, qvf_
     if (v->source.variant > QVF_VARIANT_VOICE_DESIGN ||
         v->target.variant > QVF_VARIANT_VOICE_DESIGN)
         return QVF_FAIL(c, QVF_E_RANGE, "model variant %u/%u (expected 0..3)", v->source.variant,
-                    v->target.variant);
+                        v->target.variant);
     return QVF_OK;
 }
 
 static int parse_xvec(const qvf_chunk_ctx *c, const uint8_t *p, uint64_t n, qvf_voice *v) {
     if (n < 64)
         return QVF_FAIL(c, QVF_E_CHUNK_SIZE, "payload is %llu bytes (minimum 64)",
-                    (unsigned long long)n);
+                        (unsigned long long)n);
     uint32_t d = rd32(p);
     if (d < 1 || d > QVF_MAX_DIM)
         return QVF_FAIL(c, QVF_E_LIMIT, "enc_dim %u (expected 1..%u)", d, QVF_MAX_DIM);
     if (n != 64 + 4ull * d)
         return QVF_FAIL(c, QVF_E_CHUNK_SIZE, "payload is %llu bytes (expected %llu for enc_dim %u)",
-                    (unsigned long long)n, 64 + 4ull * d, d);
-    if (!qvf_is_zero(p + 4, 60)) return QVF_FAIL(c, QVF_E_RESERVED, "reserved bytes 4..63 not zero");
+                        (unsigned long long)n, 64 + 4ull * d, d);
+    if (!qvf_is_zero(p + 4, 60))
+        return QVF_FAIL(c, QVF_E_RESERVED, "reserved bytes 4..63 not zero");
     if (v->source.enc_dim != d)
         return QVF_FAIL(c, QVF_E_MISMATCH, "enc_dim %u but HEAD says %u", d, v->source.enc_dim);
     if (!(v->xvector = malloc(4ull * d))) return QVF_FAIL(c, QVF_E_NOMEM, "x-vector");
@@ -111,27 +112,29 @@ static int parse_xvec(const qvf_chunk_ctx *c, const uint8_t *p, uint64_t n, qvf_
 static int parse_iclr(const qvf_chunk_ctx *c, const uint8_t *p, uint64_t n, qvf_voice *v) {
     if (n < 64)
         return QVF_FAIL(c, QVF_E_CHUNK_SIZE, "payload is %llu bytes (minimum 64)",
-                    (unsigned long long)n);
+                        (unsigned long long)n);
     uint32_t t = rd32(p), f = rd32(p + 4), cb = rd32(p + 8);
     if (t > QVF_MAX_TEXT_BYTES)
-        return QVF_FAIL(c, QVF_E_LIMIT, "transcript of %u bytes (maximum %u)", t, QVF_MAX_TEXT_BYTES);
+        return QVF_FAIL(c, QVF_E_LIMIT, "transcript of %u bytes (maximum %u)", t,
+                        QVF_MAX_TEXT_BYTES);
     if (f > QVF_MAX_FRAMES)
         return QVF_FAIL(c, QVF_E_LIMIT, "%u frames (maximum %u)", f, QVF_MAX_FRAMES);
     if (cb != QVF_N_CODEBOOKS) return QVF_FAIL(c, QVF_E_RANGE, "%u codebooks (expected 16)", cb);
-    if (!qvf_is_zero(p + 12, 52)) return QVF_FAIL(c, QVF_E_RESERVED, "reserved bytes 12..63 not zero");
+    if (!qvf_is_zero(p + 12, 52))
+        return QVF_FAIL(c, QVF_E_RESERVED, "reserved bytes 12..63 not zero");
     uint64_t codes_end = 64 + 32ull * f, text_off = align_up(codes_end, 64);
     if (n != text_off + t)
         return QVF_FAIL(c, QVF_E_CHUNK_SIZE,
-                    "payload is %llu bytes (expected %llu for %u frames and %u text bytes)",
-                    (unsigned long long)n, (unsigned long long)(text_off + t), f, t);
+                        "payload is %llu bytes (expected %llu for %u frames and %u text bytes)",
+                        (unsigned long long)n, (unsigned long long)(text_off + t), f, t);
     if (!qvf_is_zero(p + codes_end, text_off - codes_end))
         return QVF_FAIL(c, QVF_E_RESERVED, "padding after the codes not zero");
     for (uint64_t i = 0; i < 16ull * f; i++) {
         uint16_t code = rd16(p + 64 + 2 * i);
         if (code >= QVF_CODE_LIMIT)
             return QVF_FAIL(c, QVF_E_RANGE, "frame %llu codebook %llu: code %u (expected < %u)",
-                        (unsigned long long)(i / 16), (unsigned long long)(i % 16), code,
-                        QVF_CODE_LIMIT);
+                            (unsigned long long)(i / 16), (unsigned long long)(i % 16), code,
+                            QVF_CODE_LIMIT);
     }
     if (!qvf_utf8_valid(p + text_off, t) || memchr(p + text_off, 0, t))
         return QVF_FAIL(c, QVF_E_UTF8, "transcript is not UTF-8 text");
@@ -151,15 +154,17 @@ static int parse_wdhd(const qvf_chunk_ctx *c, const uint8_t *p, uint64_t n, uint
                       qvf_voice *v) {
     if (n != QVF_WDHD_BYTES)
         return QVF_FAIL(c, QVF_E_CHUNK_SIZE, "payload is %llu bytes (expected %u)",
-                    (unsigned long long)n, QVF_WDHD_BYTES);
+                        (unsigned long long)n, QVF_WDHD_BYTES);
     uint32_t k = rd32(p), kind = rd32(p + 4);
     if (k > QVF_MAX_TENSORS)
         return QVF_FAIL(c, QVF_E_LIMIT, "%u tensors (maximum %u)", k, QVF_MAX_TENSORS);
     if (kind > QVF_WKIND_FULL) return QVF_FAIL(c, QVF_E_RANGE, "kind %u (expected 0..2)", kind);
-    if (!qvf_is_zero(p + 8, 56)) return QVF_FAIL(c, QVF_E_RESERVED, "reserved bytes 8..63 not zero");
+    if (!qvf_is_zero(p + 8, 56))
+        return QVF_FAIL(c, QVF_E_RESERVED, "reserved bytes 8..63 not zero");
     if (k * MIN_WDTN_CHUNK > bytes_left)
-        return QVF_FAIL(c, QVF_E_TRUNCATED, "truncated: %u tensors cannot fit in the %llu bytes left",
-                    k, (unsigned long long)bytes_left);
+        return QVF_FAIL(c, QVF_E_TRUNCATED,
+                        "truncated: %u tensors cannot fit in the %llu bytes left", k,
+                        (unsigned long long)bytes_left);
     if (k && !(v->tensors = calloc(k, sizeof *v->tensors)))
         return QVF_FAIL(c, QVF_E_NOMEM, "tensor table");
     v->has_wdelta = 1;
@@ -171,10 +176,11 @@ static int parse_wdhd(const qvf_chunk_ctx *c, const uint8_t *p, uint64_t n, uint
 static int parse_wdtn(const qvf_chunk_ctx *c, const uint8_t *p, uint64_t n, qvf_tensor *t) {
     if (n < 136)
         return QVF_FAIL(c, QVF_E_CHUNK_SIZE, "payload is %llu bytes (minimum 136)",
-                    (unsigned long long)n);
+                        (unsigned long long)n);
     uint32_t nb = rd32(p), dtype = rd32(p + 4), enc = rd32(p + 8), nd = rd32(p + 12);
     if (nb < 1 || nb > QVF_MAX_NAME_BYTES)
-        return QVF_FAIL(c, QVF_E_LIMIT, "name of %u bytes (expected 1..%u)", nb, QVF_MAX_NAME_BYTES);
+        return QVF_FAIL(c, QVF_E_LIMIT, "name of %u bytes (expected 1..%u)", nb,
+                        QVF_MAX_NAME_BYTES);
     if (dtype != QVF_DTYPE_BF16 && dtype != QVF_DTYPE_F32)
         return QVF_FAIL(c, QVF_E_RANGE, "dtype %u (expected 1 bf16 or 2 f32)", dtype);
     if (enc != QVF_ENC_RAW && enc != QVF_ENC_DELTA16_LZ4)
@@ -195,20 +201,20 @@ static int parse_wdtn(const qvf_chunk_ctx *c, const uint8_t *p, uint64_t n, qvf_
     uint64_t raw = rd64(p + 48);
     if (raw != elems * esz)
         return QVF_FAIL(c, QVF_E_MISMATCH, "raw_bytes %llu (expected %llu from the shape)",
-                    (unsigned long long)raw, (unsigned long long)(elems * esz));
+                        (unsigned long long)raw, (unsigned long long)(elems * esz));
     if (raw > QVF_MAX_TENSOR_BYTES)
-        return QVF_FAIL(c, QVF_E_LIMIT, "tensor of %llu bytes (maximum %llu)", (unsigned long long)raw,
-                    QVF_MAX_TENSOR_BYTES);
+        return QVF_FAIL(c, QVF_E_LIMIT, "tensor of %llu bytes (maximum %llu)",
+                        (unsigned long long)raw, QVF_MAX_TENSOR_BYTES);
     uint32_t bb = rd32(p + 56), nblk = rd32(p + 60);
     if (enc == QVF_ENC_RAW && (bb || nblk))
         return QVF_FAIL(c, QVF_E_RESERVED, "block fields of a raw tensor not zero");
     if (enc == QVF_ENC_DELTA16_LZ4) {
         if (bb < QVF_MIN_BLOCK_BYTES || bb > QVF_MAX_BLOCK_BYTES || bb % 4)
             return QVF_FAIL(c, QVF_E_LIMIT, "block_bytes %u (expected %u..%u, multiple of 4)", bb,
-                        QVF_MIN_BLOCK_BYTES, QVF_MAX_BLOCK_BYTES);
+                            QVF_MIN_BLOCK_BYTES, QVF_MAX_BLOCK_BYTES);
         if (nblk != (raw + bb - 1) / bb)
             return QVF_FAIL(c, QVF_E_MISMATCH, "%u blocks (expected %llu)", nblk,
-                        (unsigned long long)((raw + bb - 1) / bb));
+                            (unsigned long long)((raw + bb - 1) / bb));
     }
     uint64_t name_end = 128 + (uint64_t)nb, tab = align_up(name_end, 8);
     if (tab + 4ull * nblk > n)
@@ -216,8 +222,8 @@ static int parse_wdtn(const qvf_chunk_ctx *c, const uint8_t *p, uint64_t n, qvf_
     const uint8_t *np = p + 128;
     for (uint32_t i = 0; i < nb; i++)
         if (np[i] < 0x21 || np[i] > 0x7E)
-            return QVF_FAIL(c, QVF_E_RANGE, "tensor name has byte 0x%02x (expected printable ASCII)",
-                        np[i]);
+            return QVF_FAIL(c, QVF_E_RANGE,
+                            "tensor name has byte 0x%02x (expected printable ASCII)", np[i]);
     if (!qvf_is_zero(p + name_end, tab - name_end))
         return QVF_FAIL(c, QVF_E_RESERVED, "padding after the name not zero");
     uint64_t tab_end = tab + 4ull * nblk, data = align_up(tab_end, 64);
@@ -228,7 +234,7 @@ static int parse_wdtn(const qvf_chunk_ctx *c, const uint8_t *p, uint64_t n, qvf_
     if (enc == QVF_ENC_RAW) {
         if (data_bytes != raw)
             return QVF_FAIL(c, QVF_E_CHUNK_SIZE, "raw data of %llu bytes (expected %llu)",
-                        (unsigned long long)data_bytes, (unsigned long long)raw);
+                            (unsigned long long)data_bytes, (unsigned long long)raw);
     } else {
         if (!(t->block_offsets = malloc(8ull * (nblk + 1))))
             return QVF_FAIL(c, QVF_E_NOMEM, "block table");
@@ -238,15 +244,15 @@ static int parse_wdtn(const qvf_chunk_ctx *c, const uint8_t *p, uint64_t n, qvf_
             uint64_t blk = (i + 1 < nblk) ? bb : raw - (uint64_t)bb * (nblk - 1);
             if (cs < 1 || cs > (uint64_t)LZ4_compressBound((int)blk) ||
                 blk > 255ull * cs + 64) /* LZ4 expands <= ~255x */
-                return QVF_FAIL(c, QVF_E_RANGE, "block %u: compressed size %u (expected 1..%d)", i, cs,
-                            LZ4_compressBound((int)blk));
+                return QVF_FAIL(c, QVF_E_RANGE, "block %u: compressed size %u (expected 1..%d)", i,
+                                cs, LZ4_compressBound((int)blk));
             t->block_offsets[i] = sum;
             sum += cs;
         }
         t->block_offsets[nblk] = sum;
         if (sum != data_bytes)
             return QVF_FAIL(c, QVF_E_CHUNK_SIZE, "blocks total %llu bytes, data is %llu",
-                        (unsigned long long)sum, (unsigned long long)data_bytes);
+                            (unsigned long long)sum, (unsigned long long)data_bytes);
     }
     if (!(t->name = strndup((const char *)np, nb))) return QVF_FAIL(c, QVF_E_NOMEM, "name");
     t->dtype = dtype;
@@ -363,22 +369,24 @@ static int parse_v4(const uint8_t *b, size_t n, const char *name, qvf_voice *v, 
         tag_text(b + off, c.tag);
         const uint8_t *p = b + off + 16;
         const chunk_kind *k = find_kind(b + off);
-        if (flags & ~1u) return QVF_FAIL(&c, QVF_E_RESERVED, "flags 0x%x has reserved bits set", flags);
-        if (!k && (flags & 1)) return QVF_FAIL(&c, QVF_E_UNKNOWN_CRITICAL, "unknown critical chunk");
+        if (flags & ~1u)
+            return QVF_FAIL(&c, QVF_E_RESERVED, "flags 0x%x has reserved bits set", flags);
+        if (!k && (flags & 1))
+            return QVF_FAIL(&c, QVF_E_UNKNOWN_CRITICAL, "unknown critical chunk");
         if (k && (int)(flags & 1) != k->critical)
             return QVF_FAIL(&c, QVF_E_FLAGS, "marked %s (expected %s)",
-                        (flags & 1) ? "critical" : "ancillary",
-                        k->critical ? "critical" : "ancillary");
+                            (flags & 1) ? "critical" : "ancillary",
+                            k->critical ? "critical" : "ancillary");
         if (k && k->fixed && len != k->max_bytes)
             return QVF_FAIL(&c, QVF_E_CHUNK_SIZE, "payload of %llu bytes (expected %llu)",
-                        (unsigned long long)len, (unsigned long long)k->max_bytes);
+                            (unsigned long long)len, (unsigned long long)k->max_bytes);
         if (k && len > k->max_bytes)
             return QVF_FAIL(&c, QVF_E_LIMIT, "payload of %llu bytes (maximum %llu)",
-                        (unsigned long long)len, (unsigned long long)k->max_bytes);
+                            (unsigned long long)len, (unsigned long long)k->max_bytes);
         uint32_t crc = qvf_crc32c(0, b + off, 16 + len), stored = rd32(p + len);
         if (CHECK_CRC && crc != stored)
             return QVF_FAIL(&c, QVF_E_CRC, "CRC mismatch (stored 0x%08x, computed 0x%08x)", stored,
-                        crc);
+                            crc);
         if (n_chunks == 0 && (!k || k->rank != R_HEAD))
             return QVF_FAIL(&c, QVF_E_ORDER, "first chunk must be HEAD");
         n_chunks++;
@@ -391,7 +399,7 @@ static int parse_v4(const uint8_t *b, size_t n, const char *name, qvf_voice *v, 
             if (last_rank == R_WDHD || last_rank == R_WDTN) {
                 if (k->rank != R_WDTN && v->n_tensors < wdtn_expected)
                     return QVF_FAIL(&c, QVF_E_MISSING, "only %u of %u WDTN chunks before it",
-                                v->n_tensors, wdtn_expected);
+                                    v->n_tensors, wdtn_expected);
             }
             if (k->rank > R_XVEC && last_rank < R_XVEC)
                 return QVF_FAIL(&c, QVF_E_MISSING, "no XVEC chunk before it");
@@ -421,20 +429,20 @@ static int parse_v4(const uint8_t *b, size_t n, const char *name, qvf_voice *v, 
                 break;
             case R_WDTN:
                 if (v->n_tensors >= wdtn_expected)
-                    return QVF_FAIL(&c, QVF_E_DUPLICATE, "more WDTN chunks than WDHD announced (%u)",
-                                wdtn_expected);
+                    return QVF_FAIL(&c, QVF_E_DUPLICATE,
+                                    "more WDTN chunks than WDHD announced (%u)", wdtn_expected);
                 rc = parse_wdtn(&c, p, len, &v->tensors[v->n_tensors]);
                 v->n_tensors++; /* counted even on failure so qvf_voice_free releases it */
                 if (!rc)
                     for (uint32_t i = 0; i + 1 < v->n_tensors; i++)
                         if (!strcmp(v->tensors[i].name, v->tensors[v->n_tensors - 1].name))
                             return QVF_FAIL(&c, QVF_E_DUPLICATE, "tensor %s appears twice",
-                                        v->tensors[i].name);
+                                            v->tensors[i].name);
                 break;
             case R_QEND:
                 if (len)
                     return QVF_FAIL(&c, QVF_E_CHUNK_SIZE, "payload is %llu bytes (expected 0)",
-                                (unsigned long long)len);
+                                    (unsigned long long)len);
                 break;
             default:
                 break;

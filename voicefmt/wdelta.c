@@ -1,5 +1,5 @@
-/* wdelta.c — WDELTA tensors: int16 bit deltas (result − target, mod 2^16; legacy §6.4) compressed
- * as independent LZ4 blocks of bounded size, so applying a delta needs one block of scratch memory
+/* wdelta.c — WDELTA tensors: int16 bit deltas (result − target, mod 2^16; qvoice-format.md §4.8)
+ * compressed as independent LZ4 blocks of bounded size, so applying a delta needs one block of scratch memory
  * whatever the tensor size. Operates on raw bf16 arrays: no dependency on the engine.
  */
 #include <lz4.h>

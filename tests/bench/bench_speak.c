@@ -1,6 +1,7 @@
 /* bench_speak.c — where the time of one synthesis goes, through the library on a full-size model:
  * load, prefill of a 40-token text, ms per frame (whole frame and code predictor alone; the
- * talker is the difference), achieved weight GB/s, and time to first audio of a streamed run.
+ * talker is the difference), achieved weight GB/s. (Time to first audio as a user sees it:
+ * bench_ttfa on speak --stream.)
  * usage: bench_speak MODEL_DIR [THREADS [FRAMES [RUNS [QUANT]]]]  (defaults 2, 30, 3, bf16)
  * bf16 runs first measure the read bandwidth (1 GiB, THREADS threads). Prints "key value" lines
  * (medians over RUNS) for scripts/bench.sh. No assertions.
@@ -35,17 +36,6 @@ static int pick_argmax(const float *l, int n, void *ctx) {
     for (int i = 1; i < n; i++)
         if (l[i] > l[b]) b = i;
     return b;
-}
-
-struct first_audio {
-    double t0, t_first;
-};
-
-static int on_audio(void *user, const float *pcm, int n) {
-    (void)pcm, (void)n;
-    struct first_audio *f = user;
-    if (f->t_first == 0) f->t_first = now_s(CLOCK_MONOTONIC) - f->t0;
-    return 0;
 }
 
 static double stack_bytes(const qve_stack_config *c) {
@@ -111,44 +101,21 @@ int main(int argc, char **argv) {
     qvk_blas_set_threads(1);
     if (!strcmp(quant, "bf16")) printf("read_gbs %.1f\n", read_bandwidth(threads));
 
-    /* time to first audio: a fresh load of everything, then a streamed start (one core for the
-     * decoder thread, like speak --stream) */
-    struct first_audio fa = {now_s(CLOCK_MONOTONIC), 0};
+    const double t0 = now_s(CLOCK_MONOTONIC);
     qve_decoder *dec = qve_decoder_load(dir, err, sizeof err);
     qv_model *m = NULL;
     if (!dec || qv_model_load(&m, dir, err, sizeof err)) {
         fprintf(stderr, "bench_speak: %s\n", err);
         return 1;
     }
-    const double t_load = now_s(CLOCK_MONOTONIC) - fa.t0;
+    printf("load_s %.3f\n", now_s(CLOCK_MONOTONIC) - t0);
+    qve_decoder_free(dec);
     qv_params p = qv_model_params(m);
     p.do_sample = 0, p.subtalker_do_sample = 0, p.max_frames = frames > 8 ? frames : 8;
     p.quant = strcmp(quant, "int8") ? QV_QUANT_BF16 : QV_QUANT_INT8;
     int32_t ids[40], codes[QV_N_CODEBOOKS], done = 0;
     qv_request r;
     fill_request(&r, m, ids);
-    {
-        qv_params ps = p;
-        ps.n_threads = threads > 1 ? threads - 1 : 1;
-        qv_session *s;
-        qve_dec_stream *ds = qve_dec_stream_start(dec, 1, on_audio, &fa, err, sizeof err);
-        if (qv_session_new(&s, m, &ps) || !ds || qv_session_start(s, &r)) {
-            fprintf(stderr, "bench_speak: cannot start a streamed session\n");
-            return 1;
-        }
-        for (int f = 0; f < 8 && !fa.t_first; f++) {
-            if (qv_session_next_frame(s, codes, &done) || done) break;
-            qve_dec_stream_push(ds, codes);
-            for (int w = 0; w < 2000 && !fa.t_first; w++) { /* the decoder thread runs it */
-                struct timespec ms = {0, 1000000};
-                nanosleep(&ms, NULL);
-            }
-        }
-        qve_dec_stream_finish(ds, err, sizeof err);
-        qv_session_free(s);
-    }
-    printf("load_s %.3f\n", t_load);
-    printf("first_audio_s %.3f\n", fa.t_first);
 
     qv_session *s;
     p.n_threads = threads;
@@ -210,7 +177,6 @@ int main(int argc, char **argv) {
     qve_cp_state_free(&cps);
     qv_session_free(s);
     qv_model_free(m);
-    qve_decoder_free(dec);
     free(z), free(pre), free(fw), free(fc), free(cw), free(cc);
     return 0;
 }

@@ -1,6 +1,9 @@
 /* test_fileio.c — util/fileio: the atomic writer leaves nothing behind when its process is killed
  * mid-write (new file and overwrite), replaces an old file only on commit, removes temp files of
- * dead writers and keeps those of live ones; the whole-file reader on files, pipes and limits.
+ * dead writers and keeps those of live ones; on the fallback path (no /proc: run under unshare
+ * with /proc hidden, when allowed) a killed writer's temp file is removed by the next write; the
+ * whole-file reader on files, pipes and limits. `test_fileio --write PATH` and
+ * `--write-slowly PATH` are the writers those runs use.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -18,10 +21,12 @@
 
 #include <cmocka.h>
 
+#include "tests/unit/helpers/shell.h"
 #include "tests/unit/helpers/tmpdir.h"
 #include "util/fileio.h"
 
 static char err[4400];
+static const char *self; /* this binary (argv[0]): the writer the fallback test runs */
 
 /* Entries of dir other than . and .., as one space-separated string. */
 static const char *listing(const char *dir) {
@@ -238,11 +243,85 @@ static void test_read_file(void **state) {
     free(b);
 }
 
-int main(void) {
+/* Runs this binary as a writer of path with /proc hidden (a private mount namespace), so the
+ * writer takes its fallback path. Returns the child's pid (it keeps that pid through exec). */
+static pid_t spawn_hidden_proc(const char *mode, const char *path) {
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "mount -t tmpfs none /proc && exec %s %s %s", self, mode, path);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        execlp("unshare", "unshare", "-m", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
+static void test_fallback_path(void **state) {
+    (void)state;
+    if (sh("unshare -m sh -c 'mount -t tmpfs none /proc' 2>/dev/null")) {
+        printf("  cannot hide /proc here (unshare needs privileges): skipped\n");
+        skip();
+    }
+    const char *dir = tmp_path("fallback");
+    mkdir_fresh(dir);
+    char path[256], tmp_name[64];
+    snprintf(path, sizeof path, "%s/v.wav", dir);
+    pid_t pid = spawn_hidden_proc("--write-slowly", path);
+    snprintf(tmp_name, sizeof tmp_name, ".v.wav.tmp.%ld.", (long)pid);
+    /* wait (bounded) until the named temp file holds the first MiB */
+    int seen = 0;
+    for (int i = 0; i < 2000 && !seen; i++) {
+        char p[512];
+        snprintf(p, sizeof p, "%s/%s0", dir, tmp_name);
+        struct stat st;
+        seen = stat(p, &st) == 0 && st.st_size >= (1 << 20);
+        if (!seen) usleep(5000);
+    }
+    assert_int_equal(kill(pid, SIGKILL), 0);
+    waitpid(pid, NULL, 0);
+    assert_true(seen);
+    printf("  fallback writer killed: [%s]\n", listing(dir));
+    assert_non_null(strstr(listing(dir), tmp_name)); /* a named temp file cannot vanish by itself */
+    /* the next write to that path (fallback again) removes it */
+    pid = spawn_hidden_proc("--write", path);
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    printf("  after the next write: [%s]\n", listing(dir));
+    assert_string_equal(listing(dir), "v.wav");
+    size_t n;
+    char *b = qvu_read_file(path, 100, &n, err, sizeof err);
+    assert_non_null(b);
+    assert_string_equal(b, "done");
+    free(b);
+}
+
+/* The writers test_fallback_path runs: --write commits "done", --write-slowly never ends. */
+static int writer_main(const char *mode, const char *path) {
+    static char block[1 << 16];
+    qvu_wfile *w;
+    if (qvu_wfile_open(&w, path, err, sizeof err)) return fprintf(stderr, "%s\n", err), 1;
+    if (!strcmp(mode, "--write")) {
+        write_all(qvu_wfile_fd(w), "done", 4);
+        return qvu_wfile_commit(w, err, sizeof err) ? (fprintf(stderr, "%s\n", err), 1) : 0;
+    }
+    memset(block, 's', sizeof block);
+    for (int i = 0;; i++) {
+        if (write(qvu_wfile_fd(w), block, sizeof block) != (ssize_t)sizeof block) return 1;
+        if (i >= 16) usleep(1000);
+    }
+}
+
+int main(int argc, char **argv) {
+    self = argv[0];
+    /* _exit: no exit handlers, whose LeakSanitizer (make asan) cannot work without /proc */
+    if (argc == 3) _exit(writer_main(argv[1], argv[2]));
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kill_leaves_nothing),
         cmocka_unit_test(test_overwrite_on_commit_only),
         cmocka_unit_test(test_stale_temp_removed),
+        cmocka_unit_test(test_fallback_path),
         cmocka_unit_test(test_read_file),
     };
     return cmocka_run_group_tests(tests, tmpdir_setup, tmpdir_teardown);

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "util/fileio.h"
 #include "voicefmt/qvf.h"
 
 #define LLVMFuzzerTestOneInput fuzz_qvf_read_one
@@ -69,19 +70,7 @@ static int target_ready(const char *name) {
 }
 
 static uint8_t *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *b = malloc(sz > 0 ? (size_t)sz : 1);
-    if (b && sz > 0 && fread(b, 1, (size_t)sz, f) != (size_t)sz) {
-        free(b);
-        b = NULL;
-    }
-    fclose(f);
-    *n = sz > 0 ? (size_t)sz : 0;
-    return b;
+    return (uint8_t *)qvu_read_file(path, (size_t)1 << 30, n, NULL, 0);
 }
 
 /* Runs fn over every regular file of dir; returns the number of files. */

@@ -43,7 +43,10 @@ static int teardown(void **state) {
 static void test_usage_and_help(void **state) {
     (void)state;
     assert_int_equal(sh(V " --help | grep -q 'EXIT STATUS'"), 0);
-    assert_int_equal(sh(V " --version | grep -q voicefmt"), 0);
+    assert_int_equal(sh(V " --version | grep -qx 'voicefmt (qvoice) [0-9]*\\.[0-9]*\\.[0-9]*'"), 0);
+    /* a directory named on the command line that does not exist: usage error, one line */
+    assert_int_equal(sh(V " list %s/missing 2>%s/list.err", dir, dir), 2);
+    assert_int_equal(sh("test $(wc -l < %s/list.err) -eq 1 && grep -q 'missing' %s/list.err", dir, dir), 0);
     assert_int_equal(sh(V Q), 2);
     assert_int_equal(sh(V " frobnicate" Q), 2);
     assert_int_equal(sh(V " convert --to v9 -o %s/x %s/full.qvoice" Q, dir, dir), 2);

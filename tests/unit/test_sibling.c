@@ -2,7 +2,7 @@
  * the row comparison on synthetic rows; the committed voices/ohenry.qvoice (synthetic Base)
  * against q06b-base and its CustomVoice sibling q06b-cv; and, on tiny checkpoints, a voice made
  * with tiny-base against tiny-cv (sibling), against a tiny model of another seed (foreign: verify
- * fails, --force passes) and a voice without text-side rows (cannot tell: a warning).
+ * fails, --force passes, speak warns) and a voice without text-side rows (cannot tell: a warning).
  */
 #include <math.h>
 #include <setjmp.h>
@@ -163,7 +163,13 @@ static void test_tiny_foreign_voice(void **state) {
     assert_int_equal(sh("bin/voicefmt verify --model %s %s 2>%s", other, voice, log), 1);
     assert_true(file_has(log, "made with a checkpoint unrelated to"));
     assert_int_equal(sh("bin/voicefmt verify --force --model %s %s 2>%s", other, voice, log), 0);
-    assert_true(file_has(log, "warning (--force)"));
+    assert_true(file_has(log, "warning: made with a checkpoint unrelated to"));
+    assert_true(file_has(log, "(allowed by force)"));
+    /* speak takes it with a warning (qv_voice_check: QV_E_FOREIGN_VOICE, forced) */
+    assert_int_equal(sh("bin/speak -m %s -v %s -t Hello --no-guard --max-frames 3 -o %s 2>%s",
+                        other, voice, tmp_path("o.wav"), log),
+                     0);
+    assert_true(file_has(log, "warning: ") && file_has(log, "made with a checkpoint unrelated to"));
     /* no TPAD, no WOVR: cannot tell, which is a warning and not a failure */
     assert_int_equal(sh("bin/voicefmt verify --model %s %s 2>%s", other, bare, log), 0);
     assert_true(file_has(log, "warning: no TPAD or WOVR rows: cannot tell"));

@@ -1,8 +1,9 @@
 /* test_synth.c — the public synthesis API (qv_synth) on the tiny synthetic CustomVoice model
  * ($QVOICE_CACHE/tiny-cv): two syntheses on one shared model in two threads give the sequential
  * samples bit for bit; streamed delivery starts with a one-frame block, grows, and equals
- * whole-chunk delivery; the guard's semantics once audio went out; cancellation; the shared
- * decoder; a weight delta refused on a shared model; voice lookup errors.
+ * whole-chunk delivery; the guard's semantics once audio went out; cancellation; a weight delta
+ * refused on a shared model; a voice of an unrelated checkpoint refused unless forced; voice
+ * lookup errors.
  */
 #include <math.h>
 #include <pthread.h>
@@ -226,6 +227,27 @@ static void test_voices(void **st) {
     assert_true(ss.wdelta_applied);
     assert_string_equal(qv_model_type(m), "base");
     assert_int_equal(qv_synth_run(a, &r, NULL, NULL, &ss), QV_OK); /* applied once */
+    qv_synth_free(a);
+    qv_model_free(m);
+
+    /* an unrelated checkpoint of the same size (tiny-base's config, another seed): the voice is
+       foreign there (without its delta, which names tiny-cv); used only when forced */
+    snprintf(dir, sizeof dir, "%s/other-seed", g_tmp);
+    assert_int_equal(sh("build/tools/mkmodel -t %s/npm/tokenizer-qwen3/package/models -c "
+                        "tests/golden/configs/q06b-base --tiny --seed-model 9 %s > /dev/null",
+                        g_cache, dir),
+                     0);
+    assert_int_equal(qv_model_load(&m, dir, err, sizeof err), QV_OK);
+    assert_int_equal(qv_synth_new(&a, m, &p), QV_OK);
+    r.use_wdelta = 0;
+    r.codes_only = 1;
+    assert_int_equal(qv_synth_run(a, &r, NULL, NULL, &ss), QV_E_FOREIGN_VOICE);
+    printf("  %s\n", qv_synth_error(a));
+    assert_non_null(strstr(qv_synth_error(a), "unrelated"));
+    r.force_voice = 1;
+    assert_int_equal(qv_synth_run(a, &r, NULL, NULL, &ss), QV_OK);
+    assert_non_null(strstr(ss.warning, "unrelated"));
+    assert_int_equal(ss.n_frames, 4);
     qv_synth_free(a);
     qv_model_free(m);
     qv_voice_free(v);

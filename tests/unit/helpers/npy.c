@@ -3,11 +3,12 @@
  */
 #include "tests/unit/helpers/npy.h"
 
-#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "util/fileio.h"
 
 #define NPY_MAX_FILE_BYTES ((size_t)1 << 31)
 
@@ -93,23 +94,9 @@ static int parse_header(const char *h, size_t n, npy_array *a, const char **why)
 
 int npy_read(const char *path, npy_array *a, char *err, size_t err_len) {
     memset(a, 0, sizeof *a);
-    FILE *f = fopen(path, "rb");
-    if (!f) return fail(err, err_len, path, "cannot open (%s)", strerror(errno));
-    unsigned char *buf = NULL;
-    size_t size = 0;
-    if (fseek(f, 0, SEEK_END) == 0) {
-        long l = ftell(f);
-        if (l >= 0 && (size_t)l <= NPY_MAX_FILE_BYTES && fseek(f, 0, SEEK_SET) == 0) {
-            size = (size_t)l;
-            buf = malloc(size ? size : 1);
-            if (buf && fread(buf, 1, size, f) != size) {
-                free(buf);
-                buf = NULL;
-            }
-        }
-    }
-    fclose(f);
-    if (!buf) return fail(err, err_len, path, "cannot read (or larger than 2 GiB)");
+    size_t size;
+    unsigned char *buf = (unsigned char *)qvu_read_file(path, NPY_MAX_FILE_BYTES, &size, err, err_len);
+    if (!buf) return -1;
 
     int rc = -1;
     const char *why = NULL;
