@@ -227,25 +227,32 @@ static void each_matrix(struct qve_q8_view *v, void (*fn)(qve_mat *, int, int, v
 }
 
 struct q8_fill {
-    qvk_pool *pool;
     size_t n_q, n_rows; /* running offsets (or totals when counting) */
     int8_t *q;
     float *scale;
+    qvk_q8_quant *mats; /* filled: the matrices to quantize in one dispatch */
+    int n_mats;
 };
+
+static int q8_fits(int n_in) {
+    return n_in % QVK_Q8_GROUP == 0 && n_in <= QVK_Q8_MAX_IN;
+}
 
 static void count_matrix(qve_mat *w, int n_out, int n_in, void *ctx) {
     struct q8_fill *f = ctx;
     (void)w;
-    if (n_in % QVK_Q8_GROUP) return;
+    if (!q8_fits(n_in)) return;
     f->n_q += (size_t)n_out * n_in;
     f->n_rows += (size_t)n_out;
+    f->n_mats++;
 }
 
 static void fill_matrix(qve_mat *w, int n_out, int n_in, void *ctx) {
     struct q8_fill *f = ctx;
+    if (!q8_fits(n_in)) return; /* stays bf16 */
     int8_t *q = f->q + f->n_q;
     float *s = f->scale + f->n_rows;
-    if (qvk_q8_quantize_bf16(f->pool, q, s, w->bf16, n_out, n_in)) return; /* stays bf16 */
+    f->mats[f->n_mats++] = (qvk_q8_quant){q, s, w->bf16, n_out, n_in};
     w->q8 = q, w->q8_scale = s;
     f->n_q += (size_t)n_out * n_in;
     f->n_rows += (size_t)n_out;
@@ -269,20 +276,23 @@ int qve_model_quantize(const qv_model *shared, qvk_pool *pool) {
             v->talker = m->talker, v->cp = m->cp;
             v->talker.stack.layers = copy_layers(&m->talker.stack);
             v->cp.stack.layers = copy_layers(&m->cp.stack);
-            struct q8_fill f = {pool, 0, 0, NULL, NULL};
+            struct q8_fill f = {0};
             if (v->talker.stack.layers && v->cp.stack.layers) each_matrix(v, count_matrix, &f);
             v->q = qvk_alloc(f.n_q ? f.n_q : 1);
             v->scale = qvk_alloc((f.n_rows ? f.n_rows : 1) * sizeof(float));
-            if (v->talker.stack.layers && v->cp.stack.layers && v->q && v->scale) {
+            qvk_q8_quant *mats = malloc(sizeof *mats * (size_t)(f.n_mats ? f.n_mats : 1));
+            if (v->talker.stack.layers && v->cp.stack.layers && v->q && v->scale && mats) {
                 v->n_bytes = f.n_q;
-                f = (struct q8_fill){pool, 0, 0, v->q, v->scale};
+                f = (struct q8_fill){0, 0, v->q, v->scale, mats, 0};
                 each_matrix(v, fill_matrix, &f);
+                qvk_q8_quantize_multi(pool, mats, f.n_mats); /* shapes checked by q8_fits */
                 m->q8 = v;
                 rc = 0;
             } else {
                 free(v->talker.stack.layers), free(v->cp.stack.layers);
                 qvk_free(v->q), qvk_free(v->scale), free(v);
             }
+            free(mats);
         }
     }
     pthread_mutex_unlock(&m->q8_lock);

@@ -6,6 +6,7 @@
 #ifndef QV_KERNELS_IMPL_H
 #define QV_KERNELS_IMPL_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -65,24 +66,47 @@ void qvk_conv_c1_avx512(float *y, int64_t ldy, const float *win, int64_t n, cons
 /* The variant in use (qvk_init() is run first if needed). */
 const qvk_impl *qvk_impl_get(void);
 
-/* ---- pieces of the four-row bf16 blocks the SIMD files share ------------------------------ */
+/* ---- row split of the memory-bound matvecs ---------------------------------------------- */
 
-/* Prefetches weight i of each of the four bf16 rows starting at next (row stride n_in): called
- * every 32 weights, one cache line per row. always_inline: GCC 12 otherwise deems this
- * side-effect-free helper const and deletes the calls (objdump showed no prefetcht0 left). */
-static inline __attribute__((always_inline)) void qvk_prefetch_rows4_bf16(const uint16_t *next,
-                                                                          int n_in, int i) {
-    __builtin_prefetch(next + i); /* read, all cache levels: prefetcht0 */
-    __builtin_prefetch(next + (size_t)n_in + i);
-    __builtin_prefetch(next + (size_t)2 * n_in + i);
-    __builtin_prefetch(next + (size_t)3 * n_in + i);
+/* Output rows are handed out in chunks of ~256 KB of weights (a multiple of 16 rows) from a shared
+ * counter, so a thread the shared machine preempts does not hold the others up at the end of a
+ * call; a row's arithmetic never depends on the thread that runs it (bit-identical for any
+ * thread count). One thread takes all rows as one range (its row kernel prefetches across
+ * blocks unbroken). */
+typedef struct {
+    _Atomic int next;
+    int chunk, n;
+} qvk_row_queue;
+
+static inline void qvk_row_queue_init(qvk_row_queue *q, int n_rows, size_t row_bytes) {
+    size_t c = (((size_t)256 << 10) / (row_bytes ? row_bytes : 1) + 15) & ~(size_t)15;
+    q->chunk = c < 16 ? 16 : c > (size_t)n_rows ? (n_rows > 0 ? n_rows : 1) : (int)c;
+    q->n = n_rows;
+    atomic_init(&q->next, 0);
 }
 
-/* y[r + k] = s[k] (+ bias[r + k]) for the four rows of a block. */
-static inline void qvk_store_rows4(float *restrict y, const float *restrict bias, int r,
-                                   const float s[4]) {
-    for (int k = 0; k < 4; k++)
-        y[r + k] = bias ? s[k] + bias[r + k] : s[k];
+/* Claims the next range [*r0, *r1) for a thread of a pool of nth; 0 when none is left. */
+static inline int qvk_row_queue_take(qvk_row_queue *q, int nth, int *r0, int *r1) {
+    int c = atomic_fetch_add_explicit(&q->next, 1, memory_order_relaxed);
+    long a = (long)c * (nth > 1 ? q->chunk : q->n), b = a + (nth > 1 ? q->chunk : q->n);
+    if (a >= q->n) return 0;
+    *r0 = (int)a;
+    *r1 = b < q->n ? (int)b : q->n;
+    return 1;
+}
+
+/* ---- row-block matvec kernels ------------------------------------------------------------ */
+
+/* Prefetches n_bytes at p into L2 (prefetcht1). A kernel streaming a block of rows calls this
+ * every step for its share of the next block (one contiguous range): the hardware prefetcher
+ * serves one linear stream per core well but the block's interleaved row streams badly (~50 %
+ * of the read probe), and prefetching into L1 evicts the current block once rows pass ~2 KB.
+ * always_inline: GCC 12 deemed an earlier side-effect-free prefetch helper const and deleted
+ * the calls. */
+static inline __attribute__((always_inline)) void qvk_prefetch_l2(const char *p, int n_bytes) {
+#pragma GCC unroll 8
+    for (int l = 0; l < n_bytes; l += 64)
+        __builtin_prefetch(p + l, 0, 2);
 }
 
 #endif

@@ -1,6 +1,7 @@
 /* matvec.c — bf16/f32 matrix-vector products and batched bf16 linear layers, split by output
- * rows across the pool. Row ranges are multiples of ROW_ALIGN so each thread streams whole cache
- * lines and the row kernels can block rows; a row's arithmetic never depends on the split
+ * rows across the pool (bf16 matvecs: chunks from a shared counter, kernels_impl.h; the others:
+ * fixed ranges). Row ranges are multiples of ROW_ALIGN so each thread streams whole cache lines
+ * and the row kernels can block rows; a row's arithmetic never depends on the split
  * (bit-identical for any thread count).
  */
 #include "kernels/kernels.h"
@@ -20,69 +21,66 @@ static void split_rows(int n, int ith, int nth, int *r0, int *r1) {
 struct mv_job {
     const qvk_impl *impl;
     float *y;
-    const void *w;
+    const float *w;
     const float *x;
     const float *bias;
-    int n_out, n_in, is_bf16;
+    int n_out, n_in;
 };
 
-static void mv_run(int ith, int nth, void *p) {
+/* f32 matrices are small (ECAPA SE and output layers): no row-blocked kernel, a dot per row. */
+static void mv_f32_run(int ith, int nth, void *p) {
     const struct mv_job *j = p;
     int r0, r1;
     split_rows(j->n_out, ith, nth, &r0, &r1);
-    if (r0 >= r1) return;
-    if (j->is_bf16) {
-        j->impl->mv_bf16(j->y, j->w, j->x, j->bias, r0, r1, j->n_in);
-        return;
-    }
-    /* f32 matrices are small (ECAPA SE and output layers): no row-blocked kernel, a dot per row. */
-    const float *w = j->w;
     for (int r = r0; r < r1; r++) {
-        float s = j->impl->dot(w + (size_t)r * j->n_in, j->x, j->n_in);
+        float s = j->impl->dot(j->w + (size_t)r * j->n_in, j->x, j->n_in);
         j->y[r] = j->bias ? s + j->bias[r] : s;
     }
 }
 
-void qvk_matvec_bf16(qvk_pool *pool, float *restrict y, const uint16_t *restrict w,
-                     const float *restrict x, const float *restrict bias, int n_out, int n_in) {
-    struct mv_job j = {qvk_impl_get(), y, w, x, bias, n_out, n_in, 1};
-    qvk_pool_run(pool, mv_run, &j);
-}
-
 void qvk_matvec_f32(qvk_pool *pool, float *restrict y, const float *restrict w,
                     const float *restrict x, const float *restrict bias, int n_out, int n_in) {
-    struct mv_job j = {qvk_impl_get(), y, w, x, bias, n_out, n_in, 0};
-    qvk_pool_run(pool, mv_run, &j);
+    struct mv_job j = {qvk_impl_get(), y, w, x, bias, n_out, n_in};
+    qvk_pool_run(pool, mv_f32_run, &j);
 }
 
 struct multi_job {
     const qvk_impl *impl;
     const float *x;
     const qvk_mv *mv;
-    int n_mv, n_in, n_total;
+    int n_mv, n_in;
+    qvk_row_queue rows; /* over the rows of all matrices, concatenated */
 };
 
-/* The rows of all matrices, concatenated, are split as one range. */
 static void multi_run(int ith, int nth, void *p) {
-    const struct multi_job *j = p;
+    struct multi_job *j = p;
     int r0, r1;
-    split_rows(j->n_total, ith, nth, &r0, &r1);
-    int base = 0;
-    for (int m = 0; m < j->n_mv && base < r1; m++) {
-        const qvk_mv *mv = &j->mv[m];
-        int a = r0 > base ? r0 - base : 0;
-        int b = r1 - base < mv->n_out ? r1 - base : mv->n_out;
-        if (a < b) j->impl->mv_bf16(mv->y, mv->w, j->x, mv->bias, a, b, j->n_in);
-        base += mv->n_out;
+    while (qvk_row_queue_take(&j->rows, nth, &r0, &r1)) {
+        int base = 0;
+        for (int m = 0; m < j->n_mv && base < r1; m++) {
+            const qvk_mv *mv = &j->mv[m];
+            int a = r0 > base ? r0 - base : 0;
+            int b = r1 - base < mv->n_out ? r1 - base : mv->n_out;
+            if (a < b) j->impl->mv_bf16(mv->y, mv->w, j->x, mv->bias, a, b, j->n_in);
+            base += mv->n_out;
+        }
     }
 }
 
 void qvk_matvec_bf16_multi(qvk_pool *pool, const float *restrict x, int n_in, const qvk_mv *mv,
                            int n_mv) {
-    struct multi_job j = {qvk_impl_get(), x, mv, n_mv, n_in, 0};
+    struct multi_job j = {.impl = qvk_impl_get(), .x = x, .mv = mv, .n_mv = n_mv, .n_in = n_in};
+    int n_total = 0;
     for (int m = 0; m < n_mv; m++)
-        j.n_total += mv[m].n_out;
+        n_total += mv[m].n_out;
+    qvk_row_queue_init(&j.rows, n_total, (size_t)n_in * 2);
     qvk_pool_run(pool, multi_run, &j);
+}
+
+void qvk_matvec_bf16(qvk_pool *pool, float *restrict y, const uint16_t *restrict w,
+                     const float *restrict x, const float *restrict bias, int n_out, int n_in) {
+    qvk_mv mv = {y, w, bias, n_out};
+    qvk_matvec_bf16_multi(pool, x, n_in, &mv, 1);
 }
 
 /* QVK_LINEAR_DIRECT_MAX_ROWS: with more rows the register-blocked direct kernel's x rows no

@@ -1,13 +1,15 @@
 /* matvec_avx2.c — AVX2+FMA kernels of the dispatch table: bf16 widened exactly to f32, FMA with
- * f32 x, four rows per pass sharing each x load, the next four prefetched (rows of 1024 bf16 are
- * too short for the hardware prefetcher alone). One 8-lane accumulator per row plus a scalar
- * tail, so a row's result does not depend on whether it ran inside a block of four.
+ * f32 x, eight rows per pass sharing each x load, the next eight prefetched into L2
+ * (qvk_prefetch_l2). One 8-lane accumulator per row plus a scalar tail, so a row's result does
+ * not depend on whether it ran inside a block.
  */
 #include <immintrin.h>
 #include <math.h>
 
 #include "kernels/kernels.h"
 #include "kernels/kernels_impl.h"
+
+#define MV_ROWS 8 /* rows per block of mv_bf16 */
 
 static inline __m256 load_bf16(const uint16_t *p) {
     __m128i h = _mm_loadu_si128((const __m128i *)p);
@@ -27,36 +29,40 @@ static inline float tail_bf16(float s, const uint16_t *w, const float *x, int i,
     return s;
 }
 
+/* NR rows at a time, one accumulator per row plus the scalar tail (a row's sum is the same in a
+ * block or alone); the next block (NR·n_in·2 contiguous bytes) prefetched into L2, NR·16 bytes
+ * per step. */
+static inline __attribute__((always_inline)) void
+mv_block(int NR, float *restrict y, const uint16_t *restrict w, const float *restrict x,
+         const float *restrict bias, int r, int n_in) {
+    const int n8 = n_in & ~7;
+    const uint16_t *wr = w + (size_t)r * n_in;
+    const char *next = (const char *)(wr + (size_t)NR * n_in);
+    __m256 acc[MV_ROWS];
+#pragma GCC unroll 8
+    for (int k = 0; k < NR; k++)
+        acc[k] = _mm256_setzero_ps();
+    for (int i = 0; i < n8; i += 8) {
+        if (NR > 1) qvk_prefetch_l2(next + (size_t)i * 2 * NR, NR * 16);
+        __m256 xv = _mm256_loadu_ps(x + i);
+#pragma GCC unroll 8
+        for (int k = 0; k < NR; k++)
+            acc[k] = _mm256_fmadd_ps(load_bf16(wr + (size_t)k * n_in + i), xv, acc[k]);
+    }
+#pragma GCC unroll 8
+    for (int k = 0; k < NR; k++) {
+        float s = tail_bf16(hsum(acc[k]), wr + (size_t)k * n_in, x, n8, n_in);
+        y[r + k] = bias ? s + bias[r + k] : s;
+    }
+}
+
 static void mv_bf16(float *restrict y, const uint16_t *restrict w, const float *restrict x,
                     const float *restrict bias, int r0, int r1, int n_in) {
-    int n8 = n_in & ~7;
     int r = r0;
-    for (; r + 4 <= r1; r += 4) {
-        const uint16_t *w0 = w + (size_t)r * n_in, *w1 = w0 + n_in, *w2 = w1 + n_in,
-                       *w3 = w2 + n_in;
-        __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(),
-               a3 = _mm256_setzero_ps();
-        const uint16_t *next = w3 + n_in;
-        for (int i = 0; i < n8; i += 8) {
-            if (!(i & 31)) qvk_prefetch_rows4_bf16(next, n_in, i); /* the next block */
-            __m256 xv = _mm256_loadu_ps(x + i);
-            a0 = _mm256_fmadd_ps(load_bf16(w0 + i), xv, a0);
-            a1 = _mm256_fmadd_ps(load_bf16(w1 + i), xv, a1);
-            a2 = _mm256_fmadd_ps(load_bf16(w2 + i), xv, a2);
-            a3 = _mm256_fmadd_ps(load_bf16(w3 + i), xv, a3);
-        }
-        float s[4] = {tail_bf16(hsum(a0), w0, x, n8, n_in), tail_bf16(hsum(a1), w1, x, n8, n_in),
-                      tail_bf16(hsum(a2), w2, x, n8, n_in), tail_bf16(hsum(a3), w3, x, n8, n_in)};
-        qvk_store_rows4(y, bias, r, s);
-    }
-    for (; r < r1; r++) {
-        const uint16_t *w0 = w + (size_t)r * n_in;
-        __m256 a0 = _mm256_setzero_ps();
-        for (int i = 0; i < n8; i += 8)
-            a0 = _mm256_fmadd_ps(load_bf16(w0 + i), _mm256_loadu_ps(x + i), a0);
-        float s0 = tail_bf16(hsum(a0), w0, x, n8, n_in);
-        y[r] = bias ? s0 + bias[r] : s0;
-    }
+    for (; r + MV_ROWS <= r1; r += MV_ROWS)
+        mv_block(MV_ROWS, y, w, x, bias, r, n_in);
+    for (; r < r1; r++)
+        mv_block(1, y, w, x, bias, r, n_in);
 }
 
 /* NR rows of X against NW rows of W (NR·NW ≤ 8 accumulators of the 16 ymm registers); the

@@ -1,14 +1,16 @@
 /* matvec_avx512.c — AVX-512 kernels of the dispatch table. bf16 weights are widened exactly to f32
  * and multiplied with f32 x by FMA (vdpbf16ps would round x to bf16, which the golden tests cannot
- * afford). Four rows stream at a time sharing each x load, the next four prefetched: 2 KB rows
- * alone reached ~65 % of read bandwidth, prefetched ~95 % (bench_kernels). One 16-lane
- * accumulator per row and a masked tail, the same in a block of four or alone (bit-identical).
+ * afford). Eight rows stream at a time sharing each x load, the next eight prefetched into L2
+ * (qvk_prefetch_l2). One 16-lane accumulator per row and a masked tail, the same in a block or
+ * alone (bit-identical).
  */
 #include <immintrin.h>
 #include <math.h>
 
 #include "kernels/kernels.h"
 #include "kernels/kernels_impl.h"
+
+#define MV_ROWS 8 /* rows per block of mv_bf16 */
 
 static inline __m512 load_bf16(const uint16_t *p) {
     __m256i h = _mm256_loadu_si256((const __m256i *)p);
@@ -20,47 +22,47 @@ static inline __m512 load_bf16_tail(const uint16_t *p, __mmask16 m) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
+/* NR rows at a time, one accumulator per row (so a row's sum is the same in a block or alone);
+ * the next block (NR·n_in·2 contiguous bytes) prefetched into L2, NR·32 bytes per step. */
+static inline __attribute__((always_inline)) void
+mv_block(int NR, float *restrict y, const uint16_t *restrict w, const float *restrict x,
+         const float *restrict bias, int r, int n_in, int n16, __mmask16 tail) {
+    const uint16_t *wr = w + (size_t)r * n_in;
+    const char *next = (const char *)(wr + (size_t)NR * n_in);
+    __m512 acc[MV_ROWS];
+#pragma GCC unroll 8
+    for (int k = 0; k < NR; k++)
+        acc[k] = _mm512_setzero_ps();
+    for (int i = 0; i < n16; i += 16) {
+        if (NR > 1) qvk_prefetch_l2(next + (size_t)i * 2 * NR, NR * 32);
+        __m512 xv = _mm512_loadu_ps(x + i);
+#pragma GCC unroll 8
+        for (int k = 0; k < NR; k++)
+            acc[k] = _mm512_fmadd_ps(load_bf16(wr + (size_t)k * n_in + i), xv, acc[k]);
+    }
+    if (tail) {
+        __m512 xv = _mm512_maskz_loadu_ps(tail, x + n16);
+#pragma GCC unroll 8
+        for (int k = 0; k < NR; k++)
+            acc[k] = _mm512_fmadd_ps(load_bf16_tail(wr + (size_t)k * n_in + n16, tail), xv,
+                                     acc[k]);
+    }
+#pragma GCC unroll 8
+    for (int k = 0; k < NR; k++) {
+        float s = _mm512_reduce_add_ps(acc[k]);
+        y[r + k] = bias ? s + bias[r + k] : s;
+    }
+}
+
 static void mv_bf16(float *restrict y, const uint16_t *restrict w, const float *restrict x,
                     const float *restrict bias, int r0, int r1, int n_in) {
     int n16 = n_in & ~15;
     __mmask16 tail = (__mmask16)((1u << (n_in & 15)) - 1);
     int r = r0;
-    for (; r + 4 <= r1; r += 4) {
-        const uint16_t *w0 = w + (size_t)r * n_in, *w1 = w0 + n_in, *w2 = w1 + n_in,
-                       *w3 = w2 + n_in;
-        __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(),
-               a3 = _mm512_setzero_ps();
-        const uint16_t *next = w3 + n_in;
-        for (int i = 0; i < n16; i += 16) {
-            if (!(i & 31)) qvk_prefetch_rows4_bf16(next, n_in, i); /* the next block */
-            __m512 xv = _mm512_loadu_ps(x + i);
-            a0 = _mm512_fmadd_ps(load_bf16(w0 + i), xv, a0);
-            a1 = _mm512_fmadd_ps(load_bf16(w1 + i), xv, a1);
-            a2 = _mm512_fmadd_ps(load_bf16(w2 + i), xv, a2);
-            a3 = _mm512_fmadd_ps(load_bf16(w3 + i), xv, a3);
-        }
-        if (tail) {
-            __m512 xv = _mm512_maskz_loadu_ps(tail, x + n16);
-            a0 = _mm512_fmadd_ps(load_bf16_tail(w0 + n16, tail), xv, a0);
-            a1 = _mm512_fmadd_ps(load_bf16_tail(w1 + n16, tail), xv, a1);
-            a2 = _mm512_fmadd_ps(load_bf16_tail(w2 + n16, tail), xv, a2);
-            a3 = _mm512_fmadd_ps(load_bf16_tail(w3 + n16, tail), xv, a3);
-        }
-        float s[4] = {_mm512_reduce_add_ps(a0), _mm512_reduce_add_ps(a1), _mm512_reduce_add_ps(a2),
-                      _mm512_reduce_add_ps(a3)};
-        qvk_store_rows4(y, bias, r, s);
-    }
-    for (; r < r1; r++) {
-        const uint16_t *w0 = w + (size_t)r * n_in;
-        __m512 a0 = _mm512_setzero_ps();
-        for (int i = 0; i < n16; i += 16)
-            a0 = _mm512_fmadd_ps(load_bf16(w0 + i), _mm512_loadu_ps(x + i), a0);
-        if (tail)
-            a0 = _mm512_fmadd_ps(load_bf16_tail(w0 + n16, tail),
-                                 _mm512_maskz_loadu_ps(tail, x + n16), a0);
-        float s0 = _mm512_reduce_add_ps(a0);
-        y[r] = bias ? s0 + bias[r] : s0;
-    }
+    for (; r + MV_ROWS <= r1; r += MV_ROWS)
+        mv_block(MV_ROWS, y, w, x, bias, r, n_in, n16, tail);
+    for (; r < r1; r++)
+        mv_block(1, y, w, x, bias, r, n_in, n16, tail);
 }
 
 /* NR rows of X against NW rows of W, all accumulators in registers (NR·NW ≤ 16); the
@@ -229,19 +231,35 @@ static float maxf(const float *x, int n) {
     return r;
 }
 
+/* The AVX2 loop 16 wide: the same polynomial (exp16 gives exp8's bits: 2^n applied exactly
+ * either way) on the first n & ~7 values, expf on the rest, and the same four double partial
+ * sums added in the same order. Softmax rows are then bit-identical to the AVX2 variant's for
+ * every length; the speech encoder's causal attention has rows of every length, and the masked
+ * polynomial tail this replaces made its codes depend on the variant. */
+static inline __m256d add_4x2(__m256d acc, __m256 e8) {
+    acc = _mm256_add_pd(acc, _mm256_cvtps_pd(_mm256_castps256_ps128(e8)));
+    return _mm256_add_pd(acc, _mm256_cvtps_pd(_mm256_extractf128_ps(e8, 1)));
+}
+
 static double exp_sub_sum(float *x, int n, float m) {
-    __m512 mv = _mm512_set1_ps(m);
-    __m512d acc = _mm512_setzero_pd();
-    int i = 0;
-    for (; i < n; i += 16) {
-        __mmask16 k = n - i >= 16 ? 0xffff : (__mmask16)((1u << (n - i)) - 1);
+    const __m512 mv = _mm512_set1_ps(m);
+    const int n8 = n & ~7;
+    __m256d acc = _mm256_setzero_pd();
+    for (int i = 0; i < n8; i += 16) {
+        __mmask16 k = n8 - i >= 16 ? 0xffff : 0x00ff;
         __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), mv));
-        e = _mm512_maskz_mov_ps(k, e);
         _mm512_mask_storeu_ps(x + i, k, e);
-        acc = _mm512_add_pd(acc, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
-        acc = _mm512_add_pd(acc, _mm512_cvtps_pd(_mm512_extractf32x8_ps(e, 1)));
+        acc = add_4x2(acc, _mm512_castps512_ps256(e));
+        if (k == 0xffff) acc = add_4x2(acc, _mm512_extractf32x8_ps(e, 1));
     }
-    return _mm512_reduce_add_pd(acc);
+    double t[4];
+    _mm256_storeu_pd(t, acc);
+    double s = (t[0] + t[2]) + (t[1] + t[3]);
+    for (int i = n8; i < n; i++) {
+        x[i] = expf(x[i] - m);
+        s += x[i];
+    }
+    return s;
 }
 
 static void silu_mul(float *y, const float *g, const float *u, int n) {

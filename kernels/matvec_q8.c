@@ -1,22 +1,14 @@
 /* matvec_q8.c — int8 matvecs: quantization of weights (load time) and activations (per call),
- * the scalar reference row kernel, and the pool split (same row ranges as matvec.c: multiples of
- * 16 rows, so a row's arithmetic never depends on the thread count). The ISA follows qvk_variant().
+ * the scalar reference row kernel, and the pool split (matvecs: chunks from a shared counter as
+ * in matvec.c; a row's arithmetic never depends on the thread count). The ISA follows qvk_variant().
  */
 #include <math.h>
+#include <stdatomic.h>
 #include <string.h>
 
+#include "kernels/kernels_impl.h"
 #include "kernels/q8.h"
 #include "kernels/q8_impl.h"
-
-#define ROW_ALIGN 16
-
-static void split_rows(int n, int ith, int nth, int *r0, int *r1) {
-    int per = (n + nth - 1) / nth;
-    per = (per + ROW_ALIGN - 1) / ROW_ALIGN * ROW_ALIGN;
-    long a = (long)per * ith, b = a + per;
-    *r0 = a < n ? (int)a : n;
-    *r1 = b < n ? (int)b : n;
-}
 
 static qvk_q8_rows_fn by_name(const char *v) {
     if (!strcmp(v, "avx512")) return qvk_q8_rows_avx512;
@@ -62,35 +54,58 @@ void qvk_q8_quantize_x(int8_t *restrict xq, float *restrict xs, const float *res
 }
 
 struct wq_job {
-    int8_t *q;
-    float *scale;
-    const uint16_t *w;
-    int n_out, n_in;
+    const qvk_q8_quant *m;
+    size_t n_chunks;
+    _Atomic size_t next;
 };
 
+/* Rows per chunk: ~256 KB of bf16, so the pool balances on a shared machine. */
+static int wq_chunk_rows(const qvk_q8_quant *m) {
+    return ((256 << 10) / (2 * m->n_in) + 15) & ~15;
+}
+
+static size_t wq_chunks(const qvk_q8_quant *m) {
+    return ((size_t)m->n_out + wq_chunk_rows(m) - 1) / wq_chunk_rows(m);
+}
+
 static void wq_run(int ith, int nth, void *p) {
-    const struct wq_job *j = p;
-    int r0, r1;
-    split_rows(j->n_out, ith, nth, &r0, &r1);
+    struct wq_job *j = p;
+    const int avx512 = !strcmp(qvk_variant(), "avx512");
     float row[QVK_Q8_MAX_IN];
-    if (!strcmp(qvk_variant(), "avx512")) {
-        for (int r = r0; r < r1; r++)
-            qvk_q8_quantize_row_avx512(j->q + (size_t)r * j->n_in, j->scale + r,
-                                       j->w + (size_t)r * j->n_in, j->n_in);
-        return;
+    size_t c;
+    while ((c = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->n_chunks) {
+        const qvk_q8_quant *m = j->m;
+        while (c >= wq_chunks(m))
+            c -= wq_chunks(m++);
+        const int cr = wq_chunk_rows(m);
+        int r1 = (int)(c + 1) * cr < m->n_out ? (int)(c + 1) * cr : m->n_out;
+        for (int r = (int)c * cr; r < r1; r++) {
+            int8_t *q = m->q + (size_t)r * m->n_in;
+            const uint16_t *w = m->w + (size_t)r * m->n_in;
+            if (avx512) {
+                qvk_q8_quantize_row_avx512(q, m->scale + r, w, m->n_in);
+            } else {
+                qvk_bf16_to_f32(row, w, (size_t)m->n_in);
+                quantize_row(q, m->scale + r, row, m->n_in);
+            }
+        }
     }
-    for (int r = r0; r < r1; r++) {
-        qvk_bf16_to_f32(row, j->w + (size_t)r * j->n_in, (size_t)j->n_in);
-        quantize_row(j->q + (size_t)r * j->n_in, j->scale + r, row, j->n_in);
+}
+
+int qvk_q8_quantize_multi(qvk_pool *pool, const qvk_q8_quant *m, int n) {
+    struct wq_job j = {m, 0, 0};
+    for (int k = 0; k < n; k++) {
+        if (m[k].n_in <= 0 || m[k].n_in % QVK_Q8_GROUP || m[k].n_in > QVK_Q8_MAX_IN) return -1;
+        j.n_chunks += wq_chunks(&m[k]);
     }
+    qvk_pool_run(pool, wq_run, &j);
+    return 0;
 }
 
 int qvk_q8_quantize_bf16(qvk_pool *pool, int8_t *restrict q, float *restrict scale,
                          const uint16_t *restrict w, int n_out, int n_in) {
-    if (n_in <= 0 || n_in % QVK_Q8_GROUP || n_in > QVK_Q8_MAX_IN) return -1;
-    struct wq_job j = {q, scale, w, n_out, n_in};
-    qvk_pool_run(pool, wq_run, &j);
-    return 0;
+    qvk_q8_quant m = {q, scale, w, n_out, n_in};
+    return qvk_q8_quantize_multi(pool, &m, 1);
 }
 
 /* ---- matvec ----------------------------------------------------------------------------- */
@@ -100,21 +115,22 @@ struct mv_job {
     const int8_t *xq;
     const float *xs;
     const qvk_q8_mv *mv;
-    int n_mv, n_in, n_total;
+    int n_mv, n_in;
+    qvk_row_queue queue; /* over the rows of all matrices, concatenated */
 };
 
-/* The rows of all matrices, concatenated, are split as one range. */
 static void mv_run(int ith, int nth, void *p) {
-    const struct mv_job *j = p;
+    struct mv_job *j = p;
     int r0, r1;
-    split_rows(j->n_total, ith, nth, &r0, &r1);
-    int base = 0;
-    for (int m = 0; m < j->n_mv && base < r1; m++) {
-        const qvk_q8_mv *mv = &j->mv[m];
-        int a = r0 > base ? r0 - base : 0;
-        int b = r1 - base < mv->n_out ? r1 - base : mv->n_out;
-        if (a < b) j->rows(mv->y, mv->q, mv->scale, j->xq, j->xs, mv->bias, a, b, j->n_in);
-        base += mv->n_out;
+    while (qvk_row_queue_take(&j->queue, nth, &r0, &r1)) {
+        int base = 0;
+        for (int m = 0; m < j->n_mv && base < r1; m++) {
+            const qvk_q8_mv *mv = &j->mv[m];
+            int a = r0 > base ? r0 - base : 0;
+            int b = r1 - base < mv->n_out ? r1 - base : mv->n_out;
+            if (a < b) j->rows(mv->y, mv->q, mv->scale, j->xq, j->xs, mv->bias, a, b, j->n_in);
+            base += mv->n_out;
+        }
     }
 }
 
@@ -123,9 +139,12 @@ void qvk_q8_matvec_multi(qvk_pool *pool, const float *restrict x, int n_in, cons
     _Alignas(64) int8_t xq[QVK_Q8_MAX_IN];
     float xs[QVK_Q8_MAX_IN / QVK_Q8_GROUP];
     qvk_q8_quantize_x(xq, xs, x, n_in);
-    struct mv_job j = {by_name(qvk_variant()), xq, xs, mv, n_mv, n_in, 0};
+    struct mv_job j = {.rows = by_name(qvk_variant()), .xq = xq, .xs = xs, .mv = mv, .n_mv = n_mv,
+                       .n_in = n_in};
+    int n_total = 0;
     for (int m = 0; m < n_mv; m++)
-        j.n_total += mv[m].n_out;
+        n_total += mv[m].n_out;
+    qvk_row_queue_init(&j.queue, n_total, (size_t)n_in);
     qvk_pool_run(pool, mv_run, &j);
 }
 

@@ -21,6 +21,17 @@
 int qvk_q8_quantize_bf16(qvk_pool *pool, int8_t *restrict q, float *restrict scale,
                          const uint16_t *restrict w, int n_out, int n_in);
 
+/* The same for several matrices in one pool dispatch (a model's at session start: rows are
+ * handed out in ~256 KB chunks, one pass per row while it is in L1). -1 (nothing written) if any
+ * n_in is not a multiple of QVK_Q8_GROUP or above QVK_Q8_MAX_IN. */
+typedef struct {
+    int8_t *q;              /* [n_out, n_in] */
+    float *scale;           /* [n_out] */
+    const uint16_t *w;      /* [n_out, n_in] bf16 */
+    int n_out, n_in;
+} qvk_q8_quant;
+int qvk_q8_quantize_multi(qvk_pool *pool, const qvk_q8_quant *m, int n);
+
 typedef struct {
     float *y;           /* [n_out] */
     const int8_t *q;    /* [n_out, n_in] */

@@ -39,6 +39,43 @@ speak_med() {
     echo "$rtf $cpu $rss $fr"
 }
 
+# Side by side with the pure-C engine (QVOICE_REF_ENGINE: its binary, built outside this repo; it
+# is only a stopwatch). Same model, text, speaker, threads and 100 frames, output to a file, wall
+# clock including load; runs interleaved (ours, theirs, ours, ...) so both see the same machine.
+# It has no --ignore-eos: the lighthouse text keeps it from stopping before 100 frames, and
+# every run's frame count is checked (WAV of 100 x 1920 samples).
+vs_run() { # engine quant -> "wall_s maxrss_kb samples"
+    rm -f "$TMP/vs.wav"
+    if [ "$1" = ours ]; then
+        /usr/bin/time -f "%e %M" -o "$TMP/vs.time" bin/speak -m "$CV" -s "$SPEAKER" -l english \
+            -t "$TEXT" -j "$J" --seed 42 --max-frames 100 --ignore-eos --no-guard --no-chunk \
+            --quant "$2" -o "$TMP/vs.wav" 2>/dev/null
+    else
+        q=""; [ "$2" = int8 ] && q=--int8
+        (cd "$TMP/neutral" && /usr/bin/time -f "%e %M" -o "$TMP/vs.time" "$QVOICE_REF_ENGINE" \
+            -d "$CV" -s "$SPEAKER" -l English -j "$J" --seed 42 --max-tokens 100 $q --text "$TEXT" \
+            -o "$TMP/vs.wav" >/dev/null 2>&1)
+    fi
+    echo "$(cat "$TMP/vs.time") $(( ($(stat -c %s "$TMP/vs.wav" 2>/dev/null || echo 44) - 44) / 2 ))"
+}
+vs_table() {
+    mkdir -p "$TMP/neutral"
+    echo "| 100 frames, wall incl. load (median of $RUNS) | qvoice | pure-C engine | speed-up |"
+    echo "|---|---|---|---|"
+    for q in bf16 int8; do
+        : >"$TMP/vs.ours"; : >"$TMP/vs.ref"; i=0
+        while [ $i -lt "$RUNS" ]; do
+            vs_run ours $q >>"$TMP/vs.ours"; vs_run ref $q >>"$TMP/vs.ref"; i=$((i + 1))
+        done
+        bad=$(cat "$TMP/vs.ours" "$TMP/vs.ref" | awk '$3 != 192000' | wc -l)
+        o=$(awk '{print $1}' "$TMP/vs.ours" | median); r=$(awk '{print $1}' "$TMP/vs.ref" | median)
+        om=$(awk '{print $2}' "$TMP/vs.ours" | sort -n | tail -1); rm_=$(awk '{print $2}' "$TMP/vs.ref" | sort -n | tail -1)
+        awk -v q=$q -v o="$o" -v r="$r" -v om="$om" -v rm="$rm_" -v bad="$bad" 'BEGIN {
+            printf "| %s: wall s (RTF), peak RSS | %.2f (%.2f), %d MB | %.2f (%.2f), %d MB | %.2fx%s |\n",
+                q, o, o / 8, om / 1024, r, r / 8, rm / 1024, r / o, bad ? " (some run not 100 frames!)" : "" }'
+    done
+}
+
 SPEAKER=$(bin/speak -m "$CV" --list-speakers | awk 'NR==1{print $1}')
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 load=$(uptime | sed 's/.*load average: //')
@@ -116,3 +153,10 @@ model: full-size synthetic 0.6B CustomVoice ($CV), medians of $RUNS runs
 wdelta: $wd
 frames produced per 100-frame run: $b100f (--ignore-eos)
 TABLE
+if [ -n "${QVOICE_REF_ENGINE:-}" ]; then
+    echo
+    echo "side by side with the pure-C engine ($QVOICE_REF_ENGINE), same run, 0.6B CustomVoice, $J threads"
+    vs_table
+else
+    echo "(set QVOICE_REF_ENGINE to the pure-C engine's binary for the side-by-side table)"
+fi

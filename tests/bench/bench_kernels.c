@@ -1,6 +1,11 @@
-/* bench_kernels — matvec throughput (GB/s of weights read) against the machine's read bandwidth.
- * Bandwidth: sum a 1 GiB buffer with 1 and 2 threads. Matvec: cycle through distinct matrices
- * totalling > 200 MB so every pass streams from DRAM, not cache. Medians of several passes.
+/* bench_kernels — decode matvec throughput (GB/s of weights read) against the machine's read
+ * bandwidth, for every per-frame shape of 0.6B and 1.7B, bf16 and int8, 1 and 2 threads.
+ * Each shape cycles through copies of its matrices totalling more than the L3, so every pass
+ * streams from DRAM; between the matvec calls the probe reads other copies with the same
+ * threads, and the table gives the median of the per-pass ratios (the machine is shared: only
+ * two measurements taken under the same background load compare). Then the element-wise
+ * kernels, attention, batched linears and the pool round trip.
+ * usage: bench_kernels [VARIANT...]  (default: the variant in use; e.g. avx512 avx2 scalar)
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -9,11 +14,12 @@
 #include <time.h>
 
 #include "kernels/kernels.h"
+#include "kernels/q8.h"
 
 #define N_PASSES 7
-/* Matrix set per shape: default 768 MB, above this VM's 480 MiB L3; QV_BENCH_SET_MB overrides
- * (e.g. 32 to see the L3-resident rate that the code predictor's re-read weights get). */
-static size_t g_set_bytes = (size_t)768 << 20;
+/* Matrix set per shape: default 384 MB, twelve times this VM's 32 MiB L3; QV_BENCH_SET_MB
+ * overrides (e.g. 16 to see the L3-resident rate the code predictor's re-read weights get). */
+static size_t g_set_bytes = (size_t)384 << 20;
 
 static double now_s(void) {
     struct timespec ts;
@@ -63,75 +69,161 @@ static double read_bw(qvk_pool *pool, const uint64_t *buf, size_t n_bytes, int n
 
 /* ---- matvec ----------------------------------------------------------------------------- */
 
+/* One engine call: the matrices sharing an input, dispatched together (talker.c qve_matvec). */
 struct shape {
     const char *what;
-    int n_out, n_in;
+    int n_in, n_mv, outs[3];
 };
+
+/* The per-frame calls of the talkers and the code predictor (engine/talker.c). */
+static const struct shape g_shapes[] = {
+    {"0.6B/cp q+k+v 4096x1024", 1024, 3, {2048, 1024, 1024}},
+    {"0.6B/cp o 1024x2048", 2048, 1, {1024}},
+    {"0.6B/cp gate+up 6144x1024", 1024, 2, {3072, 3072}},
+    {"0.6B/cp down 1024x3072", 3072, 1, {1024}},
+    {"0.6B codec head 3072x1024", 1024, 1, {3072}},
+    {"cp head 2048x1024", 1024, 1, {2048}},
+    {"1.7B q+k+v 4096x2048", 2048, 3, {2048, 1024, 1024}},
+    {"1.7B o 2048x2048", 2048, 1, {2048}},
+    {"1.7B gate+up 12288x2048", 2048, 2, {6144, 6144}},
+    {"1.7B down 2048x6144", 6144, 1, {2048}},
+    {"1.7B codec head 3072x2048", 2048, 1, {3072}},
+    {"1.7B mtp proj 1024x2048", 2048, 1, {1024}},
+};
+
+/* n_set copies of one shape's matrices, laid out back to back in one arena per format. */
+struct workload {
+    const struct shape *sh;
+    int n_set, rows; /* rows: of one copy (all its matrices) */
+    uint16_t *w;     /* [n_set · rows, n_in] bf16 */
+    int8_t *q;       /* the same, int8 */
+    float *scale;    /* [n_set · rows] */
+    const float *x;
+    float *y;
+};
+
+/* Copy s of the shape's matrices through one engine call. */
+static void run_copy(qvk_pool *pool, const struct workload *wl, int s, int int8) {
+    const struct shape *sh = wl->sh;
+    size_t row = (size_t)s * wl->rows;
+    qvk_mv mv[3];
+    qvk_q8_mv mq[3];
+    for (int m = 0, o = 0; m < sh->n_mv; o += sh->outs[m], m++) {
+        mv[m] = (qvk_mv){wl->y + o, wl->w + (row + o) * sh->n_in, NULL, sh->outs[m]};
+        mq[m] = (qvk_q8_mv){wl->y + o, wl->q + (row + o) * sh->n_in, wl->scale + row + o, NULL,
+                            sh->outs[m]};
+    }
+    if (int8)
+        qvk_q8_matvec_multi(pool, wl->x, sh->n_in, mq, sh->n_mv);
+    else
+        qvk_matvec_bf16_multi(pool, wl->x, sh->n_in, mv, sh->n_mv);
+}
 
 struct result {
-    double gbs, bw_gbs, ratio; /* medians: matvec GB/s, read GB/s on the same set, per-pass ratio */
+    double gbs, ratio; /* medians: matvec GB/s, per-pass matvec / probe ratio */
 };
 
-/* One pass of the workload over the whole matrix set (kind 0: matvec, 1: multi q/k/v). */
-struct workload {
-    int kind, n_mat, n_out, n_in;
-    uint16_t **w;
-    size_t *bytes;
-    float *x, *y;
-};
-
-static void run_pass(qvk_pool *pool, const struct workload *wl) {
-    if (wl->kind == 0) {
-        for (int m = 0; m < wl->n_mat; m++)
-            qvk_matvec_bf16(pool, wl->y, wl->w[m], wl->x, NULL, wl->n_out, wl->n_in);
-        return;
-    }
-    const int outs[3] = {2048, 1024, 1024};
-    for (int s = 0; s + 3 <= wl->n_mat; s += 3) {
-        qvk_mv mv[3];
-        for (int m = 0; m < 3; m++)
-            mv[m] = (qvk_mv){wl->y + 2048 * m, wl->w[s + m], NULL, outs[m]};
-        qvk_matvec_bf16_multi(pool, wl->x, 1024, mv, 3);
-    }
-}
-
-/* The machine is shared: a plain read of the same matrices is timed right before every matvec
- * pass, so the percentage compares two measurements taken under the same background load. */
-static struct result bench(qvk_pool *pool, const struct workload *wl) {
-    double t_mv[N_PASSES], t_rd[N_PASSES], ratio[N_PASSES];
-    size_t total = 0;
-    for (int m = 0; m < wl->n_mat; m++)
-        total += wl->bytes[m];
+/* Probe and matvec alternate copy by copy (the probe reading the copy half a set away, so
+ * neither finds the other's bytes in cache): load changes on the shared machine hit both. */
+static struct result bench(qvk_pool *pool, const struct workload *wl, int int8) {
+    double t_mv[N_PASSES], ratio[N_PASSES];
+    size_t copy = (size_t)wl->rows * wl->sh->n_in * (int8 ? 1 : 2);
+    const char *base = int8 ? (const char *)wl->q : (const char *)wl->w;
+    uint64_t sink = 0;
     for (int r = 0; r < N_PASSES + 1; r++) {
-        double t0 = now_s();
-        uint64_t sink = 0;
-        for (int m = 0; m < wl->n_mat; m++) {
-            struct sum_job j = {(const uint64_t *)wl->w[m], wl->bytes[m] / 8, {0}};
+        double rd = 0, mv = 0;
+        for (int s = 0; s < wl->n_set; s++) {
+            struct sum_job j = {(const uint64_t *)(base + copy * ((s + wl->n_set / 2) % wl->n_set)),
+                                copy / 8, {0}};
+            double t0 = now_s();
             qvk_pool_run(pool, sum_run, &j);
+            double t1 = now_s();
+            run_copy(pool, wl, s, int8);
+            double t2 = now_s();
             sink += j.out[0];
+            rd += t1 - t0, mv += t2 - t1;
         }
-        double t1 = now_s();
-        run_pass(pool, wl);
-        double t2 = now_s();
-        if (sink == 42) printf(" ");
         if (r == 0) continue; /* warm-up: page tables, pool, frequency */
-        t_rd[r - 1] = t1 - t0;
-        t_mv[r - 1] = t2 - t1;
-        ratio[r - 1] = (t1 - t0) / (t2 - t1);
+        t_mv[r - 1] = mv;
+        ratio[r - 1] = rd / mv;
     }
-    struct result res = {total / median(t_mv, N_PASSES) / 1e9, total / median(t_rd, N_PASSES) / 1e9,
-                         median(ratio, N_PASSES)};
-    return res;
+    if (sink == 42) printf(" ");
+    return (struct result){copy * wl->n_set / median(t_mv, N_PASSES) / 1e9,
+                           median(ratio, N_PASSES)};
 }
 
-/* Small bf16 values around ±1, different per matrix; pages really touched. */
-static uint16_t *alloc_weights(size_t n_bytes, int seed) {
-    uint16_t *w = qvk_alloc(n_bytes);
-    if (!w) return NULL;
-    for (size_t i = 0; i < n_bytes / 2; i++)
-        w[i] = (uint16_t)(0x3f00 + ((i * 2654435761u + (size_t)seed) >> 20) % 256) |
-               (uint16_t)((i & 1) << 15);
-    return w;
+/* Small bf16 values around ±1, different per row; pages really touched. */
+static void fill_weights(uint16_t *w, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        w[i] = (uint16_t)(0x3f00 + ((i * 2654435761u) >> 20) % 256) | (uint16_t)((i & 1) << 15);
+}
+
+static int bench_matvecs(qvk_pool *pool2, const char *const *variants, int n_var) {
+    float *x = qvk_alloc(8192 * sizeof(float)), *y = qvk_alloc(16384 * sizeof(float));
+    if (!x || !y) return -1;
+    for (int i = 0; i < 8192; i++)
+        x[i] = (float)((i % 17) - 8) * 0.125f;
+    printf("%-27s %-7s %-4s | %-20s | %-20s\n", "matvec [rows x in]", "variant", "fmt",
+           "1 thread: GB/s %read", "2 threads: GB/s %read");
+    for (size_t s = 0; s < sizeof g_shapes / sizeof g_shapes[0]; s++) {
+        const struct shape *sh = &g_shapes[s];
+        struct workload wl = {sh, 0, 0, NULL, NULL, NULL, x, y};
+        for (int m = 0; m < sh->n_mv; m++)
+            wl.rows += sh->outs[m];
+        size_t copy = (size_t)wl.rows * sh->n_in;
+        wl.n_set = (int)((g_set_bytes / 2 + copy - 1) / copy);
+        size_t n = copy * wl.n_set;
+        wl.w = qvk_alloc(n * 2);
+        wl.q = qvk_alloc(n);
+        wl.scale = qvk_alloc((size_t)wl.n_set * wl.rows * sizeof(float));
+        if (!wl.w || !wl.q || !wl.scale) return -1;
+        fill_weights(wl.w, n);
+        qvk_q8_quantize_bf16(pool2, wl.q, wl.scale, wl.w, wl.n_set * wl.rows, sh->n_in);
+        for (int v = 0; v < n_var; v++) {
+            if (qvk_set_variant(variants[v]) != 0) continue;
+            for (int int8 = 0; int8 < 2; int8++) {
+                struct result r1 = bench(NULL, &wl, int8), r2 = bench(pool2, &wl, int8);
+                printf("%-27s %-7s %-4s | %6.1f  %4.0f%%       | %6.1f  %4.0f%%\n", sh->what,
+                       variants[v], int8 ? "int8" : "bf16", r1.gbs, 100 * r1.ratio, r2.gbs,
+                       100 * r2.ratio);
+                fflush(stdout);
+            }
+        }
+        qvk_free(wl.w);
+        qvk_free(wl.q);
+        qvk_free(wl.scale);
+    }
+    qvk_free(x);
+    qvk_free(y);
+    return 0;
+}
+
+/* Weight quantization (int8 session start): 0.6B's decode matrices, ≈ 0.55 G weights, as one
+ * [rows, 1024] matrix cycled from a 384 MB bf16 set, in memory already touched (a session's
+ * first quantization also pays the kernel's zeroing of the fresh 0.55 GB int8 buffer). */
+static void bench_quantize(qvk_pool *pool2) {
+    const int n_in = 1024;
+    size_t rows = g_set_bytes / 2 / n_in, total = (size_t)553 << 20;
+    uint16_t *w = qvk_alloc(rows * n_in * 2);
+    int8_t *q = qvk_alloc(rows * n_in);
+    float *sc = qvk_alloc(rows * sizeof(float));
+    if (!w || !q || !sc) return;
+    fill_weights(w, rows * n_in);
+    printf("\nweight quantization bf16 -> int8, 0.6B's %zu M weights, s:", total >> 20);
+    for (int th = 1; th <= 2; th++) {
+        double t[N_PASSES];
+        for (int r = 0; r < N_PASSES; r++) {
+            double t0 = now_s();
+            for (size_t done = 0; done < total; done += rows * n_in)
+                qvk_q8_quantize_bf16(th == 1 ? NULL : pool2, q, sc, w, (int)rows, n_in);
+            t[r] = now_s() - t0;
+        }
+        printf("   %d thr %.3f", th, median(t, N_PASSES));
+    }
+    printf("\n");
+    qvk_free(w);
+    qvk_free(q);
+    qvk_free(sc);
 }
 
 int main(int argc, char **argv) {
@@ -143,8 +235,11 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_kernels: cannot create a 2-thread pool\n");
         return 1;
     }
+    const char *picked = qvk_variant();
+    const char *const *variants = argc > 1 ? (const char *const *)argv + 1 : &picked;
+    int n_var = argc > 1 ? argc - 1 : 1;
     printf("kernel variant: %s   (matrices cycled: %zu MB per shape, median of %d passes)\n\n",
-           qvk_variant(), g_set_bytes >> 20, N_PASSES);
+           picked, g_set_bytes >> 20, N_PASSES);
 
     size_t bw_bytes = (size_t)1 << 30;
     uint64_t *buf = qvk_alloc(bw_bytes);
@@ -159,52 +254,13 @@ int main(int argc, char **argv) {
     qvk_free(buf);
     printf("read bandwidth (qvk_mem_read of 1 GiB, %s): 1 thread %.1f GB/s, 2 threads %.1f GB/s"
            "   (same loop in L2: %.1f GB/s, so the loop is not the limit)\n\n",
-           qvk_variant(), bw1, bw2, bw_l2_1);
-
-    const struct shape shapes[] = {
-        {"1024x3072 (down)", 1024, 3072},
-        {"3072x1024 (gate/up)", 3072, 1024},
-        {"2048x1024 (q)", 2048, 1024},
-        {"1024x2048 (o)", 1024, 2048},
-    };
-    /* variants to run: the arguments, or all three */
-    const char *all[] = {"avx512", "avx2", "scalar"};
-    const char *const *variants = argc > 1 ? (const char *const *)argv + 1 : all;
-    int n_var = argc > 1 ? argc - 1 : 3;
-    const char *picked = qvk_variant();
-    printf("%-22s %-7s | %-22s | %-22s\n", "bf16 matvec [out x in]", "variant",
-           "1 thread: GB/s  %read", "2 threads: GB/s  %read");
-    float *x = qvk_alloc(4096 * sizeof(float)), *y = qvk_alloc(4096 * 3 * sizeof(float));
-    for (int i = 0; i < 4096; i++)
-        x[i] = (float)((i % 17) - 8) * 0.125f;
-    for (size_t s = 0; s <= sizeof shapes / sizeof shapes[0]; s++) {
-        int multi = s == sizeof shapes / sizeof shapes[0];
-        struct workload wl = {multi, 0, multi ? 4096 : shapes[s].n_out, 1024, NULL, NULL, x, y};
-        if (!multi) wl.n_in = shapes[s].n_in;
-        size_t set_bytes = (size_t)wl.n_out * wl.n_in * 2;
-        wl.n_mat = (int)((g_set_bytes + set_bytes - 1) / set_bytes) * (multi ? 3 : 1);
-        wl.w = calloc((size_t)wl.n_mat, sizeof *wl.w);
-        wl.bytes = calloc((size_t)wl.n_mat, sizeof *wl.bytes);
-        if (!wl.w || !wl.bytes) return 1;
-        for (int m = 0; m < wl.n_mat; m++) {
-            wl.bytes[m] = multi ? (size_t)(m % 3 == 0 ? 2048 : 1024) * 1024 * 2 : set_bytes;
-            if (!(wl.w[m] = alloc_weights(wl.bytes[m], m))) {
-                fprintf(stderr, "bench_kernels: out of memory\n");
-                return 1;
-            }
-        }
-        for (int v = 0; v < n_var; v++) {
-            if (qvk_set_variant(variants[v]) != 0) continue;
-            struct result r1 = bench(NULL, &wl), r2 = bench(pool2, &wl);
-            printf("%-22s %-7s | %6.1f (rd %4.1f) %4.0f%% | %6.1f (rd %4.1f) %4.0f%%\n",
-                   multi ? "multi q+k+v 4096x1024" : shapes[s].what, variants[v], r1.gbs, r1.bw_gbs,
-                   100 * r1.ratio, r2.gbs, r2.bw_gbs, 100 * r2.ratio);
-        }
-        for (int m = 0; m < wl.n_mat; m++)
-            qvk_free(wl.w[m]);
-        free(wl.w);
-        free(wl.bytes);
+           picked, bw1, bw2, bw_l2_1);
+    if (bench_matvecs(pool2, variants, n_var)) {
+        fprintf(stderr, "bench_kernels: out of memory\n");
+        return 1;
     }
+    qvk_set_variant(picked);
+    bench_quantize(pool2);
 
     /* element-wise kernels the speech decoder and attention spend time in (cache-resident) */
     {
@@ -292,7 +348,8 @@ int main(int argc, char **argv) {
     /* batched bf16 linear (prefill): direct bf16 path vs widening + OpenBLAS sgemm */
     {
         enum { OUT = 3072, IN = 1024, MAXR = 256 };
-        uint16_t *w = alloc_weights((size_t)OUT * IN * 2, 1);
+        uint16_t *w = qvk_alloc((size_t)OUT * IN * 2);
+        fill_weights(w, (size_t)OUT * IN);
         float *xs = qvk_alloc(sizeof(float) * MAXR * IN),
               *ys = qvk_alloc(sizeof(float) * MAXR * OUT);
         float *wf = qvk_alloc(sizeof(float) * OUT * IN);
@@ -342,8 +399,6 @@ int main(int argc, char **argv) {
         printf("\npool round trip (2 threads, empty job): %.2f us\n", (now_s() - t0) / 20000 * 1e6);
     }
     qvk_set_variant(picked);
-    qvk_free(x);
-    qvk_free(y);
     qvk_pool_free(pool2);
     return 0;
 }

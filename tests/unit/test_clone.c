@@ -539,6 +539,77 @@ static void test_elu_variants(void **state) {
     free(b);
 }
 
+/* Speech-encoder codes under the AVX-512 and the scalar kernels: identical on 12 s of both
+ * bundled clips, each also resampled through 16 and 44.1 kHz and at -12 and +6 dB (+6 dB
+ * lowered to stay below clipping). The two variants differ in ELU (polynomial vs expm1f) and
+ * softmax (polynomial vs expf) by about an ulp; a code may only flip where two codebook rows
+ * are nearly tied, and the official codes do not depend on that noise either. */
+static int clip_version(qvc_audio *out, const qvc_audio *a, int64_t n, int kind) {
+    char err[512];
+    static const int rates[] = {24000, 16000, 44100, 24000, 24000};
+    int rate = rates[kind];
+    long cap = (long)(n * (rate / 24000.0)) + 16;
+    float *x = malloc(sizeof(float) * (size_t)cap);
+    long m = (long)n;
+    if (rate != 24000) {
+        SRC_DATA d = {.data_in = a->samples, .input_frames = (long)n, .data_out = x,
+                      .output_frames = cap, .src_ratio = rate / 24000.0};
+        assert_int_equal(src_simple(&d, SRC_SINC_MEDIUM_QUALITY, 1), 0);
+        m = d.output_frames_gen;
+    } else {
+        float g = kind == 3 ? powf(10.0f, -12.0f / 20.0f)
+                  : kind == 4 ? fminf(powf(10.0f, 6.0f / 20.0f), 0.99f / (float)a->peak) : 1.0f;
+        for (long i = 0; i < m; i++) x[i] = g * a->samples[i];
+    }
+    int rc = qvc_audio_from_mono(out, x, m, rate, "version", err, sizeof err);
+    free(x);
+    return rc;
+}
+
+static void test_codes_variants(void **state) {
+    (void)state;
+    char err[512], was[16];
+    snprintf(was, sizeof was, "%s", qvk_variant());
+    if (qvk_set_variant("avx512")) {
+        printf("  no AVX-512 kernel variant on this CPU: nothing to compare\n");
+        return;
+    }
+    qvc_speech_encoder *se = qvc_speech_encoder_load(g_base, err, sizeof err);
+    assert_non_null(se);
+    static const char *const clips[] = {CLIP, "tests/audio/it_galatea_fasol.wav"};
+    static const char *const kinds[] = {"24 kHz", "via 16 kHz", "via 44.1 kHz", "-12 dB", "+6 dB"};
+    const int64_t n = 12 * 24000;
+    const int nf = qvc_speech_encoder_n_frames(n);
+    int32_t *codes[2];
+    for (int v = 0; v < 2; v++) codes[v] = malloc(sizeof(int32_t) * (size_t)(nf + 1) * QVC_CODE_GROUPS);
+    for (int c = 0; c < 2; c++) {
+        qvc_audio a;
+        assert_int_equal(qvc_audio_load(&a, clips[c], 30.0, err, sizeof err), 0);
+        assert_true(a.n_samples >= n);
+        for (int k = 0; k < 5; k++) {
+            qvc_audio b;
+            assert_int_equal(clip_version(&b, &a, n, k), 0);
+            int nb = qvc_speech_encoder_n_frames(b.n_samples);
+            assert_true(nb <= nf + 1);
+            for (int v = 0; v < 2; v++) {
+                assert_int_equal(qvk_set_variant(v ? "scalar" : "avx512"), 0);
+                assert_int_equal(qvc_speech_encoder_encode(se, g_pool, codes[v], b.samples,
+                                                           b.n_samples, err, sizeof err), 0);
+            }
+            int bad = 0;
+            for (int i = 0; i < nb * QVC_CODE_GROUPS; i++) bad += codes[0][i] != codes[1][i];
+            printf("  %s %-13s %d frames: avx512 vs scalar codes, %d differ (tolerance 0)\n",
+                   c ? "it" : "en", kinds[k], nb, bad);
+            assert_int_equal(bad, 0);
+            qvc_audio_free(&b);
+        }
+        qvc_audio_free(&a);
+    }
+    assert_int_equal(qvk_set_variant(was), 0);
+    for (int v = 0; v < 2; v++) free(codes[v]);
+    qvc_speech_encoder_free(se);
+}
+
 /* ---- tiny model ------------------------------------------------------------------------- */
 
 static void test_tiny_model(void **state) {
@@ -633,7 +704,7 @@ int main(void) {
         cmocka_unit_test(test_lossy_formats),
         cmocka_unit_test(test_audio_errors),   cmocka_unit_test(test_audio_warnings),
         cmocka_unit_test(test_not_base),       cmocka_unit_test(test_conv_helper),
-        cmocka_unit_test(test_elu_variants),
+        cmocka_unit_test(test_elu_variants),   cmocka_unit_test(test_codes_variants),
         cmocka_unit_test(test_tiny_model),     cmocka_unit_test(test_cli),
     };
     return cmocka_run_group_tests_name("clone", full, setup_full, teardown_full);

@@ -564,6 +564,34 @@ static void test_vector_math(void **state) {
     restore_variant();
 }
 
+/* Softmax rows of every length from 1 to 300 (the speech encoder's causal attention has them
+ * all), values down to e^-110 (subnormal probabilities): the AVX-512 variant gives the AVX2
+ * variant's bits (same polynomial, same expf tail, same summation order), so the clone's codes
+ * cannot depend on which of the two runs. */
+static void test_softmax_avx512_is_avx2(void **state) {
+    (void)state;
+    static float a[300], b[300];
+    if (qvk_set_variant("avx512") || qvk_set_variant("avx2")) {
+        printf("  AVX-512 or AVX2 variant not supported here: nothing to compare\n");
+        restore_variant();
+        return;
+    }
+    int n_diff = 0, n_all = 0;
+    for (int n = 1; n <= 300; n++) {
+        for (int i = 0; i < n; i++) a[i] = b[i] = rnd() * (i % 3 ? 8.0f : 55.0f);
+        qvk_set_variant("avx512");
+        qvk_softmax(a, n);
+        qvk_set_variant("avx2");
+        qvk_softmax(b, n);
+        for (int i = 0; i < n; i++) n_diff += memcmp(a + i, b + i, sizeof(float)) != 0;
+        n_all += n;
+    }
+    printf("  softmax avx512 vs avx2, lengths 1..300: %d of %d values differ (tolerance 0)\n",
+           n_diff, n_all);
+    assert_int_equal(n_diff, 0);
+    restore_variant();
+}
+
 /* ---- RoPE ------------------------------------------------------------------------------ */
 
 static void test_rope(void **state) {
@@ -886,6 +914,7 @@ int main(void) {
         cmocka_unit_test(test_linear_bf16),
         cmocka_unit_test(test_elementwise),
         cmocka_unit_test(test_vector_math),
+        cmocka_unit_test(test_softmax_avx512_is_avx2),
         cmocka_unit_test(test_rope),
         cmocka_unit_test(test_attend),
         cmocka_unit_test(test_conv1d),
