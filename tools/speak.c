@@ -643,7 +643,8 @@ static void on_signal(int sig) {
 typedef struct {
     const qv_model *m;
     qv_params p;     /* the command line's; a job's seed replaces p.seed */
-    qv_synth *syn;   /* made for p (a new seed makes a new one: cheap next to the model load) */
+    qv_synth *syn;   /* made for p; a job with another seed makes a new one (its session setup
+                        is paid again: seeds are fixed per qv_synth) */
     qv_voice *voice; /* the last voice a job named, kept open for the next jobs */
     char *voice_name;
 } batch;
