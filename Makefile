@@ -71,7 +71,7 @@ help:
 	@echo "make install    install tools, libraries, headers, qvoice.pc and man pages into"
 	@echo "                [DESTDIR]PREFIX (PREFIX=$(PREFIX))"
 	@echo "make uninstall  remove what make install installed (same PREFIX and DESTDIR)"
-	@echo "make clean      remove build/, build-asan/ and bin/"
+	@echo "make clean      remove build/, build-asan/, bin/ and pip's python/qvoice.egg-info/"
 
 deps:
 	@scripts/deps.sh
@@ -203,6 +203,6 @@ uninstall:
 	  $(addprefix $(DESTDIR)$(INCLUDEDIR)/,$(notdir $(PUBLIC_H)))
 
 clean:
-	rm -rf build build-asan bin
+	rm -rf build build-asan bin python/qvoice.egg-info
 
 -include $(shell find $(B) -name '*.d' 2>/dev/null)
