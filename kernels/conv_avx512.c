@@ -28,3 +28,23 @@ void qvk_conv_c1_avx512(float *y, int64_t ldy, const float *win, int64_t n, cons
         }
     }
 }
+
+/* The Winograd transforms (conv.c's mix_rows_scalar): 16 lanes at a time, every x row loaded once
+ * per lane block, each output an FMA chain over the nonzero coefficients in j order. */
+void qvk_mix_rows_avx512(float *restrict y, int64_t ldy, const float *a, int rows, int cols,
+                         const float *restrict x, int64_t ldx, int n) {
+    __m512 xv[32];
+    for (int l = 0; l < n; l += 16) {
+        __mmask16 mk = n - l >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - l)) - 1);
+        for (int j = 0; j < cols; j++)
+            xv[j] = _mm512_maskz_loadu_ps(mk, x + j * ldx + l);
+        for (int i = 0; i < rows; i++) {
+            __m512 acc = _mm512_setzero_ps();
+            for (int j = 0; j < cols; j++) {
+                float c = a[i * cols + j];
+                if (c != 0.0f) acc = _mm512_fmadd_ps(_mm512_set1_ps(c), xv[j], acc);
+            }
+            _mm512_mask_storeu_ps(y + i * ldy + l, mk, acc);
+        }
+    }
+}

@@ -209,6 +209,27 @@ void qvk_conv1d_chunked_tm(qvk_pool *pool, const qvk_conv *cv, float *y, int64_t
                            const float *bias, float *scratch);
 /* dst [c_out, k, c_in] ← src [c_out, c_in, k]. */
 void qvk_conv_weights_tm(float *dst, const float *src, int c_out, int c_in, int k);
+/* Winograd minimal filtering F(m, k) for stride-1 dense convs (the speech decoder's k = 7 convs):
+ * each tile of m outputs (spaced by the dilation) costs α = m + k − 1 products per channel pair
+ * instead of m·k, as α sgemms of [c_out, c_in] by [c_in, tiles]. Points 0, ±1, ±2, ±1/2, … and ∞;
+ * the filter transform runs in double at load. m·k products become α: k = 7, m = 4 is 2.8×. */
+#define QVK_WINO_MAX_A 16
+typedef struct {
+    int m, k, alpha;
+    float bt[QVK_WINO_MAX_A * QVK_WINO_MAX_A]; /* input transform [α, α] */
+    float at[QVK_WINO_MAX_A * QVK_WINO_MAX_A]; /* output transform [m, α] */
+    double g[QVK_WINO_MAX_A * QVK_WINO_MAX_A]; /* filter transform [α, k] */
+} qvk_wino;
+/* Transforms for F(m, k); -1 when m + k − 1 exceeds the supported point set. */
+int qvk_wino_init(qvk_wino *wn, int m, int k);
+/* U [α, c_out, c_in] ← W [c_out, c_in, k] (PyTorch Conv1d) through the filter transform. */
+void qvk_wino_weights(const qvk_wino *wn, float *u, const float *w, int c_out, int c_in);
+/* Scratch floats qvk_conv1d_wino needs for n outputs at dilation dil. */
+size_t qvk_wino_scratch(const qvk_wino *wn, int c_in, int c_out, int n, int dil);
+/* y[c_out, n] = bias + Σ_j W_j · x[:, j·dil : j·dil + n] for x [c_in, w_in] holding the causal
+ * context first (n = w_in − (k − 1)·dil), W given as U from qvk_wino_weights. */
+void qvk_conv1d_wino(const qvk_wino *wn, float *y, const float *x, int w_in, int c_in, int c_out,
+                     int dil, const float *u, const float *bias, float *scratch);
 /* y[r, :n] += v[:n] per row, and y[r, :n] += x[r, :n] (exact: same bits in every variant). */
 void qvk_add_bias(float *y, int64_t ldy, const float *v, int64_t n_rows, int n);
 void qvk_add_rows(float *y, int64_t ldy, const float *x, int64_t ldx, int64_t n_rows, int n);
