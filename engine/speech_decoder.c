@@ -56,7 +56,7 @@ typedef struct {
 
 typedef struct {
     const float *a1, *b1;     /* [C] block.U.act1.{alpha,beta} (log space) */
-    const float *c1_w, *c1_b; /* [α, C, C] (Winograd transform) / [C] block.U.conv1.conv, dil. d */
+    const float *c1_w, *c1_b; /* Winograd-domain panels (qvk_wino_weights) / [C] block.U.conv1.conv, dil. d */
     const float *a2, *b2;     /* [C] block.U.act2 */
     const float *c2_w, *c2_b; /* [C, C, 1] / [C] block.U.conv2.conv */
 } dec_res;
@@ -213,7 +213,7 @@ static const float *get(loader *ld, int n_dims, int64_t d0, int64_t d1, int64_t 
 /* Residual conv1 weight [c, c, k] → Winograd domain [α, c, c]. */
 static const float *wino(loader *ld, const float *w, int c) {
     if (!w) return NULL;
-    float *u = qvk_alloc((size_t)ld->d->wino.alpha * c * c * sizeof *u);
+    float *u = qvk_alloc(qvk_wino_weights_size(&ld->d->wino, c, c) * sizeof *u);
     if (keep(ld, u) != 0) return NULL;
     qvk_wino_weights(&ld->d->wino, u, w, c, c);
     return u;

@@ -483,8 +483,21 @@ int qvk_wino_init(qvk_wino *wn, int m, int k) {
     return 0;
 }
 
+/* Products run on 48-column panels of U and groups of 8 tiles (gemm_p48). */
+#define WINO_NR 48
+#define WINO_MR 8
+
+static int round_up(int v, int to) {
+    return (v + to - 1) / to * to;
+}
+
+size_t qvk_wino_weights_size(const qvk_wino *wn, int c_out, int c_in) {
+    return (size_t)wn->alpha * round_up(c_out, WINO_NR) * c_in;
+}
+
 void qvk_wino_weights(const qvk_wino *wn, float *u, const float *w, int c_out, int c_in) {
-    int a = wn->alpha, k = wn->k;
+    int a = wn->alpha, k = wn->k, cp = round_up(c_out, WINO_NR);
+    memset(u, 0, qvk_wino_weights_size(wn, c_out, c_in) * sizeof *u);
     for (int o = 0; o < c_out; o++)
         for (int i = 0; i < c_in; i++) {
             const float *wr = w + ((size_t)o * c_in + i) * k;
@@ -492,7 +505,8 @@ void qvk_wino_weights(const qvk_wino *wn, float *u, const float *w, int c_out, i
                 double s = 0.0;
                 for (int j = 0; j < k; j++)
                     s += wn->g[r * k + j] * wr[j];
-                u[((size_t)r * c_out + o) * c_in + i] = (float)s;
+                size_t panel = (size_t)r * cp + (size_t)(o / WINO_NR) * WINO_NR;
+                u[(panel * c_in + (size_t)i * WINO_NR) + o % WINO_NR] = (float)s;
             }
         }
 }
@@ -513,12 +527,13 @@ static void mix_rows_scalar(float *restrict y, int64_t ldy, const float *a, int 
     }
 }
 
-/* Tiles: per phase p < dil, the outputs p, p + dil, … in runs of m (the last one padded). */
+/* Tiles: per phase p < dil, the outputs p, p + dil, … in runs of m (the last one padded); the
+ * count is rounded up to whole groups of WINO_MR (zero rows). */
 static int wino_tiles(int m, int n, int dil) {
     int t = 0;
     for (int p = 0; p < dil && p < n; p++)
         t += ((n - p + dil - 1) / dil + m - 1) / m;
-    return t;
+    return round_up(t, WINO_MR);
 }
 
 /* Time-major rows the tiles touch: outputs up to the last tile's end, inputs α − 1 steps beyond. */
@@ -528,20 +543,21 @@ static size_t wino_rows(const qvk_wino *wn, int n, int dil, int inputs) {
 
 size_t qvk_wino_scratch(const qvk_wino *wn, int c_in, int c_out, int n, int dil) {
     size_t t = (size_t)wino_tiles(wn->m, n, dil), a = (size_t)wn->alpha;
-    return wino_rows(wn, n, dil, 1) * c_in + a * t * c_in + a * t * c_out +
-           wino_rows(wn, n, dil, 0) * c_out;
+    size_t cp = (size_t)round_up(c_out, WINO_NR);
+    return wino_rows(wn, n, dil, 1) * c_in + a * t * c_in + a * t * cp +
+           wino_rows(wn, n, dil, 0) * cp;
 }
 
 void qvk_conv1d_wino(const qvk_wino *wn, float *y, const float *x, int w_in, int c_in, int c_out,
                      int dil, const float *u, const float *bias, float *scratch) {
     int m = wn->m, a = wn->alpha, n = w_in - (wn->k - 1) * dil;
     if (n <= 0) return;
-    int nt = wino_tiles(m, n, dil);
+    int nt = wino_tiles(m, n, dil), cp = round_up(c_out, WINO_NR);
     size_t rows_in = wino_rows(wn, n, dil, 1);
     float *xt = scratch;                          /* [rows_in, c_in] time-major input, zero tail */
     float *v = xt + rows_in * c_in;               /* [α, tiles, c_in] transformed input */
-    float *mo = v + (size_t)a * nt * c_in;        /* [α, tiles, c_out] products */
-    float *yt = mo + (size_t)a * nt * c_out;      /* [rows_out, c_out] time-major output */
+    float *mo = v + (size_t)a * nt * c_in;        /* [α, tiles, cp] products */
+    float *yt = mo + (size_t)a * nt * cp;         /* [rows_out, cp] time-major output */
     const qvk_impl *im = qvk_impl_get();
     void (*mix)(float *restrict, int64_t, const float *, int, int, const float *restrict, int64_t,
                 int) = im->mix_rows ? im->mix_rows : mix_rows_scalar;
@@ -549,23 +565,33 @@ void qvk_conv1d_wino(const qvk_wino *wn, float *y, const float *x, int w_in, int
         for (int t = 0; t < w_in; t++)
             xt[(size_t)t * c_in + c] = x[(size_t)c * w_in + t];
     memset(xt + (size_t)w_in * c_in, 0, (rows_in - (size_t)w_in) * c_in * sizeof *xt);
-    int64_t ldv = (int64_t)nt * c_in, ldm = (int64_t)nt * c_out;
+    int64_t ldv = (int64_t)nt * c_in, ldm = (int64_t)nt * cp;
     int ti = 0;
     for (int p = 0; p < dil && p < n; p++)
         for (int b = p; b < n; b += m * dil, ti++)
             mix(v + (size_t)ti * c_in, ldv, wn->bt, a, a, xt + (size_t)b * c_in,
                 (int64_t)dil * c_in, c_in);
-    for (int r = 0; r < a; r++)
-        qvk_sgemm(0, 1, nt, c_out, c_in, 1.0f, v + (size_t)r * ldv, c_in,
-                  u + (size_t)r * c_out * c_in, c_in, 0.0f, mo + (size_t)r * ldm, c_out);
+    for (int r = 0; r < a; r++) /* the padding tiles */
+        memset(v + (size_t)r * ldv + (size_t)ti * c_in, 0, (size_t)(nt - ti) * c_in * sizeof *v);
+    int np = cp / WINO_NR;
+    for (int r = 0; r < a; r++) {
+        const float *ur = u + (size_t)r * cp * c_in;
+        if (im->gemm_p48)
+            im->gemm_p48(mo + (size_t)r * ldm, cp, v + (size_t)r * ldv, c_in, ur, c_in, nt, np);
+        else
+            for (int q = 0; q < np; q++)
+                qvk_sgemm(0, 0, nt, WINO_NR, c_in, 1.0f, v + (size_t)r * ldv, c_in,
+                          ur + (size_t)q * c_in * WINO_NR, WINO_NR, 0.0f,
+                          mo + (size_t)r * ldm + q * WINO_NR, cp);
+    }
     ti = 0;
     for (int p = 0; p < dil && p < n; p++)
         for (int b = p; b < n; b += m * dil, ti++)
-            mix(yt + (size_t)b * c_out, (int64_t)dil * c_out, wn->at, m, a,
-                mo + (size_t)ti * c_out, ldm, c_out);
+            mix(yt + (size_t)b * cp, (int64_t)dil * cp, wn->at, m, a, mo + (size_t)ti * cp, ldm,
+                c_out);
     for (int o = 0; o < c_out; o++) {
         float bo = bias ? bias[o] : 0.0f;
         for (int t = 0; t < n; t++)
-            y[(size_t)o * n + t] = yt[(size_t)t * c_out + o] + bo;
+            y[(size_t)o * n + t] = yt[(size_t)t * cp + o] + bo;
     }
 }

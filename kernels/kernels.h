@@ -222,7 +222,9 @@ typedef struct {
 } qvk_wino;
 /* Transforms for F(m, k); -1 when m + k − 1 exceeds the supported point set. */
 int qvk_wino_init(qvk_wino *wn, int m, int k);
-/* U [α, c_out, c_in] ← W [c_out, c_in, k] (PyTorch Conv1d) through the filter transform. */
+/* U ← W [c_out, c_in, k] (PyTorch Conv1d) through the filter transform, packed in 48-column
+ * panels per point; qvk_wino_weights_size floats. */
+size_t qvk_wino_weights_size(const qvk_wino *wn, int c_out, int c_in);
 void qvk_wino_weights(const qvk_wino *wn, float *u, const float *w, int c_out, int c_in);
 /* Scratch floats qvk_conv1d_wino needs for n outputs at dilation dil. */
 size_t qvk_wino_scratch(const qvk_wino *wn, int c_in, int c_out, int n, int dil);
