@@ -46,7 +46,7 @@ typedef struct {
 } dec_layer;
 
 typedef struct {
-    const float *up_w, *up_b;   /* [L, L, r] / [L] upsample.S.0.conv (ConvTranspose, k = s = r) */
+    const float *up_w, *up_b;   /* [L, L·r] packed (p48) / [L] upsample.S.0.conv (ConvTranspose, k = s = r) */
     const float *dw_w, *dw_b;   /* [L, 1, 7] / [L] upsample.S.1.dwconv.conv */
     const float *ln_w, *ln_b;   /* [L] upsample.S.1.norm */
     const float *pw1_w, *pw1_b; /* [4L, L] / [4L] upsample.S.1.pwconv1 */
@@ -64,7 +64,7 @@ typedef struct {
 typedef struct {
     int c_in, c_out, rate;
     const float *a, *b;       /* [C_in] decoder.I.block.0.{alpha,beta} */
-    const float *up_w, *up_b; /* [C_in, C_out, 2r] / [C_out] decoder.I.block.1.conv */
+    const float *up_w, *up_b; /* [C_in, C_out·2r] packed (p48) / [C_out] decoder.I.block.1.conv */
     dec_res res[N_RES];       /* decoder.I.block.{2,3,4} */
 } dec_block;
 
@@ -219,6 +219,15 @@ static const float *wino(loader *ld, const float *w, int c) {
     return u;
 }
 
+/* ConvTranspose1d weight [c_in, c_out, k] viewed as [c_in, c_out·k] → 48-column panels. */
+static const float *panels(loader *ld, const float *w, int c_in, int n) {
+    if (!w) return NULL;
+    float *p = qvk_alloc(qvk_p48_size(c_in, n) * sizeof *p);
+    if (keep(ld, p) != 0) return NULL;
+    qvk_p48_pack(p, w, c_in, n, n, 0);
+    return p;
+}
+
 /* Conv1d weight [c_out, c_in, k] → tap-major [k, c_out, c_in], so that each tap is a plain
  * [c_out, c_in] matrix and the conv runs as k sgemms on shifted views of the input (no im2col). */
 static const float *taps(loader *ld, const float *w, int c_out, int c_in, int k) {
@@ -333,7 +342,8 @@ static int load_weights(qve_decoder *d, loader *ld) {
     int F = d->conv_inter;
     for (int s = 0; s < N_UP; s++) {
         dec_upsample *u = &d->up[s];
-        u->up_w = get(ld, 3, L, L, d->up_ratio[s], "%supsample.%d.0.conv.weight", p, s);
+        int r = d->up_ratio[s];
+        u->up_w = panels(ld, get(ld, 3, L, L, r, "%supsample.%d.0.conv.weight", p, s), L, L * r);
         u->up_b = get(ld, 1, L, 0, 0, "%supsample.%d.0.conv.bias", p, s);
         u->dw_w = get(ld, 3, L, 1, CONV_K, "%supsample.%d.1.dwconv.conv.weight", p, s);
         u->dw_b = get(ld, 1, L, 0, 0, "%supsample.%d.1.dwconv.conv.bias", p, s);
@@ -357,7 +367,8 @@ static int load_weights(qve_decoder *d, loader *ld) {
         int ci = b->c_in, co = b->c_out, n = i + 1;
         b->a = get(ld, 1, ci, 0, 0, "%s%d.block.0.alpha", q, n);
         b->b = get(ld, 1, ci, 0, 0, "%s%d.block.0.beta", q, n);
-        b->up_w = get(ld, 3, ci, co, 2 * b->rate, "%s%d.block.1.conv.weight", q, n);
+        b->up_w = panels(ld, get(ld, 3, ci, co, 2 * b->rate, "%s%d.block.1.conv.weight", q, n), ci,
+                         co * 2 * b->rate);
         b->up_b = get(ld, 1, co, 0, 0, "%s%d.block.1.conv.bias", q, n);
         for (int r = 0; r < N_RES; r++) {
             dec_res *u = &b->res[r];
@@ -463,7 +474,7 @@ static sizes stage_sizes(const qve_decoder *d, int nb) {
     for (int s = 0; s < N_UP; s++) {
         int r = d->up_ratio[s], cx = ct_ctx(r, r);
         need(&z.act, (size_t)d->latent * (cx + t) * r);
-        need(&z.scratch, qvk_conv_transpose1d_scratch(d->latent, d->latent, r, (int)(cx + t)));
+        need(&z.scratch, qvk_conv_transpose1d_p48_scratch(d->latent, d->latent, r, (int)(cx + t)));
         t *= r;
         need(&z.act, t * (size_t)d->conv_inter);
         qvk_conv dw = conv_desc(d->latent, d->latent, CONV_K, 1, d->latent);
@@ -478,7 +489,7 @@ static sizes stage_sizes(const qve_decoder *d, int nb) {
         if (i == PER_FRAME_BLOCK) t /= (size_t)nb;
         need(&z.act, (size_t)b->c_in * (cx + t));
         need(&z.act, ((size_t)(cx + t) * r + k) * b->c_out);
-        need(&z.scratch, qvk_conv_transpose1d_scratch(b->c_in, b->c_out, k, (int)(cx + t)));
+        need(&z.scratch, qvk_conv_transpose1d_p48_scratch(b->c_in, b->c_out, k, (int)(cx + t)));
         t *= r;
         for (int u = 0; u < N_RES; u++) {
             int h = (CONV_K - 1) * res_dilation[u];
@@ -645,7 +656,7 @@ static void convt_step(dec_state *s, tail *tl, float *y, const float *x, int n, 
                        int r, const float *w, const float *bias, const float *a, const float *b) {
     int w_in = with_tail(s->cat, tl, x, n, a, b);
     int kept =
-        qvk_conv_transpose1d(s->c, s->cat, tl->n_ch, c_out, w_in, k, r, k - r, w, bias, s->scratch);
+        qvk_conv_transpose1d_p48(s->c, s->cat, tl->n_ch, c_out, w_in, k, r, k - r, w, bias, s->scratch);
     int skip = tl->n * r, out = n * r;
     for (int o = 0; o < c_out; o++)
         memcpy(y + (size_t)o * out, s->c + (size_t)o * kept + skip, (size_t)out * sizeof *y);

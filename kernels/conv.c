@@ -491,6 +491,64 @@ static int round_up(int v, int to) {
     return (v + to - 1) / to * to;
 }
 
+size_t qvk_p48_size(int k, int n) {
+    return (size_t)k * round_up(n, WINO_NR);
+}
+
+void qvk_p48_pack(float *dst, const float *w, int k, int n, int64_t ldw, int trans) {
+    int np = round_up(n, WINO_NR) / WINO_NR;
+    for (int p = 0; p < np; p++)
+        for (int i = 0; i < k; i++)
+            for (int l = 0; l < WINO_NR; l++) {
+                int c = p * WINO_NR + l;
+                float v = c >= n ? 0.0f : trans ? w[(size_t)c * ldw + i] : w[(size_t)i * ldw + c];
+                dst[((size_t)p * k + i) * WINO_NR + l] = v;
+            }
+}
+
+void qvk_p48_matmul(float *y, int64_t ldy, const float *x, int64_t ldx, const float *wp, int k,
+                    int n, int n_rows) {
+    const qvk_impl *im = qvk_impl_get();
+    int np = round_up(n, WINO_NR) / WINO_NR;
+    if (im->gemm_p48) {
+        im->gemm_p48(y, ldy, x, ldx, wp, k, n_rows, np);
+        return;
+    }
+    for (int q = 0; q < np; q++)
+        qvk_sgemm(0, 0, n_rows, WINO_NR, k, 1.0f, x, (int)ldx, wp + (size_t)q * k * WINO_NR,
+                  WINO_NR, 0.0f, y + q * WINO_NR, (int)ldy);
+}
+
+size_t qvk_conv_transpose1d_p48_scratch(int c_in, int c_out, int k, int t_in) {
+    return (size_t)t_in * c_in + (size_t)t_in * round_up(c_out * k, WINO_NR);
+}
+
+int qvk_conv_transpose1d_p48(float *restrict y, const float *restrict x, int c_in, int c_out,
+                             int t_in, int k, int stride, int trim_right, const float *wp,
+                             const float *restrict b, float *restrict scratch) {
+    long kept = (long)t_in * stride + k - stride - trim_right;
+    if (t_in <= 0 || kept <= 0) return 0;
+    int ld = round_up(c_out * k, WINO_NR);
+    float *xt = scratch, *col = scratch + (size_t)t_in * c_in; /* [t_in, c_in], [t_in, ld] */
+    for (int i = 0; i < c_in; i++)
+        for (int t = 0; t < t_in; t++)
+            xt[(size_t)t * c_in + i] = x[(size_t)i * t_in + t];
+    qvk_p48_matmul(col, ld, xt, c_in, wp, c_in, c_out * k, t_in);
+    for (int o = 0; o < c_out; o++) {
+        float *yr = y + (size_t)o * kept;
+        float bias = b ? b[o] : 0.0f;
+        for (long p = 0; p < kept; p++)
+            yr[p] = bias;
+        for (int t = 0; t < t_in; t++) {
+            const float *cr = col + (size_t)t * ld + (size_t)o * k;
+            long p0 = (long)t * stride;
+            for (int j = 0; j < k && p0 + j < kept; j++)
+                yr[p0 + j] += cr[j];
+        }
+    }
+    return (int)kept;
+}
+
 size_t qvk_wino_weights_size(const qvk_wino *wn, int c_out, int c_in) {
     return (size_t)wn->alpha * round_up(c_out, WINO_NR) * c_in;
 }
@@ -573,17 +631,9 @@ void qvk_conv1d_wino(const qvk_wino *wn, float *y, const float *x, int w_in, int
                 (int64_t)dil * c_in, c_in);
     for (int r = 0; r < a; r++) /* the padding tiles */
         memset(v + (size_t)r * ldv + (size_t)ti * c_in, 0, (size_t)(nt - ti) * c_in * sizeof *v);
-    int np = cp / WINO_NR;
-    for (int r = 0; r < a; r++) {
-        const float *ur = u + (size_t)r * cp * c_in;
-        if (im->gemm_p48)
-            im->gemm_p48(mo + (size_t)r * ldm, cp, v + (size_t)r * ldv, c_in, ur, c_in, nt, np);
-        else
-            for (int q = 0; q < np; q++)
-                qvk_sgemm(0, 0, nt, WINO_NR, c_in, 1.0f, v + (size_t)r * ldv, c_in,
-                          ur + (size_t)q * c_in * WINO_NR, WINO_NR, 0.0f,
-                          mo + (size_t)r * ldm + q * WINO_NR, cp);
-    }
+    for (int r = 0; r < a; r++)
+        qvk_p48_matmul(mo + (size_t)r * ldm, cp, v + (size_t)r * ldv, c_in,
+                       u + (size_t)r * cp * c_in, c_in, c_out, nt);
     ti = 0;
     for (int p = 0; p < dil && p < n; p++)
         for (int b = p; b < n; b += m * dil, ti++)

@@ -51,13 +51,17 @@ void qvk_mix_rows_avx512(float *restrict y, int64_t ldy, const float *a, int row
 
 /* 8 rows × 48 columns of y in 24 accumulators over the whole k (one FMA chain per element, i in
  * order): per i, three panel vectors and eight broadcasts of x feed 24 FMAs. The panel (k·48
- * floats) stays in L2 while every group of 8 rows passes over it. */
+ * floats) stays in L2 while every group of 8 rows passes over it. A last group of fewer rows
+ * repeats its last row and stores only its own. */
 void qvk_gemm_p48_avx512(float *restrict y, int64_t ldy, const float *restrict x, int64_t ldx,
                          const float *restrict w, int k, int n_rows, int n_panels) {
     for (int p = 0; p < n_panels; p++) {
         const float *wp = w + (size_t)p * k * 48;
         for (int r = 0; r < n_rows; r += 8) {
-            const float *xr = x + r * ldx;
+            int nr = n_rows - r < 8 ? n_rows - r : 8;
+            const float *xr[8];
+            for (int a = 0; a < 8; a++)
+                xr[a] = x + (r + (a < nr ? a : nr - 1)) * ldx;
             __m512 c[8][3];
 #pragma GCC unroll 8
             for (int a = 0; a < 8; a++)
@@ -68,15 +72,14 @@ void qvk_gemm_p48_avx512(float *restrict y, int64_t ldy, const float *restrict x
                 __m512 w2 = _mm512_loadu_ps(wp + (size_t)i * 48 + 32);
 #pragma GCC unroll 8
                 for (int a = 0; a < 8; a++) {
-                    __m512 xb = _mm512_set1_ps(xr[a * ldx + i]);
+                    __m512 xb = _mm512_set1_ps(xr[a][i]);
                     c[a][0] = _mm512_fmadd_ps(xb, w0, c[a][0]);
                     c[a][1] = _mm512_fmadd_ps(xb, w1, c[a][1]);
                     c[a][2] = _mm512_fmadd_ps(xb, w2, c[a][2]);
                 }
             }
             float *yr = y + r * ldy + p * 48;
-#pragma GCC unroll 8
-            for (int a = 0; a < 8; a++) {
+            for (int a = 0; a < nr; a++) {
                 _mm512_storeu_ps(yr + a * ldy, c[a][0]);
                 _mm512_storeu_ps(yr + a * ldy + 16, c[a][1]);
                 _mm512_storeu_ps(yr + a * ldy + 32, c[a][2]);

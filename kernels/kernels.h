@@ -209,6 +209,19 @@ void qvk_conv1d_chunked_tm(qvk_pool *pool, const qvk_conv *cv, float *y, int64_t
                            const float *bias, float *scratch);
 /* dst [c_out, k, c_in] ← src [c_out, c_in, k]. */
 void qvk_conv_weights_tm(float *dst, const float *src, int c_out, int c_in, int k);
+/* Weights packed once in 48-column panels for the AVX-512 micro-kernel (the speech decoder's
+ * per-frame products, where sgemm would repack the weights on every call). A [k, n] matrix
+ * (row stride ldw; trans: w is [n, k]) → qvk_p48_size floats. */
+size_t qvk_p48_size(int k, int n);
+void qvk_p48_pack(float *dst, const float *w, int k, int n, int64_t ldw, int trans);
+/* y[r, :n] = x[r, :k] · W for r < n_rows (y row stride ldy ≥ n rounded up to 48). */
+void qvk_p48_matmul(float *y, int64_t ldy, const float *x, int64_t ldx, const float *wp, int k,
+                    int n, int n_rows);
+/* qvk_conv_transpose1d with W packed as qvk_p48_pack(W viewed as [c_in, c_out·k]). */
+size_t qvk_conv_transpose1d_p48_scratch(int c_in, int c_out, int k, int t_in);
+int qvk_conv_transpose1d_p48(float *restrict y, const float *restrict x, int c_in, int c_out,
+                             int t_in, int k, int stride, int trim_right, const float *wp,
+                             const float *restrict b, float *restrict scratch);
 /* Winograd minimal filtering F(m, k) for stride-1 dense convs (the speech decoder's k = 7 convs):
  * each tile of m outputs (spaced by the dilation) costs α = m + k − 1 products per channel pair
  * instead of m·k, as α sgemms of [c_out, c_in] by [c_in, tiles]. Points 0, ±1, ±2, ±1/2, … and ∞;

@@ -51,7 +51,7 @@ typedef struct {
      * order (the Winograd transforms); NULL when the variant has none (conv.c's scalar loop). */
     void (*mix_rows)(float *restrict y, int64_t ldy, const float *a, int rows, int cols,
                      const float *restrict x, int64_t ldx, int n);
-    /* y[r, p·48 + l] = Σ_i x[r, i]·w[p, i, l] for r < n_rows (a multiple of 8), p < n_panels, l < 48:
+    /* y[r, p·48 + l] = Σ_i x[r, i]·w[p, i, l] for r < n_rows, p < n_panels, l < 48:
      * weights pre-packed in 48-column panels [n_panels, k, 48] (the Winograd products); NULL when
      * the variant has none (conv.c runs one sgemm per panel). */
     void (*gemm_p48)(float *restrict y, int64_t ldy, const float *restrict x, int64_t ldx,
