@@ -33,6 +33,7 @@
 static const int res_dilation[N_RES] = {1, 3, 9};
 
 /* ==== weights ============================================================================== */
+/* Linear and ConvTranspose weights are held packed in 48-column panels (lin(), panels()). */
 
 typedef struct {
     const float *attn_norm;     /* [H] layers.L.input_layernorm.weight */
@@ -49,8 +50,8 @@ typedef struct {
     const float *up_w, *up_b;   /* [L, L·r] packed (p48) / [L] upsample.S.0.conv (ConvTranspose, k = s = r) */
     const float *dw_w, *dw_b;   /* [L, 1, 7] / [L] upsample.S.1.dwconv.conv */
     const float *ln_w, *ln_b;   /* [L] upsample.S.1.norm */
-    const float *pw1_w, *pw1_b; /* [4L, L] / [4L] upsample.S.1.pwconv1 */
-    const float *pw2_w, *pw2_b; /* [L, 4L] / [L] upsample.S.1.pwconv2 */
+    const float *pw1_w, *pw1_b; /* [4L, L] (lin) / [4L] upsample.S.1.pwconv1 */
+    const float *pw2_w, *pw2_b; /* [L, 4L] (lin) / [L] upsample.S.1.pwconv2 */
     const float *gamma;         /* [L] upsample.S.1.gamma */
 } dec_upsample;
 
@@ -219,6 +220,15 @@ static const float *wino(loader *ld, const float *w, int c) {
     return u;
 }
 
+/* Linear weight [n_out, n_in] → 48-column panels of its transpose (see linear()). */
+static const float *lin(loader *ld, const float *w, int n_out, int n_in) {
+    if (!w) return NULL;
+    float *p = qvk_alloc(qvk_p48_size(n_in, n_out) * sizeof *p);
+    if (keep(ld, p) != 0) return NULL;
+    qvk_p48_pack(p, w, n_in, n_out, n_in, 1);
+    return p;
+}
+
 /* ConvTranspose1d weight [c_in, c_out, k] viewed as [c_in, c_out·k] → 48-column panels. */
 static const float *panels(loader *ld, const float *w, int c_in, int n) {
     if (!w) return NULL;
@@ -307,32 +317,34 @@ static int load_weights(qve_decoder *d, loader *ld) {
                 *cb++ = sum[(size_t)e * d->cb_dim + i] / u;
         }
     }
-    d->out_first =
-        get(ld, 3, d->rvq_dim, d->cb_dim, 1, "%squantizer.rvq_first.output_proj.weight", p);
-    d->out_rest =
-        get(ld, 3, d->rvq_dim, d->cb_dim, 1, "%squantizer.rvq_rest.output_proj.weight", p);
+    d->out_first = lin(ld,
+        get(ld, 3, d->rvq_dim, d->cb_dim, 1, "%squantizer.rvq_first.output_proj.weight", p),
+        d->rvq_dim, d->cb_dim);
+    d->out_rest = lin(ld,
+        get(ld, 3, d->rvq_dim, d->cb_dim, 1, "%squantizer.rvq_rest.output_proj.weight", p),
+        d->rvq_dim, d->cb_dim);
     d->pre_w = taps(ld, get(ld, 3, L, d->rvq_dim, PRE_CONV_K, "%spre_conv.conv.weight", p), L,
                     d->rvq_dim, PRE_CONV_K);
     d->pre_b = get(ld, 1, L, 0, 0, "%spre_conv.conv.bias", p);
     const char *t = "decoder.pre_transformer.";
-    d->in_w = get(ld, 2, H, L, 0, "%sinput_proj.weight", t);
+    d->in_w = lin(ld, get(ld, 2, H, L, 0, "%sinput_proj.weight", t), H, L);
     d->in_b = get(ld, 1, H, 0, 0, "%sinput_proj.bias", t);
     for (int l = 0; l < d->n_layers; l++) {
         dec_layer *y = &d->layers[l];
         y->attn_norm = get(ld, 1, H, 0, 0, "%slayers.%d.input_layernorm.weight", t, l);
-        y->wq = get(ld, 2, A, H, 0, "%slayers.%d.self_attn.q_proj.weight", t, l);
-        y->wk = get(ld, 2, A, H, 0, "%slayers.%d.self_attn.k_proj.weight", t, l);
-        y->wv = get(ld, 2, A, H, 0, "%slayers.%d.self_attn.v_proj.weight", t, l);
-        y->wo = get(ld, 2, H, A, 0, "%slayers.%d.self_attn.o_proj.weight", t, l);
+        y->wq = lin(ld, get(ld, 2, A, H, 0, "%slayers.%d.self_attn.q_proj.weight", t, l), A, H);
+        y->wk = lin(ld, get(ld, 2, A, H, 0, "%slayers.%d.self_attn.k_proj.weight", t, l), A, H);
+        y->wv = lin(ld, get(ld, 2, A, H, 0, "%slayers.%d.self_attn.v_proj.weight", t, l), A, H);
+        y->wo = lin(ld, get(ld, 2, H, A, 0, "%slayers.%d.self_attn.o_proj.weight", t, l), H, A);
         y->attn_scale = get(ld, 1, H, 0, 0, "%slayers.%d.self_attn_layer_scale.scale", t, l);
         y->mlp_norm = get(ld, 1, H, 0, 0, "%slayers.%d.post_attention_layernorm.weight", t, l);
-        y->w_gate = get(ld, 2, I, H, 0, "%slayers.%d.mlp.gate_proj.weight", t, l);
-        y->w_up = get(ld, 2, I, H, 0, "%slayers.%d.mlp.up_proj.weight", t, l);
-        y->w_down = get(ld, 2, H, I, 0, "%slayers.%d.mlp.down_proj.weight", t, l);
+        y->w_gate = lin(ld, get(ld, 2, I, H, 0, "%slayers.%d.mlp.gate_proj.weight", t, l), I, H);
+        y->w_up = lin(ld, get(ld, 2, I, H, 0, "%slayers.%d.mlp.up_proj.weight", t, l), I, H);
+        y->w_down = lin(ld, get(ld, 2, H, I, 0, "%slayers.%d.mlp.down_proj.weight", t, l), H, I);
         y->mlp_scale = get(ld, 1, H, 0, 0, "%slayers.%d.mlp_layer_scale.scale", t, l);
     }
     d->norm_w = get(ld, 1, H, 0, 0, "%snorm.weight", t);
-    d->outp_w = get(ld, 2, L, H, 0, "%soutput_proj.weight", t);
+    d->outp_w = lin(ld, get(ld, 2, L, H, 0, "%soutput_proj.weight", t), L, H);
     d->outp_b = get(ld, 1, L, 0, 0, "%soutput_proj.bias", t);
     if (ld->failed) return -1;
 
@@ -349,9 +361,9 @@ static int load_weights(qve_decoder *d, loader *ld) {
         u->dw_b = get(ld, 1, L, 0, 0, "%supsample.%d.1.dwconv.conv.bias", p, s);
         u->ln_w = get(ld, 1, L, 0, 0, "%supsample.%d.1.norm.weight", p, s);
         u->ln_b = get(ld, 1, L, 0, 0, "%supsample.%d.1.norm.bias", p, s);
-        u->pw1_w = get(ld, 2, F, L, 0, "%supsample.%d.1.pwconv1.weight", p, s);
+        u->pw1_w = lin(ld, get(ld, 2, F, L, 0, "%supsample.%d.1.pwconv1.weight", p, s), F, L);
         u->pw1_b = get(ld, 1, F, 0, 0, "%supsample.%d.1.pwconv1.bias", p, s);
-        u->pw2_w = get(ld, 2, L, F, 0, "%supsample.%d.1.pwconv2.weight", p, s);
+        u->pw2_w = lin(ld, get(ld, 2, L, F, 0, "%supsample.%d.1.pwconv2.weight", p, s), L, F);
         u->pw2_b = get(ld, 1, L, 0, 0, "%supsample.%d.1.pwconv2.bias", p, s);
         u->gamma = get(ld, 1, L, 0, 0, "%supsample.%d.1.gamma", p, s);
     }
@@ -662,6 +674,14 @@ static void convt_step(dec_state *s, tail *tl, float *y, const float *x, int n, 
         memcpy(y + (size_t)o * out, s->c + (size_t)o * kept + skip, (size_t)out * sizeof *y);
 }
 
+/* y[n_rows, n_out] = x[n_rows, n_in] · Wᵀ (+ bias) with W packed by lin(): no sgemm repacking
+ * of the weights on every block. */
+static void linear(float *y, const float *x, const float *wp, const float *bias, int n_rows,
+                   int n_in, int n_out) {
+    qvk_p48_matmul(y, n_out, x, n_in, wp, n_in, n_out, n_rows);
+    if (bias) qvk_add_bias(y, n_out, bias, n_rows, n_out);
+}
+
 /* Codes [nb, n_q] → q [nb, rvq_dim] (time-major): both output projections, summed. */
 static void rvq_decode(const qve_decoder *d, dec_state *s, const int32_t *codes, int nb) {
     int D = d->cb_dim;
@@ -676,8 +696,8 @@ static void rvq_decode(const qve_decoder *d, dec_state *s, const int32_t *codes,
                 r[i] += e[i];
         }
     }
-    qvk_linear_f32(s->q0, s->emb0, d->out_first, NULL, nb, D, d->rvq_dim);
-    qvk_linear_f32(s->qr, s->embr, d->out_rest, NULL, nb, D, d->rvq_dim);
+    linear(s->q0, s->emb0, d->out_first, NULL, nb, D, d->rvq_dim);
+    linear(s->qr, s->embr, d->out_rest, NULL, nb, D, d->rvq_dim);
     for (size_t i = 0; i < (size_t)nb * d->rvq_dim; i++)
         s->q0[i] += s->qr[i];
 }
@@ -692,9 +712,9 @@ static void transformer(const qve_decoder *d, dec_state *s, float *x, int nb, in
         float *vc = s->v_cache + (size_t)l * s->max_pos * A;
         for (int t = 0; t < nb; t++)
             qvk_rmsnorm(s->th + (size_t)t * H, x + (size_t)t * H, y->attn_norm, H, d->rms_eps);
-        qvk_linear_f32(s->tq, s->th, y->wq, NULL, nb, H, A);
-        qvk_linear_f32(kc + (size_t)pos0 * A, s->th, y->wk, NULL, nb, H, A);
-        qvk_linear_f32(vc + (size_t)pos0 * A, s->th, y->wv, NULL, nb, H, A);
+        linear(s->tq, s->th, y->wq, NULL, nb, H, A);
+        linear(kc + (size_t)pos0 * A, s->th, y->wk, NULL, nb, H, A);
+        linear(vc + (size_t)pos0 * A, s->th, y->wv, NULL, nb, H, A);
         for (int t = 0; t < nb; t++) {
             int p = pos0 + t;
             qvk_rope_table(s->rope_c, s->rope_s, hd, p, d->rope_theta);
@@ -707,16 +727,16 @@ static void transformer(const qve_decoder *d, dec_state *s, float *x, int nb, in
                        vc + (size_t)j0 * A, p - j0 + 1, A, d->n_heads, d->n_heads, hd, scale,
                        s->att_scratch);
         }
-        qvk_linear_f32(s->th, s->tatt, y->wo, NULL, nb, A, H);
+        linear(s->th, s->tatt, y->wo, NULL, nb, A, H);
         for (int t = 0; t < nb; t++)
             for (int i = 0; i < H; i++)
                 x[(size_t)t * H + i] += y->attn_scale[i] * s->th[(size_t)t * H + i];
         for (int t = 0; t < nb; t++)
             qvk_rmsnorm(s->th + (size_t)t * H, x + (size_t)t * H, y->mlp_norm, H, d->rms_eps);
-        qvk_linear_f32(s->tg, s->th, y->w_gate, NULL, nb, H, d->inter);
-        qvk_linear_f32(s->tu, s->th, y->w_up, NULL, nb, H, d->inter);
+        linear(s->tg, s->th, y->w_gate, NULL, nb, H, d->inter);
+        linear(s->tu, s->th, y->w_up, NULL, nb, H, d->inter);
         qvk_swiglu(s->tg, s->tg, s->tu, nb * d->inter);
-        qvk_linear_f32(s->th, s->tg, y->w_down, NULL, nb, d->inter, H);
+        linear(s->th, s->tg, y->w_down, NULL, nb, d->inter, H);
         for (int t = 0; t < nb; t++)
             for (int i = 0; i < H; i++)
                 x[(size_t)t * H + i] += y->mlp_scale[i] * s->th[(size_t)t * H + i];
@@ -755,9 +775,9 @@ static const float *decode_block(const qve_decoder *d, dec_state *s, const int32
     transpose(s->a, s->q0, nb, d->rvq_dim);
     conv_step(s, &s->pre, s->b, s->a, nb, L, PRE_CONV_K, 1, 1, d->pre_w, d->pre_b, NULL, NULL);
     transpose(s->a, s->b, L, nb);
-    qvk_linear_f32(s->tx, s->a, d->in_w, d->in_b, nb, L, H);
+    linear(s->tx, s->a, d->in_w, d->in_b, nb, L, H);
     transformer(d, s, s->tx, nb, pos0);
-    qvk_linear_f32(s->a, s->tx, d->outp_w, d->outp_b, nb, H, L);
+    linear(s->a, s->tx, d->outp_w, d->outp_b, nb, H, L);
     transpose(s->b, s->a, nb, L); /* b = [L, nb] */
 
     /* upsample: ConvTranspose (k = s) + ConvNeXt; b holds the stream */
@@ -772,9 +792,9 @@ static const float *decode_block(const qve_decoder *d, dec_state *s, const int32
         transpose(tm, s->b, L, t);
         for (int i = 0; i < t; i++)
             qvk_layernorm(tm + (size_t)i * L, tm + (size_t)i * L, w->ln_w, w->ln_b, L, 1e-6f);
-        qvk_linear_f32(s->cat, tm, w->pw1_w, w->pw1_b, t, L, d->conv_inter);
+        linear(s->cat, tm, w->pw1_w, w->pw1_b, t, L, d->conv_inter);
         qvk_gelu_erf(s->cat, t * d->conv_inter);
-        qvk_linear_f32(tm, s->cat, w->pw2_w, w->pw2_b, t, d->conv_inter, L);
+        linear(tm, s->cat, w->pw2_w, w->pw2_b, t, d->conv_inter, L);
         for (int c = 0; c < L; c++)
             for (int i = 0; i < t; i++)
                 s->b[(size_t)c * t + i] =

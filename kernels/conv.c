@@ -511,12 +511,12 @@ void qvk_p48_matmul(float *y, int64_t ldy, const float *x, int64_t ldx, const fl
     const qvk_impl *im = qvk_impl_get();
     int np = round_up(n, WINO_NR) / WINO_NR;
     if (im->gemm_p48) {
-        im->gemm_p48(y, ldy, x, ldx, wp, k, n_rows, np);
+        im->gemm_p48(y, ldy, x, ldx, wp, k, n_rows, n);
         return;
     }
     for (int q = 0; q < np; q++)
-        qvk_sgemm(0, 0, n_rows, WINO_NR, k, 1.0f, x, (int)ldx, wp + (size_t)q * k * WINO_NR,
-                  WINO_NR, 0.0f, y + q * WINO_NR, (int)ldy);
+        qvk_sgemm(0, 0, n_rows, n - q * WINO_NR < WINO_NR ? n - q * WINO_NR : WINO_NR, k, 1.0f, x,
+                  (int)ldx, wp + (size_t)q * k * WINO_NR, WINO_NR, 0.0f, y + q * WINO_NR, (int)ldy);
 }
 
 size_t qvk_conv_transpose1d_p48_scratch(int c_in, int c_out, int k, int t_in) {

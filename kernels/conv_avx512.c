@@ -52,11 +52,17 @@ void qvk_mix_rows_avx512(float *restrict y, int64_t ldy, const float *a, int row
 /* 8 rows × 48 columns of y in 24 accumulators over the whole k (one FMA chain per element, i in
  * order): per i, three panel vectors and eight broadcasts of x feed 24 FMAs. The panel (k·48
  * floats) stays in L2 while every group of 8 rows passes over it. A last group of fewer rows
- * repeats its last row and stores only its own. */
+ * repeats its last row and stores only its own; the last panel stores only its n columns. */
 void qvk_gemm_p48_avx512(float *restrict y, int64_t ldy, const float *restrict x, int64_t ldx,
-                         const float *restrict w, int k, int n_rows, int n_panels) {
-    for (int p = 0; p < n_panels; p++) {
+                         const float *restrict w, int k, int n_rows, int n) {
+    for (int p = 0; p * 48 < n; p++) {
         const float *wp = w + (size_t)p * k * 48;
+        int nc = n - p * 48 < 48 ? n - p * 48 : 48;
+        __mmask16 mk[3];
+        for (int v = 0; v < 3; v++) {
+            int m = nc - v * 16;
+            mk[v] = m >= 16 ? (__mmask16)0xffff : m <= 0 ? 0 : (__mmask16)((1u << m) - 1);
+        }
         for (int r = 0; r < n_rows; r += 8) {
             int nr = n_rows - r < 8 ? n_rows - r : 8;
             const float *xr[8];
@@ -80,9 +86,9 @@ void qvk_gemm_p48_avx512(float *restrict y, int64_t ldy, const float *restrict x
             }
             float *yr = y + r * ldy + p * 48;
             for (int a = 0; a < nr; a++) {
-                _mm512_storeu_ps(yr + a * ldy, c[a][0]);
-                _mm512_storeu_ps(yr + a * ldy + 16, c[a][1]);
-                _mm512_storeu_ps(yr + a * ldy + 32, c[a][2]);
+                _mm512_mask_storeu_ps(yr + a * ldy, mk[0], c[a][0]);
+                _mm512_mask_storeu_ps(yr + a * ldy + 16, mk[1], c[a][1]);
+                _mm512_mask_storeu_ps(yr + a * ldy + 32, mk[2], c[a][2]);
             }
         }
     }

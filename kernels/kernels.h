@@ -214,7 +214,8 @@ void qvk_conv_weights_tm(float *dst, const float *src, int c_out, int c_in, int 
  * (row stride ldw; trans: w is [n, k]) → qvk_p48_size floats. */
 size_t qvk_p48_size(int k, int n);
 void qvk_p48_pack(float *dst, const float *w, int k, int n, int64_t ldw, int trans);
-/* y[r, :n] = x[r, :k] · W for r < n_rows (y row stride ldy ≥ n rounded up to 48). */
+/* y[r, :n] = x[r, :k] · W for r < n_rows (y row stride ldy). Rows of x may overlap (ldx < k):
+ * a time-major input with ldx = c_in is its own im2col for a stride-1 conv. */
 void qvk_p48_matmul(float *y, int64_t ldy, const float *x, int64_t ldx, const float *wp, int k,
                     int n, int n_rows);
 /* qvk_conv_transpose1d with W packed as qvk_p48_pack(W viewed as [c_in, c_out·k]). */
