@@ -214,8 +214,7 @@ void qvk_conv_weights_tm(float *dst, const float *src, int c_out, int c_in, int 
  * (row stride ldw; trans: w is [n, k]) → qvk_p48_size floats. */
 size_t qvk_p48_size(int k, int n);
 void qvk_p48_pack(float *dst, const float *w, int k, int n, int64_t ldw, int trans);
-/* y[r, :n] = x[r, :k] · W for r < n_rows (y row stride ldy). Rows of x may overlap (ldx < k):
- * a time-major input with ldx = c_in is its own im2col for a stride-1 conv. */
+/* y[r, :n] = x[r, :k] · W for r < n_rows (row strides ldy ≥ n, ldx ≥ k). */
 void qvk_p48_matmul(float *y, int64_t ldy, const float *x, int64_t ldx, const float *wp, int k,
                     int n, int n_rows);
 /* qvk_conv_transpose1d with W packed as qvk_p48_pack(W viewed as [c_in, c_out·k]). */
@@ -225,8 +224,8 @@ int qvk_conv_transpose1d_p48(float *restrict y, const float *restrict x, int c_i
                              const float *restrict b, float *restrict scratch);
 /* Winograd minimal filtering F(m, k) for stride-1 dense convs (the speech decoder's k = 7 convs):
  * each tile of m outputs (spaced by the dilation) costs α = m + k − 1 products per channel pair
- * instead of m·k, as α sgemms of [c_out, c_in] by [c_in, tiles]. Points 0, ±1, ±2, ±1/2, … and ∞;
- * the filter transform runs in double at load. m·k products become α: k = 7, m = 4 is 2.8×. */
+ * instead of m·k, as α products [tiles, c_in] by [c_in, c_out] (packed panels). The filter
+ * transform runs in double at load; k = 7, m = 4 is 2.8× fewer products. */
 #define QVK_WINO_MAX_A 16
 typedef struct {
     int m, k, alpha;
