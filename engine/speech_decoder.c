@@ -87,9 +87,9 @@ struct qve_decoder {
     const float *norm_w;          /* [H] pre_transformer.norm.weight */
     const float *outp_w, *outp_b; /* [latent, H] / [latent] pre_transformer.output_proj */
     dec_upsample up[N_UP];
-    const float *d0_w, *d0_b; /* [7, dec_dim, latent] (tap-major copy) decoder.0.conv */
+    const float *d0_w, *d0_b; /* Winograd-domain panels / [dec_dim] decoder.0.conv */
     dec_block blk[N_BLOCKS];
-    qvk_wino wino;           /* F(WINO_M, 7) for the residual conv1s */
+    qvk_wino wino;           /* F(WINO_M, 7) for decoder.0 and the residual conv1s */
     const float *fa, *fb;    /* [C] decoder.5.{alpha,beta} */
     const float *fw, *fbias; /* [7, 1, C] (tap-major copy) / [1] decoder.6.conv */
 
@@ -211,12 +211,12 @@ static const float *get(loader *ld, int n_dims, int64_t d0, int64_t d1, int64_t 
     return keep(ld, copy) == 0 ? copy : NULL;
 }
 
-/* Residual conv1 weight [c, c, k] → Winograd domain [α, c, c]. */
-static const float *wino(loader *ld, const float *w, int c) {
+/* Conv weight [c_out, c_in, 7] → Winograd-domain panels (qvk_wino_weights). */
+static const float *wino(loader *ld, const float *w, int c_out, int c_in) {
     if (!w) return NULL;
-    float *u = qvk_alloc(qvk_wino_weights_size(&ld->d->wino, c, c) * sizeof *u);
+    float *u = qvk_alloc(qvk_wino_weights_size(&ld->d->wino, c_out, c_in) * sizeof *u);
     if (keep(ld, u) != 0) return NULL;
-    qvk_wino_weights(&ld->d->wino, u, w, c, c);
+    qvk_wino_weights(&ld->d->wino, u, w, c_out, c_in);
     return u;
 }
 
@@ -368,8 +368,7 @@ static int load_weights(qve_decoder *d, loader *ld) {
         u->gamma = get(ld, 1, L, 0, 0, "%supsample.%d.1.gamma", p, s);
     }
     const char *q = "decoder.decoder.";
-    d->d0_w =
-        taps(ld, get(ld, 3, d->dec_dim, L, CONV_K, "%s0.conv.weight", q), d->dec_dim, L, CONV_K);
+    d->d0_w = wino(ld, get(ld, 3, d->dec_dim, L, CONV_K, "%s0.conv.weight", q), d->dec_dim, L);
     d->d0_b = get(ld, 1, d->dec_dim, 0, 0, "%s0.conv.bias", q);
     for (int i = 0; i < N_BLOCKS; i++) {
         dec_block *b = &d->blk[i];
@@ -388,7 +387,8 @@ static int load_weights(qve_decoder *d, loader *ld) {
             u->a1 = get(ld, 1, co, 0, 0, "%s%d.block.%d.act1.alpha", q, n, m);
             u->b1 = get(ld, 1, co, 0, 0, "%s%d.block.%d.act1.beta", q, n, m);
             u->c1_w =
-                wino(ld, get(ld, 3, co, co, CONV_K, "%s%d.block.%d.conv1.conv.weight", q, n, m), co);
+                wino(ld, get(ld, 3, co, co, CONV_K, "%s%d.block.%d.conv1.conv.weight", q, n, m), co,
+                     co);
             u->c1_b = get(ld, 1, co, 0, 0, "%s%d.block.%d.conv1.conv.bias", q, n, m);
             u->a2 = get(ld, 1, co, 0, 0, "%s%d.block.%d.act2.alpha", q, n, m);
             u->b2 = get(ld, 1, co, 0, 0, "%s%d.block.%d.act2.beta", q, n, m);
@@ -495,6 +495,7 @@ static sizes stage_sizes(const qve_decoder *d, int nb) {
     }
     need(&z.act, (size_t)d->latent * (CONV_K - 1 + t));
     need(&z.act, (size_t)d->dec_dim * t);
+    need(&z.scratch, qvk_wino_scratch(&d->wino, d->latent, d->dec_dim, (int)t, 1));
     for (int i = 0; i < N_BLOCKS; i++) {
         const dec_block *b = &d->blk[i];
         int r = b->rate, k = 2 * r, cx = ct_ctx(k, r);
@@ -662,6 +663,14 @@ static void conv_step(dec_state *s, tail *tl, float *y, const float *x, int n, i
     qvk_conv1d(&cv, y, s->cat, w_in, w, bias, s->scratch);
 }
 
+/* conv_step for a k = 7 dense conv with Winograd-domain weights. */
+static void wino_step(const qve_decoder *d, dec_state *s, tail *tl, float *y, const float *x, int n,
+                      int c_out, int dil, const float *u, const float *bias, const float *a,
+                      const float *b) {
+    int w_in = with_tail(s->cat, tl, x, n, a, b);
+    qvk_conv1d_wino(&d->wino, y, s->cat, w_in, tl->n_ch, c_out, dil, u, bias, s->scratch);
+}
+
 /* y[c_out, n·r] = causal ConvTranspose1d (kernel k, stride r, right trim k − r) of x[c_in, n]
  * continuing from the context tail; uses s->c for the untrimmed rows. */
 static void convt_step(dec_state *s, tail *tl, float *y, const float *x, int n, int c_out, int k,
@@ -754,9 +763,8 @@ static int block_step(const qve_decoder *d, dec_state *s, int i, float *y, float
     t *= r;
     for (int u = 0; u < N_RES; u++) {
         const dec_res *ru = &bk->res[u];
-        int w_in = with_tail(s->cat, &s->res[i][u], y, t, ru->a1, ru->b1);
-        qvk_conv1d_wino(&d->wino, x, s->cat, w_in, co, co, res_dilation[u], ru->c1_w, ru->c1_b,
-                        s->scratch);
+        wino_step(d, s, &s->res[i][u], x, y, t, co, res_dilation[u], ru->c1_w, ru->c1_b, ru->a1,
+                  ru->b1);
         qvk_snakebeta(x, co, t, ru->a2, ru->b2);
         conv_taps(s->c, x, t, co, co, 1, 1, ru->c2_w, ru->c2_b);
         for (size_t j = 0; j < (size_t)co * t; j++)
@@ -802,7 +810,7 @@ static const float *decode_block(const qve_decoder *d, dec_state *s, const int32
     }
 
     /* decoder.0 and the first block(s) on the whole block of frames; the stream ends in x */
-    conv_step(s, &s->d0, s->a, s->b, t, d->dec_dim, CONV_K, 1, 1, d->d0_w, d->d0_b, NULL, NULL);
+    wino_step(d, s, &s->d0, s->a, s->b, t, d->dec_dim, 1, d->d0_w, d->d0_b, NULL, NULL);
     float *x = s->a, *y = s->b;
     for (int i = 0; i < PER_FRAME_BLOCK; i++) {
         t = block_step(d, s, i, y, x, t);
