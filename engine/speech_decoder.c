@@ -25,6 +25,7 @@
 #define N_RES 3    /* residual units per block, dilations 1, 3, 9 */
 #define CONV_K 7   /* kernel of decoder.0, residual conv1, ConvNeXt dwconv, final conv */
 #define PRE_CONV_K 3
+#define WINO_M 4 /* outputs per Winograd tile of the residual convs: F(4, 7), 2.8x fewer products */
 #define QUEUE_FRAMES 1024
 /* Decoder blocks from this index on run one frame at a time (1920 samples at the end), which
  * keeps their activations in L2 instead of streaming 8 frames' worth through memory. */
@@ -32,6 +33,7 @@
 static const int res_dilation[N_RES] = {1, 3, 9};
 
 /* ==== weights ============================================================================== */
+/* Linear and ConvTranspose weights are held packed in 48-column panels (lin(), panels()). */
 
 typedef struct {
     const float *attn_norm;     /* [H] layers.L.input_layernorm.weight */
@@ -45,17 +47,17 @@ typedef struct {
 } dec_layer;
 
 typedef struct {
-    const float *up_w, *up_b;   /* [L, L, r] / [L] upsample.S.0.conv (ConvTranspose, k = s = r) */
+    const float *up_w, *up_b;   /* [L, L·r] packed (p48) / [L] upsample.S.0.conv (ConvTranspose, k = s = r) */
     const float *dw_w, *dw_b;   /* [L, 1, 7] / [L] upsample.S.1.dwconv.conv */
     const float *ln_w, *ln_b;   /* [L] upsample.S.1.norm */
-    const float *pw1_w, *pw1_b; /* [4L, L] / [4L] upsample.S.1.pwconv1 */
-    const float *pw2_w, *pw2_b; /* [L, 4L] / [L] upsample.S.1.pwconv2 */
+    const float *pw1_w, *pw1_b; /* [4L, L] (lin) / [4L] upsample.S.1.pwconv1 */
+    const float *pw2_w, *pw2_b; /* [L, 4L] (lin) / [L] upsample.S.1.pwconv2 */
     const float *gamma;         /* [L] upsample.S.1.gamma */
 } dec_upsample;
 
 typedef struct {
     const float *a1, *b1;     /* [C] block.U.act1.{alpha,beta} (log space) */
-    const float *c1_w, *c1_b; /* [7, C, C] (tap-major copy) / [C] block.U.conv1.conv, dil. d */
+    const float *c1_w, *c1_b; /* Winograd-domain panels (qvk_wino_weights) / [C] block.U.conv1.conv, dil. d */
     const float *a2, *b2;     /* [C] block.U.act2 */
     const float *c2_w, *c2_b; /* [C, C, 1] / [C] block.U.conv2.conv */
 } dec_res;
@@ -63,7 +65,7 @@ typedef struct {
 typedef struct {
     int c_in, c_out, rate;
     const float *a, *b;       /* [C_in] decoder.I.block.0.{alpha,beta} */
-    const float *up_w, *up_b; /* [C_in, C_out, 2r] / [C_out] decoder.I.block.1.conv */
+    const float *up_w, *up_b; /* [C_in, C_out·2r] packed (p48) / [C_out] decoder.I.block.1.conv */
     dec_res res[N_RES];       /* decoder.I.block.{2,3,4} */
 } dec_block;
 
@@ -85,8 +87,9 @@ struct qve_decoder {
     const float *norm_w;          /* [H] pre_transformer.norm.weight */
     const float *outp_w, *outp_b; /* [latent, H] / [latent] pre_transformer.output_proj */
     dec_upsample up[N_UP];
-    const float *d0_w, *d0_b; /* [7, dec_dim, latent] (tap-major copy) decoder.0.conv */
+    const float *d0_w, *d0_b; /* Winograd-domain panels / [dec_dim] decoder.0.conv */
     dec_block blk[N_BLOCKS];
+    qvk_wino wino;           /* F(WINO_M, 7) for decoder.0 and the residual conv1s */
     const float *fa, *fb;    /* [C] decoder.5.{alpha,beta} */
     const float *fw, *fbias; /* [7, 1, C] (tap-major copy) / [1] decoder.6.conv */
 
@@ -212,6 +215,33 @@ static const float *get(loader *ld, int n_dims, int64_t d0, int64_t d1, int64_t 
     return keep(ld, copy) == 0 ? copy : NULL;
 }
 
+/* Conv weight [c_out, c_in, 7] → Winograd-domain panels (qvk_wino_weights). */
+static const float *wino(loader *ld, const float *w, int c_out, int c_in) {
+    if (!w) return NULL;
+    float *u = qvk_alloc(qvk_wino_weights_size(&ld->d->wino, c_out, c_in) * sizeof *u);
+    if (keep(ld, u) != 0) return NULL;
+    qvk_wino_weights(&ld->d->wino, u, w, c_out, c_in);
+    return u;
+}
+
+/* Linear weight [n_out, n_in] → 48-column panels of its transpose (see linear()). */
+static const float *lin(loader *ld, const float *w, int n_out, int n_in) {
+    if (!w) return NULL;
+    float *p = qvk_alloc(qvk_p48_size(n_in, n_out) * sizeof *p);
+    if (keep(ld, p) != 0) return NULL;
+    qvk_p48_pack(p, w, n_in, n_out, n_in, 1);
+    return p;
+}
+
+/* ConvTranspose1d weight [c_in, c_out, k] viewed as [c_in, c_out·k] → 48-column panels. */
+static const float *panels(loader *ld, const float *w, int c_in, int n) {
+    if (!w) return NULL;
+    float *p = qvk_alloc(qvk_p48_size(c_in, n) * sizeof *p);
+    if (keep(ld, p) != 0) return NULL;
+    qvk_p48_pack(p, w, c_in, n, n, 0);
+    return p;
+}
+
 /* Conv1d weight [c_out, c_in, k] → tap-major [k, c_out, c_in], so that each tap is a plain
  * [c_out, c_in] matrix and the conv runs as k sgemms on shifted views of the input (no im2col). */
 static const float *taps(loader *ld, const float *w, int c_out, int c_in, int k) {
@@ -302,32 +332,34 @@ static int load_weights(qve_decoder *d, loader *ld) {
                 *cb++ = sum[(size_t)e * d->cb_dim + i] / u;
         }
     }
-    d->out_first =
-        get(ld, 3, d->rvq_dim, d->cb_dim, 1, "%squantizer.rvq_first.output_proj.weight", p);
-    d->out_rest =
-        get(ld, 3, d->rvq_dim, d->cb_dim, 1, "%squantizer.rvq_rest.output_proj.weight", p);
+    d->out_first = lin(ld,
+        get(ld, 3, d->rvq_dim, d->cb_dim, 1, "%squantizer.rvq_first.output_proj.weight", p),
+        d->rvq_dim, d->cb_dim);
+    d->out_rest = lin(ld,
+        get(ld, 3, d->rvq_dim, d->cb_dim, 1, "%squantizer.rvq_rest.output_proj.weight", p),
+        d->rvq_dim, d->cb_dim);
     d->pre_w = taps(ld, get(ld, 3, L, d->rvq_dim, PRE_CONV_K, "%spre_conv.conv.weight", p), L,
                     d->rvq_dim, PRE_CONV_K);
     d->pre_b = get(ld, 1, L, 0, 0, "%spre_conv.conv.bias", p);
     const char *t = "decoder.pre_transformer.";
-    d->in_w = get(ld, 2, H, L, 0, "%sinput_proj.weight", t);
+    d->in_w = lin(ld, get(ld, 2, H, L, 0, "%sinput_proj.weight", t), H, L);
     d->in_b = get(ld, 1, H, 0, 0, "%sinput_proj.bias", t);
     for (int l = 0; l < d->n_layers; l++) {
         dec_layer *y = &d->layers[l];
         y->attn_norm = get(ld, 1, H, 0, 0, "%slayers.%d.input_layernorm.weight", t, l);
-        y->wq = get(ld, 2, A, H, 0, "%slayers.%d.self_attn.q_proj.weight", t, l);
-        y->wk = get(ld, 2, A, H, 0, "%slayers.%d.self_attn.k_proj.weight", t, l);
-        y->wv = get(ld, 2, A, H, 0, "%slayers.%d.self_attn.v_proj.weight", t, l);
-        y->wo = get(ld, 2, H, A, 0, "%slayers.%d.self_attn.o_proj.weight", t, l);
+        y->wq = lin(ld, get(ld, 2, A, H, 0, "%slayers.%d.self_attn.q_proj.weight", t, l), A, H);
+        y->wk = lin(ld, get(ld, 2, A, H, 0, "%slayers.%d.self_attn.k_proj.weight", t, l), A, H);
+        y->wv = lin(ld, get(ld, 2, A, H, 0, "%slayers.%d.self_attn.v_proj.weight", t, l), A, H);
+        y->wo = lin(ld, get(ld, 2, H, A, 0, "%slayers.%d.self_attn.o_proj.weight", t, l), H, A);
         y->attn_scale = get(ld, 1, H, 0, 0, "%slayers.%d.self_attn_layer_scale.scale", t, l);
         y->mlp_norm = get(ld, 1, H, 0, 0, "%slayers.%d.post_attention_layernorm.weight", t, l);
-        y->w_gate = get(ld, 2, I, H, 0, "%slayers.%d.mlp.gate_proj.weight", t, l);
-        y->w_up = get(ld, 2, I, H, 0, "%slayers.%d.mlp.up_proj.weight", t, l);
-        y->w_down = get(ld, 2, H, I, 0, "%slayers.%d.mlp.down_proj.weight", t, l);
+        y->w_gate = lin(ld, get(ld, 2, I, H, 0, "%slayers.%d.mlp.gate_proj.weight", t, l), I, H);
+        y->w_up = lin(ld, get(ld, 2, I, H, 0, "%slayers.%d.mlp.up_proj.weight", t, l), I, H);
+        y->w_down = lin(ld, get(ld, 2, H, I, 0, "%slayers.%d.mlp.down_proj.weight", t, l), H, I);
         y->mlp_scale = get(ld, 1, H, 0, 0, "%slayers.%d.mlp_layer_scale.scale", t, l);
     }
     d->norm_w = get(ld, 1, H, 0, 0, "%snorm.weight", t);
-    d->outp_w = get(ld, 2, L, H, 0, "%soutput_proj.weight", t);
+    d->outp_w = lin(ld, get(ld, 2, L, H, 0, "%soutput_proj.weight", t), L, H);
     d->outp_b = get(ld, 1, L, 0, 0, "%soutput_proj.bias", t);
     if (ld->failed) return -1;
 
@@ -337,21 +369,21 @@ static int load_weights(qve_decoder *d, loader *ld) {
     int F = d->conv_inter;
     for (int s = 0; s < N_UP; s++) {
         dec_upsample *u = &d->up[s];
-        u->up_w = get(ld, 3, L, L, d->up_ratio[s], "%supsample.%d.0.conv.weight", p, s);
+        int r = d->up_ratio[s];
+        u->up_w = panels(ld, get(ld, 3, L, L, r, "%supsample.%d.0.conv.weight", p, s), L, L * r);
         u->up_b = get(ld, 1, L, 0, 0, "%supsample.%d.0.conv.bias", p, s);
         u->dw_w = get(ld, 3, L, 1, CONV_K, "%supsample.%d.1.dwconv.conv.weight", p, s);
         u->dw_b = get(ld, 1, L, 0, 0, "%supsample.%d.1.dwconv.conv.bias", p, s);
         u->ln_w = get(ld, 1, L, 0, 0, "%supsample.%d.1.norm.weight", p, s);
         u->ln_b = get(ld, 1, L, 0, 0, "%supsample.%d.1.norm.bias", p, s);
-        u->pw1_w = get(ld, 2, F, L, 0, "%supsample.%d.1.pwconv1.weight", p, s);
+        u->pw1_w = lin(ld, get(ld, 2, F, L, 0, "%supsample.%d.1.pwconv1.weight", p, s), F, L);
         u->pw1_b = get(ld, 1, F, 0, 0, "%supsample.%d.1.pwconv1.bias", p, s);
-        u->pw2_w = get(ld, 2, L, F, 0, "%supsample.%d.1.pwconv2.weight", p, s);
+        u->pw2_w = lin(ld, get(ld, 2, L, F, 0, "%supsample.%d.1.pwconv2.weight", p, s), L, F);
         u->pw2_b = get(ld, 1, L, 0, 0, "%supsample.%d.1.pwconv2.bias", p, s);
         u->gamma = get(ld, 1, L, 0, 0, "%supsample.%d.1.gamma", p, s);
     }
     const char *q = "decoder.decoder.";
-    d->d0_w =
-        taps(ld, get(ld, 3, d->dec_dim, L, CONV_K, "%s0.conv.weight", q), d->dec_dim, L, CONV_K);
+    d->d0_w = wino(ld, get(ld, 3, d->dec_dim, L, CONV_K, "%s0.conv.weight", q), d->dec_dim, L);
     d->d0_b = get(ld, 1, d->dec_dim, 0, 0, "%s0.conv.bias", q);
     for (int i = 0; i < N_BLOCKS; i++) {
         dec_block *b = &d->blk[i];
@@ -361,7 +393,8 @@ static int load_weights(qve_decoder *d, loader *ld) {
         int ci = b->c_in, co = b->c_out, n = i + 1;
         b->a = get(ld, 1, ci, 0, 0, "%s%d.block.0.alpha", q, n);
         b->b = get(ld, 1, ci, 0, 0, "%s%d.block.0.beta", q, n);
-        b->up_w = get(ld, 3, ci, co, 2 * b->rate, "%s%d.block.1.conv.weight", q, n);
+        b->up_w = panels(ld, get(ld, 3, ci, co, 2 * b->rate, "%s%d.block.1.conv.weight", q, n), ci,
+                         co * 2 * b->rate);
         b->up_b = get(ld, 1, co, 0, 0, "%s%d.block.1.conv.bias", q, n);
         for (int r = 0; r < N_RES; r++) {
             dec_res *u = &b->res[r];
@@ -369,8 +402,8 @@ static int load_weights(qve_decoder *d, loader *ld) {
             u->a1 = get(ld, 1, co, 0, 0, "%s%d.block.%d.act1.alpha", q, n, m);
             u->b1 = get(ld, 1, co, 0, 0, "%s%d.block.%d.act1.beta", q, n, m);
             u->c1_w =
-                taps(ld, get(ld, 3, co, co, CONV_K, "%s%d.block.%d.conv1.conv.weight", q, n, m), co,
-                     co, CONV_K);
+                wino(ld, get(ld, 3, co, co, CONV_K, "%s%d.block.%d.conv1.conv.weight", q, n, m), co,
+                     co);
             u->c1_b = get(ld, 1, co, 0, 0, "%s%d.block.%d.conv1.conv.bias", q, n, m);
             u->a2 = get(ld, 1, co, 0, 0, "%s%d.block.%d.act2.alpha", q, n, m);
             u->b2 = get(ld, 1, co, 0, 0, "%s%d.block.%d.act2.beta", q, n, m);
@@ -403,6 +436,7 @@ qve_decoder *qve_decoder_load(const char *dir, char *err, size_t err_size) {
         set_err(err, err_size, "%s: out of memory", path);
         goto fail;
     }
+    qvk_wino_init(&d->wino, WINO_M, CONV_K);
     loader ld = {d, path, err, err_size, 0};
     if (load_weights(d, &ld) != 0) goto fail;
     return d;
@@ -467,7 +501,7 @@ static sizes stage_sizes(const qve_decoder *d, int nb) {
     for (int s = 0; s < N_UP; s++) {
         int r = d->up_ratio[s], cx = ct_ctx(r, r);
         need(&z.act, (size_t)d->latent * (cx + t) * r);
-        need(&z.scratch, qvk_conv_transpose1d_scratch(d->latent, d->latent, r, (int)(cx + t)));
+        need(&z.scratch, qvk_conv_transpose1d_p48_scratch(d->latent, d->latent, r, (int)(cx + t)));
         t *= r;
         need(&z.act, t * (size_t)d->conv_inter);
         qvk_conv dw = conv_desc(d->latent, d->latent, CONV_K, 1, d->latent);
@@ -476,17 +510,20 @@ static sizes stage_sizes(const qve_decoder *d, int nb) {
     }
     need(&z.act, (size_t)d->latent * (CONV_K - 1 + t));
     need(&z.act, (size_t)d->dec_dim * t);
+    need(&z.scratch, qvk_wino_scratch(&d->wino, d->latent, d->dec_dim, (int)t, 1));
     for (int i = 0; i < N_BLOCKS; i++) {
         const dec_block *b = &d->blk[i];
         int r = b->rate, k = 2 * r, cx = ct_ctx(k, r);
         if (i == PER_FRAME_BLOCK) t /= (size_t)nb;
         need(&z.act, (size_t)b->c_in * (cx + t));
         need(&z.act, ((size_t)(cx + t) * r + k) * b->c_out);
-        need(&z.scratch, qvk_conv_transpose1d_scratch(b->c_in, b->c_out, k, (int)(cx + t)));
+        need(&z.scratch, qvk_conv_transpose1d_p48_scratch(b->c_in, b->c_out, k, (int)(cx + t)));
         t *= r;
         for (int u = 0; u < N_RES; u++) {
             int h = (CONV_K - 1) * res_dilation[u];
             need(&z.act, (size_t)b->c_out * (h + t));
+            need(&z.scratch,
+                 qvk_wino_scratch(&d->wino, b->c_out, b->c_out, (int)t, res_dilation[u]));
         }
     }
     int cf = d->dec_dim >> N_BLOCKS;
@@ -641,16 +678,32 @@ static void conv_step(dec_state *s, tail *tl, float *y, const float *x, int n, i
     qvk_conv1d(&cv, y, s->cat, w_in, w, bias, s->scratch);
 }
 
+/* conv_step for a k = 7 dense conv with Winograd-domain weights. */
+static void wino_step(const qve_decoder *d, dec_state *s, tail *tl, float *y, const float *x, int n,
+                      int c_out, int dil, const float *u, const float *bias, const float *a,
+                      const float *b) {
+    int w_in = with_tail(s->cat, tl, x, n, a, b);
+    qvk_conv1d_wino(&d->wino, y, s->cat, w_in, tl->n_ch, c_out, dil, u, bias, s->scratch);
+}
+
 /* y[c_out, n·r] = causal ConvTranspose1d (kernel k, stride r, right trim k − r) of x[c_in, n]
  * continuing from the context tail; uses s->c for the untrimmed rows. */
 static void convt_step(dec_state *s, tail *tl, float *y, const float *x, int n, int c_out, int k,
                        int r, const float *w, const float *bias, const float *a, const float *b) {
     int w_in = with_tail(s->cat, tl, x, n, a, b);
     int kept =
-        qvk_conv_transpose1d(s->c, s->cat, tl->n_ch, c_out, w_in, k, r, k - r, w, bias, s->scratch);
+        qvk_conv_transpose1d_p48(s->c, s->cat, tl->n_ch, c_out, w_in, k, r, k - r, w, bias, s->scratch);
     int skip = tl->n * r, out = n * r;
     for (int o = 0; o < c_out; o++)
         memcpy(y + (size_t)o * out, s->c + (size_t)o * kept + skip, (size_t)out * sizeof *y);
+}
+
+/* y[n_rows, n_out] = x[n_rows, n_in] · Wᵀ (+ bias) with W packed by lin(): no sgemm repacking
+ * of the weights on every block. */
+static void linear(float *y, const float *x, const float *wp, const float *bias, int n_rows,
+                   int n_in, int n_out) {
+    qvk_p48_matmul(y, n_out, x, n_in, wp, n_in, n_out, n_rows);
+    if (bias) qvk_add_bias(y, n_out, bias, n_rows, n_out);
 }
 
 /* Codes [nb, n_q] → q [nb, rvq_dim] (time-major): both output projections, summed. */
@@ -667,8 +720,8 @@ static void rvq_decode(const qve_decoder *d, dec_state *s, const int32_t *codes,
                 r[i] += e[i];
         }
     }
-    qvk_linear_f32(s->q0, s->emb0, d->out_first, NULL, nb, D, d->rvq_dim);
-    qvk_linear_f32(s->qr, s->embr, d->out_rest, NULL, nb, D, d->rvq_dim);
+    linear(s->q0, s->emb0, d->out_first, NULL, nb, D, d->rvq_dim);
+    linear(s->qr, s->embr, d->out_rest, NULL, nb, D, d->rvq_dim);
     for (size_t i = 0; i < (size_t)nb * d->rvq_dim; i++)
         s->q0[i] += s->qr[i];
 }
@@ -683,9 +736,9 @@ static void transformer(const qve_decoder *d, dec_state *s, float *x, int nb, in
         float *vc = s->v_cache + (size_t)l * s->max_pos * A;
         for (int t = 0; t < nb; t++)
             qvk_rmsnorm(s->th + (size_t)t * H, x + (size_t)t * H, y->attn_norm, H, d->rms_eps);
-        qvk_linear_f32(s->tq, s->th, y->wq, NULL, nb, H, A);
-        qvk_linear_f32(kc + (size_t)pos0 * A, s->th, y->wk, NULL, nb, H, A);
-        qvk_linear_f32(vc + (size_t)pos0 * A, s->th, y->wv, NULL, nb, H, A);
+        linear(s->tq, s->th, y->wq, NULL, nb, H, A);
+        linear(kc + (size_t)pos0 * A, s->th, y->wk, NULL, nb, H, A);
+        linear(vc + (size_t)pos0 * A, s->th, y->wv, NULL, nb, H, A);
         for (int t = 0; t < nb; t++) {
             int p = pos0 + t;
             qvk_rope_table(s->rope_c, s->rope_s, hd, p, d->rope_theta);
@@ -698,16 +751,16 @@ static void transformer(const qve_decoder *d, dec_state *s, float *x, int nb, in
                        vc + (size_t)j0 * A, p - j0 + 1, A, d->n_heads, d->n_heads, hd, scale,
                        s->att_scratch);
         }
-        qvk_linear_f32(s->th, s->tatt, y->wo, NULL, nb, A, H);
+        linear(s->th, s->tatt, y->wo, NULL, nb, A, H);
         for (int t = 0; t < nb; t++)
             for (int i = 0; i < H; i++)
                 x[(size_t)t * H + i] += y->attn_scale[i] * s->th[(size_t)t * H + i];
         for (int t = 0; t < nb; t++)
             qvk_rmsnorm(s->th + (size_t)t * H, x + (size_t)t * H, y->mlp_norm, H, d->rms_eps);
-        qvk_linear_f32(s->tg, s->th, y->w_gate, NULL, nb, H, d->inter);
-        qvk_linear_f32(s->tu, s->th, y->w_up, NULL, nb, H, d->inter);
+        linear(s->tg, s->th, y->w_gate, NULL, nb, H, d->inter);
+        linear(s->tu, s->th, y->w_up, NULL, nb, H, d->inter);
         qvk_swiglu(s->tg, s->tg, s->tu, nb * d->inter);
-        qvk_linear_f32(s->th, s->tg, y->w_down, NULL, nb, d->inter, H);
+        linear(s->th, s->tg, y->w_down, NULL, nb, d->inter, H);
         for (int t = 0; t < nb; t++)
             for (int i = 0; i < H; i++)
                 x[(size_t)t * H + i] += y->mlp_scale[i] * s->th[(size_t)t * H + i];
@@ -725,8 +778,8 @@ static int block_step(const qve_decoder *d, dec_state *s, int i, float *y, float
     t *= r;
     for (int u = 0; u < N_RES; u++) {
         const dec_res *ru = &bk->res[u];
-        conv_step(s, &s->res[i][u], x, y, t, co, CONV_K, res_dilation[u], 1, ru->c1_w, ru->c1_b,
-                  ru->a1, ru->b1);
+        wino_step(d, s, &s->res[i][u], x, y, t, co, res_dilation[u], ru->c1_w, ru->c1_b, ru->a1,
+                  ru->b1);
         qvk_snakebeta(x, co, t, ru->a2, ru->b2);
         conv_taps(s->c, x, t, co, co, 1, 1, ru->c2_w, ru->c2_b);
         for (size_t j = 0; j < (size_t)co * t; j++)
@@ -745,9 +798,9 @@ static const float *decode_block(const qve_decoder *d, dec_state *s, const int32
     transpose(s->a, s->q0, nb, d->rvq_dim);
     conv_step(s, &s->pre, s->b, s->a, nb, L, PRE_CONV_K, 1, 1, d->pre_w, d->pre_b, NULL, NULL);
     transpose(s->a, s->b, L, nb);
-    qvk_linear_f32(s->tx, s->a, d->in_w, d->in_b, nb, L, H);
+    linear(s->tx, s->a, d->in_w, d->in_b, nb, L, H);
     transformer(d, s, s->tx, nb, pos0);
-    qvk_linear_f32(s->a, s->tx, d->outp_w, d->outp_b, nb, H, L);
+    linear(s->a, s->tx, d->outp_w, d->outp_b, nb, H, L);
     transpose(s->b, s->a, nb, L); /* b = [L, nb] */
 
     /* upsample: ConvTranspose (k = s) + ConvNeXt; b holds the stream */
@@ -762,9 +815,9 @@ static const float *decode_block(const qve_decoder *d, dec_state *s, const int32
         transpose(tm, s->b, L, t);
         for (int i = 0; i < t; i++)
             qvk_layernorm(tm + (size_t)i * L, tm + (size_t)i * L, w->ln_w, w->ln_b, L, 1e-6f);
-        qvk_linear_f32(s->cat, tm, w->pw1_w, w->pw1_b, t, L, d->conv_inter);
+        linear(s->cat, tm, w->pw1_w, w->pw1_b, t, L, d->conv_inter);
         qvk_gelu_erf(s->cat, t * d->conv_inter);
-        qvk_linear_f32(tm, s->cat, w->pw2_w, w->pw2_b, t, d->conv_inter, L);
+        linear(tm, s->cat, w->pw2_w, w->pw2_b, t, d->conv_inter, L);
         for (int c = 0; c < L; c++)
             for (int i = 0; i < t; i++)
                 s->b[(size_t)c * t + i] =
@@ -772,7 +825,7 @@ static const float *decode_block(const qve_decoder *d, dec_state *s, const int32
     }
 
     /* decoder.0 and the first block(s) on the whole block of frames; the stream ends in x */
-    conv_step(s, &s->d0, s->a, s->b, t, d->dec_dim, CONV_K, 1, 1, d->d0_w, d->d0_b, NULL, NULL);
+    wino_step(d, s, &s->d0, s->a, s->b, t, d->dec_dim, 1, d->d0_w, d->d0_b, NULL, NULL);
     float *x = s->a, *y = s->b;
     for (int i = 0; i < PER_FRAME_BLOCK; i++) {
         t = block_step(d, s, i, y, x, t);

@@ -5,6 +5,7 @@
  * encoders: 30 s clips) cut time into chunks a pool shares, gather each chunk's padded input
  * window once (activating it there), and multiply it with sgemm.
  */
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -436,4 +437,211 @@ void qvk_conv_weights_tm(float *dst, const float *src, int c_out, int c_in, int 
         for (int c = 0; c < c_in; c++)
             for (int j = 0; j < k; j++)
                 dst[((size_t)o * k + j) * c_in + c] = src[((size_t)o * c_in + c) * k + j];
+}
+
+/* ---- Winograd minimal filtering (speech decoder) ------------------------------------------ */
+
+/* Correlation y[i] = Σ_j g[j]·x[i + j] (i < m, j < k) through Toom-Cook on the points below and ∞
+ * (Winograd's transposition of linear convolution): Bᵀ holds the coefficients of the Lagrange
+ * numerators Π_{j≠i}(x − p_j) and of Π_j(x − p_j); G evaluates the filter at the points over the
+ * Lagrange denominators; Aᵀ evaluates the output polynomial's powers at the points. The f32
+ * error grows with the transforms' magnitudes: of the sets tried for F(4, 7) (test_kernels'
+ * decoder shapes), ±3, ±1/3 or ±1/4 as the last pair gave 3–9e-5, ±3/2 3e-5, 3/2 and −3/4 2e-5. */
+static const double wino_points[] = {0, 1, -1, 2, -2, 0.5, -0.5, 1.5, -0.75};
+
+int qvk_wino_init(qvk_wino *wn, int m, int k) {
+    int a = m + k - 1, n = a - 1;
+    if (m < 1 || k < 1 || a > QVK_WINO_MAX_A || n > (int)(sizeof wino_points / sizeof *wino_points))
+        return -1;
+    memset(wn, 0, sizeof *wn);
+    wn->m = m;
+    wn->k = k;
+    wn->alpha = a;
+    const double *p = wino_points;
+    double poly[QVK_WINO_MAX_A + 1];
+    for (int r = 0; r < a; r++) {
+        /* row r < n: Π_{j≠r}(x − p_j); row n: Π_j(x − p_j) */
+        memset(poly, 0, sizeof poly);
+        poly[0] = 1.0;
+        int deg = 0;
+        double den = 1.0;
+        for (int j = 0; j < n; j++) {
+            if (j == r) continue;
+            for (int e = deg + 1; e > 0; e--)
+                poly[e] = poly[e - 1] - p[j] * poly[e];
+            poly[0] = -p[j] * poly[0];
+            deg++;
+            if (r < n) den *= p[r] - p[j];
+        }
+        for (int e = 0; e < a; e++)
+            wn->bt[r * a + e] = (float)poly[e];
+        for (int e = 0; e < k; e++)
+            wn->g[r * k + e] = r < n ? pow(p[r], e) / den : (e == k - 1);
+        for (int i = 0; i < m; i++)
+            wn->at[i * a + r] = r < n ? (float)pow(p[r], i) : (float)(i == m - 1);
+    }
+    return 0;
+}
+
+/* Products run on 48-column panels of U and groups of 8 tiles (gemm_p48). */
+#define WINO_NR 48
+#define WINO_MR 8
+
+static int round_up(int v, int to) {
+    return (v + to - 1) / to * to;
+}
+
+size_t qvk_p48_size(int k, int n) {
+    return (size_t)k * round_up(n, WINO_NR);
+}
+
+void qvk_p48_pack(float *dst, const float *w, int k, int n, int64_t ldw, int trans) {
+    int np = round_up(n, WINO_NR) / WINO_NR;
+    for (int p = 0; p < np; p++)
+        for (int i = 0; i < k; i++)
+            for (int l = 0; l < WINO_NR; l++) {
+                int c = p * WINO_NR + l;
+                float v = c >= n ? 0.0f : trans ? w[(size_t)c * ldw + i] : w[(size_t)i * ldw + c];
+                dst[((size_t)p * k + i) * WINO_NR + l] = v;
+            }
+}
+
+void qvk_p48_matmul(float *y, int64_t ldy, const float *x, int64_t ldx, const float *wp, int k,
+                    int n, int n_rows) {
+    const qvk_impl *im = qvk_impl_get();
+    int np = round_up(n, WINO_NR) / WINO_NR;
+    if (im->gemm_p48) {
+        im->gemm_p48(y, ldy, x, ldx, wp, k, n_rows, n);
+        return;
+    }
+    for (int q = 0; q < np; q++)
+        qvk_sgemm(0, 0, n_rows, n - q * WINO_NR < WINO_NR ? n - q * WINO_NR : WINO_NR, k, 1.0f, x,
+                  (int)ldx, wp + (size_t)q * k * WINO_NR, WINO_NR, 0.0f, y + q * WINO_NR, (int)ldy);
+}
+
+size_t qvk_conv_transpose1d_p48_scratch(int c_in, int c_out, int k, int t_in) {
+    return (size_t)t_in * c_in + (size_t)t_in * round_up(c_out * k, WINO_NR);
+}
+
+int qvk_conv_transpose1d_p48(float *restrict y, const float *restrict x, int c_in, int c_out,
+                             int t_in, int k, int stride, int trim_right, const float *wp,
+                             const float *restrict b, float *restrict scratch) {
+    long kept = (long)t_in * stride + k - stride - trim_right;
+    if (t_in <= 0 || kept <= 0) return 0;
+    int ld = round_up(c_out * k, WINO_NR);
+    float *xt = scratch, *col = scratch + (size_t)t_in * c_in; /* [t_in, c_in], [t_in, ld] */
+    for (int i = 0; i < c_in; i++)
+        for (int t = 0; t < t_in; t++)
+            xt[(size_t)t * c_in + i] = x[(size_t)i * t_in + t];
+    qvk_p48_matmul(col, ld, xt, c_in, wp, c_in, c_out * k, t_in);
+    for (int o = 0; o < c_out; o++) {
+        float *yr = y + (size_t)o * kept;
+        float bias = b ? b[o] : 0.0f;
+        for (long p = 0; p < kept; p++)
+            yr[p] = bias;
+        for (int t = 0; t < t_in; t++) {
+            const float *cr = col + (size_t)t * ld + (size_t)o * k;
+            long p0 = (long)t * stride;
+            for (int j = 0; j < k && p0 + j < kept; j++)
+                yr[p0 + j] += cr[j];
+        }
+    }
+    return (int)kept;
+}
+
+size_t qvk_wino_weights_size(const qvk_wino *wn, int c_out, int c_in) {
+    return (size_t)wn->alpha * round_up(c_out, WINO_NR) * c_in;
+}
+
+void qvk_wino_weights(const qvk_wino *wn, float *u, const float *w, int c_out, int c_in) {
+    int a = wn->alpha, k = wn->k, cp = round_up(c_out, WINO_NR);
+    memset(u, 0, qvk_wino_weights_size(wn, c_out, c_in) * sizeof *u);
+    for (int o = 0; o < c_out; o++)
+        for (int i = 0; i < c_in; i++) {
+            const float *wr = w + ((size_t)o * c_in + i) * k;
+            for (int r = 0; r < a; r++) {
+                double s = 0.0;
+                for (int j = 0; j < k; j++)
+                    s += wn->g[r * k + j] * wr[j];
+                size_t panel = (size_t)r * cp + (size_t)(o / WINO_NR) * WINO_NR;
+                u[(panel * c_in + (size_t)i * WINO_NR) + o % WINO_NR] = (float)s;
+            }
+        }
+}
+
+static void mix_rows_scalar(float *restrict y, int64_t ldy, const float *a, int rows, int cols,
+                            const float *restrict x, int64_t ldx, int n) {
+    for (int i = 0; i < rows; i++) {
+        float *yr = y + i * ldy;
+        for (int l = 0; l < n; l++)
+            yr[l] = 0.0f;
+        for (int j = 0; j < cols; j++) {
+            float c = a[i * cols + j];
+            if (c == 0.0f) continue;
+            const float *xr = x + j * ldx;
+            for (int l = 0; l < n; l++)
+                yr[l] += c * xr[l];
+        }
+    }
+}
+
+/* Tiles: per phase p < dil, the outputs p, p + dil, … in runs of m (the last one padded); the
+ * count is rounded up to whole groups of WINO_MR (zero rows). */
+static int wino_tiles(int m, int n, int dil) {
+    int t = 0;
+    for (int p = 0; p < dil && p < n; p++)
+        t += ((n - p + dil - 1) / dil + m - 1) / m;
+    return round_up(t, WINO_MR);
+}
+
+/* Time-major rows the tiles touch: outputs up to the last tile's end, inputs α − 1 steps beyond. */
+static size_t wino_rows(const qvk_wino *wn, int n, int dil, int inputs) {
+    return (size_t)n + (size_t)wn->m * dil + (size_t)(inputs ? wn->k - 1 : 0) * dil;
+}
+
+size_t qvk_wino_scratch(const qvk_wino *wn, int c_in, int c_out, int n, int dil) {
+    size_t t = (size_t)wino_tiles(wn->m, n, dil), a = (size_t)wn->alpha;
+    size_t cp = (size_t)round_up(c_out, WINO_NR);
+    return wino_rows(wn, n, dil, 1) * c_in + a * t * c_in + a * t * cp +
+           wino_rows(wn, n, dil, 0) * cp;
+}
+
+void qvk_conv1d_wino(const qvk_wino *wn, float *y, const float *x, int w_in, int c_in, int c_out,
+                     int dil, const float *u, const float *bias, float *scratch) {
+    int m = wn->m, a = wn->alpha, n = w_in - (wn->k - 1) * dil;
+    if (n <= 0) return;
+    int nt = wino_tiles(m, n, dil), cp = round_up(c_out, WINO_NR);
+    size_t rows_in = wino_rows(wn, n, dil, 1);
+    float *xt = scratch;                          /* [rows_in, c_in] time-major input, zero tail */
+    float *v = xt + rows_in * c_in;               /* [α, tiles, c_in] transformed input */
+    float *mo = v + (size_t)a * nt * c_in;        /* [α, tiles, cp] products */
+    float *yt = mo + (size_t)a * nt * cp;         /* [rows_out, cp] time-major output */
+    const qvk_impl *im = qvk_impl_get();
+    void (*mix)(float *restrict, int64_t, const float *, int, int, const float *restrict, int64_t,
+                int) = im->mix_rows ? im->mix_rows : mix_rows_scalar;
+    for (int c = 0; c < c_in; c++)
+        for (int t = 0; t < w_in; t++)
+            xt[(size_t)t * c_in + c] = x[(size_t)c * w_in + t];
+    memset(xt + (size_t)w_in * c_in, 0, (rows_in - (size_t)w_in) * c_in * sizeof *xt);
+    int64_t ldv = (int64_t)nt * c_in, ldm = (int64_t)nt * cp;
+    int ti = 0;
+    for (int p = 0; p < dil && p < n; p++)
+        for (int b = p; b < n; b += m * dil, ti++)
+            mix(v + (size_t)ti * c_in, ldv, wn->bt, a, a, xt + (size_t)b * c_in,
+                (int64_t)dil * c_in, c_in);
+    for (int r = 0; r < a; r++) /* the padding tiles */
+        memset(v + (size_t)r * ldv + (size_t)ti * c_in, 0, (size_t)(nt - ti) * c_in * sizeof *v);
+    for (int r = 0; r < a; r++)
+        qvk_p48_matmul(mo + (size_t)r * ldm, cp, v + (size_t)r * ldv, c_in,
+                       u + (size_t)r * cp * c_in, c_in, c_out, nt);
+    ti = 0;
+    for (int p = 0; p < dil && p < n; p++)
+        for (int b = p; b < n; b += m * dil, ti++)
+            mix(yt + (size_t)b * cp, (int64_t)dil * cp, wn->at, m, a, mo + (size_t)ti * cp, ldm,
+                c_out);
+    for (int o = 0; o < c_out; o++) {
+        float bo = bias ? bias[o] : 0.0f;
+        for (int t = 0; t < n; t++)
+            y[(size_t)o * n + t] = yt[(size_t)t * cp + o] + bo;
+    }
 }

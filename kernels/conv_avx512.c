@@ -28,3 +28,68 @@ void qvk_conv_c1_avx512(float *y, int64_t ldy, const float *win, int64_t n, cons
         }
     }
 }
+
+/* The Winograd transforms (conv.c's mix_rows_scalar): 16 lanes at a time, every x row loaded once
+ * per lane block, each output an FMA chain over the nonzero coefficients in j order. */
+void qvk_mix_rows_avx512(float *restrict y, int64_t ldy, const float *a, int rows, int cols,
+                         const float *restrict x, int64_t ldx, int n) {
+    __m512 xv[32];
+    for (int l = 0; l < n; l += 16) {
+        __mmask16 mk = n - l >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - l)) - 1);
+        for (int j = 0; j < cols; j++)
+            xv[j] = _mm512_maskz_loadu_ps(mk, x + j * ldx + l);
+        for (int i = 0; i < rows; i++) {
+            __m512 acc = _mm512_setzero_ps();
+            for (int j = 0; j < cols; j++) {
+                float c = a[i * cols + j];
+                if (c != 0.0f) acc = _mm512_fmadd_ps(_mm512_set1_ps(c), xv[j], acc);
+            }
+            _mm512_mask_storeu_ps(y + i * ldy + l, mk, acc);
+        }
+    }
+}
+
+/* 8 rows × 48 columns of y in 24 accumulators over the whole k (one FMA chain per element, i in
+ * order): per i, three panel vectors and eight broadcasts of x feed 24 FMAs. The panel (k·48
+ * floats) stays in L2 while every group of 8 rows passes over it. A last group of fewer rows
+ * repeats its last row and stores only its own; the last panel stores only its n columns. */
+void qvk_gemm_p48_avx512(float *restrict y, int64_t ldy, const float *restrict x, int64_t ldx,
+                         const float *restrict w, int k, int n_rows, int n) {
+    for (int p = 0; p * 48 < n; p++) {
+        const float *wp = w + (size_t)p * k * 48;
+        int nc = n - p * 48 < 48 ? n - p * 48 : 48;
+        __mmask16 mk[3];
+        for (int v = 0; v < 3; v++) {
+            int m = nc - v * 16;
+            mk[v] = m >= 16 ? (__mmask16)0xffff : m <= 0 ? 0 : (__mmask16)((1u << m) - 1);
+        }
+        for (int r = 0; r < n_rows; r += 8) {
+            int nr = n_rows - r < 8 ? n_rows - r : 8;
+            const float *xr[8];
+            for (int a = 0; a < 8; a++)
+                xr[a] = x + (r + (a < nr ? a : nr - 1)) * ldx;
+            __m512 c[8][3];
+#pragma GCC unroll 8
+            for (int a = 0; a < 8; a++)
+                c[a][0] = c[a][1] = c[a][2] = _mm512_setzero_ps();
+            for (int i = 0; i < k; i++) {
+                __m512 w0 = _mm512_loadu_ps(wp + (size_t)i * 48);
+                __m512 w1 = _mm512_loadu_ps(wp + (size_t)i * 48 + 16);
+                __m512 w2 = _mm512_loadu_ps(wp + (size_t)i * 48 + 32);
+#pragma GCC unroll 8
+                for (int a = 0; a < 8; a++) {
+                    __m512 xb = _mm512_set1_ps(xr[a][i]);
+                    c[a][0] = _mm512_fmadd_ps(xb, w0, c[a][0]);
+                    c[a][1] = _mm512_fmadd_ps(xb, w1, c[a][1]);
+                    c[a][2] = _mm512_fmadd_ps(xb, w2, c[a][2]);
+                }
+            }
+            float *yr = y + r * ldy + p * 48;
+            for (int a = 0; a < nr; a++) {
+                _mm512_mask_storeu_ps(yr + a * ldy, mk[0], c[a][0]);
+                _mm512_mask_storeu_ps(yr + a * ldy + 16, mk[1], c[a][1]);
+                _mm512_mask_storeu_ps(yr + a * ldy + 32, mk[2], c[a][2]);
+            }
+        }
+    }
+}

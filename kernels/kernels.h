@@ -211,6 +211,42 @@ void qvk_conv1d_chunked_tm(qvk_pool *pool, const qvk_conv *cv, float *y, int64_t
                            const float *bias, float *scratch);
 /* dst [c_out, k, c_in] ← src [c_out, c_in, k]. */
 void qvk_conv_weights_tm(float *dst, const float *src, int c_out, int c_in, int k);
+/* Weights packed once in 48-column panels for the AVX-512 micro-kernel (the speech decoder's
+ * per-frame products, where sgemm would repack the weights on every call). A [k, n] matrix
+ * (row stride ldw; trans: w is [n, k]) → qvk_p48_size floats. */
+size_t qvk_p48_size(int k, int n);
+void qvk_p48_pack(float *dst, const float *w, int k, int n, int64_t ldw, int trans);
+/* y[r, :n] = x[r, :k] · W for r < n_rows (row strides ldy ≥ n, ldx ≥ k). */
+void qvk_p48_matmul(float *y, int64_t ldy, const float *x, int64_t ldx, const float *wp, int k,
+                    int n, int n_rows);
+/* qvk_conv_transpose1d with W packed as qvk_p48_pack(W viewed as [c_in, c_out·k]). */
+size_t qvk_conv_transpose1d_p48_scratch(int c_in, int c_out, int k, int t_in);
+int qvk_conv_transpose1d_p48(float *restrict y, const float *restrict x, int c_in, int c_out,
+                             int t_in, int k, int stride, int trim_right, const float *wp,
+                             const float *restrict b, float *restrict scratch);
+/* Winograd minimal filtering F(m, k) for stride-1 dense convs (the speech decoder's k = 7 convs):
+ * each tile of m outputs (spaced by the dilation) costs α = m + k − 1 products per channel pair
+ * instead of m·k, as α products [tiles, c_in] by [c_in, c_out] (packed panels). The filter
+ * transform runs in double at load; k = 7, m = 4 is 2.8× fewer products. */
+#define QVK_WINO_MAX_A 16
+typedef struct {
+    int m, k, alpha;
+    float bt[QVK_WINO_MAX_A * QVK_WINO_MAX_A]; /* input transform [α, α] */
+    float at[QVK_WINO_MAX_A * QVK_WINO_MAX_A]; /* output transform [m, α] */
+    double g[QVK_WINO_MAX_A * QVK_WINO_MAX_A]; /* filter transform [α, k] */
+} qvk_wino;
+/* Transforms for F(m, k); -1 when m + k − 1 exceeds the supported point set. */
+int qvk_wino_init(qvk_wino *wn, int m, int k);
+/* U ← W [c_out, c_in, k] (PyTorch Conv1d) through the filter transform, packed in 48-column
+ * panels per point; qvk_wino_weights_size floats. */
+size_t qvk_wino_weights_size(const qvk_wino *wn, int c_out, int c_in);
+void qvk_wino_weights(const qvk_wino *wn, float *u, const float *w, int c_out, int c_in);
+/* Scratch floats qvk_conv1d_wino needs for n outputs at dilation dil. */
+size_t qvk_wino_scratch(const qvk_wino *wn, int c_in, int c_out, int n, int dil);
+/* y[c_out, n] = bias + Σ_j W_j · x[:, j·dil : j·dil + n] for x [c_in, w_in] holding the causal
+ * context first (n = w_in − (k − 1)·dil), W given as U from qvk_wino_weights. */
+void qvk_conv1d_wino(const qvk_wino *wn, float *y, const float *x, int w_in, int c_in, int c_out,
+                     int dil, const float *u, const float *bias, float *scratch);
 /* y[r, :n] += v[:n] per row, and y[r, :n] += x[r, :n] (exact: same bits in every variant). */
 void qvk_add_bias(float *y, int64_t ldy, const float *v, int64_t n_rows, int n);
 void qvk_add_rows(float *y, int64_t ldy, const float *x, int64_t ldx, int64_t n_rows, int n);

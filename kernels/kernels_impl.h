@@ -48,6 +48,15 @@ typedef struct {
      * variant has none (conv.c then runs the sgemm). */
     void (*conv_c1)(float *y, int64_t ldy, const float *win, int64_t n, const float *w, int k,
                     int c_out);
+    /* y[i·ldy + l] = Σ_j a[i·cols + j]·x[j·ldx + l] for i < rows, l < n, zero a skipped, j in
+     * order (the Winograd transforms); NULL when the variant has none (conv.c's scalar loop). */
+    void (*mix_rows)(float *restrict y, int64_t ldy, const float *a, int rows, int cols,
+                     const float *restrict x, int64_t ldx, int n);
+    /* y[r, p·48 + l] = Σ_i x[r, i]·w[p, i, l] for r < n_rows and columns p·48 + l < n:
+     * weights pre-packed in 48-column panels [n_panels, k, 48] (the Winograd products); NULL when
+     * the variant has none (conv.c runs one sgemm per panel). */
+    void (*gemm_p48)(float *restrict y, int64_t ldy, const float *restrict x, int64_t ldx,
+                     const float *restrict w, int k, int n_rows, int n);
 } qvk_impl;
 
 extern const qvk_impl qvk_impl_scalar;
@@ -62,6 +71,10 @@ void qvk_add_bias_avx2(float *y, int64_t ldy, const float *v, int64_t n_rows, in
 void qvk_add_rows_avx2(float *y, int64_t ldy, const float *x, int64_t ldx, int64_t n_rows, int n);
 void qvk_conv_c1_avx512(float *y, int64_t ldy, const float *win, int64_t n, const float *w, int k,
                         int c_out);
+void qvk_mix_rows_avx512(float *restrict y, int64_t ldy, const float *a, int rows, int cols,
+                         const float *restrict x, int64_t ldx, int n);
+void qvk_gemm_p48_avx512(float *restrict y, int64_t ldy, const float *restrict x, int64_t ldx,
+                         const float *restrict w, int k, int n_rows, int n);
 
 /* The variant in use (qvk_init() is run first if needed). */
 const qvk_impl *qvk_impl_get(void);

@@ -359,4 +359,6 @@ const qvk_impl qvk_impl_avx512 = {
     .add_bias = qvk_add_bias_avx2,
     .add_rows = qvk_add_rows_avx2,
     .conv_c1 = qvk_conv_c1_avx512,
+    .mix_rows = qvk_mix_rows_avx512,
+    .gemm_p48 = qvk_gemm_p48_avx512,
 };

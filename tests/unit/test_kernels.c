@@ -792,14 +792,27 @@ static void test_conv_transpose1d(void **state) {
                             ref[(size_t)o * full + t * st + j] +=
                                 (double)x[i * t_in + t] * w[((size_t)i * co + o) * k + j];
             }
-            int kept = qvk_conv_transpose1d(y, x, ci, co, t_in, k, st, trim, w, b, scratch);
-            assert_int_equal(kept, full - trim);
-            for (int o = 0; o < co; o++)
-                for (int p = 0; p < kept; p++) {
-                    double d = fabs(y[(size_t)o * kept + p] - ref[(size_t)o * full + p]);
-                    if (d > max_all) max_all = d;
-                    if (!(d <= 1e-5)) fail_msg("conv_transpose1d cfg %zu: o %d p %d", c, o, p);
-                }
+            /* plain, then with the weights packed in panels (the speech decoder's path) */
+            float *wp = falloc(qvk_p48_size(ci, co * k));
+            float *sp = falloc(qvk_conv_transpose1d_p48_scratch(ci, co, k, t_in));
+            qvk_p48_pack(wp, w, ci, co * k, co * k, 0);
+            for (int packed = 0; packed < 2; packed++) {
+                int kept = packed ? qvk_conv_transpose1d_p48(y, x, ci, co, t_in, k, st, trim, wp,
+                                                             b, sp)
+                                  : qvk_conv_transpose1d(y, x, ci, co, t_in, k, st, trim, w, b,
+                                                         scratch);
+                assert_int_equal(kept, full - trim);
+                for (int o = 0; o < co; o++)
+                    for (int p = 0; p < kept; p++) {
+                        double d = fabs(y[(size_t)o * kept + p] - ref[(size_t)o * full + p]);
+                        if (d > max_all) max_all = d;
+                        if (!(d <= 1e-5))
+                            fail_msg("conv_transpose1d cfg %zu packed %d: o %d p %d", c, packed,
+                                     o, p);
+                    }
+            }
+            qvk_free(wp);
+            qvk_free(sp);
             qvk_free(x);
             qvk_free(w);
             qvk_free(b);
@@ -808,7 +821,80 @@ static void test_conv_transpose1d(void **state) {
             free(ref);
         }
     }
-    printf("  %-40s max|Δ| = %.3g (tol 1e-5)\n", "conv_transpose1d (4 configs x 2 trims)", max_all);
+    printf("  %-40s max|Δ| = %.3g (tol 1e-5)\n", "conv_transpose1d (4 cfg x 2 trims x 2 paths)", max_all);
+}
+
+/* The speech decoder's Winograd F(4, 7) residual convs on its shapes (channels, dilation,
+ * outputs; plus one with channels off the 48-column panels and ragged phases) against a double
+ * reference, in the scalar (sgemm) and AVX-512 paths. x and w in [-1, 1) and [-s, s) with
+ * s = 1/√(7c), so outputs are O(1): the transforms' f32 rounding measured ≤ 2.5e-5 absolute. */
+static void test_conv_wino(void **state) {
+    (void)state;
+    const int cases[][3] = {{96, 9, 1920}, {192, 3, 640}, {384, 1, 160}, {768, 9, 40}, {20, 3, 37}};
+    qvk_wino wn;
+    assert_int_equal(qvk_wino_init(&wn, 4, 7), 0);
+    assert_int_equal(wn.alpha, 10);
+    assert_int_equal(qvk_wino_init(&wn, 12, 7), -1);
+    for (int vi = 0; vi < N_VARIANTS; vi++) {
+        if (qvk_set_variant(k_variants[vi]) != 0 || strcmp(k_variants[vi], "avx2") == 0) continue;
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+            int ch = cases[c][0], dil = cases[c][1], n = cases[c][2], w_in = n + 6 * dil;
+            float *x = falloc((size_t)ch * w_in), *w = falloc((size_t)ch * ch * 7);
+            float *b = falloc(ch), *y = falloc((size_t)ch * n);
+            float *u = falloc(qvk_wino_weights_size(&wn, ch, ch));
+            float *scratch = falloc(qvk_wino_scratch(&wn, ch, ch, n, dil));
+            double *ref = malloc(sizeof(double) * (size_t)ch * n);
+            assert_non_null(ref);
+            fill(x, (size_t)ch * w_in, 1.0f);
+            fill(w, (size_t)ch * ch * 7, 1.0f / sqrtf(7.0f * ch));
+            fill(b, ch, 1.0f);
+            qvk_wino_weights(&wn, u, w, ch, ch);
+            qvk_conv1d_wino(&wn, y, x, w_in, ch, ch, dil, u, b, scratch);
+            for (int o = 0; o < ch; o++)
+                for (int t = 0; t < n; t++) {
+                    double acc = b[o];
+                    for (int i = 0; i < ch; i++)
+                        for (int j = 0; j < 7; j++)
+                            acc += (double)w[((size_t)o * ch + i) * 7 + j] *
+                                   x[(size_t)i * w_in + t + j * dil];
+                    ref[(size_t)o * n + t] = acc;
+                }
+            char what[80];
+            snprintf(what, sizeof what, "wino %s c%d d%d n%d", k_variants[vi], ch, dil, n);
+            check_close(what, y, ref, (size_t)ch * n, 5e-5, 0);
+            qvk_free(x);
+            qvk_free(w);
+            qvk_free(b);
+            qvk_free(y);
+            qvk_free(u);
+            qvk_free(scratch);
+            free(ref);
+        }
+        /* packed matmul: a partial last panel, a partial last group of rows */
+        int k = 3 * 16, nn = 100, rows = 13, ldx = k + 5;
+        float *x = falloc((size_t)(rows - 1) * ldx + k), *w = falloc((size_t)k * nn);
+        float *wp = falloc(qvk_p48_size(k, nn)), *y = falloc((size_t)rows * nn);
+        double *ref = malloc(sizeof(double) * (size_t)rows * nn);
+        assert_non_null(ref);
+        fill(x, (size_t)(rows - 1) * ldx + k, 1.0f);
+        fill(w, (size_t)k * nn, 1.0f);
+        qvk_p48_pack(wp, w, k, nn, nn, 0);
+        qvk_p48_matmul(y, nn, x, ldx, wp, k, nn, rows);
+        for (int r = 0; r < rows; r++)
+            for (int o = 0; o < nn; o++) {
+                double acc = 0;
+                for (int i = 0; i < k; i++)
+                    acc += (double)x[(size_t)r * ldx + i] * w[(size_t)i * nn + o];
+                ref[(size_t)r * nn + o] = acc;
+            }
+        check_close("p48 matmul 13x48 by 48x100", y, ref, (size_t)rows * nn, 1e-5, 1e-5);
+        qvk_free(x);
+        qvk_free(w);
+        qvk_free(wp);
+        qvk_free(y);
+        free(ref);
+    }
+    restore_variant();
 }
 
 /* ---- .npy reader ----------------------------------------------------------------------- */
@@ -919,6 +1005,7 @@ int main(void) {
         cmocka_unit_test(test_attend),
         cmocka_unit_test(test_conv1d),
         cmocka_unit_test(test_conv_transpose1d),
+        cmocka_unit_test(test_conv_wino),
         cmocka_unit_test(test_npy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
