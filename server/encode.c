@@ -23,15 +23,19 @@ static const int sf_formats[FMT_COUNT] = {
     [FMT_OPUS] = SF_FORMAT_OGG | SF_FORMAT_OPUS,
 };
 
-int format_parse(const char *name) {
+int qvs_format_parse(const char *name) {
     for (int f = 0; f < FMT_COUNT; f++)
         if (!strcmp(name, fmt_names[f])) return f;
     return -1;
 }
-const char *format_name(int f) { return fmt_names[f]; }
-const char *format_mime(int f) { return fmt_mimes[f]; }
+const char *qvs_format_name(int f) {
+    return fmt_names[f];
+}
+const char *qvs_format_mime(int f) {
+    return fmt_mimes[f];
+}
 
-int formats_available(void) {
+int qvs_formats_available(void) {
     int bits = 0;
     for (int f = 0; f < FMT_COUNT; f++) {
         SF_INFO info = {.samplerate = QV_SAMPLE_RATE_HZ, .channels = 1, .format = sf_formats[f]};
@@ -40,10 +44,11 @@ int formats_available(void) {
     return bits;
 }
 
-int bytes_add(bytes *b, const void *p, size_t n) {
+int qvs_bytes_add(bytes *b, const void *p, size_t n) {
     if (b->len + n > b->cap) {
         size_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->len + n) cap *= 2;
+        while (cap < b->len + n)
+            cap *= 2;
         uint8_t *q = realloc(b->p, cap);
         if (!q) return -1;
         b->p = q;
@@ -55,10 +60,11 @@ int bytes_add(bytes *b, const void *p, size_t n) {
 }
 
 static void put32(uint8_t *p, uint32_t v) {
-    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
 }
 
-void wav_header(uint8_t h[44], int64_t n_samples) {
+void qvs_wav_header(uint8_t h[44], int64_t n_samples) {
     uint32_t data = n_samples < 0 ? 0xFFFFFFFFu : (uint32_t)(n_samples * 2);
     memcpy(h, "RIFF", 4);
     put32(h + 4, n_samples < 0 ? 0xFFFFFFFFu : 36 + data);
@@ -72,7 +78,7 @@ void wav_header(uint8_t h[44], int64_t n_samples) {
     put32(h + 40, data);
 }
 
-int pcm16_add(bytes *b, const float *x, int n) {
+int qvs_pcm16_add(bytes *b, const float *x, int n) {
     uint8_t tmp[512];
     for (int i = 0; i < n;) {
         int k = 0;
@@ -82,7 +88,7 @@ int pcm16_add(bytes *b, const float *x, int n) {
             tmp[2 * k] = (uint8_t)s;
             tmp[2 * k + 1] = (uint8_t)((uint16_t)s >> 8);
         }
-        if (bytes_add(b, tmp, 2 * (size_t)k)) return -1;
+        if (qvs_bytes_add(b, tmp, 2 * (size_t)k)) return -1;
     }
     return 0;
 }
@@ -95,7 +101,9 @@ typedef struct {
     int failed;
 } vfile;
 
-static sf_count_t v_len(void *u) { return (sf_count_t)((vfile *)u)->b->len; }
+static sf_count_t v_len(void *u) {
+    return (sf_count_t)((vfile *)u)->b->len;
+}
 static sf_count_t v_seek(sf_count_t off, int whence, void *u) {
     vfile *v = u;
     sf_count_t base = whence == SEEK_CUR ? v->pos : whence == SEEK_END ? (sf_count_t)v->b->len : 0;
@@ -116,7 +124,7 @@ static sf_count_t v_write(const void *p, sf_count_t n, void *u) {
     size_t end = (size_t)(v->pos + n);
     if (end > v->b->len) { /* extend, with zeros past a seek beyond the end */
         size_t old = v->b->len;
-        if (bytes_add(v->b, NULL, end - old)) {
+        if (qvs_bytes_add(v->b, NULL, end - old)) {
             v->failed = 1;
             return 0;
         }
@@ -126,13 +134,15 @@ static sf_count_t v_write(const void *p, sf_count_t n, void *u) {
     v->pos += n;
     return n;
 }
-static sf_count_t v_tell(void *u) { return ((vfile *)u)->pos; }
+static sf_count_t v_tell(void *u) {
+    return ((vfile *)u)->pos;
+}
 
-int encode_all(int f, const float *x, int64_t n, bytes *out, char *err, size_t es) {
+int qvs_encode_all(int f, const float *x, int64_t n, bytes *out, char *err, size_t es) {
     if (f == FMT_WAV || f == FMT_PCM) {
         uint8_t h[44];
-        wav_header(h, n);
-        if ((f == FMT_WAV && bytes_add(out, h, sizeof h)) || pcm16_add(out, x, (int)n)) {
+        qvs_wav_header(h, n);
+        if ((f == FMT_WAV && qvs_bytes_add(out, h, sizeof h)) || qvs_pcm16_add(out, x, (int)n)) {
             snprintf(err, es, "response: out of memory");
             return -1;
         }
@@ -155,9 +165,9 @@ int encode_all(int f, const float *x, int64_t n, bytes *out, char *err, size_t e
     return 0;
 }
 
-int base64_add(bytes *b, const uint8_t *p, size_t n) {
+int qvs_base64_add(bytes *b, const uint8_t *p, size_t n) {
     size_t len = b->len;
-    if (bytes_add(b, NULL, 4 * ((n + 2) / 3) + 1)) return -1; /* EVP_EncodeBlock adds a NUL */
+    if (qvs_bytes_add(b, NULL, 4 * ((n + 2) / 3) + 1)) return -1; /* EVP_EncodeBlock adds a NUL */
     b->len = len + (size_t)EVP_EncodeBlock(b->p + len, p, (int)n);
     return 0;
 }

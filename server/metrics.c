@@ -16,13 +16,14 @@ static void hist_init(histogram *h, const double *le) {
 
 static void hist_add(histogram *h, double v) {
     int i = 0;
-    while (i < N_BUCKETS && v > h->le[i]) i++;
+    while (i < N_BUCKETS && v > h->le[i])
+        i++;
     h->count[i]++;
     h->n++;
     h->sum += v;
 }
 
-void metrics_init(metrics *m) {
+void qvs_metrics_init(metrics *m) {
     static const double rtf_le[N_BUCKETS] = {0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10, 30};
     static const double ttfa_le[N_BUCKETS] = {0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 5, 10, 30};
     memset(m, 0, sizeof *m);
@@ -31,7 +32,7 @@ void metrics_init(metrics *m) {
     hist_init(&m->ttfa_s, ttfa_le);
 }
 
-void metrics_request(metrics *m, enum route r, int status) {
+void qvs_metrics_request(metrics *m, enum route r, int status) {
     pthread_mutex_lock(&m->mu);
     for (int i = 0; i < N_STATUS_SLOTS; i++) {
         if (m->status[r][i] == 0) m->status[r][i] = status;
@@ -43,7 +44,7 @@ void metrics_request(metrics *m, enum route r, int status) {
     pthread_mutex_unlock(&m->mu);
 }
 
-void metrics_synth(metrics *m, const qv_synth_stats *st) {
+void qvs_metrics_synth(metrics *m, const qv_synth_stats *st) {
     pthread_mutex_lock(&m->mu);
     m->audio_seconds += st->audio_seconds;
     if (st->n_samples > 0) {
@@ -60,7 +61,7 @@ static void out(bytes *b, const char *fmt, ...) {
     va_start(ap, fmt);
     int n = vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
-    if (n > 0) bytes_add(b, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
+    if (n > 0) qvs_bytes_add(b, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
 }
 
 static void hist_out(bytes *b, const char *name, const char *help, const histogram *h) {
@@ -74,7 +75,7 @@ static void hist_out(bytes *b, const char *name, const char *help, const histogr
         (unsigned long long)h->n, name, h->sum, name, (unsigned long long)h->n);
 }
 
-char *metrics_render(metrics *m, int active, int queued) {
+char *qvs_metrics_render(metrics *m, int active, int queued) {
     bytes b = {0};
     pthread_mutex_lock(&m->mu);
     out(&b, "# HELP qvoice_requests_total HTTP requests by route and status.\n"
@@ -112,7 +113,7 @@ char *metrics_render(metrics *m, int active, int queued) {
         "# HELP qvoice_queued_sessions Requests waiting for a synthesis slot.\n"
         "# TYPE qvoice_queued_sessions gauge\nqvoice_queued_sessions %d\n",
         active, queued);
-    if (bytes_add(&b, "", 1)) {
+    if (qvs_bytes_add(&b, "", 1)) {
         free(b.p);
         return NULL;
     }

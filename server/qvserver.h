@@ -43,7 +43,8 @@ typedef struct {
 } qv_server_config;
 
 /* listen 127.0.0.1:8080, 1 thread, concurrency 1, queue 4, bf16, 120 s cap, 4096 chars,
- * 20 MB uploads, 300 s timeout (a 120 s utterance at RTF 2 must fit); no models, no voices dir, no auth, no log. */
+ * 20 MB uploads, 300 s timeout (a 120 s utterance at RTF 2 must fit); no models, no voices dir, no
+ * auth, no log. */
 qv_server_config qv_server_default_config(void);
 
 typedef struct qv_server qv_server;

@@ -19,13 +19,13 @@
 
 /* ==== helpers ================================================================================ */
 
-double now_s(void) {
+double qvs_now_s(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-void srv_log(qv_server *s, const char *fmt, ...) {
+void qvs_srv_log(qv_server *s, const char *fmt, ...) {
     if (!s->cfg.log) return;
     char line[1024];
     va_list ap;
@@ -40,11 +40,12 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
     char line[512];
     vsnprintf(line, sizeof line, fmt, ap);
     size_t n = strlen(line);
-    while (n && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = 0;
-    srv_log(s, "libmicrohttpd: %s", line);
+    while (n && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+        line[--n] = 0;
+    qvs_srv_log(s, "libmicrohttpd: %s", line);
 }
 
-int peer_gone(struct MHD_Connection *c) {
+int qvs_peer_gone(struct MHD_Connection *c) {
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     if (!ci) return 1;
@@ -52,7 +53,7 @@ int peer_gone(struct MHD_Connection *c) {
     return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
 }
 
-int find_model(const qv_server *s, const char *name) {
+int qvs_find_model(const qv_server *s, const char *name) {
     if (!name) return 0;
     for (int i = 0; i < s->n_models; i++)
         if (!strcmp(name, s->models[i].name) || !strcmp(name, s->models[i].dir)) return i;
@@ -65,7 +66,7 @@ int find_model(const qv_server *s, const char *name) {
 
 /* ==== replies ================================================================================ */
 
-enum MHD_Result reply_json(struct MHD_Connection *c, req *q, int status, char *body) {
+enum MHD_Result qvs_reply_json(struct MHD_Connection *c, req *q, int status, char *body) {
     if (!body) {
         static char oom[] = "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\","
                             "\"param\":null,\"code\":null}}";
@@ -88,8 +89,8 @@ enum MHD_Result reply_json(struct MHD_Connection *c, req *q, int status, char *b
     return ret;
 }
 
-enum MHD_Result reply_error(struct MHD_Connection *c, req *q, int status, const char *type,
-                            const char *code, const char *param, const char *fmt, ...) {
+enum MHD_Result qvs_reply_error(struct MHD_Connection *c, req *q, int status, const char *type,
+                                const char *code, const char *param, const char *fmt, ...) {
     char msg[1024];
     va_list ap;
     va_start(ap, fmt);
@@ -99,13 +100,17 @@ enum MHD_Result reply_error(struct MHD_Connection *c, req *q, int status, const 
     cJSON *o = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(o, "error");
     cJSON_AddStringToObject(e, "message", msg);
     cJSON_AddStringToObject(e, "type", type);
-    if (param) cJSON_AddStringToObject(e, "param", param);
-    else cJSON_AddNullToObject(e, "param");
-    if (code) cJSON_AddStringToObject(e, "code", code);
-    else cJSON_AddNullToObject(e, "code");
+    if (param)
+        cJSON_AddStringToObject(e, "param", param);
+    else
+        cJSON_AddNullToObject(e, "param");
+    if (code)
+        cJSON_AddStringToObject(e, "code", code);
+    else
+        cJSON_AddNullToObject(e, "code");
     char *body = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
-    return reply_json(c, q, status, body);
+    return qvs_reply_json(c, q, status, body);
 }
 
 /* ==== routes ================================================================================= */
@@ -130,16 +135,21 @@ static enum route route_of(const char *url, const char **id) {
 static int route_method(enum route r, const char *method) {
     int get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), post = !strcmp(method, "POST");
     switch (r) {
-    case ROUTE_SPEECH: return post ? (int)r : -1;
-    case ROUTE_VOICES_LIST: return get ? (int)r : post ? ROUTE_VOICES_UPLOAD : -1;
-    case ROUTE_VOICE_GET: return get ? (int)r : !strcmp(method, "DELETE") ? ROUTE_VOICE_DELETE : -1;
+    case ROUTE_SPEECH:
+        return post ? (int)r : -1;
+    case ROUTE_VOICES_LIST:
+        return get ? (int)r : post ? ROUTE_VOICES_UPLOAD : -1;
+    case ROUTE_VOICE_GET:
+        return get ? (int)r : !strcmp(method, "DELETE") ? ROUTE_VOICE_DELETE : -1;
     case ROUTE_HEALTH:
     case ROUTE_READY:
-    case ROUTE_METRICS: return get ? (int)r : -1;
+    case ROUTE_METRICS:
+        return get ? (int)r : -1;
     case ROUTE_VOICES_UPLOAD:
     case ROUTE_VOICE_DELETE:
     case ROUTE_OTHER:
-    case ROUTE_COUNT: break;
+    case ROUTE_COUNT:
+        break;
     }
     return (int)r;
 }
@@ -161,7 +171,7 @@ static size_t body_limit(const qv_server *s) {
 }
 
 static enum MHD_Result health(struct MHD_Connection *c, req *q) {
-    return reply_json(c, q, MHD_HTTP_OK, strdup("{\"status\":\"ok\"}"));
+    return qvs_reply_json(c, q, MHD_HTTP_OK, strdup("{\"status\":\"ok\"}"));
 }
 
 static enum MHD_Result ready(qv_server *s, struct MHD_Connection *c, req *q) {
@@ -180,19 +190,20 @@ static enum MHD_Result ready(qv_server *s, struct MHD_Connection *c, req *q) {
     cJSON_AddBoolToObject(o, "cloning", s->cloner != NULL);
     char *body = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
-    return reply_json(c, q, draining ? MHD_HTTP_SERVICE_UNAVAILABLE : MHD_HTTP_OK, body);
+    return qvs_reply_json(c, q, draining ? MHD_HTTP_SERVICE_UNAVAILABLE : MHD_HTTP_OK, body);
 }
 
 static enum MHD_Result metrics_reply(qv_server *s, struct MHD_Connection *c, req *q) {
     int active = 0, queued;
     pthread_mutex_lock(&s->mu);
-    for (int i = 0; i < s->n_slots; i++) active += s->slots[i].busy;
+    for (int i = 0; i < s->n_slots; i++)
+        active += s->slots[i].busy;
     queued = s->n_queued;
     pthread_mutex_unlock(&s->mu);
-    char *text = metrics_render(&s->met, active, queued);
+    char *text = qvs_metrics_render(&s->met, active, queued);
     if (!text) return MHD_NO;
-    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(text), text,
-                                                             MHD_RESPMEM_MUST_FREE);
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
     if (!r) {
         free(text);
         return MHD_NO;
@@ -210,32 +221,34 @@ static enum MHD_Result begin(qv_server *s, struct MHD_Connection *c, req *q, con
     int draining = s->draining;
     pthread_mutex_unlock(&s->mu);
     if (draining)
-        return reply_error(c, q, MHD_HTTP_SERVICE_UNAVAILABLE, "server_error", "shutting_down",
-                           NULL, "the server is shutting down");
+        return qvs_reply_error(c, q, MHD_HTTP_SERVICE_UNAVAILABLE, "server_error", "shutting_down",
+                               NULL, "the server is shutting down");
     if (q->route == ROUTE_OTHER)
-        return reply_error(c, q, MHD_HTTP_NOT_FOUND, "invalid_request_error", "not_found", NULL,
-                           "%s %s: no such route", q->method, q->url);
+        return qvs_reply_error(c, q, MHD_HTTP_NOT_FOUND, "invalid_request_error", "not_found", NULL,
+                               "%s %s: no such route", q->method, q->url);
     int r = route_method(q->route, q->method);
     if (r < 0)
-        return reply_error(c, q, MHD_HTTP_METHOD_NOT_ALLOWED, "invalid_request_error",
-                           "method_not_allowed", NULL, "%s %s: method not allowed", q->method,
-                           q->url);
+        return qvs_reply_error(c, q, MHD_HTTP_METHOD_NOT_ALLOWED, "invalid_request_error",
+                               "method_not_allowed", NULL, "%s %s: method not allowed", q->method,
+                               q->url);
     q->route = (enum route)r;
     if (!strncmp(q->url, "/v1/", 4) && !authorized(s, c))
-        return reply_error(c, q, MHD_HTTP_UNAUTHORIZED, "invalid_request_error", "invalid_api_key",
-                           NULL, "missing or invalid bearer key (Authorization: Bearer KEY)");
-    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        return qvs_reply_error(c, q, MHD_HTTP_UNAUTHORIZED, "invalid_request_error",
+                               "invalid_api_key", NULL,
+                               "missing or invalid bearer key (Authorization: Bearer KEY)");
+    const char *cl =
+        MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
     unsigned long long len = cl ? strtoull(cl, NULL, 10) : 0;
     if (q->route == ROUTE_SPEECH && len > body_limit(s))
-        return reply_error(c, q, MHD_HTTP_CONTENT_TOO_LARGE, "invalid_request_error",
-                           "request_too_large", NULL, "request body of %llu bytes exceeds %zu",
-                           len, body_limit(s));
+        return qvs_reply_error(c, q, MHD_HTTP_CONTENT_TOO_LARGE, "invalid_request_error",
+                               "request_too_large", NULL, "request body of %llu bytes exceeds %zu",
+                               len, body_limit(s));
     if (q->route == ROUTE_VOICES_UPLOAD) {
         if (len > (unsigned long long)s->cfg.max_upload_mb << 20)
-            return reply_error(c, q, MHD_HTTP_CONTENT_TOO_LARGE, "invalid_request_error",
-                               "upload_too_large", NULL, "upload of %llu bytes exceeds %d MB", len,
-                               s->cfg.max_upload_mb);
-        return upload_begin(s, c, q);
+            return qvs_reply_error(c, q, MHD_HTTP_CONTENT_TOO_LARGE, "invalid_request_error",
+                                   "upload_too_large", NULL, "upload of %llu bytes exceeds %d MB",
+                                   len, s->cfg.max_upload_mb);
+        return qvs_upload_begin(s, c, q);
     }
     (void)id;
     return MHD_YES;
@@ -245,19 +258,26 @@ static enum MHD_Result finish(qv_server *s, struct MHD_Connection *c, req *q, co
     switch (q->route) {
     case ROUTE_SPEECH:
         if (q->too_big)
-            return reply_error(c, q, MHD_HTTP_CONTENT_TOO_LARGE, "invalid_request_error",
-                               "request_too_large", NULL, "request body exceeds %zu bytes",
-                               body_limit(s));
-        return speech_handle(s, c, q);
+            return qvs_reply_error(c, q, MHD_HTTP_CONTENT_TOO_LARGE, "invalid_request_error",
+                                   "request_too_large", NULL, "request body exceeds %zu bytes",
+                                   body_limit(s));
+        return qvs_speech_handle(s, c, q);
     case ROUTE_VOICES_LIST:
-    case ROUTE_VOICE_GET: return voices_get(s, c, q, id);
-    case ROUTE_VOICE_DELETE: return voices_delete(s, c, q, id);
-    case ROUTE_VOICES_UPLOAD: return upload_finish(s, c, q);
-    case ROUTE_HEALTH: return health(c, q);
-    case ROUTE_READY: return ready(s, c, q);
-    case ROUTE_METRICS: return metrics_reply(s, c, q);
+    case ROUTE_VOICE_GET:
+        return qvs_voices_get(s, c, q, id);
+    case ROUTE_VOICE_DELETE:
+        return qvs_voices_delete(s, c, q, id);
+    case ROUTE_VOICES_UPLOAD:
+        return qvs_upload_finish(s, c, q);
+    case ROUTE_HEALTH:
+        return health(c, q);
+    case ROUTE_READY:
+        return ready(s, c, q);
+    case ROUTE_METRICS:
+        return metrics_reply(s, c, q);
     case ROUTE_OTHER:
-    case ROUTE_COUNT: break;
+    case ROUTE_COUNT:
+        break;
     }
     return MHD_NO;
 }
@@ -274,7 +294,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             return MHD_NO;
         }
         *con_cls = q;
-        q->t0 = now_s();
+        q->t0 = qvs_now_s();
         snprintf(q->method, sizeof q->method, "%s", method);
         q->route = route_of(url, &id);
         pthread_mutex_lock(&s->mu);
@@ -288,11 +308,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return MHD_YES;
     }
     if (*size) {
-        if (q->route == ROUTE_VOICES_UPLOAD) return upload_data(s, c, q, data, size);
+        if (q->route == ROUTE_VOICES_UPLOAD) return qvs_upload_data(s, c, q, data, size);
         if (q->body_len + *size > body_limit(s)) q->too_big = 1;
         if (!q->too_big) {
             bytes b = {(uint8_t *)q->body, q->body_len, q->body_cap};
-            if (bytes_add(&b, data, *size) || bytes_add(&b, "", 1)) return MHD_NO;
+            if (qvs_bytes_add(&b, data, *size) || qvs_bytes_add(&b, "", 1)) return MHD_NO;
             q->body = (char *)b.p;
             q->body_len = b.len - 1; /* kept NUL-terminated */
             q->body_cap = b.cap;
@@ -308,18 +328,18 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     qv_server *s = cls;
     req *q = *con_cls;
     if (!q) return;
-    speech_release(s, q); /* a disconnect cancels the synthesis at once */
-    upload_free(q->up);
+    qvs_speech_release(s, q); /* a disconnect cancels the synthesis at once */
+    qvs_upload_free(q->up);
     if (q->pp) MHD_destroy_post_processor(q->pp);
     int status = q->status ? q->status : 499; /* nginx's "client closed request" */
     if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && !q->note[0])
         snprintf(q->note, sizeof q->note, "%s",
-                 toe == MHD_REQUEST_TERMINATED_CLIENT_ABORT ? "client-abort"
+                 toe == MHD_REQUEST_TERMINATED_CLIENT_ABORT      ? "client-abort"
                  : toe == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED ? "timeout"
-                                                               : "incomplete");
-    metrics_request(&s->met, q->route, status);
-    srv_log(s, "%s %s %d %.3fs%s%s", q->method, q->url, status, now_s() - q->t0,
-            q->note[0] ? " " : "", q->note);
+                                                                 : "incomplete");
+    qvs_metrics_request(&s->met, q->route, status);
+    qvs_srv_log(s, "%s %s %d %.3fs%s%s", q->method, q->url, status, qvs_now_s() - q->t0,
+                q->note[0] ? " " : "", q->note);
     free(q->body);
     free(q->url);
     free(q);
@@ -386,7 +406,8 @@ static int parse_listen(const char *listen, struct sockaddr_storage *ss, char *e
         memmove(host, host + 1, strlen(host));
         host[strlen(host) - 1] = 0;
     }
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_NUMERICSERV | AI_PASSIVE},
                     *ai;
     int rc = getaddrinfo(host, colon + 1, &hints, &ai);
@@ -410,7 +431,8 @@ static int load_models(qv_server *s, const qv_server_config *c, char *err, size_
         served_model *m = &s->models[i];
         if (!(m->dir = strdup(c->model_dirs[i]))) return QV_E_NOMEM;
         size_t n = strlen(m->dir);
-        while (n > 1 && m->dir[n - 1] == '/') m->dir[--n] = 0;
+        while (n > 1 && m->dir[n - 1] == '/')
+            m->dir[--n] = 0;
         const char *base = strrchr(m->dir, '/');
         if (!(m->name = strdup(base ? base + 1 : m->dir))) return QV_E_NOMEM;
         enum qv_status st = qv_model_load(&m->model, m->dir, err, es);
@@ -431,8 +453,8 @@ enum qv_status qv_server_start(qv_server **out, const qv_server_config *c, char 
     s->cfg = *c;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
-    metrics_init(&s->met);
-    s->formats = formats_available();
+    qvs_metrics_init(&s->met);
+    s->formats = qvs_formats_available();
     enum qv_status st = load_models(s, c, err, es);
     if (st) goto fail;
     st = QV_E_INVALID;
@@ -441,7 +463,7 @@ enum qv_status qv_server_start(qv_server **out, const qv_server_config *c, char 
         snprintf(err, es, "%s: %s", s->voices_dir, strerror(errno));
         goto fail;
     }
-    voices_clean(s->voices_dir);
+    qvs_voices_clean(s->voices_dir);
     if (c->api_key_file && read_keys(s, c->api_key_file, err, es)) goto fail;
     s->n_threads = qv_threads_resolve(c->n_threads);
     if (c->clone_model_dir &&
@@ -449,7 +471,8 @@ enum qv_status qv_server_start(qv_server **out, const qv_server_config *c, char 
         goto fail;
     if (!(s->slots = calloc((size_t)c->max_concurrency, sizeof *s->slots))) goto nomem;
     s->n_slots = c->max_concurrency;
-    for (int i = 0; i < s->n_slots; i++) { /* built now: allocation and int8 weights before /ready */
+    for (int i = 0; i < s->n_slots;
+         i++) { /* built now: allocation and int8 weights before /ready */
         s->slots[i].params = qv_model_params(s->models[0].model);
         s->slots[i].params.n_threads = s->n_threads;
         s->slots[i].params.quant = c->quant;
@@ -465,12 +488,12 @@ enum qv_status qv_server_start(qv_server **out, const qv_server_config *c, char 
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
                      MHD_USE_AUTO | MHD_USE_ITC | MHD_USE_ERROR_LOG |
                      (ss.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0);
-    s->daemon = MHD_start_daemon(
-        flags, 0, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
-        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)c->timeout_s, MHD_OPTION_NOTIFY_COMPLETED,
-        on_completed, s, MHD_OPTION_CONNECTION_LIMIT,
-        (unsigned)(c->max_concurrency + c->max_queue + 64), MHD_OPTION_END);
+    s->daemon =
+        MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
+                         s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
+                         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)c->timeout_s,
+                         MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_LIMIT,
+                         (unsigned)(c->max_concurrency + c->max_queue + 64), MHD_OPTION_END);
     if (!s->daemon) {
         snprintf(err, es, "--listen %s: cannot listen (address in use or not local?)",
                  c->listen ? c->listen : "127.0.0.1:8080");
@@ -489,7 +512,9 @@ fail:
     return st;
 }
 
-int qv_server_port(const qv_server *s) { return s->port; }
+int qv_server_port(const qv_server *s) {
+    return s->port;
+}
 
 void qv_server_drain(qv_server *s, double timeout_s) {
     pthread_mutex_lock(&s->mu);
@@ -497,9 +522,9 @@ void qv_server_drain(qv_server *s, double timeout_s) {
     pthread_mutex_unlock(&s->mu);
     MHD_socket fd = MHD_quiesce_daemon(s->daemon);
     if (fd != MHD_INVALID_SOCKET) close(fd);
-    double end = now_s() + timeout_s;
+    double end = qvs_now_s() + timeout_s;
     pthread_mutex_lock(&s->mu);
-    while (s->n_inflight > 0 && now_s() < end) {
+    while (s->n_inflight > 0 && qvs_now_s() < end) {
         struct timespec t;
         clock_gettime(CLOCK_REALTIME, &t);
         t.tv_nsec += 100000000;
@@ -520,10 +545,12 @@ void qv_server_free(qv_server *s) {
         pthread_mutex_unlock(&s->mu);
         MHD_stop_daemon(s->daemon); /* closing the connections cancels their syntheses */
         pthread_mutex_lock(&s->mu);
-        while (s->n_workers > 0) pthread_cond_wait(&s->cv, &s->mu);
+        while (s->n_workers > 0)
+            pthread_cond_wait(&s->cv, &s->mu);
         pthread_mutex_unlock(&s->mu);
     }
-    for (int i = 0; i < s->n_slots; i++) qv_synth_free(s->slots[i].synth);
+    for (int i = 0; i < s->n_slots; i++)
+        qv_synth_free(s->slots[i].synth);
     free(s->slots);
     if (s->cloner) qv_cloner_free(s->cloner);
     for (int i = 0; i < s->n_models; i++) {
@@ -532,7 +559,8 @@ void qv_server_free(qv_server *s) {
         free(s->models[i].name);
     }
     free(s->models);
-    for (int i = 0; i < s->n_keys; i++) free(s->keys[i]);
+    for (int i = 0; i < s->n_keys; i++)
+        free(s->keys[i]);
     free(s->keys);
     free(s->voices_dir);
     pthread_cond_destroy(&s->cv);

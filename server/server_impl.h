@@ -12,7 +12,6 @@
 #include "include/qvoice.h"
 #include "server/qvserver.h"
 
-
 /* ==== routes and metrics ===================================================================== */
 
 #define ROUTE_LIST(X)                                                                              \
@@ -50,11 +49,11 @@ typedef struct {
     histogram rtf, ttfa_s;
 } metrics;
 
-void metrics_init(metrics *m);
-void metrics_request(metrics *m, enum route r, int status);
-void metrics_synth(metrics *m, const qv_synth_stats *st);
+void qvs_metrics_init(metrics *m);
+void qvs_metrics_request(metrics *m, enum route r, int status);
+void qvs_metrics_synth(metrics *m, const qv_synth_stats *st);
 /* Prometheus text exposition; malloc'd. */
-char *metrics_render(metrics *m, int active, int queued);
+char *qvs_metrics_render(metrics *m, int active, int queued);
 
 /* ==== server ================================================================================= */
 
@@ -107,42 +106,42 @@ typedef struct {
 } req;
 
 /* Log one formatted line through cfg.log. */
-void srv_log(qv_server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-double now_s(void);
+void qvs_srv_log(qv_server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+double qvs_now_s(void);
 /* Queues a JSON reply (takes ownership of the malloc'd body) / an OpenAI-style error. */
-enum MHD_Result reply_json(struct MHD_Connection *c, req *q, int status, char *body);
-enum MHD_Result reply_error(struct MHD_Connection *c, req *q, int status, const char *type,
-                            const char *code, const char *param, const char *fmt, ...)
+enum MHD_Result qvs_reply_json(struct MHD_Connection *c, req *q, int status, char *body);
+enum MHD_Result qvs_reply_error(struct MHD_Connection *c, req *q, int status, const char *type,
+                                const char *code, const char *param, const char *fmt, ...)
     __attribute__((format(printf, 7, 8)));
 /* 1 when the peer has closed the connection (checked without blocking). */
-int peer_gone(struct MHD_Connection *c);
+int qvs_peer_gone(struct MHD_Connection *c);
 /* Index of the served model called name (NULL: the default), or -1. */
-int find_model(const qv_server *s, const char *name);
+int qvs_find_model(const qv_server *s, const char *name);
 
 /* ==== speech (speech.c) ====================================================================== */
 
 struct job;
 /* Handles POST /v1/audio/speech once its JSON body is complete. */
-enum MHD_Result speech_handle(qv_server *s, struct MHD_Connection *c, req *q);
+enum MHD_Result qvs_speech_handle(qv_server *s, struct MHD_Connection *c, req *q);
 /* The connection is gone (or finished): stop the synthesis if it still runs, drop the job. */
-void speech_release(qv_server *s, req *q);
+void qvs_speech_release(qv_server *s, req *q);
 
 /* ==== voices (voices.c) ====================================================================== */
 
 struct upload;
 /* GET /v1/audio/voices, GET/DELETE /v1/audio/voices/{id}. */
-enum MHD_Result voices_get(qv_server *s, struct MHD_Connection *c, req *q, const char *id);
-enum MHD_Result voices_delete(qv_server *s, struct MHD_Connection *c, req *q, const char *id);
+enum MHD_Result qvs_voices_get(qv_server *s, struct MHD_Connection *c, req *q, const char *id);
+enum MHD_Result qvs_voices_delete(qv_server *s, struct MHD_Connection *c, req *q, const char *id);
 /* POST /v1/audio/voices: first call sets up the multipart parser (0 or an error queued). */
-enum MHD_Result upload_begin(qv_server *s, struct MHD_Connection *c, req *q);
-enum MHD_Result upload_data(qv_server *s, struct MHD_Connection *c, req *q, const char *data,
-                            size_t *size);
-enum MHD_Result upload_finish(qv_server *s, struct MHD_Connection *c, req *q);
-void upload_free(struct upload *u);
+enum MHD_Result qvs_upload_begin(qv_server *s, struct MHD_Connection *c, req *q);
+enum MHD_Result qvs_upload_data(qv_server *s, struct MHD_Connection *c, req *q, const char *data,
+                                size_t *size);
+enum MHD_Result qvs_upload_finish(qv_server *s, struct MHD_Connection *c, req *q);
+void qvs_upload_free(struct upload *u);
 /* Removes temporary files a killed server left in dir. */
-void voices_clean(const char *dir);
+void qvs_voices_clean(const char *dir);
 /* Path of the library voice with this id (64 hex) or META name; 0, or -1 when none. */
-int voice_lookup(const qv_server *s, const char *id_or_name, char *path, size_t path_size);
+int qvs_voice_lookup(const qv_server *s, const char *id_or_name, char *path, size_t path_size);
 
 /* ==== audio encoding (encode.c) ============================================================== */
 
@@ -156,25 +155,25 @@ int voice_lookup(const qv_server *s, const char *id_or_name, char *path, size_t 
 enum audio_format { AUDIO_FORMAT_LIST(FMT_ENUM_) FMT_COUNT };
 #undef FMT_ENUM_
 
-int format_parse(const char *name); /* enum audio_format or -1 */
-const char *format_name(int f);
-const char *format_mime(int f);
-int formats_available(void); /* bit per format this libsndfile can write */
+int qvs_format_parse(const char *name); /* enum audio_format or -1 */
+const char *qvs_format_name(int f);
+const char *qvs_format_mime(int f);
+int qvs_formats_available(void); /* bit per format this libsndfile can write */
 
 typedef struct {
     uint8_t *p;
     size_t len, cap;
 } bytes;
 /* Appends n bytes of p (p NULL: n uninitialised bytes); 0 or -1 (out of memory). */
-int bytes_add(bytes *b, const void *p, size_t n);
+int qvs_bytes_add(bytes *b, const void *p, size_t n);
 
 /* 44-byte 16-bit mono 24 kHz WAV header; n_samples < 0: unknown length (streams). */
-void wav_header(uint8_t out[44], int64_t n_samples);
+void qvs_wav_header(uint8_t out[44], int64_t n_samples);
 /* Appends samples as 16-bit little-endian. */
-int pcm16_add(bytes *b, const float *x, int n);
+int qvs_pcm16_add(bytes *b, const float *x, int n);
 /* Whole file of format f (wav, pcm, flac, mp3, opus) from n samples; 0 or -1 with err. */
-int encode_all(int f, const float *x, int64_t n, bytes *out, char *err, size_t err_size);
+int qvs_encode_all(int f, const float *x, int64_t n, bytes *out, char *err, size_t err_size);
 /* Base64 of n bytes appended to b. */
-int base64_add(bytes *b, const uint8_t *p, size_t n);
+int qvs_base64_add(bytes *b, const uint8_t *p, size_t n);
 
 #endif

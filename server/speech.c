@@ -26,11 +26,11 @@ typedef struct job {
     qv_synth_request r;
     char *text, *language, *speaker, *instruct, *voice_path;
     /* results, under mu */
-    bytes out;  /* streams: encoded bytes not yet sent, from off */
+    bytes out; /* streams: encoded bytes not yet sent, from off */
     size_t off;
-    float *pcm; /* non-streamed: every sample */
+    float *pcm;                                     /* non-streamed: every sample */
     int64_t n_pcm, cap_pcm, n_samples, max_samples; /* max_samples: the request's cap, 0 none */
-    int running, cancel, timed_out, done, ended; /* running: the worker holds the slot */
+    int running, cancel, timed_out, done, ended;    /* running: the worker holds the slot */
     int capped; /* the audio reached max_samples: a normal end */
     enum qv_status st;
     char err[512];
@@ -70,8 +70,8 @@ static void job_cancel(job *j, int timed_out) {
 
 static int sse_delta(job *j, const uint8_t *p, size_t n) {
     static const char head[] = "data: {\"type\":\"speech.audio.delta\",\"audio\":\"";
-    return bytes_add(&j->out, head, sizeof head - 1) || base64_add(&j->out, p, n) ||
-           bytes_add(&j->out, "\"}\n\n", 4);
+    return qvs_bytes_add(&j->out, head, sizeof head - 1) || qvs_base64_add(&j->out, p, n) ||
+           qvs_bytes_add(&j->out, "\"}\n\n", 4);
 }
 
 /* qv_pcm_fn: runs on the worker thread. */
@@ -79,7 +79,7 @@ static int on_pcm(void *user, const float *x, int n) {
     job *j = user;
     int stop = 0, fail = 0;
     pthread_mutex_lock(&j->mu);
-    if (now_s() > j->deadline) {
+    if (qvs_now_s() > j->deadline) {
         j->cancel = j->timed_out = 1;
     }
     if (j->max_samples && j->n_samples + n >= j->max_samples) { /* the rest is cut: a normal end */
@@ -91,9 +91,11 @@ static int on_pcm(void *user, const float *x, int n) {
     } else if (j->stream == STREAM_NONE) {
         if (j->n_pcm + n > j->cap_pcm) {
             int64_t cap = j->cap_pcm ? 2 * j->cap_pcm : QV_SAMPLE_RATE_HZ * 4;
-            while (cap < j->n_pcm + n) cap *= 2;
+            while (cap < j->n_pcm + n)
+                cap *= 2;
             float *p = realloc(j->pcm, (size_t)cap * sizeof *p);
-            if (!p) fail = 1;
+            if (!p)
+                fail = 1;
             else {
                 j->pcm = p;
                 j->cap_pcm = cap;
@@ -104,11 +106,12 @@ static int on_pcm(void *user, const float *x, int n) {
     } else {
         bytes blk = {0};
         uint8_t h[44];
-        wav_header(h, -1);
-        if (j->n_samples == 0 && j->format == FMT_WAV) fail |= bytes_add(&blk, h, sizeof h);
-        fail |= pcm16_add(&blk, x, n);
-        if (!fail) fail = j->stream == STREAM_SSE ? sse_delta(j, blk.p, blk.len)
-                                                  : bytes_add(&j->out, blk.p, blk.len);
+        qvs_wav_header(h, -1);
+        if (j->n_samples == 0 && j->format == FMT_WAV) fail |= qvs_bytes_add(&blk, h, sizeof h);
+        fail |= qvs_pcm16_add(&blk, x, n);
+        if (!fail)
+            fail = j->stream == STREAM_SSE ? sse_delta(j, blk.p, blk.len)
+                                           : qvs_bytes_add(&j->out, blk.p, blk.len);
         free(blk.p);
     }
     j->n_samples += n;
@@ -142,7 +145,7 @@ static void *worker(void *arg) {
         rc = QV_OK;
         st.capped = 1;
     }
-    metrics_synth(&s->met, &st); /* before the reply can go out: a client sees it counted */
+    qvs_metrics_synth(&s->met, &st); /* before the reply can go out: a client sees it counted */
     pthread_mutex_lock(&s->met.mu);
     s->met.guard_failures += rc == QV_E_GUARD;
     s->met.cancelled += rc == QV_E_CANCELLED;
@@ -207,7 +210,7 @@ static int slot_acquire(qv_server *s, struct MHD_Connection *c, int model, const
         }
         pthread_cond_timedwait(&s->cv, &s->mu, &t);
         s->n_queued--;
-        if (s->draining == 2 || now_s() > deadline || peer_gone(c)) {
+        if (s->draining == 2 || qvs_now_s() > deadline || qvs_peer_gone(c)) {
             pthread_mutex_unlock(&s->mu);
             return -2;
         }
@@ -279,7 +282,8 @@ static int get_num(cJSON *o, const char *k, double lo, double hi, int integer, d
 
 static int utf8_chars(const char *s) {
     int n = 0;
-    for (; *s; s++) n += ((unsigned char)*s & 0xC0) != 0x80;
+    for (; *s; s++)
+        n += ((unsigned char)*s & 0xC0) != 0x80;
     return n;
 }
 
@@ -324,7 +328,7 @@ static int parse(qv_server *s, const char *body, size_t len, job *j, qv_params *
             j->n_chars, s->cfg.max_text_chars);
         goto out;
     }
-    if ((*model = find_model(s, mname)) < 0) {
+    if ((*model = qvs_find_model(s, mname)) < 0) {
         bad(v, 404, "model_not_found", "model", "model %s: not served here (GET /ready lists them)",
             mname);
         goto out;
@@ -342,12 +346,13 @@ static int parse(qv_server *s, const char *body, size_t len, job *j, qv_params *
     }
     char path[4096];
     const char *speaker = NULL;
-    if (!voice && qv_model_n_speakers(m) > 0) speaker = qv_model_speaker(m, 0);
+    if (!voice && qv_model_n_speakers(m) > 0)
+        speaker = qv_model_speaker(m, 0);
     else if (!voice && strcmp(qv_model_type(m), "voice_design")) { /* it has instructions */
         bad(v, 400, "invalid_value", "voice", "voice: required (a library voice for model %s)",
             s->models[*model].name);
         goto out;
-    } else if (voice && voice_lookup(s, voice, path, sizeof path)) {
+    } else if (voice && qvs_voice_lookup(s, voice, path, sizeof path)) {
         speaker = find_name(voice, qv_model_speaker, qv_model_n_speakers(m), m);
         if (!speaker) {
             list_names(names, sizeof names, qv_model_speaker, qv_model_n_speakers(m), m);
@@ -359,7 +364,7 @@ static int parse(qv_server *s, const char *body, size_t len, job *j, qv_params *
         }
     }
     j->format = FMT_WAV;
-    if (fmt && (j->format = format_parse(fmt)) < 0) {
+    if (fmt && (j->format = qvs_format_parse(fmt)) < 0) {
         bad(v, 400, "invalid_value", "response_format",
             "response_format %s: expected wav, pcm, flac, mp3 or opus", fmt);
         goto out;
@@ -369,9 +374,10 @@ static int parse(qv_server *s, const char *body, size_t len, job *j, qv_params *
             "response_format %s: this build's libsndfile cannot write it", fmt);
         goto out;
     }
-    j->stream = !sfmt ? STREAM_NONE : !strcmp(sfmt, "audio") ? STREAM_AUDIO
-                : !strcmp(sfmt, "sse")                       ? STREAM_SSE
-                                                             : -1;
+    j->stream = !sfmt                    ? STREAM_NONE
+                : !strcmp(sfmt, "audio") ? STREAM_AUDIO
+                : !strcmp(sfmt, "sse")   ? STREAM_SSE
+                                         : -1;
     if (j->stream < 0) {
         bad(v, 400, "invalid_value", "stream_format", "stream_format %s: expected audio or sse",
             sfmt);
@@ -380,7 +386,7 @@ static int parse(qv_server *s, const char *body, size_t len, job *j, qv_params *
     if (j->stream && j->format != FMT_WAV && j->format != FMT_PCM) {
         bad(v, 400, "unsupported_format", "response_format",
             "response_format %s: streams are wav or pcm (ask without stream_format for %s)",
-            format_name(j->format), format_name(j->format));
+            qvs_format_name(j->format), qvs_format_name(j->format));
         goto out;
     }
     int got = get_num(o, "speed", 0.25, 4, 0, &d, v);
@@ -409,8 +415,7 @@ static int parse(qv_server *s, const char *body, size_t len, job *j, qv_params *
     if ((got = get_num(o, "max_seconds", 0.08, 1e6, 0, &d, v)) < 0) goto out;
     if (got && (max_s <= 0 || d < max_s)) max_s = d;
     if ((input && !(j->text = strdup(input))) || (lang && !(j->language = strdup(lang))) ||
-        (speaker && !(j->speaker = strdup(speaker))) ||
-        (instr && !(j->instruct = strdup(instr))) ||
+        (speaker && !(j->speaker = strdup(speaker))) || (instr && !(j->instruct = strdup(instr))) ||
         (voice && !speaker && !(j->voice_path = strdup(path)))) {
         bad(v, 500, "out_of_memory", NULL, "out of memory");
         goto out;
@@ -428,26 +433,47 @@ out:
 static int failure_status(const job *j, const char **type, const char **code) {
     *type = "invalid_request_error";
     switch (j->st) {
-    case QV_E_INVALID: *code = "invalid_value"; return 400;
-    case QV_E_SPEAKER: *code = "voice_not_found"; return 400;
-    case QV_E_LANGUAGE: *code = "invalid_value"; return 400;
-    case QV_E_LIMIT: *code = "input_too_long"; return 400;
-    case QV_E_VOCAB: *code = "unsupported_characters"; return 400;
+    case QV_E_INVALID:
+        *code = "invalid_value";
+        return 400;
+    case QV_E_SPEAKER:
+        *code = "voice_not_found";
+        return 400;
+    case QV_E_LANGUAGE:
+        *code = "invalid_value";
+        return 400;
+    case QV_E_LIMIT:
+        *code = "input_too_long";
+        return 400;
+    case QV_E_VOCAB:
+        *code = "unsupported_characters";
+        return 400;
     case QV_E_VOICE:
-    case QV_E_FOREIGN_VOICE: *code = "voice_unusable"; return 400;
-    case QV_E_UNSUPPORTED: *code = "unsupported_value"; return 400;
+    case QV_E_FOREIGN_VOICE:
+        *code = "voice_unusable";
+        return 400;
+    case QV_E_UNSUPPORTED:
+        *code = "unsupported_value";
+        return 400;
     case QV_E_CANCELLED:
         *type = "server_error";
         *code = j->timed_out ? "timeout" : "cancelled";
         return j->timed_out ? 504 : 503;
-    case QV_E_NOMEM: *type = "server_error"; *code = "out_of_memory"; return 503;
-    case QV_E_GUARD: *type = "server_error"; *code = "guard"; return 500;
+    case QV_E_NOMEM:
+        *type = "server_error";
+        *code = "out_of_memory";
+        return 503;
+    case QV_E_GUARD:
+        *type = "server_error";
+        *code = "guard";
+        return 500;
     case QV_OK:
     case QV_E_MODEL:
     case QV_E_STATE:
     case QV_E_AUDIO:
     case QV_E_IO:
-    case QV_STATUS_COUNT: break;
+    case QV_STATUS_COUNT:
+        break;
     }
     *type = "server_error";
     *code = "synthesis_failed";
@@ -457,8 +483,8 @@ static int failure_status(const job *j, const char **type, const char **code) {
 static enum MHD_Result reply_failure(struct MHD_Connection *c, req *q, const job *j) {
     const char *type, *code;
     int status = failure_status(j, &type, &code);
-    return reply_error(c, q, status, type, code, NULL, "synthesis failed: %s: %s",
-                       qv_strerror(j->st), j->err[0] ? j->err : "-");
+    return qvs_reply_error(c, q, status, type, code, NULL, "synthesis failed: %s: %s",
+                           qv_strerror(j->st), j->err[0] ? j->err : "-");
 }
 
 /* Waits until pred holds (under j->mu), the client leaves or the deadline passes (then the
@@ -476,7 +502,7 @@ static int wait_job(job *j, int want_bytes) {
         pthread_cond_timedwait(&j->cv, &j->mu, &t);
         if (j->done || (want_bytes && j->out.len > j->off)) break;
         pthread_mutex_unlock(&j->mu);
-        int gone = peer_gone(j->conn), late = now_s() > j->deadline;
+        int gone = qvs_peer_gone(j->conn), late = qvs_now_s() > j->deadline;
         pthread_mutex_lock(&j->s->mu);
         int stopping = j->s->draining == 2;
         pthread_mutex_unlock(&j->s->mu);
@@ -529,7 +555,7 @@ static ssize_t read_stream(void *cls, uint64_t pos, char *buf, size_t max) {
                 free(t);
                 cJSON_Delete(e);
             }
-            bytes_add(&j->out, ev, strlen(ev));
+            qvs_bytes_add(&j->out, ev, strlen(ev));
         } else if (!ok) {
             pthread_mutex_unlock(&j->mu);
             return MHD_CONTENT_READER_END_WITH_ERROR; /* truncated body: the client sees it */
@@ -548,18 +574,20 @@ static ssize_t read_stream(void *cls, uint64_t pos, char *buf, size_t max) {
     return n;
 }
 
-static void free_stream(void *cls) { job_unref(cls); }
+static void free_stream(void *cls) {
+    job_unref(cls);
+}
 
 /* ==== the route ============================================================================== */
 
-void speech_release(qv_server *s, req *q) {
+void qvs_speech_release(qv_server *s, req *q) {
     job *j = q->job;
     if (!j) return;
     job_cancel(j, 0);
     pthread_mutex_lock(&j->mu);
     if (j->done && j->stats.n_samples)
-        snprintf(q->note, sizeof q->note, "audio=%.2fs ttfa=%.3fs rtf=%.3f",
-                 j->stats.audio_seconds, j->stats.first_audio_s, j->stats.rtf);
+        snprintf(q->note, sizeof q->note, "audio=%.2fs ttfa=%.3fs rtf=%.3f", j->stats.audio_seconds,
+                 j->stats.first_audio_s, j->stats.rtf);
     else if (j->done && j->st)
         snprintf(q->note, sizeof q->note, "synthesis: %s", qv_strerror(j->st));
     pthread_mutex_unlock(&j->mu);
@@ -567,7 +595,7 @@ void speech_release(qv_server *s, req *q) {
     q->job = NULL;
 }
 
-enum MHD_Result speech_handle(qv_server *s, struct MHD_Connection *c, req *q) {
+enum MHD_Result qvs_speech_handle(qv_server *s, struct MHD_Connection *c, req *q) {
     job *j = calloc(1, sizeof *j);
     if (!j) return MHD_NO;
     pthread_mutex_init(&j->mu, NULL);
@@ -576,14 +604,14 @@ enum MHD_Result speech_handle(qv_server *s, struct MHD_Connection *c, req *q) {
     j->s = s;
     j->conn = c;
     j->deadline = q->t0 + s->cfg.timeout_s;
-    q->job = j; /* freed by speech_release when the request completes */
+    q->job = j; /* freed by qvs_speech_release when the request completes */
     verdict v = {0};
     qv_params p;
     int model;
     if (parse(s, q->body, q->body_len, j, &p, &model, &v))
-        return reply_error(c, q, v.status, v.status >= 500 ? "server_error"
-                                                           : "invalid_request_error",
-                           v.code, v.param, "%s", v.msg);
+        return qvs_reply_error(c, q, v.status,
+                               v.status >= 500 ? "server_error" : "invalid_request_error", v.code,
+                               v.param, "%s", v.msg);
     j->r = qv_synth_default_request();
     j->r.text = j->text;
     j->r.language = j->language;
@@ -600,16 +628,16 @@ enum MHD_Result speech_handle(qv_server *s, struct MHD_Connection *c, req *q) {
     j->r.whole_chunks = j->stream == STREAM_NONE;
     j->slot = slot_acquire(s, c, model, &p, j->deadline);
     if (j->slot == -1)
-        return reply_error(c, q, MHD_HTTP_TOO_MANY_REQUESTS, "server_error", "busy", NULL,
-                           "all %d synthesis slots busy and %d requests queued; retry later",
-                           s->n_slots, s->cfg.max_queue);
-    if (j->slot == -2 && now_s() > j->deadline)
-        return reply_error(c, q, MHD_HTTP_GATEWAY_TIMEOUT, "server_error", "timeout", NULL,
-                           "no synthesis slot within the time limit (%d s)", s->cfg.timeout_s);
+        return qvs_reply_error(c, q, MHD_HTTP_TOO_MANY_REQUESTS, "server_error", "busy", NULL,
+                               "all %d synthesis slots busy and %d requests queued; retry later",
+                               s->n_slots, s->cfg.max_queue);
+    if (j->slot == -2 && qvs_now_s() > j->deadline)
+        return qvs_reply_error(c, q, MHD_HTTP_GATEWAY_TIMEOUT, "server_error", "timeout", NULL,
+                               "no synthesis slot within the time limit (%d s)", s->cfg.timeout_s);
     if (j->slot == -2) return MHD_NO; /* the client left or the server stops */
     if (j->slot == -3)
-        return reply_error(c, q, 503, "server_error", "out_of_memory", NULL,
-                           "cannot create a synthesizer for these parameters");
+        return qvs_reply_error(c, q, 503, "server_error", "out_of_memory", NULL,
+                               "cannot create a synthesizer for these parameters");
     pthread_t th;
     j->refs = 2; /* the request and the worker */
     j->running = 1;
@@ -628,17 +656,17 @@ enum MHD_Result speech_handle(qv_server *s, struct MHD_Connection *c, req *q) {
         s->n_workers--;
         pthread_mutex_unlock(&s->mu);
         slot_release(s, j->slot);
-        return reply_error(c, q, 503, "server_error", "out_of_memory", NULL,
-                           "cannot start a synthesis thread");
+        return qvs_reply_error(c, q, 503, "server_error", "out_of_memory", NULL,
+                               "cannot start a synthesis thread");
     }
     if (j->stream == STREAM_NONE) {
         if (wait_job(j, 0) < 0) return MHD_NO;
         if (j->st) return reply_failure(c, q, j);
         bytes out = {0};
         char e[256];
-        if (encode_all(j->format, j->pcm, j->n_pcm, &out, e, sizeof e)) {
+        if (qvs_encode_all(j->format, j->pcm, j->n_pcm, &out, e, sizeof e)) {
             free(out.p);
-            return reply_error(c, q, 500, "server_error", "encoding_failed", NULL, "%s", e);
+            return qvs_reply_error(c, q, 500, "server_error", "encoding_failed", NULL, "%s", e);
         }
         struct MHD_Response *r =
             MHD_create_response_from_buffer(out.len, out.p, MHD_RESPMEM_MUST_FREE);
@@ -646,7 +674,7 @@ enum MHD_Result speech_handle(qv_server *s, struct MHD_Connection *c, req *q) {
             free(out.p);
             return MHD_NO;
         }
-        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, format_mime(j->format));
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, qvs_format_mime(j->format));
         enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);
         MHD_destroy_response(r);
         q->status = MHD_HTTP_OK;
@@ -668,8 +696,10 @@ enum MHD_Result speech_handle(qv_server *s, struct MHD_Connection *c, req *q) {
         return MHD_NO;
     }
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
-                            j->stream == STREAM_SSE ? "text/event-stream" : format_mime(j->format));
-    if (j->stream == STREAM_SSE) MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+                            j->stream == STREAM_SSE ? "text/event-stream"
+                                                    : qvs_format_mime(j->format));
+    if (j->stream == STREAM_SSE)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
     enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);
     MHD_destroy_response(r);
     q->status = MHD_HTTP_OK;

@@ -2,7 +2,7 @@
  * deleted, and created by a multipart upload (reference audio cloned on the --clone-model Base,
  * or a .qvoice verified like `voicefmt verify --model`). The directory is read on each request,
  * so servers sharing it see each other's voices. New files appear by rename only; temporaries
- * start with '.' and are removed at start (voices_clean).
+ * start with '.' and are removed at start (qvs_voices_clean).
  */
 #include <cJSON.h>
 #include <dirent.h>
@@ -35,7 +35,7 @@ static int id_of(const char *fname, char id[65]) {
     return is_id(id);
 }
 
-void voices_clean(const char *dir) {
+void qvs_voices_clean(const char *dir) {
     DIR *d = opendir(dir);
     if (!d) return;
     struct dirent *e;
@@ -110,7 +110,7 @@ static int find_fn(void *user, const char *id, const char *path, qvf_voice *v) {
     return 1;
 }
 
-int voice_lookup(const qv_server *s, const char *key, char *path, size_t size) {
+int qvs_voice_lookup(const qv_server *s, const char *key, char *path, size_t size) {
     if (is_id(key)) {
         snprintf(path, size, "%s/%s.qvoice", s->voices_dir, key);
         return access(path, R_OK) ? -1 : 0;
@@ -125,11 +125,11 @@ static int list_fn(void *user, const char *id, const char *path, qvf_voice *v) {
 }
 
 static enum MHD_Result voice_not_found(struct MHD_Connection *c, req *q, const char *id) {
-    return reply_error(c, q, MHD_HTTP_NOT_FOUND, "invalid_request_error", "voice_not_found",
-                       "voice_id", "voice %s: not in the library", id);
+    return qvs_reply_error(c, q, MHD_HTTP_NOT_FOUND, "invalid_request_error", "voice_not_found",
+                           "voice_id", "voice %s: not in the library", id);
 }
 
-enum MHD_Result voices_get(qv_server *s, struct MHD_Connection *c, req *q, const char *id) {
+enum MHD_Result qvs_voices_get(qv_server *s, struct MHD_Connection *c, req *q, const char *id) {
     char path[4096], err[512];
     if (!id) { /* the list, and the preset speakers of each model (vLLM-Omni's "voices") */
         cJSON *o = cJSON_CreateObject(), *sp = cJSON_AddArrayToObject(o, "voices");
@@ -145,14 +145,14 @@ enum MHD_Result voices_get(qv_server *s, struct MHD_Connection *c, req *q, const
         cJSON *data = cJSON_AddArrayToObject(o, "data");
         if (each_voice(s->voices_dir, list_fn, data) < 0) {
             cJSON_Delete(o);
-            return reply_error(c, q, 500, "server_error", "io_error", NULL, "%s: %s",
-                               s->voices_dir, strerror(errno));
+            return qvs_reply_error(c, q, 500, "server_error", "io_error", NULL, "%s: %s",
+                                   s->voices_dir, strerror(errno));
         }
         char *body = cJSON_PrintUnformatted(o);
         cJSON_Delete(o);
-        return reply_json(c, q, 200, body);
+        return qvs_reply_json(c, q, 200, body);
     }
-    if (voice_lookup(s, id, path, sizeof path)) return voice_not_found(c, q, id);
+    if (qvs_voice_lookup(s, id, path, sizeof path)) return voice_not_found(c, q, id);
     const char *dl = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "download");
     if (dl && strcmp(dl, "0") && strcmp(dl, "false")) {
         int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -178,7 +178,7 @@ enum MHD_Result voices_get(qv_server *s, struct MHD_Connection *c, req *q, const
     }
     qvf_voice *v;
     if (qvf_read_file(path, 0, &v, err, sizeof err))
-        return reply_error(c, q, 500, "server_error", "voice_unreadable", NULL, "%s", err);
+        return qvs_reply_error(c, q, 500, "server_error", "voice_unreadable", NULL, "%s", err);
     char vid[65];
     const char *base = strrchr(path, '/') + 1;
     id_of(base, vid);
@@ -186,19 +186,19 @@ enum MHD_Result voices_get(qv_server *s, struct MHD_Connection *c, req *q, const
     qvf_voice_free(v);
     char *body = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
-    return reply_json(c, q, 200, body);
+    return qvs_reply_json(c, q, 200, body);
 }
 
-enum MHD_Result voices_delete(qv_server *s, struct MHD_Connection *c, req *q, const char *id) {
+enum MHD_Result qvs_voices_delete(qv_server *s, struct MHD_Connection *c, req *q, const char *id) {
     char path[4096], vid[65];
-    if (voice_lookup(s, id, path, sizeof path) || !id_of(strrchr(path, '/') + 1, vid))
+    if (qvs_voice_lookup(s, id, path, sizeof path) || !id_of(strrchr(path, '/') + 1, vid))
         return voice_not_found(c, q, id);
     if (unlink(path) && errno != ENOENT)
-        return reply_error(c, q, 500, "server_error", "io_error", NULL, "%s: %s", path,
-                           strerror(errno));
+        return qvs_reply_error(c, q, 500, "server_error", "io_error", NULL, "%s: %s", path,
+                               strerror(errno));
     char body[160];
     snprintf(body, sizeof body, "{\"id\":\"%s\",\"object\":\"voice\",\"deleted\":true}", vid);
-    return reply_json(c, q, 200, strdup(body));
+    return qvs_reply_json(c, q, 200, strdup(body));
 }
 
 /* ==== upload ================================================================================= */
@@ -217,19 +217,18 @@ struct upload {
     char why[256];
 };
 
-void upload_free(struct upload *u) {
+void qvs_upload_free(struct upload *u) {
     if (!u) return;
     if (u->fd >= 0) close(u->fd);
     if (u->tmp[0]) unlink(u->tmp);
-    for (int i = 0; i < N_FIELDS; i++) free(u->field[i].p);
+    for (int i = 0; i < N_FIELDS; i++)
+        free(u->field[i].p);
     free(u);
 }
 
 static int field_index(const char *key) {
-    static const char *const names[][2] = {{"name", NULL},
-                                           {"transcript", "ref_text"},
-                                           {"language", NULL},
-                                           {"consent", NULL}};
+    static const char *const names[][2] = {
+        {"name", NULL}, {"transcript", "ref_text"}, {"language", NULL}, {"consent", NULL}};
     for (int i = 0; i < N_FIELDS; i++)
         if (!strcmp(key, names[i][0]) || (names[i][1] && !strcmp(key, names[i][1]))) return i;
     return -1;
@@ -266,7 +265,8 @@ static enum MHD_Result on_part(void *cls, enum MHD_ValueKind kind, const char *k
                      u->s->cfg.max_upload_mb);
             return MHD_NO;
         }
-        for (size_t i = 0; i < size && u->n_bytes + i < 4; i++) u->magic[u->n_bytes + i] = (uint8_t)data[i];
+        for (size_t i = 0; i < size && u->n_bytes + i < 4; i++)
+            u->magic[u->n_bytes + i] = (uint8_t)data[i];
         for (size_t done = 0; done < size;) {
             ssize_t w = write(u->fd, data + done, size - done);
             if (w <= 0) {
@@ -286,39 +286,39 @@ static enum MHD_Result on_part(void *cls, enum MHD_ValueKind kind, const char *k
         snprintf(u->why, sizeof u->why, "%s: longer than %d bytes", key, FIELD_MAX_BYTES);
         return MHD_NO;
     }
-    if (bytes_add(&u->field[f], data, size)) return MHD_NO;
+    if (qvs_bytes_add(&u->field[f], data, size)) return MHD_NO;
     return MHD_YES;
 }
 
-enum MHD_Result upload_begin(qv_server *s, struct MHD_Connection *c, req *q) {
+enum MHD_Result qvs_upload_begin(qv_server *s, struct MHD_Connection *c, req *q) {
     struct upload *u = calloc(1, sizeof *u);
     if (!u) return MHD_NO;
     u->s = s;
     u->fd = -1;
     q->up = u;
     if (!(q->pp = MHD_create_post_processor(c, 64 * 1024, on_part, u)))
-        return reply_error(c, q, 400, "invalid_request_error", "invalid_content_type", NULL,
-                           "POST /v1/audio/voices: expected a multipart/form-data body");
+        return qvs_reply_error(c, q, 400, "invalid_request_error", "invalid_content_type", NULL,
+                               "POST /v1/audio/voices: expected a multipart/form-data body");
     return MHD_YES;
 }
 
-enum MHD_Result upload_data(qv_server *s, struct MHD_Connection *c, req *q, const char *data,
-                            size_t *size) {
+enum MHD_Result qvs_upload_data(qv_server *s, struct MHD_Connection *c, req *q, const char *data,
+                                size_t *size) {
     if (MHD_post_process(q->pp, data, *size) != MHD_YES && !q->up->status) {
         q->up->status = 400;
         snprintf(q->up->why, sizeof q->up->why, "multipart body: malformed");
     }
     *size = 0;
     if (q->up->status)
-        return reply_error(c, q, q->up->status, q->up->status >= 500 ? "server_error"
-                                                                     : "invalid_request_error",
-                           "invalid_upload", NULL, "%s", q->up->why);
+        return qvs_reply_error(c, q, q->up->status,
+                               q->up->status >= 500 ? "server_error" : "invalid_request_error",
+                               "invalid_upload", NULL, "%s", q->up->why);
     return MHD_YES;
 }
 
 /* Field f as a NUL-terminated string, or NULL when absent or empty. */
 static const char *field(struct upload *u, int f) {
-    if (!u->field[f].len || bytes_add(&u->field[f], "", 1)) return NULL;
+    if (!u->field[f].len || qvs_bytes_add(&u->field[f], "", 1)) return NULL;
     u->field[f].len--;
     return (const char *)u->field[f].p;
 }
@@ -346,16 +346,17 @@ static enum MHD_Result store(qv_server *s, struct MHD_Connection *c, req *q, con
     if (!b || qvf_sha256(b, n, h)) {
         free(b);
         cJSON_Delete(report);
-        return reply_error(c, q, 500, "server_error", "io_error", NULL, "%s", err);
+        return qvs_reply_error(c, q, 500, "server_error", "io_error", NULL, "%s", err);
     }
-    for (int i = 0; i < 32; i++) snprintf(id + 2 * i, 3, "%02x", h[i]);
+    for (int i = 0; i < 32; i++)
+        snprintf(id + 2 * i, 3, "%02x", h[i]);
     struct name_ctx nc = {name, id, 0};
     if (name) each_voice(s->voices_dir, name_fn, &nc);
     if (nc.taken) {
         free(b);
         cJSON_Delete(report);
-        return reply_error(c, q, 409, "invalid_request_error", "voice_exists", "name",
-                           "name %s: another library voice has it (DELETE it first)", name);
+        return qvs_reply_error(c, q, 409, "invalid_request_error", "voice_exists", "name",
+                               "name %s: another library voice has it (DELETE it first)", name);
     }
     snprintf(dst, sizeof dst, "%s/%s.qvoice", s->voices_dir, id);
     qvu_wfile *w;
@@ -369,7 +370,7 @@ static enum MHD_Result store(qv_server *s, struct MHD_Connection *c, req *q, con
     if (bad || qvu_wfile_commit(w, err, sizeof err)) {
         free(b);
         cJSON_Delete(report);
-        return reply_error(c, q, 500, "server_error", "io_error", NULL, "%s", err);
+        return qvs_reply_error(c, q, 500, "server_error", "io_error", NULL, "%s", err);
     }
     qvf_voice *v;
     int rc = qvf_read_mem(b, n, dst, 0, &v, err, sizeof err);
@@ -379,7 +380,7 @@ static enum MHD_Result store(qv_server *s, struct MHD_Connection *c, req *q, con
     if (report) cJSON_AddItemToObject(o, "report", report);
     char *body = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
-    return reply_json(c, q, 200, body);
+    return qvs_reply_json(c, q, 200, body);
 }
 
 /* err without its leading "PATH: " (the client knows the file by its own name). */
@@ -395,9 +396,9 @@ static enum MHD_Result store_qvoice(qv_server *s, struct MHD_Connection *c, req 
     char err[512], out[4096];
     qvf_voice *v;
     if (qvf_read_file(u->tmp, 0, &v, err, sizeof err))
-        return reply_error(c, q, 400, "invalid_request_error", "invalid_voice_file", "audio_sample",
-                           "%s: %s", u->filename[0] ? u->filename : "upload",
-                           without_path(err, u->tmp));
+        return qvs_reply_error(c, q, 400, "invalid_request_error", "invalid_voice_file",
+                               "audio_sample", "%s: %s", u->filename[0] ? u->filename : "upload",
+                               without_path(err, u->tmp));
     cJSON *report = cJSON_CreateObject();
     {
         qv_voice *qv;
@@ -414,9 +415,10 @@ static enum MHD_Result store_qvoice(qv_server *s, struct MHD_Connection *c, req 
         if (st || fit) {
             qvf_voice_free(v);
             cJSON_Delete(report);
-            return reply_error(c, q, 400, "invalid_request_error", "voice_unusable", "audio_sample",
-                               "%s: fits none of the served models: %s",
-                               u->filename[0] ? u->filename : "upload", without_path(err, u->tmp));
+            return qvs_reply_error(c, q, 400, "invalid_request_error", "voice_unusable",
+                                   "audio_sample", "%s: fits none of the served models: %s",
+                                   u->filename[0] ? u->filename : "upload",
+                                   without_path(err, u->tmp));
         }
     }
     const char *name = field(u, F_NAME), *consent = field(u, F_CONSENT);
@@ -433,7 +435,7 @@ static enum MHD_Result store_qvoice(qv_server *s, struct MHD_Connection *c, req 
             unlink(out);
             qvf_voice_free(v);
             cJSON_Delete(report);
-            return reply_error(c, q, 500, "server_error", "io_error", NULL, "%s", err);
+            return qvs_reply_error(c, q, 500, "server_error", "io_error", NULL, "%s", err);
         }
     }
     char name_copy[512];
@@ -446,14 +448,14 @@ static enum MHD_Result clone_upload(qv_server *s, struct MHD_Connection *c, req 
                                     struct upload *u) {
     char err[512], out[4096];
     if (!s->cloner)
-        return reply_error(c, q, 501, "server_error", "not_implemented", "audio_sample",
-                           "cloning from audio needs the server started with --clone-model "
-                           "(a .qvoice upload works without)");
+        return qvs_reply_error(c, q, 501, "server_error", "not_implemented", "audio_sample",
+                               "cloning from audio needs the server started with --clone-model "
+                               "(a .qvoice upload works without)");
     int fd;
     snprintf(out, sizeof out, "%s/.new-XXXXXX", s->voices_dir);
     if ((fd = mkstemp(out)) < 0 || close(fd))
-        return reply_error(c, q, 500, "server_error", "io_error", NULL, "%s: %s", out,
-                           strerror(errno));
+        return qvs_reply_error(c, q, 500, "server_error", "io_error", NULL, "%s: %s", out,
+                               strerror(errno));
     qv_clone_request r = qv_clone_default_request();
     r.audio_path = u->tmp;
     r.ref_text = field(u, F_TRANSCRIPT);
@@ -466,44 +468,46 @@ static enum MHD_Result clone_upload(qv_server *s, struct MHD_Connection *c, req 
         unlink(out);
         free(report);
         int status = st == QV_E_AUDIO || st == QV_E_INVALID ? 400 : 500;
-        return reply_error(c, q, status, status == 400 ? "invalid_request_error" : "server_error",
-                           st == QV_E_AUDIO ? "invalid_audio" : "clone_failed",
-                           st == QV_E_AUDIO ? "audio_sample" : NULL, "%s: %s: %s",
-                           u->filename[0] ? u->filename : "upload", qv_strerror(st),
-                           without_path(err, u->tmp));
+        return qvs_reply_error(
+            c, q, status, status == 400 ? "invalid_request_error" : "server_error",
+            st == QV_E_AUDIO ? "invalid_audio" : "clone_failed",
+            st == QV_E_AUDIO ? "audio_sample" : NULL, "%s: %s: %s",
+            u->filename[0] ? u->filename : "upload", qv_strerror(st), without_path(err, u->tmp));
     }
     cJSON *rep = report ? cJSON_Parse(report) : NULL;
     free(report);
     static const char *const internal[] = {"output", "audio", "model"}; /* server paths */
-    for (int i = 0; i < 3; i++) cJSON_DeleteItemFromObjectCaseSensitive(rep, internal[i]);
+    for (int i = 0; i < 3; i++)
+        cJSON_DeleteItemFromObjectCaseSensitive(rep, internal[i]);
     return store(s, c, q, out, r.name, rep);
 }
 
-enum MHD_Result upload_finish(qv_server *s, struct MHD_Connection *c, req *q) {
+enum MHD_Result qvs_upload_finish(qv_server *s, struct MHD_Connection *c, req *q) {
     struct upload *u = q->up;
     int complete = MHD_destroy_post_processor(q->pp) == MHD_YES;
     q->pp = NULL;
     if (u->status)
-        return reply_error(c, q, u->status, u->status >= 500 ? "server_error"
-                                                             : "invalid_request_error",
-                           "invalid_upload", NULL, "%s", u->why);
+        return qvs_reply_error(c, q, u->status,
+                               u->status >= 500 ? "server_error" : "invalid_request_error",
+                               "invalid_upload", NULL, "%s", u->why);
     if (!complete)
-        return reply_error(c, q, 400, "invalid_request_error", "invalid_upload", NULL,
-                           "multipart body: truncated or malformed");
+        return qvs_reply_error(c, q, 400, "invalid_request_error", "invalid_upload", NULL,
+                               "multipart body: truncated or malformed");
     if (u->fd < 0 || !u->n_bytes)
-        return reply_error(c, q, 400, "invalid_request_error", "missing_field", "audio_sample",
-                           "audio_sample: required (reference audio or a .qvoice file)");
+        return qvs_reply_error(c, q, 400, "invalid_request_error", "missing_field", "audio_sample",
+                               "audio_sample: required (reference audio or a .qvoice file)");
     const char *consent = field(u, F_CONSENT), *name = field(u, F_NAME);
     if (!consent)
-        return reply_error(c, q, 400, "invalid_request_error", "missing_field", "consent",
-                           "consent: required (a statement that the speaker agreed to cloning)");
+        return qvs_reply_error(
+            c, q, 400, "invalid_request_error", "missing_field", "consent",
+            "consent: required (a statement that the speaker agreed to cloning)");
     if (name && (is_id(name) || strchr(name, '/') || strlen(name) > 128))
-        return reply_error(c, q, 400, "invalid_request_error", "invalid_value", "name",
-                           "name %s: at most 128 bytes, no '/', not a 64-hex id", name);
+        return qvs_reply_error(c, q, 400, "invalid_request_error", "invalid_value", "name",
+                               "name %s: at most 128 bytes, no '/', not a 64-hex id", name);
     close(u->fd);
     u->fd = -1;
     size_t fl = strlen(u->filename);
-    int is_qvoice = !memcmp(u->magic, "QVCE", 4) ||
-                    (fl > 7 && !strcmp(u->filename + fl - 7, ".qvoice"));
+    int is_qvoice =
+        !memcmp(u->magic, "QVCE", 4) || (fl > 7 && !strcmp(u->filename + fl - 7, ".qvoice"));
     return is_qvoice ? store_qvoice(s, c, q, u) : clone_upload(s, c, q, u);
 }
