@@ -19,6 +19,18 @@
 
 /* ==== helpers ================================================================================ */
 
+/* Waits on s->cv (s->mu held) for a signal or 100 ms, whichever comes first. */
+void qvs_wait_tick(qv_server *s) {
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    t.tv_nsec += 100000000;
+    if (t.tv_nsec >= 1000000000) {
+        t.tv_sec++;
+        t.tv_nsec -= 1000000000;
+    }
+    pthread_cond_timedwait(&s->cv, &s->mu, &t);
+}
+
 double qvs_now_s(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
@@ -525,14 +537,7 @@ void qv_server_drain(qv_server *s, double timeout_s) {
     double end = qvs_now_s() + timeout_s;
     pthread_mutex_lock(&s->mu);
     while (s->n_inflight > 0 && qvs_now_s() < end) {
-        struct timespec t;
-        clock_gettime(CLOCK_REALTIME, &t);
-        t.tv_nsec += 100000000;
-        if (t.tv_nsec >= 1000000000) {
-            t.tv_sec++;
-            t.tv_nsec -= 1000000000;
-        }
-        pthread_cond_timedwait(&s->cv, &s->mu, &t);
+        qvs_wait_tick(s);
     }
     pthread_mutex_unlock(&s->mu);
 }

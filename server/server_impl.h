@@ -108,6 +108,8 @@ typedef struct {
 /* Log one formatted line through cfg.log. */
 void qvs_srv_log(qv_server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 double qvs_now_s(void);
+/* Waits on s->cv (s->mu held) for a signal or 100 ms. */
+void qvs_wait_tick(qv_server *s);
 /* Queues a JSON reply (takes ownership of the malloc'd body) / an OpenAI-style error. */
 enum MHD_Result qvs_reply_json(struct MHD_Connection *c, req *q, int status, char *body);
 enum MHD_Result qvs_reply_error(struct MHD_Connection *c, req *q, int status, const char *type,

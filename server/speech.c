@@ -201,14 +201,7 @@ static int slot_acquire(qv_server *s, struct MHD_Connection *c, int model, const
             return -1;
         }
         s->n_queued++;
-        struct timespec t;
-        clock_gettime(CLOCK_REALTIME, &t);
-        t.tv_nsec += 100000000;
-        if (t.tv_nsec >= 1000000000) {
-            t.tv_sec++;
-            t.tv_nsec -= 1000000000;
-        }
-        pthread_cond_timedwait(&s->cv, &s->mu, &t);
+        qvs_wait_tick(s);
         s->n_queued--;
         if (s->draining == 2 || qvs_now_s() > deadline || qvs_peer_gone(c)) {
             pthread_mutex_unlock(&s->mu);
