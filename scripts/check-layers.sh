@@ -1,5 +1,6 @@
 #!/bin/sh
-# check-layers.sh — fails on an #include that runs against the layering of docs/architecture.md.
+# check-layers.sh — fails on an #include that runs against the layering of docs/architecture.md,
+# and on a library symbol exported without the project's qv prefix.
 # The allowed directions are read from that document's "Layers" table (written once, there):
 # | `folder` | `dep` `dep` … |. A folder may always include its own headers; tests/ may include
 # anything. `tools` may include only the public headers listed under "Public headers".
@@ -32,4 +33,13 @@ done > "${B:-build}/check-layers.out" 2>&1
 grep -v "^x$" "${B:-build}/check-layers.out"
 n=$(grep -c "^x$" "${B:-build}/check-layers.out")
 if [ "$n" -gt 0 ]; then echo "check-layers: $n include(s) against docs/architecture.md"; exit 1; fi
+# Every symbol the library exports carries the project prefix (nothing clashes in a user's link).
+lib="${B:-build}/libqvoice.a"
+if [ -f "$lib" ]; then
+  stray=$(nm -g --defined-only "$lib" 2>/dev/null | awk 'NF == 3 {print $3}' | grep -v '^qv' | sort -u)
+  if [ -n "$stray" ]; then
+    echo "check-layers: $lib exports symbols without the qv prefix:" $stray
+    exit 1
+  fi
+fi
 echo "check-layers: ok ($(printf '%s\n' "$rules" | wc -l) folders)"
