@@ -76,7 +76,7 @@ help:
 deps:
 	@scripts/deps.sh
 
-check-layers:
+check-layers: $(LIB)
 	@mkdir -p $(B) && B=$(B) scripts/check-layers.sh
 
 $(B)/%.o: %.c
