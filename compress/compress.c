@@ -22,6 +22,7 @@
 #include "checkpoint/safetensors.h"
 #include "compress/compress_impl.h"
 #include "compress/qvz.h"
+#include "include/qvoice.h"
 #include "kernels/kernels.h"
 #include "kernels/q4.h"
 
@@ -386,7 +387,7 @@ static int write_config(const char *dir, const char *out, const qve_model_config
 /* ==== API ==================================================================================== */
 
 qvz_options qvz_default_options(void) {
-    return (qvz_options){.n_threads = 1};
+    return (qvz_options){.n_threads = 0};
 }
 
 int qvz_compress(const char *dir, const char *out, const qvz_options *o, qvz_report *report,
@@ -425,7 +426,7 @@ int qvz_compress(const char *dir, const char *out, const qvz_options *o, qvz_rep
     }
     st = qve_st_open_dir(dir, "model", err, es);
     cst = st ? qve_st_open_dir(dir, "speech_tokenizer/model", err, es) : NULL;
-    pool = cst ? qvk_pool_create(o->n_threads > 0 ? o->n_threads : 1) : NULL;
+    pool = cst ? qvk_pool_create(qv_threads_resolve(o->n_threads)) : NULL;
     if (!pool) {
         if (cst) snprintf(err, es, "out of memory");
         goto done;

@@ -27,7 +27,7 @@ typedef struct {
     int decoder_f16;   /* store the speech decoder in float16 */
     int q4;            /* every talker / code-predictor linear to MLX 4-bit affine, group 64 */
     int prune_layers;  /* remove this many talker layers from the top (0 = none) */
-    int n_threads;     /* quantization threads (>= 1) */
+    int n_threads;     /* quantization threads (qv_threads_resolve: 0 = all online CPUs) */
 } qvz_options;
 
 #define QVZ_ENGLISH_WORDS "/usr/share/dict/american-english"

@@ -366,7 +366,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 
 qv_server_config qv_server_default_config(void) {
     return (qv_server_config){.listen = "127.0.0.1:8080",
-                              .n_threads = 1,
+                              .n_threads = 0,
                               .max_concurrency = 1,
                               .max_queue = 4,
                               .quant = QV_QUANT_BF16,

@@ -29,7 +29,7 @@ static void usage(FILE *f) {
             "      --q4                 every talker and code-predictor linear to 4-bit affine,\n"
             "                           group 64 (MLX's layout); embeddings stay bf16\n"
             "      --prune-layers N     remove the top N talker layers\n"
-            "  -j, --threads N          quantization threads (default 1)\n"
+            "  -j, --threads N          quantization threads (default 0: all online CPUs)\n"
             "      --report             print what each step did\n"
             "  -h, --help               this help\n"
             "\n"
@@ -107,7 +107,7 @@ int main(int argc, char **argv) {
                 return usage_error("--prune-layers: expected a count, found '%s'", optarg);
             break;
         case 'j':
-            if (parse_int(optarg, 1, 256, &o.n_threads))
+            if (parse_int(optarg, 0, 256, &o.n_threads))
                 return usage_error("--threads: expected 1..256, found '%s'", optarg);
             break;
         case OPT_REPORT: report = 1; break;

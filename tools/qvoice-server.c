@@ -44,8 +44,8 @@ static void usage(const qv_server_config *d) {
            "    -l, --listen HOST:PORT  address (default %s; port 0: any free port)\n"
            "    -k, --api-key-file F    accept only Authorization: Bearer KEY with a key from F\n"
            "                            (one per line) on /v1/ routes\n"
-           "    -t, --threads N         compute threads per synthesis (default %d; 0: all CPUs)\n"
-           "    -j, --max-concurrency N syntheses at once (default %d)\n"
+           "    -j, --threads N         compute threads per synthesis (default %d: all online CPUs)\n"
+           "    -C, --max-concurrency N syntheses at once (default %d)\n"
            "    -q, --max-queue N       requests waiting beyond that before 429 (default %d)\n"
            "    -Q, --quant bf16|int8   weights of the per-frame matvecs (default bf16)\n"
            "    -s, --max-seconds S     cap on audio per request, 0 = none (default %g)\n"
@@ -99,8 +99,8 @@ int main(int argc, char **argv) {
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},       {"voices", required_argument, 0, 'v'},
         {"clone-model", required_argument, 0, 'c'}, {"listen", required_argument, 0, 'l'},
-        {"api-key-file", required_argument, 0, 'k'}, {"threads", required_argument, 0, 't'},
-        {"max-concurrency", required_argument, 0, 'j'}, {"max-queue", required_argument, 0, 'q'},
+        {"api-key-file", required_argument, 0, 'k'}, {"threads", required_argument, 0, 'j'},
+        {"max-concurrency", required_argument, 0, 'C'}, {"max-queue", required_argument, 0, 'q'},
         {"quant", required_argument, 0, 'Q'},       {"max-seconds", required_argument, 0, 's'},
         {"max-text-chars", required_argument, 0, 'n'}, {"max-upload-mb", required_argument, 0, 'u'},
         {"timeout", required_argument, 0, 'T'},     {"help", no_argument, 0, 'h'},
@@ -108,7 +108,7 @@ int main(int argc, char **argv) {
     int o;
     char *end;
     opterr = 0;
-    while ((o = getopt_long(argc, argv, ":m:v:c:l:k:t:j:q:Q:s:n:u:T:hV", opts, NULL)) != -1) {
+    while ((o = getopt_long(argc, argv, ":m:v:c:l:k:j:C:q:Q:s:n:u:T:hV", opts, NULL)) != -1) {
         switch (o) {
         case 'm':
             if (c.n_models == MAX_MODELS) return usage_error("-m: at most %s models", "8");
@@ -118,11 +118,11 @@ int main(int argc, char **argv) {
         case 'c': c.clone_model_dir = optarg; break;
         case 'l': c.listen = optarg; break;
         case 'k': c.api_key_file = optarg; break;
-        case 't':
+        case 'j':
             if (int_arg(optarg, 0, 256, &c.n_threads))
                 return usage_error("--threads: expected 0..256, found '%s'", optarg);
             break;
-        case 'j':
+        case 'C':
             if (int_arg(optarg, 1, 256, &c.max_concurrency))
                 return usage_error("--max-concurrency: expected 1..256, found '%s'", optarg);
             break;
