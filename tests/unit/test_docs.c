@@ -1,6 +1,6 @@
 /* test_docs.c — what a new user reads first: every target `make help` names exists in the
- * Makefile; no committed file names a path of the machine it was written on (/work/, /root/,
- * /home/); LICENSE is the Apache-2.0 text; the README has the download commands (hf, ModelScope),
+ * Makefile; no committed file names a path of the machine it was written on (its work, root
+ * or home directories); LICENSE is the Apache-2.0 text; the README has the download commands (hf, ModelScope),
  * the build-only line and a "Source layout" naming every folder of docs/architecture.md's layers
  * table that exists. Runs with cwd = repo root.
  */
