@@ -864,6 +864,20 @@ static void on_signal(int sig) {
     qv_synth_cancel(g_synth);
 }
 
+/* The request fields the command line sets for every synthesis, single run or batch job. */
+static qv_synth_request base_request(const options *o, const qv_voice *voice) {
+    qv_synth_request r = qv_synth_default_request();
+    r.voice = voice;
+    r.force_voice = 1; /* a voice made with an unrelated checkpoint: a warning (stats.warning) */
+    r.strict_vocab = o->strict_vocab;
+    r.use_icl = !o->no_icl;
+    r.use_wdelta = !o->no_wdelta;
+    r.guard = !o->no_guard;
+    r.max_chunk_chars = o->max_chunk_chars;
+    r.max_seconds = o->max_seconds;
+    return r;
+}
+
 /* ==== --batch (docs/batch.md) ================================================================ */
 
 typedef struct {
@@ -976,15 +990,10 @@ static int job_run(const options *o, batch *b, int lineno, const char *line, cJS
         }
         b->p.seed = p.seed;
     }
-    qv_synth_request r = qv_synth_default_request();
-    r.force_voice = 1; /* as a single run: a foreign voice is a warning */
-    r.strict_vocab = o->strict_vocab;
+    qv_synth_request r = base_request(o, voice);
     r.text = job_str(j, "text", NULL);
     r.language = job_str(j, "language", o->language);
     r.speaker = voice ? NULL : speaker;
-    r.voice = voice;
-    r.use_icl = !o->no_icl, r.use_wdelta = !o->no_wdelta, r.guard = !o->no_guard;
-    r.max_chunk_chars = o->max_chunk_chars, r.max_seconds = o->max_seconds;
     r.whole_chunks = 1; /* the file is written at the end */
     const char *instruct = job_str(j, "instruct", o->instruct);
     if (instruct && instruct_ignored(o, b->m, r.voice))
@@ -1138,18 +1147,10 @@ int main(int argc, char **argv) {
         goto out;
     }
 
-    qv_synth_request r = qv_synth_default_request();
-    r.strict_vocab = o.strict_vocab;
+    qv_synth_request r = base_request(&o, voice);
     r.text = text;
     r.language = o.language;
     r.speaker = o.speaker;
-    r.voice = voice;
-    r.use_icl = !o.no_icl;
-    r.use_wdelta = !o.no_wdelta;
-    r.force_voice = 1; /* a voice made with an unrelated checkpoint: a warning (stats.warning) */
-    r.guard = !o.no_guard;
-    r.max_chunk_chars = o.max_chunk_chars;
-    r.max_seconds = o.max_seconds;
     r.whole_chunks = !o.stream; /* a file written at the end can wait for each chunk */
     r.codes_only = !o.out_path && !o.stream && !o.verify;
     if (o.instruct && instruct_ignored(&o, m, voice)) {
