@@ -14,6 +14,7 @@
 
 #include "kernels/kernels.h"
 #include "kernels/q4.h"
+#include "tests/unit/helpers/matref.h"
 
 enum { N_OUT = 203, N_IN = 832, N_G = N_IN / QVK_Q4_GROUP }; /* 13 groups: odd, not 128-aligned */
 
@@ -158,16 +159,7 @@ static void test_quantization_error(void **st) {
     float y[N_OUT];
     qvk_q4_mv mv = {y, g_q, g_s, g_b, g_bias, N_OUT};
     qvk_q4_matvec_multi(NULL, g_x, N_IN, &mv, 1);
-    double worst = 0;
-    for (int r = 0; r < N_OUT; r++) {
-        double exact = g_bias[r], mag = 0;
-        for (int i = 0; i < N_IN; i++) {
-            double t = (double)qvk_bf16_to_f32_1(g_w[(size_t)r * N_IN + i]) * g_x[i];
-            exact += t, mag += fabs(t);
-        }
-        double e = mag > 0 ? fabs(y[r] - exact) / mag : fabs(y[r] - exact);
-        if (e > worst) worst = e;
-    }
+    double worst = matref_worst_rel_err(y, g_w, g_x, g_bias, N_OUT, N_IN);
     /* 16 weight levels: a uniform error of up to s/2 per weight, mostly cancelling */
     printf("q4 vs unquantized bf16 product: max |dy| = %.5f of sum|w*x| (limit 0.05)\n", worst);
     assert_true(worst < 0.05);

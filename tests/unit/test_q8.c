@@ -14,6 +14,7 @@
 
 #include "kernels/kernels.h"
 #include "kernels/q8.h"
+#include "tests/unit/helpers/matref.h"
 
 enum { N_OUT = 203, N_IN = 768 }; /* odd row count: blocked rows plus tails */
 
@@ -147,16 +148,7 @@ static void test_quantization_error(void **st) {
     (void)st;
     float y[N_OUT];
     assert_int_equal(qvk_q8_rows(NULL, y, g_q, g_scale, g_xq, g_xs, g_bias, 0, N_OUT, N_IN), 0);
-    double worst = 0;
-    for (int r = 0; r < N_OUT; r++) {
-        double exact = g_bias[r], mag = 0;
-        for (int i = 0; i < N_IN; i++) {
-            double t = (double)qvk_bf16_to_f32_1(g_w[(size_t)r * N_IN + i]) * g_x[i];
-            exact += t, mag += fabs(t);
-        }
-        double e = mag > 0 ? fabs(y[r] - exact) / mag : fabs(y[r] - exact);
-        if (e > worst) worst = e;
-    }
+    double worst = matref_worst_rel_err(y, g_w, g_x, g_bias, N_OUT, N_IN);
     /* rounding both operands to 255 levels: expect well under 1 % of sum |w x| */
     printf("int8 vs unquantized bf16 product: max |dy| = %.5f of sum|w*x| (limit 0.01)\n", worst);
     assert_true(worst < 0.01);
