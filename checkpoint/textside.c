@@ -106,7 +106,8 @@ int qve_textside_special(const qve_textside *ts, const qve_model_config *c, qvk_
     const size_t TH = (size_t)ts->text_hidden, H = (size_t)ts->hidden;
     const int32_t ids[3] = {c->tts_pad_token_id, c->tts_bos_token_id, c->tts_eos_token_id};
     float *tmp = qvk_alloc(2 * 3 * TH * sizeof(float));
-    float *wscratch = qvk_alloc(TH * (TH > H ? TH : H) * sizeof(float));
+    float *wscratch = qvk_alloc(qvk_linear_bf16_scratch(3, (int)TH, (int)(TH > H ? TH : H)) *
+                                sizeof(float));
     int rc = tmp && wscratch ? 0 : -1;
     if (!rc) qve_textside_project(ts, pool, out, ids, 3, tmp, wscratch);
     qvk_free(tmp);

@@ -43,7 +43,8 @@ void qve_textside_free(qve_textside *ts); /* accepts zeroed structs */
 
 /* out[n, hidden] = fc2(silu(fc1(E[ids[i]]) + b1)) + b2 with qvk_linear_bf16 (bit-identical for
  * any pool size; ids must be < text_vocab). tmp: 2 n text_hidden floats; wscratch:
- * text_hidden max(text_hidden, hidden) floats (used when n > QVK_LINEAR_DIRECT_MAX_ROWS). */
+ * qvk_linear_bf16_scratch(n, text_hidden, max(text_hidden, hidden)) floats (used when
+ * n > QVK_LINEAR_DIRECT_MAX_ROWS). */
 void qve_textside_project(const qve_textside *ts, qvk_pool *pool, float *out, const int32_t *ids,
                           int n, float *tmp, float *wscratch);
 /* out[3, hidden] = projections of tts_pad, tts_bos, tts_eos (a voice file's TPAD). 0, or -1 when

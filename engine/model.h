@@ -157,7 +157,9 @@ int qve_stack_state_init(qve_stack_state *s, const qve_stack *w, int max_ctx, in
 void qve_stack_state_free(qve_stack_state *s);
 
 /* Runs n tokens x[n, H] (in place: residual stream out) at positions pos0..pos0+n-1, writing the
- * cache; no final norm. n == 1 uses bf16 matvecs; n > 1 needs n <= n_batch and uses sgemm.
+ * cache; no final norm. n == 1 uses the matvecs; n > 1 needs n <= n_batch, uses the batched
+ * linears (qvk_linear_bf16_multi) and leaves only the last row as output: the other rows keep
+ * the last layer's input (their K/V is cached, which is all a prefill needs).
  * pos0 + n must be <= max_ctx (checked by callers). */
 void qve_stack_forward(qve_stack_state *s, qvk_pool *pool, float *x, int n, int pos0);
 
@@ -176,7 +178,8 @@ void qve_matvec(qvk_pool *pool, const float *x, int n_in, const qve_mv *mv, int 
 
 /* out[n, H] = text_projection(E_txt[ids[i]]) (§3.1) with t's text side (the model's, or a
  * voice's WOVR bridge; ids through the token map of a pruned vocabulary): qve_textside_project,
- * so a voice's TPAD (clone) is computed by the same code. tmp needs n*2*text_hidden floats, wscratch text_hidden*max(text_hidden, H) floats. */
+ * so a voice's TPAD (clone) is computed by the same code. tmp needs n*2*text_hidden floats,
+ * wscratch qvk_linear_bf16_scratch(n, text_hidden, max(text_hidden, H)) floats. */
 void qve_talker_project_text(const qve_talker *t, const qve_model_config *c, qvk_pool *pool,
                              float *out, const int32_t *ids, int n, float *tmp, float *wscratch);
 /* out[H] += (or =) row id of the codec embedding. */

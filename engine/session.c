@@ -423,7 +423,7 @@ static enum qv_status start_ids(qv_session *s, const qv_request *r) {
     int32_t *ids = malloc((size_t)n_txt * sizeof(int32_t));
     float *tproj = qvk_alloc((size_t)n_txt * H * sizeof(float));
     float *tmp = qvk_alloc(2 * (size_t)n_txt * TH * sizeof(float));
-    float *wscr = qvk_alloc((size_t)TH * (size_t)(TH > H ? TH : H) * sizeof(float));
+    float *wscr = qvk_alloc(qvk_linear_bf16_scratch(n_txt, TH, TH > H ? TH : H) * sizeof(float));
     float *xbuf = qvk_alloc((size_t)L * H * sizeof(float));
     s->prefill = qvk_alloc((size_t)L * H * sizeof(float));
     s->queue = n_q ? qvk_alloc((size_t)n_q * H * sizeof(float)) : NULL;

@@ -2,8 +2,8 @@
  * talker's text projection, codec embedding and codec head (§3.1).
  *
  * One forward path: a single token goes through fused bf16 matvecs (QKV and gate/up in one pool
- * dispatch each); a prefill of n > 1 tokens goes through sgemm with weights widened per matrix
- * into one reusable scratch. Activations and the KV cache are f32.
+ * dispatch each); a prefill of n > 1 tokens goes through the batched linears of kernels/gemm.c
+ * (W read once for all tokens). Activations and the KV cache are f32.
  */
 #include <math.h>
 #include <string.h>
@@ -40,8 +40,10 @@ int qve_stack_state_init(qve_stack_state *s, const qve_stack *w, int max_ctx, in
              s->up && s->attn_scratch && s->rope_c && s->rope_s;
     if (ok && n_batch > 0) {
         const size_t n = (size_t)n_batch;
-        size_t wmax = qd * H; /* largest matrix: max over q, o, gate/up, down */
-        if (I * H > wmax) wmax = I * H;
+        /* batched linear scratch: packed X, or a widened (q4: dequantized) matrix */
+        size_t wmax = qvk_linear_bf16_scratch(n_batch, (int)H, (int)(qd > I ? qd : I));
+        size_t t = qvk_linear_bf16_scratch(n_batch, (int)(qd > I ? qd : I), (int)H);
+        if (t > wmax) wmax = t;
         s->bh = qvk_alloc(n * H * sizeof(float));
         s->bq = qvk_alloc(n * qd * sizeof(float));
         s->bk = qvk_alloc(n * kvd * sizeof(float));
@@ -171,47 +173,53 @@ static void forward_one(qve_stack_state *s, qvk_pool *pool, float *x, int pos) {
     }
 }
 
-/* Batched linear for prefills: W widened into scratch by all threads (bf16, or q4 dequantized),
- * then each thread runs sgemm on its own rows of X (OpenBLAS single-threaded per call, so both
- * cores work; splitting rows does not change any element: checked bit for bit on every layer
- * shape). Up to QVK_LINEAR_DIRECT_MAX_ROWS rows qvk_linear_bf16 reads bf16 directly. */
-struct lin_job {
+/* The prefill's linear layers. bf16 sets (QKV, gate/up) go through qvk_linear_bf16_multi
+ * together (X packed once, one dispatch); q4 matrices (compressed checkpoints) are dequantized
+ * into scratch by all threads, then each thread runs sgemm on its own rows of X (OpenBLAS
+ * single-threaded per call; splitting rows does not change any element: checked bit for bit on
+ * every layer shape). */
+struct q4_job {
     float *y, *wf;
-    const float *x, *bias;
+    const float *x;
     const qve_mat *w;
     int n, n_in, n_out, widen;
 };
 
-static void lin_run(int ith, int nth, void *p) {
-    const struct lin_job *j = p;
+static void q4_run(int ith, int nth, void *p) {
+    const struct q4_job *j = p;
     const int rows = j->widen ? j->n_out : j->n, per = (rows + nth - 1) / nth;
     const int r0 = per * ith < rows ? per * ith : rows, r1 = r0 + per < rows ? r0 + per : rows;
     if (r0 >= r1) return;
     const size_t n_g = (size_t)j->n_in / QVK_Q4_GROUP;
-    if (j->widen && j->w->q4)
+    if (j->widen)
         qvk_q4_dequantize(j->wf + (size_t)r0 * j->n_in, j->w->q4 + (size_t)r0 * j->n_in / 2,
                           j->w->q4_s + r0 * n_g, j->w->q4_b + r0 * n_g, (size_t)(r1 - r0),
                           j->n_in);
-    else if (j->widen)
-        qvk_bf16_to_f32(j->wf + (size_t)r0 * j->n_in, j->w->bf16 + (size_t)r0 * j->n_in,
-                        (size_t)(r1 - r0) * j->n_in);
     else
-        qvk_linear_f32(j->y + (size_t)r0 * j->n_out, j->x + (size_t)r0 * j->n_in, j->wf, j->bias,
+        qvk_linear_f32(j->y + (size_t)r0 * j->n_out, j->x + (size_t)r0 * j->n_in, j->wf, NULL,
                        r1 - r0, j->n_in, j->n_out);
 }
 
-static void linear(qvk_pool *pool, float *y, const float *x, const qve_mat *w, const float *bias,
-                   int n, int n_in, int n_out, float *scratch) {
-    if (n <= QVK_LINEAR_DIRECT_MAX_ROWS && !w->q4) {
-        qvk_linear_bf16(pool, y, x, w->bf16, bias, n, n_in, n_out, scratch);
-        return;
+/* y_m[n, n_out_m] = x[n, n_in] · W_mᵀ for the set mv (n_mv <= 4, no biases). */
+static void linear(qvk_pool *pool, const float *x, int n, int n_in, const qve_mv *mv, int n_mv,
+                   float *scratch) {
+    qvk_mv b[4];
+    int k = 0;
+    for (int m = 0; m < n_mv; m++) {
+        if (!mv[m].w->q4) {
+            b[k++] = (qvk_mv){mv[m].y, mv[m].w->bf16, NULL, mv[m].n_out};
+            continue;
+        }
+        struct q4_job j = {mv[m].y, scratch, x, mv[m].w, n, n_in, mv[m].n_out, 1};
+        qvk_pool_run(pool, q4_run, &j);
+        j.widen = 0;
+        qvk_pool_run(pool, q4_run, &j);
     }
-    struct lin_job j = {y, scratch, x, bias, w, n, n_in, n_out, 1};
-    qvk_pool_run(pool, lin_run, &j);
-    j.widen = 0;
-    qvk_pool_run(pool, lin_run, &j);
+    if (k) qvk_linear_bf16_multi(pool, x, n, n_in, b, k, scratch);
 }
 
+/* The last layer runs only the last position past its K/V: nothing reads the other positions'
+ * outputs (the head takes the last row), so they keep that layer's input. */
 static void forward_batch(qve_stack_state *s, qvk_pool *pool, float *x, int n, int pos0) {
     const qve_stack_config *c = &s->w->cfg;
     const int H = c->hidden_size;
@@ -221,27 +229,31 @@ static void forward_batch(qve_stack_state *s, qvk_pool *pool, float *x, int n, i
     for (int l = 0; l < c->num_hidden_layers; l++) {
         const qve_layer *L = &s->w->layers[l];
         const int I = qve_layer_intermediate(c, l);
+        const int i0 = l == c->num_hidden_layers - 1 ? n - 1 : 0, m = n - i0;
+        float *xm = x + (size_t)i0 * H;
         for (int i = 0; i < n; i++)
             qvk_rmsnorm(s->bh + (size_t)i * H, x + (size_t)i * H, L->input_layernorm, H,
                         c->rms_norm_eps);
-        linear(pool, s->bq, s->bh, &L->q_proj, NULL, n, H, qd, ws);
-        linear(pool, s->bk, s->bh, &L->k_proj, NULL, n, H, kvd, ws);
-        linear(pool, s->bv, s->bh, &L->v_proj, NULL, n, H, kvd, ws);
+        const qve_mv qkv[3] = {{s->bq, &L->q_proj, NULL, qd},
+                               {s->bk, &L->k_proj, NULL, kvd},
+                               {s->bv, &L->v_proj, NULL, kvd}};
+        linear(pool, s->bh, n, H, qkv, 3, ws);
         for (int i = 0; i < n; i++)
             qk_norm_rope_store(s, l, s->bq + (size_t)i * qd, s->bk + (size_t)i * kvd,
                                s->bv + (size_t)i * kvd, pos0 + i);
-        for (int i = 0; i < n; i++)
-            attend(s, pool, l, s->batt + (size_t)i * qd, s->bq + (size_t)i * qd, pos0 + i + 1);
-        linear(pool, s->bh, s->batt, &L->o_proj, NULL, n, qd, H, ws);
-        add(x, s->bh, (size_t)n * H);
-        for (int i = 0; i < n; i++)
-            qvk_rmsnorm(s->bh + (size_t)i * H, x + (size_t)i * H, L->post_attention_layernorm, H,
-                        c->rms_norm_eps);
-        linear(pool, s->bgate, s->bh, &L->gate_proj, NULL, n, H, I, ws);
-        linear(pool, s->bup, s->bh, &L->up_proj, NULL, n, H, I, ws);
-        qvk_swiglu(s->bgate, s->bgate, s->bup, n * I);
-        linear(pool, s->bh, s->bgate, &L->down_proj, NULL, n, I, H, ws);
-        add(x, s->bh, (size_t)n * H);
+        for (int i = i0; i < n; i++)
+            attend(s, pool, l, s->batt + (size_t)(i - i0) * qd, s->bq + (size_t)i * qd,
+                   pos0 + i + 1);
+        linear(pool, s->batt, m, qd, &(qve_mv){s->bh, &L->o_proj, NULL, H}, 1, ws);
+        add(xm, s->bh, (size_t)m * H);
+        for (int i = 0; i < m; i++)
+            qvk_rmsnorm(s->bh + (size_t)i * H, xm + (size_t)i * H, L->post_attention_layernorm,
+                        H, c->rms_norm_eps);
+        const qve_mv gu[2] = {{s->bgate, &L->gate_proj, NULL, I}, {s->bup, &L->up_proj, NULL, I}};
+        linear(pool, s->bh, m, H, gu, 2, ws);
+        qvk_swiglu(s->bgate, s->bgate, s->bup, m * I);
+        linear(pool, s->bgate, m, I, &(qve_mv){s->bh, &L->down_proj, NULL, H}, 1, ws);
+        add(xm, s->bh, (size_t)m * H);
     }
 }
 

@@ -94,18 +94,25 @@ typedef struct {
 void qvk_matvec_bf16_multi(qvk_pool *pool, const float *restrict x, int n_in,
                            const qvk_mv *mv, int n_mv);
 
-/* ---- batched linear layers (prefill, codec, encoders; compute-bound, OpenBLAS) ---------- */
+/* ---- batched linear layers (prefill, codec, encoders; compute-bound) --------------------- */
 
 /* Y[n_rows, n_out] = X[n_rows, n_in] · W[n_out, n_in]^T (+ bias). f32 weights, cblas_sgemm. */
 void qvk_linear_f32(float *restrict y, const float *restrict x, const float *restrict w,
                     const float *restrict bias, int n_rows, int n_in, int n_out);
-/* Same with bf16 weights. Up to QVK_LINEAR_DIRECT_MAX_ROWS rows the bf16 weights are read
- * directly, once for all rows (output columns split over the pool; every element bit-identical
- * to qvk_matvec_bf16 of that row; scratch unused). Above, chunks of ~1 MB of W rows are widened
- * into scratch (n_out*n_in floats, caller-provided) and multiplied by sgemm while in cache, the
- * chunks shared out over the pool (so each pool thread calls OpenBLAS: keep qvk_blas_set_threads
- * at 1 when the pool has several threads). Bit-identical for any pool size either way. */
+/* Y_m[n_rows, n_out_m] = X[n_rows, n_in] · W_mᵀ (+ bias_m) for bf16 matrices sharing X (QKV,
+ * gate/up; mv[m].y is [n_rows, n_out]) in one pool dispatch, output columns split over the pool,
+ * each W read once for all rows; bit-identical for any pool size. Up to
+ * QVK_LINEAR_DIRECT_MAX_ROWS rows every element is bit-identical to qvk_matvec_bf16 of its row.
+ * Above, the variant's GEMM: AVX-512 splits X into bf16 hi + lo for vdpbf16ps (within ≈ 2⁻¹⁸
+ * relative of the f32 product, gemm_avx512.c); AVX2 and scalar widen W chunk by chunk into
+ * scratch for sgemm (each pool thread calls OpenBLAS: keep qvk_blas_set_threads at 1 when the
+ * pool has several threads). scratch: qvk_linear_bf16_scratch(n_rows, n_in, largest n_out)
+ * floats (the AVX-512 GEMM touches only the n_rows·n_in part holding X). */
 #define QVK_LINEAR_DIRECT_MAX_ROWS 8
+size_t qvk_linear_bf16_scratch(int n_rows, int n_in, int n_out);
+void qvk_linear_bf16_multi(qvk_pool *pool, const float *restrict x, int n_rows, int n_in,
+                           const qvk_mv *mv, int n_mv, float *restrict scratch);
+/* The same for one matrix. */
 void qvk_linear_bf16(qvk_pool *pool, float *restrict y, const float *restrict x,
                      const uint16_t *restrict w, const float *restrict bias, int n_rows,
                      int n_in, int n_out, float *restrict scratch);

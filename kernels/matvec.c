@@ -1,6 +1,5 @@
-/* matvec.c — bf16/f32 matrix-vector products and batched bf16 linear layers, split by output
- * rows across the pool (bf16 matvecs: chunks from a shared counter, kernels_impl.h; the others:
- * fixed ranges). Row ranges are multiples of ROW_ALIGN so each thread streams whole cache lines
+/* matvec.c — bf16/f32 matrix-vector products, split by output rows across the pool (bf16
+ * matvecs: chunks from a shared counter, kernels_impl.h; the others: fixed ranges). Row ranges are multiples of ROW_ALIGN so each thread streams whole cache lines
  * and the row kernels can block rows; a row's arithmetic never depends on the split
  * (bit-identical for any thread count).
  */
@@ -81,60 +80,4 @@ void qvk_matvec_bf16(qvk_pool *pool, float *restrict y, const uint16_t *restrict
                      const float *restrict x, const float *restrict bias, int n_out, int n_in) {
     qvk_mv mv = {y, w, bias, n_out};
     qvk_matvec_bf16_multi(pool, x, n_in, &mv, 1);
-}
-
-/* QVK_LINEAR_DIRECT_MAX_ROWS: with more rows the register-blocked direct kernel's x rows no
- * longer fit L1 and OpenBLAS wins (bench_kernels, linear_bf16 table). Above it, W is widened one
- * chunk of rows at a time and each chunk is multiplied while still in L2, so the f32 copy never
- * travels to DRAM. Chunk boundaries depend only on n_in, and a chunk is computed the same way
- * whichever thread takes it: bit-identical for any thread count. */
-struct mm_job {
-    const qvk_impl *impl;
-    float *y;
-    const uint16_t *w;
-    const float *x;
-    const float *bias;
-    float *wf;
-    int n_rows, n_in, n_out;
-};
-
-/* W rows per widened chunk: about 1 MB of f32 (L2 is 2 MB per core here). */
-static int chunk_rows(int n_in) {
-    int c = (262144 / (n_in > 0 ? n_in : 1)) & ~15;
-    return c < 16 ? 16 : c > 256 ? 256 : c;
-}
-
-static void sgemm_chunks(const struct mm_job *j, int ith, int nth) {
-    int cr = chunk_rows(j->n_in);
-    int n_chunks = (j->n_out + cr - 1) / cr;
-    for (int c = ith; c < n_chunks; c += nth) {
-        int o0 = c * cr, n = j->n_out - o0 < cr ? j->n_out - o0 : cr;
-        float *wf = j->wf + (size_t)o0 * j->n_in;
-        j->impl->widen_bf16(wf, j->w + (size_t)o0 * j->n_in, (size_t)n * j->n_in);
-        qvk_sgemm(0, 1, j->n_rows, n, j->n_in, 1.0f, j->x, j->n_in, wf, j->n_in, 0.0f, j->y + o0,
-                  j->n_out);
-        if (j->bias)
-            for (int r = 0; r < j->n_rows; r++)
-                for (int o = o0; o < o0 + n; o++)
-                    j->y[(size_t)r * j->n_out + o] += j->bias[o];
-    }
-}
-
-static void mm_run(int ith, int nth, void *p) {
-    const struct mm_job *j = p;
-    if (j->wf) {
-        sgemm_chunks(j, ith, nth);
-        return;
-    }
-    int o0, o1;
-    split_rows(j->n_out, ith, nth, &o0, &o1);
-    if (o0 < o1) j->impl->mm_bf16(j->y, j->w, j->x, j->bias, o0, o1, j->n_in, j->n_out, j->n_rows);
-}
-
-void qvk_linear_bf16(qvk_pool *pool, float *restrict y, const float *restrict x,
-                     const uint16_t *restrict w, const float *restrict bias, int n_rows, int n_in,
-                     int n_out, float *restrict scratch) {
-    struct mm_job j = {qvk_impl_get(), y, w, x, bias, NULL, n_rows, n_in, n_out};
-    if (n_rows > QVK_LINEAR_DIRECT_MAX_ROWS) j.wf = scratch;
-    qvk_pool_run(pool, mm_run, &j);
 }
