@@ -1,5 +1,5 @@
 /* alloc.c — 64-byte aligned buffers for activations and scratch (cache-line and AVX-512 width),
- * and the memory read probe used by benchmarks. */
+ * and the memory-read and FMA probes used by benchmarks. */
 #include <stdlib.h>
 #include <sys/mman.h>
 
@@ -34,4 +34,9 @@ uint64_t qvk_mem_read(const void *p, size_t n_bytes) {
     for (size_t i = n_bytes & ~(size_t)7; i < n_bytes; i++)
         s ^= (uint64_t)b[i] << (8 * (i & 7));
     return s;
+}
+
+uint64_t qvk_fma_probe(long n_iter) {
+    const qvk_impl *impl = qvk_impl_get();
+    return impl->fma_probe ? impl->fma_probe(n_iter) : 0;
 }

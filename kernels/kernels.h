@@ -43,6 +43,10 @@ void qvk_free(void *p);
  * 64-bit words, tail bytes zero-extended): the read-bandwidth probe that benchmarks compare
  * matvec throughput with. */
 uint64_t qvk_mem_read(const void *p, size_t n_bytes);
+/* Runs n_iter rounds of independent f32 FMAs at the variant's full vector width and returns the
+ * multiply-adds done (0 when the variant has no probe): the compute-peak probe that benchmarks
+ * compare the prefill GEMM with. */
+uint64_t qvk_fma_probe(long n_iter);
 
 /* ---- thread pool ------------------------------------------------------------------------ */
 
@@ -103,8 +107,8 @@ void qvk_linear_f32(float *restrict y, const float *restrict x, const float *res
  * gate/up; mv[m].y is [n_rows, n_out]) in one pool dispatch, output columns split over the pool,
  * each W read once for all rows; bit-identical for any pool size. Up to
  * QVK_LINEAR_DIRECT_MAX_ROWS rows every element is bit-identical to qvk_matvec_bf16 of its row.
- * Above, the variant's GEMM: AVX-512 splits X into bf16 hi + lo for vdpbf16ps (within ≈ 2⁻¹⁸
- * relative of the f32 product, gemm_avx512.c); AVX2 and scalar widen W chunk by chunk into
+ * Above, the variant's GEMM: AVX-512 splits X into bf16 hi + lo for vdpbf16ps (X kept to 2⁻¹⁶
+ * relative, exact products, f32 sums: gemm_avx512.c); AVX2 and scalar widen W chunk by chunk into
  * scratch for sgemm (each pool thread calls OpenBLAS: keep qvk_blas_set_threads at 1 when the
  * pool has several threads). scratch: qvk_linear_bf16_scratch(n_rows, n_in, largest n_out)
  * floats (the AVX-512 GEMM touches only the n_rows·n_in part holding X). */

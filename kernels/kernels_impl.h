@@ -29,6 +29,8 @@ typedef struct {
     void (*gemm_bf16)(float *restrict y, int ldy, const uint16_t *restrict w,
                       const uint16_t *restrict xp, const float *restrict bias, int o0, int o1,
                       int n_rows, int n_in);
+    /* n_iter rounds of independent FMAs; returns the multiply-adds done (FMA-peak probe). */
+    uint64_t (*fma_probe)(long n_iter);
     /* Σ a[i]·b[i] (the f32 matvec and attention scores run it row by row). */
     float (*dot)(const float *a, const float *b, int n);
     /* y += a·x */
@@ -90,6 +92,7 @@ void qvk_gemm_pack_avx512(uint16_t *restrict xp, const float *restrict x, int r0
 void qvk_gemm_bf16_avx512(float *restrict y, int ldy, const uint16_t *restrict w,
                           const uint16_t *restrict xp, const float *restrict bias, int o0, int o1,
                           int n_rows, int n_in);
+uint64_t qvk_fma_probe_avx512(long n_iter);
 
 /* The variant in use (qvk_init() is run first if needed). */
 const qvk_impl *qvk_impl_get(void);

@@ -348,6 +348,7 @@ const qvk_impl qvk_impl_avx512 = {
     .mm_bf16 = mm_bf16,
     .gemm_pack = qvk_gemm_pack_avx512,
     .gemm_bf16 = qvk_gemm_bf16_avx512,
+    .fma_probe = qvk_fma_probe_avx512,
     .dot = dot,
     .axpy = axpy,
     .sumsq = sumsq,

@@ -37,6 +37,18 @@ static double median(double *v, int n) {
     return v[n / 2];
 }
 
+/* ---- FMA peak (each thread runs the probe) ---------------------------------------------- */
+
+struct fma_job {
+    long n_iter;
+    uint64_t macs[64];
+};
+
+static void fma_run(int ith, int nth, void *arg) {
+    struct fma_job *j = arg;
+    j->macs[ith] = qvk_fma_probe(j->n_iter);
+}
+
 /* ---- read bandwidth --------------------------------------------------------------------- */
 
 struct sum_job {
@@ -345,49 +357,77 @@ int main(int argc, char **argv) {
         qvk_free(sc);
     }
 
-    /* batched bf16 linear (prefill): direct bf16 path vs widening + OpenBLAS sgemm */
+    /* prefill GEMM: every batched shape of 0.6B and 1.7B (sets sharing X run as one call) at
+     * GEMM_ROWS rows (a 40-token prompt's positions), GFLOP/s (2·rows·n_in·n_out per call) and
+     * the share of the FMA peak the probe measures with the same threads */
     {
-        enum { OUT = 3072, IN = 1024, MAXR = 256 };
-        uint16_t *w = qvk_alloc((size_t)OUT * IN * 2);
-        fill_weights(w, (size_t)OUT * IN);
-        float *xs = qvk_alloc(sizeof(float) * MAXR * IN),
-              *ys = qvk_alloc(sizeof(float) * MAXR * OUT);
-        float *wf = qvk_alloc(sizeof(float) * OUT * IN);
-        for (int i = 0; i < MAXR * IN; i++)
-            xs[i] = (float)((i % 13) - 6) * 0.1f;
-        printf("\nlinear_bf16 %dx%d, ms per call (%s)    rows:", OUT, IN, picked);
-        const int rows[] = {4, 16, 32, 64, 128, 256};
-        for (int k = 0; k < 6; k++)
-            printf(" %7d", rows[k]);
-        for (int th = 1; th <= 2; th++) {
-            qvk_pool *p = th == 1 ? NULL : pool2;
-            qvk_set_variant(picked);
-            for (int path = 0; path < 2; path++) {
-                printf("\n  %d thr %-30s", th,
-                       path ? "widen all + 1 sgemm (blas thr=thr)" : "qvk_linear_bf16");
-                qvk_blas_set_threads(th);
-                for (int k = 0; k < 6; k++) {
-                    double t[N_PASSES];
-                    for (int r = 0; r < N_PASSES; r++) {
-                        double t0 = now_s();
-                        if (path == 0) {
-                            qvk_linear_bf16(p, ys, xs, w, NULL, rows[k], IN, OUT, wf);
-                        } else {
-                            qvk_bf16_to_f32(wf, w, (size_t)OUT * IN);
-                            qvk_linear_f32(ys, xs, wf, NULL, rows[k], IN, OUT);
-                        }
-                        t[r] = now_s() - t0;
-                    }
-                    printf(" %7.2f", median(t, N_PASSES) * 1e3);
+        enum { GEMM_ROWS = 51, MAXW = 6144 * 2048 * 2, MAXIN = 6144 };
+        static const struct {
+            const char *name;
+            int n_in, n_out[3], n_mv;
+        } sh[] = {
+            {"0.6B qkv", 1024, {2048, 1024, 1024}, 3}, {"0.6B o", 2048, {1024}, 1},
+            {"0.6B gate+up", 1024, {3072, 3072}, 2},   {"0.6B down", 3072, {1024}, 1},
+            {"text fc1", 2048, {2048}, 1},             {"0.6B text fc2", 2048, {1024}, 1},
+            {"1.7B qkv", 2048, {2048, 1024, 1024}, 3}, {"1.7B o", 2048, {2048}, 1},
+            {"1.7B gate+up", 2048, {6144, 6144}, 2},   {"1.7B down", 6144, {2048}, 1},
+        };
+        uint16_t *w = qvk_alloc((size_t)MAXW * 2);
+        float *x = qvk_alloc(sizeof(float) * GEMM_ROWS * MAXIN);
+        float *y = qvk_alloc(sizeof(float) * GEMM_ROWS * MAXW);
+        float *scratch = qvk_alloc(sizeof(float) * qvk_linear_bf16_scratch(GEMM_ROWS, MAXIN, 6144));
+        fill_weights(w, (size_t)MAXW);
+        for (int i = 0; i < GEMM_ROWS * MAXIN; i++)
+            x[i] = (float)((i % 13) - 6) * 0.1f;
+        for (int v = 0; v < n_var; v++) {
+            if (qvk_set_variant(variants[v])) continue;
+            printf("\nprefill GEMM (%s), %d rows, medians of %d passes: ms, GFLOP/s, share of "
+                   "the FMA peak (each pass times the FMA probe with the same threads, then the "
+                   "GEMM)\n",
+                   qvk_variant(), GEMM_ROWS, N_PASSES);
+            for (size_t k = 0; k < sizeof sh / sizeof sh[0]; k++) {
+                qvk_mv mv[3];
+                size_t off = 0;
+                double flop = 0;
+                for (int m = 0; m < sh[k].n_mv; m++) {
+                    mv[m] = (qvk_mv){y + (size_t)GEMM_ROWS * off, w + off * sh[k].n_in, NULL,
+                                     sh[k].n_out[m]};
+                    off += (size_t)sh[k].n_out[m];
+                    flop += 2.0 * GEMM_ROWS * sh[k].n_in * sh[k].n_out[m];
                 }
+                char shape[32];
+                snprintf(shape, sizeof shape, "%d->%zu", sh[k].n_in, off);
+                printf("  %-14s %-11s", sh[k].name, shape);
+                for (int th = 1; th <= 2; th++) {
+                    qvk_pool *p = th == 1 ? NULL : pool2;
+                    double t[N_PASSES], share[N_PASSES];
+                    for (int r = 0; r < N_PASSES; r++) {
+                        /* a probe about as long as the GEMM (192 FMAs per AVX-512 round) */
+                        struct fma_job fj = {(long)(flop / 2 / 192 / th), {0}};
+                        double t0 = now_s();
+                        qvk_pool_run(p, fma_run, &fj);
+                        double tp = now_s() - t0;
+                        uint64_t macs = 0;
+                        for (int i = 0; i < th; i++)
+                            macs += fj.macs[i];
+                        t0 = now_s();
+                        qvk_linear_bf16_multi(p, x, GEMM_ROWS, sh[k].n_in, mv, sh[k].n_mv,
+                                              scratch);
+                        t[r] = now_s() - t0;
+                        share[r] = macs ? flop / t[r] / (2.0 * (double)macs / tp) : 0;
+                    }
+                    double m = median(t, N_PASSES);
+                    printf("   %d thr %6.2f ms %6.1f GFLOP/s", th, m * 1e3, flop / m / 1e9);
+                    if (share[0] > 0) printf(" %3.0f %%", 100 * median(share, N_PASSES));
+                }
+                printf("\n");
             }
         }
-        qvk_blas_set_threads(1);
-        printf("\n");
+        qvk_set_variant(picked);
         qvk_free(w);
-        qvk_free(xs);
-        qvk_free(ys);
-        qvk_free(wf);
+        qvk_free(x);
+        qvk_free(y);
+        qvk_free(scratch);
     }
 
     /* pool dispatch round trip with an empty job */

@@ -382,53 +382,135 @@ static void test_linear(void **state) {
     qvk_free(wb);
 }
 
-/* Batched bf16 linear: direct path (≤ QVK_LINEAR_DIRECT_MAX_ROWS rows) and chunked widen +
- * sgemm path, every variant; 1 and 2 threads bit for bit; the direct path also equals
- * qvk_matvec_bf16 row by row. */
+/* Batched bf16 linear (qvk_linear_bf16_multi) on every prefill set of 0.6B and 1.7B (QKV and
+ * gate/up as one call, the text projection) and on an odd shape, every variant, against a
+ * double-precision reference: up to QVK_LINEAR_DIRECT_MAX_ROWS rows and in the widen + sgemm
+ * path within the f32 bound (n+1)·2⁻²⁴·Σ|wx| (the direct path also equals qvk_matvec_bf16 row
+ * by row); the AVX-512 GEMM (x as bf16 hi + lo, 2n exact products summed in f32) within
+ * (2(n+1)·2⁻²⁴ + 2⁻¹⁶)·Σ|wx|. Row counts that are not a multiple of the 6-row tile, and 2 and
+ * 3 threads bit for bit equal to 1. The reference covers every fifth output column and the
+ * last four of each matrix (all tile positions mod 4) to keep the test short. */
 static void test_linear_bf16(void **state) {
     (void)state;
-    enum { IN = 1030, OUT = 517, MAXR = 70 }; /* 517 = 3 widening chunks of 240, 240, 37 */
-    const int n_rows[] = {1, 2, 3, 4, 5, 7, 8, 9, 64, 70};
-    float *x = falloc((size_t)MAXR * IN), *b = falloc(OUT), *y = falloc((size_t)MAXR * OUT);
-    float *y2 = falloc((size_t)MAXR * OUT), *row = falloc(OUT), *scratch = falloc((size_t)OUT * IN);
-    uint16_t *w = qvk_alloc((size_t)OUT * IN * 2);
-    double *ref = malloc(sizeof(double) * MAXR * OUT), *bound = malloc(sizeof(double) * MAXR * OUT);
-    assert_true(w && ref && bound);
-    fill(x, (size_t)MAXR * IN, 1.0f);
-    fill(b, OUT, 1.0f);
-    fill_bf16(w, (size_t)OUT * IN, 1.0f);
-    for (int r = 0; r < MAXR; r++)
-        ref_matvec_bf16(ref + (size_t)r * OUT, bound + (size_t)r * OUT, w, x + (size_t)r * IN, b,
-                        OUT, IN);
-    qvk_pool *pool = qvk_pool_create(2);
-    for (int v = 0; v < N_VARIANTS; v++) {
-        if (qvk_set_variant(k_variants[v]) != 0) continue;
-        for (size_t k = 0; k < sizeof n_rows / sizeof n_rows[0]; k++) {
-            int n = n_rows[k];
-            char what[80];
-            snprintf(what, sizeof what, "linear_bf16 %s %dx%d->%d", k_variants[v], n, IN, OUT);
-            qvk_linear_bf16(NULL, y, x, w, b, n, IN, OUT, scratch);
-            check_bound(what, y, ref, bound, n * OUT);
-            qvk_linear_bf16(pool, y2, x, w, b, n, IN, OUT, scratch);
-            assert_memory_equal(y, y2, sizeof(float) * (size_t)n * OUT);
-            if (n <= QVK_LINEAR_DIRECT_MAX_ROWS)
-                for (int r = 0; r < n; r++) {
-                    qvk_matvec_bf16(NULL, row, w, x + (size_t)r * IN, b, OUT, IN);
-                    assert_memory_equal(row, y + (size_t)r * OUT, sizeof(float) * OUT);
-                }
+    static const struct {
+        int n_in, n_out[3], n_mv, n_rows[12];
+    } sets[] = {
+        {1030, {517, 33}, 2, {1, 2, 3, 4, 5, 7, 8, 9, 13, 70}}, /* odd: tails everywhere */
+        {1024, {2048, 1024, 1024}, 3, {9, 51}},                 /* 0.6B q, k, v */
+        {2048, {1024}, 1, {9, 51}},                             /* 0.6B o, text fc2 */
+        {1024, {3072, 3072}, 2, {9, 51}},                       /* 0.6B gate, up */
+        {3072, {1024}, 1, {9, 51}},                             /* 0.6B down */
+        {2048, {2048}, 1, {51}},                                /* text fc1, 1.7B o, fc2 */
+        {2048, {2048, 1024, 1024}, 3, {51}},                    /* 1.7B q, k, v */
+        {2048, {6144, 6144}, 2, {51}},                          /* 1.7B gate, up */
+        {6144, {2048}, 1, {9, 51}},                             /* 1.7B down */
+    };
+    enum { MAXR = 70 };
+    qvk_pool *pool2 = qvk_pool_create(2), *pool3 = qvk_pool_create(3);
+    for (size_t si = 0; si < sizeof sets / sizeof sets[0]; si++) {
+        const int IN = sets[si].n_in, n_mv = sets[si].n_mv;
+        int total = 0;
+        for (int m = 0; m < n_mv; m++)
+            total += sets[si].n_out[m];
+        float *x = falloc((size_t)MAXR * IN), *b = falloc((size_t)total);
+        float *y = falloc((size_t)MAXR * total), *y2 = falloc((size_t)MAXR * total);
+        float *row = falloc((size_t)total);
+        uint16_t *w = qvk_alloc((size_t)total * IN * 2);
+        size_t n_scratch = 0;
+        for (int m = 0; m < n_mv; m++) {
+            size_t k = qvk_linear_bf16_scratch(MAXR, IN, sets[si].n_out[m]);
+            n_scratch = k > n_scratch ? k : n_scratch;
         }
+        float *scratch = falloc(n_scratch);
+        double *ref = malloc(sizeof(double) * MAXR * total);
+        double *bound = malloc(sizeof(double) * MAXR * total);
+        assert_true(w && ref && bound);
+        fill(x, (size_t)MAXR * IN, 1.0f);
+        fill(b, (size_t)total, 1.0f);
+        fill_bf16(w, (size_t)total * IN, 1.0f);
+        /* matrix m: rows off_m.. of w, y and bias; y_m is [n, n_out_m] at y + n·off_m */
+        int off[3] = {0};
+        for (int m = 1; m < n_mv; m++)
+            off[m] = off[m - 1] + sets[si].n_out[m - 1];
+        for (int m = 0; m < n_mv; m++) {
+            const int n_out = sets[si].n_out[m];
+            for (int o = 0; o < n_out; o++) {
+                if (o % 5 && o < n_out - 4) continue;
+                const uint16_t *wr = w + (size_t)(off[m] + o) * IN;
+                for (int r = 0; r < MAXR; r++) {
+                    double sum = b[off[m] + o], a = fabs(b[off[m] + o]);
+                    for (int i = 0; i < IN; i++) {
+                        double p = (double)qvk_bf16_to_f32_1(wr[i]) * x[(size_t)r * IN + i];
+                        sum += p, a += fabs(p);
+                    }
+                    ref[(size_t)(off[m] + o) * MAXR + r] = sum;
+                    bound[(size_t)(off[m] + o) * MAXR + r] = a;
+                }
+            }
+        }
+        for (int v = 0; v < N_VARIANTS; v++) {
+            if (qvk_set_variant(k_variants[v]) != 0) continue;
+            for (int k = 0; k < 12 && sets[si].n_rows[k]; k++) {
+                const int n = sets[si].n_rows[k];
+                const int gemm = n > QVK_LINEAR_DIRECT_MAX_ROWS && !strcmp(k_variants[v], "avx512");
+                qvk_mv mv[3];
+                for (int m = 0; m < n_mv; m++)
+                    mv[m] = (qvk_mv){y + (size_t)n * off[m], w + (size_t)off[m] * IN, b + off[m],
+                                     sets[si].n_out[m]};
+                qvk_linear_bf16_multi(NULL, x, n, IN, mv, n_mv, scratch);
+                double max_d = 0, max_ratio = 0;
+                for (int m = 0; m < n_mv; m++) {
+                    const int n_out = sets[si].n_out[m];
+                    for (int o = 0; o < n_out; o++) {
+                        if (o % 5 && o < n_out - 4) continue;
+                        for (int r = 0; r < n; r++) {
+                            const size_t e = (size_t)(off[m] + o) * MAXR + r;
+                            const double got = y[(size_t)n * off[m] + (size_t)r * n_out + o];
+                            const double d = fabs(got - ref[e]);
+                            const double tol =
+                                (gemm ? 2 * (IN + 1) * ldexp(1.0, -24) + ldexp(1.0, -16)
+                                      : (IN + 1) * ldexp(1.0, -24)) * bound[e] + 1e-30;
+                            if (d > max_d) max_d = d;
+                            if (d / tol > max_ratio || isnan(d)) max_ratio = d / tol;
+                            if (!(d <= tol))
+                                fail_msg("linear_bf16 %s %dx%d: matrix %d row %d col %d: got %.9g, "
+                                         "want %.9g (tol %.3g)", k_variants[v], n, IN, m, r, o,
+                                         got, ref[e], tol);
+                        }
+                    }
+                }
+                printf("  linear_bf16 %-6s %2dx%4d->%-5d max|Δ| = %.3g (%.3g of the bound)\n",
+                       k_variants[v], n, IN, total, max_d, max_ratio);
+                for (int t = 0; t < 2; t++) {
+                    for (int m = 0; m < n_mv; m++)
+                        mv[m].y = y2 + (size_t)n * off[m];
+                    qvk_linear_bf16_multi(t ? pool3 : pool2, x, n, IN, mv, n_mv, scratch);
+                    assert_memory_equal(y, y2, sizeof(float) * (size_t)n * total);
+                }
+                if (n <= QVK_LINEAR_DIRECT_MAX_ROWS)
+                    for (int m = 0; m < n_mv; m++)
+                        for (int r = 0; r < n; r++) {
+                            const int n_out = sets[si].n_out[m];
+                            qvk_matvec_bf16(NULL, row, w + (size_t)off[m] * IN, x + (size_t)r * IN,
+                                            b + off[m], n_out, IN);
+                            assert_memory_equal(row, y + (size_t)n * off[m] + (size_t)r * n_out,
+                                                sizeof(float) * n_out);
+                        }
+            }
+        }
+        restore_variant();
+        qvk_free(x);
+        qvk_free(b);
+        qvk_free(y);
+        qvk_free(y2);
+        qvk_free(row);
+        qvk_free(scratch);
+        qvk_free(w);
+        free(ref);
+        free(bound);
     }
-    restore_variant();
-    qvk_pool_free(pool);
-    qvk_free(x);
-    qvk_free(b);
-    qvk_free(y);
-    qvk_free(y2);
-    qvk_free(row);
-    qvk_free(scratch);
-    qvk_free(w);
-    free(ref);
-    free(bound);
+    qvk_pool_free(pool2);
+    qvk_pool_free(pool3);
 }
 
 /* ---- element-wise and norms ------------------------------------------------------------ */
