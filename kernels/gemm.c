@@ -97,6 +97,10 @@ static void sgemm_run(int ith, int nth, void *p) {
 void qvk_linear_bf16_multi(qvk_pool *pool, const float *restrict x, int n_rows, int n_in,
                            const qvk_mv *mv, int n_mv, float *restrict scratch) {
     const qvk_impl *impl = qvk_impl_get();
+    if (n_rows == 1) { /* the same arithmetic as mm_bf16, with the matvec's prefetching */
+        qvk_matvec_bf16_multi(pool, x, n_in, mv, n_mv);
+        return;
+    }
     if (n_rows > QVK_LINEAR_DIRECT_MAX_ROWS && !impl->gemm_bf16) {
         for (int m = 0; m < n_mv; m++) {
             struct sgemm_job s = {impl, x, &mv[m], scratch, n_rows, n_in};

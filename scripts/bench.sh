@@ -134,7 +134,7 @@ model: full-size synthetic 0.6B CustomVoice ($CV), medians of $RUNS runs
 |---|---|---|
 | read bandwidth, $J threads (1 GiB) | $(key read_gbs $B) GB/s | |
 | model load (mmap + decoder) | $(key load_s $B) s | |
-| prefill, 40-token text | $(key prefill_ms $B) ms | $(key prefill_ms $Q) ms |
+| prefill, 40-token text ($(key prefill_positions $B) positions; bf16 GEMM in both modes), wall | $(key prefill_ms $B) ms | $(key prefill_ms $Q) ms |
 | frame (talker + code predictor), wall / CPU | $(key frame_ms $B) / $(key frame_cpu_ms $B) ms | $(key frame_ms $Q) / $(key frame_cpu_ms $Q) ms |
 | talker per frame (frame − code predictor), wall | $(key talker_ms $B) ms ($(key talker_gbs $B) GB/s of $(key talker_gb_per_frame $B) GB) | $(key talker_ms $Q) ms ($(key talker_gbs $Q) GB/s) |
 | code predictor per frame, wall / CPU | $(key cp_ms $B) / $(key cp_cpu_ms $B) ms ($(key cp_gbs $B) GB/s of $(key cp_gb_per_frame $B) GB) | $(key cp_ms $Q) / $(key cp_cpu_ms $Q) ms ($(key cp_gbs $Q) GB/s) |

@@ -1,6 +1,7 @@
 /* bench_speak.c — where the time of one synthesis goes, through the library on a full-size model:
- * load, prefill of a 40-token text, ms per frame (whole frame and code predictor alone; the
- * talker is the difference), achieved weight GB/s. (Time to first audio as a user sees it:
+ * load, prefill of a 40-token text (qv_session_start: text projection, KV-cache allocation, the
+ * stack over every prompt position, the codec head), ms per frame (whole frame and code predictor
+ * alone; the talker is the difference), achieved weight GB/s. (Time to first audio as a user sees it:
  * bench_ttfa on speak --stream.)
  * usage: bench_speak MODEL_DIR [THREADS [FRAMES [RUNS [QUANT]]]]  (defaults 2, 30, 3, bf16)
  * bf16 runs first measure the read bandwidth (1 GiB, THREADS threads). Prints "key value" lines
@@ -111,7 +112,9 @@ int main(int argc, char **argv) {
     printf("load_s %.3f\n", now_s(CLOCK_MONOTONIC) - t0);
     qve_decoder_free(dec);
     qv_params p = qv_model_params(m);
-    p.do_sample = 0, p.subtalker_do_sample = 0, p.max_frames = frames > 8 ? frames : 8;
+    /* the model's frame budget, as speak has it: the prefill then allocates and first-touches
+     * the KV cache a user's does (a 30-frame cache hid ~20-40 ms of page zeroing) */
+    p.do_sample = 0, p.subtalker_do_sample = 0;
     p.quant = strcmp(quant, "int8") ? QV_QUANT_BF16 : QV_QUANT_INT8;
     int32_t ids[40], codes[QV_N_CODEBOOKS], done = 0;
     qv_request r;
@@ -165,6 +168,7 @@ int main(int argc, char **argv) {
          15.0 * 2 * m->cfg.code_predictor.vocab_size * m->cfg.code_predictor.hidden_size) *
         bpw / 1e9;
     printf("prefill_ms %.1f\n", 1e3 * median(pre, runs));
+    printf("prefill_positions %d\n", s->n_prefill);
     printf("frame_ms %.1f\n", 1e3 * frame_w);
     printf("frame_cpu_ms %.1f\n", 1e3 * median(fc, runs));
     printf("cp_ms %.1f\n", 1e3 * cp_w);
