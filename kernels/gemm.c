@@ -18,7 +18,7 @@ static size_t pad32(int n) {
 
 size_t qvk_linear_bf16_scratch(int n_rows, int n_in, int n_out) {
     const size_t packed = (size_t)n_rows * pad32(n_in); /* X as bf16 hi/lo pairs */
-    const size_t widened = (size_t)n_out * n_in;          /* W in f32 (sgemm variants) */
+    const size_t widened = (size_t)n_out * n_in;        /* W in f32 (sgemm variants) */
     return packed > widened ? packed : widened;
 }
 
@@ -52,8 +52,7 @@ static void cols_run(int ith, int nth, void *p) {
                 j->impl->gemm_bf16(mv->y, mv->n_out, mv->w, j->xp, mv->bias, a, b, j->n_rows,
                                    j->n_in);
             else if (a < b)
-                j->impl->mm_bf16(mv->y, mv->w, j->x, mv->bias, a, b, j->n_in, mv->n_out,
-                                 j->n_rows);
+                j->impl->mm_bf16(mv->y, mv->w, j->x, mv->bias, a, b, j->n_in, mv->n_out, j->n_rows);
             base += mv->n_out;
         }
     }

@@ -3,8 +3,8 @@
  * weights by vdpbf16ps: a product of two bf16 is exact in f32, so the sum is the f32 dot product
  * of W with x up to |x − hi − lo| ≤ 2⁻¹⁶|x| (bf16 rounds to 8 significant bits, twice;
  * measured ≈ 5× the f32 kernels' error on random data, 3e-5 on the goldens' logits, where
- * rounding x to bf16 alone moved them by 2e-2). One vdpbf16ps does the 16 multiply-adds of an f32 FMA at the same rate, without
- * widening W and reading half the bytes.
+ * rounding x to bf16 alone moved them by 2e-2). One vdpbf16ps does the 16 multiply-adds of an
+ * f32 FMA at the same rate, without widening W and reading half the bytes.
  *
  * X is packed once per call (gemm_pack: per row, per 32 inputs: 32 hi then 32 lo, zero-padded).
  * A tile is 4 rows of W (output columns) against up to TILE_ROWS rows of X, one 16-lane
@@ -33,7 +33,8 @@ void qvk_gemm_pack_avx512(uint16_t *restrict xp, const float *restrict x, int r0
                 _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32((__m256i)hi), 16));
             uint16_t *db = d + (size_t)(i / 32) * 64 + i % 32;
             _mm256_storeu_si256((__m256i *)db, (__m256i)hi);
-            _mm256_storeu_si256((__m256i *)(db + 32), (__m256i)_mm512_cvtneps_pbh(_mm512_sub_ps(v, hf)));
+            _mm256_storeu_si256((__m256i *)(db + 32),
+                                (__m256i)_mm512_cvtneps_pbh(_mm512_sub_ps(v, hf)));
         }
     }
 }
@@ -58,9 +59,10 @@ static inline __attribute__((always_inline)) __m512 hsum16(const __m512 *v) {
 }
 
 /* Sums acc[a][b] for a < R (rows r + a) and stores the first nw of each row's 4 outputs. */
-static inline __attribute__((always_inline)) void
-store_group(int R, __m512 acc[][4], float *restrict y, int ldy, const float *restrict bias, int o,
-            int nw, int r) {
+static inline __attribute__((always_inline)) void store_group(int R, __m512 acc[][4],
+                                                              float *restrict y, int ldy,
+                                                              const float *restrict bias, int o,
+                                                              int nw, int r) {
     __m512 v[16];
 #pragma GCC unroll 16
     for (int s = 0; s < 16; s++)
@@ -139,12 +141,23 @@ void qvk_gemm_bf16_avx512(float *restrict y, int ldy, const uint16_t *restrict w
         for (; r + TILE_ROWS <= n_rows; r += TILE_ROWS)
             tile(TILE_ROWS, y, ldy, w, xp, bias, o, nw, r, n_in);
         switch (n_rows - r) {
-        case 5: tile(5, y, ldy, w, xp, bias, o, nw, r, n_in); break;
-        case 4: tile(4, y, ldy, w, xp, bias, o, nw, r, n_in); break;
-        case 3: tile(3, y, ldy, w, xp, bias, o, nw, r, n_in); break;
-        case 2: tile(2, y, ldy, w, xp, bias, o, nw, r, n_in); break;
-        case 1: tile(1, y, ldy, w, xp, bias, o, nw, r, n_in); break;
-        default: break;
+        case 5:
+            tile(5, y, ldy, w, xp, bias, o, nw, r, n_in);
+            break;
+        case 4:
+            tile(4, y, ldy, w, xp, bias, o, nw, r, n_in);
+            break;
+        case 3:
+            tile(3, y, ldy, w, xp, bias, o, nw, r, n_in);
+            break;
+        case 2:
+            tile(2, y, ldy, w, xp, bias, o, nw, r, n_in);
+            break;
+        case 1:
+            tile(1, y, ldy, w, xp, bias, o, nw, r, n_in);
+            break;
+        default:
+            break;
         }
     }
 }

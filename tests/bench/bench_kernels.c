@@ -410,7 +410,8 @@ int main(int argc, char **argv) {
                         uint64_t macs = 0;
                         for (int i = 0; i < th; i++)
                             macs += fj.macs[i];
-                        if (2.0 * (double)macs / tp > best_peak) best_peak = 2.0 * (double)macs / tp;
+                        const double peak = 2.0 * (double)macs / tp;
+                        best_peak = peak > best_peak ? peak : best_peak;
                         t0 = now_s();
                         qvk_linear_bf16_multi(p, x, GEMM_ROWS, sh[k].n_in, mv, sh[k].n_mv,
                                               scratch);

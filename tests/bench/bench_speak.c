@@ -1,8 +1,8 @@
 /* bench_speak.c — where the time of one synthesis goes, through the library on a full-size model:
  * load, prefill of a 40-token text (qv_session_start: text projection, KV-cache allocation, the
  * stack over every prompt position, the codec head), ms per frame (whole frame and code predictor
- * alone; the talker is the difference), achieved weight GB/s. (Time to first audio as a user sees it:
- * bench_ttfa on speak --stream.)
+ * alone; the talker is the difference), achieved weight GB/s. (Time to first audio as a user
+ * sees it: bench_ttfa on speak --stream.)
  * usage: bench_speak MODEL_DIR [THREADS [FRAMES [RUNS [QUANT]]]]  (defaults 2, 30, 3, bf16)
  * bf16 runs first measure the read bandwidth (1 GiB, THREADS threads). Prints "key value" lines
  * (medians over RUNS) for scripts/bench.sh. No assertions.
