@@ -5,9 +5,9 @@
  *
  * Up to QVK_LINEAR_DIRECT_MAX_ROWS rows the product is memory-bound and runs the matvec row
  * kernel's arithmetic (mm_bf16). Above, it is compute-bound: the variant's GEMM on X packed once
- * per call (AVX-512 BF16, gemm_avx512.c), or, for variants without one, W widened one chunk of
- * ~1 MB at a time into scratch and multiplied by sgemm while still in L2 (the f32 copy never
- * travels to DRAM; chunk boundaries depend only on n_in).
+ * per call (gemm_avx512.c, gemm_avx2.c), or, for the scalar variant, W widened one chunk of ~1 MB
+ * at a time into scratch and multiplied by sgemm while still in L2 (the f32 copy never travels
+ * to DRAM; chunk boundaries depend only on n_in).
  */
 #include "kernels/kernels.h"
 #include "kernels/kernels_impl.h"
@@ -18,14 +18,14 @@ static size_t pad32(int n) {
 
 size_t qvk_linear_bf16_scratch(int n_rows, int n_in, int n_out) {
     const size_t packed = (size_t)n_rows * pad32(n_in); /* X as bf16 hi/lo pairs */
-    const size_t widened = (size_t)n_out * n_in;        /* W in f32 (sgemm variants) */
+    const size_t widened = (size_t)n_out * n_in;        /* W in f32 (scalar: sgemm) */
     return packed > widened ? packed : widened;
 }
 
 struct lin_job {
     const qvk_impl *impl;
     const float *x;
-    uint16_t *xp; /* packed X when the variant's GEMM runs */
+    void *xp; /* packed X when the variant's GEMM runs */
     const qvk_mv *mv;
     int n_mv, n_rows, n_in;
     qvk_row_queue cols; /* over the output columns of all matrices, concatenated */
@@ -58,7 +58,7 @@ static void cols_run(int ith, int nth, void *p) {
     }
 }
 
-/* ---- variants without a GEMM: widen + sgemm ------------------------------------------------ */
+/* ---- the scalar variant: widen + sgemm ---------------------------------------------------- */
 
 struct sgemm_job {
     const qvk_impl *impl;
@@ -113,7 +113,7 @@ void qvk_linear_bf16_multi(qvk_pool *pool, const float *restrict x, int n_rows, 
         n_total += mv[m].n_out;
     qvk_row_queue_init(&j.cols, n_total, (size_t)n_in * 2);
     if (n_rows > QVK_LINEAR_DIRECT_MAX_ROWS) {
-        j.xp = (uint16_t *)scratch;
+        j.xp = scratch;
         qvk_pool_run(pool, pack_run, &j);
     }
     qvk_pool_run(pool, cols_run, &j);

@@ -18,12 +18,11 @@
 
 #define TILE_ROWS 6 /* X rows per tile: 24 accumulators + 4 W + 2 X registers of 32 */
 
-void qvk_gemm_pack_avx512(uint16_t *restrict xp, const float *restrict x, int r0, int r1,
-                          int n_in) {
+void qvk_gemm_pack_avx512(void *restrict xp, const float *restrict x, int r0, int r1, int n_in) {
     const int nb = (n_in + 31) / 32;
     for (int r = r0; r < r1; r++) {
         const float *xr = x + (size_t)r * n_in;
-        uint16_t *d = xp + (size_t)r * nb * 64;
+        uint16_t *d = (uint16_t *)xp + (size_t)r * nb * 64;
         for (int i = 0; i < nb * 32; i += 16) {
             const int left = n_in - i;
             const __mmask16 m = left >= 16 ? 0xffff : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
@@ -133,7 +132,7 @@ tile(int R, float *restrict y, int ldy, const uint16_t *restrict w, const uint16
 }
 
 void qvk_gemm_bf16_avx512(float *restrict y, int ldy, const uint16_t *restrict w,
-                          const uint16_t *restrict xp, const float *restrict bias, int o0, int o1,
+                          const void *restrict xp, const float *restrict bias, int o0, int o1,
                           int n_rows, int n_in) {
     for (int o = o0; o < o1; o += 4) {
         const int nw = o1 - o < 4 ? o1 - o : 4;

@@ -108,10 +108,11 @@ void qvk_linear_f32(float *restrict y, const float *restrict x, const float *res
  * each W read once for all rows; bit-identical for any pool size. Up to
  * QVK_LINEAR_DIRECT_MAX_ROWS rows every element is bit-identical to qvk_matvec_bf16 of its row.
  * Above, the variant's GEMM: AVX-512 splits X into bf16 hi + lo for vdpbf16ps (X kept to 2⁻¹⁶
- * relative, exact products, f32 sums: gemm_avx512.c); AVX2 and scalar widen W chunk by chunk into
- * scratch for sgemm (each pool thread calls OpenBLAS: keep qvk_blas_set_threads at 1 when the
- * pool has several threads). scratch: qvk_linear_bf16_scratch(n_rows, n_in, largest n_out)
- * floats (the AVX-512 GEMM touches only the n_rows·n_in part holding X). */
+ * relative, exact products, f32 sums: gemm_avx512.c); AVX2 widens W in registers for f32 FMAs
+ * (gemm_avx2.c); scalar widens W chunk by chunk into scratch for sgemm (each pool thread calls
+ * OpenBLAS: keep qvk_blas_set_threads at 1 when the pool has several threads). scratch:
+ * qvk_linear_bf16_scratch(n_rows, n_in, largest n_out) floats (the GEMMs touch only the
+ * n_rows·n_in part holding the packed X). */
 #define QVK_LINEAR_DIRECT_MAX_ROWS 8
 size_t qvk_linear_bf16_scratch(int n_rows, int n_in, int n_out);
 void qvk_linear_bf16_multi(qvk_pool *pool, const float *restrict x, int n_rows, int n_in,

@@ -20,14 +20,14 @@ typedef struct {
      * while W streams from memory once for all rows. */
     void (*mm_bf16)(float *restrict y, const uint16_t *restrict w, const float *restrict x,
                     const float *restrict bias, int o0, int o1, int n_in, int n_out, int n_rows);
-    /* The prefill GEMM (gemm.c); both NULL when the variant widens W for sgemm instead.
+    /* The prefill GEMM (gemm.c); both NULL when the variant widens W for sgemm instead (scalar).
      * gemm_pack writes rows [r0, r1) of X[*, n_in] into xp in the kernel's layout (n_in rounded
      * up to 32 floats' room per row); gemm_bf16 computes Y[r, o] = W[o, :]·X[r, :] (+ bias[o])
      * for o in [o0, o1), r < n_rows, Y row stride ldy, each element the same whatever range
      * it is computed in. */
-    void (*gemm_pack)(uint16_t *restrict xp, const float *restrict x, int r0, int r1, int n_in);
+    void (*gemm_pack)(void *restrict xp, const float *restrict x, int r0, int r1, int n_in);
     void (*gemm_bf16)(float *restrict y, int ldy, const uint16_t *restrict w,
-                      const uint16_t *restrict xp, const float *restrict bias, int o0, int o1,
+                      const void *restrict xp, const float *restrict bias, int o0, int o1,
                       int n_rows, int n_in);
     /* n_iter rounds of independent FMAs; returns the multiply-adds done (FMA-peak probe). */
     uint64_t (*fma_probe)(long n_iter);
@@ -87,11 +87,15 @@ void qvk_mix_rows_avx512(float *restrict y, int64_t ldy, const float *a, int row
 void qvk_gemm_p48_avx512(float *restrict y, int64_t ldy, const float *restrict x, int64_t ldx,
                          const float *restrict w, int k, int n_rows, int n);
 
-void qvk_gemm_pack_avx512(uint16_t *restrict xp, const float *restrict x, int r0, int r1,
-                          int n_in);
+void qvk_gemm_pack_avx2(void *restrict xp, const float *restrict x, int r0, int r1, int n_in);
+void qvk_gemm_bf16_avx2(float *restrict y, int ldy, const uint16_t *restrict w,
+                        const void *restrict xp, const float *restrict bias, int o0, int o1,
+                        int n_rows, int n_in);
+void qvk_gemm_pack_avx512(void *restrict xp, const float *restrict x, int r0, int r1, int n_in);
 void qvk_gemm_bf16_avx512(float *restrict y, int ldy, const uint16_t *restrict w,
-                          const uint16_t *restrict xp, const float *restrict bias, int o0, int o1,
+                          const void *restrict xp, const float *restrict bias, int o0, int o1,
                           int n_rows, int n_in);
+uint64_t qvk_fma_probe_avx2(long n_iter);
 uint64_t qvk_fma_probe_avx512(long n_iter);
 
 /* The variant in use (qvk_init() is run first if needed). */

@@ -402,7 +402,8 @@ int main(int argc, char **argv) {
                     qvk_pool *p = th == 1 ? NULL : pool2;
                     double best = 1e30, best_peak = 0;
                     for (int r = 0; r < N_PASSES; r++) {
-                        /* a probe about as long as the GEMM (192 FMAs per AVX-512 round) */
+                        /* a probe about as long as the GEMM (192 multiply-adds per AVX-512
+                         * round, 96 per AVX2 round) */
                         struct fma_job fj = {(long)(flop / 2 / 192 / th), {0}};
                         double t0 = now_s();
                         qvk_pool_run(p, fma_run, &fj);

@@ -384,9 +384,10 @@ static void test_linear(void **state) {
 
 /* Batched bf16 linear (qvk_linear_bf16_multi) on every prefill set of 0.6B and 1.7B (QKV and
  * gate/up as one call, the text projection) and on an odd shape, every variant, against a
- * double-precision reference: up to QVK_LINEAR_DIRECT_MAX_ROWS rows and in the widen + sgemm
- * path within the f32 bound (n+1)·2⁻²⁴·Σ|wx| (the direct path also equals qvk_matvec_bf16 row
- * by row); the AVX-512 GEMM (x as bf16 hi + lo, 2n exact products summed in f32) within
+ * double-precision reference: up to QVK_LINEAR_DIRECT_MAX_ROWS rows, the AVX2 GEMM (f32 FMAs)
+ * and the scalar widen + sgemm within the f32 bound (n+1)·2⁻²⁴·Σ|wx| (the direct path also
+ * equals qvk_matvec_bf16 row by row); the AVX-512 GEMM (x as bf16 hi + lo, 2n exact products
+ * summed in f32) within
  * (2(n+1)·2⁻²⁴ + 2⁻¹⁶)·Σ|wx|. Row counts that are not a multiple of the 6-row tile, and 2 and
  * 3 threads bit for bit equal to 1. The reference covers every fifth output column and the
  * last four of each matrix (all tile positions mod 4) to keep the test short. */
