@@ -11,7 +11,7 @@ JOBS=${FUZZ_JOBS:-1}
 CFLAGS="-g -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined \
  -DFUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION -D_GNU_SOURCE -std=c11 -I. \
  -I/usr/include/cjson"
-LIBS="-lopenblas -llz4 -lsndfile -lsamplerate -lcjson -lpcre2-8 -lutf8proc -lfftw3f -lcrypto -lpng -lpthread -lm"
+LIBS="-lopenblas -llz4 -lsndfile -lvorbis -logg -lsamplerate -lcjson -lpcre2-8 -lutf8proc -lfftw3f -lcrypto -lpng -lpthread -lm"
 AVX2="-mavx2 -mfma -mf16c"
 AVX512="$AVX2 -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512bf16 -mavx512vnni"
 command -v "$CC" >/dev/null || { echo "fuzz.sh: $CC not found (apt-get install clang)" >&2; exit 1; }
@@ -47,6 +47,17 @@ for t in tests/fuzz/fuzz_*.c; do
   mkdir -p "$B/corpus/$name"
   seeds=""
   [ -d "tests/fuzz/corpus/$name" ] && seeds="tests/fuzz/corpus/$name"
+  # a target with a plain-program mode (-DQV_FUZZ_MAIN, fuzz_audio_load) writes its seeds itself,
+  # made from the bundled clips each run (no binary audio is committed)
+  if grep -q QV_FUZZ_MAIN "$t"; then
+    mkdir -p "$B/seeds/$name"
+    if $CC $CFLAGS -DQV_FUZZ_MAIN "$t" "$B/libqvoice-fuzz.a" $LIBS -o "$bin-main" 2>>"$bin.log" &&
+       "$bin-main" --seeds "$B/seeds/$name" >/dev/null 2>&1; then
+      seeds="$seeds $B/seeds/$name"
+    else
+      echo "fuzz.sh: note: $name: no seeds written (see $bin.log)" >&2
+    fi
+  fi
   dict=""
   if [ -f "tests/fuzz/$name.dict" ]; then dict="-dict=tests/fuzz/$name.dict"
   else case "$name" in *qvf*|*legacy*|*roundtrip*) dict="-dict=tests/fuzz/qvf.dict" ;; esac; fi
