@@ -133,7 +133,6 @@ int qvc_audio_from_mono(qvc_audio *a, const float *x, int64_t n, int rate_hz, co
     return from_mono_owned(a, copy, n, rate_hz, name, err, err_size);
 }
 
-
 /* libsndfile (1.2.0 here; unchanged upstream as of 1.2.2) loses the codec setup libvorbis allocated
  * (5.8 kB) when an Ogg Vorbis file's three header packets do not all arrive intact: no
  * beginning-of-stream flag, extra packets on the first page, a first header libvorbis rejects, a
@@ -175,8 +174,8 @@ static int vorbis_headers_broken(const char *path) {
             ogg_sync_wrote(&oy, (long)k);
             continue;
         }
-        if (r < 0) continue; /* bytes skipped to the next page */
-        if (!have_stream) { /* the first page decides what the stream is */
+        if (r < 0) continue;               /* bytes skipped to the next page */
+        if (!have_stream) {                /* the first page decides what the stream is */
             if (!ogg_page_bos(&og)) break; /* libsndfile refuses it before Vorbis */
             ogg_stream_init(&os, ogg_page_serialno(&og));
             have_stream = 1;

@@ -29,7 +29,9 @@
 
 /* a corrupt header must not make the reader allocate more than a real upload needs */
 const char *__asan_default_options(void);
-const char *__asan_default_options(void) { return "max_allocation_size_mb=1024:detect_leaks=1"; }
+const char *__asan_default_options(void) {
+    return "max_allocation_size_mb=1024:detect_leaks=1";
+}
 
 static int g_fd = -1;
 
@@ -85,10 +87,14 @@ typedef struct {
     buf b;
     sf_count_t pos;
 } vio;
-static sf_count_t v_len(void *u) { return (sf_count_t)((vio *)u)->b.n; }
+static sf_count_t v_len(void *u) {
+    return (sf_count_t)((vio *)u)->b.n;
+}
 static sf_count_t v_seek(sf_count_t off, int whence, void *u) {
     vio *v = u;
-    v->pos = whence == SEEK_SET ? off : whence == SEEK_CUR ? v->pos + off : (sf_count_t)v->b.n + off;
+    v->pos = whence == SEEK_SET   ? off
+             : whence == SEEK_CUR ? v->pos + off
+                                  : (sf_count_t)v->b.n + off;
     return v->pos;
 }
 static sf_count_t v_read(void *p, sf_count_t n, void *u) {
@@ -111,14 +117,16 @@ static sf_count_t v_write(const void *p, sf_count_t n, void *u) {
     v->pos += n;
     return n;
 }
-static sf_count_t v_tell(void *u) { return ((vio *)u)->pos; }
+static sf_count_t v_tell(void *u) {
+    return ((vio *)u)->pos;
+}
 
 /* kinds[k] encoding of the first SEED_SECONDS of x (mono at rate_in, resampled by picking). */
 static int encode(int k, const float *x, sf_count_t n_in, int rate_in, buf *out) {
     SF_VIRTUAL_IO io = {v_len, v_seek, v_read, v_write, v_tell};
     vio v = {{NULL, 0}, 0};
-    SF_INFO info = {.samplerate = kinds[k].rate, .channels = kinds[k].channels,
-                    .format = kinds[k].format};
+    SF_INFO info = {
+        .samplerate = kinds[k].rate, .channels = kinds[k].channels, .format = kinds[k].format};
     SNDFILE *sf = sf_open_virtual(&io, SFM_WRITE, &info, &v);
     if (!sf) return -1; /* this libsndfile cannot write it */
     int n = (int)(SEED_SECONDS * kinds[k].rate), ch = kinds[k].channels;
@@ -126,7 +134,8 @@ static int encode(int k, const float *x, sf_count_t n_in, int rate_in, buf *out)
     if (!y) abort();
     for (int i = 0; i < n; i++) {
         sf_count_t j = (sf_count_t)((double)i * rate_in / kinds[k].rate);
-        for (int c = 0; c < ch; c++) y[i * ch + c] = j < n_in ? x[j] * (c ? 0.5f : 1.0f) : 0.0f;
+        for (int c = 0; c < ch; c++)
+            y[i * ch + c] = j < n_in ? x[j] * (c ? 0.5f : 1.0f) : 0.0f;
     }
     sf_writef_float(sf, y, n);
     sf_close(sf);
@@ -140,10 +149,14 @@ static uint64_t rnd(void) { /* xorshift64* */
     g_rng ^= g_rng >> 12, g_rng ^= g_rng << 25, g_rng ^= g_rng >> 27;
     return g_rng * 2685821657736338717ull;
 }
-static size_t below(size_t n) { return n ? (size_t)(rnd() % n) : 0; }
+static size_t below(size_t n) {
+    return n ? (size_t)(rnd() % n) : 0;
+}
 
 /* An offset, mostly within the first 256 bytes (the headers). */
-static size_t offset(size_t n) { return rnd() % 4 ? below(n < 256 ? n : 256) : below(n); }
+static size_t offset(size_t n) {
+    return rnd() % 4 ? below(n < 256 ? n : 256) : below(n);
+}
 
 static void mutate(buf *b, const buf *other) {
     static const uint32_t edge[] = {0,          1,          2,          0x7f,       0x80,
@@ -153,7 +166,8 @@ static void mutate(buf *b, const buf *other) {
     for (int s = 0; s < steps && b->n; s++) {
         switch (below(7)) {
         case 0: /* bit flips */
-            for (int i = 1 + (int)below(8); i > 0; i--) b->p[offset(b->n)] ^= (uint8_t)(1u << below(8));
+            for (int i = 1 + (int)below(8); i > 0; i--)
+                b->p[offset(b->n)] ^= (uint8_t)(1u << below(8));
             break;
         case 1: /* a byte set to an edge value */
             b->p[offset(b->n)] = (uint8_t)edge[below(6)];
@@ -165,11 +179,13 @@ static void mutate(buf *b, const buf *other) {
             uint32_t v = edge[below(sizeof edge / sizeof *edge)];
             if (rnd() % 3 == 0) { /* the current value +- a little */
                 v = 0;
-                for (size_t i = 0; i < w; i++) v |= (uint32_t)b->p[at + i] << (8 * i);
+                for (size_t i = 0; i < w; i++)
+                    v |= (uint32_t)b->p[at + i] << (8 * i);
                 v += (uint32_t)below(17) - 8u;
             }
             int be = rnd() & 1;
-            for (size_t i = 0; i < w; i++) b->p[at + (be ? w - 1 - i : i)] = (uint8_t)(v >> (8 * i));
+            for (size_t i = 0; i < w; i++)
+                b->p[at + (be ? w - 1 - i : i)] = (uint8_t)(v >> (8 * i));
             break;
         }
         case 3: /* truncated */
@@ -245,15 +261,23 @@ int main(int argc, char **argv) {
     const char *clip = CLIP, *seeds_dir = NULL;
     g_rng = 0x9e3779b97f4a7c15ull;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--runs") && i + 1 < argc) runs = atol(argv[++i]);
-        else if (!strcmp(argv[i], "--seconds") && i + 1 < argc) seconds = atof(argv[++i]);
-        else if (!strcmp(argv[i], "--seed") && i + 1 < argc) g_rng = strtoull(argv[++i], NULL, 0) | 1;
-        else if (!strcmp(argv[i], "--seeds") && i + 1 < argc) seeds_dir = argv[++i];
-        else if (!strcmp(argv[i], "--clip") && i + 1 < argc) clip = argv[++i];
-        else if (argv[i][0] != '-') n_files++;
+        if (!strcmp(argv[i], "--runs") && i + 1 < argc)
+            runs = atol(argv[++i]);
+        else if (!strcmp(argv[i], "--seconds") && i + 1 < argc)
+            seconds = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--seed") && i + 1 < argc)
+            g_rng = strtoull(argv[++i], NULL, 0) | 1;
+        else if (!strcmp(argv[i], "--seeds") && i + 1 < argc)
+            seeds_dir = argv[++i];
+        else if (!strcmp(argv[i], "--clip") && i + 1 < argc)
+            clip = argv[++i];
+        else if (argv[i][0] != '-')
+            n_files++;
         else {
-            fprintf(stderr, "usage: %s [--seeds DIR] [--runs N] [--seconds S] [--seed X] "
-                            "[--clip CLIP] [FILE...]\n", argv[0]);
+            fprintf(stderr,
+                    "usage: %s [--seeds DIR] [--runs N] [--seconds S] [--seed X] "
+                    "[--clip CLIP] [FILE...]\n",
+                    argv[0]);
             return 2;
         }
     }
@@ -273,14 +297,16 @@ int main(int argc, char **argv) {
     int n_seeds = 0;
     for (int k = 0; k < N_KINDS; k++) {
         if (encode(k, x, n_in, in.samplerate, &seed[n_seeds])) {
-            fprintf(stderr, "fuzz_audio_load: note: this libsndfile cannot write %s\n", kinds[k].name);
+            fprintf(stderr, "fuzz_audio_load: note: this libsndfile cannot write %s\n",
+                    kinds[k].name);
             continue;
         }
         if (seeds_dir) {
             char path[4096];
             snprintf(path, sizeof path, "%s/%s", seeds_dir, kinds[k].name);
             FILE *f = fopen(path, "wb");
-            if (!f || fwrite(seed[n_seeds].p, 1, seed[n_seeds].n, f) != seed[n_seeds].n || fclose(f)) {
+            if (!f || fwrite(seed[n_seeds].p, 1, seed[n_seeds].n, f) != seed[n_seeds].n ||
+                fclose(f)) {
                 fprintf(stderr, "%s: cannot write\n", path);
                 return 2;
             }
@@ -304,7 +330,8 @@ int main(int argc, char **argv) {
         accepted += read_one(m.p, m.n) == 0;
         free(m.p);
     }
-    for (int k = 0; k < n_seeds; k++) free(seed[k].p);
+    for (int k = 0; k < n_seeds; k++)
+        free(seed[k].p);
     if (seeds_dir) return 0;
     printf("fuzz_audio_load: %ld mutated files (%d formats) in %.1f s, %ld read as audio, "
            "the rest refused cleanly; no sanitizer report\n",

@@ -27,7 +27,8 @@ static int write_vorbis(const char *path) {
     SNDFILE *f = sf_open(path, SFM_WRITE, &info);
     if (!f) return -1;
     static float x[84000];
-    for (int i = 0; i < 84000; i++) x[i] = 0.3f * (float)((i * 7919) % 200 - 100) / 100.0f;
+    for (int i = 0; i < 84000; i++)
+        x[i] = 0.3f * (float)((i * 7919) % 200 - 100) / 100.0f;
     sf_writef_float(f, x, 84000);
     sf_close(f);
     return 0;
@@ -45,7 +46,8 @@ static void test_harness_bounded(void **state) {
     /* 7 formats x 60 mutations (fewer if a loaded machine makes them take over 5 minutes); the
      * harness exits non-zero on any sanitizer report (a leak included) and checks first that
      * every intact seed reads as audio */
-    assert_int_equal(sh("%s --runs 420 --seconds 300 > %s 2>&1", g_harness, tmp_path("fuzz.out")), 0);
+    assert_int_equal(sh("%s --runs 420 --seconds 300 > %s 2>&1", g_harness, tmp_path("fuzz.out")),
+                     0);
     assert_true(file_has(tmp_path("fuzz.out"), "mutated files (7 formats)"));
     assert_true(file_has(tmp_path("fuzz.out"), "no sanitizer report"));
 }
@@ -69,20 +71,24 @@ static void test_vorbis_cut_headers_refused(void **state) {
     assert_true(second > 0);
     tmp_write(tmp_path("cut.ogg"), b, (size_t)second);
     static char id3[1 << 20];
-    memcpy(id3, "ID3\x04\0\0\0\0\0\x05" "abcde", 15);
+    memcpy(id3,
+           "ID3\x04\0\0\0\0\0\x05"
+           "abcde",
+           15);
     memcpy(id3 + 15, b, (size_t)second);
     tmp_write(tmp_path("id3cut.ogg"), id3, (size_t)second + 15);
     tmp_write(tmp_path("mid.ogg"), b, (size_t)second + 100);
     const char *cuts[] = {"cut.ogg", "id3cut.ogg", "mid.ogg"};
     for (int i = 0; i < 3; i++) {
-        assert_int_equal(qvc_audio_load(&a, tmp_path(cuts[i]), QVC_DEFAULT_MAX_SECONDS, err,
-                                        sizeof err), -1);
+        assert_int_equal(
+            qvc_audio_load(&a, tmp_path(cuts[i]), QVC_DEFAULT_MAX_SECONDS, err, sizeof err), -1);
         if (!strstr(err, cuts[i]) || !strstr(err, "Ogg Vorbis headers")) fail_msg("%s", err);
     }
     /* under LeakSanitizer: refused, nothing leaked (before the guard libsndfile lost 5.8 kB on
      * each of them) */
     assert_int_equal(sh("%s %s %s %s > %s 2>&1", g_harness, tmp_path("cut.ogg"),
-                        tmp_path("id3cut.ogg"), tmp_path("mid.ogg"), tmp_path("replay.out")), 0);
+                        tmp_path("id3cut.ogg"), tmp_path("mid.ogg"), tmp_path("replay.out")),
+                     0);
     assert_int_equal(sh("test $(grep -c ': refused$' %s) = 3", tmp_path("replay.out")), 0);
 }
 
