@@ -242,24 +242,27 @@ int qvc_audio_load(qvc_audio *a, const char *path, double max_seconds, char *err
         set_err(err, err_size, path, "too long to load (use --max-seconds)");
         return -1;
     }
-    /* Read in blocks into a mono buffer that grows with what actually decodes: a header's frame
-     * count is only a claim (a 100-byte FLAC can claim 30 s of 8 channels at 655 kHz, 0.6 GB of
-     * floats), so nothing is allocated on its word. */
-    enum { BLOCK = 1 << 16 };
-    float *inter = malloc((size_t)BLOCK * info.channels * sizeof(float)), *mono = NULL;
+    /* Read in blocks of 64k samples into a mono buffer that grows with what actually decodes: a
+     * header's frame count is only a claim (a 100-byte FLAC can claim 30 s of 8 channels at
+     * 655 kHz, 0.6 GB of floats), so nothing is allocated on its word. */
+    enum { BLOCK_SAMPLES = 1 << 16 };
+    sf_count_t block = info.channels < BLOCK_SAMPLES ? BLOCK_SAMPLES / info.channels : 1;
+    float *inter = malloc((size_t)block * info.channels * sizeof(float)), *mono = NULL;
     int64_t got = 0, cap = 0, clipped = 0;
     int oom = !inter;
     while (!oom && got < n) {
-        sf_count_t want = n - got < BLOCK ? n - got : BLOCK;
+        sf_count_t want = n - got < block ? n - got : block;
         if (got + want > cap) {
-            int64_t grown = cap ? 2 * cap : BLOCK;
-            float *m = realloc(mono, (size_t)(grown < n ? grown : n) * sizeof(float));
+            int64_t grown = cap ? 2 * cap : BLOCK_SAMPLES;
+            if (grown < got + want) grown = got + want;
+            if (grown > n) grown = n;
+            float *m = realloc(mono, (size_t)grown * sizeof(float));
             if (!m) {
                 oom = 1;
                 break;
             }
             mono = m;
-            cap = grown < n ? grown : n;
+            cap = grown;
         }
         sf_count_t k = sf_readf_float(sf, inter, want);
         if (k <= 0) break;
