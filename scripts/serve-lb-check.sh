@@ -15,43 +15,36 @@ file=$1 conf=$2
 shift 2
 command -v nginx >/dev/null || PATH=$PATH:/usr/sbin
 interval=${QV_CHECK_INTERVAL:-1}
-state="" # "host:port=up|down ..." as last written
-write() { # the upstream servers, with `down` on those that failed their check
-  : > "$file.new"
-  for b in "$@"; do
-    case " $state " in *" $b=down "*) d=" down" ;; *) d="" ;; esac
-    echo "server $b max_fails=1 fail_timeout=10s$d;" >> "$file.new"
-  done
-  mv "$file.new" "$file"
-}
-first=1
+state=""  # " host:port=CODE ..." of the last poll (CODE: the HTTP status of /ready, 000: none)
 while :; do
-  new=""
+  polled=""
   for b in "$@"; do
-    code=$(curl -s -o /dev/null --max-time 2 -w '%{http_code}' "http://$b/ready" 2>/dev/null)
-    if [ "$code" = 200 ]; then new="$new $b=up"; else new="$new $b=down"; fi
-    [ "$code" = 200 ] || eval "why_$(echo "$b" | tr -c 'a-zA-Z0-9\n' _)=$code"
+    polled="$polled $b=$(curl -s -o /dev/null --max-time 2 -w '%{http_code}' "http://$b/ready")"
   done
-  new=${new# }
-  if [ "$new" != "$state" ]; then
-    old=$state
-    state=$new
-    write "$@"
-    if [ $first = 0 ]; then
-      nginx -c "$conf" -s reload 2>/dev/null
-      for s in $state; do
-        case " $old " in *" $s "*) ;; *)
-          b=${s%=*}
-          if [ "${s#*=}" = down ]; then
-            eval "c=\$why_$(echo "$b" | tr -c 'a-zA-Z0-9\n' _)"
-            echo "serve-lb-check: $b down (GET /ready: ${c:-000}); nginx reloaded"
-          else
-            echo "serve-lb-check: $b up again; nginx reloaded"
-          fi ;;
-        esac
-      done
-    fi
+  changed="" news=""
+  for p in $polled; do # a change is from 200 to anything else, or back
+    b=${p%=*} code=${p#*=}
+    case " $state " in *" $b=200 "*) was=up ;; *" $b="*) was=down ;; *) was=new ;; esac
+    if [ "$code" = 200 ]; then now=up; else now=down; fi
+    [ "$was" = "$now" ] && continue
+    if [ "$was" = new ]; then news="$news $p"; else changed="$changed $p"; fi
+  done
+  state=$polled
+  if [ -n "$changed$news" ]; then
+    : > "$file.new"
+    for p in $state; do
+      down=""; [ "${p#*=}" = 200 ] || down=" down"
+      echo "server ${p%=*} max_fails=1 fail_timeout=10s$down;" >> "$file.new"
+    done
+    mv "$file.new" "$file"
+    nginx -c "$conf" -s reload 2>/dev/null
+    for p in $changed; do
+      if [ "${p#*=}" = 200 ]; then
+        echo "serve-lb-check: ${p%=*} up again; nginx reloaded"
+      else
+        echo "serve-lb-check: ${p%=*} down (GET /ready: ${p#*=}); nginx reloaded"
+      fi
+    done
   fi
-  first=0
   sleep "$interval"
 done
