@@ -17,7 +17,7 @@ CFLAGS  ?= $(OPT) -g
 WARN     = -std=c11 -Wall -Wextra -Wshadow -Wcast-qual -Wstrict-prototypes -Wswitch-enum -Wundef \
            -Wno-unused-parameter $(WERROR)
 CPPFLAGS_ALL = -D_GNU_SOURCE -I. -I/usr/include/cjson $(CPPFLAGS)
-LIBS     = -lopenblas -llz4 -lmicrohttpd -lsndfile -lsamplerate -lcjson -lpcre2-8 -lutf8proc -lfftw3f -lcrypto \
+LIBS     = -lopenblas -llz4 -lmicrohttpd -lsndfile -lvorbis -logg -lsamplerate -lcjson -lpcre2-8 -lutf8proc -lfftw3f -lcrypto \
            -lpng -lebur128 -lpthread -lm
 AVX2_FLAGS   = -mavx2 -mfma -mf16c
 AVX512_FLAGS = -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512bf16 -mavx512vnni
@@ -121,6 +121,17 @@ $(MKMODEL): $(B)/tests/tools/mkmodel.o $(LIB)
 $(B)/tests/%: $(B)/tests/unit/%.o $(TEST_HELPERS:%.c=$(B)/%.o) $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LIBS) -lcmocka
+
+# The audio-upload fuzz harness as a plain program (tests/fuzz/fuzz_audio_load.c, -DQV_FUZZ_MAIN):
+# the reader of POST /v1/audio/voices (features/audio.c) with ASan + UBSan, whatever CFLAGS say;
+# test_audio_fuzz runs it for a bounded count in make test, make fuzz runs the libFuzzer build.
+FUZZ_AUDIO := $(B)/fuzz-asan/fuzz_audio_load
+$(FUZZ_AUDIO): tests/fuzz/fuzz_audio_load.c features/audio.c features/features.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS_ALL) $(WARN) -DQV_FUZZ_MAIN -O1 -g -fno-omit-frame-pointer \
+	  -fsanitize=address,undefined -fno-sanitize-recover=undefined -o $@ $(filter %.c,$^) \
+	  -lsndfile -lvorbis -logg -lsamplerate -lm
+$(B)/tests/test_audio_fuzz: | $(FUZZ_AUDIO)
 
 $(B)/bench/%: $(B)/tests/bench/%.o $(LIB)
 	@mkdir -p $(dir $@)

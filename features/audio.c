@@ -6,11 +6,13 @@
 #include "features/features.h"
 
 #include <math.h>
+#include <ogg/ogg.h>
 #include <samplerate.h>
 #include <sndfile.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <vorbis/codec.h>
 
 static void set_err(char *err, size_t err_size, const char *name, const char *msg) {
     if (err && err_size) snprintf(err, err_size, "%s: %s", name, msg);
@@ -131,9 +133,81 @@ int qvc_audio_from_mono(qvc_audio *a, const float *x, int64_t n, int rate_hz, co
     return from_mono_owned(a, copy, n, rate_hz, name, err, err_size);
 }
 
+/* libsndfile (1.2.0 here; unchanged upstream as of 1.2.2) loses the codec setup libvorbis allocated
+ * (5.8 kB) when an Ogg Vorbis file's three header packets do not all arrive intact: no
+ * beginning-of-stream flag, extra packets on the first page, a first header libvorbis rejects, a
+ * hole, the end of the file. tests/fuzz/fuzz_audio_load.c found it; a server would lose that much
+ * per such upload. Such files are refused before libsndfile opens them: the same reading with
+ * libogg and libvorbis (stricter: all three headers must parse), cleaned up. 1 for a file that
+ * libsndfile would read as Ogg Vorbis with broken headers, else 0. */
+static int vorbis_headers_broken(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0; /* sf_open reports it */
+    unsigned char h[10];
+    long start = 0;
+    int n = 0;
+    /* where libsndfile looks for "OggS": after any ID3v2 tags (sndfile.c, id3.c) */
+    while ((n = fseek(f, start, SEEK_SET) ? 0 : (int)fread(h, 1, sizeof h, f)) == 10 &&
+           !memcmp(h, "ID3", 3) && start < (1L << 30))
+        start += 10 + ((long)(h[6] & 0x7f) << 21 | (h[7] & 0x7f) << 14 | (h[8] & 0x7f) << 7 |
+                       (h[9] & 0x7f));
+    if (n < 4 || memcmp(h, "OggS", 4) || fseek(f, start, SEEK_SET)) {
+        fclose(f);
+        return 0;
+    }
+    ogg_sync_state oy;
+    ogg_stream_state os;
+    ogg_page og;
+    ogg_packet op;
+    vorbis_info vi;
+    vorbis_comment vc;
+    ogg_sync_init(&oy);
+    vorbis_info_init(&vi);
+    vorbis_comment_init(&vc);
+    int got = 0, broken = 0, have_stream = 0;
+    while (got < 3 && !broken) {
+        int r = ogg_sync_pageout(&oy, &og);
+        if (r == 0) {
+            char *b = ogg_sync_buffer(&oy, 4096);
+            size_t k = b ? fread(b, 1, 4096, f) : 0;
+            if (!k) break; /* the end before three headers */
+            ogg_sync_wrote(&oy, (long)k);
+            continue;
+        }
+        if (r < 0) continue;               /* bytes skipped to the next page */
+        if (!have_stream) {                /* the first page decides what the stream is */
+            if (!ogg_page_bos(&og)) break; /* libsndfile refuses it before Vorbis */
+            ogg_stream_init(&os, ogg_page_serialno(&og));
+            have_stream = 1;
+            if (ogg_stream_pagein(&os, &og) || ogg_stream_packetout(&os, &op) != 1) break;
+            if (op.bytes < 7 || memcmp(op.packet, "\001vorbis", 7)) break; /* not Vorbis */
+            broken = !op.b_o_s || ogg_stream_packetpeek(&os, NULL) ||
+                     vorbis_synthesis_headerin(&vi, &vc, &op) < 0;
+            got = 1;
+            continue;
+        }
+        if (ogg_page_serialno(&og) != os.serialno) continue;
+        if (ogg_stream_pagein(&os, &og)) broken = 1;
+        while (!broken && got < 3 && (r = ogg_stream_packetout(&os, &op)) != 0)
+            broken = r < 0 || vorbis_synthesis_headerin(&vi, &vc, &op) < 0 || (got++, 0);
+        if (ogg_page_eos(&og)) break; /* libsndfile reads no page after an end-of-stream page */
+    }
+    broken |= got > 0 && got < 3;
+    vorbis_comment_clear(&vc);
+    vorbis_info_clear(&vi);
+    if (have_stream) ogg_stream_clear(&os);
+    ogg_sync_clear(&oy);
+    fclose(f);
+    return broken;
+}
+
 int qvc_audio_load(qvc_audio *a, const char *path, double max_seconds, char *err,
                    size_t err_size) {
     memset(a, 0, sizeof *a);
+    if (vorbis_headers_broken(path)) {
+        set_err(err, err_size, path, "cannot read audio (Ogg Vorbis headers missing or corrupt)");
+        return -1;
+    }
     SF_INFO info = {0};
     SNDFILE *sf = sf_open(path, SFM_READ, &info);
     if (!sf) {
@@ -168,35 +242,49 @@ int qvc_audio_load(qvc_audio *a, const char *path, double max_seconds, char *err
         set_err(err, err_size, path, "too long to load (use --max-seconds)");
         return -1;
     }
-    float *inter = malloc((size_t)n * info.channels * sizeof(float));
-    float *mono = malloc((size_t)n * sizeof(float));
-    if (!inter || !mono) {
-        free(inter);
-        free(mono);
-        sf_close(sf);
-        set_err(err, err_size, path, "out of memory");
-        return -1;
+    /* Read in blocks of 64k samples into a mono buffer that grows with what actually decodes: a
+     * header's frame count is only a claim (a 100-byte FLAC can claim 30 s of 8 channels at
+     * 655 kHz, 0.6 GB of floats), so nothing is allocated on its word. */
+    enum { BLOCK_SAMPLES = 1 << 16 };
+    sf_count_t block = info.channels < BLOCK_SAMPLES ? BLOCK_SAMPLES / info.channels : 1;
+    float *inter = malloc((size_t)block * info.channels * sizeof(float)), *mono = NULL;
+    int64_t got = 0, cap = 0, clipped = 0;
+    int oom = !inter;
+    while (!oom && got < n) {
+        sf_count_t want = n - got < block ? n - got : block;
+        if (got + want > cap) {
+            int64_t grown = cap ? 2 * cap : BLOCK_SAMPLES;
+            if (grown < got + want) grown = got + want;
+            if (grown > n) grown = n;
+            float *m = realloc(mono, (size_t)grown * sizeof(float));
+            if (!m) {
+                oom = 1;
+                break;
+            }
+            mono = m;
+            cap = grown;
+        }
+        sf_count_t k = sf_readf_float(sf, inter, want);
+        if (k <= 0) break;
+        for (sf_count_t i = 0; i < k; i++) {
+            float s = 0.0f;
+            for (int c = 0; c < info.channels; c++) {
+                float v = inter[i * info.channels + c];
+                clipped += fabsf(v) >= QVC_CLIP_LEVEL;
+                s += v;
+            }
+            mono[got + i] = info.channels == 1 ? s : s / (float)info.channels;
+        }
+        got += k;
     }
-    sf_count_t got = sf_readf_float(sf, inter, n);
+    free(inter);
     sf_close(sf);
-    if (got <= 0) {
-        free(inter);
+    if (oom || got <= 0) {
         free(mono);
-        set_err(err, err_size, path, "cannot decode audio frames");
+        set_err(err, err_size, path, oom ? "out of memory" : "cannot decode audio frames");
         return -1;
     }
     n = got;
-    int64_t clipped = 0;
-    for (int64_t i = 0; i < n; i++) {
-        float s = 0.0f;
-        for (int c = 0; c < info.channels; c++) {
-            float v = inter[i * info.channels + c];
-            clipped += fabsf(v) >= QVC_CLIP_LEVEL;
-            s += v;
-        }
-        mono[i] = info.channels == 1 ? s : s / (float)info.channels;
-    }
-    free(inter);
     a->clipped_fraction = (double)clipped / ((double)n * info.channels);
     a->used_seconds = (double)n / info.samplerate;
     return from_mono_owned(a, mono, n, info.samplerate, path, err, err_size);

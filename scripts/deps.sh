@@ -9,7 +9,7 @@ set -e
 INSTALL_PKGS="help2man libmp3lame-dev libunistring-dev python3 python3-venv python3-setuptools
 python3-wheel python3-numpy"
 
-PKGS="gcc make pkg-config liblz4-dev libsndfile1-dev libsamplerate0-dev libopenblas-pthread-dev
+PKGS="gcc make pkg-config liblz4-dev libsndfile1-dev libvorbis-dev libogg-dev libsamplerate0-dev libopenblas-pthread-dev
 libcjson-dev libpcre2-dev libutf8proc-dev libfftw3-dev libcmocka-dev libssl-dev libpng-dev libebur128-dev
 clang libclang-rt-14-dev wamerican libmicrohttpd-dev nginx-light hey"
 missing=""

@@ -1,7 +1,7 @@
 #!/bin/sh
 # fuzz.sh — build every tests/fuzz/fuzz_*.c as a libFuzzer binary (clang, ASan + UBSan, fuzz-mode
 # library: FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION skips CRC checks) and run each for FUZZ_SECONDS
-# (default 60; FUZZ_TARGETS="fuzz_a fuzz_b" runs only those). New inputs go to build/fuzz/corpus/<target>, crashes to tests/fuzz/findings/.
+# (default 60; FUZZ_TARGETS="fuzz_a fuzz_b" runs only those; FUZZ_SNDFILE_SRC: below). New inputs go to build/fuzz/corpus/<target>, crashes to tests/fuzz/findings/.
 # Ends with one line per target: runs executed, and whether it found anything. Exit 1 on a finding.
 set -u
 SECONDS_PER=${FUZZ_SECONDS:-60}
@@ -11,7 +11,7 @@ JOBS=${FUZZ_JOBS:-1}
 CFLAGS="-g -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined \
  -DFUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION -D_GNU_SOURCE -std=c11 -I. \
  -I/usr/include/cjson"
-LIBS="-lopenblas -llz4 -lsndfile -lsamplerate -lcjson -lpcre2-8 -lutf8proc -lfftw3f -lcrypto -lpng -lpthread -lm"
+LIBS="-lopenblas -llz4 -lsndfile -lvorbis -logg -lsamplerate -lcjson -lpcre2-8 -lutf8proc -lfftw3f -lcrypto -lpng -lpthread -lm"
 AVX2="-mavx2 -mfma -mf16c"
 AVX512="$AVX2 -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512bf16 -mavx512vnni"
 command -v "$CC" >/dev/null || { echo "fuzz.sh: $CC not found (apt-get install clang)" >&2; exit 1; }
@@ -33,13 +33,33 @@ done
 rm -f "$B/libqvoice-fuzz.a"
 ar rcs "$B/libqvoice-fuzz.a" $objs
 
+# FUZZ_SNDFILE_SRC=DIR: a libsndfile source tree (e.g. a checkout of the tag of the system's
+# version). It is built once into $B/sndfile with the same instrumentation and linked before the
+# system's, so libFuzzer sees coverage inside libsndfile and ASan checks its memory accesses.
+# Without it the system libsndfile runs uninstrumented: ASan checks our code, the heap, and the
+# libc calls libsndfile makes, and libFuzzer is guided by our code's coverage only.
+SNDFILE=""
+if [ -n "${FUZZ_SNDFILE_SRC:-}" ]; then
+  sb="$B/sndfile"
+  if [ ! -f "$sb/libsndfile.a" ]; then
+    echo "fuzz.sh: building libsndfile from $FUZZ_SNDFILE_SRC (instrumented, static)" >&2
+    { cmake -S "$FUZZ_SNDFILE_SRC" -B "$sb" -DCMAKE_C_COMPILER="$CC" \
+        -DCMAKE_C_FLAGS="-g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined" \
+        -DBUILD_SHARED_LIBS=OFF -DBUILD_PROGRAMS=OFF -DBUILD_EXAMPLES=OFF -DBUILD_TESTING=OFF \
+        -DENABLE_CPACK=OFF -DINSTALL_MANPAGES=OFF &&
+      cmake --build "$sb" --target sndfile -j "$JOBS"; } >"$sb.log" 2>&1 ||
+      { echo "fuzz.sh: libsndfile did not build (see $sb.log)" >&2; exit 1; }
+  fi
+  SNDFILE="$sb/libsndfile.a -lFLAC -lvorbisenc -lopus -lmpg123 -lmp3lame"
+fi
+
 status=0
 summary=""
 for t in tests/fuzz/fuzz_*.c; do
   name=$(basename "$t" .c)
   if [ -n "${FUZZ_TARGETS:-}" ] && ! echo " $FUZZ_TARGETS " | grep -q " $name "; then continue; fi
   bin="$B/$name"
-  if ! $CC $CFLAGS -fsanitize=fuzzer "$t" "$B/libqvoice-fuzz.a" $LIBS -o "$bin" 2>"$bin.log"; then
+  if ! $CC $CFLAGS -fsanitize=fuzzer "$t" "$B/libqvoice-fuzz.a" $SNDFILE $LIBS -o "$bin" 2>"$bin.log"; then
     summary="$summary\n$name: NOT BUILT (see $bin.log)"
     status=1
     continue
@@ -47,6 +67,17 @@ for t in tests/fuzz/fuzz_*.c; do
   mkdir -p "$B/corpus/$name"
   seeds=""
   [ -d "tests/fuzz/corpus/$name" ] && seeds="tests/fuzz/corpus/$name"
+  # a target with a plain-program mode (-DQV_FUZZ_MAIN, fuzz_audio_load) writes its seeds itself,
+  # made from the bundled clips each run (no binary audio is committed)
+  if grep -q QV_FUZZ_MAIN "$t"; then
+    mkdir -p "$B/seeds/$name"
+    if $CC $CFLAGS -DQV_FUZZ_MAIN "$t" "$B/libqvoice-fuzz.a" $SNDFILE $LIBS -o "$bin-main" 2>>"$bin.log" &&
+       "$bin-main" --seeds "$B/seeds/$name" >/dev/null 2>&1; then
+      seeds="$seeds $B/seeds/$name"
+    else
+      echo "fuzz.sh: note: $name: no seeds written (see $bin.log)" >&2
+    fi
+  fi
   dict=""
   if [ -f "tests/fuzz/$name.dict" ]; then dict="-dict=tests/fuzz/$name.dict"
   else case "$name" in *qvf*|*legacy*|*roundtrip*) dict="-dict=tests/fuzz/qvf.dict" ;; esac; fi

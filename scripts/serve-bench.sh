@@ -1,15 +1,20 @@
 #!/bin/sh
 # serve-bench.sh — qvoice-server figures for issue 14's goals (make serve-bench; make bench runs it
 # too): full-size synthetic 0.6B CustomVoice, int8, 2 threads per synthesis, on 127.0.0.1.
-#   1. time to the first audio byte at the client, one streamed request alone: p50/p95 of N runs
+#   1. time to the first audio byte at the client, one streamed request alone: p50/p95 of N
+#      sequential requests (goal p95 <= 0.6 s)
 #   2. aggregate audio seconds per wall second: 4 concurrent streamed requests vs one alone
 #   3. load: hey with 8 concurrent clients (--max-concurrency 4, --max-queue 2: the rest get
-#      429): failures other than 429, p50/p95 latency
-#   4. soak: mixed requests (speech whole/streamed/SSE, voices list/upload/delete, metrics) for
-#      QV_SOAK_SECONDS; the server's RSS and open descriptors at the start and the end
-# Env: QV_SERVE_MODEL (default $QVOICE_CACHE/q06b-cv), QV_SERVE_AUDIO (seconds per request, 4),
-# QV_SERVE_TTFA_RUNS (20), QV_SOAK_SECONDS (600). Figures depend on the machine's load: report
-# `uptime` with them. Exit 1 when a step fails outright.
+#      429): failures other than 429 (goal 0), p50/p95 latency
+#   4. soak: mixed requests (speech whole/streamed/SSE, a client leaving mid-stream, voices
+#      list/upload/get/delete, bad requests and a corrupt audio upload that must get their 4xx,
+#      metrics) for QV_SOAK_SECONDS; the server's RSS and open descriptors (/proc) sampled every
+#      QV_SOAK_SAMPLE seconds: first, last and max. Every request has a time limit, so it ends by
+#      itself.
+# Env: QV_SERVE_MODEL (default $QVOICE_CACHE/q06b-cv; its -base sibling clones), QV_SERVE_AUDIO
+# (seconds per request, 4), QV_SERVE_TTFA_RUNS (20), QV_SOAK_SECONDS (600), QV_SOAK_SAMPLE (5).
+# Figures depend on the machine's load: the load average is printed with them. Exit 1 when a
+# step fails outright (a failed load request or an unexpected soak status is printed, not fatal).
 set -eu
 cd "$(dirname "$0")/.."
 CACHE=${QVOICE_CACHE:-cache}
@@ -17,12 +22,16 @@ MODEL=${QV_SERVE_MODEL:-$CACHE/q06b-cv}
 AUDIO=${QV_SERVE_AUDIO:-4}
 RUNS=${QV_SERVE_TTFA_RUNS:-20}
 SOAK=${QV_SOAK_SECONDS:-600}
+SAMPLE=${QV_SOAK_SAMPLE:-5}
 PATH=$PATH:/usr/sbin
 W=$(mktemp -d /tmp/qvoice-bench.XXXXXX)
 PID=
-trap '[ -n "$PID" ] && kill $PID 2>/dev/null; wait 2>/dev/null; rm -rf "$W"' EXIT INT TERM
+SAMPLER=
+trap '[ -n "$SAMPLER" ] && kill $SAMPLER 2>/dev/null; [ -n "$PID" ] && kill $PID 2>/dev/null; wait 2>/dev/null; rm -rf "$W"' EXIT INT TERM
 
-bin/qvoice-server -m "$MODEL" --voices "$W/voices" --quant int8 --threads 2 --max-concurrency 4 \
+CLONE=
+[ -d "${MODEL%-cv}-base" ] && CLONE="--clone-model ${MODEL%-cv}-base" # the soak's audio uploads
+bin/qvoice-server -m "$MODEL" $CLONE --voices "$W/voices" --quant int8 --threads 2 --max-concurrency 4 \
   --max-queue 2 --listen 127.0.0.1:0 >/dev/null 2>"$W/log" &
 PID=$!
 for _ in $(seq 1200); do grep -q "listening on" "$W/log" && break; sleep 0.1; done
@@ -35,14 +44,19 @@ body() { # SEED STREAM_FORMAT FORMAT
     "$TEXT" "$1" "$AUDIO" "$3" "${2:+,\"stream_format\":\"$2\"}"
 }
 pct() { sort -n | awk -v p="$1" '{v[NR]=$1} END {i=int(p*NR+0.999); if(i<1)i=1; print v[i]}'; }
-echo "serve-bench: $MODEL int8, 2 threads/synthesis, machine load: $(cut -d' ' -f1-3 /proc/loadavg)"
+load() { cut -d' ' -f1-3 /proc/loadavg; }
+echo "serve-bench: $MODEL int8, 2 threads/synthesis, machine load: $(load)"
 
-# 1. time to first byte, one request alone
-: > "$W/ttfa"
-for i in $(seq "$RUNS"); do
-  curl -s -o /dev/null -w '%{time_starttransfer}\n' -d "$(body "$i" audio pcm)" "$URL/v1/audio/speech" >> "$W/ttfa"
-done
-echo "serve-bench: time to first audio byte, alone: p50 $(pct 0.5 < "$W/ttfa") s, p95 $(pct 0.95 < "$W/ttfa") s ($RUNS requests; goal p95 <= 0.6 s)"
+# 1. time to first byte, one streamed request alone, sequential
+ttfa_section() {
+  : > "$W/ttfa"
+  for i in $(seq "$RUNS"); do
+    curl -s --max-time 300 -o /dev/null -w '%{time_starttransfer}\n' -d "$(body "$i" audio pcm)" \
+      "$URL/v1/audio/speech" >> "$W/ttfa"
+  done
+  echo "serve-bench: time to first audio byte, alone: p50 $(pct 0.5 < "$W/ttfa") s, p95 $(pct 0.95 < "$W/ttfa") s, max $(pct 1 < "$W/ttfa") s ($RUNS sequential streamed requests; goal p95 <= 0.6 s; load $(load))"
+}
+ttfa_section
 
 # 2. aggregate audio seconds per wall second: 1 alone, then 4 at once
 run_batch() { # N -> prints audio seconds per wall second
@@ -61,31 +75,78 @@ four=$(run_batch 4)
 echo "serve-bench: audio s per wall s: 1 stream $one, 4 streams $four, ratio $(awk -v a="$one" -v b="$four" 'BEGIN { printf "%.2f", b / a }') (goal >= 2.5)"
 
 # 3. load: 8 concurrent clients
-body 7 "" wav > "$W/load.json"
-hey -n 16 -c 8 -t 600 -m POST -T application/json -D "$W/load.json" "$URL/v1/audio/speech" > "$W/hey" 2>&1 || true
-codes=$(sed -n 's/^[[:space:]]*\[\([0-9]*\)\][[:space:]]*\([0-9]*\) responses.*/\1:\2/p' "$W/hey" | tr '\n' ' ')
-failed=$(sed -n 's/^[[:space:]]*\[\([0-9]*\)\][[:space:]]*\([0-9]*\) responses.*/\1 \2/p' "$W/hey" | awk '$1 != 200 && $1 != 429 {n += $2} END {print n + 0}')
-errors=$(sed -n '/^Error distribution/,$p' "$W/hey" | grep -c '\[' || true)
-echo "serve-bench: load, 8 clients x 2 requests: status $codes; failed (not 200/429) $failed, transport errors $errors; latency p50 $(sed -n 's/^ *50% in \([0-9.]*\) secs/\1/p' "$W/hey") s, p95 $(sed -n 's/^ *95% in \([0-9.]*\) secs/\1/p' "$W/hey") s"
+load_section() {
+  body 7 "" wav > "$W/load.json"
+  # per-request CSV (hey's own percentile lines print 0 for the top ones when there are few requests):
+  # response-time,DNS+dialup,DNS,Request-write,Response-delay,Response-read,status-code,offset
+  hey -n 16 -c 8 -t 600 -o csv -m POST -T application/json -D "$W/load.json" "$URL/v1/audio/speech" \
+    > "$W/hey.csv" 2>&1 || true
+  grep -E '^[0-9.]+,' "$W/hey.csv" > "$W/hey.rows" || true
+  codes=$(cut -d, -f7 "$W/hey.rows" | sort | uniq -c | awk '{printf "%s:%s ", $2, $1}')
+  # a request that got no response (a transport error) has no row
+  failed=$(awk -F, -v n=16 '$7 != 200 && $7 != 429 {f++} END {print f + n - NR}' "$W/hey.rows")
+  awk -F, '$7 == 200 {print $1}' "$W/hey.rows" > "$W/lat200"
+  echo "serve-bench: load, 8 clients x 2 requests: status $codes; failed (not 200/429, or no response) $failed (goal 0); latency of the 200s p50 $(pct 0.5 < "$W/lat200") s, p95 $(pct 0.95 < "$W/lat200") s; all $(wc -l < "$W/hey.rows") p50 $(cut -d, -f1 "$W/hey.rows" | pct 0.5) s, p95 $(cut -d, -f1 "$W/hey.rows" | pct 0.95) s (load $(load))"
+}
+load_section
 
 # 4. soak
 rss() { awk '/^VmRSS/ {print $2}' "/proc/$PID/status"; }
 fds() { ls "/proc/$PID/fd" | wc -l; }
-bin/clone -m "${MODEL%-cv}-base" tests/audio/en_ohenry_chenevert.wav -o "$W/soak.qvoice" -n soak \
-  --consent bench >/dev/null 2>&1 || cp voices/ohenry.qvoice "$W/soak.qvoice"
-rss0=$(rss); fd0=$(fds)
-end=$(( $(date +%s) + SOAK ))
-n=0
-while [ "$(date +%s)" -lt "$end" ]; do
-  n=$((n + 1))
-  case $((n % 5)) in
-    0) curl -s -o /dev/null -d "$(body "$n" "" wav)" "$URL/v1/audio/speech" ;;
-    1) curl -s -o /dev/null -d "$(body "$n" audio pcm)" "$URL/v1/audio/speech" ;;
-    2) curl -s -o /dev/null -d "$(body "$n" sse pcm)" "$URL/v1/audio/speech" ;;
-    3) id=$(curl -s -F audio_sample=@"$W/soak.qvoice" -F consent=bench -F name=soak "$URL/v1/audio/voices" | sed -n 's/.*"id":"\([0-9a-f]*\)".*/\1/p')
-       [ -n "$id" ] && curl -s -o /dev/null -X DELETE "$URL/v1/audio/voices/$id" ;;
-    4) curl -s -o /dev/null "$URL/v1/audio/voices"; curl -s -o /dev/null "$URL/metrics" ;;
-  esac
-done
-echo "serve-bench: soak ${SOAK} s, $n rounds: RSS $rss0 -> $(rss) kB, open fds $fd0 -> $(fds)"
+# req EXPECTED_STATUS CURL_ARGS...: one request with a time limit; a status other than the
+# expected one is counted and logged
+req() {
+  want=$1; shift
+  got=$(curl -s --max-time 120 -o "$W/soak.out" -w '%{http_code}' "$@" || true)
+  n_req=$((n_req + 1))
+  if [ "$got" != "$want" ]; then
+    n_bad=$((n_bad + 1))
+    echo "serve-bench: soak: expected $want, got $got: $* $(head -c 200 "$W/soak.out")" >> "$W/soak.bad"
+  fi
+}
+soak_section() {
+  bin/clone -m "${MODEL%-cv}-base" tests/audio/en_ohenry_chenevert.wav -o "$W/soak.qvoice" -n soak \
+    --consent bench >/dev/null 2>&1 || cp voices/ohenry.qvoice "$W/soak.qvoice"
+  head -c 3000 tests/audio/en_ohenry_chenevert.wav > "$W/bad.wav"   # a WAV cut short, then noise
+  head -c 20000 /dev/urandom >> "$W/bad.wav"
+  printf '{"input":"%0*d"}' 5000 0 > "$W/long.json"                 # over --max-text-chars
+  : > "$W/soak.bad"
+  ( while kill -0 "$PID" 2>/dev/null; do echo "$(rss) $(fds)"; sleep "$SAMPLE"; done ) > "$W/samples" 2>/dev/null &
+  SAMPLER=$!
+  load0=$(load)
+  end=$(( $(date +%s) + SOAK ))
+  n=0 n_req=0 n_bad=0
+  while [ "$(date +%s)" -lt "$end" ]; do
+    n=$((n + 1))
+    case $((n % 8)) in
+      0) req 200 -d "$(body "$n" "" wav)" "$URL/v1/audio/speech" ;;
+      1) req 200 -d "$(body "$n" audio pcm)" "$URL/v1/audio/speech" ;;
+      2) req 200 -d "$(body "$n" sse pcm)" "$URL/v1/audio/speech" ;;
+      3) id=$(curl -s --max-time 120 -F audio_sample=@"$W/soak.qvoice" -F consent=bench -F name=soak "$URL/v1/audio/voices" | sed -n 's/.*"id":"\([0-9a-f]*\)".*/\1/p')
+         n_req=$((n_req + 1))
+         [ -n "$id" ] || { n_bad=$((n_bad + 1)); echo "serve-bench: soak: upload failed" >> "$W/soak.bad"; }
+         req 200 -d "{\"input\":\"$TEXT\",\"voice\":\"soak\",\"max_seconds\":2,\"stream_format\":\"audio\"}" "$URL/v1/audio/speech"
+         req 200 "$URL/v1/audio/voices/soak"
+         [ -n "$id" ] && req 200 -X DELETE "$URL/v1/audio/voices/$id" ;;
+      4) req 200 "$URL/v1/audio/voices"; req 200 "$URL/metrics"; req 200 "$URL/ready" ;;
+      5) req 400 -d '{"input": "unterminated' "$URL/v1/audio/speech"
+         req 400 -d '{"input": 5}' "$URL/v1/audio/speech"
+         req 400 -d '{"input": "hi", "voice": "nobody"}' "$URL/v1/audio/speech"
+         req 404 -d '{"input": "hi", "model": "gpt-9"}' "$URL/v1/audio/speech"
+         req 400 -d @"$W/long.json" "$URL/v1/audio/speech"
+         req 404 "$URL/v1/audio/voices/nobody"
+         if [ -n "$CLONE" ]; then req 400 -F audio_sample=@"$W/bad.wav" -F consent=bench "$URL/v1/audio/voices"; fi ;;
+      6) # a client that leaves after a second: the server cancels the synthesis
+         curl -s --max-time 1 -o /dev/null -d "$(body "$n" audio pcm)" "$URL/v1/audio/speech" || true
+         n_req=$((n_req + 1)) ;;
+      7) req 200 -d "$(body "$n" audio wav)" "$URL/v1/audio/speech" ;;
+    esac
+  done
+  sleep "$SAMPLE"
+  kill "$SAMPLER" 2>/dev/null; wait "$SAMPLER" 2>/dev/null || true; SAMPLER=
+  stats() { awk -v c="$1" 'NF == 2 {v = $c; if (NR == 1) f = v; l = v; if (v > m) m = v} END {printf "first %s, last %s, max %s", f, l, m}' "$W/samples"; }
+  cat "$W/soak.bad"
+  echo "serve-bench: soak ${SOAK} s, $n rounds, $n_req requests, $n_bad unexpected statuses; RSS (kB) $(stats 1); open fds $(stats 2); $(wc -l < "$W/samples") samples every ${SAMPLE} s; load $load0 at the start, $(load) at the end"
+}
+soak_section
 kill -TERM $PID; wait $PID; PID=

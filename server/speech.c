@@ -298,7 +298,9 @@ static void list_names(char *buf, size_t size, const char *(*name)(const qv_mode
 /* Fills j (strings, request, format, stream) and p from the JSON body; model in *model. */
 static int parse(qv_server *s, const char *body, size_t len, job *j, qv_params *p, int *model,
                  verdict *v) {
-    cJSON *o = cJSON_ParseWithLength(body ? body : "", len);
+    /* the whole body is one JSON value: anything after it but white space is malformed (the
+     * body is NUL-terminated: len + 1 lets cJSON check that its NUL follows the value) */
+    cJSON *o = cJSON_ParseWithLengthOpts(body ? body : "", body ? len + 1 : 1, NULL, 1);
     int rc = -1;
     const char *input, *mname, *voice, *instr, *fmt, *sfmt, *lang;
     double d;

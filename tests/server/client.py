@@ -5,10 +5,12 @@ usage: client.py PORT upload FILE [field=value ...]   multipart POST /v1/audio/v
        client.py PORT truncated FILE                  the same body cut before its closing boundary
        client.py PORT slow                            sends half a request line, then waits for the
                                                       server to drop the connection
+       client.py PORT slowbody                        sends a speech request's headers and a tenth of
+                                                      its body, then waits for the server to drop it
        client.py PORT disconnect JSON                 POST /v1/audio/speech, read the first bytes of
                                                       the streamed body, then close the socket
-Prints "STATUS BODY" (upload, truncated), "closed" (slow) or "read N" (disconnect); exit 0, or 1
-when the server did not behave (slow: still open after 30 s).
+Prints "STATUS BODY" (upload, truncated), "closed" (slow, slowbody) or "read N" (disconnect); exit
+0, or 1 when the server did not behave (slow, slowbody: still open after 30 s).
 """
 import http.client
 import json
@@ -50,9 +52,13 @@ def main():
         # truncated: the file part never ends (no closing boundary), the length is exact
         post(port, body if mode == 'truncated' else body + end, boundary)
         return 0
-    if mode == 'slow':
+    if mode in ('slow', 'slowbody'):
         s = socket.create_connection(('127.0.0.1', port), timeout=30)
-        s.sendall(b'GET /heal')
+        if mode == 'slow':
+            s.sendall(b'GET /heal')
+        else:
+            s.sendall(b'POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n'
+                      b'Content-Length: 100\r\n\r\n{"input":')
         try:
             return 0 if s.recv(4096) == b'' and print('closed') is None else 1
         except socket.timeout:

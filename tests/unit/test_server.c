@@ -1,9 +1,10 @@
 /* test_server.c — bin/qvoice-server end to end with real clients: curl, the official openai npm
  * package (tests/server/openai_speech.mjs, installed into tests/server/node_modules by npm here),
- * and Python's http.client (tests/server/client.py: multipart uploads, a truncated body, a slow
- * client, a disconnect mid-stream), and scripts/serve-lb.sh (nginx balancing two servers, one
- * killed mid-run). Servers run the tiny synthetic models ($QVOICE_CACHE/tiny-cv,
- * tiny-base) on 127.0.0.1 with a free port they pick (--listen 127.0.0.1:0, read from the log);
+ * and Python's http.client (tests/server/client.py: multipart uploads, a truncated body, slow
+ * clients, a disconnect mid-stream), and scripts/serve-lb.sh (nginx balancing two servers, one
+ * killed mid-run, its active checker). Servers run the tiny synthetic models
+ * ($QVOICE_CACHE/tiny-cv, tiny-base) on 127.0.0.1 with a free port they pick (--listen
+ * 127.0.0.1:0, read from the log);
  * every client call has a time limit and every server is stopped (SIGTERM, then SIGKILL) by the
  * test that started it.
  */
@@ -227,6 +228,11 @@ static void test_speech_bad_input(void **state) {
     (void)state;
     bad_speech("{\"input\": \"hi\", ", 400, "invalid_json");
     bad_speech("[1,2]", 400, "invalid_json");
+    bad_speech("", 400, "invalid_json");                      /* no body */
+    bad_speech("{\"input\": \"hi\"} x", 400, "invalid_json"); /* bytes after the value */
+    bad_speech("{\"input\": \"hi\", \"model\": 5}", 400, "invalid_type");
+    bad_speech("{\"input\": \"hi\", \"stream_format\": 5}", 400, "invalid_type");
+    bad_speech("{\"input\": \"hi\", \"max_seconds\": \"x\"}", 400, "invalid_type");
     bad_speech("{\"input\": 5}", 400, "invalid_type");
     bad_speech("{\"input\": \"\"}", 400, "invalid_value");
     bad_speech("{\"voice\": \"ryan\"}", 400, "invalid_value");
@@ -309,13 +315,38 @@ static void test_voices(void **state) {
     assert_int_equal(py(&g_srv, "upload %s consent=yes", tmp_path("cut.qvoice")), 0);
     assert_true(!strncmp(g_body, "400 ", 4) && strstr(g_body, "invalid_voice_file"));
     assert_int_equal(sh("head -c 1200000 /dev/zero > %s", tmp_path("big.wav")), 0);
-    /* over --max-upload-mb: refused by its Content-Length, or while it arrives (chunked) */
+    /* over --max-upload-mb: refused by its Content-Length, or while it arrives (chunked: the
+     * rest of the body is read and dropped, then the JSON error) */
     assert_int_equal(curl(&g_srv, NULL, "-F audio_sample=@%s -F consent=yes SRV/v1/audio/voices",
                           tmp_path("big.wav")), 413);
-    /* (the reply races curl's sending: a 413, or the connection closed under it) */
-    int st = curl(&g_srv, NULL, "-H 'Transfer-Encoding: chunked' -F audio_sample=@%s "
-                                "-F consent=yes SRV/v1/audio/voices", tmp_path("big.wav"));
-    assert_true(st == 413 || st == 100 || st == 0);
+    assert_int_equal(curl(&g_srv, NULL,
+                          "-H 'Transfer-Encoding: chunked' -F audio_sample=@%s "
+                          "-F consent=yes SRV/v1/audio/voices",
+                          tmp_path("big.wav")),
+                     413);
+    assert_string_equal(error_code(), "invalid_upload");
+    /* an empty file, two file parts, a field over 16 KiB: JSON errors */
+    tmp_write(tmp_path("empty.wav"), "", 0);
+    assert_int_equal(curl(&g_srv, NULL, "-F audio_sample=@%s -F consent=yes SRV/v1/audio/voices",
+                          tmp_path("empty.wav")),
+                     400);
+    assert_string_equal(error_code(), "missing_field");
+    assert_int_equal(curl(&g_srv, NULL,
+                          "-F audio_sample=@%s -F audio=@%s -F consent=yes "
+                          "SRV/v1/audio/voices",
+                          g_voice, g_voice),
+                     400);
+    assert_string_equal(error_code(), "invalid_upload");
+    assert_non_null(strstr(g_body, "one audio file"));
+    static char longname[17000];
+    memset(longname, 'x', sizeof longname);
+    tmp_write(tmp_path("longname"), longname, sizeof longname);
+    assert_int_equal(curl(&g_srv, NULL,
+                          "-F audio_sample=@%s -F 'name=<%s' -F consent=yes "
+                          "SRV/v1/audio/voices",
+                          g_voice, tmp_path("longname")),
+                     400);
+    assert_string_equal(error_code(), "invalid_upload");
     assert_int_equal(py(&g_srv, "upload %s consent=yes name=%064d", g_voice, 0), 0);
     assert_true(!strncmp(g_body, "400 ", 4) && strstr(g_body, "\"name\""));
     assert_int_equal(py(&g_srv, "upload %s consent=yes", VOICE_06B), 0); /* another model's voice */
@@ -334,6 +365,7 @@ static void test_voices(void **state) {
 static void test_slow_client(void **state) {
     (void)state;
     assert_int_equal(py(&g_srv, "slow"), 0); /* dropped after --timeout 10 */
+    assert_int_equal(py(&g_srv, "slowbody"), 0); /* a body that stops arriving: the same */
     assert_int_equal(curl(&g_srv, NULL, "SRV/health"), 200);
 }
 
@@ -434,6 +466,23 @@ static void test_speech(void **state) {
     assert_int_equal(sh("cmp -s -i 44:0 %s %s", tmp_path("o.wav"), tmp_path("o.pcm")), 0);
 }
 
+/* A streamed request that keeps the tiny model's slot busy for a while. */
+static const char *const longreq =
+    "{\"input\":\"A long text that goes on and on, sentence after sentence, with many words in it "
+    "so that the tiny model has a large frame budget and keeps its synthesis slot busy for a "
+    "while.\",\"voice\":\"ryan\",\"stream_format\":\"audio\",\"response_format\":\"pcm\","
+    "\"max_seconds\":60}";
+
+/* Starts a streamed request from file json in the background: body to out, curl's exit code to
+ * rc when it ends. */
+static void background_curl(const server *sv, const char *json, const char *out, const char *rc) {
+    unlink(rc);
+    assert_int_equal(sh("(curl -s --max-time 120 -o %s -d @%s http://127.0.0.1:%d/v1/audio/speech; "
+                        "echo $? > %s) &",
+                        out, json, sv->port, rc),
+                     0);
+}
+
 static void test_disconnect_and_limits(void **state) {
     (void)state;
     char args[2048];
@@ -441,19 +490,11 @@ static void test_disconnect_and_limits(void **state) {
              tmp_dir);
     assert_int_equal(start(&g_extra, "busy", args), 0);
     /* a long streamed request in the background, then a second one: 429 with Retry-After */
-    const char *longreq = "{\"input\":\"A long text that goes on and on, sentence after sentence, "
-                          "with many words in it so that the tiny model has a large frame budget "
-                          "and keeps its synthesis slot busy for a while.\",\"voice\":\"ryan\","
-                          "\"stream_format\":\"audio\",\"response_format\":\"pcm\","
-                          "\"max_seconds\":60}";
     char capped[1024];
     snprintf(capped, sizeof capped, "%s", longreq);
     strcpy(strstr(capped, "\"max_seconds\":60}"), "\"max_seconds\":8}"); /* ends before the guard */
     tmp_write(tmp_path("long.json"), capped, strlen(capped));
-    unlink(tmp_path("bg.rc"));
-    assert_int_equal(sh("(curl -s --max-time 120 -o %s -d @%s http://127.0.0.1:%d/v1/audio/speech; "
-                        "echo $? > %s) &", tmp_path("bg.pcm"), tmp_path("long.json"), g_extra.port,
-                        tmp_path("bg.rc")), 0);
+    background_curl(&g_extra, tmp_path("long.json"), tmp_path("bg.pcm"), tmp_path("bg.rc"));
     for (int i = 0; i < 100 && metric(&g_extra, "qvoice_active_sessions ") < 1; i++) sleep_ms(100);
     assert_int_equal(curl(&g_extra, NULL, "-D %s -d '{\"input\":\"x\"}' SRV/v1/audio/speech",
                           tmp_path("hdr")), 429);
@@ -494,6 +535,55 @@ static void test_disconnect_and_limits(void **state) {
     assert_int_equal(curl(&g_extra, NULL, "-d @%s SRV/v1/audio/speech", tmp_path("late.json")), 504);
     assert_string_equal(error_code(), "timeout");
     assert_int_equal(stop(&g_extra), 0);
+}
+
+/* SIGTERM under load: one stream running, one waiting for the only slot. Both are served to the
+ * end after the drain began (complete chunked bodies: curl exits 0), nothing new is accepted, the
+ * server exits 0. */
+static void test_drain_under_load(void **state) {
+    (void)state;
+    char args[2048], json[1024];
+    snprintf(args, sizeof args, "-m %s --voices %s/voices --max-concurrency 1 --max-queue 2", g_cv,
+             tmp_dir);
+    assert_int_equal(start(&g_extra, "drain", args), 0);
+    snprintf(json, sizeof json, "%s", longreq);
+    strcpy(strstr(json, "\"max_seconds\":60}"), "\"max_seconds\":6}");
+    tmp_write(tmp_path("drain.json"), json, strlen(json));
+    background_curl(&g_extra, tmp_path("drain.json"), tmp_path("d0.pcm"), tmp_path("d0.rc"));
+    for (int i = 0; i < 100 && metric(&g_extra, "qvoice_active_sessions ") < 1; i++)
+        sleep_ms(100);
+    background_curl(&g_extra, tmp_path("drain.json"), tmp_path("d1.pcm"), tmp_path("d1.rc"));
+    double queued = 0;
+    for (int i = 0; i < 100 && (queued = metric(&g_extra, "qvoice_queued_sessions ")) < 1; i++)
+        sleep_ms(50);
+    assert_true(queued >= 1);
+    int port = g_extra.port;
+    kill(g_extra.pid, SIGTERM);
+    for (int i = 0; i < 50 && !file_has(g_extra.log, "draining"); i++)
+        sleep_ms(100);
+    /* the listening socket is closed right after the log line: a new client is refused (curl
+     * exit 7) while the two are still being served */
+    assert_int_equal(
+        sh("for i in $(seq 40); do curl -s --max-time 5 -o /dev/null "
+           "http://127.0.0.1:%d/health; [ $? = 7 ] && exit 0; sleep 0.05; done; exit 1",
+           port),
+        0);
+    assert_true(file_bytes(tmp_path("d1.rc")) <= 0); /* the queued one is not done yet */
+    for (int k = 0; k < 2; k++) { /* (one after the other: up to 2 min on a loaded machine) */
+        char rc[64], out[64];
+        snprintf(rc, sizeof rc, "d%d.rc", k);
+        snprintf(out, sizeof out, "d%d.pcm", k);
+        for (int i = 0; i < 1200 && file_bytes(tmp_path(rc)) <= 0; i++)
+            sleep_ms(100);
+        assert_true(file_has(tmp_path(rc), "0\n"));
+        assert_true(file_bytes(tmp_path(out)) > 0);
+    }
+    assert_int_equal(stop(&g_extra), 0);
+    /* both ended after the drain began */
+    assert_int_equal(
+        sh("sed -n '/draining/,$p' %s | grep -c 'POST /v1/audio/speech 200' | grep -qx 2",
+           g_extra.log),
+        0);
 }
 
 /* ==== cloning ================================================================================ */
@@ -544,15 +634,24 @@ static void test_scale_out(void **state) {
         fail_msg("serve-lb.sh exited %d:\n%s", rc, g_body);
     }
     assert_true(file_has(tmp_path("lb.out"), "6/6 requests succeeded"));
+    /* the active checker took the killed backend out, and back in once restarted */
+    assert_true(file_has(tmp_path("lb.out"), " down (GET /ready: "));
+    assert_true(file_has(tmp_path("lb.out"), " up again"));
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_routes),        cmocka_unit_test(test_speech_bad_input),
-        cmocka_unit_test(test_voices),        cmocka_unit_test(test_slow_client),
-        cmocka_unit_test(test_auth),          cmocka_unit_test(test_metrics),
-        cmocka_unit_test(test_speech),        cmocka_unit_test(test_disconnect_and_limits),
-        cmocka_unit_test(test_clone_upload),  cmocka_unit_test(test_scale_out),
+        cmocka_unit_test(test_routes),
+        cmocka_unit_test(test_speech_bad_input),
+        cmocka_unit_test(test_voices),
+        cmocka_unit_test(test_slow_client),
+        cmocka_unit_test(test_auth),
+        cmocka_unit_test(test_metrics),
+        cmocka_unit_test(test_speech),
+        cmocka_unit_test(test_disconnect_and_limits),
+        cmocka_unit_test(test_drain_under_load),
+        cmocka_unit_test(test_clone_upload),
+        cmocka_unit_test(test_scale_out),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
