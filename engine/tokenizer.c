@@ -66,7 +66,9 @@ struct qve_tok {
     int32_t n_ids;          /* max id + 1 */
     char **tok_str;         /* [n_ids], NULL for unused ids; strings are individually owned */
     uint8_t *is_added;      /* [n_ids] */
-    int32_t *str_slots;     /* [str_mask + 1], id or -1 */
+    uint64_t *str_slots;    /* [str_mask + 1], hash tag << 32 | id, or UINT64_MAX when empty */
+    uint32_t *str_len;      /* [str_n] strlen of tok_str (0 for unused ids), kept by set_token */
+    int32_t str_n;          /* n_ids when the table was built (only those ids are in it) */
     uint32_t str_mask;
     /* merges: (left,right) -> rank, merged id */
     uint64_t *merge_keys;   /* [merge_mask + 1], UINT64_MAX = empty */
@@ -198,32 +200,46 @@ static int utf8_encode(uint32_t cp, char *out)
 
 /* ==== vocabulary tables ============================================================ */
 
-static int32_t str_lookup(const qve_tok *t, const char *s, size_t n)
+/* The slot where s is, or the empty slot where it would go. The upper hash bits stored beside
+ * each id settle almost every probe without touching the string (loading the vocabulary and the
+ * merges makes ~600k lookups). */
+static uint32_t str_slot(const qve_tok *t, const char *s, size_t n)
 {
-    uint32_t i = (uint32_t)hash_bytes(s, n) & t->str_mask;
+    const uint64_t h = hash_bytes(s, n), tag = h >> 32;
+    uint32_t i = (uint32_t)h & t->str_mask;
     for (;; i = (i + 1) & t->str_mask) {
-        int32_t id = t->str_slots[i];
-        if (id < 0) return -1;
-        const char *ts = t->tok_str[id];
-        if (strlen(ts) == n && memcmp(ts, s, n) == 0) return id;
+        const uint64_t v = t->str_slots[i];
+        if (v == UINT64_MAX) return i;
+        const int32_t id = (int32_t)(uint32_t)v;
+        if (v >> 32 == tag && t->str_len[id] == n && memcmp(t->tok_str[id], s, n) == 0) return i;
     }
 }
 
-/* Builds the string -> id table once every id's string is known. */
+static int32_t str_lookup(const qve_tok *t, const char *s, size_t n)
+{
+    const uint64_t v = t->str_slots[str_slot(t, s, n)];
+    return v == UINT64_MAX ? -1 : (int32_t)(uint32_t)v;
+}
+
+/* Builds the string -> id table once every id's string is known (again after added tokens). */
 static int build_str_table(qve_tok *t)
 {
     t->str_mask = pow2_at_least((size_t)t->n_ids * 2) - 1;
+    free(t->str_slots);
+    free(t->str_len);
     t->str_slots = malloc(((size_t)t->str_mask + 1) * sizeof *t->str_slots);
-    if (!t->str_slots) return -1;
+    t->str_len = malloc(((size_t)t->n_ids + 1) * sizeof *t->str_len);
+    if (!t->str_slots || !t->str_len) return -1;
+    t->str_n = t->n_ids;
     memset(t->str_slots, 0xFF, ((size_t)t->str_mask + 1) * sizeof *t->str_slots);
     for (int32_t id = 0; id < t->n_ids; id++) {
         const char *s = t->tok_str[id];
+        const size_t n = s ? strlen(s) : 0;
+        t->str_len[id] = (uint32_t)n;
         if (!s) continue;
-        size_t n = strlen(s);
-        if (str_lookup(t, s, n) >= 0) continue; /* duplicate string: first id wins */
-        uint32_t i = (uint32_t)hash_bytes(s, n) & t->str_mask;
-        while (t->str_slots[i] >= 0) i = (i + 1) & t->str_mask;
-        t->str_slots[i] = id;
+        const uint32_t i = str_slot(t, s, n);
+        if (t->str_slots[i] == UINT64_MAX) /* a duplicate string: the first id wins */
+            t->str_slots[i] = hash_bytes(s, n) >> 32 << 32 | (uint32_t)id;
     }
     return 0;
 }
@@ -253,6 +269,7 @@ static int set_token(qve_tok *t, int32_t id, const char *s, int added)
     if (!c) return -1;
     free(t->tok_str[id]);
     t->tok_str[id] = c;
+    if (id < t->str_n) t->str_len[id] = (uint32_t)strlen(c);
     t->is_added[id] = (uint8_t)added;
     return 0;
 }
@@ -624,8 +641,6 @@ qve_tok *qve_tok_open(const char *dir, char *err, size_t err_size)
             goto fail;
     }
     /* rebuild the string table: added tokens may have extended the id range */
-    free(t->str_slots);
-    t->str_slots = NULL;
     if (build_str_table(t)) goto nomem;
     if ((st = setup_added(t, err, err_size))) goto fail;
     if ((st = setup_regex(t, err, err_size))) goto fail;
@@ -649,6 +664,7 @@ void qve_tok_free(qve_tok *t)
     free(t->tok_str);
     free(t->is_added);
     free(t->str_slots);
+    free(t->str_len);
     free(t->merge_keys);
     free(t->merge_rank);
     free(t->merge_id);
