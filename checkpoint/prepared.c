@@ -115,7 +115,7 @@ qve_prep *qve_prep_open(const qve_prep_id *id) {
     struct stat sb;
     if (fd < 0) return NULL;
     void *map = fstat(fd, &sb) == 0 && (size_t)sb.st_size >= sizeof(header)
-                    ? mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_SHARED, fd, 0)
+                    ? mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0)
                     : MAP_FAILED;
     close(fd);
     if (map == MAP_FAILED) return NULL;
