@@ -137,7 +137,8 @@ model: full-size synthetic 0.6B CustomVoice ($CV), medians of $RUNS runs
 | start-up: decoder weights prepared / mapped (wall, CPU ms) | $(key decoder_prepare_ms $B) ($(key decoder_prepare_ms_cpu $B)) / $(key decoder_mapped_ms $B) ($(key decoder_mapped_ms_cpu $B)) | |
 | start-up: int8 view quantized / mapped (wall, CPU ms) | | $(key quantize_ms $Q) ($(key quantize_ms_cpu $Q)) / $(key quantize_mapped_ms $Q) ($(key quantize_mapped_ms_cpu $Q)) |
 | start-up: tokenizer open (wall, CPU ms) | $(key tokenizer_open_ms $B) ($(key tokenizer_open_ms_cpu $B)) | |
-| start-up: first / second one-frame decoder block (wall, CPU ms) | $(key first_block_ms $B) ($(key first_block_ms_cpu $B)) / $(key second_block_ms $B) ($(key second_block_ms_cpu $B)) | |
+| start-up: first / second one-frame decoder block, cold state (wall, CPU ms) | $(key first_block_cold_ms $B) ($(key first_block_cold_ms_cpu $B)) / $(key second_first_block_cold_ms $B) ($(key second_first_block_cold_ms_cpu $B)) | |
+| start-up: the same on a stream thread started early, as --stream does (wall ms) | $(key first_block_ms $B) / $(key second_first_block_ms $B) | |
 | prefill, 40-token text | $(key prefill_ms $B) ms | $(key prefill_ms $Q) ms |
 | frame (talker + code predictor), wall / CPU | $(key frame_ms $B) / $(key frame_cpu_ms $B) ms | $(key frame_ms $Q) / $(key frame_cpu_ms $Q) ms |
 | talker per frame (frame − code predictor), wall | $(key talker_ms $B) ms ($(key talker_gbs $B) GB/s of $(key talker_gb_per_frame $B) GB) | $(key talker_ms $Q) ms ($(key talker_gbs $Q) GB/s) |
