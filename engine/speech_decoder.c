@@ -97,8 +97,7 @@ struct qve_decoder {
     float **owned; /* prepared weights (when not from the cache) and copies of misaligned
                       tensors */
     int n_owned;
-    qve_prep *cache;  /* the prepared weights' cache file, mapped (NULL: prepared here) */
-    int broken_cache; /* the cache file stopped fitting midway (tests) */
+    qve_prep *cache; /* the prepared weights' cache file, mapped (NULL: prepared here) */
 };
 
 /* ==== per-stream state ===================================================================== */
@@ -231,7 +230,7 @@ static const float *prepared(loader *ld, size_t n, float **fresh) {
     *fresh = NULL;
     const float *c = ld->cache ? qve_prep_take(ld->cache, n * sizeof(float)) : NULL;
     if (c) return c;
-    if (ld->cache) ld->d->broken_cache = 1;
+    ld->cache = NULL;
     float *p = qvk_alloc(n * sizeof *p);
     if (keep(ld, p) != 0) return NULL;
     if (ld->save) {
