@@ -143,10 +143,6 @@ const void *qve_prep_take(qve_prep *p, size_t n_bytes) {
     return a;
 }
 
-size_t qve_prep_bytes(const qve_prep *p) {
-    return p ? p->n : 0;
-}
-
 void qve_prep_close(qve_prep *p) {
     if (!p) return;
     munmap((void *)(uintptr_t)p->map, p->n);

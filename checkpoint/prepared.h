@@ -42,8 +42,6 @@ qve_prep *qve_prep_open(const qve_prep_id *id);
 /* The next array, which must be n_bytes long (64-byte aligned, valid until qve_prep_close); NULL
  * when it is not, or none is left: the file does not fit this caller. */
 const void *qve_prep_take(qve_prep *p, size_t n_bytes);
-/* Mapped bytes (what RSS may hold of it). */
-size_t qve_prep_bytes(const qve_prep *p);
 void qve_prep_close(qve_prep *p); /* accepts NULL */
 
 typedef struct {
