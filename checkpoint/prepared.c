@@ -1,11 +1,15 @@
 /* prepared.c — the on-disk cache of derived weights (prepared.h). File layout (native byte
  * order: the file never leaves the machine that wrote it, and the probe in the key would differ
  * on another anyway):
- *   "QVPREP01", u32 n_arrays, u32 0, key[32], u64 file size, n_arrays × (u64 offset, u64 size),
- *   then the arrays, each at a 64-byte aligned offset.
+ *   "QVPREP02", u32 n_arrays, u32 0, key[32], u64 file size, the checkpoint file's real path
+ *   (NUL-padded to 4096 bytes), n_arrays × (u64 offset, u64 size), then the arrays, each at a
+ *   64-byte aligned offset.
+ * Saving a file also removes the files of its kind whose checkpoint path no longer exists
+ * (models made in temporary directories by tests and tools would otherwise leave ~0.5 GB each).
  */
 #include "checkpoint/prepared.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -20,7 +24,7 @@
 #include "checkpoint/fingerprint.h"
 #include "util/fileio.h"
 
-static const char k_magic[8] = {'Q', 'V', 'P', 'R', 'E', 'P', '0', '1'};
+static const char k_magic[8] = {'Q', 'V', 'P', 'R', 'E', 'P', '0', '2'};
 #define ALIGN 64
 #define MAX_ARRAYS 4096
 
@@ -29,6 +33,7 @@ typedef struct {
     uint32_t n_arrays, zero;
     uint8_t key[32];
     uint64_t file_size;
+    char source[4096];
 } header;
 
 struct qve_prep {
@@ -78,9 +83,9 @@ static int put_ident(EVP_MD_CTX *ctx, const char *path) {
 
 int qve_prep_id_make(qve_prep_id *id, const char *kind, const qve_st *st, const void *extra,
                      size_t n_extra) {
-    char dir[3900], real[PATH_MAX], cfg[PATH_MAX + 16];
-    const char *file = qve_st_file(st, NULL);
-    if (cache_dir(dir, sizeof dir) || !realpath(file, real)) return -1;
+    char dir[3900], cfg[PATH_MAX + 16];
+    const char *file = qve_st_file(st, NULL), *real = id->source;
+    if (cache_dir(dir, sizeof dir) || !realpath(file, id->source)) return -1;
     EVP_MD_CTX *ctx = EVP_MD_CTX_new();
     uint8_t where[32];
     unsigned n_out = 0;
@@ -153,6 +158,33 @@ static size_t aligned(size_t v) {
     return (v + ALIGN - 1) / ALIGN * ALIGN;
 }
 
+/* Removes the files of dir named like name ("KIND-HASH.qvprep", a different HASH) whose
+ * checkpoint no longer exists, or that an older layout wrote. */
+static void sweep(const char *dir, const char *name) {
+    const char *dash = strrchr(name, '-');
+    DIR *d = dash ? opendir(dir) : NULL;
+    if (!d) return;
+    const size_t n_kind = (size_t)(dash - name) + 1;
+    for (const struct dirent *e; (e = readdir(d));) {
+        const size_t len = strlen(e->d_name);
+        if (strncmp(e->d_name, name, n_kind) || len < 7 || strcmp(e->d_name + len - 7, ".qvprep") ||
+            !strcmp(e->d_name, name))
+            continue;
+        char path[8192];
+        header h;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        const int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) continue;
+        const int got = pread(fd, &h, sizeof h, 0) == (ssize_t)sizeof h;
+        close(fd);
+        if (!got || memcmp(h.magic, k_magic, 6)) continue; /* not ours */
+        h.source[sizeof h.source - 1] = 0;
+        if (memcmp(h.magic, k_magic, sizeof k_magic) || (access(h.source, F_OK) && errno == ENOENT))
+            unlink(path);
+    }
+    closedir(d);
+}
+
 int qve_prep_save(const qve_prep_id *id, const qve_prep_array *a, int n) {
     if (n < 0 || n > MAX_ARRAYS) return -1;
     char dir[sizeof id->path], err[256];
@@ -160,9 +192,12 @@ int qve_prep_save(const qve_prep_id *id, const qve_prep_array *a, int n) {
     char *slash = strrchr(dir, '/');
     if (!slash) return -1;
     *slash = 0;
-    header h = {{0}, (uint32_t)n, 0, {0}, 0};
+    header h;
+    memset(&h, 0, sizeof h);
+    h.n_arrays = (uint32_t)n;
     memcpy(h.magic, k_magic, sizeof k_magic);
     memcpy(h.key, id->key, 32);
+    snprintf(h.source, sizeof h.source, "%s", id->source);
     uint64_t *tab = malloc(sizeof *tab * 2 * (size_t)(n ? n : 1));
     if (!tab) return -1;
     size_t off = aligned(sizeof h + sizeof *tab * 2 * (size_t)n);
@@ -189,5 +224,6 @@ int qve_prep_save(const qve_prep_id *id, const qve_prep_array *a, int n) {
         qvu_wfile_abort(w);
         return -1;
     }
+    sweep(dir, slash + 1);
     return qvu_wfile_commit(w, err, sizeof err) ? -1 : 0;
 }

@@ -24,7 +24,8 @@
 
 typedef struct {
     uint8_t key[32];
-    char path[4096]; /* the cache file */
+    char path[4096];   /* the cache file */
+    char source[4096]; /* the checkpoint file's real path (the file name derives from it) */
 } qve_prep_id;
 
 /* The id of derived data `kind` ("decoder", "int8", ...) of checkpoint st; extra (n_extra bytes:

@@ -1,6 +1,7 @@
 /* test_prepared.c — the prepared-weights cache (checkpoint/prepared.h) on the tiny models: a
  * speech decoder and an int8 view mapped from the cache compute exactly what freshly prepared
- * ones do; a damaged or foreign file is ignored and replaced; QVOICE_CACHE="" turns it off.
+ * ones do; a damaged or foreign file is ignored and replaced; saving removes the files of
+ * checkpoints that are gone; QVOICE_CACHE="" turns it off.
  * The cache goes to this test's scratch directory (QVOICE_CACHE is pointed there once the model
  * directories are named).
  */
@@ -160,6 +161,57 @@ static void test_int8_cached(void **state) {
     free(q1), free(q2), free(s1), free(s2);
 }
 
+/* A cache file as the writer lays it out: its header only (prepared.c). */
+static void write_header(const char *path, const char *magic, const char *source) {
+    struct {
+        char magic[8];
+        uint32_t n_arrays, zero;
+        uint8_t key[32];
+        uint64_t file_size;
+        char source[4096];
+    } h;
+    memset(&h, 0, sizeof h);
+    memcpy(h.magic, magic, 8);
+    h.file_size = sizeof h;
+    snprintf(h.source, sizeof h.source, "%s", source);
+    tmp_write(path, &h, sizeof h);
+}
+
+/* Saving removes the files of its kind whose checkpoint is gone, or of an older layout; it keeps
+ * those of existing checkpoints and of other kinds. */
+static void test_sweep(void **state) {
+    (void)state;
+    char path[4200], real[1100], gone[4300], old[4300], kept[4300], other[4300];
+    const size_t n = N_FRAMES * spf();
+    float *wav = malloc(n * sizeof *wav);
+    assert_non_null(wav);
+    decode(wav, n); /* the file exists */
+    cache_file("decoder", path, sizeof path);
+    snprintf(real, sizeof real, "%s/config.json", g_model);
+    snprintf(gone, sizeof gone, "%.*s/decoder-00000000000000aa.qvprep",
+             (int)(strrchr(path, '/') - path), path);
+    snprintf(old, sizeof old, "%.*s/decoder-00000000000000bb.qvprep",
+             (int)(strrchr(path, '/') - path), path);
+    snprintf(kept, sizeof kept, "%.*s/decoder-00000000000000cc.qvprep",
+             (int)(strrchr(path, '/') - path), path);
+    snprintf(other, sizeof other, "%.*s/int8-00000000000000dd.qvprep",
+             (int)(strrchr(path, '/') - path), path);
+    write_header(gone, "QVPREP02", "/nonexistent/model.safetensors");
+    write_header(old, "QVPREP01", real);
+    write_header(kept, "QVPREP02", real);
+    write_header(other, "QVPREP02", "/nonexistent/model.safetensors");
+    assert_int_equal(remove(path), 0);
+    decode(wav, n); /* prepares and saves: sweeps */
+    struct stat sb;
+    assert_int_equal(stat(path, &sb), 0);
+    assert_int_not_equal(stat(gone, &sb), 0);
+    assert_int_not_equal(stat(old, &sb), 0);
+    assert_int_equal(stat(kept, &sb), 0);
+    assert_int_equal(stat(other, &sb), 0);
+    remove(kept), remove(other);
+    free(wav);
+}
+
 static void test_off(void **state) {
     (void)state;
     char path[4200];
@@ -188,6 +240,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_decoder_cached),
         cmocka_unit_test(test_int8_cached),
+        cmocka_unit_test(test_sweep),
         cmocka_unit_test(test_off),
     };
     return cmocka_run_group_tests(tests, setup, tmpdir_teardown);
