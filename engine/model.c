@@ -11,11 +11,14 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "checkpoint/fingerprint.h"
 #include "checkpoint/manifest.h"
+#include "checkpoint/prepared.h"
 #include "engine/model.h"
 #include "kernels/q4.h"
 #include "engine/speech_decoder.h"
 #include "kernels/q8.h"
+#include "util/fileio.h"
 
 /* ==== tensor lookup helpers ================================================================== */
 
@@ -237,8 +240,8 @@ static void free_view(struct qve_view *v) {
     if (!v) return;
     free(v->talker.stack.layers);
     free(v->cp.stack.layers);
-    qvk_free(v->q);
-    qvk_free(v->scale);
+    if (v->cache) qve_prep_close(v->cache);
+    else qvk_free(v->q), qvk_free(v->scale);
     free(v);
 }
 
@@ -328,7 +331,7 @@ static void fill_matrix(qve_mat *w, int n_out, int n_in, void *ctx) {
         w->q4 = q, w->q4_s = s, w->q4_b = s + n_g;
     } else {
         float *s = (float *)f->scale + f->n_s;
-        f->mats[f->n_mats] = (qvk_q8_quant){(int8_t *)q, s, w->bf16, n_out, n_in};
+        if (f->mats) f->mats[f->n_mats] = (qvk_q8_quant){(int8_t *)q, s, w->bf16, n_out, n_in};
         w->q8 = (const int8_t *)q, w->q8_scale = s;
     }
     count_matrix(w, n_out, n_in, ctx);
@@ -338,6 +341,35 @@ static qve_layer *copy_layers(const qve_stack *s) {
     qve_layer *l = malloc(sizeof *l * (size_t)s->cfg.num_hidden_layers);
     if (l) memcpy(l, s->layers, sizeof *l * (size_t)s->cfg.num_hidden_layers);
     return l;
+}
+
+/* The int8 view's cache id: the model fingerprint, the file identities (prepared.h), the sizes
+ * and a probe of the quantizer (a fixed matrix quantized by it). -1 when not cached: caching off,
+ * or a weight delta changed the weights in RAM. */
+static int q8_cache_id(const qv_model *m, qvk_pool *pool, size_t n_q, size_t n_s,
+                       qve_prep_id *id) {
+    if (m->wdelta_on) return -1;
+    char path[1100], err[256];
+    size_t n_cfg;
+    snprintf(path, sizeof path, "%s/config.json", m->dir);
+    char *cfg = qvu_read_file(path, (size_t)16 << 20, &n_cfg, err, sizeof err);
+    struct {
+        uint8_t fp[32];
+        uint64_t n_q, n_s;
+        int8_t q[2 * QVK_Q8_GROUP];
+        float s[2];
+    } k;
+    memset(&k, 0, sizeof k);
+    k.n_q = n_q, k.n_s = n_s;
+    uint16_t w[2 * QVK_Q8_GROUP];
+    for (int i = 0; i < 2 * QVK_Q8_GROUP; i++)
+        w[i] = (uint16_t)(0x3c00 + (i * 193) % 1531) ^ (uint16_t)(i & 1) << 15;
+    const int bad =
+        !cfg || qve_fingerprint_st(m->st, cfg, n_cfg, QVE_FINGERPRINT_TABLE, k.fp, err, sizeof err) ||
+        qvk_q8_quantize_bf16(pool, k.q, k.s, w, 2, QVK_Q8_GROUP) ||
+        qve_prep_id_make(id, "int8", m->st, &k, sizeof k);
+    free(cfg);
+    return bad ? -1 : 0;
 }
 
 static struct qve_view *make_view(const qv_model *m, int q4, qvk_pool *pool) {
@@ -352,6 +384,21 @@ static struct qve_view *make_view(const qv_model *m, int q4, qvk_pool *pool) {
         return NULL;
     }
     each_matrix(v, q4, count_matrix, &f);
+    /* int8: the quantized matrices of an earlier run, mapped from the cache when they fit */
+    qve_prep_id id;
+    const int cached = !q4 && !q8_cache_id(m, pool, f.n_q, f.n_s, &id);
+    if (cached && (v->cache = qve_prep_open(&id))) {
+        const void *q = qve_prep_take(v->cache, f.n_q), *s = qve_prep_take(v->cache, f.n_s * 4);
+        if (q && s) {
+            f = (struct q_fill){pool, 0, 0, 0, (uint8_t *)(uintptr_t)q, (void *)(uintptr_t)s,
+                                NULL, 0};
+            each_matrix(v, 0, fill_matrix, &f); /* pointers only: nothing is written */
+            v->n_bytes = f.n_q;
+            return v;
+        }
+        qve_prep_close(v->cache);
+        v->cache = NULL;
+    }
     v->q = qvk_alloc(f.n_q ? f.n_q : 1);
     v->scale = qvk_alloc((f.n_s ? f.n_s : 1) * (q4 ? sizeof(uint16_t) : sizeof(float)));
     if (!v->q || !v->scale) {
@@ -368,6 +415,9 @@ static struct qve_view *make_view(const qv_model *m, int q4, qvk_pool *pool) {
     each_matrix(v, q4, fill_matrix, &f);
     if (!q4) qvk_q8_quantize_multi(pool, mats, f.n_mats); /* shapes checked by quantizable */
     free(mats);
+    if (cached)
+        qve_prep_save(&id, (qve_prep_array[]){{v->q, f.n_q}, {v->scale, f.n_s * sizeof(float)}},
+                      2);
     return v;
 }
 

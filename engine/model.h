@@ -113,9 +113,10 @@ struct qv_model {
 struct qve_view {
     qve_talker talker;
     qve_code_predictor cp;
-    void *q;        /* every quantized matrix, one allocation */
+    void *q;        /* every quantized matrix, one allocation (NULL when cached) */
     void *scale;    /* every int8 row scale (f32), or every q4 group scale then bias (bf16) */
     size_t n_bytes; /* quantized weight bytes */
+    struct qve_prep *cache; /* int8: the matrices and scales mapped from the cache file (prepared.h) */
 };
 
 /* Loads config, generation config and every talker/code-predictor tensor (checked against the

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "checkpoint/config.h"
+#include "checkpoint/prepared.h"
 #include "kernels/kernels.h"
 #include "checkpoint/safetensors.h"
 
@@ -78,7 +79,7 @@ struct qve_decoder {
     int samples_per_frame, sample_rate;
 
     qve_st *st;
-    float *codebooks;           /* [n_q, cb_size, cb_dim] embedding_sum / max(usage, 1e-5), owned */
+    const float *codebooks;     /* [n_q, cb_size, cb_dim] embedding_sum / max(usage, 1e-5) */
     const float *out_first;     /* [rvq_dim, cb_dim] quantizer.rvq_first.output_proj.weight */
     const float *out_rest;      /* [rvq_dim, cb_dim] quantizer.rvq_rest.output_proj.weight */
     const float *pre_w, *pre_b; /* [3, latent, rvq_dim] (tap-major copy) / [latent] pre_conv.conv */
@@ -93,8 +94,10 @@ struct qve_decoder {
     const float *fa, *fb;    /* [C] decoder.5.{alpha,beta} */
     const float *fw, *fbias; /* [7, 1, C] (tap-major copy) / [1] decoder.6.conv */
 
-    float **owned; /* tap-major conv weights and copies of misaligned tensors */
+    float **owned; /* prepared weights (when not from the cache) and copies of misaligned
+                      tensors */
     int n_owned;
+    qve_prep *cache; /* the prepared weights' cache file, mapped (NULL: prepared here) */
 };
 
 /* ==== per-stream state ===================================================================== */
@@ -119,6 +122,7 @@ typedef struct {
     float *out; /* [BLOCK · samples_per_frame] audio of a block */
     float *tx, *th, *tq, *tatt, *tg, *tu, *att_scratch, *rope_c, *rope_s, *ff;
     float *emb0, *embr, *q0, *qr;
+    size_t n_act, n_scratch, n_tm, n_kv; /* floats of the buffers above (state_touch) */
 } dec_state;
 
 struct qve_dec_stream {
@@ -174,6 +178,10 @@ typedef struct {
     char *err;
     size_t err_size;
     int failed;
+    qve_prep *cache;      /* prepared arrays to map instead of computing, or NULL */
+    int save;             /* record what is prepared, for a new cache file */
+    qve_prep_array *made; /* [n_made] prepared arrays, in load order */
+    int n_made;
 } loader;
 
 static int keep(loader *ld, float *p) {
@@ -215,55 +223,105 @@ static const float *get(loader *ld, int n_dims, int64_t d0, int64_t d1, int64_t 
     return keep(ld, copy) == 0 ? copy : NULL;
 }
 
+/* n floats of prepared weights: the cache file's next array (*fresh = NULL), or a new owned
+ * buffer the caller fills (*fresh = it). A cache file that stops fitting is dropped for the rest
+ * (what was taken from it stays valid). */
+static const float *prepared(loader *ld, size_t n, float **fresh) {
+    *fresh = NULL;
+    const float *c = ld->cache ? qve_prep_take(ld->cache, n * sizeof(float)) : NULL;
+    if (c) return c;
+    ld->cache = NULL;
+    float *p = qvk_alloc(n * sizeof *p);
+    if (keep(ld, p) != 0) return NULL;
+    if (ld->save) {
+        qve_prep_array *m = realloc(ld->made, (size_t)(ld->n_made + 1) * sizeof *m);
+        if (m) m[ld->n_made++] = (qve_prep_array){p, n * sizeof *p}, ld->made = m;
+        else ld->save = 0;
+    }
+    return *fresh = p;
+}
+
+/* The original w (n floats) is not read again: free it if get() made it as a copy, else drop
+ * its mmap pages (RSS would otherwise hold both forms: +360 MB on the 0.6B decoder). */
+static void done_with(loader *ld, const float *w, size_t n) {
+    float **o = ld->d->owned;
+    for (int i = ld->d->n_owned - 1; i >= 0 && i >= ld->d->n_owned - 2; i--)
+        if (o[i] == w) {
+            qvk_free(o[i]);
+            memmove(o + i, o + i + 1, (size_t)(ld->d->n_owned - 1 - i) * sizeof *o);
+            ld->d->n_owned--;
+            return;
+        }
+    qve_st_drop_pages(w, n * sizeof *w);
+}
+
 /* Conv weight [c_out, c_in, 7] → Winograd-domain panels (qvk_wino_weights). */
 static const float *wino(loader *ld, const float *w, int c_out, int c_in) {
     if (!w) return NULL;
-    float *u = qvk_alloc(qvk_wino_weights_size(&ld->d->wino, c_out, c_in) * sizeof *u);
-    if (keep(ld, u) != 0) return NULL;
-    qvk_wino_weights(&ld->d->wino, u, w, c_out, c_in);
-    return u;
+    float *u;
+    const float *r = prepared(ld, qvk_wino_weights_size(&ld->d->wino, c_out, c_in), &u);
+    if (u) qvk_wino_weights(&ld->d->wino, u, w, c_out, c_in);
+    done_with(ld, w, (size_t)c_out * c_in * CONV_K);
+    return r;
 }
 
 /* Linear weight [n_out, n_in] → 48-column panels of its transpose (see linear()). */
 static const float *lin(loader *ld, const float *w, int n_out, int n_in) {
     if (!w) return NULL;
-    float *p = qvk_alloc(qvk_p48_size(n_in, n_out) * sizeof *p);
-    if (keep(ld, p) != 0) return NULL;
-    qvk_p48_pack(p, w, n_in, n_out, n_in, 1);
-    return p;
+    float *p;
+    const float *r = prepared(ld, qvk_p48_size(n_in, n_out), &p);
+    if (p) qvk_p48_pack(p, w, n_in, n_out, n_in, 1);
+    done_with(ld, w, (size_t)n_out * n_in);
+    return r;
 }
 
 /* ConvTranspose1d weight [c_in, c_out, k] viewed as [c_in, c_out·k] → 48-column panels. */
 static const float *panels(loader *ld, const float *w, int c_in, int n) {
     if (!w) return NULL;
-    float *p = qvk_alloc(qvk_p48_size(c_in, n) * sizeof *p);
-    if (keep(ld, p) != 0) return NULL;
-    qvk_p48_pack(p, w, c_in, n, n, 0);
-    return p;
+    float *p;
+    const float *r = prepared(ld, qvk_p48_size(c_in, n), &p);
+    if (p) qvk_p48_pack(p, w, c_in, n, n, 0);
+    done_with(ld, w, (size_t)c_in * n);
+    return r;
+}
+
+static void to_taps(float *t, const float *w, int c_out, int c_in, int k) {
+    for (int o = 0; o < c_out; o++)
+        for (int i = 0; i < c_in; i++)
+            for (int j = 0; j < k; j++)
+                t[((size_t)j * c_out + o) * c_in + i] = w[((size_t)o * c_in + i) * k + j];
 }
 
 /* Conv1d weight [c_out, c_in, k] → tap-major [k, c_out, c_in], so that each tap is a plain
  * [c_out, c_in] matrix and the conv runs as k sgemms on shifted views of the input (no im2col). */
 static const float *taps(loader *ld, const float *w, int c_out, int c_in, int k) {
     if (!w) return NULL;
-    float *t = qvk_alloc((size_t)k * c_out * c_in * sizeof *t);
-    if (keep(ld, t) != 0) return NULL;
-    for (int o = 0; o < c_out; o++)
-        for (int i = 0; i < c_in; i++)
-            for (int j = 0; j < k; j++)
-                t[((size_t)j * c_out + o) * c_in + i] = w[((size_t)o * c_in + i) * k + j];
-    /* w is not read again: free it if it is the copy get() just made, else drop its mmap pages
-     * (116 MB of the 0.6B decoder would otherwise be resident twice) */
-    float **o = ld->d->owned;
+    float *t;
     const size_t n = (size_t)k * c_out * c_in;
-    if (ld->d->n_owned >= 2 && o[ld->d->n_owned - 2] == w) {
-        qvk_free(o[ld->d->n_owned - 2]);
-        o[ld->d->n_owned - 2] = t;
-        ld->d->n_owned--;
-    } else {
-        qve_st_drop_pages(w, n * sizeof *w);
-    }
-    return t;
+    const float *r = prepared(ld, n, &t);
+    if (t) to_taps(t, w, c_out, c_in, k);
+    done_with(ld, w, n);
+    return r;
+}
+
+/* The cache key's probe: a small fixed conv weight through every preparation above, so that a
+ * change of any of them (Winograd points or tile, panel layout) makes old cache files stale. */
+static void probe(const qvk_wino *wn, float *out) {
+    float w[3 * 2 * CONV_K];
+    for (size_t i = 0; i < sizeof w / sizeof *w; i++)
+        w[i] = (float)((i * 37) % 23) / 7.0f - 1.5f;
+    qvk_wino_weights(wn, out, w, 3, 2);
+    out += qvk_wino_weights_size(wn, 3, 2);
+    qvk_p48_pack(out, w, 2, 3, 2, 1);
+    out += qvk_p48_size(2, 3);
+    qvk_p48_pack(out, w, 3, 5, 5, 0);
+    out += qvk_p48_size(3, 5);
+    to_taps(out, w, 3, 2, CONV_K);
+}
+
+static size_t probe_size(const qvk_wino *wn) {
+    return qvk_wino_weights_size(wn, 3, 2) + qvk_p48_size(2, 3) + qvk_p48_size(3, 5) +
+           3 * 2 * CONV_K;
 }
 
 static int load_config(qve_decoder *d, const char *dir, char *err, size_t err_size) {
@@ -316,7 +374,8 @@ static int load_config(qve_decoder *d, const char *dir, char *err, size_t err_si
 static int load_weights(qve_decoder *d, loader *ld) {
     int L = d->latent, H = d->hidden, I = d->inter, A = d->n_heads * d->head_dim;
     const char *p = "decoder.";
-    float *cb = d->codebooks;
+    float *cb;
+    d->codebooks = prepared(ld, (size_t)d->n_q * d->cb_size * d->cb_dim, &cb);
     for (int g = 0; g < d->n_q; g++) {
         char q[96];
         if (g == 0)
@@ -326,11 +385,12 @@ static int load_weights(qve_decoder *d, loader *ld) {
         const float *sum = get(ld, 2, d->cb_size, d->cb_dim, 0, "%s.embedding_sum", q);
         const float *use = get(ld, 1, d->cb_size, 0, 0, "%s.cluster_usage", q);
         if (ld->failed) return -1;
-        for (int e = 0; e < d->cb_size; e++) {
+        for (int e = 0; cb && e < d->cb_size; e++) {
             float u = use[e] > 1e-5f ? use[e] : 1e-5f;
             for (int i = 0; i < d->cb_dim; i++)
                 *cb++ = sum[(size_t)e * d->cb_dim + i] / u;
         }
+        done_with(ld, sum, (size_t)d->cb_size * d->cb_dim);
     }
     d->out_first = lin(ld,
         get(ld, 3, d->rvq_dim, d->cb_dim, 1, "%squantizer.rvq_first.output_proj.weight", p),
@@ -431,15 +491,26 @@ qve_decoder *qve_decoder_load(const char *dir, char *err, size_t err_size) {
     d->st = qve_st_open(path, err, err_size);
     if (!d->st) goto fail;
     d->layers = calloc((size_t)d->n_layers + 1, sizeof *d->layers);
-    d->codebooks = qvk_alloc((size_t)d->n_q * d->cb_size * d->cb_dim * sizeof(float));
-    if (!d->layers || !d->codebooks) {
+    if (!d->layers) {
         set_err(err, err_size, "%s: out of memory", path);
         goto fail;
     }
     qvk_wino_init(&d->wino, WINO_M, CONV_K);
-    loader ld = {d, path, err, err_size, 0};
-    if (load_weights(d, &ld) != 0) goto fail;
-    return d;
+    /* the prepared weights come from the cache file when one fits, else they are made here and
+       saved for the next load */
+    const size_t np = probe_size(&d->wino);
+    float *pr = malloc(np * sizeof *pr);
+    qve_prep_id id;
+    if (pr) probe(&d->wino, pr);
+    const int cached = pr && !qve_prep_id_make(&id, "decoder", d->st, pr, np * sizeof *pr);
+    free(pr);
+    loader ld = {d, path, err, err_size, 0, NULL, 0, NULL, 0};
+    if (cached) d->cache = ld.cache = qve_prep_open(&id);
+    ld.save = cached && !ld.cache;
+    int rc = load_weights(d, &ld);
+    if (rc == 0 && ld.save) qve_prep_save(&id, ld.made, ld.n_made);
+    free(ld.made);
+    if (rc == 0) return d;
 fail:
     qve_decoder_free(d);
     return NULL;
@@ -450,7 +521,7 @@ void qve_decoder_free(qve_decoder *dec) {
     for (int i = 0; i < dec->n_owned; i++)
         qvk_free(dec->owned[i]);
     free(dec->owned);
-    qvk_free(dec->codebooks);
+    qve_prep_close(dec->cache);
     free(dec->layers);
     qve_st_close(dec->st);
     free(dec);
@@ -591,7 +662,9 @@ static int state_alloc(dec_state *s, const qve_decoder *d) {
         s->qr = p += (size_t)B * d->rvq_dim;
     }
     s->max_pos = QVE_DEC_CHUNK_FRAMES + QVE_DEC_CONTEXT_FRAMES;
-    s->k_cache = qvk_alloc((size_t)2 * d->n_layers * s->max_pos * A * f + f);
+    s->n_act = z.act, s->n_scratch = z.scratch, s->n_tm = n_tm;
+    s->n_kv = (size_t)2 * d->n_layers * s->max_pos * A;
+    s->k_cache = qvk_alloc(s->n_kv * f + f);
     s->v_cache = s->k_cache ? s->k_cache + (size_t)d->n_layers * s->max_pos * A : NULL;
 
     /* conv tails in one block */
@@ -624,6 +697,17 @@ static int state_alloc(dec_state *s, const qve_decoder *d) {
     }
     tail_init(&s->fin, d->dec_dim >> N_BLOCKS, CONV_K - 1, &arena);
     return 0;
+}
+
+/* Writes every buffer once, so that the first block does not take their page faults (~35 ms
+ * CPU of the 0.6B's first one-frame block); a stream's thread does it before its first frame. */
+static void state_touch(dec_state *s) {
+    float *big[] = {s->a, s->b, s->c, s->d, s->cat};
+    for (size_t i = 0; i < sizeof big / sizeof *big; i++)
+        memset(big[i], 0, s->n_act * sizeof(float));
+    memset(s->scratch, 0, s->n_scratch * sizeof(float));
+    memset(s->tx, 0, s->n_tm * sizeof(float));
+    memset(s->k_cache, 0, s->n_kv * sizeof(float));
 }
 
 /* Clean state for a new chunk: zero conv padding, RoPE positions from 0 (KV rows are rewritten
@@ -936,6 +1020,7 @@ static void *decoder_thread(void *arg) {
     qve_dec_stream *st = arg;
     int nq = st->dec->n_q;
     int32_t frame[64];
+    state_touch(&st->s); /* while the producer prepares its first frame */
     pthread_mutex_lock(&st->mu);
     for (;;) {
         while (st->q_count == 0 && !st->finishing && !st->failed)

@@ -160,6 +160,7 @@ typedef struct {
     pthread_t loader;       /* loads the model's decoder while the tokenizer opens and the
                                first chunk prefills */
     int loading;
+    atomic_int loaded; /* the loader has finished */
     char dec_err[256];
     const float *ref_xvec; /* the voice's x-vector when verifying */
     int max_frames, stream, n_pieces, n_text_chunks;
@@ -262,6 +263,7 @@ static int take_audio(run *c, piece *pc, int last) {
 static void *load_decoder(void *arg) {
     run *c = arg;
     c->dec = model_decoder(c->s->m, c->dec_err, sizeof c->dec_err);
+    atomic_store(&c->loaded, 1);
     return NULL;
 }
 
@@ -284,6 +286,13 @@ static int decode_here(run *c, int n, char *e, size_t es) {
     int rc = qve_dec_stream_finish(ds, e, es);
     qvk_blas_set_threads(1);
     return rc;
+}
+
+/* Starts the streaming decoder (its thread) for a piece. 0, or -1 (c->status, c->msg). */
+static int start_stream(run *c, qve_dec_stream **ds, char *e, size_t es) {
+    if (!decoder(c)) return -1;
+    *ds = qve_dec_stream_start(c->dec, 1, on_decoded, c->s, e, es);
+    return *ds ? 0 : fail(c, QV_E_NOMEM, "%s", e);
 }
 
 /* Generates text as one piece under the guard. Streaming, a decoder thread decodes the frames
@@ -310,13 +319,16 @@ static int generate(run *c, const char *text, piece *pc) {
     pthread_mutex_lock(&s->mu); /* nothing of a tripped attempt may reach its retry */
     s->q.n = 0;
     pthread_mutex_unlock(&s->mu);
-    enum qv_status st = qv_session_start(s->s, &q);
-    int rc = st ? fail(c, st, "%s", qv_session_error(s->s)) : 0;
+    /* streaming: the decoder thread starts before the prefill when the decoder is loaded (it
+       writes its buffers meanwhile instead of during the first block), else after it */
+    const int streams = c->stream && !c->r->codes_only;
+    int rc = 0;
+    if (streams && (!c->loading || atomic_load(&c->loaded))) rc = start_stream(c, &ds, e, sizeof e);
+    enum qv_status st = rc ? QV_OK : qv_session_start(s->s, &q);
+    if (st) rc = fail(c, st, "%s", qv_session_error(s->s));
     if (!rc && *qv_session_warning(s->s) && !c->st->warning[0])
         snprintf(c->st->warning, sizeof c->st->warning, "%.250s", qv_session_warning(s->s));
-    if (!rc && c->stream && !c->r->codes_only &&
-        (!decoder(c) || !(ds = qve_dec_stream_start(c->dec, 1, on_decoded, s, e, sizeof e))))
-        rc = c->dec ? fail(c, QV_E_NOMEM, "%s", e) : -1;
+    if (!rc && streams && !ds) rc = start_stream(c, &ds, e, sizeof e);
     while (!rc) {
         int32_t fr[QV_N_CODEBOOKS];
         int done;

@@ -61,12 +61,22 @@ typedef struct {
     int32_t rank, pos, left, right, merged;
 } heap_item;
 
+/* A string -> id slot that holds the string's length and first bytes, so that a lookup (~750k
+ * while loading the vocabulary and the merges) reads one cache line, not the string. */
+#define STR_INLINE 10
+#define STR_LONG 0xFFFF /* n of strings at least this long: their length is checked with strlen */
+typedef struct {
+    int32_t id; /* -1: empty */
+    uint16_t n;
+    char s[STR_INLINE];
+} str_entry;
+
 struct qve_tok {
     /* vocabulary: id -> vocab-form string; string -> id via open addressing */
     int32_t n_ids;          /* max id + 1 */
     char **tok_str;         /* [n_ids], NULL for unused ids; strings are individually owned */
     uint8_t *is_added;      /* [n_ids] */
-    int32_t *str_slots;     /* [str_mask + 1], id or -1 */
+    str_entry *str_slots;   /* [str_mask + 1]; rebuilt whenever tok_str changes */
     uint32_t str_mask;
     /* merges: (left,right) -> rank, merged id */
     uint64_t *merge_keys;   /* [merge_mask + 1], UINT64_MAX = empty */
@@ -114,12 +124,19 @@ static void set_err(char *err, size_t err_size, const char *fmt, ...)
     va_end(ap);
 }
 
+/* The hash of a followed by b (b may be empty). */
+static uint64_t hash_concat(const void *a, size_t na, const void *b, size_t nb)
+{
+    const uint8_t *s = a, *t = b;
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < na; i++) h = (h ^ s[i]) * 0x100000001b3ull;
+    for (size_t i = 0; i < nb; i++) h = (h ^ t[i]) * 0x100000001b3ull;
+    return h ^ (h >> 29);
+}
+
 static uint64_t hash_bytes(const void *p, size_t n)
 {
-    const uint8_t *s = p;
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < n; i++) h = (h ^ s[i]) * 0x100000001b3ull;
-    return h ^ (h >> 29);
+    return hash_concat(p, n, "", 0);
 }
 
 static uint64_t hash_u64(uint64_t x)
@@ -198,32 +215,55 @@ static int utf8_encode(uint32_t cp, char *out)
 
 /* ==== vocabulary tables ============================================================ */
 
-static int32_t str_lookup(const qve_tok *t, const char *s, size_t n)
+/* The slot where s is, or the empty slot where it would go. */
+static uint32_t str_slot(const qve_tok *t, const char *s, size_t n)
 {
+    const uint16_t key_n = n < STR_LONG ? (uint16_t)n : STR_LONG;
+    const size_t head = n < STR_INLINE ? n : STR_INLINE;
     uint32_t i = (uint32_t)hash_bytes(s, n) & t->str_mask;
     for (;; i = (i + 1) & t->str_mask) {
-        int32_t id = t->str_slots[i];
-        if (id < 0) return -1;
-        const char *ts = t->tok_str[id];
-        if (strlen(ts) == n && memcmp(ts, s, n) == 0) return id;
+        const str_entry *e = &t->str_slots[i];
+        if (e->id < 0) return i;
+        if (e->n != key_n || memcmp(e->s, s, head) != 0) continue;
+        const char *ts = t->tok_str[e->id];
+        if (n <= STR_INLINE ||
+            (n < STR_LONG ? memcmp(ts + STR_INLINE, s + STR_INLINE, n - STR_INLINE) == 0
+                          : strlen(ts) == n && memcmp(ts, s, n) == 0))
+            return i;
     }
 }
 
-/* Builds the string -> id table once every id's string is known. */
+/* Starts loading the slot of a followed by b: the table is far larger than the caches and the
+ * loaders' lookups are bound by its misses, so they prefetch a few strings ahead. */
+static void str_prefetch(const qve_tok *t, const char *a, size_t na, const char *b, size_t nb)
+{
+    __builtin_prefetch(&t->str_slots[hash_concat(a, na, b, nb) & t->str_mask]);
+}
+
+static int32_t str_lookup(const qve_tok *t, const char *s, size_t n)
+{
+    return t->str_slots[str_slot(t, s, n)].id;
+}
+
+/* Builds the string -> id table from every id's string (again whenever they change). */
 static int build_str_table(qve_tok *t)
 {
     t->str_mask = pow2_at_least((size_t)t->n_ids * 2) - 1;
+    free(t->str_slots);
     t->str_slots = malloc(((size_t)t->str_mask + 1) * sizeof *t->str_slots);
     if (!t->str_slots) return -1;
-    memset(t->str_slots, 0xFF, ((size_t)t->str_mask + 1) * sizeof *t->str_slots);
+    for (size_t i = 0; i <= t->str_mask; i++)
+        t->str_slots[i].id = -1;
     for (int32_t id = 0; id < t->n_ids; id++) {
-        const char *s = t->tok_str[id];
+        const char *s = t->tok_str[id], *ahead = id + 8 < t->n_ids ? t->tok_str[id + 8] : NULL;
+        if (ahead) str_prefetch(t, ahead, strlen(ahead), "", 0);
         if (!s) continue;
-        size_t n = strlen(s);
-        if (str_lookup(t, s, n) >= 0) continue; /* duplicate string: first id wins */
-        uint32_t i = (uint32_t)hash_bytes(s, n) & t->str_mask;
-        while (t->str_slots[i] >= 0) i = (i + 1) & t->str_mask;
-        t->str_slots[i] = id;
+        const size_t n = strlen(s);
+        str_entry *e = &t->str_slots[str_slot(t, s, n)];
+        if (e->id >= 0) continue; /* a duplicate string: the first id wins */
+        e->id = id;
+        e->n = n < STR_LONG ? (uint16_t)n : STR_LONG;
+        memcpy(e->s, s, n < STR_INLINE ? n : STR_INLINE);
     }
     return 0;
 }
@@ -395,7 +435,8 @@ static int load_added(qve_tok *t, const cJSON *node, int is_decoder, const char 
         }
         if (set_token(t, id, c->valuestring, 1)) return QVE_TOK_E_NOMEM;
     }
-    return QVE_TOK_OK;
+    /* the strings changed (and the id range may have grown) */
+    return node && node->child && build_str_table(t) ? QVE_TOK_E_NOMEM : QVE_TOK_OK;
 }
 
 static int load_merges_txt(qve_tok *t, const char *path, char *err, size_t err_size)
@@ -412,8 +453,17 @@ static int load_merges_txt(qve_tok *t, const char *path, char *err, size_t err_s
         free(buf);
         return QVE_TOK_E_NOMEM;
     }
-    int32_t rank = 0;
-    size_t line = 0;
+    /* the lines are split first, then merged with the slots of the line 8 ahead prefetched */
+    typedef struct {
+        const char *a, *b;
+        size_t na, nb, line;
+    } merge_line;
+    merge_line *ml = malloc(n_lines * sizeof *ml);
+    size_t n_ml = 0, line = 0;
+    if (!ml) {
+        free(buf);
+        return QVE_TOK_E_NOMEM;
+    }
     for (char *p = buf, *end = buf + n; p < end && status == QVE_TOK_OK; line++) {
         char *nl = memchr(p, '\n', (size_t)(end - p));
         char *le = nl ? nl : end;
@@ -430,9 +480,19 @@ static int load_merges_txt(qve_tok *t, const char *path, char *err, size_t err_s
             status = QVE_TOK_E_FORMAT;
             break;
         }
-        status = add_merge(t, s, (size_t)(sp - s), sp + 1, (size_t)(e - sp - 1), rank++, path,
-                           line + 1, err, err_size);
+        ml[n_ml++] = (merge_line){s, sp + 1, (size_t)(sp - s), (size_t)(e - sp - 1), line + 1};
     }
+    for (size_t i = 0; i < n_ml && status == QVE_TOK_OK; i++) {
+        if (i + 8 < n_ml) {
+            const merge_line *f = &ml[i + 8];
+            str_prefetch(t, f->a, f->na, "", 0);
+            str_prefetch(t, f->b, f->nb, "", 0);
+            str_prefetch(t, f->a, f->na, f->b, f->nb);
+        }
+        status = add_merge(t, ml[i].a, ml[i].na, ml[i].b, ml[i].nb, (int32_t)i, path, ml[i].line,
+                           err, err_size);
+    }
+    free(ml);
     free(buf);
     return status;
 }
@@ -623,10 +683,6 @@ qve_tok *qve_tok_open(const char *dir, char *err, size_t err_size)
                              path, err, err_size)))
             goto fail;
     }
-    /* rebuild the string table: added tokens may have extended the id range */
-    free(t->str_slots);
-    t->str_slots = NULL;
-    if (build_str_table(t)) goto nomem;
     if ((st = setup_added(t, err, err_size))) goto fail;
     if ((st = setup_regex(t, err, err_size))) goto fail;
     cJSON_Delete(root);

@@ -133,7 +133,12 @@ model: full-size synthetic 0.6B CustomVoice ($CV), medians of $RUNS runs
 | figure | bf16 | int8 |
 |---|---|---|
 | read bandwidth, $J threads (1 GiB) | $(key read_gbs $B) GB/s | |
-| model load (mmap + decoder) | $(key load_s $B) s | |
+| model load (mmap + decoder mapped from the prepared cache) | $(key load_s $B) s | |
+| start-up: decoder weights prepared / mapped (wall, CPU ms) | $(key decoder_prepare_ms $B) ($(key decoder_prepare_ms_cpu $B)) / $(key decoder_mapped_ms $B) ($(key decoder_mapped_ms_cpu $B)) | |
+| start-up: int8 view quantized / mapped (wall, CPU ms) | | $(key quantize_ms $Q) ($(key quantize_ms_cpu $Q)) / $(key quantize_mapped_ms $Q) ($(key quantize_mapped_ms_cpu $Q)) |
+| start-up: tokenizer open (wall, CPU ms) | $(key tokenizer_open_ms $B) ($(key tokenizer_open_ms_cpu $B)) | |
+| start-up: first / second one-frame decoder block, cold state (wall, CPU ms) | $(key first_block_cold_ms $B) ($(key first_block_cold_ms_cpu $B)) / $(key second_first_block_cold_ms $B) ($(key second_first_block_cold_ms_cpu $B)) | |
+| start-up: the same on a stream thread started early, as --stream does (wall ms) | $(key first_block_ms $B) / $(key second_first_block_ms $B) | |
 | prefill, 40-token text ($(key prefill_positions $B) positions; bf16 GEMM in both modes), wall | $(key prefill_ms $B) ms | $(key prefill_ms $Q) ms |
 | frame (talker + code predictor), wall / CPU | $(key frame_ms $B) / $(key frame_cpu_ms $B) ms | $(key frame_ms $Q) / $(key frame_cpu_ms $Q) ms |
 | talker per frame (frame − code predictor), wall | $(key talker_ms $B) ms ($(key talker_gbs $B) GB/s of $(key talker_gb_per_frame $B) GB) | $(key talker_ms $Q) ms ($(key talker_gbs $Q) GB/s) |
@@ -144,7 +149,7 @@ model: full-size synthetic 0.6B CustomVoice ($CV), medians of $RUNS runs
 | codes only, 100 frames (no decoder), wall | $gen s | |
 | decoder work hidden behind generation by --stream | $hidden | |
 | RTF 300 frames, -o file (1 run) | $b300 | $i300 |
-| time to first audio: process start -> first PCM byte of speak --stream | $ours s | $ours8 s (incl. quantization) |
+| time to first audio: process start -> first PCM byte of speak --stream | $ours s | $ours8 s |
 | the same for the pure-C engine's --stdout | $ref | |
 | peak RSS, 100 frames | $((rss / 1024)) MB | $((rss8 / 1024)) MB |
 | clone: mel + ECAPA, 30 s clip (wall CPU, s) | $ecapa | |

@@ -1,8 +1,10 @@
 /* bench_speak.c — where the time of one synthesis goes, through the library on a full-size model:
  * load, prefill of a 40-token text (qv_session_start: text projection, KV-cache allocation, the
  * stack over every prompt position, the codec head), ms per frame (whole frame and code predictor
- * alone; the talker is the difference), achieved weight GB/s. (Time to first audio as a user
- * sees it: bench_ttfa on speak --stream.)
+ * alone; the talker is the difference), achieved weight GB/s, and the start-up pieces of the time
+ * to first audio: decoder weights prepared vs mapped from the prepared cache (checkpoint/prepared.h),
+ * tokenizer open, the first one-frame decoder block, the int8 view quantized vs mapped. (Time to
+ * first audio as a user sees it: bench_ttfa on speak --stream.)
  * usage: bench_speak MODEL_DIR [THREADS [FRAMES [RUNS [QUANT]]]]  (defaults 2, 30, 3, bf16)
  * bf16 runs first measure the read bandwidth (1 GiB, THREADS threads). Prints "key value" lines
  * (medians over RUNS) for scripts/bench.sh. No assertions.
@@ -78,6 +80,48 @@ static double read_bandwidth(int threads) {
     return median(v, 5);
 }
 
+/* Start-up pieces: "KEY wall" and "KEY_cpu CPU" (process CPU, all threads) in ms, so that a
+ * loaded machine still shows the work done. */
+typedef struct {
+    double w, c;
+} stamp;
+
+static stamp mark(void) {
+    return (stamp){now_s(CLOCK_MONOTONIC), now_s(CLOCK_PROCESS_CPUTIME_ID)};
+}
+
+static void print_since(const char *key, stamp t) {
+    const stamp e = mark();
+    printf("%s %.1f\n%s_cpu %.1f\n", key, 1e3 * (e.w - t.w), key, 1e3 * (e.c - t.c));
+}
+
+static int drop_audio(void *user, const float *pcm, int n) {
+    (void)user, (void)pcm, (void)n;
+    return 0;
+}
+
+/* The first one-frame block of a fresh stream (what streaming waits for before its first audio)
+ * and a second one, as KEY and second_KEY: decoded on this thread from untouched state (cold), or
+ * on a stream's thread that was started 0.2 s earlier (as synth.c starts it before the prefill:
+ * it writes its state meanwhile) and is waited for with sync (wall only for that one: its CPU is
+ * the process's). */
+static void first_block(const qve_decoder *dec, int threaded, const char *key) {
+    char err[256], k2[64];
+    int32_t frame[QV_N_CODEBOOKS];
+    for (int g = 0; g < QV_N_CODEBOOKS; g++)
+        frame[g] = 100 + 37 * g;
+    qve_dec_stream *st = qve_dec_stream_start(dec, threaded, drop_audio, NULL, err, sizeof err);
+    if (threaded) nanosleep(&(struct timespec){0, 200000000}, NULL);
+    snprintf(k2, sizeof k2, "second_%s", key);
+    for (int k = 0; st && k < 2; k++) {
+        const stamp t = mark();
+        qve_dec_stream_push(st, frame); /* blocks of 1, 1, 2, ... frames: each push decodes */
+        qve_dec_stream_sync(st);
+        print_since(k ? k2 : key, t);
+    }
+    if (!st || qve_dec_stream_finish(st, err, sizeof err)) fprintf(stderr, "bench_speak: %s\n", err);
+}
+
 static void fill_request(qv_request *r, const qv_model *m, int32_t *ids) {
     for (int i = 0; i < 40; i++)
         ids[i] = 1000 + 37 * i; /* 40 ordinary text tokens */
@@ -102,14 +146,30 @@ int main(int argc, char **argv) {
     qvk_blas_set_threads(1);
     if (!strcmp(quant, "bf16")) printf("read_gbs %.1f\n", read_bandwidth(threads));
 
-    const double t0 = now_s(CLOCK_MONOTONIC);
+    /* the decoder prepared here (cache off), then mapped (a first load makes the file if none) */
+    const char *cache = getenv("QVOICE_CACHE");
+    char *saved = cache ? strdup(cache) : NULL;
+    setenv("QVOICE_CACHE", "", 1);
+    stamp t0 = mark();
     qve_decoder *dec = qve_decoder_load(dir, err, sizeof err);
+    print_since("decoder_prepare_ms", t0);
+    if (saved) setenv("QVOICE_CACHE", saved, 1);
+    else unsetenv("QVOICE_CACHE");
+    free(saved);
+    qve_decoder_free(dec);
+    qve_decoder_free(dec = qve_decoder_load(dir, err, sizeof err));
+    const double t1 = now_s(CLOCK_MONOTONIC);
+    t0 = mark();
+    dec = qve_decoder_load(dir, err, sizeof err);
+    print_since("decoder_mapped_ms", t0);
     qv_model *m = NULL;
     if (!dec || qv_model_load(&m, dir, err, sizeof err)) {
         fprintf(stderr, "bench_speak: %s\n", err);
         return 1;
     }
-    printf("load_s %.3f\n", now_s(CLOCK_MONOTONIC) - t0);
+    printf("load_s %.3f\n", now_s(CLOCK_MONOTONIC) - t1);
+    first_block(dec, 0, "first_block_cold_ms");
+    first_block(dec, 1, "first_block_ms");
     qve_decoder_free(dec);
     qv_params p = qv_model_params(m);
     /* the model's frame budget, as speak has it: the prefill then allocates and first-touches
@@ -119,12 +179,38 @@ int main(int argc, char **argv) {
     int32_t ids[40], codes[QV_N_CODEBOOKS], done = 0;
     qv_request r;
     fill_request(&r, m, ids);
+    if (p.quant == QV_QUANT_INT8) { /* quantized (cache off), then mapped */
+        qvk_pool *pool = qvk_pool_create(threads);
+        const char *c = getenv("QVOICE_CACHE");
+        char *keep = c ? strdup(c) : NULL;
+        setenv("QVOICE_CACHE", "", 1);
+        stamp t = mark();
+        qve_model_quantize(m, QV_QUANT_INT8, pool);
+        print_since("quantize_ms", t);
+        if (keep) setenv("QVOICE_CACHE", keep, 1);
+        else unsetenv("QVOICE_CACHE");
+        free(keep);
+        qve_model_drop_views(m);
+        qve_model_quantize(m, QV_QUANT_INT8, pool); /* makes the cache file if none */
+        qve_model_drop_views(m);
+        t = mark();
+        qve_model_quantize(m, QV_QUANT_INT8, pool);
+        print_since("quantize_mapped_ms", t);
+        qvk_pool_free(pool);
+    }
 
     qv_session *s;
     p.n_threads = threads;
     if (qv_session_new(&s, m, &p)) {
         fprintf(stderr, "bench_speak: cannot create a session\n");
         return 1;
+    }
+    {
+        int32_t *tid;
+        int n_tid;
+        const stamp t = mark();
+        if (qv_session_tokenize(s, "Hello.", &tid, &n_tid) == QV_OK) free(tid);
+        print_since("tokenizer_open_ms", t);
     }
     double *pre = calloc((size_t)runs, sizeof(double)), *fw = calloc((size_t)runs, sizeof(double));
     double *fc = calloc((size_t)runs, sizeof(double)), *cw = calloc((size_t)runs, sizeof(double));
