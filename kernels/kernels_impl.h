@@ -108,6 +108,13 @@ static inline int qvk_row_queue_take(qvk_row_queue *q, int nth, int *r0, int *r1
     return 1;
 }
 
+/* Rows of a block in the batched matvecs (several x through one matrix): ~16 KB of weights, a
+ * multiple of 8, so the block read from memory for the first x is still in L1 for the others. */
+static inline int qvk_batch_block_rows(size_t row_bytes) {
+    size_t r = ((size_t)16 << 10) / (row_bytes ? row_bytes : 1) & ~(size_t)7;
+    return r < 8 ? 8 : (int)r;
+}
+
 /* ---- row-block matvec kernels ------------------------------------------------------------ */
 
 /* Prefetches n_bytes at p into L2 (prefetcht1). A kernel streaming a block of rows calls this
