@@ -15,6 +15,12 @@ typedef struct {
     /* y[r] = W[r, :]·x (+ bias[r]) for r in [r0, r1); W row stride n_in. */
     void (*mv_bf16)(float *restrict y, const uint16_t *restrict w, const float *restrict x,
                     const float *restrict bias, int r0, int r1, int n_in);
+    /* y[k·ldy + r] = W[r, :]·x[k·n_in + :] (+ bias[r]) for r in [r0, r1), k < n_x (several
+     * vectors through the same rows, each widened weight used for all of them), every element
+     * bit-identical to mv_bf16's; NULL when the variant has none (matvec.c runs mv_bf16 per x). */
+    void (*mvb_bf16)(float *restrict y, int ldy, const uint16_t *restrict w,
+                     const float *restrict x, int n_x, const float *restrict bias, int r0, int r1,
+                     int n_in);
     /* Y[r, o] = W[o, :]·X[r, :] (+ bias[o]) for o in [o0, o1), r < n_rows; Y row stride n_out.
      * Each element is computed exactly as mv_bf16 computes row o for x = X[r] (bit-identical),
      * while W streams from memory once for all rows. */

@@ -52,9 +52,14 @@ struct multi_job {
     qvk_row_queue rows; /* over the rows of all matrices, concatenated */
 };
 
-/* Rows [a, b) of one matrix for every x: with several, a block of rows at a time, streamed from
- * memory for the first x and re-read from cache for the others (qvk_batch_block_rows). */
+/* Rows [a, b) of one matrix for every x: the variant's batched row kernel when it has one, else
+ * a block of rows at a time through the one-vector kernel, streamed from memory for the first x
+ * and re-read from cache for the others (qvk_batch_block_rows). */
 static void mv_rows(const struct multi_job *j, const qvk_mv *mv, int a, int b) {
+    if (j->n_x > 1 && j->impl->mvb_bf16) {
+        j->impl->mvb_bf16(mv->y, mv->n_out, mv->w, j->x, j->n_x, mv->bias, a, b, j->n_in);
+        return;
+    }
     const int blk = j->n_x > 1 ? qvk_batch_block_rows((size_t)j->n_in * 2) : b - a;
     for (int r = a; r < b; r += blk) {
         const int e = b - r < blk ? b : r + blk;

@@ -112,15 +112,23 @@ int qvk_q8_quantize_bf16(qvk_pool *pool, int8_t *restrict q, float *restrict sca
 
 struct mv_job {
     qvk_q8_rows_fn rows;
+    qvk_q8_rows_batch_fn rows_batch; /* NULL: rows per x */
     const int8_t *xq; /* [n_x, n_in] */
+    const uint8_t *xu; /* xq + 128, for rows_batch */
     const float *xs;  /* [n_x, n_in / QVK_Q8_GROUP] */
     const qvk_q8_mv *mv;
     int n_mv, n_in, n_x;
     qvk_row_queue queue; /* over the rows of all matrices, concatenated */
 };
 
-/* Rows [a, b) of one matrix for every x, a block of rows at a time with several (matvec.c). */
+/* Rows [a, b) of one matrix for every x: the batched kernel, else a block of rows at a time
+ * through the one-vector kernel (matvec.c). */
 static void mv_rows(const struct mv_job *j, const qvk_q8_mv *mv, int a, int b) {
+    if (j->n_x > 1 && j->rows_batch) {
+        j->rows_batch(mv->y, mv->n_out, mv->q, mv->scale, j->xu, j->xs, j->n_x, mv->bias, a, b,
+                      j->n_in);
+        return;
+    }
     const int blk = j->n_x > 1 ? qvk_batch_block_rows((size_t)j->n_in) : b - a;
     const int n_g = j->n_in / QVK_Q8_GROUP;
     for (int r = a; r < b; r += blk) {
@@ -153,8 +161,15 @@ void qvk_q8_matvec_batch(qvk_pool *pool, const float *restrict x, int n_x, int n
     for (int k = 0; k < n_x; k++) /* each vector quantized as it would be alone */
         qvk_q8_quantize_x(xq + (size_t)k * n_in, xs + (size_t)k * (n_in / QVK_Q8_GROUP),
                           x + (size_t)k * n_in, n_in);
-    struct mv_job j = {.rows = by_name(qvk_variant()), .xq = xq, .xs = xs, .mv = mv, .n_mv = n_mv,
-                       .n_in = n_in, .n_x = n_x};
+    const qvk_q8_rows_fn rows = by_name(qvk_variant());
+    struct mv_job j = {.rows = rows, .xq = xq, .xs = xs, .mv = mv, .n_mv = n_mv, .n_in = n_in,
+                       .n_x = n_x};
+    _Alignas(64) uint8_t xu[QVK_Q8_BATCH_MAX_IN];
+    if (n_x > 1 && rows == qvk_q8_rows_avx512) {
+        for (size_t i = 0; i < (size_t)n_x * n_in; i++)
+            xu[i] = (uint8_t)(xq[i] + 128);
+        j.rows_batch = qvk_q8_rows_batch_avx512, j.xu = xu;
+    }
     int n_total = 0;
     for (int m = 0; m < n_mv; m++)
         n_total += mv[m].n_out;

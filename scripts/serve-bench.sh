@@ -8,7 +8,8 @@
 #   4. soak: mixed requests (speech whole/streamed/SSE, voices list/upload/delete, metrics) for
 #      QV_SOAK_SECONDS; the server's RSS and open descriptors at the start and the end
 # Env: QV_SERVE_MODEL (default $QVOICE_CACHE/q06b-cv), QV_SERVE_AUDIO (seconds per request, 4),
-# QV_SERVE_TTFA_RUNS (20), QV_SOAK_SECONDS (600). Figures depend on the machine's load: report
+# QV_SERVE_TTFA_RUNS (20), QV_SOAK_SECONDS (600), QV_SERVE_QUANT (int8), QV_SERVE_BATCH (the
+# server's --batch: 8; 0 measures the streams unbatched). Figures depend on the machine's load: report
 # `uptime` with them. Exit 1 when a step fails outright.
 set -eu
 cd "$(dirname "$0")/.."
@@ -17,13 +18,15 @@ MODEL=${QV_SERVE_MODEL:-$CACHE/q06b-cv}
 AUDIO=${QV_SERVE_AUDIO:-4}
 RUNS=${QV_SERVE_TTFA_RUNS:-20}
 SOAK=${QV_SOAK_SECONDS:-600}
+QUANT=${QV_SERVE_QUANT:-int8}
+BATCH=${QV_SERVE_BATCH:-8}
 PATH=$PATH:/usr/sbin
 W=$(mktemp -d /tmp/qvoice-bench.XXXXXX)
 PID=
 trap '[ -n "$PID" ] && kill $PID 2>/dev/null; wait 2>/dev/null; rm -rf "$W"' EXIT INT TERM
 
-bin/qvoice-server -m "$MODEL" --voices "$W/voices" --quant int8 --threads 2 --max-concurrency 4 \
-  --max-queue 2 --listen 127.0.0.1:0 >/dev/null 2>"$W/log" &
+bin/qvoice-server -m "$MODEL" --voices "$W/voices" --quant "$QUANT" --batch "$BATCH" --threads 2 \
+  --max-concurrency 4 --max-queue 2 --listen 127.0.0.1:0 >/dev/null 2>"$W/log" &
 PID=$!
 for _ in $(seq 1200); do grep -q "listening on" "$W/log" && break; sleep 0.1; done
 PORT=$(sed -n 's/.*listening on .*:\([0-9]*\)$/\1/p' "$W/log")
@@ -35,7 +38,7 @@ body() { # SEED STREAM_FORMAT FORMAT
     "$TEXT" "$1" "$AUDIO" "$3" "${2:+,\"stream_format\":\"$2\"}"
 }
 pct() { sort -n | awk -v p="$1" '{v[NR]=$1} END {i=int(p*NR+0.999); if(i<1)i=1; print v[i]}'; }
-echo "serve-bench: $MODEL int8, 2 threads/synthesis, machine load: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "serve-bench: $MODEL $QUANT, 2 threads/synthesis, --batch $BATCH, machine load: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 # 1. time to first byte, one request alone
 : > "$W/ttfa"
@@ -56,9 +59,13 @@ run_batch() { # N -> prints audio seconds per wall second
   rm -f "$W"/b*.pcm
   awk -v b="$bytes" -v a="$t0" -v z="$t1" 'BEGIN { printf "%.3f", b / 48000 / (z - a) }'
 }
+metric() { curl -s "$URL/metrics" | sed -n "s/^$1 //p"; }
 one=$(run_batch 1)
+s0=$(metric qvoice_batch_steps_total); f0=$(metric qvoice_batch_frames_total)
 four=$(run_batch 4)
-echo "serve-bench: audio s per wall s: 1 stream $one, 4 streams $four, ratio $(awk -v a="$one" -v b="$four" 'BEGIN { printf "%.2f", b / a }') (goal >= 2.5)"
+s1=$(metric qvoice_batch_steps_total); f1=$(metric qvoice_batch_frames_total)
+mean=$(awk -v s="$((s1 - s0))" -v f="$((f1 - f0))" 'BEGIN { if (s > 0) printf "%.2f", f / s; else print "-" }')
+echo "serve-bench: audio s per wall s: 1 stream $one, 4 streams $four, ratio $(awk -v a="$one" -v b="$four" 'BEGIN { printf "%.2f", b / a }') (goal >= 2.5; mean batch of the 4: $mean streams per step), load $(cut -d' ' -f1-3 /proc/loadavg)"
 
 # 3. load: 8 concurrent clients
 body 7 "" wav > "$W/load.json"
