@@ -49,6 +49,10 @@ static void quantize_row(int8_t *restrict q, float *restrict s, const float *res
 }
 
 void qvk_q8_quantize_x(int8_t *restrict xq, float *restrict xs, const float *restrict x, int n_in) {
+    if (by_name(qvk_variant()) == qvk_q8_rows_avx512) {
+        qvk_q8_quantize_x_avx512(xq, xs, x, n_in);
+        return;
+    }
     for (int g = 0; g < n_in / QVK_Q8_GROUP; g++)
         quantize_row(xq + g * QVK_Q8_GROUP, xs + g, x + g * QVK_Q8_GROUP, QVK_Q8_GROUP);
 }

@@ -181,3 +181,28 @@ void qvk_q8_quantize_row_avx512(int8_t *restrict q, float *restrict scale,
         _mm_storeu_si128((__m128i *)(q + i), _mm512_cvtsepi32_epi8(_mm512_cvttps_epi32(v)));
     }
 }
+
+/* Activations to int8 groups, the same IEEE operations as quantize_row in matvec_q8.c (absmax
+ * ignoring NaN as fmaxf does, x·(127/amax), clamp, ±0.5, truncate): the same bytes and scales;
+ * n_in a multiple of QVK_Q8_GROUP. */
+void qvk_q8_quantize_x_avx512(int8_t *restrict xq, float *restrict xs, const float *restrict x,
+                              int n_in) {
+    const __m512 hi = _mm512_set1_ps(127.0f), lo = _mm512_set1_ps(-127.0f);
+    const __m512 half = _mm512_set1_ps(0.5f), mhalf = _mm512_set1_ps(-0.5f);
+    for (int g = 0; g < n_in / QVK_Q8_GROUP; g++) {
+        const float *xg = x + g * QVK_Q8_GROUP;
+        __m512 m = _mm512_setzero_ps();
+        for (int i = 0; i < QVK_Q8_GROUP; i += 16)
+            m = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(xg + i)), m);
+        const float amax = _mm512_reduce_max_ps(m);
+        xs[g] = amax / 127.0f;
+        const __m512 inv = _mm512_set1_ps(amax > 0 ? 127.0f / amax : 0.0f);
+        for (int i = 0; i < QVK_Q8_GROUP; i += 16) {
+            __m512 v = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(_mm512_loadu_ps(xg + i), inv), lo), hi);
+            __mmask16 neg = _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LT_OQ);
+            v = _mm512_add_ps(v, _mm512_mask_blend_ps(neg, half, mhalf));
+            _mm_storeu_si128((__m128i *)(xq + g * QVK_Q8_GROUP + i),
+                             _mm512_cvtsepi32_epi8(_mm512_cvttps_epi32(v)));
+        }
+    }
+}

@@ -162,8 +162,15 @@ static void test_kernels_batch_equal_alone(void **st) {
     qvk_pool *pool = qvk_pool_create(2);
     const char *was = qvk_variant();
     static const char *const variants[] = {"scalar", "avx2", "avx512"};
+    int8_t xq_ref[N_IN_Q8], xq_v[N_IN_Q8];
+    float xs_ref[N_IN_Q8 / QVK_Q8_GROUP], xs_v[N_IN_Q8 / QVK_Q8_GROUP];
+    assert_int_equal(qvk_set_variant("scalar"), 0);
+    qvk_q8_quantize_x(xq_ref, xs_ref, xq8, N_IN_Q8);
     for (int v = 0; v < 3; v++) {
         if (qvk_set_variant(variants[v])) continue;
+        qvk_q8_quantize_x(xq_v, xs_v, xq8, N_IN_Q8); /* the activations' bytes in every variant */
+        assert_memory_equal(xq_v, xq_ref, sizeof xq_ref);
+        assert_memory_equal(xs_v, xs_ref, sizeof xs_ref);
         for (int n = 1; n <= QVK_BATCH_MAX; n++) {
             qvk_mv mv = {y, w, bias, N_OUT};
             qvk_matvec_bf16_batch(pool, x, n, N_IN_BF, &mv, 1);
