@@ -48,7 +48,9 @@ done
 echo "serve-bench: time to first audio byte, alone: p50 $(pct 0.5 < "$W/ttfa") s, p95 $(pct 0.95 < "$W/ttfa") s ($RUNS requests; goal p95 <= 0.6 s)"
 
 # 2. aggregate audio seconds per wall second: 1 alone, then 4 at once
-run_batch() { # N -> prints audio seconds per wall second
+cpu() { awk '{print $14 + $15}' "/proc/$PID/stat"; } # server CPU time, clock ticks
+run_batch() { # N -> prints "audio seconds per wall second, per server CPU second"
+  c0=$(cpu)
   t0=$(date +%s.%N)
   for i in $(seq "$1"); do
     curl -s -o "$W/b$i.pcm" -d "$(body "$((100 + i))" audio pcm)" "$URL/v1/audio/speech" &
@@ -57,15 +59,20 @@ run_batch() { # N -> prints audio seconds per wall second
   t1=$(date +%s.%N)
   bytes=$(cat "$W"/b*.pcm | wc -c)
   rm -f "$W"/b*.pcm
-  awk -v b="$bytes" -v a="$t0" -v z="$t1" 'BEGIN { printf "%.3f", b / 48000 / (z - a) }'
+  c1=$(cpu)
+  awk -v b="$bytes" -v a="$t0" -v z="$t1" -v c="$((c1 - c0))" -v hz="$(getconf CLK_TCK)" \
+    'BEGIN { printf "%.3f %.3f", b / 48000 / (z - a), b / 48000 / (c / hz) }'
 }
 metric() { curl -s "$URL/metrics" | sed -n "s/^$1 //p"; }
-one=$(run_batch 1)
+set -- $(run_batch 1); one=$1; one_cpu=$2
 s0=$(metric qvoice_batch_steps_total); f0=$(metric qvoice_batch_frames_total)
-four=$(run_batch 4)
+set -- $(run_batch 4); four=$1; four_cpu=$2
 s1=$(metric qvoice_batch_steps_total); f1=$(metric qvoice_batch_frames_total)
 mean=$(awk -v s="$((s1 - s0))" -v f="$((f1 - f0))" 'BEGIN { if (s > 0) printf "%.2f", f / s; else print "-" }')
-echo "serve-bench: audio s per wall s: 1 stream $one, 4 streams $four, ratio $(awk -v a="$one" -v b="$four" 'BEGIN { printf "%.2f", b / a }') (goal >= 2.5; mean batch of the 4: $mean streams per step), load $(cut -d' ' -f1-3 /proc/loadavg)"
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b / a }'; }
+echo "serve-bench: audio s per wall s: 1 stream $one, 4 streams $four, ratio $(ratio "$one" "$four") (goal >= 2.5; mean batch of the 4: $mean streams per step), load $(cut -d' ' -f1-3 /proc/loadavg)"
+# the same per CPU second of the server: what batching saves, whatever else the machine runs
+echo "serve-bench: audio s per server CPU s: 1 stream $one_cpu, 4 streams $four_cpu, ratio $(ratio "$one_cpu" "$four_cpu")"
 
 # 3. load: 8 concurrent clients
 body 7 "" wav > "$W/load.json"
