@@ -76,9 +76,8 @@ static int scratch_init(struct qve_batcher *b, const qv_model *m) {
     const size_t V = max2((size_t)t->vocab_size, (size_t)c->vocab_size);
     /* rows rounded to 16 floats (64 bytes) */
     const size_t w[12] = {H, H, qd, kvd, kvd, qd, I, I, H, H, H, V};
-    float **dst[12] = {&b->bs.x,    &b->bs.h,  &b->bs.q,  &b->bs.k,      &b->bs.v,
-                       &b->bs.att,  &b->bs.gate, &b->bs.up, &b->bs.in,   &b->bs.z,
-                       &b->bs.normed, &b->bs.logits};
+    float **dst[12] = {&b->bs.x,    &b->bs.h,  &b->bs.q,  &b->bs.k, &b->bs.v,      &b->bs.att,
+                       &b->bs.gate, &b->bs.up, &b->bs.in, &b->bs.z, &b->bs.normed, &b->bs.logits};
     size_t total = 0;
     for (int i = 0; i < 12; i++)
         total += (w[i] + 15) / 16 * 16 * QVK_BATCH_MAX;
@@ -148,7 +147,8 @@ void qve_batch_step(struct qve_batcher *b, qv_session *const *s, int n, qvk_pool
     int idx[QVK_BATCH_MAX], c0[QVK_BATCH_MAX], k = 0;
     for (int i = 0; i < n; i++) { /* code 0; sessions that end here leave the step */
         int c;
-        if (qve_session_frame_begin(s[i], &c, &done[i], &st[i])) on[k] = s[i], idx[k] = i, c0[k++] = c;
+        if (qve_session_frame_begin(s[i], &c, &done[i], &st[i]))
+            on[k] = s[i], idx[k] = i, c0[k++] = c;
     }
     if (!k) return;
     const qv_model *m = on[0]->m;

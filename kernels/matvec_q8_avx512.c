@@ -138,18 +138,26 @@ rowsb_rows(int NR, float *restrict y, int ldy, const int8_t *restrict q,
         const uint8_t *xb = xu + (size_t)b * n_in;
         const float *sb = xs + (size_t)b * n_g;
         switch (n_x - b < 4 ? n_x - b : 4) {
-        case 1: rowsb_block(NR, 1, !b, yb, ldy, q, scale, xb, sb, bias, r, n_in); break;
-        case 2: rowsb_block(NR, 2, !b, yb, ldy, q, scale, xb, sb, bias, r, n_in); break;
-        case 3: rowsb_block(NR, 3, !b, yb, ldy, q, scale, xb, sb, bias, r, n_in); break;
-        default: rowsb_block(NR, 4, !b, yb, ldy, q, scale, xb, sb, bias, r, n_in); break;
+        case 1:
+            rowsb_block(NR, 1, !b, yb, ldy, q, scale, xb, sb, bias, r, n_in);
+            break;
+        case 2:
+            rowsb_block(NR, 2, !b, yb, ldy, q, scale, xb, sb, bias, r, n_in);
+            break;
+        case 3:
+            rowsb_block(NR, 3, !b, yb, ldy, q, scale, xb, sb, bias, r, n_in);
+            break;
+        default:
+            rowsb_block(NR, 4, !b, yb, ldy, q, scale, xb, sb, bias, r, n_in);
+            break;
         }
     }
 }
 
 void qvk_q8_rows_batch_avx512(float *restrict y, int ldy, const int8_t *restrict q,
                               const float *restrict scale, const uint8_t *restrict xu,
-                              const float *restrict xs, int n_x, const float *restrict bias,
-                              int r0, int r1, int n_in) {
+                              const float *restrict xs, int n_x, const float *restrict bias, int r0,
+                              int r1, int n_in) {
     int r = r0;
     for (; r + 2 <= r1; r += 2)
         rowsb_rows(2, y, ldy, q, scale, xu, xs, n_x, bias, r, n_in);
@@ -198,7 +206,8 @@ void qvk_q8_quantize_x_avx512(int8_t *restrict xq, float *restrict xs, const flo
         xs[g] = amax / 127.0f;
         const __m512 inv = _mm512_set1_ps(amax > 0 ? 127.0f / amax : 0.0f);
         for (int i = 0; i < QVK_Q8_GROUP; i += 16) {
-            __m512 v = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(_mm512_loadu_ps(xg + i), inv), lo), hi);
+            __m512 v =
+                _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(_mm512_loadu_ps(xg + i), inv), lo), hi);
             __mmask16 neg = _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LT_OQ);
             v = _mm512_add_ps(v, _mm512_mask_blend_ps(neg, half, mhalf));
             _mm_storeu_si128((__m128i *)(xq + g * QVK_Q8_GROUP + i),

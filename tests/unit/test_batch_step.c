@@ -1,11 +1,11 @@
 /* test_batch_step.c — batched streams (engine/batch.c) give exactly what each session gives
  * alone: the batched matvec kernels (bf16, int8) for 1-8 vectors against the one-vector kernels
- * in every variant; the batched step (qve_batch_step) on 3-6 sessions with different prompts, seeds, positions
- * and frame caps against the same sessions run one by one — codes and the talker's logits bit
- * for bit, every frame — on the tiny model in every kernel variant and on the full-size 0.6B in
- * int8 and bf16 (the sizes where the int8 kernels run); then the rendezvous through the public API
- * (qv_model_set_batching, qv_synth on four threads): the same PCM as the syntheses alone, and
- * steps that served several streams. Models: $QVOICE_CACHE/tiny-cv, q06b-cv.
+ * in every variant; the batched step (qve_batch_step) on 3-6 sessions with different prompts,
+ * seeds, positions and frame caps against the same sessions run one by one — codes and the talker's
+ * logits bit for bit, every frame — on the tiny model in every kernel variant and on the full-size
+ * 0.6B in int8 and bf16 (the sizes where the int8 kernels run); then the rendezvous through the
+ * public API (qv_model_set_batching, qv_synth on four threads): the same PCM as the syntheses
+ * alone, and steps that served several streams. Models: $QVOICE_CACHE/tiny-cv, q06b-cv.
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -35,9 +35,12 @@ static qv_model *load(const char *name) {
 
 /* Session i: its own text (so its own prompt length and positions), speaker, seed and cap. */
 static const char *const TEXTS[N_SESS] = {
-    "Hello there.", "The quick brown fox jumps over the lazy dog, twice.", "One, two, three.",
+    "Hello there.",
+    "The quick brown fox jumps over the lazy dog, twice.",
+    "One, two, three.",
     "A somewhat longer sentence to give this session many more prompt positions than others.",
-    "Short.", "Five sessions and then six."};
+    "Short.",
+    "Five sessions and then six."};
 static const char *const SPEAKERS[N_SESS] = {"ryan", "vivian", "ryan", "vivian", "ryan", "ryan"};
 
 static qv_session *start(const qv_model *m, int i, int quant, int n_frames) {
@@ -45,7 +48,7 @@ static qv_session *start(const qv_model *m, int i, int quant, int n_frames) {
     p.seed = 1000 + (uint64_t)i;
     p.quant = quant;
     p.max_frames = n_frames - (i == 2 ? n_frames / 2 : 0); /* one leaves the batch early */
-    p.ignore_eos = i != 1; /* session 1 may end on its own */
+    p.ignore_eos = i != 1;                                 /* session 1 may end on its own */
     qv_session *s;
     assert_int_equal(qv_session_new(&s, m, &p), QV_OK);
     qv_request r = qv_default_request();
@@ -267,8 +270,10 @@ static void run_all(qv_model *m, job *jobs, int threaded) {
     for (int i = 0; i < N_SYNTH; i++) {
         memset(&jobs[i], 0, sizeof jobs[i]);
         jobs[i].m = m, jobs[i].i = i;
-        if (!threaded) run_job(&jobs[i]);
-        else assert_int_equal(pthread_create(&t[i], NULL, run_job, &jobs[i]), 0);
+        if (!threaded)
+            run_job(&jobs[i]);
+        else
+            assert_int_equal(pthread_create(&t[i], NULL, run_job, &jobs[i]), 0);
     }
     for (int i = 0; threaded && i < N_SYNTH; i++)
         pthread_join(t[i], NULL);
