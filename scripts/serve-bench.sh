@@ -2,7 +2,8 @@
 # serve-bench.sh — qvoice-server figures for issue 14's goals (make serve-bench; make bench runs it
 # too): full-size synthetic 0.6B CustomVoice, int8, 2 threads per synthesis, on 127.0.0.1.
 #   1. time to the first audio byte at the client, one streamed request alone: p50/p95 of N runs
-#   2. aggregate audio seconds per wall second: 4 concurrent streamed requests vs one alone
+#   2. aggregate audio seconds per wall second (and per server CPU second): 4 concurrent streamed
+#      requests vs one alone; then the batched generation step alone (bench_batch)
 #   3. load: hey with 8 concurrent clients (--max-concurrency 4, --max-queue 2: the rest get
 #      429): failures other than 429, p50/p95 latency
 #   4. soak: mixed requests (speech whole/streamed/SSE, voices list/upload/delete, metrics) for
@@ -73,6 +74,8 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b / a }'; }
 echo "serve-bench: audio s per wall s: 1 stream $one, 4 streams $four, ratio $(ratio "$one" "$four") (goal >= 2.5; mean batch of the 4: $mean streams per step), load $(cut -d' ' -f1-3 /proc/loadavg)"
 # the same per CPU second of the server: what batching saves, whatever else the machine runs
 echo "serve-bench: audio s per server CPU s: 1 stream $one_cpu, 4 streams $four_cpu, ratio $(ratio "$one_cpu" "$four_cpu")"
+# the generation step alone (no decoder, one thread): 4 sessions stepped together vs one by one
+echo "serve-bench: $(build/bench/bench_batch "$MODEL" 1 "$QUANT" 4 10 3)"
 
 # 3. load: 8 concurrent clients
 body 7 "" wav > "$W/load.json"
