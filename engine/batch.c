@@ -7,7 +7,7 @@
  * never spinning against pool workers) until the sessions of the last step that are still
  * generating and those that posted meanwhile are all here, takes those on the same weights, runs
  * one step for them on its own pool and wakes them. A session prefilling, decoding or gone is
- * simply not in that step. The step (step()) is the frame of qve_session_frame for n sessions:
+ * simply not in that step. The step (qve_batch_step) is qve_session_frame for n sessions:
  * code 0 per session (its own sampler, RNG and parameters), the code predictor's passes in
  * lockstep (qve_cp_frame_multi), one talker token each at its own position on its own KV cache
  * (qve_stack_forward_multi), the codec head. Every row goes through the same operations as it
@@ -23,7 +23,7 @@
 
 /* How long a leader waits for the sessions it expects. They come back within microseconds
  * unless their thread was preempted or waits on its decoder (a stream's first frames): a step
- * of 4 sessions is ~100 ms, so this bounds the cost of a straggler to a few percent. */
+ * of 4 int8 sessions of the 0.6B takes 100-300 ms, so a straggler costs a few percent at most. */
 #define QVE_BATCH_WAIT_MS 5
 
 _Static_assert(QV_BATCH_MAX_STREAMS <= QVK_BATCH_MAX, "the kernels' batch holds every stream");
