@@ -2,10 +2,11 @@
  * alone: the batched matvec kernels (bf16, int8) for 1-8 vectors against the one-vector kernels
  * in every variant; the batched step (qve_batch_step) on 3-6 sessions with different prompts,
  * seeds, positions and frame caps against the same sessions run one by one — codes and the talker's
- * logits bit for bit, every frame — on the tiny model in every kernel variant and on the full-size
- * 0.6B in int8 and bf16 (the sizes where the int8 kernels run); then the rendezvous through the
+ * logits bit for bit, every frame — on the tiny model in every kernel variant, on the full-size
+ * 0.6B in int8 and bf16 (the sizes where the int8 kernels run) and on the 1.7B (a code predictor
+ * narrower than the talker, behind its mtp projection); then the rendezvous through the
  * public API (qv_model_set_batching, qv_synth on four threads): the same PCM as the syntheses
- * alone, and steps that served several streams. Models: $QVOICE_CACHE/tiny-cv, q06b-cv.
+ * alone, and steps that served several streams. Models: $QVOICE_CACHE/tiny-cv, q06b-cv, q17b-cv.
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -221,6 +222,15 @@ static void test_step_06b_int8_bf16(void **st) {
     qv_model_free(m);
 }
 
+/* The 1.7B: a code predictor narrower than the talker, behind small_to_mtp_projection. */
+static void test_step_17b(void **st) {
+    (void)st;
+    qv_model *m = load("q17b-cv");
+    printf("q17b-cv, bf16, 2 sessions:\n");
+    check_step(m, 2, QV_QUANT_BF16, 3);
+    qv_model_free(m);
+}
+
 /* ==== the rendezvous through qv_synth ======================================================== */
 
 typedef struct {
@@ -309,6 +319,7 @@ int main(void) {
         cmocka_unit_test(test_kernels_batch_equal_alone),
         cmocka_unit_test(test_step_tiny_every_variant),
         cmocka_unit_test(test_step_06b_int8_bf16),
+        cmocka_unit_test(test_step_17b),
         cmocka_unit_test(test_rendezvous_synth),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
