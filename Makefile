@@ -166,7 +166,7 @@ bench: deps
 	@scripts/serve-bench.sh
 
 serve-bench: deps
-	@$(MAKE) --no-print-directory all models-full
+	@$(MAKE) --no-print-directory all $(B)/bench/bench_batch models-full
 	@scripts/serve-bench.sh
 
 bench-kernels: deps

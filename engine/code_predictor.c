@@ -73,3 +73,60 @@ void qve_cp_frame(qve_cp_state *s, const qv_model *m, const qve_talker *talker, 
         qve_stack_forward(&s->st, pool, s->x, 1, g + 2);
     }
 }
+
+/* project for n rows: out[n, CH] = Π(in[n, H]). */
+static void project_multi(const qve_code_predictor *cp, const qv_model *m, qvk_pool *pool,
+                          float *out, const float *in, int n) {
+    const int H = m->cfg.talker.hidden_size, CH = m->cfg.code_predictor.hidden_size;
+    if (cp->mtp_proj.bf16 || cp->mtp_proj.q4) {
+        qve_matvec_batch(pool, in, n, H, &(qve_mv){out, &cp->mtp_proj, m->cp.mtp_bias, CH}, 1);
+        return;
+    }
+    for (int i = 0; i < n; i++)
+        memcpy(out + (size_t)i * CH, in + (size_t)i * H, (size_t)CH * sizeof(float));
+}
+
+void qve_cp_frame_multi(qve_cp_state *const *s, int n, const qv_model *m,
+                        const qve_talker *const *talker, qvk_pool *pool, const float *z,
+                        const int *c0, int32_t (*codes)[QVE_N_GROUPS], qve_pick_fn pick,
+                        void *const *pick_ctx, const qve_batch_scratch *bs) {
+    const qve_code_predictor *cp = s[0]->w;
+    const qve_stack_config *c = &cp->stack.cfg;
+    const int H = m->cfg.talker.hidden_size, CH = c->hidden_size, CV = c->vocab_size;
+    qve_stack_state *st[QVK_BATCH_MAX];
+    int pos[QVK_BATCH_MAX];
+    for (int i = 0; i < n; i++) {
+        st[i] = &s[i]->st;
+        codes[i][0] = c0[i];
+    }
+    for (int i = 0; i < n; i++)
+        pos[i] = 0;
+    project_multi(cp, m, pool, bs->x, z, n);
+    qve_stack_forward_multi(st, n, pool, bs->x, pos, bs);
+    for (int i = 0; i < n; i++) {
+        qve_talker_codec_embed(talker[i], bs->in + (size_t)i * H, c0[i], 0);
+        pos[i] = 1;
+    }
+    project_multi(cp, m, pool, bs->x, bs->in, n);
+    qve_stack_forward_multi(st, n, pool, bs->x, pos, bs);
+    for (int g = 0; g < QVE_N_GROUPS - 1; g++) {
+        for (int i = 0; i < n; i++)
+            qvk_rmsnorm(bs->normed + (size_t)i * CH, bs->x + (size_t)i * CH, cp->stack.norm, CH,
+                        c->rms_norm_eps);
+        qve_matvec_batch(pool, bs->normed, n, CH, &(qve_mv){bs->logits, &cp->lm_head[g], NULL, CV},
+                         1);
+        for (int i = 0; i < n; i++) {
+            float *logits = s[i]->logits + (size_t)g * CV;
+            memcpy(logits, bs->logits + (size_t)i * CV, (size_t)CV * sizeof(float));
+            codes[i][g + 1] = pick(logits, CV, pick_ctx[i]);
+        }
+        if (g == QVE_N_GROUPS - 2) break; /* CPE_14 never feeds the predictor */
+        for (int i = 0; i < n; i++) {
+            qvk_bf16_to_f32(bs->in + (size_t)i * H,
+                            cp->codec_embedding[g] + (size_t)codes[i][g + 1] * H, (size_t)H);
+            pos[i] = g + 2;
+        }
+        project_multi(cp, m, pool, bs->x, bs->in, n);
+        qve_stack_forward_multi(st, n, pool, bs->x, pos, bs);
+    }
+}

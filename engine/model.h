@@ -106,6 +106,8 @@ struct qv_model {
     pthread_mutex_t dec_lock;
     struct qve_decoder *dec;
     int n_synths;
+    struct qve_batcher *batch; /* the frame rendezvous of concurrent sessions, or NULL
+                                  (qv_model_set_batching, batch.c) */
     int wdelta_on;             /* a voice's weight delta was applied (voice_load.c) */
     uint8_t wdelta_source[32]; /* that voice's source fingerprint */
 };
@@ -175,6 +177,25 @@ typedef struct {
 } qve_mv;
 void qve_matvec(qvk_pool *pool, const float *x, int n_in, const qve_mv *mv, int n_mv);
 
+/* Activation rows of a batched step (batch.c), QVK_BATCH_MAX rows each as wide as the widest
+ * stack of the model needs; one set per model, used by one step at a time. */
+typedef struct {
+    float *x, *h, *q, *k, *v, *att, *gate, *up; /* decoder stack, as in qve_stack_state */
+    float *in;                                  /* [talker H] code-predictor input */
+    float *z;                                   /* [talker H] the frames' z */
+    float *normed;                              /* [cp H] */
+    float *logits;                              /* [max(talker, cp) vocab] */
+} qve_batch_scratch;
+
+/* qve_matvec for several x [n_x, n_in] through the same matrices, each mv.y [n_x, n_out]:
+ * every row as qve_matvec computes it alone, each weight read once for all. n_x <= QVK_BATCH_MAX. */
+void qve_matvec_batch(qvk_pool *pool, const float *x, int n_x, int n_in, const qve_mv *mv,
+                      int n_mv);
+/* One token for each of n sessions' stacks (the same weights s[i]->w), row i of x[n, H] at
+ * position pos[i] on the cache of s[i]: bit-identical to qve_stack_forward(s[i], .., 1, pos[i]). */
+void qve_stack_forward_multi(qve_stack_state *const *s, int n, qvk_pool *pool, float *x,
+                             const int *pos, const qve_batch_scratch *bs);
+
 /* ==== talker / code predictor ================================================================ */
 
 /* out[n, H] = text_projection(E_txt[ids[i]]) (§3.1) with t's text side (the model's, or a
@@ -208,6 +229,13 @@ typedef int (*qve_pick_fn)(const float *logits, int n, void *ctx);
 void qve_cp_frame(qve_cp_state *s, const qv_model *m, const qve_talker *talker, qvk_pool *pool,
                   const float *z, int c0, int32_t codes[QVE_N_GROUPS], qve_pick_fn pick,
                   void *pick_ctx);
+
+/* qve_cp_frame for n sessions in lockstep (states on the same weights), z [n, H_talker]: each
+ * session's codes, picks and state as qve_cp_frame gives them, every matrix read once per pass. */
+void qve_cp_frame_multi(qve_cp_state *const *s, int n, const qv_model *m,
+                        const qve_talker *const *talker, qvk_pool *pool, const float *z,
+                        const int *c0, int32_t (*codes)[QVE_N_GROUPS], qve_pick_fn pick,
+                        void *const *pick_ctx, const qve_batch_scratch *bs);
 
 /* ==== sampler (§3.6) ========================================================================= */
 
@@ -267,5 +295,29 @@ struct qv_session {
     struct qve_tok *tok; /* opened on first text request */
     int32_t role_ids[3]; /* role block: <|im_start|> assistant \n (§3.4) */
 };
+
+/* The frame loop's parts, shared by qv_session_next_frame and the batched step (batch.c). */
+/* Checks and code 0 of the next frame: 1 with *c0 set when the frame goes on; 0 when it ended
+ * (*done set, or *st an error). */
+int qve_session_frame_begin(qv_session *s, int *c0, int *done, enum qv_status *st);
+/* The code predictor's pick for session ctx (sampling with its RNG and parameters). */
+int qve_session_pick_cp(const float *logits, int n, void *ctx);
+/* Counts the frame and sets s->x to the talker input of its codes (F(codes) + text row). */
+void qve_session_frame_input(qv_session *s, const int32_t *frame);
+/* A whole frame of one session (what qv_session_next_frame runs when batching is off). */
+enum qv_status qve_session_frame(qv_session *s, int32_t codes[QV_N_CODEBOOKS], int *done);
+
+/* ==== batched frame steps (batch.c) ========================================================== */
+
+/* Runs s's next frame in a step shared with the other sessions of its model that are waiting
+ * for theirs (qv_model_set_batching). Same results as qve_session_frame. */
+enum qv_status qve_batch_frame(struct qve_batcher *b, qv_session *s,
+                               int32_t codes[QV_N_CODEBOOKS], int *done);
+void qve_batcher_free(struct qve_batcher *b);
+/* One step for n sessions on the same weights, on the calling thread (the rendezvous runs it;
+ * tests call it directly): for each i what qve_session_frame(s[i], codes[i], &done[i]) gives
+ * (st[i]), every matrix read once for all. */
+void qve_batch_step(struct qve_batcher *b, qv_session *const *s, int n, qvk_pool *pool,
+                    int32_t (*codes)[QV_N_CODEBOOKS], int *done, enum qv_status *st);
 
 #endif

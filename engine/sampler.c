@@ -63,9 +63,34 @@ static int argmax(const float *x, int n) {
     return best;
 }
 
-static int cmp_desc(const void *a, const void *b) {
-    float x = *(const float *)a, y = *(const float *)b;
-    return (x < y) - (x > y);
+/* The k-th largest of x[n] (1 <= k <= n), x reordered: quickselect, the value a descending sort
+ * would put at k - 1 (the code predictor's top-k ran a full qsort of 2048 logits 15 times per
+ * frame). */
+static float kth_largest(float *x, int n, int k) {
+    int lo = 0, hi = n - 1;
+    const int t = k - 1;
+    while (lo < hi) {
+        const float p = x[lo + (hi - lo) / 2];
+        int i = lo, j = hi;
+        while (i <= j) {
+            while (x[i] > p)
+                i++;
+            while (x[j] < p)
+                j--;
+            if (i <= j) {
+                float v = x[i];
+                x[i++] = x[j];
+                x[j--] = v;
+            }
+        }
+        if (t <= j)
+            hi = j;
+        else if (t >= i)
+            lo = i;
+        else
+            break;
+    }
+    return x[t];
 }
 
 static int cmp_idx_asc(const void *a, const void *b, void *keys) {
@@ -83,8 +108,7 @@ int qve_sample(float *logits, int n, const qve_sample_params *p, qve_rng *rng, f
             logits[i] /= p->temperature;
     if (p->top_k > 0 && p->top_k < n) { /* TopKLogitsWarper: keep >= k-th largest (ties kept) */
         memcpy(work, logits, (size_t)n * sizeof(float));
-        qsort(work, (size_t)n, sizeof(float), cmp_desc);
-        const float kth = work[p->top_k - 1];
+        const float kth = kth_largest(work, n, p->top_k);
         for (int i = 0; i < n; i++)
             if (logits[i] < kth) logits[i] = -INFINITY;
     }

@@ -81,6 +81,7 @@ enum qv_status qv_model_load(qv_model **out, const char *dir, char *err, size_t 
 
 void qv_model_free(qv_model *m) {
     if (!m) return;
+    qve_batcher_free(m->batch);
     qve_model_unload(m);
     free(m);
 }
@@ -524,7 +525,7 @@ done:
 
 /* ==== frame loop ============================================================================= */
 
-static int pick_cp(const float *logits, int n, void *ctx) {
+int qve_session_pick_cp(const float *logits, int n, void *ctx) {
     qv_session *s = ctx;
     memcpy(s->logits, logits, (size_t)n * sizeof(float));
     const qve_sample_params sp = {s->p.subtalker_do_sample, s->p.subtalker_temperature,
@@ -532,47 +533,65 @@ static int pick_cp(const float *logits, int n, void *ctx) {
     return qve_sample(s->logits, n, &sp, &s->rng, s->work, s->work_idx);
 }
 
-enum qv_status qv_session_next_frame(qv_session *s, int32_t codes[QV_N_CODEBOOKS], int *done) {
+int qve_session_frame_begin(qv_session *s, int *c0, int *done, enum qv_status *st) {
     *done = 0;
+    *st = QV_OK;
     if (s->state == QVE_DONE) {
         *done = 1;
-        return QV_OK;
+        return 0;
     }
-    if (s->state != QVE_RUNNING) return fail(s, QV_E_STATE, "no utterance in progress");
+    if (s->state != QVE_RUNNING) {
+        *st = fail(s, QV_E_STATE, "no utterance in progress");
+        return 0;
+    }
     if (s->n_frames >= s->p.max_frames) {
         s->state = QVE_DONE;
         *done = 1;
-        return QV_OK;
+        return 0;
     }
-    const qv_model *m = s->m;
-    const qve_model_config *c = &m->cfg;
+    const qve_model_config *c = &s->m->cfg;
     const int H = c->talker.hidden_size, V = c->talker.vocab_size;
-
     memcpy(s->logits, s->logits_raw, (size_t)V * sizeof(float));
     qve_talker_logits_process(s->logits, V, s->seen, s->p.repetition_penalty, s->n_frames,
                               c->codec_eos_token_id);
     if (s->p.ignore_eos) s->logits[c->codec_eos_token_id] = -INFINITY; /* benchmarks only */
     const qve_sample_params sp = {s->p.do_sample, s->p.temperature, s->p.top_p, s->p.top_k};
-    const int c0 = qve_sample(s->logits, V, &sp, &s->rng, s->work, s->work_idx);
-    if (c0 == c->codec_eos_token_id) {
+    *c0 = qve_sample(s->logits, V, &sp, &s->rng, s->work, s->work_idx);
+    if (*c0 == c->codec_eos_token_id) {
         s->state = QVE_DONE;
         *done = 1;
-        return QV_OK;
+        return 0;
     }
-    s->seen[c0] = 1;
+    s->seen[*c0] = 1;
     memcpy(s->z_frame, s->z, (size_t)H * sizeof(float));
-    int32_t frame[QVE_N_GROUPS];
-    qve_cp_frame(&s->cp, m, &s->tw, s->pool, s->z_frame, c0, frame, pick_cp, s);
+    return 1;
+}
 
+void qve_session_frame_input(qv_session *s, const int32_t *frame) {
+    const int H = s->m->cfg.talker.hidden_size;
     const int k = s->n_frames++;
     frame_embed(s, s->x, frame);
     const float *text = k < s->n_queue ? s->queue + (size_t)k * H : s->pad;
     for (int i = 0; i < H; i++)
         s->x[i] += text[i];
+}
+
+enum qv_status qve_session_frame(qv_session *s, int32_t codes[QV_N_CODEBOOKS], int *done) {
+    int c0;
+    enum qv_status st;
+    if (!qve_session_frame_begin(s, &c0, done, &st)) return st;
+    int32_t frame[QVE_N_GROUPS];
+    qve_cp_frame(&s->cp, s->m, &s->tw, s->pool, s->z_frame, c0, frame, qve_session_pick_cp, s);
+    qve_session_frame_input(s, frame);
     qve_stack_forward(&s->talker, s->pool, s->x, 1, s->pos++);
     qve_talker_head(&s->tw, s->pool, s->z, s->logits_raw, s->x);
     memcpy(codes, frame, sizeof frame);
     return QV_OK;
+}
+
+enum qv_status qv_session_next_frame(qv_session *s, int32_t codes[QV_N_CODEBOOKS], int *done) {
+    if (s->m->batch) return qve_batch_frame(s->m->batch, s, codes, done);
+    return qve_session_frame(s, codes, done);
 }
 
 /* ==== text ================================================================================== */

@@ -109,6 +109,37 @@ void qve_matvec(qvk_pool *pool, const float *x, int n_in, const qve_mv *mv, int 
     }
 }
 
+/* qve_matvec for several x [n_x, n_in] (each mv.y [n_x, n_out]): the batched kernels for int8
+ * and bf16, one q4 call per x. */
+void qve_matvec_batch(qvk_pool *pool, const float *x, int n_x, int n_in, const qve_mv *mv,
+                      int n_mv) {
+    const int t = tag(mv[0].w);
+    for (int i = 1; i < n_mv; i++)
+        if (tag(mv[i].w) != t) {
+            for (int k = 0; k < n_mv; k++)
+                qve_matvec_batch(pool, x, n_x, n_in, &mv[k], 1);
+            return;
+        }
+    if (t == TAG_Q8) {
+        qvk_q8_mv q[4];
+        for (int i = 0; i < n_mv; i++)
+            q[i] = (qvk_q8_mv){mv[i].y, mv[i].w->q8, mv[i].w->q8_scale, mv[i].bias, mv[i].n_out};
+        qvk_q8_matvec_batch(pool, x, n_x, n_in, q, n_mv);
+    } else if (t == TAG_Q4) {
+        for (int k = 0; k < n_x; k++) {
+            qve_mv one[4];
+            for (int i = 0; i < n_mv; i++)
+                one[i] = mv[i], one[i].y = mv[i].y + (size_t)k * mv[i].n_out;
+            qve_matvec(pool, x + (size_t)k * n_in, n_in, one, n_mv);
+        }
+    } else {
+        qvk_mv b[4];
+        for (int i = 0; i < n_mv; i++)
+            b[i] = (qvk_mv){mv[i].y, mv[i].w->bf16, mv[i].bias, mv[i].n_out};
+        qvk_matvec_bf16_batch(pool, x, n_x, n_in, b, n_mv);
+    }
+}
+
 /* Per-head q/k RMSNorm, RoPE at pos, and store k/v at cache row pos of layer l. */
 static void qk_norm_rope_store(qve_stack_state *s, int l, float *q, float *k, const float *v,
                                int pos) {
@@ -170,6 +201,45 @@ static void forward_one(qve_stack_state *s, qvk_pool *pool, float *x, int pos) {
         qvk_swiglu(s->gate, s->gate, s->up, I);
         qve_matvec(pool, s->gate, I, &(qve_mv){s->h, &L->down_proj, NULL, H}, 1);
         add(x, s->h, (size_t)H);
+    }
+}
+
+/* forward_one for n tokens of n sessions at once (batch.c): token i (row i of x) runs on the
+ * cache of s[i] at pos[i] and every matrix is read once for all; the scratch rows stand in for
+ * forward_one's single-token buffers, with the same operations per row (bit-identical). */
+void qve_stack_forward_multi(qve_stack_state *const *s, int n, qvk_pool *pool, float *x,
+                             const int *pos, const qve_batch_scratch *bs) {
+    const qve_stack_config *c = &s[0]->w->cfg;
+    const int H = c->hidden_size;
+    const int qd = c->num_attention_heads * c->head_dim;
+    const int kvd = c->num_key_value_heads * c->head_dim;
+    for (int l = 0; l < c->num_hidden_layers; l++) {
+        const qve_layer *L = &s[0]->w->layers[l];
+        const int I = qve_layer_intermediate(c, l);
+        for (int i = 0; i < n; i++)
+            qvk_rmsnorm(bs->h + (size_t)i * H, x + (size_t)i * H, L->input_layernorm, H,
+                        c->rms_norm_eps);
+        const qve_mv qkv[3] = {
+            {bs->q, &L->q_proj, NULL, qd}, {bs->k, &L->k_proj, NULL, kvd}, {bs->v, &L->v_proj, NULL, kvd}};
+        qve_matvec_batch(pool, bs->h, n, H, qkv, 3);
+        for (int i = 0; i < n; i++) {
+            float *q = bs->q + (size_t)i * qd;
+            qk_norm_rope_store(s[i], l, q, bs->k + (size_t)i * kvd, bs->v + (size_t)i * kvd,
+                               pos[i]);
+            attend(s[i], pool, l, bs->att + (size_t)i * qd, q, pos[i] + 1);
+        }
+        qve_matvec_batch(pool, bs->att, n, qd, &(qve_mv){bs->h, &L->o_proj, NULL, H}, 1);
+        add(x, bs->h, (size_t)n * H);
+        for (int i = 0; i < n; i++)
+            qvk_rmsnorm(bs->h + (size_t)i * H, x + (size_t)i * H, L->post_attention_layernorm, H,
+                        c->rms_norm_eps);
+        const qve_mv gu[2] = {{bs->gate, &L->gate_proj, NULL, I}, {bs->up, &L->up_proj, NULL, I}};
+        qve_matvec_batch(pool, bs->h, n, H, gu, 2);
+        for (int i = 0; i < n; i++)
+            qvk_swiglu(bs->gate + (size_t)i * I, bs->gate + (size_t)i * I, bs->up + (size_t)i * I,
+                       I);
+        qve_matvec_batch(pool, bs->gate, n, I, &(qve_mv){bs->h, &L->down_proj, NULL, H}, 1);
+        add(x, bs->h, (size_t)n * H);
     }
 }
 

@@ -111,6 +111,18 @@ const char *qv_model_language(const qv_model *m, int i);
 enum qv_status qv_model_decode_codes(const qv_model *m, const int32_t *codes, int n_frames,
                                      int n_threads, float *wav, char *err, size_t err_size);
 
+/* Batched streams: from this call on, sessions of m that ask for their next frame at about the
+ * same time, each on its own thread, advance together in one step (up to max_streams of them,
+ * at most QV_BATCH_MAX_STREAMS; 0 or 1 turns it off), so each weight matrix is read once per step
+ * for all of them instead of once per session. Codes and audio are bit-identical to the sessions
+ * run alone; a session alone pays one mutex per frame. Call it before sessions of m generate
+ * (qvoice-server does at start). QV_E_INVALID for max_streams outside [0, 8], QV_E_NOMEM. */
+#define QV_BATCH_MAX_STREAMS 8
+enum qv_status qv_model_set_batching(qv_model *m, int max_streams);
+/* Steps the batched streams of m have run and the frames they produced (their ratio is the mean
+ * batch size); 0 and 0 when batching is off. Thread-safe. */
+void qv_model_batch_stats(const qv_model *m, int64_t *n_steps, int64_t *n_frames);
+
 /* ==== parameters ============================================================================= */
 
 typedef struct {

@@ -98,6 +98,14 @@ typedef struct {
 void qvk_matvec_bf16_multi(qvk_pool *pool, const float *restrict x, int n_in,
                            const qvk_mv *mv, int n_mv);
 
+/* Several vectors through the same matrices (the frame step of concurrent sessions, B <=
+ * QVK_BATCH_MAX): y_k = W·x_k for x [n_x, n_in], each mv.y being [n_x, n_out], row-major. Each
+ * block of W rows streams from memory once and is re-read from cache for the other vectors;
+ * every y_k is bit-identical to qvk_matvec_bf16_multi of x_k alone. */
+#define QVK_BATCH_MAX 8
+void qvk_matvec_bf16_batch(qvk_pool *pool, const float *restrict x, int n_x, int n_in,
+                           const qvk_mv *mv, int n_mv);
+
 /* ---- batched linear layers (prefill, codec, encoders; compute-bound) --------------------- */
 
 /* Y[n_rows, n_out] = X[n_rows, n_in] · W[n_out, n_in]^T (+ bias). f32 weights, cblas_sgemm. */

@@ -15,6 +15,12 @@ typedef struct {
     /* y[r] = W[r, :]·x (+ bias[r]) for r in [r0, r1); W row stride n_in. */
     void (*mv_bf16)(float *restrict y, const uint16_t *restrict w, const float *restrict x,
                     const float *restrict bias, int r0, int r1, int n_in);
+    /* y[k·ldy + r] = W[r, :]·x[k·n_in + :] (+ bias[r]) for r in [r0, r1), k < n_x (several
+     * vectors through the same rows, each widened weight used for all of them), every element
+     * bit-identical to mv_bf16's; NULL when the variant has none (matvec.c runs mv_bf16 per x). */
+    void (*mvb_bf16)(float *restrict y, int ldy, const uint16_t *restrict w,
+                     const float *restrict x, int n_x, const float *restrict bias, int r0, int r1,
+                     int n_in);
     /* Y[r, o] = W[o, :]·X[r, :] (+ bias[o]) for o in [o0, o1), r < n_rows; Y row stride n_out.
      * Each element is computed exactly as mv_bf16 computes row o for x = X[r] (bit-identical),
      * while W streams from memory once for all rows. */
@@ -128,6 +134,13 @@ static inline int qvk_row_queue_take(qvk_row_queue *q, int nth, int *r0, int *r1
     *r0 = (int)a;
     *r1 = b < q->n ? (int)b : q->n;
     return 1;
+}
+
+/* Rows of a block in the batched matvecs (several x through one matrix): ~16 KB of weights, a
+ * multiple of 8, so the block read from memory for the first x is still in L1 for the others. */
+static inline int qvk_batch_block_rows(size_t row_bytes) {
+    size_t r = ((size_t)16 << 10) / (row_bytes ? row_bytes : 1) & ~(size_t)7;
+    return r < 8 ? 8 : (int)r;
 }
 
 /* ---- row-block matvec kernels ------------------------------------------------------------ */

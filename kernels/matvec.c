@@ -45,11 +45,28 @@ void qvk_matvec_f32(qvk_pool *pool, float *restrict y, const float *restrict w,
 
 struct multi_job {
     const qvk_impl *impl;
-    const float *x;
+    const float *x; /* [n_x, n_in] */
     const qvk_mv *mv;
-    int n_mv, n_in;
+    int n_mv, n_in, n_x;
     qvk_row_queue rows; /* over the rows of all matrices, concatenated */
 };
+
+/* Rows [a, b) of one matrix for every x: the variant's batched row kernel when it has one, else
+ * a block of rows at a time through the one-vector kernel, streamed from memory for the first x
+ * and re-read from cache for the others (qvk_batch_block_rows). */
+static void mv_rows(const struct multi_job *j, const qvk_mv *mv, int a, int b) {
+    if (j->n_x > 1 && j->impl->mvb_bf16) {
+        j->impl->mvb_bf16(mv->y, mv->n_out, mv->w, j->x, j->n_x, mv->bias, a, b, j->n_in);
+        return;
+    }
+    const int blk = j->n_x > 1 ? qvk_batch_block_rows((size_t)j->n_in * 2) : b - a;
+    for (int r = a; r < b; r += blk) {
+        const int e = b - r < blk ? b : r + blk;
+        for (int k = 0; k < j->n_x; k++)
+            j->impl->mv_bf16(mv->y + (size_t)k * mv->n_out, mv->w, j->x + (size_t)k * j->n_in,
+                             mv->bias, r, e, j->n_in);
+    }
+}
 
 static void multi_run(int ith, int nth, void *p) {
     struct multi_job *j = p;
@@ -60,20 +77,26 @@ static void multi_run(int ith, int nth, void *p) {
             const qvk_mv *mv = &j->mv[m];
             int a = r0 > base ? r0 - base : 0;
             int b = r1 - base < mv->n_out ? r1 - base : mv->n_out;
-            if (a < b) j->impl->mv_bf16(mv->y, mv->w, j->x, mv->bias, a, b, j->n_in);
+            if (a < b) mv_rows(j, mv, a, b);
             base += mv->n_out;
         }
     }
 }
 
-void qvk_matvec_bf16_multi(qvk_pool *pool, const float *restrict x, int n_in, const qvk_mv *mv,
-                           int n_mv) {
-    struct multi_job j = {.impl = qvk_impl_get(), .x = x, .mv = mv, .n_mv = n_mv, .n_in = n_in};
+void qvk_matvec_bf16_batch(qvk_pool *pool, const float *restrict x, int n_x, int n_in,
+                           const qvk_mv *mv, int n_mv) {
+    struct multi_job j = {
+        .impl = qvk_impl_get(), .x = x, .mv = mv, .n_mv = n_mv, .n_in = n_in, .n_x = n_x};
     int n_total = 0;
     for (int m = 0; m < n_mv; m++)
         n_total += mv[m].n_out;
     qvk_row_queue_init(&j.rows, n_total, (size_t)n_in * 2);
     qvk_pool_run(pool, multi_run, &j);
+}
+
+void qvk_matvec_bf16_multi(qvk_pool *pool, const float *restrict x, int n_in, const qvk_mv *mv,
+                           int n_mv) {
+    qvk_matvec_bf16_batch(pool, x, 1, n_in, mv, n_mv);
 }
 
 void qvk_matvec_bf16(qvk_pool *pool, float *restrict y, const uint16_t *restrict w,

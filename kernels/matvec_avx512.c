@@ -65,6 +65,85 @@ static void mv_bf16(float *restrict y, const uint16_t *restrict w, const float *
         mv_block(1, y, w, x, bias, r, n_in, n16, tail);
 }
 
+/* NR weight rows × NB vectors, NR·NB accumulators: each widened weight vector feeds all NB, and
+ * each (row, vector) accumulates exactly as mv_block does (bit-identical). pf: prefetch the next
+ * NR rows (only on the first pass over these rows; later passes read them from L1). */
+static inline __attribute__((always_inline)) void
+mvb_block(int NR, int NB, int pf, float *restrict y, int ldy, const uint16_t *restrict w,
+          const float *restrict x, int n_in, const float *restrict bias, int r, int n16,
+          __mmask16 tail) {
+    const uint16_t *wr = w + (size_t)r * n_in;
+    const char *next = (const char *)(wr + (size_t)NR * n_in);
+    __m512 acc[4][4];
+#pragma GCC unroll 4
+    for (int k = 0; k < NR; k++)
+#pragma GCC unroll 4
+        for (int b = 0; b < NB; b++)
+            acc[k][b] = _mm512_setzero_ps();
+    for (int i = 0; i < n16; i += 16) {
+        if (pf) qvk_prefetch_l2(next + (size_t)i * 2 * NR, NR * 32);
+        __m512 xv[4];
+#pragma GCC unroll 4
+        for (int b = 0; b < NB; b++)
+            xv[b] = _mm512_loadu_ps(x + (size_t)b * n_in + i);
+#pragma GCC unroll 4
+        for (int k = 0; k < NR; k++) {
+            const __m512 wv = load_bf16(wr + (size_t)k * n_in + i);
+#pragma GCC unroll 4
+            for (int b = 0; b < NB; b++)
+                acc[k][b] = _mm512_fmadd_ps(wv, xv[b], acc[k][b]);
+        }
+    }
+    if (tail) {
+        __m512 xv[4];
+#pragma GCC unroll 4
+        for (int b = 0; b < NB; b++)
+            xv[b] = _mm512_maskz_loadu_ps(tail, x + (size_t)b * n_in + n16);
+#pragma GCC unroll 4
+        for (int k = 0; k < NR; k++) {
+            const __m512 wv = load_bf16_tail(wr + (size_t)k * n_in + n16, tail);
+#pragma GCC unroll 4
+            for (int b = 0; b < NB; b++)
+                acc[k][b] = _mm512_fmadd_ps(wv, xv[b], acc[k][b]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int k = 0; k < NR; k++)
+#pragma GCC unroll 4
+        for (int b = 0; b < NB; b++) {
+            float s = _mm512_reduce_add_ps(acc[k][b]);
+            y[(size_t)b * ldy + r + k] = bias ? s + bias[r + k] : s;
+        }
+}
+
+/* Four vectors at a time over each block of four rows (the block stays in L1 for the next four). */
+static inline __attribute__((always_inline)) void
+mvb_rows(int NR, float *restrict y, int ldy, const uint16_t *restrict w, const float *restrict x,
+         int n_x, const float *restrict bias, int r, int n_in, int n16, __mmask16 tail) {
+    for (int b = 0; b < n_x; b += 4) {
+        float *yb = y + (size_t)b * ldy;
+        const float *xb = x + (size_t)b * n_in;
+        switch (n_x - b < 4 ? n_x - b : 4) {
+        case 1: mvb_block(NR, 1, !b, yb, ldy, w, xb, n_in, bias, r, n16, tail); break;
+        case 2: mvb_block(NR, 2, !b, yb, ldy, w, xb, n_in, bias, r, n16, tail); break;
+        case 3: mvb_block(NR, 3, !b, yb, ldy, w, xb, n_in, bias, r, n16, tail); break;
+        default: mvb_block(NR, 4, !b, yb, ldy, w, xb, n_in, bias, r, n16, tail); break;
+        }
+    }
+}
+
+static void mvb_bf16(float *restrict y, int ldy, const uint16_t *restrict w,
+                     const float *restrict x, int n_x, const float *restrict bias, int r0, int r1,
+                     int n_in) {
+    int n16 = n_in & ~15;
+    __mmask16 tail = (__mmask16)((1u << (n_in & 15)) - 1);
+    int r = r0;
+    for (; r + 4 <= r1; r += 4)
+        mvb_rows(4, y, ldy, w, x, n_x, bias, r, n_in, n16, tail);
+    for (; r < r1; r++)
+        mvb_rows(1, y, ldy, w, x, n_x, bias, r, n_in, n16, tail);
+}
+
 /* NR rows of X against NW rows of W, all accumulators in registers (NR·NW ≤ 16); the
  * per-element arithmetic is mv_bf16's: one accumulator, 16-wide chunks, masked tail, reduce. */
 static inline __attribute__((always_inline)) void
@@ -345,6 +424,7 @@ static void elu(float *x, size_t n) {
 const qvk_impl qvk_impl_avx512 = {
     .name = "avx512",
     .mv_bf16 = mv_bf16,
+    .mvb_bf16 = mvb_bf16,
     .mm_bf16 = mm_bf16,
     .gemm_pack = qvk_gemm_pack_avx512,
     .gemm_bf16 = qvk_gemm_bf16_avx512,

@@ -49,6 +49,10 @@ static void quantize_row(int8_t *restrict q, float *restrict s, const float *res
 }
 
 void qvk_q8_quantize_x(int8_t *restrict xq, float *restrict xs, const float *restrict x, int n_in) {
+    if (by_name(qvk_variant()) == qvk_q8_rows_avx512) {
+        qvk_q8_quantize_x_avx512(xq, xs, x, n_in);
+        return;
+    }
     for (int g = 0; g < n_in / QVK_Q8_GROUP; g++)
         quantize_row(xq + g * QVK_Q8_GROUP, xs + g, x + g * QVK_Q8_GROUP, QVK_Q8_GROUP);
 }
@@ -112,12 +116,32 @@ int qvk_q8_quantize_bf16(qvk_pool *pool, int8_t *restrict q, float *restrict sca
 
 struct mv_job {
     qvk_q8_rows_fn rows;
-    const int8_t *xq;
-    const float *xs;
+    qvk_q8_rows_batch_fn rows_batch; /* NULL: rows per x */
+    const int8_t *xq; /* [n_x, n_in] */
+    const uint8_t *xu; /* xq + 128, for rows_batch */
+    const float *xs;  /* [n_x, n_in / QVK_Q8_GROUP] */
     const qvk_q8_mv *mv;
-    int n_mv, n_in;
+    int n_mv, n_in, n_x;
     qvk_row_queue queue; /* over the rows of all matrices, concatenated */
 };
+
+/* Rows [a, b) of one matrix for every x: the batched kernel, else a block of rows at a time
+ * through the one-vector kernel (matvec.c). */
+static void mv_rows(const struct mv_job *j, const qvk_q8_mv *mv, int a, int b) {
+    if (j->n_x > 1 && j->rows_batch) {
+        j->rows_batch(mv->y, mv->n_out, mv->q, mv->scale, j->xu, j->xs, j->n_x, mv->bias, a, b,
+                      j->n_in);
+        return;
+    }
+    const int blk = j->n_x > 1 ? qvk_batch_block_rows((size_t)j->n_in) : b - a;
+    const int n_g = j->n_in / QVK_Q8_GROUP;
+    for (int r = a; r < b; r += blk) {
+        const int e = b - r < blk ? b : r + blk;
+        for (int k = 0; k < j->n_x; k++)
+            j->rows(mv->y + (size_t)k * mv->n_out, mv->q, mv->scale, j->xq + (size_t)k * j->n_in,
+                    j->xs + (size_t)k * n_g, mv->bias, r, e, j->n_in);
+    }
+}
 
 static void mv_run(int ith, int nth, void *p) {
     struct mv_job *j = p;
@@ -128,24 +152,38 @@ static void mv_run(int ith, int nth, void *p) {
             const qvk_q8_mv *mv = &j->mv[m];
             int a = r0 > base ? r0 - base : 0;
             int b = r1 - base < mv->n_out ? r1 - base : mv->n_out;
-            if (a < b) j->rows(mv->y, mv->q, mv->scale, j->xq, j->xs, mv->bias, a, b, j->n_in);
+            if (a < b) mv_rows(j, mv, a, b);
             base += mv->n_out;
         }
     }
 }
 
-void qvk_q8_matvec_multi(qvk_pool *pool, const float *restrict x, int n_in, const qvk_q8_mv *mv,
-                         int n_mv) {
-    _Alignas(64) int8_t xq[QVK_Q8_MAX_IN];
-    float xs[QVK_Q8_MAX_IN / QVK_Q8_GROUP];
-    qvk_q8_quantize_x(xq, xs, x, n_in);
-    struct mv_job j = {.rows = by_name(qvk_variant()), .xq = xq, .xs = xs, .mv = mv, .n_mv = n_mv,
-                       .n_in = n_in};
+void qvk_q8_matvec_batch(qvk_pool *pool, const float *restrict x, int n_x, int n_in,
+                         const qvk_q8_mv *mv, int n_mv) {
+    _Alignas(64) int8_t xq[QVK_Q8_BATCH_MAX_IN];
+    float xs[QVK_Q8_BATCH_MAX_IN / QVK_Q8_GROUP];
+    for (int k = 0; k < n_x; k++) /* each vector quantized as it would be alone */
+        qvk_q8_quantize_x(xq + (size_t)k * n_in, xs + (size_t)k * (n_in / QVK_Q8_GROUP),
+                          x + (size_t)k * n_in, n_in);
+    const qvk_q8_rows_fn rows = by_name(qvk_variant());
+    struct mv_job j = {.rows = rows, .xq = xq, .xs = xs, .mv = mv, .n_mv = n_mv, .n_in = n_in,
+                       .n_x = n_x};
+    _Alignas(64) uint8_t xu[QVK_Q8_BATCH_MAX_IN];
+    if (n_x > 1 && rows == qvk_q8_rows_avx512) {
+        for (size_t i = 0; i < (size_t)n_x * n_in; i++)
+            xu[i] = (uint8_t)(xq[i] + 128);
+        j.rows_batch = qvk_q8_rows_batch_avx512, j.xu = xu;
+    }
     int n_total = 0;
     for (int m = 0; m < n_mv; m++)
         n_total += mv[m].n_out;
     qvk_row_queue_init(&j.queue, n_total, (size_t)n_in);
     qvk_pool_run(pool, mv_run, &j);
+}
+
+void qvk_q8_matvec_multi(qvk_pool *pool, const float *restrict x, int n_in, const qvk_q8_mv *mv,
+                         int n_mv) {
+    qvk_q8_matvec_batch(pool, x, 1, n_in, mv, n_mv);
 }
 
 int qvk_q8_rows(const char *variant, float *restrict y, const int8_t *restrict q,

@@ -66,6 +66,105 @@ void qvk_q8_rows_avx512(float *restrict y, const int8_t *restrict q, const float
         rows_block(1, y, q, scale, xq, xs, bias, r, n_in);
 }
 
+/* NR rows × NB vectors, x given as xu = x + 128 (unsigned, made once per call): vpdpbusd then
+ * takes the weights as they are, Σ xu·w = Σ x·w + 128·Σ w, and the second term (one vpdpbusd of
+ * 128s per row, shared by all NB) is subtracted per group. Each lane's int32 is the exact Σ x·w
+ * of rows_block's lane, and the f32 steps are rows_block's: bit-identical. pf: prefetch the next
+ * NR rows (first pass over these rows only). */
+static inline __attribute__((always_inline)) void
+rowsb_block(int NR, int NB, int pf, float *restrict y, int ldy, const int8_t *restrict q,
+            const float *restrict scale, const uint8_t *restrict xu, const float *restrict xs,
+            const float *restrict bias, int r, int n_in) {
+    const int8_t *wr = q + (size_t)r * n_in;
+    const char *next = (const char *)(wr + (size_t)NR * n_in);
+    const int n_g = n_in / QVK_Q8_GROUP;
+    const __m512i c128 = _mm512_set1_epi8((char)0x80);
+    __m512 f[2][4];
+#pragma GCC unroll 2
+    for (int k = 0; k < NR; k++)
+#pragma GCC unroll 4
+        for (int b = 0; b < NB; b++)
+            f[k][b] = _mm512_setzero_ps();
+    for (int g = 0; g < n_g; g++) {
+        __m512i a[2][4], c[2];
+#pragma GCC unroll 2
+        for (int k = 0; k < NR; k++) {
+            c[k] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+            for (int b = 0; b < NB; b++)
+                a[k][b] = _mm512_setzero_si512();
+        }
+#pragma GCC unroll 2
+        for (int i = g * QVK_Q8_GROUP; i < (g + 1) * QVK_Q8_GROUP; i += 64) {
+            if (pf) qvk_prefetch_l2(next + (size_t)i * NR, NR * 64);
+            __m512i xv[4];
+#pragma GCC unroll 4
+            for (int b = 0; b < NB; b++)
+                xv[b] = _mm512_loadu_si512((const void *)(xu + (size_t)b * n_in + i));
+#pragma GCC unroll 2
+            for (int k = 0; k < NR; k++) {
+                const __m512i w = _mm512_loadu_si512((const void *)(wr + (size_t)k * n_in + i));
+                c[k] = _mm512_dpbusd_epi32(c[k], c128, w);
+#pragma GCC unroll 4
+                for (int b = 0; b < NB; b++)
+                    a[k][b] = _mm512_dpbusd_epi32(a[k][b], xv[b], w);
+            }
+        }
+#pragma GCC unroll 4
+        for (int b = 0; b < NB; b++) {
+            const __m512 sg = _mm512_set1_ps(xs[(size_t)b * n_g + g]);
+#pragma GCC unroll 2
+            for (int k = 0; k < NR; k++)
+                f[k][b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(a[k][b], c[k])), sg,
+                                          f[k][b]);
+        }
+    }
+#pragma GCC unroll 2
+    for (int k = 0; k < NR; k++)
+#pragma GCC unroll 4
+        for (int b = 0; b < NB; b++) {
+            float s = _mm512_reduce_add_ps(f[k][b]) * scale[r + k];
+            y[(size_t)b * ldy + r + k] = bias ? s + bias[r + k] : s;
+        }
+}
+
+static inline __attribute__((always_inline)) void
+rowsb_rows(int NR, float *restrict y, int ldy, const int8_t *restrict q,
+           const float *restrict scale, const uint8_t *restrict xu, const float *restrict xs,
+           int n_x, const float *restrict bias, int r, int n_in) {
+    const int n_g = n_in / QVK_Q8_GROUP;
+    for (int b = 0; b < n_x; b += 4) {
+        float *yb = y + (size_t)b * ldy;
+        const uint8_t *xb = xu + (size_t)b * n_in;
+        const float *sb = xs + (size_t)b * n_g;
+        switch (n_x - b < 4 ? n_x - b : 4) {
+        case 1:
+            rowsb_block(NR, 1, !b, yb, ldy, q, scale, xb, sb, bias, r, n_in);
+            break;
+        case 2:
+            rowsb_block(NR, 2, !b, yb, ldy, q, scale, xb, sb, bias, r, n_in);
+            break;
+        case 3:
+            rowsb_block(NR, 3, !b, yb, ldy, q, scale, xb, sb, bias, r, n_in);
+            break;
+        default:
+            rowsb_block(NR, 4, !b, yb, ldy, q, scale, xb, sb, bias, r, n_in);
+            break;
+        }
+    }
+}
+
+void qvk_q8_rows_batch_avx512(float *restrict y, int ldy, const int8_t *restrict q,
+                              const float *restrict scale, const uint8_t *restrict xu,
+                              const float *restrict xs, int n_x, const float *restrict bias, int r0,
+                              int r1, int n_in) {
+    int r = r0;
+    for (; r + 2 <= r1; r += 2)
+        rowsb_rows(2, y, ldy, q, scale, xu, xs, n_x, bias, r, n_in);
+    for (; r < r1; r++)
+        rowsb_rows(1, y, ldy, q, scale, xu, xs, n_x, bias, r, n_in);
+}
+
 /* One bf16 row to int8 + scale, the same IEEE operations as quantize_row in matvec_q8.c (absmax,
  * x·(127/amax), clamp, ±0.5, truncate), so the bytes are identical; n is a multiple of 16. */
 void qvk_q8_quantize_row_avx512(int8_t *restrict q, float *restrict scale,
@@ -88,5 +187,31 @@ void qvk_q8_quantize_row_avx512(int8_t *restrict q, float *restrict scale,
         __mmask16 neg = _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LT_OQ);
         v = _mm512_add_ps(v, _mm512_mask_blend_ps(neg, half, mhalf));
         _mm_storeu_si128((__m128i *)(q + i), _mm512_cvtsepi32_epi8(_mm512_cvttps_epi32(v)));
+    }
+}
+
+/* Activations to int8 groups, the same IEEE operations as quantize_row in matvec_q8.c (absmax
+ * ignoring NaN as fmaxf does, x·(127/amax), clamp, ±0.5, truncate): the same bytes and scales;
+ * n_in a multiple of QVK_Q8_GROUP. */
+void qvk_q8_quantize_x_avx512(int8_t *restrict xq, float *restrict xs, const float *restrict x,
+                              int n_in) {
+    const __m512 hi = _mm512_set1_ps(127.0f), lo = _mm512_set1_ps(-127.0f);
+    const __m512 half = _mm512_set1_ps(0.5f), mhalf = _mm512_set1_ps(-0.5f);
+    for (int g = 0; g < n_in / QVK_Q8_GROUP; g++) {
+        const float *xg = x + g * QVK_Q8_GROUP;
+        __m512 m = _mm512_setzero_ps();
+        for (int i = 0; i < QVK_Q8_GROUP; i += 16)
+            m = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(xg + i)), m);
+        const float amax = _mm512_reduce_max_ps(m);
+        xs[g] = amax / 127.0f;
+        const __m512 inv = _mm512_set1_ps(amax > 0 ? 127.0f / amax : 0.0f);
+        for (int i = 0; i < QVK_Q8_GROUP; i += 16) {
+            __m512 v =
+                _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(_mm512_loadu_ps(xg + i), inv), lo), hi);
+            __mmask16 neg = _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LT_OQ);
+            v = _mm512_add_ps(v, _mm512_mask_blend_ps(neg, half, mhalf));
+            _mm_storeu_si128((__m128i *)(xq + g * QVK_Q8_GROUP + i),
+                             _mm512_cvtsepi32_epi8(_mm512_cvttps_epi32(v)));
+        }
     }
 }

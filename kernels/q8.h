@@ -45,6 +45,12 @@ typedef struct {
 #define QVK_Q8_MAX_IN 16384
 void qvk_q8_matvec_multi(qvk_pool *pool, const float *restrict x, int n_in, const qvk_q8_mv *mv,
                          int n_mv);
+/* Several vectors x [n_x, n_in] through the same matrices, each mv.y being [n_x, n_out] (the
+ * batched frame step, kernels.h qvk_matvec_bf16_batch): each x_k quantized on its own, every y_k
+ * bit-identical to qvk_q8_matvec_multi of x_k alone. n_x·n_in <= QVK_Q8_BATCH_MAX_IN. */
+#define QVK_Q8_BATCH_MAX_IN 65536
+void qvk_q8_matvec_batch(qvk_pool *pool, const float *restrict x, int n_x, int n_in,
+                         const qvk_q8_mv *mv, int n_mv);
 
 /* The pieces, for tests: x -> int8 groups (xq[n_in], xs[n_in / QVK_Q8_GROUP]); and one row range
  * of one matrix through the variant "scalar", "avx2" or "avx512" (NULL = the one in use).

@@ -3,7 +3,8 @@
 # too): full-size synthetic 0.6B CustomVoice, int8, 2 threads per synthesis, on 127.0.0.1.
 #   1. time to the first audio byte at the client, one streamed request alone: p50/p95 of N
 #      sequential requests (goal p95 <= 0.6 s)
-#   2. aggregate audio seconds per wall second: 4 concurrent streamed requests vs one alone
+#   2. aggregate audio seconds per wall second (and per server CPU second): 4 concurrent streamed
+#      requests vs one alone; then the batched generation step alone (bench_batch)
 #   3. load: hey with 8 concurrent clients (--max-concurrency 4, --max-queue 2: the rest get
 #      429): failures other than 429 (goal 0), p50/p95 latency
 #   4. soak: mixed requests (speech whole/streamed/SSE, a client leaving mid-stream, voices
@@ -12,7 +13,8 @@
 #      QV_SOAK_SAMPLE seconds: first, last and max. Every request has a time limit, so it ends by
 #      itself.
 # Env: QV_SERVE_MODEL (default $QVOICE_CACHE/q06b-cv; its -base sibling clones), QV_SERVE_AUDIO
-# (seconds per request, 4), QV_SERVE_TTFA_RUNS (20), QV_SOAK_SECONDS (600), QV_SOAK_SAMPLE (5).
+# (seconds per request, 4), QV_SERVE_TTFA_RUNS (20), QV_SOAK_SECONDS (600), QV_SOAK_SAMPLE (5),
+# QV_SERVE_QUANT (int8), QV_SERVE_BATCH (the server's --batch: 8; 0 measures the streams unbatched).
 # Figures depend on the machine's load: the load average is printed with them. Exit 1 when a
 # step fails outright (a failed load request or an unexpected soak status is printed, not fatal).
 set -eu
@@ -23,6 +25,8 @@ AUDIO=${QV_SERVE_AUDIO:-4}
 RUNS=${QV_SERVE_TTFA_RUNS:-20}
 SOAK=${QV_SOAK_SECONDS:-600}
 SAMPLE=${QV_SOAK_SAMPLE:-5}
+QUANT=${QV_SERVE_QUANT:-int8}
+BATCH=${QV_SERVE_BATCH:-8}
 PATH=$PATH:/usr/sbin
 W=$(mktemp -d /tmp/qvoice-bench.XXXXXX)
 PID=
@@ -31,7 +35,7 @@ trap '[ -n "$SAMPLER" ] && kill $SAMPLER 2>/dev/null; [ -n "$PID" ] && kill $PID
 
 CLONE=
 [ -d "${MODEL%-cv}-base" ] && CLONE="--clone-model ${MODEL%-cv}-base" # the soak's audio uploads
-bin/qvoice-server -m "$MODEL" $CLONE --voices "$W/voices" --quant int8 --threads 2 --max-concurrency 4 \
+bin/qvoice-server -m "$MODEL" $CLONE --voices "$W/voices" --quant "$QUANT" --batch "$BATCH" --threads 2 --max-concurrency 4 \
   --max-queue 2 --listen 127.0.0.1:0 >/dev/null 2>"$W/log" &
 PID=$!
 for _ in $(seq 1200); do grep -q "listening on" "$W/log" && break; sleep 0.1; done
@@ -45,7 +49,7 @@ body() { # SEED STREAM_FORMAT FORMAT
 }
 pct() { sort -n | awk -v p="$1" '{v[NR]=$1} END {i=int(p*NR+0.999); if(i<1)i=1; print v[i]}'; }
 load() { cut -d' ' -f1-3 /proc/loadavg; }
-echo "serve-bench: $MODEL int8, 2 threads/synthesis, machine load: $(load)"
+echo "serve-bench: $MODEL $QUANT, 2 threads/synthesis, --batch $BATCH, machine load: $(load)"
 
 # 1. time to first byte, one streamed request alone, sequential
 ttfa_section() {
@@ -59,7 +63,9 @@ ttfa_section() {
 ttfa_section
 
 # 2. aggregate audio seconds per wall second: 1 alone, then 4 at once
-run_batch() { # N -> prints audio seconds per wall second
+cpu() { awk '{print $14 + $15}' "/proc/$PID/stat"; } # server CPU time, clock ticks
+run_batch() { # N -> prints "audio seconds per wall second, per server CPU second"
+  c0=$(cpu)
   t0=$(date +%s.%N)
   for i in $(seq "$1"); do
     curl -s -o "$W/b$i.pcm" -d "$(body "$((100 + i))" audio pcm)" "$URL/v1/audio/speech" &
@@ -68,11 +74,22 @@ run_batch() { # N -> prints audio seconds per wall second
   t1=$(date +%s.%N)
   bytes=$(cat "$W"/b*.pcm | wc -c)
   rm -f "$W"/b*.pcm
-  awk -v b="$bytes" -v a="$t0" -v z="$t1" 'BEGIN { printf "%.3f", b / 48000 / (z - a) }'
+  c1=$(cpu)
+  awk -v b="$bytes" -v a="$t0" -v z="$t1" -v c="$((c1 - c0))" -v hz="$(getconf CLK_TCK)" \
+    'BEGIN { printf "%.3f %.3f", b / 48000 / (z - a), b / 48000 / (c / hz) }'
 }
-one=$(run_batch 1)
-four=$(run_batch 4)
-echo "serve-bench: audio s per wall s: 1 stream $one, 4 streams $four, ratio $(awk -v a="$one" -v b="$four" 'BEGIN { printf "%.2f", b / a }') (goal >= 2.5)"
+metric() { curl -s "$URL/metrics" | sed -n "s/^$1 //p"; }
+set -- $(run_batch 1); one=$1; one_cpu=$2
+s0=$(metric qvoice_batch_steps_total); f0=$(metric qvoice_batch_frames_total)
+set -- $(run_batch 4); four=$1; four_cpu=$2
+s1=$(metric qvoice_batch_steps_total); f1=$(metric qvoice_batch_frames_total)
+mean=$(awk -v s="$((s1 - s0))" -v f="$((f1 - f0))" 'BEGIN { if (s > 0) printf "%.2f", f / s; else print "-" }')
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b / a }'; }
+echo "serve-bench: audio s per wall s: 1 stream $one, 4 streams $four, ratio $(ratio "$one" "$four") (goal >= 2.5; mean batch of the 4: $mean streams per step), load $(cut -d' ' -f1-3 /proc/loadavg)"
+# the same per CPU second of the server: what batching saves, whatever else the machine runs
+echo "serve-bench: audio s per server CPU s: 1 stream $one_cpu, 4 streams $four_cpu, ratio $(ratio "$one_cpu" "$four_cpu")"
+# the generation step alone (no decoder, one thread): 4 sessions stepped together vs one by one
+echo "serve-bench: $(build/bench/bench_batch "$MODEL" 1 "$QUANT" 4 10 3)"
 
 # 3. load: 8 concurrent clients
 load_section() {

@@ -75,7 +75,8 @@ static void hist_out(bytes *b, const char *name, const char *help, const histogr
         (unsigned long long)h->n, name, h->sum, name, (unsigned long long)h->n);
 }
 
-char *qvs_metrics_render(metrics *m, int active, int queued) {
+char *qvs_metrics_render(metrics *m, int active, int queued, int64_t batch_steps,
+                         int64_t batch_frames) {
     bytes b = {0};
     pthread_mutex_lock(&m->mu);
     out(&b, "# HELP qvoice_requests_total HTTP requests by route and status.\n"
@@ -111,8 +112,12 @@ char *qvs_metrics_render(metrics *m, int active, int queued) {
         "# HELP qvoice_active_sessions Syntheses running.\n# TYPE qvoice_active_sessions gauge\n"
         "qvoice_active_sessions %d\n"
         "# HELP qvoice_queued_sessions Requests waiting for a synthesis slot.\n"
-        "# TYPE qvoice_queued_sessions gauge\nqvoice_queued_sessions %d\n",
-        active, queued);
+        "# TYPE qvoice_queued_sessions gauge\nqvoice_queued_sessions %d\n"
+        "# HELP qvoice_batch_steps_total Batched frame steps (frames / steps = mean batch).\n"
+        "# TYPE qvoice_batch_steps_total counter\nqvoice_batch_steps_total %lld\n"
+        "# HELP qvoice_batch_frames_total Frames produced by batched frame steps.\n"
+        "# TYPE qvoice_batch_frames_total counter\nqvoice_batch_frames_total %lld\n",
+        active, queued, (long long)batch_steps, (long long)batch_frames);
     if (qvs_bytes_add(&b, "", 1)) {
         free(b.p);
         return NULL;

@@ -34,6 +34,8 @@ typedef struct {
     int max_concurrency;         /* syntheses at once (one qv_synth each) */
     int max_queue;               /* requests waiting for a slot beyond that; more get 429 */
     int quant;                   /* enum qv_quant */
+    int batch_streams;           /* concurrent syntheses of a model stepped together, frame by
+                                    frame (qv_model_set_batching); 0 or 1: each on its own */
     double max_seconds;          /* cap on audio per request (0 = none); requests may ask less */
     int max_text_chars;          /* code points of input */
     int max_upload_mb;           /* multipart upload size */
@@ -42,9 +44,9 @@ typedef struct {
     void *log_user;
 } qv_server_config;
 
-/* listen 127.0.0.1:8080, 1 thread, concurrency 1, queue 4, bf16, 120 s cap, 4096 chars,
- * 20 MB uploads, 300 s timeout (a 120 s utterance at RTF 2 must fit); no models, no voices dir, no
- * auth, no log. */
+/* listen 127.0.0.1:8080, 1 thread, concurrency 1, queue 4, batches of up to 8 streams, bf16,
+ * 120 s cap, 4096 chars, 20 MB uploads, 300 s timeout (a 120 s utterance at RTF 2 must fit); no
+ * models, no voices dir, no auth, no log. */
 qv_server_config qv_server_default_config(void);
 
 typedef struct qv_server qv_server;

@@ -212,7 +212,13 @@ static enum MHD_Result metrics_reply(qv_server *s, struct MHD_Connection *c, req
         active += s->slots[i].busy;
     queued = s->n_queued;
     pthread_mutex_unlock(&s->mu);
-    char *text = qvs_metrics_render(&s->met, active, queued);
+    int64_t steps = 0, frames = 0;
+    for (int i = 0; i < s->n_models; i++) {
+        int64_t a, b;
+        qv_model_batch_stats(s->models[i].model, &a, &b);
+        steps += a, frames += b;
+    }
+    char *text = qvs_metrics_render(&s->met, active, queued, steps, frames);
     if (!text) return MHD_NO;
     struct MHD_Response *r =
         MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
@@ -369,6 +375,7 @@ qv_server_config qv_server_default_config(void) {
                               .n_threads = 0,
                               .max_concurrency = 1,
                               .max_queue = 4,
+                              .batch_streams = QV_BATCH_MAX_STREAMS,
                               .quant = QV_QUANT_BF16,
                               .max_seconds = 120,
                               .max_text_chars = 4096,
@@ -448,6 +455,9 @@ static int load_models(qv_server *s, const qv_server_config *c, char *err, size_
         const char *base = strrchr(m->dir, '/');
         if (!(m->name = strdup(base ? base + 1 : m->dir))) return QV_E_NOMEM;
         enum qv_status st = qv_model_load(&m->model, m->dir, err, es);
+        if (!st && (st = qv_model_set_batching(m->model, c->batch_streams)))
+            snprintf(err, es, "%s: cannot batch %d streams: %s", m->dir, c->batch_streams,
+                     qv_strerror(st));
         if (st) return st;
     }
     return QV_OK;
@@ -455,7 +465,8 @@ static int load_models(qv_server *s, const qv_server_config *c, char *err, size_
 
 enum qv_status qv_server_start(qv_server **out, const qv_server_config *c, char *err, size_t es) {
     *out = NULL;
-    if (!c->voices_dir || c->max_concurrency < 1 || c->max_queue < 0 || c->max_text_chars < 1 ||
+    if (!c->voices_dir || c->max_concurrency < 1 || c->max_queue < 0 ||
+        c->batch_streams < 0 || c->batch_streams > QV_BATCH_MAX_STREAMS || c->max_text_chars < 1 ||
         c->max_upload_mb < 1 || c->timeout_s < 1 || c->max_seconds < 0) {
         snprintf(err, es, "server: invalid configuration (voices dir, limits)");
         return QV_E_INVALID;

@@ -52,8 +52,9 @@ typedef struct {
 void qvs_metrics_init(metrics *m);
 void qvs_metrics_request(metrics *m, enum route r, int status);
 void qvs_metrics_synth(metrics *m, const qv_synth_stats *st);
-/* Prometheus text exposition; malloc'd. */
-char *qvs_metrics_render(metrics *m, int active, int queued);
+/* Prometheus text exposition; malloc'd. batch_*: qv_model_batch_stats summed over the models. */
+char *qvs_metrics_render(metrics *m, int active, int queued, int64_t batch_steps,
+                         int64_t batch_frames);
 
 /* ==== server ================================================================================= */
 

@@ -24,7 +24,7 @@ static void usage(const qv_server_config *d) {
            "SYNOPSIS\n"
            "    qvoice-server -m MODEL_DIR [-m MODEL_DIR...] --voices DIR [--clone-model BASE_DIR]\n"
            "                  [--listen HOST:PORT] [--api-key-file F] [--threads N]\n"
-           "                  [--max-concurrency N] [--max-queue N] [--quant bf16|int8]\n"
+           "                  [--max-concurrency N] [--max-queue N] [--batch N] [--quant bf16|int8]\n"
            "                  [--max-seconds S] [--max-text-chars N] [--max-upload-mb N]\n"
            "                  [--timeout S]\n"
            "    qvoice-server --help | --version\n"
@@ -47,6 +47,10 @@ static void usage(const qv_server_config *d) {
            "    -j, --threads N         compute threads per synthesis (default %d: all online CPUs)\n"
            "    -C, --max-concurrency N syntheses at once (default %d)\n"
            "    -q, --max-queue N       requests waiting beyond that before 429 (default %d)\n"
+           "    -B, --batch N           concurrent syntheses of a model that advance together,\n"
+           "                            frame by frame, reading each weight once per step for\n"
+           "                            all of them (same audio as alone); 0 or 1 turns it off\n"
+           "                            (default %d, at most %d)\n"
            "    -Q, --quant bf16|int8   weights of the per-frame matvecs (default bf16)\n"
            "    -s, --max-seconds S     cap on audio per request, 0 = none (default %g)\n"
            "    -n, --max-text-chars N  longest input in characters (default %d)\n"
@@ -65,6 +69,7 @@ static void usage(const qv_server_config *d) {
            "    curl -s localhost:8080/v1/audio/speech -H 'Content-Type: application/json' \\\n"
            "         -d '{\"input\":\"Hello.\",\"voice\":\"ryan\"}' -o hello.wav\n",
            DRAIN_SECONDS, d->listen, d->n_threads, d->max_concurrency, d->max_queue,
+           d->batch_streams, QV_BATCH_MAX_STREAMS,
            d->max_seconds, d->max_text_chars, d->max_upload_mb, d->timeout_s);
 }
 
@@ -101,6 +106,7 @@ int main(int argc, char **argv) {
         {"clone-model", required_argument, 0, 'c'}, {"listen", required_argument, 0, 'l'},
         {"api-key-file", required_argument, 0, 'k'}, {"threads", required_argument, 0, 'j'},
         {"max-concurrency", required_argument, 0, 'C'}, {"max-queue", required_argument, 0, 'q'},
+        {"batch", required_argument, 0, 'B'},
         {"quant", required_argument, 0, 'Q'},       {"max-seconds", required_argument, 0, 's'},
         {"max-text-chars", required_argument, 0, 'n'}, {"max-upload-mb", required_argument, 0, 'u'},
         {"timeout", required_argument, 0, 'T'},     {"help", no_argument, 0, 'h'},
@@ -108,7 +114,7 @@ int main(int argc, char **argv) {
     int o;
     char *end;
     opterr = 0;
-    while ((o = getopt_long(argc, argv, ":m:v:c:l:k:j:C:q:Q:s:n:u:T:hV", opts, NULL)) != -1) {
+    while ((o = getopt_long(argc, argv, ":m:v:c:l:k:j:C:q:B:Q:s:n:u:T:hV", opts, NULL)) != -1) {
         switch (o) {
         case 'm':
             if (c.n_models == MAX_MODELS) return usage_error("-m: at most %s models", "8");
@@ -129,6 +135,10 @@ int main(int argc, char **argv) {
         case 'q':
             if (int_arg(optarg, 0, 4096, &c.max_queue))
                 return usage_error("--max-queue: expected 0..4096, found '%s'", optarg);
+            break;
+        case 'B':
+            if (int_arg(optarg, 0, QV_BATCH_MAX_STREAMS, &c.batch_streams))
+                return usage_error("--batch: expected 0..8, found '%s'", optarg);
             break;
         case 'Q':
             if (!strcmp(optarg, "bf16")) c.quant = QV_QUANT_BF16;
