@@ -8,6 +8,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -1059,9 +1060,23 @@ int qve_dec_stream_sync(qve_dec_stream *st) {
     return failed ? -1 : 0;
 }
 
+/* SCHED_IDLE: the thread runs only on a core nothing else wants, and any waking thread takes the
+ * core back at once (a lower nice value would still share it by weight). */
+static void thread_policy(qve_dec_stream *st, int policy) {
+    struct sched_param sp = {0};
+    pthread_setschedparam(st->thread, policy, &sp);
+}
+
+void qve_dec_stream_background(qve_dec_stream *st) {
+    if (st->thread_started) thread_policy(st, SCHED_IDLE);
+}
+
 int qve_dec_stream_finish(qve_dec_stream *st, char *err, size_t err_size) {
     if (!st) return 0;
     if (st->threaded) {
+        /* what is left once generation is done is waited for: it runs at normal priority (on a
+         * busy machine an idle-policy thread would wait for every other process) */
+        if (st->thread_started) thread_policy(st, SCHED_OTHER);
         pthread_mutex_lock(&st->mu);
         st->finishing = 1;
         pthread_cond_signal(&st->cv_data);

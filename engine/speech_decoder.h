@@ -90,6 +90,11 @@ int qve_dec_stream_push(qve_dec_stream *s, const int32_t *frame);
  * deliver the first block at once instead of after its next frame. 0, or -1 if the stream
  * failed. */
 int qve_dec_stream_sync(qve_dec_stream *s);
+/* Lowers the decoder thread to idle priority until finish (no-op without a thread): it then
+ * only uses cycles the rest of the process leaves (a generation pool's sleeping workers), which
+ * hides decoding behind generation without slowing it. finish restores normal priority for the
+ * frames still queued. Same samples either way. */
+void qve_dec_stream_background(qve_dec_stream *s);
 /* Decodes the remaining frames (a partial last block), waits for the thread, frees the stream
  * (always, even on error; accepts NULL). Returns 0, or -1 with err. */
 int qve_dec_stream_finish(qve_dec_stream *s, char *err, size_t err_size);

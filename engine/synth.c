@@ -314,9 +314,16 @@ static int generate(run *c, const char *text, piece *pc) {
     int rc = st ? fail(c, st, "%s", qv_session_error(s->s)) : 0;
     if (!rc && *qv_session_warning(s->s) && !c->st->warning[0])
         snprintf(c->st->warning, sizeof c->st->warning, "%.250s", qv_session_warning(s->s));
-    if (!rc && c->stream && !c->r->codes_only &&
+    const char *ex = getenv("QV_SCHED_EXP");
+    const int exp = ex ? atoi(ex) : 0;
+    const int bg = !c->stream && s->full && exp > 0;
+    if (!rc && (c->stream || bg) && !c->r->codes_only &&
         (!decoder(c) || !(ds = qve_dec_stream_start(c->dec, 1, on_decoded, s, e, sizeof e))))
         rc = c->dec ? fail(c, QV_E_NOMEM, "%s", e) : -1;
+    if (ds && bg) {
+        if (exp != 3) qve_dec_stream_background(ds);
+        if (exp != 2) qvk_pool_set_spin(s->full, 0);
+    }
     while (!rc) {
         int32_t fr[QV_N_CODEBOOKS];
         int done;
@@ -324,7 +331,7 @@ static int generate(run *c, const char *text, piece *pc) {
             rc = fail(c, QV_E_CANCELLED, "%s", "cancelled");
             break;
         }
-        if (ds && pc->joined) s->s->pool = own;
+        if (ds && pc->joined && !bg) s->s->pool = own;
         if ((st = qv_session_next_frame(s->s, fr, &done))) {
             rc = fail(c, st, "%s", qv_session_error(s->s));
             break;
@@ -351,10 +358,11 @@ static int generate(run *c, const char *text, piece *pc) {
         pc->n_frames++;
         if (!ds) continue;
         if (qve_dec_stream_push(ds, fr)) break; /* the error comes from finish */
-        if (!pc->joined && qve_dec_stream_sync(ds)) break;
+        if (!bg && !pc->joined && qve_dec_stream_sync(ds)) break;
         rc = take_audio(c, pc, 0);
     }
     s->s->pool = own;
+    if (bg) qvk_pool_set_spin(s->full, -1);
     if (!rc && !ds && !c->r->codes_only && !decoder(c)) rc = -1;
     int bad = ds ? qve_dec_stream_finish(ds, e, sizeof e)
                  : !rc && !c->r->codes_only && decode_here(c, pc->n_frames, e, sizeof e);

@@ -54,6 +54,10 @@ typedef void (*qvk_job)(int ith, int nth, void *arg);
 qvk_pool *qvk_pool_create(int n_threads);
 /* Accepts NULL. Joins the workers. */
 void qvk_pool_free(qvk_pool *pool);
+/* Polling before a waiting thread sleeps: iters pause loops (0: sleep at once, < 0: the default,
+ * ~20-50 µs). A pool that shares its cores with a background thread (the speech decoder beside
+ * generation) sets 0, so that every wait hands the core to that thread. */
+void qvk_pool_set_spin(qvk_pool *pool, int iters);
 /* Threads in the pool (1 for NULL). */
 int qvk_pool_threads(const qvk_pool *pool);
 /* Runs fn on every thread and returns when all are done. Not re-entrant. */
