@@ -578,20 +578,37 @@ size_t qvk_wino_weights_size(const qvk_wino *wn, int c_out, int c_in) {
     return (size_t)wn->alpha * round_up(c_out, WINO_NR) * c_in;
 }
 
+/* U's α entries for output channel o, input channel i, from the k taps at wr[j·step]. */
+static void wino_filter(const qvk_wino *wn, float *u, int cp, int c_in, int o, int i,
+                        const float *wr, int64_t step) {
+    for (int r = 0; r < wn->alpha; r++) {
+        double s = 0.0;
+        for (int j = 0; j < wn->k; j++)
+            s += wn->g[r * wn->k + j] * wr[j * step];
+        size_t panel = (size_t)r * cp + (size_t)(o / WINO_NR) * WINO_NR;
+        u[(panel * c_in + (size_t)i * WINO_NR) + o % WINO_NR] = (float)s;
+    }
+}
+
 void qvk_wino_weights(const qvk_wino *wn, float *u, const float *w, int c_out, int c_in) {
-    int a = wn->alpha, k = wn->k, cp = round_up(c_out, WINO_NR);
+    int k = wn->k, cp = round_up(c_out, WINO_NR);
     memset(u, 0, qvk_wino_weights_size(wn, c_out, c_in) * sizeof *u);
     for (int o = 0; o < c_out; o++)
-        for (int i = 0; i < c_in; i++) {
-            const float *wr = w + ((size_t)o * c_in + i) * k;
-            for (int r = 0; r < a; r++) {
-                double s = 0.0;
-                for (int j = 0; j < k; j++)
-                    s += wn->g[r * k + j] * wr[j];
-                size_t panel = (size_t)r * cp + (size_t)(o / WINO_NR) * WINO_NR;
-                u[(panel * c_in + (size_t)i * WINO_NR) + o % WINO_NR] = (float)s;
-            }
-        }
+        for (int i = 0; i < c_in; i++)
+            wino_filter(wn, u, cp, c_in, o, i, w + ((size_t)o * c_in + i) * k, 1);
+}
+
+/* Output channel j·c_out + o of the 2-tap conv is phase j of channel o: taps W[i, o, j + r]
+ * (on the previous input) and W[i, o, j]. */
+void qvk_wino_weights_ct(const qvk_wino *wn, float *u, const float *w, int c_in, int c_out,
+                         int r) {
+    int cp = round_up(r * c_out, WINO_NR);
+    memset(u, 0, qvk_wino_weights_size(wn, r * c_out, c_in) * sizeof *u);
+    for (int j = 0; j < r; j++)
+        for (int o = 0; o < c_out; o++)
+            for (int i = 0; i < c_in; i++)
+                wino_filter(wn, u, cp, c_in, j * c_out + o, i,
+                            w + ((size_t)i * c_out + o) * 2 * r + j + r, -r);
 }
 
 static void mix_rows_scalar(float *restrict y, int64_t ldy, const float *a, int rows, int cols,
@@ -634,9 +651,12 @@ size_t qvk_wino_scratch(const qvk_wino *wn, int c_in, int c_out, int n, int dil)
     return ins * c_in + a * nt * c_in + a * nt * cp + outs * cp;
 }
 
-void qvk_conv1d_wino(const qvk_wino *wn, float *y, const float *x, int w_in, int c_in, int c_out,
-                     int dil, const float *u, const float *bias, float *scratch) {
-    const int m = wn->m, a = wn->alpha, n = w_in - (wn->k - 1) * dil;
+/* The Winograd conv with c_out = ph·c_ch product channels, phase-major: y[c, t·ph + j] =
+ * product channel j·c_ch + c at step t (ph = 1: a plain conv; ph = r: a transposed conv). The
+ * time-major output rows of c_out values are then ph rows of c_ch, one transpose away. */
+static void wino_run(const qvk_wino *wn, float *y, const float *x, int w_in, int c_in, int c_out,
+                     int ph, int dil, const float *u, const float *bias, float *scratch) {
+    const int m = wn->m, a = wn->alpha, n = w_in - (wn->k - 1) * dil, c_ch = c_out / ph;
     if (n <= 0) return;
     const int cp = round_up(c_out, WINO_NR), md = m * dil;
     const int st = wino_chunk(wn, c_in, cp, n, dil), nt_max = st * dil;
@@ -644,7 +664,7 @@ void qvk_conv1d_wino(const qvk_wino *wn, float *y, const float *x, int w_in, int
     float *xt = scratch;                          /* [ins, c_in] time-major input window */
     float *v = xt + (size_t)ins_max * c_in;       /* [α, tiles, c_in] transformed input */
     float *mo = v + (size_t)a * nt_max * c_in;    /* [α, tiles, cp] products */
-    float *yt = mo + (size_t)a * nt_max * cp;     /* [outs, cp] time-major output */
+    float *yt = mo + (size_t)a * nt_max * cp;     /* [outs, c_out] time-major output */
     const qvk_impl *im = qvk_impl_get();
     void (*mix)(float *restrict, int64_t, const float *, int, int, const float *restrict, int64_t,
                 int) = im->mix_rows ? im->mix_rows : mix_rows_scalar;
@@ -666,8 +686,19 @@ void qvk_conv1d_wino(const qvk_wino *wn, float *y, const float *x, int w_in, int
         nt = 0;
         for (int sb = 0; sb < s_n * md; sb += md)
             for (int p = 0; p < dil && sb + p < outs; p++, nt++)
-                mix(yt + (size_t)(sb + p) * cp, (int64_t)dil * cp, wn->at, m, a,
+                mix(yt + (size_t)(sb + p) * c_out, (int64_t)dil * c_out, wn->at, m, a,
                     mo + (size_t)nt * cp, (int64_t)nt_max * cp, c_out);
-        transpose_tiles(y + t0, n, yt, cp, outs, c_out, bias);
+        transpose_tiles(y + (size_t)t0 * ph, (int64_t)n * ph, yt, c_ch, outs * ph, c_ch, bias);
     }
+}
+
+void qvk_conv1d_wino(const qvk_wino *wn, float *y, const float *x, int w_in, int c_in, int c_out,
+                     int dil, const float *u, const float *bias, float *scratch) {
+    wino_run(wn, y, x, w_in, c_in, c_out, 1, dil, u, bias, scratch);
+}
+
+void qvk_conv_transpose1d_wino(const qvk_wino *wn, float *y, const float *x, int w_in, int c_in,
+                               int c_out, int r, const float *u, const float *bias,
+                               float *scratch) {
+    wino_run(wn, y, x, w_in, c_in, r * c_out, r, 1, u, bias, scratch);
 }

@@ -251,6 +251,16 @@ size_t qvk_wino_scratch(const qvk_wino *wn, int c_in, int c_out, int n, int dil)
  * context first (n = w_in − (k − 1)·dil), W given as U from qvk_wino_weights. */
 void qvk_conv1d_wino(const qvk_wino *wn, float *y, const float *x, int w_in, int c_in, int c_out,
                      int dil, const float *u, const float *bias, float *scratch);
+/* Causal ConvTranspose1d with kernel 2r, stride r (the decoder blocks' upsampling) as a 2-tap
+ * Winograd conv over [context column | new inputs] whose r·c_out product channels are the output
+ * phases: with F(4, 2), 1.25 products per input step instead of 2. x [c_in, w_in] (one context
+ * column first), y [c_out, (w_in − 1)·r] = the new samples only, plus bias; U from
+ * qvk_wino_weights_ct (W [c_in, c_out, 2r] as PyTorch stores it; qvk_wino_weights_size(wn,
+ * r·c_out, c_in) floats), scratch qvk_wino_scratch(wn, c_in, r·c_out, w_in − 1, 1). wn: k = 2. */
+void qvk_wino_weights_ct(const qvk_wino *wn, float *u, const float *w, int c_in, int c_out, int r);
+void qvk_conv_transpose1d_wino(const qvk_wino *wn, float *y, const float *x, int w_in, int c_in,
+                               int c_out, int r, const float *u, const float *bias,
+                               float *scratch);
 /* y[r, :n] += v[:n] per row, and y[r, :n] += x[r, :n] (exact: same bits in every variant). */
 void qvk_add_bias(float *y, int64_t ldy, const float *v, int64_t n_rows, int n);
 void qvk_add_rows(float *y, int64_t ldy, const float *x, int64_t ldx, int64_t n_rows, int n);

@@ -870,6 +870,49 @@ static void test_conv_wino(void **state) {
             qvk_free(scratch);
             free(ref);
         }
+        /* the transposed convs (kernel 2r, stride r) as F(4, 2) over their output phases:
+         * decoder blocks 1-3 and a shape off the panels */
+        const int tcases[][4] = {{768, 384, 5, 32}, {384, 192, 4, 160}, {192, 96, 3, 640},
+                                 {20, 7, 5, 13}};
+        qvk_wino wt;
+        assert_int_equal(qvk_wino_init(&wt, 4, 2), 0);
+        for (size_t c = 0; c < sizeof tcases / sizeof tcases[0]; c++) {
+            int ci = tcases[c][0], co = tcases[c][1], r = tcases[c][2], n = tcases[c][3];
+            float *x = falloc((size_t)ci * (n + 1)), *w = falloc((size_t)ci * co * 2 * r);
+            float *b = falloc(co), *y = falloc((size_t)co * n * r);
+            float *u = falloc(qvk_wino_weights_size(&wt, r * co, ci));
+            float *scratch = falloc(qvk_wino_scratch(&wt, ci, r * co, n, 1));
+            double *ref = malloc(sizeof(double) * (size_t)co * n * r);
+            assert_non_null(ref);
+            fill(x, (size_t)ci * (n + 1), 1.0f);
+            fill(w, (size_t)ci * co * 2 * r, 1.0f / sqrtf(2.0f * ci));
+            fill(b, co, 1.0f);
+            qvk_wino_weights_ct(&wt, u, w, ci, co, r);
+            qvk_conv_transpose1d_wino(&wt, y, x, n + 1, ci, co, r, u, b, scratch);
+            /* output step s, phase j: W[:, o, j]·x[s + 1] + W[:, o, j + r]·x[s] (x[0]: context) */
+            for (int o = 0; o < co; o++)
+                for (int t = 0; t < n; t++)
+                    for (int j = 0; j < r; j++) {
+                        double acc = b[o];
+                        for (int i = 0; i < ci; i++) {
+                            const float *wi = w + ((size_t)i * co + o) * 2 * r;
+                            acc += (double)wi[j] * x[(size_t)i * (n + 1) + t + 1] +
+                                   (double)wi[j + r] * x[(size_t)i * (n + 1) + t];
+                        }
+                        ref[(size_t)o * n * r + (size_t)t * r + j] = acc;
+                    }
+            char what[80];
+            snprintf(what, sizeof what, "wino convT %s c%d>%d r%d n%d", k_variants[vi], ci, co, r,
+                     n);
+            check_close(what, y, ref, (size_t)co * n * r, 1e-5, 0);
+            qvk_free(x);
+            qvk_free(w);
+            qvk_free(b);
+            qvk_free(y);
+            qvk_free(u);
+            qvk_free(scratch);
+            free(ref);
+        }
         /* packed matmul: a partial last panel, a partial last group of rows */
         int k = 3 * 16, nn = 100, rows = 13, ldx = k + 5;
         float *x = falloc((size_t)(rows - 1) * ldx + k), *w = falloc((size_t)k * nn);
