@@ -446,8 +446,9 @@ void qvk_conv_weights_tm(float *dst, const float *src, int c_out, int c_in, int 
  * numerators Π_{j≠i}(x − p_j) and of Π_j(x − p_j); G evaluates the filter at the points over the
  * Lagrange denominators; Aᵀ evaluates the output polynomial's powers at the points. The f32
  * error grows with the transforms' magnitudes: of the sets tried for F(4, 7) (test_kernels'
- * decoder shapes), ±3, ±1/3 or ±1/4 as the last pair gave 3–9e-5, ±3/2 3e-5, 3/2 and −3/4 2e-5. */
-static const double wino_points[] = {0, 1, -1, 2, -2, 0.5, -0.5, 1.5, -0.75};
+ * decoder shapes), ±3, ±1/3 or ±1/4 as the last pair gave 3–9e-5, ±3/2 3e-5, 3/2 and −3/4 2e-5;
+ * the tenth point for F(5, 7): 1/4 4.0e-5, 3/4 4.5e-5, −3/2 5.6e-5, 2/3 6.3e-5. */
+static const double wino_points[] = {0, 1, -1, 2, -2, 0.5, -0.5, 1.5, -0.75, 0.25};
 
 int qvk_wino_init(qvk_wino *wn, int m, int k) {
     int a = m + k - 1, n = a - 1;
