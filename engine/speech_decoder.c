@@ -8,6 +8,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -26,8 +27,12 @@
 #define N_RES 3    /* residual units per block, dilations 1, 3, 9 */
 #define CONV_K 7   /* kernel of decoder.0, residual conv1, ConvNeXt dwconv, final conv */
 #define PRE_CONV_K 3
-#define WINO_M 4 /* outputs per Winograd tile of the residual convs: F(4, 7), 2.8x fewer products */
+#define WINO_M 5 /* outputs per Winograd tile: F(5, 7), 3.2x fewer products (F(4, 7): 5 % slower) */
+#define WINO_CT_M 4 /* F(4, 2) for the transposed convs: 1.25 products per step, error 6e-6 (F(5, 2): 8e-6) */
 #define QUEUE_FRAMES 1024
+/* Blocks 1-3 of the 12 Hz tokenizer (30 MB at most); block 0's would be 189 MB, against 0.7 ms per
+ * frame (1536 -> 768 channels, r = 8, eight frames at a time: 14.7 -> 9.0 ms per block). */
+#define UP_WINO_MAX_BYTES ((size_t)64 << 20)
 /* Decoder blocks from this index on run one frame at a time (1920 samples at the end), which
  * keeps their activations in L2 instead of streaming 8 frames' worth through memory. */
 #define PER_FRAME_BLOCK 1
@@ -65,8 +70,9 @@ typedef struct {
 
 typedef struct {
     int c_in, c_out, rate;
+    int up_wino;              /* up_w is Winograd-domain (qvk_wino_weights_ct), else p48 panels */
     const float *a, *b;       /* [C_in] decoder.I.block.0.{alpha,beta} */
-    const float *up_w, *up_b; /* [C_in, C_out·2r] packed (p48) / [C_out] decoder.I.block.1.conv */
+    const float *up_w, *up_b; /* see up_wino / [C_out] decoder.I.block.1.conv */
     dec_res res[N_RES];       /* decoder.I.block.{2,3,4} */
 } dec_block;
 
@@ -91,6 +97,7 @@ struct qve_decoder {
     const float *d0_w, *d0_b; /* Winograd-domain panels / [dec_dim] decoder.0.conv */
     dec_block blk[N_BLOCKS];
     qvk_wino wino;           /* F(WINO_M, 7) for decoder.0 and the residual conv1s */
+    qvk_wino wino_ct;        /* F(WINO_CT_M, 2) for the blocks' transposed convs (up_wino) */
     const float *fa, *fb;    /* [C] decoder.5.{alpha,beta} */
     const float *fw, *fbias; /* [7, 1, C] (tap-major copy) / [1] decoder.6.conv */
 
@@ -265,6 +272,16 @@ static const float *wino(loader *ld, const float *w, int c_out, int c_in) {
     return r;
 }
 
+/* ConvTranspose1d weight [c_in, c_out, 2r] → Winograd-domain weights of its r output phases. */
+static const float *wino_ct(loader *ld, const float *w, int c_in, int c_out, int r) {
+    if (!w) return NULL;
+    float *u;
+    const float *p = prepared(ld, qvk_wino_weights_size(&ld->d->wino_ct, r * c_out, c_in), &u);
+    if (u) qvk_wino_weights_ct(&ld->d->wino_ct, u, w, c_in, c_out, r);
+    done_with(ld, w, (size_t)c_in * c_out * 2 * r);
+    return p;
+}
+
 /* Linear weight [n_out, n_in] → 48-column panels of its transpose (see linear()). */
 static const float *lin(loader *ld, const float *w, int n_out, int n_in) {
     if (!w) return NULL;
@@ -306,12 +323,14 @@ static const float *taps(loader *ld, const float *w, int c_out, int c_in, int k)
 
 /* The cache key's probe: a small fixed conv weight through every preparation above, so that a
  * change of any of them (Winograd points or tile, panel layout) makes old cache files stale. */
-static void probe(const qvk_wino *wn, float *out) {
+static void probe(const qve_decoder *d, float *out) {
     float w[3 * 2 * CONV_K];
     for (size_t i = 0; i < sizeof w / sizeof *w; i++)
         w[i] = (float)((i * 37) % 23) / 7.0f - 1.5f;
-    qvk_wino_weights(wn, out, w, 3, 2);
-    out += qvk_wino_weights_size(wn, 3, 2);
+    qvk_wino_weights(&d->wino, out, w, 3, 2);
+    out += qvk_wino_weights_size(&d->wino, 3, 2);
+    qvk_wino_weights_ct(&d->wino_ct, out, w, 2, 3, 2); /* [2, 3, 4] of w */
+    out += qvk_wino_weights_size(&d->wino_ct, 2 * 3, 2);
     qvk_p48_pack(out, w, 2, 3, 2, 1);
     out += qvk_p48_size(2, 3);
     qvk_p48_pack(out, w, 3, 5, 5, 0);
@@ -319,9 +338,9 @@ static void probe(const qvk_wino *wn, float *out) {
     to_taps(out, w, 3, 2, CONV_K);
 }
 
-static size_t probe_size(const qvk_wino *wn) {
-    return qvk_wino_weights_size(wn, 3, 2) + qvk_p48_size(2, 3) + qvk_p48_size(3, 5) +
-           3 * 2 * CONV_K;
+static size_t probe_size(const qve_decoder *d) {
+    return qvk_wino_weights_size(&d->wino, 3, 2) + qvk_wino_weights_size(&d->wino_ct, 2 * 3, 2) +
+           qvk_p48_size(2, 3) + qvk_p48_size(3, 5) + 3 * 2 * CONV_K;
 }
 
 static int load_config(qve_decoder *d, const char *dir, char *err, size_t err_size) {
@@ -453,8 +472,13 @@ static int load_weights(qve_decoder *d, loader *ld) {
         int ci = b->c_in, co = b->c_out, n = i + 1;
         b->a = get(ld, 1, ci, 0, 0, "%s%d.block.0.alpha", q, n);
         b->b = get(ld, 1, ci, 0, 0, "%s%d.block.0.beta", q, n);
-        b->up_w = panels(ld, get(ld, 3, ci, co, 2 * b->rate, "%s%d.block.1.conv.weight", q, n), ci,
-                         co * 2 * b->rate);
+        const float *up = get(ld, 3, ci, co, 2 * b->rate, "%s%d.block.1.conv.weight", q, n);
+        /* Winograd (1.25 products per input step instead of 2) while its weights, 2.5x the
+         * checkpoint's, stay under UP_WINO_MAX_BYTES */
+        b->up_wino = qvk_wino_weights_size(&d->wino_ct, b->rate * co, ci) * sizeof(float) <=
+                     UP_WINO_MAX_BYTES;
+        b->up_w = b->up_wino ? wino_ct(ld, up, ci, co, b->rate)
+                             : panels(ld, up, ci, co * 2 * b->rate);
         b->up_b = get(ld, 1, co, 0, 0, "%s%d.block.1.conv.bias", q, n);
         for (int r = 0; r < N_RES; r++) {
             dec_res *u = &b->res[r];
@@ -496,12 +520,13 @@ qve_decoder *qve_decoder_load(const char *dir, char *err, size_t err_size) {
         goto fail;
     }
     qvk_wino_init(&d->wino, WINO_M, CONV_K);
+    qvk_wino_init(&d->wino_ct, WINO_CT_M, 2);
     /* the prepared weights come from the cache file when one fits, else they are made here and
        saved for the next load */
-    const size_t np = probe_size(&d->wino);
+    const size_t np = probe_size(d);
     float *pr = malloc(np * sizeof *pr);
     qve_prep_id id;
-    if (pr) probe(&d->wino, pr);
+    if (pr) probe(d, pr);
     const int cached = pr && !qve_prep_id_make(&id, "decoder", d->st, pr, np * sizeof *pr);
     free(pr);
     loader ld = {d, path, err, err_size, 0, NULL, 0, NULL, 0};
@@ -588,7 +613,9 @@ static sizes stage_sizes(const qve_decoder *d, int nb) {
         if (i == PER_FRAME_BLOCK) t /= (size_t)nb;
         need(&z.act, (size_t)b->c_in * (cx + t));
         need(&z.act, ((size_t)(cx + t) * r + k) * b->c_out);
-        need(&z.scratch, qvk_conv_transpose1d_p48_scratch(b->c_in, b->c_out, k, (int)(cx + t)));
+        need(&z.scratch, b->up_wino ? qvk_wino_scratch(&d->wino_ct, b->c_in, r * b->c_out, (int)t, 1)
+                                    : qvk_conv_transpose1d_p48_scratch(b->c_in, b->c_out, k,
+                                                                       (int)(cx + t)));
         t *= r;
         for (int u = 0; u < N_RES; u++) {
             int h = (CONV_K - 1) * res_dilation[u];
@@ -734,14 +761,22 @@ static int with_tail(float *cat, tail *tl, const float *x, int n, const float *a
     return w;
 }
 
-/* y[c_out, n] = bias + Σ_j W_j · x[:, j·dil : j·dil + n] for an input with row length w_in
- * (tail included): one sgemm per tap on a shifted view, W tap-major [k, c_out, c_in]. */
+/* y[c_out, n] = (acc ? y : 0) + bias + Σ_j W_j · x[:, j·dil : j·dil + n] for an input with row
+ * length w_in (tail included): one sgemm per tap on a shifted view, W tap-major [k, c_out, c_in].
+ * acc adds to y in place (the residual units' 1×1 conv: no separate pass for the sum). */
 static void conv_taps(float *y, const float *x, int w_in, int c_in, int c_out, int k, int dil,
-                      const float *wt, const float *bias) {
+                      const float *wt, const float *bias, int acc) {
     int n = w_in - (k - 1) * dil;
-    for (int o = 0; o < c_out; o++)
-        for (int t = 0; t < n; t++)
-            y[(size_t)o * n + t] = bias ? bias[o] : 0.0f;
+    for (int o = 0; o < c_out; o++) {
+        const float b = bias ? bias[o] : 0.0f;
+        float *yr = y + (size_t)o * n;
+        if (acc)
+            for (int t = 0; t < n; t++)
+                yr[t] += b;
+        else
+            for (int t = 0; t < n; t++)
+                yr[t] = b;
+    }
     for (int j = 0; j < k; j++)
         qvk_sgemm(0, 0, c_out, n, c_in, 1.0f, wt + (size_t)j * c_out * c_in, c_in,
                   x + (size_t)j * dil, w_in, 1.0f, y, n);
@@ -755,7 +790,7 @@ static void conv_step(dec_state *s, tail *tl, float *y, const float *x, int n, i
                       const float *b) {
     int w_in = with_tail(s->cat, tl, x, n, a, b);
     if (groups == 1) {
-        conv_taps(y, s->cat, w_in, tl->n_ch, c_out, k, dil, w, bias);
+        conv_taps(y, s->cat, w_in, tl->n_ch, c_out, k, dil, w, bias, 0);
         return;
     }
     qvk_conv cv = conv_desc(tl->n_ch, c_out, k, dil, groups);
@@ -858,16 +893,19 @@ static void transformer(const qve_decoder *d, dec_state *s, float *x, int nb, in
 static int block_step(const qve_decoder *d, dec_state *s, int i, float *y, float *x, int t) {
     const dec_block *bk = &d->blk[i];
     int r = bk->rate, co = bk->c_out;
-    convt_step(s, &s->blk_ctx[i], y, x, t, co, 2 * r, r, bk->up_w, bk->up_b, bk->a, bk->b);
+    if (bk->up_wino) { /* one context column: y gets exactly the t·r new samples */
+        int w_in = with_tail(s->cat, &s->blk_ctx[i], x, t, bk->a, bk->b);
+        qvk_conv_transpose1d_wino(&d->wino_ct, y, s->cat, w_in, bk->c_in, co, r, bk->up_w,
+                                  bk->up_b, s->scratch);
+    } else
+        convt_step(s, &s->blk_ctx[i], y, x, t, co, 2 * r, r, bk->up_w, bk->up_b, bk->a, bk->b);
     t *= r;
     for (int u = 0; u < N_RES; u++) {
         const dec_res *ru = &bk->res[u];
         wino_step(d, s, &s->res[i][u], x, y, t, co, res_dilation[u], ru->c1_w, ru->c1_b, ru->a1,
                   ru->b1);
         qvk_snakebeta(x, co, t, ru->a2, ru->b2);
-        conv_taps(s->c, x, t, co, co, 1, 1, ru->c2_w, ru->c2_b);
-        for (size_t j = 0; j < (size_t)co * t; j++)
-            y[j] += s->c[j];
+        conv_taps(y, x, t, co, co, 1, 1, ru->c2_w, ru->c2_b, 1);
     }
     return t;
 }
@@ -1144,9 +1182,23 @@ int qve_dec_stream_sync(qve_dec_stream *st) {
     return failed ? -1 : 0;
 }
 
+/* SCHED_IDLE: the thread runs only on a core nothing else wants, and any waking thread takes the
+ * core back at once (a lower nice value would still share it by weight). */
+static void thread_policy(qve_dec_stream *st, int policy) {
+    struct sched_param sp = {0};
+    pthread_setschedparam(st->thread, policy, &sp);
+}
+
+void qve_dec_stream_background(qve_dec_stream *st) {
+    if (st->thread_started) thread_policy(st, SCHED_IDLE);
+}
+
 int qve_dec_stream_finish(qve_dec_stream *st, char *err, size_t err_size) {
     if (!st) return 0;
     if (st->threaded) {
+        /* what is left once generation is done is waited for: it runs at normal priority (on a
+         * busy machine an idle-policy thread would wait for every other process) */
+        if (st->thread_started) thread_policy(st, SCHED_OTHER);
         pthread_mutex_lock(&st->mu);
         st->finishing = 1;
         pthread_cond_signal(&st->cv_data);

@@ -75,7 +75,8 @@ typedef int (*qve_audio_cb)(void *user, const float *pcm, int n_samples);
 /* Starts a streaming decode. n_threads = 0: no thread, push/finish decode on the caller's thread
  * whenever a block is complete. n_threads >= 1: a decoder thread does the work; it uses exactly
  * one core in this version (values > 1 are accepted and reserved for splitting work later), so
- * give the talker pool the remaining cores, and keep qvk_blas_set_threads at 1 while it runs
+ * give the talker pool the remaining cores (or lower the thread with qve_dec_stream_background
+ * and keep every core for the pool), and keep qvk_blas_set_threads at 1 while it runs
  * (OpenBLAS's thread count is process-wide and applies to the decoder thread's sgemms too). All
  * state is allocated here (sized for one block and the chunk's KV window); nothing is allocated per
  * frame. NULL + err on failure. */
@@ -90,6 +91,11 @@ int qve_dec_stream_push(qve_dec_stream *s, const int32_t *frame);
  * deliver the first block at once instead of after its next frame. 0, or -1 if the stream
  * failed. */
 int qve_dec_stream_sync(qve_dec_stream *s);
+/* Lowers the decoder thread to idle priority until finish (no-op without a thread): it then
+ * only uses cycles the rest of the process leaves (a generation pool's sleeping workers), which
+ * hides decoding behind generation without slowing it. finish restores normal priority for the
+ * frames still queued. Same samples either way. */
+void qve_dec_stream_background(qve_dec_stream *s);
 /* Decodes the remaining frames (a partial last block), waits for the thread, frees the stream
  * (always, even on error; accepts NULL). Returns 0, or -1 with err. */
 int qve_dec_stream_finish(qve_dec_stream *s, char *err, size_t err_size);

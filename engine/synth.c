@@ -9,8 +9,12 @@
  * (engine/speech_decoder.h) and hands its audio back through a mutex-guarded buffer; the
  * generation pool then has n - 1 threads (a pool sharing its cores with the decoder waits on
  * preempted workers at every barrier: measured 3x slower), but n for the prefill and the first
- * frames, while the decoder is idle. Whole chunks are generated with n threads and decoded after
- * generation on the caller's thread with n OpenBLAS threads.
+ * frames, while the decoder is idle. Whole chunks (n > 1) are generated with n threads while the
+ * decoder thread runs at idle priority (SCHED_IDLE) beside them and the pool's workers sleep at
+ * once instead of polling: the decoder only takes cycles generation leaves (the waits between
+ * pool jobs, the serial code between matvecs), and a waking worker takes its core back at once.
+ * What is left when generation ends is decoded at normal priority. With one thread the chunk is
+ * decoded after generation on the caller's thread.
  *
  * Streaming: audio flows chunk -> joined output -> callback as soon as it is decoded, except the
  * last crossfade window of the joined output (the next chunk may still blend into it) and a
@@ -275,8 +279,8 @@ static const qve_decoder *decoder(run *c) {
     return c->dec;
 }
 
-/* Pushes frames [0, n) of the piece's codes to a decoder on this thread (whole chunks: the
- * decoder runs after generation with every core, while the pool sleeps). */
+/* Pushes frames [0, n) of the piece's codes to a decoder on this thread (whole chunks with one
+ * thread: the decoder runs after generation). */
 static int decode_here(run *c, int n, char *e, size_t es) {
     qve_dec_stream *ds = qve_dec_stream_start(c->dec, 0, on_decoded, c->s, e, es);
     if (!ds) return -1;
@@ -298,9 +302,9 @@ static int start_stream(run *c, qve_dec_stream **ds, char *e, size_t es) {
 /* Generates text as one piece under the guard. Streaming, a decoder thread decodes the frames
  * as they come; until the piece is heard each block is waited for (its audio goes out now, not
  * after the next frame) and, the decoder being idle meanwhile, the pool has every core. Whole
- * chunks are decoded after generation (measured: generation on n - 1 threads beside a decoder
- * thread is slower in bf16 than n threads then the decoder). 0, 1 guard trip (c->msg), -1
- * failure (c->status, c->msg). */
+ * chunks keep every core for generation and decode in the background (measured: generation on
+ * n - 1 threads beside a normal-priority decoder thread was slower in bf16 than n threads then
+ * the decoder). 0, 1 guard trip (c->msg), -1 failure (c->status, c->msg). */
 static int generate(run *c, const char *text, piece *pc) {
     qv_synth *s = c->s;
     int32_t *ids;
@@ -328,7 +332,13 @@ static int generate(run *c, const char *text, piece *pc) {
     if (st) rc = fail(c, st, "%s", qv_session_error(s->s));
     if (!rc && *qv_session_warning(s->s) && !c->st->warning[0])
         snprintf(c->st->warning, sizeof c->st->warning, "%.250s", qv_session_warning(s->s));
-    if (!rc && streams && !ds) rc = start_stream(c, &ds, e, sizeof e);
+    /* whole chunks: the decoder thread decodes in the background while every core generates */
+    const int bg = !c->stream && s->full;
+    if (!rc && (streams || (bg && !c->r->codes_only)) && !ds) rc = start_stream(c, &ds, e, sizeof e);
+    if (ds && bg) {
+        qve_dec_stream_background(ds);
+        qvk_pool_set_spin(s->full, 0); /* every wait hands the core to the decoder */
+    }
     while (!rc) {
         int32_t fr[QV_N_CODEBOOKS];
         int done;
@@ -336,7 +346,7 @@ static int generate(run *c, const char *text, piece *pc) {
             rc = fail(c, QV_E_CANCELLED, "%s", "cancelled");
             break;
         }
-        if (ds && pc->joined) s->s->pool = own;
+        if (ds && pc->joined && !bg) s->s->pool = own;
         if ((st = qv_session_next_frame(s->s, fr, &done))) {
             rc = fail(c, st, "%s", qv_session_error(s->s));
             break;
@@ -363,10 +373,11 @@ static int generate(run *c, const char *text, piece *pc) {
         pc->n_frames++;
         if (!ds) continue;
         if (qve_dec_stream_push(ds, fr)) break; /* the error comes from finish */
-        if (!pc->joined && qve_dec_stream_sync(ds)) break;
+        if (!bg && !pc->joined && qve_dec_stream_sync(ds)) break;
         rc = take_audio(c, pc, 0);
     }
     s->s->pool = own;
+    if (s->full) qvk_pool_set_spin(s->full, -1);
     if (!rc && !ds && !c->r->codes_only && !decoder(c)) rc = -1;
     int bad = ds ? qve_dec_stream_finish(ds, e, sizeof e)
                  : !rc && !c->r->codes_only && decode_here(c, pc->n_frames, e, sizeof e);

@@ -446,8 +446,9 @@ void qvk_conv_weights_tm(float *dst, const float *src, int c_out, int c_in, int 
  * numerators Π_{j≠i}(x − p_j) and of Π_j(x − p_j); G evaluates the filter at the points over the
  * Lagrange denominators; Aᵀ evaluates the output polynomial's powers at the points. The f32
  * error grows with the transforms' magnitudes: of the sets tried for F(4, 7) (test_kernels'
- * decoder shapes), ±3, ±1/3 or ±1/4 as the last pair gave 3–9e-5, ±3/2 3e-5, 3/2 and −3/4 2e-5. */
-static const double wino_points[] = {0, 1, -1, 2, -2, 0.5, -0.5, 1.5, -0.75};
+ * decoder shapes), ±3, ±1/3 or ±1/4 as the last pair gave 3–9e-5, ±3/2 3e-5, 3/2 and −3/4 2e-5;
+ * the tenth point for F(5, 7): 1/4 4.0e-5, 3/4 4.5e-5, −3/2 5.6e-5, 2/3 6.3e-5. */
+static const double wino_points[] = {0, 1, -1, 2, -2, 0.5, -0.5, 1.5, -0.75, 0.25};
 
 int qvk_wino_init(qvk_wino *wn, int m, int k) {
     int a = m + k - 1, n = a - 1;
@@ -483,12 +484,39 @@ int qvk_wino_init(qvk_wino *wn, int m, int k) {
     return 0;
 }
 
-/* Products run on 48-column panels of U and groups of 8 tiles (gemm_p48). */
+/* Products run on 48-column panels of U (gemm_p48 takes the tiles 8 at a time). */
 #define WINO_NR 48
-#define WINO_MR 8
 
 static int round_up(int v, int to) {
     return (v + to - 1) / to * to;
+}
+
+/* dst[c·ldd + r] = src[r·lds + c] (+ bias[c]) for r < rows, c < cols, in 16 × 16 tiles: a
+ * column-order pass over a wide source would miss L1 on every element (block 3 of the decoder
+ * reads 1920 rows 384 bytes apart). */
+static void transpose_tiles(float *restrict dst, int64_t ldd, const float *restrict src,
+                            int64_t lds, int rows, int cols, const float *bias) {
+    enum { T = 16 };
+    const qvk_impl *im = qvk_impl_get();
+    if (im->transpose) {
+        im->transpose(dst, ldd, src, lds, rows, cols, bias);
+        return;
+    }
+    for (int r0 = 0; r0 < rows; r0 += T) {
+        int r1 = r0 + T < rows ? r0 + T : rows;
+        for (int c0 = 0; c0 < cols; c0 += T) {
+            int c1 = c0 + T < cols ? c0 + T : cols;
+            for (int c = c0; c < c1; c++) {
+                float *d = dst + (size_t)c * ldd;
+                if (bias)
+                    for (int r = r0; r < r1; r++)
+                        d[r] = src[(size_t)r * lds + c] + bias[c];
+                else
+                    for (int r = r0; r < r1; r++)
+                        d[r] = src[(size_t)r * lds + c];
+            }
+        }
+    }
 }
 
 size_t qvk_p48_size(int k, int n) {
@@ -530,9 +558,7 @@ int qvk_conv_transpose1d_p48(float *restrict y, const float *restrict x, int c_i
     if (t_in <= 0 || kept <= 0) return 0;
     int ld = round_up(c_out * k, WINO_NR);
     float *xt = scratch, *col = scratch + (size_t)t_in * c_in; /* [t_in, c_in], [t_in, ld] */
-    for (int i = 0; i < c_in; i++)
-        for (int t = 0; t < t_in; t++)
-            xt[(size_t)t * c_in + i] = x[(size_t)i * t_in + t];
+    transpose_tiles(xt, c_in, x, t_in, c_in, t_in, NULL);
     qvk_p48_matmul(col, ld, xt, c_in, wp, c_in, c_out * k, t_in);
     for (int o = 0; o < c_out; o++) {
         float *yr = y + (size_t)o * kept;
@@ -553,20 +579,37 @@ size_t qvk_wino_weights_size(const qvk_wino *wn, int c_out, int c_in) {
     return (size_t)wn->alpha * round_up(c_out, WINO_NR) * c_in;
 }
 
+/* U's α entries for output channel o, input channel i, from the k taps at wr[j·step]. */
+static void wino_filter(const qvk_wino *wn, float *u, int cp, int c_in, int o, int i,
+                        const float *wr, int64_t step) {
+    for (int r = 0; r < wn->alpha; r++) {
+        double s = 0.0;
+        for (int j = 0; j < wn->k; j++)
+            s += wn->g[r * wn->k + j] * wr[j * step];
+        size_t panel = (size_t)r * cp + (size_t)(o / WINO_NR) * WINO_NR;
+        u[(panel * c_in + (size_t)i * WINO_NR) + o % WINO_NR] = (float)s;
+    }
+}
+
 void qvk_wino_weights(const qvk_wino *wn, float *u, const float *w, int c_out, int c_in) {
-    int a = wn->alpha, k = wn->k, cp = round_up(c_out, WINO_NR);
+    int k = wn->k, cp = round_up(c_out, WINO_NR);
     memset(u, 0, qvk_wino_weights_size(wn, c_out, c_in) * sizeof *u);
     for (int o = 0; o < c_out; o++)
-        for (int i = 0; i < c_in; i++) {
-            const float *wr = w + ((size_t)o * c_in + i) * k;
-            for (int r = 0; r < a; r++) {
-                double s = 0.0;
-                for (int j = 0; j < k; j++)
-                    s += wn->g[r * k + j] * wr[j];
-                size_t panel = (size_t)r * cp + (size_t)(o / WINO_NR) * WINO_NR;
-                u[(panel * c_in + (size_t)i * WINO_NR) + o % WINO_NR] = (float)s;
-            }
-        }
+        for (int i = 0; i < c_in; i++)
+            wino_filter(wn, u, cp, c_in, o, i, w + ((size_t)o * c_in + i) * k, 1);
+}
+
+/* Output channel j·c_out + o of the 2-tap conv is phase j of channel o: taps W[i, o, j + r]
+ * (on the previous input) and W[i, o, j]. */
+void qvk_wino_weights_ct(const qvk_wino *wn, float *u, const float *w, int c_in, int c_out,
+                         int r) {
+    int cp = round_up(r * c_out, WINO_NR);
+    memset(u, 0, qvk_wino_weights_size(wn, r * c_out, c_in) * sizeof *u);
+    for (int j = 0; j < r; j++)
+        for (int o = 0; o < c_out; o++)
+            for (int i = 0; i < c_in; i++)
+                wino_filter(wn, u, cp, c_in, j * c_out + o, i,
+                            w + ((size_t)i * c_out + o) * 2 * r + j + r, -r);
 }
 
 static void mix_rows_scalar(float *restrict y, int64_t ldy, const float *a, int rows, int cols,
@@ -585,63 +628,78 @@ static void mix_rows_scalar(float *restrict y, int64_t ldy, const float *a, int 
     }
 }
 
-/* Tiles: per phase p < dil, the outputs p, p + dil, … in runs of m (the last one padded); the
- * count is rounded up to whole groups of WINO_MR (zero rows). */
-static int wino_tiles(int m, int n, int dil) {
-    int t = 0;
-    for (int p = 0; p < dil && p < n; p++)
-        t += ((n - p + dil - 1) / dil + m - 1) / m;
-    return round_up(t, WINO_MR);
-}
+/* Time runs in chunks of whole super-tiles: a super-tile is the m·dil outputs [b, b + m·dil), one
+ * tile per phase (outputs b + p, b + p + dil, …), so a chunk is self-contained (its input window,
+ * transforms, products and output stay together in L2 on the narrow late blocks, where one pass
+ * per stage over 1920 steps thrashed it) and each output comes from the same tile whatever the
+ * chunking: identical bits. A chunk has at least WINO_CHUNK_MIN tiles (the weights of the wide
+ * layers are read once per chunk), more while its buffers stay under WINO_CHUNK_FLOATS. */
+#define WINO_CHUNK_FLOATS 131072
+#define WINO_CHUNK_MIN 64
 
-/* Time-major rows the tiles touch: outputs up to the last tile's end, inputs α − 1 steps beyond. */
-static size_t wino_rows(const qvk_wino *wn, int n, int dil, int inputs) {
-    return (size_t)n + (size_t)wn->m * dil + (size_t)(inputs ? wn->k - 1 : 0) * dil;
+static int wino_chunk(const qvk_wino *wn, int c_in, int cp, int n, int dil) {
+    int per = (wn->m + wn->alpha) * (c_in + cp); /* floats per tile over the four buffers */
+    int tiles = WINO_CHUNK_FLOATS / per;
+    if (tiles < WINO_CHUNK_MIN) tiles = WINO_CHUNK_MIN;
+    int st = (tiles + dil - 1) / dil, all = (n + wn->m * dil - 1) / (wn->m * dil);
+    return st < all ? st : all; /* super-tiles per chunk */
 }
 
 size_t qvk_wino_scratch(const qvk_wino *wn, int c_in, int c_out, int n, int dil) {
-    size_t t = (size_t)wino_tiles(wn->m, n, dil), a = (size_t)wn->alpha;
-    size_t cp = (size_t)round_up(c_out, WINO_NR);
-    return wino_rows(wn, n, dil, 1) * c_in + a * t * c_in + a * t * cp +
-           wino_rows(wn, n, dil, 0) * cp;
+    size_t cp = (size_t)round_up(c_out, WINO_NR), a = (size_t)wn->alpha;
+    size_t st = (size_t)wino_chunk(wn, c_in, (int)cp, n, dil), nt = st * dil;
+    size_t outs = st * wn->m * dil, ins = outs + (size_t)(wn->k - 1) * dil;
+    return ins * c_in + a * nt * c_in + a * nt * cp + outs * cp;
+}
+
+/* The Winograd conv with c_out = ph·c_ch product channels, phase-major: y[c, t·ph + j] =
+ * product channel j·c_ch + c at step t (ph = 1: a plain conv; ph = r: a transposed conv). The
+ * time-major output rows of c_out values are then ph rows of c_ch, one transpose away. */
+static void wino_run(const qvk_wino *wn, float *y, const float *x, int w_in, int c_in, int c_out,
+                     int ph, int dil, const float *u, const float *bias, float *scratch) {
+    const int m = wn->m, a = wn->alpha, n = w_in - (wn->k - 1) * dil, c_ch = c_out / ph;
+    if (n <= 0) return;
+    const int cp = round_up(c_out, WINO_NR), md = m * dil;
+    const int st = wino_chunk(wn, c_in, cp, n, dil), nt_max = st * dil;
+    const int ins_max = st * md + (wn->k - 1) * dil;
+    float *xt = scratch;                          /* [ins, c_in] time-major input window */
+    float *v = xt + (size_t)ins_max * c_in;       /* [α, tiles, c_in] transformed input */
+    float *mo = v + (size_t)a * nt_max * c_in;    /* [α, tiles, cp] products */
+    float *yt = mo + (size_t)a * nt_max * cp;     /* [outs, c_out] time-major output */
+    const qvk_impl *im = qvk_impl_get();
+    void (*mix)(float *restrict, int64_t, const float *, int, int, const float *restrict, int64_t,
+                int) = im->mix_rows ? im->mix_rows : mix_rows_scalar;
+    for (int t0 = 0; t0 < n; t0 += st * md) {
+        const int outs = n - t0 < st * md ? n - t0 : st * md; /* outputs of this chunk */
+        const int s_n = (outs + md - 1) / md, ins = s_n * md + (wn->k - 1) * dil;
+        const int have = w_in - t0 < ins ? w_in - t0 : ins;
+        transpose_tiles(xt, c_in, x + t0, w_in, c_in, have, NULL);
+        memset(xt + (size_t)have * c_in, 0, (size_t)(ins - have) * c_in * sizeof *xt);
+        /* tiles of the chunk: super-tile s, phase p, starting at output s·m·dil + p (< outs) */
+        int nt = 0;
+        for (int sb = 0; sb < s_n * md; sb += md)
+            for (int p = 0; p < dil && sb + p < outs; p++, nt++)
+                mix(v + (size_t)nt * c_in, (int64_t)nt_max * c_in, wn->bt, a, a,
+                    xt + (size_t)(sb + p) * c_in, (int64_t)dil * c_in, c_in);
+        for (int r = 0; r < a; r++)
+            qvk_p48_matmul(mo + (size_t)r * nt_max * cp, cp, v + (size_t)r * nt_max * c_in, c_in,
+                           u + (size_t)r * cp * c_in, c_in, c_out, nt);
+        nt = 0;
+        for (int sb = 0; sb < s_n * md; sb += md)
+            for (int p = 0; p < dil && sb + p < outs; p++, nt++)
+                mix(yt + (size_t)(sb + p) * c_out, (int64_t)dil * c_out, wn->at, m, a,
+                    mo + (size_t)nt * cp, (int64_t)nt_max * cp, c_out);
+        transpose_tiles(y + (size_t)t0 * ph, (int64_t)n * ph, yt, c_ch, outs * ph, c_ch, bias);
+    }
 }
 
 void qvk_conv1d_wino(const qvk_wino *wn, float *y, const float *x, int w_in, int c_in, int c_out,
                      int dil, const float *u, const float *bias, float *scratch) {
-    int m = wn->m, a = wn->alpha, n = w_in - (wn->k - 1) * dil;
-    if (n <= 0) return;
-    int nt = wino_tiles(m, n, dil), cp = round_up(c_out, WINO_NR);
-    size_t rows_in = wino_rows(wn, n, dil, 1);
-    float *xt = scratch;                          /* [rows_in, c_in] time-major input, zero tail */
-    float *v = xt + rows_in * c_in;               /* [α, tiles, c_in] transformed input */
-    float *mo = v + (size_t)a * nt * c_in;        /* [α, tiles, cp] products */
-    float *yt = mo + (size_t)a * nt * cp;         /* [rows_out, cp] time-major output */
-    const qvk_impl *im = qvk_impl_get();
-    void (*mix)(float *restrict, int64_t, const float *, int, int, const float *restrict, int64_t,
-                int) = im->mix_rows ? im->mix_rows : mix_rows_scalar;
-    for (int c = 0; c < c_in; c++)
-        for (int t = 0; t < w_in; t++)
-            xt[(size_t)t * c_in + c] = x[(size_t)c * w_in + t];
-    memset(xt + (size_t)w_in * c_in, 0, (rows_in - (size_t)w_in) * c_in * sizeof *xt);
-    int64_t ldv = (int64_t)nt * c_in, ldm = (int64_t)nt * cp;
-    int ti = 0;
-    for (int p = 0; p < dil && p < n; p++)
-        for (int b = p; b < n; b += m * dil, ti++)
-            mix(v + (size_t)ti * c_in, ldv, wn->bt, a, a, xt + (size_t)b * c_in,
-                (int64_t)dil * c_in, c_in);
-    for (int r = 0; r < a; r++) /* the padding tiles */
-        memset(v + (size_t)r * ldv + (size_t)ti * c_in, 0, (size_t)(nt - ti) * c_in * sizeof *v);
-    for (int r = 0; r < a; r++)
-        qvk_p48_matmul(mo + (size_t)r * ldm, cp, v + (size_t)r * ldv, c_in,
-                       u + (size_t)r * cp * c_in, c_in, c_out, nt);
-    ti = 0;
-    for (int p = 0; p < dil && p < n; p++)
-        for (int b = p; b < n; b += m * dil, ti++)
-            mix(yt + (size_t)b * cp, (int64_t)dil * cp, wn->at, m, a, mo + (size_t)ti * cp, ldm,
-                c_out);
-    for (int o = 0; o < c_out; o++) {
-        float bo = bias ? bias[o] : 0.0f;
-        for (int t = 0; t < n; t++)
-            y[(size_t)o * n + t] = yt[(size_t)t * cp + o] + bo;
-    }
+    wino_run(wn, y, x, w_in, c_in, c_out, 1, dil, u, bias, scratch);
+}
+
+void qvk_conv_transpose1d_wino(const qvk_wino *wn, float *y, const float *x, int w_in, int c_in,
+                               int c_out, int r, const float *u, const float *bias,
+                               float *scratch) {
+    wino_run(wn, y, x, w_in, c_in, r * c_out, r, 1, u, bias, scratch);
 }

@@ -93,3 +93,49 @@ void qvk_gemm_p48_avx512(float *restrict y, int64_t ldy, const float *restrict x
         }
     }
 }
+
+/* conv.c's transpose: dst[c·ldd + r] = src[r·lds + c] (+ bias[c]) in 16 × 16 register tiles
+ * (unpack, then shuffles within and across 128-bit lanes); the ragged edges go element by
+ * element. Exact copies (and one exact add per element), so every variant gives the same bits. */
+void qvk_transpose_avx512(float *restrict dst, int64_t ldd, const float *restrict src, int64_t lds,
+                          int rows, int cols, const float *bias) {
+    int r16 = rows / 16 * 16, c16 = cols / 16 * 16;
+    for (int r0 = 0; r0 < r16; r0 += 16)
+        for (int c0 = 0; c0 < c16; c0 += 16) {
+            __m512 r[16], t[16];
+            for (int i = 0; i < 16; i++)
+                r[i] = _mm512_loadu_ps(src + (size_t)(r0 + i) * lds + c0);
+            for (int i = 0; i < 8; i++) {
+                t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+                t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+            }
+            for (int i = 0; i < 4; i++) {
+                r[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+                r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
+                r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+                r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+            }
+            for (int j = 0; j < 4; j++) {
+                t[j] = _mm512_shuffle_f32x4(r[j], r[4 + j], 0x88);
+                t[4 + j] = _mm512_shuffle_f32x4(r[j], r[4 + j], 0xDD);
+                t[8 + j] = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0x88);
+                t[12 + j] = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0xDD);
+            }
+            for (int j = 0; j < 4; j++) {
+                r[j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0x88);
+                r[8 + j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0xDD);
+                r[4 + j] = _mm512_shuffle_f32x4(t[4 + j], t[12 + j], 0x88);
+                r[12 + j] = _mm512_shuffle_f32x4(t[4 + j], t[12 + j], 0xDD);
+            }
+            for (int c = 0; c < 16; c++) {
+                __m512 v = bias ? _mm512_add_ps(r[c], _mm512_set1_ps(bias[c0 + c])) : r[c];
+                _mm512_storeu_ps(dst + (size_t)(c0 + c) * ldd + r0, v);
+            }
+        }
+    for (int c = 0; c < cols; c++) {
+        float *d = dst + (size_t)c * ldd;
+        const float b = bias ? bias[c] : 0.0f;
+        for (int r = c < c16 ? r16 : 0; r < rows; r++)
+            d[r] = bias ? src[(size_t)r * lds + c] + b : src[(size_t)r * lds + c];
+    }
+}

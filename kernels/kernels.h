@@ -58,6 +58,10 @@ typedef void (*qvk_job)(int ith, int nth, void *arg);
 qvk_pool *qvk_pool_create(int n_threads);
 /* Accepts NULL. Joins the workers. */
 void qvk_pool_free(qvk_pool *pool);
+/* Polling before a waiting thread sleeps: iters pause loops (0: sleep at once, < 0: the default,
+ * ~20-50 µs). A pool that shares its cores with a background thread (the speech decoder beside
+ * generation) sets 0, so that every wait hands the core to that thread. */
+void qvk_pool_set_spin(qvk_pool *pool, int iters);
 /* Threads in the pool (1 for NULL). */
 int qvk_pool_threads(const qvk_pool *pool);
 /* Runs fn on every thread and returns when all are done. Not re-entrant. */
@@ -247,7 +251,7 @@ int qvk_conv_transpose1d_p48(float *restrict y, const float *restrict x, int c_i
 /* Winograd minimal filtering F(m, k) for stride-1 dense convs (the speech decoder's k = 7 convs):
  * each tile of m outputs (spaced by the dilation) costs α = m + k − 1 products per channel pair
  * instead of m·k, as α products [tiles, c_in] by [c_in, c_out] (packed panels). The filter
- * transform runs in double at load; k = 7, m = 4 is 2.8× fewer products. */
+ * transform runs in double at load; k = 7, m = 5 is 3.2× fewer products. */
 #define QVK_WINO_MAX_A 16
 typedef struct {
     int m, k, alpha;
@@ -267,6 +271,16 @@ size_t qvk_wino_scratch(const qvk_wino *wn, int c_in, int c_out, int n, int dil)
  * context first (n = w_in − (k − 1)·dil), W given as U from qvk_wino_weights. */
 void qvk_conv1d_wino(const qvk_wino *wn, float *y, const float *x, int w_in, int c_in, int c_out,
                      int dil, const float *u, const float *bias, float *scratch);
+/* Causal ConvTranspose1d with kernel 2r, stride r (the decoder blocks' upsampling) as a 2-tap
+ * Winograd conv over [context column | new inputs] whose r·c_out product channels are the output
+ * phases: with F(4, 2), 1.25 products per input step instead of 2. x [c_in, w_in] (one context
+ * column first), y [c_out, (w_in − 1)·r] = the new samples only, plus bias; U from
+ * qvk_wino_weights_ct (W [c_in, c_out, 2r] as PyTorch stores it; qvk_wino_weights_size(wn,
+ * r·c_out, c_in) floats), scratch qvk_wino_scratch(wn, c_in, r·c_out, w_in − 1, 1). wn: k = 2. */
+void qvk_wino_weights_ct(const qvk_wino *wn, float *u, const float *w, int c_in, int c_out, int r);
+void qvk_conv_transpose1d_wino(const qvk_wino *wn, float *y, const float *x, int w_in, int c_in,
+                               int c_out, int r, const float *u, const float *bias,
+                               float *scratch);
 /* y[r, :n] += v[:n] per row, and y[r, :n] += x[r, :n] (exact: same bits in every variant). */
 void qvk_add_bias(float *y, int64_t ldy, const float *v, int64_t n_rows, int n);
 void qvk_add_rows(float *y, int64_t ldy, const float *x, int64_t ldx, int64_t n_rows, int n);

@@ -74,6 +74,11 @@ typedef struct {
      * the variant has none (conv.c runs one sgemm per panel). */
     void (*gemm_p48)(float *restrict y, int64_t ldy, const float *restrict x, int64_t ldx,
                      const float *restrict w, int k, int n_rows, int n);
+    /* dst[c·ldd + r] = src[r·lds + c] (+ bias[c] when bias) for r < rows, c < cols (between the
+     * decoder's channel-first activations and its time-major products); NULL when the variant has
+     * none (conv.c's tiled loop). */
+    void (*transpose)(float *restrict dst, int64_t ldd, const float *restrict src, int64_t lds,
+                      int rows, int cols, const float *bias);
 } qvk_impl;
 
 extern const qvk_impl qvk_impl_scalar;
@@ -90,6 +95,8 @@ void qvk_conv_c1_avx512(float *y, int64_t ldy, const float *win, int64_t n, cons
                         int c_out);
 void qvk_mix_rows_avx512(float *restrict y, int64_t ldy, const float *a, int rows, int cols,
                          const float *restrict x, int64_t ldx, int n);
+void qvk_transpose_avx512(float *restrict dst, int64_t ldd, const float *restrict src, int64_t lds,
+                          int rows, int cols, const float *bias);
 void qvk_gemm_p48_avx512(float *restrict y, int64_t ldy, const float *restrict x, int64_t ldx,
                          const float *restrict w, int k, int n_rows, int n);
 

@@ -27,6 +27,7 @@ struct qvk_pool {
     _Atomic int n_sleeping;  /* workers blocked in FUTEX_WAIT on gen */
     _Atomic int caller_sleeping;
     _Atomic int stop;
+    _Atomic int spin; /* polling iterations before sleeping (qvk_pool_set_spin) */
 };
 
 struct worker_arg {
@@ -54,7 +55,8 @@ static void *worker_main(void *p) {
     uint32_t seen = 0;
     for (;;) {
         uint32_t g = atomic_load_explicit(&pool->gen, memory_order_acquire);
-        for (int i = 0; i < SPIN_ITERS && g == seen; i++) {
+        const int spin = atomic_load_explicit(&pool->spin, memory_order_relaxed);
+        for (int i = 0; i < spin && g == seen; i++) {
             cpu_relax();
             g = atomic_load_explicit(&pool->gen, memory_order_acquire);
         }
@@ -85,6 +87,7 @@ qvk_pool *qvk_pool_create(int n_threads) {
     struct qvk_pool *pool = calloc(1, sizeof *pool);
     if (!pool) return NULL;
     pool->n_threads = 1;
+    pool->spin = SPIN_ITERS;
     pool->threads = calloc((size_t)n_threads, sizeof *pool->threads);
     pool->args = calloc((size_t)n_threads, sizeof *pool->args);
     if (!pool->threads || !pool->args) goto fail;
@@ -113,6 +116,10 @@ void qvk_pool_free(qvk_pool *pool) {
     free(pool);
 }
 
+void qvk_pool_set_spin(qvk_pool *pool, int iters) {
+    if (pool) atomic_store(&pool->spin, iters < 0 ? SPIN_ITERS : iters);
+}
+
 int qvk_pool_threads(const qvk_pool *pool) {
     return pool ? pool->n_threads : 1;
 }
@@ -129,7 +136,8 @@ void qvk_pool_run(qvk_pool *pool, qvk_job fn, void *arg) {
     wake_workers(pool);
     fn(0, pool->n_threads, arg);
     uint32_t d = atomic_load_explicit(&pool->n_done, memory_order_acquire);
-    for (int i = 0; i < SPIN_ITERS && d != want; i++) {
+    const int spin = atomic_load_explicit(&pool->spin, memory_order_relaxed);
+    for (int i = 0; i < spin && d != want; i++) {
         cpu_relax();
         d = atomic_load_explicit(&pool->n_done, memory_order_acquire);
     }

@@ -97,11 +97,14 @@ i=0; while [ $i -lt "$RUNS" ]; do
     cat "$TMP/time" >>"$TMP/gen"; i=$((i + 1))
 done
 gen=$(median <"$TMP/gen")
-# share of the decoder's work that --stream hides behind generation: (codes-only wall + decoder
-# CPU − streamed wall) / decoder CPU, clamped to [0, 1]
-hidden=$(awk -v g="$gen" -v d="$dec_ms" -v s="$s100" 'BEGIN {
+# share of the decoder's work hidden behind generation: (codes-only wall + decoder CPU − wall of
+# the run with audio) / decoder CPU, clamped to [0, 1]; for -o (decoder thread at idle priority
+# beside the whole pool) and for --stream
+hidden_of() { awk -v g="$gen" -v d="$dec_ms" -v s="$1" 'BEGIN {
     dt = d * 100 / 1000; h = (g + dt - s * 8) / dt; if (h < 0) h = 0; if (h > 1) h = 1;
-    printf "%.0f %%", 100 * h }')
+    printf "%.0f %%", 100 * h }'; }
+hidden=$(hidden_of "$s100")
+hidden_o=$(hidden_of "$b100")
 # time to first audio as a user sees it: process start -> first PCM byte of speak --stream on
 # stdout (warm page cache: bench_ttfa runs once unmeasured first); beside it, when
 # QVOICE_REF_ENGINE names the pure-C engine's binary (built outside this repo), its --stdout mode
@@ -147,7 +150,7 @@ model: full-size synthetic 0.6B CustomVoice ($CV), medians of $RUNS runs
 | RTF 100 frames, -o file (wall incl. load) | $b100 (CPU $b100cpu s) | $i100 (CPU $i100cpu s) |
 | RTF 100 frames, --stream (decoder thread + $((J - 1)) talker thread) | $s100 (CPU $s100cpu s) | |
 | codes only, 100 frames (no decoder), wall | $gen s | |
-| decoder work hidden behind generation by --stream | $hidden | |
+| decoder work hidden behind generation, -o file / --stream | $hidden_o / $hidden | |
 | RTF 300 frames, -o file (1 run) | $b300 | $i300 |
 | time to first audio: process start -> first PCM byte of speak --stream | $ours s | $ours8 s |
 | the same for the pure-C engine's --stdout | $ref | |

@@ -129,10 +129,11 @@ static int on_audio(void *user, const float *pcm, int n) {
     return 0;
 }
 
-/* Streams frames through a decoder thread (n_threads 1) or synchronously (0); with pause_us the
- * producer sleeps after each frame, so the thread really waits for frames like behind a talker. */
+/* Streams frames through a decoder thread (n_threads 1; background: at idle priority, as synth
+ * runs it beside generation) or synchronously (0); with pause_us the producer sleeps after each
+ * frame, so the thread really waits for frames like behind a talker. */
 static float *stream_paced(const qve_decoder *d, const int32_t *frames, int n, int n_threads,
-                           long pause_us) {
+                           long pause_us, int background) {
     char err[512];
     collect c = {0};
     c.cap = (size_t)n * qve_decoder_samples_per_frame(d);
@@ -140,6 +141,7 @@ static float *stream_paced(const qve_decoder *d, const int32_t *frames, int n, i
     assert_non_null(c.wav);
     qve_dec_stream *s = qve_dec_stream_start(d, n_threads, on_audio, &c, err, sizeof err);
     if (!s) fail_msg("%s", err);
+    if (background) qve_dec_stream_background(s);
     for (int i = 0; i < n; i++) {
         assert_int_equal(qve_dec_stream_push(s, frames + (size_t)i * 16), 0);
         if (pause_us > 0) {
@@ -153,7 +155,7 @@ static float *stream_paced(const qve_decoder *d, const int32_t *frames, int n, i
 }
 
 static float *stream(const qve_decoder *d, const int32_t *frames, int n, int n_threads) {
-    return stream_paced(d, frames, n, n_threads, 0);
+    return stream_paced(d, frames, n, n_threads, 0, 0);
 }
 
 static void check_identical(const char *what, const float *a, const float *b, size_t n) {
@@ -280,8 +282,11 @@ static void test_tiny_stream(void **state) {
     float *syn = stream(g_tiny, f, n, 0);
     check_identical("tiny 61 frames: streamed (thread) vs one-shot", thr, one, n_s);
     check_identical("tiny 61 frames: streamed (sync) vs one-shot", syn, one, n_s);
-    float *paced = stream_paced(g_tiny, f, n, 1, 2000);
+    float *paced = stream_paced(g_tiny, f, n, 1, 2000, 0);
     check_identical("tiny 61 frames: paced stream (2 ms/frame) vs one-shot", paced, one, n_s);
+    float *idle = stream_paced(g_tiny, f, n, 1, 2000, 1);
+    check_identical("tiny 61 frames: idle-priority stream vs one-shot", idle, one, n_s);
+    free(idle);
     free(paced);
     /* causality: a prefix decodes to the prefix of the audio; bit-identical when it ends on a
      * block boundary (same sgemm shapes), within float rounding otherwise */

@@ -907,16 +907,17 @@ static void test_conv_transpose1d(void **state) {
     printf("  %-40s max|Δ| = %.3g (tol 1e-5)\n", "conv_transpose1d (4 cfg x 2 trims x 2 paths)", max_all);
 }
 
-/* The speech decoder's Winograd F(4, 7) residual convs on its shapes (channels, dilation,
+/* The speech decoder's Winograd F(5, 7) residual convs on its shapes (channels, dilation,
  * outputs; plus one with channels off the 48-column panels and ragged phases) against a double
  * reference, in the scalar (sgemm) and AVX-512 paths. x and w in [-1, 1) and [-s, s) with
- * s = 1/√(7c), so outputs are O(1): the transforms' f32 rounding measured ≤ 2.5e-5 absolute. */
+ * s = 1/√(7c), so outputs are O(1): the transforms' f32 rounding measured ≤ 4.1e-5 absolute
+ * (F(4, 7): 2.5e-5). */
 static void test_conv_wino(void **state) {
     (void)state;
     const int cases[][3] = {{96, 9, 1920}, {192, 3, 640}, {384, 1, 160}, {768, 9, 40}, {20, 3, 37}};
     qvk_wino wn;
-    assert_int_equal(qvk_wino_init(&wn, 4, 7), 0);
-    assert_int_equal(wn.alpha, 10);
+    assert_int_equal(qvk_wino_init(&wn, 5, 7), 0);
+    assert_int_equal(wn.alpha, 11);
     assert_int_equal(qvk_wino_init(&wn, 12, 7), -1);
     for (int vi = 0; vi < N_VARIANTS; vi++) {
         if (qvk_set_variant(k_variants[vi]) != 0 || strcmp(k_variants[vi], "avx2") == 0) continue;
@@ -945,6 +946,49 @@ static void test_conv_wino(void **state) {
             char what[80];
             snprintf(what, sizeof what, "wino %s c%d d%d n%d", k_variants[vi], ch, dil, n);
             check_close(what, y, ref, (size_t)ch * n, 5e-5, 0);
+            qvk_free(x);
+            qvk_free(w);
+            qvk_free(b);
+            qvk_free(y);
+            qvk_free(u);
+            qvk_free(scratch);
+            free(ref);
+        }
+        /* the transposed convs (kernel 2r, stride r) as F(4, 2) over their output phases:
+         * decoder blocks 1-3 and a shape off the panels */
+        const int tcases[][4] = {{768, 384, 5, 32}, {384, 192, 4, 160}, {192, 96, 3, 640},
+                                 {20, 7, 5, 13}};
+        qvk_wino wt;
+        assert_int_equal(qvk_wino_init(&wt, 4, 2), 0);
+        for (size_t c = 0; c < sizeof tcases / sizeof tcases[0]; c++) {
+            int ci = tcases[c][0], co = tcases[c][1], r = tcases[c][2], n = tcases[c][3];
+            float *x = falloc((size_t)ci * (n + 1)), *w = falloc((size_t)ci * co * 2 * r);
+            float *b = falloc(co), *y = falloc((size_t)co * n * r);
+            float *u = falloc(qvk_wino_weights_size(&wt, r * co, ci));
+            float *scratch = falloc(qvk_wino_scratch(&wt, ci, r * co, n, 1));
+            double *ref = malloc(sizeof(double) * (size_t)co * n * r);
+            assert_non_null(ref);
+            fill(x, (size_t)ci * (n + 1), 1.0f);
+            fill(w, (size_t)ci * co * 2 * r, 1.0f / sqrtf(2.0f * ci));
+            fill(b, co, 1.0f);
+            qvk_wino_weights_ct(&wt, u, w, ci, co, r);
+            qvk_conv_transpose1d_wino(&wt, y, x, n + 1, ci, co, r, u, b, scratch);
+            /* output step s, phase j: W[:, o, j]·x[s + 1] + W[:, o, j + r]·x[s] (x[0]: context) */
+            for (int o = 0; o < co; o++)
+                for (int t = 0; t < n; t++)
+                    for (int j = 0; j < r; j++) {
+                        double acc = b[o];
+                        for (int i = 0; i < ci; i++) {
+                            const float *wi = w + ((size_t)i * co + o) * 2 * r;
+                            acc += (double)wi[j] * x[(size_t)i * (n + 1) + t + 1] +
+                                   (double)wi[j + r] * x[(size_t)i * (n + 1) + t];
+                        }
+                        ref[(size_t)o * n * r + (size_t)t * r + j] = acc;
+                    }
+            char what[80];
+            snprintf(what, sizeof what, "wino convT %s c%d>%d r%d n%d", k_variants[vi], ci, co, r,
+                     n);
+            check_close(what, y, ref, (size_t)co * n * r, 1e-5, 0);
             qvk_free(x);
             qvk_free(w);
             qvk_free(b);
