@@ -4,17 +4,20 @@
  * [even g | even g+1] and [odd g | odd g+1] and two vpdpbusd (nibbles as the unsigned operand)
  * leave g's exact int32 sums in lanes 0–7 and g+1's in 8–15. One f32 FMA per pair scales them by
  * s·xs (two floats spread over the halves); the per-group s·xs and the bias terms b·Σx are
- * computed 16 groups at a time in vectors, not per group in scalar code. Four rows share each x
- * load; the next four rows are prefetched as in matvec_q8_avx512.c. An odd last group goes
- * through the one-group form (32 bytes broadcast to both halves, upper half shifted by 4).
+ * computed 16 groups at a time in vectors, not per group in scalar code. Eight rows share each x
+ * load, and the next eight (contiguous) are prefetched into L2 as one linear stream, as in
+ * matvec_q8_avx512.c (interleaved per-row prefetches into L1 left the kernel waiting on its
+ * loads). An odd last group goes through the one-group form (32 bytes broadcast to both halves,
+ * upper half shifted by 4).
  */
 #include <immintrin.h>
 
+#include "kernels/kernels_impl.h"
 #include "kernels/q4_impl.h"
 
 #define G QVK_Q4_GROUP
 #define GB (G / 2) /* packed bytes per group */
-#define ROWS 4
+#define ROWS 8 /* rows per block */
 
 /* 16 bf16 values as f32. */
 static inline __m512 bf16x16(const uint16_t *p) {
@@ -69,13 +72,51 @@ static inline __m512i dot_pair(const uint8_t *p, __m512i xe, __m512i xo) {
     return _mm512_dpbusd_epi32(d, _mm512_and_si512(_mm512_srli_epi16(v, 4), m), xo);
 }
 
-void qvk_q4_rows_avx512(const qvk_q4_mv *mv, const int8_t *restrict xq, const float *restrict xs,
-                        const float *restrict xsum, int r0, int r1, int n_in) {
+/* NR rows from r through the pair layout xp (and xlast, an odd last group). */
+static inline __attribute__((always_inline)) void
+rows_block(int NR, const qvk_q4_mv *mv, const int8_t *restrict xp, __m512i xlast,
+           const float *restrict xs, const float *restrict xsum, int r, int n_in) {
     const int n_g = n_in / G, n_p = n_g / 2;
     const size_t rb = (size_t)n_in / 2; /* bytes per row */
+    const uint8_t *q0 = mv->q + (size_t)r * rb;
+    const char *next = (const char *)(q0 + (size_t)NR * rb);
+    _Alignas(64) float cs[ROWS][QVK_Q4_MAX_IN / G];
+    __m512 f[ROWS], c[ROWS];
+#pragma GCC unroll 8
+    for (int k = 0; k < NR; k++) {
+        c[k] = row_scales(cs[k], mv->s + (size_t)(r + k) * n_g, mv->b + (size_t)(r + k) * n_g, xs,
+                          xsum, n_g);
+        f[k] = _mm512_setzero_ps();
+    }
+    for (int p = 0; p < n_p; p++) {
+        if (NR > 1) qvk_prefetch_l2(next + (size_t)p * NR * 2 * GB, NR * 2 * GB);
+        const __m512i xe = _mm512_load_si512((const void *)(xp + 2 * p * G));
+        const __m512i xo = _mm512_load_si512((const void *)(xp + 2 * p * G + G));
+#pragma GCC unroll 8
+        for (int k = 0; k < NR; k++) {
+            __m512i d = dot_pair(q0 + k * rb + (size_t)p * 2 * GB, xe, xo);
+            f[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), pair_scale(cs[k] + 2 * p), f[k]);
+        }
+    }
+    if (n_g & 1)
+#pragma GCC unroll 8
+        for (int k = 0; k < NR; k++) {
+            __m512i d = dot_one(q0 + k * rb + (size_t)(n_g - 1) * GB, xlast);
+            f[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_set1_ps(cs[k][n_g - 1]), f[k]);
+        }
+#pragma GCC unroll 8
+    for (int k = 0; k < NR; k++) {
+        const float y = _mm512_reduce_add_ps(_mm512_add_ps(f[k], c[k]));
+        mv->y[r + k] = mv->bias ? y + mv->bias[r + k] : y;
+    }
+}
+
+void qvk_q4_rows_avx512(const qvk_q4_mv *mv, const int8_t *restrict xq, const float *restrict xs,
+                        const float *restrict xsum, int r0, int r1, int n_in) {
+    const int n_g = n_in / G;
     /* x re-laid per pair: [even g | even g+1 | odd g | odd g+1] */
     _Alignas(64) int8_t xp[QVK_Q4_MAX_IN];
-    for (int p = 0; p < n_p; p++) {
+    for (int p = 0; p < n_g / 2; p++) {
         __m512i a = _mm512_load_si512((const void *)(xq + 2 * p * G));
         __m512i c = _mm512_load_si512((const void *)(xq + (2 * p + 1) * G));
         _mm512_store_si512((void *)(xp + 2 * p * G), _mm512_shuffle_i64x2(a, c, 0x44));
@@ -83,52 +124,9 @@ void qvk_q4_rows_avx512(const qvk_q4_mv *mv, const int8_t *restrict xq, const fl
     }
     const __m512i xlast = n_g & 1 ? _mm512_load_si512((const void *)(xq + (n_g - 1) * G))
                                   : _mm512_setzero_si512();
-    _Alignas(64) float cs[ROWS][QVK_Q4_MAX_IN / G];
     int r = r0;
-    for (; r + ROWS <= r1; r += ROWS) {
-        const uint8_t *q0 = mv->q + (size_t)r * rb;
-        const char *next = (const char *)(q0 + ROWS * rb);
-        __m512 f[ROWS], c[ROWS];
-        for (int k = 0; k < ROWS; k++) {
-            c[k] = row_scales(cs[k], mv->s + (size_t)(r + k) * n_g, mv->b + (size_t)(r + k) * n_g,
-                              xs, xsum, n_g);
-            f[k] = _mm512_setzero_ps();
-        }
-        for (int p = 0; p < n_p; p++) {
-            for (int k = 0; k < ROWS; k++) /* one 64-byte line of each next row */
-                _mm_prefetch(next + k * rb + (size_t)p * 2 * GB, _MM_HINT_T0);
-            const __m512i xe = _mm512_load_si512((const void *)(xp + 2 * p * G));
-            const __m512i xo = _mm512_load_si512((const void *)(xp + 2 * p * G + G));
-            for (int k = 0; k < ROWS; k++) {
-                __m512i d = dot_pair(q0 + k * rb + (size_t)p * 2 * GB, xe, xo);
-                f[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), pair_scale(cs[k] + 2 * p), f[k]);
-            }
-        }
-        if (n_g & 1)
-            for (int k = 0; k < ROWS; k++) {
-                __m512i d = dot_one(q0 + k * rb + (size_t)(n_g - 1) * GB, xlast);
-                f[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_set1_ps(cs[k][n_g - 1]), f[k]);
-            }
-        for (int k = 0; k < ROWS; k++) {
-            const float y = _mm512_reduce_add_ps(_mm512_add_ps(f[k], c[k]));
-            mv->y[r + k] = mv->bias ? y + mv->bias[r + k] : y;
-        }
-    }
-    for (; r < r1; r++) {
-        const uint8_t *q0 = mv->q + (size_t)r * rb;
-        const __m512 c = row_scales(cs[0], mv->s + (size_t)r * n_g, mv->b + (size_t)r * n_g, xs,
-                                    xsum, n_g);
-        __m512 f = _mm512_setzero_ps();
-        for (int p = 0; p < n_p; p++) {
-            const __m512i xe = _mm512_load_si512((const void *)(xp + 2 * p * G));
-            const __m512i xo = _mm512_load_si512((const void *)(xp + 2 * p * G + G));
-            __m512i d = dot_pair(q0 + (size_t)p * 2 * GB, xe, xo);
-            f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), pair_scale(cs[0] + 2 * p), f);
-        }
-        if (n_g & 1)
-            f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot_one(q0 + (size_t)(n_g - 1) * GB, xlast)),
-                                _mm512_set1_ps(cs[0][n_g - 1]), f);
-        const float y = _mm512_reduce_add_ps(_mm512_add_ps(f, c));
-        mv->y[r] = mv->bias ? y + mv->bias[r] : y;
-    }
+    for (; r + ROWS <= r1; r += ROWS)
+        rows_block(ROWS, mv, xp, xlast, xs, xsum, r, n_in);
+    for (; r < r1; r++)
+        rows_block(1, mv, xp, xlast, xs, xsum, r, n_in);
 }
