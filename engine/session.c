@@ -433,6 +433,7 @@ static enum qv_status start_ids(qv_session *s, const qv_request *r) {
         fail(s, st, "out of memory for a prompt of %d positions", L);
         goto done;
     }
+    s->talker.act_max = s->act_max;
     if (Mi) memcpy(ids, r->instruct_ids, (size_t)Mi * sizeof(int32_t));
     memcpy(ids + o_role, s->role_ids, sizeof s->role_ids);
     memcpy(ids + o_txt, r->text_ids, (size_t)N * sizeof(int32_t));
@@ -565,7 +566,7 @@ enum qv_status qv_session_next_frame(qv_session *s, int32_t codes[QV_N_CODEBOOKS
     qve_cp_frame(&s->cp, m, &s->tw, s->pool, s->z_frame, c0, frame, pick_cp, s);
 
     const int k = s->n_frames++;
-    frame_embed(s, s->x, frame);
+    frame_embed(s, s->x, s->forced ? s->forced + (size_t)k * QVE_N_GROUPS : frame);
     const float *text = k < s->n_queue ? s->queue + (size_t)k * H : s->pad;
     for (int i = 0; i < H; i++)
         s->x[i] += text[i];

@@ -144,6 +144,14 @@ static void add(float *restrict x, const float *restrict y, size_t n) {
         x[i] += y[i];
 }
 
+/* Calibration: the running max |a| of layer l's n rows of SwiGLU output a[n, I]. */
+static void track_act(const qve_stack_state *s, int l, const float *a, int n, int I) {
+    float *m = s->act_max + (size_t)l * (size_t)s->w->cfg.intermediate_size;
+    for (int t = 0; t < n; t++)
+        for (int i = 0; i < I; i++)
+            m[i] = fmaxf(m[i], fabsf(a[(size_t)t * I + i]));
+}
+
 /* Mirrors Qwen3TTSTalkerDecoderLayer / the code predictor's layer for one token. */
 static void forward_one(qve_stack_state *s, qvk_pool *pool, float *x, int pos) {
     const qve_stack_config *c = &s->w->cfg;
@@ -166,6 +174,7 @@ static void forward_one(qve_stack_state *s, qvk_pool *pool, float *x, int pos) {
         const qve_mv gu[2] = {{s->gate, &L->gate_proj, NULL, I}, {s->up, &L->up_proj, NULL, I}};
         qve_matvec(pool, s->h, H, gu, 2);
         qvk_swiglu(s->gate, s->gate, s->up, I);
+        if (s->act_max) track_act(s, l, s->gate, 1, I);
         qve_matvec(pool, s->gate, I, &(qve_mv){s->h, &L->down_proj, NULL, H}, 1);
         add(x, s->h, (size_t)H);
     }
@@ -240,6 +249,7 @@ static void forward_batch(qve_stack_state *s, qvk_pool *pool, float *x, int n, i
         linear(pool, s->bgate, s->bh, &L->gate_proj, NULL, n, H, I, ws);
         linear(pool, s->bup, s->bh, &L->up_proj, NULL, n, H, I, ws);
         qvk_swiglu(s->bgate, s->bgate, s->bup, n * I);
+        if (s->act_max) track_act(s, l, s->bgate, n, I);
         linear(pool, s->bh, s->bgate, &L->down_proj, NULL, n, I, H, ws);
         add(x, s->bh, (size_t)n * H);
     }
