@@ -458,9 +458,9 @@ int qvz_compress(const char *dir, const char *out, const qvz_options *o, qvz_rep
         return snprintf(err, es, "%s/config.json: cannot remove %d of %d talker layers", dir,
                         o->prune_layers, c.talker.num_hidden_layers), -1;
     r->layers_out = c.talker.num_hidden_layers - o->prune_layers;
-    if (c.quant_bits && o->q4)
-        return snprintf(err, es, "%s/config.json: already quantized (quantization block present)",
-                        dir), -1;
+    if (c.quant_bits && (o->q4 || o->prune_neurons > 0))
+        return snprintf(err, es, "%s/config.json: already quantized (quantization block present)%s",
+                        dir, o->q4 ? "" : ": prune neurons before or together with --q4"), -1;
     struct stat sb;
     if (!stat(out, &sb)) return snprintf(err, es, "%s: already exists", out), -1;
 

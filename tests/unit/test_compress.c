@@ -382,6 +382,12 @@ static void test_errors(void **st) {
     printf("    %s\n", err);
     assert_non_null(strstr(err, "no-such-words"));
     o = qvz_default_options();
+    o.prune_neurons = 1.0f; /* a q4 checkpoint's MLP matrices cannot be narrowed */
+    assert_int_equal(qvz_compress(tmp_path("tiny-q4"), tmp_path("bad"), &o, NULL, err, sizeof err),
+                     -1);
+    printf("    %s\n", err);
+    assert_non_null(strstr(err, "already quantized"));
+    o = qvz_default_options();
     assert_int_equal(qvz_compress(tmp_path("no-model"), tmp_path("bad"), &o, NULL, err, sizeof err),
                      -1);
     printf("    %s\n", err);
