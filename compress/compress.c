@@ -2,7 +2,7 @@
  *
  * A plan of output tensors is made first (name, dtype, shape, where the bytes come from: the
  * input mmap as is, selected embedding rows, f32 narrowed to f16 on the fly, or buffers made
- * here: token map, q4 matrices), then each safetensors file is written in one pass with data
+ * here: token map, q4 matrices, neuron-pruned MLP matrices), then each safetensors file is written in one pass with data
  * 64-byte aligned. Everything goes into OUT.tmp-PID, fsync'd, and the directory is renamed.
  */
 #define _XOPEN_SOURCE 700
@@ -263,15 +263,66 @@ static int plan_q4(plan *p, const qve_tensor *t, qvk_pool *pool, qvz_report *r) 
     return 0;
 }
 
-/* model.safetensors: token map, layer pruning, q4. */
+/* The kept neurons of a talker MLP matrix whose layer loses some (gate/up: rows, down: columns)
+ * as *pruned, its data in the malloc'd *owned; 0 when t is not one, 1 when made, -1 out of
+ * memory. */
+static int prune_mlp(const qve_tensor *t, const qve_model_config *c, int32_t *const *nkeep,
+                     const int *width, qve_tensor *pruned, void **owned) {
+    int l, n = 0;
+    char which[8];
+    if (!nkeep || t->n_dims != 2 ||
+        sscanf(t->name, "talker.model.layers.%d.mlp.%7[a-z]_proj.weight%n", &l, which, &n) != 2 ||
+        t->name[n] || width[l] == qve_layer_intermediate(&c->talker, l))
+        return 0;
+    const int down = !strcmp(which, "down"), w = width[l];
+    const size_t es = qve_dtype_size(t->dtype);
+    const int64_t rows = down ? t->shape[0] : w, cols = down ? w : t->shape[1];
+    char *buf = malloc((size_t)rows * (size_t)cols * es);
+    if (!buf) return -1;
+    const char *src = t->data;
+    for (int64_t r = 0; r < rows; r++)
+        if (down)
+            for (int64_t k = 0; k < cols; k++)
+                memcpy(buf + ((size_t)r * cols + k) * es,
+                       src + ((size_t)r * t->shape[1] + nkeep[l][k]) * es, es);
+        else
+            memcpy(buf + (size_t)r * cols * es, src + (size_t)nkeep[l][r] * t->shape[1] * es,
+                   (size_t)cols * es);
+    *pruned = *t;
+    *owned = buf;
+    pruned->data = buf, pruned->shape[0] = rows, pruned->shape[1] = cols;
+    pruned->n_bytes = (size_t)rows * (size_t)cols * es;
+    return 1;
+}
+
+/* model.safetensors: token map, layer pruning, neuron pruning (nkeep/width, or NULL), q4. */
 static int plan_model(plan *p, const qve_st *st, const qve_model_config *c, const qvz_options *o,
-                      const uint8_t *keep, int32_t **rows_out, qvk_pool *pool, qvz_report *r,
-                      char *err, size_t es) {
+                      const uint8_t *keep, int32_t **rows_out, int32_t *const *nkeep,
+                      const int *width, qvk_pool *pool, qvz_report *r, char *err, size_t es) {
     const int keep_layers = c->talker.num_hidden_layers - o->prune_layers;
     for (int i = 0; i < qve_st_count(st); i++) {
         const qve_tensor *t = qve_st_at_sorted(st, i);
         r->model_bytes_in += t->n_bytes;
         if (is_talker_layer_dropped(t->name, keep_layers)) continue;
+        qve_tensor pruned;
+        void *owned = NULL;
+        const int pr = prune_mlp(t, c, nkeep, width, &pruned, &owned);
+        if (pr < 0) return snprintf(err, es, "out of memory"), -1;
+        if (pr) {
+            if (o->q4 && is_linear(&pruned) && pruned.dtype == QVE_DTYPE_BF16) {
+                const int q = plan_q4(p, &pruned, pool, r);
+                free(owned);
+                if (q) return snprintf(err, es, "out of memory"), -1;
+                continue;
+            }
+            out_tensor *x = plan_add(p, t->name, t->dtype, 2, pruned.shape, SRC_OWNED);
+            if (!x) {
+                free(owned);
+                return snprintf(err, es, "out of memory"), -1;
+            }
+            x->owned = owned;
+            continue;
+        }
         if (keep && !strcmp(t->name, "talker.model.text_embedding.weight")) {
             const int V = c->text_vocab_size;
             int32_t *map = calloc((size_t)V, sizeof *map), *rows = malloc(sizeof *rows * (size_t)(V + 1));
@@ -340,9 +391,10 @@ static int plan_codec(plan *p, const qve_st *st, const qvz_options *o, qvz_repor
     return 0;
 }
 
-/* config.json with the new layer count and the quantization block. */
+/* config.json with the new layer count, the per-layer MLP widths (width, or NULL) and the
+ * quantization block. */
 static int write_config(const char *dir, const char *out, const qve_model_config *c,
-                        const qvz_options *o, char *err, size_t es) {
+                        const qvz_options *o, const int *width, char *err, size_t es) {
     char path[8192];
     snprintf(path, sizeof path, "%s/config.json", dir);
     FILE *f = fopen(path, "rb");
@@ -365,6 +417,10 @@ static int write_config(const char *dir, const char *out, const qve_model_config
         if (cJSON_IsArray(is)) /* a per-layer list loses its top entries too */
             while (cJSON_GetArraySize(is) > L) cJSON_DeleteItemFromArray(is, L);
     }
+    if (width && tc)
+        cJSON_ReplaceItemInObjectCaseSensitive(
+            tc, "intermediate_size",
+            cJSON_CreateIntArray(width, c->talker.num_hidden_layers - o->prune_layers));
     if (o->q4) {
         cJSON_DeleteItemFromObjectCaseSensitive(root, "quantization");
         cJSON *q = cJSON_AddObjectToObject(root, "quantization");
@@ -387,7 +443,7 @@ static int write_config(const char *dir, const char *out, const qve_model_config
 /* ==== API ==================================================================================== */
 
 qvz_options qvz_default_options(void) {
-    return (qvz_options){.n_threads = 0};
+    return (qvz_options){.n_threads = 0, .protect_layers = 10};
 }
 
 int qvz_compress(const char *dir, const char *out, const qvz_options *o, qvz_report *report,
@@ -402,9 +458,9 @@ int qvz_compress(const char *dir, const char *out, const qvz_options *o, qvz_rep
         return snprintf(err, es, "%s/config.json: cannot remove %d of %d talker layers", dir,
                         o->prune_layers, c.talker.num_hidden_layers), -1;
     r->layers_out = c.talker.num_hidden_layers - o->prune_layers;
-    if (c.quant_bits && o->q4)
-        return snprintf(err, es, "%s/config.json: already quantized (quantization block present)",
-                        dir), -1;
+    if (c.quant_bits && (o->q4 || o->prune_neurons > 0))
+        return snprintf(err, es, "%s/config.json: already quantized (quantization block present)%s",
+                        dir, o->q4 ? "" : ": prune neurons before or together with --q4"), -1;
     struct stat sb;
     if (!stat(out, &sb)) return snprintf(err, es, "%s: already exists", out), -1;
 
@@ -415,7 +471,10 @@ int qvz_compress(const char *dir, const char *out, const qvz_options *o, qvz_rep
     plan pm = {0}, pc = {0};
     qve_st *st = NULL, *cst = NULL;
     qvk_pool *pool = NULL;
-    int rc = -1, made = 0;
+    float *act = NULL;
+    int32_t **nkeep = NULL;
+    int *width = NULL, rc = -1, made = 0;
+    const int n_keep_layers = r->layers_out;
     if (o->vocab) {
         keep = malloc((size_t)c.text_vocab_size);
         if (!keep) {
@@ -431,7 +490,29 @@ int qvz_compress(const char *dir, const char *out, const qvz_options *o, qvz_rep
         if (cst) snprintf(err, es, "out of memory");
         goto done;
     }
-    if (plan_model(&pm, st, &c, o, keep, &rows, pool, r, err, es) ||
+    if (o->prune_neurons > 0) {
+        const qve_stack_config *tc = &c.talker;
+        act = malloc(sizeof *act * (size_t)tc->num_hidden_layers * (size_t)tc->intermediate_size);
+        nkeep = calloc((size_t)n_keep_layers, sizeof *nkeep);
+        width = calloc((size_t)n_keep_layers, sizeof *width);
+        if (!act || !nkeep || !width) {
+            snprintf(err, es, "out of memory");
+            goto done;
+        }
+        if (qvz_calibrate(dir, qv_threads_resolve(o->n_threads),
+                          o->calib_frames > 0 ? o->calib_frames : QVZ_CALIB_FRAMES, act, err, es))
+            goto done;
+        if (qvz_neuron_select(act, tc, n_keep_layers, o->protect_layers, o->prune_neurons, nkeep,
+                              width)) {
+            snprintf(err, es, "out of memory");
+            goto done;
+        }
+        for (int l = 0; l < n_keep_layers; l++) {
+            r->neurons_in += qve_layer_intermediate(tc, l), r->neurons_out += width[l];
+            r->n_neuron_layers += width[l] < qve_layer_intermediate(tc, l);
+        }
+    }
+    if (plan_model(&pm, st, &c, o, keep, &rows, nkeep, width, pool, r, err, es) ||
         plan_codec(&pc, cst, o, r, err, es))
         goto done;
     snprintf(path, sizeof path, "%s/speech_tokenizer", tmp);
@@ -445,7 +526,7 @@ int qvz_compress(const char *dir, const char *out, const qvz_options *o, qvz_rep
     snprintf(to, sizeof to, "%s/speech_tokenizer", tmp);
     if (copy_small_files(path, to, err, es)) goto done;
     snprintf(path, sizeof path, "%s/config.json", tmp); /* rewritten */
-    if (unlink(path) || write_config(dir, tmp, &c, o, err, es)) goto done;
+    if (unlink(path) || write_config(dir, tmp, &c, o, width, err, es)) goto done;
     snprintf(path, sizeof path, "%s/model.safetensors", tmp);
     if (write_st(path, &pm, &r->model_bytes_out, err, es)) goto done;
     snprintf(path, sizeof path, "%s/speech_tokenizer/model.safetensors", tmp);
@@ -468,7 +549,10 @@ int qvz_compress(const char *dir, const char *out, const qvz_options *o, qvz_rep
 done:
     if (made) nftw(tmp, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
     plan_free(&pm), plan_free(&pc);
-    free(rows), free(keep);
+    free(rows), free(keep), free(act), free(width);
+    for (int l = 0; nkeep && l < n_keep_layers; l++)
+        free(nkeep[l]);
+    free(nkeep);
     qvk_pool_free(pool);
     qve_st_close(st), qve_st_close(cst);
     return rc;

@@ -27,10 +27,17 @@ typedef struct {
     int decoder_f16;   /* store the speech decoder in float16 */
     int q4;            /* every talker / code-predictor linear to MLX 4-bit affine, group 64 */
     int prune_layers;  /* remove this many talker layers from the top (0 = none) */
+    /* MLP neuron pruning: > 0 drops talker SwiGLU neurons whose max |activation| over a greedy
+     * calibration run of calib_frames frames per built-in text stays below it (widths rounded
+     * up to 64; per-layer intermediate_size in config.json) */
+    float prune_neurons;
+    int calib_frames;   /* 0: QVZ_CALIB_FRAMES */
+    int protect_layers; /* the first this many layers keep every neuron (default 10, the seed's) */
     int n_threads;     /* quantization threads (qv_threads_resolve: 0 = all online CPUs) */
 } qvz_options;
 
 #define QVZ_ENGLISH_WORDS "/usr/share/dict/american-english"
+#define QVZ_CALIB_FRAMES 32
 
 /* What each step did (bytes are tensor data bytes). */
 typedef struct {
@@ -45,9 +52,11 @@ typedef struct {
     int n_q4;                                     /* matrices quantized */
     uint64_t q4_bytes_in, q4_bytes_out;
     int layers_in, layers_out;                    /* talker layers */
+    long neurons_in, neurons_out;                 /* talker SwiGLU neurons (of kept layers) */
+    int n_neuron_layers;                          /* layers that lost neurons */
 } qvz_report;
 
-/* Defaults: nothing changed (a plain copy), 1 thread. */
+/* Defaults: nothing changed (a plain copy), all online CPUs, 10 protected layers. */
 qvz_options qvz_default_options(void);
 
 /* Writes the compressed copy of model_dir to out_dir, which must not exist. 0, or -1 with one line

@@ -152,6 +152,9 @@ typedef struct {
     /* batched prefill scratch (n_batch rows); NULL when n_batch == 0 */
     int n_batch;
     float *bh, *bq, *bk, *bv, *batt, *bgate, *bup, *wscratch;
+    /* calibration (qvoice-compress --prune-neurons): when set, max |SwiGLU output| of every
+     * neuron so far, [n_layers][intermediate_size]; the caller's buffer */
+    float *act_max;
 } qve_stack_state;
 
 /* Allocates caches for max_ctx positions and, when n_batch > 0, batch buffers for prefills of up
@@ -294,6 +297,10 @@ struct qv_session {
     int n_frames, pos;
     struct qve_tok *tok; /* opened on first text request */
     int32_t role_ids[3]; /* role block: <|im_start|> assistant \n (§3.4) */
+    float *act_max;      /* handed to each utterance's talker state (calibration), or NULL */
+    /* teacher forcing (tests): frame k feeds forced[k][QVE_N_GROUPS] back into the talker
+     * instead of the codes it picked (which next_frame still returns), or NULL */
+    const int32_t *forced;
 };
 
 /* The frame loop's parts, shared by qv_session_next_frame and the batched step (batch.c). */

@@ -434,6 +434,7 @@ static enum qv_status start_ids(qv_session *s, const qv_request *r) {
         fail(s, st, "out of memory for a prompt of %d positions", L);
         goto done;
     }
+    s->talker.act_max = s->act_max;
     if (Mi) memcpy(ids, r->instruct_ids, (size_t)Mi * sizeof(int32_t));
     memcpy(ids + o_role, s->role_ids, sizeof s->role_ids);
     memcpy(ids + o_txt, r->text_ids, (size_t)N * sizeof(int32_t));
@@ -570,7 +571,7 @@ int qve_session_frame_begin(qv_session *s, int *c0, int *done, enum qv_status *s
 void qve_session_frame_input(qv_session *s, const int32_t *frame) {
     const int H = s->m->cfg.talker.hidden_size;
     const int k = s->n_frames++;
-    frame_embed(s, s->x, frame);
+    frame_embed(s, s->x, s->forced ? s->forced + (size_t)k * QVE_N_GROUPS : frame);
     const float *text = k < s->n_queue ? s->queue + (size_t)k * H : s->pad;
     for (int i = 0; i < H; i++)
         s->x[i] += text[i];

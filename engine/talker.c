@@ -177,6 +177,14 @@ static void add(float *restrict x, const float *restrict y, size_t n) {
         x[i] += y[i];
 }
 
+/* Calibration: the running max |a| of layer l's n rows of SwiGLU output a[n, I]. */
+static void track_act(const qve_stack_state *s, int l, const float *a, int n, int I) {
+    float *m = s->act_max + (size_t)l * (size_t)s->w->cfg.intermediate_size;
+    for (int t = 0; t < n; t++)
+        for (int i = 0; i < I; i++)
+            m[i] = fmaxf(m[i], fabsf(a[(size_t)t * I + i]));
+}
+
 /* Mirrors Qwen3TTSTalkerDecoderLayer / the code predictor's layer for one token. */
 static void forward_one(qve_stack_state *s, qvk_pool *pool, float *x, int pos) {
     const qve_stack_config *c = &s->w->cfg;
@@ -199,6 +207,7 @@ static void forward_one(qve_stack_state *s, qvk_pool *pool, float *x, int pos) {
         const qve_mv gu[2] = {{s->gate, &L->gate_proj, NULL, I}, {s->up, &L->up_proj, NULL, I}};
         qve_matvec(pool, s->h, H, gu, 2);
         qvk_swiglu(s->gate, s->gate, s->up, I);
+        if (s->act_max) track_act(s, l, s->gate, 1, I);
         qve_matvec(pool, s->gate, I, &(qve_mv){s->h, &L->down_proj, NULL, H}, 1);
         add(x, s->h, (size_t)H);
     }
@@ -343,6 +352,7 @@ static void forward_batch(qve_stack_state *s, qvk_pool *pool, float *x, int n, i
         const qve_mv gu[2] = {{s->bgate, &L->gate_proj, NULL, I}, {s->bup, &L->up_proj, NULL, I}};
         linear(pool, s->bh, m, H, gu, 2, ws);
         qvk_swiglu(s->bgate, s->bgate, s->bup, m * I);
+        if (s->act_max) track_act(s, l, s->bgate, m, I);
         linear(pool, s->bgate, m, I, &(qve_mv){s->bh, &L->down_proj, NULL, H}, 1, ws);
         add(xm, s->bh, (size_t)m * H);
     }

@@ -1,10 +1,12 @@
 /* matvec_q4.c — 4-bit affine matvecs (q4.h): weight quantization (load time / compress tool),
- * activation preparation (per call), the scalar reference row kernel, and the pool split (same
- * row ranges as the int8 path: multiples of 16 rows). The ISA follows qvk_variant().
+ * activation preparation (per call), the scalar reference row kernel, and the pool split (rows
+ * handed out in ~256 KB chunks from a shared counter, as on the int8 path). The ISA follows
+ * qvk_variant().
  */
 #include <math.h>
 #include <string.h>
 
+#include "kernels/kernels_impl.h"
 #include "kernels/q4_impl.h"
 
 #define ROW_ALIGN 16
@@ -136,21 +138,23 @@ struct mv_job {
     const int8_t *xq;
     const float *xs, *xsum;
     const qvk_q4_mv *mv;
-    int n_mv, n_in, n_total;
+    int n_mv, n_in;
+    qvk_row_queue queue; /* over the rows of all matrices, concatenated */
 };
 
-/* The rows of all matrices, concatenated, are split as one range. */
 static void mv_run(int ith, int nth, void *p) {
-    const struct mv_job *j = p;
+    struct mv_job *j = p;
     int r0, r1;
-    split_rows(j->n_total, ith, nth, &r0, &r1);
-    int base = 0;
-    for (int m = 0; m < j->n_mv && base < r1; m++) {
-        const qvk_q4_mv *mv = &j->mv[m];
-        int a = r0 > base ? r0 - base : 0;
-        int b = r1 - base < mv->n_out ? r1 - base : mv->n_out;
-        if (a < b) j->rows(mv, j->xq, j->xs, j->xsum, a, b, j->n_in);
-        base += mv->n_out;
+    (void)ith;
+    while (qvk_row_queue_take(&j->queue, nth, &r0, &r1)) {
+        int base = 0;
+        for (int m = 0; m < j->n_mv && base < r1; m++) {
+            const qvk_q4_mv *mv = &j->mv[m];
+            int a = r0 > base ? r0 - base : 0;
+            int b = r1 - base < mv->n_out ? r1 - base : mv->n_out;
+            if (a < b) j->rows(mv, j->xq, j->xs, j->xsum, a, b, j->n_in);
+            base += mv->n_out;
+        }
     }
 }
 
@@ -159,9 +163,12 @@ void qvk_q4_matvec_multi(qvk_pool *pool, const float *restrict x, int n_in, cons
     _Alignas(64) int8_t xq[QVK_Q4_MAX_IN];
     float xs[QVK_Q4_MAX_IN / QVK_Q4_GROUP], xsum[QVK_Q4_MAX_IN / QVK_Q4_GROUP];
     qvk_q4_prepare_x(xq, xs, xsum, x, n_in);
-    struct mv_job j = {by_name(qvk_variant()), xq, xs, xsum, mv, n_mv, n_in, 0};
+    struct mv_job j = {.rows = by_name(qvk_variant()), .xq = xq, .xs = xs, .xsum = xsum, .mv = mv,
+                       .n_mv = n_mv, .n_in = n_in};
+    int n_total = 0;
     for (int m = 0; m < n_mv; m++)
-        j.n_total += mv[m].n_out;
+        n_total += mv[m].n_out;
+    qvk_row_queue_init(&j.queue, n_total, (size_t)n_in / 2 + (size_t)n_in / QVK_Q4_GROUP * 4);
     qvk_pool_run(pool, mv_run, &j);
 }
 

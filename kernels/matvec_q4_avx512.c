@@ -1,75 +1,132 @@
-/* matvec_q4_avx512.c — q4 rows with VNNI: a group's 32 packed bytes are broadcast to both halves
- * of a zmm, the upper half shifted right by 4, and masked to nibbles, which lines them up with
- * the de-interleaved x (even | odd); vpdpbusd takes them as the unsigned operand directly. Exact
- * int32 per 64-group, one f32 FMA by s·xs per group; four rows share each x load, and the next
- * four rows are prefetched as in matvec_q8_avx512.c.
+/* matvec_q4_avx512.c — q4 rows with VNNI, two 64-groups per step. One 64-byte load holds the
+ * packed values of groups g and g+1; masking gives the low nibbles (even elements of g | of g+1)
+ * and a 16-bit shift plus mask the high ones (odd elements), so x is re-laid once per call as
+ * [even g | even g+1] and [odd g | odd g+1] and two vpdpbusd (nibbles as the unsigned operand)
+ * leave g's exact int32 sums in lanes 0–7 and g+1's in 8–15. One f32 FMA per pair scales them by
+ * s·xs (two floats spread over the halves); the per-group s·xs and the bias terms b·Σx are
+ * computed 16 groups at a time in vectors, not per group in scalar code. Eight rows share each x
+ * load, and the next eight (contiguous) are prefetched into L2 as one linear stream, as in
+ * matvec_q8_avx512.c (interleaved per-row prefetches into L1 left the kernel waiting on its
+ * loads). An odd last group goes through the one-group form (32 bytes broadcast to both halves,
+ * upper half shifted by 4).
  */
 #include <immintrin.h>
 
+#include "kernels/kernels_impl.h"
 #include "kernels/q4_impl.h"
 
-#define GB (QVK_Q4_GROUP / 2) /* packed bytes per group */
-#define BF qvk_bf16_to_f32_1
+#define G QVK_Q4_GROUP
+#define GB (G / 2) /* packed bytes per group */
+#define ROWS 8 /* rows per block */
 
-static inline __m512i nibbles(const uint8_t *p, __m512i shift, __m512i mask) {
-    __m512i b = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)p));
-    return _mm512_and_si512(_mm512_srlv_epi64(b, shift), mask);
+/* 16 bf16 values as f32. */
+static inline __m512 bf16x16(const uint16_t *p) {
+    __m512i v = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+}
+
+/* The first n (< 16) bf16 values as f32, the rest 0. */
+static inline __m512 bf16xn(const uint16_t *p, int n) {
+    __m512i v = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16((__mmask16)((1u << n) - 1), p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+}
+
+/* cs[g] = s[g]·xs[g] for one row's n_g groups; returns Σ_g b[g]·xsum[g] as a vector. */
+static inline __m512 row_scales(float *restrict cs, const uint16_t *s, const uint16_t *b,
+                                const float *xs, const float *xsum, int n_g) {
+    __m512 c = _mm512_setzero_ps();
+    int g = 0;
+    for (; g + 16 <= n_g; g += 16) {
+        _mm512_store_ps(cs + g, _mm512_mul_ps(bf16x16(s + g), _mm512_loadu_ps(xs + g)));
+        c = _mm512_fmadd_ps(bf16x16(b + g), _mm512_loadu_ps(xsum + g), c);
+    }
+    if (g < n_g) {
+        const __mmask16 k = (__mmask16)((1u << (n_g - g)) - 1);
+        _mm512_mask_storeu_ps(cs + g, k,
+                              _mm512_mul_ps(bf16xn(s + g, n_g - g), _mm512_maskz_loadu_ps(k, xs + g)));
+        c = _mm512_fmadd_ps(bf16xn(b + g, n_g - g), _mm512_maskz_loadu_ps(k, xsum + g), c);
+    }
+    return c;
+}
+
+/* [cs[0] ×8 | cs[1] ×8] */
+static inline __m512 pair_scale(const float *cs) {
+    const __m512i idx = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    const __m128 two = _mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)cs));
+    return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(two));
+}
+
+/* One group's int32 sums (16 lanes), the one-group form. */
+static inline __m512i dot_one(const uint8_t *p, __m512i x) {
+    const __m512i shift = _mm512_set_epi64(4, 4, 4, 4, 0, 0, 0, 0);
+    __m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)p));
+    v = _mm512_and_si512(_mm512_srlv_epi64(v, shift), _mm512_set1_epi8(15));
+    return _mm512_dpbusd_epi32(_mm512_setzero_si512(), v, x);
+}
+
+/* Groups g and g+1's int32 sums (lanes 0–7 and 8–15). */
+static inline __m512i dot_pair(const uint8_t *p, __m512i xe, __m512i xo) {
+    const __m512i m = _mm512_set1_epi8(15);
+    __m512i v = _mm512_loadu_si512((const void *)p);
+    __m512i d = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(v, m), xe);
+    return _mm512_dpbusd_epi32(d, _mm512_and_si512(_mm512_srli_epi16(v, 4), m), xo);
+}
+
+/* NR rows from r through the pair layout xp (and xlast, an odd last group). */
+static inline __attribute__((always_inline)) void
+rows_block(int NR, const qvk_q4_mv *mv, const int8_t *restrict xp, __m512i xlast,
+           const float *restrict xs, const float *restrict xsum, int r, int n_in) {
+    const int n_g = n_in / G, n_p = n_g / 2;
+    const size_t rb = (size_t)n_in / 2; /* bytes per row */
+    const uint8_t *q0 = mv->q + (size_t)r * rb;
+    const char *next = (const char *)(q0 + (size_t)NR * rb);
+    _Alignas(64) float cs[ROWS][QVK_Q4_MAX_IN / G];
+    __m512 f[ROWS], c[ROWS];
+#pragma GCC unroll 8
+    for (int k = 0; k < NR; k++) {
+        c[k] = row_scales(cs[k], mv->s + (size_t)(r + k) * n_g, mv->b + (size_t)(r + k) * n_g, xs,
+                          xsum, n_g);
+        f[k] = _mm512_setzero_ps();
+    }
+    for (int p = 0; p < n_p; p++) {
+        if (NR > 1) qvk_prefetch_l2(next + (size_t)p * NR * 2 * GB, NR * 2 * GB);
+        const __m512i xe = _mm512_load_si512((const void *)(xp + 2 * p * G));
+        const __m512i xo = _mm512_load_si512((const void *)(xp + 2 * p * G + G));
+#pragma GCC unroll 8
+        for (int k = 0; k < NR; k++) {
+            __m512i d = dot_pair(q0 + k * rb + (size_t)p * 2 * GB, xe, xo);
+            f[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), pair_scale(cs[k] + 2 * p), f[k]);
+        }
+    }
+    if (n_g & 1)
+#pragma GCC unroll 8
+        for (int k = 0; k < NR; k++) {
+            __m512i d = dot_one(q0 + k * rb + (size_t)(n_g - 1) * GB, xlast);
+            f[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_set1_ps(cs[k][n_g - 1]), f[k]);
+        }
+#pragma GCC unroll 8
+    for (int k = 0; k < NR; k++) {
+        const float y = _mm512_reduce_add_ps(_mm512_add_ps(f[k], c[k]));
+        mv->y[r + k] = mv->bias ? y + mv->bias[r + k] : y;
+    }
 }
 
 void qvk_q4_rows_avx512(const qvk_q4_mv *mv, const int8_t *restrict xq, const float *restrict xs,
                         const float *restrict xsum, int r0, int r1, int n_in) {
-    const int n_g = n_in / QVK_Q4_GROUP;
-    const size_t rb = (size_t)n_in / 2; /* bytes per row */
-    const __m512i shift = _mm512_set_epi64(4, 4, 4, 4, 0, 0, 0, 0);
-    const __m512i mask = _mm512_set1_epi8(15);
+    const int n_g = n_in / G;
+    /* x re-laid per pair: [even g | even g+1 | odd g | odd g+1] */
+    _Alignas(64) int8_t xp[QVK_Q4_MAX_IN];
+    for (int p = 0; p < n_g / 2; p++) {
+        __m512i a = _mm512_load_si512((const void *)(xq + 2 * p * G));
+        __m512i c = _mm512_load_si512((const void *)(xq + (2 * p + 1) * G));
+        _mm512_store_si512((void *)(xp + 2 * p * G), _mm512_shuffle_i64x2(a, c, 0x44));
+        _mm512_store_si512((void *)(xp + 2 * p * G + G), _mm512_shuffle_i64x2(a, c, 0xee));
+    }
+    const __m512i xlast = n_g & 1 ? _mm512_load_si512((const void *)(xq + (n_g - 1) * G))
+                                  : _mm512_setzero_si512();
     int r = r0;
-    for (; r + 4 <= r1; r += 4) {
-        const uint8_t *q0 = mv->q + (size_t)r * rb;
-        const char *next = (const char *)(q0 + 4 * rb);
-        const uint16_t *s0 = mv->s + (size_t)r * n_g, *b0 = mv->b + (size_t)r * n_g;
-        __m512 f0 = _mm512_setzero_ps(), f1 = f0, f2 = f0, f3 = f0;
-        float c0 = 0, c1 = 0, c2 = 0, c3 = 0; /* bias terms b·Σx */
-        for (int g = 0; g < n_g; g++) {
-            if (!(g & 1))
-                for (int k = 0; k < 4; k++)
-                    _mm_prefetch(next + k * rb + (size_t)g * GB, _MM_HINT_T0);
-            const __m512i xv = _mm512_load_si512((const void *)(xq + g * QVK_Q4_GROUP));
-            const uint8_t *qg = q0 + (size_t)g * GB;
-            __m512i d0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), nibbles(qg, shift, mask), xv);
-            __m512i d1 =
-                _mm512_dpbusd_epi32(_mm512_setzero_si512(), nibbles(qg + rb, shift, mask), xv);
-            __m512i d2 =
-                _mm512_dpbusd_epi32(_mm512_setzero_si512(), nibbles(qg + 2 * rb, shift, mask), xv);
-            __m512i d3 =
-                _mm512_dpbusd_epi32(_mm512_setzero_si512(), nibbles(qg + 3 * rb, shift, mask), xv);
-            f0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d0), _mm512_set1_ps(BF(s0[g]) * xs[g]), f0);
-            f1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d1), _mm512_set1_ps(BF(s0[n_g + g]) * xs[g]),
-                                 f1);
-            f2 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d2),
-                                 _mm512_set1_ps(BF(s0[2 * n_g + g]) * xs[g]), f2);
-            f3 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d3),
-                                 _mm512_set1_ps(BF(s0[3 * n_g + g]) * xs[g]), f3);
-            c0 += BF(b0[g]) * xsum[g], c1 += BF(b0[n_g + g]) * xsum[g];
-            c2 += BF(b0[2 * n_g + g]) * xsum[g], c3 += BF(b0[3 * n_g + g]) * xsum[g];
-        }
-        float y[4] = {_mm512_reduce_add_ps(f0) + c0, _mm512_reduce_add_ps(f1) + c1,
-                      _mm512_reduce_add_ps(f2) + c2, _mm512_reduce_add_ps(f3) + c3};
-        for (int k = 0; k < 4; k++)
-            mv->y[r + k] = mv->bias ? y[k] + mv->bias[r + k] : y[k];
-    }
-    for (; r < r1; r++) {
-        const uint8_t *q0 = mv->q + (size_t)r * rb;
-        const uint16_t *s0 = mv->s + (size_t)r * n_g, *b0 = mv->b + (size_t)r * n_g;
-        __m512 f0 = _mm512_setzero_ps();
-        float c0 = 0;
-        for (int g = 0; g < n_g; g++) {
-            const __m512i xv = _mm512_load_si512((const void *)(xq + g * QVK_Q4_GROUP));
-            __m512i d0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(),
-                                             nibbles(q0 + (size_t)g * GB, shift, mask), xv);
-            f0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d0), _mm512_set1_ps(BF(s0[g]) * xs[g]), f0);
-            c0 += BF(b0[g]) * xsum[g];
-        }
-        const float y = _mm512_reduce_add_ps(f0) + c0;
-        mv->y[r] = mv->bias ? y + mv->bias[r] : y;
-    }
+    for (; r + ROWS <= r1; r += ROWS)
+        rows_block(ROWS, mv, xp, xlast, xs, xsum, r, n_in);
+    for (; r < r1; r++)
+        rows_block(1, mv, xp, xlast, xs, xsum, r, n_in);
 }

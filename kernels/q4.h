@@ -6,7 +6,7 @@
  * with s, b in bf16 (as MLX stores them for a bf16 model; read from the mmap as they are). Activations: quantized per call to int8 per 64-group (scale xs) and stored
  * de-interleaved (32 even, then 32 odd elements) so the nibbles meet their x without shuffles;
  * y = Σ_g s·xs·(Σ q·xq) + b·Σx, the integer part exact (VNNI vpdpbusd / AVX2 maddubs / C). Rows
- * are split over the pool in multiples of 16 as for int8: bit-identical for any thread count.
+ * are handed to the pool threads in chunks as for int8: bit-identical for any thread count.
  */
 #ifndef QV_Q4_H
 #define QV_Q4_H

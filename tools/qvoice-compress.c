@@ -29,12 +29,17 @@ static void usage(FILE *f) {
             "      --q4                 every talker and code-predictor linear to 4-bit affine,\n"
             "                           group 64 (MLX's layout); embeddings stay bf16\n"
             "      --prune-layers N     remove the top N talker layers\n"
+            "      --prune-neurons T    drop talker MLP neurons whose max |activation| stays below\n"
+            "                           T while the model speaks a few built-in texts (greedy,\n"
+            "                           --calib-frames each, default %d); widths rounded up to 64\n"
+            "      --calib-frames N     frames per calibration text\n"
+            "      --protect-layers N   the first N talker layers keep every neuron (default 10)\n"
             "  -j, --threads N          quantization threads (default 0: all online CPUs)\n"
             "      --report             print what each step did\n"
             "  -h, --help               this help\n"
             "\n"
             "Exit status: 0 on success, 1 on error, 2 on a usage error.\n",
-            QVZ_ENGLISH_WORDS);
+            QVZ_ENGLISH_WORDS, QVZ_CALIB_FRAMES);
 }
 
 static int usage_error(const char *fmt, const char *arg) {
@@ -69,6 +74,9 @@ static void print_report(const qvz_report *r, const qvz_options *o) {
                mb(r->q4_bytes_out));
     if (o->prune_layers)
         printf("  talker layers: %d -> %d\n", r->layers_in, r->layers_out);
+    if (o->prune_neurons > 0)
+        printf("  MLP neurons: %ld -> %ld (%d layers narrowed)\n", r->neurons_in, r->neurons_out,
+               r->n_neuron_layers);
     printf("speech_tokenizer/model.safetensors: %.1f MB -> %.1f MB\n", mb(r->codec_bytes_in),
            mb(r->codec_bytes_out));
     if (o->strip_encoder)
@@ -81,13 +89,17 @@ static void print_report(const qvz_report *r, const qvz_options *o) {
 }
 
 int main(int argc, char **argv) {
-    enum { OPT_VOCAB = 256, OPT_STRIP, OPT_F16, OPT_Q4, OPT_PRUNE, OPT_REPORT };
+    enum { OPT_VOCAB = 256, OPT_STRIP, OPT_F16, OPT_Q4, OPT_PRUNE, OPT_NEURONS, OPT_CALIB,
+           OPT_PROTECT, OPT_REPORT };
     static const struct option longs[] = {{"output", required_argument, 0, 'o'},
                                            {"vocab", required_argument, 0, OPT_VOCAB},
                                            {"strip-encoder", no_argument, 0, OPT_STRIP},
                                            {"decoder-f16", no_argument, 0, OPT_F16},
                                            {"q4", no_argument, 0, OPT_Q4},
                                            {"prune-layers", required_argument, 0, OPT_PRUNE},
+                                           {"prune-neurons", required_argument, 0, OPT_NEURONS},
+                                           {"calib-frames", required_argument, 0, OPT_CALIB},
+                                           {"protect-layers", required_argument, 0, OPT_PROTECT},
                                            {"threads", required_argument, 0, 'j'},
                                            {"report", no_argument, 0, OPT_REPORT},
                                            {"help", no_argument, 0, 'h'},
@@ -105,6 +117,22 @@ int main(int argc, char **argv) {
         case OPT_PRUNE:
             if (parse_int(optarg, 0, 1000, &o.prune_layers))
                 return usage_error("--prune-layers: expected a count, found '%s'", optarg);
+            break;
+        case OPT_NEURONS: {
+            char *end;
+            errno = 0;
+            o.prune_neurons = strtof(optarg, &end);
+            if (errno || end == optarg || *end || !(o.prune_neurons > 0))
+                return usage_error("--prune-neurons: expected a threshold > 0, found '%s'", optarg);
+            break;
+        }
+        case OPT_CALIB:
+            if (parse_int(optarg, 1, 100000, &o.calib_frames))
+                return usage_error("--calib-frames: expected a frame count, found '%s'", optarg);
+            break;
+        case OPT_PROTECT:
+            if (parse_int(optarg, 0, 1000, &o.protect_layers))
+                return usage_error("--protect-layers: expected a layer count, found '%s'", optarg);
             break;
         case 'j':
             if (parse_int(optarg, 0, 256, &o.n_threads))

@@ -1,5 +1,5 @@
 /* bench_kernels — decode matvec throughput (GB/s of weights read) against the machine's read
- * bandwidth, for every per-frame shape of 0.6B and 1.7B, bf16 and int8, 1 and 2 threads.
+ * bandwidth, for every per-frame shape of 0.6B and 1.7B, bf16, int8 and q4, 1 and 2 threads.
  * Each shape cycles through copies of its matrices totalling more than the L3, so every pass
  * streams from DRAM; between the matvec calls the probe reads other copies with the same
  * threads, and the table gives the median of the per-pass ratios (the machine is shared: only
@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "kernels/kernels.h"
+#include "kernels/q4.h"
 #include "kernels/q8.h"
 
 #define N_PASSES 7
@@ -110,23 +111,41 @@ struct workload {
     uint16_t *w;     /* [n_set · rows, n_in] bf16 */
     int8_t *q;       /* the same, int8 */
     float *scale;    /* [n_set · rows] */
+    uint8_t *q4;     /* the same, q4: [n_set · rows, n_in / 2] */
+    uint16_t *q4sb;  /* its scales then biases, [n_set · rows, n_in / 64] each */
     const float *x;
     float *y;
 };
 
+enum { FMT_BF16, FMT_INT8, FMT_Q4, N_FMT };
+static const char *const g_fmt[N_FMT] = {"bf16", "int8", "q4"};
+
+/* Bytes of one copy in format fmt (q4: packed values, scales and biases). */
+static size_t copy_bytes(const struct workload *wl, int fmt) {
+    size_t n = (size_t)wl->rows * wl->sh->n_in;
+    return fmt == FMT_BF16 ? 2 * n : fmt == FMT_INT8 ? n : n / 2 + n / QVK_Q4_GROUP * 4;
+}
+
 /* Copy s of the shape's matrices through one engine call. */
-static void run_copy(qvk_pool *pool, const struct workload *wl, int s, int int8) {
+static void run_copy(qvk_pool *pool, const struct workload *wl, int s, int fmt) {
     const struct shape *sh = wl->sh;
-    size_t row = (size_t)s * wl->rows;
+    const int n_g = sh->n_in / QVK_Q4_GROUP;
+    const size_t row = (size_t)s * wl->rows, n_sb = (size_t)wl->n_set * wl->rows * n_g;
     qvk_mv mv[3];
     qvk_q8_mv mq[3];
+    qvk_q4_mv m4[3];
     for (int m = 0, o = 0; m < sh->n_mv; o += sh->outs[m], m++) {
         mv[m] = (qvk_mv){wl->y + o, wl->w + (row + o) * sh->n_in, NULL, sh->outs[m]};
         mq[m] = (qvk_q8_mv){wl->y + o, wl->q + (row + o) * sh->n_in, wl->scale + row + o, NULL,
                             sh->outs[m]};
+        m4[m] = (qvk_q4_mv){wl->y + o, wl->q4 + (row + o) * sh->n_in / 2,
+                            wl->q4sb + (row + o) * n_g, wl->q4sb + n_sb + (row + o) * n_g, NULL,
+                            sh->outs[m]};
     }
-    if (int8)
+    if (fmt == FMT_INT8)
         qvk_q8_matvec_multi(pool, wl->x, sh->n_in, mq, sh->n_mv);
+    else if (fmt == FMT_Q4)
+        qvk_q4_matvec_multi(pool, wl->x, sh->n_in, m4, sh->n_mv);
     else
         qvk_matvec_bf16_multi(pool, wl->x, sh->n_in, mv, sh->n_mv);
 }
@@ -137,10 +156,10 @@ struct result {
 
 /* Probe and matvec alternate copy by copy (the probe reading the copy half a set away, so
  * neither finds the other's bytes in cache): load changes on the shared machine hit both. */
-static struct result bench(qvk_pool *pool, const struct workload *wl, int int8) {
+static struct result bench(qvk_pool *pool, const struct workload *wl, int fmt) {
     double t_mv[N_PASSES], ratio[N_PASSES];
-    size_t copy = (size_t)wl->rows * wl->sh->n_in * (int8 ? 1 : 2);
-    const char *base = int8 ? (const char *)wl->q : (const char *)wl->w;
+    const size_t copy = copy_bytes(wl, fmt);
+    const char *base = (const char *)wl->w; /* the probe reads as many bytes as the matvec */
     uint64_t sink = 0;
     for (int r = 0; r < N_PASSES + 1; r++) {
         double rd = 0, mv = 0;
@@ -150,7 +169,7 @@ static struct result bench(qvk_pool *pool, const struct workload *wl, int int8) 
             double t0 = now_s();
             qvk_pool_run(pool, sum_run, &j);
             double t1 = now_s();
-            run_copy(pool, wl, s, int8);
+            run_copy(pool, wl, s, fmt);
             double t2 = now_s();
             sink += j.out[0];
             rd += t1 - t0, mv += t2 - t1;
@@ -179,7 +198,7 @@ static int bench_matvecs(qvk_pool *pool2, const char *const *variants, int n_var
            "1 thread: GB/s %read", "2 threads: GB/s %read");
     for (size_t s = 0; s < sizeof g_shapes / sizeof g_shapes[0]; s++) {
         const struct shape *sh = &g_shapes[s];
-        struct workload wl = {sh, 0, 0, NULL, NULL, NULL, x, y};
+        struct workload wl = {sh, 0, 0, NULL, NULL, NULL, NULL, NULL, x, y};
         for (int m = 0; m < sh->n_mv; m++)
             wl.rows += sh->outs[m];
         size_t copy = (size_t)wl.rows * sh->n_in;
@@ -188,15 +207,19 @@ static int bench_matvecs(qvk_pool *pool2, const char *const *variants, int n_var
         wl.w = qvk_alloc(n * 2);
         wl.q = qvk_alloc(n);
         wl.scale = qvk_alloc((size_t)wl.n_set * wl.rows * sizeof(float));
-        if (!wl.w || !wl.q || !wl.scale) return -1;
+        wl.q4 = qvk_alloc(n / 2);
+        wl.q4sb = qvk_alloc(n / QVK_Q4_GROUP * 4);
+        if (!wl.w || !wl.q || !wl.scale || !wl.q4 || !wl.q4sb) return -1;
         fill_weights(wl.w, n);
         qvk_q8_quantize_bf16(pool2, wl.q, wl.scale, wl.w, wl.n_set * wl.rows, sh->n_in);
+        qvk_q4_quantize_bf16(pool2, wl.q4, wl.q4sb, wl.q4sb + n / QVK_Q4_GROUP, wl.w,
+                             wl.n_set * wl.rows, sh->n_in);
         for (int v = 0; v < n_var; v++) {
             if (qvk_set_variant(variants[v]) != 0) continue;
-            for (int int8 = 0; int8 < 2; int8++) {
-                struct result r1 = bench(NULL, &wl, int8), r2 = bench(pool2, &wl, int8);
+            for (int fmt = 0; fmt < N_FMT; fmt++) {
+                struct result r1 = bench(NULL, &wl, fmt), r2 = bench(pool2, &wl, fmt);
                 printf("%-27s %-7s %-4s | %6.1f  %4.0f%%       | %6.1f  %4.0f%%\n", sh->what,
-                       variants[v], int8 ? "int8" : "bf16", r1.gbs, 100 * r1.ratio, r2.gbs,
+                       variants[v], g_fmt[fmt], r1.gbs, 100 * r1.ratio, r2.gbs,
                        100 * r2.ratio);
                 fflush(stdout);
             }
@@ -204,6 +227,8 @@ static int bench_matvecs(qvk_pool *pool2, const char *const *variants, int n_var
         qvk_free(wl.w);
         qvk_free(wl.q);
         qvk_free(wl.scale);
+        qvk_free(wl.q4);
+        qvk_free(wl.q4sb);
     }
     qvk_free(x);
     qvk_free(y);

@@ -5,7 +5,8 @@
  * to first audio: decoder weights prepared vs mapped from the prepared cache (checkpoint/prepared.h),
  * tokenizer open, the first one-frame decoder block, the int8 view quantized vs mapped. (Time to
  * first audio as a user sees it: bench_ttfa on speak --stream.)
- * usage: bench_speak MODEL_DIR [THREADS [FRAMES [RUNS [QUANT]]]]  (defaults 2, 30, 3, bf16)
+ * usage: bench_speak MODEL_DIR [THREADS [FRAMES [RUNS [QUANT]]]]  (defaults 2, 30, 3, bf16;
+ * QUANT bf16, int8 or q4; q4 for a directory written with --q4)
  * bf16 runs first measure the read bandwidth (1 GiB, THREADS threads). Prints "key value" lines
  * (medians over RUNS) for scripts/bench.sh. No assertions.
  */
@@ -175,7 +176,7 @@ int main(int argc, char **argv) {
     /* the model's frame budget, as speak has it: the prefill then allocates and first-touches
      * the KV cache a user's does (a 30-frame cache hid ~20-40 ms of page zeroing) */
     p.do_sample = 0, p.subtalker_do_sample = 0;
-    p.quant = strcmp(quant, "int8") ? QV_QUANT_BF16 : QV_QUANT_INT8;
+    p.quant = !strcmp(quant, "int8") ? QV_QUANT_INT8 : !strcmp(quant, "q4") ? QV_QUANT_Q4 : QV_QUANT_BF16;
     int32_t ids[40], codes[QV_N_CODEBOOKS], done = 0;
     qv_request r;
     fill_request(&r, m, ids);
@@ -245,7 +246,8 @@ int main(int argc, char **argv) {
         cc[k] = (now_s(CLOCK_PROCESS_CPUTIME_ID) - c0) / n_cp;
     }
     const double frame_w = median(fw, runs), cp_w = median(cw, runs);
-    const double bpw = strcmp(quant, "int8") ? 1.0 : 0.5; /* weight bytes relative to bf16 */
+    /* weight bytes relative to bf16 (q4: 4 bits + a bf16 scale and bias per 64) */
+    const double bpw = !strcmp(quant, "int8") ? 0.5 : !strcmp(quant, "q4") ? 0.28125 : 1.0;
     const double talker_gb =
         (stack_bytes(&m->cfg.talker) + 2.0 * m->cfg.talker.vocab_size * m->cfg.talker.hidden_size) *
         bpw / 1e9;

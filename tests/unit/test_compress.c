@@ -3,8 +3,9 @@
  * covered text (the lossless claim) and name the ids of uncovered text (warning, or QV_E_VOCAB
  * when strict); the f16 decoder's PCM stays within a stated bound of f32; a q4 checkpoint runs
  * exactly as --quant q4 on the original, with its logits error and teacher-forced argmax
- * agreement bounded; layer pruning loads and runs; bad input fails cleanly, leaving nothing.
- * Tiny models always; the synthetic 0.6B CustomVoice when $QVOICE_CACHE/q06b-cv exists.
+ * agreement bounded; layer pruning loads and runs; neuron pruning narrows the unprotected layers
+ * (teacher-forced talker agreement printed); bad input fails cleanly, leaving nothing.
+ * Tiny models always; the synthetic 0.6B and 1.7B CustomVoice when they are in $QVOICE_CACHE.
  */
 #include <dirent.h>
 #include <math.h>
@@ -304,6 +305,68 @@ static void test_tiny_prune_layers(void **st) {
     qv_model_free(a), qv_model_free(b);
 }
 
+/* b (a pruned copy of a) teacher-forced on a's greedy codes for up to n frames: how often the
+ * talker's codec-head argmax agrees, and the mean rel. error of those logits. */
+static double talker_forced(qv_model *a, qv_model *b, int n, double *logit_err) {
+    qv_session *sa = start(a, QV_QUANT_BF16, COVERED[0], 0, QV_OK);
+    qv_session *sb = start(b, QV_QUANT_BF16, COVERED[0], 0, QV_OK);
+    const int V = a->cfg.talker.vocab_size;
+    int32_t *forced = calloc((size_t)n * QV_N_CODEBOOKS, sizeof *forced), tmp[QV_N_CODEBOOKS];
+    assert_non_null(forced);
+    sb->forced = forced;
+    int k = 0, same = 0, da = 0, db = 0;
+    double e = 0;
+    for (; k < n; k++) {
+        same += argmax(sa->logits_raw, V) == argmax(sb->logits_raw, V);
+        e += rel_err(sb->logits_raw, sa->logits_raw, V);
+        assert_int_equal(qv_session_next_frame(sa, forced + (size_t)k * QV_N_CODEBOOKS, &da), QV_OK);
+        if (da) break;
+        assert_int_equal(qv_session_next_frame(sb, tmp, &db), QV_OK);
+        if (db) break;
+    }
+    const int steps = k < n ? k + 1 : n;
+    *logit_err = e / steps;
+    printf("    talker teacher-forced on the original's codes: argmax agrees %d of %d, logits rel. "
+           "error %.3f\n", same, steps, *logit_err);
+    free(forced);
+    qv_session_free(sa), qv_session_free(sb);
+    return (double)same / steps;
+}
+
+/* MLP neuron pruning: calibration narrows the layers past the protected ones to multiples of 64,
+ * config.json carries the widths, the model loads and speaks; teacher-forced quality printed. */
+static void test_tiny_prune_neurons(void **st) {
+    (void)st;
+    if (!exists(model("tiny-cv"))) skip();
+    qvz_options o = qvz_default_options();
+    o.prune_neurons = 3.0f, o.protect_layers = 1, o.calib_frames = 12;
+    char err[1024];
+    qvz_report r;
+    o.n_threads = 2;
+    if (qvz_compress(model("tiny-cv"), tmp_path("tiny-neurons"), &o, &r, err, sizeof err))
+        fail_msg("%s", err);
+    printf("    MLP neurons %ld -> %ld, %d layer(s) narrowed\n", r.neurons_in, r.neurons_out,
+           r.n_neuron_layers);
+    qv_model *a = load(model("tiny-cv")), *b = load(tmp_path("tiny-neurons"));
+    const qve_stack_config *c = &b->cfg.talker;
+    assert_int_equal(qve_layer_intermediate(c, 0), a->cfg.talker.intermediate_size); /* protected */
+    assert_true(qve_layer_intermediate(c, 1) < a->cfg.talker.intermediate_size);
+    assert_int_equal(qve_layer_intermediate(c, 1) % 64, 0);
+    assert_int_equal(r.n_neuron_layers, 1);
+    double le, agree = talker_forced(a, b, 16, &le);
+    /* random weights: measured 13 of 16, logits rel. error 0.19 (a quarter of the neurons gone) */
+    assert_true(agree > 0.5);
+    qv_model_free(a), qv_model_free(b);
+    /* with q4 the narrowed matrices are quantized like the others */
+    o.q4 = 1;
+    compress(model("tiny-cv"), tmp_path("tiny-neurons-q4"), o);
+    b = load(tmp_path("tiny-neurons-q4"));
+    assert_non_null(b->talker.stack.layers[1].down_proj.q4);
+    int32_t codes[MAX_FRAMES * QV_N_CODEBOOKS];
+    assert_true(greedy(b, QV_QUANT_BF16, COVERED[0], codes, 4) > 0);
+    qv_model_free(b);
+}
+
 static void test_errors(void **st) {
     (void)st;
     if (!exists(model("tiny-cv"))) skip();
@@ -318,6 +381,12 @@ static void test_errors(void **st) {
     assert_int_equal(qvz_compress(model("tiny-cv"), tmp_path("bad"), &o, NULL, err, sizeof err), -1);
     printf("    %s\n", err);
     assert_non_null(strstr(err, "no-such-words"));
+    o = qvz_default_options();
+    o.prune_neurons = 1.0f; /* a q4 checkpoint's MLP matrices cannot be narrowed */
+    assert_int_equal(qvz_compress(tmp_path("tiny-q4"), tmp_path("bad"), &o, NULL, err, sizeof err),
+                     -1);
+    printf("    %s\n", err);
+    assert_non_null(strstr(err, "already quantized"));
     o = qvz_default_options();
     assert_int_equal(qvz_compress(tmp_path("no-model"), tmp_path("bad"), &o, NULL, err, sizeof err),
                      -1);
@@ -401,16 +470,36 @@ static void test_06b(void **st) {
     assert_true(decoder_delta(model("q06b-cv"), tmp_path("q06b-small")) < 1e-3);
 }
 
-/* 1.7B: the q4 view quantizes the mtp projection too and the frame loop runs on it. */
-static void test_17b_q4_view(void **st) {
+/* 1.7B fully compressed (vocab + encoder strip + f16 decoder + q4, mtp projection included):
+ * greedy codes equal the q4 view of the original's, and bin/speak speaks it to a WAV. Two frames
+ * of one text keep this test's time modest (the compression writes ~1.3 GB). */
+static void test_17b(void **st) {
     (void)st;
     if (!exists(model("q17b-cv"))) skip();
-    qv_model *m = load(model("q17b-cv"));
-    int32_t c[MAX_FRAMES * QV_N_CODEBOOKS];
-    assert_true(greedy(m, QV_QUANT_Q4, COVERED[0], c, 2) > 0);
-    assert_non_null(qve_model_cp(m, QV_QUANT_Q4)->mtp_proj.q4);
-    assert_null(m->cp.mtp_proj.q4);
-    qv_model_free(m);
+    qvz_options o = qvz_default_options();
+    o.vocab = "english", o.strip_encoder = 1, o.decoder_f16 = 1, o.q4 = 1;
+    compress(model("q17b-cv"), tmp_path("q17b-small"), o);
+    qv_model *a = load(model("q17b-cv")), *b = load(tmp_path("q17b-small"));
+    assert_non_null(b->cp.mtp_proj.q4);
+    assert_null(a->cp.mtp_proj.q4);
+    int32_t ca[2 * QV_N_CODEBOOKS], cb[2 * QV_N_CODEBOOKS];
+    const int na = greedy(a, QV_QUANT_Q4, COVERED[0], ca, 2);
+    assert_non_null(qve_model_cp(a, QV_QUANT_Q4)->mtp_proj.q4);
+    qv_model_free(a);
+    const int nb = greedy(b, QV_QUANT_BF16, COVERED[0], cb, 2);
+    printf("    1.7B: %d / %d frames, codes %s\n", na, nb,
+           na == nb && !memcmp(ca, cb, sizeof(int32_t) * QV_N_CODEBOOKS * (size_t)na) ? "identical"
+                                                                                     : "DIFFER");
+    assert_true(na > 0);
+    assert_int_equal(na, nb);
+    assert_memory_equal(ca, cb, sizeof(int32_t) * QV_N_CODEBOOKS * (size_t)na);
+    const char *speaker = qv_model_n_speakers(b) > 0 ? qv_model_speaker(b, 0) : "";
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "bin/speak -m %s -s %s -t 'Hello world.' --max-frames 2 -j 2 -q -o %s",
+             tmp_path("q17b-small"), speaker, tmp_path("q17b.wav"));
+    qv_model_free(b);
+    assert_int_equal(sh("%s", cmd), 0);
+    assert_true(file_bytes(tmp_path("q17b.wav")) > 44);
 }
 
 int main(void) {
@@ -419,9 +508,10 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_f16_narrowing),
         cmocka_unit_test(test_tiny_lossless),     cmocka_unit_test(test_tiny_q4),
-        cmocka_unit_test(test_tiny_prune_layers), cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_tiny_prune_layers), cmocka_unit_test(test_tiny_prune_neurons),
+        cmocka_unit_test(test_errors),
         cmocka_unit_test(test_layer_widths),
-        cmocka_unit_test(test_06b),               cmocka_unit_test(test_17b_q4_view),
+        cmocka_unit_test(test_06b),               cmocka_unit_test(test_17b),
     };
     return cmocka_run_group_tests(tests, tmpdir_setup, tmpdir_teardown);
 }

@@ -16,7 +16,7 @@
 #include "kernels/q4.h"
 #include "tests/unit/helpers/matref.h"
 
-enum { N_OUT = 203, N_IN = 832, N_G = N_IN / QVK_Q4_GROUP }; /* 13 groups: odd, not 128-aligned */
+enum { N_OUT = 203, N_IN = 1216, N_G = N_IN / QVK_Q4_GROUP }; /* 19 groups: odd, > 16 */
 
 static uint16_t *g_w;
 static float *g_x, *g_bias, *g_xs, *g_xsum;
