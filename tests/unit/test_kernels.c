@@ -164,7 +164,7 @@ static void check_bound(const char *what, const float *got, const double *want, 
             fail_msg("%s: row %d: got %.9g, want %.9g (bound %.3g)", what, i, (double)got[i],
                      want[i], bound[i]);
     }
-    printf("  %-40s max|Δ| = %.3g (%.3g of the n·u·Σ|wx| bound)\n", what, max_d, max_ratio);
+    printf("  %-40s max|Δ| = %.3g (%.3g of its bound)\n", what, max_d, max_ratio);
 }
 
 static void test_matvec_vs_reference(void **state) {
@@ -912,6 +912,11 @@ static void test_conv_transpose1d(void **state) {
  * reference, in the scalar (sgemm) and AVX-512 paths. x and w in [-1, 1) and [-s, s) with
  * s = 1/√(7c), so outputs are O(1): the transforms' f32 rounding measured ≤ 4.1e-5 absolute
  * (F(4, 7): 2.5e-5). */
+/* F(5, 7) evaluates at 11 points (±1/4 … ±4): its transforms scale rounding errors up by about two
+ * orders against a direct sum, measured ~3e-6 of Σ|w·x| on these shapes (the decoder's PCM against
+ * the goldens stays at 1.2e-5 of its 1e-4 tolerance). */
+#define WINO_REL 1e-5 /* the bound: WINO_REL·Σ|w·x| per output */
+
 static void test_conv_wino(void **state) {
     (void)state;
     const int cases[][3] = {{96, 9, 1920}, {192, 3, 640}, {384, 1, 160}, {768, 9, 40}, {20, 3, 37}};
@@ -928,7 +933,9 @@ static void test_conv_wino(void **state) {
             float *u = falloc(qvk_wino_weights_size(&wn, ch, ch));
             float *scratch = falloc(qvk_wino_scratch(&wn, ch, ch, n, dil));
             double *ref = malloc(sizeof(double) * (size_t)ch * n);
+            double *mag = malloc(sizeof(double) * (size_t)ch * n);
             assert_non_null(ref);
+            assert_non_null(mag);
             fill(x, (size_t)ch * w_in, 1.0f);
             fill(w, (size_t)ch * ch * 7, 1.0f / sqrtf(7.0f * ch));
             fill(b, ch, 1.0f);
@@ -936,16 +943,18 @@ static void test_conv_wino(void **state) {
             qvk_conv1d_wino(&wn, y, x, w_in, ch, ch, dil, u, b, scratch);
             for (int o = 0; o < ch; o++)
                 for (int t = 0; t < n; t++) {
-                    double acc = b[o];
+                    double acc = b[o], m = fabs(b[o]);
                     for (int i = 0; i < ch; i++)
-                        for (int j = 0; j < 7; j++)
-                            acc += (double)w[((size_t)o * ch + i) * 7 + j] *
-                                   x[(size_t)i * w_in + t + j * dil];
-                    ref[(size_t)o * n + t] = acc;
+                        for (int j = 0; j < 7; j++) {
+                            const double p = (double)w[((size_t)o * ch + i) * 7 + j] *
+                                             x[(size_t)i * w_in + t + j * dil];
+                            acc += p, m += fabs(p);
+                        }
+                    ref[(size_t)o * n + t] = acc, mag[(size_t)o * n + t] = WINO_REL * m;
                 }
             char what[80];
             snprintf(what, sizeof what, "wino %s c%d d%d n%d", k_variants[vi], ch, dil, n);
-            check_close(what, y, ref, (size_t)ch * n, 5e-5, 0);
+            check_bound(what, y, ref, mag, ch * n);
             qvk_free(x);
             qvk_free(w);
             qvk_free(b);
@@ -953,6 +962,7 @@ static void test_conv_wino(void **state) {
             qvk_free(u);
             qvk_free(scratch);
             free(ref);
+            free(mag);
         }
         /* the transposed convs (kernel 2r, stride r) as F(4, 2) over their output phases:
          * decoder blocks 1-3 and a shape off the panels */
