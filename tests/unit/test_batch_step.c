@@ -19,20 +19,13 @@
 
 #include <cmocka.h>
 
+#include "tests/unit/helpers/models.h"
+
 #include "engine/model.h"
 #include "kernels/q8.h"
 
 #define N_SESS 6 /* more than the kernels' 4-vector blocks */
 #define MAX_FRAMES 24
-
-static qv_model *load(const char *name) {
-    const char *cache = getenv("QVOICE_CACHE");
-    char dir[1024], err[512];
-    snprintf(dir, sizeof dir, "%s/%s", cache ? cache : "cache", name);
-    qv_model *m;
-    if (qv_model_load(&m, dir, err, sizeof err)) fail_msg("%s", err);
-    return m;
-}
 
 /* Session i: its own text (so its own prompt length and positions), speaker, seed and cap. */
 static const char *const TEXTS[N_SESS] = {
@@ -200,7 +193,7 @@ static void test_kernels_batch_equal_alone(void **st) {
 
 static void test_step_tiny_every_variant(void **st) {
     (void)st;
-    qv_model *m = load("tiny-cv");
+    qv_model *m = test_model_load("tiny-cv");
     const char *was = qvk_variant();
     static const char *const variants[] = {"scalar", "avx2", "avx512"};
     for (int v = 0; v < 3; v++) {
@@ -214,7 +207,7 @@ static void test_step_tiny_every_variant(void **st) {
 
 static void test_step_06b_int8_bf16(void **st) {
     (void)st;
-    qv_model *m = load("q06b-cv");
+    qv_model *m = test_model_load("q06b-cv");
     printf("q06b-cv, int8, 5 sessions:\n");
     check_step(m, 5, QV_QUANT_INT8, 4);
     printf("q06b-cv, bf16, 3 sessions:\n");
@@ -225,7 +218,7 @@ static void test_step_06b_int8_bf16(void **st) {
 /* The 1.7B: a code predictor narrower than the talker, behind small_to_mtp_projection. */
 static void test_step_17b(void **st) {
     (void)st;
-    qv_model *m = load("q17b-cv");
+    qv_model *m = test_model_load("q17b-cv");
     printf("q17b-cv, bf16, 2 sessions:\n");
     check_step(m, 2, QV_QUANT_BF16, 3);
     qv_model_free(m);
@@ -293,7 +286,7 @@ static void run_all(qv_model *m, job *jobs, int threaded) {
 
 static void test_rendezvous_synth(void **st) {
     (void)st;
-    qv_model *m = load("tiny-cv");
+    qv_model *m = test_model_load("tiny-cv");
     job alone[N_SYNTH], together[N_SYNTH];
     run_all(m, alone, 0);
     assert_int_equal(qv_model_set_batching(m, 9), QV_E_INVALID);

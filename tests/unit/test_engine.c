@@ -13,6 +13,8 @@
 
 #include <cmocka.h>
 
+#include "tests/unit/helpers/models.h"
+
 #include "engine/model.h"
 
 /* ==== sampler ================================================================================ */
@@ -90,15 +92,6 @@ static void test_rng_repeatable(void **st) {
 
 /* ==== prompts on the tiny models ============================================================= */
 
-static qv_model *load(const char *name) {
-    const char *cache = getenv("QVOICE_CACHE");
-    char dir[1024], err[512];
-    snprintf(dir, sizeof dir, "%s/%s", cache ? cache : "cache", name);
-    qv_model *m;
-    if (qv_model_load(&m, dir, err, sizeof err)) fail_msg("%s", err);
-    return m;
-}
-
 static const int32_t TEXT[] = {9707, 1879, 11, 419, 374, 264, 1273, 13};
 #define N_TEXT 8
 
@@ -125,7 +118,7 @@ static void expect_row(const qv_session *s, int row, const float *text, int code
 
 static void test_prompt_customvoice(void **st) {
     (void)st;
-    qv_model *m = load("tiny-cv");
+    qv_model *m = test_model_load("tiny-cv");
     qv_request r = qv_default_request();
     r.text_ids = TEXT, r.n_text_ids = N_TEXT, r.speaker = "Ryan", r.language = "english";
     qv_session *s = start(m, &r, QV_OK);
@@ -170,7 +163,7 @@ static void test_prompt_customvoice(void **st) {
 
 static void test_prompt_voicedesign(void **st) {
     (void)st;
-    qv_model *m = load("tiny-vd");
+    qv_model *m = test_model_load("tiny-vd");
     qv_request r = qv_default_request();
     r.text_ids = TEXT, r.n_text_ids = N_TEXT;
     r.instruct = "A calm voice.";
@@ -187,7 +180,7 @@ static void test_prompt_voicedesign(void **st) {
 
 static void test_prompt_base(void **st) {
     (void)st;
-    qv_model *m = load("tiny-base");
+    qv_model *m = test_model_load("tiny-base");
     const int H = qv_model_hidden_size(m);
     float vec[512];
     for (int i = 0; i < H; i++)
@@ -234,7 +227,7 @@ static void test_prompt_base(void **st) {
 
 static void test_text_bridge(void **st) {
     (void)st;
-    qv_model *m = load("tiny-base");
+    qv_model *m = test_model_load("tiny-base");
     const int H = qv_model_hidden_size(m);
     int32_t ref[3 * 16];
     for (int i = 0; i < 3 * 16; i++)
@@ -286,7 +279,7 @@ static int generate(const qv_model *m, int n_threads, uint64_t seed, int32_t *ou
 
 static void test_seed_determinism(void **st) {
     (void)st;
-    qv_model *m = load("tiny-cv");
+    qv_model *m = test_model_load("tiny-cv");
     static int32_t a[40 * 16], b[40 * 16], c[40 * 16];
     int na = generate(m, 1, 7, a, 40), nb = generate(m, 3, 7, b, 40), nc = generate(m, 1, 8, c, 40);
     printf("frames: seed 7 x1 thread %d, x3 threads %d, seed 8 %d\n", na, nb, nc);
@@ -301,7 +294,7 @@ static void test_seed_determinism(void **st) {
 
 static void test_api_errors(void **st) {
     (void)st;
-    qv_model *m = load("tiny-cv");
+    qv_model *m = test_model_load("tiny-cv");
     qv_params p = qv_model_params(m);
     qv_session *s;
     assert_int_equal(qv_session_new(&s, m, &p), QV_OK);

@@ -1,0 +1,19 @@
+/* models.c — see models.h. */
+#include "tests/unit/helpers/models.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <cmocka.h>
+
+qv_model *test_model_load(const char *name) {
+    const char *cache = getenv("QVOICE_CACHE");
+    char dir[1024], err[512];
+    snprintf(dir, sizeof dir, "%s/%s", cache ? cache : "cache", name);
+    qv_model *m;
+    if (qv_model_load(&m, dir, err, sizeof err)) fail_msg("%s", err);
+    return m;
+}

@@ -1,0 +1,10 @@
+/* models.h — the synthetic checkpoints the unit tests load ($QVOICE_CACHE, default ./cache). */
+#ifndef QV_TEST_MODELS_H
+#define QV_TEST_MODELS_H
+
+#include "include/qvoice.h"
+
+/* Loads $QVOICE_CACHE/<name>; fails the running test (cmocka fail_msg) when it cannot. */
+qv_model *test_model_load(const char *name);
+
+#endif
