@@ -42,25 +42,29 @@
 static const int res_dilation[N_RES] = {1, 3, 9};
 
 /* ==== weights ============================================================================== */
-/* Linear and ConvTranspose weights are held packed in 48-column panels (lin(), panels()). */
+/* Linear and ConvTranspose weights are held packed in 48-column panels (lin(), panels()): f16
+ * panels when the checkpoint stores the tensor in F16 (half the memory, the same products), else f32. */
 
 typedef struct {
     const float *attn_norm;     /* [H] layers.L.input_layernorm.weight */
-    const float *wq, *wk, *wv;  /* [nh·hd, H] self_attn.{q,k,v}_proj.weight */
-    const float *wo;            /* [H, nh·hd] self_attn.o_proj.weight */
+    qvk_p48w wq, wk, wv;        /* [nh·hd, H] self_attn.{q,k,v}_proj.weight */
+    qvk_p48w wo;                /* [H, nh·hd] self_attn.o_proj.weight */
     const float *attn_scale;    /* [H] self_attn_layer_scale.scale */
     const float *mlp_norm;      /* [H] post_attention_layernorm.weight */
-    const float *w_gate, *w_up; /* [I, H] mlp.{gate,up}_proj.weight */
-    const float *w_down;        /* [H, I] mlp.down_proj.weight */
+    qvk_p48w w_gate, w_up;      /* [I, H] mlp.{gate,up}_proj.weight */
+    qvk_p48w w_down;            /* [H, I] mlp.down_proj.weight */
     const float *mlp_scale;     /* [H] mlp_layer_scale.scale */
 } dec_layer;
 
 typedef struct {
-    const float *up_w, *up_b;   /* [L, L·r] packed (p48) / [L] upsample.S.0.conv (ConvTranspose, k = s = r) */
+    qvk_p48w up_w;              /* [L, L·r] upsample.S.0.conv.weight (ConvTranspose, k = s = r) */
+    const float *up_b;          /* [L] upsample.S.0.conv.bias */
     const float *dw_w, *dw_b;   /* [L, 1, 7] / [L] upsample.S.1.dwconv.conv */
     const float *ln_w, *ln_b;   /* [L] upsample.S.1.norm */
-    const float *pw1_w, *pw1_b; /* [4L, L] (lin) / [4L] upsample.S.1.pwconv1 */
-    const float *pw2_w, *pw2_b; /* [L, 4L] (lin) / [L] upsample.S.1.pwconv2 */
+    qvk_p48w pw1_w;             /* [4L, L] upsample.S.1.pwconv1.weight */
+    const float *pw1_b;         /* [4L] upsample.S.1.pwconv1.bias */
+    qvk_p48w pw2_w;             /* [L, 4L] upsample.S.1.pwconv2.weight */
+    const float *pw2_b;         /* [L] upsample.S.1.pwconv2.bias */
     const float *gamma;         /* [L] upsample.S.1.gamma */
 } dec_upsample;
 
@@ -73,9 +77,11 @@ typedef struct {
 
 typedef struct {
     int c_in, c_out, rate;
-    int up_wino;              /* up_w is Winograd-domain (qvk_wino_weights_ct), else p48 panels */
+    int up_wino;              /* up_w (Winograd-domain, qvk_wino_weights_ct) is set, else up_p */
     const float *a, *b;       /* [C_in] decoder.I.block.0.{alpha,beta} */
-    const float *up_w, *up_b; /* see up_wino / [C_out] decoder.I.block.1.conv */
+    const float *up_w;        /* [C_in, C_out, 2r] decoder.I.block.1.conv.weight, see up_wino */
+    qvk_p48w up_p;            /* the same as panels of [C_in, C_out·2r] */
+    const float *up_b;        /* [C_out] decoder.I.block.1.conv.bias */
     dec_res res[N_RES];       /* decoder.I.block.{2,3,4} */
 } dec_block;
 
@@ -89,13 +95,15 @@ struct qve_decoder {
 
     qve_st *st;
     const float *codebooks;     /* [n_q, cb_size, cb_dim] embedding_sum / max(usage, 1e-5) */
-    const float *out_first;     /* [rvq_dim, cb_dim] quantizer.rvq_first.output_proj.weight */
-    const float *out_rest;      /* [rvq_dim, cb_dim] quantizer.rvq_rest.output_proj.weight */
+    qvk_p48w out_first;         /* [rvq_dim, cb_dim] quantizer.rvq_first.output_proj.weight */
+    qvk_p48w out_rest;          /* [rvq_dim, cb_dim] quantizer.rvq_rest.output_proj.weight */
     const float *pre_w, *pre_b; /* [3, latent, rvq_dim] (tap-major copy) / [latent] pre_conv.conv */
-    const float *in_w, *in_b;   /* [H, latent] / [H] pre_transformer.input_proj */
+    qvk_p48w in_w;              /* [H, latent] pre_transformer.input_proj.weight */
+    const float *in_b;          /* [H] pre_transformer.input_proj.bias */
     dec_layer *layers;
     const float *norm_w;          /* [H] pre_transformer.norm.weight */
-    const float *outp_w, *outp_b; /* [latent, H] / [latent] pre_transformer.output_proj */
+    qvk_p48w outp_w;              /* [latent, H] pre_transformer.output_proj.weight */
+    const float *outp_b;          /* [latent] pre_transformer.output_proj.bias */
     dec_upsample up[N_UP];
     const float *d0_w, *d0_b; /* Winograd-domain panels / [dec_dim] decoder.0.conv */
     dec_block blk[N_BLOCKS];
@@ -192,6 +200,7 @@ typedef struct {
     int save;             /* record what is prepared, for a new cache file */
     qve_prep_array *made; /* [n_made] prepared arrays, in load order */
     int n_made;
+    int last_f16;         /* the tensor get() returned last is F16 in the checkpoint */
 } loader;
 
 static int keep(loader *ld, float *p) {
@@ -227,25 +236,26 @@ static const float *get(loader *ld, int n_dims, int64_t d0, int64_t d1, int64_t 
         ld->failed = 1;
         return NULL;
     }
+    ld->last_f16 = want == QVE_DTYPE_F16;
     if (want == QVE_DTYPE_F32 && (uintptr_t)t->data % sizeof(float) == 0) return t->data;
     float *copy = qve_tensor_to_f32(t);
     if (copy) qve_st_drop_pages(t->data, t->n_bytes); /* RSS holds the f32 copy only */
     return keep(ld, copy) == 0 ? copy : NULL;
 }
 
-/* n floats of prepared weights: the cache file's next array (*fresh = NULL), or a new owned
+/* n_bytes of prepared weights: the cache file's next array (*fresh = NULL), or a new owned
  * buffer the caller fills (*fresh = it). A cache file that stops fitting is dropped for the rest
  * (what was taken from it stays valid). */
-static const float *prepared(loader *ld, size_t n, float **fresh) {
+static const void *prepared(loader *ld, size_t n_bytes, void **fresh) {
     *fresh = NULL;
-    const float *c = ld->cache ? qve_prep_take(ld->cache, n * sizeof(float)) : NULL;
+    const void *c = ld->cache ? qve_prep_take(ld->cache, n_bytes) : NULL;
     if (c) return c;
     ld->cache = NULL;
-    float *p = qvk_alloc(n * sizeof *p);
+    void *p = qvk_alloc(n_bytes);
     if (keep(ld, p) != 0) return NULL;
     if (ld->save) {
         qve_prep_array *m = realloc(ld->made, (size_t)(ld->n_made + 1) * sizeof *m);
-        if (m) m[ld->n_made++] = (qve_prep_array){p, n * sizeof *p}, ld->made = m;
+        if (m) m[ld->n_made++] = (qve_prep_array){p, n_bytes}, ld->made = m;
         else ld->save = 0;
     }
     return *fresh = p;
@@ -267,8 +277,9 @@ static void done_with(loader *ld, const float *w, size_t n) {
 /* Conv weight [c_out, c_in, 7] → Winograd-domain panels (qvk_wino_weights). */
 static const float *wino(loader *ld, const float *w, int c_out, int c_in) {
     if (!w) return NULL;
-    float *u;
-    const float *r = prepared(ld, qvk_wino_weights_size(&ld->d->wino, c_out, c_in), &u);
+    void *u;
+    const float *r =
+        prepared(ld, qvk_wino_weights_size(&ld->d->wino, c_out, c_in) * sizeof(float), &u);
     if (u) qvk_wino_weights(&ld->d->wino, u, w, c_out, c_in);
     done_with(ld, w, (size_t)c_out * c_in * CONV_K);
     return r;
@@ -277,31 +288,39 @@ static const float *wino(loader *ld, const float *w, int c_out, int c_in) {
 /* ConvTranspose1d weight [c_in, c_out, 2r] → Winograd-domain weights of its r output phases. */
 static const float *wino_ct(loader *ld, const float *w, int c_in, int c_out, int r) {
     if (!w) return NULL;
-    float *u;
-    const float *p = prepared(ld, qvk_wino_weights_size(&ld->d->wino_ct, r * c_out, c_in), &u);
+    void *u;
+    const float *p =
+        prepared(ld, qvk_wino_weights_size(&ld->d->wino_ct, r * c_out, c_in) * sizeof(float), &u);
     if (u) qvk_wino_weights_ct(&ld->d->wino_ct, u, w, c_in, c_out, r);
     done_with(ld, w, (size_t)c_in * c_out * 2 * r);
     return p;
 }
 
-/* Linear weight [n_out, n_in] → 48-column panels of its transpose (see linear()). */
-static const float *lin(loader *ld, const float *w, int n_out, int n_in) {
-    if (!w) return NULL;
-    float *p;
-    const float *r = prepared(ld, qvk_p48_size(n_in, n_out), &p);
-    if (p) qvk_p48_pack(p, w, n_in, n_out, n_in, 1);
-    done_with(ld, w, (size_t)n_out * n_in);
+/* w [k, n] (row stride ldw; trans: [n, k]), just returned by get() → 48-column panels, in f16
+ * when the checkpoint holds the tensor in F16 (its values, so the products are those of f32 panels:
+ * qvk_p48w_matmul). */
+static qvk_p48w pack(loader *ld, const float *w, int k, int n, int64_t ldw, int trans) {
+    qvk_p48w r = {NULL, NULL};
+    if (!w) return r;
+    void *p;
+    const size_t n_el = qvk_p48_size(k, n);
+    const void *c = prepared(ld, n_el * (ld->last_f16 ? sizeof *r.f16 : sizeof *r.f32), &p);
+    if (p && ld->last_f16) qvk_p48_pack_f16(p, w, k, n, ldw, trans);
+    else if (p) qvk_p48_pack(p, w, k, n, ldw, trans);
+    if (ld->last_f16) r.f16 = c;
+    else r.f32 = c;
+    done_with(ld, w, (size_t)k * n);
     return r;
 }
 
+/* Linear weight [n_out, n_in] → 48-column panels of its transpose (see linear()). */
+static qvk_p48w lin(loader *ld, const float *w, int n_out, int n_in) {
+    return pack(ld, w, n_in, n_out, n_in, 1);
+}
+
 /* ConvTranspose1d weight [c_in, c_out, k] viewed as [c_in, c_out·k] → 48-column panels. */
-static const float *panels(loader *ld, const float *w, int c_in, int n) {
-    if (!w) return NULL;
-    float *p;
-    const float *r = prepared(ld, qvk_p48_size(c_in, n), &p);
-    if (p) qvk_p48_pack(p, w, c_in, n, n, 0);
-    done_with(ld, w, (size_t)c_in * n);
-    return r;
+static qvk_p48w panels(loader *ld, const float *w, int c_in, int n) {
+    return pack(ld, w, c_in, n, n, 0);
 }
 
 static void to_taps(float *t, const float *w, int c_out, int c_in, int k) {
@@ -315,9 +334,9 @@ static void to_taps(float *t, const float *w, int c_out, int c_in, int k) {
  * [c_out, c_in] matrix and the conv runs as k sgemms on shifted views of the input (no im2col). */
 static const float *taps(loader *ld, const float *w, int c_out, int c_in, int k) {
     if (!w) return NULL;
-    float *t;
+    void *t;
     const size_t n = (size_t)k * c_out * c_in;
-    const float *r = prepared(ld, n, &t);
+    const float *r = prepared(ld, n * sizeof(float), &t);
     if (t) to_taps(t, w, c_out, c_in, k);
     done_with(ld, w, n);
     return r;
@@ -338,11 +357,13 @@ static void probe(const qve_decoder *d, float *out) {
     qvk_p48_pack(out, w, 3, 5, 5, 0);
     out += qvk_p48_size(3, 5);
     to_taps(out, w, 3, 2, CONV_K);
+    out += 3 * 2 * CONV_K;
+    qvk_p48_pack_f16((uint16_t *)out, w, 2, 3, 2, 1); /* 2 halves a float */
 }
 
 static size_t probe_size(const qve_decoder *d) {
     return qvk_wino_weights_size(&d->wino, 3, 2) + qvk_wino_weights_size(&d->wino_ct, 2 * 3, 2) +
-           qvk_p48_size(2, 3) + qvk_p48_size(3, 5) + 3 * 2 * CONV_K;
+           qvk_p48_size(2, 3) + qvk_p48_size(3, 5) + 3 * 2 * CONV_K + qvk_p48_size(2, 3) / 2;
 }
 
 static int load_config(qve_decoder *d, const char *dir, char *err, size_t err_size) {
@@ -395,8 +416,9 @@ static int load_config(qve_decoder *d, const char *dir, char *err, size_t err_si
 static int load_weights(qve_decoder *d, loader *ld) {
     int L = d->latent, H = d->hidden, I = d->inter, A = d->n_heads * d->head_dim;
     const char *p = "decoder.";
-    float *cb;
-    d->codebooks = prepared(ld, (size_t)d->n_q * d->cb_size * d->cb_dim, &cb);
+    void *cbp;
+    d->codebooks = prepared(ld, (size_t)d->n_q * d->cb_size * d->cb_dim * sizeof(float), &cbp);
+    float *cb = cbp;
     for (int g = 0; g < d->n_q; g++) {
         char q[96];
         if (g == 0)
@@ -480,8 +502,8 @@ static int load_weights(qve_decoder *d, loader *ld) {
          * checkpoint's, stay under UP_WINO_MAX_BYTES */
         b->up_wino = qvk_wino_weights_size(&d->wino_ct, b->rate * co, ci) * sizeof(float) <=
                      UP_WINO_MAX_BYTES;
-        b->up_w = b->up_wino ? wino_ct(ld, up, ci, co, b->rate)
-                             : panels(ld, up, ci, co * 2 * b->rate);
+        if (b->up_wino) b->up_w = wino_ct(ld, up, ci, co, b->rate);
+        else b->up_p = panels(ld, up, ci, co * 2 * b->rate);
         b->up_b = get(ld, 1, co, 0, 0, "%s%d.block.1.conv.bias", q, n);
         for (int r = 0; r < N_RES; r++) {
             dec_res *u = &b->res[r];
@@ -532,7 +554,7 @@ qve_decoder *qve_decoder_load(const char *dir, char *err, size_t err_size) {
     if (pr) probe(d, pr);
     const int cached = pr && !qve_prep_id_make(&id, "decoder", d->st, pr, np * sizeof *pr);
     free(pr);
-    loader ld = {d, path, err, err_size, 0, NULL, 0, NULL, 0};
+    loader ld = {d, path, err, err_size, 0, NULL, 0, NULL, 0, 0};
     if (cached) d->cache = ld.cache = qve_prep_open(&id);
     ld.save = cached && !ld.cache;
     int rc = load_weights(d, &ld);
@@ -816,10 +838,10 @@ static void wino_step(const qve_decoder *d, dec_state *s, tail *tl, float *y, co
 /* y[c_out, n·r] = causal ConvTranspose1d (kernel k, stride r, right trim k − r) of x[c_in, n]
  * continuing from the context tail; uses s->c for the untrimmed rows. */
 static void convt_step(dec_state *s, tail *tl, float *y, const float *x, int n, int c_out, int k,
-                       int r, const float *w, const float *bias, const float *a, const float *b) {
+                       int r, qvk_p48w w, const float *bias, const float *a, const float *b) {
     int w_in = with_tail(s->cat, tl, x, n, a, b);
-    int kept =
-        qvk_conv_transpose1d_p48(s->c, s->cat, tl->n_ch, c_out, w_in, k, r, k - r, w, bias, s->scratch);
+    int kept = qvk_conv_transpose1d_p48w(s->c, s->cat, tl->n_ch, c_out, w_in, k, r, k - r, w, bias,
+                                         s->scratch);
     int skip = tl->n * r, out = n * r;
     for (int o = 0; o < c_out; o++)
         memcpy(y + (size_t)o * out, s->c + (size_t)o * kept + skip, (size_t)out * sizeof *y);
@@ -827,9 +849,9 @@ static void convt_step(dec_state *s, tail *tl, float *y, const float *x, int n, 
 
 /* y[n_rows, n_out] = x[n_rows, n_in] · Wᵀ (+ bias) with W packed by lin(): no sgemm repacking
  * of the weights on every block. */
-static void linear(float *y, const float *x, const float *wp, const float *bias, int n_rows,
-                   int n_in, int n_out) {
-    qvk_p48_matmul(y, n_out, x, n_in, wp, n_in, n_out, n_rows);
+static void linear(float *y, const float *x, qvk_p48w wp, const float *bias, int n_rows, int n_in,
+                   int n_out) {
+    qvk_p48w_matmul(y, n_out, x, n_in, wp, n_in, n_out, n_rows);
     if (bias) qvk_add_bias(y, n_out, bias, n_rows, n_out);
 }
 
@@ -906,7 +928,7 @@ static int block_step(const qve_decoder *d, dec_state *s, int i, float *y, float
         qvk_conv_transpose1d_wino(&d->wino_ct, y, s->cat, w_in, bk->c_in, co, r, bk->up_w,
                                   bk->up_b, s->scratch);
     } else
-        convt_step(s, &s->blk_ctx[i], y, x, t, co, 2 * r, r, bk->up_w, bk->up_b, bk->a, bk->b);
+        convt_step(s, &s->blk_ctx[i], y, x, t, co, 2 * r, r, bk->up_p, bk->up_b, bk->a, bk->b);
     t *= r;
     for (int u = 0; u < N_RES; u++) {
         const dec_res *ru = &bk->res[u];

@@ -523,28 +523,72 @@ size_t qvk_p48_size(int k, int n) {
     return (size_t)k * round_up(n, WINO_NR);
 }
 
-void qvk_p48_pack(float *dst, const float *w, int k, int n, int64_t ldw, int trans) {
+/* Panels to dst (f32) or dsth (IEEE half, rounded to nearest even). */
+static void p48_pack(float *dst, uint16_t *dsth, const float *w, int k, int n, int64_t ldw,
+                     int trans) {
     int np = round_up(n, WINO_NR) / WINO_NR;
     for (int p = 0; p < np; p++)
         for (int i = 0; i < k; i++)
             for (int l = 0; l < WINO_NR; l++) {
                 int c = p * WINO_NR + l;
                 float v = c >= n ? 0.0f : trans ? w[(size_t)c * ldw + i] : w[(size_t)i * ldw + c];
-                dst[((size_t)p * k + i) * WINO_NR + l] = v;
+                size_t at = ((size_t)p * k + i) * WINO_NR + l;
+                if (dsth) qvk_f32_to_f16(dsth + at, &v, 1);
+                else dst[at] = v;
             }
 }
 
-void qvk_p48_matmul(float *y, int64_t ldy, const float *x, int64_t ldx, const float *wp, int k,
-                    int n, int n_rows) {
+void qvk_p48_pack(float *dst, const float *w, int k, int n, int64_t ldw, int trans) {
+    p48_pack(dst, NULL, w, k, n, ldw, trans);
+}
+
+void qvk_p48_pack_f16(uint16_t *dst, const float *w, int k, int n, int64_t ldw, int trans) {
+    p48_pack(NULL, dst, w, k, n, ldw, trans);
+}
+
+/* Half panels without a variant kernel: each element an fmaf chain from zero over i in order (the
+ * avx512 kernel's arithmetic), accumulated in y; one panel row widened at a time. */
+static void p48_f16_scalar(float *y, int64_t ldy, const float *x, int64_t ldx, const uint16_t *w,
+                           int k, int n_rows, int n) {
+    for (int p = 0; p * WINO_NR < n; p++) {
+        const int nc = n - p * WINO_NR < WINO_NR ? n - p * WINO_NR : WINO_NR;
+        for (int r = 0; r < n_rows; r++)
+            memset(y + r * ldy + p * WINO_NR, 0, (size_t)nc * sizeof *y);
+        for (int i = 0; i < k; i++) {
+            float wv[WINO_NR];
+            qvk_f16_to_f32(wv, w + ((size_t)p * k + i) * WINO_NR, (size_t)nc);
+            for (int r = 0; r < n_rows; r++) {
+                float *yr = y + r * ldy + p * WINO_NR;
+                const float xv = x[r * ldx + i];
+                for (int l = 0; l < nc; l++)
+                    yr[l] = fmaf(xv, wv[l], yr[l]);
+            }
+        }
+    }
+}
+
+void qvk_p48w_matmul(float *y, int64_t ldy, const float *x, int64_t ldx, qvk_p48w w, int k, int n,
+                     int n_rows) {
     const qvk_impl *im = qvk_impl_get();
     int np = round_up(n, WINO_NR) / WINO_NR;
+    if (w.f16) {
+        if (im->gemm_p48_f16) im->gemm_p48_f16(y, ldy, x, ldx, w.f16, k, n_rows, n);
+        else p48_f16_scalar(y, ldy, x, ldx, w.f16, k, n_rows, n);
+        return;
+    }
     if (im->gemm_p48) {
-        im->gemm_p48(y, ldy, x, ldx, wp, k, n_rows, n);
+        im->gemm_p48(y, ldy, x, ldx, w.f32, k, n_rows, n);
         return;
     }
     for (int q = 0; q < np; q++)
         qvk_sgemm(0, 0, n_rows, n - q * WINO_NR < WINO_NR ? n - q * WINO_NR : WINO_NR, k, 1.0f, x,
-                  (int)ldx, wp + (size_t)q * k * WINO_NR, WINO_NR, 0.0f, y + q * WINO_NR, (int)ldy);
+                  (int)ldx, w.f32 + (size_t)q * k * WINO_NR, WINO_NR, 0.0f, y + q * WINO_NR,
+                  (int)ldy);
+}
+
+void qvk_p48_matmul(float *y, int64_t ldy, const float *x, int64_t ldx, const float *wp, int k,
+                    int n, int n_rows) {
+    qvk_p48w_matmul(y, ldy, x, ldx, (qvk_p48w){wp, NULL}, k, n, n_rows);
 }
 
 size_t qvk_conv_transpose1d_p48_scratch(int c_in, int c_out, int k, int t_in) {
@@ -554,12 +598,19 @@ size_t qvk_conv_transpose1d_p48_scratch(int c_in, int c_out, int k, int t_in) {
 int qvk_conv_transpose1d_p48(float *restrict y, const float *restrict x, int c_in, int c_out,
                              int t_in, int k, int stride, int trim_right, const float *wp,
                              const float *restrict b, float *restrict scratch) {
+    return qvk_conv_transpose1d_p48w(y, x, c_in, c_out, t_in, k, stride, trim_right,
+                                     (qvk_p48w){wp, NULL}, b, scratch);
+}
+
+int qvk_conv_transpose1d_p48w(float *restrict y, const float *restrict x, int c_in, int c_out,
+                              int t_in, int k, int stride, int trim_right, qvk_p48w wp,
+                              const float *restrict b, float *restrict scratch) {
     long kept = (long)t_in * stride + k - stride - trim_right;
     if (t_in <= 0 || kept <= 0) return 0;
     int ld = round_up(c_out * k, WINO_NR);
     float *xt = scratch, *col = scratch + (size_t)t_in * c_in; /* [t_in, c_in], [t_in, ld] */
     transpose_tiles(xt, c_in, x, t_in, c_in, t_in, NULL);
-    qvk_p48_matmul(col, ld, xt, c_in, wp, c_in, c_out * k, t_in);
+    qvk_p48w_matmul(col, ld, xt, c_in, wp, c_in, c_out * k, t_in);
     for (int o = 0; o < c_out; o++) {
         float *yr = y + (size_t)o * kept;
         float bias = b ? b[o] : 0.0f;

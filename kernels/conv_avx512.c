@@ -1,5 +1,6 @@
-/* conv_avx512.c — conv.c's direct path for the speech encoder's 1-input-channel first conv (the
- * avx512 variant's conv_c1; the other variants have none and take the sgemm path).
+/* conv_avx512.c — the avx512 variant's conv entries: the speech encoder's 1-input-channel first
+ * conv (conv_c1), the Winograd transforms (mix_rows), the 48-column panel products with f32 or f16
+ * panels (gemm_p48, gemm_p48_f16) and the tiled transpose.
  */
 #include "kernels/kernels_impl.h"
 
@@ -51,12 +52,20 @@ void qvk_mix_rows_avx512(float *restrict y, int64_t ldy, const float *a, int row
 
 /* 8 rows × 48 columns of y in 24 accumulators over the whole k (one FMA chain per element, i in
  * order): per i, three panel vectors and eight broadcasts of x feed 24 FMAs. The panel (k·48
- * floats) stays in L2 while every group of 8 rows passes over it. A last group of fewer rows
- * repeats its last row and stores only its own; the last panel stores only its n columns. */
-void qvk_gemm_p48_avx512(float *restrict y, int64_t ldy, const float *restrict x, int64_t ldx,
-                         const float *restrict w, int k, int n_rows, int n) {
+ * elements) stays in L2 while every group of 8 rows passes over it. A last group of fewer rows
+ * repeats its last row and stores only its own; the last panel stores only its n columns. f16
+ * panels are widened on load (exact), then the same FMAs run in the same order: the bits of f32
+ * panels holding the same values. */
+static inline __attribute__((always_inline)) __m512 panel_load(const void *w, size_t at, int f16) {
+    if (f16) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)w + at)));
+    return _mm512_loadu_ps((const float *)w + at);
+}
+
+static inline __attribute__((always_inline)) void
+gemm_p48(float *restrict y, int64_t ldy, const float *restrict x, int64_t ldx, const void *w,
+         int f16, int k, int n_rows, int n) {
     for (int p = 0; p * 48 < n; p++) {
-        const float *wp = w + (size_t)p * k * 48;
+        const size_t wp = (size_t)p * k * 48;
         int nc = n - p * 48 < 48 ? n - p * 48 : 48;
         __mmask16 mk[3];
         for (int v = 0; v < 3; v++) {
@@ -73,9 +82,9 @@ void qvk_gemm_p48_avx512(float *restrict y, int64_t ldy, const float *restrict x
             for (int a = 0; a < 8; a++)
                 c[a][0] = c[a][1] = c[a][2] = _mm512_setzero_ps();
             for (int i = 0; i < k; i++) {
-                __m512 w0 = _mm512_loadu_ps(wp + (size_t)i * 48);
-                __m512 w1 = _mm512_loadu_ps(wp + (size_t)i * 48 + 16);
-                __m512 w2 = _mm512_loadu_ps(wp + (size_t)i * 48 + 32);
+                __m512 w0 = panel_load(w, wp + (size_t)i * 48, f16);
+                __m512 w1 = panel_load(w, wp + (size_t)i * 48 + 16, f16);
+                __m512 w2 = panel_load(w, wp + (size_t)i * 48 + 32, f16);
 #pragma GCC unroll 8
                 for (int a = 0; a < 8; a++) {
                     __m512 xb = _mm512_set1_ps(xr[a][i]);
@@ -92,6 +101,16 @@ void qvk_gemm_p48_avx512(float *restrict y, int64_t ldy, const float *restrict x
             }
         }
     }
+}
+
+void qvk_gemm_p48_avx512(float *restrict y, int64_t ldy, const float *restrict x, int64_t ldx,
+                         const float *restrict w, int k, int n_rows, int n) {
+    gemm_p48(y, ldy, x, ldx, w, 0, k, n_rows, n);
+}
+
+void qvk_gemm_p48_f16_avx512(float *restrict y, int64_t ldy, const float *restrict x, int64_t ldx,
+                             const uint16_t *restrict w, int k, int n_rows, int n) {
+    gemm_p48(y, ldy, x, ldx, w, 1, k, n_rows, n);
 }
 
 /* conv.c's transpose: dst[c·ldd + r] = src[r·lds + c] (+ bias[c]) in 16 × 16 register tiles

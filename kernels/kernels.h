@@ -240,11 +240,28 @@ void qvk_conv_weights_tm(float *dst, const float *src, int c_out, int c_in, int 
  * (row stride ldw; trans: w is [n, k]) → qvk_p48_size floats. */
 size_t qvk_p48_size(int k, int n);
 void qvk_p48_pack(float *dst, const float *w, int k, int n, int64_t ldw, int trans);
-/* y[r, :n] = x[r, :k] · W for r < n_rows (row strides ldy ≥ n, ldx ≥ k). */
+/* The same panels in IEEE half (qvk_p48_size elements, each rounded to nearest even: exact for a
+ * matrix stored in f16, the --decoder-f16 speech decoder's), half the bytes. */
+void qvk_p48_pack_f16(uint16_t *dst, const float *w, int k, int n, int64_t ldw, int trans);
+/* Packed panels of either kind: exactly one of f32, f16 is set (borrowed). */
+typedef struct {
+    const float *f32;
+    const uint16_t *f16;
+} qvk_p48w;
+/* y[r, :n] = x[r, :k] · W for r < n_rows (row strides ldy ≥ n, ldx ≥ k). Half panels are widened
+ * exactly and every element is one FMA chain from zero over k in order, in every variant: the
+ * bits of the avx512 variant's f32 panels holding the same values (the f32 panels of the avx2 and
+ * scalar variants run sgemm, whose order is OpenBLAS's). */
+void qvk_p48w_matmul(float *y, int64_t ldy, const float *x, int64_t ldx, qvk_p48w w, int k, int n,
+                     int n_rows);
 void qvk_p48_matmul(float *y, int64_t ldy, const float *x, int64_t ldx, const float *wp, int k,
                     int n, int n_rows);
-/* qvk_conv_transpose1d with W packed as qvk_p48_pack(W viewed as [c_in, c_out·k]). */
+/* qvk_conv_transpose1d with W packed as qvk_p48_pack(W viewed as [c_in, c_out·k]) (or its f16
+ * form, qvk_p48w). */
 size_t qvk_conv_transpose1d_p48_scratch(int c_in, int c_out, int k, int t_in);
+int qvk_conv_transpose1d_p48w(float *restrict y, const float *restrict x, int c_in, int c_out,
+                              int t_in, int k, int stride, int trim_right, qvk_p48w wp,
+                              const float *restrict b, float *restrict scratch);
 int qvk_conv_transpose1d_p48(float *restrict y, const float *restrict x, int c_in, int c_out,
                              int t_in, int k, int stride, int trim_right, const float *wp,
                              const float *restrict b, float *restrict scratch);

@@ -74,6 +74,12 @@ typedef struct {
      * the variant has none (conv.c runs one sgemm per panel). */
     void (*gemm_p48)(float *restrict y, int64_t ldy, const float *restrict x, int64_t ldx,
                      const float *restrict w, int k, int n_rows, int n);
+    /* gemm_p48 with IEEE-half panels (qvk_p48_pack_f16): each element one FMA chain from zero
+     * over i in order, on exactly widened weights, which is the avx512 gemm_p48's arithmetic on
+     * f32 panels of the same values (same bits); NULL when the variant has none (conv.c's scalar
+     * loop, the same chain with fmaf). */
+    void (*gemm_p48_f16)(float *restrict y, int64_t ldy, const float *restrict x, int64_t ldx,
+                         const uint16_t *restrict w, int k, int n_rows, int n);
     /* dst[c·ldd + r] = src[r·lds + c] (+ bias[c] when bias) for r < rows, c < cols (between the
      * decoder's channel-first activations and its time-major products); NULL when the variant has
      * none (conv.c's tiled loop). */
@@ -99,6 +105,10 @@ void qvk_transpose_avx512(float *restrict dst, int64_t ldd, const float *restric
                           int rows, int cols, const float *bias);
 void qvk_gemm_p48_avx512(float *restrict y, int64_t ldy, const float *restrict x, int64_t ldx,
                          const float *restrict w, int k, int n_rows, int n);
+void qvk_gemm_p48_f16_avx512(float *restrict y, int64_t ldy, const float *restrict x, int64_t ldx,
+                             const uint16_t *restrict w, int k, int n_rows, int n);
+void qvk_gemm_p48_f16_avx2(float *restrict y, int64_t ldy, const float *restrict x, int64_t ldx,
+                           const uint16_t *restrict w, int k, int n_rows, int n);
 
 void qvk_gemm_pack_avx2(void *restrict xp, const float *restrict x, int r0, int r1, int n_in);
 void qvk_gemm_bf16_avx2(float *restrict y, int ldy, const uint16_t *restrict w,

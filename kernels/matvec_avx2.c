@@ -345,4 +345,5 @@ const qvk_impl qvk_impl_avx2 = {
     .xor64 = xor64,
     .add_bias = qvk_add_bias_avx2,
     .add_rows = qvk_add_rows_avx2,
+    .gemm_p48_f16 = qvk_gemm_p48_f16_avx2,
 };

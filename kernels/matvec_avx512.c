@@ -444,5 +444,6 @@ const qvk_impl qvk_impl_avx512 = {
     .conv_c1 = qvk_conv_c1_avx512,
     .mix_rows = qvk_mix_rows_avx512,
     .gemm_p48 = qvk_gemm_p48_avx512,
+    .gemm_p48_f16 = qvk_gemm_p48_f16_avx512,
     .transpose = qvk_transpose_avx512,
 };

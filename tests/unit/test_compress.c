@@ -25,6 +25,7 @@
 #include "compress/qvz.h"
 #include "engine/model.h"
 #include "engine/speech_decoder.h"
+#include "kernels/kernels.h"
 #include "tests/unit/helpers/shell.h"
 #include "tests/unit/helpers/tmpdir.h"
 
@@ -131,6 +132,69 @@ static double decoder_delta(const char *ref_dir, const char *f16_dir) {
     free(wa), free(wb);
     qve_decoder_free(a), qve_decoder_free(b);
     return d;
+}
+
+/* dst = a copy of the model directory src whose speech decoder holds every F16 tensor widened to
+ * F32: the same values as the f16 decoder, which the engine then packs in f32 panels. */
+static void widen_decoder(const char *src, const char *dst) {
+    static const char *const dtypes[] = {"BF16", "F16", "F32", "I64", "I32", "U32"};
+    char p[1200], err[512];
+    assert_int_equal(sh("cp -r %s %s", src, dst), 0);
+    snprintf(p, sizeof p, "%s/speech_tokenizer/model.safetensors", src);
+    qve_st *st = qve_st_open(p, err, sizeof err);
+    if (!st) fail_msg("%s", err);
+    cJSON *h = cJSON_CreateObject();
+    uint64_t off = 0;
+    for (int i = 0; i < qve_st_count(st); i++) {
+        const qve_tensor *t = qve_st_at(st, i);
+        const int wide = t->dtype == QVE_DTYPE_F16;
+        const uint64_t n = wide ? t->n_bytes * 2 : t->n_bytes;
+        cJSON *e = cJSON_AddObjectToObject(h, t->name), *shape = cJSON_AddArrayToObject(e, "shape");
+        cJSON *range = cJSON_AddArrayToObject(e, "data_offsets");
+        cJSON_AddStringToObject(e, "dtype", dtypes[wide ? QVE_DTYPE_F32 : t->dtype]);
+        for (int d = 0; d < t->n_dims; d++)
+            cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)t->shape[d]));
+        cJSON_AddItemToArray(range, cJSON_CreateNumber((double)off));
+        cJSON_AddItemToArray(range, cJSON_CreateNumber((double)(off + n)));
+        off += n;
+    }
+    char *js = cJSON_PrintUnformatted(h);
+    const uint64_t n_js = strlen(js), n_hdr = (n_js + 63) / 64 * 64; /* data 64-byte aligned */
+    snprintf(p, sizeof p, "%s/speech_tokenizer/model.safetensors", dst);
+    FILE *f = fopen(p, "wb");
+    assert_non_null(f);
+    unsigned char n8[8];
+    for (int i = 0; i < 8; i++)
+        n8[i] = (unsigned char)(n_hdr >> 8 * i);
+    assert_int_equal(fwrite(n8, 1, 8, f), 8);
+    assert_int_equal(fwrite(js, 1, n_js, f), n_js);
+    for (uint64_t i = n_js; i < n_hdr; i++) /* the format pads its header with spaces */
+        assert_int_equal(fputc(' ', f), ' ');
+    for (int i = 0; i < qve_st_count(st); i++) {
+        const qve_tensor *t = qve_st_at(st, i);
+        if (t->dtype != QVE_DTYPE_F16) {
+            assert_int_equal(fwrite(t->data, 1, t->n_bytes, f), t->n_bytes);
+            continue;
+        }
+        float *w = qve_tensor_to_f32(t);
+        assert_non_null(w);
+        assert_int_equal(fwrite(w, 2, t->n_bytes, f), t->n_bytes);
+        qvk_free(w);
+    }
+    assert_int_equal(fclose(f), 0);
+    free(js), cJSON_Delete(h), qve_st_close(st);
+}
+
+/* The f16 decoder's PCM (f16 panels) against the same values held in f32 panels, which is how
+ * the f16 decoder ran before it kept f16 panels: identical where f32 panels run the avx512
+ * kernel (the other variants' f32 panels run sgemm, in OpenBLAS's order). */
+static void f16_panels_identical(const char *f16_dir, const char *wide_dir) {
+    if (strcmp(qvk_variant(), "avx512") != 0) {
+        printf("    f16 panels vs f32: not checked (kernels %s)\n", qvk_variant());
+        return;
+    }
+    widen_decoder(f16_dir, wide_dir);
+    assert_true(decoder_delta(wide_dir, f16_dir) == 0.0);
 }
 
 static double rel_err(const float *a, const float *ref, int n) {
@@ -270,6 +334,7 @@ static void test_tiny_lossless(void **st) {
     assert_non_null(strstr(err, "text_token_map: entry 42"));
     /* f16 keeps 11 mantissa bits: PCM within 1e-3 of f32 (measured ~1e-5 on random weights) */
     assert_true(decoder_delta(model("tiny-cv"), tmp_path("tiny-vocab")) < 1e-3);
+    f16_panels_identical(tmp_path("tiny-vocab"), tmp_path("tiny-wide"));
 }
 
 static void test_tiny_q4(void **st) {
@@ -468,6 +533,7 @@ static void test_06b(void **st) {
     assert_true(te < 0.6 && ce < 0.45 && agree > 0.2);
     qv_model_free(a);
     assert_true(decoder_delta(model("q06b-cv"), tmp_path("q06b-small")) < 1e-3);
+    f16_panels_identical(tmp_path("q06b-small"), tmp_path("q06b-wide"));
 }
 
 /* 1.7B fully compressed (vocab + encoder strip + f16 decoder + q4, mtp projection included):

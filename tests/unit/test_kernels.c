@@ -1041,6 +1041,60 @@ static void test_conv_wino(void **state) {
     restore_variant();
 }
 
+/* f16 panels (the --decoder-f16 speech decoder's): the same bits as f32 panels of the same values
+ * through the avx512 kernel, and as an fmaf chain from zero over k in order, in every variant;
+ * both orientations of the pack, a partial last panel, a partial last row group. */
+static void test_p48_f16(void **state) {
+    (void)state;
+    const int cases[][3] = {{48, 100, 13}, {37, 48, 8}, {96, 7, 3}}; /* k, n, rows */
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const int k = cases[c][0], nn = cases[c][1], rows = cases[c][2], ldx = k + 5;
+        const int trans = c % 2;
+        float *x = falloc((size_t)rows * ldx), *w = falloc((size_t)k * nn);
+        float *wp = falloc(qvk_p48_size(k, nn)), *y32 = falloc((size_t)rows * nn);
+        float *y = falloc((size_t)rows * nn), *ref = falloc((size_t)rows * nn);
+        uint16_t *wh = qvk_alloc(qvk_p48_size(k, nn) * sizeof *wh), *h = malloc(sizeof *h);
+        assert_non_null(wh);
+        assert_non_null(h);
+        fill(x, (size_t)rows * ldx, 1.0f);
+        for (size_t i = 0; i < (size_t)k * nn; i++) { /* f16 values, as a --decoder-f16 tensor */
+            float f = rnd() * 4.0f;
+            qvk_f32_to_f16(h, &f, 1);
+            qvk_f16_to_f32(&w[i], h, 1);
+        }
+        const int64_t ldw = trans ? k : nn; /* trans: w is [n, k] */
+        qvk_p48_pack(wp, w, k, nn, ldw, trans);
+        qvk_p48_pack_f16(wh, w, k, nn, ldw, trans);
+        for (int r = 0; r < rows; r++)
+            for (int o = 0; o < nn; o++) {
+                float acc = 0.0f;
+                for (int i = 0; i < k; i++)
+                    acc = fmaf(x[(size_t)r * ldx + i],
+                               trans ? w[(size_t)o * k + i] : w[(size_t)i * nn + o], acc);
+                ref[(size_t)r * nn + o] = acc;
+            }
+        const int f32_kernel = qvk_set_variant("avx512") == 0;
+        if (f32_kernel) qvk_p48_matmul(y32, nn, x, ldx, wp, k, nn, rows);
+        for (int v = 0; v < N_VARIANTS; v++) {
+            if (qvk_set_variant(k_variants[v]) != 0) continue;
+            qvk_p48w_matmul(y, nn, x, ldx, (qvk_p48w){NULL, wh}, k, nn, rows);
+            assert_memory_equal(y, ref, (size_t)rows * nn * sizeof *y);
+            if (f32_kernel) assert_memory_equal(y, y32, (size_t)rows * nn * sizeof *y);
+        }
+        printf("p48 f16 %dx%d by %dx%d (%s): bit-identical to fmaf%s in every variant\n", rows, k,
+               k, nn, trans ? "trans" : "plain", f32_kernel ? " and to avx512 f32 panels" : "");
+        qvk_free(x);
+        qvk_free(w);
+        qvk_free(wp);
+        qvk_free(y32);
+        qvk_free(y);
+        qvk_free(ref);
+        qvk_free(wh);
+        free(h);
+    }
+    restore_variant();
+}
+
 /* ---- .npy reader ----------------------------------------------------------------------- */
 
 /* Builds a v1.0 .npy image: header padded so the data starts at a multiple of 64. */
@@ -1150,6 +1204,7 @@ int main(void) {
         cmocka_unit_test(test_conv1d),
         cmocka_unit_test(test_conv_transpose1d),
         cmocka_unit_test(test_conv_wino),
+        cmocka_unit_test(test_p48_f16),
         cmocka_unit_test(test_npy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
