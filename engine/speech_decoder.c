@@ -43,7 +43,8 @@ static const int res_dilation[N_RES] = {1, 3, 9};
 
 /* ==== weights ============================================================================== */
 /* Linear and ConvTranspose weights are held packed in 48-column panels (lin(), panels()): f16
- * panels when the checkpoint stores the tensor in F16 (half the memory, the same products), else f32. */
+ * panels when the checkpoint stores the tensor in F16 (half the memory, the same products), else
+ * f32. */
 
 typedef struct {
     const float *attn_norm;     /* [H] layers.L.input_layernorm.weight */
@@ -358,7 +359,7 @@ static void probe(const qve_decoder *d, float *out) {
     out += qvk_p48_size(3, 5);
     to_taps(out, w, 3, 2, CONV_K);
     out += 3 * 2 * CONV_K;
-    qvk_p48_pack_f16((uint16_t *)out, w, 2, 3, 2, 1); /* 2 halves a float */
+    qvk_p48_pack_f16((uint16_t *)out, w, 2, 3, 2, 1); /* two halves per float of out */
 }
 
 static size_t probe_size(const qve_decoder *d) {

@@ -57,7 +57,8 @@ void qvk_mix_rows_avx512(float *restrict y, int64_t ldy, const float *a, int row
  * panels are widened on load (exact), then the same FMAs run in the same order: the bits of f32
  * panels holding the same values. */
 static inline __attribute__((always_inline)) __m512 panel_load(const void *w, size_t at, int f16) {
-    if (f16) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)w + at)));
+    if (f16)
+        return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)w + at)));
     return _mm512_loadu_ps((const float *)w + at);
 }
 

@@ -30,7 +30,7 @@ row() {
     synth=$(sed -n 's/.* in \([0-9.]*\) s, RTF.*/\1/p' "$TMP/err")
     awk -v n="$1" -v q="$3" -v sz="$(mb "$(st_bytes "$2")")" -v w="$4" -v rss="$5" -v f="$fr" \
         -v s="$synth" -v u="$6" -v sy="$7" \
-        'BEGIN { printf "| %s | %s | %s MB | %.0f MB | %.0f ms | %.2f | %.0f s |\n",
+        'BEGIN { printf "| %s | %s | %s MB | %.0f MiB | %.0f ms | %.2f | %.0f s |\n",
         n, q, sz, rss / 1024, 1000 * s / f, w / (f / 12.5), u + sy }'
 }
 
@@ -73,7 +73,7 @@ if [ -x "$REF" ]; then
     fr=$(sed -n 's/.*Generated \([0-9]*\) frames.*/\1/p' "$TMP/rerr")
     set -- $(cat "$TMP/time")
     [ -n "$fr" ] && awk -v w="$1" -v rss="$2" -v f="$fr" -v sz="$(mb "$(st_bytes "$CV")")" \
-        -v cpu="$3 $4" 'BEGIN { split(cpu, c, " "); printf "| reference pure-C engine, int8 | int8 | %s MB | %.0f MB | | %.2f | %.0f s |\n",
+        -v cpu="$3 $4" 'BEGIN { split(cpu, c, " "); printf "| reference pure-C engine, int8 | int8 | %s MB | %.0f MiB | | %.2f | %.0f s |\n",
         sz, rss / 1024, w / (f / 12.5), c[1] + c[2] }'
 fi
 
