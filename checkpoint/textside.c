@@ -4,11 +4,46 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "kernels/q4.h"
+
 static const uint16_t *matrix(const qve_st *st, const char *name, int64_t rows, int64_t cols,
                               char *err, size_t err_size) {
     const int64_t shape[2] = {rows, cols};
     const qve_tensor *t = qve_st_expect(st, name, QVE_DTYPE_BF16, 2, shape, err, err_size);
     return t ? (const uint16_t *)t->data : NULL;
+}
+
+/* A text-projection weight [rows, cols]: bf16 from the mmap, or MLX q4 (NAME.scales present;
+ * MLX's quantize writes every linear so) widened into copy as bf16. The projection runs once per
+ * text token, and the prompt rows, TPAD and WOVR bridges all read bf16, so one widened copy
+ * serves them; rounding s·q + b to bf16 adds 2^-9 relative to q4's own error. The manifest has
+ * fixed the q4 tensors' shapes and their bf16 scales. */
+static const uint16_t *linear(const qve_st *st, const qve_model_config *c, const char *name,
+                              int64_t rows, int64_t cols, uint16_t *copy, char *err,
+                              size_t err_size) {
+    char sn[96], bn[96];
+    const size_t n = strlen(name) - strlen(".weight");
+    snprintf(sn, sizeof sn, "%.*s.scales", (int)n, name);
+    snprintf(bn, sizeof bn, "%.*s.biases", (int)n, name);
+    const qve_tensor *s = c->quant_bits ? qve_st_find(st, sn) : NULL, *b = qve_st_find(st, bn);
+    if (!s) return matrix(st, name, rows, cols, err, err_size);
+    const int64_t shape[2] = {rows, cols / 8};
+    const qve_tensor *q = qve_st_expect(st, name, QVE_DTYPE_U32, 2, shape, err, err_size);
+    float *row = q && b ? qvk_alloc((size_t)cols * sizeof *row) : NULL;
+    if (!row) {
+        if (q) snprintf(err, err_size, "%s: %s: %s", qve_st_file(st, q), name,
+                        b ? "out of memory" : "q4 biases missing");
+        return NULL;
+    }
+    const int64_t ng = cols / QVK_Q4_GROUP;
+    for (int64_t r = 0; r < rows; r++) {
+        qvk_q4_dequantize(row, (const uint8_t *)q->data + r * cols / 2,
+                          (const uint16_t *)s->data + r * ng, (const uint16_t *)b->data + r * ng,
+                          1, (int)cols);
+        qvk_f32_to_bf16(copy + r * cols, row, (size_t)cols);
+    }
+    qvk_free(row);
+    return copy;
 }
 
 /* A 1-D float tensor of n elements widened into dst. */
@@ -39,7 +74,11 @@ int qve_textside_bind(qve_textside *ts, const qve_st *st, const qve_model_config
     const int64_t TH = c->text_hidden_size, H = c->talker.hidden_size;
     ts->text_hidden = (int)TH, ts->hidden = (int)H;
     ts->text_vocab = c->text_vocab_size, ts->codec_vocab = c->talker.vocab_size;
-    if (!(ts->owned = qvk_alloc((size_t)(TH + H) * sizeof(float)))) {
+    const int q4 = c->quant_bits && (qve_st_find(st, "talker.text_projection.linear_fc1.scales") ||
+                                     qve_st_find(st, "talker.text_projection.linear_fc2.scales"));
+    if (!(ts->owned = qvk_alloc((size_t)(TH + H) * sizeof(float))) ||
+        (q4 && !(ts->owned_w = qvk_alloc((size_t)(TH + H) * TH * sizeof(uint16_t))))) {
+        qve_textside_free(ts);
         snprintf(err, err_size, "%s: out of memory", qve_st_file(st, NULL));
         return -1;
     }
@@ -69,10 +108,11 @@ int qve_textside_bind(qve_textside *ts, const qve_st *st, const qve_model_config
     ts->text_token_map = map ? map->data : NULL;
     if (!(ts->text_embedding = matrix(st, "talker.model.text_embedding.weight", ts->n_text_rows,
                                       TH, err, err_size)) ||
-        !(ts->fc1 =
-              matrix(st, "talker.text_projection.linear_fc1.weight", TH, TH, err, err_size)) ||
+        !(ts->fc1 = linear(st, c, "talker.text_projection.linear_fc1.weight", TH, TH, ts->owned_w,
+                           err, err_size)) ||
         vector(st, "talker.text_projection.linear_fc1.bias", TH, ts->owned, err, err_size) ||
-        !(ts->fc2 = matrix(st, "talker.text_projection.linear_fc2.weight", H, TH, err, err_size)) ||
+        !(ts->fc2 = linear(st, c, "talker.text_projection.linear_fc2.weight", H, TH,
+                           ts->owned_w ? ts->owned_w + TH * TH : NULL, err, err_size)) ||
         vector(st, "talker.text_projection.linear_fc2.bias", H, ts->owned + TH, err, err_size) ||
         !(ts->codec_embedding = matrix(st, "talker.model.codec_embedding.weight", ts->codec_vocab,
                                        H, err, err_size))) {
@@ -85,6 +125,7 @@ int qve_textside_bind(qve_textside *ts, const qve_st *st, const qve_model_config
 void qve_textside_free(qve_textside *ts) {
     if (!ts) return;
     qvk_free(ts->owned);
+    qvk_free(ts->owned_w);
     memset(ts, 0, sizeof *ts);
 }
 

@@ -31,12 +31,14 @@ typedef struct {
     const float *fc2_bias;           /* [hidden] (f32 copy, owned) */
     const uint16_t *codec_embedding; /* [codec_vocab, hidden] talker.model.codec_embedding */
     float *owned;                    /* the two bias copies, one allocation */
+    uint16_t *owned_w;               /* fc1 then fc2 widened from MLX q4, or NULL (bf16 views) */
 } qve_textside;
 
-/* Binds the tensors of st (bf16 matrices borrowed from the mmap, biases of any float dtype
- * widened to f32) with the shapes c gives; a vocabulary-pruned checkpoint (docs/compression.md)
- * has fewer embedding rows and a token map, each entry checked to name a stored row. 0, or -1 with "FILE: tensor NAME: expected ..." in
- * err. Free with qve_textside_free; the views live as long as st. */
+/* Binds the tensors of st (bf16 matrices borrowed from the mmap, a q4 text projection widened to
+ * bf16, biases of any float dtype widened to f32) with the shapes c gives; a vocabulary-pruned
+ * checkpoint (docs/compression.md) has fewer embedding rows and a token map, each entry checked
+ * to name a stored row. 0, or -1 with "FILE: tensor NAME: expected ..." in err. Free with
+ * qve_textside_free; the views live as long as st. */
 int qve_textside_bind(qve_textside *ts, const qve_st *st, const qve_model_config *c, char *err,
                       size_t err_size);
 void qve_textside_free(qve_textside *ts); /* accepts zeroed structs */

@@ -26,6 +26,7 @@
 #include "engine/model.h"
 #include "engine/speech_decoder.h"
 #include "kernels/kernels.h"
+#include "kernels/q4.h"
 #include "tests/unit/helpers/shell.h"
 #include "tests/unit/helpers/tmpdir.h"
 
@@ -357,6 +358,72 @@ static void test_tiny_q4(void **st) {
     qv_model_free(a), qv_model_free(b);
 }
 
+/* What MLX's quantize writes (every linear in q4, the text projection too) loads: tiny-q4 with its
+ * text projection rewritten as q4 binds the widened bf16 rows (exactly s·q + b rounded) and
+ * speaks. */
+static void test_tiny_q4_text_projection(void **st) {
+    (void)st;
+    if (!exists(tmp_path("tiny-q4"))) skip();
+    char p[1200], err[512];
+    snprintf(p, sizeof p, "cp -r %s %s", tmp_path("tiny-q4"), tmp_path("tiny-q4tp"));
+    assert_int_equal(sh("%s", p), 0);
+    snprintf(p, sizeof p, "%s/model.safetensors", tmp_path("tiny-q4"));
+    qve_st *in = qve_st_open(p, err, sizeof err);
+    assert_non_null(in);
+    cJSON *h = cJSON_CreateObject();
+    size_t n = 0, cap = 0;
+    for (int i = 0; i < qve_st_count(in); i++) cap += qve_st_at(in, i)->n_bytes + 64;
+    unsigned char *data = malloc(cap);
+    assert_non_null(data);
+    void *parts[3];
+    for (int i = 0; i < qve_st_count(in); i++) {
+        const qve_tensor *t = qve_st_at(in, i);
+        const int tp = strstr(t->name, "text_projection") && t->n_dims == 2;
+        const int64_t o = t->shape[0], k = t->shape[1];
+        size_t sz[3] = {t->n_bytes, (size_t)(o * k / 64 * 2), (size_t)(o * k / 64 * 2)};
+        if (tp) { /* weight -> U32 [o, k/8] + scales + biases [o, k/64] */
+            sz[0] = (size_t)(o * k / 2);
+            for (int j = 0; j < 3; j++) assert_non_null(parts[j] = malloc(sz[j]));
+            assert_int_equal(qvk_q4_quantize_bf16(NULL, parts[0], parts[1], parts[2], t->data,
+                                                  (int)o, (int)k), 0);
+        }
+        for (int j = 0; j < (tp ? 3 : 1); j++) {
+            char name[256];
+            snprintf(name, sizeof name, "%.*s%s", (int)(strlen(t->name) - (j ? 7 : 0)), t->name,
+                     j == 1 ? ".scales" : j == 2 ? ".biases" : "");
+            cJSON *e = cJSON_AddObjectToObject(h, name);
+            cJSON_AddStringToObject(e, "dtype", tp ? (j ? "BF16" : "U32") : qve_dtype_name(t->dtype));
+            const double shape[2] = {(double)o, (double)(tp ? (j ? k / 64 : k / 8) : k)};
+            cJSON_AddItemToObject(e, "shape", cJSON_CreateDoubleArray(shape, t->n_dims == 2 ? 2 : 1));
+            const double off[2] = {(double)n, (double)(n + sz[j])};
+            cJSON_AddItemToObject(e, "data_offsets", cJSON_CreateDoubleArray(off, 2));
+            memcpy(data + n, tp ? parts[j] : t->data, sz[j]);
+            n += sz[j];
+            if (tp) free(parts[j]);
+        }
+    }
+    char *hs = cJSON_PrintUnformatted(h);
+    snprintf(p, sizeof p, "%s/model.safetensors", tmp_path("tiny-q4tp"));
+    tmp_write_st(p, hs, data, n);
+    free(hs), free(data), cJSON_Delete(h);
+    qv_model *a = load(tmp_path("tiny-q4")), *b = load(tmp_path("tiny-q4tp"));
+    /* row 3 of fc1: the bf16 rounding of s·q + b of the q4 tensor */
+    const int TH = a->text.text_hidden;
+    float w[4096], r[4096];
+    qvk_bf16_to_f32(w, b->text.fc1 + 3 * TH, (size_t)TH);
+    const qve_tensor *q = qve_st_find(b->st, "talker.text_projection.linear_fc1.weight");
+    const qve_tensor *qs = qve_st_find(b->st, "talker.text_projection.linear_fc1.scales");
+    const qve_tensor *qb = qve_st_find(b->st, "talker.text_projection.linear_fc1.biases");
+    assert_true(q && qs && qb && q->dtype == QVE_DTYPE_U32 && TH <= 4096);
+    qvk_q4_dequantize(r, (const uint8_t *)q->data + 3 * TH / 2, (const uint16_t *)qs->data + 3 * TH / 64,
+                      (const uint16_t *)qb->data + 3 * TH / 64, 1, TH);
+    for (int i = 0; i < TH; i++) assert_true(fabsf(w[i] - r[i]) <= fabsf(r[i]) * 0x1p-8f);
+    int32_t c[MAX_FRAMES * QV_N_CODEBOOKS];
+    assert_true(greedy(b, QV_QUANT_BF16, COVERED[0], c, 4) > 0);
+    qve_st_close(in);
+    qv_model_free(a), qv_model_free(b);
+}
+
 static void test_tiny_prune_layers(void **st) {
     (void)st;
     if (!exists(model("tiny-cv"))) skip();
@@ -574,6 +641,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_f16_narrowing),
         cmocka_unit_test(test_tiny_lossless),     cmocka_unit_test(test_tiny_q4),
+        cmocka_unit_test(test_tiny_q4_text_projection),
         cmocka_unit_test(test_tiny_prune_layers), cmocka_unit_test(test_tiny_prune_neurons),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_layer_widths),
