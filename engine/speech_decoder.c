@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "checkpoint/config.h"
 #include "checkpoint/prepared.h"
@@ -39,6 +40,11 @@
 /* Decoder blocks from this index on run one frame at a time (1920 samples at the end), which
  * keeps their activations in L2 instead of streaming 8 frames' worth through memory. */
 #define PER_FRAME_BLOCK 1
+/* Threads a stream's pool may give work to (qve_dec_stream_set_pool), and the work below which a
+ * stage stays on the decoding thread: ~100k multiply-adds or floats moved (~10 µs) against a
+ * pool dispatch of a few µs. */
+#define MAX_SLICES 16
+#define PAR_MIN_WORK 100000.0
 static const int res_dilation[N_RES] = {1, 3, 9};
 
 /* ==== weights ============================================================================== */
@@ -142,6 +148,11 @@ typedef struct {
     float *tx, *th, *tq, *tatt, *tg, *tu, *att_scratch, *rope_c, *rope_s, *ff;
     float *emb0, *embr, *q0, *qr;
     size_t n_act, n_scratch, n_tm, n_kv; /* floats of the buffers above (state_touch) */
+
+    /* a pool the stages split their output channels over (bit-identical for any width) */
+    qvk_pool *pool;
+    float *slice[MAX_SLICES]; /* kernel scratch of pool thread i (slice[0] = scratch) */
+    int n_slices;
 } dec_state;
 
 struct qve_dec_stream {
@@ -164,6 +175,12 @@ struct qve_dec_stream {
     char perr[128]; /* written by the producer (bad code) */
 
     int threaded;
+    qvk_pool *next_pool; /* set_pool's request, taken by the decoding thread between frames */
+    int n_slices_ready;  /* slices set_pool allocated (published with next_pool) */
+    int pool_asked, pool_taken; /* set_pool calls made / seen by the decoding thread */
+    /* pooled or not (pick_pooled): ms per frame of recent blocks, [full block?][pooled?] */
+    double ms_frame[2][2];
+    long n_picks;
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t cv_data, cv_space;
@@ -674,6 +691,9 @@ static void state_free(dec_state *s) {
         qvk_free(*bufs[i]);
         *bufs[i] = NULL;
     }
+    for (int i = 1; i < s->n_slices; i++)
+        qvk_free(s->slice[i]);
+    s->n_slices = 0;
 }
 
 /* Allocates every buffer a block needs (nothing is allocated while decoding). */
@@ -721,6 +741,8 @@ static int state_alloc(dec_state *s, const qve_decoder *d) {
     }
     s->max_pos = QVE_DEC_CHUNK_FRAMES + QVE_DEC_CONTEXT_FRAMES;
     s->n_act = z.act, s->n_scratch = z.scratch, s->n_tm = n_tm;
+    s->slice[0] = s->scratch;
+    s->n_slices = 1;
     s->n_kv = (size_t)2 * d->n_layers * s->max_pos * A;
     s->k_cache = qvk_alloc(s->n_kv * f + f);
     s->v_cache = s->k_cache ? s->k_cache + (size_t)d->n_layers * s->max_pos * A : NULL;
@@ -778,18 +800,126 @@ static void state_reset(dec_state *s) {
 
 /* ==== block stages ========================================================================= */
 
+/* A stage's share: output channels (or columns) [i0, i1) with the calling thread's scratch. */
+typedef void (*part_fn)(const void *arg, int i0, int i1, float *scratch);
+
+typedef struct {
+    part_fn fn;
+    const void *arg;
+} stage;
+
+typedef struct {
+    const dec_state *s;
+    const stage *st;
+    int n_st, n, align, width;
+} par_job;
+
+static void par_part(int ith, int nth, void *p) {
+    const par_job *j = p;
+    (void)nth;
+    if (ith >= j->width) return;
+    int units = (j->n + j->align - 1) / j->align;
+    int i0 = units * ith / j->width * j->align, i1 = units * (ith + 1) / j->width * j->align;
+    if (i1 > j->n) i1 = j->n;
+    for (int k = 0; k < j->n_st && i0 < i1; k++)
+        j->st[k].fn(j->st[k].arg, i0, i1, j->s->slice[ith]);
+}
+
+/* Threads a split of n items in multiples of align would use. */
+static int par_width(const dec_state *s, int n, int align) {
+    int w = s->pool ? qvk_pool_threads(s->pool) : 1, units = (n + align - 1) / align;
+    if (w > s->n_slices) w = s->n_slices;
+    return w < units ? w : units;
+}
+
+/* The stages over [0, n) in ranges that are multiples of align (but the last), one range per
+ * thread of the state's pool when they have at least PAR_MIN_WORK of work, else all on this
+ * thread. Every stage makes its range's rows from inputs an earlier dispatch (or an earlier
+ * stage, on the same rows) completed, and splits an output axis, so the result is the same for
+ * any number of threads; stages in one call share one dispatch (one wait for the slowest
+ * thread, which on a shared machine can be a preempted one). */
+static void par_stages(const dec_state *s, int n, int align, double work, const stage *st,
+                       int n_st) {
+    int w = par_width(s, n, align);
+    if (w <= 1 || work < PAR_MIN_WORK) {
+        for (int k = 0; k < n_st; k++)
+            st[k].fn(st[k].arg, 0, n, s->scratch);
+        return;
+    }
+    par_job j = {s, st, n_st, n, align, w};
+    qvk_pool_run(s->pool, par_part, &j);
+}
+
+static void par_for(const dec_state *s, int n, int align, double work, part_fn fn,
+                    const void *arg) {
+    stage st = {fn, arg};
+    par_stages(s, n, align, work, &st, 1);
+}
+
+typedef struct {
+    float *cat;
+    tail *tl;
+    const float *x, *a, *b;
+    int n;
+} tail_job;
+
+static void tail_part(const void *arg, int c0, int c1, float *scratch) {
+    const tail_job *j = arg;
+    int h = j->tl->n, w = h + j->n;
+    (void)scratch;
+    for (int c = c0; c < c1; c++) {
+        float *row = j->cat + (size_t)c * w;
+        memcpy(row, j->tl->x + (size_t)c * h, (size_t)h * sizeof *row);
+        memcpy(row + h, j->x + (size_t)c * j->n, (size_t)j->n * sizeof *row);
+        if (j->a) qvk_snakebeta(row + h, 1, j->n, j->a + c, j->b + c);
+        memcpy(j->tl->x + (size_t)c * h, row + j->n, (size_t)h * sizeof *row);
+    }
+}
+
 /* cat[c, tl.n + n] = [tail | act(x)] where act is SnakeBeta (a, b) or identity; then the tail
  * takes the last tl.n columns. Returns cat's row length. */
-static int with_tail(float *cat, tail *tl, const float *x, int n, const float *a, const float *b) {
-    int h = tl->n, w = h + n;
-    for (int c = 0; c < tl->n_ch; c++) {
-        float *row = cat + (size_t)c * w;
-        memcpy(row, tl->x + (size_t)c * h, (size_t)h * sizeof *row);
-        memcpy(row + h, x + (size_t)c * n, (size_t)n * sizeof *row);
-        if (a) qvk_snakebeta(row + h, 1, n, a + c, b + c);
-        memcpy(tl->x + (size_t)c * h, row + n, (size_t)h * sizeof *row);
+static int with_tail(const dec_state *s, float *cat, tail *tl, const float *x, int n,
+                     const float *a, const float *b) {
+    tail_job j = {cat, tl, x, a, b, n};
+    par_for(s, tl->n_ch, 16, (double)tl->n_ch * (tl->n + n) * (a ? 8 : 2), tail_part, &j);
+    return tl->n + n;
+}
+
+typedef struct {
+    float *x;
+    const float *a, *b;
+    int n;
+} snake_job;
+
+static void snake_part(const void *arg, int c0, int c1, float *scratch) {
+    const snake_job *j = arg;
+    (void)scratch;
+    qvk_snakebeta(j->x + (size_t)c0 * j->n, c1 - c0, j->n, j->a + c0, j->b + c0);
+}
+
+typedef struct {
+    float *y;
+    const float *x, *wt, *bias;
+    int w_in, c_in, c_out, k, dil, acc;
+} taps_job;
+
+static void taps_part(const void *arg, int o0, int o1, float *scratch) {
+    const taps_job *j = arg;
+    int n = j->w_in - (j->k - 1) * j->dil;
+    (void)scratch;
+    for (int o = o0; o < o1; o++) {
+        const float b = j->bias ? j->bias[o] : 0.0f;
+        float *yr = j->y + (size_t)o * n;
+        if (j->acc)
+            for (int t = 0; t < n; t++)
+                yr[t] += b;
+        else
+            for (int t = 0; t < n; t++)
+                yr[t] = b;
     }
-    return w;
+    for (int t = 0; t < j->k; t++)
+        qvk_sgemm(0, 0, o1 - o0, n, j->c_in, 1.0f, j->wt + ((size_t)t * j->c_out + o0) * j->c_in,
+                  j->c_in, j->x + (size_t)t * j->dil, j->w_in, 1.0f, j->y + (size_t)o0 * n, n);
 }
 
 /* y[c_out, n] = (acc ? y : 0) + bias + Σ_j W_j · x[:, j·dil : j·dil + n] for an input with row
@@ -797,20 +927,8 @@ static int with_tail(float *cat, tail *tl, const float *x, int n, const float *a
  * acc adds to y in place (the residual units' 1×1 conv: no separate pass for the sum). */
 static void conv_taps(float *y, const float *x, int w_in, int c_in, int c_out, int k, int dil,
                       const float *wt, const float *bias, int acc) {
-    int n = w_in - (k - 1) * dil;
-    for (int o = 0; o < c_out; o++) {
-        const float b = bias ? bias[o] : 0.0f;
-        float *yr = y + (size_t)o * n;
-        if (acc)
-            for (int t = 0; t < n; t++)
-                yr[t] += b;
-        else
-            for (int t = 0; t < n; t++)
-                yr[t] = b;
-    }
-    for (int j = 0; j < k; j++)
-        qvk_sgemm(0, 0, c_out, n, c_in, 1.0f, wt + (size_t)j * c_out * c_in, c_in,
-                  x + (size_t)j * dil, w_in, 1.0f, y, n);
+    taps_job j = {y, x, wt, bias, w_in, c_in, c_out, k, dil, acc};
+    taps_part(&j, 0, c_out, NULL);
 }
 
 /* y[c_out, n] = causal conv of x[c_in, n] (kernel k, dilation dil) continuing from the tail;
@@ -819,7 +937,7 @@ static void conv_taps(float *y, const float *x, int w_in, int c_in, int c_out, i
 static void conv_step(dec_state *s, tail *tl, float *y, const float *x, int n, int c_out, int k,
                       int dil, int groups, const float *w, const float *bias, const float *a,
                       const float *b) {
-    int w_in = with_tail(s->cat, tl, x, n, a, b);
+    int w_in = with_tail(s, s->cat, tl, x, n, a, b);
     if (groups == 1) {
         conv_taps(y, s->cat, w_in, tl->n_ch, c_out, k, dil, w, bias, 0);
         return;
@@ -828,32 +946,98 @@ static void conv_step(dec_state *s, tail *tl, float *y, const float *x, int n, i
     qvk_conv1d(&cv, y, s->cat, w_in, w, bias, s->scratch);
 }
 
+typedef struct {
+    const qvk_wino *wn;
+    float *y;
+    const float *x, *u, *bias;
+    int w_in, c_in, c_out, ph, dil;
+} wino_job;
+
+static void wino_part(const void *arg, int c0, int c1, float *scratch) {
+    const wino_job *j = arg;
+    qvk_wino_part(j->wn, j->y, j->x, j->w_in, j->c_in, j->c_out, j->ph, j->dil, j->u, j->bias,
+                  scratch, c0, c1);
+}
+
+/* A Winograd conv (ph = 1) or transposed conv (ph = r) of cat into y, by channel ranges. */
+static void wino_conv(const dec_state *s, const qvk_wino *wn, float *y, int w_in, int c_in,
+                      int c_out, int ph, int dil, const float *u, const float *bias) {
+    wino_job j = {wn, y, s->cat, u, bias, w_in, c_in, c_out, ph, dil};
+    int n = w_in - (wn->k - 1) * dil, align = QVK_P48_NR;
+    if (ph > 1 && c_out % QVK_P48_NR) align = c_out; /* the phases' columns must stay in panels */
+    par_for(s, c_out, align, (double)n * ph * c_in * c_out * wn->alpha / wn->m, wino_part, &j);
+}
+
 /* conv_step for a k = 7 dense conv with Winograd-domain weights. */
 static void wino_step(const qve_decoder *d, dec_state *s, tail *tl, float *y, const float *x, int n,
                       int c_out, int dil, const float *u, const float *bias, const float *a,
                       const float *b) {
-    int w_in = with_tail(s->cat, tl, x, n, a, b);
-    qvk_conv1d_wino(&d->wino, y, s->cat, w_in, tl->n_ch, c_out, dil, u, bias, s->scratch);
+    int w_in = with_tail(s, s->cat, tl, x, n, a, b);
+    wino_conv(s, &d->wino, y, w_in, tl->n_ch, c_out, 1, dil, u, bias);
+}
+
+typedef struct {
+    float *y, *c;
+    const float *x;
+    qvk_p48w w;
+    const float *bias;
+    int c_in, c_out, w_in, k, r, skip, out;
+} convt_job;
+
+/* Panels from element off on (a column range's panels start at its first column·k). */
+static qvk_p48w p48_at(qvk_p48w w, size_t off) {
+    qvk_p48w r = {w.f32 ? w.f32 + off : NULL, w.f16 ? w.f16 + off : NULL};
+    return r;
+}
+
+static void convt_part(const void *arg, int o0, int o1, float *scratch) {
+    const convt_job *j = arg;
+    long kept = (long)j->w_in * j->r; /* qvk_conv_transpose1d_p48's with trim k − r */
+    qvk_conv_transpose1d_p48w(j->c + (size_t)o0 * kept, j->x, j->c_in, o1 - o0, j->w_in, j->k,
+                              j->r, j->k - j->r, p48_at(j->w, (size_t)o0 * j->k * j->c_in),
+                              j->bias ? j->bias + o0 : NULL, scratch);
+    for (int o = o0; o < o1; o++)
+        memcpy(j->y + (size_t)o * j->out, j->c + (size_t)o * kept + j->skip,
+               (size_t)j->out * sizeof *j->y);
+}
+
+static int gcd(int a, int b) {
+    return b ? gcd(b, a % b) : a;
 }
 
 /* y[c_out, n·r] = causal ConvTranspose1d (kernel k, stride r, right trim k − r) of x[c_in, n]
- * continuing from the context tail; uses s->c for the untrimmed rows. */
+ * continuing from the context tail; uses s->c for the untrimmed rows. The weights' panels hold
+ * c_out·k columns, so a channel range starts on a panel when its first channel·k is a multiple
+ * of the panel width. */
 static void convt_step(dec_state *s, tail *tl, float *y, const float *x, int n, int c_out, int k,
                        int r, qvk_p48w w, const float *bias, const float *a, const float *b) {
-    int w_in = with_tail(s->cat, tl, x, n, a, b);
-    int kept = qvk_conv_transpose1d_p48w(s->c, s->cat, tl->n_ch, c_out, w_in, k, r, k - r, w, bias,
-                                         s->scratch);
-    int skip = tl->n * r, out = n * r;
-    for (int o = 0; o < c_out; o++)
-        memcpy(y + (size_t)o * out, s->c + (size_t)o * kept + skip, (size_t)out * sizeof *y);
+    int w_in = with_tail(s, s->cat, tl, x, n, a, b);
+    convt_job j = {y, s->c, s->cat, w, bias, tl->n_ch, c_out, w_in, k, r, tl->n * r, n * r};
+    par_for(s, c_out, QVK_P48_NR / gcd(k, QVK_P48_NR), (double)w_in * tl->n_ch * c_out * k,
+            convt_part, &j);
+}
+
+typedef struct {
+    float *y;
+    const float *x, *bias;
+    qvk_p48w wp;
+    int n_rows, n_in, n_out;
+} linear_job;
+
+static void linear_part(const void *arg, int c0, int c1, float *scratch) {
+    const linear_job *j = arg;
+    (void)scratch;
+    qvk_p48w_matmul(j->y + c0, j->n_out, j->x, j->n_in, p48_at(j->wp, (size_t)c0 * j->n_in),
+                    j->n_in, c1 - c0, j->n_rows);
+    if (j->bias) qvk_add_bias(j->y + c0, j->n_out, j->bias + c0, j->n_rows, c1 - c0);
 }
 
 /* y[n_rows, n_out] = x[n_rows, n_in] · Wᵀ (+ bias) with W packed by lin(): no sgemm repacking
- * of the weights on every block. */
-static void linear(float *y, const float *x, qvk_p48w wp, const float *bias, int n_rows, int n_in,
-                   int n_out) {
-    qvk_p48w_matmul(y, n_out, x, n_in, wp, n_in, n_out, n_rows);
-    if (bias) qvk_add_bias(y, n_out, bias, n_rows, n_out);
+ * of the weights on every block; column ranges of whole panels go to the pool. */
+static void linear(const dec_state *s, float *y, const float *x, qvk_p48w wp, const float *bias,
+                   int n_rows, int n_in, int n_out) {
+    linear_job j = {y, x, bias, wp, n_rows, n_in, n_out};
+    par_for(s, n_out, QVK_P48_NR, (double)n_rows * n_in * n_out, linear_part, &j);
 }
 
 /* Codes [nb, n_q] → q [nb, rvq_dim] (time-major): both output projections, summed. */
@@ -870,8 +1054,8 @@ static void rvq_decode(const qve_decoder *d, dec_state *s, const int32_t *codes,
                 r[i] += e[i];
         }
     }
-    linear(s->q0, s->emb0, d->out_first, NULL, nb, D, d->rvq_dim);
-    linear(s->qr, s->embr, d->out_rest, NULL, nb, D, d->rvq_dim);
+    linear(s, s->q0, s->emb0, d->out_first, NULL, nb, D, d->rvq_dim);
+    linear(s, s->qr, s->embr, d->out_rest, NULL, nb, D, d->rvq_dim);
     for (size_t i = 0; i < (size_t)nb * d->rvq_dim; i++)
         s->q0[i] += s->qr[i];
 }
@@ -886,9 +1070,9 @@ static void transformer(const qve_decoder *d, dec_state *s, float *x, int nb, in
         float *vc = s->v_cache + (size_t)l * s->max_pos * A;
         for (int t = 0; t < nb; t++)
             qvk_rmsnorm(s->th + (size_t)t * H, x + (size_t)t * H, y->attn_norm, H, d->rms_eps);
-        linear(s->tq, s->th, y->wq, NULL, nb, H, A);
-        linear(kc + (size_t)pos0 * A, s->th, y->wk, NULL, nb, H, A);
-        linear(vc + (size_t)pos0 * A, s->th, y->wv, NULL, nb, H, A);
+        linear(s, s->tq, s->th, y->wq, NULL, nb, H, A);
+        linear(s, kc + (size_t)pos0 * A, s->th, y->wk, NULL, nb, H, A);
+        linear(s, vc + (size_t)pos0 * A, s->th, y->wv, NULL, nb, H, A);
         for (int t = 0; t < nb; t++) {
             int p = pos0 + t;
             qvk_rope_table(s->rope_c, s->rope_s, hd, p, d->rope_theta);
@@ -901,16 +1085,16 @@ static void transformer(const qve_decoder *d, dec_state *s, float *x, int nb, in
                        vc + (size_t)j0 * A, p - j0 + 1, A, d->n_heads, d->n_heads, hd, scale,
                        s->att_scratch);
         }
-        linear(s->th, s->tatt, y->wo, NULL, nb, A, H);
+        linear(s, s->th, s->tatt, y->wo, NULL, nb, A, H);
         for (int t = 0; t < nb; t++)
             for (int i = 0; i < H; i++)
                 x[(size_t)t * H + i] += y->attn_scale[i] * s->th[(size_t)t * H + i];
         for (int t = 0; t < nb; t++)
             qvk_rmsnorm(s->th + (size_t)t * H, x + (size_t)t * H, y->mlp_norm, H, d->rms_eps);
-        linear(s->tg, s->th, y->w_gate, NULL, nb, H, d->inter);
-        linear(s->tu, s->th, y->w_up, NULL, nb, H, d->inter);
+        linear(s, s->tg, s->th, y->w_gate, NULL, nb, H, d->inter);
+        linear(s, s->tu, s->th, y->w_up, NULL, nb, H, d->inter);
         qvk_swiglu(s->tg, s->tg, s->tu, nb * d->inter);
-        linear(s->th, s->tg, y->w_down, NULL, nb, d->inter, H);
+        linear(s, s->th, s->tg, y->w_down, NULL, nb, d->inter, H);
         for (int t = 0; t < nb; t++)
             for (int i = 0; i < H; i++)
                 x[(size_t)t * H + i] += y->mlp_scale[i] * s->th[(size_t)t * H + i];
@@ -925,18 +1109,39 @@ static int block_step(const qve_decoder *d, dec_state *s, int i, float *y, float
     const dec_block *bk = &d->blk[i];
     int r = bk->rate, co = bk->c_out;
     if (bk->up_wino) { /* one context column: y gets exactly the t·r new samples */
-        int w_in = with_tail(s->cat, &s->blk_ctx[i], x, t, bk->a, bk->b);
-        qvk_conv_transpose1d_wino(&d->wino_ct, y, s->cat, w_in, bk->c_in, co, r, bk->up_w,
-                                  bk->up_b, s->scratch);
+        int w_in = with_tail(s, s->cat, &s->blk_ctx[i], x, t, bk->a, bk->b);
+        wino_conv(s, &d->wino_ct, y, w_in, bk->c_in, co, r, 1, bk->up_w, bk->up_b);
     } else
         convt_step(s, &s->blk_ctx[i], y, x, t, co, 2 * r, r, bk->up_p, bk->up_b, bk->a, bk->b);
     t *= r;
+    /* per unit two dispatches: conv1 (Winograd) + SnakeBeta by channels, then the 1×1 conv's
+       rows of y + the next unit's input window of the same rows */
+    const dec_res *ru = &bk->res[0];
+    int w_in = with_tail(s, s->cat, &s->res[i][0], y, t, ru->a1, ru->b1);
     for (int u = 0; u < N_RES; u++) {
-        const dec_res *ru = &bk->res[u];
-        wino_step(d, s, &s->res[i][u], x, y, t, co, res_dilation[u], ru->c1_w, ru->c1_b, ru->a1,
-                  ru->b1);
-        qvk_snakebeta(x, co, t, ru->a2, ru->b2);
-        conv_taps(y, x, t, co, co, 1, 1, ru->c2_w, ru->c2_b, 1);
+        ru = &bk->res[u];
+        int dil = res_dilation[u];
+        wino_job wj = {&d->wino, x, s->cat, ru->c1_w, ru->c1_b, w_in, co, co, 1, dil};
+        snake_job sj = {x, ru->a2, ru->b2, t};
+        const stage conv1[] = {{wino_part, &wj}, {snake_part, &sj}};
+        par_stages(s, co, QVK_P48_NR, (double)t * co * co * d->wino.alpha / d->wino.m + t * co * 8,
+                   conv1, 2);
+        taps_job tj = {y, x, ru->c2_w, ru->c2_b, t, co, co, 1, 1, 1};
+        const dec_res *nx = u + 1 < N_RES ? &bk->res[u + 1] : NULL;
+        tail *tl = nx ? &s->res[i][u + 1] : NULL;
+        tail_job nj = {s->cat, tl, y, nx ? nx->a1 : NULL, nx ? nx->b1 : NULL, t};
+        const stage conv2[] = {{taps_part, &tj}, {tail_part, &nj}};
+        double mnk = (double)t * co * co;
+        /* split only into sgemms above 100³ multiply-adds: OpenBLAS takes its small-matrix
+           kernel (other sums) below */
+        if (mnk / par_width(s, co, QVK_P48_NR) > 1e6) {
+            par_stages(s, co, QVK_P48_NR, mnk + (nx ? (double)co * (tl->n + t) * 8 : 0), conv2,
+                       nx ? 2 : 1);
+        } else {
+            taps_part(&tj, 0, co, s->scratch);
+            if (nx) par_for(s, co, 16, (double)co * (tl->n + t) * 8, tail_part, &nj);
+        }
+        if (nx) w_in = tl->n + t;
     }
     return t;
 }
@@ -951,9 +1156,9 @@ static const float *decode_block(const qve_decoder *d, dec_state *s, const int32
     transpose(s->a, s->q0, nb, d->rvq_dim);
     conv_step(s, &s->pre, s->b, s->a, nb, L, PRE_CONV_K, 1, 1, d->pre_w, d->pre_b, NULL, NULL);
     transpose(s->a, s->b, L, nb);
-    linear(s->tx, s->a, d->in_w, d->in_b, nb, L, H);
+    linear(s, s->tx, s->a, d->in_w, d->in_b, nb, L, H);
     transformer(d, s, s->tx, nb, pos0);
-    linear(s->a, s->tx, d->outp_w, d->outp_b, nb, H, L);
+    linear(s, s->a, s->tx, d->outp_w, d->outp_b, nb, H, L);
     transpose(s->b, s->a, nb, L); /* b = [L, nb] */
 
     /* upsample: ConvTranspose (k = s) + ConvNeXt; b holds the stream */
@@ -968,9 +1173,9 @@ static const float *decode_block(const qve_decoder *d, dec_state *s, const int32
         transpose(tm, s->b, L, t);
         for (int i = 0; i < t; i++)
             qvk_layernorm(tm + (size_t)i * L, tm + (size_t)i * L, w->ln_w, w->ln_b, L, 1e-6f);
-        linear(s->cat, tm, w->pw1_w, w->pw1_b, t, L, d->conv_inter);
+        linear(s, s->cat, tm, w->pw1_w, w->pw1_b, t, L, d->conv_inter);
         qvk_gelu_erf(s->cat, t * d->conv_inter);
-        linear(tm, s->cat, w->pw2_w, w->pw2_b, t, d->conv_inter, L);
+        linear(s, tm, s->cat, w->pw2_w, w->pw2_b, t, d->conv_inter, L);
         for (int c = 0; c < L; c++)
             for (int i = 0; i < t; i++)
                 s->b[(size_t)c * t + i] =
@@ -1013,11 +1218,40 @@ static const float *decode_block(const qve_decoder *d, dec_state *s, const int32
 
 /* Decodes the pending frames as one block and hands the audio of the non-context frames to the
  * callback. Returns 0, or -1 when the callback asked to stop. */
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+/* Whether a block of nb frames splits over the lent pool (the samples are the same either way).
+ * On a shared machine a pool thread can be preempted at any of a block's ~45 waits: at load 5
+ * on 2 cores, 2 threads took 98 ms per frame against 64 for 1 (medians). So each way's wall time
+ * per frame is kept (separately for full and shorter blocks, whose per-frame costs differ), the
+ * faster one is used and the other retried every 8th block; an untried way goes first, the
+ * pool before the single thread. */
+static int pick_pooled(qve_dec_stream *st, int nb) {
+    const double *m = st->ms_frame[nb == QVE_DEC_BLOCK_FRAMES];
+    if (m[1] == 0.0) return 1;
+    if (m[0] == 0.0) return 0;
+    int better = m[1] <= m[0];
+    return ++st->n_picks % 8 == 0 ? !better : better;
+}
+
 static int run_pending(qve_dec_stream *st) {
     if (st->n_pending == 0) return 0;
     const qve_decoder *d = st->dec;
     int nb = st->n_pending, f0 = st->block_f0;
+    qvk_pool *lent = st->s.pool;
+    const int pooled = lent && pick_pooled(st, nb);
+    const double t0 = now_ms();
+    st->s.pool = pooled ? lent : NULL;
     const float *pcm = decode_block(d, &st->s, st->pending, nb, f0);
+    st->s.pool = lent;
+    if (lent) { /* a running mean over the last few blocks of this kind */
+        double *m = &st->ms_frame[nb == QVE_DEC_BLOCK_FRAMES][pooled], v = (now_ms() - t0) / nb;
+        *m = *m == 0.0 ? v : 0.5 * (*m + v);
+    }
     st->block_f0 += nb;
     st->n_pending = 0;
     int skip = st->chunk_ctx - f0;
@@ -1085,6 +1319,13 @@ static int feed_frame(qve_dec_stream *st, const int32_t *frame) {
     return 0;
 }
 
+/* The pool set_pool asked for, and the scratch slices it allocated (under mu, between frames). */
+static void take_pool(qve_dec_stream *st) {
+    st->s.pool = st->next_pool;
+    st->s.n_slices = st->n_slices_ready;
+    st->pool_taken = st->pool_asked;
+}
+
 static void *decoder_thread(void *arg) {
     qve_dec_stream *st = arg;
     int nq = st->dec->n_q;
@@ -1099,6 +1340,7 @@ static void *decoder_thread(void *arg) {
         st->q_head = (st->q_head + 1) % QUEUE_FRAMES;
         st->q_count--;
         st->busy = 1;
+        take_pool(st);
         pthread_mutex_unlock(&st->mu);
         int rc = feed_frame(st, frame);
         pthread_mutex_lock(&st->mu);
@@ -1107,6 +1349,7 @@ static void *decoder_thread(void *arg) {
         if (rc != 0) st->failed = 1;
     }
     if (!st->failed) {
+        take_pool(st);
         pthread_mutex_unlock(&st->mu);
         int rc = run_pending(st);
         pthread_mutex_lock(&st->mu);
@@ -1124,6 +1367,7 @@ static void stream_free(qve_dec_stream *st) {
         pthread_cond_destroy(&st->cv_data);
         pthread_cond_destroy(&st->cv_space);
     }
+    if (st->n_slices_ready > st->s.n_slices) st->s.n_slices = st->n_slices_ready;
     state_free(&st->s);
     free(st->pending);
     free(st->history);
@@ -1148,6 +1392,7 @@ qve_dec_stream *qve_dec_stream_start(const qve_decoder *dec, int n_threads, qve_
     if (!st->pending || !st->history) goto oom;
     if (state_alloc(&st->s, dec) != 0) goto oom;
     state_reset(&st->s);
+    st->n_slices_ready = 1;
     if (n_threads >= 1) {
         st->queue = malloc(QUEUE_FRAMES * nq * sizeof(int32_t));
         if (!st->queue) goto oom;
@@ -1201,6 +1446,34 @@ int qve_dec_stream_push(qve_dec_stream *st, const int32_t *frame) {
     }
     pthread_mutex_unlock(&st->mu);
     return failed ? -1 : 0;
+}
+
+int qve_dec_stream_set_pool(qve_dec_stream *st, qvk_pool *pool) {
+    int want = pool ? qvk_pool_threads(pool) : 1, n = st->n_slices_ready ? st->n_slices_ready : 1;
+    if (want > MAX_SLICES) want = MAX_SLICES;
+    /* slices are only added (a thread may still be using the ones it has) and written once
+       here, so that the first pooled block does not take their page faults */
+    for (; n < want; n++) {
+        float *p = qvk_alloc(st->s.n_scratch * sizeof *p);
+        if (!p) break;
+        memset(p, 0, st->s.n_scratch * sizeof *p);
+        st->s.slice[n] = p;
+    }
+    if (!st->threaded) {
+        st->s.pool = pool;
+        st->s.n_slices = st->n_slices_ready = n;
+        return n < want ? -1 : 0;
+    }
+    pthread_mutex_lock(&st->mu);
+    const int revoke = st->next_pool && st->next_pool != pool;
+    st->next_pool = pool;
+    st->n_slices_ready = n;
+    st->pool_asked++;
+    /* a pool taken back may still be in use by the frame under way: wait for its end */
+    while (revoke && st->busy && st->pool_taken != st->pool_asked && !st->failed)
+        pthread_cond_wait(&st->cv_space, &st->mu);
+    pthread_mutex_unlock(&st->mu);
+    return n < want ? -1 : 0;
 }
 
 int qve_dec_stream_sync(qve_dec_stream *st) {

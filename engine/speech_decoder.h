@@ -21,10 +21,14 @@
  *
  * Thread safety: a qve_decoder is read-only after load and may be shared by any number of
  * streams/threads. A qve_dec_stream belongs to one producer thread (push/finish from one thread).
+ * A stream may be lent a qvk_pool (qve_dec_stream_set_pool): every stage then splits its output
+ * channels over the pool's threads, which gives the same samples bit for bit for any count.
  */
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "kernels/kernels.h"
 
 /* Largest number of frames per decode step. Steps follow a fixed schedule per chunk position
  * (1, 1, 2, 4, then 8 frames; see block_frames in the .c), which fixes the float arithmetic
@@ -73,19 +77,28 @@ int qve_decoder_decode_pass(const qve_decoder *dec, const int32_t *codes, int n_
 typedef int (*qve_audio_cb)(void *user, const float *pcm, int n_samples);
 
 /* Starts a streaming decode. n_threads = 0: no thread, push/finish decode on the caller's thread
- * whenever a block is complete. n_threads >= 1: a decoder thread does the work; it uses exactly
- * one core in this version (values > 1 are accepted and reserved for splitting work later), so
- * give the talker pool the remaining cores (or lower the thread with qve_dec_stream_background
- * and keep every core for the pool), and keep qvk_blas_set_threads at 1 while it runs
- * (OpenBLAS's thread count is process-wide and applies to the decoder thread's sgemms too). All
- * state is allocated here (sized for one block and the chunk's KV window); nothing is allocated per
- * frame. NULL + err on failure. */
+ * whenever a block is complete. n_threads >= 1 (values > 1 mean the same): a decoder thread does
+ * the work on one core, or on a pool's cores while qve_dec_stream_set_pool lends it one; give
+ * the talker pool the remaining cores (or lower the thread with qve_dec_stream_background and
+ * keep every core for the pool), and keep qvk_blas_set_threads at 1 while it runs (OpenBLAS's
+ * thread count is process-wide and applies to the decoder's sgemms too). All state is allocated
+ * here (sized for one block and the chunk's KV window); nothing is allocated per frame. NULL +
+ * err on failure. */
 qve_dec_stream *qve_dec_stream_start(const qve_decoder *dec, int n_threads, qve_audio_cb cb,
                                      void *user, char *err, size_t err_size);
 /* Queues one frame (n_codebooks codes). Cheap: copies into a queue and returns; blocks only when
  * the decoder is more than 1024 frames behind. Returns 0, or -1 if a code is out of range or the
  * stream has failed/aborted (details from finish). */
 int qve_dec_stream_push(qve_dec_stream *s, const int32_t *frame);
+/* Lends the stream a pool (NULL: takes it back): from the next frame on, the decoding thread
+ * (the decoder thread, or the caller with n_threads = 0) runs as the pool's thread 0 and every
+ * stage splits its output channels over the pool, with the same samples bit for bit. The pool
+ * must not run other jobs meanwhile: lend a pool whose owner waits (generation has ended, or
+ * the producer waits in sync). Taking a pool back (or lending another) waits for the frame under
+ * way. Allocates one scratch slice per pool thread (up to 16, the same size as the stream's,
+ * kept until finish); -1 when that fails (the stream then uses the slices it has: fewer
+ * threads, same samples), else 0. */
+int qve_dec_stream_set_pool(qve_dec_stream *s, qvk_pool *pool);
 /* Waits until the decoder thread has taken and decoded every frame pushed so far (the audio of
  * each completed block has gone to the callback; a partial block stays pending). Lets a caller
  * deliver the first block at once instead of after its next frame. 0, or -1 if the stream

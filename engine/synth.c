@@ -9,12 +9,14 @@
  * (engine/speech_decoder.h) and hands its audio back through a mutex-guarded buffer; the
  * generation pool then has n - 1 threads (a pool sharing its cores with the decoder waits on
  * preempted workers at every barrier: measured 3x slower), but n for the prefill and the first
- * frames, while the decoder is idle. Whole chunks (n > 1) are generated with n threads while the
- * decoder thread runs at idle priority (SCHED_IDLE) beside them and the pool's workers sleep at
- * once instead of polling: the decoder only takes cycles generation leaves (the waits between
- * pool jobs, the serial code between matvecs), and a waking worker takes its core back at once.
- * What is left when generation ends is decoded at normal priority. With one thread the chunk is
- * decoded after generation on the caller's thread.
+ * frames; until the piece is heard the producer waits for each block, and the decoder borrows
+ * that idle n-thread pool (qve_dec_stream_set_pool) to split the block over every core. Whole
+ * chunks (n > 1) are generated with n threads while the decoder thread runs at idle priority
+ * (SCHED_IDLE) beside them and the pool's workers sleep at once instead of polling: the decoder
+ * only takes cycles generation leaves (the waits between pool jobs, the serial code between
+ * matvecs), and a waking worker takes its core back at once. What is left when generation ends
+ * is decoded at normal priority, lent the n-thread pool. With one thread the chunk is decoded after
+ * generation on the caller's thread. The samples are the same bits in every case.
  *
  * Streaming: audio flows chunk -> joined output -> callback as soon as it is decoded, except the
  * last crossfade window of the joined output (the next chunk may still blend into it) and a
@@ -339,6 +341,10 @@ static int generate(run *c, const char *text, piece *pc) {
         qve_dec_stream_background(ds);
         qvk_pool_set_spin(s->full, 0); /* every wait hands the core to the decoder */
     }
+    /* streaming: until the piece is heard the producer waits for each block, so the decoder
+       splits it over the idle full pool (first audio sooner) */
+    int lent = ds && !bg && s->full && !pc->joined;
+    if (lent) qve_dec_stream_set_pool(ds, s->full); /* on failure: fewer threads, same samples */
     while (!rc) {
         int32_t fr[QV_N_CODEBOOKS];
         int done;
@@ -347,6 +353,10 @@ static int generate(run *c, const char *text, piece *pc) {
             break;
         }
         if (ds && pc->joined && !bg) s->s->pool = own;
+        if (lent && pc->joined) {
+            qve_dec_stream_set_pool(ds, NULL);
+            lent = 0;
+        }
         if ((st = qv_session_next_frame(s->s, fr, &done))) {
             rc = fail(c, st, "%s", qv_session_error(s->s));
             break;
@@ -378,6 +388,9 @@ static int generate(run *c, const char *text, piece *pc) {
     }
     s->s->pool = own;
     if (s->full) qvk_pool_set_spin(s->full, -1);
+    /* generation is over: the frames still queued may use every core (each block takes the pool
+       when that measured faster) */
+    if (ds && bg) qve_dec_stream_set_pool(ds, s->full);
     if (!rc && !ds && !c->r->codes_only && !decoder(c)) rc = -1;
     int bad = ds ? qve_dec_stream_finish(ds, e, sizeof e)
                  : !rc && !c->r->codes_only && decode_here(c, pc->n_frames, e, sizeof e);

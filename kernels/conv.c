@@ -705,14 +705,19 @@ size_t qvk_wino_scratch(const qvk_wino *wn, int c_in, int c_out, int n, int dil)
 
 /* The Winograd conv with c_out = ph·c_ch product channels, phase-major: y[c, t·ph + j] =
  * product channel j·c_ch + c at step t (ph = 1: a plain conv; ph = r: a transposed conv). The
- * time-major output rows of c_out values are then ph rows of c_ch, one transpose away. */
+ * time-major output rows of c_out values are then ph rows of c_ch, one transpose away. Only the
+ * channels [c0, c1) of y are made (qvk_wino_part): their product columns j·c_ch + [c0, c1) and
+ * output transforms; the input transform is the whole call's. */
 static void wino_run(const qvk_wino *wn, float *y, const float *x, int w_in, int c_in, int c_out,
-                     int ph, int dil, const float *u, const float *bias, float *scratch) {
+                     int ph, int dil, const float *u, const float *bias, float *scratch, int c0,
+                     int c1) {
     const int m = wn->m, a = wn->alpha, n = w_in - (wn->k - 1) * dil, c_ch = c_out / ph;
-    if (n <= 0) return;
+    if (n <= 0 || c0 >= c1) return;
     const int cp = round_up(c_out, WINO_NR), md = m * dil;
     const int st = wino_chunk(wn, c_in, cp, n, dil), nt_max = st * dil;
     const int ins_max = st * md + (wn->k - 1) * dil;
+    /* column segments of the products: all c_out at once for the whole conv, else one per phase */
+    const int whole = c0 == 0 && c1 == c_ch, n_seg = whole ? 1 : ph, seg_w = whole ? c_out : c1 - c0;
     float *xt = scratch;                          /* [ins, c_in] time-major input window */
     float *v = xt + (size_t)ins_max * c_in;       /* [α, tiles, c_in] transformed input */
     float *mo = v + (size_t)a * nt_max * c_in;    /* [α, tiles, cp] products */
@@ -732,25 +737,36 @@ static void wino_run(const qvk_wino *wn, float *y, const float *x, int w_in, int
             for (int p = 0; p < dil && sb + p < outs; p++, nt++)
                 mix(v + (size_t)nt * c_in, (int64_t)nt_max * c_in, wn->bt, a, a,
                     xt + (size_t)(sb + p) * c_in, (int64_t)dil * c_in, c_in);
-        for (int r = 0; r < a; r++)
-            qvk_p48_matmul(mo + (size_t)r * nt_max * cp, cp, v + (size_t)r * nt_max * c_in, c_in,
-                           u + (size_t)r * cp * c_in, c_in, c_out, nt);
-        nt = 0;
-        for (int sb = 0; sb < s_n * md; sb += md)
-            for (int p = 0; p < dil && sb + p < outs; p++, nt++)
-                mix(yt + (size_t)(sb + p) * c_out, (int64_t)dil * c_out, wn->at, m, a,
-                    mo + (size_t)nt * cp, (int64_t)nt_max * cp, c_out);
-        transpose_tiles(y + (size_t)t0 * ph, (int64_t)n * ph, yt, c_ch, outs * ph, c_ch, bias);
+        for (int g = 0; g < n_seg; g++) {
+            const int col = whole ? 0 : g * c_ch + c0;
+            for (int r = 0; r < a; r++)
+                qvk_p48_matmul(mo + (size_t)r * nt_max * cp + col, cp,
+                               v + (size_t)r * nt_max * c_in, c_in,
+                               u + ((size_t)r * cp + col) * c_in, c_in, seg_w, nt);
+            nt = 0;
+            for (int sb = 0; sb < s_n * md; sb += md)
+                for (int p = 0; p < dil && sb + p < outs; p++, nt++)
+                    mix(yt + (size_t)(sb + p) * c_out + col, (int64_t)dil * c_out, wn->at, m, a,
+                        mo + (size_t)nt * cp + col, (int64_t)nt_max * cp, seg_w);
+        }
+        transpose_tiles(y + (size_t)c0 * n * ph + (size_t)t0 * ph, (int64_t)n * ph, yt + c0, c_ch,
+                        outs * ph, c1 - c0, bias ? bias + c0 : NULL);
     }
 }
 
 void qvk_conv1d_wino(const qvk_wino *wn, float *y, const float *x, int w_in, int c_in, int c_out,
                      int dil, const float *u, const float *bias, float *scratch) {
-    wino_run(wn, y, x, w_in, c_in, c_out, 1, dil, u, bias, scratch);
+    wino_run(wn, y, x, w_in, c_in, c_out, 1, dil, u, bias, scratch, 0, c_out);
 }
 
 void qvk_conv_transpose1d_wino(const qvk_wino *wn, float *y, const float *x, int w_in, int c_in,
                                int c_out, int r, const float *u, const float *bias,
                                float *scratch) {
-    wino_run(wn, y, x, w_in, c_in, r * c_out, r, 1, u, bias, scratch);
+    wino_run(wn, y, x, w_in, c_in, r * c_out, r, 1, u, bias, scratch, 0, c_out);
+}
+
+void qvk_wino_part(const qvk_wino *wn, float *y, const float *x, int w_in, int c_in, int c_out,
+                   int ph, int dil, const float *u, const float *bias, float *scratch, int c0,
+                   int c1) {
+    wino_run(wn, y, x, w_in, c_in, ph * c_out, ph, dil, u, bias, scratch, c0, c1);
 }

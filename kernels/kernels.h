@@ -298,6 +298,15 @@ void qvk_wino_weights_ct(const qvk_wino *wn, float *u, const float *w, int c_in,
 void qvk_conv_transpose1d_wino(const qvk_wino *wn, float *y, const float *x, int w_in, int c_in,
                                int c_out, int r, const float *u, const float *bias,
                                float *scratch);
+/* Channels [c0, c1) of y only, of qvk_conv1d_wino (ph = 1, dil) or qvk_conv_transpose1d_wino
+ * (ph = r, dil = 1; c_out is y's channels): the other rows of y are not written and these get
+ * the whole call's bits, so a pool can share one conv out by channel ranges (each part redoes
+ * the input transform). c0 and c1 are multiples of QVK_P48_NR (c1 may be c_out); with ph > 1
+ * so must c_out be, unless [c0, c1) is all of it. scratch: the whole call's, one per part. */
+#define QVK_P48_NR 48
+void qvk_wino_part(const qvk_wino *wn, float *y, const float *x, int w_in, int c_in, int c_out,
+                   int ph, int dil, const float *u, const float *bias, float *scratch, int c0,
+                   int c1);
 /* y[r, :n] += v[:n] per row, and y[r, :n] += x[r, :n] (exact: same bits in every variant). */
 void qvk_add_bias(float *y, int64_t ldy, const float *v, int64_t n_rows, int n);
 void qvk_add_rows(float *y, int64_t ldy, const float *x, int64_t ldx, int64_t n_rows, int n);

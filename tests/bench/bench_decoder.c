@@ -1,5 +1,6 @@
 /* bench_decoder.c — speech decoder speed on the full-size synthetic tokenizer: ms of compute per
- * 80 ms frame of audio (CPU time), one-shot and through the decoder thread (OpenBLAS 1 thread).
+ * 80 ms frame of audio (CPU time), one-shot and through the decoder thread (OpenBLAS 1 thread),
+ * then with a 2-thread pool lent to the stream (wall time is the figure there).
  * Usage: bench_decoder [MODEL_DIR [N_FRAMES]] (default $QVOICE_CACHE/q06b-base, 100 frames).
  */
 #include <stdio.h>
@@ -71,6 +72,29 @@ int main(int argc, char **argv) {
     }
     double c4 = now_s(CLOCK_PROCESS_CPUTIME_ID);
     qve_dec_stream_finish(s, err, sizeof err);
+    /* the same with a 2-thread pool: all frames, then the first block alone (wall time) */
+    qvk_pool *pool = qvk_pool_create(2);
+    long got2 = 0, first2 = 0;
+    double t5 = now_s(CLOCK_MONOTONIC), c5 = now_s(CLOCK_PROCESS_CPUTIME_ID);
+    s = pool ? qve_dec_stream_start(d, 0, sink, &got2, err, sizeof err) : NULL;
+    if (s) qve_dec_stream_set_pool(s, pool);
+    for (int f = 0; s && f < n; f++)
+        qve_dec_stream_push(s, codes + (size_t)f * nq);
+    if (!s || qve_dec_stream_finish(s, err, sizeof err) != 0) {
+        fprintf(stderr, "bench_decoder: pooled stream failed\n");
+        return 1;
+    }
+    double t6 = now_s(CLOCK_MONOTONIC), c6 = now_s(CLOCK_PROCESS_CPUTIME_ID);
+    s = qve_dec_stream_start(d, 0, sink, &first2, err, sizeof err);
+    if (s) qve_dec_stream_set_pool(s, pool);
+    double t7 = now_s(CLOCK_MONOTONIC);
+    if (!s || qve_dec_stream_push(s, codes) != 0) {
+        fprintf(stderr, "bench_decoder: first pooled block failed\n");
+        return 1;
+    }
+    double t8 = now_s(CLOCK_MONOTONIC);
+    qve_dec_stream_finish(s, err, sizeof err);
+    qvk_pool_free(pool);
     printf("speech decoder (%s kernels, block %d frames): %d frames\n", qvk_variant(),
            QVE_DEC_BLOCK_FRAMES, n);
     /* CPU time is the figure that matters on a shared machine; wall time shown alongside */
@@ -79,6 +103,9 @@ int main(int argc, char **argv) {
     printf("  streamed : %7.1f ms CPU/frame (%.1f wall), %ld samples\n", (c2 - c1) * 1e3 / n,
            (t2 - t1) * 1e3 / n, got);
     printf("  first audio (%ld samples) after one frame: %.1f ms CPU\n", first, (c4 - c3) * 1e3);
+    printf("  2 threads: %7.1f ms wall/frame (%.1f CPU), %ld samples\n", (t6 - t5) * 1e3 / n,
+           (c6 - c5) * 1e3 / n, got2);
+    printf("  2 threads, first audio (%ld samples): %.1f ms wall\n", first2, (t8 - t7) * 1e3);
     free(codes);
     free(wav);
     qve_decoder_free(d);

@@ -131,9 +131,11 @@ static int on_audio(void *user, const float *pcm, int n) {
 
 /* Streams frames through a decoder thread (n_threads 1; background: at idle priority, as synth
  * runs it beside generation) or synchronously (0); with pause_us the producer sleeps after each
- * frame, so the thread really waits for frames like behind a talker. */
-static float *stream_paced(const qve_decoder *d, const int32_t *frames, int n, int n_threads,
-                           long pause_us, int background) {
+ * frame, so the thread really waits for frames like behind a talker. A pool, when given, is lent
+ * to the stream for frames [lend_from, lend_to) (the producer syncs before taking it back). */
+static float *stream_pool(const qve_decoder *d, const int32_t *frames, int n, int n_threads,
+                          long pause_us, int background, qvk_pool *pool, int lend_from,
+                          int lend_to) {
     char err[512];
     collect c = {0};
     c.cap = (size_t)n * qve_decoder_samples_per_frame(d);
@@ -143,6 +145,11 @@ static float *stream_paced(const qve_decoder *d, const int32_t *frames, int n, i
     if (!s) fail_msg("%s", err);
     if (background) qve_dec_stream_background(s);
     for (int i = 0; i < n; i++) {
+        if (pool && i == lend_from) assert_int_equal(qve_dec_stream_set_pool(s, pool), 0);
+        if (pool && i == lend_to) {
+            assert_int_equal(qve_dec_stream_sync(s), 0);
+            assert_int_equal(qve_dec_stream_set_pool(s, NULL), 0);
+        }
         assert_int_equal(qve_dec_stream_push(s, frames + (size_t)i * 16), 0);
         if (pause_us > 0) {
             struct timespec ts = {0, pause_us * 1000};
@@ -152,6 +159,11 @@ static float *stream_paced(const qve_decoder *d, const int32_t *frames, int n, i
     if (qve_dec_stream_finish(s, err, sizeof err) != 0) fail_msg("%s", err);
     assert_int_equal(c.n, c.cap);
     return c.wav;
+}
+
+static float *stream_paced(const qve_decoder *d, const int32_t *frames, int n, int n_threads,
+                           long pause_us, int background) {
+    return stream_pool(d, frames, n, n_threads, pause_us, background, NULL, 0, 0);
 }
 
 static float *stream(const qve_decoder *d, const int32_t *frames, int n, int n_threads) {
@@ -360,6 +372,46 @@ static void test_tiny_boundary(void **state) {
     free(f);
 }
 
+/* A lent pool splits every stage's output channels: the same samples bit for bit for 2 and 3
+ * threads, on the caller's thread or the decoder thread, lent for the whole stream, from the
+ * middle (the tail handoff after generation) or for the first blocks only (streaming's start).
+ * Full-size shapes (panel-aligned channel splits, sgemm row splits) and the tiny model (channels
+ * that are not whole panels: those stages stay on one thread). Later blocks may run on one
+ * thread when that measured faster, but the first full and the first shorter block after the
+ * pool is lent always use it, so every case below decodes pooled blocks. */
+static void test_pool_threads(void **state) {
+    (void)state;
+    const qve_decoder *ds[] = {g_full, g_tiny};
+    const char *names[] = {"full", "tiny"};
+    for (int m = 0; m < 2; m++) {
+        const qve_decoder *d = ds[m];
+        int n = 21; /* blocks of 1, 1, 2, 4, 8 and a partial last one */
+        int32_t *f = random_frames(n, qve_decoder_codebook_size(d));
+        size_t n_s = (size_t)n * qve_decoder_samples_per_frame(d);
+        float *one = decode(d, f, n);
+        for (int nt = 2; nt <= 3; nt++) {
+            qvk_pool *pool = qvk_pool_create(nt);
+            assert_non_null(pool);
+            char what[96];
+            float *w = stream_pool(d, f, n, 0, 0, 0, pool, 0, n);
+            snprintf(what, sizeof what, "%s: %d threads (caller) vs one-shot", names[m], nt);
+            check_identical(what, w, one, n_s);
+            free(w);
+            w = stream_pool(d, f, n, 1, 0, 1, pool, 9, n);
+            snprintf(what, sizeof what, "%s: %d threads from frame 9 vs one-shot", names[m], nt);
+            check_identical(what, w, one, n_s);
+            free(w);
+            w = stream_pool(d, f, n, 1, 0, 0, pool, 0, 3);
+            snprintf(what, sizeof what, "%s: %d threads for frames < 3 vs one-shot", names[m], nt);
+            check_identical(what, w, one, n_s);
+            free(w);
+            qvk_pool_free(pool);
+        }
+        free(one);
+        free(f);
+    }
+}
+
 static void test_errors(void **state) {
     (void)state;
     char err[512] = "";
@@ -398,7 +450,7 @@ int main(void) {
         cmocka_unit_test(test_golden_dec),       cmocka_unit_test(test_golden_cv),
         cmocka_unit_test(test_golden_icl_chunk), cmocka_unit_test(test_tiny_stream),
         cmocka_unit_test(test_tiny_chunks),      cmocka_unit_test(test_tiny_boundary),
-        cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_pool_threads),     cmocka_unit_test(test_errors),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
