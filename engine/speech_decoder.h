@@ -92,12 +92,14 @@ qve_dec_stream *qve_dec_stream_start(const qve_decoder *dec, int n_threads, qve_
 int qve_dec_stream_push(qve_dec_stream *s, const int32_t *frame);
 /* Lends the stream a pool (NULL: takes it back): from the next frame on, the decoding thread
  * (the decoder thread, or the caller with n_threads = 0) runs as the pool's thread 0 and every
- * stage splits its output channels over the pool, with the same samples bit for bit. The pool
- * must not run other jobs meanwhile: lend a pool whose owner waits (generation has ended, or
- * the producer waits in sync). Taking a pool back (or lending another) waits for the frame under
- * way. Allocates one scratch slice per pool thread (up to 16, the same size as the stream's,
- * kept until finish); -1 when that fails (the stream then uses the slices it has: fewer
- * threads, same samples), else 0. */
+ * stage splits its output channels over the pool, with the same samples bit for bit (a block
+ * still runs on one thread when that measured faster for the previous ones: on a busy machine
+ * the pool's waits can cost more than the split gains). The pool must not run other jobs
+ * meanwhile: lend a pool whose owner waits (generation has ended, or the producer waits in
+ * sync). Taking a pool back (or lending another) waits for the frame under way. Allocates one
+ * scratch slice per pool thread (up to 16, the same size as the stream's, kept until finish);
+ * -1 when that fails (the stream then uses the slices it has: fewer threads, same samples),
+ * else 0. */
 int qve_dec_stream_set_pool(qve_dec_stream *s, qvk_pool *pool);
 /* Waits until the decoder thread has taken and decoded every frame pushed so far (the audio of
  * each completed block has gone to the callback; a partial block stays pending). Lets a caller
