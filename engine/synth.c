@@ -347,7 +347,10 @@ static int generate(run *c, const char *text, piece *pc) {
             break;
         }
         if (ds && pc->joined && !bg) s->s->pool = own;
-        if ((st = qv_session_next_frame(s->s, fr, &done))) {
+        /* alone, the talker step after a frame's codes waits until its audio is out */
+        st = s->s->m->batch ? qv_session_next_frame(s->s, fr, &done)
+                            : qve_session_frame_codes(s->s, fr, &done);
+        if (st) {
             rc = fail(c, st, "%s", qv_session_error(s->s));
             break;
         }
