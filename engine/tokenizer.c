@@ -742,9 +742,10 @@ static void *mapped(const void *p)
 }
 
 /* Adopts cache file p's tables after checking every index a lookup follows: each string inside
- * the string array and NUL-terminated, each slot naming a token of its recorded length, each
- * merge naming a token, an empty slot in both tables (a probe stops there). 0, or -1 (t is
- * unchanged; p stays the caller's). */
+ * the string array and NUL-terminated, each slot naming a token and a length that stays inside
+ * the strings, each merge naming a token, an empty slot in both tables (a probe stops there).
+ * Damage these checks cannot see (a changed byte of a string) gives other ids, never a read out
+ * of bounds. 0, or -1 (t is unchanged; p stays the caller's). */
 static int adopt_cache(qve_tok *t, qve_prep *p)
 {
     const cache_head *h = qve_prep_take(p, sizeof *h);
@@ -778,8 +779,9 @@ static int adopt_cache(qve_tok *t, qve_prep *p)
             n_empty++;
             continue;
         }
-        const size_t len = (size_t)e->id < n && str[e->id] ? strlen(str[e->id]) : SIZE_MAX;
-        ok = len != SIZE_MAX && e->n == (len < STR_LONG ? len : STR_LONG);
+        /* a lookup reads e->n bytes of the string (STR_LONG: up to its NUL) */
+        ok = (size_t)e->id < n && str[e->id] &&
+             (e->n == STR_LONG || off[e->id] + (size_t)e->n < h->n_str_bytes);
     }
     ok = ok && n_empty;
     n_empty = 0;

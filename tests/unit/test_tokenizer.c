@@ -786,18 +786,26 @@ static void test_cache(void **state)
            memcpy(array_at(bad, 1, &nb) + 4 * 300, &v32, 4));
     DAMAGE(1, "strings not NUL-terminated", uint8_t *a = array_at(bad, 2, &nb); a[nb - 1] = 'x');
     DAMAGE(1, "is_added = 2", array_at(bad, 3, &nb)[40] = 2);
-    /* slots: a filled one naming an id out of range, one with a wrong length, none empty */
-    uint8_t *slots = array_at(good, 4, &nb), *filled = NULL;
+    /* slots: one naming an id out of range, one whose length runs past the strings (the token
+       with the last string), none empty */
+    uint64_t n_off;
+    const uint8_t *offs = array_at(good, 1, &n_off), *slots = array_at(good, 4, &nb);
     const size_t n_slots = nb / 16;
-    for (size_t i = 0; i < n_slots && !filled; i++) {
+    size_t at = 0, at_last = 0;
+    uint32_t last_off = 0;
+    for (size_t i = 0; i < n_slots; i++) {
         int32_t id;
+        uint32_t o;
         memcpy(&id, slots + 16 * i, 4);
-        if (id >= 0) filled = slots + 16 * i;
+        if (id < 0) continue;
+        memcpy(&o, offs + 4 * (size_t)id, 4);
+        if (!at) at = (size_t)(slots - good) + 16 * i;
+        if (o >= last_off) last_off = o, at_last = (size_t)(slots - good) + 16 * i;
     }
-    assert_non_null(filled);
-    const size_t at = (size_t)(filled - good);
+    assert_true(at && at_last);
     DAMAGE(1, "slot id out of range", v32 = 151676; memcpy(bad + at, &v32, 4));
-    DAMAGE(1, "slot length wrong", bad[at + 4] ^= 1);
+    DAMAGE(1, "slot length past the strings", const uint16_t len = 0xFFFE;
+           memcpy(bad + at_last + 4, &len, 2));
     DAMAGE(1, "no empty slot", uint8_t *s = array_at(bad, 4, &nb);
            for (size_t i = 0; i < n_slots; i++) {
                int32_t id;
