@@ -787,7 +787,7 @@ static int adopt_cache(qve_tok *t, qve_prep *p)
     n_empty = 0;
     for (size_t i = 0; i < n_merge && ok; i++) {
         if (keys[i] == UINT64_MAX) n_empty++;
-        else ok = merged[i] >= 0 && (size_t)merged[i] < n;
+        else ok = merged[i] >= 0 && (size_t)merged[i] < n && str[merged[i]];
     }
     if (!ok || !n_empty) {
         free(str);
@@ -845,28 +845,35 @@ static void save_cache(const qve_tok *t, const qve_prep_id *id)
 
 /* ==== open ========================================================================= */
 
+/* The tables' derived parts: byte ids, the added-token list, the regex. */
+static int setup(qve_tok *t, char *err, size_t err_size)
+{
+    int st = setup_bytes(t, err, err_size);
+    if (!st) st = setup_added(t, err, err_size);
+    return st ? st : setup_regex(t, err, err_size);
+}
+
 qve_tok *qve_tok_open(const char *dir, char *err, size_t err_size)
 {
     char path[4096], path2[4096];
     qve_tok *t = calloc(1, sizeof *t);
-    if (!t) {
-        set_err(err, err_size, "%s: out of memory", dir);
-        return NULL;
-    }
     snprintf(path, sizeof path, "%s/vocab.json", dir);
     snprintf(path2, sizeof path2, "%s/merges.txt", dir);
     const int vm = file_exists(path) && file_exists(path2);
     qve_prep_id id;
     const int cacheable = !cache_id(&id, dir, vm);
-    qve_prep *p = cacheable ? qve_prep_open(&id) : NULL;
+    qve_prep *p = t && cacheable ? qve_prep_open(&id) : NULL;
     if (p && adopt_cache(t, p)) {
         qve_prep_close(p); /* stale or damaged: built again below and replaced */
         p = NULL;
     }
-    int st = p ? QVE_TOK_OK : build_tables(t, dir, vm, err, err_size);
-    if (!st) st = setup_bytes(t, err, err_size);
-    if (!st) st = setup_added(t, err, err_size);
-    if (!st) st = setup_regex(t, err, err_size);
+    if (p && setup(t, err, err_size)) { /* damage the index checks let through */
+        qve_tok_free(t);
+        t = calloc(1, sizeof *t);
+        p = NULL;
+    }
+    int st = !t ? QVE_TOK_E_NOMEM : p ? QVE_TOK_OK : build_tables(t, dir, vm, err, err_size);
+    if (!st && !p) st = setup(t, err, err_size);
     if (st) {
         if (st == QVE_TOK_E_NOMEM) set_err(err, err_size, "%s: out of memory", dir);
         qve_tok_free(t);
