@@ -145,7 +145,7 @@ const qve_code_predictor *qve_model_cp(const qv_model *m, int quant);
 typedef struct {
     const qve_stack *w;
     int max_ctx;              /* positions the cache holds */
-    float *k_cache, *v_cache; /* [n_layers][max_ctx][nkv*hd] */
+    float *k_cache, *v_cache; /* [max_ctx][n_layers][nkv*hd] (position-major: talker.c kv_row) */
     /* single-token scratch */
     float *h, *q, *k, *v, *att, *gate, *up, *attn_scratch; /* attn_scratch [nh*max_ctx] */
     float *rope_c, *rope_s;                                /* [hd/2] */
