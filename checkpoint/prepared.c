@@ -81,30 +81,20 @@ static int put_ident(EVP_MD_CTX *ctx, const char *path) {
     return EVP_DigestUpdate(ctx, v, sizeof v) == 1 ? 0 : -1;
 }
 
-int qve_prep_id_make(qve_prep_id *id, const char *kind, const qve_st *st, const void *extra,
-                     size_t n_extra) {
-    char dir[3900], cfg[PATH_MAX + 16];
-    const char *file = qve_st_file(st, NULL), *real = id->source;
-    if (cache_dir(dir, sizeof dir) || !realpath(file, id->source)) return -1;
+int qve_prep_id_files(qve_prep_id *id, const char *kind, const char *source,
+                      const char *const *files, int n_files, const void *extra, size_t n_extra) {
+    char dir[3900];
+    if (cache_dir(dir, sizeof dir) || !realpath(source, id->source)) return -1;
     EVP_MD_CTX *ctx = EVP_MD_CTX_new();
     uint8_t where[32];
     unsigned n_out = 0;
     int bad = !ctx || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1 ||
-              EVP_DigestUpdate(ctx, real, strlen(real)) != 1 ||
+              EVP_DigestUpdate(ctx, id->source, strlen(id->source)) != 1 ||
               EVP_DigestFinal_ex(ctx, where, &n_out) != 1;
-    /* the key: kind, config.json beside the checkpoint, every file of st, extra */
-    const char *slash = strrchr(real, '/');
-    snprintf(cfg, sizeof cfg, "%.*s/config.json", (int)(slash ? slash - real : 1),
-             slash ? real : ".");
     bad = bad || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1 ||
-          EVP_DigestUpdate(ctx, kind, strlen(kind) + 1) != 1 || put_ident(ctx, cfg);
-    const char *last = NULL;
-    for (int i = 0; i < qve_st_count(st) && !bad; i++) {
-        const char *f = qve_st_file(st, qve_st_at(st, i));
-        if (last && !strcmp(f, last)) continue; /* shards come in runs */
-        bad = put_ident(ctx, f);
-        last = f;
-    }
+          EVP_DigestUpdate(ctx, kind, strlen(kind) + 1) != 1;
+    for (int i = 0; i < n_files && !bad; i++)
+        bad = put_ident(ctx, files[i]);
     bad = bad || (n_extra && EVP_DigestUpdate(ctx, extra, n_extra) != 1) ||
           EVP_DigestFinal_ex(ctx, id->key, &n_out) != 1;
     EVP_MD_CTX_free(ctx);
@@ -113,6 +103,29 @@ int qve_prep_id_make(qve_prep_id *id, const char *kind, const qve_st *st, const 
     qve_sha256_hex(where, hex);
     int k = snprintf(id->path, sizeof id->path, "%s/%s-%.16s.qvprep", dir, kind, hex);
     return k > 0 && (size_t)k < sizeof id->path ? 0 : -1;
+}
+
+int qve_prep_id_make(qve_prep_id *id, const char *kind, const qve_st *st, const void *extra,
+                     size_t n_extra) {
+    char real[PATH_MAX], cfg[PATH_MAX + 16];
+    const char *file = qve_st_file(st, NULL);
+    if (!realpath(file, real)) return -1;
+    /* the files: config.json beside the checkpoint, then every file of st */
+    const char *slash = strrchr(real, '/');
+    snprintf(cfg, sizeof cfg, "%.*s/config.json", (int)(slash ? slash - real : 1),
+             slash ? real : ".");
+    const char **files = malloc(sizeof *files * (size_t)(qve_st_count(st) + 1));
+    if (!files) return -1;
+    int n = 0;
+    files[n++] = cfg;
+    for (int i = 0; i < qve_st_count(st); i++) {
+        const char *f = qve_st_file(st, qve_st_at(st, i));
+        if (n > 1 && !strcmp(f, files[n - 1])) continue; /* shards come in runs */
+        files[n++] = f;
+    }
+    const int rc = qve_prep_id_files(id, kind, file, files, n, extra, n_extra);
+    free(files);
+    return rc;
 }
 
 qve_prep *qve_prep_open(const qve_prep_id *id) {

@@ -34,6 +34,12 @@ typedef struct {
 int qve_prep_id_make(qve_prep_id *id, const char *kind, const qve_st *st, const void *extra,
                      size_t n_extra);
 
+/* The same for data derived from plain files (the tokenizer's tables): source's real path names
+ * the cache file, and the identity of each of the n_files files goes into the key (a file that
+ * does not exist counts as such: creating it later makes the id stale). 0, or -1 as above. */
+int qve_prep_id_files(qve_prep_id *id, const char *kind, const char *source,
+                      const char *const *files, int n_files, const void *extra, size_t n_extra);
+
 /* A cache file mapped read-only (shared page cache across processes). */
 typedef struct qve_prep qve_prep;
 

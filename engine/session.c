@@ -3,7 +3,8 @@
  *
  * All per-frame buffers are allocated by qv_session_new and all per-utterance ones (KV cache sized
  * prompt + max_frames, prompt embeddings, text queue) by qv_session_start: next_frame never
- * allocates. The talker step for frame k is run eagerly after it, as the reference does.
+ * allocates. The talker step for frame k runs right after it, as the reference does, except
+ * where synth.c streams: there it waits until frame k's codes are with the decoder.
  */
 #include <stdarg.h>
 #include <math.h>
@@ -512,6 +513,7 @@ static enum qv_status start_ids(qv_session *s, const qv_request *r) {
     qve_stack_forward(&s->talker, s->pool, xbuf, L, 0);
     qve_talker_head(&s->tw, s->pool, s->z, s->logits_raw, xbuf + (size_t)(L - 1) * H);
     s->pos = L;
+    s->step_due = 0;
     s->state = QVE_RUNNING;
     st = QV_OK;
 done:
@@ -534,6 +536,13 @@ int qve_session_pick_cp(const float *logits, int n, void *ctx) {
     return qve_sample(s->logits, n, &sp, &s->rng, s->work, s->work_idx);
 }
 
+/* The talker step on the last frame's input (s->x): the logits of the next frame. */
+static void talker_step(qv_session *s) {
+    qve_stack_forward(&s->talker, s->pool, s->x, 1, s->pos++);
+    qve_talker_head(&s->tw, s->pool, s->z, s->logits_raw, s->x);
+    s->step_due = 0;
+}
+
 int qve_session_frame_begin(qv_session *s, int *c0, int *done, enum qv_status *st) {
     *done = 0;
     *st = QV_OK;
@@ -550,6 +559,7 @@ int qve_session_frame_begin(qv_session *s, int *c0, int *done, enum qv_status *s
         *done = 1;
         return 0;
     }
+    if (s->step_due) talker_step(s);
     const qve_model_config *c = &s->m->cfg;
     const int H = c->talker.hidden_size, V = c->talker.vocab_size;
     memcpy(s->logits, s->logits_raw, (size_t)V * sizeof(float));
@@ -577,17 +587,22 @@ void qve_session_frame_input(qv_session *s, const int32_t *frame) {
         s->x[i] += text[i];
 }
 
-enum qv_status qve_session_frame(qv_session *s, int32_t codes[QV_N_CODEBOOKS], int *done) {
+enum qv_status qve_session_frame_codes(qv_session *s, int32_t codes[QV_N_CODEBOOKS], int *done) {
     int c0;
     enum qv_status st;
     if (!qve_session_frame_begin(s, &c0, done, &st)) return st;
     int32_t frame[QVE_N_GROUPS];
     qve_cp_frame(&s->cp, s->m, &s->tw, s->pool, s->z_frame, c0, frame, qve_session_pick_cp, s);
     qve_session_frame_input(s, frame);
-    qve_stack_forward(&s->talker, s->pool, s->x, 1, s->pos++);
-    qve_talker_head(&s->tw, s->pool, s->z, s->logits_raw, s->x);
+    s->step_due = 1;
     memcpy(codes, frame, sizeof frame);
     return QV_OK;
+}
+
+enum qv_status qve_session_frame(qv_session *s, int32_t codes[QV_N_CODEBOOKS], int *done) {
+    const enum qv_status st = qve_session_frame_codes(s, codes, done);
+    if (s->step_due) talker_step(s);
+    return st;
 }
 
 enum qv_status qv_session_next_frame(qv_session *s, int32_t codes[QV_N_CODEBOOKS], int *done) {

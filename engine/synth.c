@@ -357,7 +357,10 @@ static int generate(run *c, const char *text, piece *pc) {
             qve_dec_stream_set_pool(ds, NULL);
             lent = 0;
         }
-        if ((st = qv_session_next_frame(s->s, fr, &done))) {
+        /* alone, the talker step after a frame's codes waits until its audio is out */
+        st = s->s->m->batch ? qv_session_next_frame(s->s, fr, &done)
+                            : qve_session_frame_codes(s->s, fr, &done);
+        if (st) {
             rc = fail(c, st, "%s", qv_session_error(s->s));
             break;
         }

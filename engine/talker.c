@@ -140,6 +140,16 @@ void qve_matvec_batch(qvk_pool *pool, const float *x, int n_x, int n_in, const q
     }
 }
 
+/* The offset of layer l's K (and V) row of position pos: the caches are position-major, so a
+ * prompt's rows of every layer are one block (51 positions on 0.6B: 5.7 MB each for K and V)
+ * instead of the first 2 MB huge page of each layer's region (112 MB zeroed at the first touch,
+ * ~100 ms of the prefill with the default frame budget). */
+static size_t kv_row(const qve_stack_state *s, int l, int pos) {
+    const qve_stack_config *c = &s->w->cfg;
+    const size_t kvd = (size_t)c->num_key_value_heads * c->head_dim;
+    return ((size_t)pos * (size_t)c->num_hidden_layers + (size_t)l) * kvd;
+}
+
 /* Per-head q/k RMSNorm, RoPE at pos, and store k/v at cache row pos of layer l. */
 static void qk_norm_rope_store(qve_stack_state *s, int l, float *q, float *k, const float *v,
                                int pos) {
@@ -154,7 +164,7 @@ static void qk_norm_rope_store(qve_stack_state *s, int l, float *q, float *k, co
     qvk_rope_table(s->rope_c, s->rope_s, hd, pos, c->rope_theta);
     qvk_rope_apply(q, nh, hd, s->rope_c, s->rope_s);
     qvk_rope_apply(k, nkv, hd, s->rope_c, s->rope_s);
-    const size_t row = ((size_t)l * (size_t)s->max_ctx + (size_t)pos) * kvd;
+    const size_t row = kv_row(s, l, pos);
     memcpy(s->k_cache + row, k, kvd * sizeof(float));
     memcpy(s->v_cache + row, v, kvd * sizeof(float));
 }
@@ -164,11 +174,11 @@ static void attend(qve_stack_state *s, qvk_pool *pool, int l, float *out, const 
     const qve_stack_config *c = &s->w->cfg;
     const int hd = c->head_dim;
     const size_t kvd = (size_t)c->num_key_value_heads * hd;
-    const size_t base = (size_t)l * (size_t)s->max_ctx * kvd;
+    const size_t base = kv_row(s, l, 0);
     /* a short context is less work than waking the pool (the code predictor's 16 positions);
      * heads are independent, so the result is the same either way */
     qvk_attend(n_ctx < 64 ? NULL : pool, out, q, s->k_cache + base, s->v_cache + base, n_ctx,
-               (int)kvd, c->num_attention_heads, c->num_key_value_heads, hd,
+               (int)kvd * c->num_hidden_layers, c->num_attention_heads, c->num_key_value_heads, hd,
                1.0f / sqrtf((float)hd), s->attn_scratch);
 }
 
@@ -297,10 +307,9 @@ static void linear(qvk_pool *pool, const float *x, int n, int n_in, const qve_mv
     if (k) qvk_linear_bf16_multi(pool, x, n, n_in, b, k, scratch);
 }
 
-/* The caches are huge-page backed, so the first rows of each layer fault in 2 MB pages the
- * kernel zeroes (with the default frame budget, 112 MB for a 40-token prompt on 0.6B: perf put
- * it at a fifth of the prefill's CPU). The stores run on the calling thread; touching the
- * prompt's rows of every layer first spreads that zeroing over the pool. */
+/* The caches are huge-page backed, so the prompt's rows fault in 2 MB pages the kernel zeroes
+ * (kv_row keeps that to the prompt's own ~6 MB each for K and V). The stores run on the calling
+ * thread; touching the prompt's rows first spreads that zeroing over the pool. */
 struct touch_job {
     const qve_stack_state *s;
     int pos0, n;
@@ -310,11 +319,10 @@ static void touch_run(int ith, int nth, void *p) {
     const struct touch_job *j = p;
     const qve_stack_config *c = &j->s->w->cfg;
     const size_t kvd = (size_t)c->num_key_value_heads * c->head_dim;
-    for (int l = ith; l < c->num_hidden_layers; l += nth) {
-        const size_t row = ((size_t)l * (size_t)j->s->max_ctx + (size_t)j->pos0) * kvd;
-        for (size_t i = 0; i < (size_t)j->n * kvd; i += 1024) /* every 4 KB */
-            j->s->k_cache[row + i] = j->s->v_cache[row + i] = 0;
-    }
+    const size_t row = kv_row(j->s, 0, j->pos0), n = (size_t)j->n * c->num_hidden_layers * kvd;
+    /* a contiguous share each: two threads faulting one huge page would wait for each other */
+    for (size_t i = row + n * ith / nth; i < row + n * (ith + 1) / nth; i += 1024) /* 4 KB */
+        j->s->k_cache[i] = j->s->v_cache[i] = 0;
 }
 
 /* The last layer runs only the last position past its K/V: nothing reads the other positions'

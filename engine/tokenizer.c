@@ -3,6 +3,9 @@
  * UTF+UCP, JIT), mapped byte->unicode (GPT-2 table) and merged by rank. Merging uses a min-heap of
  * (rank, position) over a linked list, O(n log n) for any word length and the same order as the HF
  * and transformers.js implementations; results for short pieces are cached by their bytes.
+ * The tables built from vocab.json + merges.txt (~100 ms of parsing and hashing) are kept in the
+ * prepared-weights cache (checkpoint/prepared.h) and mapped by later opens after a check of every
+ * index in them: a file that fails it is ignored and the tables are built again.
  */
 #include "engine/tokenizer.h"
 
@@ -18,6 +21,7 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include "checkpoint/prepared.h"
 #include "util/fileio.h"
 
 #define TOK_FILE_MAX_BYTES ((size_t)64 << 20) /* vocab.json and merges.txt are a few MB */
@@ -72,7 +76,9 @@ typedef struct {
 } str_entry;
 
 struct qve_tok {
-    /* vocabulary: id -> vocab-form string; string -> id via open addressing */
+    /* vocabulary: id -> vocab-form string; string -> id via open addressing. With tables set (a
+       cache file), the strings and the tables below are in its read-only mapping (only tok_str is owned) */
+    qve_prep *tables;
     int32_t n_ids;          /* max id + 1 */
     char **tok_str;         /* [n_ids], NULL for unused ids; strings are individually owned */
     uint8_t *is_added;      /* [n_ids] */
@@ -253,7 +259,7 @@ static int build_str_table(qve_tok *t)
     t->str_slots = malloc(((size_t)t->str_mask + 1) * sizeof *t->str_slots);
     if (!t->str_slots) return -1;
     for (size_t i = 0; i <= t->str_mask; i++)
-        t->str_slots[i].id = -1;
+        t->str_slots[i] = (str_entry){.id = -1}; /* whole: the cache file holds them */
     for (int32_t id = 0; id < t->n_ids; id++) {
         const char *s = t->tok_str[id], *ahead = id + 8 < t->n_ids ? t->tok_str[id + 8] : NULL;
         if (ahead) str_prefetch(t, ahead, strlen(ahead), "", 0);
@@ -309,8 +315,8 @@ static int merges_alloc(qve_tok *t, size_t n_merges)
     t->merge_mask = pow2_at_least(n_merges * 2 + 1) - 1;
     size_t n = (size_t)t->merge_mask + 1;
     t->merge_keys = malloc(n * sizeof *t->merge_keys);
-    t->merge_rank = malloc(n * sizeof *t->merge_rank);
-    t->merge_id = malloc(n * sizeof *t->merge_id);
+    t->merge_rank = calloc(n, sizeof *t->merge_rank); /* zeroed: the cache file holds them */
+    t->merge_id = calloc(n, sizeof *t->merge_id);
     if (!t->merge_keys || !t->merge_rank || !t->merge_id) return -1;
     memset(t->merge_keys, 0xFF, n * sizeof *t->merge_keys);
     return 0;
@@ -634,80 +640,262 @@ static int setup_regex(qve_tok *t, char *err, size_t err_size)
     return QVE_TOK_OK;
 }
 
-qve_tok *qve_tok_open(const char *dir, char *err, size_t err_size)
+/* Builds the vocabulary, merge and added-token tables from dir's files (vm: vocab.json +
+ * merges.txt, else tokenizer.json). */
+static int build_tables(qve_tok *t, const char *dir, int vm, char *err, size_t err_size)
 {
     char path[4096], path2[4096];
-    qve_tok *t = calloc(1, sizeof *t);
     cJSON *root = NULL, *cfg = NULL;
     int st = QVE_TOK_OK;
-    if (!t) {
-        set_err(err, err_size, "%s: out of memory", dir);
-        return NULL;
-    }
     snprintf(path, sizeof path, "%s/vocab.json", dir);
     snprintf(path2, sizeof path2, "%s/merges.txt", dir);
-    if (file_exists(path) && file_exists(path2)) {
+    if (vm) {
         root = load_json(path, err, err_size, &st);
-        if (!root) goto fail;
-        if ((st = load_vocab_obj(t, root, path, err, err_size))) goto fail;
+        if (!root) goto done;
+        if ((st = load_vocab_obj(t, root, path, err, err_size))) goto done;
         if (build_str_table(t)) goto nomem;
-        if ((st = load_merges_txt(t, path2, err, err_size))) goto fail;
+        if ((st = load_merges_txt(t, path2, err, err_size))) goto done;
     } else {
         snprintf(path, sizeof path, "%s/tokenizer.json", dir);
         if (!file_exists(path)) {
             set_err(err, err_size, "%s: no vocab.json + merges.txt and no tokenizer.json", dir);
             st = QVE_TOK_E_IO;
-            goto fail;
+            goto done;
         }
         root = load_json(path, err, err_size, &st);
-        if (!root) goto fail;
-        if ((st = check_pipeline(root, path, err, err_size))) goto fail;
+        if (!root) goto done;
+        if ((st = check_pipeline(root, path, err, err_size))) goto done;
         const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
         if ((st = load_vocab_obj(t, cJSON_GetObjectItemCaseSensitive(model, "vocab"), path, err,
                                  err_size)))
-            goto fail;
+            goto done;
         if (build_str_table(t)) goto nomem;
         if ((st = load_merges_json(t, cJSON_GetObjectItemCaseSensitive(model, "merges"), path, err,
                                    err_size)))
-            goto fail;
+            goto done;
         if ((st = load_added(t, cJSON_GetObjectItemCaseSensitive(root, "added_tokens"), 0, path,
                              err, err_size)))
-            goto fail;
+            goto done;
     }
-    if ((st = setup_bytes(t, err, err_size))) goto fail;
     snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
     if (file_exists(path)) {
         cfg = load_json(path, err, err_size, &st);
-        if (!cfg) goto fail;
-        if ((st = load_added(t, cJSON_GetObjectItemCaseSensitive(cfg, "added_tokens_decoder"), 1,
-                             path, err, err_size)))
-            goto fail;
+        if (!cfg) goto done;
+        st = load_added(t, cJSON_GetObjectItemCaseSensitive(cfg, "added_tokens_decoder"), 1, path,
+                        err, err_size);
     }
-    if ((st = setup_added(t, err, err_size))) goto fail;
-    if ((st = setup_regex(t, err, err_size))) goto fail;
-    cJSON_Delete(root);
-    cJSON_Delete(cfg);
-    return t;
+    goto done;
 nomem:
     set_err(err, err_size, "%s: out of memory", dir);
-fail:
-    (void)st;
+    st = QVE_TOK_E_NOMEM;
+done:
     cJSON_Delete(root);
     cJSON_Delete(cfg);
-    qve_tok_free(t);
-    return NULL;
+    return st;
+}
+
+/* ==== the tables' cache file ======================================================= */
+
+/* The cache file's first array; the others follow in this order: str_off u32[n_ids] (offset of
+ * each id's string, UINT32_MAX for none), the strings (each NUL-terminated, n_str_bytes),
+ * is_added u8[n_ids], str_slots[str_mask + 1], merge_keys, merge_rank, merge_id
+ * [merge_mask + 1]. */
+typedef struct {
+    uint32_t n_ids, str_mask, merge_mask, n_str_bytes;
+} cache_head;
+
+#define CACHE_LAYOUT 1
+#define CACHE_MAX_IDS ((uint32_t)1 << 24)             /* ids are < 2^24 (load_vocab_obj) */
+#define CACHE_MAX_MERGE_MASK (((uint32_t)1 << 28) - 1) /* merges.txt is < 64 MB */
+
+/* The cache id of dir's tables: the identities of the files build_tables reads and a probe of
+ * the code the tables depend on (layout, slot format, hashes, table sizing), so a change of that
+ * code makes old files stale by itself. 0, or -1 (no cache). */
+static int cache_id(qve_prep_id *id, const char *dir, int vm)
+{
+    static const char *const names[] = {"vocab.json", "merges.txt", "tokenizer.json",
+                                        "tokenizer_config.json"};
+    char paths[4][4096];
+    const char *files[4];
+    for (int i = 0; i < 4; i++) {
+        if (snprintf(paths[i], sizeof paths[i], "%s/%s", dir, names[i]) >= (int)sizeof paths[i])
+            return -1;
+        files[i] = paths[i];
+    }
+    const uint64_t probe[] = {CACHE_LAYOUT,
+                              sizeof(str_entry),
+                              STR_INLINE,
+                              STR_LONG,
+                              hash_bytes("\xC4\xA0probe", 7),
+                              hash_concat("ab", 2, "c", 1),
+                              hash_u64(0x0123456789ABCDEFull),
+                              pow2_at_least(151669 * 2),
+                              pow2_at_least(151388 * 2 + 1)};
+    return qve_prep_id_files(id, "tokenizer", files[vm ? 0 : 2], files, 4, probe, sizeof probe);
+}
+
+/* A pointer into the cache's read-only mapping for a field that building writes: once open
+ * returns nothing writes the tables. */
+static void *mapped(const void *p)
+{
+    return (void *)(uintptr_t)p;
+}
+
+/* Adopts cache file p's tables after checking every index a lookup follows: each string inside
+ * the string array and NUL-terminated, each slot naming a token and a length that stays inside
+ * the strings, each merge naming a token, an empty slot in both tables (a probe stops there).
+ * Damage these checks cannot see (a changed byte of a string) gives other ids, never a read out
+ * of bounds. 0, or -1 (t is unchanged; p stays the caller's). */
+static int adopt_cache(qve_tok *t, qve_prep *p)
+{
+    const cache_head *h = qve_prep_take(p, sizeof *h);
+    if (!h || !h->n_ids || h->n_ids > CACHE_MAX_IDS || !h->n_str_bytes ||
+        h->str_mask != pow2_at_least((size_t)h->n_ids * 2) - 1 || h->merge_mask < 15 ||
+        h->merge_mask > CACHE_MAX_MERGE_MASK || (h->merge_mask & (h->merge_mask + 1)))
+        return -1;
+    const size_t n = h->n_ids, n_slots = (size_t)h->str_mask + 1;
+    const size_t n_merge = (size_t)h->merge_mask + 1;
+    const uint32_t *off = qve_prep_take(p, n * sizeof *off);
+    const char *strs = qve_prep_take(p, h->n_str_bytes);
+    const uint8_t *added = qve_prep_take(p, n);
+    const str_entry *slots = qve_prep_take(p, n_slots * sizeof *slots);
+    const uint64_t *keys = qve_prep_take(p, n_merge * sizeof *keys);
+    const int32_t *rank = qve_prep_take(p, n_merge * sizeof *rank);
+    const int32_t *merged = qve_prep_take(p, n_merge * sizeof *merged);
+    if (!off || !strs || !added || !slots || !keys || !rank || !merged ||
+        strs[h->n_str_bytes - 1])
+        return -1;
+    char **str = malloc(n * sizeof *str);
+    int ok = str != NULL;
+    for (size_t i = 0; i < n && ok; i++) {
+        str[i] = off[i] == UINT32_MAX ? NULL : mapped(strs + off[i]);
+        ok = (!str[i] || off[i] < h->n_str_bytes) && added[i] <= 1 &&
+             (!added[i] || (str[i] && str[i][0]));
+    }
+    size_t n_empty = 0;
+    for (size_t i = 0; i < n_slots && ok; i++) {
+        const str_entry *e = &slots[i];
+        if (e->id < 0) {
+            n_empty++;
+            continue;
+        }
+        /* a lookup reads e->n bytes of the string (STR_LONG: up to its NUL) */
+        ok = (size_t)e->id < n && str[e->id] &&
+             (e->n == STR_LONG || off[e->id] + (size_t)e->n < h->n_str_bytes);
+    }
+    ok = ok && n_empty;
+    n_empty = 0;
+    for (size_t i = 0; i < n_merge && ok; i++) {
+        if (keys[i] == UINT64_MAX) n_empty++;
+        else ok = merged[i] >= 0 && (size_t)merged[i] < n && str[merged[i]];
+    }
+    if (!ok || !n_empty) {
+        free(str);
+        return -1;
+    }
+    t->n_ids = (int32_t)n;
+    t->tok_str = str;
+    t->is_added = mapped(added);
+    t->str_slots = mapped(slots);
+    t->str_mask = h->str_mask;
+    t->merge_keys = mapped(keys);
+    t->merge_rank = mapped(rank);
+    t->merge_id = mapped(merged);
+    t->merge_mask = h->merge_mask;
+    t->tables = p;
+    return 0;
+}
+
+/* Saves the built tables as id's cache file; a failure only costs the next open a build. */
+static void save_cache(const qve_tok *t, const qve_prep_id *id)
+{
+    size_t n_str_bytes = 0;
+    for (int32_t i = 0; i < t->n_ids; i++)
+        n_str_bytes += t->tok_str[i] ? strlen(t->tok_str[i]) + 1 : 0;
+    if (!n_str_bytes || n_str_bytes >= UINT32_MAX) return;
+    uint32_t *off = malloc((size_t)t->n_ids * sizeof *off);
+    char *strs = malloc(n_str_bytes);
+    if (off && strs) {
+        size_t at = 0;
+        for (int32_t i = 0; i < t->n_ids; i++) {
+            off[i] = t->tok_str[i] ? (uint32_t)at : UINT32_MAX;
+            if (!t->tok_str[i]) continue;
+            const size_t len = strlen(t->tok_str[i]) + 1;
+            memcpy(strs + at, t->tok_str[i], len);
+            at += len;
+        }
+        const cache_head h = {(uint32_t)t->n_ids, t->str_mask, t->merge_mask,
+                              (uint32_t)n_str_bytes};
+        const size_t n = (size_t)t->n_ids, n_merge = (size_t)t->merge_mask + 1;
+        const qve_prep_array a[] = {
+            {&h, sizeof h},
+            {off, n * sizeof *off},
+            {strs, n_str_bytes},
+            {t->is_added, n},
+            {t->str_slots, ((size_t)t->str_mask + 1) * sizeof *t->str_slots},
+            {t->merge_keys, n_merge * sizeof *t->merge_keys},
+            {t->merge_rank, n_merge * sizeof *t->merge_rank},
+            {t->merge_id, n_merge * sizeof *t->merge_id},
+        };
+        qve_prep_save(id, a, (int)(sizeof a / sizeof *a));
+    }
+    free(off);
+    free(strs);
+}
+
+/* ==== open ========================================================================= */
+
+/* The tables' derived parts: byte ids, the added-token list, the regex. */
+static int setup(qve_tok *t, char *err, size_t err_size)
+{
+    int st = setup_bytes(t, err, err_size);
+    if (!st) st = setup_added(t, err, err_size);
+    return st ? st : setup_regex(t, err, err_size);
+}
+
+qve_tok *qve_tok_open(const char *dir, char *err, size_t err_size)
+{
+    char path[4096], path2[4096];
+    qve_tok *t = calloc(1, sizeof *t);
+    snprintf(path, sizeof path, "%s/vocab.json", dir);
+    snprintf(path2, sizeof path2, "%s/merges.txt", dir);
+    const int vm = file_exists(path) && file_exists(path2);
+    qve_prep_id id;
+    const int cacheable = !cache_id(&id, dir, vm);
+    qve_prep *p = t && cacheable ? qve_prep_open(&id) : NULL;
+    if (p && adopt_cache(t, p)) {
+        qve_prep_close(p); /* stale or damaged: built again below and replaced */
+        p = NULL;
+    }
+    if (p && setup(t, err, err_size)) { /* damage the index checks let through */
+        qve_tok_free(t);
+        t = calloc(1, sizeof *t);
+        p = NULL;
+    }
+    int st = !t ? QVE_TOK_E_NOMEM : p ? QVE_TOK_OK : build_tables(t, dir, vm, err, err_size);
+    if (!st && !p) st = setup(t, err, err_size);
+    if (st) {
+        if (st == QVE_TOK_E_NOMEM) set_err(err, err_size, "%s: out of memory", dir);
+        qve_tok_free(t);
+        return NULL;
+    }
+    if (!p && cacheable) save_cache(t, &id);
+    return t;
 }
 
 void qve_tok_free(qve_tok *t)
 {
     if (!t) return;
-    for (int32_t i = 0; i < t->n_ids; i++) free(t->tok_str[i]);
+    if (!t->tables) {
+        for (int32_t i = 0; i < t->n_ids; i++) free(t->tok_str[i]);
+        free(t->is_added);
+        free(t->str_slots);
+        free(t->merge_keys);
+        free(t->merge_rank);
+        free(t->merge_id);
+    }
     free(t->tok_str);
-    free(t->is_added);
-    free(t->str_slots);
-    free(t->merge_keys);
-    free(t->merge_rank);
-    free(t->merge_id);
+    qve_prep_close(t->tables);
     free(t->added);
     pcre2_match_data_free(t->md);
     pcre2_match_context_free(t->mctx);

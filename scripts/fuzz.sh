@@ -20,7 +20,7 @@ mkdir -p "$B/obj" tests/fuzz/findings
 # The library, instrumented (a file another module cannot build with clang is skipped with a note;
 # a target that needs it then fails to link and is reported as not built).
 objs=""
-for src in $(ls kernels/*.c voicefmt/*.c checkpoint/*.c features/*.c clone/*.c engine/*.c 2>/dev/null); do
+for src in $(ls util/*.c kernels/*.c voicefmt/*.c checkpoint/*.c features/*.c clone/*.c engine/*.c 2>/dev/null); do
   obj="$B/obj/$(echo "$src" | tr / _ | sed 's/\.c$/.o/')"
   isa=""
   case "$src" in *_avx2.c) isa=$AVX2 ;; *_avx512.c) isa=$AVX512 ;; esac

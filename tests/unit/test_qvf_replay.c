@@ -37,6 +37,9 @@
 #undef LLVMFuzzerTestOneInput
 #define HAVE_FUZZ_TOKENIZER 1
 #endif
+#define LLVMFuzzerTestOneInput fuzz_tok_cache_one
+#include "tests/fuzz/fuzz_tok_cache.c"
+#undef LLVMFuzzerTestOneInput
 
 typedef int (*target_fn)(const uint8_t *, size_t);
 static const struct {
@@ -44,7 +47,7 @@ static const struct {
     target_fn fn;
 } targets[] = {
     {"fuzz_qvf_read", fuzz_qvf_read_one},       {"fuzz_legacy_read", fuzz_legacy_read_one},
-    {"fuzz_roundtrip", fuzz_roundtrip_one},
+    {"fuzz_roundtrip", fuzz_roundtrip_one},     {"fuzz_tok_cache", fuzz_tok_cache_one},
 #ifdef HAVE_FUZZ_SAFETENSORS
     {"fuzz_safetensors", fuzz_safetensors_one},
 #endif

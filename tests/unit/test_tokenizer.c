@@ -11,7 +11,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cJSON.h>
@@ -675,6 +677,163 @@ static void test_synthetic_and_errors(void **state)
     assert_non_null(strstr(err, "/nonexistent/qvoice: no vocab.json"));
 }
 
+/* ==== the tables' cache file (prepared.h) ========================================== */
+
+/* The cache file of the one tokenizer opened under cache dir cdir: its path into out. */
+static void cache_file(const char *cdir, char *out, size_t n)
+{
+    char d[1200];
+    snprintf(d, sizeof d, "%s/prepared", cdir);
+    DIR *dd = opendir(d);
+    out[0] = 0;
+    for (const struct dirent *e; dd && (e = readdir(dd));)
+        if (!strncmp(e->d_name, "tokenizer-", 10)) snprintf(out, n, "%s/%s", d, e->d_name);
+    if (dd) closedir(dd);
+    if (!out[0]) fail_msg("no tokenizer cache file in %s", d);
+}
+
+static ino_t inode(const char *path)
+{
+    struct stat sb;
+    return stat(path, &sb) == 0 ? sb.st_ino : 0;
+}
+
+/* Array k of a cache file (prepared.c: a 4152-byte header, then (offset, size) per array). */
+static uint8_t *array_at(uint8_t *file, int k, uint64_t *n_bytes)
+{
+    uint64_t off;
+    memcpy(&off, file + 4152 + 16 * k, 8);
+    memcpy(n_bytes, file + 4152 + 16 * k + 8, 8);
+    return file + off;
+}
+
+/* Writes bytes as the cache file, opens dir, checks that the open succeeds and, when rejected,
+ * that the file was rebuilt (a new file) and tokenises the corpus as the committed ids. */
+static void open_damaged(const char *dir, const char *file, const uint8_t *bytes, size_t n,
+                         int rejected, const corpus *c, char **lines, size_t n_lines,
+                         const char *what)
+{
+    tmp_write(file, bytes, n);
+    const ino_t before = inode(file);
+    qve_tok *t = qve_tok_open(dir, g_err, sizeof g_err);
+    if (!t) fail_msg("%s: %s", what, g_err);
+    if (rejected) {
+        if (inode(file) == before) fail_msg("%s: the damaged cache file was used", what);
+        assert_int_equal(compare_ids(t, c, lines, n_lines, what), c->n);
+    } else { /* accepted (damage an index check cannot see): it must only not crash */
+        qve_tok_ids v = {0};
+        for (size_t i = 0; i < c->n; i++) qve_tok_encode(t, c->text[i], strlen(c->text[i]), &v, NULL, 0);
+        qve_tok_ids_free(&v);
+    }
+    qve_tok_free(t);
+}
+
+/* Cold (tables built, then saved) and warm (mapped from the cache file) opens of both on-disk
+ * forms give the committed ids; a damaged cache file is rejected and rebuilt, or, where no
+ * bounds check can tell, used without crashing. */
+static void test_cache(void **state)
+{
+    (void)state;
+    need_tokenizers();
+    const char *old = getenv("QVOICE_CACHE");
+    char *keep = old ? strdup(old) : NULL, cdir[128], file[1500], dir[1200];
+    snprintf(cdir, sizeof cdir, "%s", tmp_path("cache"));
+    setenv("QVOICE_CACHE", cdir, 1);
+    corpus c;
+    corpus_load(&c, CORPUS);
+    char *buf = slurp(CORPUS_IDS, NULL), **lines;
+    size_t n_lines = split_lines(buf, &lines);
+    static const char *const forms[] = {"vm", "json"};
+    for (int f = 0; f < 2; f++) {
+        snprintf(dir, sizeof dir, "%s/%s", g_ref, forms[f]);
+        char what[64];
+        snprintf(what, sizeof what, "%s cold", forms[f]);
+        qve_tok *t = qve_tok_open(dir, g_err, sizeof g_err);
+        if (!t) fail_msg("%s", g_err);
+        assert_int_equal(compare_ids(t, &c, lines, n_lines, what), c.n);
+        qve_tok_free(t);
+        cache_file(cdir, file, sizeof file);
+        const ino_t made = inode(file);
+        snprintf(what, sizeof what, "%s warm", forms[f]);
+        t = qve_tok_open(dir, g_err, sizeof g_err);
+        if (!t) fail_msg("%s", g_err);
+        assert_int_equal(inode(file), made); /* mapped, not rebuilt */
+        assert_int_equal(compare_ids(t, &c, lines, n_lines, what), c.n);
+        assert_int_equal(qve_tok_vocab_size(t), 151676);
+        qve_tok_free(t);
+        remove(file);
+    }
+    /* damage: the vocab+merges form's file, each damage applied to a good copy */
+    snprintf(dir, sizeof dir, "%s/vm", g_ref);
+    qve_tok_free(qve_tok_open(dir, g_err, sizeof g_err));
+    cache_file(cdir, file, sizeof file);
+    size_t n = 0;
+    uint8_t *good = (uint8_t *)slurp(file, &n), *bad = malloc(n);
+    assert_non_null(good);
+    assert_non_null(bad);
+    uint64_t nb;
+    uint32_t v32;
+#define DAMAGE(rejected, what, edit)                                                               \
+    do {                                                                                           \
+        memcpy(bad, good, n);                                                                      \
+        edit;                                                                                      \
+        open_damaged(dir, file, bad, n, rejected, &c, lines, n_lines, what);                      \
+    } while (0)
+    open_damaged(dir, file, good, n / 2, 1, &c, lines, n_lines, "truncated");
+    DAMAGE(1, "n_ids + 1", memcpy(&v32, array_at(bad, 0, &nb), 4); v32++;
+           memcpy(array_at(bad, 0, &nb), &v32, 4));
+    DAMAGE(1, "string offset past the strings", v32 = 0x7FFFFFFF;
+           memcpy(array_at(bad, 1, &nb) + 4 * 300, &v32, 4));
+    DAMAGE(1, "strings not NUL-terminated", uint8_t *a = array_at(bad, 2, &nb); a[nb - 1] = 'x');
+    DAMAGE(1, "is_added = 2", array_at(bad, 3, &nb)[40] = 2);
+    /* slots: one naming an id out of range, one whose length runs past the strings (the token
+       with the last string), none empty */
+    uint64_t n_off;
+    const uint8_t *offs = array_at(good, 1, &n_off), *slots = array_at(good, 4, &nb);
+    const size_t n_slots = nb / 16;
+    size_t at = 0, at_last = 0;
+    uint32_t last_off = 0;
+    for (size_t i = 0; i < n_slots; i++) {
+        int32_t id;
+        uint32_t o;
+        memcpy(&id, slots + 16 * i, 4);
+        if (id < 0) continue;
+        memcpy(&o, offs + 4 * (size_t)id, 4);
+        if (!at) at = (size_t)(slots - good) + 16 * i;
+        if (o >= last_off) last_off = o, at_last = (size_t)(slots - good) + 16 * i;
+    }
+    assert_true(at && at_last);
+    DAMAGE(1, "slot id out of range", v32 = 151676; memcpy(bad + at, &v32, 4));
+    DAMAGE(1, "slot length past the strings", const uint16_t len = 0xFFFE;
+           memcpy(bad + at_last + 4, &len, 2));
+    DAMAGE(1, "no empty slot", uint8_t *s = array_at(bad, 4, &nb);
+           for (size_t i = 0; i < n_slots; i++) {
+               int32_t id;
+               memcpy(&id, s + 16 * i, 4);
+               if (id < 0) memcpy(s + 16 * i, bad + at, 16);
+           });
+    DAMAGE(1, "merge result out of range", uint64_t *k = (uint64_t *)array_at(bad, 5, &nb);
+           size_t i = 0; while (k[i] == UINT64_MAX) i++;
+           v32 = 0xFFFFFFF0u; memcpy(array_at(bad, 7, &nb) + 4 * i, &v32, 4));
+    /* random byte changes anywhere after the header: rejected or harmless, never a crash */
+    unsigned seed = (unsigned)time(NULL);
+    print_message("cache damage seed %u\n", seed);
+    srand(seed);
+    for (int r = 0; r < 12; r++) {
+        const size_t pos = 4152 + (size_t)rand() % (n - 4152);
+        DAMAGE(0, "random byte", bad[pos] ^= (uint8_t)(1 + rand() % 255));
+    }
+#undef DAMAGE
+    free(good);
+    free(bad);
+    free(lines);
+    free(buf);
+    corpus_free(&c);
+    if (keep) setenv("QVOICE_CACHE", keep, 1);
+    else unsetenv("QVOICE_CACHE");
+    free(keep);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -691,6 +850,7 @@ int main(void)
         cmocka_unit_test(test_bad_utf8),
         cmocka_unit_test(test_encode_into),
         cmocka_unit_test_setup_teardown(test_synthetic_and_errors, tmpdir_setup, tmpdir_teardown),
+        cmocka_unit_test_setup_teardown(test_cache, tmpdir_setup, tmpdir_teardown),
     };
     return cmocka_run_group_tests_name("tokenizer", tests, group_setup, group_teardown);
 }
