@@ -185,6 +185,18 @@ static int check_params(const qv_params *p, char *err, size_t n) {
     return 0;
 }
 
+enum qv_status qv_session_set_params(qv_session *s, const qv_params *p) {
+    if (!s || !p) return QV_E_INVALID;
+    if (check_params(p, s->err, sizeof s->err)) return QV_E_INVALID;
+    if (p->n_threads != s->p.n_threads || p->quant != s->p.quant) {
+        snprintf(s->err, sizeof s->err, "n_threads %d and quant %d: the session has %d and %d",
+                 p->n_threads, p->quant, s->p.n_threads, s->p.quant);
+        return QV_E_INVALID;
+    }
+    s->p = *p;
+    return QV_OK;
+}
+
 enum qv_status qv_session_new(qv_session **out, const qv_model *m, const qv_params *p) {
     *out = NULL;
     if (!m || !p) return QV_E_INVALID;

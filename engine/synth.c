@@ -129,6 +129,26 @@ enum qv_status qv_synth_new(qv_synth **out, const qv_model *m, const qv_params *
     return QV_OK;
 }
 
+enum qv_status qv_synth_set_params(qv_synth *s, const qv_params *p) {
+    if (!s || !p) return QV_E_INVALID;
+    if (qv_threads_resolve(p->n_threads) != s->p.n_threads) {
+        snprintf(s->err, sizeof s->err, "n_threads %d: the synthesizer has %d", p->n_threads,
+                 s->p.n_threads);
+        return QV_E_INVALID;
+    }
+    qv_params q = *p;
+    q.n_threads = s->s->p.n_threads; /* the session's pool leaves the decoder thread a core */
+    enum qv_status st = qv_session_set_params(s->s, &q);
+    if (st) {
+        snprintf(s->err, sizeof s->err, "%s", qv_session_error(s->s));
+        return st;
+    }
+    const int n = s->p.n_threads;
+    s->p = *p;
+    s->p.n_threads = n;
+    return QV_OK;
+}
+
 void qv_synth_free(qv_synth *s) {
     if (!s) return;
     __atomic_sub_fetch(&s->m->n_synths, 1, __ATOMIC_SEQ_CST);
@@ -336,6 +356,7 @@ static int generate(run *c, const char *text, piece *pc) {
         snprintf(c->st->warning, sizeof c->st->warning, "%.250s", qv_session_warning(s->s));
     /* whole chunks: the decoder thread decodes in the background while every core generates */
     const int bg = !c->stream && s->full;
+    int lowered = 0;
     if (!rc && (streams || (bg && !c->r->codes_only)) && !ds) rc = start_stream(c, &ds, e, sizeof e);
     if (ds && bg) {
         qve_dec_stream_background(ds);
@@ -352,7 +373,13 @@ static int generate(run *c, const char *text, piece *pc) {
             rc = fail(c, QV_E_CANCELLED, "%s", "cancelled");
             break;
         }
-        if (ds && pc->joined && !bg) s->s->pool = own;
+        if (ds && pc->joined && !bg && !lowered) {
+            s->s->pool = own;
+            /* batched streams: the step runs on one thread and must not share its core with
+               the streams' decoders; they take what the step leaves (batch.c) */
+            if (s->m->batch) qve_dec_stream_background(ds);
+            lowered = 1;
+        }
         if (lent && pc->joined) {
             qve_dec_stream_set_pool(ds, NULL);
             lent = 0;

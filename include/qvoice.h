@@ -209,6 +209,11 @@ typedef struct qv_session qv_session;
 /* A session owns the thread pool, KV caches and scratch for one utterance at a time. */
 enum qv_status qv_session_new(qv_session **out, const qv_model *m, const qv_params *p);
 void qv_session_free(qv_session *s); /* accepts NULL */
+/* New sampling parameters (seed, sampling, max_frames, ignore_eos) for the next
+ * qv_session_start, keeping the pool, scratch and tokenizer; n_threads and quant must stay as
+ * created. QV_E_INVALID (qv_session_error says which field) and nothing changed, else QV_OK.
+ * Not while an utterance generates. */
+enum qv_status qv_session_set_params(qv_session *s, const qv_params *p);
 
 /* Builds the prompt (§3.4 of the architecture notes) and runs the prefill. Ends any previous
  * utterance. Errors: QV_E_SPEAKER / QV_E_LANGUAGE (the detail lists valid names), QV_E_INVALID,
@@ -340,6 +345,11 @@ typedef struct qv_synth qv_synth;
 
 enum qv_status qv_synth_new(qv_synth **out, const qv_model *m, const qv_params *p);
 void qv_synth_free(qv_synth *s); /* accepts NULL; not while a synthesis runs */
+/* qv_session_set_params for the synthesizer: the next qv_synth_run uses p, reusing the session,
+ * pools, decoder scratch and tokenizer (a server slot serving requests with different seeds).
+ * QV_E_INVALID (qv_synth_error has the detail) if n_threads or quant differ or p is invalid;
+ * nothing changes then. Not while a synthesis runs. */
+enum qv_status qv_synth_set_params(qv_synth *s, const qv_params *p);
 
 /* Synthesizes r, delivering audio through fn as it is decoded. The guard: a chunk that trips it
  * before any of its audio went out is retried in two halves; once audio has gone out, a trip

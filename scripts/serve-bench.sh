@@ -14,7 +14,9 @@
 #      itself.
 # Env: QV_SERVE_MODEL (default $QVOICE_CACHE/q06b-cv; its -base sibling clones), QV_SERVE_AUDIO
 # (seconds per request, 4), QV_SERVE_TTFA_RUNS (20), QV_SOAK_SECONDS (600), QV_SOAK_SAMPLE (5),
-# QV_SERVE_QUANT (int8), QV_SERVE_BATCH (the server's --batch: 8; 0 measures the streams unbatched).
+# QV_SERVE_QUANT (int8), QV_SERVE_BATCH (the server's --batch: 8; 0 measures the streams unbatched),
+# QV_SERVE_SECTIONS (which of "ttfa ratio load soak" to run: all), QV_SERVE_BIN (the server binary:
+# bin/qvoice-server; another build's, to compare two in one sitting).
 # Figures depend on the machine's load: the load average is printed with them. Exit 1 when a
 # step fails outright (a failed load request or an unexpected soak status is printed, not fatal).
 set -eu
@@ -27,6 +29,8 @@ SOAK=${QV_SOAK_SECONDS:-600}
 SAMPLE=${QV_SOAK_SAMPLE:-5}
 QUANT=${QV_SERVE_QUANT:-int8}
 BATCH=${QV_SERVE_BATCH:-8}
+SECTIONS=${QV_SERVE_SECTIONS:-ttfa ratio load soak}
+SERVER=${QV_SERVE_BIN:-bin/qvoice-server}
 PATH=$PATH:/usr/sbin
 W=$(mktemp -d /tmp/qvoice-bench.XXXXXX)
 PID=
@@ -35,7 +39,7 @@ trap '[ -n "$SAMPLER" ] && kill $SAMPLER 2>/dev/null; [ -n "$PID" ] && kill $PID
 
 CLONE=
 [ -d "${MODEL%-cv}-base" ] && CLONE="--clone-model ${MODEL%-cv}-base" # the soak's audio uploads
-bin/qvoice-server -m "$MODEL" $CLONE --voices "$W/voices" --quant "$QUANT" --batch "$BATCH" --threads 2 --max-concurrency 4 \
+"$SERVER" -m "$MODEL" $CLONE --voices "$W/voices" --quant "$QUANT" --batch "$BATCH" --threads 2 --max-concurrency 4 \
   --max-queue 2 --listen 127.0.0.1:0 >/dev/null 2>"$W/log" &
 PID=$!
 for _ in $(seq 1200); do grep -q "listening on" "$W/log" && break; sleep 0.1; done
@@ -49,7 +53,8 @@ body() { # SEED STREAM_FORMAT FORMAT
 }
 pct() { sort -n | awk -v p="$1" '{v[NR]=$1} END {i=int(p*NR+0.999); if(i<1)i=1; print v[i]}'; }
 load() { cut -d' ' -f1-3 /proc/loadavg; }
-echo "serve-bench: $MODEL $QUANT, 2 threads/synthesis, --batch $BATCH, machine load: $(load)"
+echo "serve-bench: $SERVER, $MODEL $QUANT, 2 threads/synthesis, --batch $BATCH, machine load: $(load)"
+want() { case " $SECTIONS " in *" $1 "*) return 0 ;; esac; return 1; }
 
 # 1. time to first byte, one streamed request alone, sequential
 ttfa_section() {
@@ -60,7 +65,7 @@ ttfa_section() {
   done
   echo "serve-bench: time to first audio byte, alone: p50 $(pct 0.5 < "$W/ttfa") s, p95 $(pct 0.95 < "$W/ttfa") s, max $(pct 1 < "$W/ttfa") s ($RUNS sequential streamed requests; goal p95 <= 0.6 s; load $(load))"
 }
-ttfa_section
+want ttfa && ttfa_section
 
 # 2. aggregate audio seconds per wall second: 1 alone, then 4 at once
 cpu() { awk '{print $14 + $15}' "/proc/$PID/stat"; } # server CPU time, clock ticks
@@ -79,17 +84,22 @@ run_batch() { # N -> prints "audio seconds per wall second, per server CPU secon
     'BEGIN { printf "%.3f %.3f", b / 48000 / (z - a), b / 48000 / (c / hz) }'
 }
 metric() { curl -s "$URL/metrics" | sed -n "s/^$1 //p"; }
-set -- $(run_batch 1); one=$1; one_cpu=$2
-s0=$(metric qvoice_batch_steps_total); f0=$(metric qvoice_batch_frames_total)
-set -- $(run_batch 4); four=$1; four_cpu=$2
-s1=$(metric qvoice_batch_steps_total); f1=$(metric qvoice_batch_frames_total)
-mean=$(awk -v s="$((s1 - s0))" -v f="$((f1 - f0))" 'BEGIN { if (s > 0) printf "%.2f", f / s; else print "-" }')
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b / a }'; }
-echo "serve-bench: audio s per wall s: 1 stream $one, 4 streams $four, ratio $(ratio "$one" "$four") (goal >= 2.5; mean batch of the 4: $mean streams per step), load $(cut -d' ' -f1-3 /proc/loadavg)"
-# the same per CPU second of the server: what batching saves, whatever else the machine runs
-echo "serve-bench: audio s per server CPU s: 1 stream $one_cpu, 4 streams $four_cpu, ratio $(ratio "$one_cpu" "$four_cpu")"
-# the generation step alone (no decoder, one thread): 4 sessions stepped together vs one by one
-echo "serve-bench: $(build/bench/bench_batch "$MODEL" 1 "$QUANT" 4 10 3)"
+ratio_section() {
+  want ttfa || warm=$(run_batch 1) # first use: the decoder loads, the weights page in
+  set -- $(run_batch 1); one=$1; one_cpu=$2
+  s0=$(metric qvoice_batch_steps_total); f0=$(metric qvoice_batch_frames_total)
+  set -- $(run_batch 4); four=$1; four_cpu=$2
+  s1=$(metric qvoice_batch_steps_total); f1=$(metric qvoice_batch_frames_total)
+  mean=$(awk -v s="$((s1 - s0))" -v f="$((f1 - f0))" 'BEGIN { if (s > 0) printf "%.2f", f / s; else print "-" }')
+  echo "serve-bench: audio s per wall s: 1 stream $one, 4 streams $four, ratio $(ratio "$one" "$four") (goal >= 2.5; mean batch of the 4: $mean streams per step), load $(load)"
+  # the same per CPU second of the server: what batching saves, whatever else the machine runs;
+  # cores busy = CPU s per wall s of the server
+  echo "serve-bench: audio s per server CPU s: 1 stream $one_cpu, 4 streams $four_cpu, ratio $(ratio "$one_cpu" "$four_cpu"); server CPU s per audio s: $(ratio "$one_cpu" 1) -> $(ratio "$four_cpu" 1); cores busy: $(ratio "$one_cpu" "$one") -> $(ratio "$four_cpu" "$four")"
+  # the generation step alone (no decoder, one thread): 4 sessions stepped together vs one by one
+  [ -n "${QV_SERVE_NO_STEP:-}" ] || echo "serve-bench: $(build/bench/bench_batch "$MODEL" 1 "$QUANT" 4 10 3)"
+}
+want ratio && ratio_section
 
 # 3. load: 8 concurrent clients
 load_section() {
@@ -105,7 +115,7 @@ load_section() {
   awk -F, '$7 == 200 {print $1}' "$W/hey.rows" > "$W/lat200"
   echo "serve-bench: load, 8 clients x 2 requests: status $codes; failed (not 200/429, or no response) $failed (goal 0); latency of the 200s p50 $(pct 0.5 < "$W/lat200") s, p95 $(pct 0.95 < "$W/lat200") s; all $(wc -l < "$W/hey.rows") p50 $(cut -d, -f1 "$W/hey.rows" | pct 0.5) s, p95 $(cut -d, -f1 "$W/hey.rows" | pct 0.95) s (load $(load))"
 }
-load_section
+want load && load_section
 
 # 4. soak
 rss() { awk '/^VmRSS/ {print $2}' "/proc/$PID/status"; }
@@ -165,5 +175,5 @@ soak_section() {
   cat "$W/soak.bad"
   echo "serve-bench: soak ${SOAK} s, $n rounds, $n_req requests, $n_bad unexpected statuses; RSS (kB) $(stats 1); open fds $(stats 2); $(wc -l < "$W/samples") samples every ${SAMPLE} s; load $load0 at the start, $(load) at the end"
 }
-soak_section
+want soak && soak_section
 kill -TERM $PID; wait $PID; PID=

@@ -1,9 +1,9 @@
 /* test_synth.c — the public synthesis API (qv_synth) on the tiny synthetic CustomVoice model
  * ($QVOICE_CACHE/tiny-cv): two syntheses on one shared model in two threads give the sequential
  * samples bit for bit; streamed delivery starts with a one-frame block, grows, and equals
- * whole-chunk delivery; the guard's semantics once audio went out; cancellation; a weight delta
- * refused on a shared model; a voice of an unrelated checkpoint refused unless forced; voice
- * lookup errors.
+ * whole-chunk delivery; a synthesizer given new parameters equals a new one; the guard's
+ * semantics once audio went out; cancellation; a weight delta refused on a shared model; a voice
+ * of an unrelated checkpoint refused unless forced; voice lookup errors.
  */
 #include <math.h>
 #include <pthread.h>
@@ -144,6 +144,56 @@ static void test_concurrent(void **st) {
         free(seq[i].out.x);
 }
 
+/* A synthesizer given new parameters (qv_synth_set_params, as a server slot reuses one) gives
+ * the samples of a new synthesizer with them; a thread count or quant it was not built with, or
+ * an invalid value, is refused and changes nothing. */
+static void test_set_params(void **st) {
+    (void)st;
+    job fresh[2] = {{"serena", 9, 0, {0}, 0, {0}}, {"ryan", 3, 0, {0}, 0, {0}}};
+    for (int i = 0; i < 2; i++) {
+        run_job(&fresh[i]);
+        assert_int_equal(fresh[i].st, QV_OK);
+    }
+    qv_params p = qv_model_params(g_m);
+    p.seed = 3;
+    p.max_frames = 20;
+    p.n_threads = 2;
+    qv_synth *s;
+    assert_int_equal(qv_synth_new(&s, g_m, &p), QV_OK);
+    qv_params bad = p;
+    bad.n_threads = 1;
+    assert_int_equal(qv_synth_set_params(s, &bad), QV_E_INVALID);
+    assert_non_null(strstr(qv_synth_error(s), "n_threads"));
+    bad = p;
+    bad.quant = QV_QUANT_INT8;
+    assert_int_equal(qv_synth_set_params(s, &bad), QV_E_INVALID);
+    bad = p;
+    bad.temperature = 0;
+    assert_int_equal(qv_synth_set_params(s, &bad), QV_E_INVALID);
+    assert_non_null(strstr(qv_synth_error(s), "temperature"));
+    for (int i = 0; i < 2; i++) {
+        p.seed = fresh[i].seed;
+        assert_int_equal(qv_synth_set_params(s, &p), QV_OK);
+        qv_synth_request r = qv_synth_default_request();
+        r.text = "Two sentences here. And a second one.";
+        r.speaker = fresh[i].speaker;
+        r.max_chunk_chars = 20;
+        pcm out = {0};
+        assert_int_equal(qv_synth_run(s, &r, on_pcm, &out, NULL), QV_OK);
+        printf("  reused synthesizer, seed %llu: %lld samples, %s\n",
+               (unsigned long long)p.seed, (long long)out.n,
+               out.n == fresh[i].out.n &&
+                       !memcmp(out.x, fresh[i].out.x, (size_t)out.n * sizeof(float))
+                   ? "bit-identical to a new one"
+                   : "DIFFERENT");
+        assert_int_equal(out.n, fresh[i].out.n);
+        assert_memory_equal(out.x, fresh[i].out.x, (size_t)out.n * sizeof(float));
+        free(out.x);
+        free(fresh[i].out.x);
+    }
+    qv_synth_free(s);
+}
+
 /* The synthetic model never ends by itself: the guard's frame budget trips. Streaming: audio has
  * gone out, so the synthesis ends with QV_E_GUARD (no retry); whole chunks: retried in halves
  * first. Cancellation from the callback ends within a frame. */
@@ -256,6 +306,7 @@ static void test_voices(void **st) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_concurrent),
+        cmocka_unit_test(test_set_params),
         cmocka_unit_test(test_guard_and_cancel),
         cmocka_unit_test(test_voices),
     };
