@@ -11,7 +11,8 @@
  * code 0 per session (its own sampler, RNG and parameters), the code predictor's passes in
  * lockstep (qve_cp_frame_multi), one talker token each at its own position on its own KV cache
  * (qve_stack_forward_multi), the codec head. Every row goes through the same operations as it
- * would alone, so results are bit-identical (tests/unit/test_batch_step.c).
+ * would alone, so results are bit-identical (tests/unit/test_batch_step.c). The streams'
+ * decoder threads run at idle priority meanwhile (synth.c), so the step keeps its core.
  */
 #include <errno.h>
 #include <pthread.h>

@@ -356,7 +356,7 @@ static int generate(run *c, const char *text, piece *pc) {
         snprintf(c->st->warning, sizeof c->st->warning, "%.250s", qv_session_warning(s->s));
     /* whole chunks: the decoder thread decodes in the background while every core generates */
     const int bg = !c->stream && s->full;
-    int lowered = 0;
+    int heard = 0;
     if (!rc && (streams || (bg && !c->r->codes_only)) && !ds) rc = start_stream(c, &ds, e, sizeof e);
     if (ds && bg) {
         qve_dec_stream_background(ds);
@@ -373,12 +373,12 @@ static int generate(run *c, const char *text, piece *pc) {
             rc = fail(c, QV_E_CANCELLED, "%s", "cancelled");
             break;
         }
-        if (ds && pc->joined && !bg && !lowered) {
+        if (ds && pc->joined && !bg && !heard) {
             s->s->pool = own;
             /* batched streams: the step runs on one thread and must not share its core with
                the streams' decoders; they take what the step leaves (batch.c) */
             if (s->m->batch) qve_dec_stream_background(ds);
-            lowered = 1;
+            heard = 1;
         }
         if (lent && pc->joined) {
             qve_dec_stream_set_pool(ds, NULL);
