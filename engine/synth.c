@@ -363,8 +363,9 @@ static int generate(run *c, const char *text, piece *pc) {
         qvk_pool_set_spin(s->full, 0); /* every wait hands the core to the decoder */
     }
     /* streaming: until the piece is heard the producer waits for each block, so the decoder
-       splits it over the idle full pool (first audio sooner) */
-    int lent = ds && !bg && s->full && !pc->joined;
+       splits it over the idle full pool (first audio sooner). Not with batched streams: there
+       the pool's polling workers would take CPU the other streams need */
+    int lent = ds && !bg && s->full && !pc->joined && !s->m->batch;
     if (lent) qve_dec_stream_set_pool(ds, s->full); /* on failure: fewer threads, same samples */
     while (!rc) {
         int32_t fr[QV_N_CODEBOOKS];
