@@ -1216,8 +1216,6 @@ static const float *decode_block(const qve_decoder *d, dec_state *s, const int32
 
 /* ==== chunking and streaming =============================================================== */
 
-/* Decodes the pending frames as one block and hands the audio of the non-context frames to the
- * callback. Returns 0, or -1 when the callback asked to stop. */
 static double now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -1238,6 +1236,8 @@ static int pick_pooled(qve_dec_stream *st, int nb) {
     return ++st->n_picks % 8 == 0 ? !better : better;
 }
 
+/* Decodes the pending frames as one block and hands the audio of the non-context frames to the
+ * callback. Returns 0, or -1 when the callback asked to stop. */
 static int run_pending(qve_dec_stream *st) {
     if (st->n_pending == 0) return 0;
     const qve_decoder *d = st->dec;

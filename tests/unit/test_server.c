@@ -496,16 +496,27 @@ static void background_curl(const server *sv, const char *json, const char *out,
                      0);
 }
 
+/* Starts the one-slot server NAME (ARGS after its model and voices) with busy_request() running
+ * on it as a background client (body to out, exit code to rc), and waits until it holds the slot. */
+static void start_busy(const char *name, const char *more, const char *json, const char *out,
+                       const char *rc) {
+    char args[2048];
+    snprintf(args, sizeof args, "-m %s --voices %s/voices --max-concurrency 1 %s", g_cv, tmp_dir,
+             more);
+    assert_int_equal(start(&g_extra, name, args), 0);
+    busy_request(json, 60);
+    background_curl(&g_extra, json, out, rc);
+    double active = 0;
+    for (int i = 0; i < 100 && (active = metric(&g_extra, "qvoice_active_sessions ")) < 1; i++)
+        sleep_ms(100);
+    assert_true(active >= 1);
+}
+
 static void test_disconnect_and_limits(void **state) {
     (void)state;
-    char args[2048];
-    snprintf(args, sizeof args, "-m %s --voices %s/voices --max-concurrency 1 --max-queue 0", g_cv,
-             tmp_dir);
-    assert_int_equal(start(&g_extra, "busy", args), 0);
     /* a long streamed request in the background, then a second one: 429 with Retry-After */
-    busy_request(tmp_path("long.json"), 60);
-    background_curl(&g_extra, tmp_path("long.json"), tmp_path("bg.pcm"), tmp_path("bg.rc"));
-    for (int i = 0; i < 100 && metric(&g_extra, "qvoice_active_sessions ") < 1; i++) sleep_ms(100);
+    start_busy("busy", "--max-queue 0", tmp_path("long.json"), tmp_path("bg.pcm"),
+               tmp_path("bg.rc"));
     assert_int_equal(curl(&g_extra, NULL, "-D %s -d '{\"input\":\"x\"}' SRV/v1/audio/speech",
                           tmp_path("hdr")), 429);
     assert_true(file_has(tmp_path("hdr"), "Retry-After: 1"));
@@ -519,7 +530,10 @@ static void test_disconnect_and_limits(void **state) {
     assert_true(got > 0 && got <= 60 * 48000);
     assert_int_equal(sh("curl -s --max-time 5 http://127.0.0.1:%d/health", g_extra.port) == 0, 0);
     /* a client that leaves mid-stream cancels its synthesis */
-    strcat(args, " --timeout 2");
+    char args[2048];
+    snprintf(args, sizeof args,
+             "-m %s --voices %s/voices --max-concurrency 1 --max-queue 0 --timeout 2", g_cv,
+             tmp_dir);
     assert_int_equal(start(&g_extra, "gone", args), 0);
     char cmd[1024];
     snprintf(cmd, sizeof cmd,
@@ -551,14 +565,8 @@ static void test_disconnect_and_limits(void **state) {
  * server exits 0. */
 static void test_drain_under_load(void **state) {
     (void)state;
-    char args[2048];
-    snprintf(args, sizeof args, "-m %s --voices %s/voices --max-concurrency 1 --max-queue 2", g_cv,
-             tmp_dir);
-    assert_int_equal(start(&g_extra, "drain", args), 0);
-    busy_request(tmp_path("drain.json"), 60);
-    background_curl(&g_extra, tmp_path("drain.json"), tmp_path("d0.pcm"), tmp_path("d0.rc"));
-    for (int i = 0; i < 100 && metric(&g_extra, "qvoice_active_sessions ") < 1; i++)
-        sleep_ms(100);
+    start_busy("drain", "--max-queue 2", tmp_path("drain.json"), tmp_path("d0.pcm"),
+               tmp_path("d0.rc"));
     background_curl(&g_extra, tmp_path("drain.json"), tmp_path("d1.pcm"), tmp_path("d1.rc"));
     double queued = 0;
     for (int i = 0; i < 100 && (queued = metric(&g_extra, "qvoice_queued_sessions ")) < 1; i++)
