@@ -118,7 +118,7 @@ struct mv_job {
     qvk_q8_rows_fn rows;
     qvk_q8_rows_batch_fn rows_batch; /* NULL: rows per x */
     const int8_t *xq; /* [n_x, n_in] */
-    const uint8_t *xu; /* xq + 128, for rows_batch */
+    const int32_t *xc; /* rows_batch's corrections, [n_x, n_in / QVK_Q8_GROUP, 16] */
     const float *xs;  /* [n_x, n_in / QVK_Q8_GROUP] */
     const qvk_q8_mv *mv;
     int n_mv, n_in, n_x;
@@ -129,8 +129,8 @@ struct mv_job {
  * through the one-vector kernel (matvec.c). */
 static void mv_rows(const struct mv_job *j, const qvk_q8_mv *mv, int a, int b) {
     if (j->n_x > 1 && j->rows_batch) {
-        j->rows_batch(mv->y, mv->n_out, mv->q, mv->scale, j->xu, j->xs, j->n_x, mv->bias, a, b,
-                      j->n_in);
+        j->rows_batch(mv->y, mv->n_out, mv->q, mv->scale, j->xq, j->xc, j->xs, j->n_x, mv->bias, a,
+                      b, j->n_in);
         return;
     }
     const int blk = j->n_x > 1 ? qvk_batch_block_rows((size_t)j->n_in) : b - a;
@@ -168,11 +168,10 @@ void qvk_q8_matvec_batch(qvk_pool *pool, const float *restrict x, int n_x, int n
     const qvk_q8_rows_fn rows = by_name(qvk_variant());
     struct mv_job j = {.rows = rows, .xq = xq, .xs = xs, .mv = mv, .n_mv = n_mv, .n_in = n_in,
                        .n_x = n_x};
-    _Alignas(64) uint8_t xu[QVK_Q8_BATCH_MAX_IN];
+    _Alignas(64) int32_t xc[QVK_Q8_BATCH_MAX_IN / QVK_Q8_GROUP * 16];
     if (n_x > 1 && rows == qvk_q8_rows_avx512) {
-        for (size_t i = 0; i < (size_t)n_x * n_in; i++)
-            xu[i] = (uint8_t)(xq[i] + 128);
-        j.rows_batch = qvk_q8_rows_batch_avx512, j.xu = xu;
+        qvk_q8_batch_corr_avx512(xc, xq, n_x, n_in);
+        j.rows_batch = qvk_q8_rows_batch_avx512, j.xc = xc;
     }
     int n_total = 0;
     for (int m = 0; m < n_mv; m++)

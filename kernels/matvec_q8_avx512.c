@@ -2,7 +2,8 @@
  * as |x| and each weight byte is negated where x < 0 (one masked subtract per 64 bytes, shared by
  * the rows streamed together; weights are within ±127, so negation cannot overflow).
  * Exact int32 per 128-element group, then one f32 FMA by the group's x scale. Eight rows at a
- * time, the next eight prefetched into L2.
+ * time, the next eight prefetched into L2. The batched kernel (several x) flips the weights to
+ * unsigned instead, so its per-byte work does not grow with the number of x (rowsb_block).
  */
 #include <immintrin.h>
 
@@ -11,6 +12,7 @@
 #include "kernels/q8_impl.h"
 
 #define Q8_ROWS 8 /* rows per block */
+#define Q8_PF_BYTES 8192 /* the batched kernel's prefetch distance */
 
 static inline __m512i signed_w(const int8_t *p, __mmask64 neg) {
     __m512i w = _mm512_loadu_si512((const void *)p);
@@ -66,19 +68,23 @@ void qvk_q8_rows_avx512(float *restrict y, const int8_t *restrict q, const float
         rows_block(1, y, q, scale, xq, xs, bias, r, n_in);
 }
 
-/* NR rows × NB vectors, x given as xu = x + 128 (unsigned, made once per call): vpdpbusd then
- * takes the weights as they are, Σ xu·w = Σ x·w + 128·Σ w, and the second term (one vpdpbusd of
- * 128s per row, shared by all NB) is subtracted per group. Each lane's int32 is the exact Σ x·w
- * of rows_block's lane, and the f32 steps are rows_block's: bit-identical. pf: prefetch the next
- * NR rows (first pass over these rows only). */
+/* NR rows × NB vectors. vpdpbusd multiplies unsigned by signed bytes: here the weight bytes
+ * enter flipped to unsigned (w ^ 0x80 = w + 128, one xor per 64 bytes shared by all NB) and x
+ * as it is, so a lane sums Σ w·x + 128·Σ x. The second term depends on x alone: xc holds its
+ * negation per vector, group and lane (qvk_q8_batch_corr_avx512, once per call), and each
+ * group's accumulators start from it. Each lane's int32 is then the exact Σ x·w of
+ * rows_block's lane, and the f32 steps are rows_block's: bit-identical. pf: prefetch for the
+ * rows ~8 KB ahead (first pass over these rows only; a shorter distance left the rows' loads
+ * waiting on memory). */
 static inline __attribute__((always_inline)) void
 rowsb_block(int NR, int NB, int pf, float *restrict y, int ldy, const int8_t *restrict q,
-            const float *restrict scale, const uint8_t *restrict xu, const float *restrict xs,
-            const float *restrict bias, int r, int n_in) {
+            const float *restrict scale, const int8_t *restrict xq, const int32_t *restrict xc,
+            const float *restrict xs, const float *restrict bias, int r, int n_in) {
     const int8_t *wr = q + (size_t)r * n_in;
-    const char *next = (const char *)(wr + (size_t)NR * n_in);
+    const size_t blk = (size_t)NR * n_in;
+    const char *ahead = (const char *)(wr + blk * ((Q8_PF_BYTES + blk - 1) / blk));
     const int n_g = n_in / QVK_Q8_GROUP;
-    const __m512i c128 = _mm512_set1_epi8((char)0x80);
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
     __m512 f[2][4];
 #pragma GCC unroll 2
     for (int k = 0; k < NR; k++)
@@ -86,28 +92,28 @@ rowsb_block(int NR, int NB, int pf, float *restrict y, int ldy, const int8_t *re
         for (int b = 0; b < NB; b++)
             f[k][b] = _mm512_setzero_ps();
     for (int g = 0; g < n_g; g++) {
-        __m512i a[2][4], c[2];
-#pragma GCC unroll 2
-        for (int k = 0; k < NR; k++) {
-            c[k] = _mm512_setzero_si512();
+        __m512i a[2][4];
 #pragma GCC unroll 4
-            for (int b = 0; b < NB; b++)
-                a[k][b] = _mm512_setzero_si512();
+        for (int b = 0; b < NB; b++) {
+            const __m512i c = _mm512_loadu_si512((const void *)(xc + ((size_t)b * n_g + g) * 16));
+#pragma GCC unroll 2
+            for (int k = 0; k < NR; k++)
+                a[k][b] = c;
         }
 #pragma GCC unroll 2
         for (int i = g * QVK_Q8_GROUP; i < (g + 1) * QVK_Q8_GROUP; i += 64) {
-            if (pf) qvk_prefetch_l2(next + (size_t)i * NR, NR * 64);
+            if (pf) qvk_prefetch_l2(ahead + (size_t)i * NR, NR * 64);
             __m512i xv[4];
 #pragma GCC unroll 4
             for (int b = 0; b < NB; b++)
-                xv[b] = _mm512_loadu_si512((const void *)(xu + (size_t)b * n_in + i));
+                xv[b] = _mm512_loadu_si512((const void *)(xq + (size_t)b * n_in + i));
 #pragma GCC unroll 2
             for (int k = 0; k < NR; k++) {
-                const __m512i w = _mm512_loadu_si512((const void *)(wr + (size_t)k * n_in + i));
-                c[k] = _mm512_dpbusd_epi32(c[k], c128, w);
+                const __m512i wu = _mm512_xor_si512(
+                    _mm512_loadu_si512((const void *)(wr + (size_t)k * n_in + i)), flip);
 #pragma GCC unroll 4
                 for (int b = 0; b < NB; b++)
-                    a[k][b] = _mm512_dpbusd_epi32(a[k][b], xv[b], w);
+                    a[k][b] = _mm512_dpbusd_epi32(a[k][b], wu, xv[b]);
             }
         }
 #pragma GCC unroll 4
@@ -115,8 +121,7 @@ rowsb_block(int NR, int NB, int pf, float *restrict y, int ldy, const int8_t *re
             const __m512 sg = _mm512_set1_ps(xs[(size_t)b * n_g + g]);
 #pragma GCC unroll 2
             for (int k = 0; k < NR; k++)
-                f[k][b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(a[k][b], c[k])), sg,
-                                          f[k][b]);
+                f[k][b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a[k][b]), sg, f[k][b]);
         }
     }
 #pragma GCC unroll 2
@@ -130,39 +135,55 @@ rowsb_block(int NR, int NB, int pf, float *restrict y, int ldy, const int8_t *re
 
 static inline __attribute__((always_inline)) void
 rowsb_rows(int NR, float *restrict y, int ldy, const int8_t *restrict q,
-           const float *restrict scale, const uint8_t *restrict xu, const float *restrict xs,
-           int n_x, const float *restrict bias, int r, int n_in) {
+           const float *restrict scale, const int8_t *restrict xq, const int32_t *restrict xc,
+           const float *restrict xs, int n_x, const float *restrict bias, int r, int n_in) {
     const int n_g = n_in / QVK_Q8_GROUP;
     for (int b = 0; b < n_x; b += 4) {
         float *yb = y + (size_t)b * ldy;
-        const uint8_t *xb = xu + (size_t)b * n_in;
+        const int8_t *xb = xq + (size_t)b * n_in;
+        const int32_t *cb = xc + (size_t)b * n_g * 16;
         const float *sb = xs + (size_t)b * n_g;
         switch (n_x - b < 4 ? n_x - b : 4) {
         case 1:
-            rowsb_block(NR, 1, !b, yb, ldy, q, scale, xb, sb, bias, r, n_in);
+            rowsb_block(NR, 1, !b, yb, ldy, q, scale, xb, cb, sb, bias, r, n_in);
             break;
         case 2:
-            rowsb_block(NR, 2, !b, yb, ldy, q, scale, xb, sb, bias, r, n_in);
+            rowsb_block(NR, 2, !b, yb, ldy, q, scale, xb, cb, sb, bias, r, n_in);
             break;
         case 3:
-            rowsb_block(NR, 3, !b, yb, ldy, q, scale, xb, sb, bias, r, n_in);
+            rowsb_block(NR, 3, !b, yb, ldy, q, scale, xb, cb, sb, bias, r, n_in);
             break;
         default:
-            rowsb_block(NR, 4, !b, yb, ldy, q, scale, xb, sb, bias, r, n_in);
+            rowsb_block(NR, 4, !b, yb, ldy, q, scale, xb, cb, sb, bias, r, n_in);
             break;
         }
     }
 }
 
 void qvk_q8_rows_batch_avx512(float *restrict y, int ldy, const int8_t *restrict q,
-                              const float *restrict scale, const uint8_t *restrict xu,
-                              const float *restrict xs, int n_x, const float *restrict bias, int r0,
-                              int r1, int n_in) {
+                              const float *restrict scale, const int8_t *restrict xq,
+                              const int32_t *restrict xc, const float *restrict xs, int n_x,
+                              const float *restrict bias, int r0, int r1, int n_in) {
     int r = r0;
     for (; r + 2 <= r1; r += 2)
-        rowsb_rows(2, y, ldy, q, scale, xu, xs, n_x, bias, r, n_in);
+        rowsb_rows(2, y, ldy, q, scale, xq, xc, xs, n_x, bias, r, n_in);
     for (; r < r1; r++)
-        rowsb_rows(1, y, ldy, q, scale, xu, xs, n_x, bias, r, n_in);
+        rowsb_rows(1, y, ldy, q, scale, xq, xc, xs, n_x, bias, r, n_in);
+}
+
+/* xc[v, g, lane] = −128 · Σ x_v over the 8 bytes the lane takes in group g (4 per 64-byte
+ * step): vpdpbusd of bytes 128 (unsigned) by x, negated. */
+void qvk_q8_batch_corr_avx512(int32_t *restrict xc, const int8_t *restrict xq, int n_x, int n_in) {
+    const __m512i c128 = _mm512_set1_epi8((char)0x80);
+    for (size_t v = 0; v < (size_t)n_x; v++)
+        for (int g = 0; g < n_in / QVK_Q8_GROUP; g++) {
+            __m512i s = _mm512_setzero_si512();
+            for (int i = g * QVK_Q8_GROUP; i < (g + 1) * QVK_Q8_GROUP; i += 64)
+                s = _mm512_dpbusd_epi32(s, c128,
+                                        _mm512_loadu_si512((const void *)(xq + v * n_in + i)));
+            _mm512_storeu_si512((void *)(xc + (v * (n_in / QVK_Q8_GROUP) + g) * 16),
+                                _mm512_sub_epi32(_mm512_setzero_si512(), s));
+        }
 }
 
 /* One bf16 row to int8 + scale, the same IEEE operations as quantize_row in matvec_q8.c (absmax,

@@ -20,17 +20,19 @@ void qvk_q8_rows_avx512(float *restrict y, const int8_t *restrict q, const float
                         const int8_t *restrict xq, const float *restrict xs,
                         const float *restrict bias, int r0, int r1, int n_in);
 
-/* y[k·ldy + r] for vectors k < n_x given as xu = xq + 128 (row stride n_in; xs row stride
- * n_in / QVK_Q8_GROUP): the rows kernel for several x at once, each weight load used for all,
- * bit-identical to it. */
+/* y[k·ldy + r] for vectors k < n_x (xq row stride n_in, xs row stride n_in / QVK_Q8_GROUP):
+ * the rows kernel for several x at once, each weight load used for all, bit-identical to it.
+ * xc: the per-lane corrections of qvk_q8_batch_corr_avx512 for the same xq. */
 typedef void (*qvk_q8_rows_batch_fn)(float *restrict y, int ldy, const int8_t *restrict q,
-                                     const float *restrict scale, const uint8_t *restrict xu,
-                                     const float *restrict xs, int n_x,
+                                     const float *restrict scale, const int8_t *restrict xq,
+                                     const int32_t *restrict xc, const float *restrict xs, int n_x,
                                      const float *restrict bias, int r0, int r1, int n_in);
 void qvk_q8_rows_batch_avx512(float *restrict y, int ldy, const int8_t *restrict q,
-                              const float *restrict scale, const uint8_t *restrict xu,
-                              const float *restrict xs, int n_x, const float *restrict bias,
-                              int r0, int r1, int n_in);
+                              const float *restrict scale, const int8_t *restrict xq,
+                              const int32_t *restrict xc, const float *restrict xs, int n_x,
+                              const float *restrict bias, int r0, int r1, int n_in);
+/* xc [n_x, n_in / QVK_Q8_GROUP, 16] for qvk_q8_rows_batch_avx512. */
+void qvk_q8_batch_corr_avx512(int32_t *restrict xc, const int8_t *restrict xq, int n_x, int n_in);
 
 /* qvk_q8_quantize_x with AVX-512, byte-identical to the portable loop for finite x. */
 void qvk_q8_quantize_x_avx512(int8_t *restrict xq, float *restrict xs, const float *restrict x,

@@ -6,6 +6,7 @@
  * two measurements taken under the same background load compare). Then the element-wise
  * kernels, attention, batched linears and the pool round trip.
  * usage: bench_kernels [VARIANT...]  (default: the variant in use; e.g. avx512 avx2 scalar)
+ * QV_BENCH_SECTIONS picks sections (default all): matvec batch quant eltwise attention gemm pool.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -21,6 +22,16 @@
 /* Matrix set per shape: default 384 MB, twelve times this VM's 32 MiB L3; QV_BENCH_SET_MB
  * overrides (e.g. 16 to see the L3-resident rate the code predictor's re-read weights get). */
 static size_t g_set_bytes = (size_t)384 << 20;
+
+static const char *g_sections;
+
+static int want(const char *section) {
+    if (!g_sections) return 1;
+    const size_t n = strlen(section);
+    for (const char *p = strstr(g_sections, section); p; p = strstr(p + 1, section))
+        if ((p == g_sections || p[-1] == ' ') && (p[n] == ' ' || !p[n])) return 1;
+    return 0;
+}
 
 static double now_s(void) {
     struct timespec ts;
@@ -113,8 +124,9 @@ struct workload {
     float *scale;    /* [n_set · rows] */
     uint8_t *q4;     /* the same, q4: [n_set · rows, n_in / 2] */
     uint16_t *q4sb;  /* its scales then biases, [n_set · rows, n_in / 64] each */
-    const float *x;
-    float *y;
+    const float *x;  /* [n_x, n_in] */
+    float *y;        /* [n_x, rows] */
+    int n_x;         /* int8 only: vectors through the matrices together (the batched step) */
 };
 
 enum { FMT_BF16, FMT_INT8, FMT_Q4, N_FMT };
@@ -136,14 +148,14 @@ static void run_copy(qvk_pool *pool, const struct workload *wl, int s, int fmt) 
     qvk_q4_mv m4[3];
     for (int m = 0, o = 0; m < sh->n_mv; o += sh->outs[m], m++) {
         mv[m] = (qvk_mv){wl->y + o, wl->w + (row + o) * sh->n_in, NULL, sh->outs[m]};
-        mq[m] = (qvk_q8_mv){wl->y + o, wl->q + (row + o) * sh->n_in, wl->scale + row + o, NULL,
-                            sh->outs[m]};
+        mq[m] = (qvk_q8_mv){wl->y + (size_t)o * wl->n_x, wl->q + (row + o) * sh->n_in,
+                            wl->scale + row + o, NULL, sh->outs[m]};
         m4[m] = (qvk_q4_mv){wl->y + o, wl->q4 + (row + o) * sh->n_in / 2,
                             wl->q4sb + (row + o) * n_g, wl->q4sb + n_sb + (row + o) * n_g, NULL,
                             sh->outs[m]};
     }
     if (fmt == FMT_INT8)
-        qvk_q8_matvec_multi(pool, wl->x, sh->n_in, mq, sh->n_mv);
+        qvk_q8_matvec_batch(pool, wl->x, wl->n_x, sh->n_in, mq, sh->n_mv);
     else if (fmt == FMT_Q4)
         qvk_q4_matvec_multi(pool, wl->x, sh->n_in, m4, sh->n_mv);
     else
@@ -189,16 +201,24 @@ static void fill_weights(uint16_t *w, size_t n) {
         w[i] = (uint16_t)(0x3f00 + ((i * 2654435761u) >> 20) % 256) | (uint16_t)((i & 1) << 15);
 }
 
-static int bench_matvecs(qvk_pool *pool2, const char *const *variants, int n_var) {
-    float *x = qvk_alloc(8192 * sizeof(float)), *y = qvk_alloc(16384 * sizeof(float));
+/* batched = 0: every shape, format and variant with one x. batched = 1: the int8 rows of the
+ * 0.6B shapes (the talker's and code predictor's per-frame calls) with B = 1, 2, 4 vectors
+ * through each matrix at once (the batched frame step of B streams); GB/s counts weight bytes
+ * once per call, so B columns at the same GB/s cost no more than one. */
+static int bench_matvecs(qvk_pool *pool2, const char *const *variants, int n_var, int batched) {
+    static const int batch_x[] = {1, 2, 4};
+    float *x = qvk_alloc(4 * 8192 * sizeof(float)), *y = qvk_alloc(4 * 16384 * sizeof(float));
     if (!x || !y) return -1;
-    for (int i = 0; i < 8192; i++)
+    for (int i = 0; i < 4 * 8192; i++)
         x[i] = (float)((i % 17) - 8) * 0.125f;
-    printf("%-27s %-7s %-4s | %-20s | %-20s\n", "matvec [rows x in]", "variant", "fmt",
-           "1 thread: GB/s %read", "2 threads: GB/s %read");
+    if (batched)
+        printf("\nbatched int8 matvec, B vectors per call (GB/s of weights read once per call)\n");
+    printf("%-27s %-7s %-4s | %-20s | %-20s\n", "matvec [rows x in]", "variant",
+           batched ? "B" : "fmt", "1 thread: GB/s %read", "2 threads: GB/s %read");
     for (size_t s = 0; s < sizeof g_shapes / sizeof g_shapes[0]; s++) {
         const struct shape *sh = &g_shapes[s];
-        struct workload wl = {sh, 0, 0, NULL, NULL, NULL, NULL, NULL, x, y};
+        if (batched && strncmp(sh->what, "0.6B", 4) && strncmp(sh->what, "cp ", 3)) continue;
+        struct workload wl = {sh, 0, 0, NULL, NULL, NULL, NULL, NULL, x, y, 1};
         for (int m = 0; m < sh->n_mv; m++)
             wl.rows += sh->outs[m];
         size_t copy = (size_t)wl.rows * sh->n_in;
@@ -207,19 +227,24 @@ static int bench_matvecs(qvk_pool *pool2, const char *const *variants, int n_var
         wl.w = qvk_alloc(n * 2);
         wl.q = qvk_alloc(n);
         wl.scale = qvk_alloc((size_t)wl.n_set * wl.rows * sizeof(float));
-        wl.q4 = qvk_alloc(n / 2);
-        wl.q4sb = qvk_alloc(n / QVK_Q4_GROUP * 4);
-        if (!wl.w || !wl.q || !wl.scale || !wl.q4 || !wl.q4sb) return -1;
+        wl.q4 = batched ? NULL : qvk_alloc(n / 2);
+        wl.q4sb = batched ? NULL : qvk_alloc(n / QVK_Q4_GROUP * 4);
+        if (!wl.w || !wl.q || !wl.scale || (!batched && (!wl.q4 || !wl.q4sb))) return -1;
         fill_weights(wl.w, n);
         qvk_q8_quantize_bf16(pool2, wl.q, wl.scale, wl.w, wl.n_set * wl.rows, sh->n_in);
-        qvk_q4_quantize_bf16(pool2, wl.q4, wl.q4sb, wl.q4sb + n / QVK_Q4_GROUP, wl.w,
-                             wl.n_set * wl.rows, sh->n_in);
+        if (!batched)
+            qvk_q4_quantize_bf16(pool2, wl.q4, wl.q4sb, wl.q4sb + n / QVK_Q4_GROUP, wl.w,
+                                 wl.n_set * wl.rows, sh->n_in);
         for (int v = 0; v < n_var; v++) {
             if (qvk_set_variant(variants[v]) != 0) continue;
-            for (int fmt = 0; fmt < N_FMT; fmt++) {
+            for (int k = 0; k < (batched ? 3 : N_FMT); k++) {
+                const int fmt = batched ? FMT_INT8 : k;
+                char col[8];
+                snprintf(col, sizeof col, "%d", batch_x[k]);
+                wl.n_x = batched ? batch_x[k] : 1;
                 struct result r1 = bench(NULL, &wl, fmt), r2 = bench(pool2, &wl, fmt);
                 printf("%-27s %-7s %-4s | %6.1f  %4.0f%%       | %6.1f  %4.0f%%\n", sh->what,
-                       variants[v], g_fmt[fmt], r1.gbs, 100 * r1.ratio, r2.gbs,
+                       variants[v], batched ? col : g_fmt[fmt], r1.gbs, 100 * r1.ratio, r2.gbs,
                        100 * r2.ratio);
                 fflush(stdout);
             }
@@ -267,6 +292,7 @@ int main(int argc, char **argv) {
     qvk_init();
     const char *mb = getenv("QV_BENCH_SET_MB");
     if (mb && atol(mb) > 0) g_set_bytes = (size_t)atol(mb) << 20;
+    g_sections = getenv("QV_BENCH_SECTIONS");
     qvk_pool *pool2 = qvk_pool_create(2);
     if (!pool2) {
         fprintf(stderr, "bench_kernels: cannot create a 2-thread pool\n");
@@ -292,15 +318,16 @@ int main(int argc, char **argv) {
     printf("read bandwidth (qvk_mem_read of 1 GiB, %s): 1 thread %.1f GB/s, 2 threads %.1f GB/s"
            "   (same loop in L2: %.1f GB/s, so the loop is not the limit)\n\n",
            picked, bw1, bw2, bw_l2_1);
-    if (bench_matvecs(pool2, variants, n_var)) {
-        fprintf(stderr, "bench_kernels: out of memory\n");
-        return 1;
-    }
+    for (int batched = 0; batched < 2; batched++)
+        if (want(batched ? "batch" : "matvec") && bench_matvecs(pool2, variants, n_var, batched)) {
+            fprintf(stderr, "bench_kernels: out of memory\n");
+            return 1;
+        }
     qvk_set_variant(picked);
-    bench_quantize(pool2);
+    if (want("quant")) bench_quantize(pool2);
 
     /* element-wise kernels the speech decoder and attention spend time in (cache-resident) */
-    {
+    if (want("eltwise")) {
         enum { C = 96, T = 24000 };
         float *eb = qvk_alloc(sizeof(float) * C * T), *la = qvk_alloc(C * 4),
               *lb = qvk_alloc(C * 4);
@@ -341,7 +368,7 @@ int main(int argc, char **argv) {
 
     /* attention over an f32 KV cache, talker shape (16 q / 8 kv heads, head_dim 128), 28 layers
      * of 1000 positions each (229 MB, more than L2, so this is a KV-read bandwidth figure) */
-    {
+    if (want("attention")) {
         enum { NH = 16, NKV = 8, HD = 128, CTX = 1000, NL = 28 };
         size_t per_layer = (size_t)CTX * NKV * HD;
         float *kv = qvk_alloc(sizeof(float) * per_layer * 2 * NL);
@@ -385,7 +412,7 @@ int main(int argc, char **argv) {
     /* prefill GEMM: every batched shape of 0.6B and 1.7B (sets sharing X run as one call) at
      * GEMM_ROWS rows (a 40-token prompt's positions), GFLOP/s (2·rows·n_in·n_out per call) and
      * the share of the FMA peak the probe measures with the same threads, passes interleaved */
-    {
+    if (want("gemm")) {
         enum { GEMM_ROWS = 51, MAXW = 6144 * 2048 * 2, MAXIN = 6144 };
         static const struct {
             const char *name;
@@ -458,7 +485,7 @@ int main(int argc, char **argv) {
     }
 
     /* pool dispatch round trip with an empty job */
-    {
+    if (want("pool")) {
         struct sum_job j = {NULL, 0, {0}};
         double t0 = now_s();
         for (int r = 0; r < 20000; r++)
