@@ -279,35 +279,71 @@ static int ids_valid(const int32_t *ids, int n, int limit) {
 
 #define SLOT_VECTOR (-2) /* codec list entry holding the caller's speaker vector */
 
-/* Ids a pruned vocabulary lacks would land on its zero row (docs/compression.md): warn, naming
- * the first few with their text, or refuse when the request is strict. */
-static enum qv_status check_vocab(qv_session *s, const qv_request *r) {
+/* "text" of one id for a message, control characters escaped (a warning is one line). */
+static void id_text(qve_tok *tok, int32_t id, char *buf, size_t n) {
+    char *txt = NULL;
+    size_t k = 0;
+    qve_tok_decode(tok, &id, 1, &txt, NULL, NULL, 0);
+    for (const char *c = txt ? txt : "?"; *c && k + 3 < n; c++) {
+        const char e = *c == '\n' ? 'n' : *c == '\r' ? 'r' : *c == '\t' ? 't' : 0;
+        if (e) buf[k++] = '\\', buf[k++] = e;
+        else buf[k++] = *c;
+    }
+    buf[k] = 0;
+    free(txt);
+}
+
+/* A pruned vocabulary (docs/compression.md) has no rows for some ids. Each such id of q's lists
+ * is spelled with the merge parts that formed it (qve_tok_spell), the same bytes through rows the
+ * model has; the warning names them, a strict request is refused. The lists of q that changed
+ * point into sp[3] (the caller frees them). */
+static enum qv_status spell_vocab(qv_session *s, qv_request *q, qve_tok_ids sp[3]) {
     const int32_t *map = s->m->talker.text_token_map;
     if (!map) return QV_OK;
-    const int32_t *lists[3] = {r->text_ids, r->instruct_ids, r->ref_text_ids};
-    const int counts[3] = {r->n_text_ids, r->n_instruct_ids, r->n_ref_text_ids};
-    char msg[320];
-    size_t used = 0;
+    const int32_t **lists[3] = {&q->text_ids, &q->instruct_ids, &q->ref_text_ids};
+    int *counts[3] = {&q->n_text_ids, &q->n_instruct_ids, &q->n_ref_text_ids};
+    const int V = s->m->cfg.text_vocab_size;
     int n_bad = 0;
-    if (!s->tok) s->tok = qve_tok_open(s->m->dir, NULL, 0); /* names only: fine without */
     for (int l = 0; l < 3; l++)
-        for (int i = 0; i < counts[l]; i++) {
-            const int32_t id = lists[l][i];
-            if (map[id]) continue;
-            if (n_bad++ < 6 && used < sizeof msg) {
-                char *txt = NULL;
-                if (s->tok) qve_tok_decode(s->tok, &id, 1, &txt, NULL, NULL, 0);
-                used += (size_t)snprintf(msg + used, sizeof msg - used, "%s%d \"%.24s\"",
-                                         n_bad > 1 ? ", " : "", id, txt ? txt : "?");
-                free(txt);
-            }
+        for (int i = 0; *lists[l] && i < *counts[l]; i++) {
+            const int32_t id = (*lists[l])[i];
+            if (id < 0 || id >= V) return QV_OK; /* start_ids refuses the request */
+            n_bad += !map[id];
         }
     if (!n_bad) return QV_OK;
-    if (r->strict_vocab)
+    if (!s->tok && !(s->tok = qve_tok_open(s->m->dir, s->err, sizeof s->err))) return QV_E_MODEL;
+    char msg[360], txt[32];
+    size_t used = 0;
+    int n_named = 0, n_zero = 0;
+    for (int l = 0; l < 3; l++) {
+        if (!*lists[l]) continue;
+        for (int i = 0; i < *counts[l]; i++) {
+            const int32_t id = (*lists[l])[i];
+            const size_t from = sp[l].n_ids;
+            if (qve_tok_spell(s->tok, id, map, &sp[l]))
+                return fail(s, QV_E_MODEL, "%s: token %d: cannot spell it with smaller pieces",
+                            s->m->dir, id);
+            if (map[id]) continue;
+            for (size_t k = from; k < sp[l].n_ids; k++) n_zero += !map[sp[l].ids[k]];
+            if (++n_named > 6 || used >= sizeof msg) { /* the first six are named */
+                if (n_named == 7 && used < sizeof msg)
+                    used += (size_t)snprintf(msg + used, sizeof msg - used, ", ...");
+                continue;
+            }
+            id_text(s->tok, id, txt, sizeof txt);
+            used += (size_t)snprintf(msg + used, sizeof msg - used, "%s%d \"%s\"",
+                                     n_named > 1 ? ", " : "", id, txt);
+            for (size_t k = from; !q->strict_vocab && k < sp[l].n_ids && used < sizeof msg; k++)
+                used += (size_t)snprintf(msg + used, sizeof msg - used, "%s%d",
+                                         k == from ? " as " : " ", sp[l].ids[k]);
+        }
+        *lists[l] = sp[l].ids, *counts[l] = (int)sp[l].n_ids;
+    }
+    if (q->strict_vocab)
         return fail(s, QV_E_VOCAB, "%d token(s) outside the model's vocabulary: %s", n_bad, msg);
     snprintf(s->warn, sizeof s->warn,
-             "%d token(s) outside the model's vocabulary, read as zero rows: %s", n_bad,
-             msg);
+             "%d token(s) outside the model's vocabulary, spelled with smaller pieces: %s%s", n_bad,
+             msg, n_zero ? "; pieces without a row read as zero rows" : "");
     return QV_OK;
 }
 
@@ -332,9 +368,6 @@ static enum qv_status start_ids(qv_session *s, const qv_request *r) {
                                                               c->text_vocab_size))) ||
         r->n_text_ids < 0 || r->n_instruct_ids < 0 || r->n_ref_text_ids < 0)
         return fail(s, QV_E_INVALID, "request: token id outside [0, %d)", c->text_vocab_size);
-    s->warn[0] = 0;
-    enum qv_status vst = check_vocab(s, r);
-    if (vst) return vst;
     if (r->n_ref_frames < 0 ||
         (r->n_ref_frames &&
          (!r->ref_codes ||
@@ -662,10 +695,10 @@ static enum qv_status tok_status(qv_session *s, int st) {
 enum qv_status qv_session_start(qv_session *s, const qv_request *r) {
     if (!s || !r) return QV_E_INVALID;
     qv_request q = *r;
-    qve_tok_ids text = {0}, ins = {0}, ref = {0};
+    qve_tok_ids text = {0}, ins = {0}, ref = {0}, spelled[3] = {{0}};
     int32_t role[3], ref_role[3];
     enum qv_status st = QV_OK;
-    s->err[0] = 0;
+    s->err[0] = s->warn[0] = 0;
     s->role_ids[0] = s->m->cfg.im_start_token_id;
     s->role_ids[1] = s->m->cfg.assistant_token_id;
     s->role_ids[2] = NEWLINE_TOKEN_ID;
@@ -699,9 +732,11 @@ enum qv_status qv_session_start(qv_session *s, const qv_request *r) {
         st = fail(s, QV_E_LIMIT, "text too long");
         goto done;
     }
-    st = start_ids(s, &q);
+    st = spell_vocab(s, &q, spelled);
+    if (!st) st = start_ids(s, &q);
 done:
     if (st != QV_OK) s->state = QVE_FAILED;
     qve_tok_ids_free(&text), qve_tok_ids_free(&ins), qve_tok_ids_free(&ref);
+    for (int l = 0; l < 3; l++) qve_tok_ids_free(&spelled[l]);
     return st;
 }

@@ -92,4 +92,16 @@ const char *qve_tok_id_to_token(const qve_tok *tok, int32_t id);
 /* One more than the largest token id (including added tokens). */
 int32_t qve_tok_vocab_size(const qve_tok *tok);
 
+/* The two tokens whose BPE merge formed id (merges.txt line "A B" makes the token AB; the
+ * lowest-ranked such merge): 1 with parts set, 0 when no merge forms id (a single-byte token, an
+ * added token, an unknown id). Read-only: uses the merge table the encoder uses. */
+int qve_tok_merge_parts(const qve_tok *tok, int32_t id, int32_t parts[2]);
+
+/* Appends id spelled with tokens that have[] (an entry for id and for every token id; nonzero =
+ * usable) marks: id itself
+ * when marked, else its merge parts, each spelled the same way in turn, down to single-byte
+ * tokens, which are appended whether marked or not (a token no merge forms is spelled by its
+ * bytes). The pieces decode to exactly id's bytes. 0, or QVE_TOK_E_NOMEM / QVE_TOK_E_BAD_ID. */
+int qve_tok_spell(const qve_tok *tok, int32_t id, const int32_t *have, qve_tok_ids *out);
+
 #endif
