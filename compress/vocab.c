@@ -1,9 +1,10 @@
 /* vocab.c — the token ids a vocabulary can produce (seed technique 1: token-map pruning).
  *
  * Every word in three cases (lower, UPPER, Title), each bare and space-prefixed: byte-level BPE
- * gives a mid-sentence word its own " word" tokens, and without them those words would map to the
- * zero row (and end speech early). The rest is kept unconditionally so that digits, punctuation,
- * any byte and the prompt template always have their rows.
+ * gives a mid-sentence word its own " word" tokens, and without them those words would have to be
+ * spelled from smaller pieces (read as zero rows, as before spelling, they ended speech early).
+ * The rest is kept unconditionally so that digits, punctuation, any byte and the prompt template
+ * always have their rows.
  */
 #include <ctype.h>
 #include <stdio.h>
