@@ -320,8 +320,10 @@ static enum qv_status spell_vocab(qv_session *s, qv_request *q, qve_tok_ids sp[3
         for (int i = 0; i < *counts[l]; i++) {
             const int32_t id = (*lists[l])[i];
             const size_t from = sp[l].n_ids;
-            if (qve_tok_spell(s->tok, id, map, &sp[l]))
-                return fail(s, QV_E_MODEL, "%s: token %d: cannot spell it with smaller pieces",
+            const int ts = qve_tok_spell(s->tok, id, map, &sp[l]);
+            if (ts == QVE_TOK_E_NOMEM) return fail(s, QV_E_NOMEM, "out of memory");
+            if (ts) /* an id no token names, and the map lacks it */
+                return fail(s, QV_E_MODEL, "%s: token %d: no row and no smaller pieces",
                             s->m->dir, id);
             if (map[id]) continue;
             for (size_t k = from; k < sp[l].n_ids; k++) n_zero += !map[sp[l].ids[k]];
