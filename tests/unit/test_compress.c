@@ -396,6 +396,23 @@ static void test_tiny_lossless(void **st) {
     f16_panels_identical(tmp_path("tiny-vocab"), tmp_path("tiny-wide"));
 }
 
+/* --vocab english-small (Debian wamerican-small) keeps fewer ids than english, and the texts the
+ * tests call covered are covered by it too (greedy asserts there is no warning). */
+static void test_tiny_english_small(void **st) {
+    (void)st;
+    if (!exists(model("tiny-cv")) || !exists(tmp_path("tiny-vocab"))) skip();
+    qvz_options o = qvz_default_options();
+    o.vocab = "english-small";
+    compress(model("tiny-cv"), tmp_path("tiny-small"), o);
+    qv_model *a = load(tmp_path("tiny-vocab")), *b = load(tmp_path("tiny-small"));
+    printf("    text rows: english %d, english-small %d\n", a->text.n_text_rows, b->text.n_text_rows);
+    assert_true(b->text.n_text_rows < a->text.n_text_rows - 5000);
+    assert_true(b->text.n_text_rows > 40000);
+    qv_model *c = load(model("tiny-cv"));
+    same_codes(c, QV_QUANT_BF16, b, QV_QUANT_BF16, 8);
+    qv_model_free(a), qv_model_free(b), qv_model_free(c);
+}
+
 static void test_tiny_q4(void **st) {
     (void)st;
     if (!exists(model("tiny-cv"))) skip();
@@ -662,7 +679,8 @@ int main(void) {
     snprintf(g_cache, sizeof g_cache, "%s", c && *c ? c : "cache");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_f16_narrowing),
-        cmocka_unit_test(test_tiny_lossless),     cmocka_unit_test(test_tiny_q4),
+        cmocka_unit_test(test_tiny_lossless),     cmocka_unit_test(test_tiny_english_small),
+        cmocka_unit_test(test_tiny_q4),
         cmocka_unit_test(test_tiny_q4_text_projection),
         cmocka_unit_test(test_tiny_prune_layers), cmocka_unit_test(test_tiny_prune_neurons),
         cmocka_unit_test(test_errors),
