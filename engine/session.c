@@ -293,17 +293,54 @@ static void id_text(qve_tok *tok, int32_t id, char *buf, size_t n) {
     free(txt);
 }
 
+/* What spell_vocab reports: the first six spelled ids with their text (and pieces). */
+typedef struct {
+    char msg[360];
+    size_t used;
+    int n_named, n_zero, with_pieces;
+} spell_note;
+
+/* Appends id to out spelled with pieces map has rows for, and notes it when it had none itself. */
+static enum qv_status spell_id(qv_session *s, int32_t id, const int32_t *map, qve_tok_ids *out,
+                               spell_note *note) {
+    const size_t from = out->n_ids;
+    const int ts = qve_tok_spell(s->tok, id, map, out);
+    if (ts == QVE_TOK_E_NOMEM) return fail(s, QV_E_NOMEM, "out of memory");
+    if (ts) /* an id no token names, and the map lacks it */
+        return fail(s, QV_E_MODEL, "%s: token %d: no row and no smaller pieces", s->m->dir, id);
+    if (map[id]) return QV_OK;
+    char txt[32];
+    const size_t cap = sizeof note->msg;
+    for (size_t k = from; k < out->n_ids; k++) note->n_zero += !map[out->ids[k]];
+    if (++note->n_named > 6 || note->used >= cap) { /* the first six are named */
+        if (note->n_named == 7 && note->used < cap)
+            note->used += (size_t)snprintf(note->msg + note->used, cap - note->used, ", ...");
+        return QV_OK;
+    }
+    id_text(s->tok, id, txt, sizeof txt);
+    note->used += (size_t)snprintf(note->msg + note->used, cap - note->used, "%s%d \"%s\"",
+                                   note->n_named > 1 ? ", " : "", id, txt);
+    for (size_t k = from; note->with_pieces && k < out->n_ids && note->used < cap; k++)
+        note->used += (size_t)snprintf(note->msg + note->used, cap - note->used, "%s%d",
+                                       k == from ? " as " : " ", out->ids[k]);
+    return QV_OK;
+}
+
 /* A pruned vocabulary (docs/compression.md) has no rows for some ids. Each such id of q's lists
  * is spelled with the merge parts that formed it (qve_tok_spell), the same bytes through rows the
- * model has; the warning names them, a strict request is refused. The lists of q that changed
- * point into sp[3] (the caller frees them). */
+ * model has; the warning names them, a strict request is refused. The role block's third id (a
+ * text's leading newlines merge into it) keeps its first piece, the others start the text, as
+ * the official wrapper's slicing would give them for a tokenizer without that merge. The lists
+ * of q point into sp[3] afterwards (the caller frees them). */
 static enum qv_status spell_vocab(qv_session *s, qv_request *q, qve_tok_ids sp[3]) {
     const int32_t *map = s->m->talker.text_token_map;
     if (!map) return QV_OK;
     const int32_t **lists[3] = {&q->text_ids, &q->instruct_ids, &q->ref_text_ids};
     int *counts[3] = {&q->n_text_ids, &q->n_instruct_ids, &q->n_ref_text_ids};
     const int V = s->m->cfg.text_vocab_size;
-    int n_bad = 0;
+    int32_t *role = &s->role_ids[2];
+    const int role_bad = *role >= 0 && *role < V && !map[*role];
+    int n_bad = role_bad;
     for (int l = 0; l < 3; l++)
         for (int i = 0; *lists[l] && i < *counts[l]; i++) {
             const int32_t id = (*lists[l])[i];
@@ -312,40 +349,24 @@ static enum qv_status spell_vocab(qv_session *s, qv_request *q, qve_tok_ids sp[3
         }
     if (!n_bad) return QV_OK;
     if (!s->tok && !(s->tok = qve_tok_open(s->m->dir, s->err, sizeof s->err))) return QV_E_MODEL;
-    char msg[360], txt[32];
-    size_t used = 0;
-    int n_named = 0, n_zero = 0;
-    for (int l = 0; l < 3; l++) {
+    spell_note note = {.with_pieces = !q->strict_vocab};
+    enum qv_status st = QV_OK;
+    if (role_bad && !(st = spell_id(s, *role, map, &sp[0], &note))) {
+        *role = sp[0].ids[0];
+        memmove(sp[0].ids, sp[0].ids + 1, --sp[0].n_ids * sizeof *sp[0].ids);
+    }
+    for (int l = 0; l < 3 && !st; l++) {
         if (!*lists[l]) continue;
-        for (int i = 0; i < *counts[l]; i++) {
-            const int32_t id = (*lists[l])[i];
-            const size_t from = sp[l].n_ids;
-            const int ts = qve_tok_spell(s->tok, id, map, &sp[l]);
-            if (ts == QVE_TOK_E_NOMEM) return fail(s, QV_E_NOMEM, "out of memory");
-            if (ts) /* an id no token names, and the map lacks it */
-                return fail(s, QV_E_MODEL, "%s: token %d: no row and no smaller pieces",
-                            s->m->dir, id);
-            if (map[id]) continue;
-            for (size_t k = from; k < sp[l].n_ids; k++) n_zero += !map[sp[l].ids[k]];
-            if (++n_named > 6 || used >= sizeof msg) { /* the first six are named */
-                if (n_named == 7 && used < sizeof msg)
-                    used += (size_t)snprintf(msg + used, sizeof msg - used, ", ...");
-                continue;
-            }
-            id_text(s->tok, id, txt, sizeof txt);
-            used += (size_t)snprintf(msg + used, sizeof msg - used, "%s%d \"%s\"",
-                                     n_named > 1 ? ", " : "", id, txt);
-            for (size_t k = from; !q->strict_vocab && k < sp[l].n_ids && used < sizeof msg; k++)
-                used += (size_t)snprintf(msg + used, sizeof msg - used, "%s%d",
-                                         k == from ? " as " : " ", sp[l].ids[k]);
-        }
+        for (int i = 0; i < *counts[l] && !st; i++) st = spell_id(s, (*lists[l])[i], map, &sp[l], &note);
         *lists[l] = sp[l].ids, *counts[l] = (int)sp[l].n_ids;
     }
+    if (st) return st;
     if (q->strict_vocab)
-        return fail(s, QV_E_VOCAB, "%d token(s) outside the model's vocabulary: %s", n_bad, msg);
+        return fail(s, QV_E_VOCAB, "%d token(s) outside the model's vocabulary: %s", n_bad,
+                    note.msg);
     snprintf(s->warn, sizeof s->warn,
              "%d token(s) outside the model's vocabulary, spelled with smaller pieces: %s%s", n_bad,
-             msg, n_zero ? "; pieces without a row read as zero rows" : "");
+             note.msg, note.n_zero ? "; pieces without a row read as zero rows" : "");
     return QV_OK;
 }
 

@@ -332,6 +332,15 @@ static void spelled(qv_model *b) {
     assert_int_equal(s->n_queue, d->n_queue);
     assert_memory_equal(s->prefill, d->prefill, sizeof(float) * H * (size_t)s->n_prefill);
     qv_session_free(s), qv_session_free(d);
+    /* leading newlines merge into the role block's third id ("\n\n\n" here, no row): its first
+     * piece stays there, the others start the text */
+    s = start(b, QV_QUANT_BF16, "\n\nHello world.", 0, QV_OK);
+    printf("    warning: %s\n", qv_session_warning(s));
+    snprintf(want, sizeof want, "%d \"\\n\\n\\n\" as ",
+             qve_tok_token_to_id(tok, "\xC4\x8A\xC4\x8A\xC4\x8A"));
+    assert_non_null(strstr(qv_session_warning(s), want));
+    assert_int_not_equal(map[s->role_ids[2]], 0);
+    qv_session_free(s);
     s = start(b, QV_QUANT_BF16, text, 1, QV_E_VOCAB);
     printf("    strict: %s\n", qv_session_error(s));
     assert_non_null(strstr(qv_session_error(s), "outside the model's vocabulary"));
