@@ -77,8 +77,9 @@ int qvz_vocab_keep(const char *model_dir, const char *vocab, uint8_t *keep, int 
     FILE *f = fopen(path, "rb");
     if (!f) {
         if (package)
-            snprintf(err, err_size, "%s: cannot open word list (Debian package %s: scripts/deps.sh)",
-                     path, package);
+            snprintf(err, err_size,
+                     "%s: cannot open word list (Debian package %s: scripts/deps.sh)", path,
+                     package);
         else
             snprintf(err, err_size, "%s: cannot open word list", path);
         return -1;

@@ -357,7 +357,8 @@ static enum qv_status spell_vocab(qv_session *s, qv_request *q, qve_tok_ids sp[3
     }
     for (int l = 0; l < 3 && !st; l++) {
         if (!*lists[l]) continue;
-        for (int i = 0; i < *counts[l] && !st; i++) st = spell_id(s, (*lists[l])[i], map, &sp[l], &note);
+        for (int i = 0; i < *counts[l] && !st; i++)
+            st = spell_id(s, (*lists[l])[i], map, &sp[l], &note);
         *lists[l] = sp[l].ids, *counts[l] = (int)sp[l].n_ids;
     }
     if (st) return st;

@@ -292,7 +292,8 @@ static void spelled(qv_model *b) {
     if (!tok) fail_msg("%s", err);
     qve_tok_ids ids = {0}, sp = {0};
     int32_t role[3];
-    assert_int_equal(qve_prompt_target_ids(tok, text, strlen(text), &ids, role, err, sizeof err), 0);
+    assert_int_equal(
+        qve_prompt_target_ids(tok, text, strlen(text), &ids, role, err, sizeof err), 0);
     int n_bad = 0;
     for (size_t i = 0; i < ids.n_ids; i++) {
         n_bad += !map[ids.ids[i]];
@@ -414,7 +415,8 @@ static void test_tiny_english_small(void **st) {
     o.vocab = "english-small";
     compress(model("tiny-cv"), tmp_path("tiny-small"), o);
     qv_model *a = load(tmp_path("tiny-vocab")), *b = load(tmp_path("tiny-small"));
-    printf("    text rows: english %d, english-small %d\n", a->text.n_text_rows, b->text.n_text_rows);
+    printf("    text rows: english %d, english-small %d\n", a->text.n_text_rows,
+           b->text.n_text_rows);
     assert_true(b->text.n_text_rows < a->text.n_text_rows - 5000);
     assert_true(b->text.n_text_rows > 40000);
     qv_model *c = load(model("tiny-cv"));

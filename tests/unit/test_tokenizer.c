@@ -544,7 +544,8 @@ static int is_byte_token(int32_t id)
 {
     const char *t = qve_tok_id_to_token(g_vm, id);
     utf8proc_int32_t cp;
-    return t && utf8proc_iterate((const utf8proc_uint8_t *)t, -1, &cp) == (utf8proc_ssize_t)strlen(t) &&
+    return t &&
+           utf8proc_iterate((const utf8proc_uint8_t *)t, -1, &cp) == (utf8proc_ssize_t)strlen(t) &&
            cp < 0x144;
 }
 
