@@ -13,11 +13,27 @@ static const uint16_t *matrix(const qve_st *st, const char *name, int64_t rows, 
     return t ? (const uint16_t *)t->data : NULL;
 }
 
+/* dst[rows, cols] = s·q + b of a q4 matrix rounded to bf16: the one widening of a q4 text
+ * projection (a q4 checkpoint's, and --quant q4's through qve_textside_round_q4). -1 when out of
+ * memory. */
+static int widen_q4(uint16_t *dst, const uint8_t *q, const uint16_t *s, const uint16_t *b,
+                    int64_t rows, int64_t cols) {
+    float *row = qvk_alloc((size_t)cols * sizeof *row);
+    if (!row) return -1;
+    const int64_t ng = cols / QVK_Q4_GROUP;
+    for (int64_t r = 0; r < rows; r++) {
+        qvk_q4_dequantize(row, q + r * cols / 2, s + r * ng, b + r * ng, 1, (int)cols);
+        qvk_f32_to_bf16(dst + r * cols, row, (size_t)cols);
+    }
+    qvk_free(row);
+    return 0;
+}
+
 /* A text-projection weight [rows, cols]: bf16 from the mmap, or MLX q4 (NAME.scales present;
- * MLX's quantize writes every linear so) widened into copy as bf16. The projection runs once per
- * text token, and the prompt rows, TPAD and WOVR bridges all read bf16, so one widened copy
- * serves them; rounding s·q + b to bf16 adds 2^-9 relative to q4's own error. The manifest has
- * fixed the q4 tensors' shapes and their bf16 scales. */
+ * MLX's quantize writes every linear so, and so does qvoice-compress --q4) widened into copy as
+ * bf16. The projection runs once per text token, and the prompt rows, TPAD and WOVR bridges all
+ * read bf16, so one widened copy serves them; rounding s·q + b to bf16 adds 2^-9 relative to
+ * q4's own error. The manifest has fixed the q4 tensors' shapes and their bf16 scales. */
 static const uint16_t *linear(const qve_st *st, const qve_model_config *c, const char *name,
                               int64_t rows, int64_t cols, uint16_t *copy, char *err,
                               size_t err_size) {
@@ -29,21 +45,22 @@ static const uint16_t *linear(const qve_st *st, const qve_model_config *c, const
     if (!s) return matrix(st, name, rows, cols, err, err_size);
     const int64_t shape[2] = {rows, cols / 8};
     const qve_tensor *q = qve_st_expect(st, name, QVE_DTYPE_U32, 2, shape, err, err_size);
-    float *row = q && b ? qvk_alloc((size_t)cols * sizeof *row) : NULL;
-    if (!row) {
-        if (q) snprintf(err, err_size, "%s: %s: %s", qve_st_file(st, q), name,
-                        b ? "out of memory" : "q4 biases missing");
-        return NULL;
-    }
-    const int64_t ng = cols / QVK_Q4_GROUP;
-    for (int64_t r = 0; r < rows; r++) {
-        qvk_q4_dequantize(row, (const uint8_t *)q->data + r * cols / 2,
-                          (const uint16_t *)s->data + r * ng, (const uint16_t *)b->data + r * ng,
-                          1, (int)cols);
-        qvk_f32_to_bf16(copy + r * cols, row, (size_t)cols);
-    }
-    qvk_free(row);
-    return copy;
+    if (q && b && !widen_q4(copy, q->data, s->data, b->data, rows, cols)) return copy;
+    if (q) snprintf(err, err_size, "%s: %s: %s", qve_st_file(st, q), name,
+                    b ? "out of memory" : "q4 biases missing");
+    return NULL;
+}
+
+int qve_textside_round_q4(qvk_pool *pool, uint16_t *dst, const uint16_t *w, int rows, int cols) {
+    const size_t ng = (size_t)rows * (size_t)(cols / QVK_Q4_GROUP);
+    uint8_t *q = qvk_alloc((size_t)rows * (size_t)cols / 2);
+    uint16_t *sb = qvk_alloc(2 * ng * sizeof *sb);
+    const int rc = q && sb && !qvk_q4_quantize_bf16(pool, q, sb, sb + ng, w, rows, cols)
+                       ? widen_q4(dst, q, sb, sb + ng, rows, cols)
+                       : -1;
+    qvk_free(q);
+    qvk_free(sb);
+    return rc;
 }
 
 /* A 1-D float tensor of n elements widened into dst. */

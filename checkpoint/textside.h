@@ -49,6 +49,11 @@ void qve_textside_free(qve_textside *ts); /* accepts zeroed structs */
  * n > QVK_LINEAR_DIRECT_MAX_ROWS). */
 void qve_textside_project(const qve_textside *ts, qvk_pool *pool, float *out, const int32_t *ids,
                           int n, float *tmp, float *wscratch);
+/* dst[rows, cols] (bf16) = the q4 rounding of the bf16 matrix w as a q4 checkpoint of it binds:
+ * quantized as qvoice-compress --q4 stores it (qvk_q4_quantize_bf16), widened back as bind widens
+ * a q4 projection. So --quant q4 at load sees the text projection a q4 checkpoint gives. 0, or -1
+ * when out of memory or cols is not a multiple of QVK_Q4_GROUP (dst untouched). */
+int qve_textside_round_q4(qvk_pool *pool, uint16_t *dst, const uint16_t *w, int rows, int cols);
 /* out[3, hidden] = projections of tts_pad, tts_bos, tts_eos (a voice file's TPAD). 0, or -1 when
  * out of memory. */
 int qve_textside_special(const qve_textside *ts, const qve_model_config *c, qvk_pool *pool,

@@ -227,7 +227,6 @@ static int is_linear(const qve_tensor *t) {
     const size_t n = strlen(t->name);
     return t->n_dims == 2 && n > 7 && !strcmp(t->name + n - 7, ".weight") &&
            !strstr(t->name, "embedding") && !strncmp(t->name, "talker.", 7) &&
-           !strstr(t->name, "text_projection") && /* prompt-only; bf16 in the text side */
            t->shape[1] % QVK_Q4_GROUP == 0 && t->shape[1] <= QVK_Q4_MAX_IN;
 }
 
@@ -369,7 +368,11 @@ static int plan_codec(plan *p, const qve_st *st, const qvz_options *o, qvz_repor
         const qve_tensor *t = qve_st_at_sorted(st, i);
         r->codec_bytes_in += t->n_bytes;
         const int enc = !strncmp(t->name, "encoder.", 8);
-        if (enc && o->strip_encoder) {
+        /* the decoder's quantizer input projections map latents to codes, which only encoding
+         * does (the official decoder's quantizers decode through output_proj alone) */
+        const int encode_only = !strncmp(t->name, "decoder.quantizer.", 18) &&
+                                strstr(t->name, ".input_proj.");
+        if ((enc || encode_only) && o->strip_encoder) {
             r->n_encoder_tensors++, r->encoder_bytes += t->n_bytes;
             continue;
         }

@@ -1,9 +1,10 @@
 /* vocab.c — the token ids a vocabulary can produce (seed technique 1: token-map pruning).
  *
  * Every word in three cases (lower, UPPER, Title), each bare and space-prefixed: byte-level BPE
- * gives a mid-sentence word its own " word" tokens, and without them those words would map to the
- * zero row (and end speech early). The rest is kept unconditionally so that digits, punctuation,
- * any byte and the prompt template always have their rows.
+ * gives a mid-sentence word its own " word" tokens, and without them those words would have to be
+ * spelled from smaller pieces (read as zero rows, as before spelling, they ended speech early).
+ * The rest is kept unconditionally so that digits, punctuation, any byte and the prompt template
+ * always have their rows.
  */
 #include <ctype.h>
 #include <stdio.h>
@@ -66,11 +67,21 @@ static void byte_token(int b, char out[4]) {
 
 int qvz_vocab_keep(const char *model_dir, const char *vocab, uint8_t *keep, int n_vocab, char *err,
                    size_t err_size) {
-    const char *path = strcmp(vocab, "english") ? vocab : QVZ_ENGLISH_WORDS;
+    static const struct {
+        const char *name, *path, *package;
+    } lists[] = {{"english", QVZ_ENGLISH_WORDS, "wamerican"},
+                 {"english-small", QVZ_ENGLISH_SMALL_WORDS, "wamerican-small"}};
+    const char *path = vocab, *package = NULL;
+    for (size_t i = 0; i < sizeof lists / sizeof *lists; i++)
+        if (!strcmp(vocab, lists[i].name)) path = lists[i].path, package = lists[i].package;
     FILE *f = fopen(path, "rb");
     if (!f) {
-        snprintf(err, err_size, "%s: cannot open word list%s", path,
-                 strcmp(vocab, "english") ? "" : " (Debian package wamerican: scripts/deps.sh)");
+        if (package)
+            snprintf(err, err_size,
+                     "%s: cannot open word list (Debian package %s: scripts/deps.sh)", path,
+                     package);
+        else
+            snprintf(err, err_size, "%s: cannot open word list", path);
         return -1;
     }
     qve_tok *tok = qve_tok_open(model_dir, err, err_size);

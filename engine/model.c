@@ -242,6 +242,7 @@ static void free_view(struct qve_view *v) {
     free(v->cp.stack.layers);
     if (v->cache) qve_prep_close(v->cache);
     else qvk_free(v->q), qvk_free(v->scale);
+    qvk_free(v->text_w);
     free(v);
 }
 
@@ -372,6 +373,21 @@ static int q8_cache_id(const qv_model *m, qvk_pool *pool, size_t n_q, size_t n_s
     return bad ? -1 : 0;
 }
 
+/* The q4 view's text projection: the q4 rounding a q4 checkpoint's has (textside.h), widened to
+ * bf16 as the prompt path reads it. Left bf16 when its width is no multiple of the q4 group.
+ * -1 when out of memory. */
+static int round_text_q4(struct qve_view *v, const qve_model_config *c, qvk_pool *pool) {
+    const int TH = c->text_hidden_size, H = c->talker.hidden_size;
+    if (TH % QVK_Q4_GROUP || TH > QVK_Q4_MAX_IN) return 0;
+    v->text_w = qvk_alloc(((size_t)TH * TH + (size_t)H * TH) * sizeof *v->text_w);
+    if (!v->text_w ||
+        qve_textside_round_q4(pool, v->text_w, v->talker.fc1, TH, TH) ||
+        qve_textside_round_q4(pool, v->text_w + (size_t)TH * TH, v->talker.fc2, H, TH))
+        return -1;
+    v->talker.fc1 = v->text_w, v->talker.fc2 = v->text_w + (size_t)TH * TH;
+    return 0;
+}
+
 static struct qve_view *make_view(const qv_model *m, int q4, qvk_pool *pool) {
     struct qve_view *v = calloc(1, sizeof *v);
     if (!v) return NULL;
@@ -413,6 +429,11 @@ static struct qve_view *make_view(const qv_model *m, int q4, qvk_pool *pool) {
     }
     f = (struct q_fill){pool, q4, 0, 0, v->q, v->scale, mats, 0};
     each_matrix(v, q4, fill_matrix, &f);
+    if (q4 && !m->text.owned_w && round_text_q4(v, &m->cfg, pool)) { /* bf16 in the file */
+        free(mats);
+        free_view(v);
+        return NULL;
+    }
     if (!q4) qvk_q8_quantize_multi(pool, mats, f.n_mats); /* shapes checked by quantizable */
     free(mats);
     if (cached)

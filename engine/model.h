@@ -119,6 +119,7 @@ struct qve_view {
     void *scale;    /* every int8 row scale (f32), or every q4 group scale then bias (bf16) */
     size_t n_bytes; /* quantized weight bytes */
     struct qve_prep *cache; /* int8: the matrices and scales mapped from the cache file (prepared.h) */
+    uint16_t *text_w;       /* q4: the text projection's q4 rounding (fc1 then fc2, bf16), or NULL */
 };
 
 /* Loads config, generation config and every talker/code-predictor tensor (checked against the

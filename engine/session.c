@@ -279,35 +279,95 @@ static int ids_valid(const int32_t *ids, int n, int limit) {
 
 #define SLOT_VECTOR (-2) /* codec list entry holding the caller's speaker vector */
 
-/* Ids a pruned vocabulary lacks would land on its zero row (docs/compression.md): warn, naming
- * the first few with their text, or refuse when the request is strict. */
-static enum qv_status check_vocab(qv_session *s, const qv_request *r) {
+/* "text" of one id for a message, control characters escaped (a warning is one line). */
+static void id_text(qve_tok *tok, int32_t id, char *buf, size_t n) {
+    char *txt = NULL;
+    size_t k = 0;
+    qve_tok_decode(tok, &id, 1, &txt, NULL, NULL, 0);
+    for (const char *c = txt ? txt : "?"; *c && k + 3 < n; c++) {
+        const char e = *c == '\n' ? 'n' : *c == '\r' ? 'r' : *c == '\t' ? 't' : 0;
+        if (e) buf[k++] = '\\', buf[k++] = e;
+        else buf[k++] = *c;
+    }
+    buf[k] = 0;
+    free(txt);
+}
+
+/* What spell_vocab reports: the first six spelled ids with their text (and pieces). */
+typedef struct {
+    char msg[360];
+    size_t used;
+    int n_named, n_zero, with_pieces;
+} spell_note;
+
+/* Appends id to out spelled with pieces map has rows for, and notes it when it had none itself. */
+static enum qv_status spell_id(qv_session *s, int32_t id, const int32_t *map, qve_tok_ids *out,
+                               spell_note *note) {
+    const size_t from = out->n_ids;
+    const int ts = qve_tok_spell(s->tok, id, map, out);
+    if (ts == QVE_TOK_E_NOMEM) return fail(s, QV_E_NOMEM, "out of memory");
+    if (ts) /* an id no token names, and the map lacks it */
+        return fail(s, QV_E_MODEL, "%s: token %d: no row and no smaller pieces", s->m->dir, id);
+    if (map[id]) return QV_OK;
+    char txt[32];
+    const size_t cap = sizeof note->msg;
+    for (size_t k = from; k < out->n_ids; k++) note->n_zero += !map[out->ids[k]];
+    if (++note->n_named > 6 || note->used >= cap) { /* the first six are named */
+        if (note->n_named == 7 && note->used < cap)
+            note->used += (size_t)snprintf(note->msg + note->used, cap - note->used, ", ...");
+        return QV_OK;
+    }
+    id_text(s->tok, id, txt, sizeof txt);
+    note->used += (size_t)snprintf(note->msg + note->used, cap - note->used, "%s%d \"%s\"",
+                                   note->n_named > 1 ? ", " : "", id, txt);
+    for (size_t k = from; note->with_pieces && k < out->n_ids && note->used < cap; k++)
+        note->used += (size_t)snprintf(note->msg + note->used, cap - note->used, "%s%d",
+                                       k == from ? " as " : " ", out->ids[k]);
+    return QV_OK;
+}
+
+/* A pruned vocabulary (docs/compression.md) has no rows for some ids. Each such id of q's lists
+ * is spelled with the merge parts that formed it (qve_tok_spell), the same bytes through rows the
+ * model has; the warning names them, a strict request is refused. The role block's third id (a
+ * text's leading newlines merge into it) keeps its first piece, the others start the text, as
+ * the official wrapper's slicing would give them for a tokenizer without that merge. The lists
+ * of q point into sp[3] afterwards (the caller frees them). */
+static enum qv_status spell_vocab(qv_session *s, qv_request *q, qve_tok_ids sp[3]) {
     const int32_t *map = s->m->talker.text_token_map;
     if (!map) return QV_OK;
-    const int32_t *lists[3] = {r->text_ids, r->instruct_ids, r->ref_text_ids};
-    const int counts[3] = {r->n_text_ids, r->n_instruct_ids, r->n_ref_text_ids};
-    char msg[320];
-    size_t used = 0;
-    int n_bad = 0;
-    if (!s->tok) s->tok = qve_tok_open(s->m->dir, NULL, 0); /* names only: fine without */
+    const int32_t **lists[3] = {&q->text_ids, &q->instruct_ids, &q->ref_text_ids};
+    int *counts[3] = {&q->n_text_ids, &q->n_instruct_ids, &q->n_ref_text_ids};
+    const int V = s->m->cfg.text_vocab_size;
+    int32_t *role = &s->role_ids[2];
+    const int role_bad = *role >= 0 && *role < V && !map[*role];
+    int n_bad = role_bad;
     for (int l = 0; l < 3; l++)
-        for (int i = 0; i < counts[l]; i++) {
-            const int32_t id = lists[l][i];
-            if (map[id]) continue;
-            if (n_bad++ < 6 && used < sizeof msg) {
-                char *txt = NULL;
-                if (s->tok) qve_tok_decode(s->tok, &id, 1, &txt, NULL, NULL, 0);
-                used += (size_t)snprintf(msg + used, sizeof msg - used, "%s%d \"%.24s\"",
-                                         n_bad > 1 ? ", " : "", id, txt ? txt : "?");
-                free(txt);
-            }
+        for (int i = 0; *lists[l] && i < *counts[l]; i++) {
+            const int32_t id = (*lists[l])[i];
+            if (id < 0 || id >= V) return QV_OK; /* start_ids refuses the request */
+            n_bad += !map[id];
         }
     if (!n_bad) return QV_OK;
-    if (r->strict_vocab)
-        return fail(s, QV_E_VOCAB, "%d token(s) outside the model's vocabulary: %s", n_bad, msg);
+    if (!s->tok && !(s->tok = qve_tok_open(s->m->dir, s->err, sizeof s->err))) return QV_E_MODEL;
+    spell_note note = {.with_pieces = !q->strict_vocab};
+    enum qv_status st = QV_OK;
+    if (role_bad && !(st = spell_id(s, *role, map, &sp[0], &note))) {
+        *role = sp[0].ids[0];
+        memmove(sp[0].ids, sp[0].ids + 1, --sp[0].n_ids * sizeof *sp[0].ids);
+    }
+    for (int l = 0; l < 3 && !st; l++) {
+        if (!*lists[l]) continue;
+        for (int i = 0; i < *counts[l] && !st; i++)
+            st = spell_id(s, (*lists[l])[i], map, &sp[l], &note);
+        *lists[l] = sp[l].ids, *counts[l] = (int)sp[l].n_ids;
+    }
+    if (st) return st;
+    if (q->strict_vocab)
+        return fail(s, QV_E_VOCAB, "%d token(s) outside the model's vocabulary: %s", n_bad,
+                    note.msg);
     snprintf(s->warn, sizeof s->warn,
-             "%d token(s) outside the model's vocabulary, read as zero rows: %s", n_bad,
-             msg);
+             "%d token(s) outside the model's vocabulary, spelled with smaller pieces: %s%s", n_bad,
+             note.msg, note.n_zero ? "; pieces without a row read as zero rows" : "");
     return QV_OK;
 }
 
@@ -332,9 +392,6 @@ static enum qv_status start_ids(qv_session *s, const qv_request *r) {
                                                               c->text_vocab_size))) ||
         r->n_text_ids < 0 || r->n_instruct_ids < 0 || r->n_ref_text_ids < 0)
         return fail(s, QV_E_INVALID, "request: token id outside [0, %d)", c->text_vocab_size);
-    s->warn[0] = 0;
-    enum qv_status vst = check_vocab(s, r);
-    if (vst) return vst;
     if (r->n_ref_frames < 0 ||
         (r->n_ref_frames &&
          (!r->ref_codes ||
@@ -662,10 +719,10 @@ static enum qv_status tok_status(qv_session *s, int st) {
 enum qv_status qv_session_start(qv_session *s, const qv_request *r) {
     if (!s || !r) return QV_E_INVALID;
     qv_request q = *r;
-    qve_tok_ids text = {0}, ins = {0}, ref = {0};
+    qve_tok_ids text = {0}, ins = {0}, ref = {0}, spelled[3] = {{0}};
     int32_t role[3], ref_role[3];
     enum qv_status st = QV_OK;
-    s->err[0] = 0;
+    s->err[0] = s->warn[0] = 0;
     s->role_ids[0] = s->m->cfg.im_start_token_id;
     s->role_ids[1] = s->m->cfg.assistant_token_id;
     s->role_ids[2] = NEWLINE_TOKEN_ID;
@@ -699,9 +756,11 @@ enum qv_status qv_session_start(qv_session *s, const qv_request *r) {
         st = fail(s, QV_E_LIMIT, "text too long");
         goto done;
     }
-    st = start_ids(s, &q);
+    st = spell_vocab(s, &q, spelled);
+    if (!st) st = start_ids(s, &q);
 done:
     if (st != QV_OK) s->state = QVE_FAILED;
     qve_tok_ids_free(&text), qve_tok_ids_free(&ins), qve_tok_ids_free(&ref);
+    for (int l = 0; l < 3; l++) qve_tok_ids_free(&spelled[l]);
     return st;
 }

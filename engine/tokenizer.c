@@ -1277,6 +1277,79 @@ int32_t qve_tok_vocab_size(const qve_tok *t)
     return t->n_ids;
 }
 
+/* ==== spelling with merge parts ===================================================== */
+
+int qve_tok_merge_parts(const qve_tok *t, int32_t id, int32_t parts[2])
+{
+    if (id < 0 || id >= t->n_ids || !t->tok_str[id] || t->is_added[id]) return 0;
+    /* the parts concatenate to id's vocab-form string: try each split between code points */
+    const char *s = t->tok_str[id];
+    const size_t n = strlen(s);
+    int32_t best = -1;
+    for (size_t k = 0; k < n;) {
+        const int q = utf8_seq((const uint8_t *)s + k, n - k);
+        k += q > 0 ? (size_t)q : 1;
+        if (k >= n) break;
+        const int32_t a = str_lookup(t, s, k), b = str_lookup(t, s + k, n - k);
+        if (a < 0 || b < 0) continue;
+        const uint32_t slot = merge_slot(t, (uint64_t)(uint32_t)a << 32 | (uint32_t)b);
+        if (t->merge_keys[slot] == UINT64_MAX || t->merge_id[slot] != id ||
+            (best >= 0 && t->merge_rank[slot] >= best))
+            continue;
+        best = t->merge_rank[slot];
+        parts[0] = a, parts[1] = b;
+    }
+    return best >= 0;
+}
+
+/* Appends the single-byte tokens of id's bytes. */
+static int spell_bytes(const qve_tok *t, int32_t id, qve_tok_ids *out)
+{
+    const char *s = t->tok_str[id];
+    const size_t n = strlen(s);
+    if (grow((void **)&out->ids, &out->cap_ids, out->n_ids + n, sizeof *out->ids))
+        return QVE_TOK_E_NOMEM;
+    for (size_t k = 0; k < n;) { /* vocab strings are valid UTF-8 of code points < 0x144 */
+        const int q = utf8_seq((const uint8_t *)s + k, n - k);
+        const uint32_t cp = q == 2 ? ((uint32_t)(s[k] & 0x1F) << 6 | (s[k + 1] & 0x3F))
+                                   : (uint8_t)s[k];
+        const int b = cp < 0x144 ? t->cp_byte[cp] : -1;
+        if (b < 0) return QVE_TOK_E_BAD_ID; /* not a byte-level string */
+        out->ids[out->n_ids++] = t->byte_id[b];
+        k += q > 0 ? (size_t)q : 1;
+    }
+    return QVE_TOK_OK;
+}
+
+int qve_tok_spell(const qve_tok *t, int32_t id, const int32_t *have, qve_tok_ids *out)
+{
+    if (id < 0 || (!have[id] && (id >= t->n_ids || !t->tok_str[id]))) return QVE_TOK_E_BAD_ID;
+    /* depth first, left part first. Parts are strictly shorter strings, so this ends; a spelling
+     * deeper than the stack (none in Qwen2's vocabulary) continues by bytes. A single-byte token
+     * has no merge parts and is its own byte. */
+    int32_t stack[64];
+    int n = 0, st = QVE_TOK_OK;
+    const size_t n_before = out->n_ids;
+    stack[n++] = id;
+    while (n && st == QVE_TOK_OK) {
+        const int32_t x = stack[--n];
+        int32_t p[2];
+        if (n + 2 <= (int)(sizeof stack / sizeof *stack) && !have[x] &&
+            qve_tok_merge_parts(t, x, p)) {
+            stack[n++] = p[1], stack[n++] = p[0];
+        } else if (have[x] || t->is_added[x]) { /* an added token has no smaller pieces */
+            if (grow((void **)&out->ids, &out->cap_ids, out->n_ids + 1, sizeof *out->ids))
+                st = QVE_TOK_E_NOMEM;
+            else
+                out->ids[out->n_ids++] = x;
+        } else {
+            st = spell_bytes(t, x, out);
+        }
+    }
+    if (st != QVE_TOK_OK) out->n_ids = n_before;
+    return st;
+}
+
 const char *qve_tok_strerror(int status)
 {
 #define QVE_TOK_TEXT_(name, text) text,

@@ -1,7 +1,8 @@
 /* tokenizer.h — Qwen2 byte-level BPE text tokenizer (internal, prefix qve_tok_), §7 of
  * docs qwen3-tts-architecture.md. Matches the HF fast tokenizer / transformers.js ids exactly.
  * Thread safety: open/free/encode need exclusive use of a qve_tok (encode updates a word cache
- * and scratch buffers); decode, token_to_id, id_to_token and vocab_size only read it.
+ * and scratch buffers); decode, token_to_id, id_to_token, vocab_size, merge_parts and spell only
+ * read it.
  */
 #ifndef QVE_TOKENIZER_H
 #define QVE_TOKENIZER_H
@@ -91,5 +92,17 @@ const char *qve_tok_id_to_token(const qve_tok *tok, int32_t id);
 
 /* One more than the largest token id (including added tokens). */
 int32_t qve_tok_vocab_size(const qve_tok *tok);
+
+/* The two tokens whose BPE merge formed id (merges.txt line "A B" makes the token AB; the
+ * lowest-ranked such merge): 1 with parts set, 0 when no merge forms id (a single-byte token, an
+ * added token, an unknown id). Read-only: uses the merge table the encoder uses. */
+int qve_tok_merge_parts(const qve_tok *tok, int32_t id, int32_t parts[2]);
+
+/* Appends id spelled with tokens that have[] marks (an entry for id and for every token id;
+ * nonzero = usable): id itself when marked, else its merge parts, each spelled the same way in
+ * turn, down to single-byte tokens, which are appended whether marked or not (a token no merge
+ * forms is spelled by its bytes; an added token stays as it is). The pieces decode to exactly
+ * id's bytes. 0, or QVE_TOK_E_NOMEM / QVE_TOK_E_BAD_ID (out is then unchanged). */
+int qve_tok_spell(const qve_tok *tok, int32_t id, const int32_t *have, qve_tok_ids *out);
 
 #endif

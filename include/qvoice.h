@@ -198,7 +198,8 @@ typedef struct {
     const qv_text_bridge *bridge; /* or NULL */
     enum qv_text_layout layout;
     int strict_vocab; /* vocabulary-pruned model (qvoice-compress --vocab): 1 refuses ids its
-                         token map lacks with QV_E_VOCAB; 0 runs them as zero rows and says so in
+                         token map lacks with QV_E_VOCAB; 0 spells each with the smaller BPE
+                         pieces it merges from (the same bytes) and names them in
                          qv_session_warning */
 } qv_request;
 
@@ -300,8 +301,9 @@ typedef struct {
                                 source model, e.g. Base): allowed only while this is the
                                 model's only qv_synth, else QV_E_UNSUPPORTED */
     int force_voice;         /* 1: use a voice that qv_voice_check calls foreign */
-    int strict_vocab;        /* 1: refuse text a pruned vocabulary lacks (QV_E_VOCAB); 0: run it
-                                as zero rows, named in stats.warning (qv_request.strict_vocab) */
+    int strict_vocab;        /* 1: refuse text a pruned vocabulary lacks (QV_E_VOCAB); 0: spell
+                                it with smaller pieces, named in stats.warning
+                                (qv_request.strict_vocab) */
     int max_chunk_chars;     /* code points per chunk (200); <= 0: the whole text at once */
     int guard;               /* 1: runaway guard (frame budget, c0 loop, silence) */
     int trim_lead;           /* 1: each chunk's leading silence is cut to 100 ms */

@@ -1,6 +1,7 @@
 #!/bin/sh
 # bench-compress.sh — the compression table of docs/compression.md (make bench runs it last):
-# qvoice-compress steps applied cumulatively to the synthetic 0.6B CustomVoice, each spoken for
+# qvoice-compress steps applied cumulatively to the synthetic 0.6B CustomVoice (vocabulary
+# english; the size goal's row with english-small beside it), each spoken for
 # 100 frames on QV_BENCH_THREADS (2) threads: size on disk, peak RSS, per-frame time, RTF (wall
 # including load), CPU seconds (steadier than wall on a shared machine), and the quality figures
 # of each lossy step. The pure-C reference engine's int8 runs in the same session when
@@ -46,6 +47,7 @@ c v "--vocab english"
 c vs "--vocab english --strip-encoder"
 c vsf "--vocab english --strip-encoder --decoder-f16"
 c vsfq "--vocab english --strip-encoder --decoder-f16 --q4"
+c vsfqs "--vocab english-small --strip-encoder --decoder-f16 --q4"
 # neurons: T = 1.4 keeps ~46 % of layers 10-27's neurons (max |act| averages ~1.45 on the synthetic 0.6B)
 c n "--vocab english --strip-encoder --decoder-f16 --q4 --prune-neurons ${QV_BENCH_NEURON_T:-1.4}"
 c p2 "--vocab english --strip-encoder --decoder-f16 --q4 --prune-layers 2"
@@ -60,7 +62,8 @@ row "same, int8 at load" "$CV" int8 int8
 row "+ vocabulary (english)" "$TMP/v" bf16 bf16
 row "+ encoder strip" "$TMP/vs" bf16 bf16
 row "+ decoder f16" "$TMP/vsf" bf16 bf16
-row "+ q4 (fully compressed)" "$TMP/vsfq" bf16 q4
+row "+ q4 (fully compressed, english)" "$TMP/vsfq" bf16 q4
+row "fully compressed, english-small (size goal)" "$TMP/vsfqs" bf16 q4
 row "+ MLP neurons pruned" "$TMP/n" bf16 q4
 row "q4, 2 talker layers pruned" "$TMP/p2" bf16 q4
 row "q4, 4 talker layers pruned" "$TMP/p4" bf16 q4
@@ -78,13 +81,16 @@ if [ -x "$REF" ]; then
 fi
 
 echo "load average at the end of the table: $(uptime | sed 's/.*load average: //')"
+echo "size column: the two safetensors files; whole directories (du -b, tokenizer files included):" \
+     "english $(du -sb "$TMP/vsfq" | cut -f1), english-small $(du -sb "$TMP/vsfqs" | cut -f1) bytes"
 echo
 echo "quality (greedy, 30 frames, against the published model):"
 codes "$CV" bf16 "$TMP/c0"; codes "$CV" q4 "$TMP/c0q"
-codes "$TMP/vs" bf16 "$TMP/c1"; codes "$TMP/vsfq" bf16 "$TMP/c2"
+codes "$TMP/vs" bf16 "$TMP/c1"; codes "$TMP/vsfq" bf16 "$TMP/c2"; codes "$TMP/vsfqs" bf16 "$TMP/c2s"
 codes "$TMP/p2" bf16 "$TMP/c3"; codes "$TMP/p4" bf16 "$TMP/c4"; codes "$TMP/n" bf16 "$TMP/c5"
 echo "  vocabulary + encoder strip: codes $(same "$TMP/c0" "$TMP/c1") (lossless claim)"
-echo "  fully compressed vs --quant q4 of the original: codes $(same "$TMP/c0q" "$TMP/c2")"
+echo "  fully compressed vs --quant q4 of the original: codes $(same "$TMP/c0q" "$TMP/c2")" \
+     "(english), $(same "$TMP/c0q" "$TMP/c2s") (english-small)"
 agree() { paste "$1" "$2" | awk '{ for (i = 1; i <= NF / 2; i++) { n++; s += $i == $(i + NF / 2) } }
     END { printf "%.1f %%", n ? 100 * s / n : 0 }'; }
 echo "  2 / 4 layers pruned vs unpruned q4: codes equal $(agree "$TMP/c2" "$TMP/c3") / $(agree "$TMP/c2" "$TMP/c4")"

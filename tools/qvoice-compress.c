@@ -19,15 +19,23 @@ static void usage(FILE *f) {
             "it is written as OUT_DIR.tmp-PID and renamed when complete.\n"
             "\n"
             "  -o, --output OUT_DIR     the compressed model directory\n"
-            "      --vocab english|FILE keep only the text-embedding rows the words of a\n"
-            "                           vocabulary can produce, behind a token map (english: %s,\n"
-            "                           Debian wamerican; FILE: any text, split at whitespace);\n"
-            "                           lossless for text those words cover\n"
-            "      --strip-encoder      drop the speech tokenizer's encoder (a Base model then\n"
+            "      --vocab LIST|FILE    keep only the text-embedding rows the words of a\n"
+            "                           vocabulary can produce, behind a token map. LIST:\n"
+            "                           english        Debian wamerican\n"
+            "                           english-small  Debian wamerican-small: 37 MB less for\n"
+            "                                          the 0.6B, a little less coverage\n"
+            "                           (word files %s\n"
+            "                           and %s);\n"
+            "                           FILE: any text, split at whitespace. Lossless for text\n"
+            "                           those words cover; other tokens are spelled with the\n"
+            "                           smaller pieces they merge from (a warning names them)\n"
+            "      --strip-encoder      drop the speech tokenizer's encoder and the decoder's\n"
+            "                           encode-only quantizer input projections (a Base model then\n"
             "                           clones from x-vectors only, no ICL reference codes)\n"
             "      --decoder-f16        store the speech decoder in float16\n"
-            "      --q4                 every talker and code-predictor linear to 4-bit affine,\n"
-            "                           group 64 (MLX's layout); embeddings stay bf16\n"
+            "      --q4                 every talker and code-predictor linear (the text\n"
+            "                           projection too) to 4-bit affine, group 64 (MLX's layout);\n"
+            "                           embeddings stay bf16\n"
             "      --prune-layers N     remove the top N talker layers\n"
             "      --prune-neurons T    drop talker MLP neurons whose max |activation| stays below\n"
             "                           T while the model speaks a few built-in texts (greedy,\n"
@@ -39,7 +47,7 @@ static void usage(FILE *f) {
             "  -h, --help               this help\n"
             "\n"
             "Exit status: 0 on success, 1 on error, 2 on a usage error.\n",
-            QVZ_ENGLISH_WORDS, QVZ_CALIB_FRAMES);
+            QVZ_ENGLISH_WORDS, QVZ_ENGLISH_SMALL_WORDS, QVZ_CALIB_FRAMES);
 }
 
 static int usage_error(const char *fmt, const char *arg) {

@@ -539,6 +539,103 @@ static void test_decode_roundtrip(void **state)
     corpus_free(&c);
 }
 
+/* A single-byte token: its vocab form is one code point of the GPT-2 byte table (< U+0144). */
+static int is_byte_token(int32_t id)
+{
+    const char *t = qve_tok_id_to_token(g_vm, id);
+    utf8proc_int32_t cp;
+    return t &&
+           utf8proc_iterate((const utf8proc_uint8_t *)t, -1, &cp) == (utf8proc_ssize_t)strlen(t) &&
+           cp < 0x144;
+}
+
+/* The vocab-form strings of ids[0..n) concatenated into buf (cap bytes); its length. */
+static size_t join_tokens(const int32_t *ids, size_t n, char *buf, size_t cap)
+{
+    size_t k = 0;
+    buf[0] = 0;
+    for (size_t i = 0; i < n; i++) {
+        const char *s = qve_tok_id_to_token(g_vm, ids[i]);
+        const size_t m = s ? strlen(s) : 0;
+        if (!s || k + m >= cap) return (size_t)-1;
+        memcpy(buf + k, s, m + 1);
+        k += m;
+    }
+    return k;
+}
+
+/* Merge parts and spelling (the text path of a vocabulary-pruned model): for every token id the
+ * parts, and any spelling, are exactly the token's bytes; with nothing usable a token is spelled
+ * by its bytes; a few known merges. */
+static void test_spell(void **state)
+{
+    (void)state;
+    need_tokenizers();
+    const int32_t V = qve_tok_vocab_size(g_vm);
+    int32_t *none = calloc((size_t)V, sizeof *none), *some = calloc((size_t)V, sizeof *some);
+    assert_non_null(none), assert_non_null(some);
+    for (int32_t i = 0; i < V; i++) some[i] = (uint32_t)i * 2654435761u % 3 != 0; /* 2 in 3 */
+    qve_tok_ids v = {0};
+    char a[1024], b[1024];
+    long n_merged = 0, n_spelled = 0, n_pieces = 0, n_unmerged = 0;
+    for (int32_t id = 0; id < V; id++) {
+        const char *s = qve_tok_id_to_token(g_vm, id);
+        if (!s) continue;
+        int32_t p[2];
+        if (qve_tok_merge_parts(g_vm, id, p)) {
+            assert_int_equal(join_tokens(p, 2, a, sizeof a), strlen(s));
+            assert_string_equal(a, s);
+            n_merged++;
+        } else if (id < 151643 && !is_byte_token(id)) { /* neither a byte nor an added token */
+            n_unmerged++;
+        }
+        if (id >= 151643) continue; /* added tokens have no smaller pieces */
+        for (int k = 0; k < 2; k++) {
+            v.n_ids = 0;
+            assert_int_equal(qve_tok_spell(g_vm, id, k ? some : none, &v), QVE_TOK_OK);
+            assert_int_equal(join_tokens(v.ids, v.n_ids, b, sizeof b), strlen(s));
+            assert_string_equal(b, s);
+            char *raw = NULL, *one = NULL;
+            size_t nr, no;
+            assert_int_equal(qve_tok_decode(g_vm, v.ids, v.n_ids, &raw, &nr, NULL, 0), 0);
+            assert_int_equal(qve_tok_decode(g_vm, &id, 1, &one, &no, NULL, 0), 0);
+            assert_int_equal(nr, no);
+            assert_memory_equal(raw, one, no);
+            free(raw), free(one);
+            for (size_t i = 0; i < v.n_ids; i++) /* usable, or a single byte */
+                assert_true((k && some[v.ids[i]]) || is_byte_token(v.ids[i]));
+            if (k) n_spelled += !some[id], n_pieces += some[id] ? 0 : (long)v.n_ids;
+        }
+    }
+    print_message("%ld ids formed by a merge, %ld other ids by none; %ld spelled with %ld "
+                  "pieces\n", n_merged, n_unmerged, n_spelled, n_pieces);
+    assert_true(n_merged > 150000);
+    assert_int_equal(n_unmerged, 0); /* Qwen2: every token but the bytes is some merge's result */
+    /* the pieces a pruned vocabulary falls back to (measured uncovered in running text) */
+    static const struct {
+        const char *tok, *left, *right;
+    } known[] = {{".\xC4\x8A", ".", "\xC4\x8A"}, /* ".\n" */
+                 {"\xC4\xA0\xC4\xA0\xC4\xA0", "\xC4\xA0\xC4\xA0", "\xC4\xA0"}, /* "   " */
+                 {"Hello", "H", "ello"}};
+    for (size_t i = 0; i < sizeof known / sizeof *known; i++) {
+        int32_t p[2];
+        assert_int_equal(qve_tok_merge_parts(g_vm, qve_tok_token_to_id(g_vm, known[i].tok), p), 1);
+        assert_string_equal(qve_tok_id_to_token(g_vm, p[0]), known[i].left);
+        assert_string_equal(qve_tok_id_to_token(g_vm, p[1]), known[i].right);
+    }
+    int32_t p[2];
+    assert_int_equal(qve_tok_merge_parts(g_vm, 151644, p), 0); /* <|im_start|> */
+    assert_int_equal(qve_tok_merge_parts(g_vm, 13, p), 0);     /* "." */
+    assert_int_equal(qve_tok_merge_parts(g_vm, -1, p), 0);
+    assert_int_equal(qve_tok_merge_parts(g_vm, V, p), 0);
+    v.n_ids = 0;
+    assert_int_equal(qve_tok_spell(g_vm, 151644, none, &v), QVE_TOK_OK); /* kept as it is */
+    assert_int_equal(v.n_ids, 1);
+    assert_int_equal(v.ids[0], 151644);
+    qve_tok_ids_free(&v);
+    free(none), free(some);
+}
+
 static void test_bad_utf8(void **state)
 {
     (void)state;
@@ -847,6 +944,7 @@ int main(void)
         cmocka_unit_test(test_divergent),
         cmocka_unit_test(test_model_dir),
         cmocka_unit_test(test_decode_roundtrip),
+        cmocka_unit_test(test_spell),
         cmocka_unit_test(test_bad_utf8),
         cmocka_unit_test(test_encode_into),
         cmocka_unit_test_setup_teardown(test_synthetic_and_errors, tmpdir_setup, tmpdir_teardown),
