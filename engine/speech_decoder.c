@@ -851,7 +851,8 @@ static void copy_cols(float *dst, const float *src, int n, int ch, int c0, int c
         return;
     }
     for (int t = 0; t < n; t++)
-        memcpy(dst + (size_t)t * ch + c0, src + (size_t)t * ch + c0, (size_t)(c1 - c0) * sizeof *dst);
+        memcpy(dst + (size_t)t * ch + c0, src + (size_t)t * ch + c0,
+               (size_t)(c1 - c0) * sizeof *dst);
 }
 
 typedef struct {

@@ -260,7 +260,8 @@ static void silu_mul(float *y, const float *g, const float *u, int n) {
 static void snake(float *x, int n, const float *a, const float *inv_b) {
     int i = 0;
     for (; i + 8 <= n; i += 8) {
-        __m256 xv = _mm256_loadu_ps(x + i), av = _mm256_loadu_ps(a + i), bv = _mm256_loadu_ps(inv_b + i);
+        __m256 xv = _mm256_loadu_ps(x + i), av = _mm256_loadu_ps(a + i);
+        __m256 bv = _mm256_loadu_ps(inv_b + i);
         int big;
         __m256 s2 = sin2_8(_mm256_mul_ps(av, xv), &big);
         if (big) {
