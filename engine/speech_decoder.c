@@ -1,7 +1,7 @@
 /* speech_decoder.c — Qwen3-TTS-12Hz speech-tokenizer decoder (§6.1), mirrors the official
  * Qwen3TTSTokenizerV2Decoder.forward / chunked_decode. All stages are causal, so a block of frames
  * is decoded from carried state: conv tails (the last (k−1)·d inputs of every conv), one context
- * column per transposed conv and the KV cache of the chunk. One-shot decode and streaming both
+ * row per transposed conv and the KV cache of the chunk. One-shot decode and streaming both
  * feed the same block schedule through feed_frame(), which makes their float arithmetic identical.
  */
 #include "engine/speech_decoder.h"
@@ -79,7 +79,8 @@ typedef struct {
     const float *a1, *b1;     /* [C] block.U.act1.{alpha,beta} (log space) */
     const float *c1_w, *c1_b; /* Winograd-domain panels (qvk_wino_weights) / [C] block.U.conv1.conv, dil. d */
     const float *a2, *b2;     /* [C] block.U.act2 */
-    const float *c2_w, *c2_b; /* [C, C, 1] / [C] block.U.conv2.conv */
+    qvk_p48w c2_w;            /* [C, C, 1] block.U.conv2.conv.weight (1×1) */
+    const float *c2_b;        /* [C] block.U.conv2.conv.bias */
 } dec_res;
 
 typedef struct {
@@ -128,7 +129,7 @@ struct qve_decoder {
 /* ==== per-stream state ===================================================================== */
 
 typedef struct {
-    float *x; /* [n_ch, n] last n input columns of a conv (or context of a transposed conv) */
+    float *x; /* [n, n_ch] last n input rows of a conv (or context of a transposed conv) */
     int n_ch, n;
 } tail;
 
@@ -142,10 +143,10 @@ typedef struct {
     float *k_cache, *v_cache;       /* [n_layers, max_pos, nh·hd] */
     int max_pos;
 
-    /* activations: channels-first blocks and time-major transformer rows */
+    /* activations, time-major [t, channels] */
     float *a, *b, *c, *d, *cat, *scratch;
     float *out; /* [BLOCK · samples_per_frame] audio of a block */
-    float *tx, *th, *tq, *tatt, *tg, *tu, *att_scratch, *rope_c, *rope_s, *ff;
+    float *tx, *th, *tq, *tatt, *tg, *tu, *att_scratch, *rope_c, *rope_s;
     float *emb0, *embr, *q0, *qr;
     size_t n_act, n_scratch, n_tm, n_kv; /* floats of the buffers above (state_touch) */
 
@@ -197,13 +198,6 @@ static void set_err(char *err, size_t n, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(err, n, fmt, ap);
     va_end(ap);
-}
-
-/* dst[c, t] = src[t, c] for a [rows, cols] → [cols, rows] transpose. */
-static void transpose(float *restrict dst, const float *restrict src, int rows, int cols) {
-    for (int r = 0; r < rows; r++)
-        for (int c = 0; c < cols; c++)
-            dst[(size_t)c * rows + r] = src[(size_t)r * cols + c];
 }
 
 /* ==== loading ============================================================================== */
@@ -360,6 +354,10 @@ static const float *taps(loader *ld, const float *w, int c_out, int c_in, int k)
     return r;
 }
 
+/* Which weights are prepared, in which order: the probe below checks how they are prepared, not
+ * which, so this changes when an array is added or dropped (2: the residual 1×1 convs' panels). */
+#define PREP_LIST 2
+
 /* The cache key's probe: a small fixed conv weight through every preparation above, so that a
  * change of any of them (Winograd points or tile, panel layout) makes old cache files stale. */
 static void probe(const qve_decoder *d, float *out) {
@@ -377,11 +375,12 @@ static void probe(const qve_decoder *d, float *out) {
     to_taps(out, w, 3, 2, CONV_K);
     out += 3 * 2 * CONV_K;
     qvk_p48_pack_f16((uint16_t *)out, w, 2, 3, 2, 1); /* two halves per float of out */
+    out[qvk_p48_size(2, 3) / 2] = PREP_LIST;
 }
 
 static size_t probe_size(const qve_decoder *d) {
     return qvk_wino_weights_size(&d->wino, 3, 2) + qvk_wino_weights_size(&d->wino_ct, 2 * 3, 2) +
-           qvk_p48_size(2, 3) + qvk_p48_size(3, 5) + 3 * 2 * CONV_K + qvk_p48_size(2, 3) / 2;
+           qvk_p48_size(2, 3) + qvk_p48_size(3, 5) + 3 * 2 * CONV_K + qvk_p48_size(2, 3) / 2 + 1;
 }
 
 static int load_config(qve_decoder *d, const char *dir, char *err, size_t err_size) {
@@ -534,7 +533,8 @@ static int load_weights(qve_decoder *d, loader *ld) {
             u->c1_b = get(ld, 1, co, 0, 0, "%s%d.block.%d.conv1.conv.bias", q, n, m);
             u->a2 = get(ld, 1, co, 0, 0, "%s%d.block.%d.act2.alpha", q, n, m);
             u->b2 = get(ld, 1, co, 0, 0, "%s%d.block.%d.act2.beta", q, n, m);
-            u->c2_w = get(ld, 3, co, co, 1, "%s%d.block.%d.conv2.conv.weight", q, n, m);
+            u->c2_w = lin(ld, get(ld, 3, co, co, 1, "%s%d.block.%d.conv2.conv.weight", q, n, m),
+                          co, co);
             u->c2_b = get(ld, 1, co, 0, 0, "%s%d.block.%d.conv2.conv.bias", q, n, m);
         }
     }
@@ -615,12 +615,6 @@ int qve_decoder_sample_rate(const qve_decoder *dec) {
 
 /* ==== state sizing and allocation ========================================================== */
 
-static qvk_conv conv_desc(int c_in, int c_out, int k, int dil, int groups) {
-    qvk_conv cv = {.c_in = c_in, .c_out = c_out, .k = k, .stride = 1, .dilation = dil,
-                   .groups = groups, .pad = QVK_PAD_ZERO};
-    return cv;
-}
-
 /* Columns of context a transposed conv (kernel k, stride s) needs so that every kept output
  * sample has all its contributions: ceil((k − s) / s). */
 static int ct_ctx(int k, int s) {
@@ -648,9 +642,7 @@ static sizes stage_sizes(const qve_decoder *d, int nb) {
         need(&z.scratch, qvk_conv_transpose1d_p48_scratch(d->latent, d->latent, r, (int)(cx + t)));
         t *= r;
         need(&z.act, t * (size_t)d->conv_inter);
-        qvk_conv dw = conv_desc(d->latent, d->latent, CONV_K, 1, d->latent);
         need(&z.act, (size_t)d->latent * (CONV_K - 1 + t));
-        need(&z.scratch, qvk_conv1d_scratch(&dw, (int)(CONV_K - 1 + t)));
     }
     need(&z.act, (size_t)d->latent * (CONV_K - 1 + t));
     need(&z.act, (size_t)d->dec_dim * t);
@@ -714,13 +706,10 @@ static int state_alloc(dec_state *s, const qve_decoder *d) {
     s->scratch = qvk_alloc(z.scratch * f);
     s->out = qvk_alloc((size_t)QVE_DEC_BLOCK_FRAMES * d->samples_per_frame * f);
 
-    /* time-major transformer and ConvNeXt buffers, one block */
+    /* transformer and quantizer buffers, one block */
     int B = QVE_DEC_BLOCK_FRAMES, A = d->n_heads * d->head_dim;
-    size_t t_up = (size_t)B;
-    for (int i = 0; i < N_UP; i++)
-        t_up *= d->up_ratio[i];
     size_t n_tm = (size_t)B * d->hidden * 2 + (size_t)B * A * 2 + (size_t)B * d->inter * 2 +
-                  (size_t)d->n_heads * d->window + (size_t)d->head_dim + t_up * (size_t)d->latent +
+                  (size_t)d->n_heads * d->window + (size_t)d->head_dim +
                   (size_t)B * d->cb_dim * 2 + (size_t)B * d->rvq_dim * 2;
     s->tx = qvk_alloc(n_tm * f);
     float *p = s->tx;
@@ -733,8 +722,7 @@ static int state_alloc(dec_state *s, const qve_decoder *d) {
         s->att_scratch = p += (size_t)B * d->inter;
         s->rope_c = p += (size_t)d->n_heads * d->window;
         s->rope_s = p += d->head_dim / 2;
-        s->ff = p += d->head_dim / 2;
-        s->emb0 = p += t_up * (size_t)d->latent;
+        s->emb0 = p += d->head_dim / 2;
         s->embr = p += (size_t)B * d->cb_dim;
         s->q0 = p += (size_t)B * d->cb_dim;
         s->qr = p += (size_t)B * d->rvq_dim;
@@ -856,6 +844,17 @@ static void par_for(const dec_state *s, int n, int align, double work, part_fn f
     par_stages(s, n, align, work, &st, 1);
 }
 
+/* Rows [0, n) of src into dst (both [n, ch]), columns [c0, c1) only. */
+static void copy_cols(float *dst, const float *src, int n, int ch, int c0, int c1) {
+    if (c0 == 0 && c1 == ch) {
+        memcpy(dst, src, (size_t)n * ch * sizeof *dst);
+        return;
+    }
+    for (int t = 0; t < n; t++)
+        memcpy(dst + (size_t)t * ch + c0, src + (size_t)t * ch + c0,
+               (size_t)(c1 - c0) * sizeof *dst);
+}
+
 typedef struct {
     float *cat;
     tail *tl;
@@ -865,19 +864,17 @@ typedef struct {
 
 static void tail_part(const void *arg, int c0, int c1, float *scratch) {
     const tail_job *j = arg;
-    int h = j->tl->n, w = h + j->n;
+    const int h = j->tl->n, ch = j->tl->n_ch;
+    float *fresh = j->cat + (size_t)h * ch;
     (void)scratch;
-    for (int c = c0; c < c1; c++) {
-        float *row = j->cat + (size_t)c * w;
-        memcpy(row, j->tl->x + (size_t)c * h, (size_t)h * sizeof *row);
-        memcpy(row + h, j->x + (size_t)c * j->n, (size_t)j->n * sizeof *row);
-        if (j->a) qvk_snakebeta(row + h, 1, j->n, j->a + c, j->b + c);
-        memcpy(j->tl->x + (size_t)c * h, row + j->n, (size_t)h * sizeof *row);
-    }
+    copy_cols(j->cat, j->tl->x, h, ch, c0, c1);
+    copy_cols(fresh, j->x, j->n, ch, c0, c1);
+    if (j->a) qvk_snakebeta(fresh + c0, ch, j->n, c1 - c0, j->a + c0, j->b + c0);
+    copy_cols(j->tl->x, j->cat + (size_t)j->n * ch, h, ch, c0, c1);
 }
 
-/* cat[c, tl.n + n] = [tail | act(x)] where act is SnakeBeta (a, b) or identity; then the tail
- * takes the last tl.n columns. Returns cat's row length. */
+/* cat[tl.n + n, c] = [tail ; act(x)] (time-major rows) where act is SnakeBeta (a, b) or
+ * identity; then the tail takes the last tl.n rows. Returns cat's row count. */
 static int with_tail(const dec_state *s, float *cat, tail *tl, const float *x, int n,
                      const float *a, const float *b) {
     tail_job j = {cat, tl, x, a, b, n};
@@ -888,62 +885,42 @@ static int with_tail(const dec_state *s, float *cat, tail *tl, const float *x, i
 typedef struct {
     float *x;
     const float *a, *b;
-    int n;
+    int n, ch;
 } snake_job;
 
 static void snake_part(const void *arg, int c0, int c1, float *scratch) {
     const snake_job *j = arg;
     (void)scratch;
-    qvk_snakebeta(j->x + (size_t)c0 * j->n, c1 - c0, j->n, j->a + c0, j->b + c0);
+    qvk_snakebeta(j->x + c0, j->ch, j->n, c1 - c0, j->a + c0, j->b + c0);
 }
 
-typedef struct {
-    float *y;
-    const float *x, *wt, *bias;
-    int w_in, c_in, c_out, k, dil, acc;
-} taps_job;
-
-static void taps_part(const void *arg, int o0, int o1, float *scratch) {
-    const taps_job *j = arg;
-    int n = j->w_in - (j->k - 1) * j->dil;
-    (void)scratch;
-    for (int o = o0; o < o1; o++) {
-        const float b = j->bias ? j->bias[o] : 0.0f;
-        float *yr = j->y + (size_t)o * n;
-        if (j->acc)
-            for (int t = 0; t < n; t++)
-                yr[t] += b;
-        else
-            for (int t = 0; t < n; t++)
-                yr[t] = b;
-    }
-    for (int t = 0; t < j->k; t++)
-        qvk_sgemm(0, 0, o1 - o0, n, j->c_in, 1.0f, j->wt + ((size_t)t * j->c_out + o0) * j->c_in,
-                  j->c_in, j->x + (size_t)t * j->dil, j->w_in, 1.0f, j->y + (size_t)o0 * n, n);
+/* y[n, c_out] = bias + Σ_j x[j + t, :] · W_jᵀ for x [w_in, c_in] (n = w_in − k + 1): one sgemm per
+ * tap on a shifted view, W tap-major [k, c_out, c_in] (pre_conv: a few rows, on this thread). */
+static void conv_taps(float *y, const float *x, int w_in, int c_in, int c_out, int k,
+                      const float *wt, const float *bias) {
+    const int n = w_in - (k - 1);
+    for (int t = 0; t < n; t++)
+        memcpy(y + (size_t)t * c_out, bias, (size_t)c_out * sizeof *y);
+    for (int j = 0; j < k; j++)
+        qvk_sgemm(0, 1, n, c_out, c_in, 1.0f, x + (size_t)j * c_in, c_in,
+                  wt + (size_t)j * c_out * c_in, c_in, 1.0f, y, c_out);
 }
 
-/* y[c_out, n] = (acc ? y : 0) + bias + Σ_j W_j · x[:, j·dil : j·dil + n] for an input with row
- * length w_in (tail included): one sgemm per tap on a shifted view, W tap-major [k, c_out, c_in].
- * acc adds to y in place (the residual units' 1×1 conv: no separate pass for the sum). */
-static void conv_taps(float *y, const float *x, int w_in, int c_in, int c_out, int k, int dil,
-                      const float *wt, const float *bias, int acc) {
-    taps_job j = {y, x, wt, bias, w_in, c_in, c_out, k, dil, acc};
-    taps_part(&j, 0, c_out, NULL);
-}
-
-/* y[c_out, n] = causal conv of x[c_in, n] (kernel k, dilation dil) continuing from the tail;
- * x optionally SnakeBeta-activated first. Dense convs take tap-major weights; depthwise convs
- * (groups > 1) take the checkpoint layout and run in qvk_conv1d. */
-static void conv_step(dec_state *s, tail *tl, float *y, const float *x, int n, int c_out, int k,
-                      int dil, int groups, const float *w, const float *bias, const float *a,
+/* The ConvNeXt's depthwise conv: y[t, c] = Σ_j w[c, j]·x[t + j, c] + b[c] for x [n + k − 1, ch]
+ * (weights as the checkpoint holds them, [ch, 1, k]; a few rows per frame). */
+static void depthwise(float *y, const float *x, int n, int ch, int k, const float *w,
                       const float *b) {
-    int w_in = with_tail(s, s->cat, tl, x, n, a, b);
-    if (groups == 1) {
-        conv_taps(y, s->cat, w_in, tl->n_ch, c_out, k, dil, w, bias, 0);
-        return;
+    for (int t = 0; t < n; t++) {
+        float *yr = y + (size_t)t * ch;
+        memset(yr, 0, (size_t)ch * sizeof *yr);
+        for (int j = 0; j < k; j++) {
+            const float *xr = x + (size_t)(t + j) * ch;
+            for (int c = 0; c < ch; c++)
+                yr[c] += w[(size_t)c * k + j] * xr[c];
+        }
+        for (int c = 0; c < ch; c++)
+            yr[c] += b[c];
     }
-    qvk_conv cv = conv_desc(tl->n_ch, c_out, k, dil, groups);
-    qvk_conv1d(&cv, y, s->cat, w_in, w, bias, s->scratch);
 }
 
 typedef struct {
@@ -968,7 +945,7 @@ static void wino_conv(const dec_state *s, const qvk_wino *wn, float *y, int w_in
     par_for(s, c_out, align, (double)n * ph * c_in * c_out * wn->alpha / wn->m, wino_part, &j);
 }
 
-/* conv_step for a k = 7 dense conv with Winograd-domain weights. */
+/* A k = 7 dense conv with Winograd-domain weights on x [n, c_in] continuing from the tail. */
 static void wino_step(const qve_decoder *d, dec_state *s, tail *tl, float *y, const float *x, int n,
                       int c_out, int dil, const float *u, const float *bias, const float *a,
                       const float *b) {
@@ -992,23 +969,20 @@ static qvk_p48w p48_at(qvk_p48w w, size_t off) {
 
 static void convt_part(const void *arg, int o0, int o1, float *scratch) {
     const convt_job *j = arg;
-    long kept = (long)j->w_in * j->r; /* qvk_conv_transpose1d_p48's with trim k − r */
-    qvk_conv_transpose1d_p48w(j->c + (size_t)o0 * kept, j->x, j->c_in, o1 - o0, j->w_in, j->k,
+    qvk_conv_transpose1d_p48w(j->c + o0, j->c_out, j->x, j->c_in, j->c_in, o1 - o0, j->w_in, j->k,
                               j->r, j->k - j->r, p48_at(j->w, (size_t)o0 * j->k * j->c_in),
                               j->bias ? j->bias + o0 : NULL, scratch);
-    for (int o = o0; o < o1; o++)
-        memcpy(j->y + (size_t)o * j->out, j->c + (size_t)o * kept + j->skip,
-               (size_t)j->out * sizeof *j->y);
+    copy_cols(j->y, j->c + (size_t)j->skip * j->c_out, j->out, j->c_out, o0, o1);
 }
 
 static int gcd(int a, int b) {
     return b ? gcd(b, a % b) : a;
 }
 
-/* y[c_out, n·r] = causal ConvTranspose1d (kernel k, stride r, right trim k − r) of x[c_in, n]
- * continuing from the context tail; uses s->c for the untrimmed rows. The weights' panels hold
- * c_out·k columns, so a channel range starts on a panel when its first channel·k is a multiple
- * of the panel width. */
+/* y[n·r, c_out] = causal ConvTranspose1d (kernel k, stride r, right trim k − r) of x[n, c_in]
+ * continuing from the context tail; uses s->c for the untrimmed rows (y may be x). The weights'
+ * panels hold c_out·k columns, so a channel range starts on a panel when its first channel·k is
+ * a multiple of the panel width. */
 static void convt_step(dec_state *s, tail *tl, float *y, const float *x, int n, int c_out, int k,
                        int r, qvk_p48w w, const float *bias, const float *a, const float *b) {
     int w_in = with_tail(s, s->cat, tl, x, n, a, b);
@@ -1038,6 +1012,24 @@ static void linear(const dec_state *s, float *y, const float *x, qvk_p48w wp, co
                    int n_rows, int n_in, int n_out) {
     linear_job j = {y, x, bias, wp, n_rows, n_in, n_out};
     par_for(s, n_out, QVK_P48_NR, (double)n_rows * n_in * n_out, linear_part, &j);
+}
+
+typedef struct {
+    float *y, *tmp;
+    const float *x, *bias;
+    qvk_p48w w;
+    int n, ch;
+} res_job;
+
+/* A residual unit's 1×1 conv added to the stream: y += x·Wᵀ + bias, columns [c0, c1) (the product
+ * goes through tmp, so y gets y + (W·x + b) as the reference sums it). */
+static void res_part(const void *arg, int c0, int c1, float *scratch) {
+    const res_job *j = arg;
+    (void)scratch;
+    qvk_p48w_matmul(j->tmp + c0, j->ch, j->x, j->ch, p48_at(j->w, (size_t)c0 * j->ch), j->ch,
+                    c1 - c0, j->n);
+    qvk_add_bias(j->tmp + c0, j->ch, j->bias + c0, j->n, c1 - c0);
+    qvk_add_rows(j->y + c0, j->ch, j->tmp + c0, j->ch, j->n, c1 - c0);
 }
 
 /* Codes [nb, n_q] → q [nb, rvq_dim] (time-major): both output projections, summed. */
@@ -1104,82 +1096,86 @@ static void transformer(const qve_decoder *d, dec_state *s, float *x, int nb, in
 }
 
 /* Decoder block i: SnakeBeta → causal ConvTranspose (k 2r, stride r) → three residual units.
- * Input x [c_in, t] (clobbered: used as scratch), output y [c_out, t·r]; returns t·r. */
+ * Input x [t, c_in] (clobbered: used as scratch), output y [t·r, c_out]; returns t·r. */
 static int block_step(const qve_decoder *d, dec_state *s, int i, float *y, float *x, int t) {
     const dec_block *bk = &d->blk[i];
     int r = bk->rate, co = bk->c_out;
-    if (bk->up_wino) { /* one context column: y gets exactly the t·r new samples */
+    if (bk->up_wino) { /* one context row: y gets exactly the t·r new samples */
         int w_in = with_tail(s, s->cat, &s->blk_ctx[i], x, t, bk->a, bk->b);
         wino_conv(s, &d->wino_ct, y, w_in, bk->c_in, co, r, 1, bk->up_w, bk->up_b);
     } else
         convt_step(s, &s->blk_ctx[i], y, x, t, co, 2 * r, r, bk->up_p, bk->up_b, bk->a, bk->b);
     t *= r;
     /* per unit two dispatches: conv1 (Winograd) + SnakeBeta by channels, then the 1×1 conv's
-       rows of y + the next unit's input window of the same rows */
+       columns of y + the next unit's input window of the same columns */
     const dec_res *ru = &bk->res[0];
     int w_in = with_tail(s, s->cat, &s->res[i][0], y, t, ru->a1, ru->b1);
     for (int u = 0; u < N_RES; u++) {
         ru = &bk->res[u];
         int dil = res_dilation[u];
         wino_job wj = {&d->wino, x, s->cat, ru->c1_w, ru->c1_b, w_in, co, co, 1, dil};
-        snake_job sj = {x, ru->a2, ru->b2, t};
+        snake_job sj = {x, ru->a2, ru->b2, t, co};
         const stage conv1[] = {{wino_part, &wj}, {snake_part, &sj}};
         par_stages(s, co, QVK_P48_NR, (double)t * co * co * d->wino.alpha / d->wino.m + t * co * 8,
                    conv1, 2);
-        taps_job tj = {y, x, ru->c2_w, ru->c2_b, t, co, co, 1, 1, 1};
+        res_job rj = {y, s->c, x, ru->c2_b, ru->c2_w, t, co};
         const dec_res *nx = u + 1 < N_RES ? &bk->res[u + 1] : NULL;
         tail *tl = nx ? &s->res[i][u + 1] : NULL;
         tail_job nj = {s->cat, tl, y, nx ? nx->a1 : NULL, nx ? nx->b1 : NULL, t};
-        const stage conv2[] = {{taps_part, &tj}, {tail_part, &nj}};
-        double mnk = (double)t * co * co;
-        /* split only into sgemms above 100³ multiply-adds: OpenBLAS takes its small-matrix
-           kernel (other sums) below */
-        if (mnk / par_width(s, co, QVK_P48_NR) > 1e6) {
-            par_stages(s, co, QVK_P48_NR, mnk + (nx ? (double)co * (tl->n + t) * 8 : 0), conv2,
-                       nx ? 2 : 1);
-        } else {
-            taps_part(&tj, 0, co, s->scratch);
-            if (nx) par_for(s, co, 16, (double)co * (tl->n + t) * 8, tail_part, &nj);
-        }
+        const stage conv2[] = {{res_part, &rj}, {tail_part, &nj}};
+        par_stages(s, co, QVK_P48_NR, (double)t * co * co + (nx ? (double)co * (tl->n + t) * 8 : 0),
+                   conv2, nx ? 2 : 1);
         if (nx) w_in = tl->n + t;
     }
     return t;
 }
 
+/* decoder.5 (SnakeBeta) and decoder.6 (→ 1 channel, k = 7) of x [n, C], clamped to [−1, 1]:
+ * Z[r, j] = act(x)[r]·W_j over the window's rows (one sgemm), out[t] = Σ_j Z[t + j, j] + bias. */
+static void final_conv(const qve_decoder *d, dec_state *s, float *out, const float *x, int n) {
+    const int w_in = with_tail(s, s->cat, &s->fin, x, n, d->fa, d->fb), ch = s->fin.n_ch;
+    float *z = s->c;
+    qvk_sgemm(0, 1, w_in, CONV_K, ch, 1.0f, s->cat, ch, d->fw, ch, 0.0f, z, CONV_K);
+    for (int t = 0; t < n; t++) {
+        float v = 0.0f;
+        for (int j = 0; j < CONV_K; j++)
+            v += z[(size_t)(t + j) * CONV_K + j];
+        v += d->fbias[0];
+        out[t] = v < -1.0f ? -1.0f : (v > 1.0f ? 1.0f : v);
+    }
+}
+
 /* Decodes nb frames at chunk positions pos0.. and returns their nb·samples_per_frame samples
- * (clamped) in a buffer owned by the state. */
+ * (clamped) in a buffer owned by the state. Activations are time-major [t, channels] throughout,
+ * so the convolutions' tiles read and write them in place. */
 static const float *decode_block(const qve_decoder *d, dec_state *s, const int32_t *codes, int nb,
                                  int pos0) {
     int L = d->latent, H = d->hidden;
-    /* quantizer → pre_conv → transformer (time-major in the middle) */
+    /* quantizer → pre_conv → transformer */
     rvq_decode(d, s, codes, nb);
-    transpose(s->a, s->q0, nb, d->rvq_dim);
-    conv_step(s, &s->pre, s->b, s->a, nb, L, PRE_CONV_K, 1, 1, d->pre_w, d->pre_b, NULL, NULL);
-    transpose(s->a, s->b, L, nb);
+    int w_pre = with_tail(s, s->cat, &s->pre, s->q0, nb, NULL, NULL);
+    conv_taps(s->a, s->cat, w_pre, d->rvq_dim, L, PRE_CONV_K, d->pre_w, d->pre_b);
     linear(s, s->tx, s->a, d->in_w, d->in_b, nb, L, H);
     transformer(d, s, s->tx, nb, pos0);
-    linear(s, s->a, s->tx, d->outp_w, d->outp_b, nb, H, L);
-    transpose(s->b, s->a, nb, L); /* b = [L, nb] */
+    linear(s, s->b, s->tx, d->outp_w, d->outp_b, nb, H, L);
 
     /* upsample: ConvTranspose (k = s) + ConvNeXt; b holds the stream */
     int t = nb;
     for (int u = 0; u < N_UP; u++) {
         const dec_upsample *w = &d->up[u];
         int r = d->up_ratio[u];
-        convt_step(s, &s->up_ctx[u], s->a, s->b, t, L, r, r, w->up_w, w->up_b, NULL, NULL);
+        convt_step(s, &s->up_ctx[u], s->b, s->b, t, L, r, r, w->up_w, w->up_b, NULL, NULL);
         t *= r;
-        conv_step(s, &s->up_dw[u], s->b, s->a, t, L, CONV_K, 1, L, w->dw_w, w->dw_b, NULL, NULL);
-        float *tm = s->ff; /* [t, L] time-major; the [t, F] rows go to cat */
-        transpose(tm, s->b, L, t);
+        with_tail(s, s->cat, &s->up_dw[u], s->b, t, NULL, NULL);
+        depthwise(s->a, s->cat, t, L, CONV_K, w->dw_w, w->dw_b);
         for (int i = 0; i < t; i++)
-            qvk_layernorm(tm + (size_t)i * L, tm + (size_t)i * L, w->ln_w, w->ln_b, L, 1e-6f);
-        linear(s, s->cat, tm, w->pw1_w, w->pw1_b, t, L, d->conv_inter);
+            qvk_layernorm(s->a + (size_t)i * L, s->a + (size_t)i * L, w->ln_w, w->ln_b, L, 1e-6f);
+        linear(s, s->cat, s->a, w->pw1_w, w->pw1_b, t, L, d->conv_inter);
         qvk_gelu_erf(s->cat, t * d->conv_inter);
-        linear(s, tm, s->cat, w->pw2_w, w->pw2_b, t, d->conv_inter, L);
-        for (int c = 0; c < L; c++)
-            for (int i = 0; i < t; i++)
-                s->b[(size_t)c * t + i] =
-                    s->a[(size_t)c * t + i] + w->gamma[c] * tm[(size_t)i * L + c];
+        linear(s, s->a, s->cat, w->pw2_w, w->pw2_b, t, d->conv_inter, L);
+        for (int i = 0; i < t; i++)
+            for (int c = 0; c < L; c++)
+                s->b[(size_t)i * L + c] += w->gamma[c] * s->a[(size_t)i * L + c];
     }
 
     /* decoder.0 and the first block(s) on the whole block of frames; the stream ends in x */
@@ -1196,9 +1192,7 @@ static const float *decode_block(const qve_decoder *d, dec_state *s, const int32
     int cin = d->blk[PER_FRAME_BLOCK].c_in, tp = t / nb, spf = d->samples_per_frame;
     for (int f = 0; f < nb; f++) {
         float *u = y, *v = s->d;
-        for (int c = 0; c < cin; c++)
-            memcpy(u + (size_t)c * tp, x + (size_t)c * t + (size_t)f * tp,
-                   (size_t)tp * sizeof(float));
+        memcpy(u, x + (size_t)f * tp * cin, (size_t)tp * cin * sizeof *u);
         int n = tp;
         for (int i = PER_FRAME_BLOCK; i < N_BLOCKS; i++) {
             n = block_step(d, s, i, v, u, n);
@@ -1206,10 +1200,7 @@ static const float *decode_block(const qve_decoder *d, dec_state *s, const int32
             u = v;
             v = sw;
         }
-        float *o = s->out + (size_t)f * spf;
-        conv_step(s, &s->fin, o, u, n, 1, CONV_K, 1, 1, d->fw, d->fbias, d->fa, d->fb);
-        for (int i = 0; i < n; i++)
-            o[i] = o[i] < -1.0f ? -1.0f : (o[i] > 1.0f ? 1.0f : o[i]);
+        final_conv(d, s, s->out + (size_t)f * spf, u, n);
     }
     return s->out;
 }

@@ -32,8 +32,8 @@
 
 /* Largest number of frames per decode step. Steps follow a fixed schedule per chunk position
  * (1, 1, 2, 4, then 8 frames; see block_frames in the .c), which fixes the float arithmetic
- * (sgemm shapes) for both paths: streaming emits its first audio after one frame, later audio
- * every 8 frames (640 ms). */
+ * (Winograd tile positions) for both paths: streaming emits its first audio after one frame,
+ * later audio every 8 frames (640 ms). */
 #define QVE_DEC_BLOCK_FRAMES 8
 /* Reference chunking (qwen_tts tokenizer decoder `chunked_decode`). */
 #define QVE_DEC_CHUNK_FRAMES 300

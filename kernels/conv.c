@@ -491,34 +491,6 @@ static int round_up(int v, int to) {
     return (v + to - 1) / to * to;
 }
 
-/* dst[c·ldd + r] = src[r·lds + c] (+ bias[c]) for r < rows, c < cols, in 16 × 16 tiles: a
- * column-order pass over a wide source would miss L1 on every element (block 3 of the decoder
- * reads 1920 rows 384 bytes apart). */
-static void transpose_tiles(float *restrict dst, int64_t ldd, const float *restrict src,
-                            int64_t lds, int rows, int cols, const float *bias) {
-    enum { T = 16 };
-    const qvk_impl *im = qvk_impl_get();
-    if (im->transpose) {
-        im->transpose(dst, ldd, src, lds, rows, cols, bias);
-        return;
-    }
-    for (int r0 = 0; r0 < rows; r0 += T) {
-        int r1 = r0 + T < rows ? r0 + T : rows;
-        for (int c0 = 0; c0 < cols; c0 += T) {
-            int c1 = c0 + T < cols ? c0 + T : cols;
-            for (int c = c0; c < c1; c++) {
-                float *d = dst + (size_t)c * ldd;
-                if (bias)
-                    for (int r = r0; r < r1; r++)
-                        d[r] = src[(size_t)r * lds + c] + bias[c];
-                else
-                    for (int r = r0; r < r1; r++)
-                        d[r] = src[(size_t)r * lds + c];
-            }
-        }
-    }
-}
-
 size_t qvk_p48_size(int k, int n) {
     return (size_t)k * round_up(n, WINO_NR);
 }
@@ -592,37 +564,37 @@ void qvk_p48_matmul(float *y, int64_t ldy, const float *x, int64_t ldx, const fl
 }
 
 size_t qvk_conv_transpose1d_p48_scratch(int c_in, int c_out, int k, int t_in) {
-    return (size_t)t_in * c_in + (size_t)t_in * round_up(c_out * k, WINO_NR);
+    return (size_t)t_in * round_up(c_out * k, WINO_NR);
 }
 
-int qvk_conv_transpose1d_p48(float *restrict y, const float *restrict x, int c_in, int c_out,
-                             int t_in, int k, int stride, int trim_right, const float *wp,
-                             const float *restrict b, float *restrict scratch) {
-    return qvk_conv_transpose1d_p48w(y, x, c_in, c_out, t_in, k, stride, trim_right,
+int qvk_conv_transpose1d_p48(float *restrict y, int64_t ldy, const float *restrict x, int64_t ldx,
+                             int c_in, int c_out, int t_in, int k, int stride, int trim_right,
+                             const float *wp, const float *restrict b, float *restrict scratch) {
+    return qvk_conv_transpose1d_p48w(y, ldy, x, ldx, c_in, c_out, t_in, k, stride, trim_right,
                                      (qvk_p48w){wp, NULL}, b, scratch);
 }
 
-int qvk_conv_transpose1d_p48w(float *restrict y, const float *restrict x, int c_in, int c_out,
-                              int t_in, int k, int stride, int trim_right, qvk_p48w wp,
-                              const float *restrict b, float *restrict scratch) {
+int qvk_conv_transpose1d_p48w(float *restrict y, int64_t ldy, const float *restrict x,
+                              int64_t ldx, int c_in, int c_out, int t_in, int k, int stride,
+                              int trim_right, qvk_p48w wp, const float *restrict b,
+                              float *restrict scratch) {
     long kept = (long)t_in * stride + k - stride - trim_right;
     if (t_in <= 0 || kept <= 0) return 0;
     int ld = round_up(c_out * k, WINO_NR);
-    float *xt = scratch, *col = scratch + (size_t)t_in * c_in; /* [t_in, c_in], [t_in, ld] */
-    transpose_tiles(xt, c_in, x, t_in, c_in, t_in, NULL);
-    qvk_p48w_matmul(col, ld, xt, c_in, wp, c_in, c_out * k, t_in);
-    for (int o = 0; o < c_out; o++) {
-        float *yr = y + (size_t)o * kept;
-        float bias = b ? b[o] : 0.0f;
-        for (long p = 0; p < kept; p++)
-            yr[p] = bias;
-        for (int t = 0; t < t_in; t++) {
-            const float *cr = col + (size_t)t * ld + (size_t)o * k;
-            long p0 = (long)t * stride;
-            for (int j = 0; j < k && p0 + j < kept; j++)
-                yr[p0 + j] += cr[j];
-        }
+    float *col = scratch; /* [t_in, ld]: col[t, o·k + j] = Σ_i x[t, i]·W[i, o, j] */
+    qvk_p48w_matmul(col, ld, x, ldx, wp, c_in, c_out * k, t_in);
+    for (long p = 0; p < kept; p++) {
+        float *yr = y + p * ldy;
+        for (int o = 0; o < c_out; o++)
+            yr[o] = b ? b[o] : 0.0f;
     }
+    for (int t = 0; t < t_in; t++)
+        for (int j = 0; j < k && (long)t * stride + j < kept; j++) {
+            float *yr = y + ((long)t * stride + j) * ldy;
+            const float *cr = col + (size_t)t * ld + j;
+            for (int o = 0; o < c_out; o++)
+                yr[o] += cr[(size_t)o * k];
+        }
     return (int)kept;
 }
 
@@ -703,11 +675,12 @@ size_t qvk_wino_scratch(const qvk_wino *wn, int c_in, int c_out, int n, int dil)
     return ins * c_in + a * nt * c_in + a * nt * cp + outs * cp;
 }
 
-/* The Winograd conv with c_out = ph·c_ch product channels, phase-major: y[c, t·ph + j] =
- * product channel j·c_ch + c at step t (ph = 1: a plain conv; ph = r: a transposed conv). The
- * time-major output rows of c_out values are then ph rows of c_ch, one transpose away. Only the
+/* The Winograd conv with c_out = ph·c_ch product channels, phase-major, time-major in and out:
+ * x [w_in, c_in], y [n, c_out], whose row t holds output steps t·ph + j (j < ph) of c_ch channels
+ * each, i.e. y is [n·ph, c_ch] (ph = 1: a plain conv; ph = r: a transposed conv). Only the
  * channels [c0, c1) of y are made (qvk_wino_part): their product columns j·c_ch + [c0, c1) and
- * output transforms; the input transform is the whole call's. */
+ * output transforms; the input transform is the whole call's. Chunks read x in place and write y
+ * in place; the last one, whose tiles run past the input or the output, goes through scratch. */
 static void wino_run(const qvk_wino *wn, float *y, const float *x, int w_in, int c_in, int c_out,
                      int ph, int dil, const float *u, const float *bias, float *scratch, int c0,
                      int c1) {
@@ -718,10 +691,10 @@ static void wino_run(const qvk_wino *wn, float *y, const float *x, int w_in, int
     const int ins_max = st * md + (wn->k - 1) * dil;
     /* column segments of the products: all c_out at once for the whole conv, else one per phase */
     const int whole = c0 == 0 && c1 == c_ch, n_seg = whole ? 1 : ph, seg_w = whole ? c_out : c1 - c0;
-    float *xt = scratch;                          /* [ins, c_in] time-major input window */
-    float *v = xt + (size_t)ins_max * c_in;       /* [α, tiles, c_in] transformed input */
+    float *xw = scratch;                          /* [ins, c_in] the last chunk's padded input */
+    float *v = xw + (size_t)ins_max * c_in;       /* [α, tiles, c_in] transformed input */
     float *mo = v + (size_t)a * nt_max * c_in;    /* [α, tiles, cp] products */
-    float *yt = mo + (size_t)a * nt_max * cp;     /* [outs, c_out] time-major output */
+    float *yw = mo + (size_t)a * nt_max * cp;     /* [outs, c_out] the last chunk's output */
     const qvk_impl *im = qvk_impl_get();
     void (*mix)(float *restrict, int64_t, const float *, int, int, const float *restrict, int64_t,
                 int) = im->mix_rows ? im->mix_rows : mix_rows_scalar;
@@ -729,8 +702,13 @@ static void wino_run(const qvk_wino *wn, float *y, const float *x, int w_in, int
         const int outs = n - t0 < st * md ? n - t0 : st * md; /* outputs of this chunk */
         const int s_n = (outs + md - 1) / md, ins = s_n * md + (wn->k - 1) * dil;
         const int have = w_in - t0 < ins ? w_in - t0 : ins;
-        transpose_tiles(xt, c_in, x + t0, w_in, c_in, have, NULL);
-        memset(xt + (size_t)have * c_in, 0, (size_t)(ins - have) * c_in * sizeof *xt);
+        const float *xt = x + (size_t)t0 * c_in;
+        if (have < ins) {
+            memcpy(xw, xt, (size_t)have * c_in * sizeof *xw);
+            memset(xw + (size_t)have * c_in, 0, (size_t)(ins - have) * c_in * sizeof *xw);
+            xt = xw;
+        }
+        float *yt = outs == s_n * md ? y + (size_t)t0 * c_out : yw;
         /* tiles of the chunk: super-tile s, phase p, starting at output s·m·dil + p (< outs) */
         int nt = 0;
         for (int sb = 0; sb < s_n * md; sb += md)
@@ -749,8 +727,12 @@ static void wino_run(const qvk_wino *wn, float *y, const float *x, int w_in, int
                     mix(yt + (size_t)(sb + p) * c_out + col, (int64_t)dil * c_out, wn->at, m, a,
                         mo + (size_t)nt * cp + col, (int64_t)nt_max * cp, seg_w);
         }
-        transpose_tiles(y + (size_t)c0 * n * ph + (size_t)t0 * ph, (int64_t)n * ph, yt + c0, c_ch,
-                        outs * ph, c1 - c0, bias ? bias + c0 : NULL);
+        float *yc = y + (size_t)t0 * c_out + c0; /* rows of c_ch: output steps · ph */
+        if (yt == yw)
+            for (int i = 0; i < outs * ph; i++)
+                memcpy(yc + (size_t)i * c_ch, yw + (size_t)i * c_ch + c0,
+                       (size_t)(c1 - c0) * sizeof *yc);
+        if (bias) qvk_add_bias(yc, c_ch, bias + c0, (int64_t)outs * ph, c1 - c0);
     }
 }
 

@@ -9,7 +9,8 @@
 
 /* Layout conventions: matrices are row-major [out, in] as PyTorch stores Linear weights, so a
  * matvec is y[o] = sum_i W[o*in + i] * x[i]. Sequences are time-major [T, C] for transformer
- * stages and channels-first [C, T] for convolutions (as the PyTorch modules hold them).
+ * stages and the speech decoder's convolutions, channels-first [C, T] for the others (as the
+ * PyTorch modules hold them).
  * Weights may sit in an mmap and are only as aligned as their element type: kernels use
  * unaligned loads. Activation buffers the caller allocates should be 64-byte aligned
  * (qvk_alloc). No kernel allocates: the ones that need scratch take it as an argument and say
@@ -151,8 +152,10 @@ void qvk_gelu_erf(float *x, int n);                /* 0.5·x·(1 + erf(x/√2)) 
 void qvk_elu(float *x, size_t n);                  /* alpha = 1; SIMD ≤ 2 ulp from expm1f */
 /* Cosine similarity of two vectors (double accumulate); 0 when either is zero. */
 double qvk_cosine(const float *a, const float *b, int n);
-/* x[C, T] in place: x + sin²(exp(a_c)·x) / (exp(b_c) + 1e-9); a, b are log-space per channel. */
-void qvk_snakebeta(float *x, int n_ch, int n_t, const float *log_alpha, const float *log_beta);
+/* x[T, C] (time-major, row stride ldx) in place: x + sin²(exp(a_c)·x) / (exp(b_c) + 1e-9); a, b
+ * are log-space per channel. */
+void qvk_snakebeta(float *x, int64_t ldx, int n_t, int n_ch, const float *log_alpha,
+                   const float *log_beta);
 /* y[i] = silu(g[i]) * u[i] (SwiGLU join). */
 void qvk_swiglu(float *y, const float *g, const float *u, int n);
 
@@ -256,15 +259,17 @@ void qvk_p48w_matmul(float *y, int64_t ldy, const float *x, int64_t ldx, qvk_p48
                      int n_rows);
 void qvk_p48_matmul(float *y, int64_t ldy, const float *x, int64_t ldx, const float *wp, int k,
                     int n, int n_rows);
-/* qvk_conv_transpose1d with W packed as qvk_p48_pack(W viewed as [c_in, c_out·k]) (or its f16
- * form, qvk_p48w). */
+/* qvk_conv_transpose1d time-major, x [t_in, c_in] (row stride ldx) → y [kept, c_out] (row stride
+ * ldy), with W packed as qvk_p48_pack(W viewed as [c_in, c_out·k]) (or its f16 form, qvk_p48w):
+ * the speech decoder's activations, whose products need no transpose then. */
 size_t qvk_conv_transpose1d_p48_scratch(int c_in, int c_out, int k, int t_in);
-int qvk_conv_transpose1d_p48w(float *restrict y, const float *restrict x, int c_in, int c_out,
-                              int t_in, int k, int stride, int trim_right, qvk_p48w wp,
-                              const float *restrict b, float *restrict scratch);
-int qvk_conv_transpose1d_p48(float *restrict y, const float *restrict x, int c_in, int c_out,
-                             int t_in, int k, int stride, int trim_right, const float *wp,
-                             const float *restrict b, float *restrict scratch);
+int qvk_conv_transpose1d_p48w(float *restrict y, int64_t ldy, const float *restrict x,
+                              int64_t ldx, int c_in, int c_out, int t_in, int k, int stride,
+                              int trim_right, qvk_p48w wp, const float *restrict b,
+                              float *restrict scratch);
+int qvk_conv_transpose1d_p48(float *restrict y, int64_t ldy, const float *restrict x, int64_t ldx,
+                             int c_in, int c_out, int t_in, int k, int stride, int trim_right,
+                             const float *wp, const float *restrict b, float *restrict scratch);
 /* Winograd minimal filtering F(m, k) for stride-1 dense convs (the speech decoder's k = 7 convs):
  * each tile of m outputs (spaced by the dilation) costs α = m + k − 1 products per channel pair
  * instead of m·k, as α products [tiles, c_in] by [c_in, c_out] (packed panels). The filter
@@ -284,14 +289,16 @@ size_t qvk_wino_weights_size(const qvk_wino *wn, int c_out, int c_in);
 void qvk_wino_weights(const qvk_wino *wn, float *u, const float *w, int c_out, int c_in);
 /* Scratch floats qvk_conv1d_wino needs for n outputs at dilation dil. */
 size_t qvk_wino_scratch(const qvk_wino *wn, int c_in, int c_out, int n, int dil);
-/* y[c_out, n] = bias + Σ_j W_j · x[:, j·dil : j·dil + n] for x [c_in, w_in] holding the causal
- * context first (n = w_in − (k − 1)·dil), W given as U from qvk_wino_weights. */
+/* Time-major (the speech decoder's layout: the tiles' rows are read and written in place, no
+ * transposes): y[n, c_out] with y[t, :] = bias + Σ_j W_j · x[t + j·dil, :] for x [w_in, c_in]
+ * holding the causal context first (n = w_in − (k − 1)·dil), W given as U from
+ * qvk_wino_weights. */
 void qvk_conv1d_wino(const qvk_wino *wn, float *y, const float *x, int w_in, int c_in, int c_out,
                      int dil, const float *u, const float *bias, float *scratch);
 /* Causal ConvTranspose1d with kernel 2r, stride r (the decoder blocks' upsampling) as a 2-tap
- * Winograd conv over [context column | new inputs] whose r·c_out product channels are the output
- * phases: with F(4, 2), 1.25 products per input step instead of 2. x [c_in, w_in] (one context
- * column first), y [c_out, (w_in − 1)·r] = the new samples only, plus bias; U from
+ * Winograd conv over [context row | new inputs] whose r·c_out product channels are the output
+ * phases: with F(4, 2), 1.25 products per input step instead of 2. Time-major: x [w_in, c_in]
+ * (one context row first), y [(w_in − 1)·r, c_out] = the new samples only, plus bias; U from
  * qvk_wino_weights_ct (W [c_in, c_out, 2r] as PyTorch stores it; qvk_wino_weights_size(wn,
  * r·c_out, c_in) floats), scratch qvk_wino_scratch(wn, c_in, r·c_out, w_in − 1, 1). wn: k = 2. */
 void qvk_wino_weights_ct(const qvk_wino *wn, float *u, const float *w, int c_in, int c_out, int r);
@@ -299,7 +306,7 @@ void qvk_conv_transpose1d_wino(const qvk_wino *wn, float *y, const float *x, int
                                int c_out, int r, const float *u, const float *bias,
                                float *scratch);
 /* Channels [c0, c1) of y only, of qvk_conv1d_wino (ph = 1, dil) or qvk_conv_transpose1d_wino
- * (ph = r, dil = 1; c_out is y's channels): the other rows of y are not written and these get
+ * (ph = r, dil = 1; c_out is y's channels): the other columns of y are not written and these get
  * the whole call's bits, so a pool can share one conv out by channel ranges (each part redoes
  * the input transform). c0 and c1 are multiples of QVK_P48_NR (c1 may be c_out); with ph > 1
  * so must c_out be, unless [c0, c1) is all of it. scratch: the whole call's, one per part. */

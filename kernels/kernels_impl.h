@@ -51,8 +51,8 @@ typedef struct {
     double (*exp_sub_sum)(float *x, int n, float m);
     /* y[i] = silu(g[i])·(u ? u[i] : 1) (y may equal g). */
     void (*silu_mul)(float *y, const float *g, const float *u, int n);
-    /* x[i] += inv_b·sin²(a·x[i]) (SnakeBeta, one channel). */
-    void (*snake)(float *x, int n, float a, float inv_b);
+    /* x[c] += inv_b[c]·sin²(a[c]·x[c]) (SnakeBeta, one time step of n channels). */
+    void (*snake)(float *x, int n, const float *a, const float *inv_b);
     /* x[i] = ELU(x[i]), alpha 1 (the speech encoder's activation). */
     void (*elu)(float *x, size_t n);
     /* XOR of the n_bytes / 8 whole 64-bit words at p (bandwidth probe). */
@@ -80,11 +80,6 @@ typedef struct {
      * loop, the same chain with fmaf). */
     void (*gemm_p48_f16)(float *restrict y, int64_t ldy, const float *restrict x, int64_t ldx,
                          const uint16_t *restrict w, int k, int n_rows, int n);
-    /* dst[c·ldd + r] = src[r·lds + c] (+ bias[c] when bias) for r < rows, c < cols (between the
-     * decoder's channel-first activations and its time-major products); NULL when the variant has
-     * none (conv.c's tiled loop). */
-    void (*transpose)(float *restrict dst, int64_t ldd, const float *restrict src, int64_t lds,
-                      int rows, int cols, const float *bias);
 } qvk_impl;
 
 extern const qvk_impl qvk_impl_scalar;
@@ -101,8 +96,6 @@ void qvk_conv_c1_avx512(float *y, int64_t ldy, const float *win, int64_t n, cons
                         int c_out);
 void qvk_mix_rows_avx512(float *restrict y, int64_t ldy, const float *a, int rows, int cols,
                          const float *restrict x, int64_t ldx, int n);
-void qvk_transpose_avx512(float *restrict dst, int64_t ldd, const float *restrict src, int64_t lds,
-                          int rows, int cols, const float *bias);
 void qvk_gemm_p48_avx512(float *restrict y, int64_t ldy, const float *restrict x, int64_t ldx,
                          const float *restrict w, int k, int n_rows, int n);
 void qvk_gemm_p48_f16_avx512(float *restrict y, int64_t ldy, const float *restrict x, int64_t ldx,

@@ -257,27 +257,27 @@ static void silu_mul(float *y, const float *g, const float *u, int n) {
     }
 }
 
-static void snake(float *x, int n, float a, float inv_b) {
-    __m256 av = SET1(a), bv = SET1(inv_b);
+static void snake(float *x, int n, const float *a, const float *inv_b) {
     int i = 0;
     for (; i + 8 <= n; i += 8) {
-        __m256 xv = _mm256_loadu_ps(x + i);
+        __m256 xv = _mm256_loadu_ps(x + i), av = _mm256_loadu_ps(a + i);
+        __m256 bv = _mm256_loadu_ps(inv_b + i);
         int big;
         __m256 s2 = sin2_8(_mm256_mul_ps(av, xv), &big);
         if (big) {
             float t[8];
             _mm256_storeu_ps(t, s2);
             for (int l = 0; l < 8; l++) {
-                float s = sinf(a * x[i + l]);
-                if (fabsf(a * x[i + l]) >= 65536.0f) t[l] = s * s;
+                float s = sinf(a[i + l] * x[i + l]);
+                if (fabsf(a[i + l] * x[i + l]) >= 65536.0f) t[l] = s * s;
             }
             s2 = _mm256_loadu_ps(t);
         }
         _mm256_storeu_ps(x + i, _mm256_fmadd_ps(bv, s2, xv));
     }
     for (; i < n; i++) {
-        float s = sinf(a * x[i]);
-        x[i] += inv_b * (s * s);
+        float s = sinf(a[i] * x[i]);
+        x[i] += inv_b[i] * (s * s);
     }
 }
 

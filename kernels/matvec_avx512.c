@@ -352,19 +352,19 @@ static void silu_mul(float *y, const float *g, const float *u, int n) {
     }
 }
 
-static void snake(float *x, int n, float a, float inv_b) {
-    __m512 av = _mm512_set1_ps(a), bv = _mm512_set1_ps(inv_b);
+static void snake(float *x, int n, const float *a, const float *inv_b) {
     for (int i = 0; i < n; i += 16) {
         __mmask16 k = n - i >= 16 ? 0xffff : (__mmask16)((1u << (n - i)) - 1);
-        __m512 xv = _mm512_maskz_loadu_ps(k, x + i);
+        __m512 xv = _mm512_maskz_loadu_ps(k, x + i), av = _mm512_maskz_loadu_ps(k, a + i),
+               bv = _mm512_maskz_loadu_ps(k, inv_b + i);
         int big;
         __m512 s2 = sin2_16(_mm512_mul_ps(av, xv), &big);
         if (big) {
             float t[16];
             _mm512_storeu_ps(t, s2);
             for (int l = 0; l < 16 && i + l < n; l++) {
-                float s = sinf(a * x[i + l]);
-                if (fabsf(a * x[i + l]) >= 65536.0f) t[l] = s * s;
+                float s = sinf(a[i + l] * x[i + l]);
+                if (fabsf(a[i + l] * x[i + l]) >= 65536.0f) t[l] = s * s;
             }
             s2 = _mm512_loadu_ps(t);
         }
@@ -445,5 +445,4 @@ const qvk_impl qvk_impl_avx512 = {
     .mix_rows = qvk_mix_rows_avx512,
     .gemm_p48 = qvk_gemm_p48_avx512,
     .gemm_p48_f16 = qvk_gemm_p48_f16_avx512,
-    .transpose = qvk_transpose_avx512,
 };

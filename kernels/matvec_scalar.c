@@ -95,10 +95,10 @@ static void silu_mul(float *y, const float *g, const float *u, int n) {
     }
 }
 
-static void snake(float *x, int n, float a, float inv_b) {
-    for (int t = 0; t < n; t++) {
-        float s = sinf(a * x[t]);
-        x[t] += inv_b * (s * s);
+static void snake(float *x, int n, const float *a, const float *inv_b) {
+    for (int c = 0; c < n; c++) {
+        float s = sinf(a[c] * x[c]);
+        x[c] += inv_b[c] * (s * s);
     }
 }
 

@@ -64,11 +64,19 @@ void qvk_elu(float *x, size_t n) {
     qvk_impl_get()->elu(x, n);
 }
 
-void qvk_snakebeta(float *x, int n_ch, int n_t, const float *log_alpha, const float *log_beta) {
-    for (int c = 0; c < n_ch; c++) {
-        float a = expf(log_alpha[c]);
-        float inv_b = 1.0f / (expf(log_beta[c]) + 1e-9f);
-        qvk_impl_get()->snake(x + (size_t)c * n_t, n_t, a, inv_b);
+void qvk_snakebeta(float *x, int64_t ldx, int n_t, int n_ch, const float *log_alpha,
+                   const float *log_beta) {
+    enum { CH = 256 }; /* channels per pass: their factors on the stack */
+    float a[CH], inv_b[CH];
+    const qvk_impl *im = qvk_impl_get();
+    for (int c0 = 0; c0 < n_ch; c0 += CH) {
+        const int nc = n_ch - c0 < CH ? n_ch - c0 : CH;
+        for (int c = 0; c < nc; c++) {
+            a[c] = expf(log_alpha[c0 + c]);
+            inv_b[c] = 1.0f / (expf(log_beta[c0 + c]) + 1e-9f);
+        }
+        for (int t = 0; t < n_t; t++)
+            im->snake(x + (size_t)t * ldx + c0, nc, a, inv_b);
     }
 }
 

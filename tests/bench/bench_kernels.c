@@ -350,7 +350,7 @@ int main(int argc, char **argv) {
                     for (size_t i = 0; i < (size_t)C * T; i++)
                         eb[i] = (float)((i * 7919) % 2001) * 1e-3f - 1.0f;
                     double t0 = now_s();
-                    if (op == 0) qvk_snakebeta(eb, C, T, la, lb);
+                    if (op == 0) qvk_snakebeta(eb, C, T, C, la, lb);
                     if (op == 1) qvk_silu(eb, C * T);
                     if (op == 2)
                         for (int c = 0; c < C; c++)

@@ -575,7 +575,7 @@ static void test_elementwise(void **state) {
 static void test_vector_math(void **state) {
     (void)state;
     enum { N = 4099, C = 3, T = 1000 };
-    static float x[N], y[N], g[N], u[N], sx[C * T], sx0[C * T];
+    static float x[N], y[N], g[N], u[N], sx[C * T], sx0[C * T], sx0t[C * T];
     static double ref[N], sref[C * T];
     for (int i = 0; i < N; i++)
         x[i] = -100.0f + 200.0f * i / (N - 1); /* silu: exp(-x) up to e^100 */
@@ -639,10 +639,15 @@ static void test_vector_math(void **state) {
         snprintf(what, sizeof what, "elu [-100,100] %s", k_variants[v]);
         check_close(what, y, ref, N, 1e-30, 4e-7);
 
-        memcpy(sx, sx0, sizeof sx);
-        qvk_snakebeta(sx, C, T, la, lb);
+        for (int c = 0; c < C; c++) /* time-major: row t holds the C channels of step t */
+            for (int t = 0; t < T; t++)
+                sx[t * C + c] = sx0[c * T + t];
+        qvk_snakebeta(sx, C, T, C, la, lb);
+        for (int c = 0; c < C; c++)
+            for (int t = 0; t < T; t++)
+                sx0t[c * T + t] = sx[t * C + c];
         snprintf(what, sizeof what, "snakebeta %s", k_variants[v]);
-        check_close(what, sx, sref, C * T, 2e-6, 3e-7);
+        check_close(what, sx0t, sref, C * T, 2e-6, 3e-7);
     }
     restore_variant();
 }
@@ -875,19 +880,25 @@ static void test_conv_transpose1d(void **state) {
                             ref[(size_t)o * full + t * st + j] +=
                                 (double)x[i * t_in + t] * w[((size_t)i * co + o) * k + j];
             }
-            /* plain, then with the weights packed in panels (the speech decoder's path) */
+            /* plain, then time-major with the weights packed in panels (the speech decoder's
+             * path: x and y as [time, channels]) */
             float *wp = falloc(qvk_p48_size(ci, co * k));
             float *sp = falloc(qvk_conv_transpose1d_p48_scratch(ci, co, k, t_in));
+            float *xt = falloc((size_t)ci * t_in);
             qvk_p48_pack(wp, w, ci, co * k, co * k, 0);
+            for (int i = 0; i < ci; i++)
+                for (int t = 0; t < t_in; t++)
+                    xt[(size_t)t * ci + i] = x[(size_t)i * t_in + t];
             for (int packed = 0; packed < 2; packed++) {
-                int kept = packed ? qvk_conv_transpose1d_p48(y, x, ci, co, t_in, k, st, trim, wp,
-                                                             b, sp)
+                int kept = packed ? qvk_conv_transpose1d_p48(y, co, xt, ci, ci, co, t_in, k, st,
+                                                             trim, wp, b, sp)
                                   : qvk_conv_transpose1d(y, x, ci, co, t_in, k, st, trim, w, b,
                                                          scratch);
                 assert_int_equal(kept, full - trim);
                 for (int o = 0; o < co; o++)
                     for (int p = 0; p < kept; p++) {
-                        double d = fabs(y[(size_t)o * kept + p] - ref[(size_t)o * full + p]);
+                        const float v = packed ? y[(size_t)p * co + o] : y[(size_t)o * kept + p];
+                        double d = fabs(v - ref[(size_t)o * full + p]);
                         if (d > max_all) max_all = d;
                         if (!(d <= 1e-5))
                             fail_msg("conv_transpose1d cfg %zu packed %d: o %d p %d", c, packed,
@@ -896,6 +907,7 @@ static void test_conv_transpose1d(void **state) {
             }
             qvk_free(wp);
             qvk_free(sp);
+            qvk_free(xt);
             qvk_free(x);
             qvk_free(w);
             qvk_free(b);
@@ -942,7 +954,16 @@ static void test_conv_wino(void **state) {
             fill(w, (size_t)ch * ch * 7, 1.0f / sqrtf(7.0f * ch));
             fill(b, ch, 1.0f);
             qvk_wino_weights(&wn, u, w, ch, ch);
-            qvk_conv1d_wino(&wn, y, x, w_in, ch, ch, dil, u, b, scratch);
+            float *xt = falloc((size_t)ch * w_in), *yt = falloc((size_t)ch * n); /* time-major */
+            for (int i = 0; i < ch; i++)
+                for (int t = 0; t < w_in; t++)
+                    xt[(size_t)t * ch + i] = x[(size_t)i * w_in + t];
+            qvk_conv1d_wino(&wn, yt, xt, w_in, ch, ch, dil, u, b, scratch);
+            for (int o = 0; o < ch; o++)
+                for (int t = 0; t < n; t++)
+                    y[(size_t)o * n + t] = yt[(size_t)t * ch + o];
+            qvk_free(xt);
+            qvk_free(yt);
             for (int o = 0; o < ch; o++)
                 for (int t = 0; t < n; t++) {
                     double acc = b[o], m = fabs(b[o]);
@@ -986,7 +1007,16 @@ static void test_conv_wino(void **state) {
             fill(w, (size_t)ci * co * 2 * r, 1.0f / sqrtf(2.0f * ci));
             fill(b, co, 1.0f);
             qvk_wino_weights_ct(&wt, u, w, ci, co, r);
-            qvk_conv_transpose1d_wino(&wt, y, x, n + 1, ci, co, r, u, b, scratch);
+            float *xt = falloc((size_t)ci * (n + 1)), *yt = falloc((size_t)co * n * r);
+            for (int i = 0; i < ci; i++)
+                for (int t = 0; t <= n; t++)
+                    xt[(size_t)t * ci + i] = x[(size_t)i * (n + 1) + t];
+            qvk_conv_transpose1d_wino(&wt, yt, xt, n + 1, ci, co, r, u, b, scratch);
+            for (int o = 0; o < co; o++) /* y as [c_out, n·r] for the comparison below */
+                for (int p = 0; p < n * r; p++)
+                    y[(size_t)o * n * r + p] = yt[(size_t)p * co + o];
+            qvk_free(xt);
+            qvk_free(yt);
             /* output step s, phase j: W[:, o, j]·x[s + 1] + W[:, o, j + r]·x[s] (x[0]: context) */
             for (int o = 0; o < co; o++)
                 for (int t = 0; t < n; t++)
@@ -1043,10 +1073,11 @@ static void test_conv_wino(void **state) {
 
 /* f16 panels (the --decoder-f16 speech decoder's): the same bits as f32 panels of the same values
  * through the avx512 kernel, and as an fmaf chain from zero over k in order, in every variant;
- * both orientations of the pack, a partial last panel, a partial last row group. */
+ * both orientations of the pack, a partial last panel, partial last row groups. */
 static void test_p48_f16(void **state) {
     (void)state;
-    const int cases[][3] = {{48, 100, 13}, {37, 48, 8}, {96, 7, 3}}; /* k, n, rows */
+    /* k, n, rows: 13 and 12 rows end in a group of 5 (run as 8) and of 4 (run as 4) */
+    const int cases[][3] = {{48, 100, 13}, {37, 48, 8}, {96, 7, 3}, {48, 100, 12}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         const int k = cases[c][0], nn = cases[c][1], rows = cases[c][2], ldx = k + 5;
         const int trans = c % 2;
