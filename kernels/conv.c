@@ -1,9 +1,9 @@
-/* conv.c — the 1-D convolutions: one descriptor (qvk_conv), one padding rule, two paths.
- * qvk_conv1d (speech decoder: short windows, groups) pads into scratch, then runs depthwise
- * directly or multiplies one group's im2col matrix with sgemm; the transposed conv computes
- * Wᵀ·x with one sgemm and scatters (col2im). qvk_conv1d_chunked / _tm (speaker and speech
- * encoders: 30 s clips) cut time into chunks a pool shares, gather each chunk's padded input
- * window once (activating it there), and multiply it with sgemm.
+/* conv.c — the 1-D convolutions: one descriptor (qvk_conv), one padding rule, two kinds of input.
+ * Long clips (speaker and speech encoders, 30 s): qvk_conv1d_chunked / _tm cut time into chunks a
+ * pool shares, gather each chunk's padded input window once (activating it there), and multiply
+ * it with sgemm. Short time-major windows (the speech decoder, a few frames at a time): Winograd
+ * convs and the p48-panel transposed conv; qvk_conv_transpose1d (Wᵀ·x with one sgemm, then
+ * col2im) is the plain form the tests check them against.
  */
 #include <math.h>
 #include <stdint.h>
@@ -32,24 +32,6 @@ void qvk_conv_same(qvk_conv *cv) {
     cv->pad_left = cv->pad_right = cv->dilation * (cv->k - 1) / 2;
 }
 
-
-static size_t padded_len(const qvk_conv *cv, int t_in) {
-    return (size_t)t_in + (size_t)cv->pad_left + (size_t)cv->pad_right;
-}
-
-static int depthwise(const qvk_conv *cv) {
-    return cv->groups == cv->c_in && cv->groups == cv->c_out && cv->groups > 1;
-}
-
-/* ---- short inputs, groups (speech decoder) ------------------------------------------------ */
-
-size_t qvk_conv1d_scratch(const qvk_conv *cv, int t_in) {
-    size_t t_out = (size_t)qvk_conv1d_out_len(cv, t_in);
-    size_t n = (size_t)cv->c_in * padded_len(cv, t_in);
-    if (!depthwise(cv)) n += (size_t)(cv->c_in / cv->groups) * cv->k * t_out;
-    return n;
-}
-
 /* Source index of padded position p (p < 0 or p >= t_in lie in the padding). -1 means zero. */
 static long src_index(enum qvk_pad mode, long p, long t_in) {
     if (p >= 0 && p < t_in) return p;
@@ -67,80 +49,6 @@ static long src_index(enum qvk_pad mode, long p, long t_in) {
     }
     }
     return -1;
-}
-
-static void pad_input(const qvk_conv *cv, float *xp, const float *x, int t_in) {
-    long tp = (long)padded_len(cv, t_in);
-    for (int c = 0; c < cv->c_in; c++) {
-        const float *src = x + (size_t)c * t_in;
-        float *dst = xp + (size_t)c * tp;
-        memcpy(dst + cv->pad_left, src, (size_t)t_in * sizeof *dst);
-        for (long p = 0; p < tp; p++) {
-            long q = p - cv->pad_left;
-            if (q >= 0 && q < t_in) continue;
-            long s = src_index(cv->pad, q, t_in);
-            dst[p] = s < 0 ? 0.0f : src[s];
-        }
-    }
-}
-
-void qvk_conv1d(const qvk_conv *cv, float *restrict y, const float *restrict x, int t_in,
-                const float *restrict w, const float *restrict b, float *restrict scratch) {
-    int t_out = (int)qvk_conv1d_out_len(cv, t_in);
-    if (t_out <= 0) return;
-    size_t tp = padded_len(cv, t_in);
-    float *xp = scratch;
-    pad_input(cv, xp, x, t_in);
-    int k = cv->k, st = cv->stride, dl = cv->dilation;
-
-    if (depthwise(cv)) {
-        for (int c = 0; c < cv->c_out; c++) {
-            const float *xr = xp + (size_t)c * tp;
-            const float *wr = w + (size_t)c * k;
-            float *yr = y + (size_t)c * t_out;
-            float bias = b ? b[c] : 0.0f;
-            /* tap-outer order: the inner loop over t is independent per element and vectorises */
-            for (int t = 0; t < t_out; t++)
-                yr[t] = 0.0f;
-            for (int j = 0; j < k; j++) {
-                const float *src = xr + (size_t)j * dl;
-                float wj = wr[j];
-                if (st == 1)
-                    for (int t = 0; t < t_out; t++)
-                        yr[t] += wj * src[t];
-                else
-                    for (int t = 0; t < t_out; t++)
-                        yr[t] += wj * src[(size_t)t * st];
-            }
-            for (int t = 0; t < t_out; t++)
-                yr[t] += bias;
-        }
-        return;
-    }
-
-    int cig = cv->c_in / cv->groups, cog = cv->c_out / cv->groups;
-    float *col = xp + (size_t)cv->c_in * tp;
-    for (int g = 0; g < cv->groups; g++) {
-        for (int ci = 0; ci < cig; ci++) {
-            const float *xr = xp + (size_t)(g * cig + ci) * tp;
-            for (int j = 0; j < k; j++) {
-                float *cr = col + ((size_t)ci * k + j) * t_out;
-                const float *src = xr + (size_t)j * dl;
-                if (st == 1)
-                    memcpy(cr, src, (size_t)t_out * sizeof *cr);
-                else
-                    for (int t = 0; t < t_out; t++)
-                        cr[t] = src[(size_t)t * st];
-            }
-        }
-        /* y_g[cog, t_out] = W_g[cog, cig·k] · col[cig·k, t_out] */
-        qvk_sgemm(0, 0, cog, t_out, cig * k, 1.0f, w + (size_t)g * cog * cig * k, cig * k, col,
-                  t_out, 0.0f, y + (size_t)g * cog * t_out, t_out);
-    }
-    if (b)
-        for (int o = 0; o < cv->c_out; o++)
-            for (int t = 0; t < t_out; t++)
-                y[(size_t)o * t_out + t] += b[o];
 }
 
 size_t qvk_conv_transpose1d_scratch(int c_in, int c_out, int k, int t_in) {

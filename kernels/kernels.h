@@ -184,7 +184,6 @@ enum qvk_act { QVK_ACT_NONE, QVK_ACT_RELU, QVK_ACT_ELU };
 
 typedef struct {
     int c_in, c_out, k, stride, dilation;
-    int groups;               /* qvk_conv1d only (0 or 1: dense); the chunked convs are dense */
     int pad_left, pad_right;  /* samples added before/after (reflect excludes the edge sample) */
     enum qvk_pad pad;
     /* the chunked convs only: */
@@ -199,14 +198,6 @@ int64_t qvk_conv1d_out_len(const qvk_conv *cv, int64_t t_in);
 void qvk_conv_causal(qvk_conv *cv, int64_t t_in);
 /* "same" geometry for odd effective kernels (ECAPA): pad = dilation·(k−1)/2 each side. */
 void qvk_conv_same(qvk_conv *cv);
-
-/* Short inputs, channels-first [C, T]: */
-/* Scratch floats qvk_conv1d needs for t_in input samples (padded input + im2col). */
-size_t qvk_conv1d_scratch(const qvk_conv *cv, int t_in);
-/* y[c_out, t_out] = conv(x[c_in, t_in]); W [c_out, c_in/groups, k] (PyTorch Conv1d), b [c_out]
- * or NULL. Depthwise (groups == c_in == c_out) has a direct path; others im2col + sgemm. */
-void qvk_conv1d(const qvk_conv *cv, float *restrict y, const float *restrict x, int t_in,
-                const float *restrict w, const float *restrict b, float *restrict scratch);
 
 /* Transposed conv, W [c_in, c_out, k] (PyTorch ConvTranspose1d), b [c_out] or NULL:
  * y[o, t·stride + j] += Σ_i x[i, t]·W[i, o, j] over the full length (t_in−1)·stride + k,

@@ -767,88 +767,9 @@ static void test_attend(void **state) {
 
 /* ---- convolutions ---------------------------------------------------------------------- */
 
-static double padded_at(const float *row, int t_in, long p, enum qvk_pad mode) {
-    if (p >= 0 && p < t_in) return row[p];
-    if (mode == QVK_PAD_ZERO) return 0;
-    if (mode == QVK_PAD_REPLICATE) return row[p < 0 ? 0 : t_in - 1];
-    /* reflect (edge excluded), folded repeatedly */
-    if (t_in == 1) return row[0];
-    while (p < 0 || p >= t_in)
-        p = p < 0 ? -p : 2 * (t_in - 1) - p;
-    return row[p];
-}
-
-static void ref_conv1d(const qvk_conv *cv, double *y, const float *x, int t_in, const float *w,
-                       const float *b) {
-    int t_out = qvk_conv1d_out_len(cv, t_in);
-    int cig = cv->c_in / cv->groups, cog = cv->c_out / cv->groups;
-    for (int o = 0; o < cv->c_out; o++) {
-        int g = o / cog;
-        for (int t = 0; t < t_out; t++) {
-            double s = b ? b[o] : 0;
-            for (int ci = 0; ci < cig; ci++)
-                for (int j = 0; j < cv->k; j++) {
-                    long p = (long)t * cv->stride + (long)j * cv->dilation - cv->pad_left;
-                    s += (double)w[((size_t)o * cig + ci) * cv->k + j] *
-                         padded_at(x + (size_t)(g * cig + ci) * t_in, t_in, p, cv->pad);
-                }
-            y[(size_t)o * t_out + t] = s;
-        }
-    }
-}
-
-static void test_conv1d(void **state) {
+static void test_conv1d_out_len(void **state) {
     (void)state;
-    const qvk_conv cases[] = {
-        /* c_in c_out k stride dil groups padl padr mode */
-        {4, 6, 3, 1, 1, 1, 2, 0, QVK_PAD_ZERO, QVK_ACT_NONE, QVK_ACT_NONE, 0},    /* causal k3 */
-        {5, 3, 7, 1, 3, 1, 18, 0, QVK_PAD_ZERO, QVK_ACT_NONE, QVK_ACT_NONE, 0},   /* causal dilated */
-        {4, 4, 5, 1, 2, 1, 4, 4, QVK_PAD_REFLECT, QVK_ACT_NONE, QVK_ACT_NONE, 0}, /* "same" reflect */
-        {3, 2, 3, 1, 1, 1, 1, 1, QVK_PAD_REPLICATE, QVK_ACT_NONE, QVK_ACT_NONE, 0},
-        {6, 4, 8, 4, 1, 1, 4, 3, QVK_PAD_ZERO, QVK_ACT_NONE, QVK_ACT_NONE, 0},      /* strided */
-        {4, 6, 3, 2, 1, 2, 1, 1, QVK_PAD_REFLECT, QVK_ACT_NONE, QVK_ACT_NONE, 0},   /* grouped */
-        {8, 8, 7, 1, 1, 8, 6, 0, QVK_PAD_ZERO, QVK_ACT_NONE, QVK_ACT_NONE, 0},      /* depthwise causal */
-        {8, 8, 3, 2, 2, 8, 2, 2, QVK_PAD_REFLECT, QVK_ACT_NONE, QVK_ACT_NONE, 0},   /* depthwise strided dilated */
-        {7, 5, 1, 1, 1, 1, 0, 0, QVK_PAD_ZERO, QVK_ACT_NONE, QVK_ACT_NONE, 0},      /* 1x1 */
-        {2, 3, 3, 1, 1, 1, 12, 12, QVK_PAD_REFLECT, QVK_ACT_NONE, QVK_ACT_NONE, 0}, /* pad longer than the input */
-    };
-    const int t_ins[] = {1, 9, 40};
-    double max_all = 0;
-    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        const qvk_conv *cv = &cases[c];
-        for (size_t ti = 0; ti < sizeof t_ins / sizeof t_ins[0]; ti++) {
-            int t_in = t_ins[ti];
-            int t_out = qvk_conv1d_out_len(cv, t_in);
-            if (t_out <= 0) continue;
-            size_t nw = (size_t)cv->c_out * (cv->c_in / cv->groups) * cv->k;
-            float *x = falloc((size_t)cv->c_in * t_in), *w = falloc(nw), *b = falloc(cv->c_out);
-            float *y = falloc((size_t)cv->c_out * t_out);
-            float *scratch = falloc(qvk_conv1d_scratch(cv, t_in) + 1);
-            double *ref = malloc(sizeof(double) * (size_t)cv->c_out * t_out);
-            fill(x, (size_t)cv->c_in * t_in, 1.0f);
-            fill(w, nw, 1.0f);
-            fill(b, cv->c_out, 1.0f);
-            for (int use_b = 0; use_b < 2; use_b++) {
-                ref_conv1d(cv, ref, x, t_in, w, use_b ? b : NULL);
-                qvk_conv1d(cv, y, x, t_in, w, use_b ? b : NULL, scratch);
-                for (size_t i = 0; i < (size_t)cv->c_out * t_out; i++) {
-                    double d = fabs(y[i] - ref[i]);
-                    if (d > max_all) max_all = d;
-                    if (!(d <= 1e-5))
-                        fail_msg("conv1d case %zu t_in %d: y[%zu] = %.9g, want %.9g", c, t_in, i,
-                                 (double)y[i], ref[i]);
-                }
-            }
-            qvk_free(x);
-            qvk_free(w);
-            qvk_free(b);
-            qvk_free(y);
-            qvk_free(scratch);
-            free(ref);
-        }
-    }
-    printf("  %-40s max|Δ| = %.3g (tol 1e-5)\n", "conv1d (10 configs x 3 lengths)", max_all);
-    qvk_conv cz = {2, 2, 5, 1, 1, 1, 0, 0, QVK_PAD_ZERO, QVK_ACT_NONE, QVK_ACT_NONE, 0};
+    qvk_conv cz = {.c_in = 2, .c_out = 2, .k = 5, .stride = 1, .dilation = 1};
     assert_int_equal(qvk_conv1d_out_len(&cz, 4), 0);
     assert_int_equal(qvk_conv1d_out_len(&cz, 5), 1);
 }
@@ -1232,7 +1153,7 @@ int main(void) {
         cmocka_unit_test(test_softmax_avx512_is_avx2),
         cmocka_unit_test(test_rope),
         cmocka_unit_test(test_attend),
-        cmocka_unit_test(test_conv1d),
+        cmocka_unit_test(test_conv1d_out_len),
         cmocka_unit_test(test_conv_transpose1d),
         cmocka_unit_test(test_conv_wino),
         cmocka_unit_test(test_p48_f16),
