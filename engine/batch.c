@@ -6,13 +6,18 @@
  * thread to post leads: it waits (bounded, QVE_BATCH_WAIT_MS, asleep on a condition variable,
  * never spinning against pool workers) until the sessions of the last step that are still
  * generating and those that posted meanwhile are all here, takes those on the same weights, runs
- * one step for them on its own pool and wakes them. A session prefilling, decoding or gone is
- * simply not in that step. The step (qve_batch_step) is qve_session_frame for n sessions:
- * code 0 per session (its own sampler, RNG and parameters), the code predictor's passes in
- * lockstep (qve_cp_frame_multi), one talker token each at its own position on its own KV cache
- * (qve_stack_forward_multi), the codec head. Every row goes through the same operations as it
- * would alone, so results are bit-identical (tests/unit/test_batch_step.c). The streams'
- * decoder threads run at idle priority meanwhile (synth.c), so the step keeps its core.
+ * one step for them on its own pool and wakes them. A session gone is simply not in that step.
+ * One that is prefilling or waiting for its first audio says so (qve_batch_away) and the leader
+ * waits for it: stepped without it, it would later take a step of its own at nearly the price of
+ * a full batch (measured at the start of 4 streams: steps of 1, 3, 1, then 4). The prefills of
+ * streams arriving together take turns, each on every core.
+ *
+ * The step (qve_batch_step) is qve_session_frame for n sessions: code 0 per session (its own
+ * sampler, RNG and parameters), the code predictor's passes in lockstep (qve_cp_frame_multi),
+ * one talker token each at its own position on its own KV cache (qve_stack_forward_multi), the
+ * codec head. Every row goes through the same operations as it would alone, so results are
+ * bit-identical (tests/unit/test_batch_step.c). The streams' decoder threads run at idle
+ * priority meanwhile (synth.c), so the step keeps its core.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -26,6 +31,10 @@
  * unless their thread was preempted or waits on its decoder (a stream's first frames): a step
  * of 4 int8 sessions of the 0.6B takes 100-300 ms, so a straggler costs a few percent at most. */
 #define QVE_BATCH_WAIT_MS 5
+/* How long a leader waits for sessions away (qve_batch_away): a prefill (~0.3 s of 0.6B on 2
+ * cores, one at a time) or a first block's decode (~0.1 s). A bound only against a session held
+ * up elsewhere: while one is away its own work (prefill, decode) keeps the cores busy. */
+#define QVE_BATCH_AWAY_MS 1000
 
 _Static_assert(QV_BATCH_MAX_STREAMS <= QVK_BATCH_MAX, "the kernels' batch holds every stream");
 
@@ -44,6 +53,8 @@ struct qve_batcher {
     int max_streams;
     int stepping;   /* a leader is gathering or running a step */
     int n_expected; /* sessions the next step should have (see lead) */
+    int n_away;     /* sessions away but coming back (qve_batch_away) */
+    pthread_mutex_t prefill_mu; /* the prefill turn */
     waiter *head, **tail;
     int n_waiting;
     int64_t n_steps, n_frames; /* steps run and the frames they served (qv_model_batch_stats) */
@@ -56,6 +67,7 @@ struct qve_batcher {
 void qve_batcher_free(struct qve_batcher *b) {
     if (!b) return;
     pthread_mutex_destroy(&b->mu);
+    pthread_mutex_destroy(&b->prefill_mu);
     pthread_cond_destroy(&b->cv);
     qvk_free(b->mem);
     free(b);
@@ -110,6 +122,7 @@ enum qv_status qv_model_set_batching(qv_model *m, int max_streams) {
     pthread_cond_init(&b->cv, &ca);
     pthread_condattr_destroy(&ca);
     pthread_mutex_init(&b->mu, NULL);
+    pthread_mutex_init(&b->prefill_mu, NULL);
     b->max_streams = max_streams;
     b->tail = &b->head;
     if (scratch_init(b, m)) {
@@ -186,19 +199,39 @@ void qve_batch_step(struct qve_batcher *b, qv_session *const *s, int n, qvk_pool
 
 /* ==== rendezvous ============================================================================= */
 
+static struct timespec after_ms(const struct timespec *t, long ms) {
+    struct timespec u = *t;
+    u.tv_sec += ms / 1000;
+    u.tv_nsec += ms % 1000 * 1000000L;
+    if (u.tv_nsec >= 1000000000L) u.tv_sec++, u.tv_nsec -= 1000000000L;
+    return u;
+}
+
 /* Gathers the sessions of a step (b->mu held, released while it runs) and runs it. Expected are
  * the sessions of the last step still generating plus those that posted during it; a session
  * that does not come within QVE_BATCH_WAIT_MS is not waited for again (it is no longer
- * expected after this step). */
+ * expected after this step). Sessions away (qve_batch_away) are waited for as long as one of
+ * them comes back at least every QVE_BATCH_AWAY_MS. */
+
 static void lead(struct qve_batcher *b, waiter *me) {
     b->stepping = 1;
     const int want = b->n_expected < b->max_streams ? b->n_expected : b->max_streams;
-    struct timespec until;
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    until.tv_nsec += QVE_BATCH_WAIT_MS * 1000000L;
-    if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
-    while (b->n_waiting < want)
-        if (pthread_cond_timedwait(&b->cv, &b->mu, &until) == ETIMEDOUT) break;
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    const struct timespec until = after_ms(&now, QVE_BATCH_WAIT_MS);
+    struct timespec away_until = after_ms(&now, QVE_BATCH_AWAY_MS);
+    /* a session may mark itself away during the short wait: the loop then waits for it */
+    int n_away = b->n_away;
+    while ((b->n_waiting < want || b->n_away) && b->n_waiting < b->max_streams) {
+        const struct timespec *u = b->n_away ? &away_until : &until;
+        const int rc = pthread_cond_timedwait(&b->cv, &b->mu, u);
+        if (rc == ETIMEDOUT && (u == &away_until || !b->n_away)) break;
+        if (b->n_away < n_away) {
+            clock_gettime(CLOCK_MONOTONIC, &now);
+            away_until = after_ms(&now, QVE_BATCH_AWAY_MS);
+        }
+        n_away = b->n_away;
+    }
     waiter *w[QVK_BATCH_MAX];
     int n = 0;
     for (waiter **p = &b->head; *p && n < b->max_streams;) {
@@ -241,6 +274,7 @@ enum qv_status qve_batch_frame(struct qve_batcher *b, qv_session *s, int32_t cod
                                int *done) {
     waiter me = {s, codes, done, QV_OK, 0, NULL};
     pthread_mutex_lock(&b->mu);
+    if (s->batch_away) s->batch_away = 0, b->n_away--;
     *b->tail = &me;
     b->tail = &me.next;
     b->n_waiting++;
@@ -253,4 +287,21 @@ enum qv_status qve_batch_frame(struct qve_batcher *b, qv_session *s, int32_t cod
     }
     pthread_mutex_unlock(&b->mu);
     return me.st;
+}
+
+void qve_batch_away(struct qve_batcher *b, qv_session *s, int away) {
+    pthread_mutex_lock(&b->mu);
+    if (s->batch_away != !!away) {
+        s->batch_away = !!away;
+        b->n_away += away ? 1 : -1;
+        if (!away) pthread_cond_broadcast(&b->cv); /* a leader may be waiting for it */
+    }
+    pthread_mutex_unlock(&b->mu);
+}
+
+void qve_batch_prefill_turn(struct qve_batcher *b, int take) {
+    if (take)
+        pthread_mutex_lock(&b->prefill_mu);
+    else
+        pthread_mutex_unlock(&b->prefill_mu);
 }

@@ -302,6 +302,7 @@ struct qv_session {
     /* teacher forcing (tests): frame k feeds forced[k][QVE_N_GROUPS] back into the talker
      * instead of the codes it picked (which next_frame still returns), or NULL */
     const int32_t *forced;
+    int batch_away; /* batch.c, under its lock: away from the rendezvous but coming back */
 };
 
 /* The frame loop's parts, shared by qv_session_next_frame and the batched step (batch.c). */
@@ -326,6 +327,15 @@ enum qv_status qve_session_frame_codes(qv_session *s, int32_t codes[QV_N_CODEBOO
 enum qv_status qve_batch_frame(struct qve_batcher *b, qv_session *s,
                                int32_t codes[QV_N_CODEBOOKS], int *done);
 void qve_batcher_free(struct qve_batcher *b);
+/* Marks s as away (1) from the rendezvous but coming back soon: starting an utterance (its
+ * prefill) or waiting for its first audio. A step's leader waits for the sessions away (at most
+ * QVE_BATCH_AWAY_MS) instead of stepping without them: each would then take a step of its own,
+ * at nearly the price of a full batch. Posting a frame clears it; so does away = 0 (the
+ * session stops generating). */
+void qve_batch_away(struct qve_batcher *b, qv_session *s, int away);
+/* Takes (1) and releases (0) the model's prefill turn: prefills of batched sessions run one at a
+ * time, each on every core, instead of side by side on twice as many threads as cores. */
+void qve_batch_prefill_turn(struct qve_batcher *b, int take);
 /* One step for n sessions on the same weights, on the calling thread (the rendezvous runs it;
  * tests call it directly): for each i what qve_session_frame(s[i], codes[i], &done[i]) gives
  * (st[i]), every matrix read once for all. */
