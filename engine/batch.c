@@ -7,9 +7,10 @@
  * never spinning against pool workers) until the sessions of the last step that are still
  * generating and those that posted meanwhile are all here, takes those on the same weights, runs
  * one step for them on its own pool and wakes them. A session gone is simply not in that step.
- * One that is prefilling or waiting for its first audio says so (qve_batch_away) and the leader
- * waits for it: stepped without it, it would later take a step of its own at nearly the price of
- * a full batch (measured at the start of 4 streams: steps of 1, 3, 1, then 4). The prefills of
+ * Sessions say whether they are generating or away (qve_batch_presence: their prefill, their
+ * first audio) and the leader waits for them: stepped without them, each would later take a step
+ * of its own at nearly the price of a full batch (traced at the start of 4 streams: steps of 1,
+ * 3, 1, then 4; under load, a stream preempted past 5 ms then stepped alone). The prefills of
  * streams arriving together take turns, each on every core.
  *
  * The step (qve_batch_step) is qve_session_frame for n sessions: code 0 per session (its own
@@ -31,9 +32,12 @@
  * unless their thread was preempted or waits on its decoder (a stream's first frames): a step
  * of 4 int8 sessions of the 0.6B takes 100-300 ms, so a straggler costs a few percent at most. */
 #define QVE_BATCH_WAIT_MS 5
-/* How long a leader waits for sessions away (qve_batch_away): a prefill (~0.3 s of 0.6B on 2
- * cores, one at a time) or a first block's decode (~0.1 s). A bound only against a session held
- * up elsewhere: while one is away its own work (prefill, decode) keeps the cores busy. */
+/* How long a leader waits for generating sessions (qve_batch_presence HERE) that have not posted:
+ * they are runnable, and only a busy machine keeps them off a core that long. */
+#define QVE_BATCH_MEMBER_MS 50
+/* How long a leader waits for sessions away (AWAY): a prefill (~0.3 s of 0.6B on 2 cores, one
+ * at a time) or a first block's decode (~0.1 s). A bound only against a session held up
+ * elsewhere: while one is away its own work (prefill, decode) keeps the cores busy. */
 #define QVE_BATCH_AWAY_MS 1000
 
 _Static_assert(QV_BATCH_MAX_STREAMS <= QVK_BATCH_MAX, "the kernels' batch holds every stream");
@@ -53,7 +57,7 @@ struct qve_batcher {
     int max_streams;
     int stepping;   /* a leader is gathering or running a step */
     int n_expected; /* sessions the next step should have (see lead) */
-    int n_away;     /* sessions away but coming back (qve_batch_away) */
+    int n_here, n_away; /* sessions HERE and AWAY (qve_batch_presence) */
     pthread_mutex_t prefill_mu; /* the prefill turn */
     waiter *head, **tail;
     int n_waiting;
@@ -210,23 +214,30 @@ static struct timespec after_ms(const struct timespec *t, long ms) {
 /* Gathers the sessions of a step (b->mu held, released while it runs) and runs it. Expected are
  * the sessions of the last step still generating plus those that posted during it; a session
  * that does not come within QVE_BATCH_WAIT_MS is not waited for again (it is no longer
- * expected after this step). Sessions away (qve_batch_away) are waited for as long as one of
- * them comes back at least every QVE_BATCH_AWAY_MS. */
-
+ * expected after this step). Sessions that said they generate are waited for longer
+ * (qve_batch_presence). */
 static void lead(struct qve_batcher *b, waiter *me) {
     b->stepping = 1;
     const int want = b->n_expected < b->max_streams ? b->n_expected : b->max_streams;
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);
     const struct timespec until = after_ms(&now, QVE_BATCH_WAIT_MS);
+    const struct timespec member_until = after_ms(&now, QVE_BATCH_MEMBER_MS);
     struct timespec away_until = after_ms(&now, QVE_BATCH_AWAY_MS);
-    /* a session may mark itself away during the short wait: the loop then waits for it */
-    int n_away = b->n_away;
-    while ((b->n_waiting < want || b->n_away) && b->n_waiting < b->max_streams) {
-        const struct timespec *u = b->n_away ? &away_until : &until;
-        const int rc = pthread_cond_timedwait(&b->cv, &b->mu, u);
-        if (rc == ETIMEDOUT && (u == &away_until || !b->n_away)) break;
-        if (b->n_away < n_away) {
+    /* each kind of wait ends at its own bound; the posted HERE sessions are among n_waiting */
+    int wait_away = 1, wait_here = 1, wait_expected = 1, n_away = b->n_away;
+    while (b->n_waiting < b->max_streams) {
+        const struct timespec *u = wait_away && b->n_away                 ? &away_until
+                                   : wait_here && b->n_waiting < b->n_here ? &member_until
+                                   : wait_expected && b->n_waiting < want  ? &until
+                                                                           : NULL;
+        if (!u) break;
+        if (pthread_cond_timedwait(&b->cv, &b->mu, u) == ETIMEDOUT) {
+            if (u == &away_until) wait_away = 0;
+            if (u == &member_until) wait_here = 0;
+            if (u == &until) wait_expected = 0;
+        }
+        if (b->n_away < n_away) { /* one came back: the others may be next in turn */
             clock_gettime(CLOCK_MONOTONIC, &now);
             away_until = after_ms(&now, QVE_BATCH_AWAY_MS);
         }
@@ -274,7 +285,8 @@ enum qv_status qve_batch_frame(struct qve_batcher *b, qv_session *s, int32_t cod
                                int *done) {
     waiter me = {s, codes, done, QV_OK, 0, NULL};
     pthread_mutex_lock(&b->mu);
-    if (s->batch_away) s->batch_away = 0, b->n_away--;
+    if (s->batch_presence == QVE_BATCH_AWAY) /* back */
+        s->batch_presence = QVE_BATCH_HERE, b->n_away--, b->n_here++;
     *b->tail = &me;
     b->tail = &me.next;
     b->n_waiting++;
@@ -289,13 +301,14 @@ enum qv_status qve_batch_frame(struct qve_batcher *b, qv_session *s, int32_t cod
     return me.st;
 }
 
-void qve_batch_away(struct qve_batcher *b, qv_session *s, int away) {
+void qve_batch_presence(struct qve_batcher *b, qv_session *s, enum qve_batch_presence p) {
     pthread_mutex_lock(&b->mu);
-    if (s->batch_away != !!away) {
-        s->batch_away = !!away;
-        b->n_away += away ? 1 : -1;
-        if (!away) pthread_cond_broadcast(&b->cv); /* a leader may be waiting for it */
-    }
+    b->n_here -= s->batch_presence == QVE_BATCH_HERE;
+    b->n_away -= s->batch_presence == QVE_BATCH_AWAY;
+    s->batch_presence = p;
+    b->n_here += p == QVE_BATCH_HERE;
+    b->n_away += p == QVE_BATCH_AWAY;
+    pthread_cond_broadcast(&b->cv); /* a leader may be waiting for it */
     pthread_mutex_unlock(&b->mu);
 }
 

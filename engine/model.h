@@ -302,7 +302,7 @@ struct qv_session {
     /* teacher forcing (tests): frame k feeds forced[k][QVE_N_GROUPS] back into the talker
      * instead of the codes it picked (which next_frame still returns), or NULL */
     const int32_t *forced;
-    int batch_away; /* batch.c, under its lock: away from the rendezvous but coming back */
+    int batch_presence; /* enum qve_batch_presence (batch.c, under its lock) */
 };
 
 /* The frame loop's parts, shared by qv_session_next_frame and the batched step (batch.c). */
@@ -327,12 +327,15 @@ enum qv_status qve_session_frame_codes(qv_session *s, int32_t codes[QV_N_CODEBOO
 enum qv_status qve_batch_frame(struct qve_batcher *b, qv_session *s,
                                int32_t codes[QV_N_CODEBOOKS], int *done);
 void qve_batcher_free(struct qve_batcher *b);
-/* Marks s as away (1) from the rendezvous but coming back soon: starting an utterance (its
- * prefill) or waiting for its first audio. A step's leader waits for the sessions away (at most
- * QVE_BATCH_AWAY_MS) instead of stepping without them: each would then take a step of its own,
- * at nearly the price of a full batch. Posting a frame clears it; so does away = 0 (the
- * session stops generating). */
-void qve_batch_away(struct qve_batcher *b, qv_session *s, int away);
+/* What a generating session tells the rendezvous, so that steps are not run without it (it would
+ * then take a step of its own, at nearly the price of a full batch): AWAY, busy elsewhere but
+ * coming back (its prefill, waiting for its first audio); HERE, generating (posting a frame sets
+ * it); GONE, no longer generating (the default: sessions that never say anything are waited for
+ * only as the last step's members, QVE_BATCH_WAIT_MS). A leader waits for the sessions HERE
+ * that have not posted yet (at most QVE_BATCH_MEMBER_MS: runnable, but preempted) and for those
+ * AWAY (as long as one comes back at least every QVE_BATCH_AWAY_MS). */
+enum qve_batch_presence { QVE_BATCH_GONE, QVE_BATCH_HERE, QVE_BATCH_AWAY };
+void qve_batch_presence(struct qve_batcher *b, qv_session *s, enum qve_batch_presence p);
 /* Takes (1) and releases (0) the model's prefill turn: prefills of batched sessions run one at a
  * time, each on every core, instead of side by side on twice as many threads as cores. */
 void qve_batch_prefill_turn(struct qve_batcher *b, int take);

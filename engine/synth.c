@@ -338,7 +338,7 @@ static int generate(run *c, const char *text, piece *pc) {
     /* batched streams: the steps wait for this session's prefill (it comes back at its first
        frame); prefills take turns, each on every core */
     struct qve_batcher *b = s->m->batch;
-    if (b) qve_batch_away(b, s->s, 1);
+    if (b) qve_batch_presence(b, s->s, QVE_BATCH_AWAY);
     qv_request q = c->base;
     q.text = text;
     s->s->p.max_frames = c->max_frames;
@@ -420,12 +420,12 @@ static int generate(run *c, const char *text, piece *pc) {
         if (!ds) continue;
         if (qve_dec_stream_push(ds, fr)) break; /* the error comes from finish */
         if (!bg && !pc->joined) {
-            if (b) qve_batch_away(b, s->s, 1); /* the next step waits for its first audio */
+            if (b) qve_batch_presence(b, s->s, QVE_BATCH_AWAY); /* the steps wait for its audio */
             if (qve_dec_stream_sync(ds)) break;
         }
         rc = take_audio(c, pc, 0);
     }
-    if (b) qve_batch_away(b, s->s, 0);
+    if (b) qve_batch_presence(b, s->s, QVE_BATCH_GONE);
     s->s->pool = own;
     if (s->full) qvk_pool_set_spin(s->full, -1);
     /* generation is over: the frames still queued may use every core (each block takes the pool

@@ -309,9 +309,9 @@ static void test_rendezvous_synth(void **st) {
     qv_model_free(m);
 }
 
-/* A session away (qve_batch_away: prefilling, or waiting for its first audio) is waited for: the
- * leader that posted first does not step alone after QVE_BATCH_WAIT_MS but takes both sessions
- * in one step when the away one posts 300 ms later. */
+/* A session away (qve_batch_presence: prefilling, or waiting for its first audio) is waited for:
+ * the leader that posted first does not step alone after QVE_BATCH_WAIT_MS but takes both
+ * sessions in one step when the away one posts 300 ms later. */
 typedef struct {
     qv_session *s;
     int32_t codes[QV_N_CODEBOOKS];
@@ -331,7 +331,7 @@ static void test_rendezvous_waits_for_away(void **st) {
     assert_int_equal(qv_model_set_batching(m, 4), QV_OK);
     poster a = {start(m, 0, QV_QUANT_BF16, 8), {0}, 0, QV_OK};
     poster b = {start(m, 1, QV_QUANT_BF16, 8), {0}, 0, QV_OK};
-    qve_batch_away(m->batch, b.s, 1);
+    qve_batch_presence(m->batch, b.s, QVE_BATCH_AWAY);
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, post, &a), 0);
     nanosleep(&(struct timespec){0, 300000000L}, NULL); /* a leads and waits for b */
