@@ -10,8 +10,7 @@
  * Sessions say whether they are generating or away (qve_batch_presence: their prefill, their
  * first audio) and the leader waits for them: stepped without them, each would later take a step
  * of its own at nearly the price of a full batch (traced at the start of 4 streams: steps of 1,
- * 3, 1, then 4; under load, a stream preempted past 5 ms then stepped alone). The prefills of
- * streams arriving together take turns, each on every core.
+ * 3, 1, then 4; under load, a stream preempted past 5 ms then stepped alone).
  *
  * The step (qve_batch_step) is qve_session_frame for n sessions: code 0 per session (its own
  * sampler, RNG and parameters), the code predictor's passes in lockstep (qve_cp_frame_multi),
@@ -35,8 +34,8 @@
 /* How long a leader waits for generating sessions (qve_batch_presence HERE) that have not posted:
  * they are runnable, and only a busy machine keeps them off a core that long. */
 #define QVE_BATCH_MEMBER_MS 50
-/* How long a leader waits for sessions away (AWAY): a prefill (~0.3 s of 0.6B on 2 cores, one
- * at a time) or a first block's decode (~0.1 s). A bound only against a session held up
+/* How long a leader waits for sessions away (AWAY): a prefill (~0.3 s of 0.6B on 2 cores) or a
+ * first block's decode (~0.1 s). A bound only against a session held up
  * elsewhere: while one is away its own work (prefill, decode) keeps the cores busy. */
 #define QVE_BATCH_AWAY_MS 1000
 
@@ -58,7 +57,6 @@ struct qve_batcher {
     int stepping;   /* a leader is gathering or running a step */
     int n_expected; /* sessions the next step should have (see lead) */
     int n_here, n_away; /* sessions HERE and AWAY (qve_batch_presence) */
-    pthread_mutex_t prefill_mu; /* the prefill turn */
     waiter *head, **tail;
     int n_waiting;
     int64_t n_steps, n_frames; /* steps run and the frames they served (qv_model_batch_stats) */
@@ -71,7 +69,6 @@ struct qve_batcher {
 void qve_batcher_free(struct qve_batcher *b) {
     if (!b) return;
     pthread_mutex_destroy(&b->mu);
-    pthread_mutex_destroy(&b->prefill_mu);
     pthread_cond_destroy(&b->cv);
     qvk_free(b->mem);
     free(b);
@@ -126,7 +123,6 @@ enum qv_status qv_model_set_batching(qv_model *m, int max_streams) {
     pthread_cond_init(&b->cv, &ca);
     pthread_condattr_destroy(&ca);
     pthread_mutex_init(&b->mu, NULL);
-    pthread_mutex_init(&b->prefill_mu, NULL);
     b->max_streams = max_streams;
     b->tail = &b->head;
     if (scratch_init(b, m)) {
@@ -310,11 +306,4 @@ void qve_batch_presence(struct qve_batcher *b, qv_session *s, enum qve_batch_pre
     b->n_away += p == QVE_BATCH_AWAY;
     pthread_cond_broadcast(&b->cv); /* a leader may be waiting for it */
     pthread_mutex_unlock(&b->mu);
-}
-
-void qve_batch_prefill_turn(struct qve_batcher *b, int take) {
-    if (take)
-        pthread_mutex_lock(&b->prefill_mu);
-    else
-        pthread_mutex_unlock(&b->prefill_mu);
 }

@@ -336,9 +336,6 @@ void qve_batcher_free(struct qve_batcher *b);
  * AWAY (as long as one comes back at least every QVE_BATCH_AWAY_MS). */
 enum qve_batch_presence { QVE_BATCH_GONE, QVE_BATCH_HERE, QVE_BATCH_AWAY };
 void qve_batch_presence(struct qve_batcher *b, qv_session *s, enum qve_batch_presence p);
-/* Takes (1) and releases (0) the model's prefill turn: prefills of batched sessions run one at a
- * time, each on every core, instead of side by side on twice as many threads as cores. */
-void qve_batch_prefill_turn(struct qve_batcher *b, int take);
 /* One step for n sessions on the same weights, on the calling thread (the rendezvous runs it;
  * tests call it directly): for each i what qve_session_frame(s[i], codes[i], &done[i]) gives
  * (st[i]), every matrix read once for all. */

@@ -336,7 +336,7 @@ static int generate(run *c, const char *text, piece *pc) {
     free(ids);
     qve_guard_init(&pc->g, n_ids, NULL);
     /* batched streams: the steps wait for this session's prefill (it comes back at its first
-       frame); prefills take turns, each on every core */
+       frame) */
     struct qve_batcher *b = s->m->batch;
     if (b) qve_batch_presence(b, s->s, QVE_BATCH_AWAY);
     qv_request q = c->base;
@@ -354,9 +354,7 @@ static int generate(run *c, const char *text, piece *pc) {
     const int streams = c->stream && !c->r->codes_only;
     int rc = 0;
     if (streams && (!c->loading || atomic_load(&c->loaded))) rc = start_stream(c, &ds, e, sizeof e);
-    if (b) qve_batch_prefill_turn(b, 1);
     enum qv_status st = rc ? QV_OK : qv_session_start(s->s, &q);
-    if (b) qve_batch_prefill_turn(b, 0);
     if (st) rc = fail(c, st, "%s", qv_session_error(s->s));
     if (!rc && *qv_session_warning(s->s) && !c->st->warning[0])
         snprintf(c->st->warning, sizeof c->st->warning, "%.250s", qv_session_warning(s->s));
