@@ -6,13 +6,18 @@
  * thread to post leads: it waits (bounded, QVE_BATCH_WAIT_MS, asleep on a condition variable,
  * never spinning against pool workers) until the sessions of the last step that are still
  * generating and those that posted meanwhile are all here, takes those on the same weights, runs
- * one step for them on its own pool and wakes them. A session prefilling, decoding or gone is
- * simply not in that step. The step (qve_batch_step) is qve_session_frame for n sessions:
- * code 0 per session (its own sampler, RNG and parameters), the code predictor's passes in
- * lockstep (qve_cp_frame_multi), one talker token each at its own position on its own KV cache
- * (qve_stack_forward_multi), the codec head. Every row goes through the same operations as it
- * would alone, so results are bit-identical (tests/unit/test_batch_step.c). The streams'
- * decoder threads run at idle priority meanwhile (synth.c), so the step keeps its core.
+ * one step for them on its own pool and wakes them. A session gone is simply not in that step.
+ * Sessions say whether they are generating or away (qve_batch_presence: their prefill, their
+ * first audio) and the leader waits for them: stepped without them, each would later take a step
+ * of its own at nearly the price of a full batch (traced at the start of 4 streams: steps of 1,
+ * 3, 1, then 4; under load, a stream preempted past 5 ms then stepped alone).
+ *
+ * The step (qve_batch_step) is qve_session_frame for n sessions: code 0 per session (its own
+ * sampler, RNG and parameters), the code predictor's passes in lockstep (qve_cp_frame_multi),
+ * one talker token each at its own position on its own KV cache (qve_stack_forward_multi), the
+ * codec head. Every row goes through the same operations as it would alone, so results are
+ * bit-identical (tests/unit/test_batch_step.c). The streams' decoder threads run at idle
+ * priority meanwhile (synth.c), so the step keeps its core.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -26,6 +31,13 @@
  * unless their thread was preempted or waits on its decoder (a stream's first frames): a step
  * of 4 int8 sessions of the 0.6B takes 100-300 ms, so a straggler costs a few percent at most. */
 #define QVE_BATCH_WAIT_MS 5
+/* How long a leader waits for generating sessions (qve_batch_presence HERE) that have not posted:
+ * they are runnable, and only a busy machine keeps them off a core that long. */
+#define QVE_BATCH_MEMBER_MS 50
+/* How long a leader waits for sessions away (AWAY): a prefill (~0.3 s of 0.6B on 2 cores) or a
+ * first block's decode (~0.1 s). A bound only against a session held up
+ * elsewhere: while one is away its own work (prefill, decode) keeps the cores busy. */
+#define QVE_BATCH_AWAY_MS 1000
 
 _Static_assert(QV_BATCH_MAX_STREAMS <= QVK_BATCH_MAX, "the kernels' batch holds every stream");
 
@@ -44,6 +56,7 @@ struct qve_batcher {
     int max_streams;
     int stepping;   /* a leader is gathering or running a step */
     int n_expected; /* sessions the next step should have (see lead) */
+    int n_here, n_away; /* sessions HERE and AWAY (qve_batch_presence) */
     waiter *head, **tail;
     int n_waiting;
     int64_t n_steps, n_frames; /* steps run and the frames they served (qv_model_batch_stats) */
@@ -186,19 +199,46 @@ void qve_batch_step(struct qve_batcher *b, qv_session *const *s, int n, qvk_pool
 
 /* ==== rendezvous ============================================================================= */
 
+static struct timespec after_ms(const struct timespec *t, long ms) {
+    struct timespec u = *t;
+    u.tv_sec += ms / 1000;
+    u.tv_nsec += ms % 1000 * 1000000L;
+    if (u.tv_nsec >= 1000000000L) u.tv_sec++, u.tv_nsec -= 1000000000L;
+    return u;
+}
+
 /* Gathers the sessions of a step (b->mu held, released while it runs) and runs it. Expected are
  * the sessions of the last step still generating plus those that posted during it; a session
  * that does not come within QVE_BATCH_WAIT_MS is not waited for again (it is no longer
- * expected after this step). */
+ * expected after this step). Sessions that said they generate are waited for longer
+ * (qve_batch_presence). */
 static void lead(struct qve_batcher *b, waiter *me) {
     b->stepping = 1;
     const int want = b->n_expected < b->max_streams ? b->n_expected : b->max_streams;
-    struct timespec until;
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    until.tv_nsec += QVE_BATCH_WAIT_MS * 1000000L;
-    if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
-    while (b->n_waiting < want)
-        if (pthread_cond_timedwait(&b->cv, &b->mu, &until) == ETIMEDOUT) break;
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    const struct timespec until = after_ms(&now, QVE_BATCH_WAIT_MS);
+    const struct timespec member_until = after_ms(&now, QVE_BATCH_MEMBER_MS);
+    struct timespec away_until = after_ms(&now, QVE_BATCH_AWAY_MS);
+    /* each kind of wait ends at its own bound; the posted HERE sessions are among n_waiting */
+    int wait_away = 1, wait_here = 1, wait_expected = 1, n_away = b->n_away;
+    while (b->n_waiting < b->max_streams) {
+        const struct timespec *u = wait_away && b->n_away                 ? &away_until
+                                   : wait_here && b->n_waiting < b->n_here ? &member_until
+                                   : wait_expected && b->n_waiting < want  ? &until
+                                                                           : NULL;
+        if (!u) break;
+        if (pthread_cond_timedwait(&b->cv, &b->mu, u) == ETIMEDOUT) {
+            if (u == &away_until) wait_away = 0;
+            if (u == &member_until) wait_here = 0;
+            if (u == &until) wait_expected = 0;
+        }
+        if (b->n_away < n_away) { /* one came back: the others may be next in turn */
+            clock_gettime(CLOCK_MONOTONIC, &now);
+            away_until = after_ms(&now, QVE_BATCH_AWAY_MS);
+        }
+        n_away = b->n_away;
+    }
     waiter *w[QVK_BATCH_MAX];
     int n = 0;
     for (waiter **p = &b->head; *p && n < b->max_streams;) {
@@ -241,6 +281,8 @@ enum qv_status qve_batch_frame(struct qve_batcher *b, qv_session *s, int32_t cod
                                int *done) {
     waiter me = {s, codes, done, QV_OK, 0, NULL};
     pthread_mutex_lock(&b->mu);
+    if (s->batch_presence == QVE_BATCH_AWAY) /* back */
+        s->batch_presence = QVE_BATCH_HERE, b->n_away--, b->n_here++;
     *b->tail = &me;
     b->tail = &me.next;
     b->n_waiting++;
@@ -253,4 +295,15 @@ enum qv_status qve_batch_frame(struct qve_batcher *b, qv_session *s, int32_t cod
     }
     pthread_mutex_unlock(&b->mu);
     return me.st;
+}
+
+void qve_batch_presence(struct qve_batcher *b, qv_session *s, enum qve_batch_presence p) {
+    pthread_mutex_lock(&b->mu);
+    b->n_here -= s->batch_presence == QVE_BATCH_HERE;
+    b->n_away -= s->batch_presence == QVE_BATCH_AWAY;
+    s->batch_presence = p;
+    b->n_here += p == QVE_BATCH_HERE;
+    b->n_away += p == QVE_BATCH_AWAY;
+    pthread_cond_broadcast(&b->cv); /* a leader may be waiting for it */
+    pthread_mutex_unlock(&b->mu);
 }

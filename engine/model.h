@@ -303,6 +303,7 @@ struct qv_session {
     /* teacher forcing (tests): frame k feeds forced[k][QVE_N_GROUPS] back into the talker
      * instead of the codes it picked (which next_frame still returns), or NULL */
     const int32_t *forced;
+    int batch_presence; /* enum qve_batch_presence (batch.c, under its lock) */
 };
 
 /* The frame loop's parts, shared by qv_session_next_frame and the batched step (batch.c). */
@@ -327,6 +328,15 @@ enum qv_status qve_session_frame_codes(qv_session *s, int32_t codes[QV_N_CODEBOO
 enum qv_status qve_batch_frame(struct qve_batcher *b, qv_session *s,
                                int32_t codes[QV_N_CODEBOOKS], int *done);
 void qve_batcher_free(struct qve_batcher *b);
+/* What a generating session tells the rendezvous, so that steps are not run without it (it would
+ * then take a step of its own, at nearly the price of a full batch): AWAY, busy elsewhere but
+ * coming back (its prefill, waiting for its first audio); HERE, generating (posting a frame sets
+ * it); GONE, no longer generating (the default: sessions that never say anything are waited for
+ * only as the last step's members, QVE_BATCH_WAIT_MS). A leader waits for the sessions HERE
+ * that have not posted yet (at most QVE_BATCH_MEMBER_MS: runnable, but preempted) and for those
+ * AWAY (as long as one comes back at least every QVE_BATCH_AWAY_MS). */
+enum qve_batch_presence { QVE_BATCH_GONE, QVE_BATCH_HERE, QVE_BATCH_AWAY };
+void qve_batch_presence(struct qve_batcher *b, qv_session *s, enum qve_batch_presence p);
 /* One step for n sessions on the same weights, on the calling thread (the rendezvous runs it;
  * tests call it directly): for each i what qve_session_frame(s[i], codes[i], &done[i]) gives
  * (st[i]), every matrix read once for all. */

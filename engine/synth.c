@@ -335,6 +335,10 @@ static int generate(run *c, const char *text, piece *pc) {
         return fail(c, QV_E_MODEL, "%s", qv_session_error(s->s));
     free(ids);
     qve_guard_init(&pc->g, n_ids, NULL);
+    /* batched streams: the steps wait for this session's prefill (it comes back at its first
+       frame) */
+    struct qve_batcher *b = s->m->batch;
+    if (b) qve_batch_presence(b, s->s, QVE_BATCH_AWAY);
     qv_request q = c->base;
     q.text = text;
     s->s->p.max_frames = c->max_frames;
@@ -365,7 +369,7 @@ static int generate(run *c, const char *text, piece *pc) {
     /* streaming: until the piece is heard the producer waits for each block, so the decoder
        splits it over the idle full pool (first audio sooner). Not with batched streams: there
        the pool's polling workers would take CPU the other streams need */
-    int lent = ds && !bg && s->full && !pc->joined && !s->m->batch;
+    int lent = ds && !bg && s->full && !pc->joined && !b;
     if (lent) qve_dec_stream_set_pool(ds, s->full); /* on failure: fewer threads, same samples */
     while (!rc) {
         int32_t fr[QV_N_CODEBOOKS];
@@ -378,7 +382,7 @@ static int generate(run *c, const char *text, piece *pc) {
             s->s->pool = own;
             /* batched streams: the step runs on one thread and must not share its core with
                the streams' decoders; they take what the step leaves (batch.c) */
-            if (s->m->batch) qve_dec_stream_background(ds);
+            if (b) qve_dec_stream_background(ds);
             heard = 1;
         }
         if (lent && pc->joined) {
@@ -386,8 +390,7 @@ static int generate(run *c, const char *text, piece *pc) {
             lent = 0;
         }
         /* alone, the talker step after a frame's codes waits until its audio is out */
-        st = s->s->m->batch ? qv_session_next_frame(s->s, fr, &done)
-                            : qve_session_frame_codes(s->s, fr, &done);
+        st = b ? qv_session_next_frame(s->s, fr, &done) : qve_session_frame_codes(s->s, fr, &done);
         if (st) {
             rc = fail(c, st, "%s", qv_session_error(s->s));
             break;
@@ -414,9 +417,13 @@ static int generate(run *c, const char *text, piece *pc) {
         pc->n_frames++;
         if (!ds) continue;
         if (qve_dec_stream_push(ds, fr)) break; /* the error comes from finish */
-        if (!bg && !pc->joined && qve_dec_stream_sync(ds)) break;
+        if (!bg && !pc->joined) {
+            if (b) qve_batch_presence(b, s->s, QVE_BATCH_AWAY); /* the steps wait for its audio */
+            if (qve_dec_stream_sync(ds)) break;
+        }
         rc = take_audio(c, pc, 0);
     }
+    if (b) qve_batch_presence(b, s->s, QVE_BATCH_GONE);
     s->s->pool = own;
     if (s->full) qvk_pool_set_spin(s->full, -1);
     /* generation is over: the frames still queued may use every core (each block takes the pool

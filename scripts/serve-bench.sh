@@ -9,11 +9,13 @@
 #      429): failures other than 429 (goal 0), p50/p95 latency
 #   4. soak: mixed requests (speech whole/streamed/SSE, a client leaving mid-stream, voices
 #      list/upload/get/delete, bad requests and a corrupt audio upload that must get their 4xx,
-#      metrics) for QV_SOAK_SECONDS; the server's RSS and open descriptors (/proc) sampled every
-#      QV_SOAK_SAMPLE seconds: first, last and max. Every request has a time limit, so it ends by
-#      itself.
+#      metrics) for QV_SOAK_SECONDS; the server's RSS (and its anonymous part) and open
+#      descriptors (/proc) sampled every QV_SOAK_SAMPLE seconds: first, last, max, and whether the
+#      last third of the samples rose above the middle third's max (growth) or not (plateaued).
+#      Every request has a time limit, so it ends by itself.
 # Env: QV_SERVE_MODEL (default $QVOICE_CACHE/q06b-cv; its -base sibling clones), QV_SERVE_AUDIO
 # (seconds per request, 4), QV_SERVE_TTFA_RUNS (20), QV_SOAK_SECONDS (600), QV_SOAK_SAMPLE (5),
+# QV_SOAK_SAMPLES (a file to keep the soak's samples in: RSS kB, anonymous RSS kB, open fds),
 # QV_SERVE_QUANT (int8), QV_SERVE_BATCH (the server's --batch: 8; 0 measures the streams unbatched),
 # QV_SERVE_SECTIONS (which of "ttfa ratio load soak" to run: all), QV_SERVE_BIN (the server binary:
 # bin/qvoice-server; another build's, to compare two in one sitting).
@@ -118,7 +120,8 @@ load_section() {
 want load && load_section
 
 # 4. soak
-rss() { awk '/^VmRSS/ {print $2}' "/proc/$PID/status"; }
+# resident kB: all, and the anonymous part (heap, caches; the rest is the weights' file pages)
+rss() { awk '/^VmRSS/ {r = $2} /^RssAnon/ {a = $2} END {print r, a}' "/proc/$PID/status"; }
 fds() { ls "/proc/$PID/fd" | wc -l; }
 # req EXPECTED_STATUS CURL_ARGS...: one request with a time limit; a status other than the
 # expected one is counted and logged
@@ -171,9 +174,16 @@ soak_section() {
   done
   sleep "$SAMPLE"
   kill "$SAMPLER" 2>/dev/null; wait "$SAMPLER" 2>/dev/null || true; SAMPLER=
-  stats() { awk -v c="$1" 'NF == 2 {v = $c; if (NR == 1) f = v; l = v; if (v > m) m = v} END {printf "first %s, last %s, max %s", f, l, m}' "$W/samples"; }
+  # first, last, max, and the max of the middle and of the last third of the samples: a value that
+  # plateaus (warm-up: the first requests page in weights and fill allocator arenas) has a
+  # last-third max within 1% (and 1, for descriptors) of the middle third's; growth (a leak)
+  # keeps raising it
+  stats() { awk -v c="$1" 'NF == 3 {v[++n] = $c; if ($c > m) m = $c}
+    END {for (i = int(n / 3) + 1; i <= n; i++) if (i <= int(2 * n / 3)) { if (v[i] > a) a = v[i] } else if (v[i] > b) b = v[i]
+         printf "first %s, last %s, max %s; max of the middle third %s, of the last third %s (%s)", v[1], v[n], m, a, b, (b > a * 1.01 + 1 ? "still rising" : "plateaued")}' "$W/samples"; }
+  [ -n "${QV_SOAK_SAMPLES:-}" ] && cp "$W/samples" "$QV_SOAK_SAMPLES"
   cat "$W/soak.bad"
-  echo "serve-bench: soak ${SOAK} s, $n rounds, $n_req requests, $n_bad unexpected statuses; RSS (kB) $(stats 1); open fds $(stats 2); $(wc -l < "$W/samples") samples every ${SAMPLE} s; load $load0 at the start, $(load) at the end"
+  echo "serve-bench: soak ${SOAK} s, $n rounds, $n_req requests, $n_bad unexpected statuses; RSS (kB) $(stats 1); anonymous RSS (kB) $(stats 2); open fds $(stats 3); $(wc -l < "$W/samples") samples every ${SAMPLE} s; load $load0 at the start, $(load) at the end"
 }
 want soak && soak_section
 kill -TERM $PID; wait $PID; PID=

@@ -6,7 +6,8 @@
  * 0.6B in int8 and bf16 (the sizes where the int8 kernels run) and on the 1.7B (a code predictor
  * narrower than the talker, behind its mtp projection); then the rendezvous through the
  * public API (qv_model_set_batching, qv_synth on four threads): the same PCM as the syntheses
- * alone, and steps that served several streams. Models: $QVOICE_CACHE/tiny-cv, q06b-cv, q17b-cv.
+ * alone, and steps that served several streams; a session away from the rendezvous is waited
+ * for. Models: $QVOICE_CACHE/tiny-cv, q06b-cv, q17b-cv.
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -16,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -307,6 +309,45 @@ static void test_rendezvous_synth(void **st) {
     qv_model_free(m);
 }
 
+/* A session away (qve_batch_presence: prefilling, or waiting for its first audio) is waited for:
+ * the leader that posted first does not step alone after QVE_BATCH_WAIT_MS but takes both
+ * sessions in one step when the away one posts 300 ms later. */
+typedef struct {
+    qv_session *s;
+    int32_t codes[QV_N_CODEBOOKS];
+    int done;
+    enum qv_status st;
+} poster;
+
+static void *post(void *arg) {
+    poster *p = arg;
+    p->st = qv_session_next_frame(p->s, p->codes, &p->done);
+    return NULL;
+}
+
+static void test_rendezvous_waits_for_away(void **st) {
+    (void)st;
+    qv_model *m = test_model_load("tiny-cv");
+    assert_int_equal(qv_model_set_batching(m, 4), QV_OK);
+    poster a = {start(m, 0, QV_QUANT_BF16, 8), {0}, 0, QV_OK};
+    poster b = {start(m, 1, QV_QUANT_BF16, 8), {0}, 0, QV_OK};
+    qve_batch_presence(m->batch, b.s, QVE_BATCH_AWAY);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, post, &a), 0);
+    nanosleep(&(struct timespec){0, 300000000L}, NULL); /* a leads and waits for b */
+    post(&b);
+    pthread_join(t, NULL);
+    assert_int_equal(a.st, QV_OK);
+    assert_int_equal(b.st, QV_OK);
+    int64_t steps, frames;
+    qv_model_batch_stats(m, &steps, &frames);
+    assert_int_equal(steps, 1);
+    assert_int_equal(frames, 2);
+    qv_session_free(a.s);
+    qv_session_free(b.s);
+    qv_model_free(m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kernels_batch_equal_alone),
@@ -314,6 +355,7 @@ int main(void) {
         cmocka_unit_test(test_step_06b_int8_bf16),
         cmocka_unit_test(test_step_17b),
         cmocka_unit_test(test_rendezvous_synth),
+        cmocka_unit_test(test_rendezvous_waits_for_away),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
