@@ -355,7 +355,7 @@ static const float *taps(loader *ld, const float *w, int c_out, int c_in, int k)
 }
 
 /* Which weights are prepared, in which order: the probe below checks how they are prepared, not
- * which, so this changes when an array is added or dropped (2: the residual 1×1 convs' panels). */
+ * which, so bump this when the set of prepared arrays changes. */
 #define PREP_LIST 2
 
 /* The cache key's probe: a small fixed conv weight through every preparation above, so that a
@@ -615,7 +615,7 @@ int qve_decoder_sample_rate(const qve_decoder *dec) {
 
 /* ==== state sizing and allocation ========================================================== */
 
-/* Columns of context a transposed conv (kernel k, stride s) needs so that every kept output
+/* Rows of context a transposed conv (kernel k, stride s) needs so that every kept output
  * sample has all its contributions: ceil((k − s) / s). */
 static int ct_ctx(int k, int s) {
     return (k - s + s - 1) / s;
@@ -629,7 +629,7 @@ static void need(size_t *m, size_t v) {
     if (v > *m) *m = v;
 }
 
-/* Largest activation and kernel scratch (depthwise conv, transposed conv) over all stages for a
+/* Largest activation and kernel scratch (Winograd and transposed convs) over all stages for a
  * block of nb frames. */
 static sizes stage_sizes(const qve_decoder *d, int nb) {
     sizes z = {0, 0};
@@ -666,6 +666,7 @@ static sizes stage_sizes(const qve_decoder *d, int nb) {
     }
     int cf = d->dec_dim >> N_BLOCKS;
     need(&z.act, (size_t)cf * (CONV_K - 1 + t));
+    need(&z.act, (size_t)CONV_K * (CONV_K - 1 + t)); /* final_conv's scratch [w_in, CONV_K] in c */
     return z;
 }
 
@@ -894,35 +895,6 @@ static void snake_part(const void *arg, int c0, int c1, float *scratch) {
     qvk_snakebeta(j->x + c0, j->ch, j->n, c1 - c0, j->a + c0, j->b + c0);
 }
 
-/* y[n, c_out] = bias + Σ_j x[j + t, :] · W_jᵀ for x [w_in, c_in] (n = w_in − k + 1): one sgemm per
- * tap on a shifted view, W tap-major [k, c_out, c_in] (pre_conv: a few rows, on this thread). */
-static void conv_taps(float *y, const float *x, int w_in, int c_in, int c_out, int k,
-                      const float *wt, const float *bias) {
-    const int n = w_in - (k - 1);
-    for (int t = 0; t < n; t++)
-        memcpy(y + (size_t)t * c_out, bias, (size_t)c_out * sizeof *y);
-    for (int j = 0; j < k; j++)
-        qvk_sgemm(0, 1, n, c_out, c_in, 1.0f, x + (size_t)j * c_in, c_in,
-                  wt + (size_t)j * c_out * c_in, c_in, 1.0f, y, c_out);
-}
-
-/* The ConvNeXt's depthwise conv: y[t, c] = Σ_j w[c, j]·x[t + j, c] + b[c] for x [n + k − 1, ch]
- * (weights as the checkpoint holds them, [ch, 1, k]; a few rows per frame). */
-static void depthwise(float *y, const float *x, int n, int ch, int k, const float *w,
-                      const float *b) {
-    for (int t = 0; t < n; t++) {
-        float *yr = y + (size_t)t * ch;
-        memset(yr, 0, (size_t)ch * sizeof *yr);
-        for (int j = 0; j < k; j++) {
-            const float *xr = x + (size_t)(t + j) * ch;
-            for (int c = 0; c < ch; c++)
-                yr[c] += w[(size_t)c * k + j] * xr[c];
-        }
-        for (int c = 0; c < ch; c++)
-            yr[c] += b[c];
-    }
-}
-
 typedef struct {
     const qvk_wino *wn;
     float *y;
@@ -1130,19 +1102,12 @@ static int block_step(const qve_decoder *d, dec_state *s, int i, float *y, float
     return t;
 }
 
-/* decoder.5 (SnakeBeta) and decoder.6 (→ 1 channel, k = 7) of x [n, C], clamped to [−1, 1]:
- * Z[r, j] = act(x)[r]·W_j over the window's rows (one sgemm), out[t] = Σ_j Z[t + j, j] + bias. */
+/* decoder.5 (SnakeBeta) and decoder.6 (→ 1 channel, k = 7) of x [n, C], clamped to [−1, 1]. */
 static void final_conv(const qve_decoder *d, dec_state *s, float *out, const float *x, int n) {
-    const int w_in = with_tail(s, s->cat, &s->fin, x, n, d->fa, d->fb), ch = s->fin.n_ch;
-    float *z = s->c;
-    qvk_sgemm(0, 1, w_in, CONV_K, ch, 1.0f, s->cat, ch, d->fw, ch, 0.0f, z, CONV_K);
-    for (int t = 0; t < n; t++) {
-        float v = 0.0f;
-        for (int j = 0; j < CONV_K; j++)
-            v += z[(size_t)(t + j) * CONV_K + j];
-        v += d->fbias[0];
-        out[t] = v < -1.0f ? -1.0f : (v > 1.0f ? 1.0f : v);
-    }
+    const int w_in = with_tail(s, s->cat, &s->fin, x, n, d->fa, d->fb);
+    qvk_conv1d_to1_tm(out, s->cat, w_in, s->fin.n_ch, CONV_K, d->fw, d->fbias[0], s->c);
+    for (int t = 0; t < n; t++)
+        out[t] = out[t] < -1.0f ? -1.0f : (out[t] > 1.0f ? 1.0f : out[t]);
 }
 
 /* Decodes nb frames at chunk positions pos0.. and returns their nb·samples_per_frame samples
@@ -1154,7 +1119,7 @@ static const float *decode_block(const qve_decoder *d, dec_state *s, const int32
     /* quantizer → pre_conv → transformer */
     rvq_decode(d, s, codes, nb);
     int w_pre = with_tail(s, s->cat, &s->pre, s->q0, nb, NULL, NULL);
-    conv_taps(s->a, s->cat, w_pre, d->rvq_dim, L, PRE_CONV_K, d->pre_w, d->pre_b);
+    qvk_conv1d_taps_tm(s->a, s->cat, w_pre, d->rvq_dim, L, PRE_CONV_K, d->pre_w, d->pre_b);
     linear(s, s->tx, s->a, d->in_w, d->in_b, nb, L, H);
     transformer(d, s, s->tx, nb, pos0);
     linear(s, s->b, s->tx, d->outp_w, d->outp_b, nb, H, L);
@@ -1167,7 +1132,7 @@ static const float *decode_block(const qve_decoder *d, dec_state *s, const int32
         convt_step(s, &s->up_ctx[u], s->b, s->b, t, L, r, r, w->up_w, w->up_b, NULL, NULL);
         t *= r;
         with_tail(s, s->cat, &s->up_dw[u], s->b, t, NULL, NULL);
-        depthwise(s->a, s->cat, t, L, CONV_K, w->dw_w, w->dw_b);
+        qvk_conv1d_depthwise_tm(s->a, s->cat, t, L, CONV_K, w->dw_w, w->dw_b);
         for (int i = 0; i < t; i++)
             qvk_layernorm(s->a + (size_t)i * L, s->a + (size_t)i * L, w->ln_w, w->ln_b, L, 1e-6f);
         linear(s, s->cat, s->a, w->pw1_w, w->pw1_b, t, L, d->conv_inter);

@@ -2,8 +2,10 @@
  * Long clips (speaker and speech encoders, 30 s): qvk_conv1d_chunked / _tm cut time into chunks a
  * pool shares, gather each chunk's padded input window once (activating it there), and multiply
  * it with sgemm. Short time-major windows (the speech decoder, a few frames at a time): Winograd
- * convs and the p48-panel transposed conv; qvk_conv_transpose1d (Wᵀ·x with one sgemm, then
- * col2im) is the plain form the tests check them against.
+ * convs, the p48-panel transposed conv, a dense conv as one sgemm per tap (pre_conv) and the
+ * depthwise conv (ConvNeXt); qvk_conv_transpose1d (Wᵀ·x with one sgemm, then col2im) is the
+ * plain form the tests check the transposed ones against, and a conv to one channel (the
+ * decoder's last).
  */
 #include <math.h>
 #include <stdint.h>
@@ -345,6 +347,44 @@ void qvk_conv_weights_tm(float *dst, const float *src, int c_out, int c_in, int 
         for (int c = 0; c < c_in; c++)
             for (int j = 0; j < k; j++)
                 dst[((size_t)o * k + j) * c_in + c] = src[((size_t)o * c_in + c) * k + j];
+}
+
+/* ---- short time-major windows: per-tap sgemms, one output channel, depthwise ------------- */
+
+void qvk_conv1d_taps_tm(float *y, const float *x, int w_in, int c_in, int c_out, int k,
+                        const float *wt, const float *bias) {
+    const int n = w_in - (k - 1);
+    for (int t = 0; t < n; t++)
+        memcpy(y + (size_t)t * c_out, bias, (size_t)c_out * sizeof *y);
+    for (int j = 0; j < k; j++)
+        qvk_sgemm(0, 1, n, c_out, c_in, 1.0f, x + (size_t)j * c_in, c_in,
+                  wt + (size_t)j * c_out * c_in, c_in, 1.0f, y, c_out);
+}
+
+void qvk_conv1d_to1_tm(float *y, const float *x, int w_in, int c_in, int k, const float *w,
+                       float bias, float *z) {
+    qvk_sgemm(0, 1, w_in, k, c_in, 1.0f, x, c_in, w, c_in, 0.0f, z, k);
+    for (int t = 0; t < w_in - (k - 1); t++) {
+        float v = 0.0f;
+        for (int j = 0; j < k; j++)
+            v += z[(size_t)(t + j) * k + j];
+        y[t] = v + bias;
+    }
+}
+
+void qvk_conv1d_depthwise_tm(float *y, const float *x, int n, int ch, int k, const float *w,
+                             const float *b) {
+    for (int t = 0; t < n; t++) {
+        float *yr = y + (size_t)t * ch;
+        memset(yr, 0, (size_t)ch * sizeof *yr);
+        for (int j = 0; j < k; j++) {
+            const float *xr = x + (size_t)(t + j) * ch;
+            for (int c = 0; c < ch; c++)
+                yr[c] += w[(size_t)c * k + j] * xr[c];
+        }
+        for (int c = 0; c < ch; c++)
+            yr[c] += b[c];
+    }
 }
 
 /* ---- Winograd minimal filtering (speech decoder) ------------------------------------------ */

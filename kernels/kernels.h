@@ -229,6 +229,19 @@ void qvk_conv1d_chunked_tm(qvk_pool *pool, const qvk_conv *cv, float *y, int64_t
                            const float *bias, float *scratch);
 /* dst [c_out, k, c_in] ← src [c_out, c_in, k]. */
 void qvk_conv_weights_tm(float *dst, const float *src, int c_out, int c_in, int k);
+/* Short time-major windows with no padding (the caller keeps the context rows in front): x
+ * [w_in, c_in] → y [n, c_out], n = w_in − k + 1. Dense: y[t] = bias + Σ_j x[t + j] · W_jᵀ, one
+ * sgemm per tap on a shifted view, W tap-major [k, c_out, c_in]. */
+void qvk_conv1d_taps_tm(float *y, const float *x, int w_in, int c_in, int c_out, int k,
+                        const float *wt, const float *bias);
+/* To one channel: Z[r, j] = x[r] · W_j over all w_in rows (one sgemm into z [w_in, k] floats),
+ * y[t] = Σ_j Z[t + j, j] + bias; W [k, c_in] (PyTorch's [1, c_in, k] with taps outermost). */
+void qvk_conv1d_to1_tm(float *y, const float *x, int w_in, int c_in, int k, const float *w,
+                       float bias, float *z);
+/* Depthwise: y[t, c] = Σ_j w[c, j]·x[t + j, c] + b[c] for x [n + k − 1, ch], w as PyTorch holds
+ * it ([ch, 1, k]). */
+void qvk_conv1d_depthwise_tm(float *y, const float *x, int n, int ch, int k, const float *w,
+                             const float *b);
 /* Weights packed once in 48-column panels for the AVX-512 micro-kernel (the speech decoder's
  * per-frame products, where sgemm would repack the weights on every call). A [k, n] matrix
  * (row stride ldw; trans: w is [n, k]) → qvk_p48_size floats. */

@@ -412,6 +412,43 @@ static void test_pool_threads(void **state) {
     }
 }
 
+/* The smallest decoder_dim the config allows (16: one channel after the last block): the final
+ * conv's [window, 7] product is then larger than every stage's activation, and the state must
+ * still hold it (a heap overflow before; the ASan build catches it). A checkpoint like tiny-base
+ * with decoder_dim 16, made by build/tools/mkmodel. */
+static void test_small_dec_dim(void **state) {
+    (void)state;
+    char dir[] = "/tmp/qv-test-decoder-XXXXXX", cmd[4096], err[512];
+    assert_non_null(mkdtemp(dir));
+    const char *c = cache_dir();
+    snprintf(cmd, sizeof cmd,
+             "mkdir -p %s/cfg/speech_tokenizer && cp %s/tiny-base/*.json %s/cfg/ && "
+             "cp %s/tiny-base/speech_tokenizer/*.json %s/cfg/speech_tokenizer/ && "
+             "sed -i -E 's/(\"decoder_dim\":[[:space:]]*)96/\\116/' "
+             "%s/cfg/speech_tokenizer/config.json && "
+             "grep -Eq '\"decoder_dim\":[[:space:]]*16,' %s/cfg/speech_tokenizer/config.json && "
+             "build/tools/mkmodel -t %s/npm/tokenizer-qwen3/package/models -c %s/cfg %s/m "
+             "> /dev/null",
+             dir, c, dir, c, dir, dir, dir, c, dir, dir);
+    assert_int_equal(system(cmd), 0);
+    snprintf(cmd, sizeof cmd, "%s/m", dir);
+    qve_decoder *d = qve_decoder_load(cmd, err, sizeof err);
+    if (!d) fail_msg("%s", err);
+    int n = 21; /* blocks of 1, 1, 2, 4, 8 and a partial last one */
+    int32_t *f = random_frames(n, qve_decoder_codebook_size(d));
+    size_t n_s = (size_t)n * qve_decoder_samples_per_frame(d);
+    float *one = decode(d, f, n), *thr = stream(d, f, n, 1);
+    for (size_t i = 0; i < n_s; i++)
+        assert_true(one[i] >= -1.0f && one[i] <= 1.0f);
+    check_identical("decoder_dim 16: streamed (thread) vs one-shot", thr, one, n_s);
+    free(one);
+    free(thr);
+    free(f);
+    qve_decoder_free(d);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 static void test_errors(void **state) {
     (void)state;
     char err[512] = "";
@@ -450,7 +487,8 @@ int main(void) {
         cmocka_unit_test(test_golden_dec),       cmocka_unit_test(test_golden_cv),
         cmocka_unit_test(test_golden_icl_chunk), cmocka_unit_test(test_tiny_stream),
         cmocka_unit_test(test_tiny_chunks),      cmocka_unit_test(test_tiny_boundary),
-        cmocka_unit_test(test_pool_threads),     cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_pool_threads),     cmocka_unit_test(test_small_dec_dim),
+        cmocka_unit_test(test_errors),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -572,6 +572,19 @@ static void test_elementwise(void **state) {
 }
 
 /* The SIMD exp/sin polynomials over wide argument ranges, per variant. */
+/* Channels-first [ch, n] → time-major [n, ch] (row t holds the ch channels of step t), and back. */
+static void to_tm(float *dst, const float *src, int ch, int n) {
+    for (int c = 0; c < ch; c++)
+        for (int t = 0; t < n; t++)
+            dst[(size_t)t * ch + c] = src[(size_t)c * n + t];
+}
+
+static void from_tm(float *dst, const float *src, int ch, int n) {
+    for (int c = 0; c < ch; c++)
+        for (int t = 0; t < n; t++)
+            dst[(size_t)c * n + t] = src[(size_t)t * ch + c];
+}
+
 static void test_vector_math(void **state) {
     (void)state;
     enum { N = 4099, C = 3, T = 1000 };
@@ -639,13 +652,9 @@ static void test_vector_math(void **state) {
         snprintf(what, sizeof what, "elu [-100,100] %s", k_variants[v]);
         check_close(what, y, ref, N, 1e-30, 4e-7);
 
-        for (int c = 0; c < C; c++) /* time-major: row t holds the C channels of step t */
-            for (int t = 0; t < T; t++)
-                sx[t * C + c] = sx0[c * T + t];
+        to_tm(sx, sx0, C, T);
         qvk_snakebeta(sx, C, T, C, la, lb);
-        for (int c = 0; c < C; c++)
-            for (int t = 0; t < T; t++)
-                sx0t[c * T + t] = sx[t * C + c];
+        from_tm(sx0t, sx, C, T);
         snprintf(what, sizeof what, "snakebeta %s", k_variants[v]);
         check_close(what, sx0t, sref, C * T, 2e-6, 3e-7);
     }
@@ -807,9 +816,7 @@ static void test_conv_transpose1d(void **state) {
             float *sp = falloc(qvk_conv_transpose1d_p48_scratch(ci, co, k, t_in));
             float *xt = falloc((size_t)ci * t_in);
             qvk_p48_pack(wp, w, ci, co * k, co * k, 0);
-            for (int i = 0; i < ci; i++)
-                for (int t = 0; t < t_in; t++)
-                    xt[(size_t)t * ci + i] = x[(size_t)i * t_in + t];
+            to_tm(xt, x, ci, t_in);
             for (int packed = 0; packed < 2; packed++) {
                 int kept = packed ? qvk_conv_transpose1d_p48(y, co, xt, ci, ci, co, t_in, k, st,
                                                              trim, wp, b, sp)
@@ -838,6 +845,70 @@ static void test_conv_transpose1d(void **state) {
         }
     }
     printf("  %-40s max|Δ| = %.3g (tol 1e-5)\n", "conv_transpose1d (4 cfg x 2 trims x 2 paths)", max_all);
+}
+
+/* The speech decoder's short time-major convs against double sums: a dense conv by per-tap
+ * sgemms (pre_conv's shape and an odd one), a conv to one channel (the last), the depthwise one
+ * (ConvNeXt). x, w in [-1, 1). */
+static void test_conv_tm(void **state) {
+    (void)state;
+    const int cases[][4] = {/* c_in c_out k n */ {512, 1024, 3, 8}, {5, 3, 7, 11}, {96, 1, 7, 1920},
+                            {6, 1, 7, 4}};
+    double max_all = 0;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        int ci = cases[c][0], co = cases[c][1], k = cases[c][2], n = cases[c][3], w_in = n + k - 1;
+        float *x = falloc((size_t)w_in * ci), *w = falloc((size_t)co * ci * k);
+        float *wt = falloc((size_t)co * ci * k), *b = falloc(co), *y = falloc((size_t)n * co);
+        float *z = falloc((size_t)w_in * k);
+        fill(x, (size_t)w_in * ci, 1.0f);
+        fill(w, (size_t)co * ci * k, 1.0f);
+        fill(b, co, 1.0f);
+        for (int o = 0; o < co; o++) /* PyTorch [c_out, c_in, k] → tap-major [k, c_out, c_in] */
+            for (int i = 0; i < ci; i++)
+                for (int j = 0; j < k; j++)
+                    wt[((size_t)j * co + o) * ci + i] = w[((size_t)o * ci + i) * k + j];
+        for (int one = 0; one < 1 + (co == 1); one++) {
+            if (one)
+                qvk_conv1d_to1_tm(y, x, w_in, ci, k, wt, b[0], z);
+            else
+                qvk_conv1d_taps_tm(y, x, w_in, ci, co, k, wt, b);
+            for (int t = 0; t < n; t++)
+                for (int o = 0; o < co; o++) {
+                    double acc = b[o];
+                    for (int i = 0; i < ci; i++)
+                        for (int j = 0; j < k; j++)
+                            acc += (double)w[((size_t)o * ci + i) * k + j] *
+                                   x[(size_t)(t + j) * ci + i];
+                    double d = fabs(y[(size_t)t * co + o] - acc);
+                    if (d > max_all) max_all = d;
+                    if (!(d <= 1e-4))
+                        fail_msg("conv tm case %zu one %d: t %d o %d: %g vs %g", c, one, t, o,
+                                 y[(size_t)t * co + o], acc);
+                }
+        }
+        /* depthwise on ci channels, weights [ci, 1, k] */
+        float *yd = falloc((size_t)n * ci), *bd = falloc(ci);
+        fill(bd, ci, 1.0f);
+        qvk_conv1d_depthwise_tm(yd, x, n, ci, k, w, bd);
+        for (int t = 0; t < n; t++)
+            for (int i = 0; i < ci; i++) {
+                double acc = bd[i];
+                for (int j = 0; j < k; j++)
+                    acc += (double)w[(size_t)i * k + j] * x[(size_t)(t + j) * ci + i];
+                double d = fabs(yd[(size_t)t * ci + i] - acc);
+                if (d > max_all) max_all = d;
+                if (!(d <= 1e-5)) fail_msg("depthwise case %zu: t %d c %d", c, t, i);
+            }
+        qvk_free(yd);
+        qvk_free(bd);
+        qvk_free(x);
+        qvk_free(w);
+        qvk_free(wt);
+        qvk_free(b);
+        qvk_free(y);
+        qvk_free(z);
+    }
+    printf("  %-40s max|Δ| = %.3g (tol 1e-4)\n", "conv taps / to-1 / depthwise, time-major", max_all);
 }
 
 /* The speech decoder's Winograd F(5, 7) residual convs on its shapes (channels, dilation,
@@ -876,13 +947,9 @@ static void test_conv_wino(void **state) {
             fill(b, ch, 1.0f);
             qvk_wino_weights(&wn, u, w, ch, ch);
             float *xt = falloc((size_t)ch * w_in), *yt = falloc((size_t)ch * n); /* time-major */
-            for (int i = 0; i < ch; i++)
-                for (int t = 0; t < w_in; t++)
-                    xt[(size_t)t * ch + i] = x[(size_t)i * w_in + t];
+            to_tm(xt, x, ch, w_in);
             qvk_conv1d_wino(&wn, yt, xt, w_in, ch, ch, dil, u, b, scratch);
-            for (int o = 0; o < ch; o++)
-                for (int t = 0; t < n; t++)
-                    y[(size_t)o * n + t] = yt[(size_t)t * ch + o];
+            from_tm(y, yt, ch, n);
             qvk_free(xt);
             qvk_free(yt);
             for (int o = 0; o < ch; o++)
@@ -929,13 +996,9 @@ static void test_conv_wino(void **state) {
             fill(b, co, 1.0f);
             qvk_wino_weights_ct(&wt, u, w, ci, co, r);
             float *xt = falloc((size_t)ci * (n + 1)), *yt = falloc((size_t)co * n * r);
-            for (int i = 0; i < ci; i++)
-                for (int t = 0; t <= n; t++)
-                    xt[(size_t)t * ci + i] = x[(size_t)i * (n + 1) + t];
+            to_tm(xt, x, ci, n + 1);
             qvk_conv_transpose1d_wino(&wt, yt, xt, n + 1, ci, co, r, u, b, scratch);
-            for (int o = 0; o < co; o++) /* y as [c_out, n·r] for the comparison below */
-                for (int p = 0; p < n * r; p++)
-                    y[(size_t)o * n * r + p] = yt[(size_t)p * co + o];
+            from_tm(y, yt, co, n * r); /* y as [c_out, n·r] for the comparison below */
             qvk_free(xt);
             qvk_free(yt);
             /* output step s, phase j: W[:, o, j]·x[s + 1] + W[:, o, j + r]·x[s] (x[0]: context) */
@@ -1155,6 +1218,7 @@ int main(void) {
         cmocka_unit_test(test_attend),
         cmocka_unit_test(test_conv1d_out_len),
         cmocka_unit_test(test_conv_transpose1d),
+        cmocka_unit_test(test_conv_tm),
         cmocka_unit_test(test_conv_wino),
         cmocka_unit_test(test_p48_f16),
         cmocka_unit_test(test_npy),
