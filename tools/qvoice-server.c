@@ -3,12 +3,14 @@
  */
 #include <errno.h>
 #include <getopt.h>
-#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#ifdef __GLIBC__ /* defined by the headers above */
+#include <malloc.h>
+#endif
 
 #include "include/qvoice.h"
 #include "server/qvserver.h"
@@ -105,7 +107,9 @@ int main(int argc, char **argv) {
      * from per-thread arenas that keep what is freed: over a 300 s soak the anonymous RSS rose
      * from 87 to 358 MB and was still rising. A fixed threshold (glibc's starting 128 KiB) maps
      * and unmaps each large buffer: 100-169 MB, flat (docs/server.md, "Soak RSS"). */
+#ifdef __GLIBC__
     mallopt(M_MMAP_THRESHOLD, 128 * 1024);
+#endif
     qv_server_config c = qv_server_default_config();
     const char *models[MAX_MODELS];
     static const struct option opts[] = {
