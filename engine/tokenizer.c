@@ -1208,7 +1208,9 @@ static int vocab_byte(const qve_tok *t, const char *s, size_t n, size_t *k)
     const uint8_t *u = (const uint8_t *)s + *k;
     const int q = utf8_seq(u, n - *k);
     *k += q > 0 ? (size_t)q : 1;
-    const uint32_t cp = q == 1 ? u[0] : q == 2 ? (uint32_t)(u[0] & 0x1F) << 6 | (u[1] & 0x3F) : 0x144;
+    const uint32_t cp = q == 1   ? u[0]
+                        : q == 2 ? (uint32_t)(u[0] & 0x1F) << 6 | (u[1] & 0x3F)
+                                 : 0x144; /* 3-/4-byte or invalid: no byte */
     return cp < 0x144 ? t->cp_byte[cp] : -1;
 }
 
@@ -1302,7 +1304,11 @@ int qve_tok_merge_parts(const qve_tok *t, int32_t id, int32_t parts[2])
         k += q > 0 ? (size_t)q : 1;
         if (k >= n) break;
         const int32_t a = str_lookup(t, s, k), b = str_lookup(t, s + k, n - k);
-        if (a < 0 || b < 0) continue;
+        /* a damaged cache's short slots are matched by their inline bytes: the parts must really
+         * be shorter, or spelling would not end */
+        if (a < 0 || b < 0 || strnlen(t->tok_str[a], k + 1) != k ||
+            strnlen(t->tok_str[b], n - k + 1) != n - k)
+            continue;
         const uint32_t slot = merge_slot(t, (uint64_t)(uint32_t)a << 32 | (uint32_t)b);
         if (t->merge_keys[slot] == UINT64_MAX || t->merge_id[slot] != id ||
             (best >= 0 && t->merge_rank[slot] >= best))
@@ -1337,7 +1343,8 @@ static int usable(const int32_t *have, int32_t n_have, int32_t x)
 int qve_tok_spell(const qve_tok *t, int32_t id, const int32_t *have, int32_t n_have,
                   qve_tok_ids *out)
 {
-    if (id < 0 || (!usable(have, n_have, id) && (id >= t->n_ids || !t->tok_str[id]))) return QVE_TOK_E_BAD_ID;
+    if (id < 0 || (!usable(have, n_have, id) && (id >= t->n_ids || !t->tok_str[id])))
+        return QVE_TOK_E_BAD_ID;
     /* depth first, left part first. Parts are strictly shorter strings, so this ends; a spelling
      * deeper than the stack (none in Qwen2's vocabulary) continues by bytes. A single-byte token
      * has no merge parts and is its own byte. */
@@ -1351,7 +1358,7 @@ int qve_tok_spell(const qve_tok *t, int32_t id, const int32_t *have, int32_t n_h
         if (n + 2 <= (int)(sizeof stack / sizeof *stack) && !usable(have, n_have, x) &&
             qve_tok_merge_parts(t, x, p)) {
             stack[n++] = p[1], stack[n++] = p[0];
-        } else if (usable(have, n_have, x) || t->is_added[x]) { /* an added token has no smaller pieces */
+        } else if (usable(have, n_have, x) || t->is_added[x]) { /* added: no smaller pieces */
             if (grow((void **)&out->ids, &out->cap_ids, out->n_ids + 1, sizeof *out->ids))
                 st = QVE_TOK_E_NOMEM;
             else

@@ -298,7 +298,8 @@ static void spelled(qv_model *b) {
     int n_bad = 0;
     for (size_t i = 0; i < ids.n_ids; i++) {
         n_bad += !map[ids.ids[i]];
-        assert_int_equal(qve_tok_spell(tok, ids.ids[i], map, b->cfg.text_vocab_size, &sp), QVE_TOK_OK);
+        assert_int_equal(qve_tok_spell(tok, ids.ids[i], map, b->cfg.text_vocab_size, &sp),
+                         QVE_TOK_OK);
     }
     for (size_t i = 0; i < sp.n_ids; i++) /* every piece has a row */
         assert_int_not_equal(map[sp.ids[i]], 0);
@@ -376,8 +377,8 @@ static void set_map_entry(const char *dir, int id, int32_t v) {
     cJSON *off = cJSON_GetObjectItemCaseSensitive(
         cJSON_GetObjectItemCaseSensitive(h, "talker.model.text_token_map"), "data_offsets");
     assert_non_null(off);
-    fseek(f, (long)(8 + n_hdr + (uint64_t)cJSON_GetArrayItem(off, 0)->valuedouble + 4 * (uint64_t)id),
-          SEEK_SET);
+    const uint64_t at = 8 + n_hdr + (uint64_t)cJSON_GetArrayItem(off, 0)->valuedouble;
+    fseek(f, (long)(at + 4 * (uint64_t)id), SEEK_SET);
     assert_int_equal(fwrite(&v, 4, 1, f), 1);
     fclose(f), cJSON_Delete(h), free(hdr);
 }
@@ -432,15 +433,36 @@ static void mismatched_tokenizer(void) {
     printf("    %s\n", qv_session_error(s));
     assert_non_null(strstr(qv_session_error(s), "role block token id outside"));
     qv_session_free(s), qv_model_free(b);
-    /* the role's "\n" (198) without a row, and an empty string in the tokenizer */
+    /* a token of control bytes and 15 "é" given as an id (no merge forms it, no row): named with
+     * \xNN escapes, cut at a character boundary */
     copy_dir("tiny-vocab", "tiny-badtok");
-    set_vocab_ids(dir, "\xC4\x8A", V - 1, "", 198);
-    set_map_entry(dir, 198, 0);
+    char odd[80] = "\xC4\x81\xC4\x81"; /* bytes 0x01 0x01 in vocab form, then "é" as "Ã©" */
+    for (int i = 0; i < 15; i++) strcat(odd, "\xC3\x83\xC2\xA9");
+    set_vocab_ids(dir, "\xC4\x8A", 198, odd, V - 2);
+    set_map_entry(dir, V - 2, 0);
     b = load(dir);
     qv_params p = qv_model_params(b);
     p.n_threads = 2, p.max_frames = MAX_FRAMES;
     assert_int_equal(qv_session_new(&s, b, &p), QV_OK);
     qv_request r = qv_default_request();
+    const int32_t odd_id = V - 2;
+    r.text_ids = &odd_id, r.n_text_ids = 1, r.language = "english";
+    if (qv_model_n_speakers(b) > 0) r.speaker = qv_model_speaker(b, 0);
+    assert_int_equal(qv_session_start(s, &r), QV_OK);
+    const char *w = qv_session_warning(s);
+    printf("    %s\n", w);
+    char want[64];
+    snprintf(want, sizeof want, "%d \"\\x01\\x01\xC3\xA9", odd_id);
+    assert_non_null(strstr(w, want));
+    const char *t0 = strchr(strstr(w, want), '"') + 1;
+    assert_int_equal(strchr(t0, '"') - t0, 8 + 2 * 11); /* 31 bytes fit: it ends after an "é" */
+    qv_session_free(s), qv_model_free(b);
+    /* the role's "\n" (198) without a row, and an empty string in the tokenizer */
+    copy_dir("tiny-vocab", "tiny-badtok");
+    set_vocab_ids(dir, "\xC4\x8A", V - 1, "", 198);
+    set_map_entry(dir, 198, 0);
+    b = load(dir);
+    assert_int_equal(qv_session_new(&s, b, &p), QV_OK);
     const int32_t hello = 9707; /* "Hello", covered */
     r.text_ids = &hello, r.n_text_ids = 1, r.language = "english";
     if (qv_model_n_speakers(b) > 0) r.speaker = qv_model_speaker(b, 0);
