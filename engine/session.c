@@ -279,15 +279,23 @@ static int ids_valid(const int32_t *ids, int n, int limit) {
 
 #define SLOT_VECTOR (-2) /* codec list entry holding the caller's speaker vector */
 
-/* "text" of one id for a message, control characters escaped (a warning is one line). */
+/* "text" of one id for a message (a warning is one line): control characters escaped (\n, \r,
+ * \t, else \xNN), cut to fit buf at a character boundary. */
 static void id_text(qve_tok *tok, int32_t id, char *buf, size_t n) {
     char *txt = NULL;
     size_t k = 0;
     qve_tok_decode(tok, &id, 1, &txt, NULL, NULL, 0);
-    for (const char *c = txt ? txt : "?"; *c && k + 3 < n; c++) {
+    for (const unsigned char *c = (const unsigned char *)(txt ? txt : "?"); *c;) {
         const char e = *c == '\n' ? 'n' : *c == '\r' ? 'r' : *c == '\t' ? 't' : 0;
-        if (e) buf[k++] = '\\', buf[k++] = e;
-        else buf[k++] = *c;
+        size_t len = 1; /* bytes of the character at c (decode gives valid UTF-8) */
+        while ((c[len] & 0xC0) == 0x80) len++;
+        char esc[5] = "";
+        if (e) snprintf(esc, sizeof esc, "\\%c", e);
+        else if (*c < 0x20 || *c == 0x7f) snprintf(esc, sizeof esc, "\\x%02x", *c);
+        const size_t w = esc[0] ? strlen(esc) : len;
+        if (k + w >= n) break;
+        memcpy(buf + k, esc[0] ? esc : (const char *)c, w);
+        k += w, c += len;
     }
     buf[k] = 0;
     free(txt);
@@ -303,11 +311,18 @@ typedef struct {
 /* Appends id to out spelled with pieces map has rows for, and notes it when it had none itself. */
 static enum qv_status spell_id(qv_session *s, int32_t id, const int32_t *map, qve_tok_ids *out,
                                spell_note *note) {
+    const int32_t V = s->m->cfg.text_vocab_size; /* map's length */
     const size_t from = out->n_ids;
-    const int ts = qve_tok_spell(s->tok, id, map, out);
+    const int ts = qve_tok_spell(s->tok, id, map, V, out);
     if (ts == QVE_TOK_E_NOMEM) return fail(s, QV_E_NOMEM, "out of memory");
     if (ts) /* an id no token names, and the map lacks it */
         return fail(s, QV_E_MODEL, "%s: token %d: no row and no smaller pieces", s->m->dir, id);
+    for (size_t k = from; k < out->n_ids; k++)
+        if (out->ids[k] >= V)
+            return fail(s, QV_E_MODEL,
+                        "%s: token %d spells with token %d, past the model's %d text rows "
+                        "(tokenizer and model do not match)",
+                        s->m->dir, id, out->ids[k], V);
     if (map[id]) return QV_OK;
     char txt[32];
     const size_t cap = sizeof note->msg;
@@ -352,14 +367,16 @@ static enum qv_status spell_vocab(qv_session *s, qv_request *q, qve_tok_ids sp[3
     spell_note note = {.with_pieces = !q->strict_vocab};
     enum qv_status st = QV_OK;
     if (role_bad && !(st = spell_id(s, *role, map, &sp[0], &note))) {
+        if (!sp[0].n_ids) /* an empty vocab string */
+            return fail(s, QV_E_MODEL, "%s: role token %d spells as nothing", s->m->dir, *role);
         *role = sp[0].ids[0];
         memmove(sp[0].ids, sp[0].ids + 1, --sp[0].n_ids * sizeof *sp[0].ids);
     }
     for (int l = 0; l < 3 && !st; l++) {
-        if (!*lists[l]) continue;
-        for (int i = 0; i < *counts[l] && !st; i++)
+        for (int i = 0; *lists[l] && i < *counts[l] && !st; i++)
             st = spell_id(s, (*lists[l])[i], map, &sp[l], &note);
-        *lists[l] = sp[l].ids, *counts[l] = (int)sp[l].n_ids;
+        if (*lists[l] || sp[l].n_ids) /* the role's other pieces start a text of only newlines */
+            *lists[l] = sp[l].ids, *counts[l] = (int)sp[l].n_ids;
     }
     if (st) return st;
     if (q->strict_vocab)
@@ -392,6 +409,9 @@ static enum qv_status start_ids(qv_session *s, const qv_request *r) {
                                                               c->text_vocab_size))) ||
         r->n_text_ids < 0 || r->n_instruct_ids < 0 || r->n_ref_text_ids < 0)
         return fail(s, QV_E_INVALID, "request: token id outside [0, %d)", c->text_vocab_size);
+    if (!ids_valid(s->role_ids, 3, c->text_vocab_size)) /* a tokenizer that does not match */
+        return fail(s, QV_E_MODEL, "%s: role block token id outside the model's [0, %d)", m->dir,
+                    c->text_vocab_size);
     if (r->n_ref_frames < 0 ||
         (r->n_ref_frames &&
          (!r->ref_codes ||

@@ -69,6 +69,7 @@ typedef struct {
  * while loading the vocabulary and the merges) reads one cache line, not the string. */
 #define STR_INLINE 10
 #define STR_LONG 0xFFFF /* n of strings at least this long: their length is checked with strlen */
+#define MERGE_MAX 512   /* a merge's result is shorter than this (add_merge refuses longer ones) */
 typedef struct {
     int32_t id; /* -1: empty */
     uint16_t n;
@@ -327,7 +328,7 @@ static int add_merge(qve_tok *t, const char *a, size_t na, const char *b, size_t
                      const char *file, size_t line, char *err, size_t err_size)
 {
     int32_t ia = str_lookup(t, a, na), ib = str_lookup(t, b, nb);
-    char buf[512];
+    char buf[MERGE_MAX];
     if (ia < 0 || ib < 0 || na + nb >= sizeof buf) {
         set_err(err, err_size, "%s: merge %zu: token \"%.*s\" not in vocab", file, line,
                 (int)(ia < 0 ? na : nb), ia < 0 ? a : b);
@@ -1200,6 +1201,19 @@ void qve_tok_ids_free(qve_tok_ids *v)
 
 /* ==== decode and lookups =========================================================== */
 
+/* The byte the vocab-form string s[0..n) holds at *k (one byte-level code point), moving *k past
+ * it; -1 when s[*k] starts no byte-level code point (then *k moves on by at least one byte). */
+static int vocab_byte(const qve_tok *t, const char *s, size_t n, size_t *k)
+{
+    const uint8_t *u = (const uint8_t *)s + *k;
+    const int q = utf8_seq(u, n - *k);
+    *k += q > 0 ? (size_t)q : 1;
+    const uint32_t cp = q == 1   ? u[0]
+                        : q == 2 ? (uint32_t)(u[0] & 0x1F) << 6 | (u[1] & 0x3F)
+                                 : 0x144; /* 3-/4-byte or invalid: no byte */
+    return cp < 0x144 ? t->cp_byte[cp] : -1;
+}
+
 int qve_tok_decode(const qve_tok *t, const int32_t *ids, size_t n_ids, char **text,
                    size_t *n_bytes, char *err, size_t err_size)
 {
@@ -1227,12 +1241,9 @@ int qve_tok_decode(const qve_tok *t, const int32_t *ids, size_t n_ids, char **te
             n += len;
             continue;
         }
-        for (size_t k = 0; k < len;) { /* vocab strings are valid UTF-8 of code points < 0x144 */
-            int q = utf8_seq((const uint8_t *)s + k, len - k);
-            uint32_t cp = q == 1 ? (uint8_t)s[k]
-                        : q == 2 ? ((uint32_t)(s[k] & 0x1F) << 6 | (s[k + 1] & 0x3F)) : 0xFFFF;
-            raw[n++] = cp < 0x144 && t->cp_byte[cp] >= 0 ? (uint8_t)t->cp_byte[cp] : '?';
-            k += q > 0 ? (size_t)q : 1;
+        for (size_t k = 0; k < len;) {
+            const int b = vocab_byte(t, s, len, &k);
+            raw[n++] = b >= 0 ? (uint8_t)b : '?';
         }
     }
     /* lossy UTF-8: each maximal invalid subpart becomes U+FFFD (3 bytes, at most 3x growth) */
@@ -1282,16 +1293,22 @@ int32_t qve_tok_vocab_size(const qve_tok *t)
 int qve_tok_merge_parts(const qve_tok *t, int32_t id, int32_t parts[2])
 {
     if (id < 0 || id >= t->n_ids || !t->tok_str[id] || t->is_added[id]) return 0;
-    /* the parts concatenate to id's vocab-form string: try each split between code points */
+    /* the parts concatenate to id's vocab-form string: try each split between code points (each
+     * try hashes the string: a long one, which no merge forms, is not tried) */
     const char *s = t->tok_str[id];
-    const size_t n = strlen(s);
+    const size_t n = strnlen(s, MERGE_MAX);
+    if (n >= MERGE_MAX) return 0;
     int32_t best = -1;
     for (size_t k = 0; k < n;) {
         const int q = utf8_seq((const uint8_t *)s + k, n - k);
         k += q > 0 ? (size_t)q : 1;
         if (k >= n) break;
         const int32_t a = str_lookup(t, s, k), b = str_lookup(t, s + k, n - k);
-        if (a < 0 || b < 0) continue;
+        /* a damaged cache's short slots are matched by their inline bytes: the parts must really
+         * be shorter, or spelling would not end */
+        if (a < 0 || b < 0 || strnlen(t->tok_str[a], k + 1) != k ||
+            strnlen(t->tok_str[b], n - k + 1) != n - k)
+            continue;
         const uint32_t slot = merge_slot(t, (uint64_t)(uint32_t)a << 32 | (uint32_t)b);
         if (t->merge_keys[slot] == UINT64_MAX || t->merge_id[slot] != id ||
             (best >= 0 && t->merge_rank[slot] >= best))
@@ -1309,21 +1326,25 @@ static int spell_bytes(const qve_tok *t, int32_t id, qve_tok_ids *out)
     const size_t n = strlen(s);
     if (grow((void **)&out->ids, &out->cap_ids, out->n_ids + n, sizeof *out->ids))
         return QVE_TOK_E_NOMEM;
-    for (size_t k = 0; k < n;) { /* vocab strings are valid UTF-8 of code points < 0x144 */
-        const int q = utf8_seq((const uint8_t *)s + k, n - k);
-        const uint32_t cp = q == 2 ? ((uint32_t)(s[k] & 0x1F) << 6 | (s[k + 1] & 0x3F))
-                                   : (uint8_t)s[k];
-        const int b = cp < 0x144 ? t->cp_byte[cp] : -1;
+    for (size_t k = 0; k < n;) {
+        const int b = vocab_byte(t, s, n, &k);
         if (b < 0) return QVE_TOK_E_BAD_ID; /* not a byte-level string */
         out->ids[out->n_ids++] = t->byte_id[b];
-        k += q > 0 ? (size_t)q : 1;
     }
     return QVE_TOK_OK;
 }
 
-int qve_tok_spell(const qve_tok *t, int32_t id, const int32_t *have, qve_tok_ids *out)
+/* have[x] for id x >= 0; ids past have's end have no entry */
+static int usable(const int32_t *have, int32_t n_have, int32_t x)
 {
-    if (id < 0 || (!have[id] && (id >= t->n_ids || !t->tok_str[id]))) return QVE_TOK_E_BAD_ID;
+    return x < n_have && have[x];
+}
+
+int qve_tok_spell(const qve_tok *t, int32_t id, const int32_t *have, int32_t n_have,
+                  qve_tok_ids *out)
+{
+    if (id < 0 || (!usable(have, n_have, id) && (id >= t->n_ids || !t->tok_str[id])))
+        return QVE_TOK_E_BAD_ID;
     /* depth first, left part first. Parts are strictly shorter strings, so this ends; a spelling
      * deeper than the stack (none in Qwen2's vocabulary) continues by bytes. A single-byte token
      * has no merge parts and is its own byte. */
@@ -1334,10 +1355,10 @@ int qve_tok_spell(const qve_tok *t, int32_t id, const int32_t *have, qve_tok_ids
     while (n && st == QVE_TOK_OK) {
         const int32_t x = stack[--n];
         int32_t p[2];
-        if (n + 2 <= (int)(sizeof stack / sizeof *stack) && !have[x] &&
+        if (n + 2 <= (int)(sizeof stack / sizeof *stack) && !usable(have, n_have, x) &&
             qve_tok_merge_parts(t, x, p)) {
             stack[n++] = p[1], stack[n++] = p[0];
-        } else if (have[x] || t->is_added[x]) { /* an added token has no smaller pieces */
+        } else if (usable(have, n_have, x) || t->is_added[x]) { /* added: no smaller pieces */
             if (grow((void **)&out->ids, &out->cap_ids, out->n_ids + 1, sizeof *out->ids))
                 st = QVE_TOK_E_NOMEM;
             else

@@ -98,11 +98,13 @@ int32_t qve_tok_vocab_size(const qve_tok *tok);
  * added token, an unknown id). Read-only: uses the merge table the encoder uses. */
 int qve_tok_merge_parts(const qve_tok *tok, int32_t id, int32_t parts[2]);
 
-/* Appends id spelled with tokens that have[] marks (an entry for id and for every token id;
- * nonzero = usable): id itself when marked, else its merge parts, each spelled the same way in
- * turn, down to single-byte tokens, which are appended whether marked or not (a token no merge
- * forms is spelled by its bytes; an added token stays as it is). The pieces decode to exactly
- * id's bytes. 0, or QVE_TOK_E_NOMEM / QVE_TOK_E_BAD_ID (out is then unchanged). */
-int qve_tok_spell(const qve_tok *tok, int32_t id, const int32_t *have, qve_tok_ids *out);
+/* Appends id spelled with tokens that have[0..n_have) marks (nonzero = usable; an id >= n_have is
+ * not): id itself when marked, else its merge parts, each spelled the same way in turn, down to
+ * single-byte tokens, which are appended whether marked or not (a token no merge forms is spelled
+ * by its bytes; an added token stays as it is). The pieces decode to exactly id's bytes, and may
+ * include ids >= n_have (an unmarked byte or added token). 0, or QVE_TOK_E_NOMEM /
+ * QVE_TOK_E_BAD_ID (id names no token, or its string is not byte-level; out is then unchanged). */
+int qve_tok_spell(const qve_tok *tok, int32_t id, const int32_t *have, int32_t n_have,
+                  qve_tok_ids *out);
 
 #endif

@@ -3,7 +3,8 @@
  * to a temporary directory once and opened, which saves its cache file; each input is a list of
  * 5-byte edits (u32 little-endian offset past the file's header, u8 xor) applied to a good copy
  * of that file. The open must succeed (the file adopted or rebuilt) and encoding must give ids
- * in range; anything else aborts. QVOICE_CACHE names the private cache only around each open
+ * in range; anything else aborts. Every id is then spelled (qve_tok_spell) with a short have[].
+ * QVOICE_CACHE names the private cache only around each open
  * (test_qvf_replay runs the other targets in the same process), and the files go at exit.
  */
 #include <dirent.h>
@@ -125,6 +126,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         char *s = NULL;
         qve_tok_decode(t, ids.ids, ids.n_ids, &s, NULL, err, sizeof err);
         free(s);
+    }
+    /* spelling: vocab strings and merges from the damaged file, a have[] shorter than the vocab */
+    int32_t have[200];
+    for (int i = 0; i < 200; i++) have[i] = i % 3 == 0;
+    for (int32_t id = 0; id < qve_tok_vocab_size(t) && id < 4096; id++) {
+        int32_t p[2];
+        qve_tok_merge_parts(t, id, p);
+        ids.n_ids = 0;
+        qve_tok_spell(t, id, have, 200, &ids);
     }
     qve_tok_ids_free(&ids);
     qve_tok_free(t);

@@ -31,6 +31,7 @@
 #include "kernels/q4.h"
 #include "tests/unit/helpers/shell.h"
 #include "tests/unit/helpers/tmpdir.h"
+#include "util/fileio.h"
 
 #define MAX_FRAMES 24
 
@@ -297,7 +298,8 @@ static void spelled(qv_model *b) {
     int n_bad = 0;
     for (size_t i = 0; i < ids.n_ids; i++) {
         n_bad += !map[ids.ids[i]];
-        assert_int_equal(qve_tok_spell(tok, ids.ids[i], map, &sp), QVE_TOK_OK);
+        assert_int_equal(qve_tok_spell(tok, ids.ids[i], map, b->cfg.text_vocab_size, &sp),
+                         QVE_TOK_OK);
     }
     for (size_t i = 0; i < sp.n_ids; i++) /* every piece has a row */
         assert_int_not_equal(map[sp.ids[i]], 0);
@@ -351,6 +353,125 @@ static void spelled(qv_model *b) {
     qve_tok_free(tok);
 }
 
+/* Copies scratch directory from to to (names in the test's scratch directory). */
+static void copy_dir(const char *from, const char *to) {
+    char a[1200];
+    snprintf(a, sizeof a, "%s", tmp_path(from));
+    assert_int_equal(sh("rm -rf '%s' && cp -r '%s' '%s'", tmp_path(to), a, tmp_path(to)), 0);
+}
+
+/* Overwrites entry id of dir's talker.model.text_token_map with v. */
+static void set_map_entry(const char *dir, int id, int32_t v) {
+    char path[1200];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    unsigned char n8[8];
+    assert_int_equal(fread(n8, 1, 8, f), 8);
+    uint64_t n_hdr = 0;
+    for (int i = 7; i >= 0; i--)
+        n_hdr = n_hdr << 8 | n8[i];
+    char *hdr = calloc(1, n_hdr + 1);
+    assert_int_equal(fread(hdr, 1, n_hdr, f), n_hdr);
+    cJSON *h = cJSON_Parse(hdr);
+    cJSON *off = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(h, "talker.model.text_token_map"), "data_offsets");
+    assert_non_null(off);
+    const uint64_t at = 8 + n_hdr + (uint64_t)cJSON_GetArrayItem(off, 0)->valuedouble;
+    fseek(f, (long)(at + 4 * (uint64_t)id), SEEK_SET);
+    assert_int_equal(fwrite(&v, 4, 1, f), 1);
+    fclose(f), cJSON_Delete(h), free(hdr);
+}
+
+/* Rewrites dir's vocab.json with token tok at id (and, when tok2, tok2 at id2). */
+static void set_vocab_ids(const char *dir, const char *tok, int id, const char *tok2, int id2) {
+    char path[1200], err[256];
+    snprintf(path, sizeof path, "%s/vocab.json", dir);
+    size_t n;
+    char *text = qvu_read_file(path, 1 << 26, &n, err, sizeof err);
+    if (!text) fail_msg("%s", err);
+    cJSON *v = cJSON_Parse(text);
+    assert_non_null(v);
+    free(text);
+    cJSON_ReplaceItemInObjectCaseSensitive(v, tok, cJSON_CreateNumber(id));
+    if (tok2) {
+        cJSON_DeleteItemFromObjectCaseSensitive(v, tok2);
+        cJSON_AddNumberToObject(v, tok2, id2);
+    }
+    text = cJSON_PrintUnformatted(v);
+    tmp_write(path, text, strlen(text));
+    free(text), cJSON_Delete(v);
+}
+
+/* A tokenizer that does not match the pruned model (ids past its text_vocab_size, an empty
+ * token) is refused with one line, never read past the token map; a text of only newlines keeps
+ * the role token's spelled pieces. */
+static void mismatched_tokenizer(void) {
+    qv_model *b = load(tmp_path("tiny-vocab"));
+    const int V = b->cfg.text_vocab_size;
+    /* "\n\n" merges into the role block's "\n\n\n" (no row): its other pieces are the text */
+    qv_session *s = start(b, QV_QUANT_BF16, "\n\n", 0, QV_OK);
+    printf("    newlines only: %s\n", qv_session_warning(s));
+    assert_non_null(strstr(qv_session_warning(s), "\"\\n\\n\\n\" as "));
+    qv_session_free(s);
+    qv_model_free(b);
+    /* "." past the map: ".\n" (no row) spells with it */
+    char dir[1200];
+    snprintf(dir, sizeof dir, "%s", tmp_path("tiny-badtok"));
+    copy_dir("tiny-vocab", "tiny-badtok");
+    set_vocab_ids(dir, ".", V + 5, NULL, 0);
+    b = load(dir);
+    s = start(b, QV_QUANT_BF16, "It is copyleft-free.\nRead it", 0, QV_E_MODEL);
+    printf("    %s\n", qv_session_error(s));
+    assert_non_null(strstr(qv_session_error(s), "past the model's"));
+    qv_session_free(s), qv_model_free(b);
+    /* "\n" past the map: the role block's third id */
+    copy_dir("tiny-vocab", "tiny-badtok");
+    set_vocab_ids(dir, "\xC4\x8A", V + 5, NULL, 0);
+    b = load(dir);
+    s = start(b, QV_QUANT_BF16, "Hello.", 0, QV_E_MODEL);
+    printf("    %s\n", qv_session_error(s));
+    assert_non_null(strstr(qv_session_error(s), "role block token id outside"));
+    qv_session_free(s), qv_model_free(b);
+    /* a token of control bytes and 15 "é" given as an id (no merge forms it, no row): named with
+     * \xNN escapes, cut at a character boundary */
+    copy_dir("tiny-vocab", "tiny-badtok");
+    char odd[80] = "\xC4\x81\xC4\x81"; /* bytes 0x01 0x01 in vocab form, then "é" as "Ã©" */
+    for (int i = 0; i < 15; i++) strcat(odd, "\xC3\x83\xC2\xA9");
+    set_vocab_ids(dir, "\xC4\x8A", 198, odd, V - 2);
+    set_map_entry(dir, V - 2, 0);
+    b = load(dir);
+    qv_params p = qv_model_params(b);
+    p.n_threads = 2, p.max_frames = MAX_FRAMES;
+    assert_int_equal(qv_session_new(&s, b, &p), QV_OK);
+    qv_request r = qv_default_request();
+    const int32_t odd_id = V - 2;
+    r.text_ids = &odd_id, r.n_text_ids = 1, r.language = "english";
+    if (qv_model_n_speakers(b) > 0) r.speaker = qv_model_speaker(b, 0);
+    assert_int_equal(qv_session_start(s, &r), QV_OK);
+    const char *w = qv_session_warning(s);
+    printf("    %s\n", w);
+    char want[64];
+    snprintf(want, sizeof want, "%d \"\\x01\\x01\xC3\xA9", odd_id);
+    assert_non_null(strstr(w, want));
+    const char *t0 = strchr(strstr(w, want), '"') + 1;
+    assert_int_equal(strchr(t0, '"') - t0, 8 + 2 * 11); /* 31 bytes fit: it ends after an "é" */
+    qv_session_free(s), qv_model_free(b);
+    /* the role's "\n" (198) without a row, and an empty string in the tokenizer */
+    copy_dir("tiny-vocab", "tiny-badtok");
+    set_vocab_ids(dir, "\xC4\x8A", V - 1, "", 198);
+    set_map_entry(dir, 198, 0);
+    b = load(dir);
+    assert_int_equal(qv_session_new(&s, b, &p), QV_OK);
+    const int32_t hello = 9707; /* "Hello", covered */
+    r.text_ids = &hello, r.n_text_ids = 1, r.language = "english";
+    if (qv_model_n_speakers(b) > 0) r.speaker = qv_model_speaker(b, 0);
+    assert_int_equal(qv_session_start(s, &r), QV_E_MODEL);
+    printf("    %s\n", qv_session_error(s));
+    assert_non_null(strstr(qv_session_error(s), "role token 198 spells as nothing"));
+    qv_session_free(s), qv_model_free(b);
+}
+
 static void test_tiny_lossless(void **st) {
     (void)st;
     if (!exists(model("tiny-cv"))) skip();
@@ -376,31 +497,13 @@ static void test_tiny_lossless(void **st) {
     spelled(b);
     qv_model_free(a), qv_model_free(b);
     /* a map entry past the stored rows is refused at load, naming the tensor */
-    char dst[1200];
-    snprintf(dst, sizeof dst, "cp -r %s %s", tmp_path("tiny-vocab"), tmp_path("tiny-badmap"));
-    assert_int_equal(sh("%s", dst), 0);
-    snprintf(dst, sizeof dst, "%s/model.safetensors", tmp_path("tiny-badmap"));
-    FILE *f = fopen(dst, "r+b");
-    assert_non_null(f);
-    unsigned char n8[8];
-    assert_int_equal(fread(n8, 1, 8, f), 8);
-    uint64_t n_hdr = 0;
-    for (int i = 7; i >= 0; i--)
-        n_hdr = n_hdr << 8 | n8[i];
-    char *hdr = calloc(1, n_hdr + 1);
-    assert_int_equal(fread(hdr, 1, n_hdr, f), n_hdr);
-    cJSON *h = cJSON_Parse(hdr);
-    cJSON *off = cJSON_GetObjectItemCaseSensitive(
-        cJSON_GetObjectItemCaseSensitive(h, "talker.model.text_token_map"), "data_offsets");
-    assert_non_null(off);
-    const int32_t bad = 1 << 30;
-    fseek(f, (long)(8 + n_hdr + (uint64_t)cJSON_GetArrayItem(off, 0)->valuedouble + 4 * 42), SEEK_SET);
-    assert_int_equal(fwrite(&bad, 4, 1, f), 1);
-    fclose(f), cJSON_Delete(h), free(hdr);
+    copy_dir("tiny-vocab", "tiny-badmap");
+    set_map_entry(tmp_path("tiny-badmap"), 42, 1 << 30);
     qv_model *bm;
     assert_int_not_equal(qv_model_load(&bm, tmp_path("tiny-badmap"), err, sizeof err), QV_OK);
     printf("    %s\n", err);
     assert_non_null(strstr(err, "text_token_map: entry 42"));
+    mismatched_tokenizer();
     /* f16 keeps 11 mantissa bits: PCM within 1e-3 of f32 (measured ~1e-5 on random weights) */
     assert_true(decoder_delta(model("tiny-cv"), tmp_path("tiny-vocab")) < 1e-3);
     f16_panels_identical(tmp_path("tiny-vocab"), tmp_path("tiny-wide"));

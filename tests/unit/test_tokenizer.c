@@ -592,7 +592,7 @@ static void test_spell(void **state)
         if (id >= 151643) continue; /* added tokens have no smaller pieces */
         for (int k = 0; k < 2; k++) {
             v.n_ids = 0;
-            assert_int_equal(qve_tok_spell(g_vm, id, k ? some : none, &v), QVE_TOK_OK);
+            assert_int_equal(qve_tok_spell(g_vm, id, k ? some : none, V, &v), QVE_TOK_OK);
             assert_int_equal(join_tokens(v.ids, v.n_ids, b, sizeof b), strlen(s));
             assert_string_equal(b, s);
             char *raw = NULL, *one = NULL;
@@ -629,7 +629,7 @@ static void test_spell(void **state)
     assert_int_equal(qve_tok_merge_parts(g_vm, -1, p), 0);
     assert_int_equal(qve_tok_merge_parts(g_vm, V, p), 0);
     v.n_ids = 0;
-    assert_int_equal(qve_tok_spell(g_vm, 151644, none, &v), QVE_TOK_OK); /* kept as it is */
+    assert_int_equal(qve_tok_spell(g_vm, 151644, none, V, &v), QVE_TOK_OK); /* kept as it is */
     assert_int_equal(v.n_ids, 1);
     assert_int_equal(v.ids[0], 151644);
     qve_tok_ids_free(&v);
@@ -701,6 +701,47 @@ static unsigned byte_cp(int b)
     return 256 + k;
 }
 
+/* Spelling on the synthetic vocabulary of test_synthetic_and_errors: a have[] shorter than the
+ * vocabulary is not read past its end, a long string is not split, a string that is not
+ * byte-level is refused (decode shows '?' for its characters) rather than spelled wrongly. */
+static void spell_synthetic(qve_tok *t)
+{
+    qve_tok_ids v = {0};
+    int32_t *have = malloc(sizeof *have); /* one entry: ASan sees a read past it */
+    have[0] = 1;
+    assert_int_equal(qve_tok_spell(t, 257, have, 1, &v), 0); /* "aaa": "aa" "a", "aa": "a" "a" */
+    const int32_t bytes3[] = {'a', 'a', 'a'};
+    expect_ids(&v, bytes3, 3, "aaa by bytes");
+    v.n_ids = 0;
+    assert_int_equal(qve_tok_spell(t, 300, have, 1, &v), QVE_TOK_E_BAD_ID); /* past both */
+    have = realloc(have, 257 * sizeof *have);
+    memset(have, 0, 257 * sizeof *have);
+    have[256] = 1;
+    assert_int_equal(qve_tok_spell(t, 257, have, 257, &v), 0);
+    const int32_t aa_a[] = {256, 'a'};
+    expect_ids(&v, aa_a, 2, "aaa with aa");
+    free(have);
+    int32_t p[2];
+    assert_int_equal(qve_tok_merge_parts(t, 260, p), 0);
+    v.n_ids = 0;
+    assert_int_equal(qve_tok_spell(t, 260, NULL, 0, &v), 0);
+    assert_int_equal(v.n_ids, 4000);
+    for (size_t i = 0; i < v.n_ids; i++) assert_int_equal(v.ids[i], 'a');
+    v.n_ids = 0;
+    assert_int_equal(qve_tok_spell(t, 261, NULL, 0, &v), QVE_TOK_E_BAD_ID);
+    assert_int_equal(qve_tok_spell(t, 262, NULL, 0, &v), QVE_TOK_E_BAD_ID);
+    assert_int_equal(v.n_ids, 0);
+    assert_int_equal(qve_tok_spell(t, 263, NULL, 0, &v), 0);
+    const int32_t e_acute[] = {0xC3, 0xA9};
+    expect_ids(&v, e_acute, 2, "bytes of \"é\"");
+    const int32_t odd[] = {261, 262, 263};
+    char *txt = NULL;
+    assert_int_equal(qve_tok_decode(t, odd, 3, &txt, NULL, NULL, 0), 0);
+    assert_string_equal(txt, "a??\xC3\xA9");
+    free(txt);
+    qve_tok_ids_free(&v);
+}
+
 /* A synthetic vocabulary: merge order, tie-breaking, and load errors with their messages. */
 static void test_synthetic_and_errors(void **state)
 {
@@ -718,6 +759,12 @@ static void test_synthetic_and_errors(void **state)
     cJSON_AddNumberToObject(vocab, "aaa", 257);
     cJSON_AddNumberToObject(vocab, "ab", 258);
     cJSON_AddNumberToObject(vocab, "bc", 259);
+    char long_tok[4001]; /* no merge forms it: too long for one */
+    memset(long_tok, 'a', 4000), long_tok[4000] = 0;
+    cJSON_AddNumberToObject(vocab, long_tok, 260);
+    cJSON_AddNumberToObject(vocab, "a\xE2\x82\xAC", 261);       /* "a€": not byte-level */
+    cJSON_AddNumberToObject(vocab, "\xF0\x9F\x98\x80", 262);    /* U+1F600, 4 bytes */
+    cJSON_AddNumberToObject(vocab, "\xC3\x83\xC2\xA9", 263);    /* "é" in byte-level form */
     char *vj = cJSON_PrintUnformatted(vocab);
     write_file("vocab.json", vj);
     free(vj);
@@ -738,6 +785,7 @@ static void test_synthetic_and_errors(void **state)
     assert_int_equal(qve_tok_encode(t, "abc", 3, &v, NULL, 0), 0);
     const int32_t abc[] = {'a', 259}; /* "b c" has the lower rank */
     expect_ids(&v, abc, 2, "abc");
+    spell_synthetic(t);
     qve_tok_ids_free(&v);
     qve_tok_free(t);
     /* errors: each names the file and the problem */
