@@ -403,6 +403,15 @@ static void set_vocab_ids(const char *dir, const char *tok, int id, const char *
     free(text), cJSON_Delete(v);
 }
 
+/* A session on text over dir's model fails with QV_E_MODEL, its message containing what. */
+static void expect_model_error(const char *dir, const char *text, const char *what) {
+    qv_model *b = load(dir);
+    qv_session *s = start(b, QV_QUANT_BF16, text, 0, QV_E_MODEL);
+    printf("    %s\n", qv_session_error(s));
+    assert_non_null(strstr(qv_session_error(s), what));
+    qv_session_free(s), qv_model_free(b);
+}
+
 /* A tokenizer that does not match the pruned model (ids past its text_vocab_size, an empty
  * token) is refused with one line, never read past the token map; a text of only newlines keeps
  * the role token's spelled pieces. */
@@ -420,19 +429,11 @@ static void mismatched_tokenizer(void) {
     snprintf(dir, sizeof dir, "%s", tmp_path("tiny-badtok"));
     copy_dir("tiny-vocab", "tiny-badtok");
     set_vocab_ids(dir, ".", V + 5, NULL, 0);
-    b = load(dir);
-    s = start(b, QV_QUANT_BF16, "It is copyleft-free.\nRead it", 0, QV_E_MODEL);
-    printf("    %s\n", qv_session_error(s));
-    assert_non_null(strstr(qv_session_error(s), "past the model's"));
-    qv_session_free(s), qv_model_free(b);
+    expect_model_error(dir, "It is copyleft-free.\nRead it", "past the model's");
     /* "\n" past the map: the role block's third id */
     copy_dir("tiny-vocab", "tiny-badtok");
     set_vocab_ids(dir, "\xC4\x8A", V + 5, NULL, 0);
-    b = load(dir);
-    s = start(b, QV_QUANT_BF16, "Hello.", 0, QV_E_MODEL);
-    printf("    %s\n", qv_session_error(s));
-    assert_non_null(strstr(qv_session_error(s), "role block token id outside"));
-    qv_session_free(s), qv_model_free(b);
+    expect_model_error(dir, "Hello.", "role block token id outside");
     /* a token of control bytes and 15 "é" given as an id (no merge forms it, no row): named with
      * \xNN escapes, cut at a character boundary */
     copy_dir("tiny-vocab", "tiny-badtok");
