@@ -15,6 +15,9 @@
 
 #include <cmocka.h>
 
+#include "checkpoint/safetensors.h"
+#include "util/fileio.h"
+
 char tmp_dir[64];
 
 int tmpdir_setup(void **state) {
@@ -73,4 +76,19 @@ void tmp_write_st(const char *path, const char *header, const void *data, size_t
     if (!data && (fflush(f) || ftruncate(fileno(f), (off_t)(8 + padded + n_data))))
         fail_msg("%s: cannot extend to %zu bytes", path, 8 + padded + n_data);
     close_or_fail(f, path);
+}
+
+long tmp_st_offset(const char *path, const char *tensor) {
+    char err[512];
+    size_t n;
+    uint8_t *buf = (uint8_t *)qvu_read_file(path, (size_t)1 << 32, &n, err, sizeof err);
+    if (!buf) fail_msg("%s", err);
+    qve_st *st = qve_st_open_memory(buf, n, path, err, sizeof err);
+    if (!st) fail_msg("%s", err);
+    const qve_tensor *t = qve_st_find(st, tensor);
+    if (!t) fail_msg("%s: no tensor %s", path, tensor);
+    const long at = (long)((const uint8_t *)t->data - buf);
+    qve_st_close(st);
+    free(buf);
+    return at;
 }

@@ -24,5 +24,8 @@ void tmp_write(const char *path, const void *data, size_t n);
 /* Writes a safetensors file: 8-byte little-endian header length, header padded with spaces to a
  * multiple of 8, then the n_data bytes at data, or n_data zero bytes (sparse) when data is NULL. */
 void tmp_write_st(const char *path, const char *header, const void *data, size_t n_data);
+/* File offset of tensor's data in the safetensors file at path, found with the library's own
+ * reader (checkpoint/safetensors.h), for tests that patch a checkpoint's bytes in place. */
+long tmp_st_offset(const char *path, const char *tensor);
 
 #endif
