@@ -205,9 +205,9 @@ static void opt_float(rd *r, const cJSON *obj, const char *key, float *out) {
 
 /* ==== config.json ============================================================================ */
 
-static void get_stack(rd *r, const cJSON *o, const char *path, qve_stack_config *s) {
+static void get_stack(rd *r, const cJSON *o, const char *path, qvm_stack_config *s) {
     get_dim(r, o, path, "hidden_size", &s->hidden_size);
-    get_int(r, o, path, "num_hidden_layers", 1, QVE_MAX_LAYERS, &s->num_hidden_layers);
+    get_int(r, o, path, "num_hidden_layers", 1, QVM_MAX_LAYERS, &s->num_hidden_layers);
     /* intermediate_size: one width for every layer, or (MLP neuron pruning, docs/compression.md)
      * a list of num_hidden_layers widths; intermediate_size is then their maximum */
     const cJSON *is = member(r, o, path, "intermediate_size", 0);
@@ -237,7 +237,7 @@ static void get_stack(rd *r, const cJSON *o, const char *path, qve_stack_config 
 }
 
 /* Name → id map into a fixed table (names lower-cased for case-insensitive lookup). */
-static int get_name_map(rd *r, const cJSON *map, const char *path, int max, qve_named_id *out) {
+static int get_name_map(rd *r, const cJSON *map, const char *path, int max, qvm_named_id *out) {
     int n = 0;
     const cJSON *e;
     cJSON_ArrayForEach(e, map) {
@@ -247,46 +247,46 @@ static int get_name_map(rd *r, const cJSON *map, const char *path, int max, qve_
                     cJSON_GetArraySize(map));
             return n;
         }
-        if (strlen(e->string) >= QVE_NAME_MAX || !*e->string) {
+        if (strlen(e->string) >= QVM_NAME_MAX || !*e->string) {
             rd_fail(r, "key %s: bad name \"%.32s\" (expected 1..%d bytes)", path, e->string,
-                    QVE_NAME_MAX - 1);
+                    QVM_NAME_MAX - 1);
             return n;
         }
         if (as_int(r, e, path, e->string, 0, INT_MAX, &out[n].id) != 0) return n;
-        snprintf(out[n].name, QVE_NAME_MAX, "%s", e->string);
+        snprintf(out[n].name, QVM_NAME_MAX, "%s", e->string);
         n++;
     }
     return n;
 }
 
-static void get_speakers(rd *r, const cJSON *tc, qve_model_config *c, int required) {
+static void get_speakers(rd *r, const cJSON *tc, qvm_model_config *c, int required) {
     const cJSON *spk = get_obj(r, tc, "talker_config", "spk_id", !required);
     const cJSON *dia = get_obj(r, tc, "talker_config", "spk_is_dialect", 1);
     if (!spk || r->bad) return;
-    qve_named_id ids[QVE_MAX_SPEAKERS];
-    int n = get_name_map(r, spk, "talker_config.spk_id", QVE_MAX_SPEAKERS, ids);
+    qvm_named_id ids[QVM_MAX_SPEAKERS];
+    int n = get_name_map(r, spk, "talker_config.spk_id", QVM_MAX_SPEAKERS, ids);
     for (int i = 0; i < n && !r->bad; i++) {
-        qve_speaker *s = &c->spk_id[i];
-        memcpy(s->name, ids[i].name, QVE_NAME_MAX);
+        qvm_speaker *s = &c->spk_id[i];
+        memcpy(s->name, ids[i].name, QVM_NAME_MAX);
         s->id = ids[i].id;
         s->dialect[0] = 0;
         const cJSON *d = dia ? cJSON_GetObjectItemCaseSensitive(dia, s->name) : NULL;
         if (!d || cJSON_IsFalse(d)) continue;
-        if (!cJSON_IsString(d) || strlen(d->valuestring) >= QVE_NAME_MAX) {
+        if (!cJSON_IsString(d) || strlen(d->valuestring) >= QVM_NAME_MAX) {
             rd_fail(r, "key talker_config.spk_is_dialect.%s: wrong type (expected false or a "
                        "dialect name, found %s)",
                     s->name, json_type(d));
             return;
         }
-        snprintf(s->dialect, QVE_NAME_MAX, "%s", d->valuestring);
-        if (qve_language_id(c, s->dialect) < 0)
+        snprintf(s->dialect, QVM_NAME_MAX, "%s", d->valuestring);
+        if (qvm_language_id(c, s->dialect) < 0)
             rd_fail(r, "key talker_config.spk_is_dialect.%s: dialect %s not in codec_language_id",
                     s->name, s->dialect);
     }
     c->n_speakers = n;
 }
 
-static void get_speaker_encoder(rd *r, const cJSON *root, qve_model_config *c) {
+static void get_speaker_encoder(rd *r, const cJSON *root, qvm_model_config *c) {
     /* ECAPA defaults of the official config class (§5.2); a shipped Base config may set only
      * enc_dim and sample_rate. */
     static const int ch[5] = {512, 512, 512, 512, 1536}, ks[5] = {5, 3, 3, 3, 1},
@@ -322,7 +322,7 @@ static void get_speaker_encoder(rd *r, const cJSON *root, qve_model_config *c) {
                 p, c->talker.hidden_size, c->enc_dim);
 }
 
-int qve_model_config_load(qve_model_config *c, const char *dir, char *err, size_t err_size) {
+int qvm_model_config_load(qvm_model_config *c, const char *dir, char *err, size_t err_size) {
     rd r = {.err = err, .err_size = err_size};
     memset(c, 0, sizeof *c);
     cJSON *root = load_json(&r, dir, "config.json", 0);
@@ -363,7 +363,7 @@ int qve_model_config_load(qve_model_config *c, const char *dir, char *err, size_
     const cJSON *langs = get_obj(&r, tc, tp, "codec_language_id", 0);
     if (langs && !r.bad)
         c->n_languages = get_name_map(&r, langs, "talker_config.codec_language_id",
-                                      QVE_MAX_LANGS, c->codec_language_id);
+                                      QVM_MAX_LANGS, c->codec_language_id);
     for (int i = 0; i < c->n_languages && !r.bad; i++)
         if (c->codec_language_id[i].id > vmax)
             rd_fail(&r, "key talker_config.codec_language_id.%s: out of range (expected 0..%d, "
@@ -375,25 +375,25 @@ int qve_model_config_load(qve_model_config *c, const char *dir, char *err, size_
     get_stack(&r, cpc, cp, &c->code_predictor);
 
     if (!r.bad) {
-        if (strcmp(c->tts_model_type, "base") == 0) c->variant = QVE_VARIANT_BASE;
+        if (strcmp(c->tts_model_type, "base") == 0) c->variant = QVM_VARIANT_BASE;
         else if (strcmp(c->tts_model_type, "custom_voice") == 0)
-            c->variant = QVE_VARIANT_CUSTOM_VOICE;
+            c->variant = QVM_VARIANT_CUSTOM_VOICE;
         else if (strcmp(c->tts_model_type, "voice_design") == 0)
-            c->variant = QVE_VARIANT_VOICE_DESIGN;
+            c->variant = QVM_VARIANT_VOICE_DESIGN;
         else
             rd_fail(&r, "key tts_model_type: unknown model type (expected base, custom_voice or "
                         "voice_design, found %s)",
                     c->tts_model_type);
     }
-    get_speakers(&r, tc, c, c->variant == QVE_VARIANT_CUSTOM_VOICE);
+    get_speakers(&r, tc, c, c->variant == QVM_VARIANT_CUSTOM_VOICE);
     for (int i = 0; i < c->n_speakers && !r.bad; i++)
         if (c->spk_id[i].id > vmax)
             rd_fail(&r, "key talker_config.spk_id.%s: out of range (expected 0..%d, found %d)",
                     c->spk_id[i].name, vmax, c->spk_id[i].id);
     /* A CustomVoice-typed config without presets is a VoiceDesign model (the C port's rule). */
-    if (!r.bad && c->variant == QVE_VARIANT_CUSTOM_VOICE && c->n_speakers == 0)
-        c->variant = QVE_VARIANT_VOICE_DESIGN;
-    if (!r.bad && c->variant == QVE_VARIANT_BASE) {
+    if (!r.bad && c->variant == QVM_VARIANT_CUSTOM_VOICE && c->n_speakers == 0)
+        c->variant = QVM_VARIANT_VOICE_DESIGN;
+    if (!r.bad && c->variant == QVM_VARIANT_BASE) {
         c->has_speaker_encoder = 1;
         get_speaker_encoder(&r, root, c);
     }
@@ -404,25 +404,25 @@ int qve_model_config_load(qve_model_config *c, const char *dir, char *err, size_
 
     /* Sizes are named only when the dimensions are the published ones; anything else (e.g. the
      * tiny synthetic test models) is OTHER whatever its tts_model_size string says. */
-    c->size = QVE_SIZE_OTHER;
-    const qve_stack_config *t = &c->talker, *q = &c->code_predictor;
+    c->size = QVM_SIZE_OTHER;
+    const qvm_stack_config *t = &c->talker, *q = &c->code_predictor;
     int std_cp = q->hidden_size == 1024 && q->num_hidden_layers == 5 &&
                  t->num_hidden_layers == 28 && c->text_vocab_size == 151936 &&
                  c->text_hidden_size == 2048;
     if (std_cp && strcmp(c->tts_model_size, "0b6") == 0 && t->hidden_size == 1024 &&
         t->intermediate_size == 3072)
-        c->size = QVE_SIZE_0B6;
+        c->size = QVM_SIZE_0B6;
     else if (std_cp && strcmp(c->tts_model_size, "1b7") == 0 && t->hidden_size == 2048 &&
              t->intermediate_size == 6144)
-        c->size = QVE_SIZE_1B7;
+        c->size = QVM_SIZE_1B7;
     cJSON_Delete(root);
     return r.bad ? -1 : 0;
 }
 
 /* ==== generation_config.json ================================================================= */
 
-qve_generation_config qve_generation_defaults(void) {
-    return (qve_generation_config){.do_sample = 1,
+qvm_generation_config qvm_generation_defaults(void) {
+    return (qvm_generation_config){.do_sample = 1,
                                    .top_k = 50,
                                    .top_p = 1.0f,
                                    .temperature = 0.9f,
@@ -434,9 +434,9 @@ qve_generation_config qve_generation_defaults(void) {
                                    .max_new_tokens = 2048};
 }
 
-int qve_generation_config_load(qve_generation_config *g, const char *dir, char *err,
+int qvm_generation_config_load(qvm_generation_config *g, const char *dir, char *err,
                                size_t err_size) {
-    *g = qve_generation_defaults();
+    *g = qvm_generation_defaults();
     rd r = {.err = err, .err_size = err_size};
     cJSON *root = load_json(&r, dir, "generation_config.json", 1);
     if (!root) return r.bad ? -1 : 0;
@@ -464,7 +464,7 @@ int qve_generation_config_load(qve_generation_config *g, const char *dir, char *
 
 /* ==== speech_tokenizer/config.json =========================================================== */
 
-int qve_codec_config_load(qve_codec_config *c, const char *dir, char *err, size_t err_size) {
+int qvm_codec_config_load(qvm_codec_config *c, const char *dir, char *err, size_t err_size) {
     rd r = {.err = err, .err_size = err_size};
     memset(c, 0, sizeof *c);
     cJSON *root = load_json(&r, dir, "speech_tokenizer/config.json", 0);
@@ -536,13 +536,13 @@ int qve_codec_config_load(qve_codec_config *c, const char *dir, char *err, size_
 
 /* ==== lookups ================================================================================ */
 
-int qve_language_id(const qve_model_config *c, const char *name) {
+int qvm_language_id(const qvm_model_config *c, const char *name) {
     for (int i = 0; i < c->n_languages; i++)
         if (strcasecmp(c->codec_language_id[i].name, name) == 0) return c->codec_language_id[i].id;
     return -1;
 }
 
-const qve_speaker *qve_speaker_find(const qve_model_config *c, const char *name) {
+const qvm_speaker *qvm_speaker_find(const qvm_model_config *c, const char *name) {
     for (int i = 0; i < c->n_speakers; i++)
         if (strcasecmp(c->spk_id[i].name, name) == 0) return &c->spk_id[i];
     return NULL;

@@ -1,5 +1,5 @@
 /* config.h — typed view of config.json, generation_config.json and speech_tokenizer/config.json
- * (internal, prefix qve_). Field names are the JSON keys they come from. Parsing is strict:
+ * (internal, prefix qvm_). Field names are the JSON keys they come from. Parsing is strict:
  * a missing or mistyped key the engine needs is an error naming the file and the key.
  */
 #ifndef QV_CONFIG_H
@@ -7,62 +7,62 @@
 
 #include <stddef.h>
 
-#define QVE_MAX_LANGS 32
-#define QVE_MAX_SPEAKERS 64
-#define QVE_NAME_MAX 64
+#define QVM_MAX_LANGS 32
+#define QVM_MAX_SPEAKERS 64
+#define QVM_NAME_MAX 64
 
-enum qve_size { QVE_SIZE_0B6, QVE_SIZE_1B7, QVE_SIZE_OTHER };
-enum qve_variant { QVE_VARIANT_BASE, QVE_VARIANT_CUSTOM_VOICE, QVE_VARIANT_VOICE_DESIGN };
+enum qvm_size { QVM_SIZE_0B6, QVM_SIZE_1B7, QVM_SIZE_OTHER };
+enum qvm_variant { QVM_VARIANT_BASE, QVM_VARIANT_CUSTOM_VOICE, QVM_VARIANT_VOICE_DESIGN };
 
-#define QVE_MAX_LAYERS 128
+#define QVM_MAX_LAYERS 128
 
 typedef struct {            /* a Qwen3 decoder stack (talker or code predictor) */
     int hidden_size, intermediate_size, num_hidden_layers;
     /* intermediate_size may be a per-layer list (then intermediate_size is its maximum); all 0
-     * when it is one number: read widths with qve_layer_intermediate */
-    int layer_intermediate_size[QVE_MAX_LAYERS];
+     * when it is one number: read widths with qvm_layer_intermediate */
+    int layer_intermediate_size[QVM_MAX_LAYERS];
     int num_attention_heads, num_key_value_heads, head_dim;
     int vocab_size, num_code_groups;
     float rms_norm_eps, rope_theta;
     int max_position_embeddings;
-} qve_stack_config;
+} qvm_stack_config;
 
 /* MLP width of layer l. */
-static inline int qve_layer_intermediate(const qve_stack_config *s, int l) {
+static inline int qvm_layer_intermediate(const qvm_stack_config *s, int l) {
     return s->layer_intermediate_size[l] ? s->layer_intermediate_size[l] : s->intermediate_size;
 }
 
-typedef struct { char name[QVE_NAME_MAX]; int id; } qve_named_id;
-typedef struct { char name[QVE_NAME_MAX]; int id; char dialect[QVE_NAME_MAX]; } qve_speaker;
+typedef struct { char name[QVM_NAME_MAX]; int id; } qvm_named_id;
+typedef struct { char name[QVM_NAME_MAX]; int id; char dialect[QVM_NAME_MAX]; } qvm_speaker;
 
 typedef struct {
     /* config.json top level */
     char tts_model_size[16];              /* "0b6", "1b7" */
     char tts_model_type[32];              /* "base", "custom_voice", "voice_design" */
-    enum qve_size size;
-    enum qve_variant variant;
+    enum qvm_size size;
+    enum qvm_variant variant;
     int im_start_token_id, im_end_token_id, assistant_token_id;
     int tts_pad_token_id, tts_bos_token_id, tts_eos_token_id;
     /* quantization {group_size, bits} (MLX layout; 0, 0 when absent): q4 linears are the ones
      * whose `.scales` tensor is present */
     int quant_group_size, quant_bits;
     /* talker_config */
-    qve_stack_config talker;
+    qvm_stack_config talker;
     int text_hidden_size, text_vocab_size;
     int codec_pad_id, codec_bos_id, codec_eos_token_id;
     int codec_think_id, codec_nothink_id, codec_think_bos_id, codec_think_eos_id;
     int n_languages;
-    qve_named_id codec_language_id[QVE_MAX_LANGS];
+    qvm_named_id codec_language_id[QVM_MAX_LANGS];
     int n_speakers;
-    qve_speaker spk_id[QVE_MAX_SPEAKERS];  /* dialect "" when spk_is_dialect is false */
+    qvm_speaker spk_id[QVM_MAX_SPEAKERS];  /* dialect "" when spk_is_dialect is false */
     /* talker_config.code_predictor_config */
-    qve_stack_config code_predictor;
+    qvm_stack_config code_predictor;
     /* speaker_encoder_config (Base only; has_speaker_encoder = 0 otherwise) */
     int has_speaker_encoder;
     int enc_dim, mel_dim, sample_rate;
     int enc_channels[5], enc_kernel_sizes[5], enc_dilations[5];
     int enc_attention_channels, enc_res2net_scale, enc_se_channels;
-} qve_model_config;
+} qvm_model_config;
 
 typedef struct {            /* generation_config.json (wrapper fallbacks for missing keys) */
     int do_sample, top_k;
@@ -70,7 +70,7 @@ typedef struct {            /* generation_config.json (wrapper fallbacks for mis
     int subtalker_dosample, subtalker_top_k;
     float subtalker_top_p, subtalker_temperature;
     int max_new_tokens;
-} qve_generation_config;
+} qvm_generation_config;
 
 typedef struct {            /* speech_tokenizer/config.json */
     int encoder_valid_num_quantizers, input_sample_rate, output_sample_rate;
@@ -90,7 +90,7 @@ typedef struct {            /* speech_tokenizer/config.json */
         int codebook_size, codebook_dim;
         float norm_eps, rope_theta, layer_scale_initial_scale;
     } encoder;
-} qve_codec_config;
+} qvm_codec_config;
 
 /* Each returns 0 on success, -1 with one line in err: "DIR/config.json: missing key
  * talker_config.hidden_size" or "DIR/config.json: key K: wrong type (expected integer, found
@@ -99,15 +99,15 @@ typedef struct {            /* speech_tokenizer/config.json */
  * size: 0B6 / 1B7 only when tts_model_size and the dimensions are the published ones, else OTHER
  * (the tiny synthetic models). Base configs may omit ECAPA fields (official defaults, §5.2).
  * generation_config.json: absent file or keys take the Python wrapper's fallbacks (§1.4). */
-int qve_model_config_load(qve_model_config *c, const char *dir, char *err, size_t err_size);
-int qve_generation_config_load(qve_generation_config *g, const char *dir, char *err, size_t err_size);
+int qvm_model_config_load(qvm_model_config *c, const char *dir, char *err, size_t err_size);
+int qvm_generation_config_load(qvm_generation_config *g, const char *dir, char *err, size_t err_size);
 /* The Python wrapper's fallbacks for keys absent from generation_config.json (§1.4): the one
  * set of generation defaults (qv_default_params is built from it). */
-qve_generation_config qve_generation_defaults(void);
-int qve_codec_config_load(qve_codec_config *c, const char *dir, char *err, size_t err_size);
+qvm_generation_config qvm_generation_defaults(void);
+int qvm_codec_config_load(qvm_codec_config *c, const char *dir, char *err, size_t err_size);
 
 /* Lookups (case-insensitive); -1 when absent. */
-int qve_language_id(const qve_model_config *c, const char *name);
-const qve_speaker *qve_speaker_find(const qve_model_config *c, const char *name);
+int qvm_language_id(const qvm_model_config *c, const char *name);
+const qvm_speaker *qvm_speaker_find(const qvm_model_config *c, const char *name);
 
 #endif

@@ -27,14 +27,14 @@ static int put_le(EVP_MD_CTX *ctx, uint64_t v, int n_bytes) {
     return put(ctx, b, (size_t)n_bytes);
 }
 
-int qve_tensor_sha256(const qve_tensor *t, uint8_t out[32]) {
+int qvm_tensor_sha256(const qvm_tensor *t, uint8_t out[32]) {
     unsigned int n = 0;
     /* EVP_Digest on a zero-length buffer is fine; data may be any pointer then. */
     int ok = EVP_Digest(t->n_bytes ? t->data : "", t->n_bytes, out, &n, EVP_sha256(), NULL) == 1;
     return ok && n == 32 ? 0 : -1;
 }
 
-char *qve_sha256_hex(const uint8_t digest[32], char out[65]) {
+char *qvm_sha256_hex(const uint8_t digest[32], char out[65]) {
     static const char hex[] = "0123456789abcdef";
     for (int i = 0; i < 32; i++) {
         out[2 * i] = hex[digest[i] >> 4];
@@ -46,27 +46,27 @@ char *qve_sha256_hex(const uint8_t digest[32], char out[65]) {
 
 /* ==== API =================================================================================== */
 
-int qve_fingerprint_st(const qve_st *st, const void *config_json, size_t config_n_bytes,
-                       enum qve_fingerprint_mode mode, uint8_t out[32], char *err,
+int qvm_fingerprint_st(const qvm_st *st, const void *config_json, size_t config_n_bytes,
+                       enum qvm_fingerprint_mode mode, uint8_t out[32], char *err,
                        size_t err_size) {
     EVP_MD_CTX *ctx = EVP_MD_CTX_new();
     int rc = -1;
     if (!ctx || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
         snprintf(err, err_size, "%s: fingerprint: out of memory or SHA-256 unavailable",
-                 qve_st_file(st, NULL));
+                 qvm_st_file(st, NULL));
         goto out;
     }
-    uint8_t m = mode == QVE_FINGERPRINT_CONTENT ? 1 : 0;
-    int n = qve_st_count(st), bad = 0;
+    uint8_t m = mode == QVM_FINGERPRINT_CONTENT ? 1 : 0;
+    int n = qvm_st_count(st), bad = 0;
     bad |= put(ctx, k_tag, sizeof k_tag - 1);
     bad |= put(ctx, &m, 1);
     bad |= put_le(ctx, config_n_bytes, 8);
     bad |= put(ctx, config_json, config_n_bytes);
     bad |= put_le(ctx, (uint64_t)n, 4);
     for (int i = 0; i < n && !bad; i++) {
-        const qve_tensor *t = qve_st_at_sorted(st, i);
+        const qvm_tensor *t = qvm_st_at_sorted(st, i);
         size_t name_len = strlen(t->name);
-        const char *dt = qve_dtype_name(t->dtype);
+        const char *dt = qvm_dtype_name(t->dtype);
         uint8_t dt_len = (uint8_t)strlen(dt), nd = (uint8_t)t->n_dims;
         bad |= put_le(ctx, name_len, 4);
         bad |= put(ctx, t->name, name_len);
@@ -76,13 +76,13 @@ int qve_fingerprint_st(const qve_st *st, const void *config_json, size_t config_
         for (int k = 0; k < t->n_dims; k++) bad |= put_le(ctx, (uint64_t)t->shape[k], 8);
         if (m) {
             uint8_t h[32];
-            bad |= qve_tensor_sha256(t, h);
+            bad |= qvm_tensor_sha256(t, h);
             bad |= put(ctx, h, 32);
         }
     }
     unsigned int n_out = 0;
     if (bad || EVP_DigestFinal_ex(ctx, out, &n_out) != 1 || n_out != 32) {
-        snprintf(err, err_size, "%s: fingerprint: SHA-256 failed", qve_st_file(st, NULL));
+        snprintf(err, err_size, "%s: fingerprint: SHA-256 failed", qvm_st_file(st, NULL));
         goto out;
     }
     rc = 0;
@@ -91,16 +91,16 @@ out:
     return rc;
 }
 
-int qve_fingerprint_model(const char *dir, enum qve_fingerprint_mode mode, uint8_t out[32],
+int qvm_fingerprint_model(const char *dir, enum qvm_fingerprint_mode mode, uint8_t out[32],
                           char *err, size_t err_size) {
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", dir);
     size_t n_cfg;
     char *cfg = qvu_read_file(path, CONFIG_MAX_BYTES, &n_cfg, err, err_size);
     if (!cfg) return -1;
-    qve_st *st = qve_st_open_dir(dir, "model", err, err_size);
-    int rc = st ? qve_fingerprint_st(st, cfg, n_cfg, mode, out, err, err_size) : -1;
-    qve_st_close(st);
+    qvm_st *st = qvm_st_open_dir(dir, "model", err, err_size);
+    int rc = st ? qvm_fingerprint_st(st, cfg, n_cfg, mode, out, err, err_size) : -1;
+    qvm_st_close(st);
     free(cfg);
     return rc;
 }

@@ -1,4 +1,4 @@
-/* fingerprint.h — SHA-256 identity of a model directory and of single tensors (internal, qve_).
+/* fingerprint.h — SHA-256 identity of a model directory and of single tensors (internal, qvm_).
  * A voice file records the fingerprint of the model it was cloned for; a WDELTA chunk records
  * per-tensor hashes. Key design: tensors are hashed in name order with their dtype and shape, not
  * the header bytes, so re-serialising or re-sharding a checkpoint keeps the fingerprint; the
@@ -14,7 +14,7 @@
  *   N records in byte-wise name order (strcmp), each:
  *     u32 name length, name bytes; u8 dtype length, dtype name ("BF16", "F16", "F32", "I64");
  *     u8 n_dims, n_dims × u64 dims;
- *     mode 1 only: the 32-byte SHA-256 of the tensor's raw data bytes (qve_tensor_sha256).
+ *     mode 1 only: the 32-byte SHA-256 of the tensor's raw data bytes (qvm_tensor_sha256).
  * Not hashed: the speech tokenizer (identical across models), generation_config.json, tokenizer
  * files, safetensors header layout/padding/offsets and __metadata__, file names and shard split.
  * Mode 0 ("table") reads ~5 kB + the header: instant. Mode 1 ("content") reads every weight byte
@@ -26,22 +26,22 @@
 
 #include "checkpoint/safetensors.h"
 
-enum qve_fingerprint_mode { QVE_FINGERPRINT_TABLE = 0, QVE_FINGERPRINT_CONTENT = 1 };
+enum qvm_fingerprint_mode { QVM_FINGERPRINT_TABLE = 0, QVM_FINGERPRINT_CONTENT = 1 };
 
 /* Fingerprint of dir (config.json + model.safetensors or model.safetensors.index.json).
  * 0, or -1 with a one-line "FILE: problem" error. */
-int qve_fingerprint_model(const char *dir, enum qve_fingerprint_mode mode, uint8_t out[32],
+int qvm_fingerprint_model(const char *dir, enum qvm_fingerprint_mode mode, uint8_t out[32],
                           char *err, size_t err_size);
 
 /* Same from an already opened checkpoint and the config.json bytes (borrowed). */
-int qve_fingerprint_st(const qve_st *st, const void *config_json, size_t config_n_bytes,
-                       enum qve_fingerprint_mode mode, uint8_t out[32], char *err,
+int qvm_fingerprint_st(const qvm_st *st, const void *config_json, size_t config_n_bytes,
+                       enum qvm_fingerprint_mode mode, uint8_t out[32], char *err,
                        size_t err_size);
 
 /* SHA-256 of t's raw data bytes as stored (dtype, shape and name not included). 0 or -1. */
-int qve_tensor_sha256(const qve_tensor *t, uint8_t out[32]);
+int qvm_tensor_sha256(const qvm_tensor *t, uint8_t out[32]);
 
 /* Lower-case hex of a 32-byte digest into out[65] (NUL-terminated). Returns out. */
-char *qve_sha256_hex(const uint8_t digest[32], char out[65]);
+char *qvm_sha256_hex(const uint8_t digest[32], char out[65]);
 
 #endif

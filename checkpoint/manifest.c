@@ -12,7 +12,7 @@
 /* ==== building ============================================================================== */
 
 typedef struct {
-    qve_manifest *m;
+    qvm_manifest *m;
     int cap;
     int bad;
     char *err;
@@ -31,15 +31,15 @@ static void bfail(builder *b, const char *fmt, ...) {
 }
 
 /* add(b, dtype, n_dims, d0, d1, d2, "fmt", ...): one entry; unused dims pass 0. */
-static void add(builder *b, enum qve_dtype dtype, int n_dims, int64_t d0, int64_t d1, int64_t d2,
+static void add(builder *b, enum qvm_dtype dtype, int n_dims, int64_t d0, int64_t d1, int64_t d2,
                 const char *fmt, ...) __attribute__((format(printf, 7, 8)));
-static void add(builder *b, enum qve_dtype dtype, int n_dims, int64_t d0, int64_t d1, int64_t d2,
+static void add(builder *b, enum qvm_dtype dtype, int n_dims, int64_t d0, int64_t d1, int64_t d2,
                 const char *fmt, ...) {
     if (b->bad) return;
-    qve_manifest *m = b->m;
+    qvm_manifest *m = b->m;
     if (m->n_entries == b->cap) {
         int cap = b->cap ? b->cap * 2 : 512;
-        qve_manifest_entry *e = realloc(m->entries, sizeof *e * (size_t)cap);
+        qvm_manifest_entry *e = realloc(m->entries, sizeof *e * (size_t)cap);
         if (!e) {
             bfail(b, "manifest: out of memory");
             return;
@@ -47,14 +47,14 @@ static void add(builder *b, enum qve_dtype dtype, int n_dims, int64_t d0, int64_
         m->entries = e;
         b->cap = cap;
     }
-    qve_manifest_entry *e = &m->entries[m->n_entries];
+    qvm_manifest_entry *e = &m->entries[m->n_entries];
     memset(e, 0, sizeof *e);
     va_list ap;
     va_start(ap, fmt);
     int n = vsnprintf(e->name, sizeof e->name, fmt, ap);
     va_end(ap);
     if (n < 0 || (size_t)n >= sizeof e->name) {
-        bfail(b, "manifest: tensor name too long (expected < %d bytes)", QVE_MANIFEST_NAME_MAX);
+        bfail(b, "manifest: tensor name too long (expected < %d bytes)", QVM_MANIFEST_NAME_MAX);
         return;
     }
     int64_t d[3] = {d0, d1, d2};
@@ -71,13 +71,13 @@ static void add(builder *b, enum qve_dtype dtype, int n_dims, int64_t d0, int64_
     m->n_entries++;
 }
 
-static int cmp_entry_name_ctx(const qve_manifest_entry *e, int a, int b) {
+static int cmp_entry_name_ctx(const qvm_manifest_entry *e, int a, int b) {
     return strcmp(e[a].name, e[b].name);
 }
 
 /* Sorted name index (bottom-up merge sort: no global qsort context, thread-safe). */
 static void finish(builder *b) {
-    qve_manifest *m = b->m;
+    qvm_manifest *m = b->m;
     if (b->bad) return;
     int n = m->n_entries;
     m->by_name = malloc(sizeof *m->by_name * (size_t)(n ? n : 1));
@@ -107,14 +107,14 @@ static void finish(builder *b) {
             bfail(b, "manifest: duplicate entry %s", m->entries[m->by_name[i]].name);
 }
 
-int qve_layer_tensor(const qve_stack_config *s, const char *prefix, int i, int k, char *name,
+int qvm_layer_tensor(const qvm_stack_config *s, const char *prefix, int i, int k, char *name,
                      size_t name_size, int64_t shape[2]) {
     /* dims: H hidden, Q heads x head_dim, KV kv heads x head_dim, D head_dim, I intermediate */
     enum { H, Q, KV, D, I, NONE };
     static const struct {
         const char *suffix;
         int rows, cols;
-    } t[QVE_LAYER_N_TENSORS] = {
+    } t[QVM_LAYER_N_TENSORS] = {
         {"input_layernorm.weight", H, NONE},     {"self_attn.q_proj.weight", Q, H},
         {"self_attn.k_proj.weight", KV, H},      {"self_attn.v_proj.weight", KV, H},
         {"self_attn.o_proj.weight", H, Q},       {"self_attn.q_norm.weight", D, NONE},
@@ -124,7 +124,7 @@ int qve_layer_tensor(const qve_stack_config *s, const char *prefix, int i, int k
     };
     const int64_t dim[NONE + 1] = {s->hidden_size, (int64_t)s->num_attention_heads * s->head_dim,
                                    (int64_t)s->num_key_value_heads * s->head_dim, s->head_dim,
-                                   qve_layer_intermediate(s, i), 0};
+                                   qvm_layer_intermediate(s, i), 0};
     snprintf(name, name_size, "%s.layers.%d.%s", prefix, i, t[k].suffix);
     shape[0] = dim[t[k].rows];
     shape[1] = dim[t[k].cols];
@@ -132,20 +132,20 @@ int qve_layer_tensor(const qve_stack_config *s, const char *prefix, int i, int k
 }
 
 /* One Qwen3 decoder layer: 11 tensors, no biases (§2.1). */
-static void qwen3_layer(builder *b, const char *prefix, int i, const qve_stack_config *s) {
-    for (int k = 0; k < QVE_LAYER_N_TENSORS; k++) {
-        char name[QVE_MANIFEST_NAME_MAX];
+static void qwen3_layer(builder *b, const char *prefix, int i, const qvm_stack_config *s) {
+    for (int k = 0; k < QVM_LAYER_N_TENSORS; k++) {
+        char name[QVM_MANIFEST_NAME_MAX];
         int64_t shape[2];
-        int n_dims = qve_layer_tensor(s, prefix, i, k, name, sizeof name, shape);
-        add(b, QVE_DTYPE_BF16, n_dims, shape[0], shape[1], 0, "%s", name);
+        int n_dims = qvm_layer_tensor(s, prefix, i, k, name, sizeof name, shape);
+        add(b, QVM_DTYPE_BF16, n_dims, shape[0], shape[1], 0, "%s", name);
     }
 }
 
-int qve_manifest_model(qve_manifest *m, const qve_model_config *c, char *err, size_t err_size) {
+int qvm_manifest_model(qvm_manifest *m, const qvm_model_config *c, char *err, size_t err_size) {
     memset(m, 0, sizeof *m);
     builder b = {.m = m, .err = err, .err_size = err_size};
-    const enum qve_dtype D = QVE_DTYPE_BF16;
-    const qve_stack_config *t = &c->talker, *p = &c->code_predictor;
+    const enum qvm_dtype D = QVM_DTYPE_BF16;
+    const qvm_stack_config *t = &c->talker, *p = &c->code_predictor;
     int64_t H = t->hidden_size, T = c->text_hidden_size;
 
     add(&b, D, 2, c->text_vocab_size, T, 0, "talker.model.text_embedding.weight");
@@ -212,14 +212,14 @@ int qve_manifest_model(qve_manifest *m, const qve_model_config *c, char *err, si
         add(&b, D, 1, c->enc_dim, 0, 0, "%s.fc.bias", s);
     }
     finish(&b);
-    if (b.bad) qve_manifest_free(m);
+    if (b.bad) qvm_manifest_free(m);
     return b.bad ? -1 : 0;
 }
 
-int qve_manifest_codec(qve_manifest *m, const qve_codec_config *c, char *err, size_t err_size) {
+int qvm_manifest_codec(qvm_manifest *m, const qvm_codec_config *c, char *err, size_t err_size) {
     memset(m, 0, sizeof *m);
     builder b = {.m = m, .err = err, .err_size = err_size};
-    const enum qve_dtype F = QVE_DTYPE_F32;
+    const enum qvm_dtype F = QVM_DTYPE_F32;
 
     /* ---- decoder (§2.2, §6.1) ---- */
     int64_t cd = c->decoder.codebook_dim, half = cd / 2, cbs = c->decoder.codebook_size;
@@ -376,23 +376,23 @@ int qve_manifest_codec(qve_manifest *m, const qve_codec_config *c, char *err, si
         }
     }
     finish(&b);
-    if (b.bad) qve_manifest_free(m);
+    if (b.bad) qvm_manifest_free(m);
     return b.bad ? -1 : 0;
 }
 
-void qve_manifest_free(qve_manifest *m) {
+void qvm_manifest_free(qvm_manifest *m) {
     if (!m) return;
     free(m->entries);
     free(m->by_name);
     memset(m, 0, sizeof *m);
 }
 
-const qve_manifest_entry *qve_manifest_find(const qve_manifest *m, const char *name) {
+const qvm_manifest_entry *qvm_manifest_find(const qvm_manifest *m, const char *name) {
     if (!m || !m->by_name) return NULL;
     int lo = 0, hi = m->n_entries - 1;
     while (lo <= hi) {
         int mid = lo + (hi - lo) / 2;
-        const qve_manifest_entry *e = &m->entries[m->by_name[mid]];
+        const qvm_manifest_entry *e = &m->entries[m->by_name[mid]];
         int c = strcmp(e->name, name);
         if (c == 0) return e;
         if (c < 0) lo = mid + 1;
@@ -401,28 +401,28 @@ const qve_manifest_entry *qve_manifest_find(const qve_manifest *m, const char *n
     return NULL;
 }
 
-int qve_manifest_compressed(qve_manifest *m, const qve_model_config *c, const qve_st *st,
+int qvm_manifest_compressed(qvm_manifest *m, const qvm_model_config *c, const qvm_st *st,
                             char *err, size_t err_size) {
-    qve_manifest out = {0};
+    qvm_manifest out = {0};
     builder b = {.m = &out, .err = err, .err_size = err_size};
     const char *emb = "talker.model.text_embedding.weight", *map = "talker.model.text_token_map";
-    const qve_tensor *tm = qve_st_find(st, map), *te = qve_st_find(st, emb);
-    char sc[QVE_MANIFEST_NAME_MAX + 8];
+    const qvm_tensor *tm = qvm_st_find(st, map), *te = qvm_st_find(st, emb);
+    char sc[QVM_MANIFEST_NAME_MAX + 8];
     for (int i = 0; i < m->n_entries && !b.bad; i++) {
-        const qve_manifest_entry *e = &m->entries[i];
+        const qvm_manifest_entry *e = &m->entries[i];
         const size_t n = strlen(e->name);
         const int linear = c->quant_bits && e->n_dims == 2 && n > 7 &&
                            !strcmp(e->name + n - 7, ".weight") && !strstr(e->name, "embedding");
         snprintf(sc, sizeof sc, "%.*s.scales", (int)(n - 7), e->name);
-        if (linear && qve_st_find(st, sc)) {
+        if (linear && qvm_st_find(st, sc)) {
             const int64_t o = e->shape[0], in = e->shape[1], per_u32 = 32 / c->quant_bits;
             if (in % c->quant_group_size) {
                 bfail(&b, "%s: tensor %s: input width %lld is not a multiple of the quantization "
                           "group %d",
-                      qve_st_file(st, NULL), e->name, (long long)in, c->quant_group_size);
+                      qvm_st_file(st, NULL), e->name, (long long)in, c->quant_group_size);
                 break;
             }
-            add(&b, QVE_DTYPE_U32, 2, o, in / per_u32, 0, "%s", e->name);
+            add(&b, QVM_DTYPE_U32, 2, o, in / per_u32, 0, "%s", e->name);
             add(&b, e->dtype, 2, o, in / c->quant_group_size, 0, "%s", sc);
             add(&b, e->dtype, 2, o, in / c->quant_group_size, 0, "%.*s.biases", (int)(n - 7),
                 e->name);
@@ -430,21 +430,21 @@ int qve_manifest_compressed(qve_manifest *m, const qve_model_config *c, const qv
             const int64_t rows = te && te->n_dims == 2 ? te->shape[0] : e->shape[0];
             if (rows < 1 || rows > e->shape[0]) {
                 bfail(&b, "%s: tensor %s: expected 1..%lld rows with a token map, found %lld",
-                      qve_st_file(st, te), emb, (long long)e->shape[0], (long long)rows);
+                      qvm_st_file(st, te), emb, (long long)e->shape[0], (long long)rows);
                 break;
             }
             add(&b, e->dtype, 2, rows, e->shape[1], 0, "%s", emb);
-            add(&b, QVE_DTYPE_I32, 1, e->shape[0], 0, 0, "%s", map);
+            add(&b, QVM_DTYPE_I32, 1, e->shape[0], 0, 0, "%s", map);
         } else {
             add(&b, e->dtype, e->n_dims, e->shape[0], e->shape[1], e->shape[2], "%s", e->name);
         }
     }
     finish(&b);
     if (b.bad) {
-        qve_manifest_free(&out);
+        qvm_manifest_free(&out);
         return -1;
     }
-    qve_manifest_free(m);
+    qvm_manifest_free(m);
     *m = out;
     return 0;
 }
@@ -459,59 +459,59 @@ static void fmt_shape(char *buf, size_t n, int n_dims, const int64_t *shape) {
     if (used < n) snprintf(buf + used, n - used, "]");
 }
 
-int qve_manifest_check_st(const qve_manifest *m, const qve_st *st, int exact, char *err,
+int qvm_manifest_check_st(const qvm_manifest *m, const qvm_st *st, int exact, char *err,
                           size_t err_size) {
     char want[96], got[96];
     for (int i = 0; i < m->n_entries; i++) {
-        const qve_manifest_entry *e = &m->entries[i];
-        const qve_tensor *t = qve_st_find(st, e->name);
+        const qvm_manifest_entry *e = &m->entries[i];
+        const qvm_tensor *t = qvm_st_find(st, e->name);
         fmt_shape(want, sizeof want, e->n_dims, e->shape);
         if (!t) {
-            snprintf(err, err_size, "%s: tensor %s: missing (expected %s)", qve_st_file(st, NULL),
+            snprintf(err, err_size, "%s: tensor %s: missing (expected %s)", qvm_st_file(st, NULL),
                      e->name, want);
             return -1;
         }
-        const int fl = qve_dtype_is_float(e->dtype); /* any float, or exactly the integer type */
-        int ok = t->n_dims == e->n_dims && (fl ? qve_dtype_is_float(t->dtype) : t->dtype == e->dtype);
+        const int fl = qvm_dtype_is_float(e->dtype); /* any float, or exactly the integer type */
+        int ok = t->n_dims == e->n_dims && (fl ? qvm_dtype_is_float(t->dtype) : t->dtype == e->dtype);
         for (int k = 0; ok && k < e->n_dims; k++) ok = t->shape[k] == e->shape[k];
         if (!ok) {
             fmt_shape(got, sizeof got, t->n_dims, t->shape);
             snprintf(err, err_size, "%s: tensor %s: expected %s %s, found %s %s",
-                     qve_st_file(st, t), e->name, want, fl ? "float" : qve_dtype_name(e->dtype),
-                     got, qve_dtype_name(t->dtype));
+                     qvm_st_file(st, t), e->name, want, fl ? "float" : qvm_dtype_name(e->dtype),
+                     got, qvm_dtype_name(t->dtype));
             return -1;
         }
     }
-    if (exact && qve_st_count(st) != m->n_entries) {
+    if (exact && qvm_st_count(st) != m->n_entries) {
         /* Every entry was found, so the count can only be larger: name one stranger. */
-        for (int i = 0; i < qve_st_count(st); i++) {
-            const qve_tensor *t = qve_st_at(st, i);
-            if (!qve_manifest_find(m, t->name)) {
+        for (int i = 0; i < qvm_st_count(st); i++) {
+            const qvm_tensor *t = qvm_st_at(st, i);
+            if (!qvm_manifest_find(m, t->name)) {
                 snprintf(err, err_size, "%s: unexpected tensor %s (expected %d tensors, found %d)",
-                         qve_st_file(st, t), t->name, m->n_entries, qve_st_count(st));
+                         qvm_st_file(st, t), t->name, m->n_entries, qvm_st_count(st));
                 return -1;
             }
         }
         snprintf(err, err_size, "%s: wrong tensor count (expected %d, found %d)",
-                 qve_st_file(st, NULL), m->n_entries, qve_st_count(st));
+                 qvm_st_file(st, NULL), m->n_entries, qvm_st_count(st));
         return -1;
     }
     return 0;
 }
 
-int qve_manifest_check(const qve_model_config *mc, const qve_codec_config *cc, const qve_st *main,
-                       const qve_st *codec, char *err, size_t err_size) {
-    qve_manifest m;
+int qvm_manifest_check(const qvm_model_config *mc, const qvm_codec_config *cc, const qvm_st *main,
+                       const qvm_st *codec, char *err, size_t err_size) {
+    qvm_manifest m;
     if (main) {
-        if (qve_manifest_model(&m, mc, err, err_size) != 0) return -1;
-        int rc = qve_manifest_check_st(&m, main, 1, err, err_size);
-        qve_manifest_free(&m);
+        if (qvm_manifest_model(&m, mc, err, err_size) != 0) return -1;
+        int rc = qvm_manifest_check_st(&m, main, 1, err, err_size);
+        qvm_manifest_free(&m);
         if (rc != 0) return -1;
     }
     if (codec && cc) {
-        if (qve_manifest_codec(&m, cc, err, err_size) != 0) return -1;
-        int rc = qve_manifest_check_st(&m, codec, 0, err, err_size);
-        qve_manifest_free(&m);
+        if (qvm_manifest_codec(&m, cc, err, err_size) != 0) return -1;
+        int rc = qvm_manifest_check_st(&m, codec, 0, err, err_size);
+        qvm_manifest_free(&m);
         if (rc != 0) return -1;
     }
     return 0;

@@ -36,7 +36,7 @@ typedef struct {
     char source[4096];
 } header;
 
-struct qve_prep {
+struct qvm_prep {
     const uint8_t *map;
     size_t n;
     const uint64_t *tab; /* [n_arrays][2] */
@@ -81,7 +81,7 @@ static int put_ident(EVP_MD_CTX *ctx, const char *path) {
     return EVP_DigestUpdate(ctx, v, sizeof v) == 1 ? 0 : -1;
 }
 
-int qve_prep_id_files(qve_prep_id *id, const char *kind, const char *source,
+int qvm_prep_id_files(qvm_prep_id *id, const char *kind, const char *source,
                       const char *const *files, int n_files, const void *extra, size_t n_extra) {
     char dir[3900];
     if (cache_dir(dir, sizeof dir) || !realpath(source, id->source)) return -1;
@@ -100,35 +100,35 @@ int qve_prep_id_files(qve_prep_id *id, const char *kind, const char *source,
     EVP_MD_CTX_free(ctx);
     if (bad) return -1;
     char hex[65];
-    qve_sha256_hex(where, hex);
+    qvm_sha256_hex(where, hex);
     int k = snprintf(id->path, sizeof id->path, "%s/%s-%.16s.qvprep", dir, kind, hex);
     return k > 0 && (size_t)k < sizeof id->path ? 0 : -1;
 }
 
-int qve_prep_id_make(qve_prep_id *id, const char *kind, const qve_st *st, const void *extra,
+int qvm_prep_id_make(qvm_prep_id *id, const char *kind, const qvm_st *st, const void *extra,
                      size_t n_extra) {
     char real[PATH_MAX], cfg[PATH_MAX + 16];
-    const char *file = qve_st_file(st, NULL);
+    const char *file = qvm_st_file(st, NULL);
     if (!realpath(file, real)) return -1;
     /* the files: config.json beside the checkpoint, then every file of st */
     const char *slash = strrchr(real, '/');
     snprintf(cfg, sizeof cfg, "%.*s/config.json", (int)(slash ? slash - real : 1),
              slash ? real : ".");
-    const char **files = malloc(sizeof *files * (size_t)(qve_st_count(st) + 1));
+    const char **files = malloc(sizeof *files * (size_t)(qvm_st_count(st) + 1));
     if (!files) return -1;
     int n = 0;
     files[n++] = cfg;
-    for (int i = 0; i < qve_st_count(st); i++) {
-        const char *f = qve_st_file(st, qve_st_at(st, i));
+    for (int i = 0; i < qvm_st_count(st); i++) {
+        const char *f = qvm_st_file(st, qvm_st_at(st, i));
         if (n > 1 && !strcmp(f, files[n - 1])) continue; /* shards come in runs */
         files[n++] = f;
     }
-    const int rc = qve_prep_id_files(id, kind, file, files, n, extra, n_extra);
+    const int rc = qvm_prep_id_files(id, kind, file, files, n, extra, n_extra);
     free(files);
     return rc;
 }
 
-qve_prep *qve_prep_open(const qve_prep_id *id) {
+qvm_prep *qvm_prep_open(const qvm_prep_id *id) {
     int fd = open(id->path, O_RDONLY | O_CLOEXEC);
     struct stat sb;
     if (fd < 0) return NULL;
@@ -139,7 +139,7 @@ qve_prep *qve_prep_open(const qve_prep_id *id) {
     if (map == MAP_FAILED) return NULL;
     const size_t n = (size_t)sb.st_size;
     const header *h = map;
-    qve_prep *p = NULL;
+    qvm_prep *p = NULL;
     int ok = !memcmp(h->magic, k_magic, sizeof k_magic) && h->n_arrays <= MAX_ARRAYS &&
              !memcmp(h->key, id->key, 32) && h->file_size == n &&
              sizeof *h + (size_t)h->n_arrays * 16 <= n;
@@ -147,21 +147,21 @@ qve_prep *qve_prep_open(const qve_prep_id *id) {
     for (uint32_t i = 0; ok && i < h->n_arrays; i++)
         ok = tab[2 * i] % ALIGN == 0 && tab[2 * i] <= n && tab[2 * i + 1] <= n - tab[2 * i];
     if (ok && (p = calloc(1, sizeof *p))) {
-        *p = (qve_prep){map, n, tab, h->n_arrays, 0};
+        *p = (qvm_prep){map, n, tab, h->n_arrays, 0};
         return p;
     }
     munmap(map, n);
     return NULL;
 }
 
-const void *qve_prep_take(qve_prep *p, size_t n_bytes) {
+const void *qvm_prep_take(qvm_prep *p, size_t n_bytes) {
     if (!p || p->next >= p->n_arrays || p->tab[2 * p->next + 1] != n_bytes) return NULL;
     const void *a = p->map + p->tab[2 * p->next];
     p->next++;
     return a;
 }
 
-void qve_prep_close(qve_prep *p) {
+void qvm_prep_close(qvm_prep *p) {
     if (!p) return;
     munmap((void *)(uintptr_t)p->map, p->n);
     free(p);
@@ -198,7 +198,7 @@ static void sweep(const char *dir, const char *name) {
     closedir(d);
 }
 
-int qve_prep_save(const qve_prep_id *id, const qve_prep_array *a, int n) {
+int qvm_prep_save(const qvm_prep_id *id, const qvm_prep_array *a, int n) {
     if (n < 0 || n > MAX_ARRAYS) return -1;
     char dir[sizeof id->path], err[256];
     snprintf(dir, sizeof dir, "%s", id->path);

@@ -1,6 +1,6 @@
 /* prepared.h — weights derived from a checkpoint (the speech decoder's packed and Winograd
  * panels, the int8 view's matrices), kept on disk so that a later load maps them instead of
- * recomputing them (internal, prefix qve_prep_).
+ * recomputing them (internal, prefix qvm_prep_).
  *
  * Where: $QVOICE_CACHE/prepared/, else $XDG_CACHE_HOME/qvoice/prepared/, else
  * $HOME/.cache/qvoice/prepared/; QVOICE_CACHE set to the empty string turns the cache off. One
@@ -26,37 +26,37 @@ typedef struct {
     uint8_t key[32];
     char path[4096];   /* the cache file */
     char source[4096]; /* the checkpoint file's real path (the file name derives from it) */
-} qve_prep_id;
+} qvm_prep_id;
 
 /* The id of derived data `kind` ("decoder", "int8", ...) of checkpoint st; extra (n_extra bytes:
  * a fingerprint, the probe, a layout version) goes into the key. 0, or -1 when caching is off
  * or no cache directory can be named. */
-int qve_prep_id_make(qve_prep_id *id, const char *kind, const qve_st *st, const void *extra,
+int qvm_prep_id_make(qvm_prep_id *id, const char *kind, const qvm_st *st, const void *extra,
                      size_t n_extra);
 
 /* The same for data derived from plain files (the tokenizer's tables): source's real path names
  * the cache file, and the identity of each of the n_files files goes into the key (a file that
  * does not exist counts as such: creating it later makes the id stale). 0, or -1 as above. */
-int qve_prep_id_files(qve_prep_id *id, const char *kind, const char *source,
+int qvm_prep_id_files(qvm_prep_id *id, const char *kind, const char *source,
                       const char *const *files, int n_files, const void *extra, size_t n_extra);
 
 /* A cache file mapped read-only (shared page cache across processes). */
-typedef struct qve_prep qve_prep;
+typedef struct qvm_prep qvm_prep;
 
 /* Opens id's file when it exists and matches the key (complete, same array count); NULL
  * otherwise (the caller prepares and saves). */
-qve_prep *qve_prep_open(const qve_prep_id *id);
-/* The next array, which must be n_bytes long (64-byte aligned, valid until qve_prep_close); NULL
+qvm_prep *qvm_prep_open(const qvm_prep_id *id);
+/* The next array, which must be n_bytes long (64-byte aligned, valid until qvm_prep_close); NULL
  * when it is not, or none is left: the file does not fit this caller. */
-const void *qve_prep_take(qve_prep *p, size_t n_bytes);
-void qve_prep_close(qve_prep *p); /* accepts NULL */
+const void *qvm_prep_take(qvm_prep *p, size_t n_bytes);
+void qvm_prep_close(qvm_prep *p); /* accepts NULL */
 
 typedef struct {
     const void *data;
     size_t n_bytes;
-} qve_prep_array;
+} qvm_prep_array;
 /* Writes the n arrays as id's file (atomically; the directory is created). 0, or -1 (nothing
  * written: the cache is an optimisation, callers go on without it). */
-int qve_prep_save(const qve_prep_id *id, const qve_prep_array *a, int n);
+int qvm_prep_save(const qvm_prep_id *id, const qvm_prep_array *a, int n);
 
 #endif

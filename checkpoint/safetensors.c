@@ -35,17 +35,17 @@ typedef struct {
     size_t n_bytes;
     int mapped;            /* munmap on close (0: borrowed memory buffer) */
     char *names;           /* owned pool of this part's tensor names */
-    qve_tensor *tensors;   /* owned, header order */
+    qvm_tensor *tensors;   /* owned, header order */
     int n_tensors;
 } part;
 
-struct qve_st {
+struct qvm_st {
     char *path;            /* as opened */
     part *parts;
     int n_parts;
-    qve_tensor *tensors;   /* merged table (points into the parts' name pools and data) */
+    qvm_tensor *tensors;   /* merged table (points into the parts' name pools and data) */
     int *part_of;          /* part index of each tensor */
-    int *by_name;          /* tensor indices sorted by name, for qve_st_find */
+    int *by_name;          /* tensor indices sorted by name, for qvm_st_find */
     int n_tensors;
 };
 
@@ -76,39 +76,39 @@ static char *dup_str(const char *s) {
     return d;
 }
 
-const char *qve_dtype_name(enum qve_dtype d) {
+const char *qvm_dtype_name(enum qvm_dtype d) {
     switch (d) {
-    case QVE_DTYPE_BF16: return "BF16";
-    case QVE_DTYPE_F16: return "F16";
-    case QVE_DTYPE_F32: return "F32";
-    case QVE_DTYPE_I64: return "I64";
-    case QVE_DTYPE_I32: return "I32";
-    case QVE_DTYPE_U32: return "U32";
+    case QVM_DTYPE_BF16: return "BF16";
+    case QVM_DTYPE_F16: return "F16";
+    case QVM_DTYPE_F32: return "F32";
+    case QVM_DTYPE_I64: return "I64";
+    case QVM_DTYPE_I32: return "I32";
+    case QVM_DTYPE_U32: return "U32";
     }
     return "?";
 }
 
-size_t qve_dtype_size(enum qve_dtype d) {
+size_t qvm_dtype_size(enum qvm_dtype d) {
     switch (d) {
-    case QVE_DTYPE_BF16: return 2;
-    case QVE_DTYPE_F16: return 2;
-    case QVE_DTYPE_F32: return 4;
-    case QVE_DTYPE_I64: return 8;
-    case QVE_DTYPE_I32: return 4;
-    case QVE_DTYPE_U32: return 4;
+    case QVM_DTYPE_BF16: return 2;
+    case QVM_DTYPE_F16: return 2;
+    case QVM_DTYPE_F32: return 4;
+    case QVM_DTYPE_I64: return 8;
+    case QVM_DTYPE_I32: return 4;
+    case QVM_DTYPE_U32: return 4;
     }
     return 0;
 }
 
-int qve_dtype_is_float(enum qve_dtype d) {
-    return d == QVE_DTYPE_BF16 || d == QVE_DTYPE_F16 || d == QVE_DTYPE_F32;
+int qvm_dtype_is_float(enum qvm_dtype d) {
+    return d == QVM_DTYPE_BF16 || d == QVM_DTYPE_F16 || d == QVM_DTYPE_F32;
 }
 
-static int parse_dtype(const char *s, enum qve_dtype *d) {
-    static const enum qve_dtype all[] = {QVE_DTYPE_BF16, QVE_DTYPE_F16, QVE_DTYPE_F32,
-                                         QVE_DTYPE_I64,  QVE_DTYPE_I32, QVE_DTYPE_U32};
+static int parse_dtype(const char *s, enum qvm_dtype *d) {
+    static const enum qvm_dtype all[] = {QVM_DTYPE_BF16, QVM_DTYPE_F16, QVM_DTYPE_F32,
+                                         QVM_DTYPE_I64,  QVM_DTYPE_I32, QVM_DTYPE_U32};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-        if (strcmp(s, qve_dtype_name(all[i])) == 0) {
+        if (strcmp(s, qvm_dtype_name(all[i])) == 0) {
             *d = all[i];
             return 0;
         }
@@ -150,7 +150,7 @@ static int cmp_range(const void *a, const void *b) {
 
 /* Parses one tensor entry; on success fills t (except name) and *begin, *end. */
 static int parse_entry(const part *pt, const char *name, const cJSON *e, uint64_t data_start,
-                       uint64_t data_size, qve_tensor *t, uint64_t *begin, uint64_t *end,
+                       uint64_t data_size, qvm_tensor *t, uint64_t *begin, uint64_t *end,
                        char *err, size_t err_size) {
     const char *f = pt->path;
     if (!cJSON_IsObject(e))
@@ -187,7 +187,7 @@ static int parse_entry(const part *pt, const char *name, const cJSON *e, uint64_
     }
     for (; i < 4; i++) t->shape[i] = 0;
     uint64_t n_need;
-    if (__builtin_mul_overflow(n_elem, (uint64_t)qve_dtype_size(t->dtype), &n_need))
+    if (__builtin_mul_overflow(n_elem, (uint64_t)qvm_dtype_size(t->dtype), &n_need))
         return fail(err, err_size, "%s: tensor %s: shape byte size overflows", f, name);
     if (!cJSON_IsArray(jo) || cJSON_GetArraySize(jo) != 2 ||
         json_u64(cJSON_GetArrayItem(jo, 0), begin) != 0 ||
@@ -209,14 +209,14 @@ static int parse_entry(const part *pt, const char *name, const cJSON *e, uint64_
                     "%s: tensor %s: byte range does not match shape %s %s (expected %llu bytes, "
                     "found %llu)",
                     f, name, fmt_shape(sb, sizeof sb, t->n_dims, t->shape),
-                    qve_dtype_name(t->dtype), (unsigned long long)n_need,
+                    qvm_dtype_name(t->dtype), (unsigned long long)n_need,
                     (unsigned long long)(*end - *begin));
     }
-    if ((data_start + *begin) % qve_dtype_size(t->dtype) != 0)
+    if ((data_start + *begin) % qvm_dtype_size(t->dtype) != 0)
         return fail(err, err_size,
                     "%s: tensor %s: data not aligned to its %zu-byte %s elements (found file "
                     "offset %llu)",
-                    f, name, qve_dtype_size(t->dtype), qve_dtype_name(t->dtype),
+                    f, name, qvm_dtype_size(t->dtype), qvm_dtype_name(t->dtype),
                     (unsigned long long)(data_start + *begin));
     t->data = pt->base + data_start + *begin;
     t->n_bytes = (size_t)n_need;
@@ -279,7 +279,7 @@ static int parse_part(part *pt, char *err, size_t err_size) {
     int i = 0;
     cJSON_ArrayForEach(e, root) {
         if (strcmp(e->string, "__metadata__") == 0) continue;
-        qve_tensor *t = &pt->tensors[i];
+        qvm_tensor *t = &pt->tensors[i];
         size_t len = strlen(e->string) + 1;
         memcpy(np, e->string, len);
         t->name = np;
@@ -340,7 +340,7 @@ static int map_file(part *pt, char *err, size_t err_size) {
 /* ==== the table ============================================================================= */
 
 /* Bottom-up merge sort of tensor indices by name (no global qsort context: thread-safe). */
-static void sort_names(const qve_tensor *t, int *idx, int *tmp, int n) {
+static void sort_names(const qvm_tensor *t, int *idx, int *tmp, int n) {
     for (int i = 0; i < n; i++) idx[i] = i;
     for (int w = 1; w < n; w *= 2) {
         for (int lo = 0; lo < n; lo += 2 * w) {
@@ -356,7 +356,7 @@ static void sort_names(const qve_tensor *t, int *idx, int *tmp, int n) {
 }
 
 /* Builds the merged table from the parts and rejects duplicate names. */
-static int build_table(qve_st *st, char *err, size_t err_size) {
+static int build_table(qvm_st *st, char *err, size_t err_size) {
     int n = 0;
     for (int p = 0; p < st->n_parts; p++) n += st->parts[p].n_tensors;
     st->tensors = malloc(sizeof *st->tensors * (size_t)(n ? n : 1));
@@ -377,7 +377,7 @@ static int build_table(qve_st *st, char *err, size_t err_size) {
     sort_names(st->tensors, st->by_name, tmp, n);
     free(tmp);
     for (int i = 1; i < n; i++) {
-        const qve_tensor *a = &st->tensors[st->by_name[i - 1]], *b = &st->tensors[st->by_name[i]];
+        const qvm_tensor *a = &st->tensors[st->by_name[i - 1]], *b = &st->tensors[st->by_name[i]];
         int pa = st->part_of[st->by_name[i - 1]], pb = st->part_of[st->by_name[i]];
         if (strcmp(a->name, b->name) == 0)
             return fail(err, err_size, "%s: duplicate tensor %s%s%s%s", st->parts[pb].path, b->name,
@@ -387,7 +387,7 @@ static int build_table(qve_st *st, char *err, size_t err_size) {
     return 0;
 }
 
-void qve_st_close(qve_st *st) {
+void qvm_st_close(qvm_st *st) {
     if (!st) return;
     for (int p = 0; p < st->n_parts; p++) {
         part *pt = &st->parts[p];
@@ -404,22 +404,22 @@ void qve_st_close(qve_st *st) {
     free(st);
 }
 
-static qve_st *new_st(const char *path, int n_parts) {
-    qve_st *st = calloc(1, sizeof *st);
+static qvm_st *new_st(const char *path, int n_parts) {
+    qvm_st *st = calloc(1, sizeof *st);
     if (!st) return NULL;
     st->path = dup_str(path);
     st->parts = calloc((size_t)n_parts, sizeof *st->parts);
     st->n_parts = n_parts;
     if (!st->path || !st->parts) {
-        qve_st_close(st);
+        qvm_st_close(st);
         return NULL;
     }
     return st;
 }
 
-qve_st *qve_st_open_memory(const void *buf, size_t n_bytes, const char *label, char *err,
+qvm_st *qvm_st_open_memory(const void *buf, size_t n_bytes, const char *label, char *err,
                            size_t err_size) {
-    qve_st *st = new_st(label, 1);
+    qvm_st *st = new_st(label, 1);
     if (!st) {
         fail(err, err_size, "%s: out of memory", label);
         return NULL;
@@ -430,7 +430,7 @@ qve_st *qve_st_open_memory(const void *buf, size_t n_bytes, const char *label, c
     pt->n_bytes = n_bytes;
     if (!pt->path || parse_part(pt, err, err_size) != 0 || build_table(st, err, err_size) != 0) {
         if (!pt->path) fail(err, err_size, "%s: out of memory", label);
-        qve_st_close(st);
+        qvm_st_close(st);
         return NULL;
     }
     return st;
@@ -438,13 +438,13 @@ qve_st *qve_st_open_memory(const void *buf, size_t n_bytes, const char *label, c
 
 /* ==== sharded checkpoints =================================================================== */
 
-static qve_st *open_index(const char *path, char *err, size_t err_size) {
+static qvm_st *open_index(const char *path, char *err, size_t err_size) {
     size_t n_text;
     char *text = qvu_read_file(path, INDEX_MAX_BYTES, &n_text, err, err_size);
     if (!text) return NULL;
     cJSON *root = cJSON_ParseWithLength(text, n_text);
     free(text);
-    qve_st *st = NULL;
+    qvm_st *st = NULL;
     const char **shards = NULL;
     unsigned char *listed = NULL;
     if (!root) {
@@ -515,7 +515,7 @@ static qve_st *open_index(const char *path, char *err, size_t err_size) {
         goto bad;
     }
     cJSON_ArrayForEach(e, wm) {
-        const qve_tensor *t = qve_st_find(st, e->string);
+        const qvm_tensor *t = qvm_st_find(st, e->string);
         const char *want = NULL;
         for (int j = 0; j < n_shards; j++)
             if (strcmp(shards[j], e->valuestring) == 0) want = st->parts[j].path;
@@ -550,18 +550,18 @@ bad:
     free(listed);
     free(shards);
     cJSON_Delete(root);
-    qve_st_close(st);
+    qvm_st_close(st);
     return NULL;
 }
 
 /* ==== API =================================================================================== */
 
-qve_st *qve_st_open(const char *path, char *err, size_t err_size) {
+qvm_st *qvm_st_open(const char *path, char *err, size_t err_size) {
     size_t n = strlen(path);
     static const char idx_suffix[] = ".index.json";
     if (n >= sizeof idx_suffix - 1 && strcmp(path + n - (sizeof idx_suffix - 1), idx_suffix) == 0)
         return open_index(path, err, err_size);
-    qve_st *st = new_st(path, 1);
+    qvm_st *st = new_st(path, 1);
     if (!st) {
         fail(err, err_size, "%s: out of memory", path);
         return NULL;
@@ -570,18 +570,18 @@ qve_st *qve_st_open(const char *path, char *err, size_t err_size) {
     pt->path = dup_str(path);
     if (!pt->path) {
         fail(err, err_size, "%s: out of memory", path);
-        qve_st_close(st);
+        qvm_st_close(st);
         return NULL;
     }
     if (map_file(pt, err, err_size) != 0 || parse_part(pt, err, err_size) != 0 ||
         build_table(st, err, err_size) != 0) {
-        qve_st_close(st);
+        qvm_st_close(st);
         return NULL;
     }
     return st;
 }
 
-qve_st *qve_st_open_dir(const char *dir, const char *stem, char *err, size_t err_size) {
+qvm_st *qvm_st_open_dir(const char *dir, const char *stem, char *err, size_t err_size) {
     char path[4096];
     int n = snprintf(path, sizeof path, "%s/%s.safetensors.index.json", dir, stem);
     if (n < 0 || (size_t)n >= sizeof path) {
@@ -589,27 +589,27 @@ qve_st *qve_st_open_dir(const char *dir, const char *stem, char *err, size_t err
         return NULL;
     }
     if (access(path, F_OK) != 0) snprintf(path, sizeof path, "%s/%s.safetensors", dir, stem);
-    return qve_st_open(path, err, err_size);
+    return qvm_st_open(path, err, err_size);
 }
 
-int qve_st_count(const qve_st *st) { return st ? st->n_tensors : 0; }
+int qvm_st_count(const qvm_st *st) { return st ? st->n_tensors : 0; }
 
-const qve_tensor *qve_st_at(const qve_st *st, int i) {
+const qvm_tensor *qvm_st_at(const qvm_st *st, int i) {
     if (!st || i < 0 || i >= st->n_tensors) return NULL;
     return &st->tensors[i];
 }
 
-const qve_tensor *qve_st_at_sorted(const qve_st *st, int i) {
+const qvm_tensor *qvm_st_at_sorted(const qvm_st *st, int i) {
     if (!st || i < 0 || i >= st->n_tensors) return NULL;
     return &st->tensors[st->by_name[i]];
 }
 
-const qve_tensor *qve_st_find(const qve_st *st, const char *name) {
+const qvm_tensor *qvm_st_find(const qvm_st *st, const char *name) {
     if (!st || !name) return NULL;
     int lo = 0, hi = st->n_tensors - 1;
     while (lo <= hi) {
         int mid = lo + (hi - lo) / 2;
-        const qve_tensor *t = &st->tensors[st->by_name[mid]];
+        const qvm_tensor *t = &st->tensors[st->by_name[mid]];
         int c = strcmp(t->name, name);
         if (c == 0) return t;
         if (c < 0) lo = mid + 1;
@@ -618,55 +618,55 @@ const qve_tensor *qve_st_find(const qve_st *st, const char *name) {
     return NULL;
 }
 
-const char *qve_st_file(const qve_st *st, const qve_tensor *t) {
+const char *qvm_st_file(const qvm_st *st, const qvm_tensor *t) {
     if (!st) return "";
     if (t && t >= st->tensors && t < st->tensors + st->n_tensors)
         return st->parts[st->part_of[t - st->tensors]].path;
     return st->path;
 }
 
-const qve_tensor *qve_st_expect(const qve_st *st, const char *name, enum qve_dtype dtype,
+const qvm_tensor *qvm_st_expect(const qvm_st *st, const char *name, enum qvm_dtype dtype,
                                 int n_dims, const int64_t *shape, char *err, size_t err_size) {
     char want[96], got[96];
-    const qve_tensor *t = qve_st_find(st, name);
+    const qvm_tensor *t = qvm_st_find(st, name);
     fmt_shape(want, sizeof want, n_dims, shape);
     if (!t) {
-        fail(err, err_size, "%s: tensor %s: missing (expected %s %s)", qve_st_file(st, NULL), name,
-             want, qve_dtype_name(dtype));
+        fail(err, err_size, "%s: tensor %s: missing (expected %s %s)", qvm_st_file(st, NULL), name,
+             want, qvm_dtype_name(dtype));
         return NULL;
     }
     int ok = t->dtype == dtype && t->n_dims == n_dims;
     for (int i = 0; ok && i < n_dims; i++) ok = t->shape[i] == shape[i];
     if (!ok) {
-        fail(err, err_size, "%s: tensor %s: expected %s %s, found %s %s", qve_st_file(st, t), name,
-             want, qve_dtype_name(dtype), fmt_shape(got, sizeof got, t->n_dims, t->shape),
-             qve_dtype_name(t->dtype));
+        fail(err, err_size, "%s: tensor %s: expected %s %s, found %s %s", qvm_st_file(st, t), name,
+             want, qvm_dtype_name(dtype), fmt_shape(got, sizeof got, t->n_dims, t->shape),
+             qvm_dtype_name(t->dtype));
         return NULL;
     }
     return t;
 }
 
-void qve_st_drop_pages(const void *data, size_t n_bytes) {
+void qvm_st_drop_pages(const void *data, size_t n_bytes) {
     const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
     const uintptr_t a = ((uintptr_t)data + page - 1) / page * page;
     const uintptr_t b = ((uintptr_t)data + n_bytes) / page * page;
     if (a < b) madvise((void *)a, b - a, MADV_DONTNEED); /* a hint: failure changes nothing */
 }
 
-float *qve_tensor_to_f32(const qve_tensor *t) {
-    if (!t || !qve_dtype_is_float(t->dtype)) return NULL;
-    size_t n = t->n_bytes / qve_dtype_size(t->dtype);
+float *qvm_tensor_to_f32(const qvm_tensor *t) {
+    if (!t || !qvm_dtype_is_float(t->dtype)) return NULL;
+    size_t n = t->n_bytes / qvm_dtype_size(t->dtype);
     if (n > SIZE_MAX / sizeof(float)) return NULL;
     float *out = qvk_alloc(n * sizeof(float));
     if (!out) return NULL;
     /* The reader enforced element alignment, so the mmap'd data may be read as uint16_t. */
     switch (t->dtype) {
-    case QVE_DTYPE_BF16: qvk_bf16_to_f32(out, t->data, n); break;
-    case QVE_DTYPE_F16: qvk_f16_to_f32(out, t->data, n); break;
-    case QVE_DTYPE_F32: memcpy(out, t->data, n * sizeof(float)); break;
-    case QVE_DTYPE_I64:
-    case QVE_DTYPE_I32:
-    case QVE_DTYPE_U32: break;
+    case QVM_DTYPE_BF16: qvk_bf16_to_f32(out, t->data, n); break;
+    case QVM_DTYPE_F16: qvk_f16_to_f32(out, t->data, n); break;
+    case QVM_DTYPE_F32: memcpy(out, t->data, n * sizeof(float)); break;
+    case QVM_DTYPE_I64:
+    case QVM_DTYPE_I32:
+    case QVM_DTYPE_U32: break;
     }
     return out;
 }

@@ -7,7 +7,7 @@
 
 #include "kernels/kernels.h"
 
-enum qve_kinship qve_sibling_judge(const qve_text_rows *voice, const qve_text_rows *model,
+enum qvm_kinship qvm_sibling_judge(const qvm_text_rows *voice, const qvm_text_rows *model,
                                    int hidden, int text_hidden, double *min_cos, char *why,
                                    size_t why_size) {
     const struct {
@@ -32,11 +32,11 @@ enum qve_kinship qve_sibling_judge(const qve_text_rows *voice, const qve_text_ro
         if (!n++ || c < lo) lo = c, worst = rows[i].what;
     }
     if (min_cos) *min_cos = lo;
-    enum qve_kinship k = !n                          ? QVE_KIN_UNKNOWN
-                         : lo >= QVE_SIBLING_MIN_COS ? QVE_KIN_SIBLING
-                                                     : QVE_KIN_FOREIGN;
+    enum qvm_kinship k = !n                          ? QVM_KIN_UNKNOWN
+                         : lo >= QVM_SIBLING_MIN_COS ? QVM_KIN_SIBLING
+                                                     : QVM_KIN_FOREIGN;
     if (why && why_size) {
-        if (k == QVE_KIN_UNKNOWN)
+        if (k == QVM_KIN_UNKNOWN)
             snprintf(why, why_size,
                      "no TPAD or WOVR rows: cannot tell which checkpoint it was "
                      "made with");
@@ -44,8 +44,8 @@ enum qve_kinship qve_sibling_judge(const qve_text_rows *voice, const qve_text_ro
             snprintf(why, why_size,
                      "text-side rows %s the model's (%d compared, lowest cosine %.6f: %s; a "
                      "sibling checkpoint gives >= %.2f)",
-                     k == QVE_KIN_SIBLING ? "match" : "do not match", n, lo, worst,
-                     QVE_SIBLING_MIN_COS);
+                     k == QVM_KIN_SIBLING ? "match" : "do not match", n, lo, worst,
+                     QVM_SIBLING_MIN_COS);
     }
     return k;
 }

@@ -6,15 +6,15 @@
 
 #include "kernels/q4.h"
 
-static const uint16_t *matrix(const qve_st *st, const char *name, int64_t rows, int64_t cols,
+static const uint16_t *matrix(const qvm_st *st, const char *name, int64_t rows, int64_t cols,
                               char *err, size_t err_size) {
     const int64_t shape[2] = {rows, cols};
-    const qve_tensor *t = qve_st_expect(st, name, QVE_DTYPE_BF16, 2, shape, err, err_size);
+    const qvm_tensor *t = qvm_st_expect(st, name, QVM_DTYPE_BF16, 2, shape, err, err_size);
     return t ? (const uint16_t *)t->data : NULL;
 }
 
 /* dst[rows, cols] = s·q + b of a q4 matrix rounded to bf16: the one widening of a q4 text
- * projection (a q4 checkpoint's, and --quant q4's through qve_textside_round_q4). -1 when out of
+ * projection (a q4 checkpoint's, and --quant q4's through qvm_textside_round_q4). -1 when out of
  * memory. */
 static int widen_q4(uint16_t *dst, const uint8_t *q, const uint16_t *s, const uint16_t *b,
                     int64_t rows, int64_t cols) {
@@ -34,24 +34,24 @@ static int widen_q4(uint16_t *dst, const uint8_t *q, const uint16_t *s, const ui
  * bf16. The projection runs once per text token, and the prompt rows, TPAD and WOVR bridges all
  * read bf16, so one widened copy serves them; rounding s·q + b to bf16 adds 2^-9 relative to
  * q4's own error. The manifest has fixed the q4 tensors' shapes and their bf16 scales. */
-static const uint16_t *linear(const qve_st *st, const qve_model_config *c, const char *name,
+static const uint16_t *linear(const qvm_st *st, const qvm_model_config *c, const char *name,
                               int64_t rows, int64_t cols, uint16_t *copy, char *err,
                               size_t err_size) {
     char sn[96], bn[96];
     const size_t n = strlen(name) - strlen(".weight");
     snprintf(sn, sizeof sn, "%.*s.scales", (int)n, name);
     snprintf(bn, sizeof bn, "%.*s.biases", (int)n, name);
-    const qve_tensor *s = c->quant_bits ? qve_st_find(st, sn) : NULL, *b = qve_st_find(st, bn);
+    const qvm_tensor *s = c->quant_bits ? qvm_st_find(st, sn) : NULL, *b = qvm_st_find(st, bn);
     if (!s) return matrix(st, name, rows, cols, err, err_size);
     const int64_t shape[2] = {rows, cols / 8};
-    const qve_tensor *q = qve_st_expect(st, name, QVE_DTYPE_U32, 2, shape, err, err_size);
+    const qvm_tensor *q = qvm_st_expect(st, name, QVM_DTYPE_U32, 2, shape, err, err_size);
     if (q && b && !widen_q4(copy, q->data, s->data, b->data, rows, cols)) return copy;
-    if (q) snprintf(err, err_size, "%s: %s: %s", qve_st_file(st, q), name,
+    if (q) snprintf(err, err_size, "%s: %s: %s", qvm_st_file(st, q), name,
                     b ? "out of memory" : "q4 biases missing");
     return NULL;
 }
 
-int qve_textside_round_q4(qvk_pool *pool, uint16_t *dst, const uint16_t *w, int rows, int cols) {
+int qvm_textside_round_q4(qvk_pool *pool, uint16_t *dst, const uint16_t *w, int rows, int cols) {
     const size_t ng = (size_t)rows * (size_t)(cols / QVK_Q4_GROUP);
     uint8_t *q = qvk_alloc((size_t)rows * (size_t)cols / 2);
     uint16_t *sb = qvk_alloc(2 * ng * sizeof *sb);
@@ -64,20 +64,20 @@ int qve_textside_round_q4(qvk_pool *pool, uint16_t *dst, const uint16_t *w, int 
 }
 
 /* A 1-D float tensor of n elements widened into dst. */
-static int vector(const qve_st *st, const char *name, int64_t n, float *dst, char *err,
+static int vector(const qvm_st *st, const char *name, int64_t n, float *dst, char *err,
                   size_t err_size) {
-    const qve_tensor *t = qve_st_find(st, name);
-    if (!t || t->n_dims != 1 || t->shape[0] != n || !qve_dtype_is_float(t->dtype)) {
+    const qvm_tensor *t = qvm_st_find(st, name);
+    if (!t || t->n_dims != 1 || t->shape[0] != n || !qvm_dtype_is_float(t->dtype)) {
         if (!t)
-            snprintf(err, err_size, "%s: tensor %s: missing", qve_st_file(st, NULL), name);
+            snprintf(err, err_size, "%s: tensor %s: missing", qvm_st_file(st, NULL), name);
         else
             snprintf(err, err_size, "%s: tensor %s: expected [%lld] float, found %d-d %s",
-                     qve_st_file(st, t), name, (long long)n, t->n_dims, qve_dtype_name(t->dtype));
+                     qvm_st_file(st, t), name, (long long)n, t->n_dims, qvm_dtype_name(t->dtype));
         return -1;
     }
-    float *f = qve_tensor_to_f32(t);
+    float *f = qvm_tensor_to_f32(t);
     if (!f) {
-        snprintf(err, err_size, "%s: out of memory converting %s", qve_st_file(st, t), name);
+        snprintf(err, err_size, "%s: out of memory converting %s", qvm_st_file(st, t), name);
         return -1;
     }
     memcpy(dst, f, (size_t)n * sizeof(float));
@@ -85,31 +85,31 @@ static int vector(const qve_st *st, const char *name, int64_t n, float *dst, cha
     return 0;
 }
 
-int qve_textside_bind(qve_textside *ts, const qve_st *st, const qve_model_config *c, char *err,
+int qvm_textside_bind(qvm_textside *ts, const qvm_st *st, const qvm_model_config *c, char *err,
                       size_t err_size) {
     memset(ts, 0, sizeof *ts);
     const int64_t TH = c->text_hidden_size, H = c->talker.hidden_size;
     ts->text_hidden = (int)TH, ts->hidden = (int)H;
     ts->text_vocab = c->text_vocab_size, ts->codec_vocab = c->talker.vocab_size;
-    const int q4 = c->quant_bits && (qve_st_find(st, "talker.text_projection.linear_fc1.scales") ||
-                                     qve_st_find(st, "talker.text_projection.linear_fc2.scales"));
+    const int q4 = c->quant_bits && (qvm_st_find(st, "talker.text_projection.linear_fc1.scales") ||
+                                     qvm_st_find(st, "talker.text_projection.linear_fc2.scales"));
     if (!(ts->owned = qvk_alloc((size_t)(TH + H) * sizeof(float))) ||
         (q4 && !(ts->owned_w = qvk_alloc((size_t)(TH + H) * TH * sizeof(uint16_t))))) {
-        qve_textside_free(ts);
-        snprintf(err, err_size, "%s: out of memory", qve_st_file(st, NULL));
+        qvm_textside_free(ts);
+        snprintf(err, err_size, "%s: out of memory", qvm_st_file(st, NULL));
         return -1;
     }
     ts->fc1_bias = ts->owned, ts->fc2_bias = ts->owned + TH;
-    const qve_tensor *map = qve_st_find(st, "talker.model.text_token_map");
-    const qve_tensor *emb = qve_st_find(st, "talker.model.text_embedding.weight");
+    const qvm_tensor *map = qvm_st_find(st, "talker.model.text_token_map");
+    const qvm_tensor *emb = qvm_st_find(st, "talker.model.text_embedding.weight");
     ts->n_text_rows = map && emb && emb->n_dims == 2 && emb->shape[0] >= 1 &&
                               emb->shape[0] <= ts->text_vocab
                           ? (int)emb->shape[0]
                           : ts->text_vocab;
-    if (map && (map->dtype != QVE_DTYPE_I32 || map->n_dims != 1 || map->shape[0] != ts->text_vocab)) {
+    if (map && (map->dtype != QVM_DTYPE_I32 || map->n_dims != 1 || map->shape[0] != ts->text_vocab)) {
         snprintf(err, err_size, "%s: tensor talker.model.text_token_map: expected [%d] I32",
-                 qve_st_file(st, map), ts->text_vocab);
-        qve_textside_free(ts);
+                 qvm_st_file(st, map), ts->text_vocab);
+        qvm_textside_free(ts);
         return -1;
     }
     for (int i = 0; map && i < ts->text_vocab; i++) {
@@ -117,8 +117,8 @@ int qve_textside_bind(qve_textside *ts, const qve_st *st, const qve_model_config
         if (r < 0 || r >= ts->n_text_rows) {
             snprintf(err, err_size,
                      "%s: tensor talker.model.text_token_map: entry %d is %d (expected 0..%d)",
-                     qve_st_file(st, map), i, r, ts->n_text_rows - 1);
-            qve_textside_free(ts);
+                     qvm_st_file(st, map), i, r, ts->n_text_rows - 1);
+            qvm_textside_free(ts);
             return -1;
         }
     }
@@ -133,20 +133,20 @@ int qve_textside_bind(qve_textside *ts, const qve_st *st, const qve_model_config
         vector(st, "talker.text_projection.linear_fc2.bias", H, ts->owned + TH, err, err_size) ||
         !(ts->codec_embedding = matrix(st, "talker.model.codec_embedding.weight", ts->codec_vocab,
                                        H, err, err_size))) {
-        qve_textside_free(ts);
+        qvm_textside_free(ts);
         return -1;
     }
     return 0;
 }
 
-void qve_textside_free(qve_textside *ts) {
+void qvm_textside_free(qvm_textside *ts) {
     if (!ts) return;
     qvk_free(ts->owned);
     qvk_free(ts->owned_w);
     memset(ts, 0, sizeof *ts);
 }
 
-void qve_textside_project(const qve_textside *ts, qvk_pool *pool, float *out, const int32_t *ids,
+void qvm_textside_project(const qvm_textside *ts, qvk_pool *pool, float *out, const int32_t *ids,
                           int n, float *tmp, float *wscratch) {
     const int TH = ts->text_hidden, H = ts->hidden;
     float *e = tmp, *f = tmp + (size_t)n * TH;
@@ -159,7 +159,7 @@ void qve_textside_project(const qve_textside *ts, qvk_pool *pool, float *out, co
     qvk_linear_bf16(pool, out, f, ts->fc2, ts->fc2_bias, n, TH, H, wscratch);
 }
 
-int qve_textside_special(const qve_textside *ts, const qve_model_config *c, qvk_pool *pool,
+int qvm_textside_special(const qvm_textside *ts, const qvm_model_config *c, qvk_pool *pool,
                          float *out) {
     const size_t TH = (size_t)ts->text_hidden, H = (size_t)ts->hidden;
     const int32_t ids[3] = {c->tts_pad_token_id, c->tts_bos_token_id, c->tts_eos_token_id};
@@ -167,7 +167,7 @@ int qve_textside_special(const qve_textside *ts, const qve_model_config *c, qvk_
     float *wscratch = qvk_alloc(qvk_linear_bf16_scratch(3, (int)TH, (int)(TH > H ? TH : H)) *
                                 sizeof(float));
     int rc = tmp && wscratch ? 0 : -1;
-    if (!rc) qve_textside_project(ts, pool, out, ids, 3, tmp, wscratch);
+    if (!rc) qvm_textside_project(ts, pool, out, ids, 3, tmp, wscratch);
     qvk_free(tmp);
     qvk_free(wscratch);
     return rc;

@@ -22,7 +22,7 @@
 #include "checkpoint/fingerprint.h"
 #include "checkpoint/safetensors.h"
 #include "checkpoint/textside.h"
-#include "clone/clone.h"
+#include "features/speech_encoder.h"
 #include "clone/hygiene.h"
 #include "clone/plot.h"
 #include "include/qvoice.h"
@@ -32,28 +32,28 @@
 
 struct qv_cloner {
     char dir[1024];
-    qve_model_config cfg;
+    qvm_model_config cfg;
     uint8_t fingerprint[32];
     int n_threads;
     double load_s;
-    qvc_ecapa *ecapa;
-    qve_st *st; /* the Base checkpoint: text side, WDELTA source */
-    qve_textside text;
+    qva_ecapa *ecapa;
+    qvm_st *st; /* the Base checkpoint: text side, WDELTA source */
+    qvm_textside text;
     float *tpad;       /* [3][hidden], computed once */
     struct lazy *lazy; /* the speech encoder, loaded on first ICL use */
 };
 
 struct lazy {
     pthread_mutex_t lock;
-    qvc_speech_encoder *se;
+    qva_speech_encoder *se;
 };
 
 /* FFTW's planner is not thread-safe: mel contexts are made one at a time. */
 static pthread_mutex_t g_mel_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static qvc_mel *mel_create(void) {
+static qva_mel *mel_create(void) {
     pthread_mutex_lock(&g_mel_lock);
-    qvc_mel *m = qvc_mel_create();
+    qva_mel *m = qva_mel_create();
     pthread_mutex_unlock(&g_mel_lock);
     return m;
 }
@@ -72,14 +72,14 @@ static qvk_pool *pool_for(int n_threads) {
 
 void qv_cloner_free(qv_cloner *c) {
     if (!c) return;
-    qvc_ecapa_free(c->ecapa);
+    qva_ecapa_free(c->ecapa);
     if (c->lazy) {
-        qvc_speech_encoder_free(c->lazy->se);
+        qva_speech_encoder_free(c->lazy->se);
         pthread_mutex_destroy(&c->lazy->lock);
         free(c->lazy);
     }
-    qve_textside_free(&c->text);
-    qve_st_close(c->st);
+    qvm_textside_free(&c->text);
+    qvm_st_close(c->st);
     free(c->tpad);
     free(c);
 }
@@ -103,22 +103,22 @@ enum qv_status qv_cloner_load(qv_cloner **out, const char *base_dir, int n_threa
     /* the pool shares the work out; each piece runs a single-threaded sgemm */
     qvk_blas_set_threads(1);
     enum qv_status st = QV_E_MODEL;
-    if (qve_model_config_load(&c->cfg, base_dir, err, err_size)) goto fail;
-    if (c->cfg.variant != QVE_VARIANT_BASE || !c->cfg.has_speaker_encoder) {
+    if (qvm_model_config_load(&c->cfg, base_dir, err, err_size)) goto fail;
+    if (c->cfg.variant != QVM_VARIANT_BASE || !c->cfg.has_speaker_encoder) {
         snprintf(err, err_size,
                  "%s: this is a %s model; cloning needs a Base model (only Base checkpoints have "
                  "the speaker encoder)",
                  base_dir, c->cfg.tts_model_type);
         goto fail;
     }
-    if (!(c->ecapa = qvc_ecapa_load(base_dir, err, err_size)) ||
-        qve_fingerprint_model(base_dir, QVE_FINGERPRINT_TABLE, c->fingerprint, err, err_size) ||
-        !(c->st = qve_st_open_dir(base_dir, "model", err, err_size)) ||
-        qve_textside_bind(&c->text, c->st, &c->cfg, err, err_size))
+    if (!(c->ecapa = qva_ecapa_load(base_dir, err, err_size)) ||
+        qvm_fingerprint_model(base_dir, QVM_FINGERPRINT_TABLE, c->fingerprint, err, err_size) ||
+        !(c->st = qvm_st_open_dir(base_dir, "model", err, err_size)) ||
+        qvm_textside_bind(&c->text, c->st, &c->cfg, err, err_size))
         goto fail;
     qvk_pool *pool = pool_for(c->n_threads);
     c->tpad = malloc(3 * (size_t)c->text.hidden * sizeof(float));
-    int bad = !c->tpad || qve_textside_special(&c->text, &c->cfg, pool, c->tpad);
+    int bad = !c->tpad || qvm_textside_special(&c->text, &c->cfg, pool, c->tpad);
     qvk_pool_free(pool);
     if (bad) {
         snprintf(err, err_size, "%s: out of memory for TPAD", base_dir);
@@ -133,10 +133,10 @@ fail:
     return st;
 }
 
-static const qvc_speech_encoder *speech_encoder(const qv_cloner *c, char *err, size_t err_size) {
+static const qva_speech_encoder *speech_encoder(const qv_cloner *c, char *err, size_t err_size) {
     pthread_mutex_lock(&c->lazy->lock);
-    if (!c->lazy->se) c->lazy->se = qvc_speech_encoder_load(c->dir, err, err_size);
-    const qvc_speech_encoder *se = c->lazy->se;
+    if (!c->lazy->se) c->lazy->se = qva_speech_encoder_load(c->dir, err, err_size);
+    const qva_speech_encoder *se = c->lazy->se;
     pthread_mutex_unlock(&c->lazy->lock);
     return se;
 }
@@ -144,7 +144,7 @@ static const qvc_speech_encoder *speech_encoder(const qv_cloner *c, char *err, s
 qv_clone_request qv_clone_default_request(void) {
     qv_clone_request r;
     memset(&r, 0, sizeof r);
-    r.max_seconds = QVC_DEFAULT_MAX_SECONDS;
+    r.max_seconds = QVA_DEFAULT_MAX_SECONDS;
     r.hygiene = 1;
     r.with_wovr = 1;
     r.icl_window = QV_ICL_FULL;
@@ -219,7 +219,7 @@ static int file_sha256_hex(const char *path, char hex[65]) {
     int rc = -1;
     uint8_t d[32];
     if (buf && fread(buf, 1, (size_t)n, f) == (size_t)n && qvf_sha256(buf, (size_t)n, d) == 0) {
-        qve_sha256_hex(d, hex);
+        qvm_sha256_hex(d, hex);
         rc = 0;
     }
     free(buf);
@@ -239,37 +239,37 @@ static void user_name(char *buf, size_t size) {
         snprintf(buf, size, "uid %d", (int)geteuid());
 }
 
-static void model_id(qvf_model_id *id, const qve_model_config *c, const uint8_t fp[32]) {
+static void model_id(qvf_model_id *id, const qvm_model_config *c, const uint8_t fp[32]) {
     memset(id, 0, sizeof *id);
     id->hidden_size = (uint32_t)c->talker.hidden_size;
     id->text_hidden_size = (uint32_t)c->text_hidden_size;
     id->enc_dim = c->has_speaker_encoder ? (uint32_t)c->enc_dim : 0;
-    id->variant = c->variant == QVE_VARIANT_BASE           ? QVF_VARIANT_BASE
-                  : c->variant == QVE_VARIANT_CUSTOM_VOICE ? QVF_VARIANT_CUSTOM_VOICE
+    id->variant = c->variant == QVM_VARIANT_BASE           ? QVF_VARIANT_BASE
+                  : c->variant == QVM_VARIANT_CUSTOM_VOICE ? QVF_VARIANT_CUSTOM_VOICE
                                                            : QVF_VARIANT_VOICE_DESIGN;
     memcpy(id->fingerprint, fp, 32);
 }
 
 /* Samples → x-vector. */
-static int xvector_of(const qvc_ecapa *e, qvk_pool *pool, const float *x, int64_t n, float *xvec,
+static int xvector_of(const qva_ecapa *e, qvk_pool *pool, const float *x, int64_t n, float *xvec,
                       int *n_frames, char *err, size_t err_size) {
-    *n_frames = qvc_mel_n_frames(n);
-    qvc_mel *mel = mel_create();
-    float *m = malloc((size_t)(*n_frames > 0 ? *n_frames : 1) * QVC_MEL_BINS * sizeof(float));
+    *n_frames = qva_mel_n_frames(n);
+    qva_mel *mel = mel_create();
+    float *m = malloc((size_t)(*n_frames > 0 ? *n_frames : 1) * QVA_MEL_BINS * sizeof(float));
     int rc = -1;
     if (!mel || !m)
         snprintf(err, err_size, "out of memory");
-    else if (qvc_mel_compute(mel, m, x, n))
+    else if (qva_mel_compute(mel, m, x, n))
         snprintf(err, err_size, "audio too short");
     else
-        rc = qvc_ecapa_forward(e, pool, xvec, m, *n_frames, err, err_size);
+        rc = qva_ecapa_forward(e, pool, xvec, m, *n_frames, err, err_size);
     free(m);
-    qvc_mel_free(mel);
+    qva_mel_free(mel);
     return rc;
 }
 
 /* META: name, language, creation, tool, source, hygiene, consent. */
-static int set_meta(qvf_voice *v, const run *u, const qvc_audio *a, int language_id,
+static int set_meta(qvf_voice *v, const run *u, const qva_audio *a, int language_id,
                     const char *hygiene_json) {
     const qv_clone_request *r = u->r;
     char buf[256], base[256];
@@ -320,7 +320,7 @@ static int set_meta(qvf_voice *v, const run *u, const qvc_audio *a, int language
 
 /* TPAD always; WOVR (copies of the Base text projection and codebook rows) unless left out. */
 static int set_bridge(qvf_voice *v, const qv_cloner *c, int with_wovr) {
-    const qve_textside *t = &c->text;
+    const qvm_textside *t = &c->text;
     const size_t H = (size_t)t->hidden, TH = (size_t)t->text_hidden;
     const size_t cv =
         (size_t)t->codec_vocab < WOVR_CODEC_ROWS ? (size_t)t->codec_vocab : WOVR_CODEC_ROWS;
@@ -341,35 +341,35 @@ static int set_bridge(qvf_voice *v, const qv_cloner *c, int with_wovr) {
     return 0;
 }
 
-static int is_delta_tensor(const qve_tensor *t) {
+static int is_delta_tensor(const qvm_tensor *t) {
     return !strncmp(t->name, "talker.", 7);
 }
 
 /* Streams every talker.* tensor of the Base checkpoint as a delta against the CustomVoice one:
  * bf16 matrices as bit deltas, 1-D tensors (norms, biases) raw f32 (qvoice-format.md §4.8). */
-static int write_with_wdelta(const qvf_voice *v, const char *out, const qve_st *base,
-                             const qve_st *cv, int *n_written, char *err, size_t err_size) {
+static int write_with_wdelta(const qvf_voice *v, const char *out, const qvm_st *base,
+                             const qvm_st *cv, int *n_written, char *err, size_t err_size) {
     int n = 0;
-    for (int i = 0; i < qve_st_count(base); i++)
-        n += is_delta_tensor(qve_st_at(base, i));
+    for (int i = 0; i < qvm_st_count(base); i++)
+        n += is_delta_tensor(qvm_st_at(base, i));
     qvf_writer *w = NULL;
     if (qvf_writer_open(&w, out, v, (uint32_t)n, QVF_WKIND_DELTA, err, err_size)) return -1;
-    for (int i = 0; i < qve_st_count(base); i++) {
-        const qve_tensor *t = qve_st_at(base, i);
+    for (int i = 0; i < qvm_st_count(base); i++) {
+        const qvm_tensor *t = qvm_st_at(base, i);
         if (!is_delta_tensor(t)) continue;
-        const qve_tensor *tt = qve_st_find(cv, t->name);
+        const qvm_tensor *tt = qvm_st_find(cv, t->name);
         uint64_t shape[4] = {0};
         for (int d = 0; d < t->n_dims; d++)
             shape[d] = (uint64_t)t->shape[d];
         qvf_tensor q;
         memset(&q, 0, sizeof q);
         int rc;
-        if (t->dtype == QVE_DTYPE_BF16 && t->n_dims >= 2) {
-            int same = tt && tt->dtype == QVE_DTYPE_BF16 && tt->n_bytes == t->n_bytes;
+        if (t->dtype == QVM_DTYPE_BF16 && t->n_dims >= 2) {
+            int same = tt && tt->dtype == QVM_DTYPE_BF16 && tt->n_bytes == t->n_bytes;
             rc = qvf_wdelta_encode(t->name, QVF_DTYPE_BF16, (uint32_t)t->n_dims, shape, t->data,
                                    same ? tt->data : NULL, 0, &q, err, err_size);
         } else {
-            float *f = qve_tensor_to_f32(t);
+            float *f = qvm_tensor_to_f32(t);
             if (!f) {
                 snprintf(err, err_size, "%s: out of memory", out);
                 qvf_writer_abort(w);
@@ -424,19 +424,19 @@ static void add_sections(cJSON *j, const char *path, long long file_bytes) {
 }
 
 /* --plot: the log-mel of the clip as loaded, the part the x-vector used (after trimming) marked. */
-static int write_plot(run *u, const qvc_audio *a, const qvc_hygiene_report *h) {
+static int write_plot(run *u, const qva_audio *a, const qvc_hygiene_report *h) {
     const char *png = u->r->plot_path;
-    int nf = qvc_mel_n_frames(a->n_samples);
-    qvc_mel *mel = mel_create();
-    float *m = malloc((size_t)(nf > 0 ? nf : 1) * QVC_MEL_BINS * sizeof(float));
+    int nf = qva_mel_n_frames(a->n_samples);
+    qva_mel *mel = mel_create();
+    float *m = malloc((size_t)(nf > 0 ? nf : 1) * QVA_MEL_BINS * sizeof(float));
     int rc = -1;
-    if (!mel || !m || nf <= 0 || qvc_mel_compute(mel, m, a->samples, a->n_samples)) {
+    if (!mel || !m || nf <= 0 || qva_mel_compute(mel, m, a->samples, a->n_samples)) {
         fail(u, QV_E_NOMEM, "%s: cannot compute the spectrogram (out of memory?)", png);
     } else {
         int s = 0, e = nf;
         if (h && h->clean) {
-            s = (int)(h->trim.start / QVC_MEL_HOP);
-            e = (int)((h->trim.end + QVC_MEL_HOP - 1) / QVC_MEL_HOP);
+            s = (int)(h->trim.start / QVA_MEL_HOP);
+            e = (int)((h->trim.end + QVA_MEL_HOP - 1) / QVA_MEL_HOP);
             if (e > nf) e = nf;
             if (s >= e) s = e - 1;
         }
@@ -444,11 +444,11 @@ static int write_plot(run *u, const qvc_audio *a, const qvc_hygiene_report *h) {
         if (rc) u->st = QV_E_IO;
     }
     free(m);
-    qvc_mel_free(mel);
+    qva_mel_free(mel);
     return rc;
 }
 
-static void add_audio(cJSON *j, const qvc_audio *a, double max_seconds) {
+static void add_audio(cJSON *j, const qva_audio *a, double max_seconds) {
     cJSON_AddStringToObject(j, "format", a->src_format);
     cJSON_AddNumberToObject(j, "source_sample_rate_hz", a->src_rate_hz);
     cJSON_AddNumberToObject(j, "source_channels", a->src_channels);
@@ -482,7 +482,7 @@ static int check_request(run *u, const qv_cloner *c) {
         return fail(u, QV_E_INVALID, "clone request: give either audio_path or pcm");
     if (r->pcm && (r->n_samples <= 0 || r->sample_rate_hz <= 0))
         return fail(u, QV_E_INVALID, "clone request: pcm needs n_samples and sample_rate_hz > 0");
-    if (!(r->max_seconds >= QVC_MIN_SECONDS && r->max_seconds <= 3600))
+    if (!(r->max_seconds >= QVA_MIN_SECONDS && r->max_seconds <= 3600))
         return fail(u, QV_E_INVALID, "clone request: max_seconds %g outside 3..3600",
                     r->max_seconds);
     if (r->ref_text && !*r->ref_text)
@@ -503,10 +503,10 @@ static int check_request(run *u, const qv_cloner *c) {
     return 0;
 }
 
-static int language_id(run *u, const qve_model_config *mc, const char *dir) {
+static int language_id(run *u, const qvm_model_config *mc, const char *dir) {
     const char *lang = u->r->language;
     if (!lang || !strcasecmp(lang, "auto")) return 0;
-    int id = qve_language_id(mc, lang);
+    int id = qvm_language_id(mc, lang);
     if (id >= 0) return id;
     int n = snprintf(u->err, u->err_size, "%s/config.json: unknown language \"%s\" (expected auto",
                      dir, lang);
@@ -521,7 +521,7 @@ static int language_id(run *u, const qve_model_config *mc, const char *dir) {
 
 /* Warnings from the hygiene steps: usable, but the user should look (clipping, a dropped
  * transcript, an auto window, another voice). */
-static void hygiene_warnings(run *u, const qvc_audio *a, const qvc_hygiene_report *h) {
+static void hygiene_warnings(run *u, const qva_audio *a, const qvc_hygiene_report *h) {
     if (h->level.clip_warning && !a->clip_warning)
         warn(u, "clipping (%.4f%% of samples at full scale)", 100.0 * h->level.clipped_fraction);
     if (h->transcript.fallback)
@@ -530,12 +530,12 @@ static void hygiene_warnings(run *u, const qvc_audio *a, const qvc_hygiene_repor
         warn(u,
              "ICL uses %.2f-%.2f s of the clip (the cleanest 10-15 s): the transcript must be "
              "of exactly those seconds",
-             (double)(h->trim.start + h->window.start) / QVC_SAMPLE_RATE_HZ,
-             (double)(h->trim.start + h->window.end) / QVC_SAMPLE_RATE_HZ);
+             (double)(h->trim.start + h->window.start) / QVA_SAMPLE_RATE_HZ,
+             (double)(h->trim.start + h->window.end) / QVA_SAMPLE_RATE_HZ);
     if (h->has_speaker && h->speaker.warning) {
         char ranges[256] = "";
         size_t w = 0;
-        double ts = (double)h->trim.start / QVC_SAMPLE_RATE_HZ;
+        double ts = (double)h->trim.start / QVA_SAMPLE_RATE_HZ;
         for (int i = 0; i < h->speaker.n_ranges && w < sizeof ranges; i++)
             w += (size_t)snprintf(ranges + w, sizeof ranges - w, "%s%.1f-%.1f s", i ? ", " : "",
                                   ts + h->speaker.ranges[i].start_s,
@@ -553,12 +553,12 @@ static enum qvc_icl_mode icl_mode(enum qv_icl_window w) {
 static int clone_run(run *u, const qv_cloner *c, qvk_pool *pool, int *plot_written) {
     const qv_clone_request *r = u->r;
     cJSON *j = u->j;
-    qvc_audio a;
+    qva_audio a;
     qvc_hygiene_report h;
     memset(&a, 0, sizeof a);
     memset(&h, 0, sizeof h);
-    qve_st *cv_st = NULL;
-    qve_model_config cvc;
+    qvm_st *cv_st = NULL;
+    qvm_model_config cvc;
     qvf_voice *v = NULL;
     float *xvec = NULL;
     int32_t *codes = NULL;
@@ -571,11 +571,11 @@ static int clone_run(run *u, const qv_cloner *c, qvk_pool *pool, int *plot_writt
     int lang = language_id(u, &c->cfg, c->dir);
     if (lang < 0) goto done;
     if (r->target_cv_dir) {
-        if (qve_model_config_load(&cvc, r->target_cv_dir, u->err, u->err_size)) {
+        if (qvm_model_config_load(&cvc, r->target_cv_dir, u->err, u->err_size)) {
             u->st = QV_E_MODEL;
             goto done;
         }
-        if (cvc.variant == QVE_VARIANT_BASE) {
+        if (cvc.variant == QVM_VARIANT_BASE) {
             fail(u, QV_E_INVALID,
                  "%s: the weight-delta target must be a CustomVoice (or "
                  "VoiceDesign) model, found a Base model",
@@ -587,12 +587,12 @@ static int clone_run(run *u, const qv_cloner *c, qvk_pool *pool, int *plot_writt
                  r->target_cv_dir, cvc.talker.hidden_size, c->cfg.talker.hidden_size);
             goto done;
         }
-        if (!(cv_st = qve_st_open_dir(r->target_cv_dir, "model", u->err, u->err_size))) {
+        if (!(cv_st = qvm_st_open_dir(r->target_cv_dir, "model", u->err, u->err_size))) {
             u->st = QV_E_MODEL;
             goto done;
         }
     }
-    const qvc_speech_encoder *se = want_icl ? speech_encoder(c, u->err, u->err_size) : NULL;
+    const qva_speech_encoder *se = want_icl ? speech_encoder(c, u->err, u->err_size) : NULL;
     if (want_icl && !se) {
         u->st = QV_E_MODEL;
         goto done;
@@ -601,8 +601,8 @@ static int clone_run(run *u, const qv_cloner *c, qvk_pool *pool, int *plot_writt
     /* audio */
     int64_t n_pcm = r->n_samples, n_max = (int64_t)(r->max_seconds * r->sample_rate_hz);
     if (r->pcm && n_pcm > n_max) n_pcm = n_max; /* in-memory audio: cut as the file reader does */
-    int arc = r->audio_path ? qvc_audio_load(&a, r->audio_path, r->max_seconds, u->err, u->err_size)
-                            : qvc_audio_from_mono(&a, r->pcm, n_pcm, r->sample_rate_hz, u->label,
+    int arc = r->audio_path ? qva_audio_load(&a, r->audio_path, r->max_seconds, u->err, u->err_size)
+                            : qva_audio_from_mono(&a, r->pcm, n_pcm, r->sample_rate_hz, u->label,
                                                   u->err, u->err_size);
     if (!arc && r->pcm && n_pcm < r->n_samples) {
         a.src_seconds = (double)r->n_samples / r->sample_rate_hz;
@@ -625,7 +625,7 @@ static int clone_run(run *u, const qv_cloner *c, qvk_pool *pool, int *plot_writt
     const float *xv_in = a.samples, *icl_in = a.samples;
     int64_t n_xv = a.n_samples, n_icl = a.n_samples;
     if (r->hygiene) {
-        qvc_mel *mel = mel_create();
+        qva_mel *mel = mel_create();
         if (!mel) {
             fail(u, QV_E_NOMEM, "%s: out of memory", u->label);
             goto done;
@@ -639,8 +639,8 @@ static int clone_run(run *u, const qv_cloner *c, qvk_pool *pool, int *plot_writt
         hygiene_ran = 1;
         int hrc =
             qvc_hygiene_run(&h, a.samples, a.n_samples, r->ref_text, r->allow_xvector_fallback,
-                            qvc_ecapa_xvector, &ec, qvc_ecapa_dim(c->ecapa), &hp, e2, sizeof e2);
-        qvc_mel_free(mel);
+                            qvc_ecapa_xvector, &ec, qva_ecapa_dim(c->ecapa), &hp, e2, sizeof e2);
+        qva_mel_free(mel);
         t_hyg = now_s() - t, t = now_s();
         if (hrc) {
             audio_fail(u, h.has_transcript && !h.transcript.plausible ? QV_E_INVALID : QV_E_AUDIO,
@@ -660,7 +660,7 @@ static int clone_run(run *u, const qv_cloner *c, qvk_pool *pool, int *plot_writt
     }
 
     /* x-vector */
-    int dim = qvc_ecapa_dim(c->ecapa), n_mel = 0;
+    int dim = qva_ecapa_dim(c->ecapa), n_mel = 0;
     if (!(xvec = malloc(sizeof(float) * (size_t)dim))) {
         fail(u, QV_E_NOMEM, "%s: out of memory", u->label);
         goto done;
@@ -670,30 +670,30 @@ static int clone_run(run *u, const qv_cloner *c, qvk_pool *pool, int *plot_writt
         goto done;
     }
     t_xvec = now_s() - t, t = now_s();
-    cJSON_AddNumberToObject(j, "xvector_seconds", (double)n_xv / QVC_SAMPLE_RATE_HZ);
+    cJSON_AddNumberToObject(j, "xvector_seconds", (double)n_xv / QVA_SAMPLE_RATE_HZ);
     cJSON_AddNumberToObject(j, "mel_frames", n_mel);
     cJSON_AddNumberToObject(j, "xvector_dim", dim);
-    cJSON_AddNumberToObject(j, "xvector_norm", qvc_l2norm(xvec, dim));
+    cJSON_AddNumberToObject(j, "xvector_norm", qva_l2norm(xvec, dim));
 
     /* ICL codes */
     int n_frames = 0;
     if (want_icl) {
-        n_frames = qvc_speech_encoder_n_frames(n_icl);
-        codes = malloc(sizeof(int32_t) * QVC_CODE_GROUPS * (size_t)n_frames);
-        codes16 = malloc(sizeof(uint16_t) * QVC_CODE_GROUPS * (size_t)n_frames);
+        n_frames = qva_speech_encoder_n_frames(n_icl);
+        codes = malloc(sizeof(int32_t) * QVA_CODE_GROUPS * (size_t)n_frames);
+        codes16 = malloc(sizeof(uint16_t) * QVA_CODE_GROUPS * (size_t)n_frames);
         if (!codes || !codes16) {
             fail(u, QV_E_NOMEM, "%s: out of memory", u->label);
             goto done;
         }
-        if (qvc_speech_encoder_encode(se, pool, codes, icl_in, n_icl, e2, sizeof e2)) {
+        if (qva_speech_encoder_encode(se, pool, codes, icl_in, n_icl, e2, sizeof e2)) {
             audio_fail(u, QV_E_AUDIO, e2);
             goto done;
         }
-        for (size_t i = 0; i < (size_t)QVC_CODE_GROUPS * n_frames; i++)
+        for (size_t i = 0; i < (size_t)QVA_CODE_GROUPS * n_frames; i++)
             codes16[i] = (uint16_t)codes[i];
     }
     t_codes = now_s() - t, t = now_s();
-    cJSON_AddNumberToObject(j, "icl_seconds", want_icl ? (double)n_icl / QVC_SAMPLE_RATE_HZ : 0);
+    cJSON_AddNumberToObject(j, "icl_seconds", want_icl ? (double)n_icl / QVA_SAMPLE_RATE_HZ : 0);
     cJSON_AddNumberToObject(j, "icl_frames", n_frames);
     if (n_frames) cJSON_AddStringToObject(j, "transcript", r->ref_text);
 
@@ -729,7 +729,7 @@ static int clone_run(run *u, const qv_cloner *c, qvk_pool *pool, int *plot_writt
         int n_tensors = 0;
         if (r->target_cv_dir) {
             uint8_t cfp[32];
-            if (qve_fingerprint_model(r->target_cv_dir, QVE_FINGERPRINT_TABLE, cfp, u->err,
+            if (qvm_fingerprint_model(r->target_cv_dir, QVM_FINGERPRINT_TABLE, cfp, u->err,
                                       u->err_size)) {
                 u->st = QV_E_MODEL;
                 goto done;
@@ -760,14 +760,14 @@ done:
     cJSON_AddNumberToObject(tj, "mel_ecapa", t_xvec);
     cJSON_AddNumberToObject(tj, "speech_encoder", t_codes);
     cJSON_AddNumberToObject(tj, "write", t_write);
-    qvc_audio_free(&a);
+    qva_audio_free(&a);
     qvc_hygiene_report_free(&h);
     free(hyg_json);
     free(xvec);
     free(codes);
     free(codes16);
     qvf_voice_free(v);
-    qve_st_close(cv_st);
+    qvm_st_close(cv_st);
     return rc;
 }
 
@@ -837,9 +837,9 @@ static enum qv_status xvector_of_path(const qv_cloner *c, const char *path, doub
                  path);
         return QV_E_INVALID;
     }
-    qvc_audio a;
-    if (qvc_audio_load(&a, path, max_seconds, err, err_size)) return QV_E_AUDIO;
-    *dim = qvc_ecapa_dim(c->ecapa);
+    qva_audio a;
+    if (qva_audio_load(&a, path, max_seconds, err, err_size)) return QV_E_AUDIO;
+    *dim = qva_ecapa_dim(c->ecapa);
     *xvec = malloc(sizeof(float) * (size_t)*dim);
     int nf;
     char e2[400];
@@ -853,7 +853,7 @@ static enum qv_status xvector_of_path(const qv_cloner *c, const char *path, doub
         st = QV_E_AUDIO;
     }
     qvk_pool_free(pool);
-    qvc_audio_free(&a);
+    qva_audio_free(&a);
     return st;
 }
 
@@ -877,8 +877,8 @@ enum qv_status qv_clone_similarity(const qv_cloner *c, const char *a, const char
             cJSON_AddStringToObject(j, "a", a);
             cJSON_AddStringToObject(j, "b", b);
             cJSON_AddNumberToObject(j, "cosine", cs);
-            cJSON_AddNumberToObject(j, "norm_a", qvc_l2norm(xa, da));
-            cJSON_AddNumberToObject(j, "norm_b", qvc_l2norm(xb, db));
+            cJSON_AddNumberToObject(j, "norm_a", qva_l2norm(xa, da));
+            cJSON_AddNumberToObject(j, "norm_b", qva_l2norm(xb, db));
             cJSON_AddNumberToObject(j, "dim", da);
             *report_json = cJSON_Print(j);
             cJSON_Delete(j);

@@ -15,21 +15,21 @@
 #include <string.h>
 #include <utf8proc.h>
 
-#define SR ((double)QVC_SAMPLE_RATE_HZ)
+#define SR ((double)QVA_SAMPLE_RATE_HZ)
 
 qvc_hygiene_params qvc_hygiene_default_params(void) {
     qvc_hygiene_params p = {
-        .vad = qvk_vad_default_params(),
+        .vad = qva_vad_default_params(),
         .preroll_s = 0.020,
         .target_lufs = -20.0,
         .peak_cap_dbfs = -1.0,
         .max_gain_db = 30.0,
-        .clip_level = QVC_CLIP_LEVEL,
-        .clip_warn_fraction = QVC_CLIP_WARN_FRACTION,
-        .min_voiced_s = QVC_MIN_SECONDS,
+        .clip_level = QVA_CLIP_LEVEL,
+        .clip_warn_fraction = QVA_CLIP_WARN_FRACTION,
+        .min_voiced_s = QVA_MIN_SECONDS,
         .icl_mode = QVC_ICL_FULL,
         .icl_max_s = 30.0,
-        .icl_min_s = QVC_MIN_SECONDS,
+        .icl_min_s = QVA_MIN_SECONDS,
         .window_min_s = 10.0,
         .window_max_s = 15.0,
         .min_snr_db = 25.0,
@@ -64,12 +64,12 @@ static int frames_make(frames *f, const float *x, int64_t n, const qvc_hygiene_p
                        size_t err_size) {
     memset(f, 0, sizeof *f);
     f->fs = p->vad.frame_samples;
-    f->n = qvk_vad_n_frames(n, f->fs);
+    f->n = qva_vad_n_frames(n, f->fs);
     f->db = malloc((size_t)(f->n + 1) * sizeof *f->db);
     f->v = malloc((size_t)(f->n + 1));
     if (f->db && f->v) {
-        qvk_vad_frame_db(f->db, x, n, f->fs);
-        f->n_voiced = qvk_vad_label(f->v, f->db, f->n, &p->vad, &f->floor_db, &f->thr_db);
+        qva_vad_frame_db(f->db, x, n, f->fs);
+        f->n_voiced = qva_vad_label(f->v, f->db, f->n, &p->vad, &f->floor_db, &f->thr_db);
         if (f->n_voiced >= 0) return 0;
     }
     snprintf(err, err_size, "reference: out of memory (%lld frames)", (long long)f->n);
@@ -89,7 +89,7 @@ int qvc_trim_silence(qvc_trim_report *r, const float *x, int64_t n, const qvc_hy
     r->in_seconds = (double)n / SR;
     r->voiced_seconds = (double)f.n_voiced * f.fs / SR;
     int64_t first, end;
-    qvk_vad_bounds(f.v, f.n, &first, &end);
+    qva_vad_bounds(f.v, f.n, &first, &end);
     frames_free(&f);
     if (end == 0) {
         snprintf(err, err_size,
@@ -400,7 +400,7 @@ int qvc_check_transcript(qvc_transcript_report *r, const char *text, double voic
 int qvc_ecapa_xvector(void *ctx, const float *x, int64_t n, float *xvec, char *err,
                       size_t err_size) {
     const qvc_ecapa_ctx *c = ctx;
-    int nf = qvc_mel_n_frames(n);
+    int nf = qva_mel_n_frames(n);
     if (nf < 5) {
         snprintf(err, err_size,
                  "reference: window of %lld samples too short for the speaker "
@@ -408,14 +408,14 @@ int qvc_ecapa_xvector(void *ctx, const float *x, int64_t n, float *xvec, char *e
                  (long long)n);
         return -1;
     }
-    float *mel = malloc((size_t)nf * QVC_MEL_BINS * sizeof *mel);
+    float *mel = malloc((size_t)nf * QVA_MEL_BINS * sizeof *mel);
     if (!mel) {
         snprintf(err, err_size, "reference: out of memory (mel of %d frames)", nf);
         return -1;
     }
-    int rc = qvc_mel_compute(c->mel, mel, x, n);
+    int rc = qva_mel_compute(c->mel, mel, x, n);
     if (!rc)
-        rc = qvc_ecapa_forward(c->ecapa, c->pool, xvec, mel, nf, err, err_size);
+        rc = qva_ecapa_forward(c->ecapa, c->pool, xvec, mel, nf, err, err_size);
     else
         snprintf(err, err_size, "reference: mel failed for a %lld-sample window", (long long)n);
     free(mel);
@@ -427,7 +427,7 @@ int qvc_ecapa_xvector(void *ctx, const float *x, int64_t n, float *xvec, char *e
  * bits as the sequential path (the ECAPA's result does not depend on its pool). */
 typedef struct {
     const qvc_ecapa_ctx *c;
-    qvc_mel **mels;
+    qva_mel **mels;
     const float *x;
     const int *idx;
     int n, dim;
@@ -456,7 +456,7 @@ static int ecapa_windows(const qvc_ecapa_ctx *c, const float *x, const int *idx,
     windows_job j = {.c = c, .x = x, .idx = idx, .n = n, .dim = dim, .hop = hop, .wl = wl, .v = v};
     j.mels = calloc((size_t)nt, sizeof *j.mels);
     int ok = j.mels != NULL;
-    for (int t = 0; ok && t < nt; t++) ok = (j.mels[t] = qvc_mel_create()) != NULL;
+    for (int t = 0; ok && t < nt; t++) ok = (j.mels[t] = qva_mel_create()) != NULL;
     if (!ok) {
         snprintf(err, err_size, "reference: out of memory (mel contexts)");
     } else {
@@ -464,7 +464,7 @@ static int ecapa_windows(const qvc_ecapa_ctx *c, const float *x, const int *idx,
         if (j.failed) snprintf(err, err_size, "%s", j.err);
         else rc = 0;
     }
-    for (int t = 0; j.mels && t < nt; t++) qvc_mel_free(j.mels[t]);
+    for (int t = 0; j.mels && t < nt; t++) qva_mel_free(j.mels[t]);
     free(j.mels);
     return rc;
 }

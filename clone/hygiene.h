@@ -3,7 +3,7 @@
  * clip, the cleanest window, or a given range; + tail silence), check the transcript against it,
  * and look for a second speaker. Each step is a pure function over
  * mono 24 kHz float samples that fills a report struct (numbers for the summary and for META);
- * qvc_hygiene_run chains them. Voice activity: kernels/vad.h. Thresholds: docs/robustness.md.
+ * qvc_hygiene_run chains them. Voice activity: features/vad.h. Thresholds: docs/robustness.md.
  */
 #ifndef QVC_HYGIENE_H
 #define QVC_HYGIENE_H
@@ -11,8 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "clone/clone.h"
-#include "kernels/vad.h"
+#include "features/speech_encoder.h"
+#include "features/vad.h"
 
 /* Which part of the trimmed clip the ICL prompt uses (docs/robustness.md). */
 enum qvc_icl_mode {
@@ -22,12 +22,12 @@ enum qvc_icl_mode {
 };
 
 typedef struct {
-    qvk_vad_params vad;
+    qva_vad_params vad;
     double preroll_s;          /* kept before the first / after the last voiced frame: 0.02 */
     double target_lufs;        /* integrated loudness after normalisation (EBU R128): -20 */
     double peak_cap_dbfs;      /* the gain never lifts the peak above this: -1 */
     double max_gain_db;        /* never amplify more than this (noise): +30 */
-    double clip_level;         /* |x| >= this counts as clipped: QVC_CLIP_LEVEL */
+    double clip_level;         /* |x| >= this counts as clipped: QVA_CLIP_LEVEL */
     double clip_warn_fraction; /* warning from this fraction of clipped samples: 1e-4 */
     double min_voiced_s;       /* refuse with less voiced speech: 3 */
     enum qvc_icl_mode icl_mode;              /* QVC_ICL_FULL */
@@ -137,8 +137,8 @@ typedef int (*qvc_xvector_fn)(void *ctx, const float *x, int64_t n, float *xvec,
 
 /* Context for qvc_ecapa_xvector: the ECAPA of clone.h (mel + forward). */
 typedef struct {
-    const qvc_ecapa *ecapa;
-    qvc_mel *mel;
+    const qva_ecapa *ecapa;
+    qva_mel *mel;
     qvk_pool *pool; /* may be NULL */
 } qvc_ecapa_ctx;
 int qvc_ecapa_xvector(void *ctx, const float *x, int64_t n, float *xvec, char *err,

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "clone/clone.h"
+#include "features/speech_encoder.h"
 #include "util/fileio.h"
 
 #define RANGE_DB 80.0
@@ -77,7 +77,7 @@ static int frames_per_column(int n_frames) {
 void qvc_plot_size(int n_frames, int *width_px, int *height_px) {
     int k = frames_per_column(n_frames > 0 ? n_frames : 1);
     *width_px = n_frames > 0 ? (n_frames + k - 1) / k : 0;
-    *height_px = QVC_MEL_BINS * QVC_PLOT_BIN_PX + QVC_PLOT_AXIS_PX;
+    *height_px = QVA_MEL_BINS * QVC_PLOT_BIN_PX + QVC_PLOT_AXIS_PX;
 }
 
 int qvc_plot_column(int n_frames, int frame) {
@@ -95,12 +95,12 @@ static void put(uint8_t *img, int width, int x, int y, const uint8_t rgb[3]) {
 
 static void render(uint8_t *img, int width, const float *mel, int n_frames, int used_start,
                    int used_end) {
-    const int k = frames_per_column(n_frames), spec_h = QVC_MEL_BINS * QVC_PLOT_BIN_PX;
+    const int k = frames_per_column(n_frames), spec_h = QVA_MEL_BINS * QVC_PLOT_BIN_PX;
     uint8_t lut[256][3];
     colour_map(lut);
 
     float vmax = (float)LN_FLOOR;
-    for (size_t i = 0; i < (size_t)n_frames * QVC_MEL_BINS; i++)
+    for (size_t i = 0; i < (size_t)n_frames * QVA_MEL_BINS; i++)
         if (isfinite(mel[i]) && mel[i] > vmax) vmax = mel[i];
     /* a quiet clip keeps its 80 dB window above the clamp floor, so silence stays dark */
     const double range = RANGE_DB * NATS_PER_DB;
@@ -109,10 +109,10 @@ static void render(uint8_t *img, int width, const float *mel, int n_frames, int 
     for (int x = 0; x < width; x++) {
         int f0 = x * k, f1 = f0 + k < n_frames ? f0 + k : n_frames;
         int used = f1 > used_start && f0 < used_end;
-        for (int bin = 0; bin < QVC_MEL_BINS; bin++) {
+        for (int bin = 0; bin < QVA_MEL_BINS; bin++) {
             double v = -HUGE_VAL;  /* max over the pooled frames: short clicks stay visible */
             for (int f = f0; f < f1; f++) {
-                float m = mel[(size_t)f * QVC_MEL_BINS + (size_t)bin];
+                float m = mel[(size_t)f * QVA_MEL_BINS + (size_t)bin];
                 if (isfinite(m) && m > v) v = m;
             }
             double t = (v - bottom) / range;
@@ -127,7 +127,7 @@ static void render(uint8_t *img, int width, const float *mel, int n_frames, int 
     }
 
     /* ticks: one per second of audio (hop 256 at 24 kHz = 93.75 frames/s), full height every 5 s */
-    const double frames_per_s = (double)QVC_SAMPLE_RATE_HZ / QVC_MEL_HOP;
+    const double frames_per_s = (double)QVA_SAMPLE_RATE_HZ / QVA_MEL_HOP;
     for (int s = 1; s * frames_per_s < n_frames; s++) {
         int x = qvc_plot_column(n_frames, (int)(s * frames_per_s + 0.5));
         int len = s % 5 ? QVC_PLOT_AXIS_PX / 2 : QVC_PLOT_AXIS_PX;

@@ -24,7 +24,7 @@ void qvc_plot_size(int n_frames, int *width_px, int *height_px);
 int qvc_plot_column(int n_frames, int frame);
 
 /* Writes path as an 8-bit RGB PNG of mel [n_frames, 128] (time-major, natural-log values as
- * qvc_mel_compute returns them). Frames [used_start_frame, used_end_frame) are the part that was
+ * qva_mel_compute returns them). Frames [used_start_frame, used_end_frame) are the part that was
  * used; 0 <= start < end <= n_frames. Non-finite values are drawn as the quietest colour. The write
  * is atomic (util/fileio.h): on any failure nothing is left at path (an existing file there is
  * untouched). Returns 0, or -1 with

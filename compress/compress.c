@@ -34,12 +34,12 @@ enum src_kind { SRC_COPY, SRC_OWNED, SRC_ROWS, SRC_F16 };
 
 typedef struct {
     char name[160];
-    enum qve_dtype dtype;
+    enum qvm_dtype dtype;
     int n_dims;
     int64_t shape[4];
     size_t n_bytes;
     enum src_kind kind;
-    const qve_tensor *src; /* COPY, ROWS, F16 */
+    const qvm_tensor *src; /* COPY, ROWS, F16 */
     void *owned;           /* OWNED (freed with the plan) */
     const int32_t *rows;   /* ROWS: source row of each output row, -1 = zeros */
 } out_tensor;
@@ -49,7 +49,7 @@ typedef struct {
     int n, cap;
 } plan;
 
-static out_tensor *plan_add(plan *p, const char *name, enum qve_dtype dtype, int n_dims,
+static out_tensor *plan_add(plan *p, const char *name, enum qvm_dtype dtype, int n_dims,
                             const int64_t *shape, enum src_kind kind) {
     if (p->n == p->cap) {
         int cap = p->cap ? 2 * p->cap : 512;
@@ -61,7 +61,7 @@ static out_tensor *plan_add(plan *p, const char *name, enum qve_dtype dtype, int
     memset(t, 0, sizeof *t);
     snprintf(t->name, sizeof t->name, "%s", name);
     t->dtype = dtype, t->n_dims = n_dims, t->kind = kind;
-    t->n_bytes = qve_dtype_size(dtype);
+    t->n_bytes = qvm_dtype_size(dtype);
     for (int i = 0; i < n_dims; i++)
         t->shape[i] = shape[i], t->n_bytes *= (size_t)shape[i];
     return t;
@@ -130,7 +130,7 @@ static int write_st(const char *path, const plan *p, uint64_t *n_bytes, char *er
     for (int i = 0; i < p->n; i++) {
         const out_tensor *t = &p->t[i];
         cJSON *e = cJSON_AddObjectToObject(h, t->name);
-        cJSON_AddStringToObject(e, "dtype", qve_dtype_name(t->dtype));
+        cJSON_AddStringToObject(e, "dtype", qvm_dtype_name(t->dtype));
         cJSON *s = cJSON_AddArrayToObject(e, "shape");
         for (int k = 0; k < t->n_dims; k++)
             cJSON_AddItemToArray(s, cJSON_CreateNumber((double)t->shape[k]));
@@ -223,7 +223,7 @@ static int is_talker_layer_dropped(const char *name, int keep_layers) {
     return sscanf(name, "talker.model.layers.%d.", &l) == 1 && l >= keep_layers;
 }
 
-static int is_linear(const qve_tensor *t) {
+static int is_linear(const qvm_tensor *t) {
     const size_t n = strlen(t->name);
     return t->n_dims == 2 && n > 7 && !strcmp(t->name + n - 7, ".weight") &&
            !strstr(t->name, "embedding") && !strncmp(t->name, "talker.", 7) &&
@@ -231,7 +231,7 @@ static int is_linear(const qve_tensor *t) {
 }
 
 /* X.weight [o, i] bf16 -> X.weight U32 [o, i/8], X.scales, X.biases bf16 [o, i/64]. */
-static int plan_q4(plan *p, const qve_tensor *t, qvk_pool *pool, qvz_report *r) {
+static int plan_q4(plan *p, const qvm_tensor *t, qvk_pool *pool, qvz_report *r) {
     const int o = (int)t->shape[0], in = (int)t->shape[1], n_g = in / QVK_Q4_GROUP;
     const size_t n_s = (size_t)o * (size_t)n_g;
     uint8_t *q = malloc((size_t)o * (size_t)in / 2);
@@ -242,13 +242,13 @@ static int plan_q4(plan *p, const qve_tensor *t, qvk_pool *pool, qvz_report *r) 
     }
     const size_t n = strlen(t->name) - 7;
     char name[200];
-    out_tensor *w = plan_add(p, t->name, QVE_DTYPE_U32, 2, (int64_t[]){o, in / 8}, SRC_OWNED);
+    out_tensor *w = plan_add(p, t->name, QVM_DTYPE_U32, 2, (int64_t[]){o, in / 8}, SRC_OWNED);
     if (w) w->owned = q;
     snprintf(name, sizeof name, "%.*s.scales", (int)n, t->name);
-    out_tensor *ts = w ? plan_add(p, name, QVE_DTYPE_BF16, 2, (int64_t[]){o, n_g}, SRC_OWNED) : NULL;
+    out_tensor *ts = w ? plan_add(p, name, QVM_DTYPE_BF16, 2, (int64_t[]){o, n_g}, SRC_OWNED) : NULL;
     if (ts) ts->owned = s16;
     snprintf(name, sizeof name, "%.*s.biases", (int)n, t->name);
-    out_tensor *tb = ts ? plan_add(p, name, QVE_DTYPE_BF16, 2, (int64_t[]){o, n_g}, SRC_OWNED) : NULL;
+    out_tensor *tb = ts ? plan_add(p, name, QVM_DTYPE_BF16, 2, (int64_t[]){o, n_g}, SRC_OWNED) : NULL;
     if (tb) tb->owned = b16;
     if (!tb) {
         if (!w) free(q);
@@ -265,16 +265,16 @@ static int plan_q4(plan *p, const qve_tensor *t, qvk_pool *pool, qvz_report *r) 
 /* The kept neurons of a talker MLP matrix whose layer loses some (gate/up: rows, down: columns)
  * as *pruned, its data in the malloc'd *owned; 0 when t is not one, 1 when made, -1 out of
  * memory. */
-static int prune_mlp(const qve_tensor *t, const qve_model_config *c, int32_t *const *nkeep,
-                     const int *width, qve_tensor *pruned, void **owned) {
+static int prune_mlp(const qvm_tensor *t, const qvm_model_config *c, int32_t *const *nkeep,
+                     const int *width, qvm_tensor *pruned, void **owned) {
     int l, n = 0;
     char which[8];
     if (!nkeep || t->n_dims != 2 ||
         sscanf(t->name, "talker.model.layers.%d.mlp.%7[a-z]_proj.weight%n", &l, which, &n) != 2 ||
-        t->name[n] || width[l] == qve_layer_intermediate(&c->talker, l))
+        t->name[n] || width[l] == qvm_layer_intermediate(&c->talker, l))
         return 0;
     const int down = !strcmp(which, "down"), w = width[l];
-    const size_t es = qve_dtype_size(t->dtype);
+    const size_t es = qvm_dtype_size(t->dtype);
     const int64_t rows = down ? t->shape[0] : w, cols = down ? w : t->shape[1];
     char *buf = malloc((size_t)rows * (size_t)cols * es);
     if (!buf) return -1;
@@ -295,20 +295,20 @@ static int prune_mlp(const qve_tensor *t, const qve_model_config *c, int32_t *co
 }
 
 /* model.safetensors: token map, layer pruning, neuron pruning (nkeep/width, or NULL), q4. */
-static int plan_model(plan *p, const qve_st *st, const qve_model_config *c, const qvz_options *o,
+static int plan_model(plan *p, const qvm_st *st, const qvm_model_config *c, const qvz_options *o,
                       const uint8_t *keep, int32_t **rows_out, int32_t *const *nkeep,
                       const int *width, qvk_pool *pool, qvz_report *r, char *err, size_t es) {
     const int keep_layers = c->talker.num_hidden_layers - o->prune_layers;
-    for (int i = 0; i < qve_st_count(st); i++) {
-        const qve_tensor *t = qve_st_at_sorted(st, i);
+    for (int i = 0; i < qvm_st_count(st); i++) {
+        const qvm_tensor *t = qvm_st_at_sorted(st, i);
         r->model_bytes_in += t->n_bytes;
         if (is_talker_layer_dropped(t->name, keep_layers)) continue;
-        qve_tensor pruned;
+        qvm_tensor pruned;
         void *owned = NULL;
         const int pr = prune_mlp(t, c, nkeep, width, &pruned, &owned);
         if (pr < 0) return snprintf(err, es, "out of memory"), -1;
         if (pr) {
-            if (o->q4 && is_linear(&pruned) && pruned.dtype == QVE_DTYPE_BF16) {
+            if (o->q4 && is_linear(&pruned) && pruned.dtype == QVM_DTYPE_BF16) {
                 const int q = plan_q4(p, &pruned, pool, r);
                 free(owned);
                 if (q) return snprintf(err, es, "out of memory"), -1;
@@ -335,7 +335,7 @@ static int plan_model(plan *p, const qve_st *st, const qve_model_config *c, cons
                 if (keep[id]) map[id] = n, rows[n++] = id;
             *rows_out = rows;
             out_tensor *e = plan_add(p, t->name, t->dtype, 2, (int64_t[]){n, t->shape[1]}, SRC_ROWS);
-            out_tensor *m = e ? plan_add(p, "talker.model.text_token_map", QVE_DTYPE_I32, 1,
+            out_tensor *m = e ? plan_add(p, "talker.model.text_token_map", QVM_DTYPE_I32, 1,
                                          (int64_t[]){V}, SRC_OWNED)
                               : NULL;
             if (!m) {
@@ -348,9 +348,9 @@ static int plan_model(plan *p, const qve_st *st, const qve_model_config *c, cons
             continue;
         }
         if (o->q4 && is_linear(t)) {
-            if (t->dtype != QVE_DTYPE_BF16)
+            if (t->dtype != QVM_DTYPE_BF16)
                 return snprintf(err, es, "%s: tensor %s: --q4 needs BF16 weights, found %s",
-                                qve_st_file(st, t), t->name, qve_dtype_name(t->dtype)), -1;
+                                qvm_st_file(st, t), t->name, qvm_dtype_name(t->dtype)), -1;
             if (plan_q4(p, t, pool, r)) return snprintf(err, es, "out of memory"), -1;
             continue;
         }
@@ -362,10 +362,10 @@ static int plan_model(plan *p, const qve_st *st, const qve_model_config *c, cons
 }
 
 /* speech_tokenizer/model.safetensors: encoder strip, f16 decoder. */
-static int plan_codec(plan *p, const qve_st *st, const qvz_options *o, qvz_report *r, char *err,
+static int plan_codec(plan *p, const qvm_st *st, const qvz_options *o, qvz_report *r, char *err,
                       size_t es) {
-    for (int i = 0; i < qve_st_count(st); i++) {
-        const qve_tensor *t = qve_st_at_sorted(st, i);
+    for (int i = 0; i < qvm_st_count(st); i++) {
+        const qvm_tensor *t = qvm_st_at_sorted(st, i);
         r->codec_bytes_in += t->n_bytes;
         const int enc = !strncmp(t->name, "encoder.", 8);
         /* the decoder's quantizer input projections map latents to codes, which only encoding
@@ -376,16 +376,16 @@ static int plan_codec(plan *p, const qve_st *st, const qvz_options *o, qvz_repor
             r->n_encoder_tensors++, r->encoder_bytes += t->n_bytes;
             continue;
         }
-        const int f16 = !enc && o->decoder_f16 && t->dtype == QVE_DTYPE_F32;
-        if (!enc && t->dtype == QVE_DTYPE_F32) {
+        const int f16 = !enc && o->decoder_f16 && t->dtype == QVM_DTYPE_F32;
+        if (!enc && t->dtype == QVM_DTYPE_F32) {
             const float *w = t->data;
             for (size_t k = 0; k < t->n_bytes / 4; k++)
                 if (fabsf(w[k]) > r->decoder_max_abs) r->decoder_max_abs = fabsf(w[k]);
             if (f16 && !(r->decoder_max_abs < 65504.0f))
                 return snprintf(err, es, "%s: tensor %s: |w| = %g does not fit float16",
-                                qve_st_file(st, t), t->name, (double)r->decoder_max_abs), -1;
+                                qvm_st_file(st, t), t->name, (double)r->decoder_max_abs), -1;
         }
-        out_tensor *x = plan_add(p, t->name, f16 ? QVE_DTYPE_F16 : t->dtype, t->n_dims, t->shape,
+        out_tensor *x = plan_add(p, t->name, f16 ? QVM_DTYPE_F16 : t->dtype, t->n_dims, t->shape,
                                  f16 ? SRC_F16 : SRC_COPY);
         if (!x) return snprintf(err, es, "out of memory"), -1;
         x->src = t;
@@ -396,7 +396,7 @@ static int plan_codec(plan *p, const qve_st *st, const qvz_options *o, qvz_repor
 
 /* config.json with the new layer count, the per-layer MLP widths (width, or NULL) and the
  * quantization block. */
-static int write_config(const char *dir, const char *out, const qve_model_config *c,
+static int write_config(const char *dir, const char *out, const qvm_model_config *c,
                         const qvz_options *o, const int *width, char *err, size_t es) {
     char path[8192];
     snprintf(path, sizeof path, "%s/config.json", dir);
@@ -454,8 +454,8 @@ int qvz_compress(const char *dir, const char *out, const qvz_options *o, qvz_rep
     qvz_report r_local;
     qvz_report *r = report ? report : &r_local;
     memset(r, 0, sizeof *r);
-    qve_model_config c;
-    if (qve_model_config_load(&c, dir, err, es)) return -1;
+    qvm_model_config c;
+    if (qvm_model_config_load(&c, dir, err, es)) return -1;
     r->layers_in = c.talker.num_hidden_layers;
     if (o->prune_layers < 0 || o->prune_layers >= c.talker.num_hidden_layers)
         return snprintf(err, es, "%s/config.json: cannot remove %d of %d talker layers", dir,
@@ -472,7 +472,7 @@ int qvz_compress(const char *dir, const char *out, const qvz_options *o, qvz_rep
     uint8_t *keep = NULL;
     int32_t *rows = NULL;
     plan pm = {0}, pc = {0};
-    qve_st *st = NULL, *cst = NULL;
+    qvm_st *st = NULL, *cst = NULL;
     qvk_pool *pool = NULL;
     float *act = NULL;
     int32_t **nkeep = NULL;
@@ -486,15 +486,15 @@ int qvz_compress(const char *dir, const char *out, const qvz_options *o, qvz_rep
         }
         if (qvz_vocab_keep(dir, o->vocab, keep, c.text_vocab_size, err, es) < 0) goto done;
     }
-    st = qve_st_open_dir(dir, "model", err, es);
-    cst = st ? qve_st_open_dir(dir, "speech_tokenizer/model", err, es) : NULL;
+    st = qvm_st_open_dir(dir, "model", err, es);
+    cst = st ? qvm_st_open_dir(dir, "speech_tokenizer/model", err, es) : NULL;
     pool = cst ? qvk_pool_create(qv_threads_resolve(o->n_threads)) : NULL;
     if (!pool) {
         if (cst) snprintf(err, es, "out of memory");
         goto done;
     }
     if (o->prune_neurons > 0) {
-        const qve_stack_config *tc = &c.talker;
+        const qvm_stack_config *tc = &c.talker;
         act = malloc(sizeof *act * (size_t)tc->num_hidden_layers * (size_t)tc->intermediate_size);
         nkeep = calloc((size_t)n_keep_layers, sizeof *nkeep);
         width = calloc((size_t)n_keep_layers, sizeof *width);
@@ -511,8 +511,8 @@ int qvz_compress(const char *dir, const char *out, const qvz_options *o, qvz_rep
             goto done;
         }
         for (int l = 0; l < n_keep_layers; l++) {
-            r->neurons_in += qve_layer_intermediate(tc, l), r->neurons_out += width[l];
-            r->n_neuron_layers += width[l] < qve_layer_intermediate(tc, l);
+            r->neurons_in += qvm_layer_intermediate(tc, l), r->neurons_out += width[l];
+            r->n_neuron_layers += width[l] < qvm_layer_intermediate(tc, l);
         }
     }
     if (plan_model(&pm, st, &c, o, keep, &rows, nkeep, width, pool, r, err, es) ||
@@ -557,6 +557,6 @@ done:
         free(nkeep[l]);
     free(nkeep);
     qvk_pool_free(pool);
-    qve_st_close(st), qve_st_close(cst);
+    qvm_st_close(st), qvm_st_close(cst);
     return rc;
 }

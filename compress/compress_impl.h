@@ -25,7 +25,7 @@ int qvz_calibrate(const char *model_dir, int n_threads, int n_frames, float *act
  * width[l] entries count): every neuron for l < protect, else those with act_max >= threshold,
  * rounded up to a multiple of 64 with the strongest below it. -1 when out of memory (the keep[]
  * made so far are the caller's to free). */
-int qvz_neuron_select(const float *act_max, const qve_stack_config *c, int n_layers, int protect,
+int qvz_neuron_select(const float *act_max, const qvm_stack_config *c, int n_layers, int protect,
                       float threshold, int32_t **keep, int *width);
 
 #endif

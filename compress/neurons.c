@@ -26,7 +26,7 @@ int qvz_calibrate(const char *dir, int n_threads, int n_frames, float *act_max, 
                   size_t es) {
     qv_model *m;
     if (qv_model_load(&m, dir, err, es)) return -1;
-    const qve_stack_config *c = &m->cfg.talker;
+    const qvm_stack_config *c = &m->cfg.talker;
     memset(act_max, 0,
            sizeof(float) * (size_t)c->num_hidden_layers * (size_t)c->intermediate_size);
     qv_params p = qv_model_params(m);
@@ -68,10 +68,10 @@ static int ascending(const void *a, const void *b) {
     return *(const int32_t *)a - *(const int32_t *)b;
 }
 
-int qvz_neuron_select(const float *act_max, const qve_stack_config *c, int n_layers, int protect,
+int qvz_neuron_select(const float *act_max, const qvm_stack_config *c, int n_layers, int protect,
                       float threshold, int32_t **keep, int *width) {
     for (int l = 0; l < n_layers; l++) {
-        const int I = qve_layer_intermediate(c, l);
+        const int I = qvm_layer_intermediate(c, l);
         const float *v = act_max + (size_t)l * (size_t)c->intermediate_size;
         int32_t *k = malloc(sizeof *k * (size_t)I);
         struct neuron *by = malloc(sizeof *by * (size_t)I);

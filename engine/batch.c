@@ -80,7 +80,7 @@ static size_t max2(size_t a, size_t b) {
 
 /* Rows for the widest of the talker and the code predictor, carved from one block. */
 static int scratch_init(struct qve_batcher *b, const qv_model *m) {
-    const qve_stack_config *t = &m->cfg.talker, *c = &m->cfg.code_predictor;
+    const qvm_stack_config *t = &m->cfg.talker, *c = &m->cfg.code_predictor;
     const size_t H = max2((size_t)t->hidden_size, (size_t)c->hidden_size);
     const size_t qd = max2((size_t)t->num_attention_heads * t->head_dim,
                            (size_t)c->num_attention_heads * c->head_dim);
@@ -184,7 +184,7 @@ void qve_batch_step(struct qve_batcher *b, qv_session *const *s, int n, qvk_pool
         pos[i] = on[i]->pos++;
     }
     qve_stack_forward_multi(ts, k, pool, bs->x, pos, bs);
-    const qve_stack_config *c = &on[0]->tw.stack.cfg;
+    const qvm_stack_config *c = &on[0]->tw.stack.cfg;
     for (int i = 0; i < k; i++) { /* qve_talker_head, row by row up to the matvec */
         memcpy(on[i]->x, bs->x + (size_t)i * H, (size_t)H * sizeof(float));
         qvk_rmsnorm(on[i]->z, on[i]->x, on[i]->tw.stack.norm, H, c->rms_norm_eps);

@@ -52,7 +52,7 @@ void qve_cp_frame(qve_cp_state *s, const qv_model *m, const qve_talker *talker, 
                   const float *z, int c0, int32_t codes[QVE_N_GROUPS], qve_pick_fn pick,
                   void *pick_ctx) {
     const qve_code_predictor *cp = s->w;
-    const qve_stack_config *c = &cp->stack.cfg;
+    const qvm_stack_config *c = &cp->stack.cfg;
     const int H = m->cfg.talker.hidden_size, CH = c->hidden_size, CV = c->vocab_size;
     codes[0] = c0;
     project(s, m, pool, z);
@@ -91,7 +91,7 @@ void qve_cp_frame_multi(qve_cp_state *const *s, int n, const qv_model *m,
                         const int *c0, int32_t (*codes)[QVE_N_GROUPS], qve_pick_fn pick,
                         void *const *pick_ctx, const qve_batch_scratch *bs) {
     const qve_code_predictor *cp = s[0]->w;
-    const qve_stack_config *c = &cp->stack.cfg;
+    const qvm_stack_config *c = &cp->stack.cfg;
     const int H = m->cfg.talker.hidden_size, CH = c->hidden_size, CV = c->vocab_size;
     qve_stack_state *st[QVK_BATCH_MAX];
     int pos[QVK_BATCH_MAX];

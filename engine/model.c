@@ -32,8 +32,8 @@ typedef struct {
 static const uint16_t *get_matrix(loader *L, const char *name, int64_t rows, int64_t cols) {
     if (L->failed) return NULL;
     int64_t shape[2] = {rows, cols};
-    const qve_tensor *t =
-        qve_st_expect(L->m->st, name, QVE_DTYPE_BF16, 2, shape, L->err, L->err_size);
+    const qvm_tensor *t =
+        qvm_st_expect(L->m->st, name, QVM_DTYPE_BF16, 2, shape, L->err, L->err_size);
     if (!t) {
         L->failed = 1;
         return NULL;
@@ -42,8 +42,8 @@ static const uint16_t *get_matrix(loader *L, const char *name, int64_t rows, int
 }
 
 /* An owned f32 copy of t (any float dtype), freed at unload. */
-static float *keep_f32(loader *L, const qve_tensor *t, const char *name) {
-    float *f = qve_tensor_to_f32(t);
+static float *keep_f32(loader *L, const qvm_tensor *t, const char *name) {
+    float *f = qvm_tensor_to_f32(t);
     float **grown =
         f ? realloc(L->m->f32_copies, sizeof(float *) * (size_t)(L->m->n_f32_copies + 1)) : NULL;
     if (!grown) {
@@ -59,15 +59,15 @@ static float *keep_f32(loader *L, const qve_tensor *t, const char *name) {
 
 static float *get_vector(loader *L, const char *name, int64_t n) {
     if (L->failed) return NULL;
-    const qve_tensor *t = qve_st_find(L->m->st, name);
-    if (!t || t->n_dims != 1 || t->shape[0] != n || !qve_dtype_is_float(t->dtype)) {
+    const qvm_tensor *t = qvm_st_find(L->m->st, name);
+    if (!t || t->n_dims != 1 || t->shape[0] != n || !qvm_dtype_is_float(t->dtype)) {
         if (!t)
             snprintf(L->err, L->err_size, "%s/model.safetensors: tensor %s: missing", L->m->dir,
                      name);
         else
             snprintf(L->err, L->err_size,
                      "%s/model.safetensors: tensor %s: expected [%lld] float, found %d-d %s",
-                     L->m->dir, name, (long long)n, t->n_dims, qve_dtype_name(t->dtype));
+                     L->m->dir, name, (long long)n, t->n_dims, qvm_dtype_name(t->dtype));
         L->failed = 1;
         return NULL;
     }
@@ -77,10 +77,10 @@ static float *get_vector(loader *L, const char *name, int64_t n) {
 /* A q4 scales/biases tensor as bf16: borrowed from the mmap when it is bf16 (the usual MLX
  * layout), else an owned copy (an F16 or F32 scale is rounded to bf16: 2^-9 relative, against
  * q4's own ~7 %). */
-static const uint16_t *get_bf16(loader *L, const qve_tensor *t, const char *name) {
-    if (t->dtype == QVE_DTYPE_BF16) return t->data;
-    const size_t n = t->n_bytes / qve_dtype_size(t->dtype);
-    float *f = qve_tensor_to_f32(t);
+static const uint16_t *get_bf16(loader *L, const qvm_tensor *t, const char *name) {
+    if (t->dtype == QVM_DTYPE_BF16) return t->data;
+    const size_t n = t->n_bytes / qvm_dtype_size(t->dtype);
+    float *f = qvm_tensor_to_f32(t);
     uint16_t *h = f ? qvk_alloc(n * sizeof *h) : NULL;
     uint16_t **grown =
         h ? realloc(L->m->weight_copies, sizeof *grown * (size_t)(L->m->n_weight_copies + 1))
@@ -93,7 +93,7 @@ static const uint16_t *get_bf16(loader *L, const qve_tensor *t, const char *name
     }
     qvk_f32_to_bf16(h, f, n);
     qvk_free(f);
-    qve_st_drop_pages(t->data, t->n_bytes); /* RSS holds the bf16 copy only */
+    qvm_st_drop_pages(t->data, t->n_bytes); /* RSS holds the bf16 copy only */
     L->m->weight_copies = grown;
     L->m->weight_copies[L->m->n_weight_copies++] = h;
     return h;
@@ -105,26 +105,26 @@ static void get_linear(loader *L, qve_mat *w, const char *name, int64_t rows, in
     char sb[300];
     const size_t n = strlen(name) - strlen(".weight");
     snprintf(sb, sizeof sb, "%.*s.scales", (int)n, name);
-    const qve_tensor *s = L->m->cfg.quant_bits ? qve_st_find(L->m->st, sb) : NULL;
+    const qvm_tensor *s = L->m->cfg.quant_bits ? qvm_st_find(L->m->st, sb) : NULL;
     if (!s) {
         w->bf16 = get_matrix(L, name, rows, cols);
         return;
     }
     if (L->failed) return;
     const int64_t shape[2] = {rows, cols / 8};
-    const qve_tensor *q =
-        qve_st_expect(L->m->st, name, QVE_DTYPE_U32, 2, shape, L->err, L->err_size);
+    const qvm_tensor *q =
+        qvm_st_expect(L->m->st, name, QVM_DTYPE_U32, 2, shape, L->err, L->err_size);
     w->q4 = q ? q->data : NULL;
     w->q4_s = q ? get_bf16(L, s, sb) : NULL;
     snprintf(sb, sizeof sb, "%.*s.biases", (int)n, name);
-    const qve_tensor *b = qve_st_find(L->m->st, sb);
+    const qvm_tensor *b = qvm_st_find(L->m->st, sb);
     w->q4_b = b && w->q4_s ? get_bf16(L, b, sb) : NULL;
     if (!w->q4 || !w->q4_b) L->failed = 1;
 }
 
-static void load_stack(loader *L, qve_stack *s, const qve_stack_config *c, const char *prefix) {
+static void load_stack(loader *L, qve_stack *s, const qvm_stack_config *c, const char *prefix) {
     s->cfg = *c;
-    s->layers = calloc((size_t)c->num_hidden_layers, sizeof(qve_layer));
+    s->layers = calloc((size_t)c->num_hidden_layers, sizeof(qvm_layer));
     if (!s->layers) {
         snprintf(L->err, L->err_size, "%s: out of memory", L->m->dir);
         L->failed = 1;
@@ -132,11 +132,11 @@ static void load_stack(loader *L, qve_stack *s, const qve_stack_config *c, const
     }
     char n[256];
     for (int i = 0; i < c->num_hidden_layers; i++)
-        for (int k = 0; k < QVE_LAYER_N_TENSORS; k++) {
+        for (int k = 0; k < QVM_LAYER_N_TENSORS; k++) {
             int64_t shape[2];
             qve_mat *mat;
             float **vec;
-            qve_layer_tensor(c, prefix, i, k, n, sizeof n, shape);
+            qvm_layer_tensor(c, prefix, i, k, n, sizeof n, shape);
             qve_layer_field(&s->layers[i], k, &mat, &vec);
             if (mat) get_linear(L, mat, n, shape[0], shape[1]);
             else *vec = get_vector(L, n, shape[0]);
@@ -145,18 +145,18 @@ static void load_stack(loader *L, qve_stack *s, const qve_stack_config *c, const
     s->norm = get_vector(L, n, c->hidden_size);
 }
 
-void qve_layer_field(qve_layer *l, int k, qve_mat **mat, float ***vec) {
-    qve_mat *const m[QVE_LAYER_N_TENSORS] = {
+void qve_layer_field(qvm_layer *l, int k, qve_mat **mat, float ***vec) {
+    qve_mat *const m[QVM_LAYER_N_TENSORS] = {
         NULL, &l->q_proj, &l->k_proj, &l->v_proj, &l->o_proj, NULL, NULL, NULL,
         &l->gate_proj, &l->up_proj, &l->down_proj};
-    float **const v[QVE_LAYER_N_TENSORS] = {
+    float **const v[QVM_LAYER_N_TENSORS] = {
         &l->input_layernorm, NULL, NULL, NULL, NULL, &l->q_norm, &l->k_norm,
         &l->post_attention_layernorm, NULL, NULL, NULL};
     *mat = m[k];
     *vec = v[k];
 }
 
-static int check_stack_config(const qve_stack_config *c, const char *dir, const char *what,
+static int check_stack_config(const qvm_stack_config *c, const char *dir, const char *what,
                               char *err, size_t err_size) {
     if (c->hidden_size <= 0 || c->num_hidden_layers <= 0 || c->num_attention_heads <= 0 ||
         c->num_key_value_heads <= 0 || c->head_dim <= 0 || (c->head_dim & 1) ||
@@ -175,9 +175,9 @@ int qve_model_load(qv_model *m, const char *dir, char *err, size_t err_size) {
     pthread_mutex_init(&m->q8_lock, NULL);
     pthread_mutex_init(&m->dec_lock, NULL);
     snprintf(m->dir, sizeof m->dir, "%s", dir);
-    if (qve_model_config_load(&m->cfg, dir, err, err_size)) return -1;
-    if (qve_generation_config_load(&m->gen, dir, err, err_size)) return -1;
-    const qve_model_config *c = &m->cfg;
+    if (qvm_model_config_load(&m->cfg, dir, err, err_size)) return -1;
+    if (qvm_generation_config_load(&m->gen, dir, err, err_size)) return -1;
+    const qvm_model_config *c = &m->cfg;
     if (check_stack_config(&c->talker, dir, "talker_config", err, err_size) ||
         check_stack_config(&c->code_predictor, dir, "code_predictor_config", err, err_size))
         return -1;
@@ -194,21 +194,21 @@ int qve_model_load(qv_model *m, const char *dir, char *err, size_t err_size) {
     struct stat sb;
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     if (stat(path, &sb) != 0) snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
-    m->st = qve_st_open(path, err, err_size);
+    m->st = qvm_st_open(path, err, err_size);
     if (!m->st) return -1;
 
-    qve_manifest man = {0};
-    int bad = qve_manifest_model(&man, c, err, err_size) ||
-              qve_manifest_compressed(&man, c, m->st, err, err_size) ||
-              qve_manifest_check_st(&man, m->st, 1, err, err_size);
-    qve_manifest_free(&man);
+    qvm_manifest man = {0};
+    int bad = qvm_manifest_model(&man, c, err, err_size) ||
+              qvm_manifest_compressed(&man, c, m->st, err, err_size) ||
+              qvm_manifest_check_st(&man, m->st, 1, err, err_size);
+    qvm_manifest_free(&man);
     if (bad) return -1;
 
     loader L = {m, err, err_size, 0};
     const int64_t H = c->talker.hidden_size;
     qve_talker *t = &m->talker;
     load_stack(&L, &t->stack, &c->talker, "talker.model");
-    if (!L.failed && qve_textside_bind(&m->text, m->st, c, err, err_size)) L.failed = 1;
+    if (!L.failed && qvm_textside_bind(&m->text, m->st, c, err, err_size)) L.failed = 1;
     t->text_embedding = m->text.text_embedding;
     t->text_token_map = m->text.text_token_map;
     t->fc1 = m->text.fc1, t->fc1_bias = m->text.fc1_bias;
@@ -240,7 +240,7 @@ static void free_view(struct qve_view *v) {
     if (!v) return;
     free(v->talker.stack.layers);
     free(v->cp.stack.layers);
-    if (v->cache) qve_prep_close(v->cache);
+    if (v->cache) qvm_prep_close(v->cache);
     else qvk_free(v->q), qvk_free(v->scale);
     qvk_free(v->text_w);
     free(v);
@@ -263,10 +263,10 @@ void qve_model_unload(qv_model *m) {
     for (int i = 0; i < m->n_weight_copies; i++)
         qvk_free(m->weight_copies[i]);
     free(m->weight_copies);
-    qve_textside_free(&m->text);
+    qvm_textside_free(&m->text);
     free(m->talker.stack.layers);
     free(m->cp.stack.layers);
-    qve_st_close(m->st);
+    qvm_st_close(m->st);
     memset(m, 0, sizeof *m);
 }
 
@@ -278,13 +278,13 @@ static void each_matrix(struct qve_view *v, int all,
                         void (*fn)(qve_mat *, int, int, void *), void *ctx) {
     qve_stack *stacks[2] = {&v->talker.stack, &v->cp.stack};
     for (int k = 0; k < 2; k++) {
-        const qve_stack_config *c = &stacks[k]->cfg;
+        const qvm_stack_config *c = &stacks[k]->cfg;
         const int H = c->hidden_size;
         const int qd = c->num_attention_heads * c->head_dim;
         const int kvd = c->num_key_value_heads * c->head_dim;
         for (int l = 0; l < c->num_hidden_layers; l++) {
-            qve_layer *L = &stacks[k]->layers[l];
-            const int I = qve_layer_intermediate(c, l);
+            qvm_layer *L = &stacks[k]->layers[l];
+            const int I = qvm_layer_intermediate(c, l);
             fn(&L->q_proj, qd, H, ctx), fn(&L->k_proj, kvd, H, ctx), fn(&L->v_proj, kvd, H, ctx);
             fn(&L->o_proj, H, qd, ctx);
             fn(&L->gate_proj, I, H, ctx), fn(&L->up_proj, I, H, ctx), fn(&L->down_proj, H, I, ctx);
@@ -338,8 +338,8 @@ static void fill_matrix(qve_mat *w, int n_out, int n_in, void *ctx) {
     count_matrix(w, n_out, n_in, ctx);
 }
 
-static qve_layer *copy_layers(const qve_stack *s) {
-    qve_layer *l = malloc(sizeof *l * (size_t)s->cfg.num_hidden_layers);
+static qvm_layer *copy_layers(const qve_stack *s) {
+    qvm_layer *l = malloc(sizeof *l * (size_t)s->cfg.num_hidden_layers);
     if (l) memcpy(l, s->layers, sizeof *l * (size_t)s->cfg.num_hidden_layers);
     return l;
 }
@@ -348,7 +348,7 @@ static qve_layer *copy_layers(const qve_stack *s) {
  * and a probe of the quantizer (a fixed matrix quantized by it). -1 when not cached: caching off,
  * or a weight delta changed the weights in RAM. */
 static int q8_cache_id(const qv_model *m, qvk_pool *pool, size_t n_q, size_t n_s,
-                       qve_prep_id *id) {
+                       qvm_prep_id *id) {
     if (m->wdelta_on) return -1;
     char path[1100], err[256];
     size_t n_cfg;
@@ -366,9 +366,9 @@ static int q8_cache_id(const qv_model *m, qvk_pool *pool, size_t n_q, size_t n_s
     for (int i = 0; i < 2 * QVK_Q8_GROUP; i++)
         w[i] = (uint16_t)(0x3c00 + (i * 193) % 1531) ^ (uint16_t)(i & 1) << 15;
     const int bad =
-        !cfg || qve_fingerprint_st(m->st, cfg, n_cfg, QVE_FINGERPRINT_TABLE, k.fp, err, sizeof err) ||
+        !cfg || qvm_fingerprint_st(m->st, cfg, n_cfg, QVM_FINGERPRINT_TABLE, k.fp, err, sizeof err) ||
         qvk_q8_quantize_bf16(pool, k.q, k.s, w, 2, QVK_Q8_GROUP) ||
-        qve_prep_id_make(id, "int8", m->st, &k, sizeof k);
+        qvm_prep_id_make(id, "int8", m->st, &k, sizeof k);
     free(cfg);
     return bad ? -1 : 0;
 }
@@ -376,13 +376,13 @@ static int q8_cache_id(const qv_model *m, qvk_pool *pool, size_t n_q, size_t n_s
 /* The q4 view's text projection: the q4 rounding a q4 checkpoint's has (textside.h), widened to
  * bf16 as the prompt path reads it. Left bf16 when its width is no multiple of the q4 group.
  * -1 when out of memory. */
-static int round_text_q4(struct qve_view *v, const qve_model_config *c, qvk_pool *pool) {
+static int round_text_q4(struct qve_view *v, const qvm_model_config *c, qvk_pool *pool) {
     const int TH = c->text_hidden_size, H = c->talker.hidden_size;
     if (TH % QVK_Q4_GROUP || TH > QVK_Q4_MAX_IN) return 0;
     v->text_w = qvk_alloc(((size_t)TH * TH + (size_t)H * TH) * sizeof *v->text_w);
     if (!v->text_w ||
-        qve_textside_round_q4(pool, v->text_w, v->talker.fc1, TH, TH) ||
-        qve_textside_round_q4(pool, v->text_w + (size_t)TH * TH, v->talker.fc2, H, TH))
+        qvm_textside_round_q4(pool, v->text_w, v->talker.fc1, TH, TH) ||
+        qvm_textside_round_q4(pool, v->text_w + (size_t)TH * TH, v->talker.fc2, H, TH))
         return -1;
     v->talker.fc1 = v->text_w, v->talker.fc2 = v->text_w + (size_t)TH * TH;
     return 0;
@@ -401,10 +401,10 @@ static struct qve_view *make_view(const qv_model *m, int q4, qvk_pool *pool) {
     }
     each_matrix(v, q4, count_matrix, &f);
     /* int8: the quantized matrices of an earlier run, mapped from the cache when they fit */
-    qve_prep_id id;
+    qvm_prep_id id;
     const int cached = !q4 && !q8_cache_id(m, pool, f.n_q, f.n_s, &id);
-    if (cached && (v->cache = qve_prep_open(&id))) {
-        const void *q = qve_prep_take(v->cache, f.n_q), *s = qve_prep_take(v->cache, f.n_s * 4);
+    if (cached && (v->cache = qvm_prep_open(&id))) {
+        const void *q = qvm_prep_take(v->cache, f.n_q), *s = qvm_prep_take(v->cache, f.n_s * 4);
         if (q && s) {
             f = (struct q_fill){pool, 0, 0, 0, (uint8_t *)(uintptr_t)q, (void *)(uintptr_t)s,
                                 NULL, 0};
@@ -412,7 +412,7 @@ static struct qve_view *make_view(const qv_model *m, int q4, qvk_pool *pool) {
             v->n_bytes = f.n_q;
             return v;
         }
-        qve_prep_close(v->cache);
+        qvm_prep_close(v->cache);
         v->cache = NULL;
     }
     v->q = qvk_alloc(f.n_q ? f.n_q : 1);
@@ -437,7 +437,7 @@ static struct qve_view *make_view(const qv_model *m, int q4, qvk_pool *pool) {
     if (!q4) qvk_q8_quantize_multi(pool, mats, f.n_mats); /* shapes checked by quantizable */
     free(mats);
     if (cached)
-        qve_prep_save(&id, (qve_prep_array[]){{v->q, f.n_q}, {v->scale, f.n_s * sizeof(float)}},
+        qvm_prep_save(&id, (qvm_prep_array[]){{v->q, f.n_q}, {v->scale, f.n_s * sizeof(float)}},
                       2);
     return v;
 }

@@ -49,15 +49,15 @@ typedef struct {                     /* one Qwen3 decoder layer; PREFIX = talker
     qve_mat gate_proj;               /* [I, H]         PREFIX.mlp.gate_proj.weight (I per layer) */
     qve_mat up_proj;                 /* [I, H]         PREFIX.mlp.up_proj.weight */
     qve_mat down_proj;               /* [H, I]         PREFIX.mlp.down_proj.weight */
-} qve_layer;
+} qvm_layer;
 
-/* The field of l that holds tensor k of qve_layer_tensor (checkpoint/manifest.h): *mat for a
+/* The field of l that holds tensor k of qvm_layer_tensor (checkpoint/manifest.h): *mat for a
  * matrix, else *vec (the other is set to NULL). */
-void qve_layer_field(qve_layer *l, int k, qve_mat **mat, float ***vec);
+void qve_layer_field(qvm_layer *l, int k, qve_mat **mat, float ***vec);
 
 typedef struct { /* a Qwen3 decoder stack without embeddings / head */
-    qve_stack_config cfg;
-    qve_layer *layers; /* [num_hidden_layers] */
+    qvm_stack_config cfg;
+    qvm_layer *layers; /* [num_hidden_layers] */
     float *norm;       /* [H] *.model.norm.weight (f32) */
 } qve_stack;
 
@@ -86,10 +86,10 @@ typedef struct {     /* code predictor (§4), prefix talker.code_predictor. */
 
 struct qv_model {
     char dir[1024];
-    qve_model_config cfg;
-    qve_generation_config gen;
-    qve_st *st; /* owns the mmap the weight pointers borrow from */
-    qve_textside text; /* the checkpoint's text side; talker's text fields point into it */
+    qvm_model_config cfg;
+    qvm_generation_config gen;
+    qvm_st *st; /* owns the mmap the weight pointers borrow from */
+    qvm_textside text; /* the checkpoint's text side; talker's text fields point into it */
     qve_talker talker;
     qve_code_predictor cp;
     int n_f32_copies;
@@ -118,7 +118,7 @@ struct qve_view {
     void *q;        /* every quantized matrix, one allocation (NULL when cached) */
     void *scale;    /* every int8 row scale (f32), or every q4 group scale then bias (bf16) */
     size_t n_bytes; /* quantized weight bytes */
-    struct qve_prep *cache; /* int8: the matrices and scales mapped from the cache file (prepared.h) */
+    struct qvm_prep *cache; /* int8: the matrices and scales mapped from the cache file (prepared.h) */
     uint16_t *text_w;       /* q4: the text projection's q4 rounding (fc1 then fc2, bf16), or NULL */
 };
 
@@ -203,10 +203,10 @@ void qve_stack_forward_multi(qve_stack_state *const *s, int n, qvk_pool *pool, f
 /* ==== talker / code predictor ================================================================ */
 
 /* out[n, H] = text_projection(E_txt[ids[i]]) (§3.1) with t's text side (the model's, or a
- * voice's WOVR bridge; ids through the token map of a pruned vocabulary): qve_textside_project,
+ * voice's WOVR bridge; ids through the token map of a pruned vocabulary): qvm_textside_project,
  * so a voice's TPAD (clone) is computed by the same code. tmp needs n*2*text_hidden floats,
  * wscratch qvk_linear_bf16_scratch(n, text_hidden, max(text_hidden, H)) floats. */
-void qve_talker_project_text(const qve_talker *t, const qve_model_config *c, qvk_pool *pool,
+void qve_talker_project_text(const qve_talker *t, const qvm_model_config *c, qvk_pool *pool,
                              float *out, const int32_t *ids, int n, float *tmp, float *wscratch);
 /* out[H] += (or =) row id of the codec embedding. */
 void qve_talker_codec_embed(const qve_talker *t, float *out, int id, int accumulate);

@@ -29,7 +29,7 @@ const char *qv_strerror(enum qv_status st) {
     return text[st];
 }
 
-static qv_params params_from(const qve_generation_config *g) {
+static qv_params params_from(const qvm_generation_config *g) {
     qv_params p = {0};
     p.n_threads = 1;
     p.do_sample = g->do_sample;
@@ -46,7 +46,7 @@ static qv_params params_from(const qve_generation_config *g) {
 }
 
 qv_params qv_default_params(void) {
-    const qve_generation_config g = qve_generation_defaults();
+    const qvm_generation_config g = qvm_generation_defaults();
     return params_from(&g);
 }
 
@@ -209,7 +209,7 @@ enum qv_status qv_session_new(qv_session **out, const qv_model *m, const qv_para
         qv_session_free(s);
         return QV_E_INVALID;
     }
-    const qve_model_config *c = &m->cfg;
+    const qvm_model_config *c = &m->cfg;
     const size_t H = (size_t)c->talker.hidden_size, V = (size_t)c->talker.vocab_size;
     const size_t nv =
         V > (size_t)c->code_predictor.vocab_size ? V : (size_t)c->code_predictor.vocab_size;
@@ -390,7 +390,7 @@ static enum qv_status spell_vocab(qv_session *s, qv_request *q, qve_tok_ids sp[3
 
 static enum qv_status start_ids(qv_session *s, const qv_request *r) {
     const qv_model *m = s->m;
-    const qve_model_config *c = &m->cfg;
+    const qvm_model_config *c = &m->cfg;
     const int H = c->talker.hidden_size, TH = c->text_hidden_size;
     const int CV = c->code_predictor.vocab_size;
     free_utterance(s);
@@ -425,13 +425,13 @@ static enum qv_status start_ids(qv_session *s, const qv_request *r) {
     char names[1024];
     const char *lang = r->language;
     int is_auto = !lang || !strcasecmp(lang, "auto"), lang_id = -1;
-    if (!is_auto && (strstr(lang, "dialect") || (lang_id = qve_language_id(c, lang)) < 0)) {
+    if (!is_auto && (strstr(lang, "dialect") || (lang_id = qvm_language_id(c, lang)) < 0)) {
         list_names(names, sizeof names, m, 0);
         return fail(s, QV_E_LANGUAGE, "unknown language '%s' (valid: %s)", lang, names);
     }
-    const qve_speaker *spk = NULL;
+    const qvm_speaker *spk = NULL;
     if (!r->speaker_vector && r->speaker) {
-        spk = qve_speaker_find(c, r->speaker);
+        spk = qvm_speaker_find(c, r->speaker);
         if (!spk) {
             list_names(names, sizeof names, m, 1);
             return fail(s, QV_E_SPEAKER, "unknown speaker '%s' (valid: %s)", r->speaker,
@@ -439,7 +439,7 @@ static enum qv_status start_ids(qv_session *s, const qv_request *r) {
         }
     }
     if (spk && spk->dialect[0] && (is_auto || !strcasecmp(lang, "chinese"))) {
-        int d = qve_language_id(c, spk->dialect); /* dialect rule (§1.3) */
+        int d = qvm_language_id(c, spk->dialect); /* dialect rule (§1.3) */
         if (d >= 0) is_auto = 0, lang_id = d;
     }
     int clist[8], n_c = 0;
@@ -486,7 +486,7 @@ static enum qv_status start_ids(qv_session *s, const qv_request *r) {
     }
 
     int streaming = r->layout == QV_LAYOUT_STREAMING ||
-                    (r->layout == QV_LAYOUT_DEFAULT && c->variant == QVE_VARIANT_BASE);
+                    (r->layout == QV_LAYOUT_DEFAULT && c->variant == QVM_VARIANT_BASE);
     const int icl = r->n_ref_frames > 0;
 
     /* -- every text row to project: instruct, role, text, ref, PAD, BOS, EOS -- */
@@ -649,7 +649,7 @@ int qve_session_frame_begin(qv_session *s, int *c0, int *done, enum qv_status *s
         return 0;
     }
     if (s->step_due) talker_step(s);
-    const qve_model_config *c = &s->m->cfg;
+    const qvm_model_config *c = &s->m->cfg;
     const int H = c->talker.hidden_size, V = c->talker.vocab_size;
     memcpy(s->logits, s->logits_raw, (size_t)V * sizeof(float));
     qve_talker_logits_process(s->logits, V, s->seen, s->p.repetition_penalty, s->n_frames,

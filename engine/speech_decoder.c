@@ -101,7 +101,7 @@ struct qve_decoder {
     float rms_eps, rope_theta;
     int samples_per_frame, sample_rate;
 
-    qve_st *st;
+    qvm_st *st;
     const float *codebooks;     /* [n_q, cb_size, cb_dim] embedding_sum / max(usage, 1e-5) */
     qvk_p48w out_first;         /* [rvq_dim, cb_dim] quantizer.rvq_first.output_proj.weight */
     qvk_p48w out_rest;          /* [rvq_dim, cb_dim] quantizer.rvq_rest.output_proj.weight */
@@ -123,7 +123,7 @@ struct qve_decoder {
     float **owned; /* prepared weights (when not from the cache) and copies of misaligned
                       tensors */
     int n_owned;
-    qve_prep *cache; /* the prepared weights' cache file, mapped (NULL: prepared here) */
+    qvm_prep *cache; /* the prepared weights' cache file, mapped (NULL: prepared here) */
 };
 
 /* ==== per-stream state ===================================================================== */
@@ -208,9 +208,9 @@ typedef struct {
     char *err;
     size_t err_size;
     int failed;
-    qve_prep *cache;      /* prepared arrays to map instead of computing, or NULL */
+    qvm_prep *cache;      /* prepared arrays to map instead of computing, or NULL */
     int save;             /* record what is prepared, for a new cache file */
-    qve_prep_array *made; /* [n_made] prepared arrays, in load order */
+    qvm_prep_array *made; /* [n_made] prepared arrays, in load order */
     int n_made;
     int last_f16;         /* the tensor get() returned last is F16 in the checkpoint */
 } loader;
@@ -240,18 +240,18 @@ static const float *get(loader *ld, int n_dims, int64_t d0, int64_t d1, int64_t 
     va_end(ap);
     int64_t shape[3] = {d0, d1, d2};
     /* F32 as published, or F16 (qvoice-compress --decoder-f16) widened to an owned copy */
-    const qve_tensor *f = qve_st_find(ld->d->st, name);
-    const enum qve_dtype want = f && f->dtype == QVE_DTYPE_F16 ? QVE_DTYPE_F16 : QVE_DTYPE_F32;
-    const qve_tensor *t =
-        qve_st_expect(ld->d->st, name, want, n_dims, shape, ld->err, ld->err_size);
+    const qvm_tensor *f = qvm_st_find(ld->d->st, name);
+    const enum qvm_dtype want = f && f->dtype == QVM_DTYPE_F16 ? QVM_DTYPE_F16 : QVM_DTYPE_F32;
+    const qvm_tensor *t =
+        qvm_st_expect(ld->d->st, name, want, n_dims, shape, ld->err, ld->err_size);
     if (!t) {
         ld->failed = 1;
         return NULL;
     }
-    ld->last_f16 = want == QVE_DTYPE_F16;
-    if (want == QVE_DTYPE_F32 && (uintptr_t)t->data % sizeof(float) == 0) return t->data;
-    float *copy = qve_tensor_to_f32(t);
-    if (copy) qve_st_drop_pages(t->data, t->n_bytes); /* RSS holds the f32 copy only */
+    ld->last_f16 = want == QVM_DTYPE_F16;
+    if (want == QVM_DTYPE_F32 && (uintptr_t)t->data % sizeof(float) == 0) return t->data;
+    float *copy = qvm_tensor_to_f32(t);
+    if (copy) qvm_st_drop_pages(t->data, t->n_bytes); /* RSS holds the f32 copy only */
     return keep(ld, copy) == 0 ? copy : NULL;
 }
 
@@ -260,14 +260,14 @@ static const float *get(loader *ld, int n_dims, int64_t d0, int64_t d1, int64_t 
  * (what was taken from it stays valid). */
 static const void *prepared(loader *ld, size_t n_bytes, void **fresh) {
     *fresh = NULL;
-    const void *c = ld->cache ? qve_prep_take(ld->cache, n_bytes) : NULL;
+    const void *c = ld->cache ? qvm_prep_take(ld->cache, n_bytes) : NULL;
     if (c) return c;
     ld->cache = NULL;
     void *p = qvk_alloc(n_bytes);
     if (keep(ld, p) != 0) return NULL;
     if (ld->save) {
-        qve_prep_array *m = realloc(ld->made, (size_t)(ld->n_made + 1) * sizeof *m);
-        if (m) m[ld->n_made++] = (qve_prep_array){p, n_bytes}, ld->made = m;
+        qvm_prep_array *m = realloc(ld->made, (size_t)(ld->n_made + 1) * sizeof *m);
+        if (m) m[ld->n_made++] = (qvm_prep_array){p, n_bytes}, ld->made = m;
         else ld->save = 0;
     }
     return *fresh = p;
@@ -283,7 +283,7 @@ static void done_with(loader *ld, const float *w, size_t n) {
             o[i] = o[--ld->d->n_owned];
             return;
         }
-    qve_st_drop_pages(w, n * sizeof *w);
+    qvm_st_drop_pages(w, n * sizeof *w);
 }
 
 /* Conv weight [c_out, c_in, 7] → Winograd-domain panels (qvk_wino_weights). */
@@ -384,8 +384,8 @@ static size_t probe_size(const qve_decoder *d) {
 }
 
 static int load_config(qve_decoder *d, const char *dir, char *err, size_t err_size) {
-    qve_codec_config c;
-    if (qve_codec_config_load(&c, dir, err, err_size) != 0) return -1;
+    qvm_codec_config c;
+    if (qvm_codec_config_load(&c, dir, err, err_size) != 0) return -1;
     d->n_q = c.decoder.num_quantizers;
     d->cb_size = c.decoder.codebook_size;
     d->rvq_dim = c.decoder.codebook_dim;
@@ -485,7 +485,7 @@ static int load_weights(qve_decoder *d, loader *ld) {
     if (ld->failed) return -1;
 
     /* ConvNeXt width: the checkpoint's pwconv1 rows (4·latent in the official model). */
-    const qve_tensor *pw = qve_st_find(d->st, "decoder.upsample.0.1.pwconv1.weight");
+    const qvm_tensor *pw = qvm_st_find(d->st, "decoder.upsample.0.1.pwconv1.weight");
     d->conv_inter = pw && pw->n_dims == 2 ? (int)pw->shape[0] : 4 * L;
     int F = d->conv_inter;
     for (int s = 0; s < N_UP; s++) {
@@ -555,7 +555,7 @@ qve_decoder *qve_decoder_load(const char *dir, char *err, size_t err_size) {
     }
     if (load_config(d, dir, err, err_size) != 0) goto fail;
     snprintf(path, sizeof path, "%s/speech_tokenizer/model.safetensors", dir);
-    d->st = qve_st_open(path, err, err_size);
+    d->st = qvm_st_open(path, err, err_size);
     if (!d->st) goto fail;
     d->layers = calloc((size_t)d->n_layers + 1, sizeof *d->layers);
     if (!d->layers) {
@@ -568,15 +568,15 @@ qve_decoder *qve_decoder_load(const char *dir, char *err, size_t err_size) {
        saved for the next load */
     const size_t np = probe_size(d);
     float *pr = malloc(np * sizeof *pr);
-    qve_prep_id id;
+    qvm_prep_id id;
     if (pr) probe(d, pr);
-    const int cached = pr && !qve_prep_id_make(&id, "decoder", d->st, pr, np * sizeof *pr);
+    const int cached = pr && !qvm_prep_id_make(&id, "decoder", d->st, pr, np * sizeof *pr);
     free(pr);
     loader ld = {d, path, err, err_size, 0, NULL, 0, NULL, 0, 0};
-    if (cached) d->cache = ld.cache = qve_prep_open(&id);
+    if (cached) d->cache = ld.cache = qvm_prep_open(&id);
     ld.save = cached && !ld.cache;
     int rc = load_weights(d, &ld);
-    if (rc == 0 && ld.save) qve_prep_save(&id, ld.made, ld.n_made);
+    if (rc == 0 && ld.save) qvm_prep_save(&id, ld.made, ld.n_made);
     free(ld.made);
 #ifdef __GLIBC__
     /* the widened f16 copies done_with() freed sit between the kept buffers in malloc's heaps,
@@ -594,9 +594,9 @@ void qve_decoder_free(qve_decoder *dec) {
     for (int i = 0; i < dec->n_owned; i++)
         qvk_free(dec->owned[i]);
     free(dec->owned);
-    qve_prep_close(dec->cache);
+    qvm_prep_close(dec->cache);
     free(dec->layers);
-    qve_st_close(dec->st);
+    qvm_st_close(dec->st);
     free(dec);
 }
 

@@ -43,7 +43,7 @@ typedef struct qve_decoder qve_decoder;
 typedef struct qve_dec_stream qve_dec_stream;
 
 /* Loads speech_tokenizer/config.json + speech_tokenizer/model.safetensors of a model directory
- * (the same dir qve_codec_config_load takes). Weights stay in the mmap (borrowed); the codebook
+ * (the same dir qvm_codec_config_load takes). Weights stay in the mmap (borrowed); the codebook
  * tables embedding_sum / max(cluster_usage, 1e-5) are computed once here. Returns NULL with a
  * one-line "FILE: problem" in err on failure. */
 qve_decoder *qve_decoder_load(const char *dir, char *err, size_t err_size);

@@ -56,8 +56,8 @@ struct qv_synth {
     void *chunk_user;
     /* verification: the speaker encoder of verify_dir, loaded on first use */
     char verify_dir[1024];
-    qvc_ecapa *ecapa;
-    qvc_mel *mel;
+    qva_ecapa *ecapa;
+    qva_mel *mel;
     float *xvec;
     /* decoded audio handed over by the decoder thread */
     pthread_mutex_t mu;
@@ -154,8 +154,8 @@ void qv_synth_free(qv_synth *s) {
     __atomic_sub_fetch(&s->m->n_synths, 1, __ATOMIC_SEQ_CST);
     qv_session_free(s->s);
     qvk_pool_free(s->full);
-    qvc_ecapa_free(s->ecapa);
-    qvc_mel_free(s->mel);
+    qva_ecapa_free(s->ecapa);
+    qva_mel_free(s->mel);
     free(s->xvec);
     qve_audio_buf_free(&s->q);
     pthread_mutex_destroy(&s->mu);
@@ -441,14 +441,14 @@ static int generate(run *c, const char *text, piece *pc) {
 /* Speaker similarity of a piece's audio to the voice; NAN when too short. */
 static double verify(run *c, const piece *pc) {
     qv_synth *s = c->s;
-    int nf = qvc_mel_n_frames(pc->pb.n);
+    int nf = qva_mel_n_frames(pc->pb.n);
     if (nf < 5) return NAN;
-    float *mel = malloc((size_t)nf * QVC_MEL_BINS * sizeof(float));
+    float *mel = malloc((size_t)nf * QVA_MEL_BINS * sizeof(float));
     double v = NAN;
     char e[256];
-    if (mel && !qvc_mel_compute(s->mel, mel, pc->pb.x, pc->pb.n) &&
-        !qvc_ecapa_forward(s->ecapa, s->s->pool, s->xvec, mel, nf, e, sizeof e))
-        v = qvk_cosine(s->xvec, c->ref_xvec, qvc_ecapa_dim(s->ecapa));
+    if (mel && !qva_mel_compute(s->mel, mel, pc->pb.x, pc->pb.n) &&
+        !qva_ecapa_forward(s->ecapa, s->s->pool, s->xvec, mel, nf, e, sizeof e))
+        v = qvk_cosine(s->xvec, c->ref_xvec, qva_ecapa_dim(s->ecapa));
     free(mel);
     return v;
 }
@@ -516,7 +516,7 @@ static enum qv_status prepare(run *c, const qv_voice *v, qv_text_bridge *bridge)
     c->base.instruct = r->instruct;
     if (!v) {
         c->base.speaker = r->speaker;
-        if (m->cfg.variant == QVE_VARIANT_CUSTOM_VOICE && !r->speaker)
+        if (m->cfg.variant == QVM_VARIANT_CUSTOM_VOICE && !r->speaker)
             return fail(c, QV_E_SPEAKER, "%s: a CustomVoice model needs a preset speaker or a voice",
                         m->dir), c->status;
         return QV_OK;
@@ -552,18 +552,18 @@ static enum qv_status prepare(run *c, const qv_voice *v, qv_text_bridge *bridge)
     if (e[0] && !c->st->warning[0]) snprintf(c->st->warning, sizeof c->st->warning, "%.250s", e);
     if (!r->verify_model_dir) return QV_OK;
     if (!s->ecapa || strcmp(s->verify_dir, r->verify_model_dir)) {
-        qvc_ecapa_free(s->ecapa);
-        s->ecapa = qvc_ecapa_load(r->verify_model_dir, e, sizeof e);
+        qva_ecapa_free(s->ecapa);
+        s->ecapa = qva_ecapa_load(r->verify_model_dir, e, sizeof e);
         if (!s->ecapa) return fail(c, QV_E_MODEL, "verify: %s", e), QV_E_MODEL;
         snprintf(s->verify_dir, sizeof s->verify_dir, "%s", r->verify_model_dir);
         free(s->xvec);
-        s->xvec = malloc((size_t)qvc_ecapa_dim(s->ecapa) * sizeof(float));
-        if (!s->mel) s->mel = qvc_mel_create();
+        s->xvec = malloc((size_t)qva_ecapa_dim(s->ecapa) * sizeof(float));
+        if (!s->mel) s->mel = qva_mel_create();
         if (!s->xvec || !s->mel) return fail(c, QV_E_NOMEM, "%s", "out of memory"), QV_E_NOMEM;
     }
-    if (qvc_ecapa_dim(s->ecapa) != (int)v->f->enc_dim) {
+    if (qva_ecapa_dim(s->ecapa) != (int)v->f->enc_dim) {
         snprintf(e, sizeof e, "verify: %s: speaker encoder of %d dims, the voice has %u",
-                 r->verify_model_dir, qvc_ecapa_dim(s->ecapa), v->f->enc_dim);
+                 r->verify_model_dir, qva_ecapa_dim(s->ecapa), v->f->enc_dim);
         return fail(c, QV_E_MODEL, "%s", e), QV_E_MODEL;
     }
     c->ref_xvec = v->f->xvector;

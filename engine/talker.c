@@ -19,7 +19,7 @@ int qve_stack_state_init(qve_stack_state *s, const qve_stack *w, int max_ctx, in
     s->w = w;
     s->max_ctx = max_ctx;
     s->n_batch = n_batch;
-    const qve_stack_config *c = &w->cfg;
+    const qvm_stack_config *c = &w->cfg;
     const size_t H = (size_t)c->hidden_size, I = (size_t)c->intermediate_size;
     const size_t qd = (size_t)c->num_attention_heads * c->head_dim;
     const size_t kvd = (size_t)c->num_key_value_heads * c->head_dim;
@@ -145,7 +145,7 @@ void qve_matvec_batch(qvk_pool *pool, const float *x, int n_x, int n_in, const q
  * instead of the first 2 MB huge page of each layer's region (112 MB zeroed at the first touch,
  * ~100 ms of the prefill with the default frame budget). */
 static size_t kv_row(const qve_stack_state *s, int l, int pos) {
-    const qve_stack_config *c = &s->w->cfg;
+    const qvm_stack_config *c = &s->w->cfg;
     const size_t kvd = (size_t)c->num_key_value_heads * c->head_dim;
     return ((size_t)pos * (size_t)c->num_hidden_layers + (size_t)l) * kvd;
 }
@@ -153,8 +153,8 @@ static size_t kv_row(const qve_stack_state *s, int l, int pos) {
 /* Per-head q/k RMSNorm, RoPE at pos, and store k/v at cache row pos of layer l. */
 static void qk_norm_rope_store(qve_stack_state *s, int l, float *q, float *k, const float *v,
                                int pos) {
-    const qve_stack_config *c = &s->w->cfg;
-    const qve_layer *L = &s->w->layers[l];
+    const qvm_stack_config *c = &s->w->cfg;
+    const qvm_layer *L = &s->w->layers[l];
     const int hd = c->head_dim, nh = c->num_attention_heads, nkv = c->num_key_value_heads;
     const size_t kvd = (size_t)nkv * hd;
     for (int h = 0; h < nh; h++)
@@ -171,7 +171,7 @@ static void qk_norm_rope_store(qve_stack_state *s, int l, float *q, float *k, co
 
 static void attend(qve_stack_state *s, qvk_pool *pool, int l, float *out, const float *q,
                    int n_ctx) {
-    const qve_stack_config *c = &s->w->cfg;
+    const qvm_stack_config *c = &s->w->cfg;
     const int hd = c->head_dim;
     const size_t kvd = (size_t)c->num_key_value_heads * hd;
     const size_t base = kv_row(s, l, 0);
@@ -197,13 +197,13 @@ static void track_act(const qve_stack_state *s, int l, const float *a, int n, in
 
 /* Mirrors Qwen3TTSTalkerDecoderLayer / the code predictor's layer for one token. */
 static void forward_one(qve_stack_state *s, qvk_pool *pool, float *x, int pos) {
-    const qve_stack_config *c = &s->w->cfg;
+    const qvm_stack_config *c = &s->w->cfg;
     const int H = c->hidden_size;
     const int qd = c->num_attention_heads * c->head_dim;
     const int kvd = c->num_key_value_heads * c->head_dim;
     for (int l = 0; l < c->num_hidden_layers; l++) {
-        const qve_layer *L = &s->w->layers[l];
-        const int I = qve_layer_intermediate(c, l);
+        const qvm_layer *L = &s->w->layers[l];
+        const int I = qvm_layer_intermediate(c, l);
         qvk_rmsnorm(s->h, x, L->input_layernorm, H, c->rms_norm_eps);
         const qve_mv qkv[3] = {{s->q, &L->q_proj, NULL, qd},
                                {s->k, &L->k_proj, NULL, kvd},
@@ -228,13 +228,13 @@ static void forward_one(qve_stack_state *s, qvk_pool *pool, float *x, int pos) {
  * forward_one's single-token buffers, with the same operations per row (bit-identical). */
 void qve_stack_forward_multi(qve_stack_state *const *s, int n, qvk_pool *pool, float *x,
                              const int *pos, const qve_batch_scratch *bs) {
-    const qve_stack_config *c = &s[0]->w->cfg;
+    const qvm_stack_config *c = &s[0]->w->cfg;
     const int H = c->hidden_size;
     const int qd = c->num_attention_heads * c->head_dim;
     const int kvd = c->num_key_value_heads * c->head_dim;
     for (int l = 0; l < c->num_hidden_layers; l++) {
-        const qve_layer *L = &s[0]->w->layers[l];
-        const int I = qve_layer_intermediate(c, l);
+        const qvm_layer *L = &s[0]->w->layers[l];
+        const int I = qvm_layer_intermediate(c, l);
         for (int i = 0; i < n; i++)
             qvk_rmsnorm(bs->h + (size_t)i * H, x + (size_t)i * H, L->input_layernorm, H,
                         c->rms_norm_eps);
@@ -317,7 +317,7 @@ struct touch_job {
 
 static void touch_run(int ith, int nth, void *p) {
     const struct touch_job *j = p;
-    const qve_stack_config *c = &j->s->w->cfg;
+    const qvm_stack_config *c = &j->s->w->cfg;
     const size_t kvd = (size_t)c->num_key_value_heads * c->head_dim;
     const size_t row = kv_row(j->s, 0, j->pos0), n = (size_t)j->n * c->num_hidden_layers * kvd;
     /* a contiguous share each: two threads faulting one huge page would wait for each other */
@@ -328,15 +328,15 @@ static void touch_run(int ith, int nth, void *p) {
 /* The last layer runs only the last position past its K/V: nothing reads the other positions'
  * outputs (the head takes the last row), so they keep that layer's input. */
 static void forward_batch(qve_stack_state *s, qvk_pool *pool, float *x, int n, int pos0) {
-    const qve_stack_config *c = &s->w->cfg;
+    const qvm_stack_config *c = &s->w->cfg;
     const int H = c->hidden_size;
     const int qd = c->num_attention_heads * c->head_dim;
     const int kvd = c->num_key_value_heads * c->head_dim;
     float *ws = s->wscratch;
     qvk_pool_run(pool, touch_run, &(struct touch_job){s, pos0, n});
     for (int l = 0; l < c->num_hidden_layers; l++) {
-        const qve_layer *L = &s->w->layers[l];
-        const int I = qve_layer_intermediate(c, l);
+        const qvm_layer *L = &s->w->layers[l];
+        const int I = qvm_layer_intermediate(c, l);
         const int i0 = l == c->num_hidden_layers - 1 ? n - 1 : 0, m = n - i0;
         float *xm = x + (size_t)i0 * H;
         for (int i = 0; i < n; i++)
@@ -376,9 +376,9 @@ void qve_stack_forward(qve_stack_state *s, qvk_pool *pool, float *x, int n, int 
 
 /* ==== talker embeddings and head ============================================================= */
 
-void qve_talker_project_text(const qve_talker *t, const qve_model_config *c, qvk_pool *pool,
+void qve_talker_project_text(const qve_talker *t, const qvm_model_config *c, qvk_pool *pool,
                              float *out, const int32_t *ids, int n, float *tmp, float *wscratch) {
-    const qve_textside ts = {.text_hidden = c->text_hidden_size,
+    const qvm_textside ts = {.text_hidden = c->text_hidden_size,
                              .hidden = c->talker.hidden_size,
                              .text_vocab = c->text_vocab_size,
                              .codec_vocab = c->talker.vocab_size,
@@ -389,7 +389,7 @@ void qve_talker_project_text(const qve_talker *t, const qve_model_config *c, qvk
                              .fc2 = t->fc2,
                              .fc2_bias = t->fc2_bias,
                              .codec_embedding = t->codec_embedding};
-    qve_textside_project(&ts, pool, out, ids, n, tmp, wscratch);
+    qvm_textside_project(&ts, pool, out, ids, n, tmp, wscratch);
 }
 
 void qve_talker_codec_embed(const qve_talker *t, float *out, int id, int accumulate) {
@@ -403,7 +403,7 @@ void qve_talker_codec_embed(const qve_talker *t, float *out, int id, int accumul
 }
 
 void qve_talker_head(const qve_talker *t, qvk_pool *pool, float *z, float *logits, const float *x) {
-    const qve_stack_config *c = &t->stack.cfg;
+    const qvm_stack_config *c = &t->stack.cfg;
     qvk_rmsnorm(z, x, t->stack.norm, c->hidden_size, c->rms_norm_eps);
     qve_matvec(pool, z, c->hidden_size, &(qve_mv){logits, &t->codec_head, NULL, c->vocab_size}, 1);
 }

@@ -79,7 +79,7 @@ typedef struct {
 struct qve_tok {
     /* vocabulary: id -> vocab-form string; string -> id via open addressing. With tables set (a
        cache file), the strings and the tables below are in its read-only mapping (only tok_str is owned) */
-    qve_prep *tables;
+    qvm_prep *tables;
     int32_t n_ids;          /* max id + 1 */
     char **tok_str;         /* [n_ids], NULL for unused ids; strings are individually owned */
     uint8_t *is_added;      /* [n_ids] */
@@ -712,7 +712,7 @@ typedef struct {
 /* The cache id of dir's tables: the identities of the files build_tables reads and a probe of
  * the code the tables depend on (layout, slot format, hashes, table sizing), so a change of that
  * code makes old files stale by itself. 0, or -1 (no cache). */
-static int cache_id(qve_prep_id *id, const char *dir, int vm)
+static int cache_id(qvm_prep_id *id, const char *dir, int vm)
 {
     static const char *const names[] = {"vocab.json", "merges.txt", "tokenizer.json",
                                         "tokenizer_config.json"};
@@ -732,7 +732,7 @@ static int cache_id(qve_prep_id *id, const char *dir, int vm)
                               hash_u64(0x0123456789ABCDEFull),
                               pow2_at_least(151669 * 2),
                               pow2_at_least(151388 * 2 + 1)};
-    return qve_prep_id_files(id, "tokenizer", files[vm ? 0 : 2], files, 4, probe, sizeof probe);
+    return qvm_prep_id_files(id, "tokenizer", files[vm ? 0 : 2], files, 4, probe, sizeof probe);
 }
 
 /* A pointer into the cache's read-only mapping for a field that building writes: once open
@@ -747,22 +747,22 @@ static void *mapped(const void *p)
  * the strings, each merge naming a token, an empty slot in both tables (a probe stops there).
  * Damage these checks cannot see (a changed byte of a string) gives other ids, never a read out
  * of bounds. 0, or -1 (t is unchanged; p stays the caller's). */
-static int adopt_cache(qve_tok *t, qve_prep *p)
+static int adopt_cache(qve_tok *t, qvm_prep *p)
 {
-    const cache_head *h = qve_prep_take(p, sizeof *h);
+    const cache_head *h = qvm_prep_take(p, sizeof *h);
     if (!h || !h->n_ids || h->n_ids > CACHE_MAX_IDS || !h->n_str_bytes ||
         h->str_mask != pow2_at_least((size_t)h->n_ids * 2) - 1 || h->merge_mask < 15 ||
         h->merge_mask > CACHE_MAX_MERGE_MASK || (h->merge_mask & (h->merge_mask + 1)))
         return -1;
     const size_t n = h->n_ids, n_slots = (size_t)h->str_mask + 1;
     const size_t n_merge = (size_t)h->merge_mask + 1;
-    const uint32_t *off = qve_prep_take(p, n * sizeof *off);
-    const char *strs = qve_prep_take(p, h->n_str_bytes);
-    const uint8_t *added = qve_prep_take(p, n);
-    const str_entry *slots = qve_prep_take(p, n_slots * sizeof *slots);
-    const uint64_t *keys = qve_prep_take(p, n_merge * sizeof *keys);
-    const int32_t *rank = qve_prep_take(p, n_merge * sizeof *rank);
-    const int32_t *merged = qve_prep_take(p, n_merge * sizeof *merged);
+    const uint32_t *off = qvm_prep_take(p, n * sizeof *off);
+    const char *strs = qvm_prep_take(p, h->n_str_bytes);
+    const uint8_t *added = qvm_prep_take(p, n);
+    const str_entry *slots = qvm_prep_take(p, n_slots * sizeof *slots);
+    const uint64_t *keys = qvm_prep_take(p, n_merge * sizeof *keys);
+    const int32_t *rank = qvm_prep_take(p, n_merge * sizeof *rank);
+    const int32_t *merged = qvm_prep_take(p, n_merge * sizeof *merged);
     if (!off || !strs || !added || !slots || !keys || !rank || !merged ||
         strs[h->n_str_bytes - 1])
         return -1;
@@ -808,7 +808,7 @@ static int adopt_cache(qve_tok *t, qve_prep *p)
 }
 
 /* Saves the built tables as id's cache file; a failure only costs the next open a build. */
-static void save_cache(const qve_tok *t, const qve_prep_id *id)
+static void save_cache(const qve_tok *t, const qvm_prep_id *id)
 {
     size_t n_str_bytes = 0;
     for (int32_t i = 0; i < t->n_ids; i++)
@@ -828,7 +828,7 @@ static void save_cache(const qve_tok *t, const qve_prep_id *id)
         const cache_head h = {(uint32_t)t->n_ids, t->str_mask, t->merge_mask,
                               (uint32_t)n_str_bytes};
         const size_t n = (size_t)t->n_ids, n_merge = (size_t)t->merge_mask + 1;
-        const qve_prep_array a[] = {
+        const qvm_prep_array a[] = {
             {&h, sizeof h},
             {off, n * sizeof *off},
             {strs, n_str_bytes},
@@ -838,7 +838,7 @@ static void save_cache(const qve_tok *t, const qve_prep_id *id)
             {t->merge_rank, n_merge * sizeof *t->merge_rank},
             {t->merge_id, n_merge * sizeof *t->merge_id},
         };
-        qve_prep_save(id, a, (int)(sizeof a / sizeof *a));
+        qvm_prep_save(id, a, (int)(sizeof a / sizeof *a));
     }
     free(off);
     free(strs);
@@ -861,11 +861,11 @@ qve_tok *qve_tok_open(const char *dir, char *err, size_t err_size)
     snprintf(path, sizeof path, "%s/vocab.json", dir);
     snprintf(path2, sizeof path2, "%s/merges.txt", dir);
     const int vm = file_exists(path) && file_exists(path2);
-    qve_prep_id id;
+    qvm_prep_id id;
     const int cacheable = !cache_id(&id, dir, vm);
-    qve_prep *p = t && cacheable ? qve_prep_open(&id) : NULL;
+    qvm_prep *p = t && cacheable ? qvm_prep_open(&id) : NULL;
     if (p && adopt_cache(t, p)) {
-        qve_prep_close(p); /* stale or damaged: built again below and replaced */
+        qvm_prep_close(p); /* stale or damaged: built again below and replaced */
         p = NULL;
     }
     if (p && setup(t, err, err_size)) { /* damage the index checks let through */
@@ -896,7 +896,7 @@ void qve_tok_free(qve_tok *t)
         free(t->merge_id);
     }
     free(t->tok_str);
-    qve_prep_close(t->tables);
+    qvm_prep_close(t->tables);
     free(t->added);
     pcre2_match_data_free(t->md);
     pcre2_match_context_free(t->mctx);

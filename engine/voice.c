@@ -119,8 +119,8 @@ enum qv_status qve_voice_check(const qv_voice *v, const qv_model *m, int with_de
     /* is the voice's source m's sibling? its text-side rows against m's own */
     int k = qve_voice_kinship(m, f, e, sizeof e);
     if (k < 0) return snprintf(err, es, "%s: out of memory", v->path), QV_E_NOMEM;
-    if (k == QVE_KIN_UNKNOWN) snprintf(err, es, "%s: %s", v->path, e); /* a warning */
-    if (k != QVE_KIN_FOREIGN) return QV_OK;
+    if (k == QVM_KIN_UNKNOWN) snprintf(err, es, "%s: %s", v->path, e); /* a warning */
+    if (k != QVM_KIN_FOREIGN) return QV_OK;
     snprintf(err, es, "%s: made with a checkpoint unrelated to %s: %s", v->path, m->dir, e);
     return QV_E_FOREIGN_VOICE;
 }
@@ -134,7 +134,7 @@ void qve_voice_request(const qv_voice *v, const qv_model *m, int use_icl, qv_req
     r->speaker_vector = f->xvector;
     r->n_speaker_vector = H;
     if (!bridged && f->tpad && (int)f->tpad_hidden == H) r->text_special = f->tpad;
-    if (use_icl && m->cfg.variant == QVE_VARIANT_BASE && qv_voice_has_icl(v)) {
+    if (use_icl && m->cfg.variant == QVM_VARIANT_BASE && qv_voice_has_icl(v)) {
         r->ref_codes = v->codes;
         r->n_ref_frames = (int)f->n_frames;
         r->ref_text = f->transcript;

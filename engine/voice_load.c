@@ -38,7 +38,7 @@ static void add(slot_list *l, const char *name, const uint16_t **bf16, const flo
     s->f32 = NULL; /* the model's own writable copy (model.c get_vector or the text side) */
     for (int i = 0; f32 && i < l->m->n_f32_copies; i++)
         if (l->m->f32_copies[i] == f32) s->f32 = l->m->f32_copies[i];
-    const qve_textside *ts = &l->m->text; /* the text projection's biases live there */
+    const qvm_textside *ts = &l->m->text; /* the text projection's biases live there */
     if (f32 && f32 == ts->fc1_bias) s->f32 = ts->owned;
     if (f32 && f32 == ts->fc2_bias) s->f32 = ts->owned + ts->text_hidden;
     s->n = n;
@@ -46,14 +46,14 @@ static void add(slot_list *l, const char *name, const uint16_t **bf16, const flo
 }
 
 static void add_stack(slot_list *l, qve_stack *st, const char *prefix) {
-    const qve_stack_config *c = &st->cfg;
+    const qvm_stack_config *c = &st->cfg;
     char n[160];
     for (int i = 0; i < c->num_hidden_layers; i++)
-        for (int k = 0; k < QVE_LAYER_N_TENSORS; k++) {
+        for (int k = 0; k < QVM_LAYER_N_TENSORS; k++) {
             int64_t shape[2];
             qve_mat *mat;
             float **vec;
-            qve_layer_tensor(c, prefix, i, k, n, sizeof n, shape);
+            qvm_layer_tensor(c, prefix, i, k, n, sizeof n, shape);
             qve_layer_field(&st->layers[i], k, &mat, &vec);
             if (mat) add(l, n, &mat->bf16, NULL, shape[0] * shape[1]);
             else add(l, n, NULL, *vec, shape[0]);
@@ -64,8 +64,8 @@ static void add_stack(slot_list *l, qve_stack *st, const char *prefix) {
 
 /* Every weight the engine reads, by checkpoint name. */
 static int collect(slot_list *l, qv_model *m) {
-    const qve_model_config *c = &m->cfg;
-    l->cap = QVE_LAYER_N_TENSORS * (c->talker.num_hidden_layers + c->code_predictor.num_hidden_layers) + 2 + 7 +
+    const qvm_model_config *c = &m->cfg;
+    l->cap = QVM_LAYER_N_TENSORS * (c->talker.num_hidden_layers + c->code_predictor.num_hidden_layers) + 2 + 7 +
              2 * (QVE_N_GROUPS - 1) + 2;
     l->n = 0;
     l->m = m;
@@ -130,13 +130,13 @@ static void drop_pages(const void *p, size_t n) {
 /* Per-record plan from the check pass. */
 typedef struct {
     slot *s;               /* NULL: a checkpoint tensor the engine does not read (skipped) */
-    const qve_tensor *orig; /* the loaded (mmapped) tensor */
+    const qvm_tensor *orig; /* the loaded (mmapped) tensor */
     int same;              /* result equals the loaded tensor: nothing to do */
 } plan;
 
 static int check_record(const qv_model *m, slot_list *l, const qvf_tensor *t, plan *p,
                         qve_wdelta_report *rep, char *err, size_t es) {
-    p->orig = qve_st_find(m->st, t->name);
+    p->orig = qvm_st_find(m->st, t->name);
     p->s = find(l, t->name);
     if (!p->orig)
         return snprintf(err, es, "weight delta for tensor %s, which %s does not have", t->name,
@@ -148,17 +148,17 @@ static int check_record(const qv_model *m, slot_list *l, const qvf_tensor *t, pl
     for (uint32_t d = 0; d < t->n_dims; d++)
         n_elems *= t->shape[d];
     if (t->dtype == QVF_DTYPE_BF16) {
-        int shape_ok = p->orig->dtype == QVE_DTYPE_BF16 && (uint32_t)p->orig->n_dims == t->n_dims;
+        int shape_ok = p->orig->dtype == QVM_DTYPE_BF16 && (uint32_t)p->orig->n_dims == t->n_dims;
         for (uint32_t d = 0; shape_ok && d < t->n_dims; d++)
             shape_ok = (uint64_t)p->orig->shape[d] == t->shape[d];
-        if (t->n_dims == 1 && p->orig->dtype == QVE_DTYPE_BF16)
+        if (t->n_dims == 1 && p->orig->dtype == QVM_DTYPE_BF16)
             shape_ok = 1; /* legacy records carry no shape (1-D): the byte count decides */
         if (!shape_ok || t->raw_bytes != p->orig->n_bytes || (p->s && !p->s->bf16))
             return snprintf(err, es,
                             "weight delta for tensor %s does not fit %s (bf16 %llu bytes in the "
                             "voice, %s %zu bytes in the model)",
                             t->name, m->dir, (unsigned long long)t->raw_bytes,
-                            qve_dtype_name(p->orig->dtype), p->orig->n_bytes),
+                            qvm_dtype_name(p->orig->dtype), p->orig->n_bytes),
                    -1;
     } else if (t->dtype == QVF_DTYPE_F32) {
         if (t->encoding != QVF_ENC_RAW || t->raw_bytes != n_elems * 4 ||
@@ -175,15 +175,15 @@ static int check_record(const qv_model *m, slot_list *l, const qvf_tensor *t, pl
         } else {
             uint8_t h[32];
             char a[65], b[65];
-            if (qve_tensor_sha256(p->orig, h))
+            if (qvm_tensor_sha256(p->orig, h))
                 return snprintf(err, es, "out of memory hashing %s", t->name), -1;
             drop_pages(p->orig->data, p->orig->n_bytes);
             if (memcmp(h, t->target_sha256, 32))
                 return snprintf(err, es,
                                 "weight delta for tensor %s was made against other weights "
                                 "(SHA-256 %.16s…, %s has %.16s…): refusing to apply it",
-                                t->name, qve_sha256_hex(t->target_sha256, a), m->dir,
-                                qve_sha256_hex(h, b)),
+                                t->name, qvm_sha256_hex(t->target_sha256, a), m->dir,
+                                qvm_sha256_hex(h, b)),
                        -1;
             p->same = !is_zero(t->result_sha256) && !memcmp(t->result_sha256, h, 32);
         }
@@ -241,7 +241,7 @@ int qve_voice_wdelta_fits(const qv_model *m, const qvf_voice *v, enum qve_wdelta
     if (!v->has_wdelta || !v->n_tensors) return 0;
     uint8_t fp[32];
     char a[65], b[65];
-    if (qve_fingerprint_model(m->dir, QVE_FINGERPRINT_TABLE, fp, err, es)) return -1;
+    if (qvm_fingerprint_model(m->dir, QVM_FINGERPRINT_TABLE, fp, err, es)) return -1;
     if (!is_zero(v->source.fingerprint) && !memcmp(fp, v->source.fingerprint, 32)) {
         *action = QVE_WDELTA_SOURCE; /* the delta turns its target into this model */
         return 0;
@@ -254,10 +254,10 @@ int qve_voice_wdelta_fits(const qv_model *m, const qvf_voice *v, enum qve_wdelta
                         "apply it (use --no-wdelta for the x-vector/ICL only, or recreate the "
                         "voice with clone --target-cv %s)",
                         variant_name(tg->variant), tg->hidden_size,
-                        qve_sha256_hex(tg->fingerprint, a), m->dir, qve_sha256_hex(fp, b), m->dir),
+                        qvm_sha256_hex(tg->fingerprint, a), m->dir, qvm_sha256_hex(fp, b), m->dir),
                -1;
     if (is_zero(tg->fingerprint)) { /* legacy file: the legacy engine's own checks */
-        if (m->cfg.variant == QVE_VARIANT_BASE)
+        if (m->cfg.variant == QVM_VARIANT_BASE)
             return snprintf(err, es,
                             "the voice's weight delta applies to a CustomVoice model, %s is a "
                             "Base model (use --no-wdelta)",
@@ -315,7 +315,7 @@ int qve_voice_apply_wdelta(qv_model *m, const qvf_voice *v, qve_wdelta_report *r
     memcpy(m->wdelta_source, v->source.fingerprint, 32);
     if (all && v->source.variant == QVF_VARIANT_BASE) {
         /* every weight is now the Base checkpoint's: behave as it (prompt layout, no presets) */
-        m->cfg.variant = QVE_VARIANT_BASE;
+        m->cfg.variant = QVM_VARIANT_BASE;
         snprintf(m->cfg.tts_model_type, sizeof m->cfg.tts_model_type, "base");
         m->cfg.n_speakers = 0;
         rep->became_source = 1;

@@ -40,7 +40,7 @@ static void say(report *r, int problem, const char *fmt, ...) {
 
 /* x-vector, TPAD and WOVR sizes against the model's. */
 static void check_sizes(report *r, const qvf_voice *v, const qv_model *m, const char *dir) {
-    const qve_model_config *c = &m->cfg;
+    const qvm_model_config *c = &m->cfg;
     uint32_t h = (uint32_t)c->talker.hidden_size, th = (uint32_t)c->text_hidden_size;
     /* a Base model takes its speaker encoder's output, a CustomVoice one a row of H */
     uint32_t want_enc = c->has_speaker_encoder ? (uint32_t)c->enc_dim : h;
@@ -67,20 +67,20 @@ static void check_wdelta(report *r, const qvf_voice *v, const qv_model *m, const
         say(r, 0, "WDELTA has no target fingerprint (legacy); only sizes checked");
     for (uint32_t i = 0; i < v->n_tensors; i++) {
         const qvf_tensor *t = &v->tensors[i];
-        const qve_tensor *mt = qve_st_find(m->st, t->name);
+        const qvm_tensor *mt = qvm_st_find(m->st, t->name);
         if (!mt) {
             say(r, 1, "WDELTA tensor %s is not in model %s", t->name, dir);
             continue;
         }
         if (t->encoding == QVF_ENC_DELTA16_LZ4 &&
-            (mt->dtype != QVE_DTYPE_BF16 || mt->n_bytes != t->raw_bytes)) {
+            (mt->dtype != QVM_DTYPE_BF16 || mt->n_bytes != t->raw_bytes)) {
             say(r, 1, "WDELTA tensor %s: %llu bf16 bytes, model has %zu bytes %s", t->name,
-                (unsigned long long)t->raw_bytes, mt->n_bytes, qve_dtype_name(mt->dtype));
+                (unsigned long long)t->raw_bytes, mt->n_bytes, qvm_dtype_name(mt->dtype));
             continue;
         }
         uint8_t hsh[32];
         if (deep && t->encoding == QVF_ENC_DELTA16_LZ4 && memcmp(t->target_sha256, zero, 32) &&
-            (qve_tensor_sha256(mt, hsh) || memcmp(hsh, t->target_sha256, 32)))
+            (qvm_tensor_sha256(mt, hsh) || memcmp(hsh, t->target_sha256, 32)))
             say(r, 1, "WDELTA tensor %s: model tensor content differs from the delta's target",
                 t->name);
     }
@@ -89,16 +89,16 @@ static void check_wdelta(report *r, const qvf_voice *v, const qv_model *m, const
 int qve_voice_kinship(const qv_model *m, const qvf_voice *v, char *why, size_t why_size) {
     const int H = m->cfg.talker.hidden_size;
     float *tpad = malloc(3 * (size_t)H * sizeof(float));
-    if (!tpad || qve_textside_special(&m->text, &m->cfg, NULL, tpad)) {
+    if (!tpad || qvm_textside_special(&m->text, &m->cfg, NULL, tpad)) {
         free(tpad);
         return -1;
     }
-    const qve_text_rows mine = {tpad, m->text.fc1_bias, m->text.fc2_bias};
-    const qve_text_rows theirs = {v->tpad_hidden == (uint32_t)H ? v->tpad : NULL,
+    const qvm_text_rows mine = {tpad, m->text.fc1_bias, m->text.fc2_bias};
+    const qvm_text_rows theirs = {v->tpad_hidden == (uint32_t)H ? v->tpad : NULL,
                                   v->wovr_th == (uint32_t)m->cfg.text_hidden_size ? v->wovr_fc1_b : NULL,
                                   v->wovr_h == (uint32_t)H ? v->wovr_fc2_b : NULL};
-    enum qve_kinship k =
-        qve_sibling_judge(&theirs, &mine, H, m->cfg.text_hidden_size, NULL, why, why_size);
+    enum qvm_kinship k =
+        qvm_sibling_judge(&theirs, &mine, H, m->cfg.text_hidden_size, NULL, why, why_size);
     free(tpad);
     return (int)k;
 }
@@ -110,12 +110,12 @@ static int check_sibling(report *r, const qvf_voice *v, const qv_model *m, const
     int k = qve_voice_kinship(m, v, why, sizeof why);
     if (k < 0)
         say(r, 1, "out of memory");
-    else if (k == QVE_KIN_FOREIGN)
+    else if (k == QVM_KIN_FOREIGN)
         say(r, !force, "made with a checkpoint unrelated to %s%s: %s", dir,
             force ? " (allowed by force)" : "", why);
-    else if (k == QVE_KIN_UNKNOWN)
+    else if (k == QVM_KIN_UNKNOWN)
         say(r, 0, "%s", why);
-    return k == QVE_KIN_FOREIGN && !force;
+    return k == QVM_KIN_FOREIGN && !force;
 }
 
 enum qv_status qv_voice_file_verify(const char *model_dir, const char *voice_path, int flags,

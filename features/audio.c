@@ -21,7 +21,7 @@ static void set_err(char *err, size_t err_size, const char *name, const char *ms
 /* mono x[n] at rate → 24 kHz copy in *out. */
 static int resample(float **out, int64_t *n_out, const float *x, int64_t n, int rate, char *why,
                     size_t why_size) {
-    double ratio = (double)QVC_SAMPLE_RATE_HZ / rate;
+    double ratio = (double)QVA_SAMPLE_RATE_HZ / rate;
     int64_t cap = (int64_t)ceil(n * ratio) + 16;
     float *y = malloc((size_t)cap * sizeof(float));
     if (!y) {
@@ -45,7 +45,7 @@ static int resample(float **out, int64_t *n_out, const float *x, int64_t n, int 
     return 0;
 }
 
-static int finish(qvc_audio *a, const char *name, char *err, size_t err_size) {
+static int finish(qva_audio *a, const char *name, char *err, size_t err_size) {
     double sum2 = 0.0, peak = 0.0;
     int64_t n_bad = 0;
     for (int64_t i = 0; i < a->n_samples; i++) {
@@ -66,32 +66,32 @@ static int finish(qvc_audio *a, const char *name, char *err, size_t err_size) {
                  (long long)n_bad);
         goto fail;
     }
-    if (a->used_seconds < QVC_MIN_SECONDS) {
+    if (a->used_seconds < QVA_MIN_SECONDS) {
         snprintf(msg, sizeof msg, "too short (expected at least %.0f s of audio, found %.2f s)",
-                 QVC_MIN_SECONDS, a->used_seconds);
+                 QVA_MIN_SECONDS, a->used_seconds);
         goto fail;
     }
     if (peak == 0.0) {
         snprintf(msg, sizeof msg, "digital silence (every sample is zero)");
         goto fail;
     }
-    if (a->rms_dbfs < QVC_SILENCE_RMS_DBFS) {
+    if (a->rms_dbfs < QVA_SILENCE_RMS_DBFS) {
         snprintf(msg, sizeof msg, "near-silence (RMS %.1f dBFS, expected at least %.0f dBFS)",
-                 a->rms_dbfs, QVC_SILENCE_RMS_DBFS);
+                 a->rms_dbfs, QVA_SILENCE_RMS_DBFS);
         goto fail;
     }
-    a->short_warning = a->used_seconds < QVC_SHORT_SECONDS;
-    a->clip_warning = a->clipped_fraction >= QVC_CLIP_WARN_FRACTION;
+    a->short_warning = a->used_seconds < QVA_SHORT_SECONDS;
+    a->clip_warning = a->clipped_fraction >= QVA_CLIP_WARN_FRACTION;
     return 0;
 fail:
     set_err(err, err_size, name, msg);
-    qvc_audio_free(a);
+    qva_audio_free(a);
     return -1;
 }
 
-static int from_mono_owned(qvc_audio *a, float *mono, int64_t n, int rate, const char *name,
+static int from_mono_owned(qva_audio *a, float *mono, int64_t n, int rate, const char *name,
                            char *err, size_t err_size) {
-    if (rate != QVC_SAMPLE_RATE_HZ && n > 0) {
+    if (rate != QVA_SAMPLE_RATE_HZ && n > 0) {
         char why[128];
         float *y;
         int64_t ny;
@@ -110,7 +110,7 @@ static int from_mono_owned(qvc_audio *a, float *mono, int64_t n, int rate, const
     return finish(a, name, err, err_size);
 }
 
-int qvc_audio_from_mono(qvc_audio *a, const float *x, int64_t n, int rate_hz, const char *name,
+int qva_audio_from_mono(qva_audio *a, const float *x, int64_t n, int rate_hz, const char *name,
                         char *err, size_t err_size) {
     memset(a, 0, sizeof *a);
     if (rate_hz <= 0 || n < 0) {
@@ -124,7 +124,7 @@ int qvc_audio_from_mono(qvc_audio *a, const float *x, int64_t n, int rate_hz, co
     }
     memcpy(copy, x, (size_t)n * sizeof(float));
     int64_t clipped = 0;
-    for (int64_t i = 0; i < n; i++) clipped += fabsf(x[i]) >= QVC_CLIP_LEVEL;
+    for (int64_t i = 0; i < n; i++) clipped += fabsf(x[i]) >= QVA_CLIP_LEVEL;
     a->src_rate_hz = rate_hz;
     a->src_channels = 1;
     snprintf(a->src_format, sizeof a->src_format, "memory");
@@ -201,7 +201,7 @@ static int vorbis_headers_broken(const char *path) {
     return broken;
 }
 
-int qvc_audio_load(qvc_audio *a, const char *path, double max_seconds, char *err,
+int qva_audio_load(qva_audio *a, const char *path, double max_seconds, char *err,
                    size_t err_size) {
     memset(a, 0, sizeof *a);
     if (vorbis_headers_broken(path)) {
@@ -270,7 +270,7 @@ int qvc_audio_load(qvc_audio *a, const char *path, double max_seconds, char *err
             float s = 0.0f;
             for (int c = 0; c < info.channels; c++) {
                 float v = inter[i * info.channels + c];
-                clipped += fabsf(v) >= QVC_CLIP_LEVEL;
+                clipped += fabsf(v) >= QVA_CLIP_LEVEL;
                 s += v;
             }
             mono[got + i] = info.channels == 1 ? s : s / (float)info.channels;
@@ -290,14 +290,14 @@ int qvc_audio_load(qvc_audio *a, const char *path, double max_seconds, char *err
     return from_mono_owned(a, mono, n, info.samplerate, path, err, err_size);
 }
 
-void qvc_audio_free(qvc_audio *a) {
+void qva_audio_free(qva_audio *a) {
     if (!a) return;
     free(a->samples);
     a->samples = NULL;
     a->n_samples = 0;
 }
 
-double qvc_l2norm(const float *a, int n) {
+double qva_l2norm(const float *a, int n) {
     double s = 0.0;
     for (int i = 0; i < n; i++) s += (double)a[i] * a[i];
     return sqrt(s);

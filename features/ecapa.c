@@ -42,7 +42,7 @@ typedef struct {
     conv_weights fc;                     /* fc              [enc_dim, 2·C4, 1] */
 } ecapa_weights;
 
-struct qvc_ecapa {
+struct qva_ecapa {
     ecapa_config cfg;
     ecapa_weights w;
     float *arena;    /* all weights, one allocation */
@@ -65,23 +65,23 @@ typedef struct {     /* activations for one forward of n_frames */
 
 /* Widens tensor `name` (BF16 as shipped; F16/F32 accepted too, §1.6) of the given shape into
  * the arena. */
-static float *load_f32(float **arena, const qve_st *st, const char *name, int n_dims,
+static float *load_f32(float **arena, const qvm_st *st, const char *name, int n_dims,
                        const int64_t *shape, char *err, size_t err_size) {
-    const qve_tensor *t = qve_st_find(st, name);
-    enum qve_dtype dt = t && (t->dtype == QVE_DTYPE_F32 || t->dtype == QVE_DTYPE_F16)
-                            ? t->dtype : QVE_DTYPE_BF16;
-    t = qve_st_expect(st, name, dt, n_dims, shape, err, err_size);
+    const qvm_tensor *t = qvm_st_find(st, name);
+    enum qvm_dtype dt = t && (t->dtype == QVM_DTYPE_F32 || t->dtype == QVM_DTYPE_F16)
+                            ? t->dtype : QVM_DTYPE_BF16;
+    t = qvm_st_expect(st, name, dt, n_dims, shape, err, err_size);
     if (!t) return NULL;
-    size_t n = t->n_bytes / qve_dtype_size(dt);
+    size_t n = t->n_bytes / qvm_dtype_size(dt);
     float *dst = *arena;
-    if (dt == QVE_DTYPE_BF16) qvk_bf16_to_f32(dst, t->data, n);
-    else if (dt == QVE_DTYPE_F16) qvk_f16_to_f32(dst, t->data, n);
+    if (dt == QVM_DTYPE_BF16) qvk_bf16_to_f32(dst, t->data, n);
+    else if (dt == QVM_DTYPE_F16) qvk_f16_to_f32(dst, t->data, n);
     else memcpy(dst, t->data, n * sizeof(float));
     *arena += n;
     return dst;
 }
 
-static int load_conv(conv_weights *cw, float **arena, const qve_st *st, const char *prefix,
+static int load_conv(conv_weights *cw, float **arena, const qvm_st *st, const char *prefix,
                      int c_out, int c_in, int k, int has_bias, char *err, size_t err_size) {
     char name[160];
     int64_t shape[3] = {c_out, c_in, k};
@@ -112,17 +112,17 @@ static size_t weight_floats(const ecapa_config *c) {
     return n;
 }
 
-qvc_ecapa *qvc_ecapa_load(const char *dir, char *err, size_t err_size) {
-    qve_model_config mc;
-    if (qve_model_config_load(&mc, dir, err, err_size)) return NULL;
-    if (!mc.has_speaker_encoder || mc.variant != QVE_VARIANT_BASE) {
+qva_ecapa *qva_ecapa_load(const char *dir, char *err, size_t err_size) {
+    qvm_model_config mc;
+    if (qvm_model_config_load(&mc, dir, err, err_size)) return NULL;
+    if (!mc.has_speaker_encoder || mc.variant != QVM_VARIANT_BASE) {
         snprintf(err, err_size,
                  "%s: not a Base model (tts_model_type \"%s\"): only Base checkpoints have the "
                  "speaker encoder that cloning needs",
                  dir, mc.tts_model_type);
         return NULL;
     }
-    qvc_ecapa *e = calloc(1, sizeof *e);
+    qva_ecapa *e = calloc(1, sizeof *e);
     if (!e) {
         snprintf(err, err_size, "%s: out of memory", dir);
         return NULL;
@@ -137,7 +137,7 @@ qvc_ecapa *qvc_ecapa_load(const char *dir, char *err, size_t err_size) {
     c->res2net_scale = mc.enc_res2net_scale;
     c->se_channels = mc.enc_se_channels;
     int ch = c->channels[1];
-    if (c->mel_dim != QVC_MEL_BINS || c->res2net_scale < 2 || c->res2net_scale > MAX_SCALE ||
+    if (c->mel_dim != QVA_MEL_BINS || c->res2net_scale < 2 || c->res2net_scale > MAX_SCALE ||
         ch % c->res2net_scale || c->channels[2] != ch || c->channels[3] != ch ||
         c->channels[0] != ch || c->channels[4] <= 0 || c->enc_dim <= 0 ||
         c->kernel_sizes[4] != 1) {
@@ -152,10 +152,10 @@ qvc_ecapa *qvc_ecapa_load(const char *dir, char *err, size_t err_size) {
             return NULL;
         }
     e->arena = qvk_alloc(weight_floats(c) * sizeof(float));
-    qve_st *st = NULL;
-    if (!e->arena || !(st = qve_st_open_dir(dir, "model", err, err_size))) {
+    qvm_st *st = NULL;
+    if (!e->arena || !(st = qvm_st_open_dir(dir, "model", err, err_size))) {
         if (!e->arena) snprintf(err, err_size, "%s: out of memory", dir);
-        qvc_ecapa_free(e);
+        qva_ecapa_free(e);
         return NULL;
     }
     float *a = e->arena;
@@ -186,21 +186,21 @@ qvc_ecapa *qvc_ecapa_load(const char *dir, char *err, size_t err_size) {
                        err, err_size);
     if (!rc) rc = load_conv(&w->asp_conv, &a, st, "speaker_encoder.asp.conv", c4, att, 1, 1, err, err_size);
     if (!rc) rc = load_conv(&w->fc, &a, st, "speaker_encoder.fc", c->enc_dim, 2 * c4, 1, 1, err, err_size);
-    qve_st_close(st);
+    qvm_st_close(st);
     if (rc) {
-        qvc_ecapa_free(e);
+        qva_ecapa_free(e);
         return NULL;
     }
     return e;
 }
 
-void qvc_ecapa_free(qvc_ecapa *e) {
+void qva_ecapa_free(qva_ecapa *e) {
     if (!e) return;
     qvk_free(e->arena);
     free(e);
 }
 
-int qvc_ecapa_dim(const qvc_ecapa *e) { return e->cfg.enc_dim; }
+int qva_ecapa_dim(const qva_ecapa *e) { return e->cfg.enc_dim; }
 
 /* ---- forward ---------------------------------------------------------------------------- */
 
@@ -371,7 +371,7 @@ static void asp_pool_run(int ith, int nth, void *arg) {
                        j->s->att + (size_t)a * t, b - a, t);
 }
 
-int qvc_ecapa_forward(const qvc_ecapa *e, qvk_pool *pool, float *xvec, const float *mel,
+int qva_ecapa_forward(const qva_ecapa *e, qvk_pool *pool, float *xvec, const float *mel,
                       int n_frames, char *err, size_t err_size) {
     const ecapa_config *c = &e->cfg;
     const ecapa_weights *w = &e->w;

@@ -1,12 +1,12 @@
-/* features.h — speaker features of reference audio (prefix qvc_): audio in any libsndfile format
+/* features.h — speaker features of reference audio (prefix qva_): audio in any libsndfile format
  * → mono 24 kHz f32 with checks, log-mel (§5.1), ECAPA-TDNN x-vector (§5.2). Used by clone (to
  * make a voice) and by the engine (speak --verify); it knows nothing of either.
  *
- *     qvc_audio a; qvc_audio_load(&a, "ref.wav", 30.0, err, sizeof err);
- *     qvc_ecapa *e = qvc_ecapa_load(base_dir, err, sizeof err);
- *     int nf = qvc_mel_n_frames(a.n_samples);          // mel buffer: nf × 128 floats
- *     qvc_mel_compute(mel_ctx, mel, a.samples, a.n_samples);
- *     qvc_ecapa_forward(e, pool, xvec, mel, nf, err, sizeof err);
+ *     qva_audio a; qva_audio_load(&a, "ref.wav", 30.0, err, sizeof err);
+ *     qva_ecapa *e = qva_ecapa_load(base_dir, err, sizeof err);
+ *     int nf = qva_mel_n_frames(a.n_samples);          // mel buffer: nf × 128 floats
+ *     qva_mel_compute(mel_ctx, mel, a.samples, a.n_samples);
+ *     qva_ecapa_forward(e, pool, xvec, mel, nf, err, sizeof err);
  *
  * Thread safety: loaded models are read-only and may be shared; each call allocates its own
  * activations. Parallelism comes from a qvk_pool the caller passes (NULL = calling thread only):
@@ -22,18 +22,18 @@
 
 #include "kernels/kernels.h"
 
-#define QVC_SAMPLE_RATE_HZ 24000
-#define QVC_MIN_SECONDS 3.0        /* shorter references are refused */
-#define QVC_SHORT_SECONDS 10.0     /* shorter references get a warning */
-#define QVC_DEFAULT_MAX_SECONDS 30.0
-#define QVC_CLIP_LEVEL 0.999       /* |x| at or above this counts as clipped */
-#define QVC_CLIP_WARN_FRACTION 1e-4
-#define QVC_SILENCE_RMS_DBFS (-60.0)
+#define QVA_SAMPLE_RATE_HZ 24000
+#define QVA_MIN_SECONDS 3.0        /* shorter references are refused */
+#define QVA_SHORT_SECONDS 10.0     /* shorter references get a warning */
+#define QVA_DEFAULT_MAX_SECONDS 30.0
+#define QVA_CLIP_LEVEL 0.999       /* |x| at or above this counts as clipped */
+#define QVA_CLIP_WARN_FRACTION 1e-4
+#define QVA_SILENCE_RMS_DBFS (-60.0)
 
 /* ---- audio ------------------------------------------------------------------------------ */
 
 typedef struct {
-    float *samples;           /* [n_samples] mono 24 kHz; owned, free with qvc_audio_free */
+    float *samples;           /* [n_samples] mono 24 kHz; owned, free with qva_audio_free */
     int64_t n_samples;
     int src_rate_hz, src_channels;
     char src_format[96];      /* libsndfile's names of the container and codec */
@@ -41,54 +41,54 @@ typedef struct {
     double used_seconds;      /* length of the part used (after --max-seconds) */
     int resampled;            /* 1 when src_rate_hz != 24000 */
     int truncated;            /* 1 when the file was longer than max_seconds */
-    int short_warning;        /* 1 when used_seconds < QVC_SHORT_SECONDS */
+    int short_warning;        /* 1 when used_seconds < QVA_SHORT_SECONDS */
     double clipped_fraction;  /* of the used source samples (all channels) with |x| >= CLIP_LEVEL */
-    int clip_warning;         /* 1 when clipped_fraction >= QVC_CLIP_WARN_FRACTION */
+    int clip_warning;         /* 1 when clipped_fraction >= QVA_CLIP_WARN_FRACTION */
     double peak, rms_dbfs;    /* of the mono 24 kHz signal */
-} qvc_audio;
+} qva_audio;
 
 /* Reads path (WAV, FLAC, OGG/Vorbis, Opus, MP3 if libsndfile has it), keeps at most max_seconds
  * (<= 0: no limit), averages channels, resamples to 24 kHz with SRC_SINC_BEST_QUALITY.
  * Returns 0, or -1 with "PATH: problem" in err (unreadable, unsupported, < 3 s, silent) and
  * nothing allocated. */
-int qvc_audio_load(qvc_audio *a, const char *path, double max_seconds, char *err, size_t err_size);
+int qva_audio_load(qva_audio *a, const char *path, double max_seconds, char *err, size_t err_size);
 /* Same checks on samples already in memory (mono, rate_hz); samples are copied/resampled. */
-int qvc_audio_from_mono(qvc_audio *a, const float *x, int64_t n, int rate_hz, const char *name,
+int qva_audio_from_mono(qva_audio *a, const float *x, int64_t n, int rate_hz, const char *name,
                         char *err, size_t err_size);
-void qvc_audio_free(qvc_audio *a); /* accepts zeroed structs */
+void qva_audio_free(qva_audio *a); /* accepts zeroed structs */
 
 /* ---- log-mel front end (§5.1) ----------------------------------------------------------- */
 
-#define QVC_MEL_BINS 128
-#define QVC_MEL_N_FFT 1024
-#define QVC_MEL_HOP 256
+#define QVA_MEL_BINS 128
+#define QVA_MEL_N_FFT 1024
+#define QVA_MEL_HOP 256
 
-typedef struct qvc_mel qvc_mel;
+typedef struct qva_mel qva_mel;
 /* FFTW plan and Slaney filterbank, made once. NULL on allocation failure. Not thread-safe to
- * create (FFTW planner); a qvc_mel is used by one thread at a time. */
-qvc_mel *qvc_mel_create(void);
-void qvc_mel_free(qvc_mel *m);
+ * create (FFTW planner); a qva_mel is used by one thread at a time. */
+qva_mel *qva_mel_create(void);
+void qva_mel_free(qva_mel *m);
 /* Frames for n_samples: ⌊(n + 768 − 1024)/256⌋ + 1, or 0 when n < 385 (reflect pad needs it). */
-int qvc_mel_n_frames(int64_t n_samples);
+int qva_mel_n_frames(int64_t n_samples);
 /* out [n_frames, 128] time-major (as the reference returns it). Returns 0, -1 if too short. */
-int qvc_mel_compute(qvc_mel *m, float *out, const float *x, int64_t n_samples);
+int qva_mel_compute(qva_mel *m, float *out, const float *x, int64_t n_samples);
 
 /* ---- ECAPA-TDNN speaker encoder (§5.2) --------------------------------------------------- */
 
-typedef struct qvc_ecapa qvc_ecapa;
+typedef struct qva_ecapa qva_ecapa;
 /* Loads speaker_encoder.* from BASE_DIR/model.safetensors (BF16 widened to f32 once) using
  * BASE_DIR/config.json. A model without a speaker encoder (CustomVoice, VoiceDesign) is an error
  * that says so. NULL with err on failure. */
-qvc_ecapa *qvc_ecapa_load(const char *model_dir, char *err, size_t err_size);
-void qvc_ecapa_free(qvc_ecapa *e);
-int qvc_ecapa_dim(const qvc_ecapa *e);   /* enc_dim: 1024 (0.6B) or 2048 (1.7B) */
-/* mel [n_frames, 128] (qvc_mel_compute layout) → xvec [enc_dim]. Allocates activations for
+qva_ecapa *qva_ecapa_load(const char *model_dir, char *err, size_t err_size);
+void qva_ecapa_free(qva_ecapa *e);
+int qva_ecapa_dim(const qva_ecapa *e);   /* enc_dim: 1024 (0.6B) or 2048 (1.7B) */
+/* mel [n_frames, 128] (qva_mel_compute layout) → xvec [enc_dim]. Allocates activations for
  * n_frames; returns 0, or -1 with err on allocation failure / n_frames < 5. */
-int qvc_ecapa_forward(const qvc_ecapa *e, qvk_pool *pool, float *xvec, const float *mel,
+int qva_ecapa_forward(const qva_ecapa *e, qvk_pool *pool, float *xvec, const float *mel,
                       int n_frames, char *err, size_t err_size);
 
 /* ---- helpers ---------------------------------------------------------------------------- */
 
-double qvc_l2norm(const float *a, int n);
+double qva_l2norm(const float *a, int n);
 
 #endif

@@ -12,12 +12,12 @@
 
 #include "kernels/kernels.h"
 
-#define N_BINS (QVC_MEL_N_FFT / 2 + 1)
-#define PAD ((QVC_MEL_N_FFT - QVC_MEL_HOP) / 2)
+#define N_BINS (QVA_MEL_N_FFT / 2 + 1)
+#define PAD ((QVA_MEL_N_FFT - QVA_MEL_HOP) / 2)
 /* frames transformed per batch: bounds the spectrum scratch */
 #define BATCH 256
 
-struct qvc_mel {
+struct qva_mel {
     fftwf_plan plan;
     float *window;   /* [1024] periodic Hann */
     float *fbank;    /* [128, 513] */
@@ -41,14 +41,14 @@ static double mel_to_hz(double m) {
 }
 
 static void build_fbank(float *fb) {
-    enum { N_PTS = QVC_MEL_BINS + 2 };
+    enum { N_PTS = QVA_MEL_BINS + 2 };
     double mel_f[N_PTS], fdiff[N_PTS - 1], fft_hz[N_BINS];
-    double lo = hz_to_mel(0.0), hi = hz_to_mel(QVC_SAMPLE_RATE_HZ / 2.0);
+    double lo = hz_to_mel(0.0), hi = hz_to_mel(QVA_SAMPLE_RATE_HZ / 2.0);
     double step = (hi - lo) / (N_PTS - 1);      /* numpy.linspace: i·step + start, last = stop */
     for (int i = 0; i < N_PTS; i++) mel_f[i] = mel_to_hz(i == N_PTS - 1 ? hi : i * step + lo);
     for (int i = 0; i < N_PTS - 1; i++) fdiff[i] = mel_f[i + 1] - mel_f[i];
-    for (int k = 0; k < N_BINS; k++) fft_hz[k] = k * ((double)QVC_SAMPLE_RATE_HZ / QVC_MEL_N_FFT);
-    for (int m = 0; m < QVC_MEL_BINS; m++) {
+    for (int k = 0; k < N_BINS; k++) fft_hz[k] = k * ((double)QVA_SAMPLE_RATE_HZ / QVA_MEL_N_FFT);
+    for (int m = 0; m < QVA_MEL_BINS; m++) {
         double enorm = 2.0 / (mel_f[m + 2] - mel_f[m]);
         for (int k = 0; k < N_BINS; k++) {
             double lower = -(mel_f[m] - fft_hz[k]) / fdiff[m];
@@ -60,32 +60,32 @@ static void build_fbank(float *fb) {
     }
 }
 
-qvc_mel *qvc_mel_create(void) {
-    qvc_mel *m = calloc(1, sizeof *m);
+qva_mel *qva_mel_create(void) {
+    qva_mel *m = calloc(1, sizeof *m);
     if (!m) return NULL;
-    m->window = qvk_alloc(QVC_MEL_N_FFT * sizeof(float));
-    m->fbank = qvk_alloc((size_t)QVC_MEL_BINS * N_BINS * sizeof(float));
-    m->frames = fftwf_alloc_real((size_t)BATCH * QVC_MEL_N_FFT);
+    m->window = qvk_alloc(QVA_MEL_N_FFT * sizeof(float));
+    m->fbank = qvk_alloc((size_t)QVA_MEL_BINS * N_BINS * sizeof(float));
+    m->frames = fftwf_alloc_real((size_t)BATCH * QVA_MEL_N_FFT);
     m->spec = fftwf_alloc_complex((size_t)BATCH * N_BINS);
     m->mag = qvk_alloc((size_t)BATCH * N_BINS * sizeof(float));
     if (!m->window || !m->fbank || !m->frames || !m->spec || !m->mag) {
-        qvc_mel_free(m);
+        qva_mel_free(m);
         return NULL;
     }
-    int n = QVC_MEL_N_FFT;
-    m->plan = fftwf_plan_many_dft_r2c(1, &n, BATCH, m->frames, NULL, 1, QVC_MEL_N_FFT, m->spec,
+    int n = QVA_MEL_N_FFT;
+    m->plan = fftwf_plan_many_dft_r2c(1, &n, BATCH, m->frames, NULL, 1, QVA_MEL_N_FFT, m->spec,
                                       NULL, 1, N_BINS, FFTW_ESTIMATE);
     if (!m->plan) {
-        qvc_mel_free(m);
+        qva_mel_free(m);
         return NULL;
     }
-    for (int i = 0; i < QVC_MEL_N_FFT; i++)
-        m->window[i] = (float)(0.5 - 0.5 * cos(2.0 * M_PI * i / QVC_MEL_N_FFT));
+    for (int i = 0; i < QVA_MEL_N_FFT; i++)
+        m->window[i] = (float)(0.5 - 0.5 * cos(2.0 * M_PI * i / QVA_MEL_N_FFT));
     build_fbank(m->fbank);
     return m;
 }
 
-void qvc_mel_free(qvc_mel *m) {
+void qva_mel_free(qva_mel *m) {
     if (!m) return;
     if (m->plan) fftwf_destroy_plan(m->plan);
     fftwf_free(m->frames);
@@ -96,24 +96,24 @@ void qvc_mel_free(qvc_mel *m) {
     free(m);
 }
 
-int qvc_mel_n_frames(int64_t n_samples) {
+int qva_mel_n_frames(int64_t n_samples) {
     if (n_samples <= PAD) return 0;   /* reflect padding needs n > 384 */
-    return (int)((n_samples + 2 * PAD - QVC_MEL_N_FFT) / QVC_MEL_HOP + 1);
+    return (int)((n_samples + 2 * PAD - QVA_MEL_N_FFT) / QVA_MEL_HOP + 1);
 }
 
-int qvc_mel_compute(qvc_mel *m, float *out, const float *x, int64_t n) {
-    int n_frames = qvc_mel_n_frames(n);
+int qva_mel_compute(qva_mel *m, float *out, const float *x, int64_t n) {
+    int n_frames = qva_mel_n_frames(n);
     if (n_frames <= 0) return -1;
     for (int f0 = 0; f0 < n_frames; f0 += BATCH) {
         int nb = n_frames - f0 < BATCH ? n_frames - f0 : BATCH;
         for (int b = 0; b < BATCH; b++) {
-            float *fr = m->frames + (size_t)b * QVC_MEL_N_FFT;
+            float *fr = m->frames + (size_t)b * QVA_MEL_N_FFT;
             if (b >= nb) {
-                memset(fr, 0, QVC_MEL_N_FFT * sizeof(float));
+                memset(fr, 0, QVA_MEL_N_FFT * sizeof(float));
                 continue;
             }
-            int64_t p0 = (int64_t)(f0 + b) * QVC_MEL_HOP - PAD;
-            for (int i = 0; i < QVC_MEL_N_FFT; i++) {
+            int64_t p0 = (int64_t)(f0 + b) * QVA_MEL_HOP - PAD;
+            for (int i = 0; i < QVA_MEL_N_FFT; i++) {
                 int64_t p = p0 + i;
                 if (p < 0) p = -p;
                 else if (p >= n) p = 2 * (n - 1) - p;
@@ -126,10 +126,10 @@ int qvc_mel_compute(qvc_mel *m, float *out, const float *x, int64_t n) {
             m->mag[i] = sqrtf(re * re + im * im + 1e-9f);
         }
         /* out[f, mel] = Σ_k mag[f, k] · fbank[mel, k] */
-        float *o = out + (size_t)f0 * QVC_MEL_BINS;
-        qvk_sgemm(0, 1, nb, QVC_MEL_BINS, N_BINS, 1.0f, m->mag, N_BINS, m->fbank, N_BINS, 0.0f, o,
-                  QVC_MEL_BINS);
-        for (size_t i = 0; i < (size_t)nb * QVC_MEL_BINS; i++) o[i] = logf(fmaxf(o[i], 1e-5f));
+        float *o = out + (size_t)f0 * QVA_MEL_BINS;
+        qvk_sgemm(0, 1, nb, QVA_MEL_BINS, N_BINS, 1.0f, m->mag, N_BINS, m->fbank, N_BINS, 0.0f, o,
+                  QVA_MEL_BINS);
+        for (size_t i = 0; i < (size_t)nb * QVA_MEL_BINS; i++) o[i] = logf(fmaxf(o[i], 1e-5f));
     }
     return 0;
 }

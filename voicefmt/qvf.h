@@ -69,7 +69,7 @@ enum qvf_variant {
     QVF_VARIANT_VOICE_DESIGN
 };
 
-/* Identity of a checkpoint; zero fields mean unknown. fingerprint = qve_fingerprint_model(). */
+/* Identity of a checkpoint; zero fields mean unknown. fingerprint = qvm_fingerprint_model(). */
 typedef struct {
     uint32_t hidden_size, text_hidden_size, enc_dim, variant;
     uint8_t fingerprint[32];

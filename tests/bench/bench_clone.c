@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "clone/clone.h"
+#include "features/speech_encoder.h"
 #include "kernels/kernels.h"
 
 static double wall_s(void) {
@@ -37,33 +37,33 @@ int main(int argc, char **argv) {
     snprintf(dir, sizeof dir, "%s/q06b-base", cache && *cache ? cache : "cache");
     qvk_blas_set_threads(1);
     qvk_pool *pool = threads > 1 ? qvk_pool_create(threads) : NULL;
-    qvc_audio a;
-    if (qvc_audio_load(&a, "tests/audio/en_ohenry_chenevert.wav", 30.0, err, sizeof err)) {
+    qva_audio a;
+    if (qva_audio_load(&a, "tests/audio/en_ohenry_chenevert.wav", 30.0, err, sizeof err)) {
         fprintf(stderr, "bench_clone: %s\n", err);
         return 1;
     }
-    qvc_ecapa *e = qvc_ecapa_load(dir, err, sizeof err);
-    qvc_speech_encoder *se = e ? qvc_speech_encoder_load(dir, err, sizeof err) : NULL;
+    qva_ecapa *e = qva_ecapa_load(dir, err, sizeof err);
+    qva_speech_encoder *se = e ? qva_speech_encoder_load(dir, err, sizeof err) : NULL;
     if (!se) {
         fprintf(stderr, "bench_clone: %s\n", err);
         return 1;
     }
-    int nf = qvc_mel_n_frames(a.n_samples), n_codes = qvc_speech_encoder_n_frames(a.n_samples);
-    float *mel = malloc(sizeof(float) * QVC_MEL_BINS * (size_t)nf);
-    float *xvec = malloc(sizeof(float) * (size_t)qvc_ecapa_dim(e));
-    int32_t *codes = malloc(sizeof(int32_t) * QVC_CODE_GROUPS * (size_t)n_codes);
-    qvc_mel *m = qvc_mel_create();
+    int nf = qva_mel_n_frames(a.n_samples), n_codes = qva_speech_encoder_n_frames(a.n_samples);
+    float *mel = malloc(sizeof(float) * QVA_MEL_BINS * (size_t)nf);
+    float *xvec = malloc(sizeof(float) * (size_t)qva_ecapa_dim(e));
+    int32_t *codes = malloc(sizeof(int32_t) * QVA_CODE_GROUPS * (size_t)n_codes);
+    qva_mel *m = qva_mel_create();
     double best_w = 1e9, best_c = 0, best_m = 0, best_w2 = 1e9, best_c2 = 0, best_m2 = 0;
     for (int r = 0; r < 3; r++) {
         double w0 = wall_s(), c0 = cpu_s(), m0 = thread_cpu_s();
-        qvc_mel_compute(m, mel, a.samples, a.n_samples);
-        if (qvc_ecapa_forward(e, pool, xvec, mel, nf, err, sizeof err)) return 1;
+        qva_mel_compute(m, mel, a.samples, a.n_samples);
+        if (qva_ecapa_forward(e, pool, xvec, mel, nf, err, sizeof err)) return 1;
         double w = wall_s() - w0;
         if (w < best_w) best_w = w, best_c = cpu_s() - c0, best_m = thread_cpu_s() - m0;
     }
     for (int r = 0; r < 3; r++) {
         double w0 = wall_s(), c0 = cpu_s(), m0 = thread_cpu_s();
-        if (qvc_speech_encoder_encode(se, pool, codes, a.samples, a.n_samples, err, sizeof err)) return 1;
+        if (qva_speech_encoder_encode(se, pool, codes, a.samples, a.n_samples, err, sizeof err)) return 1;
         double w = wall_s() - w0;
         if (w < best_w2) best_w2 = w, best_c2 = cpu_s() - c0, best_m2 = thread_cpu_s() - m0;
     }
@@ -72,11 +72,11 @@ int main(int argc, char **argv) {
            best_w, best_c, best_m, best_c - best_m);
     printf("  speech encoder   %.3f s wall (%.3f s CPU; caller %.3f s, workers %.3f s)   target <= 1.0 s\n",
            best_w2, best_c2, best_m2, best_c2 - best_m2);
-    qvc_mel_free(m);
+    qva_mel_free(m);
     qvk_pool_free(pool);
-    qvc_ecapa_free(e);
-    qvc_speech_encoder_free(se);
-    qvc_audio_free(&a);
+    qva_ecapa_free(e);
+    qva_speech_encoder_free(se);
+    qva_audio_free(&a);
     free(mel);
     free(xvec);
     free(codes);

@@ -42,7 +42,7 @@ static int pick_argmax(const float *l, int n, void *ctx) {
     return b;
 }
 
-static double stack_bytes(const qve_stack_config *c) {
+static double stack_bytes(const qvm_stack_config *c) {
     const double H = c->hidden_size, I = c->intermediate_size;
     const double qd = (double)c->num_attention_heads * c->head_dim;
     const double kvd = (double)c->num_key_value_heads * c->head_dim;

@@ -25,17 +25,17 @@ int main(int argc, char **argv) {
     }
     const char *out = argc > 3 ? argv[3] : "/tmp/bench_wdelta.qvoice";
     char err[512];
-    qve_st *bs = qve_st_open_dir(argv[1], "model", err, sizeof err),
-           *cs = bs ? qve_st_open_dir(argv[2], "model", err, sizeof err) : NULL;
+    qvm_st *bs = qvm_st_open_dir(argv[1], "model", err, sizeof err),
+           *cs = bs ? qvm_st_open_dir(argv[2], "model", err, sizeof err) : NULL;
     if (!bs || !cs) {
         fprintf(stderr, "bench_wdelta: %s\n", err);
         return 1;
     }
     int n = 0;
-    for (int i = 0; i < qve_st_count(bs); i++) {
-        const qve_tensor *b = qve_st_at(bs, i), *c = qve_st_find(cs, b->name);
+    for (int i = 0; i < qvm_st_count(bs); i++) {
+        const qvm_tensor *b = qvm_st_at(bs, i), *c = qvm_st_find(cs, b->name);
         n += !strncmp(b->name, "talker.", 7) && c && c->dtype == b->dtype &&
-             c->n_bytes == b->n_bytes && (b->dtype == QVE_DTYPE_BF16 || b->dtype == QVE_DTYPE_F32);
+             c->n_bytes == b->n_bytes && (b->dtype == QVM_DTYPE_BF16 || b->dtype == QVM_DTYPE_F32);
     }
     qvf_voice *v = qvf_voice_new();
     float x[16] = {1};
@@ -47,16 +47,16 @@ int main(int argc, char **argv) {
         return 1;
     }
     uint64_t raw = 0;
-    for (int i = 0; i < qve_st_count(bs); i++) {
-        const qve_tensor *b = qve_st_at(bs, i), *c = qve_st_find(cs, b->name);
+    for (int i = 0; i < qvm_st_count(bs); i++) {
+        const qvm_tensor *b = qvm_st_at(bs, i), *c = qvm_st_find(cs, b->name);
         if (strncmp(b->name, "talker.", 7) || !c || c->dtype != b->dtype ||
-            c->n_bytes != b->n_bytes || (b->dtype != QVE_DTYPE_BF16 && b->dtype != QVE_DTYPE_F32))
+            c->n_bytes != b->n_bytes || (b->dtype != QVM_DTYPE_BF16 && b->dtype != QVM_DTYPE_F32))
             continue;
         uint64_t shape[4] = {0};
         for (int d = 0; d < b->n_dims; d++)
             shape[d] = (uint64_t)b->shape[d];
         qvf_tensor t;
-        int bf = b->dtype == QVE_DTYPE_BF16;
+        int bf = b->dtype == QVM_DTYPE_BF16;
         if (qvf_wdelta_encode(b->name, bf ? QVF_DTYPE_BF16 : QVF_DTYPE_F32, (uint32_t)b->n_dims,
                               shape, b->data, bf ? c->data : NULL, 0, &t, err, sizeof err) ||
             qvf_writer_add_tensor(w, &t, err, sizeof err)) {
@@ -84,12 +84,12 @@ int main(int argc, char **argv) {
         const qvf_tensor *t = &r->tensors[i];
         void *o = malloc(t->raw_bytes);
         double a = now_s();
-        if (!o || qvf_wdelta_apply(t, qve_st_find(cs, t->name)->data, o, 0, err, sizeof err)) {
+        if (!o || qvf_wdelta_apply(t, qvm_st_find(cs, t->name)->data, o, 0, err, sizeof err)) {
             fprintf(stderr, "bench_wdelta: %s\n", o ? err : "out of memory");
             return 1;
         }
         t_apply += now_s() - a;
-        exact += !memcmp(o, qve_st_find(bs, t->name)->data, t->raw_bytes);
+        exact += !memcmp(o, qvm_st_find(bs, t->name)->data, t->raw_bytes);
         free(o);
     }
     struct stat st;
@@ -100,7 +100,7 @@ int main(int argc, char **argv) {
            argv[1], argv[2], n, raw / 1e6, st.st_size / 1e6, t1 - t0, t2 - t1, t_apply, exact, n);
     qvf_voice_free(r);
     qvf_voice_free(v);
-    qve_st_close(bs);
-    qve_st_close(cs);
+    qvm_st_close(bs);
+    qvm_st_close(cs);
     return exact == n ? 0 : 1;
 }

@@ -1,6 +1,6 @@
 /* fuzz_audio_load.c — the audio reader behind POST /v1/audio/voices on corrupt files. The server
- * stores the upload in a file and qv_clone_run reads it with qvc_audio_load(path,
- * QVC_DEFAULT_MAX_SECONDS) (libsndfile, then libsamplerate); this harness calls exactly that on
+ * stores the upload in a file and qv_clone_run reads it with qva_audio_load(path,
+ * QVA_DEFAULT_MAX_SECONDS) (libsndfile, then libsamplerate); this harness calls exactly that on
  * the input, put in a memfd and opened by its /proc/self/fd path.
  *
  * One file, two builds:
@@ -41,12 +41,12 @@ static int read_one(const uint8_t *data, size_t size) {
     if (ftruncate(g_fd, 0) || pwrite(g_fd, data, size, 0) != (ssize_t)size) abort();
     char path[64], err[512];
     snprintf(path, sizeof path, "/proc/self/fd/%d", g_fd);
-    qvc_audio a;
-    if (qvc_audio_load(&a, path, QVC_DEFAULT_MAX_SECONDS, err, sizeof err)) {
+    qva_audio a;
+    if (qva_audio_load(&a, path, QVA_DEFAULT_MAX_SECONDS, err, sizeof err)) {
         if (!err[0]) abort(); /* a refusal always says why */
         return 1;
     }
-    qvc_audio_free(&a);
+    qva_audio_free(&a);
     return 0;
 }
 
@@ -61,7 +61,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 #include <time.h>
 
 #define CLIP "tests/audio/en_ohenry_chenevert.wav"
-#define SEED_SECONDS 3.2 /* just over QVC_MIN_SECONDS: an intact seed reads as audio */
+#define SEED_SECONDS 3.2 /* just over QVA_MIN_SECONDS: an intact seed reads as audio */
 
 typedef struct {
     uint8_t *p;

@@ -13,14 +13,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char err[256];
-    qve_st *st = qve_st_open_memory(data, size, "fuzz", err, sizeof err);
+    qvm_st *st = qvm_st_open_memory(data, size, "fuzz", err, sizeof err);
     if (!st) return 0;
-    for (int i = 0; i < qve_st_count(st); i++) {
-        const qve_tensor *t = qve_st_at(st, i);
-        if (qve_st_find(st, t->name) != t) abort();
-        (void)qve_st_expect(st, t->name, t->dtype, t->n_dims, t->shape, err, sizeof err);
-        if (t->n_bytes <= (1u << 20)) qvk_free(qve_tensor_to_f32(t));
+    for (int i = 0; i < qvm_st_count(st); i++) {
+        const qvm_tensor *t = qvm_st_at(st, i);
+        if (qvm_st_find(st, t->name) != t) abort();
+        (void)qvm_st_expect(st, t->name, t->dtype, t->n_dims, t->shape, err, sizeof err);
+        if (t->n_bytes <= (1u << 20)) qvk_free(qvm_tensor_to_f32(t));
     }
-    qve_st_close(st);
+    qvm_st_close(st);
     return 0;
 }

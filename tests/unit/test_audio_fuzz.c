@@ -1,8 +1,8 @@
 /* test_audio_fuzz.c — the reader of uploaded reference audio (POST /v1/audio/voices →
- * qv_clone_run → qvc_audio_load) on corrupt files: a bounded run of the ASan + UBSan fuzz harness
+ * qv_clone_run → qva_audio_load) on corrupt files: a bounded run of the ASan + UBSan fuzz harness
  * (tests/fuzz/fuzz_audio_load.c, built by the Makefile next to this binary's folder as
  * fuzz-asan/fuzz_audio_load), and the regression of what it found: libsndfile leaks libvorbis's
- * codec setup on an Ogg Vorbis file whose header packets are cut, so qvc_audio_load refuses such a
+ * codec setup on an Ogg Vorbis file whose header packets are cut, so qva_audio_load refuses such a
  * file before libsndfile opens it.
  */
 #include <setjmp.h>
@@ -60,10 +60,10 @@ static void test_vorbis_cut_headers_refused(void **state) {
     FILE *f = fopen(ogg, "rb");
     long n = (long)fread(b, 1, sizeof b, f);
     fclose(f);
-    qvc_audio a;
+    qva_audio a;
     char err[512];
-    assert_int_equal(qvc_audio_load(&a, ogg, QVC_DEFAULT_MAX_SECONDS, err, sizeof err), 0);
-    qvc_audio_free(&a);
+    assert_int_equal(qva_audio_load(&a, ogg, QVA_DEFAULT_MAX_SECONDS, err, sizeof err), 0);
+    qva_audio_free(&a);
     /* only the first page (the identification header): the comment and setup headers are
      * missing; the same after an ID3v2 tag (libsndfile skips it); the file cut inside the
      * second page */
@@ -81,7 +81,7 @@ static void test_vorbis_cut_headers_refused(void **state) {
     const char *cuts[] = {"cut.ogg", "id3cut.ogg", "mid.ogg"};
     for (int i = 0; i < 3; i++) {
         assert_int_equal(
-            qvc_audio_load(&a, tmp_path(cuts[i]), QVC_DEFAULT_MAX_SECONDS, err, sizeof err), -1);
+            qva_audio_load(&a, tmp_path(cuts[i]), QVA_DEFAULT_MAX_SECONDS, err, sizeof err), -1);
         if (!strstr(err, cuts[i]) || !strstr(err, "Ogg Vorbis headers")) fail_msg("%s", err);
     }
     /* under LeakSanitizer: refused, nothing leaked (before the guard libsndfile lost 5.8 kB on

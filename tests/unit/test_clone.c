@@ -21,7 +21,7 @@
 
 #include "tests/unit/helpers/shell.h"
 
-#include "clone/clone.h"
+#include "features/speech_encoder.h"
 #include "kernels/kernels.h"
 #include "kernels/kernels_impl.h"
 #include "voicefmt/qvf.h"
@@ -70,23 +70,23 @@ static void *npy_load(const char *path, const char *descr, size_t elem_bytes, si
     return data;
 }
 
-static float *xvector_pool(const qvc_ecapa *e, const qvc_audio *a, qvk_pool *pool) {
-    int nf = qvc_mel_n_frames(a->n_samples);
-    qvc_mel *m = qvc_mel_create();
-    float *mel = malloc(sizeof(float) * QVC_MEL_BINS * (size_t)nf);
-    float *x = malloc(sizeof(float) * (size_t)qvc_ecapa_dim(e));
+static float *xvector_pool(const qva_ecapa *e, const qva_audio *a, qvk_pool *pool) {
+    int nf = qva_mel_n_frames(a->n_samples);
+    qva_mel *m = qva_mel_create();
+    float *mel = malloc(sizeof(float) * QVA_MEL_BINS * (size_t)nf);
+    float *x = malloc(sizeof(float) * (size_t)qva_ecapa_dim(e));
     char err[512];
     assert_non_null(m);
-    assert_int_equal(qvc_mel_compute(m, mel, a->samples, a->n_samples), 0);
-    int rc = qvc_ecapa_forward(e, pool, x, mel, nf, err, sizeof err);
+    assert_int_equal(qva_mel_compute(m, mel, a->samples, a->n_samples), 0);
+    int rc = qva_ecapa_forward(e, pool, x, mel, nf, err, sizeof err);
     if (rc) fprintf(stderr, "%s\n", err);
     assert_int_equal(rc, 0);
     free(mel);
-    qvc_mel_free(m);
+    qva_mel_free(m);
     return x;
 }
 
-static float *xvector_of(const qvc_ecapa *e, const qvc_audio *a) { return xvector_pool(e, a, g_pool); }
+static float *xvector_of(const qva_ecapa *e, const qva_audio *a) { return xvector_pool(e, a, g_pool); }
 
 static int write_wav(const char *path, int format, int rate, int channels, const float *inter,
                      int64_t frames) {
@@ -98,26 +98,26 @@ static int write_wav(const char *path, int format, int rate, int channels, const
     return w == frames ? 0 : -1;
 }
 
-static qvc_audio g_clip;   /* the bundled clip at 24 kHz, loaded once */
-static qvc_ecapa *g_ecapa; /* full-size Base speaker encoder */
+static qva_audio g_clip;   /* the bundled clip at 24 kHz, loaded once */
+static qva_ecapa *g_ecapa; /* full-size Base speaker encoder */
 
 static int setup_full(void **state) {
     char err[512];
     model_paths();
     qvk_blas_set_threads(1);
     g_pool = qvk_pool_create(2);
-    if (qvc_audio_load(&g_clip, CLIP, 30.0, err, sizeof err)) {
+    if (qva_audio_load(&g_clip, CLIP, 30.0, err, sizeof err)) {
         fprintf(stderr, "%s\n", err);
         return -1;
     }
-    g_ecapa = qvc_ecapa_load(g_base, err, sizeof err);
+    g_ecapa = qva_ecapa_load(g_base, err, sizeof err);
     if (!g_ecapa) fprintf(stderr, "test_clone: %s (run `make models-full`)\n", err);
     return g_ecapa ? 0 : -1;
 }
 
 static int teardown_full(void **state) {
-    qvc_audio_free(&g_clip);
-    qvc_ecapa_free(g_ecapa);
+    qva_audio_free(&g_clip);
+    qva_ecapa_free(g_ecapa);
     qvk_pool_free(g_pool);
     return 0;
 }
@@ -128,16 +128,16 @@ static void test_golden_mel(void **state) {
     size_t n = 0;
     float *ref = npy_load(GOLDEN "spk_mel.npy", "<f4", 4, &n);
     assert_non_null(ref);
-    int nf = qvc_mel_n_frames(g_clip.n_samples);
-    assert_int_equal((size_t)nf * QVC_MEL_BINS, n);
+    int nf = qva_mel_n_frames(g_clip.n_samples);
+    assert_int_equal((size_t)nf * QVA_MEL_BINS, n);
     float *mel = malloc(sizeof(float) * n);
-    qvc_mel *m = qvc_mel_create();
-    assert_int_equal(qvc_mel_compute(m, mel, g_clip.samples, g_clip.n_samples), 0);
+    qva_mel *m = qva_mel_create();
+    assert_int_equal(qva_mel_compute(m, mel, g_clip.samples, g_clip.n_samples), 0);
     double md = 0.0;
     for (size_t i = 0; i < n; i++) md = fmax(md, fabs((double)mel[i] - ref[i]));
     printf("  mel [%d, 128] vs official: max |d| = %.3g (tolerance 1e-3)\n", nf, md);
     assert_true(md <= 1e-3);
-    qvc_mel_free(m);
+    qva_mel_free(m);
     free(mel);
     free(ref);
 }
@@ -146,7 +146,7 @@ static void test_golden_xvector(void **state) {
     size_t n = 0;
     float *ref = npy_load(GOLDEN "spk_xvector.npy", "<f4", 4, &n);
     assert_non_null(ref);
-    assert_int_equal(n, (size_t)qvc_ecapa_dim(g_ecapa));
+    assert_int_equal(n, (size_t)qva_ecapa_dim(g_ecapa));
     float *x = xvector_of(g_ecapa, &g_clip);
     double num = 0.0, den = 0.0, md = 0.0;
     for (size_t i = 0; i < n; i++) {
@@ -174,34 +174,34 @@ static void test_golden_codes(void **state) {
     size_t n = 0;
     int64_t *ref = npy_load(GOLDEN "codes_enc.npy", "<i8", 8, &n);
     assert_non_null(ref);
-    qvc_speech_encoder *se = qvc_speech_encoder_load(g_base, err, sizeof err);
+    qva_speech_encoder *se = qva_speech_encoder_load(g_base, err, sizeof err);
     if (!se) fprintf(stderr, "%s\n", err);
     assert_non_null(se);
-    int nf = qvc_speech_encoder_n_frames(g_clip.n_samples);
-    assert_int_equal((size_t)nf * QVC_CODE_GROUPS, n);
+    int nf = qva_speech_encoder_n_frames(g_clip.n_samples);
+    assert_int_equal((size_t)nf * QVA_CODE_GROUPS, n);
     int32_t *codes = malloc(sizeof(int32_t) * n);
-    assert_int_equal(qvc_speech_encoder_encode(se, g_pool, codes, g_clip.samples, g_clip.n_samples, err, sizeof err), 0);
+    assert_int_equal(qva_speech_encoder_encode(se, g_pool, codes, g_clip.samples, g_clip.n_samples, err, sizeof err), 0);
     int bad = 0;
-    for (int g = 0; g < QVC_CODE_GROUPS; g++)
-        for (int f = 0; f < nf; f++) bad += ref[(size_t)g * nf + f] != codes[(size_t)f * QVC_CODE_GROUPS + g];
+    for (int g = 0; g < QVA_CODE_GROUPS; g++)
+        for (int f = 0; f < nf; f++) bad += ref[(size_t)g * nf + f] != codes[(size_t)f * QVA_CODE_GROUPS + g];
     printf("  speech-encoder codes [%d, 16] vs official: %d of %zu differ (tolerance 0)\n", nf, bad, n);
     assert_int_equal(bad, 0);
     /* one thread (no pool) gives the same codes */
     int32_t *codes1 = malloc(sizeof(int32_t) * n);
-    assert_int_equal(qvc_speech_encoder_encode(se, NULL, codes1, g_clip.samples, g_clip.n_samples, err, sizeof err), 0);
+    assert_int_equal(qva_speech_encoder_encode(se, NULL, codes1, g_clip.samples, g_clip.n_samples, err, sizeof err), 0);
     assert_memory_equal(codes, codes1, sizeof(int32_t) * n);
     free(codes1);
     /* the sliding window (flash-attention behaviour) must differ on this 750-frame clip */
-    qvc_speech_encoder_set_window(se, 250);
-    assert_int_equal(qvc_speech_encoder_encode(se, g_pool, codes, g_clip.samples, g_clip.n_samples, err, sizeof err), 0);
+    qva_speech_encoder_set_window(se, 250);
+    assert_int_equal(qva_speech_encoder_encode(se, g_pool, codes, g_clip.samples, g_clip.n_samples, err, sizeof err), 0);
     int bad_w = 0;
-    for (int g = 0; g < QVC_CODE_GROUPS; g++)
-        for (int f = 0; f < nf; f++) bad_w += ref[(size_t)g * nf + f] != codes[(size_t)f * QVC_CODE_GROUPS + g];
+    for (int g = 0; g < QVA_CODE_GROUPS; g++)
+        for (int f = 0; f < nf; f++) bad_w += ref[(size_t)g * nf + f] != codes[(size_t)f * QVA_CODE_GROUPS + g];
     printf("  with window 250 instead of plain causal: %d differ (the reference is plain causal)\n", bad_w);
     assert_true(bad_w > 0);
     free(codes);
     free(ref);
-    qvc_speech_encoder_free(se);
+    qva_speech_encoder_free(se);
 }
 
 /* ---- same voice from WAV, FLAC and 44.1 kHz stereo ------------------------------------- */
@@ -227,16 +227,16 @@ static void test_formats(void **state) {
     free(inter);
     free(mono44);
 
-    qvc_audio a_flac, a_44;
-    assert_int_equal(qvc_audio_load(&a_flac, flac, 30.0, err, sizeof err), 0);
-    assert_int_equal(qvc_audio_load(&a_44, st44, 30.0, err, sizeof err), 0);
+    qva_audio a_flac, a_44;
+    assert_int_equal(qva_audio_load(&a_flac, flac, 30.0, err, sizeof err), 0);
+    assert_int_equal(qva_audio_load(&a_44, st44, 30.0, err, sizeof err), 0);
     assert_int_equal(a_44.src_channels, 2);
     assert_int_equal(a_44.src_rate_hz, 44100);
     assert_true(a_44.resampled);
     float *x_wav = xvector_of(g_ecapa, &g_clip);
     float *x_flac = xvector_of(g_ecapa, &a_flac);
     float *x_44 = xvector_of(g_ecapa, &a_44);
-    int dim = qvc_ecapa_dim(g_ecapa);
+    int dim = qva_ecapa_dim(g_ecapa);
     int same = !memcmp(x_wav, x_flac, sizeof(float) * (size_t)dim);
     double c44 = qvk_cosine(x_wav, x_44, dim);
     printf("  WAV vs FLAC x-vector: %s; WAV vs 44.1 kHz stereo: cosine %.6f (tolerance >= 0.99)\n",
@@ -246,8 +246,8 @@ static void test_formats(void **state) {
     free(x_wav);
     free(x_flac);
     free(x_44);
-    qvc_audio_free(&a_flac);
-    qvc_audio_free(&a_44);
+    qva_audio_free(&a_flac);
+    qva_audio_free(&a_44);
     unlink(flac);
     unlink(st44);
 }
@@ -263,8 +263,8 @@ static void test_lossy_formats(void **state) {
         {"mp3", SF_FORMAT_MPEG | SF_FORMAT_MPEG_LAYER_III, 24000},
     };
     int64_t n = 240000;
-    qvc_audio ref;
-    assert_int_equal(qvc_audio_from_mono(&ref, g_clip.samples, n, 24000, "ref", err, sizeof err), 0);
+    qva_audio ref;
+    assert_int_equal(qva_audio_from_mono(&ref, g_clip.samples, n, 24000, "ref", err, sizeof err), 0);
     float *x_ref = xvector_of(g_ecapa, &ref);
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
         SF_INFO probe = {.samplerate = f[i].rate, .channels = 1, .format = f[i].format};
@@ -287,29 +287,29 @@ static void test_lossy_formats(void **state) {
         }
         assert_int_equal(write_wav(path, f[i].format, f[i].rate, 1, data, n_w), 0);
         free(up);
-        qvc_audio a;
-        int rc = qvc_audio_load(&a, path, 30.0, err, sizeof err);
+        qva_audio a;
+        int rc = qva_audio_load(&a, path, 30.0, err, sizeof err);
         if (rc) fprintf(stderr, "%s\n", err);
         assert_int_equal(rc, 0);
         float *x = xvector_of(g_ecapa, &a);
-        double cs = qvk_cosine(x_ref, x, qvc_ecapa_dim(g_ecapa));
+        double cs = qvk_cosine(x_ref, x, qva_ecapa_dim(g_ecapa));
         printf("  %s (%s, %.2f s read): x-vector cosine vs lossless %.5f (tolerance >= 0.98)\n",
                f[i].ext, a.src_format, a.used_seconds, cs);
         assert_true(cs >= 0.98);
         free(x);
-        qvc_audio_free(&a);
+        qva_audio_free(&a);
         unlink(path);
     }
     free(x_ref);
-    qvc_audio_free(&ref);
+    qva_audio_free(&ref);
 }
 
 /* ---- audio checks ----------------------------------------------------------------------- */
 
 static void expect_load_error(const char *path, const char *needle) {
     char err[512] = "";
-    qvc_audio a;
-    int rc = qvc_audio_load(&a, path, 30.0, err, sizeof err);
+    qva_audio a;
+    int rc = qva_audio_load(&a, path, 30.0, err, sizeof err);
     printf("  %s -> %s\n", path, rc ? err : "(accepted)");
     assert_int_equal(rc, -1);
     assert_non_null(strstr(err, path));
@@ -349,14 +349,14 @@ static void test_audio_errors(void **state) {
 
 static void test_audio_warnings(void **state) {
     char err[512], path[64];
-    qvc_audio a;
+    qva_audio a;
     /* --max-seconds 10 on the 30 s clip: first 10 s, flagged */
-    assert_int_equal(qvc_audio_load(&a, CLIP, 10.0, err, sizeof err), 0);
+    assert_int_equal(qva_audio_load(&a, CLIP, 10.0, err, sizeof err), 0);
     assert_true(a.truncated);
     assert_int_equal(a.n_samples, 240000);
     assert_memory_equal(a.samples, g_clip.samples, 240000 * sizeof(float));
     assert_true(a.short_warning == 0);
-    qvc_audio_free(&a);
+    qva_audio_free(&a);
     /* 5 s: accepted with the short warning; clipped copy: warning with its fraction */
     snprintf(path, sizeof path, "/tmp/test_clone_%d_w.wav", (int)getpid());
     int64_t n = 24000 * 5;
@@ -366,23 +366,23 @@ static void test_audio_warnings(void **state) {
         x[i] = 8.0f * g_clip.samples[i];
         if (x[i] > 1.0f) x[i] = 1.0f;
         if (x[i] < -1.0f) x[i] = -1.0f;
-        clipped += fabsf(x[i]) >= (float)QVC_CLIP_LEVEL;
+        clipped += fabsf(x[i]) >= (float)QVA_CLIP_LEVEL;
     }
     assert_int_equal(write_wav(path, SF_FORMAT_WAV | SF_FORMAT_FLOAT, 24000, 1, x, n), 0);
-    assert_int_equal(qvc_audio_load(&a, path, 30.0, err, sizeof err), 0);
+    assert_int_equal(qva_audio_load(&a, path, 30.0, err, sizeof err), 0);
     printf("  5 s clipped copy: short warning %d, clip warning %d, clipped %.4f%% (expected %.4f%%)\n",
            a.short_warning, a.clip_warning, 100 * a.clipped_fraction, 100.0 * clipped / n);
     assert_true(a.short_warning);
     assert_true(a.clip_warning);
     assert_true(fabs(a.clipped_fraction - (double)clipped / n) < 1e-9);
-    qvc_audio_free(&a);
+    qva_audio_free(&a);
     unlink(path);
     free(x);
 }
 
 static void test_not_base(void **state) {
     char err[512] = "";
-    qvc_ecapa *e = qvc_ecapa_load(g_cv, err, sizeof err);
+    qva_ecapa *e = qva_ecapa_load(g_cv, err, sizeof err);
     printf("  CustomVoice: %s\n", err);
     assert_null(e);
     assert_non_null(strstr(err, "Base"));
@@ -544,7 +544,7 @@ static void test_elu_variants(void **state) {
  * lowered to stay below clipping). The two variants differ in ELU (polynomial vs expm1f) and
  * softmax (polynomial vs expf) by about an ulp; a code may only flip where two codebook rows
  * are nearly tied, and the official codes do not depend on that noise either. */
-static int clip_version(qvc_audio *out, const qvc_audio *a, int64_t n, int kind) {
+static int clip_version(qva_audio *out, const qva_audio *a, int64_t n, int kind) {
     char err[512];
     static const int rates[] = {24000, 16000, 44100, 24000, 24000};
     int rate = rates[kind];
@@ -561,7 +561,7 @@ static int clip_version(qvc_audio *out, const qvc_audio *a, int64_t n, int kind)
                   : kind == 4 ? fminf(powf(10.0f, 6.0f / 20.0f), 0.99f / (float)a->peak) : 1.0f;
         for (long i = 0; i < m; i++) x[i] = g * a->samples[i];
     }
-    int rc = qvc_audio_from_mono(out, x, m, rate, "version", err, sizeof err);
+    int rc = qva_audio_from_mono(out, x, m, rate, "version", err, sizeof err);
     free(x);
     return rc;
 }
@@ -574,50 +574,50 @@ static void test_codes_variants(void **state) {
         printf("  no AVX-512 kernel variant on this CPU: nothing to compare\n");
         return;
     }
-    qvc_speech_encoder *se = qvc_speech_encoder_load(g_base, err, sizeof err);
+    qva_speech_encoder *se = qva_speech_encoder_load(g_base, err, sizeof err);
     assert_non_null(se);
     static const char *const clips[] = {CLIP, "tests/audio/it_galatea_fasol.wav"};
     static const char *const kinds[] = {"24 kHz", "via 16 kHz", "via 44.1 kHz", "-12 dB", "+6 dB"};
     const int64_t n = 12 * 24000;
-    const int nf = qvc_speech_encoder_n_frames(n);
+    const int nf = qva_speech_encoder_n_frames(n);
     int32_t *codes[2];
-    for (int v = 0; v < 2; v++) codes[v] = malloc(sizeof(int32_t) * (size_t)(nf + 1) * QVC_CODE_GROUPS);
+    for (int v = 0; v < 2; v++) codes[v] = malloc(sizeof(int32_t) * (size_t)(nf + 1) * QVA_CODE_GROUPS);
     for (int c = 0; c < 2; c++) {
-        qvc_audio a;
-        assert_int_equal(qvc_audio_load(&a, clips[c], 30.0, err, sizeof err), 0);
+        qva_audio a;
+        assert_int_equal(qva_audio_load(&a, clips[c], 30.0, err, sizeof err), 0);
         assert_true(a.n_samples >= n);
         for (int k = 0; k < 5; k++) {
-            qvc_audio b;
+            qva_audio b;
             assert_int_equal(clip_version(&b, &a, n, k), 0);
-            int nb = qvc_speech_encoder_n_frames(b.n_samples);
+            int nb = qva_speech_encoder_n_frames(b.n_samples);
             assert_true(nb <= nf + 1);
             for (int v = 0; v < 2; v++) {
                 assert_int_equal(qvk_set_variant(v ? "scalar" : "avx512"), 0);
-                assert_int_equal(qvc_speech_encoder_encode(se, g_pool, codes[v], b.samples,
+                assert_int_equal(qva_speech_encoder_encode(se, g_pool, codes[v], b.samples,
                                                            b.n_samples, err, sizeof err), 0);
             }
             int bad = 0;
-            for (int i = 0; i < nb * QVC_CODE_GROUPS; i++) bad += codes[0][i] != codes[1][i];
+            for (int i = 0; i < nb * QVA_CODE_GROUPS; i++) bad += codes[0][i] != codes[1][i];
             printf("  %s %-13s %d frames: avx512 vs scalar codes, %d differ (tolerance 0)\n",
                    c ? "it" : "en", kinds[k], nb, bad);
             assert_int_equal(bad, 0);
-            qvc_audio_free(&b);
+            qva_audio_free(&b);
         }
-        qvc_audio_free(&a);
+        qva_audio_free(&a);
     }
     assert_int_equal(qvk_set_variant(was), 0);
     for (int v = 0; v < 2; v++) free(codes[v]);
-    qvc_speech_encoder_free(se);
+    qva_speech_encoder_free(se);
 }
 
 /* ---- tiny model ------------------------------------------------------------------------- */
 
 static void test_tiny_model(void **state) {
     char err[512];
-    qvc_ecapa *e = qvc_ecapa_load(g_tiny, err, sizeof err);
+    qva_ecapa *e = qva_ecapa_load(g_tiny, err, sizeof err);
     if (!e) fprintf(stderr, "%s\n", err);
     assert_non_null(e);
-    assert_int_equal(qvc_ecapa_dim(e), 64);
+    assert_int_equal(qva_ecapa_dim(e), 64);
     float *x1 = xvector_of(e, &g_clip);
     float *x2 = xvector_of(e, &g_clip);
     int finite = 1;
@@ -625,30 +625,30 @@ static void test_tiny_model(void **state) {
     assert_true(finite);
     assert_memory_equal(x1, x2, 64 * sizeof(float));
     /* a different 10 s part of the clip is a different, still similar, "speaker" */
-    qvc_audio part;
-    assert_int_equal(qvc_audio_from_mono(&part, g_clip.samples + 240000, 240000, 24000, "part", err, sizeof err), 0);
+    qva_audio part;
+    assert_int_equal(qva_audio_from_mono(&part, g_clip.samples + 240000, 240000, 24000, "part", err, sizeof err), 0);
     float *x3 = xvector_of(e, &part);
     double c = qvk_cosine(x1, x3, 64);
-    printf("  tiny x-vector norm %.3f; cosine whole clip vs 10 s part %.4f\n", qvc_l2norm(x1, 64), c);
+    printf("  tiny x-vector norm %.3f; cosine whole clip vs 10 s part %.4f\n", qva_l2norm(x1, 64), c);
     assert_true(c < 1.0);
-    qvc_speech_encoder *se = qvc_speech_encoder_load(g_tiny, err, sizeof err);
+    qva_speech_encoder *se = qva_speech_encoder_load(g_tiny, err, sizeof err);
     if (!se) fprintf(stderr, "%s\n", err);
     assert_non_null(se);
-    int nf = qvc_speech_encoder_n_frames(4000);
+    int nf = qva_speech_encoder_n_frames(4000);
     assert_int_equal(nf, 3);
-    int32_t codes[3 * QVC_CODE_GROUPS];
-    assert_int_equal(qvc_speech_encoder_encode(se, g_pool, codes, g_clip.samples, 4000, err, sizeof err), 0);
-    for (int i = 0; i < 3 * QVC_CODE_GROUPS; i++) assert_true(codes[i] >= 0 && codes[i] < 2048);
+    int32_t codes[3 * QVA_CODE_GROUPS];
+    assert_int_equal(qva_speech_encoder_encode(se, g_pool, codes, g_clip.samples, 4000, err, sizeof err), 0);
+    for (int i = 0; i < 3 * QVA_CODE_GROUPS; i++) assert_true(codes[i] >= 0 && codes[i] < 2048);
     /* causal: the codes of the first frames do not depend on later audio */
-    int32_t codes2[QVC_CODE_GROUPS * 2];
-    assert_int_equal(qvc_speech_encoder_encode(se, NULL, codes2, g_clip.samples, 3840, err, sizeof err), 0);
+    int32_t codes2[QVA_CODE_GROUPS * 2];
+    assert_int_equal(qva_speech_encoder_encode(se, NULL, codes2, g_clip.samples, 3840, err, sizeof err), 0);
     assert_memory_equal(codes, codes2, sizeof codes2);
-    qvc_speech_encoder_free(se);
-    qvc_audio_free(&part);
+    qva_speech_encoder_free(se);
+    qva_audio_free(&part);
     free(x1);
     free(x2);
     free(x3);
-    qvc_ecapa_free(e);
+    qva_ecapa_free(e);
 }
 
 /* ---- CLI -------------------------------------------------------------------------------- */

@@ -22,7 +22,7 @@
 
 #include <cmocka.h>
 
-#include "clone/clone.h"
+#include "features/speech_encoder.h"
 #include "engine/model.h"
 #include "voicefmt/qvf.h"
 #include "include/qvoice.h"
@@ -32,7 +32,7 @@
 #define SR 24000
 
 static char g_tiny[1024], g_dir[128];
-static qvc_audio g_clip;
+static qva_audio g_clip;
 static char *g_out, *g_err; /* stdout / stderr of the last run() */
 
 static uint32_t g_rng = 7;
@@ -109,7 +109,7 @@ static int setup(void **state) {
     snprintf(g_dir, sizeof g_dir, "/tmp/test_clone_cli_%d", (int)getpid());
     mkdir(g_dir, 0700);
     char err[512];
-    if (qvc_audio_load(&g_clip, CLIP, 30.0, err, sizeof err)) {
+    if (qva_audio_load(&g_clip, CLIP, 30.0, err, sizeof err)) {
         fprintf(stderr, "%s\n", err);
         return -1;
     }
@@ -125,7 +125,7 @@ static int teardown(void **state) {
     char cmd[256];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
     if (system(cmd)) fprintf(stderr, "could not remove %s\n", g_dir);
-    qvc_audio_free(&g_clip);
+    qva_audio_free(&g_clip);
     free(g_out);
     free(g_err);
     return 0;
@@ -516,10 +516,10 @@ static void test_bridge(void **state) {
        projection runs through), and a session's PAD and EOS rows (a 1-token Base prompt: 7
        projected rows, the same direct kernel as the 3-row call) */
     float *ref = malloc(3 * H * sizeof(float));
-    assert_int_equal(qve_textside_special(&m->text, &m->cfg, NULL, ref), 0);
+    assert_int_equal(qvm_textside_special(&m->text, &m->cfg, NULL, ref), 0);
     int same;
     double d = max_abs_diff(v->tpad, ref, 3 * H, &same);
-    printf("TPAD vs the model's qve_textside_special: max |d| %g, bit-identical %d\n", d, same);
+    printf("TPAD vs the model's qvm_textside_special: max |d| %g, bit-identical %d\n", d, same);
     assert_true(same);
     qv_params p = qv_model_params(m);
     qv_session *s = NULL;
@@ -539,7 +539,7 @@ static void test_bridge(void **state) {
     free(ref);
 
     /* WOVR vs the Base checkpoint's tensors */
-    qve_st *st = qve_st_open_dir(g_tiny, "model", err, sizeof err);
+    qvm_st *st = qvm_st_open_dir(g_tiny, "model", err, sizeof err);
     assert_non_null(st);
     const char *names[5] = {"talker.text_projection.linear_fc1.weight",
                             "talker.text_projection.linear_fc1.bias",
@@ -548,10 +548,10 @@ static void test_bridge(void **state) {
                             "talker.model.codec_embedding.weight"};
     const void *got[5] = {v->wovr_fc1_w, v->wovr_fc1_b, v->wovr_fc2_w, v->wovr_fc2_b, v->wovr_codec};
     for (int i = 0; i < 5; i++) {
-        const qve_tensor *t = qve_st_find(st, names[i]);
+        const qvm_tensor *t = qvm_st_find(st, names[i]);
         assert_non_null(t);
         if (i == 1 || i == 3) {
-            float *f = qve_tensor_to_f32(t);
+            float *f = qvm_tensor_to_f32(t);
             assert_non_null(f);
             assert_memory_equal(got[i], f, (i == 1 ? TH : H) * sizeof(float));
             qvk_free(f);
@@ -561,7 +561,7 @@ static void test_bridge(void **state) {
             assert_memory_equal(got[i], t->data, n);
         }
     }
-    qve_st_close(st);
+    qvm_st_close(st);
     qv_model_free(m);
 
     /* --no-wovr: TPAD only */

@@ -145,17 +145,17 @@ static void widen_decoder(const char *src, const char *dst) {
     char p[1200], err[512];
     assert_int_equal(sh("cp -r %s %s", src, dst), 0);
     snprintf(p, sizeof p, "%s/speech_tokenizer/model.safetensors", src);
-    qve_st *st = qve_st_open(p, err, sizeof err);
+    qvm_st *st = qvm_st_open(p, err, sizeof err);
     if (!st) fail_msg("%s", err);
     cJSON *h = cJSON_CreateObject();
     uint64_t off = 0;
-    for (int i = 0; i < qve_st_count(st); i++) {
-        const qve_tensor *t = qve_st_at(st, i);
-        const int wide = t->dtype == QVE_DTYPE_F16;
+    for (int i = 0; i < qvm_st_count(st); i++) {
+        const qvm_tensor *t = qvm_st_at(st, i);
+        const int wide = t->dtype == QVM_DTYPE_F16;
         const uint64_t n = wide ? t->n_bytes * 2 : t->n_bytes;
         cJSON *e = cJSON_AddObjectToObject(h, t->name), *shape = cJSON_AddArrayToObject(e, "shape");
         cJSON *range = cJSON_AddArrayToObject(e, "data_offsets");
-        cJSON_AddStringToObject(e, "dtype", dtypes[wide ? QVE_DTYPE_F32 : t->dtype]);
+        cJSON_AddStringToObject(e, "dtype", dtypes[wide ? QVM_DTYPE_F32 : t->dtype]);
         for (int d = 0; d < t->n_dims; d++)
             cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)t->shape[d]));
         cJSON_AddItemToArray(range, cJSON_CreateNumber((double)off));
@@ -174,19 +174,19 @@ static void widen_decoder(const char *src, const char *dst) {
     assert_int_equal(fwrite(js, 1, n_js, f), n_js);
     for (uint64_t i = n_js; i < n_hdr; i++) /* the format pads its header with spaces */
         assert_int_equal(fputc(' ', f), ' ');
-    for (int i = 0; i < qve_st_count(st); i++) {
-        const qve_tensor *t = qve_st_at(st, i);
-        if (t->dtype != QVE_DTYPE_F16) {
+    for (int i = 0; i < qvm_st_count(st); i++) {
+        const qvm_tensor *t = qvm_st_at(st, i);
+        if (t->dtype != QVM_DTYPE_F16) {
             assert_int_equal(fwrite(t->data, 1, t->n_bytes, f), t->n_bytes);
             continue;
         }
-        float *w = qve_tensor_to_f32(t);
+        float *w = qvm_tensor_to_f32(t);
         assert_non_null(w);
         assert_int_equal(fwrite(w, 2, t->n_bytes, f), t->n_bytes);
         qvk_free(w);
     }
     assert_int_equal(fclose(f), 0);
-    free(js), cJSON_Delete(h), qve_st_close(st);
+    free(js), cJSON_Delete(h), qvm_st_close(st);
 }
 
 /* The f16 decoder's PCM (f16 panels) against the same values held in f32 panels, which is how
@@ -471,15 +471,15 @@ static void test_tiny_lossless(void **st) {
     char err[512];
     char p[1200];
     snprintf(p, sizeof p, "%s/speech_tokenizer/model.safetensors", tmp_path("tiny-vocab"));
-    qve_st *cs = qve_st_open(p, err, sizeof err);
+    qvm_st *cs = qvm_st_open(p, err, sizeof err);
     assert_non_null(cs);
-    for (int i = 0; i < qve_st_count(cs); i++) { /* no encoder; the decoder in f16 */
-        assert_true(strncmp(qve_st_at(cs, i)->name, "encoder.", 8) != 0);
-        assert_false(strstr(qve_st_at(cs, i)->name, "input_proj.weight") &&
-                     strstr(qve_st_at(cs, i)->name, "quantizer")); /* encode-only */
-        assert_true(qve_st_at(cs, i)->dtype != QVE_DTYPE_F32);
+    for (int i = 0; i < qvm_st_count(cs); i++) { /* no encoder; the decoder in f16 */
+        assert_true(strncmp(qvm_st_at(cs, i)->name, "encoder.", 8) != 0);
+        assert_false(strstr(qvm_st_at(cs, i)->name, "input_proj.weight") &&
+                     strstr(qvm_st_at(cs, i)->name, "quantizer")); /* encode-only */
+        assert_true(qvm_st_at(cs, i)->dtype != QVM_DTYPE_F32);
     }
-    qve_st_close(cs);
+    qvm_st_close(cs);
     qv_model *a = load(model("tiny-cv")), *b = load(tmp_path("tiny-vocab"));
     assert_non_null(b->talker.text_token_map);
     assert_true(b->text.n_text_rows < b->cfg.text_vocab_size / 2);
@@ -553,11 +553,11 @@ static void test_tiny_q4_text_projection(void **st) {
     const int TH = b->text.text_hidden;
     float w[4096], r[4096];
     qvk_bf16_to_f32(w, b->text.fc1 + 3 * TH, (size_t)TH); /* row 3 of fc1 */
-    const qve_tensor *q = qve_st_find(b->st, "talker.text_projection.linear_fc1.weight");
-    const qve_tensor *qs = qve_st_find(b->st, "talker.text_projection.linear_fc1.scales");
-    const qve_tensor *qb = qve_st_find(b->st, "talker.text_projection.linear_fc1.biases");
-    assert_true(q && qs && qb && q->dtype == QVE_DTYPE_U32 && TH <= 4096);
-    assert_non_null(qve_st_find(b->st, "talker.text_projection.linear_fc2.scales"));
+    const qvm_tensor *q = qvm_st_find(b->st, "talker.text_projection.linear_fc1.weight");
+    const qvm_tensor *qs = qvm_st_find(b->st, "talker.text_projection.linear_fc1.scales");
+    const qvm_tensor *qb = qvm_st_find(b->st, "talker.text_projection.linear_fc1.biases");
+    assert_true(q && qs && qb && q->dtype == QVM_DTYPE_U32 && TH <= 4096);
+    assert_non_null(qvm_st_find(b->st, "talker.text_projection.linear_fc2.scales"));
     qvk_q4_dequantize(r, (const uint8_t *)q->data + 3 * TH / 2, (const uint16_t *)qs->data + 3 * TH / 64,
                       (const uint16_t *)qb->data + 3 * TH / 64, 1, TH);
     for (int i = 0; i < TH; i++) assert_true(fabsf(w[i] - r[i]) <= fabsf(r[i]) * 0x1p-8f);
@@ -622,10 +622,10 @@ static void test_tiny_prune_neurons(void **st) {
     printf("    MLP neurons %ld -> %ld, %d layer(s) narrowed\n", r.neurons_in, r.neurons_out,
            r.n_neuron_layers);
     qv_model *a = load(model("tiny-cv")), *b = load(tmp_path("tiny-neurons"));
-    const qve_stack_config *c = &b->cfg.talker;
-    assert_int_equal(qve_layer_intermediate(c, 0), a->cfg.talker.intermediate_size); /* protected */
-    assert_true(qve_layer_intermediate(c, 1) < a->cfg.talker.intermediate_size);
-    assert_int_equal(qve_layer_intermediate(c, 1) % 64, 0);
+    const qvm_stack_config *c = &b->cfg.talker;
+    assert_int_equal(qvm_layer_intermediate(c, 0), a->cfg.talker.intermediate_size); /* protected */
+    assert_true(qvm_layer_intermediate(c, 1) < a->cfg.talker.intermediate_size);
+    assert_int_equal(qvm_layer_intermediate(c, 1) % 64, 0);
     assert_int_equal(r.n_neuron_layers, 1);
     double le, agree = talker_forced(a, b, 16, &le);
     /* random weights: measured 13 of 16, logits rel. error 0.19 (a quarter of the neurons gone) */
@@ -703,21 +703,21 @@ static void test_layer_widths(void **st) {
         snprintf(p, sizeof p, "%s/config.json", dir);
         tmp_write(p, js, strlen(js));
         free(js), cJSON_Delete(root);
-        qve_model_config c;
+        qvm_model_config c;
         if (k) {
-            assert_int_equal(qve_model_config_load(&c, dir, err, sizeof err), -1);
+            assert_int_equal(qvm_model_config_load(&c, dir, err, sizeof err), -1);
             printf("    %s\n", err);
             assert_non_null(strstr(err, "intermediate_size"));
             continue;
         }
-        if (qve_model_config_load(&c, dir, err, sizeof err)) fail_msg("%s", err);
+        if (qvm_model_config_load(&c, dir, err, sizeof err)) fail_msg("%s", err);
         assert_int_equal(c.talker.intermediate_size, 128);
-        assert_int_equal(qve_layer_intermediate(&c.talker, 0), 64);
-        qve_manifest m;
-        assert_int_equal(qve_manifest_model(&m, &c, err, sizeof err), 0);
-        assert_int_equal(qve_manifest_find(&m, "talker.model.layers.0.mlp.gate_proj.weight")->shape[0], 64);
-        assert_int_equal(qve_manifest_find(&m, "talker.model.layers.1.mlp.down_proj.weight")->shape[1], 128);
-        qve_manifest_free(&m);
+        assert_int_equal(qvm_layer_intermediate(&c.talker, 0), 64);
+        qvm_manifest m;
+        assert_int_equal(qvm_manifest_model(&m, &c, err, sizeof err), 0);
+        assert_int_equal(qvm_manifest_find(&m, "talker.model.layers.0.mlp.gate_proj.weight")->shape[0], 64);
+        assert_int_equal(qvm_manifest_find(&m, "talker.model.layers.1.mlp.down_proj.weight")->shape[1], 128);
+        qvm_manifest_free(&m);
     }
 }
 

@@ -59,9 +59,9 @@ static cJSON *fresh(const char *variant) {
 
 static void expect_model_fail(const cJSON *j, const char *want) {
     spit_json(tmp_dir, "config.json", j);
-    qve_model_config c;
+    qvm_model_config c;
     char err[512] = "";
-    assert_int_equal(qve_model_config_load(&c, tmp_dir, err, sizeof err), -1);
+    assert_int_equal(qvm_model_config_load(&c, tmp_dir, err, sizeof err), -1);
     printf("    error: %s\n", err);
     assert_null(strchr(err, '\n'));
     assert_non_null(strstr(err, "/config.json: "));
@@ -70,11 +70,11 @@ static void expect_model_fail(const cJSON *j, const char *want) {
 
 static void test_base(void **state) {
     (void)state;
-    qve_model_config c;
+    qvm_model_config c;
     char err[512] = "";
-    if (qve_model_config_load(&c, GOLD "/q06b-base", err, sizeof err) != 0) fail_msg("%s", err);
-    assert_int_equal(c.size, QVE_SIZE_0B6);
-    assert_int_equal(c.variant, QVE_VARIANT_BASE);
+    if (qvm_model_config_load(&c, GOLD "/q06b-base", err, sizeof err) != 0) fail_msg("%s", err);
+    assert_int_equal(c.size, QVM_SIZE_0B6);
+    assert_int_equal(c.variant, QVM_VARIANT_BASE);
     assert_int_equal(c.tts_pad_token_id, 151671);
     assert_int_equal(c.assistant_token_id, 77091);
     assert_int_equal(c.talker.hidden_size, 1024);
@@ -89,9 +89,9 @@ static void test_base(void **state) {
     assert_int_equal(c.code_predictor.vocab_size, 2048);
     assert_int_equal(c.code_predictor.max_position_embeddings, 65536);
     assert_int_equal(c.n_languages, 12);
-    assert_int_equal(qve_language_id(&c, "English"), 2050);
-    assert_int_equal(qve_language_id(&c, "sichuan_dialect"), 2062);
-    assert_int_equal(qve_language_id(&c, "klingon"), -1);
+    assert_int_equal(qvm_language_id(&c, "English"), 2050);
+    assert_int_equal(qvm_language_id(&c, "sichuan_dialect"), 2062);
+    assert_int_equal(qvm_language_id(&c, "klingon"), -1);
     assert_int_equal(c.n_speakers, 0);
     assert_true(c.has_speaker_encoder);
     assert_int_equal(c.enc_dim, 1024);
@@ -102,42 +102,42 @@ static void test_base(void **state) {
 
 static void test_custom_voice(void **state) {
     (void)state;
-    qve_model_config c;
+    qvm_model_config c;
     char err[512] = "";
-    if (qve_model_config_load(&c, GOLD "/q06b-cv", err, sizeof err) != 0) fail_msg("%s", err);
-    assert_int_equal(c.variant, QVE_VARIANT_CUSTOM_VOICE);
-    assert_int_equal(c.size, QVE_SIZE_0B6);
+    if (qvm_model_config_load(&c, GOLD "/q06b-cv", err, sizeof err) != 0) fail_msg("%s", err);
+    assert_int_equal(c.variant, QVM_VARIANT_CUSTOM_VOICE);
+    assert_int_equal(c.size, QVM_SIZE_0B6);
     assert_false(c.has_speaker_encoder);
     assert_int_equal(c.n_speakers, 9);
-    const qve_speaker *s = qve_speaker_find(&c, "Ryan");
+    const qvm_speaker *s = qvm_speaker_find(&c, "Ryan");
     assert_non_null(s);
     assert_int_equal(s->id, 3061);
     assert_string_equal(s->dialect, "");
-    s = qve_speaker_find(&c, "eric");
+    s = qvm_speaker_find(&c, "eric");
     assert_string_equal(s->dialect, "sichuan_dialect");
-    assert_int_equal(qve_speaker_find(&c, "dylan")->id, 2878);
-    assert_null(qve_speaker_find(&c, "nobody"));
+    assert_int_equal(qvm_speaker_find(&c, "dylan")->id, 2878);
+    assert_null(qvm_speaker_find(&c, "nobody"));
 }
 
 static void test_17b(void **state) {
     (void)state;
-    qve_model_config c;
+    qvm_model_config c;
     char err[512] = "";
-    if (qve_model_config_load(&c, GOLD "/q17b-base", err, sizeof err) != 0) fail_msg("%s", err);
-    assert_int_equal(c.size, QVE_SIZE_1B7);
-    assert_int_equal(c.variant, QVE_VARIANT_BASE);
+    if (qvm_model_config_load(&c, GOLD "/q17b-base", err, sizeof err) != 0) fail_msg("%s", err);
+    assert_int_equal(c.size, QVM_SIZE_1B7);
+    assert_int_equal(c.variant, QVM_VARIANT_BASE);
     assert_int_equal(c.talker.hidden_size, 2048);
     assert_int_equal(c.code_predictor.hidden_size, 1024);
     assert_int_equal(c.enc_dim, 2048);
-    if (qve_model_config_load(&c, GOLD "/q17b-cv", err, sizeof err) != 0) fail_msg("%s", err);
-    assert_int_equal(c.size, QVE_SIZE_1B7);
-    assert_int_equal(c.variant, QVE_VARIANT_CUSTOM_VOICE);
+    if (qvm_model_config_load(&c, GOLD "/q17b-cv", err, sizeof err) != 0) fail_msg("%s", err);
+    assert_int_equal(c.size, QVM_SIZE_1B7);
+    assert_int_equal(c.variant, QVM_VARIANT_CUSTOM_VOICE);
     assert_int_equal(c.talker.intermediate_size, 6144);
 }
 
 static void test_variant_and_size(void **state) {
     (void)state;
-    qve_model_config c;
+    qvm_model_config c;
     char err[512] = "";
     /* CustomVoice type with an empty spk_id map: VoiceDesign. */
     cJSON *j = fresh("q06b-cv");
@@ -145,18 +145,18 @@ static void test_variant_and_size(void **state) {
     cJSON_ReplaceItemInObject(tc, "spk_id", cJSON_CreateObject());
     cJSON_ReplaceItemInObject(tc, "spk_is_dialect", cJSON_CreateObject());
     spit_json(tmp_dir, "config.json", j);
-    assert_int_equal(qve_model_config_load(&c, tmp_dir, err, sizeof err), 0);
-    assert_int_equal(c.variant, QVE_VARIANT_VOICE_DESIGN);
+    assert_int_equal(qvm_model_config_load(&c, tmp_dir, err, sizeof err), 0);
+    assert_int_equal(c.variant, QVM_VARIANT_VOICE_DESIGN);
     cJSON_ReplaceItemInObject(j, "tts_model_type", cJSON_CreateString("voice_design"));
     spit_json(tmp_dir, "config.json", j);
-    assert_int_equal(qve_model_config_load(&c, tmp_dir, err, sizeof err), 0);
-    assert_int_equal(c.variant, QVE_VARIANT_VOICE_DESIGN);
+    assert_int_equal(qvm_model_config_load(&c, tmp_dir, err, sizeof err), 0);
+    assert_int_equal(c.variant, QVM_VARIANT_VOICE_DESIGN);
     /* Tiny dimensions with a "0b6" label: OTHER. */
     cJSON_ReplaceItemInObject(tc, "hidden_size", cJSON_CreateNumber(64));
     cJSON_ReplaceItemInObject(tc, "num_hidden_layers", cJSON_CreateNumber(2));
     spit_json(tmp_dir, "config.json", j);
-    assert_int_equal(qve_model_config_load(&c, tmp_dir, err, sizeof err), 0);
-    assert_int_equal(c.size, QVE_SIZE_OTHER);
+    assert_int_equal(qvm_model_config_load(&c, tmp_dir, err, sizeof err), 0);
+    assert_int_equal(c.size, QVM_SIZE_OTHER);
     assert_int_equal(c.talker.hidden_size, 64);
     cJSON_ReplaceItemInObject(j, "tts_model_type", cJSON_CreateString("karaoke"));
     expect_model_fail(j, "key tts_model_type: unknown model type");
@@ -217,36 +217,36 @@ static void test_wrong_type(void **state) {
         j, "key speaker_encoder_config.enc_channels: wrong length (expected 5, found 2)");
     cJSON_Delete(j);
     spit(tmp_dir, "config.json", "{\n\"talker_config\": {\n,}\n");
-    qve_model_config c;
+    qvm_model_config c;
     char err[256];
-    assert_int_equal(qve_model_config_load(&c, tmp_dir, err, sizeof err), -1);
+    assert_int_equal(qvm_model_config_load(&c, tmp_dir, err, sizeof err), -1);
     printf("    error: %s\n", err);
     assert_non_null(strstr(err, "config.json: not valid JSON (error near line 3)"));
-    assert_int_equal(qve_model_config_load(&c, "/nonexistent-dir", err, sizeof err), -1);
+    assert_int_equal(qvm_model_config_load(&c, "/nonexistent-dir", err, sizeof err), -1);
     assert_non_null(strstr(err, "/nonexistent-dir/config.json: cannot open"));
 }
 
 static void test_generation(void **state) {
     (void)state;
-    qve_generation_config g;
+    qvm_generation_config g;
     char err[256] = "";
-    assert_int_equal(qve_generation_config_load(&g, GOLD "/q06b-base", err, sizeof err), 0);
+    assert_int_equal(qvm_generation_config_load(&g, GOLD "/q06b-base", err, sizeof err), 0);
     assert_true(g.do_sample && g.subtalker_dosample);
     assert_int_equal(g.top_k, 50);
     assert_true(g.temperature == 0.9f && g.repetition_penalty == 1.05f && g.top_p == 1.0f);
     assert_int_equal(g.max_new_tokens, 8192);
     /* Missing keys take the wrapper's fallbacks: max_new_tokens 2048, not the file's 8192. */
     spit(tmp_dir, "generation_config.json", "{\"do_sample\": false, \"top_k\": 7}");
-    assert_int_equal(qve_generation_config_load(&g, tmp_dir, err, sizeof err), 0);
+    assert_int_equal(qvm_generation_config_load(&g, tmp_dir, err, sizeof err), 0);
     assert_false(g.do_sample);
     assert_int_equal(g.top_k, 7);
     assert_int_equal(g.max_new_tokens, 2048);
     assert_true(g.subtalker_temperature == 0.9f);
     /* No file at all: every fallback. */
-    assert_int_equal(qve_generation_config_load(&g, "/nonexistent-dir", err, sizeof err), 0);
+    assert_int_equal(qvm_generation_config_load(&g, "/nonexistent-dir", err, sizeof err), 0);
     assert_int_equal(g.max_new_tokens, 2048);
     spit(tmp_dir, "generation_config.json", "{\"top_k\": \"many\"}");
-    assert_int_equal(qve_generation_config_load(&g, tmp_dir, err, sizeof err), -1);
+    assert_int_equal(qvm_generation_config_load(&g, tmp_dir, err, sizeof err), -1);
     printf("    error: %s\n", err);
     assert_non_null(strstr(
         err, "generation_config.json: key top_k: wrong type (expected integer, found string)"));
@@ -254,9 +254,9 @@ static void test_generation(void **state) {
 
 static void test_codec(void **state) {
     (void)state;
-    qve_codec_config c;
+    qvm_codec_config c;
     char err[512] = "";
-    if (qve_codec_config_load(&c, GOLD "/q06b-base", err, sizeof err) != 0) fail_msg("%s", err);
+    if (qvm_codec_config_load(&c, GOLD "/q06b-base", err, sizeof err) != 0) fail_msg("%s", err);
     assert_int_equal(c.encoder_valid_num_quantizers, 16);
     assert_int_equal(c.decode_upsample_rate, 1920);
     assert_int_equal(c.decoder.codebook_dim, 512);
@@ -278,7 +278,7 @@ static void test_codec(void **state) {
     cJSON *j = cJSON_Parse(slurp(GOLD "/q06b-base/speech_tokenizer/config.json"));
     cJSON_DeleteItemFromObject(cJSON_GetObjectItem(j, "encoder_config"), "num_filters");
     spit_json(tmp_dir, "speech_tokenizer/config.json", j);
-    assert_int_equal(qve_codec_config_load(&c, tmp_dir, err, sizeof err), -1);
+    assert_int_equal(qvm_codec_config_load(&c, tmp_dir, err, sizeof err), -1);
     printf("    error: %s\n", err);
     assert_non_null(
         strstr(err, "speech_tokenizer/config.json: missing key encoder_config.num_filters"));

@@ -102,22 +102,22 @@ static void expected_fp(int content, uint8_t out[32]) {
     EVP_MD_CTX_free(c);
 }
 
-static void fp(enum qve_fingerprint_mode mode, uint8_t out[32]) {
+static void fp(enum qvm_fingerprint_mode mode, uint8_t out[32]) {
     char err[256];
-    if (qve_fingerprint_model(tmp_dir, mode, out, err, sizeof err) != 0) fail_msg("%s", err);
+    if (qvm_fingerprint_model(tmp_dir, mode, out, err, sizeof err) != 0) fail_msg("%s", err);
 }
 
 static void test_tensor_sha(void **state) {
     (void)state;
-    qve_tensor t = {.name = "x", .dtype = QVE_DTYPE_F32, .data = "abc", .n_bytes = 3};
+    qvm_tensor t = {.name = "x", .dtype = QVM_DTYPE_F32, .data = "abc", .n_bytes = 3};
     uint8_t h[32];
     char hex[65];
-    assert_int_equal(qve_tensor_sha256(&t, h), 0);
-    assert_string_equal(qve_sha256_hex(h, hex),
+    assert_int_equal(qvm_tensor_sha256(&t, h), 0);
+    assert_string_equal(qvm_sha256_hex(h, hex),
                         "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
     t.n_bytes = 0;
-    assert_int_equal(qve_tensor_sha256(&t, h), 0);
-    assert_string_equal(qve_sha256_hex(h, hex),
+    assert_int_equal(qvm_tensor_sha256(&t, h), 0);
+    assert_string_equal(qvm_sha256_hex(h, hex),
                         "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
 }
 
@@ -127,14 +127,14 @@ static void test_stream(void **state) {
     char hg[65], hw[65];
     make_model(0);
     for (int content = 0; content <= 1; content++) {
-        fp(content ? QVE_FINGERPRINT_CONTENT : QVE_FINGERPRINT_TABLE, got);
+        fp(content ? QVM_FINGERPRINT_CONTENT : QVM_FINGERPRINT_TABLE, got);
         expected_fp(content, want);
-        printf("    mode %d: %s\n", content, qve_sha256_hex(got, hg));
-        assert_string_equal(hg, qve_sha256_hex(want, hw));
+        printf("    mode %d: %s\n", content, qvm_sha256_hex(got, hg));
+        assert_string_equal(hg, qvm_sha256_hex(want, hw));
     }
     /* Header order, offsets and __metadata__ do not matter. */
     make_model(1);
-    fp(QVE_FINGERPRINT_CONTENT, got);
+    fp(QVM_FINGERPRINT_CONTENT, got);
     expected_fp(1, want);
     assert_memory_equal(got, want, 32);
     /* Sharding does not matter either. */
@@ -147,7 +147,7 @@ static void test_stream(void **state) {
                  "{\"a.x\":{\"dtype\":\"BF16\",\"shape\":[1,2],\"data_offsets\":[0,4]}}", g_a, 4);
     const char *idx = "{\"weight_map\":{\"a.x\":\"s2.safetensors\",\"b.w\":\"s1.safetensors\"}}";
     tmp_write(tmp_path("model.safetensors.index.json"), idx, strlen(idx));
-    fp(QVE_FINGERPRINT_CONTENT, got);
+    fp(QVM_FINGERPRINT_CONTENT, got);
     assert_memory_equal(got, want, 32);
     snprintf(p, sizeof p, "%s/model.safetensors.index.json", tmp_dir);
     unlink(p);
@@ -157,26 +157,26 @@ static void test_sensitivity(void **state) {
     (void)state;
     uint8_t t0[32], c0[32], t1[32], c1[32];
     make_model(0);
-    fp(QVE_FINGERPRINT_TABLE, t0);
-    fp(QVE_FINGERPRINT_CONTENT, c0);
+    fp(QVM_FINGERPRINT_TABLE, t0);
+    fp(QVM_FINGERPRINT_CONTENT, c0);
     assert_memory_not_equal(t0, c0, 32);
     /* One weight byte: only the content fingerprint changes. */
     g_b[0] ^= 1;
     write_model(0);
-    fp(QVE_FINGERPRINT_TABLE, t1);
-    fp(QVE_FINGERPRINT_CONTENT, c1);
+    fp(QVM_FINGERPRINT_TABLE, t1);
+    fp(QVM_FINGERPRINT_CONTENT, c1);
     assert_memory_equal(t0, t1, 32);
     assert_memory_not_equal(c0, c1, 32);
     /* One config byte: both change. */
     make_model(0);
     tmp_write(tmp_path("config.json"), "{\"tts_model_type\": \"base\"} \n", strlen(k_config) + 1);
-    fp(QVE_FINGERPRINT_TABLE, t1);
-    fp(QVE_FINGERPRINT_CONTENT, c1);
+    fp(QVM_FINGERPRINT_TABLE, t1);
+    fp(QVM_FINGERPRINT_CONTENT, c1);
     assert_memory_not_equal(t0, t1, 32);
     assert_memory_not_equal(c0, c1, 32);
     char err[256];
     assert_int_equal(
-        qve_fingerprint_model("/nonexistent-dir", QVE_FINGERPRINT_TABLE, t1, err, sizeof err), -1);
+        qvm_fingerprint_model("/nonexistent-dir", QVM_FINGERPRINT_TABLE, t1, err, sizeof err), -1);
     assert_non_null(strstr(err, "/nonexistent-dir/config.json: cannot open"));
 }
 
@@ -205,14 +205,14 @@ static void test_golden_tensors(void **state) {
             printf("    note: %s absent (run `make models-full`), skipped\n", dir);
             continue;
         }
-        qve_st *st = qve_st_open_dir(dir, "model", err, sizeof err);
+        qvm_st *st = qvm_st_open_dir(dir, "model", err, sizeof err);
         if (!st) fail_msg("%s", err);
-        const qve_tensor *t = qve_st_find(st, ref[i].name);
+        const qvm_tensor *t = qvm_st_find(st, ref[i].name);
         assert_non_null(t);
         uint8_t h[32];
-        assert_int_equal(qve_tensor_sha256(t, h), 0);
-        assert_string_equal(qve_sha256_hex(h, hex), ref[i].hex);
-        qve_st_close(st);
+        assert_int_equal(qvm_tensor_sha256(t, h), 0);
+        assert_string_equal(qvm_sha256_hex(h, hex), ref[i].hex);
+        qvm_st_close(st);
         n++;
     }
     printf("    %d reference tensor hashes matched\n", n);
@@ -221,10 +221,10 @@ static void test_golden_tensors(void **state) {
     snprintf(d1, sizeof d1, "%s/tiny-base", cache);
     snprintf(d2, sizeof d2, "%s/tiny-cv", cache);
     uint8_t f1[32], f2[32];
-    if (qve_fingerprint_model(d1, QVE_FINGERPRINT_CONTENT, f1, err, sizeof err) == 0 &&
-        qve_fingerprint_model(d2, QVE_FINGERPRINT_CONTENT, f2, err, sizeof err) == 0) {
-        printf("    tiny-base %s\n", qve_sha256_hex(f1, hex));
-        printf("    tiny-cv   %s\n", qve_sha256_hex(f2, hex));
+    if (qvm_fingerprint_model(d1, QVM_FINGERPRINT_CONTENT, f1, err, sizeof err) == 0 &&
+        qvm_fingerprint_model(d2, QVM_FINGERPRINT_CONTENT, f2, err, sizeof err) == 0) {
+        printf("    tiny-base %s\n", qvm_sha256_hex(f1, hex));
+        printf("    tiny-cv   %s\n", qvm_sha256_hex(f2, hex));
         assert_memory_not_equal(f1, f2, 32);
     } else {
         printf("    note: tiny models absent (%s), skipped\n", err);

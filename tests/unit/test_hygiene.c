@@ -15,7 +15,7 @@
 
 #include <cmocka.h>
 
-#include "clone/clone.h"
+#include "features/speech_encoder.h"
 #include "clone/hygiene.h"
 #include "include/qvoice.h"
 
@@ -68,8 +68,8 @@ static void test_trim_padding(void **state) {
     free(x);
 
     /* the bundled clip with 1 s of digital silence on both sides */
-    qvc_audio a;
-    assert_int_equal(qvc_audio_load(&a, CLIP, 12.0, err, sizeof err), 0);
+    qva_audio a;
+    assert_int_equal(qva_audio_load(&a, CLIP, 12.0, err, sizeof err), 0);
     n = a.n_samples + 2 * SR;
     x = calloc((size_t)n, sizeof *x);
     memcpy(x + SR, a.samples, (size_t)a.n_samples * sizeof *x);
@@ -81,7 +81,7 @@ static void test_trim_padding(void **state) {
     assert_int_equal(qvc_trim_silence(&r2, x + r.start, r.end - r.start, &p, err, sizeof err), 0);
     assert_true(r2.lead_trimmed_s <= 0.011 && r2.trail_trimmed_s <= 0.011);
     free(x);
-    qvc_audio_free(&a);
+    qva_audio_free(&a);
 
     x = calloc(SR, sizeof *x); /* nothing voiced: refused */
     assert_int_equal(qvc_trim_silence(&r, x, SR, &p, err, sizeof err), -1);
@@ -102,7 +102,7 @@ static void test_clipping_and_level(void **state) {
         double v = 1.05 * sin(2 * M_PI * 200.0 * (double)i / SR + 0.1);
         x[i] = (float)(v > 1 ? 1 : v < -1 ? -1 : v);
     }
-    double expect = 1.0 - 2.0 / M_PI * asin(QVC_CLIP_LEVEL / 1.05);
+    double expect = 1.0 - 2.0 / M_PI * asin(QVA_CLIP_LEVEL / 1.05);
     assert_int_equal(qvc_level_normalize(&r, x, n, &p, err, sizeof err), 0);
     printf("  clipped fraction %.5f, analytic %.5f, |d| %.5f; gain %.2f dB peak-limited %d\n",
            r.clipped_fraction, expect, fabs(r.clipped_fraction - expect), r.gain_db,
@@ -318,24 +318,24 @@ static void test_icl_span(void **state) {
 
 /* ---- second speaker with the tiny synthetic Base ECAPA ------------------------------------ */
 
-static qvc_ecapa *g_ecapa;
-static qvc_mel *g_mel;
+static qva_ecapa *g_ecapa;
+static qva_mel *g_mel;
 
 static int setup_ecapa(void **state) {
     (void)state;
     const char *cache = getenv("QVOICE_CACHE");
     char dir[1024], err[512];
     snprintf(dir, sizeof dir, "%s/tiny-base", cache && *cache ? cache : "cache");
-    g_ecapa = qvc_ecapa_load(dir, err, sizeof err);
+    g_ecapa = qva_ecapa_load(dir, err, sizeof err);
     if (!g_ecapa) printf("  %s (run make models)\n", err);
-    g_mel = qvc_mel_create();
+    g_mel = qva_mel_create();
     return 0;
 }
 
 static int teardown_ecapa(void **state) {
     (void)state;
-    qvc_ecapa_free(g_ecapa);
-    qvc_mel_free(g_mel);
+    qva_ecapa_free(g_ecapa);
+    qva_mel_free(g_mel);
     return 0;
 }
 
@@ -343,7 +343,7 @@ static void test_second_speaker(void **state) {
     (void)state;
     assert_non_null(g_ecapa); /* the synthetic model is part of `make test` */
     qvc_ecapa_ctx ctx = {g_ecapa, g_mel, NULL};
-    int dim = qvc_ecapa_dim(g_ecapa);
+    int dim = qva_ecapa_dim(g_ecapa);
     qvc_hygiene_params p = qvc_hygiene_default_params();
     /* random weights map everything to nearby vectors (cosines 0.97-0.9995 measured), so the
      * test threshold is 0.99 instead of the default 0.5 meant for a trained encoder */
@@ -375,8 +375,8 @@ static void test_second_speaker(void **state) {
     free(x);
 
     /* one real voice: nothing flagged; and the whole chain with the scan */
-    qvc_audio a;
-    assert_int_equal(qvc_audio_load(&a, CLIP, 15.0, err, sizeof err), 0);
+    qva_audio a;
+    assert_int_equal(qva_audio_load(&a, CLIP, 15.0, err, sizeof err), 0);
     qvc_hygiene_report h;
     assert_int_equal(qvc_hygiene_run(&h, a.samples, a.n_samples, NULL, 0, qvc_ecapa_xvector, &ctx,
                                      dim, &p, err, sizeof err),
@@ -393,7 +393,7 @@ static void test_second_speaker(void **state) {
     assert_non_null(strstr(js, "\"speakers\""));
     free(js);
     qvc_hygiene_report_free(&h);
-    qvc_audio_free(&a);
+    qva_audio_free(&a);
 }
 
 int main(void) {

@@ -24,13 +24,13 @@
 
 #define GOLD "tests/golden/configs"
 
-static void load_configs(const char *dir, qve_model_config *mc, qve_codec_config *cc) {
+static void load_configs(const char *dir, qvm_model_config *mc, qvm_codec_config *cc) {
     char err[512];
-    if (qve_model_config_load(mc, dir, err, sizeof err) != 0) fail_msg("%s", err);
-    if (cc && qve_codec_config_load(cc, dir, err, sizeof err) != 0) fail_msg("%s", err);
+    if (qvm_model_config_load(mc, dir, err, sizeof err) != 0) fail_msg("%s", err);
+    if (cc && qvm_codec_config_load(cc, dir, err, sizeof err) != 0) fail_msg("%s", err);
 }
 
-static int count_prefix(const qve_manifest *m, const char *prefix) {
+static int count_prefix(const qvm_manifest *m, const char *prefix) {
     int n = 0;
     for (int i = 0; i < m->n_entries; i++)
         n += strncmp(m->entries[i].name, prefix, strlen(prefix)) == 0;
@@ -48,55 +48,55 @@ static void test_counts(void **state) {
                 {GOLD "/q17b-base", 480}};
     char err[256];
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
-        qve_model_config mc;
-        qve_codec_config cc;
-        qve_manifest m;
+        qvm_model_config mc;
+        qvm_codec_config cc;
+        qvm_manifest m;
         load_configs(want[i].dir, &mc, &cc);
-        assert_int_equal(qve_manifest_model(&m, &mc, err, sizeof err), 0);
+        assert_int_equal(qvm_manifest_model(&m, &mc, err, sizeof err), 0);
         printf("    %s: %d model tensors\n", want[i].dir, m.n_entries);
         assert_int_equal(m.n_entries, want[i].n);
         assert_int_equal(count_prefix(&m, "speaker_encoder."), mc.has_speaker_encoder ? 76 : 0);
-        const qve_manifest_entry *e =
-            qve_manifest_find(&m, "talker.model.layers.27.self_attn.q_proj.weight");
+        const qvm_manifest_entry *e =
+            qvm_manifest_find(&m, "talker.model.layers.27.self_attn.q_proj.weight");
         assert_non_null(e);
         assert_int_equal(e->shape[0], 2048);
         assert_int_equal(e->shape[1], mc.talker.hidden_size);
-        e = qve_manifest_find(&m, "talker.code_predictor.model.codec_embedding.14.weight");
+        e = qvm_manifest_find(&m, "talker.code_predictor.model.codec_embedding.14.weight");
         assert_int_equal(e->shape[1], mc.talker.hidden_size); /* talker width, §2.1 */
         assert_int_equal(
-            qve_manifest_find(&m, "talker.code_predictor.small_to_mtp_projection.bias") != NULL,
+            qvm_manifest_find(&m, "talker.code_predictor.small_to_mtp_projection.bias") != NULL,
             mc.talker.hidden_size != mc.code_predictor.hidden_size);
         if (mc.has_speaker_encoder) {
-            e = qve_manifest_find(&m, "speaker_encoder.fc.weight");
+            e = qvm_manifest_find(&m, "speaker_encoder.fc.weight");
             assert_int_equal(e->shape[0], mc.enc_dim);
             assert_int_equal(e->shape[1], 3072);
-            e = qve_manifest_find(&m,
+            e = qvm_manifest_find(&m,
                                   "speaker_encoder.blocks.2.res2net_block.blocks.6.conv.weight");
             assert_true(e->shape[0] == 64 && e->shape[1] == 64 && e->shape[2] == 3);
         }
-        assert_null(qve_manifest_find(&m, "talker.model.layers.28.input_layernorm.weight"));
-        qve_manifest_free(&m);
+        assert_null(qvm_manifest_find(&m, "talker.model.layers.28.input_layernorm.weight"));
+        qvm_manifest_free(&m);
 
-        assert_int_equal(qve_manifest_codec(&m, &cc, err, sizeof err), 0);
+        assert_int_equal(qvm_manifest_codec(&m, &cc, err, sizeof err), 0);
         assert_int_equal(count_prefix(&m, "decoder."), 271);
         /* Encoder: 2 + 4*(4+2) + 2 SEANet, 8*12 transformer, 1 downsample, 4 projections,
          * 1 semantic + 15 acoustic codebooks (2 each). */
         assert_int_equal(count_prefix(&m, "encoder."), 28 + 96 + 1 + 4 + 32);
-        e = qve_manifest_find(&m, "encoder.encoder.layers.12.conv.weight");
+        e = qvm_manifest_find(&m, "encoder.encoder.layers.12.conv.weight");
         assert_true(e->shape[0] == 1024 && e->shape[1] == 512 && e->shape[2] == 16);
-        e = qve_manifest_find(&m, "encoder.encoder.layers.14.conv.weight");
+        e = qvm_manifest_find(&m, "encoder.encoder.layers.14.conv.weight");
         assert_true(e->shape[0] == 512 && e->shape[1] == 1024 && e->shape[2] == 3);
-        e = qve_manifest_find(&m, "encoder.downsample.conv.weight");
+        e = qvm_manifest_find(&m, "encoder.downsample.conv.weight");
         assert_true(e->shape[0] == 512 && e->shape[2] == 4);
-        e = qve_manifest_find(&m, "decoder.decoder.4.block.1.conv.weight");
+        e = qvm_manifest_find(&m, "decoder.decoder.4.block.1.conv.weight");
         assert_true(e->shape[0] == 192 && e->shape[1] == 96 && e->shape[2] == 6);
-        assert_non_null(qve_manifest_find(
+        assert_non_null(qvm_manifest_find(
             &m,
             "encoder.quantizer.acoustic_residual_vector_quantizer.layers.14.codebook.embed_sum"));
-        assert_null(qve_manifest_find(
+        assert_null(qvm_manifest_find(
             &m,
             "encoder.quantizer.acoustic_residual_vector_quantizer.layers.15.codebook.embed_sum"));
-        qve_manifest_free(&m);
+        qvm_manifest_free(&m);
     }
 }
 
@@ -104,29 +104,29 @@ static void test_counts(void **state) {
 
 /* Writes every entry of m (zeros) as path, with edits: skip `drop`, give `reshape` a wrong first
  * dimension, add `extra`, store `as_i64` as I64. */
-static void write_from_manifest(const char *path, const qve_manifest *m, const char *drop,
+static void write_from_manifest(const char *path, const qvm_manifest *m, const char *drop,
                                 const char *reshape, const char *extra, const char *as_i64) {
     cJSON *h = cJSON_CreateObject();
     uint64_t off = 0;
     for (int i = 0; i <= m->n_entries; i++) {
-        qve_manifest_entry e;
+        qvm_manifest_entry e;
         if (i == m->n_entries) {
             if (!extra) break;
             memset(&e, 0, sizeof e);
             snprintf(e.name, sizeof e.name, "%s", extra);
             e.n_dims = 1;
             e.shape[0] = 4;
-            e.dtype = QVE_DTYPE_F32;
+            e.dtype = QVM_DTYPE_F32;
         } else
             e = m->entries[i];
         if (drop && strcmp(e.name, drop) == 0) continue;
         if (reshape && strcmp(e.name, reshape) == 0) e.shape[0] += 1;
         int i64 = as_i64 && strcmp(e.name, as_i64) == 0;
-        uint64_t n = i64 ? 8 : qve_dtype_size(e.dtype);
+        uint64_t n = i64 ? 8 : qvm_dtype_size(e.dtype);
         for (int k = 0; k < e.n_dims; k++)
             n *= (uint64_t)e.shape[k];
         cJSON *t = cJSON_AddObjectToObject(h, e.name);
-        cJSON_AddStringToObject(t, "dtype", i64 ? "I64" : qve_dtype_name(e.dtype));
+        cJSON_AddStringToObject(t, "dtype", i64 ? "I64" : qvm_dtype_name(e.dtype));
         cJSON *s = cJSON_AddArrayToObject(t, "shape");
         for (int k = 0; k < e.n_dims; k++)
             cJSON_AddItemToArray(s, cJSON_CreateNumber((double)e.shape[k]));
@@ -142,12 +142,12 @@ static void write_from_manifest(const char *path, const qve_manifest *m, const c
 }
 
 /* A reduced Base config (tiny widths, 256-token text vocabulary) in tmp_dir. */
-static void small_config(qve_model_config *mc, qve_codec_config *cc) {
+static void small_config(qvm_model_config *mc, qvm_codec_config *cc) {
     load_configs(GOLD "/q06b-base", mc, cc);
-    mc->size = QVE_SIZE_OTHER;
+    mc->size = QVM_SIZE_OTHER;
     mc->text_vocab_size = 256;
     mc->text_hidden_size = 32;
-    qve_stack_config small = mc->talker;
+    qvm_stack_config small = mc->talker;
     small.hidden_size = 32;
     small.intermediate_size = 64;
     small.num_hidden_layers = 2;
@@ -168,36 +168,36 @@ static void small_config(qve_model_config *mc, qve_codec_config *cc) {
     mc->enc_dim = 32;
 }
 
-static void expect_check_fail(const qve_model_config *mc, const char *path, const char *want) {
+static void expect_check_fail(const qvm_model_config *mc, const char *path, const char *want) {
     char err[512] = "";
-    qve_st *st = qve_st_open(path, err, sizeof err);
+    qvm_st *st = qvm_st_open(path, err, sizeof err);
     if (!st) fail_msg("%s", err);
-    assert_int_equal(qve_manifest_check(mc, NULL, st, NULL, err, sizeof err), -1);
+    assert_int_equal(qvm_manifest_check(mc, NULL, st, NULL, err, sizeof err), -1);
     printf("    error: %s\n", err);
     assert_null(strchr(err, '\n'));
     assert_non_null(strstr(err, path));
     if (!strstr(err, want)) fail_msg("error \"%s\" lacks \"%s\"", err, want);
-    qve_st_close(st);
+    qvm_st_close(st);
 }
 
 static void test_check_small(void **state) {
     (void)state;
-    qve_model_config mc;
-    qve_codec_config cc;
+    qvm_model_config mc;
+    qvm_codec_config cc;
     small_config(&mc, &cc);
-    qve_manifest m;
+    qvm_manifest m;
     char err[512];
-    assert_int_equal(qve_manifest_model(&m, &mc, err, sizeof err), 0);
+    assert_int_equal(qvm_manifest_model(&m, &mc, err, sizeof err), 0);
     /* 6 + 2*11 + 2 talker, 2*11 + 1 + 3 + 3 + 2 code predictor, 2 + 3*(2+6+6) + 8 speaker enc. */
     assert_int_equal(m.n_entries, 30 + 31 + 52);
     char path[128];
     snprintf(path, sizeof path, "%s/model.safetensors", tmp_dir);
 
     write_from_manifest(path, &m, NULL, NULL, NULL, NULL);
-    qve_st *st = qve_st_open(path, err, sizeof err);
+    qvm_st *st = qvm_st_open(path, err, sizeof err);
     if (!st) fail_msg("%s", err);
-    assert_int_equal(qve_manifest_check(&mc, NULL, st, NULL, err, sizeof err), 0);
-    qve_st_close(st);
+    assert_int_equal(qvm_manifest_check(&mc, NULL, st, NULL, err, sizeof err), 0);
+    qvm_st_close(st);
 
     write_from_manifest(path, &m, "talker.code_predictor.lm_head.2.weight", NULL, NULL, NULL);
     expect_check_fail(&mc, path,
@@ -213,7 +213,7 @@ static void test_check_small(void **state) {
     write_from_manifest(path, &m, NULL, NULL, NULL, "speaker_encoder.fc.bias");
     expect_check_fail(&mc, path,
                       "tensor speaker_encoder.fc.bias: expected [32] float, found [32] I64");
-    qve_manifest_free(&m);
+    qvm_manifest_free(&m);
 }
 
 /* ---- the synthetic checkpoints ------------------------------------------------------------- */
@@ -225,19 +225,19 @@ static void check_model_dir(const char *dir, int *n_checked) {
         printf("    note: %s absent (run `make models`), skipped\n", dir);
         return;
     }
-    qve_model_config mc;
-    qve_codec_config cc;
+    qvm_model_config mc;
+    qvm_codec_config cc;
     load_configs(dir, &mc, &cc);
-    qve_st *st = qve_st_open(p, err, sizeof err);
+    qvm_st *st = qvm_st_open(p, err, sizeof err);
     if (!st) fail_msg("%s", err);
     snprintf(p, sizeof p, "%s/speech_tokenizer/model.safetensors", dir);
-    qve_st *codec = qve_st_open(p, err, sizeof err);
+    qvm_st *codec = qvm_st_open(p, err, sizeof err);
     if (!codec) fail_msg("%s", err);
-    if (qve_manifest_check(&mc, &cc, st, codec, err, sizeof err) != 0) fail_msg("%s", err);
-    printf("    %s: %d model tensors, %d codec tensors: manifest ok\n", dir, qve_st_count(st),
-           qve_st_count(codec));
-    qve_st_close(st);
-    qve_st_close(codec);
+    if (qvm_manifest_check(&mc, &cc, st, codec, err, sizeof err) != 0) fail_msg("%s", err);
+    printf("    %s: %d model tensors, %d codec tensors: manifest ok\n", dir, qvm_st_count(st),
+           qvm_st_count(codec));
+    qvm_st_close(st);
+    qvm_st_close(codec);
     (*n_checked)++;
 }
 

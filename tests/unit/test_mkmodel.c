@@ -83,10 +83,10 @@ static void sha256_file(const char *path, char out[65]) {
     hex(md, len, out);
 }
 
-static qve_st *open_st(const char *rel) {
+static qvm_st *open_st(const char *rel) {
     char p[1200], err[512];
     path_in_cache(p, sizeof p, rel);
-    qve_st *st = qve_st_open(p, err, sizeof err);
+    qvm_st *st = qvm_st_open(p, err, sizeof err);
     if (!st) fail_msg("%s", err);
     return st;
 }
@@ -118,11 +118,11 @@ static void check_checksums(const char *list, const char *prefix) {
             else if (!strcmp(a, "speech_tokenizer"))
                 snprintf(rel, sizeof rel, "%s-base/speech_tokenizer/model.safetensors", prefix);
             else fail_msg("%s: unknown kind %s", list, a);
-            qve_st *st = open_st(rel);
-            const qve_tensor *t = qve_st_find(st, b);
+            qvm_st *st = open_st(rel);
+            const qvm_tensor *t = qvm_st_find(st, b);
             if (!t) fail_msg("%s: tensor %s missing", rel, b);
             sha256_bytes(t->data, t->n_bytes, got);
-            qve_st_close(st);
+            qvm_st_close(st);
             n_tensors++;
             if (strcmp(got, c)) {
                 n_bad++;
@@ -201,24 +201,24 @@ static void test_configs_identical(void **state) {
     }
 }
 
-static uint16_t bf16_at(const qve_tensor *t, size_t i) {
-    assert_int_equal(t->dtype, QVE_DTYPE_BF16);
+static uint16_t bf16_at(const qvm_tensor *t, size_t i) {
+    assert_int_equal(t->dtype, QVM_DTYPE_BF16);
     assert_true((i + 1) * 2 <= t->n_bytes);
     uint16_t v;
     memcpy(&v, (const char *)t->data + 2 * i, 2);
     return v;
 }
 
-static uint32_t f32_bits_at(const qve_tensor *t, size_t i) {
-    assert_int_equal(t->dtype, QVE_DTYPE_F32);
+static uint32_t f32_bits_at(const qvm_tensor *t, size_t i) {
+    assert_int_equal(t->dtype, QVM_DTYPE_F32);
     assert_true((i + 1) * 4 <= t->n_bytes);
     uint32_t v;
     memcpy(&v, (const char *)t->data + 4 * i, 4);
     return v;
 }
 
-static const qve_tensor *find(const qve_st *st, const char *name) {
-    const qve_tensor *t = qve_st_find(st, name);
+static const qvm_tensor *find(const qvm_st *st, const char *name) {
+    const qvm_tensor *t = qvm_st_find(st, name);
     if (!t) fail_msg("tensor %s missing", name);
     return t;
 }
@@ -228,19 +228,19 @@ static const qve_tensor *find(const qve_st *st, const char *name) {
 static void test_elements_by_hand(void **state) {
     (void)state;
     if (!have_models("tiny-base", "tiny-cv", "tiny-vd", NULL)) skip();
-    qve_st *st = open_st("tiny-base/model.safetensors");
-    const qve_tensor *q = find(st, "talker.model.layers.0.self_attn.q_proj.weight");
+    qvm_st *st = open_st("tiny-base/model.safetensors");
+    const qvm_tensor *q = find(st, "talker.model.layers.0.self_attn.q_proj.weight");
     assert_int_equal(bf16_at(q, 0), 0xbc66);
     assert_int_equal(bf16_at(q, 1), 0x3e11);
     assert_int_equal(bf16_at(q, 4095), 0x3dd6);
-    const qve_tensor *n = find(st, "talker.model.norm.weight"); /* base 1, e = 4 */
+    const qvm_tensor *n = find(st, "talker.model.norm.weight"); /* base 1, e = 4 */
     assert_int_equal(bf16_at(n, 0), 0x3f88);
     assert_int_equal(bf16_at(n, 63), 0x3f85);
-    const qve_tensor *ce = find(st, "talker.model.codec_embedding.weight");
+    const qvm_tensor *ce = find(st, "talker.model.codec_embedding.weight");
     assert_int_equal(bf16_at(ce, 5 * 64), 0xbe5f);
     assert_int_equal(bf16_at(ce, 3066 * 64), 0x3e0a);
     assert_int_equal(bf16_at(ce, 2500 * 64 + 3), 0xbe2b);
-    qve_st_close(st);
+    qvm_st_close(st);
 
     /* CustomVoice: row 5 copied, row 3066 (serena) a preset drawn with seed 2, row 2500 perturbed
      * by d = (z >> 61) - 3. VoiceDesign: no presets, so row 3066 is perturbed too. */
@@ -249,30 +249,30 @@ static void test_elements_by_hand(void **state) {
     assert_int_equal(bf16_at(ce, 5 * 64), 0xbe5f);
     assert_int_equal(bf16_at(ce, 3066 * 64), 0x3ec9);
     assert_int_equal(bf16_at(ce, 2500 * 64 + 3), 0xbe2a);
-    assert_null(qve_st_find(st, "speaker_encoder.fc.weight"));
-    qve_st_close(st);
+    assert_null(qvm_st_find(st, "speaker_encoder.fc.weight"));
+    qvm_st_close(st);
     st = open_st("tiny-vd/model.safetensors");
     ce = find(st, "talker.model.codec_embedding.weight");
     assert_int_equal(bf16_at(ce, 3066 * 64), 0x3e0e);
-    qve_st_close(st);
+    qvm_st_close(st);
 
     st = open_st("tiny-base/speech_tokenizer/model.safetensors");
-    const qve_tensor *cu = find(st, "decoder.quantizer.rvq_first.vq.layers.0._codebook.cluster_usage");
+    const qvm_tensor *cu = find(st, "decoder.quantizer.rvq_first.vq.layers.0._codebook.cluster_usage");
     assert_int_equal(f32_bits_at(cu, 0), 0x3f968745u);    /* 1.1760031 */
     assert_int_equal(f32_bits_at(cu, 2047), 0x3f68074au); /* 0.9063612 */
-    const qve_tensor *init = find(st, "encoder.quantizer.acoustic_residual_vector_quantizer.layers.30.codebook.initialized");
+    const qvm_tensor *init = find(st, "encoder.quantizer.acoustic_residual_vector_quantizer.layers.30.codebook.initialized");
     assert_int_equal(f32_bits_at(init, 0), 0x3f800000u);
-    qve_st_close(st);
+    qvm_st_close(st);
 }
 
 /* CustomVoice keeps text embedding and norms bit for bit; everything else differs in low bits. */
 static void test_cv_derivation(void **state) {
     (void)state;
     if (!have_models("tiny-base", "tiny-cv", NULL)) skip();
-    qve_st *b = open_st("tiny-base/model.safetensors"), *c = open_st("tiny-cv/model.safetensors");
+    qvm_st *b = open_st("tiny-base/model.safetensors"), *c = open_st("tiny-cv/model.safetensors");
     int n_copy = 0, n_diff = 0;
-    for (int i = 0; i < qve_st_count(c); i++) {
-        const qve_tensor *tc = qve_st_at(c, i), *tb = qve_st_find(b, tc->name);
+    for (int i = 0; i < qvm_st_count(c); i++) {
+        const qvm_tensor *tc = qvm_st_at(c, i), *tb = qvm_st_find(b, tc->name);
         assert_non_null(tb);
         assert_int_equal(tb->n_bytes, tc->n_bytes);
         int same = memcmp(tb->data, tc->data, tb->n_bytes) == 0;
@@ -282,9 +282,9 @@ static void test_cv_derivation(void **state) {
         n_copy += must_copy, n_diff += !must_copy;
     }
     print_message("tiny-cv: %d tensors copied, %d perturbed\n", n_copy, n_diff);
-    assert_int_equal(qve_st_count(b) - qve_st_count(c), 76);
-    qve_st_close(b);
-    qve_st_close(c);
+    assert_int_equal(qvm_st_count(b) - qvm_st_count(c), 76);
+    qvm_st_close(b);
+    qvm_st_close(c);
 }
 
 /* §2 header layout: 8-byte length, metadata first, names in byte order, packed offsets, padding. */
@@ -304,13 +304,13 @@ static void check_layout(const char *rel, int n_expected) {
     fclose(f);
     h[hlen] = 0;
     assert_memory_equal(h, "{\"__metadata__\":{\"format\":\"pt\"},\"", 33);
-    qve_st *st = open_st(rel);
-    assert_int_equal(qve_st_count(st), n_expected);
+    qvm_st *st = open_st(rel);
+    assert_int_equal(qvm_st_count(st), n_expected);
     const char *prev = "";
     const char *data0 = NULL;
     size_t expect_off = 0;
-    for (int i = 0; i < qve_st_count(st); i++) {
-        const qve_tensor *t = qve_st_at(st, i);
+    for (int i = 0; i < qvm_st_count(st); i++) {
+        const qvm_tensor *t = qvm_st_at(st, i);
         if (!data0) data0 = t->data;
         assert_true(strcmp(prev, t->name) < 0);
         assert_true((size_t)((const char *)t->data - data0) == expect_off);
@@ -318,7 +318,7 @@ static void check_layout(const char *rel, int n_expected) {
         prev = t->name;
     }
     free(h);
-    qve_st_close(st);
+    qvm_st_close(st);
 }
 
 static void test_tiny_layout(void **state) {
@@ -336,20 +336,20 @@ static void test_tiny_layout(void **state) {
 static void check_manifest(const char *model) {
     char dir[1200], p[1300], err[512];
     path_in_cache(dir, sizeof dir, model);
-    qve_model_config mc;
-    qve_codec_config cc;
-    if (qve_model_config_load(&mc, dir, err, sizeof err)) fail_msg("%s", err);
-    if (qve_codec_config_load(&cc, dir, err, sizeof err)) fail_msg("%s", err);
+    qvm_model_config mc;
+    qvm_codec_config cc;
+    if (qvm_model_config_load(&mc, dir, err, sizeof err)) fail_msg("%s", err);
+    if (qvm_codec_config_load(&cc, dir, err, sizeof err)) fail_msg("%s", err);
     snprintf(p, sizeof p, "%s/model.safetensors", dir);
-    qve_st *m = qve_st_open(p, err, sizeof err);
+    qvm_st *m = qvm_st_open(p, err, sizeof err);
     if (!m) fail_msg("%s", err);
     snprintf(p, sizeof p, "%s/speech_tokenizer/model.safetensors", dir);
-    qve_st *c = qve_st_open(p, err, sizeof err);
+    qvm_st *c = qvm_st_open(p, err, sizeof err);
     if (!c) fail_msg("%s", err);
-    if (qve_manifest_check(&mc, &cc, m, c, err, sizeof err)) fail_msg("%s", err);
-    print_message("%s: %d + %d tensors match the engine manifest\n", model, qve_st_count(m), qve_st_count(c));
-    qve_st_close(m);
-    qve_st_close(c);
+    if (qvm_manifest_check(&mc, &cc, m, c, err, sizeof err)) fail_msg("%s", err);
+    print_message("%s: %d + %d tensors match the engine manifest\n", model, qvm_st_count(m), qvm_st_count(c));
+    qvm_st_close(m);
+    qvm_st_close(c);
 }
 
 static void test_engine_manifest(void **state) {

@@ -15,7 +15,7 @@
 #include <cmocka.h>
 #include <png.h>
 
-#include "clone/clone.h"
+#include "features/speech_encoder.h"
 #include "clone/plot.h"
 
 #define CLIP "tests/audio/en_ohenry_chenevert.wav"
@@ -61,10 +61,10 @@ static int is_cyan(const uint8_t *p) { return p[0] == 0 && p[1] == 255 && p[2] =
 
 /* mel with one loud band (bins 0..9), the rest 60 dB lower, except quiet frames [0, 40) */
 static float *make_mel(int n) {
-    float *m = malloc(sizeof(float) * (size_t)n * QVC_MEL_BINS);
+    float *m = malloc(sizeof(float) * (size_t)n * QVA_MEL_BINS);
     for (int f = 0; f < n; f++)
-        for (int b = 0; b < QVC_MEL_BINS; b++)
-            m[(size_t)f * QVC_MEL_BINS + b] = f < 40 ? -11.5f : b < 10 ? 0.0f : -6.9f;
+        for (int b = 0; b < QVA_MEL_BINS; b++)
+            m[(size_t)f * QVA_MEL_BINS + b] = f < 40 ? -11.5f : b < 10 ? 0.0f : -6.9f;
     return m;
 }
 
@@ -78,13 +78,13 @@ static void test_png_marks(void **state) {
     image im = read_png(path);
     int w, h;
     qvc_plot_size(n, &w, &h);
-    printf("plot: %d x %d px (expected %d x %d)\n", im.w, im.h, n, QVC_MEL_BINS * QVC_PLOT_BIN_PX + QVC_PLOT_AXIS_PX);
+    printf("plot: %d x %d px (expected %d x %d)\n", im.w, im.h, n, QVA_MEL_BINS * QVC_PLOT_BIN_PX + QVC_PLOT_AXIS_PX);
     assert_int_equal(im.w, n);
     assert_int_equal(im.w, w);
-    assert_int_equal(im.h, QVC_MEL_BINS * QVC_PLOT_BIN_PX + QVC_PLOT_AXIS_PX);
+    assert_int_equal(im.h, QVA_MEL_BINS * QVC_PLOT_BIN_PX + QVC_PLOT_AXIS_PX);
     assert_int_equal(im.h, h);
 
-    const int spec_h = QVC_MEL_BINS * QVC_PLOT_BIN_PX;
+    const int spec_h = QVA_MEL_BINS * QVC_PLOT_BIN_PX;
     int x0 = qvc_plot_column(n, used0), x1 = qvc_plot_column(n, used1);
     assert_int_equal(x0, used0);
     assert_int_equal(x1, used1);
@@ -133,14 +133,14 @@ static void test_long_input_pooled(void **state) {
 static void test_real_clip(void **state) {
     (void)state;
     char err[256] = "", path[128];
-    qvc_audio a;
-    assert_int_equal(qvc_audio_load(&a, CLIP, 0.0, err, sizeof err), 0);
-    int n = qvc_mel_n_frames(a.n_samples);
-    float *mel = malloc(sizeof(float) * (size_t)n * QVC_MEL_BINS);
-    qvc_mel *m = qvc_mel_create();
+    qva_audio a;
+    assert_int_equal(qva_audio_load(&a, CLIP, 0.0, err, sizeof err), 0);
+    int n = qva_mel_n_frames(a.n_samples);
+    float *mel = malloc(sizeof(float) * (size_t)n * QVA_MEL_BINS);
+    qva_mel *m = qva_mel_create();
     assert_non_null(m);
-    assert_int_equal(qvc_mel_compute(m, mel, a.samples, a.n_samples), 0);
-    int used_end = qvc_mel_n_frames(20 * QVC_SAMPLE_RATE_HZ);
+    assert_int_equal(qva_mel_compute(m, mel, a.samples, a.n_samples), 0);
+    int used_end = qva_mel_n_frames(20 * QVA_SAMPLE_RATE_HZ);
     snprintf(path, sizeof path, "%s/clip.png", g_dir);
     assert_int_equal(qvc_plot_mel_png(path, mel, n, 0, used_end, err, sizeof err), 0);
     if (getenv("QVOICE_PLOT_KEEP")) {
@@ -151,15 +151,15 @@ static void test_real_clip(void **state) {
     printf("plot: clip %d mel frames -> %d x %d px\n", n, im.w, im.h);
     assert_true(is_cyan(px(&im, qvc_plot_column(n, used_end), 3)));
     free(im.rgb);
-    qvc_mel_free(m);
+    qva_mel_free(m);
     free(mel);
-    qvc_audio_free(&a);
+    qva_audio_free(&a);
 }
 
 static void test_errors_leave_nothing(void **state) {
     (void)state;
     char err[256] = "", path[160];
-    float mel[10 * QVC_MEL_BINS] = {0};
+    float mel[10 * QVA_MEL_BINS] = {0};
     snprintf(path, sizeof path, "%s/bad.png", g_dir);
     assert_int_equal(qvc_plot_mel_png(path, mel, 10, 5, 5, err, sizeof err), -1);
     printf("plot: %s\n", err);

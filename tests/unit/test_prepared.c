@@ -59,18 +59,18 @@ static size_t spf(void) {
 /* The path of the one cache file of kind in the scratch cache ("" when none). */
 static const char *cache_file(const char *kind, char *out, size_t n) {
     char err[512];
-    qve_st *st = NULL;
+    qvm_st *st = NULL;
     if (!strcmp(kind, "decoder")) {
         char p[1100];
         snprintf(p, sizeof p, "%s/speech_tokenizer/model.safetensors", g_model);
-        st = qve_st_open(p, err, sizeof err);
+        st = qvm_st_open(p, err, sizeof err);
     } else {
-        st = qve_st_open_dir(g_model, "model", err, sizeof err);
+        st = qvm_st_open_dir(g_model, "model", err, sizeof err);
     }
     if (!st) fail_msg("%s", err);
-    qve_prep_id id;
-    assert_int_equal(qve_prep_id_make(&id, kind, st, "", 0), 0);
-    qve_st_close(st);
+    qvm_prep_id id;
+    assert_int_equal(qvm_prep_id_make(&id, kind, st, "", 0), 0);
+    qvm_st_close(st);
     char *slash = strrchr(id.path, '/');
     snprintf(out, n, "%.*s", (int)(slash - id.path), id.path);
     /* the file name depends only on the kind and the checkpoint's location */
@@ -124,7 +124,7 @@ static void int8_view(uint8_t **q, float **s, size_t *n_q, size_t *n_s, int *map
     assert_int_equal(qve_model_quantize(m, QV_QUANT_INT8, pool), 0);
     const struct qve_view *v = m->q8;
     const qve_talker *t = qve_model_talker(m, QV_QUANT_INT8);
-    const qve_stack_config *c = &t->stack.cfg;
+    const qvm_stack_config *c = &t->stack.cfg;
     *n_q = v->n_bytes;
     *n_s = 0;
     /* every row scale, in the view's order, read through the matrices that point at them */
@@ -216,12 +216,12 @@ static void test_off(void **state) {
     (void)state;
     char path[4200];
     setenv("QVOICE_CACHE", "", 1);
-    qve_prep_id id;
+    qvm_prep_id id;
     char err[512];
-    qve_st *st = qve_st_open_dir(g_model, "model", err, sizeof err);
+    qvm_st *st = qvm_st_open_dir(g_model, "model", err, sizeof err);
     assert_non_null(st);
-    assert_int_equal(qve_prep_id_make(&id, "int8", st, "", 0), -1);
-    qve_st_close(st);
+    assert_int_equal(qvm_prep_id_make(&id, "int8", st, "", 0), -1);
+    qvm_st_close(st);
     setenv("QVOICE_CACHE", tmp_dir, 1);
     assert_int_equal(remove(cache_file("int8", path, sizeof path)), 0);
     setenv("QVOICE_CACHE", "", 1);

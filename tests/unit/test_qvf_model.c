@@ -39,15 +39,15 @@ static double now_s(void) {
     return (double)t.tv_sec + t.tv_nsec * 1e-9;
 }
 
-static void id_of(const char *dir, const qve_model_config *cfg, qvf_model_id *id) {
+static void id_of(const char *dir, const qvm_model_config *cfg, qvf_model_id *id) {
     memset(id, 0, sizeof *id);
     id->hidden_size = (uint32_t)cfg->talker.hidden_size;
     id->text_hidden_size = (uint32_t)cfg->text_hidden_size;
     id->enc_dim = cfg->has_speaker_encoder ? (uint32_t)cfg->enc_dim : 0;
     id->variant =
-        (uint32_t)cfg->variant + 1; /* qve_variant order is base, custom_voice, voice_design */
+        (uint32_t)cfg->variant + 1; /* qvm_variant order is base, custom_voice, voice_design */
     assert_int_equal(
-        qve_fingerprint_model(dir, QVE_FINGERPRINT_TABLE, id->fingerprint, err, sizeof err), 0);
+        qvm_fingerprint_model(dir, QVM_FINGERPRINT_TABLE, id->fingerprint, err, sizeof err), 0);
 }
 
 static void test_wdelta_tiny_pair(void **state) {
@@ -56,11 +56,11 @@ static void test_wdelta_tiny_pair(void **state) {
         printf("no %s / %s (run make models): skipped\n", base_dir, cv_dir);
         skip();
     }
-    qve_model_config bc, cc;
-    assert_int_equal(qve_model_config_load(&bc, base_dir, err, sizeof err), 0);
-    assert_int_equal(qve_model_config_load(&cc, cv_dir, err, sizeof err), 0);
-    qve_st *bs = qve_st_open_dir(base_dir, "model", err, sizeof err),
-           *cs = qve_st_open_dir(cv_dir, "model", err, sizeof err);
+    qvm_model_config bc, cc;
+    assert_int_equal(qvm_model_config_load(&bc, base_dir, err, sizeof err), 0);
+    assert_int_equal(qvm_model_config_load(&cc, cv_dir, err, sizeof err), 0);
+    qvm_st *bs = qvm_st_open_dir(base_dir, "model", err, sizeof err),
+           *cs = qvm_st_open_dir(cv_dir, "model", err, sizeof err);
     assert_non_null(bs);
     assert_non_null(cs);
 
@@ -75,11 +75,11 @@ static void test_wdelta_tiny_pair(void **state) {
     assert_int_equal(qvf_meta_set(v, "name", "tiny heavy"), 0);
 
     /* the tensor set: talker.* present in both with the same dtype and shape */
-    int n = 0, *pick = calloc((size_t)qve_st_count(bs), sizeof *pick);
-    for (int i = 0; i < qve_st_count(bs); i++) {
-        const qve_tensor *b = qve_st_at(bs, i), *c = qve_st_find(cs, b->name);
+    int n = 0, *pick = calloc((size_t)qvm_st_count(bs), sizeof *pick);
+    for (int i = 0; i < qvm_st_count(bs); i++) {
+        const qvm_tensor *b = qvm_st_at(bs, i), *c = qvm_st_find(cs, b->name);
         if (strncmp(b->name, "talker.", 7) || !c || c->dtype != b->dtype ||
-            c->n_bytes != b->n_bytes || (b->dtype != QVE_DTYPE_BF16 && b->dtype != QVE_DTYPE_F32))
+            c->n_bytes != b->n_bytes || (b->dtype != QVM_DTYPE_BF16 && b->dtype != QVM_DTYPE_F32))
             continue;
         pick[i] = 1;
         n++;
@@ -94,14 +94,14 @@ static void test_wdelta_tiny_pair(void **state) {
     assert_int_equal(qvf_writer_open(&w, path, v, (uint32_t)n, QVF_WKIND_DELTA, err, sizeof err),
                      0);
     uint64_t raw = 0, stored = 0;
-    for (int i = 0; i < qve_st_count(bs); i++) {
+    for (int i = 0; i < qvm_st_count(bs); i++) {
         if (!pick[i]) continue;
-        const qve_tensor *b = qve_st_at(bs, i), *c = qve_st_find(cs, b->name);
+        const qvm_tensor *b = qvm_st_at(bs, i), *c = qvm_st_find(cs, b->name);
         uint64_t shape[4] = {0};
         for (int d = 0; d < b->n_dims; d++)
             shape[d] = (uint64_t)b->shape[d];
         qvf_tensor t;
-        int bf = b->dtype == QVE_DTYPE_BF16;
+        int bf = b->dtype == QVM_DTYPE_BF16;
         if (qvf_wdelta_encode(b->name, bf ? QVF_DTYPE_BF16 : QVF_DTYPE_F32, (uint32_t)b->n_dims,
                               shape, b->data, bf ? c->data : NULL, 0, &t, err, sizeof err))
             fail_msg("%s", err);
@@ -120,7 +120,7 @@ static void test_wdelta_tiny_pair(void **state) {
     int n_exact = 0;
     for (uint32_t i = 0; i < r->n_tensors; i++) {
         const qvf_tensor *t = &r->tensors[i];
-        const qve_tensor *b = qve_st_find(bs, t->name), *c = qve_st_find(cs, t->name);
+        const qvm_tensor *b = qvm_st_find(bs, t->name), *c = qvm_st_find(cs, t->name);
         assert_non_null(b);
         void *out = malloc(t->raw_bytes);
         if (qvf_wdelta_apply(t, c->data, out, 1, err, sizeof err)) fail_msg("%s", err);
@@ -158,8 +158,8 @@ static void test_wdelta_tiny_pair(void **state) {
     qvf_voice_free(r);
     qvf_voice_free(v);
     free(pick);
-    qve_st_close(bs);
-    qve_st_close(cs);
+    qvm_st_close(bs);
+    qvm_st_close(cs);
 }
 
 int main(void) {

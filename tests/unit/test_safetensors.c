@@ -20,8 +20,8 @@
 /* Opens path expecting failure; asserts every substring in the NULL-terminated list. */
 static void expect_fail(const char *path, ...) {
     char err[512] = "";
-    qve_st *st = qve_st_open(path, err, sizeof err);
-    if (st) qve_st_close(st);
+    qvm_st *st = qvm_st_open(path, err, sizeof err);
+    if (st) qvm_st_close(st);
     assert_null(st);
     printf("    error: %s\n", err);
     assert_null(strchr(err, '\n'));
@@ -60,49 +60,49 @@ static void test_valid(void **state) {
     const char *p = tmp_path("valid.safetensors");
     tmp_write_st(p, g_hdr, g_data, 32);
     char err[256] = "";
-    qve_st *st = qve_st_open(p, err, sizeof err);
+    qvm_st *st = qvm_st_open(p, err, sizeof err);
     if (!st) fail_msg("%s", err);
-    assert_int_equal(qve_st_count(st), 4);
-    assert_string_equal(qve_st_at(st, 0)->name, "a.bf16"); /* header order, metadata skipped */
-    assert_string_equal(qve_st_at(st, 3)->name, "d.i64");
-    assert_null(qve_st_at(st, 4));
-    assert_null(qve_st_at(st, -1));
-    assert_string_equal(qve_st_at_sorted(st, 1)->name, "b.f32"); /* name order (= header here) */
-    assert_null(qve_st_at_sorted(st, 4));
-    const qve_tensor *b = qve_st_find(st, "b.f32");
+    assert_int_equal(qvm_st_count(st), 4);
+    assert_string_equal(qvm_st_at(st, 0)->name, "a.bf16"); /* header order, metadata skipped */
+    assert_string_equal(qvm_st_at(st, 3)->name, "d.i64");
+    assert_null(qvm_st_at(st, 4));
+    assert_null(qvm_st_at(st, -1));
+    assert_string_equal(qvm_st_at_sorted(st, 1)->name, "b.f32"); /* name order (= header here) */
+    assert_null(qvm_st_at_sorted(st, 4));
+    const qvm_tensor *b = qvm_st_find(st, "b.f32");
     assert_non_null(b);
     assert_int_equal(b->n_dims, 2);
     assert_int_equal(b->shape[1], 3);
     assert_int_equal(b->n_bytes, 12);
-    assert_null(qve_st_find(st, "nope"));
-    assert_string_equal(qve_st_file(st, b), p);
+    assert_null(qvm_st_find(st, "nope"));
+    assert_string_equal(qvm_st_file(st, b), p);
 
-    float *a = qve_tensor_to_f32(qve_st_find(st, "a.bf16"));
+    float *a = qvm_tensor_to_f32(qvm_st_find(st, "a.bf16"));
     assert_non_null(a);
     assert_true(a[0] == 1.0f && a[1] == -2.0f);
     qvk_free(a);
-    float *c = qve_tensor_to_f32(qve_st_find(st, "c.f16"));
+    float *c = qvm_tensor_to_f32(qvm_st_find(st, "c.f16"));
     assert_true(c[0] == 1.0f && c[1] == -0.5f);
     qvk_free(c);
-    float *bb = qve_tensor_to_f32(b);
+    float *bb = qvm_tensor_to_f32(b);
     assert_true(bb[0] == 0.5f && bb[2] == 0.5f);
     qvk_free(bb);
-    const qve_tensor *d = qve_st_find(st, "d.i64");
+    const qvm_tensor *d = qvm_st_find(st, "d.i64");
     assert_int_equal(d->n_dims, 0);
-    assert_null(qve_tensor_to_f32(d));
+    assert_null(qvm_tensor_to_f32(d));
     int64_t v;
     memcpy(&v, d->data, 8);
     assert_int_equal(v, 7);
 
     int64_t good[2] = {1, 3}, bad[2] = {3, 1};
-    assert_non_null(qve_st_expect(st, "b.f32", QVE_DTYPE_F32, 2, good, err, sizeof err));
-    assert_null(qve_st_expect(st, "b.f32", QVE_DTYPE_BF16, 2, bad, err, sizeof err));
+    assert_non_null(qvm_st_expect(st, "b.f32", QVM_DTYPE_F32, 2, good, err, sizeof err));
+    assert_null(qvm_st_expect(st, "b.f32", QVM_DTYPE_BF16, 2, bad, err, sizeof err));
     printf("    error: %s\n", err);
     assert_non_null(strstr(err, "tensor b.f32: expected [3, 1] BF16, found [1, 3] F32"));
-    assert_null(qve_st_expect(st, "zz", QVE_DTYPE_F32, 2, good, err, sizeof err));
+    assert_null(qvm_st_expect(st, "zz", QVM_DTYPE_F32, 2, good, err, sizeof err));
     assert_non_null(strstr(err, "tensor zz: missing"));
-    qve_st_close(st);
-    qve_st_close(NULL);
+    qvm_st_close(st);
+    qvm_st_close(NULL);
 }
 
 static void test_memory(void **state) {
@@ -116,11 +116,11 @@ static void test_memory(void **state) {
     memset(buf + 8 + n, ' ', padded - n);
     memcpy(buf + 8 + padded, g_data, 32);
     char err[256];
-    qve_st *st = qve_st_open_memory(buf, 8 + padded + 32, "mem", err, sizeof err);
+    qvm_st *st = qvm_st_open_memory(buf, 8 + padded + 32, "mem", err, sizeof err);
     assert_non_null(st);
-    assert_int_equal(qve_st_count(st), 4);
-    qve_st_close(st);
-    assert_null(qve_st_open_memory(buf, 7, "mem", err, sizeof err));
+    assert_int_equal(qvm_st_count(st), 4);
+    qvm_st_close(st);
+    assert_null(qvm_st_open_memory(buf, 7, "mem", err, sizeof err));
     assert_non_null(strstr(err, "mem: truncated file"));
     free(buf);
 }
@@ -234,20 +234,20 @@ static void test_sharded(void **state) {
                 "{\"metadata\":{\"total_size\":20},\"weight_map\":{"
                 "\"p\":\"m-1.safetensors\",\"q\":\"m-1.safetensors\",\"r\":\"m-2.safetensors\"}}");
     char err[512] = "";
-    qve_st *st = qve_st_open(idx, err, sizeof err);
+    qvm_st *st = qvm_st_open(idx, err, sizeof err);
     if (!st) fail_msg("%s", err);
-    assert_int_equal(qve_st_count(st), 3);
-    const qve_tensor *r = qve_st_find(st, "r");
+    assert_int_equal(qvm_st_count(st), 3);
+    const qvm_tensor *r = qvm_st_find(st, "r");
     assert_non_null(r);
-    assert_non_null(strstr(qve_st_file(st, r), "m-2.safetensors"));
-    assert_true(((const float *)qve_st_find(st, "p")->data)[0] == 1.0f);
-    qve_st_close(st);
+    assert_non_null(strstr(qvm_st_file(st, r), "m-2.safetensors"));
+    assert_true(((const float *)qvm_st_find(st, "p")->data)[0] == 1.0f);
+    qvm_st_close(st);
 
     write_index(idx, "{\"weight_map\":{\"p\":\"m-1.safetensors\",\"q\":\"m-1.safetensors\","
                      "\"r\":\"m-3.safetensors\"}}");
     {
         char e2[512];
-        assert_null(qve_st_open(idx, e2, sizeof e2));
+        assert_null(qvm_st_open(idx, e2, sizeof e2));
         printf("    error: %s\n", e2);
         assert_non_null(strstr(e2, "m-3.safetensors: cannot open"));
     }
@@ -255,7 +255,7 @@ static void test_sharded(void **state) {
                      "\"r\":\"m-2.safetensors\",\"s\":\"m-2.safetensors\"}}");
     {
         char e2[512];
-        assert_null(qve_st_open(idx, e2, sizeof e2));
+        assert_null(qvm_st_open(idx, e2, sizeof e2));
         printf("    error: %s\n", e2);
         assert_non_null(strstr(e2, "m-2.safetensors: tensor s missing"));
         assert_non_null(strstr(e2, "model.safetensors.index.json"));
@@ -263,7 +263,7 @@ static void test_sharded(void **state) {
     write_index(idx, "{\"weight_map\":{\"p\":\"m-1.safetensors\",\"r\":\"m-2.safetensors\"}}");
     {
         char e2[512];
-        assert_null(qve_st_open(idx, e2, sizeof e2));
+        assert_null(qvm_st_open(idx, e2, sizeof e2));
         printf("    error: %s\n", e2);
         assert_non_null(strstr(e2, "tensor q not listed in"));
     }

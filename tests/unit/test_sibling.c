@@ -48,12 +48,12 @@ static void test_judge_rows(void **state) {
     for (int i = 0; i < 3 * H; i++) b[i] = a[i] * (1.0f + 1e-3f * ((i % 7) - 3));
     for (int i = 0; i < TH; i++) fb[i] = fa[i] * (1.0f - 1e-3f * ((i % 5) - 2));
     double cs;
-    qve_text_rows v = {a, fa, NULL}, m = {b, fb, NULL};
-    assert_int_equal(qve_sibling_judge(&v, &m, H, TH, &cs, why, sizeof why), QVE_KIN_SIBLING);
+    qvm_text_rows v = {a, fa, NULL}, m = {b, fb, NULL};
+    assert_int_equal(qvm_sibling_judge(&v, &m, H, TH, &cs, why, sizeof why), QVM_KIN_SIBLING);
     printf("  perturbed rows: %s\n", why);
     assert_true(cs > 0.999);
     m.tpad = c; /* an unrelated checkpoint's TPAD */
-    assert_int_equal(qve_sibling_judge(&v, &m, H, TH, &cs, why, sizeof why), QVE_KIN_FOREIGN);
+    assert_int_equal(qvm_sibling_judge(&v, &m, H, TH, &cs, why, sizeof why), QVM_KIN_FOREIGN);
     printf("  unrelated rows: %s\n", why);
     assert_true(fabs(cs) < 0.3);
     assert_non_null(strstr(why, "TPAD"));
@@ -61,27 +61,27 @@ static void test_judge_rows(void **state) {
     memcpy(c, b, sizeof c);
     fill(c + 2 * H, H, 7);
     m.tpad = c;
-    assert_int_equal(qve_sibling_judge(&v, &m, H, TH, &cs, why, sizeof why), QVE_KIN_FOREIGN);
+    assert_int_equal(qvm_sibling_judge(&v, &m, H, TH, &cs, why, sizeof why), QVM_KIN_FOREIGN);
     assert_non_null(strstr(why, "eos"));
     /* nothing on the voice side: cannot tell */
-    qve_text_rows none = {NULL, NULL, NULL};
-    assert_int_equal(qve_sibling_judge(&none, &m, H, TH, &cs, why, sizeof why), QVE_KIN_UNKNOWN);
+    qvm_text_rows none = {NULL, NULL, NULL};
+    assert_int_equal(qvm_sibling_judge(&none, &m, H, TH, &cs, why, sizeof why), QVM_KIN_UNKNOWN);
     assert_non_null(strstr(why, "cannot tell"));
 }
 
 /* The model's text-side rows (as voicefmt verify --model computes them) judged against v's. */
-static enum qve_kinship judge_on(const char *dir, const qvf_voice *v, double *cs) {
+static enum qvm_kinship judge_on(const char *dir, const qvf_voice *v, double *cs) {
     qv_model *m;
     if (qv_model_load(&m, dir, err, sizeof err)) fail_msg("%s", err);
     int H = qv_model_hidden_size(m);
     float *tpad = malloc(3 * (size_t)H * sizeof(float));
     assert_non_null(tpad);
-    assert_int_equal(qve_textside_special(&m->text, &m->cfg, NULL, tpad), 0);
-    qve_text_rows mine = {tpad, m->text.fc1_bias, m->text.fc2_bias};
-    qve_text_rows theirs = {v->tpad, v->wovr_h ? v->wovr_fc1_b : NULL,
+    assert_int_equal(qvm_textside_special(&m->text, &m->cfg, NULL, tpad), 0);
+    qvm_text_rows mine = {tpad, m->text.fc1_bias, m->text.fc2_bias};
+    qvm_text_rows theirs = {v->tpad, v->wovr_h ? v->wovr_fc1_b : NULL,
                             v->wovr_h ? v->wovr_fc2_b : NULL};
-    enum qve_kinship k =
-        qve_sibling_judge(&theirs, &mine, H, qv_model_text_hidden_size(m), cs, why, sizeof why);
+    enum qvm_kinship k =
+        qvm_sibling_judge(&theirs, &mine, H, qv_model_text_hidden_size(m), cs, why, sizeof why);
     printf("  %s: %s\n", dir, why);
     free(tpad);
     qv_model_free(m);
@@ -101,9 +101,9 @@ static void test_ohenry_on_the_synthetic_pair(void **state) {
     assert_int_equal(qvf_read_file("voices/ohenry.qvoice", 0, &v, err, sizeof err), 0);
     assert_non_null(v->tpad);
     double cs;
-    assert_int_equal(judge_on(base, v, &cs), QVE_KIN_SIBLING);
+    assert_int_equal(judge_on(base, v, &cs), QVM_KIN_SIBLING);
     assert_true(cs > 0.99999);
-    assert_int_equal(judge_on(cv, v, &cs), QVE_KIN_SIBLING);
+    assert_int_equal(judge_on(cv, v, &cs), QVM_KIN_SIBLING);
     assert_true(cs > 0.999);
     assert_int_equal(sh("bin/voicefmt verify --model %s voices/ohenry.qvoice", cv), 0);
     qvf_voice_free(v);
@@ -124,7 +124,7 @@ static void write_tiny_voice(const char *path, int with_tpad) {
     if (with_tpad) {
         v->tpad = malloc(3 * (size_t)H * sizeof(float));
         assert_non_null(v->tpad);
-        assert_int_equal(qve_textside_special(&m->text, &m->cfg, NULL, v->tpad), 0);
+        assert_int_equal(qvm_textside_special(&m->text, &m->cfg, NULL, v->tpad), 0);
         v->tpad_hidden = (uint32_t)H;
     }
     assert_int_equal(qvf_write_file(v, path, QVF_FORMAT_VERSION, err, sizeof err), 0);
@@ -154,8 +154,8 @@ static void test_tiny_foreign_voice(void **state) {
     qvf_voice *v;
     assert_int_equal(qvf_read_file(voice, 0, &v, err, sizeof err), 0);
     double cs;
-    assert_int_equal(judge_on(cv, v, &cs), QVE_KIN_SIBLING);
-    assert_int_equal(judge_on(other, v, &cs), QVE_KIN_FOREIGN);
+    assert_int_equal(judge_on(cv, v, &cs), QVM_KIN_SIBLING);
+    assert_int_equal(judge_on(other, v, &cs), QVM_KIN_FOREIGN);
     assert_true(cs < 0.9);
     qvf_voice_free(v);
     const char *log = tmp_path("verify.log");

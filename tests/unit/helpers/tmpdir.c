@@ -83,12 +83,12 @@ long tmp_st_offset(const char *path, const char *tensor) {
     size_t n;
     uint8_t *buf = (uint8_t *)qvu_read_file(path, (size_t)1 << 32, &n, err, sizeof err);
     if (!buf) fail_msg("%s", err);
-    qve_st *st = qve_st_open_memory(buf, n, path, err, sizeof err);
+    qvm_st *st = qvm_st_open_memory(buf, n, path, err, sizeof err);
     if (!st) fail_msg("%s", err);
-    const qve_tensor *t = qve_st_find(st, tensor);
+    const qvm_tensor *t = qvm_st_find(st, tensor);
     if (!t) fail_msg("%s: no tensor %s", path, tensor);
     const long at = (long)((const uint8_t *)t->data - buf);
-    qve_st_close(st);
+    qvm_st_close(st);
     free(buf);
     return at;
 }

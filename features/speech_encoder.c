@@ -6,7 +6,7 @@
  * [out, k, in] and the codebooks divided by their cluster usage once at load, the transformer
  * weights stay in the F32 mmap. A qvk_pool shares chunks, row blocks and heads.
  */
-#include "clone/clone.h"
+#include "features/speech_encoder.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -59,24 +59,24 @@ typedef struct {
     size_t conv_used, conv_cap;         /* floats */
 } enc_weights;
 
-struct qvc_speech_encoder {
+struct qva_speech_encoder {
     enc_config cfg;
     enc_weights w;
-    qve_st *st;
+    qvm_st *st;
     int window;
 };
 
 /* ---- loading ---------------------------------------------------------------------------- */
 
-static const float *tensor(const qve_st *st, const char *name, int n_dims, int64_t d0, int64_t d1,
+static const float *tensor(const qvm_st *st, const char *name, int n_dims, int64_t d0, int64_t d1,
                            int64_t d2, char *err, size_t err_size) {
     int64_t shape[3] = {d0, d1, d2};
-    const qve_tensor *t = qve_st_expect(st, name, QVE_DTYPE_F32, n_dims, shape, err, err_size);
+    const qvm_tensor *t = qvm_st_expect(st, name, QVM_DTYPE_F32, n_dims, shape, err, err_size);
     return t ? (const float *)t->data : NULL;
 }
 
 /* Permuted copy [out, k, in] of a PyTorch conv weight into the conv arena. */
-static const float *conv_weight(enc_weights *w, const qve_st *st, const char *name, int c_out,
+static const float *conv_weight(enc_weights *w, const qvm_st *st, const char *name, int c_out,
                                 int c_in, int k, char *err, size_t err_size) {
     const float *src = tensor(st, name, 3, c_out, c_in, k, err, err_size);
     size_t n = (size_t)c_out * c_in * k;
@@ -91,7 +91,7 @@ static const float *conv_weight(enc_weights *w, const qve_st *st, const char *na
     return dst;
 }
 
-static int conv_load(enc_weights *w, conv_w *cw, const qve_st *st, const char *prefix, int c_out,
+static int conv_load(enc_weights *w, conv_w *cw, const qvm_st *st, const char *prefix, int c_out,
                      int c_in, int k, char *err, size_t err_size) {
     char name[192];
     snprintf(name, sizeof name, "%s.weight", prefix);
@@ -116,7 +116,7 @@ static size_t conv_floats(const enc_config *c) {
     return n;
 }
 
-static int config_from(enc_config *c, const qve_codec_config *cc) {
+static int config_from(enc_config *c, const qvm_codec_config *cc) {
     c->n_filters = cc->encoder.num_filters;
     c->kernel_size = cc->encoder.kernel_size;
     c->last_kernel_size = cc->encoder.last_kernel_size;
@@ -138,7 +138,7 @@ static int config_from(enc_config *c, const qve_codec_config *cc) {
     int ok = c->n_filters > 0 && c->compress > 0 && c->n_residual_layers >= 1 &&
              c->n_residual_layers <= MAX_RES && c->n_layers >= 0 && c->n_layers <= MAX_LAYERS &&
              c->n_heads > 0 && c->head_dim > 0 && c->head_dim % 2 == 0 &&
-             c->n_heads * c->head_dim == c->hidden_size && c->n_codes == QVC_CODE_GROUPS &&
+             c->n_heads * c->head_dim == c->hidden_size && c->n_codes == QVA_CODE_GROUPS &&
              c->codebook_size > 0 && c->codebook_dim > 0 && cc->encoder.num_semantic_quantizers == 1 &&
              cc->encoder.num_quantizers >= c->n_codes;
     for (int i = 0; i < N_STAGES; i++) ok = ok && c->ratios[i] > 0;
@@ -147,7 +147,7 @@ static int config_from(enc_config *c, const qve_codec_config *cc) {
     return ok ? 0 : -1;
 }
 
-static int codebook_load(qvc_speech_encoder *se, int g, const char *prefix, char *err,
+static int codebook_load(qva_speech_encoder *se, int g, const char *prefix, char *err,
                          size_t err_size) {
     const enc_config *c = &se->cfg;
     char name[192];
@@ -172,10 +172,10 @@ static int codebook_load(qvc_speech_encoder *se, int g, const char *prefix, char
     return 0;
 }
 
-qvc_speech_encoder *qvc_speech_encoder_load(const char *dir, char *err, size_t err_size) {
-    qve_codec_config cc;
-    if (qve_codec_config_load(&cc, dir, err, err_size)) return NULL;
-    qvc_speech_encoder *se = calloc(1, sizeof *se);
+qva_speech_encoder *qva_speech_encoder_load(const char *dir, char *err, size_t err_size) {
+    qvm_codec_config cc;
+    if (qvm_codec_config_load(&cc, dir, err, err_size)) return NULL;
+    qva_speech_encoder *se = calloc(1, sizeof *se);
     if (!se) {
         snprintf(err, err_size, "%s: out of memory", dir);
         return NULL;
@@ -186,26 +186,26 @@ qvc_speech_encoder *qvc_speech_encoder_load(const char *dir, char *err, size_t e
         free(se);
         return NULL;
     }
-    se->st = qve_st_open_dir(dir, "speech_tokenizer/model", err, err_size);
+    se->st = qvm_st_open_dir(dir, "speech_tokenizer/model", err, err_size);
     if (!se->st) {
         free(se);
         return NULL;
     }
-    if (!qve_st_find(se->st, "encoder.encoder.layers.0.conv.weight")) { /* stripped */
+    if (!qvm_st_find(se->st, "encoder.encoder.layers.0.conv.weight")) { /* stripped */
         snprintf(err, err_size, "%s: no speech encoder (removed by qvoice-compress --strip-encoder): "
-                 "ICL cloning needs the model's full speech tokenizer", qve_st_file(se->st, NULL));
-        qvc_speech_encoder_free(se);
+                 "ICL cloning needs the model's full speech tokenizer", qvm_st_file(se->st, NULL));
+        qva_speech_encoder_free(se);
         return NULL;
     }
     enc_weights *w = &se->w;
-    const qve_st *st = se->st;
+    const qvm_st *st = se->st;
     char p[192];
     int idx = 0, ch = c->n_filters, rc;
     w->conv_cap = conv_floats(c);
     w->conv_arena = qvk_alloc(w->conv_cap * sizeof(float));
     if (!w->conv_arena) {
         snprintf(err, err_size, "%s: out of memory", dir);
-        qvc_speech_encoder_free(se);
+        qva_speech_encoder_free(se);
         return NULL;
     }
     rc = conv_load(w, &w->conv0, st, "encoder.encoder.layers.0.conv", ch, 1, c->kernel_size, err, err_size);
@@ -277,26 +277,26 @@ qvc_speech_encoder *qvc_speech_encoder_load(const char *dir, char *err, size_t e
         rc = codebook_load(se, g, p, err, err_size);
     }
     if (rc) {
-        qvc_speech_encoder_free(se);
+        qva_speech_encoder_free(se);
         return NULL;
     }
     return se;
 }
 
-void qvc_speech_encoder_free(qvc_speech_encoder *se) {
+void qva_speech_encoder_free(qva_speech_encoder *se) {
     if (!se) return;
     qvk_free(se->w.codebook);
     qvk_free(se->w.codebook_sq);
     qvk_free(se->w.conv_arena);
-    qve_st_close(se->st);
+    qvm_st_close(se->st);
     free(se);
 }
 
-void qvc_speech_encoder_set_window(qvc_speech_encoder *se, int window) {
+void qva_speech_encoder_set_window(qva_speech_encoder *se, int window) {
     se->window = window > 0 ? window : 0;
 }
 
-int qvc_speech_encoder_n_frames(int64_t n) { return (int)((n + 1919) / 1920); }
+int qva_speech_encoder_n_frames(int64_t n) { return (int)((n + 1919) / 1920); }
 
 /* ---- forward ---------------------------------------------------------------------------- */
 
@@ -602,7 +602,7 @@ static void nearest(int32_t *codes, int code_stride, const float *r, int n, cons
 }
 
 typedef struct {
-    const qvc_speech_encoder *se;
+    const qva_speech_encoder *se;
     enc_state *s;
     const float *z;   /* [tq, H] downsampled latents */
     int32_t *codes;
@@ -656,7 +656,7 @@ static void conv_rows(qvk_pool *pool, const qvk_conv *cv, int64_t t_in, float *y
 }
 
 /* conv0 and stages 0 .. SEG_STAGES − 1, segment by segment, into out [t[SEG_STAGES], C]. */
-static void seanet_segmented(const qvc_speech_encoder *se, qvk_pool *pool, enc_state *s,
+static void seanet_segmented(const qva_speech_encoder *se, qvk_pool *pool, enc_state *s,
                              const float *x, const int64_t *t, float *out) {
     const enc_config *c = &se->cfg;
     const enc_weights *w = &se->w;
@@ -695,7 +695,7 @@ static void seanet_segmented(const qvc_speech_encoder *se, qvk_pool *pool, enc_s
     }
 }
 
-int qvc_speech_encoder_encode(const qvc_speech_encoder *se, qvk_pool *pool, int32_t *codes,
+int qva_speech_encoder_encode(const qva_speech_encoder *se, qvk_pool *pool, int32_t *codes,
                               const float *x, int64_t n, char *err, size_t err_size) {
     const enc_config *c = &se->cfg;
     const enc_weights *w = &se->w;

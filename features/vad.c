@@ -2,13 +2,13 @@
  * floor + margin finds speech above room tone; the cap below the loud frames keeps a clip that
  * is speech throughout (no silence to measure a floor from) from losing its quieter half.
  */
-#include "kernels/vad.h"
+#include "features/vad.h"
 
 #include <math.h>
 #include <stdlib.h>
 
-qvk_vad_params qvk_vad_default_params(void) {
-    qvk_vad_params p = {
+qva_vad_params qva_vad_default_params(void) {
+    qva_vad_params p = {
         .frame_samples = 240,
         .floor_percentile = 10.0,
         .margin_db = 15.0,
@@ -19,13 +19,13 @@ qvk_vad_params qvk_vad_default_params(void) {
     return p;
 }
 
-int64_t qvk_vad_n_frames(int64_t n_samples, int frame_samples) {
+int64_t qva_vad_n_frames(int64_t n_samples, int frame_samples) {
     if (n_samples <= 0 || frame_samples <= 0) return 0;
     return (n_samples + frame_samples - 1) / frame_samples;
 }
 
-void qvk_vad_frame_db(float *db, const float *x, int64_t n_samples, int frame_samples) {
-    int64_t nf = qvk_vad_n_frames(n_samples, frame_samples);
+void qva_vad_frame_db(float *db, const float *x, int64_t n_samples, int frame_samples) {
+    int64_t nf = qva_vad_n_frames(n_samples, frame_samples);
     for (int64_t f = 0; f < nf; f++) {
         int64_t a = f * frame_samples, b = a + frame_samples;
         if (b > n_samples) b = n_samples;
@@ -50,7 +50,7 @@ static double percentile(const float *sorted, int64_t n, double pct) {
     return sorted[i] + (pos - (double)i) * (sorted[i + 1] - sorted[i]);
 }
 
-int64_t qvk_vad_label(uint8_t *voiced, const float *db, int64_t n_frames, const qvk_vad_params *p,
+int64_t qva_vad_label(uint8_t *voiced, const float *db, int64_t n_frames, const qva_vad_params *p,
                       double *floor_dbfs, double *threshold_dbfs) {
     if (n_frames <= 0) {
         if (floor_dbfs) *floor_dbfs = QVK_VAD_FLOOR_DBFS;
@@ -88,7 +88,7 @@ int64_t qvk_vad_label(uint8_t *voiced, const float *db, int64_t n_frames, const 
     return n_voiced;
 }
 
-void qvk_vad_bounds(const uint8_t *voiced, int64_t n_frames, int64_t *first, int64_t *end) {
+void qva_vad_bounds(const uint8_t *voiced, int64_t n_frames, int64_t *first, int64_t *end) {
     int64_t a = 0, b = n_frames;
     while (a < n_frames && !voiced[a])
         a++;

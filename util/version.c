@@ -1,5 +1,5 @@
 /* version.c — runtime version of the library (matches the header's macros), and the one
- * thread-budget rule. */
+ * thread-budget rule. Both live at the ground floor: clone, engine and compress all ask them. */
 #include <unistd.h>
 
 #include "include/qvoice.h"
