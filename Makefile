@@ -17,13 +17,13 @@ CFLAGS  ?= $(OPT) -g
 WARN     = -std=c11 -Wall -Wextra -Wshadow -Wcast-qual -Wstrict-prototypes -Wswitch-enum -Wundef \
            -Wno-unused-parameter $(WERROR)
 CPPFLAGS_ALL = -D_GNU_SOURCE -I. -I/usr/include/cjson $(CPPFLAGS)
-LIBS     = -lopenblas -llz4 -lmicrohttpd -lsndfile -lvorbis -logg -lsamplerate -lcjson -lpcre2-8 -lutf8proc -lfftw3f -lcrypto \
+LIBS     = -lopenblas -llz4 -lsndfile -lvorbis -logg -lsamplerate -lcjson -lpcre2-8 -lutf8proc -lfftw3f -lcrypto \
            -lpng -lebur128 -lpthread -lm
 AVX2_FLAGS   = -mavx2 -mfma -mf16c
 AVX512_FLAGS = -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512bf16 -mavx512vnni
 
 B := build
-LIB_DIRS := util kernels voicefmt checkpoint features clone engine compress server
+LIB_DIRS := util kernels voicefmt checkpoint features clone engine
 LIB_SRC  := $(foreach d,$(LIB_DIRS),$(wildcard $(d)/*.c))
 LIB_OBJ  := $(LIB_SRC:%.c=$(B)/%.o)
 LIB      := $(B)/libqvoice.a
@@ -31,7 +31,12 @@ VERSION  := $(shell sed -n 's/^\#define QV_VERSION_STRING "\(.*\)"/\1/p' include
 SONAME   := libqvoice.so.$(firstword $(subst ., ,$(VERSION)))
 SO       := $(B)/libqvoice.so.$(VERSION)
 PUBLIC_H := include/qvoice.h voicefmt/qvf.h
-TOOLS    := $(patsubst tools/%.c,bin/%,$(wildcard tools/*.c))
+# Applications with a folder of their own (docs/architecture.md): the HTTP server and the
+# compressed-checkpoint writer sit over the library; their objects (and -lmicrohttpd) go into
+# their binary and their tests only, never into libqvoice. APP_main.c holds the CLI.
+APP_DIRS := server compress
+app_obj   = $(patsubst %.c,$(B)/%.o,$(filter-out $(1)/main.c,$(wildcard $(1)/*.c)))
+TOOLS    := $(patsubst tools/%.c,bin/%,$(wildcard tools/*.c)) bin/qvoice-server bin/qvoice-compress
 EXAMPLES := $(patsubst examples/%.c,$(B)/examples/%,$(wildcard examples/*.c))
 TEST_SRC := $(wildcard tests/unit/test_*.c)
 TESTS    := $(TEST_SRC:tests/unit/%.c=$(B)/tests/%)
@@ -111,6 +116,15 @@ bin/%: $(B)/tools/%.o $(LIB)
 	@mkdir -p bin
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIB) $(LIBS)
 
+bin/qvoice-server: $(B)/server/main.o $(call app_obj,server) $(LIB)
+	@mkdir -p bin
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIB) -lmicrohttpd $(LIBS)
+
+bin/qvoice-compress: $(B)/compress/main.o $(call app_obj,compress) $(LIB)
+	@mkdir -p bin
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIB) $(LIBS)
+$(B)/tests/test_compress: $(call app_obj,compress)
+
 $(B)/examples/%: $(B)/examples/%.o $(LIB)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIB) $(LIBS)
 
@@ -120,7 +134,7 @@ $(MKMODEL): $(B)/tests/tools/mkmodel.o $(LIB)
 
 $(B)/tests/%: $(B)/tests/unit/%.o $(TEST_HELPERS:%.c=$(B)/%.o) $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LIBS) -lcmocka
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIB) $(LIBS) -lcmocka
 
 # The audio-upload fuzz harness as a plain program (tests/fuzz/fuzz_audio_load.c, -DQV_FUZZ_MAIN):
 # the reader of POST /v1/audio/voices (features/audio.c) with ASan + UBSan, whatever CFLAGS say;

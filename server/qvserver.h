@@ -1,4 +1,4 @@
-/* qvserver.h — public API of the qvoice HTTP server (prefix qv_server_): OpenAI's
+/* qvserver.h — the HTTP server module of bin/qvoice-server (prefix qv_server_; not part of libqvoice): OpenAI's
  * POST /v1/audio/speech, a voice library under /v1/audio/voices, /health, /ready, /metrics.
  * Built on libmicrohttpd (one thread per connection); docs/server.md describes the routes.
  *
