@@ -287,8 +287,19 @@ enum qv_status qv_voice_file_verify(const char *model_dir, const char *voice_pat
  * synthesis then ends with QV_E_CANCELLED. */
 typedef int (*qv_pcm_fn)(void *user, const float *pcm, int n_samples);
 
+/* A generic style direction (voicefmt palette derive): a unit shift in x-vector space that any
+ * voice's x-vector takes at a strength (docs/markup.md). */
 typedef struct {
-    const char *text;        /* UTF-8; long text is split at sentence ends; [pause:500ms] tags */
+    const char *name;       /* a style name, [a-z][a-z0-9_-]* */
+    const float *direction; /* [dim], any norm (it is normalised) */
+    int dim;                /* qv_model_hidden_size */
+    float strength;         /* default strength, e.g. 0.25 */
+} qv_style_dir;
+
+typedef struct {
+    const char *text;        /* UTF-8; long text is split at sentence ends; markup tags
+                                (docs/markup.md): [pause:500ms], [sad], [style:…], [voice:…],
+                                [lang:…] */
     const char *language;    /* NULL or "auto", or a name from qv_model_language */
     const char *speaker;     /* preset speaker (CustomVoice), or NULL */
     const qv_voice *voice;   /* an opened voice, or NULL (takes precedence over voice_path) */
@@ -317,6 +328,16 @@ typedef struct {
                                 chunk); 0: stream it as decoded */
     const char *verify_model_dir; /* Base model directory: per-chunk speaker similarity of the
                                      output to the voice (stats.verify_*), or NULL */
+    /* styles (docs/markup.md): a style name is looked up in the voice's palette, then in
+       style_dirs, and its instruct text in style_table then the built-in table */
+    const char *style;        /* style of the whole text (a markup tag replaces it), or NULL;
+                                 one that nothing can apply is an error (QV_E_UNSUPPORTED) */
+    float style_strength;     /* > 0: overrides the palette entry's / direction's strength */
+    const qv_style_dir *style_dirs; /* generic directions, or NULL */
+    int n_style_dirs;
+    const char *style_table;  /* extra "name = instruct text" lines, or NULL */
+    int strict_markup;        /* 1: a tag the model and voice cannot honour is an error
+                                 (QV_E_UNSUPPORTED); 0: a warning in stats.warning */
 } qv_synth_request;
 
 /* use_icl, use_wdelta, guard, trim_lead = 1; max_chunk_chars = 200; everything else 0/NULL
@@ -337,7 +358,8 @@ typedef struct {
     int wdelta_applied;       /* the voice's weight delta was used */
     int n_verify;             /* chunks compared (verify_model_dir) */
     double verify_min, verify_mean; /* speaker cosine similarity over those chunks */
-    char warning[256];        /* "" or a non-fatal warning (foreign voice forced, ...) */
+    char warning[512];        /* "" or non-fatal warnings, "; "-separated (foreign voice
+                                 forced, a markup tag the model cannot honour, ...) */
 } qv_synth_stats;
 
 /* A synthesizer: one session (thread pool, KV caches), its decoder thread and scratch, on a
@@ -366,6 +388,8 @@ enum qv_status qv_synth_run(qv_synth *s, const qv_synth_request *r, qv_pcm_fn fn
  * similarity of its audio to the voice (verify_model_dir), NAN when not computed or too short. */
 typedef struct {
     int index; /* 1, 2, ... over the chunks of this synthesis */
+    int text_offset; /* character offset in the request's text of the last markup tag before
+                        the chunk (0 when none): which span it belongs to */
     const int32_t *codes;
     int n_frames;
     double verify;
