@@ -819,8 +819,9 @@ static int is_voice_file(const char *path) {
     return (n > 7 && !strcmp(path + n - 7, ".qvoice")) || (n > 4 && !strcmp(path + n - 4, ".bin"));
 }
 
-static enum qv_status xvector_of_path(const qv_cloner *c, const char *path, double max_seconds,
-                                      float **xvec, int *dim, char *err, size_t err_size) {
+enum qv_status qv_clone_xvector(const qv_cloner *c, const char *path, double max_seconds,
+                                float **xvec, int *dim, char *err, size_t err_size) {
+    *xvec = NULL;
     if (is_voice_file(path)) {
         qvf_voice *v = NULL;
         if (qvf_read_file(path, 0, &v, err, err_size)) return QV_E_VOICE;
@@ -863,8 +864,8 @@ enum qv_status qv_clone_similarity(const qv_cloner *c, const char *a, const char
     if (report_json) *report_json = NULL;
     float *xa = NULL, *xb = NULL;
     int da = 0, db = 0;
-    enum qv_status st = xvector_of_path(c, a, max_seconds, &xa, &da, err, err_size);
-    if (!st) st = xvector_of_path(c, b, max_seconds, &xb, &db, err, err_size);
+    enum qv_status st = qv_clone_xvector(c, a, max_seconds, &xa, &da, err, err_size);
+    if (!st) st = qv_clone_xvector(c, b, max_seconds, &xb, &db, err, err_size);
     if (!st && da != db) {
         snprintf(err, err_size, "%s: x-vector size %d differs from %s's %d", b, db, a, da);
         st = QV_E_INVALID;

@@ -3,6 +3,8 @@
  */
 #include "engine/markup.h"
 
+#include "include/qvoice.h"
+
 #include <ctype.h>
 #include <math.h>
 #include <stdio.h>
@@ -225,4 +227,104 @@ long qve_markup_tag(const char *s, size_t n, long at, const qve_styles *styles, 
     t->is_name = 1;
     memcpy(t->value, f, sizeof f);
     return (long)(close - s) + 1;
+}
+
+/* ==== dialogue scripts ======================================================================= */
+
+/* Appends n bytes to a growing buffer; -1 when out of memory. */
+static int put(char **b, size_t *len, size_t *cap, const char *s, size_t n) {
+    if (*len + n + 1 > *cap) {
+        size_t c = (*cap ? *cap : 256);
+        while (c < *len + n + 1)
+            c *= 2;
+        char *x = realloc(*b, c);
+        if (!x) return -1;
+        *b = x, *cap = c;
+    }
+    memcpy(*b + *len, s, n);
+    (*b)[*len += n] = 0;
+    return 0;
+}
+
+static int n_code_points(const char *s, size_t n) {
+    int k = 0;
+    for (size_t i = 0; i < n; i++)
+        k += ((unsigned char)s[i] & 0xC0) != 0x80;
+    return k;
+}
+
+enum qv_status qv_script_to_markup(const char *script, int pause_ms, char **markup,
+                                   int **line_offsets, int **line_numbers, int *n_lines,
+                                   char *err, size_t es) {
+    *markup = NULL, *line_offsets = NULL, *line_numbers = NULL, *n_lines = 0;
+    char *b = NULL;
+    size_t len = 0, cap = 0;
+    int n = 0, cap_l = 0, line = 0, blank = 0, chars = 0;
+    char pause[32];
+    snprintf(pause, sizeof pause, "[pause:%dms]\n\n", pause_ms);
+    for (const char *p = script; *p;) {
+        const char *eol = strchr(p, '\n');
+        if (!eol) eol = p + strlen(p);
+        const char *a = skip_blank(p, eol), *e = eol;
+        p = *eol ? eol + 1 : eol;
+        line++;
+        while (e > a && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\r'))
+            e--;
+        if (a == e) {
+            blank = n > 0;
+            continue;
+        }
+        if (*a == '#') continue;
+        const char *colon = memchr(a, ':', (size_t)(e - a)), *name_end = colon;
+        while (name_end && name_end > a && (name_end[-1] == ' ' || name_end[-1] == '\t'))
+            name_end--;
+        int ok = colon && name_end > a && name_end - a <= 64;
+        for (const char *q = a; ok && q < name_end; q++)
+            ok = isalnum((unsigned char)*q) || *q == '_' || *q == '-' || *q == '.';
+        const char *text = colon ? skip_blank(colon + 1, e) : e;
+        if (!ok || text == e) {
+            snprintf(err, es,
+                     "script line %d: expected \"NAME: text\" (NAME: a voice or preset speaker, "
+                     "letters, digits, '_', '-', '.')",
+                     line);
+            goto fail;
+        }
+        if (n == cap_l) {
+            cap_l = cap_l ? 2 * cap_l : 64;
+            int *o = realloc(*line_offsets, (size_t)cap_l * sizeof *o);
+            if (o) *line_offsets = o;
+            int *l = o ? realloc(*line_numbers, (size_t)cap_l * sizeof *l) : NULL;
+            if (l) *line_numbers = l;
+            if (!o || !l) goto nomem;
+        }
+        if (blank && put(&b, &len, &cap, pause, strlen(pause))) goto nomem;
+        chars += blank ? n_code_points(pause, strlen(pause)) : 0;
+        blank = 0;
+        (*line_offsets)[n] = chars;
+        (*line_numbers)[n++] = line;
+        char head[128];
+        int hn = snprintf(head, sizeof head, "[voice:%.*s][neutral]", (int)(name_end - a), a);
+        if (put(&b, &len, &cap, head, (size_t)hn) || put(&b, &len, &cap, text, (size_t)(e - text)) ||
+            put(&b, &len, &cap, "\n\n", 2))
+            goto nomem;
+        chars += hn + n_code_points(text, (size_t)(e - text)) + 2;
+    }
+    if (!n) {
+        snprintf(err, es, "script: no \"NAME: text\" line");
+        goto fail;
+    }
+    *markup = b;
+    *n_lines = n;
+    return QV_OK;
+nomem:
+    snprintf(err, es, "script line %d: out of memory", line);
+    free(b);
+    free(*line_offsets), free(*line_numbers);
+    *line_offsets = NULL, *line_numbers = NULL;
+    return QV_E_NOMEM;
+fail:
+    free(b);
+    free(*line_offsets), free(*line_numbers);
+    *line_offsets = NULL, *line_numbers = NULL;
+    return QV_E_INVALID;
 }

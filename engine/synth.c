@@ -536,10 +536,7 @@ static enum qv_status prepare(run *c, const qv_voice *v, qv_text_bridge *bridge)
     c->base.language = r->language;
     c->base.instruct = r->instruct;
     if (!v) {
-        c->base.speaker = r->speaker;
-        if (m->cfg.variant == QVM_VARIANT_CUSTOM_VOICE && !r->speaker)
-            return fail(c, QV_E_SPEAKER, "%s: a CustomVoice model needs a preset speaker or a voice",
-                        m->dir), c->status;
+        c->base.speaker = r->speaker; /* none on CustomVoice: apply_span refuses the text */
         return QV_OK;
     }
     enum qv_status st = qve_voice_check(v, m, r->use_wdelta, e, sizeof e);
@@ -677,15 +674,21 @@ static int apply_span(run *c) {
         c->base = sv->req;
         v = sv->v;
     }
+    if (m->cfg.variant == QVM_VARIANT_CUSTOM_VOICE && !c->base.speaker &&
+        !c->base.speaker_vector)
+        return fail(c, QV_E_SPEAKER, "%s: a CustomVoice model needs a preset speaker or a voice "
+                    "(for the text before any [voice:NAME] tag)", m->dir);
     c->base.language = c->span_lang ? c->span_lang->text : r->language;
     c->base.instruct = r->instruct;
-    const char *style = c->span_style ? c->span_style->text : r->style;
-    const int is_name = c->span_style ? c->span_style->is_name : 1;
-    if (!style || (is_name && !strcmp(style, "neutral"))) return 0;
+    const qve_chunk *tag = c->span_style;
+    if (tag && tag->is_name && !strcmp(tag->text, "neutral")) tag = NULL; /* the request's own */
+    const char *style = tag ? tag->text : r->style;
+    const int is_name = tag ? tag->is_name : 1;
+    if (!style) return 0;
     char what[320];
-    if (c->span_style)
+    if (tag)
         snprintf(what, sizeof what, "tag [%s%.200s] at character %d", is_name ? "" : "style:",
-                 style, c->span_style->n_chars);
+                 style, tag->n_chars);
     else
         snprintf(what, sizeof what, "style \"%.200s\"", style);
     const char *ins = is_name ? qve_style_instruct(&c->styles, style) : style;
@@ -728,7 +731,7 @@ static int apply_span(run *c) {
                                       : ", and a preset speaker has no x-vector for a palette "
                                         "entry",
              "");
-    if (!c->span_style || r->strict_markup) return fail(c, QV_E_UNSUPPORTED, "%s", why);
+    if (!tag || r->strict_markup) return fail(c, QV_E_UNSUPPORTED, "%s", why);
     warn(c, "%s", why);
     return 0;
 }

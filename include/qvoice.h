@@ -383,6 +383,17 @@ enum qv_status qv_synth_set_params(qv_synth *s, const qv_params *p);
  * QV_E_GUARD, QV_E_CANCELLED; qv_synth_error has the detail. */
 enum qv_status qv_synth_run(qv_synth *s, const qv_synth_request *r, qv_pcm_fn fn, void *user,
                             qv_synth_stats *st);
+/* A dialogue script (docs/markup.md) as markup text for qv_synth_request.text: each line
+ * "NAME: text" (NAME a voice or a preset speaker, text with optional markup tags) becomes
+ * "[voice:NAME][neutral]text" (each line starts from the request's style), a run of blank lines
+ * a pause of pause_ms, '#' lines are comments. *markup (malloc'd) and, per script line,
+ * (*line_offsets)[i] the character offset in *markup where it starts and (*line_numbers)[i] its
+ * line in the script (both malloc'd, *n_lines entries), so a qv_chunk_info.text_offset maps to
+ * its script line. QV_E_INVALID naming the line ("script line 3: ..."), QV_E_NOMEM. */
+enum qv_status qv_script_to_markup(const char *script, int pause_ms, char **markup,
+                                   int **line_offsets, int **line_numbers, int *n_lines,
+                                   char *err, size_t err_size);
+
 /* A chunk (a text chunk, or one half of one split after a guard trip) that completed and passed
  * the guard, in order. codes: its frames [n_frames][16], valid during the call. verify: speaker
  * similarity of its audio to the voice (verify_model_dir), NAN when not computed or too short. */
@@ -466,6 +477,13 @@ enum qv_status qv_clone_run(const qv_cloner *c, const qv_clone_request *r, const
 enum qv_status qv_clone_similarity(const qv_cloner *c, const char *a, const char *b,
                                    double max_seconds, double *cosine, char **report_json,
                                    char *err, size_t err_size);
+
+/* The x-vector of path: a voice file's (.qvoice or .bin; c may be NULL) or that of reference
+ * audio (at most max_seconds, computed with c's speaker encoder, no hygiene). *xvec is malloc'd
+ * (caller frees), *dim its length. QV_E_VOICE, QV_E_AUDIO, QV_E_INVALID (audio without c),
+ * QV_E_NOMEM; err = "FILE: problem". */
+enum qv_status qv_clone_xvector(const qv_cloner *c, const char *path, double max_seconds,
+                                float **xvec, int *dim, char *err, size_t err_size);
 
 /* ==== audio ================================================================================== */
 

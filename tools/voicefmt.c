@@ -31,6 +31,11 @@ static const char *usage_text =
     "    voicefmt strip --drop wdelta|icl [--to v3|v4] -o OUT FILE\n"
     "    voicefmt list [DIR...]\n"
     "    voicefmt mix [--name NAME] -o OUT A.qvoice:W [B.qvoice:W...]\n"
+    "    voicefmt palette list VOICE\n"
+    "    voicefmt palette add VOICE --name NAME (--from AUDIO -m BASE_DIR | --direction FILE)\n"
+    "                     [--strength S] [--min-similarity C] [-o OUT]\n"
+    "    voicefmt palette rm VOICE --name NAME [-o OUT]\n"
+    "    voicefmt palette derive -m BASE_DIR -o OUT.bin NEUTRAL:EMOTIONAL...\n"
     "    voicefmt --help | --version\n"
     "\n"
     "DESCRIPTION\n"
@@ -710,6 +715,8 @@ static int cmd_mix(int argc, char **argv) {
         if (v != first) qvf_voice_free(v);
     }
     memcpy(first->xvector, acc, first->enc_dim * sizeof *acc);
+    while (first->n_styles) /* the first voice's styles do not fit the mix */
+        qvf_palette_remove(first, first->styles[0].name);
     qvf_voice_drop_icl(first);
     qvf_voice_drop_wdelta(first);
     char now[32];
@@ -733,6 +740,258 @@ done:
     return rc;
 }
 
+/* ---------------------------------------------------------------- palette */
+
+static double cosine(const float *a, const float *b, uint32_t n) {
+    double ab = 0, aa = 0, bb = 0;
+    for (uint32_t i = 0; i < n; i++)
+        ab += (double)a[i] * b[i], aa += (double)a[i] * a[i], bb += (double)b[i] * b[i];
+    return aa > 0 && bb > 0 ? ab / sqrt(aa * bb) : 0;
+}
+
+/* A number in (lo, hi]; -1 otherwise. */
+static int parse_real(const char *s, double lo, double hi, double *out) {
+    char *end;
+    errno = 0;
+    double x = strtod(s, &end);
+    if (errno || *end || end == s || !(x > lo && x <= hi)) return -1;
+    *out = x;
+    return 0;
+}
+
+/* The x-vector of a voice file or (with a cloner) of audio, of *dim values (0: any, then set);
+ * NULL after printing the error. */
+static float *xvector(const qv_cloner *cl, const char *path, uint32_t *dim) {
+    float *x;
+    int n;
+    char err[1024];
+    if (qv_clone_xvector(cl, path, 30, &x, &n, err, sizeof err)) {
+        fprintf(stderr, "voicefmt: %s\n", err);
+        return NULL;
+    }
+    if (*dim && (uint32_t)n != *dim) {
+        fprintf(stderr, "voicefmt: %s: %d values, expected %u\n", path, n, *dim);
+        free(x);
+        return NULL;
+    }
+    *dim = (uint32_t)n;
+    return x;
+}
+
+static qv_cloner *cloner(const char *base_dir) {
+    qv_cloner *c;
+    char err[1024];
+    if (!base_dir) {
+        fprintf(stderr, "voicefmt: palette: audio needs the Base model (-m BASE_DIR)\n");
+        return NULL;
+    }
+    if (qv_cloner_load(&c, base_dir, 0, err, sizeof err)) {
+        fprintf(stderr, "voicefmt: %s\n", err);
+        return NULL;
+    }
+    return c;
+}
+
+/* Writes n floats as a raw little-endian .bin, atomically. */
+static int write_bin(const char *path, const float *x, uint32_t n) {
+    char err[1024];
+    qv_outfile *f;
+    if (qv_outfile_open(&f, path, err, sizeof err)) {
+        fprintf(stderr, "voicefmt: %s\n", err);
+        return 1;
+    }
+    FILE *s = qv_outfile_stream(f);
+    if (!s || fwrite(x, sizeof *x, n, s) != n) {
+        qv_outfile_abort(f);
+        fprintf(stderr, "voicefmt: %s: write failed\n", path);
+        return 1;
+    }
+    if (qv_outfile_commit(f, err, sizeof err)) {
+        fprintf(stderr, "voicefmt: %s\n", err);
+        return 1;
+    }
+    return 0;
+}
+
+/* The method of issue 26: each pair's unit shift, their mean, normalised. */
+static int palette_derive(const char *base_dir, const char *out, char **pairs, int n) {
+    qv_cloner *cl = NULL;
+    float **d = calloc((size_t)n, sizeof *d);
+    double *ratio = calloc((size_t)n, sizeof *ratio);
+    float *mean = NULL;
+    uint32_t dim = 0;
+    int rc = 1;
+    if (!d || !ratio) goto done;
+    for (int i = 0; i < n; i++) {
+        char *colon = strrchr(pairs[i], ':');
+        if (!colon || colon == pairs[i] || !colon[1]) {
+            fprintf(stderr, "voicefmt: palette derive: %s: expected NEUTRAL:EMOTIONAL\n",
+                    pairs[i]);
+            goto done;
+        }
+        *colon = 0;
+        const char *files[2] = {pairs[i], colon + 1};
+        float *x[2] = {NULL, NULL};
+        for (int k = 0; k < 2; k++) {
+            size_t len = strlen(files[k]);
+            int voice = (len > 7 && !strcmp(files[k] + len - 7, ".qvoice")) ||
+                        (len > 4 && !strcmp(files[k] + len - 4, ".bin"));
+            if (!voice && !cl && !(cl = cloner(base_dir))) break;
+            if (!(x[k] = xvector(cl, files[k], &dim))) break;
+        }
+        int bad = !x[1] || !(d[i] = malloc(dim * sizeof **d)) ||
+                  qvf_style_direction(x[0], x[1], dim, d[i], &ratio[i]);
+        if (x[1] && d[i] && bad)
+            fprintf(stderr, "voicefmt: palette derive: %s and %s have the same x-vector\n",
+                    files[0], files[1]);
+        *colon = ':';
+        free(x[0]), free(x[1]);
+        if (bad) goto done;
+        printf("pair %d  %s  shift |e-n|/|n| = %.4f\n", i + 1, pairs[i], ratio[i]);
+    }
+    double sum = 0;
+    int m = 0;
+    for (int i = 0; i < n; i++)
+        for (int j = i + 1; j < n; j++) {
+            double c = cosine(d[i], d[j], dim);
+            printf("agreement  pair %d vs %d: cosine %.4f\n", i + 1, j + 1, c);
+            sum += c, m++;
+        }
+    if (m) printf("agreement  mean cosine between pairs' directions: %.4f (%d pairs)\n", sum / m, n);
+    else printf("agreement  one pair: nothing to compare (use pairs of several speakers)\n");
+    if (!(mean = calloc(dim, sizeof *mean))) goto done;
+    double nn = 0;
+    for (uint32_t k = 0; k < dim; k++) {
+        double s = 0;
+        for (int i = 0; i < n; i++)
+            s += d[i][k];
+        mean[k] = (float)(s / n);
+        nn += (double)mean[k] * mean[k];
+    }
+    if (!(nn > 0)) {
+        fprintf(stderr, "voicefmt: palette derive: the pairs' directions cancel out\n");
+        goto done;
+    }
+    for (uint32_t k = 0; k < dim; k++)
+        mean[k] = (float)(mean[k] / sqrt(nn));
+    rc = write_bin(out, mean, dim);
+    if (!rc) printf("direction  %s (%u values, unit norm)\n", out, dim);
+done:
+    if (!d || !ratio) fprintf(stderr, "voicefmt: out of memory\n");
+    for (int i = 0; d && i < n; i++)
+        free(d[i]);
+    free(d), free(ratio), free(mean);
+    qv_cloner_free(cl);
+    return rc;
+}
+
+static int palette_list(const qvf_voice *v) {
+    if (!v->n_styles) printf("(no palette)\n");
+    for (int i = 0; i < v->n_styles; i++) {
+        const qvf_style *e = &v->styles[i];
+        printf("%-16s %-9s strength %.3g  cosine to the voice %.4f\n", e->name,
+               e->kind == QVF_STYLE_VARIANT ? "variant" : "direction", (double)e->strength,
+               cosine(e->vec, v->xvector, v->enc_dim));
+    }
+    return 0;
+}
+
+static int cmd_palette(int argc, char **argv) {
+    static const struct option opts[] = {{"name", required_argument, 0, 'n'},
+                                         {"from", required_argument, 0, 'f'},
+                                         {"direction", required_argument, 0, 'd'},
+                                         {"strength", required_argument, 0, 's'},
+                                         {"min-similarity", required_argument, 0, 'S'},
+                                         {"model", required_argument, 0, 'm'},
+                                         {"output", required_argument, 0, 'o'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    if (argc < 2) return usage_error("palette: list, add, rm or derive");
+    const char *sub = argv[1], *name = NULL, *from = NULL, *dirf = NULL, *model = NULL,
+               *out = NULL;
+    double strength = 0, min_sim = 0.5;
+    int c;
+    argc--, argv++; /* past the subcommand, as main is past the command */
+    while ((c = getopt_long(argc, argv, "n:f:d:s:S:m:o:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'n': name = optarg; break;
+        case 'f': from = optarg; break;
+        case 'd': dirf = optarg; break;
+        case 'm': model = optarg; break;
+        case 'o': out = optarg; break;
+        case 's':
+            if (parse_real(optarg, 0, 4, &strength))
+                return usage_error("palette: --strength must be in (0, 4]");
+            break;
+        case 'S':
+            if (parse_real(optarg, -1, 1, &min_sim))
+                return usage_error("palette: --min-similarity must be in (-1, 1]");
+            break;
+        case 'h': return fputs(usage_text, stdout), 0;
+        default: return usage_error("palette: unknown option");
+        }
+    }
+    if (!strcmp(sub, "derive")) {
+        if (!out || optind >= argc)
+            return usage_error("palette derive: needs -o OUT.bin and NEUTRAL:EMOTIONAL pairs");
+        return palette_derive(model, out, argv + optind, argc - optind);
+    }
+    if (optind + 1 != argc) return usage_error("palette: needs exactly one VOICE");
+    const char *path = argv[optind];
+    int is_add = !strcmp(sub, "add"), is_rm = !strcmp(sub, "rm");
+    if (!is_add && !is_rm && strcmp(sub, "list"))
+        return usage_error("palette: list, add, rm or derive");
+    if ((is_add || is_rm) && !name) return usage_error("palette: needs --name NAME");
+    if (is_add && !from == !dirf)
+        return usage_error("palette add: needs one of --from AUDIO or --direction FILE");
+    qvf_voice *v = load(path);
+    if (!v) return 1;
+    int rc = 1;
+    if (!is_add && !is_rm) {
+        rc = palette_list(v);
+    } else if (is_rm) {
+        if (qvf_palette_remove(v, name))
+            fprintf(stderr, "voicefmt: %s: no palette entry \"%s\"\n", path, name);
+        else
+            rc = write_voice(v, out ? out : path, 4);
+    } else {
+        qv_cloner *cl = from ? cloner(model) : NULL;
+        uint32_t dim = v->enc_dim;
+        float *x = (!from || cl) ? xvector(cl, from ? from : dirf, &dim) : NULL;
+        qv_cloner_free(cl);
+        if (x) {
+            const double sim = cosine(x, v->xvector, dim);
+            uint32_t kind = from ? QVF_STYLE_VARIANT : QVF_STYLE_DIRECTION;
+            if (from) printf("%s: speaker similarity to %s: %.4f\n", from, path, sim);
+            if (from && sim < min_sim) {
+                fprintf(stderr,
+                        "voicefmt: %s: speaker similarity %.4f to %s is below %.2f: not the same "
+                        "voice? (--min-similarity)\n",
+                        from, sim, path, min_sim);
+            } else {
+                if (!from) { /* stored normalised */
+                    double nn = 0;
+                    for (uint32_t k = 0; k < dim; k++)
+                        nn += (double)x[k] * x[k];
+                    for (uint32_t k = 0; nn > 0 && k < dim; k++)
+                        x[k] = (float)(x[k] / sqrt(nn));
+                }
+                if (!strength) strength = from ? 1.0 : 0.25;
+                int e = qvf_palette_set(v, name, kind, (float)strength, x);
+                if (e)
+                    fprintf(stderr, "voicefmt: %s: palette entry \"%s\": %s%s\n", path, name,
+                            qvf_strerror(e),
+                            e == QVF_E_ARG ? " (name [a-z][a-z0-9_-]*, at most 31 bytes)" : "");
+                else
+                    rc = write_voice(v, out ? out : path, 4);
+            }
+            free(x);
+        }
+    }
+    qvf_voice_free(v);
+    return rc;
+}
+
 /* ---------------------------------------------------------------- main */
 
 int main(int argc, char **argv) {
@@ -752,6 +1011,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "extract")) return cmd_extract(argc, argv);
     if (!strcmp(cmd, "list")) return cmd_list(argc, argv);
     if (!strcmp(cmd, "mix")) return cmd_mix(argc, argv);
+    if (!strcmp(cmd, "palette")) return cmd_palette(argc, argv);
     fprintf(stderr, "voicefmt: unknown command '%s' (see voicefmt --help)\n", cmd);
     return EXIT_USAGE;
 }

@@ -181,7 +181,7 @@ int qvf_palt_parse(const qvf_chunk_ctx *c, const uint8_t *p, uint64_t n, qvf_voi
         e->kind = rd32(r + 32);
         uint32_t sb = rd32(r + 36);
         memcpy(&e->strength, &sb, 4);
-        if (!qvf_style_name_ok(e->name) || find(v, e->name) != (int)i)
+        if (!qvf_style_name_ok(e->name) || find(v, e->name) >= 0) /* n_styles == i here */
             return QVF_FAIL(c, QVF_E_RANGE, "entry %u: bad or repeated name", i);
         if ((e->kind != QVF_STYLE_VARIANT && e->kind != QVF_STYLE_DIRECTION) ||
             !(e->strength > 0 && e->strength <= 4))
