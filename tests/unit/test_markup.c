@@ -219,6 +219,19 @@ static void expect_spans(const result *all, const result *parts, int n) {
            f, (long long)at);
 }
 
+/* Each span alone: texts[i] with speakers[i], langs[i], instructs[i] (arrays may be NULL). */
+static void run_parts(qv_model *m, int n, const char *const *texts, const char *const *speakers,
+                      const char *const *langs, const char *const *instructs, result *out) {
+    for (int i = 0; i < n; i++) {
+        qv_synth_request q = qv_synth_default_request();
+        q.text = texts[i];
+        q.speaker = speakers ? speakers[i] : NULL;
+        q.language = langs ? langs[i] : NULL;
+        q.instruct = instructs ? instructs[i] : NULL;
+        out[i] = run(m, q);
+    }
+}
+
 static void test_span_instruct(void **state) {
     (void)state;
     qv_model *m = test_model_load("tiny-vd");
@@ -233,11 +246,7 @@ static void test_span_instruct(void **state) {
     result parts[3];
     const char *texts[3] = {"Good morning.", "How are you?", "Fine."};
     const char *ins[3] = {"A calm old man.", "Speak in a happy, cheerful tone.", NULL};
-    for (int i = 0; i < 3; i++) {
-        qv_synth_request q = qv_synth_default_request();
-        q.text = texts[i], q.instruct = ins[i];
-        parts[i] = run(m, q);
-    }
+    run_parts(m, 3, texts, NULL, NULL, ins, parts);
     expect_spans(&all, parts, 3);
     qv_synth_request u = qv_synth_default_request();
     u.text = texts[0];
@@ -277,11 +286,7 @@ static void test_span_voice_lang(void **state) {
     const char *sp[3] = {"ryan", "serena", "ryan"}, *lang[3] = {NULL, NULL, "english"};
     const char *texts[3] = {"Hello there.", "Nice day.", "Yes."};
     result parts[3];
-    for (int i = 0; i < 3; i++) {
-        qv_synth_request q = qv_synth_default_request();
-        q.text = texts[i], q.speaker = sp[i], q.language = lang[i];
-        parts[i] = run(m, q);
-    }
+    run_parts(m, 3, texts, sp, lang, NULL, parts);
     expect_spans(&all, parts, 3);
     /* an unknown voice is an error naming the tag */
     r.text = "Hi. [voice:nosuch_voice_x] Bye.";
