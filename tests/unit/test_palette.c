@@ -3,7 +3,7 @@
  * s = 1 ends); the PALT chunk round trip, skipped by a reader that does not know it (the tag
  * renamed: every other field reads the same) and refused when hostile; a [style] tag and a
  * request style render, under greedy decoding, exactly a voice whose x-vector is the styled one
- * (palette first, then a generic direction); voicefmt palette derive on synthetic pairs of three
+ * (palette first, then a generic direction), plus the tag's instruct on a model that takes one; voicefmt palette derive on synthetic pairs of three
  * speakers recovers the shared direction; voicefmt palette add/rm/list; dialogue scripts.
  */
 #include <math.h>
@@ -316,6 +316,21 @@ static void test_synthesis(void **state) {
     r.style = "grumpy";
     codes_log none = run(m, r, QV_E_UNSUPPORTED, NULL);
     free(none.codes);
+    qv_model_free(m);
+
+    /* a model that takes instruct: the tag's instruct text and the palette entry both apply */
+    m = test_model_load("tiny-vd");
+    r = qv_synth_default_request();
+    r.voice_path = tmp_path("pal.qvoice");
+    r.text = "[sad] Hello there.";
+    assert_int_equal(qvf_style_apply(QVF_STYLE_DIRECTION, 0.3f, x, d, DIM, styled), 0);
+    write_voice(tmp_path("styled.qvoice"), styled, NULL);
+    q.instruct = "Speak in a sad, sorrowful tone.";
+    expect_same(run(m, r, QV_OK, NULL), run(m, q, QV_OK, NULL), __LINE__);
+    q.voice_path = tmp_path("pal.qvoice"); /* the instruct alone is not the same */
+    codes_log both = run(m, r, QV_OK, NULL), ins_only = run(m, q, QV_OK, NULL);
+    assert_memory_not_equal(both.codes, ins_only.codes, (size_t)both.n * QV_N_CODEBOOKS * 4);
+    free(both.codes), free(ins_only.codes);
     qv_model_free(m);
 }
 
