@@ -57,6 +57,10 @@ static int fold_name(const char *s, size_t n, char out[QVE_STYLE_NAME_MAX + 1]) 
     return 0;
 }
 
+int qve_style_fold(const char *s, char out[QVE_STYLE_NAME_MAX + 1]) {
+    return fold_name(s, strlen(s), out);
+}
+
 const char *qve_style_instruct(const qve_styles *s, const char *name) {
     for (int i = s ? s->n_user - 1 : -1; i >= 0; i--)
         if (!strcmp(s->user[i].name, name)) return s->user[i].instruct;

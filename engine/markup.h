@@ -50,6 +50,8 @@ void qve_styles_free(qve_styles *s); /* accepts zeroed */
 /* The instruct text of a style name (user table first, then the built-in one), or NULL; "" for
  * "neutral" (back to the request's own settings). s may be NULL (built-in table only). */
 const char *qve_style_instruct(const qve_styles *s, const char *name);
+/* Folds s to a style name (lower case) into out: 0, or -1 when s is no name. */
+int qve_style_fold(const char *s, char out[QVE_STYLE_NAME_MAX + 1]);
 /* Whether name is a style a bare tag may use (either table, or an extra name). */
 int qve_style_known(const qve_styles *s, const char *name);
 /* The built-in table, for docs and --help: entry i (NULL past the end). */

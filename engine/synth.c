@@ -683,7 +683,7 @@ static int apply_span(run *c) {
     const qve_chunk *tag = c->span_style;
     if (tag && tag->is_name && !strcmp(tag->text, "neutral")) tag = NULL; /* the request's own */
     const char *style = tag ? tag->text : r->style;
-    const int is_name = tag ? tag->is_name : 1;
+    int is_name = tag ? tag->is_name : 1;
     if (!style) return 0;
     char what[320];
     if (tag)
@@ -691,6 +691,16 @@ static int apply_span(run *c) {
                  style, tag->n_chars);
     else
         snprintf(what, sizeof what, "style \"%.200s\"", style);
+    const int H = m->cfg.talker.hidden_size;
+    uint32_t kind = 0;
+    float strength = 0;
+    const float *vec = NULL;
+    char folded[QVE_STYLE_NAME_MAX + 1];
+    const char *pname = is_name ? style : !qve_style_fold(style, folded) ? folded : NULL;
+    if (pname && c->base.speaker_vector)
+        vec = find_style(c, v, pname, c->base.n_speaker_vector, &kind, &strength);
+    if (vec && !is_name) /* [style:NAME] of a switched voice's palette entry: that name */
+        is_name = 1, style = pname;
     const char *ins = is_name ? qve_style_instruct(&c->styles, style) : style;
     const int honoured = instruct_honoured(m);
     int applied = 0;
@@ -703,12 +713,7 @@ static int apply_span(run *c) {
         c->base.instruct = c->instruct;
         applied = 1;
     }
-    uint32_t kind = 0;
-    float strength = 0;
-    const float *vec = NULL;
-    const int H = m->cfg.talker.hidden_size;
-    if (is_name && c->base.speaker_vector &&
-        (vec = find_style(c, v, style, c->base.n_speaker_vector, &kind, &strength))) {
+    if (vec) {
         if (r->style_strength > 0) strength = r->style_strength;
         if (!c->xvec && !(c->xvec = malloc((size_t)H * sizeof *c->xvec)))
             return fail(c, QV_E_NOMEM, "%s: out of memory", what);
@@ -721,7 +726,7 @@ static int apply_span(run *c) {
     }
     if (applied) return 0;
     char why[640];
-    snprintf(why, sizeof why, "%s: not applied: %s%s%s", what,
+    snprintf(why, sizeof why, "%s: not applied: %s%s", what,
              !ins || !ins[0] ? "no instruct text for it"
                              : "this model takes no instruct (VoiceDesign and the 1.7B "
                                "CustomVoice models do)",
@@ -729,8 +734,7 @@ static int apply_span(run *c) {
              : c->base.speaker_vector ? ", and no palette entry in the voice nor a generic "
                                         "direction of that name"
                                       : ", and a preset speaker has no x-vector for a palette "
-                                        "entry",
-             "");
+                                        "entry");
     if (!tag || r->strict_markup) return fail(c, QV_E_UNSUPPORTED, "%s", why);
     warn(c, "%s", why);
     return 0;

@@ -310,6 +310,20 @@ static void test_synthesis(void **state) {
     assert_int_equal(qvf_style_apply(QVF_STYLE_DIRECTION, 0.5f, x, dir2, DIM, styled), 0);
     write_voice(tmp_path("styled.qvoice"), styled, NULL);
     expect_same(run(m, r, QV_OK, NULL), run(m, q, QV_OK, NULL), __LINE__);
+    /* a voice switched to mid-text: [style:NAME] reaches its palette (bare [NAME] tags know the
+       request voice's names only) */
+    r.style_dirs = NULL, r.n_style_dirs = 0;
+    r.voice_path = NULL;
+    r.speaker = "ryan";
+    char text[1200];
+    snprintf(text, sizeof text, "[voice:%s][style:Sad] Hello there.", tmp_path("pal.qvoice"));
+    r.text = text;
+    assert_int_equal(qvf_style_apply(QVF_STYLE_DIRECTION, 0.3f, x, d, DIM, styled), 0);
+    write_voice(tmp_path("styled.qvoice"), styled, NULL);
+    expect_same(run(m, r, QV_OK, warn), run(m, q, QV_OK, NULL), __LINE__);
+    assert_null(strstr(warn, "not applied"));
+    r.voice_path = tmp_path("pal.qvoice");
+    r.speaker = NULL;
     /* without either: the explicit error (a request style) */
     r.n_style_dirs = 0;
     r.text = "Hello there.";
