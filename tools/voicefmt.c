@@ -36,6 +36,8 @@ static const char *usage_text =
     "                     [--strength S] [--min-similarity C] [-o OUT]\n"
     "    voicefmt palette rm VOICE --name NAME [-o OUT]\n"
     "    voicefmt palette derive -m BASE_DIR -o OUT.bin NEUTRAL:EMOTIONAL...\n"
+    "    voicefmt keygen -o PREFIX\n"
+    "    voicefmt sign --key KEY.pem [--signer NAME] [-o OUT] FILE\n"
     "    voicefmt --help | --version\n"
     "\n"
     "DESCRIPTION\n"
@@ -47,7 +49,9 @@ static const char *usage_text =
     "    inspect     version, chunks with sizes and CRC status, name, language, duration, model\n"
     "                identity, x-vector norm, ICL frames, weight stream.\n"
     "        -j, --json          one JSON array of objects on stdout instead of text\n"
-    "    verify      full structural check (lengths, CRCs, order, limits, LZ4 blocks).\n"
+    "    verify      full structural check (lengths, CRCs, order, limits, LZ4 blocks) and the\n"
+    "                signature, when the file has one (an edit after signing fails).\n"
+    "        -t, --trusted PUB.pem  also require a signature by this key (repeatable: any of them)\n"
     "        -m, --model DIR     also check that the voice fits the model in DIR: x-vector size,\n"
     "                            TPAD/WOVR sizes, WDELTA target fingerprint and tensor table,\n"
     "                            and that it was made with DIR's sibling checkpoint (the\n"
@@ -75,6 +79,29 @@ static const char *usage_text =
     "                first input, drops ICL and WDELTA, records the recipe in META key \"mix\".\n"
     "        -n, --name NAME     META name of the result (default \"mix\")\n"
     "        -o, --output OUT    output file (required)\n"
+    "    palette     the voice's named styles (PALT chunk; docs/markup.md): speak --style NAME\n"
+    "                and markup tags [NAME] use them. add and rm drop a signature (re-sign)\n"
+    "        list                name, kind, default strength, cosine to the voice's x-vector\n"
+    "        add                 -n NAME ([a-z][a-z0-9_-]*, at most 31 bytes) and one of:\n"
+    "          -f, --from AUDIO  a recording of this voice performing the style (its x-vector,\n"
+    "                            computed with -m BASE_DIR, is stored as a variant; refused\n"
+    "                            below --min-similarity C to the voice, default 0.5)\n"
+    "          -d, --direction FILE  a unit direction (.bin from palette derive, or a voice's\n"
+    "                            x-vector), stored normalised\n"
+    "          -s, --strength S  default strength, (0, 4] (variant 1, direction 0.25)\n"
+    "          -o, --output OUT  write there (default: VOICE itself, atomically)\n"
+    "        rm                  -n NAME: remove an entry (-o OUT as for add)\n"
+    "        derive              the averaged unit direction of NEUTRAL:EMOTIONAL pairs (audio\n"
+    "                            or voice files, ideally of several speakers) into OUT.bin (raw\n"
+    "                            f32); prints each pair's shift |e-n|/|n| and the cosine between\n"
+    "                            every two pairs' directions (their agreement)\n"
+    "    keygen      make an Ed25519 key pair: PREFIX.pem (private, mode 0600) and PREFIX.pub.pem\n"
+    "        -o, --output PREFIX path prefix of the two files (required)\n"
+    "    sign        sign a v4 voice file (an Ed25519 SIGN chunk over every byte before it;\n"
+    "                docs/qvoice-format.md); replaces an earlier signature\n"
+    "        -k, --key KEY.pem   private key (voicefmt keygen, or openssl genpkey -algorithm ed25519)\n"
+    "        -s, --signer NAME   who signs, stored in the signature (default: none)\n"
+    "        -o, --output OUT    output file (default: FILE itself, replaced atomically)\n"
     "    -h, --help              this text\n"
     "    -V, --version           version\n"
     "\n"
@@ -99,6 +126,27 @@ static qvf_voice *load(const char *path) {
         return NULL;
     }
     return v;
+}
+
+/* Writes n bytes to path atomically (the library's writer); 0, or 1 after printing why. */
+static int write_bytes(const char *path, const void *buf, size_t n) {
+    char err[1024];
+    qv_outfile *f;
+    if (qv_outfile_open(&f, path, err, sizeof err)) {
+        fprintf(stderr, "voicefmt: %s\n", err);
+        return 1;
+    }
+    FILE *s = qv_outfile_stream(f);
+    if (!s || fwrite(buf, 1, n, s) != n) {
+        qv_outfile_abort(f);
+        fprintf(stderr, "voicefmt: %s: write failed\n", path);
+        return 1;
+    }
+    if (qv_outfile_commit(f, err, sizeof err)) {
+        fprintf(stderr, "voicefmt: %s\n", err);
+        return 1;
+    }
+    return 0;
 }
 
 static int write_voice(const qvf_voice *v, const char *path, int version) {
@@ -210,6 +258,44 @@ static void chunks_out(const char *path, cJSON *jo, int *framing_ok) {
     free(b);
 }
 
+/* The signature of a v4 file (sig->present = 0 for other files). 0, or 1 with a message printed
+ * when it does not verify or cannot be read. */
+static int signature_of(const char *path, qvf_signature *sig) {
+    memset(sig, 0, sizeof *sig);
+    size_t n = 0;
+    char err[512];
+    uint8_t *b = (uint8_t *)qv_file_read(path, SIZE_MAX / 2, &n, err, sizeof err);
+    if (!b) return fprintf(stderr, "voicefmt: %s\n", err), 1;
+    int rc = n >= 8 && !memcmp(b, "QVCE", 4) && b[4] == 4
+                 ? qvf_signature_read(b, n, path, sig, err, sizeof err)
+                 : 0;
+    free(b);
+    if (rc) fprintf(stderr, "voicefmt: %s\n", err);
+    return rc ? 1 : 0;
+}
+
+static void signature_out(const qvf_signature *sig, cJSON *jo) {
+    char id[17], when[32] = "?";
+    time_t t = (time_t)sig->signed_utc;
+    struct tm tm;
+    hex(sig->key_id, 8, id);
+    if (gmtime_r(&t, &tm)) strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    if (jo) {
+        cJSON *o = cJSON_AddObjectToObject(jo, "signature");
+        cJSON_AddBoolToObject(o, "present", sig->present);
+        if (!sig->present) return;
+        cJSON_AddBoolToObject(o, "valid", sig->valid);
+        cJSON_AddStringToObject(o, "key_id", id);
+        cJSON_AddStringToObject(o, "signer", sig->signer);
+        cJSON_AddStringToObject(o, "signed_utc", when);
+    } else if (!sig->present) {
+        printf("  signature: none\n");
+    } else {
+        printf("  signature: %s, key %s%s%s, signed %s\n", sig->valid ? "valid" : "INVALID", id,
+               sig->signer[0] ? ", signer " : "", sig->signer, when);
+    }
+}
+
 static int inspect_one(const char *path, cJSON *jarr) {
     char err[512];
     qvf_voice *v = NULL;
@@ -281,9 +367,12 @@ static int inspect_one(const char *path, cJSON *jarr) {
             printf("  weights: %s, %u tensors, %.1f MB stored for %.1f MB\n",
                    wkind_name(v->wdelta_kind), v->n_tensors, comp / 1e6, raw / 1e6);
     }
+    qvf_signature sig;
+    int bad = signature_of(path, &sig);
+    signature_out(&sig, jo);
     chunks_out(path, jo, &framing_ok);
     qvf_voice_free(v);
-    return 0;
+    return bad;
 }
 
 static int cmd_inspect(int argc, char **argv) {
@@ -348,12 +437,22 @@ static int cmd_verify(int argc, char **argv) {
     static const struct option opts[] = {{"model", required_argument, 0, 'm'},
                                          {"deep", no_argument, 0, 'd'},
                                          {"force", no_argument, 0, 'f'},
+                                         {"trusted", required_argument, 0, 't'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     const char *model = NULL;
-    int deep = 0, force = 0, c;
-    while ((c = getopt_long(argc, argv, "m:dfh", opts, NULL)) != -1) {
-        if (c == 'm')
+    int deep = 0, force = 0, c, n_trusted = 0;
+    uint8_t trusted[16][32];
+    char err[512];
+    while ((c = getopt_long(argc, argv, "m:dft:h", opts, NULL)) != -1) {
+        if (c == 't') {
+            void *k = NULL;
+            if (n_trusted == 16) return usage_error("verify: at most 16 --trusted keys");
+            if (qvf_key_load(optarg, 0, &k, trusted[n_trusted], err, sizeof err))
+                return fprintf(stderr, "voicefmt: %s\n", err), 1;
+            qvf_key_free(k);
+            n_trusted++;
+        } else if (c == 'm')
             model = optarg;
         else if (c == 'd')
             deep = 1;
@@ -372,12 +471,22 @@ static int cmd_verify(int argc, char **argv) {
             rc = 1;
             continue;
         }
-        int bad = verify_blocks(argv[i], v);
+        qvf_signature sig;
+        int bad = verify_blocks(argv[i], v) || signature_of(argv[i], &sig);
         if (!bad && model)
             bad = verify_model(argv[i], model, (deep ? QV_VERIFY_DEEP : 0) | (force ? QV_VERIFY_FORCE : 0));
-        if (!bad)
-            printf("%s: ok (v%d%s%s)\n", argv[i], v->file_version, model ? ", fits " : "",
-                   model ? model : "");
+        if (!bad && n_trusted && !qvf_signature_trusted(&sig, (const uint8_t(*)[32])trusted, n_trusted)) {
+            fprintf(stderr, "voicefmt: %s: %s\n", argv[i],
+                    sig.present ? "signed by a key that is not trusted" : "not signed");
+            bad = 1;
+        }
+        if (!bad) {
+            char id[17] = "";
+            hex(sig.key_id, 8, id);
+            printf("%s: ok (v%d%s%s%s%s%s%s)\n", argv[i], v->file_version, model ? ", fits " : "",
+                   model ? model : "", sig.present ? ", signed by key " : "", sig.present ? id : "",
+                   sig.signer[0] ? " " : "", sig.signer);
+        }
         rc |= bad;
         qvf_voice_free(v);
     }
@@ -792,26 +901,6 @@ static qv_cloner *cloner(const char *base_dir) {
     return c;
 }
 
-/* Writes n floats as a raw little-endian .bin, atomically. */
-static int write_bin(const char *path, const float *x, uint32_t n) {
-    char err[1024];
-    qv_outfile *f;
-    if (qv_outfile_open(&f, path, err, sizeof err)) {
-        fprintf(stderr, "voicefmt: %s\n", err);
-        return 1;
-    }
-    FILE *s = qv_outfile_stream(f);
-    if (!s || fwrite(x, sizeof *x, n, s) != n) {
-        qv_outfile_abort(f);
-        fprintf(stderr, "voicefmt: %s: write failed\n", path);
-        return 1;
-    }
-    if (qv_outfile_commit(f, err, sizeof err)) {
-        fprintf(stderr, "voicefmt: %s\n", err);
-        return 1;
-    }
-    return 0;
-}
 
 /* The method of issue 26: each pair's unit shift, their mean, normalised. */
 static int palette_derive(const char *base_dir, const char *out, char **pairs, int n) {
@@ -874,7 +963,7 @@ static int palette_derive(const char *base_dir, const char *out, char **pairs, i
     }
     for (uint32_t k = 0; k < dim; k++)
         mean[k] = (float)(mean[k] / sqrt(nn));
-    rc = write_bin(out, mean, dim);
+    rc = write_bytes(out, mean, dim * sizeof *mean);
     if (!rc) printf("direction  %s (%u values, unit norm)\n", out, dim);
 done:
     if (!d || !ratio) fprintf(stderr, "voicefmt: out of memory\n");
@@ -992,6 +1081,69 @@ static int cmd_palette(int argc, char **argv) {
     return rc;
 }
 
+/* ---------------------------------------------------------------- keygen, sign */
+
+static int cmd_keygen(int argc, char **argv) {
+    static const struct option opts[] = {{"output", required_argument, 0, 'o'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    const char *prefix = NULL;
+    int c;
+    while ((c = getopt_long(argc, argv, "o:h", opts, NULL)) != -1) {
+        if (c == 'o') prefix = optarg;
+        else if (c == 'h') return fputs(usage_text, stdout), 0;
+        else return usage_error("keygen: unknown option");
+    }
+    if (!prefix || optind != argc) return usage_error("keygen: give -o PREFIX and nothing else");
+    char priv[4096], pub[4096], err[512], id[17];
+    uint8_t kid[8];
+    snprintf(priv, sizeof priv, "%s.pem", prefix);
+    snprintf(pub, sizeof pub, "%s.pub.pem", prefix);
+    if (qvf_keygen(priv, pub, kid, err, sizeof err)) return fprintf(stderr, "voicefmt: %s\n", err), 1;
+    hex(kid, 8, id);
+    printf("%s (private), %s (public): key id %s\n", priv, pub, id);
+    return 0;
+}
+
+static int cmd_sign(int argc, char **argv) {
+    static const struct option opts[] = {{"key", required_argument, 0, 'k'},
+                                         {"signer", required_argument, 0, 's'},
+                                         {"output", required_argument, 0, 'o'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    const char *key_path = NULL, *signer = NULL, *out = NULL;
+    int c;
+    while ((c = getopt_long(argc, argv, "k:s:o:h", opts, NULL)) != -1) {
+        if (c == 'k') key_path = optarg;
+        else if (c == 's') signer = optarg;
+        else if (c == 'o') out = optarg;
+        else if (c == 'h') return fputs(usage_text, stdout), 0;
+        else return usage_error("sign: unknown option");
+    }
+    if (!key_path || optind != argc - 1) return usage_error("sign: give --key KEY.pem and one FILE");
+    const char *in = argv[optind];
+    if (!out) out = in;
+    char err[512];
+    void *key = NULL, *signed_buf = NULL;
+    uint8_t pub[32];
+    size_t n = 0, n_out = 0;
+    char *buf = NULL;
+    int rc = 1;
+    if (qvf_key_load(key_path, 1, &key, pub, err, sizeof err) ||
+        !(buf = qv_file_read(in, SIZE_MAX / 2, &n, err, sizeof err)) ||
+        qvf_sign(buf, n, in, key, signer, (uint64_t)time(NULL), &signed_buf, &n_out, err,
+                 sizeof err)) {
+        fprintf(stderr, "voicefmt: %s\n", err);
+        goto done;
+    }
+    rc = write_bytes(out, signed_buf, n_out);
+done:
+    qvf_key_free(key);
+    free(signed_buf);
+    free(buf);
+    return rc;
+}
+
 /* ---------------------------------------------------------------- main */
 
 int main(int argc, char **argv) {
@@ -1012,6 +1164,8 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "list")) return cmd_list(argc, argv);
     if (!strcmp(cmd, "mix")) return cmd_mix(argc, argv);
     if (!strcmp(cmd, "palette")) return cmd_palette(argc, argv);
+    if (!strcmp(cmd, "keygen")) return cmd_keygen(argc, argv);
+    if (!strcmp(cmd, "sign")) return cmd_sign(argc, argv);
     fprintf(stderr, "voicefmt: unknown command '%s' (see voicefmt --help)\n", cmd);
     return EXIT_USAGE;
 }

@@ -1,4 +1,4 @@
-/* palette.c — the emotion palette of a voice (PALT chunk, docs/qvoice-format.md §4.10): named
+/* palette.c — the emotion palette of a voice (PALT chunk, docs/qvoice-format.md §4.9): named
  * x-vector variants and unit directions, and the one place their arithmetic lives (synthesis and
  * voicefmt use it alike). Norms are computed in double and the result rounded once to f32.
  */
@@ -123,7 +123,7 @@ int qvf_style_direction(const float *neutral, const float *emotional, uint32_t d
     return QVF_OK;
 }
 
-/* ==== PALT chunk (§4.10) ===================================================================== */
+/* ==== PALT chunk (§4.9) ===================================================================== */
 
 /* 64-byte header (u32 version 1, u32 n, u32 dim, zeros), n 64-byte records (name[32] NUL-padded,
  * u32 kind, f32 strength, zeros), then n vectors f32[dim], each at a multiple of 64. */

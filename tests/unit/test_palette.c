@@ -1,4 +1,4 @@
-/* test_palette.c — the emotion palette (docs/markup.md, docs/qvoice-format.md §4.10): the
+/* test_palette.c — the emotion palette (docs/markup.md, docs/qvoice-format.md §4.9): the
  * palette arithmetic against its definition (norm restored, variant interpolation, s = 0 and
  * s = 1 ends); the PALT chunk round trip, skipped by a reader that does not know it (the tag
  * renamed: every other field reads the same) and refused when hostile; a [style] tag and a
