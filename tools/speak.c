@@ -187,7 +187,8 @@ static void usage(FILE *f) {
         "      --decode-codes FILE    decode such a file to audio (-o) instead of synthesizing\n"
         "      --tokens               print the text's token ids and exit\n"
         "      --batch FILE           one model load for many texts: one JSON job per line\n"
-        "                             (text, output, speaker|voice, language, instruct, seed);\n"
+        "                             (text, output, speaker|voice, language, instruct, style,\n"
+        "                             seed); markup in the text and the --style-* options apply;\n"
         "                             one JSON result per job on stdout; exit 1 if any failed\n"
         "                             (docs/batch.md). - = stdin\n"
         "  -q, --quiet                no progress or summary on stderr\n"
@@ -1012,6 +1013,7 @@ typedef struct {
     cached_voice *voices; /* every voice a job named, opened once */
     int n_voices;
     int wdelta_line; /* the line whose voice's weight delta rewrote the model, or 0 */
+    const styling *sty; /* --style-dir, --style-table (a job's "style" replaces --style) */
 } batch;
 
 /* The voice the jobs call name, opened on first use. NULL with err on failure. */
@@ -1039,8 +1041,8 @@ static const char *job_str(const cJSON *j, const char *key, const char *dflt) {
 
 /* Checks a job's fields; 0, or -1 with err = "FIELD: problem". */
 static int job_check(const cJSON *j, char *err, size_t n) {
-    static const char *const strs[] = {"text",  "output",   "speaker",
-                                       "voice", "language", "instruct"};
+    static const char *const strs[] = {"text",     "output",   "speaker", "voice",
+                                       "language", "instruct", "style"};
     if (!cJSON_IsObject(j)) return snprintf(err, n, "not a JSON object"), -1;
     for (const cJSON *f = j->child; f; f = f->next) {
         int known = 0;
@@ -1111,6 +1113,8 @@ static int job_run(const options *o, batch *b, int lineno, const char *line, cJS
         b->p.seed = p.seed;
     }
     qv_synth_request r = base_request(o, voice);
+    styling_request(o, b->sty, &r);
+    r.style = job_str(j, "style", o->style);
     r.text = job_str(j, "text", NULL);
     r.language = job_str(j, "language", o->language);
     r.speaker = voice ? NULL : speaker;
@@ -1144,8 +1148,8 @@ out:
 }
 
 /* Runs every job of jobs; one result line per job on stdout. 0 all ok, 1 some failed. */
-static int run_batch(const options *o, const qv_model *m, FILE *jobs) {
-    batch b = {.m = m, .p = params_for(o, m)};
+static int run_batch(const options *o, const qv_model *m, const styling *sty, FILE *jobs) {
+    batch b = {.m = m, .p = params_for(o, m), .sty = sty};
     char *line = NULL, err[4400];
     size_t cap = 0;
     int n_failed = 0, n_jobs = 0;
@@ -1223,11 +1227,11 @@ int main(int argc, char **argv) {
         rc = 0;
         goto out;
     }
+    if (styling_load(&o, &sty)) goto out;
     if (jobs) {
-        rc = run_batch(&o, m, jobs);
+        rc = run_batch(&o, m, &sty, jobs);
         goto out;
     }
-    if (styling_load(&o, &sty)) goto out;
     const char *text = sty.markup ? sty.markup : o.text;
     if (sty.markup && !o.quiet) ck.script = &sty;
     if (!text) {

@@ -401,7 +401,9 @@ static void test_tool(void **state) {
     (void)state;
     float x[DIM];
     fill(x, DIM, 0.2);
-    const char *v = tmp_path("t.qvoice"), *log = tmp_path("t.txt");
+    char v[128], log[128]; /* tmp_path's buffers rotate */
+    snprintf(v, sizeof v, "%s", tmp_path("t.qvoice"));
+    snprintf(log, sizeof log, "%s", tmp_path("t.txt"));
     write_voice(v, x, NULL);
     assert_int_equal(sh("bin/voicefmt palette add %s -n calm -d %s -s 0.4", v, tmp_path("dir.bin")),
                      0);
@@ -434,6 +436,19 @@ static void test_tool(void **state) {
     assert_true(file_has(log, "speaker similarity"));
     assert_int_equal(sh("bin/voicefmt palette list %s > %s", v, log), 0);
     assert_true(file_has(log, "sad              variant   strength 1"));
+    /* speak --batch: a job's "style" uses the voice's palette; a preset speaker has none */
+    char jobs[2048];
+    int n = snprintf(jobs, sizeof jobs,
+                     "{\"text\":\"Hi.\",\"output\":\"%s\",\"voice\":\"%s\",\"style\":\"sad\"}\n"
+                     "{\"text\":\"Hi.\",\"output\":\"%s\",\"speaker\":\"ryan\",\"style\":\"sad\"}\n",
+                     tmp_path("j1.wav"), v, tmp_path("j2.wav"));
+    tmp_write(tmp_path("jobs.jsonl"), jobs, (size_t)n);
+    assert_int_equal(sh("bin/speak -m %s/tiny-cv --batch %s --max-frames 4 --no-guard -j 2 > %s "
+                        "2>/dev/null",
+                        cache, tmp_path("jobs.jsonl"), log),
+                     1);
+    assert_true(file_has(log, "{\"line\":1,\"ok\":true"));
+    assert_true(file_has(log, "{\"line\":2,\"ok\":false,\"error\":\"style \\\"sad\\\": not applied"));
 }
 
 /* ==== scripts ================================================================================ */
