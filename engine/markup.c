@@ -308,8 +308,8 @@ enum qv_status qv_script_to_markup(const char *script, int pause_ms, char **mark
         (*line_numbers)[n++] = line;
         char head[128];
         int hn = snprintf(head, sizeof head, "[voice:%.*s][neutral]", (int)(name_end - a), a);
-        if (put(&b, &len, &cap, head, (size_t)hn) || put(&b, &len, &cap, text, (size_t)(e - text)) ||
-            put(&b, &len, &cap, "\n\n", 2))
+        if (put(&b, &len, &cap, head, (size_t)hn) ||
+            put(&b, &len, &cap, text, (size_t)(e - text)) || put(&b, &len, &cap, "\n\n", 2))
             goto nomem;
         chars += hn + n_code_points(text, (size_t)(e - text)) + 2;
     }

@@ -946,8 +946,10 @@ static int palette_derive(const char *base_dir, const char *out, char **pairs, i
             printf("agreement  pair %d vs %d: cosine %.4f\n", i + 1, j + 1, c);
             sum += c, m++;
         }
-    if (m) printf("agreement  mean cosine between pairs' directions: %.4f (%d pairs)\n", sum / m, n);
-    else printf("agreement  one pair: nothing to compare (use pairs of several speakers)\n");
+    if (m)
+        printf("agreement  mean cosine between pairs' directions: %.4f (%d pairs)\n", sum / m, n);
+    else
+        printf("agreement  one pair: nothing to compare (use pairs of several speakers)\n");
     if (!(mean = calloc(dim, sizeof *mean))) goto done;
     double nn = 0;
     for (uint32_t k = 0; k < dim; k++) {

@@ -176,7 +176,8 @@ int qvf_palt_parse(const qvf_chunk_ctx *c, const uint8_t *p, uint64_t n, qvf_voi
         qvf_style *e = &v->styles[i];
         const uint8_t *nul = memchr(r, 0, 32);
         if (!nul || !qvf_is_zero(nul, 32 - (size_t)(nul - r)) || !qvf_is_zero(r + 40, 24))
-            return QVF_FAIL(c, QVF_E_RESERVED, "entry %u: name not NUL-padded or reserved bytes", i);
+            return QVF_FAIL(c, QVF_E_RESERVED, "entry %u: name not NUL-padded or reserved bytes",
+                            i);
         memcpy(e->name, r, (size_t)(nul - r));
         e->kind = rd32(r + 32);
         uint32_t sb = rd32(r + 36);

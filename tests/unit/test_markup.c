@@ -275,12 +275,19 @@ static void test_span_instruct(void **state) {
     qv_model_free(m);
 }
 
+/* A request for the preset speaker ryan. */
+static qv_synth_request ryan(const char *text) {
+    qv_synth_request r = qv_synth_default_request();
+    r.speaker = "ryan";
+    r.text = text;
+    return r;
+}
+
 static void test_span_voice_lang(void **state) {
     (void)state;
     qv_model *m = test_model_load("tiny-cv");
-    qv_synth_request r = qv_synth_default_request();
-    r.speaker = "ryan";
-    r.text = "Hello there. [voice:Serena] Nice day. [lang:english][voice:ryan] Yes.";
+    qv_synth_request r =
+        ryan("Hello there. [voice:Serena] Nice day. [lang:english][voice:ryan] Yes.");
     result all = run(m, r);
     assert_int_equal(all.rc, QV_OK);
     const char *sp[3] = {"ryan", "serena", "ryan"}, *lang[3] = {NULL, NULL, "english"};
@@ -306,18 +313,14 @@ static void test_span_voice_lang(void **state) {
 static void test_cannot_honour(void **state) {
     (void)state;
     qv_model *m = test_model_load("tiny-cv");
-    qv_synth_request r = qv_synth_default_request();
-    r.speaker = "ryan";
-    r.text = "Hi. [sad] Bye. [style:very slowly] Again.";
+    qv_synth_request r = ryan("Hi. [sad] Bye. [style:very slowly] Again.");
     result w = run(m, r);
     assert_int_equal(w.rc, QV_OK);
     printf("  warning: %s\n", w.st.warning);
     assert_non_null(strstr(w.st.warning, "tag [sad] at character 4: not applied: this model takes "
                                          "no instruct"));
     assert_non_null(strstr(w.st.warning, "tag [style:very slowly] at character 15"));
-    qv_synth_request q = qv_synth_default_request();
-    q.speaker = "ryan";
-    q.text = "Hi. Bye. Again.";
+    qv_synth_request q = ryan("Hi. Bye. Again.");
     q.max_chunk_chars = 7; /* three chunks, as the tags split it */
     result plain = run(m, q);
     assert_int_equal(plain.c.n_frames, w.c.n_frames);
