@@ -338,6 +338,18 @@ static int inspect_one(const char *path, cJSON *jarr) {
             cJSON_AddNumberToObject(w, "th", v->wovr_th);
             cJSON_AddNumberToObject(w, "cv", v->wovr_cv);
         }
+        if (v->n_styles) {
+            cJSON *p = cJSON_AddArrayToObject(jo, "palette");
+            for (int i = 0; p && i < v->n_styles; i++) {
+                cJSON *e = cJSON_CreateObject();
+                cJSON_AddStringToObject(e, "name", v->styles[i].name);
+                cJSON_AddStringToObject(e, "kind", v->styles[i].kind == QVF_STYLE_VARIANT
+                                                       ? "variant"
+                                                       : "direction");
+                cJSON_AddNumberToObject(e, "strength", v->styles[i].strength);
+                cJSON_AddItemToArray(p, e);
+            }
+        }
         if (v->has_wdelta) {
             cJSON *w = cJSON_AddObjectToObject(jo, "wdelta");
             cJSON_AddStringToObject(w, "kind", wkind_name(v->wdelta_kind));
@@ -363,6 +375,10 @@ static int inspect_one(const char *path, cJSON *jarr) {
                v->transcript ? v->transcript : "", v->transcript ? "\"" : "");
         if (v->tpad_hidden) printf("  TPAD: hidden %u\n", v->tpad_hidden);
         if (v->wovr_h) printf("  WOVR: h %u, th %u, cv %u\n", v->wovr_h, v->wovr_th, v->wovr_cv);
+        for (int i = 0; i < v->n_styles; i++)
+            printf("%s %s (%s %.3g)%s", i ? "," : "  palette:", v->styles[i].name,
+                   v->styles[i].kind == QVF_STYLE_VARIANT ? "variant" : "direction",
+                   (double)v->styles[i].strength, i + 1 == v->n_styles ? "\n" : "");
         if (v->has_wdelta)
             printf("  weights: %s, %u tensors, %.1f MB stored for %.1f MB\n",
                    wkind_name(v->wdelta_kind), v->n_tensors, comp / 1e6, raw / 1e6);

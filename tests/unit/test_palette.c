@@ -415,6 +415,10 @@ static void test_tool(void **state) {
     assert_true(file_has(log, "name [a-z][a-z0-9_-]*"));
     assert_int_equal(sh("bin/voicefmt palette add %s -n x 2>/dev/null", v), 2); /* usage */
     assert_int_equal(sh("bin/voicefmt verify %s > /dev/null", v), 0);
+    assert_int_equal(sh("bin/voicefmt inspect %s > %s", v, log), 0);
+    assert_true(file_has(log, "  palette: calm (direction 0.4)"));
+    assert_int_equal(sh("bin/voicefmt inspect --json %s > %s", v, log), 0);
+    assert_true(file_has(log, "\"kind\":\t\"direction\""));
     assert_int_equal(sh("bin/voicefmt palette rm %s -n calm -o %s", v, tmp_path("u.qvoice")), 0);
     assert_int_equal(sh("bin/voicefmt palette list %s > %s", tmp_path("u.qvoice"), log), 0);
     assert_true(file_has(log, "(no palette)"));
