@@ -655,7 +655,8 @@ static const float *find_style(run *c, const qv_voice *v, const char *name, int 
     for (int i = 0; i < c->r->n_style_dirs; i++) {
         const qv_style_dir *d = &c->r->style_dirs[i];
         if (d->name && d->direction && d->dim == dim && !strcmp(d->name, name))
-            return *kind = QVF_STYLE_DIRECTION, *strength = d->strength, d->direction;
+            return *kind = QVF_STYLE_DIRECTION,
+                   *strength = d->strength > 0 ? d->strength : 0.25f, d->direction;
     }
     return NULL;
 }

@@ -293,7 +293,7 @@ typedef struct {
     const char *name;       /* a style name, [a-z][a-z0-9_-]* */
     const float *direction; /* [dim], any norm (it is normalised) */
     int dim;                /* qv_model_hidden_size */
-    float strength;         /* default strength, e.g. 0.25 */
+    float strength;         /* default strength; <= 0: 0.25 */
 } qv_style_dir;
 
 typedef struct {
