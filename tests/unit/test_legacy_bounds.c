@@ -25,54 +25,43 @@
 static char err[512];
 
 typedef struct {
-    uint8_t *p;
-    size_t n, cap;
+    char *p;
+    size_t n;
 } buf;
-
-static void put(buf *b, const void *p, size_t n) {
-    if (b->n + n > b->cap) {
-        b->cap = (b->n + n) * 2;
-        b->p = realloc(b->p, b->cap);
-        assert_non_null(b->p);
-    }
-    memcpy(b->p + b->n, p, n);
-    b->n += n;
-}
-
-static void put32(buf *b, uint32_t x) {
-    uint8_t le[4] = {(uint8_t)x, (uint8_t)(x >> 8), (uint8_t)(x >> 16), (uint8_t)(x >> 24)};
-    put(b, le, 4);
-}
 
 /* A v3 voice (qvoice-legacy.md §6): x-vector, no ICL, META (no consent), no TPAD/WOVR (the two
  * probes consume 4 bytes each), then a current WDLT stream of one LZ4 record. */
 static buf legacy_file(uint32_t raw, const uint8_t *lz4, uint32_t lz4_bytes) {
     buf b = {0};
-    put(&b, "QVCE", 4);
-    put32(&b, 3);
-    put32(&b, DIM);
+    qvf_out o = {open_memstream(&b.p, &b.n), 0, 0, 0};
+    assert_non_null(o.f);
+    qvf_out_write(&o, "QVCE", 4);
+    qvf_out_put32(&o, 3);
+    qvf_out_put32(&o, DIM);
     for (int i = 0; i < DIM; i++) {
         float x = 0.01f * (float)(i % 7);
-        put(&b, &x, 4);
+        qvf_out_write(&o, &x, 4);
     }
-    put32(&b, 0); /* ref_text_len */
-    put32(&b, 0); /* n_ref_frames */
+    qvf_out_put32(&o, 0); /* ref_text_len */
+    qvf_out_put32(&o, 0); /* n_ref_frames */
     uint8_t meta[100] = {0};
     meta[20] = 0x00, meta[21] = 0x04; /* model_size 1024 */
     memcpy(meta + 32, "hostile", 7);
-    put(&b, "META", 4);
-    put(&b, meta, sizeof meta);
-    put(&b, "noneNONE", 8);
-    put(&b, "WDLT", 4);
-    put32(&b, 1024);
-    put32(&b, 1);
+    qvf_out_write(&o, "META", 4);
+    qvf_out_write(&o, meta, sizeof meta);
+    qvf_out_write(&o, "noneNONE", 8);
+    qvf_out_write(&o, "WDLT", 4);
+    qvf_out_put32(&o, 1024);
+    qvf_out_put32(&o, 1);
     uint8_t nl[2] = {(uint8_t)strlen(NAME), 0};
-    put(&b, nl, 2);
-    put(&b, NAME, strlen(NAME));
-    put32(&b, raw);
-    put(&b, "\x04", 1);
-    put32(&b, lz4_bytes);
-    put(&b, lz4, lz4_bytes);
+    qvf_out_write(&o, nl, 2);
+    qvf_out_write(&o, NAME, strlen(NAME));
+    qvf_out_put32(&o, raw);
+    qvf_out_write(&o, "\x04", 1);
+    qvf_out_put32(&o, lz4_bytes);
+    qvf_out_write(&o, lz4, lz4_bytes);
+    assert_int_equal(fclose(o.f), 0);
+    assert_int_equal(o.failed, 0);
     return b;
 }
 
