@@ -48,7 +48,6 @@ struct lazy {
     qva_speech_encoder *se;
 };
 
-
 static double now_s(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
