@@ -174,11 +174,13 @@ static uint64_t wdelta_bytes(const qvf_voice *v, uint64_t *raw) {
 
 /* Chunk table of a v4 file (also when the voice itself does not parse). */
 static void chunks_out(const char *path, cJSON *jo, int *framing_ok) {
-    size_t n;
-    uint8_t *b = (uint8_t *)qv_file_read(path, SIZE_MAX / 2, &n, NULL, 0);
+    size_t n = 0;
+    char *data;
+    qv_file_read(path, SIZE_MAX / 2, &data, &n);
+    uint8_t *b = (uint8_t *)data;
     *framing_ok = 1;
     if (!b || n < 8 || memcmp(b, "QVCE", 4) || b[4] != 4 || b[5] || b[6] || b[7]) {
-        free(b);
+        qv_free(b);
         return;
     }
     qvf_chunk_info ch[256];
@@ -202,7 +204,7 @@ static void chunks_out(const char *path, cJSON *jo, int *framing_ok) {
                    (unsigned long long)ch[i].payload_bytes, ch[i].crc_ok ? "ok" : "BAD");
         }
     }
-    free(b);
+    qv_free(b);
 }
 
 static int inspect_one(const char *path, cJSON *jarr) {
@@ -311,13 +313,15 @@ static int cmd_inspect(int argc, char **argv) {
 
 /* The model checks, through the library (qv_voice_file_verify); its lines go to stderr. */
 static int verify_model(const char *path, const char *dir, int flags) {
-    char report[8192];
-    enum qv_status st = qv_voice_file_verify(dir, path, flags, report, sizeof report);
-    for (char *line = report, *next; *line; line = next) {
+    char *report;
+    enum qv_status st = qv_voice_file_verify(dir, path, flags, &report);
+    if (!report) fprintf(stderr, "voicefmt: %s\n", qv_last_error());
+    for (char *line = report, *next; line && *line; line = next) {
         next = strchr(line, '\n');
         next = next ? (*next = 0, next + 1) : line + strlen(line);
         fprintf(stderr, "voicefmt: %s\n", line);
     }
+    qv_free(report);
     return st != QV_OK;
 }
 
@@ -545,10 +549,9 @@ static int cmd_extract(int argc, char **argv) {
         qvf_voice_free(v);
         return 1;
     }
-    char err[4400];
     qv_outfile *of;
-    if (qv_outfile_open(&of, out, err, sizeof err)) {
-        fprintf(stderr, "voicefmt: %s\n", err);
+    if (qv_outfile_open(&of, out)) {
+        fprintf(stderr, "voicefmt: %s\n", qv_last_error());
         qvf_voice_free(v);
         return 1;
     }
@@ -564,8 +567,8 @@ static int cmd_extract(int argc, char **argv) {
     if (!ok) {
         fprintf(stderr, "voicefmt: %s: cannot write: %s\n", out, strerror(errno));
         qv_outfile_abort(of);
-    } else if (qv_outfile_commit(of, err, sizeof err)) {
-        fprintf(stderr, "voicefmt: %s\n", err);
+    } else if (qv_outfile_commit(of)) {
+        fprintf(stderr, "voicefmt: %s\n", qv_last_error());
         ok = 0;
     }
     qvf_voice_free(v);
