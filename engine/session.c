@@ -152,8 +152,10 @@ void qv_session_free(qv_session *s) {
 }
 
 static int check_params(const qv_params *p, char *err, size_t n) {
-    if (p->n_threads < 1 || p->n_threads > 256)
-        return snprintf(err, n, "n_threads: expected 1..256, found %d", p->n_threads), -1;
+    if (p->n_threads < 1 || p->n_threads > QVE_MAX_THREADS)
+        return snprintf(err, n, "n_threads: expected 1..%d, found %d", QVE_MAX_THREADS,
+                        p->n_threads),
+               -1;
     if (p->do_sample && !(p->temperature > 0))
         return snprintf(err, n, "temperature: expected > 0, found %g", p->temperature), -1;
     if (p->subtalker_do_sample && !(p->subtalker_temperature > 0))

@@ -117,11 +117,14 @@ enum qv_status qv_synth_new(qv_synth **out, const qv_model *m, const qv_params *
     *out = NULL;
     if (!m || !p) return qvu_fail(QV_E_INVALID, "qv_synth_new: NULL argument");
     if (p->struct_size != sizeof *p) return qvu_check_size("qv_params", p->struct_size, sizeof *p);
+    const int n = qv_threads_resolve(p->n_threads);
+    if (n > QVE_MAX_THREADS) /* checked here: the session gets one thread less */
+        return qvu_failf(QV_E_INVALID, "n_threads: expected 1..%d, found %d", QVE_MAX_THREADS, n);
     qv_synth *s = calloc(1, sizeof *s);
     if (!s) return qvu_failf(QV_E_NOMEM, "%s: synthesizer: out of memory", m->dir);
     s->m = (qv_model *)(uintptr_t)m;
     s->p = *p;
-    s->p.n_threads = qv_threads_resolve(p->n_threads);
+    s->p.n_threads = n;
     pthread_mutex_init(&s->mu, NULL);
     __atomic_add_fetch(&s->m->n_synths, 1, __ATOMIC_SEQ_CST);
     enum qv_status st = new_session(s);

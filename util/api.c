@@ -44,7 +44,8 @@ enum qv_status qvu_failf(enum qv_status st, const char *fmt, ...) {
 enum qv_status qvu_check_size(const char *type, uint32_t found, size_t expected) {
     if (found == expected) return QV_OK;
     return qvu_failf(QV_E_ABI,
-                     "%s.struct_size: expected %zu (this libqvoice), found %u: initialise it with "
-                     "its qv_*_default*() function and build against the installed qvoice.h",
+                     "%s.struct_size: expected %zu (this libqvoice), found %u: set it with the "
+                     "struct's default function (or sizeof) and compile against this library's "
+                     "qvoice.h",
                      type, expected, (unsigned)found);
 }
