@@ -292,6 +292,7 @@ static void test_rendezvous_synth(void **st) {
     job alone[N_SYNTH], together[N_SYNTH];
     run_all(m, alone, 0);
     assert_int_equal(qv_model_set_batching(m, 9), QV_E_INVALID);
+    assert_string_equal(qv_last_error(), "max_streams: expected 0..8, found 9");
     assert_int_equal(qv_model_set_batching(m, N_SYNTH), QV_OK);
     run_all(m, together, 1);
     int64_t steps, frames;
