@@ -24,9 +24,9 @@ static qv_model *served(void) {
     if (tried) return m;
     tried = 1;
     const char *cache = getenv("QVOICE_CACHE");
-    char dir[1024], err[256];
+    char dir[1024];
     snprintf(dir, sizeof dir, "%s/tiny-cv", cache ? cache : "cache");
-    if (qv_model_load(&m, dir, err, sizeof err)) m = NULL;
+    if (qv_model_load(&m, dir)) m = NULL;
     return m;
 }
 
@@ -46,8 +46,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     int written = f && fwrite(data, 1, size, f) == size;
     if (f && fclose(f)) written = 0;
     qv_voice *qv;
-    if (written && !qv_voice_open(&qv, path, err, sizeof err)) {
-        if (served()) (void)qv_voice_check(qv, served(), err, sizeof err);
+    if (written && !qv_voice_open(&qv, path)) {
+        char *warning = NULL;
+        if (served()) (void)qv_voice_check(qv, served(), &warning);
+        qv_free(warning);
         qv_voice_free(qv);
     }
     unlink(path);
