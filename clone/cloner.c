@@ -26,6 +26,7 @@
 #include "clone/hygiene.h"
 #include "clone/plot.h"
 #include "include/qvoice.h"
+#include "util/api.h"
 #include "voicefmt/qvf.h"
 
 #define WOVR_CODEC_ROWS 2048 /* codebook rows a voice's WOVR carries (legacy §6.3) */
@@ -47,16 +48,6 @@ struct lazy {
     pthread_mutex_t lock;
     qva_speech_encoder *se;
 };
-
-/* FFTW's planner is not thread-safe: mel contexts are made one at a time. */
-static pthread_mutex_t g_mel_lock = PTHREAD_MUTEX_INITIALIZER;
-
-static qva_mel *mel_create(void) {
-    pthread_mutex_lock(&g_mel_lock);
-    qva_mel *m = qva_mel_create();
-    pthread_mutex_unlock(&g_mel_lock);
-    return m;
-}
 
 static double now_s(void) {
     struct timespec t;
@@ -84,8 +75,8 @@ void qv_cloner_free(qv_cloner *c) {
     free(c);
 }
 
-enum qv_status qv_cloner_load(qv_cloner **out, const char *base_dir, int n_threads, char *err,
-                              size_t err_size) {
+static enum qv_status cloner_load(qv_cloner **out, const char *base_dir, int n_threads,
+                                  char *err, size_t err_size) {
     *out = NULL;
     double t0 = now_s();
     qv_cloner *c = calloc(1, sizeof *c);
@@ -100,8 +91,6 @@ enum qv_status qv_cloner_load(qv_cloner **out, const char *base_dir, int n_threa
     pthread_mutex_init(&c->lazy->lock, NULL);
     snprintf(c->dir, sizeof c->dir, "%s", base_dir);
     c->n_threads = qv_threads_resolve(n_threads);
-    /* the pool shares the work out; each piece runs a single-threaded sgemm */
-    qvk_blas_set_threads(1);
     enum qv_status st = QV_E_MODEL;
     if (qvm_model_config_load(&c->cfg, base_dir, err, err_size)) goto fail;
     if (c->cfg.variant != QVM_VARIANT_BASE || !c->cfg.has_speaker_encoder) {
@@ -133,6 +122,12 @@ fail:
     return st;
 }
 
+enum qv_status qv_cloner_load(qv_cloner **out, const char *base_dir, int n_threads) {
+    char err[QVU_DETAIL_SIZE] = "";
+    if (!base_dir) return *out = NULL, qvu_fail(QV_E_INVALID, "qv_cloner_load: no directory");
+    return qvu_fail(cloner_load(out, base_dir, n_threads, err, sizeof err), err);
+}
+
 static const qva_speech_encoder *speech_encoder(const qv_cloner *c, char *err, size_t err_size) {
     pthread_mutex_lock(&c->lazy->lock);
     if (!c->lazy->se) c->lazy->se = qva_speech_encoder_load(c->dir, err, err_size);
@@ -144,6 +139,7 @@ static const qva_speech_encoder *speech_encoder(const qv_cloner *c, char *err, s
 qv_clone_request qv_clone_default_request(void) {
     qv_clone_request r;
     memset(&r, 0, sizeof r);
+    r.struct_size = sizeof r;
     r.max_seconds = QVA_DEFAULT_MAX_SECONDS;
     r.hygiene = 1;
     r.with_wovr = 1;
@@ -254,7 +250,7 @@ static void model_id(qvf_model_id *id, const qvm_model_config *c, const uint8_t 
 static int xvector_of(const qva_ecapa *e, qvk_pool *pool, const float *x, int64_t n, float *xvec,
                       int *n_frames, char *err, size_t err_size) {
     *n_frames = qva_mel_n_frames(n);
-    qva_mel *mel = mel_create();
+    qva_mel *mel = qva_mel_create();
     float *m = malloc((size_t)(*n_frames > 0 ? *n_frames : 1) * QVA_MEL_BINS * sizeof(float));
     int rc = -1;
     if (!mel || !m)
@@ -427,7 +423,7 @@ static void add_sections(cJSON *j, const char *path, long long file_bytes) {
 static int write_plot(run *u, const qva_audio *a, const qvc_hygiene_report *h) {
     const char *png = u->r->plot_path;
     int nf = qva_mel_n_frames(a->n_samples);
-    qva_mel *mel = mel_create();
+    qva_mel *mel = qva_mel_create();
     float *m = malloc((size_t)(nf > 0 ? nf : 1) * QVA_MEL_BINS * sizeof(float));
     int rc = -1;
     if (!mel || !m || nf <= 0 || qva_mel_compute(mel, m, a->samples, a->n_samples)) {
@@ -625,7 +621,7 @@ static int clone_run(run *u, const qv_cloner *c, qvk_pool *pool, int *plot_writt
     const float *xv_in = a.samples, *icl_in = a.samples;
     int64_t n_xv = a.n_samples, n_icl = a.n_samples;
     if (r->hygiene) {
-        qva_mel *mel = mel_create();
+        qva_mel *mel = qva_mel_create();
         if (!mel) {
             fail(u, QV_E_NOMEM, "%s: out of memory", u->label);
             goto done;
@@ -771,9 +767,9 @@ done:
     return rc;
 }
 
-enum qv_status qv_clone_run(const qv_cloner *c, const qv_clone_request *r, const char *out_path,
-                            char **report_json, char *err, size_t err_size) {
-    if (report_json) *report_json = NULL;
+static enum qv_status clone_request(const qv_cloner *c, const qv_clone_request *r,
+                                    const char *out_path, char **report_json, char *err,
+                                    size_t err_size) {
     run u = {r,
              out_path,
              r->audio_path ? r->audio_path : "reference",
@@ -812,6 +808,16 @@ enum qv_status qv_clone_run(const qv_cloner *c, const qv_clone_request *r, const
     return rc ? (u.st != QV_OK ? u.st : QV_E_INVALID) : QV_OK;
 }
 
+enum qv_status qv_clone_run(const qv_cloner *c, const qv_clone_request *r, const char *out_path,
+                            char **report_json) {
+    if (report_json) *report_json = NULL;
+    if (!r) return qvu_fail(QV_E_INVALID, "qv_clone_run: no request");
+    if (r->struct_size != sizeof *r)
+        return qvu_check_size("qv_clone_request", r->struct_size, sizeof *r);
+    char err[QVU_DETAIL_SIZE] = "";
+    return qvu_fail(clone_request(c, r, out_path, report_json, err, sizeof err), err);
+}
+
 /* ==== similarity ============================================================================ */
 
 static int is_voice_file(const char *path) {
@@ -819,8 +825,8 @@ static int is_voice_file(const char *path) {
     return (n > 7 && !strcmp(path + n - 7, ".qvoice")) || (n > 4 && !strcmp(path + n - 4, ".bin"));
 }
 
-enum qv_status qv_clone_xvector(const qv_cloner *c, const char *path, double max_seconds,
-                                float **xvec, int *dim, char *err, size_t err_size) {
+static enum qv_status xvector_of_path(const qv_cloner *c, const char *path, double max_seconds,
+                                      float **xvec, int *dim, char *err, size_t err_size) {
     *xvec = NULL;
     if (is_voice_file(path)) {
         qvf_voice *v = NULL;
@@ -858,14 +864,13 @@ enum qv_status qv_clone_xvector(const qv_cloner *c, const char *path, double max
     return st;
 }
 
-enum qv_status qv_clone_similarity(const qv_cloner *c, const char *a, const char *b,
-                                   double max_seconds, double *cosine, char **report_json,
-                                   char *err, size_t err_size) {
-    if (report_json) *report_json = NULL;
+static enum qv_status similarity(const qv_cloner *c, const char *a, const char *b,
+                                 double max_seconds, double *cosine, char **report_json, char *err,
+                                 size_t err_size) {
     float *xa = NULL, *xb = NULL;
     int da = 0, db = 0;
-    enum qv_status st = qv_clone_xvector(c, a, max_seconds, &xa, &da, err, err_size);
-    if (!st) st = qv_clone_xvector(c, b, max_seconds, &xb, &db, err, err_size);
+    enum qv_status st = xvector_of_path(c, a, max_seconds, &xa, &da, err, err_size);
+    if (!st) st = xvector_of_path(c, b, max_seconds, &xb, &db, err, err_size);
     if (!st && da != db) {
         snprintf(err, err_size, "%s: x-vector size %d differs from %s's %d", b, db, a, da);
         st = QV_E_INVALID;
@@ -892,4 +897,21 @@ enum qv_status qv_clone_similarity(const qv_cloner *c, const char *a, const char
     free(xa);
     free(xb);
     return st;
+}
+
+enum qv_status qv_clone_xvector(const qv_cloner *c, const char *path, double max_seconds,
+                                float **xvec, int *dim) {
+    if (!xvec || !dim) return qvu_fail(QV_E_INVALID, "qv_clone_xvector: NULL output");
+    *xvec = NULL;
+    if (!path) return qvu_fail(QV_E_INVALID, "qv_clone_xvector: NULL path");
+    char err[QVU_DETAIL_SIZE] = "";
+    return qvu_fail(xvector_of_path(c, path, max_seconds, xvec, dim, err, sizeof err), err);
+}
+
+enum qv_status qv_clone_similarity(const qv_cloner *c, const char *a, const char *b,
+                                   double max_seconds, double *cosine, char **report_json) {
+    if (report_json) *report_json = NULL;
+    if (!a || !b) return qvu_fail(QV_E_INVALID, "qv_clone_similarity: NULL path");
+    char err[QVU_DETAIL_SIZE] = "";
+    return qvu_fail(similarity(c, a, b, max_seconds, cosine, report_json, err, sizeof err), err);
 }

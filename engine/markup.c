@@ -4,6 +4,7 @@
 #include "engine/markup.h"
 
 #include "include/qvoice.h"
+#include "util/api.h"
 
 #include <ctype.h>
 #include <math.h>
@@ -257,9 +258,9 @@ static int n_code_points(const char *s, size_t n) {
     return k;
 }
 
-enum qv_status qv_script_to_markup(const char *script, int pause_ms, char **markup,
-                                   int **line_offsets, int **line_numbers, int *n_lines,
-                                   char *err, size_t es) {
+static enum qv_status script_markup(const char *script, int pause_ms, char **markup,
+                                    int **line_offsets, int **line_numbers, int *n_lines,
+                                    char *err, size_t es) {
     *markup = NULL, *line_offsets = NULL, *line_numbers = NULL, *n_lines = 0;
     char *b = NULL;
     size_t len = 0, cap = 0;
@@ -331,4 +332,15 @@ fail:
     free(*line_offsets), free(*line_numbers);
     *line_offsets = NULL, *line_numbers = NULL;
     return QV_E_INVALID;
+}
+
+enum qv_status qv_script_to_markup(const char *script, int pause_ms, char **markup,
+                                   int **line_offsets, int **line_numbers, int *n_lines) {
+    if (!markup || !line_offsets || !line_numbers || !n_lines)
+        return qvu_fail(QV_E_INVALID, "qv_script_to_markup: NULL output");
+    if (!script) return qvu_fail(QV_E_INVALID, "qv_script_to_markup: NULL script");
+    char err[QVU_DETAIL_SIZE] = "";
+    return qvu_fail(
+        script_markup(script, pause_ms, markup, line_offsets, line_numbers, n_lines, err, sizeof err),
+        err);
 }

@@ -10,8 +10,8 @@
  *
  * Thread safety: loaded models are read-only and may be shared; each call allocates its own
  * activations. Parallelism comes from a qvk_pool the caller passes (NULL = calling thread only):
- * rows/chunks/heads are shared out and each piece runs a single-threaded sgemm, so with a pool of
- * n > 1 threads set qvk_blas_set_threads(1) to stay within n cores. Every output element is summed
+ * rows/chunks/heads are shared out and each piece runs a single-threaded sgemm (qvk_sgemm), so a
+ * pool of n threads stays within n cores. Every output element is summed
  * in the same order whatever the split, so results are identical for any pool size (tested).
  */
 #ifndef QV_FEATURES_H
@@ -64,8 +64,9 @@ void qva_audio_free(qva_audio *a); /* accepts zeroed structs */
 #define QVA_MEL_HOP 256
 
 typedef struct qva_mel qva_mel;
-/* FFTW plan and Slaney filterbank, made once. NULL on allocation failure. Not thread-safe to
- * create (FFTW planner); a qva_mel is used by one thread at a time. */
+/* FFTW plan and Slaney filterbank, made once. NULL on allocation failure. Create and free are
+ * thread-safe (the plan is made under fft.c's planner lock); a qva_mel is used by one thread at a
+ * time. */
 qva_mel *qva_mel_create(void);
 void qva_mel_free(qva_mel *m);
 /* Frames for n_samples: ⌊(n + 768 − 1024)/256⌋ + 1, or 0 when n < 385 (reflect pad needs it). */

@@ -130,10 +130,9 @@ static qvf_voice *load(const char *path) {
 
 /* Writes n bytes to path atomically (the library's writer); 0, or 1 after printing why. */
 static int write_bytes(const char *path, const void *buf, size_t n) {
-    char err[1024];
     qv_outfile *f;
-    if (qv_outfile_open(&f, path, err, sizeof err)) {
-        fprintf(stderr, "voicefmt: %s\n", err);
+    if (qv_outfile_open(&f, path)) {
+        fprintf(stderr, "voicefmt: %s\n", qv_last_error());
         return 1;
     }
     FILE *s = qv_outfile_stream(f);
@@ -142,8 +141,8 @@ static int write_bytes(const char *path, const void *buf, size_t n) {
         fprintf(stderr, "voicefmt: %s: write failed\n", path);
         return 1;
     }
-    if (qv_outfile_commit(f, err, sizeof err)) {
-        fprintf(stderr, "voicefmt: %s\n", err);
+    if (qv_outfile_commit(f)) {
+        fprintf(stderr, "voicefmt: %s\n", qv_last_error());
         return 1;
     }
     return 0;
@@ -227,11 +226,13 @@ static uint64_t wdelta_bytes(const qvf_voice *v, uint64_t *raw) {
 
 /* Chunk table of a v4 file (also when the voice itself does not parse). */
 static void chunks_out(const char *path, cJSON *jo, int *framing_ok) {
-    size_t n;
-    uint8_t *b = (uint8_t *)qv_file_read(path, SIZE_MAX / 2, &n, NULL, 0);
+    size_t n = 0;
+    char *data;
+    qv_file_read(path, SIZE_MAX / 2, &data, &n);
+    uint8_t *b = (uint8_t *)data;
     *framing_ok = 1;
     if (!b || n < 8 || memcmp(b, "QVCE", 4) || b[4] != 4 || b[5] || b[6] || b[7]) {
-        free(b);
+        qv_free(b);
         return;
     }
     qvf_chunk_info ch[256];
@@ -255,7 +256,7 @@ static void chunks_out(const char *path, cJSON *jo, int *framing_ok) {
                    (unsigned long long)ch[i].payload_bytes, ch[i].crc_ok ? "ok" : "BAD");
         }
     }
-    free(b);
+    qv_free(b);
 }
 
 /* The signature of a v4 file (sig->present = 0 for other files). 0, or 1 with a message printed
@@ -263,13 +264,14 @@ static void chunks_out(const char *path, cJSON *jo, int *framing_ok) {
 static int signature_of(const char *path, qvf_signature *sig) {
     memset(sig, 0, sizeof *sig);
     size_t n = 0;
-    char err[512];
-    uint8_t *b = (uint8_t *)qv_file_read(path, SIZE_MAX / 2, &n, err, sizeof err);
-    if (!b) return fprintf(stderr, "voicefmt: %s\n", err), 1;
+    char err[512], *data;
+    if (qv_file_read(path, SIZE_MAX / 2, &data, &n))
+        return fprintf(stderr, "voicefmt: %s\n", qv_last_error()), 1;
+    const uint8_t *b = (const uint8_t *)data;
     int rc = n >= 8 && !memcmp(b, "QVCE", 4) && b[4] == 4
                  ? qvf_signature_read(b, n, path, sig, err, sizeof err)
                  : 0;
-    free(b);
+    qv_free(data);
     if (rc) fprintf(stderr, "voicefmt: %s\n", err);
     return rc ? 1 : 0;
 }
@@ -421,13 +423,15 @@ static int cmd_inspect(int argc, char **argv) {
 
 /* The model checks, through the library (qv_voice_file_verify); its lines go to stderr. */
 static int verify_model(const char *path, const char *dir, int flags) {
-    char report[8192];
-    enum qv_status st = qv_voice_file_verify(dir, path, flags, report, sizeof report);
-    for (char *line = report, *next; *line; line = next) {
+    char *report;
+    enum qv_status st = qv_voice_file_verify(dir, path, flags, &report);
+    if (!report) fprintf(stderr, "voicefmt: %s\n", qv_last_error());
+    for (char *line = report, *next; line && *line; line = next) {
         next = strchr(line, '\n');
         next = next ? (*next = 0, next + 1) : line + strlen(line);
         fprintf(stderr, "voicefmt: %s\n", line);
     }
+    qv_free(report);
     return st != QV_OK;
 }
 
@@ -675,10 +679,9 @@ static int cmd_extract(int argc, char **argv) {
         qvf_voice_free(v);
         return 1;
     }
-    char err[4400];
     qv_outfile *of;
-    if (qv_outfile_open(&of, out, err, sizeof err)) {
-        fprintf(stderr, "voicefmt: %s\n", err);
+    if (qv_outfile_open(&of, out)) {
+        fprintf(stderr, "voicefmt: %s\n", qv_last_error());
         qvf_voice_free(v);
         return 1;
     }
@@ -694,8 +697,8 @@ static int cmd_extract(int argc, char **argv) {
     if (!ok) {
         fprintf(stderr, "voicefmt: %s: cannot write: %s\n", out, strerror(errno));
         qv_outfile_abort(of);
-    } else if (qv_outfile_commit(of, err, sizeof err)) {
-        fprintf(stderr, "voicefmt: %s\n", err);
+    } else if (qv_outfile_commit(of)) {
+        fprintf(stderr, "voicefmt: %s\n", qv_last_error());
         ok = 0;
     }
     qvf_voice_free(v);
@@ -889,14 +892,13 @@ static int parse_real(const char *s, double lo, double hi, double *out) {
 static float *xvector(const qv_cloner *cl, const char *path, uint32_t *dim) {
     float *x;
     int n;
-    char err[1024];
-    if (qv_clone_xvector(cl, path, 30, &x, &n, err, sizeof err)) {
-        fprintf(stderr, "voicefmt: %s\n", err);
+    if (qv_clone_xvector(cl, path, 30, &x, &n)) {
+        fprintf(stderr, "voicefmt: %s\n", qv_last_error());
         return NULL;
     }
     if (*dim && (uint32_t)n != *dim) {
         fprintf(stderr, "voicefmt: %s: %d values, expected %u\n", path, n, *dim);
-        free(x);
+        qv_free(x);
         return NULL;
     }
     *dim = (uint32_t)n;
@@ -905,13 +907,12 @@ static float *xvector(const qv_cloner *cl, const char *path, uint32_t *dim) {
 
 static qv_cloner *cloner(const char *base_dir) {
     qv_cloner *c;
-    char err[1024];
     if (!base_dir) {
         fprintf(stderr, "voicefmt: palette: audio needs the Base model (-m BASE_DIR)\n");
         return NULL;
     }
-    if (qv_cloner_load(&c, base_dir, 0, err, sizeof err)) {
-        fprintf(stderr, "voicefmt: %s\n", err);
+    if (qv_cloner_load(&c, base_dir, 0)) {
+        fprintf(stderr, "voicefmt: %s\n", qv_last_error());
         return NULL;
     }
     return c;
@@ -950,7 +951,7 @@ static int palette_derive(const char *base_dir, const char *out, char **pairs, i
             fprintf(stderr, "voicefmt: palette derive: %s and %s have the same x-vector\n",
                     files[0], files[1]);
         *colon = ':';
-        free(x[0]), free(x[1]);
+        qv_free(x[0]), qv_free(x[1]);
         if (bad) goto done;
         printf("pair %d  %s  shift |e-n|/|n| = %.4f\n", i + 1, pairs[i], ratio[i]);
     }
@@ -1092,7 +1093,7 @@ static int cmd_palette(int argc, char **argv) {
                 else
                     rc = write_voice(v, out ? out : path, 4);
             }
-            free(x);
+            qv_free(x);
         }
     }
     qvf_voice_free(v);
@@ -1147,9 +1148,15 @@ static int cmd_sign(int argc, char **argv) {
     size_t n = 0, n_out = 0;
     char *buf = NULL;
     int rc = 1;
-    if (qvf_key_load(key_path, 1, &key, pub, err, sizeof err) ||
-        !(buf = qv_file_read(in, SIZE_MAX / 2, &n, err, sizeof err)) ||
-        qvf_sign(buf, n, in, key, signer, (uint64_t)time(NULL), &signed_buf, &n_out, err,
+    if (qvf_key_load(key_path, 1, &key, pub, err, sizeof err)) {
+        fprintf(stderr, "voicefmt: %s\n", err);
+        goto done;
+    }
+    if (qv_file_read(in, SIZE_MAX / 2, &buf, &n)) {
+        fprintf(stderr, "voicefmt: %s\n", qv_last_error());
+        goto done;
+    }
+    if (qvf_sign(buf, n, in, key, signer, (uint64_t)time(NULL), &signed_buf, &n_out, err,
                  sizeof err)) {
         fprintf(stderr, "voicefmt: %s\n", err);
         goto done;
@@ -1158,7 +1165,7 @@ static int cmd_sign(int argc, char **argv) {
 done:
     qvf_key_free(key);
     free(signed_buf);
-    free(buf);
+    qv_free(buf);
     return rc;
 }
 

@@ -188,12 +188,13 @@ static result run(qv_model *m, qv_synth_request r) {
     qv_synth *s;
     result out;
     memset(&out, 0, sizeof out);
+    out.st.struct_size = sizeof out.st;
     assert_int_equal(qv_synth_new(&s, m, &p), QV_OK);
     qv_synth_set_chunk_fn(s, on_chunk, &out.c);
     r.guard = 0;
     r.whole_chunks = 1;
     out.rc = qv_synth_run(s, &r, on_pcm, &out.a, &out.st);
-    snprintf(out.err, sizeof out.err, "%s", qv_synth_error(s));
+    snprintf(out.err, sizeof out.err, "%s", out.rc ? qv_last_error() : "");
     qv_synth_free(s);
     return out;
 }
