@@ -19,7 +19,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "checkpoint/config.h"
+#include "checkpoint/ckpt.h"
+#include "include/qvoice.h"
 #include "checkpoint/prepared.h"
 #include "kernels/kernels.h"
 #include "checkpoint/safetensors.h"
@@ -99,9 +100,9 @@ struct qve_decoder {
     int inter, n_layers, n_heads, head_dim, window, conv_inter;
     int dec_dim, up_ratio[N_UP], rate[N_BLOCKS];
     float rms_eps, rope_theta;
-    int samples_per_frame, sample_rate;
+    int samples_per_frame;
 
-    qvm_st *st;
+    qvm_ckpt *ck;               /* a reference; the weights borrow its codec_st */
     const float *codebooks;     /* [n_q, cb_size, cb_dim] embedding_sum / max(usage, 1e-5) */
     qvk_p48w out_first;         /* [rvq_dim, cb_dim] quantizer.rvq_first.output_proj.weight */
     qvk_p48w out_rest;          /* [rvq_dim, cb_dim] quantizer.rvq_rest.output_proj.weight */
@@ -240,10 +241,10 @@ static const float *get(loader *ld, int n_dims, int64_t d0, int64_t d1, int64_t 
     va_end(ap);
     int64_t shape[3] = {d0, d1, d2};
     /* F32 as published, or F16 (qvoice-compress --decoder-f16) widened to an owned copy */
-    const qvm_tensor *f = qvm_st_find(ld->d->st, name);
+    const qvm_tensor *f = qvm_st_find(ld->d->ck->codec_st, name);
     const enum qvm_dtype want = f && f->dtype == QVM_DTYPE_F16 ? QVM_DTYPE_F16 : QVM_DTYPE_F32;
     const qvm_tensor *t =
-        qvm_st_expect(ld->d->st, name, want, n_dims, shape, ld->err, ld->err_size);
+        qvm_st_expect(ld->d->ck->codec_st, name, want, n_dims, shape, ld->err, ld->err_size);
     if (!t) {
         ld->failed = 1;
         return NULL;
@@ -383,9 +384,9 @@ static size_t probe_size(const qve_decoder *d) {
            qvk_p48_size(2, 3) + qvk_p48_size(3, 5) + 3 * 2 * CONV_K + qvk_p48_size(2, 3) / 2 + 1;
 }
 
-static int load_config(qve_decoder *d, const char *dir, char *err, size_t err_size) {
-    qvm_codec_config c;
-    if (qvm_codec_config_load(&c, dir, err, err_size) != 0) return -1;
+static int load_config(qve_decoder *d, const qvm_codec_config *cc, const char *dir, char *err,
+                       size_t err_size) {
+    const qvm_codec_config c = *cc;
     d->n_q = c.decoder.num_quantizers;
     d->cb_size = c.decoder.codebook_size;
     d->rvq_dim = c.decoder.codebook_dim;
@@ -400,7 +401,6 @@ static int load_config(qve_decoder *d, const char *dir, char *err, size_t err_si
     d->dec_dim = c.decoder.decoder_dim;
     d->rms_eps = c.decoder.rms_norm_eps;
     d->rope_theta = c.decoder.rope_theta;
-    d->sample_rate = c.output_sample_rate;
     d->samples_per_frame = 1;
     for (int i = 0; i < N_UP; i++) {
         d->up_ratio[i] = c.decoder.upsampling_ratios[i];
@@ -412,7 +412,7 @@ static int load_config(qve_decoder *d, const char *dir, char *err, size_t err_si
     }
     int ok = d->n_q >= 2 && d->cb_size >= 1 && d->cb_dim >= 1 && d->latent >= 1 && d->hidden >= 1 &&
              d->inter >= 1 && d->n_layers >= 0 && d->n_heads >= 1 && d->head_dim >= 2 &&
-             d->head_dim % 2 == 0 && d->window >= 1 && d->sample_rate >= 1 &&
+             d->head_dim % 2 == 0 && d->window >= 1 && c.output_sample_rate == QV_SAMPLE_RATE_HZ &&
              d->dec_dim % (1 << N_BLOCKS) == 0 && d->dec_dim >= (1 << N_BLOCKS) &&
              c.decoder.num_key_value_heads == d->n_heads && c.decoder.num_semantic_quantizers == 1;
     for (int i = 0; i < N_UP; i++)
@@ -422,9 +422,9 @@ static int load_config(qve_decoder *d, const char *dir, char *err, size_t err_si
     if (!ok) {
         set_err(err, err_size,
                 "%s/speech_tokenizer/config.json: unsupported decoder_config (expected positive "
-                "sizes, even "
-                "head_dim, kv heads == heads, decoder_dim divisible by 16)",
-                dir);
+                "sizes, even head_dim, kv heads == heads, decoder_dim divisible by 16, "
+                "output_sample_rate %d)",
+                dir, QV_SAMPLE_RATE_HZ);
         return -1;
     }
     return 0;
@@ -485,7 +485,7 @@ static int load_weights(qve_decoder *d, loader *ld) {
     if (ld->failed) return -1;
 
     /* ConvNeXt width: the checkpoint's pwconv1 rows (4·latent in the official model). */
-    const qvm_tensor *pw = qvm_st_find(d->st, "decoder.upsample.0.1.pwconv1.weight");
+    const qvm_tensor *pw = qvm_st_find(d->ck->codec_st, "decoder.upsample.0.1.pwconv1.weight");
     d->conv_inter = pw && pw->n_dims == 2 ? (int)pw->shape[0] : 4 * L;
     int F = d->conv_inter;
     for (int s = 0; s < N_UP; s++) {
@@ -546,17 +546,16 @@ static int load_weights(qve_decoder *d, loader *ld) {
     return ld->failed ? -1 : 0;
 }
 
-qve_decoder *qve_decoder_load(const char *dir, char *err, size_t err_size) {
+qve_decoder *qve_decoder_load(qvm_ckpt *ck, char *err, size_t err_size) {
     qve_decoder *d = calloc(1, sizeof *d);
-    char path[4096];
+    char path[1100];
     if (!d) {
-        set_err(err, err_size, "%s: out of memory", dir);
+        set_err(err, err_size, "%s: out of memory", ck->dir);
         return NULL;
     }
-    if (load_config(d, dir, err, err_size) != 0) goto fail;
-    snprintf(path, sizeof path, "%s/speech_tokenizer/model.safetensors", dir);
-    d->st = qvm_st_open(path, err, err_size);
-    if (!d->st) goto fail;
+    d->ck = qvm_ckpt_ref(ck);
+    snprintf(path, sizeof path, "%s", qvm_st_file(ck->codec_st, NULL));
+    if (load_config(d, &ck->codec, ck->dir, err, err_size) != 0) goto fail;
     d->layers = calloc((size_t)d->n_layers + 1, sizeof *d->layers);
     if (!d->layers) {
         set_err(err, err_size, "%s: out of memory", path);
@@ -570,7 +569,7 @@ qve_decoder *qve_decoder_load(const char *dir, char *err, size_t err_size) {
     float *pr = malloc(np * sizeof *pr);
     qvm_prep_id id;
     if (pr) probe(d, pr);
-    const int cached = pr && !qvm_prep_id_make(&id, "decoder", d->st, pr, np * sizeof *pr);
+    const int cached = pr && !qvm_prep_id_make(&id, "decoder", d->ck->codec_st, pr, np * sizeof *pr);
     free(pr);
     loader ld = {d, path, err, err_size, 0, NULL, 0, NULL, 0, 0};
     if (cached) d->cache = ld.cache = qvm_prep_open(&id);
@@ -596,7 +595,7 @@ void qve_decoder_free(qve_decoder *dec) {
     free(dec->owned);
     qvm_prep_close(dec->cache);
     free(dec->layers);
-    qvm_st_close(dec->st);
+    qvm_ckpt_free(dec->ck);
     free(dec);
 }
 
@@ -608,9 +607,6 @@ int qve_decoder_codebook_size(const qve_decoder *dec) {
 }
 int qve_decoder_samples_per_frame(const qve_decoder *dec) {
     return dec->samples_per_frame;
-}
-int qve_decoder_sample_rate(const qve_decoder *dec) {
-    return dec->sample_rate;
 }
 
 /* ==== state sizing and allocation ========================================================== */

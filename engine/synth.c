@@ -72,7 +72,7 @@ struct qv_synth {
 
 static const qve_decoder *model_decoder(qv_model *m, char *err, size_t es) {
     pthread_mutex_lock(&m->dec_lock);
-    if (!m->dec) m->dec = qve_decoder_load(m->dir, err, es);
+    if (!m->dec) m->dec = qve_decoder_load(m->ck, err, es);
     const qve_decoder *d = m->dec;
     pthread_mutex_unlock(&m->dec_lock);
     return d;
@@ -516,9 +516,9 @@ static enum qv_status prepare(run *c, const qv_voice *v, qv_text_bridge *bridge)
     c->base.instruct = r->instruct;
     if (!v) {
         c->base.speaker = r->speaker;
-        if (m->cfg.variant == QVM_VARIANT_CUSTOM_VOICE && !r->speaker)
+        if (m->ck->cfg.variant == QVM_VARIANT_CUSTOM_VOICE && !r->speaker)
             return fail(c, QV_E_SPEAKER, "%s: a CustomVoice model needs a preset speaker or a voice",
-                        m->dir), c->status;
+                        m->ck->dir), c->status;
         return QV_OK;
     }
     enum qv_status st = qve_voice_check(v, m, r->use_wdelta, e, sizeof e);
@@ -536,7 +536,7 @@ static enum qv_status prepare(run *c, const qv_voice *v, qv_text_bridge *bridge)
                 return fail(c, QV_E_UNSUPPORTED,
                             "%s: a weight delta rewrites the model's weights, and %s is %s (open "
                             "a model of its own for this voice, or set use_wdelta = 0)",
-                            v->path, m->dir, m->wdelta_on ? "already another voice's source model"
+                            v->path, m->ck->dir, m->wdelta_on ? "already another voice's source model"
                                                   : "shared by other syntheses"),
                        QV_E_UNSUPPORTED;
             qve_wdelta_report rep;
@@ -553,7 +553,9 @@ static enum qv_status prepare(run *c, const qv_voice *v, qv_text_bridge *bridge)
     if (!r->verify_model_dir) return QV_OK;
     if (!s->ecapa || strcmp(s->verify_dir, r->verify_model_dir)) {
         qva_ecapa_free(s->ecapa);
-        s->ecapa = qva_ecapa_load(r->verify_model_dir, e, sizeof e);
+        qvm_ckpt *vk = qvm_ckpt_open(r->verify_model_dir, e, sizeof e);
+        s->ecapa = vk ? qva_ecapa_load(vk, e, sizeof e) : NULL;
+        qvm_ckpt_free(vk);
         if (!s->ecapa) return fail(c, QV_E_MODEL, "verify: %s", e), QV_E_MODEL;
         snprintf(s->verify_dir, sizeof s->verify_dir, "%s", r->verify_model_dir);
         free(s->xvec);

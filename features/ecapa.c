@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "checkpoint/config.h"
+#include "checkpoint/ckpt.h"
 #include "kernels/kernels.h"
 #include "checkpoint/safetensors.h"
 
@@ -112,14 +112,14 @@ static size_t weight_floats(const ecapa_config *c) {
     return n;
 }
 
-qva_ecapa *qva_ecapa_load(const char *dir, char *err, size_t err_size) {
-    qvm_model_config mc;
-    if (qvm_model_config_load(&mc, dir, err, err_size)) return NULL;
-    if (!mc.has_speaker_encoder || mc.variant != QVM_VARIANT_BASE) {
+qva_ecapa *qva_ecapa_load(const qvm_ckpt *ck, char *err, size_t err_size) {
+    const qvm_model_config *mc = &ck->cfg;
+    const char *dir = ck->dir;
+    if (!mc->has_speaker_encoder || mc->variant != QVM_VARIANT_BASE) {
         snprintf(err, err_size,
                  "%s: not a Base model (tts_model_type \"%s\"): only Base checkpoints have the "
                  "speaker encoder that cloning needs",
-                 dir, mc.tts_model_type);
+                 dir, mc->tts_model_type);
         return NULL;
     }
     qva_ecapa *e = calloc(1, sizeof *e);
@@ -128,14 +128,14 @@ qva_ecapa *qva_ecapa_load(const char *dir, char *err, size_t err_size) {
         return NULL;
     }
     ecapa_config *c = &e->cfg;
-    c->mel_dim = mc.mel_dim;
-    c->enc_dim = mc.enc_dim;
-    memcpy(c->channels, mc.enc_channels, sizeof c->channels);
-    memcpy(c->kernel_sizes, mc.enc_kernel_sizes, sizeof c->kernel_sizes);
-    memcpy(c->dilations, mc.enc_dilations, sizeof c->dilations);
-    c->attention_channels = mc.enc_attention_channels;
-    c->res2net_scale = mc.enc_res2net_scale;
-    c->se_channels = mc.enc_se_channels;
+    c->mel_dim = mc->mel_dim;
+    c->enc_dim = mc->enc_dim;
+    memcpy(c->channels, mc->enc_channels, sizeof c->channels);
+    memcpy(c->kernel_sizes, mc->enc_kernel_sizes, sizeof c->kernel_sizes);
+    memcpy(c->dilations, mc->enc_dilations, sizeof c->dilations);
+    c->attention_channels = mc->enc_attention_channels;
+    c->res2net_scale = mc->enc_res2net_scale;
+    c->se_channels = mc->enc_se_channels;
     int ch = c->channels[1];
     if (c->mel_dim != QVA_MEL_BINS || c->res2net_scale < 2 || c->res2net_scale > MAX_SCALE ||
         ch % c->res2net_scale || c->channels[2] != ch || c->channels[3] != ch ||
@@ -152,9 +152,9 @@ qva_ecapa *qva_ecapa_load(const char *dir, char *err, size_t err_size) {
             return NULL;
         }
     e->arena = qvk_alloc(weight_floats(c) * sizeof(float));
-    qvm_st *st = NULL;
-    if (!e->arena || !(st = qvm_st_open_dir(dir, "model", err, err_size))) {
-        if (!e->arena) snprintf(err, err_size, "%s: out of memory", dir);
+    const qvm_st *st = ck->st;
+    if (!e->arena) {
+        snprintf(err, err_size, "%s: out of memory", dir);
         qva_ecapa_free(e);
         return NULL;
     }
@@ -186,7 +186,6 @@ qva_ecapa *qva_ecapa_load(const char *dir, char *err, size_t err_size) {
                        err, err_size);
     if (!rc) rc = load_conv(&w->asp_conv, &a, st, "speaker_encoder.asp.conv", c4, att, 1, 1, err, err_size);
     if (!rc) rc = load_conv(&w->fc, &a, st, "speaker_encoder.fc", c->enc_dim, 2 * c4, 1, 1, err, err_size);
-    qvm_st_close(st);
     if (rc) {
         qva_ecapa_free(e);
         return NULL;

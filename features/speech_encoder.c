@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "checkpoint/config.h"
+#include "checkpoint/ckpt.h"
 #include "kernels/kernels.h"
 #include "checkpoint/safetensors.h"
 
@@ -62,7 +62,7 @@ typedef struct {
 struct qva_speech_encoder {
     enc_config cfg;
     enc_weights w;
-    qvm_st *st;
+    qvm_ckpt *ck; /* a reference; the weights borrow its codec_st */
     int window;
 };
 
@@ -138,7 +138,7 @@ static int config_from(enc_config *c, const qvm_codec_config *cc) {
     int ok = c->n_filters > 0 && c->compress > 0 && c->n_residual_layers >= 1 &&
              c->n_residual_layers <= MAX_RES && c->n_layers >= 0 && c->n_layers <= MAX_LAYERS &&
              c->n_heads > 0 && c->head_dim > 0 && c->head_dim % 2 == 0 &&
-             c->n_heads * c->head_dim == c->hidden_size && c->n_codes == QVA_CODE_GROUPS &&
+             c->n_heads * c->head_dim == c->hidden_size && c->n_codes == QV_N_CODEBOOKS &&
              c->codebook_size > 0 && c->codebook_dim > 0 && cc->encoder.num_semantic_quantizers == 1 &&
              cc->encoder.num_quantizers >= c->n_codes;
     for (int i = 0; i < N_STAGES; i++) ok = ok && c->ratios[i] > 0;
@@ -152,9 +152,9 @@ static int codebook_load(qva_speech_encoder *se, int g, const char *prefix, char
     const enc_config *c = &se->cfg;
     char name[192];
     snprintf(name, sizeof name, "%s.codebook.embed_sum", prefix);
-    const float *sum = tensor(se->st, name, 2, c->codebook_size, c->codebook_dim, 0, err, err_size);
+    const float *sum = tensor(se->ck->codec_st, name, 2, c->codebook_size, c->codebook_dim, 0, err, err_size);
     snprintf(name, sizeof name, "%s.codebook.cluster_usage", prefix);
-    const float *use = sum ? tensor(se->st, name, 1, c->codebook_size, 0, 0, err, err_size) : NULL;
+    const float *use = sum ? tensor(se->ck->codec_st, name, 1, c->codebook_size, 0, 0, err, err_size) : NULL;
     if (!use) return -1;
     size_t n = (size_t)c->codebook_size * c->codebook_dim;
     float *e = se->w.codebook + (size_t)g * n;
@@ -172,33 +172,28 @@ static int codebook_load(qva_speech_encoder *se, int g, const char *prefix, char
     return 0;
 }
 
-qva_speech_encoder *qva_speech_encoder_load(const char *dir, char *err, size_t err_size) {
-    qvm_codec_config cc;
-    if (qvm_codec_config_load(&cc, dir, err, err_size)) return NULL;
+qva_speech_encoder *qva_speech_encoder_load(qvm_ckpt *ck, char *err, size_t err_size) {
+    const char *dir = ck->dir;
     qva_speech_encoder *se = calloc(1, sizeof *se);
     if (!se) {
         snprintf(err, err_size, "%s: out of memory", dir);
         return NULL;
     }
     enc_config *c = &se->cfg;
-    if (config_from(c, &cc)) {
+    if (config_from(c, &ck->codec)) {
         snprintf(err, err_size, "%s/speech_tokenizer/config.json: unsupported encoder_config", dir);
         free(se);
         return NULL;
     }
-    se->st = qvm_st_open_dir(dir, "speech_tokenizer/model", err, err_size);
-    if (!se->st) {
-        free(se);
-        return NULL;
-    }
-    if (!qvm_st_find(se->st, "encoder.encoder.layers.0.conv.weight")) { /* stripped */
+    se->ck = qvm_ckpt_ref(ck);
+    if (!qvm_st_find(ck->codec_st, "encoder.encoder.layers.0.conv.weight")) { /* stripped */
         snprintf(err, err_size, "%s: no speech encoder (removed by qvoice-compress --strip-encoder): "
-                 "ICL cloning needs the model's full speech tokenizer", qvm_st_file(se->st, NULL));
+                 "ICL cloning needs the model's full speech tokenizer", qvm_st_file(ck->codec_st, NULL));
         qva_speech_encoder_free(se);
         return NULL;
     }
     enc_weights *w = &se->w;
-    const qvm_st *st = se->st;
+    const qvm_st *st = ck->codec_st;
     char p[192];
     int idx = 0, ch = c->n_filters, rc;
     w->conv_cap = conv_floats(c);
@@ -288,7 +283,7 @@ void qva_speech_encoder_free(qva_speech_encoder *se) {
     qvk_free(se->w.codebook);
     qvk_free(se->w.codebook_sq);
     qvk_free(se->w.conv_arena);
-    qvm_st_close(se->st);
+    qvm_ckpt_free(se->ck);
     free(se);
 }
 
