@@ -102,13 +102,7 @@ enum qv_status qv_cloner_load(qv_cloner **out, const char *base_dir, int n_threa
     enum qv_status st = QV_E_MODEL;
     if (!(c->ck = qvm_ckpt_open(base_dir, err, err_size))) goto fail;
     const qvm_model_config *cfg = &c->ck->cfg;
-    if (cfg->variant != QVM_VARIANT_BASE || !cfg->has_speaker_encoder) {
-        snprintf(err, err_size,
-                 "%s: this is a %s model; cloning needs a Base model (only Base checkpoints have "
-                 "the speaker encoder)",
-                 base_dir, cfg->tts_model_type);
-        goto fail;
-    }
+    /* the speaker encoder decides "is this a Base model?" (a CustomVoice one is refused there) */
     if (!(c->ecapa = qva_ecapa_load(c->ck, err, err_size)) ||
         qvm_textside_bind(&c->text, c->ck->st, cfg, err, err_size))
         goto fail;
