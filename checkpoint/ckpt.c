@@ -5,11 +5,29 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 
 #include "checkpoint/fingerprint.h"
 #include "util/fileio.h"
 
 #define CONFIG_MAX_BYTES ((size_t)16 << 20) /* as config.c: real configs are < 10 kB */
+
+static int is_file(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+void qvm_tok_files_find(qvm_tok_files *f, const char *dir) {
+    snprintf(f->dir, sizeof f->dir, "%s", dir);
+    snprintf(f->vocab_json, sizeof f->vocab_json, "%s/vocab.json", dir);
+    snprintf(f->merges_txt, sizeof f->merges_txt, "%s/merges.txt", dir);
+    snprintf(f->tokenizer_json, sizeof f->tokenizer_json, "%s/tokenizer.json", dir);
+    snprintf(f->tokenizer_config_json, sizeof f->tokenizer_config_json,
+             "%s/tokenizer_config.json", dir);
+    f->vocab_merges = is_file(f->vocab_json) && is_file(f->merges_txt);
+    f->has_tokenizer_json = is_file(f->tokenizer_json);
+    f->has_config = is_file(f->tokenizer_config_json);
+}
 
 qvm_ckpt *qvm_ckpt_open(const char *dir, char *err, size_t err_size) {
     qvm_ckpt *ck = calloc(1, sizeof *ck);
@@ -19,6 +37,7 @@ qvm_ckpt *qvm_ckpt_open(const char *dir, char *err, size_t err_size) {
     }
     ck->n_refs = 1;
     snprintf(ck->dir, sizeof ck->dir, "%s", dir);
+    qvm_tok_files_find(&ck->tok_files, dir);
     char path[1100];
     snprintf(path, sizeof path, "%s/config.json", dir);
     size_t n_cfg = 0;

@@ -487,7 +487,7 @@ int qvz_compress(const char *dir, const char *out, const qvz_options *o, qvz_rep
             snprintf(err, es, "out of memory");
             goto done;
         }
-        if (qvz_vocab_keep(dir, o->vocab, keep, c->text_vocab_size, err, es) < 0) goto done;
+        if (qvz_vocab_keep(ck, o->vocab, keep, c->text_vocab_size, err, es) < 0) goto done;
     }
     if (!(pool = qvk_pool_create(qv_threads_resolve(o->n_threads)))) {
         snprintf(err, es, "out of memory");

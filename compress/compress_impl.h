@@ -12,8 +12,8 @@
  * vocab ("english", "english-small" or a file, qvz.h) can produce, plus the ids always kept
  * (docs/compression.md):
  * integers 0–9999, printable ASCII, the 256 byte tokens, the chat-template pieces and
- * [151600, n_vocab). Tokenizer from model_dir. Returns the number kept, or -1 with err. */
-int qvz_vocab_keep(const char *model_dir, const char *vocab, uint8_t *keep, int n_vocab, char *err,
+ * [151600, n_vocab). Tokenizer from ck's files. Returns the number kept, or -1 with err. */
+int qvz_vocab_keep(const qvm_ckpt *ck, const char *vocab, uint8_t *keep, int n_vocab, char *err,
                    size_t err_size);
 
 /* Greedy speech of a few built-in texts (n_frames each) through ck's talker, recording

@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "checkpoint/ckpt.h"
 #include "checkpoint/manifest.h"
@@ -217,7 +216,7 @@ struct qve_tok *qve_model_tok(const qv_model *shared, char *err, size_t err_size
     /* the tokenizer is opened once, under the lock, then only used under it */
     qv_model *m = (qv_model *)(uintptr_t)shared;
     pthread_mutex_lock(&m->tok_lock);
-    if (!m->tok) m->tok = qve_tok_open(m->ck->dir, err, err_size);
+    if (!m->tok) m->tok = qve_tok_open_files(&m->ck->tok_files, err, err_size);
     if (!m->tok) pthread_mutex_unlock(&m->tok_lock);
     return m->tok;
 }

@@ -130,7 +130,7 @@ int qve_model_load(qv_model *m, qvm_ckpt *ck, char *err, size_t err_size);
 void qve_model_unload(qv_model *m);
 /* qv_model_load on an opened checkpoint (the model takes its own reference to ck). */
 enum qv_status qve_model_new(qv_model **out, qvm_ckpt *ck, char *err, size_t err_size);
-/* The model's tokenizer (opened on first use, from ck->dir), returned with m->tok_lock held:
+/* The model's tokenizer (opened on first use, from ck->tok_files), returned with m->tok_lock held:
  * the caller uses it, then calls qve_model_tok_done. NULL (lock not held) with err when it
  * cannot be opened. */
 struct qve_tok *qve_model_tok(const qv_model *m, char *err, size_t err_size);
