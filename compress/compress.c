@@ -445,6 +445,22 @@ static int write_config(const char *dir, const char *out, const qvm_model_config
 
 /* ==== API ==================================================================================== */
 
+/* What the options ask of the model c in dir, and out not existing yet: 0, or -1 with err. */
+static int check_options(const qvm_model_config *c, const char *dir, const char *out,
+                         const qvz_options *o, char *err, size_t es) {
+    struct stat sb;
+    if (o->prune_layers < 0 || o->prune_layers >= c->talker.num_hidden_layers)
+        return snprintf(err, es, "%s/config.json: cannot remove %d of %d talker layers", dir,
+                        o->prune_layers, c->talker.num_hidden_layers),
+               -1;
+    if (c->quant_bits && (o->q4 || o->prune_neurons > 0))
+        return snprintf(err, es, "%s/config.json: already quantized (quantization block present)%s",
+                        dir, o->q4 ? "" : ": prune neurons before or together with --q4"),
+               -1;
+    if (!stat(out, &sb)) return snprintf(err, es, "%s: already exists", out), -1;
+    return 0;
+}
+
 qvz_options qvz_default_options(void) {
     return (qvz_options){.n_threads = 0, .protect_layers = 10};
 }
@@ -458,17 +474,11 @@ int qvz_compress(const char *dir, const char *out, const qvz_options *o, qvz_rep
     if (!ck) return -1;
     const qvm_model_config *c = &ck->cfg;
     r->layers_in = c->talker.num_hidden_layers;
-    if (o->prune_layers < 0 || o->prune_layers >= c->talker.num_hidden_layers)
-        return snprintf(err, es, "%s/config.json: cannot remove %d of %d talker layers", dir,
-                        o->prune_layers, c->talker.num_hidden_layers),
-               qvm_ckpt_free(ck), -1;
     r->layers_out = c->talker.num_hidden_layers - o->prune_layers;
-    if (c->quant_bits && (o->q4 || o->prune_neurons > 0))
-        return snprintf(err, es, "%s/config.json: already quantized (quantization block present)%s",
-                        dir, o->q4 ? "" : ": prune neurons before or together with --q4"),
-               qvm_ckpt_free(ck), -1;
-    struct stat sb;
-    if (!stat(out, &sb)) return snprintf(err, es, "%s: already exists", out), qvm_ckpt_free(ck), -1;
+    if (check_options(c, dir, out, o, err, es)) {
+        qvm_ckpt_free(ck);
+        return -1;
+    }
 
     char tmp[4096], path[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp-%ld", out, (long)getpid());
