@@ -34,7 +34,7 @@ int qvz_calibrate(qvm_ckpt *ck, int n_threads, int n_frames, float *act_max, cha
     p.n_threads = n_threads, p.do_sample = 0, p.subtalker_do_sample = 0, p.max_frames = n_frames;
     qv_session *s = NULL;
     int rc = qv_session_new(&s, m, &p) ? -1 : 0;
-    if (rc) snprintf(err, es, "%s: cannot start a calibration session (out of memory)", dir);
+    if (rc) snprintf(err, es, "%s: cannot start a calibration session: %s", dir, qv_last_error());
     for (size_t t = 0; !rc && t < sizeof CALIB_TEXTS / sizeof CALIB_TEXTS[0]; t++) {
         qv_request r = qv_default_request();
         r.text = CALIB_TEXTS[t], r.language = "english";
@@ -46,7 +46,7 @@ int qvz_calibrate(qvm_ckpt *ck, int n_threads, int n_frames, float *act_max, cha
         for (int f = 0; st == QV_OK && !done && f < n_frames; f++)
             st = qv_session_next_frame(s, codes, &done);
         if (st != QV_OK) {
-            snprintf(err, es, "%s: calibration: %s", dir, qv_session_error(s));
+            snprintf(err, es, "%s: calibration: %s", dir, qv_last_error());
             rc = -1;
         }
     }

@@ -19,6 +19,7 @@
 #include "checkpoint/safetensors.h"
 
 #define QVE_ERR_MAX 512
+#define QVE_MAX_THREADS 256 /* n_threads bound of qv_params */
 
 /* ==== weights ================================================================================ */
 

@@ -32,7 +32,6 @@ int main(int argc, char **argv) {
     int n = argc > 2 ? atoi(argv[2]) : 100;
     if (n < 1) n = 1;
     qvk_init();
-    qvk_blas_set_threads(1);
     qvm_ckpt *ck = qvm_ckpt_open(dir, err, sizeof err);
     qve_decoder *d = ck ? qve_decoder_load(ck, err, sizeof err) : NULL;
     qvm_ckpt_free(ck);

@@ -87,10 +87,9 @@ static int on_pcm(void *user, const float *pcm, int n) { /* counts the samples *
  * sessions share one tokenizer. */
 static void test_model_opens_once(void **state) {
     (void)state;
-    char err[512];
     const unsigned long n0 = qvm_st_n_opened();
     qv_model *m;
-    if (qv_model_load(&m, g_cv, err, sizeof err)) fail_msg("%s", err);
+    if (qv_model_load(&m, g_cv)) fail_msg("%s", qv_last_error());
     qv_params p = qv_model_params(m);
     p.n_threads = 1, p.max_frames = 6;
     qv_synth *y;
@@ -120,15 +119,15 @@ static void test_model_opens_once(void **state) {
 /* A cloner: ECAPA, the fingerprint, the text side and the speech encoder (ICL) share it. */
 static void test_cloner_opens_once(void **state) {
     (void)state;
-    char err[512], out[4200];
+    char out[4200];
     snprintf(out, sizeof out, "%s", tmp_path("once.qvoice"));
     const unsigned long n0 = qvm_st_n_opened();
     qv_cloner *c;
-    if (qv_cloner_load(&c, g_base, 1, err, sizeof err)) fail_msg("%s", err);
+    if (qv_cloner_load(&c, g_base, 1)) fail_msg("%s", qv_last_error());
     qv_clone_request r = qv_clone_default_request();
     r.audio_path = CLIP, r.ref_text = TEXT12, r.max_seconds = 12;
     r.icl_window = QV_ICL_FULL;
-    if (qv_clone_run(c, &r, out, NULL, err, sizeof err)) fail_msg("%s", err);
+    if (qv_clone_run(c, &r, out, NULL)) fail_msg("%s", qv_last_error());
     qv_cloner_free(c);
     printf("  cloner + ICL clone: %lu safetensors files opened\n", qvm_st_n_opened() - n0);
     assert_int_equal(qvm_st_n_opened() - n0, 2);
