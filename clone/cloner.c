@@ -47,16 +47,6 @@ struct lazy {
     qva_speech_encoder *se;
 };
 
-/* FFTW's planner is not thread-safe: mel contexts are made one at a time. */
-static pthread_mutex_t g_mel_lock = PTHREAD_MUTEX_INITIALIZER;
-
-static qva_mel *mel_create(void) {
-    pthread_mutex_lock(&g_mel_lock);
-    qva_mel *m = qva_mel_create();
-    pthread_mutex_unlock(&g_mel_lock);
-    return m;
-}
-
 static double now_s(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
@@ -250,7 +240,7 @@ static void model_id(qvf_model_id *id, const qvm_model_config *c, const uint8_t 
 static int xvector_of(const qva_ecapa *e, qvk_pool *pool, const float *x, int64_t n, float *xvec,
                       int *n_frames, char *err, size_t err_size) {
     *n_frames = qva_mel_n_frames(n);
-    qva_mel *mel = mel_create();
+    qva_mel *mel = qva_mel_create();
     float *m = malloc((size_t)(*n_frames > 0 ? *n_frames : 1) * QVA_MEL_BINS * sizeof(float));
     int rc = -1;
     if (!mel || !m)
@@ -423,7 +413,7 @@ static void add_sections(cJSON *j, const char *path, long long file_bytes) {
 static int write_plot(run *u, const qva_audio *a, const qvc_hygiene_report *h) {
     const char *png = u->r->plot_path;
     int nf = qva_mel_n_frames(a->n_samples);
-    qva_mel *mel = mel_create();
+    qva_mel *mel = qva_mel_create();
     float *m = malloc((size_t)(nf > 0 ? nf : 1) * QVA_MEL_BINS * sizeof(float));
     int rc = -1;
     if (!mel || !m || nf <= 0 || qva_mel_compute(mel, m, a->samples, a->n_samples)) {
@@ -629,7 +619,7 @@ static int read_audio(run *u, work *w) {
 static int run_hygiene(run *u, const qv_cloner *c, qvk_pool *pool, work *w) {
     const qv_clone_request *r = u->r;
     char e2[768];
-    qva_mel *mel = mel_create();
+    qva_mel *mel = qva_mel_create();
     if (!mel) return fail(u, QV_E_NOMEM, "%s: out of memory", u->label);
     qvc_hygiene_params hp = qvc_hygiene_default_params();
     hp.spk_threshold = r->speaker_threshold;

@@ -65,8 +65,9 @@ void qva_audio_free(qva_audio *a); /* accepts zeroed structs */
 #define QVA_MEL_HOP 256
 
 typedef struct qva_mel qva_mel;
-/* FFTW plan and Slaney filterbank, made once. NULL on allocation failure. Not thread-safe to
- * create (FFTW planner); a qva_mel is used by one thread at a time. */
+/* FFTW plan and Slaney filterbank, made once. NULL on allocation failure. Create and free are
+ * thread-safe (the plan is made under fft.c's planner lock); a qva_mel is used by one thread at a
+ * time. */
 qva_mel *qva_mel_create(void);
 void qva_mel_free(qva_mel *m);
 /* Frames for n_samples: ⌊(n + 768 − 1024)/256⌋ + 1, or 0 when n < 385 (reflect pad needs it). */
