@@ -6,7 +6,6 @@
 #include <errno.h>
 #include <netdb.h>
 #include <openssl/crypto.h>
-#include <poll.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,36 +16,6 @@
 
 #include "server/server_impl.h"
 
-/* ==== helpers ================================================================================ */
-
-/* Waits on s->cv (s->mu held) for a signal or 100 ms, whichever comes first. */
-void qvs_wait_tick(qv_server *s) {
-    struct timespec t;
-    clock_gettime(CLOCK_REALTIME, &t);
-    t.tv_nsec += 100000000;
-    if (t.tv_nsec >= 1000000000) {
-        t.tv_sec++;
-        t.tv_nsec -= 1000000000;
-    }
-    pthread_cond_timedwait(&s->cv, &s->mu, &t);
-}
-
-double qvs_now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-void qvs_srv_log(qv_server *s, const char *fmt, ...) {
-    if (!s->cfg.log) return;
-    char line[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    s->cfg.log(s->cfg.log_user, line);
-}
-
 static void mhd_log(void *cls, const char *fmt, va_list ap) {
     qv_server *s = cls;
     char line[512];
@@ -55,74 +24,6 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
     while (n && (line[n - 1] == '\n' || line[n - 1] == '\r'))
         line[--n] = 0;
     qvs_srv_log(s, "libmicrohttpd: %s", line);
-}
-
-int qvs_peer_gone(struct MHD_Connection *c) {
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-    if (!ci) return 1;
-    struct pollfd p = {.fd = ci->connect_fd, .events = POLLRDHUP};
-    return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
-}
-
-int qvs_find_model(const qv_server *s, const char *name) {
-    if (!name) return 0;
-    for (int i = 0; i < s->n_models; i++)
-        if (!strcmp(name, s->models[i].name) || !strcmp(name, s->models[i].dir)) return i;
-    /* OpenAI's model names select the default model, so stock clients work unchanged. */
-    static const char *const aliases[] = {"tts-1", "tts-1-hd", "gpt-4o-mini-tts"};
-    for (size_t i = 0; i < sizeof aliases / sizeof *aliases; i++)
-        if (!strcmp(name, aliases[i])) return 0;
-    return -1;
-}
-
-/* ==== replies ================================================================================ */
-
-enum MHD_Result qvs_reply_json(struct MHD_Connection *c, req *q, int status, char *body) {
-    if (!body) {
-        static char oom[] = "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\","
-                            "\"param\":null,\"code\":null}}";
-        status = MHD_HTTP_INTERNAL_SERVER_ERROR;
-        body = strdup(oom);
-        if (!body) return MHD_NO;
-    }
-    struct MHD_Response *r =
-        MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
-    if (!r) {
-        free(body);
-        return MHD_NO;
-    }
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
-    if (status == MHD_HTTP_TOO_MANY_REQUESTS || status == MHD_HTTP_SERVICE_UNAVAILABLE)
-        MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, "1");
-    enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
-    MHD_destroy_response(r);
-    q->status = status;
-    return ret;
-}
-
-enum MHD_Result qvs_reply_error(struct MHD_Connection *c, req *q, int status, const char *type,
-                                const char *code, const char *param, const char *fmt, ...) {
-    char msg[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    snprintf(q->note, sizeof q->note, "%.63s", code ? code : type);
-    cJSON *o = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(o, "error");
-    cJSON_AddStringToObject(e, "message", msg);
-    cJSON_AddStringToObject(e, "type", type);
-    if (param)
-        cJSON_AddStringToObject(e, "param", param);
-    else
-        cJSON_AddNullToObject(e, "param");
-    if (code)
-        cJSON_AddStringToObject(e, "code", code);
-    else
-        cJSON_AddNullToObject(e, "code");
-    char *body = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
-    return qvs_reply_json(c, q, status, body);
 }
 
 /* ==== routes ================================================================================= */

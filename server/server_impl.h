@@ -106,6 +106,8 @@ typedef struct {
     char note[64];   /* added to the log line */
 } req;
 
+/* ==== shared by the handlers (reply.c) ======================================================= */
+
 /* Log one formatted line through cfg.log. */
 void qvs_srv_log(qv_server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 double qvs_now_s(void);

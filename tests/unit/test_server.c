@@ -216,6 +216,15 @@ static void test_routes(void **state) {
     assert_int_equal(count_files(dir, "."), 0);
 }
 
+/* The router calls the handlers, the handlers the shared replies: no two files of server/ call
+ * each other in a circle (read from the objects bin/qvoice-server is linked from). */
+static void test_no_call_cycle(void **state) {
+    (void)state;
+    assert_int_equal(sh("python3 tests/server/callcycle.py build/server/*.o >%s 2>&1",
+                        tmp_path("cycle")), 0);
+    assert_true(file_has(tmp_path("cycle"), "no cycle"));
+}
+
 static void bad_speech(const char *json, int status, const char *code) {
     tmp_write(tmp_path("req.json"), json, strlen(json));
     int got = curl(&g_srv, NULL, "-H 'Content-Type: application/json' --data-binary @%s "
@@ -656,6 +665,7 @@ static void test_scale_out(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_routes),
+        cmocka_unit_test(test_no_call_cycle),
         cmocka_unit_test(test_speech_bad_input),
         cmocka_unit_test(test_voices),
         cmocka_unit_test(test_slow_client),
