@@ -8,6 +8,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #include "server/server_impl.h"
@@ -84,13 +85,11 @@ enum MHD_Result qvs_reply_json(struct MHD_Connection *c, req *q, int status, cha
     return ret;
 }
 
-enum MHD_Result qvs_reply_error(struct MHD_Connection *c, req *q, int status, const char *type,
-                                const char *code, const char *param, const char *fmt, ...) {
+/* {"error":{"message","type","param","code"}}, malloc'd (NULL: out of memory). */
+static char *error_body(req *q, const char *type, const char *code, const char *param,
+                        const char *fmt, va_list ap) {
     char msg[1024];
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
     snprintf(q->note, sizeof q->note, "%.63s", code ? code : type);
     cJSON *o = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(o, "error");
     cJSON_AddStringToObject(e, "message", msg);
@@ -105,6 +104,40 @@ enum MHD_Result qvs_reply_error(struct MHD_Connection *c, req *q, int status, co
         cJSON_AddNullToObject(e, "code");
     char *body = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
+    return body;
+}
+
+enum MHD_Result qvs_reply_error(struct MHD_Connection *c, req *q, int status, const char *type,
+                                const char *code, const char *param, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    char *body = error_body(q, type, code, param, fmt, ap);
+    va_end(ap);
     return qvs_reply_json(c, q, status, body);
 }
 
+/* libmicrohttpd (0.9.75) refuses to queue a reply while a body arrives: reading the rest only to
+ * answer at its end would let a client stream for as long as it likes. The reply is written to
+ * the socket here, as nginx does with an early 413, and MHD_NO closes the connection. */
+enum MHD_Result qvs_reply_cut(struct MHD_Connection *c, req *q, int status, const char *type,
+                              const char *code, const char *param, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    char *body = error_body(q, type, code, param, fmt, ap);
+    va_end(ap);
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    q->status = status;
+    if (body && ci) {
+        char head[256];
+        int n = snprintf(head, sizeof head,
+                         "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\n"
+                         "Content-Length: %zu\r\nConnection: close\r\n\r\n",
+                         status, MHD_get_reason_phrase_for((unsigned)status), strlen(body));
+        /* best effort: the socket is blocking, the reply small; the client may be gone */
+        if (send(ci->connect_fd, head, (size_t)n, MSG_NOSIGNAL) == n)
+            (void)!send(ci->connect_fd, body, strlen(body), MSG_NOSIGNAL);
+    }
+    free(body);
+    return MHD_NO;
+}

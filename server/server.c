@@ -26,6 +26,83 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
     qvs_srv_log(s, "libmicrohttpd: %s", line);
 }
 
+/* ==== slow clients =========================================================================== */
+
+/* libmicrohttpd's timeout counts idle time only: a client sending a header byte every few seconds
+ * would hold its connection (and its thread) for ever. Each connection is watched from its start
+ * until its request has arrived whole; one not received within receive_s is shut down (its
+ * thread's read returns 0 and the daemon closes it). The daemon reports CLOSED before it closes
+ * the descriptor, and both sides hold conn_mu, so a shut-down descriptor is never a reused one. */
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code) {
+    qv_server *s = cls;
+    conn *k = *socket_context;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        if (!ci || !(k = calloc(1, sizeof *k))) return; /* unwatched: the idle timeout still holds */
+        k->fd = ci->connect_fd;
+        k->deadline = qvs_now_s() + s->cfg.receive_s;
+        k->receiving = 1;
+        pthread_mutex_lock(&s->conn_mu);
+        k->next = s->conns;
+        if (s->conns) s->conns->prev = k;
+        s->conns = k;
+        pthread_mutex_unlock(&s->conn_mu);
+        *socket_context = k;
+    } else if (k) {
+        pthread_mutex_lock(&s->conn_mu);
+        if (k->prev) k->prev->next = k->next;
+        else s->conns = k->next;
+        if (k->next) k->next->prev = k->prev;
+        pthread_mutex_unlock(&s->conn_mu);
+        free(k);
+        *socket_context = NULL;
+    }
+}
+
+/* receiving 1: a request starts arriving (its clock starts now); 0: it has arrived. */
+static void conn_receiving(qv_server *s, struct MHD_Connection *c, int receiving) {
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    conn *k = ci ? ci->socket_context : NULL;
+    if (!k) return;
+    pthread_mutex_lock(&s->conn_mu);
+    k->receiving = receiving;
+    k->deadline = qvs_now_s() + s->cfg.receive_s;
+    pthread_mutex_unlock(&s->conn_mu);
+}
+
+static void *watchdog(void *arg) {
+    qv_server *s = arg;
+    pthread_mutex_lock(&s->conn_mu);
+    while (!s->watch_stop) {
+        double now = qvs_now_s();
+        int cut = 0;
+        for (conn *k = s->conns; k; k = k->next)
+            if (k->receiving && now > k->deadline) {
+                shutdown(k->fd, SHUT_RDWR);
+                k->receiving = 0;
+                cut++;
+            }
+        if (cut) {
+            pthread_mutex_lock(&s->met.mu);
+            s->met.slow_cut += (uint64_t)cut;
+            pthread_mutex_unlock(&s->met.mu);
+        }
+        struct timespec t;
+        clock_gettime(CLOCK_REALTIME, &t);
+        t.tv_nsec += 200000000;
+        if (t.tv_nsec >= 1000000000) {
+            t.tv_sec++;
+            t.tv_nsec -= 1000000000;
+        }
+        pthread_cond_timedwait(&s->conn_cv, &s->conn_mu, &t);
+    }
+    pthread_mutex_unlock(&s->conn_mu);
+    return NULL;
+}
+
 /* ==== routes ================================================================================= */
 
 static enum route route_of(const char *url, const char **id) {
@@ -142,7 +219,10 @@ static enum MHD_Result begin(qv_server *s, struct MHD_Connection *c, req *q, con
     if (draining)
         return qvs_reply_error(c, q, MHD_HTTP_SERVICE_UNAVAILABLE, "server_error", "shutting_down",
                                NULL, "the server is shutting down");
-    if (q->route == ROUTE_OTHER)
+    const union MHD_ConnectionInfo *di = MHD_get_connection_info(c, MHD_CONNECTION_INFO_DAEMON);
+    if (q->route == ROUTE_OTHER ||
+        (di && di->daemon == s->probe && q->route != ROUTE_HEALTH && q->route != ROUTE_READY &&
+         q->route != ROUTE_METRICS))
         return qvs_reply_error(c, q, MHD_HTTP_NOT_FOUND, "invalid_request_error", "not_found", NULL,
                                "%s %s: no such route", q->method, q->url);
     int r = route_method(q->route, q->method);
@@ -174,12 +254,9 @@ static enum MHD_Result begin(qv_server *s, struct MHD_Connection *c, req *q, con
 }
 
 static enum MHD_Result finish(qv_server *s, struct MHD_Connection *c, req *q, const char *id) {
+    conn_receiving(s, c, 0);
     switch (q->route) {
     case ROUTE_SPEECH:
-        if (q->too_big)
-            return qvs_reply_error(c, q, MHD_HTTP_CONTENT_TOO_LARGE, "invalid_request_error",
-                                   "request_too_large", NULL, "request body exceeds %zu bytes",
-                                   body_limit(s));
         return qvs_speech_handle(s, c, q);
     case ROUTE_VOICES_LIST:
     case ROUTE_VOICE_GET:
@@ -223,13 +300,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     route_of(url, &id);
     if (q->status) { /* answered already: the rest of the body is discarded */
+        conn_receiving(s, c, 0);
         *size = 0;
         return MHD_YES;
     }
     if (*size) {
-        if (q->route == ROUTE_VOICES_UPLOAD) return qvs_upload_data(s, c, q, data, size);
-        if (q->body_len + *size > body_limit(s)) q->too_big = 1;
-        if (!q->too_big) {
+        if (q->route == ROUTE_VOICES_UPLOAD) return qvs_upload_data(c, q, data, size);
+        if (q->body_len + *size > body_limit(s)) { /* chunked: no length to refuse it by */
+            return qvs_reply_cut(c, q, MHD_HTTP_CONTENT_TOO_LARGE, "invalid_request_error",
+                                 "request_too_large", NULL, "request body exceeds %zu bytes",
+                                 body_limit(s));
+        }
+        {
             bytes b = {(uint8_t *)q->body, q->body_len, q->body_cap};
             if (qvs_bytes_add(&b, data, *size) || qvs_bytes_add(&b, "", 1)) return MHD_NO;
             q->body = (char *)b.p;
@@ -246,6 +328,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
     qv_server *s = cls;
     req *q = *con_cls;
+    conn_receiving(s, c, 1); /* the next request on this connection */
     if (!q) return;
     qvs_speech_release(s, q); /* a disconnect cancels the synthesis at once */
     qvs_upload_free(q->up);
@@ -281,7 +364,10 @@ qv_server_config qv_server_default_config(void) {
                               .max_seconds = 120,
                               .max_text_chars = 4096,
                               .max_upload_mb = 20,
-                              .timeout_s = 300};
+                              .timeout_s = 300,
+                              .receive_s = 60,
+                              .max_connections = 256,
+                              .max_connections_per_ip = 16};
 }
 
 static int read_keys(qv_server *s, const char *path, char *err, size_t es) {
@@ -364,11 +450,38 @@ static int load_models(qv_server *s, const qv_server_config *c, char *err, size_
     return QV_OK;
 }
 
+/* The probe listener's budget: a few orchestrator probes at once, none of them slow. */
+#define PROBE_CONNECTIONS 16
+
+static int start_daemon(qv_server *s, struct MHD_Daemon **d, int *port, const char *listen,
+                        unsigned max_connections, char *err, size_t es) {
+    struct sockaddr_storage ss;
+    if (parse_listen(listen, &ss, err, es)) return -1;
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
+                     MHD_USE_AUTO | MHD_USE_ITC | MHD_USE_ERROR_LOG |
+                     (ss.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0);
+    *d = MHD_start_daemon(
+        flags, 0, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
+        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)s->cfg.timeout_s, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+        MHD_OPTION_NOTIFY_CONNECTION, on_connection, s, MHD_OPTION_CONNECTION_LIMIT,
+        max_connections, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+        (unsigned)s->cfg.max_connections_per_ip, MHD_OPTION_END);
+    if (!*d) {
+        snprintf(err, es, "--listen %s: cannot listen (address in use or not local?)", listen);
+        return -1;
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(*d, MHD_DAEMON_INFO_BIND_PORT);
+    *port = di ? di->port : 0;
+    return 0;
+}
+
 enum qv_status qv_server_start(qv_server **out, const qv_server_config *c, char *err, size_t es) {
     *out = NULL;
     if (!c->voices_dir || c->max_concurrency < 1 || c->max_queue < 0 ||
         c->batch_streams < 0 || c->batch_streams > QV_BATCH_MAX_STREAMS || c->max_text_chars < 1 ||
-        c->max_upload_mb < 1 || c->timeout_s < 1 || c->max_seconds < 0) {
+        c->max_upload_mb < 1 || c->timeout_s < 1 || c->max_seconds < 0 || c->receive_s < 1 ||
+        c->max_connections < 1 || c->max_connections_per_ip < 1) {
         snprintf(err, es, "server: invalid configuration (voices dir, limits)");
         return QV_E_INVALID;
     }
@@ -377,6 +490,8 @@ enum qv_status qv_server_start(qv_server **out, const qv_server_config *c, char 
     s->cfg = *c;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
+    pthread_mutex_init(&s->conn_mu, NULL);
+    pthread_cond_init(&s->conn_cv, NULL);
     qvs_metrics_init(&s->met);
     s->formats = qvs_formats_available();
     enum qv_status st = load_models(s, c, err, es);
@@ -406,26 +521,14 @@ enum qv_status qv_server_start(qv_server **out, const qv_server_config *c, char 
             goto fail;
         }
     }
-    struct sockaddr_storage ss;
     st = QV_E_INVALID;
-    if (parse_listen(c->listen ? c->listen : "127.0.0.1:8080", &ss, err, es)) goto fail;
-    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
-                     MHD_USE_AUTO | MHD_USE_ITC | MHD_USE_ERROR_LOG |
-                     (ss.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0);
-    s->daemon =
-        MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
-                         s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
-                         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)c->timeout_s,
-                         MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_LIMIT,
-                         (unsigned)(c->max_concurrency + c->max_queue + 64), MHD_OPTION_END);
-    if (!s->daemon) {
-        snprintf(err, es, "--listen %s: cannot listen (address in use or not local?)",
-                 c->listen ? c->listen : "127.0.0.1:8080");
-        st = QV_E_IO;
+    if (start_daemon(s, &s->daemon, &s->port, c->listen ? c->listen : "127.0.0.1:8080",
+                     (unsigned)c->max_connections, err, es) ||
+        (c->probe_listen && start_daemon(s, &s->probe, &s->probe_port, c->probe_listen,
+                                         PROBE_CONNECTIONS, err, es)))
         goto fail;
-    }
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
-    s->port = di ? di->port : 0;
+    if (pthread_create(&s->watchdog, NULL, watchdog, s)) goto nomem;
+    s->watching = 1;
     *out = s;
     return QV_OK;
 nomem:
@@ -438,6 +541,10 @@ fail:
 
 int qv_server_port(const qv_server *s) {
     return s->port;
+}
+
+int qv_server_probe_port(const qv_server *s) {
+    return s->probe_port;
 }
 
 void qv_server_drain(qv_server *s, double timeout_s) {
@@ -456,6 +563,14 @@ void qv_server_drain(qv_server *s, double timeout_s) {
 
 void qv_server_free(qv_server *s) {
     if (!s) return;
+    if (s->watching) {
+        pthread_mutex_lock(&s->conn_mu);
+        s->watch_stop = 1;
+        pthread_cond_broadcast(&s->conn_cv);
+        pthread_mutex_unlock(&s->conn_mu);
+        pthread_join(s->watchdog, NULL);
+    }
+    if (s->probe) MHD_stop_daemon(s->probe);
     if (s->daemon) {
         pthread_mutex_lock(&s->mu);
         s->draining = 2; /* requests still running give up (speech.c) */
@@ -482,6 +597,8 @@ void qv_server_free(qv_server *s) {
     free(s->voices_dir);
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->conn_cv);
+    pthread_mutex_destroy(&s->conn_mu);
     pthread_mutex_destroy(&s->met.mu);
     free(s);
 }

@@ -44,6 +44,7 @@ typedef struct {
     uint64_t requests[ROUTE_COUNT][N_STATUS_SLOTS];
     uint64_t stream_errors; /* streamed responses cut after their 200 (guard, failure, limit) */
     uint64_t guard_failures;
+    uint64_t slow_cut; /* connections whose request did not arrive within receive_s */
     uint64_t cancelled; /* syntheses stopped by a disconnect or the wall-time limit */
     double audio_seconds;
     histogram rtf, ttfa_s;
@@ -70,10 +71,23 @@ typedef struct {
     qv_model *model;
 } served_model;
 
+/* An open connection on listen, watched until its request has arrived (server.c). */
+typedef struct conn {
+    int fd;
+    double deadline; /* of the request being received */
+    int receiving;   /* 0 once the body is complete, until the next request starts */
+    struct conn *prev, *next;
+} conn;
+
 struct qv_server {
     qv_server_config cfg;
-    struct MHD_Daemon *daemon;
-    int port;
+    struct MHD_Daemon *daemon, *probe; /* probe: /health /ready /metrics only */
+    int port, probe_port;
+    pthread_mutex_t conn_mu; /* conns, watch_stop */
+    pthread_cond_t conn_cv;
+    conn *conns;
+    int watch_stop, watching;
+    pthread_t watchdog;
     served_model *models;
     int n_models;
     qv_cloner *cloner;
@@ -99,7 +113,6 @@ typedef struct {
     double t0;
     char *body; /* JSON body */
     size_t body_len, body_cap;
-    int too_big;
     struct MHD_PostProcessor *pp; /* multipart upload */
     struct upload *up;
     struct job *job; /* speech synthesis in progress */
@@ -117,6 +130,11 @@ void qvs_wait_tick(qv_server *s);
 enum MHD_Result qvs_reply_json(struct MHD_Connection *c, req *q, int status, char *body);
 enum MHD_Result qvs_reply_error(struct MHD_Connection *c, req *q, int status, const char *type,
                                 const char *code, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 7, 8)));
+/* The same error while a request body still arrives: written at once and the connection
+ * closed (returns MHD_NO). */
+enum MHD_Result qvs_reply_cut(struct MHD_Connection *c, req *q, int status, const char *type,
+                              const char *code, const char *param, const char *fmt, ...)
     __attribute__((format(printf, 7, 8)));
 /* 1 when the peer has closed the connection (checked without blocking). */
 int qvs_peer_gone(struct MHD_Connection *c);
@@ -139,7 +157,7 @@ enum MHD_Result qvs_voices_get(qv_server *s, struct MHD_Connection *c, req *q, c
 enum MHD_Result qvs_voices_delete(qv_server *s, struct MHD_Connection *c, req *q, const char *id);
 /* POST /v1/audio/voices: first call sets up the multipart parser (0 or an error queued). */
 enum MHD_Result qvs_upload_begin(qv_server *s, struct MHD_Connection *c, req *q);
-enum MHD_Result qvs_upload_data(qv_server *s, struct MHD_Connection *c, req *q, const char *data,
+enum MHD_Result qvs_upload_data(struct MHD_Connection *c, req *q, const char *data,
                                 size_t *size);
 enum MHD_Result qvs_upload_finish(qv_server *s, struct MHD_Connection *c, req *q);
 void qvs_upload_free(struct upload *u);

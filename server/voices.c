@@ -210,7 +210,6 @@ struct upload {
     char tmp[4096]; /* the uploaded file, DIR/.upload-XXXXXX */
     int fd;
     uint64_t n_bytes;
-    uint64_t n_dropped; /* body bytes read after an error */
     char filename[256];
     uint8_t magic[4];
     bytes field[N_FIELDS];
@@ -303,25 +302,20 @@ enum MHD_Result qvs_upload_begin(qv_server *s, struct MHD_Connection *c, req *q)
     return MHD_YES;
 }
 
-/* libmicrohttpd cannot queue a reply while a body arrives (MHD_queue_response fails and the
- * client would get a closed connection): after an error the rest of the body is read and dropped,
- * up to --max-upload-mb more, and qvs_upload_finish replies. */
-enum MHD_Result qvs_upload_data(qv_server *s, struct MHD_Connection *c, req *q, const char *data,
+/* An error found while the body arrives (too big, a second file, a long field) is answered at
+ * once and the connection closed: the rest of the body is never read. */
+enum MHD_Result qvs_upload_data(struct MHD_Connection *c, req *q, const char *data,
                                 size_t *size) {
     struct upload *u = q->up;
-    if (u->status) {
-        u->n_dropped += *size;
-        *size = 0;
-        if (u->n_dropped <= (uint64_t)s->cfg.max_upload_mb << 20) return MHD_YES;
-        q->status = u->status; /* for the log line and the metrics: the connection is closed */
-        snprintf(q->note, sizeof q->note, "dropped: %.50s", u->why);
-        return MHD_NO;
-    }
     if (MHD_post_process(q->pp, data, *size) != MHD_YES && !u->status) {
         u->status = 400;
         snprintf(u->why, sizeof u->why, "multipart body: malformed");
     }
     *size = 0;
+    if (u->status)
+        return qvs_reply_cut(c, q, u->status,
+                             u->status >= 500 ? "server_error" : "invalid_request_error",
+                             "invalid_upload", NULL, "%s", u->why);
     return MHD_YES;
 }
 

@@ -32,7 +32,7 @@
 
 typedef struct {
     pid_t pid;
-    int port;
+    int port, probe; /* probe: --probe-listen's port, 0 without */
     char log[512];
 } server;
 
@@ -78,6 +78,10 @@ static int start(server *sv, const char *name, const char *args) {
         const char *p = strstr(text, "listening on ");
         if (p && strchr(p, '\n')) {
             sv->port = atoi(strchr(p + 13, ':') + 1);
+            sleep_ms(100); /* the probe line follows at once */
+            slurp(sv->log, text, sizeof text);
+            p = strstr(text, "probes on ");
+            sv->probe = p ? atoi(strchr(p + 10, ':') + 1) : 0;
             return sv->port > 0 ? 0 : -1;
         }
         if (waitpid(sv->pid, NULL, WNOHANG) == sv->pid) return -1;
@@ -378,6 +382,70 @@ static void test_slow_client(void **state) {
     assert_int_equal(curl(&g_srv, NULL, "SRV/health"), 200);
 }
 
+/* One trickle run (client.py trickle): its JSON summary. */
+static cJSON *trickle(const server *sv, int n, int addrs, int seconds) {
+    if (py(sv, "trickle %d %d %d %d", n, addrs, seconds, sv->probe)) return NULL;
+    cJSON *o = cJSON_Parse(g_body);
+    if (!o) fail_msg("trickle: %s", g_body);
+    return o;
+}
+
+static double num(cJSON *o, const char *k, int i) {
+    cJSON *x = cJSON_GetObjectItem(o, k);
+    return cJSON_GetNumberValue(cJSON_IsArray(x) ? cJSON_GetArrayItem(x, i) : x);
+}
+
+/* 100 sockets sending a header byte every 0.25 s (and reconnecting when cut): each is cut by the
+ * total receive time (3 s here), not kept by the idle timeout; one address holds at most its 16;
+ * when they come from 10 addresses and take all 64 connections, the probe listener still answers
+ * every probe. */
+static void test_slow_attack(void **state) {
+    (void)state;
+    char args[2048];
+    snprintf(args, sizeof args,
+             "-m %s --voices %s/voices --receive-timeout 3 --max-connections 64 "
+             "--max-connections-per-ip 16 --probe-listen 127.0.0.1:0",
+             g_cv, tmp_dir);
+    assert_int_equal(start(&g_extra, "slow", args), 0);
+    assert_true(g_extra.probe > 0);
+    cJSON *o = trickle(&g_extra, 100, 1, 8);
+    assert_non_null(o);
+    print_message("one address: %s\n", g_body);
+    assert_true(num(o, "peak_per_address", 0) <= 16);
+    assert_true(num(o, "longest_s", 0) < 6.5); /* 3 s, a generous margin; unbounded before */
+    assert_true(num(o, "main_port", 1) > 0 && num(o, "main_port", 0) == num(o, "main_port", 1));
+    cJSON_Delete(o);
+    o = trickle(&g_extra, 100, 10, 8);
+    assert_non_null(o);
+    print_message("ten addresses: %s\n", g_body);
+    assert_true(num(o, "longest_s", 0) < 6.5);
+    assert_true(num(o, "probe_port", 1) > 0 &&
+                num(o, "probe_port", 0) == num(o, "probe_port", 1));
+    cJSON_Delete(o);
+    /* the probe listener serves the probes only */
+    server probe = g_extra;
+    probe.port = g_extra.probe;
+    assert_int_equal(curl(&probe, NULL, "SRV/ready"), 200);
+    assert_int_equal(curl(&probe, NULL, "SRV/v1/audio/voices"), 404);
+    assert_true(metric(&probe, "qvoice_slow_clients_total ") > 0);
+    /* a chunked speech body over the limit is refused while it arrives: 413, and the client
+     * stops sending long before its 20 MB are out */
+    assert_int_equal(sh("head -c 20000000 /dev/zero | tr '\\0' ' ' > %s", tmp_path("big.json")), 0);
+    assert_int_equal(sh("curl -s --max-time 60 -o %s -w '%%{http_code} %%{size_upload}' "
+                        "-H 'Transfer-Encoding: chunked' -H 'Content-Type: application/json' "
+                        "--data-binary @%s http://127.0.0.1:%d/v1/audio/speech > %s",
+                        tmp_path("body"), tmp_path("big.json"), g_extra.port, tmp_path("code")),
+                     0);
+    char code[64];
+    slurp(tmp_path("code"), code, sizeof code);
+    slurp(tmp_path("body"), g_body, sizeof g_body);
+    print_message("chunked 20 MB: %s\n", code);
+    assert_int_equal(atoi(code), 413);
+    assert_true(atof(strchr(code, ' ') + 1) < 10e6);
+    assert_string_equal(error_code(), "request_too_large");
+    assert_int_equal(stop(&g_extra), 0);
+}
+
 static void test_auth(void **state) {
     (void)state;
     char args[2048];
@@ -669,6 +737,7 @@ int main(void) {
         cmocka_unit_test(test_speech_bad_input),
         cmocka_unit_test(test_voices),
         cmocka_unit_test(test_slow_client),
+        cmocka_unit_test(test_slow_attack),
         cmocka_unit_test(test_auth),
         cmocka_unit_test(test_metrics),
         cmocka_unit_test(test_speech),
