@@ -141,6 +141,19 @@ int qvs_peer_gone(struct MHD_Connection *c);
 /* Index of the served model called name (NULL: the default), or -1. */
 int qvs_find_model(const qv_server *s, const char *name);
 
+/* ==== admission (admit.c) =================================================================== */
+
+/* Takes a free slot, waiting in the queue up to deadline: its index (marked busy); -1 the queue is
+ * full; -2 gave up (the client left, the deadline passed, the server stops). model >= 0 prefers a
+ * slot already built for (model, p); -1 (a clone) takes any. */
+int qvs_slot_take(qv_server *s, struct MHD_Connection *c, int model, const qv_params *p,
+                  double deadline);
+void qvs_slot_release(qv_server *s, int i);
+int qvs_params_equal(const qv_params *a, const qv_params *b);
+/* The reply for qvs_slot_take's -1 (429, Retry-After) or -2 (504 past deadline, else MHD_NO). */
+enum MHD_Result qvs_reply_not_admitted(qv_server *s, struct MHD_Connection *c, req *q, int why,
+                                       double deadline);
+
 /* ==== speech (speech.c) ====================================================================== */
 
 struct job;

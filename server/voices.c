@@ -466,7 +466,14 @@ static enum MHD_Result clone_upload(qv_server *s, struct MHD_Connection *c, req 
     r.name = field(u, F_NAME);
     r.consent = field(u, F_CONSENT);
     char *report = NULL;
+    double deadline = q->t0 + s->cfg.timeout_s;
+    int sl = qvs_slot_take(s, c, -1, NULL, deadline);
+    if (sl < 0) {
+        unlink(out);
+        return qvs_reply_not_admitted(s, c, q, sl, deadline);
+    }
     enum qv_status st = qv_clone_run(s->cloner, &r, out, &report, err, sizeof err);
+    qvs_slot_release(s, sl);
     if (st) {
         unlink(out);
         free(report);

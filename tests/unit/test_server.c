@@ -14,6 +14,7 @@
 #include <sndfile.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -709,6 +710,36 @@ static void test_clone_upload(void **state) {
         assert_int_equal(py(&g_extra, "upload %s.cut consent=yes", f), 0);
         if (strncmp(g_body, "400 ", 4)) fail_msg("%s: %s", f, g_body);
     }
+    /* a 2 MB 8-bit WAV claiming 6 MHz: refused by its claimed rate before any decoding (it was
+     * resampled first, ~1 s of CPU, then found too short) */
+    static uint8_t wav[44 + 2000000];
+    const uint32_t rate = 6000000, data = 2000000;
+    memcpy(wav, "RIFF\0\0\0\0WAVEfmt \x10\0\0\0\x01\0\x01\0", 24);
+    for (int b = 0; b < 4; b++) {
+        wav[4 + b] = (uint8_t)((36 + data) >> (8 * b));
+        wav[24 + b] = wav[28 + b] = (uint8_t)(rate >> (8 * b)); /* rate, bytes per second */
+        wav[40 + b] = (uint8_t)(data >> (8 * b));
+    }
+    memcpy(wav + 32, "\x01\0\x08\0data", 8);
+    for (uint32_t k = 0; k < data; k++) wav[44 + k] = (uint8_t)(128 + (k * 7919) % 64);
+    tmp_write(tmp_path("6mhz.wav"), wav, sizeof wav);
+    assert_int_equal(curl(&g_extra, NULL, "-F audio_sample=@%s -F consent=yes SRV/v1/audio/voices",
+                          tmp_path("6mhz.wav")),
+                     400);
+    assert_string_equal(error_code(), "invalid_audio");
+    assert_non_null(strstr(g_body, "sample rate 6000000 Hz"));
+    assert_int_equal(stop(&g_extra), 0);
+    /* one admission path: a clone takes a synthesis slot like a speech request, so with the one
+     * slot busy and no queue it is refused (429, Retry-After) instead of running beside it */
+    char more[1024];
+    snprintf(more, sizeof more, "--max-queue 0 --clone-model %s", g_base);
+    start_busy("clonebusy", more, tmp_path("long.json"), tmp_path("bg.pcm"), tmp_path("bg.rc"));
+    assert_int_equal(curl(&g_extra, NULL,
+                          "-D %s -F audio_sample=@%s -F consent=yes SRV/v1/audio/voices",
+                          tmp_path("hdr"), CLIP),
+                     429);
+    assert_string_equal(error_code(), "busy");
+    assert_true(file_has(tmp_path("hdr"), "Retry-After: 1"));
     assert_int_equal(stop(&g_extra), 0);
 }
 
