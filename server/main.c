@@ -31,6 +31,7 @@ static void usage(const qv_server_config *d) {
            "                  [--max-seconds S] [--max-text-chars N] [--max-upload-mb N]\n"
            "                  [--timeout S] [--receive-timeout S] [--max-connections N]\n"
            "                  [--max-connections-per-ip N] [--probe-listen HOST:PORT]\n"
+           "                  [--max-voices N] [--max-library-mb N]\n"
            "    qvoice-server --help | --version\n"
            "\n"
            "DESCRIPTION\n"
@@ -47,7 +48,9 @@ static void usage(const qv_server_config *d) {
            "    -c, --clone-model DIR   Base model for cloning uploaded reference audio\n"
            "    -l, --listen HOST:PORT  address (default %s; port 0: any free port)\n"
            "    -k, --api-key-file F    accept only Authorization: Bearer KEY with a key from F\n"
-           "                            (one per line) on /v1/ routes\n"
+           "                            on /v1/ routes; a line is NAME:admin:KEY, NAME:user:KEY\n"
+           "                            (a user key's voices are its own; it deletes only them)\n"
+           "                            or a plain KEY (an admin key)\n"
            "    -j, --threads N         compute threads per synthesis (default %d: all online CPUs)\n"
            "    -C, --max-concurrency N syntheses at once (default %d)\n"
            "    -q, --max-queue N       requests waiting beyond that before 429 (default %d)\n"
@@ -59,6 +62,8 @@ static void usage(const qv_server_config *d) {
            "    -s, --max-seconds S     cap on audio per request, 0 = none (default %g)\n"
            "    -n, --max-text-chars N  longest input in characters (default %d)\n"
            "    -u, --max-upload-mb N   largest voice upload (default %d)\n"
+           "    -N, --max-voices N      voices in the library; more uploads get 507 (default %d)\n"
+           "    -L, --max-library-mb N  bytes of the library's voice files; the same (default %d)\n"
            "    -T, --timeout S         idle connection timeout and wall time per request\n"
            "                            (default %d)\n"
            "    -R, --receive-timeout S total time to send one request's headers and body; a\n"
@@ -84,7 +89,8 @@ static void usage(const qv_server_config *d) {
            "         -d '{\"input\":\"Hello.\",\"voice\":\"ryan\"}' -o hello.wav\n",
            DRAIN_SECONDS, d->listen, d->n_threads, d->max_concurrency, d->max_queue,
            d->batch_streams, QV_BATCH_MAX_STREAMS,
-           d->max_seconds, d->max_text_chars, d->max_upload_mb, d->timeout_s, d->receive_s,
+           d->max_seconds, d->max_text_chars, d->max_upload_mb, d->max_voices, d->max_library_mb,
+           d->timeout_s, d->receive_s,
            d->max_connections, d->max_connections_per_ip);
 }
 
@@ -135,12 +141,13 @@ int main(int argc, char **argv) {
         {"timeout", required_argument, 0, 'T'},     {"receive-timeout", required_argument, 0, 'R'},
         {"max-connections", required_argument, 0, 'M'},
         {"max-connections-per-ip", required_argument, 0, 'P'},
-        {"probe-listen", required_argument, 0, 'p'}, {"help", no_argument, 0, 'h'},
+        {"probe-listen", required_argument, 0, 'p'}, {"max-voices", required_argument, 0, 'N'},
+        {"max-library-mb", required_argument, 0, 'L'}, {"help", no_argument, 0, 'h'},
         {"version", no_argument, 0, 'V'},           {0, 0, 0, 0}};
     int o;
     char *end;
     opterr = 0;
-    while ((o = getopt_long(argc, argv, ":m:v:c:l:k:j:C:q:B:Q:s:n:u:T:R:M:P:p:hV", opts, NULL)) != -1) {
+    while ((o = getopt_long(argc, argv, ":m:v:c:l:k:j:C:q:B:Q:s:n:u:T:R:M:P:p:N:L:hV", opts, NULL)) != -1) {
         switch (o) {
         case 'm':
             if (c.n_models == MAX_MODELS) return usage_error("-m: at most %s models", "8");
@@ -203,6 +210,14 @@ int main(int argc, char **argv) {
                                    optarg);
             break;
         case 'p': c.probe_listen = optarg; break;
+        case 'N':
+            if (int_arg(optarg, 0, 1000000, &c.max_voices))
+                return usage_error("--max-voices: expected 0..1000000, found '%s'", optarg);
+            break;
+        case 'L':
+            if (int_arg(optarg, 0, 1 << 30, &c.max_library_mb))
+                return usage_error("--max-library-mb: expected 0..1073741824, found '%s'", optarg);
+            break;
         case 'h': usage(&c); return 0;
         case 'V': printf(TOOL " %s\n", qv_version()); return 0;
         case ':': return usage_error("%s needs an argument", argv[optind - 1]);

@@ -144,16 +144,19 @@ static int route_method(enum route r, const char *method) {
     return (int)r;
 }
 
-static int authorized(const qv_server *s, struct MHD_Connection *c) {
+/* 1 with *k the request's key (NULL when the server has none), 0 when refused. Every key is
+ * compared in constant time. */
+static int authorized(const qv_server *s, struct MHD_Connection *c, const api_key **k) {
+    *k = NULL;
     if (!s->n_keys) return 1;
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
     if (!h || strncmp(h, "Bearer ", 7)) return 0;
     h += 7;
     size_t n = strlen(h);
-    int ok = 0;
     for (int i = 0; i < s->n_keys; i++)
-        ok |= strlen(s->keys[i]) == n && !CRYPTO_memcmp(s->keys[i], h, n);
-    return ok;
+        if (strlen(s->keys[i].key) == n && !CRYPTO_memcmp(s->keys[i].key, h, n) && !*k)
+            *k = &s->keys[i];
+    return *k != NULL;
 }
 
 static size_t body_limit(const qv_server *s) {
@@ -231,7 +234,7 @@ static enum MHD_Result begin(qv_server *s, struct MHD_Connection *c, req *q, con
                                "method_not_allowed", NULL, "%s %s: method not allowed", q->method,
                                q->url);
     q->route = (enum route)r;
-    if (!strncmp(q->url, "/v1/", 4) && !authorized(s, c))
+    if (!strncmp(q->url, "/v1/", 4) && !authorized(s, c, &q->key))
         return qvs_reply_error(c, q, MHD_HTTP_UNAUTHORIZED, "invalid_request_error",
                                "invalid_api_key", NULL,
                                "missing or invalid bearer key (Authorization: Bearer KEY)");
@@ -364,39 +367,68 @@ qv_server_config qv_server_default_config(void) {
                               .max_seconds = 120,
                               .max_text_chars = 4096,
                               .max_upload_mb = 20,
+                              .max_voices = 1000,
+                              .max_library_mb = 20480,
                               .timeout_s = 300,
                               .receive_s = 60,
                               .max_connections = 256,
                               .max_connections_per_ip = 16};
 }
 
+/* One key file line: "name:admin:KEY", "name:user:KEY", or a plain KEY (an admin named
+ * "line N", as every key could manage every voice before roles). 0, or -1 out of memory. */
+static int add_key(qv_server *s, const char *line, int line_no) {
+    api_key *k = realloc(s->keys, (size_t)(s->n_keys + 1) * sizeof *k);
+    if (!k) return -1;
+    s->keys = k;
+    k = &s->keys[s->n_keys];
+    const char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+    int role = !c2 ? -1
+               : c2 - c1 == 6 && !strncmp(c1 + 1, "admin", 5) ? 1
+               : c2 - c1 == 5 && !strncmp(c1 + 1, "user", 4)  ? 0
+                                                              : -1;
+    char plain[32];
+    snprintf(plain, sizeof plain, "line %d", line_no);
+    k->name = role >= 0 && c1 > line ? strndup(line, (size_t)(c1 - line)) : strdup(plain);
+    k->key = strdup(role >= 0 && c1 > line ? c2 + 1 : line);
+    k->admin = role != 0;
+    if (!k->name || !k->key) {
+        free(k->name);
+        free(k->key);
+        return -1;
+    }
+    s->n_keys++;
+    return 0;
+}
+
+/* Lines are read whole, however long (a key of 2 kB is one key, not two). */
 static int read_keys(qv_server *s, const char *path, char *err, size_t es) {
     FILE *f = fopen(path, "r");
     if (!f) {
         snprintf(err, es, "%s: %s", path, strerror(errno));
         return -1;
     }
-    char line[1024];
-    while (fgets(line, sizeof line, f)) {
-        size_t n = strcspn(line, "\r\n");
-        line[n] = 0;
-        if (!n || line[0] == '#') continue;
-        char **k = realloc(s->keys, (size_t)(s->n_keys + 1) * sizeof *k);
-        if (!k || !(k[s->n_keys] = strdup(line))) {
-            if (k) s->keys = k;
-            fclose(f);
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t got;
+    int no = 0, rc = 0;
+    while ((got = getline(&line, &cap, f)) >= 0) {
+        no++;
+        line[strcspn(line, "\r\n")] = 0;
+        if (!line[0] || line[0] == '#') continue;
+        if (add_key(s, line, no)) {
             snprintf(err, es, "%s: out of memory", path);
-            return -1;
+            rc = -1;
+            break;
         }
-        s->keys = k;
-        s->n_keys++;
     }
+    free(line);
     fclose(f);
-    if (!s->n_keys) {
-        snprintf(err, es, "%s: no keys (one per line)", path);
-        return -1;
+    if (!rc && !s->n_keys) {
+        snprintf(err, es, "%s: no keys (one per line: KEY or NAME:admin|user:KEY)", path);
+        rc = -1;
     }
-    return 0;
+    return rc;
 }
 
 static int parse_listen(const char *listen, struct sockaddr_storage *ss, char *err, size_t es) {
@@ -480,7 +512,7 @@ enum qv_status qv_server_start(qv_server **out, const qv_server_config *c, char 
     *out = NULL;
     if (!c->voices_dir || c->max_concurrency < 1 || c->max_queue < 0 ||
         c->batch_streams < 0 || c->batch_streams > QV_BATCH_MAX_STREAMS || c->max_text_chars < 1 ||
-        c->max_upload_mb < 1 || c->timeout_s < 1 || c->max_seconds < 0 || c->receive_s < 1 ||
+        c->max_upload_mb < 1 || c->timeout_s < 1 || c->max_seconds < 0 || c->receive_s < 1 || c->max_voices < 0 || c->max_library_mb < 0 ||
         c->max_connections < 1 || c->max_connections_per_ip < 1) {
         snprintf(err, es, "server: invalid configuration (voices dir, limits)");
         return QV_E_INVALID;
@@ -504,6 +536,7 @@ enum qv_status qv_server_start(qv_server **out, const qv_server_config *c, char 
     }
     qvs_voices_clean(s->voices_dir);
     if (c->api_key_file && read_keys(s, c->api_key_file, err, es)) goto fail;
+    if (qvs_library_open(s, err, es)) goto fail;
     s->n_threads = qv_threads_resolve(c->n_threads);
     if (c->clone_model_dir &&
         (st = qv_cloner_load(&s->cloner, c->clone_model_dir, s->n_threads, err, es)))
@@ -591,9 +624,12 @@ void qv_server_free(qv_server *s) {
         free(s->models[i].name);
     }
     free(s->models);
-    for (int i = 0; i < s->n_keys; i++)
-        free(s->keys[i]);
+    for (int i = 0; i < s->n_keys; i++) {
+        free(s->keys[i].name);
+        free(s->keys[i].key);
+    }
     free(s->keys);
+    qvs_library_free(s);
     free(s->voices_dir);
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);

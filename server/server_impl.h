@@ -4,6 +4,7 @@
 #ifndef QV_SERVER_IMPL_H
 #define QV_SERVER_IMPL_H
 
+#include <cJSON.h>
 #include <microhttpd.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -79,6 +80,15 @@ typedef struct conn {
     struct conn *prev, *next;
 } conn;
 
+/* A bearer key from --api-key-file: "name:role:key" (role admin or user), or a plain line (an
+ * admin key named by its line number). */
+typedef struct {
+    char *name, *key;
+    int admin;
+} api_key;
+
+struct library; /* library.c */
+
 struct qv_server {
     qv_server_config cfg;
     struct MHD_Daemon *daemon, *probe; /* probe: /health /ready /metrics only */
@@ -92,8 +102,9 @@ struct qv_server {
     int n_models;
     qv_cloner *cloner;
     char *voices_dir;
-    char **keys; /* accepted bearer keys */
+    api_key *keys; /* accepted bearer keys */
     int n_keys;
+    struct library *lib;
     int n_threads;
     int formats; /* bit per enum audio_format libsndfile can write */
 
@@ -116,6 +127,7 @@ typedef struct {
     struct MHD_PostProcessor *pp; /* multipart upload */
     struct upload *up;
     struct job *job; /* speech synthesis in progress */
+    const api_key *key;  /* the request's key; NULL without auth */
     char note[64];   /* added to the log line */
 } req;
 
@@ -176,8 +188,25 @@ enum MHD_Result qvs_upload_finish(qv_server *s, struct MHD_Connection *c, req *q
 void qvs_upload_free(struct upload *u);
 /* Removes temporary files a killed server left in dir. */
 void qvs_voices_clean(const char *dir);
-/* Path of the library voice with this id (64 hex) or META name; 0, or -1 when none. */
-int qvs_voice_lookup(const qv_server *s, const char *id_or_name, char *path, size_t path_size);
+
+/* ==== the library's index (library.c) ======================================================== */
+
+/* Reads s->voices_dir into the index (each voice read and checked once); 0 or -1 with err. */
+int qvs_library_open(qv_server *s, char *err, size_t err_size);
+void qvs_library_free(qv_server *s);
+int qvs_is_id(const char *s); /* 64 lowercase hex */
+/* Path of the library voice with this id or META name that key k may use; 0, or -1 when none. */
+int qvs_voice_lookup(qv_server *s, const api_key *k, const char *id_or_name, char *path,
+                     size_t path_size);
+/* id_or_name NULL: an array describing every voice k may use (with "deletable", and "owner" for
+ * an admin); else that voice's description, or NULL. Caller frees. */
+cJSON *qvs_library_describe(qv_server *s, const api_key *k, const char *id_or_name);
+/* Stores the voice file b[n] as <sha256>.qvoice owned by k (a user key), atomically with the
+ * duplicate-name check and the caps: 0 (id, *desc set), 409 name taken, 507 full, 500; why set. */
+int qvs_library_add(qv_server *s, const api_key *k, const uint8_t *b, size_t n, const char *name,
+                    char id[65], cJSON **desc, char *why, size_t why_size);
+/* Deletes the voice k names: 0 (id set), 404 none k may use, 403 not k's, 500. */
+int qvs_library_remove(qv_server *s, const api_key *k, const char *id_or_name, char id[65]);
 
 /* ==== audio encoding (encode.c) ============================================================== */
 

@@ -255,8 +255,8 @@ static void list_names(char *buf, size_t size, const char *(*name)(const qv_mode
 }
 
 /* Fills j (strings, request, format, stream) and p from the JSON body; model in *model. */
-static int parse(qv_server *s, const char *body, size_t len, job *j, qv_params *p, int *model,
-                 verdict *v) {
+static int parse(qv_server *s, const api_key *k, const char *body, size_t len, job *j, qv_params *p,
+                 int *model, verdict *v) {
     /* the whole body is one JSON value: anything after it but white space is malformed (the
      * body is NUL-terminated: len + 1 lets cJSON check that its NUL follows the value) */
     cJSON *o = cJSON_ParseWithLengthOpts(body ? body : "", body ? len + 1 : 1, NULL, 1);
@@ -306,7 +306,7 @@ static int parse(qv_server *s, const char *body, size_t len, job *j, qv_params *
         bad(v, 400, "invalid_value", "voice", "voice: required (a library voice for model %s)",
             s->models[*model].name);
         goto out;
-    } else if (voice && qvs_voice_lookup(s, voice, path, sizeof path)) {
+    } else if (voice && qvs_voice_lookup(s, k, voice, path, sizeof path)) {
         speaker = find_name(voice, qv_model_speaker, qv_model_n_speakers(m), m);
         if (!speaker) {
             list_names(names, sizeof names, qv_model_speaker, qv_model_n_speakers(m), m);
@@ -562,7 +562,7 @@ enum MHD_Result qvs_speech_handle(qv_server *s, struct MHD_Connection *c, req *q
     verdict v = {0};
     qv_params p;
     int model;
-    if (parse(s, q->body, q->body_len, j, &p, &model, &v))
+    if (parse(s, q->key, q->body, q->body_len, j, &p, &model, &v))
         return qvs_reply_error(c, q, v.status,
                                v.status >= 500 ? "server_error" : "invalid_request_error", v.code,
                                v.param, "%s", v.msg);

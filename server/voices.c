@@ -8,6 +8,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -18,22 +19,7 @@
 #include "voicefmt/qvf.h"
 
 #define FIELD_MAX_BYTES 16384 /* name, transcript, language, consent */
-
-static int is_id(const char *s) {
-    size_t n = 0;
-    for (; s[n]; n++)
-        if (!((s[n] >= '0' && s[n] <= '9') || (s[n] >= 'a' && s[n] <= 'f'))) return 0;
-    return n == 64;
-}
-
-/* id of a library file name "<64 hex>.qvoice", or NULL. */
-static int id_of(const char *fname, char id[65]) {
-    size_t n = strlen(fname);
-    if (n != 64 + 7 || strcmp(fname + 64, ".qvoice")) return 0;
-    memcpy(id, fname, 64);
-    id[64] = 0;
-    return is_id(id);
-}
+#define NAME_MAX_BYTES 128
 
 void qvs_voices_clean(const char *dir) {
     DIR *d = opendir(dir);
@@ -49,88 +35,13 @@ void qvs_voices_clean(const char *dir) {
     closedir(d);
 }
 
-static cJSON *describe(const char *id, const char *path, const qvf_voice *v) {
-    struct stat st;
-    cJSON *o = cJSON_CreateObject();
-    const char *name = qvf_meta_get(v, "name"), *lang = qvf_meta_get(v, "language");
-    static const char *const variants[] = {"unknown", "base", "custom_voice", "voice_design"};
-    cJSON_AddStringToObject(o, "id", id);
-    cJSON_AddStringToObject(o, "object", "voice");
-    cJSON_AddStringToObject(o, "name", name ? name : "");
-    cJSON_AddStringToObject(o, "language", lang ? lang : "");
-    if (!stat(path, &st)) {
-        cJSON_AddNumberToObject(o, "created_at", (double)st.st_mtime);
-        cJSON_AddNumberToObject(o, "bytes", (double)st.st_size);
-    }
-    cJSON_AddNumberToObject(o, "file_version", v->file_version);
-    cJSON_AddNumberToObject(o, "xvector_dim", v->enc_dim);
-    cJSON_AddBoolToObject(o, "has_icl", v->n_frames > 0 && v->transcript);
-    cJSON_AddNumberToObject(o, "icl_seconds", v->n_frames / QV_FRAME_RATE_HZ);
-    cJSON_AddBoolToObject(o, "has_wdelta", v->has_wdelta);
-    cJSON_AddStringToObject(o, "source_variant",
-                            v->source.variant < 4 ? variants[v->source.variant] : "invalid");
-    const char *consent = qvf_meta_get(v, "consent");
-    cJSON_AddBoolToObject(o, "consent", consent && consent[0]);
-    return o;
-}
-
-/* Calls fn for each library voice that reads cleanly; stops when fn returns non-zero. */
-static int each_voice(const char *dir, int (*fn)(void *, const char *, const char *, qvf_voice *),
-                      void *user) {
-    DIR *d = opendir(dir);
-    if (!d) return -1;
-    struct dirent *e;
-    char id[65], path[4096], err[256];
-    int stop = 0;
-    while (!stop && (e = readdir(d))) {
-        if (!id_of(e->d_name, id)) continue;
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        qvf_voice *v;
-        if (qvf_read_file(path, 0, &v, err, sizeof err)) continue;
-        stop = fn(user, id, path, v);
-        qvf_voice_free(v);
-    }
-    closedir(d);
-    return stop;
-}
-
-struct find_ctx {
-    const char *name;
-    char *path;
-    size_t size;
-    char id[65];
-};
-
-static int find_fn(void *user, const char *id, const char *path, qvf_voice *v) {
-    struct find_ctx *f = user;
-    const char *name = qvf_meta_get(v, "name");
-    if (!name || strcmp(name, f->name)) return 0;
-    snprintf(f->path, f->size, "%s", path);
-    memcpy(f->id, id, 65);
-    return 1;
-}
-
-int qvs_voice_lookup(const qv_server *s, const char *key, char *path, size_t size) {
-    if (is_id(key)) {
-        snprintf(path, size, "%s/%s.qvoice", s->voices_dir, key);
-        return access(path, R_OK) ? -1 : 0;
-    }
-    struct find_ctx f = {key, path, size, ""};
-    return each_voice(s->voices_dir, find_fn, &f) == 1 ? 0 : -1;
-}
-
-static int list_fn(void *user, const char *id, const char *path, qvf_voice *v) {
-    cJSON_AddItemToArray(user, describe(id, path, v));
-    return 0;
-}
-
 static enum MHD_Result voice_not_found(struct MHD_Connection *c, req *q, const char *id) {
     return qvs_reply_error(c, q, MHD_HTTP_NOT_FOUND, "invalid_request_error", "voice_not_found",
                            "voice_id", "voice %s: not in the library", id);
 }
 
 enum MHD_Result qvs_voices_get(qv_server *s, struct MHD_Connection *c, req *q, const char *id) {
-    char path[4096], err[512];
+    char path[4096];
     if (!id) { /* the list, and the preset speakers of each model (vLLM-Omni's "voices") */
         cJSON *o = cJSON_CreateObject(), *sp = cJSON_AddArrayToObject(o, "voices");
         cJSON_AddStringToObject(o, "object", "list");
@@ -142,17 +53,17 @@ enum MHD_Result qvs_voices_get(qv_server *s, struct MHD_Connection *c, req *q, c
                 cJSON_ArrayForEach(x, sp) dup |= !strcmp(x->valuestring, name);
                 if (!dup) cJSON_AddItemToArray(sp, cJSON_CreateString(name));
             }
-        cJSON *data = cJSON_AddArrayToObject(o, "data");
-        if (each_voice(s->voices_dir, list_fn, data) < 0) {
+        cJSON *data = qvs_library_describe(s, q->key, NULL);
+        if (!data) {
             cJSON_Delete(o);
-            return qvs_reply_error(c, q, 500, "server_error", "io_error", NULL, "%s: %s",
-                                   s->voices_dir, strerror(errno));
+            return qvs_reply_json(c, q, 500, NULL);
         }
+        cJSON_AddItemToObject(o, "data", data);
         char *body = cJSON_PrintUnformatted(o);
         cJSON_Delete(o);
         return qvs_reply_json(c, q, 200, body);
     }
-    if (qvs_voice_lookup(s, id, path, sizeof path)) return voice_not_found(c, q, id);
+    if (qvs_voice_lookup(s, q->key, id, path, sizeof path)) return voice_not_found(c, q, id);
     const char *dl = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "download");
     if (dl && strcmp(dl, "0") && strcmp(dl, "false")) {
         int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -176,26 +87,23 @@ enum MHD_Result qvs_voices_get(qv_server *s, struct MHD_Connection *c, req *q, c
         q->status = MHD_HTTP_OK;
         return ret;
     }
-    qvf_voice *v;
-    if (qvf_read_file(path, 0, &v, err, sizeof err))
-        return qvs_reply_error(c, q, 500, "server_error", "voice_unreadable", NULL, "%s", err);
-    char vid[65];
-    const char *base = strrchr(path, '/') + 1;
-    id_of(base, vid);
-    cJSON *o = describe(vid, path, v);
-    qvf_voice_free(v);
+    cJSON *o = qvs_library_describe(s, q->key, id);
+    if (!o) return voice_not_found(c, q, id);
     char *body = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return qvs_reply_json(c, q, 200, body);
 }
 
 enum MHD_Result qvs_voices_delete(qv_server *s, struct MHD_Connection *c, req *q, const char *id) {
-    char path[4096], vid[65];
-    if (qvs_voice_lookup(s, id, path, sizeof path) || !id_of(strrchr(path, '/') + 1, vid))
-        return voice_not_found(c, q, id);
-    if (unlink(path) && errno != ENOENT)
-        return qvs_reply_error(c, q, 500, "server_error", "io_error", NULL, "%s: %s", path,
-                               strerror(errno));
+    char vid[65];
+    int st = qvs_library_remove(s, q->key, id, vid);
+    if (st == 404) return voice_not_found(c, q, id);
+    if (st == 403)
+        return qvs_reply_error(c, q, 403, "invalid_request_error", "permission_denied",
+                               "voice_id", "voice %s: uploaded by another key", id);
+    if (st)
+        return qvs_reply_error(c, q, 500, "server_error", "io_error", NULL,
+                               "voice %s: cannot delete it", id);
     char body[160];
     snprintf(body, sizeof body, "{\"id\":\"%s\",\"object\":\"voice\",\"deleted\":true}", vid);
     return qvs_reply_json(c, q, 200, strdup(body));
@@ -326,60 +234,27 @@ static const char *field(struct upload *u, int f) {
     return (const char *)u->field[f].p;
 }
 
-struct name_ctx {
-    const char *name, *id;
-    int taken;
-};
-static int name_fn(void *user, const char *id, const char *path, qvf_voice *v) {
-    struct name_ctx *n = user;
-    const char *name = qvf_meta_get(v, "name");
-    n->taken |= name && !strcmp(name, n->name) && strcmp(id, n->id);
-    return n->taken;
-}
-
-/* Puts the finished voice file src into the library as <sha256>.qvoice (util's atomic writer)
- * and removes src; replies with its description and the report. */
+/* Puts the finished voice file src into the library (qvs_library_add) and removes src; replies
+ * with its description and the report. */
 static enum MHD_Result store(qv_server *s, struct MHD_Connection *c, req *q, const char *src,
                              const char *name, cJSON *report) {
-    uint8_t h[32];
-    char id[65], dst[4096], err[512];
+    char id[65], why[256], err[512];
     size_t n;
     char *b = qvu_read_file(src, (size_t)s->cfg.max_upload_mb << 21, &n, err, sizeof err);
     unlink(src);
-    if (!b || qvf_sha256(b, n, h)) {
-        free(b);
-        cJSON_Delete(report);
-        return qvs_reply_error(c, q, 500, "server_error", "io_error", NULL, "%s", err);
-    }
-    for (int i = 0; i < 32; i++)
-        snprintf(id + 2 * i, 3, "%02x", h[i]);
-    struct name_ctx nc = {name, id, 0};
-    if (name) each_voice(s->voices_dir, name_fn, &nc);
-    if (nc.taken) {
-        free(b);
-        cJSON_Delete(report);
-        return qvs_reply_error(c, q, 409, "invalid_request_error", "voice_exists", "name",
-                               "name %s: another library voice has it (DELETE it first)", name);
-    }
-    snprintf(dst, sizeof dst, "%s/%s.qvoice", s->voices_dir, id);
-    qvu_wfile *w;
-    FILE *f = NULL;
-    int bad = qvu_wfile_open(&w, dst, err, sizeof err);
-    if (!bad && (!(f = qvu_wfile_stream(w)) || fwrite(b, 1, n, f) != n)) {
-        qvu_wfile_abort(w);
-        snprintf(err, sizeof err, "%s.qvoice: cannot write", id);
-        bad = 1;
-    }
-    if (bad || qvu_wfile_commit(w, err, sizeof err)) {
-        free(b);
-        cJSON_Delete(report);
-        return qvs_reply_error(c, q, 500, "server_error", "io_error", NULL, "%s", err);
-    }
-    qvf_voice *v;
-    int rc = qvf_read_mem(b, n, dst, 0, &v, err, sizeof err);
-    cJSON *o = rc ? cJSON_CreateObject() : describe(id, dst, v);
-    if (!rc) qvf_voice_free(v);
+    cJSON *o = NULL;
+    int st = b ? qvs_library_add(s, q->key, (const uint8_t *)b, n, name, id, &o, why, sizeof why)
+               : 500;
     free(b);
+    if (st) {
+        cJSON_Delete(report);
+        if (!b) snprintf(why, sizeof why, "cannot read the new voice");
+        return qvs_reply_error(c, q, st, st == 409 ? "invalid_request_error" : "server_error",
+                               st == 409   ? "voice_exists"
+                               : st == 507 ? "library_full"
+                                           : "io_error",
+                               st == 409 ? "name" : NULL, "%s", why);
+    }
     if (report) cJSON_AddItemToObject(o, "report", report);
     char *body = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
@@ -398,10 +273,25 @@ static enum MHD_Result store_qvoice(qv_server *s, struct MHD_Connection *c, req 
                                     struct upload *u) {
     char err[512], out[4096];
     qvf_voice *v;
+    const char *fname = u->filename[0] ? u->filename : "upload";
+    /* a raw x-vector (file_version 0) is no voice file, whatever its name */
+    if (memcmp(u->magic, "QVCE", 4))
+        return qvs_reply_error(c, q, 400, "invalid_request_error", "invalid_voice_file",
+                               "audio_sample", "%.128s: not a .qvoice voice file", fname);
     if (qvf_read_file(u->tmp, 0, &v, err, sizeof err))
         return qvs_reply_error(c, q, 400, "invalid_request_error", "invalid_voice_file",
-                               "audio_sample", "%s: %s", u->filename[0] ? u->filename : "upload",
-                               without_path(err, u->tmp));
+                               "audio_sample", "%.128s: %s", fname, without_path(err, u->tmp));
+    const char *meta_name = qvf_meta_get(v, "name");
+    int finite = 1;
+    for (uint32_t i = 0; i < v->enc_dim; i++)
+        finite &= isfinite(v->xvector[i]) != 0;
+    if (!finite || (meta_name && strlen(meta_name) > NAME_MAX_BYTES)) {
+        qvf_voice_free(v);
+        return qvs_reply_error(c, q, 400, "invalid_request_error", "invalid_voice_file",
+                               "audio_sample", "%.128s: %s", fname,
+                               finite ? "its META name is longer than 128 bytes"
+                                      : "its x-vector is not finite (NaN or infinity)");
+    }
     cJSON *report = cJSON_CreateObject();
     {
         qv_voice *qv;
@@ -511,9 +401,10 @@ enum MHD_Result qvs_upload_finish(qv_server *s, struct MHD_Connection *c, req *q
         return qvs_reply_error(
             c, q, 400, "invalid_request_error", "missing_field", "consent",
             "consent: required (a statement that the speaker agreed to cloning)");
-    if (name && (is_id(name) || strchr(name, '/') || strlen(name) > 128))
+    if (name && (qvs_is_id(name) || strchr(name, '/') || strlen(name) > NAME_MAX_BYTES))
         return qvs_reply_error(c, q, 400, "invalid_request_error", "invalid_value", "name",
-                               "name %s: at most 128 bytes, no '/', not a 64-hex id", name);
+                               "name %.128s: at most %d bytes, no '/', not a 64-hex id", name,
+                               NAME_MAX_BYTES);
     close(u->fd);
     u->fd = -1;
     size_t fl = strlen(u->filename);

@@ -27,6 +27,7 @@
 
 #include "tests/unit/helpers/shell.h"
 #include "tests/unit/helpers/tmpdir.h"
+#include "voicefmt/qvf.h"
 
 #define CLIP "tests/audio/en_ohenry_chenevert.wav"
 #define VOICE_06B "voices/ohenry.qvoice" /* made for 0.6B: fits no tiny model */
@@ -468,6 +469,125 @@ static void test_auth(void **state) {
     assert_int_equal(sh("bin/qvoice-server --help | grep -q '^SYNOPSIS'"), 0);
 }
 
+/* g_voice rewritten to path with edit applied (its META name, its x-vector). */
+static void edited_voice(const char *path, const char *name, float x0) {
+    qvf_voice *v;
+    char err[256];
+    assert_int_equal(qvf_read_file(g_voice, 0, &v, err, sizeof err), 0);
+    if (name) assert_int_equal(qvf_meta_set(v, "name", name), 0);
+    v->xvector[0] = x0;
+    int rc = qvf_write_file(v, path, 4, err, sizeof err);
+    qvf_voice_free(v);
+    if (rc) fail_msg("%s", err);
+}
+
+/* Keys with owners: a user key's uploads are its own (others neither see nor delete them), an
+ * admin's are shared and only admins delete them; a plain line is an admin key; a 2000-byte key
+ * is one key. */
+static void test_key_owners(void **state) {
+    (void)state;
+    static char keys[4096], longkey[2001];
+    memset(longkey, 'k', 2000);
+    int n = snprintf(keys, sizeof keys, "alice:user:ka\nbob:user:kb\nroot:admin:kr\n%s\n",
+                     longkey);
+    tmp_write(tmp_path("owners"), keys, (size_t)n);
+    char args[2048];
+    assert_int_equal(sh("rm -rf %s/ov && mkdir %s/ov", tmp_dir, tmp_dir), 0);
+    snprintf(args, sizeof args, "-m %s --voices %s/ov --api-key-file %s", g_cv, tmp_dir,
+             tmp_path("owners"));
+    assert_int_equal(start(&g_extra, "owners", args), 0);
+    const char *up = "-H 'Authorization: Bearer %s' -F audio_sample=@%s -F name=%s -F consent=yes "
+                     "SRV/v1/audio/voices";
+    assert_int_equal(curl(&g_extra, NULL, "-H 'Authorization: Bearer %s' SRV/v1/audio/voices",
+                          longkey), 200);
+    longkey[1022] = 0; /* its first 1022 bytes were a key of their own */
+    assert_int_equal(curl(&g_extra, NULL, "-H 'Authorization: Bearer %s' SRV/v1/audio/voices",
+                          longkey), 401);
+    longkey[1022] = 'k';
+    assert_int_equal(curl(&g_extra, NULL, up, "ka", g_voice, "mine"), 200);
+    assert_int_equal(curl(&g_extra, NULL, up, "kr", g_voice, "shared"), 200);
+    assert_int_equal(curl(&g_extra, NULL, "-H 'Authorization: Bearer kb' SRV/v1/audio/voices"),
+                     200);
+    assert_null(strstr(g_body, "\"mine\""));
+    assert_non_null(strstr(g_body, "\"shared\""));
+    assert_null(strstr(g_body, "\"owner\"")); /* owners are shown to admins only */
+    assert_int_equal(curl(&g_extra, NULL, "-H 'Authorization: Bearer ka' SRV/v1/audio/voices"),
+                     200);
+    assert_non_null(strstr(g_body, "\"mine\""));
+    assert_non_null(strstr(g_body, "\"deletable\":true"));
+    assert_int_equal(curl(&g_extra, NULL, "-H 'Authorization: Bearer kb' -H 'Content-Type: "
+                                          "application/json' -d '{\"input\":\"hi\",\"voice\":"
+                                          "\"mine\"}' SRV/v1/audio/speech"),
+                     400);
+    assert_string_equal(error_code(), "voice_not_found");
+    assert_int_equal(curl(&g_extra, NULL, "-H 'Authorization: Bearer kb' -X DELETE "
+                                          "SRV/v1/audio/voices/mine"), 404);
+    assert_int_equal(curl(&g_extra, NULL, "-H 'Authorization: Bearer kb' -X DELETE "
+                                          "SRV/v1/audio/voices/shared"), 403);
+    assert_string_equal(error_code(), "permission_denied");
+    assert_int_equal(curl(&g_extra, NULL, "-H 'Authorization: Bearer ka' -X DELETE "
+                                          "SRV/v1/audio/voices/shared"), 403);
+    assert_int_equal(curl(&g_extra, NULL, "-H 'Authorization: Bearer kr' SRV/v1/audio/voices"),
+                     200);
+    assert_non_null(strstr(g_body, "\"owner\":\"alice\""));
+    assert_int_equal(curl(&g_extra, NULL, "-H 'Authorization: Bearer kr' -X DELETE "
+                                          "SRV/v1/audio/voices/mine"), 200);
+    assert_int_equal(curl(&g_extra, NULL, "-H 'Authorization: Bearer %s' -X DELETE "
+                                          "SRV/v1/audio/voices/shared", longkey), 200);
+    assert_int_equal(count_files(tmp_path("ov"), ""), 0); /* owner records go with their voice */
+    assert_int_equal(stop(&g_extra), 0);
+}
+
+/* The library's index: capped (507), listed from memory (a file damaged in place after it was
+ * indexed is still listed: nothing re-reads it), and what it admits: no raw x-vector named
+ * .qvoice, no NaN x-vector, no META name over 128 bytes. */
+static void test_library(void **state) {
+    (void)state;
+    char args[2048];
+    assert_int_equal(sh("rm -rf %s/lib && mkdir %s/lib", tmp_dir, tmp_dir), 0);
+    snprintf(args, sizeof args, "-m %s --voices %s/lib --max-voices 2", g_cv, tmp_dir);
+    assert_int_equal(start(&g_extra, "lib", args), 0);
+    const char *up = "-F audio_sample=@%s -F name=%s -F consent=yes SRV/v1/audio/voices";
+    assert_int_equal(curl(&g_extra, NULL, up, g_voice, "one"), 200);
+    cJSON *o = cJSON_Parse(g_body);
+    char id[65];
+    snprintf(id, sizeof id, "%s", cJSON_GetStringValue(cJSON_GetObjectItem(o, "id")));
+    cJSON_Delete(o);
+    assert_int_equal(curl(&g_extra, NULL, up, g_voice, "two"), 200);
+    assert_int_equal(curl(&g_extra, NULL, up, g_voice, "three"), 507);
+    assert_string_equal(error_code(), "library_full");
+    assert_int_equal(curl(&g_extra, NULL, up, g_voice, "one"), 200); /* the same voice: no cap */
+    assert_int_equal(sh("printf 'XXXX' | dd of=%s/lib/%s.qvoice bs=1 seek=100 conv=notrunc "
+                        "2>/dev/null", tmp_dir, id), 0);
+    assert_int_equal(curl(&g_extra, NULL, "SRV/v1/audio/voices"), 200);
+    assert_non_null(strstr(g_body, "\"one\""));
+    assert_non_null(strstr(g_body, "\"two\""));
+    /* another server's voice renamed into the shared directory is seen */
+    assert_int_equal(curl(&g_extra, NULL, "-X DELETE SRV/v1/audio/voices/two"), 200);
+    edited_voice(tmp_path("lib/.x"), "other", 0.25f);
+    assert_int_equal(sh("cd %s/lib && mv .x \"$(sha256sum < .x | cut -c1-64).qvoice\"", tmp_dir),
+                     0);
+    assert_int_equal(curl(&g_extra, NULL, "SRV/v1/audio/voices/other"), 200);
+    /* refused uploads */
+    static float raw[1024];
+    for (int i = 0; i < 1024; i++) raw[i] = 0.01f * (float)(i % 7);
+    tmp_write(tmp_path("raw.qvoice"), raw, sizeof raw);
+    assert_int_equal(curl(&g_extra, NULL, "-F audio_sample=@%s -F consent=yes "
+                                          "SRV/v1/audio/voices", tmp_path("raw.qvoice")), 400);
+    assert_string_equal(error_code(), "invalid_voice_file");
+    edited_voice(tmp_path("nan.qvoice"), NULL, 0.0f / 0.0f);
+    assert_int_equal(curl(&g_extra, NULL, "-F audio_sample=@%s -F consent=yes "
+                                          "SRV/v1/audio/voices", tmp_path("nan.qvoice")), 400);
+    assert_non_null(strstr(g_body, "not finite"));
+    static char longname[300];
+    memset(longname, 'n', 299);
+    edited_voice(tmp_path("long.qvoice"), longname, 0.5f);
+    assert_int_equal(curl(&g_extra, NULL, "-F audio_sample=@%s -F consent=yes "
+                                          "SRV/v1/audio/voices", tmp_path("long.qvoice")), 400);
+    assert_non_null(strstr(g_body, "META name"));
+    assert_int_equal(stop(&g_extra), 0);
+}
+
 static void test_metrics(void **state) {
     (void)state;
     assert_true(metric(&g_srv, "qvoice_requests_total{route=\"speech\",status=\"400\"} ") >= 18);
@@ -770,6 +890,8 @@ int main(void) {
         cmocka_unit_test(test_slow_client),
         cmocka_unit_test(test_slow_attack),
         cmocka_unit_test(test_auth),
+        cmocka_unit_test(test_key_owners),
+        cmocka_unit_test(test_library),
         cmocka_unit_test(test_metrics),
         cmocka_unit_test(test_speech),
         cmocka_unit_test(test_disconnect_and_limits),
