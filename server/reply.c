@@ -31,14 +31,22 @@ double qvs_now_s(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
+/* Control bytes are written \xNN: a URL's %0A must not start a forged log line. */
 void qvs_srv_log(qv_server *s, const char *fmt, ...) {
     if (!s->cfg.log) return;
-    char line[1024];
+    char line[1024], out[4 * sizeof line];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
-    s->cfg.log(s->cfg.log_user, line);
+    size_t n = 0;
+    for (const unsigned char *p = (const unsigned char *)line; *p; p++)
+        if (*p < 0x20 || *p == 0x7f)
+            n += (size_t)snprintf(out + n, sizeof out - n, "\\x%02x", *p);
+        else
+            out[n++] = (char)*p;
+    out[n] = 0;
+    s->cfg.log(s->cfg.log_user, out);
 }
 
 int qvs_peer_gone(struct MHD_Connection *c) {
@@ -85,11 +93,33 @@ enum MHD_Result qvs_reply_json(struct MHD_Connection *c, req *q, int status, cha
     return ret;
 }
 
-/* {"error":{"message","type","param","code"}}, malloc'd (NULL: out of memory). */
+/* Replaces in msg each mention of dir, with the rest of that path, by label. */
+static void scrub_dir(char *msg, size_t size, const char *dir, const char *label) {
+    size_t dn = dir ? strlen(dir) : 0;
+    char *p;
+    while (dn && (p = strstr(msg, dir))) {
+        size_t end = dn + strcspn(p + dn, " :,;\"'()");
+        size_t ln = strlen(label), tail = strlen(p + end);
+        if ((size_t)(p - msg) + ln + tail + 1 > size) break;
+        memmove(p + ln, p + end, tail + 1);
+        memcpy(p, label, ln);
+    }
+}
+
+void qvs_scrub(const qv_server *s, char *msg, size_t size) {
+    scrub_dir(msg, size, s->voices_dir, "(voice library)");
+    for (int i = 0; i < s->n_models; i++)
+        scrub_dir(msg, size, s->models[i].dir, s->models[i].name);
+    scrub_dir(msg, size, s->cfg.clone_model_dir, "(clone model)");
+}
+
+/* {"error":{"message","type","param","code"}}, malloc'd (NULL: out of memory); no server path
+ * in the message (qvs_scrub). */
 static char *error_body(req *q, const char *type, const char *code, const char *param,
                         const char *fmt, va_list ap) {
     char msg[1024];
     vsnprintf(msg, sizeof msg, fmt, ap);
+    qvs_scrub(q->srv, msg, sizeof msg);
     snprintf(q->note, sizeof q->note, "%.63s", code ? code : type);
     cJSON *o = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(o, "error");
     cJSON_AddStringToObject(e, "message", msg);

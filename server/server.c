@@ -293,6 +293,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             return MHD_NO;
         }
         *con_cls = q;
+        q->srv = s;
         q->t0 = qvs_now_s();
         snprintf(q->method, sizeof q->method, "%s", method);
         q->route = route_of(url, &id);

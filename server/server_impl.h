@@ -117,6 +117,7 @@ struct qv_server {
 
 /* Per-request state (MHD's con_cls). */
 typedef struct {
+    qv_server *srv;
     enum route route;
     int status;
     char method[8];
@@ -143,6 +144,9 @@ enum MHD_Result qvs_reply_json(struct MHD_Connection *c, req *q, int status, cha
 enum MHD_Result qvs_reply_error(struct MHD_Connection *c, req *q, int status, const char *type,
                                 const char *code, const char *param, const char *fmt, ...)
     __attribute__((format(printf, 7, 8)));
+/* msg without server paths: the voices directory (and the temporaries in it), the model
+ * directories become what a client knows them as. Every error reply goes through it. */
+void qvs_scrub(const qv_server *s, char *msg, size_t size);
 /* The same error while a request body still arrives: written at once and the connection
  * closed (returns MHD_NO). */
 enum MHD_Result qvs_reply_cut(struct MHD_Connection *c, req *q, int status, const char *type,

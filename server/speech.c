@@ -499,6 +499,7 @@ static ssize_t read_stream(void *cls, uint64_t pos, char *buf, size_t max) {
                 char msg[700];
                 snprintf(msg, sizeof msg, "synthesis failed after audio was sent: %s: %s",
                          qv_strerror(j->st), j->err);
+                qvs_scrub(j->s, msg, sizeof msg);
                 cJSON_AddStringToObject(e, "type", "error");
                 cJSON_AddStringToObject(in, "message", msg);
                 cJSON_AddStringToObject(in, "type", type);

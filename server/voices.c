@@ -1,14 +1,15 @@
 /* voices.c — the voice library over HTTP: DIR/<sha256>.qvoice files listed, described, downloaded,
  * deleted, and created by a multipart upload (reference audio cloned on the --clone-model Base,
- * or a .qvoice verified like `voicefmt verify --model`). The directory is read on each request,
- * so servers sharing it see each other's voices. New files appear by rename only; temporaries
- * start with '.' and are removed at start (qvs_voices_clean).
+ * or a .qvoice verified like `voicefmt verify --model`) into the library's index (library.c).
+ * New files appear by rename only; temporaries start with '.', carry their writer's PID and are
+ * removed at start when that process is gone (qvs_voices_clean).
  */
 #include <cJSON.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -21,14 +22,25 @@
 #define FIELD_MAX_BYTES 16384 /* name, transcript, language, consent */
 #define NAME_MAX_BYTES 128
 
+/* 1 when p starts with the decimal id of a process that no longer exists. */
+static int dead_pid(const char *p) {
+    char *end;
+    long pid = strtol(p, &end, 10);
+    return end != p && pid > 0 && kill((pid_t)pid, 0) && errno == ESRCH;
+}
+
+/* Temporaries carry their writer's PID: ours .upload-PID-XXXXXX and .new-PID-XXXXXX, the atomic
+ * writer's .NAME.tmp.PID.N. A directory shared by running servers keeps theirs. */
 void qvs_voices_clean(const char *dir) {
     DIR *d = opendir(dir);
     if (!d) return;
     struct dirent *e;
     char path[4096];
-    while ((e = readdir(d))) /* ours: .upload-*, .new-*; the atomic writers': *.tmp.* */
-        if (!strncmp(e->d_name, ".upload-", 8) || !strncmp(e->d_name, ".new-", 5) ||
-            strstr(e->d_name, ".qvoice.tmp.")) {
+    const char *t;
+    while ((e = readdir(d)))
+        if ((!strncmp(e->d_name, ".upload-", 8) && dead_pid(e->d_name + 8)) ||
+            (!strncmp(e->d_name, ".new-", 5) && dead_pid(e->d_name + 5)) ||
+            (e->d_name[0] == '.' && (t = strstr(e->d_name, ".tmp.")) && dead_pid(t + 5))) {
             snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
             unlink(path);
         }
@@ -115,7 +127,7 @@ enum { F_NAME, F_TRANSCRIPT, F_LANGUAGE, F_CONSENT, N_FIELDS };
 
 struct upload {
     qv_server *s;
-    char tmp[4096]; /* the uploaded file, DIR/.upload-XXXXXX */
+    char tmp[4096]; /* the uploaded file, DIR/.upload-PID-XXXXXX */
     int fd;
     uint64_t n_bytes;
     char filename[256];
@@ -158,7 +170,8 @@ static enum MHD_Result on_part(void *cls, enum MHD_ValueKind kind, const char *k
                 snprintf(u->why, sizeof u->why, "%s: one audio file per upload", key);
                 return MHD_NO;
             }
-            snprintf(u->tmp, sizeof u->tmp, "%s/.upload-XXXXXX", u->s->voices_dir);
+            snprintf(u->tmp, sizeof u->tmp, "%s/.upload-%d-XXXXXX", u->s->voices_dir,
+                     (int)getpid());
             if ((u->fd = mkstemp(u->tmp)) < 0) {
                 u->tmp[0] = 0;
                 u->status = 500;
@@ -321,7 +334,7 @@ static enum MHD_Result store_qvoice(qv_server *s, struct MHD_Connection *c, req 
     snprintf(out, sizeof out, "%s", u->tmp);
     if (rewrite) {
         int fd;
-        snprintf(out, sizeof out, "%s/.new-XXXXXX", s->voices_dir);
+        snprintf(out, sizeof out, "%s/.new-%d-XXXXXX", s->voices_dir, (int)getpid());
         if ((fd = mkstemp(out)) < 0 || close(fd) || qvf_meta_set(v, "name", name) ||
             (!old_consent && qvf_meta_set(v, "consent", consent)) ||
             qvf_write_file(v, out, 4, err, sizeof err)) {
@@ -345,7 +358,7 @@ static enum MHD_Result clone_upload(qv_server *s, struct MHD_Connection *c, req 
                                "cloning from audio needs the server started with --clone-model "
                                "(a .qvoice upload works without)");
     int fd;
-    snprintf(out, sizeof out, "%s/.new-XXXXXX", s->voices_dir);
+    snprintf(out, sizeof out, "%s/.new-%d-XXXXXX", s->voices_dir, (int)getpid());
     if ((fd = mkstemp(out)) < 0 || close(fd))
         return qvs_reply_error(c, q, 500, "server_error", "io_error", NULL, "%s: %s", out,
                                strerror(errno));

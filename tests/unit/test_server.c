@@ -44,6 +44,19 @@ static server g_extra; /* one started by a test (stopped by the teardown if a te
 static char g_voice[512]; /* a tiny-base clone of the bundled clip: fits tiny-cv */
 static int g_npm;    /* the openai package is installed */
 static char g_body[1 << 16];
+static char g_live_tmp[1024]; /* a running process's temporary in the shared voices dir */
+static int g_leaks, g_replies; /* JSON replies naming a server path, JSON replies seen */
+
+/* Counts a JSON reply in g_body, and a leak when it names the test's directory or a model's. */
+static void leak_check(void) {
+    const char *j = strchr(g_body, '{');
+    if (!j || (strncmp(g_body, "{", 1) && strncmp(g_body + 3, " {", 2))) return;
+    g_replies++;
+    if (strstr(j, tmp_dir) || strstr(j, g_cv) || strstr(j, g_base)) {
+        g_leaks++;
+        print_message("leak: %.300s\n", j);
+    }
+}
 
 static void sleep_ms(int ms) {
     struct timespec t = {ms / 1000, (long)(ms % 1000) * 1000000};
@@ -131,6 +144,7 @@ static int curl(const server *sv, const char *out, const char *fmt, ...) {
     if (system(full) == -1) return 0;
     slurp(tmp_path("code"), code, sizeof code);
     slurp(body, g_body, sizeof g_body);
+    leak_check();
     return atoi(code);
 }
 
@@ -178,13 +192,17 @@ static int group_setup(void **state) {
     const char *cache = getenv("QVOICE_CACHE");
     snprintf(g_cv, sizeof g_cv, "%s/tiny-cv", cache ? cache : "cache");
     snprintf(g_base, sizeof g_base, "%s/tiny-base", cache ? cache : "cache");
-    /* leftovers of a killed server: removed at start */
-    char dir[512];
+    /* leftovers of a killed server (PID 999999999, above any pid_max): removed at start; those of
+     * a running one (this test's PID) are kept */
+    char dir[512], live[512];
     snprintf(dir, sizeof dir, "%s/voices", tmp_dir);
     mkdir(dir, 0755);
-    tmp_write(tmp_path("voices/.upload-abc123"), "x", 1);
-    tmp_write(tmp_path("voices/.new-abc123"), "x", 1);
-    tmp_write(tmp_path("voices/0123.qvoice.tmp.XyZ123"), "x", 1);
+    tmp_write(tmp_path("voices/.upload-999999999-abc123"), "x", 1);
+    tmp_write(tmp_path("voices/.new-999999999-abc123"), "x", 1);
+    tmp_write(tmp_path("voices/.0123.qvoice.tmp.999999999.1"), "x", 1);
+    snprintf(live, sizeof live, "voices/.upload-%d-abc123", (int)getpid());
+    tmp_write(tmp_path(live), "x", 1);
+    snprintf(g_live_tmp, sizeof g_live_tmp, "%s", tmp_path(live));
     snprintf(g_voice, sizeof g_voice, "%s/tiny.qvoice", tmp_dir);
     if (sh("bin/clone -m %s %s -o %s -n tiny --consent test >/dev/null 2>&1", g_base, CLIP,
            g_voice))
@@ -216,10 +234,12 @@ static void test_routes(void **state) {
     assert_string_equal(error_code(), "not_found");
     assert_int_equal(curl(&g_srv, NULL, "-X PUT SRV/v1/audio/speech"), 405);
     assert_string_equal(error_code(), "method_not_allowed");
-    /* the temporaries planted before start are gone, nothing else was created */
+    /* the dead server's temporaries planted before start are gone, the live one's kept, nothing
+     * else was created */
     char dir[512];
     snprintf(dir, sizeof dir, "%s/voices", tmp_dir);
-    assert_int_equal(count_files(dir, "."), 0);
+    assert_int_equal(count_files(dir, "."), 1);
+    assert_int_equal(unlink(g_live_tmp), 0);
 }
 
 /* The router calls the handlers, the handlers the shared replies: no two files of server/ call
@@ -292,6 +312,7 @@ static int py(const server *sv, const char *fmt, ...) {
              sv->port, args, tmp_path("py.out"));
     int st = system(cmd);
     slurp(tmp_path("py.out"), g_body, sizeof g_body);
+    leak_check();
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
@@ -562,6 +583,14 @@ static void test_library(void **state) {
     assert_int_equal(curl(&g_extra, NULL, "SRV/v1/audio/voices"), 200);
     assert_non_null(strstr(g_body, "\"one\""));
     assert_non_null(strstr(g_body, "\"two\""));
+    /* speaking with it finds the damage; the error names the voice, not its path */
+    int leaks = g_leaks;
+    assert_int_equal(curl(&g_extra, NULL, "-H 'Content-Type: application/json' -d "
+                                          "'{\"input\":\"hi\",\"voice\":\"one\"}' "
+                                          "SRV/v1/audio/speech"),
+                     400);
+    print_message("damaged voice: %s\n", g_body);
+    assert_int_equal(g_leaks, leaks);
     /* another server's voice renamed into the shared directory is seen */
     assert_int_equal(curl(&g_extra, NULL, "-X DELETE SRV/v1/audio/voices/two"), 200);
     edited_voice(tmp_path("lib/.x"), "other", 0.25f);
@@ -586,6 +615,25 @@ static void test_library(void **state) {
                                           "SRV/v1/audio/voices", tmp_path("long.qvoice")), 400);
     assert_non_null(strstr(g_body, "META name"));
     assert_int_equal(stop(&g_extra), 0);
+}
+
+/* A %0A in a URL is logged escaped, not as a line of its own. */
+static void test_log_escaped(void **state) {
+    (void)state;
+    assert_int_equal(curl(&g_srv, NULL, "'SRV/nope%%0A2026-01-01T00:00:00Z%%20GET%%20/forged'"),
+                     404);
+    sleep_ms(200);
+    assert_true(file_has(g_srv.log, "nope\\x0a2026-01-01T00:00:00Z GET /forged 404"));
+    assert_int_equal(sh("grep -q '^2026-01-01T00:00:00Z GET /forged' %s", g_srv.log), 1);
+}
+
+/* Run last: no JSON reply of any test named a server path (the test's directory, where the
+ * voices and uploads live, or a model directory). */
+static void test_no_leaks(void **state) {
+    (void)state;
+    print_message("%d JSON replies, %d naming a server path\n", g_replies, g_leaks);
+    assert_true(g_replies > 50);
+    assert_int_equal(g_leaks, 0);
 }
 
 static void test_metrics(void **state) {
@@ -898,6 +946,8 @@ int main(void) {
         cmocka_unit_test(test_drain_under_load),
         cmocka_unit_test(test_clone_upload),
         cmocka_unit_test(test_scale_out),
+        cmocka_unit_test(test_log_escaped),
+        cmocka_unit_test(test_no_leaks),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
