@@ -13,16 +13,18 @@
 
 #include "server/server_impl.h"
 
-/* Waits on s->cv (s->mu held) for a signal or 100 ms, whichever comes first. */
-void qvs_wait_tick(qv_server *s) {
+void qvs_timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu, int ms) {
     struct timespec t;
     clock_gettime(CLOCK_REALTIME, &t);
-    t.tv_nsec += 100000000;
-    if (t.tv_nsec >= 1000000000) {
-        t.tv_sec++;
-        t.tv_nsec -= 1000000000;
-    }
-    pthread_cond_timedwait(&s->cv, &s->mu, &t);
+    t.tv_nsec += (long)ms * 1000000;
+    t.tv_sec += t.tv_nsec / 1000000000;
+    t.tv_nsec %= 1000000000;
+    pthread_cond_timedwait(cv, mu, &t);
+}
+
+/* Waits on s->cv (s->mu held) for a signal or 100 ms, whichever comes first. */
+void qvs_wait_tick(qv_server *s) {
+    qvs_timed_wait(&s->cv, &s->mu, 100);
 }
 
 double qvs_now_s(void) {

@@ -90,14 +90,7 @@ static void *watchdog(void *arg) {
             s->met.slow_cut += (uint64_t)cut;
             pthread_mutex_unlock(&s->met.mu);
         }
-        struct timespec t;
-        clock_gettime(CLOCK_REALTIME, &t);
-        t.tv_nsec += 200000000;
-        if (t.tv_nsec >= 1000000000) {
-            t.tv_sec++;
-            t.tv_nsec -= 1000000000;
-        }
-        pthread_cond_timedwait(&s->conn_cv, &s->conn_mu, &t);
+        qvs_timed_wait(&s->conn_cv, &s->conn_mu, 200);
     }
     pthread_mutex_unlock(&s->conn_mu);
     return NULL;

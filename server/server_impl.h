@@ -137,6 +137,8 @@ typedef struct {
 /* Log one formatted line through cfg.log. */
 void qvs_srv_log(qv_server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 double qvs_now_s(void);
+/* pthread_cond_timedwait for a signal or ms milliseconds (mu held). */
+void qvs_timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu, int ms);
 /* Waits on s->cv (s->mu held) for a signal or 100 ms. */
 void qvs_wait_tick(qv_server *s);
 /* Queues a JSON reply (takes ownership of the malloc'd body) / an OpenAI-style error. */

@@ -446,14 +446,7 @@ static enum MHD_Result reply_failure(struct MHD_Connection *c, req *q, const job
 static int wait_job(job *j, int want_bytes) {
     pthread_mutex_lock(&j->mu);
     while (!j->done && !(want_bytes && j->out.len > j->off)) {
-        struct timespec t;
-        clock_gettime(CLOCK_REALTIME, &t);
-        t.tv_nsec += 50000000;
-        if (t.tv_nsec >= 1000000000) {
-            t.tv_sec++;
-            t.tv_nsec -= 1000000000;
-        }
-        pthread_cond_timedwait(&j->cv, &j->mu, &t);
+        qvs_timed_wait(&j->cv, &j->mu, 50);
         if (j->done || (want_bytes && j->out.len > j->off)) break;
         pthread_mutex_unlock(&j->mu);
         int gone = qvs_peer_gone(j->conn), late = qvs_now_s() > j->deadline;
