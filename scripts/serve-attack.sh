@@ -24,7 +24,7 @@ start() { # VOICES_DIR -> PORT PROBE_PORT in $PORT $PROBE
   bin/qvoice-server -m "$CACHE/tiny-cv" --voices "$1" --listen 127.0.0.1:0 \
     --probe-listen 127.0.0.1:0 >/dev/null 2>"$W/log" &
   PID=$!
-  for _ in $(seq 600); do grep -q "probes on" "$W/log" && break; sleep 0.1; done
+  for _ in $(seq 600); do grep -qs "probes on" "$W/log" && break; sleep 0.1; done
   PORT=$(sed -n 's/.*listening on .*:\([0-9]*\)$/\1/p' "$W/log")
   PROBE=$(sed -n 's/.*probes on .*:\([0-9]*\)$/\1/p' "$W/log")
   [ -n "$PORT" ] && [ -n "$PROBE" ] || { cat "$W/log" >&2; exit 1; }

@@ -296,6 +296,10 @@ int qvs_library_add(qv_server *s, const api_key *k, const uint8_t *b, size_t n, 
     }
     snprintf(dst, sizeof dst, "%s/%s.qvoice", s->voices_dir, id);
     if (write_atomic(dst, b, n)) {
+        if (!old) { /* no voice: no owner record either */
+            snprintf(dst, sizeof dst, "%s/%s.owner", s->voices_dir, id);
+            unlink(dst);
+        }
         snprintf(why, ws, "cannot write the voice");
         status = 500;
         goto out;
