@@ -1,6 +1,9 @@
 /* loudness.c — integrated loudness (EBU R128 / ITU-R BS.1770) via libebur128: one meter for
- * clone's level normalisation and speak --loudness. */
+ * clone's level normalisation and the output's (speak --loudness, batch jobs), and the one gain
+ * that brings an output to a target. */
 #include <ebur128.h>
+#include <math.h>
+#include <stdio.h>
 
 #include "features/features.h"
 #include "include/qvoice.h"
@@ -11,4 +14,27 @@ enum qv_status qv_loudness_lufs(const float *pcm, int64_t n_samples, double *luf
              ebur128_loudness_global(st, lufs) == EBUR128_SUCCESS;
     if (st) ebur128_destroy(&st);
     return ok ? QV_OK : QV_E_NOMEM;
+}
+
+enum qv_status qv_loudness_normalize(float *pcm, int64_t n_samples, double target_lufs,
+                                     int64_t *n_clipped, char *err, size_t err_size) {
+    *n_clipped = 0;
+    if (!(target_lufs >= QV_LOUDNESS_MIN_LUFS && target_lufs <= QV_LOUDNESS_MAX_LUFS))
+        return snprintf(err, err_size, "loudness: expected %g..%g LUFS, found %g",
+                        QV_LOUDNESS_MIN_LUFS, QV_LOUDNESS_MAX_LUFS, target_lufs),
+               QV_E_INVALID;
+    double lufs;
+    if (qv_loudness_lufs(pcm, n_samples, &lufs))
+        return snprintf(err, err_size, "loudness: out of memory"), QV_E_NOMEM;
+    if (!isfinite(lufs))
+        return snprintf(err, err_size, "loudness: nothing to measure (silent, or shorter than one "
+                                       "0.4 s EBU R128 block)"),
+               QV_E_AUDIO;
+    const float g = (float)pow(10.0, (target_lufs - lufs) / 20.0);
+    for (int64_t i = 0; i < n_samples; i++) {
+        float v = pcm[i] * g;
+        if (fabsf(v) > 1.0f) v = v > 0 ? 1.0f : -1.0f, ++*n_clipped;
+        pcm[i] = v;
+    }
+    return QV_OK;
 }

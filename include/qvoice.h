@@ -449,6 +449,72 @@ enum qv_status qv_clone_similarity(const qv_cloner *c, const char *a, const char
  * LUFS; -HUGE_VAL when nothing is above the -70 LUFS absolute gate. QV_OK or QV_E_NOMEM. */
 enum qv_status qv_loudness_lufs(const float *pcm, int64_t n_samples, double *lufs);
 
+/* Scales pcm in place to an integrated loudness of target_lufs (QV_LOUDNESS_MIN_LUFS..MAX: -23 is
+ * broadcast, -16 podcasts); samples beyond full scale are clipped and counted in *n_clipped.
+ * QV_E_INVALID for a target out of range, QV_E_AUDIO when there is nothing to measure (silent, or
+ * shorter than one 0.4 s block), QV_E_NOMEM; err says which ("loudness: ..."). */
+#define QV_LOUDNESS_MIN_LUFS (-70.0)
+#define QV_LOUDNESS_MAX_LUFS (-1.0)
+enum qv_status qv_loudness_normalize(float *pcm, int64_t n_samples, double target_lufs,
+                                     int64_t *n_clipped, char *err, size_t err_size);
+
+/* ==== audio out: the one encoder ============================================================= */
+
+/* Output formats of 24 kHz mono audio: name (also the file extension) and MIME type. WAV and PCM
+ * are 16-bit (PCM raw s16le) and can stream; FLAC is 16-bit; Ogg Vorbis, Opus and MP3 depend on
+ * how libsndfile was built (qv_format_writable). */
+#define QV_FORMAT_LIST(X)                                                                          \
+    X(QV_FORMAT_WAV, "wav", "audio/wav")                                                           \
+    X(QV_FORMAT_PCM, "pcm", "audio/pcm")                                                           \
+    X(QV_FORMAT_FLAC, "flac", "audio/flac")                                                        \
+    X(QV_FORMAT_OGG, "ogg", "audio/ogg")                                                           \
+    X(QV_FORMAT_OPUS, "opus", "audio/ogg")                                                         \
+    X(QV_FORMAT_MP3, "mp3", "audio/mpeg")
+#define QV_FORMAT_ENUM_(id, name, mime) id,
+enum qv_format { QV_FORMAT_LIST(QV_FORMAT_ENUM_) QV_FORMAT_COUNT };
+#undef QV_FORMAT_ENUM_
+#define QV_FORMAT_NAMES "wav, pcm, flac, ogg, opus or mp3" /* for error texts */
+
+int qv_format_parse(const char *name);   /* enum qv_format by name (any case), or -1 */
+int qv_format_of_path(const char *path); /* by the file's extension, or -1 */
+const char *qv_format_name(int format);  /* static; NULL out of range */
+const char *qv_format_mime(int format);  /* static; NULL out of range */
+int qv_format_writable(int format);      /* 1 when this build can write it */
+int qv_format_progressive(int format);   /* 1 for WAV and PCM: written as it comes */
+
+/* The one float -> 16-bit conversion: each sample clamped to [-1, 1], x * 32767 rounded to
+ * nearest, little-endian into out[2 * n]. */
+void qv_pcm_s16le(const float *pcm, int64_t n, uint8_t *out);
+/* The 44-byte header of a 16-bit mono 24 kHz WAV of n_samples; n_samples < 0 (or more than a RIFF
+ * size holds): unknown length, as a stream writes it. */
+#define QV_WAV_HEADER_BYTES 44
+void qv_wav_header(uint8_t out[QV_WAV_HEADER_BYTES], int64_t n_samples);
+
+/* A whole file of format from pcm[n_samples] (24 kHz mono) into *out (malloc'd, caller frees),
+ * *n_bytes long. QV_E_INVALID, QV_E_UNSUPPORTED (this build cannot write the format), QV_E_NOMEM,
+ * QV_E_IO (the codec failed); err names the format. */
+enum qv_status qv_audio_encode(int format, const float *pcm, int64_t n_samples, uint8_t **out,
+                               size_t *n_bytes, char *err, size_t err_size);
+/* qv_audio_encode into path, written atomically (qv_outfile). Its statuses, or QV_E_IO with
+ * err = "PATH: problem". */
+enum qv_status qv_audio_write(const char *path, int format, const float *pcm, int64_t n_samples,
+                              char *err, size_t err_size);
+
+/* A stream of WAV or PCM, written block by block as audio arrives (a WAV starts with a header of
+ * unknown length). The sink is either fn (each qv_encoder_write calls it once with the block:
+ * the first WAV block carries the header) or file: a seekable file gets the header rewritten with
+ * the length so far after each block (playable while it grows, complete at the end). One thread at
+ * a time. QV_E_UNSUPPORTED for other formats, QV_E_INVALID, QV_E_NOMEM. */
+typedef int (*qv_write_fn)(void *user, const void *data, size_t n_bytes); /* 0 ok */
+typedef struct qv_encoder qv_encoder;
+enum qv_status qv_encoder_new(qv_encoder **out, int format, qv_write_fn fn, void *user,
+                              FILE *file, char *err, size_t err_size);
+/* Converts and writes one block. QV_E_IO when the sink failed, QV_E_NOMEM. */
+enum qv_status qv_encoder_write(qv_encoder *e, const float *pcm, int n_samples);
+/* Ends the stream (an empty WAV still gets its header) and frees e; accepts NULL. QV_E_IO when
+ * that last write failed. Does not close file. */
+enum qv_status qv_encoder_close(qv_encoder *e);
+
 /* ==== files ================================================================================== */
 
 /* The library's atomic writer, for a tool's own outputs (WAV, codes, extracts): the file appears

@@ -81,7 +81,6 @@ struct qv_server {
     char **keys; /* accepted bearer keys */
     int n_keys;
     int n_threads;
-    int formats; /* bit per enum audio_format libsndfile can write */
 
     pthread_mutex_t mu; /* everything below */
     pthread_cond_t cv;  /* slot freed, request finished */
@@ -146,22 +145,7 @@ void qvs_voices_clean(const char *dir);
 /* Path of the library voice with this id (64 hex) or META name; 0, or -1 when none. */
 int qvs_voice_lookup(const qv_server *s, const char *id_or_name, char *path, size_t path_size);
 
-/* ==== audio encoding (encode.c) ============================================================== */
-
-#define AUDIO_FORMAT_LIST(X)                                                                       \
-    X(FMT_WAV, "wav", "audio/wav")                                                                 \
-    X(FMT_PCM, "pcm", "audio/pcm")                                                                 \
-    X(FMT_FLAC, "flac", "audio/flac")                                                              \
-    X(FMT_MP3, "mp3", "audio/mpeg")                                                                \
-    X(FMT_OPUS, "opus", "audio/ogg")
-#define FMT_ENUM_(name, text, mime) name,
-enum audio_format { AUDIO_FORMAT_LIST(FMT_ENUM_) FMT_COUNT };
-#undef FMT_ENUM_
-
-int qvs_format_parse(const char *name); /* enum audio_format or -1 */
-const char *qvs_format_name(int f);
-const char *qvs_format_mime(int f);
-int qvs_formats_available(void); /* bit per format this libsndfile can write */
+/* ==== byte buffers (bytes.c) ================================================================= */
 
 typedef struct {
     uint8_t *p;
@@ -170,12 +154,6 @@ typedef struct {
 /* Appends n bytes of p (p NULL: n uninitialised bytes); 0 or -1 (out of memory). */
 int qvs_bytes_add(bytes *b, const void *p, size_t n);
 
-/* 44-byte 16-bit mono 24 kHz WAV header; n_samples < 0: unknown length (streams). */
-void qvs_wav_header(uint8_t out[44], int64_t n_samples);
-/* Appends samples as 16-bit little-endian. */
-int qvs_pcm16_add(bytes *b, const float *x, int n);
-/* Whole file of format f (wav, pcm, flac, mp3, opus) from n samples; 0 or -1 with err. */
-int qvs_encode_all(int f, const float *x, int64_t n, bytes *out, char *err, size_t err_size);
 /* Base64 of n bytes appended to b. */
 int qvs_base64_add(bytes *b, const uint8_t *p, size_t n);
 

@@ -26,7 +26,8 @@ typedef struct job {
     qv_synth_request r;
     char *text, *language, *speaker, *instruct, *voice_path;
     /* results, under mu */
-    bytes out; /* streams: encoded bytes not yet sent, from off */
+    qv_encoder *enc; /* streams: WAV/PCM blocks into out (or SSE events) */
+    bytes out;       /* streams: encoded bytes not yet sent, from off */
     size_t off;
     float *pcm;                                     /* non-streamed: every sample */
     int64_t n_pcm, cap_pcm, n_samples, max_samples; /* max_samples: the request's cap, 0 none */
@@ -53,6 +54,7 @@ static void job_unref(job *j) {
     free(j->voice_path);
     free(j->out.p);
     free(j->pcm);
+    qv_encoder_close(j->enc);
     free(j);
 }
 
@@ -72,6 +74,12 @@ static int sse_delta(job *j, const uint8_t *p, size_t n) {
     static const char head[] = "data: {\"type\":\"speech.audio.delta\",\"audio\":\"";
     return qvs_bytes_add(&j->out, head, sizeof head - 1) || qvs_base64_add(&j->out, p, n) ||
            qvs_bytes_add(&j->out, "\"}\n\n", 4);
+}
+
+/* qv_write_fn of a stream's encoder: one block (the first WAV one with its header), under mu. */
+static int stream_sink(void *user, const void *p, size_t n) {
+    job *j = user;
+    return j->stream == STREAM_SSE ? sse_delta(j, p, n) : qvs_bytes_add(&j->out, p, n);
 }
 
 /* qv_pcm_fn: runs on the worker thread. */
@@ -104,15 +112,7 @@ static int on_pcm(void *user, const float *x, int n) {
         if (!fail) memcpy(j->pcm + j->n_pcm, x, (size_t)n * sizeof *x);
         j->n_pcm += fail ? 0 : n;
     } else {
-        bytes blk = {0};
-        uint8_t h[44];
-        qvs_wav_header(h, -1);
-        if (j->n_samples == 0 && j->format == FMT_WAV) fail |= qvs_bytes_add(&blk, h, sizeof h);
-        fail |= qvs_pcm16_add(&blk, x, n);
-        if (!fail)
-            fail = j->stream == STREAM_SSE ? sse_delta(j, blk.p, blk.len)
-                                           : qvs_bytes_add(&j->out, blk.p, blk.len);
-        free(blk.p);
+        fail = qv_encoder_write(j->enc, x, n) != QV_OK;
     }
     j->n_samples += n;
     if (fail) {
@@ -365,13 +365,13 @@ static int parse(qv_server *s, const char *body, size_t len, job *j, qv_params *
             goto out;
         }
     }
-    j->format = FMT_WAV;
-    if (fmt && (j->format = qvs_format_parse(fmt)) < 0) {
+    j->format = QV_FORMAT_WAV;
+    if (fmt && (j->format = qv_format_parse(fmt)) < 0) {
         bad(v, 400, "invalid_value", "response_format",
-            "response_format %s: expected wav, pcm, flac, mp3 or opus", fmt);
+            "response_format %s: expected " QV_FORMAT_NAMES, fmt);
         goto out;
     }
-    if (!(s->formats & (1 << j->format))) {
+    if (!qv_format_writable(j->format)) {
         bad(v, 400, "unsupported_format", "response_format",
             "response_format %s: this build's libsndfile cannot write it", fmt);
         goto out;
@@ -385,10 +385,15 @@ static int parse(qv_server *s, const char *body, size_t len, job *j, qv_params *
             sfmt);
         goto out;
     }
-    if (j->stream && j->format != FMT_WAV && j->format != FMT_PCM) {
+    if (j->stream && !qv_format_progressive(j->format)) {
         bad(v, 400, "unsupported_format", "response_format",
             "response_format %s: streams are wav or pcm (ask without stream_format for %s)",
-            qvs_format_name(j->format), qvs_format_name(j->format));
+            qv_format_name(j->format), qv_format_name(j->format));
+        goto out;
+    }
+    char e[256];
+    if (j->stream && qv_encoder_new(&j->enc, j->format, stream_sink, j, NULL, e, sizeof e)) {
+        bad(v, 500, "out_of_memory", NULL, "%s", e);
         goto out;
     }
     int got = get_num(o, "speed", 0.25, 4, 0, &d, v);
@@ -664,19 +669,18 @@ enum MHD_Result qvs_speech_handle(qv_server *s, struct MHD_Connection *c, req *q
     if (j->stream == STREAM_NONE) {
         if (wait_job(j, 0) < 0) return MHD_NO;
         if (j->st) return reply_failure(c, q, j);
-        bytes out = {0};
+        uint8_t *out;
+        size_t len;
         char e[256];
-        if (qvs_encode_all(j->format, j->pcm, j->n_pcm, &out, e, sizeof e)) {
-            free(out.p);
-            return qvs_reply_error(c, q, 500, "server_error", "encoding_failed", NULL, "%s", e);
-        }
-        struct MHD_Response *r =
-            MHD_create_response_from_buffer(out.len, out.p, MHD_RESPMEM_MUST_FREE);
+        if (qv_audio_encode(j->format, j->pcm, j->n_pcm, &out, &len, e, sizeof e))
+            return qvs_reply_error(c, q, 500, "server_error", "encoding_failed", NULL,
+                                   "response_format %s", e);
+        struct MHD_Response *r = MHD_create_response_from_buffer(len, out, MHD_RESPMEM_MUST_FREE);
         if (!r) {
-            free(out.p);
+            free(out);
             return MHD_NO;
         }
-        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, qvs_format_mime(j->format));
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, qv_format_mime(j->format));
         enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);
         MHD_destroy_response(r);
         q->status = MHD_HTTP_OK;
@@ -699,7 +703,7 @@ enum MHD_Result qvs_speech_handle(qv_server *s, struct MHD_Connection *c, req *q
     }
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
                             j->stream == STREAM_SSE ? "text/event-stream"
-                                                    : qvs_format_mime(j->format));
+                                                    : qv_format_mime(j->format));
     if (j->stream == STREAM_SSE)
         MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
     enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);

@@ -7,7 +7,6 @@
 #include <signal.h>
 #include <getopt.h>
 #include <math.h>
-#include <sndfile.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,7 +28,7 @@ typedef struct {
     const char *dump_codes, *decode_codes, *voice;
     const char *verify_model;
     const char *batch; /* --batch: JSON Lines jobs file, "-" = stdin (docs/batch.md) */
-    int format;        /* libsndfile format of -o: --format, else the extension */
+    int format;        /* enum qv_format of -o: --format, else the extension; -1 unset */
     int json;          /* --json: a summary object on stdout */
     double loudness;   /* --loudness LUFS target; 0 = leave the level as generated */
     int no_icl, no_wdelta, no_guard, verify;
@@ -185,39 +184,6 @@ static int usage_error(const char *fmt, const char *arg) {
     return 2;
 }
 
-/* ==== output formats ========================================================================= */
-
-static const struct {
-    const char *name; /* --format and the file extension */
-    int sf;
-} formats[] = {
-    {"wav", SF_FORMAT_WAV | SF_FORMAT_PCM_16},
-    {"flac", SF_FORMAT_FLAC | SF_FORMAT_PCM_16},
-    {"ogg", SF_FORMAT_OGG | SF_FORMAT_VORBIS},
-    {"opus", SF_FORMAT_OGG | SF_FORMAT_OPUS},
-    {"mp3", SF_FORMAT_MPEG | SF_FORMAT_MPEG_LAYER_III},
-    {"pcm", SF_FORMAT_RAW | SF_FORMAT_PCM_16 | SF_ENDIAN_LITTLE},
-};
-#define FORMAT_NAMES "wav, flac, ogg, opus, mp3 or pcm"
-
-static int format_named(const char *name) {
-    for (size_t i = 0; i < sizeof formats / sizeof *formats; i++)
-        if (!strcasecmp(name, formats[i].name)) return formats[i].sf;
-    return 0;
-}
-
-/* The format of path's extension, or 0. */
-static int format_for(const char *path) {
-    const char *dot = strrchr(path, '.');
-    return dot && !strchr(dot, '/') ? format_named(dot + 1) : 0;
-}
-
-/* Whether this libsndfile writes fmt (MP3 and Opus depend on how it was built). */
-static int format_writable(int fmt) {
-    SF_INFO info = {.samplerate = QV_SAMPLE_RATE_HZ, .channels = 1, .format = fmt};
-    return sf_format_check(&info);
-}
-
 static int parse_long(const char *s, long lo, long hi, long *out) {
     char *end;
     errno = 0;
@@ -282,6 +248,7 @@ static int parse_args(int argc, char **argv, options *o) {
                                        {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->n_threads = qv_threads_resolve(0);
+    o->format = -1;
     o->max_chunk_chars = qv_synth_default_request().max_chunk_chars;
     int c;
     long l;
@@ -378,8 +345,8 @@ static int parse_args(int argc, char **argv, options *o) {
             o->batch = optarg;
             break;
         case OPT_FORMAT:
-            if (!(o->format = format_named(optarg)))
-                return usage_error("--format: expected " FORMAT_NAMES ", found '%s'", optarg);
+            if ((o->format = qv_format_parse(optarg)) < 0)
+                return usage_error("--format: expected " QV_FORMAT_NAMES ", found '%s'", optarg);
             format_name = optarg;
             break;
         case OPT_JSON:
@@ -463,20 +430,19 @@ static int parse_args(int argc, char **argv, options *o) {
         !o->batch && !listing)
         return usage_error("%s", "nowhere to put the audio: give -o FILE, -o - --format F, "
                                  "--stream or --dump-codes");
-    if (o->out_path && !o->format && !(o->format = format_for(o->out_path)))
+    if (o->out_path && o->format < 0 && (o->format = qv_format_of_path(o->out_path)) < 0)
         return usage_error(strcmp(o->out_path, "-")
-                               ? "-o %s: unknown extension (expected " FORMAT_NAMES
+                               ? "-o %s: unknown extension (expected " QV_FORMAT_NAMES
                                  ", or give --format)"
-                               : "-o %s (stdout): give --format " FORMAT_NAMES,
+                               : "-o %s (stdout): give --format " QV_FORMAT_NAMES,
                            o->out_path);
-    if (o->format && !format_writable(o->format))
+    if (o->format >= 0 && !qv_format_writable(o->format))
         return usage_error("--format %s: this build of libsndfile cannot write it",
                            format_name ? format_name : strrchr(o->out_path, '.') + 1);
     if (o->stream && o->out_path) {
-        const int type = o->format & SF_FORMAT_TYPEMASK;
-        if (!strcmp(o->out_path, "-") && type != SF_FORMAT_RAW)
+        if (!strcmp(o->out_path, "-") && o->format != QV_FORMAT_PCM)
             return usage_error("%s", "--stream -o -: streams raw s16le only (--format pcm)");
-        if (type != SF_FORMAT_WAV && type != SF_FORMAT_RAW)
+        if (!qv_format_progressive(o->format))
             return usage_error("--stream -o %s: progressive output is WAV or PCM only",
                                o->out_path);
     }
@@ -519,17 +485,6 @@ static char *read_all(FILE *f) {
     return buf;
 }
 
-/* libsndfile on the atomic writer's descriptor (the file appears at path only on commit). */
-static SNDFILE *open_audio(qv_outfile *of, const char *path, int format) {
-    SF_INFO info = {0};
-    info.samplerate = QV_SAMPLE_RATE_HZ;
-    info.channels = 1;
-    info.format = format;
-    SNDFILE *f = sf_open_fd(qv_outfile_fd(of), SFM_WRITE, &info, 0);
-    if (!f) fprintf(stderr, TOOL ": %s: %s\n", path, sf_strerror(NULL));
-    return f;
-}
-
 static qv_outfile *open_out(const char *path) {
     char err[4400];
     qv_outfile *of;
@@ -547,119 +502,19 @@ static int commit_out(qv_outfile *of) {
     return -1;
 }
 
-/* libsndfile's virtual I/O on a growing memory buffer: every format (also those that seek back
- * to finish a header) can then go to a pipe as well as to a file. */
-typedef struct {
-    unsigned char *p;
-    sf_count_t n, cap, pos;
-} membuf;
-
-static sf_count_t mem_len(void *u) { return ((membuf *)u)->n; }
-static sf_count_t mem_tell(void *u) { return ((membuf *)u)->pos; }
-
-static sf_count_t mem_seek(sf_count_t off, int whence, void *u) {
-    membuf *b = u;
-    sf_count_t to = off + (whence == SEEK_CUR ? b->pos : whence == SEEK_END ? b->n : 0);
-    if (to < 0) return -1;
-    return b->pos = to;
-}
-
-static sf_count_t mem_read(void *dst, sf_count_t n, void *u) {
-    membuf *b = u;
-    if (n > b->n - b->pos) n = b->n - b->pos > 0 ? b->n - b->pos : 0;
-    memcpy(dst, b->p + b->pos, (size_t)n);
-    b->pos += n;
-    return n;
-}
-
-static sf_count_t mem_write(const void *src, sf_count_t n, void *u) {
-    membuf *b = u;
-    if (b->pos + n > b->cap) {
-        sf_count_t cap = b->cap ? b->cap : 65536;
-        while (cap < b->pos + n)
-            cap *= 2;
-        unsigned char *g = realloc(b->p, (size_t)cap);
-        if (!g) return 0;
-        b->p = g, b->cap = cap;
-    }
-    if (b->pos > b->n) memset(b->p + b->n, 0, (size_t)(b->pos - b->n)); /* a seek past the end */
-    memcpy(b->p + b->pos, src, (size_t)n);
-    b->pos += n;
-    if (b->pos > b->n) b->n = b->pos;
-    return n;
-}
-
-/* Encodes wav[n] as fmt and writes it to path ("-": stdout), atomically for a file. */
-static int write_audio(const char *path, int fmt, const float *wav, long n) {
-    SF_VIRTUAL_IO io = {mem_len, mem_seek, mem_read, mem_write, mem_tell};
-    SF_INFO info = {.samplerate = QV_SAMPLE_RATE_HZ, .channels = 1, .format = fmt};
-    membuf b = {0};
-    SNDFILE *f = sf_open_virtual(&io, SFM_WRITE, &info, &b);
-    int ok = f && sf_writef_float(f, wav, n) == n;
-    if (f && !ok) fprintf(stderr, TOOL ": %s: %s\n", path, sf_strerror(f));
-    if (!f) fprintf(stderr, TOOL ": %s: %s\n", path, sf_strerror(NULL));
-    if (f && sf_close(f)) ok = 0;
-    if (ok && !strcmp(path, "-")) {
-        ok = fwrite(b.p, 1, (size_t)b.n, stdout) == (size_t)b.n && !fflush(stdout);
-        if (!ok) fprintf(stderr, TOOL ": stdout: %s\n", strerror(errno));
-    } else if (ok) {
-        qv_outfile *of = open_out(path);
-        FILE *s = of ? qv_outfile_stream(of) : NULL;
-        ok = s && fwrite(b.p, 1, (size_t)b.n, s) == (size_t)b.n;
-        if (of && !ok)
-            fprintf(stderr, TOOL ": %s: %s\n", path, s ? strerror(errno) : "out of memory");
-        if (of) ok = ok ? !commit_out(of) : (qv_outfile_abort(of), 0);
-    }
-    free(b.p);
-    return ok ? 0 : -1;
-}
-
-/* Scales wav[n] to an integrated loudness of target LUFS; samples beyond full scale are clipped
- * (counted in *n_clipped). 0, or -1 with err when there is nothing to measure. */
-static int normalize_loudness(float *wav, int64_t n, double target, int64_t *n_clipped,
-                              char *err, size_t err_size) {
-    double lufs;
-    if (qv_loudness_lufs(wav, n, &lufs)) return snprintf(err, err_size, "out of memory"), -1;
-    if (!isfinite(lufs))
-        return snprintf(err, err_size, "--loudness: nothing to measure (silent, or shorter than "
-                                       "one 0.4 s EBU R128 block)"),
-               -1;
-    const float g = (float)pow(10.0, (target - lufs) / 20.0);
-    *n_clipped = 0;
-    for (int64_t i = 0; i < n; i++) {
-        float v = wav[i] * g;
-        if (fabsf(v) > 1.0f) v = v > 0 ? 1.0f : -1.0f, ++*n_clipped;
-        wav[i] = v;
-    }
-    return 0;
-}
-
 /* ==== audio sink ============================================================================= */
 
 typedef struct {
-    SNDFILE *snd; /* progressive file (--stream -o) */
-    int raw;      /* raw s16le on stdout (--stream) */
-    float *all;   /* everything, for a one-shot -o */
+    qv_encoder *enc; /* --stream: WAV/PCM to a file or raw s16le to stdout, as it comes */
+    float *all;      /* else everything, for a one-shot -o */
     int64_t n, cap;
     int failed;
 } sink;
 
 static int on_audio(void *user, const float *pcm, int n) {
     sink *k = user;
-    if (k->snd) {
-        if (sf_writef_float(k->snd, pcm, n) != n) return k->failed = 1;
-    } else if (k->raw) {
-        int16_t buf[4096];
-        for (int i = 0; i < n;) {
-            int m = n - i < 4096 ? n - i : 4096;
-            for (int j = 0; j < m; j++) {
-                float v = pcm[i + j] * 32767.0f;
-                buf[j] = (int16_t)lrintf(v > 32767.0f ? 32767.0f : v < -32768.0f ? -32768.0f : v);
-            }
-            if (fwrite(buf, sizeof(int16_t), (size_t)m, stdout) != (size_t)m) return k->failed = 1;
-            i += m;
-        }
-        fflush(stdout);
+    if (k->enc) {
+        if (qv_encoder_write(k->enc, pcm, n)) return k->failed = 1;
     } else {
         if (k->n + n > k->cap) {
             int64_t cap = k->cap ? k->cap : QV_SAMPLE_RATE_HZ;
@@ -683,20 +538,30 @@ static double now_s(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* --loudness, then the file: writes wav[n] (scaled in place) as fmt to path and its integrated
- * loudness to *lufs. 0, or -1 with err. */
+/* The whole file on stdout. 0, or -1 with err. */
+static int write_stdout(int fmt, const float *wav, int64_t n, char *err, size_t err_size) {
+    uint8_t *buf;
+    size_t len;
+    if (qv_audio_encode(fmt, wav, n, &buf, &len, err, err_size)) return -1;
+    const int ok = fwrite(buf, 1, len, stdout) == len && !fflush(stdout);
+    if (!ok) snprintf(err, err_size, "stdout: %s", strerror(errno));
+    free(buf);
+    return ok ? 0 : -1;
+}
+
+/* --loudness, then the file: writes wav[n] (scaled in place) as fmt to path ("-": stdout) and
+ * its integrated loudness to *lufs. 0, or -1 with err. */
 static int emit(const options *o, const char *path, int fmt, float *wav, int64_t n, double *lufs,
                 char *err, size_t err_size) {
     int64_t n_clipped = 0;
-    if (o->loudness && normalize_loudness(wav, n, o->loudness, &n_clipped, err, err_size))
+    if (o->loudness && qv_loudness_normalize(wav, n, o->loudness, &n_clipped, err, err_size))
         return -1;
     if (n_clipped && !o->quiet)
         fprintf(stderr, TOOL ": %s: warning: --loudness %g clipped %lld sample(s)\n", path,
                 o->loudness, (long long)n_clipped);
     if (qv_loudness_lufs(wav, n, lufs)) *lufs = -HUGE_VAL;
-    if (write_audio(path, fmt, wav, (long)n))
-        return snprintf(err, err_size, "%s: cannot write (details on stderr)", path), -1;
-    return 0;
+    if (!strcmp(path, "-")) return write_stdout(fmt, wav, n, err, err_size);
+    return qv_audio_write(path, fmt, wav, n, err, err_size) ? -1 : 0;
 }
 
 /* The summary of one synthesis written to out: --json and a --batch result line. */
@@ -785,10 +650,9 @@ static int decode_only(const options *o, const qv_model *m) {
         rc = emit(o, o->out_path, o->format, wav, n, &lufs, err, sizeof err) ? 1 : 0;
         if (rc) fprintf(stderr, TOOL ": %s\n", err);
     }
-    else {
-        sink k = {.raw = 1};
-        rc = on_audio(&k, wav, (int)n) ? 1 : 0;
-    }
+    else
+        rc = write_stdout(QV_FORMAT_PCM, wav, n, err, sizeof err) ? 1 : 0;
+    if (rc && wav && !o->out_path) fprintf(stderr, TOOL ": %s\n", err);
     free(wav);
     free(codes);
     return rc;
@@ -944,11 +808,12 @@ static int job_check(const cJSON *j, char *err, size_t n) {
     const char *out = job_str(j, "output", NULL);
     if (!out || !out[0]) return snprintf(err, n, "output: missing"), -1;
     if (!strcmp(out, "-")) return snprintf(err, n, "output: stdout carries the results"), -1;
-    const int fmt = format_for(out);
-    if (!fmt)
-        return snprintf(err, n, "output: %s: unknown extension (expected " FORMAT_NAMES ")", out),
+    const int fmt = qv_format_of_path(out);
+    if (fmt < 0)
+        return snprintf(err, n, "output: %s: unknown extension (expected " QV_FORMAT_NAMES ")",
+                        out),
                -1;
-    if (!format_writable(fmt))
+    if (!qv_format_writable(fmt))
         return snprintf(err, n, "output: %s: this build of libsndfile cannot write it", out), -1;
     if (cJSON_GetObjectItemCaseSensitive(j, "speaker") &&
         cJSON_GetObjectItemCaseSensitive(j, "voice"))
@@ -1016,7 +881,7 @@ static int job_run(const options *o, batch *b, int lineno, const char *line, cJS
     }
     const char *out = job_str(j, "output", NULL);
     double lufs;
-    if (emit(o, out, format_for(out), k.all, k.n, &lufs, err, n)) goto out;
+    if (emit(o, out, qv_format_of_path(out), k.all, k.n, &lufs, err, n)) goto out;
     add_summary(res, out, now_s() - t0, &ss, lufs);
     rc = 0;
 out:
@@ -1085,7 +950,6 @@ int main(int argc, char **argv) {
     qv_synth *syn = NULL;
     qv_voice *voice = NULL;
     char *stdin_text = NULL;
-    SNDFILE *snd = NULL;
     sink k = {0};
     chunks ck = {0};
     enum qv_status st;
@@ -1178,13 +1042,16 @@ int main(int argc, char **argv) {
             goto out;
         }
     }
-    if (o.stream && o.out_path) {
-        if (!(out_file = open_out(o.out_path))) goto out;
-        if (!(snd = open_audio(out_file, o.out_path, o.format))) goto out;
-        sf_command(snd, SFC_SET_UPDATE_HEADER_AUTO, NULL, SF_TRUE);
-        k.snd = snd;
-    } else if (o.stream) {
-        k.raw = 1;
+    if (o.stream) {
+        FILE *to = stdout;
+        if (o.out_path && (!(out_file = open_out(o.out_path)) ||
+                           !(to = qv_outfile_stream(out_file))))
+            goto out;
+        if (qv_encoder_new(&k.enc, o.out_path ? o.format : QV_FORMAT_PCM, NULL, NULL, to, err,
+                           sizeof err)) {
+            fprintf(stderr, TOOL ": %s\n", err);
+            goto out;
+        }
     }
     qv_synth_set_chunk_fn(syn, on_chunk, &ck);
     g_synth = syn;
@@ -1214,16 +1081,18 @@ int main(int argc, char **argv) {
     } else if (ck.dump) {
         fflush(stdout);
     }
-    if (snd) {
-        SNDFILE *f = snd;
-        snd = NULL;
-        qv_outfile *of = out_file;
-        out_file = NULL;
-        if (sf_close(f)) {
-            fprintf(stderr, TOOL ": %s: %s\n", o.out_path, sf_strerror(NULL));
-            qv_outfile_abort(of);
+    if (k.enc) {
+        qv_encoder *e = k.enc;
+        k.enc = NULL;
+        if (qv_encoder_close(e)) {
+            fprintf(stderr, TOOL ": %s: %s\n", o.out_path ? o.out_path : "stdout",
+                    strerror(errno));
             goto out;
         }
+    }
+    if (out_file) {
+        qv_outfile *of = out_file;
+        out_file = NULL;
         if (commit_out(of)) goto out;
     }
     double lufs = -HUGE_VAL;
@@ -1252,7 +1121,7 @@ int main(int argc, char **argv) {
 out:
     g_synth = NULL;
     if (jobs && jobs != stdin) fclose(jobs);
-    if (snd) sf_close(snd);
+    qv_encoder_close(k.enc);
     qv_outfile_abort(out_file);
     qv_outfile_abort(dump_file);
     free(k.all);

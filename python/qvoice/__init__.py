@@ -25,7 +25,6 @@ import tempfile
 import threading
 import urllib.parse
 import urllib.request
-import wave
 import weakref
 
 from . import _capi
@@ -37,7 +36,7 @@ except ImportError:
     _np = None
 
 __all__ = ["Qwen3TTSModel", "VoiceClonePromptItem", "VoiceClonePrompts", "Voice", "QvoiceError",
-           "write_wav", "version", "SAMPLE_RATE"]
+           "write_wav", "write_audio", "version", "SAMPLE_RATE"]
 
 # Official generation keyword -> qv_params field (None: handled apart).
 _GEN_KWARGS = {"do_sample": "do_sample", "temperature": "temperature", "top_k": "top_k",
@@ -117,14 +116,40 @@ def _as_list(x, n, what):
     return xs
 
 
+def write_audio(path, wav, format=None, loudness=None):
+    """Writes mono 24 kHz float samples with libqvoice's encoder (the one speak and the server
+    use), atomically: format by name or by path's extension (wav, pcm, flac, ogg, opus, mp3);
+    loudness: a target integrated loudness in LUFS (EBU R128, e.g. -23), or None."""
+    lib = _capi.lib()
+    path = os.fspath(path)
+    fmt = lib.qv_format_parse(_b(format)) if format else lib.qv_format_of_path(_b(path))
+    if fmt < 0:
+        raise ValueError("%s: unknown format %r (expected wav, pcm, flac, ogg, opus or mp3)"
+                         % (path, format or os.path.splitext(path)[1]))
+    if _np is not None:  # a copy: loudness scales it in place
+        samples = _np.array(wav, dtype=_np.float32).ravel()
+        buf = samples.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+    else:
+        samples = array.array("f", wav)
+        buf = (ctypes.c_float * len(samples)).from_buffer(samples) if len(samples) else None
+    n = len(samples)
+    err = ctypes.create_string_buffer(1024)
+    if loudness is not None:
+        clipped = ctypes.c_int64(0)
+        st = lib.qv_loudness_normalize(buf, n, float(loudness), ctypes.byref(clipped), err,
+                                       len(err))
+        if st:
+            _raise(st, _s(err.value))
+    st = lib.qv_audio_write(_b(path), fmt, buf, n, err, len(err))
+    if st:
+        _raise(st, _s(err.value))
+
+
 def write_wav(path, wav, sample_rate=SAMPLE_RATE):
-    """Writes mono float samples in [-1, 1] as a 16-bit PCM WAV (standard library only)."""
-    pcm = array.array("h", (int(max(-1.0, min(1.0, float(x))) * 32767) for x in wav))
-    with wave.open(os.fspath(path), "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(int(sample_rate))
-        w.writeframes(pcm.tobytes())
+    """Writes mono float samples in [-1, 1] as a 16-bit PCM WAV (write_audio)."""
+    if int(sample_rate) != SAMPLE_RATE:
+        raise ValueError("sample_rate %s: libqvoice writes %d Hz audio" % (sample_rate, SAMPLE_RATE))
+    write_audio(path, wav, "wav")
 
 
 class Voice:

@@ -1,0 +1,287 @@
+/* encode.c — audio out: the one encoder of 24 kHz mono samples for every front end (speak, the
+ * server, Python, the examples). 16-bit WAV and raw PCM are written here (so they can stream: a
+ * header of unknown length, then blocks); FLAC, Ogg Vorbis, Opus and MP3 go through libsndfile
+ * into memory. qv_pcm_s16le is the only float → 16-bit conversion of the project.
+ */
+#include <errno.h>
+#include <math.h>
+#include <sndfile.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "include/qvoice.h"
+
+/* ==== formats ================================================================================ */
+
+#define NAME_(id, name, mime) name,
+static const char *const names[] = {QV_FORMAT_LIST(NAME_)};
+#undef NAME_
+#define MIME_(id, name, mime) mime,
+static const char *const mimes[] = {QV_FORMAT_LIST(MIME_)};
+#undef MIME_
+
+/* libsndfile formats of those it writes; 0 for WAV and PCM, written here. */
+static const int sf_formats[QV_FORMAT_COUNT] = {
+    [QV_FORMAT_FLAC] = SF_FORMAT_FLAC | SF_FORMAT_PCM_16,
+    [QV_FORMAT_OGG] = SF_FORMAT_OGG | SF_FORMAT_VORBIS,
+    [QV_FORMAT_OPUS] = SF_FORMAT_OGG | SF_FORMAT_OPUS,
+    [QV_FORMAT_MP3] = SF_FORMAT_MPEG | SF_FORMAT_MPEG_LAYER_III,
+};
+
+static int valid(int f) {
+    return f >= 0 && f < QV_FORMAT_COUNT;
+}
+
+int qv_format_parse(const char *name) {
+    for (int f = 0; name && f < QV_FORMAT_COUNT; f++)
+        if (!strcasecmp(name, names[f])) return f;
+    return -1;
+}
+
+int qv_format_of_path(const char *path) {
+    const char *dot = path ? strrchr(path, '.') : NULL;
+    return dot && !strchr(dot, '/') ? qv_format_parse(dot + 1) : -1;
+}
+
+const char *qv_format_name(int f) {
+    return valid(f) ? names[f] : NULL;
+}
+
+const char *qv_format_mime(int f) {
+    return valid(f) ? mimes[f] : NULL;
+}
+
+int qv_format_writable(int f) {
+    if (!valid(f)) return 0;
+    SF_INFO info = {.samplerate = QV_SAMPLE_RATE_HZ, .channels = 1, .format = sf_formats[f]};
+    return !sf_formats[f] || sf_format_check(&info);
+}
+
+int qv_format_progressive(int f) {
+    return f == QV_FORMAT_WAV || f == QV_FORMAT_PCM;
+}
+
+/* ==== 16-bit PCM and the WAV header ========================================================== */
+
+void qv_pcm_s16le(const float *x, int64_t n, uint8_t *out) {
+    for (int64_t i = 0; i < n; i++) {
+        const float v = x[i] < -1.0f ? -1.0f : x[i] > 1.0f ? 1.0f : x[i];
+        const int16_t s = (int16_t)lrintf(v * 32767.0f);
+        out[2 * i] = (uint8_t)s;
+        out[2 * i + 1] = (uint8_t)((uint16_t)s >> 8);
+    }
+}
+
+static void put32(uint8_t *p, uint32_t v) {
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+void qv_wav_header(uint8_t h[QV_WAV_HEADER_BYTES], int64_t n_samples) {
+    /* a length a RIFF size cannot hold is written as unknown, as a stream's */
+    const int unknown = n_samples < 0 || n_samples > (int64_t)(UINT32_MAX - 36) / 2;
+    const uint32_t data = unknown ? 0xFFFFFFFFu : (uint32_t)(n_samples * 2);
+    memcpy(h, "RIFF", 4);
+    put32(h + 4, unknown ? 0xFFFFFFFFu : 36 + data);
+    memcpy(h + 8, "WAVEfmt ", 8);
+    put32(h + 16, 16);
+    put32(h + 20, 1 | (1u << 16)); /* PCM, mono */
+    put32(h + 24, QV_SAMPLE_RATE_HZ);
+    put32(h + 28, QV_SAMPLE_RATE_HZ * 2);
+    put32(h + 32, 2 | (16u << 16)); /* block align, bits */
+    memcpy(h + 36, "data", 4);
+    put32(h + 40, data);
+}
+
+/* ==== whole files in memory ================================================================== */
+
+typedef struct {
+    uint8_t *p;
+    size_t len, cap, pos;
+    int failed;
+} membuf;
+
+/* Room for end bytes; new bytes (a seek past the end) are zero. */
+static int mem_reserve(membuf *b, size_t end) {
+    if (end > b->cap) {
+        size_t cap = b->cap ? b->cap : 65536;
+        while (cap < end)
+            cap *= 2;
+        uint8_t *q = realloc(b->p, cap);
+        if (!q) return -1;
+        b->p = q, b->cap = cap;
+    }
+    if (end > b->len) memset(b->p + b->len, 0, end - b->len), b->len = end;
+    return 0;
+}
+
+static sf_count_t v_len(void *u) { return (sf_count_t)((membuf *)u)->len; }
+static sf_count_t v_tell(void *u) { return (sf_count_t)((membuf *)u)->pos; }
+
+static sf_count_t v_seek(sf_count_t off, int whence, void *u) {
+    membuf *b = u;
+    const sf_count_t base = whence == SEEK_CUR   ? (sf_count_t)b->pos
+                            : whence == SEEK_END ? (sf_count_t)b->len
+                                                 : 0;
+    if (base + off < 0) return -1;
+    b->pos = (size_t)(base + off);
+    return (sf_count_t)b->pos;
+}
+
+static sf_count_t v_read(void *dst, sf_count_t n, void *u) {
+    membuf *b = u;
+    const size_t left = b->pos < b->len ? b->len - b->pos : 0;
+    if ((size_t)n > left) n = (sf_count_t)left;
+    memcpy(dst, b->p + b->pos, (size_t)n);
+    b->pos += (size_t)n;
+    return n;
+}
+
+static sf_count_t v_write(const void *src, sf_count_t n, void *u) {
+    membuf *b = u;
+    if (mem_reserve(b, b->pos + (size_t)n)) return b->failed = 1, 0;
+    memcpy(b->p + b->pos, src, (size_t)n);
+    b->pos += (size_t)n;
+    return n;
+}
+
+static int encode_sndfile(int f, const float *pcm, int64_t n, membuf *b, char *err, size_t es) {
+    SF_VIRTUAL_IO io = {v_len, v_seek, v_read, v_write, v_tell};
+    SF_INFO info = {.samplerate = QV_SAMPLE_RATE_HZ, .channels = 1, .format = sf_formats[f]};
+    SNDFILE *sf = sf_open_virtual(&io, SFM_WRITE, &info, b);
+    if (!sf) {
+        snprintf(err, es, "%s: %s", names[f], sf_strerror(NULL));
+        return QV_E_UNSUPPORTED;
+    }
+    const sf_count_t w = sf_writef_float(sf, pcm, n);
+    const int rc = sf_close(sf);
+    if (b->failed) return snprintf(err, es, "%s: out of memory", names[f]), QV_E_NOMEM;
+    if (w != n || rc) return snprintf(err, es, "%s: encoding failed", names[f]), QV_E_IO;
+    return QV_OK;
+}
+
+enum qv_status qv_audio_encode(int format, const float *pcm, int64_t n_samples, uint8_t **out,
+                               size_t *n_bytes, char *err, size_t err_size) {
+    *out = NULL, *n_bytes = 0;
+    if (!valid(format) || n_samples < 0 || (n_samples && !pcm))
+        return snprintf(err, err_size, "format %d, %lld samples: invalid", format,
+                        (long long)n_samples),
+               QV_E_INVALID;
+    if ((uint64_t)n_samples > (SIZE_MAX - QV_WAV_HEADER_BYTES) / 2)
+        return snprintf(err, err_size, "%lld samples: too many", (long long)n_samples),
+               QV_E_LIMIT;
+    membuf b = {0};
+    enum qv_status st = QV_OK;
+    if (qv_format_progressive(format)) {
+        const size_t head = format == QV_FORMAT_WAV ? QV_WAV_HEADER_BYTES : 0;
+        if (mem_reserve(&b, head + 2 * (size_t)n_samples)) {
+            st = QV_E_NOMEM;
+            snprintf(err, err_size, "%s: out of memory", names[format]);
+        } else {
+            if (head) qv_wav_header(b.p, n_samples);
+            qv_pcm_s16le(pcm, n_samples, b.p + head);
+        }
+    } else {
+        st = (enum qv_status)encode_sndfile(format, pcm, n_samples, &b, err, err_size);
+    }
+    if (st) return free(b.p), st;
+    *out = b.p, *n_bytes = b.len;
+    return QV_OK;
+}
+
+enum qv_status qv_audio_write(const char *path, int format, const float *pcm, int64_t n_samples,
+                              char *err, size_t err_size) {
+    uint8_t *buf;
+    size_t n;
+    enum qv_status st = qv_audio_encode(format, pcm, n_samples, &buf, &n, err, err_size);
+    if (st) return st;
+    qv_outfile *of = NULL;
+    if (!(st = qv_outfile_open(&of, path, err, err_size))) {
+        FILE *f = qv_outfile_stream(of);
+        if (!f || fwrite(buf, 1, n, f) != n) {
+            snprintf(err, err_size, "%s: %s", path, f ? strerror(errno) : "out of memory");
+            qv_outfile_abort(of);
+            st = QV_E_IO;
+        } else {
+            st = qv_outfile_commit(of, err, err_size);
+        }
+    }
+    free(buf);
+    return st;
+}
+
+/* ==== streams ================================================================================ */
+
+struct qv_encoder {
+    int format;
+    qv_write_fn fn; /* or: */
+    void *user;
+    FILE *file;     /* seekable: the WAV header is rewritten after each block */
+    int64_t n_samples;
+    uint8_t *blk; /* one block: the header (first WAV block) and the samples */
+    size_t cap;
+};
+
+enum qv_status qv_encoder_new(qv_encoder **out, int format, qv_write_fn fn, void *user,
+                              FILE *file, char *err, size_t err_size) {
+    *out = NULL;
+    if (!valid(format) || !fn == !file)
+        return snprintf(err, err_size, "encoder: a format and either a write function or a "
+                                       "file"),
+               QV_E_INVALID;
+    if (!qv_format_progressive(format))
+        return snprintf(err, err_size, "%s: progressive output is WAV or PCM only",
+                        names[format]),
+               QV_E_UNSUPPORTED;
+    qv_encoder *e = calloc(1, sizeof *e);
+    if (!e) return snprintf(err, err_size, "encoder: out of memory"), QV_E_NOMEM;
+    e->format = format, e->fn = fn, e->user = user;
+    /* a file that cannot seek (a pipe) keeps the stream's unknown length */
+    if (file) e->file = file;
+    *out = e;
+    return QV_OK;
+}
+
+/* The block's bytes to the sink. 0 or -1. */
+static int emit(qv_encoder *e, const uint8_t *p, size_t n) {
+    if (e->fn) return e->fn(e->user, p, n) ? -1 : 0;
+    return fwrite(p, 1, n, e->file) == n ? 0 : -1;
+}
+
+/* A seekable file's header gets the length so far (playable while it grows). */
+static int update_header(qv_encoder *e) {
+    if (e->format != QV_FORMAT_WAV || !e->file) return 0;
+    const long end = ftell(e->file);
+    if (end < 0 || fseek(e->file, 0, SEEK_SET)) return errno = 0, 0; /* a pipe */
+    uint8_t h[QV_WAV_HEADER_BYTES];
+    qv_wav_header(h, e->n_samples);
+    return fwrite(h, 1, sizeof h, e->file) != sizeof h || fseek(e->file, end, SEEK_SET) ? -1 : 0;
+}
+
+enum qv_status qv_encoder_write(qv_encoder *e, const float *pcm, int n_samples) {
+    if (!e || n_samples < 0) return QV_E_INVALID;
+    const size_t head = e->format == QV_FORMAT_WAV && e->n_samples == 0 ? QV_WAV_HEADER_BYTES : 0;
+    const size_t need = head + 2 * (size_t)n_samples;
+    if (need > e->cap) {
+        uint8_t *q = realloc(e->blk, need);
+        if (!q) return QV_E_NOMEM;
+        e->blk = q, e->cap = need;
+    }
+    if (head) qv_wav_header(e->blk, -1);
+    qv_pcm_s16le(pcm, n_samples, e->blk + head);
+    if (emit(e, e->blk, need)) return QV_E_IO;
+    e->n_samples += n_samples;
+    if (update_header(e) || (e->file && fflush(e->file))) return QV_E_IO;
+    return QV_OK;
+}
+
+enum qv_status qv_encoder_close(qv_encoder *e) {
+    if (!e) return QV_OK;
+    enum qv_status st = QV_OK;
+    if (e->format == QV_FORMAT_WAV && e->n_samples == 0) st = qv_encoder_write(e, NULL, 0);
+    free(e->blk);
+    free(e);
+    return st;
+}
