@@ -95,6 +95,22 @@ void qv_wav_header(uint8_t h[QV_WAV_HEADER_BYTES], int64_t n_samples) {
     put32(h + 40, data);
 }
 
+int qv_pcm_collect(void *user, const float *pcm, int n) {
+    qv_pcm_buffer *b = user;
+    if (n <= 0) return 0;
+    if (b->n + n > b->cap) {
+        int64_t cap = b->cap ? b->cap : QV_SAMPLE_RATE_HZ;
+        while (cap < b->n + n)
+            cap *= 2;
+        float *g = realloc(b->pcm, (size_t)cap * sizeof *g);
+        if (!g) return b->failed = 1;
+        b->pcm = g, b->cap = cap;
+    }
+    memcpy(b->pcm + b->n, pcm, (size_t)n * sizeof *pcm);
+    b->n += n;
+    return 0;
+}
+
 /* ==== whole files in memory ================================================================== */
 
 typedef struct {
@@ -191,25 +207,31 @@ enum qv_status qv_audio_encode(int format, const float *pcm, int64_t n_samples, 
     return QV_OK;
 }
 
-enum qv_status qv_audio_write(const char *path, int format, const float *pcm, int64_t n_samples,
-                              char *err, size_t err_size) {
+enum qv_status qv_audio_write_stream(FILE *f, int format, const float *pcm, int64_t n_samples,
+                                     char *err, size_t err_size) {
     uint8_t *buf;
     size_t n;
     enum qv_status st = qv_audio_encode(format, pcm, n_samples, &buf, &n, err, err_size);
     if (st) return st;
-    qv_outfile *of = NULL;
-    if (!(st = qv_outfile_open(&of, path, err, err_size))) {
-        FILE *f = qv_outfile_stream(of);
-        if (!f || fwrite(buf, 1, n, f) != n) {
-            snprintf(err, err_size, "%s: %s", path, f ? strerror(errno) : "out of memory");
-            qv_outfile_abort(of);
-            st = QV_E_IO;
-        } else {
-            st = qv_outfile_commit(of, err, err_size);
-        }
-    }
+    if (fwrite(buf, 1, n, f) != n || fflush(f))
+        st = QV_E_IO, snprintf(err, err_size, "%s", strerror(errno));
     free(buf);
     return st;
+}
+
+enum qv_status qv_audio_write(const char *path, int format, const float *pcm, int64_t n_samples,
+                              char *err, size_t err_size) {
+    qv_outfile *of;
+    enum qv_status st = qv_outfile_open(&of, path, err, err_size);
+    if (st) return st;
+    FILE *f = qv_outfile_stream(of);
+    char e[512] = "out of memory";
+    if (!f || (st = qv_audio_write_stream(f, format, pcm, n_samples, e, sizeof e))) {
+        snprintf(err, err_size, "%s: %s", path, e);
+        qv_outfile_abort(of);
+        return f ? st : QV_E_NOMEM;
+    }
+    return qv_outfile_commit(of, err, err_size);
 }
 
 /* ==== streams ================================================================================ */

@@ -17,24 +17,29 @@ enum qv_status qv_loudness_lufs(const float *pcm, int64_t n_samples, double *luf
 }
 
 enum qv_status qv_loudness_normalize(float *pcm, int64_t n_samples, double target_lufs,
-                                     int64_t *n_clipped, char *err, size_t err_size) {
-    *n_clipped = 0;
-    if (!(target_lufs >= QV_LOUDNESS_MIN_LUFS && target_lufs <= QV_LOUDNESS_MAX_LUFS))
+                                     int64_t *n_clipped, double *lufs, char *err,
+                                     size_t err_size) {
+    *n_clipped = 0, *lufs = -HUGE_VAL;
+    if (target_lufs != 0 &&
+        !(target_lufs >= QV_LOUDNESS_MIN_LUFS && target_lufs <= QV_LOUDNESS_MAX_LUFS))
         return snprintf(err, err_size, "loudness: expected %g..%g LUFS, found %g",
                         QV_LOUDNESS_MIN_LUFS, QV_LOUDNESS_MAX_LUFS, target_lufs),
                QV_E_INVALID;
-    double lufs;
-    if (qv_loudness_lufs(pcm, n_samples, &lufs))
+    double in;
+    if (qv_loudness_lufs(pcm, n_samples, &in))
         return snprintf(err, err_size, "loudness: out of memory"), QV_E_NOMEM;
-    if (!isfinite(lufs))
+    if (target_lufs == 0) return *lufs = in, QV_OK;
+    if (!isfinite(in))
         return snprintf(err, err_size, "loudness: nothing to measure (silent, or shorter than one "
                                        "0.4 s EBU R128 block)"),
                QV_E_AUDIO;
-    const float g = (float)pow(10.0, (target_lufs - lufs) / 20.0);
+    const float g = (float)pow(10.0, (target_lufs - in) / 20.0);
     for (int64_t i = 0; i < n_samples; i++) {
         float v = pcm[i] * g;
         if (fabsf(v) > 1.0f) v = v > 0 ? 1.0f : -1.0f, ++*n_clipped;
         pcm[i] = v;
     }
+    if (qv_loudness_lufs(pcm, n_samples, lufs))
+        return snprintf(err, err_size, "loudness: out of memory"), QV_E_NOMEM;
     return QV_OK;
 }

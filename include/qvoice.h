@@ -111,6 +111,21 @@ const char *qv_model_language(const qv_model *m, int i);
 enum qv_status qv_model_decode_codes(const qv_model *m, const int32_t *codes, int n_frames,
                                      int n_threads, float *wav, char *err, size_t err_size);
 
+/* The codes text format (speak --dump-codes / --decode-codes): one frame per line, its 16 codes
+ * in [0, 2048) as decimal integers separated by blanks; blank lines and #-comments are skipped.
+ * qv_codes_write appends n_frames frames to f (QV_E_IO when writing fails). qv_codes_read reads
+ * path (a file or a pipe such as /dev/stdin) into *codes [*n_frames][16] (malloc'd, caller frees);
+ * QV_E_IO (unreadable), QV_E_INVALID with err = "PATH:LINE: expected 16 codes in [0, 2048)" or
+ * "PATH: no frames", QV_E_NOMEM. */
+enum qv_status qv_codes_write(FILE *f, const int32_t *codes, int n_frames);
+enum qv_status qv_codes_read(const char *path, int32_t **codes, int *n_frames, char *err,
+                             size_t err_size);
+
+/* qv_codes_read then qv_model_decode_codes: the audio of a codes file, *pcm [*n_samples]
+ * (malloc'd, caller frees). Their statuses and errors. */
+enum qv_status qv_codes_decode(const qv_model *m, const char *path, int n_threads, float **pcm,
+                               int64_t *n_samples, char *err, size_t err_size);
+
 /* Batched streams: from this call on, sessions of m that ask for their next frame at about the
  * same time, each on its own thread, advance together in one step (up to max_streams of them,
  * at most QV_BATCH_MAX_STREAMS; 0 or 1 turns it off), so each weight matrix is read once per step
@@ -149,6 +164,18 @@ typedef struct {
  * qvoice-compress --q4 stores it (docs/compression.md; +0.3 GB for 0.6B, prefill widens q4).
  * A checkpoint already stored as q4 runs its q4 weights whatever quant says. */
 enum qv_quant { QV_QUANT_BF16, QV_QUANT_INT8, QV_QUANT_Q4 };
+
+/* The one range of each sampling parameter, for every front end (speak, the server, Python):
+ * temperature 0.001..10 (when sampling), top_k 0..100000 (0 = off), top_p (0, 1], repetition
+ * penalty 0.1..10, max_frames >= 1, n_threads 1..256. */
+#define QV_TEMPERATURE_MIN 0.001
+#define QV_TEMPERATURE_MAX 10.0
+#define QV_TOP_K_MAX 100000
+#define QV_REPETITION_PENALTY_MIN 0.1
+#define QV_REPETITION_PENALTY_MAX 10.0
+/* QV_OK, or QV_E_INVALID with err = "FIELD: expected RANGE, found VALUE" (FIELD as in
+ * qv_params). Sessions and syntheses check their params with it. */
+enum qv_status qv_params_check(const qv_params *p, char *err, size_t err_size);
 
 /* The reference wrapper's fallbacks: sampling on, T 0.9, top-k 50, top-p 1, penalty 1.05,
  * code predictor T 0.9 / top-k 50 / top-p 1, max_frames 2047, 1 thread, seed 0. */
@@ -301,6 +328,8 @@ typedef struct {
                                 source model, e.g. Base): allowed only while this is the
                                 model's only qv_synth, else QV_E_UNSUPPORTED */
     int force_voice;         /* 1: use a voice that qv_voice_check calls foreign */
+    int force_instruct;      /* 1: keep instruct on the 0.6B CustomVoice model, which was not
+                                trained for it (0: dropped, stats.warning = QV_INSTRUCT_DROPPED) */
     int strict_vocab;        /* 1: refuse text a pruned vocabulary lacks (QV_E_VOCAB); 0: spell
                                 it with smaller pieces, named in stats.warning
                                 (qv_request.strict_vocab) */
@@ -318,6 +347,10 @@ typedef struct {
     const char *verify_model_dir; /* Base model directory: per-chunk speaker similarity of the
                                      output to the voice (stats.verify_*), or NULL */
 } qv_synth_request;
+
+#define QV_INSTRUCT_DROPPED                                                                        \
+    "instruct ignored: the 0.6B CustomVoice model was not trained for instructions "              \
+    "(force_instruct keeps it)"
 
 /* use_icl, use_wdelta, guard, trim_lead = 1; max_chunk_chars = 200; everything else 0/NULL
  * (so audio streams). */
@@ -379,6 +412,48 @@ void qv_synth_set_chunk_fn(qv_synth *s, qv_chunk_fn fn, void *user);
 void qv_synth_cancel(qv_synth *s);
 /* One-line detail of the last error (borrowed, "" when none). */
 const char *qv_synth_error(const qv_synth *s);
+
+/* speak --json's summary of a synthesis written to output: {"ok":true,"output","seconds" (wall
+ * time), "audio_seconds","rtf","frames","chunks","loudness_lufs" (when finite),"warning" (when
+ * any)}, one line, malloc'd (caller frees); NULL when out of memory. */
+char *qv_synth_summary_json(const char *output, double seconds, const qv_synth_stats *st,
+                            double lufs);
+
+/* ==== batch jobs (docs/batch.md) ============================================================== */
+
+/* Many texts on one loaded model: each job is one line of JSON Lines, {"text", "output",
+ * "speaker" | "voice", "language", "instruct", "seed"} (text and output required; unknown fields
+ * are errors). Voices are opened once, on the first job naming them; consecutive jobs with one
+ * seed share a synthesizer. One thread at a time per qv_jobs; qv_jobs_cancel from anywhere. */
+typedef struct qv_jobs qv_jobs;
+typedef struct {
+    qv_synth_request request; /* every job's request (voice use, guard, chunking, max_seconds,
+                                 force_*); its speaker, voice_path (a voice path or NAME),
+                                 language and instruct are the defaults of a job naming none */
+    double loudness_lufs;     /* each output's loudness target (qv_loudness_normalize); 0 none */
+} qv_jobs_options;
+qv_jobs_options qv_jobs_default_options(void); /* qv_synth_default_request(), loudness 0 */
+
+/* p: the params of every job (a job's seed replaces p->seed). QV_E_INVALID, QV_E_NOMEM. */
+enum qv_status qv_jobs_new(qv_jobs **out, const qv_model *m, const qv_params *p,
+                           const qv_jobs_options *o);
+/* Runs the job on line line_no of a jobs file and writes its audio to its output, atomically
+ * (nothing on failure). *result_json gets the job's result line, malloc'd (caller frees):
+ * {"line","ok"} then qv_synth_summary_json's fields (and "clipped_samples" when the loudness gain
+ * clipped) or "error". A blank line is no job: QV_OK with *result_json NULL. Returns QV_OK or the
+ * job's failure (QV_E_CANCELLED after qv_jobs_cancel) with err = the result's error. */
+enum qv_status qv_jobs_run_line(qv_jobs *j, int line_no, const char *line, char **result_json,
+                                char *err, size_t err_size);
+/* Every line of in, in order, until its end or a cancelled job: fn (may be NULL) gets each job's
+ * line number, status, result line (NULL when out of memory) and error ("" when ok). Counts the
+ * jobs (blank lines are none) and the failed ones. QV_OK when every job succeeded, else the last
+ * failure's status. */
+typedef void (*qv_job_fn)(void *user, int line_no, enum qv_status st, const char *result_json,
+                          const char *err);
+enum qv_status qv_jobs_run_file(qv_jobs *j, FILE *in, qv_job_fn fn, void *user, int *n_jobs,
+                                int *n_failed);
+void qv_jobs_cancel(qv_jobs *j); /* stops the running job (any thread, a signal handler) */
+void qv_jobs_free(qv_jobs *j);   /* accepts NULL */
 
 /* ==== cloning: reference audio to a voice file ================================================ */
 
@@ -449,14 +524,17 @@ enum qv_status qv_clone_similarity(const qv_cloner *c, const char *a, const char
  * LUFS; -HUGE_VAL when nothing is above the -70 LUFS absolute gate. QV_OK or QV_E_NOMEM. */
 enum qv_status qv_loudness_lufs(const float *pcm, int64_t n_samples, double *lufs);
 
-/* Scales pcm in place to an integrated loudness of target_lufs (QV_LOUDNESS_MIN_LUFS..MAX: -23 is
- * broadcast, -16 podcasts); samples beyond full scale are clipped and counted in *n_clipped.
- * QV_E_INVALID for a target out of range, QV_E_AUDIO when there is nothing to measure (silent, or
- * shorter than one 0.4 s block), QV_E_NOMEM; err says which ("loudness: ..."). */
+/* An output's level: scales pcm in place to an integrated loudness of target_lufs (0: leaves it
+ * as generated; else QV_LOUDNESS_MIN_LUFS..MAX: -23 is broadcast, -16 podcasts), clipping samples
+ * beyond full scale (counted in *n_clipped), and gives the result's loudness in *lufs (-HUGE_VAL
+ * when unmeasurable). QV_E_INVALID for a target out of range, QV_E_AUDIO when a target is given
+ * and there is nothing to measure (silent, or shorter than one 0.4 s block), QV_E_NOMEM; err says
+ * which ("loudness: ..."). */
 #define QV_LOUDNESS_MIN_LUFS (-70.0)
 #define QV_LOUDNESS_MAX_LUFS (-1.0)
 enum qv_status qv_loudness_normalize(float *pcm, int64_t n_samples, double target_lufs,
-                                     int64_t *n_clipped, char *err, size_t err_size);
+                                     int64_t *n_clipped, double *lufs, char *err,
+                                     size_t err_size);
 
 /* ==== audio out: the one encoder ============================================================= */
 
@@ -495,10 +573,23 @@ void qv_wav_header(uint8_t out[QV_WAV_HEADER_BYTES], int64_t n_samples);
  * QV_E_IO (the codec failed); err names the format. */
 enum qv_status qv_audio_encode(int format, const float *pcm, int64_t n_samples, uint8_t **out,
                                size_t *n_bytes, char *err, size_t err_size);
+/* qv_audio_encode into the stream f (flushed; e.g. stdout). Its statuses, or QV_E_IO. */
+enum qv_status qv_audio_write_stream(FILE *f, int format, const float *pcm, int64_t n_samples,
+                                     char *err, size_t err_size);
 /* qv_audio_encode into path, written atomically (qv_outfile). Its statuses, or QV_E_IO with
  * err = "PATH: problem". */
 enum qv_status qv_audio_write(const char *path, int format, const float *pcm, int64_t n_samples,
                               char *err, size_t err_size);
+
+/* A growing buffer of samples, for output that needs the whole audio first (a one-shot file,
+ * loudness): qv_pcm_collect is a qv_pcm_fn with user = a zeroed qv_pcm_buffer; it returns 1 (stop)
+ * and sets failed when out of memory. Free pcm with free(). */
+typedef struct {
+    float *pcm;
+    int64_t n, cap;
+    int failed;
+} qv_pcm_buffer;
+int qv_pcm_collect(void *user, const float *pcm, int n_samples);
 
 /* A stream of WAV or PCM, written block by block as audio arrives (a WAV starts with a header of
  * unknown length). The sink is either fn (each qv_encoder_write calls it once with the block:

@@ -4,6 +4,8 @@
  * sends it (whole, or streamed as chunked bytes or SSE events as it arrives).
  */
 #include <cJSON.h>
+#include <float.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -29,8 +31,8 @@ typedef struct job {
     qv_encoder *enc; /* streams: WAV/PCM blocks into out (or SSE events) */
     bytes out;       /* streams: encoded bytes not yet sent, from off */
     size_t off;
-    float *pcm;                                     /* non-streamed: every sample */
-    int64_t n_pcm, cap_pcm, n_samples, max_samples; /* max_samples: the request's cap, 0 none */
+    qv_pcm_buffer pcm;              /* non-streamed: every sample */
+    int64_t n_samples, max_samples; /* max_samples: the request's cap, 0 none */
     int running, cancel, timed_out, done, ended;    /* running: the worker holds the slot */
     int capped; /* the audio reached max_samples: a normal end */
     enum qv_status st;
@@ -53,7 +55,7 @@ static void job_unref(job *j) {
     free(j->instruct);
     free(j->voice_path);
     free(j->out.p);
-    free(j->pcm);
+    free(j->pcm.pcm);
     qv_encoder_close(j->enc);
     free(j);
 }
@@ -97,20 +99,7 @@ static int on_pcm(void *user, const float *x, int n) {
     if (j->cancel) {
         stop = 1;
     } else if (j->stream == STREAM_NONE) {
-        if (j->n_pcm + n > j->cap_pcm) {
-            int64_t cap = j->cap_pcm ? 2 * j->cap_pcm : QV_SAMPLE_RATE_HZ * 4;
-            while (cap < j->n_pcm + n)
-                cap *= 2;
-            float *p = realloc(j->pcm, (size_t)cap * sizeof *p);
-            if (!p)
-                fail = 1;
-            else {
-                j->pcm = p;
-                j->cap_pcm = cap;
-            }
-        }
-        if (!fail) memcpy(j->pcm + j->n_pcm, x, (size_t)n * sizeof *x);
-        j->n_pcm += fail ? 0 : n;
+        fail = qv_pcm_collect(&j->pcm, x, n);
     } else {
         fail = qv_encoder_write(j->enc, x, n) != QV_OK;
     }
@@ -145,6 +134,7 @@ static void *worker(void *arg) {
         rc = QV_OK;
         st.capped = 1;
     }
+    if (st.warning[0]) qvs_srv_log(s, "speech: warning: %s", st.warning); /* e.g. instruct dropped */
     qvs_metrics_synth(&s->met, &st); /* before the reply can go out: a client sees it counted */
     pthread_mutex_lock(&s->met.mu);
     s->met.guard_failures += rc == QV_E_GUARD;
@@ -391,9 +381,10 @@ static int parse(qv_server *s, const char *body, size_t len, job *j, qv_params *
             qv_format_name(j->format), qv_format_name(j->format));
         goto out;
     }
-    char e[256];
-    if (j->stream && qv_encoder_new(&j->enc, j->format, stream_sink, j, NULL, e, sizeof e)) {
-        bad(v, 500, "out_of_memory", NULL, "%s", e);
+    char enc_err[256];
+    if (j->stream &&
+        qv_encoder_new(&j->enc, j->format, stream_sink, j, NULL, enc_err, sizeof enc_err)) {
+        bad(v, 500, "out_of_memory", NULL, "%s", enc_err);
         goto out;
     }
     int got = get_num(o, "speed", 0.25, 4, 0, &d, v);
@@ -409,18 +400,30 @@ static int parse(qv_server *s, const char *body, size_t len, job *j, qv_params *
     double max_s = s->cfg.max_seconds;
     if ((got = get_num(o, "seed", 0, 9007199254740991.0, 1, &d, v)) < 0) goto out;
     if (got) p->seed = (uint64_t)d;
-    if ((got = get_num(o, "temperature", 1e-3, 10, 0, &d, v)) < 0) goto out;
+    /* the ranges are the library's (qv_params_check, below) */
+    if ((got = get_num(o, "temperature", -FLT_MAX, FLT_MAX, 0, &d, v)) < 0) goto out;
     if (got) p->temperature = (float)d;
-    if ((got = get_num(o, "top_k", 0, 100000, 1, &d, v)) < 0) goto out;
+    if ((got = get_num(o, "top_k", INT_MIN, INT_MAX, 1, &d, v)) < 0) goto out;
     if (got) p->top_k = (int)d;
-    if ((got = get_num(o, "top_p", 1e-6, 1, 0, &d, v)) < 0) goto out;
+    if ((got = get_num(o, "top_p", -FLT_MAX, FLT_MAX, 0, &d, v)) < 0) goto out;
     if (got) p->top_p = (float)d;
-    if ((got = get_num(o, "repetition_penalty", 0.1, 10, 0, &d, v)) < 0) goto out;
+    if ((got = get_num(o, "repetition_penalty", -FLT_MAX, FLT_MAX, 0, &d, v)) < 0) goto out;
     if (got) p->repetition_penalty = (float)d;
     if ((got = get_num(o, "max_new_tokens", 1, 65536, 1, &d, v)) < 0) goto out;
     if (got) p->max_frames = d > 1 ? (int)d - 1 : 1; /* max_seconds still caps the audio */
     if ((got = get_num(o, "max_seconds", 0.08, 1e6, 0, &d, v)) < 0) goto out;
     if (got && (max_s <= 0 || d < max_s)) max_s = d;
+    char e[256];
+    if (qv_params_check(p, e, sizeof e)) {
+        static const char *const fields[] = {"temperature", "top_k", "top_p",
+                                             "repetition_penalty"};
+        const char *field = NULL;
+        for (size_t i = 0; i < sizeof fields / sizeof *fields; i++)
+            if (!strncmp(e, fields[i], strlen(fields[i])) && e[strlen(fields[i])] == ':')
+                field = fields[i];
+        bad(v, 400, "invalid_value", field, "%s", e);
+        goto out;
+    }
     if ((input && !(j->text = strdup(input))) || (lang && !(j->language = strdup(lang))) ||
         (speaker && !(j->speaker = strdup(speaker))) || (instr && !(j->instruct = strdup(instr))) ||
         (voice && !speaker && !(j->voice_path = strdup(path)))) {
@@ -672,7 +675,7 @@ enum MHD_Result qvs_speech_handle(qv_server *s, struct MHD_Connection *c, req *q
         uint8_t *out;
         size_t len;
         char e[256];
-        if (qv_audio_encode(j->format, j->pcm, j->n_pcm, &out, &len, e, sizeof e))
+        if (qv_audio_encode(j->format, j->pcm.pcm, j->pcm.n, &out, &len, e, sizeof e))
             return qvs_reply_error(c, q, 500, "server_error", "encoding_failed", NULL,
                                    "response_format %s", e);
         struct MHD_Response *r = MHD_create_response_from_buffer(len, out, MHD_RESPMEM_MUST_FREE);
@@ -681,6 +684,7 @@ enum MHD_Result qvs_speech_handle(qv_server *s, struct MHD_Connection *c, req *q
             return MHD_NO;
         }
         MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, qv_format_mime(j->format));
+        if (j->stats.warning[0]) MHD_add_response_header(r, "X-Qvoice-Warning", j->stats.warning);
         enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);
         MHD_destroy_response(r);
         q->status = MHD_HTTP_OK;

@@ -25,6 +25,7 @@ import tempfile
 import threading
 import urllib.parse
 import urllib.request
+import warnings
 import weakref
 
 from . import _capi
@@ -135,9 +136,9 @@ def write_audio(path, wav, format=None, loudness=None):
     n = len(samples)
     err = ctypes.create_string_buffer(1024)
     if loudness is not None:
-        clipped = ctypes.c_int64(0)
-        st = lib.qv_loudness_normalize(buf, n, float(loudness), ctypes.byref(clipped), err,
-                                       len(err))
+        clipped, lufs = ctypes.c_int64(0), ctypes.c_double(0)
+        st = lib.qv_loudness_normalize(buf, n, float(loudness), ctypes.byref(clipped),
+                                       ctypes.byref(lufs), err, len(err))
         if st:
             _raise(st, _s(err.value))
     st = lib.qv_audio_write(_b(path), fmt, buf, n, err, len(err))
@@ -365,6 +366,8 @@ class Qwen3TTSModel:
                                    else getattr(stats, f)) for f, _ in _capi.SynthStats._fields_}
             if st:
                 _raise(st, _s(lib.qv_synth_error(synth)))
+            if self.last_stats["warning"]:  # e.g. the library dropped a 0.6B CustomVoice instruct
+                warnings.warn("qvoice: " + self.last_stats["warning"], stacklevel=3)
         finally:
             self._lock.release()
 

@@ -31,6 +31,7 @@ class SynthRequest(ctypes.Structure):
     _fields_ = [("text", c_char_p), ("language", c_char_p), ("speaker", c_char_p),
                 ("voice", c_void_p), ("voice_path", c_char_p), ("instruct", c_char_p),
                 ("use_icl", c_int), ("use_wdelta", c_int), ("force_voice", c_int),
+                ("force_instruct", c_int),
                 ("strict_vocab", c_int), ("max_chunk_chars", c_int), ("guard", c_int), ("trim_lead", c_int),
                 ("max_seconds", c_double), ("codes_only", c_int), ("whole_chunks", c_int),
                 ("verify_model_dir", c_char_p)]
@@ -96,7 +97,7 @@ PROTOTYPES = {
     "qv_format_parse": (c_int, [c_char_p]),
     "qv_format_of_path": (c_int, [c_char_p]),
     "qv_loudness_normalize": (c_int, [_P(c_float), ctypes.c_int64, ctypes.c_double,
-                                      _P(ctypes.c_int64)] + _ERR),
+                                      _P(ctypes.c_int64), _P(ctypes.c_double)] + _ERR),
     "qv_audio_write": (c_int, [c_char_p, c_int, _P(c_float), ctypes.c_int64] + _ERR),
 }
 
