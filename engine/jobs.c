@@ -98,7 +98,8 @@ static const char *job_str(const cJSON *j, const char *key, const char *dflt) {
 
 /* Checks a job's fields; 0, or -1 with err = "FIELD: problem". */
 static int job_check(const cJSON *j, char *err, size_t n) {
-    static const char *const strs[] = {"text", "output", "speaker", "voice", "language", "instruct"};
+    static const char *const strs[] = {"text",  "output",   "speaker",
+                                       "voice", "language", "instruct"};
     if (!cJSON_IsObject(j)) return snprintf(err, n, "not a JSON object"), -1;
     for (const cJSON *f = j->child; f; f = f->next) {
         int known = 0;
@@ -155,8 +156,9 @@ static enum qv_status job_request(qv_jobs *b, const cJSON *j, qv_synth_request *
     const qv_voice *voice = vname ? job_voice(b, vname, err, n) : NULL;
     if (vname && !voice) return QV_E_VOICE;
     if (!voice && b->wdelta_line) {
-        snprintf(err, n, "speaker %s: line %d's voice rewrote the model with its weight delta; "
-                         "run preset speakers in another batch (or --no-wdelta)",
+        snprintf(err, n,
+                 "speaker %s: line %d's voice rewrote the model with its weight delta; "
+                 "run preset speakers in another batch (or --no-wdelta)",
                  speaker ? speaker : "(none)", b->wdelta_line);
         return QV_E_UNSUPPORTED;
     }

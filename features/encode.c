@@ -133,8 +133,12 @@ static int mem_reserve(membuf *b, size_t end) {
     return 0;
 }
 
-static sf_count_t v_len(void *u) { return (sf_count_t)((membuf *)u)->len; }
-static sf_count_t v_tell(void *u) { return (sf_count_t)((membuf *)u)->pos; }
+static sf_count_t v_len(void *u) {
+    return (sf_count_t)((membuf *)u)->len;
+}
+static sf_count_t v_tell(void *u) {
+    return (sf_count_t)((membuf *)u)->pos;
+}
 
 static sf_count_t v_seek(sf_count_t off, int whence, void *u) {
     membuf *b = u;
@@ -171,7 +175,19 @@ static int encode_sndfile(int f, const float *pcm, int64_t n, membuf *b, char *e
         snprintf(err, es, "%s: %s", names[f], sf_strerror(NULL));
         return QV_E_UNSUPPORTED;
     }
-    const sf_count_t w = sf_writef_float(sf, pcm, n);
+    sf_count_t w = -1;
+    if ((sf_formats[f] & SF_FORMAT_SUBMASK) == SF_FORMAT_PCM_16) { /* 16-bit: our conversion */
+        int16_t *s16 = malloc((size_t)n * sizeof *s16 + 1);
+        if (s16) {
+            qv_pcm_s16le(pcm, n, (uint8_t *)s16);
+            for (int64_t i = 0; i < n; i++) /* to host order */
+                s16[i] = (int16_t)(((uint8_t *)s16)[2 * i] | ((uint8_t *)s16)[2 * i + 1] << 8);
+            w = sf_writef_short(sf, s16, n);
+        }
+        free(s16);
+    } else { /* the lossy codecs take the samples as they are */
+        w = sf_writef_float(sf, pcm, n);
+    }
     const int rc = sf_close(sf);
     if (b->failed) return snprintf(err, es, "%s: out of memory", names[f]), QV_E_NOMEM;
     if (w != n || rc) return snprintf(err, es, "%s: encoding failed", names[f]), QV_E_IO;
@@ -186,8 +202,7 @@ enum qv_status qv_audio_encode(int format, const float *pcm, int64_t n_samples, 
                         (long long)n_samples),
                QV_E_INVALID;
     if ((uint64_t)n_samples > (SIZE_MAX - QV_WAV_HEADER_BYTES) / 2)
-        return snprintf(err, err_size, "%lld samples: too many", (long long)n_samples),
-               QV_E_LIMIT;
+        return snprintf(err, err_size, "%lld samples: too many", (long long)n_samples), QV_E_LIMIT;
     membuf b = {0};
     enum qv_status st = QV_OK;
     if (qv_format_progressive(format)) {
@@ -240,22 +255,22 @@ struct qv_encoder {
     int format;
     qv_write_fn fn; /* or: */
     void *user;
-    FILE *file;     /* seekable: the WAV header is rewritten after each block */
+    FILE *file; /* seekable: the WAV header is rewritten after each block */
     int64_t n_samples;
     uint8_t *blk; /* one block: the header (first WAV block) and the samples */
     size_t cap;
 };
 
-enum qv_status qv_encoder_new(qv_encoder **out, int format, qv_write_fn fn, void *user,
-                              FILE *file, char *err, size_t err_size) {
+enum qv_status qv_encoder_new(qv_encoder **out, int format, qv_write_fn fn, void *user, FILE *file,
+                              char *err, size_t err_size) {
     *out = NULL;
     if (!valid(format) || !fn == !file)
-        return snprintf(err, err_size, "encoder: a format and either a write function or a "
-                                       "file"),
+        return snprintf(err, err_size,
+                        "encoder: a format and either a write function or a "
+                        "file"),
                QV_E_INVALID;
     if (!qv_format_progressive(format))
-        return snprintf(err, err_size, "%s: progressive output is WAV or PCM only",
-                        names[format]),
+        return snprintf(err, err_size, "%s: progressive output is WAV or PCM only", names[format]),
                QV_E_UNSUPPORTED;
     qv_encoder *e = calloc(1, sizeof *e);
     if (!e) return snprintf(err, err_size, "encoder: out of memory"), QV_E_NOMEM;

@@ -17,8 +17,7 @@ enum qv_status qv_loudness_lufs(const float *pcm, int64_t n_samples, double *luf
 }
 
 enum qv_status qv_loudness_normalize(float *pcm, int64_t n_samples, double target_lufs,
-                                     int64_t *n_clipped, double *lufs, char *err,
-                                     size_t err_size) {
+                                     int64_t *n_clipped, double *lufs, char *err, size_t err_size) {
     *n_clipped = 0, *lufs = -HUGE_VAL;
     if (target_lufs != 0 &&
         !(target_lufs >= QV_LOUDNESS_MIN_LUFS && target_lufs <= QV_LOUDNESS_MAX_LUFS))
@@ -30,8 +29,9 @@ enum qv_status qv_loudness_normalize(float *pcm, int64_t n_samples, double targe
         return snprintf(err, err_size, "loudness: out of memory"), QV_E_NOMEM;
     if (target_lufs == 0) return *lufs = in, QV_OK;
     if (!isfinite(in))
-        return snprintf(err, err_size, "loudness: nothing to measure (silent, or shorter than one "
-                                       "0.4 s EBU R128 block)"),
+        return snprintf(err, err_size,
+                        "loudness: nothing to measure (silent, or shorter than one "
+                        "0.4 s EBU R128 block)"),
                QV_E_AUDIO;
     const float g = (float)pow(10.0, (target_lufs - in) / 20.0);
     for (int64_t i = 0; i < n_samples; i++) {
