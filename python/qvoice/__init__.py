@@ -323,6 +323,10 @@ class Qwen3TTSModel:
         if "synth" not in self._h or key != self._synth_key:
             if "synth" in self._h:
                 self._lib.qv_synth_free(self._h.pop("synth"))
+            err = ctypes.create_string_buffer(256)  # the library's one range check, with detail
+            st = self._lib.qv_params_check(ctypes.byref(p), err, len(err))
+            if st:
+                _raise(st, _s(err.value))
             h = ctypes.c_void_p()
             st = self._lib.qv_synth_new(ctypes.byref(h), self._m, ctypes.byref(p))
             if st:

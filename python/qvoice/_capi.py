@@ -94,6 +94,7 @@ PROTOTYPES = {
     "qv_cloner_load": (c_int, [_P(c_void_p), c_char_p, c_int] + _ERR),
     "qv_cloner_free": (None, [c_void_p]),
     "qv_clone_run": (c_int, [c_void_p, _P(CloneRequest), c_char_p, _P(c_void_p)] + _ERR),
+    "qv_params_check": (c_int, [_P(Params)] + _ERR),
     "qv_format_parse": (c_int, [c_char_p]),
     "qv_format_of_path": (c_int, [c_char_p]),
     "qv_loudness_normalize": (c_int, [_P(c_float), ctypes.c_int64, ctypes.c_double,
