@@ -257,6 +257,7 @@ struct qv_encoder {
     void *user;
     FILE *file; /* seekable: the WAV header is rewritten after each block */
     int64_t n_samples;
+    int started;  /* the first block (a WAV's header) went out */
     uint8_t *blk; /* one block: the header (first WAV block) and the samples */
     size_t cap;
 };
@@ -265,18 +266,14 @@ enum qv_status qv_encoder_new(qv_encoder **out, int format, qv_write_fn fn, void
                               char *err, size_t err_size) {
     *out = NULL;
     if (!valid(format) || !fn == !file)
-        return snprintf(err, err_size,
-                        "encoder: a format and either a write function or a "
-                        "file"),
+        return snprintf(err, err_size, "encoder: a format and either a write function or a file"),
                QV_E_INVALID;
     if (!qv_format_progressive(format))
         return snprintf(err, err_size, "%s: progressive output is WAV or PCM only", names[format]),
                QV_E_UNSUPPORTED;
     qv_encoder *e = calloc(1, sizeof *e);
     if (!e) return snprintf(err, err_size, "encoder: out of memory"), QV_E_NOMEM;
-    e->format = format, e->fn = fn, e->user = user;
-    /* a file that cannot seek (a pipe) keeps the stream's unknown length */
-    if (file) e->file = file;
+    e->format = format, e->fn = fn, e->user = user, e->file = file;
     *out = e;
     return QV_OK;
 }
@@ -291,7 +288,7 @@ static int emit(qv_encoder *e, const uint8_t *p, size_t n) {
 static int update_header(qv_encoder *e) {
     if (e->format != QV_FORMAT_WAV || !e->file) return 0;
     const long end = ftell(e->file);
-    if (end < 0 || fseek(e->file, 0, SEEK_SET)) return errno = 0, 0; /* a pipe */
+    if (end < 0 || fseek(e->file, 0, SEEK_SET)) return 0; /* a pipe keeps the unknown length */
     uint8_t h[QV_WAV_HEADER_BYTES];
     qv_wav_header(h, e->n_samples);
     return fwrite(h, 1, sizeof h, e->file) != sizeof h || fseek(e->file, end, SEEK_SET) ? -1 : 0;
@@ -299,7 +296,7 @@ static int update_header(qv_encoder *e) {
 
 enum qv_status qv_encoder_write(qv_encoder *e, const float *pcm, int n_samples) {
     if (!e || n_samples < 0) return QV_E_INVALID;
-    const size_t head = e->format == QV_FORMAT_WAV && e->n_samples == 0 ? QV_WAV_HEADER_BYTES : 0;
+    const size_t head = e->format == QV_FORMAT_WAV && !e->started ? QV_WAV_HEADER_BYTES : 0;
     const size_t need = head + 2 * (size_t)n_samples;
     if (need > e->cap) {
         uint8_t *q = realloc(e->blk, need);
@@ -309,6 +306,7 @@ enum qv_status qv_encoder_write(qv_encoder *e, const float *pcm, int n_samples) 
     if (head) qv_wav_header(e->blk, -1);
     qv_pcm_s16le(pcm, n_samples, e->blk + head);
     if (emit(e, e->blk, need)) return QV_E_IO;
+    e->started = 1;
     e->n_samples += n_samples;
     if (update_header(e) || (e->file && fflush(e->file))) return QV_E_IO;
     return QV_OK;
@@ -317,7 +315,7 @@ enum qv_status qv_encoder_write(qv_encoder *e, const float *pcm, int n_samples) 
 enum qv_status qv_encoder_close(qv_encoder *e) {
     if (!e) return QV_OK;
     enum qv_status st = QV_OK;
-    if (e->format == QV_FORMAT_WAV && e->n_samples == 0) st = qv_encoder_write(e, NULL, 0);
+    if (e->format == QV_FORMAT_WAV && !e->started) st = qv_encoder_write(e, NULL, 0);
     free(e->blk);
     free(e);
     return st;

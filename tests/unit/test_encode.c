@@ -93,6 +93,8 @@ static void test_stream_equals_whole(void **st) {
     qv_encoder *ef, *em;
     assert_int_equal(qv_encoder_new(&ef, QV_FORMAT_WAV, NULL, NULL, f, err, sizeof err), 0);
     assert_int_equal(qv_encoder_new(&em, QV_FORMAT_WAV, append, &m, NULL, err, sizeof err), 0);
+    assert_int_equal(qv_encoder_write(ef, x, 0), 0); /* an empty block: still one header */
+    assert_int_equal(qv_encoder_write(em, x, 0), 0);
     for (int i = 0, b = 1; i < n; i += b, b = b * 3 + 1) {
         const int k = i + b > n ? n - i : b;
         assert_int_equal(qv_encoder_write(ef, x + i, k), 0);
@@ -107,6 +109,14 @@ static void test_stream_equals_whole(void **st) {
     assert_int_equal(m.n, n_whole);
     assert_memory_equal(m.p + 44, whole + 44, n_whole - 44);
     assert_int_equal(m.p[40], 0xFF);
+    FILE *g = tmpfile(); /* no audio at all: a complete empty WAV */
+    assert_int_equal(qv_encoder_new(&ef, QV_FORMAT_WAV, NULL, NULL, g, err, sizeof err), 0);
+    assert_int_equal(qv_encoder_close(ef), 0);
+    assert_int_equal(ftell(g), 44);
+    rewind(g);
+    assert_int_equal(fread(back, 1, 44, g), 44);
+    assert_int_equal(back[40] | back[41] | back[42] | back[43], 0);
+    fclose(g);
     qv_encoder *bad;
     assert_int_equal(qv_encoder_new(&bad, QV_FORMAT_FLAC, append, &m, NULL, err, sizeof err),
                      QV_E_UNSUPPORTED);
@@ -201,11 +211,11 @@ static void test_codes(void **st) {
     assert_memory_equal(back, c, sizeof c);
     free(back);
     static const char *const bad[] = {
-        "1 2 3\n",                                  /* too few */
-        "0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0\n",      /* too many */
-        "0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 2048\n",     /* out of range */
-        "0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 -1\n",       /* negative */
-        "0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 7x\n",       /* not a number */
+        "1 2 3\n",                                              /* too few */
+        "0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0\n",                  /* too many */
+        "0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 2048\n",                 /* out of range */
+        "0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 -1\n",                   /* negative */
+        "0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 7x\n",                   /* not a number */
         "0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 99999999999999999999\n", /* overflow */
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
