@@ -375,6 +375,36 @@ class Qwen3TTSModel:
         finally:
             self._lock.release()
 
+    def run_jobs(self, lines, loudness=None, **kw):
+        """speak --batch in-process: each item of lines is one job, a JSON object (or its text) with
+        text, output and optionally speaker/voice, language, instruct, seed (docs/batch.md). Runs
+        them in order with the library's runner, which writes each output atomically, and yields
+        each job's result dict ({"line", "ok", "output", "seconds", ..., or "error"}). Blank lines
+        are no job. kw: generation keywords for every job."""
+        lib = self._lib
+        p = self._params(kw)
+        err = ctypes.create_string_buffer(4400)
+        st = lib.qv_params_check(ctypes.byref(p), err, len(err))
+        if st:
+            _raise(st, _s(err.value))
+        o = lib.qv_jobs_default_options()
+        o.loudness_lufs = float(loudness or 0)
+        h = ctypes.c_void_p()
+        st = lib.qv_jobs_new(ctypes.byref(h), self._m, ctypes.byref(p), ctypes.byref(o))
+        if st:
+            _raise(st, "qv_jobs_new: " + _s(lib.qv_strerror(st)))
+        try:
+            for n, line in enumerate(lines, 1):
+                text = line if isinstance(line, str) else json.dumps(line)
+                res = ctypes.c_void_p()
+                lib.qv_jobs_run_line(h, n, _b(text), ctypes.byref(res), err, len(err))
+                if res.value:
+                    out = json.loads(ctypes.string_at(res.value).decode())
+                    lib.free_c(res)
+                    yield out
+        finally:
+            lib.qv_jobs_free(h)
+
     def _generate(self, jobs, kw):
         wavs = []
         for job in jobs:

@@ -56,9 +56,13 @@ class CloneRequest(ctypes.Structure):
                 ("speaker_threshold", c_double), ("plot_path", c_char_p)]
 
 
+class JobsOptions(ctypes.Structure):
+    _fields_ = [("request", SynthRequest), ("loudness_lufs", c_double)]
+
+
 # C struct name -> ctypes class, for the layout test.
 STRUCTS = {"qv_params": Params, "qv_synth_request": SynthRequest, "qv_synth_stats": SynthStats,
-           "qv_clone_request": CloneRequest}
+           "qv_clone_request": CloneRequest, "qv_jobs_options": JobsOptions}
 
 PCM_FN = ctypes.CFUNCTYPE(c_int, c_void_p, ctypes.POINTER(c_float), c_int)
 _P = ctypes.POINTER
@@ -95,6 +99,10 @@ PROTOTYPES = {
     "qv_cloner_free": (None, [c_void_p]),
     "qv_clone_run": (c_int, [c_void_p, _P(CloneRequest), c_char_p, _P(c_void_p)] + _ERR),
     "qv_params_check": (c_int, [_P(Params)] + _ERR),
+    "qv_jobs_default_options": (JobsOptions, []),
+    "qv_jobs_new": (c_int, [_P(c_void_p), c_void_p, _P(Params), _P(JobsOptions)]),
+    "qv_jobs_run_line": (c_int, [c_void_p, c_int, c_char_p, _P(c_void_p)] + _ERR),
+    "qv_jobs_free": (None, [c_void_p]),
     "qv_format_parse": (c_int, [c_char_p]),
     "qv_format_of_path": (c_int, [c_char_p]),
     "qv_loudness_normalize": (c_int, [_P(c_float), ctypes.c_int64, ctypes.c_double,
