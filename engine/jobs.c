@@ -13,6 +13,7 @@
 #include <cJSON.h>
 
 #include "include/qvoice.h"
+#include "util/api.h"
 
 /* ==== types ================================================================================== */
 
@@ -66,8 +67,11 @@ static char *print_delete(cJSON *j) {
 
 char *qv_synth_summary_json(const char *output, double seconds, const qv_synth_stats *st,
                             double lufs) {
+    if (!st) return qvu_fail(QV_E_INVALID, "qv_synth_summary_json: NULL stats"), NULL;
+    if (st->struct_size != sizeof *st)
+        return qvu_check_size("qv_synth_stats", st->struct_size, sizeof *st), NULL;
     cJSON *j = cJSON_CreateObject();
-    if (!j) return NULL;
+    if (!j) return qvu_fail(QV_E_NOMEM, "summary: out of memory"), NULL;
     cJSON_AddTrueToObject(j, "ok");
     add_summary(j, output, seconds, st, lufs);
     return print_delete(j);
@@ -81,7 +85,7 @@ static const qv_voice *job_voice(qv_jobs *b, const char *name, char *err, size_t
     if (!g) return snprintf(err, n, "out of memory"), NULL;
     b->voices = g;
     cached_voice *c = &b->voices[b->n_voices];
-    if (qv_voice_open(&c->v, name, err, n)) return NULL;
+    if (qv_voice_open(&c->v, name)) return snprintf(err, n, "%s", qv_last_error()), NULL;
     if (!(c->name = strdup(name))) {
         qv_voice_free(c->v);
         return snprintf(err, n, "out of memory"), NULL;
@@ -143,7 +147,7 @@ static enum qv_status job_synth(qv_jobs *b, const cJSON *j, char *err, size_t n)
     if (b->syn && p.seed == b->p.seed) return QV_OK;
     qv_synth_free(b->syn), b->syn = NULL;
     enum qv_status st = qv_synth_new(&b->syn, b->m, &p);
-    if (st) return snprintf(err, n, "%s", qv_strerror(st)), st;
+    if (st) return snprintf(err, n, "%s", qv_last_error()), st;
     b->p.seed = p.seed;
     return QV_OK;
 }
@@ -181,24 +185,24 @@ static enum qv_status job_run(qv_jobs *b, int line_no, const cJSON *j, cJSON *re
     enum qv_status st;
     if (job_check(j, err, n)) return QV_E_INVALID;
     if ((st = job_request(b, j, &r, err, n)) || (st = job_synth(b, j, err, n))) return st;
-    qv_pcm_buffer k = {0};
-    qv_synth_stats ss;
+    qv_pcm_buffer k = {.struct_size = sizeof k};
+    qv_synth_stats ss = {.struct_size = sizeof ss};
     const double t0 = now_s();
     b->running = b->syn;
     st = qv_synth_run(b->syn, &r, qv_pcm_collect, &k, &ss);
     b->running = NULL;
     if (ss.wdelta_applied && !b->wdelta_line) b->wdelta_line = line_no;
     if (st) {
-        snprintf(err, n, "%s", k.failed ? "out of memory" : qv_synth_error(b->syn));
-        return free(k.pcm), st;
+        snprintf(err, n, "%s", k.failed ? "out of memory" : qv_last_error());
+        return qv_free(k.pcm), st;
     }
     const char *out = job_str(j, "output", NULL);
     int64_t n_clipped;
     double lufs;
-    if (!(st = qv_loudness_normalize(k.pcm, k.n, b->o.loudness_lufs, &n_clipped, &lufs, err, n)))
-        st = qv_audio_write(out, qv_format_of_path(out), k.pcm, k.n, err, n);
-    free(k.pcm);
-    if (st) return st;
+    if (!(st = qv_loudness_normalize(k.pcm, k.n, b->o.loudness_lufs, &n_clipped, &lufs)))
+        st = qv_audio_write(out, qv_format_of_path(out), k.pcm, k.n);
+    qv_free(k.pcm);
+    if (st) return snprintf(err, n, "%s", qv_last_error()), st;
     add_summary(res, out, now_s() - t0, &ss, lufs);
     if (n_clipped) cJSON_AddNumberToObject(res, "clipped_samples", (double)n_clipped);
     return QV_OK;
@@ -207,28 +211,34 @@ static enum qv_status job_run(qv_jobs *b, int line_no, const cJSON *j, cJSON *re
 /* ==== API ==================================================================================== */
 
 qv_jobs_options qv_jobs_default_options(void) {
-    qv_jobs_options o = {.request = qv_synth_default_request()};
+    qv_jobs_options o = {.struct_size = sizeof o, .request = qv_synth_default_request()};
     return o;
 }
 
 enum qv_status qv_jobs_new(qv_jobs **out, const qv_model *m, const qv_params *p,
                            const qv_jobs_options *o) {
     *out = NULL;
-    if (!m || !p || !o) return QV_E_INVALID;
+    if (!m || !o) return qvu_fail(QV_E_INVALID, "qv_jobs_new: NULL argument");
+    if (o->struct_size != sizeof *o)
+        return qvu_check_size("qv_jobs_options", o->struct_size, sizeof *o);
+    if (o->request.struct_size != sizeof o->request)
+        return qvu_check_size("qv_synth_request", o->request.struct_size, sizeof o->request);
+    enum qv_status st = qv_params_check(p);
+    if (st) return st;
     qv_jobs *b = calloc(1, sizeof *b);
-    if (!b) return QV_E_NOMEM;
+    if (!b) return qvu_fail(QV_E_NOMEM, "jobs: out of memory");
     b->m = m, b->p = *p, b->o = *o;
     *out = b;
     return QV_OK;
 }
 
-enum qv_status qv_jobs_run_line(qv_jobs *b, int line_no, const char *line, char **result_json,
-                                char *err, size_t err_size) {
+enum qv_status qv_jobs_run_line(qv_jobs *b, int line_no, const char *line, char **result_json) {
+    char err[QVU_DETAIL_SIZE] = "";
+    const size_t err_size = sizeof err;
     *result_json = NULL;
-    err[0] = 0;
     if (!line[strspn(line, " \t\r\n")]) return QV_OK; /* blank line: no job */
     cJSON *res = cJSON_CreateObject();
-    if (!res) return snprintf(err, err_size, "out of memory"), QV_E_NOMEM;
+    if (!res) return qvu_failf(QV_E_NOMEM, "line %d: out of memory", line_no);
     cJSON_AddNumberToObject(res, "line", line_no);
     cJSON_AddFalseToObject(res, "ok"); /* set below: keeps "ok" next to "line" */
     enum qv_status st;
@@ -246,22 +256,22 @@ enum qv_status qv_jobs_run_line(qv_jobs *b, int line_no, const char *line, char 
     if (st) cJSON_AddStringToObject(res, "error", err);
     *result_json = print_delete(res);
     if (!*result_json && !st) st = QV_E_NOMEM, snprintf(err, err_size, "out of memory");
-    return st;
+    return qvu_fail(st, err);
 }
 
 enum qv_status qv_jobs_run_file(qv_jobs *b, FILE *in, qv_job_fn fn, void *user, int *n_jobs,
                                 int *n_failed) {
-    char *line = NULL, *res, err[4400];
+    char *line = NULL, *res;
     size_t cap = 0;
     enum qv_status last = QV_OK;
     *n_jobs = *n_failed = 0;
     for (int line_no = 1; getline(&line, &cap, in) >= 0; line_no++) {
-        const enum qv_status st = qv_jobs_run_line(b, line_no, line, &res, err, sizeof err);
+        const enum qv_status st = qv_jobs_run_line(b, line_no, line, &res);
         if (!res && !st) continue; /* a blank line */
         ++*n_jobs, *n_failed += st != QV_OK;
         if (st) last = st;
-        if (fn) fn(user, line_no, st, res, err);
-        free(res);
+        if (fn) fn(user, line_no, st, res, st ? qv_last_error() : "");
+        qv_free(res);
         if (st == QV_E_CANCELLED) break;
     }
     free(line);

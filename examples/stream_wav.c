@@ -27,31 +27,29 @@ int main(int argc, char **argv) {
     }
     const char *text = argc > 4 ? argv[4] : "The lighthouse keeper climbed the stairs at dusk.";
     const char *instruct = argc > 5 ? argv[5] : "Speak slowly, in a calm and warm voice.";
-    char err[1024];
     qv_model *m = NULL;
     qv_voice *v = NULL;
     qv_synth *s = NULL;
     FILE *f = NULL;
     qv_encoder *enc = NULL;
     int rc = 1;
-    if (qv_model_load(&m, argv[1], err, sizeof err) || qv_voice_open(&v, argv[2], err, sizeof err) ||
-        qv_voice_check(v, m, err, sizeof err)) {
-        fprintf(stderr, "stream_wav: %s\n", err);
+    if (qv_model_load(&m, argv[1]) || qv_voice_open(&v, argv[2]) || qv_voice_check(v, m, NULL)) {
+        fprintf(stderr, "stream_wav: %s\n", qv_last_error());
         goto out;
     }
     qv_params p = qv_model_params(m);
     p.n_threads = qv_threads_resolve(0); /* every core: the pool and the decoder thread */
     p.seed = 7;
     if (qv_synth_new(&s, m, &p)) {
-        fprintf(stderr, "stream_wav: cannot create the synthesizer\n");
+        fprintf(stderr, "stream_wav: %s\n", qv_last_error());
         goto out;
     }
     if (!(f = fopen(argv[3], "wb"))) {
         perror(argv[3]);
         goto out;
     }
-    if (qv_encoder_new(&enc, QV_FORMAT_WAV, NULL, NULL, f, err, sizeof err)) {
-        fprintf(stderr, "stream_wav: %s\n", err);
+    if (qv_encoder_new(&enc, QV_FORMAT_WAV, NULL, NULL, f)) {
+        fprintf(stderr, "stream_wav: %s\n", qv_last_error());
         goto out;
     }
     qv_synth_request r = qv_synth_default_request();
@@ -59,13 +57,12 @@ int main(int argc, char **argv) {
     r.voice = v;
     r.instruct = instruct;
     r.max_seconds = 1.2; /* synthetic (random) weights never end by themselves */
-    qv_synth_stats st;
+    qv_synth_stats st = {.struct_size = sizeof st};
     enum qv_status e = qv_synth_run(s, &r, on_pcm, enc, &st);
     const enum qv_status closed = qv_encoder_close(enc); /* the header's final length */
     enc = NULL;
     if (e || closed) {
-        fprintf(stderr, "stream_wav: %s: %s\n", qv_strerror(e ? e : closed),
-                e ? qv_synth_error(s) : argv[3]);
+        fprintf(stderr, "stream_wav: %s: %s\n", qv_strerror(e ? e : closed), qv_last_error());
         goto out;
     }
     printf("%s: %.2f s of audio (%d frames) in %.2f s, first audio after %.2f s\n", argv[3],

@@ -12,6 +12,7 @@
 #include <strings.h>
 
 #include "include/qvoice.h"
+#include "util/api.h"
 
 /* ==== formats ================================================================================ */
 
@@ -97,13 +98,17 @@ void qv_wav_header(uint8_t h[QV_WAV_HEADER_BYTES], int64_t n_samples) {
 
 int qv_pcm_collect(void *user, const float *pcm, int n) {
     qv_pcm_buffer *b = user;
+    if (b->struct_size != sizeof *b)
+        return qvu_check_size("qv_pcm_buffer", b->struct_size, sizeof *b), b->failed = 1;
     if (n <= 0) return 0;
     if (b->n + n > b->cap) {
         int64_t cap = b->cap ? b->cap : QV_SAMPLE_RATE_HZ;
         while (cap < b->n + n)
             cap *= 2;
         float *g = realloc(b->pcm, (size_t)cap * sizeof *g);
-        if (!g) return b->failed = 1;
+        if (!g)
+            return qvu_failf(QV_E_NOMEM, "%lld samples: out of memory", (long long)(b->n + n)),
+                   b->failed = 1;
         b->pcm = g, b->cap = cap;
     }
     memcpy(b->pcm + b->n, pcm, (size_t)n * sizeof *pcm);
@@ -167,14 +172,11 @@ static sf_count_t v_write(const void *src, sf_count_t n, void *u) {
     return n;
 }
 
-static int encode_sndfile(int f, const float *pcm, int64_t n, membuf *b, char *err, size_t es) {
+static enum qv_status encode_sndfile(int f, const float *pcm, int64_t n, membuf *b) {
     SF_VIRTUAL_IO io = {v_len, v_seek, v_read, v_write, v_tell};
     SF_INFO info = {.samplerate = QV_SAMPLE_RATE_HZ, .channels = 1, .format = sf_formats[f]};
     SNDFILE *sf = sf_open_virtual(&io, SFM_WRITE, &info, b);
-    if (!sf) {
-        snprintf(err, es, "%s: %s", names[f], sf_strerror(NULL));
-        return QV_E_UNSUPPORTED;
-    }
+    if (!sf) return qvu_failf(QV_E_UNSUPPORTED, "%s: %s", names[f], sf_strerror(NULL));
     sf_count_t w = -1;
     if ((sf_formats[f] & SF_FORMAT_SUBMASK) == SF_FORMAT_PCM_16) { /* 16-bit: our conversion */
         int16_t *s16 = malloc((size_t)n * sizeof *s16 + 1);
@@ -189,64 +191,67 @@ static int encode_sndfile(int f, const float *pcm, int64_t n, membuf *b, char *e
         w = sf_writef_float(sf, pcm, n);
     }
     const int rc = sf_close(sf);
-    if (b->failed) return snprintf(err, es, "%s: out of memory", names[f]), QV_E_NOMEM;
-    if (w != n || rc) return snprintf(err, es, "%s: encoding failed", names[f]), QV_E_IO;
+    if (b->failed) return qvu_failf(QV_E_NOMEM, "%s: out of memory", names[f]);
+    if (w != n || rc) return qvu_failf(QV_E_IO, "%s: encoding failed", names[f]);
     return QV_OK;
 }
 
 enum qv_status qv_audio_encode(int format, const float *pcm, int64_t n_samples, uint8_t **out,
-                               size_t *n_bytes, char *err, size_t err_size) {
+                               size_t *n_bytes) {
+    if (!out || !n_bytes) return qvu_fail(QV_E_INVALID, "qv_audio_encode: NULL argument");
     *out = NULL, *n_bytes = 0;
     if (!valid(format) || n_samples < 0 || (n_samples && !pcm))
-        return snprintf(err, err_size, "format %d, %lld samples: invalid", format,
-                        (long long)n_samples),
-               QV_E_INVALID;
+        return qvu_failf(QV_E_INVALID, "format %d, %lld samples: invalid", format,
+                         (long long)n_samples);
     if ((uint64_t)n_samples > (SIZE_MAX - QV_WAV_HEADER_BYTES) / 2)
-        return snprintf(err, err_size, "%lld samples: too many", (long long)n_samples), QV_E_LIMIT;
+        return qvu_failf(QV_E_LIMIT, "%lld samples: too many", (long long)n_samples);
     membuf b = {0};
     enum qv_status st = QV_OK;
     if (qv_format_progressive(format)) {
         const size_t head = format == QV_FORMAT_WAV ? QV_WAV_HEADER_BYTES : 0;
         if (mem_reserve(&b, head + 2 * (size_t)n_samples)) {
-            st = QV_E_NOMEM;
-            snprintf(err, err_size, "%s: out of memory", names[format]);
+            st = qvu_failf(QV_E_NOMEM, "%s: out of memory", names[format]);
         } else {
             if (head) qv_wav_header(b.p, n_samples);
             qv_pcm_s16le(pcm, n_samples, b.p + head);
         }
     } else {
-        st = (enum qv_status)encode_sndfile(format, pcm, n_samples, &b, err, err_size);
+        st = encode_sndfile(format, pcm, n_samples, &b);
     }
     if (st) return free(b.p), st;
     *out = b.p, *n_bytes = b.len;
     return QV_OK;
 }
 
-enum qv_status qv_audio_write_stream(FILE *f, int format, const float *pcm, int64_t n_samples,
-                                     char *err, size_t err_size) {
+/* qv_audio_write_stream, whose detail names the stream where_ ("stdout", a path). */
+static enum qv_status write_stream(FILE *f, const char *where_, int format, const float *pcm,
+                                   int64_t n_samples) {
     uint8_t *buf;
     size_t n;
-    enum qv_status st = qv_audio_encode(format, pcm, n_samples, &buf, &n, err, err_size);
+    enum qv_status st = qv_audio_encode(format, pcm, n_samples, &buf, &n);
     if (st) return st;
     if (fwrite(buf, 1, n, f) != n || fflush(f))
-        st = QV_E_IO, snprintf(err, err_size, "%s", strerror(errno));
+        st = qvu_failf(QV_E_IO, "%s: %s", where_, strerror(errno));
     free(buf);
     return st;
 }
 
-enum qv_status qv_audio_write(const char *path, int format, const float *pcm, int64_t n_samples,
-                              char *err, size_t err_size) {
+enum qv_status qv_audio_write_stream(FILE *f, int format, const float *pcm, int64_t n_samples) {
+    if (!f) return qvu_fail(QV_E_INVALID, "qv_audio_write_stream: NULL stream");
+    return write_stream(f, f == stdout ? "stdout" : "stream", format, pcm, n_samples);
+}
+
+enum qv_status qv_audio_write(const char *path, int format, const float *pcm, int64_t n_samples) {
     qv_outfile *of;
-    enum qv_status st = qv_outfile_open(&of, path, err, err_size);
+    enum qv_status st = qv_outfile_open(&of, path);
     if (st) return st;
     FILE *f = qv_outfile_stream(of);
-    char e[512] = "out of memory";
-    if (!f || (st = qv_audio_write_stream(f, format, pcm, n_samples, e, sizeof e))) {
-        snprintf(err, err_size, "%s: %s", path, e);
-        qv_outfile_abort(of);
-        return f ? st : QV_E_NOMEM;
-    }
-    return qv_outfile_commit(of, err, err_size);
+    if (!f)
+        st = qvu_failf(QV_E_NOMEM, "%s: out of memory", path);
+    else if ((st = write_stream(f, path, format, pcm, n_samples)) && st != QV_E_IO)
+        qvu_failf(st, "%s: %s", path, qv_last_error()); /* the encoder's detail names the format */
+    if (st) return qv_outfile_abort(of), st;
+    return qv_outfile_commit(of);
 }
 
 /* ==== streams ================================================================================ */
@@ -262,17 +267,17 @@ struct qv_encoder {
     size_t cap;
 };
 
-enum qv_status qv_encoder_new(qv_encoder **out, int format, qv_write_fn fn, void *user, FILE *file,
-                              char *err, size_t err_size) {
+enum qv_status qv_encoder_new(qv_encoder **out, int format, qv_write_fn fn, void *user,
+                              FILE *file) {
+    if (!out) return qvu_fail(QV_E_INVALID, "qv_encoder_new: NULL argument");
     *out = NULL;
     if (!valid(format) || !fn == !file)
-        return snprintf(err, err_size, "encoder: a format and either a write function or a file"),
-               QV_E_INVALID;
+        return qvu_fail(QV_E_INVALID, "encoder: a format and either a write function or a file");
     if (!qv_format_progressive(format))
-        return snprintf(err, err_size, "%s: progressive output is WAV or PCM only", names[format]),
-               QV_E_UNSUPPORTED;
+        return qvu_failf(QV_E_UNSUPPORTED, "%s: progressive output is WAV or PCM only",
+                         names[format]);
     qv_encoder *e = calloc(1, sizeof *e);
-    if (!e) return snprintf(err, err_size, "encoder: out of memory"), QV_E_NOMEM;
+    if (!e) return qvu_fail(QV_E_NOMEM, "encoder: out of memory");
     e->format = format, e->fn = fn, e->user = user, e->file = file;
     *out = e;
     return QV_OK;
@@ -295,20 +300,23 @@ static int update_header(qv_encoder *e) {
 }
 
 enum qv_status qv_encoder_write(qv_encoder *e, const float *pcm, int n_samples) {
-    if (!e || n_samples < 0) return QV_E_INVALID;
+    if (!e || n_samples < 0)
+        return qvu_failf(QV_E_INVALID, "qv_encoder_write: %s", e ? "negative length" : "NULL");
     const size_t head = e->format == QV_FORMAT_WAV && !e->started ? QV_WAV_HEADER_BYTES : 0;
     const size_t need = head + 2 * (size_t)n_samples;
     if (need > e->cap) {
         uint8_t *q = realloc(e->blk, need);
-        if (!q) return QV_E_NOMEM;
+        if (!q) return qvu_failf(QV_E_NOMEM, "%s block: out of memory", names[e->format]);
         e->blk = q, e->cap = need;
     }
     if (head) qv_wav_header(e->blk, -1);
     qv_pcm_s16le(pcm, n_samples, e->blk + head);
-    if (emit(e, e->blk, need)) return QV_E_IO;
+    if (emit(e, e->blk, need))
+        return qvu_failf(QV_E_IO, "%s stream: write failed", names[e->format]);
     e->started = 1;
     e->n_samples += n_samples;
-    if (update_header(e) || (e->file && fflush(e->file))) return QV_E_IO;
+    if (update_header(e) || (e->file && fflush(e->file)))
+        return qvu_failf(QV_E_IO, "%s file: %s", names[e->format], strerror(errno));
     return QV_OK;
 }
 

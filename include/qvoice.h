@@ -2,18 +2,17 @@
  *
  * Usage (text to audio, streamed to a callback; complete program: examples/stream_wav.c):
  *
- *     char err[512];
  *     qv_model *m;
- *     if (qv_model_load(&m, "models/Qwen3-TTS-12Hz-0.6B-CustomVoice", err, sizeof err))
- *         { fprintf(stderr, "%s\n", err); return 1; }
+ *     if (qv_model_load(&m, "models/Qwen3-TTS-12Hz-0.6B-CustomVoice"))
+ *         { fprintf(stderr, "%s\n", qv_last_error()); return 1; }
  *     qv_params p = qv_model_params(m);            // generation_config.json defaults
  *     p.seed = 42;
  *     p.n_threads = qv_threads_resolve(0);         // every core
  *     qv_synth *y;
- *     qv_synth_new(&y, m, &p);
+ *     if (qv_synth_new(&y, m, &p)) { ... qv_last_error() ... }
  *     qv_synth_request q = qv_synth_default_request();
  *     q.text = "Hello world."; q.speaker = "ryan";   // or q.voice_path = "voices/me.qvoice"
- *     if (qv_synth_run(y, &q, on_pcm, user, NULL)) { fprintf(stderr, "%s\n", qv_synth_error(y)); }
+ *     if (qv_synth_run(y, &q, on_pcm, user, NULL)) { fprintf(stderr, "%s\n", qv_last_error()); }
  *     qv_synth_free(y);
  *
  * Or codes for one utterance, frame by frame:
@@ -22,14 +21,25 @@
  *     qv_session_new(&s, m, &p);
  *     qv_request r = qv_default_request();
  *     r.text = "Hello world."; r.speaker = "ryan"; r.language = "english";
- *     if (qv_session_start(s, &r)) { fprintf(stderr, "%s\n", qv_session_error(s)); ... }
+ *     if (qv_session_start(s, &r)) { fprintf(stderr, "%s\n", qv_last_error()); ... }
  *     int32_t codes[QV_N_CODEBOOKS]; int done = 0;
  *     while (!qv_session_next_frame(s, codes, &done) && !done) { ... use one 80 ms frame ... }
  *     qv_session_free(s); qv_model_free(m);
  *
+ * Errors, one convention: every function that can fail returns enum qv_status (QV_OK = 0) and
+ * hands objects back through an out-parameter (NULL on failure). On failure qv_last_error() gives
+ * a one-line detail naming the file or field ("FILE: problem"); it is per thread, so concurrent
+ * calls on other threads do not overwrite it, and it stays until the next failing call on this
+ * thread.
+ * Structs: every struct passed in or out begins with uint32_t struct_size, set by its
+ * qv_*_default*() function (or, for qv_synth_stats, by the caller: {.struct_size = sizeof st});
+ * a call given another size fails with QV_E_ABI (built against another qvoice.h).
+ * Memory: what the library allocates and hands over (qv_file_read's buffer, token ids, JSON
+ * reports) is released with qv_free(), never free(); handles have their own *_free().
  * Thread safety: a qv_model is read-only after load (but for a voice's weight delta, see
  * use_wdelta) and may be shared by any number of threads, sessions and syntheses; a qv_session
- * or qv_synth belongs to one thread at a time. Nothing here prints or exits.
+ * or qv_synth belongs to one thread at a time. Nothing here prints or exits, and no call changes
+ * process-wide state (OpenBLAS runs single-threaded; the library's own pools do the parallelism).
  * Determinism: with sampling on, a given seed gives the same codes for any n_threads.
  */
 #ifndef QVOICE_H
@@ -74,7 +84,8 @@ const char *qv_version(void);
     X(QV_E_CANCELLED, "cancelled")                                                             \
     X(QV_E_AUDIO, "cannot read or use the reference audio")                                    \
     X(QV_E_IO, "cannot write the output")                                                        \
-    X(QV_E_VOCAB, "the text uses tokens outside the model's pruned vocabulary")
+    X(QV_E_VOCAB, "the text uses tokens outside the model's pruned vocabulary")                 \
+    X(QV_E_ABI, "a struct's struct_size does not match this library's qvoice.h")
 
 #define QV_STATUS_ENUM_(name, text) name,
 enum qv_status { QV_STATUS_LIST(QV_STATUS_ENUM_) QV_STATUS_COUNT };
@@ -82,14 +93,20 @@ enum qv_status { QV_STATUS_LIST(QV_STATUS_ENUM_) QV_STATUS_COUNT };
 
 /* Static text for a status ("unknown status" for out-of-range values). */
 const char *qv_strerror(enum qv_status st);
+/* One-line detail of the last call on this thread that failed ("" when none yet): borrowed, valid
+ * until the next failing qv_ call on this thread. Never NULL. */
+const char *qv_last_error(void);
+/* Releases memory the library handed over (documented per function as "release with qv_free").
+ * Accepts NULL. */
+void qv_free(void *p);
 
 /* ==== model ================================================================================== */
 
 typedef struct qv_model qv_model;
 
 /* Loads config.json, generation_config.json and model.safetensors (kept mmapped) from dir.
- * On failure *out = NULL, a status is returned and err gets one line "FILE: problem". */
-enum qv_status qv_model_load(qv_model **out, const char *dir, char *err, size_t err_size);
+ * On failure *out = NULL and a status is returned (QV_E_MODEL, QV_E_NOMEM). */
+enum qv_status qv_model_load(qv_model **out, const char *dir);
 void qv_model_free(qv_model *m); /* accepts NULL */
 
 /* "base", "custom_voice" or "voice_design"; "0b6" or "1b7". Borrowed, valid while m lives. */
@@ -106,25 +123,25 @@ const char *qv_model_language(const qv_model *m, int i);
 
 /* Decodes codes [n_frames][16] (as generated) to wav[n_frames * QV_SAMPLES_PER_FRAME] with the
  * model's speech decoder, n_threads (qv_threads_resolve) for its matrix products; the same
- * samples as a synthesis delivers for those frames before trimming and joining. QV_E_INVALID
- * for a code outside [0, 2048), QV_E_MODEL when the decoder cannot be loaded; err says which. */
+ * samples as a synthesis delivers for those frames before trimming and joining (bit-identical for
+ * any n_threads). QV_E_INVALID for a code outside [0, 2048), QV_E_MODEL when the decoder cannot
+ * be loaded, QV_E_NOMEM. */
 enum qv_status qv_model_decode_codes(const qv_model *m, const int32_t *codes, int n_frames,
-                                     int n_threads, float *wav, char *err, size_t err_size);
+                                     int n_threads, float *wav);
 
 /* The codes text format (speak --dump-codes / --decode-codes): one frame per line, its 16 codes
  * in [0, 2048) as decimal integers separated by blanks; blank lines and #-comments are skipped.
  * qv_codes_write appends n_frames frames to f (QV_E_IO when writing fails). qv_codes_read reads
- * path (a file or a pipe such as /dev/stdin) into *codes [*n_frames][16] (malloc'd, caller frees);
- * QV_E_IO (unreadable), QV_E_INVALID with err = "PATH:LINE: expected 16 codes in [0, 2048)" or
- * "PATH: no frames", QV_E_NOMEM. */
+ * path (a file or a pipe such as /dev/stdin) into *codes [*n_frames][16] (release with qv_free);
+ * QV_E_IO (unreadable), QV_E_LIMIT (over 1 GiB), QV_E_INVALID with the detail
+ * "PATH:LINE: expected 16 codes in [0, 2048)" or "PATH: no frames", QV_E_NOMEM. */
 enum qv_status qv_codes_write(FILE *f, const int32_t *codes, int n_frames);
-enum qv_status qv_codes_read(const char *path, int32_t **codes, int *n_frames, char *err,
-                             size_t err_size);
+enum qv_status qv_codes_read(const char *path, int32_t **codes, int *n_frames);
 
 /* qv_codes_read then qv_model_decode_codes: the audio of a codes file, *pcm [*n_samples]
- * (malloc'd, caller frees). Their statuses and errors. */
+ * (release with qv_free). Their statuses and details. */
 enum qv_status qv_codes_decode(const qv_model *m, const char *path, int n_threads, float **pcm,
-                               int64_t *n_samples, char *err, size_t err_size);
+                               int64_t *n_samples);
 
 /* Batched streams: from this call on, sessions of m that ask for their next frame at about the
  * same time, each on its own thread, advance together in one step (up to max_streams of them,
@@ -141,6 +158,7 @@ void qv_model_batch_stats(const qv_model *m, int64_t *n_steps, int64_t *n_frames
 /* ==== parameters ============================================================================= */
 
 typedef struct {
+    uint32_t struct_size;     /* sizeof(qv_params), set by qv_default_params / qv_model_params */
     int n_threads;            /* compute threads (>= 1) */
     uint64_t seed;            /* RNG seed for sampling */
     int do_sample;            /* 0 = greedy talker (after penalty and suppression) */
@@ -173,9 +191,9 @@ enum qv_quant { QV_QUANT_BF16, QV_QUANT_INT8, QV_QUANT_Q4 };
 #define QV_TOP_K_MAX 100000
 #define QV_REPETITION_PENALTY_MIN 0.1
 #define QV_REPETITION_PENALTY_MAX 10.0
-/* QV_OK, or QV_E_INVALID with err = "FIELD: expected RANGE, found VALUE" (FIELD as in
- * qv_params). Sessions and syntheses check their params with it. */
-enum qv_status qv_params_check(const qv_params *p, char *err, size_t err_size);
+/* QV_OK, or QV_E_INVALID with the detail "FIELD: expected RANGE, found VALUE" (FIELD as in
+ * qv_params), QV_E_ABI. Sessions and syntheses check their params with it. */
+enum qv_status qv_params_check(const qv_params *p);
 
 /* The reference wrapper's fallbacks: sampling on, T 0.9, top-k 50, top-p 1, penalty 1.05,
  * code predictor T 0.9 / top-k 50 / top-p 1, max_frames 2047, 1 thread, seed 0. */
@@ -196,6 +214,7 @@ enum qv_text_layout {
  * the model's: fc1 [text_hidden, text_hidden] bf16, fc2 [hidden, text_hidden] bf16, biases f32,
  * codec_rows [n_codec_rows, hidden] bf16. */
 typedef struct {
+    uint32_t struct_size; /* sizeof(qv_text_bridge) */
     const uint16_t *fc1_weight;
     const float *fc1_bias;
     const uint16_t *fc2_weight;
@@ -205,6 +224,7 @@ typedef struct {
 } qv_text_bridge;
 
 typedef struct {
+    uint32_t struct_size;    /* sizeof(qv_request), set by qv_default_request */
     const char *text;        /* target text, UTF-8; used when text_ids is NULL */
     const char *instruct;    /* instruction / voice description; used when instruct_ids is NULL */
     const char *ref_text;    /* ICL transcript; used when ref_text_ids is NULL */
@@ -234,12 +254,13 @@ qv_request qv_default_request(void); /* all empty, language auto, default layout
 
 typedef struct qv_session qv_session;
 
-/* A session owns the thread pool, KV caches and scratch for one utterance at a time. */
+/* A session owns the thread pool, KV caches and scratch for one utterance at a time.
+ * QV_E_INVALID (the detail names the field), QV_E_ABI, QV_E_NOMEM. */
 enum qv_status qv_session_new(qv_session **out, const qv_model *m, const qv_params *p);
 void qv_session_free(qv_session *s); /* accepts NULL */
 /* New sampling parameters (seed, sampling, max_frames, ignore_eos) for the next
  * qv_session_start, keeping the pool, scratch and tokenizer; n_threads and quant must stay as
- * created. QV_E_INVALID (qv_session_error says which field) and nothing changed, else QV_OK.
+ * created. QV_E_INVALID (the detail says which field) and nothing changed, else QV_OK.
  * Not while an utterance generates. */
 enum qv_status qv_session_set_params(qv_session *s, const qv_params *p);
 
@@ -252,11 +273,9 @@ enum qv_status qv_session_start(qv_session *s, const qv_request *r);
 enum qv_status qv_session_next_frame(qv_session *s, int32_t codes[QV_N_CODEBOOKS], int *done);
 int qv_session_n_frames(const qv_session *s); /* frames produced in this utterance */
 /* Token ids of UTF-8 text with the model's Qwen2 tokenizer (opened on first use from the model
- * directory). *ids is malloc'd (caller frees). QV_E_MODEL if the tokenizer files are bad,
+ * directory). *ids: release with qv_free. QV_E_MODEL if the tokenizer files are bad,
  * QV_E_INVALID for invalid UTF-8. */
 enum qv_status qv_session_tokenize(qv_session *s, const char *text, int32_t **ids, int *n_ids);
-/* One-line detail of the last error of this session (borrowed, "" when none). */
-const char *qv_session_error(const qv_session *s);
 /* One-line non-fatal note of the last qv_session_start (borrowed, "" when none): e.g. the ids and
  * text a pruned vocabulary lacks. */
 const char *qv_session_warning(const qv_session *s);
@@ -275,8 +294,8 @@ int qv_threads_resolve(int n);
 typedef struct qv_voice qv_voice;
 
 /* Opens path, or a voice NAME looked up as voices/NAME.qvoice then in each $QVOICE_PATH
- * directory. On failure *out = NULL, QV_E_VOICE, err = "FILE: problem". */
-enum qv_status qv_voice_open(qv_voice **out, const char *path_or_name, char *err, size_t err_size);
+ * directory. On failure *out = NULL, QV_E_VOICE (or QV_E_NOMEM). */
+enum qv_status qv_voice_open(qv_voice **out, const char *path_or_name);
 void qv_voice_free(qv_voice *v); /* accepts NULL */
 const char *qv_voice_name(const qv_voice *v);     /* "" when unnamed; borrowed */
 const char *qv_voice_language(const qv_voice *v); /* "" when unset; borrowed */
@@ -289,9 +308,10 @@ int qv_voice_has_wdelta(const qv_voice *v);       /* carries a weight delta */
  * release) judged from the text-side rows it carries. QV_OK; QV_E_VOICE (cannot be used: wrong
  * size, delta for another checkpoint); QV_E_FOREIGN_VOICE (usable but made with an unrelated
  * checkpoint: speak warns, voicefmt verify --model fails; force it with the request's
- * force_voice). err gets the one-line reason; with QV_OK it holds a warning when the voice
- * carries no text-side rows to judge by ("" otherwise). */
-enum qv_status qv_voice_check(const qv_voice *v, const qv_model *m, char *err, size_t err_size);
+ * force_voice). qv_last_error() has the one-line reason. *warning (may be NULL) gets a
+ * warning with QV_OK when the voice carries no text-side rows to judge by, else NULL; release it
+ * with qv_free. */
+enum qv_status qv_voice_check(const qv_voice *v, const qv_model *m, char **warning);
 
 /* What `voicefmt verify --model` checks, for a voice file and a model directory: x-vector, TPAD
  * and WOVR sizes; a weight delta (made for this checkpoint or this is its source, as synthesis
@@ -299,12 +319,13 @@ enum qv_status qv_voice_check(const qv_voice *v, const qv_model *m, char *err, s
  * SHA-256); and whether the
  * voice was made with the model's sibling checkpoint (judged from its TPAD/WOVR rows; without
  * them a warning "cannot tell"; QV_VERIFY_FORCE makes a foreign voice a warning). Loads the
- * model with qv_model_load for the call. report gets every problem and warning, one line each
- * ("PATH: problem", "PATH: warning: ..."). QV_OK (warnings possible), QV_E_FOREIGN_VOICE (that is
- * the only problem), QV_E_VOICE, or qv_model_load's status. */
+ * model with qv_model_load for the call. *report gets every problem and warning, one line each
+ * ("PATH: problem", "PATH: warning: ..."), on failure too; release it with qv_free (NULL when
+ * out of memory). QV_OK (warnings possible), QV_E_FOREIGN_VOICE (that is the only problem),
+ * QV_E_VOICE, or qv_model_load's status; qv_last_error() has the first problem. */
 enum { QV_VERIFY_DEEP = 1, QV_VERIFY_FORCE = 2 };
 enum qv_status qv_voice_file_verify(const char *model_dir, const char *voice_path, int flags,
-                                    char *report, size_t report_size);
+                                    char **report);
 
 /* ==== synthesis: text to 24 kHz audio ========================================================= */
 
@@ -315,6 +336,7 @@ enum qv_status qv_voice_file_verify(const char *model_dir, const char *voice_pat
 typedef int (*qv_pcm_fn)(void *user, const float *pcm, int n_samples);
 
 typedef struct {
+    uint32_t struct_size;    /* sizeof(qv_synth_request), set by qv_synth_default_request */
     const char *text;        /* UTF-8; long text is split at sentence ends; [pause:500ms] tags */
     const char *language;    /* NULL or "auto", or a name from qv_model_language */
     const char *speaker;     /* preset speaker (CustomVoice), or NULL */
@@ -357,6 +379,7 @@ typedef struct {
 qv_synth_request qv_synth_default_request(void);
 
 typedef struct {
+    uint32_t struct_size;     /* the caller sets sizeof(qv_synth_stats) before qv_synth_run */
     int n_chunks;             /* text chunks synthesized (pauses excluded) */
     int n_frames;             /* codec frames generated (80 ms each), retries excluded */
     int64_t n_samples;        /* samples delivered */
@@ -378,11 +401,12 @@ typedef struct {
  * concurrently on one model, each on its own thread. */
 typedef struct qv_synth qv_synth;
 
+/* QV_E_INVALID (the detail names the field), QV_E_ABI, QV_E_NOMEM. */
 enum qv_status qv_synth_new(qv_synth **out, const qv_model *m, const qv_params *p);
 void qv_synth_free(qv_synth *s); /* accepts NULL; not while a synthesis runs */
 /* qv_session_set_params for the synthesizer: the next qv_synth_run uses p, reusing the session,
  * pools, decoder scratch and tokenizer (a server slot serving requests with different seeds).
- * QV_E_INVALID (qv_synth_error has the detail) if n_threads or quant differ or p is invalid;
+ * QV_E_INVALID (with the detail) if n_threads or quant differ or p is invalid;
  * nothing changes then. Not while a synthesis runs. */
 enum qv_status qv_synth_set_params(qv_synth *s, const qv_params *p);
 
@@ -391,13 +415,14 @@ enum qv_status qv_synth_set_params(qv_synth *s, const qv_params *p);
  * ends the synthesis with QV_E_GUARD (the delivered audio is incomplete: callers writing a file
  * must discard it). Streaming and one-shot delivery give bit-identical samples for one seed.
  * st may be NULL. Errors: those of qv_session_start, QV_E_VOICE, QV_E_FOREIGN_VOICE,
- * QV_E_GUARD, QV_E_CANCELLED; qv_synth_error has the detail. */
+ * QV_E_GUARD, QV_E_CANCELLED, QV_E_ABI (r or st). */
 enum qv_status qv_synth_run(qv_synth *s, const qv_synth_request *r, qv_pcm_fn fn, void *user,
                             qv_synth_stats *st);
 /* A chunk (a text chunk, or one half of one split after a guard trip) that completed and passed
  * the guard, in order. codes: its frames [n_frames][16], valid during the call. verify: speaker
  * similarity of its audio to the voice (verify_model_dir), NAN when not computed or too short. */
 typedef struct {
+    uint32_t struct_size; /* sizeof(qv_chunk_info) of the library that calls */
     int index; /* 1, 2, ... over the chunks of this synthesis */
     const int32_t *codes;
     int n_frames;
@@ -410,12 +435,11 @@ void qv_synth_set_chunk_fn(qv_synth *s, qv_chunk_fn fn, void *user);
 /* Asks the running qv_synth_run to stop (from any thread, also a signal handler); it returns
  * QV_E_CANCELLED within about one frame. A no-op when nothing runs. */
 void qv_synth_cancel(qv_synth *s);
-/* One-line detail of the last error (borrowed, "" when none). */
-const char *qv_synth_error(const qv_synth *s);
 
 /* speak --json's summary of a synthesis written to output: {"ok":true,"output","seconds" (wall
  * time), "audio_seconds","rtf","frames","chunks","loudness_lufs" (when finite),"warning" (when
- * any)}, one line, malloc'd (caller frees); NULL when out of memory. */
+ * any)}, one line (release with qv_free); NULL when out of memory or st's struct_size is not
+ * this library's (qv_last_error says which). */
 char *qv_synth_summary_json(const char *output, double seconds, const qv_synth_stats *st,
                             double lufs);
 
@@ -427,6 +451,7 @@ char *qv_synth_summary_json(const char *output, double seconds, const qv_synth_s
  * seed share a synthesizer. One thread at a time per qv_jobs; qv_jobs_cancel from anywhere. */
 typedef struct qv_jobs qv_jobs;
 typedef struct {
+    uint32_t struct_size;     /* sizeof(qv_jobs_options), set by qv_jobs_default_options */
     qv_synth_request request; /* every job's request (voice use, guard, chunking, max_seconds,
                                  force_*); its speaker, voice_path (a voice path or NAME),
                                  language and instruct are the defaults of a job naming none */
@@ -434,20 +459,21 @@ typedef struct {
 } qv_jobs_options;
 qv_jobs_options qv_jobs_default_options(void); /* qv_synth_default_request(), loudness 0 */
 
-/* p: the params of every job (a job's seed replaces p->seed). QV_E_INVALID, QV_E_NOMEM. */
+/* p: the params of every job (a job's seed replaces p->seed), checked by qv_params_check.
+ * QV_E_INVALID, QV_E_ABI (o's or o->request's struct_size), QV_E_NOMEM. */
 enum qv_status qv_jobs_new(qv_jobs **out, const qv_model *m, const qv_params *p,
                            const qv_jobs_options *o);
 /* Runs the job on line line_no of a jobs file and writes its audio to its output, atomically
- * (nothing on failure). *result_json gets the job's result line, malloc'd (caller frees):
+ * (nothing on failure). *result_json gets the job's result line (release with qv_free):
  * {"line","ok"} then qv_synth_summary_json's fields (and "clipped_samples" when the loudness gain
  * clipped) or "error". A blank line is no job: QV_OK with *result_json NULL. Returns QV_OK or the
- * job's failure (QV_E_CANCELLED after qv_jobs_cancel) with err = the result's error. */
-enum qv_status qv_jobs_run_line(qv_jobs *j, int line_no, const char *line, char **result_json,
-                                char *err, size_t err_size);
+ * job's failure (QV_E_CANCELLED after qv_jobs_cancel); qv_last_error() is then the result's
+ * "error". */
+enum qv_status qv_jobs_run_line(qv_jobs *j, int line_no, const char *line, char **result_json);
 /* Every line of in, in order, until its end or a cancelled job: fn (may be NULL) gets each job's
  * line number, status, result line (NULL when out of memory) and error ("" when ok). Counts the
  * jobs (blank lines are none) and the failed ones. QV_OK when every job succeeded, else the last
- * failure's status. */
+ * failure's status (and qv_last_error() its error). */
 typedef void (*qv_job_fn)(void *user, int line_no, enum qv_status st, const char *result_json,
                           const char *err);
 enum qv_status qv_jobs_run_file(qv_jobs *j, FILE *in, qv_job_fn fn, void *user, int *n_jobs,
@@ -462,10 +488,9 @@ void qv_jobs_free(qv_jobs *j);   /* accepts NULL */
  * calls. */
 typedef struct qv_cloner qv_cloner;
 
-/* n_threads as qv_threads_resolve. QV_E_MODEL for a model that is not a Base (the error says
+/* n_threads as qv_threads_resolve. QV_E_MODEL for a model that is not a Base (the detail says
  * so). */
-enum qv_status qv_cloner_load(qv_cloner **out, const char *base_dir, int n_threads, char *err,
-                              size_t err_size);
+enum qv_status qv_cloner_load(qv_cloner **out, const char *base_dir, int n_threads);
 void qv_cloner_free(qv_cloner *c); /* accepts NULL */
 
 /* The part of the (trimmed) reference the ICL prompt uses; the transcript must say exactly what
@@ -478,6 +503,7 @@ enum qv_icl_window {
 #define QV_ICL_MAX_SECONDS 30.0
 
 typedef struct {
+    uint32_t struct_size;     /* sizeof(qv_clone_request), set by qv_clone_default_request */
     const char *audio_path;   /* reference audio in any libsndfile format, or NULL and: */
     const float *pcm;         /* mono samples at sample_rate_hz */
     int64_t n_samples;
@@ -503,20 +529,21 @@ qv_clone_request qv_clone_default_request(void);
 
 /* Clones r into out_path, written atomically (nothing is left behind on failure or kill; the plot
  * neither). out_path NULL: everything but the writing (e.g. to see the QV_ICL_AUTO span first).
- * *report_json (may be NULL) gets a malloc'd JSON object, on failure too ("ok": false, "error"):
+ * *report_json (may be NULL; release with qv_free) gets a JSON object, on failure too ("ok":
+ * false, "error"):
  * the voice's identity, sizes, the audio (integrated loudness in LUFS), the hygiene report (used
  * span, transcript fit, level) and its human text ("hygiene_text"), warnings, timings. QV_E_AUDIO
  * for unusable audio, QV_E_INVALID for a bad request or a transcript that does not fit, QV_E_MODEL,
- * QV_E_IO; err names the problem ("FILE: problem"). */
+ * QV_E_IO, QV_E_ABI; the detail names the problem ("FILE: problem"). */
 enum qv_status qv_clone_run(const qv_cloner *c, const qv_clone_request *r, const char *out_path,
-                            char **report_json, char *err, size_t err_size);
+                            char **report_json);
 
 /* Speaker similarity of a and b, each a voice file (.qvoice or .bin: its x-vector) or reference
  * audio (its x-vector computed with c over at most max_seconds; c may be NULL when both are voice
- * files). *report_json: {"a", "b", "cosine", "norm_a", "norm_b", "dim"} (malloc'd). */
+ * files). *report_json: {"a", "b", "cosine", "norm_a", "norm_b", "dim"} (may be NULL; release
+ * with qv_free). */
 enum qv_status qv_clone_similarity(const qv_cloner *c, const char *a, const char *b,
-                                   double max_seconds, double *cosine, char **report_json,
-                                   char *err, size_t err_size);
+                                   double max_seconds, double *cosine, char **report_json);
 
 /* ==== audio ================================================================================== */
 
@@ -528,13 +555,12 @@ enum qv_status qv_loudness_lufs(const float *pcm, int64_t n_samples, double *luf
  * as generated; else QV_LOUDNESS_MIN_LUFS..MAX: -23 is broadcast, -16 podcasts), clipping samples
  * beyond full scale (counted in *n_clipped), and gives the result's loudness in *lufs (-HUGE_VAL
  * when unmeasurable). QV_E_INVALID for a target out of range, QV_E_AUDIO when a target is given
- * and there is nothing to measure (silent, or shorter than one 0.4 s block), QV_E_NOMEM; err says
- * which ("loudness: ..."). */
+ * and there is nothing to measure (silent, or shorter than one 0.4 s block), QV_E_NOMEM; the
+ * detail says which ("loudness: ..."). */
 #define QV_LOUDNESS_MIN_LUFS (-70.0)
 #define QV_LOUDNESS_MAX_LUFS (-1.0)
 enum qv_status qv_loudness_normalize(float *pcm, int64_t n_samples, double target_lufs,
-                                     int64_t *n_clipped, double *lufs, char *err,
-                                     size_t err_size);
+                                     int64_t *n_clipped, double *lufs);
 
 /* ==== audio out: the one encoder ============================================================= */
 
@@ -568,23 +594,24 @@ void qv_pcm_s16le(const float *pcm, int64_t n, uint8_t *out);
 #define QV_WAV_HEADER_BYTES 44
 void qv_wav_header(uint8_t out[QV_WAV_HEADER_BYTES], int64_t n_samples);
 
-/* A whole file of format from pcm[n_samples] (24 kHz mono) into *out (malloc'd, caller frees),
+/* A whole file of format from pcm[n_samples] (24 kHz mono) into *out (release with qv_free),
  * *n_bytes long. QV_E_INVALID, QV_E_UNSUPPORTED (this build cannot write the format), QV_E_NOMEM,
- * QV_E_IO (the codec failed); err names the format. */
+ * QV_E_LIMIT, QV_E_IO (the codec failed); the detail names the format. */
 enum qv_status qv_audio_encode(int format, const float *pcm, int64_t n_samples, uint8_t **out,
-                               size_t *n_bytes, char *err, size_t err_size);
+                               size_t *n_bytes);
 /* qv_audio_encode into the stream f (flushed; e.g. stdout). Its statuses, or QV_E_IO. */
-enum qv_status qv_audio_write_stream(FILE *f, int format, const float *pcm, int64_t n_samples,
-                                     char *err, size_t err_size);
-/* qv_audio_encode into path, written atomically (qv_outfile). Its statuses, or QV_E_IO with
- * err = "PATH: problem". */
-enum qv_status qv_audio_write(const char *path, int format, const float *pcm, int64_t n_samples,
-                              char *err, size_t err_size);
+enum qv_status qv_audio_write_stream(FILE *f, int format, const float *pcm, int64_t n_samples);
+/* qv_audio_encode into path, written atomically (qv_outfile). Its statuses, or QV_E_IO; the
+ * detail is "PATH: problem". */
+enum qv_status qv_audio_write(const char *path, int format, const float *pcm, int64_t n_samples);
 
 /* A growing buffer of samples, for output that needs the whole audio first (a one-shot file,
- * loudness): qv_pcm_collect is a qv_pcm_fn with user = a zeroed qv_pcm_buffer; it returns 1 (stop)
- * and sets failed when out of memory. Free pcm with free(). */
+ * loudness): qv_pcm_collect is a qv_pcm_fn with user = a qv_pcm_buffer zeroed but for its
+ * struct_size (the caller sets it: {.struct_size = sizeof b}); it returns 1 (stop) and sets failed
+ * when out of memory or given another struct_size (qv_last_error says which). Release pcm with
+ * qv_free. */
 typedef struct {
+    uint32_t struct_size; /* sizeof(qv_pcm_buffer), set by the caller */
     float *pcm;
     int64_t n, cap;
     int failed;
@@ -595,11 +622,12 @@ int qv_pcm_collect(void *user, const float *pcm, int n_samples);
  * unknown length). The sink is either fn (each qv_encoder_write calls it once with the block:
  * the first WAV block carries the header) or file: a seekable file gets the header rewritten with
  * the length so far after each block (playable while it grows, complete at the end). One thread at
- * a time. QV_E_UNSUPPORTED for other formats, QV_E_INVALID, QV_E_NOMEM. */
+ * a time. QV_E_UNSUPPORTED for other formats, QV_E_INVALID, QV_E_NOMEM. Every failure of these
+ * three leaves its detail for qv_last_error(). */
 typedef int (*qv_write_fn)(void *user, const void *data, size_t n_bytes); /* 0 ok */
 typedef struct qv_encoder qv_encoder;
 enum qv_status qv_encoder_new(qv_encoder **out, int format, qv_write_fn fn, void *user,
-                              FILE *file, char *err, size_t err_size);
+                              FILE *file);
 /* Converts and writes one block. QV_E_IO when the sink failed, QV_E_NOMEM. */
 enum qv_status qv_encoder_write(qv_encoder *e, const float *pcm, int n_samples);
 /* Ends the stream (an empty WAV still gets its header) and frees e; accepts NULL. QV_E_IO when
@@ -614,18 +642,18 @@ enum qv_status qv_encoder_close(qv_encoder *e);
  * ".NAME.tmp.PID.N" is removed by the next write to that path. One writer per thread. */
 typedef struct qv_outfile qv_outfile;
 
-/* QV_OK, or QV_E_IO with err = "PATH: problem". */
-enum qv_status qv_outfile_open(qv_outfile **out, const char *path, char *err, size_t err_size);
+/* QV_OK, or QV_E_IO ("PATH: problem"). */
+enum qv_status qv_outfile_open(qv_outfile **out, const char *path);
 int qv_outfile_fd(const qv_outfile *f);     /* write here (e.g. sf_open_fd); do not close it */
 FILE *qv_outfile_stream(qv_outfile *f);     /* or here (owned by f; NULL when out of memory) */
 /* Flush, fsync, put in place, fsync the directory; frees f. QV_OK or QV_E_IO (nothing left). */
-enum qv_status qv_outfile_commit(qv_outfile *f, char *err, size_t err_size);
+enum qv_status qv_outfile_commit(qv_outfile *f);
 void qv_outfile_abort(qv_outfile *f); /* discards and frees; accepts NULL */
 
-/* A whole file (regular, pipe, /dev/stdin) into a malloc'd buffer with a NUL after its
- * *n_bytes bytes; NULL with err = "PATH: problem" when it cannot be read or exceeds max_bytes. */
-char *qv_file_read(const char *path, size_t max_bytes, size_t *n_bytes, char *err,
-                   size_t err_size);
+/* A whole file (regular, pipe, /dev/stdin) into *data (release with qv_free) with a NUL after
+ * its *n_bytes bytes; *data = NULL and QV_E_IO when it cannot be read, QV_E_LIMIT when it
+ * exceeds max_bytes, QV_E_NOMEM. */
+enum qv_status qv_file_read(const char *path, size_t max_bytes, char **data, size_t *n_bytes);
 
 #ifdef __cplusplus
 }

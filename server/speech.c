@@ -55,7 +55,7 @@ static void job_unref(job *j) {
     free(j->instruct);
     free(j->voice_path);
     free(j->out.p);
-    free(j->pcm.pcm);
+    qv_free(j->pcm.pcm);
     qv_encoder_close(j->enc);
     free(j);
 }
@@ -125,7 +125,7 @@ static void *worker(void *arg) {
     qv_server *s = j->s;
     int j_slot = j->slot;
     qv_synth *sy = s->slots[j_slot].synth;
-    qv_synth_stats st = {0};
+    qv_synth_stats st = {.struct_size = sizeof st};
     enum qv_status rc = qv_synth_run(sy, &j->r, on_pcm, j, &st);
     pthread_mutex_lock(&j->mu);
     int capped = j->capped && !j->cancel;
@@ -143,7 +143,7 @@ static void *worker(void *arg) {
     pthread_mutex_lock(&j->mu);
     j->st = rc;
     j->stats = st;
-    if (rc && !j->err[0]) snprintf(j->err, sizeof j->err, "%s", qv_synth_error(sy));
+    if (rc && !j->err[0]) snprintf(j->err, sizeof j->err, "%s", qv_last_error());
     j->done = 1;
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
@@ -381,10 +381,8 @@ static int parse(qv_server *s, const char *body, size_t len, job *j, qv_params *
             qv_format_name(j->format), qv_format_name(j->format));
         goto out;
     }
-    char enc_err[256];
-    if (j->stream &&
-        qv_encoder_new(&j->enc, j->format, stream_sink, j, NULL, enc_err, sizeof enc_err)) {
-        bad(v, 500, "out_of_memory", NULL, "%s", enc_err);
+    if (j->stream && qv_encoder_new(&j->enc, j->format, stream_sink, j, NULL)) {
+        bad(v, 500, "out_of_memory", NULL, "%s", qv_last_error());
         goto out;
     }
     int got = get_num(o, "speed", 0.25, 4, 0, &d, v);
@@ -413,8 +411,8 @@ static int parse(qv_server *s, const char *body, size_t len, job *j, qv_params *
     if (got) p->max_frames = d > 1 ? (int)d - 1 : 1; /* max_seconds still caps the audio */
     if ((got = get_num(o, "max_seconds", 0.08, 1e6, 0, &d, v)) < 0) goto out;
     if (got && (max_s <= 0 || d < max_s)) max_s = d;
-    char e[256];
-    if (qv_params_check(p, e, sizeof e)) {
+    if (qv_params_check(p)) {
+        const char *e = qv_last_error();
         static const char *const fields[] = {"temperature", "top_k", "top_p",
                                              "repetition_penalty"};
         const char *field = NULL;
@@ -480,6 +478,7 @@ static int failure_status(const job *j, const char **type, const char **code) {
     case QV_OK:
     case QV_E_MODEL:
     case QV_E_STATE:
+    case QV_E_ABI:
     case QV_E_AUDIO:
     case QV_E_IO:
     case QV_STATUS_COUNT:
@@ -611,6 +610,7 @@ enum MHD_Result qvs_speech_handle(qv_server *s, struct MHD_Connection *c, req *q
     pthread_mutex_init(&j->mu, NULL);
     pthread_cond_init(&j->cv, NULL);
     j->refs = 1;
+    j->pcm.struct_size = sizeof j->pcm;
     j->s = s;
     j->conn = c;
     j->deadline = q->t0 + s->cfg.timeout_s;
@@ -674,13 +674,13 @@ enum MHD_Result qvs_speech_handle(qv_server *s, struct MHD_Connection *c, req *q
         if (j->st) return reply_failure(c, q, j);
         uint8_t *out;
         size_t len;
-        char e[256];
-        if (qv_audio_encode(j->format, j->pcm.pcm, j->pcm.n, &out, &len, e, sizeof e))
+        if (qv_audio_encode(j->format, j->pcm.pcm, j->pcm.n, &out, &len))
             return qvs_reply_error(c, q, 500, "server_error", "encoding_failed", NULL,
-                                   "response_format %s", e);
-        struct MHD_Response *r = MHD_create_response_from_buffer(len, out, MHD_RESPMEM_MUST_FREE);
+                                   "response_format %s", qv_last_error());
+        struct MHD_Response *r =
+            MHD_create_response_from_buffer_with_free_callback(len, out, qv_free);
         if (!r) {
-            free(out);
+            qv_free(out);
             return MHD_NO;
         }
         MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, qv_format_mime(j->format));

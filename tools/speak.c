@@ -224,7 +224,6 @@ static qv_params params_over(const options *o, qv_params p) {
 
 /* Values that are not plain numbers, and the sampling bounds (the library's). 0 or 2. */
 static int check_values(options *o) {
-    char err[256];
     static const char *const quants[] = {[QV_QUANT_BF16] = "bf16", "int8", "q4"};
     for (o->quant = 0; o->quant_name && strcmp(o->quant_name, quants[o->quant]);)
         if (++o->quant == 3)
@@ -237,7 +236,7 @@ static int check_values(options *o) {
     if (o->format_name && (o->format = qv_format_parse(o->format_name)) < 0)
         return usage_error("--format: expected " QV_FORMAT_NAMES ", found '%s'", o->format_name);
     const qv_params p = params_over(o, qv_default_params());
-    if (qv_params_check(&p, err, sizeof err)) return usage_error("%s", err);
+    if (qv_params_check(&p)) return usage_error("%s", qv_last_error());
     return 0;
 }
 
@@ -299,10 +298,8 @@ static int parse_args(int argc, char **argv, options *o) {
 
 /* path ("-": stdout) as a stream; a file through the atomic writer *of. NULL after printing why. */
 static FILE *open_out(const char *path, qv_outfile **of) {
-    char err[4400];
     if (!strcmp(path, "-")) return stdout;
-    if (qv_outfile_open(of, path, err, sizeof err))
-        return fprintf(stderr, TOOL ": %s\n", err), NULL;
+    if (qv_outfile_open(of, path)) return fprintf(stderr, TOOL ": %s\n", qv_last_error()), NULL;
     FILE *f = qv_outfile_stream(*of);
     if (!f) fprintf(stderr, TOOL ": %s: out of memory\n", path);
     return f;
@@ -310,26 +307,23 @@ static FILE *open_out(const char *path, qv_outfile **of) {
 
 /* Puts *of in place (none: nothing to do); 0, or -1 after printing why. */
 static int commit_out(qv_outfile **of) {
-    char err[4400];
     qv_outfile *f = *of;
     *of = NULL;
-    if (!f || !qv_outfile_commit(f, err, sizeof err)) return 0;
-    return fprintf(stderr, TOOL ": %s\n", err), -1;
+    if (!f || !qv_outfile_commit(f)) return 0;
+    return fprintf(stderr, TOOL ": %s\n", qv_last_error()), -1;
 }
 
 /* --loudness, then the file: writes wav[n] (scaled in place) as fmt to path ("-": stdout) and
- * its integrated loudness to *lufs. 0, or -1 with err. */
-static int emit(const options *o, const char *path, int fmt, float *wav, int64_t n, double *lufs,
-                char *err, size_t err_size) {
+ * its integrated loudness to *lufs. 0, or -1 with qv_last_error(). */
+static int emit(const options *o, const char *path, int fmt, float *wav, int64_t n, double *lufs) {
     int64_t n_clipped;
-    if (qv_loudness_normalize(wav, n, isnan(o->loudness) ? 0 : o->loudness, &n_clipped, lufs, err,
-                              err_size))
+    if (qv_loudness_normalize(wav, n, isnan(o->loudness) ? 0 : o->loudness, &n_clipped, lufs))
         return -1;
     if (n_clipped && !o->quiet)
         fprintf(stderr, TOOL ": %s: warning: --loudness %g clipped %lld sample(s)\n", path,
                 o->loudness, (long long)n_clipped);
-    if (strcmp(path, "-")) return qv_audio_write(path, fmt, wav, n, err, err_size) ? -1 : 0;
-    return qv_audio_write_stream(stdout, fmt, wav, n, err, err_size) ? -1 : 0;
+    if (strcmp(path, "-")) return qv_audio_write(path, fmt, wav, n) ? -1 : 0;
+    return qv_audio_write_stream(stdout, fmt, wav, n) ? -1 : 0;
 }
 
 static double now_s(void) {
@@ -340,15 +334,14 @@ static double now_s(void) {
 
 /* --decode-codes: a codes file to audio. */
 static int decode_only(const options *o, const qv_model *m) {
-    char err[4400];
     float *wav;
     int64_t n;
     double lufs;
     const char *path = strcmp(o->decode_codes, "-") ? o->decode_codes : "/dev/stdin";
-    int rc = qv_codes_decode(m, path, qv_threads_resolve(o->threads), &wav, &n, err, sizeof err) ||
-             emit(o, o->out_path, o->format, wav, n, &lufs, err, sizeof err);
-    if (rc) fprintf(stderr, TOOL ": %s\n", err);
-    free(wav);
+    int rc = qv_codes_decode(m, path, qv_threads_resolve(o->threads), &wav, &n) ||
+             emit(o, o->out_path, o->format, wav, n, &lufs);
+    if (rc) fprintf(stderr, TOOL ": %s\n", qv_last_error());
+    qv_free(wav);
     return rc;
 }
 
@@ -372,11 +365,12 @@ static void on_job(void *user, int line_no, enum qv_status st, const char *res, 
 
 /* Every job of the jobs file; one result line per job on stdout. 0 all ok, 1 some failed. */
 static int run_batch(options *o, const qv_model *m, FILE *in) {
-    qv_jobs_options jo = {.request = o->r, .loudness_lufs = isnan(o->loudness) ? 0 : o->loudness};
+    qv_jobs_options jo = qv_jobs_default_options();
+    jo.request = o->r, jo.loudness_lufs = isnan(o->loudness) ? 0 : o->loudness;
     const qv_params p = params_over(o, qv_model_params(m));
     qv_jobs *jobs;
     int n_jobs, n_failed;
-    if (qv_jobs_new(&jobs, m, &p, &jo)) return fprintf(stderr, TOOL ": out of memory\n"), 1;
+    if (qv_jobs_new(&jobs, m, &p, &jo)) return fprintf(stderr, TOOL ": %s\n", qv_last_error()), 1;
     g_jobs = jobs;
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
@@ -423,52 +417,46 @@ static void run_free(run *x) {
     qv_encoder_close(x->enc);
     qv_outfile_abort(x->out_file);
     qv_outfile_abort(x->dump_file);
-    free(x->all.pcm);
+    qv_free(x->all.pcm);
     qv_synth_free(x->syn);
     qv_voice_free(x->voice);
 }
 
 /* The voice, the synthesizer and the outputs that are written as the synthesis goes. 0 or -1. */
 static int run_open(const options *o, const qv_model *m, run *x) {
-    char err[4400];
     const qv_params p = params_over(o, qv_model_params(m));
     enum qv_status st;
-    if (o->r.voice_path && qv_voice_open(&x->voice, o->r.voice_path, err, sizeof err))
-        return fprintf(stderr, TOOL ": %s\n", err), -1;
+    if (o->r.voice_path && qv_voice_open(&x->voice, o->r.voice_path))
+        return fprintf(stderr, TOOL ": %s\n", qv_last_error()), -1;
     if ((st = qv_synth_new(&x->syn, m, &p)))
-        return fprintf(stderr, TOOL ": %s: %s\n", qv_strerror(st),
-                       x->syn ? qv_synth_error(x->syn) : ""),
-               -1;
+        return fprintf(stderr, TOOL ": %s: %s\n", qv_strerror(st), qv_last_error()), -1;
     if (o->dump_codes && !(x->dump = open_out(o->dump_codes, &x->dump_file))) return -1;
     if (!o->stream) return 0;
     FILE *to = open_out(o->out_path ? o->out_path : "-", &x->out_file);
-    if (!to || qv_encoder_new(&x->enc, o->out_path ? o->format : QV_FORMAT_PCM, NULL, NULL, to, err,
-                              sizeof err))
-        return to ? fprintf(stderr, TOOL ": %s\n", err), -1 : -1;
+    if (!to || qv_encoder_new(&x->enc, o->out_path ? o->format : QV_FORMAT_PCM, NULL, NULL, to))
+        return to ? fprintf(stderr, TOOL ": %s\n", qv_last_error()), -1 : -1;
     return 0;
 }
 
 /* After a synthesis: the streamed outputs closed and put in place, the one-shot file written. */
 static int run_finish(const options *o, run *x, double *lufs) {
-    char err[4400];
     if (x->dump_failed) return fprintf(stderr, TOOL ": %s: write failed\n", o->dump_codes), -1;
     if (commit_out(&x->dump_file) || fflush(stdout)) return -1;
     qv_encoder *e = x->enc;
     x->enc = NULL;
     if (qv_encoder_close(e))
         return fprintf(stderr, TOOL ": %s: %s\n", o->out_path ? o->out_path : "stdout",
-                       strerror(errno)),
+                       qv_last_error()),
                -1;
     if (commit_out(&x->out_file)) return -1;
     *lufs = -HUGE_VAL;
-    if (o->out_path && !o->stream &&
-        emit(o, o->out_path, o->format, x->all.pcm, x->all.n, lufs, err, sizeof err))
-        return fprintf(stderr, TOOL ": %s\n", err), -1;
+    if (o->out_path && !o->stream && emit(o, o->out_path, o->format, x->all.pcm, x->all.n, lufs))
+        return fprintf(stderr, TOOL ": %s\n", qv_last_error()), -1;
     return 0;
 }
 
 static int speak_text(const options *o, const qv_model *m, const char *text) {
-    run x = {0};
+    run x = {.all = {.struct_size = sizeof x.all}};
     int rc = 1;
     if (run_open(o, m, &x)) goto out;
     qv_synth_request r = o->r;
@@ -482,7 +470,7 @@ static int speak_text(const options *o, const qv_model *m, const char *text) {
     g_synth = x.syn;
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
-    qv_synth_stats ss;
+    qv_synth_stats ss = {.struct_size = sizeof ss};
     const double t0 = now_s();
     const enum qv_status st = qv_synth_run(x.syn, &r, r.codes_only ? NULL : on_audio, &x, &ss);
     g_synth = NULL;
@@ -494,7 +482,7 @@ static int speak_text(const options *o, const qv_model *m, const char *text) {
                 qv_voice_path(x.voice));
     if (st) {
         fprintf(stderr, TOOL ": %s\n",
-                x.failed || x.all.failed ? "audio write failed" : qv_synth_error(x.syn));
+                x.failed || x.all.failed ? "audio write failed" : qv_last_error());
         if (st == QV_E_MODEL && o->verify && x.voice && !o->verify_model)
             fprintf(stderr, TOOL ": --verify: give the Base model with --verify-model DIR\n");
         if (!o->quiet && (o->out_path || o->dump_codes))
@@ -508,7 +496,7 @@ static int speak_text(const options *o, const qv_model *m, const char *text) {
     if (run_finish(o, &x, &lufs)) goto out;
     char *json = o->json ? qv_synth_summary_json(o->out_path, now_s() - t0, &ss, lufs) : NULL;
     if (json) printf("%s\n", json);
-    free(json);
+    qv_free(json);
     if (!o->quiet)
         fprintf(stderr,
                 TOOL ": %.2f s audio (%d frames, %d chunk%s%s) in %.2f s, RTF %.3f, first audio "
@@ -531,14 +519,14 @@ static int print_tokens(const options *o, const qv_model *m, const char *text) {
     int n;
     enum qv_status st;
     if ((st = qv_session_new(&s, m, &p)) || (st = qv_session_tokenize(s, text, &ids, &n))) {
-        fprintf(stderr, TOOL ": %s\n", s ? qv_session_error(s) : qv_strerror(st));
+        fprintf(stderr, TOOL ": %s\n", qv_last_error());
         qv_session_free(s);
         return 1;
     }
     for (int i = 0; i < n; i++)
         printf("%s%d", i ? " " : "", ids[i]);
     printf("\n");
-    free(ids);
+    qv_free(ids);
     qv_session_free(s);
     return 0;
 }
@@ -552,22 +540,24 @@ static void list(const qv_model *m, int which) {
 
 /* The text (-t, or stdin without its trailing newlines), spoken or tokenized. */
 static int text_mode(const options *o, const qv_model *m) {
-    char err[4400];
     size_t n;
     const char *given = o->r.text;
-    char *t =
-        given ? strdup(given) : qv_file_read("/dev/stdin", (size_t)1 << 28, &n, err, sizeof err);
+    char *t = NULL;
+    if (given)
+        t = strdup(given);
+    else
+        qv_file_read("/dev/stdin", (size_t)1 << 28, &t, &n); /* t stays NULL on failure */
     for (size_t len = t && !given ? strlen(t) : 0;
          len && (t[len - 1] == '\n' || t[len - 1] == '\r');)
         t[--len] = 0; /* a pipe's trailing newline */
     int rc = 1;
     if (!t)
-        fprintf(stderr, TOOL ": %s\n", given ? "out of memory" : err);
+        fprintf(stderr, TOOL ": %s\n", given ? "out of memory" : qv_last_error());
     else if (!t[0] && !o->tokens)
         fprintf(stderr, TOOL ": no text to speak\n");
     else
         rc = o->tokens ? print_tokens(o, m, t) : speak_text(o, m, t);
-    free(t);
+    qv_free(t);
     return rc;
 }
 
@@ -583,11 +573,10 @@ int main(int argc, char **argv) {
     FILE *jobs = NULL;
     if (o.batch && !(jobs = strcmp(o.batch, "-") ? fopen(o.batch, "r") : stdin))
         return usage_error("--batch %s: cannot open", o.batch);
-    char err[4400];
     qv_model *m = NULL;
     int rc = 1;
-    if (qv_model_load(&m, o.model_dir, err, sizeof err))
-        fprintf(stderr, TOOL ": %s\n", err);
+    if (qv_model_load(&m, o.model_dir))
+        fprintf(stderr, TOOL ": %s\n", qv_last_error());
     else if (o.decode_codes)
         rc = decode_only(&o, m);
     else if (o.list_speakers || o.list_languages)

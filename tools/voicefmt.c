@@ -185,11 +185,13 @@ static uint64_t wdelta_bytes(const qvf_voice *v, uint64_t *raw) {
 
 /* Chunk table of a v4 file (also when the voice itself does not parse). */
 static void chunks_out(const char *path, cJSON *jo, int *framing_ok) {
-    size_t n;
-    uint8_t *b = (uint8_t *)qv_file_read(path, SIZE_MAX / 2, &n, NULL, 0);
+    size_t n = 0;
+    char *data;
+    qv_file_read(path, SIZE_MAX / 2, &data, &n);
+    uint8_t *b = (uint8_t *)data;
     *framing_ok = 1;
     if (!b || n < 8 || memcmp(b, "QVCE", 4) || b[4] != 4 || b[5] || b[6] || b[7]) {
-        free(b);
+        qv_free(b);
         return;
     }
     qvf_chunk_info ch[256];
@@ -213,7 +215,7 @@ static void chunks_out(const char *path, cJSON *jo, int *framing_ok) {
                    (unsigned long long)ch[i].payload_bytes, ch[i].crc_ok ? "ok" : "BAD");
         }
     }
-    free(b);
+    qv_free(b);
 }
 
 /* The signature of a v4 file (sig->present = 0 for other files). 0, or 1 with a message printed
@@ -221,13 +223,14 @@ static void chunks_out(const char *path, cJSON *jo, int *framing_ok) {
 static int signature_of(const char *path, qvf_signature *sig) {
     memset(sig, 0, sizeof *sig);
     size_t n = 0;
-    char err[512];
-    uint8_t *b = (uint8_t *)qv_file_read(path, SIZE_MAX / 2, &n, err, sizeof err);
-    if (!b) return fprintf(stderr, "voicefmt: %s\n", err), 1;
+    char err[512], *data;
+    if (qv_file_read(path, SIZE_MAX / 2, &data, &n))
+        return fprintf(stderr, "voicefmt: %s\n", qv_last_error()), 1;
+    const uint8_t *b = (const uint8_t *)data;
     int rc = n >= 8 && !memcmp(b, "QVCE", 4) && b[4] == 4
                  ? qvf_signature_read(b, n, path, sig, err, sizeof err)
                  : 0;
-    free(b);
+    qv_free(data);
     if (rc) fprintf(stderr, "voicefmt: %s\n", err);
     return rc ? 1 : 0;
 }
@@ -363,13 +366,15 @@ static int cmd_inspect(int argc, char **argv) {
 
 /* The model checks, through the library (qv_voice_file_verify); its lines go to stderr. */
 static int verify_model(const char *path, const char *dir, int flags) {
-    char report[8192];
-    enum qv_status st = qv_voice_file_verify(dir, path, flags, report, sizeof report);
-    for (char *line = report, *next; *line; line = next) {
+    char *report;
+    enum qv_status st = qv_voice_file_verify(dir, path, flags, &report);
+    if (!report) fprintf(stderr, "voicefmt: %s\n", qv_last_error());
+    for (char *line = report, *next; line && *line; line = next) {
         next = strchr(line, '\n');
         next = next ? (*next = 0, next + 1) : line + strlen(line);
         fprintf(stderr, "voicefmt: %s\n", line);
     }
+    qv_free(report);
     return st != QV_OK;
 }
 
@@ -617,10 +622,9 @@ static int cmd_extract(int argc, char **argv) {
         qvf_voice_free(v);
         return 1;
     }
-    char err[4400];
     qv_outfile *of;
-    if (qv_outfile_open(&of, out, err, sizeof err)) {
-        fprintf(stderr, "voicefmt: %s\n", err);
+    if (qv_outfile_open(&of, out)) {
+        fprintf(stderr, "voicefmt: %s\n", qv_last_error());
         qvf_voice_free(v);
         return 1;
     }
@@ -636,8 +640,8 @@ static int cmd_extract(int argc, char **argv) {
     if (!ok) {
         fprintf(stderr, "voicefmt: %s: cannot write: %s\n", out, strerror(errno));
         qv_outfile_abort(of);
-    } else if (qv_outfile_commit(of, err, sizeof err)) {
-        fprintf(stderr, "voicefmt: %s\n", err);
+    } else if (qv_outfile_commit(of)) {
+        fprintf(stderr, "voicefmt: %s\n", qv_last_error());
         ok = 0;
     }
     qvf_voice_free(v);
@@ -847,16 +851,22 @@ static int cmd_sign(int argc, char **argv) {
     size_t n = 0, n_out = 0;
     char *buf = NULL;
     int rc = 1;
-    if (qvf_key_load(key_path, 1, &key, pub, err, sizeof err) ||
-        !(buf = qv_file_read(in, SIZE_MAX / 2, &n, err, sizeof err)) ||
-        qvf_sign(buf, n, in, key, signer, (uint64_t)time(NULL), &signed_buf, &n_out, err,
+    if (qvf_key_load(key_path, 1, &key, pub, err, sizeof err)) {
+        fprintf(stderr, "voicefmt: %s\n", err);
+        goto done;
+    }
+    if (qv_file_read(in, SIZE_MAX / 2, &buf, &n)) {
+        fprintf(stderr, "voicefmt: %s\n", qv_last_error());
+        goto done;
+    }
+    if (qvf_sign(buf, n, in, key, signer, (uint64_t)time(NULL), &signed_buf, &n_out, err,
                  sizeof err)) {
         fprintf(stderr, "voicefmt: %s\n", err);
         goto done;
     }
     qv_outfile *of;
-    if (qv_outfile_open(&of, out, err, sizeof err)) {
-        fprintf(stderr, "voicefmt: %s\n", err);
+    if (qv_outfile_open(&of, out)) {
+        fprintf(stderr, "voicefmt: %s\n", qv_last_error());
         goto done;
     }
     FILE *f = qv_outfile_stream(of);
@@ -865,15 +875,15 @@ static int cmd_sign(int argc, char **argv) {
         fprintf(stderr, "voicefmt: %s: write failed\n", out);
         goto done;
     }
-    if (qv_outfile_commit(of, err, sizeof err)) {
-        fprintf(stderr, "voicefmt: %s\n", err);
+    if (qv_outfile_commit(of)) {
+        fprintf(stderr, "voicefmt: %s\n", qv_last_error());
         goto done;
     }
     rc = 0;
 done:
     qvf_key_free(key);
     free(signed_buf);
-    free(buf);
+    qv_free(buf);
     return rc;
 }
 

@@ -62,8 +62,11 @@ class QvoiceValueError(QvoiceError, ValueError):
     """Bad input (unknown speaker or language, invalid or over-limit request)."""
 
 
-def _raise(status, message):
-    bad_input = {"QV_E_INVALID", "QV_E_SPEAKER", "QV_E_LANGUAGE", "QV_E_LIMIT"}
+def _raise(status, message=None):
+    """Raises the error of a failed call; message defaults to the library's detail line."""
+    if message is None:
+        message = _capi.lib().last_error(status)
+    bad_input = {"QV_E_INVALID", "QV_E_SPEAKER", "QV_E_LANGUAGE", "QV_E_LIMIT", "QV_E_VOCAB"}
     cls = QvoiceValueError if _capi.STATUS[status] in bad_input else QvoiceError
     raise cls(status, message)
 
@@ -134,16 +137,15 @@ def write_audio(path, wav, format=None, loudness=None):
         samples = array.array("f", wav)
         buf = (ctypes.c_float * len(samples)).from_buffer(samples) if len(samples) else None
     n = len(samples)
-    err = ctypes.create_string_buffer(1024)
     if loudness is not None:
         clipped, lufs = ctypes.c_int64(0), ctypes.c_double(0)
         st = lib.qv_loudness_normalize(buf, n, float(loudness), ctypes.byref(clipped),
-                                       ctypes.byref(lufs), err, len(err))
+                                       ctypes.byref(lufs))
         if st:
-            _raise(st, _s(err.value))
-    st = lib.qv_audio_write(_b(path), fmt, buf, n, err, len(err))
+            _raise(st)
+    st = lib.qv_audio_write(_b(path), fmt, buf, n)
     if st:
-        _raise(st, _s(err.value))
+        _raise(st)
 
 
 def write_wav(path, wav, sample_rate=SAMPLE_RATE):
@@ -158,10 +160,10 @@ class Voice:
 
     def __init__(self, path_or_name):
         lib = _capi.lib()
-        h, err = ctypes.c_void_p(), ctypes.create_string_buffer(512)
-        st = lib.qv_voice_open(ctypes.byref(h), _b(os.fspath(path_or_name)), err, len(err))
+        h = ctypes.c_void_p()
+        st = lib.qv_voice_open(ctypes.byref(h), _b(os.fspath(path_or_name)))
         if st:
-            _raise(st, _s(err.value))
+            _raise(st)
         self._h = h
         self._free = weakref.finalize(self, lib.qv_voice_free, h)
         self.name = _s(lib.qv_voice_name(h))
@@ -269,10 +271,10 @@ class Qwen3TTSModel:
                 "%s: no such model directory (download it first: hf download %s --local-dir DIR)"
                 % (path, path))
         lib = _capi.lib()
-        h, err = ctypes.c_void_p(), ctypes.create_string_buffer(512)
-        st = lib.qv_model_load(ctypes.byref(h), _b(path), err, len(err))
+        h = ctypes.c_void_p()
+        st = lib.qv_model_load(ctypes.byref(h), _b(path))
         if st:
-            _raise(st, _s(err.value))
+            _raise(st)
         if lib.has("qv_threads_resolve"):
             threads = lib.qv_threads_resolve(int(threads))
         elif threads <= 0:
@@ -323,14 +325,13 @@ class Qwen3TTSModel:
         if "synth" not in self._h or key != self._synth_key:
             if "synth" in self._h:
                 self._lib.qv_synth_free(self._h.pop("synth"))
-            err = ctypes.create_string_buffer(256)  # the library's one range check, with detail
-            st = self._lib.qv_params_check(ctypes.byref(p), err, len(err))
+            st = self._lib.qv_params_check(ctypes.byref(p))  # the library's one range check
             if st:
-                _raise(st, _s(err.value))
+                _raise(st)
             h = ctypes.c_void_p()
             st = self._lib.qv_synth_new(ctypes.byref(h), self._m, ctypes.byref(p))
             if st:
-                _raise(st, "qv_synth_new: " + _s(self._lib.qv_strerror(st)))
+                _raise(st)
             self._h["synth"], self._synth_key = h, key
         return self._h["synth"]
 
@@ -362,14 +363,15 @@ class Qwen3TTSModel:
                     return 1
 
             fn = _capi.PCM_FN(cb)
-            stats = _capi.SynthStats()
+            stats = _capi.SynthStats(struct_size=ctypes.sizeof(_capi.SynthStats))
             st = lib.qv_synth_run(synth, ctypes.byref(r), fn, None, ctypes.byref(stats))
             if failure:
                 raise failure[0]
             self.last_stats = {f: (_s(getattr(stats, f)) if isinstance(getattr(stats, f), bytes)
-                                   else getattr(stats, f)) for f, _ in _capi.SynthStats._fields_}
+                                   else getattr(stats, f)) for f, _ in _capi.SynthStats._fields_
+                               if f != "struct_size"}
             if st:
-                _raise(st, _s(lib.qv_synth_error(synth)))
+                _raise(st)
             if self.last_stats["warning"]:  # e.g. the library dropped a 0.6B CustomVoice instruct
                 warnings.warn("qvoice: " + self.last_stats["warning"], stacklevel=3)
         finally:
@@ -383,24 +385,20 @@ class Qwen3TTSModel:
         are no job. kw: generation keywords for every job."""
         lib = self._lib
         p = self._params(kw)
-        err = ctypes.create_string_buffer(4400)
-        st = lib.qv_params_check(ctypes.byref(p), err, len(err))
-        if st:
-            _raise(st, _s(err.value))
         o = lib.qv_jobs_default_options()
         o.loudness_lufs = float(loudness or 0)
         h = ctypes.c_void_p()
         st = lib.qv_jobs_new(ctypes.byref(h), self._m, ctypes.byref(p), ctypes.byref(o))
-        if st:
-            _raise(st, "qv_jobs_new: " + _s(lib.qv_strerror(st)))
+        if st:  # the sampling ranges are checked here (qv_params_check)
+            _raise(st)
         try:
             for n, line in enumerate(lines, 1):
                 text = line if isinstance(line, str) else json.dumps(line)
                 res = ctypes.c_void_p()
-                lib.qv_jobs_run_line(h, n, _b(text), ctypes.byref(res), err, len(err))
+                lib.qv_jobs_run_line(h, n, _b(text), ctypes.byref(res))
                 if res.value:
                     out = json.loads(ctypes.string_at(res.value).decode())
-                    lib.free_c(res)
+                    lib.qv_free(res)
                     yield out
         finally:
             lib.qv_jobs_free(h)
@@ -548,11 +546,10 @@ class Qwen3TTSModel:
                 raise ValueError("create_voice_clone_prompt: %s is a %s model; cloning needs a "
                                  "Base model: load one, or pass clone_model=BASE_DIR to "
                                  "from_pretrained" % (self.model_dir, self.model_type))
-            h, err = ctypes.c_void_p(), ctypes.create_string_buffer(512)
-            st = self._lib.qv_cloner_load(ctypes.byref(h), _b(self._clone_dir), self._threads,
-                                          err, len(err))
+            h = ctypes.c_void_p()
+            st = self._lib.qv_cloner_load(ctypes.byref(h), _b(self._clone_dir), self._threads)
             if st:
-                _raise(st, _s(err.value))
+                _raise(st)
             self._h["cloner"] = h
         return self._h["cloner"]
 
@@ -633,15 +630,16 @@ class Qwen3TTSModel:
                 r.icl_window, r.icl_start_s, r.icl_end_s = window, icl_start, icl_end
                 r.allow_xvector_fallback = int(allow_xvector_fallback)
                 voice_path = os.path.join(tmpdir, "voice.qvoice")
-                report, err = ctypes.c_void_p(), ctypes.create_string_buffer(1024)
+                report = ctypes.c_void_p()
                 st = self._lib.qv_clone_run(cloner, ctypes.byref(r), _b(voice_path),
-                                            ctypes.byref(report), err, len(err))
+                                            ctypes.byref(report))
+                detail = self._lib.last_error(st) if st else ""
                 rep = {}
                 if report.value:
                     rep = json.loads(ctypes.string_at(report.value).decode())
-                    self._lib.free_c(report)
+                    self._lib.qv_free(report)
                 if st:
-                    _raise(st, _s(err.value))
+                    _raise(st, detail)
             except BaseException:
                 shutil.rmtree(tmpdir, True)
                 raise

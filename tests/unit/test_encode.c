@@ -83,16 +83,15 @@ static void test_stream_equals_whole(void **st) {
     (void)st;
     const int n = 24000;
     float *x = tone(n, 0.8f);
-    char err[256];
     uint8_t *whole;
     size_t n_whole;
-    assert_int_equal(qv_audio_encode(QV_FORMAT_WAV, x, n, &whole, &n_whole, err, sizeof err), 0);
+    assert_int_equal(qv_audio_encode(QV_FORMAT_WAV, x, n, &whole, &n_whole), 0);
     assert_int_equal(n_whole, 44 + 2 * (size_t)n);
     FILE *f = tmpfile();
     mem m = {0};
     qv_encoder *ef, *em;
-    assert_int_equal(qv_encoder_new(&ef, QV_FORMAT_WAV, NULL, NULL, f, err, sizeof err), 0);
-    assert_int_equal(qv_encoder_new(&em, QV_FORMAT_WAV, append, &m, NULL, err, sizeof err), 0);
+    assert_int_equal(qv_encoder_new(&ef, QV_FORMAT_WAV, NULL, NULL, f), 0);
+    assert_int_equal(qv_encoder_new(&em, QV_FORMAT_WAV, append, &m, NULL), 0);
     assert_int_equal(qv_encoder_write(ef, x, 0), 0); /* an empty block: still one header */
     assert_int_equal(qv_encoder_write(em, x, 0), 0);
     for (int i = 0, b = 1; i < n; i += b, b = b * 3 + 1) {
@@ -110,7 +109,7 @@ static void test_stream_equals_whole(void **st) {
     assert_memory_equal(m.p + 44, whole + 44, n_whole - 44);
     assert_int_equal(m.p[40], 0xFF);
     FILE *g = tmpfile(); /* no audio at all: a complete empty WAV */
-    assert_int_equal(qv_encoder_new(&ef, QV_FORMAT_WAV, NULL, NULL, g, err, sizeof err), 0);
+    assert_int_equal(qv_encoder_new(&ef, QV_FORMAT_WAV, NULL, NULL, g), 0);
     assert_int_equal(qv_encoder_close(ef), 0);
     assert_int_equal(ftell(g), 44);
     rewind(g);
@@ -118,11 +117,10 @@ static void test_stream_equals_whole(void **st) {
     assert_int_equal(back[40] | back[41] | back[42] | back[43], 0);
     fclose(g);
     qv_encoder *bad;
-    assert_int_equal(qv_encoder_new(&bad, QV_FORMAT_FLAC, append, &m, NULL, err, sizeof err),
-                     QV_E_UNSUPPORTED);
-    assert_non_null(strstr(err, "WAV or PCM"));
+    assert_int_equal(qv_encoder_new(&bad, QV_FORMAT_FLAC, append, &m, NULL), QV_E_UNSUPPORTED);
+    assert_non_null(strstr(qv_last_error(), "WAV or PCM"));
     fclose(f);
-    free(back), free(m.p), free(whole), free(x);
+    free(back), free(m.p), qv_free(whole), free(x);
 }
 
 /* Every format this build writes reads back as 24 kHz mono of the same length; WAV and FLAC
@@ -133,11 +131,11 @@ static void test_every_format(void **st) {
     float *x = tone(n, 0.5f);
     uint8_t *s16 = malloc(2 * (size_t)n);
     qv_pcm_s16le(x, n, s16);
-    char path[64], err[256];
+    char path[64];
     for (int f = 0; f < QV_FORMAT_COUNT; f++) {
         if (f == QV_FORMAT_PCM || !qv_format_writable(f)) continue;
         snprintf(path, sizeof path, "/tmp/qv_test_encode_%d.%s", (int)getpid(), qv_format_name(f));
-        assert_int_equal(qv_audio_write(path, f, x, n, err, sizeof err), 0);
+        assert_int_equal(qv_audio_write(path, f, x, n), 0);
         SF_INFO info = {0};
         SNDFILE *sf = sf_open(path, SFM_READ, &info);
         assert_non_null(sf);
@@ -156,9 +154,8 @@ static void test_every_format(void **st) {
         sf_close(sf);
         unlink(path);
     }
-    assert_int_equal(qv_audio_write("/nonexistent-dir/x.wav", QV_FORMAT_WAV, x, n, err, sizeof err),
-                     QV_E_IO);
-    assert_non_null(strstr(err, "/nonexistent-dir"));
+    assert_int_equal(qv_audio_write("/nonexistent-dir/x.wav", QV_FORMAT_WAV, x, n), QV_E_IO);
+    assert_non_null(strstr(qv_last_error(), "/nonexistent-dir"));
     free(s16), free(x);
 }
 
@@ -168,19 +165,16 @@ static void test_loudness(void **st) {
     float *x = tone(n, 0.1f);
     int64_t clipped;
     double lufs, before;
-    char err[256];
-    assert_int_equal(qv_loudness_normalize(x, n, 0, &clipped, &before, err, sizeof err), 0);
-    assert_int_equal(qv_loudness_normalize(x, n, -20, &clipped, &lufs, err, sizeof err), 0);
+    assert_int_equal(qv_loudness_normalize(x, n, 0, &clipped, &before), 0);
+    assert_int_equal(qv_loudness_normalize(x, n, -20, &clipped, &lufs), 0);
     printf("  tone: %.2f LUFS -> %.2f LUFS (target -20), %lld clipped\n", before, lufs,
            (long long)clipped);
     assert_true(fabs(lufs + 20) < 0.5);
     assert_int_equal(clipped, 2); /* the two samples past full scale */
-    assert_int_equal(qv_loudness_normalize(x, n, 3, &clipped, &lufs, err, sizeof err),
-                     QV_E_INVALID);
+    assert_int_equal(qv_loudness_normalize(x, n, 3, &clipped, &lufs), QV_E_INVALID);
     float silence[24000] = {0};
-    assert_int_equal(qv_loudness_normalize(silence, 24000, -20, &clipped, &lufs, err, sizeof err),
-                     QV_E_AUDIO);
-    assert_non_null(strstr(err, "nothing to measure"));
+    assert_int_equal(qv_loudness_normalize(silence, 24000, -20, &clipped, &lufs), QV_E_AUDIO);
+    assert_non_null(strstr(qv_last_error(), "nothing to measure"));
     free(x);
 }
 
@@ -198,7 +192,7 @@ static void test_codes(void **st) {
     int32_t c[2 * QV_N_CODEBOOKS];
     for (int i = 0; i < 2 * QV_N_CODEBOOKS; i++)
         c[i] = (i * 131) % 2048;
-    char path[64], err[512];
+    char path[64];
     snprintf(path, sizeof path, "/tmp/qv_test_codes_%d.txt", (int)getpid());
     FILE *f = fopen(path, "w");
     fputs("# a comment\n\n", f);
@@ -206,10 +200,10 @@ static void test_codes(void **st) {
     fclose(f);
     int32_t *back;
     int n;
-    assert_int_equal(qv_codes_read(path, &back, &n, err, sizeof err), 0);
+    assert_int_equal(qv_codes_read(path, &back, &n), 0);
     assert_int_equal(n, 2);
     assert_memory_equal(back, c, sizeof c);
-    free(back);
+    qv_free(back);
     static const char *const bad[] = {
         "1 2 3\n",                                              /* too few */
         "0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0\n",                  /* too many */
@@ -219,33 +213,33 @@ static void test_codes(void **st) {
         "0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 99999999999999999999\n", /* overflow */
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-        assert_int_equal(qv_codes_read(write_text(bad[i]), &back, &n, err, sizeof err),
-                         QV_E_INVALID);
-        assert_non_null(strstr(err, ":1: expected 16 codes"));
+        assert_int_equal(qv_codes_read(write_text(bad[i]), &back, &n), QV_E_INVALID);
+        assert_non_null(strstr(qv_last_error(), ":1: expected 16 codes"));
     }
-    assert_int_equal(qv_codes_read(write_text("# nothing\n"), &back, &n, err, sizeof err),
-                     QV_E_INVALID);
-    assert_non_null(strstr(err, "no frames"));
+    assert_int_equal(qv_codes_read(write_text("# nothing\n"), &back, &n), QV_E_INVALID);
+    assert_non_null(strstr(qv_last_error(), "no frames"));
     unlink(path);
 }
 
 static void test_params_check(void **st) {
     (void)st;
-    char err[256];
     qv_params p = qv_default_params();
-    assert_int_equal(qv_params_check(&p, err, sizeof err), 0);
+    assert_int_equal(qv_params_check(&p), 0);
     p.temperature = 10.5f;
-    assert_int_equal(qv_params_check(&p, err, sizeof err), QV_E_INVALID);
-    assert_non_null(strstr(err, "temperature: expected 0.001..10"));
+    assert_int_equal(qv_params_check(&p), QV_E_INVALID);
+    assert_non_null(strstr(qv_last_error(), "temperature: expected 0.001..10"));
     p = qv_default_params(), p.repetition_penalty = 0.05f;
-    assert_int_equal(qv_params_check(&p, err, sizeof err), QV_E_INVALID);
-    assert_non_null(strstr(err, "repetition_penalty"));
+    assert_int_equal(qv_params_check(&p), QV_E_INVALID);
+    assert_non_null(strstr(qv_last_error(), "repetition_penalty"));
     p = qv_default_params(), p.top_k = QV_TOP_K_MAX + 1;
-    assert_int_equal(qv_params_check(&p, err, sizeof err), QV_E_INVALID);
+    assert_int_equal(qv_params_check(&p), QV_E_INVALID);
     p = qv_default_params(), p.top_p = 0;
-    assert_int_equal(qv_params_check(&p, err, sizeof err), QV_E_INVALID);
+    assert_int_equal(qv_params_check(&p), QV_E_INVALID);
     p = qv_default_params(), p.do_sample = 0, p.temperature = 0; /* greedy: no temperature */
-    assert_int_equal(qv_params_check(&p, err, sizeof err), 0);
+    assert_int_equal(qv_params_check(&p), 0);
+    p.struct_size--; /* built against another qvoice.h */
+    assert_int_equal(qv_params_check(&p), QV_E_ABI);
+    assert_non_null(strstr(qv_last_error(), "qv_params.struct_size"));
 }
 
 /* One parser of $QVOICE_PATH (empty entries skipped) and one text naming every place looked at. */
@@ -264,8 +258,8 @@ static void test_voice_lookup(void **st) {
     assert_string_equal(err, "voice 'nosuch' not found; looked for voices/nosuch.qvoice and, from "
                              "$QVOICE_PATH, /qv/a/nosuch.qvoice, /qv/b/nosuch.qvoice");
     qv_voice *v;
-    assert_int_equal(qv_voice_open(&v, "nosuch", err, sizeof err), QV_E_VOICE);
-    assert_non_null(strstr(err, "/qv/b/nosuch.qvoice"));
+    assert_int_equal(qv_voice_open(&v, "nosuch"), QV_E_VOICE);
+    assert_non_null(strstr(qv_last_error(), "/qv/b/nosuch.qvoice"));
     unsetenv("QVOICE_PATH");
     assert_int_equal(qvf_voice_find("nosuch", path, sizeof path, err, sizeof err), QVF_E_IO);
     assert_non_null(strstr(err, "($QVOICE_PATH is not set)"));

@@ -22,10 +22,10 @@ static char g_dir[64];
 static int setup(void **st) {
     (void)st;
     const char *cache = getenv("QVOICE_CACHE") ? getenv("QVOICE_CACHE") : "cache";
-    char dir[512], err[512];
+    char dir[512];
     snprintf(dir, sizeof dir, "%s/tiny-cv", cache);
     snprintf(g_dir, sizeof g_dir, "/tmp/qv_test_jobs_%d", (int)getpid());
-    if (qv_model_load(&g_m, dir, err, sizeof err)) return fprintf(stderr, "%s\n", err), -1;
+    if (qv_model_load(&g_m, dir)) return fprintf(stderr, "%s\n", qv_last_error()), -1;
     return mkdir(g_dir, 0700);
 }
 
@@ -54,27 +54,32 @@ static void test_lines(void **st) {
     o.request.speaker = "ryan"; /* the default of a job naming none */
     o.request.max_seconds = 0.8;
     qv_jobs *j;
+    o.struct_size = 8; /* built against another qvoice.h */
+    assert_int_equal(qv_jobs_new(&j, g_m, &p, &o), QV_E_ABI);
+    assert_null(j);
+    assert_non_null(strstr(qv_last_error(), "qv_jobs_options.struct_size"));
+    o.struct_size = sizeof o;
     assert_int_equal(qv_jobs_new(&j, g_m, &p, &o), 0);
-    char line[512], a[128], b[128], err[512], *res;
+    char line[512], a[128], b[128], *res;
     snprintf(a, sizeof a, "%s/a.wav", g_dir);
     snprintf(b, sizeof b, "%s/b.wav", g_dir);
 
     snprintf(line, sizeof line, "{\"text\": \"Hello there.\", \"output\": \"%s\"}\n", a);
-    assert_int_equal(qv_jobs_run_line(j, 1, line, &res, err, sizeof err), QV_OK);
+    assert_int_equal(qv_jobs_run_line(j, 1, line, &res), QV_OK);
     printf("  %s\n", res);
     assert_non_null(strstr(res, "{\"line\":1,\"ok\":true,\"output\":"));
     assert_non_null(strstr(res, "\"frames\":"));
-    free(res);
+    qv_free(res);
     assert_true(file_size(a) > 44);
 
     snprintf(line, sizeof line, "{\"text\": \"Hi.\", \"output\": \"%s\", \"colour\": 1}", b);
-    assert_int_equal(qv_jobs_run_line(j, 2, line, &res, err, sizeof err), QV_E_INVALID);
-    assert_string_equal(err, "colour: unknown field");
+    assert_int_equal(qv_jobs_run_line(j, 2, line, &res), QV_E_INVALID);
+    assert_string_equal(qv_last_error(), "colour: unknown field");
     assert_non_null(strstr(res, "\"ok\":false,\"error\":\"colour: unknown field\""));
-    free(res);
+    qv_free(res);
     assert_int_equal(file_size(b), -1); /* nothing written */
 
-    assert_int_equal(qv_jobs_run_line(j, 3, " \t\r\n", &res, err, sizeof err), QV_OK);
+    assert_int_equal(qv_jobs_run_line(j, 3, " \t\r\n", &res), QV_OK);
     assert_null(res);
 
     /* its own seed (a new synthesizer) and an instruction, which the 0.6B CustomVoice model drops
@@ -83,10 +88,10 @@ static void test_lines(void **st) {
         line, sizeof line,
         "{\"text\": \"Hello there.\", \"output\": \"%s\", \"seed\": 9, \"instruct\": \"Whisper.\"}",
         b);
-    assert_int_equal(qv_jobs_run_line(j, 4, line, &res, err, sizeof err), QV_OK);
+    assert_int_equal(qv_jobs_run_line(j, 4, line, &res), QV_OK);
     printf("  %s\n", res);
     assert_non_null(strstr(res, "\"warning\":\"instruct ignored"));
-    free(res);
+    qv_free(res);
     assert_true(file_size(b) > 44);
     qv_jobs_free(j);
 }
@@ -109,6 +114,7 @@ static void test_file(void **st) {
     FILE *in = fmemopen(text, strlen(text), "r");
     int n_jobs, n_failed;
     assert_int_equal(qv_jobs_run_file(j, in, NULL, NULL, &n_jobs, &n_failed), QV_E_SPEAKER);
+    assert_non_null(strstr(qv_last_error(), "nobody")); /* the last failure's detail */
     fclose(in);
     assert_int_equal(n_jobs, 3);
     assert_int_equal(n_failed, 2);

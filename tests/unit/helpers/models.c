@@ -11,9 +11,9 @@
 
 qv_model *test_model_load(const char *name) {
     const char *cache = getenv("QVOICE_CACHE");
-    char dir[1024], err[512];
+    char dir[1024];
     snprintf(dir, sizeof dir, "%s/%s", cache ? cache : "cache", name);
     qv_model *m;
-    if (qv_model_load(&m, dir, err, sizeof err)) fail_msg("%s", err);
+    if (qv_model_load(&m, dir)) fail_msg("%s", qv_last_error());
     return m;
 }
