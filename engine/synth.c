@@ -72,7 +72,7 @@ struct qv_synth {
 
 static const qve_decoder *model_decoder(qv_model *m, char *err, size_t es) {
     pthread_mutex_lock(&m->dec_lock);
-    if (!m->dec) m->dec = qve_decoder_load(m->dir, err, es);
+    if (!m->dec) m->dec = qve_decoder_load(m->ck, err, es);
     const qve_decoder *d = m->dec;
     pthread_mutex_unlock(&m->dec_lock);
     return d;
@@ -88,7 +88,7 @@ enum qv_status qv_model_decode_codes(const qv_model *cm, const int32_t *codes, i
        samples for any count, and nothing process-wide changes */
     const int n = qv_threads_resolve(n_threads);
     qvk_pool *pool = n > 1 ? qvk_pool_create(n) : NULL;
-    if (n > 1 && !pool) return qvu_failf(QV_E_NOMEM, "%s: %d decoder threads", m->dir, n);
+    if (n > 1 && !pool) return qvu_failf(QV_E_NOMEM, "%s: %d decoder threads", m->ck->dir, n);
     int rc = qve_decoder_decode_pool(d, pool, codes, n_frames, wav, err, sizeof err);
     qvk_pool_free(pool);
     return rc ? qvu_fail(QV_E_INVALID, err) : QV_OK;
@@ -121,7 +121,7 @@ enum qv_status qv_synth_new(qv_synth **out, const qv_model *m, const qv_params *
     if (n > QVE_MAX_THREADS) /* checked here: the session gets one thread less */
         return qvu_failf(QV_E_INVALID, "n_threads: expected 1..%d, found %d", QVE_MAX_THREADS, n);
     qv_synth *s = calloc(1, sizeof *s);
-    if (!s) return qvu_failf(QV_E_NOMEM, "%s: synthesizer: out of memory", m->dir);
+    if (!s) return qvu_failf(QV_E_NOMEM, "%s: synthesizer: out of memory", m->ck->dir);
     s->m = (qv_model *)(uintptr_t)m;
     s->p = *p;
     s->p.n_threads = n;
@@ -129,7 +129,7 @@ enum qv_status qv_synth_new(qv_synth **out, const qv_model *m, const qv_params *
     __atomic_add_fetch(&s->m->n_synths, 1, __ATOMIC_SEQ_CST);
     enum qv_status st = new_session(s);
     if (!st && s->p.n_threads > 1 && !(s->full = qvk_pool_create(s->p.n_threads)))
-        st = qvu_failf(QV_E_NOMEM, "%s: pool of %d threads: out of memory", m->dir,
+        st = qvu_failf(QV_E_NOMEM, "%s: pool of %d threads: out of memory", m->ck->dir,
                        s->p.n_threads);
     if (st) {
         qv_synth_free(s);
@@ -516,7 +516,8 @@ static void add_warning(run *c, const char *note) {
 static void drop_instruct(run *c) {
     const qv_model *m = c->s->m;
     if (!c->base.instruct || c->r->force_instruct || c->st->wdelta_applied ||
-        strcmp(m->cfg.tts_model_type, "custom_voice") || strcmp(m->cfg.tts_model_size, "0b6"))
+        strcmp(m->ck->cfg.tts_model_type, "custom_voice") ||
+        strcmp(m->ck->cfg.tts_model_size, "0b6"))
         return;
     c->base.instruct = NULL;
     add_warning(c, QV_INSTRUCT_DROPPED);
@@ -536,9 +537,9 @@ static enum qv_status prepare(run *c, const qv_voice *v, qv_text_bridge *bridge)
         if (r->verify_model_dir) /* nothing to compare the audio with */
             add_warning(c, "verify: skipped (a preset speaker has no x-vector; give a voice)");
         c->base.speaker = r->speaker;
-        if (m->cfg.variant == QVM_VARIANT_CUSTOM_VOICE && !r->speaker)
+        if (m->ck->cfg.variant == QVM_VARIANT_CUSTOM_VOICE && !r->speaker)
             return fail(c, QV_E_SPEAKER, "%s: a CustomVoice model needs a preset speaker or a voice",
-                        m->dir), c->status;
+                        m->ck->dir), c->status;
         return QV_OK;
     }
     enum qv_status st = qve_voice_check(v, m, r->use_wdelta, e, sizeof e);
@@ -557,7 +558,7 @@ static enum qv_status prepare(run *c, const qv_voice *v, qv_text_bridge *bridge)
                 return fail(c, QV_E_UNSUPPORTED,
                             "%s: a weight delta rewrites the model's weights, and %s is %s (open "
                             "a model of its own for this voice, or set use_wdelta = 0)",
-                            v->path, m->dir, m->wdelta_on ? "already another voice's source model"
+                            v->path, m->ck->dir, m->wdelta_on ? "already another voice's source model"
                                                   : "shared by other syntheses"),
                        QV_E_UNSUPPORTED;
             qve_wdelta_report rep;
@@ -574,7 +575,9 @@ static enum qv_status prepare(run *c, const qv_voice *v, qv_text_bridge *bridge)
     if (!r->verify_model_dir) return QV_OK;
     if (!s->ecapa || strcmp(s->verify_dir, r->verify_model_dir)) {
         qva_ecapa_free(s->ecapa);
-        s->ecapa = qva_ecapa_load(r->verify_model_dir, e, sizeof e);
+        qvm_ckpt *vk = qvm_ckpt_open(r->verify_model_dir, e, sizeof e);
+        s->ecapa = vk ? qva_ecapa_load(vk, e, sizeof e) : NULL;
+        qvm_ckpt_free(vk);
         if (!s->ecapa) return fail(c, QV_E_MODEL, "verify: %s", e), QV_E_MODEL;
         snprintf(s->verify_dir, sizeof s->verify_dir, "%s", r->verify_model_dir);
         free(s->xvec);
