@@ -452,6 +452,21 @@ enum qv_status qv_synth_run(qv_synth *s, const qv_synth_request *r, qv_pcm_fn fn
 enum qv_status qv_script_to_markup(const char *script, int pause_ms, char **markup,
                                    int **line_offsets, int **line_numbers, int *n_lines);
 
+/* What a front end loads for styles and scripts (docs/markup.md), held while requests point at
+ * it: generic style directions "NAME=FILE" (the x-vector of a .qvoice or .bin, e.g. from voicefmt
+ * palette derive; strength 0.25), a style table file ("name = instruct text" lines), a dialogue
+ * script (qv_script_to_markup, 600 ms pauses). Each may be absent (0, NULL). QV_E_INVALID,
+ * QV_E_LIMIT (over 16 directions), QV_E_VOICE, QV_E_IO, QV_E_NOMEM; the detail names the file. */
+typedef struct qv_styling qv_styling;
+enum qv_status qv_styling_load(qv_styling **out, const char *const *dirs, int n_dirs,
+                               const char *table_path, const char *script_path);
+void qv_styling_apply(const qv_styling *y, qv_synth_request *r); /* style_dirs, style_table */
+const char *qv_styling_script(const qv_styling *y); /* the script as markup, or NULL */
+/* The script line a chunk at text_offset (qv_chunk_info) belongs to: its line number in the
+ * file, and *index of *n_lines spoken lines. */
+int qv_styling_script_line(const qv_styling *y, int text_offset, int *index, int *n_lines);
+void qv_styling_free(qv_styling *y); /* accepts NULL */
+
 /* A chunk (a text chunk, or one half of one split after a guard trip) that completed and passed
  * the guard, in order. codes: its frames [n_frames][16], valid during the call. verify: speaker
  * similarity of its audio to the voice (verify_model_dir), NAN when not computed or too short. */

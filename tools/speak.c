@@ -365,62 +365,11 @@ static int decode_only(const options *o, const qv_model *m) {
     return rc;
 }
 
-/* ==== styles and scripts (docs/markup.md) =================================================== */
-
-typedef struct {
-    qv_style_dir dirs[16]; /* their name and direction point into names / vecs */
-    char *names[16];
-    float *vecs[16];
-    char *table, *markup;
-    int *line_offsets, *line_numbers, n_lines, last_line;
-} styling;
-
-static void styling_free(styling *y) {
-    for (int i = 0; i < 16; i++)
-        free(y->names[i]), qv_free(y->vecs[i]);
-    qv_free(y->table), qv_free(y->markup), qv_free(y->line_offsets), qv_free(y->line_numbers);
-}
-
-/* Reads --style-dir, --style-table and --script into y and the style fields of o->r. 0, or 1
- * after printing what is wrong. */
-static int styling_load(options *o, styling *y) {
-    for (int i = 0; i < o->n_style_dirs; i++) {
-        const char *eq = strchr(o->style_dirs[i], '=');
-        qv_style_dir *d = &y->dirs[i];
-        d->struct_size = sizeof *d;
-        if (!(d->name = y->names[i] = strndup(o->style_dirs[i], (size_t)(eq - o->style_dirs[i]))) ||
-            qv_clone_xvector(NULL, eq + 1, 0, &y->vecs[i], &d->dim))
-            return fprintf(stderr, TOOL ": --style-dir %s: %s\n", o->style_dirs[i],
-                           d->name ? qv_last_error() : "out of memory"), 1;
-        d->direction = y->vecs[i];
-        d->strength = 0.25f;
-    }
-    size_t n;
-    if (o->style_table && qv_file_read(o->style_table, 1 << 20, &y->table, &n))
-        return fprintf(stderr, TOOL ": --style-table: %s\n", qv_last_error()), 1;
-    o->r.style_strength = (float)o->style_strength;
-    o->r.style_dirs = y->dirs;
-    o->r.n_style_dirs = o->n_style_dirs;
-    o->r.style_table = y->table;
-    if (!o->script) return 0;
-    char *script;
-    if (qv_file_read(o->script, 16 << 20, &script, &n))
-        return fprintf(stderr, TOOL ": --script: %s\n", qv_last_error()), 1;
-    enum qv_status st = qv_script_to_markup(script, 600, &y->markup, &y->line_offsets,
-                                            &y->line_numbers, &y->n_lines);
-    qv_free(script);
-    if (st) return fprintf(stderr, TOOL ": %s: %s\n", o->script, qv_last_error()), 1;
-    return 0;
-}
-
 /* --script: one progress line when a chunk of a new script line completes. */
-static void styling_progress(styling *y, int text_offset) {
-    int i = y->n_lines - 1;
-    while (i > 0 && y->line_offsets[i] > text_offset)
-        i--;
-    if (i == y->last_line - 1) return;
-    y->last_line = i + 1;
-    fprintf(stderr, TOOL ": script line %d (%d/%d)\n", y->line_numbers[i], i + 1, y->n_lines);
+static void script_progress(const qv_styling *y, int text_offset, int *last) {
+    int index, n, line = qv_styling_script_line(y, text_offset, &index, &n);
+    if (index != *last) fprintf(stderr, TOOL ": script line %d (%d/%d)\n", line, index, n);
+    *last = index;
 }
 
 /* ==== synthesis ============================================================================== */
@@ -469,7 +418,8 @@ typedef struct {
     FILE *dump;        /* --dump-codes */
     int failed, dump_failed, verify, n_chunks, lowest; /* lowest: least similar chunk, or 0 */
     double lowest_cos;
-    styling *script; /* --script progress, or NULL */
+    const qv_styling *script; /* --script progress, or NULL */
+    int script_line;
 } run;
 
 static int on_audio(void *user, const float *pcm, int n) {
@@ -483,7 +433,7 @@ static void on_chunk(void *user, const qv_chunk_info *c) {
     run *x = user;
     if (x->dump && qv_codes_write(x->dump, c->codes, c->n_frames)) x->dump_failed = 1;
     x->n_chunks++;
-    if (x->script) styling_progress(x->script, c->text_offset);
+    if (x->script) script_progress(x->script, c->text_offset, &x->script_line);
     if (!x->verify) return;
     if (isnan(c->verify)) {
         fprintf(stderr, TOOL ": verify: chunk %d: too short to compare\n", x->n_chunks);
@@ -535,8 +485,8 @@ static int run_finish(const options *o, run *x, double *lufs) {
     return 0;
 }
 
-static int speak_text(const options *o, const qv_model *m, const char *text, styling *y) {
-    run x = {.all = {.struct_size = sizeof x.all}, .script = y->markup && !o->quiet ? y : NULL};
+static int speak_text(const options *o, const qv_model *m, const char *text, const qv_styling *y) {
+    run x = {.all = {.struct_size = sizeof x.all}, .script = o->script && !o->quiet ? y : NULL};
     int rc = 1;
     if (run_open(o, m, &x)) goto out;
     qv_synth_request r = o->r;
@@ -619,9 +569,9 @@ static void list(const qv_model *m, int which) {
 }
 
 /* The text (-t, --script, or stdin without its trailing newlines), spoken or tokenized. */
-static int text_mode(const options *o, const qv_model *m, styling *y) {
+static int text_mode(const options *o, const qv_model *m, const qv_styling *y) {
     size_t n;
-    const char *given = y->markup ? y->markup : o->r.text;
+    const char *given = o->script ? qv_styling_script(y) : o->r.text;
     char *t = NULL;
     if (given)
         t = strdup(given);
@@ -654,9 +604,11 @@ int main(int argc, char **argv) {
     if (o.batch && !(jobs = strcmp(o.batch, "-") ? fopen(o.batch, "r") : stdin))
         return usage_error("--batch %s: cannot open", o.batch);
     qv_model *m = NULL;
-    styling sty = {0};
+    qv_styling *sty = NULL;
     int rc = 1;
-    if (styling_load(&o, &sty))
+    if (qv_styling_load(&sty, o.style_dirs, o.n_style_dirs, o.style_table, o.script))
+        fprintf(stderr, TOOL ": %s\n", qv_last_error());
+    else if ((qv_styling_apply(sty, &o.r), o.r.style_strength = (float)o.style_strength, 0))
         ;
     else if (qv_model_load(&m, o.model_dir))
         fprintf(stderr, TOOL ": %s\n", qv_last_error());
@@ -665,9 +617,9 @@ int main(int argc, char **argv) {
     else if (o.list_speakers || o.list_languages)
         rc = (list(m, o.list_speakers), list(m, -o.list_languages), 0);
     else
-        rc = jobs ? run_batch(&o, m, jobs) : text_mode(&o, m, &sty);
+        rc = jobs ? run_batch(&o, m, jobs) : text_mode(&o, m, sty);
     if (jobs && jobs != stdin) fclose(jobs);
-    styling_free(&sty);
+    qv_styling_free(sty);
     qv_model_free(m);
     return rc;
 }
