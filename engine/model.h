@@ -118,7 +118,7 @@ struct qve_view {
     void *q;        /* every quantized matrix, one allocation (NULL when cached) */
     void *scale;    /* every int8 row scale (f32), or every q4 group scale then bias (bf16) */
     size_t n_bytes; /* quantized weight bytes */
-    struct qvm_prep *cache; /* int8: the matrices and scales mapped from the cache file (prepared.h) */
+    struct qvm_prep *cache; /* the matrices, scales (q4: and text rounding) mapped from the cache file (prepared.h) */
     uint16_t *text_w;       /* q4: the text projection's q4 rounding (fc1 then fc2, bf16), or NULL */
 };
 
