@@ -135,12 +135,39 @@ void qvk_q4_prepare_x(int8_t *restrict xq, float *restrict xs, float *restrict x
 
 struct mv_job {
     qvk_q4_rows_fn rows;
-    const int8_t *xq;
-    const float *xs, *xsum;
+    int batch;        /* the AVX-512 batched kernel (xq in its pair layout) */
+    const int8_t *xq; /* [n_x, n_in] */
+    const float *xs, *xsum; /* [n_x, n_in / 64] */
     const qvk_q4_mv *mv;
-    int n_mv, n_in;
+    int n_mv, n_in, n_x;
     qvk_row_queue queue; /* over the rows of all matrices, concatenated */
 };
+
+/* Rows [a, b) of one matrix for every x: the batched kernel (QVK_Q4_BATCH_MAX_X x at a time),
+ * else a block of rows at a time through the one-vector kernel. */
+static void mv_rows(const struct mv_job *j, const qvk_q4_mv *mv, int a, int b) {
+    const int n_g = j->n_in / QVK_Q4_GROUP;
+    if (j->batch) {
+        for (int k = 0; k < j->n_x; k += QVK_Q4_BATCH_MAX_X) {
+            qvk_q4_mv m = *mv;
+            m.y = mv->y + (size_t)k * mv->n_out;
+            const int n = j->n_x - k < QVK_Q4_BATCH_MAX_X ? j->n_x - k : QVK_Q4_BATCH_MAX_X;
+            qvk_q4_rows_batch_avx512(&m, j->xq + (size_t)k * j->n_in, j->xs + (size_t)k * n_g,
+                                     j->xsum + (size_t)k * n_g, n, a, b, j->n_in);
+        }
+        return;
+    }
+    const int blk = j->n_x > 1 ? qvk_batch_block_rows((size_t)j->n_in / 2) : b - a;
+    for (int r = a; r < b; r += blk) {
+        const int e = b - r < blk ? b : r + blk;
+        for (int k = 0; k < j->n_x; k++) {
+            qvk_q4_mv m = *mv;
+            m.y = mv->y + (size_t)k * mv->n_out;
+            j->rows(&m, j->xq + (size_t)k * j->n_in, j->xs + (size_t)k * n_g,
+                    j->xsum + (size_t)k * n_g, r, e, j->n_in);
+        }
+    }
+}
 
 static void mv_run(int ith, int nth, void *p) {
     struct mv_job *j = p;
@@ -152,24 +179,57 @@ static void mv_run(int ith, int nth, void *p) {
             const qvk_q4_mv *mv = &j->mv[m];
             int a = r0 > base ? r0 - base : 0;
             int b = r1 - base < mv->n_out ? r1 - base : mv->n_out;
-            if (a < b) j->rows(mv, j->xq, j->xs, j->xsum, a, b, j->n_in);
+            if (a < b) mv_rows(j, mv, a, b);
             base += mv->n_out;
         }
     }
 }
 
-void qvk_q4_matvec_multi(qvk_pool *pool, const float *restrict x, int n_in, const qvk_q4_mv *mv,
-                         int n_mv) {
-    _Alignas(64) int8_t xq[QVK_Q4_MAX_IN];
-    float xs[QVK_Q4_MAX_IN / QVK_Q4_GROUP], xsum[QVK_Q4_MAX_IN / QVK_Q4_GROUP];
-    qvk_q4_prepare_x(xq, xs, xsum, x, n_in);
-    struct mv_job j = {.rows = by_name(qvk_variant()), .xq = xq, .xs = xs, .xsum = xsum, .mv = mv,
-                       .n_mv = n_mv, .n_in = n_in};
+size_t qvk_q4_batch_scratch(int n_x, int n_in) {
+    return (size_t)n_x * (size_t)n_in + 2 * sizeof(float) * (size_t)n_x * (size_t)(n_in / QVK_Q4_GROUP);
+}
+
+/* n_x vectors prepared into xq (64-byte aligned), xs and xsum, then one dispatch. */
+static void batch(qvk_pool *pool, const float *restrict x, int n_x, int n_in, const qvk_q4_mv *mv,
+                  int n_mv, int8_t *xq, float *xs, float *xsum) {
+    const int n_g = n_in / QVK_Q4_GROUP;
+    for (int k = 0; k < n_x; k++) /* each vector prepared as it would be alone */
+        qvk_q4_prepare_x(xq + (size_t)k * n_in, xs + (size_t)k * n_g, xsum + (size_t)k * n_g,
+                         x + (size_t)k * n_in, n_in);
+    const qvk_q4_rows_fn rows = by_name(qvk_variant());
+    struct mv_job j = {.rows = rows, .batch = rows == qvk_q4_rows_avx512, .xq = xq, .xs = xs,
+                       .xsum = xsum, .mv = mv, .n_mv = n_mv, .n_in = n_in, .n_x = n_x};
+    if (j.batch) qvk_q4_pair_layout_avx512(xq, n_x, n_in);
     int n_total = 0;
     for (int m = 0; m < n_mv; m++)
         n_total += mv[m].n_out;
-    qvk_row_queue_init(&j.queue, n_total, (size_t)n_in / 2 + (size_t)n_in / QVK_Q4_GROUP * 4);
+    qvk_row_queue_init(&j.queue, n_total, (size_t)n_in / 2 + (size_t)n_g * 4);
     qvk_pool_run(pool, mv_run, &j);
+}
+
+void qvk_q4_matvec_batch(qvk_pool *pool, const float *restrict x, int n_x, int n_in,
+                         const qvk_q4_mv *mv, int n_mv, void *scratch) {
+    if (scratch) {
+        int8_t *xq = scratch;
+        float *xs = (float *)(void *)(xq + (size_t)n_x * n_in), *xsum = xs + (size_t)n_x * (n_in / QVK_Q4_GROUP);
+        batch(pool, x, n_x, n_in, mv, n_mv, xq, xs, xsum);
+        return;
+    }
+    _Alignas(64) int8_t xq[QVK_Q4_BATCH_MAX_IN];
+    float xs[QVK_Q4_BATCH_MAX_IN / QVK_Q4_GROUP], xsum[QVK_Q4_BATCH_MAX_IN / QVK_Q4_GROUP];
+    const int per = QVK_Q4_BATCH_MAX_IN / n_in; /* >= 4: n_in <= QVK_Q4_MAX_IN */
+    for (int k = 0; k < n_x; k += per) {
+        qvk_q4_mv m[4];
+        for (int i = 0; i < n_mv; i++)
+            m[i] = mv[i], m[i].y = mv[i].y + (size_t)k * mv[i].n_out;
+        batch(pool, x + (size_t)k * n_in, n_x - k < per ? n_x - k : per, n_in, m, n_mv, xq, xs,
+              xsum);
+    }
+}
+
+void qvk_q4_matvec_multi(qvk_pool *pool, const float *restrict x, int n_in, const qvk_q4_mv *mv,
+                         int n_mv) {
+    qvk_q4_matvec_batch(pool, x, 1, n_in, mv, n_mv, NULL);
 }
 
 int qvk_q4_rows(const char *variant, const qvk_q4_mv *mv, const int8_t *xq, const float *xs,

@@ -11,6 +11,7 @@
  * upper half shifted by 4).
  */
 #include <immintrin.h>
+#include <string.h>
 
 #include "kernels/kernels_impl.h"
 #include "kernels/q4_impl.h"
@@ -72,10 +73,11 @@ static inline __m512i dot_pair(const uint8_t *p, __m512i xe, __m512i xo) {
     return _mm512_dpbusd_epi32(d, _mm512_and_si512(_mm512_srli_epi16(v, 4), m), xo);
 }
 
-/* NR rows from r through the pair layout xp (and xlast, an odd last group). */
+/* NR rows from r through the pair layout xp (and xlast, an odd last group); pf: prefetch the
+ * next block (the first x of a batch only: the others find it in cache). */
 static inline __attribute__((always_inline)) void
 rows_block(int NR, const qvk_q4_mv *mv, const int8_t *restrict xp, __m512i xlast,
-           const float *restrict xs, const float *restrict xsum, int r, int n_in) {
+           const float *restrict xs, const float *restrict xsum, int r, int n_in, int pf) {
     const int n_g = n_in / G, n_p = n_g / 2;
     const size_t rb = (size_t)n_in / 2; /* bytes per row */
     const uint8_t *q0 = mv->q + (size_t)r * rb;
@@ -89,7 +91,7 @@ rows_block(int NR, const qvk_q4_mv *mv, const int8_t *restrict xp, __m512i xlast
         f[k] = _mm512_setzero_ps();
     }
     for (int p = 0; p < n_p; p++) {
-        if (NR > 1) qvk_prefetch_l2(next + (size_t)p * NR * 2 * GB, NR * 2 * GB);
+        if (NR > 1 && pf) qvk_prefetch_l2(next + (size_t)p * NR * 2 * GB, NR * 2 * GB);
         const __m512i xe = _mm512_load_si512((const void *)(xp + 2 * p * G));
         const __m512i xo = _mm512_load_si512((const void *)(xp + 2 * p * G + G));
 #pragma GCC unroll 8
@@ -111,22 +113,46 @@ rows_block(int NR, const qvk_q4_mv *mv, const int8_t *restrict xp, __m512i xlast
     }
 }
 
-void qvk_q4_rows_avx512(const qvk_q4_mv *mv, const int8_t *restrict xq, const float *restrict xs,
-                        const float *restrict xsum, int r0, int r1, int n_in) {
+void qvk_q4_pair_layout_avx512(int8_t *restrict xq, int n_x, int n_in) {
     const int n_g = n_in / G;
-    /* x re-laid per pair: [even g | even g+1 | odd g | odd g+1] */
-    _Alignas(64) int8_t xp[QVK_Q4_MAX_IN];
-    for (int p = 0; p < n_g / 2; p++) {
-        __m512i a = _mm512_load_si512((const void *)(xq + 2 * p * G));
-        __m512i c = _mm512_load_si512((const void *)(xq + (2 * p + 1) * G));
-        _mm512_store_si512((void *)(xp + 2 * p * G), _mm512_shuffle_i64x2(a, c, 0x44));
-        _mm512_store_si512((void *)(xp + 2 * p * G + G), _mm512_shuffle_i64x2(a, c, 0xee));
+    for (int k = 0; k < n_x; k++)
+        for (int p = 0; p < n_g / 2; p++) {
+            int8_t *x = xq + (size_t)k * n_in + 2 * p * G;
+            __m512i a = _mm512_load_si512((const void *)x);
+            __m512i c = _mm512_load_si512((const void *)(x + G));
+            _mm512_store_si512((void *)x, _mm512_shuffle_i64x2(a, c, 0x44));
+            _mm512_store_si512((void *)(x + G), _mm512_shuffle_i64x2(a, c, 0xee));
+        }
+}
+
+/* Each block of eight rows for every x in turn: the block is read from memory once, the other
+ * x find it in L1/L2; per (row, x) the operations are those of a single x. */
+void qvk_q4_rows_batch_avx512(const qvk_q4_mv *mv, const int8_t *restrict xp,
+                              const float *restrict xs, const float *restrict xsum, int n_x, int r0,
+                              int r1, int n_in) {
+    const int n_g = n_in / G;
+    qvk_q4_mv m[QVK_Q4_BATCH_MAX_X];
+    __m512i xlast[QVK_Q4_BATCH_MAX_X];
+    for (int k = 0; k < n_x; k++) {
+        m[k] = *mv, m[k].y = mv->y + (size_t)k * mv->n_out;
+        xlast[k] = n_g & 1 ? _mm512_load_si512((const void *)(xp + (size_t)k * n_in + (n_g - 1) * G))
+                           : _mm512_setzero_si512();
     }
-    const __m512i xlast = n_g & 1 ? _mm512_load_si512((const void *)(xq + (n_g - 1) * G))
-                                  : _mm512_setzero_si512();
     int r = r0;
     for (; r + ROWS <= r1; r += ROWS)
-        rows_block(ROWS, mv, xp, xlast, xs, xsum, r, n_in);
+        for (int k = 0; k < n_x; k++)
+            rows_block(ROWS, &m[k], xp + (size_t)k * n_in, xlast[k], xs + (size_t)k * n_g,
+                       xsum + (size_t)k * n_g, r, n_in, k == 0);
     for (; r < r1; r++)
-        rows_block(1, mv, xp, xlast, xs, xsum, r, n_in);
+        for (int k = 0; k < n_x; k++)
+            rows_block(1, &m[k], xp + (size_t)k * n_in, xlast[k], xs + (size_t)k * n_g,
+                       xsum + (size_t)k * n_g, r, n_in, 0);
+}
+
+void qvk_q4_rows_avx512(const qvk_q4_mv *mv, const int8_t *restrict xq, const float *restrict xs,
+                        const float *restrict xsum, int r0, int r1, int n_in) {
+    _Alignas(64) int8_t xp[QVK_Q4_MAX_IN];
+    memcpy(xp, xq, (size_t)n_in);
+    qvk_q4_pair_layout_avx512(xp, 1, n_in);
+    qvk_q4_rows_batch_avx512(mv, xp, xs, xsum, 1, r0, r1, n_in);
 }
