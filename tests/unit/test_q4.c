@@ -187,6 +187,34 @@ static void test_threads_identical(void **st) {
     qvk_pool_free(p2);
 }
 
+/* x -> int8 per 64-group: xs = max|x| / 127, xq = x / xs rounded half to even (de-interleaved),
+ * xsum within float rounding of the double sum; NaN and infinities give bytes in range. */
+static void test_prepare_x(void **st) {
+    (void)st;
+    double worst = 0;
+    for (int g = 0; g < N_G; g++) {
+        const float *xg = g_x + g * QVK_Q4_GROUP;
+        float amax = 0;
+        double sum = 0, mag = 0;
+        for (int i = 0; i < QVK_Q4_GROUP; i++)
+            amax = fmaxf(amax, fabsf(xg[i])), sum += xg[i], mag += fabs(xg[i]);
+        assert_true(g_xs[g] == amax / 127.0f);
+        for (int i = 0; i < QVK_Q4_GROUP; i++) {
+            const long want = lrintf(fminf(fmaxf(xg[i] * (127.0f / amax), -127.0f), 127.0f));
+            assert_int_equal(g_xq[g * QVK_Q4_GROUP + (i & 1) * 32 + i / 2], want);
+        }
+        if (fabs(g_xsum[g] - sum) / mag > worst) worst = fabs(g_xsum[g] - sum) / mag;
+    }
+    printf("prepare_x: bytes as rint, max |xsum - double| = %.2e of sum|x|\n", worst);
+    assert_true(worst < 1e-6);
+    float bad[QVK_Q4_GROUP] = {NAN, INFINITY, -INFINITY, 1.0f};
+    _Alignas(64) int8_t q[QVK_Q4_GROUP];
+    float xs, xsum;
+    qvk_q4_prepare_x(q, &xs, &xsum, bad, QVK_Q4_GROUP);
+    for (int i = 0; i < QVK_Q4_GROUP; i++)
+        assert_true(q[i] >= -127 && q[i] <= 127);
+}
+
 /* The batched form (prefill, batched streams): every y_k bit-identical to the one-vector matvec
  * of x_k, for every variant, 1 and 2 threads, with scratch and on the stack (60 vectors: more
  * than one stack share and than QVK_Q4_BATCH_MAX_X, neither a multiple). */
@@ -230,6 +258,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_packing),
         cmocka_unit_test(test_quantize_bounds),
+        cmocka_unit_test(test_prepare_x),
         cmocka_unit_test(test_variants),
         cmocka_unit_test(test_quantization_error),
         cmocka_unit_test(test_threads_identical),
