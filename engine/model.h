@@ -26,8 +26,8 @@
  * (kernels/q4.h: packed q4 and bf16 group scales/biases, in the mmap of a quantized checkpoint or
  * in a q4 view) with bf16 NULL when the checkpoint holds only that; plus an int8 copy with
  * per-row scales in the int8 view. Decode matvecs use int8, else q4, else bf16; prefills use q4
- * (widened) when present, else bf16, so a q4 view and the same weights loaded from a q4
- * checkpoint compute the same. */
+ * (the batched q4 matvec) when present, else bf16, so a q4 view and the same weights loaded from
+ * a q4 checkpoint compute the same. */
 typedef struct {
     const uint16_t *bf16;
     const int8_t *q8;
