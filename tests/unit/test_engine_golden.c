@@ -82,9 +82,9 @@ static qv_model *get_model(const char *name) {
     int i = strcmp(name, "q06b-cv") ? 1 : 0;
     if (!models[i]) {
         const char *cache = getenv("QVOICE_CACHE");
-        char dir[1024], err[512];
+        char dir[1024];
         snprintf(dir, sizeof dir, "%s/%s", cache ? cache : "cache", name);
-        if (qv_model_load(&models[i], dir, err, sizeof err)) fail_msg("%s", err);
+        if (qv_model_load(&models[i], dir)) fail_msg("%s", qv_last_error());
     }
     return models[i];
 }
@@ -153,7 +153,7 @@ static void run_golden(const run *R) {
     qv_session *s;
     assert_int_equal(qv_session_new(&s, m, &p), QV_OK);
     enum qv_status st = qv_session_start(s, &r);
-    if (st) fail_msg("%s: start: %s", R->name, qv_session_error(s));
+    if (st) fail_msg("%s: start: %s", R->name, qv_last_error());
 
     int ok = 1;
     assert_int_equal(s->n_prefill, (int)emb.shape[1]);

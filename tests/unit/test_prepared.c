@@ -17,6 +17,9 @@
 
 #include <cmocka.h>
 
+#include "checkpoint/ckpt.h"
+#include "tests/unit/helpers/models.h"
+
 #include "checkpoint/prepared.h"
 #include "engine/model.h"
 #include "engine/speech_decoder.h"
@@ -37,7 +40,9 @@ static int setup(void **state) {
 /* Decodes a fixed code sequence with a freshly loaded decoder into wav (N_FRAMES frames). */
 static void decode(float *wav, size_t n) {
     char err[512];
-    qve_decoder *d = qve_decoder_load(g_model, err, sizeof err);
+    qvm_ckpt *ck_d = test_ckpt_open(g_model);
+    qve_decoder *d = qve_decoder_load(ck_d, err, sizeof err);
+    qvm_ckpt_free(ck_d);
     if (!d) fail_msg("%s", err);
     assert_int_equal((size_t)N_FRAMES * qve_decoder_samples_per_frame(d), n);
     int32_t codes[N_FRAMES * 16];
@@ -49,7 +54,9 @@ static void decode(float *wav, size_t n) {
 
 static size_t spf(void) {
     char err[512];
-    qve_decoder *d = qve_decoder_load(g_model, err, sizeof err);
+    qvm_ckpt *ck_d = test_ckpt_open(g_model);
+    qve_decoder *d = qve_decoder_load(ck_d, err, sizeof err);
+    qvm_ckpt_free(ck_d);
     if (!d) fail_msg("%s", err);
     size_t n = (size_t)qve_decoder_samples_per_frame(d);
     qve_decoder_free(d);
@@ -116,9 +123,8 @@ static void test_decoder_cached(void **state) {
 
 /* The int8 view of a fresh model load: a copy of its bytes, and whether it was mapped. */
 static void int8_view(uint8_t **q, float **s, size_t *n_q, size_t *n_s, int *mapped) {
-    char err[512];
     qv_model *m;
-    if (qv_model_load(&m, g_model, err, sizeof err)) fail_msg("%s", err);
+    if (qv_model_load(&m, g_model)) fail_msg("%s", qv_last_error());
     qvk_pool *pool = qvk_pool_create(2);
     assert_non_null(pool);
     assert_int_equal(qve_model_quantize(m, QV_QUANT_INT8, pool), 0);
@@ -171,9 +177,8 @@ typedef struct {
 } q4_copy;
 
 static q4_copy q4_view(void) {
-    char err[512];
     qv_model *m;
-    if (qv_model_load(&m, g_model, err, sizeof err)) fail_msg("%s", err);
+    if (qv_model_load(&m, g_model)) fail_msg("%s", qv_last_error());
     qvk_pool *pool = qvk_pool_create(2);
     assert_non_null(pool);
     assert_int_equal(qve_model_quantize(m, QV_QUANT_Q4, pool), 0);
@@ -184,13 +189,14 @@ static q4_copy q4_view(void) {
     q4_copy r = {.n_q = m->q4->n_bytes, .mapped = m->q4->cache != NULL};
     const size_t n_g = (size_t)c->num_attention_heads * c->head_dim * (c->hidden_size / 64);
     r.n_sb = 2 * n_g; /* scales, then biases: adjacent for one matrix */
-    r.n_text = (size_t)m->cfg.text_hidden_size * (m->cfg.text_hidden_size + c->hidden_size);
+    r.n_text = (size_t)m->ck->cfg.text_hidden_size * (m->ck->cfg.text_hidden_size + c->hidden_size);
     r.q = malloc(r.n_q), r.sb = malloc(2 * r.n_sb), r.text = malloc(2 * r.n_text);
     assert_true(r.q && r.sb && r.text);
     assert_ptr_equal(w0->q4_b, w0->q4_s + n_g);
     memcpy(r.q, w0->q4, r.n_q);
     memcpy(r.sb, w0->q4_s, 2 * r.n_sb);
-    assert_ptr_equal(t->fc2, t->fc1 + (size_t)m->cfg.text_hidden_size * m->cfg.text_hidden_size);
+    assert_ptr_equal(t->fc2,
+                     t->fc1 + (size_t)m->ck->cfg.text_hidden_size * m->ck->cfg.text_hidden_size);
     assert_ptr_not_equal(t->fc1, m->talker.fc1); /* the view's q4 rounding, not the file's */
     memcpy(r.text, t->fc1, 2 * r.n_text);
     qvk_pool_free(pool);
