@@ -1,36 +1,53 @@
 /* library.c — the voice library's index: id -> name, owner, description, built from DIR at start
- * (each file read and checked once) and kept by the uploads and deletes of this server, so a
- * list or a lookup by name opens no voice file (it opened and CRC-checked every one). Servers
- * sharing DIR see each other's changes: when the directory's mtime moves, its names are re-read
- * and only new files are parsed. The duplicate-name check, the caps and the write are one step
- * under the index lock. Owners live beside each voice in <id>.owner (the key's name).
+ * and kept by this server's uploads and deletes, so a list or a lookup opens no voice file.
+ * Servers sharing DIR see each other's changes when the directory's mtime moves. The text side
+ * (TPAD + WOVR, 16.8 MB of a 16.8 MB 0.6B voice, the same bytes in every voice of one model) is
+ * stored once in DIR/.textside/<sha256>.qvoice-part; a voice keeps the rest in <id>.qvpart and is
+ * put back together byte for byte to be downloaded or spoken with. Owners live in <id>.owner.
  */
 #include <cJSON.h>
 #include <dirent.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "server/server_impl.h"
 #include "util/fileio.h"
 #include "voicefmt/qvf.h"
 
+/* <id>.qvpart: this header, then the voice file without its text side, which goes back at
+ * offset (the file's chunks start at 48 mod 64, so the rest stays a valid v4 file). */
+#define PART_MAGIC "QVPT"
+#define PART_HEAD 56 /* magic, u32 version 1, u64 offset, u64 length, sha256 of the text side */
+#define TEXTSIDE_DIR ".textside"
+
 typedef struct {
     char id[65];
     char *name, *owner; /* NULL: none */
-    int64_t bytes;
+    char ts[65];        /* the shared text side's sha256; "" for a whole <id>.qvoice */
+    int64_t bytes;      /* on disk, the shared text side not counted */
     cJSON *desc;
     int seen; /* in the last directory read */
 } entry;
+
+typedef struct {
+    char h[65];
+    int64_t bytes;
+    int refs; /* index entries using it */
+} textside;
 
 struct library {
     pthread_mutex_t mu;
     const char *dir;
     entry *v;
     int n, cap;
-    int64_t bytes;
+    textside *ts;
+    int n_ts, cap_ts;
+    int64_t bytes; /* voices and shared text sides on disk */
     struct timespec mtime; /* of dir when last read */
 };
 
@@ -41,13 +58,113 @@ int qvs_is_id(const char *s) {
     return n == 64;
 }
 
-/* id of a library file name "<64 hex>.qvoice", or 0. */
+/* id of a library file name "<64 hex>.qvoice" (1) or "<64 hex>.qvpart" (2), or 0. */
 static int id_of(const char *fname, char id[65]) {
     size_t n = strlen(fname);
-    if (n != 64 + 7 || strcmp(fname + 64, ".qvoice")) return 0;
+    if (n != 64 + 7 || (strcmp(fname + 64, ".qvoice") && strcmp(fname + 64, ".qvpart"))) return 0;
     memcpy(id, fname, 64);
     id[64] = 0;
-    return qvs_is_id(id);
+    return qvs_is_id(id) ? 1 + !strcmp(fname + 64, ".qvpart") : 0;
+}
+
+static void hex(const uint8_t h[32], char out[65]) {
+    for (int i = 0; i < 32; i++)
+        snprintf(out + 2 * i, 3, "%02x", h[i]);
+}
+
+static uint64_t rd64(const uint8_t *p) {
+    uint64_t x = 0;
+    for (int i = 7; i >= 0; i--)
+        x = x << 8 | p[i];
+    return x;
+}
+
+static void wr64(uint8_t *p, uint64_t x) {
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(x >> 8 * i);
+}
+
+static void textside_path(const char *dir, const char *h, char *path, size_t size) {
+    snprintf(path, size, "%s/" TEXTSIDE_DIR "/%s.qvoice-part", dir, h);
+}
+
+/* The text side of the v4 file b[n]: its TPAD and WOVR chunks when they are one run of whole
+ * chunks (with padding). 1 (*off, *len set) or 0 (none, or not one run: kept whole). */
+static int text_run(const uint8_t *b, size_t n, uint64_t *off, uint64_t *len) {
+    qvf_chunk_info c[32];
+    int nc, first = -1, end = -1;
+    char err[256];
+    if (qvf_list_chunks(b, n, "voice", c, 32, &nc, err, sizeof err) || nc > 32) return 0;
+    for (int i = 0; i < nc; i++) {
+        int t = !strcmp(c[i].tag, "TPAD") || !strcmp(c[i].tag, "WOVR");
+        if (!c[i].crc_ok) return 0;
+        if (t && end >= 0) return 0; /* a second run */
+        if (t && first < 0) first = i;
+        if (!t && first >= 0 && end < 0) end = i;
+    }
+    if (first < 0 || end < 0) return 0;
+    *off = c[first].offset;
+    *len = c[end].offset - c[first].offset;
+    return 1;
+}
+
+/* Reads <id>.qvpart: the part (malloc'd, *n bytes) with the text side's offset, length and
+ * hash; NULL when it is no such file. */
+static uint8_t *read_part(const char *dir, const char *id, size_t *n, uint64_t *off,
+                          uint64_t *len, char h[65]) {
+    char path[4096], err[512];
+    snprintf(path, sizeof path, "%s/%s.qvpart", dir, id);
+    uint8_t *b = (uint8_t *)qvu_read_file(path, (size_t)1 << 31, n, err, sizeof err);
+    if (!b) return NULL;
+    if (*n < PART_HEAD || memcmp(b, PART_MAGIC, 4) || b[4] != 1 || b[5] || b[6] || b[7] ||
+        rd64(b + 8) > *n - PART_HEAD) {
+        free(b);
+        return NULL;
+    }
+    *off = rd64(b + 8);
+    *len = rd64(b + 16);
+    hex(b + 24, h);
+    return b;
+}
+
+/* The text side h counted once more (refs); its size from the file when new. 0 or -1 (missing,
+ * out of memory). */
+static int textside_ref(struct library *L, const char *h) {
+    for (int i = 0; i < L->n_ts; i++)
+        if (!strcmp(L->ts[i].h, h)) return L->ts[i].refs++, 0;
+    char path[4096];
+    struct stat st;
+    textside_path(L->dir, h, path, sizeof path);
+    if (stat(path, &st)) return -1;
+    if (L->n_ts == L->cap_ts) {
+        int cap = L->cap_ts ? 2 * L->cap_ts : 8;
+        textside *t = realloc(L->ts, (size_t)cap * sizeof *t);
+        if (!t) return -1;
+        L->ts = t;
+        L->cap_ts = cap;
+    }
+    textside *t = &L->ts[L->n_ts++];
+    memcpy(t->h, h, 65);
+    t->bytes = st.st_size;
+    t->refs = 1;
+    L->bytes += t->bytes;
+    return 0;
+}
+
+/* One user of h fewer; the last one removes its file when gc (not at shutdown). */
+static void textside_unref(struct library *L, const char *h, int gc) {
+    for (int i = 0; i < L->n_ts; i++)
+        if (!strcmp(L->ts[i].h, h)) {
+            if (--L->ts[i].refs) return;
+            if (gc) {
+                char path[4096];
+                textside_path(L->dir, h, path, sizeof path);
+                unlink(path);
+            }
+            L->bytes -= L->ts[i].bytes;
+            L->ts[i] = L->ts[--L->n_ts];
+            return;
+        }
 }
 
 static cJSON *describe(const char *id, const qvf_voice *v, const struct stat *st) {
@@ -78,17 +195,20 @@ static entry *find_id(struct library *L, const char *id) {
     return NULL;
 }
 
-static void drop(struct library *L, int i) {
+/* Removes entry i; gc: its text side's file too when no other voice uses it. */
+static void drop(struct library *L, int i, int gc) {
     L->bytes -= L->v[i].bytes;
+    if (L->v[i].ts[0]) textside_unref(L, L->v[i].ts, gc);
     free(L->v[i].name);
     free(L->v[i].owner);
     cJSON_Delete(L->v[i].desc);
     L->v[i] = L->v[--L->n];
 }
 
-/* Adds the voice v (file id, stat st) with owner; 0 or -1 (out of memory). */
+/* Adds the voice v (file id, stat st of the whole file) with owner, kept as a part of disk bytes
+ * using the text side ts ("" for a whole file); 0 or -1 (out of memory, text side missing). */
 static int insert(struct library *L, const char *id, const qvf_voice *v, const struct stat *st,
-                  const char *owner) {
+                  const char *owner, const char *ts, int64_t disk) {
     if (L->n == L->cap) {
         int cap = L->cap ? 2 * L->cap : 64;
         entry *e = realloc(L->v, (size_t)cap * sizeof *e);
@@ -102,10 +222,12 @@ static int insert(struct library *L, const char *id, const qvf_voice *v, const s
     const char *name = qvf_meta_get(v, "name");
     e->name = name && name[0] ? strdup(name) : NULL;
     e->owner = owner && owner[0] ? strdup(owner) : NULL;
-    e->bytes = st->st_size;
+    e->bytes = disk;
+    memcpy(e->ts, ts, strlen(ts) + 1);
     e->desc = describe(id, v, st);
     e->seen = 1;
-    if (!e->desc || (name && name[0] && !e->name) || (owner && owner[0] && !e->owner)) {
+    if (!e->desc || (name && name[0] && !e->name) || (owner && owner[0] && !e->owner) ||
+        (ts[0] && textside_ref(L, ts))) {
         free(e->name);
         free(e->owner);
         cJSON_Delete(e->desc);
@@ -142,7 +264,8 @@ static void refresh(struct library *L) {
     struct dirent *de;
     char id[65], path[4096], err[256], owner[256];
     while ((de = readdir(d))) {
-        if (!id_of(de->d_name, id)) continue;
+        int kind = id_of(de->d_name, id);
+        if (!kind) continue;
         entry *e = find_id(L, id);
         if (e) {
             e->seen = 1;
@@ -151,18 +274,32 @@ static void refresh(struct library *L) {
         snprintf(path, sizeof path, "%s/%s", L->dir, de->d_name);
         qvf_voice *v;
         struct stat st;
-        if (stat(path, &st) || qvf_read_file(path, 0, &v, err, sizeof err)) continue;
+        uint8_t *part = NULL;
+        size_t n = 0;
+        uint64_t off = 0, len = 0;
+        char h[65] = "";
+        if (stat(path, &st)) continue;
+        if (kind == 2 ? !(part = read_part(L->dir, id, &n, &off, &len, h)) ||
+                            qvf_read_mem(part + PART_HEAD, n - PART_HEAD, id, 0, &v, err,
+                                         sizeof err)
+                      : qvf_read_file(path, 0, &v, err, sizeof err) != 0) {
+            free(part);
+            continue;
+        }
         if (v->file_version == 0) { /* a raw x-vector named .qvoice is not a library voice */
             qvf_voice_free(v);
             continue;
         }
+        int64_t disk = st.st_size;
+        st.st_size = (off_t)(disk - (kind == 2 ? PART_HEAD : 0) + (int64_t)len); /* as served */
         read_owner(L->dir, id, owner, sizeof owner);
-        insert(L, id, v, &st, owner);
+        insert(L, id, v, &st, owner, h, disk);
         qvf_voice_free(v);
+        free(part);
     }
     closedir(d);
     for (int i = L->n - 1; i >= 0; i--)
-        if (!L->v[i].seen) drop(L, i);
+        if (!L->v[i].seen) drop(L, i, 1);
 }
 
 int qvs_library_open(qv_server *s, char *err, size_t es) {
@@ -185,8 +322,9 @@ void qvs_library_free(qv_server *s) {
     struct library *L = s->lib;
     if (!L) return;
     while (L->n)
-        drop(L, L->n - 1);
+        drop(L, L->n - 1, 0);
     free(L->v);
+    free(L->ts);
     pthread_mutex_destroy(&L->mu);
     free(L);
     s->lib = NULL;
@@ -213,13 +351,48 @@ static entry *find(qv_server *s, const api_key *k, const char *id_or_name) {
     return NULL;
 }
 
-int qvs_voice_lookup(qv_server *s, const api_key *k, const char *id_or_name, char *path,
-                     size_t size) {
+/* The whole voice file of a part, put together in a memfd: its descriptor, or -1. */
+static int assemble(const char *dir, const char *id) {
+    size_t n, tn;
+    uint64_t off, len;
+    char h[65], path[4096], err[512];
+    uint8_t *part = read_part(dir, id, &n, &off, &len, h);
+    textside_path(dir, h, path, sizeof path);
+    char *t = part ? qvu_read_file(path, (size_t)1 << 31, &tn, err, sizeof err) : NULL;
+    int fd = t && tn == len ? memfd_create(id, MFD_CLOEXEC) : -1;
+    const uint8_t *body = part ? part + PART_HEAD : NULL;
+    if (fd >= 0 && (write(fd, body, off) != (ssize_t)off || write(fd, t, tn) != (ssize_t)tn ||
+                    write(fd, body + off, n - PART_HEAD - off) != (ssize_t)(n - PART_HEAD - off))) {
+        close(fd);
+        fd = -1;
+    }
+    free(part);
+    free(t);
+    return fd;
+}
+
+int qvs_voice_lookup(qv_server *s, const api_key *k, const char *id_or_name, qvs_voice_ref *r) {
+    char ts[65] = "";
+    r->fd = -1;
     pthread_mutex_lock(&s->lib->mu);
     entry *e = find(s, k, id_or_name);
-    if (e) snprintf(path, size, "%s/%s.qvoice", s->voices_dir, e->id);
+    if (e) {
+        memcpy(r->id, e->id, 65);
+        memcpy(ts, e->ts, 65);
+        snprintf(r->path, sizeof r->path, "%s/%s.qvoice", s->voices_dir, e->id);
+    }
     pthread_mutex_unlock(&s->lib->mu);
-    return e ? 0 : -1;
+    if (!e) return -1;
+    if (!ts[0]) return 0;
+    /* outside the lock: 17 MB to copy; a delete meanwhile makes it fail (not found) */
+    if ((r->fd = assemble(s->voices_dir, r->id)) < 0) return -1;
+    snprintf(r->path, sizeof r->path, "/proc/self/fd/%d", r->fd);
+    return 0;
+}
+
+void qvs_voice_ref_close(qvs_voice_ref *r) {
+    if (r->fd >= 0) close(r->fd);
+    r->fd = -1;
 }
 
 cJSON *qvs_library_describe(qv_server *s, const api_key *k, const char *id_or_name) {
@@ -258,16 +431,52 @@ static int write_atomic(const char *path, const void *p, size_t n) {
     return qvu_wfile_commit(w, err, sizeof err) ? -1 : 0;
 }
 
+/* Writes b[n] into the library as dst_id: the text side (when it has one) into .textside/ unless
+ * there, then <id>.qvpart, else <id>.qvoice. *ts, *disk: what insert needs. 0 or -1. */
+static int store(struct library *L, const char *id, const uint8_t *b, size_t n, char ts[65],
+                 int64_t *disk) {
+    uint64_t off, len;
+    char path[4096], tpath[4096];
+    ts[0] = 0;
+    *disk = (int64_t)n;
+    if (!text_run(b, n, &off, &len)) {
+        snprintf(path, sizeof path, "%s/%s.qvoice", L->dir, id);
+        return write_atomic(path, b, n);
+    }
+    uint8_t h[32];
+    if (qvf_sha256(b + off, len, h)) return -1;
+    hex(h, ts);
+    snprintf(path, sizeof path, "%s/" TEXTSIDE_DIR, L->dir);
+    if (mkdir(path, 0755) && errno != EEXIST) return -1;
+    textside_path(L->dir, ts, tpath, sizeof tpath);
+    if (access(tpath, F_OK) && write_atomic(tpath, b + off, len)) return -1;
+    size_t pn = PART_HEAD + n - len;
+    uint8_t *p = malloc(pn);
+    if (!p) return -1;
+    memcpy(p, PART_MAGIC "\x01\0\0\0", 8);
+    wr64(p + 8, off);
+    wr64(p + 16, len);
+    memcpy(p + 24, h, 32);
+    memcpy(p + PART_HEAD, b, off);
+    memcpy(p + PART_HEAD + off, b + off + len, n - off - len);
+    snprintf(path, sizeof path, "%s/%s.qvpart", L->dir, id);
+    int rc = write_atomic(path, p, pn);
+    free(p);
+    /* another server sharing DIR may have removed the text side as unused meanwhile */
+    if (!rc && access(tpath, F_OK)) rc = write_atomic(tpath, b + off, len);
+    *disk = (int64_t)pn;
+    return rc;
+}
+
 int qvs_library_add(qv_server *s, const api_key *k, const uint8_t *b, size_t n, const char *name,
                     char id[65], cJSON **desc, char *why, size_t ws) {
     uint8_t h[32];
-    char dst[4096], err[256];
+    char dst[4096], err[256], ts[65];
     if (qvf_sha256(b, n, h)) {
         snprintf(why, ws, "cannot hash the voice");
         return 500;
     }
-    for (int i = 0; i < 32; i++)
-        snprintf(id + 2 * i, 3, "%02x", h[i]);
+    hex(h, id);
     struct library *L = s->lib;
     int status = 0;
     pthread_mutex_lock(&L->mu);
@@ -294,20 +503,21 @@ int qvs_library_add(qv_server *s, const api_key *k, const uint8_t *b, size_t n, 
             goto out;
         }
     }
-    snprintf(dst, sizeof dst, "%s/%s.qvoice", s->voices_dir, id);
-    if (write_atomic(dst, b, n)) {
-        if (!old) { /* no voice: no owner record either */
-            snprintf(dst, sizeof dst, "%s/%s.owner", s->voices_dir, id);
-            unlink(dst);
-        }
+    int64_t disk;
+    if (!old && store(L, id, b, n, ts, &disk)) { /* the same id is the same bytes: kept */
+        snprintf(dst, sizeof dst, "%s/%s.owner", s->voices_dir, id);
+        unlink(dst); /* no voice: no owner record either */
         snprintf(why, ws, "cannot write the voice");
         status = 500;
         goto out;
     }
     qvf_voice *v;
-    struct stat st;
-    if (!old && !stat(dst, &st) && !qvf_read_mem(b, n, id, 0, &v, err, sizeof err)) {
-        if (insert(L, id, v, &st, k && !k->admin ? k->name : NULL) == 0) old = &L->v[L->n - 1];
+    struct stat st = {0};
+    st.st_size = (off_t)n;
+    st.st_mtime = time(NULL);
+    if (!old && !qvf_read_mem(b, n, id, 0, &v, err, sizeof err)) {
+        if (insert(L, id, v, &st, k && !k->admin ? k->name : NULL, ts, disk) == 0)
+            old = &L->v[L->n - 1];
         qvf_voice_free(v);
     }
     *desc = old ? cJSON_Duplicate(old->desc, 1) : cJSON_CreateObject();
@@ -328,13 +538,14 @@ int qvs_library_remove(qv_server *s, const api_key *k, const char *id_or_name, c
         status = 403;
     else {
         memcpy(id, e->id, 65);
-        snprintf(path, sizeof path, "%s/%s.qvoice", s->voices_dir, e->id);
+        snprintf(path, sizeof path, "%s/%s.%s", s->voices_dir, e->id,
+                 e->ts[0] ? "qvpart" : "qvoice");
         if (unlink(path) && errno != ENOENT) {
             status = 500;
         } else {
             snprintf(path, sizeof path, "%s/%s.owner", s->voices_dir, e->id);
             unlink(path);
-            drop(L, (int)(e - L->v));
+            drop(L, (int)(e - L->v), 1);
         }
     }
     pthread_mutex_unlock(&L->mu);

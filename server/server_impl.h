@@ -200,9 +200,17 @@ void qvs_voices_clean(const char *dir);
 int qvs_library_open(qv_server *s, char *err, size_t err_size);
 void qvs_library_free(qv_server *s);
 int qvs_is_id(const char *s); /* 64 lowercase hex */
-/* Path of the library voice with this id or META name that key k may use; 0, or -1 when none. */
-int qvs_voice_lookup(qv_server *s, const api_key *k, const char *id_or_name, char *path,
-                     size_t path_size);
+/* A library voice to open by path: its file, or for a voice stored without its text side the
+ * whole file put together in memory (fd >= 0, path /proc/self/fd/N: valid until closed). */
+typedef struct {
+    char path[4096];
+    char id[65];
+    int fd;
+} qvs_voice_ref;
+/* The library voice with this id or META name that key k may use; 0, or -1 when none (or it
+ * cannot be put together). Close r with qvs_voice_ref_close. */
+int qvs_voice_lookup(qv_server *s, const api_key *k, const char *id_or_name, qvs_voice_ref *r);
+void qvs_voice_ref_close(qvs_voice_ref *r); /* accepts a ref already closed */
 /* id_or_name NULL: an array describing every voice k may use (with "deletable", and "owner" for
  * an admin); else that voice's description, or NULL. Caller frees. */
 cJSON *qvs_library_describe(qv_server *s, const api_key *k, const char *id_or_name);

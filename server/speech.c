@@ -27,6 +27,7 @@ typedef struct job {
     /* request (owned strings) */
     qv_synth_request r;
     char *text, *language, *speaker, *instruct, *voice_path;
+    qvs_voice_ref voice; /* holds voice_path open when the file is put together in memory */
     /* results, under mu */
     qv_encoder *enc; /* streams: WAV/PCM blocks into out (or SSE events) */
     bytes out;       /* streams: encoded bytes not yet sent, from off */
@@ -54,6 +55,7 @@ static void job_unref(job *j) {
     free(j->speaker);
     free(j->instruct);
     free(j->voice_path);
+    qvs_voice_ref_close(&j->voice);
     free(j->out.p);
     qv_free(j->pcm.pcm);
     qv_encoder_close(j->enc);
@@ -288,7 +290,6 @@ static int parse(qv_server *s, const api_key *k, const char *body, size_t len, j
         }
         lang = l;
     }
-    char path[4096];
     const char *speaker = NULL;
     if (!voice && qv_model_n_speakers(m) > 0)
         speaker = qv_model_speaker(m, 0);
@@ -296,7 +297,7 @@ static int parse(qv_server *s, const api_key *k, const char *body, size_t len, j
         bad(v, 400, "invalid_value", "voice", "voice: required (a library voice for model %s)",
             s->models[*model].name);
         goto out;
-    } else if (voice && qvs_voice_lookup(s, k, voice, path, sizeof path)) {
+    } else if (voice && qvs_voice_lookup(s, k, voice, &j->voice)) {
         speaker = find_name(voice, qv_model_speaker, qv_model_n_speakers(m), m);
         if (!speaker) {
             list_names(names, sizeof names, qv_model_speaker, qv_model_n_speakers(m), m);
@@ -376,7 +377,7 @@ static int parse(qv_server *s, const api_key *k, const char *body, size_t len, j
     }
     if ((input && !(j->text = strdup(input))) || (lang && !(j->language = strdup(lang))) ||
         (speaker && !(j->speaker = strdup(speaker))) || (instr && !(j->instruct = strdup(instr))) ||
-        (voice && !speaker && !(j->voice_path = strdup(path)))) {
+        (voice && !speaker && !(j->voice_path = strdup(j->voice.path)))) {
         bad(v, 500, "out_of_memory", NULL, "out of memory");
         goto out;
     }
@@ -556,6 +557,7 @@ enum MHD_Result qvs_speech_handle(qv_server *s, struct MHD_Connection *c, req *q
     pthread_mutex_init(&j->mu, NULL);
     pthread_cond_init(&j->cv, NULL);
     j->refs = 1;
+    j->voice.fd = -1;
     j->pcm.struct_size = sizeof j->pcm;
     j->s = s;
     j->conn = c;

@@ -45,6 +45,10 @@ void qvs_voices_clean(const char *dir) {
             unlink(path);
         }
     closedir(d);
+    if (!strstr(dir, "/.textside")) { /* the shared text sides' writer's temporaries */
+        snprintf(path, sizeof path, "%s/.textside", dir);
+        qvs_voices_clean(path);
+    }
 }
 
 static enum MHD_Result voice_not_found(struct MHD_Connection *c, req *q, const char *id) {
@@ -53,7 +57,6 @@ static enum MHD_Result voice_not_found(struct MHD_Connection *c, req *q, const c
 }
 
 enum MHD_Result qvs_voices_get(qv_server *s, struct MHD_Connection *c, req *q, const char *id) {
-    char path[4096];
     if (!id) { /* the list, and the preset speakers of each model (vLLM-Omni's "voices") */
         cJSON *o = cJSON_CreateObject(), *sp = cJSON_AddArrayToObject(o, "voices");
         cJSON_AddStringToObject(o, "object", "list");
@@ -75,10 +78,12 @@ enum MHD_Result qvs_voices_get(qv_server *s, struct MHD_Connection *c, req *q, c
         cJSON_Delete(o);
         return qvs_reply_json(c, q, 200, body);
     }
-    if (qvs_voice_lookup(s, q->key, id, path, sizeof path)) return voice_not_found(c, q, id);
     const char *dl = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "download");
     if (dl && strcmp(dl, "0") && strcmp(dl, "false")) {
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        qvs_voice_ref vr;
+        if (qvs_voice_lookup(s, q->key, id, &vr)) return voice_not_found(c, q, id);
+        int fd = open(vr.path, O_RDONLY | O_CLOEXEC);
+        qvs_voice_ref_close(&vr);
         struct stat st;
         if (fd < 0 || fstat(fd, &st)) {
             if (fd >= 0) close(fd);
@@ -90,8 +95,7 @@ enum MHD_Result qvs_voices_get(qv_server *s, struct MHD_Connection *c, req *q, c
             return MHD_NO;
         }
         char disp[128];
-        const char *base = strrchr(path, '/') + 1;
-        snprintf(disp, sizeof disp, "attachment; filename=\"%s\"", base);
+        snprintf(disp, sizeof disp, "attachment; filename=\"%s.qvoice\"", vr.id);
         MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/octet-stream");
         MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_DISPOSITION, disp);
         enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);

@@ -578,7 +578,7 @@ static void test_library(void **state) {
     assert_int_equal(curl(&g_extra, NULL, up, g_voice, "three"), 507);
     assert_string_equal(error_code(), "library_full");
     assert_int_equal(curl(&g_extra, NULL, up, g_voice, "one"), 200); /* the same voice: no cap */
-    assert_int_equal(sh("printf 'XXXX' | dd of=%s/lib/%s.qvoice bs=1 seek=100 conv=notrunc "
+    assert_int_equal(sh("printf 'XXXX' | dd of=%s/lib/%s.qvpart bs=1 seek=100 conv=notrunc "
                         "2>/dev/null", tmp_dir, id), 0);
     assert_int_equal(curl(&g_extra, NULL, "SRV/v1/audio/voices"), 200);
     assert_non_null(strstr(g_body, "\"one\""));
@@ -615,6 +615,75 @@ static void test_library(void **state) {
                                           "SRV/v1/audio/voices", tmp_path("long.qvoice")), 400);
     assert_non_null(strstr(g_body, "META name"));
     assert_int_equal(stop(&g_extra), 0);
+}
+
+/* The text side (TPAD + WOVR) is stored once: two voices of one model take one shared file and
+ * two small parts; a download is the stored file byte for byte (its sha256 is its id, and it is
+ * the uploaded file); speech with a part equals speech with the whole file in another library;
+ * deleting the last voice that uses the text side removes it. */
+static void test_textside(void **state) {
+    (void)state;
+    char args[2048], id[2][65], name[2][2] = {"a", "b"};
+    assert_int_equal(sh("rm -rf %s/ts %s/ts2 && mkdir %s/ts %s/ts2", tmp_dir, tmp_dir, tmp_dir,
+                        tmp_dir), 0);
+    snprintf(args, sizeof args, "-m %s --voices %s/ts", g_cv, tmp_dir);
+    assert_int_equal(start(&g_extra, "ts", args), 0);
+    for (int i = 0; i < 2; i++) {
+        char up[64];
+        snprintf(up, sizeof up, "ts-%s.qvoice", name[i]);
+        edited_voice(tmp_path(up), name[i], 0.25f * (float)(i + 1));
+        assert_int_equal(curl(&g_extra, NULL, "-F audio_sample=@%s -F consent=yes "
+                                              "SRV/v1/audio/voices", tmp_path(up)), 200);
+        cJSON *o = cJSON_Parse(g_body);
+        snprintf(id[i], sizeof id[i], "%s", cJSON_GetStringValue(cJSON_GetObjectItem(o, "id")));
+        cJSON_Delete(o);
+        assert_int_equal(strlen(id[i]), 64);
+    }
+    /* one text side of ~280 kB, two parts of ~1.5 kB: under one whole voice + 8 kB */
+    struct stat whole, part;
+    assert_int_equal(stat(tmp_path("ts-a.qvoice"), &whole), 0);
+    assert_int_equal(sh("test $(ls %s/ts/.textside | wc -l) -eq 1", tmp_dir), 0);
+    snprintf(args, sizeof args, "%s/ts/%s.qvpart", tmp_dir, id[0]);
+    assert_int_equal(stat(args, &part), 0);
+    print_message("whole voice %lld B, part %lld B\n", (long long)whole.st_size,
+                  (long long)part.st_size);
+    assert_true(part.st_size < 4096);
+    assert_int_equal(sh("test $(find %s/ts -type f -printf '%%s\\n' | awk '{s+=$1} END {print s}') "
+                        "-lt %lld", tmp_dir, (long long)whole.st_size + 8192), 0);
+    /* the list reports the whole file's size */
+    assert_int_equal(curl(&g_extra, NULL, "SRV/v1/audio/voices/%s", id[0]), 200);
+    cJSON *o = cJSON_Parse(g_body);
+    assert_int_equal((long long)cJSON_GetNumberValue(cJSON_GetObjectItem(o, "bytes")),
+                     (long long)whole.st_size);
+    cJSON_Delete(o);
+    /* downloads: byte for byte */
+    for (int i = 0; i < 2; i++) {
+        char dl[64], up[64];
+        snprintf(dl, sizeof dl, "ts-dl-%s.qvoice", name[i]);
+        snprintf(up, sizeof up, "ts-%s.qvoice", name[i]);
+        assert_int_equal(curl(&g_extra, tmp_path(dl), "'SRV/v1/audio/voices/%s?download=1'",
+                              name[i]), 200);
+        assert_int_equal(sh("test \"$(sha256sum < %s | cut -c1-64)\" = %s", tmp_path(dl), id[i]),
+                         0);
+        assert_int_equal(sh("cmp -s %s %s", tmp_path(dl), tmp_path(up)), 0);
+    }
+    const char *speak = "-H 'Content-Type: application/json' -d '{\"input\":\"Hello there.\","
+                        "\"voice\":\"a\",\"seed\":3,\"max_seconds\":1}' SRV/v1/audio/speech";
+    assert_int_equal(curl(&g_extra, tmp_path("ts-part.wav"), speak), 200);
+    /* deletes: the text side stays while a voice uses it */
+    assert_int_equal(curl(&g_extra, NULL, "-X DELETE SRV/v1/audio/voices/a"), 200);
+    assert_int_equal(sh("test $(ls %s/ts/.textside | wc -l) -eq 1", tmp_dir), 0);
+    assert_int_equal(curl(&g_extra, NULL, "-X DELETE SRV/v1/audio/voices/b"), 200);
+    assert_int_equal(sh("test $(ls %s/ts/.textside | wc -l) -eq 0", tmp_dir), 0);
+    assert_int_equal(sh("test $(ls %s/ts | wc -l) -eq 0", tmp_dir), 0);
+    assert_int_equal(stop(&g_extra), 0);
+    /* the whole file, as another server (or an older one) leaves it */
+    assert_int_equal(sh("cp %s %s/ts2/%s.qvoice", tmp_path("ts-a.qvoice"), tmp_dir, id[0]), 0);
+    snprintf(args, sizeof args, "-m %s --voices %s/ts2", g_cv, tmp_dir);
+    assert_int_equal(start(&g_extra, "ts2", args), 0);
+    assert_int_equal(curl(&g_extra, tmp_path("ts-whole.wav"), speak), 200);
+    assert_int_equal(stop(&g_extra), 0);
+    assert_int_equal(sh("cmp -s %s %s", tmp_path("ts-part.wav"), tmp_path("ts-whole.wav")), 0);
 }
 
 /* A %0A in a URL is logged escaped, not as a line of its own. */
@@ -940,6 +1009,7 @@ int main(void) {
         cmocka_unit_test(test_auth),
         cmocka_unit_test(test_key_owners),
         cmocka_unit_test(test_library),
+        cmocka_unit_test(test_textside),
         cmocka_unit_test(test_metrics),
         cmocka_unit_test(test_speech),
         cmocka_unit_test(test_disconnect_and_limits),
