@@ -127,6 +127,11 @@ bin/qvoice-compress: $(B)/compress/main.o $(call app_obj,compress) $(LIB)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIB) $(LIBS)
 $(B)/tests/test_compress: $(call app_obj,compress)
 
+# The HTTP fuzz targets' replay (tests/fuzz/fuzz_server.h) runs an in-process server.
+$(B)/tests/test_server_replay: $(B)/tests/unit/test_server_replay.o $(call app_obj,server) $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIB) -lmicrohttpd $(LIBS) -lcmocka
+
 $(B)/examples/%: $(B)/examples/%.o $(LIB)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIB) $(LIBS)
 

@@ -53,13 +53,25 @@ if [ -n "${FUZZ_SNDFILE_SRC:-}" ]; then
   SNDFILE="$sb/libsndfile.a -lFLAC -lvorbisenc -lopus -lmpg123 -lmp3lame"
 fi
 
+# The HTTP targets (they include tests/fuzz/fuzz_server.h) run an in-process server: server/'s
+# objects, without its main, and libmicrohttpd.
+sobjs=""
+for src in $(ls server/*.c | grep -v server/main.c); do
+  obj="$B/obj/$(echo "$src" | tr / _ | sed 's/\.c$/.o/')"
+  $CC $CFLAGS -fsanitize=fuzzer-no-link -c "$src" -o "$obj" 2>"$obj.log" && sobjs="$sobjs $obj"
+done
+rm -f "$B/libqvserver-fuzz.a"
+ar rcs "$B/libqvserver-fuzz.a" $sobjs
+
 status=0
 summary=""
 for t in tests/fuzz/fuzz_*.c; do
   name=$(basename "$t" .c)
   if [ -n "${FUZZ_TARGETS:-}" ] && ! echo " $FUZZ_TARGETS " | grep -q " $name "; then continue; fi
   bin="$B/$name"
-  if ! $CC $CFLAGS -fsanitize=fuzzer "$t" "$B/libqvoice-fuzz.a" $SNDFILE $LIBS -o "$bin" 2>"$bin.log"; then
+  server=""
+  grep -q fuzz_server.h "$t" && server="$B/libqvserver-fuzz.a -lmicrohttpd"
+  if ! $CC $CFLAGS -fsanitize=fuzzer "$t" $server "$B/libqvoice-fuzz.a" $SNDFILE $LIBS -o "$bin" 2>"$bin.log"; then
     summary="$summary\n$name: NOT BUILT (see $bin.log)"
     status=1
     continue

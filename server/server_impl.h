@@ -174,6 +174,19 @@ enum MHD_Result qvs_reply_not_admitted(qv_server *s, struct MHD_Connection *c, r
 /* ==== speech (speech.c) ====================================================================== */
 
 struct job;
+/* An OpenAI-style error found in a request; status 0 when none. */
+typedef struct {
+    int status;
+    const char *code, *param;
+    char msg[512];
+} qvs_verdict;
+/* The speech request body[len] read and checked (model, voice, language, format, sampling) with
+ * nothing started: a job to run (free with qvs_speech_job_free) with its model index and
+ * parameters, or NULL with v set. What POST /v1/audio/speech runs first, and what
+ * tests/fuzz/fuzz_speech_json.c calls without a socket. */
+struct job *qvs_speech_parse(qv_server *s, const api_key *k, const char *body, size_t len,
+                             int *model, qv_params *p, qvs_verdict *v);
+void qvs_speech_job_free(struct job *j);
 /* Handles POST /v1/audio/speech once its JSON body is complete. */
 enum MHD_Result qvs_speech_handle(qv_server *s, struct MHD_Connection *c, req *q);
 /* The connection is gone (or finished): stop the synthesis if it still runs, drop the job. */

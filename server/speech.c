@@ -181,11 +181,7 @@ static int slot_acquire(qv_server *s, struct MHD_Connection *c, int model, const
 
 /* ==== request parsing ======================================================================== */
 
-typedef struct {
-    int status; /* 0 = valid */
-    const char *code, *param;
-    char msg[512];
-} verdict;
+typedef qvs_verdict verdict;
 
 static int bad(verdict *v, int status, const char *code, const char *param, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
@@ -551,25 +547,43 @@ void qvs_speech_release(qv_server *s, req *q) {
     q->job = NULL;
 }
 
-enum MHD_Result qvs_speech_handle(qv_server *s, struct MHD_Connection *c, req *q) {
+job *qvs_speech_parse(qv_server *s, const api_key *k, const char *body, size_t len, int *model,
+                      qv_params *p, qvs_verdict *v) {
+    memset(v, 0, sizeof *v);
     job *j = calloc(1, sizeof *j);
-    if (!j) return MHD_NO;
+    if (!j) {
+        bad(v, 503, "out_of_memory", NULL, "out of memory");
+        return NULL;
+    }
     pthread_mutex_init(&j->mu, NULL);
     pthread_cond_init(&j->cv, NULL);
     j->refs = 1;
     j->voice.fd = -1;
     j->pcm.struct_size = sizeof j->pcm;
     j->s = s;
-    j->conn = c;
-    j->deadline = q->t0 + s->cfg.timeout_s;
-    q->job = j; /* freed by qvs_speech_release when the request completes */
-    verdict v = {0};
+    if (parse(s, k, body, len, j, p, model, v)) {
+        job_unref(j);
+        return NULL;
+    }
+    return j;
+}
+
+void qvs_speech_job_free(job *j) {
+    job_unref(j);
+}
+
+enum MHD_Result qvs_speech_handle(qv_server *s, struct MHD_Connection *c, req *q) {
+    verdict v;
     qv_params p;
     int model;
-    if (parse(s, q->key, q->body, q->body_len, j, &p, &model, &v))
+    job *j = qvs_speech_parse(s, q->key, q->body, q->body_len, &model, &p, &v);
+    if (!j)
         return qvs_reply_error(c, q, v.status,
                                v.status >= 500 ? "server_error" : "invalid_request_error", v.code,
                                v.param, "%s", v.msg);
+    j->conn = c;
+    j->deadline = q->t0 + s->cfg.timeout_s;
+    q->job = j; /* freed by qvs_speech_release when the request completes */
     j->r = qv_synth_default_request();
     j->r.text = j->text;
     j->r.language = j->language;

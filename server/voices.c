@@ -167,6 +167,7 @@ static enum MHD_Result on_part(void *cls, enum MHD_ValueKind kind, const char *k
                                const char *transfer_encoding, const char *data, uint64_t off,
                                size_t size) {
     struct upload *u = cls;
+    if (!key) return MHD_YES; /* a part with no name (libmicrohttpd passes NULL): not ours */
     if (is_file_field(key)) {
         if (u->fd < 0 || (off == 0 && u->n_bytes)) {
             if (u->tmp[0]) { /* a second file part (off 0: a part's first bytes) */
