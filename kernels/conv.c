@@ -123,17 +123,6 @@ void qvk_add_rows(float *y, int64_t ldy, const float *x, int64_t ldx, int64_t n_
     qvk_impl_get()->add_rows(y, ldy, x, ldx, n_rows, n);
 }
 
-void qvk_add_bias_scalar(float *y, int64_t ldy, const float *v, int64_t n_rows, int n) {
-    for (int64_t r = 0; r < n_rows; r++)
-        for (int i = 0; i < n; i++) y[(size_t)r * ldy + i] += v[i];
-}
-
-void qvk_add_rows_scalar(float *y, int64_t ldy, const float *x, int64_t ldx, int64_t n_rows,
-                         int n) {
-    for (int64_t r = 0; r < n_rows; r++)
-        for (int i = 0; i < n; i++) y[(size_t)r * ldy + i] += x[(size_t)r * ldx + i];
-}
-
 static void activate(float *x, size_t n, enum qvk_act act) {
     switch (act) {
     case QVK_ACT_NONE: break;
