@@ -1,4 +1,4 @@
-/* session.c — public API: model handle, parameters, prompt construction (§3.4) and the frame loop
+/* session.c — public API: parameters, sessions, prompt construction (§3.4) and the frame loop
  * (§3.5) mirroring Qwen3TTSForConditionalGeneration.generate.
  *
  * All per-frame buffers are allocated by qv_session_new and all per-utterance ones (KV cache sized
@@ -54,79 +54,6 @@ qv_request qv_default_request(void) {
     r.struct_size = sizeof r;
     r.layout = QV_LAYOUT_DEFAULT;
     return r;
-}
-
-/* ==== model ================================================================================== */
-
-enum qv_status qve_model_new(qv_model **out, qvm_ckpt *ck, char *err, size_t err_size) {
-    *out = NULL;
-    qvk_init();
-    qv_model *m = calloc(1, sizeof *m);
-    if (!m) {
-        snprintf(err, err_size, "%s: out of memory", ck->dir);
-        return QV_E_NOMEM;
-    }
-    if (qve_model_load(m, ck, err, err_size)) {
-        qve_model_unload(m);
-        free(m);
-        return QV_E_MODEL;
-    }
-    *out = m;
-    return QV_OK;
-}
-
-enum qv_status qv_model_load(qv_model **out, const char *dir) {
-    *out = NULL;
-    if (!dir) return qvu_fail(QV_E_INVALID, "qv_model_load: no directory");
-    char err[QVU_DETAIL_SIZE] = "";
-    qvm_ckpt *ck = qvm_ckpt_open(dir, err, sizeof err);
-    if (!ck) return qvu_fail(QV_E_MODEL, err);
-    const enum qv_status st = qve_model_new(out, ck, err, sizeof err);
-    qvm_ckpt_free(ck); /* the model holds its own reference */
-    return st ? qvu_fail(st, err) : QV_OK;
-}
-
-void qv_model_free(qv_model *m) {
-    if (!m) return;
-    qve_batcher_free(m->batch);
-    qve_model_unload(m);
-    free(m);
-}
-
-const char *qv_model_type(const qv_model *m) {
-    return m->ck->cfg.tts_model_type;
-}
-const char *qv_model_size(const qv_model *m) {
-    return m->ck->cfg.tts_model_size;
-}
-int qv_model_hidden_size(const qv_model *m) {
-    return m->ck->cfg.talker.hidden_size;
-}
-int qv_model_text_hidden_size(const qv_model *m) {
-    return m->ck->cfg.text_hidden_size;
-}
-int qv_model_n_speakers(const qv_model *m) {
-    return m->ck->cfg.n_speakers;
-}
-
-const char *qv_model_speaker(const qv_model *m, int i) {
-    return i >= 0 && i < m->ck->cfg.n_speakers ? m->ck->cfg.spk_id[i].name : NULL;
-}
-
-/* Selectable languages: "auto" plus every codec_language_id key that is not a dialect. */
-int qv_model_n_languages(const qv_model *m) {
-    int n = 1;
-    for (int i = 0; i < m->ck->cfg.n_languages; i++)
-        if (!strstr(m->ck->cfg.codec_language_id[i].name, "dialect")) n++;
-    return n;
-}
-
-const char *qv_model_language(const qv_model *m, int i) {
-    if (i == 0) return "auto";
-    for (int j = 0; j < m->ck->cfg.n_languages; j++)
-        if (!strstr(m->ck->cfg.codec_language_id[j].name, "dialect") && --i == 0)
-            return m->ck->cfg.codec_language_id[j].name;
-    return NULL;
 }
 
 /* ==== session lifetime ======================================================================= */
@@ -698,12 +625,6 @@ enum qv_status qve_session_frame(qv_session *s, int32_t codes[QV_N_CODEBOOKS], i
     const enum qv_status st = qve_session_frame_codes(s, codes, done);
     if (s->step_due) talker_step(s);
     return st;
-}
-
-enum qv_status qv_session_next_frame(qv_session *s, int32_t codes[QV_N_CODEBOOKS], int *done) {
-    const enum qv_status st = s->m->batch ? qve_batch_frame(s->m->batch, s, codes, done)
-                                          : qve_session_frame(s, codes, done);
-    return st ? qvu_fail(st, s->err) : st;
 }
 
 /* ==== text ================================================================================== */
