@@ -828,6 +828,7 @@ static int is_voice_file(const char *path) {
 
 static enum qv_status xvector_of_path(const qv_cloner *c, const char *path, double max_seconds,
                                       float **xvec, int *dim, char *err, size_t err_size) {
+    *xvec = NULL;
     if (is_voice_file(path)) {
         qvf_voice *v = NULL;
         if (qvf_read_file(path, 0, &v, err, err_size)) return QV_E_VOICE;
@@ -897,6 +898,15 @@ static enum qv_status similarity(const qv_cloner *c, const char *a, const char *
     free(xa);
     free(xb);
     return st;
+}
+
+enum qv_status qv_clone_xvector(const qv_cloner *c, const char *path, double max_seconds,
+                                float **xvec, int *dim) {
+    if (!xvec || !dim) return qvu_fail(QV_E_INVALID, "qv_clone_xvector: NULL output");
+    *xvec = NULL;
+    if (!path) return qvu_fail(QV_E_INVALID, "qv_clone_xvector: NULL path");
+    char err[QVU_DETAIL_SIZE] = "";
+    return qvu_fail(xvector_of_path(c, path, max_seconds, xvec, dim, err, sizeof err), err);
 }
 
 enum qv_status qv_clone_similarity(const qv_cloner *c, const char *a, const char *b,

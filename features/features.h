@@ -25,6 +25,8 @@
 
 #define QVA_SAMPLE_RATE_HZ QV_SAMPLE_RATE_HZ /* the public rate, named for features/ */
 #define QVA_MIN_SECONDS 3.0        /* shorter references are refused */
+#define QVA_MIN_RATE_HZ 8000       /* source rates outside these are refused before decoding */
+#define QVA_MAX_RATE_HZ 192000
 #define QVA_SHORT_SECONDS 10.0     /* shorter references get a warning */
 #define QVA_DEFAULT_MAX_SECONDS 30.0
 #define QVA_CLIP_LEVEL 0.999       /* |x| at or above this counts as clipped */
