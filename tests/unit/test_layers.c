@@ -3,6 +3,8 @@
  * its folder and a tool including an internal header each fail naming the file; so do two files
  * of a folder that include or call each other in a circle, and a call into a folder the table
  * does not allow; a clean tree passes, and so does the repository itself.
+ * scripts/check-functions.sh fails naming a library or tool function over 100 lines, and passes
+ * one of exactly 100 (and the same length outside the folders it covers).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -85,6 +87,28 @@ static void test_call_rules_fail(void **state) {
     assert_true(file_has(out, "kernels/b.o calls qve_up, defined in engine/"));
 }
 
+/* engine/long.c holding one function of n lines, signature to closing brace; tests/ too. */
+static int long_function(const char *name, int n) {
+    const char *root = tmp_path(name);
+    if (sh("mkdir -p %s/scripts %s/engine %s/tests && cp scripts/check-functions.sh %s/scripts/ && "
+           "{ echo 'static int f(int x) {'; i=2; while [ $i -lt %d ]; do echo '    x++;'; "
+           "i=$((i+1)); done; echo '}'; } > %s/engine/long.c && "
+           "cp %s/engine/long.c %s/tests/ok.c",
+           root, root, root, root, n, root, root, root))
+        fail_msg("cannot set up %s", root);
+    int rc = sh("%s/scripts/check-functions.sh > %s 2>&1", root, tmp_path("out"));
+    sh("sed 's/^/    /' %s", tmp_path("out"));
+    return rc;
+}
+
+static void test_long_function_fails(void **state) {
+    (void)state;
+    assert_int_equal(long_function("fn100", 100), 0);
+    assert_true(file_has(tmp_path("out"), "check-functions: ok"));
+    assert_int_equal(long_function("fn101", 101), 1);
+    assert_true(file_has(tmp_path("out"), "engine/long.c:1: f is 101 lines"));
+}
+
 /* The repository itself passes (the build's objects, when they are there, included). */
 static void test_repository(void **state) {
     (void)state;
@@ -100,6 +124,7 @@ int main(void) {
         cmocka_unit_test(test_bad_includes_fail),
         cmocka_unit_test(test_include_cycle_fails),
         cmocka_unit_test(test_call_rules_fail),
+        cmocka_unit_test(test_long_function_fails),
         cmocka_unit_test(test_repository),
     };
     return cmocka_run_group_tests(tests, tmpdir_setup, tmpdir_teardown);
