@@ -452,7 +452,7 @@ static int load_quantizers(qve_decoder *d, loader *ld) {
                        d->rvq_dim, d->cb_dim);
     d->out_rest = lin(ld, get(ld, 3, d->rvq_dim, d->cb_dim, 1, QVM_T_DEC_REST_OUT, 0, 0),
                       d->rvq_dim, d->cb_dim);
-    return 0; /* a failed projection is reported after the transformer's, as one check */
+    return 0; /* a failed projection: load_transformer checks ld->failed after its own */
 }
 
 /* The pre-conv, the transformer and its projections. */
