@@ -73,7 +73,7 @@ help:
 	@echo "make serve-lb   nginx balancing two qvoice-servers; one is killed mid-run"
 	@echo "make serve-bench  server TTFA, 1 vs 4 streams, 8-client load (hey), soak (also in make bench)"
 	@echo "make serve-attack slow sockets vs /health probes, list time of a 300-voice library"
-	@echo "make check-layers  check that every #include follows docs/architecture.md"
+	@echo "make check-layers  check that every #include follows docs/architecture.md and every docs pointer resolves"
 	@echo "make man        man pages of the tools from their --help (build/man/)"
 	@echo "make install    install tools, libraries, headers, qvoice.pc and man pages into"
 	@echo "                [DESTDIR]PREFIX (PREFIX=$(PREFIX))"
@@ -85,6 +85,7 @@ deps:
 
 check-layers: $(LIB)
 	@mkdir -p $(B) && B=$(B) scripts/check-layers.sh
+	@scripts/check-doc-pointers.sh
 
 $(B)/%.o: %.c
 	@mkdir -p $(dir $@)
