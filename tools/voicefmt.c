@@ -772,15 +772,9 @@ static int cmd_list(int argc, char **argv) {
         }
         return rc;
     }
-    rc |= list_dir("voices", &any, 0);
-    const char *qp = getenv("QVOICE_PATH");
-    if (qp) {
-        char *copy = strdup(qp), *save = NULL;
-        for (char *tok = copy ? strtok_r(copy, ":", &save) : NULL; tok;
-             tok = strtok_r(NULL, ":", &save))
-            rc |= list_dir(tok, &any, 0);
-        free(copy);
-    }
+    char dir[4096];
+    for (int i = 0; !qvf_voice_dir(i, dir, sizeof dir); i++) /* voices/, then $QVOICE_PATH */
+        rc |= list_dir(dir, &any, 0);
     if (!any) fprintf(stderr, "voicefmt: no .qvoice files in voices/ or $QVOICE_PATH\n");
     return rc;
 }
