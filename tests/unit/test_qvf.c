@@ -1,5 +1,5 @@
 /* test_qvf.c — voicefmt library: CRC-32C known answers, v4 and v3 round trips, WDELTA encode/apply,
- * legacy v1/v2/v3/.bin files built from the byte maps of qvoice-legacy.md §5–§7, atomic writes.
+ * legacy v1/v2/v3/.bin files built from the byte maps of docs/qvoice-format.md §8, atomic writes.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -148,7 +148,7 @@ static void test_wdelta_apply(void **state) {
                      QVF_E_ARG);
 }
 
-/* ---- legacy files from the byte maps of qvoice-legacy.md ---- */
+/* ---- legacy files from the byte maps of docs/qvoice-format.md §8 ---- */
 
 typedef struct {
     uint8_t *p;
