@@ -1,8 +1,10 @@
 #!/bin/sh
 # check-doc-pointers.sh — fails when a pointer in the docs does not resolve: a relative Markdown
-# link, or a `folder/file` in backticks whose first folder is one of the repository's. Read: the
-# top-level *.md, docs/*.md and every README.md. Globs and placeholders (`<…>`, `*`, `{…}`, `$`)
-# and build outputs (build/, bin/, cache/, out/, voices/, models/) are not pointers.
+# link, a `folder/file` in backticks whose first folder is one of the repository's (`a.{h,c}` names
+# both), or a bare `name.md`; a pointer out of the repository (`../x`) fails too, so what the code
+# relies on is written in docs/. Read: the top-level *.md, docs/*.md and every README.md. Globs and
+# placeholders (`<…>`, `*`, `$`), build outputs (build/ bin/ cache/ out/ voices/ models/) and
+# git-ignored paths are not pointers.
 # Usage: scripts/check-doc-pointers.sh [ROOT]   (default: the repository holding this script)
 set -u
 cd "${1:-$(dirname "$0")/..}" || exit 2
@@ -75,4 +77,4 @@ while IFS="$tab" read -r f line kind p; do
   fi
 done < "$tmp.cand"
 if [ "$bad" -gt 0 ]; then echo "check-doc-pointers: $bad pointer(s) do not resolve"; exit 1; fi
-echo "check-doc-pointers: ok ($(wc -l < "$tmp.cand") candidates in $(printf '%s\n' $docs | wc -l) files)"
+echo "check-doc-pointers: ok ($(wc -l < "$tmp.cand") candidates in $(printf '%s\n' "$docs" | wc -l) files)"
