@@ -1,6 +1,6 @@
 #!/bin/sh
 # check-doc-pointers.sh — fails when a pointer in the docs does not resolve: a relative Markdown
-# link, a `folder/file` in backticks whose first folder is one of the repository's (`a.{h,c}` names
+# link (and its #anchor, which must name a heading there), a `folder/file` in backticks whose first folder is one of the repository's (`a.{h,c}` names
 # both), or a bare `name.md`; a pointer out of the repository (`../x`) fails too, so what the code
 # relies on is written in docs/. Read: the top-level *.md, docs/*.md and every README.md. Globs and
 # placeholders (`<…>`, `*`, `$`), build outputs (build/ bin/ cache/ out/ voices/ models/) and
@@ -42,6 +42,17 @@ for f in $docs; do
     }' "$f"
 done > "$tmp.cand"
 exists() { grep -qxF -- "$1" "$tmp.files" || grep -qxF -- "${1%/}" "$tmp.dirs"; }
+# The anchors of a Markdown file's headings, as GitHub makes them: lower case, punctuation
+# dropped, spaces to hyphens.
+anchors() {
+  LC_ALL=C awk '
+    /^[ \t]*```/ { fence = !fence; next }
+    !fence && /^#+ / {
+      h = $0; sub(/^#+ +/, "", h); h = tolower(h)
+      gsub(/\342\200\224|\342\200\223|\342\206\222|\303\227|\342\200\246|\302\247|\302\267/, "", h)
+      gsub(/[^a-z0-9 _\200-\377-]/, "", h); gsub(/ /, "-", h); print h
+    }' "$1"
+}
 bad=0
 tab=$(printf '\t')
 while IFS="$tab" read -r f line kind p; do
@@ -49,9 +60,12 @@ while IFS="$tab" read -r f line kind p; do
   link)
     case $p in http:*|https:*|mailto:*|\#*) continue ;; esac
     target=${p%%#*}
+    anchor=
+    case $p in *\#*) anchor=${p#*#} ;; esac
     dir=$(dirname "$f")
     path=$target
-    [ "$dir" = . ] || path="$dir/$target"
+    [ -n "$target" ] || path=$(basename "$f")
+    [ "$dir" = . ] || path="$dir/$path"
     # normalise a/b/../c and ./a
     path=$(printf '%s\n' "$path" | awk -F/ '{ n = 0; for (i = 1; i <= NF; i++) { if ($i == "." || $i == "") continue; if ($i == "..") { if (n == 0) { print "/OUTSIDE"; exit } n--; continue } a[++n] = $i } o = a[1]; for (i = 2; i <= n; i++) o = o "/" a[i]; print o }')
     ;;
@@ -73,6 +87,10 @@ while IFS="$tab" read -r f line kind p; do
   esac
   if [ "$path" = /OUTSIDE ] || ! exists "$path"; then
     echo "check-doc-pointers: $f:$line: \`$p\` does not resolve to a file of the repository"
+    bad=$((bad + 1))
+  elif [ "$kind" = link ] && [ -n "$anchor" ] && [ "${path%.md}" != "$path" ] &&
+       ! anchors "$path" | grep -qxF -- "$anchor"; then
+    echo "check-doc-pointers: $f:$line: \`$p\`: $path has no heading with that anchor"
     bad=$((bad + 1))
   fi
 done < "$tmp.cand"

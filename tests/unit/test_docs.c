@@ -3,8 +3,8 @@
  * or home directories); LICENSE is the Apache-2.0 text; the README has the download commands (hf, ModelScope),
  * the build-only line and a "Source layout" naming every folder of docs/architecture.md's layers
  * table that exists; every pointer of the docs resolves (scripts/check-doc-pointers.sh), and that
- * check fails, naming file and line, on a tree with a broken link, a moved file named in
- * backticks, a missing brace alternative or a pointer outside the tree. Runs with cwd = repo root.
+ * check fails, naming file and line, on a tree with a broken link or anchor, a moved file named
+ * in backticks, a missing brace alternative or a pointer outside the tree. Runs with cwd = repo root.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -76,7 +76,7 @@ static int pointers_on(const char *name, const char *bad) {
     const char *root = tmp_path(name), *out = tmp_path("ptr.out");
     if (sh("mkdir -p %s/docs %s/engine %s/build && printf 'x\\n' > %s/engine/synth.c && "
            "printf 'x\\n' > %s/engine/synth.h && printf '# R\\n' > %s/README.md && "
-           "printf '%%s\\n' '# A' 'See [the readme](../README.md#r), `engine/synth.c` `qve_x`,' "
+           "printf '%%s\\n' '# A' 'See [the readme](../README.md#r), [A](#a), `engine/synth.c` `qve_x`,' "
            "'`engine/synth.{h,c}`, `build/x.o`, `engine/<name>.c`, [web](https://x.org/a).' "
            "'%s' > %s/docs/a.md",
            root, root, root, root, root, root, bad, root))
@@ -98,6 +98,8 @@ static void test_doc_pointer_check_fails(void **st) {
     assert_int_equal(pointers_on("bare", "`legacy-spec.md`"), 1);
     assert_int_equal(pointers_on("outside", "`../shared/docs/spec.md`"), 1);
     assert_int_equal(pointers_on("outlink", "[up](../../spec.md)"), 1);
+    assert_int_equal(pointers_on("anchor", "[gone](../README.md#gone)"), 1);
+    assert_true(file_has(tmp_path("ptr.out"), "no heading with that anchor"));
 }
 
 int main(void) {
