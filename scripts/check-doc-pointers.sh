@@ -1,10 +1,10 @@
 #!/bin/sh
 # check-doc-pointers.sh — fails when a pointer in the docs does not resolve: a relative Markdown
-# link (and its #anchor, which must name a heading there), a `folder/file` in backticks whose first folder is one of the repository's (`a.{h,c}` names
-# both), or a bare `name.md`; a pointer out of the repository (`../x`) fails too, so what the code
-# relies on is written in docs/. Read: the top-level *.md, docs/*.md and every README.md. Globs and
-# placeholders (`<…>`, `*`, `$`), build outputs (build/ bin/ cache/ out/ voices/ models/) and
-# git-ignored paths are not pointers.
+# link (and its #anchor, which must name a heading there), a `folder/file` in backticks whose first
+# folder is one of the repository's (`a.{h,c}` names both), or a bare `name.md`; a pointer out of
+# the repository (`../x`) fails too, so what the code relies on is written in docs/. Read: the
+# top-level *.md, docs/*.md and every README.md. Globs and placeholders (`<…>`, `*`, `$`), build
+# outputs (build/ bin/ cache/ out/ voices/ models/) and git-ignored paths are not pointers.
 # Usage: scripts/check-doc-pointers.sh [ROOT]   (default: the repository holding this script)
 set -u
 cd "${1:-$(dirname "$0")/..}" || exit 2
