@@ -63,8 +63,9 @@ enum qv_status qve_voice_check(const qv_voice *v, const qv_model *m, int with_de
 
 /* What a voice gives one utterance on m: r's speaker vector, ICL codes + transcript (when the
  * model is Base and use_icl), TPAD and the WOVR bridge (into *bridge; when their sizes fit and m
- * does not carry the voice's weight delta, which supersedes both, legacy §6.2/§6.4). warn gets
- * a one-line note when WOVR does not fit (else ""). The request borrows from v and bridge. */
+ * does not carry the voice's weight delta, which supersedes both: qvoice-format.md §8.3, §8.4).
+ * warn gets a one-line note when WOVR does not fit (else ""). The request borrows from v and
+ * bridge. */
 void qve_voice_request(const qv_voice *v, const qv_model *m, int use_icl, qv_request *r,
                        qv_text_bridge *bridge, char *warn, size_t warn_size);
 
