@@ -3,8 +3,9 @@
 # link (and its #anchor, which must name a heading there), a `folder/file` in backticks whose first
 # folder is one of the repository's (`a.{h,c}` names both), or a bare `name.md`; a pointer out of
 # the repository (`../x`) fails too, so what the code relies on is written in docs/. Read: the
-# top-level *.md, docs/*.md and every README.md. Globs and placeholders (`<…>`, `*`, `$`), build
-# outputs (build/ bin/ cache/ out/ voices/ models/) and git-ignored paths are not pointers.
+# top-level *.md, docs/*.md and every README.md; in every other tracked file, each docs/ document
+# it names. Globs and placeholders (`<…>`, `*`, `$`), build outputs (build/ bin/ cache/ out/
+# voices/ models/) and git-ignored paths are not pointers.
 # Usage: scripts/check-doc-pointers.sh [ROOT]   (default: the repository holding this script)
 set -u
 cd "${1:-$(dirname "$0")/..}" || exit 2
@@ -12,7 +13,9 @@ tmp=${TMPDIR:-/tmp}/qv-docptr.$$
 trap 'rm -f "$tmp".*' EXIT
 # What exists: tracked files when this is a git work tree (an untracked file is not in a fresh
 # clone; a new file not yet added counts), else every file; folders are the parents of those files.
+in_git=0
 if git rev-parse --is-inside-work-tree >/dev/null 2>&1 && [ "$(git rev-parse --show-prefix)" = "" ]; then
+  in_git=1
   git ls-files --cached --others --exclude-standard > "$tmp.files"
 else
   find . -type f ! -path './.git/*' | sed 's|^\./||' > "$tmp.files"
@@ -94,5 +97,19 @@ while IFS="$tab" read -r f line kind p; do
     bad=$((bad + 1))
   fi
 done < "$tmp.cand"
+# Code, scripts and data name documents too: each docs/ document they mention must exist (this
+# script and its test name missing ones on purpose).
+not_here=':!*.md :!scripts/check-doc-pointers.sh :!tests/unit/test_docs.c'
+if [ $in_git = 1 ]; then
+  # shellcheck disable=SC2086 # the pathspecs split on purpose
+  for d in $(git grep --untracked -I -ohE 'docs/[A-Za-z0-9_-]+\.md' -- $not_here | sort -u); do
+    exists "$d" && continue
+    # shellcheck disable=SC2086
+    git grep --untracked -I -nF -- "$d" -- $not_here | sed 's/^\([^:]*:[0-9]*\):.*/\1/' | while IFS= read -r at; do
+      echo "check-doc-pointers: $at: \`$d\` does not resolve to a file of the repository"
+    done
+    bad=$((bad + 1))
+  done
+fi
 if [ "$bad" -gt 0 ]; then echo "check-doc-pointers: $bad pointer(s) do not resolve"; exit 1; fi
 echo "check-doc-pointers: ok ($(wc -l < "$tmp.cand") candidates in $(printf '%s\n' "$docs" | wc -l) files)"

@@ -854,7 +854,7 @@ typedef struct {
 static void usage(FILE *f) {
     fprintf(f,
             "usage: mkmodel [OPTIONS] -c CONFIG_DIR -t TOKENIZER_DIR OUT_DIR\n"
-            "Writes a synthetic Qwen3-TTS checkpoint directory (synthetic-checkpoint.md v1).\n"
+            "Writes a synthetic Qwen3-TTS checkpoint directory (synthetic-checkpoints.md v1).\n"
             "  -c, --config-dir DIR    reference config files (config.json, generation_config.json,\n"
             "                          preprocessor_config.json, speech_tokenizer/*.json); the variant\n"
             "                          (base / custom_voice) is its config.json's tts_model_type\n"

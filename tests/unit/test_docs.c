@@ -4,7 +4,8 @@
  * the build-only line and a "Source layout" naming every folder of docs/architecture.md's layers
  * table that exists; every pointer of the docs resolves (scripts/check-doc-pointers.sh), and that
  * check fails, naming file and line, on a tree with a broken link or anchor, a moved file named
- * in backticks, a missing brace alternative or a pointer outside the tree. Runs with cwd = repo root.
+ * in backticks, a missing brace alternative, a pointer outside the tree, or (in a git tree) a
+ * source comment naming a missing docs/ document. Runs with cwd = repo root.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -102,6 +103,22 @@ static void test_doc_pointer_check_fails(void **st) {
     assert_true(file_has(tmp_path("ptr.out"), "no heading with that anchor"));
 }
 
+/* In a git tree the source files are read too: a comment naming a docs/ document that is not
+ * there fails, naming the file and line. */
+static void test_doc_pointer_check_reads_code(void **st) {
+    (void)st;
+    assert_int_equal(pointers_on("code", ""), 0);
+    const char *root = tmp_path("code"), *out = tmp_path("ptr.out");
+    if (sh("cd %s && git init -q . && printf '/* see docs/a.md */\\n' > engine/ok.c", root))
+        fail_msg("cannot make %s a git tree", root);
+    assert_int_equal(sh("scripts/check-doc-pointers.sh %s > %s 2>&1", root, out), 0);
+    if (sh("printf 'x\\n/* as docs/gone.md says */\\n' > %s/engine/bad.c", root))
+        fail_msg("cannot write %s/engine/bad.c", root);
+    assert_int_equal(sh("scripts/check-doc-pointers.sh %s > %s 2>&1", root, out), 1);
+    sh("sed 's/^/    /' %s", out);
+    assert_true(file_has(out, "engine/bad.c:2: `docs/gone.md`"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_make_help_targets_exist),
@@ -110,6 +127,7 @@ int main(void) {
         cmocka_unit_test(test_readme),
         cmocka_unit_test(test_doc_pointers_resolve),
         cmocka_unit_test(test_doc_pointer_check_fails),
+        cmocka_unit_test(test_doc_pointer_check_reads_code),
     };
     return cmocka_run_group_tests(tests, tmpdir_setup, tmpdir_teardown);
 }
