@@ -11,9 +11,8 @@
 
 /* err = where NAME was looked for (qvf_voice_find's order). */
 static void not_found(const char *name, char *err, size_t es) {
-    size_t len = strlen(name), o;
-    if (strchr(name, '/') || (len > 7 && !strcmp(name + len - 7, ".qvoice")) ||
-        (len > 4 && !strcmp(name + len - 4, ".bin"))) {
+    size_t o;
+    if (strchr(name, '/') || qvf_file_kind(name, NULL, 0)) {
         snprintf(err, es, "%s: no such voice file", name);
         return;
     }

@@ -14,6 +14,7 @@
 #include "checkpoint/manifest.h"
 #include "engine/model.h"
 #include "engine/voice_load.h"
+#include "util/sha256.h"
 
 typedef struct {
     char name[160];
@@ -182,8 +183,8 @@ static int check_record(const qv_model *m, slot_list *l, const qvf_tensor *t, pl
                 return snprintf(err, es,
                                 "weight delta for tensor %s was made against other weights "
                                 "(SHA-256 %.16s…, %s has %.16s…): refusing to apply it",
-                                t->name, qvm_sha256_hex(t->target_sha256, a), m->dir,
-                                qvm_sha256_hex(h, b)),
+                                t->name, qvu_sha256_hex(t->target_sha256, a), m->dir,
+                                qvu_sha256_hex(h, b)),
                        -1;
             p->same = !is_zero(t->result_sha256) && !memcmp(t->result_sha256, h, 32);
         }
@@ -197,7 +198,7 @@ static int check_record(const qv_model *m, slot_list *l, const qvf_tensor *t, pl
 static int check_result(const qvf_tensor *t, const void *buf, char *err, size_t es) {
     uint8_t h[32];
     if (is_zero(t->result_sha256)) return 0;
-    if (qvf_sha256(buf, t->raw_bytes, h))
+    if (qvu_sha256(buf, t->raw_bytes, h))
         return snprintf(err, es, "out of memory hashing %s", t->name), -1;
     if (memcmp(h, t->result_sha256, 32))
         return snprintf(err, es, "weight delta for tensor %s: result SHA-256 mismatch (corrupt "
@@ -254,7 +255,7 @@ int qve_voice_wdelta_fits(const qv_model *m, const qvf_voice *v, enum qve_wdelta
                         "apply it (use --no-wdelta for the x-vector/ICL only, or recreate the "
                         "voice with clone --target-cv %s)",
                         variant_name(tg->variant), tg->hidden_size,
-                        qvm_sha256_hex(tg->fingerprint, a), m->dir, qvm_sha256_hex(fp, b), m->dir),
+                        qvu_sha256_hex(tg->fingerprint, a), m->dir, qvu_sha256_hex(fp, b), m->dir),
                -1;
     if (is_zero(tg->fingerprint)) { /* legacy file: the legacy engine's own checks */
         if (m->cfg.variant == QVM_VARIANT_BASE)

@@ -15,6 +15,7 @@
 
 #include "server/server_impl.h"
 #include "util/fileio.h"
+#include "util/sha256.h"
 #include "voicefmt/qvf.h"
 
 #define FIELD_MAX_BYTES 16384 /* name, transcript, language, consent */
@@ -352,13 +353,12 @@ static enum MHD_Result store(qv_server *s, struct MHD_Connection *c, req *q, con
     size_t n;
     char *b = qvu_read_file(src, (size_t)s->cfg.max_upload_mb << 21, &n, err, sizeof err);
     unlink(src);
-    if (!b || qvf_sha256(b, n, h)) {
+    if (!b || qvu_sha256(b, n, h)) {
         free(b);
         cJSON_Delete(report);
         return qvs_reply_error(c, q, 500, "server_error", "io_error", NULL, "%s", err);
     }
-    for (int i = 0; i < 32; i++)
-        snprintf(id + 2 * i, 3, "%02x", h[i]);
+    qvu_sha256_hex(h, id);
     struct name_ctx nc = {name, id, 0};
     if (name) each_voice(s->voices_dir, name_fn, &nc);
     if (nc.taken) {
@@ -515,8 +515,7 @@ enum MHD_Result qvs_upload_finish(qv_server *s, struct MHD_Connection *c, req *q
                                "name %s: at most 128 bytes, no '/', not a 64-hex id", name);
     close(u->fd);
     u->fd = -1;
-    size_t fl = strlen(u->filename);
-    int is_qvoice =
-        !memcmp(u->magic, "QVCE", 4) || (fl > 7 && !strcmp(u->filename + fl - 7, ".qvoice"));
-    return is_qvoice ? store_qvoice(s, c, q, u) : clone_upload(s, c, q, u);
+    return qvf_file_kind(u->filename, u->magic, sizeof u->magic) == QVF_KIND_QVOICE
+               ? store_qvoice(s, c, q, u)
+               : clone_upload(s, c, q, u);
 }

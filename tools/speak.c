@@ -500,22 +500,18 @@ static int parse_args(int argc, char **argv, options *o) {
 
 /* ==== small helpers ========================================================================== */
 
-static char *read_all(FILE *f) {
-    size_t n = 0, cap = 4096;
-    char *buf = malloc(cap);
-    if (!buf) return NULL;
-    size_t r;
-    while ((r = fread(buf + n, 1, cap - n - 1, f)) > 0) {
-        n += r;
-        if (cap - n < 2) {
-            char *g = realloc(buf, cap * 2);
-            if (!g) return free(buf), NULL;
-            buf = g, cap *= 2;
-        }
+/* The text on stdin (at most 64 MiB), without the trailing newline of a pipe; NULL after
+ * printing why it could not be read. */
+static char *read_stdin_text(void) {
+    size_t n;
+    char err[512];
+    char *buf = qv_file_read("/dev/stdin", (size_t)64 << 20, &n, err, sizeof err);
+    if (!buf) {
+        fprintf(stderr, TOOL ": %s\n", err);
+        return NULL;
     }
-    buf[n] = 0;
     while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
-        buf[--n] = 0; /* trailing newline of a pipe */
+        buf[--n] = 0;
     return buf;
 }
 
@@ -1110,11 +1106,7 @@ int main(int argc, char **argv) {
     }
     const char *text = o.text;
     if (!text) {
-        stdin_text = read_all(stdin);
-        if (!stdin_text) {
-            fprintf(stderr, TOOL ": out of memory reading stdin\n");
-            goto out;
-        }
+        if (!(stdin_text = read_stdin_text())) goto out;
         text = stdin_text;
     }
     qv_params p = params_for(&o, m);

@@ -592,8 +592,7 @@ static int list_dir(const char *dir, int *any, int required) {
     struct dirent *e;
     int rc = 0;
     while ((e = readdir(d))) {
-        size_t l = strlen(e->d_name);
-        if (l <= 7 || strcmp(e->d_name + l - 7, ".qvoice")) continue;
+        if (qvf_file_kind(e->d_name, NULL, 0) != QVF_KIND_QVOICE) continue;
         char **nn = realloc(names, (n + 1) * sizeof *names);
         char *name = nn ? strdup(e->d_name) : NULL;
         if (nn) names = nn;

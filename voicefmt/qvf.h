@@ -213,6 +213,13 @@ int qvf_wdelta_apply(const qvf_tensor *t, const void *target, void *out, int ver
 /* Frees what a tensor owns and zeroes it; accepts NULL. */
 void qvf_tensor_free(qvf_tensor *t);
 
+/* What a file is, by the one rule every reader, lookup, upload and listing uses: QVF_KIND_QVOICE
+ * when head (its first n_head bytes; NULL with 0 when unknown) starts with "QVCE" or name ends in
+ * ".qvoice"; QVF_KIND_BIN when name ends in ".bin" (a raw x-vector); QVF_KIND_NONE otherwise (an
+ * audio clip, or a voice by name). name may be NULL. */
+enum qvf_file_kind { QVF_KIND_NONE, QVF_KIND_QVOICE, QVF_KIND_BIN };
+enum qvf_file_kind qvf_file_kind(const char *name, const void *head, size_t n_head);
+
 /* ---- voice library ----
  * Resolves what a user typed for --voice: an existing file path (contains '/' or ends in .qvoice /
  * .bin) is used as is; otherwise NAME is looked up as voices/NAME.qvoice, then DIR/NAME.qvoice for
@@ -223,7 +230,5 @@ int qvf_voice_find(const char *name, char *path, size_t path_size, char *err, si
 
 /* ---- utilities ---- */
 uint32_t qvf_crc32c(uint32_t crc, const void *buf, size_t n_bytes); /* crc = 0 to start */
-/* SHA-256 of a buffer (OpenSSL EVP). 0 or QVF_E_NOMEM. */
-int qvf_sha256(const void *buf, size_t n_bytes, uint8_t out[32]);
 
 #endif
