@@ -107,7 +107,7 @@ enum qv_status qv_cloner_load(qv_cloner **out, const char *base_dir, int n_threa
     qvk_blas_set_threads(1);
     enum qv_status st = QV_E_MODEL;
     if (qvm_model_config_load(&c->cfg, base_dir, err, err_size)) goto fail;
-    if (c->cfg.variant != QVM_VARIANT_BASE || !c->cfg.has_speaker_encoder) {
+    if (c->cfg.variant != QVF_VARIANT_BASE || !c->cfg.has_speaker_encoder) {
         snprintf(err, err_size,
                  "%s: this is a %s model; cloning needs a Base model (only Base checkpoints have "
                  "the speaker encoder)",
@@ -240,9 +240,7 @@ static void model_id(qvf_model_id *id, const qvm_model_config *c, const uint8_t 
     id->hidden_size = (uint32_t)c->talker.hidden_size;
     id->text_hidden_size = (uint32_t)c->text_hidden_size;
     id->enc_dim = c->has_speaker_encoder ? (uint32_t)c->enc_dim : 0;
-    id->variant = c->variant == QVM_VARIANT_BASE           ? QVF_VARIANT_BASE
-                  : c->variant == QVM_VARIANT_CUSTOM_VOICE ? QVF_VARIANT_CUSTOM_VOICE
-                                                           : QVF_VARIANT_VOICE_DESIGN;
+    id->variant = c->variant;
     memcpy(id->fingerprint, fp, 32);
 }
 
@@ -568,7 +566,7 @@ static int clone_run(run *u, const qv_cloner *c, qvk_pool *pool, int *plot_writt
             u->st = QV_E_MODEL;
             goto done;
         }
-        if (cvc.variant == QVM_VARIANT_BASE) {
+        if (cvc.variant == QVF_VARIANT_BASE) {
             fail(u, QV_E_INVALID,
                  "%s: the weight-delta target must be a CustomVoice (or "
                  "VoiceDesign) model, found a Base model",

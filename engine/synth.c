@@ -516,7 +516,7 @@ static enum qv_status prepare(run *c, const qv_voice *v, qv_text_bridge *bridge)
     c->base.instruct = r->instruct;
     if (!v) {
         c->base.speaker = r->speaker;
-        if (m->cfg.variant == QVM_VARIANT_CUSTOM_VOICE && !r->speaker)
+        if (m->cfg.variant == QVF_VARIANT_CUSTOM_VOICE && !r->speaker)
             return fail(c, QV_E_SPEAKER, "%s: a CustomVoice model needs a preset speaker or a voice",
                         m->dir), c->status;
         return QV_OK;

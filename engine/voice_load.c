@@ -112,13 +112,6 @@ static int is_zero(const uint8_t h[32]) {
     return 1;
 }
 
-static const char *variant_name(uint32_t v) {
-    return v == QVF_VARIANT_BASE           ? "Base"
-           : v == QVF_VARIANT_CUSTOM_VOICE ? "CustomVoice"
-           : v == QVF_VARIANT_VOICE_DESIGN ? "VoiceDesign"
-                                           : "unknown";
-}
-
 /* Releases the resident pages of a read-only file-mapped range (checkpoint or voice file) that
  * is no longer needed; they are read back from the file if touched again. Without this a heavy
  * voice would keep both the CustomVoice tensors and their Base copies resident (~4 GB for 0.6B). */
@@ -254,11 +247,11 @@ int qve_voice_wdelta_fits(const qv_model *m, const qvf_voice *v, enum qve_wdelta
                         "hidden %u, fingerprint %.16s…); %s is fingerprint %.16s…: refusing to "
                         "apply it (use --no-wdelta for the x-vector/ICL only, or recreate the "
                         "voice with clone --target-cv %s)",
-                        variant_name(tg->variant), tg->hidden_size,
+                        qvf_variant_name(tg->variant), tg->hidden_size,
                         qvu_sha256_hex(tg->fingerprint, a), m->dir, qvu_sha256_hex(fp, b), m->dir),
                -1;
     if (is_zero(tg->fingerprint)) { /* legacy file: the legacy engine's own checks */
-        if (m->cfg.variant == QVM_VARIANT_BASE)
+        if (m->cfg.variant == QVF_VARIANT_BASE)
             return snprintf(err, es,
                             "the voice's weight delta applies to a CustomVoice model, %s is a "
                             "Base model (use --no-wdelta)",
@@ -316,8 +309,9 @@ int qve_voice_apply_wdelta(qv_model *m, const qvf_voice *v, qve_wdelta_report *r
     memcpy(m->wdelta_source, v->source.fingerprint, 32);
     if (all && v->source.variant == QVF_VARIANT_BASE) {
         /* every weight is now the Base checkpoint's: behave as it (prompt layout, no presets) */
-        m->cfg.variant = QVM_VARIANT_BASE;
-        snprintf(m->cfg.tts_model_type, sizeof m->cfg.tts_model_type, "base");
+        m->cfg.variant = QVF_VARIANT_BASE;
+        snprintf(m->cfg.tts_model_type, sizeof m->cfg.tts_model_type, "%s",
+                 qvf_variant_name(QVF_VARIANT_BASE));
         m->cfg.n_speakers = 0;
         rep->became_source = 1;
     }

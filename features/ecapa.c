@@ -115,7 +115,7 @@ static size_t weight_floats(const ecapa_config *c) {
 qva_ecapa *qva_ecapa_load(const char *dir, char *err, size_t err_size) {
     qvm_model_config mc;
     if (qvm_model_config_load(&mc, dir, err, err_size)) return NULL;
-    if (!mc.has_speaker_encoder || mc.variant != QVM_VARIANT_BASE) {
+    if (!mc.has_speaker_encoder || mc.variant != QVF_VARIANT_BASE) {
         snprintf(err, err_size,
                  "%s: not a Base model (tts_model_type \"%s\"): only Base checkpoints have the "
                  "speaker encoder that cloning needs",

@@ -54,7 +54,6 @@ static cJSON *describe(const char *id, const char *path, const qvf_voice *v) {
     struct stat st;
     cJSON *o = cJSON_CreateObject();
     const char *name = qvf_meta_get(v, "name"), *lang = qvf_meta_get(v, "language");
-    static const char *const variants[] = {"unknown", "base", "custom_voice", "voice_design"};
     cJSON_AddStringToObject(o, "id", id);
     cJSON_AddStringToObject(o, "object", "voice");
     cJSON_AddStringToObject(o, "name", name ? name : "");
@@ -68,8 +67,7 @@ static cJSON *describe(const char *id, const char *path, const qvf_voice *v) {
     cJSON_AddBoolToObject(o, "has_icl", v->n_frames > 0 && v->transcript);
     cJSON_AddNumberToObject(o, "icl_seconds", v->n_frames / QV_FRAME_RATE_HZ);
     cJSON_AddBoolToObject(o, "has_wdelta", v->has_wdelta);
-    cJSON_AddStringToObject(o, "source_variant",
-                            v->source.variant < 4 ? variants[v->source.variant] : "invalid");
+    cJSON_AddStringToObject(o, "source_variant", qvf_variant_name(v->source.variant));
     const char *consent = qvf_meta_get(v, "consent");
     cJSON_AddBoolToObject(o, "consent", consent && consent[0]);
     return o;

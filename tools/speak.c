@@ -19,6 +19,7 @@
 #include <cJSON.h>
 
 #include "include/qvoice.h"
+#include "voicefmt/qvf.h"
 
 #define TOOL "speak"
 
@@ -845,8 +846,8 @@ static qv_params params_for(const options *o, const qv_model *m) {
  * weight delta makes the model another one). */
 static int instruct_ignored(const options *o, const qv_model *m, const qv_voice *voice) {
     const int delta = voice && qv_voice_has_wdelta(voice) && !o->no_wdelta; /* makes it Base */
-    return !strcmp(qv_model_type(m), "custom_voice") && !strcmp(qv_model_size(m), "0b6") &&
-           !delta && !o->force_instruct;
+    return !strcmp(qv_model_type(m), qvf_variant_name(QVF_VARIANT_CUSTOM_VOICE)) &&
+           !strcmp(qv_model_size(m), "0b6") && !delta && !o->force_instruct;
 }
 
 static void list(const qv_model *m, int speakers) {

@@ -115,11 +115,6 @@ static int parse_version(const char *s, int *out) {
     return 0;
 }
 
-static const char *variant_name(uint32_t v) {
-    static const char *const n[] = {"unknown", "base", "custom_voice", "voice_design"};
-    return v < 4 ? n[v] : "invalid";
-}
-
 static const char *wkind_name(uint32_t k) {
     static const char *const n[] = {"delta", "delta (legacy header)", "full"};
     return k < 3 ? n[k] : "invalid";
@@ -151,7 +146,7 @@ static void id_json(cJSON *o, const char *key, const qvf_model_id *id) {
     cJSON_AddNumberToObject(m, "hidden_size", id->hidden_size);
     cJSON_AddNumberToObject(m, "text_hidden_size", id->text_hidden_size);
     cJSON_AddNumberToObject(m, "enc_dim", id->enc_dim);
-    cJSON_AddStringToObject(m, "variant", variant_name(id->variant));
+    cJSON_AddStringToObject(m, "variant", qvf_variant_name(id->variant));
     cJSON_AddStringToObject(m, "fingerprint", fp);
 }
 
@@ -159,7 +154,7 @@ static void id_text(const char *label, const qvf_model_id *id) {
     char fp[65];
     hex(id->fingerprint, 32, fp);
     printf("  %s model: hidden %u, text hidden %u, enc_dim %u, %s, fingerprint %s\n", label,
-           id->hidden_size, id->text_hidden_size, id->enc_dim, variant_name(id->variant), fp);
+           id->hidden_size, id->text_hidden_size, id->enc_dim, qvf_variant_name(id->variant), fp);
 }
 
 static uint64_t wdelta_bytes(const qvf_voice *v, uint64_t *raw) {

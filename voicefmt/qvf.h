@@ -62,12 +62,20 @@ const char *qvf_errname(int code);
 /* Library version string (QVF_VERSION_STRING). */
 const char *qvf_version(void);
 
+/* The model variants, the one enum (checkpoint/config.h uses it too). A voice file records
+ * them by number; their names are config.json's tts_model_type values. */
 enum qvf_variant {
     QVF_VARIANT_UNKNOWN,
     QVF_VARIANT_BASE,
     QVF_VARIANT_CUSTOM_VOICE,
     QVF_VARIANT_VOICE_DESIGN
 };
+/* "base", "custom_voice", "voice_design"; "unknown" for QVF_VARIANT_UNKNOWN, "invalid" for any
+ * other number (a hostile file's). */
+const char *qvf_variant_name(uint32_t variant);
+/* The variant called name (case-sensitive, as in config.json); QVF_VARIANT_UNKNOWN for any other
+ * name or NULL. */
+enum qvf_variant qvf_variant_from_name(const char *name);
 
 /* Identity of a checkpoint; zero fields mean unknown. fingerprint = qvm_fingerprint_model(). */
 typedef struct {

@@ -242,6 +242,24 @@ int qvf_voice_set_icl(qvf_voice *v, const char *transcript, const uint16_t *code
     return QVF_OK;
 }
 
+static const char *const variant_names[] = {
+    [QVF_VARIANT_UNKNOWN] = "unknown",
+    [QVF_VARIANT_BASE] = "base",
+    [QVF_VARIANT_CUSTOM_VOICE] = "custom_voice",
+    [QVF_VARIANT_VOICE_DESIGN] = "voice_design",
+};
+enum { N_VARIANTS = sizeof variant_names / sizeof *variant_names };
+
+const char *qvf_variant_name(uint32_t variant) {
+    return variant < N_VARIANTS ? variant_names[variant] : "invalid";
+}
+
+enum qvf_variant qvf_variant_from_name(const char *name) {
+    for (int v = QVF_VARIANT_BASE; name && v < N_VARIANTS; v++)
+        if (!strcmp(name, variant_names[v])) return (enum qvf_variant)v;
+    return QVF_VARIANT_UNKNOWN;
+}
+
 static int ends_with(const char *s, size_t n, const char *suffix) {
     size_t k = strlen(suffix);
     return n > k && !memcmp(s + n - k, suffix, k);

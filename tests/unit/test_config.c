@@ -74,7 +74,7 @@ static void test_base(void **state) {
     char err[512] = "";
     if (qvm_model_config_load(&c, GOLD "/q06b-base", err, sizeof err) != 0) fail_msg("%s", err);
     assert_int_equal(c.size, QVM_SIZE_0B6);
-    assert_int_equal(c.variant, QVM_VARIANT_BASE);
+    assert_int_equal(c.variant, QVF_VARIANT_BASE);
     assert_int_equal(c.tts_pad_token_id, 151671);
     assert_int_equal(c.assistant_token_id, 77091);
     assert_int_equal(c.talker.hidden_size, 1024);
@@ -105,7 +105,7 @@ static void test_custom_voice(void **state) {
     qvm_model_config c;
     char err[512] = "";
     if (qvm_model_config_load(&c, GOLD "/q06b-cv", err, sizeof err) != 0) fail_msg("%s", err);
-    assert_int_equal(c.variant, QVM_VARIANT_CUSTOM_VOICE);
+    assert_int_equal(c.variant, QVF_VARIANT_CUSTOM_VOICE);
     assert_int_equal(c.size, QVM_SIZE_0B6);
     assert_false(c.has_speaker_encoder);
     assert_int_equal(c.n_speakers, 9);
@@ -125,13 +125,13 @@ static void test_17b(void **state) {
     char err[512] = "";
     if (qvm_model_config_load(&c, GOLD "/q17b-base", err, sizeof err) != 0) fail_msg("%s", err);
     assert_int_equal(c.size, QVM_SIZE_1B7);
-    assert_int_equal(c.variant, QVM_VARIANT_BASE);
+    assert_int_equal(c.variant, QVF_VARIANT_BASE);
     assert_int_equal(c.talker.hidden_size, 2048);
     assert_int_equal(c.code_predictor.hidden_size, 1024);
     assert_int_equal(c.enc_dim, 2048);
     if (qvm_model_config_load(&c, GOLD "/q17b-cv", err, sizeof err) != 0) fail_msg("%s", err);
     assert_int_equal(c.size, QVM_SIZE_1B7);
-    assert_int_equal(c.variant, QVM_VARIANT_CUSTOM_VOICE);
+    assert_int_equal(c.variant, QVF_VARIANT_CUSTOM_VOICE);
     assert_int_equal(c.talker.intermediate_size, 6144);
 }
 
@@ -146,11 +146,11 @@ static void test_variant_and_size(void **state) {
     cJSON_ReplaceItemInObject(tc, "spk_is_dialect", cJSON_CreateObject());
     spit_json(tmp_dir, "config.json", j);
     assert_int_equal(qvm_model_config_load(&c, tmp_dir, err, sizeof err), 0);
-    assert_int_equal(c.variant, QVM_VARIANT_VOICE_DESIGN);
+    assert_int_equal(c.variant, QVF_VARIANT_VOICE_DESIGN);
     cJSON_ReplaceItemInObject(j, "tts_model_type", cJSON_CreateString("voice_design"));
     spit_json(tmp_dir, "config.json", j);
     assert_int_equal(qvm_model_config_load(&c, tmp_dir, err, sizeof err), 0);
-    assert_int_equal(c.variant, QVM_VARIANT_VOICE_DESIGN);
+    assert_int_equal(c.variant, QVF_VARIANT_VOICE_DESIGN);
     /* Tiny dimensions with a "0b6" label: OTHER. */
     cJSON_ReplaceItemInObject(tc, "hidden_size", cJSON_CreateNumber(64));
     cJSON_ReplaceItemInObject(tc, "num_hidden_layers", cJSON_CreateNumber(2));

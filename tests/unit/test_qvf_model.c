@@ -44,8 +44,7 @@ static void id_of(const char *dir, const qvm_model_config *cfg, qvf_model_id *id
     id->hidden_size = (uint32_t)cfg->talker.hidden_size;
     id->text_hidden_size = (uint32_t)cfg->text_hidden_size;
     id->enc_dim = cfg->has_speaker_encoder ? (uint32_t)cfg->enc_dim : 0;
-    id->variant =
-        (uint32_t)cfg->variant + 1; /* qvm_variant order is base, custom_voice, voice_design */
+    id->variant = cfg->variant;
     assert_int_equal(
         qvm_fingerprint_model(dir, QVM_FINGERPRINT_TABLE, id->fingerprint, err, sizeof err), 0);
 }
