@@ -22,6 +22,7 @@
 #include <cmocka.h>
 
 #include "tests/unit/helpers/models.h"
+#include "tests/unit/helpers/run.h"
 
 #include "engine/model.h"
 #include "kernels/q8.h"
@@ -348,14 +349,6 @@ static void test_rendezvous_waits_for_away(void **st) {
     qv_model_free(m);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_kernels_batch_equal_alone),
-        cmocka_unit_test(test_step_tiny_every_variant),
-        cmocka_unit_test(test_step_06b_int8_bf16),
-        cmocka_unit_test(test_step_17b),
-        cmocka_unit_test(test_rendezvous_synth),
-        cmocka_unit_test(test_rendezvous_waits_for_away),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+QVT_MAIN(NULL, NULL, test_kernels_batch_equal_alone, test_step_tiny_every_variant,
+         test_step_06b_int8_bf16, test_step_17b, test_rendezvous_synth,
+         test_rendezvous_waits_for_away)

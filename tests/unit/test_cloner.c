@@ -22,6 +22,7 @@
 
 #include "include/qvoice.h"
 #include "voicefmt/qvf.h"
+#include "tests/unit/helpers/run.h"
 
 #define CLIP "tests/audio/en_ohenry_chenevert.wav"
 #define TEXT12                                                                                     \
@@ -204,12 +205,4 @@ static void test_concurrent(void **state) {
     assert_true(cs > 0.5 && cs < 1.0);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_not_base),
-        cmocka_unit_test(test_pcm_icl),
-        cmocka_unit_test(test_misfit),
-        cmocka_unit_test(test_concurrent),
-    };
-    return cmocka_run_group_tests(tests, setup, teardown);
-}
+QVT_MAIN(setup, teardown, test_not_base, test_pcm_icl, test_misfit, test_concurrent)

@@ -16,19 +16,10 @@
 #include <cmocka.h>
 
 #include "checkpoint/config.h"
+#include "tests/unit/helpers/run.h"
 #include "tests/unit/helpers/tmpdir.h"
 
 #define GOLD "tests/golden/configs"
-
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) fail_msg("cannot open %s (tests run from the repo root)", path);
-    static char buf[1 << 16];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    return buf;
-}
 
 static void spit(const char *dir, const char *name, const char *text) {
     char p[256];
@@ -44,17 +35,30 @@ static void spit_json(const char *dir, const char *name, const cJSON *j) {
     free(t);
 }
 
+/* tmp_dir/name := the file at path, byte for byte. */
+static void spit_copy(const char *path, const char *name) {
+    char *t = tmp_read(path, NULL);
+    spit(tmp_dir, name, t);
+    free(t);
+}
+
+static cJSON *parse_file(const char *path) {
+    char *t = tmp_read(path, NULL);
+    cJSON *j = cJSON_Parse(t);
+    free(t);
+    assert_non_null(j);
+    return j;
+}
+
 /* A fresh copy of GOLD/variant in tmp_dir; returns the parsed config.json for mutation. */
 static cJSON *fresh(const char *variant) {
     char p[256];
     snprintf(p, sizeof p, GOLD "/%s/speech_tokenizer/config.json", variant);
-    spit(tmp_dir, "speech_tokenizer/config.json", slurp(p));
+    spit_copy(p, "speech_tokenizer/config.json");
     snprintf(p, sizeof p, GOLD "/%s/generation_config.json", variant);
-    spit(tmp_dir, "generation_config.json", slurp(p));
+    spit_copy(p, "generation_config.json");
     snprintf(p, sizeof p, GOLD "/%s/config.json", variant);
-    cJSON *j = cJSON_Parse(slurp(p));
-    assert_non_null(j);
-    return j;
+    return parse_file(p);
 }
 
 static void expect_model_fail(const cJSON *j, const char *want) {
@@ -275,7 +279,7 @@ static void test_codec(void **state) {
     assert_int_equal(c.encoder.sliding_window, 250);
     assert_int_equal(c.encoder.intermediate_size, 2048);
 
-    cJSON *j = cJSON_Parse(slurp(GOLD "/q06b-base/speech_tokenizer/config.json"));
+    cJSON *j = parse_file(GOLD "/q06b-base/speech_tokenizer/config.json");
     cJSON_DeleteItemFromObject(cJSON_GetObjectItem(j, "encoder_config"), "num_filters");
     spit_json(tmp_dir, "speech_tokenizer/config.json", j);
     assert_int_equal(qvm_codec_config_load(&c, tmp_dir, err, sizeof err), -1);
@@ -285,12 +289,5 @@ static void test_codec(void **state) {
     cJSON_Delete(j);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_base),        cmocka_unit_test(test_custom_voice),
-        cmocka_unit_test(test_17b),         cmocka_unit_test(test_variant_and_size),
-        cmocka_unit_test(test_missing_key), cmocka_unit_test(test_wrong_type),
-        cmocka_unit_test(test_generation),  cmocka_unit_test(test_codec),
-    };
-    return cmocka_run_group_tests(tests, tmpdir_setup, tmpdir_teardown);
-}
+QVT_MAIN(tmpdir_setup, tmpdir_teardown, test_base, test_custom_voice, test_17b,
+         test_variant_and_size, test_missing_key, test_wrong_type, test_generation, test_codec)

@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include "tests/unit/helpers/npy.h"
+#include "tests/unit/helpers/run.h"
 #include "kernels/kernels.h"
 #include "engine/speech_decoder.h"
 
@@ -482,13 +483,5 @@ static void test_errors(void **state) {
     free(f);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_golden_dec),       cmocka_unit_test(test_golden_cv),
-        cmocka_unit_test(test_golden_icl_chunk), cmocka_unit_test(test_tiny_stream),
-        cmocka_unit_test(test_tiny_chunks),      cmocka_unit_test(test_tiny_boundary),
-        cmocka_unit_test(test_pool_threads),     cmocka_unit_test(test_small_dec_dim),
-        cmocka_unit_test(test_errors),
-    };
-    return cmocka_run_group_tests(tests, setup, teardown);
-}
+QVT_MAIN(setup, teardown, test_golden_dec, test_golden_cv, test_golden_icl_chunk, test_tiny_stream,
+         test_tiny_chunks, test_tiny_boundary, test_pool_threads, test_small_dec_dim, test_errors)

@@ -19,6 +19,7 @@
 
 #include <cmocka.h>
 
+#include "tests/unit/helpers/run.h"
 #include "tests/unit/helpers/shell.h"
 #include "tests/unit/helpers/tmpdir.h"
 
@@ -409,19 +410,6 @@ static void test_verify(void **st) {
     assert_true(file_has(log, "--verify-model"));
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_speakers_languages_stream),
-        cmocka_unit_test(test_threads_codes_roundtrip),
-        cmocka_unit_test(test_long_stream),
-        cmocka_unit_test(test_instruct_policy),
-        cmocka_unit_test(test_errors_and_info),
-        cmocka_unit_test(test_voice_lookup),
-        cmocka_unit_test(test_wdelta),
-        cmocka_unit_test(test_batch_wdelta),
-        cmocka_unit_test(test_voice_instruct),
-        cmocka_unit_test(test_longtext_guard),
-        cmocka_unit_test(test_verify),
-    };
-    return cmocka_run_group_tests(tests, setup, teardown);
-}
+QVT_MAIN(setup, teardown, test_speakers_languages_stream, test_threads_codes_roundtrip,
+         test_long_stream, test_instruct_policy, test_errors_and_info, test_voice_lookup,
+         test_wdelta, test_batch_wdelta, test_voice_instruct, test_longtext_guard, test_verify)

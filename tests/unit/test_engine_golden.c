@@ -16,6 +16,8 @@
 #include <cmocka.h>
 
 #include "tests/unit/helpers/npy.h"
+#include "tests/unit/helpers/run.h"
+#include "tests/unit/helpers/tmpdir.h"
 #include "engine/model.h"
 
 #define GOLD "tests/golden/engine/"
@@ -46,16 +48,7 @@ static void load_npy(const char *run_name, const char *suffix, enum npy_dtype dt
 static cJSON *load_meta(const char *run_name) {
     char path[512];
     snprintf(path, sizeof path, GOLD "%s_meta.json", run_name);
-    FILE *f = fopen(path, "rb");
-    if (!f) fail_msg("%s: cannot open", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    assert_non_null(buf);
-    assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
-    buf[n] = 0;
-    fclose(f);
+    char *buf = tmp_read(path, NULL);
     cJSON *j = cJSON_Parse(buf);
     free(buf);
     if (!j) fail_msg("%s: bad JSON", path);
@@ -229,11 +222,4 @@ static int teardown(void **st) {
     return 0;
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_cv),       cmocka_unit_test(test_cv_instruct),
-        cmocka_unit_test(test_cv_rp1),   cmocka_unit_test(test_base_xvec),
-        cmocka_unit_test(test_base_icl),
-    };
-    return cmocka_run_group_tests(tests, NULL, teardown);
-}
+QVT_MAIN(NULL, teardown, test_cv, test_cv_instruct, test_cv_rp1, test_base_xvec, test_base_icl)

@@ -15,6 +15,7 @@
 
 #include <cmocka.h>
 
+#include "tests/unit/helpers/run.h"
 #include "tests/unit/helpers/shell.h"
 
 static uint32_t le32(const unsigned char *p) {
@@ -65,10 +66,4 @@ static void test_stream_wav(void **st) {
     unlink(out);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_public_includes),
-        cmocka_unit_test(test_stream_wav),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+QVT_MAIN(NULL, NULL, test_public_includes, test_stream_wav)

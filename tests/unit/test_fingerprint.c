@@ -18,6 +18,7 @@
 
 #include "checkpoint/fingerprint.h"
 #include "checkpoint/safetensors.h"
+#include "tests/unit/helpers/run.h"
 #include "tests/unit/helpers/tmpdir.h"
 #include "util/sha256.h"
 
@@ -232,12 +233,5 @@ static void test_golden_tensors(void **state) {
     }
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_tensor_sha),
-        cmocka_unit_test(test_stream),
-        cmocka_unit_test(test_sensitivity),
-        cmocka_unit_test(test_golden_tensors),
-    };
-    return cmocka_run_group_tests(tests, tmpdir_setup, tmpdir_teardown);
-}
+QVT_MAIN(tmpdir_setup, tmpdir_teardown, test_tensor_sha, test_stream, test_sensitivity,
+         test_golden_tensors)

@@ -20,6 +20,7 @@
 #include "checkpoint/config.h"
 #include "checkpoint/manifest.h"
 #include "checkpoint/safetensors.h"
+#include "tests/unit/helpers/run.h"
 #include "tests/unit/helpers/tmpdir.h"
 
 #define GOLD "tests/golden/configs"
@@ -256,11 +257,4 @@ static void test_cache_models(void **state) {
     if (n == 0) printf("    note: no synthetic models in %s; nothing checked\n", cache);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_counts),
-        cmocka_unit_test(test_check_small),
-        cmocka_unit_test(test_cache_models),
-    };
-    return cmocka_run_group_tests(tests, tmpdir_setup, tmpdir_teardown);
-}
+QVT_MAIN(tmpdir_setup, tmpdir_teardown, test_counts, test_check_small, test_cache_models)

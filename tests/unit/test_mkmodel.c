@@ -19,6 +19,7 @@
 #include "checkpoint/config.h"
 #include "checkpoint/manifest.h"
 #include "checkpoint/safetensors.h"
+#include "tests/unit/helpers/tmpdir.h"
 
 static char cache_dir[1024];
 
@@ -155,19 +156,6 @@ static void test_checksums_17b(void **state) {
     check_checksums("tests/golden/checksums-1.7b.txt", "q17b");
 }
 
-static char *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    rewind(f);
-    char *d = malloc((size_t)len + 1);
-    assert_non_null(d);
-    assert_int_equal(fread(d, 1, (size_t)len, f), (size_t)len);
-    fclose(f);
-    *n = (size_t)len;
-    return d;
-}
 
 static void check_configs(const char *model) {
     static const char *const files[] = {"config.json",
@@ -181,8 +169,7 @@ static void check_configs(const char *model) {
         size_t n_ref, n_got;
         snprintf(ref, sizeof ref, "tests/golden/configs/%s/%s", model, files[i]);
         snprintf(got, sizeof got, "%s/%s/%s", cache_dir, model, files[i]);
-        char *a = slurp(ref, &n_ref), *b = slurp(got, &n_got);
-        if (!a || !b) fail_msg("cannot read %s or %s", ref, got);
+        char *a = tmp_read(ref, &n_ref), *b = tmp_read(got, &n_got);
         if (n_ref != n_got || memcmp(a, b, n_ref)) fail_msg("%s differs from %s", got, ref);
         free(a);
         free(b);

@@ -20,6 +20,7 @@
 #include "checkpoint/prepared.h"
 #include "engine/model.h"
 #include "engine/speech_decoder.h"
+#include "tests/unit/helpers/run.h"
 #include "tests/unit/helpers/tmpdir.h"
 
 #define N_FRAMES 12
@@ -236,12 +237,4 @@ static void test_off(void **state) {
     free(q), free(s);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_decoder_cached),
-        cmocka_unit_test(test_int8_cached),
-        cmocka_unit_test(test_sweep),
-        cmocka_unit_test(test_off),
-    };
-    return cmocka_run_group_tests(tests, setup, tmpdir_teardown);
-}
+QVT_MAIN(setup, tmpdir_teardown, test_decoder_cached, test_int8_cached, test_sweep, test_off)

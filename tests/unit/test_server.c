@@ -24,6 +24,7 @@
 
 #include <cmocka.h>
 
+#include "tests/unit/helpers/run.h"
 #include "tests/unit/helpers/shell.h"
 #include "tests/unit/helpers/tmpdir.h"
 
@@ -653,19 +654,6 @@ static void test_scale_out(void **state) {
     assert_true(file_has(tmp_path("lb.out"), " up again"));
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_routes),
-        cmocka_unit_test(test_speech_bad_input),
-        cmocka_unit_test(test_voices),
-        cmocka_unit_test(test_slow_client),
-        cmocka_unit_test(test_auth),
-        cmocka_unit_test(test_metrics),
-        cmocka_unit_test(test_speech),
-        cmocka_unit_test(test_disconnect_and_limits),
-        cmocka_unit_test(test_drain_under_load),
-        cmocka_unit_test(test_clone_upload),
-        cmocka_unit_test(test_scale_out),
-    };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
-}
+QVT_MAIN(group_setup, group_teardown, test_routes, test_speech_bad_input, test_voices,
+         test_slow_client, test_auth, test_metrics, test_speech, test_disconnect_and_limits,
+         test_drain_under_load, test_clone_upload, test_scale_out)

@@ -19,6 +19,7 @@
 #include "checkpoint/sibling.h"
 #include "engine/model.h"
 #include "include/qvoice.h"
+#include "tests/unit/helpers/run.h"
 #include "tests/unit/helpers/shell.h"
 #include "tests/unit/helpers/tmpdir.h"
 #include "voicefmt/qvf.h"
@@ -175,11 +176,5 @@ static void test_tiny_foreign_voice(void **state) {
     assert_true(file_has(log, "warning: no TPAD or WOVR rows: cannot tell"));
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_judge_rows),
-        cmocka_unit_test(test_ohenry_on_the_synthetic_pair),
-        cmocka_unit_test(test_tiny_foreign_voice),
-    };
-    return cmocka_run_group_tests(tests, tmpdir_setup, tmpdir_teardown);
-}
+QVT_MAIN(tmpdir_setup, tmpdir_teardown, test_judge_rows, test_ohenry_on_the_synthetic_pair,
+         test_tiny_foreign_voice)

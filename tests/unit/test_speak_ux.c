@@ -21,6 +21,7 @@
 #include <sndfile.h>
 
 #include "include/qvoice.h"
+#include "tests/unit/helpers/run.h"
 #include "tests/unit/helpers/shell.h"
 #include "tests/unit/helpers/tmpdir.h"
 
@@ -198,11 +199,5 @@ static void test_batch_stdin(void **st) {
     assert_int_equal(info.samplerate, 24000);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_usage_errors), cmocka_unit_test(test_version),
-        cmocka_unit_test(test_formats),      cmocka_unit_test(test_stdout),
-        cmocka_unit_test(test_loudness),     cmocka_unit_test(test_batch_stdin),
-    };
-    return cmocka_run_group_tests(tests, group_setup, tmpdir_teardown);
-}
+QVT_MAIN(group_setup, tmpdir_teardown, test_usage_errors, test_version, test_formats, test_stdout,
+         test_loudness, test_batch_stdin)

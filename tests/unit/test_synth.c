@@ -20,6 +20,7 @@
 #include <cmocka.h>
 
 #include "include/qvoice.h"
+#include "tests/unit/helpers/run.h"
 #include "tests/unit/helpers/shell.h"
 
 static qv_model *g_m;
@@ -303,12 +304,4 @@ static void test_voices(void **st) {
     qv_voice_free(v);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_concurrent),
-        cmocka_unit_test(test_set_params),
-        cmocka_unit_test(test_guard_and_cancel),
-        cmocka_unit_test(test_voices),
-    };
-    return cmocka_run_group_tests(tests, setup, teardown);
-}
+QVT_MAIN(setup, teardown, test_concurrent, test_set_params, test_guard_and_cancel, test_voices)
