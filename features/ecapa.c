@@ -345,18 +345,22 @@ typedef struct {
     float *pooled;
 } asp_job;
 
+#define ASP_BLOCK 256 /* time columns per attention-TDNN sgemm */
+
 static void asp_tdnn_run(int ith, int nth, void *arg) {
     const asp_job *j = arg;
     int t = j->s->n_frames, c4 = j->c->channels[4], att = j->c->attention_channels;
-    int a = (int)((int64_t)t * ith / nth), b = (int)((int64_t)t * (ith + 1) / nth);
-    if (b <= a) return;
-    qvk_sgemm(0, 0, att, b - a, c4, 1.0f, j->w->asp_tdnn.w, 3 * c4, j->s->mfa + a, t, 0.0f,
-              j->s->hid + a, t);
-    for (int o = 0; o < att; o++) {
-        float *r = j->s->hid + (size_t)o * t;
-        for (int i = a; i < b; i++) {
-            float v = r[i] + j->cvec[o];
-            r[i] = tanhf(v > 0.0f ? v : 0.0f);
+    /* blocks of one width for any thread count: each sgemm call is the same (see conv.c) */
+    for (int a = ASP_BLOCK * ith; a < t; a += ASP_BLOCK * nth) {
+        int b = a + ASP_BLOCK < t ? a + ASP_BLOCK : t;
+        qvk_sgemm(0, 0, att, b - a, c4, 1.0f, j->w->asp_tdnn.w, 3 * c4, j->s->mfa + a, t, 0.0f,
+                  j->s->hid + a, t);
+        for (int o = 0; o < att; o++) {
+            float *r = j->s->hid + (size_t)o * t;
+            for (int i = a; i < b; i++) {
+                float v = r[i] + j->cvec[o];
+                r[i] = tanhf(v > 0.0f ? v : 0.0f);
+            }
         }
     }
 }

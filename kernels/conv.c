@@ -87,21 +87,18 @@ int qvk_conv_transpose1d(float *restrict y, const float *restrict x, int c_in, i
  * the whole weight matrix, which dominates short layers with big weights (750 frames × 8192). */
 #define BUDGET (1 << 18)
 #define MIN_ROWS 256
+#define IN_PLACE_CHUNK 512 /* columns of a 1x1 conv read in place (no window, no budget) */
 
 static int64_t chunk_max(const qvk_conv *cv) {
     int64_t n = BUDGET / ((int64_t)cv->c_in * cv->k);
     return n < MIN_ROWS ? MIN_ROWS : n;
 }
 
-/* Each thread's share, cut into equal chunks of at most chunk_max rows. OpenBLAS sums each output
- * element over K in the same order whatever the M split, so the result does not depend on the
- * thread count (test_clone checks 1 vs 2 threads). */
-static int64_t chunk_len(const qvk_conv *cv, int64_t t_out, int n_threads) {
-    int64_t share = (t_out + n_threads - 1) / n_threads, m = chunk_max(cv);
-    int64_t pieces = (share + m - 1) / m;
-    int64_t n = pieces > 0 ? (share + pieces - 1) / pieces : 1;
-    return n < 1 ? 1 : n;
-}
+/* Chunks have one length whatever the thread count (threads take them in turn): every sgemm call
+ * then has the same shape and operands for 1 thread or 8, so the result is the same bits however
+ * OpenBLAS tiles a call (its Haswell kernels round a tile cut short differently from a whole one,
+ * so splitting one call's columns by thread count is not enough; test_clone checks 1 vs 2). */
+static int64_t chunk_len(const qvk_conv *cv) { return chunk_max(cv); }
 
 static int64_t span_len(const qvk_conv *cv, int64_t n) {
     return (n - 1) * cv->stride + (int64_t)(cv->k - 1) * cv->dilation + 1;
@@ -121,17 +118,6 @@ void qvk_add_bias(float *y, int64_t ldy, const float *v, int64_t n_rows, int n) 
 
 void qvk_add_rows(float *y, int64_t ldy, const float *x, int64_t ldx, int64_t n_rows, int n) {
     qvk_impl_get()->add_rows(y, ldy, x, ldx, n_rows, n);
-}
-
-void qvk_add_bias_scalar(float *y, int64_t ldy, const float *v, int64_t n_rows, int n) {
-    for (int64_t r = 0; r < n_rows; r++)
-        for (int i = 0; i < n; i++) y[(size_t)r * ldy + i] += v[i];
-}
-
-void qvk_add_rows_scalar(float *y, int64_t ldy, const float *x, int64_t ldx, int64_t n_rows,
-                         int n) {
-    for (int64_t r = 0; r < n_rows; r++)
-        for (int i = 0; i < n; i++) y[(size_t)r * ldy + i] += x[(size_t)r * ldx + i];
 }
 
 static void activate(float *x, size_t n, enum qvk_act act) {
@@ -326,9 +312,7 @@ static void conv_dispatch(qvk_pool *pool, const qvk_conv *cv, float *y, int64_t 
     conv_job j = {.cv = cv, .y = y, .ldy = ldy, .ldx = ldx, .t_in = t_in, .x = x, .w = w,
                   .bias = bias, .scratch = scratch, .time_major = time_major};
     j.t_out = qvk_conv1d_out_len(cv, t_in);
-    int nt = qvk_pool_threads(pool);
-    j.n_chunk = reads_in_place(cv, time_major) ? (j.t_out + nt - 1) / nt
-                                               : chunk_len(cv, j.t_out, nt);
+    j.n_chunk = reads_in_place(cv, time_major) ? IN_PLACE_CHUNK : chunk_len(cv);
     if (j.t_out > 0) qvk_pool_run(pool, conv_run, &j);
 }
 

@@ -87,9 +87,6 @@ extern const qvk_impl qvk_impl_avx2;
 extern const qvk_impl qvk_impl_avx512;
 
 /* Table entries defined in conv*.c. */
-void qvk_add_bias_scalar(float *y, int64_t ldy, const float *v, int64_t n_rows, int n);
-void qvk_add_rows_scalar(float *y, int64_t ldy, const float *x, int64_t ldx, int64_t n_rows,
-                         int n);
 void qvk_add_bias_avx2(float *y, int64_t ldy, const float *v, int64_t n_rows, int n);
 void qvk_add_rows_avx2(float *y, int64_t ldy, const float *x, int64_t ldx, int64_t n_rows, int n);
 void qvk_conv_c1_avx512(float *y, int64_t ldy, const float *win, int64_t n, const float *w, int k,

@@ -125,6 +125,16 @@ static void elu(float *x, size_t n) {
         x[i] = x[i] > 0.0f ? x[i] : expm1f(x[i]);
 }
 
+static void add_bias(float *y, int64_t ldy, const float *v, int64_t n_rows, int n) {
+    for (int64_t r = 0; r < n_rows; r++)
+        for (int i = 0; i < n; i++) y[(size_t)r * ldy + i] += v[i];
+}
+
+static void add_rows(float *y, int64_t ldy, const float *x, int64_t ldx, int64_t n_rows, int n) {
+    for (int64_t r = 0; r < n_rows; r++)
+        for (int i = 0; i < n; i++) y[(size_t)r * ldy + i] += x[(size_t)r * ldx + i];
+}
+
 const qvk_impl qvk_impl_scalar = {
     .name = "scalar",
     .mv_bf16 = mv_bf16,
@@ -139,6 +149,6 @@ const qvk_impl qvk_impl_scalar = {
     .snake = snake,
     .elu = elu,
     .xor64 = xor64,
-    .add_bias = qvk_add_bias_scalar,
-    .add_rows = qvk_add_rows_scalar,
+    .add_bias = add_bias,
+    .add_rows = add_rows,
 };
