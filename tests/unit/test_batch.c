@@ -15,6 +15,7 @@
 #include <cJSON.h>
 #include <cmocka.h>
 
+#include "tests/unit/helpers/models.h"
 #include "tests/unit/helpers/run.h"
 #include "tests/unit/helpers/shell.h"
 #include "tests/unit/helpers/tmpdir.h"
@@ -23,7 +24,7 @@ static char model[1100];
 
 static int group_setup(void **st) {
     if (tmpdir_setup(st)) return -1;
-    const char *cache = getenv("QVOICE_CACHE") ? getenv("QVOICE_CACHE") : "cache";
+    const char *cache = test_cache_dir();
     snprintf(model, sizeof model, "%s/tiny-cv", cache);
     return 0;
 }

@@ -239,13 +239,7 @@ typedef struct {
 
 static int on_pcm(void *user, const float *x, int n) {
     job *j = user;
-    if (j->n + n > j->cap) {
-        j->cap = 2 * (j->n + n);
-        j->x = realloc(j->x, (size_t)j->cap * sizeof *j->x);
-        assert_non_null(j->x);
-    }
-    memcpy(j->x + j->n, x, (size_t)n * sizeof *x);
-    j->n += n;
+    test_pcm_append(&j->x, &j->n, &j->cap, x, n);
     return 0;
 }
 

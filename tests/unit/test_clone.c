@@ -19,6 +19,7 @@
 
 #include <cmocka.h>
 
+#include "tests/unit/helpers/models.h"
 #include "tests/unit/helpers/shell.h"
 
 #include "features/speech_encoder.h"
@@ -35,8 +36,7 @@ static char g_base[1024], g_cv[1024], g_tiny[1024];
 static qvk_pool *g_pool;   /* 2 threads, OpenBLAS single-threaded */
 
 static void model_paths(void) {
-    const char *cache = getenv("QVOICE_CACHE");
-    if (!cache || !*cache) cache = "cache";
+    const char *cache = test_cache_dir();
     snprintf(g_base, sizeof g_base, "%s/q06b-base", cache);
     snprintf(g_cv, sizeof g_cv, "%s/q06b-cv", cache);
     snprintf(g_tiny, sizeof g_tiny, "%s/tiny-base", cache);

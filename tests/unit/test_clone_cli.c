@@ -27,6 +27,7 @@
 #include "voicefmt/qvf.h"
 #include "include/qvoice.h"
 #include "checkpoint/safetensors.h"
+#include "tests/unit/helpers/models.h"
 #include "tests/unit/helpers/tmpdir.h"
 
 #define CLIP "tests/audio/en_ohenry_chenevert.wav"
@@ -93,8 +94,8 @@ static cJSON *json_out(void) {
 
 static int setup(void **state) {
     (void)state;
-    const char *cache = getenv("QVOICE_CACHE");
-    snprintf(g_tiny, sizeof g_tiny, "%s/tiny-base", cache && *cache ? cache : "cache");
+    const char *cache = test_cache_dir();
+    snprintf(g_tiny, sizeof g_tiny, "%s/tiny-base", cache);
     snprintf(g_dir, sizeof g_dir, "/tmp/test_clone_cli_%d", (int)getpid());
     mkdir(g_dir, 0700);
     char err[512];

@@ -22,6 +22,7 @@
 
 #include "include/qvoice.h"
 #include "voicefmt/qvf.h"
+#include "tests/unit/helpers/models.h"
 #include "tests/unit/helpers/run.h"
 
 #define CLIP "tests/audio/en_ohenry_chenevert.wav"
@@ -36,8 +37,7 @@ static qv_cloner *g_c;
 
 static int setup(void **state) {
     (void)state;
-    const char *cache = getenv("QVOICE_CACHE");
-    if (!cache || !*cache) cache = "cache";
+    const char *cache = test_cache_dir();
     snprintf(g_tiny, sizeof g_tiny, "%s/tiny-base", cache);
     snprintf(g_cv, sizeof g_cv, "%s/tiny-cv", cache);
     snprintf(g_dir, sizeof g_dir, "/tmp/test_cloner_%d", (int)getpid());

@@ -14,6 +14,7 @@
 
 #include <cmocka.h>
 
+#include "tests/unit/helpers/models.h"
 #include "tests/unit/helpers/npy.h"
 #include "tests/unit/helpers/run.h"
 #include "kernels/kernels.h"
@@ -23,14 +24,9 @@
 
 static qve_decoder *g_full, *g_tiny;
 
-static const char *cache_dir(void) {
-    const char *c = getenv("QVOICE_CACHE");
-    return c && *c ? c : "cache";
-}
-
 static qve_decoder *load(const char *model) {
     char dir[1024], err[512];
-    snprintf(dir, sizeof dir, "%s/%s", cache_dir(), model);
+    snprintf(dir, sizeof dir, "%s/%s", test_cache_dir(), model);
     qve_decoder *d = qve_decoder_load(dir, err, sizeof err);
     if (!d) fprintf(stderr, "test_decoder: %s\n", err);
     return d;
@@ -421,7 +417,7 @@ static void test_small_dec_dim(void **state) {
     (void)state;
     char dir[] = "/tmp/qv-test-decoder-XXXXXX", cmd[4096], err[512];
     assert_non_null(mkdtemp(dir));
-    const char *c = cache_dir();
+    const char *c = test_cache_dir();
     snprintf(cmd, sizeof cmd,
              "mkdir -p %s/cfg/speech_tokenizer && cp %s/tiny-base/*.json %s/cfg/ && "
              "cp %s/tiny-base/speech_tokenizer/*.json %s/cfg/speech_tokenizer/ && "
@@ -476,7 +472,7 @@ static void test_errors(void **state) {
         assert_non_null(strstr(err, "callback"));
     }
     char dir[1024];
-    snprintf(dir, sizeof dir, "%s/no-such-model", cache_dir());
+    snprintf(dir, sizeof dir, "%s/no-such-model", test_cache_dir());
     assert_null(qve_decoder_load(dir, err, sizeof err));
     printf("  missing model: %s\n", err);
     free(wav);

@@ -16,12 +16,13 @@
 #include <cmocka.h>
 
 #include "engine/model.h"
+#include "tests/unit/helpers/models.h"
 #include "tests/unit/helpers/run.h"
 
 static qv_model *load_or_skip(const char *name) {
-    const char *cache = getenv("QVOICE_CACHE");
+    const char *cache = test_cache_dir();
     char dir[1024], path[1100], err[512];
-    snprintf(dir, sizeof dir, "%s/%s", cache ? cache : "cache", name);
+    snprintf(dir, sizeof dir, "%s/%s", cache, name);
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     struct stat sb;
     if (stat(path, &sb)) {

@@ -15,6 +15,7 @@
 
 #include <cmocka.h>
 
+#include "tests/unit/helpers/models.h"
 #include "tests/unit/helpers/npy.h"
 #include "tests/unit/helpers/run.h"
 #include "tests/unit/helpers/tmpdir.h"
@@ -73,12 +74,7 @@ static qv_model *models[2];
 
 static qv_model *get_model(const char *name) {
     int i = strcmp(name, "q06b-cv") ? 1 : 0;
-    if (!models[i]) {
-        const char *cache = getenv("QVOICE_CACHE");
-        char dir[1024], err[512];
-        snprintf(dir, sizeof dir, "%s/%s", cache ? cache : "cache", name);
-        if (qv_model_load(&models[i], dir, err, sizeof err)) fail_msg("%s", err);
-    }
+    if (!models[i]) models[i] = test_model_load(name);
     return models[i];
 }
 

@@ -18,6 +18,7 @@
 
 #include "checkpoint/fingerprint.h"
 #include "checkpoint/safetensors.h"
+#include "tests/unit/helpers/models.h"
 #include "tests/unit/helpers/run.h"
 #include "tests/unit/helpers/tmpdir.h"
 #include "util/sha256.h"
@@ -185,8 +186,7 @@ static void test_sensitivity(void **state) {
 /* Reference tensor hashes from tests/golden/checksums.txt (synthetic-checkpoint.md v1). */
 static void test_golden_tensors(void **state) {
     (void)state;
-    const char *cache = getenv("QVOICE_CACHE");
-    if (!cache || !*cache) cache = "cache";
+    const char *cache = test_cache_dir();
     static const struct {
         const char *dir, *name, *hex;
     } ref[] = {

@@ -18,6 +18,7 @@
 #include "features/speech_encoder.h"
 #include "clone/hygiene.h"
 #include "include/qvoice.h"
+#include "tests/unit/helpers/models.h"
 
 #define SR 24000
 #define CLIP "tests/audio/en_ohenry_chenevert.wav"
@@ -323,9 +324,9 @@ static qva_mel *g_mel;
 
 static int setup_ecapa(void **state) {
     (void)state;
-    const char *cache = getenv("QVOICE_CACHE");
+    const char *cache = test_cache_dir();
     char dir[1024], err[512];
-    snprintf(dir, sizeof dir, "%s/tiny-base", cache && *cache ? cache : "cache");
+    snprintf(dir, sizeof dir, "%s/tiny-base", cache);
     g_ecapa = qva_ecapa_load(dir, err, sizeof err);
     if (!g_ecapa) printf("  %s (run make models)\n", err);
     g_mel = qva_mel_create();

@@ -17,6 +17,7 @@
 
 #include <cmocka.h>
 
+#include "tests/unit/helpers/models.h"
 #include "tests/unit/helpers/run.h"
 #include "tests/unit/helpers/shell.h"
 #include "tests/unit/helpers/tmpdir.h"
@@ -29,7 +30,7 @@ static char prefix[128], cache[1024];
 static int group_setup(void **st) {
     if (tmpdir_setup(st)) return -1;
     snprintf(prefix, sizeof prefix, "%s", tmp_path("prefix"));
-    snprintf(cache, sizeof cache, "%s", getenv("QVOICE_CACHE") ? getenv("QVOICE_CACHE") : "cache");
+    snprintf(cache, sizeof cache, "%s", test_cache_dir());
     return 0;
 }
 

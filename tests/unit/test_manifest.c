@@ -20,6 +20,7 @@
 #include "checkpoint/config.h"
 #include "checkpoint/manifest.h"
 #include "checkpoint/safetensors.h"
+#include "tests/unit/helpers/models.h"
 #include "tests/unit/helpers/run.h"
 #include "tests/unit/helpers/tmpdir.h"
 
@@ -244,8 +245,7 @@ static void check_model_dir(const char *dir, int *n_checked) {
 
 static void test_cache_models(void **state) {
     (void)state;
-    const char *cache = getenv("QVOICE_CACHE");
-    if (!cache || !*cache) cache = "cache";
+    const char *cache = test_cache_dir();
     static const char *const names[] = {"tiny-base", "tiny-cv",   "tiny-vd", "q06b-base",
                                         "q06b-cv",   "q17b-base", "q17b-cv", "q17b-vd"};
     int n = 0;

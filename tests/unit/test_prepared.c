@@ -20,6 +20,7 @@
 #include "checkpoint/prepared.h"
 #include "engine/model.h"
 #include "engine/speech_decoder.h"
+#include "tests/unit/helpers/models.h"
 #include "tests/unit/helpers/run.h"
 #include "tests/unit/helpers/tmpdir.h"
 
@@ -28,8 +29,8 @@
 static char g_model[1024];
 
 static int setup(void **state) {
-    const char *c = getenv("QVOICE_CACHE");
-    snprintf(g_model, sizeof g_model, "%s/tiny-cv", c && *c ? c : "cache");
+    const char *c = test_cache_dir();
+    snprintf(g_model, sizeof g_model, "%s/tiny-cv", c);
     qvk_init();
     if (tmpdir_setup(state)) return -1;
     return setenv("QVOICE_CACHE", tmp_dir, 1);

@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "tests/unit/helpers/models.h"
 #include "tests/unit/helpers/shell.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,9 +28,9 @@ static char err[512], base_dir[512], cv_dir[512];
 
 static int setup(void **state) {
     (void)state;
-    const char *c = getenv("QVOICE_CACHE");
-    snprintf(base_dir, sizeof base_dir, "%s/tiny-base", c ? c : "cache");
-    snprintf(cv_dir, sizeof cv_dir, "%s/tiny-cv", c ? c : "cache");
+    const char *c = test_cache_dir();
+    snprintf(base_dir, sizeof base_dir, "%s/tiny-base", c);
+    snprintf(cv_dir, sizeof cv_dir, "%s/tiny-cv", c);
     return 0;
 }
 

@@ -24,6 +24,7 @@
 
 #include <cmocka.h>
 
+#include "tests/unit/helpers/models.h"
 #include "tests/unit/helpers/run.h"
 #include "tests/unit/helpers/shell.h"
 #include "tests/unit/helpers/tmpdir.h"
@@ -170,9 +171,9 @@ static int count_files(const char *dir, const char *needle) {
 
 static int group_setup(void **state) {
     if (tmpdir_setup(state)) return -1;
-    const char *cache = getenv("QVOICE_CACHE");
-    snprintf(g_cv, sizeof g_cv, "%s/tiny-cv", cache ? cache : "cache");
-    snprintf(g_base, sizeof g_base, "%s/tiny-base", cache ? cache : "cache");
+    const char *cache = test_cache_dir();
+    snprintf(g_cv, sizeof g_cv, "%s/tiny-cv", cache);
+    snprintf(g_base, sizeof g_base, "%s/tiny-base", cache);
     /* leftovers of a killed server: removed at start */
     char dir[512];
     snprintf(dir, sizeof dir, "%s/voices", tmp_dir);
@@ -552,7 +553,7 @@ static void test_disconnect_and_limits(void **state) {
     assert_int_equal(stop(&g_extra), 0);
     char big[1024];
     snprintf(big, sizeof big, "-m %.500s/q06b-cv --voices %s/voices --timeout 1",
-             getenv("QVOICE_CACHE") ? getenv("QVOICE_CACHE") : "cache", tmp_dir);
+             test_cache_dir(), tmp_dir);
     assert_int_equal(start(&g_extra, "late", big), 0);
     const char *body = "{\"voice\":\"ryan\",\"input\":\"Here is a sentence that takes a while.\"}";
     tmp_write(tmp_path("late.json"), body, strlen(body));

@@ -21,6 +21,7 @@
 #include <sndfile.h>
 
 #include "include/qvoice.h"
+#include "tests/unit/helpers/models.h"
 #include "tests/unit/helpers/run.h"
 #include "tests/unit/helpers/shell.h"
 #include "tests/unit/helpers/tmpdir.h"
@@ -29,7 +30,7 @@ static char speak[1200]; /* "bin/speak -m MODEL -s ryan --seed 3 --max-seconds 1
 
 static int group_setup(void **st) {
     if (tmpdir_setup(st)) return -1;
-    const char *cache = getenv("QVOICE_CACHE") ? getenv("QVOICE_CACHE") : "cache";
+    const char *cache = test_cache_dir();
     snprintf(speak, sizeof speak,
              "bin/speak -m %s/tiny-cv -s ryan --seed 3 --max-seconds 1 -q -t 'Hello there.'",
              cache);
@@ -182,7 +183,7 @@ static void test_version(void **st) {
 /* Jobs from stdin; a malformed line is a failed job and stderr names its line number. */
 static void test_batch_stdin(void **st) {
     (void)st;
-    const char *cache = getenv("QVOICE_CACHE") ? getenv("QVOICE_CACHE") : "cache";
+    const char *cache = test_cache_dir();
     const char *res = tmp_path("res.jsonl"), *log = tmp_path("batch.log");
     int rc = sh(
         "printf '%%s\\n' '{\"text\": \"Hello there.\", \"speaker\": \"ryan\", \"output\": \"%s\"}' "

@@ -22,6 +22,7 @@
 
 #include "engine/prompt.h"
 #include "engine/tokenizer.h"
+#include "tests/unit/helpers/models.h"
 #include "tests/unit/helpers/tmpdir.h"
 
 #define CORPUS "tests/tokenizer/corpus.jsonl"
@@ -464,9 +465,9 @@ static void test_divergent(void **state)
 static void test_model_dir(void **state)
 {
     (void)state;
-    const char *cache = getenv("QVOICE_CACHE");
+    const char *cache = test_cache_dir();
     char dir[1200];
-    snprintf(dir, sizeof dir, "%s/tiny-cv", cache ? cache : "cache");
+    snprintf(dir, sizeof dir, "%s/tiny-cv", cache);
     char probe[1300];
     snprintf(probe, sizeof probe, "%s/vocab.json", dir);
     if (access(probe, R_OK) != 0) {

@@ -87,6 +87,18 @@ char *tmp_read(const char *path, size_t *n_bytes) {
     return buf;
 }
 
+long tmp_first_diff(const char *a, size_t skip_a, const char *b) {
+    size_t na, nb, i = 0;
+    char *x = tmp_read(a, &na), *y = tmp_read(b, &nb);
+    if (skip_a > na) skip_a = na;
+    const size_t n = na - skip_a < nb ? na - skip_a : nb;
+    while (i < n && x[skip_a + i] == y[i]) i++;
+    const long d = i == n && na - skip_a == nb ? -1 : (long)i;
+    free(x);
+    free(y);
+    return d;
+}
+
 long tmp_st_offset(const char *path, const char *tensor) {
     char err[512];
     size_t n;
