@@ -50,9 +50,9 @@ static int teardown(void **state) {
 /* ---- helpers ----------------------------------------------------------------------------- */
 
 static void read_npy(const char *name, enum npy_dtype dt, npy_array *a) {
-    char err[512], path[512];
+    char path[512];
     snprintf(path, sizeof path, GOLDEN "%s", name);
-    if (npy_read_typed(path, dt, a, err, sizeof err) != 0) fail_msg("%s", err);
+    npy_load(path, dt, a);
 }
 
 /* int64 codes → int frames [n_frames][16]; cb_major: the array is [16, T] (else [T, 16]). */

@@ -41,9 +41,9 @@ static double max_abs_diff(const float *a, const float *b, size_t n) {
 }
 
 static void load_npy(const char *run_name, const char *suffix, enum npy_dtype dt, npy_array *a) {
-    char path[512], err[512];
+    char path[512];
     snprintf(path, sizeof path, GOLD "%s_%s.npy", run_name, suffix);
-    if (npy_read_typed(path, dt, a, err, sizeof err)) fail_msg("%s", err);
+    npy_load(path, dt, a);
 }
 
 static cJSON *load_meta(const char *run_name) {
