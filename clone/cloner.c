@@ -27,6 +27,7 @@
 #include "clone/hygiene.h"
 #include "clone/plot.h"
 #include "include/qvoice.h"
+#include "util/api.h"
 #include "util/fileio.h"
 #include "util/sha256.h"
 #include "voicefmt/qvf.h"
@@ -87,8 +88,8 @@ void qv_cloner_free(qv_cloner *c) {
     free(c);
 }
 
-enum qv_status qv_cloner_load(qv_cloner **out, const char *base_dir, int n_threads, char *err,
-                              size_t err_size) {
+static enum qv_status cloner_load(qv_cloner **out, const char *base_dir, int n_threads,
+                                  char *err, size_t err_size) {
     *out = NULL;
     double t0 = now_s();
     qv_cloner *c = calloc(1, sizeof *c);
@@ -103,8 +104,6 @@ enum qv_status qv_cloner_load(qv_cloner **out, const char *base_dir, int n_threa
     pthread_mutex_init(&c->lazy->lock, NULL);
     snprintf(c->dir, sizeof c->dir, "%s", base_dir);
     c->n_threads = qv_threads_resolve(n_threads);
-    /* the pool shares the work out; each piece runs a single-threaded sgemm */
-    qvk_blas_set_threads(1);
     enum qv_status st = QV_E_MODEL;
     if (qvm_model_config_load(&c->cfg, base_dir, err, err_size)) goto fail;
     if (c->cfg.variant != QVF_VARIANT_BASE || !c->cfg.has_speaker_encoder) {
@@ -136,6 +135,12 @@ fail:
     return st;
 }
 
+enum qv_status qv_cloner_load(qv_cloner **out, const char *base_dir, int n_threads) {
+    char err[QVU_DETAIL_SIZE] = "";
+    if (!base_dir) return *out = NULL, qvu_fail(QV_E_INVALID, "qv_cloner_load: no directory");
+    return qvu_fail(cloner_load(out, base_dir, n_threads, err, sizeof err), err);
+}
+
 static const qva_speech_encoder *speech_encoder(const qv_cloner *c, char *err, size_t err_size) {
     pthread_mutex_lock(&c->lazy->lock);
     if (!c->lazy->se) c->lazy->se = qva_speech_encoder_load(c->dir, err, err_size);
@@ -147,6 +152,7 @@ static const qva_speech_encoder *speech_encoder(const qv_cloner *c, char *err, s
 qv_clone_request qv_clone_default_request(void) {
     qv_clone_request r;
     memset(&r, 0, sizeof r);
+    r.struct_size = sizeof r;
     r.max_seconds = QVA_DEFAULT_MAX_SECONDS;
     r.hygiene = 1;
     r.with_wovr = 1;
@@ -762,9 +768,9 @@ done:
     return rc;
 }
 
-enum qv_status qv_clone_run(const qv_cloner *c, const qv_clone_request *r, const char *out_path,
-                            char **report_json, char *err, size_t err_size) {
-    if (report_json) *report_json = NULL;
+static enum qv_status clone_request(const qv_cloner *c, const qv_clone_request *r,
+                                    const char *out_path, char **report_json, char *err,
+                                    size_t err_size) {
     run u = {r,
              out_path,
              r->audio_path ? r->audio_path : "reference",
@@ -801,6 +807,16 @@ enum qv_status qv_clone_run(const qv_cloner *c, const qv_clone_request *r, const
         return QV_E_NOMEM;
     }
     return rc ? (u.st != QV_OK ? u.st : QV_E_INVALID) : QV_OK;
+}
+
+enum qv_status qv_clone_run(const qv_cloner *c, const qv_clone_request *r, const char *out_path,
+                            char **report_json) {
+    if (report_json) *report_json = NULL;
+    if (!r) return qvu_fail(QV_E_INVALID, "qv_clone_run: no request");
+    if (r->struct_size != sizeof *r)
+        return qvu_check_size("qv_clone_request", r->struct_size, sizeof *r);
+    char err[QVU_DETAIL_SIZE] = "";
+    return qvu_fail(clone_request(c, r, out_path, report_json, err, sizeof err), err);
 }
 
 /* ==== similarity ============================================================================ */
@@ -843,10 +859,9 @@ static enum qv_status xvector_of_path(const qv_cloner *c, const char *path, doub
     return st;
 }
 
-enum qv_status qv_clone_similarity(const qv_cloner *c, const char *a, const char *b,
-                                   double max_seconds, double *cosine, char **report_json,
-                                   char *err, size_t err_size) {
-    if (report_json) *report_json = NULL;
+static enum qv_status similarity(const qv_cloner *c, const char *a, const char *b,
+                                 double max_seconds, double *cosine, char **report_json, char *err,
+                                 size_t err_size) {
     float *xa = NULL, *xb = NULL;
     int da = 0, db = 0;
     enum qv_status st = xvector_of_path(c, a, max_seconds, &xa, &da, err, err_size);
@@ -877,4 +892,12 @@ enum qv_status qv_clone_similarity(const qv_cloner *c, const char *a, const char
     free(xa);
     free(xb);
     return st;
+}
+
+enum qv_status qv_clone_similarity(const qv_cloner *c, const char *a, const char *b,
+                                   double max_seconds, double *cosine, char **report_json) {
+    if (report_json) *report_json = NULL;
+    if (!a || !b) return qvu_fail(QV_E_INVALID, "qv_clone_similarity: NULL path");
+    char err[QVU_DETAIL_SIZE] = "";
+    return qvu_fail(similarity(c, a, b, max_seconds, cosine, report_json, err, sizeof err), err);
 }

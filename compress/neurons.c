@@ -25,7 +25,7 @@ static const char *const CALIB_TEXTS[] = {
 int qvz_calibrate(const char *dir, int n_threads, int n_frames, float *act_max, char *err,
                   size_t es) {
     qv_model *m;
-    if (qv_model_load(&m, dir, err, es)) return -1;
+    if (qv_model_load(&m, dir)) return snprintf(err, es, "%s", qv_last_error()), -1;
     const qvm_stack_config *c = &m->cfg.talker;
     memset(act_max, 0,
            sizeof(float) * (size_t)c->num_hidden_layers * (size_t)c->intermediate_size);
@@ -33,7 +33,7 @@ int qvz_calibrate(const char *dir, int n_threads, int n_frames, float *act_max, 
     p.n_threads = n_threads, p.do_sample = 0, p.subtalker_do_sample = 0, p.max_frames = n_frames;
     qv_session *s = NULL;
     int rc = qv_session_new(&s, m, &p) ? -1 : 0;
-    if (rc) snprintf(err, es, "%s: cannot start a calibration session (out of memory)", dir);
+    if (rc) snprintf(err, es, "%s: cannot start a calibration session: %s", dir, qv_last_error());
     for (size_t t = 0; !rc && t < sizeof CALIB_TEXTS / sizeof CALIB_TEXTS[0]; t++) {
         qv_request r = qv_default_request();
         r.text = CALIB_TEXTS[t], r.language = "english";
@@ -45,7 +45,7 @@ int qvz_calibrate(const char *dir, int n_threads, int n_frames, float *act_max, 
         for (int f = 0; st == QV_OK && !done && f < n_frames; f++)
             st = qv_session_next_frame(s, codes, &done);
         if (st != QV_OK) {
-            snprintf(err, es, "%s: calibration: %s", dir, qv_session_error(s));
+            snprintf(err, es, "%s: calibration: %s", dir, qv_last_error());
             rc = -1;
         }
     }

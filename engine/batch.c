@@ -26,6 +26,7 @@
 #include <time.h>
 
 #include "engine/model.h"
+#include "util/api.h"
 
 /* How long a leader waits for the sessions it expects. They come back within microseconds
  * unless their thread was preempted or waits on its decoder (a stream's first frames): a step
@@ -105,7 +106,10 @@ static int scratch_init(struct qve_batcher *b, const qv_model *m) {
 }
 
 enum qv_status qv_model_set_batching(qv_model *m, int max_streams) {
-    if (!m || max_streams < 0 || max_streams > QV_BATCH_MAX_STREAMS) return QV_E_INVALID;
+    if (!m) return qvu_fail(QV_E_INVALID, "qv_model_set_batching: no model");
+    if (max_streams < 0 || max_streams > QV_BATCH_MAX_STREAMS)
+        return qvu_failf(QV_E_INVALID, "max_streams: expected 0..%d, found %d",
+                         QV_BATCH_MAX_STREAMS, max_streams);
     if (max_streams <= 1) {
         qve_batcher_free(m->batch);
         m->batch = NULL;
@@ -116,7 +120,7 @@ enum qv_status qv_model_set_batching(qv_model *m, int max_streams) {
         return QV_OK;
     }
     struct qve_batcher *b = calloc(1, sizeof *b);
-    if (!b) return QV_E_NOMEM;
+    if (!b) return qvu_failf(QV_E_NOMEM, "%s: batching: out of memory", m->dir);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -127,7 +131,8 @@ enum qv_status qv_model_set_batching(qv_model *m, int max_streams) {
     b->tail = &b->head;
     if (scratch_init(b, m)) {
         qve_batcher_free(b);
-        return QV_E_NOMEM;
+        return qvu_failf(QV_E_NOMEM, "%s: batch scratch for %d streams: out of memory", m->dir,
+                         max_streams);
     }
     m->batch = b;
     return QV_OK;

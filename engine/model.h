@@ -19,6 +19,7 @@
 
 #define QVE_N_GROUPS 16 /* codebooks per frame (num_code_groups) */
 #define QVE_ERR_MAX 512
+#define QVE_MAX_THREADS 256 /* n_threads bound of qv_params */
 
 /* ==== weights ================================================================================ */
 

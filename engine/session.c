@@ -16,21 +16,15 @@
 #include "engine/model.h"
 #include "engine/prompt.h"
 #include "engine/tokenizer.h"
+#include "util/api.h"
 
 #define NEWLINE_TOKEN_ID 198 /* "\n" in the Qwen2 vocabulary (§7); the role block's third id */
 
-/* ==== status and defaults ==================================================================== */
-
-const char *qv_strerror(enum qv_status st) {
-#define QV_STATUS_TEXT_(name, text) text,
-    static const char *const text[] = {QV_STATUS_LIST(QV_STATUS_TEXT_)};
-#undef QV_STATUS_TEXT_
-    if ((int)st < 0 || st >= QV_STATUS_COUNT) return "unknown status";
-    return text[st];
-}
+/* ==== defaults =============================================================================== */
 
 static qv_params params_from(const qvm_generation_config *g) {
     qv_params p = {0};
+    p.struct_size = sizeof p;
     p.n_threads = 1;
     p.do_sample = g->do_sample;
     p.temperature = g->temperature;
@@ -57,24 +51,24 @@ qv_params qv_model_params(const qv_model *m) {
 qv_request qv_default_request(void) {
     qv_request r;
     memset(&r, 0, sizeof r);
+    r.struct_size = sizeof r;
     r.layout = QV_LAYOUT_DEFAULT;
     return r;
 }
 
 /* ==== model ================================================================================== */
 
-enum qv_status qv_model_load(qv_model **out, const char *dir, char *err, size_t err_size) {
+enum qv_status qv_model_load(qv_model **out, const char *dir) {
     *out = NULL;
+    if (!dir) return qvu_fail(QV_E_INVALID, "qv_model_load: no directory");
     qvk_init();
     qv_model *m = calloc(1, sizeof *m);
-    if (!m) {
-        snprintf(err, err_size, "%s: out of memory", dir);
-        return QV_E_NOMEM;
-    }
-    if (qve_model_load(m, dir, err, err_size)) {
+    if (!m) return qvu_failf(QV_E_NOMEM, "%s: out of memory", dir);
+    char err[QVU_DETAIL_SIZE] = "";
+    if (qve_model_load(m, dir, err, sizeof err)) {
         qve_model_unload(m);
         free(m);
-        return QV_E_MODEL;
+        return qvu_fail(QV_E_MODEL, err);
     }
     *out = m;
     return QV_OK;
@@ -158,8 +152,10 @@ void qv_session_free(qv_session *s) {
 }
 
 static int check_params(const qv_params *p, char *err, size_t n) {
-    if (p->n_threads < 1 || p->n_threads > 256)
-        return snprintf(err, n, "n_threads: expected 1..256, found %d", p->n_threads), -1;
+    if (p->n_threads < 1 || p->n_threads > QVE_MAX_THREADS)
+        return snprintf(err, n, "n_threads: expected 1..%d, found %d", QVE_MAX_THREADS,
+                        p->n_threads),
+               -1;
     if (p->do_sample && !(p->temperature > 0))
         return snprintf(err, n, "temperature: expected > 0, found %g", p->temperature), -1;
     if (p->subtalker_do_sample && !(p->subtalker_temperature > 0))
@@ -186,29 +182,27 @@ static int check_params(const qv_params *p, char *err, size_t n) {
 }
 
 enum qv_status qv_session_set_params(qv_session *s, const qv_params *p) {
-    if (!s || !p) return QV_E_INVALID;
-    if (check_params(p, s->err, sizeof s->err)) return QV_E_INVALID;
-    if (p->n_threads != s->p.n_threads || p->quant != s->p.quant) {
-        snprintf(s->err, sizeof s->err, "n_threads %d and quant %d: the session has %d and %d",
-                 p->n_threads, p->quant, s->p.n_threads, s->p.quant);
-        return QV_E_INVALID;
-    }
+    if (!s || !p) return qvu_fail(QV_E_INVALID, "qv_session_set_params: NULL argument");
+    if (p->struct_size != sizeof *p) return qvu_check_size("qv_params", p->struct_size, sizeof *p);
+    if (check_params(p, s->err, sizeof s->err)) return qvu_fail(QV_E_INVALID, s->err);
+    if (p->n_threads != s->p.n_threads || p->quant != s->p.quant)
+        return qvu_failf(QV_E_INVALID, "n_threads %d and quant %d: the session has %d and %d",
+                         p->n_threads, p->quant, s->p.n_threads, s->p.quant);
     s->p = *p;
     return QV_OK;
 }
 
 enum qv_status qv_session_new(qv_session **out, const qv_model *m, const qv_params *p) {
     *out = NULL;
-    if (!m || !p) return QV_E_INVALID;
+    if (!m || !p) return qvu_fail(QV_E_INVALID, "qv_session_new: NULL argument");
+    if (p->struct_size != sizeof *p) return qvu_check_size("qv_params", p->struct_size, sizeof *p);
+    char err[QVU_DETAIL_SIZE];
+    if (check_params(p, err, sizeof err)) return qvu_fail(QV_E_INVALID, err);
     qv_session *s = calloc(1, sizeof *s);
-    if (!s) return QV_E_NOMEM;
+    if (!s) return qvu_failf(QV_E_NOMEM, "%s: session: out of memory", m->dir);
     s->m = m;
     s->p = *p;
     s->tw = m->talker;
-    if (check_params(p, s->err, sizeof s->err)) {
-        qv_session_free(s);
-        return QV_E_INVALID;
-    }
     const qvm_model_config *c = &m->cfg;
     const size_t H = (size_t)c->talker.hidden_size, V = (size_t)c->talker.vocab_size;
     const size_t nv =
@@ -227,17 +221,14 @@ enum qv_status qv_session_new(qv_session **out, const qv_model *m, const qv_para
         !s->work_idx || !s->seen || !s->pad || qve_cp_state_init(&s->cp, m) ||
         qve_model_quantize(m, p->quant, s->pool)) {
         qv_session_free(s);
-        return QV_E_NOMEM;
+        return qvu_failf(QV_E_NOMEM, "%s: session buffers (%d threads): out of memory", m->dir,
+                         p->n_threads);
     }
     s->tw = *qve_model_talker(m, p->quant); /* perf helper: the int8 view when asked for */
     qve_cp_state_use(&s->cp, qve_model_cp(m, p->quant));
     s->state = QVE_IDLE;
     *out = s;
     return QV_OK;
-}
-
-const char *qv_session_error(const qv_session *s) {
-    return s ? s->err : "";
 }
 
 const char *qv_session_warning(const qv_session *s) {
@@ -695,35 +686,12 @@ enum qv_status qve_session_frame(qv_session *s, int32_t codes[QV_N_CODEBOOKS], i
 }
 
 enum qv_status qv_session_next_frame(qv_session *s, int32_t codes[QV_N_CODEBOOKS], int *done) {
-    if (s->m->batch) return qve_batch_frame(s->m->batch, s, codes, done);
-    return qve_session_frame(s, codes, done);
+    const enum qv_status st = s->m->batch ? qve_batch_frame(s->m->batch, s, codes, done)
+                                          : qve_session_frame(s, codes, done);
+    return st ? qvu_fail(st, s->err) : st;
 }
 
 /* ==== text ================================================================================== */
-
-enum qv_status qv_session_tokenize(qv_session *s, const char *text, int32_t **ids, int *n_ids) {
-    *ids = NULL;
-    *n_ids = 0;
-    if (!s->tok) {
-        s->tok = qve_tok_open(s->m->dir, s->err, sizeof s->err);
-        if (!s->tok) return QV_E_MODEL;
-    }
-    qve_tok_ids v = {0};
-    int st = qve_tok_encode(s->tok, text, strlen(text), &v, s->err, sizeof s->err);
-    if (st != QVE_TOK_OK) {
-        qve_tok_ids_free(&v);
-        return st == QVE_TOK_E_NOMEM      ? QV_E_NOMEM
-               : st == QVE_TOK_E_BAD_UTF8 ? QV_E_INVALID
-                                          : QV_E_MODEL;
-    }
-    if (v.n_ids > (1u << 24)) {
-        qve_tok_ids_free(&v);
-        return fail(s, QV_E_LIMIT, "text of %zu tokens is too long", v.n_ids);
-    }
-    *ids = v.ids;
-    *n_ids = (int)v.n_ids;
-    return QV_OK;
-}
 
 static enum qv_status tok_status(qv_session *s, int st) {
     if (st == QVE_TOK_OK) return QV_OK;
@@ -733,11 +701,38 @@ static enum qv_status tok_status(qv_session *s, int st) {
                                       : QV_E_MODEL;
 }
 
+enum qv_status qv_session_tokenize(qv_session *s, const char *text, int32_t **ids, int *n_ids) {
+    *ids = NULL;
+    *n_ids = 0;
+    if (!s->tok) {
+        s->tok = qve_tok_open(s->m->dir, s->err, sizeof s->err);
+        if (!s->tok) return qvu_fail(QV_E_MODEL, s->err);
+    }
+    qve_tok_ids v = {0};
+    s->err[0] = 0;
+    int st = qve_tok_encode(s->tok, text, strlen(text), &v, s->err, sizeof s->err);
+    if (st != QVE_TOK_OK) {
+        qve_tok_ids_free(&v);
+        return qvu_fail(tok_status(s, st), s->err);
+    }
+    if (v.n_ids > (1u << 24)) {
+        qve_tok_ids_free(&v);
+        return qvu_failf(QV_E_LIMIT, "text of %zu tokens is too long", v.n_ids);
+    }
+    *ids = v.ids;
+    *n_ids = (int)v.n_ids;
+    return QV_OK;
+}
+
 /* Tokenises the request's strings where ids are not given, with the reference's templates
  * (prompt.h: the whole template string is encoded, so a text starting with CR/LF merges into the
  * role block exactly as in the official wrapper), then builds the prompt. */
 enum qv_status qv_session_start(qv_session *s, const qv_request *r) {
-    if (!s || !r) return QV_E_INVALID;
+    if (!s || !r) return qvu_fail(QV_E_INVALID, "qv_session_start: NULL argument");
+    if (r->struct_size != sizeof *r)
+        return qvu_check_size("qv_request", r->struct_size, sizeof *r);
+    if (r->bridge && r->bridge->struct_size != sizeof *r->bridge)
+        return qvu_check_size("qv_text_bridge", r->bridge->struct_size, sizeof *r->bridge);
     qv_request q = *r;
     qve_tok_ids text = {0}, ins = {0}, ref = {0}, spelled[3] = {{0}};
     int32_t role[3], ref_role[3];
@@ -782,5 +777,5 @@ done:
     if (st != QV_OK) s->state = QVE_FAILED;
     qve_tok_ids_free(&text), qve_tok_ids_free(&ins), qve_tok_ids_free(&ref);
     for (int l = 0; l < 3; l++) qve_tok_ids_free(&spelled[l]);
-    return st;
+    return qvu_fail(st, s->err);
 }

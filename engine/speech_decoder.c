@@ -1492,8 +1492,8 @@ static int to_buffer(void *user, const float *pcm, int n_samples) {
 }
 
 /* single_pass: one chunk (no 300-frame chunking) whose first n_ctx frames are context. */
-static int decode_all(const qve_decoder *dec, const int32_t *codes, int n_frames, float *wav,
-                      int single_pass, int n_ctx, char *err, size_t err_size) {
+static int decode_all(const qve_decoder *dec, qvk_pool *pool, const int32_t *codes, int n_frames,
+                      float *wav, int single_pass, int n_ctx, char *err, size_t err_size) {
     if (n_frames < 0 || n_ctx < 0 || n_ctx > n_frames) {
         set_err(err, err_size, "speech decoder: bad frame counts (%d frames, %d context)", n_frames,
                 n_ctx);
@@ -1504,6 +1504,7 @@ static int decode_all(const qve_decoder *dec, const int32_t *codes, int n_frames
     if (!st) return -1;
     st->single_pass = single_pass;
     st->chunk_ctx = n_ctx;
+    if (pool) qve_dec_stream_set_pool(st, pool); /* on failure: fewer threads, same samples */
     for (int f = 0; f < n_frames; f++)
         if (qve_dec_stream_push(st, codes + (size_t)f * dec->n_q) != 0) break;
     return qve_dec_stream_finish(st, err, err_size);
@@ -1511,10 +1512,15 @@ static int decode_all(const qve_decoder *dec, const int32_t *codes, int n_frames
 
 int qve_decoder_decode(const qve_decoder *dec, const int32_t *codes, int n_frames, float *wav,
                        char *err, size_t err_size) {
-    return decode_all(dec, codes, n_frames, wav, 0, 0, err, err_size);
+    return decode_all(dec, NULL, codes, n_frames, wav, 0, 0, err, err_size);
+}
+
+int qve_decoder_decode_pool(const qve_decoder *dec, qvk_pool *pool, const int32_t *codes,
+                            int n_frames, float *wav, char *err, size_t err_size) {
+    return decode_all(dec, pool, codes, n_frames, wav, 0, 0, err, err_size);
 }
 
 int qve_decoder_decode_pass(const qve_decoder *dec, const int32_t *codes, int n_frames, int n_ctx,
                             float *wav, char *err, size_t err_size) {
-    return decode_all(dec, codes, n_frames, wav, 1, n_ctx, err, err_size);
+    return decode_all(dec, NULL, codes, n_frames, wav, 1, n_ctx, err, err_size);
 }

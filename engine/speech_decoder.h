@@ -57,11 +57,14 @@ int qve_decoder_sample_rate(const qve_decoder *dec);       /* 24000 */
 
 /* One-shot decode. codes: frame-major [n_frames][n_codebooks] (the talker's order; the reference
  * tensor [16, T] transposed). wav: n_frames * samples_per_frame floats in [-1, 1].
- * Runs on the caller's thread; its sgemms use the OpenBLAS threads set by qvk_blas_set_threads
- * (more threads give the same samples bit for bit; tested). Allocates its state once per call.
- * Returns 0, or -1 with err (bad code value, allocation failure). */
+ * Runs on the caller's thread. Allocates its state once per call. Returns 0, or -1 with err (bad
+ * code value, allocation failure). */
 int qve_decoder_decode(const qve_decoder *dec, const int32_t *codes, int n_frames, float *wav,
                        char *err, size_t err_size);
+/* The same, lent pool (an idle one; NULL: none) as by qve_dec_stream_set_pool: the same samples
+ * bit for bit, on the pool's threads. */
+int qve_decoder_decode_pool(const qve_decoder *dec, qvk_pool *pool, const int32_t *codes,
+                            int n_frames, float *wav, char *err, size_t err_size);
 
 /* One chunk of the reference chunked_decode: a single pass from a clean state over n_frames
  * codes (<= QVE_DEC_CHUNK_FRAMES + QVE_DEC_CONTEXT_FRAMES, the KV cache size) of which the first
@@ -80,8 +83,7 @@ typedef int (*qve_audio_cb)(void *user, const float *pcm, int n_samples);
  * whenever a block is complete. n_threads >= 1 (values > 1 mean the same): a decoder thread does
  * the work on one core, or on a pool's cores while qve_dec_stream_set_pool lends it one; give
  * the talker pool the remaining cores (or lower the thread with qve_dec_stream_background and
- * keep every core for the pool), and keep qvk_blas_set_threads at 1 while it runs (OpenBLAS's
- * thread count is process-wide and applies to the decoder's sgemms too). All state is allocated
+ * keep every core for the pool); its sgemms are single-threaded (qvk_sgemm). All state is allocated
  * here (sized for one block and the chunk's KV window); nothing is allocated per frame. NULL +
  * err on failure. */
 qve_dec_stream *qve_dec_stream_start(const qve_decoder *dec, int n_threads, qve_audio_cb cb,

@@ -40,6 +40,7 @@
 #include "engine/textchunk.h"
 #include "engine/voice_load.h"
 #include "features/features.h"
+#include "util/api.h"
 
 #define MS(ms) ((int64_t)(ms)*QV_SAMPLE_RATE_HZ / 1000)
 
@@ -50,7 +51,6 @@ struct qv_synth {
     qv_session *s; /* its own pool has n_threads - 1 threads (streaming: the decoder thread
                       takes the last core) */
     qvk_pool *full; /* n_threads threads (NULL when 1): used while no decoder thread runs */
-    char err[QVE_ERR_MAX];
     atomic_int cancel;
     qv_chunk_fn chunk_fn;
     void *chunk_user;
@@ -79,14 +79,19 @@ static const qve_decoder *model_decoder(qv_model *m, char *err, size_t es) {
 }
 
 enum qv_status qv_model_decode_codes(const qv_model *cm, const int32_t *codes, int n_frames,
-                                     int n_threads, float *wav, char *err, size_t es) {
+                                     int n_threads, float *wav) {
     qv_model *m = (qv_model *)(uintptr_t)cm; /* only the shared decoder is added */
-    const qve_decoder *d = model_decoder(m, err, es);
-    if (!d) return QV_E_MODEL;
-    qvk_blas_set_threads(qv_threads_resolve(n_threads)); /* same samples for any count */
-    int rc = qve_decoder_decode(d, codes, n_frames, wav, err, es);
-    qvk_blas_set_threads(1);
-    return rc ? QV_E_INVALID : QV_OK;
+    char err[QVU_DETAIL_SIZE] = "";
+    const qve_decoder *d = model_decoder(m, err, sizeof err);
+    if (!d) return qvu_fail(QV_E_MODEL, err);
+    /* the threads split the decoder's output channels over a pool of this call's own: the same
+       samples for any count, and nothing process-wide changes */
+    const int n = qv_threads_resolve(n_threads);
+    qvk_pool *pool = n > 1 ? qvk_pool_create(n) : NULL;
+    if (n > 1 && !pool) return qvu_failf(QV_E_NOMEM, "%s: %d decoder threads", m->dir, n);
+    int rc = qve_decoder_decode_pool(d, pool, codes, n_frames, wav, err, sizeof err);
+    qvk_pool_free(pool);
+    return rc ? qvu_fail(QV_E_INVALID, err) : QV_OK;
 }
 
 /* ==== qv_synth ============================================================================== */
@@ -94,33 +99,38 @@ enum qv_status qv_model_decode_codes(const qv_model *cm, const int32_t *codes, i
 qv_synth_request qv_synth_default_request(void) {
     qv_synth_request r;
     memset(&r, 0, sizeof r);
+    r.struct_size = sizeof r;
     r.use_icl = r.use_wdelta = r.guard = r.trim_lead = 1;
     r.max_chunk_chars = QVE_MAX_CHUNK_CHARS_DEFAULT;
     return r;
 }
 
+/* The synthesizer's session (again after a weight delta); qv_last_error() has the detail. */
 static enum qv_status new_session(qv_synth *s) {
     qv_params p = s->p;
     p.n_threads = s->p.n_threads > 1 ? s->p.n_threads - 1 : 1; /* the decoder thread has one */
     qv_session_free(s->s);
-    enum qv_status st = qv_session_new(&s->s, s->m, &p);
-    if (st) snprintf(s->err, sizeof s->err, "%s", s->s ? qv_session_error(s->s) : qv_strerror(st));
-    return st;
+    return qv_session_new(&s->s, s->m, &p);
 }
 
 enum qv_status qv_synth_new(qv_synth **out, const qv_model *m, const qv_params *p) {
     *out = NULL;
-    if (!m || !p) return QV_E_INVALID;
+    if (!m || !p) return qvu_fail(QV_E_INVALID, "qv_synth_new: NULL argument");
+    if (p->struct_size != sizeof *p) return qvu_check_size("qv_params", p->struct_size, sizeof *p);
+    const int n = qv_threads_resolve(p->n_threads);
+    if (n > QVE_MAX_THREADS) /* checked here: the session gets one thread less */
+        return qvu_failf(QV_E_INVALID, "n_threads: expected 1..%d, found %d", QVE_MAX_THREADS, n);
     qv_synth *s = calloc(1, sizeof *s);
-    if (!s) return QV_E_NOMEM;
+    if (!s) return qvu_failf(QV_E_NOMEM, "%s: synthesizer: out of memory", m->dir);
     s->m = (qv_model *)(uintptr_t)m;
     s->p = *p;
-    s->p.n_threads = qv_threads_resolve(p->n_threads);
+    s->p.n_threads = n;
     pthread_mutex_init(&s->mu, NULL);
     __atomic_add_fetch(&s->m->n_synths, 1, __ATOMIC_SEQ_CST);
     enum qv_status st = new_session(s);
     if (!st && s->p.n_threads > 1 && !(s->full = qvk_pool_create(s->p.n_threads)))
-        st = QV_E_NOMEM;
+        st = qvu_failf(QV_E_NOMEM, "%s: pool of %d threads: out of memory", m->dir,
+                       s->p.n_threads);
     if (st) {
         qv_synth_free(s);
         return st;
@@ -130,19 +140,15 @@ enum qv_status qv_synth_new(qv_synth **out, const qv_model *m, const qv_params *
 }
 
 enum qv_status qv_synth_set_params(qv_synth *s, const qv_params *p) {
-    if (!s || !p) return QV_E_INVALID;
-    if (qv_threads_resolve(p->n_threads) != s->p.n_threads) {
-        snprintf(s->err, sizeof s->err, "n_threads %d: the synthesizer has %d", p->n_threads,
-                 s->p.n_threads);
-        return QV_E_INVALID;
-    }
+    if (!s || !p) return qvu_fail(QV_E_INVALID, "qv_synth_set_params: NULL argument");
+    if (p->struct_size != sizeof *p) return qvu_check_size("qv_params", p->struct_size, sizeof *p);
+    if (qv_threads_resolve(p->n_threads) != s->p.n_threads)
+        return qvu_failf(QV_E_INVALID, "n_threads %d: the synthesizer has %d", p->n_threads,
+                         s->p.n_threads);
     qv_params q = *p;
     q.n_threads = s->s->p.n_threads; /* the session's pool leaves the decoder thread a core */
     enum qv_status st = qv_session_set_params(s->s, &q);
-    if (st) {
-        snprintf(s->err, sizeof s->err, "%s", qv_session_error(s->s));
-        return st;
-    }
+    if (st) return st;
     const int n = s->p.n_threads;
     s->p = *p;
     s->p.n_threads = n;
@@ -165,10 +171,6 @@ void qv_synth_free(qv_synth *s) {
 
 void qv_synth_cancel(qv_synth *s) {
     if (s) atomic_store(&s->cancel, 1);
-}
-
-const char *qv_synth_error(const qv_synth *s) {
-    return s ? s->err : "";
 }
 
 void qv_synth_set_chunk_fn(qv_synth *s, qv_chunk_fn fn, void *user) {
@@ -306,12 +308,9 @@ static const qve_decoder *decoder(run *c) {
 static int decode_here(run *c, int n, char *e, size_t es) {
     qve_dec_stream *ds = qve_dec_stream_start(c->dec, 0, on_decoded, c->s, e, es);
     if (!ds) return -1;
-    qvk_blas_set_threads(c->s->p.n_threads); /* the same samples for any count */
     for (int f = 0; f < n; f++)
         if (qve_dec_stream_push(ds, c->s->codes + (size_t)f * QV_N_CODEBOOKS)) break;
-    int rc = qve_dec_stream_finish(ds, e, es);
-    qvk_blas_set_threads(1);
-    return rc;
+    return qve_dec_stream_finish(ds, e, es);
 }
 
 /* Starts the streaming decoder (its thread) for a piece. 0, or -1 (c->status, c->msg). */
@@ -332,8 +331,8 @@ static int generate(run *c, const char *text, piece *pc) {
     int32_t *ids;
     int n_ids;
     if (qv_session_tokenize(s->s, text, &ids, &n_ids))
-        return fail(c, QV_E_MODEL, "%s", qv_session_error(s->s));
-    free(ids);
+        return fail(c, QV_E_MODEL, "%s", qv_last_error());
+    qv_free(ids);
     qve_guard_init(&pc->g, n_ids, NULL);
     /* batched streams: the steps wait for this session's prefill (it comes back at its first
        frame) */
@@ -355,7 +354,7 @@ static int generate(run *c, const char *text, piece *pc) {
     int rc = 0;
     if (streams && (!c->loading || atomic_load(&c->loaded))) rc = start_stream(c, &ds, e, sizeof e);
     enum qv_status st = rc ? QV_OK : qv_session_start(s->s, &q);
-    if (st) rc = fail(c, st, "%s", qv_session_error(s->s));
+    if (st) rc = fail(c, st, "%s", qv_last_error());
     if (!rc && *qv_session_warning(s->s) && !c->st->warning[0])
         snprintf(c->st->warning, sizeof c->st->warning, "%.250s", qv_session_warning(s->s));
     /* whole chunks: the decoder thread decodes in the background while every core generates */
@@ -392,7 +391,7 @@ static int generate(run *c, const char *text, piece *pc) {
         /* alone, the talker step after a frame's codes waits until its audio is out */
         st = b ? qv_session_next_frame(s->s, fr, &done) : qve_session_frame_codes(s->s, fr, &done);
         if (st) {
-            rc = fail(c, st, "%s", qv_session_error(s->s));
+            rc = fail(c, st, "%s", qv_last_error());
             break;
         }
         if (done) {
@@ -461,7 +460,7 @@ static int synth_piece(run *c, const char *text, int depth, int *split) {
     pc.start = c->r->trim_lead ? -1 : 0;
     int rc = generate(c, text, &pc);
     if (rc == 0) {
-        qv_chunk_info ci = {++c->n_pieces, c->s->codes, pc.n_frames, NAN};
+        qv_chunk_info ci = {sizeof ci, ++c->n_pieces, c->s->codes, pc.n_frames, NAN};
         if (c->ref_xvec) {
             ci.verify = verify(c, &pc);
             if (!isnan(ci.verify)) {
@@ -543,7 +542,7 @@ static enum qv_status prepare(run *c, const qv_voice *v, qv_text_bridge *bridge)
             qv_session_free(s->s); /* sessions hold views of the old weights */
             s->s = NULL;
             const int bad = qve_voice_apply_wdelta(m, v->f, &rep, e, sizeof e);
-            if ((st = new_session(s))) return fail(c, st, "%s", s->err), st;
+            if ((st = new_session(s))) return fail(c, st, "%s", qv_last_error()), st;
             if (bad) return fail(c, QV_E_VOICE, "%s: %s", v->path, e), QV_E_VOICE;
         }
         c->st->wdelta_applied = a == QVE_WDELTA_APPLIED;
@@ -604,28 +603,29 @@ static int speak_text(run *c) {
 
 enum qv_status qv_synth_run(qv_synth *s, const qv_synth_request *r, qv_pcm_fn fn, void *user,
                             qv_synth_stats *stats) {
-    if (!s) return QV_E_INVALID;
+    if (!s) return qvu_fail(QV_E_INVALID, "qv_synth_run: NULL synthesizer");
+    if (r && r->struct_size != sizeof *r)
+        return qvu_check_size("qv_synth_request", r->struct_size, sizeof *r);
+    if (stats && stats->struct_size != sizeof *stats)
+        return qvu_check_size("qv_synth_stats", stats->struct_size, sizeof *stats);
     qv_synth_stats local;
     run c;
     memset(&c, 0, sizeof c);
     c.st = stats ? stats : &local;
     memset(c.st, 0, sizeof *c.st);
+    c.st->struct_size = sizeof *c.st;
     snprintf(c.st->guard_verdict, sizeof c.st->guard_verdict, "ok");
     c.s = s, c.r = r, c.fn = fn, c.user = user, c.t0 = now_s();
     c.stream = r && !r->whole_chunks;
-    s->err[0] = 0;
     atomic_store(&s->cancel, 0);
-    if (!r || !r->text) {
-        snprintf(s->err, sizeof s->err, "synth: no text");
-        return QV_E_INVALID;
-    }
-    if (!s->s && new_session(s)) return QV_E_NOMEM; /* lost to a failed weight delta */
+    if (!r || !r->text) return qvu_fail(QV_E_INVALID, "synth: no text");
+    enum qv_status st = s->s ? QV_OK : new_session(s); /* lost to a failed weight delta */
+    if (st) return st;
     qv_voice *opened = NULL;
     const qv_voice *v = r->voice;
     qv_text_bridge bridge;
-    enum qv_status st = QV_OK;
-    if (!v && r->voice_path && (st = qv_voice_open(&opened, r->voice_path, c.msg, sizeof c.msg)))
-        c.status = st;
+    if (!v && r->voice_path && (st = qv_voice_open(&opened, r->voice_path)))
+        c.status = st, snprintf(c.msg, sizeof c.msg, "%s", qv_last_error());
     if (!v) v = opened;
     if (!st) st = prepare(&c, v, &bridge);
     if (!st && !r->codes_only) {
@@ -644,11 +644,10 @@ enum qv_status qv_synth_run(qv_synth *s, const qv_synth_request *r, qv_pcm_fn fn
     if (c.loading) pthread_join(c.loader, NULL);
     qv_voice_free(opened);
     qve_audio_buf_free(&c.out);
-    if (st) snprintf(s->err, sizeof s->err, "%s", c.msg);
     qv_synth_stats *o = c.st;
     o->n_chunks = c.n_text_chunks;
     o->audio_seconds = (double)o->n_samples / QV_SAMPLE_RATE_HZ;
     o->total_s = now_s() - c.t0;
     o->rtf = o->audio_seconds > 0 ? o->total_s / o->audio_seconds : 0;
-    return st;
+    return qvu_fail(st, c.msg);
 }

@@ -8,6 +8,7 @@
 #include "engine/model.h"
 #include "engine/voice_load.h"
 #include "engine/voice_verify.h"
+#include "util/api.h"
 
 /* err = where NAME was looked for (qvf_voice_find's order). */
 static void not_found(const char *name, char *err, size_t es) {
@@ -31,7 +32,7 @@ static void not_found(const char *name, char *err, size_t es) {
     }
 }
 
-enum qv_status qv_voice_open(qv_voice **out, const char *path_or_name, char *err, size_t es) {
+static enum qv_status voice_open(qv_voice **out, const char *path_or_name, char *err, size_t es) {
     *out = NULL;
     if (!path_or_name || !*path_or_name) {
         snprintf(err, es, "voice: empty name");
@@ -56,7 +57,7 @@ enum qv_status qv_voice_open(qv_voice **out, const char *path_or_name, char *err
     if (f->n_frames && f->codes) {
         const size_t n = (size_t)f->n_frames * QV_N_CODEBOOKS;
         if (!(v->codes = malloc(n * sizeof *v->codes))) {
-            snprintf(err, es, "%s: out of memory", v->path);
+            snprintf(err, es, "%.400s: out of memory", v->path);
             qv_voice_free(v);
             return QV_E_NOMEM;
         }
@@ -92,8 +93,19 @@ int qv_voice_has_wdelta(const qv_voice *v) {
     return v->f->has_wdelta;
 }
 
-enum qv_status qv_voice_check(const qv_voice *v, const qv_model *m, char *err, size_t es) {
-    return qve_voice_check(v, m, 1, err, es);
+enum qv_status qv_voice_open(qv_voice **out, const char *path_or_name) {
+    char err[QVU_DETAIL_SIZE] = "";
+    return qvu_fail(voice_open(out, path_or_name, err, sizeof err), err);
+}
+
+enum qv_status qv_voice_check(const qv_voice *v, const qv_model *m, char **warning) {
+    char err[QVU_DETAIL_SIZE] = "";
+    if (warning) *warning = NULL;
+    if (!v || !m) return qvu_fail(QV_E_INVALID, "qv_voice_check: NULL argument");
+    const enum qv_status st = qve_voice_check(v, m, 1, err, sizeof err);
+    if (st || !err[0] || !warning) return qvu_fail(st, err);
+    if (!(*warning = strdup(err))) return qvu_failf(QV_E_NOMEM, "%s: out of memory", v->path);
+    return QV_OK;
 }
 
 enum qv_status qve_voice_check(const qv_voice *v, const qv_model *m, int with_delta, char *err,
@@ -143,6 +155,7 @@ void qve_voice_request(const qv_voice *v, const qv_model *m, int use_icl, qv_req
             bridge->fc1_weight = f->wovr_fc1_w, bridge->fc1_bias = f->wovr_fc1_b;
             bridge->fc2_weight = f->wovr_fc2_w, bridge->fc2_bias = f->wovr_fc2_b;
             bridge->codec_rows = f->wovr_codec, bridge->n_codec_rows = (int)f->wovr_cv;
+            bridge->struct_size = sizeof *bridge;
             r->bridge = bridge;
         } else {
             snprintf(warn, ws, "%s: model bridge for hidden %u/%u ignored (model %d/%d)", v->path,

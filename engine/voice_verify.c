@@ -14,18 +14,30 @@
 #include "engine/voice_load.h"
 #include "engine/voice_verify.h"
 #include "include/qvoice.h"
+#include "util/api.h"
 #include "voicefmt/qvf.h"
+
+#define REPORT_BYTES 16384 /* a few dozen lines at most: every tensor of a delta can be named */
 
 typedef struct {
     char *out;
     size_t size, used;
     const char *path;
     int n_bad; /* problems (warnings excluded) */
+    char first[QVU_DETAIL_SIZE]; /* the first problem, for qv_last_error */
 } report;
 
 static void say(report *r, int problem, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void say(report *r, int problem, const char *fmt, ...) {
     r->n_bad += problem;
+    if (problem && !r->first[0]) {
+        int n = snprintf(r->first, sizeof r->first, "%s: ", r->path);
+        va_list ap;
+        va_start(ap, fmt);
+        if (n > 0 && (size_t)n < sizeof r->first)
+            vsnprintf(r->first + n, sizeof r->first - (size_t)n, fmt, ap);
+        va_end(ap);
+    }
     if (!r->out || r->used + 1 >= r->size) return;
     int n = snprintf(r->out + r->used, r->size - r->used, "%s%s: %s", r->used ? "\n" : "", r->path,
                      problem ? "" : "warning: ");
@@ -119,19 +131,19 @@ static int check_sibling(report *r, const qvf_voice *v, const qv_model *m, const
 }
 
 enum qv_status qv_voice_file_verify(const char *model_dir, const char *voice_path, int flags,
-                                    char *out, size_t out_size) {
-    report r = {out, out_size, 0, voice_path, 0};
-    if (out && out_size) out[0] = 0;
-    char err[1024];
+                                    char **out) {
+    *out = calloc(1, REPORT_BYTES);
+    report r = {*out, REPORT_BYTES, 0, voice_path, 0, ""};
+    char err[QVU_DETAIL_SIZE];
     qvf_voice *v;
     if (qvf_read_file(voice_path, 0, &v, err, sizeof err)) {
-        if (out && out_size) snprintf(out, out_size, "%s", err);
-        return QV_E_VOICE;
+        if (*out) snprintf(*out, REPORT_BYTES, "%s", err);
+        return qvu_fail(QV_E_VOICE, err);
     }
     qv_model *m;
-    enum qv_status st = qv_model_load(&m, model_dir, err, sizeof err);
+    enum qv_status st = qv_model_load(&m, model_dir);
     if (st) {
-        if (out && out_size) snprintf(out, out_size, "%s", err);
+        if (*out) snprintf(*out, REPORT_BYTES, "%s", qv_last_error());
         qvf_voice_free(v);
         return st;
     }
@@ -141,5 +153,6 @@ enum qv_status qv_voice_file_verify(const char *model_dir, const char *voice_pat
     if (!r.n_bad) foreign = check_sibling(&r, v, m, model_dir, flags & QV_VERIFY_FORCE);
     qv_model_free(m);
     qvf_voice_free(v);
-    return r.n_bad == foreign && foreign ? QV_E_FOREIGN_VOICE : r.n_bad ? QV_E_VOICE : QV_OK;
+    st = r.n_bad == foreign && foreign ? QV_E_FOREIGN_VOICE : r.n_bad ? QV_E_VOICE : QV_OK;
+    return qvu_fail(st, r.first);
 }

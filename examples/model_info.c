@@ -12,10 +12,9 @@
 int main(int argc, char **argv) {
     printf("qvoice %s, qvf %s\n", qv_version(), qvf_version());
     if (argc < 2) return 0;
-    char err[512];
     qv_model *m;
-    if (qv_model_load(&m, argv[1], err, sizeof err)) {
-        fprintf(stderr, "model_info: %s\n", err);
+    if (qv_model_load(&m, argv[1])) {
+        fprintf(stderr, "model_info: %s\n", qv_last_error());
         return 1;
     }
     qv_params p = qv_model_params(m);

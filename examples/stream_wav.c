@@ -56,15 +56,14 @@ int main(int argc, char **argv) {
     }
     const char *text = argc > 4 ? argv[4] : "The lighthouse keeper climbed the stairs at dusk.";
     const char *instruct = argc > 5 ? argv[5] : "Speak slowly, in a calm and warm voice.";
-    char err[1024];
     qv_model *m = NULL;
     qv_voice *v = NULL;
     qv_synth *s = NULL;
     wav w = {0};
     int rc = 1;
-    if (qv_model_load(&m, argv[1], err, sizeof err) || qv_voice_open(&v, argv[2], err, sizeof err) ||
-        qv_voice_check(v, m, err, sizeof err)) {
-        fprintf(stderr, "stream_wav: %s\n", err);
+    if (qv_model_load(&m, argv[1]) || qv_voice_open(&v, argv[2]) ||
+        qv_voice_check(v, m, NULL)) {
+        fprintf(stderr, "stream_wav: %s\n", qv_last_error());
         goto out;
     }
     qv_params p = qv_model_params(m);
@@ -83,10 +82,10 @@ int main(int argc, char **argv) {
     r.voice = v;
     r.instruct = instruct;
     r.max_seconds = 1.2; /* synthetic (random) weights never end by themselves */
-    qv_synth_stats st;
+    qv_synth_stats st = {.struct_size = sizeof st};
     enum qv_status e = qv_synth_run(s, &r, on_pcm, &w, &st);
     if (e) {
-        fprintf(stderr, "stream_wav: %s: %s\n", qv_strerror(e), qv_synth_error(s));
+        fprintf(stderr, "stream_wav: %s: %s\n", qv_strerror(e), qv_last_error());
         goto out;
     }
     printf("%s: %.2f s of audio (%d frames) in %.2f s, first audio after %.2f s\n", argv[3],

@@ -10,8 +10,8 @@
  *
  * Thread safety: loaded models are read-only and may be shared; each call allocates its own
  * activations. Parallelism comes from a qvk_pool the caller passes (NULL = calling thread only):
- * rows/chunks/heads are shared out and each piece runs a single-threaded sgemm, so with a pool of
- * n > 1 threads set qvk_blas_set_threads(1) to stay within n cores. Every output element is summed
+ * rows/chunks/heads are shared out and each piece runs a single-threaded sgemm (qvk_sgemm), so a
+ * pool of n threads stays within n cores. Every output element is summed
  * in the same order whatever the split, so results are identical for any pool size (tested).
  */
 #ifndef QV_FEATURES_H

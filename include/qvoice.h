@@ -2,18 +2,17 @@
  *
  * Usage (text to audio, streamed to a callback; complete program: examples/stream_wav.c):
  *
- *     char err[512];
  *     qv_model *m;
- *     if (qv_model_load(&m, "models/Qwen3-TTS-12Hz-0.6B-CustomVoice", err, sizeof err))
- *         { fprintf(stderr, "%s\n", err); return 1; }
+ *     if (qv_model_load(&m, "models/Qwen3-TTS-12Hz-0.6B-CustomVoice"))
+ *         { fprintf(stderr, "%s\n", qv_last_error()); return 1; }
  *     qv_params p = qv_model_params(m);            // generation_config.json defaults
  *     p.seed = 42;
  *     p.n_threads = qv_threads_resolve(0);         // every core
  *     qv_synth *y;
- *     qv_synth_new(&y, m, &p);
+ *     if (qv_synth_new(&y, m, &p)) { ... qv_last_error() ... }
  *     qv_synth_request q = qv_synth_default_request();
  *     q.text = "Hello world."; q.speaker = "ryan";   // or q.voice_path = "voices/me.qvoice"
- *     if (qv_synth_run(y, &q, on_pcm, user, NULL)) { fprintf(stderr, "%s\n", qv_synth_error(y)); }
+ *     if (qv_synth_run(y, &q, on_pcm, user, NULL)) { fprintf(stderr, "%s\n", qv_last_error()); }
  *     qv_synth_free(y);
  *
  * Or codes for one utterance, frame by frame:
@@ -22,14 +21,25 @@
  *     qv_session_new(&s, m, &p);
  *     qv_request r = qv_default_request();
  *     r.text = "Hello world."; r.speaker = "ryan"; r.language = "english";
- *     if (qv_session_start(s, &r)) { fprintf(stderr, "%s\n", qv_session_error(s)); ... }
+ *     if (qv_session_start(s, &r)) { fprintf(stderr, "%s\n", qv_last_error()); ... }
  *     int32_t codes[QV_N_CODEBOOKS]; int done = 0;
  *     while (!qv_session_next_frame(s, codes, &done) && !done) { ... use one 80 ms frame ... }
  *     qv_session_free(s); qv_model_free(m);
  *
+ * Errors, one convention: every function that can fail returns enum qv_status (QV_OK = 0) and
+ * hands objects back through an out-parameter (NULL on failure). On failure qv_last_error() gives
+ * a one-line detail naming the file or field ("FILE: problem"); it is per thread, so concurrent
+ * calls on other threads do not overwrite it, and it stays until the next failing call on this
+ * thread.
+ * Structs: every struct passed in or out begins with uint32_t struct_size, set by its
+ * qv_*_default*() function (or, for qv_synth_stats, by the caller: {.struct_size = sizeof st});
+ * a call given another size fails with QV_E_ABI (built against another qvoice.h).
+ * Memory: what the library allocates and hands over (qv_file_read's buffer, token ids, JSON
+ * reports) is released with qv_free(), never free(); handles have their own *_free().
  * Thread safety: a qv_model is read-only after load (but for a voice's weight delta, see
  * use_wdelta) and may be shared by any number of threads, sessions and syntheses; a qv_session
- * or qv_synth belongs to one thread at a time. Nothing here prints or exits.
+ * or qv_synth belongs to one thread at a time. Nothing here prints or exits, and no call changes
+ * process-wide state (OpenBLAS runs single-threaded; the library's own pools do the parallelism).
  * Determinism: with sampling on, a given seed gives the same codes for any n_threads.
  */
 #ifndef QVOICE_H
@@ -74,7 +84,8 @@ const char *qv_version(void);
     X(QV_E_CANCELLED, "cancelled")                                                             \
     X(QV_E_AUDIO, "cannot read or use the reference audio")                                    \
     X(QV_E_IO, "cannot write the output")                                                        \
-    X(QV_E_VOCAB, "the text uses tokens outside the model's pruned vocabulary")
+    X(QV_E_VOCAB, "the text uses tokens outside the model's pruned vocabulary")                 \
+    X(QV_E_ABI, "a struct's struct_size does not match this library's qvoice.h")
 
 #define QV_STATUS_ENUM_(name, text) name,
 enum qv_status { QV_STATUS_LIST(QV_STATUS_ENUM_) QV_STATUS_COUNT };
@@ -82,14 +93,20 @@ enum qv_status { QV_STATUS_LIST(QV_STATUS_ENUM_) QV_STATUS_COUNT };
 
 /* Static text for a status ("unknown status" for out-of-range values). */
 const char *qv_strerror(enum qv_status st);
+/* One-line detail of the last call on this thread that failed ("" when none yet): borrowed, valid
+ * until the next failing qv_ call on this thread. Never NULL. */
+const char *qv_last_error(void);
+/* Releases memory the library handed over (documented per function as "release with qv_free").
+ * Accepts NULL. */
+void qv_free(void *p);
 
 /* ==== model ================================================================================== */
 
 typedef struct qv_model qv_model;
 
 /* Loads config.json, generation_config.json and model.safetensors (kept mmapped) from dir.
- * On failure *out = NULL, a status is returned and err gets one line "FILE: problem". */
-enum qv_status qv_model_load(qv_model **out, const char *dir, char *err, size_t err_size);
+ * On failure *out = NULL and a status is returned (QV_E_MODEL, QV_E_NOMEM). */
+enum qv_status qv_model_load(qv_model **out, const char *dir);
 void qv_model_free(qv_model *m); /* accepts NULL */
 
 /* "base", "custom_voice" or "voice_design"; "0b6" or "1b7". Borrowed, valid while m lives. */
@@ -106,10 +123,11 @@ const char *qv_model_language(const qv_model *m, int i);
 
 /* Decodes codes [n_frames][16] (as generated) to wav[n_frames * QV_SAMPLES_PER_FRAME] with the
  * model's speech decoder, n_threads (qv_threads_resolve) for its matrix products; the same
- * samples as a synthesis delivers for those frames before trimming and joining. QV_E_INVALID
- * for a code outside [0, 2048), QV_E_MODEL when the decoder cannot be loaded; err says which. */
+ * samples as a synthesis delivers for those frames before trimming and joining (bit-identical for
+ * any n_threads). QV_E_INVALID for a code outside [0, 2048), QV_E_MODEL when the decoder cannot
+ * be loaded, QV_E_NOMEM. */
 enum qv_status qv_model_decode_codes(const qv_model *m, const int32_t *codes, int n_frames,
-                                     int n_threads, float *wav, char *err, size_t err_size);
+                                     int n_threads, float *wav);
 
 /* Batched streams: from this call on, sessions of m that ask for their next frame at about the
  * same time, each on its own thread, advance together in one step (up to max_streams of them,
@@ -126,6 +144,7 @@ void qv_model_batch_stats(const qv_model *m, int64_t *n_steps, int64_t *n_frames
 /* ==== parameters ============================================================================= */
 
 typedef struct {
+    uint32_t struct_size;     /* sizeof(qv_params), set by qv_default_params / qv_model_params */
     int n_threads;            /* compute threads (>= 1) */
     uint64_t seed;            /* RNG seed for sampling */
     int do_sample;            /* 0 = greedy talker (after penalty and suppression) */
@@ -169,6 +188,7 @@ enum qv_text_layout {
  * the model's: fc1 [text_hidden, text_hidden] bf16, fc2 [hidden, text_hidden] bf16, biases f32,
  * codec_rows [n_codec_rows, hidden] bf16. */
 typedef struct {
+    uint32_t struct_size; /* sizeof(qv_text_bridge) */
     const uint16_t *fc1_weight;
     const float *fc1_bias;
     const uint16_t *fc2_weight;
@@ -178,6 +198,7 @@ typedef struct {
 } qv_text_bridge;
 
 typedef struct {
+    uint32_t struct_size;    /* sizeof(qv_request), set by qv_default_request */
     const char *text;        /* target text, UTF-8; used when text_ids is NULL */
     const char *instruct;    /* instruction / voice description; used when instruct_ids is NULL */
     const char *ref_text;    /* ICL transcript; used when ref_text_ids is NULL */
@@ -207,12 +228,13 @@ qv_request qv_default_request(void); /* all empty, language auto, default layout
 
 typedef struct qv_session qv_session;
 
-/* A session owns the thread pool, KV caches and scratch for one utterance at a time. */
+/* A session owns the thread pool, KV caches and scratch for one utterance at a time.
+ * QV_E_INVALID (the detail names the field), QV_E_ABI, QV_E_NOMEM. */
 enum qv_status qv_session_new(qv_session **out, const qv_model *m, const qv_params *p);
 void qv_session_free(qv_session *s); /* accepts NULL */
 /* New sampling parameters (seed, sampling, max_frames, ignore_eos) for the next
  * qv_session_start, keeping the pool, scratch and tokenizer; n_threads and quant must stay as
- * created. QV_E_INVALID (qv_session_error says which field) and nothing changed, else QV_OK.
+ * created. QV_E_INVALID (the detail says which field) and nothing changed, else QV_OK.
  * Not while an utterance generates. */
 enum qv_status qv_session_set_params(qv_session *s, const qv_params *p);
 
@@ -225,11 +247,9 @@ enum qv_status qv_session_start(qv_session *s, const qv_request *r);
 enum qv_status qv_session_next_frame(qv_session *s, int32_t codes[QV_N_CODEBOOKS], int *done);
 int qv_session_n_frames(const qv_session *s); /* frames produced in this utterance */
 /* Token ids of UTF-8 text with the model's Qwen2 tokenizer (opened on first use from the model
- * directory). *ids is malloc'd (caller frees). QV_E_MODEL if the tokenizer files are bad,
+ * directory). *ids: release with qv_free. QV_E_MODEL if the tokenizer files are bad,
  * QV_E_INVALID for invalid UTF-8. */
 enum qv_status qv_session_tokenize(qv_session *s, const char *text, int32_t **ids, int *n_ids);
-/* One-line detail of the last error of this session (borrowed, "" when none). */
-const char *qv_session_error(const qv_session *s);
 /* One-line non-fatal note of the last qv_session_start (borrowed, "" when none): e.g. the ids and
  * text a pruned vocabulary lacks. */
 const char *qv_session_warning(const qv_session *s);
@@ -248,8 +268,8 @@ int qv_threads_resolve(int n);
 typedef struct qv_voice qv_voice;
 
 /* Opens path, or a voice NAME looked up as voices/NAME.qvoice then in each $QVOICE_PATH
- * directory. On failure *out = NULL, QV_E_VOICE, err = "FILE: problem". */
-enum qv_status qv_voice_open(qv_voice **out, const char *path_or_name, char *err, size_t err_size);
+ * directory. On failure *out = NULL, QV_E_VOICE (or QV_E_NOMEM). */
+enum qv_status qv_voice_open(qv_voice **out, const char *path_or_name);
 void qv_voice_free(qv_voice *v); /* accepts NULL */
 const char *qv_voice_name(const qv_voice *v);     /* "" when unnamed; borrowed */
 const char *qv_voice_language(const qv_voice *v); /* "" when unset; borrowed */
@@ -262,9 +282,10 @@ int qv_voice_has_wdelta(const qv_voice *v);       /* carries a weight delta */
  * release) judged from the text-side rows it carries. QV_OK; QV_E_VOICE (cannot be used: wrong
  * size, delta for another checkpoint); QV_E_FOREIGN_VOICE (usable but made with an unrelated
  * checkpoint: speak warns, voicefmt verify --model fails; force it with the request's
- * force_voice). err gets the one-line reason; with QV_OK it holds a warning when the voice
- * carries no text-side rows to judge by ("" otherwise). */
-enum qv_status qv_voice_check(const qv_voice *v, const qv_model *m, char *err, size_t err_size);
+ * force_voice). qv_last_error() has the one-line reason. *warning (may be NULL) gets a
+ * warning with QV_OK when the voice carries no text-side rows to judge by, else NULL; release it
+ * with qv_free. */
+enum qv_status qv_voice_check(const qv_voice *v, const qv_model *m, char **warning);
 
 /* What `voicefmt verify --model` checks, for a voice file and a model directory: x-vector, TPAD
  * and WOVR sizes; a weight delta (made for this checkpoint or this is its source, as synthesis
@@ -272,12 +293,13 @@ enum qv_status qv_voice_check(const qv_voice *v, const qv_model *m, char *err, s
  * SHA-256); and whether the
  * voice was made with the model's sibling checkpoint (judged from its TPAD/WOVR rows; without
  * them a warning "cannot tell"; QV_VERIFY_FORCE makes a foreign voice a warning). Loads the
- * model with qv_model_load for the call. report gets every problem and warning, one line each
- * ("PATH: problem", "PATH: warning: ..."). QV_OK (warnings possible), QV_E_FOREIGN_VOICE (that is
- * the only problem), QV_E_VOICE, or qv_model_load's status. */
+ * model with qv_model_load for the call. *report gets every problem and warning, one line each
+ * ("PATH: problem", "PATH: warning: ..."), on failure too; release it with qv_free (NULL when
+ * out of memory). QV_OK (warnings possible), QV_E_FOREIGN_VOICE (that is the only problem),
+ * QV_E_VOICE, or qv_model_load's status; qv_last_error() has the first problem. */
 enum { QV_VERIFY_DEEP = 1, QV_VERIFY_FORCE = 2 };
 enum qv_status qv_voice_file_verify(const char *model_dir, const char *voice_path, int flags,
-                                    char *report, size_t report_size);
+                                    char **report);
 
 /* ==== synthesis: text to 24 kHz audio ========================================================= */
 
@@ -288,6 +310,7 @@ enum qv_status qv_voice_file_verify(const char *model_dir, const char *voice_pat
 typedef int (*qv_pcm_fn)(void *user, const float *pcm, int n_samples);
 
 typedef struct {
+    uint32_t struct_size;    /* sizeof(qv_synth_request), set by qv_synth_default_request */
     const char *text;        /* UTF-8; long text is split at sentence ends; [pause:500ms] tags */
     const char *language;    /* NULL or "auto", or a name from qv_model_language */
     const char *speaker;     /* preset speaker (CustomVoice), or NULL */
@@ -324,6 +347,7 @@ typedef struct {
 qv_synth_request qv_synth_default_request(void);
 
 typedef struct {
+    uint32_t struct_size;     /* the caller sets sizeof(qv_synth_stats) before qv_synth_run */
     int n_chunks;             /* text chunks synthesized (pauses excluded) */
     int n_frames;             /* codec frames generated (80 ms each), retries excluded */
     int64_t n_samples;        /* samples delivered */
@@ -345,11 +369,12 @@ typedef struct {
  * concurrently on one model, each on its own thread. */
 typedef struct qv_synth qv_synth;
 
+/* QV_E_INVALID (the detail names the field), QV_E_ABI, QV_E_NOMEM. */
 enum qv_status qv_synth_new(qv_synth **out, const qv_model *m, const qv_params *p);
 void qv_synth_free(qv_synth *s); /* accepts NULL; not while a synthesis runs */
 /* qv_session_set_params for the synthesizer: the next qv_synth_run uses p, reusing the session,
  * pools, decoder scratch and tokenizer (a server slot serving requests with different seeds).
- * QV_E_INVALID (qv_synth_error has the detail) if n_threads or quant differ or p is invalid;
+ * QV_E_INVALID (with the detail) if n_threads or quant differ or p is invalid;
  * nothing changes then. Not while a synthesis runs. */
 enum qv_status qv_synth_set_params(qv_synth *s, const qv_params *p);
 
@@ -358,13 +383,14 @@ enum qv_status qv_synth_set_params(qv_synth *s, const qv_params *p);
  * ends the synthesis with QV_E_GUARD (the delivered audio is incomplete: callers writing a file
  * must discard it). Streaming and one-shot delivery give bit-identical samples for one seed.
  * st may be NULL. Errors: those of qv_session_start, QV_E_VOICE, QV_E_FOREIGN_VOICE,
- * QV_E_GUARD, QV_E_CANCELLED; qv_synth_error has the detail. */
+ * QV_E_GUARD, QV_E_CANCELLED, QV_E_ABI (r or st). */
 enum qv_status qv_synth_run(qv_synth *s, const qv_synth_request *r, qv_pcm_fn fn, void *user,
                             qv_synth_stats *st);
 /* A chunk (a text chunk, or one half of one split after a guard trip) that completed and passed
  * the guard, in order. codes: its frames [n_frames][16], valid during the call. verify: speaker
  * similarity of its audio to the voice (verify_model_dir), NAN when not computed or too short. */
 typedef struct {
+    uint32_t struct_size; /* sizeof(qv_chunk_info) of the library that calls */
     int index; /* 1, 2, ... over the chunks of this synthesis */
     const int32_t *codes;
     int n_frames;
@@ -377,8 +403,6 @@ void qv_synth_set_chunk_fn(qv_synth *s, qv_chunk_fn fn, void *user);
 /* Asks the running qv_synth_run to stop (from any thread, also a signal handler); it returns
  * QV_E_CANCELLED within about one frame. A no-op when nothing runs. */
 void qv_synth_cancel(qv_synth *s);
-/* One-line detail of the last error (borrowed, "" when none). */
-const char *qv_synth_error(const qv_synth *s);
 
 /* ==== cloning: reference audio to a voice file ================================================ */
 
@@ -387,10 +411,9 @@ const char *qv_synth_error(const qv_synth *s);
  * calls. */
 typedef struct qv_cloner qv_cloner;
 
-/* n_threads as qv_threads_resolve. QV_E_MODEL for a model that is not a Base (the error says
+/* n_threads as qv_threads_resolve. QV_E_MODEL for a model that is not a Base (the detail says
  * so). */
-enum qv_status qv_cloner_load(qv_cloner **out, const char *base_dir, int n_threads, char *err,
-                              size_t err_size);
+enum qv_status qv_cloner_load(qv_cloner **out, const char *base_dir, int n_threads);
 void qv_cloner_free(qv_cloner *c); /* accepts NULL */
 
 /* The part of the (trimmed) reference the ICL prompt uses; the transcript must say exactly what
@@ -403,6 +426,7 @@ enum qv_icl_window {
 #define QV_ICL_MAX_SECONDS 30.0
 
 typedef struct {
+    uint32_t struct_size;     /* sizeof(qv_clone_request), set by qv_clone_default_request */
     const char *audio_path;   /* reference audio in any libsndfile format, or NULL and: */
     const float *pcm;         /* mono samples at sample_rate_hz */
     int64_t n_samples;
@@ -428,20 +452,21 @@ qv_clone_request qv_clone_default_request(void);
 
 /* Clones r into out_path, written atomically (nothing is left behind on failure or kill; the plot
  * neither). out_path NULL: everything but the writing (e.g. to see the QV_ICL_AUTO span first).
- * *report_json (may be NULL) gets a malloc'd JSON object, on failure too ("ok": false, "error"):
+ * *report_json (may be NULL; release with qv_free) gets a JSON object, on failure too ("ok":
+ * false, "error"):
  * the voice's identity, sizes, the audio (integrated loudness in LUFS), the hygiene report (used
  * span, transcript fit, level) and its human text ("hygiene_text"), warnings, timings. QV_E_AUDIO
  * for unusable audio, QV_E_INVALID for a bad request or a transcript that does not fit, QV_E_MODEL,
- * QV_E_IO; err names the problem ("FILE: problem"). */
+ * QV_E_IO, QV_E_ABI; the detail names the problem ("FILE: problem"). */
 enum qv_status qv_clone_run(const qv_cloner *c, const qv_clone_request *r, const char *out_path,
-                            char **report_json, char *err, size_t err_size);
+                            char **report_json);
 
 /* Speaker similarity of a and b, each a voice file (.qvoice or .bin: its x-vector) or reference
  * audio (its x-vector computed with c over at most max_seconds; c may be NULL when both are voice
- * files). *report_json: {"a", "b", "cosine", "norm_a", "norm_b", "dim"} (malloc'd). */
+ * files). *report_json: {"a", "b", "cosine", "norm_a", "norm_b", "dim"} (may be NULL; release
+ * with qv_free). */
 enum qv_status qv_clone_similarity(const qv_cloner *c, const char *a, const char *b,
-                                   double max_seconds, double *cosine, char **report_json,
-                                   char *err, size_t err_size);
+                                   double max_seconds, double *cosine, char **report_json);
 
 /* ==== audio ================================================================================== */
 
@@ -457,18 +482,18 @@ enum qv_status qv_loudness_lufs(const float *pcm, int64_t n_samples, double *luf
  * ".NAME.tmp.PID.N" is removed by the next write to that path. One writer per thread. */
 typedef struct qv_outfile qv_outfile;
 
-/* QV_OK, or QV_E_IO with err = "PATH: problem". */
-enum qv_status qv_outfile_open(qv_outfile **out, const char *path, char *err, size_t err_size);
+/* QV_OK, or QV_E_IO ("PATH: problem"). */
+enum qv_status qv_outfile_open(qv_outfile **out, const char *path);
 int qv_outfile_fd(const qv_outfile *f);     /* write here (e.g. sf_open_fd); do not close it */
 FILE *qv_outfile_stream(qv_outfile *f);     /* or here (owned by f; NULL when out of memory) */
 /* Flush, fsync, put in place, fsync the directory; frees f. QV_OK or QV_E_IO (nothing left). */
-enum qv_status qv_outfile_commit(qv_outfile *f, char *err, size_t err_size);
+enum qv_status qv_outfile_commit(qv_outfile *f);
 void qv_outfile_abort(qv_outfile *f); /* discards and frees; accepts NULL */
 
-/* A whole file (regular, pipe, /dev/stdin) into a malloc'd buffer with a NUL after its
- * *n_bytes bytes; NULL with err = "PATH: problem" when it cannot be read or exceeds max_bytes. */
-char *qv_file_read(const char *path, size_t max_bytes, size_t *n_bytes, char *err,
-                   size_t err_size);
+/* A whole file (regular, pipe, /dev/stdin) into *data (release with qv_free) with a NUL after
+ * its *n_bytes bytes; *data = NULL and QV_E_IO when it cannot be read, QV_E_LIMIT when it
+ * exceeds max_bytes, QV_E_NOMEM. */
+enum qv_status qv_file_read(const char *path, size_t max_bytes, char **data, size_t *n_bytes);
 
 #ifdef __cplusplus
 }

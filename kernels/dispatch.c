@@ -55,7 +55,7 @@ static void pick(void) {
 
 static void init_once(void) {
     pick();
-    qvk_blas_set_threads(1);
+    qvk_blas_init();
 }
 
 void qvk_init(void) {

@@ -123,7 +123,7 @@ void qvk_linear_f32(float *restrict y, const float *restrict x, const float *res
  * Above, the variant's GEMM: AVX-512 splits X into bf16 hi + lo for vdpbf16ps (X kept to 2⁻¹⁶
  * relative, exact products, f32 sums: gemm_avx512.c); AVX2 widens W in registers for f32 FMAs
  * (gemm_avx2.c); scalar widens W chunk by chunk into scratch for sgemm (each pool thread calls
- * OpenBLAS: keep qvk_blas_set_threads at 1 when the pool has several threads). scratch:
+ * single-threaded OpenBLAS). scratch:
  * qvk_linear_bf16_scratch(n_rows, n_in, largest n_out) floats (the GEMMs touch only the
  * n_rows·n_in part holding the packed X). */
 #define QVK_LINEAR_DIRECT_MAX_ROWS 8
@@ -134,11 +134,12 @@ void qvk_linear_bf16_multi(qvk_pool *pool, const float *restrict x, int n_rows, 
 void qvk_linear_bf16(qvk_pool *pool, float *restrict y, const float *restrict x,
                      const uint16_t *restrict w, const float *restrict bias, int n_rows,
                      int n_in, int n_out, float *restrict scratch);
-/* General sgemm passthrough: C[M,N] = alpha·op(A)·op(B) + beta·C, row-major, like cblas. */
+/* General sgemm passthrough: C[M,N] = alpha·op(A)·op(B) + beta·C, row-major, like cblas; always
+ * single-threaded (parallelism is the caller's pool). */
 void qvk_sgemm(int trans_a, int trans_b, int m, int n, int k, float alpha, const float *a,
                int lda, const float *b, int ldb, float beta, float *c, int ldc);
-/* Threads OpenBLAS may use (the one place that sets it). Default 1. */
-void qvk_blas_set_threads(int n);
+/* Sets OpenBLAS to one thread for the whole process; called once by qvk_init. */
+void qvk_blas_init(void);
 
 /* ---- element-wise and normalisation (in place allowed: y may equal x) ------------------ */
 
@@ -209,8 +210,7 @@ int qvk_conv_transpose1d(float *restrict y, const float *restrict x, int c_in, i
                          int t_in, int k, int stride, int trim_right, const float *restrict w,
                          const float *restrict b, float *restrict scratch);
 
-/* Long inputs in chunks, shared by a pool (NULL = caller only; OpenBLAS should then run
- * single-threaded). Scratch floats one thread needs (independent of t_in); with a pool, scratch
+/* Long inputs in chunks, shared by a pool (NULL = caller only). Scratch floats one thread needs (independent of t_in); with a pool, scratch
  * holds qvk_pool_threads(pool) such slices. */
 size_t qvk_conv_chunk_scratch(const qvk_conv *cv);
 /* y[c_out, t_out] (row stride ldy) = conv(x[c_in, t_in] (row stride ldx)); W [c_out, c_in, k]

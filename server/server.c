@@ -454,7 +454,8 @@ static int load_models(qv_server *s, const qv_server_config *c, char *err, size_
             m->dir[--n] = 0;
         const char *base = strrchr(m->dir, '/');
         if (!(m->name = strdup(base ? base + 1 : m->dir))) return QV_E_NOMEM;
-        enum qv_status st = qv_model_load(&m->model, m->dir, err, es);
+        enum qv_status st = qv_model_load(&m->model, m->dir);
+        if (st) snprintf(err, es, "%s", qv_last_error());
         if (!st && (st = qv_model_set_batching(m->model, c->batch_streams)))
             snprintf(err, es, "%s: cannot batch %d streams: %s", m->dir, c->batch_streams,
                      qv_strerror(st));
@@ -490,8 +491,10 @@ enum qv_status qv_server_start(qv_server **out, const qv_server_config *c, char 
     if (c->api_key_file && read_keys(s, c->api_key_file, err, es)) goto fail;
     s->n_threads = qv_threads_resolve(c->n_threads);
     if (c->clone_model_dir &&
-        (st = qv_cloner_load(&s->cloner, c->clone_model_dir, s->n_threads, err, es)))
+        (st = qv_cloner_load(&s->cloner, c->clone_model_dir, s->n_threads))) {
+        snprintf(err, es, "%s", qv_last_error());
         goto fail;
+    }
     if (!(s->slots = calloc((size_t)c->max_concurrency, sizeof *s->slots))) goto nomem;
     s->n_slots = c->max_concurrency;
     for (int i = 0; i < s->n_slots;
@@ -501,7 +504,7 @@ enum qv_status qv_server_start(qv_server **out, const qv_server_config *c, char 
         s->slots[i].params.quant = c->quant;
         if ((st = qv_synth_new(&s->slots[i].synth, s->models[0].model, &s->slots[i].params))) {
             snprintf(err, es, "%s: cannot create a synthesizer: %s", s->models[0].dir,
-                     qv_strerror(st));
+                     qv_last_error());
             goto fail;
         }
     }

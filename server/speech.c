@@ -137,7 +137,7 @@ static void *worker(void *arg) {
     qv_server *s = j->s;
     int j_slot = j->slot;
     qv_synth *sy = s->slots[j_slot].synth;
-    qv_synth_stats st = {0};
+    qv_synth_stats st = {.struct_size = sizeof st};
     enum qv_status rc = qv_synth_run(sy, &j->r, on_pcm, j, &st);
     pthread_mutex_lock(&j->mu);
     int capped = j->capped && !j->cancel;
@@ -154,7 +154,7 @@ static void *worker(void *arg) {
     pthread_mutex_lock(&j->mu);
     j->st = rc;
     j->stats = st;
-    if (rc && !j->err[0]) snprintf(j->err, sizeof j->err, "%s", qv_synth_error(sy));
+    if (rc && !j->err[0]) snprintf(j->err, sizeof j->err, "%s", qv_last_error());
     j->done = 1;
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
@@ -474,6 +474,7 @@ static int failure_status(const job *j, const char **type, const char **code) {
     case QV_OK:
     case QV_E_MODEL:
     case QV_E_STATE:
+    case QV_E_ABI:
     case QV_E_AUDIO:
     case QV_E_IO:
     case QV_STATUS_COUNT:

@@ -409,10 +409,12 @@ static enum MHD_Result store_qvoice(qv_server *s, struct MHD_Connection *c, req 
     cJSON *report = cJSON_CreateObject();
     {
         qv_voice *qv;
-        enum qv_status st = qv_voice_open(&qv, u->tmp, err, sizeof err), fit = QV_E_VOICE;
+        enum qv_status st = qv_voice_open(&qv, u->tmp), fit = QV_E_VOICE;
+        if (st) snprintf(err, sizeof err, "%s", qv_last_error());
         cJSON *fits = cJSON_AddArrayToObject(report, "fits_models");
         for (int i = 0; !st && i < s->n_models; i++) {
-            enum qv_status k = qv_voice_check(qv, s->models[i].model, err, sizeof err);
+            enum qv_status k = qv_voice_check(qv, s->models[i].model, NULL);
+            if (k) snprintf(err, sizeof err, "%s", qv_last_error());
             if (!k) {
                 cJSON_AddItemToArray(fits, cJSON_CreateString(s->models[i].name));
                 fit = QV_OK;
@@ -470,10 +472,11 @@ static enum MHD_Result clone_upload(qv_server *s, struct MHD_Connection *c, req 
     r.name = field(u, F_NAME);
     r.consent = field(u, F_CONSENT);
     char *report = NULL;
-    enum qv_status st = qv_clone_run(s->cloner, &r, out, &report, err, sizeof err);
+    enum qv_status st = qv_clone_run(s->cloner, &r, out, &report);
     if (st) {
+        snprintf(err, sizeof err, "%s", qv_last_error());
         unlink(out);
-        free(report);
+        qv_free(report);
         int status = st == QV_E_AUDIO || st == QV_E_INVALID ? 400 : 500;
         return qvs_reply_error(
             c, q, status, status == 400 ? "invalid_request_error" : "server_error",
@@ -482,7 +485,7 @@ static enum MHD_Result clone_upload(qv_server *s, struct MHD_Connection *c, req 
             u->filename[0] ? u->filename : "upload", qv_strerror(st), without_path(err, u->tmp));
     }
     cJSON *rep = report ? cJSON_Parse(report) : NULL;
-    free(report);
+    qv_free(report);
     static const char *const internal[] = {"output", "audio", "model"}; /* server paths */
     for (int i = 0; i < 3; i++)
         cJSON_DeleteItemFromObjectCaseSensitive(rep, internal[i]);

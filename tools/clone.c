@@ -110,19 +110,19 @@ static int usage_error(const char *msg, const char *arg) {
     return 2;
 }
 
+/* The transcript, or NULL (said why); release with qv_free. */
 static char *read_text_file(const char *path) {
-    char err[4400];
     size_t n;
-    char *buf = qv_file_read(path, MAX_TRANSCRIPT_BYTES, &n, err, sizeof err);
-    if (!buf) {
-        fprintf(stderr, TOOL ": %s\n", err);
+    char *buf;
+    if (qv_file_read(path, MAX_TRANSCRIPT_BYTES, &buf, &n)) {
+        fprintf(stderr, TOOL ": %s\n", qv_last_error());
         return NULL;
     }
     while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
         buf[--n] = 0;
     if (!n) {
         fprintf(stderr, TOOL ": %s: empty transcript\n", path);
-        free(buf);
+        qv_free(buf);
         return NULL;
     }
     return buf;
@@ -227,19 +227,17 @@ static void print_summary(const cJSON *j, const options *o) {
 /* ---- the two modes ------------------------------------------------------------------------- */
 
 static int run_compare(const options *o, const char *a, const char *b) {
-    char err[1024];
     qv_cloner *c = NULL;
-    if (o->model_dir && qv_cloner_load(&c, o->model_dir, o->threads, err, sizeof err)) {
-        fprintf(stderr, TOOL ": %s\n", err);
+    if (o->model_dir && qv_cloner_load(&c, o->model_dir, o->threads)) {
+        fprintf(stderr, TOOL ": %s\n", qv_last_error());
         return 1;
     }
     char *report = NULL;
     double cs;
-    enum qv_status st =
-        qv_clone_similarity(c, a, b, o->r.max_seconds, &cs, &report, err, sizeof err);
+    enum qv_status st = qv_clone_similarity(c, a, b, o->r.max_seconds, &cs, &report);
     qv_cloner_free(c);
     if (st) {
-        fprintf(stderr, TOOL ": %s\n", err);
+        fprintf(stderr, TOOL ": %s\n", qv_last_error());
         return 1;
     }
     cJSON *j = cJSON_Parse(report);
@@ -248,16 +246,15 @@ static int run_compare(const options *o, const char *a, const char *b) {
         printf("cosine similarity %.6f (x-vector norms %.3f, %.3f; dim %g)\n", cs,
                num(j, "norm_a"), num(j, "norm_b"), num(j, "dim"));
     cJSON_Delete(j);
-    free(report);
+    qv_free(report);
     return 0;
 }
 
 static int run_clone(const options *o) {
-    char err[1024];
     qv_cloner *c = NULL;
-    enum qv_status st = qv_cloner_load(&c, o->model_dir, o->threads, err, sizeof err);
+    enum qv_status st = qv_cloner_load(&c, o->model_dir, o->threads);
     char *report = NULL;
-    if (!st) st = qv_clone_run(c, &o->r, o->out, &report, err, sizeof err);
+    if (!st) st = qv_clone_run(c, &o->r, o->out, &report);
     qv_cloner_free(c);
     cJSON *j = report ? cJSON_Parse(report) : NULL;
     if (j) print_warnings(j, o->audio);
@@ -270,9 +267,9 @@ static int run_clone(const options *o) {
     } else if (j) {
         print_hygiene(stderr, j);
     }
-    if (st) fprintf(stderr, TOOL ": %s\n", err);
+    if (st) fprintf(stderr, TOOL ": %s\n", qv_last_error());
     cJSON_Delete(j);
-    free(report);
+    qv_free(report);
     return st ? 1 : 0;
 }
 
@@ -392,6 +389,6 @@ int main(int argc, char **argv) {
     if (text) o.r.ref_text = text;
     if (o.xvector_only) o.r.ref_text = NULL;
     int rc = run_clone(&o);
-    free(text);
+    qv_free(text);
     return rc;
 }

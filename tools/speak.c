@@ -501,14 +501,13 @@ static int parse_args(int argc, char **argv, options *o) {
 
 /* ==== small helpers ========================================================================== */
 
-/* The text on stdin (at most 64 MiB), without the trailing newline of a pipe; NULL after
- * printing why it could not be read. */
+/* The text on stdin (at most 64 MiB; release with qv_free), without the trailing newline of a
+ * pipe; NULL after printing why it could not be read. */
 static char *read_stdin_text(void) {
     size_t n;
-    char err[512];
-    char *buf = qv_file_read("/dev/stdin", (size_t)64 << 20, &n, err, sizeof err);
-    if (!buf) {
-        fprintf(stderr, TOOL ": %s\n", err);
+    char *buf;
+    if (qv_file_read("/dev/stdin", (size_t)64 << 20, &buf, &n)) {
+        fprintf(stderr, TOOL ": %s\n", qv_last_error());
         return NULL;
     }
     while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
@@ -528,19 +527,17 @@ static SNDFILE *open_audio(qv_outfile *of, const char *path, int format) {
 }
 
 static qv_outfile *open_out(const char *path) {
-    char err[4400];
     qv_outfile *of;
-    if (qv_outfile_open(&of, path, err, sizeof err)) {
-        fprintf(stderr, TOOL ": %s\n", err);
+    if (qv_outfile_open(&of, path)) {
+        fprintf(stderr, TOOL ": %s\n", qv_last_error());
         return NULL;
     }
     return of;
 }
 
 static int commit_out(qv_outfile *of) {
-    char err[4400];
-    if (!qv_outfile_commit(of, err, sizeof err)) return 0;
-    fprintf(stderr, TOOL ": %s\n", err);
+    if (!qv_outfile_commit(of)) return 0;
+    fprintf(stderr, TOOL ": %s\n", qv_last_error());
     return -1;
 }
 
@@ -775,8 +772,8 @@ static int decode_only(const options *o, const qv_model *m) {
     int rc = 1;
     if (!wav)
         fprintf(stderr, TOOL ": out of memory\n");
-    else if (qv_model_decode_codes(m, codes, n_frames, o->n_threads, wav, err, sizeof err))
-        fprintf(stderr, TOOL ": %s\n", err);
+    else if (qv_model_decode_codes(m, codes, n_frames, o->n_threads, wav))
+        fprintf(stderr, TOOL ": %s\n", qv_last_error());
     else if (o->out_path) {
         double lufs;
         rc = emit(o, o->out_path, o->format, wav, n, &lufs, err, sizeof err) ? 1 : 0;
@@ -901,7 +898,7 @@ static const qv_voice *batch_voice(batch *b, const char *name, char *err, size_t
     if (!g) return snprintf(err, n, "out of memory"), NULL;
     b->voices = g;
     cached_voice *c = &b->voices[b->n_voices];
-    if (qv_voice_open(&c->v, name, err, n)) return NULL;
+    if (qv_voice_open(&c->v, name)) return snprintf(err, n, "%s", qv_last_error()), NULL;
     if (!(c->name = strdup(name))) {
         qv_voice_free(c->v);
         return snprintf(err, n, "out of memory"), NULL;
@@ -1001,13 +998,13 @@ static int job_run(const options *o, batch *b, int lineno, const char *line, cJS
     else
         r.instruct = instruct;
     const double t0 = now_s();
-    qv_synth_stats ss;
+    qv_synth_stats ss = {.struct_size = sizeof ss};
     g_synth = b->syn;
     st = qv_synth_run(b->syn, &r, on_audio, &k, &ss);
     g_synth = NULL;
     if (ss.wdelta_applied && !b->wdelta_line) b->wdelta_line = lineno;
     if (st) {
-        snprintf(err, n, "%s", k.failed ? "out of memory" : qv_synth_error(b->syn));
+        snprintf(err, n, "%s", k.failed ? "out of memory" : qv_last_error());
         if (st == QV_E_CANCELLED) rc = QV_E_CANCELLED;
         goto out;
     }
@@ -1087,8 +1084,8 @@ int main(int argc, char **argv) {
     chunks ck = {0};
     enum qv_status st;
 
-    if ((st = qv_model_load(&m, o.model_dir, err, sizeof err))) {
-        fprintf(stderr, TOOL ": %s\n", err);
+    if ((st = qv_model_load(&m, o.model_dir))) {
+        fprintf(stderr, TOOL ": %s\n", qv_last_error());
         goto out;
     }
     if (o.decode_codes) {
@@ -1116,14 +1113,14 @@ int main(int argc, char **argv) {
         int32_t *ids;
         int n;
         if ((st = qv_session_new(&s, m, &p)) || (st = qv_session_tokenize(s, text, &ids, &n))) {
-            fprintf(stderr, TOOL ": %s\n", s ? qv_session_error(s) : qv_strerror(st));
+            fprintf(stderr, TOOL ": %s\n", qv_last_error());
             qv_session_free(s);
             goto out;
         }
         for (int i = 0; i < n; i++)
             printf("%s%d", i ? " " : "", ids[i]);
         printf("\n");
-        free(ids);
+        qv_free(ids);
         qv_session_free(s);
         rc = 0;
         goto out;
@@ -1132,13 +1129,13 @@ int main(int argc, char **argv) {
         fprintf(stderr, TOOL ": no text to speak\n");
         goto out;
     }
-    if (o.voice && (st = qv_voice_open(&voice, o.voice, err, sizeof err))) {
-        fprintf(stderr, TOOL ": %s\n", err);
+    if (o.voice && (st = qv_voice_open(&voice, o.voice))) {
+        fprintf(stderr, TOOL ": %s\n", qv_last_error());
         goto out;
     }
 
     if ((st = qv_synth_new(&syn, m, &p))) {
-        fprintf(stderr, TOOL ": %s: %s\n", qv_strerror(st), syn ? qv_synth_error(syn) : "");
+        fprintf(stderr, TOOL ": %s: %s\n", qv_strerror(st), qv_last_error());
         goto out;
     }
 
@@ -1183,7 +1180,7 @@ int main(int argc, char **argv) {
     g_synth = syn;
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
-    qv_synth_stats ss;
+    qv_synth_stats ss = {.struct_size = sizeof ss};
     const double t0 = now_s();
     st = qv_synth_run(syn, &r, r.codes_only ? NULL : on_audio, &k, &ss);
     if (ss.warning[0] && !o.quiet) fprintf(stderr, TOOL ": warning: %s\n", ss.warning);
@@ -1191,7 +1188,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, TOOL ": %s: weight delta applied: the model computes as the voice's "
                              "source model\n", qv_voice_path(voice));
     if (st) {
-        fprintf(stderr, TOOL ": %s\n", k.failed ? "audio write failed" : qv_synth_error(syn));
+        fprintf(stderr, TOOL ": %s\n", k.failed ? "audio write failed" : qv_last_error());
         if (st == QV_E_MODEL && r.verify_model_dir && !o.verify_model)
             fprintf(stderr, TOOL ": --verify: give the Base model with --verify-model DIR\n");
         if (!o.quiet && (o.out_path || o.dump_codes))
@@ -1249,7 +1246,7 @@ out:
     qv_outfile_abort(out_file);
     qv_outfile_abort(dump_file);
     free(k.all);
-    free(stdin_text);
+    qv_free(stdin_text);
     qv_synth_free(syn);
     qv_voice_free(voice);
     qv_model_free(m);

@@ -31,6 +31,8 @@ static const char *usage_text =
     "    voicefmt strip --drop wdelta|icl [--to v3|v4] -o OUT FILE\n"
     "    voicefmt list [DIR...]\n"
     "    voicefmt mix [--name NAME] -o OUT A.qvoice:W [B.qvoice:W...]\n"
+    "    voicefmt keygen -o PREFIX\n"
+    "    voicefmt sign --key KEY.pem [--signer NAME] [-o OUT] FILE\n"
     "    voicefmt --help | --version\n"
     "\n"
     "DESCRIPTION\n"
@@ -42,7 +44,9 @@ static const char *usage_text =
     "    inspect     version, chunks with sizes and CRC status, name, language, duration, model\n"
     "                identity, x-vector norm, ICL frames, weight stream.\n"
     "        -j, --json          one JSON array of objects on stdout instead of text\n"
-    "    verify      full structural check (lengths, CRCs, order, limits, LZ4 blocks).\n"
+    "    verify      full structural check (lengths, CRCs, order, limits, LZ4 blocks) and the\n"
+    "                signature, when the file has one (an edit after signing fails).\n"
+    "        -t, --trusted PUB.pem  also require a signature by this key (repeatable: any of them)\n"
     "        -m, --model DIR     also check that the voice fits the model in DIR: x-vector size,\n"
     "                            TPAD/WOVR sizes, WDELTA target fingerprint and tensor table,\n"
     "                            and that it was made with DIR's sibling checkpoint (the\n"
@@ -70,6 +74,13 @@ static const char *usage_text =
     "                first input, drops ICL and WDELTA, records the recipe in META key \"mix\".\n"
     "        -n, --name NAME     META name of the result (default \"mix\")\n"
     "        -o, --output OUT    output file (required)\n"
+    "    keygen      make an Ed25519 key pair: PREFIX.pem (private, mode 0600) and PREFIX.pub.pem\n"
+    "        -o, --output PREFIX path prefix of the two files (required)\n"
+    "    sign        sign a v4 voice file (an Ed25519 SIGN chunk over every byte before it;\n"
+    "                docs/qvoice-format.md); replaces an earlier signature\n"
+    "        -k, --key KEY.pem   private key (voicefmt keygen, or openssl genpkey -algorithm ed25519)\n"
+    "        -s, --signer NAME   who signs, stored in the signature (default: none)\n"
+    "        -o, --output OUT    output file (default: FILE itself, replaced atomically)\n"
     "    -h, --help              this text\n"
     "    -V, --version           version\n"
     "\n"
@@ -169,11 +180,13 @@ static uint64_t wdelta_bytes(const qvf_voice *v, uint64_t *raw) {
 
 /* Chunk table of a v4 file (also when the voice itself does not parse). */
 static void chunks_out(const char *path, cJSON *jo, int *framing_ok) {
-    size_t n;
-    uint8_t *b = (uint8_t *)qv_file_read(path, SIZE_MAX / 2, &n, NULL, 0);
+    size_t n = 0;
+    char *data;
+    qv_file_read(path, SIZE_MAX / 2, &data, &n);
+    uint8_t *b = (uint8_t *)data;
     *framing_ok = 1;
     if (!b || n < 8 || memcmp(b, "QVCE", 4) || b[4] != 4 || b[5] || b[6] || b[7]) {
-        free(b);
+        qv_free(b);
         return;
     }
     qvf_chunk_info ch[256];
@@ -197,7 +210,46 @@ static void chunks_out(const char *path, cJSON *jo, int *framing_ok) {
                    (unsigned long long)ch[i].payload_bytes, ch[i].crc_ok ? "ok" : "BAD");
         }
     }
-    free(b);
+    qv_free(b);
+}
+
+/* The signature of a v4 file (sig->present = 0 for other files). 0, or 1 with a message printed
+ * when it does not verify or cannot be read. */
+static int signature_of(const char *path, qvf_signature *sig) {
+    memset(sig, 0, sizeof *sig);
+    size_t n = 0;
+    char err[512], *data;
+    if (qv_file_read(path, SIZE_MAX / 2, &data, &n))
+        return fprintf(stderr, "voicefmt: %s\n", qv_last_error()), 1;
+    const uint8_t *b = (const uint8_t *)data;
+    int rc = n >= 8 && !memcmp(b, "QVCE", 4) && b[4] == 4
+                 ? qvf_signature_read(b, n, path, sig, err, sizeof err)
+                 : 0;
+    qv_free(data);
+    if (rc) fprintf(stderr, "voicefmt: %s\n", err);
+    return rc ? 1 : 0;
+}
+
+static void signature_out(const qvf_signature *sig, cJSON *jo) {
+    char id[17], when[32] = "?";
+    time_t t = (time_t)sig->signed_utc;
+    struct tm tm;
+    hex(sig->key_id, 8, id);
+    if (gmtime_r(&t, &tm)) strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    if (jo) {
+        cJSON *o = cJSON_AddObjectToObject(jo, "signature");
+        cJSON_AddBoolToObject(o, "present", sig->present);
+        if (!sig->present) return;
+        cJSON_AddBoolToObject(o, "valid", sig->valid);
+        cJSON_AddStringToObject(o, "key_id", id);
+        cJSON_AddStringToObject(o, "signer", sig->signer);
+        cJSON_AddStringToObject(o, "signed_utc", when);
+    } else if (!sig->present) {
+        printf("  signature: none\n");
+    } else {
+        printf("  signature: %s, key %s%s%s, signed %s\n", sig->valid ? "valid" : "INVALID", id,
+               sig->signer[0] ? ", signer " : "", sig->signer, when);
+    }
 }
 
 static int inspect_one(const char *path, cJSON *jarr) {
@@ -271,9 +323,12 @@ static int inspect_one(const char *path, cJSON *jarr) {
             printf("  weights: %s, %u tensors, %.1f MB stored for %.1f MB\n",
                    wkind_name(v->wdelta_kind), v->n_tensors, comp / 1e6, raw / 1e6);
     }
+    qvf_signature sig;
+    int bad = signature_of(path, &sig);
+    signature_out(&sig, jo);
     chunks_out(path, jo, &framing_ok);
     qvf_voice_free(v);
-    return 0;
+    return bad;
 }
 
 static int cmd_inspect(int argc, char **argv) {
@@ -306,13 +361,15 @@ static int cmd_inspect(int argc, char **argv) {
 
 /* The model checks, through the library (qv_voice_file_verify); its lines go to stderr. */
 static int verify_model(const char *path, const char *dir, int flags) {
-    char report[8192];
-    enum qv_status st = qv_voice_file_verify(dir, path, flags, report, sizeof report);
-    for (char *line = report, *next; *line; line = next) {
+    char *report;
+    enum qv_status st = qv_voice_file_verify(dir, path, flags, &report);
+    if (!report) fprintf(stderr, "voicefmt: %s\n", qv_last_error());
+    for (char *line = report, *next; line && *line; line = next) {
         next = strchr(line, '\n');
         next = next ? (*next = 0, next + 1) : line + strlen(line);
         fprintf(stderr, "voicefmt: %s\n", line);
     }
+    qv_free(report);
     return st != QV_OK;
 }
 
@@ -338,12 +395,22 @@ static int cmd_verify(int argc, char **argv) {
     static const struct option opts[] = {{"model", required_argument, 0, 'm'},
                                          {"deep", no_argument, 0, 'd'},
                                          {"force", no_argument, 0, 'f'},
+                                         {"trusted", required_argument, 0, 't'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     const char *model = NULL;
-    int deep = 0, force = 0, c;
-    while ((c = getopt_long(argc, argv, "m:dfh", opts, NULL)) != -1) {
-        if (c == 'm')
+    int deep = 0, force = 0, c, n_trusted = 0;
+    uint8_t trusted[16][32];
+    char err[512];
+    while ((c = getopt_long(argc, argv, "m:dft:h", opts, NULL)) != -1) {
+        if (c == 't') {
+            void *k = NULL;
+            if (n_trusted == 16) return usage_error("verify: at most 16 --trusted keys");
+            if (qvf_key_load(optarg, 0, &k, trusted[n_trusted], err, sizeof err))
+                return fprintf(stderr, "voicefmt: %s\n", err), 1;
+            qvf_key_free(k);
+            n_trusted++;
+        } else if (c == 'm')
             model = optarg;
         else if (c == 'd')
             deep = 1;
@@ -362,12 +429,22 @@ static int cmd_verify(int argc, char **argv) {
             rc = 1;
             continue;
         }
-        int bad = verify_blocks(argv[i], v);
+        qvf_signature sig;
+        int bad = verify_blocks(argv[i], v) || signature_of(argv[i], &sig);
         if (!bad && model)
             bad = verify_model(argv[i], model, (deep ? QV_VERIFY_DEEP : 0) | (force ? QV_VERIFY_FORCE : 0));
-        if (!bad)
-            printf("%s: ok (v%d%s%s)\n", argv[i], v->file_version, model ? ", fits " : "",
-                   model ? model : "");
+        if (!bad && n_trusted && !qvf_signature_trusted(&sig, (const uint8_t(*)[32])trusted, n_trusted)) {
+            fprintf(stderr, "voicefmt: %s: %s\n", argv[i],
+                    sig.present ? "signed by a key that is not trusted" : "not signed");
+            bad = 1;
+        }
+        if (!bad) {
+            char id[17] = "";
+            hex(sig.key_id, 8, id);
+            printf("%s: ok (v%d%s%s%s%s%s%s)\n", argv[i], v->file_version, model ? ", fits " : "",
+                   model ? model : "", sig.present ? ", signed by key " : "", sig.present ? id : "",
+                   sig.signer[0] ? " " : "", sig.signer);
+        }
         rc |= bad;
         qvf_voice_free(v);
     }
@@ -540,10 +617,9 @@ static int cmd_extract(int argc, char **argv) {
         qvf_voice_free(v);
         return 1;
     }
-    char err[4400];
     qv_outfile *of;
-    if (qv_outfile_open(&of, out, err, sizeof err)) {
-        fprintf(stderr, "voicefmt: %s\n", err);
+    if (qv_outfile_open(&of, out)) {
+        fprintf(stderr, "voicefmt: %s\n", qv_last_error());
         qvf_voice_free(v);
         return 1;
     }
@@ -559,8 +635,8 @@ static int cmd_extract(int argc, char **argv) {
     if (!ok) {
         fprintf(stderr, "voicefmt: %s: cannot write: %s\n", out, strerror(errno));
         qv_outfile_abort(of);
-    } else if (qv_outfile_commit(of, err, sizeof err)) {
-        fprintf(stderr, "voicefmt: %s\n", err);
+    } else if (qv_outfile_commit(of)) {
+        fprintf(stderr, "voicefmt: %s\n", qv_last_error());
         ok = 0;
     }
     qvf_voice_free(v);
@@ -727,6 +803,90 @@ done:
     return rc;
 }
 
+/* ---------------------------------------------------------------- keygen, sign */
+
+static int cmd_keygen(int argc, char **argv) {
+    static const struct option opts[] = {{"output", required_argument, 0, 'o'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    const char *prefix = NULL;
+    int c;
+    while ((c = getopt_long(argc, argv, "o:h", opts, NULL)) != -1) {
+        if (c == 'o') prefix = optarg;
+        else if (c == 'h') return fputs(usage_text, stdout), 0;
+        else return usage_error("keygen: unknown option");
+    }
+    if (!prefix || optind != argc) return usage_error("keygen: give -o PREFIX and nothing else");
+    char priv[4096], pub[4096], err[512], id[17];
+    uint8_t kid[8];
+    snprintf(priv, sizeof priv, "%s.pem", prefix);
+    snprintf(pub, sizeof pub, "%s.pub.pem", prefix);
+    if (qvf_keygen(priv, pub, kid, err, sizeof err)) return fprintf(stderr, "voicefmt: %s\n", err), 1;
+    hex(kid, 8, id);
+    printf("%s (private), %s (public): key id %s\n", priv, pub, id);
+    return 0;
+}
+
+static int cmd_sign(int argc, char **argv) {
+    static const struct option opts[] = {{"key", required_argument, 0, 'k'},
+                                         {"signer", required_argument, 0, 's'},
+                                         {"output", required_argument, 0, 'o'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    const char *key_path = NULL, *signer = NULL, *out = NULL;
+    int c;
+    while ((c = getopt_long(argc, argv, "k:s:o:h", opts, NULL)) != -1) {
+        if (c == 'k') key_path = optarg;
+        else if (c == 's') signer = optarg;
+        else if (c == 'o') out = optarg;
+        else if (c == 'h') return fputs(usage_text, stdout), 0;
+        else return usage_error("sign: unknown option");
+    }
+    if (!key_path || optind != argc - 1) return usage_error("sign: give --key KEY.pem and one FILE");
+    const char *in = argv[optind];
+    if (!out) out = in;
+    char err[512];
+    void *key = NULL, *signed_buf = NULL;
+    uint8_t pub[32];
+    size_t n = 0, n_out = 0;
+    char *buf = NULL;
+    int rc = 1;
+    if (qvf_key_load(key_path, 1, &key, pub, err, sizeof err)) {
+        fprintf(stderr, "voicefmt: %s\n", err);
+        goto done;
+    }
+    if (qv_file_read(in, SIZE_MAX / 2, &buf, &n)) {
+        fprintf(stderr, "voicefmt: %s\n", qv_last_error());
+        goto done;
+    }
+    if (qvf_sign(buf, n, in, key, signer, (uint64_t)time(NULL), &signed_buf, &n_out, err,
+                 sizeof err)) {
+        fprintf(stderr, "voicefmt: %s\n", err);
+        goto done;
+    }
+    qv_outfile *of;
+    if (qv_outfile_open(&of, out)) {
+        fprintf(stderr, "voicefmt: %s\n", qv_last_error());
+        goto done;
+    }
+    FILE *f = qv_outfile_stream(of);
+    if (!f || fwrite(signed_buf, 1, n_out, f) != n_out) {
+        qv_outfile_abort(of);
+        fprintf(stderr, "voicefmt: %s: write failed\n", out);
+        goto done;
+    }
+    if (qv_outfile_commit(of)) {
+        fprintf(stderr, "voicefmt: %s\n", qv_last_error());
+        goto done;
+    }
+    rc = 0;
+done:
+    qvf_key_free(key);
+    free(signed_buf);
+    qv_free(buf);
+    return rc;
+}
+
 /* ---------------------------------------------------------------- main */
 
 int main(int argc, char **argv) {
@@ -746,6 +906,8 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "extract")) return cmd_extract(argc, argv);
     if (!strcmp(cmd, "list")) return cmd_list(argc, argv);
     if (!strcmp(cmd, "mix")) return cmd_mix(argc, argv);
+    if (!strcmp(cmd, "keygen")) return cmd_keygen(argc, argv);
+    if (!strcmp(cmd, "sign")) return cmd_sign(argc, argv);
     fprintf(stderr, "voicefmt: unknown command '%s' (see voicefmt --help)\n", cmd);
     return EXIT_USAGE;
 }

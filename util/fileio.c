@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "include/qvoice.h"
+#include "util/api.h"
 #include "util/fileio.h"
 
 struct qvu_wfile {
@@ -249,8 +250,10 @@ char *qvu_read_file(const char *path, size_t max_bytes, size_t *n_bytes, char *e
 
 /* ---------------------------------------------------------------- public names (qvoice.h) */
 
-enum qv_status qv_outfile_open(qv_outfile **out, const char *path, char *err, size_t err_size) {
-    return qvu_wfile_open((qvu_wfile **)out, path, err, err_size) ? QV_E_IO : QV_OK;
+enum qv_status qv_outfile_open(qv_outfile **out, const char *path) {
+    char err[QVU_DETAIL_SIZE];
+    return qvu_wfile_open((qvu_wfile **)out, path, err, sizeof err) ? qvu_fail(QV_E_IO, err)
+                                                                    : QV_OK;
 }
 
 int qv_outfile_fd(const qv_outfile *f) {
@@ -261,15 +264,18 @@ FILE *qv_outfile_stream(qv_outfile *f) {
     return qvu_wfile_stream((qvu_wfile *)f);
 }
 
-enum qv_status qv_outfile_commit(qv_outfile *f, char *err, size_t err_size) {
-    return qvu_wfile_commit((qvu_wfile *)f, err, err_size) ? QV_E_IO : QV_OK;
+enum qv_status qv_outfile_commit(qv_outfile *f) {
+    char err[QVU_DETAIL_SIZE];
+    return qvu_wfile_commit((qvu_wfile *)f, err, sizeof err) ? qvu_fail(QV_E_IO, err) : QV_OK;
 }
 
 void qv_outfile_abort(qv_outfile *f) {
     qvu_wfile_abort((qvu_wfile *)f);
 }
 
-char *qv_file_read(const char *path, size_t max_bytes, size_t *n_bytes, char *err,
-                   size_t err_size) {
-    return qvu_read_file(path, max_bytes, n_bytes, err, err_size);
+enum qv_status qv_file_read(const char *path, size_t max_bytes, char **data, size_t *n_bytes) {
+    char err[QVU_DETAIL_SIZE];
+    *data = qvu_read_file(path, max_bytes, n_bytes, err, sizeof err);
+    if (*data) return QV_OK;
+    return qvu_fail(errno == EFBIG ? QV_E_LIMIT : errno == ENOMEM ? QV_E_NOMEM : QV_E_IO, err);
 }

@@ -48,7 +48,8 @@
     X(LZ4, "corrupt compressed block")                                                             \
     X(HASH, "SHA-256 mismatch")                                                                    \
     X(TRAILING, "trailing bytes after the last chunk")                                             \
-    X(UNSUPPORTED, "unsupported feature")
+    X(UNSUPPORTED, "unsupported feature")                                                         \
+    X(SIGNATURE, "signature does not verify")
 
 #define QVF_ENUM_(name, text) QVF_E_##name,
 enum qvf_status { QVF_ERRORS(QVF_ENUM_) QVF_E_COUNT_ };
@@ -237,6 +238,39 @@ enum qvf_file_kind qvf_file_kind(const char *name, const void *head, size_t n_he
 int qvf_voice_find(const char *name, char *path, size_t path_size, char *err, size_t err_size);
 
 /* ---- utilities ---- */
+/* ---- signatures (docs/qvoice-format.md §4.10) ----
+ * An optional SIGN chunk, last before QEND: Ed25519 over every byte before it plus its own fixed
+ * fields and signer name. Keys are PEM files (OpenSSL's PKCS#8 / SubjectPublicKeyInfo; `openssl
+ * genpkey -algorithm ed25519` makes one too); a loaded key is an opaque handle. */
+#define QVF_MAX_SIGNER_BYTES 256u
+typedef struct {
+    int present;            /* the file has a SIGN chunk */
+    int valid;              /* it verifies with the public key it carries */
+    uint8_t key_id[8];      /* first 8 bytes of SHA-256 of the public key */
+    uint8_t public_key[32]; /* raw Ed25519 public key */
+    uint64_t signed_utc;    /* seconds since 1970 */
+    char signer[QVF_MAX_SIGNER_BYTES + 1]; /* UTF-8, may be empty */
+} qvf_signature;
+/* Loads a PEM key (private_key 1: a private key, else a public one): *key for qvf_sign, pub its
+ * raw public key. */
+int qvf_key_load(const char *path, int private_key, void **key, uint8_t pub[32], char *err,
+                 size_t err_size);
+void qvf_key_free(void *key); /* accepts NULL */
+/* Makes a key pair: the private key (mode 0600) and the public key, both written atomically. */
+int qvf_keygen(const char *private_path, const char *public_path, uint8_t id[8], char *err,
+               size_t err_size);
+/* A signed copy of the v4 file in buf (an existing signature is replaced): *out (free()) holds
+ * *out_n bytes. Legacy v1-v3 files cannot be signed (convert them first). */
+int qvf_sign(const void *buf, size_t n_bytes, const char *name, void *key, const char *signer,
+             uint64_t signed_utc, void **out, size_t *out_n, char *err, size_t err_size);
+/* Reads and checks the signature of the v4 file in buf. 0 with sig->present = 0 (unsigned) or
+ * sig->valid = 1; QVF_E_SIGNATURE when it does not verify (any edit after signing); a framing
+ * error code when the chunks themselves are damaged. */
+int qvf_signature_read(const void *buf, size_t n_bytes, const char *name, qvf_signature *sig,
+                       char *err, size_t err_size);
+/* 1 when sig is valid and made with one of the n_keys raw public keys. */
+int qvf_signature_trusted(const qvf_signature *sig, const uint8_t (*keys)[32], int n_keys);
+
 uint32_t qvf_crc32c(uint32_t crc, const void *buf, size_t n_bytes); /* crc = 0 to start */
 
 #endif

@@ -62,8 +62,11 @@ class QvoiceValueError(QvoiceError, ValueError):
     """Bad input (unknown speaker or language, invalid or over-limit request)."""
 
 
-def _raise(status, message):
-    bad_input = {"QV_E_INVALID", "QV_E_SPEAKER", "QV_E_LANGUAGE", "QV_E_LIMIT"}
+def _raise(status, message=None):
+    """Raises the error of a failed call; message defaults to the library's detail line."""
+    if message is None:
+        message = _capi.lib().last_error(status)
+    bad_input = {"QV_E_INVALID", "QV_E_SPEAKER", "QV_E_LANGUAGE", "QV_E_LIMIT", "QV_E_VOCAB"}
     cls = QvoiceValueError if _capi.STATUS[status] in bad_input else QvoiceError
     raise cls(status, message)
 
@@ -132,10 +135,10 @@ class Voice:
 
     def __init__(self, path_or_name):
         lib = _capi.lib()
-        h, err = ctypes.c_void_p(), ctypes.create_string_buffer(512)
-        st = lib.qv_voice_open(ctypes.byref(h), _b(os.fspath(path_or_name)), err, len(err))
+        h = ctypes.c_void_p()
+        st = lib.qv_voice_open(ctypes.byref(h), _b(os.fspath(path_or_name)))
         if st:
-            _raise(st, _s(err.value))
+            _raise(st)
         self._h = h
         self._free = weakref.finalize(self, lib.qv_voice_free, h)
         self.name = _s(lib.qv_voice_name(h))
@@ -243,10 +246,10 @@ class Qwen3TTSModel:
                 "%s: no such model directory (download it first: hf download %s --local-dir DIR)"
                 % (path, path))
         lib = _capi.lib()
-        h, err = ctypes.c_void_p(), ctypes.create_string_buffer(512)
-        st = lib.qv_model_load(ctypes.byref(h), _b(path), err, len(err))
+        h = ctypes.c_void_p()
+        st = lib.qv_model_load(ctypes.byref(h), _b(path))
         if st:
-            _raise(st, _s(err.value))
+            _raise(st)
         if lib.has("qv_threads_resolve"):
             threads = lib.qv_threads_resolve(int(threads))
         elif threads <= 0:
@@ -300,7 +303,7 @@ class Qwen3TTSModel:
             h = ctypes.c_void_p()
             st = self._lib.qv_synth_new(ctypes.byref(h), self._m, ctypes.byref(p))
             if st:
-                _raise(st, "qv_synth_new: " + _s(self._lib.qv_strerror(st)))
+                _raise(st)
             self._h["synth"], self._synth_key = h, key
         return self._h["synth"]
 
@@ -332,14 +335,15 @@ class Qwen3TTSModel:
                     return 1
 
             fn = _capi.PCM_FN(cb)
-            stats = _capi.SynthStats()
+            stats = _capi.SynthStats(struct_size=ctypes.sizeof(_capi.SynthStats))
             st = lib.qv_synth_run(synth, ctypes.byref(r), fn, None, ctypes.byref(stats))
             if failure:
                 raise failure[0]
             self.last_stats = {f: (_s(getattr(stats, f)) if isinstance(getattr(stats, f), bytes)
-                                   else getattr(stats, f)) for f, _ in _capi.SynthStats._fields_}
+                                   else getattr(stats, f)) for f, _ in _capi.SynthStats._fields_
+                               if f != "struct_size"}
             if st:
-                _raise(st, _s(lib.qv_synth_error(synth)))
+                _raise(st)
         finally:
             self._lock.release()
 
@@ -486,11 +490,10 @@ class Qwen3TTSModel:
                 raise ValueError("create_voice_clone_prompt: %s is a %s model; cloning needs a "
                                  "Base model: load one, or pass clone_model=BASE_DIR to "
                                  "from_pretrained" % (self.model_dir, self.model_type))
-            h, err = ctypes.c_void_p(), ctypes.create_string_buffer(512)
-            st = self._lib.qv_cloner_load(ctypes.byref(h), _b(self._clone_dir), self._threads,
-                                          err, len(err))
+            h = ctypes.c_void_p()
+            st = self._lib.qv_cloner_load(ctypes.byref(h), _b(self._clone_dir), self._threads)
             if st:
-                _raise(st, _s(err.value))
+                _raise(st)
             self._h["cloner"] = h
         return self._h["cloner"]
 
@@ -571,15 +574,16 @@ class Qwen3TTSModel:
                 r.icl_window, r.icl_start_s, r.icl_end_s = window, icl_start, icl_end
                 r.allow_xvector_fallback = int(allow_xvector_fallback)
                 voice_path = os.path.join(tmpdir, "voice.qvoice")
-                report, err = ctypes.c_void_p(), ctypes.create_string_buffer(1024)
+                report = ctypes.c_void_p()
                 st = self._lib.qv_clone_run(cloner, ctypes.byref(r), _b(voice_path),
-                                            ctypes.byref(report), err, len(err))
+                                            ctypes.byref(report))
+                detail = self._lib.last_error(st) if st else ""
                 rep = {}
                 if report.value:
                     rep = json.loads(ctypes.string_at(report.value).decode())
-                    self._lib.free_c(report)
+                    self._lib.qv_free(report)
                 if st:
-                    _raise(st, _s(err.value))
+                    _raise(st, detail)
             except BaseException:
                 shutil.rmtree(tmpdir, True)
                 raise

@@ -1,25 +1,26 @@
-"""ctypes declarations of the C API in include/qvoice.h (the structs mirror it field for field;
-tests/python/test_tiny.py compares every offset with the C compiler's) and the search for
-libqvoice.so: $QVOICE_LIB, the package's own copy, the source tree's build/, then the system."""
+"""ctypes declarations of the C API in include/qvoice.h (the structs mirror it field for field and
+STATUS its enum qv_status; tests/python/test_tiny.py compares both with the C compiler's) and the
+search for libqvoice.so: $QVOICE_LIB, the package's own copy, the source tree's build/, then the
+system. Errors follow the library's convention: a status, then qv_last_error() on this thread."""
 import ctypes
 import ctypes.util
 import os
 
 c_int, c_float, c_double, c_char_p, c_void_p = (ctypes.c_int, ctypes.c_float, ctypes.c_double,
                                                 ctypes.c_char_p, ctypes.c_void_p)
-c_int64, c_uint64, c_size_t = ctypes.c_int64, ctypes.c_uint64, ctypes.c_size_t
+c_int64, c_uint32, c_uint64 = ctypes.c_int64, ctypes.c_uint32, ctypes.c_uint64
 
 STATUS = ["QV_OK", "QV_E_INVALID", "QV_E_MODEL", "QV_E_NOMEM", "QV_E_SPEAKER", "QV_E_LANGUAGE",
           "QV_E_UNSUPPORTED", "QV_E_LIMIT", "QV_E_STATE", "QV_E_VOICE", "QV_E_FOREIGN_VOICE",
-          "QV_E_GUARD", "QV_E_CANCELLED", "QV_E_AUDIO", "QV_E_IO"]
-QUANT = {"bf16": 0, "int8": 1}
+          "QV_E_GUARD", "QV_E_CANCELLED", "QV_E_AUDIO", "QV_E_IO", "QV_E_VOCAB", "QV_E_ABI"]
+QUANT = {"bf16": 0, "int8": 1, "q4": 2}
 ICL_WINDOW = {"full": 0, "auto": 1}  # enum qv_icl_window; a (start_s, end_s) pair is QV_ICL_RANGE
 ICL_RANGE = 2
 SAMPLE_RATE = 24000
 
 
 class Params(ctypes.Structure):
-    _fields_ = [("n_threads", c_int), ("seed", c_uint64), ("do_sample", c_int),
+    _fields_ = [("struct_size", c_uint32), ("n_threads", c_int), ("seed", c_uint64), ("do_sample", c_int),
                 ("temperature", c_float), ("top_k", c_int), ("top_p", c_float),
                 ("repetition_penalty", c_float), ("subtalker_do_sample", c_int),
                 ("subtalker_temperature", c_float), ("subtalker_top_k", c_int),
@@ -28,7 +29,7 @@ class Params(ctypes.Structure):
 
 
 class SynthRequest(ctypes.Structure):
-    _fields_ = [("text", c_char_p), ("language", c_char_p), ("speaker", c_char_p),
+    _fields_ = [("struct_size", c_uint32), ("text", c_char_p), ("language", c_char_p), ("speaker", c_char_p),
                 ("voice", c_void_p), ("voice_path", c_char_p), ("instruct", c_char_p),
                 ("use_icl", c_int), ("use_wdelta", c_int), ("force_voice", c_int),
                 ("strict_vocab", c_int), ("max_chunk_chars", c_int), ("guard", c_int), ("trim_lead", c_int),
@@ -37,7 +38,7 @@ class SynthRequest(ctypes.Structure):
 
 
 class SynthStats(ctypes.Structure):
-    _fields_ = [("n_chunks", c_int), ("n_frames", c_int), ("n_samples", c_int64),
+    _fields_ = [("struct_size", c_uint32), ("n_chunks", c_int), ("n_frames", c_int), ("n_samples", c_int64),
                 ("audio_seconds", c_double), ("first_audio_s", c_double), ("total_s", c_double),
                 ("rtf", c_double), ("capped", c_int), ("guard_trips", c_int),
                 ("guard_verdict", ctypes.c_char * 16), ("wdelta_applied", c_int),
@@ -46,7 +47,7 @@ class SynthStats(ctypes.Structure):
 
 
 class CloneRequest(ctypes.Structure):
-    _fields_ = [("audio_path", c_char_p), ("pcm", ctypes.POINTER(c_float)),
+    _fields_ = [("struct_size", c_uint32), ("audio_path", c_char_p), ("pcm", ctypes.POINTER(c_float)),
                 ("n_samples", c_int64), ("sample_rate_hz", c_int), ("ref_text", c_char_p),
                 ("language", c_char_p), ("name", c_char_p), ("consent", c_char_p),
                 ("max_seconds", c_double), ("hygiene", c_int), ("with_wovr", c_int),
@@ -61,11 +62,12 @@ STRUCTS = {"qv_params": Params, "qv_synth_request": SynthRequest, "qv_synth_stat
 
 PCM_FN = ctypes.CFUNCTYPE(c_int, c_void_p, ctypes.POINTER(c_float), c_int)
 _P = ctypes.POINTER
-_ERR = [c_char_p, c_size_t]
 PROTOTYPES = {
     "qv_version": (c_char_p, []),
     "qv_strerror": (c_char_p, [c_int]),
-    "qv_model_load": (c_int, [_P(c_void_p), c_char_p] + _ERR),
+    "qv_last_error": (c_char_p, []),
+    "qv_free": (None, [c_void_p]),
+    "qv_model_load": (c_int, [_P(c_void_p), c_char_p]),
     "qv_model_free": (None, [c_void_p]),
     "qv_model_type": (c_char_p, [c_void_p]),
     "qv_model_size": (c_char_p, [c_void_p]),
@@ -76,7 +78,7 @@ PROTOTYPES = {
     "qv_model_language": (c_char_p, [c_void_p, c_int]),
     "qv_model_params": (Params, [c_void_p]),
     "qv_threads_resolve": (c_int, [c_int]),
-    "qv_voice_open": (c_int, [_P(c_void_p), c_char_p] + _ERR),
+    "qv_voice_open": (c_int, [_P(c_void_p), c_char_p]),
     "qv_voice_free": (None, [c_void_p]),
     "qv_voice_name": (c_char_p, [c_void_p]),
     "qv_voice_language": (c_char_p, [c_void_p]),
@@ -88,11 +90,10 @@ PROTOTYPES = {
     "qv_synth_free": (None, [c_void_p]),
     "qv_synth_run": (c_int, [c_void_p, _P(SynthRequest), PCM_FN, c_void_p, _P(SynthStats)]),
     "qv_synth_cancel": (None, [c_void_p]),
-    "qv_synth_error": (c_char_p, [c_void_p]),
     "qv_clone_default_request": (CloneRequest, []),
-    "qv_cloner_load": (c_int, [_P(c_void_p), c_char_p, c_int] + _ERR),
+    "qv_cloner_load": (c_int, [_P(c_void_p), c_char_p, c_int]),
     "qv_cloner_free": (None, [c_void_p]),
-    "qv_clone_run": (c_int, [c_void_p, _P(CloneRequest), c_char_p, _P(c_void_p)] + _ERR),
+    "qv_clone_run": (c_int, [c_void_p, _P(CloneRequest), c_char_p, _P(c_void_p)]),
 }
 
 
@@ -142,11 +143,9 @@ class Lib:
     def has(self, name):
         return not isinstance(getattr(self, name), _Missing)
 
-    def free_c(self, p):
-        """Frees a malloc'd pointer the library handed over (clone report)."""
-        libc = ctypes.CDLL(None)
-        libc.free.argtypes = [c_void_p]
-        libc.free(p)
+    def last_error(self, status):
+        """The detail of the call that just failed on this thread (qv_last_error)."""
+        return (self.qv_last_error() or self.qv_strerror(status) or b"").decode("utf-8", "replace")
 
 
 _lib = None

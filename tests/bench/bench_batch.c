@@ -38,10 +38,9 @@ int main(int argc, char **argv) {
     const int nth = atoi(argv[2]), quant = strcmp(argv[3], "int8") ? QV_QUANT_BF16 : QV_QUANT_INT8;
     const int B = atoi(argv[4]), frames = atoi(argv[5]), rounds = atoi(argv[6]);
     if (B < 1 || B > QV_BATCH_MAX_STREAMS || frames < 1 || rounds < 1 || rounds > 64) return 2;
-    char err[512];
     qv_model *m;
-    if (qv_model_load(&m, argv[1], err, sizeof err)) {
-        fprintf(stderr, "bench_batch: %s\n", err);
+    if (qv_model_load(&m, argv[1])) {
+        fprintf(stderr, "bench_batch: %s\n", qv_last_error());
         return 1;
     }
     qv_model_set_batching(m, QV_BATCH_MAX_STREAMS);

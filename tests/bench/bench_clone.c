@@ -18,7 +18,6 @@ int main(int argc, char **argv) {
     const char *cache = getenv("QVOICE_CACHE");
     char dir[1024], err[1024];
     snprintf(dir, sizeof dir, "%s/q06b-base", cache && *cache ? cache : "cache");
-    qvk_blas_set_threads(1);
     qvk_pool *pool = threads > 1 ? qvk_pool_create(threads) : NULL;
     qva_audio a;
     if (qva_audio_load(&a, "tests/audio/en_ohenry_chenevert.wav", 30.0, err, sizeof err)) {

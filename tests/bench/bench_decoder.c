@@ -27,7 +27,6 @@ int main(int argc, char **argv) {
     int n = argc > 2 ? atoi(argv[2]) : 100;
     if (n < 1) n = 1;
     qvk_init();
-    qvk_blas_set_threads(1);
     qve_decoder *d = qve_decoder_load(dir, err, sizeof err);
     if (!d) {
         fprintf(stderr, "bench_decoder: %s\n", err);

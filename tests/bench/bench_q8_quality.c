@@ -49,10 +49,9 @@ int main(int argc, char **argv) {
     const int frames = argc > 2 ? atoi(argv[2]) : 300, threads = argc > 3 ? atoi(argv[3]) : 2;
     const int quant = argc > 4 && !strcmp(argv[4], "q4") ? QV_QUANT_Q4 : QV_QUANT_INT8;
     const char *qname = quant == QV_QUANT_Q4 ? "q4" : "int8";
-    char err[1024];
     qv_model *m;
-    if (qv_model_load(&m, argv[1], err, sizeof err)) {
-        fprintf(stderr, "bench_q8_quality: %s\n", err);
+    if (qv_model_load(&m, argv[1])) {
+        fprintf(stderr, "bench_q8_quality: %s\n", qv_last_error());
         return 1;
     }
     qv_params p = qv_model_params(m);

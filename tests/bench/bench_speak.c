@@ -111,7 +111,6 @@ int main(int argc, char **argv) {
               runs = argc > 4 ? atoi(argv[4]) : 3;
     const char *quant = argc > 5 ? argv[5] : "bf16";
     char err[1024];
-    qvk_blas_set_threads(1);
     if (!strcmp(quant, "bf16")) printf("read_gbs %.1f\n", read_bandwidth(threads));
 
     /* the decoder prepared here (cache off), then mapped (a first load makes the file if none) */
@@ -131,8 +130,8 @@ int main(int argc, char **argv) {
     dec = qve_decoder_load(dir, err, sizeof err);
     print_since("decoder_mapped_ms", t0);
     qv_model *m = NULL;
-    if (!dec || qv_model_load(&m, dir, err, sizeof err)) {
-        fprintf(stderr, "bench_speak: %s\n", err);
+    if (!dec || qv_model_load(&m, dir)) {
+        fprintf(stderr, "bench_speak: %s\n", qv_last_error());
         return 1;
     }
     printf("load_s %.3f\n", bench_clock_s(CLOCK_MONOTONIC) - t1);
@@ -193,7 +192,7 @@ int main(int argc, char **argv) {
     for (int k = 0; k < runs; k++) {
         double t = bench_clock_s(CLOCK_MONOTONIC);
         if (qv_session_start(s, &r)) {
-            fprintf(stderr, "bench_speak: %s\n", qv_session_error(s));
+            fprintf(stderr, "bench_speak: %s\n", qv_last_error());
             return 1;
         }
         pre[k] = bench_clock_s(CLOCK_MONOTONIC) - t;

@@ -1,4 +1,5 @@
-/* fuzz_qvf_read.c — libFuzzer target: the v4 reader (and chunk lister) on an in-memory file.
+/* fuzz_qvf_read.c — libFuzzer target: the v4 reader, the chunk lister and the signature check
+ * (SIGN chunk) on an in-memory file.
  * Accepted tensors up to 16 MiB are decoded against a zero target with hash checks on, so every
  * block the reader lets through is really decompressed (ASan catches an escaping range).
  */
@@ -26,5 +27,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     qvf_chunk_info ch[16];
     int n;
     (void)qvf_list_chunks(data, size, "fuzz", ch, 16, &n, err, sizeof err);
+    qvf_signature sig;
+    (void)qvf_signature_read(data, size, "fuzz", &sig, err, sizeof err);
     return 0;
 }

@@ -80,6 +80,18 @@ class Library(unittest.TestCase):
                                                   check=True).stdout.split()]
         self.assertEqual(got, expect)
 
+    def test_status_names_match_c(self):
+        """_capi.STATUS is enum qv_status, name for name, in order."""
+        src = ('#include <stdio.h>\n#include "include/qvoice.h"\n'
+               '#define N_(name, text) puts(#name);\n'
+               'int main(void) { QV_STATUS_LIST(N_) return 0; }\n')
+        with tempfile.TemporaryDirectory() as d:
+            exe = os.path.join(d, "status")
+            subprocess.run(["cc", "-I", REPO, "-x", "c", "-", "-o", exe], input=src.encode(),
+                           check=True)
+            got = subprocess.run([exe], stdout=subprocess.PIPE, check=True).stdout.split()
+        self.assertEqual([x.decode() for x in got], _capi.STATUS)
+
 
 class Loading(unittest.TestCase):
     @classmethod
@@ -233,9 +245,17 @@ class Cloning(unittest.TestCase):
         self.assertFalse(qvoice.Voice(prompt[0].path).has_icl)
 
     def test_bad_audio(self):
-        with self.assertRaises(qvoice.QvoiceError):
-            self.base.create_voice_clone_prompt(os.path.join(self.tmp.name, "missing.wav"),
-                                                x_vector_only_mode=True)
+        missing = os.path.join(self.tmp.name, "missing.wav")
+        with self.assertRaises(qvoice.QvoiceError) as cm:
+            self.base.create_voice_clone_prompt(missing, x_vector_only_mode=True)
+        self.assertEqual(cm.exception.status, "QV_E_AUDIO")
+        self.assertIn(missing, str(cm.exception))  # the library's detail line
+
+    def test_voice_not_found(self):
+        with self.assertRaises(qvoice.QvoiceError) as cm:
+            qvoice.Voice("no_such_voice_here")
+        self.assertEqual(cm.exception.status, "QV_E_VOICE")
+        self.assertIn("voices/no_such_voice_here.qvoice", str(cm.exception))
 
     @unittest.skipUnless(HAS_SYNTH, "libqvoice has no qv_synth_run yet")
     def test_clone_then_speak(self):

@@ -52,7 +52,7 @@ static qv_session *start(const qv_model *m, int i, int quant, int n_frames) {
     r.text = TEXTS[i];
     r.speaker = SPEAKERS[i];
     r.language = "english";
-    if (qv_session_start(s, &r)) fail_msg("start %d: %s", i, qv_session_error(s));
+    if (qv_session_start(s, &r)) fail_msg("start %d: %s", i, qv_last_error());
     return s;
 }
 
@@ -258,7 +258,7 @@ static void *run_job(void *arg) {
     r.language = "english";
     r.whole_chunks = j->i == 3; /* one whole-chunk synthesis among the streams */
     j->st = qv_synth_run(y, &r, on_pcm, j, NULL);
-    if (j->st) fprintf(stderr, "synth %d: %s\n", j->i, qv_synth_error(y));
+    if (j->st) fprintf(stderr, "synth %d: %s\n", j->i, qv_last_error());
     qv_synth_free(y);
     return NULL;
 }
@@ -287,6 +287,7 @@ static void test_rendezvous_synth(void **st) {
     job alone[N_SYNTH], together[N_SYNTH];
     run_all(m, alone, 0);
     assert_int_equal(qv_model_set_batching(m, 9), QV_E_INVALID);
+    assert_string_equal(qv_last_error(), "max_streams: expected 0..8, found 9");
     assert_int_equal(qv_model_set_batching(m, N_SYNTH), QV_OK);
     run_all(m, together, 1);
     int64_t steps, frames;

@@ -77,7 +77,6 @@ static qva_ecapa *g_ecapa; /* full-size Base speaker encoder */
 static int setup_full(void **state) {
     char err[512];
     model_paths();
-    qvk_blas_set_threads(1);
     g_pool = qvk_pool_create(2);
     if (qva_audio_load(&g_clip, CLIP, 30.0, err, sizeof err)) {
         fprintf(stderr, "%s\n", err);

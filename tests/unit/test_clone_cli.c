@@ -492,7 +492,7 @@ static void test_bridge(void **state) {
     cJSON_Delete(j);
 
     qv_model *m = NULL;
-    assert_int_equal(qv_model_load(&m, g_tiny, err, sizeof err), 0);
+    assert_int_equal(qv_model_load(&m, g_tiny), 0);
     const size_t H = (size_t)m->cfg.talker.hidden_size, TH = (size_t)m->cfg.text_hidden_size;
     qvf_voice *v = NULL;
     assert_int_equal(qvf_read_file(out, 0, &v, err, sizeof err), 0);

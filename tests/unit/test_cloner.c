@@ -48,9 +48,8 @@ static int setup(void **state) {
     g_pcm = malloc(sizeof(float) * (size_t)info.frames);
     g_n = sf_readf_float(sf, g_pcm, info.frames);
     sf_close(sf);
-    char err[512];
-    if (qv_cloner_load(&g_c, g_tiny, 2, err, sizeof err)) {
-        fprintf(stderr, "%s (run make models)\n", err);
+    if (qv_cloner_load(&g_c, g_tiny, 2)) {
+        fprintf(stderr, "%s (run make models)\n", qv_last_error());
         return -1;
     }
     return 0;
@@ -87,10 +86,9 @@ static qv_clone_request pcm_request(int64_t n, const char *text) {
 static void test_not_base(void **state) {
     (void)state;
     qv_cloner *c = (qv_cloner *)1;
-    char err[512];
-    assert_int_equal(qv_cloner_load(&c, g_cv, 1, err, sizeof err), QV_E_MODEL);
+    assert_int_equal(qv_cloner_load(&c, g_cv, 1), QV_E_MODEL);
     assert_null(c);
-    assert_non_null(strstr(err, "Base model"));
+    assert_non_null(strstr(qv_last_error(), "Base model"));
 }
 
 static void test_pcm_icl(void **state) {
@@ -98,7 +96,7 @@ static void test_pcm_icl(void **state) {
     char out[256], err[512], *rep = NULL;
     snprintf(out, sizeof out, "%s/api.qvoice", g_dir);
     qv_clone_request r = pcm_request(12 * 24000, TEXT12);
-    assert_int_equal(qv_clone_run(g_c, &r, out, &rep, err, sizeof err), QV_OK);
+    assert_int_equal(qv_clone_run(g_c, &r, out, &rep), QV_OK);
     cJSON *j = cJSON_Parse(rep);
     assert_non_null(j);
     printf(
@@ -116,39 +114,39 @@ static void test_pcm_icl(void **state) {
     assert_true(v->tpad_hidden > 0 && v->wovr_h > 0);
     qvf_voice_free(v);
     cJSON_Delete(j);
-    free(rep);
+    qv_free(rep);
     /* analysis only: the same report, nothing written */
     char none[256];
     snprintf(none, sizeof none, "%s/none.qvoice", g_dir);
     r.icl_window = QV_ICL_AUTO, r.ref_text = NULL;
     r.n_samples = g_n;
-    assert_int_equal(qv_clone_run(g_c, &r, NULL, &rep, err, sizeof err), QV_OK);
+    assert_int_equal(qv_clone_run(g_c, &r, NULL, &rep), QV_OK);
     j = cJSON_Parse(rep);
     double a = jnum(j, "hygiene.icl_window.start_s"), b = jnum(j, "hygiene.icl_window.end_s");
     printf("  auto span of the 30 s clip: %.2f-%.2f s\n", a, b);
     assert_true(b - a >= 10 - 0.02 && b - a <= 15 + 0.02);
     assert_true(isnan(jnum(j, "file_bytes")));
     cJSON_Delete(j);
-    free(rep);
+    qv_free(rep);
 }
 
 static void test_misfit(void **state) {
     (void)state;
-    char out[256], err[512], *rep = NULL;
+    char out[256], *rep = NULL;
     snprintf(out, sizeof out, "%s/misfit.qvoice", g_dir);
     qv_clone_request r = pcm_request(12 * 24000, "Yes.");
-    assert_int_equal(qv_clone_run(g_c, &r, out, &rep, err, sizeof err), QV_E_INVALID);
-    printf("  %s\n", err);
-    assert_non_null(strstr(err, "far too short"));
+    assert_int_equal(qv_clone_run(g_c, &r, out, &rep), QV_E_INVALID);
+    printf("  %s\n", qv_last_error());
+    assert_non_null(strstr(qv_last_error(), "far too short"));
     assert_int_equal(access(out, F_OK), -1);
     cJSON *j = cJSON_Parse(rep);
     assert_true(jnum(j, "ok") == 0);
     assert_true(jnum(j, "hygiene.transcript.plausible") == 0);
     cJSON_Delete(j);
-    free(rep);
+    qv_free(rep);
     r = pcm_request(12 * 24000, NULL);
     r.icl_window = QV_ICL_RANGE, r.icl_start_s = 5, r.icl_end_s = 4;
-    assert_int_equal(qv_clone_run(g_c, &r, out, NULL, err, sizeof err), QV_E_INVALID);
+    assert_int_equal(qv_clone_run(g_c, &r, out, NULL), QV_E_INVALID);
 }
 
 typedef struct {
@@ -158,9 +156,8 @@ typedef struct {
 
 static void *clone_job(void *p) {
     job *jb = p;
-    char err[512];
     qv_clone_request r = pcm_request(10 * 24000, TEXT12);
-    jb->st = qv_clone_run(g_c, &r, jb->out, NULL, err, sizeof err);
+    jb->st = qv_clone_run(g_c, &r, jb->out, NULL);
     return NULL;
 }
 
@@ -193,13 +190,13 @@ static void test_concurrent(void **state) {
     double cs = 0;
     char *rep = NULL;
     assert_int_equal(
-        qv_clone_similarity(NULL, jobs[0].out, jobs[1].out, 30, &cs, &rep, err, sizeof err), QV_OK);
+        qv_clone_similarity(NULL, jobs[0].out, jobs[1].out, 30, &cs, &rep), QV_OK);
     assert_true(fabs(cs - 1.0) < 1e-12);
-    free(rep);
-    assert_int_equal(qv_clone_similarity(NULL, jobs[0].out, CLIP, 30, &cs, NULL, err, sizeof err),
+    qv_free(rep);
+    assert_int_equal(qv_clone_similarity(NULL, jobs[0].out, CLIP, 30, &cs, NULL),
                      QV_E_INVALID);
-    assert_non_null(strstr(err, "needs a Base model"));
-    assert_int_equal(qv_clone_similarity(g_c, jobs[0].out, CLIP, 30, &cs, NULL, err, sizeof err),
+    assert_non_null(strstr(qv_last_error(), "needs a Base model"));
+    assert_int_equal(qv_clone_similarity(g_c, jobs[0].out, CLIP, 30, &cs, NULL),
                      QV_OK);
     printf("  voice (10 s, hygiene) vs the raw 30 s clip: cosine %.4f\n", cs);
     assert_true(cs > 0.5 && cs < 1.0);

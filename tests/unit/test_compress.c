@@ -69,9 +69,8 @@ static void compress(const char *in, const char *out, qvz_options o) {
 }
 
 static qv_model *load(const char *dir) {
-    char err[1024];
     qv_model *m;
-    if (qv_model_load(&m, dir, err, sizeof err)) fail_msg("%s", err);
+    if (qv_model_load(&m, dir)) fail_msg("%s", qv_last_error());
     return m;
 }
 
@@ -85,7 +84,7 @@ static qv_session *start(qv_model *m, int quant, const char *text, int strict, e
     r.text = text, r.language = "english", r.strict_vocab = strict;
     if (qv_model_n_speakers(m) > 0) r.speaker = qv_model_speaker(m, 0);
     enum qv_status st = qv_session_start(s, &r);
-    if (st != want) fail_msg("start: %s: %s", qv_strerror(st), qv_session_error(s));
+    if (st != want) fail_msg("start: %s: %s", qv_strerror(st), qv_last_error());
     return s;
 }
 
@@ -346,9 +345,9 @@ static void spelled(qv_model *b) {
     assert_int_not_equal(map[s->role_ids[2]], 0);
     qv_session_free(s);
     s = start(b, QV_QUANT_BF16, text, 1, QV_E_VOCAB);
-    printf("    strict: %s\n", qv_session_error(s));
-    assert_non_null(strstr(qv_session_error(s), "outside the model's vocabulary"));
-    assert_non_null(strstr(qv_session_error(s), "\"-free\""));
+    printf("    strict: %s\n", qv_last_error());
+    assert_non_null(strstr(qv_last_error(), "outside the model's vocabulary"));
+    assert_non_null(strstr(qv_last_error(), "\"-free\""));
     qv_session_free(s);
     qve_tok_ids_free(&ids), qve_tok_ids_free(&sp);
     qve_tok_free(tok);
@@ -397,8 +396,8 @@ static void set_vocab_ids(const char *dir, const char *tok, int id, const char *
 static void expect_model_error(const char *dir, const char *text, const char *what) {
     qv_model *b = load(dir);
     qv_session *s = start(b, QV_QUANT_BF16, text, 0, QV_E_MODEL);
-    printf("    %s\n", qv_session_error(s));
-    assert_non_null(strstr(qv_session_error(s), what));
+    printf("    %s\n", qv_last_error());
+    assert_non_null(strstr(qv_last_error(), what));
     qv_session_free(s), qv_model_free(b);
 }
 
@@ -458,8 +457,8 @@ static void mismatched_tokenizer(void) {
     r.text_ids = &hello, r.n_text_ids = 1, r.language = "english";
     if (qv_model_n_speakers(b) > 0) r.speaker = qv_model_speaker(b, 0);
     assert_int_equal(qv_session_start(s, &r), QV_E_MODEL);
-    printf("    %s\n", qv_session_error(s));
-    assert_non_null(strstr(qv_session_error(s), "role token 198 spells as nothing"));
+    printf("    %s\n", qv_last_error());
+    assert_non_null(strstr(qv_last_error(), "role token 198 spells as nothing"));
     qv_session_free(s), qv_model_free(b);
 }
 
@@ -491,9 +490,9 @@ static void test_tiny_lossless(void **st) {
     copy_dir("tiny-vocab", "tiny-badmap");
     set_map_entry(tmp_path("tiny-badmap"), 42, 1 << 30);
     qv_model *bm;
-    assert_int_not_equal(qv_model_load(&bm, tmp_path("tiny-badmap"), err, sizeof err), QV_OK);
-    printf("    %s\n", err);
-    assert_non_null(strstr(err, "text_token_map: entry 42"));
+    assert_int_not_equal(qv_model_load(&bm, tmp_path("tiny-badmap")), QV_OK);
+    printf("    %s\n", qv_last_error());
+    assert_non_null(strstr(qv_last_error(), "text_token_map: entry 42"));
     mismatched_tokenizer();
     /* f16 keeps 11 mantissa bits: PCM within 1e-3 of f32 (measured ~1e-5 on random weights) */
     assert_true(decoder_delta(model("tiny-cv"), tmp_path("tiny-vocab")) < 1e-3);

@@ -20,9 +20,8 @@
 #include "tests/unit/helpers/run.h"
 
 static qv_model *load_or_skip(const char *name) {
-    const char *cache = test_cache_dir();
-    char dir[1024], path[1100], err[512];
-    snprintf(dir, sizeof dir, "%s/%s", cache, name);
+    char dir[1024], path[1100];
+    snprintf(dir, sizeof dir, "%s/%s", test_cache_dir(), name);
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     struct stat sb;
     if (stat(path, &sb)) {
@@ -30,7 +29,7 @@ static qv_model *load_or_skip(const char *name) {
         return NULL;
     }
     qv_model *m;
-    if (qv_model_load(&m, dir, err, sizeof err)) fail_msg("%s", err);
+    if (qv_model_load(&m, dir)) fail_msg("%s", qv_last_error());
     return m;
 }
 
@@ -44,7 +43,7 @@ static void generate(qv_model *m, const qv_request *r, int want_prefill) {
     p.n_threads = 2;
     qv_session *s;
     assert_int_equal(qv_session_new(&s, m, &p), QV_OK);
-    if (qv_session_start(s, r)) fail_msg("start: %s", qv_session_error(s));
+    if (qv_session_start(s, r)) fail_msg("start: %s", qv_last_error());
     assert_int_equal(s->n_prefill, want_prefill);
     int n = 0, done = 0;
     int32_t codes[16];

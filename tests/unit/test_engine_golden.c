@@ -142,7 +142,7 @@ static void run_golden(const run *R) {
     qv_session *s;
     assert_int_equal(qv_session_new(&s, m, &p), QV_OK);
     enum qv_status st = qv_session_start(s, &r);
-    if (st) fail_msg("%s: start: %s", R->name, qv_session_error(s));
+    if (st) fail_msg("%s: start: %s", R->name, qv_last_error());
 
     int ok = 1;
     assert_int_equal(s->n_prefill, (int)emb.shape[1]);

@@ -118,9 +118,8 @@ static void test_decoder_cached(void **state) {
 
 /* The int8 view of a fresh model load: a copy of its bytes, and whether it was mapped. */
 static void int8_view(uint8_t **q, float **s, size_t *n_q, size_t *n_s, int *mapped) {
-    char err[512];
     qv_model *m;
-    if (qv_model_load(&m, g_model, err, sizeof err)) fail_msg("%s", err);
+    if (qv_model_load(&m, g_model)) fail_msg("%s", qv_last_error());
     qvk_pool *pool = qvk_pool_create(2);
     assert_non_null(pool);
     assert_int_equal(qve_model_quantize(m, QV_QUANT_INT8, pool), 0);

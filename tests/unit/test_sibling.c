@@ -69,7 +69,7 @@ static void test_judge_rows(void **state) {
 /* The model's text-side rows (as voicefmt verify --model computes them) judged against v's. */
 static enum qvm_kinship judge_on(const char *dir, const qvf_voice *v, double *cs) {
     qv_model *m;
-    if (qv_model_load(&m, dir, err, sizeof err)) fail_msg("%s", err);
+    if (qv_model_load(&m, dir)) fail_msg("%s", qv_last_error());
     int H = qv_model_hidden_size(m);
     float *tpad = malloc(3 * (size_t)H * sizeof(float));
     assert_non_null(tpad);
@@ -111,7 +111,7 @@ static void write_tiny_voice(const char *path, int with_tpad) {
     char dir[512];
     snprintf(dir, sizeof dir, "%s/tiny-base", test_cache_dir());
     qv_model *m;
-    if (qv_model_load(&m, dir, err, sizeof err)) fail_msg("%s", err);
+    if (qv_model_load(&m, dir)) fail_msg("%s", qv_last_error());
     int H = qv_model_hidden_size(m);
     qvf_voice *v = qvf_voice_new();
     assert_non_null(v);

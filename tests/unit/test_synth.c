@@ -66,6 +66,7 @@ static void *run_job(void *arg) {
     r.speaker = j->speaker;
     r.max_chunk_chars = 20;
     r.whole_chunks = j->whole;
+    j->stats.struct_size = sizeof j->stats;
     j->st = qv_synth_run(s, &r, on_pcm, &j->out, &j->stats);
     qv_synth_free(s);
     return NULL;
@@ -74,12 +75,12 @@ static void *run_job(void *arg) {
 static int setup(void **st) {
     (void)st;
     snprintf(g_cache, sizeof g_cache, "%s", test_cache_dir());
-    char dir[1100], err[512];
+    char dir[1100];
     snprintf(dir, sizeof dir, "%s/tiny-cv", g_cache);
     snprintf(g_tmp, sizeof g_tmp, "/tmp/qv_synth_%d", (int)getpid());
     if (mkdir(g_tmp, 0700)) return -1;
-    if (qv_model_load(&g_m, dir, err, sizeof err)) {
-        fprintf(stderr, "%s\n", err);
+    if (qv_model_load(&g_m, dir)) {
+        fprintf(stderr, "%s\n", qv_last_error());
         return -1;
     }
     return 0;
@@ -159,14 +160,14 @@ static void test_set_params(void **st) {
     qv_params bad = p;
     bad.n_threads = 1;
     assert_int_equal(qv_synth_set_params(s, &bad), QV_E_INVALID);
-    assert_non_null(strstr(qv_synth_error(s), "n_threads"));
+    assert_non_null(strstr(qv_last_error(), "n_threads"));
     bad = p;
     bad.quant = QV_QUANT_INT8;
     assert_int_equal(qv_synth_set_params(s, &bad), QV_E_INVALID);
     bad = p;
     bad.temperature = 0;
     assert_int_equal(qv_synth_set_params(s, &bad), QV_E_INVALID);
-    assert_non_null(strstr(qv_synth_error(s), "temperature"));
+    assert_non_null(strstr(qv_last_error(), "temperature"));
     for (int i = 0; i < 2; i++) {
         p.seed = fresh[i].seed;
         assert_int_equal(qv_synth_set_params(s, &p), QV_OK);
@@ -202,19 +203,19 @@ static void test_guard_and_cancel(void **st) {
     r.text = "Hi there, you.";
     r.speaker = "ryan";
     pcm out = {0};
-    qv_synth_stats ss;
+    qv_synth_stats ss = {.struct_size = sizeof ss};
     assert_int_equal(qv_synth_run(s, &r, on_pcm, &out, &ss), QV_E_GUARD);
-    printf("  streamed: %s\n", qv_synth_error(s));
-    assert_non_null(strstr(qv_synth_error(s), "chunk 1/1: runaway guard"));
-    assert_non_null(strstr(qv_synth_error(s), "not retried"));
+    printf("  streamed: %s\n", qv_last_error());
+    assert_non_null(strstr(qv_last_error(), "chunk 1/1: runaway guard"));
+    assert_non_null(strstr(qv_last_error(), "not retried"));
     assert_true(out.n > 0);
     assert_int_equal(ss.guard_trips, 1);
     assert_string_equal(ss.guard_verdict, "budget");
     r.whole_chunks = 1;
     out.n = 0;
     assert_int_equal(qv_synth_run(s, &r, on_pcm, &out, &ss), QV_E_GUARD);
-    printf("  whole chunks: %s\n", qv_synth_error(s));
-    assert_non_null(strstr(qv_synth_error(s), "(after splitting it in two)"));
+    printf("  whole chunks: %s\n", qv_last_error());
+    assert_non_null(strstr(qv_last_error(), "(after splitting it in two)"));
     assert_int_equal(out.n, 0);
     assert_int_equal(ss.guard_trips, 2);
 
@@ -240,22 +241,22 @@ static void test_guard_and_cancel(void **st) {
 static void test_voices(void **st) {
     (void)st;
     qv_voice *v;
-    char err[1024], path[600];
-    assert_int_equal(qv_voice_open(&v, "nosuch_voice", err, sizeof err), QV_E_VOICE);
+    char path[600];
+    assert_int_equal(qv_voice_open(&v, "nosuch_voice"), QV_E_VOICE);
     assert_null(v);
-    assert_non_null(strstr(err, "voices/nosuch_voice.qvoice"));
+    assert_non_null(strstr(qv_last_error(), "voices/nosuch_voice.qvoice"));
     snprintf(path, sizeof path, "%s/h.qvoice", g_tmp);
     assert_int_equal(sh("bin/clone -m %s/tiny-base --target-cv %s/tiny-cv -s 8 "
                         "tests/audio/en_ohenry_chenevert.wav -o %s > /dev/null 2>&1",
                         g_cache, g_cache, path),
                      0);
-    assert_int_equal(qv_voice_open(&v, path, err, sizeof err), QV_OK);
+    assert_int_equal(qv_voice_open(&v, path), QV_OK);
     assert_true(qv_voice_has_wdelta(v));
-    assert_int_equal(qv_voice_check(v, g_m, err, sizeof err), QV_OK);
+    assert_int_equal(qv_voice_check(v, g_m, NULL), QV_OK);
     char dir[1100];
     qv_model *m;
     snprintf(dir, sizeof dir, "%s/tiny-cv", g_cache);
-    assert_int_equal(qv_model_load(&m, dir, err, sizeof err), QV_OK);
+    assert_int_equal(qv_model_load(&m, dir), QV_OK);
     qv_params p = qv_model_params(m);
     p.max_frames = 4;
     qv_synth *a, *b;
@@ -264,9 +265,9 @@ static void test_voices(void **st) {
     qv_synth_request r = qv_synth_default_request();
     r.text = "Hi.";
     r.voice = v;
-    qv_synth_stats ss;
+    qv_synth_stats ss = {.struct_size = sizeof ss};
     assert_int_equal(qv_synth_run(a, &r, NULL, NULL, &ss), QV_E_UNSUPPORTED);
-    printf("  %s\n", qv_synth_error(a));
+    printf("  %s\n", qv_last_error());
     assert_string_equal(qv_model_type(m), "custom_voice");
     qv_synth_free(b);
     assert_int_equal(qv_synth_run(a, &r, NULL, NULL, &ss), QV_OK);
@@ -283,13 +284,13 @@ static void test_voices(void **st) {
                         "tests/golden/configs/q06b-base --tiny --seed-model 9 %s > /dev/null",
                         g_cache, dir),
                      0);
-    assert_int_equal(qv_model_load(&m, dir, err, sizeof err), QV_OK);
+    assert_int_equal(qv_model_load(&m, dir), QV_OK);
     assert_int_equal(qv_synth_new(&a, m, &p), QV_OK);
     r.use_wdelta = 0;
     r.codes_only = 1;
     assert_int_equal(qv_synth_run(a, &r, NULL, NULL, &ss), QV_E_FOREIGN_VOICE);
-    printf("  %s\n", qv_synth_error(a));
-    assert_non_null(strstr(qv_synth_error(a), "unrelated"));
+    printf("  %s\n", qv_last_error());
+    assert_non_null(strstr(qv_last_error(), "unrelated"));
     r.force_voice = 1;
     assert_int_equal(qv_synth_run(a, &r, NULL, NULL, &ss), QV_OK);
     assert_non_null(strstr(ss.warning, "unrelated"));

@@ -16,10 +16,10 @@ const char *test_cache_dir(void) {
 }
 
 qv_model *test_model_load(const char *name) {
-    char dir[1024], err[512];
+    char dir[1024];
     snprintf(dir, sizeof dir, "%s/%s", test_cache_dir(), name);
     qv_model *m;
-    if (qv_model_load(&m, dir, err, sizeof err)) fail_msg("%s", err);
+    if (qv_model_load(&m, dir)) fail_msg("%s", qv_last_error());
     return m;
 }
 
