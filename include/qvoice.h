@@ -309,9 +309,21 @@ enum qv_status qv_voice_file_verify(const char *model_dir, const char *voice_pat
  * synthesis then ends with QV_E_CANCELLED. */
 typedef int (*qv_pcm_fn)(void *user, const float *pcm, int n_samples);
 
+/* A generic style direction (voicefmt palette derive): a unit shift in x-vector space that any
+ * voice's x-vector takes at a strength (docs/markup.md). */
+typedef struct {
+    uint32_t struct_size;   /* sizeof(qv_style_dir), set by the caller */
+    const char *name;       /* a style name, [a-z][a-z0-9_-]* */
+    const float *direction; /* [dim], any norm (it is normalised) */
+    int dim;                /* qv_model_hidden_size */
+    float strength;         /* default strength; <= 0: 0.25 */
+} qv_style_dir;
+
 typedef struct {
     uint32_t struct_size;    /* sizeof(qv_synth_request), set by qv_synth_default_request */
-    const char *text;        /* UTF-8; long text is split at sentence ends; [pause:500ms] tags */
+    const char *text;        /* UTF-8; long text is split at sentence ends; markup tags
+                                (docs/markup.md): [pause:500ms], [sad], [style:…], [voice:…],
+                                [lang:…] */
     const char *language;    /* NULL or "auto", or a name from qv_model_language */
     const char *speaker;     /* preset speaker (CustomVoice), or NULL */
     const qv_voice *voice;   /* an opened voice, or NULL (takes precedence over voice_path) */
@@ -340,6 +352,16 @@ typedef struct {
                                 chunk); 0: stream it as decoded */
     const char *verify_model_dir; /* Base model directory: per-chunk speaker similarity of the
                                      output to the voice (stats.verify_*), or NULL */
+    /* styles (docs/markup.md): a style name is looked up in the voice's palette, then in
+       style_dirs, and its instruct text in style_table then the built-in table */
+    const char *style;        /* style of the whole text (a markup tag replaces it), or NULL;
+                                 one that nothing can apply is an error (QV_E_UNSUPPORTED) */
+    float style_strength;     /* > 0: overrides the palette entry's / direction's strength */
+    const qv_style_dir *style_dirs; /* generic directions, or NULL */
+    int n_style_dirs;
+    const char *style_table;  /* extra "name = instruct text" lines, or NULL */
+    int strict_markup;        /* 1: a tag the model and voice cannot honour is an error
+                                 (QV_E_UNSUPPORTED); 0: a warning in stats.warning */
 } qv_synth_request;
 
 /* use_icl, use_wdelta, guard, trim_lead = 1; max_chunk_chars = 200; everything else 0/NULL
@@ -361,7 +383,8 @@ typedef struct {
     int wdelta_applied;       /* the voice's weight delta was used */
     int n_verify;             /* chunks compared (verify_model_dir) */
     double verify_min, verify_mean; /* speaker cosine similarity over those chunks */
-    char warning[256];        /* "" or a non-fatal warning (foreign voice forced, ...) */
+    char warning[512];        /* "" or non-fatal warnings, "; "-separated (foreign voice
+                                 forced, a markup tag the model cannot honour, ...) */
 } qv_synth_stats;
 
 /* A synthesizer: one session (thread pool, KV caches), its decoder thread and scratch, on a
@@ -386,12 +409,25 @@ enum qv_status qv_synth_set_params(qv_synth *s, const qv_params *p);
  * QV_E_GUARD, QV_E_CANCELLED, QV_E_ABI (r or st). */
 enum qv_status qv_synth_run(qv_synth *s, const qv_synth_request *r, qv_pcm_fn fn, void *user,
                             qv_synth_stats *st);
+/* A dialogue script (docs/markup.md) as markup text for qv_synth_request.text: each line
+ * "NAME: text" (NAME a voice or a preset speaker, text with optional markup tags) becomes
+ * "[voice:NAME][neutral]text" (each line starts from the request's style), a run of blank lines
+ * a pause of pause_ms, '#' lines are comments. *markup and, per script line,
+ * (*line_offsets)[i] the character offset in *markup where it starts and (*line_numbers)[i] its
+ * line in the script (*n_lines entries each), so a qv_chunk_info.text_offset maps to its script
+ * line; release the three with qv_free. QV_E_INVALID naming the line ("script line 3: ..."),
+ * QV_E_NOMEM. */
+enum qv_status qv_script_to_markup(const char *script, int pause_ms, char **markup,
+                                   int **line_offsets, int **line_numbers, int *n_lines);
+
 /* A chunk (a text chunk, or one half of one split after a guard trip) that completed and passed
  * the guard, in order. codes: its frames [n_frames][16], valid during the call. verify: speaker
  * similarity of its audio to the voice (verify_model_dir), NAN when not computed or too short. */
 typedef struct {
     uint32_t struct_size; /* sizeof(qv_chunk_info) of the library that calls */
     int index; /* 1, 2, ... over the chunks of this synthesis */
+    int text_offset; /* character offset in the request's text of the last markup tag before
+                        the chunk (0 when none): which span it belongs to */
     const int32_t *codes;
     int n_frames;
     double verify;
@@ -467,6 +503,13 @@ enum qv_status qv_clone_run(const qv_cloner *c, const qv_clone_request *r, const
  * with qv_free). */
 enum qv_status qv_clone_similarity(const qv_cloner *c, const char *a, const char *b,
                                    double max_seconds, double *cosine, char **report_json);
+
+/* The x-vector of path: a voice file's (.qvoice or .bin; c may be NULL) or that of reference
+ * audio (at most max_seconds, computed with c's speaker encoder, no hygiene). *xvec: *dim floats,
+ * release with qv_free. QV_E_VOICE, QV_E_AUDIO, QV_E_INVALID (audio without c), QV_E_NOMEM; the
+ * detail names the file. */
+enum qv_status qv_clone_xvector(const qv_cloner *c, const char *path, double max_seconds,
+                                float **xvec, int *dim);
 
 /* ==== audio ================================================================================== */
 

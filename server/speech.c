@@ -125,13 +125,6 @@ static int on_pcm(void *user, const float *x, int n) {
     return stop || fail;
 }
 
-static void slot_release(qv_server *s, int i) {
-    pthread_mutex_lock(&s->mu);
-    s->slots[i].busy = 0;
-    pthread_cond_broadcast(&s->cv);
-    pthread_mutex_unlock(&s->mu);
-}
-
 static void *worker(void *arg) {
     job *j = arg;
     qv_server *s = j->s;
@@ -169,58 +162,17 @@ static void *worker(void *arg) {
 
 /* ==== slots ================================================================================== */
 
-static int params_equal(const qv_params *a, const qv_params *b) {
-    return a->n_threads == b->n_threads && a->seed == b->seed && a->do_sample == b->do_sample &&
-           a->temperature == b->temperature && a->top_k == b->top_k && a->top_p == b->top_p &&
-           a->repetition_penalty == b->repetition_penalty && a->max_frames == b->max_frames &&
-           a->quant == b->quant && a->subtalker_do_sample == b->subtalker_do_sample &&
-           a->subtalker_temperature == b->subtalker_temperature &&
-           a->subtalker_top_k == b->subtalker_top_k && a->subtalker_top_p == b->subtalker_top_p &&
-           a->ignore_eos == b->ignore_eos;
-}
-
-/* A slot for (model, p): its index; -1 queue full (429); -2 gave up waiting (the client left,
- * the deadline passed, the server stops); -3 cannot build the synthesizer. A free slot of the
- * same model and parameters is taken first, then one of the same model, whose synthesizer takes
- * the new seed and sampling parameters (qv_synth_set_params: building one costs a tokenizer and
- * thread pools, ~2% of the server's CPU in a 4-stream run of 4 s requests); a slot of another
- * model or thread count is rebuilt. */
+/* A slot for (model, p) made ready to run: its index, or qvs_slot_take's -1/-2; -3 cannot build
+ * the synthesizer. A slot of the same model takes the new seed and sampling parameters
+ * (qv_synth_set_params: building one costs a tokenizer and thread pools, ~2% of the server's CPU
+ * in a 4-stream run of 4 s requests); a slot of another model or thread count is rebuilt. */
 static int slot_acquire(qv_server *s, struct MHD_Connection *c, int model, const qv_params *p,
                         double deadline) {
-    pthread_mutex_lock(&s->mu);
-    int best = -1;
-    for (;;) {
-        int rank = 0; /* of best: 1 free, 2 same model, 3 same parameters too */
-        for (int i = 0; i < s->n_slots && rank < 3; i++) {
-            if (s->slots[i].busy) continue;
-            const int r = s->slots[i].synth && s->slots[i].model == model
-                              ? 2 + params_equal(&s->slots[i].params, p)
-                              : 1;
-            if (r > rank) best = i, rank = r;
-        }
-        if (best >= 0) break;
-        if (!s->n_queued && s->cfg.max_queue == 0) break;
-        if (s->n_queued >= s->cfg.max_queue) {
-            pthread_mutex_unlock(&s->mu);
-            return -1;
-        }
-        s->n_queued++;
-        qvs_wait_tick(s);
-        s->n_queued--;
-        if (s->draining == 2 || qvs_now_s() > deadline || qvs_peer_gone(c)) {
-            pthread_mutex_unlock(&s->mu);
-            return -2;
-        }
-    }
-    if (best < 0) {
-        pthread_mutex_unlock(&s->mu);
-        return -1;
-    }
+    int best = qvs_slot_take(s, c, model, p, deadline);
+    if (best < 0) return best;
     slot *sl = &s->slots[best];
-    sl->busy = 1;
-    pthread_mutex_unlock(&s->mu);
     if (sl->synth && sl->model == model &&
-        (params_equal(&sl->params, p) || !qv_synth_set_params(sl->synth, p))) {
+        (qvs_params_equal(&sl->params, p) || !qv_synth_set_params(sl->synth, p))) {
         sl->params = *p;
         return best;
     }
@@ -230,7 +182,7 @@ static int slot_acquire(qv_server *s, struct MHD_Connection *c, int model, const
     sl->params = *p;
     if (qv_synth_new(&sl->synth, s->models[model].model, p)) {
         sl->synth = NULL;
-        slot_release(s, best);
+        qvs_slot_release(s, best);
         return -3;
     }
     return best;
@@ -304,8 +256,8 @@ static void list_names(char *buf, size_t size, const char *(*name)(const qv_mode
 }
 
 /* Fills j (strings, request, format, stream) and p from the JSON body; model in *model. */
-static int parse(qv_server *s, const char *body, size_t len, job *j, qv_params *p, int *model,
-                 verdict *v) {
+static int parse(qv_server *s, const api_key *k, const char *body, size_t len, job *j, qv_params *p,
+                 int *model, verdict *v) {
     /* the whole body is one JSON value: anything after it but white space is malformed (the
      * body is NUL-terminated: len + 1 lets cJSON check that its NUL follows the value) */
     cJSON *o = cJSON_ParseWithLengthOpts(body ? body : "", body ? len + 1 : 1, NULL, 1);
@@ -356,7 +308,7 @@ static int parse(qv_server *s, const char *body, size_t len, job *j, qv_params *
         bad(v, 400, "invalid_value", "voice", "voice: required (a library voice for model %s)",
             s->models[*model].name);
         goto out;
-    } else if (voice && qvs_voice_lookup(s, voice, path, sizeof path)) {
+    } else if (voice && qvs_voice_lookup(s, k, voice, path, sizeof path)) {
         speaker = find_name(voice, qv_model_speaker, qv_model_n_speakers(m), m);
         if (!speaker) {
             list_names(names, sizeof names, qv_model_speaker, qv_model_n_speakers(m), m);
@@ -497,14 +449,7 @@ static enum MHD_Result reply_failure(struct MHD_Connection *c, req *q, const job
 static int wait_job(job *j, int want_bytes) {
     pthread_mutex_lock(&j->mu);
     while (!j->done && !(want_bytes && j->out.len > j->off)) {
-        struct timespec t;
-        clock_gettime(CLOCK_REALTIME, &t);
-        t.tv_nsec += 50000000;
-        if (t.tv_nsec >= 1000000000) {
-            t.tv_sec++;
-            t.tv_nsec -= 1000000000;
-        }
-        pthread_cond_timedwait(&j->cv, &j->mu, &t);
+        qvs_timed_wait(&j->cv, &j->mu, 50);
         if (j->done || (want_bytes && j->out.len > j->off)) break;
         pthread_mutex_unlock(&j->mu);
         int gone = qvs_peer_gone(j->conn), late = qvs_now_s() > j->deadline;
@@ -550,6 +495,7 @@ static ssize_t read_stream(void *cls, uint64_t pos, char *buf, size_t max) {
                 char msg[700];
                 snprintf(msg, sizeof msg, "synthesis failed after audio was sent: %s: %s",
                          qv_strerror(j->st), j->err);
+                qvs_scrub(j->s, msg, sizeof msg);
                 cJSON_AddStringToObject(e, "type", "error");
                 cJSON_AddStringToObject(in, "message", msg);
                 cJSON_AddStringToObject(in, "type", type);
@@ -613,7 +559,7 @@ enum MHD_Result qvs_speech_handle(qv_server *s, struct MHD_Connection *c, req *q
     verdict v = {0};
     qv_params p;
     int model;
-    if (parse(s, q->body, q->body_len, j, &p, &model, &v))
+    if (parse(s, q->key, q->body, q->body_len, j, &p, &model, &v))
         return qvs_reply_error(c, q, v.status,
                                v.status >= 500 ? "server_error" : "invalid_request_error", v.code,
                                v.param, "%s", v.msg);
@@ -632,14 +578,7 @@ enum MHD_Result qvs_speech_handle(qv_server *s, struct MHD_Connection *c, req *q
      * of failing the request; a stream sends audio as it is decoded. */
     j->r.whole_chunks = j->stream == STREAM_NONE;
     j->slot = slot_acquire(s, c, model, &p, j->deadline);
-    if (j->slot == -1)
-        return qvs_reply_error(c, q, MHD_HTTP_TOO_MANY_REQUESTS, "server_error", "busy", NULL,
-                               "all %d synthesis slots busy and %d requests queued; retry later",
-                               s->n_slots, s->cfg.max_queue);
-    if (j->slot == -2 && qvs_now_s() > j->deadline)
-        return qvs_reply_error(c, q, MHD_HTTP_GATEWAY_TIMEOUT, "server_error", "timeout", NULL,
-                               "no synthesis slot within the time limit (%d s)", s->cfg.timeout_s);
-    if (j->slot == -2) return MHD_NO; /* the client left or the server stops */
+    if (j->slot == -1 || j->slot == -2) return qvs_reply_not_admitted(s, c, q, j->slot, j->deadline);
     if (j->slot == -3)
         return qvs_reply_error(c, q, 503, "server_error", "out_of_memory", NULL,
                                "cannot create a synthesizer for these parameters");
@@ -660,7 +599,7 @@ enum MHD_Result qvs_speech_handle(qv_server *s, struct MHD_Connection *c, req *q
         pthread_mutex_lock(&s->mu);
         s->n_workers--;
         pthread_mutex_unlock(&s->mu);
-        slot_release(s, j->slot);
+        qvs_slot_release(s, j->slot);
         return qvs_reply_error(c, q, 503, "server_error", "out_of_memory", NULL,
                                "cannot start a synthesis thread");
     }

@@ -45,6 +45,10 @@ typedef struct {
     float temperature, top_p, repetition_penalty;
     int top_k;
     int set_temperature, set_top_p, set_rp, set_top_k;
+    /* styles and scripts (docs/markup.md) */
+    const char *style, *style_table, *script, *style_dirs[16];
+    double style_strength;
+    int n_style_dirs, strict_markup;
 } options;
 
 enum {
@@ -76,7 +80,13 @@ enum {
     OPT_BATCH,
     OPT_FORMAT,
     OPT_JSON,
-    OPT_LOUDNESS
+    OPT_LOUDNESS,
+    OPT_STYLE,
+    OPT_STYLE_STRENGTH,
+    OPT_STYLE_DIR,
+    OPT_STYLE_TABLE,
+    OPT_STRICT_MARKUP,
+    OPT_SCRIPT
 };
 
 static void usage(FILE *f) {
@@ -133,6 +143,21 @@ static void usage(FILE *f) {
         "      --max-chunk-chars N    long text: chunks of at most N characters at sentence ends\n"
         "                             (default %d); [pause:500ms] inserts silence\n"
         "      --no-chunk             one chunk (only [pause:] tags split the text)\n"
+        "      Markup in the text (docs/markup.md): [pause:400ms] [break:1s], style tags [sad]\n"
+        "      [whisper] ... [style: free instruct text] [neutral], [voice:NAME] [lang:NAME]\n"
+        "      --style NAME           style of the whole text: the voice's palette entry, else a\n"
+        "                             --style-dir, plus its instruct text where the model takes\n"
+        "                             one; an error when nothing applies\n"
+        "      --style-strength S     strength of palette entries and directions, (0, 4]\n"
+        "                             (default: each entry's own; variants 1, directions 0.25)\n"
+        "      --style-dir NAME=FILE  a generic style direction (voicefmt palette derive), used\n"
+        "                             when the voice's palette lacks NAME (repeatable, 16)\n"
+        "      --style-table FILE     extra \"name = instruct text\" lines for style tags\n"
+        "      --strict-markup        a tag the model and voice cannot honour is an error\n"
+        "                             (default: a warning naming it)\n"
+        "      --script FILE          a dialogue: \"NAME: text\" lines (NAME a voice or preset\n"
+        "                             speaker), blank line = 600 ms pause; one output, a\n"
+        "                             progress line per script line\n"
         "      --no-guard             disable the runaway guard (frame budget 25 + 8 per token,\n"
         "                             code loops, long silence; on a trip the chunk is retried in\n"
         "                             two halves, then speak fails without writing output)\n"
@@ -163,7 +188,8 @@ static void usage(FILE *f) {
         "      --decode-codes FILE    decode such a file to audio (-o) instead of synthesizing\n"
         "      --tokens               print the text's token ids and exit\n"
         "      --batch FILE           one model load for many texts: one JSON job per line\n"
-        "                             (text, output, speaker|voice, language, instruct, seed);\n"
+        "                             (text, output, speaker|voice, language, instruct, style,\n"
+        "                             seed); markup in the text and the --style-* options apply;\n"
         "                             one JSON result per job on stdout; exit 1 if any failed\n"
         "                             (docs/batch.md). - = stdin\n"
         "  -q, --quiet                no progress or summary on stderr\n"
@@ -277,6 +303,13 @@ static int parse_args(int argc, char **argv, options *o) {
                                        {"quant", required_argument, 0, OPT_QUANT},
                                        {"ignore-eos", no_argument, 0, OPT_IGNORE_EOS},
                                        {"strict-vocab", no_argument, 0, OPT_STRICT_VOCAB},
+                                       {"style", required_argument, 0, OPT_STYLE},
+                                       {"style-strength", required_argument, 0,
+                                        OPT_STYLE_STRENGTH},
+                                       {"style-dir", required_argument, 0, OPT_STYLE_DIR},
+                                       {"style-table", required_argument, 0, OPT_STYLE_TABLE},
+                                       {"strict-markup", no_argument, 0, OPT_STRICT_MARKUP},
+                                       {"script", required_argument, 0, OPT_SCRIPT},
                                        {"quiet", no_argument, 0, 'q'},
                                        {"help", no_argument, 0, 'h'},
                                        {"version", no_argument, 0, 'V'},
@@ -356,6 +389,28 @@ static int parse_args(int argc, char **argv, options *o) {
             break;
         case OPT_STRICT_VOCAB:
             o->strict_vocab = 1;
+            break;
+        case OPT_STYLE:
+            o->style = optarg;
+            break;
+        case OPT_STYLE_STRENGTH:
+            if (parse_double(optarg, 1e-6, 4, &d))
+                return usage_error("--style-strength: expected (0, 4], found '%s'", optarg);
+            o->style_strength = d;
+            break;
+        case OPT_STYLE_DIR:
+            if (o->n_style_dirs == 16 || !strchr(optarg, '=') || *optarg == '=')
+                return usage_error("--style-dir %s: expected NAME=FILE (at most 16)", optarg);
+            o->style_dirs[o->n_style_dirs++] = optarg;
+            break;
+        case OPT_STYLE_TABLE:
+            o->style_table = optarg;
+            break;
+        case OPT_STRICT_MARKUP:
+            o->strict_markup = 1;
+            break;
+        case OPT_SCRIPT:
+            o->script = optarg;
             break;
         case OPT_IGNORE_EOS:
             o->ignore_eos = 1;
@@ -790,10 +845,74 @@ static int decode_only(const options *o, const qv_model *m) {
 
 /* ==== per chunk: --dump-codes, --verify ====================================================== */
 
+/* ==== styles and scripts (docs/markup.md) =================================================== */
+
+typedef struct {
+    qv_style_dir dirs[16]; /* their name and direction point into names / vecs */
+    char *names[16];
+    float *vecs[16];
+    char *table, *markup;
+    int *line_offsets, *line_numbers, n_lines, last_line;
+} styling;
+
+static void styling_free(styling *y) {
+    for (int i = 0; i < 16; i++)
+        free(y->names[i]), qv_free(y->vecs[i]);
+    qv_free(y->table), qv_free(y->markup), qv_free(y->line_offsets), qv_free(y->line_numbers);
+}
+
+/* Reads --style-dir, --style-table and --script into y (printing what is wrong). */
+static int styling_load(const options *o, styling *y) {
+    for (int i = 0; i < o->n_style_dirs; i++) {
+        const char *eq = strchr(o->style_dirs[i], '=');
+        qv_style_dir *d = &y->dirs[i];
+        d->struct_size = sizeof *d;
+        if (!(d->name = y->names[i] = strndup(o->style_dirs[i], (size_t)(eq - o->style_dirs[i]))) ||
+            qv_clone_xvector(NULL, eq + 1, 0, &y->vecs[i], &d->dim))
+            return fprintf(stderr, TOOL ": --style-dir %s: %s\n", o->style_dirs[i],
+                           d->name ? qv_last_error() : "out of memory"), 1;
+        d->direction = y->vecs[i];
+        d->strength = 0.25f;
+    }
+    size_t n;
+    if (o->style_table && qv_file_read(o->style_table, 1 << 20, &y->table, &n))
+        return fprintf(stderr, TOOL ": --style-table: %s\n", qv_last_error()), 1;
+    if (!o->script) return 0;
+    char *script;
+    if (qv_file_read(o->script, 16 << 20, &script, &n))
+        return fprintf(stderr, TOOL ": --script: %s\n", qv_last_error()), 1;
+    enum qv_status st = qv_script_to_markup(script, 600, &y->markup, &y->line_offsets,
+                                            &y->line_numbers, &y->n_lines);
+    qv_free(script);
+    if (st) return fprintf(stderr, TOOL ": %s: %s\n", o->script, qv_last_error()), 1;
+    return 0;
+}
+
+/* The style fields of a request. */
+static void styling_request(const options *o, const styling *y, qv_synth_request *r) {
+    r->style = o->style;
+    r->style_strength = (float)o->style_strength;
+    r->style_dirs = y->dirs;
+    r->n_style_dirs = o->n_style_dirs;
+    r->style_table = y->table;
+    r->strict_markup = o->strict_markup;
+}
+
+/* --script: one progress line when a chunk of a new script line completes. */
+static void styling_progress(styling *y, int text_offset) {
+    int i = y->n_lines - 1;
+    while (i > 0 && y->line_offsets[i] > text_offset)
+        i--;
+    if (i == y->last_line - 1) return;
+    y->last_line = i + 1;
+    fprintf(stderr, TOOL ": script line %d (%d/%d)\n", y->line_numbers[i], i + 1, y->n_lines);
+}
+
 typedef struct {
     FILE *dump;
     double cos[1024];
     int n_cos;
+    styling *script; /* --script progress, or NULL */
 } chunks;
 
 static void on_chunk(void *user, const qv_chunk_info *c) {
@@ -804,6 +923,7 @@ static void on_chunk(void *user, const qv_chunk_info *c) {
         fputc('\n', k->dump);
     }
     if (k->n_cos < (int)(sizeof k->cos / sizeof k->cos[0])) k->cos[k->n_cos++] = c->verify;
+    if (k->script) styling_progress(k->script, c->text_offset);
 }
 
 /* Prints --verify's per-chunk similarities and the lowest. */
@@ -888,6 +1008,7 @@ typedef struct {
     cached_voice *voices; /* every voice a job named, opened once */
     int n_voices;
     int wdelta_line; /* the line whose voice's weight delta rewrote the model, or 0 */
+    const styling *sty; /* --style-dir, --style-table (a job's "style" replaces --style) */
 } batch;
 
 /* The voice the jobs call name, opened on first use. NULL with err on failure. */
@@ -915,8 +1036,8 @@ static const char *job_str(const cJSON *j, const char *key, const char *dflt) {
 
 /* Checks a job's fields; 0, or -1 with err = "FIELD: problem". */
 static int job_check(const cJSON *j, char *err, size_t n) {
-    static const char *const strs[] = {"text",  "output",   "speaker",
-                                       "voice", "language", "instruct"};
+    static const char *const strs[] = {"text",     "output",   "speaker", "voice",
+                                       "language", "instruct", "style"};
     if (!cJSON_IsObject(j)) return snprintf(err, n, "not a JSON object"), -1;
     for (const cJSON *f = j->child; f; f = f->next) {
         int known = 0;
@@ -987,6 +1108,8 @@ static int job_run(const options *o, batch *b, int lineno, const char *line, cJS
         b->p.seed = p.seed;
     }
     qv_synth_request r = base_request(o, voice);
+    styling_request(o, b->sty, &r);
+    r.style = job_str(j, "style", o->style);
     r.text = job_str(j, "text", NULL);
     r.language = job_str(j, "language", o->language);
     r.speaker = voice ? NULL : speaker;
@@ -1020,8 +1143,8 @@ out:
 }
 
 /* Runs every job of jobs; one result line per job on stdout. 0 all ok, 1 some failed. */
-static int run_batch(const options *o, const qv_model *m, FILE *jobs) {
-    batch b = {.m = m, .p = params_for(o, m)};
+static int run_batch(const options *o, const qv_model *m, const styling *sty, FILE *jobs) {
+    batch b = {.m = m, .p = params_for(o, m), .sty = sty};
     char *line = NULL, err[4400];
     size_t cap = 0;
     int n_failed = 0, n_jobs = 0;
@@ -1082,6 +1205,7 @@ int main(int argc, char **argv) {
     SNDFILE *snd = NULL;
     sink k = {0};
     chunks ck = {0};
+    styling sty = {0};
     enum qv_status st;
 
     if ((st = qv_model_load(&m, o.model_dir))) {
@@ -1098,11 +1222,13 @@ int main(int argc, char **argv) {
         rc = 0;
         goto out;
     }
+    if (styling_load(&o, &sty)) goto out;
     if (jobs) {
-        rc = run_batch(&o, m, jobs);
+        rc = run_batch(&o, m, &sty, jobs);
         goto out;
     }
-    const char *text = o.text;
+    const char *text = sty.markup ? sty.markup : o.text;
+    if (sty.markup && !o.quiet) ck.script = &sty;
     if (!text) {
         if (!(stdin_text = read_stdin_text())) goto out;
         text = stdin_text;
@@ -1140,6 +1266,7 @@ int main(int argc, char **argv) {
     }
 
     qv_synth_request r = base_request(&o, voice);
+    styling_request(&o, &sty, &r);
     r.text = text;
     r.language = o.language;
     r.speaker = o.speaker;
@@ -1247,6 +1374,7 @@ out:
     qv_outfile_abort(dump_file);
     free(k.all);
     qv_free(stdin_text);
+    styling_free(&sty);
     qv_synth_free(syn);
     qv_voice_free(voice);
     qv_model_free(m);

@@ -134,6 +134,7 @@ void qvf_voice_free(qvf_voice *v) {
     qvf_voice_drop_wdelta(v);
     qvf_voice_drop_icl(v);
     free(v->xvector);
+    qvf_palette_free(v);
     for (int i = 0; i < v->n_meta; i++) {
         free(v->meta[i].key);
         free(v->meta[i].value);

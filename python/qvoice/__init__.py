@@ -39,6 +39,9 @@ except ImportError:
 __all__ = ["Qwen3TTSModel", "VoiceClonePromptItem", "VoiceClonePrompts", "Voice", "QvoiceError",
            "write_wav", "version", "SAMPLE_RATE"]
 
+# Markup and style keywords (docs/markup.md): qv_synth_request fields, not generation ones.
+_STYLE_KWARGS = ("style", "style_strength", "style_table", "strict_markup")
+
 # Official generation keyword -> qv_params field (None: handled apart).
 _GEN_KWARGS = {"do_sample": "do_sample", "temperature": "temperature", "top_k": "top_k",
                "top_p": "top_p", "repetition_penalty": "repetition_penalty",
@@ -279,13 +282,13 @@ class Qwen3TTSModel:
     # ---- synthesis ----
 
     def _params(self, kw):
-        bad = set(kw) - set(_GEN_KWARGS)
+        bad = set(kw) - set(_GEN_KWARGS) - set(_STYLE_KWARGS)
         if bad:
             raise TypeError("unexpected generation keyword argument(s) %s" % sorted(bad))
         p = self._lib.qv_model_params(self._m)
         p.n_threads, p.quant = self._threads, self._quant
         for k, v in kw.items():
-            if v is None:
+            if v is None or k in _STYLE_KWARGS:
                 continue  # official rule: None means the model's default
             if k == "max_new_tokens":
                 if int(v) < 2:
@@ -309,8 +312,12 @@ class Qwen3TTSModel:
 
     def _run(self, job, kw, on_block, started=None):
         """Runs one synthesis on this thread; on_block(block) gets each PCM block and returns
-        True to stop. job: text, language, speaker, instruct, voice (Voice), use_icl."""
+        True to stop. job: text, language, speaker, instruct, voice (Voice), use_icl. kw: the
+        generation keywords and the style ones (docs/markup.md): style, style_strength,
+        style_table (text of "name = instruct" lines), strict_markup."""
         lib = self._lib
+        kw = dict(kw)
+        sty = {k: kw.pop(k) for k in _STYLE_KWARGS if k in kw}
         if not self._lock.acquire(blocking=False):
             raise RuntimeError("another synthesis is running on this model object")
         try:
@@ -325,6 +332,10 @@ class Qwen3TTSModel:
             voice = job.get("voice")
             r.voice = voice._h if voice is not None else None
             r.use_icl = int(job.get("use_icl", 1))
+            r.style = _b(sty.get("style"))
+            r.style_strength = float(sty.get("style_strength") or 0)
+            r.style_table = _b(sty.get("style_table"))
+            r.strict_markup = int(bool(sty.get("strict_markup")))
             failure = []
 
             def cb(user, pcm, n):

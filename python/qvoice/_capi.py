@@ -34,7 +34,9 @@ class SynthRequest(ctypes.Structure):
                 ("use_icl", c_int), ("use_wdelta", c_int), ("force_voice", c_int),
                 ("strict_vocab", c_int), ("max_chunk_chars", c_int), ("guard", c_int), ("trim_lead", c_int),
                 ("max_seconds", c_double), ("codes_only", c_int), ("whole_chunks", c_int),
-                ("verify_model_dir", c_char_p)]
+                ("verify_model_dir", c_char_p), ("style", c_char_p), ("style_strength", c_float),
+                ("style_dirs", c_void_p), ("n_style_dirs", c_int), ("style_table", c_char_p),
+                ("strict_markup", c_int)]
 
 
 class SynthStats(ctypes.Structure):
@@ -43,7 +45,7 @@ class SynthStats(ctypes.Structure):
                 ("rtf", c_double), ("capped", c_int), ("guard_trips", c_int),
                 ("guard_verdict", ctypes.c_char * 16), ("wdelta_applied", c_int),
                 ("n_verify", c_int), ("verify_min", c_double), ("verify_mean", c_double),
-                ("warning", ctypes.c_char * 256)]
+                ("warning", ctypes.c_char * 512)]
 
 
 class CloneRequest(ctypes.Structure):

@@ -117,18 +117,24 @@ int main(int argc, char **argv) {
     const char *cache = getenv("QVOICE_CACHE");
     char *saved = cache ? strdup(cache) : NULL;
     setenv("QVOICE_CACHE", "", 1);
+    qvm_ckpt *ck = qvm_ckpt_open(dir, err, sizeof err);
+    if (!ck) {
+        fprintf(stderr, "bench_speak: %s\n", err);
+        return 1;
+    }
     stamp t0 = mark();
-    qve_decoder *dec = qve_decoder_load(dir, err, sizeof err);
+    qve_decoder *dec = qve_decoder_load(ck, err, sizeof err);
     print_since("decoder_prepare_ms", t0);
     if (saved) setenv("QVOICE_CACHE", saved, 1);
     else unsetenv("QVOICE_CACHE");
     free(saved);
     qve_decoder_free(dec);
-    qve_decoder_free(dec = qve_decoder_load(dir, err, sizeof err));
+    qve_decoder_free(dec = qve_decoder_load(ck, err, sizeof err));
     const double t1 = bench_clock_s(CLOCK_MONOTONIC);
     t0 = mark();
-    dec = qve_decoder_load(dir, err, sizeof err);
+    dec = qve_decoder_load(ck, err, sizeof err);
     print_since("decoder_mapped_ms", t0);
+    qvm_ckpt_free(ck);
     qv_model *m = NULL;
     if (!dec || qv_model_load(&m, dir)) {
         fprintf(stderr, "bench_speak: %s\n", qv_last_error());
@@ -215,11 +221,11 @@ int main(int argc, char **argv) {
     /* weight bytes relative to bf16 (q4: 4 bits + a bf16 scale and bias per 64) */
     const double bpw = !strcmp(quant, "int8") ? 0.5 : !strcmp(quant, "q4") ? 0.28125 : 1.0;
     const double talker_gb =
-        (stack_bytes(&m->cfg.talker) + 2.0 * m->cfg.talker.vocab_size * m->cfg.talker.hidden_size) *
+        (stack_bytes(&m->ck->cfg.talker) + 2.0 * m->ck->cfg.talker.vocab_size * m->ck->cfg.talker.hidden_size) *
         bpw / 1e9;
     const double cp_gb =
-        (16.0 * stack_bytes(&m->cfg.code_predictor) +
-         15.0 * 2 * m->cfg.code_predictor.vocab_size * m->cfg.code_predictor.hidden_size) *
+        (16.0 * stack_bytes(&m->ck->cfg.code_predictor) +
+         15.0 * 2 * m->ck->cfg.code_predictor.vocab_size * m->ck->cfg.code_predictor.hidden_size) *
         bpw / 1e9;
     printf("prefill_ms %.1f\n", 1e3 * bench_median(pre, runs));
     printf("prefill_positions %d\n", s->n_prefill);

@@ -191,6 +191,21 @@ class Synthesis(unittest.TestCase):
             self.cv.generate_custom_voice("Hi.", speaker="nobody", **SHORT)
         self.assertIn("nobody", str(cm.exception))
 
+    def test_markup(self):
+        """Markup goes through the library's parser: a voice switch renders like a separate run
+        of that speaker; a tag the 0.6B model cannot honour is a warning, an error when strict."""
+        wavs, _ = self.cv.generate_custom_voice("[voice:serena] Hi.", speaker="ryan", **SHORT)
+        alone, _ = self.cv.generate_custom_voice("Hi.", speaker="serena", **SHORT)
+        self.assertEqual(as_list(wavs[0]), as_list(alone[0]))
+        self.cv.generate_custom_voice("[sad] Hi.", speaker="ryan", **SHORT)
+        self.assertIn("tag [sad] at character 0: not applied", self.cv.last_stats["warning"])
+        with self.assertRaises(qvoice.QvoiceError) as cm:
+            self.cv.generate_custom_voice("[sad] Hi.", speaker="ryan", strict_markup=True,
+                                          **SHORT)
+        self.assertIn("tag [sad]", str(cm.exception))
+        with self.assertRaises(qvoice.QvoiceError):
+            self.cv.generate_custom_voice("Hi.", speaker="ryan", style="grumpy", **SHORT)
+
     def test_voice_design(self):
         vd = model("tiny-vd")
         wavs, sr = vd.generate_voice_design("Hi.", "A calm, low voice.", **SHORT)

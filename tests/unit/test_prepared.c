@@ -17,6 +17,9 @@
 
 #include <cmocka.h>
 
+#include "checkpoint/ckpt.h"
+#include "tests/unit/helpers/models.h"
+
 #include "checkpoint/prepared.h"
 #include "engine/model.h"
 #include "engine/speech_decoder.h"
@@ -39,7 +42,9 @@ static int setup(void **state) {
 /* Decodes a fixed code sequence with a freshly loaded decoder into wav (N_FRAMES frames). */
 static void decode(float *wav, size_t n) {
     char err[512];
-    qve_decoder *d = qve_decoder_load(g_model, err, sizeof err);
+    qvm_ckpt *ck_d = test_ckpt_open(g_model);
+    qve_decoder *d = qve_decoder_load(ck_d, err, sizeof err);
+    qvm_ckpt_free(ck_d);
     if (!d) fail_msg("%s", err);
     assert_int_equal((size_t)N_FRAMES * qve_decoder_samples_per_frame(d), n);
     int32_t codes[N_FRAMES * 16];
@@ -51,7 +56,9 @@ static void decode(float *wav, size_t n) {
 
 static size_t spf(void) {
     char err[512];
-    qve_decoder *d = qve_decoder_load(g_model, err, sizeof err);
+    qvm_ckpt *ck_d = test_ckpt_open(g_model);
+    qve_decoder *d = qve_decoder_load(ck_d, err, sizeof err);
+    qvm_ckpt_free(ck_d);
     if (!d) fail_msg("%s", err);
     size_t n = (size_t)qve_decoder_samples_per_frame(d);
     qve_decoder_free(d);

@@ -10,6 +10,8 @@
 
 #include <cmocka.h>
 
+#include "checkpoint/ckpt.h"
+
 const char *test_cache_dir(void) {
     const char *c = getenv("QVOICE_CACHE");
     return c && *c ? c : "cache";
@@ -31,4 +33,11 @@ void test_pcm_append(float **buf, int64_t *n, int64_t *cap, const float *x, int 
     }
     memcpy(*buf + *n, x, (size_t)k * sizeof *x);
     *n += k;
+}
+
+struct qvm_ckpt *test_ckpt_open(const char *dir) {
+    char err[512];
+    qvm_ckpt *ck = qvm_ckpt_open(dir, err, sizeof err);
+    if (!ck) fail_msg("%s", err);
+    return ck;
 }
