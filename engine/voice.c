@@ -10,28 +10,6 @@
 #include "engine/voice_verify.h"
 #include "util/api.h"
 
-/* err = where NAME was looked for (qvf_voice_find's order). */
-static void not_found(const char *name, char *err, size_t es) {
-    size_t o;
-    if (strchr(name, '/') || qvf_file_kind(name, NULL, 0)) {
-        snprintf(err, es, "%s: no such voice file", name);
-        return;
-    }
-    snprintf(err, es, "voice '%s' not found; looked for voices/%s.qvoice", name, name);
-    const char *qp = getenv("QVOICE_PATH");
-    if (!qp || !*qp) {
-        o = strlen(err);
-        snprintf(err + o, es - o, " ($QVOICE_PATH is not set)");
-    }
-    while (qp && *qp) {
-        const char *end = strchr(qp, ':');
-        int l = end ? (int)(end - qp) : (int)strlen(qp);
-        o = strlen(err);
-        if (l && o < es) snprintf(err + o, es - o, ", %.*s/%s.qvoice", l, qp, name);
-        qp = end ? end + 1 : NULL;
-    }
-}
-
 static enum qv_status voice_open(qv_voice **out, const char *path_or_name, char *err, size_t es) {
     *out = NULL;
     if (!path_or_name || !*path_or_name) {
@@ -43,9 +21,7 @@ static enum qv_status voice_open(qv_voice **out, const char *path_or_name, char 
         snprintf(err, es, "%s: out of memory", path_or_name);
         return QV_E_NOMEM;
     }
-    char e[512];
-    if (qvf_voice_find(path_or_name, v->path, sizeof v->path, e, sizeof e)) {
-        not_found(path_or_name, err, es);
+    if (qvf_voice_find(path_or_name, v->path, sizeof v->path, err, es)) {
         free(v);
         return QV_E_VOICE;
     }

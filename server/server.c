@@ -520,7 +520,6 @@ enum qv_status qv_server_start(qv_server **out, const qv_server_config *c, char 
     pthread_mutex_init(&s->conn_mu, NULL);
     pthread_cond_init(&s->conn_cv, NULL);
     qvs_metrics_init(&s->met);
-    s->formats = qvs_formats_available();
     enum qv_status st = load_models(s, c, err, es);
     if (st) goto fail;
     st = QV_E_INVALID;

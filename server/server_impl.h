@@ -106,7 +106,6 @@ struct qv_server {
     int n_keys;
     struct library *lib;
     int n_threads;
-    int formats; /* bit per enum audio_format libsndfile can write */
 
     pthread_mutex_t mu; /* everything below */
     pthread_cond_t cv;  /* slot freed, request finished */
@@ -214,22 +213,7 @@ int qvs_library_add(qv_server *s, const api_key *k, const uint8_t *b, size_t n, 
 /* Deletes the voice k names: 0 (id set), 404 none k may use, 403 not k's, 500. */
 int qvs_library_remove(qv_server *s, const api_key *k, const char *id_or_name, char id[65]);
 
-/* ==== audio encoding (encode.c) ============================================================== */
-
-#define AUDIO_FORMAT_LIST(X)                                                                       \
-    X(FMT_WAV, "wav", "audio/wav")                                                                 \
-    X(FMT_PCM, "pcm", "audio/pcm")                                                                 \
-    X(FMT_FLAC, "flac", "audio/flac")                                                              \
-    X(FMT_MP3, "mp3", "audio/mpeg")                                                                \
-    X(FMT_OPUS, "opus", "audio/ogg")
-#define FMT_ENUM_(name, text, mime) name,
-enum audio_format { AUDIO_FORMAT_LIST(FMT_ENUM_) FMT_COUNT };
-#undef FMT_ENUM_
-
-int qvs_format_parse(const char *name); /* enum audio_format or -1 */
-const char *qvs_format_name(int f);
-const char *qvs_format_mime(int f);
-int qvs_formats_available(void); /* bit per format this libsndfile can write */
+/* ==== byte buffers (bytes.c) ================================================================= */
 
 typedef struct {
     uint8_t *p;
@@ -238,12 +222,6 @@ typedef struct {
 /* Appends n bytes of p (p NULL: n uninitialised bytes); 0 or -1 (out of memory). */
 int qvs_bytes_add(bytes *b, const void *p, size_t n);
 
-/* 44-byte 16-bit mono 24 kHz WAV header; n_samples < 0: unknown length (streams). */
-void qvs_wav_header(uint8_t out[44], int64_t n_samples);
-/* Appends samples as 16-bit little-endian. */
-int qvs_pcm16_add(bytes *b, const float *x, int n);
-/* Whole file of format f (wav, pcm, flac, mp3, opus) from n samples; 0 or -1 with err. */
-int qvs_encode_all(int f, const float *x, int64_t n, bytes *out, char *err, size_t err_size);
 /* Base64 of n bytes appended to b. */
 int qvs_base64_add(bytes *b, const uint8_t *p, size_t n);
 

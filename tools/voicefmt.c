@@ -766,15 +766,9 @@ static int cmd_list(int argc, char **argv) {
         }
         return rc;
     }
-    rc |= list_dir("voices", &any, 0);
-    const char *qp = getenv("QVOICE_PATH");
-    if (qp) {
-        char *copy = strdup(qp), *save = NULL;
-        for (char *tok = copy ? strtok_r(copy, ":", &save) : NULL; tok;
-             tok = strtok_r(NULL, ":", &save))
-            rc |= list_dir(tok, &any, 0);
-        free(copy);
-    }
+    char dir[4096];
+    for (int i = 0; !qvf_voice_dir(i, dir, sizeof dir); i++) /* voices/, then $QVOICE_PATH */
+        rc |= list_dir(dir, &any, 0);
     if (!any) fprintf(stderr, "voicefmt: no .qvoice files in voices/ or $QVOICE_PATH\n");
     return rc;
 }
@@ -933,9 +927,7 @@ static int palette_derive(const char *base_dir, const char *out, char **pairs, i
         const char *files[2] = {pairs[i], colon + 1};
         float *x[2] = {NULL, NULL};
         for (int k = 0; k < 2; k++) {
-            size_t len = strlen(files[k]);
-            int voice = (len > 7 && !strcmp(files[k] + len - 7, ".qvoice")) ||
-                        (len > 4 && !strcmp(files[k] + len - 4, ".bin"));
+            const int voice = qvf_file_kind(files[k], NULL, 0) != QVF_KIND_NONE;
             if (!voice && !cl && !(cl = cloner(base_dir))) break;
             if (!(x[k] = xvector(cl, files[k], &dim))) break;
         }

@@ -268,9 +268,15 @@ enum qvf_file_kind qvf_file_kind(const char *name, const void *head, size_t n_he
  * Resolves what a user typed for --voice: an existing file path (contains '/' or ends in .qvoice /
  * .bin) is used as is; otherwise NAME is looked up as voices/NAME.qvoice, then DIR/NAME.qvoice for
  * each DIR of $QVOICE_PATH (colon-separated). Writes the path into path (path_size bytes).
- * Returns 0, QVF_E_IO with "NAME: no voices/NAME.qvoice or in $QVOICE_PATH" in err, or QVF_E_ARG.
+ * Returns 0, QVF_E_ARG, or QVF_E_IO with the one text for a missing voice in err: "voice 'NAME'
+ * not found; looked for voices/NAME.qvoice and, from $QVOICE_PATH, DIR/NAME.qvoice, ..." (or "...
+ * ($QVOICE_PATH is not set)"), or "PATH: no such voice file".
  */
 int qvf_voice_find(const char *name, char *path, size_t path_size, char *err, size_t err_size);
+/* The i-th directory voice names are looked up in (the one parser of $QVOICE_PATH): 0 is
+ * "voices", then each non-empty entry of $QVOICE_PATH (colon-separated). 0 with dir filled, or -1
+ * past the last (or when dir is too small). */
+int qvf_voice_dir(int i, char *dir, size_t dir_size);
 
 /* ---- utilities ---- */
 /* ---- signatures (docs/qvoice-format.md §4.10) ----

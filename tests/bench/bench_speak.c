@@ -3,7 +3,7 @@
  * stack over every prompt position, the codec head), ms per frame (whole frame and code predictor
  * alone; the talker is the difference), achieved weight GB/s, and the start-up pieces of the time
  * to first audio: decoder weights prepared vs mapped from the prepared cache (checkpoint/prepared.h),
- * tokenizer open, the first one-frame decoder block, the int8 view quantized vs mapped. (Time to
+ * tokenizer open, the first one-frame decoder block, the int8 or q4 view quantized vs mapped. (Time to
  * first audio as a user sees it: bench_ttfa on speak --stream.)
  * usage: bench_speak MODEL_DIR [THREADS [FRAMES [RUNS [QUANT]]]]  (defaults 2, 30, 3, bf16;
  * QUANT bf16, int8 or q4; q4 for a directory written with --q4)
@@ -152,22 +152,22 @@ int main(int argc, char **argv) {
     int32_t ids[40], codes[QV_N_CODEBOOKS], done = 0;
     qv_request r;
     fill_request(&r, m, ids);
-    if (p.quant == QV_QUANT_INT8) { /* quantized (cache off), then mapped */
+    if (p.quant != QV_QUANT_BF16) { /* the int8 / q4 view quantized (cache off), then mapped */
         qvk_pool *pool = qvk_pool_create(threads);
         const char *c = getenv("QVOICE_CACHE");
         char *keep = c ? strdup(c) : NULL;
         setenv("QVOICE_CACHE", "", 1);
         stamp t = mark();
-        qve_model_quantize(m, QV_QUANT_INT8, pool);
+        qve_model_quantize(m, p.quant, pool);
         print_since("quantize_ms", t);
         if (keep) setenv("QVOICE_CACHE", keep, 1);
         else unsetenv("QVOICE_CACHE");
         free(keep);
         qve_model_drop_views(m);
-        qve_model_quantize(m, QV_QUANT_INT8, pool); /* makes the cache file if none */
+        qve_model_quantize(m, p.quant, pool); /* makes the cache file if none */
         qve_model_drop_views(m);
         t = mark();
-        qve_model_quantize(m, QV_QUANT_INT8, pool);
+        qve_model_quantize(m, p.quant, pool);
         print_since("quantize_mapped_ms", t);
         qvk_pool_free(pool);
     }

@@ -203,6 +203,8 @@ static void test_step_tiny_every_variant(void **st) {
         if (qvk_set_variant(variants[v])) continue;
         printf("tiny-cv, %s, %d sessions:\n", variants[v], N_SESS);
         check_step(m, N_SESS, QV_QUANT_BF16, MAX_FRAMES);
+        printf("tiny-cv q4, %s, 3 sessions:\n", variants[v]);
+        check_step(m, 3, QV_QUANT_Q4, MAX_FRAMES);
     }
     assert_int_equal(qvk_set_variant(was), 0);
     qv_model_free(m);
