@@ -17,6 +17,7 @@
 
 #include <cmocka.h>
 
+#include "tests/unit/helpers/run.h"
 #include "tests/unit/helpers/shell.h"
 #include "tests/unit/helpers/tmpdir.h"
 
@@ -119,15 +120,6 @@ static void test_doc_pointer_check_reads_code(void **st) {
     assert_true(file_has(out, "engine/bad.c:2: `docs/gone.md`"));
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_make_help_targets_exist),
-        cmocka_unit_test(test_no_machine_paths),
-        cmocka_unit_test(test_license),
-        cmocka_unit_test(test_readme),
-        cmocka_unit_test(test_doc_pointers_resolve),
-        cmocka_unit_test(test_doc_pointer_check_fails),
-        cmocka_unit_test(test_doc_pointer_check_reads_code),
-    };
-    return cmocka_run_group_tests(tests, tmpdir_setup, tmpdir_teardown);
-}
+QVT_MAIN(tmpdir_setup, tmpdir_teardown, test_make_help_targets_exist, test_no_machine_paths,
+         test_license, test_readme, test_doc_pointers_resolve, test_doc_pointer_check_fails,
+         test_doc_pointer_check_reads_code)
