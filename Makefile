@@ -42,6 +42,7 @@ TEST_SRC := $(wildcard tests/unit/test_*.c)
 TESTS    := $(TEST_SRC:tests/unit/%.c=$(B)/tests/%)
 TEST_HELPERS := $(wildcard tests/unit/helpers/*.c)
 BENCH_SRC := $(wildcard tests/bench/*.c)
+BENCH_HELPERS := $(wildcard tests/bench/helpers/*.c)
 BENCHES  := $(BENCH_SRC:tests/bench/%.c=$(B)/bench/%)
 MKMODEL  := $(B)/tools/mkmodel
 MANS     := $(TOOLS:bin/%=$(B)/man/%.1)
@@ -73,8 +74,8 @@ help:
 	@echo "make serve-lb   nginx balancing two qvoice-servers; one is killed mid-run"
 	@echo "make serve-bench  server TTFA, 1 vs 4 streams, 8-client load (hey), soak (also in make bench)"
 	@echo "make serve-attack slow sockets vs /health probes, list time of a 300-voice library"
-	@echo "make check-layers  check that includes and calls follow docs/architecture.md (no cycle)"
-	@echo "                and that no library or tool function is over 100 lines"
+	@echo "make check-layers  check that includes and calls follow docs/architecture.md (no cycle),"
+	@echo "                that no library or tool function is over 100 lines and every docs pointer resolves"
 	@echo "make man        man pages of the tools from their --help (build/man/)"
 	@echo "make install    install tools, libraries, headers, qvoice.pc and man pages into"
 	@echo "                [DESTDIR]PREFIX (PREFIX=$(PREFIX))"
@@ -86,6 +87,7 @@ deps:
 
 check-layers: $(LIB)
 	@mkdir -p $(B) && B=$(B) scripts/check-layers.sh && scripts/check-functions.sh
+	@scripts/check-doc-pointers.sh
 
 $(B)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -150,7 +152,7 @@ $(FUZZ_AUDIO): tests/fuzz/fuzz_audio_load.c features/audio.c features/features.h
 	  -lsndfile -lvorbis -logg -lsamplerate -lm
 $(B)/tests/test_audio_fuzz: | $(FUZZ_AUDIO)
 
-$(B)/bench/%: $(B)/tests/bench/%.o $(LIB)
+$(B)/bench/%: $(B)/tests/bench/%.o $(BENCH_HELPERS:%.c=$(B)/%.o) $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LIBS)
 

@@ -454,7 +454,7 @@ static enum qv_status use_bridge(qv_session *s, const qv_request *r) {
 static enum qv_status plan_positions(qv_session *s, const qv_request *r, prompt_plan *p) {
     const qvm_model_config *c = &s->m->ck->cfg;
     p->streaming = r->layout == QV_LAYOUT_STREAMING ||
-                   (r->layout == QV_LAYOUT_DEFAULT && c->variant == QVM_VARIANT_BASE);
+                   (r->layout == QV_LAYOUT_DEFAULT && c->variant == QVF_VARIANT_BASE);
     p->icl = r->n_ref_frames > 0;
     const int Mi = p->Mi = r->n_instruct_ids, N = p->N = r->n_text_ids,
               Mr = p->Mr = r->n_ref_text_ids;
