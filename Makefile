@@ -117,7 +117,16 @@ bin/%: $(B)/tools/%.o $(LIB)
 	@mkdir -p bin
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIB) $(LIBS)
 
-bin/qvoice-server: $(B)/server/main.o $(call app_obj,server) $(LIB)
+# The studio's static files (server/studio/) are compiled into the server (scripts/embed-studio.sh):
+# nothing to install beside the binary, and an edited page needs only a relink.
+STUDIO_FILES := $(sort $(wildcard server/studio/*))
+$(B)/gen/studio_assets.c: $(STUDIO_FILES) scripts/embed-studio.sh
+	@mkdir -p $(dir $@)
+	scripts/embed-studio.sh $(STUDIO_FILES) > $@.tmp && mv $@.tmp $@
+$(B)/gen/studio_assets.o: $(B)/gen/studio_assets.c
+	$(CC) $(CPPFLAGS_ALL) $(WARN) $(CFLAGS) -MMD -MP -c $< -o $@
+
+bin/qvoice-server: $(B)/server/main.o $(call app_obj,server) $(B)/gen/studio_assets.o $(LIB)
 	@mkdir -p bin
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIB) -lmicrohttpd $(LIBS)
 

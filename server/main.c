@@ -29,15 +29,17 @@ static void usage(const qv_server_config *d) {
            "                  [--listen HOST:PORT] [--api-key-file F] [--threads N]\n"
            "                  [--max-concurrency N] [--max-queue N] [--batch N] [--quant bf16|int8]\n"
            "                  [--max-seconds S] [--max-text-chars N] [--max-upload-mb N]\n"
-           "                  [--timeout S]\n"
+           "                  [--timeout S] [--no-studio]\n"
            "    qvoice-server --help | --version\n"
            "\n"
            "DESCRIPTION\n"
            "    Serves POST /v1/audio/speech (OpenAI's fields; stream_format audio or sse), the\n"
            "    voice library GET/POST /v1/audio/voices and GET/DELETE /v1/audio/voices/{id},\n"
-           "    and GET /health, /ready, /metrics (docs/server.md). Models are loaded once and\n"
-           "    shared by all syntheses. One line per request goes to stderr. SIGTERM or SIGINT\n"
-           "    stops accepting connections, lets requests in flight finish (up to %d s), exits 0.\n"
+           "    GET /health, /ready, /metrics, and the studio, a page to speak, clone and manage\n"
+           "    voices in a browser, at GET / (docs/server.md, docs/studio.md). Models are loaded\n"
+           "    once and shared by all syntheses. One line per request goes to stderr. SIGTERM or\n"
+           "    SIGINT stops accepting connections, lets requests in flight finish (up to %d s),\n"
+           "    exits 0.\n"
            "\n"
            "OPTIONS\n"
            "    -m, --model DIR         a model to serve (repeatable; the first is the default;\n"
@@ -60,6 +62,7 @@ static void usage(const qv_server_config *d) {
            "    -u, --max-upload-mb N   largest voice upload (default %d)\n"
            "    -T, --timeout S         idle connection timeout and wall time per request\n"
            "                            (default %d)\n"
+           "    -S, --no-studio         do not serve the studio page (GET / answers 404)\n"
            "    -h, --help              this text\n"
            "    -V, --version           version\n"
            "\n"
@@ -120,12 +123,13 @@ int main(int argc, char **argv) {
         {"batch", required_argument, 0, 'B'},
         {"quant", required_argument, 0, 'Q'},       {"max-seconds", required_argument, 0, 's'},
         {"max-text-chars", required_argument, 0, 'n'}, {"max-upload-mb", required_argument, 0, 'u'},
-        {"timeout", required_argument, 0, 'T'},     {"help", no_argument, 0, 'h'},
+        {"timeout", required_argument, 0, 'T'},     {"no-studio", no_argument, 0, 'S'},
+        {"help", no_argument, 0, 'h'},
         {"version", no_argument, 0, 'V'},           {0, 0, 0, 0}};
     int o;
     char *end;
     opterr = 0;
-    while ((o = getopt_long(argc, argv, ":m:v:c:l:k:j:C:q:B:Q:s:n:u:T:hV", opts, NULL)) != -1) {
+    while ((o = getopt_long(argc, argv, ":m:v:c:l:k:j:C:q:B:Q:s:n:u:T:ShV", opts, NULL)) != -1) {
         switch (o) {
         case 'm':
             if (c.n_models == MAX_MODELS) return usage_error("-m: at most %s models", "8");
@@ -173,6 +177,7 @@ int main(int argc, char **argv) {
             if (int_arg(optarg, 1, 86400, &c.timeout_s))
                 return usage_error("--timeout: expected 1..86400 seconds, found '%s'", optarg);
             break;
+        case 'S': c.no_studio = 1; break;
         case 'h': usage(&c); return 0;
         case 'V': printf(TOOL " %s\n", qv_version()); return 0;
         case ':': return usage_error("%s needs an argument", argv[optind - 1]);

@@ -40,6 +40,7 @@ typedef struct {
     int max_text_chars;          /* code points of input */
     int max_upload_mb;           /* multipart upload size */
     int timeout_s;               /* idle connection timeout and wall time of one request */
+    int no_studio;               /* 1: no studio page (GET / and /studio/ answer 404) */
     void (*log)(void *user, const char *line); /* one line, no newline; NULL: silent */
     void *log_user;
 } qv_server_config;
