@@ -25,19 +25,22 @@ async function startRecording() {
   await ctx.audioWorklet.addModule('/studio/recorder-worklet.js');
   const src = ctx.createMediaStreamSource(stream);
   const node = new AudioWorkletNode(ctx, 'qvoice-recorder');
-  rec = { stream, ctx, node, blocks: [], n: 0, t0: performance.now(), peak: 0 };
-  node.port.onmessage = (e) => {
+  const r = { stream, ctx, node, blocks: [], n: 0, peak: 0, done: false };
+  rec = r;
+  node.port.onmessage = (e) => { // blocks still queued after Stop are dropped
+    if (r.done) return;
     const f = e.data;
-    rec.blocks.push(f);
-    rec.n += f.length;
+    r.blocks.push(f);
+    r.n += f.length;
     let p = 0;
     for (let i = 0; i < f.length; i++) p = Math.max(p, Math.abs(f[i]));
-    rec.peak = Math.max(p, rec.peak * 0.9); // a meter that falls back smoothly
+    r.peak = Math.max(p, r.peak); // the meter shows the peak of each 100 ms
   };
   src.connect(node);
-  rec.timer = setInterval(() => {
-    $('clone-level').value = Math.min(1, rec.peak);
-    $('clone-timer').textContent = `${(rec.n / ctx.sampleRate).toFixed(1)} s`;
+  r.timer = setInterval(() => {
+    $('clone-level').value = Math.min(1, r.peak);
+    r.peak = 0;
+    $('clone-timer').textContent = `${(r.n / ctx.sampleRate).toFixed(1)} s`;
   }, 100);
   $('clone-record').textContent = 'Stop recording';
   $('clone-record').classList.add('recording');
@@ -47,6 +50,7 @@ async function startRecording() {
 async function stopRecording() {
   const r = rec;
   rec = null;
+  r.done = true;
   clearInterval(r.timer);
   r.stream.getTracks().forEach((t) => t.stop());
   r.node.disconnect();
@@ -151,6 +155,7 @@ async function clone(e) {
 }
 
 export function initClone() {
+  $('clone-pick').addEventListener('click', () => $('clone-file').click());
   $('clone-file').addEventListener('change', () => {
     const f = $('clone-file').files[0];
     if (f) setClip(f, f.name, 'File');

@@ -88,6 +88,7 @@ async function upload() {
 export function initLibrary() {
   onVoices(render);
   $('library-filter').addEventListener('input', render);
+  $('library-pick').addEventListener('click', () => $('library-upload').click());
   $('library-upload').addEventListener('change', upload);
   $('library-refresh').addEventListener('click', () =>
     refreshVoices().catch((e) => { $('library-error').textContent = e.message; }));

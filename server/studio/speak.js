@@ -144,6 +144,10 @@ async function speak() {
     if (e.name === 'AbortError') {
       take.stopped = true;
       $('speak-status').textContent = 'stopped';
+    } else if (take.pcm.length) { // a stream cut after its 200: the guard or a failure (server log)
+      $('speak-error').textContent =
+        `The server ended the stream after ${(take.floats.length / RATE).toFixed(2)} s of audio: ${e.message}`;
+      $('speak-status').textContent = '';
     } else {
       $('speak-error').textContent = e.message;
       $('speak-status').textContent = '';

@@ -1,0 +1,178 @@
+// studio.mjs — the studio page (GET /) in Debian's headless chromium, driven by puppeteer-core
+// (run by tests/unit/test_studio.c). Controls are found by their accessible names, as a screen
+// reader would. The fake microphone plays MIC_WAV.
+// usage: node studio.mjs BASE_URL MIC_WAV XSS_VOICE OUT_DIR SHOT_DIR
+//   XSS_VOICE: a .qvoice that fits the served model, uploaded here under the name
+//   <img src=x onerror=alert(1)>; OUT_DIR gets the downloads, SHOT_DIR the screenshots studio-*.png.
+// Prints one JSON line of figures; exit 0 when every check passed, 1 otherwise (one line on stderr).
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import puppeteer from 'puppeteer-core';
+
+const [base, micWav, xssVoice, outDir, shotDir] = process.argv.slice(2);
+const XSS = '<img src=x onerror=alert(1)>';
+const NAME = 'studio-take';
+const figures = {};
+let browser;
+
+function fail(msg) {
+  console.error('studio: ' + msg);
+  if (browser) browser.close().catch(() => {});
+  process.exit(1);
+}
+const check = (ok, msg) => { if (!ok) fail(msg); };
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+async function metric(name) {
+  const t = await (await fetch(base + '/metrics')).text();
+  const m = t.match(new RegExp('^' + name + ' (\\S+)$', 'm'));
+  return m ? Number(m[1]) : -1;
+}
+
+async function waitFile(dir, suffix, ms) {
+  for (let t = 0; t < ms; t += 100) {
+    const f = fs.readdirSync(dir).find((n) => n.endsWith(suffix));
+    if (f) return path.join(dir, f);
+    await sleep(100);
+  }
+  return null;
+}
+
+async function main() {
+  // The XSS-named voice, uploaded by a plain client.
+  const fd = new FormData();
+  fd.append('audio_sample', new Blob([fs.readFileSync(xssVoice)]), 'xss.qvoice');
+  fd.append('name', XSS);
+  fd.append('consent', 'test voice');
+  const up = await fetch(base + '/v1/audio/voices', { method: 'POST', body: fd });
+  check(up.ok, `uploading the XSS-named voice: HTTP ${up.status} ${await up.text()}`);
+
+  const profile = fs.mkdtempSync(path.join(os.tmpdir(), 'qvoice-studio-'));
+  browser = await puppeteer.launch({
+    executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
+    headless: true,
+    userDataDir: profile,
+    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+           '--disable-background-networking', '--disable-component-update', '--disable-sync',
+           '--use-fake-ui-for-media-stream', '--use-fake-device-for-media-stream',
+           `--use-file-for-fake-audio-capture=${micWav}`, '--autoplay-policy=no-user-gesture-required'],
+  });
+  const page = await browser.newPage();
+  await page.setViewport({ width: 1100, height: 900 });
+  const errors = [];
+  page.on('console', (m) => { if (m.type() === 'error') errors.push(m.text()); });
+  page.on('pageerror', (e) => errors.push(String(e)));
+  page.on('dialog', async (d) => { errors.push('dialog opened: ' + d.message()); await d.dismiss(); });
+  const cdp = await page.createCDPSession();
+  await cdp.send('Browser.setDownloadBehavior', { behavior: 'allow', downloadPath: outDir });
+
+  const res = await page.goto(base + '/', { waitUntil: 'load' });
+  check(res.status() === 200, `GET /: HTTP ${res.status()}`);
+  const csp = res.headers()['content-security-policy'] || '';
+  check(/default-src 'self'/.test(csp) && !/unsafe-inline/.test(csp), `CSP: '${csp}'`);
+  await page.waitForSelector('body[data-ready="1"]', { timeout: 15000 });
+  const byName = (name, role) => page.waitForSelector(`aria/${name}${role ? `[role="${role}"]` : ''}`, { timeout: 10000 });
+
+  // Every control the issue names is there by its accessible name.
+  for (const [n, r] of [['Text', 'textbox'], ['Voice', 'combobox'], ['Instruction', 'textbox'],
+                        ['Speak', 'button'], ['Stop', 'button']])
+    await byName(n, r).catch(() => fail(`no control named ${n} (${r})`));
+  const instrDisabled = await (await byName('Instruction', 'textbox')).evaluate((e) => e.disabled);
+  check(instrDisabled, 'Instruction is enabled on a 0.6B CustomVoice model');
+
+  // ---- Clone: record from the fake microphone, consent, clone.
+  await (await byName('Clone', 'tab')).click();
+  for (const [n, r] of [['Reference audio', null], ['Record', 'button'], ['Transcript', 'textbox'],
+                        ['Consent', 'textbox'], ['Clone', 'button']])
+    await byName(n, r).catch(() => fail(`no control named ${n}`));
+  await (await byName('Record', 'button')).click();
+  await sleep(6000);
+  const level = await page.$eval('#clone-level', (m) => m.value);
+  await (await byName('Stop recording', 'button')).click();
+  await page.waitForFunction(() => document.getElementById('clone-source').textContent.startsWith('Recorded'),
+                             { timeout: 10000 });
+  const secs = parseFloat(await page.$eval('#clone-timer', (e) => e.textContent));
+  check(secs >= 3, `recorded ${secs} s in 6 s of wall time`);
+  figures.recorded_seconds = secs;
+  figures.mic_level_while_recording = level;
+  await page.screenshot({ path: path.join(shotDir, 'studio-record.png') });
+  await (await byName('Name', 'textbox')).type(NAME);
+  await (await byName('Consent', 'textbox')).type('I am the speaker and I agree to this clone.');
+  const cloneT0 = Date.now();
+  await (await byName('Clone', 'button')).click();
+  await page.waitForFunction(() => !document.getElementById('clone-result').hidden ||
+                                   document.getElementById('clone-error').textContent, { timeout: 120000 });
+  const cloneErr = await page.$eval('#clone-error', (e) => e.textContent);
+  check(!cloneErr, `clone failed: ${cloneErr}`);
+  figures.clone_ms = Date.now() - cloneT0;
+  const report = await page.$eval('#clone-report', (e) => e.textContent);
+  check(report.includes(NAME), 'the report does not name the new voice');
+  await page.screenshot({ path: path.join(shotDir, 'studio-clone.png'), fullPage: true });
+
+  // ---- Library: the new voice and the XSS name as text.
+  await (await byName('Library', 'tab')).click();
+  await page.waitForFunction((n) => [...document.querySelectorAll('#library td.name')].some((td) => td.textContent === n),
+                             { timeout: 10000 }, NAME);
+  const names = await page.$$eval('#library td.name', (tds) => tds.map((t) => t.textContent));
+  check(names.includes(XSS), `the XSS-named voice is not shown as text (${JSON.stringify(names)})`);
+  check((await page.$$('#library img')).length === 0, 'an <img> was created from a voice name');
+  await (await byName('Filter', 'searchbox')).type('studio');
+  const filtered = await page.$$eval('#library td.name', (tds) => tds.map((t) => t.textContent));
+  check(filtered.length === 1 && filtered[0] === NAME, `filter: ${JSON.stringify(filtered)}`);
+  const row = await page.$(`#library tr[data-id]`);
+  await (await row.waitForSelector('aria/Download[role="button"]')).click();
+  const qv = await waitFile(outDir, '.qvoice', 10000);
+  check(qv, 'the .qvoice download did not arrive');
+  figures.downloaded_voice = qv;
+  await page.$eval('#library-filter', (e) => { e.value = ''; e.dispatchEvent(new Event('input')); });
+  await page.screenshot({ path: path.join(shotDir, 'studio-library.png'), fullPage: true });
+
+  // ---- Speak with the clone (from the library row): streaming playback.
+  await (await byName('Speak', 'tab')).click();
+  await page.$eval('#speak-max-seconds', (e) => { e.value = '20'; });
+  await page.$eval('#library-filter', (e) => { e.value = 'studio'; e.dispatchEvent(new Event('input')); });
+  const voiceSel = await byName('Voice', 'combobox');
+  const id = await page.$eval('#library tr[data-id]', (tr) => tr.dataset.id);
+  await voiceSel.select(id);
+  await byName('Text', 'textbox');
+  // Sentences: the text is synthesized a sentence at a time, and the tiny random-weight model's
+  // runaway guard cuts a single chunk that runs past its length bound.
+  const sentences = (n) => Array.from({ length: n }, (_, i) => `This is sentence ${i + 1} of the studio test.`).join(' ');
+  await page.$eval('#speak-text', (e, v) => { e.value = v; }, sentences(8));
+  await (await byName('Speak', 'button')).click();
+  await page.waitForSelector('#takes li', { timeout: 120000 });
+  const take = await page.$eval('#takes li', (li) => ({ ...li.dataset, text: li.textContent }));
+  const speakErr = await page.$eval('#speak-error', (e) => e.textContent);
+  check(!speakErr, `speak failed: ${speakErr}`);
+  check(take.playedBeforeEnd === '1', `playback had not started before the stream ended (${JSON.stringify(take)})`);
+  figures.first_sound_ms = Number(take.firstSoundMs);
+  await page.screenshot({ path: path.join(shotDir, 'studio-speak.png'), fullPage: true });
+  await (await (await page.$('#takes li')).waitForSelector('aria/Download[role="button"]')).click();
+  check(await waitFile(outDir, '.wav', 10000), 'the take download did not arrive');
+
+  // ---- Stop a long take: the server counts a cancelled synthesis.
+  const cancelled0 = await metric('qvoice_cancelled_total');
+  await page.$eval('#speak-max-seconds', (e) => { e.value = '110'; });
+  await page.$eval('#speak-text', (e, v) => { e.value = v; }, sentences(40));
+  await (await byName('Speak', 'button')).click();
+  await page.waitForFunction(() => document.getElementById('speak-status').textContent.startsWith('playing'),
+                             { timeout: 60000 });
+  await (await byName('Stop', 'button')).click();
+  await page.waitForFunction(() => document.getElementById('speak-status').textContent === 'stopped', { timeout: 10000 });
+  let cancelled = cancelled0;
+  for (let t = 0; t < 50 && cancelled <= cancelled0; t++) {
+    await sleep(100);
+    cancelled = await metric('qvoice_cancelled_total');
+  }
+  check(cancelled === cancelled0 + 1, `qvoice_cancelled_total ${cancelled0} -> ${cancelled} after Stop`);
+  const stoppedTake = await page.$eval('#takes li', (li) => li.dataset.stopped);
+  check(stoppedTake === '1', 'the stopped take is not in the list');
+
+  await sleep(300); // late console messages
+  check(errors.length === 0, `browser console errors: ${JSON.stringify(errors)}`);
+  await browser.close();
+  console.log(JSON.stringify(figures));
+}
+
+main().catch((e) => fail(e.stack || String(e)));
