@@ -67,58 +67,153 @@ async function stopRecording() {
   setClip(wavBlob([pcm], r.ctx.sampleRate), 'recording.wav', 'Recorded');
 }
 
-// The report as terms and values; warnings and refusal reasons stand out.
+// The report: a summary of what matters, every field under "All report fields", the picture.
 function showReport(voice) {
+  const rep = voice.report || {}, hy = rep.hygiene || {}, lv = hy.level || {};
   const dl = $('clone-report');
   dl.replaceChildren();
   const add = (k, v, cls) => {
+    if (v === undefined || v === null || v === '') return;
     const dt = document.createElement('dt'), dd = document.createElement('dd');
     dt.textContent = k;
-    dd.textContent = typeof v === 'object' ? JSON.stringify(v, null, 1) : String(v);
+    dd.textContent = String(v);
     if (cls) dd.className = cls;
     dl.append(dt, dd);
   };
-  add('voice', `${voice.name || '(no name)'}  id ${voice.id}`);
-  const rep = voice.report || {};
-  for (const [k, v] of Object.entries(rep))
-    add(k, v, /warn|reason|refus|clip|second/i.test(k) ? 'warn' : '');
+  const f = (x, d = 1) => (typeof x === 'number' ? x.toFixed(d) : x);
+  add('Voice', `${voice.name || '(no name)'} (id ${voice.id})`);
+  add('Used', rep.seconds_used !== undefined ? `${f(rep.seconds_used, 2)} s of ${f(rep.source_seconds, 2)} s` : undefined);
+  add('Loudness', lv.in_lufs !== undefined ? `${f(lv.in_lufs)} LUFS in, ${f(lv.out_lufs)} LUFS after ${f(lv.gain_db)} dB gain` : undefined);
+  add('Clipping', rep.clipped_fraction !== undefined ? `${f(100 * rep.clipped_fraction, 4)} % of samples` : undefined,
+      lv.clip_warning ? 'warn' : '');
+  const sp = hy.speakers;
+  if (sp) add('Second speaker', sp.flagged_s && sp.flagged_s.length ? `flagged at ${sp.flagged_s.map((s) => f(s)).join(', ')} s` : 'none found', sp.flagged_s && sp.flagged_s.length ? 'warn' : '');
+  add('ICL', rep.icl_seconds ? `${f(rep.icl_seconds, 2)} s of reference codes with the transcript` : 'none (x-vector only)');
+  add('Hygiene', rep.hygiene_text);
+  for (const w of rep.warnings || []) add('Warning', w, 'warn');
+  const all = document.createElement('details'), sum = document.createElement('summary'), pre = document.createElement('pre');
+  sum.textContent = 'All report fields';
+  pre.textContent = JSON.stringify(rep, null, 1);
+  all.append(sum, pre);
+  const dd = document.createElement('dd');
+  dd.append(all);
+  dl.append(document.createElement('dt'), dd);
   $('clone-result').hidden = false;
-  drawLevels(rep);
+  drawReport(rep);
 }
 
-// The clip's level over time (decoded by the browser), with the kept span when the report says it.
-async function drawLevels(rep) {
+// In-place radix-2 FFT of re/im (length a power of two).
+function fft(re, im) {
+  const n = re.length;
+  for (let i = 1, j = 0; i < n; i++) {
+    let bit = n >> 1;
+    for (; j & bit; bit >>= 1) j ^= bit;
+    j ^= bit;
+    if (i < j) { [re[i], re[j]] = [re[j], re[i]]; [im[i], im[j]] = [im[j], im[i]]; }
+  }
+  for (let len = 2; len <= n; len <<= 1) {
+    const a = (-2 * Math.PI) / len, wr = Math.cos(a), wi = Math.sin(a);
+    for (let i = 0; i < n; i += len) {
+      let cr = 1, ci = 0;
+      for (let k = 0; k < len / 2; k++) {
+        const xr = re[i + k + len / 2] * cr - im[i + k + len / 2] * ci;
+        const xi = re[i + k + len / 2] * ci + im[i + k + len / 2] * cr;
+        re[i + k + len / 2] = re[i + k] - xr; im[i + k + len / 2] = im[i + k] - xi;
+        re[i + k] += xr; im[i + k] += xi;
+        [cr, ci] = [cr * wr - ci * wi, cr * wi + ci * wr];
+      }
+    }
+  }
+}
+
+// The reference's log-mel spectrogram (decoded by the browser at 16 kHz, 64 bands, one 32 ms
+// window per pixel column) with the kept span, the ICL window, flagged second-speaker windows
+// and clipping drawn where they occur, a time axis and a legend.
+async function drawReport(rep) {
   const cv = $('clone-spectrum'), g = cv.getContext('2d');
+  const W = cv.width, H = cv.height, top = 18, axis = 18, ph = H - top - axis;
   g.fillStyle = '#10141c';
-  g.fillRect(0, 0, cv.width, cv.height);
+  g.fillRect(0, 0, W, H);
   if (!clip) return;
-  let buf;
+  let d, rate = 16000;
   try {
-    const ac = new OfflineAudioContext(1, 1, 24000);
-    buf = await ac.decodeAudioData(await clip.blob.arrayBuffer());
+    const ac = new OfflineAudioContext(1, 1, rate);
+    d = (await ac.decodeAudioData(await clip.blob.arrayBuffer())).getChannelData(0);
   } catch (_) {
     return; // a format the browser cannot decode: the text report stands alone
   }
-  const d = buf.getChannelData(0), w = cv.width, h = cv.height;
-  const secs = d.length / buf.sampleRate;
-  const span = (a, b) => [(a / secs) * w, (b / secs) * w];
-  const kept = rep.kept || rep.span || null;
-  const ks = rep.kept_start_s ?? (kept && kept[0]), ke = rep.kept_end_s ?? (kept && kept[1]);
-  if (typeof ks === 'number' && typeof ke === 'number') {
-    const [x0, x1] = span(ks, ke);
-    g.fillStyle = '#1f3a28';
-    g.fillRect(x0, 0, x1 - x0, h);
+  const secs = d.length / rate, N = 512, bands = 64;
+  const mel = (hz) => 2595 * Math.log10(1 + hz / 700), imel = (m) => 700 * (10 ** (m / 2595) - 1);
+  const edges = Array.from({ length: bands + 1 }, (_, i) => Math.round((imel((mel(rate / 2) * i) / bands) * N) / rate));
+  const img = g.createImageData(W, ph), cols = [];
+  let max = -Infinity;
+  const re = new Float32Array(N), im = new Float32Array(N);
+  for (let x = 0; x < W; x++) {
+    const c = Math.floor(((x + 0.5) * d.length) / W) - N / 2;
+    for (let i = 0; i < N; i++) {
+      const s = d[c + i] || 0;
+      re[i] = s * (0.5 - 0.5 * Math.cos((2 * Math.PI * i) / N));
+      im[i] = 0;
+    }
+    fft(re, im);
+    const col = new Float32Array(bands);
+    for (let b = 0; b < bands; b++) {
+      let p = 0;
+      const lo = edges[b], hi = Math.max(edges[b + 1], lo + 1);
+      for (let k = lo; k < hi; k++) p += re[k] * re[k] + im[k] * im[k];
+      col[b] = 10 * Math.log10(p / (hi - lo) + 1e-10);
+      max = Math.max(max, col[b]);
+    }
+    cols.push(col);
   }
-  g.fillStyle = '#6fb3ff';
-  const step = Math.max(1, Math.floor(d.length / w));
-  for (let x = 0; x < w; x++) {
-    let p = 0;
-    for (let i = x * step; i < Math.min(d.length, (x + 1) * step); i++) p = Math.max(p, Math.abs(d[i]));
-    g.fillRect(x, h / 2 - (p * h) / 2, 1, Math.max(1, p * h));
-  }
-  g.fillStyle = '#ccc';
+  for (let x = 0; x < W; x++)
+    for (let y = 0; y < ph; y++) {
+      const v = Math.max(0, Math.min(1, (cols[x][Math.floor(((ph - 1 - y) * bands) / ph)] - max + 80) / 80));
+      const o = 4 * (y * W + x);
+      img.data[o] = 255 * Math.min(1, 1.6 * v);
+      img.data[o + 1] = 255 * Math.max(0, 1.4 * v - 0.4);
+      img.data[o + 2] = 255 * Math.max(0, 0.5 - Math.abs(v - 0.35)) * 1.6;
+      img.data[o + 3] = 255;
+    }
+  g.putImageData(img, 0, top);
+  const X = (s) => (s / secs) * W;
+  const hy = rep.hygiene || {}, trim = hy.trim || {};
   g.font = '12px sans-serif';
-  for (let s = 0; s <= secs; s += 5) g.fillText(`${s} s`, (s / secs) * w + 2, h - 4);
+  if (typeof trim.start_s === 'number' && typeof trim.end_s === 'number') { // dim what was cut
+    g.fillStyle = 'rgba(0,0,0,0.6)';
+    g.fillRect(0, top, X(trim.start_s), ph);
+    g.fillRect(X(trim.end_s), top, W - X(trim.end_s), ph);
+    g.fillStyle = '#4cd964';
+    g.fillRect(X(trim.start_s), top - 4, X(trim.end_s) - X(trim.start_s), 3);
+    if (rep.icl_seconds) {
+      g.fillStyle = '#5ac8fa';
+      g.fillRect(X(trim.start_s), top - 8, X(rep.icl_seconds), 3);
+    }
+  }
+  for (const s of (hy.speakers && hy.speakers.flagged_s) || []) {
+    g.fillStyle = 'rgba(255,59,48,0.45)';
+    g.fillRect(X(s), top, Math.max(3, X(1.5)), ph);
+  }
+  if (hy.level && hy.level.clip_warning) {
+    g.fillStyle = '#ff3b30';
+    g.fillText('clipped', W - 60, top + 14);
+  }
+  g.fillStyle = '#ccc'; // time axis
+  const step = secs > 40 ? 10 : secs > 12 ? 5 : secs > 4 ? 1 : 0.5;
+  for (let s = 0; s <= secs; s += step) {
+    g.fillRect(X(s), H - axis, 1, 4);
+    g.fillText(`${s} s`, X(s) + 2, H - 4);
+  }
+  const legend = [['#4cd964', 'kept span'], ['#5ac8fa', 'ICL window'], ['#ff3b30', 'second speaker']];
+  let lx = 4;
+  for (const [c, t] of legend) {
+    g.fillStyle = c;
+    g.fillRect(lx, 4, 10, 8);
+    g.fillStyle = '#ccc';
+    g.fillText(t, lx + 14, 12);
+    lx += g.measureText(t).width + 30;
+  }
+  g.fillText('log-mel 0–8 kHz', W - 110, 12);
 }
 
 async function clone(e) {
