@@ -69,7 +69,7 @@ help:
 	@echo "make bench      benchmark table (full-size synthetic 0.6B)"
 	@echo "make bench-kernels  matvec GB/s vs machine read bandwidth"
 	@echo "make demo       end-to-end demo on the synthetic model and the bundled clip"
-	@echo "make serve-demo qvoice-server on the synthetic 0.6B pair: upload a voice, speak over HTTP"
+	@echo "make serve-demo qvoice-server on the synthetic 0.6B pair: upload a voice, speak over HTTP, then the studio (GET /)"
 	@echo "make serve-lb   nginx balancing two qvoice-servers; one is killed mid-run"
 	@echo "make serve-bench  server TTFA, 1 vs 4 streams, 8-client load (hey), soak (also in make bench)"
 	@echo "make check-layers  check that every #include follows docs/architecture.md"

@@ -4,6 +4,9 @@
 // usage: node studio.mjs BASE_URL MIC_WAV XSS_VOICE OUT_DIR SHOT_DIR
 //   XSS_VOICE: a .qvoice that fits the served model, uploaded here under the name
 //   <img src=x onerror=alert(1)>; OUT_DIR gets the downloads, SHOT_DIR the screenshots studio-*.png.
+// usage: node studio.mjs BASE_URL --first-sound N
+//   only measures: N takes with the model's first preset speaker (one sentence), each the time
+//   from the Speak click to the first scheduled sound on the page's own clock (performance.now).
 // Prints one JSON line of figures; exit 0 when every check passed, 1 otherwise (one line on stderr).
 import fs from 'node:fs';
 import os from 'node:os';
@@ -39,6 +42,38 @@ async function waitFile(dir, suffix, ms) {
   return null;
 }
 
+async function launch(extra) {
+  const profile = fs.mkdtempSync(path.join(os.tmpdir(), 'qvoice-studio-'));
+  browser = await puppeteer.launch({
+    executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
+    headless: true,
+    userDataDir: profile,
+    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+           '--disable-background-networking', '--disable-component-update', '--disable-sync',
+           '--autoplay-policy=no-user-gesture-required', ...extra],
+  });
+  const page = await browser.newPage();
+  await page.setViewport({ width: 1100, height: 900 });
+  return page;
+}
+
+async function firstSound(n) {
+  const page = await launch([]);
+  await page.goto(base + '/', { waitUntil: 'load' });
+  await page.waitForSelector('body[data-ready="1"]', { timeout: 15000 });
+  await page.$eval('#speak-text', (e) => { e.value = 'Hello, this is the first sentence of the take.'; });
+  await page.$eval('#speak-max-seconds', (e) => { e.value = '4'; });
+  const ms = [];
+  for (let i = 1; i <= n; i++) {
+    await (await page.waitForSelector('aria/Speak[role="button"]')).click();
+    await page.waitForFunction((k) => document.querySelectorAll('#takes li').length >= k, { timeout: 300000 }, i);
+    ms.push(Number(await page.$eval('#takes li', (li) => li.dataset.firstSoundMs)));
+  }
+  await browser.close();
+  ms.sort((a, b) => a - b);
+  console.log(JSON.stringify({ first_sound_ms: ms, median: ms[Math.floor(ms.length / 2)] }));
+}
+
 async function main() {
   // The XSS-named voice, uploaded by a plain client.
   const fd = new FormData();
@@ -48,18 +83,8 @@ async function main() {
   const up = await fetch(base + '/v1/audio/voices', { method: 'POST', body: fd });
   check(up.ok, `uploading the XSS-named voice: HTTP ${up.status} ${await up.text()}`);
 
-  const profile = fs.mkdtempSync(path.join(os.tmpdir(), 'qvoice-studio-'));
-  browser = await puppeteer.launch({
-    executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
-    headless: true,
-    userDataDir: profile,
-    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-           '--disable-background-networking', '--disable-component-update', '--disable-sync',
-           '--use-fake-ui-for-media-stream', '--use-fake-device-for-media-stream',
-           `--use-file-for-fake-audio-capture=${micWav}`, '--autoplay-policy=no-user-gesture-required'],
-  });
-  const page = await browser.newPage();
-  await page.setViewport({ width: 1100, height: 900 });
+  const page = await launch(['--use-fake-ui-for-media-stream', '--use-fake-device-for-media-stream',
+                             `--use-file-for-fake-audio-capture=${micWav}`]);
   const errors = [];
   page.on('console', (m) => { if (m.type() === 'error') errors.push(m.text()); });
   page.on('pageerror', (e) => errors.push(String(e)));
@@ -175,4 +200,4 @@ async function main() {
   console.log(JSON.stringify(figures));
 }
 
-main().catch((e) => fail(e.stack || String(e)));
+(micWav === '--first-sound' ? firstSound(Number(xssVoice)) : main()).catch((e) => fail(e.stack || String(e)));
