@@ -56,7 +56,7 @@ $(B)/examples/%.o: CPPFLAGS_ALL += -Iinclude -Ivoicefmt
 export QVOICE_CACHE ?= $(CURDIR)/cache
 
 .SECONDARY:
-.PHONY: check-layers all test asan tsan fuzz bench bench-kernels deps demo serve-demo serve-lb serve-bench install uninstall man clean help models models-full
+.PHONY: check-layers all test asan tsan fuzz bench bench-kernels deps demo serve-demo serve-lb serve-bench serve-attack install uninstall man clean help models models-full
 all: $(LIB) $(SO) $(TOOLS) $(MKMODEL)
 
 help:
@@ -72,6 +72,7 @@ help:
 	@echo "make serve-demo qvoice-server on the synthetic 0.6B pair: upload a voice, speak over HTTP, then the studio (GET /)"
 	@echo "make serve-lb   nginx balancing two qvoice-servers; one is killed mid-run"
 	@echo "make serve-bench  server TTFA, 1 vs 4 streams, 8-client load (hey), soak (also in make bench)"
+	@echo "make serve-attack slow sockets vs /health probes, list time of a 300-voice library"
 	@echo "make check-layers  check that every #include follows docs/architecture.md"
 	@echo "make man        man pages of the tools from their --help (build/man/)"
 	@echo "make install    install tools, libraries, headers, qvoice.pc and man pages into"
@@ -214,6 +215,9 @@ demo: deps
 serve-demo: deps
 	@$(MAKE) --no-print-directory all models-full
 	@scripts/serve-demo.sh
+
+serve-attack: all
+	@scripts/serve-attack.sh
 
 serve-lb: deps
 	@$(MAKE) --no-print-directory all models

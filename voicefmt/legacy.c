@@ -432,6 +432,10 @@ int qvf_legacy_check_v3(const qvf_voice *v, const char *name, char *err, size_t 
     if (v->wovr_h && !v->tpad_hidden)
         return qvf_fail(err, es, QVF_E_UNSUPPORTED, name,
                         "v3 cannot hold WOVR without TPAD (positional sections)");
+    if (v->n_styles)
+        return qvf_fail(err, es, QVF_E_UNSUPPORTED, name,
+                        "v3 cannot hold a palette (%d entries; voicefmt palette rm them first)",
+                        v->n_styles);
     if (v->has_wdelta && (!v->tpad_hidden || !v->wovr_h))
         return qvf_fail(
             err, es, QVF_E_UNSUPPORTED, name,

@@ -40,6 +40,9 @@
 #define LLVMFuzzerTestOneInput fuzz_tok_cache_one
 #include "tests/fuzz/fuzz_tok_cache.c"
 #undef LLVMFuzzerTestOneInput
+#define LLVMFuzzerTestOneInput fuzz_markup_one
+#include "tests/fuzz/fuzz_markup.c"
+#undef LLVMFuzzerTestOneInput
 #define LLVMFuzzerTestOneInput fuzz_voice_accept_one
 #include "tests/fuzz/fuzz_voice_accept.c"
 #undef LLVMFuzzerTestOneInput
@@ -51,6 +54,7 @@ static const struct {
 } targets[] = {
     {"fuzz_qvf_read", fuzz_qvf_read_one},       {"fuzz_legacy_read", fuzz_legacy_read_one},
     {"fuzz_roundtrip", fuzz_roundtrip_one},     {"fuzz_tok_cache", fuzz_tok_cache_one},
+    {"fuzz_markup", fuzz_markup_one},
     {"fuzz_voice_accept", fuzz_voice_accept_one},
 #ifdef HAVE_FUZZ_SAFETENSORS
     {"fuzz_safetensors", fuzz_safetensors_one},
