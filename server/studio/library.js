@@ -60,7 +60,8 @@ function render() {
       } catch (e) { $('library-error').textContent = e.message; }
     });
     del.setAttribute('aria-description', label);
-    actions.append(speak, ' ', dl, ' ', del);
+    actions.append(speak, ' ', dl);
+    if (v.deletable !== false) actions.append(' ', del); // a user key may not delete others' voices
     body.append(tr);
   }
   $('library-presets').textContent = state.presets.length

@@ -4,6 +4,9 @@
 // usage: node studio.mjs BASE_URL MIC_WAV XSS_VOICE OUT_DIR SHOT_DIR
 //   XSS_VOICE: a .qvoice that fits the served model, uploaded here under the name
 //   <img src=x onerror=alert(1)>; OUT_DIR gets the downloads, SHOT_DIR the screenshots studio-*.png.
+// usage: node studio.mjs BASE_URL --key KEY
+//   a server with --api-key-file: the page asks for the key once (after a 401), loads the voices
+//   with it, and after a reload of the tab uses the kept key without asking again.
 // usage: node studio.mjs BASE_URL --first-sound N
 //   only measures: N takes with the model's first preset speaker (one sentence), each the time
 //   from the Speak click to the first scheduled sound on the page's own clock (performance.now).
@@ -72,6 +75,28 @@ async function firstSound(n) {
   await browser.close();
   ms.sort((a, b) => a - b);
   console.log(JSON.stringify({ first_sound_ms: ms, median: ms[Math.floor(ms.length / 2)] }));
+}
+
+async function withKey(key) {
+  const page = await launch([]);
+  const errors = [];
+  page.on('console', (m) => { // the one 401 that makes the page ask is expected
+    if (m.type() === 'error' && !/status of 401/.test(m.text())) errors.push(m.text());
+  });
+  page.on('pageerror', (e) => errors.push(String(e)));
+  await page.goto(base + '/', { waitUntil: 'load' });
+  const field = await page.waitForSelector('aria/API key', { visible: true, timeout: 15000 });
+  await field.type(key);
+  await (await page.waitForSelector('aria/Use key[role="button"]')).click();
+  await page.waitForSelector('body[data-ready="1"]', { timeout: 15000 });
+  const voices = await page.$$eval('#speak-voice option', (o) => o.length);
+  check(voices > 0, 'no voice listed after the key was given');
+  await page.reload({ waitUntil: 'load' });
+  await page.waitForSelector('body[data-ready="1"]', { timeout: 15000 });
+  check(await page.$eval('#key-form', (f) => f.hidden), 'the key was asked again after a reload');
+  check(errors.length === 0, `browser console errors: ${JSON.stringify(errors)}`);
+  await browser.close();
+  console.log(JSON.stringify({ key: 'asked once' }));
 }
 
 async function main() {
@@ -200,4 +225,4 @@ async function main() {
   console.log(JSON.stringify(figures));
 }
 
-(micWav === '--first-sound' ? firstSound(Number(xssVoice)) : main()).catch((e) => fail(e.stack || String(e)));
+(micWav === '--first-sound' ? firstSound(Number(xssVoice)) : micWav === '--key' ? withKey(xssVoice) : main()).catch((e) => fail(e.stack || String(e)));

@@ -8,89 +8,28 @@
  * and logs no console error. Screenshots go to build/studio-*.png.
  */
 #include <setjmp.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 
+#include "tests/unit/helpers/server_proc.h"
 #include "tests/unit/helpers/shell.h"
 #include "tests/unit/helpers/tmpdir.h"
 
 #define CLIP "tests/audio/en_ohenry_chenevert.wav"
 #define CHROMIUM "/usr/bin/chromium"
 
-typedef struct {
-    pid_t pid;
-    int port;
-    char log[512];
-} server;
-
 static char g_cv[512], g_base[512], g_xss[512];
 static server g_srv;   /* tiny-cv speaking, tiny-base cloning, the studio on */
 static server g_plain; /* the same with --no-studio */
+static server g_keyed; /* tiny-cv with --api-key-file */
 static int g_browser;  /* chromium and puppeteer-core are there */
-
-static void sleep_ms(int ms) {
-    struct timespec t = {ms / 1000, (long)(ms % 1000) * 1000000};
-    nanosleep(&t, NULL);
-}
-
-static void slurp(const char *path, char *buf, size_t size) {
-    FILE *f = fopen(path, "rb");
-    size_t n = f ? fread(buf, 1, size - 1, f) : 0;
-    buf[n] = 0;
-    if (f) fclose(f);
-}
-
-/* Starts bin/qvoice-server with args on a free port (read from its log). 0, or -1. */
-static int start(server *sv, const char *name, const char *args) {
-    char cmd[4096];
-    snprintf(sv->log, sizeof sv->log, "%s/%s.log", tmp_dir, name);
-    snprintf(cmd, sizeof cmd, "exec bin/qvoice-server %s --listen 127.0.0.1:0 >/dev/null 2>%s", args,
-             sv->log);
-    unlink(sv->log);
-    sv->pid = fork();
-    if (sv->pid == 0) {
-        setenv("LSAN_OPTIONS", "suppressions=tests/server/lsan.supp", 1);
-        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-        _exit(127);
-    }
-    for (int i = 0; i < 600; i++) {
-        char text[4096];
-        slurp(sv->log, text, sizeof text);
-        const char *p = strstr(text, "listening on ");
-        if (p && strchr(p, '\n')) {
-            sv->port = atoi(strchr(p + 13, ':') + 1);
-            return sv->port > 0 ? 0 : -1;
-        }
-        if (waitpid(sv->pid, NULL, WNOHANG) == sv->pid) return -1;
-        sleep_ms(100);
-    }
-    return -1;
-}
-
-static void stop(server *sv) {
-    if (sv->pid <= 0) return;
-    kill(sv->pid, SIGTERM);
-    for (int i = 0; i < 300; i++) {
-        if (waitpid(sv->pid, NULL, WNOHANG) == sv->pid) {
-            sv->pid = 0;
-            return;
-        }
-        sleep_ms(100);
-    }
-    kill(sv->pid, SIGKILL);
-    waitpid(sv->pid, NULL, 0);
-    sv->pid = 0;
-}
 
 /* GET (or -X METHOD) of path with curl: the status; headers and body go to tmp files. */
 static int get(const server *sv, const char *method, const char *path) {
@@ -123,14 +62,19 @@ static int group_setup(void **state) {
     char args[2048];
     snprintf(args, sizeof args, "-m %s --clone-model %s --voices %s/voices --timeout 60", g_cv,
              g_base, tmp_dir);
-    if (start(&g_srv, "studio", args)) return -1;
+    if (server_start(&g_srv, "studio", args)) return -1;
     snprintf(args, sizeof args, "-m %s --voices %s/plain --no-studio", g_cv, tmp_dir);
-    return start(&g_plain, "plain", args);
+    if (server_start(&g_plain, "plain", args)) return -1;
+    tmp_write(tmp_path("keys"), "studio-key-1\n", 13);
+    snprintf(args, sizeof args, "-m %s --voices %s/keyed --api-key-file %s", g_cv, tmp_dir,
+             tmp_path("keys"));
+    return server_start(&g_keyed, "keyed", args);
 }
 
 static int group_teardown(void **state) {
-    stop(&g_srv);
-    stop(&g_plain);
+    server_stop(&g_srv);
+    server_stop(&g_plain);
+    server_stop(&g_keyed);
     return tmpdir_teardown(state);
 }
 
@@ -190,10 +134,23 @@ static void test_browser(void **state) {
     assert_true(file_bytes("build/studio-library.png") > 0);
 }
 
+/* With bearer keys: the page asks once, then keeps the key for the tab (a reload does not ask). */
+static void test_key(void **state) {
+    (void)state;
+    if (!g_browser) skip();
+    assert_int_equal(get(&g_keyed, "GET", "/"), 200); /* the page itself needs no key */
+    assert_int_equal(get(&g_keyed, "GET", "/v1/audio/voices"), 401);
+    assert_int_equal(sh("timeout 300 node tests/server/studio.mjs http://127.0.0.1:%d --key "
+                        "studio-key-1",
+                        g_keyed.port),
+                     0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_routes),
         cmocka_unit_test(test_browser),
+        cmocka_unit_test(test_key),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
