@@ -1,6 +1,9 @@
 // studio.mjs — the studio page (GET /) in Debian's headless chromium, driven by puppeteer-core
 // (run by tests/unit/test_studio.c). Controls are found by their accessible names, as a screen
-// reader would. The fake microphone plays MIC_WAV.
+// reader would. The fake microphone plays MIC_WAV. Record, clone with consent, the voice in the
+// library (filter, download), the XSS-named voice as text and deleted, speak with the clone
+// (playback before the stream ended), Stop a long take (the server's cancel counter), no console
+// error.
 // usage: node studio.mjs BASE_URL MIC_WAV XSS_VOICE OUT_DIR SHOT_DIR
 //   XSS_VOICE: a .qvoice that fits the served model, uploaded here under the name
 //   <img src=x onerror=alert(1)>; OUT_DIR gets the downloads, SHOT_DIR the screenshots studio-*.png.
@@ -177,6 +180,15 @@ async function main() {
   figures.downloaded_voice = qv;
   await page.$eval('#library-filter', (e) => { e.value = ''; e.dispatchEvent(new Event('input')); });
   await page.screenshot({ path: path.join(shotDir, 'studio-library.png'), fullPage: true });
+  // Delete (asked twice) the XSS-named voice.
+  const xssRow = async () => (await page.evaluateHandle((n) => [...document.querySelectorAll('#library tbody tr')]
+    .find((tr) => tr.querySelector('td.name').textContent === n) || null, XSS)).asElement();
+  await (await (await xssRow()).waitForSelector('aria/Delete[role="button"]')).click();
+  await (await (await xssRow()).waitForSelector('aria/Confirm delete[role="button"]')).click();
+  await page.waitForFunction((n) => ![...document.querySelectorAll('#library td.name')].some((td) => td.textContent === n),
+                             { timeout: 10000 }, XSS);
+  const listed = await (await fetch(base + '/v1/audio/voices')).json();
+  check(!listed.data.some((v) => v.name === XSS), 'the deleted voice is still in the library');
 
   // ---- Speak with the clone (from the library row): streaming playback.
   await (await byName('Speak', 'tab')).click();

@@ -3,9 +3,10 @@
  * headless chromium driven by puppeteer-core (tests/server/studio.mjs, installed into
  * tests/server/node_modules by npm here). The browser records from a fake microphone fed the
  * bundled clip, clones with consent on tiny-base, finds the voice in the library, downloads it
- * (checked here with voicefmt verify), speaks with it on tiny-cv (playback under way before the
- * stream ended), stops a long take (qvoice_cancelled_total), shows an XSS-named voice as text,
- * and logs no console error. Screenshots go to build/studio-*.png.
+ * (checked here with voicefmt verify), shows an XSS-named voice as text and deletes it (asked
+ * twice), speaks with the clone on tiny-cv (playback under way before the stream ended), stops a
+ * long take (qvoice_cancelled_total), and logs no console error; with bearer keys it asks once.
+ * Screenshots go to build/studio-*.png.
  */
 #include <setjmp.h>
 #include <stdarg.h>
