@@ -139,6 +139,13 @@ async function main() {
   for (const [n, r] of [['Reference audio', null], ['Record', 'button'], ['Transcript', 'textbox'],
                         ['Consent', 'textbox'], ['Clone', 'button']])
     await byName(n, r).catch(() => fail(`no control named ${n}`));
+  // Reference audio opens the file picker; a picked file becomes the clip (then a recording
+  // replaces it).
+  const [chooser] = await Promise.all([page.waitForFileChooser({ timeout: 10000 }),
+                                       (await byName('Reference audio', 'button')).click()]);
+  await chooser.accept([micWav]);
+  await page.waitForFunction(() => document.getElementById('clone-source').textContent.startsWith('File: '),
+                             { timeout: 10000 });
   await (await byName('Record', 'button')).click();
   await sleep(6000);
   const level = await page.$eval('#clone-level', (m) => m.value);
