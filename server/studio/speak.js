@@ -119,7 +119,8 @@ async function speak() {
   if (ctx.state === 'suspended') await ctx.resume();
   const body = request('pcm', true);
   const format = $('speak-format').value;
-  const take = { n: ++nTakes, body, format, pcm: [], floats: new Float32Array(0), sources: [],
+  const voice = $('speak-voice').selectedOptions[0];
+  const take = { n: ++nTakes, body, format, voiceLabel: voice ? voice.textContent : body.voice, pcm: [], floats: new Float32Array(0), sources: [],
                  t0: null, tEnd: 0, clickMs: performance.now(), firstMs: null, abort: new AbortController(),
                  odd: null, stopped: false };
   current = take;
@@ -211,8 +212,7 @@ function addTake(take) {
   li.dataset.playedBeforeEnd = take.streamEndCtx !== undefined && take.streamEndCtx > take.t0 ? '1' : '0';
   li.dataset.stopped = take.stopped ? '1' : '0';
   const label = document.createElement('span');
-  const voice = $('speak-voice').selectedOptions[0];
-  label.textContent = `Take ${take.n}: ${secs.toFixed(2)} s, voice ${voice ? voice.textContent : take.body.voice}` +
+  label.textContent = `Take ${take.n}: ${secs.toFixed(2)} s, voice ${take.voiceLabel}` +
     `${take.stopped ? ' (stopped)' : ''}, first sound after ${Math.round(take.firstMs)} ms `;
   const audio = document.createElement('audio');
   audio.controls = true;
