@@ -189,8 +189,9 @@ function play(take, bytes) {
     take.t0 = ctx.currentTime + 0.05;
     take.tEnd = take.t0;
     take.firstMs = performance.now() + 50 - take.clickMs;
-    $('speak-status').textContent = `playing (first sound ${Math.round(take.firstMs)} ms after Speak)…`;
   }
+  $('speak-status').textContent = `playing (first sound ${Math.round(take.firstMs)} ms after Speak), ` +
+    `${(take.floats.length / RATE).toFixed(1)} s received…`;
   const at = Math.max(take.tEnd, ctx.currentTime + 0.02);
   src.start(at);
   take.tEnd = at + buf.duration;

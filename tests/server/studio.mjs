@@ -149,6 +149,7 @@ async function main() {
   await (await byName('Record', 'button')).click();
   await sleep(6000);
   const level = await page.$eval('#clone-level', (m) => m.value);
+  await page.screenshot({ path: path.join(shotDir, 'studio-record.png') }); // meter and timer live
   await (await byName('Stop recording', 'button')).click();
   await page.waitForFunction(() => document.getElementById('clone-source').textContent.startsWith('Recorded'),
                              { timeout: 10000 });
@@ -156,7 +157,6 @@ async function main() {
   check(secs >= 3, `recorded ${secs} s in 6 s of wall time`);
   figures.recorded_seconds = secs;
   figures.mic_level_while_recording = level;
-  await page.screenshot({ path: path.join(shotDir, 'studio-record.png') });
   await (await byName('Name', 'textbox')).type(NAME);
   await (await byName('Consent', 'textbox')).type('I am the speaker and I agree to this clone.');
   const cloneT0 = Date.now();
