@@ -19,6 +19,8 @@
 
 #include <cmocka.h>
 
+#include "tests/unit/helpers/models.h"
+#include "tests/unit/helpers/run.h"
 #include "tests/unit/helpers/server_proc.h"
 #include "tests/unit/helpers/shell.h"
 #include "tests/unit/helpers/tmpdir.h"
@@ -44,9 +46,8 @@ static int get(const server *sv, const char *method, const char *path) {
 
 static int group_setup(void **state) {
     if (tmpdir_setup(state)) return -1;
-    const char *cache = getenv("QVOICE_CACHE");
-    snprintf(g_cv, sizeof g_cv, "%s/tiny-cv", cache ? cache : "cache");
-    snprintf(g_base, sizeof g_base, "%s/tiny-base", cache ? cache : "cache");
+    snprintf(g_cv, sizeof g_cv, "%s/tiny-cv", test_cache_dir());
+    snprintf(g_base, sizeof g_base, "%s/tiny-base", test_cache_dir());
     snprintf(g_xss, sizeof g_xss, "%s/xss.qvoice", tmp_dir);
     if (sh("bin/clone -m %s %s -o %s -n xss --consent test >/dev/null 2>&1", g_base, CLIP, g_xss))
         return -1;
@@ -147,11 +148,4 @@ static void test_key(void **state) {
                      0);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_routes),
-        cmocka_unit_test(test_browser),
-        cmocka_unit_test(test_key),
-    };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
-}
+QVT_MAIN(group_setup, group_teardown, test_routes, test_browser, test_key)
