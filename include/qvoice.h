@@ -474,6 +474,57 @@ enum qv_status qv_clone_similarity(const qv_cloner *c, const char *a, const char
  * LUFS; -HUGE_VAL when nothing is above the -70 LUFS absolute gate. QV_OK or QV_E_NOMEM. */
 enum qv_status qv_loudness_lufs(const float *pcm, int64_t n_samples, double *lufs);
 
+/* ==== watermark (docs/provenance.md) ========================================================= */
+
+/* An inaudible mark in the samples: a fixed spread-spectrum ripple 37 dB under the signal in
+ * 422 Hz - 6.98 kHz that carries a 32-bit payload (+ CRC-8). Marking is a linear filter, so a
+ * stream marked call by call equals the whole signal marked at once, with no added delay.
+ * A qv_watermark belongs to one thread at a time; detection keeps no state. */
+#define QV_WATERMARK_SYNTHETIC 0x80000000u /* payload bit: the audio is machine-made */
+typedef struct qv_watermark qv_watermark;
+
+/* The payload tying audio to a voice file and a model: QV_WATERMARK_SYNTHETIC | the first 31
+ * bits of SHA-256(voice_id "\n" model_fingerprint). NULL strings count as "". */
+uint32_t qv_watermark_payload(const char *voice_id, const char *model_fingerprint);
+/* A marker for one stream carrying payload. QV_OK or QV_E_NOMEM. */
+enum qv_status qv_watermark_new(qv_watermark **out, uint32_t payload);
+void qv_watermark_free(qv_watermark *w); /* accepts NULL */
+/* Marks mono 24 kHz pcm[n_samples] in place, continuing the stream of earlier calls. Costs
+ * 1024 multiply-adds per sample; never fails. */
+void qv_watermark_apply(qv_watermark *w, float *pcm, int64_t n_samples);
+
+#define QV_WATERMARK_MAX_RANGES 32
+typedef struct {
+    double start_s, end_s;  /* where the mark is (seconds from the start of the input) */
+    double score;           /* best 3 s window score in the range (presence from 5.0) */
+    int payload_ok;         /* 1: the payload's CRC-8 matched (decoded over the whole range) */
+    uint32_t payload;       /* valid when payload_ok */
+    double payload_score;   /* smallest |score| of the 40 coded bits: how sure the decoding is */
+} qv_watermark_range;
+
+typedef struct {
+    uint32_t struct_size;
+    int present;            /* 1 when some 3 s window, or the whole input, scores 5.0 or more */
+    double score;           /* best 3 s window score (about N(0,1) for unmarked audio) */
+    double score_all;       /* score of the whole input as one window */
+    qv_watermark_range all; /* the whole input, decoded as one range */
+    double seconds;         /* length of the input */
+    int n_ranges;           /* ranges[0..n_ranges), in time order */
+    int ranges_dropped;     /* marked ranges after the first QV_WATERMARK_MAX_RANGES */
+    qv_watermark_range ranges[QV_WATERMARK_MAX_RANGES];
+} qv_watermark_report;
+qv_watermark_report qv_watermark_default_report(void);
+
+/* Looks for the mark in mono 24 kHz pcm: 3 s windows every 0.98 s (the whole input when
+ * shorter). Allocates O(n_samples / 1000) floats. QV_OK (report filled), QV_E_ABI, QV_E_INVALID
+ * (pcm NULL), QV_E_NOMEM. */
+enum qv_status qv_watermark_detect(const float *pcm, int64_t n_samples, qv_watermark_report *r);
+/* The same on an audio file in any format libsndfile reads (channels averaged, resampled to
+ * 24 kHz; at most max_seconds, <= 0: all). QV_E_AUDIO names the file when it cannot be read or
+ * is under 3 s or silent. */
+enum qv_status qv_watermark_detect_file(const char *path, double max_seconds,
+                                        qv_watermark_report *r);
+
 /* ==== files ================================================================================== */
 
 /* The library's atomic writer, for a tool's own outputs (WAV, codes, extracts): the file appears
