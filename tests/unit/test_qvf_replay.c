@@ -40,6 +40,9 @@
 #define LLVMFuzzerTestOneInput fuzz_tok_cache_one
 #include "tests/fuzz/fuzz_tok_cache.c"
 #undef LLVMFuzzerTestOneInput
+#define LLVMFuzzerTestOneInput fuzz_watermark_one
+#include "tests/fuzz/fuzz_watermark.c"
+#undef LLVMFuzzerTestOneInput
 
 typedef int (*target_fn)(const uint8_t *, size_t);
 static const struct {
@@ -48,6 +51,7 @@ static const struct {
 } targets[] = {
     {"fuzz_qvf_read", fuzz_qvf_read_one},       {"fuzz_legacy_read", fuzz_legacy_read_one},
     {"fuzz_roundtrip", fuzz_roundtrip_one},     {"fuzz_tok_cache", fuzz_tok_cache_one},
+    {"fuzz_watermark", fuzz_watermark_one},
 #ifdef HAVE_FUZZ_SAFETENSORS
     {"fuzz_safetensors", fuzz_safetensors_one},
 #endif
