@@ -434,7 +434,8 @@ typedef struct {
     const char *ref_text;     /* transcript of the ICL span: adds ICL codes (NULL: x-vector only) */
     const char *language;     /* stored in the voice (NULL: unset) */
     const char *name;         /* voice name (NULL: the audio file's base name, or none) */
-    const char *consent;      /* consent statement stored in META (NULL: none) */
+    const char *consent;      /* consent record (docs/provenance.md): the statement the speaker
+                                 gave, typed or transcribed (NULL: no record unless recorded) */
     double max_seconds;       /* audio used (30), 3..3600 */
     int hygiene;              /* 1: trim, loudness, ICL span, transcript checks (docs/robustness.md) */
     int with_wovr;            /* 1: carry the Base text side (WOVR) */
@@ -444,6 +445,10 @@ typedef struct {
     int allow_xvector_fallback; /* 1: a transcript that does not fit drops ICL instead of failing */
     double speaker_threshold; /* second-speaker warning below this cosine, -1..1 (0.5) */
     const char *plot_path;    /* also write the log-mel PNG of the reference there, or NULL */
+    const char *consent_speaker;   /* who consented (NULL: not recorded) */
+    const char *consent_scope;     /* to what: the uses agreed to (NULL: not recorded) */
+    const char *consent_recording; /* audio file of the spoken consent: method "recording",
+                                      its SHA-256 stored (NULL: method "typed") */
 } qv_clone_request;
 
 /* hygiene, with_wovr = 1; max_seconds = 30; icl_window FULL; speaker_threshold 0.5; everything

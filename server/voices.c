@@ -69,7 +69,7 @@ static cJSON *describe(const char *id, const char *path, const qvf_voice *v) {
     cJSON_AddBoolToObject(o, "has_wdelta", v->has_wdelta);
     cJSON_AddStringToObject(o, "source_variant",
                             v->source.variant < 4 ? variants[v->source.variant] : "invalid");
-    const char *consent = qvf_meta_get(v, "consent");
+    const char *consent = qvf_meta_get(v, "consent.method");
     cJSON_AddBoolToObject(o, "consent", consent && consent[0]);
     return o;
 }
@@ -433,7 +433,7 @@ static enum MHD_Result store_qvoice(qv_server *s, struct MHD_Connection *c, req 
         }
     }
     const char *name = field(u, F_NAME), *consent = field(u, F_CONSENT);
-    const char *old = qvf_meta_get(v, "name"), *old_consent = qvf_meta_get(v, "consent");
+    const char *old = qvf_meta_get(v, "name"), *old_consent = qvf_meta_get(v, "consent.method");
     int rewrite = (name && (!old || strcmp(old, name))) || !old_consent || !old_consent[0];
     if (!name) name = old;
     snprintf(out, sizeof out, "%s", u->tmp);
@@ -441,7 +441,9 @@ static enum MHD_Result store_qvoice(qv_server *s, struct MHD_Connection *c, req 
         int fd;
         snprintf(out, sizeof out, "%s/.new-XXXXXX", s->voices_dir);
         if ((fd = mkstemp(out)) < 0 || close(fd) || qvf_meta_set(v, "name", name) ||
-            (!old_consent && qvf_meta_set(v, "consent", consent)) ||
+            (!old_consent && (qvf_meta_set(v, "consent.method", "typed") ||
+                              qvf_meta_set(v, "consent.statement", consent) ||
+                              qvf_meta_set(v, "consent.collected_by", "qvoice-server upload"))) ||
             qvf_write_file(v, out, 4, err, sizeof err)) {
             unlink(out);
             qvf_voice_free(v);

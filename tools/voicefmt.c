@@ -42,8 +42,8 @@ static const char *usage_text =
     "    write is atomic (nothing is left at or beside OUT on failure or kill).\n"
     "\n"
     "COMMANDS AND OPTIONS\n"
-    "    inspect     version, chunks with sizes and CRC status, name, language, duration, model\n"
-    "                identity, x-vector norm, ICL frames, weight stream.\n"
+    "    inspect     version, chunks with sizes and CRC status, name, language, duration, the\n"
+    "                consent record, model identity, x-vector norm, ICL frames, weight stream.\n"
     "        -j, --json          one JSON array of objects on stdout instead of text\n"
     "    verify      full structural check (lengths, CRCs, order, limits, LZ4 blocks) and the\n"
     "                signature, when the file has one (an edit after signing fails).\n"
@@ -319,9 +319,22 @@ static int inspect_one(const char *path, cJSON *jarr) {
         printf("  name: %s   language: %s%s%s%s   duration: %s%s\n", name ? name : "-",
                lang ? lang : "-", lid ? " (" : "", lid ? lid : "", lid ? ")" : "", dur ? dur : "-",
                dur ? " s" : "");
+        const char *cm = qvf_meta_get(v, "consent.method");
+        if (cm) {
+            const char *who = qvf_meta_get(v, "consent.speaker"), *scope = qvf_meta_get(v, "consent.scope"),
+                       *utc = qvf_meta_get(v, "consent.utc"), *by = qvf_meta_get(v, "consent.collected_by"),
+                       *st = qvf_meta_get(v, "consent.statement"),
+                       *sha = qvf_meta_get(v, "consent.recording_sha256");
+            printf("  consent: %s, speaker %s, scope %s, %s, collected by %s\n", cm,
+                   who ? who : "(not recorded)", scope ? scope : "(not recorded)", utc ? utc : "-",
+                   by ? by : "-");
+            if (st) printf("    statement: \"%s\"\n", st);
+            if (sha) printf("    recording SHA-256: %s\n", sha);
+        }
         for (int i = 0; i < v->n_meta; i++)
             if (strcmp(v->meta[i].key, "name") && strcmp(v->meta[i].key, "language") &&
-                strcmp(v->meta[i].key, "language_id") && strcmp(v->meta[i].key, "duration_s"))
+                strcmp(v->meta[i].key, "language_id") && strcmp(v->meta[i].key, "duration_s") &&
+                strncmp(v->meta[i].key, "consent.", 8))
                 printf("  meta %s: %s\n", v->meta[i].key, v->meta[i].value);
         id_text("source", &v->source);
         if (v->has_wdelta) id_text("target", &v->target);

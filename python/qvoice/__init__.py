@@ -531,7 +531,8 @@ class Qwen3TTSModel:
     def create_voice_clone_prompt(self, ref_audio, ref_text=None, x_vector_only_mode=False, *,
                                   language=None, name=None, consent=None, max_seconds=30.0,
                                   hygiene=True, with_wovr=True, target_cv=None, icl_window="full",
-                                  allow_xvector_fallback=False):
+                                  allow_xvector_fallback=False, consent_speaker=None,
+                                  consent_scope=None, consent_recording=None):
         """Clones each reference (Base speaker and speech encoders: this model if Base, else
         from_pretrained's clone_model). ICL (ref codes + transcript) unless x_vector_only_mode;
         ICL needs ref_text, as in qwen_tts. Returns VoiceClonePrompts (a list, one item per
@@ -541,7 +542,9 @@ class Qwen3TTSModel:
         with_wovr (Base text side), target_cv (CustomVoice dir: add a weight delta), icl_window:
         the part of the clip ref_text transcribes ("full": the whole trimmed clip, at most 30 s;
         "auto": the cleanest 10-15 s, reported in .report; or (start_s, end_s)),
-        allow_xvector_fallback (a transcript that does not fit drops ICL instead of failing)."""
+        allow_xvector_fallback (a transcript that does not fit drops ICL instead of failing);
+        consent with consent_speaker (who), consent_scope (to what) and consent_recording (a file
+        of the spoken consent, hashed) make the voice's consent record (docs/provenance.md)."""
         if isinstance(icl_window, tuple) and len(icl_window) == 2:
             window, (icl_start, icl_end) = _capi.ICL_RANGE, map(float, icl_window)
         elif icl_window in _capi.ICL_WINDOW:
@@ -569,6 +572,8 @@ class Qwen3TTSModel:
                     r.n_samples, r.sample_rate_hz = len(pcm), sr
                 r.ref_text = None if xo else _b(t)
                 r.language, r.name, r.consent = _b(language), _b(name), _b(consent)
+                r.consent_speaker, r.consent_scope = _b(consent_speaker), _b(consent_scope)
+                r.consent_recording = _b(consent_recording)
                 r.max_seconds, r.hygiene, r.with_wovr = max_seconds, int(hygiene), int(with_wovr)
                 r.target_cv_dir = _b(target_cv)
                 r.icl_window, r.icl_start_s, r.icl_end_s = window, icl_start, icl_end

@@ -53,7 +53,9 @@ class CloneRequest(ctypes.Structure):
                 ("max_seconds", c_double), ("hygiene", c_int), ("with_wovr", c_int),
                 ("target_cv_dir", c_char_p), ("icl_window", c_int), ("icl_start_s", c_double),
                 ("icl_end_s", c_double), ("allow_xvector_fallback", c_int),
-                ("speaker_threshold", c_double), ("plot_path", c_char_p)]
+                ("speaker_threshold", c_double), ("plot_path", c_char_p),
+                ("consent_speaker", c_char_p), ("consent_scope", c_char_p),
+                ("consent_recording", c_char_p)]
 
 
 # C struct name -> ctypes class, for the layout test.

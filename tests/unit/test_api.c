@@ -111,7 +111,7 @@
     F(qv_chunk_info, codes, 8) \
     F(qv_chunk_info, n_frames, 16) \
     F(qv_chunk_info, verify, 24) \
-    S(qv_clone_request, 144) \
+    S(qv_clone_request, 168) \
     F(qv_clone_request, struct_size, 0) \
     F(qv_clone_request, audio_path, 8) \
     F(qv_clone_request, pcm, 16) \
@@ -130,7 +130,10 @@
     F(qv_clone_request, icl_end_s, 112) \
     F(qv_clone_request, allow_xvector_fallback, 120) \
     F(qv_clone_request, speaker_threshold, 128) \
-    F(qv_clone_request, plot_path, 136)
+    F(qv_clone_request, plot_path, 136) \
+    F(qv_clone_request, consent_speaker, 144) \
+    F(qv_clone_request, consent_scope, 152) \
+    F(qv_clone_request, consent_recording, 160)
 
 
 static void test_layout(void **state) {
