@@ -56,7 +56,7 @@ $(B)/examples/%.o: CPPFLAGS_ALL += -Iinclude -Ivoicefmt
 export QVOICE_CACHE ?= $(CURDIR)/cache
 
 .SECONDARY:
-.PHONY: check-layers all test asan fuzz bench bench-kernels deps demo serve-demo serve-lb serve-bench install uninstall man clean help models models-full
+.PHONY: check-layers all test asan tsan fuzz bench bench-kernels deps demo serve-demo serve-lb serve-bench serve-attack install uninstall man clean help models models-full
 all: $(LIB) $(SO) $(TOOLS) $(MKMODEL)
 
 help:
@@ -64,6 +64,7 @@ help:
 	@echo "make deps       install missing Debian packages (prints the apt-get line when not root)"
 	@echo "make test       install deps, build, generate synthetic models, run all tests"
 	@echo "make asan       the test suite under AddressSanitizer + UBSan (build-asan/)"
+	@echo "make tsan       the concurrency tests under ThreadSanitizer (build-tsan/)"
 	@echo "make fuzz       run each fuzz target for a bounded time (FUZZ_SECONDS, default 60)"
 	@echo "make bench      benchmark table (full-size synthetic 0.6B)"
 	@echo "make bench-kernels  matvec GB/s vs machine read bandwidth"
@@ -71,12 +72,13 @@ help:
 	@echo "make serve-demo qvoice-server on the synthetic 0.6B pair: upload a voice, speak over HTTP"
 	@echo "make serve-lb   nginx balancing two qvoice-servers; one is killed mid-run"
 	@echo "make serve-bench  server TTFA, 1 vs 4 streams, 8-client load (hey), soak (also in make bench)"
+	@echo "make serve-attack slow sockets vs /health probes, list time of a 300-voice library"
 	@echo "make check-layers  check that every #include follows docs/architecture.md"
 	@echo "make man        man pages of the tools from their --help (build/man/)"
 	@echo "make install    install tools, libraries, headers, qvoice.pc and man pages into"
 	@echo "                [DESTDIR]PREFIX (PREFIX=$(PREFIX))"
 	@echo "make uninstall  remove what make install installed (same PREFIX and DESTDIR)"
-	@echo "make clean      remove build/, build-asan/, bin/ and pip's python/qvoice.egg-info/"
+	@echo "make clean      remove build/, build-asan/, build-tsan/, bin/ and pip's python/qvoice.egg-info/"
 
 deps:
 	@scripts/deps.sh
@@ -170,6 +172,16 @@ asan:
 	  CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
 	  LDFLAGS="-fsanitize=address,undefined" test; rc=$$?; rm -f $(TOOLS); exit $$rc
 
+# The tests that run threads over shared state (one cloner serving concurrent clones, FFTW
+# planning, concurrent syntheses on one model and shared voices, cancellation, the batch step's
+# rendezvous, the batch runner), built and run under ThreadSanitizer; tools relinked as for asan.
+TSAN_TESTS := $(addprefix build-tsan/tests/,test_fft test_cloner test_synth test_batch_step test_batch)
+tsan:
+	@rm -f $(TOOLS); $(MAKE) --no-print-directory B=build-tsan OPT=-O1 \
+	  CFLAGS="-O1 -g -fsanitize=thread -fno-omit-frame-pointer" LDFLAGS="-fsanitize=thread" \
+	  $(TOOLS) $(TSAN_TESTS) && \
+	  TSAN_OPTIONS="second_deadlock_stack=1 $$TSAN_OPTIONS" tests/run.sh $(TSAN_TESTS); rc=$$?; rm -f $(TOOLS); exit $$rc
+
 fuzz:
 	@scripts/fuzz.sh
 
@@ -194,6 +206,9 @@ demo: deps
 serve-demo: deps
 	@$(MAKE) --no-print-directory all models-full
 	@scripts/serve-demo.sh
+
+serve-attack: all
+	@scripts/serve-attack.sh
 
 serve-lb: deps
 	@$(MAKE) --no-print-directory all models
@@ -228,6 +243,6 @@ uninstall:
 	  $(addprefix $(DESTDIR)$(INCLUDEDIR)/,$(notdir $(PUBLIC_H)))
 
 clean:
-	rm -rf build build-asan bin python/qvoice.egg-info
+	rm -rf build build-asan build-tsan bin python/qvoice.egg-info
 
 -include $(shell find $(B) -name '*.d' 2>/dev/null)

@@ -52,6 +52,23 @@ static const char *json_type(const cJSON *v) {
     return "invalid";
 }
 
+/* Parses n bytes of r->file's JSON text: the root object, or NULL with an error. */
+static cJSON *parse_json(rd *r, const char *buf, size_t n) {
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(buf, n, &end, 0);
+    if (!root) {
+        /* Report a line number: the useful coordinate for a hand-edited config. */
+        int line = 1;
+        for (const char *p = buf; end && p < end && p < buf + n; p++) line += *p == '\n';
+        rd_fail(r, "not valid JSON (error near line %d)", line);
+    } else if (!cJSON_IsObject(root)) {
+        rd_fail(r, "top level is not a JSON object (found %s)", json_type(root));
+        cJSON_Delete(root);
+        root = NULL;
+    }
+    return root;
+}
+
 /* Reads dir/name (bounded) and parses it. NULL with an error (or, if optional and the file is
  * absent, NULL without one: check r->bad). */
 static cJSON *load_json(rd *r, const char *dir, const char *name, int optional) {
@@ -66,18 +83,7 @@ static cJSON *load_json(rd *r, const char *dir, const char *name, int optional) 
         }
         return NULL;
     }
-    const char *end = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts(buf, n, &end, 0);
-    if (!root) {
-        /* Report a line number: the useful coordinate for a hand-edited config. */
-        int line = 1;
-        for (const char *p = buf; end && p < end && p < buf + n; p++) line += *p == '\n';
-        rd_fail(r, "not valid JSON (error near line %d)", line);
-    } else if (!cJSON_IsObject(root)) {
-        rd_fail(r, "top level is not a JSON object (found %s)", json_type(root));
-        cJSON_Delete(root);
-        root = NULL;
-    }
+    cJSON *root = parse_json(r, buf, n);
     free(buf);
     return root;
 }
@@ -231,6 +237,8 @@ static void get_stack(rd *r, const cJSON *o, const char *path, qvm_stack_config 
     if (!r->bad && s->num_attention_heads % s->num_key_value_heads != 0)
         rd_fail(r, "key %s.num_key_value_heads: must divide num_attention_heads (found %d and %d)",
                 path, s->num_key_value_heads, s->num_attention_heads);
+    if (!r->bad && s->head_dim % 2) /* split-half RoPE (§3.2) */
+        rd_fail(r, "key %s.head_dim: must be even (found %d)", path, s->head_dim);
     if (!r->bad && !(s->rms_norm_eps > 0 && s->rope_theta > 0))
         rd_fail(r, "key %s: rms_norm_eps and rope_theta must be positive (found %g, %g)", path,
                 (double)s->rms_norm_eps, (double)s->rope_theta);
@@ -322,11 +330,9 @@ static void get_speaker_encoder(rd *r, const cJSON *root, qvm_model_config *c) {
                 p, c->talker.hidden_size, c->enc_dim);
 }
 
-int qvm_model_config_load(qvm_model_config *c, const char *dir, char *err, size_t err_size) {
-    rd r = {.err = err, .err_size = err_size};
-    memset(c, 0, sizeof *c);
-    cJSON *root = load_json(&r, dir, "config.json", 0);
-    if (!root) return -1;
+/* config.json's root (consumed) into c. */
+static int model_config_from(qvm_model_config *c, rd *rp, cJSON *root) {
+    rd r = *rp;
     if (cJSON_HasObjectItem(root, "tts_model_size"))
         get_str(&r, root, "", "tts_model_size", c->tts_model_size, sizeof c->tts_model_size);
     get_str(&r, root, "", "tts_model_type", c->tts_model_type, sizeof c->tts_model_type);
@@ -417,6 +423,22 @@ int qvm_model_config_load(qvm_model_config *c, const char *dir, char *err, size_
         c->size = QVM_SIZE_1B7;
     cJSON_Delete(root);
     return r.bad ? -1 : 0;
+}
+
+int qvm_model_config_load(qvm_model_config *c, const char *dir, char *err, size_t err_size) {
+    rd r = {.err = err, .err_size = err_size};
+    memset(c, 0, sizeof *c);
+    cJSON *root = load_json(&r, dir, "config.json", 0);
+    return root ? model_config_from(c, &r, root) : -1;
+}
+
+int qvm_model_config_parse(qvm_model_config *c, const char *dir, const char *json, size_t n,
+                           char *err, size_t err_size) {
+    rd r = {.err = err, .err_size = err_size};
+    memset(c, 0, sizeof *c);
+    snprintf(r.file, sizeof r.file, "%s/config.json", dir);
+    cJSON *root = parse_json(&r, json, n);
+    return root ? model_config_from(c, &r, root) : -1;
 }
 
 /* ==== generation_config.json ================================================================= */

@@ -100,6 +100,9 @@ typedef struct {            /* speech_tokenizer/config.json */
  * (the tiny synthetic models). Base configs may omit ECAPA fields (official defaults, §5.2).
  * generation_config.json: absent file or keys take the Python wrapper's fallbacks (§1.4). */
 int qvm_model_config_load(qvm_model_config *c, const char *dir, char *err, size_t err_size);
+/* The same from config.json's bytes (json[n]) already read from dir. */
+int qvm_model_config_parse(qvm_model_config *c, const char *dir, const char *json, size_t n,
+                           char *err, size_t err_size);
 int qvm_generation_config_load(qvm_generation_config *g, const char *dir, char *err, size_t err_size);
 /* The Python wrapper's fallbacks for keys absent from generation_config.json (§1.4): the one
  * set of generation defaults (qv_default_params is built from it). */

@@ -9,6 +9,109 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* ==== tensor names ========================================================================== */
+
+static const char *const k_names[QVM_T_N] = {
+    [QVM_T_ECAPA_BLOCK0] = "speaker_encoder.blocks.0.conv",
+    [QVM_T_ECAPA_TDNN1] = "speaker_encoder.blocks.%d.tdnn1.conv",
+    [QVM_T_ECAPA_RES2NET] = "speaker_encoder.blocks.%d.res2net_block.blocks.%d.conv",
+    [QVM_T_ECAPA_TDNN2] = "speaker_encoder.blocks.%d.tdnn2.conv",
+    [QVM_T_ECAPA_SE1] = "speaker_encoder.blocks.%d.se_block.conv1",
+    [QVM_T_ECAPA_SE2] = "speaker_encoder.blocks.%d.se_block.conv2",
+    [QVM_T_ECAPA_MFA] = "speaker_encoder.mfa.conv",
+    [QVM_T_ECAPA_ASP_TDNN] = "speaker_encoder.asp.tdnn.conv",
+    [QVM_T_ECAPA_ASP_CONV] = "speaker_encoder.asp.conv",
+    [QVM_T_ECAPA_FC] = "speaker_encoder.fc",
+    [QVM_T_DEC_FIRST_SUM] = "decoder.quantizer.rvq_first.vq.layers.%d._codebook.embedding_sum",
+    [QVM_T_DEC_FIRST_USAGE] = "decoder.quantizer.rvq_first.vq.layers.%d._codebook.cluster_usage",
+    [QVM_T_DEC_REST_SUM] = "decoder.quantizer.rvq_rest.vq.layers.%d._codebook.embedding_sum",
+    [QVM_T_DEC_REST_USAGE] = "decoder.quantizer.rvq_rest.vq.layers.%d._codebook.cluster_usage",
+    [QVM_T_DEC_FIRST_IN] = "decoder.quantizer.rvq_first.input_proj.weight",
+    [QVM_T_DEC_FIRST_OUT] = "decoder.quantizer.rvq_first.output_proj.weight",
+    [QVM_T_DEC_REST_IN] = "decoder.quantizer.rvq_rest.input_proj.weight",
+    [QVM_T_DEC_REST_OUT] = "decoder.quantizer.rvq_rest.output_proj.weight",
+    [QVM_T_DEC_PRE_CONV_W] = "decoder.pre_conv.conv.weight",
+    [QVM_T_DEC_PRE_CONV_B] = "decoder.pre_conv.conv.bias",
+    [QVM_T_DEC_IN_PROJ_W] = "decoder.pre_transformer.input_proj.weight",
+    [QVM_T_DEC_IN_PROJ_B] = "decoder.pre_transformer.input_proj.bias",
+    [QVM_T_DEC_ATTN_NORM] = "decoder.pre_transformer.layers.%d.input_layernorm.weight",
+    [QVM_T_DEC_Q] = "decoder.pre_transformer.layers.%d.self_attn.q_proj.weight",
+    [QVM_T_DEC_K] = "decoder.pre_transformer.layers.%d.self_attn.k_proj.weight",
+    [QVM_T_DEC_V] = "decoder.pre_transformer.layers.%d.self_attn.v_proj.weight",
+    [QVM_T_DEC_O] = "decoder.pre_transformer.layers.%d.self_attn.o_proj.weight",
+    [QVM_T_DEC_ATTN_SCALE] = "decoder.pre_transformer.layers.%d.self_attn_layer_scale.scale",
+    [QVM_T_DEC_MLP_NORM] = "decoder.pre_transformer.layers.%d.post_attention_layernorm.weight",
+    [QVM_T_DEC_GATE] = "decoder.pre_transformer.layers.%d.mlp.gate_proj.weight",
+    [QVM_T_DEC_UP] = "decoder.pre_transformer.layers.%d.mlp.up_proj.weight",
+    [QVM_T_DEC_DOWN] = "decoder.pre_transformer.layers.%d.mlp.down_proj.weight",
+    [QVM_T_DEC_MLP_SCALE] = "decoder.pre_transformer.layers.%d.mlp_layer_scale.scale",
+    [QVM_T_DEC_NORM] = "decoder.pre_transformer.norm.weight",
+    [QVM_T_DEC_OUT_PROJ_W] = "decoder.pre_transformer.output_proj.weight",
+    [QVM_T_DEC_OUT_PROJ_B] = "decoder.pre_transformer.output_proj.bias",
+    [QVM_T_DEC_UP_CONV_W] = "decoder.upsample.%d.0.conv.weight",
+    [QVM_T_DEC_UP_CONV_B] = "decoder.upsample.%d.0.conv.bias",
+    [QVM_T_DEC_UP_DW_W] = "decoder.upsample.%d.1.dwconv.conv.weight",
+    [QVM_T_DEC_UP_DW_B] = "decoder.upsample.%d.1.dwconv.conv.bias",
+    [QVM_T_DEC_UP_NORM_W] = "decoder.upsample.%d.1.norm.weight",
+    [QVM_T_DEC_UP_NORM_B] = "decoder.upsample.%d.1.norm.bias",
+    [QVM_T_DEC_UP_PW1_W] = "decoder.upsample.%d.1.pwconv1.weight",
+    [QVM_T_DEC_UP_PW1_B] = "decoder.upsample.%d.1.pwconv1.bias",
+    [QVM_T_DEC_UP_PW2_W] = "decoder.upsample.%d.1.pwconv2.weight",
+    [QVM_T_DEC_UP_PW2_B] = "decoder.upsample.%d.1.pwconv2.bias",
+    [QVM_T_DEC_UP_GAMMA] = "decoder.upsample.%d.1.gamma",
+    [QVM_T_DEC_CONV0_W] = "decoder.decoder.0.conv.weight",
+    [QVM_T_DEC_CONV0_B] = "decoder.decoder.0.conv.bias",
+    [QVM_T_DEC_BLK_ALPHA] = "decoder.decoder.%d.block.0.alpha",
+    [QVM_T_DEC_BLK_BETA] = "decoder.decoder.%d.block.0.beta",
+    [QVM_T_DEC_BLK_UP_W] = "decoder.decoder.%d.block.1.conv.weight",
+    [QVM_T_DEC_BLK_UP_B] = "decoder.decoder.%d.block.1.conv.bias",
+    [QVM_T_DEC_RES_ALPHA1] = "decoder.decoder.%d.block.%d.act1.alpha",
+    [QVM_T_DEC_RES_BETA1] = "decoder.decoder.%d.block.%d.act1.beta",
+    [QVM_T_DEC_RES_CONV1_W] = "decoder.decoder.%d.block.%d.conv1.conv.weight",
+    [QVM_T_DEC_RES_CONV1_B] = "decoder.decoder.%d.block.%d.conv1.conv.bias",
+    [QVM_T_DEC_RES_ALPHA2] = "decoder.decoder.%d.block.%d.act2.alpha",
+    [QVM_T_DEC_RES_BETA2] = "decoder.decoder.%d.block.%d.act2.beta",
+    [QVM_T_DEC_RES_CONV2_W] = "decoder.decoder.%d.block.%d.conv2.conv.weight",
+    [QVM_T_DEC_RES_CONV2_B] = "decoder.decoder.%d.block.%d.conv2.conv.bias",
+    [QVM_T_DEC_LAST_ALPHA] = "decoder.decoder.5.alpha",
+    [QVM_T_DEC_LAST_BETA] = "decoder.decoder.5.beta",
+    [QVM_T_DEC_LAST_W] = "decoder.decoder.6.conv.weight",
+    [QVM_T_DEC_LAST_B] = "decoder.decoder.6.conv.bias",
+    [QVM_T_MIMI_CONV] = "encoder.encoder.layers.%d.conv",
+    [QVM_T_MIMI_RES] = "encoder.encoder.layers.%d.block.%d.conv",
+    [QVM_T_MIMI_LN1_W] = "encoder.encoder_transformer.layers.%d.input_layernorm.weight",
+    [QVM_T_MIMI_LN1_B] = "encoder.encoder_transformer.layers.%d.input_layernorm.bias",
+    [QVM_T_MIMI_LN2_W] = "encoder.encoder_transformer.layers.%d.post_attention_layernorm.weight",
+    [QVM_T_MIMI_LN2_B] = "encoder.encoder_transformer.layers.%d.post_attention_layernorm.bias",
+    [QVM_T_MIMI_Q] = "encoder.encoder_transformer.layers.%d.self_attn.q_proj.weight",
+    [QVM_T_MIMI_K] = "encoder.encoder_transformer.layers.%d.self_attn.k_proj.weight",
+    [QVM_T_MIMI_V] = "encoder.encoder_transformer.layers.%d.self_attn.v_proj.weight",
+    [QVM_T_MIMI_O] = "encoder.encoder_transformer.layers.%d.self_attn.o_proj.weight",
+    [QVM_T_MIMI_FC1] = "encoder.encoder_transformer.layers.%d.mlp.fc1.weight",
+    [QVM_T_MIMI_FC2] = "encoder.encoder_transformer.layers.%d.mlp.fc2.weight",
+    [QVM_T_MIMI_ATTN_SCALE] = "encoder.encoder_transformer.layers.%d.self_attn_layer_scale.scale",
+    [QVM_T_MIMI_MLP_SCALE] = "encoder.encoder_transformer.layers.%d.mlp_layer_scale.scale",
+    [QVM_T_MIMI_DOWNSAMPLE] = "encoder.downsample.conv.weight",
+    [QVM_T_MIMI_SEM_IN] = "encoder.quantizer.semantic_residual_vector_quantizer.input_proj.weight",
+    [QVM_T_MIMI_SEM_OUT] = "encoder.quantizer.semantic_residual_vector_quantizer.output_proj.weight",
+    [QVM_T_MIMI_ACO_IN] = "encoder.quantizer.acoustic_residual_vector_quantizer.input_proj.weight",
+    [QVM_T_MIMI_ACO_OUT] = "encoder.quantizer.acoustic_residual_vector_quantizer.output_proj.weight",
+    [QVM_T_MIMI_SEM_SUM] =
+        "encoder.quantizer.semantic_residual_vector_quantizer.layers.%d.codebook.embed_sum",
+    [QVM_T_MIMI_SEM_USAGE] =
+        "encoder.quantizer.semantic_residual_vector_quantizer.layers.%d.codebook.cluster_usage",
+    [QVM_T_MIMI_ACO_SUM] =
+        "encoder.quantizer.acoustic_residual_vector_quantizer.layers.%d.codebook.embed_sum",
+    [QVM_T_MIMI_ACO_USAGE] =
+        "encoder.quantizer.acoustic_residual_vector_quantizer.layers.%d.codebook.cluster_usage",
+};
+
+const char *qvm_tensor_name(char *name, size_t name_size, enum qvm_tensor_kind k, int i, int j) {
+    /* the table's formats take at most two %d: extra arguments are ignored (C11 7.21.6.1) */
+    snprintf(name, name_size, k_names[k], i, j);
+    return name;
+}
+
 /* ==== building ============================================================================== */
 
 typedef struct {
@@ -69,6 +172,34 @@ static void add(builder *b, enum qvm_dtype dtype, int n_dims, int64_t d0, int64_
     e->n_dims = n_dims;
     e->dtype = dtype;
     m->n_entries++;
+}
+
+/* The entry of kind k (indices i, j). */
+static void addk(builder *b, enum qvm_dtype dtype, int n_dims, int64_t d0, int64_t d1, int64_t d2,
+                 enum qvm_tensor_kind k, int i, int j) {
+    char name[QVM_MANIFEST_NAME_MAX];
+    add(b, dtype, n_dims, d0, d1, d2, "%s", qvm_tensor_name(name, sizeof name, k, i, j));
+}
+
+/* The conv module of kind k: MODULE.weight [out, in, kernel] and MODULE.bias [out]. */
+static void add_conv(builder *b, enum qvm_dtype dtype, int64_t out, int64_t in, int64_t kernel,
+                     enum qvm_tensor_kind k, int i, int j) {
+    char m[QVM_MANIFEST_NAME_MAX];
+    qvm_tensor_name(m, sizeof m, k, i, j);
+    add(b, dtype, 3, out, in, kernel, "%s.weight", m);
+    add(b, dtype, 1, out, 0, 0, "%s.bias", m);
+}
+
+/* One tensor of a codec transformer layer: kind and shape [rows] or [rows, cols]. */
+typedef struct {
+    enum qvm_tensor_kind k;
+    int64_t rows, cols; /* cols 0: a vector */
+} layer_tensor;
+
+/* Layer i of a codec transformer: the n tensors of t (F32, §2.2). */
+static void add_layer(builder *b, const layer_tensor *t, int n, int i) {
+    for (int k = 0; k < n; k++)
+        addk(b, QVM_DTYPE_F32, t[k].cols ? 2 : 1, t[k].rows, t[k].cols, 0, t[k].k, i, 0);
 }
 
 static int cmp_entry_name_ctx(const qvm_manifest_entry *e, int a, int b) {
@@ -175,10 +306,8 @@ int qvm_manifest_model(qvm_manifest *m, const qvm_model_config *c, char *err, si
 
     if (c->has_speaker_encoder) {
         const int *ch = c->enc_channels, *ks = c->enc_kernel_sizes;
-        const char *s = "speaker_encoder";
         int scale = c->enc_res2net_scale, se = c->enc_se_channels;
-        add(&b, D, 3, ch[0], c->mel_dim, ks[0], "%s.blocks.0.conv.weight", s);
-        add(&b, D, 1, ch[0], 0, 0, "%s.blocks.0.conv.bias", s);
+        add_conv(&b, D, ch[0], c->mel_dim, ks[0], QVM_T_ECAPA_BLOCK0, 0, 0);
         for (int k = 1; k <= 3; k++) {
             if (scale < 1 || ch[k] % scale != 0) {
                 bfail(&b, "manifest: enc_channels[%d] = %d not divisible by enc_res2net_scale %d", k,
@@ -186,30 +315,18 @@ int qvm_manifest_model(qvm_manifest *m, const qvm_model_config *c, char *err, si
                 break;
             }
             int64_t w = ch[k] / scale;
-            add(&b, D, 3, ch[k], ch[k - 1], 1, "%s.blocks.%d.tdnn1.conv.weight", s, k);
-            add(&b, D, 1, ch[k], 0, 0, "%s.blocks.%d.tdnn1.conv.bias", s, k);
-            for (int j = 0; j < scale - 1; j++) {
-                add(&b, D, 3, w, w, ks[k], "%s.blocks.%d.res2net_block.blocks.%d.conv.weight", s, k,
-                    j);
-                add(&b, D, 1, w, 0, 0, "%s.blocks.%d.res2net_block.blocks.%d.conv.bias", s, k, j);
-            }
-            add(&b, D, 3, ch[k], ch[k], 1, "%s.blocks.%d.tdnn2.conv.weight", s, k);
-            add(&b, D, 1, ch[k], 0, 0, "%s.blocks.%d.tdnn2.conv.bias", s, k);
-            add(&b, D, 3, se, ch[k], 1, "%s.blocks.%d.se_block.conv1.weight", s, k);
-            add(&b, D, 1, se, 0, 0, "%s.blocks.%d.se_block.conv1.bias", s, k);
-            add(&b, D, 3, ch[k], se, 1, "%s.blocks.%d.se_block.conv2.weight", s, k);
-            add(&b, D, 1, ch[k], 0, 0, "%s.blocks.%d.se_block.conv2.bias", s, k);
+            add_conv(&b, D, ch[k], ch[k - 1], 1, QVM_T_ECAPA_TDNN1, k, 0);
+            for (int j = 0; j < scale - 1; j++) add_conv(&b, D, w, w, ks[k], QVM_T_ECAPA_RES2NET, k, j);
+            add_conv(&b, D, ch[k], ch[k], 1, QVM_T_ECAPA_TDNN2, k, 0);
+            add_conv(&b, D, se, ch[k], 1, QVM_T_ECAPA_SE1, k, 0);
+            add_conv(&b, D, ch[k], se, 1, QVM_T_ECAPA_SE2, k, 0);
         }
         int64_t cat = (int64_t)ch[1] + ch[2] + ch[3];
-        add(&b, D, 3, ch[4], cat, ks[4], "%s.mfa.conv.weight", s);
-        add(&b, D, 1, ch[4], 0, 0, "%s.mfa.conv.bias", s);
-        add(&b, D, 3, c->enc_attention_channels, 3 * (int64_t)ch[4], 1, "%s.asp.tdnn.conv.weight",
-            s);
-        add(&b, D, 1, c->enc_attention_channels, 0, 0, "%s.asp.tdnn.conv.bias", s);
-        add(&b, D, 3, ch[4], c->enc_attention_channels, 1, "%s.asp.conv.weight", s);
-        add(&b, D, 1, ch[4], 0, 0, "%s.asp.conv.bias", s);
-        add(&b, D, 3, c->enc_dim, 2 * (int64_t)ch[4], 1, "%s.fc.weight", s);
-        add(&b, D, 1, c->enc_dim, 0, 0, "%s.fc.bias", s);
+        add_conv(&b, D, ch[4], cat, ks[4], QVM_T_ECAPA_MFA, 0, 0);
+        add_conv(&b, D, c->enc_attention_channels, 3 * (int64_t)ch[4], 1, QVM_T_ECAPA_ASP_TDNN, 0,
+                 0);
+        add_conv(&b, D, ch[4], c->enc_attention_channels, 1, QVM_T_ECAPA_ASP_CONV, 0, 0);
+        add_conv(&b, D, c->enc_dim, 2 * (int64_t)ch[4], 1, QVM_T_ECAPA_FC, 0, 0);
     }
     finish(&b);
     if (b.bad) qvm_manifest_free(m);
@@ -228,90 +345,78 @@ int qvm_manifest_codec(qvm_manifest *m, const qvm_codec_config *c, char *err, si
     int64_t kvd = (int64_t)c->decoder.num_key_value_heads * c->decoder.head_dim;
     int64_t inter = c->decoder.intermediate_size;
     int n_sem = c->decoder.num_semantic_quantizers, n_q = c->decoder.num_quantizers;
-    static const char *const rvq[2] = {"rvq_first", "rvq_rest"};
+    static const enum qvm_tensor_kind rvq[2][4] = {
+        {QVM_T_DEC_FIRST_IN, QVM_T_DEC_FIRST_OUT, QVM_T_DEC_FIRST_SUM, QVM_T_DEC_FIRST_USAGE},
+        {QVM_T_DEC_REST_IN, QVM_T_DEC_REST_OUT, QVM_T_DEC_REST_SUM, QVM_T_DEC_REST_USAGE}};
     for (int s = 0; s < 2; s++) {
-        add(&b, F, 3, half, cd, 1, "decoder.quantizer.%s.input_proj.weight", rvq[s]);
-        add(&b, F, 3, cd, half, 1, "decoder.quantizer.%s.output_proj.weight", rvq[s]);
+        addk(&b, F, 3, half, cd, 1, rvq[s][0], 0, 0);
+        addk(&b, F, 3, cd, half, 1, rvq[s][1], 0, 0);
         int n = s == 0 ? n_sem : n_q - n_sem;
         if (n < 1) bfail(&b, "manifest: decoder num_quantizers %d <= num_semantic_quantizers %d",
                          n_q, n_sem);
         for (int i = 0; i < n; i++) {
-            add(&b, F, 2, cbs, half, 0, "decoder.quantizer.%s.vq.layers.%d._codebook.embedding_sum",
-                rvq[s], i);
-            add(&b, F, 1, cbs, 0, 0, "decoder.quantizer.%s.vq.layers.%d._codebook.cluster_usage",
-                rvq[s], i);
+            addk(&b, F, 2, cbs, half, 0, rvq[s][2], i, 0);
+            addk(&b, F, 1, cbs, 0, 0, rvq[s][3], i, 0);
         }
     }
-    add(&b, F, 3, lat, cd, 3, "decoder.pre_conv.conv.weight");
-    add(&b, F, 1, lat, 0, 0, "decoder.pre_conv.conv.bias");
-    add(&b, F, 2, hid, lat, 0, "decoder.pre_transformer.input_proj.weight");
-    add(&b, F, 1, hid, 0, 0, "decoder.pre_transformer.input_proj.bias");
-    for (int i = 0; i < c->decoder.num_hidden_layers; i++) {
-        const char *p = "decoder.pre_transformer.layers";
-        add(&b, F, 1, hid, 0, 0, "%s.%d.input_layernorm.weight", p, i);
-        add(&b, F, 2, qd, hid, 0, "%s.%d.self_attn.q_proj.weight", p, i);
-        add(&b, F, 2, kvd, hid, 0, "%s.%d.self_attn.k_proj.weight", p, i);
-        add(&b, F, 2, kvd, hid, 0, "%s.%d.self_attn.v_proj.weight", p, i);
-        add(&b, F, 2, hid, qd, 0, "%s.%d.self_attn.o_proj.weight", p, i);
-        add(&b, F, 1, hid, 0, 0, "%s.%d.self_attn_layer_scale.scale", p, i);
-        add(&b, F, 1, hid, 0, 0, "%s.%d.post_attention_layernorm.weight", p, i);
-        add(&b, F, 2, inter, hid, 0, "%s.%d.mlp.gate_proj.weight", p, i);
-        add(&b, F, 2, inter, hid, 0, "%s.%d.mlp.up_proj.weight", p, i);
-        add(&b, F, 2, hid, inter, 0, "%s.%d.mlp.down_proj.weight", p, i);
-        add(&b, F, 1, hid, 0, 0, "%s.%d.mlp_layer_scale.scale", p, i);
-    }
-    add(&b, F, 1, hid, 0, 0, "decoder.pre_transformer.norm.weight");
-    add(&b, F, 2, lat, hid, 0, "decoder.pre_transformer.output_proj.weight");
-    add(&b, F, 1, lat, 0, 0, "decoder.pre_transformer.output_proj.bias");
+    addk(&b, F, 3, lat, cd, 3, QVM_T_DEC_PRE_CONV_W, 0, 0);
+    addk(&b, F, 1, lat, 0, 0, QVM_T_DEC_PRE_CONV_B, 0, 0);
+    addk(&b, F, 2, hid, lat, 0, QVM_T_DEC_IN_PROJ_W, 0, 0);
+    addk(&b, F, 1, hid, 0, 0, QVM_T_DEC_IN_PROJ_B, 0, 0);
+    const layer_tensor dl[] = {
+        {QVM_T_DEC_ATTN_NORM, hid, 0}, {QVM_T_DEC_Q, qd, hid},          {QVM_T_DEC_K, kvd, hid},
+        {QVM_T_DEC_V, kvd, hid},       {QVM_T_DEC_O, hid, qd},          {QVM_T_DEC_ATTN_SCALE, hid, 0},
+        {QVM_T_DEC_MLP_NORM, hid, 0},  {QVM_T_DEC_GATE, inter, hid},    {QVM_T_DEC_UP, inter, hid},
+        {QVM_T_DEC_DOWN, hid, inter},  {QVM_T_DEC_MLP_SCALE, hid, 0}};
+    for (int i = 0; i < c->decoder.num_hidden_layers; i++)
+        add_layer(&b, dl, (int)(sizeof dl / sizeof *dl), i);
+    addk(&b, F, 1, hid, 0, 0, QVM_T_DEC_NORM, 0, 0);
+    addk(&b, F, 2, lat, hid, 0, QVM_T_DEC_OUT_PROJ_W, 0, 0);
+    addk(&b, F, 1, lat, 0, 0, QVM_T_DEC_OUT_PROJ_B, 0, 0);
     for (int i = 0; i < 2; i++) {
         int64_t r = c->decoder.upsampling_ratios[i];
-        const char *p = "decoder.upsample";
-        add(&b, F, 3, lat, lat, r, "%s.%d.0.conv.weight", p, i); /* ConvTranspose k = s = r */
-        add(&b, F, 1, lat, 0, 0, "%s.%d.0.conv.bias", p, i);
-        add(&b, F, 3, lat, 1, 7, "%s.%d.1.dwconv.conv.weight", p, i);
-        add(&b, F, 1, lat, 0, 0, "%s.%d.1.dwconv.conv.bias", p, i);
-        add(&b, F, 1, lat, 0, 0, "%s.%d.1.norm.weight", p, i);
-        add(&b, F, 1, lat, 0, 0, "%s.%d.1.norm.bias", p, i);
-        add(&b, F, 2, 4 * lat, lat, 0, "%s.%d.1.pwconv1.weight", p, i);
-        add(&b, F, 1, 4 * lat, 0, 0, "%s.%d.1.pwconv1.bias", p, i);
-        add(&b, F, 2, lat, 4 * lat, 0, "%s.%d.1.pwconv2.weight", p, i);
-        add(&b, F, 1, lat, 0, 0, "%s.%d.1.pwconv2.bias", p, i);
-        add(&b, F, 1, lat, 0, 0, "%s.%d.1.gamma", p, i);
+        addk(&b, F, 3, lat, lat, r, QVM_T_DEC_UP_CONV_W, i, 0); /* ConvTranspose k = s = r */
+        addk(&b, F, 1, lat, 0, 0, QVM_T_DEC_UP_CONV_B, i, 0);
+        addk(&b, F, 3, lat, 1, 7, QVM_T_DEC_UP_DW_W, i, 0);
+        addk(&b, F, 1, lat, 0, 0, QVM_T_DEC_UP_DW_B, i, 0);
+        addk(&b, F, 1, lat, 0, 0, QVM_T_DEC_UP_NORM_W, i, 0);
+        addk(&b, F, 1, lat, 0, 0, QVM_T_DEC_UP_NORM_B, i, 0);
+        addk(&b, F, 2, 4 * lat, lat, 0, QVM_T_DEC_UP_PW1_W, i, 0);
+        addk(&b, F, 1, 4 * lat, 0, 0, QVM_T_DEC_UP_PW1_B, i, 0);
+        addk(&b, F, 2, lat, 4 * lat, 0, QVM_T_DEC_UP_PW2_W, i, 0);
+        addk(&b, F, 1, lat, 0, 0, QVM_T_DEC_UP_PW2_B, i, 0);
+        addk(&b, F, 1, lat, 0, 0, QVM_T_DEC_UP_GAMMA, i, 0);
     }
     int64_t cin = c->decoder.decoder_dim;
-    add(&b, F, 3, cin, lat, 7, "decoder.decoder.0.conv.weight");
-    add(&b, F, 1, cin, 0, 0, "decoder.decoder.0.conv.bias");
+    addk(&b, F, 3, cin, lat, 7, QVM_T_DEC_CONV0_W, 0, 0);
+    addk(&b, F, 1, cin, 0, 0, QVM_T_DEC_CONV0_B, 0, 0);
     for (int i = 1; i <= 4; i++) {
         int64_t cout = cin / 2, r = c->decoder.upsample_rates[i - 1];
-        const char *p = "decoder.decoder";
-        add(&b, F, 1, cin, 0, 0, "%s.%d.block.0.alpha", p, i);
-        add(&b, F, 1, cin, 0, 0, "%s.%d.block.0.beta", p, i);
-        add(&b, F, 3, cin, cout, 2 * r, "%s.%d.block.1.conv.weight", p, i);
-        add(&b, F, 1, cout, 0, 0, "%s.%d.block.1.conv.bias", p, i);
+        addk(&b, F, 1, cin, 0, 0, QVM_T_DEC_BLK_ALPHA, i, 0);
+        addk(&b, F, 1, cin, 0, 0, QVM_T_DEC_BLK_BETA, i, 0);
+        addk(&b, F, 3, cin, cout, 2 * r, QVM_T_DEC_BLK_UP_W, i, 0);
+        addk(&b, F, 1, cout, 0, 0, QVM_T_DEC_BLK_UP_B, i, 0);
         for (int u = 2; u <= 4; u++) {
-            add(&b, F, 1, cout, 0, 0, "%s.%d.block.%d.act1.alpha", p, i, u);
-            add(&b, F, 1, cout, 0, 0, "%s.%d.block.%d.act1.beta", p, i, u);
-            add(&b, F, 1, cout, 0, 0, "%s.%d.block.%d.act2.alpha", p, i, u);
-            add(&b, F, 1, cout, 0, 0, "%s.%d.block.%d.act2.beta", p, i, u);
-            add(&b, F, 3, cout, cout, 7, "%s.%d.block.%d.conv1.conv.weight", p, i, u);
-            add(&b, F, 1, cout, 0, 0, "%s.%d.block.%d.conv1.conv.bias", p, i, u);
-            add(&b, F, 3, cout, cout, 1, "%s.%d.block.%d.conv2.conv.weight", p, i, u);
-            add(&b, F, 1, cout, 0, 0, "%s.%d.block.%d.conv2.conv.bias", p, i, u);
+            addk(&b, F, 1, cout, 0, 0, QVM_T_DEC_RES_ALPHA1, i, u);
+            addk(&b, F, 1, cout, 0, 0, QVM_T_DEC_RES_BETA1, i, u);
+            addk(&b, F, 1, cout, 0, 0, QVM_T_DEC_RES_ALPHA2, i, u);
+            addk(&b, F, 1, cout, 0, 0, QVM_T_DEC_RES_BETA2, i, u);
+            addk(&b, F, 3, cout, cout, 7, QVM_T_DEC_RES_CONV1_W, i, u);
+            addk(&b, F, 1, cout, 0, 0, QVM_T_DEC_RES_CONV1_B, i, u);
+            addk(&b, F, 3, cout, cout, 1, QVM_T_DEC_RES_CONV2_W, i, u);
+            addk(&b, F, 1, cout, 0, 0, QVM_T_DEC_RES_CONV2_B, i, u);
         }
         cin = cout;
     }
-    add(&b, F, 1, cin, 0, 0, "decoder.decoder.5.alpha");
-    add(&b, F, 1, cin, 0, 0, "decoder.decoder.5.beta");
-    add(&b, F, 3, 1, cin, 7, "decoder.decoder.6.conv.weight");
-    add(&b, F, 1, 1, 0, 0, "decoder.decoder.6.conv.bias");
+    addk(&b, F, 1, cin, 0, 0, QVM_T_DEC_LAST_ALPHA, 0, 0);
+    addk(&b, F, 1, cin, 0, 0, QVM_T_DEC_LAST_BETA, 0, 0);
+    addk(&b, F, 3, 1, cin, 7, QVM_T_DEC_LAST_W, 0, 0);
+    addk(&b, F, 1, 1, 0, 0, QVM_T_DEC_LAST_B, 0, 0);
 
     /* ---- encoder, the parts §6.2 uses (HF Mimi names) ---- */
-    const char *L = "encoder.encoder.layers";
     int64_t nf = c->encoder.num_filters, comp = c->encoder.compress, eh = c->encoder.hidden_size;
     int li = 0;
-    add(&b, F, 3, nf, 1, c->encoder.kernel_size, "%s.%d.conv.weight", L, li);
-    add(&b, F, 1, nf, 0, 0, "%s.%d.conv.bias", L, li);
-    li++;
+    add_conv(&b, F, nf, 1, c->encoder.kernel_size, QVM_T_MIMI_CONV, li++, 0);
     int64_t ch = nf, hop = 1;
     for (int s = 3; s >= 0; s--) { /* Mimi's encoder walks the ratios in reverse */
         int64_t r = c->encoder.upsampling_ratios[s];
@@ -319,60 +424,46 @@ int qvm_manifest_codec(qvm_manifest *m, const qvm_codec_config *c, char *err, si
         if (ch % comp != 0) bfail(&b, "manifest: encoder channels %lld not divisible by compress",
                                   (long long)ch);
         for (int j = 0; j < c->encoder.num_residual_layers; j++, li++) {
-            add(&b, F, 3, ch / comp, ch, c->encoder.residual_kernel_size,
-                "%s.%d.block.1.conv.weight", L, li);
-            add(&b, F, 1, ch / comp, 0, 0, "%s.%d.block.1.conv.bias", L, li);
-            add(&b, F, 3, ch, ch / comp, 1, "%s.%d.block.3.conv.weight", L, li);
-            add(&b, F, 1, ch, 0, 0, "%s.%d.block.3.conv.bias", L, li);
+            add_conv(&b, F, ch / comp, ch, c->encoder.residual_kernel_size, QVM_T_MIMI_RES, li, 1);
+            add_conv(&b, F, ch, ch / comp, 1, QVM_T_MIMI_RES, li, 3);
         }
         li++; /* ELU */
-        add(&b, F, 3, 2 * ch, ch, 2 * r, "%s.%d.conv.weight", L, li);
-        add(&b, F, 1, 2 * ch, 0, 0, "%s.%d.conv.bias", L, li);
-        li++;
+        add_conv(&b, F, 2 * ch, ch, 2 * r, QVM_T_MIMI_CONV, li++, 0);
         ch *= 2;
     }
     li++; /* ELU */
-    add(&b, F, 3, eh, ch, c->encoder.last_kernel_size, "%s.%d.conv.weight", L, li);
-    add(&b, F, 1, eh, 0, 0, "%s.%d.conv.bias", L, li);
+    add_conv(&b, F, eh, ch, c->encoder.last_kernel_size, QVM_T_MIMI_CONV, li, 0);
     int64_t eq = (int64_t)c->encoder.num_attention_heads * c->encoder.head_dim;
     int64_t ekv = (int64_t)c->encoder.num_key_value_heads * c->encoder.head_dim;
     int64_t ei = c->encoder.intermediate_size;
-    for (int i = 0; i < c->encoder.num_hidden_layers; i++) {
-        const char *p = "encoder.encoder_transformer.layers";
-        add(&b, F, 1, eh, 0, 0, "%s.%d.input_layernorm.weight", p, i);
-        add(&b, F, 1, eh, 0, 0, "%s.%d.input_layernorm.bias", p, i);
-        add(&b, F, 1, eh, 0, 0, "%s.%d.post_attention_layernorm.weight", p, i);
-        add(&b, F, 1, eh, 0, 0, "%s.%d.post_attention_layernorm.bias", p, i);
-        add(&b, F, 2, eq, eh, 0, "%s.%d.self_attn.q_proj.weight", p, i);
-        add(&b, F, 2, ekv, eh, 0, "%s.%d.self_attn.k_proj.weight", p, i);
-        add(&b, F, 2, ekv, eh, 0, "%s.%d.self_attn.v_proj.weight", p, i);
-        add(&b, F, 2, eh, eq, 0, "%s.%d.self_attn.o_proj.weight", p, i);
-        add(&b, F, 2, ei, eh, 0, "%s.%d.mlp.fc1.weight", p, i);
-        add(&b, F, 2, eh, ei, 0, "%s.%d.mlp.fc2.weight", p, i);
-        add(&b, F, 1, eh, 0, 0, "%s.%d.self_attn_layer_scale.scale", p, i);
-        add(&b, F, 1, eh, 0, 0, "%s.%d.mlp_layer_scale.scale", p, i);
-    }
+    const layer_tensor el[] = {
+        {QVM_T_MIMI_LN1_W, eh, 0},      {QVM_T_MIMI_LN1_B, eh, 0}, {QVM_T_MIMI_LN2_W, eh, 0},
+        {QVM_T_MIMI_LN2_B, eh, 0},      {QVM_T_MIMI_Q, eq, eh},    {QVM_T_MIMI_K, ekv, eh},
+        {QVM_T_MIMI_V, ekv, eh},        {QVM_T_MIMI_O, eh, eq},    {QVM_T_MIMI_FC1, ei, eh},
+        {QVM_T_MIMI_FC2, eh, ei},       {QVM_T_MIMI_ATTN_SCALE, eh, 0},
+        {QVM_T_MIMI_MLP_SCALE, eh, 0}};
+    for (int i = 0; i < c->encoder.num_hidden_layers; i++)
+        add_layer(&b, el, (int)(sizeof el / sizeof *el), i);
     /* downsample: SEANet hop → codec frame hop; Mimi uses kernel = 2 × stride. */
     if (!b.bad && (c->encode_downsample_rate % hop != 0 || c->encode_downsample_rate / hop < 1))
         bfail(&b, "manifest: encode_downsample_rate %d not a multiple of the encoder hop %lld",
               c->encode_downsample_rate, (long long)hop);
     int64_t stride = hop ? c->encode_downsample_rate / hop : 0;
-    add(&b, F, 3, eh, eh, 2 * stride, "encoder.downsample.conv.weight");
+    addk(&b, F, 3, eh, eh, 2 * stride, QVM_T_MIMI_DOWNSAMPLE, 0, 0);
     int64_t ecd = c->encoder.codebook_dim, ecs = c->encoder.codebook_size;
     int e_sem = c->encoder.num_semantic_quantizers;
     int n_acoustic = c->encoder_valid_num_quantizers - e_sem; /* layers beyond are never used */
     if (n_acoustic < 0) bfail(&b, "manifest: encoder_valid_num_quantizers below semantic count");
-    static const char *const erq[2] = {"semantic_residual_vector_quantizer",
-                                       "acoustic_residual_vector_quantizer"};
+    static const enum qvm_tensor_kind erq[2][4] = {
+        {QVM_T_MIMI_SEM_IN, QVM_T_MIMI_SEM_OUT, QVM_T_MIMI_SEM_SUM, QVM_T_MIMI_SEM_USAGE},
+        {QVM_T_MIMI_ACO_IN, QVM_T_MIMI_ACO_OUT, QVM_T_MIMI_ACO_SUM, QVM_T_MIMI_ACO_USAGE}};
     for (int s = 0; s < 2; s++) {
-        add(&b, F, 3, ecd, eh, 1, "encoder.quantizer.%s.input_proj.weight", erq[s]);
-        add(&b, F, 3, eh, ecd, 1, "encoder.quantizer.%s.output_proj.weight", erq[s]);
+        addk(&b, F, 3, ecd, eh, 1, erq[s][0], 0, 0);
+        addk(&b, F, 3, eh, ecd, 1, erq[s][1], 0, 0);
         int n = s == 0 ? e_sem : n_acoustic;
         for (int i = 0; i < n; i++) {
-            add(&b, F, 2, ecs, ecd, 0, "encoder.quantizer.%s.layers.%d.codebook.embed_sum", erq[s],
-                i);
-            add(&b, F, 1, ecs, 0, 0, "encoder.quantizer.%s.layers.%d.codebook.cluster_usage",
-                erq[s], i);
+            addk(&b, F, 2, ecs, ecd, 0, erq[s][2], i, 0);
+            addk(&b, F, 1, ecs, 0, 0, erq[s][3], i, 0);
         }
     }
     finish(&b);

@@ -315,7 +315,14 @@ out:
     return rc;
 }
 
+static unsigned long g_n_opened; /* qvm_st_n_opened */
+
+unsigned long qvm_st_n_opened(void) {
+    return __atomic_load_n(&g_n_opened, __ATOMIC_RELAXED);
+}
+
 static int map_file(part *pt, char *err, size_t err_size) {
+    __atomic_add_fetch(&g_n_opened, 1, __ATOMIC_RELAXED);
     int fd = open(pt->path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return fail(err, err_size, "%s: cannot open (%s)", pt->path, strerror(errno));
     struct stat sb;

@@ -44,6 +44,9 @@ qvm_st *qvm_st_open_dir(const char *dir, const char *stem, char *err, size_t err
 qvm_st *qvm_st_open_memory(const void *buf, size_t n_bytes, const char *label, char *err,
                            size_t err_size);
 void qvm_st_close(qvm_st *st); /* accepts NULL */
+/* Safetensors files this process has opened so far (each shard counts): how tests check that a
+ * model directory is opened once (ckpt.h). */
+unsigned long qvm_st_n_opened(void);
 
 int qvm_st_count(const qvm_st *st);
 /* i-th tensor (0 <= i < count) in header order; NULL if out of range. */

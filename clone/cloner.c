@@ -18,8 +18,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "checkpoint/config.h"
+#include "checkpoint/ckpt.h"
 #include "checkpoint/fingerprint.h"
+#include "checkpoint/config.h"
 #include "checkpoint/safetensors.h"
 #include "checkpoint/textside.h"
 #include "features/speech_encoder.h"
@@ -32,13 +33,10 @@
 #define WOVR_CODEC_ROWS 2048 /* codebook rows a voice's WOVR carries (legacy §6.3) */
 
 struct qv_cloner {
-    char dir[1024];
-    qvm_model_config cfg;
-    uint8_t fingerprint[32];
+    qvm_ckpt *ck; /* the Base checkpoint: config, identity, text side, WDELTA source */
     int n_threads;
     double load_s;
     qva_ecapa *ecapa;
-    qvm_st *st; /* the Base checkpoint: text side, WDELTA source */
     qvm_textside text;
     float *tpad;       /* [3][hidden], computed once */
     struct lazy *lazy; /* the speech encoder, loaded on first ICL use */
@@ -48,16 +46,6 @@ struct lazy {
     pthread_mutex_t lock;
     qva_speech_encoder *se;
 };
-
-/* FFTW's planner is not thread-safe: mel contexts are made one at a time. */
-static pthread_mutex_t g_mel_lock = PTHREAD_MUTEX_INITIALIZER;
-
-static qva_mel *mel_create(void) {
-    pthread_mutex_lock(&g_mel_lock);
-    qva_mel *m = qva_mel_create();
-    pthread_mutex_unlock(&g_mel_lock);
-    return m;
-}
 
 static double now_s(void) {
     struct timespec t;
@@ -80,7 +68,7 @@ void qv_cloner_free(qv_cloner *c) {
         free(c->lazy);
     }
     qvm_textside_free(&c->text);
-    qvm_st_close(c->st);
+    qvm_ckpt_free(c->ck);
     free(c->tpad);
     free(c);
 }
@@ -99,25 +87,17 @@ static enum qv_status cloner_load(qv_cloner **out, const char *base_dir, int n_t
         return QV_E_NOMEM;
     }
     pthread_mutex_init(&c->lazy->lock, NULL);
-    snprintf(c->dir, sizeof c->dir, "%s", base_dir);
     c->n_threads = qv_threads_resolve(n_threads);
     enum qv_status st = QV_E_MODEL;
-    if (qvm_model_config_load(&c->cfg, base_dir, err, err_size)) goto fail;
-    if (c->cfg.variant != QVM_VARIANT_BASE || !c->cfg.has_speaker_encoder) {
-        snprintf(err, err_size,
-                 "%s: this is a %s model; cloning needs a Base model (only Base checkpoints have "
-                 "the speaker encoder)",
-                 base_dir, c->cfg.tts_model_type);
-        goto fail;
-    }
-    if (!(c->ecapa = qva_ecapa_load(base_dir, err, err_size)) ||
-        qvm_fingerprint_model(base_dir, QVM_FINGERPRINT_TABLE, c->fingerprint, err, err_size) ||
-        !(c->st = qvm_st_open_dir(base_dir, "model", err, err_size)) ||
-        qvm_textside_bind(&c->text, c->st, &c->cfg, err, err_size))
+    if (!(c->ck = qvm_ckpt_open(base_dir, err, err_size))) goto fail;
+    const qvm_model_config *cfg = &c->ck->cfg;
+    /* the speaker encoder decides "is this a Base model?" (a CustomVoice one is refused there) */
+    if (!(c->ecapa = qva_ecapa_load(c->ck, err, err_size)) ||
+        qvm_textside_bind(&c->text, c->ck->st, cfg, err, err_size))
         goto fail;
     qvk_pool *pool = pool_for(c->n_threads);
     c->tpad = malloc(3 * (size_t)c->text.hidden * sizeof(float));
-    int bad = !c->tpad || qvm_textside_special(&c->text, &c->cfg, pool, c->tpad);
+    int bad = !c->tpad || qvm_textside_special(&c->text, cfg, pool, c->tpad);
     qvk_pool_free(pool);
     if (bad) {
         snprintf(err, err_size, "%s: out of memory for TPAD", base_dir);
@@ -140,7 +120,7 @@ enum qv_status qv_cloner_load(qv_cloner **out, const char *base_dir, int n_threa
 
 static const qva_speech_encoder *speech_encoder(const qv_cloner *c, char *err, size_t err_size) {
     pthread_mutex_lock(&c->lazy->lock);
-    if (!c->lazy->se) c->lazy->se = qva_speech_encoder_load(c->dir, err, err_size);
+    if (!c->lazy->se) c->lazy->se = qva_speech_encoder_load(c->ck, err, err_size);
     const qva_speech_encoder *se = c->lazy->se;
     pthread_mutex_unlock(&c->lazy->lock);
     return se;
@@ -261,7 +241,7 @@ static void model_id(qvf_model_id *id, const qvm_model_config *c, const uint8_t 
 static int xvector_of(const qva_ecapa *e, qvk_pool *pool, const float *x, int64_t n, float *xvec,
                       int *n_frames, char *err, size_t err_size) {
     *n_frames = qva_mel_n_frames(n);
-    qva_mel *mel = mel_create();
+    qva_mel *mel = qva_mel_create();
     float *m = malloc((size_t)(*n_frames > 0 ? *n_frames : 1) * QVA_MEL_BINS * sizeof(float));
     int rc = -1;
     if (!mel || !m)
@@ -440,7 +420,7 @@ static void add_sections(cJSON *j, const char *path, long long file_bytes) {
 static int write_plot(run *u, const qva_audio *a, const qvc_hygiene_report *h) {
     const char *png = u->r->plot_path;
     int nf = qva_mel_n_frames(a->n_samples);
-    qva_mel *mel = mel_create();
+    qva_mel *mel = qva_mel_create();
     float *m = malloc((size_t)(nf > 0 ? nf : 1) * QVA_MEL_BINS * sizeof(float));
     int rc = -1;
     if (!mel || !m || nf <= 0 || qva_mel_compute(mel, m, a->samples, a->n_samples)) {
@@ -571,224 +551,235 @@ static enum qvc_icl_mode icl_mode(enum qv_icl_window w) {
     return w == QV_ICL_AUTO ? QVC_ICL_AUTO : w == QV_ICL_RANGE ? QVC_ICL_RANGE : QVC_ICL_FULL;
 }
 
-static int clone_run(run *u, const qv_cloner *c, qvk_pool *pool, int *plot_written) {
-    const qv_clone_request *r = u->r;
-    cJSON *j = u->j;
+/* What one run makes, step by step (freed by work_free). */
+typedef struct {
     qva_audio a;
     qvc_hygiene_report h;
-    memset(&a, 0, sizeof a);
-    memset(&h, 0, sizeof h);
-    qvm_st *cv_st = NULL;
-    qvm_model_config cvc;
-    qvf_voice *v = NULL;
-    float *xvec = NULL;
-    int32_t *codes = NULL;
-    uint16_t *codes16 = NULL;
-    char *hyg_json = NULL;
-    int rc = -1, hygiene_ran = 0, want_icl = r->ref_text != NULL;
-    char e2[768];
-    double t_audio = 0, t_hyg = 0, t_xvec = 0, t_codes = 0, t_write = 0, t = now_s();
+    int hygiene_ran, want_icl, lang;
+    const float *xv_in, *icl_in; /* what the x-vector and the ICL codes are computed from */
+    int64_t n_xv, n_icl;
+    char *hyg_json;
+    float *xvec;
+    int dim, n_mel;
+    int32_t *codes;
+    uint16_t *codes16;
+    int n_frames;
+    qvm_ckpt *cv; /* the weight-delta target, or NULL */
+    qvf_voice *v;
+} work;
 
-    int lang = language_id(u, &c->cfg, c->dir);
-    if (lang < 0) goto done;
-    if (r->target_cv_dir) {
-        if (qvm_model_config_load(&cvc, r->target_cv_dir, u->err, u->err_size)) {
-            u->st = QV_E_MODEL;
-            goto done;
-        }
-        if (cvc.variant == QVM_VARIANT_BASE) {
-            fail(u, QV_E_INVALID,
-                 "%s: the weight-delta target must be a CustomVoice (or "
-                 "VoiceDesign) model, found a Base model",
-                 r->target_cv_dir);
-            goto done;
-        }
-        if (cvc.talker.hidden_size != c->cfg.talker.hidden_size) {
-            fail(u, QV_E_INVALID, "%s: hidden size %d does not match the Base model's %d",
-                 r->target_cv_dir, cvc.talker.hidden_size, c->cfg.talker.hidden_size);
-            goto done;
-        }
-        if (!(cv_st = qvm_st_open_dir(r->target_cv_dir, "model", u->err, u->err_size))) {
-            u->st = QV_E_MODEL;
-            goto done;
-        }
+static void work_free(work *w) {
+    qva_audio_free(&w->a);
+    qvc_hygiene_report_free(&w->h);
+    free(w->hyg_json);
+    free(w->xvec);
+    free(w->codes);
+    free(w->codes16);
+    qvf_voice_free(w->v);
+    qvm_ckpt_free(w->cv);
+}
+
+/* The weight-delta target (r->target_cv_dir): a CustomVoice / VoiceDesign model of the same
+ * width as the Base model. */
+static int open_target(run *u, const qv_cloner *c, work *w) {
+    const char *dir = u->r->target_cv_dir;
+    if (!(w->cv = qvm_ckpt_open(dir, u->err, u->err_size))) {
+        u->st = QV_E_MODEL;
+        return -1;
     }
-    const qva_speech_encoder *se = want_icl ? speech_encoder(c, u->err, u->err_size) : NULL;
-    if (want_icl && !se) {
+    const int H = w->cv->cfg.talker.hidden_size, base_H = c->ck->cfg.talker.hidden_size;
+    if (w->cv->cfg.variant == QVM_VARIANT_BASE)
+        return fail(u, QV_E_INVALID,
+                    "%s: the weight-delta target must be a CustomVoice (or VoiceDesign) model, "
+                    "found a Base model",
+                    dir);
+    if (H != base_H)
+        return fail(u, QV_E_INVALID, "%s: hidden size %d does not match the Base model's %d", dir,
+                    H, base_H);
+    return 0;
+}
+
+/* The reference as mono 24 kHz samples (a file, or the request's PCM cut to max_seconds). */
+static int read_audio(run *u, work *w) {
+    const qv_clone_request *r = u->r;
+    qva_audio *a = &w->a;
+    int64_t n_pcm = r->n_samples, n_max = (int64_t)(r->max_seconds * r->sample_rate_hz);
+    if (r->pcm && n_pcm > n_max) n_pcm = n_max; /* in-memory audio: cut as the file reader does */
+    int arc = r->audio_path ? qva_audio_load(a, r->audio_path, r->max_seconds, u->err, u->err_size)
+                            : qva_audio_from_mono(a, r->pcm, n_pcm, r->sample_rate_hz, u->label,
+                                                  u->err, u->err_size);
+    if (arc) {
+        u->st = QV_E_AUDIO;
+        return -1;
+    }
+    if (r->pcm && n_pcm < r->n_samples) {
+        a->src_seconds = (double)r->n_samples / r->sample_rate_hz;
+        a->truncated = 1;
+    }
+    add_audio(u->j, a, r->max_seconds);
+    if (a->truncated)
+        warn(u, "%.2f s long, using the first %.2f s (max_seconds)", a->src_seconds,
+             a->used_seconds);
+    if (a->short_warning)
+        warn(u, "only %.2f s of audio; 10-30 s gives a steadier voice", a->used_seconds);
+    if (a->clip_warning)
+        warn(u, "clipping (%.4f%% of samples at full scale)", 100.0 * a->clipped_fraction);
+    w->xv_in = w->icl_in = a->samples;
+    w->n_xv = w->n_icl = a->n_samples;
+    return 0;
+}
+
+/* Hygiene (trim, loudness, ICL span, transcript, second speaker): narrows what the x-vector and
+ * the ICL codes are computed from. */
+static int run_hygiene(run *u, const qv_cloner *c, qvk_pool *pool, work *w) {
+    const qv_clone_request *r = u->r;
+    char e2[768];
+    qva_mel *mel = qva_mel_create();
+    if (!mel) return fail(u, QV_E_NOMEM, "%s: out of memory", u->label);
+    qvc_hygiene_params hp = qvc_hygiene_default_params();
+    hp.spk_threshold = r->speaker_threshold;
+    hp.icl_mode = icl_mode(r->icl_window);
+    hp.icl_start_s = r->icl_start_s, hp.icl_end_s = r->icl_end_s;
+    hp.icl_max_s = QV_ICL_MAX_SECONDS;
+    qvc_ecapa_ctx ec = {c->ecapa, mel, pool};
+    qvc_hygiene_report *h = &w->h;
+    w->hygiene_ran = 1;
+    int hrc = qvc_hygiene_run(h, w->a.samples, w->a.n_samples, r->ref_text,
+                              r->allow_xvector_fallback, qvc_ecapa_xvector, &ec,
+                              qva_ecapa_dim(c->ecapa), &hp, e2, sizeof e2);
+    qva_mel_free(mel);
+    if (hrc)
+        return audio_fail(
+            u, h->has_transcript && !h->transcript.plausible ? QV_E_INVALID : QV_E_AUDIO, e2);
+    hygiene_warnings(u, &w->a, h);
+    if (h->transcript.fallback) w->want_icl = 0;
+    w->xv_in = h->clean, w->n_xv = h->n_clean;
+    w->icl_in = h->icl, w->n_icl = h->n_icl;
+    if (!(w->hyg_json = qvc_hygiene_json(h)))
+        return fail(u, QV_E_NOMEM, "%s: out of memory", u->label);
+    return 0;
+}
+
+static int compute_xvector(run *u, const qv_cloner *c, qvk_pool *pool, work *w) {
+    char e2[768];
+    w->dim = qva_ecapa_dim(c->ecapa);
+    if (!(w->xvec = malloc(sizeof(float) * (size_t)w->dim)))
+        return fail(u, QV_E_NOMEM, "%s: out of memory", u->label);
+    if (xvector_of(c->ecapa, pool, w->xv_in, w->n_xv, w->xvec, &w->n_mel, e2, sizeof e2))
+        return audio_fail(u, QV_E_AUDIO, e2);
+    cJSON_AddNumberToObject(u->j, "xvector_seconds", (double)w->n_xv / QVA_SAMPLE_RATE_HZ);
+    cJSON_AddNumberToObject(u->j, "mel_frames", w->n_mel);
+    cJSON_AddNumberToObject(u->j, "xvector_dim", w->dim);
+    cJSON_AddNumberToObject(u->j, "xvector_norm", qva_l2norm(w->xvec, w->dim));
+    return 0;
+}
+
+/* The ICL codes of w->icl_in (when the run keeps ICL). */
+static int compute_codes(run *u, const qva_speech_encoder *se, qvk_pool *pool, work *w) {
+    char e2[768];
+    if (w->want_icl) {
+        const int n_frames = qva_speech_encoder_n_frames(w->n_icl);
+        w->codes = malloc(sizeof(int32_t) * QV_N_CODEBOOKS * (size_t)n_frames);
+        w->codes16 = malloc(sizeof(uint16_t) * QV_N_CODEBOOKS * (size_t)n_frames);
+        if (!w->codes || !w->codes16) return fail(u, QV_E_NOMEM, "%s: out of memory", u->label);
+        if (qva_speech_encoder_encode(se, pool, w->codes, w->icl_in, w->n_icl, e2, sizeof e2))
+            return audio_fail(u, QV_E_AUDIO, e2);
+        for (size_t i = 0; i < (size_t)QV_N_CODEBOOKS * n_frames; i++)
+            w->codes16[i] = (uint16_t)w->codes[i];
+        w->n_frames = n_frames;
+    }
+    cJSON_AddNumberToObject(u->j, "icl_seconds",
+                            w->want_icl ? (double)w->n_icl / QVA_SAMPLE_RATE_HZ : 0);
+    cJSON_AddNumberToObject(u->j, "icl_frames", w->n_frames);
+    if (w->n_frames) cJSON_AddStringToObject(u->j, "transcript", u->r->ref_text);
+    return 0;
+}
+
+/* The voice in memory: identity, x-vector, ICL, metadata, TPAD/WOVR (and the plot). */
+static int build_voice(run *u, const qv_cloner *c, work *w, int *plot_written) {
+    const qv_clone_request *r = u->r;
+    qvf_voice *v = w->v = qvf_voice_new();
+    if (!v) return fail(u, QV_E_NOMEM, "out of memory");
+    model_id(&v->source, &c->ck->cfg, c->ck->fingerprint);
+    int qrc = qvf_voice_set_xvector(v, w->xvec, (uint32_t)w->dim);
+    if (!qrc && w->n_frames)
+        qrc = qvf_voice_set_icl(v, r->ref_text, w->codes16, (uint32_t)w->n_frames);
+    if (!qrc) qrc = set_meta(v, u, &w->a, w->lang, w->hyg_json);
+    if (qrc)
+        return fail(u, QV_E_INVALID, "%s: %s (META values must be UTF-8, at most 64 KiB)",
+                    u->out ? u->out : u->label, qvf_strerror(qrc));
+    if (set_bridge(v, c, r->with_wovr)) return fail(u, QV_E_NOMEM, "out of memory for TPAD/WOVR");
+    cJSON *meta = cJSON_AddObjectToObject(u->j, "meta");
+    for (int i = 0; i < v->n_meta; i++)
+        cJSON_AddStringToObject(meta, v->meta[i].key, v->meta[i].value);
+    cJSON_AddBoolToObject(u->j, "tpad", v->tpad_hidden != 0);
+    cJSON_AddBoolToObject(u->j, "wovr", v->wovr_h != 0);
+    if (r->plot_path) {
+        if (write_plot(u, &w->a, w->hygiene_ran ? &w->h : NULL)) return -1;
+        *plot_written = 1;
+        cJSON_AddStringToObject(u->j, "plot", r->plot_path);
+    }
+    return 0;
+}
+
+/* Writes the voice to u->out (with the weight delta when a target was given). */
+static int write_voice(run *u, const qv_cloner *c, work *w) {
+    if (w->cv) {
+        int n_tensors = 0;
+        model_id(&w->v->target, &w->cv->cfg, w->cv->fingerprint);
+        if (write_with_wdelta(w->v, u->out, c->ck->st, w->cv->st, &n_tensors, u->err,
+                              u->err_size)) {
+            u->st = QV_E_IO;
+            return -1;
+        }
+        cJSON_AddNumberToObject(u->j, "wdelta_tensors", n_tensors);
+    } else if (qvf_write_file(w->v, u->out, QVF_FORMAT_VERSION, u->err, u->err_size)) {
+        u->st = QV_E_IO;
+        return -1;
+    }
+    struct stat sb;
+    long long bytes = stat(u->out, &sb) ? 0 : (long long)sb.st_size;
+    add_sections(u->j, u->out, bytes);
+    cJSON_AddNumberToObject(u->j, "file_bytes", (double)bytes);
+    return 0;
+}
+
+enum { T_AUDIO, T_HYGIENE, T_XVEC, T_CODES, T_WRITE, N_STEPS };
+
+/* One clone: each step in turn (the report gets each one's time), the voice written last. */
+static int clone_run(run *u, const qv_cloner *c, qvk_pool *pool, int *plot_written) {
+    const qv_clone_request *r = u->r;
+    work w = {.want_icl = r->ref_text != NULL};
+    double ts[N_STEPS] = {0}, t = now_s();
+    const qva_speech_encoder *se = NULL;
+    int rc = -1;
+    if ((w.lang = language_id(u, &c->ck->cfg, c->ck->dir)) < 0) goto done;
+    if (r->target_cv_dir && open_target(u, c, &w)) goto done;
+    if (w.want_icl && !(se = speech_encoder(c, u->err, u->err_size))) {
         u->st = QV_E_MODEL;
         goto done;
     }
-
-    /* audio */
-    int64_t n_pcm = r->n_samples, n_max = (int64_t)(r->max_seconds * r->sample_rate_hz);
-    if (r->pcm && n_pcm > n_max) n_pcm = n_max; /* in-memory audio: cut as the file reader does */
-    int arc = r->audio_path ? qva_audio_load(&a, r->audio_path, r->max_seconds, u->err, u->err_size)
-                            : qva_audio_from_mono(&a, r->pcm, n_pcm, r->sample_rate_hz, u->label,
-                                                  u->err, u->err_size);
-    if (!arc && r->pcm && n_pcm < r->n_samples) {
-        a.src_seconds = (double)r->n_samples / r->sample_rate_hz;
-        a.truncated = 1;
-    }
-    t_audio = now_s() - t, t = now_s();
-    if (arc) {
-        u->st = QV_E_AUDIO;
-        goto done;
-    }
-    add_audio(j, &a, r->max_seconds);
-    if (a.truncated)
-        warn(u, "%.2f s long, using the first %.2f s (max_seconds)", a.src_seconds, a.used_seconds);
-    if (a.short_warning)
-        warn(u, "only %.2f s of audio; 10-30 s gives a steadier voice", a.used_seconds);
-    if (a.clip_warning)
-        warn(u, "clipping (%.4f%% of samples at full scale)", 100.0 * a.clipped_fraction);
-
-    /* hygiene: what the x-vector and the ICL codes are computed from */
-    const float *xv_in = a.samples, *icl_in = a.samples;
-    int64_t n_xv = a.n_samples, n_icl = a.n_samples;
-    if (r->hygiene) {
-        qva_mel *mel = mel_create();
-        if (!mel) {
-            fail(u, QV_E_NOMEM, "%s: out of memory", u->label);
-            goto done;
-        }
-        qvc_hygiene_params hp = qvc_hygiene_default_params();
-        hp.spk_threshold = r->speaker_threshold;
-        hp.icl_mode = icl_mode(r->icl_window);
-        hp.icl_start_s = r->icl_start_s, hp.icl_end_s = r->icl_end_s;
-        hp.icl_max_s = QV_ICL_MAX_SECONDS;
-        qvc_ecapa_ctx ec = {c->ecapa, mel, pool};
-        hygiene_ran = 1;
-        int hrc =
-            qvc_hygiene_run(&h, a.samples, a.n_samples, r->ref_text, r->allow_xvector_fallback,
-                            qvc_ecapa_xvector, &ec, qva_ecapa_dim(c->ecapa), &hp, e2, sizeof e2);
-        qva_mel_free(mel);
-        t_hyg = now_s() - t, t = now_s();
-        if (hrc) {
-            audio_fail(u, h.has_transcript && !h.transcript.plausible ? QV_E_INVALID : QV_E_AUDIO,
-                       e2);
-            goto done;
-        }
-        hygiene_warnings(u, &a, &h);
-        if (h.transcript.fallback) want_icl = 0;
-        xv_in = h.clean, n_xv = h.n_clean;
-        icl_in = h.icl, n_icl = h.n_icl;
-        if (!(hyg_json = qvc_hygiene_json(&h))) {
-            fail(u, QV_E_NOMEM, "%s: out of memory", u->label);
-            goto done;
-        }
-    } else {
-        cJSON_AddStringToObject(j, "hygiene", "off");
-    }
-
-    /* x-vector */
-    int dim = qva_ecapa_dim(c->ecapa), n_mel = 0;
-    if (!(xvec = malloc(sizeof(float) * (size_t)dim))) {
-        fail(u, QV_E_NOMEM, "%s: out of memory", u->label);
-        goto done;
-    }
-    if (xvector_of(c->ecapa, pool, xv_in, n_xv, xvec, &n_mel, e2, sizeof e2)) {
-        audio_fail(u, QV_E_AUDIO, e2);
-        goto done;
-    }
-    t_xvec = now_s() - t, t = now_s();
-    cJSON_AddNumberToObject(j, "xvector_seconds", (double)n_xv / QVA_SAMPLE_RATE_HZ);
-    cJSON_AddNumberToObject(j, "mel_frames", n_mel);
-    cJSON_AddNumberToObject(j, "xvector_dim", dim);
-    cJSON_AddNumberToObject(j, "xvector_norm", qva_l2norm(xvec, dim));
-
-    /* ICL codes */
-    int n_frames = 0;
-    if (want_icl) {
-        n_frames = qva_speech_encoder_n_frames(n_icl);
-        codes = malloc(sizeof(int32_t) * QVA_CODE_GROUPS * (size_t)n_frames);
-        codes16 = malloc(sizeof(uint16_t) * QVA_CODE_GROUPS * (size_t)n_frames);
-        if (!codes || !codes16) {
-            fail(u, QV_E_NOMEM, "%s: out of memory", u->label);
-            goto done;
-        }
-        if (qva_speech_encoder_encode(se, pool, codes, icl_in, n_icl, e2, sizeof e2)) {
-            audio_fail(u, QV_E_AUDIO, e2);
-            goto done;
-        }
-        for (size_t i = 0; i < (size_t)QVA_CODE_GROUPS * n_frames; i++)
-            codes16[i] = (uint16_t)codes[i];
-    }
-    t_codes = now_s() - t, t = now_s();
-    cJSON_AddNumberToObject(j, "icl_seconds", want_icl ? (double)n_icl / QVA_SAMPLE_RATE_HZ : 0);
-    cJSON_AddNumberToObject(j, "icl_frames", n_frames);
-    if (n_frames) cJSON_AddStringToObject(j, "transcript", r->ref_text);
-
-    /* the voice */
-    if (!(v = qvf_voice_new())) {
-        fail(u, QV_E_NOMEM, "out of memory");
-        goto done;
-    }
-    model_id(&v->source, &c->cfg, c->fingerprint);
-    int qrc = qvf_voice_set_xvector(v, xvec, (uint32_t)dim);
-    if (!qrc && n_frames) qrc = qvf_voice_set_icl(v, r->ref_text, codes16, (uint32_t)n_frames);
-    if (!qrc) qrc = set_meta(v, u, &a, lang, hyg_json);
-    if (qrc) {
-        fail(u, QV_E_INVALID, "%s: %s (META values must be UTF-8, at most 64 KiB)",
-             u->out ? u->out : u->label, qvf_strerror(qrc));
-        goto done;
-    }
-    if (set_bridge(v, c, r->with_wovr)) {
-        fail(u, QV_E_NOMEM, "out of memory for TPAD/WOVR");
-        goto done;
-    }
-    cJSON *meta = cJSON_AddObjectToObject(j, "meta");
-    for (int i = 0; i < v->n_meta; i++)
-        cJSON_AddStringToObject(meta, v->meta[i].key, v->meta[i].value);
-    cJSON_AddBoolToObject(j, "tpad", v->tpad_hidden != 0);
-    cJSON_AddBoolToObject(j, "wovr", v->wovr_h != 0);
-    if (r->plot_path) {
-        if (write_plot(u, &a, hygiene_ran ? &h : NULL)) goto done;
-        *plot_written = 1;
-        cJSON_AddStringToObject(j, "plot", r->plot_path);
-    }
-    if (u->out) {
-        int n_tensors = 0;
-        if (r->target_cv_dir) {
-            uint8_t cfp[32];
-            if (qvm_fingerprint_model(r->target_cv_dir, QVM_FINGERPRINT_TABLE, cfp, u->err,
-                                      u->err_size)) {
-                u->st = QV_E_MODEL;
-                goto done;
-            }
-            model_id(&v->target, &cvc, cfp);
-            if (write_with_wdelta(v, u->out, c->st, cv_st, &n_tensors, u->err, u->err_size)) {
-                u->st = QV_E_IO;
-                goto done;
-            }
-            cJSON_AddNumberToObject(j, "wdelta_tensors", n_tensors);
-        } else if (qvf_write_file(v, u->out, QVF_FORMAT_VERSION, u->err, u->err_size)) {
-            u->st = QV_E_IO;
-            goto done;
-        }
-        struct stat sb;
-        long long bytes = stat(u->out, &sb) ? 0 : (long long)sb.st_size;
-        add_sections(j, u->out, bytes);
-        cJSON_AddNumberToObject(j, "file_bytes", (double)bytes);
-    }
-    t_write = now_s() - t;
+    const int bad = read_audio(u, &w);
+    ts[T_AUDIO] = now_s() - t, t = now_s();
+    if (bad) goto done;
+    if (!r->hygiene) cJSON_AddStringToObject(u->j, "hygiene", "off");
+    else if (run_hygiene(u, c, pool, &w)) goto done;
+    ts[T_HYGIENE] = r->hygiene ? now_s() - t : 0, t = now_s();
+    if (compute_xvector(u, c, pool, &w)) goto done;
+    ts[T_XVEC] = now_s() - t, t = now_s();
+    if (compute_codes(u, se, pool, &w)) goto done;
+    ts[T_CODES] = now_s() - t, t = now_s();
+    if (build_voice(u, c, &w, plot_written) || (u->out && write_voice(u, c, &w))) goto done;
+    ts[T_WRITE] = now_s() - t;
     rc = 0;
 done:
-    add_hygiene(j, &h, hygiene_ran);
-    cJSON *tj = cJSON_AddObjectToObject(j, "timings_s");
+    add_hygiene(u->j, &w.h, w.hygiene_ran);
+    cJSON *tj = cJSON_AddObjectToObject(u->j, "timings_s");
     cJSON_AddNumberToObject(tj, "load", c->load_s);
-    cJSON_AddNumberToObject(tj, "audio", t_audio);
-    cJSON_AddNumberToObject(tj, "hygiene", t_hyg);
-    cJSON_AddNumberToObject(tj, "mel_ecapa", t_xvec);
-    cJSON_AddNumberToObject(tj, "speech_encoder", t_codes);
-    cJSON_AddNumberToObject(tj, "write", t_write);
-    qva_audio_free(&a);
-    qvc_hygiene_report_free(&h);
-    free(hyg_json);
-    free(xvec);
-    free(codes);
-    free(codes16);
-    qvf_voice_free(v);
-    qvm_st_close(cv_st);
+    static const char *const names[N_STEPS] = {"audio", "hygiene", "mel_ecapa", "speech_encoder",
+                                               "write"};
+    for (int i = 0; i < N_STEPS; i++) cJSON_AddNumberToObject(tj, names[i], ts[i]);
+    work_free(&w);
     return rc;
 }
 
@@ -812,7 +803,7 @@ static enum qv_status clone_request(const qv_cloner *c, const qv_clone_request *
     cJSON_AddBoolToObject(u.j, "ok", 0);
     if (out_path) cJSON_AddStringToObject(u.j, "output", out_path);
     cJSON_AddStringToObject(u.j, "audio", u.label);
-    if (c) cJSON_AddStringToObject(u.j, "model", c->dir);
+    if (c) cJSON_AddStringToObject(u.j, "model", c->ck->dir);
     int plot_written = 0;
     int rc = check_request(&u, c);
     if (!rc) {
@@ -853,6 +844,7 @@ static int is_voice_file(const char *path) {
 
 static enum qv_status xvector_of_path(const qv_cloner *c, const char *path, double max_seconds,
                                       float **xvec, int *dim, char *err, size_t err_size) {
+    *xvec = NULL;
     if (is_voice_file(path)) {
         qvf_voice *v = NULL;
         if (qvf_read_file(path, 0, &v, err, err_size)) return QV_E_VOICE;
@@ -922,6 +914,15 @@ static enum qv_status similarity(const qv_cloner *c, const char *a, const char *
     free(xa);
     free(xb);
     return st;
+}
+
+enum qv_status qv_clone_xvector(const qv_cloner *c, const char *path, double max_seconds,
+                                float **xvec, int *dim) {
+    if (!xvec || !dim) return qvu_fail(QV_E_INVALID, "qv_clone_xvector: NULL output");
+    *xvec = NULL;
+    if (!path) return qvu_fail(QV_E_INVALID, "qv_clone_xvector: NULL path");
+    char err[QVU_DETAIL_SIZE] = "";
+    return qvu_fail(xvector_of_path(c, path, max_seconds, xvec, dim, err, sizeof err), err);
 }
 
 enum qv_status qv_clone_similarity(const qv_cloner *c, const char *a, const char *b,

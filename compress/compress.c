@@ -445,6 +445,22 @@ static int write_config(const char *dir, const char *out, const qvm_model_config
 
 /* ==== API ==================================================================================== */
 
+/* What the options ask of the model c in dir, and out not existing yet: 0, or -1 with err. */
+static int check_options(const qvm_model_config *c, const char *dir, const char *out,
+                         const qvz_options *o, char *err, size_t es) {
+    struct stat sb;
+    if (o->prune_layers < 0 || o->prune_layers >= c->talker.num_hidden_layers)
+        return snprintf(err, es, "%s/config.json: cannot remove %d of %d talker layers", dir,
+                        o->prune_layers, c->talker.num_hidden_layers),
+               -1;
+    if (c->quant_bits && (o->q4 || o->prune_neurons > 0))
+        return snprintf(err, es, "%s/config.json: already quantized (quantization block present)%s",
+                        dir, o->q4 ? "" : ": prune neurons before or together with --q4"),
+               -1;
+    if (!stat(out, &sb)) return snprintf(err, es, "%s: already exists", out), -1;
+    return 0;
+}
+
 qvz_options qvz_default_options(void) {
     return (qvz_options){.n_threads = 0, .protect_layers = 10};
 }
@@ -454,47 +470,41 @@ int qvz_compress(const char *dir, const char *out, const qvz_options *o, qvz_rep
     qvz_report r_local;
     qvz_report *r = report ? report : &r_local;
     memset(r, 0, sizeof *r);
-    qvm_model_config c;
-    if (qvm_model_config_load(&c, dir, err, es)) return -1;
-    r->layers_in = c.talker.num_hidden_layers;
-    if (o->prune_layers < 0 || o->prune_layers >= c.talker.num_hidden_layers)
-        return snprintf(err, es, "%s/config.json: cannot remove %d of %d talker layers", dir,
-                        o->prune_layers, c.talker.num_hidden_layers), -1;
-    r->layers_out = c.talker.num_hidden_layers - o->prune_layers;
-    if (c.quant_bits && (o->q4 || o->prune_neurons > 0))
-        return snprintf(err, es, "%s/config.json: already quantized (quantization block present)%s",
-                        dir, o->q4 ? "" : ": prune neurons before or together with --q4"), -1;
-    struct stat sb;
-    if (!stat(out, &sb)) return snprintf(err, es, "%s: already exists", out), -1;
+    qvm_ckpt *ck = qvm_ckpt_open(dir, err, es);
+    if (!ck) return -1;
+    const qvm_model_config *c = &ck->cfg;
+    r->layers_in = c->talker.num_hidden_layers;
+    r->layers_out = c->talker.num_hidden_layers - o->prune_layers;
+    if (check_options(c, dir, out, o, err, es)) {
+        qvm_ckpt_free(ck);
+        return -1;
+    }
 
     char tmp[4096], path[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp-%ld", out, (long)getpid());
     uint8_t *keep = NULL;
     int32_t *rows = NULL;
     plan pm = {0}, pc = {0};
-    qvm_st *st = NULL, *cst = NULL;
+    const qvm_st *st = ck->st, *cst = ck->codec_st;
     qvk_pool *pool = NULL;
     float *act = NULL;
     int32_t **nkeep = NULL;
     int *width = NULL, rc = -1, made = 0;
     const int n_keep_layers = r->layers_out;
     if (o->vocab) {
-        keep = malloc((size_t)c.text_vocab_size);
+        keep = malloc((size_t)c->text_vocab_size);
         if (!keep) {
             snprintf(err, es, "out of memory");
             goto done;
         }
-        if (qvz_vocab_keep(dir, o->vocab, keep, c.text_vocab_size, err, es) < 0) goto done;
+        if (qvz_vocab_keep(ck, o->vocab, keep, c->text_vocab_size, err, es) < 0) goto done;
     }
-    st = qvm_st_open_dir(dir, "model", err, es);
-    cst = st ? qvm_st_open_dir(dir, "speech_tokenizer/model", err, es) : NULL;
-    pool = cst ? qvk_pool_create(qv_threads_resolve(o->n_threads)) : NULL;
-    if (!pool) {
-        if (cst) snprintf(err, es, "out of memory");
+    if (!(pool = qvk_pool_create(qv_threads_resolve(o->n_threads)))) {
+        snprintf(err, es, "out of memory");
         goto done;
     }
     if (o->prune_neurons > 0) {
-        const qvm_stack_config *tc = &c.talker;
+        const qvm_stack_config *tc = &c->talker;
         act = malloc(sizeof *act * (size_t)tc->num_hidden_layers * (size_t)tc->intermediate_size);
         nkeep = calloc((size_t)n_keep_layers, sizeof *nkeep);
         width = calloc((size_t)n_keep_layers, sizeof *width);
@@ -502,7 +512,7 @@ int qvz_compress(const char *dir, const char *out, const qvz_options *o, qvz_rep
             snprintf(err, es, "out of memory");
             goto done;
         }
-        if (qvz_calibrate(dir, qv_threads_resolve(o->n_threads),
+        if (qvz_calibrate(ck, qv_threads_resolve(o->n_threads),
                           o->calib_frames > 0 ? o->calib_frames : QVZ_CALIB_FRAMES, act, err, es))
             goto done;
         if (qvz_neuron_select(act, tc, n_keep_layers, o->protect_layers, o->prune_neurons, nkeep,
@@ -515,7 +525,7 @@ int qvz_compress(const char *dir, const char *out, const qvz_options *o, qvz_rep
             r->n_neuron_layers += width[l] < qvm_layer_intermediate(tc, l);
         }
     }
-    if (plan_model(&pm, st, &c, o, keep, &rows, nkeep, width, pool, r, err, es) ||
+    if (plan_model(&pm, st, c, o, keep, &rows, nkeep, width, pool, r, err, es) ||
         plan_codec(&pc, cst, o, r, err, es))
         goto done;
     snprintf(path, sizeof path, "%s/speech_tokenizer", tmp);
@@ -529,7 +539,7 @@ int qvz_compress(const char *dir, const char *out, const qvz_options *o, qvz_rep
     snprintf(to, sizeof to, "%s/speech_tokenizer", tmp);
     if (copy_small_files(path, to, err, es)) goto done;
     snprintf(path, sizeof path, "%s/config.json", tmp); /* rewritten */
-    if (unlink(path) || write_config(dir, tmp, &c, o, width, err, es)) goto done;
+    if (unlink(path) || write_config(dir, tmp, c, o, width, err, es)) goto done;
     snprintf(path, sizeof path, "%s/model.safetensors", tmp);
     if (write_st(path, &pm, &r->model_bytes_out, err, es)) goto done;
     snprintf(path, sizeof path, "%s/speech_tokenizer/model.safetensors", tmp);
@@ -557,6 +567,6 @@ done:
         free(nkeep[l]);
     free(nkeep);
     qvk_pool_free(pool);
-    qvm_st_close(st), qvm_st_close(cst);
+    qvm_ckpt_free(ck);
     return rc;
 }

@@ -5,20 +5,21 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "checkpoint/ckpt.h"
 #include "checkpoint/config.h"
 
 /* Marks keep[id] = 1 (keep has n_vocab entries, text_vocab_size) for every token id the corpus of
  * vocab ("english", "english-small" or a file, qvz.h) can produce, plus the ids always kept
  * (docs/compression.md):
  * integers 0–9999, printable ASCII, the 256 byte tokens, the chat-template pieces and
- * [151600, n_vocab). Tokenizer from model_dir. Returns the number kept, or -1 with err. */
-int qvz_vocab_keep(const char *model_dir, const char *vocab, uint8_t *keep, int n_vocab, char *err,
+ * [151600, n_vocab). Tokenizer from ck's files. Returns the number kept, or -1 with err. */
+int qvz_vocab_keep(const qvm_ckpt *ck, const char *vocab, uint8_t *keep, int n_vocab, char *err,
                    size_t err_size);
 
-/* Greedy speech of a few built-in texts (n_frames each) through model_dir's talker, recording
+/* Greedy speech of a few built-in texts (n_frames each) through ck's talker, recording
  * act_max[l][i] = max |SwiGLU output| of neuron i of layer l (row stride: the config's
  * talker.intermediate_size, the widest layer). 0, or -1 with err. */
-int qvz_calibrate(const char *model_dir, int n_threads, int n_frames, float *act_max, char *err,
+int qvz_calibrate(qvm_ckpt *ck, int n_threads, int n_frames, float *act_max, char *err,
                   size_t err_size);
 
 /* Per layer l < n_layers of c: width[l] and keep[l] (malloc'd, ascending neuron indices; its first

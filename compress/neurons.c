@@ -22,11 +22,12 @@ static const char *const CALIB_TEXTS[] = {
     "In 1969, three astronauts flew to the Moon; two of them walked on its dusty surface.",
 };
 
-int qvz_calibrate(const char *dir, int n_threads, int n_frames, float *act_max, char *err,
+int qvz_calibrate(qvm_ckpt *ck, int n_threads, int n_frames, float *act_max, char *err,
                   size_t es) {
+    const char *dir = ck->dir;
     qv_model *m;
-    if (qv_model_load(&m, dir)) return snprintf(err, es, "%s", qv_last_error()), -1;
-    const qvm_stack_config *c = &m->cfg.talker;
+    if (qve_model_new(&m, ck, err, es)) return -1;
+    const qvm_stack_config *c = &m->ck->cfg.talker;
     memset(act_max, 0,
            sizeof(float) * (size_t)c->num_hidden_layers * (size_t)c->intermediate_size);
     qv_params p = qv_model_params(m);

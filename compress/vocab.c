@@ -65,7 +65,7 @@ static void byte_token(int b, char out[4]) {
     else out[0] = (char)(0xc0 | cp >> 6), out[1] = (char)(0x80 | (cp & 0x3f)), out[2] = 0;
 }
 
-int qvz_vocab_keep(const char *model_dir, const char *vocab, uint8_t *keep, int n_vocab, char *err,
+int qvz_vocab_keep(const qvm_ckpt *ck, const char *vocab, uint8_t *keep, int n_vocab, char *err,
                    size_t err_size) {
     static const struct {
         const char *name, *path, *package;
@@ -84,7 +84,7 @@ int qvz_vocab_keep(const char *model_dir, const char *vocab, uint8_t *keep, int 
             snprintf(err, err_size, "%s: cannot open word list", path);
         return -1;
     }
-    qve_tok *tok = qve_tok_open(model_dir, err, err_size);
+    qve_tok *tok = qve_tok_open_files(&ck->tok_files, err, err_size);
     if (!tok) {
         fclose(f);
         return -1;

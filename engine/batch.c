@@ -81,7 +81,7 @@ static size_t max2(size_t a, size_t b) {
 
 /* Rows for the widest of the talker and the code predictor, carved from one block. */
 static int scratch_init(struct qve_batcher *b, const qv_model *m) {
-    const qvm_stack_config *t = &m->cfg.talker, *c = &m->cfg.code_predictor;
+    const qvm_stack_config *t = &m->ck->cfg.talker, *c = &m->ck->cfg.code_predictor;
     const size_t H = max2((size_t)t->hidden_size, (size_t)c->hidden_size);
     const size_t qd = max2((size_t)t->num_attention_heads * t->head_dim,
                            (size_t)c->num_attention_heads * c->head_dim);
@@ -120,7 +120,7 @@ enum qv_status qv_model_set_batching(qv_model *m, int max_streams) {
         return QV_OK;
     }
     struct qve_batcher *b = calloc(1, sizeof *b);
-    if (!b) return qvu_failf(QV_E_NOMEM, "%s: batching: out of memory", m->dir);
+    if (!b) return qvu_failf(QV_E_NOMEM, "%s: batching: out of memory", m->ck->dir);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -131,7 +131,7 @@ enum qv_status qv_model_set_batching(qv_model *m, int max_streams) {
     b->tail = &b->head;
     if (scratch_init(b, m)) {
         qve_batcher_free(b);
-        return qvu_failf(QV_E_NOMEM, "%s: batch scratch for %d streams: out of memory", m->dir,
+        return qvu_failf(QV_E_NOMEM, "%s: batch scratch for %d streams: out of memory", m->ck->dir,
                          max_streams);
     }
     m->batch = b;
@@ -171,13 +171,13 @@ void qve_batch_step(struct qve_batcher *b, qv_session *const *s, int n, qvk_pool
     }
     if (!k) return;
     const qv_model *m = on[0]->m;
-    const int H = m->cfg.talker.hidden_size, V = m->cfg.talker.vocab_size;
+    const int H = m->ck->cfg.talker.hidden_size, V = m->ck->cfg.talker.vocab_size;
     qve_cp_state *cps[QVK_BATCH_MAX];
     const qve_talker *tw[QVK_BATCH_MAX];
     void *ctx[QVK_BATCH_MAX];
     qve_stack_state *ts[QVK_BATCH_MAX];
     int pos[QVK_BATCH_MAX];
-    int32_t frame[QVK_BATCH_MAX][QVE_N_GROUPS];
+    int32_t frame[QVK_BATCH_MAX][QV_N_CODEBOOKS];
     for (int i = 0; i < k; i++) {
         cps[i] = &on[i]->cp, tw[i] = &on[i]->tw, ctx[i] = on[i], ts[i] = &on[i]->talker;
         memcpy(bs->z + (size_t)i * H, on[i]->z_frame, (size_t)H * sizeof(float));

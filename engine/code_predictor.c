@@ -10,13 +10,13 @@
 
 int qve_cp_state_init(qve_cp_state *s, const qv_model *m) {
     memset(s, 0, sizeof *s);
-    const int H = m->cfg.talker.hidden_size, CH = m->cfg.code_predictor.hidden_size;
-    const int CV = m->cfg.code_predictor.vocab_size;
+    const int H = m->ck->cfg.talker.hidden_size, CH = m->ck->cfg.code_predictor.hidden_size;
+    const int CV = m->ck->cfg.code_predictor.vocab_size;
     s->w = &m->cp;
-    if (qve_stack_state_init(&s->st, &m->cp.stack, QVE_N_GROUPS, 0)) return -1;
+    if (qve_stack_state_init(&s->st, &m->cp.stack, QV_N_CODEBOOKS, 0)) return -1;
     s->x = qvk_alloc((size_t)CH * sizeof(float));
     s->proj_in = qvk_alloc((size_t)(H > CH ? H : CH) * sizeof(float));
-    s->logits = qvk_alloc((size_t)(QVE_N_GROUPS - 1) * (size_t)CV * sizeof(float));
+    s->logits = qvk_alloc((size_t)(QV_N_CODEBOOKS - 1) * (size_t)CV * sizeof(float));
     if (!s->x || !s->proj_in || !s->logits) {
         qve_cp_state_free(s);
         return -1;
@@ -40,7 +40,7 @@ void qve_cp_state_use(qve_cp_state *s, const qve_code_predictor *w) {
 
 /* s->x = Π(in), in being a talker-width vector. */
 static void project(qve_cp_state *s, const qv_model *m, qvk_pool *pool, const float *in) {
-    const int H = m->cfg.talker.hidden_size, CH = m->cfg.code_predictor.hidden_size;
+    const int H = m->ck->cfg.talker.hidden_size, CH = m->ck->cfg.code_predictor.hidden_size;
     const qve_mat *w = &s->w->mtp_proj; /* the view's: q4 in a q4 view */
     if (w->bf16 || w->q4)
         qve_matvec(pool, in, H, &(qve_mv){s->x, w, m->cp.mtp_bias, CH}, 1);
@@ -49,25 +49,25 @@ static void project(qve_cp_state *s, const qv_model *m, qvk_pool *pool, const fl
 }
 
 void qve_cp_frame(qve_cp_state *s, const qv_model *m, const qve_talker *talker, qvk_pool *pool,
-                  const float *z, int c0, int32_t codes[QVE_N_GROUPS], qve_pick_fn pick,
+                  const float *z, int c0, int32_t codes[QV_N_CODEBOOKS], qve_pick_fn pick,
                   void *pick_ctx) {
     const qve_code_predictor *cp = s->w;
     const qvm_stack_config *c = &cp->stack.cfg;
-    const int H = m->cfg.talker.hidden_size, CH = c->hidden_size, CV = c->vocab_size;
+    const int H = m->ck->cfg.talker.hidden_size, CH = c->hidden_size, CV = c->vocab_size;
     codes[0] = c0;
     project(s, m, pool, z);
     qve_stack_forward(&s->st, pool, s->x, 1, 0);
     qve_talker_codec_embed(talker, s->proj_in, c0, 0);
     project(s, m, pool, s->proj_in);
     qve_stack_forward(&s->st, pool, s->x, 1, 1);
-    for (int g = 0; g < QVE_N_GROUPS - 1; g++) {
+    for (int g = 0; g < QV_N_CODEBOOKS - 1; g++) {
         float *logits = s->logits + (size_t)g * CV;
         float *normed = s->proj_in; /* free between inputs */
         qvk_rmsnorm(normed, s->x, cp->stack.norm, CH, c->rms_norm_eps);
         qve_matvec(pool, normed, CH, &(qve_mv){logits, &cp->lm_head[g], NULL, CV}, 1);
         int code = pick(logits, CV, pick_ctx);
         codes[g + 1] = code;
-        if (g == QVE_N_GROUPS - 2) break; /* CPE_14 never feeds the predictor */
+        if (g == QV_N_CODEBOOKS - 2) break; /* CPE_14 never feeds the predictor */
         qvk_bf16_to_f32(s->proj_in, cp->codec_embedding[g] + (size_t)code * H, (size_t)H);
         project(s, m, pool, s->proj_in);
         qve_stack_forward(&s->st, pool, s->x, 1, g + 2);
@@ -77,7 +77,7 @@ void qve_cp_frame(qve_cp_state *s, const qv_model *m, const qve_talker *talker, 
 /* project for n rows: out[n, CH] = Π(in[n, H]). */
 static void project_multi(const qve_code_predictor *cp, const qv_model *m, qvk_pool *pool,
                           float *out, const float *in, int n) {
-    const int H = m->cfg.talker.hidden_size, CH = m->cfg.code_predictor.hidden_size;
+    const int H = m->ck->cfg.talker.hidden_size, CH = m->ck->cfg.code_predictor.hidden_size;
     if (cp->mtp_proj.bf16 || cp->mtp_proj.q4) {
         qve_matvec_batch(pool, in, n, H, &(qve_mv){out, &cp->mtp_proj, m->cp.mtp_bias, CH}, 1);
         return;
@@ -88,11 +88,11 @@ static void project_multi(const qve_code_predictor *cp, const qv_model *m, qvk_p
 
 void qve_cp_frame_multi(qve_cp_state *const *s, int n, const qv_model *m,
                         const qve_talker *const *talker, qvk_pool *pool, const float *z,
-                        const int *c0, int32_t (*codes)[QVE_N_GROUPS], qve_pick_fn pick,
+                        const int *c0, int32_t (*codes)[QV_N_CODEBOOKS], qve_pick_fn pick,
                         void *const *pick_ctx, const qve_batch_scratch *bs) {
     const qve_code_predictor *cp = s[0]->w;
     const qvm_stack_config *c = &cp->stack.cfg;
-    const int H = m->cfg.talker.hidden_size, CH = c->hidden_size, CV = c->vocab_size;
+    const int H = m->ck->cfg.talker.hidden_size, CH = c->hidden_size, CV = c->vocab_size;
     qve_stack_state *st[QVK_BATCH_MAX];
     int pos[QVK_BATCH_MAX];
     for (int i = 0; i < n; i++) {
@@ -109,7 +109,7 @@ void qve_cp_frame_multi(qve_cp_state *const *s, int n, const qv_model *m,
     }
     project_multi(cp, m, pool, bs->x, bs->in, n);
     qve_stack_forward_multi(st, n, pool, bs->x, pos, bs);
-    for (int g = 0; g < QVE_N_GROUPS - 1; g++) {
+    for (int g = 0; g < QV_N_CODEBOOKS - 1; g++) {
         for (int i = 0; i < n; i++)
             qvk_rmsnorm(bs->normed + (size_t)i * CH, bs->x + (size_t)i * CH, cp->stack.norm, CH,
                         c->rms_norm_eps);
@@ -120,7 +120,7 @@ void qve_cp_frame_multi(qve_cp_state *const *s, int n, const qv_model *m,
             memcpy(logits, bs->logits + (size_t)i * CV, (size_t)CV * sizeof(float));
             codes[i][g + 1] = pick(logits, CV, pick_ctx[i]);
         }
-        if (g == QVE_N_GROUPS - 2) break; /* CPE_14 never feeds the predictor */
+        if (g == QV_N_CODEBOOKS - 2) break; /* CPE_14 never feeds the predictor */
         for (int i = 0; i < n; i++) {
             qvk_bf16_to_f32(bs->in + (size_t)i * H,
                             cp->codec_embedding[g] + (size_t)codes[i][g + 1] * H, (size_t)H);

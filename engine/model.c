@@ -9,16 +9,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
-#include "checkpoint/fingerprint.h"
+#include "checkpoint/ckpt.h"
 #include "checkpoint/manifest.h"
 #include "checkpoint/prepared.h"
 #include "engine/model.h"
 #include "kernels/q4.h"
 #include "engine/speech_decoder.h"
+#include "engine/tokenizer.h"
 #include "kernels/q8.h"
-#include "util/fileio.h"
 
 /* ==== tensor lookup helpers ================================================================== */
 
@@ -33,7 +32,7 @@ static const uint16_t *get_matrix(loader *L, const char *name, int64_t rows, int
     if (L->failed) return NULL;
     int64_t shape[2] = {rows, cols};
     const qvm_tensor *t =
-        qvm_st_expect(L->m->st, name, QVM_DTYPE_BF16, 2, shape, L->err, L->err_size);
+        qvm_st_expect(L->m->ck->st, name, QVM_DTYPE_BF16, 2, shape, L->err, L->err_size);
     if (!t) {
         L->failed = 1;
         return NULL;
@@ -48,7 +47,7 @@ static float *keep_f32(loader *L, const qvm_tensor *t, const char *name) {
         f ? realloc(L->m->f32_copies, sizeof(float *) * (size_t)(L->m->n_f32_copies + 1)) : NULL;
     if (!grown) {
         qvk_free(f);
-        snprintf(L->err, L->err_size, "%s: out of memory converting %s", L->m->dir, name);
+        snprintf(L->err, L->err_size, "%s: out of memory converting %s", L->m->ck->dir, name);
         L->failed = 1;
         return NULL;
     }
@@ -59,15 +58,15 @@ static float *keep_f32(loader *L, const qvm_tensor *t, const char *name) {
 
 static float *get_vector(loader *L, const char *name, int64_t n) {
     if (L->failed) return NULL;
-    const qvm_tensor *t = qvm_st_find(L->m->st, name);
+    const qvm_tensor *t = qvm_st_find(L->m->ck->st, name);
     if (!t || t->n_dims != 1 || t->shape[0] != n || !qvm_dtype_is_float(t->dtype)) {
         if (!t)
-            snprintf(L->err, L->err_size, "%s/model.safetensors: tensor %s: missing", L->m->dir,
+            snprintf(L->err, L->err_size, "%s/model.safetensors: tensor %s: missing", L->m->ck->dir,
                      name);
         else
             snprintf(L->err, L->err_size,
                      "%s/model.safetensors: tensor %s: expected [%lld] float, found %d-d %s",
-                     L->m->dir, name, (long long)n, t->n_dims, qvm_dtype_name(t->dtype));
+                     L->m->ck->dir, name, (long long)n, t->n_dims, qvm_dtype_name(t->dtype));
         L->failed = 1;
         return NULL;
     }
@@ -87,7 +86,7 @@ static const uint16_t *get_bf16(loader *L, const qvm_tensor *t, const char *name
           : NULL;
     if (!grown) {
         qvk_free(f), qvk_free(h);
-        snprintf(L->err, L->err_size, "%s: out of memory converting %s", L->m->dir, name);
+        snprintf(L->err, L->err_size, "%s: out of memory converting %s", L->m->ck->dir, name);
         L->failed = 1;
         return NULL;
     }
@@ -105,7 +104,7 @@ static void get_linear(loader *L, qve_mat *w, const char *name, int64_t rows, in
     char sb[300];
     const size_t n = strlen(name) - strlen(".weight");
     snprintf(sb, sizeof sb, "%.*s.scales", (int)n, name);
-    const qvm_tensor *s = L->m->cfg.quant_bits ? qvm_st_find(L->m->st, sb) : NULL;
+    const qvm_tensor *s = L->m->ck->cfg.quant_bits ? qvm_st_find(L->m->ck->st, sb) : NULL;
     if (!s) {
         w->bf16 = get_matrix(L, name, rows, cols);
         return;
@@ -113,11 +112,11 @@ static void get_linear(loader *L, qve_mat *w, const char *name, int64_t rows, in
     if (L->failed) return;
     const int64_t shape[2] = {rows, cols / 8};
     const qvm_tensor *q =
-        qvm_st_expect(L->m->st, name, QVM_DTYPE_U32, 2, shape, L->err, L->err_size);
+        qvm_st_expect(L->m->ck->st, name, QVM_DTYPE_U32, 2, shape, L->err, L->err_size);
     w->q4 = q ? q->data : NULL;
     w->q4_s = q ? get_bf16(L, s, sb) : NULL;
     snprintf(sb, sizeof sb, "%.*s.biases", (int)n, name);
-    const qvm_tensor *b = qvm_st_find(L->m->st, sb);
+    const qvm_tensor *b = qvm_st_find(L->m->ck->st, sb);
     w->q4_b = b && w->q4_s ? get_bf16(L, b, sb) : NULL;
     if (!w->q4 || !w->q4_b) L->failed = 1;
 }
@@ -126,7 +125,7 @@ static void load_stack(loader *L, qve_stack *s, const qvm_stack_config *c, const
     s->cfg = *c;
     s->layers = calloc((size_t)c->num_hidden_layers, sizeof(qvm_layer));
     if (!s->layers) {
-        snprintf(L->err, L->err_size, "%s: out of memory", L->m->dir);
+        snprintf(L->err, L->err_size, "%s: out of memory", L->m->ck->dir);
         L->failed = 1;
         return;
     }
@@ -156,51 +155,28 @@ void qve_layer_field(qvm_layer *l, int k, qve_mat **mat, float ***vec) {
     *vec = v[k];
 }
 
-static int check_stack_config(const qvm_stack_config *c, const char *dir, const char *what,
-                              char *err, size_t err_size) {
-    if (c->hidden_size <= 0 || c->num_hidden_layers <= 0 || c->num_attention_heads <= 0 ||
-        c->num_key_value_heads <= 0 || c->head_dim <= 0 || (c->head_dim & 1) ||
-        c->num_attention_heads % c->num_key_value_heads || c->intermediate_size <= 0) {
-        snprintf(err, err_size, "%s/config.json: %s: inconsistent shape (heads %d/%d, head_dim %d)",
-                 dir, what, c->num_attention_heads, c->num_key_value_heads, c->head_dim);
-        return -1;
-    }
-    return 0;
-}
-
 /* ==== API ==================================================================================== */
 
-int qve_model_load(qv_model *m, const char *dir, char *err, size_t err_size) {
+int qve_model_load(qv_model *m, qvm_ckpt *ck, char *err, size_t err_size) {
     memset(m, 0, sizeof *m);
     pthread_mutex_init(&m->q8_lock, NULL);
     pthread_mutex_init(&m->dec_lock, NULL);
-    snprintf(m->dir, sizeof m->dir, "%s", dir);
-    if (qvm_model_config_load(&m->cfg, dir, err, err_size)) return -1;
-    if (qvm_generation_config_load(&m->gen, dir, err, err_size)) return -1;
-    const qvm_model_config *c = &m->cfg;
-    if (check_stack_config(&c->talker, dir, "talker_config", err, err_size) ||
-        check_stack_config(&c->code_predictor, dir, "code_predictor_config", err, err_size))
-        return -1;
-    if (c->talker.num_code_groups != QVE_N_GROUPS || c->talker.vocab_size < 2048 + 1024 ||
+    pthread_mutex_init(&m->tok_lock, NULL);
+    m->ck = qvm_ckpt_ref(ck);
+    const qvm_model_config *c = &ck->cfg;
+    if (c->talker.num_code_groups != QV_N_CODEBOOKS || c->talker.vocab_size < 2048 + 1024 ||
         c->code_predictor.vocab_size <= 0) {
         snprintf(err, err_size,
                  "%s/config.json: talker_config: expected 16 code groups and a "
                  "3072-entry codec vocab, found %d and %d",
-                 dir, c->talker.num_code_groups, c->talker.vocab_size);
+                 ck->dir, c->talker.num_code_groups, c->talker.vocab_size);
         return -1;
     }
 
-    char path[1100];
-    struct stat sb;
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    if (stat(path, &sb) != 0) snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
-    m->st = qvm_st_open(path, err, err_size);
-    if (!m->st) return -1;
-
     qvm_manifest man = {0};
     int bad = qvm_manifest_model(&man, c, err, err_size) ||
-              qvm_manifest_compressed(&man, c, m->st, err, err_size) ||
-              qvm_manifest_check_st(&man, m->st, 1, err, err_size);
+              qvm_manifest_compressed(&man, c, m->ck->st, err, err_size) ||
+              qvm_manifest_check_st(&man, m->ck->st, 1, err, err_size);
     qvm_manifest_free(&man);
     if (bad) return -1;
 
@@ -208,7 +184,7 @@ int qve_model_load(qv_model *m, const char *dir, char *err, size_t err_size) {
     const int64_t H = c->talker.hidden_size;
     qve_talker *t = &m->talker;
     load_stack(&L, &t->stack, &c->talker, "talker.model");
-    if (!L.failed && qvm_textside_bind(&m->text, m->st, c, err, err_size)) L.failed = 1;
+    if (!L.failed && qvm_textside_bind(&m->text, m->ck->st, c, err, err_size)) L.failed = 1;
     t->text_embedding = m->text.text_embedding;
     t->text_token_map = m->text.text_token_map;
     t->fc1 = m->text.fc1, t->fc1_bias = m->text.fc1_bias;
@@ -220,7 +196,7 @@ int qve_model_load(qv_model *m, const char *dir, char *err, size_t err_size) {
     const int64_t CH = c->code_predictor.hidden_size, CV = c->code_predictor.vocab_size;
     load_stack(&L, &cp->stack, &c->code_predictor, "talker.code_predictor.model");
     char n[160];
-    for (int g = 0; g < QVE_N_GROUPS - 1; g++) {
+    for (int g = 0; g < QV_N_CODEBOOKS - 1; g++) {
         snprintf(n, sizeof n, "talker.code_predictor.model.codec_embedding.%d.weight", g);
         cp->codec_embedding[g] = get_matrix(&L, n, CV, H);
         snprintf(n, sizeof n, "talker.code_predictor.lm_head.%d.weight", g);
@@ -234,6 +210,20 @@ int qve_model_load(qv_model *m, const char *dir, char *err, size_t err_size) {
     if (L.failed) return -1;
 
     return 0;
+}
+
+struct qve_tok *qve_model_tok(const qv_model *shared, char *err, size_t err_size) {
+    /* the tokenizer is opened once, under the lock, then only used under it */
+    qv_model *m = (qv_model *)(uintptr_t)shared;
+    pthread_mutex_lock(&m->tok_lock);
+    if (!m->tok) m->tok = qve_tok_open_files(&m->ck->tok_files, err, err_size);
+    if (!m->tok) pthread_mutex_unlock(&m->tok_lock);
+    return m->tok;
+}
+
+void qve_model_tok_done(const qv_model *shared) {
+    qv_model *m = (qv_model *)(uintptr_t)shared;
+    pthread_mutex_unlock(&m->tok_lock);
 }
 
 static void free_view(struct qve_view *v) {
@@ -257,6 +247,8 @@ void qve_model_unload(qv_model *m) {
     pthread_mutex_destroy(&m->q8_lock);
     qve_decoder_free(m->dec);
     pthread_mutex_destroy(&m->dec_lock);
+    qve_tok_free(m->tok);
+    pthread_mutex_destroy(&m->tok_lock);
     for (int i = 0; i < m->n_f32_copies; i++)
         qvk_free(m->f32_copies[i]);
     free(m->f32_copies);
@@ -266,7 +258,7 @@ void qve_model_unload(qv_model *m) {
     qvm_textside_free(&m->text);
     free(m->talker.stack.layers);
     free(m->cp.stack.layers);
-    qvm_st_close(m->st);
+    qvm_ckpt_free(m->ck);
     memset(m, 0, sizeof *m);
 }
 
@@ -292,7 +284,7 @@ static void each_matrix(struct qve_view *v, int all,
     }
     const int H = v->talker.stack.cfg.hidden_size, CH = v->cp.stack.cfg.hidden_size;
     fn(&v->talker.codec_head, v->talker.stack.cfg.vocab_size, H, ctx);
-    for (int g = 0; g < QVE_N_GROUPS - 1; g++)
+    for (int g = 0; g < QV_N_CODEBOOKS - 1; g++)
         fn(&v->cp.lm_head[g], v->cp.stack.cfg.vocab_size, CH, ctx);
     if (!all) return;
     fn(&v->cp.mtp_proj, CH, H, ctx); /* skipped when absent (no bf16) */
@@ -306,6 +298,7 @@ struct q_fill {
     void *scale;        /* f32 (int8) or bf16 (q4) */
     qvk_q8_quant *mats; /* int8: the matrices, quantized in one pool dispatch */
     int n_mats;
+    int mapped; /* the arrays are the cache file's: set the pointers only */
 };
 
 static int quantizable(const qve_mat *w, int n_in, const struct q_fill *f) {
@@ -328,7 +321,7 @@ static void fill_matrix(qve_mat *w, int n_out, int n_in, void *ctx) {
     if (f->q4) {
         uint16_t *s = (uint16_t *)f->scale + f->n_s;
         const size_t n_g = (size_t)n_out * (n_in / QVK_Q4_GROUP);
-        qvk_q4_quantize_bf16(f->pool, q, s, s + n_g, w->bf16, n_out, n_in);
+        if (!f->mapped) qvk_q4_quantize_bf16(f->pool, q, s, s + n_g, w->bf16, n_out, n_in);
         w->q4 = q, w->q4_s = s, w->q4_b = s + n_g;
     } else {
         float *s = (float *)f->scale + f->n_s;
@@ -344,47 +337,55 @@ static qvm_layer *copy_layers(const qve_stack *s) {
     return l;
 }
 
-/* The int8 view's cache id: the model fingerprint, the file identities (prepared.h), the sizes
- * and a probe of the quantizer (a fixed matrix quantized by it). -1 when not cached: caching off,
- * or a weight delta changed the weights in RAM. */
-static int q8_cache_id(const qv_model *m, qvk_pool *pool, size_t n_q, size_t n_s,
-                       qvm_prep_id *id) {
+/* A quantized view's cache id: the model fingerprint, the file identities (prepared.h), the sizes
+ * and a probe of the quantizer (a fixed matrix quantized by it, int8 or q4). -1 when not cached:
+ * caching off, or a weight delta changed the weights in RAM. */
+static int view_cache_id(const qv_model *m, qvk_pool *pool, int q4, size_t n_q, size_t n_s,
+                         qvm_prep_id *id) {
     if (m->wdelta_on) return -1;
-    char path[1100], err[256];
-    size_t n_cfg;
-    snprintf(path, sizeof path, "%s/config.json", m->dir);
-    char *cfg = qvu_read_file(path, (size_t)16 << 20, &n_cfg, err, sizeof err);
     struct {
         uint8_t fp[32];
         uint64_t n_q, n_s;
         int8_t q[2 * QVK_Q8_GROUP];
         float s[2];
+        uint16_t s4[2 * 2 * QVK_Q8_GROUP / QVK_Q4_GROUP]; /* q4: the scales, then biases */
     } k;
     memset(&k, 0, sizeof k);
+    memcpy(k.fp, m->ck->fingerprint, sizeof k.fp);
     k.n_q = n_q, k.n_s = n_s;
     uint16_t w[2 * QVK_Q8_GROUP];
     for (int i = 0; i < 2 * QVK_Q8_GROUP; i++)
         w[i] = (uint16_t)(0x3c00 + (i * 193) % 1531) ^ (uint16_t)(i & 1) << 15;
-    const int bad =
-        !cfg || qvm_fingerprint_st(m->st, cfg, n_cfg, QVM_FINGERPRINT_TABLE, k.fp, err, sizeof err) ||
-        qvk_q8_quantize_bf16(pool, k.q, k.s, w, 2, QVK_Q8_GROUP) ||
-        qvm_prep_id_make(id, "int8", m->st, &k, sizeof k);
-    free(cfg);
-    return bad ? -1 : 0;
+    const int probe = q4 ? qvk_q4_quantize_bf16(pool, (uint8_t *)k.q, k.s4,
+                                                k.s4 + 2 * QVK_Q8_GROUP / QVK_Q4_GROUP, w, 2,
+                                                QVK_Q8_GROUP)
+                         : qvk_q8_quantize_bf16(pool, k.q, k.s, w, 2, QVK_Q8_GROUP);
+    return probe || qvm_prep_id_make(id, q4 ? "q4" : "int8", m->ck->st, &k, sizeof k) ? -1 : 0;
+}
+
+/* Elements of the q4 view's text projection rounding (fc1 then fc2), 0 when it stays bf16: its
+ * width is no multiple of the q4 group, or the checkpoint's is q4 already (owned_w). */
+static size_t text_q4_n(const qv_model *m) {
+    const int TH = m->ck->cfg.text_hidden_size, H = m->ck->cfg.talker.hidden_size;
+    if (m->text.owned_w || TH % QVK_Q4_GROUP || TH > QVK_Q4_MAX_IN) return 0;
+    return (size_t)TH * TH + (size_t)H * TH;
+}
+
+static void point_text(struct qve_view *v, const qv_model *m, const uint16_t *t) {
+    const size_t TH = (size_t)m->ck->cfg.text_hidden_size;
+    v->talker.fc1 = t, v->talker.fc2 = t + TH * TH;
 }
 
 /* The q4 view's text projection: the q4 rounding a q4 checkpoint's has (textside.h), widened to
- * bf16 as the prompt path reads it. Left bf16 when its width is no multiple of the q4 group.
- * -1 when out of memory. */
-static int round_text_q4(struct qve_view *v, const qvm_model_config *c, qvk_pool *pool) {
-    const int TH = c->text_hidden_size, H = c->talker.hidden_size;
-    if (TH % QVK_Q4_GROUP || TH > QVK_Q4_MAX_IN) return 0;
-    v->text_w = qvk_alloc(((size_t)TH * TH + (size_t)H * TH) * sizeof *v->text_w);
+ * bf16 as the prompt path reads it. -1 when out of memory. */
+static int round_text_q4(struct qve_view *v, const qv_model *m, qvk_pool *pool) {
+    const int TH = m->ck->cfg.text_hidden_size, H = m->ck->cfg.talker.hidden_size;
+    v->text_w = qvk_alloc(text_q4_n(m) * sizeof *v->text_w);
     if (!v->text_w ||
         qvm_textside_round_q4(pool, v->text_w, v->talker.fc1, TH, TH) ||
         qvm_textside_round_q4(pool, v->text_w + (size_t)TH * TH, v->talker.fc2, H, TH))
         return -1;
-    v->talker.fc1 = v->text_w, v->talker.fc2 = v->text_w + (size_t)TH * TH;
+    point_text(v, m, v->text_w);
     return 0;
 }
 
@@ -394,21 +395,25 @@ static struct qve_view *make_view(const qv_model *m, int q4, qvk_pool *pool) {
     v->talker = m->talker, v->cp = m->cp;
     v->talker.stack.layers = copy_layers(&m->talker.stack);
     v->cp.stack.layers = copy_layers(&m->cp.stack);
-    struct q_fill f = {pool, q4, 0, 0, NULL, NULL, NULL, 0};
+    struct q_fill f = {pool, q4, 0, 0, NULL, NULL, NULL, 0, 0};
     if (!v->talker.stack.layers || !v->cp.stack.layers) {
         free_view(v);
         return NULL;
     }
     each_matrix(v, q4, count_matrix, &f);
-    /* int8: the quantized matrices of an earlier run, mapped from the cache when they fit */
+    const size_t n_sb = f.n_s * (q4 ? sizeof(uint16_t) : sizeof(float)); /* scale bytes */
+    const size_t n_t = q4 ? text_q4_n(m) : 0;
+    /* the quantized matrices of an earlier run, mapped from the cache when they fit */
     qvm_prep_id id;
-    const int cached = !q4 && !q8_cache_id(m, pool, f.n_q, f.n_s, &id);
+    const int cached = !view_cache_id(m, pool, q4, f.n_q, f.n_s, &id);
     if (cached && (v->cache = qvm_prep_open(&id))) {
-        const void *q = qvm_prep_take(v->cache, f.n_q), *s = qvm_prep_take(v->cache, f.n_s * 4);
-        if (q && s) {
-            f = (struct q_fill){pool, 0, 0, 0, (uint8_t *)(uintptr_t)q, (void *)(uintptr_t)s,
-                                NULL, 0};
-            each_matrix(v, 0, fill_matrix, &f); /* pointers only: nothing is written */
+        const void *q = qvm_prep_take(v->cache, f.n_q), *s = qvm_prep_take(v->cache, n_sb);
+        const void *t = n_t ? qvm_prep_take(v->cache, n_t * sizeof *v->text_w) : q;
+        if (q && s && t) {
+            f = (struct q_fill){pool, q4, 0, 0, (uint8_t *)(uintptr_t)q, (void *)(uintptr_t)s,
+                                NULL, 0, 1};
+            each_matrix(v, q4, fill_matrix, &f); /* pointers only: nothing is written */
+            if (n_t) point_text(v, m, t);
             v->n_bytes = f.n_q;
             return v;
         }
@@ -416,7 +421,7 @@ static struct qve_view *make_view(const qv_model *m, int q4, qvk_pool *pool) {
         v->cache = NULL;
     }
     v->q = qvk_alloc(f.n_q ? f.n_q : 1);
-    v->scale = qvk_alloc((f.n_s ? f.n_s : 1) * (q4 ? sizeof(uint16_t) : sizeof(float)));
+    v->scale = qvk_alloc(n_sb ? n_sb : 1);
     if (!v->q || !v->scale) {
         free_view(v);
         return NULL;
@@ -427,9 +432,9 @@ static struct qve_view *make_view(const qv_model *m, int q4, qvk_pool *pool) {
         free_view(v);
         return NULL;
     }
-    f = (struct q_fill){pool, q4, 0, 0, v->q, v->scale, mats, 0};
+    f = (struct q_fill){pool, q4, 0, 0, v->q, v->scale, mats, 0, 0};
     each_matrix(v, q4, fill_matrix, &f);
-    if (q4 && !m->text.owned_w && round_text_q4(v, &m->cfg, pool)) { /* bf16 in the file */
+    if (n_t && round_text_q4(v, m, pool)) { /* bf16 in the file */
         free(mats);
         free_view(v);
         return NULL;
@@ -437,8 +442,10 @@ static struct qve_view *make_view(const qv_model *m, int q4, qvk_pool *pool) {
     if (!q4) qvk_q8_quantize_multi(pool, mats, f.n_mats); /* shapes checked by quantizable */
     free(mats);
     if (cached)
-        qvm_prep_save(&id, (qvm_prep_array[]){{v->q, f.n_q}, {v->scale, f.n_s * sizeof(float)}},
-                      2);
+        qvm_prep_save(&id,
+                      (qvm_prep_array[]){{v->q, f.n_q}, {v->scale, n_sb},
+                                         {v->text_w, n_t * sizeof *v->text_w}},
+                      n_t ? 3 : 2);
     return v;
 }
 

@@ -11,13 +11,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "checkpoint/ckpt.h"
 #include "checkpoint/config.h"
 #include "checkpoint/textside.h"
 #include "kernels/kernels.h"
 #include "include/qvoice.h"
 #include "checkpoint/safetensors.h"
 
-#define QVE_N_GROUPS 16 /* codebooks per frame (num_code_groups) */
 #define QVE_ERR_MAX 512
 #define QVE_MAX_THREADS 256 /* n_threads bound of qv_params */
 
@@ -27,8 +27,8 @@
  * (kernels/q4.h: packed q4 and bf16 group scales/biases, in the mmap of a quantized checkpoint or
  * in a q4 view) with bf16 NULL when the checkpoint holds only that; plus an int8 copy with
  * per-row scales in the int8 view. Decode matvecs use int8, else q4, else bf16; prefills use q4
- * (widened) when present, else bf16, so a q4 view and the same weights loaded from a q4
- * checkpoint compute the same. */
+ * (the batched q4 matvec) when present, else bf16, so a q4 view and the same weights loaded from
+ * a q4 checkpoint compute the same. */
 typedef struct {
     const uint16_t *bf16;
     const int8_t *q8;
@@ -79,17 +79,14 @@ typedef struct { /* talker (§3) */
 typedef struct {     /* code predictor (§4), prefix talker.code_predictor. */
     qve_stack stack; /* hidden 1024 on both sizes */
     const uint16_t
-        *codec_embedding[QVE_N_GROUPS - 1];    /* [2048, H_talker] model.codec_embedding.g.weight */
-    qve_mat lm_head[QVE_N_GROUPS - 1];         /* [2048, 1024] lm_head.g.weight */
+        *codec_embedding[QV_N_CODEBOOKS - 1];    /* [2048, H_talker] model.codec_embedding.g.weight */
+    qve_mat lm_head[QV_N_CODEBOOKS - 1];         /* [2048, 1024] lm_head.g.weight */
     qve_mat mtp_proj; /* [1024, H_talker] small_to_mtp_projection.weight; all NULL = identity */
     float *mtp_bias;          /* [1024]         small_to_mtp_projection.bias */
 } qve_code_predictor;
 
 struct qv_model {
-    char dir[1024];
-    qvm_model_config cfg;
-    qvm_generation_config gen;
-    qvm_st *st; /* owns the mmap the weight pointers borrow from */
+    qvm_ckpt *ck;      /* a reference: configs, and the mmap the weight pointers borrow from */
     qvm_textside text; /* the checkpoint's text side; talker's text fields point into it */
     qve_talker talker;
     qve_code_predictor cp;
@@ -106,6 +103,10 @@ struct qv_model {
        weights only while one does) */
     pthread_mutex_t dec_lock;
     struct qve_decoder *dec;
+    /* the text tokenizer, opened by the first session that needs it and shared by all; its
+       scratch is not, so it is used under tok_lock (qve_model_tok) */
+    pthread_mutex_t tok_lock;
+    struct qve_tok *tok;
     int n_synths;
     struct qve_batcher *batch; /* the frame rendezvous of concurrent sessions, or NULL
                                   (qv_model_set_batching, batch.c) */
@@ -119,14 +120,22 @@ struct qve_view {
     void *q;        /* every quantized matrix, one allocation (NULL when cached) */
     void *scale;    /* every int8 row scale (f32), or every q4 group scale then bias (bf16) */
     size_t n_bytes; /* quantized weight bytes */
-    struct qvm_prep *cache; /* int8: the matrices and scales mapped from the cache file (prepared.h) */
+    struct qvm_prep *cache; /* the matrices, scales (q4: and text rounding) mapped from the cache file (prepared.h) */
     uint16_t *text_w;       /* q4: the text projection's q4 rounding (fc1 then fc2, bf16), or NULL */
 };
 
-/* Loads config, generation config and every talker/code-predictor tensor (checked against the
- * table built from the config). 0 on success, -1 with a one-line error in err. */
-int qve_model_load(qv_model *m, const char *dir, char *err, size_t err_size);
+/* Loads every talker/code-predictor tensor of ck (checked against the table built from its
+ * config); m holds a reference to ck. 0 on success, -1 with a one-line error in err (then
+ * qve_model_unload m). */
+int qve_model_load(qv_model *m, qvm_ckpt *ck, char *err, size_t err_size);
 void qve_model_unload(qv_model *m);
+/* qv_model_load on an opened checkpoint (the model takes its own reference to ck). */
+enum qv_status qve_model_new(qv_model **out, qvm_ckpt *ck, char *err, size_t err_size);
+/* The model's tokenizer (opened on first use, from ck->tok_files), returned with m->tok_lock held:
+ * the caller uses it, then calls qve_model_tok_done. NULL (lock not held) with err when it
+ * cannot be opened. */
+struct qve_tok *qve_model_tok(const qv_model *m, char *err, size_t err_size);
+void qve_model_tok_done(const qv_model *m);
 /* Makes the view of quant (enum qv_quant; once, thread-safe; later calls return at once):
  * QV_QUANT_INT8 quantizes every talker / code-predictor decode matrix whose n_in is a multiple of
  * QVK_Q8_GROUP to int8; QV_QUANT_Q4 every bf16 linear (layers, heads, text projection, mtp
@@ -232,14 +241,14 @@ void qve_cp_state_use(qve_cp_state *s, const qve_code_predictor *w);
  * code from the 2048 raw logits (it may modify them in a copy, not these). */
 typedef int (*qve_pick_fn)(const float *logits, int n, void *ctx);
 void qve_cp_frame(qve_cp_state *s, const qv_model *m, const qve_talker *talker, qvk_pool *pool,
-                  const float *z, int c0, int32_t codes[QVE_N_GROUPS], qve_pick_fn pick,
+                  const float *z, int c0, int32_t codes[QV_N_CODEBOOKS], qve_pick_fn pick,
                   void *pick_ctx);
 
 /* qve_cp_frame for n sessions in lockstep (states on the same weights), z [n, H_talker]: each
  * session's codes, picks and state as qve_cp_frame gives them, every matrix read once per pass. */
 void qve_cp_frame_multi(qve_cp_state *const *s, int n, const qv_model *m,
                         const qve_talker *const *talker, qvk_pool *pool, const float *z,
-                        const int *c0, int32_t (*codes)[QVE_N_GROUPS], qve_pick_fn pick,
+                        const int *c0, int32_t (*codes)[QV_N_CODEBOOKS], qve_pick_fn pick,
                         void *const *pick_ctx, const qve_batch_scratch *bs);
 
 /* ==== sampler (§3.6) ========================================================================= */
@@ -298,10 +307,9 @@ struct qv_session {
     int n_queue;
     int n_frames, pos;
     int step_due;        /* the last frame's talker step has yet to run (qve_session_frame_codes) */
-    struct qve_tok *tok; /* opened on first text request */
     int32_t role_ids[3]; /* role block: <|im_start|> assistant \n (§3.4) */
     float *act_max;      /* handed to each utterance's talker state (calibration), or NULL */
-    /* teacher forcing (tests): frame k feeds forced[k][QVE_N_GROUPS] back into the talker
+    /* teacher forcing (tests): frame k feeds forced[k][QV_N_CODEBOOKS] back into the talker
      * instead of the codes it picked (which next_frame still returns), or NULL */
     const int32_t *forced;
     int batch_presence; /* enum qve_batch_presence (batch.c, under its lock) */

@@ -45,7 +45,7 @@ qv_params qv_default_params(void) {
 }
 
 qv_params qv_model_params(const qv_model *m) {
-    return params_from(&m->gen);
+    return params_from(&m->ck->gen);
 }
 
 qv_request qv_default_request(void) {
@@ -58,20 +58,32 @@ qv_request qv_default_request(void) {
 
 /* ==== model ================================================================================== */
 
-enum qv_status qv_model_load(qv_model **out, const char *dir) {
+enum qv_status qve_model_new(qv_model **out, qvm_ckpt *ck, char *err, size_t err_size) {
     *out = NULL;
-    if (!dir) return qvu_fail(QV_E_INVALID, "qv_model_load: no directory");
     qvk_init();
     qv_model *m = calloc(1, sizeof *m);
-    if (!m) return qvu_failf(QV_E_NOMEM, "%s: out of memory", dir);
-    char err[QVU_DETAIL_SIZE] = "";
-    if (qve_model_load(m, dir, err, sizeof err)) {
+    if (!m) {
+        snprintf(err, err_size, "%s: out of memory", ck->dir);
+        return QV_E_NOMEM;
+    }
+    if (qve_model_load(m, ck, err, err_size)) {
         qve_model_unload(m);
         free(m);
-        return qvu_fail(QV_E_MODEL, err);
+        return QV_E_MODEL;
     }
     *out = m;
     return QV_OK;
+}
+
+enum qv_status qv_model_load(qv_model **out, const char *dir) {
+    *out = NULL;
+    if (!dir) return qvu_fail(QV_E_INVALID, "qv_model_load: no directory");
+    char err[QVU_DETAIL_SIZE] = "";
+    qvm_ckpt *ck = qvm_ckpt_open(dir, err, sizeof err);
+    if (!ck) return qvu_fail(QV_E_MODEL, err);
+    const enum qv_status st = qve_model_new(out, ck, err, sizeof err);
+    qvm_ckpt_free(ck); /* the model holds its own reference */
+    return st ? qvu_fail(st, err) : QV_OK;
 }
 
 void qv_model_free(qv_model *m) {
@@ -82,38 +94,38 @@ void qv_model_free(qv_model *m) {
 }
 
 const char *qv_model_type(const qv_model *m) {
-    return m->cfg.tts_model_type;
+    return m->ck->cfg.tts_model_type;
 }
 const char *qv_model_size(const qv_model *m) {
-    return m->cfg.tts_model_size;
+    return m->ck->cfg.tts_model_size;
 }
 int qv_model_hidden_size(const qv_model *m) {
-    return m->cfg.talker.hidden_size;
+    return m->ck->cfg.talker.hidden_size;
 }
 int qv_model_text_hidden_size(const qv_model *m) {
-    return m->cfg.text_hidden_size;
+    return m->ck->cfg.text_hidden_size;
 }
 int qv_model_n_speakers(const qv_model *m) {
-    return m->cfg.n_speakers;
+    return m->ck->cfg.n_speakers;
 }
 
 const char *qv_model_speaker(const qv_model *m, int i) {
-    return i >= 0 && i < m->cfg.n_speakers ? m->cfg.spk_id[i].name : NULL;
+    return i >= 0 && i < m->ck->cfg.n_speakers ? m->ck->cfg.spk_id[i].name : NULL;
 }
 
 /* Selectable languages: "auto" plus every codec_language_id key that is not a dialect. */
 int qv_model_n_languages(const qv_model *m) {
     int n = 1;
-    for (int i = 0; i < m->cfg.n_languages; i++)
-        if (!strstr(m->cfg.codec_language_id[i].name, "dialect")) n++;
+    for (int i = 0; i < m->ck->cfg.n_languages; i++)
+        if (!strstr(m->ck->cfg.codec_language_id[i].name, "dialect")) n++;
     return n;
 }
 
 const char *qv_model_language(const qv_model *m, int i) {
     if (i == 0) return "auto";
-    for (int j = 0; j < m->cfg.n_languages; j++)
-        if (!strstr(m->cfg.codec_language_id[j].name, "dialect") && --i == 0)
-            return m->cfg.codec_language_id[j].name;
+    for (int j = 0; j < m->ck->cfg.n_languages; j++)
+        if (!strstr(m->ck->cfg.codec_language_id[j].name, "dialect") && --i == 0)
+            return m->ck->cfg.codec_language_id[j].name;
     return NULL;
 }
 
@@ -147,44 +159,61 @@ void qv_session_free(qv_session *s) {
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         qvk_free(bufs[i]);
     qvk_pool_free(s->pool);
-    qve_tok_free(s->tok);
     free(s);
 }
 
-static int check_params(const qv_params *p, char *err, size_t n) {
+/* Whether x is in [lo, hi] (NaN is not). */
+static int within(double x, double lo, double hi) {
+    return x >= lo && x <= hi;
+}
+
+/* QV_OK, or QV_E_INVALID with err = "FIELD: expected RANGE, found VALUE". */
+static enum qv_status check_params(const qv_params *p, char *err, size_t n) {
     if (p->n_threads < 1 || p->n_threads > QVE_MAX_THREADS)
         return snprintf(err, n, "n_threads: expected 1..%d, found %d", QVE_MAX_THREADS,
                         p->n_threads),
-               -1;
-    if (p->do_sample && !(p->temperature > 0))
-        return snprintf(err, n, "temperature: expected > 0, found %g", p->temperature), -1;
-    if (p->subtalker_do_sample && !(p->subtalker_temperature > 0))
-        return snprintf(err, n, "subtalker_temperature: expected > 0, found %g",
-                        p->subtalker_temperature),
-               -1;
+               QV_E_INVALID;
+    if (p->do_sample && !within(p->temperature, QV_TEMPERATURE_MIN, QV_TEMPERATURE_MAX))
+        return snprintf(err, n, "temperature: expected %g..%g, found %g", QV_TEMPERATURE_MIN,
+                        QV_TEMPERATURE_MAX, p->temperature),
+               QV_E_INVALID;
+    if (p->subtalker_do_sample &&
+        !within(p->subtalker_temperature, QV_TEMPERATURE_MIN, QV_TEMPERATURE_MAX))
+        return snprintf(err, n, "subtalker_temperature: expected %g..%g, found %g",
+                        QV_TEMPERATURE_MIN, QV_TEMPERATURE_MAX, p->subtalker_temperature),
+               QV_E_INVALID;
     if (!(p->top_p > 0 && p->top_p <= 1) || !(p->subtalker_top_p > 0 && p->subtalker_top_p <= 1))
         return snprintf(err, n, "top_p: expected (0, 1], found %g / %g", p->top_p,
                         p->subtalker_top_p),
-               -1;
-    if (p->top_k < 0 || p->subtalker_top_k < 0)
-        return snprintf(err, n, "top_k: expected >= 0, found %d / %d", p->top_k,
+               QV_E_INVALID;
+    if (!within(p->top_k, 0, QV_TOP_K_MAX) || !within(p->subtalker_top_k, 0, QV_TOP_K_MAX))
+        return snprintf(err, n, "top_k: expected 0..%d, found %d / %d", QV_TOP_K_MAX, p->top_k,
                         p->subtalker_top_k),
-               -1;
-    if (!(p->repetition_penalty > 0))
-        return snprintf(err, n, "repetition_penalty: expected > 0, found %g",
+               QV_E_INVALID;
+    if (!within(p->repetition_penalty, QV_REPETITION_PENALTY_MIN, QV_REPETITION_PENALTY_MAX))
+        return snprintf(err, n, "repetition_penalty: expected %g..%g, found %g",
+                        QV_REPETITION_PENALTY_MIN, QV_REPETITION_PENALTY_MAX,
                         p->repetition_penalty),
-               -1;
+               QV_E_INVALID;
     if (p->max_frames < 1)
-        return snprintf(err, n, "max_frames: expected >= 1, found %d", p->max_frames), -1;
+        return snprintf(err, n, "max_frames: expected >= 1, found %d", p->max_frames), QV_E_INVALID;
     if (p->quant != QV_QUANT_BF16 && p->quant != QV_QUANT_INT8 && p->quant != QV_QUANT_Q4)
-        return snprintf(err, n, "quant: expected bf16, int8 or q4, found %d", p->quant), -1;
-    return 0;
+        return snprintf(err, n, "quant: expected bf16, int8 or q4, found %d", p->quant),
+               QV_E_INVALID;
+    return QV_OK;
+}
+
+enum qv_status qv_params_check(const qv_params *p) {
+    if (!p) return qvu_fail(QV_E_INVALID, "qv_params_check: NULL argument");
+    if (p->struct_size != sizeof *p) return qvu_check_size("qv_params", p->struct_size, sizeof *p);
+    char err[QVU_DETAIL_SIZE];
+    return qvu_fail(check_params(p, err, sizeof err), err);
 }
 
 enum qv_status qv_session_set_params(qv_session *s, const qv_params *p) {
-    if (!s || !p) return qvu_fail(QV_E_INVALID, "qv_session_set_params: NULL argument");
-    if (p->struct_size != sizeof *p) return qvu_check_size("qv_params", p->struct_size, sizeof *p);
-    if (check_params(p, s->err, sizeof s->err)) return qvu_fail(QV_E_INVALID, s->err);
+    if (!s) return qvu_fail(QV_E_INVALID, "qv_session_set_params: NULL argument");
+    const enum qv_status st = qv_params_check(p);
+    if (st) return st;
     if (p->n_threads != s->p.n_threads || p->quant != s->p.quant)
         return qvu_failf(QV_E_INVALID, "n_threads %d and quant %d: the session has %d and %d",
                          p->n_threads, p->quant, s->p.n_threads, s->p.quant);
@@ -194,16 +223,15 @@ enum qv_status qv_session_set_params(qv_session *s, const qv_params *p) {
 
 enum qv_status qv_session_new(qv_session **out, const qv_model *m, const qv_params *p) {
     *out = NULL;
-    if (!m || !p) return qvu_fail(QV_E_INVALID, "qv_session_new: NULL argument");
-    if (p->struct_size != sizeof *p) return qvu_check_size("qv_params", p->struct_size, sizeof *p);
-    char err[QVU_DETAIL_SIZE];
-    if (check_params(p, err, sizeof err)) return qvu_fail(QV_E_INVALID, err);
+    if (!m) return qvu_fail(QV_E_INVALID, "qv_session_new: NULL argument");
+    const enum qv_status st = qv_params_check(p);
+    if (st) return st;
     qv_session *s = calloc(1, sizeof *s);
-    if (!s) return qvu_failf(QV_E_NOMEM, "%s: session: out of memory", m->dir);
+    if (!s) return qvu_failf(QV_E_NOMEM, "%s: session: out of memory", m->ck->dir);
     s->m = m;
     s->p = *p;
     s->tw = m->talker;
-    const qvm_model_config *c = &m->cfg;
+    const qvm_model_config *c = &m->ck->cfg;
     const size_t H = (size_t)c->talker.hidden_size, V = (size_t)c->talker.vocab_size;
     const size_t nv =
         V > (size_t)c->code_predictor.vocab_size ? V : (size_t)c->code_predictor.vocab_size;
@@ -221,7 +249,7 @@ enum qv_status qv_session_new(qv_session **out, const qv_model *m, const qv_para
         !s->work_idx || !s->seen || !s->pad || qve_cp_state_init(&s->cp, m) ||
         qve_model_quantize(m, p->quant, s->pool)) {
         qv_session_free(s);
-        return qvu_failf(QV_E_NOMEM, "%s: session buffers (%d threads): out of memory", m->dir,
+        return qvu_failf(QV_E_NOMEM, "%s: session buffers (%d threads): out of memory", m->ck->dir,
                          p->n_threads);
     }
     s->tw = *qve_model_talker(m, p->quant); /* perf helper: the int8 view when asked for */
@@ -243,9 +271,9 @@ int qv_session_n_frames(const qv_session *s) {
 /* out = F(codes) = C(c0) + sum_g CPE_{g-1}[c_g] (§3.1). */
 static void frame_embed(const qv_session *s, float *out, const int32_t *codes) {
     const qv_model *m = s->m;
-    const int H = m->cfg.talker.hidden_size;
+    const int H = m->ck->cfg.talker.hidden_size;
     qve_talker_codec_embed(&s->tw, out, codes[0], 0);
-    for (int g = 1; g < QVE_N_GROUPS; g++) {
+    for (int g = 1; g < QV_N_CODEBOOKS; g++) {
         const uint16_t *row = m->cp.codec_embedding[g - 1] + (size_t)codes[g] * H;
         for (int i = 0; i < H; i++)
             out[i] += qvk_bf16_to_f32_1(row[i]);
@@ -300,20 +328,20 @@ typedef struct {
 } spell_note;
 
 /* Appends id to out spelled with pieces map has rows for, and notes it when it had none itself. */
-static enum qv_status spell_id(qv_session *s, int32_t id, const int32_t *map, qve_tok_ids *out,
-                               spell_note *note) {
-    const int32_t V = s->m->cfg.text_vocab_size; /* map's length */
+static enum qv_status spell_id(qv_session *s, qve_tok *tok, int32_t id, const int32_t *map,
+                               qve_tok_ids *out, spell_note *note) {
+    const int32_t V = s->m->ck->cfg.text_vocab_size; /* map's length */
     const size_t from = out->n_ids;
-    const int ts = qve_tok_spell(s->tok, id, map, V, out);
+    const int ts = qve_tok_spell(tok, id, map, V, out);
     if (ts == QVE_TOK_E_NOMEM) return fail(s, QV_E_NOMEM, "out of memory");
     if (ts) /* an id no token names, and the map lacks it */
-        return fail(s, QV_E_MODEL, "%s: token %d: no row and no smaller pieces", s->m->dir, id);
+        return fail(s, QV_E_MODEL, "%s: token %d: no row and no smaller pieces", s->m->ck->dir, id);
     for (size_t k = from; k < out->n_ids; k++)
         if (out->ids[k] >= V)
             return fail(s, QV_E_MODEL,
                         "%s: token %d spells with token %d, past the model's %d text rows "
                         "(tokenizer and model do not match)",
-                        s->m->dir, id, out->ids[k], V);
+                        s->m->ck->dir, id, out->ids[k], V);
     if (map[id]) return QV_OK;
     char txt[32];
     const size_t cap = sizeof note->msg;
@@ -323,7 +351,7 @@ static enum qv_status spell_id(qv_session *s, int32_t id, const int32_t *map, qv
             note->used += (size_t)snprintf(note->msg + note->used, cap - note->used, ", ...");
         return QV_OK;
     }
-    id_text(s->tok, id, txt, sizeof txt);
+    id_text(tok, id, txt, sizeof txt);
     note->used += (size_t)snprintf(note->msg + note->used, cap - note->used, "%s%d \"%s\"",
                                    note->n_named > 1 ? ", " : "", id, txt);
     for (size_t k = from; note->with_pieces && k < out->n_ids && note->used < cap; k++)
@@ -343,7 +371,7 @@ static enum qv_status spell_vocab(qv_session *s, qv_request *q, qve_tok_ids sp[3
     if (!map) return QV_OK;
     const int32_t **lists[3] = {&q->text_ids, &q->instruct_ids, &q->ref_text_ids};
     int *counts[3] = {&q->n_text_ids, &q->n_instruct_ids, &q->n_ref_text_ids};
-    const int V = s->m->cfg.text_vocab_size;
+    const int V = s->m->ck->cfg.text_vocab_size;
     int32_t *role = &s->role_ids[2];
     const int role_bad = *role >= 0 && *role < V && !map[*role];
     int n_bad = role_bad;
@@ -354,21 +382,25 @@ static enum qv_status spell_vocab(qv_session *s, qv_request *q, qve_tok_ids sp[3
             n_bad += !map[id];
         }
     if (!n_bad) return QV_OK;
-    if (!s->tok && !(s->tok = qve_tok_open(s->m->dir, s->err, sizeof s->err))) return QV_E_MODEL;
+    qve_tok *tok = qve_model_tok(s->m, s->err, sizeof s->err);
+    if (!tok) return QV_E_MODEL;
     spell_note note = {.with_pieces = !q->strict_vocab};
     enum qv_status st = QV_OK;
-    if (role_bad && !(st = spell_id(s, *role, map, &sp[0], &note))) {
+    if (role_bad && !(st = spell_id(s, tok, *role, map, &sp[0], &note))) {
         if (!sp[0].n_ids) /* an empty vocab string */
-            return fail(s, QV_E_MODEL, "%s: role token %d spells as nothing", s->m->dir, *role);
-        *role = sp[0].ids[0];
-        memmove(sp[0].ids, sp[0].ids + 1, --sp[0].n_ids * sizeof *sp[0].ids);
+            st = fail(s, QV_E_MODEL, "%s: role token %d spells as nothing", s->m->ck->dir, *role);
+        else {
+            *role = sp[0].ids[0];
+            memmove(sp[0].ids, sp[0].ids + 1, --sp[0].n_ids * sizeof *sp[0].ids);
+        }
     }
     for (int l = 0; l < 3 && !st; l++) {
         for (int i = 0; *lists[l] && i < *counts[l] && !st; i++)
-            st = spell_id(s, (*lists[l])[i], map, &sp[l], &note);
+            st = spell_id(s, tok, (*lists[l])[i], map, &sp[l], &note);
         if (*lists[l] || sp[l].n_ids) /* the role's other pieces start a text of only newlines */
             *lists[l] = sp[l].ids, *counts[l] = (int)sp[l].n_ids;
     }
+    qve_model_tok_done(s->m);
     if (st) return st;
     if (q->strict_vocab)
         return fail(s, QV_E_VOCAB, "%d token(s) outside the model's vocabulary: %s", n_bad,
@@ -381,7 +413,7 @@ static enum qv_status spell_vocab(qv_session *s, qv_request *q, qve_tok_ids sp[3
 
 static enum qv_status start_ids(qv_session *s, const qv_request *r) {
     const qv_model *m = s->m;
-    const qvm_model_config *c = &m->cfg;
+    const qvm_model_config *c = &m->ck->cfg;
     const int H = c->talker.hidden_size, TH = c->text_hidden_size;
     const int CV = c->code_predictor.vocab_size;
     free_utterance(s);
@@ -401,12 +433,12 @@ static enum qv_status start_ids(qv_session *s, const qv_request *r) {
         r->n_text_ids < 0 || r->n_instruct_ids < 0 || r->n_ref_text_ids < 0)
         return fail(s, QV_E_INVALID, "request: token id outside [0, %d)", c->text_vocab_size);
     if (!ids_valid(s->role_ids, 3, c->text_vocab_size)) /* a tokenizer that does not match */
-        return fail(s, QV_E_MODEL, "%s: role block token id outside the model's [0, %d)", m->dir,
+        return fail(s, QV_E_MODEL, "%s: role block token id outside the model's [0, %d)", m->ck->dir,
                     c->text_vocab_size);
     if (r->n_ref_frames < 0 ||
         (r->n_ref_frames &&
          (!r->ref_codes ||
-          !ids_valid(r->ref_codes, r->n_ref_frames * QVE_N_GROUPS, CV < 2048 ? CV : 2048))))
+          !ids_valid(r->ref_codes, r->n_ref_frames * QV_N_CODEBOOKS, CV < 2048 ? CV : 2048))))
         return fail(s, QV_E_INVALID, "request: reference code outside [0, 2048)");
     if (r->speaker_vector && r->n_speaker_vector != H)
         return fail(s, QV_E_INVALID, "request: speaker vector: expected %d values, found %d", H,
@@ -453,7 +485,7 @@ static enum qv_status start_ids(qv_session *s, const qv_request *r) {
     for (int j = 0; j < n_c; j++)
         if (clist[j] != SLOT_VECTOR && (clist[j] < 0 || clist[j] >= c->talker.vocab_size))
             return fail(s, QV_E_MODEL, "%s/config.json: codec id %d outside the codec vocabulary",
-                        m->dir, clist[j]);
+                        m->ck->dir, clist[j]);
 
     /* -- text bridge (a voice file's WOVR): session view of the talker's embeddings -- */
     s->tw = *qve_model_talker(m, s->p.quant);
@@ -572,7 +604,7 @@ static enum qv_status start_ids(qv_session *s, const qv_request *r) {
             if (j == 0) {
                 qve_talker_codec_embed(&s->tw, e, c->codec_bos_id, 1);
             } else {
-                frame_embed(s, f, r->ref_codes + (size_t)(j - 1) * QVE_N_GROUPS);
+                frame_embed(s, f, r->ref_codes + (size_t)(j - 1) * QV_N_CODEBOOKS);
                 for (int i = 0; i < H; i++)
                     e[i] += f[i];
             }
@@ -640,7 +672,7 @@ int qve_session_frame_begin(qv_session *s, int *c0, int *done, enum qv_status *s
         return 0;
     }
     if (s->step_due) talker_step(s);
-    const qvm_model_config *c = &s->m->cfg;
+    const qvm_model_config *c = &s->m->ck->cfg;
     const int H = c->talker.hidden_size, V = c->talker.vocab_size;
     memcpy(s->logits, s->logits_raw, (size_t)V * sizeof(float));
     qve_talker_logits_process(s->logits, V, s->seen, s->p.repetition_penalty, s->n_frames,
@@ -659,9 +691,9 @@ int qve_session_frame_begin(qv_session *s, int *c0, int *done, enum qv_status *s
 }
 
 void qve_session_frame_input(qv_session *s, const int32_t *frame) {
-    const int H = s->m->cfg.talker.hidden_size;
+    const int H = s->m->ck->cfg.talker.hidden_size;
     const int k = s->n_frames++;
-    frame_embed(s, s->x, s->forced ? s->forced + (size_t)k * QVE_N_GROUPS : frame);
+    frame_embed(s, s->x, s->forced ? s->forced + (size_t)k * QV_N_CODEBOOKS : frame);
     const float *text = k < s->n_queue ? s->queue + (size_t)k * H : s->pad;
     for (int i = 0; i < H; i++)
         s->x[i] += text[i];
@@ -671,7 +703,7 @@ enum qv_status qve_session_frame_codes(qv_session *s, int32_t codes[QV_N_CODEBOO
     int c0;
     enum qv_status st;
     if (!qve_session_frame_begin(s, &c0, done, &st)) return st;
-    int32_t frame[QVE_N_GROUPS];
+    int32_t frame[QV_N_CODEBOOKS];
     qve_cp_frame(&s->cp, s->m, &s->tw, s->pool, s->z_frame, c0, frame, qve_session_pick_cp, s);
     qve_session_frame_input(s, frame);
     s->step_due = 1;
@@ -704,13 +736,12 @@ static enum qv_status tok_status(qv_session *s, int st) {
 enum qv_status qv_session_tokenize(qv_session *s, const char *text, int32_t **ids, int *n_ids) {
     *ids = NULL;
     *n_ids = 0;
-    if (!s->tok) {
-        s->tok = qve_tok_open(s->m->dir, s->err, sizeof s->err);
-        if (!s->tok) return qvu_fail(QV_E_MODEL, s->err);
-    }
+    qve_tok *tok = qve_model_tok(s->m, s->err, sizeof s->err);
+    if (!tok) return qvu_fail(QV_E_MODEL, s->err);
     qve_tok_ids v = {0};
     s->err[0] = 0;
-    int st = qve_tok_encode(s->tok, text, strlen(text), &v, s->err, sizeof s->err);
+    int st = qve_tok_encode(tok, text, strlen(text), &v, s->err, sizeof s->err);
+    qve_model_tok_done(s->m);
     if (st != QVE_TOK_OK) {
         qve_tok_ids_free(&v);
         return qvu_fail(tok_status(s, st), s->err);
@@ -724,9 +755,39 @@ enum qv_status qv_session_tokenize(qv_session *s, const char *text, int32_t **id
     return QV_OK;
 }
 
-/* Tokenises the request's strings where ids are not given, with the reference's templates
- * (prompt.h: the whole template string is encoded, so a text starting with CR/LF merges into the
- * role block exactly as in the official wrapper), then builds the prompt. */
+/* The request's strings where ids are not given, with the reference's templates (prompt.h: the
+ * whole template string is encoded, so a text starting with CR/LF merges into the role block
+ * exactly as in the official wrapper), into q (pointing into text, ref, ins). */
+static enum qv_status tokenize_request(qv_session *s, qv_request *q, qve_tok_ids *text,
+                                       qve_tok_ids *ref, qve_tok_ids *ins) {
+    if (!(q->text && !q->text_ids) && !(q->ref_text && !q->ref_text_ids) &&
+        !(q->instruct && q->instruct[0] && !q->instruct_ids))
+        return QV_OK;
+    qve_tok *tok = qve_model_tok(s->m, s->err, sizeof s->err);
+    if (!tok) return QV_E_MODEL;
+    int32_t role[3], ref_role[3];
+    enum qv_status st = QV_OK;
+    if (q->text && !q->text_ids) {
+        st = tok_status(s, qve_prompt_target_ids(tok, q->text, strlen(q->text), text, role,
+                                                 s->err, sizeof s->err));
+        if (!st) memcpy(s->role_ids, role, sizeof role);
+        q->text_ids = text->ids, q->n_text_ids = (int)text->n_ids;
+    }
+    if (!st && q->ref_text && !q->ref_text_ids) {
+        st = tok_status(s, qve_prompt_ref_ids(tok, q->ref_text, strlen(q->ref_text), ref,
+                                              ref_role, s->err, sizeof s->err));
+        q->ref_text_ids = ref->ids, q->n_ref_text_ids = (int)ref->n_ids;
+    }
+    if (!st && q->instruct && q->instruct[0] && !q->instruct_ids) {
+        st = tok_status(s, qve_prompt_instruct_ids(tok, q->instruct, strlen(q->instruct), ins,
+                                                   s->err, sizeof s->err));
+        q->instruct_ids = ins->ids, q->n_instruct_ids = (int)ins->n_ids;
+    }
+    qve_model_tok_done(s->m);
+    return st;
+}
+
+/* Tokenises the request's strings (tokenize_request), then builds the prompt. */
 enum qv_status qv_session_start(qv_session *s, const qv_request *r) {
     if (!s || !r) return qvu_fail(QV_E_INVALID, "qv_session_start: NULL argument");
     if (r->struct_size != sizeof *r)
@@ -735,38 +796,13 @@ enum qv_status qv_session_start(qv_session *s, const qv_request *r) {
         return qvu_check_size("qv_text_bridge", r->bridge->struct_size, sizeof *r->bridge);
     qv_request q = *r;
     qve_tok_ids text = {0}, ins = {0}, ref = {0}, spelled[3] = {{0}};
-    int32_t role[3], ref_role[3];
     enum qv_status st = QV_OK;
     s->err[0] = s->warn[0] = 0;
-    s->role_ids[0] = s->m->cfg.im_start_token_id;
-    s->role_ids[1] = s->m->cfg.assistant_token_id;
+    s->role_ids[0] = s->m->ck->cfg.im_start_token_id;
+    s->role_ids[1] = s->m->ck->cfg.assistant_token_id;
     s->role_ids[2] = NEWLINE_TOKEN_ID;
-    if ((q.text && !q.text_ids) || (q.ref_text && !q.ref_text_ids) ||
-        (q.instruct && q.instruct[0] && !q.instruct_ids)) {
-        if (!s->tok && !(s->tok = qve_tok_open(s->m->dir, s->err, sizeof s->err))) {
-            st = QV_E_MODEL;
-            goto done;
-        }
-    }
-    if (q.text && !q.text_ids) {
-        st = tok_status(s, qve_prompt_target_ids(s->tok, q.text, strlen(q.text), &text, role,
-                                                 s->err, sizeof s->err));
-        if (st) goto done;
-        memcpy(s->role_ids, role, sizeof role);
-        q.text_ids = text.ids, q.n_text_ids = (int)text.n_ids;
-    }
-    if (q.ref_text && !q.ref_text_ids) {
-        st = tok_status(s, qve_prompt_ref_ids(s->tok, q.ref_text, strlen(q.ref_text), &ref,
-                                              ref_role, s->err, sizeof s->err));
-        if (st) goto done;
-        q.ref_text_ids = ref.ids, q.n_ref_text_ids = (int)ref.n_ids;
-    }
-    if (q.instruct && q.instruct[0] && !q.instruct_ids) {
-        st = tok_status(s, qve_prompt_instruct_ids(s->tok, q.instruct, strlen(q.instruct), &ins,
-                                                   s->err, sizeof s->err));
-        if (st) goto done;
-        q.instruct_ids = ins.ids, q.n_instruct_ids = (int)ins.n_ids;
-    }
+    st = tokenize_request(s, &q, &text, &ref, &ins);
+    if (st) goto done;
     if (q.n_text_ids > (1 << 24) || q.n_ref_text_ids > (1 << 24) || q.n_instruct_ids > (1 << 24)) {
         st = fail(s, QV_E_LIMIT, "text too long");
         goto done;

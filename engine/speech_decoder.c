@@ -19,7 +19,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "checkpoint/config.h"
+#include "checkpoint/ckpt.h"
+#include "checkpoint/manifest.h"
+#include "include/qvoice.h"
 #include "checkpoint/prepared.h"
 #include "kernels/kernels.h"
 #include "checkpoint/safetensors.h"
@@ -99,9 +101,9 @@ struct qve_decoder {
     int inter, n_layers, n_heads, head_dim, window, conv_inter;
     int dec_dim, up_ratio[N_UP], rate[N_BLOCKS];
     float rms_eps, rope_theta;
-    int samples_per_frame, sample_rate;
+    int samples_per_frame;
 
-    qvm_st *st;
+    qvm_ckpt *ck;               /* a reference; the weights borrow its codec_st */
     const float *codebooks;     /* [n_q, cb_size, cb_dim] embedding_sum / max(usage, 1e-5) */
     qvk_p48w out_first;         /* [rvq_dim, cb_dim] quantizer.rvq_first.output_proj.weight */
     qvk_p48w out_rest;          /* [rvq_dim, cb_dim] quantizer.rvq_rest.output_proj.weight */
@@ -230,20 +232,17 @@ static int keep(loader *ld, float *p) {
 }
 
 /* Borrowed f32 tensor `name` of the given shape; a copy when the file leaves it misaligned. */
-static const float *get(loader *ld, int n_dims, int64_t d0, int64_t d1, int64_t d2, const char *fmt,
-                        ...) {
+static const float *get(loader *ld, int n_dims, int64_t d0, int64_t d1, int64_t d2,
+                        enum qvm_tensor_kind k, int i, int j) {
     if (ld->failed) return NULL;
     char name[160];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(name, sizeof name, fmt, ap);
-    va_end(ap);
+    qvm_tensor_name(name, sizeof name, k, i, j);
     int64_t shape[3] = {d0, d1, d2};
     /* F32 as published, or F16 (qvoice-compress --decoder-f16) widened to an owned copy */
-    const qvm_tensor *f = qvm_st_find(ld->d->st, name);
+    const qvm_tensor *f = qvm_st_find(ld->d->ck->codec_st, name);
     const enum qvm_dtype want = f && f->dtype == QVM_DTYPE_F16 ? QVM_DTYPE_F16 : QVM_DTYPE_F32;
     const qvm_tensor *t =
-        qvm_st_expect(ld->d->st, name, want, n_dims, shape, ld->err, ld->err_size);
+        qvm_st_expect(ld->d->ck->codec_st, name, want, n_dims, shape, ld->err, ld->err_size);
     if (!t) {
         ld->failed = 1;
         return NULL;
@@ -383,9 +382,9 @@ static size_t probe_size(const qve_decoder *d) {
            qvk_p48_size(2, 3) + qvk_p48_size(3, 5) + 3 * 2 * CONV_K + qvk_p48_size(2, 3) / 2 + 1;
 }
 
-static int load_config(qve_decoder *d, const char *dir, char *err, size_t err_size) {
-    qvm_codec_config c;
-    if (qvm_codec_config_load(&c, dir, err, err_size) != 0) return -1;
+static int load_config(qve_decoder *d, const qvm_codec_config *cc, const char *dir, char *err,
+                       size_t err_size) {
+    const qvm_codec_config c = *cc;
     d->n_q = c.decoder.num_quantizers;
     d->cb_size = c.decoder.codebook_size;
     d->rvq_dim = c.decoder.codebook_dim;
@@ -400,7 +399,6 @@ static int load_config(qve_decoder *d, const char *dir, char *err, size_t err_si
     d->dec_dim = c.decoder.decoder_dim;
     d->rms_eps = c.decoder.rms_norm_eps;
     d->rope_theta = c.decoder.rope_theta;
-    d->sample_rate = c.output_sample_rate;
     d->samples_per_frame = 1;
     for (int i = 0; i < N_UP; i++) {
         d->up_ratio[i] = c.decoder.upsampling_ratios[i];
@@ -412,7 +410,7 @@ static int load_config(qve_decoder *d, const char *dir, char *err, size_t err_si
     }
     int ok = d->n_q >= 2 && d->cb_size >= 1 && d->cb_dim >= 1 && d->latent >= 1 && d->hidden >= 1 &&
              d->inter >= 1 && d->n_layers >= 0 && d->n_heads >= 1 && d->head_dim >= 2 &&
-             d->head_dim % 2 == 0 && d->window >= 1 && d->sample_rate >= 1 &&
+             d->head_dim % 2 == 0 && d->window >= 1 && c.output_sample_rate == QV_SAMPLE_RATE_HZ &&
              d->dec_dim % (1 << N_BLOCKS) == 0 && d->dec_dim >= (1 << N_BLOCKS) &&
              c.decoder.num_key_value_heads == d->n_heads && c.decoder.num_semantic_quantizers == 1;
     for (int i = 0; i < N_UP; i++)
@@ -422,9 +420,9 @@ static int load_config(qve_decoder *d, const char *dir, char *err, size_t err_si
     if (!ok) {
         set_err(err, err_size,
                 "%s/speech_tokenizer/config.json: unsupported decoder_config (expected positive "
-                "sizes, even "
-                "head_dim, kv heads == heads, decoder_dim divisible by 16)",
-                dir);
+                "sizes, even head_dim, kv heads == heads, decoder_dim divisible by 16, "
+                "output_sample_rate %d)",
+                dir, QV_SAMPLE_RATE_HZ);
         return -1;
     }
     return 0;
@@ -432,18 +430,15 @@ static int load_config(qve_decoder *d, const char *dir, char *err, size_t err_si
 
 static int load_weights(qve_decoder *d, loader *ld) {
     int L = d->latent, H = d->hidden, I = d->inter, A = d->n_heads * d->head_dim;
-    const char *p = "decoder.";
     void *cbp;
     d->codebooks = prepared(ld, (size_t)d->n_q * d->cb_size * d->cb_dim * sizeof(float), &cbp);
     float *cb = cbp;
     for (int g = 0; g < d->n_q; g++) {
-        char q[96];
-        if (g == 0)
-            snprintf(q, sizeof q, "%squantizer.rvq_first.vq.layers.0._codebook", p);
-        else
-            snprintf(q, sizeof q, "%squantizer.rvq_rest.vq.layers.%d._codebook", p, g - 1);
-        const float *sum = get(ld, 2, d->cb_size, d->cb_dim, 0, "%s.embedding_sum", q);
-        const float *use = get(ld, 1, d->cb_size, 0, 0, "%s.cluster_usage", q);
+        const int l = g ? g - 1 : 0;
+        const float *sum = get(ld, 2, d->cb_size, d->cb_dim, 0,
+                               g ? QVM_T_DEC_REST_SUM : QVM_T_DEC_FIRST_SUM, l, 0);
+        const float *use =
+            get(ld, 1, d->cb_size, 0, 0, g ? QVM_T_DEC_REST_USAGE : QVM_T_DEC_FIRST_USAGE, l, 0);
         if (ld->failed) return -1;
         for (int e = 0; cb && e < d->cb_size; e++) {
             float u = use[e] > 1e-5f ? use[e] : 1e-5f;
@@ -453,110 +448,104 @@ static int load_weights(qve_decoder *d, loader *ld) {
         done_with(ld, sum, (size_t)d->cb_size * d->cb_dim);
         done_with(ld, use, (size_t)d->cb_size);
     }
-    d->out_first = lin(ld,
-        get(ld, 3, d->rvq_dim, d->cb_dim, 1, "%squantizer.rvq_first.output_proj.weight", p),
-        d->rvq_dim, d->cb_dim);
-    d->out_rest = lin(ld,
-        get(ld, 3, d->rvq_dim, d->cb_dim, 1, "%squantizer.rvq_rest.output_proj.weight", p),
-        d->rvq_dim, d->cb_dim);
-    d->pre_w = taps(ld, get(ld, 3, L, d->rvq_dim, PRE_CONV_K, "%spre_conv.conv.weight", p), L,
+    d->out_first = lin(ld, get(ld, 3, d->rvq_dim, d->cb_dim, 1, QVM_T_DEC_FIRST_OUT, 0, 0),
+                       d->rvq_dim, d->cb_dim);
+    d->out_rest = lin(ld, get(ld, 3, d->rvq_dim, d->cb_dim, 1, QVM_T_DEC_REST_OUT, 0, 0),
+                      d->rvq_dim, d->cb_dim);
+    d->pre_w = taps(ld, get(ld, 3, L, d->rvq_dim, PRE_CONV_K, QVM_T_DEC_PRE_CONV_W, 0, 0), L,
                     d->rvq_dim, PRE_CONV_K);
-    d->pre_b = get(ld, 1, L, 0, 0, "%spre_conv.conv.bias", p);
-    const char *t = "decoder.pre_transformer.";
-    d->in_w = lin(ld, get(ld, 2, H, L, 0, "%sinput_proj.weight", t), H, L);
-    d->in_b = get(ld, 1, H, 0, 0, "%sinput_proj.bias", t);
+    d->pre_b = get(ld, 1, L, 0, 0, QVM_T_DEC_PRE_CONV_B, 0, 0);
+    d->in_w = lin(ld, get(ld, 2, H, L, 0, QVM_T_DEC_IN_PROJ_W, 0, 0), H, L);
+    d->in_b = get(ld, 1, H, 0, 0, QVM_T_DEC_IN_PROJ_B, 0, 0);
     for (int l = 0; l < d->n_layers; l++) {
         dec_layer *y = &d->layers[l];
-        y->attn_norm = get(ld, 1, H, 0, 0, "%slayers.%d.input_layernorm.weight", t, l);
-        y->wq = lin(ld, get(ld, 2, A, H, 0, "%slayers.%d.self_attn.q_proj.weight", t, l), A, H);
-        y->wk = lin(ld, get(ld, 2, A, H, 0, "%slayers.%d.self_attn.k_proj.weight", t, l), A, H);
-        y->wv = lin(ld, get(ld, 2, A, H, 0, "%slayers.%d.self_attn.v_proj.weight", t, l), A, H);
-        y->wo = lin(ld, get(ld, 2, H, A, 0, "%slayers.%d.self_attn.o_proj.weight", t, l), H, A);
-        y->attn_scale = get(ld, 1, H, 0, 0, "%slayers.%d.self_attn_layer_scale.scale", t, l);
-        y->mlp_norm = get(ld, 1, H, 0, 0, "%slayers.%d.post_attention_layernorm.weight", t, l);
-        y->w_gate = lin(ld, get(ld, 2, I, H, 0, "%slayers.%d.mlp.gate_proj.weight", t, l), I, H);
-        y->w_up = lin(ld, get(ld, 2, I, H, 0, "%slayers.%d.mlp.up_proj.weight", t, l), I, H);
-        y->w_down = lin(ld, get(ld, 2, H, I, 0, "%slayers.%d.mlp.down_proj.weight", t, l), H, I);
-        y->mlp_scale = get(ld, 1, H, 0, 0, "%slayers.%d.mlp_layer_scale.scale", t, l);
+        y->attn_norm = get(ld, 1, H, 0, 0, QVM_T_DEC_ATTN_NORM, l, 0);
+        y->wq = lin(ld, get(ld, 2, A, H, 0, QVM_T_DEC_Q, l, 0), A, H);
+        y->wk = lin(ld, get(ld, 2, A, H, 0, QVM_T_DEC_K, l, 0), A, H);
+        y->wv = lin(ld, get(ld, 2, A, H, 0, QVM_T_DEC_V, l, 0), A, H);
+        y->wo = lin(ld, get(ld, 2, H, A, 0, QVM_T_DEC_O, l, 0), H, A);
+        y->attn_scale = get(ld, 1, H, 0, 0, QVM_T_DEC_ATTN_SCALE, l, 0);
+        y->mlp_norm = get(ld, 1, H, 0, 0, QVM_T_DEC_MLP_NORM, l, 0);
+        y->w_gate = lin(ld, get(ld, 2, I, H, 0, QVM_T_DEC_GATE, l, 0), I, H);
+        y->w_up = lin(ld, get(ld, 2, I, H, 0, QVM_T_DEC_UP, l, 0), I, H);
+        y->w_down = lin(ld, get(ld, 2, H, I, 0, QVM_T_DEC_DOWN, l, 0), H, I);
+        y->mlp_scale = get(ld, 1, H, 0, 0, QVM_T_DEC_MLP_SCALE, l, 0);
     }
-    d->norm_w = get(ld, 1, H, 0, 0, "%snorm.weight", t);
-    d->outp_w = lin(ld, get(ld, 2, L, H, 0, "%soutput_proj.weight", t), L, H);
-    d->outp_b = get(ld, 1, L, 0, 0, "%soutput_proj.bias", t);
+    d->norm_w = get(ld, 1, H, 0, 0, QVM_T_DEC_NORM, 0, 0);
+    d->outp_w = lin(ld, get(ld, 2, L, H, 0, QVM_T_DEC_OUT_PROJ_W, 0, 0), L, H);
+    d->outp_b = get(ld, 1, L, 0, 0, QVM_T_DEC_OUT_PROJ_B, 0, 0);
     if (ld->failed) return -1;
 
     /* ConvNeXt width: the checkpoint's pwconv1 rows (4·latent in the official model). */
-    const qvm_tensor *pw = qvm_st_find(d->st, "decoder.upsample.0.1.pwconv1.weight");
+    char pw_name[160];
+    const qvm_tensor *pw = qvm_st_find(
+        d->ck->codec_st, qvm_tensor_name(pw_name, sizeof pw_name, QVM_T_DEC_UP_PW1_W, 0, 0));
     d->conv_inter = pw && pw->n_dims == 2 ? (int)pw->shape[0] : 4 * L;
     int F = d->conv_inter;
     for (int s = 0; s < N_UP; s++) {
         dec_upsample *u = &d->up[s];
         int r = d->up_ratio[s];
-        u->up_w = panels(ld, get(ld, 3, L, L, r, "%supsample.%d.0.conv.weight", p, s), L, L * r);
-        u->up_b = get(ld, 1, L, 0, 0, "%supsample.%d.0.conv.bias", p, s);
-        u->dw_w = get(ld, 3, L, 1, CONV_K, "%supsample.%d.1.dwconv.conv.weight", p, s);
-        u->dw_b = get(ld, 1, L, 0, 0, "%supsample.%d.1.dwconv.conv.bias", p, s);
-        u->ln_w = get(ld, 1, L, 0, 0, "%supsample.%d.1.norm.weight", p, s);
-        u->ln_b = get(ld, 1, L, 0, 0, "%supsample.%d.1.norm.bias", p, s);
-        u->pw1_w = lin(ld, get(ld, 2, F, L, 0, "%supsample.%d.1.pwconv1.weight", p, s), F, L);
-        u->pw1_b = get(ld, 1, F, 0, 0, "%supsample.%d.1.pwconv1.bias", p, s);
-        u->pw2_w = lin(ld, get(ld, 2, L, F, 0, "%supsample.%d.1.pwconv2.weight", p, s), L, F);
-        u->pw2_b = get(ld, 1, L, 0, 0, "%supsample.%d.1.pwconv2.bias", p, s);
-        u->gamma = get(ld, 1, L, 0, 0, "%supsample.%d.1.gamma", p, s);
+        u->up_w = panels(ld, get(ld, 3, L, L, r, QVM_T_DEC_UP_CONV_W, s, 0), L, L * r);
+        u->up_b = get(ld, 1, L, 0, 0, QVM_T_DEC_UP_CONV_B, s, 0);
+        u->dw_w = get(ld, 3, L, 1, CONV_K, QVM_T_DEC_UP_DW_W, s, 0);
+        u->dw_b = get(ld, 1, L, 0, 0, QVM_T_DEC_UP_DW_B, s, 0);
+        u->ln_w = get(ld, 1, L, 0, 0, QVM_T_DEC_UP_NORM_W, s, 0);
+        u->ln_b = get(ld, 1, L, 0, 0, QVM_T_DEC_UP_NORM_B, s, 0);
+        u->pw1_w = lin(ld, get(ld, 2, F, L, 0, QVM_T_DEC_UP_PW1_W, s, 0), F, L);
+        u->pw1_b = get(ld, 1, F, 0, 0, QVM_T_DEC_UP_PW1_B, s, 0);
+        u->pw2_w = lin(ld, get(ld, 2, L, F, 0, QVM_T_DEC_UP_PW2_W, s, 0), L, F);
+        u->pw2_b = get(ld, 1, L, 0, 0, QVM_T_DEC_UP_PW2_B, s, 0);
+        u->gamma = get(ld, 1, L, 0, 0, QVM_T_DEC_UP_GAMMA, s, 0);
     }
-    const char *q = "decoder.decoder.";
-    d->d0_w = wino(ld, get(ld, 3, d->dec_dim, L, CONV_K, "%s0.conv.weight", q), d->dec_dim, L);
-    d->d0_b = get(ld, 1, d->dec_dim, 0, 0, "%s0.conv.bias", q);
+    d->d0_w = wino(ld, get(ld, 3, d->dec_dim, L, CONV_K, QVM_T_DEC_CONV0_W, 0, 0), d->dec_dim, L);
+    d->d0_b = get(ld, 1, d->dec_dim, 0, 0, QVM_T_DEC_CONV0_B, 0, 0);
     for (int i = 0; i < N_BLOCKS; i++) {
         dec_block *b = &d->blk[i];
         b->c_in = d->dec_dim >> i;
         b->c_out = d->dec_dim >> (i + 1);
         b->rate = d->rate[i];
         int ci = b->c_in, co = b->c_out, n = i + 1;
-        b->a = get(ld, 1, ci, 0, 0, "%s%d.block.0.alpha", q, n);
-        b->b = get(ld, 1, ci, 0, 0, "%s%d.block.0.beta", q, n);
-        const float *up = get(ld, 3, ci, co, 2 * b->rate, "%s%d.block.1.conv.weight", q, n);
+        b->a = get(ld, 1, ci, 0, 0, QVM_T_DEC_BLK_ALPHA, n, 0);
+        b->b = get(ld, 1, ci, 0, 0, QVM_T_DEC_BLK_BETA, n, 0);
+        const float *up = get(ld, 3, ci, co, 2 * b->rate, QVM_T_DEC_BLK_UP_W, n, 0);
         /* Winograd (1.25 products per input step instead of 2) while its weights, 2.5x the
          * checkpoint's, stay under UP_WINO_MAX_BYTES */
         b->up_wino = qvk_wino_weights_size(&d->wino_ct, b->rate * co, ci) * sizeof(float) <=
                      UP_WINO_MAX_BYTES;
         if (b->up_wino) b->up_w = wino_ct(ld, up, ci, co, b->rate);
         else b->up_p = panels(ld, up, ci, co * 2 * b->rate);
-        b->up_b = get(ld, 1, co, 0, 0, "%s%d.block.1.conv.bias", q, n);
+        b->up_b = get(ld, 1, co, 0, 0, QVM_T_DEC_BLK_UP_B, n, 0);
         for (int r = 0; r < N_RES; r++) {
             dec_res *u = &b->res[r];
             int m = r + 2;
-            u->a1 = get(ld, 1, co, 0, 0, "%s%d.block.%d.act1.alpha", q, n, m);
-            u->b1 = get(ld, 1, co, 0, 0, "%s%d.block.%d.act1.beta", q, n, m);
-            u->c1_w =
-                wino(ld, get(ld, 3, co, co, CONV_K, "%s%d.block.%d.conv1.conv.weight", q, n, m), co,
-                     co);
-            u->c1_b = get(ld, 1, co, 0, 0, "%s%d.block.%d.conv1.conv.bias", q, n, m);
-            u->a2 = get(ld, 1, co, 0, 0, "%s%d.block.%d.act2.alpha", q, n, m);
-            u->b2 = get(ld, 1, co, 0, 0, "%s%d.block.%d.act2.beta", q, n, m);
-            u->c2_w = lin(ld, get(ld, 3, co, co, 1, "%s%d.block.%d.conv2.conv.weight", q, n, m),
-                          co, co);
-            u->c2_b = get(ld, 1, co, 0, 0, "%s%d.block.%d.conv2.conv.bias", q, n, m);
+            u->a1 = get(ld, 1, co, 0, 0, QVM_T_DEC_RES_ALPHA1, n, m);
+            u->b1 = get(ld, 1, co, 0, 0, QVM_T_DEC_RES_BETA1, n, m);
+            u->c1_w = wino(ld, get(ld, 3, co, co, CONV_K, QVM_T_DEC_RES_CONV1_W, n, m), co, co);
+            u->c1_b = get(ld, 1, co, 0, 0, QVM_T_DEC_RES_CONV1_B, n, m);
+            u->a2 = get(ld, 1, co, 0, 0, QVM_T_DEC_RES_ALPHA2, n, m);
+            u->b2 = get(ld, 1, co, 0, 0, QVM_T_DEC_RES_BETA2, n, m);
+            u->c2_w = lin(ld, get(ld, 3, co, co, 1, QVM_T_DEC_RES_CONV2_W, n, m), co, co);
+            u->c2_b = get(ld, 1, co, 0, 0, QVM_T_DEC_RES_CONV2_B, n, m);
         }
     }
     int cf = d->dec_dim >> N_BLOCKS;
-    d->fa = get(ld, 1, cf, 0, 0, "%s%d.alpha", q, N_BLOCKS + 1);
-    d->fb = get(ld, 1, cf, 0, 0, "%s%d.beta", q, N_BLOCKS + 1);
-    d->fw = taps(ld, get(ld, 3, 1, cf, CONV_K, "%s%d.conv.weight", q, N_BLOCKS + 2), 1, cf, CONV_K);
-    d->fbias = get(ld, 1, 1, 0, 0, "%s%d.conv.bias", q, N_BLOCKS + 2);
+    d->fa = get(ld, 1, cf, 0, 0, QVM_T_DEC_LAST_ALPHA, 0, 0);
+    d->fb = get(ld, 1, cf, 0, 0, QVM_T_DEC_LAST_BETA, 0, 0);
+    d->fw = taps(ld, get(ld, 3, 1, cf, CONV_K, QVM_T_DEC_LAST_W, 0, 0), 1, cf, CONV_K);
+    d->fbias = get(ld, 1, 1, 0, 0, QVM_T_DEC_LAST_B, 0, 0);
     return ld->failed ? -1 : 0;
 }
 
-qve_decoder *qve_decoder_load(const char *dir, char *err, size_t err_size) {
+qve_decoder *qve_decoder_load(qvm_ckpt *ck, char *err, size_t err_size) {
     qve_decoder *d = calloc(1, sizeof *d);
-    char path[4096];
+    char path[1100];
     if (!d) {
-        set_err(err, err_size, "%s: out of memory", dir);
+        set_err(err, err_size, "%s: out of memory", ck->dir);
         return NULL;
     }
-    if (load_config(d, dir, err, err_size) != 0) goto fail;
-    snprintf(path, sizeof path, "%s/speech_tokenizer/model.safetensors", dir);
-    d->st = qvm_st_open(path, err, err_size);
-    if (!d->st) goto fail;
+    d->ck = qvm_ckpt_ref(ck);
+    snprintf(path, sizeof path, "%s", qvm_st_file(ck->codec_st, NULL));
+    if (load_config(d, &ck->codec, ck->dir, err, err_size) != 0) goto fail;
     d->layers = calloc((size_t)d->n_layers + 1, sizeof *d->layers);
     if (!d->layers) {
         set_err(err, err_size, "%s: out of memory", path);
@@ -570,7 +559,7 @@ qve_decoder *qve_decoder_load(const char *dir, char *err, size_t err_size) {
     float *pr = malloc(np * sizeof *pr);
     qvm_prep_id id;
     if (pr) probe(d, pr);
-    const int cached = pr && !qvm_prep_id_make(&id, "decoder", d->st, pr, np * sizeof *pr);
+    const int cached = pr && !qvm_prep_id_make(&id, "decoder", d->ck->codec_st, pr, np * sizeof *pr);
     free(pr);
     loader ld = {d, path, err, err_size, 0, NULL, 0, NULL, 0, 0};
     if (cached) d->cache = ld.cache = qvm_prep_open(&id);
@@ -596,7 +585,7 @@ void qve_decoder_free(qve_decoder *dec) {
     free(dec->owned);
     qvm_prep_close(dec->cache);
     free(dec->layers);
-    qvm_st_close(dec->st);
+    qvm_ckpt_free(dec->ck);
     free(dec);
 }
 
@@ -608,9 +597,6 @@ int qve_decoder_codebook_size(const qve_decoder *dec) {
 }
 int qve_decoder_samples_per_frame(const qve_decoder *dec) {
     return dec->samples_per_frame;
-}
-int qve_decoder_sample_rate(const qve_decoder *dec) {
-    return dec->sample_rate;
 }
 
 /* ==== state sizing and allocation ========================================================== */

@@ -8,7 +8,7 @@
 #define QV_SPEECH_DECODER_H
 
 /* Usage:
- *     qve_decoder *dec = qve_decoder_load("model_dir", err, sizeof err);
+ *     qve_decoder *dec = qve_decoder_load(ck, err, sizeof err);  // ck: qvm_ckpt_open(dir, ..)
  *     qve_decoder_decode(dec, codes, n_frames, wav, err, sizeof err);  // wav: n_frames*1920
  *   or, streaming while the talker runs:
  *     qve_dec_stream *s = qve_dec_stream_start(dec, 1, on_audio, user, err, sizeof err);
@@ -28,6 +28,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "checkpoint/ckpt.h"
 #include "kernels/kernels.h"
 
 /* Largest number of frames per decode step. Steps follow a fixed schedule per chunk position
@@ -42,18 +43,17 @@
 typedef struct qve_decoder qve_decoder;
 typedef struct qve_dec_stream qve_dec_stream;
 
-/* Loads speech_tokenizer/config.json + speech_tokenizer/model.safetensors of a model directory
- * (the same dir qvm_codec_config_load takes). Weights stay in the mmap (borrowed); the codebook
- * tables embedding_sum / max(cluster_usage, 1e-5) are computed once here. Returns NULL with a
- * one-line "FILE: problem" in err on failure. */
-qve_decoder *qve_decoder_load(const char *dir, char *err, size_t err_size);
+/* Loads the decoder from ck's speech tokenizer (its codec config and codec_st; the decoder holds
+ * a reference to ck). Weights stay in the mmap (borrowed); the codebook tables
+ * embedding_sum / max(cluster_usage, 1e-5) are computed once here. Returns NULL with a one-line
+ * "FILE: problem" in err on failure. */
+qve_decoder *qve_decoder_load(qvm_ckpt *ck, char *err, size_t err_size);
 /* Accepts NULL. No stream of this decoder may still be running. */
 void qve_decoder_free(qve_decoder *dec);
 
 int qve_decoder_n_codebooks(const qve_decoder *dec);       /* 16 */
 int qve_decoder_codebook_size(const qve_decoder *dec);     /* 2048: valid codes are [0, size) */
 int qve_decoder_samples_per_frame(const qve_decoder *dec); /* 1920 */
-int qve_decoder_sample_rate(const qve_decoder *dec);       /* 24000 */
 
 /* One-shot decode. codes: frame-major [n_frames][n_codebooks] (the talker's order; the reference
  * tensor [16, T] transposed). wav: n_frames * samples_per_frame floats in [-1, 1].

@@ -31,10 +31,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "engine/guard.h"
+#include "engine/markup.h"
 #include "engine/model.h"
 #include "engine/speech_decoder.h"
 #include "engine/textchunk.h"
@@ -72,7 +74,7 @@ struct qv_synth {
 
 static const qve_decoder *model_decoder(qv_model *m, char *err, size_t es) {
     pthread_mutex_lock(&m->dec_lock);
-    if (!m->dec) m->dec = qve_decoder_load(m->dir, err, es);
+    if (!m->dec) m->dec = qve_decoder_load(m->ck, err, es);
     const qve_decoder *d = m->dec;
     pthread_mutex_unlock(&m->dec_lock);
     return d;
@@ -88,7 +90,7 @@ enum qv_status qv_model_decode_codes(const qv_model *cm, const int32_t *codes, i
        samples for any count, and nothing process-wide changes */
     const int n = qv_threads_resolve(n_threads);
     qvk_pool *pool = n > 1 ? qvk_pool_create(n) : NULL;
-    if (n > 1 && !pool) return qvu_failf(QV_E_NOMEM, "%s: %d decoder threads", m->dir, n);
+    if (n > 1 && !pool) return qvu_failf(QV_E_NOMEM, "%s: %d decoder threads", m->ck->dir, n);
     int rc = qve_decoder_decode_pool(d, pool, codes, n_frames, wav, err, sizeof err);
     qvk_pool_free(pool);
     return rc ? qvu_fail(QV_E_INVALID, err) : QV_OK;
@@ -121,7 +123,7 @@ enum qv_status qv_synth_new(qv_synth **out, const qv_model *m, const qv_params *
     if (n > QVE_MAX_THREADS) /* checked here: the session gets one thread less */
         return qvu_failf(QV_E_INVALID, "n_threads: expected 1..%d, found %d", QVE_MAX_THREADS, n);
     qv_synth *s = calloc(1, sizeof *s);
-    if (!s) return qvu_failf(QV_E_NOMEM, "%s: synthesizer: out of memory", m->dir);
+    if (!s) return qvu_failf(QV_E_NOMEM, "%s: synthesizer: out of memory", m->ck->dir);
     s->m = (qv_model *)(uintptr_t)m;
     s->p = *p;
     s->p.n_threads = n;
@@ -129,7 +131,7 @@ enum qv_status qv_synth_new(qv_synth **out, const qv_model *m, const qv_params *
     __atomic_add_fetch(&s->m->n_synths, 1, __ATOMIC_SEQ_CST);
     enum qv_status st = new_session(s);
     if (!st && s->p.n_threads > 1 && !(s->full = qvk_pool_create(s->p.n_threads)))
-        st = qvu_failf(QV_E_NOMEM, "%s: pool of %d threads: out of memory", m->dir,
+        st = qvu_failf(QV_E_NOMEM, "%s: pool of %d threads: out of memory", m->ck->dir,
                        s->p.n_threads);
     if (st) {
         qv_synth_free(s);
@@ -180,6 +182,15 @@ void qv_synth_set_chunk_fn(qv_synth *s, qv_chunk_fn fn, void *user) {
 
 /* ==== one call ============================================================================== */
 
+#define QVE_SPAN_VOICES 16 /* distinct [voice:NAME] of one text */
+
+typedef struct {
+    char name[128];
+    qv_voice *v; /* NULL: a preset speaker of that name */
+    qv_request req;
+    qv_text_bridge bridge;
+} span_voice;
+
 typedef struct {
     qv_synth *s;
     const qv_synth_request *r;
@@ -199,6 +210,16 @@ typedef struct {
     qve_audio_buf out; /* joined audio not yet delivered */
     enum qv_status status; /* of a failure (-1 returns) */
     char msg[QVE_ERR_MAX];
+    /* markup spans (docs/markup.md): the settings of the text that follows the last tags */
+    qve_styles styles;
+    const qv_voice *req_voice; /* the request's voice (NULL: preset speaker) */
+    qv_request req_base;       /* its prompt, as prepare() built it */
+    const qve_chunk *span_style, *span_voice, *span_lang; /* the last tag of each kind, or NULL */
+    int span_dirty, span_offset;
+    span_voice voices[QVE_SPAN_VOICES]; /* voices [voice:NAME] opened, kept for the call */
+    int n_voices;
+    char *instruct; /* the span's combined instruct text */
+    float *xvec;    /* the span's x-vector after its palette entry */
 } run;
 
 /* One chunk (or half) being synthesized. */
@@ -460,7 +481,8 @@ static int synth_piece(run *c, const char *text, int depth, int *split) {
     pc.start = c->r->trim_lead ? -1 : 0;
     int rc = generate(c, text, &pc);
     if (rc == 0) {
-        qv_chunk_info ci = {sizeof ci, ++c->n_pieces, c->s->codes, pc.n_frames, NAN};
+        qv_chunk_info ci = {sizeof ci, ++c->n_pieces, c->span_offset, c->s->codes, pc.n_frames,
+                            NAN};
         if (c->ref_xvec) {
             ci.verify = verify(c, &pc);
             if (!isnan(ci.verify)) {
@@ -503,6 +525,26 @@ static int synth_piece(run *c, const char *text, int depth, int *split) {
     return rc;
 }
 
+/* Appends a note to stats.warning ("; " between notes; cut at its size). */
+static void add_warning(run *c, const char *note) {
+    const size_t n = strlen(c->st->warning);
+    if (n + 3 < sizeof c->st->warning)
+        snprintf(c->st->warning + n, sizeof c->st->warning - n, "%s%s", n ? "; " : "", note);
+}
+
+/* The official package drops an instruction on the 0.6B CustomVoice model, which was not trained
+ * for them; so does every front end, here, with a warning (stats.warning). A weight delta makes
+ * the model its voice's source model, which keeps it. */
+static void drop_instruct(run *c) {
+    const qv_model *m = c->s->m;
+    if (!c->base.instruct || c->r->force_instruct || c->st->wdelta_applied ||
+        strcmp(m->ck->cfg.tts_model_type, "custom_voice") ||
+        strcmp(m->ck->cfg.tts_model_size, "0b6"))
+        return;
+    c->base.instruct = NULL;
+    add_warning(c, QV_INSTRUCT_DROPPED);
+}
+
 /* The voice, its checks and weight delta, the verification encoder: everything before text. */
 static enum qv_status prepare(run *c, const qv_voice *v, qv_text_bridge *bridge) {
     qv_synth *s = c->s;
@@ -514,10 +556,9 @@ static enum qv_status prepare(run *c, const qv_voice *v, qv_text_bridge *bridge)
     c->base.language = r->language;
     c->base.instruct = r->instruct;
     if (!v) {
-        c->base.speaker = r->speaker;
-        if (m->cfg.variant == QVM_VARIANT_CUSTOM_VOICE && !r->speaker)
-            return fail(c, QV_E_SPEAKER, "%s: a CustomVoice model needs a preset speaker or a voice",
-                        m->dir), c->status;
+        if (r->verify_model_dir) /* nothing to compare the audio with */
+            add_warning(c, "verify: skipped (a preset speaker has no x-vector; give a voice)");
+        c->base.speaker = r->speaker; /* none on CustomVoice: apply_span refuses the text */
         return QV_OK;
     }
     enum qv_status st = qve_voice_check(v, m, r->use_wdelta, e, sizeof e);
@@ -525,6 +566,7 @@ static enum qv_status prepare(run *c, const qv_voice *v, qv_text_bridge *bridge)
         snprintf(c->st->warning, sizeof c->st->warning, "%.250s", e);
     else if (st)
         return fail(c, st, "%s", e), st;
+    if (v->f->has_wdelta && !r->use_wdelta) add_warning(c, "weight delta ignored (use_wdelta 0)");
     if (v->f->has_wdelta && r->use_wdelta) {
         enum qve_wdelta_action a;
         if (qve_voice_wdelta_fits(m, v->f, &a, e, sizeof e))
@@ -535,7 +577,7 @@ static enum qv_status prepare(run *c, const qv_voice *v, qv_text_bridge *bridge)
                 return fail(c, QV_E_UNSUPPORTED,
                             "%s: a weight delta rewrites the model's weights, and %s is %s (open "
                             "a model of its own for this voice, or set use_wdelta = 0)",
-                            v->path, m->dir, m->wdelta_on ? "already another voice's source model"
+                            v->path, m->ck->dir, m->wdelta_on ? "already another voice's source model"
                                                   : "shared by other syntheses"),
                        QV_E_UNSUPPORTED;
             qve_wdelta_report rep;
@@ -552,7 +594,9 @@ static enum qv_status prepare(run *c, const qv_voice *v, qv_text_bridge *bridge)
     if (!r->verify_model_dir) return QV_OK;
     if (!s->ecapa || strcmp(s->verify_dir, r->verify_model_dir)) {
         qva_ecapa_free(s->ecapa);
-        s->ecapa = qva_ecapa_load(r->verify_model_dir, e, sizeof e);
+        qvm_ckpt *vk = qvm_ckpt_open(r->verify_model_dir, e, sizeof e);
+        s->ecapa = vk ? qva_ecapa_load(vk, e, sizeof e) : NULL;
+        qvm_ckpt_free(vk);
         if (!s->ecapa) return fail(c, QV_E_MODEL, "verify: %s", e), QV_E_MODEL;
         snprintf(s->verify_dir, sizeof s->verify_dir, "%s", r->verify_model_dir);
         free(s->xvec);
@@ -569,23 +613,221 @@ static enum qv_status prepare(run *c, const qv_voice *v, qv_text_bridge *bridge)
     return QV_OK;
 }
 
-/* Chunks the text and synthesizes each chunk, pauses as silence, into the joined output. */
+/* ==== markup spans (docs/markup.md) ========================================================= */
+
+/* Appends a warning to the call's stats ("; "-separated, cut at the field's size). */
+__attribute__((format(printf, 2, 3))) static void warn(run *c, const char *fmt, ...) {
+    char *w = c->st->warning;
+    size_t n = strlen(w);
+    if (n && n + 2 < sizeof c->st->warning) memcpy(w + n, "; ", 3), n += 2;
+    va_list ap;
+    va_start(ap, fmt);
+    if (n + 1 < sizeof c->st->warning) vsnprintf(w + n, sizeof c->st->warning - n, fmt, ap);
+    va_end(ap);
+}
+
+/* VoiceDesign models and the 1.7B CustomVoice were trained with instructions; the 0.6B
+ * CustomVoice and the Base models were not (a weight delta makes a CustomVoice model its voice's
+ * Base source). The rule speak applies to --instruct. */
+static int instruct_honoured(const qv_model *m) {
+    if (m->wdelta_on) return 0;
+    return m->ck->cfg.variant == QVM_VARIANT_VOICE_DESIGN ||
+           (m->ck->cfg.variant == QVM_VARIANT_CUSTOM_VOICE && strcmp(m->ck->cfg.tts_model_size, "0b6"));
+}
+
+/* What [voice:NAME] names: a preset speaker of the model, else a voice (qv_voice_open's lookup),
+ * used without its weight delta; opened once per call. NULL on failure (c->status, c->msg). */
+static span_voice *open_span_voice(run *c, const qve_chunk *k) {
+    const qv_model *m = c->s->m;
+    for (int i = 0; i < c->n_voices; i++)
+        if (!strcmp(c->voices[i].name, k->text)) return &c->voices[i];
+    if (c->n_voices == QVE_SPAN_VOICES || strlen(k->text) >= sizeof c->voices[0].name)
+        return fail(c, QV_E_LIMIT, "tag [voice:%.128s] at character %d: over %d voices per text "
+                    "or a name over %zu bytes", k->text, k->n_chars, QVE_SPAN_VOICES,
+                    sizeof c->voices[0].name - 1), NULL;
+    span_voice *sv = &c->voices[c->n_voices];
+    memset(sv, 0, sizeof *sv);
+    snprintf(sv->name, sizeof sv->name, "%s", k->text);
+    sv->req = qv_default_request();
+    sv->req.strict_vocab = c->r->strict_vocab;
+    for (int i = 0; i < qv_model_n_speakers(m); i++)
+        if (!strcasecmp(qv_model_speaker(m, i), k->text)) {
+            sv->req.speaker = qv_model_speaker(m, i);
+            c->n_voices++;
+            return sv;
+        }
+    char e[768];
+    enum qv_status st = qv_voice_open(&sv->v, k->text);
+    if (st)
+        return fail(c, st, "tag [voice:%s] at character %d: %s", k->text, k->n_chars,
+                    qv_last_error()), NULL;
+    c->n_voices++; /* freed with the call */
+    st = qve_voice_check(sv->v, m, 0, e, sizeof e);
+    if (st && !(st == QV_E_FOREIGN_VOICE && c->r->force_voice))
+        return fail(c, st, "tag [voice:%s] at character %d: %s", k->text, k->n_chars, e), NULL;
+    if (e[0]) warn(c, "%.250s", e);
+    if (sv->v->f->has_wdelta && c->r->use_wdelta)
+        warn(c, "[voice:%.64s]: a voice switched to mid-text is used without its weight delta",
+             k->text);
+    qve_voice_request(sv->v, m, c->r->use_icl, &sv->req, &sv->bridge, e, sizeof e);
+    if (e[0]) warn(c, "%.250s", e);
+    return sv;
+}
+
+/* The palette entry of v named name, else the generic direction: kind, strength, vector. */
+static const float *find_style(run *c, const qv_voice *v, const char *name, int dim,
+                               uint32_t *kind, float *strength) {
+    const qvf_style *e = v ? qvf_palette_find(v->f, name) : NULL;
+    if (e) return *kind = e->kind, *strength = e->strength, e->vec;
+    for (int i = 0; i < c->r->n_style_dirs; i++) {
+        const qv_style_dir *d = &c->r->style_dirs[i];
+        if (d->name && d->direction && d->dim == dim && !strcmp(d->name, name))
+            return *kind = QVF_STYLE_DIRECTION,
+                   *strength = d->strength > 0 ? d->strength : 0.25f, d->direction;
+    }
+    return NULL;
+}
+
+/* Sets c->base for the text after the last tags: the voice or speaker, the language, and the
+ * style: its instruct text where the model honours instruct, its palette entry or generic
+ * direction where the voice has an x-vector, both on a 1.7B model. 0, or -1 (c->status). */
+static int apply_span(run *c) {
+    const qv_synth_request *r = c->r;
+    const qv_model *m = c->s->m;
+    const qv_voice *v = c->req_voice;
+    c->base = c->req_base;
+    if (c->span_voice) {
+        const span_voice *sv = open_span_voice(c, c->span_voice);
+        if (!sv) return -1;
+        c->base = sv->req;
+        v = sv->v;
+    }
+    if (m->ck->cfg.variant == QVM_VARIANT_CUSTOM_VOICE && !c->base.speaker &&
+        !c->base.speaker_vector)
+        return fail(c, QV_E_SPEAKER, "%s: a CustomVoice model needs a preset speaker or a voice "
+                    "(for the text before any [voice:NAME] tag)", m->ck->dir);
+    c->base.language = c->span_lang ? c->span_lang->text : r->language;
+    c->base.instruct = c->req_base.instruct; /* the request's, unless drop_instruct dropped it */
+    const qve_chunk *tag = c->span_style;
+    if (tag && tag->is_name && !strcmp(tag->text, "neutral")) tag = NULL; /* the request's own */
+    const char *style = tag ? tag->text : r->style;
+    int is_name = tag ? tag->is_name : 1;
+    if (!style) return 0;
+    char what[320];
+    if (tag)
+        snprintf(what, sizeof what, "tag [%s%.200s] at character %d", is_name ? "" : "style:",
+                 style, tag->n_chars);
+    else
+        snprintf(what, sizeof what, "style \"%.200s\"", style);
+    const int H = m->ck->cfg.talker.hidden_size;
+    uint32_t kind = 0;
+    float strength = 0;
+    const float *vec = NULL;
+    char folded[QVE_STYLE_NAME_MAX + 1];
+    const char *pname = is_name ? style : !qve_style_fold(style, folded) ? folded : NULL;
+    if (pname && c->base.speaker_vector)
+        vec = find_style(c, v, pname, c->base.n_speaker_vector, &kind, &strength);
+    if (vec && !is_name) /* [style:NAME] of a switched voice's palette entry: that name */
+        is_name = 1, style = pname;
+    const char *ins = is_name ? qve_style_instruct(&c->styles, style) : style;
+    const int honoured = instruct_honoured(m);
+    int applied = 0;
+    if (ins && ins[0] && honoured) {
+        const char *base = c->req_base.instruct ? c->req_base.instruct : "";
+        size_t n = strlen(base) + 1 + strlen(ins) + 1;
+        free(c->instruct);
+        if (!(c->instruct = malloc(n))) return fail(c, QV_E_NOMEM, "%s: out of memory", what);
+        snprintf(c->instruct, n, "%s%s%s", base, base[0] ? " " : "", ins);
+        c->base.instruct = c->instruct;
+        applied = 1;
+    }
+    if (vec) {
+        if (r->style_strength > 0) strength = r->style_strength;
+        if (!c->xvec && !(c->xvec = malloc((size_t)H * sizeof *c->xvec)))
+            return fail(c, QV_E_NOMEM, "%s: out of memory", what);
+        if (qvf_style_apply(kind, strength, c->base.speaker_vector, vec,
+                            (uint32_t)c->base.n_speaker_vector, c->xvec))
+            return fail(c, QV_E_INVALID, "%s: strength %g outside [0, 4] or a zero vector", what,
+                        (double)strength);
+        c->base.speaker_vector = c->xvec;
+        applied = 1;
+    }
+    if (applied) return 0;
+    char why[640];
+    snprintf(why, sizeof why, "%s: not applied: %s%s", what,
+             !ins || !ins[0] ? "no instruct text for it"
+                             : "this model takes no instruct (VoiceDesign and the 1.7B "
+                               "CustomVoice models do)",
+             !is_name ? ""
+             : c->base.speaker_vector ? ", and no palette entry in the voice nor a generic "
+                                        "direction of that name"
+                                      : ", and a preset speaker has no x-vector for a palette "
+                                        "entry");
+    if (!tag || r->strict_markup) return fail(c, QV_E_UNSUPPORTED, "%s", why);
+    warn(c, "%s", why);
+    return 0;
+}
+
+/* The style names bare tags may use: the user's table, the palette of the request's voice, the
+ * generic directions. */
+static int collect_styles(run *c) {
+    char e[256];
+    const qv_synth_request *r = c->r;
+    if (r->style_table && qve_styles_parse(&c->styles, r->style_table, e, sizeof e))
+        return fail(c, QV_E_INVALID, "%s", e);
+    for (int i = 0; c->req_voice && i < c->req_voice->f->n_styles; i++)
+        if (qve_styles_add_name(&c->styles, c->req_voice->f->styles[i].name))
+            return fail(c, QV_E_NOMEM, "%s", "out of memory");
+    for (int i = 0; i < r->n_style_dirs; i++)
+        if (qvu_check_size("qv_style_dir", r->style_dirs[i].struct_size, sizeof(qv_style_dir)))
+            return fail(c, QV_E_ABI, "%s", qv_last_error());
+        else if (!r->style_dirs[i].name || qve_styles_add_name(&c->styles, r->style_dirs[i].name))
+            return fail(c, QV_E_INVALID, "style direction %d: bad name \"%.64s\"", i,
+                        r->style_dirs[i].name ? r->style_dirs[i].name : "(null)");
+    return 0;
+}
+
+static void spans_free(run *c) {
+    for (int i = 0; i < c->n_voices; i++)
+        qv_voice_free(c->voices[i].v);
+    free(c->instruct);
+    free(c->xvec);
+    qve_styles_free(&c->styles);
+}
+
+/* Chunks the text and synthesizes each chunk, pauses as silence, with the settings of the markup
+ * tags before it, into the joined output. */
 static int speak_text(run *c) {
     qve_chunk_list l;
     char e[256];
-    if (qve_text_chunk(&l, c->r->text, c->r->max_chunk_chars, e, sizeof e))
-        return fail(c, QV_E_INVALID, "text: %s", e);
+    if (collect_styles(c)) return -1;
+    if (qve_text_chunk(&l, c->r->text, c->r->max_chunk_chars, &c->styles, e, sizeof e))
+        return fail(c, QV_E_INVALID, "%s", e);
     for (int i = 0; i < l.n_chunks; i++)
         c->n_text_chunks += l.chunks[i].kind == QVE_CHUNK_TEXT;
     int rc = 0, ti = 0;
+    c->span_dirty = 1;
     for (int i = 0; i < l.n_chunks && !rc; i++) {
         const qve_chunk *k = &l.chunks[i];
+        if (k->kind == QVE_CHUNK_TAG) {
+            if (k->tag == QVE_TAG_VOICE)
+                c->span_voice = k;
+            else if (k->tag == QVE_TAG_LANG)
+                c->span_lang = k;
+            else
+                c->span_style = k;
+            c->span_dirty = 1;
+            c->span_offset = k->n_chars;
+            continue;
+        }
         if (k->kind == QVE_CHUNK_PAUSE) {
             rc = qve_audio_append_silence(&c->out, MS(k->pause_ms))
                      ? fail(c, QV_E_NOMEM, "%s", "out of memory inserting a pause")
                      : deliver(c, MS(QVE_XFADE_MS_DEFAULT));
             continue;
         }
+        if (c->span_dirty && (rc = apply_span(c))) break;
+        c->span_dirty = 0;
         int split = 0;
         ti++;
         rc = synth_piece(c, k->text, c->r->guard ? 1 : 0, &split);
@@ -628,6 +870,9 @@ enum qv_status qv_synth_run(qv_synth *s, const qv_synth_request *r, qv_pcm_fn fn
         c.status = st, snprintf(c.msg, sizeof c.msg, "%s", qv_last_error());
     if (!v) v = opened;
     if (!st) st = prepare(&c, v, &bridge);
+    if (!st) drop_instruct(&c);
+    c.req_voice = v;
+    c.req_base = c.base;
     if (!st && !r->codes_only) {
         c.loading = !pthread_create(&c.loader, NULL, load_decoder, &c);
         if (!c.loading) load_decoder(&c);
@@ -642,6 +887,7 @@ enum qv_status qv_synth_run(qv_synth *s, const qv_synth_request *r, qv_pcm_fn fn
         st = speak_text(&c) ? c.status : QV_OK;
     }
     if (c.loading) pthread_join(c.loader, NULL);
+    spans_free(&c);
     qv_voice_free(opened);
     qve_audio_buf_free(&c.out);
     qv_synth_stats *o = c.st;

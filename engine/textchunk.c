@@ -1,4 +1,5 @@
-/* textchunk.c — sentence/length chunking, pause tags, retry bisection, audio join and lead trim.
+/* textchunk.c — sentence/length chunking, markup tags (markup.c reads them), retry bisection,
+ * audio join and lead trim.
  * The text is decoded once into code points with their byte offsets; every split is an index
  * into that array, so a cut can only fall between code points.
  */
@@ -8,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/types.h>
 #include <utf8proc.h>
 
@@ -278,53 +278,49 @@ static int emit_run(builder *bl, const decoded *d, int64_t i, int64_t j, int max
     return rc;
 }
 
-/* Parses "[pause:…]" at byte p; returns its length in bytes and *ms, or 0 if malformed. */
-static size_t parse_pause(const char *s, int *ms) {
-    const char *p = s + 7, *num = p;
-    int dots = 0;
-    while ((*p >= '0' && *p <= '9') || *p == '.')
-        dots += *p++ == '.';
-    if (p == num || dots > 1 || p[-1] == '.' || *num == '.') return 0;
-    double v = 0, scale = 1; /* by hand: strtod would follow the locale's decimal mark */
-    for (const char *q = num; q < p; q++) {
-        if (*q == '.') continue;
-        v = v * 10 + (*q - '0');
-        if (dots && q > strchr(num, '.')) scale *= 10;
-        if (v > 1e15) return 0;
+static int emit_tag(builder *bl, const qve_tag *t, int64_t at) {
+    char *v = strdup(t->value);
+    qve_chunk *c = v ? push(bl) : NULL;
+    if (!c) {
+        free(v);
+        return -1;
     }
-    v /= scale;
-    if (!strncasecmp(p, "ms]", 3))
-        scale = 1.0, p += 3;
-    else if (!strncasecmp(p, "s]", 2))
-        scale = 1000.0, p += 2;
-    else
-        return 0;
-    double m = v * scale;
-    if (!(m >= 0.5 && m <= QVE_PAUSE_MAX_MS)) return 0;
-    *ms = (int)lround(m);
-    return (size_t)(p - s);
+    c->kind = QVE_CHUNK_TAG;
+    c->text = v;
+    c->n_chars = (int)at;
+    c->tag = t->kind;
+    c->is_name = t->is_name;
+    return 0;
 }
 
-int qve_text_chunk(qve_chunk_list *out, const char *text, int max_chunk_chars, char *err,
-                   size_t err_size) {
+int qve_text_chunk(qve_chunk_list *out, const char *text, int max_chunk_chars,
+                   const qve_styles *styles, char *err, size_t err_size) {
     memset(out, 0, sizeof *out);
     decoded d = {0};
     builder bl = {out, 0};
     if (decode(&d, text, err, err_size)) goto fail;
+    if (d.n > INT32_MAX) {
+        snprintf(err, err_size, "text: over %d characters", INT32_MAX);
+        goto fail;
+    }
     int64_t run = 0;
     for (int64_t k = 0; k < d.n; k++) {
-        if (d.cp[k] != '[' || strncasecmp(text + d.off[k], "[pause:", 7)) continue;
-        int ms = 0;
-        size_t len = parse_pause(text + d.off[k], &ms);
-        if (!len) {
-            snprintf(err, err_size,
-                     "text: bad pause tag at character %lld: expected e.g. [pause:500ms] or "
-                     "[pause:1.5s], 0 < pause <= %d ms",
-                     (long long)k, QVE_PAUSE_MAX_MS);
+        if (d.cp[k] != '[') continue;
+        qve_tag t;
+        char e[256];
+        long len = qve_markup_tag(text + d.off[k], d.off[d.n] - d.off[k], (long)k, styles, &t, e,
+                                  sizeof e);
+        if (len < 0) {
+            snprintf(err, err_size, "text: %s", e);
             goto fail;
         }
-        if (emit_run(&bl, &d, run, k, max_chunk_chars) || emit_pause(&bl, ms)) goto nomem;
-        k += (int64_t)len - 1; /* the tag is ASCII: bytes == code points */
+        if (!len) continue;
+        if (emit_run(&bl, &d, run, k, max_chunk_chars)) goto nomem;
+        if (t.kind == QVE_TAG_PAUSE ? emit_pause(&bl, t.pause_ms) : emit_tag(&bl, &t, k))
+            goto nomem;
+        const size_t end = d.off[k] + (size_t)len; /* a code point boundary: ']' is ASCII */
+        while (k + 1 < d.n && d.off[k + 1] < end)
+            k++;
         run = k + 1;
     }
     if (emit_run(&bl, &d, run, d.n, max_chunk_chars)) goto nomem;

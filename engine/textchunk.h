@@ -1,5 +1,5 @@
 /* textchunk.h — long-text handling for synth.c (prefix qve_): split text into chunks at sentence
- * boundaries and a maximum length, turn [pause:…] tags into silence entries, pick a split point
+ * boundaries and a maximum length, turn markup tags (markup.h) into pause and tag entries, pick a split point
  * for the runaway-guard retry, join / trim the chunks' audio. Pure functions; nothing prints.
  * Decision: chunks are normalised copies of byte ranges of the input (whitespace runs become one
  * space), so CJK keeps its no-space joins and no UTF-8 sequence is cut. See docs/robustness.md.
@@ -10,20 +10,23 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine/markup.h"
+
 #define QVE_MAX_CHUNK_CHARS_DEFAULT 200 /* code points per chunk (--max-chunk-chars) */
-#define QVE_PAUSE_MAX_MS 60000          /* longest [pause:…] accepted */
 #define QVE_XFADE_MS_DEFAULT 10         /* crossfade between joined chunks */
 #define QVE_LEAD_PAD_MS_DEFAULT 100     /* leading silence kept by qve_audio_lead_start */
 #define QVE_LEAD_DBFS (-50.0)           /* speech starts at the first 10 ms frame above this */
 
-enum qve_chunk_kind { QVE_CHUNK_TEXT, QVE_CHUNK_PAUSE };
+enum qve_chunk_kind { QVE_CHUNK_TEXT, QVE_CHUNK_PAUSE, QVE_CHUNK_TAG };
 
 typedef struct {
     enum qve_chunk_kind kind;
-    char *text;   /* TEXT: NUL-terminated UTF-8, whitespace-normalised, non-empty; owned by the
-                     list. PAUSE: NULL */
-    int n_chars;  /* TEXT: code points in text */
+    char *text;   /* TEXT: NUL-terminated UTF-8, whitespace-normalised, non-empty; TAG: the tag's
+                     value (qve_tag.value); owned by the list. PAUSE: NULL */
+    int n_chars;  /* TEXT: code points in text; TAG: character offset of the tag in the input */
     int pause_ms; /* PAUSE: silence to insert (consecutive tags are summed) */
+    enum qve_tag_kind tag; /* TAG: STYLE, VOICE or LANG */
+    int is_name;           /* TAG STYLE: text is a style name (else free instruct text) */
 } qve_chunk;
 
 typedef struct {
@@ -31,9 +34,10 @@ typedef struct {
     int n_chunks;
 } qve_chunk_list;
 
-/* Splits UTF-8 text into TEXT and PAUSE entries, in order.
- * - `[pause:500ms]`, `[pause:1.5s]` (case-insensitive, 0 < length <= QVE_PAUSE_MAX_MS) become
- *   PAUSE entries; any other "[pause:" is an error. Other brackets are text.
+/* Splits UTF-8 text into TEXT, PAUSE and TAG entries, in order.
+ * - Markup tags are read by qve_markup_tag with styles (NULL: the built-in style names only):
+ *   `[pause:500ms]`, `[break:1.5s]` become PAUSE entries, style, voice and language tags TAG
+ *   entries; a malformed tag of a known kind is an error. Other brackets are text.
  * - With max_chunk_chars > 0: text between pauses is cut into sentences (after . ! ? … followed
  *   by whitespace or the end, with trailing quotes/brackets; after 。！？ always; at blank lines),
  *   and consecutive sentences of one paragraph are packed while the chunk stays within
@@ -43,8 +47,8 @@ typedef struct {
  * - With max_chunk_chars <= 0 (--no-chunk): only pause tags split.
  * Returns 0 (out filled; may have 0 entries for blank text), or -1 with a one-line err for
  * invalid UTF-8, a bad pause tag (with its character offset) or allocation failure (out empty). */
-int qve_text_chunk(qve_chunk_list *out, const char *text, int max_chunk_chars, char *err,
-                   size_t err_size);
+int qve_text_chunk(qve_chunk_list *out, const char *text, int max_chunk_chars,
+                   const qve_styles *styles, char *err, size_t err_size);
 void qve_chunk_list_free(qve_chunk_list *l); /* accepts zeroed lists */
 
 /* Where to cut a chunk in two for a retry: the sentence end nearest the middle (within the

@@ -15,7 +15,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <utf8proc.h>
 
 #define PCRE2_CODE_UNIT_WIDTH 8
@@ -172,12 +171,6 @@ static int grow(void **p, size_t *cap, size_t need, size_t elem)
     *p = q;
     *cap = c;
     return 0;
-}
-
-static int file_exists(const char *path)
-{
-    struct stat st;
-    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
 /* Strict UTF-8 (no overlongs, surrogates or > U+10FFFF). Returns the length of the sequence at
@@ -641,25 +634,23 @@ static int setup_regex(qve_tok *t, char *err, size_t err_size)
     return QVE_TOK_OK;
 }
 
-/* Builds the vocabulary, merge and added-token tables from dir's files (vm: vocab.json +
- * merges.txt, else tokenizer.json). */
-static int build_tables(qve_tok *t, const char *dir, int vm, char *err, size_t err_size)
+/* Builds the vocabulary, merge and added-token tables from f (vocab.json + merges.txt, else
+ * tokenizer.json). */
+static int build_tables(qve_tok *t, const qvm_tok_files *f, char *err, size_t err_size)
 {
-    char path[4096], path2[4096];
+    const char *path = f->vocab_merges ? f->vocab_json : f->tokenizer_json;
     cJSON *root = NULL, *cfg = NULL;
     int st = QVE_TOK_OK;
-    snprintf(path, sizeof path, "%s/vocab.json", dir);
-    snprintf(path2, sizeof path2, "%s/merges.txt", dir);
-    if (vm) {
+    if (f->vocab_merges) {
         root = load_json(path, err, err_size, &st);
         if (!root) goto done;
         if ((st = load_vocab_obj(t, root, path, err, err_size))) goto done;
         if (build_str_table(t)) goto nomem;
-        if ((st = load_merges_txt(t, path2, err, err_size))) goto done;
+        if ((st = load_merges_txt(t, f->merges_txt, err, err_size))) goto done;
     } else {
-        snprintf(path, sizeof path, "%s/tokenizer.json", dir);
-        if (!file_exists(path)) {
-            set_err(err, err_size, "%s: no vocab.json + merges.txt and no tokenizer.json", dir);
+        if (!f->has_tokenizer_json) {
+            set_err(err, err_size, "%s: no vocab.json + merges.txt and no tokenizer.json",
+                    f->dir);
             st = QVE_TOK_E_IO;
             goto done;
         }
@@ -678,8 +669,8 @@ static int build_tables(qve_tok *t, const char *dir, int vm, char *err, size_t e
                              err, err_size)))
             goto done;
     }
-    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
-    if (file_exists(path)) {
+    if (f->has_config) {
+        path = f->tokenizer_config_json;
         cfg = load_json(path, err, err_size, &st);
         if (!cfg) goto done;
         st = load_added(t, cJSON_GetObjectItemCaseSensitive(cfg, "added_tokens_decoder"), 1, path,
@@ -687,7 +678,7 @@ static int build_tables(qve_tok *t, const char *dir, int vm, char *err, size_t e
     }
     goto done;
 nomem:
-    set_err(err, err_size, "%s: out of memory", dir);
+    set_err(err, err_size, "%s: out of memory", f->dir);
     st = QVE_TOK_E_NOMEM;
 done:
     cJSON_Delete(root);
@@ -709,20 +700,13 @@ typedef struct {
 #define CACHE_MAX_IDS ((uint32_t)1 << 24)             /* ids are < 2^24 (load_vocab_obj) */
 #define CACHE_MAX_MERGE_MASK (((uint32_t)1 << 28) - 1) /* merges.txt is < 64 MB */
 
-/* The cache id of dir's tables: the identities of the files build_tables reads and a probe of
+/* The cache id of f's tables: the identities of the files build_tables reads and a probe of
  * the code the tables depend on (layout, slot format, hashes, table sizing), so a change of that
  * code makes old files stale by itself. 0, or -1 (no cache). */
-static int cache_id(qvm_prep_id *id, const char *dir, int vm)
+static int cache_id(qvm_prep_id *id, const qvm_tok_files *f)
 {
-    static const char *const names[] = {"vocab.json", "merges.txt", "tokenizer.json",
-                                        "tokenizer_config.json"};
-    char paths[4][4096];
-    const char *files[4];
-    for (int i = 0; i < 4; i++) {
-        if (snprintf(paths[i], sizeof paths[i], "%s/%s", dir, names[i]) >= (int)sizeof paths[i])
-            return -1;
-        files[i] = paths[i];
-    }
+    const char *files[4] = {f->vocab_json, f->merges_txt, f->tokenizer_json,
+                            f->tokenizer_config_json};
     const uint64_t probe[] = {CACHE_LAYOUT,
                               sizeof(str_entry),
                               STR_INLINE,
@@ -732,7 +716,8 @@ static int cache_id(qvm_prep_id *id, const char *dir, int vm)
                               hash_u64(0x0123456789ABCDEFull),
                               pow2_at_least(151669 * 2),
                               pow2_at_least(151388 * 2 + 1)};
-    return qvm_prep_id_files(id, "tokenizer", files[vm ? 0 : 2], files, 4, probe, sizeof probe);
+    return qvm_prep_id_files(id, "tokenizer", files[f->vocab_merges ? 0 : 2], files, 4, probe,
+                             sizeof probe);
 }
 
 /* A pointer into the cache's read-only mapping for a field that building writes: once open
@@ -856,13 +841,16 @@ static int setup(qve_tok *t, char *err, size_t err_size)
 
 qve_tok *qve_tok_open(const char *dir, char *err, size_t err_size)
 {
-    char path[4096], path2[4096];
+    qvm_tok_files f;
+    qvm_tok_files_find(&f, dir);
+    return qve_tok_open_files(&f, err, err_size);
+}
+
+qve_tok *qve_tok_open_files(const qvm_tok_files *f, char *err, size_t err_size)
+{
     qve_tok *t = calloc(1, sizeof *t);
-    snprintf(path, sizeof path, "%s/vocab.json", dir);
-    snprintf(path2, sizeof path2, "%s/merges.txt", dir);
-    const int vm = file_exists(path) && file_exists(path2);
     qvm_prep_id id;
-    const int cacheable = !cache_id(&id, dir, vm);
+    const int cacheable = !cache_id(&id, f);
     qvm_prep *p = t && cacheable ? qvm_prep_open(&id) : NULL;
     if (p && adopt_cache(t, p)) {
         qvm_prep_close(p); /* stale or damaged: built again below and replaced */
@@ -873,10 +861,10 @@ qve_tok *qve_tok_open(const char *dir, char *err, size_t err_size)
         t = calloc(1, sizeof *t);
         p = NULL;
     }
-    int st = !t ? QVE_TOK_E_NOMEM : p ? QVE_TOK_OK : build_tables(t, dir, vm, err, err_size);
+    int st = !t ? QVE_TOK_E_NOMEM : p ? QVE_TOK_OK : build_tables(t, f, err, err_size);
     if (!st && !p) st = setup(t, err, err_size);
     if (st) {
-        if (st == QVE_TOK_E_NOMEM) set_err(err, err_size, "%s: out of memory", dir);
+        if (st == QVE_TOK_E_NOMEM) set_err(err, err_size, "%s: out of memory", f->dir);
         qve_tok_free(t);
         return NULL;
     }

@@ -18,6 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "checkpoint/ckpt.h"
+
 #define QVE_TOK_ERRORS(X)                                                                          \
     X(QVE_TOK_OK, "ok")                                                                            \
     X(QVE_TOK_E_NOMEM, "out of memory")                                                            \
@@ -56,6 +58,8 @@ const char *qve_tok_strerror(int status);
  * "added_tokens_decoder" (union; the config wins on an id clash).
  * Returns NULL on failure with "FILE: problem" in err (err may be NULL). Free with qve_tok_free. */
 qve_tok *qve_tok_open(const char *dir, char *err, size_t err_size);
+/* The same from files already named (a model's, checkpoint/ckpt.h). */
+qve_tok *qve_tok_open_files(const qvm_tok_files *f, char *err, size_t err_size);
 
 /* Releases everything; accepts NULL. */
 void qve_tok_free(qve_tok *tok);

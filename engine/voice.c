@@ -10,29 +10,6 @@
 #include "engine/voice_verify.h"
 #include "util/api.h"
 
-/* err = where NAME was looked for (qvf_voice_find's order). */
-static void not_found(const char *name, char *err, size_t es) {
-    size_t len = strlen(name), o;
-    if (strchr(name, '/') || (len > 7 && !strcmp(name + len - 7, ".qvoice")) ||
-        (len > 4 && !strcmp(name + len - 4, ".bin"))) {
-        snprintf(err, es, "%s: no such voice file", name);
-        return;
-    }
-    snprintf(err, es, "voice '%s' not found; looked for voices/%s.qvoice", name, name);
-    const char *qp = getenv("QVOICE_PATH");
-    if (!qp || !*qp) {
-        o = strlen(err);
-        snprintf(err + o, es - o, " ($QVOICE_PATH is not set)");
-    }
-    while (qp && *qp) {
-        const char *end = strchr(qp, ':');
-        int l = end ? (int)(end - qp) : (int)strlen(qp);
-        o = strlen(err);
-        if (l && o < es) snprintf(err + o, es - o, ", %.*s/%s.qvoice", l, qp, name);
-        qp = end ? end + 1 : NULL;
-    }
-}
-
 static enum qv_status voice_open(qv_voice **out, const char *path_or_name, char *err, size_t es) {
     *out = NULL;
     if (!path_or_name || !*path_or_name) {
@@ -44,9 +21,7 @@ static enum qv_status voice_open(qv_voice **out, const char *path_or_name, char 
         snprintf(err, es, "%s: out of memory", path_or_name);
         return QV_E_NOMEM;
     }
-    char e[512];
-    if (qvf_voice_find(path_or_name, v->path, sizeof v->path, e, sizeof e)) {
-        not_found(path_or_name, err, es);
+    if (qvf_voice_find(path_or_name, v->path, sizeof v->path, err, es)) {
         free(v);
         return QV_E_VOICE;
     }
@@ -112,7 +87,7 @@ enum qv_status qv_voice_check(const qv_voice *v, const qv_model *m, char **warni
 enum qv_status qve_voice_check(const qv_voice *v, const qv_model *m, int with_delta, char *err,
                                size_t es) {
     const qvf_voice *f = v->f;
-    const int H = m->cfg.talker.hidden_size;
+    const int H = m->ck->cfg.talker.hidden_size;
     enum qve_wdelta_action a;
     char e[768];
     /* the delta first: made for another checkpoint, that is the reason to name */
@@ -133,20 +108,20 @@ enum qv_status qve_voice_check(const qv_voice *v, const qv_model *m, int with_de
     if (k < 0) return snprintf(err, es, "%s: out of memory", v->path), QV_E_NOMEM;
     if (k == QVM_KIN_UNKNOWN) snprintf(err, es, "%s: %s", v->path, e); /* a warning */
     if (k != QVM_KIN_FOREIGN) return QV_OK;
-    snprintf(err, es, "%s: made with a checkpoint unrelated to %s: %s", v->path, m->dir, e);
+    snprintf(err, es, "%s: made with a checkpoint unrelated to %s: %s", v->path, m->ck->dir, e);
     return QV_E_FOREIGN_VOICE;
 }
 
 void qve_voice_request(const qv_voice *v, const qv_model *m, int use_icl, qv_request *r,
                        qv_text_bridge *bridge, char *warn, size_t ws) {
     const qvf_voice *f = v->f;
-    const int H = m->cfg.talker.hidden_size, TH = m->cfg.text_hidden_size;
+    const int H = m->ck->cfg.talker.hidden_size, TH = m->ck->cfg.text_hidden_size;
     const int bridged = m->wdelta_on && !memcmp(m->wdelta_source, f->source.fingerprint, 32);
     warn[0] = 0;
     r->speaker_vector = f->xvector;
     r->n_speaker_vector = H;
     if (!bridged && f->tpad && (int)f->tpad_hidden == H) r->text_special = f->tpad;
-    if (use_icl && m->cfg.variant == QVM_VARIANT_BASE && qv_voice_has_icl(v)) {
+    if (use_icl && m->ck->cfg.variant == QVM_VARIANT_BASE && qv_voice_has_icl(v)) {
         r->ref_codes = v->codes;
         r->n_ref_frames = (int)f->n_frames;
         r->ref_text = f->transcript;

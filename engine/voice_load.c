@@ -64,9 +64,9 @@ static void add_stack(slot_list *l, qve_stack *st, const char *prefix) {
 
 /* Every weight the engine reads, by checkpoint name. */
 static int collect(slot_list *l, qv_model *m) {
-    const qvm_model_config *c = &m->cfg;
+    const qvm_model_config *c = &m->ck->cfg;
     l->cap = QVM_LAYER_N_TENSORS * (c->talker.num_hidden_layers + c->code_predictor.num_hidden_layers) + 2 + 7 +
-             2 * (QVE_N_GROUPS - 1) + 2;
+             2 * (QV_N_CODEBOOKS - 1) + 2;
     l->n = 0;
     l->m = m;
     l->s = calloc((size_t)l->cap, sizeof *l->s);
@@ -85,7 +85,7 @@ static int collect(slot_list *l, qv_model *m) {
     qve_code_predictor *cp = &m->cp;
     add_stack(l, &cp->stack, "talker.code_predictor.model");
     char n[160];
-    for (int g = 0; g < QVE_N_GROUPS - 1; g++) {
+    for (int g = 0; g < QV_N_CODEBOOKS - 1; g++) {
         snprintf(n, sizeof n, "talker.code_predictor.model.codec_embedding.%d.weight", g);
         add(l, n, &cp->codec_embedding[g], NULL, CV * H);
         snprintf(n, sizeof n, "talker.code_predictor.lm_head.%d.weight", g);
@@ -136,11 +136,11 @@ typedef struct {
 
 static int check_record(const qv_model *m, slot_list *l, const qvf_tensor *t, plan *p,
                         qve_wdelta_report *rep, char *err, size_t es) {
-    p->orig = qvm_st_find(m->st, t->name);
+    p->orig = qvm_st_find(m->ck->st, t->name);
     p->s = find(l, t->name);
     if (!p->orig)
         return snprintf(err, es, "weight delta for tensor %s, which %s does not have", t->name,
-                        m->dir),
+                        m->ck->dir),
                -1;
     if (p->s && p->s->hit)
         return snprintf(err, es, "two weight-delta records for tensor %s", t->name), -1;
@@ -157,14 +157,14 @@ static int check_record(const qv_model *m, slot_list *l, const qvf_tensor *t, pl
             return snprintf(err, es,
                             "weight delta for tensor %s does not fit %s (bf16 %llu bytes in the "
                             "voice, %s %zu bytes in the model)",
-                            t->name, m->dir, (unsigned long long)t->raw_bytes,
+                            t->name, m->ck->dir, (unsigned long long)t->raw_bytes,
                             qvm_dtype_name(p->orig->dtype), p->orig->n_bytes),
                    -1;
     } else if (t->dtype == QVF_DTYPE_F32) {
         if (t->encoding != QVF_ENC_RAW || t->raw_bytes != n_elems * 4 ||
             (p->s && (!p->s->f32 || (int64_t)n_elems != p->s->n)))
             return snprintf(err, es, "weight record for tensor %s does not fit %s (f32 %llu values)",
-                            t->name, m->dir, (unsigned long long)n_elems),
+                            t->name, m->ck->dir, (unsigned long long)n_elems),
                    -1;
     } else {
         return snprintf(err, es, "weight record for tensor %s: dtype %u", t->name, t->dtype), -1;
@@ -182,7 +182,7 @@ static int check_record(const qv_model *m, slot_list *l, const qvf_tensor *t, pl
                 return snprintf(err, es,
                                 "weight delta for tensor %s was made against other weights "
                                 "(SHA-256 %.16s…, %s has %.16s…): refusing to apply it",
-                                t->name, qvm_sha256_hex(t->target_sha256, a), m->dir,
+                                t->name, qvm_sha256_hex(t->target_sha256, a), m->ck->dir,
                                 qvm_sha256_hex(h, b)),
                        -1;
             p->same = !is_zero(t->result_sha256) && !memcmp(t->result_sha256, h, 32);
@@ -239,9 +239,8 @@ int qve_voice_wdelta_fits(const qv_model *m, const qvf_voice *v, enum qve_wdelta
                           char *err, size_t es) {
     *action = QVE_WDELTA_NONE;
     if (!v->has_wdelta || !v->n_tensors) return 0;
-    uint8_t fp[32];
+    const uint8_t *fp = m->ck->fingerprint;
     char a[65], b[65];
-    if (qvm_fingerprint_model(m->dir, QVM_FINGERPRINT_TABLE, fp, err, es)) return -1;
     if (!is_zero(v->source.fingerprint) && !memcmp(fp, v->source.fingerprint, 32)) {
         *action = QVE_WDELTA_SOURCE; /* the delta turns its target into this model */
         return 0;
@@ -254,19 +253,19 @@ int qve_voice_wdelta_fits(const qv_model *m, const qvf_voice *v, enum qve_wdelta
                         "apply it (use --no-wdelta for the x-vector/ICL only, or recreate the "
                         "voice with clone --target-cv %s)",
                         variant_name(tg->variant), tg->hidden_size,
-                        qvm_sha256_hex(tg->fingerprint, a), m->dir, qvm_sha256_hex(fp, b), m->dir),
+                        qvm_sha256_hex(tg->fingerprint, a), m->ck->dir, qvm_sha256_hex(fp, b), m->ck->dir),
                -1;
     if (is_zero(tg->fingerprint)) { /* legacy file: the legacy engine's own checks */
-        if (m->cfg.variant == QVM_VARIANT_BASE)
+        if (m->ck->cfg.variant == QVM_VARIANT_BASE)
             return snprintf(err, es,
                             "the voice's weight delta applies to a CustomVoice model, %s is a "
                             "Base model (use --no-wdelta)",
-                            m->dir),
+                            m->ck->dir),
                    -1;
-        if (tg->hidden_size && (int)tg->hidden_size != m->cfg.talker.hidden_size)
+        if (tg->hidden_size && (int)tg->hidden_size != m->ck->cfg.talker.hidden_size)
             return snprintf(err, es,
                             "the voice's weight delta is for hidden size %u, %s has %d: refusing",
-                            tg->hidden_size, m->dir, m->cfg.talker.hidden_size),
+                            tg->hidden_size, m->ck->dir, m->ck->cfg.talker.hidden_size),
                    -1;
     }
     *action = QVE_WDELTA_APPLIED;
@@ -281,11 +280,11 @@ int qve_voice_apply_wdelta(qv_model *m, const qvf_voice *v, qve_wdelta_report *r
     rep->action = QVE_WDELTA_NONE;
     rep->n_tensors = (int)v->n_tensors;
 
-    if (m->cfg.quant_bits || m->talker.text_token_map) /* the delta is over bf16 tensors */
+    if (m->ck->cfg.quant_bits || m->talker.text_token_map) /* the delta is over bf16 tensors */
         return snprintf(err, es,
                         "%s is a compressed checkpoint (docs/compression.md): a weight delta needs "
                         "the uncompressed one (use --no-wdelta)",
-                        m->dir),
+                        m->ck->dir),
                -1;
     slot_list l;
     plan *p = calloc(v->n_tensors, sizeof *p);
@@ -315,9 +314,9 @@ int qve_voice_apply_wdelta(qv_model *m, const qvf_voice *v, qve_wdelta_report *r
     memcpy(m->wdelta_source, v->source.fingerprint, 32);
     if (all && v->source.variant == QVF_VARIANT_BASE) {
         /* every weight is now the Base checkpoint's: behave as it (prompt layout, no presets) */
-        m->cfg.variant = QVM_VARIANT_BASE;
-        snprintf(m->cfg.tts_model_type, sizeof m->cfg.tts_model_type, "base");
-        m->cfg.n_speakers = 0;
+        m->ck->cfg.variant = QVM_VARIANT_BASE;
+        snprintf(m->ck->cfg.tts_model_type, sizeof m->ck->cfg.tts_model_type, "base");
+        m->ck->cfg.n_speakers = 0;
         rep->became_source = 1;
     }
     return 0;

@@ -52,7 +52,7 @@ static void say(report *r, int problem, const char *fmt, ...) {
 
 /* x-vector, TPAD and WOVR sizes against the model's. */
 static void check_sizes(report *r, const qvf_voice *v, const qv_model *m, const char *dir) {
-    const qvm_model_config *c = &m->cfg;
+    const qvm_model_config *c = &m->ck->cfg;
     uint32_t h = (uint32_t)c->talker.hidden_size, th = (uint32_t)c->text_hidden_size;
     /* a Base model takes its speaker encoder's output, a CustomVoice one a row of H */
     uint32_t want_enc = c->has_speaker_encoder ? (uint32_t)c->enc_dim : h;
@@ -79,7 +79,7 @@ static void check_wdelta(report *r, const qvf_voice *v, const qv_model *m, const
         say(r, 0, "WDELTA has no target fingerprint (legacy); only sizes checked");
     for (uint32_t i = 0; i < v->n_tensors; i++) {
         const qvf_tensor *t = &v->tensors[i];
-        const qvm_tensor *mt = qvm_st_find(m->st, t->name);
+        const qvm_tensor *mt = qvm_st_find(m->ck->st, t->name);
         if (!mt) {
             say(r, 1, "WDELTA tensor %s is not in model %s", t->name, dir);
             continue;
@@ -99,18 +99,18 @@ static void check_wdelta(report *r, const qvf_voice *v, const qv_model *m, const
 }
 
 int qve_voice_kinship(const qv_model *m, const qvf_voice *v, char *why, size_t why_size) {
-    const int H = m->cfg.talker.hidden_size;
+    const int H = m->ck->cfg.talker.hidden_size;
     float *tpad = malloc(3 * (size_t)H * sizeof(float));
-    if (!tpad || qvm_textside_special(&m->text, &m->cfg, NULL, tpad)) {
+    if (!tpad || qvm_textside_special(&m->text, &m->ck->cfg, NULL, tpad)) {
         free(tpad);
         return -1;
     }
     const qvm_text_rows mine = {tpad, m->text.fc1_bias, m->text.fc2_bias};
     const qvm_text_rows theirs = {v->tpad_hidden == (uint32_t)H ? v->tpad : NULL,
-                                  v->wovr_th == (uint32_t)m->cfg.text_hidden_size ? v->wovr_fc1_b : NULL,
+                                  v->wovr_th == (uint32_t)m->ck->cfg.text_hidden_size ? v->wovr_fc1_b : NULL,
                                   v->wovr_h == (uint32_t)H ? v->wovr_fc2_b : NULL};
     enum qvm_kinship k =
-        qvm_sibling_judge(&theirs, &mine, H, m->cfg.text_hidden_size, NULL, why, why_size);
+        qvm_sibling_judge(&theirs, &mine, H, m->ck->cfg.text_hidden_size, NULL, why, why_size);
     free(tpad);
     return (int)k;
 }

@@ -11,7 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "checkpoint/config.h"
+#include "checkpoint/ckpt.h"
+#include "checkpoint/manifest.h"
 #include "kernels/kernels.h"
 #include "checkpoint/safetensors.h"
 
@@ -81,20 +82,18 @@ static float *load_f32(float **arena, const qvm_st *st, const char *name, int n_
     return dst;
 }
 
-static int load_conv(conv_weights *cw, float **arena, const qvm_st *st, const char *prefix,
-                     int c_out, int c_in, int k, int has_bias, char *err, size_t err_size) {
-    char name[160];
+/* The conv module of kind k (manifest.h: k.weight [c_out, c_in, k], k.bias [c_out]). */
+static int load_conv(conv_weights *cw, float **arena, const qvm_st *st, enum qvm_tensor_kind kind,
+                     int block, int j, int c_out, int c_in, int k, char *err, size_t err_size) {
+    char m[160], name[168];
     int64_t shape[3] = {c_out, c_in, k};
-    snprintf(name, sizeof name, "%s.weight", prefix);
+    qvm_tensor_name(m, sizeof m, kind, block, j);
+    snprintf(name, sizeof name, "%s.weight", m);
     cw->w = load_f32(arena, st, name, 3, shape, err, err_size);
     if (!cw->w) return -1;
-    cw->b = NULL;
-    if (has_bias) {
-        snprintf(name, sizeof name, "%s.bias", prefix);
-        cw->b = load_f32(arena, st, name, 1, shape, err, err_size);
-        if (!cw->b) return -1;
-    }
-    return 0;
+    snprintf(name, sizeof name, "%s.bias", m);
+    cw->b = load_f32(arena, st, name, 1, shape, err, err_size);
+    return cw->b ? 0 : -1;
 }
 
 static size_t weight_floats(const ecapa_config *c) {
@@ -112,14 +111,14 @@ static size_t weight_floats(const ecapa_config *c) {
     return n;
 }
 
-qva_ecapa *qva_ecapa_load(const char *dir, char *err, size_t err_size) {
-    qvm_model_config mc;
-    if (qvm_model_config_load(&mc, dir, err, err_size)) return NULL;
-    if (!mc.has_speaker_encoder || mc.variant != QVM_VARIANT_BASE) {
+qva_ecapa *qva_ecapa_load(const qvm_ckpt *ck, char *err, size_t err_size) {
+    const qvm_model_config *mc = &ck->cfg;
+    const char *dir = ck->dir;
+    if (!mc->has_speaker_encoder || mc->variant != QVM_VARIANT_BASE) {
         snprintf(err, err_size,
                  "%s: not a Base model (tts_model_type \"%s\"): only Base checkpoints have the "
                  "speaker encoder that cloning needs",
-                 dir, mc.tts_model_type);
+                 dir, mc->tts_model_type);
         return NULL;
     }
     qva_ecapa *e = calloc(1, sizeof *e);
@@ -128,14 +127,14 @@ qva_ecapa *qva_ecapa_load(const char *dir, char *err, size_t err_size) {
         return NULL;
     }
     ecapa_config *c = &e->cfg;
-    c->mel_dim = mc.mel_dim;
-    c->enc_dim = mc.enc_dim;
-    memcpy(c->channels, mc.enc_channels, sizeof c->channels);
-    memcpy(c->kernel_sizes, mc.enc_kernel_sizes, sizeof c->kernel_sizes);
-    memcpy(c->dilations, mc.enc_dilations, sizeof c->dilations);
-    c->attention_channels = mc.enc_attention_channels;
-    c->res2net_scale = mc.enc_res2net_scale;
-    c->se_channels = mc.enc_se_channels;
+    c->mel_dim = mc->mel_dim;
+    c->enc_dim = mc->enc_dim;
+    memcpy(c->channels, mc->enc_channels, sizeof c->channels);
+    memcpy(c->kernel_sizes, mc->enc_kernel_sizes, sizeof c->kernel_sizes);
+    memcpy(c->dilations, mc->enc_dilations, sizeof c->dilations);
+    c->attention_channels = mc->enc_attention_channels;
+    c->res2net_scale = mc->enc_res2net_scale;
+    c->se_channels = mc->enc_se_channels;
     int ch = c->channels[1];
     if (c->mel_dim != QVA_MEL_BINS || c->res2net_scale < 2 || c->res2net_scale > MAX_SCALE ||
         ch % c->res2net_scale || c->channels[2] != ch || c->channels[3] != ch ||
@@ -152,41 +151,38 @@ qva_ecapa *qva_ecapa_load(const char *dir, char *err, size_t err_size) {
             return NULL;
         }
     e->arena = qvk_alloc(weight_floats(c) * sizeof(float));
-    qvm_st *st = NULL;
-    if (!e->arena || !(st = qvm_st_open_dir(dir, "model", err, err_size))) {
-        if (!e->arena) snprintf(err, err_size, "%s: out of memory", dir);
+    const qvm_st *st = ck->st;
+    if (!e->arena) {
+        snprintf(err, err_size, "%s: out of memory", dir);
         qva_ecapa_free(e);
         return NULL;
     }
     float *a = e->arena;
     ecapa_weights *w = &e->w;
     int sub = ch / c->res2net_scale, c4 = c->channels[4], att = c->attention_channels;
-    char p[128];
-    int rc = load_conv(&w->block0, &a, st, "speaker_encoder.blocks.0.conv", ch, c->mel_dim,
-                       c->kernel_sizes[0], 1, err, err_size);
-    for (int b = 0; b < N_SE_BLOCKS && !rc; b++) {
-        se_block_weights *s = &w->se[b];
-        snprintf(p, sizeof p, "speaker_encoder.blocks.%d.tdnn1.conv", b + 1);
-        rc = load_conv(&s->tdnn1, &a, st, p, ch, ch, 1, 1, err, err_size);
-        for (int j = 0; j < c->res2net_scale - 1 && !rc; j++) {
-            snprintf(p, sizeof p, "speaker_encoder.blocks.%d.res2net_block.blocks.%d.conv", b + 1, j);
-            rc = load_conv(&s->res2net[j], &a, st, p, sub, sub, c->kernel_sizes[b + 1], 1, err,
+    int rc = load_conv(&w->block0, &a, st, QVM_T_ECAPA_BLOCK0, 0, 0, ch, c->mel_dim,
+                       c->kernel_sizes[0], err, err_size);
+    for (int b = 1; b <= N_SE_BLOCKS && !rc; b++) {
+        se_block_weights *s = &w->se[b - 1];
+        rc = load_conv(&s->tdnn1, &a, st, QVM_T_ECAPA_TDNN1, b, 0, ch, ch, 1, err, err_size);
+        for (int j = 0; j < c->res2net_scale - 1 && !rc; j++)
+            rc = load_conv(&s->res2net[j], &a, st, QVM_T_ECAPA_RES2NET, b, j, sub, sub,
+                           c->kernel_sizes[b], err, err_size);
+        if (!rc) rc = load_conv(&s->tdnn2, &a, st, QVM_T_ECAPA_TDNN2, b, 0, ch, ch, 1, err, err_size);
+        if (!rc)
+            rc = load_conv(&s->se1, &a, st, QVM_T_ECAPA_SE1, b, 0, c->se_channels, ch, 1, err,
                            err_size);
-        }
-        snprintf(p, sizeof p, "speaker_encoder.blocks.%d.tdnn2.conv", b + 1);
-        if (!rc) rc = load_conv(&s->tdnn2, &a, st, p, ch, ch, 1, 1, err, err_size);
-        snprintf(p, sizeof p, "speaker_encoder.blocks.%d.se_block.conv1", b + 1);
-        if (!rc) rc = load_conv(&s->se1, &a, st, p, c->se_channels, ch, 1, 1, err, err_size);
-        snprintf(p, sizeof p, "speaker_encoder.blocks.%d.se_block.conv2", b + 1);
-        if (!rc) rc = load_conv(&s->se2, &a, st, p, ch, c->se_channels, 1, 1, err, err_size);
+        if (!rc)
+            rc = load_conv(&s->se2, &a, st, QVM_T_ECAPA_SE2, b, 0, ch, c->se_channels, 1, err,
+                           err_size);
     }
-    if (!rc) rc = load_conv(&w->mfa, &a, st, "speaker_encoder.mfa.conv", c4, 3 * ch, 1, 1, err, err_size);
+    if (!rc) rc = load_conv(&w->mfa, &a, st, QVM_T_ECAPA_MFA, 0, 0, c4, 3 * ch, 1, err, err_size);
     if (!rc)
-        rc = load_conv(&w->asp_tdnn, &a, st, "speaker_encoder.asp.tdnn.conv", att, 3 * c4, 1, 1,
-                       err, err_size);
-    if (!rc) rc = load_conv(&w->asp_conv, &a, st, "speaker_encoder.asp.conv", c4, att, 1, 1, err, err_size);
-    if (!rc) rc = load_conv(&w->fc, &a, st, "speaker_encoder.fc", c->enc_dim, 2 * c4, 1, 1, err, err_size);
-    qvm_st_close(st);
+        rc = load_conv(&w->asp_tdnn, &a, st, QVM_T_ECAPA_ASP_TDNN, 0, 0, att, 3 * c4, 1, err,
+                       err_size);
+    if (!rc) rc = load_conv(&w->asp_conv, &a, st, QVM_T_ECAPA_ASP_CONV, 0, 0, c4, att, 1, err, err_size);
+    if (!rc)
+        rc = load_conv(&w->fc, &a, st, QVM_T_ECAPA_FC, 0, 0, c->enc_dim, 2 * c4, 1, err, err_size);
     if (rc) {
         qva_ecapa_free(e);
         return NULL;

@@ -3,7 +3,7 @@
  * make a voice) and by the engine (speak --verify); it knows nothing of either.
  *
  *     qva_audio a; qva_audio_load(&a, "ref.wav", 30.0, err, sizeof err);
- *     qva_ecapa *e = qva_ecapa_load(base_dir, err, sizeof err);
+ *     qva_ecapa *e = qva_ecapa_load(ck, err, sizeof err);  // ck = qvm_ckpt_open(base_dir, ..)
  *     int nf = qva_mel_n_frames(a.n_samples);          // mel buffer: nf × 128 floats
  *     qva_mel_compute(mel_ctx, mel, a.samples, a.n_samples);
  *     qva_ecapa_forward(e, pool, xvec, mel, nf, err, sizeof err);
@@ -20,10 +20,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "include/qvoice.h"
 #include "kernels/kernels.h"
 
-#define QVA_SAMPLE_RATE_HZ 24000
+#define QVA_SAMPLE_RATE_HZ QV_SAMPLE_RATE_HZ /* the public rate, named for features/ */
 #define QVA_MIN_SECONDS 3.0        /* shorter references are refused */
+#define QVA_MIN_RATE_HZ 8000       /* source rates outside these are refused before decoding */
+#define QVA_MAX_RATE_HZ 192000
 #define QVA_SHORT_SECONDS 10.0     /* shorter references get a warning */
 #define QVA_DEFAULT_MAX_SECONDS 30.0
 #define QVA_CLIP_LEVEL 0.999       /* |x| at or above this counts as clipped */
@@ -64,8 +67,9 @@ void qva_audio_free(qva_audio *a); /* accepts zeroed structs */
 #define QVA_MEL_HOP 256
 
 typedef struct qva_mel qva_mel;
-/* FFTW plan and Slaney filterbank, made once. NULL on allocation failure. Not thread-safe to
- * create (FFTW planner); a qva_mel is used by one thread at a time. */
+/* FFTW plan and Slaney filterbank, made once. NULL on allocation failure. Create and free are
+ * thread-safe (the plan is made under fft.c's planner lock); a qva_mel is used by one thread at a
+ * time. */
 qva_mel *qva_mel_create(void);
 void qva_mel_free(qva_mel *m);
 /* Frames for n_samples: ⌊(n + 768 − 1024)/256⌋ + 1, or 0 when n < 385 (reflect pad needs it). */
@@ -76,10 +80,11 @@ int qva_mel_compute(qva_mel *m, float *out, const float *x, int64_t n_samples);
 /* ---- ECAPA-TDNN speaker encoder (§5.2) --------------------------------------------------- */
 
 typedef struct qva_ecapa qva_ecapa;
-/* Loads speaker_encoder.* from BASE_DIR/model.safetensors (BF16 widened to f32 once) using
- * BASE_DIR/config.json. A model without a speaker encoder (CustomVoice, VoiceDesign) is an error
- * that says so. NULL with err on failure. */
-qva_ecapa *qva_ecapa_load(const char *model_dir, char *err, size_t err_size);
+struct qvm_ckpt; /* checkpoint/ckpt.h */
+/* Loads speaker_encoder.* from ck's model.safetensors (BF16 widened to f32 once: ck may be
+ * freed afterwards) using its config. A model without a speaker encoder (CustomVoice,
+ * VoiceDesign) is an error that says so. NULL with err on failure. */
+qva_ecapa *qva_ecapa_load(const struct qvm_ckpt *ck, char *err, size_t err_size);
 void qva_ecapa_free(qva_ecapa *e);
 int qva_ecapa_dim(const qva_ecapa *e);   /* enc_dim: 1024 (0.6B) or 2048 (1.7B) */
 /* mel [n_frames, 128] (qva_mel_compute layout) → xvec [enc_dim]. Allocates activations for

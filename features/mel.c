@@ -1,15 +1,16 @@
 /* mel.c — the speaker encoder's log-mel front end (§5.1): reflect pad 384, periodic Hann,
- * 1024-point real FFT (FFTW, planned once), magnitude with the 1e-9 term, librosa's Slaney
- * filterbank, ln(max(mel, 1e-5)). The filterbank is built in double and rounded to f32 in the
- * same two steps as librosa.filters.mel(dtype=float32), so the weights match it bit for bit.
+ * 1024-point real FFT (FFTW, planned once per context through fft.c), magnitude with the 1e-9
+ * term, librosa's Slaney filterbank, ln(max(mel, 1e-5)). The filterbank is built in double and
+ * rounded to f32 in the same two steps as librosa.filters.mel(dtype=float32), so the weights
+ * match it bit for bit.
  */
 #include "features/features.h"
 
-#include <fftw3.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "features/fft.h"
 #include "kernels/kernels.h"
 
 #define N_BINS (QVA_MEL_N_FFT / 2 + 1)
@@ -72,10 +73,7 @@ qva_mel *qva_mel_create(void) {
         qva_mel_free(m);
         return NULL;
     }
-    int n = QVA_MEL_N_FFT;
-    m->plan = fftwf_plan_many_dft_r2c(1, &n, BATCH, m->frames, NULL, 1, QVA_MEL_N_FFT, m->spec,
-                                      NULL, 1, N_BINS, FFTW_ESTIMATE);
-    if (!m->plan) {
+    if (!(m->plan = qva_fft_plan_r2c(QVA_MEL_N_FFT, BATCH, m->frames, m->spec))) {
         qva_mel_free(m);
         return NULL;
     }
@@ -87,7 +85,7 @@ qva_mel *qva_mel_create(void) {
 
 void qva_mel_free(qva_mel *m) {
     if (!m) return;
-    if (m->plan) fftwf_destroy_plan(m->plan);
+    qva_fft_destroy(m->plan);
     fftwf_free(m->frames);
     fftwf_free(m->spec);
     qvk_free(m->window);

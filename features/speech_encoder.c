@@ -13,7 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "checkpoint/config.h"
+#include "checkpoint/ckpt.h"
+#include "checkpoint/manifest.h"
 #include "kernels/kernels.h"
 #include "checkpoint/safetensors.h"
 
@@ -62,7 +63,7 @@ typedef struct {
 struct qva_speech_encoder {
     enc_config cfg;
     enc_weights w;
-    qvm_st *st;
+    qvm_ckpt *ck; /* a reference; the weights borrow its codec_st */
     int window;
 };
 
@@ -91,12 +92,14 @@ static const float *conv_weight(enc_weights *w, const qvm_st *st, const char *na
     return dst;
 }
 
-static int conv_load(enc_weights *w, conv_w *cw, const qvm_st *st, const char *prefix, int c_out,
-                     int c_in, int k, char *err, size_t err_size) {
-    char name[192];
-    snprintf(name, sizeof name, "%s.weight", prefix);
+/* The conv module of kind k, index i, j (manifest.h: .weight [c_out, c_in, k], .bias [c_out]). */
+static int conv_load(enc_weights *w, conv_w *cw, const qvm_st *st, enum qvm_tensor_kind kind,
+                     int i, int j, int c_out, int c_in, int k, char *err, size_t err_size) {
+    char m[160], name[168];
+    qvm_tensor_name(m, sizeof m, kind, i, j);
+    snprintf(name, sizeof name, "%s.weight", m);
     cw->w = conv_weight(w, st, name, c_out, c_in, k, err, err_size);
-    snprintf(name, sizeof name, "%s.bias", prefix);
+    snprintf(name, sizeof name, "%s.bias", m);
     cw->b = cw->w ? tensor(st, name, 1, c_out, 0, 0, err, err_size) : NULL;
     return cw->w && cw->b ? 0 : -1;
 }
@@ -138,7 +141,7 @@ static int config_from(enc_config *c, const qvm_codec_config *cc) {
     int ok = c->n_filters > 0 && c->compress > 0 && c->n_residual_layers >= 1 &&
              c->n_residual_layers <= MAX_RES && c->n_layers >= 0 && c->n_layers <= MAX_LAYERS &&
              c->n_heads > 0 && c->head_dim > 0 && c->head_dim % 2 == 0 &&
-             c->n_heads * c->head_dim == c->hidden_size && c->n_codes == QVA_CODE_GROUPS &&
+             c->n_heads * c->head_dim == c->hidden_size && c->n_codes == QV_N_CODEBOOKS &&
              c->codebook_size > 0 && c->codebook_dim > 0 && cc->encoder.num_semantic_quantizers == 1 &&
              cc->encoder.num_quantizers >= c->n_codes;
     for (int i = 0; i < N_STAGES; i++) ok = ok && c->ratios[i] > 0;
@@ -147,14 +150,16 @@ static int config_from(enc_config *c, const qvm_codec_config *cc) {
     return ok ? 0 : -1;
 }
 
-static int codebook_load(qva_speech_encoder *se, int g, const char *prefix, char *err,
-                         size_t err_size) {
+/* Codebook g (0 semantic, 1.. acoustic layer g - 1): embed_sum / max(cluster_usage, 1e-5). */
+static int codebook_load(qva_speech_encoder *se, int g, char *err, size_t err_size) {
     const enc_config *c = &se->cfg;
-    char name[192];
-    snprintf(name, sizeof name, "%s.codebook.embed_sum", prefix);
-    const float *sum = tensor(se->st, name, 2, c->codebook_size, c->codebook_dim, 0, err, err_size);
-    snprintf(name, sizeof name, "%s.codebook.cluster_usage", prefix);
-    const float *use = sum ? tensor(se->st, name, 1, c->codebook_size, 0, 0, err, err_size) : NULL;
+    const qvm_st *st = se->ck->codec_st;
+    char name[160];
+    const int l = g ? g - 1 : 0;
+    qvm_tensor_name(name, sizeof name, g ? QVM_T_MIMI_ACO_SUM : QVM_T_MIMI_SEM_SUM, l, 0);
+    const float *sum = tensor(st, name, 2, c->codebook_size, c->codebook_dim, 0, err, err_size);
+    qvm_tensor_name(name, sizeof name, g ? QVM_T_MIMI_ACO_USAGE : QVM_T_MIMI_SEM_USAGE, l, 0);
+    const float *use = sum ? tensor(st, name, 1, c->codebook_size, 0, 0, err, err_size) : NULL;
     if (!use) return -1;
     size_t n = (size_t)c->codebook_size * c->codebook_dim;
     float *e = se->w.codebook + (size_t)g * n;
@@ -172,34 +177,30 @@ static int codebook_load(qva_speech_encoder *se, int g, const char *prefix, char
     return 0;
 }
 
-qva_speech_encoder *qva_speech_encoder_load(const char *dir, char *err, size_t err_size) {
-    qvm_codec_config cc;
-    if (qvm_codec_config_load(&cc, dir, err, err_size)) return NULL;
+qva_speech_encoder *qva_speech_encoder_load(qvm_ckpt *ck, char *err, size_t err_size) {
+    const char *dir = ck->dir;
     qva_speech_encoder *se = calloc(1, sizeof *se);
     if (!se) {
         snprintf(err, err_size, "%s: out of memory", dir);
         return NULL;
     }
     enc_config *c = &se->cfg;
-    if (config_from(c, &cc)) {
+    if (config_from(c, &ck->codec)) {
         snprintf(err, err_size, "%s/speech_tokenizer/config.json: unsupported encoder_config", dir);
         free(se);
         return NULL;
     }
-    se->st = qvm_st_open_dir(dir, "speech_tokenizer/model", err, err_size);
-    if (!se->st) {
-        free(se);
-        return NULL;
-    }
-    if (!qvm_st_find(se->st, "encoder.encoder.layers.0.conv.weight")) { /* stripped */
+    se->ck = qvm_ckpt_ref(ck);
+    char p[192], m[160];
+    snprintf(p, sizeof p, "%s.weight", qvm_tensor_name(m, sizeof m, QVM_T_MIMI_CONV, 0, 0));
+    if (!qvm_st_find(ck->codec_st, p)) { /* stripped */
         snprintf(err, err_size, "%s: no speech encoder (removed by qvoice-compress --strip-encoder): "
-                 "ICL cloning needs the model's full speech tokenizer", qvm_st_file(se->st, NULL));
+                 "ICL cloning needs the model's full speech tokenizer", qvm_st_file(ck->codec_st, NULL));
         qva_speech_encoder_free(se);
         return NULL;
     }
     enc_weights *w = &se->w;
-    const qvm_st *st = se->st;
-    char p[192];
+    const qvm_st *st = ck->codec_st;
     int idx = 0, ch = c->n_filters, rc;
     w->conv_cap = conv_floats(c);
     w->conv_arena = qvk_alloc(w->conv_cap * sizeof(float));
@@ -208,57 +209,55 @@ qva_speech_encoder *qva_speech_encoder_load(const char *dir, char *err, size_t e
         qva_speech_encoder_free(se);
         return NULL;
     }
-    rc = conv_load(w, &w->conv0, st, "encoder.encoder.layers.0.conv", ch, 1, c->kernel_size, err, err_size);
+    rc = conv_load(w, &w->conv0, st, QVM_T_MIMI_CONV, 0, 0, ch, 1, c->kernel_size, err, err_size);
     idx = 1;
     for (int s = 0; s < N_STAGES && !rc; s++) {
         int hid = ch / c->compress;
         for (int j = 0; j < c->n_residual_layers && !rc; j++, idx++) {
-            snprintf(p, sizeof p, "encoder.encoder.layers.%d.block.1.conv", idx);
-            rc = conv_load(w, &w->stage[s].res[j][0], st, p, hid, ch, c->residual_kernel_size, err, err_size);
-            snprintf(p, sizeof p, "encoder.encoder.layers.%d.block.3.conv", idx);
-            if (!rc) rc = conv_load(w, &w->stage[s].res[j][1], st, p, ch, hid, 1, err, err_size);
+            rc = conv_load(w, &w->stage[s].res[j][0], st, QVM_T_MIMI_RES, idx, 1, hid, ch,
+                           c->residual_kernel_size, err, err_size);
+            if (!rc)
+                rc = conv_load(w, &w->stage[s].res[j][1], st, QVM_T_MIMI_RES, idx, 3, ch, hid, 1,
+                               err, err_size);
         }
         idx++; /* ELU */
-        snprintf(p, sizeof p, "encoder.encoder.layers.%d.conv", idx++);
-        if (!rc) rc = conv_load(w, &w->stage[s].down, st, p, 2 * ch, ch, 2 * c->ratios[s], err, err_size);
+        if (!rc)
+            rc = conv_load(w, &w->stage[s].down, st, QVM_T_MIMI_CONV, idx, 0, 2 * ch, ch,
+                           2 * c->ratios[s], err, err_size);
+        idx++;
         ch *= 2;
     }
     idx++; /* ELU */
-    snprintf(p, sizeof p, "encoder.encoder.layers.%d.conv", idx);
-    if (!rc) rc = conv_load(w, &w->conv_last, st, p, c->hidden_size, ch, c->last_kernel_size, err, err_size);
+    if (!rc)
+        rc = conv_load(w, &w->conv_last, st, QVM_T_MIMI_CONV, idx, 0, c->hidden_size, ch,
+                       c->last_kernel_size, err, err_size);
     int h = c->hidden_size, f = c->intermediate_size;
     for (int l = 0; l < c->n_layers && !rc; l++) {
         layer_w *L = &w->layer[l];
-        struct { const float **dst; const char *name; int nd; int d0, d1; } tab[] = {
-            {&L->ln1_w, "input_layernorm.weight", 1, h, 0},
-            {&L->ln1_b, "input_layernorm.bias", 1, h, 0},
-            {&L->wq, "self_attn.q_proj.weight", 2, h, h},
-            {&L->wk, "self_attn.k_proj.weight", 2, h, h},
-            {&L->wv, "self_attn.v_proj.weight", 2, h, h},
-            {&L->wo, "self_attn.o_proj.weight", 2, h, h},
-            {&L->ls1, "self_attn_layer_scale.scale", 1, h, 0},
-            {&L->ln2_w, "post_attention_layernorm.weight", 1, h, 0},
-            {&L->ln2_b, "post_attention_layernorm.bias", 1, h, 0},
-            {&L->fc1, "mlp.fc1.weight", 2, f, h},
-            {&L->fc2, "mlp.fc2.weight", 2, h, f},
-            {&L->ls2, "mlp_layer_scale.scale", 1, h, 0},
+        struct { const float **dst; enum qvm_tensor_kind k; int nd; int d0, d1; } tab[] = {
+            {&L->ln1_w, QVM_T_MIMI_LN1_W, 1, h, 0},   {&L->ln1_b, QVM_T_MIMI_LN1_B, 1, h, 0},
+            {&L->wq, QVM_T_MIMI_Q, 2, h, h},          {&L->wk, QVM_T_MIMI_K, 2, h, h},
+            {&L->wv, QVM_T_MIMI_V, 2, h, h},          {&L->wo, QVM_T_MIMI_O, 2, h, h},
+            {&L->ls1, QVM_T_MIMI_ATTN_SCALE, 1, h, 0}, {&L->ln2_w, QVM_T_MIMI_LN2_W, 1, h, 0},
+            {&L->ln2_b, QVM_T_MIMI_LN2_B, 1, h, 0},   {&L->fc1, QVM_T_MIMI_FC1, 2, f, h},
+            {&L->fc2, QVM_T_MIMI_FC2, 2, h, f},       {&L->ls2, QVM_T_MIMI_MLP_SCALE, 1, h, 0},
         };
         for (size_t i = 0; i < sizeof tab / sizeof tab[0] && !rc; i++) {
-            snprintf(p, sizeof p, "encoder.encoder_transformer.layers.%d.%s", l, tab[i].name);
+            qvm_tensor_name(p, sizeof p, tab[i].k, l, 0);
             *tab[i].dst = tensor(st, p, tab[i].nd, tab[i].d0, tab[i].d1, 0, err, err_size);
             rc = *tab[i].dst ? 0 : -1;
         }
     }
     if (!rc) {
-        w->downsample = conv_weight(w, st, "encoder.downsample.conv.weight", h, h, 4, err, err_size);
+        qvm_tensor_name(p, sizeof p, QVM_T_MIMI_DOWNSAMPLE, 0, 0);
+        w->downsample = conv_weight(w, st, p, h, h, 4, err, err_size);
         rc = w->downsample ? 0 : -1;
     }
     if (!rc) {
-        w->proj_sem = tensor(st, "encoder.quantizer.semantic_residual_vector_quantizer.input_proj.weight",
-                             3, c->codebook_dim, h, 1, err, err_size);
-        w->proj_ac = w->proj_sem ? tensor(st,
-                             "encoder.quantizer.acoustic_residual_vector_quantizer.input_proj.weight",
-                             3, c->codebook_dim, h, 1, err, err_size) : NULL;
+        qvm_tensor_name(p, sizeof p, QVM_T_MIMI_SEM_IN, 0, 0);
+        w->proj_sem = tensor(st, p, 3, c->codebook_dim, h, 1, err, err_size);
+        qvm_tensor_name(p, sizeof p, QVM_T_MIMI_ACO_IN, 0, 0);
+        w->proj_ac = w->proj_sem ? tensor(st, p, 3, c->codebook_dim, h, 1, err, err_size) : NULL;
         rc = w->proj_ac ? 0 : -1;
     }
     if (!rc) {
@@ -269,13 +268,7 @@ qva_speech_encoder *qva_speech_encoder_load(const char *dir, char *err, size_t e
             rc = -1;
         }
     }
-    if (!rc)
-        rc = codebook_load(se, 0, "encoder.quantizer.semantic_residual_vector_quantizer.layers.0",
-                           err, err_size);
-    for (int g = 1; g < c->n_codes && !rc; g++) {
-        snprintf(p, sizeof p, "encoder.quantizer.acoustic_residual_vector_quantizer.layers.%d", g - 1);
-        rc = codebook_load(se, g, p, err, err_size);
-    }
+    for (int g = 0; g < c->n_codes && !rc; g++) rc = codebook_load(se, g, err, err_size);
     if (rc) {
         qva_speech_encoder_free(se);
         return NULL;
@@ -288,7 +281,7 @@ void qva_speech_encoder_free(qva_speech_encoder *se) {
     qvk_free(se->w.codebook);
     qvk_free(se->w.codebook_sq);
     qvk_free(se->w.conv_arena);
-    qvm_st_close(se->st);
+    qvm_ckpt_free(se->ck);
     free(se);
 }
 

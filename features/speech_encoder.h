@@ -8,14 +8,15 @@
 #include <stdint.h>
 
 #include "features/features.h"
+#include "include/qvoice.h"
 
 /* ---- speech-tokenizer (Mimi) encoder (§6.2) --------------------------------------------- */
 
-#define QVA_CODE_GROUPS 16
 typedef struct qva_speech_encoder qva_speech_encoder;
-/* Loads encoder.* from DIR/speech_tokenizer/model.safetensors (F32, borrowed from the mmap;
- * codebooks embed_sum / max(cluster_usage, 1e-5) are computed once). NULL with err on failure. */
-qva_speech_encoder *qva_speech_encoder_load(const char *model_dir, char *err, size_t err_size);
+/* Loads encoder.* from ck's speech tokenizer (F32, borrowed from its mmap: the encoder holds a
+ * reference to ck; codebooks embed_sum / max(cluster_usage, 1e-5) are computed once). NULL with
+ * err on failure. */
+qva_speech_encoder *qva_speech_encoder_load(struct qvm_ckpt *ck, char *err, size_t err_size);
 void qva_speech_encoder_free(qva_speech_encoder *se);
 /* Attention window in 25 Hz frames: 0 = plain causal (default, what the official eager path
  * computes), otherwise query i sees keys i−window < j ≤ i (flash-attention behaviour). */

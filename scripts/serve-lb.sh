@@ -37,7 +37,7 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 
 start_backend() { # NAME [PORT] -> prints its port
   : > "$W/$1.log"
-  bin/qvoice-server -m "$MODEL" --voices "$W/voices" --listen "127.0.0.1:${2:-0}" >/dev/null 2>"$W/$1.log" &
+  bin/qvoice-server -m "$MODEL" --voices "$W/voices" --max-connections-per-ip 256 --listen "127.0.0.1:${2:-0}" >/dev/null 2>"$W/$1.log" &
   echo $! > "$W/$1.pid"
   for _ in $(seq 300); do
     port=$(sed -n 's/.*listening on .*:\([0-9]*\)$/\1/p' "$W/$1.log")

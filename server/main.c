@@ -29,7 +29,9 @@ static void usage(const qv_server_config *d) {
            "                  [--listen HOST:PORT] [--api-key-file F] [--threads N]\n"
            "                  [--max-concurrency N] [--max-queue N] [--batch N] [--quant bf16|int8]\n"
            "                  [--max-seconds S] [--max-text-chars N] [--max-upload-mb N]\n"
-           "                  [--timeout S]\n"
+           "                  [--timeout S] [--receive-timeout S] [--max-connections N]\n"
+           "                  [--max-connections-per-ip N] [--probe-listen HOST:PORT]\n"
+           "                  [--max-voices N] [--max-library-mb N]\n"
            "    qvoice-server --help | --version\n"
            "\n"
            "DESCRIPTION\n"
@@ -46,7 +48,9 @@ static void usage(const qv_server_config *d) {
            "    -c, --clone-model DIR   Base model for cloning uploaded reference audio\n"
            "    -l, --listen HOST:PORT  address (default %s; port 0: any free port)\n"
            "    -k, --api-key-file F    accept only Authorization: Bearer KEY with a key from F\n"
-           "                            (one per line) on /v1/ routes\n"
+           "                            on /v1/ routes; a line is NAME:admin:KEY, NAME:user:KEY\n"
+           "                            (a user key's voices are its own; it deletes only them)\n"
+           "                            or a plain KEY (an admin key)\n"
            "    -j, --threads N         compute threads per synthesis (default %d: all online CPUs)\n"
            "    -C, --max-concurrency N syntheses at once (default %d)\n"
            "    -q, --max-queue N       requests waiting beyond that before 429 (default %d)\n"
@@ -58,8 +62,20 @@ static void usage(const qv_server_config *d) {
            "    -s, --max-seconds S     cap on audio per request, 0 = none (default %g)\n"
            "    -n, --max-text-chars N  longest input in characters (default %d)\n"
            "    -u, --max-upload-mb N   largest voice upload (default %d)\n"
+           "    -N, --max-voices N      voices in the library; more uploads get 507 (default %d)\n"
+           "    -L, --max-library-mb N  bytes of the library's voice files; the same (default %d)\n"
            "    -T, --timeout S         idle connection timeout and wall time per request\n"
            "                            (default %d)\n"
+           "    -R, --receive-timeout S total time to send one request's headers and body; a\n"
+           "                            slower client is disconnected (default %d)\n"
+           "    -M, --max-connections N open connections at once (default %d)\n"
+           "    -P, --max-connections-per-ip N\n"
+           "                            of them from one address (default %d; behind a proxy\n"
+           "                            set it to --max-connections)\n"
+           "    -p, --probe-listen HOST:PORT\n"
+           "                            a second address serving only /health, /ready and\n"
+           "                            /metrics with 16 connections of its own, answerable\n"
+           "                            while the main ones are all taken\n"
            "    -h, --help              this text\n"
            "    -V, --version           version\n"
            "\n"
@@ -73,7 +89,9 @@ static void usage(const qv_server_config *d) {
            "         -d '{\"input\":\"Hello.\",\"voice\":\"ryan\"}' -o hello.wav\n",
            DRAIN_SECONDS, d->listen, d->n_threads, d->max_concurrency, d->max_queue,
            d->batch_streams, QV_BATCH_MAX_STREAMS,
-           d->max_seconds, d->max_text_chars, d->max_upload_mb, d->timeout_s);
+           d->max_seconds, d->max_text_chars, d->max_upload_mb, d->max_voices, d->max_library_mb,
+           d->timeout_s, d->receive_s,
+           d->max_connections, d->max_connections_per_ip);
 }
 
 static int usage_error(const char *fmt, const char *arg) {
@@ -120,12 +138,16 @@ int main(int argc, char **argv) {
         {"batch", required_argument, 0, 'B'},
         {"quant", required_argument, 0, 'Q'},       {"max-seconds", required_argument, 0, 's'},
         {"max-text-chars", required_argument, 0, 'n'}, {"max-upload-mb", required_argument, 0, 'u'},
-        {"timeout", required_argument, 0, 'T'},     {"help", no_argument, 0, 'h'},
+        {"timeout", required_argument, 0, 'T'},     {"receive-timeout", required_argument, 0, 'R'},
+        {"max-connections", required_argument, 0, 'M'},
+        {"max-connections-per-ip", required_argument, 0, 'P'},
+        {"probe-listen", required_argument, 0, 'p'}, {"max-voices", required_argument, 0, 'N'},
+        {"max-library-mb", required_argument, 0, 'L'}, {"help", no_argument, 0, 'h'},
         {"version", no_argument, 0, 'V'},           {0, 0, 0, 0}};
     int o;
     char *end;
     opterr = 0;
-    while ((o = getopt_long(argc, argv, ":m:v:c:l:k:j:C:q:B:Q:s:n:u:T:hV", opts, NULL)) != -1) {
+    while ((o = getopt_long(argc, argv, ":m:v:c:l:k:j:C:q:B:Q:s:n:u:T:R:M:P:p:N:L:hV", opts, NULL)) != -1) {
         switch (o) {
         case 'm':
             if (c.n_models == MAX_MODELS) return usage_error("-m: at most %s models", "8");
@@ -173,6 +195,29 @@ int main(int argc, char **argv) {
             if (int_arg(optarg, 1, 86400, &c.timeout_s))
                 return usage_error("--timeout: expected 1..86400 seconds, found '%s'", optarg);
             break;
+        case 'R':
+            if (int_arg(optarg, 1, 86400, &c.receive_s))
+                return usage_error("--receive-timeout: expected 1..86400 seconds, found '%s'",
+                                   optarg);
+            break;
+        case 'M':
+            if (int_arg(optarg, 1, 65536, &c.max_connections))
+                return usage_error("--max-connections: expected 1..65536, found '%s'", optarg);
+            break;
+        case 'P':
+            if (int_arg(optarg, 1, 65536, &c.max_connections_per_ip))
+                return usage_error("--max-connections-per-ip: expected 1..65536, found '%s'",
+                                   optarg);
+            break;
+        case 'p': c.probe_listen = optarg; break;
+        case 'N':
+            if (int_arg(optarg, 0, 1000000, &c.max_voices))
+                return usage_error("--max-voices: expected 0..1000000, found '%s'", optarg);
+            break;
+        case 'L':
+            if (int_arg(optarg, 0, 1 << 30, &c.max_library_mb))
+                return usage_error("--max-library-mb: expected 0..1073741824, found '%s'", optarg);
+            break;
         case 'h': usage(&c); return 0;
         case 'V': printf(TOOL " %s\n", qv_version()); return 0;
         case ':': return usage_error("%s needs an argument", argv[optind - 1]);
@@ -204,6 +249,12 @@ int main(int argc, char **argv) {
     snprintf(line, sizeof line, "listening on %.*s:%d", (int)(strrchr(c.listen, ':') - c.listen),
              c.listen, qv_server_port(s));
     log_line(NULL, line);
+    if (c.probe_listen) {
+        snprintf(line, sizeof line, "probes on %.*s:%d",
+                 (int)(strrchr(c.probe_listen, ':') - c.probe_listen), c.probe_listen,
+                 qv_server_probe_port(s));
+        log_line(NULL, line);
+    }
     int sig = 0;
     sigwait(&set, &sig);
     snprintf(line, sizeof line, "%s: draining", sig == SIGTERM ? "SIGTERM" : "SIGINT");

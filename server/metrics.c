@@ -100,10 +100,12 @@ char *qvs_metrics_render(metrics *m, int active, int queued, int64_t batch_steps
         "# TYPE qvoice_guard_failures_total counter\nqvoice_guard_failures_total %llu\n"
         "# HELP qvoice_cancelled_total Syntheses cancelled by a disconnect or the time limit.\n"
         "# TYPE qvoice_cancelled_total counter\nqvoice_cancelled_total %llu\n"
+        "# HELP qvoice_slow_clients_total Connections cut: request not received in time.\n"
+        "# TYPE qvoice_slow_clients_total counter\nqvoice_slow_clients_total %llu\n"
         "# HELP qvoice_audio_seconds_total Audio delivered.\n"
         "# TYPE qvoice_audio_seconds_total counter\nqvoice_audio_seconds_total %.3f\n",
         (unsigned long long)m->stream_errors, (unsigned long long)m->guard_failures,
-        (unsigned long long)m->cancelled, m->audio_seconds);
+        (unsigned long long)m->cancelled, (unsigned long long)m->slow_cut, m->audio_seconds);
     hist_out(&b, "qvoice_rtf", "Real-time factor of syntheses (wall / audio).", &m->rtf);
     hist_out(&b, "qvoice_time_to_first_audio_seconds",
              "Start of synthesis to the first audio block.", &m->ttfa_s);

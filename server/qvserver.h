@@ -29,7 +29,10 @@ typedef struct {
     const char *voices_dir;      /* voice library: <sha256>.qvoice files (created if missing) */
     const char *clone_model_dir; /* Base model for POST /v1/audio/voices with audio, or NULL */
     const char *listen;          /* "HOST:PORT"; port 0 picks a free one (qv_server_port) */
-    const char *api_key_file;    /* one accepted bearer key per line, or NULL: no auth */
+    const char *api_key_file;    /* accepted bearer keys, one per line: "name:admin:KEY" or
+                                    "name:user:KEY" (a user key deletes only the voices it
+                                    uploaded, and they are its own), or a plain KEY (admin);
+                                    NULL: no auth */
     int n_threads;               /* compute threads per synthesis (qv_threads_resolve) */
     int max_concurrency;         /* syntheses at once (one qv_synth each) */
     int max_queue;               /* requests waiting for a slot beyond that; more get 429 */
@@ -39,14 +42,25 @@ typedef struct {
     double max_seconds;          /* cap on audio per request (0 = none); requests may ask less */
     int max_text_chars;          /* code points of input */
     int max_upload_mb;           /* multipart upload size */
+    int max_voices;              /* voices in the library; more uploads get 507 */
+    int max_library_mb;          /* bytes of the library's voice files; the same */
     int timeout_s;               /* idle connection timeout and wall time of one request */
+    int receive_s;               /* total time to receive one request's headers and body; a
+                                    slower client is disconnected (not idle-only: a trickle too) */
+    int max_connections;         /* open connections on listen */
+    int max_connections_per_ip;  /* of them from one client address (behind a proxy: all of
+                                    them come from the proxy's, so raise it to max_connections) */
+    const char *probe_listen;    /* "HOST:PORT" of a second listener serving only /health,
+                                    /ready and /metrics with a budget of its own, answerable
+                                    while listen's connections are all taken; NULL: none */
     void (*log)(void *user, const char *line); /* one line, no newline; NULL: silent */
     void *log_user;
 } qv_server_config;
 
 /* listen 127.0.0.1:8080, 1 thread, concurrency 1, queue 4, batches of up to 8 streams, bf16,
- * 120 s cap, 4096 chars, 20 MB uploads, 300 s timeout (a 120 s utterance at RTF 2 must fit); no
- * models, no voices dir, no auth, no log. */
+ * 120 s cap, 4096 chars, 20 MB uploads, 1000 voices in 20480 MB, 300 s timeout (a 120 s
+ * utterance at RTF 2 must fit), 60 s to receive a request, 256 connections, 16 per address; no
+ * probe listener, no models, no voices dir, no auth, no log. */
 qv_server_config qv_server_default_config(void);
 
 typedef struct qv_server qv_server;
@@ -56,6 +70,7 @@ typedef struct qv_server qv_server;
 enum qv_status qv_server_start(qv_server **out, const qv_server_config *c, char *err,
                                size_t err_size);
 int qv_server_port(const qv_server *s); /* the port listened on */
+int qv_server_probe_port(const qv_server *s); /* probe_listen's port, or 0 */
 /* Stops accepting connections, answers 503 to new requests on open ones, and waits up to
  * timeout_s for requests in flight to finish. */
 void qv_server_drain(qv_server *s, double timeout_s);

@@ -6,7 +6,6 @@
 #include <errno.h>
 #include <netdb.h>
 #include <openssl/crypto.h>
-#include <poll.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,36 +15,6 @@
 #include <unistd.h>
 
 #include "server/server_impl.h"
-
-/* ==== helpers ================================================================================ */
-
-/* Waits on s->cv (s->mu held) for a signal or 100 ms, whichever comes first. */
-void qvs_wait_tick(qv_server *s) {
-    struct timespec t;
-    clock_gettime(CLOCK_REALTIME, &t);
-    t.tv_nsec += 100000000;
-    if (t.tv_nsec >= 1000000000) {
-        t.tv_sec++;
-        t.tv_nsec -= 1000000000;
-    }
-    pthread_cond_timedwait(&s->cv, &s->mu, &t);
-}
-
-double qvs_now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-void qvs_srv_log(qv_server *s, const char *fmt, ...) {
-    if (!s->cfg.log) return;
-    char line[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    s->cfg.log(s->cfg.log_user, line);
-}
 
 static void mhd_log(void *cls, const char *fmt, va_list ap) {
     qv_server *s = cls;
@@ -57,72 +26,74 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
     qvs_srv_log(s, "libmicrohttpd: %s", line);
 }
 
-int qvs_peer_gone(struct MHD_Connection *c) {
+/* ==== slow clients =========================================================================== */
+
+/* libmicrohttpd's timeout counts idle time only: a client sending a header byte every few seconds
+ * would hold its connection (and its thread) for ever. Each connection is watched from its start
+ * until its request has arrived whole; one not received within receive_s is shut down (its
+ * thread's read returns 0 and the daemon closes it). The daemon reports CLOSED before it closes
+ * the descriptor, and both sides hold conn_mu, so a shut-down descriptor is never a reused one. */
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code) {
+    qv_server *s = cls;
+    conn *k = *socket_context;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        if (!ci || !(k = calloc(1, sizeof *k))) return; /* unwatched: the idle timeout still holds */
+        k->fd = ci->connect_fd;
+        k->deadline = qvs_now_s() + s->cfg.receive_s;
+        k->receiving = 1;
+        pthread_mutex_lock(&s->conn_mu);
+        k->next = s->conns;
+        if (s->conns) s->conns->prev = k;
+        s->conns = k;
+        pthread_mutex_unlock(&s->conn_mu);
+        *socket_context = k;
+    } else if (k) {
+        pthread_mutex_lock(&s->conn_mu);
+        if (k->prev) k->prev->next = k->next;
+        else s->conns = k->next;
+        if (k->next) k->next->prev = k->prev;
+        pthread_mutex_unlock(&s->conn_mu);
+        free(k);
+        *socket_context = NULL;
+    }
+}
+
+/* receiving 1: a request starts arriving (its clock starts now); 0: it has arrived. */
+static void conn_receiving(qv_server *s, struct MHD_Connection *c, int receiving) {
     const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-    if (!ci) return 1;
-    struct pollfd p = {.fd = ci->connect_fd, .events = POLLRDHUP};
-    return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    conn *k = ci ? ci->socket_context : NULL;
+    if (!k) return;
+    pthread_mutex_lock(&s->conn_mu);
+    k->receiving = receiving;
+    k->deadline = qvs_now_s() + s->cfg.receive_s;
+    pthread_mutex_unlock(&s->conn_mu);
 }
 
-int qvs_find_model(const qv_server *s, const char *name) {
-    if (!name) return 0;
-    for (int i = 0; i < s->n_models; i++)
-        if (!strcmp(name, s->models[i].name) || !strcmp(name, s->models[i].dir)) return i;
-    /* OpenAI's model names select the default model, so stock clients work unchanged. */
-    static const char *const aliases[] = {"tts-1", "tts-1-hd", "gpt-4o-mini-tts"};
-    for (size_t i = 0; i < sizeof aliases / sizeof *aliases; i++)
-        if (!strcmp(name, aliases[i])) return 0;
-    return -1;
-}
-
-/* ==== replies ================================================================================ */
-
-enum MHD_Result qvs_reply_json(struct MHD_Connection *c, req *q, int status, char *body) {
-    if (!body) {
-        static char oom[] = "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\","
-                            "\"param\":null,\"code\":null}}";
-        status = MHD_HTTP_INTERNAL_SERVER_ERROR;
-        body = strdup(oom);
-        if (!body) return MHD_NO;
+static void *watchdog(void *arg) {
+    qv_server *s = arg;
+    pthread_mutex_lock(&s->conn_mu);
+    while (!s->watch_stop) {
+        double now = qvs_now_s();
+        int cut = 0;
+        for (conn *k = s->conns; k; k = k->next)
+            if (k->receiving && now > k->deadline) {
+                shutdown(k->fd, SHUT_RDWR);
+                k->receiving = 0;
+                cut++;
+            }
+        if (cut) {
+            pthread_mutex_lock(&s->met.mu);
+            s->met.slow_cut += (uint64_t)cut;
+            pthread_mutex_unlock(&s->met.mu);
+        }
+        qvs_timed_wait(&s->conn_cv, &s->conn_mu, 200);
     }
-    struct MHD_Response *r =
-        MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
-    if (!r) {
-        free(body);
-        return MHD_NO;
-    }
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
-    if (status == MHD_HTTP_TOO_MANY_REQUESTS || status == MHD_HTTP_SERVICE_UNAVAILABLE)
-        MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, "1");
-    enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
-    MHD_destroy_response(r);
-    q->status = status;
-    return ret;
-}
-
-enum MHD_Result qvs_reply_error(struct MHD_Connection *c, req *q, int status, const char *type,
-                                const char *code, const char *param, const char *fmt, ...) {
-    char msg[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    snprintf(q->note, sizeof q->note, "%.63s", code ? code : type);
-    cJSON *o = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(o, "error");
-    cJSON_AddStringToObject(e, "message", msg);
-    cJSON_AddStringToObject(e, "type", type);
-    if (param)
-        cJSON_AddStringToObject(e, "param", param);
-    else
-        cJSON_AddNullToObject(e, "param");
-    if (code)
-        cJSON_AddStringToObject(e, "code", code);
-    else
-        cJSON_AddNullToObject(e, "code");
-    char *body = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
-    return qvs_reply_json(c, q, status, body);
+    pthread_mutex_unlock(&s->conn_mu);
+    return NULL;
 }
 
 /* ==== routes ================================================================================= */
@@ -166,16 +137,19 @@ static int route_method(enum route r, const char *method) {
     return (int)r;
 }
 
-static int authorized(const qv_server *s, struct MHD_Connection *c) {
+/* 1 with *k the request's key (NULL when the server has none), 0 when refused. Every key is
+ * compared in constant time. */
+static int authorized(const qv_server *s, struct MHD_Connection *c, const api_key **k) {
+    *k = NULL;
     if (!s->n_keys) return 1;
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
     if (!h || strncmp(h, "Bearer ", 7)) return 0;
     h += 7;
     size_t n = strlen(h);
-    int ok = 0;
     for (int i = 0; i < s->n_keys; i++)
-        ok |= strlen(s->keys[i]) == n && !CRYPTO_memcmp(s->keys[i], h, n);
-    return ok;
+        if (strlen(s->keys[i].key) == n && !CRYPTO_memcmp(s->keys[i].key, h, n) && !*k)
+            *k = &s->keys[i];
+    return *k != NULL;
 }
 
 static size_t body_limit(const qv_server *s) {
@@ -241,7 +215,10 @@ static enum MHD_Result begin(qv_server *s, struct MHD_Connection *c, req *q, con
     if (draining)
         return qvs_reply_error(c, q, MHD_HTTP_SERVICE_UNAVAILABLE, "server_error", "shutting_down",
                                NULL, "the server is shutting down");
-    if (q->route == ROUTE_OTHER)
+    const union MHD_ConnectionInfo *di = MHD_get_connection_info(c, MHD_CONNECTION_INFO_DAEMON);
+    if (q->route == ROUTE_OTHER ||
+        (di && di->daemon == s->probe && q->route != ROUTE_HEALTH && q->route != ROUTE_READY &&
+         q->route != ROUTE_METRICS))
         return qvs_reply_error(c, q, MHD_HTTP_NOT_FOUND, "invalid_request_error", "not_found", NULL,
                                "%s %s: no such route", q->method, q->url);
     int r = route_method(q->route, q->method);
@@ -250,7 +227,7 @@ static enum MHD_Result begin(qv_server *s, struct MHD_Connection *c, req *q, con
                                "method_not_allowed", NULL, "%s %s: method not allowed", q->method,
                                q->url);
     q->route = (enum route)r;
-    if (!strncmp(q->url, "/v1/", 4) && !authorized(s, c))
+    if (!strncmp(q->url, "/v1/", 4) && !authorized(s, c, &q->key))
         return qvs_reply_error(c, q, MHD_HTTP_UNAUTHORIZED, "invalid_request_error",
                                "invalid_api_key", NULL,
                                "missing or invalid bearer key (Authorization: Bearer KEY)");
@@ -273,12 +250,9 @@ static enum MHD_Result begin(qv_server *s, struct MHD_Connection *c, req *q, con
 }
 
 static enum MHD_Result finish(qv_server *s, struct MHD_Connection *c, req *q, const char *id) {
+    conn_receiving(s, c, 0);
     switch (q->route) {
     case ROUTE_SPEECH:
-        if (q->too_big)
-            return qvs_reply_error(c, q, MHD_HTTP_CONTENT_TOO_LARGE, "invalid_request_error",
-                                   "request_too_large", NULL, "request body exceeds %zu bytes",
-                                   body_limit(s));
         return qvs_speech_handle(s, c, q);
     case ROUTE_VOICES_LIST:
     case ROUTE_VOICE_GET:
@@ -312,6 +286,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             return MHD_NO;
         }
         *con_cls = q;
+        q->srv = s;
         q->t0 = qvs_now_s();
         snprintf(q->method, sizeof q->method, "%s", method);
         q->route = route_of(url, &id);
@@ -322,13 +297,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     route_of(url, &id);
     if (q->status) { /* answered already: the rest of the body is discarded */
+        conn_receiving(s, c, 0);
         *size = 0;
         return MHD_YES;
     }
     if (*size) {
-        if (q->route == ROUTE_VOICES_UPLOAD) return qvs_upload_data(s, c, q, data, size);
-        if (q->body_len + *size > body_limit(s)) q->too_big = 1;
-        if (!q->too_big) {
+        if (q->route == ROUTE_VOICES_UPLOAD) return qvs_upload_data(c, q, data, size);
+        if (q->body_len + *size > body_limit(s)) { /* chunked: no length to refuse it by */
+            return qvs_reply_cut(c, q, MHD_HTTP_CONTENT_TOO_LARGE, "invalid_request_error",
+                                 "request_too_large", NULL, "request body exceeds %zu bytes",
+                                 body_limit(s));
+        }
+        {
             bytes b = {(uint8_t *)q->body, q->body_len, q->body_cap};
             if (qvs_bytes_add(&b, data, *size) || qvs_bytes_add(&b, "", 1)) return MHD_NO;
             q->body = (char *)b.p;
@@ -345,6 +325,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
     qv_server *s = cls;
     req *q = *con_cls;
+    conn_receiving(s, c, 1); /* the next request on this connection */
     if (!q) return;
     qvs_speech_release(s, q); /* a disconnect cancels the synthesis at once */
     qvs_upload_free(q->up);
@@ -380,36 +361,68 @@ qv_server_config qv_server_default_config(void) {
                               .max_seconds = 120,
                               .max_text_chars = 4096,
                               .max_upload_mb = 20,
-                              .timeout_s = 300};
+                              .max_voices = 1000,
+                              .max_library_mb = 20480,
+                              .timeout_s = 300,
+                              .receive_s = 60,
+                              .max_connections = 256,
+                              .max_connections_per_ip = 16};
 }
 
+/* One key file line: "name:admin:KEY", "name:user:KEY", or a plain KEY (an admin named
+ * "line N", as every key could manage every voice before roles). 0, or -1 out of memory. */
+static int add_key(qv_server *s, const char *line, int line_no) {
+    api_key *k = realloc(s->keys, (size_t)(s->n_keys + 1) * sizeof *k);
+    if (!k) return -1;
+    s->keys = k;
+    k = &s->keys[s->n_keys];
+    const char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+    int role = !c2 ? -1
+               : c2 - c1 == 6 && !strncmp(c1 + 1, "admin", 5) ? 1
+               : c2 - c1 == 5 && !strncmp(c1 + 1, "user", 4)  ? 0
+                                                              : -1;
+    char plain[32];
+    snprintf(plain, sizeof plain, "line %d", line_no);
+    k->name = role >= 0 && c1 > line ? strndup(line, (size_t)(c1 - line)) : strdup(plain);
+    k->key = strdup(role >= 0 && c1 > line ? c2 + 1 : line);
+    k->admin = role != 0;
+    if (!k->name || !k->key) {
+        free(k->name);
+        free(k->key);
+        return -1;
+    }
+    s->n_keys++;
+    return 0;
+}
+
+/* Lines are read whole, however long (a key of 2 kB is one key, not two). */
 static int read_keys(qv_server *s, const char *path, char *err, size_t es) {
     FILE *f = fopen(path, "r");
     if (!f) {
         snprintf(err, es, "%s: %s", path, strerror(errno));
         return -1;
     }
-    char line[1024];
-    while (fgets(line, sizeof line, f)) {
-        size_t n = strcspn(line, "\r\n");
-        line[n] = 0;
-        if (!n || line[0] == '#') continue;
-        char **k = realloc(s->keys, (size_t)(s->n_keys + 1) * sizeof *k);
-        if (!k || !(k[s->n_keys] = strdup(line))) {
-            if (k) s->keys = k;
-            fclose(f);
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t got;
+    int no = 0, rc = 0;
+    while ((got = getline(&line, &cap, f)) >= 0) {
+        no++;
+        line[strcspn(line, "\r\n")] = 0;
+        if (!line[0] || line[0] == '#') continue;
+        if (add_key(s, line, no)) {
             snprintf(err, es, "%s: out of memory", path);
-            return -1;
+            rc = -1;
+            break;
         }
-        s->keys = k;
-        s->n_keys++;
     }
+    free(line);
     fclose(f);
-    if (!s->n_keys) {
-        snprintf(err, es, "%s: no keys (one per line)", path);
-        return -1;
+    if (!rc && !s->n_keys) {
+        snprintf(err, es, "%s: no keys (one per line: KEY or NAME:admin|user:KEY)", path);
+        rc = -1;
     }
-    return 0;
+    return rc;
 }
 
 static int parse_listen(const char *listen, struct sockaddr_storage *ss, char *err, size_t es) {
@@ -464,11 +477,38 @@ static int load_models(qv_server *s, const qv_server_config *c, char *err, size_
     return QV_OK;
 }
 
+/* The probe listener's budget: a few orchestrator probes at once, none of them slow. */
+#define PROBE_CONNECTIONS 16
+
+static int start_daemon(qv_server *s, struct MHD_Daemon **d, int *port, const char *listen,
+                        unsigned max_connections, char *err, size_t es) {
+    struct sockaddr_storage ss;
+    if (parse_listen(listen, &ss, err, es)) return -1;
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
+                     MHD_USE_AUTO | MHD_USE_ITC | MHD_USE_ERROR_LOG |
+                     (ss.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0);
+    *d = MHD_start_daemon(
+        flags, 0, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
+        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)s->cfg.timeout_s, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+        MHD_OPTION_NOTIFY_CONNECTION, on_connection, s, MHD_OPTION_CONNECTION_LIMIT,
+        max_connections, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+        (unsigned)s->cfg.max_connections_per_ip, MHD_OPTION_END);
+    if (!*d) {
+        snprintf(err, es, "--listen %s: cannot listen (address in use or not local?)", listen);
+        return -1;
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(*d, MHD_DAEMON_INFO_BIND_PORT);
+    *port = di ? di->port : 0;
+    return 0;
+}
+
 enum qv_status qv_server_start(qv_server **out, const qv_server_config *c, char *err, size_t es) {
     *out = NULL;
     if (!c->voices_dir || c->max_concurrency < 1 || c->max_queue < 0 ||
         c->batch_streams < 0 || c->batch_streams > QV_BATCH_MAX_STREAMS || c->max_text_chars < 1 ||
-        c->max_upload_mb < 1 || c->timeout_s < 1 || c->max_seconds < 0) {
+        c->max_upload_mb < 1 || c->timeout_s < 1 || c->max_seconds < 0 || c->receive_s < 1 || c->max_voices < 0 || c->max_library_mb < 0 ||
+        c->max_connections < 1 || c->max_connections_per_ip < 1) {
         snprintf(err, es, "server: invalid configuration (voices dir, limits)");
         return QV_E_INVALID;
     }
@@ -477,8 +517,9 @@ enum qv_status qv_server_start(qv_server **out, const qv_server_config *c, char 
     s->cfg = *c;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
+    pthread_mutex_init(&s->conn_mu, NULL);
+    pthread_cond_init(&s->conn_cv, NULL);
     qvs_metrics_init(&s->met);
-    s->formats = qvs_formats_available();
     enum qv_status st = load_models(s, c, err, es);
     if (st) goto fail;
     st = QV_E_INVALID;
@@ -489,6 +530,7 @@ enum qv_status qv_server_start(qv_server **out, const qv_server_config *c, char 
     }
     qvs_voices_clean(s->voices_dir);
     if (c->api_key_file && read_keys(s, c->api_key_file, err, es)) goto fail;
+    if (qvs_library_open(s, err, es)) goto fail;
     s->n_threads = qv_threads_resolve(c->n_threads);
     if (c->clone_model_dir &&
         (st = qv_cloner_load(&s->cloner, c->clone_model_dir, s->n_threads))) {
@@ -508,26 +550,14 @@ enum qv_status qv_server_start(qv_server **out, const qv_server_config *c, char 
             goto fail;
         }
     }
-    struct sockaddr_storage ss;
     st = QV_E_INVALID;
-    if (parse_listen(c->listen ? c->listen : "127.0.0.1:8080", &ss, err, es)) goto fail;
-    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
-                     MHD_USE_AUTO | MHD_USE_ITC | MHD_USE_ERROR_LOG |
-                     (ss.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0);
-    s->daemon =
-        MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
-                         s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
-                         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)c->timeout_s,
-                         MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_LIMIT,
-                         (unsigned)(c->max_concurrency + c->max_queue + 64), MHD_OPTION_END);
-    if (!s->daemon) {
-        snprintf(err, es, "--listen %s: cannot listen (address in use or not local?)",
-                 c->listen ? c->listen : "127.0.0.1:8080");
-        st = QV_E_IO;
+    if (start_daemon(s, &s->daemon, &s->port, c->listen ? c->listen : "127.0.0.1:8080",
+                     (unsigned)c->max_connections, err, es) ||
+        (c->probe_listen && start_daemon(s, &s->probe, &s->probe_port, c->probe_listen,
+                                         PROBE_CONNECTIONS, err, es)))
         goto fail;
-    }
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
-    s->port = di ? di->port : 0;
+    if (pthread_create(&s->watchdog, NULL, watchdog, s)) goto nomem;
+    s->watching = 1;
     *out = s;
     return QV_OK;
 nomem:
@@ -540,6 +570,10 @@ fail:
 
 int qv_server_port(const qv_server *s) {
     return s->port;
+}
+
+int qv_server_probe_port(const qv_server *s) {
+    return s->probe_port;
 }
 
 void qv_server_drain(qv_server *s, double timeout_s) {
@@ -558,6 +592,14 @@ void qv_server_drain(qv_server *s, double timeout_s) {
 
 void qv_server_free(qv_server *s) {
     if (!s) return;
+    if (s->watching) {
+        pthread_mutex_lock(&s->conn_mu);
+        s->watch_stop = 1;
+        pthread_cond_broadcast(&s->conn_cv);
+        pthread_mutex_unlock(&s->conn_mu);
+        pthread_join(s->watchdog, NULL);
+    }
+    if (s->probe) MHD_stop_daemon(s->probe);
     if (s->daemon) {
         pthread_mutex_lock(&s->mu);
         s->draining = 2; /* requests still running give up (speech.c) */
@@ -578,12 +620,17 @@ void qv_server_free(qv_server *s) {
         free(s->models[i].name);
     }
     free(s->models);
-    for (int i = 0; i < s->n_keys; i++)
-        free(s->keys[i]);
+    for (int i = 0; i < s->n_keys; i++) {
+        free(s->keys[i].name);
+        free(s->keys[i].key);
+    }
     free(s->keys);
+    qvs_library_free(s);
     free(s->voices_dir);
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->conn_cv);
+    pthread_mutex_destroy(&s->conn_mu);
     pthread_mutex_destroy(&s->met.mu);
     free(s);
 }

@@ -4,6 +4,7 @@
 #ifndef QV_SERVER_IMPL_H
 #define QV_SERVER_IMPL_H
 
+#include <cJSON.h>
 #include <microhttpd.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -44,6 +45,7 @@ typedef struct {
     uint64_t requests[ROUTE_COUNT][N_STATUS_SLOTS];
     uint64_t stream_errors; /* streamed responses cut after their 200 (guard, failure, limit) */
     uint64_t guard_failures;
+    uint64_t slow_cut; /* connections whose request did not arrive within receive_s */
     uint64_t cancelled; /* syntheses stopped by a disconnect or the wall-time limit */
     double audio_seconds;
     histogram rtf, ttfa_s;
@@ -70,18 +72,40 @@ typedef struct {
     qv_model *model;
 } served_model;
 
+/* An open connection on listen, watched until its request has arrived (server.c). */
+typedef struct conn {
+    int fd;
+    double deadline; /* of the request being received */
+    int receiving;   /* 0 once the body is complete, until the next request starts */
+    struct conn *prev, *next;
+} conn;
+
+/* A bearer key from --api-key-file: "name:role:key" (role admin or user), or a plain line (an
+ * admin key named by its line number). */
+typedef struct {
+    char *name, *key;
+    int admin;
+} api_key;
+
+struct library; /* library.c */
+
 struct qv_server {
     qv_server_config cfg;
-    struct MHD_Daemon *daemon;
-    int port;
+    struct MHD_Daemon *daemon, *probe; /* probe: /health /ready /metrics only */
+    int port, probe_port;
+    pthread_mutex_t conn_mu; /* conns, watch_stop */
+    pthread_cond_t conn_cv;
+    conn *conns;
+    int watch_stop, watching;
+    pthread_t watchdog;
     served_model *models;
     int n_models;
     qv_cloner *cloner;
     char *voices_dir;
-    char **keys; /* accepted bearer keys */
+    api_key *keys; /* accepted bearer keys */
     int n_keys;
+    struct library *lib;
     int n_threads;
-    int formats; /* bit per enum audio_format libsndfile can write */
 
     pthread_mutex_t mu; /* everything below */
     pthread_cond_t cv;  /* slot freed, request finished */
@@ -92,6 +116,7 @@ struct qv_server {
 
 /* Per-request state (MHD's con_cls). */
 typedef struct {
+    qv_server *srv;
     enum route route;
     int status;
     char method[8];
@@ -99,16 +124,20 @@ typedef struct {
     double t0;
     char *body; /* JSON body */
     size_t body_len, body_cap;
-    int too_big;
     struct MHD_PostProcessor *pp; /* multipart upload */
     struct upload *up;
     struct job *job; /* speech synthesis in progress */
+    const api_key *key;  /* the request's key; NULL without auth */
     char note[64];   /* added to the log line */
 } req;
+
+/* ==== shared by the handlers (reply.c) ======================================================= */
 
 /* Log one formatted line through cfg.log. */
 void qvs_srv_log(qv_server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 double qvs_now_s(void);
+/* pthread_cond_timedwait for a signal or ms milliseconds (mu held). */
+void qvs_timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu, int ms);
 /* Waits on s->cv (s->mu held) for a signal or 100 ms. */
 void qvs_wait_tick(qv_server *s);
 /* Queues a JSON reply (takes ownership of the malloc'd body) / an OpenAI-style error. */
@@ -116,10 +145,31 @@ enum MHD_Result qvs_reply_json(struct MHD_Connection *c, req *q, int status, cha
 enum MHD_Result qvs_reply_error(struct MHD_Connection *c, req *q, int status, const char *type,
                                 const char *code, const char *param, const char *fmt, ...)
     __attribute__((format(printf, 7, 8)));
+/* msg without server paths: the voices directory (and the temporaries in it), the model
+ * directories become what a client knows them as. Every error reply goes through it. */
+void qvs_scrub(const qv_server *s, char *msg, size_t size);
+/* The same error while a request body still arrives: written at once and the connection
+ * closed (returns MHD_NO). */
+enum MHD_Result qvs_reply_cut(struct MHD_Connection *c, req *q, int status, const char *type,
+                              const char *code, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 7, 8)));
 /* 1 when the peer has closed the connection (checked without blocking). */
 int qvs_peer_gone(struct MHD_Connection *c);
 /* Index of the served model called name (NULL: the default), or -1. */
 int qvs_find_model(const qv_server *s, const char *name);
+
+/* ==== admission (admit.c) =================================================================== */
+
+/* Takes a free slot, waiting in the queue up to deadline: its index (marked busy); -1 the queue is
+ * full; -2 gave up (the client left, the deadline passed, the server stops). model >= 0 prefers a
+ * slot already built for (model, p); -1 (a clone) takes any. */
+int qvs_slot_take(qv_server *s, struct MHD_Connection *c, int model, const qv_params *p,
+                  double deadline);
+void qvs_slot_release(qv_server *s, int i);
+int qvs_params_equal(const qv_params *a, const qv_params *b);
+/* The reply for qvs_slot_take's -1 (429, Retry-After) or -2 (504 past deadline, else MHD_NO). */
+enum MHD_Result qvs_reply_not_admitted(qv_server *s, struct MHD_Connection *c, req *q, int why,
+                                       double deadline);
 
 /* ==== speech (speech.c) ====================================================================== */
 
@@ -137,31 +187,33 @@ enum MHD_Result qvs_voices_get(qv_server *s, struct MHD_Connection *c, req *q, c
 enum MHD_Result qvs_voices_delete(qv_server *s, struct MHD_Connection *c, req *q, const char *id);
 /* POST /v1/audio/voices: first call sets up the multipart parser (0 or an error queued). */
 enum MHD_Result qvs_upload_begin(qv_server *s, struct MHD_Connection *c, req *q);
-enum MHD_Result qvs_upload_data(qv_server *s, struct MHD_Connection *c, req *q, const char *data,
+enum MHD_Result qvs_upload_data(struct MHD_Connection *c, req *q, const char *data,
                                 size_t *size);
 enum MHD_Result qvs_upload_finish(qv_server *s, struct MHD_Connection *c, req *q);
 void qvs_upload_free(struct upload *u);
 /* Removes temporary files a killed server left in dir. */
 void qvs_voices_clean(const char *dir);
-/* Path of the library voice with this id (64 hex) or META name; 0, or -1 when none. */
-int qvs_voice_lookup(const qv_server *s, const char *id_or_name, char *path, size_t path_size);
 
-/* ==== audio encoding (encode.c) ============================================================== */
+/* ==== the library's index (library.c) ======================================================== */
 
-#define AUDIO_FORMAT_LIST(X)                                                                       \
-    X(FMT_WAV, "wav", "audio/wav")                                                                 \
-    X(FMT_PCM, "pcm", "audio/pcm")                                                                 \
-    X(FMT_FLAC, "flac", "audio/flac")                                                              \
-    X(FMT_MP3, "mp3", "audio/mpeg")                                                                \
-    X(FMT_OPUS, "opus", "audio/ogg")
-#define FMT_ENUM_(name, text, mime) name,
-enum audio_format { AUDIO_FORMAT_LIST(FMT_ENUM_) FMT_COUNT };
-#undef FMT_ENUM_
+/* Reads s->voices_dir into the index (each voice read and checked once); 0 or -1 with err. */
+int qvs_library_open(qv_server *s, char *err, size_t err_size);
+void qvs_library_free(qv_server *s);
+int qvs_is_id(const char *s); /* 64 lowercase hex */
+/* Path of the library voice with this id or META name that key k may use; 0, or -1 when none. */
+int qvs_voice_lookup(qv_server *s, const api_key *k, const char *id_or_name, char *path,
+                     size_t path_size);
+/* id_or_name NULL: an array describing every voice k may use (with "deletable", and "owner" for
+ * an admin); else that voice's description, or NULL. Caller frees. */
+cJSON *qvs_library_describe(qv_server *s, const api_key *k, const char *id_or_name);
+/* Stores the voice file b[n] as <sha256>.qvoice owned by k (a user key), atomically with the
+ * duplicate-name check and the caps: 0 (id, *desc set), 409 name taken, 507 full, 500; why set. */
+int qvs_library_add(qv_server *s, const api_key *k, const uint8_t *b, size_t n, const char *name,
+                    char id[65], cJSON **desc, char *why, size_t why_size);
+/* Deletes the voice k names: 0 (id set), 404 none k may use, 403 not k's, 500. */
+int qvs_library_remove(qv_server *s, const api_key *k, const char *id_or_name, char id[65]);
 
-int qvs_format_parse(const char *name); /* enum audio_format or -1 */
-const char *qvs_format_name(int f);
-const char *qvs_format_mime(int f);
-int qvs_formats_available(void); /* bit per format this libsndfile can write */
+/* ==== byte buffers (bytes.c) ================================================================= */
 
 typedef struct {
     uint8_t *p;
@@ -170,12 +222,6 @@ typedef struct {
 /* Appends n bytes of p (p NULL: n uninitialised bytes); 0 or -1 (out of memory). */
 int qvs_bytes_add(bytes *b, const void *p, size_t n);
 
-/* 44-byte 16-bit mono 24 kHz WAV header; n_samples < 0: unknown length (streams). */
-void qvs_wav_header(uint8_t out[44], int64_t n_samples);
-/* Appends samples as 16-bit little-endian. */
-int qvs_pcm16_add(bytes *b, const float *x, int n);
-/* Whole file of format f (wav, pcm, flac, mp3, opus) from n samples; 0 or -1 with err. */
-int qvs_encode_all(int f, const float *x, int64_t n, bytes *out, char *err, size_t err_size);
 /* Base64 of n bytes appended to b. */
 int qvs_base64_add(bytes *b, const uint8_t *p, size_t n);
 

@@ -4,6 +4,8 @@
  * sends it (whole, or streamed as chunked bytes or SSE events as it arrives).
  */
 #include <cJSON.h>
+#include <float.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -26,10 +28,11 @@ typedef struct job {
     qv_synth_request r;
     char *text, *language, *speaker, *instruct, *voice_path;
     /* results, under mu */
-    bytes out; /* streams: encoded bytes not yet sent, from off */
+    qv_encoder *enc; /* streams: WAV/PCM blocks into out (or SSE events) */
+    bytes out;       /* streams: encoded bytes not yet sent, from off */
     size_t off;
-    float *pcm;                                     /* non-streamed: every sample */
-    int64_t n_pcm, cap_pcm, n_samples, max_samples; /* max_samples: the request's cap, 0 none */
+    qv_pcm_buffer pcm;              /* non-streamed: every sample */
+    int64_t n_samples, max_samples; /* max_samples: the request's cap, 0 none */
     int running, cancel, timed_out, done, ended;    /* running: the worker holds the slot */
     int capped; /* the audio reached max_samples: a normal end */
     enum qv_status st;
@@ -52,7 +55,8 @@ static void job_unref(job *j) {
     free(j->instruct);
     free(j->voice_path);
     free(j->out.p);
-    free(j->pcm);
+    qv_free(j->pcm.pcm);
+    qv_encoder_close(j->enc);
     free(j);
 }
 
@@ -74,6 +78,12 @@ static int sse_delta(job *j, const uint8_t *p, size_t n) {
            qvs_bytes_add(&j->out, "\"}\n\n", 4);
 }
 
+/* qv_write_fn of a stream's encoder: one block (the first WAV one with its header), under mu. */
+static int stream_sink(void *user, const void *p, size_t n) {
+    job *j = user;
+    return j->stream == STREAM_SSE ? sse_delta(j, p, n) : qvs_bytes_add(&j->out, p, n);
+}
+
 /* qv_pcm_fn: runs on the worker thread. */
 static int on_pcm(void *user, const float *x, int n) {
     job *j = user;
@@ -89,30 +99,9 @@ static int on_pcm(void *user, const float *x, int n) {
     if (j->cancel) {
         stop = 1;
     } else if (j->stream == STREAM_NONE) {
-        if (j->n_pcm + n > j->cap_pcm) {
-            int64_t cap = j->cap_pcm ? 2 * j->cap_pcm : QV_SAMPLE_RATE_HZ * 4;
-            while (cap < j->n_pcm + n)
-                cap *= 2;
-            float *p = realloc(j->pcm, (size_t)cap * sizeof *p);
-            if (!p)
-                fail = 1;
-            else {
-                j->pcm = p;
-                j->cap_pcm = cap;
-            }
-        }
-        if (!fail) memcpy(j->pcm + j->n_pcm, x, (size_t)n * sizeof *x);
-        j->n_pcm += fail ? 0 : n;
+        fail = qv_pcm_collect(&j->pcm, x, n);
     } else {
-        bytes blk = {0};
-        uint8_t h[44];
-        qvs_wav_header(h, -1);
-        if (j->n_samples == 0 && j->format == FMT_WAV) fail |= qvs_bytes_add(&blk, h, sizeof h);
-        fail |= qvs_pcm16_add(&blk, x, n);
-        if (!fail)
-            fail = j->stream == STREAM_SSE ? sse_delta(j, blk.p, blk.len)
-                                           : qvs_bytes_add(&j->out, blk.p, blk.len);
-        free(blk.p);
+        fail = qv_encoder_write(j->enc, x, n) != QV_OK;
     }
     j->n_samples += n;
     if (fail) {
@@ -122,13 +111,6 @@ static int on_pcm(void *user, const float *x, int n) {
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
     return stop || fail;
-}
-
-static void slot_release(qv_server *s, int i) {
-    pthread_mutex_lock(&s->mu);
-    s->slots[i].busy = 0;
-    pthread_cond_broadcast(&s->cv);
-    pthread_mutex_unlock(&s->mu);
 }
 
 static void *worker(void *arg) {
@@ -145,6 +127,7 @@ static void *worker(void *arg) {
         rc = QV_OK;
         st.capped = 1;
     }
+    if (st.warning[0]) qvs_srv_log(s, "speech: warning: %s", st.warning); /* e.g. instruct dropped */
     qvs_metrics_synth(&s->met, &st); /* before the reply can go out: a client sees it counted */
     pthread_mutex_lock(&s->met.mu);
     s->met.guard_failures += rc == QV_E_GUARD;
@@ -168,58 +151,17 @@ static void *worker(void *arg) {
 
 /* ==== slots ================================================================================== */
 
-static int params_equal(const qv_params *a, const qv_params *b) {
-    return a->n_threads == b->n_threads && a->seed == b->seed && a->do_sample == b->do_sample &&
-           a->temperature == b->temperature && a->top_k == b->top_k && a->top_p == b->top_p &&
-           a->repetition_penalty == b->repetition_penalty && a->max_frames == b->max_frames &&
-           a->quant == b->quant && a->subtalker_do_sample == b->subtalker_do_sample &&
-           a->subtalker_temperature == b->subtalker_temperature &&
-           a->subtalker_top_k == b->subtalker_top_k && a->subtalker_top_p == b->subtalker_top_p &&
-           a->ignore_eos == b->ignore_eos;
-}
-
-/* A slot for (model, p): its index; -1 queue full (429); -2 gave up waiting (the client left,
- * the deadline passed, the server stops); -3 cannot build the synthesizer. A free slot of the
- * same model and parameters is taken first, then one of the same model, whose synthesizer takes
- * the new seed and sampling parameters (qv_synth_set_params: building one costs a tokenizer and
- * thread pools, ~2% of the server's CPU in a 4-stream run of 4 s requests); a slot of another
- * model or thread count is rebuilt. */
+/* A slot for (model, p) made ready to run: its index, or qvs_slot_take's -1/-2; -3 cannot build
+ * the synthesizer. A slot of the same model takes the new seed and sampling parameters
+ * (qv_synth_set_params: building one costs a tokenizer and thread pools, ~2% of the server's CPU
+ * in a 4-stream run of 4 s requests); a slot of another model or thread count is rebuilt. */
 static int slot_acquire(qv_server *s, struct MHD_Connection *c, int model, const qv_params *p,
                         double deadline) {
-    pthread_mutex_lock(&s->mu);
-    int best = -1;
-    for (;;) {
-        int rank = 0; /* of best: 1 free, 2 same model, 3 same parameters too */
-        for (int i = 0; i < s->n_slots && rank < 3; i++) {
-            if (s->slots[i].busy) continue;
-            const int r = s->slots[i].synth && s->slots[i].model == model
-                              ? 2 + params_equal(&s->slots[i].params, p)
-                              : 1;
-            if (r > rank) best = i, rank = r;
-        }
-        if (best >= 0) break;
-        if (!s->n_queued && s->cfg.max_queue == 0) break;
-        if (s->n_queued >= s->cfg.max_queue) {
-            pthread_mutex_unlock(&s->mu);
-            return -1;
-        }
-        s->n_queued++;
-        qvs_wait_tick(s);
-        s->n_queued--;
-        if (s->draining == 2 || qvs_now_s() > deadline || qvs_peer_gone(c)) {
-            pthread_mutex_unlock(&s->mu);
-            return -2;
-        }
-    }
-    if (best < 0) {
-        pthread_mutex_unlock(&s->mu);
-        return -1;
-    }
+    int best = qvs_slot_take(s, c, model, p, deadline);
+    if (best < 0) return best;
     slot *sl = &s->slots[best];
-    sl->busy = 1;
-    pthread_mutex_unlock(&s->mu);
     if (sl->synth && sl->model == model &&
-        (params_equal(&sl->params, p) || !qv_synth_set_params(sl->synth, p))) {
+        (qvs_params_equal(&sl->params, p) || !qv_synth_set_params(sl->synth, p))) {
         sl->params = *p;
         return best;
     }
@@ -229,7 +171,7 @@ static int slot_acquire(qv_server *s, struct MHD_Connection *c, int model, const
     sl->params = *p;
     if (qv_synth_new(&sl->synth, s->models[model].model, p)) {
         sl->synth = NULL;
-        slot_release(s, best);
+        qvs_slot_release(s, best);
         return -3;
     }
     return best;
@@ -303,8 +245,8 @@ static void list_names(char *buf, size_t size, const char *(*name)(const qv_mode
 }
 
 /* Fills j (strings, request, format, stream) and p from the JSON body; model in *model. */
-static int parse(qv_server *s, const char *body, size_t len, job *j, qv_params *p, int *model,
-                 verdict *v) {
+static int parse(qv_server *s, const api_key *k, const char *body, size_t len, job *j, qv_params *p,
+                 int *model, verdict *v) {
     /* the whole body is one JSON value: anything after it but white space is malformed (the
      * body is NUL-terminated: len + 1 lets cJSON check that its NUL follows the value) */
     cJSON *o = cJSON_ParseWithLengthOpts(body ? body : "", body ? len + 1 : 1, NULL, 1);
@@ -354,7 +296,7 @@ static int parse(qv_server *s, const char *body, size_t len, job *j, qv_params *
         bad(v, 400, "invalid_value", "voice", "voice: required (a library voice for model %s)",
             s->models[*model].name);
         goto out;
-    } else if (voice && qvs_voice_lookup(s, voice, path, sizeof path)) {
+    } else if (voice && qvs_voice_lookup(s, k, voice, path, sizeof path)) {
         speaker = find_name(voice, qv_model_speaker, qv_model_n_speakers(m), m);
         if (!speaker) {
             list_names(names, sizeof names, qv_model_speaker, qv_model_n_speakers(m), m);
@@ -365,13 +307,13 @@ static int parse(qv_server *s, const char *body, size_t len, job *j, qv_params *
             goto out;
         }
     }
-    j->format = FMT_WAV;
-    if (fmt && (j->format = qvs_format_parse(fmt)) < 0) {
+    j->format = QV_FORMAT_WAV;
+    if (fmt && (j->format = qv_format_parse(fmt)) < 0) {
         bad(v, 400, "invalid_value", "response_format",
-            "response_format %s: expected wav, pcm, flac, mp3 or opus", fmt);
+            "response_format %s: expected " QV_FORMAT_NAMES, fmt);
         goto out;
     }
-    if (!(s->formats & (1 << j->format))) {
+    if (!qv_format_writable(j->format)) {
         bad(v, 400, "unsupported_format", "response_format",
             "response_format %s: this build's libsndfile cannot write it", fmt);
         goto out;
@@ -385,10 +327,14 @@ static int parse(qv_server *s, const char *body, size_t len, job *j, qv_params *
             sfmt);
         goto out;
     }
-    if (j->stream && j->format != FMT_WAV && j->format != FMT_PCM) {
+    if (j->stream && !qv_format_progressive(j->format)) {
         bad(v, 400, "unsupported_format", "response_format",
             "response_format %s: streams are wav or pcm (ask without stream_format for %s)",
-            qvs_format_name(j->format), qvs_format_name(j->format));
+            qv_format_name(j->format), qv_format_name(j->format));
+        goto out;
+    }
+    if (j->stream && qv_encoder_new(&j->enc, j->format, stream_sink, j, NULL)) {
+        bad(v, 500, "out_of_memory", NULL, "%s", qv_last_error());
         goto out;
     }
     int got = get_num(o, "speed", 0.25, 4, 0, &d, v);
@@ -404,18 +350,30 @@ static int parse(qv_server *s, const char *body, size_t len, job *j, qv_params *
     double max_s = s->cfg.max_seconds;
     if ((got = get_num(o, "seed", 0, 9007199254740991.0, 1, &d, v)) < 0) goto out;
     if (got) p->seed = (uint64_t)d;
-    if ((got = get_num(o, "temperature", 1e-3, 10, 0, &d, v)) < 0) goto out;
+    /* the ranges are the library's (qv_params_check, below) */
+    if ((got = get_num(o, "temperature", -FLT_MAX, FLT_MAX, 0, &d, v)) < 0) goto out;
     if (got) p->temperature = (float)d;
-    if ((got = get_num(o, "top_k", 0, 100000, 1, &d, v)) < 0) goto out;
+    if ((got = get_num(o, "top_k", INT_MIN, INT_MAX, 1, &d, v)) < 0) goto out;
     if (got) p->top_k = (int)d;
-    if ((got = get_num(o, "top_p", 1e-6, 1, 0, &d, v)) < 0) goto out;
+    if ((got = get_num(o, "top_p", -FLT_MAX, FLT_MAX, 0, &d, v)) < 0) goto out;
     if (got) p->top_p = (float)d;
-    if ((got = get_num(o, "repetition_penalty", 0.1, 10, 0, &d, v)) < 0) goto out;
+    if ((got = get_num(o, "repetition_penalty", -FLT_MAX, FLT_MAX, 0, &d, v)) < 0) goto out;
     if (got) p->repetition_penalty = (float)d;
     if ((got = get_num(o, "max_new_tokens", 1, 65536, 1, &d, v)) < 0) goto out;
     if (got) p->max_frames = d > 1 ? (int)d - 1 : 1; /* max_seconds still caps the audio */
     if ((got = get_num(o, "max_seconds", 0.08, 1e6, 0, &d, v)) < 0) goto out;
     if (got && (max_s <= 0 || d < max_s)) max_s = d;
+    if (qv_params_check(p)) {
+        const char *e = qv_last_error();
+        static const char *const fields[] = {"temperature", "top_k", "top_p",
+                                             "repetition_penalty"};
+        const char *field = NULL;
+        for (size_t i = 0; i < sizeof fields / sizeof *fields; i++)
+            if (!strncmp(e, fields[i], strlen(fields[i])) && e[strlen(fields[i])] == ':')
+                field = fields[i];
+        bad(v, 400, "invalid_value", field, "%s", e);
+        goto out;
+    }
     if ((input && !(j->text = strdup(input))) || (lang && !(j->language = strdup(lang))) ||
         (speaker && !(j->speaker = strdup(speaker))) || (instr && !(j->instruct = strdup(instr))) ||
         (voice && !speaker && !(j->voice_path = strdup(path)))) {
@@ -495,14 +453,7 @@ static enum MHD_Result reply_failure(struct MHD_Connection *c, req *q, const job
 static int wait_job(job *j, int want_bytes) {
     pthread_mutex_lock(&j->mu);
     while (!j->done && !(want_bytes && j->out.len > j->off)) {
-        struct timespec t;
-        clock_gettime(CLOCK_REALTIME, &t);
-        t.tv_nsec += 50000000;
-        if (t.tv_nsec >= 1000000000) {
-            t.tv_sec++;
-            t.tv_nsec -= 1000000000;
-        }
-        pthread_cond_timedwait(&j->cv, &j->mu, &t);
+        qvs_timed_wait(&j->cv, &j->mu, 50);
         if (j->done || (want_bytes && j->out.len > j->off)) break;
         pthread_mutex_unlock(&j->mu);
         int gone = qvs_peer_gone(j->conn), late = qvs_now_s() > j->deadline;
@@ -548,6 +499,7 @@ static ssize_t read_stream(void *cls, uint64_t pos, char *buf, size_t max) {
                 char msg[700];
                 snprintf(msg, sizeof msg, "synthesis failed after audio was sent: %s: %s",
                          qv_strerror(j->st), j->err);
+                qvs_scrub(j->s, msg, sizeof msg);
                 cJSON_AddStringToObject(e, "type", "error");
                 cJSON_AddStringToObject(in, "message", msg);
                 cJSON_AddStringToObject(in, "type", type);
@@ -604,6 +556,7 @@ enum MHD_Result qvs_speech_handle(qv_server *s, struct MHD_Connection *c, req *q
     pthread_mutex_init(&j->mu, NULL);
     pthread_cond_init(&j->cv, NULL);
     j->refs = 1;
+    j->pcm.struct_size = sizeof j->pcm;
     j->s = s;
     j->conn = c;
     j->deadline = q->t0 + s->cfg.timeout_s;
@@ -611,7 +564,7 @@ enum MHD_Result qvs_speech_handle(qv_server *s, struct MHD_Connection *c, req *q
     verdict v = {0};
     qv_params p;
     int model;
-    if (parse(s, q->body, q->body_len, j, &p, &model, &v))
+    if (parse(s, q->key, q->body, q->body_len, j, &p, &model, &v))
         return qvs_reply_error(c, q, v.status,
                                v.status >= 500 ? "server_error" : "invalid_request_error", v.code,
                                v.param, "%s", v.msg);
@@ -630,14 +583,7 @@ enum MHD_Result qvs_speech_handle(qv_server *s, struct MHD_Connection *c, req *q
      * of failing the request; a stream sends audio as it is decoded. */
     j->r.whole_chunks = j->stream == STREAM_NONE;
     j->slot = slot_acquire(s, c, model, &p, j->deadline);
-    if (j->slot == -1)
-        return qvs_reply_error(c, q, MHD_HTTP_TOO_MANY_REQUESTS, "server_error", "busy", NULL,
-                               "all %d synthesis slots busy and %d requests queued; retry later",
-                               s->n_slots, s->cfg.max_queue);
-    if (j->slot == -2 && qvs_now_s() > j->deadline)
-        return qvs_reply_error(c, q, MHD_HTTP_GATEWAY_TIMEOUT, "server_error", "timeout", NULL,
-                               "no synthesis slot within the time limit (%d s)", s->cfg.timeout_s);
-    if (j->slot == -2) return MHD_NO; /* the client left or the server stops */
+    if (j->slot == -1 || j->slot == -2) return qvs_reply_not_admitted(s, c, q, j->slot, j->deadline);
     if (j->slot == -3)
         return qvs_reply_error(c, q, 503, "server_error", "out_of_memory", NULL,
                                "cannot create a synthesizer for these parameters");
@@ -658,26 +604,26 @@ enum MHD_Result qvs_speech_handle(qv_server *s, struct MHD_Connection *c, req *q
         pthread_mutex_lock(&s->mu);
         s->n_workers--;
         pthread_mutex_unlock(&s->mu);
-        slot_release(s, j->slot);
+        qvs_slot_release(s, j->slot);
         return qvs_reply_error(c, q, 503, "server_error", "out_of_memory", NULL,
                                "cannot start a synthesis thread");
     }
     if (j->stream == STREAM_NONE) {
         if (wait_job(j, 0) < 0) return MHD_NO;
         if (j->st) return reply_failure(c, q, j);
-        bytes out = {0};
-        char e[256];
-        if (qvs_encode_all(j->format, j->pcm, j->n_pcm, &out, e, sizeof e)) {
-            free(out.p);
-            return qvs_reply_error(c, q, 500, "server_error", "encoding_failed", NULL, "%s", e);
-        }
+        uint8_t *out;
+        size_t len;
+        if (qv_audio_encode(j->format, j->pcm.pcm, j->pcm.n, &out, &len))
+            return qvs_reply_error(c, q, 500, "server_error", "encoding_failed", NULL,
+                                   "response_format %s", qv_last_error());
         struct MHD_Response *r =
-            MHD_create_response_from_buffer(out.len, out.p, MHD_RESPMEM_MUST_FREE);
+            MHD_create_response_from_buffer_with_free_callback(len, out, qv_free);
         if (!r) {
-            free(out.p);
+            qv_free(out);
             return MHD_NO;
         }
-        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, qvs_format_mime(j->format));
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, qv_format_mime(j->format));
+        if (j->stats.warning[0]) MHD_add_response_header(r, "X-Qvoice-Warning", j->stats.warning);
         enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);
         MHD_destroy_response(r);
         q->status = MHD_HTTP_OK;
@@ -700,7 +646,7 @@ enum MHD_Result qvs_speech_handle(qv_server *s, struct MHD_Connection *c, req *q
     }
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
                             j->stream == STREAM_SSE ? "text/event-stream"
-                                                    : qvs_format_mime(j->format));
+                                                    : qv_format_mime(j->format));
     if (j->stream == STREAM_SSE)
         MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
     enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);

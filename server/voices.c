@@ -1,13 +1,15 @@
 /* voices.c — the voice library over HTTP: DIR/<sha256>.qvoice files listed, described, downloaded,
  * deleted, and created by a multipart upload (reference audio cloned on the --clone-model Base,
- * or a .qvoice verified like `voicefmt verify --model`). The directory is read on each request,
- * so servers sharing it see each other's voices. New files appear by rename only; temporaries
- * start with '.' and are removed at start (qvs_voices_clean).
+ * or a .qvoice verified like `voicefmt verify --model`) into the library's index (library.c).
+ * New files appear by rename only; temporaries start with '.', carry their writer's PID and are
+ * removed at start when that process is gone (qvs_voices_clean).
  */
 #include <cJSON.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -18,110 +20,31 @@
 #include "voicefmt/qvf.h"
 
 #define FIELD_MAX_BYTES 16384 /* name, transcript, language, consent */
+#define NAME_MAX_BYTES 128
 
-static int is_id(const char *s) {
-    size_t n = 0;
-    for (; s[n]; n++)
-        if (!((s[n] >= '0' && s[n] <= '9') || (s[n] >= 'a' && s[n] <= 'f'))) return 0;
-    return n == 64;
+/* 1 when p starts with the decimal id of a process that no longer exists. */
+static int dead_pid(const char *p) {
+    char *end;
+    long pid = strtol(p, &end, 10);
+    return end != p && pid > 0 && kill((pid_t)pid, 0) && errno == ESRCH;
 }
 
-/* id of a library file name "<64 hex>.qvoice", or NULL. */
-static int id_of(const char *fname, char id[65]) {
-    size_t n = strlen(fname);
-    if (n != 64 + 7 || strcmp(fname + 64, ".qvoice")) return 0;
-    memcpy(id, fname, 64);
-    id[64] = 0;
-    return is_id(id);
-}
-
+/* Temporaries carry their writer's PID: ours .upload-PID-XXXXXX and .new-PID-XXXXXX, the atomic
+ * writer's .NAME.tmp.PID.N. A directory shared by running servers keeps theirs. */
 void qvs_voices_clean(const char *dir) {
     DIR *d = opendir(dir);
     if (!d) return;
     struct dirent *e;
     char path[4096];
-    while ((e = readdir(d))) /* ours: .upload-*, .new-*; the atomic writers': *.tmp.* */
-        if (!strncmp(e->d_name, ".upload-", 8) || !strncmp(e->d_name, ".new-", 5) ||
-            strstr(e->d_name, ".qvoice.tmp.")) {
+    const char *t;
+    while ((e = readdir(d)))
+        if ((!strncmp(e->d_name, ".upload-", 8) && dead_pid(e->d_name + 8)) ||
+            (!strncmp(e->d_name, ".new-", 5) && dead_pid(e->d_name + 5)) ||
+            (e->d_name[0] == '.' && (t = strstr(e->d_name, ".tmp.")) && dead_pid(t + 5))) {
             snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
             unlink(path);
         }
     closedir(d);
-}
-
-static cJSON *describe(const char *id, const char *path, const qvf_voice *v) {
-    struct stat st;
-    cJSON *o = cJSON_CreateObject();
-    const char *name = qvf_meta_get(v, "name"), *lang = qvf_meta_get(v, "language");
-    static const char *const variants[] = {"unknown", "base", "custom_voice", "voice_design"};
-    cJSON_AddStringToObject(o, "id", id);
-    cJSON_AddStringToObject(o, "object", "voice");
-    cJSON_AddStringToObject(o, "name", name ? name : "");
-    cJSON_AddStringToObject(o, "language", lang ? lang : "");
-    if (!stat(path, &st)) {
-        cJSON_AddNumberToObject(o, "created_at", (double)st.st_mtime);
-        cJSON_AddNumberToObject(o, "bytes", (double)st.st_size);
-    }
-    cJSON_AddNumberToObject(o, "file_version", v->file_version);
-    cJSON_AddNumberToObject(o, "xvector_dim", v->enc_dim);
-    cJSON_AddBoolToObject(o, "has_icl", v->n_frames > 0 && v->transcript);
-    cJSON_AddNumberToObject(o, "icl_seconds", v->n_frames / QV_FRAME_RATE_HZ);
-    cJSON_AddBoolToObject(o, "has_wdelta", v->has_wdelta);
-    cJSON_AddStringToObject(o, "source_variant",
-                            v->source.variant < 4 ? variants[v->source.variant] : "invalid");
-    const char *consent = qvf_meta_get(v, "consent.method");
-    cJSON_AddBoolToObject(o, "consent", consent && consent[0]);
-    return o;
-}
-
-/* Calls fn for each library voice that reads cleanly; stops when fn returns non-zero. */
-static int each_voice(const char *dir, int (*fn)(void *, const char *, const char *, qvf_voice *),
-                      void *user) {
-    DIR *d = opendir(dir);
-    if (!d) return -1;
-    struct dirent *e;
-    char id[65], path[4096], err[256];
-    int stop = 0;
-    while (!stop && (e = readdir(d))) {
-        if (!id_of(e->d_name, id)) continue;
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        qvf_voice *v;
-        if (qvf_read_file(path, 0, &v, err, sizeof err)) continue;
-        stop = fn(user, id, path, v);
-        qvf_voice_free(v);
-    }
-    closedir(d);
-    return stop;
-}
-
-struct find_ctx {
-    const char *name;
-    char *path;
-    size_t size;
-    char id[65];
-};
-
-static int find_fn(void *user, const char *id, const char *path, qvf_voice *v) {
-    struct find_ctx *f = user;
-    const char *name = qvf_meta_get(v, "name");
-    if (!name || strcmp(name, f->name)) return 0;
-    snprintf(f->path, f->size, "%s", path);
-    memcpy(f->id, id, 65);
-    return 1;
-}
-
-int qvs_voice_lookup(const qv_server *s, const char *key, char *path, size_t size) {
-    if (is_id(key)) {
-        snprintf(path, size, "%s/%s.qvoice", s->voices_dir, key);
-        return access(path, R_OK) ? -1 : 0;
-    }
-    struct find_ctx f = {key, path, size, ""};
-    return each_voice(s->voices_dir, find_fn, &f) == 1 ? 0 : -1;
-}
-
-static int list_fn(void *user, const char *id, const char *path, qvf_voice *v) {
-    cJSON_AddItemToArray(user, describe(id, path, v));
-    return 0;
 }
 
 static enum MHD_Result voice_not_found(struct MHD_Connection *c, req *q, const char *id) {
@@ -130,7 +53,7 @@ static enum MHD_Result voice_not_found(struct MHD_Connection *c, req *q, const c
 }
 
 enum MHD_Result qvs_voices_get(qv_server *s, struct MHD_Connection *c, req *q, const char *id) {
-    char path[4096], err[512];
+    char path[4096];
     if (!id) { /* the list, and the preset speakers of each model (vLLM-Omni's "voices") */
         cJSON *o = cJSON_CreateObject(), *sp = cJSON_AddArrayToObject(o, "voices");
         cJSON_AddStringToObject(o, "object", "list");
@@ -142,17 +65,17 @@ enum MHD_Result qvs_voices_get(qv_server *s, struct MHD_Connection *c, req *q, c
                 cJSON_ArrayForEach(x, sp) dup |= !strcmp(x->valuestring, name);
                 if (!dup) cJSON_AddItemToArray(sp, cJSON_CreateString(name));
             }
-        cJSON *data = cJSON_AddArrayToObject(o, "data");
-        if (each_voice(s->voices_dir, list_fn, data) < 0) {
+        cJSON *data = qvs_library_describe(s, q->key, NULL);
+        if (!data) {
             cJSON_Delete(o);
-            return qvs_reply_error(c, q, 500, "server_error", "io_error", NULL, "%s: %s",
-                                   s->voices_dir, strerror(errno));
+            return qvs_reply_json(c, q, 500, NULL);
         }
+        cJSON_AddItemToObject(o, "data", data);
         char *body = cJSON_PrintUnformatted(o);
         cJSON_Delete(o);
         return qvs_reply_json(c, q, 200, body);
     }
-    if (qvs_voice_lookup(s, id, path, sizeof path)) return voice_not_found(c, q, id);
+    if (qvs_voice_lookup(s, q->key, id, path, sizeof path)) return voice_not_found(c, q, id);
     const char *dl = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "download");
     if (dl && strcmp(dl, "0") && strcmp(dl, "false")) {
         int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -176,26 +99,23 @@ enum MHD_Result qvs_voices_get(qv_server *s, struct MHD_Connection *c, req *q, c
         q->status = MHD_HTTP_OK;
         return ret;
     }
-    qvf_voice *v;
-    if (qvf_read_file(path, 0, &v, err, sizeof err))
-        return qvs_reply_error(c, q, 500, "server_error", "voice_unreadable", NULL, "%s", err);
-    char vid[65];
-    const char *base = strrchr(path, '/') + 1;
-    id_of(base, vid);
-    cJSON *o = describe(vid, path, v);
-    qvf_voice_free(v);
+    cJSON *o = qvs_library_describe(s, q->key, id);
+    if (!o) return voice_not_found(c, q, id);
     char *body = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return qvs_reply_json(c, q, 200, body);
 }
 
 enum MHD_Result qvs_voices_delete(qv_server *s, struct MHD_Connection *c, req *q, const char *id) {
-    char path[4096], vid[65];
-    if (qvs_voice_lookup(s, id, path, sizeof path) || !id_of(strrchr(path, '/') + 1, vid))
-        return voice_not_found(c, q, id);
-    if (unlink(path) && errno != ENOENT)
-        return qvs_reply_error(c, q, 500, "server_error", "io_error", NULL, "%s: %s", path,
-                               strerror(errno));
+    char vid[65];
+    int st = qvs_library_remove(s, q->key, id, vid);
+    if (st == 404) return voice_not_found(c, q, id);
+    if (st == 403)
+        return qvs_reply_error(c, q, 403, "invalid_request_error", "permission_denied",
+                               "voice_id", "voice %s: uploaded by another key", id);
+    if (st)
+        return qvs_reply_error(c, q, 500, "server_error", "io_error", NULL,
+                               "voice %s: cannot delete it", id);
     char body[160];
     snprintf(body, sizeof body, "{\"id\":\"%s\",\"object\":\"voice\",\"deleted\":true}", vid);
     return qvs_reply_json(c, q, 200, strdup(body));
@@ -207,10 +127,9 @@ enum { F_NAME, F_TRANSCRIPT, F_LANGUAGE, F_CONSENT, N_FIELDS };
 
 struct upload {
     qv_server *s;
-    char tmp[4096]; /* the uploaded file, DIR/.upload-XXXXXX */
+    char tmp[4096]; /* the uploaded file, DIR/.upload-PID-XXXXXX */
     int fd;
     uint64_t n_bytes;
-    uint64_t n_dropped; /* body bytes read after an error */
     char filename[256];
     uint8_t magic[4];
     bytes field[N_FIELDS];
@@ -251,7 +170,8 @@ static enum MHD_Result on_part(void *cls, enum MHD_ValueKind kind, const char *k
                 snprintf(u->why, sizeof u->why, "%s: one audio file per upload", key);
                 return MHD_NO;
             }
-            snprintf(u->tmp, sizeof u->tmp, "%s/.upload-XXXXXX", u->s->voices_dir);
+            snprintf(u->tmp, sizeof u->tmp, "%s/.upload-%d-XXXXXX", u->s->voices_dir,
+                     (int)getpid());
             if ((u->fd = mkstemp(u->tmp)) < 0) {
                 u->tmp[0] = 0;
                 u->status = 500;
@@ -303,25 +223,20 @@ enum MHD_Result qvs_upload_begin(qv_server *s, struct MHD_Connection *c, req *q)
     return MHD_YES;
 }
 
-/* libmicrohttpd cannot queue a reply while a body arrives (MHD_queue_response fails and the
- * client would get a closed connection): after an error the rest of the body is read and dropped,
- * up to --max-upload-mb more, and qvs_upload_finish replies. */
-enum MHD_Result qvs_upload_data(qv_server *s, struct MHD_Connection *c, req *q, const char *data,
+/* An error found while the body arrives (too big, a second file, a long field) is answered at
+ * once and the connection closed: the rest of the body is never read. */
+enum MHD_Result qvs_upload_data(struct MHD_Connection *c, req *q, const char *data,
                                 size_t *size) {
     struct upload *u = q->up;
-    if (u->status) {
-        u->n_dropped += *size;
-        *size = 0;
-        if (u->n_dropped <= (uint64_t)s->cfg.max_upload_mb << 20) return MHD_YES;
-        q->status = u->status; /* for the log line and the metrics: the connection is closed */
-        snprintf(q->note, sizeof q->note, "dropped: %.50s", u->why);
-        return MHD_NO;
-    }
     if (MHD_post_process(q->pp, data, *size) != MHD_YES && !u->status) {
         u->status = 400;
         snprintf(u->why, sizeof u->why, "multipart body: malformed");
     }
     *size = 0;
+    if (u->status)
+        return qvs_reply_cut(c, q, u->status,
+                             u->status >= 500 ? "server_error" : "invalid_request_error",
+                             "invalid_upload", NULL, "%s", u->why);
     return MHD_YES;
 }
 
@@ -332,60 +247,27 @@ static const char *field(struct upload *u, int f) {
     return (const char *)u->field[f].p;
 }
 
-struct name_ctx {
-    const char *name, *id;
-    int taken;
-};
-static int name_fn(void *user, const char *id, const char *path, qvf_voice *v) {
-    struct name_ctx *n = user;
-    const char *name = qvf_meta_get(v, "name");
-    n->taken |= name && !strcmp(name, n->name) && strcmp(id, n->id);
-    return n->taken;
-}
-
-/* Puts the finished voice file src into the library as <sha256>.qvoice (util's atomic writer)
- * and removes src; replies with its description and the report. */
+/* Puts the finished voice file src into the library (qvs_library_add) and removes src; replies
+ * with its description and the report. */
 static enum MHD_Result store(qv_server *s, struct MHD_Connection *c, req *q, const char *src,
                              const char *name, cJSON *report) {
-    uint8_t h[32];
-    char id[65], dst[4096], err[512];
+    char id[65], why[256], err[512];
     size_t n;
     char *b = qvu_read_file(src, (size_t)s->cfg.max_upload_mb << 21, &n, err, sizeof err);
     unlink(src);
-    if (!b || qvf_sha256(b, n, h)) {
-        free(b);
-        cJSON_Delete(report);
-        return qvs_reply_error(c, q, 500, "server_error", "io_error", NULL, "%s", err);
-    }
-    for (int i = 0; i < 32; i++)
-        snprintf(id + 2 * i, 3, "%02x", h[i]);
-    struct name_ctx nc = {name, id, 0};
-    if (name) each_voice(s->voices_dir, name_fn, &nc);
-    if (nc.taken) {
-        free(b);
-        cJSON_Delete(report);
-        return qvs_reply_error(c, q, 409, "invalid_request_error", "voice_exists", "name",
-                               "name %s: another library voice has it (DELETE it first)", name);
-    }
-    snprintf(dst, sizeof dst, "%s/%s.qvoice", s->voices_dir, id);
-    qvu_wfile *w;
-    FILE *f = NULL;
-    int bad = qvu_wfile_open(&w, dst, err, sizeof err);
-    if (!bad && (!(f = qvu_wfile_stream(w)) || fwrite(b, 1, n, f) != n)) {
-        qvu_wfile_abort(w);
-        snprintf(err, sizeof err, "%s.qvoice: cannot write", id);
-        bad = 1;
-    }
-    if (bad || qvu_wfile_commit(w, err, sizeof err)) {
-        free(b);
-        cJSON_Delete(report);
-        return qvs_reply_error(c, q, 500, "server_error", "io_error", NULL, "%s", err);
-    }
-    qvf_voice *v;
-    int rc = qvf_read_mem(b, n, dst, 0, &v, err, sizeof err);
-    cJSON *o = rc ? cJSON_CreateObject() : describe(id, dst, v);
-    if (!rc) qvf_voice_free(v);
+    cJSON *o = NULL;
+    int st = b ? qvs_library_add(s, q->key, (const uint8_t *)b, n, name, id, &o, why, sizeof why)
+               : 500;
     free(b);
+    if (st) {
+        cJSON_Delete(report);
+        if (!b) snprintf(why, sizeof why, "cannot read the new voice");
+        return qvs_reply_error(c, q, st, st == 409 ? "invalid_request_error" : "server_error",
+                               st == 409   ? "voice_exists"
+                               : st == 507 ? "library_full"
+                                           : "io_error",
+                               st == 409 ? "name" : NULL, "%s", why);
+    }
     if (report) cJSON_AddItemToObject(o, "report", report);
     char *body = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
@@ -404,10 +286,25 @@ static enum MHD_Result store_qvoice(qv_server *s, struct MHD_Connection *c, req 
                                     struct upload *u) {
     char err[512], out[4096];
     qvf_voice *v;
+    const char *fname = u->filename[0] ? u->filename : "upload";
+    /* a raw x-vector (file_version 0) is no voice file, whatever its name */
+    if (memcmp(u->magic, "QVCE", 4))
+        return qvs_reply_error(c, q, 400, "invalid_request_error", "invalid_voice_file",
+                               "audio_sample", "%.128s: not a .qvoice voice file", fname);
     if (qvf_read_file(u->tmp, 0, &v, err, sizeof err))
         return qvs_reply_error(c, q, 400, "invalid_request_error", "invalid_voice_file",
-                               "audio_sample", "%s: %s", u->filename[0] ? u->filename : "upload",
-                               without_path(err, u->tmp));
+                               "audio_sample", "%.128s: %s", fname, without_path(err, u->tmp));
+    const char *meta_name = qvf_meta_get(v, "name");
+    int finite = 1;
+    for (uint32_t i = 0; i < v->enc_dim; i++)
+        finite &= isfinite(v->xvector[i]) != 0;
+    if (!finite || (meta_name && strlen(meta_name) > NAME_MAX_BYTES)) {
+        qvf_voice_free(v);
+        return qvs_reply_error(c, q, 400, "invalid_request_error", "invalid_voice_file",
+                               "audio_sample", "%.128s: %s", fname,
+                               finite ? "its META name is longer than 128 bytes"
+                                      : "its x-vector is not finite (NaN or infinity)");
+    }
     cJSON *report = cJSON_CreateObject();
     {
         qv_voice *qv;
@@ -439,7 +336,7 @@ static enum MHD_Result store_qvoice(qv_server *s, struct MHD_Connection *c, req 
     snprintf(out, sizeof out, "%s", u->tmp);
     if (rewrite) {
         int fd;
-        snprintf(out, sizeof out, "%s/.new-XXXXXX", s->voices_dir);
+        snprintf(out, sizeof out, "%s/.new-%d-XXXXXX", s->voices_dir, (int)getpid());
         if ((fd = mkstemp(out)) < 0 || close(fd) || qvf_meta_set(v, "name", name) ||
             (!old_consent && (qvf_meta_set(v, "consent.method", "typed") ||
                               qvf_meta_set(v, "consent.statement", consent) ||
@@ -465,7 +362,7 @@ static enum MHD_Result clone_upload(qv_server *s, struct MHD_Connection *c, req 
                                "cloning from audio needs the server started with --clone-model "
                                "(a .qvoice upload works without)");
     int fd;
-    snprintf(out, sizeof out, "%s/.new-XXXXXX", s->voices_dir);
+    snprintf(out, sizeof out, "%s/.new-%d-XXXXXX", s->voices_dir, (int)getpid());
     if ((fd = mkstemp(out)) < 0 || close(fd))
         return qvs_reply_error(c, q, 500, "server_error", "io_error", NULL, "%s: %s", out,
                                strerror(errno));
@@ -476,7 +373,14 @@ static enum MHD_Result clone_upload(qv_server *s, struct MHD_Connection *c, req 
     r.name = field(u, F_NAME);
     r.consent = field(u, F_CONSENT);
     char *report = NULL;
+    double deadline = q->t0 + s->cfg.timeout_s;
+    int sl = qvs_slot_take(s, c, -1, NULL, deadline);
+    if (sl < 0) {
+        unlink(out);
+        return qvs_reply_not_admitted(s, c, q, sl, deadline);
+    }
     enum qv_status st = qv_clone_run(s->cloner, &r, out, &report);
+    qvs_slot_release(s, sl);
     if (st) {
         snprintf(err, sizeof err, "%s", qv_last_error());
         unlink(out);
@@ -515,9 +419,10 @@ enum MHD_Result qvs_upload_finish(qv_server *s, struct MHD_Connection *c, req *q
         return qvs_reply_error(
             c, q, 400, "invalid_request_error", "missing_field", "consent",
             "consent: required (a statement that the speaker agreed to cloning)");
-    if (name && (is_id(name) || strchr(name, '/') || strlen(name) > 128))
+    if (name && (qvs_is_id(name) || strchr(name, '/') || strlen(name) > NAME_MAX_BYTES))
         return qvs_reply_error(c, q, 400, "invalid_request_error", "invalid_value", "name",
-                               "name %s: at most 128 bytes, no '/', not a 64-hex id", name);
+                               "name %.128s: at most %d bytes, no '/', not a 64-hex id", name,
+                               NAME_MAX_BYTES);
     close(u->fd);
     u->fd = -1;
     size_t fl = strlen(u->filename);

@@ -31,6 +31,11 @@ static const char *usage_text =
     "    voicefmt strip --drop wdelta|icl [--to v3|v4] -o OUT FILE\n"
     "    voicefmt list [DIR...]\n"
     "    voicefmt mix [--name NAME] -o OUT A.qvoice:W [B.qvoice:W...]\n"
+    "    voicefmt palette list VOICE\n"
+    "    voicefmt palette add VOICE --name NAME (--from AUDIO -m BASE_DIR | --direction FILE)\n"
+    "                     [--strength S] [--min-similarity C] [-o OUT]\n"
+    "    voicefmt palette rm VOICE --name NAME [-o OUT]\n"
+    "    voicefmt palette derive -m BASE_DIR -o OUT.bin NEUTRAL:EMOTIONAL...\n"
     "    voicefmt keygen -o PREFIX\n"
     "    voicefmt sign --key KEY.pem [--signer NAME] [-o OUT] FILE\n"
     "    voicefmt detect [--json] [--max-seconds S] AUDIO...\n"
@@ -75,6 +80,22 @@ static const char *usage_text =
     "                first input, drops ICL and WDELTA, records the recipe in META key \"mix\".\n"
     "        -n, --name NAME     META name of the result (default \"mix\")\n"
     "        -o, --output OUT    output file (required)\n"
+    "    palette     the voice's named styles (PALT chunk; docs/markup.md): speak --style NAME\n"
+    "                and markup tags [NAME] use them. add and rm drop a signature (re-sign)\n"
+    "        list                name, kind, default strength, cosine to the voice's x-vector\n"
+    "        add                 -n NAME ([a-z][a-z0-9_-]*, at most 31 bytes) and one of:\n"
+    "          -f, --from AUDIO  a recording of this voice performing the style (its x-vector,\n"
+    "                            computed with -m BASE_DIR, is stored as a variant; refused\n"
+    "                            below --min-similarity C to the voice, default 0.5)\n"
+    "          -d, --direction FILE  a unit direction (.bin from palette derive, or a voice's\n"
+    "                            x-vector), stored normalised\n"
+    "          -s, --strength S  default strength, (0, 4] (variant 1, direction 0.25)\n"
+    "          -o, --output OUT  write there (default: VOICE itself, atomically)\n"
+    "        rm                  -n NAME: remove an entry (-o OUT as for add)\n"
+    "        derive              the averaged unit direction of NEUTRAL:EMOTIONAL pairs (audio\n"
+    "                            or voice files, ideally of several speakers) into OUT.bin (raw\n"
+    "                            f32); prints each pair's shift |e-n|/|n| and the cosine between\n"
+    "                            every two pairs' directions (their agreement)\n"
     "    keygen      make an Ed25519 key pair: PREFIX.pem (private, mode 0600) and PREFIX.pub.pem\n"
     "        -o, --output PREFIX path prefix of the two files (required)\n"
     "    sign        sign a v4 voice file (an Ed25519 SIGN chunk over every byte before it;\n"
@@ -112,6 +133,26 @@ static qvf_voice *load(const char *path) {
         return NULL;
     }
     return v;
+}
+
+/* Writes n bytes to path atomically (the library's writer); 0, or 1 after printing why. */
+static int write_bytes(const char *path, const void *buf, size_t n) {
+    qv_outfile *f;
+    if (qv_outfile_open(&f, path)) {
+        fprintf(stderr, "voicefmt: %s\n", qv_last_error());
+        return 1;
+    }
+    FILE *s = qv_outfile_stream(f);
+    if (!s || fwrite(buf, 1, n, s) != n) {
+        qv_outfile_abort(f);
+        fprintf(stderr, "voicefmt: %s: write failed\n", path);
+        return 1;
+    }
+    if (qv_outfile_commit(f)) {
+        fprintf(stderr, "voicefmt: %s\n", qv_last_error());
+        return 1;
+    }
+    return 0;
 }
 
 static int write_voice(const qvf_voice *v, const char *path, int version) {
@@ -306,6 +347,18 @@ static int inspect_one(const char *path, cJSON *jarr) {
             cJSON_AddNumberToObject(w, "th", v->wovr_th);
             cJSON_AddNumberToObject(w, "cv", v->wovr_cv);
         }
+        if (v->n_styles) {
+            cJSON *p = cJSON_AddArrayToObject(jo, "palette");
+            for (int i = 0; p && i < v->n_styles; i++) {
+                cJSON *e = cJSON_CreateObject();
+                cJSON_AddStringToObject(e, "name", v->styles[i].name);
+                cJSON_AddStringToObject(e, "kind", v->styles[i].kind == QVF_STYLE_VARIANT
+                                                       ? "variant"
+                                                       : "direction");
+                cJSON_AddNumberToObject(e, "strength", v->styles[i].strength);
+                cJSON_AddItemToArray(p, e);
+            }
+        }
         if (v->has_wdelta) {
             cJSON *w = cJSON_AddObjectToObject(jo, "wdelta");
             cJSON_AddStringToObject(w, "kind", wkind_name(v->wdelta_kind));
@@ -344,6 +397,10 @@ static int inspect_one(const char *path, cJSON *jarr) {
                v->transcript ? v->transcript : "", v->transcript ? "\"" : "");
         if (v->tpad_hidden) printf("  TPAD: hidden %u\n", v->tpad_hidden);
         if (v->wovr_h) printf("  WOVR: h %u, th %u, cv %u\n", v->wovr_h, v->wovr_th, v->wovr_cv);
+        for (int i = 0; i < v->n_styles; i++)
+            printf("%s %s (%s %.3g)%s", i ? "," : "  palette:", v->styles[i].name,
+                   v->styles[i].kind == QVF_STYLE_VARIANT ? "variant" : "direction",
+                   (double)v->styles[i].strength, i + 1 == v->n_styles ? "\n" : "");
         if (v->has_wdelta)
             printf("  weights: %s, %u tensors, %.1f MB stored for %.1f MB\n",
                    wkind_name(v->wdelta_kind), v->n_tensors, comp / 1e6, raw / 1e6);
@@ -735,15 +792,9 @@ static int cmd_list(int argc, char **argv) {
         }
         return rc;
     }
-    rc |= list_dir("voices", &any, 0);
-    const char *qp = getenv("QVOICE_PATH");
-    if (qp) {
-        char *copy = strdup(qp), *save = NULL;
-        for (char *tok = copy ? strtok_r(copy, ":", &save) : NULL; tok;
-             tok = strtok_r(NULL, ":", &save))
-            rc |= list_dir(tok, &any, 0);
-        free(copy);
-    }
+    char dir[4096];
+    for (int i = 0; !qvf_voice_dir(i, dir, sizeof dir); i++) /* voices/, then $QVOICE_PATH */
+        rc |= list_dir(dir, &any, 0);
     if (!any) fprintf(stderr, "voicefmt: no .qvoice files in voices/ or $QVOICE_PATH\n");
     return rc;
 }
@@ -806,6 +857,8 @@ static int cmd_mix(int argc, char **argv) {
         if (v != first) qvf_voice_free(v);
     }
     memcpy(first->xvector, acc, first->enc_dim * sizeof *acc);
+    while (first->n_styles) /* the first voice's styles do not fit the mix */
+        qvf_palette_remove(first, first->styles[0].name);
     qvf_voice_drop_icl(first);
     qvf_voice_drop_wdelta(first);
     char now[32];
@@ -826,6 +879,238 @@ static int cmd_mix(int argc, char **argv) {
 done:
     free(acc);
     qvf_voice_free(first);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- palette */
+
+static double cosine(const float *a, const float *b, uint32_t n) {
+    double ab = 0, aa = 0, bb = 0;
+    for (uint32_t i = 0; i < n; i++)
+        ab += (double)a[i] * b[i], aa += (double)a[i] * a[i], bb += (double)b[i] * b[i];
+    return aa > 0 && bb > 0 ? ab / sqrt(aa * bb) : 0;
+}
+
+/* A number in (lo, hi]; -1 otherwise. */
+static int parse_real(const char *s, double lo, double hi, double *out) {
+    char *end;
+    errno = 0;
+    double x = strtod(s, &end);
+    if (errno || *end || end == s || !(x > lo && x <= hi)) return -1;
+    *out = x;
+    return 0;
+}
+
+/* The x-vector of a voice file or (with a cloner) of audio, of *dim values (0: any, then set);
+ * NULL after printing the error. */
+static float *xvector(const qv_cloner *cl, const char *path, uint32_t *dim) {
+    float *x;
+    int n;
+    if (qv_clone_xvector(cl, path, 30, &x, &n)) {
+        fprintf(stderr, "voicefmt: %s\n", qv_last_error());
+        return NULL;
+    }
+    if (*dim && (uint32_t)n != *dim) {
+        fprintf(stderr, "voicefmt: %s: %d values, expected %u\n", path, n, *dim);
+        qv_free(x);
+        return NULL;
+    }
+    *dim = (uint32_t)n;
+    return x;
+}
+
+static qv_cloner *cloner(const char *base_dir) {
+    qv_cloner *c;
+    if (!base_dir) {
+        fprintf(stderr, "voicefmt: palette: audio needs the Base model (-m BASE_DIR)\n");
+        return NULL;
+    }
+    if (qv_cloner_load(&c, base_dir, 0)) {
+        fprintf(stderr, "voicefmt: %s\n", qv_last_error());
+        return NULL;
+    }
+    return c;
+}
+
+
+/* The method of issue 26: each pair's unit shift, their mean, normalised. */
+static int palette_derive(const char *base_dir, const char *out, char **pairs, int n) {
+    qv_cloner *cl = NULL;
+    float **d = calloc((size_t)n, sizeof *d);
+    double *ratio = calloc((size_t)n, sizeof *ratio);
+    float *mean = NULL;
+    uint32_t dim = 0;
+    int rc = 1;
+    if (!d || !ratio) goto done;
+    for (int i = 0; i < n; i++) {
+        char *colon = strrchr(pairs[i], ':');
+        if (!colon || colon == pairs[i] || !colon[1]) {
+            fprintf(stderr, "voicefmt: palette derive: %s: expected NEUTRAL:EMOTIONAL\n",
+                    pairs[i]);
+            goto done;
+        }
+        *colon = 0;
+        const char *files[2] = {pairs[i], colon + 1};
+        float *x[2] = {NULL, NULL};
+        for (int k = 0; k < 2; k++) {
+            size_t len = strlen(files[k]);
+            int voice = (len > 7 && !strcmp(files[k] + len - 7, ".qvoice")) ||
+                        (len > 4 && !strcmp(files[k] + len - 4, ".bin"));
+            if (!voice && !cl && !(cl = cloner(base_dir))) break;
+            if (!(x[k] = xvector(cl, files[k], &dim))) break;
+        }
+        int bad = !x[1] || !(d[i] = malloc(dim * sizeof **d)) ||
+                  qvf_style_direction(x[0], x[1], dim, d[i], &ratio[i]);
+        if (x[1] && d[i] && bad)
+            fprintf(stderr, "voicefmt: palette derive: %s and %s have the same x-vector\n",
+                    files[0], files[1]);
+        *colon = ':';
+        qv_free(x[0]), qv_free(x[1]);
+        if (bad) goto done;
+        printf("pair %d  %s  shift |e-n|/|n| = %.4f\n", i + 1, pairs[i], ratio[i]);
+    }
+    double sum = 0;
+    int m = 0;
+    for (int i = 0; i < n; i++)
+        for (int j = i + 1; j < n; j++) {
+            double c = cosine(d[i], d[j], dim);
+            printf("agreement  pair %d vs %d: cosine %.4f\n", i + 1, j + 1, c);
+            sum += c, m++;
+        }
+    if (m)
+        printf("agreement  mean cosine between pairs' directions: %.4f (%d pairs)\n", sum / m, n);
+    else
+        printf("agreement  one pair: nothing to compare (use pairs of several speakers)\n");
+    if (!(mean = calloc(dim, sizeof *mean))) goto done;
+    double nn = 0;
+    for (uint32_t k = 0; k < dim; k++) {
+        double s = 0;
+        for (int i = 0; i < n; i++)
+            s += d[i][k];
+        mean[k] = (float)(s / n);
+        nn += (double)mean[k] * mean[k];
+    }
+    if (!(nn > 0)) {
+        fprintf(stderr, "voicefmt: palette derive: the pairs' directions cancel out\n");
+        goto done;
+    }
+    for (uint32_t k = 0; k < dim; k++)
+        mean[k] = (float)(mean[k] / sqrt(nn));
+    rc = write_bytes(out, mean, dim * sizeof *mean);
+    if (!rc) printf("direction  %s (%u values, unit norm)\n", out, dim);
+done:
+    if (!d || !ratio) fprintf(stderr, "voicefmt: out of memory\n");
+    for (int i = 0; d && i < n; i++)
+        free(d[i]);
+    free(d), free(ratio), free(mean);
+    qv_cloner_free(cl);
+    return rc;
+}
+
+static int palette_list(const qvf_voice *v) {
+    if (!v->n_styles) printf("(no palette)\n");
+    for (int i = 0; i < v->n_styles; i++) {
+        const qvf_style *e = &v->styles[i];
+        printf("%-16s %-9s strength %.3g  cosine to the voice %.4f\n", e->name,
+               e->kind == QVF_STYLE_VARIANT ? "variant" : "direction", (double)e->strength,
+               cosine(e->vec, v->xvector, v->enc_dim));
+    }
+    return 0;
+}
+
+static int cmd_palette(int argc, char **argv) {
+    static const struct option opts[] = {{"name", required_argument, 0, 'n'},
+                                         {"from", required_argument, 0, 'f'},
+                                         {"direction", required_argument, 0, 'd'},
+                                         {"strength", required_argument, 0, 's'},
+                                         {"min-similarity", required_argument, 0, 'S'},
+                                         {"model", required_argument, 0, 'm'},
+                                         {"output", required_argument, 0, 'o'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    if (argc < 2) return usage_error("palette: list, add, rm or derive");
+    const char *sub = argv[1], *name = NULL, *from = NULL, *dirf = NULL, *model = NULL,
+               *out = NULL;
+    double strength = 0, min_sim = 0.5;
+    int c;
+    argc--, argv++; /* past the subcommand, as main is past the command */
+    while ((c = getopt_long(argc, argv, "n:f:d:s:S:m:o:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'n': name = optarg; break;
+        case 'f': from = optarg; break;
+        case 'd': dirf = optarg; break;
+        case 'm': model = optarg; break;
+        case 'o': out = optarg; break;
+        case 's':
+            if (parse_real(optarg, 0, 4, &strength))
+                return usage_error("palette: --strength must be in (0, 4]");
+            break;
+        case 'S':
+            if (parse_real(optarg, -1, 1, &min_sim))
+                return usage_error("palette: --min-similarity must be in (-1, 1]");
+            break;
+        case 'h': return fputs(usage_text, stdout), 0;
+        default: return usage_error("palette: unknown option");
+        }
+    }
+    if (!strcmp(sub, "derive")) {
+        if (!out || optind >= argc)
+            return usage_error("palette derive: needs -o OUT.bin and NEUTRAL:EMOTIONAL pairs");
+        return palette_derive(model, out, argv + optind, argc - optind);
+    }
+    if (optind + 1 != argc) return usage_error("palette: needs exactly one VOICE");
+    const char *path = argv[optind];
+    int is_add = !strcmp(sub, "add"), is_rm = !strcmp(sub, "rm");
+    if (!is_add && !is_rm && strcmp(sub, "list"))
+        return usage_error("palette: list, add, rm or derive");
+    if ((is_add || is_rm) && !name) return usage_error("palette: needs --name NAME");
+    if (is_add && !from == !dirf)
+        return usage_error("palette add: needs one of --from AUDIO or --direction FILE");
+    qvf_voice *v = load(path);
+    if (!v) return 1;
+    int rc = 1;
+    if (!is_add && !is_rm) {
+        rc = palette_list(v);
+    } else if (is_rm) {
+        if (qvf_palette_remove(v, name))
+            fprintf(stderr, "voicefmt: %s: no palette entry \"%s\"\n", path, name);
+        else
+            rc = write_voice(v, out ? out : path, 4);
+    } else {
+        qv_cloner *cl = from ? cloner(model) : NULL;
+        uint32_t dim = v->enc_dim;
+        float *x = (!from || cl) ? xvector(cl, from ? from : dirf, &dim) : NULL;
+        qv_cloner_free(cl);
+        if (x) {
+            const double sim = cosine(x, v->xvector, dim);
+            uint32_t kind = from ? QVF_STYLE_VARIANT : QVF_STYLE_DIRECTION;
+            if (from) printf("%s: speaker similarity to %s: %.4f\n", from, path, sim);
+            if (from && sim < min_sim) {
+                fprintf(stderr,
+                        "voicefmt: %s: speaker similarity %.4f to %s is below %.2f: not the same "
+                        "voice? (--min-similarity)\n",
+                        from, sim, path, min_sim);
+            } else {
+                if (!from) { /* stored normalised */
+                    double nn = 0;
+                    for (uint32_t k = 0; k < dim; k++)
+                        nn += (double)x[k] * x[k];
+                    for (uint32_t k = 0; nn > 0 && k < dim; k++)
+                        x[k] = (float)(x[k] / sqrt(nn));
+                }
+                if (!strength) strength = from ? 1.0 : 0.25;
+                int e = qvf_palette_set(v, name, kind, (float)strength, x);
+                if (e)
+                    fprintf(stderr, "voicefmt: %s: palette entry \"%s\": %s%s\n", path, name,
+                            qvf_strerror(e),
+                            e == QVF_E_ARG ? " (name [a-z][a-z0-9_-]*, at most 31 bytes)" : "");
+                else
+                    rc = write_voice(v, out ? out : path, 4);
+            }
+            qv_free(x);
+        }
+    }
+    qvf_voice_free(v);
     return rc;
 }
 
@@ -890,22 +1175,7 @@ static int cmd_sign(int argc, char **argv) {
         fprintf(stderr, "voicefmt: %s\n", err);
         goto done;
     }
-    qv_outfile *of;
-    if (qv_outfile_open(&of, out)) {
-        fprintf(stderr, "voicefmt: %s\n", qv_last_error());
-        goto done;
-    }
-    FILE *f = qv_outfile_stream(of);
-    if (!f || fwrite(signed_buf, 1, n_out, f) != n_out) {
-        qv_outfile_abort(of);
-        fprintf(stderr, "voicefmt: %s: write failed\n", out);
-        goto done;
-    }
-    if (qv_outfile_commit(of)) {
-        fprintf(stderr, "voicefmt: %s\n", qv_last_error());
-        goto done;
-    }
-    rc = 0;
+    rc = write_bytes(out, signed_buf, n_out);
 done:
     qvf_key_free(key);
     free(signed_buf);
@@ -1029,6 +1299,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "extract")) return cmd_extract(argc, argv);
     if (!strcmp(cmd, "list")) return cmd_list(argc, argv);
     if (!strcmp(cmd, "mix")) return cmd_mix(argc, argv);
+    if (!strcmp(cmd, "palette")) return cmd_palette(argc, argv);
     if (!strcmp(cmd, "keygen")) return cmd_keygen(argc, argv);
     if (!strcmp(cmd, "sign")) return cmd_sign(argc, argv);
     if (!strcmp(cmd, "detect")) return cmd_detect(argc, argv);

@@ -9,6 +9,17 @@
 #include <string.h>
 #include "voicefmt/legacy.h"
 
+/* Bounds on what a legacy LZ4 record may decode to, checked when the file is read, before anything
+ * is decoded (a v3 → v4 rewrite decodes each record whole, qvf_tensor_reblock). The largest tensor
+ * of either legacy talker is the text embedding, [151936 × 2048] bf16 (qvoice-legacy.md §6.4).
+ * Real WDELTA streams decode to ≈2.3× their LZ4 bytes (0.6B: ≈1.7 GiB from 769 MB) and ≈1.35×
+ * (1.7B: ≈3.6 GiB from 2,876 MB), an unchanged tensor (zeros, ≈255×) being a small part of them; a
+ * stream that expands more than 8× its compressed bytes (plus 1 MiB for tiny test models) is an
+ * amplification, not a voice: 8 MB of zeros claiming 2 GB would otherwise be decoded in full. */
+#define LEGACY_MAX_DELTA_BYTES (151936ull * 2048 * 2)
+#define LEGACY_MAX_EXPANSION 8ull
+#define LEGACY_EXPANSION_ALLOWANCE (1ull << 20)
+
 #define NEED(c, k, what)                                                                           \
     do {                                                                                           \
         if (!cur_has((c), (k)))                                                                    \
@@ -140,6 +151,11 @@ static int read_record(qvf_cur *c, const char *name, uint32_t idx, qvf_tensor *t
             raw > 255ull * pb + 64)
             return qvf_fail(err, es, QVF_E_RANGE, name,
                             "tensor %s: compressed size %u for %u bytes", t->name, pb, raw);
+        if (raw > LEGACY_MAX_DELTA_BYTES)
+            return qvf_fail(err, es, QVF_E_LIMIT, name,
+                            "tensor %s: delta decodes to %u bytes, more than the largest tensor of "
+                            "any model (%llu)",
+                            t->name, raw, LEGACY_MAX_DELTA_BYTES);
         t->dtype = QVF_DTYPE_BF16;
         t->encoding = QVF_ENC_DELTA16_LZ4;
         t->block_bytes = raw;
@@ -205,11 +221,22 @@ static int read_weights(qvf_cur *c, const char *name, qvf_voice *v, char *err, s
         return qvf_fail(err, es, QVF_E_NOMEM, name, "tensor table");
     v->has_wdelta = 1;
     v->wdelta_kind = kind;
+    uint64_t packed = 0, unpacked = 0; /* over the LZ4 records */
     for (uint32_t i = 0; i < k; i++) {
         v->n_tensors = i + 1;
         int rc = read_record(c, name, i, &v->tensors[i], err, es);
         if (rc) return rc;
+        if (v->tensors[i].encoding == QVF_ENC_DELTA16_LZ4) {
+            packed += v->tensors[i].data_bytes;
+            unpacked += v->tensors[i].raw_bytes;
+        }
     }
+    if (unpacked > LEGACY_MAX_EXPANSION * packed + LEGACY_EXPANSION_ALLOWANCE)
+        return qvf_fail(err, es, QVF_E_LIMIT, name,
+                        "weight stream: %llu bytes of LZ4 deltas decode to %llu bytes (%.0fx; no "
+                        "real voice expands more than %llux)",
+                        (unsigned long long)packed, (unsigned long long)unpacked,
+                        (double)unpacked / (double)packed, LEGACY_MAX_EXPANSION);
     return QVF_OK;
 }
 
@@ -405,6 +432,10 @@ int qvf_legacy_check_v3(const qvf_voice *v, const char *name, char *err, size_t 
     if (v->wovr_h && !v->tpad_hidden)
         return qvf_fail(err, es, QVF_E_UNSUPPORTED, name,
                         "v3 cannot hold WOVR without TPAD (positional sections)");
+    if (v->n_styles)
+        return qvf_fail(err, es, QVF_E_UNSUPPORTED, name,
+                        "v3 cannot hold a palette (%d entries; voicefmt palette rm them first)",
+                        v->n_styles);
     if (v->has_wdelta && (!v->tpad_hidden || !v->wovr_h))
         return qvf_fail(
             err, es, QVF_E_UNSUPPORTED, name,

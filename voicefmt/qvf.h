@@ -103,6 +103,19 @@ typedef struct {
     char *key, *value;
 } qvf_meta_entry; /* owned, NUL-terminated */
 
+/* An emotion palette entry (PALT chunk, docs/qvoice-format.md §4.9): a named style of the voice.
+ * VARIANT: the x-vector of this voice performing the style (strength 1 = that x-vector);
+ * DIRECTION: a unit shift in x-vector space added to the voice's (strength ~0.25). */
+enum qvf_style_kind { QVF_STYLE_VARIANT = 1, QVF_STYLE_DIRECTION = 2 };
+#define QVF_STYLE_NAME_MAX 31 /* bytes: [a-z][a-z0-9_-]* */
+#define QVF_MAX_STYLES 64
+typedef struct {
+    char name[QVF_STYLE_NAME_MAX + 1];
+    uint32_t kind;  /* enum qvf_style_kind */
+    float strength; /* default strength, (0, 4] */
+    float *vec;     /* [enc_dim], owned */
+} qvf_style;
+
 /* A voice in memory. Every pointer is owned by the voice (freed by qvf_voice_free), except
  * tensors[i].data, which may borrow the file mapping the voice also owns. To build a voice, set
  * fields directly with malloc'd buffers (the voice takes ownership; e.g. v->tpad = malloc(12 * h),
@@ -127,6 +140,8 @@ typedef struct {
     uint16_t *wovr_fc2_w;              /* bf16 [h * th] */
     float *wovr_fc2_b;                 /* [h] */
     uint16_t *wovr_codec;              /* bf16 [cv * h] */
+    int n_styles;      /* PALT entries (0 = no PALT chunk) */
+    qvf_style *styles; /* [n_styles], each vec of enc_dim floats */
     int has_wdelta;
     uint32_t wdelta_kind; /* enum qvf_wkind */
     uint32_t n_tensors;
@@ -149,6 +164,26 @@ int qvf_meta_set(qvf_voice *v, const char *key, const char *value);
 int qvf_voice_set_xvector(qvf_voice *v, const float *x, uint32_t enc_dim);
 int qvf_voice_set_icl(qvf_voice *v, const char *transcript, const uint16_t *codes,
                       uint32_t n_frames);
+/* Adds or replaces the palette entry name (a copy of vec[v->enc_dim]). 0, QVF_E_ARG (bad name,
+ * kind or strength, no x-vector), QVF_E_LIMIT (QVF_MAX_STYLES), QVF_E_NOMEM. */
+int qvf_palette_set(qvf_voice *v, const char *name, uint32_t kind, float strength,
+                    const float *vec);
+/* The entry named name (case-sensitive, as stored), or NULL. Borrowed. */
+const qvf_style *qvf_palette_find(const qvf_voice *v, const char *name);
+/* Removes an entry; 0, or QVF_E_ARG when there is none of that name. */
+int qvf_palette_remove(qvf_voice *v, const char *name);
+/* The palette arithmetic, in double, the result rounded once to f32 (out may alias x):
+ * DIRECTION d: y = x + s·|x|·d/|d|, out = y·|x|/|y| (the voice's norm restored);
+ * VARIANT v:   y = x + s·(v − x), out = y·((1−s)|x| + s|v|)/|y| (the norm interpolated too),
+ * so s = 0 gives x and a variant at s = 1 gives v. 0, or QVF_E_ARG (unknown kind, zero vector,
+ * s outside [0, 4]). */
+int qvf_style_apply(uint32_t kind, float strength, const float *x, const float *vec, uint32_t dim,
+                    float *out);
+/* The unit direction of one neutral -> emotional pair: out = (e − n)/|e − n|; *shift_ratio (may
+ * be NULL) = |e − n|/|n|. 0, or QVF_E_ARG when the two are equal or n is zero. */
+int qvf_style_direction(const float *neutral, const float *emotional, uint32_t dim, float *out,
+                        double *shift_ratio);
+
 /* Removes the weight stream (and zeroes v->target) / the ICL transcript and codes. */
 void qvf_voice_drop_wdelta(qvf_voice *v);
 void qvf_voice_drop_icl(qvf_voice *v);
@@ -218,9 +253,15 @@ void qvf_tensor_free(qvf_tensor *t);
  * Resolves what a user typed for --voice: an existing file path (contains '/' or ends in .qvoice /
  * .bin) is used as is; otherwise NAME is looked up as voices/NAME.qvoice, then DIR/NAME.qvoice for
  * each DIR of $QVOICE_PATH (colon-separated). Writes the path into path (path_size bytes).
- * Returns 0, QVF_E_IO with "NAME: no voices/NAME.qvoice or in $QVOICE_PATH" in err, or QVF_E_ARG.
+ * Returns 0, QVF_E_ARG, or QVF_E_IO with the one text for a missing voice in err: "voice 'NAME'
+ * not found; looked for voices/NAME.qvoice and, from $QVOICE_PATH, DIR/NAME.qvoice, ..." (or "...
+ * ($QVOICE_PATH is not set)"), or "PATH: no such voice file".
  */
 int qvf_voice_find(const char *name, char *path, size_t path_size, char *err, size_t err_size);
+/* The i-th directory voice names are looked up in (the one parser of $QVOICE_PATH): 0 is
+ * "voices", then each non-empty entry of $QVOICE_PATH (colon-separated). 0 with dir filled, or -1
+ * past the last (or when dir is too small). */
+int qvf_voice_dir(int i, char *dir, size_t dir_size);
 
 /* ---- utilities ---- */
 /* ---- signatures (docs/qvoice-format.md §4.10) ----

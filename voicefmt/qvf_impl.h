@@ -115,6 +115,13 @@ uint64_t qvf_out_meta_len(const qvf_voice *v);
 void qvf_out_meta(qvf_out *o, const qvf_voice *v);
 int qvf_meta_parse(const qvf_chunk_ctx *c, const uint8_t *p, uint64_t n, qvf_voice *v);
 
+/* palette.c: the PALT chunk (§4.10) and helpers voice.c needs. */
+int qvf_style_name_ok(const char *name);
+void qvf_palette_free(qvf_voice *v);
+uint64_t qvf_palt_len(const qvf_voice *v);
+void qvf_out_palt(qvf_out *o, const qvf_voice *v);
+int qvf_palt_parse(const qvf_chunk_ctx *c, const uint8_t *p, uint64_t n, qvf_voice *v);
+
 /* TPAD (u32 hidden, then [3][hidden] f32) and WOVR (u32 h, th, cv, then fc1_w, fc1_b, fc2_w,
  * fc2_b, codec rows): v4 puts the dims in a 64-byte header with reserved zeros and aligns each
  * WOVR array to 64; v3 (v4 = 0) packs them. The readers take p[0..n) (v4: exactly the payload;

@@ -27,7 +27,7 @@
 
 /* ---------------------------------------------------------------- chunk table */
 
-enum { R_HEAD = 1, R_XVEC, R_META, R_ICLR, R_TPAD, R_WOVR, R_WDHD, R_WDTN, R_QEND };
+enum { R_HEAD = 1, R_XVEC, R_META, R_ICLR, R_TPAD, R_WOVR, R_PALT, R_WDHD, R_WDTN, R_QEND };
 
 typedef struct {
     char tag[5];
@@ -44,6 +44,7 @@ static const chunk_kind kinds[] = {
     {"WOVR", R_WOVR, 0, 0,
      64 + 5 * 64 + 2ull * QVF_MAX_DIM *QVF_MAX_DIM * 2 + 8ull * QVF_MAX_DIM +
          2ull * QVF_MAX_CV *QVF_MAX_DIM},
+    {"PALT", R_PALT, 0, 0, 64 + 64ull * QVF_MAX_STYLES * (1 + QVF_MAX_DIM / 16)},
     {"WDHD", R_WDHD, 1, 1, QVF_WDHD_BYTES},
     {"WDTN", R_WDTN, 1, 0, 2 * QVF_MAX_TENSOR_BYTES},
     {"QEND", R_QEND, 1, 1, 0},
@@ -422,6 +423,9 @@ static int parse_v4(const uint8_t *b, size_t n, const char *name, qvf_voice *v, 
                 break;
             case R_WOVR:
                 rc = qvf_wovr_read(&c, p, len, 1, v, NULL);
+                break;
+            case R_PALT:
+                rc = qvf_palt_parse(&c, p, len, v);
                 break;
             case R_WDHD:
                 rc = parse_wdhd(&c, p, len, n - (off + 20 + len), v);

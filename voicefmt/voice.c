@@ -134,6 +134,7 @@ void qvf_voice_free(qvf_voice *v) {
     qvf_voice_drop_wdelta(v);
     qvf_voice_drop_icl(v);
     free(v->xvector);
+    qvf_palette_free(v);
     for (int i = 0; i < v->n_meta; i++) {
         free(v->meta[i].key);
         free(v->meta[i].value);
@@ -247,6 +248,19 @@ static int try_path(const char *p, char *path, size_t path_size) {
     return (size_t)snprintf(path, path_size, "%s", p) < path_size;
 }
 
+int qvf_voice_dir(int i, char *dir, size_t dir_size) {
+    if (i == 0) return snprintf(dir, dir_size, "voices") < (int)dir_size ? 0 : -1;
+    const char *qp = getenv("QVOICE_PATH");
+    for (int k = 1; qp && *qp;) {
+        const char *end = strchr(qp, ':');
+        const size_t len = end ? (size_t)(end - qp) : strlen(qp);
+        if (len && k++ == i)
+            return snprintf(dir, dir_size, "%.*s", (int)len, qp) < (int)dir_size ? 0 : -1;
+        qp = end ? end + 1 : NULL;
+    }
+    return -1;
+}
+
 int qvf_voice_find(const char *name, char *path, size_t path_size, char *err, size_t err_size) {
     size_t n = name ? strlen(name) : 0;
     if (!n || !path || !path_size)
@@ -257,19 +271,19 @@ int qvf_voice_find(const char *name, char *path, size_t path_size, char *err, si
         if (try_path(name, path, path_size)) return QVF_OK;
         return qvf_fail(err, err_size, QVF_E_IO, name, "no such voice file");
     }
-    char buf[4096];
-    snprintf(buf, sizeof buf, "voices/%s.qvoice", name);
-    if (try_path(buf, path, path_size)) return QVF_OK;
-    const char *qp = getenv("QVOICE_PATH");
-    while (qp && *qp) {
-        const char *end = strchr(qp, ':');
-        size_t len = end ? (size_t)(end - qp) : strlen(qp);
-        if (len) {
-            snprintf(buf, sizeof buf, "%.*s/%s.qvoice", (int)len, qp, name);
-            if (try_path(buf, path, path_size)) return QVF_OK;
-        }
-        qp = end ? end + 1 : NULL;
+    char dir[4096], buf[8192];
+    for (int i = 0; !qvf_voice_dir(i, dir, sizeof dir); i++) {
+        snprintf(buf, sizeof buf, "%s/%s.qvoice", dir, name);
+        if (try_path(buf, path, path_size)) return QVF_OK;
     }
-    return qvf_fail(err, err_size, QVF_E_IO, name, "no voices/%s.qvoice and none in $QVOICE_PATH",
-                    name);
+    /* the one text for a missing voice: every place looked at, in order */
+    size_t o = (size_t)snprintf(buf, sizeof buf,
+                                "voice '%s' not found; looked for voices/%s.qvoice", name, name);
+    for (int i = 1; o < sizeof buf && !qvf_voice_dir(i, dir, sizeof dir); i++)
+        o += (size_t)snprintf(buf + o, sizeof buf - o, "%s%s/%s.qvoice",
+                              i == 1 ? " and, from $QVOICE_PATH, " : ", ", dir, name);
+    if (o < sizeof buf && qvf_voice_dir(1, dir, sizeof dir))
+        snprintf(buf + o, sizeof buf - o, " ($QVOICE_PATH is not set)");
+    if (err && err_size) snprintf(err, err_size, "%s", buf);
+    return QVF_E_IO;
 }

@@ -170,6 +170,12 @@ static void write_v4_body(qvf_out *o, const qvf_voice *v, int with_wdhd, uint32_
         chunk_end(o);
     }
 
+    if (v->n_styles) {
+        chunk_begin(o, "PALT", 0, qvf_palt_len(v));
+        qvf_out_palt(o, v);
+        chunk_end(o);
+    }
+
     if (with_wdhd) {
         chunk_begin(o, "WDHD", 1, QVF_WDHD_BYTES);
         qvf_out_put32(o, n_tensors);

@@ -25,7 +25,7 @@ import tempfile
 import threading
 import urllib.parse
 import urllib.request
-import wave
+import warnings
 import weakref
 
 from . import _capi
@@ -37,7 +37,10 @@ except ImportError:
     _np = None
 
 __all__ = ["Qwen3TTSModel", "VoiceClonePromptItem", "VoiceClonePrompts", "Voice", "QvoiceError",
-           "write_wav", "version", "SAMPLE_RATE"]
+           "write_wav", "write_audio", "version", "SAMPLE_RATE"]
+
+# Markup and style keywords (docs/markup.md): qv_synth_request fields, not generation ones.
+_STYLE_KWARGS = ("style", "style_strength", "style_table", "strict_markup")
 
 # Official generation keyword -> qv_params field (None: handled apart).
 _GEN_KWARGS = {"do_sample": "do_sample", "temperature": "temperature", "top_k": "top_k",
@@ -120,14 +123,39 @@ def _as_list(x, n, what):
     return xs
 
 
+def write_audio(path, wav, format=None, loudness=None):
+    """Writes mono 24 kHz float samples with libqvoice's encoder (the one speak and the server
+    use), atomically: format by name or by path's extension (wav, pcm, flac, ogg, opus, mp3);
+    loudness: a target integrated loudness in LUFS (EBU R128, e.g. -23), or None."""
+    lib = _capi.lib()
+    path = os.fspath(path)
+    fmt = lib.qv_format_parse(_b(format)) if format else lib.qv_format_of_path(_b(path))
+    if fmt < 0:
+        raise ValueError("%s: unknown format %r (expected wav, pcm, flac, ogg, opus or mp3)"
+                         % (path, format or os.path.splitext(path)[1]))
+    if _np is not None:  # a copy: loudness scales it in place
+        samples = _np.array(wav, dtype=_np.float32).ravel()
+        buf = samples.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+    else:
+        samples = array.array("f", wav)
+        buf = (ctypes.c_float * len(samples)).from_buffer(samples) if len(samples) else None
+    n = len(samples)
+    if loudness is not None:
+        clipped, lufs = ctypes.c_int64(0), ctypes.c_double(0)
+        st = lib.qv_loudness_normalize(buf, n, float(loudness), ctypes.byref(clipped),
+                                       ctypes.byref(lufs))
+        if st:
+            _raise(st)
+    st = lib.qv_audio_write(_b(path), fmt, buf, n)
+    if st:
+        _raise(st)
+
+
 def write_wav(path, wav, sample_rate=SAMPLE_RATE):
-    """Writes mono float samples in [-1, 1] as a 16-bit PCM WAV (standard library only)."""
-    pcm = array.array("h", (int(max(-1.0, min(1.0, float(x))) * 32767) for x in wav))
-    with wave.open(os.fspath(path), "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(int(sample_rate))
-        w.writeframes(pcm.tobytes())
+    """Writes mono float samples in [-1, 1] as a 16-bit PCM WAV (write_audio)."""
+    if int(sample_rate) != SAMPLE_RATE:
+        raise ValueError("sample_rate %s: libqvoice writes %d Hz audio" % (sample_rate, SAMPLE_RATE))
+    write_audio(path, wav, "wav")
 
 
 class Voice:
@@ -279,13 +307,13 @@ class Qwen3TTSModel:
     # ---- synthesis ----
 
     def _params(self, kw):
-        bad = set(kw) - set(_GEN_KWARGS)
+        bad = set(kw) - set(_GEN_KWARGS) - set(_STYLE_KWARGS)
         if bad:
             raise TypeError("unexpected generation keyword argument(s) %s" % sorted(bad))
         p = self._lib.qv_model_params(self._m)
         p.n_threads, p.quant = self._threads, self._quant
         for k, v in kw.items():
-            if v is None:
+            if v is None or k in _STYLE_KWARGS:
                 continue  # official rule: None means the model's default
             if k == "max_new_tokens":
                 if int(v) < 2:
@@ -300,6 +328,9 @@ class Qwen3TTSModel:
         if "synth" not in self._h or key != self._synth_key:
             if "synth" in self._h:
                 self._lib.qv_synth_free(self._h.pop("synth"))
+            st = self._lib.qv_params_check(ctypes.byref(p))  # the library's one range check
+            if st:
+                _raise(st)
             h = ctypes.c_void_p()
             st = self._lib.qv_synth_new(ctypes.byref(h), self._m, ctypes.byref(p))
             if st:
@@ -309,8 +340,12 @@ class Qwen3TTSModel:
 
     def _run(self, job, kw, on_block, started=None):
         """Runs one synthesis on this thread; on_block(block) gets each PCM block and returns
-        True to stop. job: text, language, speaker, instruct, voice (Voice), use_icl."""
+        True to stop. job: text, language, speaker, instruct, voice (Voice), use_icl. kw: the
+        generation keywords and the style ones (docs/markup.md): style, style_strength,
+        style_table (text of "name = instruct" lines), strict_markup."""
         lib = self._lib
+        kw = dict(kw)
+        sty = {k: kw.pop(k) for k in _STYLE_KWARGS if k in kw}
         if not self._lock.acquire(blocking=False):
             raise RuntimeError("another synthesis is running on this model object")
         try:
@@ -325,6 +360,10 @@ class Qwen3TTSModel:
             voice = job.get("voice")
             r.voice = voice._h if voice is not None else None
             r.use_icl = int(job.get("use_icl", 1))
+            r.style = _b(sty.get("style"))
+            r.style_strength = float(sty.get("style_strength") or 0)
+            r.style_table = _b(sty.get("style_table"))
+            r.strict_markup = int(bool(sty.get("strict_markup")))
             failure = []
 
             def cb(user, pcm, n):
@@ -344,8 +383,36 @@ class Qwen3TTSModel:
                                if f != "struct_size"}
             if st:
                 _raise(st)
+            if self.last_stats["warning"]:  # e.g. the library dropped a 0.6B CustomVoice instruct
+                warnings.warn("qvoice: " + self.last_stats["warning"], stacklevel=3)
         finally:
             self._lock.release()
+
+    def run_jobs(self, lines, loudness=None, **kw):
+        """speak --batch in-process: each item of lines is one job, a JSON object (or its text) with
+        text, output and optionally speaker/voice, language, instruct, seed (docs/batch.md). Runs
+        them in order with the library's runner, which writes each output atomically, and yields
+        each job's result dict ({"line", "ok", "output", "seconds", ..., or "error"}). Blank lines
+        are no job. kw: generation keywords for every job."""
+        lib = self._lib
+        p = self._params(kw)
+        o = lib.qv_jobs_default_options()
+        o.loudness_lufs = float(loudness or 0)
+        h = ctypes.c_void_p()
+        st = lib.qv_jobs_new(ctypes.byref(h), self._m, ctypes.byref(p), ctypes.byref(o))
+        if st:  # the sampling ranges are checked here (qv_params_check)
+            _raise(st)
+        try:
+            for n, line in enumerate(lines, 1):
+                text = line if isinstance(line, str) else json.dumps(line)
+                res = ctypes.c_void_p()
+                lib.qv_jobs_run_line(h, n, _b(text), ctypes.byref(res))
+                if res.value:
+                    out = json.loads(ctypes.string_at(res.value).decode())
+                    lib.qv_free(res)
+                    yield out
+        finally:
+            lib.qv_jobs_free(h)
 
     def _generate(self, jobs, kw):
         wavs = []

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "checkpoint/ckpt.h"
 #include "features/speech_encoder.h"
 #include "kernels/kernels.h"
 
@@ -41,8 +42,10 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_clone: %s\n", err);
         return 1;
     }
-    qva_ecapa *e = qva_ecapa_load(dir, err, sizeof err);
-    qva_speech_encoder *se = e ? qva_speech_encoder_load(dir, err, sizeof err) : NULL;
+    qvm_ckpt *ck = qvm_ckpt_open(dir, err, sizeof err);
+    qva_ecapa *e = ck ? qva_ecapa_load(ck, err, sizeof err) : NULL;
+    qva_speech_encoder *se = e ? qva_speech_encoder_load(ck, err, sizeof err) : NULL;
+    qvm_ckpt_free(ck);
     if (!se) {
         fprintf(stderr, "bench_clone: %s\n", err);
         return 1;
@@ -50,7 +53,7 @@ int main(int argc, char **argv) {
     int nf = qva_mel_n_frames(a.n_samples), n_codes = qva_speech_encoder_n_frames(a.n_samples);
     float *mel = malloc(sizeof(float) * QVA_MEL_BINS * (size_t)nf);
     float *xvec = malloc(sizeof(float) * (size_t)qva_ecapa_dim(e));
-    int32_t *codes = malloc(sizeof(int32_t) * QVA_CODE_GROUPS * (size_t)n_codes);
+    int32_t *codes = malloc(sizeof(int32_t) * QV_N_CODEBOOKS * (size_t)n_codes);
     qva_mel *m = qva_mel_create();
     double best_w = 1e9, best_c = 0, best_m = 0, best_w2 = 1e9, best_c2 = 0, best_m2 = 0;
     for (int r = 0; r < 3; r++) {

@@ -32,7 +32,9 @@ int main(int argc, char **argv) {
     int n = argc > 2 ? atoi(argv[2]) : 100;
     if (n < 1) n = 1;
     qvk_init();
-    qve_decoder *d = qve_decoder_load(dir, err, sizeof err);
+    qvm_ckpt *ck = qvm_ckpt_open(dir, err, sizeof err);
+    qve_decoder *d = ck ? qve_decoder_load(ck, err, sizeof err) : NULL;
+    qvm_ckpt_free(ck);
     if (!d) {
         fprintf(stderr, "bench_decoder: %s\n", err);
         return 1;

@@ -70,7 +70,7 @@ int main(int argc, char **argv) {
     if (qv_model_n_speakers(m) > 0) r.speaker = qv_model_speaker(m, 0);
     for (int k = 0; k < 2; k++)
         if (qv_session_start(s[k], &r)) return 1;
-    const int V = m->cfg.talker.vocab_size, CV = m->cfg.code_predictor.vocab_size;
+    const int V = m->ck->cfg.talker.vocab_size, CV = m->ck->cfg.code_predictor.vocab_size;
     printf("%s vs bf16 on %s\n", qname, argv[1]);
     printf("  talker codec-head logits after prefill: rel. L2 error %.4f, argmax %s\n",
            rel_err(s[1]->logits_raw, s[0]->logits_raw, V),
@@ -78,9 +78,9 @@ int main(int argc, char **argv) {
 
     /* free-running greedy, and per frame the code predictor teacher-forced on bf16's codes */
     int32_t *c[2];
-    c[0] = calloc((size_t)frames * QVE_N_GROUPS, sizeof(int32_t));
-    c[1] = calloc((size_t)frames * QVE_N_GROUPS, sizeof(int32_t));
-    float *ref = malloc(sizeof(float) * (QVE_N_GROUPS - 1) * (size_t)CV);
+    c[0] = calloc((size_t)frames * QV_N_CODEBOOKS, sizeof(int32_t));
+    c[1] = calloc((size_t)frames * QV_N_CODEBOOKS, sizeof(int32_t));
+    float *ref = malloc(sizeof(float) * (QV_N_CODEBOOKS - 1) * (size_t)CV);
     qve_cp_state cp8;
     if (!c[0] || !c[1] || !ref || qve_cp_state_init(&cp8, m)) return 1;
     qve_cp_state_use(&cp8, qve_model_cp(m, quant));
@@ -89,31 +89,31 @@ int main(int argc, char **argv) {
     int n = 0;
     for (; n < frames; n++) {
         int done[2];
-        qv_session_next_frame(s[0], c[0] + (size_t)n * QVE_N_GROUPS, &done[0]);
+        qv_session_next_frame(s[0], c[0] + (size_t)n * QV_N_CODEBOOKS, &done[0]);
         if (done[0]) break;
-        memcpy(ref, s[0]->cp.logits, sizeof(float) * (QVE_N_GROUPS - 1) * (size_t)CV);
-        struct forced f = {c[0] + (size_t)n * QVE_N_GROUPS, 0};
-        int32_t tmp[QVE_N_GROUPS];
+        memcpy(ref, s[0]->cp.logits, sizeof(float) * (QV_N_CODEBOOKS - 1) * (size_t)CV);
+        struct forced f = {c[0] + (size_t)n * QV_N_CODEBOOKS, 0};
+        int32_t tmp[QV_N_CODEBOOKS];
         qve_cp_frame(&cp8, m, &s[0]->tw, s[0]->pool, s[0]->z_frame, f.codes[0], tmp, pick_forced,
                      &f);
-        for (int g = 0; g < QVE_N_GROUPS - 1; g++) {
+        for (int g = 0; g < QV_N_CODEBOOKS - 1; g++) {
             double e = rel_err(cp8.logits + (size_t)g * CV, ref + (size_t)g * CV, CV);
             cp_err += e, cp_n++;
             if (e > cp_err_max) cp_err_max = e;
             cp_same += argmax(cp8.logits + (size_t)g * CV, CV) == f.codes[1 + g];
         }
-        qv_session_next_frame(s[1], c[1] + (size_t)n * QVE_N_GROUPS, &done[1]);
+        qv_session_next_frame(s[1], c[1] + (size_t)n * QV_N_CODEBOOKS, &done[1]);
         if (done[1]) break;
     }
     (void)pick_argmax;
     long same = 0, same0 = 0;
     int first = -1;
     for (int i = 0; i < n; i++) {
-        for (int g = 0; g < QVE_N_GROUPS; g++)
-            same += c[0][i * QVE_N_GROUPS + g] == c[1][i * QVE_N_GROUPS + g];
-        same0 += c[0][i * QVE_N_GROUPS] == c[1][i * QVE_N_GROUPS];
-        if (first < 0 && memcmp(c[0] + i * QVE_N_GROUPS, c[1] + i * QVE_N_GROUPS,
-                                sizeof(int32_t) * QVE_N_GROUPS))
+        for (int g = 0; g < QV_N_CODEBOOKS; g++)
+            same += c[0][i * QV_N_CODEBOOKS + g] == c[1][i * QV_N_CODEBOOKS + g];
+        same0 += c[0][i * QV_N_CODEBOOKS] == c[1][i * QV_N_CODEBOOKS];
+        if (first < 0 && memcmp(c[0] + i * QV_N_CODEBOOKS, c[1] + i * QV_N_CODEBOOKS,
+                                sizeof(int32_t) * QV_N_CODEBOOKS))
             first = i;
     }
     printf("  code predictor logits, same inputs (%ld vectors): rel. L2 error mean %.4f, max %.4f;"
@@ -121,7 +121,7 @@ int main(int argc, char **argv) {
            cp_n, cp_n ? cp_err / cp_n : 0, cp_err_max, cp_n ? 100.0 * cp_same / cp_n : 0);
     printf("  greedy free-running, %d frames: codes identical %.1f %% (c0 %.1f %%), first "
            "differing frame %d\n",
-           n, n ? 100.0 * same / ((double)n * QVE_N_GROUPS) : 0, n ? 100.0 * same0 / n : 0, first);
+           n, n ? 100.0 * same / ((double)n * QV_N_CODEBOOKS) : 0, n ? 100.0 * same0 / n : 0, first);
     qve_cp_state_free(&cp8);
     free(c[0]), free(c[1]), free(ref);
     qv_session_free(s[0]), qv_session_free(s[1]);

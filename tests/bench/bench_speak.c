@@ -3,7 +3,7 @@
  * stack over every prompt position, the codec head), ms per frame (whole frame and code predictor
  * alone; the talker is the difference), achieved weight GB/s, and the start-up pieces of the time
  * to first audio: decoder weights prepared vs mapped from the prepared cache (checkpoint/prepared.h),
- * tokenizer open, the first one-frame decoder block, the int8 view quantized vs mapped. (Time to
+ * tokenizer open, the first one-frame decoder block, the int8 or q4 view quantized vs mapped. (Time to
  * first audio as a user sees it: bench_ttfa on speak --stream.)
  * usage: bench_speak MODEL_DIR [THREADS [FRAMES [RUNS [QUANT]]]]  (defaults 2, 30, 3, bf16;
  * QUANT bf16, int8 or q4; q4 for a directory written with --q4)
@@ -150,18 +150,24 @@ int main(int argc, char **argv) {
     const char *cache = getenv("QVOICE_CACHE");
     char *saved = cache ? strdup(cache) : NULL;
     setenv("QVOICE_CACHE", "", 1);
+    qvm_ckpt *ck = qvm_ckpt_open(dir, err, sizeof err);
+    if (!ck) {
+        fprintf(stderr, "bench_speak: %s\n", err);
+        return 1;
+    }
     stamp t0 = mark();
-    qve_decoder *dec = qve_decoder_load(dir, err, sizeof err);
+    qve_decoder *dec = qve_decoder_load(ck, err, sizeof err);
     print_since("decoder_prepare_ms", t0);
     if (saved) setenv("QVOICE_CACHE", saved, 1);
     else unsetenv("QVOICE_CACHE");
     free(saved);
     qve_decoder_free(dec);
-    qve_decoder_free(dec = qve_decoder_load(dir, err, sizeof err));
+    qve_decoder_free(dec = qve_decoder_load(ck, err, sizeof err));
     const double t1 = now_s(CLOCK_MONOTONIC);
     t0 = mark();
-    dec = qve_decoder_load(dir, err, sizeof err);
+    dec = qve_decoder_load(ck, err, sizeof err);
     print_since("decoder_mapped_ms", t0);
+    qvm_ckpt_free(ck);
     qv_model *m = NULL;
     if (!dec || qv_model_load(&m, dir)) {
         fprintf(stderr, "bench_speak: %s\n", qv_last_error());
@@ -179,22 +185,22 @@ int main(int argc, char **argv) {
     int32_t ids[40], codes[QV_N_CODEBOOKS], done = 0;
     qv_request r;
     fill_request(&r, m, ids);
-    if (p.quant == QV_QUANT_INT8) { /* quantized (cache off), then mapped */
+    if (p.quant != QV_QUANT_BF16) { /* the int8 / q4 view quantized (cache off), then mapped */
         qvk_pool *pool = qvk_pool_create(threads);
         const char *c = getenv("QVOICE_CACHE");
         char *keep = c ? strdup(c) : NULL;
         setenv("QVOICE_CACHE", "", 1);
         stamp t = mark();
-        qve_model_quantize(m, QV_QUANT_INT8, pool);
+        qve_model_quantize(m, p.quant, pool);
         print_since("quantize_ms", t);
         if (keep) setenv("QVOICE_CACHE", keep, 1);
         else unsetenv("QVOICE_CACHE");
         free(keep);
         qve_model_drop_views(m);
-        qve_model_quantize(m, QV_QUANT_INT8, pool); /* makes the cache file if none */
+        qve_model_quantize(m, p.quant, pool); /* makes the cache file if none */
         qve_model_drop_views(m);
         t = mark();
-        qve_model_quantize(m, QV_QUANT_INT8, pool);
+        qve_model_quantize(m, p.quant, pool);
         print_since("quantize_mapped_ms", t);
         qvk_pool_free(pool);
     }
@@ -248,11 +254,11 @@ int main(int argc, char **argv) {
     /* weight bytes relative to bf16 (q4: 4 bits + a bf16 scale and bias per 64) */
     const double bpw = !strcmp(quant, "int8") ? 0.5 : !strcmp(quant, "q4") ? 0.28125 : 1.0;
     const double talker_gb =
-        (stack_bytes(&m->cfg.talker) + 2.0 * m->cfg.talker.vocab_size * m->cfg.talker.hidden_size) *
+        (stack_bytes(&m->ck->cfg.talker) + 2.0 * m->ck->cfg.talker.vocab_size * m->ck->cfg.talker.hidden_size) *
         bpw / 1e9;
     const double cp_gb =
-        (16.0 * stack_bytes(&m->cfg.code_predictor) +
-         15.0 * 2 * m->cfg.code_predictor.vocab_size * m->cfg.code_predictor.hidden_size) *
+        (16.0 * stack_bytes(&m->ck->cfg.code_predictor) +
+         15.0 * 2 * m->ck->cfg.code_predictor.vocab_size * m->ck->cfg.code_predictor.hidden_size) *
         bpw / 1e9;
     printf("prefill_ms %.1f\n", 1e3 * median(pre, runs));
     printf("prefill_positions %d\n", s->n_prefill);

@@ -61,6 +61,13 @@ static int rt_equal(const qvf_voice *a, const qvf_voice *b, int exact) {
         const char *o = qvf_meta_get(b, a->meta[i].key);
         if (!o || strcmp(o, a->meta[i].value)) return 0;
     }
+    if (a->n_styles != b->n_styles) return 0; /* v3 refuses a palette: v4 only */
+    for (int i = 0; i < a->n_styles; i++) {
+        const qvf_style *x = &a->styles[i], *y = &b->styles[i];
+        if (strcmp(x->name, y->name) || x->kind != y->kind ||
+            memcmp(&x->strength, &y->strength, 4) || !rt_same(x->vec, y->vec, 4ull * a->enc_dim))
+            return 0;
+    }
     return 1;
 }
 

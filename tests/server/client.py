@@ -7,9 +7,15 @@ usage: client.py PORT upload FILE [field=value ...]   multipart POST /v1/audio/v
                                                       server to drop the connection
        client.py PORT slowbody                        sends a speech request's headers and a tenth of
                                                       its body, then waits for the server to drop it
+       client.py PORT trickle N ADDRS SECONDS PROBE_PORT
+                                                      N sockets from ADDRS source addresses
+                                                      (127.0.0.2...) each send a request line and
+                                                      then a header byte every 0.25 s, and reconnect
+                                                      when cut, for SECONDS; meanwhile GET /health
+                                                      every 0.25 s on PROBE_PORT and on PORT
        client.py PORT disconnect JSON                 POST /v1/audio/speech, read the first bytes of
                                                       the streamed body, then close the socket
-Prints "STATUS BODY" (upload, truncated), "closed" (slow, slowbody) or "read N" (disconnect); exit
+Prints "STATUS BODY" (upload, truncated), a JSON summary (trickle), "closed" (slow, slowbody) or "read N" (disconnect); exit
 0, or 1 when the server did not behave (slow, slowbody: still open after 30 s).
 """
 import http.client
@@ -17,6 +23,8 @@ import json
 import os
 import socket
 import sys
+import threading
+import time
 import uuid
 
 
@@ -44,6 +52,86 @@ def post(port, body, boundary, close_early=False):
     c.close()
 
 
+def probe(port, stop, out):
+    """GET /health every 0.25 s until stop is set: out gets [answered, sent, slowest s]."""
+    while not stop.is_set():
+        t = time.monotonic()
+        out[1] += 1
+        try:
+            c = http.client.HTTPConnection('127.0.0.1', port, timeout=5)
+            c.request('GET', '/health')
+            if c.getresponse().status == 200:
+                out[0] += 1
+                out[2] = max(out[2], time.monotonic() - t)
+            c.close()
+        except OSError:
+            pass
+        stop.wait(max(0.0, 0.25 - (time.monotonic() - t)))
+
+
+def trickle(port, n, addrs, seconds, probe_port):
+    """Slow sockets (bounded: n of them, seconds long, loopback only) while probes run."""
+    end = time.monotonic() + seconds
+    stop = threading.Event()
+    main_p, side_p = [0, 0, 0.0], [0, 0, 0.0]
+    probes = [threading.Thread(target=probe, args=(port, stop, main_p)),
+              threading.Thread(target=probe, args=(probe_port, stop, side_p))]
+    for t in probes:
+        t.start()
+    socks = [None] * n  # [socket, opened at, source address]
+    longest, cut, opened, peak = 0.0, 0, 0, {}
+    while time.monotonic() < end:
+        alive = {}
+        for i in range(n):
+            if socks[i] is None:
+                src = '127.0.0.%d' % (2 + i % addrs)
+                try:
+                    s = socket.create_connection(('127.0.0.1', port), timeout=1,
+                                                 source_address=(src, 0))
+                    s.setblocking(False)
+                    s.send(b'GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: ')
+                    socks[i] = [s, time.monotonic(), src]
+                    opened += 1
+                except OSError:
+                    continue
+            s, t0, src = socks[i]
+            closed = False
+            try:
+                closed = s.recv(4096) == b''
+            except BlockingIOError:
+                pass
+            except OSError:
+                closed = True
+            if not closed:
+                try:
+                    s.send(b'x')
+                except BlockingIOError:
+                    pass
+                except OSError:
+                    closed = True
+            if closed:
+                longest = max(longest, time.monotonic() - t0)
+                cut += 1
+                s.close()
+                socks[i] = None
+            elif time.monotonic() - t0 > 0.5:  # held, not refused at once
+                alive[src] = alive.get(src, 0) + 1
+        for a, k in alive.items():
+            peak[a] = max(peak.get(a, 0), k)
+        time.sleep(0.25)
+    for x in socks:
+        if x:
+            longest = max(longest, time.monotonic() - x[1])
+            x[0].close()
+    stop.set()
+    for t in probes:
+        t.join()
+    print(json.dumps({'opened': opened, 'cut': cut, 'longest_s': round(longest, 2),
+                      'peak_per_address': max(peak.values()) if peak else 0,
+                      'probe_port': side_p, 'main_port': main_p}))
+    return 0
+
+
 def main():
     port, mode = int(sys.argv[1]), sys.argv[2]
     if mode in ('upload', 'truncated'):
@@ -65,6 +153,9 @@ def main():
             return 1
         finally:
             s.close()
+    if mode == 'trickle':
+        return trickle(port, int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5]),
+                       int(sys.argv[6]))
     if mode == 'disconnect':
         c = http.client.HTTPConnection('127.0.0.1', port, timeout=60)
         c.request('POST', '/v1/audio/speech', body=sys.argv[3].encode(),

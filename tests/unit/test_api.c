@@ -69,7 +69,7 @@
     F(qv_request, bridge, 136) \
     F(qv_request, layout, 144) \
     F(qv_request, strict_vocab, 148) \
-    S(qv_synth_request, 112) \
+    S(qv_synth_request, 160) \
     F(qv_synth_request, struct_size, 0) \
     F(qv_synth_request, text, 8) \
     F(qv_synth_request, language, 16) \
@@ -80,15 +80,28 @@
     F(qv_synth_request, use_icl, 56) \
     F(qv_synth_request, use_wdelta, 60) \
     F(qv_synth_request, force_voice, 64) \
-    F(qv_synth_request, strict_vocab, 68) \
-    F(qv_synth_request, max_chunk_chars, 72) \
-    F(qv_synth_request, guard, 76) \
-    F(qv_synth_request, trim_lead, 80) \
+    F(qv_synth_request, force_instruct, 68) \
+    F(qv_synth_request, strict_vocab, 72) \
+    F(qv_synth_request, max_chunk_chars, 76) \
+    F(qv_synth_request, guard, 80) \
+    F(qv_synth_request, trim_lead, 84) \
     F(qv_synth_request, max_seconds, 88) \
     F(qv_synth_request, codes_only, 96) \
     F(qv_synth_request, whole_chunks, 100) \
     F(qv_synth_request, verify_model_dir, 104) \
-    S(qv_synth_stats, 360) \
+    F(qv_synth_request, style, 112) \
+    F(qv_synth_request, style_strength, 120) \
+    F(qv_synth_request, style_dirs, 128) \
+    F(qv_synth_request, n_style_dirs, 136) \
+    F(qv_synth_request, style_table, 144) \
+    F(qv_synth_request, strict_markup, 152) \
+    S(qv_style_dir, 32) \
+    F(qv_style_dir, struct_size, 0) \
+    F(qv_style_dir, name, 8) \
+    F(qv_style_dir, direction, 16) \
+    F(qv_style_dir, dim, 24) \
+    F(qv_style_dir, strength, 28) \
+    S(qv_synth_stats, 616) \
     F(qv_synth_stats, struct_size, 0) \
     F(qv_synth_stats, n_chunks, 4) \
     F(qv_synth_stats, n_frames, 8) \
@@ -105,12 +118,13 @@
     F(qv_synth_stats, verify_min, 88) \
     F(qv_synth_stats, verify_mean, 96) \
     F(qv_synth_stats, warning, 104) \
-    S(qv_chunk_info, 32) \
+    S(qv_chunk_info, 40) \
     F(qv_chunk_info, struct_size, 0) \
     F(qv_chunk_info, index, 4) \
-    F(qv_chunk_info, codes, 8) \
-    F(qv_chunk_info, n_frames, 16) \
-    F(qv_chunk_info, verify, 24) \
+    F(qv_chunk_info, text_offset, 8) \
+    F(qv_chunk_info, codes, 16) \
+    F(qv_chunk_info, n_frames, 24) \
+    F(qv_chunk_info, verify, 32) \
     S(qv_clone_request, 168) \
     F(qv_clone_request, struct_size, 0) \
     F(qv_clone_request, audio_path, 8) \
@@ -133,7 +147,17 @@
     F(qv_clone_request, plot_path, 136) \
     F(qv_clone_request, consent_speaker, 144) \
     F(qv_clone_request, consent_scope, 152) \
-    F(qv_clone_request, consent_recording, 160)
+    F(qv_clone_request, consent_recording, 160) \
+    S(qv_jobs_options, 176) \
+    F(qv_jobs_options, struct_size, 0) \
+    F(qv_jobs_options, request, 8) \
+    F(qv_jobs_options, loudness_lufs, 168) \
+    S(qv_pcm_buffer, 40) \
+    F(qv_pcm_buffer, struct_size, 0) \
+    F(qv_pcm_buffer, pcm, 8) \
+    F(qv_pcm_buffer, n, 16) \
+    F(qv_pcm_buffer, cap, 24) \
+    F(qv_pcm_buffer, failed, 32)
 
 
 static void test_layout(void **state) {
@@ -148,7 +172,7 @@ static void test_layout(void **state) {
 #undef S
 #undef F
     printf("  %d public structs: sizes and field offsets as recorded\n", n);
-    assert_int_equal(n, 7);
+    assert_int_equal(n, 10);
 #else
     skip();
 #endif
@@ -184,6 +208,9 @@ static void test_defaults_set_size(void **state) {
     assert_int_equal(qv_default_request().struct_size, sizeof(qv_request));
     assert_int_equal(qv_synth_default_request().struct_size, sizeof(qv_synth_request));
     assert_int_equal(qv_clone_default_request().struct_size, sizeof(qv_clone_request));
+    const qv_jobs_options o = qv_jobs_default_options();
+    assert_int_equal(o.struct_size, sizeof(qv_jobs_options));
+    assert_int_equal(o.request.struct_size, sizeof(qv_synth_request));
 }
 
 static void on_chunk(void *user, const qv_chunk_info *c) {
@@ -245,6 +272,33 @@ static void test_size_checked(void **state) {
     char *report = (char *)1;
     expect_abi(qv_clone_run(NULL, &c, NULL, &report), "qv_clone_request");
     assert_null(report);
+
+    p = qv_model_params(g_m);
+    qv_jobs_options o = qv_jobs_default_options();
+    qv_jobs *j = (qv_jobs *)1;
+    o.struct_size = 0;
+    expect_abi(qv_jobs_new(&j, g_m, &p, &o), "qv_jobs_options");
+    assert_null(j);
+    o = qv_jobs_default_options();
+    o.request.struct_size--;
+    expect_abi(qv_jobs_new(&j, g_m, &p, &o), "qv_synth_request");
+    o = qv_jobs_default_options(), p.struct_size = 0;
+    expect_abi(qv_jobs_new(&j, g_m, &p, &o), "qv_params");
+
+    qv_pcm_buffer k = {0}; /* struct_size left 0: the collector stops and says why */
+    const float x[2] = {0};
+    assert_int_equal(qv_pcm_collect(&k, x, 2), 1);
+    assert_true(k.failed);
+    assert_null(k.pcm);
+    expect_abi(QV_E_ABI, "qv_pcm_buffer");
+    k = (qv_pcm_buffer){.struct_size = sizeof k};
+    assert_int_equal(qv_pcm_collect(&k, x, 2), 0);
+    assert_int_equal(k.n, 2);
+    qv_free(k.pcm);
+
+    memset(&st, 0, sizeof st);
+    assert_null(qv_synth_summary_json("x.wav", 1, &st, 0));
+    expect_abi(QV_E_ABI, "qv_synth_stats");
 }
 
 /* ==== errors ================================================================================= */

@@ -19,6 +19,9 @@
 
 #include <cmocka.h>
 
+#include "checkpoint/ckpt.h"
+#include "tests/unit/helpers/models.h"
+
 #include "tests/unit/helpers/shell.h"
 
 #include "features/speech_encoder.h"
@@ -109,7 +112,9 @@ static int setup_full(void **state) {
         fprintf(stderr, "%s\n", err);
         return -1;
     }
-    g_ecapa = qva_ecapa_load(g_base, err, sizeof err);
+    qvm_ckpt *ck_g_ecapa = test_ckpt_open(g_base);
+    g_ecapa = qva_ecapa_load(ck_g_ecapa, err, sizeof err);
+    qvm_ckpt_free(ck_g_ecapa);
     if (!g_ecapa) fprintf(stderr, "test_clone: %s (run `make models-full`)\n", err);
     return g_ecapa ? 0 : -1;
 }
@@ -173,16 +178,18 @@ static void test_golden_codes(void **state) {
     size_t n = 0;
     int64_t *ref = npy_load(GOLDEN "codes_enc.npy", "<i8", 8, &n);
     assert_non_null(ref);
-    qva_speech_encoder *se = qva_speech_encoder_load(g_base, err, sizeof err);
+    qvm_ckpt *ck_se = test_ckpt_open(g_base);
+    qva_speech_encoder *se = qva_speech_encoder_load(ck_se, err, sizeof err);
+    qvm_ckpt_free(ck_se);
     if (!se) fprintf(stderr, "%s\n", err);
     assert_non_null(se);
     int nf = qva_speech_encoder_n_frames(g_clip.n_samples);
-    assert_int_equal((size_t)nf * QVA_CODE_GROUPS, n);
+    assert_int_equal((size_t)nf * QV_N_CODEBOOKS, n);
     int32_t *codes = malloc(sizeof(int32_t) * n);
     assert_int_equal(qva_speech_encoder_encode(se, g_pool, codes, g_clip.samples, g_clip.n_samples, err, sizeof err), 0);
     int bad = 0;
-    for (int g = 0; g < QVA_CODE_GROUPS; g++)
-        for (int f = 0; f < nf; f++) bad += ref[(size_t)g * nf + f] != codes[(size_t)f * QVA_CODE_GROUPS + g];
+    for (int g = 0; g < QV_N_CODEBOOKS; g++)
+        for (int f = 0; f < nf; f++) bad += ref[(size_t)g * nf + f] != codes[(size_t)f * QV_N_CODEBOOKS + g];
     printf("  speech-encoder codes [%d, 16] vs official: %d of %zu differ (tolerance 0)\n", nf, bad, n);
     assert_int_equal(bad, 0);
     /* one thread (no pool) gives the same codes */
@@ -194,8 +201,8 @@ static void test_golden_codes(void **state) {
     qva_speech_encoder_set_window(se, 250);
     assert_int_equal(qva_speech_encoder_encode(se, g_pool, codes, g_clip.samples, g_clip.n_samples, err, sizeof err), 0);
     int bad_w = 0;
-    for (int g = 0; g < QVA_CODE_GROUPS; g++)
-        for (int f = 0; f < nf; f++) bad_w += ref[(size_t)g * nf + f] != codes[(size_t)f * QVA_CODE_GROUPS + g];
+    for (int g = 0; g < QV_N_CODEBOOKS; g++)
+        for (int f = 0; f < nf; f++) bad_w += ref[(size_t)g * nf + f] != codes[(size_t)f * QV_N_CODEBOOKS + g];
     printf("  with window 250 instead of plain causal: %d differ (the reference is plain causal)\n", bad_w);
     assert_true(bad_w > 0);
     free(codes);
@@ -381,7 +388,9 @@ static void test_audio_warnings(void **state) {
 
 static void test_not_base(void **state) {
     char err[512] = "";
-    qva_ecapa *e = qva_ecapa_load(g_cv, err, sizeof err);
+    qvm_ckpt *ck_e = test_ckpt_open(g_cv);
+    qva_ecapa *e = qva_ecapa_load(ck_e, err, sizeof err);
+    qvm_ckpt_free(ck_e);
     printf("  CustomVoice: %s\n", err);
     assert_null(e);
     assert_non_null(strstr(err, "Base"));
@@ -573,14 +582,16 @@ static void test_codes_variants(void **state) {
         printf("  no AVX-512 kernel variant on this CPU: nothing to compare\n");
         return;
     }
-    qva_speech_encoder *se = qva_speech_encoder_load(g_base, err, sizeof err);
+    qvm_ckpt *ck_se = test_ckpt_open(g_base);
+    qva_speech_encoder *se = qva_speech_encoder_load(ck_se, err, sizeof err);
+    qvm_ckpt_free(ck_se);
     assert_non_null(se);
     static const char *const clips[] = {CLIP, "tests/audio/it_galatea_fasol.wav"};
     static const char *const kinds[] = {"24 kHz", "via 16 kHz", "via 44.1 kHz", "-12 dB", "+6 dB"};
     const int64_t n = 12 * 24000;
     const int nf = qva_speech_encoder_n_frames(n);
     int32_t *codes[2];
-    for (int v = 0; v < 2; v++) codes[v] = malloc(sizeof(int32_t) * (size_t)(nf + 1) * QVA_CODE_GROUPS);
+    for (int v = 0; v < 2; v++) codes[v] = malloc(sizeof(int32_t) * (size_t)(nf + 1) * QV_N_CODEBOOKS);
     for (int c = 0; c < 2; c++) {
         qva_audio a;
         assert_int_equal(qva_audio_load(&a, clips[c], 30.0, err, sizeof err), 0);
@@ -596,7 +607,7 @@ static void test_codes_variants(void **state) {
                                                            b.n_samples, err, sizeof err), 0);
             }
             int bad = 0;
-            for (int i = 0; i < nb * QVA_CODE_GROUPS; i++) bad += codes[0][i] != codes[1][i];
+            for (int i = 0; i < nb * QV_N_CODEBOOKS; i++) bad += codes[0][i] != codes[1][i];
             printf("  %s %-13s %d frames: avx512 vs scalar codes, %d differ (tolerance 0)\n",
                    c ? "it" : "en", kinds[k], nb, bad);
             assert_int_equal(bad, 0);
@@ -613,7 +624,9 @@ static void test_codes_variants(void **state) {
 
 static void test_tiny_model(void **state) {
     char err[512];
-    qva_ecapa *e = qva_ecapa_load(g_tiny, err, sizeof err);
+    qvm_ckpt *ck_e = test_ckpt_open(g_tiny);
+    qva_ecapa *e = qva_ecapa_load(ck_e, err, sizeof err);
+    qvm_ckpt_free(ck_e);
     if (!e) fprintf(stderr, "%s\n", err);
     assert_non_null(e);
     assert_int_equal(qva_ecapa_dim(e), 64);
@@ -630,16 +643,18 @@ static void test_tiny_model(void **state) {
     double c = qvk_cosine(x1, x3, 64);
     printf("  tiny x-vector norm %.3f; cosine whole clip vs 10 s part %.4f\n", qva_l2norm(x1, 64), c);
     assert_true(c < 1.0);
-    qva_speech_encoder *se = qva_speech_encoder_load(g_tiny, err, sizeof err);
+    qvm_ckpt *ck_se = test_ckpt_open(g_tiny);
+    qva_speech_encoder *se = qva_speech_encoder_load(ck_se, err, sizeof err);
+    qvm_ckpt_free(ck_se);
     if (!se) fprintf(stderr, "%s\n", err);
     assert_non_null(se);
     int nf = qva_speech_encoder_n_frames(4000);
     assert_int_equal(nf, 3);
-    int32_t codes[3 * QVA_CODE_GROUPS];
+    int32_t codes[3 * QV_N_CODEBOOKS];
     assert_int_equal(qva_speech_encoder_encode(se, g_pool, codes, g_clip.samples, 4000, err, sizeof err), 0);
-    for (int i = 0; i < 3 * QVA_CODE_GROUPS; i++) assert_true(codes[i] >= 0 && codes[i] < 2048);
+    for (int i = 0; i < 3 * QV_N_CODEBOOKS; i++) assert_true(codes[i] >= 0 && codes[i] < 2048);
     /* causal: the codes of the first frames do not depend on later audio */
-    int32_t codes2[QVA_CODE_GROUPS * 2];
+    int32_t codes2[QV_N_CODEBOOKS * 2];
     assert_int_equal(qva_speech_encoder_encode(se, NULL, codes2, g_clip.samples, 3840, err, sizeof err), 0);
     assert_memory_equal(codes, codes2, sizeof codes2);
     qva_speech_encoder_free(se);

@@ -523,7 +523,7 @@ static void test_bridge(void **state) {
 
     qv_model *m = NULL;
     assert_int_equal(qv_model_load(&m, g_tiny), 0);
-    const size_t H = (size_t)m->cfg.talker.hidden_size, TH = (size_t)m->cfg.text_hidden_size;
+    const size_t H = (size_t)m->ck->cfg.talker.hidden_size, TH = (size_t)m->ck->cfg.text_hidden_size;
     qvf_voice *v = NULL;
     assert_int_equal(qvf_read_file(out, 0, &v, err, sizeof err), 0);
     assert_int_equal(v->tpad_hidden, H);
@@ -536,7 +536,7 @@ static void test_bridge(void **state) {
        projection runs through), and a session's PAD and EOS rows (a 1-token Base prompt: 7
        projected rows, the same direct kernel as the 3-row call) */
     float *ref = malloc(3 * H * sizeof(float));
-    assert_int_equal(qvm_textside_special(&m->text, &m->cfg, NULL, ref), 0);
+    assert_int_equal(qvm_textside_special(&m->text, &m->ck->cfg, NULL, ref), 0);
     int same;
     double d = max_abs_diff(v->tpad, ref, 3 * H, &same);
     printf("TPAD vs the model's qvm_textside_special: max |d| %g, bit-identical %d\n", d, same);

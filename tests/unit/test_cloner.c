@@ -1,8 +1,9 @@
 /* test_cloner.c — the public cloning API (include/qvoice.h) on the tiny synthetic Base
  * ($QVOICE_CACHE/tiny-base): a non-Base model refused, in-memory PCM cloned with ICL (JSON report
  * numbers vs the voice file written), analysis only (out_path NULL), a transcript that does not
- * fit refused with QV_E_INVALID and nothing written, two concurrent runs on one cloner equal to a
- * single run bit for bit, and qv_clone_similarity. Includes only public headers and cJSON.
+ * fit refused with QV_E_INVALID and nothing written, eight concurrent runs on one cloner (five
+ * rounds) equal to a single run bit for bit, and qv_clone_similarity. Includes only public
+ * headers and cJSON.
  */
 #include <cJSON.h>
 #include <math.h>
@@ -160,31 +161,39 @@ static void *clone_job(void *p) {
     return NULL;
 }
 
-/* Two runs at once on one cloner: the same x-vector and codes as a run alone. */
+/* N_JOBS runs at once on one cloner (hygiene on: each run also makes mel contexts for its pool's
+ * threads), N_ROUNDS times: every x-vector and every code the same bits as a run alone. Unlocked
+ * FFTW planning can corrupt the heap here only when two plans are made at the same instant, which
+ * is rare on a loaded machine; test_fft makes that deterministic. make tsan runs this too. */
+#define N_JOBS 8
+#define N_ROUNDS 5
 static void test_concurrent(void **state) {
     (void)state;
-    job jobs[3];
-    pthread_t th[2];
-    for (int i = 0; i < 3; i++)
-        snprintf(jobs[i].out, sizeof jobs[i].out, "%s/c%d.qvoice", g_dir, i);
-    clone_job(&jobs[2]);
-    for (int i = 0; i < 2; i++)
-        pthread_create(&th[i], NULL, clone_job, &jobs[i]);
-    for (int i = 0; i < 2; i++)
-        pthread_join(th[i], NULL);
+    job jobs[N_JOBS + 1];
+    pthread_t th[N_JOBS];
     char err[512];
-    qvf_voice *v[3];
-    for (int i = 0; i < 3; i++) {
-        assert_int_equal(jobs[i].st, QV_OK);
-        assert_int_equal(qvf_read_file(jobs[i].out, 0, &v[i], err, sizeof err), 0);
+    for (int i = 0; i <= N_JOBS; i++)
+        snprintf(jobs[i].out, sizeof jobs[i].out, "%s/c%d.qvoice", g_dir, i);
+    clone_job(&jobs[N_JOBS]);
+    qvf_voice *alone;
+    assert_int_equal(jobs[N_JOBS].st, QV_OK);
+    assert_int_equal(qvf_read_file(jobs[N_JOBS].out, 0, &alone, err, sizeof err), 0);
+    for (int round = 0; round < N_ROUNDS; round++) {
+        for (int i = 0; i < N_JOBS; i++)
+            assert_int_equal(pthread_create(&th[i], NULL, clone_job, &jobs[i]), 0);
+        for (int i = 0; i < N_JOBS; i++)
+            pthread_join(th[i], NULL);
+        for (int i = 0; i < N_JOBS; i++) {
+            qvf_voice *v;
+            assert_int_equal(jobs[i].st, QV_OK);
+            assert_int_equal(qvf_read_file(jobs[i].out, 0, &v, err, sizeof err), 0);
+            assert_memory_equal(v->xvector, alone->xvector, sizeof(float) * alone->enc_dim);
+            assert_int_equal(v->n_frames, alone->n_frames);
+            assert_memory_equal(v->codes, alone->codes, 2 * 16 * (size_t)alone->n_frames);
+            qvf_voice_free(v);
+        }
     }
-    for (int i = 0; i < 2; i++) {
-        assert_memory_equal(v[i]->xvector, v[2]->xvector, sizeof(float) * v[2]->enc_dim);
-        assert_int_equal(v[i]->n_frames, v[2]->n_frames);
-        assert_memory_equal(v[i]->codes, v[2]->codes, 2 * 16 * (size_t)v[2]->n_frames);
-        qvf_voice_free(v[i]);
-    }
-    qvf_voice_free(v[2]);
+    qvf_voice_free(alone);
     /* the similarity of a voice with itself and with its audio's x-vector */
     double cs = 0;
     char *rep = NULL;

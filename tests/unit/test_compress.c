@@ -18,6 +18,9 @@
 
 #include <cmocka.h>
 
+#include "checkpoint/ckpt.h"
+#include "tests/unit/helpers/models.h"
+
 #include <cJSON.h>
 
 #include "checkpoint/manifest.h"
@@ -115,9 +118,13 @@ static void same_codes(qv_model *a, int qa, qv_model *b, int qb, int n_max) {
 /* max |Δ| of the f16 decoder's PCM against the f32 one on the same codes; returns it. */
 static double decoder_delta(const char *ref_dir, const char *f16_dir) {
     char err[1024];
-    qve_decoder *a = qve_decoder_load(ref_dir, err, sizeof err);
+    qvm_ckpt *ck_a = test_ckpt_open(ref_dir);
+    qve_decoder *a = qve_decoder_load(ck_a, err, sizeof err);
+    qvm_ckpt_free(ck_a);
     if (!a) fail_msg("%s", err);
-    qve_decoder *b = qve_decoder_load(f16_dir, err, sizeof err);
+    qvm_ckpt *ck_b = test_ckpt_open(f16_dir);
+    qve_decoder *b = qve_decoder_load(ck_b, err, sizeof err);
+    qvm_ckpt_free(ck_b);
     if (!b) fail_msg("%s", err);
     enum { N = 12 };
     int codes[N * 16];
@@ -230,7 +237,7 @@ static void quality(qv_model *m, int quant, int n, double *talker_err, double *c
                     double *cp_agree) {
     qv_session *s = start(m, QV_QUANT_BF16, COVERED[0], 0, QV_OK);
     qv_session *q = start(m, quant, COVERED[0], 0, QV_OK);
-    const int V = m->cfg.talker.vocab_size, CV = m->cfg.code_predictor.vocab_size;
+    const int V = m->ck->cfg.talker.vocab_size, CV = m->ck->cfg.code_predictor.vocab_size;
     *talker_err = rel_err(q->logits_raw, s->logits_raw, V);
     qve_cp_state cp;
     assert_int_equal(qve_cp_state_init(&cp, m), 0);
@@ -244,7 +251,7 @@ static void quality(qv_model *m, int quant, int n, double *talker_err, double *c
         if (done) break;
         struct forced f = {c, 0};
         qve_cp_frame(&cp, m, &s->tw, s->pool, s->z_frame, c[0], tmp, pick_forced, &f);
-        for (int g = 0; g < QVE_N_GROUPS - 1; g++, k++) {
+        for (int g = 0; g < QV_N_CODEBOOKS - 1; g++, k++) {
             e += rel_err(cp.logits + (size_t)g * CV, s->cp.logits + (size_t)g * CV, CV);
             same += argmax(cp.logits + (size_t)g * CV, CV) == c[1 + g];
         }
@@ -288,7 +295,7 @@ static void spelled(qv_model *b) {
     const char *text = "It is copyleft-free.\nRead    it at www.gnu.org and/or here: Straße.";
     const int32_t *map = b->talker.text_token_map;
     char err[512];
-    qve_tok *tok = qve_tok_open(b->dir, err, sizeof err);
+    qve_tok *tok = qve_tok_open(b->ck->dir, err, sizeof err);
     if (!tok) fail_msg("%s", err);
     qve_tok_ids ids = {0}, sp = {0};
     int32_t role[3];
@@ -297,7 +304,7 @@ static void spelled(qv_model *b) {
     int n_bad = 0;
     for (size_t i = 0; i < ids.n_ids; i++) {
         n_bad += !map[ids.ids[i]];
-        assert_int_equal(qve_tok_spell(tok, ids.ids[i], map, b->cfg.text_vocab_size, &sp),
+        assert_int_equal(qve_tok_spell(tok, ids.ids[i], map, b->ck->cfg.text_vocab_size, &sp),
                          QVE_TOK_OK);
     }
     for (size_t i = 0; i < sp.n_ids; i++) /* every piece has a row */
@@ -329,7 +336,7 @@ static void spelled(qv_model *b) {
     if (qv_model_n_speakers(b) > 0) r.speaker = qv_model_speaker(b, 0);
     assert_int_equal(qv_session_start(d, &r), QV_OK);
     assert_string_equal(qv_session_warning(d), "");
-    const size_t H = (size_t)b->cfg.talker.hidden_size;
+    const size_t H = (size_t)b->ck->cfg.talker.hidden_size;
     assert_int_equal(s->n_prefill, d->n_prefill);
     assert_int_equal(s->n_queue, d->n_queue);
     assert_memory_equal(s->prefill, d->prefill, sizeof(float) * H * (size_t)s->n_prefill);
@@ -405,7 +412,7 @@ static void expect_model_error(const char *dir, const char *text, const char *wh
  * the role token's spelled pieces. */
 static void mismatched_tokenizer(void) {
     qv_model *b = load(tmp_path("tiny-vocab"));
-    const int V = b->cfg.text_vocab_size;
+    const int V = b->ck->cfg.text_vocab_size;
     /* "\n\n" merges into the role block's "\n\n\n" (no row): its other pieces are the text */
     qv_session *s = start(b, QV_QUANT_BF16, "\n\n", 0, QV_OK);
     printf("    newlines only: %s\n", qv_session_warning(s));
@@ -481,7 +488,7 @@ static void test_tiny_lossless(void **st) {
     qvm_st_close(cs);
     qv_model *a = load(model("tiny-cv")), *b = load(tmp_path("tiny-vocab"));
     assert_non_null(b->talker.text_token_map);
-    assert_true(b->text.n_text_rows < b->cfg.text_vocab_size / 2);
+    assert_true(b->text.n_text_rows < b->ck->cfg.text_vocab_size / 2);
     same_codes(a, QV_QUANT_BF16, b, QV_QUANT_BF16, MAX_FRAMES);
     spelled(b);
     qv_model_free(a), qv_model_free(b);
@@ -529,7 +536,7 @@ static void test_tiny_q4(void **st) {
      * projection's q4 rounding included */
     same_codes(a, QV_QUANT_Q4, b, QV_QUANT_BF16, MAX_FRAMES);
     const qve_talker *va = qve_model_talker(a, QV_QUANT_Q4);
-    const size_t TH = (size_t)a->cfg.text_hidden_size, H = (size_t)a->cfg.talker.hidden_size;
+    const size_t TH = (size_t)a->ck->cfg.text_hidden_size, H = (size_t)a->ck->cfg.talker.hidden_size;
     assert_non_null(b->text.owned_w);
     assert_memory_equal(va->fc1, b->talker.fc1, TH * TH * 2);
     assert_memory_equal(va->fc2, b->talker.fc2, H * TH * 2);
@@ -552,11 +559,11 @@ static void test_tiny_q4_text_projection(void **st) {
     const int TH = b->text.text_hidden;
     float w[4096], r[4096];
     qvk_bf16_to_f32(w, b->text.fc1 + 3 * TH, (size_t)TH); /* row 3 of fc1 */
-    const qvm_tensor *q = qvm_st_find(b->st, "talker.text_projection.linear_fc1.weight");
-    const qvm_tensor *qs = qvm_st_find(b->st, "talker.text_projection.linear_fc1.scales");
-    const qvm_tensor *qb = qvm_st_find(b->st, "talker.text_projection.linear_fc1.biases");
+    const qvm_tensor *q = qvm_st_find(b->ck->st, "talker.text_projection.linear_fc1.weight");
+    const qvm_tensor *qs = qvm_st_find(b->ck->st, "talker.text_projection.linear_fc1.scales");
+    const qvm_tensor *qb = qvm_st_find(b->ck->st, "talker.text_projection.linear_fc1.biases");
     assert_true(q && qs && qb && q->dtype == QVM_DTYPE_U32 && TH <= 4096);
-    assert_non_null(qvm_st_find(b->st, "talker.text_projection.linear_fc2.scales"));
+    assert_non_null(qvm_st_find(b->ck->st, "talker.text_projection.linear_fc2.scales"));
     qvk_q4_dequantize(r, (const uint8_t *)q->data + 3 * TH / 2, (const uint16_t *)qs->data + 3 * TH / 64,
                       (const uint16_t *)qb->data + 3 * TH / 64, 1, TH);
     for (int i = 0; i < TH; i++) assert_true(fabsf(w[i] - r[i]) <= fabsf(r[i]) * 0x1p-8f);
@@ -572,7 +579,7 @@ static void test_tiny_prune_layers(void **st) {
     o.prune_layers = 1;
     compress(model("tiny-cv"), tmp_path("tiny-prune"), o);
     qv_model *a = load(model("tiny-cv")), *b = load(tmp_path("tiny-prune"));
-    assert_int_equal(b->cfg.talker.num_hidden_layers, a->cfg.talker.num_hidden_layers - 1);
+    assert_int_equal(b->ck->cfg.talker.num_hidden_layers, a->ck->cfg.talker.num_hidden_layers - 1);
     int32_t c[MAX_FRAMES * QV_N_CODEBOOKS];
     assert_true(greedy(b, QV_QUANT_BF16, COVERED[0], c, 4) > 0);
     qv_model_free(a), qv_model_free(b);
@@ -583,7 +590,7 @@ static void test_tiny_prune_layers(void **st) {
 static double talker_forced(qv_model *a, qv_model *b, int n, double *logit_err) {
     qv_session *sa = start(a, QV_QUANT_BF16, COVERED[0], 0, QV_OK);
     qv_session *sb = start(b, QV_QUANT_BF16, COVERED[0], 0, QV_OK);
-    const int V = a->cfg.talker.vocab_size;
+    const int V = a->ck->cfg.talker.vocab_size;
     int32_t *forced = calloc((size_t)n * QV_N_CODEBOOKS, sizeof *forced), tmp[QV_N_CODEBOOKS];
     assert_non_null(forced);
     sb->forced = forced;
@@ -621,9 +628,9 @@ static void test_tiny_prune_neurons(void **st) {
     printf("    MLP neurons %ld -> %ld, %d layer(s) narrowed\n", r.neurons_in, r.neurons_out,
            r.n_neuron_layers);
     qv_model *a = load(model("tiny-cv")), *b = load(tmp_path("tiny-neurons"));
-    const qvm_stack_config *c = &b->cfg.talker;
-    assert_int_equal(qvm_layer_intermediate(c, 0), a->cfg.talker.intermediate_size); /* protected */
-    assert_true(qvm_layer_intermediate(c, 1) < a->cfg.talker.intermediate_size);
+    const qvm_stack_config *c = &b->ck->cfg.talker;
+    assert_int_equal(qvm_layer_intermediate(c, 0), a->ck->cfg.talker.intermediate_size); /* protected */
+    assert_true(qvm_layer_intermediate(c, 1) < a->ck->cfg.talker.intermediate_size);
     assert_int_equal(qvm_layer_intermediate(c, 1) % 64, 0);
     assert_int_equal(r.n_neuron_layers, 1);
     double le, agree = talker_forced(a, b, 16, &le);

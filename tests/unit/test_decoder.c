@@ -14,7 +14,9 @@
 
 #include <cmocka.h>
 
+#include "tests/unit/helpers/models.h"
 #include "tests/unit/helpers/npy.h"
+#include "checkpoint/ckpt.h"
 #include "kernels/kernels.h"
 #include "engine/speech_decoder.h"
 
@@ -30,7 +32,9 @@ static const char *cache_dir(void) {
 static qve_decoder *load(const char *model) {
     char dir[1024], err[512];
     snprintf(dir, sizeof dir, "%s/%s", cache_dir(), model);
-    qve_decoder *d = qve_decoder_load(dir, err, sizeof err);
+    qvm_ckpt *ck = qvm_ckpt_open(dir, err, sizeof err);
+    qve_decoder *d = ck ? qve_decoder_load(ck, err, sizeof err) : NULL;
+    qvm_ckpt_free(ck);
     if (!d) fprintf(stderr, "test_decoder: %s\n", err);
     return d;
 }
@@ -435,7 +439,9 @@ static void test_small_dec_dim(void **state) {
              dir, c, dir, c, dir, dir, dir, c, dir, dir);
     assert_int_equal(system(cmd), 0);
     snprintf(cmd, sizeof cmd, "%s/m", dir);
-    qve_decoder *d = qve_decoder_load(cmd, err, sizeof err);
+    qvm_ckpt *ck = test_ckpt_open(cmd);
+    qve_decoder *d = qve_decoder_load(ck, err, sizeof err);
+    qvm_ckpt_free(ck);
     if (!d) fail_msg("%s", err);
     int n = 21; /* blocks of 1, 1, 2, 4, 8 and a partial last one */
     int32_t *f = random_frames(n, qve_decoder_codebook_size(d));
@@ -479,7 +485,7 @@ static void test_errors(void **state) {
     }
     char dir[1024];
     snprintf(dir, sizeof dir, "%s/no-such-model", cache_dir());
-    assert_null(qve_decoder_load(dir, err, sizeof err));
+    assert_null(qvm_ckpt_open(dir, err, sizeof err));
     printf("  missing model: %s\n", err);
     free(wav);
     free(f);

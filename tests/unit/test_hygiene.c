@@ -15,6 +15,9 @@
 
 #include <cmocka.h>
 
+#include "checkpoint/ckpt.h"
+#include "tests/unit/helpers/models.h"
+
 #include "features/speech_encoder.h"
 #include "clone/hygiene.h"
 #include "include/qvoice.h"
@@ -326,7 +329,9 @@ static int setup_ecapa(void **state) {
     const char *cache = getenv("QVOICE_CACHE");
     char dir[1024], err[512];
     snprintf(dir, sizeof dir, "%s/tiny-base", cache && *cache ? cache : "cache");
-    g_ecapa = qva_ecapa_load(dir, err, sizeof err);
+    qvm_ckpt *ck_g_ecapa = test_ckpt_open(dir);
+    g_ecapa = qva_ecapa_load(ck_g_ecapa, err, sizeof err);
+    qvm_ckpt_free(ck_g_ecapa);
     if (!g_ecapa) printf("  %s (run make models)\n", err);
     g_mel = qva_mel_create();
     return 0;

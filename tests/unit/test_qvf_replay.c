@@ -43,6 +43,12 @@
 #define LLVMFuzzerTestOneInput fuzz_watermark_one
 #include "tests/fuzz/fuzz_watermark.c"
 #undef LLVMFuzzerTestOneInput
+#define LLVMFuzzerTestOneInput fuzz_markup_one
+#include "tests/fuzz/fuzz_markup.c"
+#undef LLVMFuzzerTestOneInput
+#define LLVMFuzzerTestOneInput fuzz_voice_accept_one
+#include "tests/fuzz/fuzz_voice_accept.c"
+#undef LLVMFuzzerTestOneInput
 
 typedef int (*target_fn)(const uint8_t *, size_t);
 static const struct {
@@ -52,6 +58,8 @@ static const struct {
     {"fuzz_qvf_read", fuzz_qvf_read_one},       {"fuzz_legacy_read", fuzz_legacy_read_one},
     {"fuzz_roundtrip", fuzz_roundtrip_one},     {"fuzz_tok_cache", fuzz_tok_cache_one},
     {"fuzz_watermark", fuzz_watermark_one},
+    {"fuzz_markup", fuzz_markup_one},
+    {"fuzz_voice_accept", fuzz_voice_accept_one},
 #ifdef HAVE_FUZZ_SAFETENSORS
     {"fuzz_safetensors", fuzz_safetensors_one},
 #endif

@@ -14,6 +14,7 @@
 #include <sndfile.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,13 +27,14 @@
 
 #include "tests/unit/helpers/shell.h"
 #include "tests/unit/helpers/tmpdir.h"
+#include "voicefmt/qvf.h"
 
 #define CLIP "tests/audio/en_ohenry_chenevert.wav"
 #define VOICE_06B "voices/ohenry.qvoice" /* made for 0.6B: fits no tiny model */
 
 typedef struct {
     pid_t pid;
-    int port;
+    int port, probe; /* probe: --probe-listen's port, 0 without */
     char log[512];
 } server;
 
@@ -42,6 +44,19 @@ static server g_extra; /* one started by a test (stopped by the teardown if a te
 static char g_voice[512]; /* a tiny-base clone of the bundled clip: fits tiny-cv */
 static int g_npm;    /* the openai package is installed */
 static char g_body[1 << 16];
+static char g_live_tmp[1024]; /* a running process's temporary in the shared voices dir */
+static int g_leaks, g_replies; /* JSON replies naming a server path, JSON replies seen */
+
+/* Counts a JSON reply in g_body, and a leak when it names the test's directory or a model's. */
+static void leak_check(void) {
+    const char *j = strchr(g_body, '{');
+    if (!j || (strncmp(g_body, "{", 1) && strncmp(g_body + 3, " {", 2))) return;
+    g_replies++;
+    if (strstr(j, tmp_dir) || strstr(j, g_cv) || strstr(j, g_base)) {
+        g_leaks++;
+        print_message("leak: %.300s\n", j);
+    }
+}
 
 static void sleep_ms(int ms) {
     struct timespec t = {ms / 1000, (long)(ms % 1000) * 1000000};
@@ -78,6 +93,10 @@ static int start(server *sv, const char *name, const char *args) {
         const char *p = strstr(text, "listening on ");
         if (p && strchr(p, '\n')) {
             sv->port = atoi(strchr(p + 13, ':') + 1);
+            sleep_ms(100); /* the probe line follows at once */
+            slurp(sv->log, text, sizeof text);
+            p = strstr(text, "probes on ");
+            sv->probe = p ? atoi(strchr(p + 10, ':') + 1) : 0;
             return sv->port > 0 ? 0 : -1;
         }
         if (waitpid(sv->pid, NULL, WNOHANG) == sv->pid) return -1;
@@ -125,6 +144,7 @@ static int curl(const server *sv, const char *out, const char *fmt, ...) {
     if (system(full) == -1) return 0;
     slurp(tmp_path("code"), code, sizeof code);
     slurp(body, g_body, sizeof g_body);
+    leak_check();
     return atoi(code);
 }
 
@@ -172,13 +192,17 @@ static int group_setup(void **state) {
     const char *cache = getenv("QVOICE_CACHE");
     snprintf(g_cv, sizeof g_cv, "%s/tiny-cv", cache ? cache : "cache");
     snprintf(g_base, sizeof g_base, "%s/tiny-base", cache ? cache : "cache");
-    /* leftovers of a killed server: removed at start */
-    char dir[512];
+    /* leftovers of a killed server (PID 999999999, above any pid_max): removed at start; those of
+     * a running one (this test's PID) are kept */
+    char dir[512], live[512];
     snprintf(dir, sizeof dir, "%s/voices", tmp_dir);
     mkdir(dir, 0755);
-    tmp_write(tmp_path("voices/.upload-abc123"), "x", 1);
-    tmp_write(tmp_path("voices/.new-abc123"), "x", 1);
-    tmp_write(tmp_path("voices/0123.qvoice.tmp.XyZ123"), "x", 1);
+    tmp_write(tmp_path("voices/.upload-999999999-abc123"), "x", 1);
+    tmp_write(tmp_path("voices/.new-999999999-abc123"), "x", 1);
+    tmp_write(tmp_path("voices/.0123.qvoice.tmp.999999999.1"), "x", 1);
+    snprintf(live, sizeof live, "voices/.upload-%d-abc123", (int)getpid());
+    tmp_write(tmp_path(live), "x", 1);
+    snprintf(g_live_tmp, sizeof g_live_tmp, "%s", tmp_path(live));
     snprintf(g_voice, sizeof g_voice, "%s/tiny.qvoice", tmp_dir);
     if (sh("bin/clone -m %s %s -o %s -n tiny --consent test >/dev/null 2>&1", g_base, CLIP,
            g_voice))
@@ -210,10 +234,21 @@ static void test_routes(void **state) {
     assert_string_equal(error_code(), "not_found");
     assert_int_equal(curl(&g_srv, NULL, "-X PUT SRV/v1/audio/speech"), 405);
     assert_string_equal(error_code(), "method_not_allowed");
-    /* the temporaries planted before start are gone, nothing else was created */
+    /* the dead server's temporaries planted before start are gone, the live one's kept, nothing
+     * else was created */
     char dir[512];
     snprintf(dir, sizeof dir, "%s/voices", tmp_dir);
-    assert_int_equal(count_files(dir, "."), 0);
+    assert_int_equal(count_files(dir, "."), 1);
+    assert_int_equal(unlink(g_live_tmp), 0);
+}
+
+/* The router calls the handlers, the handlers the shared replies: no two files of server/ call
+ * each other in a circle (read from the objects bin/qvoice-server is linked from). */
+static void test_no_call_cycle(void **state) {
+    (void)state;
+    assert_int_equal(sh("python3 tests/server/callcycle.py build/server/*.o >%s 2>&1",
+                        tmp_path("cycle")), 0);
+    assert_true(file_has(tmp_path("cycle"), "no cycle"));
 }
 
 static void bad_speech(const char *json, int status, const char *code) {
@@ -277,6 +312,7 @@ static int py(const server *sv, const char *fmt, ...) {
              sv->port, args, tmp_path("py.out"));
     int st = system(cmd);
     slurp(tmp_path("py.out"), g_body, sizeof g_body);
+    leak_check();
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
@@ -369,6 +405,70 @@ static void test_slow_client(void **state) {
     assert_int_equal(curl(&g_srv, NULL, "SRV/health"), 200);
 }
 
+/* One trickle run (client.py trickle): its JSON summary. */
+static cJSON *trickle(const server *sv, int n, int addrs, int seconds) {
+    if (py(sv, "trickle %d %d %d %d", n, addrs, seconds, sv->probe)) return NULL;
+    cJSON *o = cJSON_Parse(g_body);
+    if (!o) fail_msg("trickle: %s", g_body);
+    return o;
+}
+
+static double num(cJSON *o, const char *k, int i) {
+    cJSON *x = cJSON_GetObjectItem(o, k);
+    return cJSON_GetNumberValue(cJSON_IsArray(x) ? cJSON_GetArrayItem(x, i) : x);
+}
+
+/* 100 sockets sending a header byte every 0.25 s (and reconnecting when cut): each is cut by the
+ * total receive time (3 s here), not kept by the idle timeout; one address holds at most its 16;
+ * when they come from 10 addresses and take all 64 connections, the probe listener still answers
+ * every probe. */
+static void test_slow_attack(void **state) {
+    (void)state;
+    char args[2048];
+    snprintf(args, sizeof args,
+             "-m %s --voices %s/voices --receive-timeout 3 --max-connections 64 "
+             "--max-connections-per-ip 16 --probe-listen 127.0.0.1:0",
+             g_cv, tmp_dir);
+    assert_int_equal(start(&g_extra, "slow", args), 0);
+    assert_true(g_extra.probe > 0);
+    cJSON *o = trickle(&g_extra, 100, 1, 8);
+    assert_non_null(o);
+    print_message("one address: %s\n", g_body);
+    assert_true(num(o, "peak_per_address", 0) <= 16);
+    assert_true(num(o, "longest_s", 0) < 6.5); /* 3 s, a generous margin; unbounded before */
+    assert_true(num(o, "main_port", 1) > 0 && num(o, "main_port", 0) == num(o, "main_port", 1));
+    cJSON_Delete(o);
+    o = trickle(&g_extra, 100, 10, 8);
+    assert_non_null(o);
+    print_message("ten addresses: %s\n", g_body);
+    assert_true(num(o, "longest_s", 0) < 6.5);
+    assert_true(num(o, "probe_port", 1) > 0 &&
+                num(o, "probe_port", 0) == num(o, "probe_port", 1));
+    cJSON_Delete(o);
+    /* the probe listener serves the probes only */
+    server probe = g_extra;
+    probe.port = g_extra.probe;
+    assert_int_equal(curl(&probe, NULL, "SRV/ready"), 200);
+    assert_int_equal(curl(&probe, NULL, "SRV/v1/audio/voices"), 404);
+    assert_true(metric(&probe, "qvoice_slow_clients_total ") > 0);
+    /* a chunked speech body over the limit is refused while it arrives: 413, and the client
+     * stops sending long before its 20 MB are out */
+    assert_int_equal(sh("head -c 20000000 /dev/zero | tr '\\0' ' ' > %s", tmp_path("big.json")), 0);
+    assert_int_equal(sh("curl -s --max-time 60 -o %s -w '%%{http_code} %%{size_upload}' "
+                        "-H 'Transfer-Encoding: chunked' -H 'Content-Type: application/json' "
+                        "--data-binary @%s http://127.0.0.1:%d/v1/audio/speech > %s",
+                        tmp_path("body"), tmp_path("big.json"), g_extra.port, tmp_path("code")),
+                     0);
+    char code[64];
+    slurp(tmp_path("code"), code, sizeof code);
+    slurp(tmp_path("body"), g_body, sizeof g_body);
+    print_message("chunked 20 MB: %s\n", code);
+    assert_int_equal(atoi(code), 413);
+    assert_true(atof(strchr(code, ' ') + 1) < 10e6);
+    assert_string_equal(error_code(), "request_too_large");
+    assert_int_equal(stop(&g_extra), 0);
+}
+
 static void test_auth(void **state) {
     (void)state;
     char args[2048];
@@ -388,6 +488,152 @@ static void test_auth(void **state) {
     assert_true(file_has(tmp_path("err"), "/none: No such file"));
     assert_int_equal(sh("bin/qvoice-server --voices x 2>/dev/null; test $? = 2"), 0);
     assert_int_equal(sh("bin/qvoice-server --help | grep -q '^SYNOPSIS'"), 0);
+}
+
+/* g_voice rewritten to path with edit applied (its META name, its x-vector). */
+static void edited_voice(const char *path, const char *name, float x0) {
+    qvf_voice *v;
+    char err[256];
+    assert_int_equal(qvf_read_file(g_voice, 0, &v, err, sizeof err), 0);
+    if (name) assert_int_equal(qvf_meta_set(v, "name", name), 0);
+    v->xvector[0] = x0;
+    int rc = qvf_write_file(v, path, 4, err, sizeof err);
+    qvf_voice_free(v);
+    if (rc) fail_msg("%s", err);
+}
+
+/* Keys with owners: a user key's uploads are its own (others neither see nor delete them), an
+ * admin's are shared and only admins delete them; a plain line is an admin key; a 2000-byte key
+ * is one key. */
+static void test_key_owners(void **state) {
+    (void)state;
+    static char keys[4096], longkey[2001];
+    memset(longkey, 'k', 2000);
+    int n = snprintf(keys, sizeof keys, "alice:user:ka\nbob:user:kb\nroot:admin:kr\n%s\n",
+                     longkey);
+    tmp_write(tmp_path("owners"), keys, (size_t)n);
+    char args[2048];
+    assert_int_equal(sh("rm -rf %s/ov && mkdir %s/ov", tmp_dir, tmp_dir), 0);
+    snprintf(args, sizeof args, "-m %s --voices %s/ov --api-key-file %s", g_cv, tmp_dir,
+             tmp_path("owners"));
+    assert_int_equal(start(&g_extra, "owners", args), 0);
+    const char *up = "-H 'Authorization: Bearer %s' -F audio_sample=@%s -F name=%s -F consent=yes "
+                     "SRV/v1/audio/voices";
+    assert_int_equal(curl(&g_extra, NULL, "-H 'Authorization: Bearer %s' SRV/v1/audio/voices",
+                          longkey), 200);
+    longkey[1022] = 0; /* its first 1022 bytes were a key of their own */
+    assert_int_equal(curl(&g_extra, NULL, "-H 'Authorization: Bearer %s' SRV/v1/audio/voices",
+                          longkey), 401);
+    longkey[1022] = 'k';
+    assert_int_equal(curl(&g_extra, NULL, up, "ka", g_voice, "mine"), 200);
+    assert_int_equal(curl(&g_extra, NULL, up, "kr", g_voice, "shared"), 200);
+    assert_int_equal(curl(&g_extra, NULL, "-H 'Authorization: Bearer kb' SRV/v1/audio/voices"),
+                     200);
+    assert_null(strstr(g_body, "\"mine\""));
+    assert_non_null(strstr(g_body, "\"shared\""));
+    assert_null(strstr(g_body, "\"owner\"")); /* owners are shown to admins only */
+    assert_int_equal(curl(&g_extra, NULL, "-H 'Authorization: Bearer ka' SRV/v1/audio/voices"),
+                     200);
+    assert_non_null(strstr(g_body, "\"mine\""));
+    assert_non_null(strstr(g_body, "\"deletable\":true"));
+    assert_int_equal(curl(&g_extra, NULL, "-H 'Authorization: Bearer kb' -H 'Content-Type: "
+                                          "application/json' -d '{\"input\":\"hi\",\"voice\":"
+                                          "\"mine\"}' SRV/v1/audio/speech"),
+                     400);
+    assert_string_equal(error_code(), "voice_not_found");
+    assert_int_equal(curl(&g_extra, NULL, "-H 'Authorization: Bearer kb' -X DELETE "
+                                          "SRV/v1/audio/voices/mine"), 404);
+    assert_int_equal(curl(&g_extra, NULL, "-H 'Authorization: Bearer kb' -X DELETE "
+                                          "SRV/v1/audio/voices/shared"), 403);
+    assert_string_equal(error_code(), "permission_denied");
+    assert_int_equal(curl(&g_extra, NULL, "-H 'Authorization: Bearer ka' -X DELETE "
+                                          "SRV/v1/audio/voices/shared"), 403);
+    assert_int_equal(curl(&g_extra, NULL, "-H 'Authorization: Bearer kr' SRV/v1/audio/voices"),
+                     200);
+    assert_non_null(strstr(g_body, "\"owner\":\"alice\""));
+    assert_int_equal(curl(&g_extra, NULL, "-H 'Authorization: Bearer kr' -X DELETE "
+                                          "SRV/v1/audio/voices/mine"), 200);
+    assert_int_equal(curl(&g_extra, NULL, "-H 'Authorization: Bearer %s' -X DELETE "
+                                          "SRV/v1/audio/voices/shared", longkey), 200);
+    assert_int_equal(count_files(tmp_path("ov"), ""), 0); /* owner records go with their voice */
+    assert_int_equal(stop(&g_extra), 0);
+}
+
+/* The library's index: capped (507), listed from memory (a file damaged in place after it was
+ * indexed is still listed: nothing re-reads it), and what it admits: no raw x-vector named
+ * .qvoice, no NaN x-vector, no META name over 128 bytes. */
+static void test_library(void **state) {
+    (void)state;
+    char args[2048];
+    assert_int_equal(sh("rm -rf %s/lib && mkdir %s/lib", tmp_dir, tmp_dir), 0);
+    snprintf(args, sizeof args, "-m %s --voices %s/lib --max-voices 2", g_cv, tmp_dir);
+    assert_int_equal(start(&g_extra, "lib", args), 0);
+    const char *up = "-F audio_sample=@%s -F name=%s -F consent=yes SRV/v1/audio/voices";
+    assert_int_equal(curl(&g_extra, NULL, up, g_voice, "one"), 200);
+    cJSON *o = cJSON_Parse(g_body);
+    char id[65];
+    snprintf(id, sizeof id, "%s", cJSON_GetStringValue(cJSON_GetObjectItem(o, "id")));
+    cJSON_Delete(o);
+    assert_int_equal(curl(&g_extra, NULL, up, g_voice, "two"), 200);
+    assert_int_equal(curl(&g_extra, NULL, up, g_voice, "three"), 507);
+    assert_string_equal(error_code(), "library_full");
+    assert_int_equal(curl(&g_extra, NULL, up, g_voice, "one"), 200); /* the same voice: no cap */
+    assert_int_equal(sh("printf 'XXXX' | dd of=%s/lib/%s.qvoice bs=1 seek=100 conv=notrunc "
+                        "2>/dev/null", tmp_dir, id), 0);
+    assert_int_equal(curl(&g_extra, NULL, "SRV/v1/audio/voices"), 200);
+    assert_non_null(strstr(g_body, "\"one\""));
+    assert_non_null(strstr(g_body, "\"two\""));
+    /* speaking with it finds the damage; the error names the voice, not its path */
+    int leaks = g_leaks;
+    assert_int_equal(curl(&g_extra, NULL, "-H 'Content-Type: application/json' -d "
+                                          "'{\"input\":\"hi\",\"voice\":\"one\"}' "
+                                          "SRV/v1/audio/speech"),
+                     400);
+    print_message("damaged voice: %s\n", g_body);
+    assert_int_equal(g_leaks, leaks);
+    /* another server's voice renamed into the shared directory is seen */
+    assert_int_equal(curl(&g_extra, NULL, "-X DELETE SRV/v1/audio/voices/two"), 200);
+    edited_voice(tmp_path("lib/.x"), "other", 0.25f);
+    assert_int_equal(sh("cd %s/lib && mv .x \"$(sha256sum < .x | cut -c1-64).qvoice\"", tmp_dir),
+                     0);
+    assert_int_equal(curl(&g_extra, NULL, "SRV/v1/audio/voices/other"), 200);
+    /* refused uploads */
+    static float raw[1024];
+    for (int i = 0; i < 1024; i++) raw[i] = 0.01f * (float)(i % 7);
+    tmp_write(tmp_path("raw.qvoice"), raw, sizeof raw);
+    assert_int_equal(curl(&g_extra, NULL, "-F audio_sample=@%s -F consent=yes "
+                                          "SRV/v1/audio/voices", tmp_path("raw.qvoice")), 400);
+    assert_string_equal(error_code(), "invalid_voice_file");
+    edited_voice(tmp_path("nan.qvoice"), NULL, 0.0f / 0.0f);
+    assert_int_equal(curl(&g_extra, NULL, "-F audio_sample=@%s -F consent=yes "
+                                          "SRV/v1/audio/voices", tmp_path("nan.qvoice")), 400);
+    assert_non_null(strstr(g_body, "not finite"));
+    static char longname[300];
+    memset(longname, 'n', 299);
+    edited_voice(tmp_path("long.qvoice"), longname, 0.5f);
+    assert_int_equal(curl(&g_extra, NULL, "-F audio_sample=@%s -F consent=yes "
+                                          "SRV/v1/audio/voices", tmp_path("long.qvoice")), 400);
+    assert_non_null(strstr(g_body, "META name"));
+    assert_int_equal(stop(&g_extra), 0);
+}
+
+/* A %0A in a URL is logged escaped, not as a line of its own. */
+static void test_log_escaped(void **state) {
+    (void)state;
+    assert_int_equal(curl(&g_srv, NULL, "'SRV/nope%%0A2026-01-01T00:00:00Z%%20GET%%20/forged'"),
+                     404);
+    sleep_ms(200);
+    assert_true(file_has(g_srv.log, "nope\\x0a2026-01-01T00:00:00Z GET /forged 404"));
+    assert_int_equal(sh("grep -q '^2026-01-01T00:00:00Z GET /forged' %s", g_srv.log), 1);
+}
+
+/* Run last: no JSON reply of any test named a server path (the test's directory, where the
+ * voices and uploads live, or a model directory). */
+static void test_no_leaks(void **state) {
+    (void)state;
+    print_message("%d JSON replies, %d naming a server path\n", g_replies, g_leaks);
+    assert_true(g_replies > 50);
+    assert_int_equal(g_leaks, 0);
 }
 
 static void test_metrics(void **state) {
@@ -632,6 +878,36 @@ static void test_clone_upload(void **state) {
         assert_int_equal(py(&g_extra, "upload %s.cut consent=yes", f), 0);
         if (strncmp(g_body, "400 ", 4)) fail_msg("%s: %s", f, g_body);
     }
+    /* a 2 MB 8-bit WAV claiming 6 MHz: refused by its claimed rate before any decoding (it was
+     * resampled first, ~1 s of CPU, then found too short) */
+    static uint8_t wav[44 + 2000000];
+    const uint32_t rate = 6000000, data = 2000000;
+    memcpy(wav, "RIFF\0\0\0\0WAVEfmt \x10\0\0\0\x01\0\x01\0", 24);
+    for (int b = 0; b < 4; b++) {
+        wav[4 + b] = (uint8_t)((36 + data) >> (8 * b));
+        wav[24 + b] = wav[28 + b] = (uint8_t)(rate >> (8 * b)); /* rate, bytes per second */
+        wav[40 + b] = (uint8_t)(data >> (8 * b));
+    }
+    memcpy(wav + 32, "\x01\0\x08\0data", 8);
+    for (uint32_t k = 0; k < data; k++) wav[44 + k] = (uint8_t)(128 + (k * 7919) % 64);
+    tmp_write(tmp_path("6mhz.wav"), wav, sizeof wav);
+    assert_int_equal(curl(&g_extra, NULL, "-F audio_sample=@%s -F consent=yes SRV/v1/audio/voices",
+                          tmp_path("6mhz.wav")),
+                     400);
+    assert_string_equal(error_code(), "invalid_audio");
+    assert_non_null(strstr(g_body, "sample rate 6000000 Hz"));
+    assert_int_equal(stop(&g_extra), 0);
+    /* one admission path: a clone takes a synthesis slot like a speech request, so with the one
+     * slot busy and no queue it is refused (429, Retry-After) instead of running beside it */
+    char more[1024];
+    snprintf(more, sizeof more, "--max-queue 0 --clone-model %s", g_base);
+    start_busy("clonebusy", more, tmp_path("long.json"), tmp_path("bg.pcm"), tmp_path("bg.rc"));
+    assert_int_equal(curl(&g_extra, NULL,
+                          "-D %s -F audio_sample=@%s -F consent=yes SRV/v1/audio/voices",
+                          tmp_path("hdr"), CLIP),
+                     429);
+    assert_string_equal(error_code(), "busy");
+    assert_true(file_has(tmp_path("hdr"), "Retry-After: 1"));
     assert_int_equal(stop(&g_extra), 0);
 }
 
@@ -656,16 +932,22 @@ static void test_scale_out(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_routes),
+        cmocka_unit_test(test_no_call_cycle),
         cmocka_unit_test(test_speech_bad_input),
         cmocka_unit_test(test_voices),
         cmocka_unit_test(test_slow_client),
+        cmocka_unit_test(test_slow_attack),
         cmocka_unit_test(test_auth),
+        cmocka_unit_test(test_key_owners),
+        cmocka_unit_test(test_library),
         cmocka_unit_test(test_metrics),
         cmocka_unit_test(test_speech),
         cmocka_unit_test(test_disconnect_and_limits),
         cmocka_unit_test(test_drain_under_load),
         cmocka_unit_test(test_clone_upload),
         cmocka_unit_test(test_scale_out),
+        cmocka_unit_test(test_log_escaped),
+        cmocka_unit_test(test_no_leaks),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -76,7 +76,7 @@ static enum qvm_kinship judge_on(const char *dir, const qvf_voice *v, double *cs
     int H = qv_model_hidden_size(m);
     float *tpad = malloc(3 * (size_t)H * sizeof(float));
     assert_non_null(tpad);
-    assert_int_equal(qvm_textside_special(&m->text, &m->cfg, NULL, tpad), 0);
+    assert_int_equal(qvm_textside_special(&m->text, &m->ck->cfg, NULL, tpad), 0);
     qvm_text_rows mine = {tpad, m->text.fc1_bias, m->text.fc2_bias};
     qvm_text_rows theirs = {v->tpad, v->wovr_h ? v->wovr_fc1_b : NULL,
                             v->wovr_h ? v->wovr_fc2_b : NULL};
@@ -124,7 +124,7 @@ static void write_tiny_voice(const char *path, int with_tpad) {
     if (with_tpad) {
         v->tpad = malloc(3 * (size_t)H * sizeof(float));
         assert_non_null(v->tpad);
-        assert_int_equal(qvm_textside_special(&m->text, &m->cfg, NULL, v->tpad), 0);
+        assert_int_equal(qvm_textside_special(&m->text, &m->ck->cfg, NULL, v->tpad), 0);
         v->tpad_hidden = (uint32_t)H;
     }
     assert_int_equal(qvf_write_file(v, path, QVF_FORMAT_VERSION, err, sizeof err), 0);

@@ -39,7 +39,7 @@ static void test_sentences_packed(void **state) {
     const char *t =
         "Hello there.  How are you?\nI am fine!\n\nNew paragraph... with dots. Pi is 3.14 "
         "and e.g. so on.";
-    assert_int_equal(qve_text_chunk(&l, t, 30, err, sizeof err), 0);
+    assert_int_equal(qve_text_chunk(&l, t, 30, NULL, err, sizeof err), 0);
     for (int i = 0; i < l.n_chunks; i++)
         printf("  [%d] %d '%s'\n", i, l.chunks[i].n_chars, l.chunks[i].text);
     assert_int_equal(l.n_chunks, 4);
@@ -54,7 +54,7 @@ static void test_sentences_packed(void **state) {
     }
     qve_chunk_list_free(&l);
     /* --no-chunk: one chunk, whitespace normalised */
-    assert_int_equal(qve_text_chunk(&l, t, 0, err, sizeof err), 0);
+    assert_int_equal(qve_text_chunk(&l, t, 0, NULL, err, sizeof err), 0);
     assert_int_equal(l.n_chunks, 1);
     assert_null(strchr(l.chunks[0].text, '\n'));
     qve_chunk_list_free(&l);
@@ -66,13 +66,13 @@ static void test_long_sentence_split(void **state) {
     char err[256];
     /* comma in the second half of the limit wins over the last space */
     const char *t = "one two three four five six seven, eight nine ten eleven twelve thirteen";
-    assert_int_equal(qve_text_chunk(&l, t, 40, err, sizeof err), 0);
+    assert_int_equal(qve_text_chunk(&l, t, 40, NULL, err, sizeof err), 0);
     assert_int_equal(l.n_chunks, 2);
     assert_string_equal(l.chunks[0].text, "one two three four five six seven,");
     assert_string_equal(l.chunks[1].text, "eight nine ten eleven twelve thirteen");
     qve_chunk_list_free(&l);
     /* no comma: last space before the limit */
-    assert_int_equal(qve_text_chunk(&l, "aaaa bbbb cccc dddd eeee", 12, err, sizeof err), 0);
+    assert_int_equal(qve_text_chunk(&l, "aaaa bbbb cccc dddd eeee", 12, NULL, err, sizeof err), 0);
     assert_int_equal(l.n_chunks, 3);
     assert_string_equal(l.chunks[0].text, "aaaa bbbb");
     assert_string_equal(l.chunks[2].text, "eeee");
@@ -81,7 +81,7 @@ static void test_long_sentence_split(void **state) {
     char cjk[3 * 25 + 1] = {0};
     for (int i = 0; i < 25; i++)
         memcpy(cjk + 3 * i, "\xe4\xb8\xad", 3); /* 中 */
-    assert_int_equal(qve_text_chunk(&l, cjk, 10, err, sizeof err), 0);
+    assert_int_equal(qve_text_chunk(&l, cjk, 10, NULL, err, sizeof err), 0);
     assert_int_equal(l.n_chunks, 3);
     int total = 0;
     for (int i = 0; i < l.n_chunks; i++) {
@@ -99,13 +99,13 @@ static void test_cjk_sentences(void **state) {
     char err[256];
     /* 你好。今天天气很好！是吗？ — CJK terminators end sentences without a following space */
     const char *t = "你好。今天天气很好！是吗？";
-    assert_int_equal(qve_text_chunk(&l, t, 7, err, sizeof err), 0);
+    assert_int_equal(qve_text_chunk(&l, t, 7, NULL, err, sizeof err), 0);
     assert_int_equal(l.n_chunks, 3);
     assert_string_equal(l.chunks[0].text, "你好。");
     assert_string_equal(l.chunks[1].text, "今天天气很好！");
     assert_string_equal(l.chunks[2].text, "是吗？");
     qve_chunk_list_free(&l);
-    assert_int_equal(qve_text_chunk(&l, t, 200, err, sizeof err), 0);
+    assert_int_equal(qve_text_chunk(&l, t, 200, NULL, err, sizeof err), 0);
     assert_int_equal(l.n_chunks, 1);
     assert_string_equal(l.chunks[0].text, t); /* packed without inserting spaces */
     qve_chunk_list_free(&l);
@@ -116,7 +116,7 @@ static void test_pauses(void **state) {
     qve_chunk_list l;
     char err[256];
     const char *t = "[pause:0.2s]First.[PAUSE:1.5s] [pause:500ms]Second. [pause:2s]";
-    assert_int_equal(qve_text_chunk(&l, t, 200, err, sizeof err), 0);
+    assert_int_equal(qve_text_chunk(&l, t, 200, NULL, err, sizeof err), 0);
     assert_int_equal(l.n_chunks, 5);
     assert_int_equal(l.chunks[0].kind, QVE_CHUNK_PAUSE);
     assert_int_equal(l.chunks[0].pause_ms, 200);
@@ -127,7 +127,7 @@ static void test_pauses(void **state) {
     assert_int_equal(l.chunks[4].pause_ms, 2000);
     qve_chunk_list_free(&l);
     /* other brackets are text */
-    assert_int_equal(qve_text_chunk(&l, "a [note] b", 200, err, sizeof err), 0);
+    assert_int_equal(qve_text_chunk(&l, "a [note] b", 200, NULL, err, sizeof err), 0);
     assert_int_equal(l.n_chunks, 1);
     assert_string_equal(l.chunks[0].text, "a [note] b");
     qve_chunk_list_free(&l);
@@ -135,14 +135,14 @@ static void test_pauses(void **state) {
                          "x [pause:1.2.3s]", "x [pause:0ms]", "x [pause:500ms"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         err[0] = 0;
-        assert_int_equal(qve_text_chunk(&l, bad[i], 200, err, sizeof err), -1);
+        assert_int_equal(qve_text_chunk(&l, bad[i], 200, NULL, err, sizeof err), -1);
         printf("  %s -> %s\n", bad[i], err);
         assert_non_null(strstr(err, "bad pause tag at character 2"));
         assert_int_equal(l.n_chunks, 0);
     }
-    assert_int_equal(qve_text_chunk(&l, "bad \xff utf8", 200, err, sizeof err), -1);
+    assert_int_equal(qve_text_chunk(&l, "bad \xff utf8", 200, NULL, err, sizeof err), -1);
     assert_non_null(strstr(err, "invalid UTF-8 at byte 4"));
-    assert_int_equal(qve_text_chunk(&l, "  \n\n ", 200, err, sizeof err), 0);
+    assert_int_equal(qve_text_chunk(&l, "  \n\n ", 200, NULL, err, sizeof err), 0);
     assert_int_equal(l.n_chunks, 0);
     qve_chunk_list_free(&l);
 }
@@ -254,7 +254,7 @@ static void test_random_texts(void **state) {
         int max = 1 + (int)(seed >> 20) % 40;
         qve_chunk_list l;
         char err[256];
-        assert_int_equal(qve_text_chunk(&l, text, max, err, sizeof err), 0);
+        assert_int_equal(qve_text_chunk(&l, text, max, NULL, err, sizeof err), 0);
         size_t g = 0;
         for (int i = 0; i < l.n_chunks; i++) {
             if (l.chunks[i].kind != QVE_CHUNK_TEXT) continue;

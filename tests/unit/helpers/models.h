@@ -6,5 +6,8 @@
 
 /* Loads $QVOICE_CACHE/<name>; fails the running test (cmocka fail_msg) when it cannot. */
 qv_model *test_model_load(const char *name);
+/* Opens the model directory dir (checkpoint/ckpt.h); fails the running test when it cannot. The
+ * loaders take their own reference: free it with qvm_ckpt_free once they are made. */
+struct qvm_ckpt *test_ckpt_open(const char *dir);
 
 #endif

@@ -118,6 +118,13 @@ int qvf_sample_equal(const qvf_voice *a, const qvf_voice *b, int ids, char *why,
     }
     if (a->tpad_hidden != b->tpad_hidden || !same_bytes(a->tpad, b->tpad, 12ull * a->tpad_hidden))
         DIFF("TPAD");
+    if (a->n_styles != b->n_styles) DIFF("palette of %d vs %d entries", a->n_styles, b->n_styles);
+    for (int i = 0; i < a->n_styles; i++)
+        if (strcmp(a->styles[i].name, b->styles[i].name) ||
+            a->styles[i].kind != b->styles[i].kind ||
+            !same_bytes(&a->styles[i].strength, &b->styles[i].strength, 4) ||
+            !same_bytes(a->styles[i].vec, b->styles[i].vec, 4ull * a->enc_dim))
+            DIFF("palette entry %s", a->styles[i].name);
     uint64_t h = a->wovr_h, th = a->wovr_th, cv = a->wovr_cv;
     if (h != b->wovr_h || th != b->wovr_th || cv != b->wovr_cv ||
         !same_bytes(a->wovr_fc1_w, b->wovr_fc1_w, 2 * th * th) ||

@@ -1,0 +1,30 @@
+/* bytes.c — the server's growing byte buffers (request bodies, responses, metrics) and base64 for
+ * SSE audio events. The audio itself is encoded by the library (qv_audio_encode, qv_encoder).
+ */
+#include <openssl/evp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/server_impl.h"
+
+int qvs_bytes_add(bytes *b, const void *p, size_t n) {
+    if (b->len + n > b->cap) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap < b->len + n)
+            cap *= 2;
+        uint8_t *q = realloc(b->p, cap);
+        if (!q) return -1;
+        b->p = q;
+        b->cap = cap;
+    }
+    if (p && n) memcpy(b->p + b->len, p, n); /* p NULL: reserve only */
+    b->len += n;
+    return 0;
+}
+
+int qvs_base64_add(bytes *b, const uint8_t *p, size_t n) {
+    size_t len = b->len;
+    if (qvs_bytes_add(b, NULL, 4 * ((n + 2) / 3) + 1)) return -1; /* EVP_EncodeBlock adds a NUL */
+    b->len = len + (size_t)EVP_EncodeBlock(b->p + len, p, (int)n);
+    return 0;
+}
