@@ -507,8 +507,10 @@ typedef struct {
                                  force_*); its speaker, voice_path (a voice path or NAME),
                                  language and instruct are the defaults of a job naming none */
     double loudness_lufs;     /* each output's loudness target (qv_loudness_normalize); 0 none */
+    uint32_t watermark;       /* each output's mark (qv_audio_encode): QV_WATERMARK_OFF or payload */
 } qv_jobs_options;
-qv_jobs_options qv_jobs_default_options(void); /* qv_synth_default_request(), loudness 0 */
+/* qv_synth_default_request(), loudness 0, watermark QV_WATERMARK_DEFAULT */
+qv_jobs_options qv_jobs_default_options(void);
 
 /* p: the params of every job (a job's seed replaces p->seed), checked by qv_params_check.
  * QV_E_INVALID, QV_E_ABI (o's or o->request's struct_size), QV_E_NOMEM. */
@@ -707,16 +709,25 @@ void qv_pcm_s16le(const float *pcm, int64_t n, uint8_t *out);
 #define QV_WAV_HEADER_BYTES 44
 void qv_wav_header(uint8_t out[QV_WAV_HEADER_BYTES], int64_t n_samples);
 
-/* A whole file of format from pcm[n_samples] (24 kHz mono) into *out (release with qv_free),
- * *n_bytes long. QV_E_INVALID, QV_E_UNSUPPORTED (this build cannot write the format), QV_E_NOMEM,
+/* Every encoder marks what it writes with the watermark (docs/provenance.md): mark is the 32-bit
+ * payload (QV_WATERMARK_DEFAULT: synthetic, no voice/model id; qv_watermark_payload ties it to a
+ * voice and model), or QV_WATERMARK_OFF for the samples exactly as given. A stream and the whole
+ * audio encoded at once carry the same marked samples. */
+#define QV_WATERMARK_OFF 0u
+#define QV_WATERMARK_DEFAULT QV_WATERMARK_SYNTHETIC
+
+/* A whole file of format from pcm[n_samples] (24 kHz mono), marked with mark, into *out (release
+ * with qv_free), *n_bytes long. QV_E_INVALID, QV_E_UNSUPPORTED (this build cannot write the format), QV_E_NOMEM,
  * QV_E_LIMIT, QV_E_IO (the codec failed); the detail names the format. */
-enum qv_status qv_audio_encode(int format, const float *pcm, int64_t n_samples, uint8_t **out,
-                               size_t *n_bytes);
+enum qv_status qv_audio_encode(int format, const float *pcm, int64_t n_samples, uint32_t mark,
+                               uint8_t **out, size_t *n_bytes);
 /* qv_audio_encode into the stream f (flushed; e.g. stdout). Its statuses, or QV_E_IO. */
-enum qv_status qv_audio_write_stream(FILE *f, int format, const float *pcm, int64_t n_samples);
+enum qv_status qv_audio_write_stream(FILE *f, int format, const float *pcm, int64_t n_samples,
+                                     uint32_t mark);
 /* qv_audio_encode into path, written atomically (qv_outfile). Its statuses, or QV_E_IO; the
  * detail is "PATH: problem". */
-enum qv_status qv_audio_write(const char *path, int format, const float *pcm, int64_t n_samples);
+enum qv_status qv_audio_write(const char *path, int format, const float *pcm, int64_t n_samples,
+                              uint32_t mark);
 
 /* A growing buffer of samples, for output that needs the whole audio first (a one-shot file,
  * loudness): qv_pcm_collect is a qv_pcm_fn with user = a qv_pcm_buffer zeroed but for its
@@ -739,8 +750,8 @@ int qv_pcm_collect(void *user, const float *pcm, int n_samples);
  * three leaves its detail for qv_last_error(). */
 typedef int (*qv_write_fn)(void *user, const void *data, size_t n_bytes); /* 0 ok */
 typedef struct qv_encoder qv_encoder;
-enum qv_status qv_encoder_new(qv_encoder **out, int format, qv_write_fn fn, void *user,
-                              FILE *file);
+enum qv_status qv_encoder_new(qv_encoder **out, int format, uint32_t mark, qv_write_fn fn,
+                              void *user, FILE *file);
 /* Converts and writes one block. QV_E_IO when the sink failed, QV_E_NOMEM. */
 enum qv_status qv_encoder_write(qv_encoder *e, const float *pcm, int n_samples);
 /* Ends the stream (an empty WAV still gets its header) and frees e; accepts NULL. QV_E_IO when

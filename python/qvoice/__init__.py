@@ -123,10 +123,15 @@ def _as_list(x, n, what):
     return xs
 
 
-def write_audio(path, wav, format=None, loudness=None):
+_WATERMARK_DEFAULT = 0x80000000  # QV_WATERMARK_DEFAULT: synthetic, no voice/model id
+
+
+def write_audio(path, wav, format=None, loudness=None, watermark=True):
     """Writes mono 24 kHz float samples with libqvoice's encoder (the one speak and the server
     use), atomically: format by name or by path's extension (wav, pcm, flac, ogg, opus, mp3);
-    loudness: a target integrated loudness in LUFS (EBU R128, e.g. -23), or None."""
+    loudness: a target integrated loudness in LUFS (EBU R128, e.g. -23), or None; watermark:
+    True marks the samples as synthetic (docs/provenance.md), False writes them as given, an
+    int is the 32-bit payload to mark with."""
     lib = _capi.lib()
     path = os.fspath(path)
     fmt = lib.qv_format_parse(_b(format)) if format else lib.qv_format_of_path(_b(path))
@@ -146,16 +151,18 @@ def write_audio(path, wav, format=None, loudness=None):
                                        ctypes.byref(lufs))
         if st:
             _raise(st)
-    st = lib.qv_audio_write(_b(path), fmt, buf, n)
+    mark = (_WATERMARK_DEFAULT if watermark is True else 0 if watermark is False
+            else int(watermark) & 0xFFFFFFFF)
+    st = lib.qv_audio_write(_b(path), fmt, buf, n, mark)
     if st:
         _raise(st)
 
 
-def write_wav(path, wav, sample_rate=SAMPLE_RATE):
+def write_wav(path, wav, sample_rate=SAMPLE_RATE, watermark=True):
     """Writes mono float samples in [-1, 1] as a 16-bit PCM WAV (write_audio)."""
     if int(sample_rate) != SAMPLE_RATE:
         raise ValueError("sample_rate %s: libqvoice writes %d Hz audio" % (sample_rate, SAMPLE_RATE))
-    write_audio(path, wav, "wav")
+    write_audio(path, wav, "wav", watermark=watermark)
 
 
 class Voice:

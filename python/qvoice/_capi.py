@@ -62,7 +62,8 @@ class CloneRequest(ctypes.Structure):
 
 
 class JobsOptions(ctypes.Structure):
-    _fields_ = [("struct_size", c_uint32), ("request", SynthRequest), ("loudness_lufs", c_double)]
+    _fields_ = [("struct_size", c_uint32), ("request", SynthRequest), ("loudness_lufs", c_double),
+                ("watermark", c_uint32)]
 
 
 # C struct name -> ctypes class, for the layout test.
@@ -112,7 +113,7 @@ PROTOTYPES = {
     "qv_format_of_path": (c_int, [c_char_p]),
     "qv_loudness_normalize": (c_int, [_P(c_float), ctypes.c_int64, ctypes.c_double,
                                       _P(ctypes.c_int64), _P(ctypes.c_double)]),
-    "qv_audio_write": (c_int, [c_char_p, c_int, _P(c_float), ctypes.c_int64]),
+    "qv_audio_write": (c_int, [c_char_p, c_int, _P(c_float), ctypes.c_int64, c_uint32]),
 }
 
 

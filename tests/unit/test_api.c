@@ -148,10 +148,11 @@
     F(qv_clone_request, consent_speaker, 144) \
     F(qv_clone_request, consent_scope, 152) \
     F(qv_clone_request, consent_recording, 160) \
-    S(qv_jobs_options, 176) \
+    S(qv_jobs_options, 184) \
     F(qv_jobs_options, struct_size, 0) \
     F(qv_jobs_options, request, 8) \
     F(qv_jobs_options, loudness_lufs, 168) \
+    F(qv_jobs_options, watermark, 176) \
     S(qv_pcm_buffer, 40) \
     F(qv_pcm_buffer, struct_size, 0) \
     F(qv_pcm_buffer, pcm, 8) \
