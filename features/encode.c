@@ -173,11 +173,26 @@ static sf_count_t v_write(const void *src, sf_count_t n, void *u) {
     return n;
 }
 
-static enum qv_status encode_sndfile(int f, const float *pcm, int64_t n, membuf *b) {
+/* Marked output also says so in the container (docs/provenance.md, "Metadata"): libsndfile
+ * writes these as Vorbis comments (FLAC, Ogg Vorbis, Opus) and ID3v2 frames (MP3: COMM). */
+static void set_provenance(SNDFILE *sf, uint32_t mark) {
+    char comment[256];
+    snprintf(comment, sizeof comment,
+             "qvoice provenance: digital_source_type=http://cv.iptc.org/newscodes/"
+             "digitalsourcetype/trainedAlgorithmicMedia; engine=qvoice %s; watermark=%08x",
+             qv_version(), mark);
+    char software[64];
+    snprintf(software, sizeof software, "qvoice %s", qv_version());
+    sf_set_string(sf, SF_STR_SOFTWARE, software);
+    sf_set_string(sf, SF_STR_COMMENT, comment);
+}
+
+static enum qv_status encode_sndfile(int f, const float *pcm, int64_t n, uint32_t mark, membuf *b) {
     SF_VIRTUAL_IO io = {v_len, v_seek, v_read, v_write, v_tell};
     SF_INFO info = {.samplerate = QV_SAMPLE_RATE_HZ, .channels = 1, .format = sf_formats[f]};
     SNDFILE *sf = sf_open_virtual(&io, SFM_WRITE, &info, b);
     if (!sf) return qvu_failf(QV_E_UNSUPPORTED, "%s: %s", names[f], sf_strerror(NULL));
+    if (mark != QV_WATERMARK_OFF) set_provenance(sf, mark);
     sf_count_t w = -1;
     if ((sf_formats[f] & SF_FORMAT_SUBMASK) == SF_FORMAT_PCM_16) { /* 16-bit: our conversion */
         int16_t *s16 = malloc((size_t)n * sizeof *s16 + 1);
@@ -237,7 +252,7 @@ enum qv_status qv_audio_encode(int format, const float *pcm, int64_t n_samples, 
             qv_pcm_s16le(pcm, n_samples, b.p + head);
         }
     } else {
-        st = encode_sndfile(format, pcm, n_samples, &b);
+        st = encode_sndfile(format, pcm, n_samples, mark, &b);
     }
     free(marked);
     if (st) return free(b.p), st;

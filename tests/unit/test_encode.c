@@ -173,6 +173,28 @@ static void test_every_format(void **st) {
     }
     assert_int_equal(qv_audio_write("/nonexistent-dir/x.wav", QV_FORMAT_WAV, x, n, QV_WATERMARK_OFF),
                      QV_E_IO);
+    /* marked FLAC/Ogg/Opus/MP3 name their origin in the container; unmarked ones do not */
+    for (int f = QV_FORMAT_FLAC; f < QV_FORMAT_COUNT; f++) {
+        if (!qv_format_writable(f)) continue;
+        for (int marked = 0; marked < 2; marked++) {
+            snprintf(path, sizeof path, "/tmp/qv_test_encode_%d.%s", (int)getpid(), qv_format_name(f));
+            assert_int_equal(qv_audio_write(path, f, x, n, marked ? 0x8abcdef1u : QV_WATERMARK_OFF), 0);
+            SF_INFO info = {0};
+            SNDFILE *sf = sf_open(path, SFM_READ, &info);
+            assert_non_null(sf);
+            const char *c = sf_get_string(sf, SF_STR_COMMENT);
+            if (marked) {
+                printf("  %-4s comment: %s\n", qv_format_name(f), c ? c : "(none)");
+                assert_non_null(c);
+                assert_non_null(strstr(c, "digitalsourcetype/trainedAlgorithmicMedia"));
+                assert_non_null(strstr(c, "watermark=8abcdef1"));
+            } else {
+                assert_true(!c || !strstr(c, "trainedAlgorithmicMedia"));
+            }
+            sf_close(sf);
+            unlink(path);
+        }
+    }
     assert_non_null(strstr(qv_last_error(), "/nonexistent-dir"));
     free(s16), free(x);
 }
