@@ -85,23 +85,38 @@ static int coded_bit(uint32_t payload, int i) {
     return i < 32 ? (int)(payload >> (31 - i)) & 1 : (crc8(payload) >> (39 - i)) & 1;
 }
 
+/* cs[i] = cos(2πi / N_FFT): every angle below is a multiple of 2π / N_FFT (TAPS divides N_FFT),
+ * so one table of 2048 values replaces millions of cos() calls. */
+typedef struct {
+    double cs[N_FFT];
+} cos_table;
+
+static void cos_table_init(cos_table *t) {
+    for (int i = 0; i < N_FFT; i++) t->cs[i] = cos(2.0 * M_PI * i / N_FFT);
+}
+
+/* cos(2π·x / N_FFT) for any integer x. */
+static double cos_at(const cos_table *t, int64_t x) {
+    return t->cs[((x % N_FFT) + N_FFT) % N_FFT];
+}
+
 /* FIR taps of the chips spec[c] (zero-phase spectrum → centred on DELAY, Hann-tapered). */
-static void fir_from_chips(double *g, const double spec[N_CHIPS]) {
+static void fir_from_chips(double *g, const double spec[N_CHIPS], const cos_table *t) {
     for (int j = 0; j < TAPS; j++) {
         double acc = 0.0;
         for (int c = 0; c < N_CHIPS; c++)
-            acc += spec[c] * cos(2.0 * M_PI * (double)((CHIP_LO + c) * (j - DELAY)) / TAPS);
-        double taper = 0.5 - 0.5 * cos(2.0 * M_PI * j / TAPS);
+            acc += spec[c] * cos_at(t, (int64_t)2 * (CHIP_LO + c) * (j - DELAY));
+        double taper = 0.5 - 0.5 * cos_at(t, 2 * j);
         g[j] = 2.0 * acc / TAPS * taper;
     }
 }
 
 /* Re G(ω_m) at detector bin m: the log-power ripple the FIR leaves there (its phase, e^{-iωD},
  * turns into cos(πm/2): even bins carry it, odd bins do not). */
-static void fir_template(float *p, const double *g) {
+static void fir_template(float *p, const double *g, const cos_table *t) {
     for (int m = BIN_LO; m <= BIN_HI; m++) {
         double re = 0.0;
-        for (int j = 0; j < TAPS; j++) re += g[j] * cos(2.0 * M_PI * (double)m * j / N_FFT);
+        for (int j = 0; j < TAPS; j++) re += g[j] * t->cs[(m * j) % N_FFT];
         p[m - BIN_LO] = (float)re;
     }
 }
@@ -134,21 +149,24 @@ enum qv_status qv_watermark_new(qv_watermark **out, uint32_t payload) {
     *out = NULL;
     qv_watermark *w = calloc(1, sizeof *w);
     double *g = malloc(TAPS * sizeof *g);
-    if (!w || !g) return free(w), free(g), qvu_fail(QV_E_NOMEM, "watermark: out of memory");
+    cos_table *ct = malloc(sizeof *ct);
+    if (!w || !g || !ct)
+        return free(w), free(g), free(ct), qvu_fail(QV_E_NOMEM, "watermark: out of memory");
+    cos_table_init(ct);
     int role[N_CHIPS], sign[N_CHIPS];
     chip_layout(role, sign);
     double spec[N_CHIPS];
     for (int c = 0; c < N_CHIPS; c++)
         spec[c] = sign[c] * (role[c] < 0 || coded_bit(payload, role[c]) ? 1.0 : -1.0);
-    fir_from_chips(g, spec);
+    fir_from_chips(g, spec, ct);
     /* Scale so that the mean |G|² over the chip band is 10^(LEVEL_DB/10): a host with a smooth
      * spectrum then gets a mark LEVEL_DB under it in any band of a few chips or more. */
     double mean = 0.0;
     for (int k = 2 * CHIP_LO; k <= 2 * CHIP_HI; k++) {
         double re = 0.0, im = 0.0;
         for (int j = 0; j < TAPS; j++) {
-            re += g[j] * cos(2.0 * M_PI * (double)k * j / N_FFT);
-            im -= g[j] * sin(2.0 * M_PI * (double)k * j / N_FFT);
+            re += g[j] * ct->cs[(k * j) % N_FFT];
+            im -= g[j] * cos_at(ct, (int64_t)k * j - N_FFT / 4); /* sin */
         }
         mean += re * re + im * im;
     }
@@ -156,6 +174,7 @@ enum qv_status qv_watermark_new(qv_watermark **out, uint32_t payload) {
     double scale = pow(10.0, LEVEL_DB / 20.0) / sqrt(mean);
     for (int j = 0; j < TAPS; j++) w->taps_rev[TAPS - 1 - j] = (float)(g[j] * scale);
     free(g);
+    free(ct);
     *out = w;
     return QV_OK;
 }
@@ -240,20 +259,23 @@ typedef struct {
 
 static int templates_make(templates *t) {
     double *g = malloc(TAPS * sizeof *g);
-    if (!g) return -1;
+    cos_table *ct = malloc(sizeof *ct);
+    if (!g || !ct) return free(g), free(ct), -1;
+    cos_table_init(ct);
     int role[N_CHIPS], sign[N_CHIPS];
     chip_layout(role, sign);
     double spec[N_CHIPS];
     for (int r = -1; r < N_BITS; r++) {
         for (int c = 0; c < N_CHIPS; c++) spec[c] = role[c] == r ? sign[c] : 0.0;
-        fir_from_chips(g, spec);
+        fir_from_chips(g, spec, ct);
         float *p = r < 0 ? t->sync : t->bit[r];
-        fir_template(p, g);
+        fir_template(p, g, ct);
         double n2 = 0.0;
         for (int m = 0; m < N_DBINS; m++) n2 += (double)p[m] * p[m];
         *(r < 0 ? &t->sync_norm : &t->bit_norm[r]) = sqrt(n2);
     }
     free(g);
+    free(ct);
     return 0;
 }
 
@@ -263,14 +285,16 @@ static int cmp_float(const void *a, const void *b) {
 }
 
 /* Normalised correlation of the detrended spectrum difference d with each template: z[0] sync,
- * z[1 + i] payload bit i. Under no mark each is about N(0, 1). */
-static void score(const templates *t, const double *d, double z[1 + N_BITS]) {
+ * and with bits, z[1 + i] payload bit i. Under no mark each is about N(0, 1). */
+static void score(const templates *t, const double *d, int bits, double z[1 + N_BITS]) {
     float r[N_DBINS], dev[N_DBINS];
+    double run = 0.0; /* sum of d over [m - DETREND, m + DETREND], clipped to the band */
+    for (int k = 0; k < DETREND && k < N_DBINS; k++) run += d[k];
     for (int m = 0; m < N_DBINS; m++) {
         int lo = m - DETREND < 0 ? 0 : m - DETREND, hi = m + DETREND >= N_DBINS ? N_DBINS - 1 : m + DETREND;
-        double acc = 0.0;
-        for (int k = lo; k <= hi; k++) acc += d[k];
-        r[m] = (float)(d[m] - acc / (hi - lo + 1));
+        if (m + DETREND < N_DBINS) run += d[m + DETREND];
+        if (m - DETREND - 1 >= 0) run -= d[m - DETREND - 1];
+        r[m] = (float)(d[m] - run / (hi - lo + 1));
         dev[m] = fabsf(r[m]);
     }
     /* Spread from the median absolute deviation, so a tone's few bins do not set the scale;
@@ -282,7 +306,7 @@ static void score(const templates *t, const double *d, double z[1 + N_BITS]) {
         double lim = 4.0 * sigma;
         r[m] = (float)(r[m] > lim ? lim : r[m] < -lim ? -lim : r[m]);
     }
-    for (int i = -1; i < N_BITS; i++) {
+    for (int i = -1; i < (bits ? N_BITS : 0); i++) {
         const float *p = i < 0 ? t->sync : t->bit[i];
         double acc = 0.0;
         for (int m = 0; m < N_DBINS; m++) acc += (double)p[m] * r[m];
@@ -313,7 +337,7 @@ static double score_span(const sums *s, int64_t b0, int64_t b1, double z[1 + N_B
         }
     memcpy(z, none, sizeof none);
     if (total < BLOCK_FRAMES / 2) return 0.0;
-    double best = -INFINITY, d[N_DBINS], zh[1 + N_BITS];
+    double best = -INFINITY, d[N_DBINS], best_d[N_DBINS], zh[1 + N_BITS];
     for (int h = 0; h < PHASES; h++) {
         double plus[N_DBINS] = {0}, minus[N_DBINS] = {0};
         int64_t np = 0, nm = 0;
@@ -326,9 +350,11 @@ static double score_span(const sums *s, int64_t b0, int64_t b1, double z[1 + N_B
         }
         if (np == 0 || nm == 0) continue;
         for (int m = 0; m < N_DBINS; m++) d[m] = plus[m] / (double)np - minus[m] / (double)nm;
-        score(s->t, d, zh);
-        if (zh[0] > best) best = zh[0], memcpy(z, zh, sizeof zh);
+        score(s->t, d, 0, zh);
+        if (zh[0] > best) best = zh[0], memcpy(best_d, d, sizeof d);
     }
+    if (best == -INFINITY) return 0.0;
+    score(s->t, best_d, 1, z); /* the payload bits under the best phase only */
     return best > 0.0 ? best : 0.0;
 }
 
