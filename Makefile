@@ -42,6 +42,7 @@ TEST_SRC := $(wildcard tests/unit/test_*.c)
 TESTS    := $(TEST_SRC:tests/unit/%.c=$(B)/tests/%)
 TEST_HELPERS := $(wildcard tests/unit/helpers/*.c)
 BENCH_SRC := $(wildcard tests/bench/*.c)
+BENCH_HELPERS := $(wildcard tests/bench/helpers/*.c)
 BENCHES  := $(BENCH_SRC:tests/bench/%.c=$(B)/bench/%)
 MKMODEL  := $(B)/tools/mkmodel
 MANS     := $(TOOLS:bin/%=$(B)/man/%.1)
@@ -149,7 +150,7 @@ $(FUZZ_AUDIO): tests/fuzz/fuzz_audio_load.c features/audio.c features/features.h
 	  -lsndfile -lvorbis -logg -lsamplerate -lm
 $(B)/tests/test_audio_fuzz: | $(FUZZ_AUDIO)
 
-$(B)/bench/%: $(B)/tests/bench/%.o $(LIB)
+$(B)/bench/%: $(B)/tests/bench/%.o $(BENCH_HELPERS:%.c=$(B)/%.o) $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LIBS)
 

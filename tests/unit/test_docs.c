@@ -14,6 +14,7 @@
 
 #include <cmocka.h>
 
+#include "tests/unit/helpers/run.h"
 #include "tests/unit/helpers/shell.h"
 
 #define MAKE "env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make --no-print-directory"
@@ -62,12 +63,4 @@ static void test_readme(void **st) {
                      0);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_make_help_targets_exist),
-        cmocka_unit_test(test_no_machine_paths),
-        cmocka_unit_test(test_license),
-        cmocka_unit_test(test_readme),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+QVT_MAIN(NULL, NULL, test_make_help_targets_exist, test_no_machine_paths, test_license, test_readme)

@@ -18,6 +18,7 @@
 #include <lz4.h>
 
 #include "voicefmt/qvf_impl.h"
+#include "tests/unit/helpers/run.h"
 
 #define DIM 1024
 #define NAME "talker.model.text_embedding.weight"
@@ -177,11 +178,4 @@ static void test_real_shape_accepted(void **state) {
     free(d);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_claims_2gb),
-        cmocka_unit_test(test_expands_255x),
-        cmocka_unit_test(test_real_shape_accepted),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+QVT_MAIN(NULL, NULL, test_claims_2gb, test_expands_255x, test_real_shape_accepted)

@@ -32,6 +32,33 @@ static void test_crc32c_known_answer(void **state) {
     assert_int_equal(qvf_crc32c(0, "", 0), 0);
 }
 
+/* The one "is this a voice file?" rule: magic first, then the name's ending. */
+static void test_file_kind(void **state) {
+    (void)state;
+    assert_int_equal(qvf_file_kind("a/b.qvoice", NULL, 0), QVF_KIND_QVOICE);
+    assert_int_equal(qvf_file_kind("upload.wav", "QVCE\4\0\0\0", 8), QVF_KIND_QVOICE);
+    assert_int_equal(qvf_file_kind("upload.wav", "QVC", 3), QVF_KIND_NONE);
+    assert_int_equal(qvf_file_kind("x.bin", NULL, 0), QVF_KIND_BIN);
+    assert_int_equal(qvf_file_kind("x.bin", "QVCE", 4), QVF_KIND_QVOICE);
+    assert_int_equal(qvf_file_kind(".qvoice", NULL, 0), QVF_KIND_NONE);
+    assert_int_equal(qvf_file_kind("ryan", NULL, 0), QVF_KIND_NONE);
+    assert_int_equal(qvf_file_kind("clip.qvoice.wav", NULL, 0), QVF_KIND_NONE);
+    assert_int_equal(qvf_file_kind(NULL, NULL, 0), QVF_KIND_NONE);
+}
+
+/* The one table of variant names: every name maps back to its number, and no other does. */
+static void test_variant_names(void **state) {
+    (void)state;
+    for (uint32_t v = QVF_VARIANT_BASE; v <= QVF_VARIANT_VOICE_DESIGN; v++)
+        assert_int_equal(qvf_variant_from_name(qvf_variant_name(v)), v);
+    assert_string_equal(qvf_variant_name(QVF_VARIANT_CUSTOM_VOICE), "custom_voice");
+    assert_string_equal(qvf_variant_name(QVF_VARIANT_UNKNOWN), "unknown");
+    assert_string_equal(qvf_variant_name(99), "invalid");
+    assert_int_equal(qvf_variant_from_name("unknown"), QVF_VARIANT_UNKNOWN);
+    assert_int_equal(qvf_variant_from_name("Base"), QVF_VARIANT_UNKNOWN);
+    assert_int_equal(qvf_variant_from_name(NULL), QVF_VARIANT_UNKNOWN);
+}
+
 static void test_errors_named(void **state) {
     (void)state;
     assert_string_equal(qvf_errname(QVF_E_CRC), "QVF_E_CRC");
@@ -536,6 +563,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_crc32c_known_answer),
         cmocka_unit_test(test_errors_named),
+        cmocka_unit_test(test_file_kind),
+        cmocka_unit_test(test_variant_names),
         cmocka_unit_test(test_v4_roundtrip_memory),
         cmocka_unit_test(test_v4_v3_v4_keeps_everything),
         cmocka_unit_test(test_wdelta_apply),

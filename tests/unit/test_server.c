@@ -25,6 +25,8 @@
 
 #include <cmocka.h>
 
+#include "tests/unit/helpers/models.h"
+#include "tests/unit/helpers/run.h"
 #include "tests/unit/helpers/shell.h"
 #include "tests/unit/helpers/tmpdir.h"
 #include "voicefmt/qvf.h"
@@ -189,9 +191,9 @@ static int count_files(const char *dir, const char *needle) {
 
 static int group_setup(void **state) {
     if (tmpdir_setup(state)) return -1;
-    const char *cache = getenv("QVOICE_CACHE");
-    snprintf(g_cv, sizeof g_cv, "%s/tiny-cv", cache ? cache : "cache");
-    snprintf(g_base, sizeof g_base, "%s/tiny-base", cache ? cache : "cache");
+    const char *cache = test_cache_dir();
+    snprintf(g_cv, sizeof g_cv, "%s/tiny-cv", cache);
+    snprintf(g_base, sizeof g_base, "%s/tiny-base", cache);
     /* leftovers of a killed server (PID 999999999, above any pid_max): removed at start; those of
      * a running one (this test's PID) are kept */
     char dir[512], live[512];
@@ -797,7 +799,7 @@ static void test_disconnect_and_limits(void **state) {
     assert_int_equal(stop(&g_extra), 0);
     char big[1024];
     snprintf(big, sizeof big, "-m %.500s/q06b-cv --voices %s/voices --timeout 1",
-             getenv("QVOICE_CACHE") ? getenv("QVOICE_CACHE") : "cache", tmp_dir);
+             test_cache_dir(), tmp_dir);
     assert_int_equal(start(&g_extra, "late", big), 0);
     const char *body = "{\"voice\":\"ryan\",\"input\":\"Here is a sentence that takes a while.\"}";
     tmp_write(tmp_path("late.json"), body, strlen(body));
@@ -929,25 +931,7 @@ static void test_scale_out(void **state) {
     assert_true(file_has(tmp_path("lb.out"), " up again"));
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_routes),
-        cmocka_unit_test(test_no_call_cycle),
-        cmocka_unit_test(test_speech_bad_input),
-        cmocka_unit_test(test_voices),
-        cmocka_unit_test(test_slow_client),
-        cmocka_unit_test(test_slow_attack),
-        cmocka_unit_test(test_auth),
-        cmocka_unit_test(test_key_owners),
-        cmocka_unit_test(test_library),
-        cmocka_unit_test(test_metrics),
-        cmocka_unit_test(test_speech),
-        cmocka_unit_test(test_disconnect_and_limits),
-        cmocka_unit_test(test_drain_under_load),
-        cmocka_unit_test(test_clone_upload),
-        cmocka_unit_test(test_scale_out),
-        cmocka_unit_test(test_log_escaped),
-        cmocka_unit_test(test_no_leaks),
-    };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
-}
+QVT_MAIN(group_setup, group_teardown, test_routes, test_no_call_cycle, test_speech_bad_input,
+         test_voices, test_slow_client, test_slow_attack, test_auth, test_key_owners, test_library,
+         test_metrics, test_speech, test_disconnect_and_limits, test_drain_under_load,
+         test_clone_upload, test_scale_out, test_log_escaped, test_no_leaks)
