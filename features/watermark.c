@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "features/features.h"
+#include "features/fft.h"
 #include "include/qvoice.h"
 #include "util/api.h"
 
@@ -213,42 +214,27 @@ void qv_watermark_apply(qv_watermark *w, float *pcm, int64_t n_samples) {
 
 /* ==== detection ============================================================================= */
 
-/* In-place radix-2 FFT of N_FFT complex values (re, im), twiddles precomputed. */
+/* One Hann-windowed real frame and its spectrum; the plan comes from features/fft.c, the one
+ * owner of FFTW planning. */
 typedef struct {
-    float cos_t[N_FFT / 2], sin_t[N_FFT / 2], win[N_FFT];
-    float re[N_FFT], im[N_FFT];
+    float *in, win[N_FFT];
+    fftwf_complex *out;
+    fftwf_plan plan;
 } fft_ctx;
 
-static void fft_init(fft_ctx *f) {
-    for (int i = 0; i < N_FFT / 2; i++) {
-        f->cos_t[i] = (float)cos(2.0 * M_PI * i / N_FFT);
-        f->sin_t[i] = (float)-sin(2.0 * M_PI * i / N_FFT);
-    }
+static int fft_open(fft_ctx *f) {
+    f->in = fftwf_alloc_real(N_FFT);
+    f->out = fftwf_alloc_complex(N_FFT / 2 + 1);
+    f->plan = f->in && f->out ? qva_fft_plan_r2c(N_FFT, 1, f->in, f->out) : NULL;
     for (int i = 0; i < N_FFT; i++) f->win[i] = (float)(0.5 - 0.5 * cos(2.0 * M_PI * i / N_FFT));
+    return f->plan ? 0 : -1;
 }
 
-static void fft_run(fft_ctx *f) {
-    float *re = f->re, *im = f->im;
-    for (int i = 1, j = 0; i < N_FFT; i++) {
-        int bit = N_FFT >> 1;
-        for (; j & bit; bit >>= 1) j ^= bit;
-        j ^= bit;
-        if (i < j) {
-            float t = re[i]; re[i] = re[j]; re[j] = t;
-            t = im[i]; im[i] = im[j]; im[j] = t;
-        }
-    }
-    for (int len = 2; len <= N_FFT; len <<= 1) {
-        int step = N_FFT / len;
-        for (int i = 0; i < N_FFT; i += len)
-            for (int k = 0; k < len / 2; k++) {
-                float wr = f->cos_t[k * step], wi = f->sin_t[k * step];
-                int a = i + k, b = a + len / 2;
-                float xr = re[b] * wr - im[b] * wi, xi = re[b] * wi + im[b] * wr;
-                re[b] = re[a] - xr; im[b] = im[a] - xi;
-                re[a] += xr; im[a] += xi;
-            }
-    }
+static void fft_close(fft_ctx *f) {
+    if (!f) return;
+    qva_fft_destroy(f->plan);
+    fftwf_free(f->in);
+    fftwf_free(f->out);
 }
 
 typedef struct {
@@ -389,30 +375,29 @@ enum qv_status qv_watermark_detect(const float *pcm, int64_t n_samples, qv_water
     int64_t n_frames = n_samples >= N_FFT ? (n_samples - N_FFT) / HOP + 1 : 0;
     int64_t n_blocks = (n_frames + BLOCK_FRAMES - 1) / BLOCK_FRAMES;
     if (n_blocks == 0) return QV_OK; /* under 85 ms: nothing to say */
-    fft_ctx *f = malloc(sizeof *f);
+    fft_ctx *f = calloc(1, sizeof *f);
     templates *t = malloc(sizeof *t);
     double *bsum = calloc((size_t)n_blocks * PHASES * N_DBINS, sizeof *bsum);
     int64_t *bcount = calloc((size_t)n_blocks * PHASES, sizeof *bcount);
-    if (!f || !t || !bsum || !bcount || templates_make(t)) {
+    if (!f || !t || !bsum || !bcount || fft_open(f) || templates_make(t)) {
+        fft_close(f);
         free(f), free(t), free(bsum), free(bcount);
         return qvu_failf(QV_E_NOMEM, "watermark: out of memory for %.1f s of audio", rep->seconds);
     }
-    fft_init(f);
     for (int64_t fr = 0; fr < n_frames; fr++) {
         const float *x = pcm + fr * HOP;
         double pw = 0.0;
         for (int i = 0; i < N_FFT; i++) {
-            f->re[i] = x[i] * f->win[i];
-            f->im[i] = 0.0f;
-            pw += (double)f->re[i] * f->re[i];
+            f->in[i] = x[i] * f->win[i];
+            pw += (double)f->in[i] * f->in[i];
         }
         if (!(pw / N_FFT >= ACTIVE_POWER) || !isfinite(pw)) continue;
-        fft_run(f);
+        fftwf_execute(f->plan);
         double floor_pw = POWER_FLOOR * pw + 1e-30;
         int64_t slot = (fr / BLOCK_FRAMES) * PHASES + fr % PHASES;
         double *dst = bsum + slot * N_DBINS;
         for (int m = 0; m < N_DBINS; m++) {
-            float a = f->re[BIN_LO + m], b = f->im[BIN_LO + m];
+            float a = f->out[BIN_LO + m][0], b = f->out[BIN_LO + m][1];
             dst[m] += log((double)a * a + (double)b * b + floor_pw);
         }
         bcount[slot]++;
@@ -453,6 +438,7 @@ enum qv_status qv_watermark_detect(const float *pcm, int64_t n_samples, qv_water
     rep->all.end_s = rep->seconds;
     rep->all.score = rep->score_all;
     rep->present = rep->n_ranges > 0 || rep->ranges_dropped > 0 || rep->score_all >= Z_PRESENT;
+    fft_close(f);
     free(f), free(t), free(bsum), free(bcount);
     return QV_OK;
 }
