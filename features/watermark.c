@@ -305,7 +305,7 @@ static void score(const templates *t, const double *d, int bits, double z[1 + N_
  * blocks hold too few loud frames. */
 typedef struct {
     const templates *t;
-    const double *bsum;       /* [n_blocks][PHASES][N_DBINS] */
+    const float *bsum;        /* [n_blocks][PHASES][N_DBINS] */
     const int64_t *bcount;    /* [n_blocks][PHASES] */
 } sums;
 
@@ -316,7 +316,7 @@ static double score_span(const sums *s, int64_t b0, int64_t b1, double z[1 + N_B
     memset(acc, 0, sizeof acc);
     for (int64_t b = b0; b < b1; b++)
         for (int r = 0; r < PHASES; r++) {
-            const double *src = s->bsum + (b * PHASES + r) * N_DBINS;
+            const float *src = s->bsum + (b * PHASES + r) * N_DBINS;
             for (int m = 0; m < N_DBINS; m++) acc[r][m] += src[m];
             cnt[r] += s->bcount[b * PHASES + r];
             total += s->bcount[b * PHASES + r];
@@ -375,9 +375,11 @@ enum qv_status qv_watermark_detect(const float *pcm, int64_t n_samples, qv_water
     int64_t n_frames = n_samples >= N_FFT ? (n_samples - N_FFT) / HOP + 1 : 0;
     int64_t n_blocks = (n_frames + BLOCK_FRAMES - 1) / BLOCK_FRAMES;
     if (n_blocks == 0) return QV_OK; /* under 85 ms: nothing to say */
+    if ((uint64_t)n_blocks > SIZE_MAX / (PHASES * N_DBINS * sizeof(float)))
+        return qvu_failf(QV_E_LIMIT, "watermark: %lld samples: too many", (long long)n_samples);
     fft_ctx *f = calloc(1, sizeof *f);
     templates *t = malloc(sizeof *t);
-    double *bsum = calloc((size_t)n_blocks * PHASES * N_DBINS, sizeof *bsum);
+    float *bsum = calloc((size_t)n_blocks * PHASES * N_DBINS, sizeof *bsum);
     int64_t *bcount = calloc((size_t)n_blocks * PHASES, sizeof *bcount);
     if (!f || !t || !bsum || !bcount || fft_open(f) || templates_make(t)) {
         fft_close(f);
@@ -395,10 +397,10 @@ enum qv_status qv_watermark_detect(const float *pcm, int64_t n_samples, qv_water
         fftwf_execute(f->plan);
         double floor_pw = POWER_FLOOR * pw + 1e-30;
         int64_t slot = (fr / BLOCK_FRAMES) * PHASES + fr % PHASES;
-        double *dst = bsum + slot * N_DBINS;
+        float *dst = bsum + slot * N_DBINS;
         for (int m = 0; m < N_DBINS; m++) {
             float a = f->out[BIN_LO + m][0], b = f->out[BIN_LO + m][1];
-            dst[m] += log((double)a * a + (double)b * b + floor_pw);
+            dst[m] += (float)log((double)a * a + (double)b * b + floor_pw);
         }
         bcount[slot]++;
     }

@@ -657,9 +657,9 @@ typedef struct {
 } qv_watermark_report;
 qv_watermark_report qv_watermark_default_report(void);
 
-/* Looks for the mark in mono 24 kHz pcm: 3 s windows every 0.98 s (the whole input when
- * shorter). Allocates O(n_samples / 1000) floats. QV_OK (report filled), QV_E_ABI, QV_E_INVALID
- * (pcm NULL), QV_E_NOMEM. */
+/* Looks for the mark in mono 24 kHz pcm: 3 s windows every 1.02 s (the whole input when
+ * shorter). Allocates about 58 KB per second of input (per-phase spectrum sums of each 1.02 s
+ * block). QV_OK (report filled), QV_E_ABI, QV_E_INVALID (pcm NULL), QV_E_NOMEM, QV_E_LIMIT. */
 enum qv_status qv_watermark_detect(const float *pcm, int64_t n_samples, qv_watermark_report *r);
 /* The same on an audio file in any format libsndfile reads (channels averaged, resampled to
  * 24 kHz; at most max_seconds, <= 0: all). QV_E_AUDIO names the file when it cannot be read or
