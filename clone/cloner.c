@@ -33,7 +33,7 @@
 #include "util/sha256.h"
 #include "voicefmt/qvf.h"
 
-#define WOVR_CODEC_ROWS 2048 /* codebook rows a voice's WOVR carries (legacy §6.3) */
+#define WOVR_CODEC_ROWS 2048 /* codebook rows a voice's WOVR carries (qvoice-format.md §8.3) */
 
 struct qv_cloner {
     qvm_ckpt *ck; /* the Base checkpoint: config, identity, text side, WDELTA source */

@@ -183,7 +183,7 @@ static void test_sensitivity(void **state) {
     assert_non_null(strstr(err, "/nonexistent-dir/config.json: cannot open"));
 }
 
-/* Reference tensor hashes from tests/golden/checksums.txt (synthetic-checkpoint.md v1). */
+/* Reference tensor hashes from tests/golden/checksums.txt (docs/synthetic-checkpoints.md v1). */
 static void test_golden_tensors(void **state) {
     (void)state;
     const char *cache = test_cache_dir();

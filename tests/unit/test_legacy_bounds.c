@@ -30,7 +30,7 @@ typedef struct {
     size_t n;
 } buf;
 
-/* A v3 voice (qvoice-legacy.md §6): x-vector, no ICL, META (no consent), no TPAD/WOVR (the two
+/* A v3 voice (qvoice-format.md §8.3): x-vector, no ICL, META (no consent), no TPAD/WOVR (the two
  * probes consume 4 bytes each), then a current WDLT stream of one LZ4 record. */
 static buf legacy_file(uint32_t raw, const uint8_t *lz4, uint32_t lz4_bytes) {
     buf b = {0};

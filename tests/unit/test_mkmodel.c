@@ -1,4 +1,4 @@
-/* test_mkmodel — the synthetic checkpoints in $QVOICE_CACHE against synthetic-checkpoint.md v1:
+/* test_mkmodel — the synthetic checkpoints in $QVOICE_CACHE against synthetic-checkpoints.md v1:
  * every SHA-256 of tests/golden/checksums*.txt (whole files and single tensors), byte-identical
  * reference configs, the tiny models' layout, and single elements against values worked out by hand
  * from the spec's formulas (an independent Python transcription, numbers pasted below).

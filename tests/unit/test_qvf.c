@@ -1,5 +1,5 @@
 /* test_qvf.c — voicefmt library: CRC-32C known answers, v4 and v3 round trips, WDELTA encode/apply,
- * legacy v1/v2/v3/.bin files built from the byte maps of qvoice-legacy.md §5–§7, atomic writes.
+ * legacy v1/v2/v3/.bin files built from the byte maps of docs/qvoice-format.md §8, atomic writes.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -175,7 +175,7 @@ static void test_wdelta_apply(void **state) {
                      QVF_E_ARG);
 }
 
-/* ---- legacy files from the byte maps of qvoice-legacy.md ---- */
+/* ---- legacy files from the byte maps of docs/qvoice-format.md §8 ---- */
 
 typedef struct {
     uint8_t *p;
@@ -200,7 +200,7 @@ static void putz(bb *b, size_t k) {
         put(b, "", 1);
 }
 
-/* 0.6B graft (§7): QVCE 3 1024, x-vector, L=0, N=0, META, TPAD(1024), WOVR(1024, 2048, 2048). */
+/* 0.6B graft (§8): QVCE 3 1024, x-vector, L=0, N=0, META, TPAD(1024), WOVR(1024, 2048, 2048). */
 static bb graft06(void) {
     bb b = {0};
     put(&b, "QVCE", 4);
@@ -299,7 +299,7 @@ static void test_legacy_v3_graft_byte_map(void **state) {
     qvf_voice_free(v4);
 }
 
-/* 1.7B graft (§7): x-vector 12..8203, ref_text_len 8204, frames 8208, META 8212, TPAD 8316, WOVR
+/* 1.7B graft (§8): x-vector 12..8203, ref_text_len 8204, frames 8208, META 8212, TPAD 8316, WOVR
  * 32900, total 25 215 124 — produced by our v3 writer from a voice with those dimensions. */
 static void test_legacy_v3_graft_17b_offsets(void **state) {
     (void)state;
