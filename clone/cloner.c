@@ -151,6 +151,7 @@ typedef struct {
     char *err;
     size_t err_size;
     enum qv_status st;
+    char consent_sha256[65]; /* of r->consent_recording, hashed before any work */
 } run;
 
 static int fail(run *u, enum qv_status st, const char *fmt, ...) {
@@ -288,12 +289,18 @@ static int set_meta(qvf_voice *v, const run *u, const qva_audio *a, int language
     snprintf(buf, sizeof buf, "%g", r->max_seconds);
     rc |= qvf_meta_set(v, "max_ref_duration_s", buf);
     rc |= qvf_meta_set(v, "hygiene", hygiene_json ? hygiene_json : "off");
-    if (r->consent) {
+    if (r->consent || r->consent_recording) {
+        /* The consent record (docs/provenance.md): in META, so a signature covers it. */
         char who[128];
         user_name(who, sizeof who);
-        rc |= qvf_meta_set(v, "consent", r->consent);
-        rc |= qvf_meta_set(v, "consent_by", who);
-        rc |= qvf_meta_set(v, "consent_utc", when);
+        rc |= qvf_meta_set(v, "consent.method", r->consent_recording ? "recording" : "typed");
+        if (r->consent) rc |= qvf_meta_set(v, "consent.statement", r->consent);
+        if (r->consent_speaker) rc |= qvf_meta_set(v, "consent.speaker", r->consent_speaker);
+        if (r->consent_scope) rc |= qvf_meta_set(v, "consent.scope", r->consent_scope);
+        rc |= qvf_meta_set(v, "consent.utc", when);
+        rc |= qvf_meta_set(v, "consent.collected_by", who);
+        if (r->consent_recording)
+            rc |= qvf_meta_set(v, "consent.recording_sha256", u->consent_sha256);
     }
     return rc;
 }
@@ -466,6 +473,14 @@ static int check_request(run *u, const qv_cloner *c) {
         return fail(u, QV_E_INVALID, "%s: empty transcript", u->label);
     if (r->consent && !*r->consent)
         return fail(u, QV_E_INVALID, "clone request: empty consent statement");
+    if ((r->consent_speaker && !*r->consent_speaker) || (r->consent_scope && !*r->consent_scope))
+        return fail(u, QV_E_INVALID, "clone request: empty consent_speaker or consent_scope");
+    if ((r->consent_speaker || r->consent_scope) && !r->consent && !r->consent_recording)
+        return fail(u, QV_E_INVALID, "clone request: consent_speaker and consent_scope belong to "
+                                     "a consent record (give consent or consent_recording)");
+    if (r->consent_recording && file_sha256_hex(r->consent_recording, u->consent_sha256))
+        return fail(u, QV_E_INVALID, "%.400s: cannot read the consent recording (%s)",
+                    r->consent_recording, strerror(errno));
     if (!(r->speaker_threshold >= -1 && r->speaker_threshold <= 1))
         return fail(u, QV_E_INVALID, "clone request: speaker_threshold %g outside -1..1",
                     r->speaker_threshold);
@@ -769,7 +784,8 @@ static enum qv_status clone_request(const qv_cloner *c, const qv_clone_request *
              NULL,
              err,
              err_size,
-             QV_OK};
+             QV_OK,
+             ""};
     if (!u.j || !(u.warnings = cJSON_CreateArray())) {
         cJSON_Delete(u.j);
         snprintf(err, err_size, "out of memory");

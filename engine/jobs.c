@@ -203,7 +203,7 @@ static enum qv_status job_run(qv_jobs *b, int line_no, const cJSON *j, cJSON *re
     int64_t n_clipped;
     double lufs;
     if (!(st = qv_loudness_normalize(k.pcm, k.n, b->o.loudness_lufs, &n_clipped, &lufs)))
-        st = qv_audio_write(out, qv_format_of_path(out), k.pcm, k.n);
+        st = qv_audio_write(out, qv_format_of_path(out), k.pcm, k.n, b->o.watermark);
     qv_free(k.pcm);
     if (st) return snprintf(err, n, "%s", qv_last_error()), st;
     add_summary(res, out, now_s() - t0, &ss, lufs);
@@ -214,7 +214,8 @@ static enum qv_status job_run(qv_jobs *b, int line_no, const cJSON *j, cJSON *re
 /* ==== API ==================================================================================== */
 
 qv_jobs_options qv_jobs_default_options(void) {
-    qv_jobs_options o = {.struct_size = sizeof o, .request = qv_synth_default_request()};
+    qv_jobs_options o = {.struct_size = sizeof o, .request = qv_synth_default_request(),
+                         .watermark = QV_WATERMARK_DEFAULT};
     return o;
 }
 

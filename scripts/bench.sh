@@ -191,6 +191,7 @@ build/bench/bench_wdelta "$BASE" "$CV" "$TMP/wd.qvoice" >"$TMP/wd"
 wd=$(cat "$TMP/wd")
 build/bench/bench_tokenizer "$CV" >"$TMP/tok"
 tok=$(sed -n 's/^tokenizer *//p' "$TMP/tok" | head -1)
+wm=$(build/bench/bench_watermark | sed -n 's/^watermark: //p')
 
 B="$TMP/bf16"; Q="$TMP/int8"
 cat <<TABLE
@@ -223,6 +224,7 @@ model: full-size synthetic 0.6B CustomVoice ($CV), medians of $RUNS runs
 | write 16 MB file (fsync) | ${w16} s | |
 | tokenizer | $tok | |
 wdelta: $wd
+watermark: $wm
 frames produced per 100-frame run: $b100f (--ignore-eos)
 TABLE
 if [ -n "${QVOICE_REF_ENGINE:-}" ]; then

@@ -32,6 +32,7 @@ static void usage(const qv_server_config *d) {
            "                  [--timeout S] [--receive-timeout S] [--max-connections N]\n"
            "                  [--max-connections-per-ip N] [--probe-listen HOST:PORT]\n"
            "                  [--max-voices N] [--max-library-mb N] [--no-studio]\n"
+           "                  [--no-watermark]\n"
            "    qvoice-server --help | --version\n"
            "\n"
            "DESCRIPTION\n"
@@ -79,6 +80,8 @@ static void usage(const qv_server_config *d) {
            "                            /metrics with 16 connections of its own, answerable\n"
            "                            while the main ones are all taken\n"
            "    -S, --no-studio         do not serve the studio page (GET / answers 404)\n"
+           "    -W, --no-watermark      audio without the inaudible mark that tells it is synthetic\n"
+           "                            (docs/provenance.md; default: marked)\n"
            "    -h, --help              this text\n"
            "    -V, --version           version\n"
            "\n"
@@ -146,12 +149,13 @@ int main(int argc, char **argv) {
         {"max-connections-per-ip", required_argument, 0, 'P'},
         {"probe-listen", required_argument, 0, 'p'}, {"max-voices", required_argument, 0, 'N'},
         {"max-library-mb", required_argument, 0, 'L'}, {"no-studio", no_argument, 0, 'S'},
+        {"no-watermark", no_argument, 0, 'W'},
         {"help", no_argument, 0, 'h'},
         {"version", no_argument, 0, 'V'},           {0, 0, 0, 0}};
     int o;
     char *end;
     opterr = 0;
-    while ((o = getopt_long(argc, argv, ":m:v:c:l:k:j:C:q:B:Q:s:n:u:T:R:M:P:p:N:L:ShV", opts, NULL)) != -1) {
+    while ((o = getopt_long(argc, argv, ":m:v:c:l:k:j:C:q:B:Q:s:n:u:T:R:M:P:p:N:L:SWhV", opts, NULL)) != -1) {
         switch (o) {
         case 'm':
             if (c.n_models == MAX_MODELS) return usage_error("-m: at most %s models", "8");
@@ -223,6 +227,7 @@ int main(int argc, char **argv) {
                 return usage_error("--max-library-mb: expected 0..1073741824, found '%s'", optarg);
             break;
         case 'S': c.no_studio = 1; break;
+        case 'W': c.no_watermark = 1; break;
         case 'h': usage(&c); return 0;
         case 'V': printf(TOOL " %s\n", qv_version()); return 0;
         case ':': return usage_error("%s needs an argument", argv[optind - 1]);

@@ -44,6 +44,7 @@ typedef struct {
     int max_upload_mb;           /* multipart upload size */
     int max_voices;              /* voices in the library; more uploads get 507 */
     int max_library_mb;          /* bytes of the library's voice files; the same */
+    int no_watermark;            /* 1: audio without the synthetic mark (docs/provenance.md) */
     int timeout_s;               /* idle connection timeout and wall time of one request */
     int receive_s;               /* total time to receive one request's headers and body; a
                                     slower client is disconnected (not idle-only: a trickle too) */

@@ -335,7 +335,9 @@ static int parse(qv_server *s, const api_key *k, const char *body, size_t len, j
             qv_format_name(j->format), qv_format_name(j->format));
         goto out;
     }
-    if (j->stream && qv_encoder_new(&j->enc, j->format, stream_sink, j, NULL)) {
+    if (j->stream && qv_encoder_new(&j->enc, j->format,
+                                    s->cfg.no_watermark ? QV_WATERMARK_OFF : QV_WATERMARK_DEFAULT,
+                                    stream_sink, j, NULL)) {
         bad(v, 500, "out_of_memory", NULL, "%s", qv_last_error());
         goto out;
     }
@@ -615,7 +617,9 @@ enum MHD_Result qvs_speech_handle(qv_server *s, struct MHD_Connection *c, req *q
         if (j->st) return reply_failure(c, q, j);
         uint8_t *out;
         size_t len;
-        if (qv_audio_encode(j->format, j->pcm.pcm, j->pcm.n, &out, &len))
+        if (qv_audio_encode(j->format, j->pcm.pcm, j->pcm.n,
+                            s->cfg.no_watermark ? QV_WATERMARK_OFF : QV_WATERMARK_DEFAULT, &out,
+                            &len))
             return qvs_reply_error(c, q, 500, "server_error", "encoding_failed", NULL,
                                    "response_format %s", qv_last_error());
         struct MHD_Response *r =

@@ -331,7 +331,7 @@ static enum MHD_Result store_qvoice(qv_server *s, struct MHD_Connection *c, req 
         }
     }
     const char *name = field(u, F_NAME), *consent = field(u, F_CONSENT);
-    const char *old = qvf_meta_get(v, "name"), *old_consent = qvf_meta_get(v, "consent");
+    const char *old = qvf_meta_get(v, "name"), *old_consent = qvf_meta_get(v, "consent.method");
     int rewrite = (name && (!old || strcmp(old, name))) || !old_consent || !old_consent[0];
     if (!name) name = old;
     snprintf(out, sizeof out, "%s", u->tmp);
@@ -339,7 +339,9 @@ static enum MHD_Result store_qvoice(qv_server *s, struct MHD_Connection *c, req 
         int fd;
         snprintf(out, sizeof out, "%s/.new-%d-XXXXXX", s->voices_dir, (int)getpid());
         if ((fd = mkstemp(out)) < 0 || close(fd) || qvf_meta_set(v, "name", name) ||
-            (!old_consent && qvf_meta_set(v, "consent", consent)) ||
+            (!old_consent && (qvf_meta_set(v, "consent.method", "typed") ||
+                              qvf_meta_set(v, "consent.statement", consent) ||
+                              qvf_meta_set(v, "consent.collected_by", "qvoice-server upload"))) ||
             qvf_write_file(v, out, 4, err, sizeof err)) {
             unlink(out);
             qvf_voice_free(v);

@@ -38,6 +38,7 @@ static const char *usage_text =
     "    voicefmt palette derive -m BASE_DIR -o OUT.bin NEUTRAL:EMOTIONAL...\n"
     "    voicefmt keygen -o PREFIX\n"
     "    voicefmt sign --key KEY.pem [--signer NAME] [-o OUT] FILE\n"
+    "    voicefmt detect [--json] [--max-seconds S] AUDIO...\n"
     "    voicefmt --help | --version\n"
     "\n"
     "DESCRIPTION\n"
@@ -46,8 +47,8 @@ static const char *usage_text =
     "    write is atomic (nothing is left at or beside OUT on failure or kill).\n"
     "\n"
     "COMMANDS AND OPTIONS\n"
-    "    inspect     version, chunks with sizes and CRC status, name, language, duration, model\n"
-    "                identity, x-vector norm, ICL frames, weight stream.\n"
+    "    inspect     version, chunks with sizes and CRC status, name, language, duration, the\n"
+    "                consent record, model identity, x-vector norm, ICL frames, weight stream.\n"
     "        -j, --json          one JSON array of objects on stdout instead of text\n"
     "    verify      full structural check (lengths, CRCs, order, limits, LZ4 blocks) and the\n"
     "                signature, when the file has one (an edit after signing fails).\n"
@@ -102,6 +103,12 @@ static const char *usage_text =
     "        -k, --key KEY.pem   private key (voicefmt keygen, or openssl genpkey -algorithm ed25519)\n"
     "        -s, --signer NAME   who signs, stored in the signature (default: none)\n"
     "        -o, --output OUT    output file (default: FILE itself, replaced atomically)\n"
+    "    detect      look for qvoice's audio watermark (docs/provenance.md) in audio files of any\n"
+    "                format libsndfile reads: presence, the 32-bit payload and where the mark is\n"
+    "                (3 s windows every 1.02 s; the whole file as one window too). Exit 0 when\n"
+    "                every file carries the mark, 1 when one does not or cannot be read.\n"
+    "        -j, --json          one JSON array of objects on stdout instead of text\n"
+    "        -M, --max-seconds S read at most S seconds of each file (default 1200)\n"
     "    -h, --help              this text\n"
     "    -V, --version           version\n"
     "\n"
@@ -335,6 +342,21 @@ static void inspect_json(cJSON *jo, const qvf_voice *v, uint64_t comp, uint64_t 
 }
 
 /* inspect: one voice as text. */
+/* The consent record (META consent.*, docs/qvoice-format.md §4.3), when there is one. */
+static void consent_text(const qvf_voice *v) {
+    const char *cm = qvf_meta_get(v, "consent.method");
+    if (!cm) return;
+    const char *who = qvf_meta_get(v, "consent.speaker"), *scope = qvf_meta_get(v, "consent.scope"),
+               *utc = qvf_meta_get(v, "consent.utc"), *by = qvf_meta_get(v, "consent.collected_by"),
+               *st = qvf_meta_get(v, "consent.statement"),
+               *sha = qvf_meta_get(v, "consent.recording_sha256");
+    printf("  consent: %s, speaker %s, scope %s, %s, collected by %s\n", cm,
+           who ? who : "(not recorded)", scope ? scope : "(not recorded)", utc ? utc : "-",
+           by ? by : "-");
+    if (st) printf("    statement: \"%s\"\n", st);
+    if (sha) printf("    recording SHA-256: %s\n", sha);
+}
+
 static void inspect_text(const char *path, const qvf_voice *v, uint64_t comp, uint64_t raw) {
     const char *name = qvf_meta_get(v, "name"), *lang = qvf_meta_get(v, "language"),
                *lid = qvf_meta_get(v, "language_id"), *dur = qvf_meta_get(v, "duration_s");
@@ -343,9 +365,11 @@ static void inspect_text(const char *path, const qvf_voice *v, uint64_t comp, ui
     printf("  name: %s   language: %s%s%s%s   duration: %s%s\n", name ? name : "-",
            lang ? lang : "-", lid ? " (" : "", lid ? lid : "", lid ? ")" : "", dur ? dur : "-",
            dur ? " s" : "");
+    consent_text(v);
     for (int i = 0; i < v->n_meta; i++)
         if (strcmp(v->meta[i].key, "name") && strcmp(v->meta[i].key, "language") &&
-            strcmp(v->meta[i].key, "language_id") && strcmp(v->meta[i].key, "duration_s"))
+            strcmp(v->meta[i].key, "language_id") && strcmp(v->meta[i].key, "duration_s") &&
+            strncmp(v->meta[i].key, "consent.", 8))
             printf("  meta %s: %s\n", v->meta[i].key, v->meta[i].value);
     id_text("source", &v->source);
     if (v->has_wdelta) id_text("target", &v->target);
@@ -1173,6 +1197,103 @@ done:
     return rc;
 }
 
+/* ---------------------------------------------------------------- detect */
+
+static void range_out(const qv_watermark_range *g, cJSON *jo) {
+    char hexid[16];
+    snprintf(hexid, sizeof hexid, "%08x", g->payload);
+    if (jo) {
+        cJSON_AddNumberToObject(jo, "start_s", g->start_s);
+        cJSON_AddNumberToObject(jo, "end_s", g->end_s);
+        cJSON_AddNumberToObject(jo, "score", g->score);
+        cJSON_AddBoolToObject(jo, "payload_ok", g->payload_ok);
+        if (g->payload_ok) {
+            cJSON_AddStringToObject(jo, "payload", hexid);
+            cJSON_AddBoolToObject(jo, "synthetic", (g->payload & QV_WATERMARK_SYNTHETIC) != 0);
+        }
+        cJSON_AddNumberToObject(jo, "payload_score", g->payload_score);
+        return;
+    }
+    printf("  %8.2f - %8.2f s  score %5.1f  ", g->start_s, g->end_s, g->score);
+    if (g->payload_ok)
+        printf("payload %s (%s)\n", hexid,
+               g->payload & QV_WATERMARK_SYNTHETIC ? "synthetic" : "synthetic flag clear");
+    else
+        printf("payload not recovered (weakest bit %.1f; longer audio helps)\n", g->payload_score);
+}
+
+static int cmd_detect(int argc, char **argv) {
+    static const struct option opts[] = {{"json", no_argument, 0, 'j'},
+                                         {"max-seconds", required_argument, 0, 'M'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    int json = 0, c;
+    double max_seconds = 1200.0;
+    while ((c = getopt_long(argc, argv, "jM:h", opts, NULL)) != -1) {
+        if (c == 'j') {
+            json = 1;
+        } else if (c == 'M') {
+            char *end;
+            errno = 0;
+            max_seconds = strtod(optarg, &end);
+            if (errno || *end || !(max_seconds >= 3.0 && max_seconds <= 86400.0))
+                return usage_error("detect: --max-seconds must be a number from 3 to 86400");
+        } else if (c == 'h') {
+            return fputs(usage_text, stdout), 0;
+        } else {
+            return usage_error("detect: unknown option");
+        }
+    }
+    if (optind >= argc) return usage_error("detect: no AUDIO file");
+    cJSON *jarr = json ? cJSON_CreateArray() : NULL;
+    int rc = 0;
+    for (int i = optind; i < argc; i++) {
+        qv_watermark_report r = qv_watermark_default_report();
+        if (qv_watermark_detect_file(argv[i], max_seconds, &r)) {
+            fprintf(stderr, "voicefmt: %s\n", qv_last_error());
+            rc = 1;
+            continue;
+        }
+        if (!r.present) rc = 1;
+        if (jarr) {
+            cJSON *jo = cJSON_CreateObject(), *ja = cJSON_CreateArray();
+            cJSON_AddStringToObject(jo, "file", argv[i]);
+            cJSON_AddNumberToObject(jo, "seconds", r.seconds);
+            cJSON_AddBoolToObject(jo, "present", r.present);
+            cJSON_AddNumberToObject(jo, "score", r.score);
+            cJSON_AddNumberToObject(jo, "score_all", r.score_all);
+            cJSON *jall = cJSON_CreateObject();
+            range_out(&r.all, jall);
+            cJSON_AddItemToObject(jo, "whole", jall);
+            for (int k = 0; k < r.n_ranges; k++) {
+                cJSON *jr = cJSON_CreateObject();
+                range_out(&r.ranges[k], jr);
+                cJSON_AddItemToArray(ja, jr);
+            }
+            cJSON_AddItemToObject(jo, "ranges", ja);
+            cJSON_AddNumberToObject(jo, "ranges_dropped", r.ranges_dropped);
+            cJSON_AddItemToArray(jarr, jo);
+            continue;
+        }
+        printf("%s: %.2f s, mark %s (best 3 s window %.1f, whole file %.1f; present from 5.0)\n",
+               argv[i], r.seconds, r.present ? "present" : "not found", r.score, r.score_all);
+        if (r.present) {
+            printf("  whole file:\n");
+            range_out(&r.all, NULL);
+        }
+        if (r.n_ranges) printf("  marked ranges:\n");
+        for (int k = 0; k < r.n_ranges; k++) range_out(&r.ranges[k], NULL);
+        if (r.ranges_dropped) printf("  (%d more marked ranges)\n", r.ranges_dropped);
+    }
+    if (jarr) {
+        char *txt = cJSON_Print(jarr);
+        if (txt) puts(txt);
+        free(txt);
+        cJSON_Delete(jarr);
+    }
+    return rc;
+}
+
 /* ---------------------------------------------------------------- main */
 
 int main(int argc, char **argv) {
@@ -1195,6 +1316,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "palette")) return cmd_palette(argc, argv);
     if (!strcmp(cmd, "keygen")) return cmd_keygen(argc, argv);
     if (!strcmp(cmd, "sign")) return cmd_sign(argc, argv);
+    if (!strcmp(cmd, "detect")) return cmd_detect(argc, argv);
     fprintf(stderr, "voicefmt: unknown command '%s' (see voicefmt --help)\n", cmd);
     return EXIT_USAGE;
 }

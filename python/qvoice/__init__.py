@@ -123,10 +123,15 @@ def _as_list(x, n, what):
     return xs
 
 
-def write_audio(path, wav, format=None, loudness=None):
+_WATERMARK_DEFAULT = 0x80000000  # QV_WATERMARK_DEFAULT: synthetic, no voice/model id
+
+
+def write_audio(path, wav, format=None, loudness=None, watermark=True):
     """Writes mono 24 kHz float samples with libqvoice's encoder (the one speak and the server
     use), atomically: format by name or by path's extension (wav, pcm, flac, ogg, opus, mp3);
-    loudness: a target integrated loudness in LUFS (EBU R128, e.g. -23), or None."""
+    loudness: a target integrated loudness in LUFS (EBU R128, e.g. -23), or None; watermark:
+    True marks the samples as synthetic (docs/provenance.md), False writes them as given, an
+    int is the 32-bit payload to mark with."""
     lib = _capi.lib()
     path = os.fspath(path)
     fmt = lib.qv_format_parse(_b(format)) if format else lib.qv_format_of_path(_b(path))
@@ -146,16 +151,18 @@ def write_audio(path, wav, format=None, loudness=None):
                                        ctypes.byref(lufs))
         if st:
             _raise(st)
-    st = lib.qv_audio_write(_b(path), fmt, buf, n)
+    mark = (_WATERMARK_DEFAULT if watermark is True else 0 if watermark is False
+            else int(watermark) & 0xFFFFFFFF)
+    st = lib.qv_audio_write(_b(path), fmt, buf, n, mark)
     if st:
         _raise(st)
 
 
-def write_wav(path, wav, sample_rate=SAMPLE_RATE):
+def write_wav(path, wav, sample_rate=SAMPLE_RATE, watermark=True):
     """Writes mono float samples in [-1, 1] as a 16-bit PCM WAV (write_audio)."""
     if int(sample_rate) != SAMPLE_RATE:
         raise ValueError("sample_rate %s: libqvoice writes %d Hz audio" % (sample_rate, SAMPLE_RATE))
-    write_audio(path, wav, "wav")
+    write_audio(path, wav, "wav", watermark=watermark)
 
 
 class Voice:
@@ -598,7 +605,8 @@ class Qwen3TTSModel:
     def create_voice_clone_prompt(self, ref_audio, ref_text=None, x_vector_only_mode=False, *,
                                   language=None, name=None, consent=None, max_seconds=30.0,
                                   hygiene=True, with_wovr=True, target_cv=None, icl_window="full",
-                                  allow_xvector_fallback=False):
+                                  allow_xvector_fallback=False, consent_speaker=None,
+                                  consent_scope=None, consent_recording=None):
         """Clones each reference (Base speaker and speech encoders: this model if Base, else
         from_pretrained's clone_model). ICL (ref codes + transcript) unless x_vector_only_mode;
         ICL needs ref_text, as in qwen_tts. Returns VoiceClonePrompts (a list, one item per
@@ -608,7 +616,9 @@ class Qwen3TTSModel:
         with_wovr (Base text side), target_cv (CustomVoice dir: add a weight delta), icl_window:
         the part of the clip ref_text transcribes ("full": the whole trimmed clip, at most 30 s;
         "auto": the cleanest 10-15 s, reported in .report; or (start_s, end_s)),
-        allow_xvector_fallback (a transcript that does not fit drops ICL instead of failing)."""
+        allow_xvector_fallback (a transcript that does not fit drops ICL instead of failing);
+        consent with consent_speaker (who), consent_scope (to what) and consent_recording (a file
+        of the spoken consent, hashed) make the voice's consent record (docs/provenance.md)."""
         if isinstance(icl_window, tuple) and len(icl_window) == 2:
             window, (icl_start, icl_end) = _capi.ICL_RANGE, map(float, icl_window)
         elif icl_window in _capi.ICL_WINDOW:
@@ -636,6 +646,8 @@ class Qwen3TTSModel:
                     r.n_samples, r.sample_rate_hz = len(pcm), sr
                 r.ref_text = None if xo else _b(t)
                 r.language, r.name, r.consent = _b(language), _b(name), _b(consent)
+                r.consent_speaker, r.consent_scope = _b(consent_speaker), _b(consent_scope)
+                r.consent_recording = _b(consent_recording)
                 r.max_seconds, r.hygiene, r.with_wovr = max_seconds, int(hygiene), int(with_wovr)
                 r.target_cv_dir = _b(target_cv)
                 r.icl_window, r.icl_start_s, r.icl_end_s = window, icl_start, icl_end

@@ -56,11 +56,14 @@ class CloneRequest(ctypes.Structure):
                 ("max_seconds", c_double), ("hygiene", c_int), ("with_wovr", c_int),
                 ("target_cv_dir", c_char_p), ("icl_window", c_int), ("icl_start_s", c_double),
                 ("icl_end_s", c_double), ("allow_xvector_fallback", c_int),
-                ("speaker_threshold", c_double), ("plot_path", c_char_p)]
+                ("speaker_threshold", c_double), ("plot_path", c_char_p),
+                ("consent_speaker", c_char_p), ("consent_scope", c_char_p),
+                ("consent_recording", c_char_p)]
 
 
 class JobsOptions(ctypes.Structure):
-    _fields_ = [("struct_size", c_uint32), ("request", SynthRequest), ("loudness_lufs", c_double)]
+    _fields_ = [("struct_size", c_uint32), ("request", SynthRequest), ("loudness_lufs", c_double),
+                ("watermark", c_uint32)]
 
 
 # C struct name -> ctypes class, for the layout test.
@@ -110,7 +113,7 @@ PROTOTYPES = {
     "qv_format_of_path": (c_int, [c_char_p]),
     "qv_loudness_normalize": (c_int, [_P(c_float), ctypes.c_int64, ctypes.c_double,
                                       _P(ctypes.c_int64), _P(ctypes.c_double)]),
-    "qv_audio_write": (c_int, [c_char_p, c_int, _P(c_float), ctypes.c_int64]),
+    "qv_audio_write": (c_int, [c_char_p, c_int, _P(c_float), ctypes.c_int64, c_uint32]),
 }
 
 

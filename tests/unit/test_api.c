@@ -126,7 +126,7 @@
     F(qv_chunk_info, codes, 16) \
     F(qv_chunk_info, n_frames, 24) \
     F(qv_chunk_info, verify, 32) \
-    S(qv_clone_request, 144) \
+    S(qv_clone_request, 168) \
     F(qv_clone_request, struct_size, 0) \
     F(qv_clone_request, audio_path, 8) \
     F(qv_clone_request, pcm, 16) \
@@ -146,10 +146,14 @@
     F(qv_clone_request, allow_xvector_fallback, 120) \
     F(qv_clone_request, speaker_threshold, 128) \
     F(qv_clone_request, plot_path, 136) \
-    S(qv_jobs_options, 176) \
+    F(qv_clone_request, consent_speaker, 144) \
+    F(qv_clone_request, consent_scope, 152) \
+    F(qv_clone_request, consent_recording, 160) \
+    S(qv_jobs_options, 184) \
     F(qv_jobs_options, struct_size, 0) \
     F(qv_jobs_options, request, 8) \
     F(qv_jobs_options, loudness_lufs, 168) \
+    F(qv_jobs_options, watermark, 176) \
     S(qv_pcm_buffer, 40) \
     F(qv_pcm_buffer, struct_size, 0) \
     F(qv_pcm_buffer, pcm, 8) \

@@ -433,21 +433,41 @@ static void test_consent(void **state) {
     (void)state;
     char out[256];
     path(out, sizeof out, "consent.qvoice");
-    assert_int_equal(run("USER=tester bin/clone -m %s %s -o %s --consent 'I, the speaker, agree.'",
+    assert_int_equal(run("USER=tester bin/clone -m %s %s -o %s --consent 'I, the speaker, agree.' "
+                         "--consent-speaker 'Henry Chenevert' --consent-scope 'audiobook narration'",
                          g_tiny, CLIP, out), 0);
     qvf_voice *v = NULL;
     char err[512];
     assert_int_equal(qvf_read_file(out, 0, &v, err, sizeof err), 0);
-    assert_string_equal(qvf_meta_get(v, "consent"), "I, the speaker, agree.");
-    assert_string_equal(qvf_meta_get(v, "consent_by"), "tester");
-    const char *when = qvf_meta_get(v, "consent_utc");
+    assert_string_equal(qvf_meta_get(v, "consent.method"), "typed");
+    assert_string_equal(qvf_meta_get(v, "consent.statement"), "I, the speaker, agree.");
+    assert_string_equal(qvf_meta_get(v, "consent.speaker"), "Henry Chenevert");
+    assert_string_equal(qvf_meta_get(v, "consent.scope"), "audiobook narration");
+    assert_string_equal(qvf_meta_get(v, "consent.collected_by"), "tester");
+    assert_null(qvf_meta_get(v, "consent.recording_sha256"));
+    const char *when = qvf_meta_get(v, "consent.utc");
     assert_non_null(when);
     assert_int_equal(strlen(when), 20);
     assert_int_equal(when[19], 'Z');
     qvf_voice_free(v);
     assert_int_equal(run("bin/voicefmt inspect %s", out), 0);
-    assert_non_null(strstr(g_out, "consent: I, the speaker, agree."));
-    assert_non_null(strstr(g_out, "consent_by: tester"));
+    assert_non_null(strstr(g_out, "consent: typed, speaker Henry Chenevert, scope audiobook narration"));
+    assert_non_null(strstr(g_out, "collected by tester"));
+    assert_non_null(strstr(g_out, "statement: \"I, the speaker, agree.\""));
+    /* a recording: its SHA-256 (of the bundled clip, as the consent recording here) is stored */
+    assert_int_equal(run("bin/clone -m %s %s -o %s --consent-recording %s --consent-speaker H",
+                         g_tiny, CLIP, out, CLIP), 0);
+    assert_int_equal(qvf_read_file(out, 0, &v, err, sizeof err), 0);
+    assert_string_equal(qvf_meta_get(v, "consent.method"), "recording");
+    const char *sha = qvf_meta_get(v, "consent.recording_sha256");
+    assert_non_null(sha);
+    assert_string_equal(sha, qvf_meta_get(v, "source_sha256"));
+    qvf_voice_free(v);
+    /* a speaker or scope without a statement or recording is no record */
+    assert_int_equal(run("bin/clone -m %s %s -o %s --consent-speaker H", g_tiny, CLIP, out), 2);
+    assert_int_equal(run("bin/clone -m %s %s -o %s --consent-recording /nonexistent.wav", g_tiny,
+                         CLIP, out), 1);
+    assert_non_null(strstr(g_err, "/nonexistent.wav: cannot read the consent recording"));
 }
 
 /* max |a - b| over n floats; *same = bit-identical. */

@@ -42,6 +42,9 @@
 #include "tests/unit/helpers/models.h"
 #include "tests/unit/helpers/qvf_sample.h"
 #undef LLVMFuzzerTestOneInput
+#define LLVMFuzzerTestOneInput fuzz_watermark_one
+#include "tests/fuzz/fuzz_watermark.c"
+#undef LLVMFuzzerTestOneInput
 #define LLVMFuzzerTestOneInput fuzz_markup_one
 #include "tests/fuzz/fuzz_markup.c"
 #undef LLVMFuzzerTestOneInput
@@ -56,6 +59,7 @@ static const struct {
 } targets[] = {
     {"fuzz_qvf_read", fuzz_qvf_read_one},       {"fuzz_legacy_read", fuzz_legacy_read_one},
     {"fuzz_roundtrip", fuzz_roundtrip_one},     {"fuzz_tok_cache", fuzz_tok_cache_one},
+    {"fuzz_watermark", fuzz_watermark_one},
     {"fuzz_markup", fuzz_markup_one},
     {"fuzz_voice_accept", fuzz_voice_accept_one},
 #ifdef HAVE_FUZZ_SAFETENSORS
