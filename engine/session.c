@@ -517,7 +517,7 @@ static enum qv_status start_ids(qv_session *s, const qv_request *r) {
     }
 
     int streaming = r->layout == QV_LAYOUT_STREAMING ||
-                    (r->layout == QV_LAYOUT_DEFAULT && c->variant == QVM_VARIANT_BASE);
+                    (r->layout == QV_LAYOUT_DEFAULT && c->variant == QVF_VARIANT_BASE);
     const int icl = r->n_ref_frames > 0;
 
     /* -- every text row to project: instruct, role, text, ref, PAD, BOS, EOS -- */

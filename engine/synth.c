@@ -538,7 +538,7 @@ static void add_warning(run *c, const char *note) {
 static void drop_instruct(run *c) {
     const qv_model *m = c->s->m;
     if (!c->base.instruct || c->r->force_instruct || c->st->wdelta_applied ||
-        strcmp(m->ck->cfg.tts_model_type, "custom_voice") ||
+        strcmp(m->ck->cfg.tts_model_type, qvf_variant_name(QVF_VARIANT_CUSTOM_VOICE)) ||
         strcmp(m->ck->cfg.tts_model_size, "0b6"))
         return;
     c->base.instruct = NULL;
@@ -631,8 +631,8 @@ __attribute__((format(printf, 2, 3))) static void warn(run *c, const char *fmt, 
  * Base source). The rule speak applies to --instruct. */
 static int instruct_honoured(const qv_model *m) {
     if (m->wdelta_on) return 0;
-    return m->ck->cfg.variant == QVM_VARIANT_VOICE_DESIGN ||
-           (m->ck->cfg.variant == QVM_VARIANT_CUSTOM_VOICE && strcmp(m->ck->cfg.tts_model_size, "0b6"));
+    return m->ck->cfg.variant == QVF_VARIANT_VOICE_DESIGN ||
+           (m->ck->cfg.variant == QVF_VARIANT_CUSTOM_VOICE && strcmp(m->ck->cfg.tts_model_size, "0b6"));
 }
 
 /* What [voice:NAME] names: a preset speaker of the model, else a voice (qv_voice_open's lookup),
@@ -702,7 +702,7 @@ static int apply_span(run *c) {
         c->base = sv->req;
         v = sv->v;
     }
-    if (m->ck->cfg.variant == QVM_VARIANT_CUSTOM_VOICE && !c->base.speaker &&
+    if (m->ck->cfg.variant == QVF_VARIANT_CUSTOM_VOICE && !c->base.speaker &&
         !c->base.speaker_vector)
         return fail(c, QV_E_SPEAKER, "%s: a CustomVoice model needs a preset speaker or a voice "
                     "(for the text before any [voice:NAME] tag)", m->ck->dir);

@@ -121,7 +121,7 @@ void qve_voice_request(const qv_voice *v, const qv_model *m, int use_icl, qv_req
     r->speaker_vector = f->xvector;
     r->n_speaker_vector = H;
     if (!bridged && f->tpad && (int)f->tpad_hidden == H) r->text_special = f->tpad;
-    if (use_icl && m->ck->cfg.variant == QVM_VARIANT_BASE && qv_voice_has_icl(v)) {
+    if (use_icl && m->ck->cfg.variant == QVF_VARIANT_BASE && qv_voice_has_icl(v)) {
         r->ref_codes = v->codes;
         r->n_ref_frames = (int)f->n_frames;
         r->ref_text = f->transcript;

@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "server/server_impl.h"
+#include "voicefmt/qvf.h"
 
 enum stream_kind { STREAM_NONE, STREAM_AUDIO, STREAM_SSE };
 
@@ -292,7 +293,8 @@ static int parse(qv_server *s, const api_key *k, const char *body, size_t len, j
     const char *speaker = NULL;
     if (!voice && qv_model_n_speakers(m) > 0)
         speaker = qv_model_speaker(m, 0);
-    else if (!voice && strcmp(qv_model_type(m), "voice_design")) { /* it has instructions */
+    else if (!voice && /* a VoiceDesign model has instructions instead */
+             strcmp(qv_model_type(m), qvf_variant_name(QVF_VARIANT_VOICE_DESIGN))) {
         bad(v, 400, "invalid_value", "voice", "voice: required (a library voice for model %s)",
             s->models[*model].name);
         goto out;

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "include/qvoice.h"
+#include "voicefmt/qvf.h"
 
 #define TOOL "speak"
 

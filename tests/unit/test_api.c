@@ -18,6 +18,7 @@
 
 #include "include/qvoice.h"
 #include "tests/unit/helpers/models.h"
+#include "tests/unit/helpers/run.h"
 
 /* ==== layout ================================================================================= */
 
@@ -369,14 +370,5 @@ static void test_file_read(void **state) {
     qv_free(NULL);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_layout),
-        cmocka_unit_test(test_defaults_set_size),
-        cmocka_unit_test(test_size_checked),
-        cmocka_unit_test(test_creation_detail),
-        cmocka_unit_test(test_last_error_per_thread),
-        cmocka_unit_test(test_file_read),
-    };
-    return cmocka_run_group_tests(tests, setup, teardown);
-}
+QVT_MAIN(setup, teardown, test_layout, test_defaults_set_size, test_size_checked,
+         test_creation_detail, test_last_error_per_thread, test_file_read)

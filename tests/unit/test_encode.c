@@ -18,6 +18,7 @@
 
 #include "include/qvoice.h"
 #include "voicefmt/qvf.h"
+#include "tests/unit/helpers/run.h"
 
 /* n samples of a 220 Hz tone at amplitude a, with the ends pushed past full scale. */
 static float *tone(int n, float a) {
@@ -265,13 +266,5 @@ static void test_voice_lookup(void **st) {
     assert_non_null(strstr(err, "($QVOICE_PATH is not set)"));
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_s16),          cmocka_unit_test(test_wav_header),
-        cmocka_unit_test(test_formats),      cmocka_unit_test(test_stream_equals_whole),
-        cmocka_unit_test(test_every_format), cmocka_unit_test(test_loudness),
-        cmocka_unit_test(test_codes),        cmocka_unit_test(test_params_check),
-        cmocka_unit_test(test_voice_lookup),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+QVT_MAIN(NULL, NULL, test_s16, test_wav_header, test_formats, test_stream_equals_whole,
+         test_every_format, test_loudness, test_codes, test_params_check, test_voice_lookup)

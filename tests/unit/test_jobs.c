@@ -15,13 +15,15 @@
 #include <cmocka.h>
 
 #include "include/qvoice.h"
+#include "tests/unit/helpers/models.h"
+#include "tests/unit/helpers/run.h"
 
 static qv_model *g_m;
 static char g_dir[64];
 
 static int setup(void **st) {
     (void)st;
-    const char *cache = getenv("QVOICE_CACHE") ? getenv("QVOICE_CACHE") : "cache";
+    const char *cache = test_cache_dir();
     char dir[512];
     snprintf(dir, sizeof dir, "%s/tiny-cv", cache);
     snprintf(g_dir, sizeof g_dir, "/tmp/qv_test_jobs_%d", (int)getpid());
@@ -124,10 +126,4 @@ static void test_file(void **st) {
     qv_jobs_free(j);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_lines),
-        cmocka_unit_test(test_file),
-    };
-    return cmocka_run_group_tests(tests, setup, teardown);
-}
+QVT_MAIN(setup, teardown, test_lines, test_file)
