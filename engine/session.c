@@ -130,6 +130,14 @@ static enum qv_status check_params(const qv_params *p, char *err, size_t n) {
     return QV_OK;
 }
 
+int qv_quant_parse(const char *name) {
+    static const char *const names[] = {[QV_QUANT_BF16] = "bf16", [QV_QUANT_INT8] = "int8",
+                                        [QV_QUANT_Q4] = "q4"};
+    for (int i = 0; name && i < (int)(sizeof names / sizeof *names); i++)
+        if (!strcmp(name, names[i])) return i;
+    return -1;
+}
+
 enum qv_status qv_params_check(const qv_params *p) {
     if (!p) return qvu_fail(QV_E_INVALID, "qv_params_check: NULL argument");
     if (p->struct_size != sizeof *p) return qvu_check_size("qv_params", p->struct_size, sizeof *p);

@@ -182,6 +182,9 @@ typedef struct {
  * qvoice-compress --q4 stores it (docs/compression.md; +0.3 GB for 0.6B, prefill widens q4).
  * A checkpoint already stored as q4 runs its q4 weights whatever quant says. */
 enum qv_quant { QV_QUANT_BF16, QV_QUANT_INT8, QV_QUANT_Q4 };
+/* enum qv_quant by its name ("bf16", "int8", "q4"; exact case), or -1: the one spelling of
+ * every front end's --quant. */
+int qv_quant_parse(const char *name);
 
 /* The one range of each sampling parameter, for every front end (speak, the server, Python):
  * temperature 0.001..10 (when sampling), top_k 0..100000 (0 = off), top_p (0, 1], repetition

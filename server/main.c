@@ -27,7 +27,7 @@ static void usage(const qv_server_config *d) {
            "SYNOPSIS\n"
            "    qvoice-server -m MODEL_DIR [-m MODEL_DIR...] --voices DIR [--clone-model BASE_DIR]\n"
            "                  [--listen HOST:PORT] [--api-key-file F] [--threads N]\n"
-           "                  [--max-concurrency N] [--max-queue N] [--batch N] [--quant bf16|int8]\n"
+           "                  [--max-concurrency N] [--max-queue N] [--batch N] [--quant bf16|int8|q4]\n"
            "                  [--max-seconds S] [--max-text-chars N] [--max-upload-mb N]\n"
            "                  [--timeout S] [--receive-timeout S] [--max-connections N]\n"
            "                  [--max-connections-per-ip N] [--probe-listen HOST:PORT]\n"
@@ -61,7 +61,9 @@ static void usage(const qv_server_config *d) {
            "                            frame by frame, reading each weight once per step for\n"
            "                            all of them (same audio as alone); 0 or 1 turns it off\n"
            "                            (default %d, at most %d)\n"
-           "    -Q, --quant bf16|int8   weights of the per-frame matvecs (default bf16)\n"
+           "    -Q, --quant bf16|int8|q4\n"
+           "                            weights of the matvecs (default bf16; a directory of\n"
+           "                            qvoice-compress --q4 runs q4 whatever it says)\n"
            "    -s, --max-seconds S     cap on audio per request, 0 = none (default %g)\n"
            "    -n, --max-text-chars N  longest input in characters (default %d)\n"
            "    -u, --max-upload-mb N   largest voice upload (default %d)\n"
@@ -182,9 +184,8 @@ int main(int argc, char **argv) {
                 return usage_error("--batch: expected 0..8, found '%s'", optarg);
             break;
         case 'Q':
-            if (!strcmp(optarg, "bf16")) c.quant = QV_QUANT_BF16;
-            else if (!strcmp(optarg, "int8")) c.quant = QV_QUANT_INT8;
-            else return usage_error("--quant: expected bf16 or int8, found '%s'", optarg);
+            if ((c.quant = qv_quant_parse(optarg)) < 0)
+                return usage_error("--quant: expected bf16, int8 or q4, found '%s'", optarg);
             break;
         case 's':
             c.max_seconds = strtod(optarg, &end);

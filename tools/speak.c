@@ -246,10 +246,9 @@ static qv_params params_over(const options *o, qv_params p) {
 
 /* Values that are not plain numbers, and the sampling bounds (the library's). 0 or 2. */
 static int check_values(options *o) {
-    static const char *const quants[] = {[QV_QUANT_BF16] = "bf16", "int8", "q4"};
-    for (o->quant = 0; o->quant_name && strcmp(o->quant_name, quants[o->quant]);)
-        if (++o->quant == 3)
-            return usage_error("--quant: expected bf16, int8 or q4, found '%s'", o->quant_name);
+    o->quant = o->quant_name ? qv_quant_parse(o->quant_name) : QV_QUANT_BF16;
+    if (o->quant < 0)
+        return usage_error("--quant: expected bf16, int8 or q4, found '%s'", o->quant_name);
     char *end;
     errno = 0;
     if (o->seed &&

@@ -266,21 +266,22 @@ class Qwen3TTSModel:
     def from_pretrained(cls, pretrained_model_name_or_path, threads=0, quant="bf16",
                         clone_model=None, **kwargs):
         """Loads a model directory (config.json, model.safetensors, tokenizer, speech_tokenizer/).
-        threads: compute threads, 0 = all online CPUs. quant: "bf16" or "int8" (per-frame
-        matrices quantized on first use). clone_model: a Base model directory whose speaker and
+        threads: compute threads, 0 = all online CPUs. quant: "bf16", "int8" or "q4" (matrices
+        quantized on first use, kept in the prepared-weights cache). clone_model: a Base model directory whose speaker and
         speech encoders create_voice_clone_prompt uses (default: this model, if it is a Base
         one). A hub id is not downloaded: fetch it first with `hf download`."""
         bad = set(kwargs) - _IGNORED_LOAD_KWARGS
         if bad:
             raise TypeError("from_pretrained: unexpected keyword argument(s) %s" % sorted(bad))
-        if quant not in _capi.QUANT:
-            raise ValueError("quant: %r is not one of %s" % (quant, sorted(_capi.QUANT)))
+        lib = _capi.lib()
+        q = lib.qv_quant_parse(_b(quant)) if isinstance(quant, str) else -1
+        if q < 0:
+            raise ValueError("quant: %r is not one of bf16, int8, q4" % (quant,))
         path = os.fspath(pretrained_model_name_or_path)
         if not os.path.isdir(path):
             raise FileNotFoundError(
                 "%s: no such model directory (download it first: hf download %s --local-dir DIR)"
                 % (path, path))
-        lib = _capi.lib()
         h = ctypes.c_void_p()
         st = lib.qv_model_load(ctypes.byref(h), _b(path))
         if st:
@@ -289,7 +290,7 @@ class Qwen3TTSModel:
             threads = lib.qv_threads_resolve(int(threads))
         elif threads <= 0:
             threads = os.cpu_count() or 1
-        return cls(h, path, int(threads), _capi.QUANT[quant], clone_model)
+        return cls(h, path, int(threads), q, clone_model)
 
     def close(self):
         """Frees the model now (also done when the object is garbage-collected)."""

@@ -13,7 +13,6 @@ c_int64, c_uint32, c_uint64 = ctypes.c_int64, ctypes.c_uint32, ctypes.c_uint64
 STATUS = ["QV_OK", "QV_E_INVALID", "QV_E_MODEL", "QV_E_NOMEM", "QV_E_SPEAKER", "QV_E_LANGUAGE",
           "QV_E_UNSUPPORTED", "QV_E_LIMIT", "QV_E_STATE", "QV_E_VOICE", "QV_E_FOREIGN_VOICE",
           "QV_E_GUARD", "QV_E_CANCELLED", "QV_E_AUDIO", "QV_E_IO", "QV_E_VOCAB", "QV_E_ABI"]
-QUANT = {"bf16": 0, "int8": 1, "q4": 2}
 ICL_WINDOW = {"full": 0, "auto": 1}  # enum qv_icl_window; a (start_s, end_s) pair is QV_ICL_RANGE
 ICL_RANGE = 2
 SAMPLE_RATE = 24000
@@ -110,6 +109,7 @@ PROTOTYPES = {
     "qv_jobs_run_line": (c_int, [c_void_p, c_int, c_char_p, _P(c_void_p)]),
     "qv_jobs_free": (None, [c_void_p]),
     "qv_format_parse": (c_int, [c_char_p]),
+    "qv_quant_parse": (c_int, [c_char_p]),
     "qv_format_of_path": (c_int, [c_char_p]),
     "qv_loudness_normalize": (c_int, [_P(c_float), ctypes.c_int64, ctypes.c_double,
                                       _P(ctypes.c_int64), _P(ctypes.c_double)]),

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <cmocka.h>
 
@@ -504,6 +505,16 @@ static void test_tiny_lossless(void **st) {
     /* f16 keeps 11 mantissa bits: PCM within 1e-3 of f32 (measured ~1e-5 on random weights) */
     assert_true(decoder_delta(model("tiny-cv"), tmp_path("tiny-vocab")) < 1e-3);
     f16_panels_identical(tmp_path("tiny-vocab"), tmp_path("tiny-wide"));
+    /* an empty cache: the first load packs the f16 decoder and saves it, the second maps it
+     * without reading (widening) the f16 tensors; the same PCM */
+    char *cache = getenv("QVOICE_CACHE") ? strdup(getenv("QVOICE_CACHE")) : NULL;
+    mkdir(tmp_path("f16-prep"), 0755);
+    setenv("QVOICE_CACHE", tmp_path("f16-prep"), 1);
+    assert_true(decoder_delta(tmp_path("tiny-vocab"), tmp_path("tiny-vocab")) == 0.0);
+    assert_int_equal(sh("ls %s/prepared/decoder-*.qvprep >/dev/null 2>&1", tmp_path("f16-prep")), 0);
+    if (cache) setenv("QVOICE_CACHE", cache, 1);
+    else unsetenv("QVOICE_CACHE");
+    free(cache);
 }
 
 /* --vocab english-small (Debian wamerican-small) keeps fewer ids than english, and the texts the

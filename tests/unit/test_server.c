@@ -681,6 +681,42 @@ static void start_busy(const char *name, const char *more, const char *json, con
     assert_true(active >= 1);
 }
 
+/* --quant q4: a q4 server answers, and two concurrent streams, advanced together as one batch,
+ * give each the same bytes as the same request alone (seeded: the batch is exact per stream). */
+static void test_q4_streams(void **state) {
+    (void)state;
+    char args[2048];
+    snprintf(args, sizeof args, "-m %s --voices %s/voices --quant q4 --max-concurrency 2 --batch 2",
+             g_cv, tmp_dir);
+    assert_int_equal(sh("bin/qvoice-server -m %s --voices x --quant q5 2>&1 | "
+                        "grep -q 'expected bf16, int8 or q4'", g_cv), 0);
+    assert_int_equal(server_start(&g_extra, "q4", args), 0);
+    char json[1024];
+    int k = snprintf(json, sizeof json,
+                     "{\"input\":\"A first sentence for the four-bit model. And a second one, "
+                     "a little longer.\",\"voice\":\"ryan\",\"seed\":7,\"stream_format\":"
+                     "\"audio\",\"response_format\":\"pcm\",\"max_new_tokens\":60}");
+    tmp_write(tmp_path("q4.json"), json, (size_t)k);
+    assert_int_equal(curl(&g_extra, tmp_path("q4-alone.pcm"), "-d @%s SRV/v1/audio/speech",
+                          tmp_path("q4.json")),
+                     200);
+    assert_true(file_bytes(tmp_path("q4-alone.pcm")) > 0);
+    background_curl(&g_extra, tmp_path("q4.json"), tmp_path("q4-a.pcm"), tmp_path("q4-a.rc"));
+    background_curl(&g_extra, tmp_path("q4.json"), tmp_path("q4-b.pcm"), tmp_path("q4-b.rc"));
+    for (int i = 0; i < 1200 && (file_bytes(tmp_path("q4-a.rc")) <= 0 ||
+                                 file_bytes(tmp_path("q4-b.rc")) <= 0); i++)
+        sleep_ms(100);
+    assert_true(file_has(tmp_path("q4-a.rc"), "0"));
+    assert_true(file_has(tmp_path("q4-b.rc"), "0"));
+    const double steps = metric(&g_extra, "qvoice_batch_steps_total ");
+    print_message("q4 server: %ld bytes alone, batched steps %g\n",
+                  file_bytes(tmp_path("q4-alone.pcm")), steps);
+    assert_int_equal(sh("cmp -s %s %s", tmp_path("q4-alone.pcm"), tmp_path("q4-a.pcm")), 0);
+    assert_int_equal(sh("cmp -s %s %s", tmp_path("q4-alone.pcm"), tmp_path("q4-b.pcm")), 0);
+    assert_true(steps >= 1); /* the two ran as one batch for at least a step */
+    assert_int_equal(server_stop(&g_extra), 0);
+}
+
 static void test_disconnect_and_limits(void **state) {
     (void)state;
     /* a long streamed request in the background, then a second one: 429 with Retry-After */
@@ -854,5 +890,5 @@ static void test_scale_out(void **state) {
 
 QVT_MAIN(group_setup, group_teardown, test_routes, test_speech_bad_input,
          test_voices, test_slow_client, test_slow_attack, test_auth, test_key_owners, test_library,
-         test_metrics, test_speech, test_disconnect_and_limits, test_drain_under_load,
+         test_metrics, test_speech, test_q4_streams, test_disconnect_and_limits, test_drain_under_load,
          test_clone_upload, test_scale_out, test_log_escaped, test_no_leaks)
