@@ -28,6 +28,9 @@ typedef struct {
     int n_models;
     const char *voices_dir;      /* voice library: <sha256>.qvoice files (created if missing) */
     const char *clone_model_dir; /* Base model for POST /v1/audio/voices with audio, or NULL */
+    const char *ref_audio_dir;   /* speech requests may name ref_audio file:// URLs inside it;
+                                    NULL: file:// refused */
+    int ref_cache_mb;            /* bytes of per-request reference voices kept (LRU) */
     const char *listen;          /* "HOST:PORT"; port 0 picks a free one (qv_server_port) */
     const char *api_key_file;    /* accepted bearer keys, one per line: "name:admin:KEY" or
                                     "name:user:KEY" (a user key deletes only the voices it

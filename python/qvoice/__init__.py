@@ -20,6 +20,7 @@ import ctypes
 import json
 import os
 import queue
+import random
 import shutil
 import tempfile
 import threading
@@ -50,7 +51,48 @@ _GEN_KWARGS = {"do_sample": "do_sample", "temperature": "temperature", "top_k": 
                "subtalker_top_k": "subtalker_top_k", "subtalker_top_p": "subtalker_top_p",
                "max_new_tokens": None, "seed": "seed"}
 # from_pretrained keywords of the official (GPU/torch) loader that mean nothing here.
+_SEEDS = random.SystemRandom()
 _IGNORED_LOAD_KWARGS = {"device_map", "dtype", "torch_dtype", "attn_implementation"}
+
+
+def _hub_cache(cache_dir=None):
+    """The Hugging Face hub cache, as huggingface_hub finds it: cache_dir, $HF_HUB_CACHE,
+    $HF_HOME/hub, or ~/.cache/huggingface/hub."""
+    if cache_dir:
+        return os.fspath(cache_dir)
+    if os.environ.get("HF_HUB_CACHE"):
+        return os.environ["HF_HUB_CACHE"]
+    home = os.environ.get("HF_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
+        "huggingface")
+    return os.path.join(home, "hub")
+
+
+def resolve_model_dir(name_or_path, revision=None, cache_dir=None):
+    """A model directory: name_or_path itself when it is one, else the snapshot of hub id
+    "Org/Name" in the local Hugging Face cache (models--Org--Name/snapshots/COMMIT, the commit
+    read from refs/REVISION, "main" by default, or revision given as a commit). Nothing is
+    downloaded: FileNotFoundError names the `hf download` command that would fetch it."""
+    path = os.fspath(name_or_path)
+    if os.path.isdir(path):
+        return path
+    parts = path.split("/")
+    rev = revision or "main"
+    fetch = "hf download %s%s" % (path, " --revision %s" % revision if revision else "")
+    if len(parts) != 2 or not all(parts) or path.startswith((".", "~")):
+        raise FileNotFoundError("%s: no such model directory, and not a hub id Org/Name "
+                                "(download one with: hf download Org/Name --local-dir DIR)" % path)
+    repo = os.path.join(_hub_cache(cache_dir), "models--%s--%s" % tuple(parts))
+    commit = rev
+    ref = os.path.join(repo, "refs", rev)
+    if os.path.isfile(ref):
+        with open(ref) as f:
+            commit = f.read().strip()
+    snap = os.path.join(repo, "snapshots", commit)
+    if commit and "/" not in commit and os.path.isfile(os.path.join(snap, "config.json")):
+        return snap
+    raise FileNotFoundError("%s (revision %s): not in the local Hugging Face cache %s; fetch it "
+                            "with: %s" % (path, rev, os.path.dirname(repo), fetch))
 
 
 class QvoiceError(RuntimeError):
@@ -232,22 +274,23 @@ class Qwen3TTSModel:
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, threads=0, quant="bf16",
-                        clone_model=None, **kwargs):
+                        clone_model=None, revision=None, cache_dir=None, local_files_only=None,
+                        **kwargs):
         """Loads a model directory (config.json, model.safetensors, tokenizer, speech_tokenizer/).
         threads: compute threads, 0 = all online CPUs. quant: "bf16" or "int8" (per-frame
         matrices quantized on first use). clone_model: a Base model directory whose speaker and
         speech encoders create_voice_clone_prompt uses (default: this model, if it is a Base
-        one). A hub id is not downloaded: fetch it first with `hf download`."""
+        one). A hub id "Org/Name" is found in the local Hugging Face cache (HF_HUB_CACHE, HF_HOME;
+        revision, cache_dir as huggingface_hub takes them) and never downloaded (every load is
+        local_files_only): fetch it first with `hf download`."""
         bad = set(kwargs) - _IGNORED_LOAD_KWARGS
         if bad:
             raise TypeError("from_pretrained: unexpected keyword argument(s) %s" % sorted(bad))
         if quant not in _capi.QUANT:
             raise ValueError("quant: %r is not one of %s" % (quant, sorted(_capi.QUANT)))
-        path = os.fspath(pretrained_model_name_or_path)
-        if not os.path.isdir(path):
-            raise FileNotFoundError(
-                "%s: no such model directory (download it first: hf download %s --local-dir DIR)"
-                % (path, path))
+        path = resolve_model_dir(pretrained_model_name_or_path, revision, cache_dir)
+        if clone_model is not None:
+            clone_model = resolve_model_dir(clone_model, None, cache_dir)
         lib = _capi.lib()
         h = ctypes.c_void_p()
         st = lib.qv_model_load(ctypes.byref(h), _b(path))
@@ -287,6 +330,8 @@ class Qwen3TTSModel:
             raise TypeError("unexpected generation keyword argument(s) %s" % sorted(bad))
         p = self._lib.qv_model_params(self._m)
         p.n_threads, p.quant = self._threads, self._quant
+        # a fresh take per call, as the official package samples (reproducible with seed=)
+        p.seed = _SEEDS.getrandbits(63)
         for k, v in kw.items():
             if v is None or k in _STYLE_KWARGS:
                 continue  # official rule: None means the model's default
@@ -300,6 +345,9 @@ class Qwen3TTSModel:
 
     def _get_synth(self, p):
         key = bytes(p)  # a synthesizer is made for one parameter set; reused while it holds
+        if ("synth" in self._h and key != self._synth_key and self._lib.has("qv_synth_set_params")
+                and not self._lib.qv_synth_set_params(self._h["synth"], ctypes.byref(p))):
+            self._synth_key = key  # new seed or sampling: same session, pools and tokenizer
         if "synth" not in self._h or key != self._synth_key:
             if "synth" in self._h:
                 self._lib.qv_synth_free(self._h.pop("synth"))
@@ -321,7 +369,9 @@ class Qwen3TTSModel:
         if not self._lock.acquire(blocking=False):
             raise RuntimeError("another synthesis is running on this model object")
         try:
-            synth = self._get_synth(self._params(kw))
+            p = self._params(kw)
+            self._seed = p.seed  # reported in last_stats: a take can be repeated with seed=
+            synth = self._get_synth(p)
             if started is not None:
                 started(synth)
             r = lib.qv_synth_default_request()
@@ -353,6 +403,7 @@ class Qwen3TTSModel:
             self.last_stats = {f: (_s(getattr(stats, f)) if isinstance(getattr(stats, f), bytes)
                                    else getattr(stats, f)) for f, _ in _capi.SynthStats._fields_
                                if f != "struct_size"}
+            self.last_stats["seed"] = self._seed
             if st:
                 _raise(st)
         finally:

@@ -90,11 +90,13 @@ PROTOTYPES = {
     "qv_synth_default_request": (SynthRequest, []),
     "qv_synth_new": (c_int, [_P(c_void_p), c_void_p, _P(Params)]),
     "qv_synth_free": (None, [c_void_p]),
+    "qv_synth_set_params": (c_int, [c_void_p, _P(Params)]),
     "qv_synth_run": (c_int, [c_void_p, _P(SynthRequest), PCM_FN, c_void_p, _P(SynthStats)]),
     "qv_synth_cancel": (None, [c_void_p]),
     "qv_clone_default_request": (CloneRequest, []),
     "qv_cloner_load": (c_int, [_P(c_void_p), c_char_p, c_int]),
     "qv_cloner_free": (None, [c_void_p]),
+    "qv_cloner_fingerprint": (None, [c_void_p, c_char_p]),
     "qv_clone_run": (c_int, [c_void_p, _P(CloneRequest), c_char_p, _P(c_void_p)]),
 }
 
