@@ -381,25 +381,21 @@ static int model_config_from(qvm_model_config *c, rd *rp, cJSON *root) {
     get_stack(&r, cpc, cp, &c->code_predictor);
 
     if (!r.bad) {
-        if (strcmp(c->tts_model_type, "base") == 0) c->variant = QVM_VARIANT_BASE;
-        else if (strcmp(c->tts_model_type, "custom_voice") == 0)
-            c->variant = QVM_VARIANT_CUSTOM_VOICE;
-        else if (strcmp(c->tts_model_type, "voice_design") == 0)
-            c->variant = QVM_VARIANT_VOICE_DESIGN;
-        else
-            rd_fail(&r, "key tts_model_type: unknown model type (expected base, custom_voice or "
-                        "voice_design, found %s)",
-                    c->tts_model_type);
+        c->variant = qvf_variant_from_name(c->tts_model_type);
+        if (c->variant == QVF_VARIANT_UNKNOWN)
+            rd_fail(&r, "key tts_model_type: unknown model type (expected %s, %s or %s, found %s)",
+                    qvf_variant_name(QVF_VARIANT_BASE), qvf_variant_name(QVF_VARIANT_CUSTOM_VOICE),
+                    qvf_variant_name(QVF_VARIANT_VOICE_DESIGN), c->tts_model_type);
     }
-    get_speakers(&r, tc, c, c->variant == QVM_VARIANT_CUSTOM_VOICE);
+    get_speakers(&r, tc, c, c->variant == QVF_VARIANT_CUSTOM_VOICE);
     for (int i = 0; i < c->n_speakers && !r.bad; i++)
         if (c->spk_id[i].id > vmax)
             rd_fail(&r, "key talker_config.spk_id.%s: out of range (expected 0..%d, found %d)",
                     c->spk_id[i].name, vmax, c->spk_id[i].id);
     /* A CustomVoice-typed config without presets is a VoiceDesign model (the C port's rule). */
-    if (!r.bad && c->variant == QVM_VARIANT_CUSTOM_VOICE && c->n_speakers == 0)
-        c->variant = QVM_VARIANT_VOICE_DESIGN;
-    if (!r.bad && c->variant == QVM_VARIANT_BASE) {
+    if (!r.bad && c->variant == QVF_VARIANT_CUSTOM_VOICE && c->n_speakers == 0)
+        c->variant = QVF_VARIANT_VOICE_DESIGN;
+    if (!r.bad && c->variant == QVF_VARIANT_BASE) {
         c->has_speaker_encoder = 1;
         get_speaker_encoder(&r, root, c);
     }

@@ -1,5 +1,5 @@
 /* hygiene.c — reference-audio hygiene (see hygiene.h). Every step works on 10 ms frames from
- * kernels/vad, so trim, level, window choice and the transcript check agree on what "voiced"
+ * features/vad, so trim, level, window choice and the transcript check agree on what "voiced"
  * means. The second-speaker scan clusters window vectors instead of comparing them with the
  * whole-clip vector: attentive statistics pooling adds the between-speaker spread to a mixed
  * clip's vector, which then resembles neither speaker (measured in docs/robustness.md).

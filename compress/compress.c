@@ -25,6 +25,7 @@
 #include "include/qvoice.h"
 #include "kernels/kernels.h"
 #include "kernels/q4.h"
+#include "util/fileio.h"
 
 #define ALIGN 64
 
@@ -400,18 +401,12 @@ static int write_config(const char *dir, const char *out, const qvm_model_config
                         const qvz_options *o, const int *width, char *err, size_t es) {
     char path[8192];
     snprintf(path, sizeof path, "%s/config.json", dir);
-    FILE *f = fopen(path, "rb");
-    char *txt = NULL;
-    long n = -1;
-    if (f && !fseek(f, 0, SEEK_END) && (n = ftell(f)) >= 0 && !fseek(f, 0, SEEK_SET) &&
-        (txt = malloc((size_t)n + 1)) && fread(txt, 1, (size_t)n, f) == (size_t)n)
-        txt[n] = 0;
-    else
-        n = -1;
-    if (f) fclose(f);
-    cJSON *root = n >= 0 ? cJSON_Parse(txt) : NULL;
+    size_t n;
+    char *txt = qvu_read_file(path, (size_t)16 << 20, &n, err, es);
+    if (!txt) return -1;
+    cJSON *root = cJSON_Parse(txt);
     free(txt);
-    if (!root) return snprintf(err, es, "%s: cannot read", path), -1;
+    if (!root) return snprintf(err, es, "%s: not valid JSON", path), -1;
     cJSON *tc = cJSON_GetObjectItemCaseSensitive(root, "talker_config");
     if (o->prune_layers && tc) {
         const int L = c->talker.num_hidden_layers - o->prune_layers;

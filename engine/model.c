@@ -298,6 +298,7 @@ struct q_fill {
     void *scale;        /* f32 (int8) or bf16 (q4) */
     qvk_q8_quant *mats; /* int8: the matrices, quantized in one pool dispatch */
     int n_mats;
+    int mapped; /* the arrays are the cache file's: set the pointers only */
 };
 
 static int quantizable(const qve_mat *w, int n_in, const struct q_fill *f) {
@@ -320,7 +321,7 @@ static void fill_matrix(qve_mat *w, int n_out, int n_in, void *ctx) {
     if (f->q4) {
         uint16_t *s = (uint16_t *)f->scale + f->n_s;
         const size_t n_g = (size_t)n_out * (n_in / QVK_Q4_GROUP);
-        qvk_q4_quantize_bf16(f->pool, q, s, s + n_g, w->bf16, n_out, n_in);
+        if (!f->mapped) qvk_q4_quantize_bf16(f->pool, q, s, s + n_g, w->bf16, n_out, n_in);
         w->q4 = q, w->q4_s = s, w->q4_b = s + n_g;
     } else {
         float *s = (float *)f->scale + f->n_s;
@@ -336,17 +337,18 @@ static qvm_layer *copy_layers(const qve_stack *s) {
     return l;
 }
 
-/* The int8 view's cache id: the model fingerprint, the file identities (prepared.h), the sizes
- * and a probe of the quantizer (a fixed matrix quantized by it). -1 when not cached: caching off,
- * or a weight delta changed the weights in RAM. */
-static int q8_cache_id(const qv_model *m, qvk_pool *pool, size_t n_q, size_t n_s,
-                       qvm_prep_id *id) {
+/* A quantized view's cache id: the model fingerprint, the file identities (prepared.h), the sizes
+ * and a probe of the quantizer (a fixed matrix quantized by it, int8 or q4). -1 when not cached:
+ * caching off, or a weight delta changed the weights in RAM. */
+static int view_cache_id(const qv_model *m, qvk_pool *pool, int q4, size_t n_q, size_t n_s,
+                         qvm_prep_id *id) {
     if (m->wdelta_on) return -1;
     struct {
         uint8_t fp[32];
         uint64_t n_q, n_s;
         int8_t q[2 * QVK_Q8_GROUP];
         float s[2];
+        uint16_t s4[2 * 2 * QVK_Q8_GROUP / QVK_Q4_GROUP]; /* q4: the scales, then biases */
     } k;
     memset(&k, 0, sizeof k);
     memcpy(k.fp, m->ck->fingerprint, sizeof k.fp);
@@ -354,24 +356,36 @@ static int q8_cache_id(const qv_model *m, qvk_pool *pool, size_t n_q, size_t n_s
     uint16_t w[2 * QVK_Q8_GROUP];
     for (int i = 0; i < 2 * QVK_Q8_GROUP; i++)
         w[i] = (uint16_t)(0x3c00 + (i * 193) % 1531) ^ (uint16_t)(i & 1) << 15;
-    return qvk_q8_quantize_bf16(pool, k.q, k.s, w, 2, QVK_Q8_GROUP) ||
-                   qvm_prep_id_make(id, "int8", m->ck->st, &k, sizeof k)
-               ? -1
-               : 0;
+    const int probe = q4 ? qvk_q4_quantize_bf16(pool, (uint8_t *)k.q, k.s4,
+                                                k.s4 + 2 * QVK_Q8_GROUP / QVK_Q4_GROUP, w, 2,
+                                                QVK_Q8_GROUP)
+                         : qvk_q8_quantize_bf16(pool, k.q, k.s, w, 2, QVK_Q8_GROUP);
+    return probe || qvm_prep_id_make(id, q4 ? "q4" : "int8", m->ck->st, &k, sizeof k) ? -1 : 0;
+}
+
+/* Elements of the q4 view's text projection rounding (fc1 then fc2), 0 when it stays bf16: its
+ * width is no multiple of the q4 group, or the checkpoint's is q4 already (owned_w). */
+static size_t text_q4_n(const qv_model *m) {
+    const int TH = m->ck->cfg.text_hidden_size, H = m->ck->cfg.talker.hidden_size;
+    if (m->text.owned_w || TH % QVK_Q4_GROUP || TH > QVK_Q4_MAX_IN) return 0;
+    return (size_t)TH * TH + (size_t)H * TH;
+}
+
+static void point_text(struct qve_view *v, const qv_model *m, const uint16_t *t) {
+    const size_t TH = (size_t)m->ck->cfg.text_hidden_size;
+    v->talker.fc1 = t, v->talker.fc2 = t + TH * TH;
 }
 
 /* The q4 view's text projection: the q4 rounding a q4 checkpoint's has (textside.h), widened to
- * bf16 as the prompt path reads it. Left bf16 when its width is no multiple of the q4 group.
- * -1 when out of memory. */
-static int round_text_q4(struct qve_view *v, const qvm_model_config *c, qvk_pool *pool) {
-    const int TH = c->text_hidden_size, H = c->talker.hidden_size;
-    if (TH % QVK_Q4_GROUP || TH > QVK_Q4_MAX_IN) return 0;
-    v->text_w = qvk_alloc(((size_t)TH * TH + (size_t)H * TH) * sizeof *v->text_w);
+ * bf16 as the prompt path reads it. -1 when out of memory. */
+static int round_text_q4(struct qve_view *v, const qv_model *m, qvk_pool *pool) {
+    const int TH = m->ck->cfg.text_hidden_size, H = m->ck->cfg.talker.hidden_size;
+    v->text_w = qvk_alloc(text_q4_n(m) * sizeof *v->text_w);
     if (!v->text_w ||
         qvm_textside_round_q4(pool, v->text_w, v->talker.fc1, TH, TH) ||
         qvm_textside_round_q4(pool, v->text_w + (size_t)TH * TH, v->talker.fc2, H, TH))
         return -1;
-    v->talker.fc1 = v->text_w, v->talker.fc2 = v->text_w + (size_t)TH * TH;
+    point_text(v, m, v->text_w);
     return 0;
 }
 
@@ -381,21 +395,25 @@ static struct qve_view *make_view(const qv_model *m, int q4, qvk_pool *pool) {
     v->talker = m->talker, v->cp = m->cp;
     v->talker.stack.layers = copy_layers(&m->talker.stack);
     v->cp.stack.layers = copy_layers(&m->cp.stack);
-    struct q_fill f = {pool, q4, 0, 0, NULL, NULL, NULL, 0};
+    struct q_fill f = {pool, q4, 0, 0, NULL, NULL, NULL, 0, 0};
     if (!v->talker.stack.layers || !v->cp.stack.layers) {
         free_view(v);
         return NULL;
     }
     each_matrix(v, q4, count_matrix, &f);
-    /* int8: the quantized matrices of an earlier run, mapped from the cache when they fit */
+    const size_t n_sb = f.n_s * (q4 ? sizeof(uint16_t) : sizeof(float)); /* scale bytes */
+    const size_t n_t = q4 ? text_q4_n(m) : 0;
+    /* the quantized matrices of an earlier run, mapped from the cache when they fit */
     qvm_prep_id id;
-    const int cached = !q4 && !q8_cache_id(m, pool, f.n_q, f.n_s, &id);
+    const int cached = !view_cache_id(m, pool, q4, f.n_q, f.n_s, &id);
     if (cached && (v->cache = qvm_prep_open(&id))) {
-        const void *q = qvm_prep_take(v->cache, f.n_q), *s = qvm_prep_take(v->cache, f.n_s * 4);
-        if (q && s) {
-            f = (struct q_fill){pool, 0, 0, 0, (uint8_t *)(uintptr_t)q, (void *)(uintptr_t)s,
-                                NULL, 0};
-            each_matrix(v, 0, fill_matrix, &f); /* pointers only: nothing is written */
+        const void *q = qvm_prep_take(v->cache, f.n_q), *s = qvm_prep_take(v->cache, n_sb);
+        const void *t = n_t ? qvm_prep_take(v->cache, n_t * sizeof *v->text_w) : q;
+        if (q && s && t) {
+            f = (struct q_fill){pool, q4, 0, 0, (uint8_t *)(uintptr_t)q, (void *)(uintptr_t)s,
+                                NULL, 0, 1};
+            each_matrix(v, q4, fill_matrix, &f); /* pointers only: nothing is written */
+            if (n_t) point_text(v, m, t);
             v->n_bytes = f.n_q;
             return v;
         }
@@ -403,7 +421,7 @@ static struct qve_view *make_view(const qv_model *m, int q4, qvk_pool *pool) {
         v->cache = NULL;
     }
     v->q = qvk_alloc(f.n_q ? f.n_q : 1);
-    v->scale = qvk_alloc((f.n_s ? f.n_s : 1) * (q4 ? sizeof(uint16_t) : sizeof(float)));
+    v->scale = qvk_alloc(n_sb ? n_sb : 1);
     if (!v->q || !v->scale) {
         free_view(v);
         return NULL;
@@ -414,9 +432,9 @@ static struct qve_view *make_view(const qv_model *m, int q4, qvk_pool *pool) {
         free_view(v);
         return NULL;
     }
-    f = (struct q_fill){pool, q4, 0, 0, v->q, v->scale, mats, 0};
+    f = (struct q_fill){pool, q4, 0, 0, v->q, v->scale, mats, 0, 0};
     each_matrix(v, q4, fill_matrix, &f);
-    if (q4 && !m->text.owned_w && round_text_q4(v, &m->ck->cfg, pool)) { /* bf16 in the file */
+    if (n_t && round_text_q4(v, m, pool)) { /* bf16 in the file */
         free(mats);
         free_view(v);
         return NULL;
@@ -424,8 +442,10 @@ static struct qve_view *make_view(const qv_model *m, int q4, qvk_pool *pool) {
     if (!q4) qvk_q8_quantize_multi(pool, mats, f.n_mats); /* shapes checked by quantizable */
     free(mats);
     if (cached)
-        qvm_prep_save(&id, (qvm_prep_array[]){{v->q, f.n_q}, {v->scale, f.n_s * sizeof(float)}},
-                      2);
+        qvm_prep_save(&id,
+                      (qvm_prep_array[]){{v->q, f.n_q}, {v->scale, n_sb},
+                                         {v->text_w, n_t * sizeof *v->text_w}},
+                      n_t ? 3 : 2);
     return v;
 }
 

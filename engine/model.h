@@ -27,8 +27,8 @@
  * (kernels/q4.h: packed q4 and bf16 group scales/biases, in the mmap of a quantized checkpoint or
  * in a q4 view) with bf16 NULL when the checkpoint holds only that; plus an int8 copy with
  * per-row scales in the int8 view. Decode matvecs use int8, else q4, else bf16; prefills use q4
- * (widened) when present, else bf16, so a q4 view and the same weights loaded from a q4
- * checkpoint compute the same. */
+ * (the batched q4 matvec) when present, else bf16, so a q4 view and the same weights loaded from
+ * a q4 checkpoint compute the same. */
 typedef struct {
     const uint16_t *bf16;
     const int8_t *q8;
@@ -120,7 +120,7 @@ struct qve_view {
     void *q;        /* every quantized matrix, one allocation (NULL when cached) */
     void *scale;    /* every int8 row scale (f32), or every q4 group scale then bias (bf16) */
     size_t n_bytes; /* quantized weight bytes */
-    struct qvm_prep *cache; /* int8: the matrices and scales mapped from the cache file (prepared.h) */
+    struct qvm_prep *cache; /* the matrices, scales (q4: and text rounding) mapped from the cache file (prepared.h) */
     uint16_t *text_w;       /* q4: the text projection's q4 rounding (fc1 then fc2, bf16), or NULL */
 };
 

@@ -162,40 +162,58 @@ void qv_session_free(qv_session *s) {
     free(s);
 }
 
-static int check_params(const qv_params *p, char *err, size_t n) {
+/* Whether x is in [lo, hi] (NaN is not). */
+static int within(double x, double lo, double hi) {
+    return x >= lo && x <= hi;
+}
+
+/* QV_OK, or QV_E_INVALID with err = "FIELD: expected RANGE, found VALUE". */
+static enum qv_status check_params(const qv_params *p, char *err, size_t n) {
     if (p->n_threads < 1 || p->n_threads > QVE_MAX_THREADS)
         return snprintf(err, n, "n_threads: expected 1..%d, found %d", QVE_MAX_THREADS,
                         p->n_threads),
-               -1;
-    if (p->do_sample && !(p->temperature > 0))
-        return snprintf(err, n, "temperature: expected > 0, found %g", p->temperature), -1;
-    if (p->subtalker_do_sample && !(p->subtalker_temperature > 0))
-        return snprintf(err, n, "subtalker_temperature: expected > 0, found %g",
-                        p->subtalker_temperature),
-               -1;
+               QV_E_INVALID;
+    if (p->do_sample && !within(p->temperature, QV_TEMPERATURE_MIN, QV_TEMPERATURE_MAX))
+        return snprintf(err, n, "temperature: expected %g..%g, found %g", QV_TEMPERATURE_MIN,
+                        QV_TEMPERATURE_MAX, p->temperature),
+               QV_E_INVALID;
+    if (p->subtalker_do_sample &&
+        !within(p->subtalker_temperature, QV_TEMPERATURE_MIN, QV_TEMPERATURE_MAX))
+        return snprintf(err, n, "subtalker_temperature: expected %g..%g, found %g",
+                        QV_TEMPERATURE_MIN, QV_TEMPERATURE_MAX, p->subtalker_temperature),
+               QV_E_INVALID;
     if (!(p->top_p > 0 && p->top_p <= 1) || !(p->subtalker_top_p > 0 && p->subtalker_top_p <= 1))
         return snprintf(err, n, "top_p: expected (0, 1], found %g / %g", p->top_p,
                         p->subtalker_top_p),
-               -1;
-    if (p->top_k < 0 || p->subtalker_top_k < 0)
-        return snprintf(err, n, "top_k: expected >= 0, found %d / %d", p->top_k,
+               QV_E_INVALID;
+    if (!within(p->top_k, 0, QV_TOP_K_MAX) || !within(p->subtalker_top_k, 0, QV_TOP_K_MAX))
+        return snprintf(err, n, "top_k: expected 0..%d, found %d / %d", QV_TOP_K_MAX, p->top_k,
                         p->subtalker_top_k),
-               -1;
-    if (!(p->repetition_penalty > 0))
-        return snprintf(err, n, "repetition_penalty: expected > 0, found %g",
+               QV_E_INVALID;
+    if (!within(p->repetition_penalty, QV_REPETITION_PENALTY_MIN, QV_REPETITION_PENALTY_MAX))
+        return snprintf(err, n, "repetition_penalty: expected %g..%g, found %g",
+                        QV_REPETITION_PENALTY_MIN, QV_REPETITION_PENALTY_MAX,
                         p->repetition_penalty),
-               -1;
+               QV_E_INVALID;
     if (p->max_frames < 1)
-        return snprintf(err, n, "max_frames: expected >= 1, found %d", p->max_frames), -1;
+        return snprintf(err, n, "max_frames: expected >= 1, found %d", p->max_frames), QV_E_INVALID;
     if (p->quant != QV_QUANT_BF16 && p->quant != QV_QUANT_INT8 && p->quant != QV_QUANT_Q4)
-        return snprintf(err, n, "quant: expected bf16, int8 or q4, found %d", p->quant), -1;
-    return 0;
+        return snprintf(err, n, "quant: expected bf16, int8 or q4, found %d", p->quant),
+               QV_E_INVALID;
+    return QV_OK;
+}
+
+enum qv_status qv_params_check(const qv_params *p) {
+    if (!p) return qvu_fail(QV_E_INVALID, "qv_params_check: NULL argument");
+    if (p->struct_size != sizeof *p) return qvu_check_size("qv_params", p->struct_size, sizeof *p);
+    char err[QVU_DETAIL_SIZE];
+    return qvu_fail(check_params(p, err, sizeof err), err);
 }
 
 enum qv_status qv_session_set_params(qv_session *s, const qv_params *p) {
-    if (!s || !p) return qvu_fail(QV_E_INVALID, "qv_session_set_params: NULL argument");
-    if (p->struct_size != sizeof *p) return qvu_check_size("qv_params", p->struct_size, sizeof *p);
-    if (check_params(p, s->err, sizeof s->err)) return qvu_fail(QV_E_INVALID, s->err);
+    if (!s) return qvu_fail(QV_E_INVALID, "qv_session_set_params: NULL argument");
+    const enum qv_status st = qv_params_check(p);
+    if (st) return st;
     if (p->n_threads != s->p.n_threads || p->quant != s->p.quant)
         return qvu_failf(QV_E_INVALID, "n_threads %d and quant %d: the session has %d and %d",
                          p->n_threads, p->quant, s->p.n_threads, s->p.quant);
@@ -205,10 +223,9 @@ enum qv_status qv_session_set_params(qv_session *s, const qv_params *p) {
 
 enum qv_status qv_session_new(qv_session **out, const qv_model *m, const qv_params *p) {
     *out = NULL;
-    if (!m || !p) return qvu_fail(QV_E_INVALID, "qv_session_new: NULL argument");
-    if (p->struct_size != sizeof *p) return qvu_check_size("qv_params", p->struct_size, sizeof *p);
-    char err[QVU_DETAIL_SIZE];
-    if (check_params(p, err, sizeof err)) return qvu_fail(QV_E_INVALID, err);
+    if (!m) return qvu_fail(QV_E_INVALID, "qv_session_new: NULL argument");
+    const enum qv_status st = qv_params_check(p);
+    if (st) return st;
     qv_session *s = calloc(1, sizeof *s);
     if (!s) return qvu_failf(QV_E_NOMEM, "%s: session: out of memory", m->ck->dir);
     s->m = m;
@@ -492,7 +509,7 @@ static enum qv_status start_ids(qv_session *s, const qv_request *r) {
     }
 
     int streaming = r->layout == QV_LAYOUT_STREAMING ||
-                    (r->layout == QV_LAYOUT_DEFAULT && c->variant == QVM_VARIANT_BASE);
+                    (r->layout == QV_LAYOUT_DEFAULT && c->variant == QVF_VARIANT_BASE);
     const int icl = r->n_ref_frames > 0;
 
     /* -- every text row to project: instruct, role, text, ref, PAD, BOS, EOS -- */

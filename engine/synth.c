@@ -525,6 +525,26 @@ static int synth_piece(run *c, const char *text, int depth, int *split) {
     return rc;
 }
 
+/* Appends a note to stats.warning ("; " between notes; cut at its size). */
+static void add_warning(run *c, const char *note) {
+    const size_t n = strlen(c->st->warning);
+    if (n + 3 < sizeof c->st->warning)
+        snprintf(c->st->warning + n, sizeof c->st->warning - n, "%s%s", n ? "; " : "", note);
+}
+
+/* The official package drops an instruction on the 0.6B CustomVoice model, which was not trained
+ * for them; so does every front end, here, with a warning (stats.warning). A weight delta makes
+ * the model its voice's source model, which keeps it. */
+static void drop_instruct(run *c) {
+    const qv_model *m = c->s->m;
+    if (!c->base.instruct || c->r->force_instruct || c->st->wdelta_applied ||
+        strcmp(m->ck->cfg.tts_model_type, qvf_variant_name(QVF_VARIANT_CUSTOM_VOICE)) ||
+        strcmp(m->ck->cfg.tts_model_size, "0b6"))
+        return;
+    c->base.instruct = NULL;
+    add_warning(c, QV_INSTRUCT_DROPPED);
+}
+
 /* The voice, its checks and weight delta, the verification encoder: everything before text. */
 static enum qv_status prepare(run *c, const qv_voice *v, qv_text_bridge *bridge) {
     qv_synth *s = c->s;
@@ -536,6 +556,8 @@ static enum qv_status prepare(run *c, const qv_voice *v, qv_text_bridge *bridge)
     c->base.language = r->language;
     c->base.instruct = r->instruct;
     if (!v) {
+        if (r->verify_model_dir) /* nothing to compare the audio with */
+            add_warning(c, "verify: skipped (a preset speaker has no x-vector; give a voice)");
         c->base.speaker = r->speaker; /* none on CustomVoice: apply_span refuses the text */
         return QV_OK;
     }
@@ -544,6 +566,7 @@ static enum qv_status prepare(run *c, const qv_voice *v, qv_text_bridge *bridge)
         snprintf(c->st->warning, sizeof c->st->warning, "%.250s", e);
     else if (st)
         return fail(c, st, "%s", e), st;
+    if (v->f->has_wdelta && !r->use_wdelta) add_warning(c, "weight delta ignored (use_wdelta 0)");
     if (v->f->has_wdelta && r->use_wdelta) {
         enum qve_wdelta_action a;
         if (qve_voice_wdelta_fits(m, v->f, &a, e, sizeof e))
@@ -608,8 +631,8 @@ __attribute__((format(printf, 2, 3))) static void warn(run *c, const char *fmt, 
  * Base source). The rule speak applies to --instruct. */
 static int instruct_honoured(const qv_model *m) {
     if (m->wdelta_on) return 0;
-    return m->ck->cfg.variant == QVM_VARIANT_VOICE_DESIGN ||
-           (m->ck->cfg.variant == QVM_VARIANT_CUSTOM_VOICE && strcmp(m->ck->cfg.tts_model_size, "0b6"));
+    return m->ck->cfg.variant == QVF_VARIANT_VOICE_DESIGN ||
+           (m->ck->cfg.variant == QVF_VARIANT_CUSTOM_VOICE && strcmp(m->ck->cfg.tts_model_size, "0b6"));
 }
 
 /* What [voice:NAME] names: a preset speaker of the model, else a voice (qv_voice_open's lookup),
@@ -679,12 +702,12 @@ static int apply_span(run *c) {
         c->base = sv->req;
         v = sv->v;
     }
-    if (m->ck->cfg.variant == QVM_VARIANT_CUSTOM_VOICE && !c->base.speaker &&
+    if (m->ck->cfg.variant == QVF_VARIANT_CUSTOM_VOICE && !c->base.speaker &&
         !c->base.speaker_vector)
         return fail(c, QV_E_SPEAKER, "%s: a CustomVoice model needs a preset speaker or a voice "
                     "(for the text before any [voice:NAME] tag)", m->ck->dir);
     c->base.language = c->span_lang ? c->span_lang->text : r->language;
-    c->base.instruct = r->instruct;
+    c->base.instruct = c->req_base.instruct; /* the request's, unless drop_instruct dropped it */
     const qve_chunk *tag = c->span_style;
     if (tag && tag->is_name && !strcmp(tag->text, "neutral")) tag = NULL; /* the request's own */
     const char *style = tag ? tag->text : r->style;
@@ -710,7 +733,7 @@ static int apply_span(run *c) {
     const int honoured = instruct_honoured(m);
     int applied = 0;
     if (ins && ins[0] && honoured) {
-        const char *base = r->instruct ? r->instruct : "";
+        const char *base = c->req_base.instruct ? c->req_base.instruct : "";
         size_t n = strlen(base) + 1 + strlen(ins) + 1;
         free(c->instruct);
         if (!(c->instruct = malloc(n))) return fail(c, QV_E_NOMEM, "%s: out of memory", what);
@@ -847,6 +870,7 @@ enum qv_status qv_synth_run(qv_synth *s, const qv_synth_request *r, qv_pcm_fn fn
         c.status = st, snprintf(c.msg, sizeof c.msg, "%s", qv_last_error());
     if (!v) v = opened;
     if (!st) st = prepare(&c, v, &bridge);
+    if (!st) drop_instruct(&c);
     c.req_voice = v;
     c.req_base = c.base;
     if (!st && !r->codes_only) {

@@ -40,9 +40,12 @@ int qve_stack_state_init(qve_stack_state *s, const qve_stack *w, int max_ctx, in
              s->up && s->attn_scratch && s->rope_c && s->rope_s;
     if (ok && n_batch > 0) {
         const size_t n = (size_t)n_batch;
-        /* batched linear scratch: packed X, or a widened (q4: dequantized) matrix */
-        size_t wmax = qvk_linear_bf16_scratch(n_batch, (int)H, (int)(qd > I ? qd : I));
-        size_t t = qvk_linear_bf16_scratch(n_batch, (int)(qd > I ? qd : I), (int)H);
+        /* batched linear scratch: packed X (bf16), or the prepared X (q4) */
+        const int wide = (int)(qd > I ? qd : I);
+        size_t wmax = qvk_linear_bf16_scratch(n_batch, (int)H, wide);
+        size_t t = qvk_linear_bf16_scratch(n_batch, wide, (int)H);
+        if (t > wmax) wmax = t;
+        t = (qvk_q4_batch_scratch(n_batch, wide) + sizeof(float) - 1) / sizeof(float);
         if (t > wmax) wmax = t;
         s->bh = qvk_alloc(n * H * sizeof(float));
         s->bq = qvk_alloc(n * qd * sizeof(float));
@@ -109,8 +112,7 @@ void qve_matvec(qvk_pool *pool, const float *x, int n_in, const qve_mv *mv, int 
     }
 }
 
-/* qve_matvec for several x [n_x, n_in] (each mv.y [n_x, n_out]): the batched kernels for int8
- * and bf16, one q4 call per x. */
+/* qve_matvec for several x [n_x, n_in] (each mv.y [n_x, n_out]): the batched kernels. */
 void qve_matvec_batch(qvk_pool *pool, const float *x, int n_x, int n_in, const qve_mv *mv,
                       int n_mv) {
     const int t = tag(mv[0].w);
@@ -126,12 +128,11 @@ void qve_matvec_batch(qvk_pool *pool, const float *x, int n_x, int n_in, const q
             q[i] = (qvk_q8_mv){mv[i].y, mv[i].w->q8, mv[i].w->q8_scale, mv[i].bias, mv[i].n_out};
         qvk_q8_matvec_batch(pool, x, n_x, n_in, q, n_mv);
     } else if (t == TAG_Q4) {
-        for (int k = 0; k < n_x; k++) {
-            qve_mv one[4];
-            for (int i = 0; i < n_mv; i++)
-                one[i] = mv[i], one[i].y = mv[i].y + (size_t)k * mv[i].n_out;
-            qve_matvec(pool, x + (size_t)k * n_in, n_in, one, n_mv);
-        }
+        qvk_q4_mv q[4];
+        for (int i = 0; i < n_mv; i++)
+            q[i] = (qvk_q4_mv){mv[i].y,    mv[i].w->q4,   mv[i].w->q4_s,
+                               mv[i].w->q4_b, mv[i].bias, mv[i].n_out};
+        qvk_q4_matvec_batch(pool, x, n_x, n_in, q, n_mv, NULL);
     } else {
         qvk_mv b[4];
         for (int i = 0; i < n_mv; i++)
@@ -262,49 +263,22 @@ void qve_stack_forward_multi(qve_stack_state *const *s, int n, qvk_pool *pool, f
     }
 }
 
-/* The prefill's linear layers. bf16 sets (QKV, gate/up) go through qvk_linear_bf16_multi
- * together (X packed once, one dispatch); q4 matrices (compressed checkpoints) are dequantized
- * into scratch by all threads, then each thread runs sgemm on its own rows of X (OpenBLAS
- * single-threaded per call; splitting rows does not change any element: checked bit for bit on
- * every layer shape). */
-struct q4_job {
-    float *y, *wf;
-    const float *x;
-    const qve_mat *w;
-    int n, n_in, n_out, widen;
-};
-
-static void q4_run(int ith, int nth, void *p) {
-    const struct q4_job *j = p;
-    const int rows = j->widen ? j->n_out : j->n, per = (rows + nth - 1) / nth;
-    const int r0 = per * ith < rows ? per * ith : rows, r1 = r0 + per < rows ? r0 + per : rows;
-    if (r0 >= r1) return;
-    const size_t n_g = (size_t)j->n_in / QVK_Q4_GROUP;
-    if (j->widen)
-        qvk_q4_dequantize(j->wf + (size_t)r0 * j->n_in, j->w->q4 + (size_t)r0 * j->n_in / 2,
-                          j->w->q4_s + r0 * n_g, j->w->q4_b + r0 * n_g, (size_t)(r1 - r0),
-                          j->n_in);
-    else
-        qvk_linear_f32(j->y + (size_t)r0 * j->n_out, j->x + (size_t)r0 * j->n_in, j->wf, NULL,
-                       r1 - r0, j->n_in, j->n_out);
-}
-
-/* y_m[n, n_out_m] = x[n, n_in] · W_mᵀ for the set mv (n_mv <= 4, no biases). */
+/* The prefill's linear layers: bf16 sets (QKV, gate/up) go through qvk_linear_bf16_multi
+ * together (X packed once, one dispatch), q4 ones (compressed checkpoints, the q4 view) through
+ * the batched q4 matvec (each row block read once for all tokens, no widened copy). */
 static void linear(qvk_pool *pool, const float *x, int n, int n_in, const qve_mv *mv, int n_mv,
                    float *scratch) {
     qvk_mv b[4];
-    int k = 0;
-    for (int m = 0; m < n_mv; m++) {
-        if (!mv[m].w->q4) {
-            b[k++] = (qvk_mv){mv[m].y, mv[m].w->bf16, NULL, mv[m].n_out};
-            continue;
-        }
-        struct q4_job j = {mv[m].y, scratch, x, mv[m].w, n, n_in, mv[m].n_out, 1};
-        qvk_pool_run(pool, q4_run, &j);
-        j.widen = 0;
-        qvk_pool_run(pool, q4_run, &j);
-    }
-    if (k) qvk_linear_bf16_multi(pool, x, n, n_in, b, k, scratch);
+    qvk_q4_mv q[4];
+    int nb = 0, nq = 0;
+    for (int m = 0; m < n_mv; m++)
+        if (mv[m].w->q4)
+            q[nq++] = (qvk_q4_mv){mv[m].y, mv[m].w->q4, mv[m].w->q4_s, mv[m].w->q4_b, NULL,
+                                  mv[m].n_out};
+        else
+            b[nb++] = (qvk_mv){mv[m].y, mv[m].w->bf16, NULL, mv[m].n_out};
+    if (nq) qvk_q4_matvec_batch(pool, x, n, n_in, q, nq, scratch);
+    if (nb) qvk_linear_bf16_multi(pool, x, n, n_in, b, nb, scratch);
 }
 
 /* The caches are huge-page backed, so the prompt's rows fault in 2 MB pages the kernel zeroes

@@ -10,29 +10,6 @@
 #include "engine/voice_verify.h"
 #include "util/api.h"
 
-/* err = where NAME was looked for (qvf_voice_find's order). */
-static void not_found(const char *name, char *err, size_t es) {
-    size_t len = strlen(name), o;
-    if (strchr(name, '/') || (len > 7 && !strcmp(name + len - 7, ".qvoice")) ||
-        (len > 4 && !strcmp(name + len - 4, ".bin"))) {
-        snprintf(err, es, "%s: no such voice file", name);
-        return;
-    }
-    snprintf(err, es, "voice '%s' not found; looked for voices/%s.qvoice", name, name);
-    const char *qp = getenv("QVOICE_PATH");
-    if (!qp || !*qp) {
-        o = strlen(err);
-        snprintf(err + o, es - o, " ($QVOICE_PATH is not set)");
-    }
-    while (qp && *qp) {
-        const char *end = strchr(qp, ':');
-        int l = end ? (int)(end - qp) : (int)strlen(qp);
-        o = strlen(err);
-        if (l && o < es) snprintf(err + o, es - o, ", %.*s/%s.qvoice", l, qp, name);
-        qp = end ? end + 1 : NULL;
-    }
-}
-
 static enum qv_status voice_open(qv_voice **out, const char *path_or_name, char *err, size_t es) {
     *out = NULL;
     if (!path_or_name || !*path_or_name) {
@@ -44,9 +21,7 @@ static enum qv_status voice_open(qv_voice **out, const char *path_or_name, char 
         snprintf(err, es, "%s: out of memory", path_or_name);
         return QV_E_NOMEM;
     }
-    char e[512];
-    if (qvf_voice_find(path_or_name, v->path, sizeof v->path, e, sizeof e)) {
-        not_found(path_or_name, err, es);
+    if (qvf_voice_find(path_or_name, v->path, sizeof v->path, err, es)) {
         free(v);
         return QV_E_VOICE;
     }
@@ -146,7 +121,7 @@ void qve_voice_request(const qv_voice *v, const qv_model *m, int use_icl, qv_req
     r->speaker_vector = f->xvector;
     r->n_speaker_vector = H;
     if (!bridged && f->tpad && (int)f->tpad_hidden == H) r->text_special = f->tpad;
-    if (use_icl && m->ck->cfg.variant == QVM_VARIANT_BASE && qv_voice_has_icl(v)) {
+    if (use_icl && m->ck->cfg.variant == QVF_VARIANT_BASE && qv_voice_has_icl(v)) {
         r->ref_codes = v->codes;
         r->n_ref_frames = (int)f->n_frames;
         r->ref_text = f->transcript;

@@ -14,39 +14,10 @@
 
 #include "include/qvoice.h"
 
-/* A 16-bit mono WAV whose header sizes are rewritten after every block. */
-typedef struct {
-    FILE *f;
-    uint32_t n_samples;
-} wav;
-
-static void put32(uint8_t *p, uint32_t v) {
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> 8 * i);
-}
-
-static int wav_header(wav *w) {
-    uint8_t h[44] = "RIFF....WAVEfmt \x10\0\0\0\x01\0\x01\0........\x02\0\x10\0data....";
-    put32(h + 4, 36 + 2 * w->n_samples);
-    put32(h + 24, QV_SAMPLE_RATE_HZ);
-    put32(h + 28, 2 * QV_SAMPLE_RATE_HZ);
-    put32(h + 40, 2 * w->n_samples);
-    return fseek(w->f, 0, SEEK_SET) || fwrite(h, 1, 44, w->f) != 44 || fseek(w->f, 0, SEEK_END)
-               ? -1
-               : 0;
-}
-
-/* qv_pcm_fn: called with each new block of samples as soon as it is decoded. */
+/* qv_pcm_fn: called with each new block of samples as soon as it is decoded; the library's
+ * encoder writes it and rewrites the WAV header's length, so the file plays while it grows. */
 static int on_pcm(void *user, const float *pcm, int n) {
-    wav *w = user;
-    for (int i = 0; i < n; i++) {
-        float v = pcm[i] * 32767.0f;
-        int16_t s = (int16_t)(v > 32767.0f ? 32767 : v < -32768.0f ? -32768 : (int)v);
-        uint8_t b[2] = {(uint8_t)s, (uint8_t)((uint16_t)s >> 8)};
-        if (fwrite(b, 1, 2, w->f) != 2) return 1; /* non-zero: stop the synthesis */
-    }
-    w->n_samples += (uint32_t)n;
-    return wav_header(w) || fflush(w->f);
+    return qv_encoder_write(user, pcm, n) != QV_OK; /* non-zero: stop the synthesis */
 }
 
 int main(int argc, char **argv) {
@@ -59,10 +30,10 @@ int main(int argc, char **argv) {
     qv_model *m = NULL;
     qv_voice *v = NULL;
     qv_synth *s = NULL;
-    wav w = {0};
+    FILE *f = NULL;
+    qv_encoder *enc = NULL;
     int rc = 1;
-    if (qv_model_load(&m, argv[1]) || qv_voice_open(&v, argv[2]) ||
-        qv_voice_check(v, m, NULL)) {
+    if (qv_model_load(&m, argv[1]) || qv_voice_open(&v, argv[2]) || qv_voice_check(v, m, NULL)) {
         fprintf(stderr, "stream_wav: %s\n", qv_last_error());
         goto out;
     }
@@ -70,11 +41,15 @@ int main(int argc, char **argv) {
     p.n_threads = qv_threads_resolve(0); /* every core: the pool and the decoder thread */
     p.seed = 7;
     if (qv_synth_new(&s, m, &p)) {
-        fprintf(stderr, "stream_wav: cannot create the synthesizer\n");
+        fprintf(stderr, "stream_wav: %s\n", qv_last_error());
         goto out;
     }
-    if (!(w.f = fopen(argv[3], "wb")) || wav_header(&w)) {
+    if (!(f = fopen(argv[3], "wb"))) {
         perror(argv[3]);
+        goto out;
+    }
+    if (qv_encoder_new(&enc, QV_FORMAT_WAV, NULL, NULL, f)) {
+        fprintf(stderr, "stream_wav: %s\n", qv_last_error());
         goto out;
     }
     qv_synth_request r = qv_synth_default_request();
@@ -83,17 +58,20 @@ int main(int argc, char **argv) {
     r.instruct = instruct;
     r.max_seconds = 1.2; /* synthetic (random) weights never end by themselves */
     qv_synth_stats st = {.struct_size = sizeof st};
-    enum qv_status e = qv_synth_run(s, &r, on_pcm, &w, &st);
-    if (e) {
-        fprintf(stderr, "stream_wav: %s: %s\n", qv_strerror(e), qv_last_error());
+    enum qv_status e = qv_synth_run(s, &r, on_pcm, enc, &st);
+    const enum qv_status closed = qv_encoder_close(enc); /* the header's final length */
+    enc = NULL;
+    if (e || closed) {
+        fprintf(stderr, "stream_wav: %s: %s\n", qv_strerror(e ? e : closed), qv_last_error());
         goto out;
     }
     printf("%s: %.2f s of audio (%d frames) in %.2f s, first audio after %.2f s\n", argv[3],
            st.audio_seconds, st.n_frames, st.total_s, st.first_audio_s);
     rc = 0;
 out:
-    if (w.f && fclose(w.f)) rc = 1;
-    if (rc && w.f) remove(argv[3]);
+    qv_encoder_close(enc);
+    if (f && fclose(f)) rc = 1;
+    if (rc && f) remove(argv[3]);
     qv_synth_free(s);
     qv_voice_free(v);
     qv_model_free(m);

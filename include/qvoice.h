@@ -129,6 +129,20 @@ const char *qv_model_language(const qv_model *m, int i);
 enum qv_status qv_model_decode_codes(const qv_model *m, const int32_t *codes, int n_frames,
                                      int n_threads, float *wav);
 
+/* The codes text format (speak --dump-codes / --decode-codes): one frame per line, its 16 codes
+ * in [0, 2048) as decimal integers separated by blanks; blank lines and #-comments are skipped.
+ * qv_codes_write appends n_frames frames to f (QV_E_IO when writing fails). qv_codes_read reads
+ * path (a file or a pipe such as /dev/stdin) into *codes [*n_frames][16] (release with qv_free);
+ * QV_E_IO (unreadable), QV_E_LIMIT (over 1 GiB), QV_E_INVALID with the detail
+ * "PATH:LINE: expected 16 codes in [0, 2048)" or "PATH: no frames", QV_E_NOMEM. */
+enum qv_status qv_codes_write(FILE *f, const int32_t *codes, int n_frames);
+enum qv_status qv_codes_read(const char *path, int32_t **codes, int *n_frames);
+
+/* qv_codes_read then qv_model_decode_codes: the audio of a codes file, *pcm [*n_samples]
+ * (release with qv_free). Their statuses and details. */
+enum qv_status qv_codes_decode(const qv_model *m, const char *path, int n_threads, float **pcm,
+                               int64_t *n_samples);
+
 /* Batched streams: from this call on, sessions of m that ask for their next frame at about the
  * same time, each on its own thread, advance together in one step (up to max_streams of them,
  * at most QV_BATCH_MAX_STREAMS; 0 or 1 turns it off), so each weight matrix is read once per step
@@ -168,6 +182,18 @@ typedef struct {
  * qvoice-compress --q4 stores it (docs/compression.md; +0.3 GB for 0.6B, prefill widens q4).
  * A checkpoint already stored as q4 runs its q4 weights whatever quant says. */
 enum qv_quant { QV_QUANT_BF16, QV_QUANT_INT8, QV_QUANT_Q4 };
+
+/* The one range of each sampling parameter, for every front end (speak, the server, Python):
+ * temperature 0.001..10 (when sampling), top_k 0..100000 (0 = off), top_p (0, 1], repetition
+ * penalty 0.1..10, max_frames >= 1, n_threads 1..256. */
+#define QV_TEMPERATURE_MIN 0.001
+#define QV_TEMPERATURE_MAX 10.0
+#define QV_TOP_K_MAX 100000
+#define QV_REPETITION_PENALTY_MIN 0.1
+#define QV_REPETITION_PENALTY_MAX 10.0
+/* QV_OK, or QV_E_INVALID with the detail "FIELD: expected RANGE, found VALUE" (FIELD as in
+ * qv_params), QV_E_ABI. Sessions and syntheses check their params with it. */
+enum qv_status qv_params_check(const qv_params *p);
 
 /* The reference wrapper's fallbacks: sampling on, T 0.9, top-k 50, top-p 1, penalty 1.05,
  * code predictor T 0.9 / top-k 50 / top-p 1, max_frames 2047, 1 thread, seed 0. */
@@ -336,6 +362,8 @@ typedef struct {
                                 source model, e.g. Base): allowed only while this is the
                                 model's only qv_synth, else QV_E_UNSUPPORTED */
     int force_voice;         /* 1: use a voice that qv_voice_check calls foreign */
+    int force_instruct;      /* 1: keep instruct on the 0.6B CustomVoice model, which was not
+                                trained for it (0: dropped, stats.warning = QV_INSTRUCT_DROPPED) */
     int strict_vocab;        /* 1: refuse text a pruned vocabulary lacks (QV_E_VOCAB); 0: spell
                                 it with smaller pieces, named in stats.warning
                                 (qv_request.strict_vocab) */
@@ -363,6 +391,10 @@ typedef struct {
     int strict_markup;        /* 1: a tag the model and voice cannot honour is an error
                                  (QV_E_UNSUPPORTED); 0: a warning in stats.warning */
 } qv_synth_request;
+
+#define QV_INSTRUCT_DROPPED                                                                        \
+    "instruct ignored: the 0.6B CustomVoice model was not trained for instructions "              \
+    "(force_instruct keeps it)"
 
 /* use_icl, use_wdelta, guard, trim_lead = 1; max_chunk_chars = 200; everything else 0/NULL
  * (so audio streams). */
@@ -420,6 +452,21 @@ enum qv_status qv_synth_run(qv_synth *s, const qv_synth_request *r, qv_pcm_fn fn
 enum qv_status qv_script_to_markup(const char *script, int pause_ms, char **markup,
                                    int **line_offsets, int **line_numbers, int *n_lines);
 
+/* What a front end loads for styles and scripts (docs/markup.md), held while requests point at
+ * it: generic style directions "NAME=FILE" (the x-vector of a .qvoice or .bin, e.g. from voicefmt
+ * palette derive; strength 0.25), a style table file ("name = instruct text" lines), a dialogue
+ * script (qv_script_to_markup, 600 ms pauses). Each may be absent (0, NULL). QV_E_INVALID,
+ * QV_E_LIMIT (over 16 directions), QV_E_VOICE, QV_E_IO, QV_E_NOMEM; the detail names the file. */
+typedef struct qv_styling qv_styling;
+enum qv_status qv_styling_load(qv_styling **out, const char *const *dirs, int n_dirs,
+                               const char *table_path, const char *script_path);
+void qv_styling_apply(const qv_styling *y, qv_synth_request *r); /* style_dirs, style_table */
+const char *qv_styling_script(const qv_styling *y); /* the script as markup, or NULL */
+/* The script line a chunk at text_offset (qv_chunk_info) belongs to: its line number in the
+ * file, and *index of *n_lines spoken lines. */
+int qv_styling_script_line(const qv_styling *y, int text_offset, int *index, int *n_lines);
+void qv_styling_free(qv_styling *y); /* accepts NULL */
+
 /* A chunk (a text chunk, or one half of one split after a guard trip) that completed and passed
  * the guard, in order. codes: its frames [n_frames][16], valid during the call. verify: speaker
  * similarity of its audio to the voice (verify_model_dir), NAN when not computed or too short. */
@@ -439,6 +486,51 @@ void qv_synth_set_chunk_fn(qv_synth *s, qv_chunk_fn fn, void *user);
 /* Asks the running qv_synth_run to stop (from any thread, also a signal handler); it returns
  * QV_E_CANCELLED within about one frame. A no-op when nothing runs. */
 void qv_synth_cancel(qv_synth *s);
+
+/* speak --json's summary of a synthesis written to output: {"ok":true,"output","seconds" (wall
+ * time), "audio_seconds","rtf","frames","chunks","loudness_lufs" (when finite),"warning" (when
+ * any)}, one line (release with qv_free); NULL when out of memory or st's struct_size is not
+ * this library's (qv_last_error says which). */
+char *qv_synth_summary_json(const char *output, double seconds, const qv_synth_stats *st,
+                            double lufs);
+
+/* ==== batch jobs (docs/batch.md) ============================================================== */
+
+/* Many texts on one loaded model: each job is one line of JSON Lines, {"text", "output",
+ * "speaker" | "voice", "language", "instruct", "seed"} (text and output required; unknown fields
+ * are errors). Voices are opened once, on the first job naming them; consecutive jobs with one
+ * seed share a synthesizer. One thread at a time per qv_jobs; qv_jobs_cancel from anywhere. */
+typedef struct qv_jobs qv_jobs;
+typedef struct {
+    uint32_t struct_size;     /* sizeof(qv_jobs_options), set by qv_jobs_default_options */
+    qv_synth_request request; /* every job's request (voice use, guard, chunking, max_seconds,
+                                 force_*); its speaker, voice_path (a voice path or NAME),
+                                 language and instruct are the defaults of a job naming none */
+    double loudness_lufs;     /* each output's loudness target (qv_loudness_normalize); 0 none */
+} qv_jobs_options;
+qv_jobs_options qv_jobs_default_options(void); /* qv_synth_default_request(), loudness 0 */
+
+/* p: the params of every job (a job's seed replaces p->seed), checked by qv_params_check.
+ * QV_E_INVALID, QV_E_ABI (o's or o->request's struct_size), QV_E_NOMEM. */
+enum qv_status qv_jobs_new(qv_jobs **out, const qv_model *m, const qv_params *p,
+                           const qv_jobs_options *o);
+/* Runs the job on line line_no of a jobs file and writes its audio to its output, atomically
+ * (nothing on failure). *result_json gets the job's result line (release with qv_free):
+ * {"line","ok"} then qv_synth_summary_json's fields (and "clipped_samples" when the loudness gain
+ * clipped) or "error". A blank line is no job: QV_OK with *result_json NULL. Returns QV_OK or the
+ * job's failure (QV_E_CANCELLED after qv_jobs_cancel); qv_last_error() is then the result's
+ * "error". */
+enum qv_status qv_jobs_run_line(qv_jobs *j, int line_no, const char *line, char **result_json);
+/* Every line of in, in order, until its end or a cancelled job: fn (may be NULL) gets each job's
+ * line number, status, result line (NULL when out of memory) and error ("" when ok). Counts the
+ * jobs (blank lines are none) and the failed ones. QV_OK when every job succeeded, else the last
+ * failure's status (and qv_last_error() its error). */
+typedef void (*qv_job_fn)(void *user, int line_no, enum qv_status st, const char *result_json,
+                          const char *err);
+enum qv_status qv_jobs_run_file(qv_jobs *j, FILE *in, qv_job_fn fn, void *user, int *n_jobs,
+                                int *n_failed);
+void qv_jobs_cancel(qv_jobs *j); /* stops the running job (any thread, a signal handler) */
+void qv_jobs_free(qv_jobs *j);   /* accepts NULL */
 
 /* ==== cloning: reference audio to a voice file ================================================ */
 
@@ -519,6 +611,89 @@ enum qv_status qv_clone_xvector(const qv_cloner *c, const char *path, double max
 /* Integrated loudness (EBU R128 / ITU-R BS.1770 with gating, libebur128) of mono 24 kHz pcm in
  * LUFS; -HUGE_VAL when nothing is above the -70 LUFS absolute gate. QV_OK or QV_E_NOMEM. */
 enum qv_status qv_loudness_lufs(const float *pcm, int64_t n_samples, double *lufs);
+
+/* An output's level: scales pcm in place to an integrated loudness of target_lufs (0: leaves it
+ * as generated; else QV_LOUDNESS_MIN_LUFS..MAX: -23 is broadcast, -16 podcasts), clipping samples
+ * beyond full scale (counted in *n_clipped), and gives the result's loudness in *lufs (-HUGE_VAL
+ * when unmeasurable). QV_E_INVALID for a target out of range, QV_E_AUDIO when a target is given
+ * and there is nothing to measure (silent, or shorter than one 0.4 s block), QV_E_NOMEM; the
+ * detail says which ("loudness: ..."). */
+#define QV_LOUDNESS_MIN_LUFS (-70.0)
+#define QV_LOUDNESS_MAX_LUFS (-1.0)
+enum qv_status qv_loudness_normalize(float *pcm, int64_t n_samples, double target_lufs,
+                                     int64_t *n_clipped, double *lufs);
+
+/* ==== audio out: the one encoder ============================================================= */
+
+/* Output formats of 24 kHz mono audio: name (also the file extension) and MIME type. WAV and PCM
+ * are 16-bit (PCM raw s16le) and can stream; FLAC is 16-bit; Ogg Vorbis, Opus and MP3 depend on
+ * how libsndfile was built (qv_format_writable). */
+#define QV_FORMAT_LIST(X)                                                                          \
+    X(QV_FORMAT_WAV, "wav", "audio/wav")                                                           \
+    X(QV_FORMAT_PCM, "pcm", "audio/pcm")                                                           \
+    X(QV_FORMAT_FLAC, "flac", "audio/flac")                                                        \
+    X(QV_FORMAT_OGG, "ogg", "audio/ogg")                                                           \
+    X(QV_FORMAT_OPUS, "opus", "audio/ogg")                                                         \
+    X(QV_FORMAT_MP3, "mp3", "audio/mpeg")
+#define QV_FORMAT_ENUM_(id, name, mime) id,
+enum qv_format { QV_FORMAT_LIST(QV_FORMAT_ENUM_) QV_FORMAT_COUNT };
+#undef QV_FORMAT_ENUM_
+#define QV_FORMAT_NAMES "wav, pcm, flac, ogg, opus or mp3" /* for error texts */
+
+int qv_format_parse(const char *name);   /* enum qv_format by name (any case), or -1 */
+int qv_format_of_path(const char *path); /* by the file's extension, or -1 */
+const char *qv_format_name(int format);  /* static; NULL out of range */
+const char *qv_format_mime(int format);  /* static; NULL out of range */
+int qv_format_writable(int format);      /* 1 when this build can write it */
+int qv_format_progressive(int format);   /* 1 for WAV and PCM: written as it comes */
+
+/* The one float -> 16-bit conversion: each sample clamped to [-1, 1], x * 32767 rounded to
+ * nearest, little-endian into out[2 * n]. */
+void qv_pcm_s16le(const float *pcm, int64_t n, uint8_t *out);
+/* The 44-byte header of a 16-bit mono 24 kHz WAV of n_samples; n_samples < 0 (or more than a RIFF
+ * size holds): unknown length, as a stream writes it. */
+#define QV_WAV_HEADER_BYTES 44
+void qv_wav_header(uint8_t out[QV_WAV_HEADER_BYTES], int64_t n_samples);
+
+/* A whole file of format from pcm[n_samples] (24 kHz mono) into *out (release with qv_free),
+ * *n_bytes long. QV_E_INVALID, QV_E_UNSUPPORTED (this build cannot write the format), QV_E_NOMEM,
+ * QV_E_LIMIT, QV_E_IO (the codec failed); the detail names the format. */
+enum qv_status qv_audio_encode(int format, const float *pcm, int64_t n_samples, uint8_t **out,
+                               size_t *n_bytes);
+/* qv_audio_encode into the stream f (flushed; e.g. stdout). Its statuses, or QV_E_IO. */
+enum qv_status qv_audio_write_stream(FILE *f, int format, const float *pcm, int64_t n_samples);
+/* qv_audio_encode into path, written atomically (qv_outfile). Its statuses, or QV_E_IO; the
+ * detail is "PATH: problem". */
+enum qv_status qv_audio_write(const char *path, int format, const float *pcm, int64_t n_samples);
+
+/* A growing buffer of samples, for output that needs the whole audio first (a one-shot file,
+ * loudness): qv_pcm_collect is a qv_pcm_fn with user = a qv_pcm_buffer zeroed but for its
+ * struct_size (the caller sets it: {.struct_size = sizeof b}); it returns 1 (stop) and sets failed
+ * when out of memory or given another struct_size (qv_last_error says which). Release pcm with
+ * qv_free. */
+typedef struct {
+    uint32_t struct_size; /* sizeof(qv_pcm_buffer), set by the caller */
+    float *pcm;
+    int64_t n, cap;
+    int failed;
+} qv_pcm_buffer;
+int qv_pcm_collect(void *user, const float *pcm, int n_samples);
+
+/* A stream of WAV or PCM, written block by block as audio arrives (a WAV starts with a header of
+ * unknown length). The sink is either fn (each qv_encoder_write calls it once with the block:
+ * the first WAV block carries the header) or file: a seekable file gets the header rewritten with
+ * the length so far after each block (playable while it grows, complete at the end). One thread at
+ * a time. QV_E_UNSUPPORTED for other formats, QV_E_INVALID, QV_E_NOMEM. Every failure of these
+ * three leaves its detail for qv_last_error(). */
+typedef int (*qv_write_fn)(void *user, const void *data, size_t n_bytes); /* 0 ok */
+typedef struct qv_encoder qv_encoder;
+enum qv_status qv_encoder_new(qv_encoder **out, int format, qv_write_fn fn, void *user,
+                              FILE *file);
+/* Converts and writes one block. QV_E_IO when the sink failed, QV_E_NOMEM. */
+enum qv_status qv_encoder_write(qv_encoder *e, const float *pcm, int n_samples);
+/* Ends the stream (an empty WAV still gets its header) and frees e; accepts NULL. QV_E_IO when
+ * that last write failed. Does not close file. */
+enum qv_status qv_encoder_close(qv_encoder *e);
 
 /* ==== files ================================================================================== */
 

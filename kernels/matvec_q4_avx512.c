@@ -8,9 +8,12 @@
  * load, and the next eight (contiguous) are prefetched into L2 as one linear stream, as in
  * matvec_q8_avx512.c (interleaved per-row prefetches into L1 left the kernel waiting on its
  * loads). An odd last group goes through the one-group form (32 bytes broadcast to both halves,
- * upper half shifted by 4).
+ * upper half shifted by 4). Several vectors (prefill, batched streams) go four rows × up to four
+ * vectors per block, each row's nibbles unpacked once for all of them, with per (row, vector) the
+ * same operations in the same order: the same bits as one vector at a time.
  */
 #include <immintrin.h>
+#include <string.h>
 
 #include "kernels/kernels_impl.h"
 #include "kernels/q4_impl.h"
@@ -72,10 +75,11 @@ static inline __m512i dot_pair(const uint8_t *p, __m512i xe, __m512i xo) {
     return _mm512_dpbusd_epi32(d, _mm512_and_si512(_mm512_srli_epi16(v, 4), m), xo);
 }
 
-/* NR rows from r through the pair layout xp (and xlast, an odd last group). */
+/* NR rows from r through the pair layout xp (and xlast, an odd last group); pf: prefetch the
+ * next block (the first x of a batch only: the others find it in cache). */
 static inline __attribute__((always_inline)) void
 rows_block(int NR, const qvk_q4_mv *mv, const int8_t *restrict xp, __m512i xlast,
-           const float *restrict xs, const float *restrict xsum, int r, int n_in) {
+           const float *restrict xs, const float *restrict xsum, int r, int n_in, int pf) {
     const int n_g = n_in / G, n_p = n_g / 2;
     const size_t rb = (size_t)n_in / 2; /* bytes per row */
     const uint8_t *q0 = mv->q + (size_t)r * rb;
@@ -89,7 +93,7 @@ rows_block(int NR, const qvk_q4_mv *mv, const int8_t *restrict xp, __m512i xlast
         f[k] = _mm512_setzero_ps();
     }
     for (int p = 0; p < n_p; p++) {
-        if (NR > 1) qvk_prefetch_l2(next + (size_t)p * NR * 2 * GB, NR * 2 * GB);
+        if (NR > 1 && pf) qvk_prefetch_l2(next + (size_t)p * NR * 2 * GB, NR * 2 * GB);
         const __m512i xe = _mm512_load_si512((const void *)(xp + 2 * p * G));
         const __m512i xo = _mm512_load_si512((const void *)(xp + 2 * p * G + G));
 #pragma GCC unroll 8
@@ -111,22 +115,126 @@ rows_block(int NR, const qvk_q4_mv *mv, const int8_t *restrict xp, __m512i xlast
     }
 }
 
+void qvk_q4_pair_layout_avx512(int8_t *restrict xq, int n_x, int n_in) {
+    const int n_g = n_in / G;
+    for (int k = 0; k < n_x; k++)
+        for (int p = 0; p < n_g / 2; p++) {
+            int8_t *x = xq + (size_t)k * n_in + 2 * p * G;
+            __m512i a = _mm512_load_si512((const void *)x);
+            __m512i c = _mm512_load_si512((const void *)(x + G));
+            _mm512_store_si512((void *)x, _mm512_shuffle_i64x2(a, c, 0x44));
+            _mm512_store_si512((void *)(x + G), _mm512_shuffle_i64x2(a, c, 0xee));
+        }
+}
+
+/* NR rows × NX vectors from row r (the prefill, batched streams): each row's nibbles are
+ * unpacked once per pair of groups for all NX vectors. Per (row, vector) the operations and their
+ * order are rows_block's (the same row_scales, dot_pair, FMA chain and reduction), so each result
+ * is the one-vector kernel's bits. cs: [NR·NX][QVK_Q4_MAX_IN / G], 64-byte aligned. */
+static inline __attribute__((always_inline)) void
+block_nx(int NR, int NX, const qvk_q4_mv *mv, const int8_t *restrict xp, const __m512i *xlast,
+         const float *restrict xs, const float *restrict xsum, int r, int n_in, float *restrict cs) {
+    enum { MG = QVK_Q4_MAX_IN / G };
+    const int n_g = n_in / G, n_p = n_g / 2;
+    const size_t rb = (size_t)n_in / 2;
+    const uint8_t *q0 = mv->q + (size_t)r * rb;
+    const char *next = (const char *)(q0 + (size_t)NR * rb);
+    const __m512i m = _mm512_set1_epi8(15);
+    __m512 f[4][4], c[4][4];
+#pragma GCC unroll 4
+    for (int k = 0; k < NR; k++)
+#pragma GCC unroll 4
+        for (int x = 0; x < NX; x++) {
+            c[k][x] = row_scales(cs + (k * NX + x) * MG, mv->s + (size_t)(r + k) * n_g,
+                                 mv->b + (size_t)(r + k) * n_g, xs + (size_t)x * n_g,
+                                 xsum + (size_t)x * n_g, n_g);
+            f[k][x] = _mm512_setzero_ps();
+        }
+    for (int p = 0; p < n_p; p++) {
+        if (NR > 1) qvk_prefetch_l2(next + (size_t)p * NR * 2 * GB, NR * 2 * GB);
+#pragma GCC unroll 4
+        for (int k = 0; k < NR; k++) {
+            const __m512i v = _mm512_loadu_si512((const void *)(q0 + k * rb + (size_t)p * 2 * GB));
+            const __m512i lo = _mm512_and_si512(v, m);
+            const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m);
+    #pragma GCC unroll 4
+        for (int x = 0; x < NX; x++) {
+                const int8_t *xx = xp + (size_t)x * n_in + 2 * p * G;
+                __m512i d = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo,
+                                                _mm512_load_si512((const void *)xx));
+                d = _mm512_dpbusd_epi32(d, hi, _mm512_load_si512((const void *)(xx + G)));
+                f[k][x] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d),
+                                          pair_scale(cs + (k * NX + x) * MG + 2 * p), f[k][x]);
+            }
+        }
+    }
+    if (n_g & 1)
+    #pragma GCC unroll 4
+    for (int k = 0; k < NR; k++)
+    #pragma GCC unroll 4
+        for (int x = 0; x < NX; x++) {
+                __m512i d = dot_one(q0 + k * rb + (size_t)(n_g - 1) * GB, xlast[x]);
+                f[k][x] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d),
+                                          _mm512_set1_ps(cs[(k * NX + x) * MG + n_g - 1]), f[k][x]);
+            }
+#pragma GCC unroll 4
+    for (int k = 0; k < NR; k++)
+#pragma GCC unroll 4
+        for (int x = 0; x < NX; x++) {
+            const float y = _mm512_reduce_add_ps(_mm512_add_ps(f[k][x], c[k][x]));
+            mv->y[(size_t)x * mv->n_out + r + k] = mv->bias ? y + mv->bias[r + k] : y;
+        }
+}
+
+/* Rows [r0, r1) for NX (1..4) vectors: four rows at a time, then one. */
+static inline __attribute__((always_inline)) void
+blocks(int NX, const qvk_q4_mv *mv, const int8_t *restrict xp, const __m512i *xlast,
+       const float *restrict xs, const float *restrict xsum, int r0, int r1, int n_in,
+       float *restrict cs) {
+    int r = r0;
+    for (; r + 4 <= r1; r += 4)
+        block_nx(4, NX, mv, xp, xlast, xs, xsum, r, n_in, cs);
+    for (; r < r1; r++)
+        block_nx(1, NX, mv, xp, xlast, xs, xsum, r, n_in, cs);
+}
+
+/* One vector: eight rows at a time (the decode path). Several: block_nx, four rows × up to four
+ * vectors per block. */
+void qvk_q4_rows_batch_avx512(const qvk_q4_mv *mv, const int8_t *restrict xp,
+                              const float *restrict xs, const float *restrict xsum, int n_x, int r0,
+                              int r1, int n_in) {
+    const int n_g = n_in / G;
+    __m512i xlast[QVK_Q4_BATCH_MAX_X];
+    for (int k = 0; k < n_x; k++)
+        xlast[k] = n_g & 1 ? _mm512_load_si512((const void *)(xp + (size_t)k * n_in + (n_g - 1) * G))
+                           : _mm512_setzero_si512();
+    if (n_x == 1) {
+        int r = r0;
+        for (; r + ROWS <= r1; r += ROWS)
+            rows_block(ROWS, mv, xp, xlast[0], xs, xsum, r, n_in, 1);
+        for (; r < r1; r++)
+            rows_block(1, mv, xp, xlast[0], xs, xsum, r, n_in, 0);
+        return;
+    }
+    _Alignas(64) float cs[4 * 4 * (QVK_Q4_MAX_IN / G)];
+    for (int x0 = 0; x0 < n_x; x0 += 4) {
+        qvk_q4_mv m = *mv;
+        m.y = mv->y + (size_t)x0 * mv->n_out;
+        const int8_t *xq = xp + (size_t)x0 * n_in;
+        const float *xs_ = xs + (size_t)x0 * n_g, *xsum_ = xsum + (size_t)x0 * n_g;
+        const __m512i *xl = xlast + x0;
+        switch (n_x - x0 < 4 ? n_x - x0 : 4) {
+        case 1: blocks(1, &m, xq, xl, xs_, xsum_, r0, r1, n_in, cs); break;
+        case 2: blocks(2, &m, xq, xl, xs_, xsum_, r0, r1, n_in, cs); break;
+        case 3: blocks(3, &m, xq, xl, xs_, xsum_, r0, r1, n_in, cs); break;
+        default: blocks(4, &m, xq, xl, xs_, xsum_, r0, r1, n_in, cs); break;
+        }
+    }
+}
 void qvk_q4_rows_avx512(const qvk_q4_mv *mv, const int8_t *restrict xq, const float *restrict xs,
                         const float *restrict xsum, int r0, int r1, int n_in) {
-    const int n_g = n_in / G;
-    /* x re-laid per pair: [even g | even g+1 | odd g | odd g+1] */
     _Alignas(64) int8_t xp[QVK_Q4_MAX_IN];
-    for (int p = 0; p < n_g / 2; p++) {
-        __m512i a = _mm512_load_si512((const void *)(xq + 2 * p * G));
-        __m512i c = _mm512_load_si512((const void *)(xq + (2 * p + 1) * G));
-        _mm512_store_si512((void *)(xp + 2 * p * G), _mm512_shuffle_i64x2(a, c, 0x44));
-        _mm512_store_si512((void *)(xp + 2 * p * G + G), _mm512_shuffle_i64x2(a, c, 0xee));
-    }
-    const __m512i xlast = n_g & 1 ? _mm512_load_si512((const void *)(xq + (n_g - 1) * G))
-                                  : _mm512_setzero_si512();
-    int r = r0;
-    for (; r + ROWS <= r1; r += ROWS)
-        rows_block(ROWS, mv, xp, xlast, xs, xsum, r, n_in);
-    for (; r < r1; r++)
-        rows_block(1, mv, xp, xlast, xs, xsum, r, n_in);
+    memcpy(xp, xq, (size_t)n_in);
+    qvk_q4_pair_layout_avx512(xp, 1, n_in);
+    qvk_q4_rows_batch_avx512(mv, xp, xs, xsum, 1, r0, r1, n_in);
 }

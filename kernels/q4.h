@@ -46,6 +46,18 @@ typedef struct {
 void qvk_q4_matvec_multi(qvk_pool *pool, const float *restrict x, int n_in, const qvk_q4_mv *mv,
                          int n_mv);
 
+/* Several vectors x [n_x, n_in] through the same matrices, each mv.y being [n_x, n_out] (the
+ * prefill's linears, the batched frame step): each x_k prepared on its own, every y_k
+ * bit-identical to qvk_q4_matvec_multi of x_k alone; a block of rows is read from memory once
+ * for up to QVK_Q4_BATCH_MAX_X vectors. scratch: qvk_q4_batch_scratch(n_x, n_in) bytes, 64-byte
+ * aligned; or NULL, then the vectors are prepared on the stack QVK_Q4_BATCH_MAX_IN bytes at a
+ * time (the matrices read once per such share). n_mv <= 4. */
+#define QVK_Q4_BATCH_MAX_IN 65536
+#define QVK_Q4_BATCH_MAX_X 16
+size_t qvk_q4_batch_scratch(int n_x, int n_in);
+void qvk_q4_matvec_batch(qvk_pool *pool, const float *restrict x, int n_x, int n_in,
+                         const qvk_q4_mv *mv, int n_mv, void *scratch);
+
 /* The pieces, for tests: x -> xq[n_in] (de-interleaved int8, 64-byte aligned), xs and
  * xsum[n_in / 64]; one row
  * range through the variant "scalar", "avx2" or "avx512" (NULL = the one in use), -1 if that

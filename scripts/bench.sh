@@ -44,37 +44,101 @@ speak_med() {
 # clock including load; runs interleaved (ours, theirs, ours, ...) so both see the same machine.
 # It has no --ignore-eos: the lighthouse text keeps it from stopping before 100 frames, and
 # every run's frame count is checked (WAV of 100 x 1920 samples).
-vs_run() { # engine quant -> "wall_s maxrss_kb samples"
+vs_run() { # engine quant [model] -> "wall_s maxrss_kb samples"; ours reads model (default $CV)
     rm -f "$TMP/vs.wav"
     if [ "$1" = ours ]; then
-        /usr/bin/time -f "%e %M" -o "$TMP/vs.time" bin/speak -m "$CV" -s "$SPEAKER" -l english \
+        /usr/bin/time -f "%e %M" -o "$TMP/vs.time" bin/speak -m "${3:-$CV}" -s "$SPEAKER" -l english \
             -t "$TEXT" -j "$J" --seed 42 --max-frames 100 --ignore-eos --no-guard --no-chunk \
             --quant "$2" -o "$TMP/vs.wav" 2>/dev/null
     else
-        i8=""; [ "$2" = int8 ] && i8=--int8
+        fl=""; [ "$2" = int8 ] && fl=--int8; [ "$2" = q4 ] && fl=--int4
         (cd "$TMP/neutral" && /usr/bin/time -f "%e %M" -o "$TMP/vs.time" "$QVOICE_REF_ENGINE" \
-            -d "$CV" -s "$SPEAKER" -l English -j "$J" --seed 42 --max-tokens 100 $i8 --text "$TEXT" \
+            -d "$CV" -s "$SPEAKER" -l English -j "$J" --seed 42 --max-tokens 100 $fl --text "$TEXT" \
             -o "$TMP/vs.wav" >/dev/null 2>&1)
     fi
     echo "$(cat "$TMP/vs.time") $(( ($(stat -c %s "$TMP/vs.wav" 2>/dev/null || echo 44) - 44) / 2 ))"
+}
+# vs_row LABEL QUANT [MODEL]: one row, runs interleaved; QUANT q4 is the pure-C engine's --int4
+vs_row() {
+    : >"$TMP/vs.ours"; : >"$TMP/vs.ref"; i=0
+    while [ $i -lt "$RUNS" ]; do
+        vs_run ours "$2" ${3:-} >>"$TMP/vs.ours"; vs_run ref "$2" >>"$TMP/vs.ref"; i=$((i + 1))
+    done
+    bad=$(cat "$TMP/vs.ours" "$TMP/vs.ref" | awk '$3 != 192000' | wc -l)
+    o=$(awk '{print $1}' "$TMP/vs.ours" | median); r=$(awk '{print $1}' "$TMP/vs.ref" | median)
+    om=$(awk '{print $2}' "$TMP/vs.ours" | sort -n | tail -1); rm_=$(awk '{print $2}' "$TMP/vs.ref" | sort -n | tail -1)
+    awk -v q="$1" -v o="$o" -v r="$r" -v om="$om" -v rm="$rm_" -v bad="$bad" 'BEGIN {
+        printf "| %s: wall s (RTF), peak RSS | %.2f (%.2f), %d MB | %.2f (%.2f), %d MB | %.2fx%s |\n",
+            q, o, o / 8, om / 1024, r, r / 8, rm / 1024, r / o, bad ? " (some run not 100 frames!)" : "" }'
 }
 vs_table() {
     mkdir -p "$TMP/neutral"
     echo "| 100 frames, wall incl. load (median of $RUNS) | qvoice | pure-C engine | speed-up |"
     echo "|---|---|---|---|"
-    for q in bf16 int8; do
-        : >"$TMP/vs.ours"; : >"$TMP/vs.ref"; i=0
-        while [ $i -lt "$RUNS" ]; do
-            vs_run ours $q >>"$TMP/vs.ours"; vs_run ref $q >>"$TMP/vs.ref"; i=$((i + 1))
-        done
-        bad=$(cat "$TMP/vs.ours" "$TMP/vs.ref" | awk '$3 != 192000' | wc -l)
-        o=$(awk '{print $1}' "$TMP/vs.ours" | median); r=$(awk '{print $1}' "$TMP/vs.ref" | median)
-        om=$(awk '{print $2}' "$TMP/vs.ours" | sort -n | tail -1); rm_=$(awk '{print $2}' "$TMP/vs.ref" | sort -n | tail -1)
-        awk -v q=$q -v o="$o" -v r="$r" -v om="$om" -v rm="$rm_" -v bad="$bad" 'BEGIN {
-            printf "| %s: wall s (RTF), peak RSS | %.2f (%.2f), %d MB | %.2f (%.2f), %d MB | %.2fx%s |\n",
-                q, o, o / 8, om / 1024, r, r / 8, rm / 1024, r / o, bad ? " (some run not 100 frames!)" : "" }'
-    done
+    vs_row bf16 bf16
+    vs_row int8 int8
 }
+
+# The 1.7B CustomVoice (the instruct model): bf16, the int8 and q4 views (--quant, mapped from
+# the prepared cache after the first run) and the fully compressed 4-bit directory, made once
+# beside the model (qvoice-compress --q4 --strip-encoder --decoder-f16); then the same side by
+# side with the pure-C engine (its --int4 beside our 4-bit directory).
+bench_17b() {
+    CV=$(cd "$CACHE" && pwd)/q17b-cv
+    CVQ=$CV-q4
+    [ -d "$CVQ" ] || bin/qvoice-compress "$CV" -o "$CVQ" --q4 --strip-encoder --decoder-f16 -j "$J" >/dev/null
+    SPEAKER=$(bin/speak -m "$CV" --list-speakers | awk 'NR==1{print $1}')
+    for c in bf16 int8 q4 dir; do
+        if [ $c = dir ]; then m=$CVQ; q=bf16; else m=$CV; q=$c; fi
+        build/bench/bench_speak "$m" "$J" 30 "$RUNS" $([ $c = dir ] && echo q4 || echo $c) >"$TMP/17.$c"
+        CV=$m
+        set -- $(speak_med 100 $q "" "$RUNS"); echo "rtf100 $1" >>"$TMP/17.$c"
+        echo "cpu100 $2" >>"$TMP/17.$c"; echo "rss100 $(($3 / 1024))" >>"$TMP/17.$c"
+        if [ $c != bf16 ]; then set -- $(speak_med 300 $q "" 1); echo "rtf300 $1" >>"$TMP/17.$c"; fi
+        echo "ttfa $(build/bench/bench_ttfa "$RUNS" bin/speak -m "$m" -s "$SPEAKER" -l english -t "$TEXT" \
+            -j "$J" --seed 42 --max-frames 20 --no-guard --stream --quant $q | ttfa)" >>"$TMP/17.$c"
+        CV=$(cd "$CACHE" && pwd)/q17b-cv
+    done
+    row() { # LABEL KEY [SUFFIX]
+        printf '| %s |' "$1"
+        for c in bf16 int8 q4 dir; do printf ' %s%s |' "$(key "$2" "$TMP/17.$c")" "${3:-}"; done
+        echo
+    }
+    echo
+    echo "model: full-size synthetic 1.7B CustomVoice ($CV), 4-bit directory $CVQ, medians of $RUNS runs, load average $(uptime | sed 's/.*load average: //')"
+    echo "| 1.7B | bf16 | int8 (--quant int8) | q4 (--quant q4) | 4-bit directory |"
+    echo "|---|---|---|---|---|"
+    row "model load (mmap + decoder mapped), s" load_s
+    row "start-up: view quantized / mapped from the cache, wall ms" quantize_ms
+    row "  (mapped)" quantize_mapped_ms
+    row "prefill, 40-token text, wall ms" prefill_ms
+    row "frame (talker + code predictor), wall ms" frame_ms
+    row "frame, CPU ms" frame_cpu_ms
+    row "talker per frame, wall ms" talker_ms
+    row "  weights read per frame, GB" talker_gb_per_frame
+    row "  achieved, GB/s" talker_gbs
+    row "code predictor per frame, wall ms" cp_ms
+    row "  weights read per frame, GB" cp_gb_per_frame
+    row "  achieved, GB/s" cp_gbs
+    row "RTF 100 frames, -o file (wall incl. load)" rtf100
+    row "CPU s, 100 frames" cpu100
+    row "RTF 300 frames, -o file (1 run)" rtf300
+    row "time to first audio (speak --stream), s" ttfa
+    row "peak RSS, 100 frames, MB" rss100
+    if [ -n "${QVOICE_REF_ENGINE:-}" ]; then
+        echo
+        echo "side by side with the pure-C engine ($QVOICE_REF_ENGINE), same run, 1.7B CustomVoice, $J threads"
+        mkdir -p "$TMP/neutral"
+        echo "| 100 frames, wall incl. load (median of $RUNS) | qvoice | pure-C engine | speed-up |"
+        echo "|---|---|---|---|"
+        vs_row bf16 bf16
+        vs_row int8 int8
+        vs_row "4-bit directory vs --int4" q4 "$CVQ"
+    fi
+}
+ttfa() { sed -n 's/^ttfa \([0-9.]*\) s.*/\1/p'; }
+# QV_BENCH_MODELS: which models (default "0.6b 1.7b")
+case " ${QV_BENCH_MODELS:-0.6b 1.7b} " in *" 0.6b "*) ;; *) bench_17b; exit 0 ;; esac
 
 SPEAKER=$(bin/speak -m "$CV" --list-speakers | awk 'NR==1{print $1}')
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
@@ -108,7 +172,6 @@ hidden_o=$(hidden_of "$b100")
 # time to first audio as a user sees it: process start -> first PCM byte of speak --stream on
 # stdout (warm page cache: bench_ttfa runs once unmeasured first); beside it, when
 # QVOICE_REF_ENGINE names the pure-C engine's binary (built outside this repo), its --stdout mode
-ttfa() { sed -n 's/^ttfa \([0-9.]*\) s.*/\1/p'; }
 ours=$(build/bench/bench_ttfa "$RUNS" bin/speak -m "$CV" -s "$SPEAKER" -l english -t "$TEXT" -j "$J" \
     --seed 42 --max-frames 20 --no-guard --stream | ttfa)
 ours8=$(build/bench/bench_ttfa "$RUNS" bin/speak -m "$CV" -s "$SPEAKER" -l english -t "$TEXT" -j "$J" \
@@ -169,3 +232,4 @@ if [ -n "${QVOICE_REF_ENGINE:-}" ]; then
 else
     echo "(set QVOICE_REF_ENGINE to the pure-C engine's binary for the side-by-side table)"
 fi
+case " ${QV_BENCH_MODELS:-0.6b 1.7b} " in *" 1.7b "*) bench_17b ;; esac

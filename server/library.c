@@ -15,6 +15,7 @@
 
 #include "server/server_impl.h"
 #include "util/fileio.h"
+#include "util/sha256.h"
 #include "voicefmt/qvf.h"
 
 typedef struct {
@@ -53,7 +54,6 @@ static int id_of(const char *fname, char id[65]) {
 static cJSON *describe(const char *id, const qvf_voice *v, const struct stat *st) {
     cJSON *o = cJSON_CreateObject();
     const char *name = qvf_meta_get(v, "name"), *lang = qvf_meta_get(v, "language");
-    static const char *const variants[] = {"unknown", "base", "custom_voice", "voice_design"};
     cJSON_AddStringToObject(o, "id", id);
     cJSON_AddStringToObject(o, "object", "voice");
     cJSON_AddStringToObject(o, "name", name ? name : "");
@@ -65,8 +65,7 @@ static cJSON *describe(const char *id, const qvf_voice *v, const struct stat *st
     cJSON_AddBoolToObject(o, "has_icl", v->n_frames > 0 && v->transcript);
     cJSON_AddNumberToObject(o, "icl_seconds", v->n_frames / QV_FRAME_RATE_HZ);
     cJSON_AddBoolToObject(o, "has_wdelta", v->has_wdelta);
-    cJSON_AddStringToObject(o, "source_variant",
-                            v->source.variant < 4 ? variants[v->source.variant] : "invalid");
+    cJSON_AddStringToObject(o, "source_variant", qvf_variant_name(v->source.variant));
     const char *consent = qvf_meta_get(v, "consent");
     cJSON_AddBoolToObject(o, "consent", consent && consent[0]);
     return o;
@@ -262,12 +261,11 @@ int qvs_library_add(qv_server *s, const api_key *k, const uint8_t *b, size_t n, 
                     char id[65], cJSON **desc, char *why, size_t ws) {
     uint8_t h[32];
     char dst[4096], err[256];
-    if (qvf_sha256(b, n, h)) {
+    if (qvu_sha256(b, n, h)) {
         snprintf(why, ws, "cannot hash the voice");
         return 500;
     }
-    for (int i = 0; i < 32; i++)
-        snprintf(id + 2 * i, 3, "%02x", h[i]);
+    qvu_sha256_hex(h, id);
     struct library *L = s->lib;
     int status = 0;
     pthread_mutex_lock(&L->mu);

@@ -31,16 +31,18 @@ static void usage(const qv_server_config *d) {
            "                  [--max-seconds S] [--max-text-chars N] [--max-upload-mb N]\n"
            "                  [--timeout S] [--receive-timeout S] [--max-connections N]\n"
            "                  [--max-connections-per-ip N] [--probe-listen HOST:PORT]\n"
-           "                  [--max-voices N] [--max-library-mb N] [--ref-audio-dir DIR]\n"
-           "                  [--ref-cache-mb N]\n"
+           "                  [--max-voices N] [--max-library-mb N] [--no-studio]\n"
+           "                  [--ref-audio-dir DIR] [--ref-cache-mb N]\n"
            "    qvoice-server --help | --version\n"
            "\n"
            "DESCRIPTION\n"
            "    Serves POST /v1/audio/speech (OpenAI's fields; stream_format audio or sse), the\n"
            "    voice library GET/POST /v1/audio/voices and GET/DELETE /v1/audio/voices/{id},\n"
-           "    and GET /health, /ready, /metrics (docs/server.md). Models are loaded once and\n"
-           "    shared by all syntheses. One line per request goes to stderr. SIGTERM or SIGINT\n"
-           "    stops accepting connections, lets requests in flight finish (up to %d s), exits 0.\n"
+           "    GET /health, /ready, /metrics, and the studio, a page to speak, clone and manage\n"
+           "    voices in a browser, at GET / (docs/server.md, docs/studio.md). Models are loaded\n"
+           "    once and shared by all syntheses. One line per request goes to stderr. SIGTERM or\n"
+           "    SIGINT stops accepting connections, lets requests in flight finish (up to %d s),\n"
+           "    exits 0.\n"
            "\n"
            "OPTIONS\n"
            "    -m, --model DIR         a model to serve (repeatable; the first is the default;\n"
@@ -81,6 +83,7 @@ static void usage(const qv_server_config *d) {
            "                            file inside DIR (default: file:// refused)\n"
            "    -e, --ref-cache-mb N    bytes of per-request reference voices kept, least\n"
            "                            recently used evicted (default %d)\n"
+           "    -S, --no-studio         do not serve the studio page (GET / answers 404)\n"
            "    -h, --help              this text\n"
            "    -V, --version           version\n"
            "\n"
@@ -147,13 +150,14 @@ int main(int argc, char **argv) {
         {"max-connections", required_argument, 0, 'M'},
         {"max-connections-per-ip", required_argument, 0, 'P'},
         {"probe-listen", required_argument, 0, 'p'}, {"max-voices", required_argument, 0, 'N'},
-        {"max-library-mb", required_argument, 0, 'L'}, {"ref-audio-dir", required_argument, 0, 'r'},
-        {"ref-cache-mb", required_argument, 0, 'e'}, {"help", no_argument, 0, 'h'},
+        {"max-library-mb", required_argument, 0, 'L'}, {"no-studio", no_argument, 0, 'S'},
+        {"ref-audio-dir", required_argument, 0, 'r'}, {"ref-cache-mb", required_argument, 0, 'e'},
+        {"help", no_argument, 0, 'h'},
         {"version", no_argument, 0, 'V'},           {0, 0, 0, 0}};
     int o;
     char *end;
     opterr = 0;
-    while ((o = getopt_long(argc, argv, ":m:v:c:l:k:j:C:q:B:Q:s:n:u:T:R:M:P:p:N:L:r:e:hV", opts, NULL)) != -1) {
+    while ((o = getopt_long(argc, argv, ":m:v:c:l:k:j:C:q:B:Q:s:n:u:T:R:M:P:p:N:L:Sr:e:hV", opts, NULL)) != -1) {
         switch (o) {
         case 'm':
             if (c.n_models == MAX_MODELS) return usage_error("-m: at most %s models", "8");
@@ -229,6 +233,7 @@ int main(int argc, char **argv) {
             if (int_arg(optarg, 0, 1 << 30, &c.max_library_mb))
                 return usage_error("--max-library-mb: expected 0..1073741824, found '%s'", optarg);
             break;
+        case 'S': c.no_studio = 1; break;
         case 'h': usage(&c); return 0;
         case 'V': printf(TOOL " %s\n", qv_version()); return 0;
         case ':': return usage_error("%s needs an argument", argv[optind - 1]);

@@ -56,6 +56,7 @@ typedef struct {
     const char *probe_listen;    /* "HOST:PORT" of a second listener serving only /health,
                                     /ready and /metrics with a budget of its own, answerable
                                     while listen's connections are all taken; NULL: none */
+    int no_studio;               /* 1: no studio page (GET / and /studio/ answer 404) */
     void (*log)(void *user, const char *line); /* one line, no newline; NULL: silent */
     void *log_user;
 } qv_server_config;

@@ -6,7 +6,6 @@
  */
 #include <errno.h>
 #include <limits.h>
-#include <openssl/evp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +15,7 @@
 
 #include "server/server_impl.h"
 #include "util/fileio.h"
+#include "util/sha256.h"
 
 typedef struct ref_entry {
     uint8_t key[32];
@@ -161,26 +161,6 @@ static ref_entry *insert(struct refcache *rc, const uint8_t key[32], qv_voice *v
 
 /* ==== references ============================================================================= */
 
-/* Standard base64 (white space skipped) into a malloc'd buffer; -1 when not base64. */
-static int base64_decode(const char *in, size_t n, uint8_t **out, size_t *n_out) {
-    char *clean = malloc(n + 4);
-    size_t k = 0;
-    if (!clean) return -1;
-    for (size_t i = 0; i < n; i++)
-        if (!strchr(" \t\r\n", in[i])) clean[k++] = in[i];
-    int pad = (k > 0 && clean[k - 1] == '=') + (k > 1 && clean[k - 2] == '=');
-    uint8_t *b = k % 4 || !k ? NULL : malloc(k / 4 * 3 + 1);
-    int got = b ? EVP_DecodeBlock(b, (const unsigned char *)clean, (int)k) : -1;
-    free(clean);
-    if (got < 0 || (size_t)got < (size_t)pad) {
-        free(b);
-        return -1;
-    }
-    *out = b;
-    *n_out = (size_t)got - (size_t)pad;
-    return 0;
-}
-
 /* file://PATH inside cfg.ref_audio_dir (after resolving links), read whole up to max bytes. */
 static int read_allowed_file(qv_server *s, const char *url, size_t max, uint8_t **out,
                              size_t *n_out, verdict *w) { /* replies never echo the path */
@@ -223,28 +203,25 @@ static int ref_bytes(qv_server *s, const char *a, uint8_t **out, size_t *n, verd
     if (strlen(b64) / 4 * 3 > max)
         return qvs_bad(w, 413, "request_too_large", "ref_audio",
                        "ref_audio: more than the %d MB upload limit", s->cfg.max_upload_mb);
-    if (base64_decode(b64, strlen(b64), out, n) || *n == 0)
+    if (qvs_base64_decode(b64, strlen(b64), out, n) || *n == 0)
         return qvs_bad(w, 400, "invalid_value", "ref_audio",
                        "ref_audio: neither a data URL, base64 audio nor a file:// URL");
     return 0;
 }
 
-static void ref_key(const struct refcache *rc, int kind, const char *text, const void *p, size_t n,
-                    uint8_t key[32]) {
-    EVP_MD_CTX *h = EVP_MD_CTX_new();
+static int ref_key(const struct refcache *rc, int kind, const char *text, const void *p,
+                    size_t n, uint8_t key[32]) {
     uint8_t head[2] = {(uint8_t)kind, text != NULL};
     uint64_t tn = text ? strlen(text) : 0;
     uint8_t len[8];
     for (int i = 0; i < 8; i++)
         len[i] = (uint8_t)(tn >> (8 * i));
-    unsigned out_n = 0;
-    if (!h || !EVP_DigestInit_ex(h, EVP_sha256(), NULL) ||
-        !EVP_DigestUpdate(h, "qvoice-ref-v1", 13) || !EVP_DigestUpdate(h, rc->fingerprint, 32) ||
-        !EVP_DigestUpdate(h, head, 2) || !EVP_DigestUpdate(h, len, 8) ||
-        !EVP_DigestUpdate(h, text ? text : "", tn) || !EVP_DigestUpdate(h, p, n) ||
-        !EVP_DigestFinal_ex(h, key, &out_n))
-        memset(key, 0, 32); /* cannot happen with the default provider; every key then differs */
-    EVP_MD_CTX_free(h);
+    qvu_sha256_ctx *h = qvu_sha256_begin();
+    int bad = !h || qvu_sha256_add(h, "qvoice-ref-v1", 13) ||
+              qvu_sha256_add(h, rc->fingerprint, 32) || qvu_sha256_add(h, head, 2) ||
+              qvu_sha256_add(h, len, 8) || qvu_sha256_add(h, text ? text : "", tn) ||
+              qvu_sha256_add(h, p, n);
+    return qvu_sha256_end(h, key) || bad ? -1 : 0; /* end frees h in every case */
 }
 
 /* A temporary in the voices directory that qvs_voices_clean removes if we die. */
@@ -343,7 +320,8 @@ int qvs_ref_get(qv_server *s, struct MHD_Connection *c, double deadline, const r
     int rv = 0;
     *out = NULL;
     if (r->embedding) {
-        ref_key(rc, 1, NULL, r->embedding, (size_t)r->n_embedding * sizeof(float), key);
+        if (ref_key(rc, 1, NULL, r->embedding, (size_t)r->n_embedding * sizeof(float), key))
+            return qvs_bad(w, 503, "out_of_memory", NULL, "out of memory");
         if ((*out = lookup(rc, key))) return 0;
         if ((rv = embedding_voice(s, r->embedding, r->n_embedding, &v, w))) goto done;
         n_bytes = (size_t)r->n_embedding * sizeof(float);
@@ -355,7 +333,10 @@ int qvs_ref_get(qv_server *s, struct MHD_Connection *c, double deadline, const r
             goto done;
         }
         if ((rv = ref_bytes(s, r->audio, &audio, &n, w))) goto done;
-        ref_key(rc, 0, r->text, audio, n, key);
+        if (ref_key(rc, 0, r->text, audio, n, key)) {
+            rv = qvs_bad(w, 503, "out_of_memory", NULL, "out of memory");
+            goto done;
+        }
         if ((*out = lookup(rc, key))) goto done;
         if ((rv = clone_ref(s, c, deadline, audio, n, r->text, &v, &n_bytes, w))) goto done;
     }

@@ -112,6 +112,8 @@ static enum route route_of(const char *url, const char **id) {
     if (!strcmp(url, "/ready")) return ROUTE_READY;
     if (!strcmp(url, "/metrics")) return ROUTE_METRICS;
     if (!strcmp(url, "/v1/models")) return ROUTE_MODELS;
+    if (!strcmp(url, "/") || (!strncmp(url, "/studio/", 8) && url[8] && !strchr(url + 8, '/')))
+        return ROUTE_STUDIO;
     return ROUTE_OTHER;
 }
 
@@ -129,6 +131,7 @@ static int route_method(enum route r, const char *method) {
     case ROUTE_READY:
     case ROUTE_METRICS:
     case ROUTE_MODELS:
+    case ROUTE_STUDIO:
         return get ? (int)r : -1;
     case ROUTE_VOICES_UPLOAD:
     case ROUTE_VOICE_DELETE:
@@ -176,6 +179,10 @@ static enum MHD_Result ready(qv_server *s, struct MHD_Connection *c, req *q) {
         cJSON_AddStringToObject(m, "id", s->models[i].name);
         cJSON_AddStringToObject(m, "type", qv_model_type(s->models[i].model));
         cJSON_AddStringToObject(m, "size", qv_model_size(s->models[i].model));
+        cJSON *langs = cJSON_AddArrayToObject(m, "languages"); /* "auto" first */
+        for (int l = 0; l < qv_model_n_languages(s->models[i].model); l++)
+            cJSON_AddItemToArray(langs,
+                                 cJSON_CreateString(qv_model_language(s->models[i].model, l)));
         cJSON_AddItemToArray(a, m);
     }
     cJSON_AddBoolToObject(o, "cloning", s->cloner != NULL);
@@ -294,6 +301,8 @@ static enum MHD_Result finish(qv_server *s, struct MHD_Connection *c, req *q, co
         return metrics_reply(s, c, q);
     case ROUTE_MODELS:
         return models(s, c, q);
+    case ROUTE_STUDIO:
+        return qvs_studio_get(s, c, q);
     case ROUTE_OTHER:
     case ROUTE_COUNT:
         break;
@@ -549,7 +558,6 @@ enum qv_status qv_server_start(qv_server **out, const qv_server_config *c, char 
     pthread_mutex_init(&s->conn_mu, NULL);
     pthread_cond_init(&s->conn_cv, NULL);
     qvs_metrics_init(&s->met);
-    s->formats = qvs_formats_available();
     enum qv_status st = load_models(s, c, err, es);
     if (st) goto fail;
     st = QV_E_INVALID;

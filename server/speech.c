@@ -4,6 +4,8 @@
  * sends it (whole, or streamed as chunked bytes or SSE events as it arrives).
  */
 #include <cJSON.h>
+#include <float.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -12,6 +14,7 @@
 #include <time.h>
 
 #include "server/server_impl.h"
+#include "voicefmt/qvf.h"
 
 enum stream_kind { STREAM_NONE, STREAM_AUDIO, STREAM_SSE };
 
@@ -27,10 +30,11 @@ typedef struct job {
     char *text, *language, *speaker, *instruct, *voice_path;
     ref_entry *ref; /* a per-request reference's voice, held */
     /* results, under mu */
-    bytes out; /* streams: encoded bytes not yet sent, from off */
+    qv_encoder *enc; /* streams: WAV/PCM blocks into out (or SSE events) */
+    bytes out;       /* streams: encoded bytes not yet sent, from off */
     size_t off;
-    float *pcm;                                     /* non-streamed: every sample */
-    int64_t n_pcm, cap_pcm, n_samples, max_samples; /* max_samples: the request's cap, 0 none */
+    qv_pcm_buffer pcm;              /* non-streamed: every sample */
+    int64_t n_samples, max_samples; /* max_samples: the request's cap, 0 none */
     int running, cancel, timed_out, done, ended;    /* running: the worker holds the slot */
     int capped; /* the audio reached max_samples: a normal end */
     enum qv_status st;
@@ -54,7 +58,8 @@ static void job_unref(job *j) {
     free(j->voice_path);
     qvs_ref_release(j->s, j->ref);
     free(j->out.p);
-    free(j->pcm);
+    qv_free(j->pcm.pcm);
+    qv_encoder_close(j->enc);
     free(j);
 }
 
@@ -77,6 +82,12 @@ static int sse_delta(job *j, const uint8_t *p, size_t n) {
            qvs_bytes_add(&j->out, "\"}\n\n", 4);
 }
 
+/* qv_write_fn of a stream's encoder: one block (the first WAV one with its header), under mu. */
+static int stream_sink(void *user, const void *p, size_t n) {
+    job *j = user;
+    return j->stream == STREAM_SSE ? sse_delta(j, p, n) : qvs_bytes_add(&j->out, p, n);
+}
+
 /* qv_pcm_fn: runs on the worker thread. */
 static int on_pcm(void *user, const float *x, int n) {
     job *j = user;
@@ -92,30 +103,9 @@ static int on_pcm(void *user, const float *x, int n) {
     if (j->cancel) {
         stop = 1;
     } else if (j->stream == STREAM_NONE) {
-        if (j->n_pcm + n > j->cap_pcm) {
-            int64_t cap = j->cap_pcm ? 2 * j->cap_pcm : QV_SAMPLE_RATE_HZ * 4;
-            while (cap < j->n_pcm + n)
-                cap *= 2;
-            float *p = realloc(j->pcm, (size_t)cap * sizeof *p);
-            if (!p)
-                fail = 1;
-            else {
-                j->pcm = p;
-                j->cap_pcm = cap;
-            }
-        }
-        if (!fail) memcpy(j->pcm + j->n_pcm, x, (size_t)n * sizeof *x);
-        j->n_pcm += fail ? 0 : n;
+        fail = qv_pcm_collect(&j->pcm, x, n);
     } else {
-        bytes blk = {0};
-        uint8_t h[44];
-        qvs_wav_header(h, -1);
-        if (j->n_samples == 0 && j->format == FMT_WAV) fail |= qvs_bytes_add(&blk, h, sizeof h);
-        fail |= qvs_pcm16_add(&blk, x, n);
-        if (!fail)
-            fail = j->stream == STREAM_SSE ? sse_delta(j, blk.p, blk.len)
-                                           : qvs_bytes_add(&j->out, blk.p, blk.len);
-        free(blk.p);
+        fail = qv_encoder_write(j->enc, x, n) != QV_OK;
     }
     j->n_samples += n;
     if (fail) {
@@ -141,6 +131,7 @@ static void *worker(void *arg) {
         rc = QV_OK;
         st.capped = 1;
     }
+    if (st.warning[0]) qvs_srv_log(s, "speech: warning: %s", st.warning); /* e.g. instruct dropped */
     qvs_metrics_synth(&s->met, &st); /* before the reply can go out: a client sees it counted */
     pthread_mutex_lock(&s->met.mu);
     s->met.guard_failures += rc == QV_E_GUARD;
@@ -252,9 +243,11 @@ static int get_bool(cJSON *o, const char *k, int *out, verdict *v) {
 static int check_task(const char *task, const char *mtype, const char *mname, int cloned,
                       verdict *v) {
     static const struct {
-        const char *task, *mtype;
-    } tasks[] = {
-        {"CustomVoice", "custom_voice"}, {"VoiceDesign", "voice_design"}, {"Base", "base"}};
+        const char *task;
+        enum qvf_variant variant;
+    } tasks[] = {{"CustomVoice", QVF_VARIANT_CUSTOM_VOICE},
+                 {"VoiceDesign", QVF_VARIANT_VOICE_DESIGN},
+                 {"Base", QVF_VARIANT_BASE}};
     int i = 0;
     while (i < 3 && strcmp(task, tasks[i].task))
         i++;
@@ -266,7 +259,8 @@ static int check_task(const char *task, const char *mtype, const char *mname, in
     if (i == 2 && !cloned)
         return qvs_bad(v, 400, "invalid_value", "task_type",
                        "task_type Base: needs ref_audio, speaker_embedding or a library voice");
-    if (i == 2 ? !strcmp(mtype, "voice_design") : cloned || strcmp(mtype, tasks[i].mtype))
+    if (i == 2 ? !strcmp(mtype, qvf_variant_name(QVF_VARIANT_VOICE_DESIGN))
+               : cloned || strcmp(mtype, qvf_variant_name(tasks[i].variant)))
         return qvs_bad(v, 400, "invalid_value", "task_type", "task_type %s: model %s is %s%s", task,
                        mname, mtype, i != 2 && cloned ? " and a cloned voice was given" : "");
     return 0;
@@ -386,7 +380,8 @@ static int parse(qv_server *s, struct MHD_Connection *c, const api_key *k, const
     int has_ref = ref_audio || emb;
     if (!has_ref && !voice && qv_model_n_speakers(m) > 0)
         speaker = qv_model_speaker(m, 0);
-    else if (!has_ref && !voice && strcmp(mtype, "voice_design")) { /* it has instructions */
+    else if (!has_ref && !voice && /* a VoiceDesign model has instructions instead */
+             strcmp(mtype, qvf_variant_name(QVF_VARIANT_VOICE_DESIGN))) {
         qvs_bad(v, 400, "invalid_value", "voice",
                 "voice: required (a library voice or ref_audio for model %s)",
                 s->models[*model].name);
@@ -408,28 +403,28 @@ static int parse(qv_server *s, struct MHD_Connection *c, const api_key *k, const
      * for Base, as the official package's defaults); the other one is not offered */
     int nsm;
     if ((got = get_bool(o, "non_streaming_mode", &nsm, v)) < 0) goto out;
-    if (got && nsm != !!strcmp(mtype, "base")) {
+    if (got && nsm != !!strcmp(mtype, qvf_variant_name(QVF_VARIANT_BASE))) {
         qvs_bad(v, 400, "unsupported_value", "non_streaming_mode",
                 "non_streaming_mode %s: model %s feeds its text %s", nsm ? "true" : "false",
                 s->models[*model].name,
                 nsm ? "one token per frame (streaming)" : "whole (non-streaming)");
         goto out;
     }
-    j->format = FMT_WAV;
+    j->format = QV_FORMAT_WAV;
     if (fmt && !strcmp(fmt, "aac")) {
         qvs_bad(v, 400, "unsupported_format", "response_format",
-                "response_format aac: no AAC encoder in this build (libsndfile has none); ask for "
-                "mp3, opus, flac, wav or pcm");
+                "response_format aac: no AAC encoder in this build (libsndfile has none); "
+                "expected " QV_FORMAT_NAMES);
         goto out;
     }
-    if (fmt && (j->format = qvs_format_parse(fmt)) < 0) {
+    if (fmt && (j->format = qv_format_parse(fmt)) < 0) {
         qvs_bad(v, 400, "invalid_value", "response_format",
-                "response_format %s: expected wav, pcm, flac, mp3 or opus", fmt);
+            "response_format %s: expected " QV_FORMAT_NAMES, fmt);
         goto out;
     }
-    if (!(s->formats & (1 << j->format))) {
+    if (!qv_format_writable(j->format)) {
         qvs_bad(v, 400, "unsupported_format", "response_format",
-                "response_format %s: this build's libsndfile cannot write it", fmt);
+            "response_format %s: this build's libsndfile cannot write it", fmt);
         goto out;
     }
     j->stream = !sfmt                    ? STREAM_NONE
@@ -450,10 +445,14 @@ static int parse(qv_server *s, struct MHD_Connection *c, const api_key *k, const
         goto out;
     }
     if (got && stream && !sfmt) j->stream = STREAM_AUDIO;
-    if (j->stream && j->format != FMT_WAV && j->format != FMT_PCM) {
+    if (j->stream && !qv_format_progressive(j->format)) {
         qvs_bad(v, 400, "unsupported_format", "response_format",
-                "response_format %s: streams are wav or pcm (ask without a stream for %s)",
-                qvs_format_name(j->format), qvs_format_name(j->format));
+            "response_format %s: streams are wav or pcm (ask without stream_format for %s)",
+            qv_format_name(j->format), qv_format_name(j->format));
+        goto out;
+    }
+    if (j->stream && qv_encoder_new(&j->enc, j->format, stream_sink, j, NULL)) {
+        qvs_bad(v, 500, "out_of_memory", NULL, "%s", qv_last_error());
         goto out;
     }
     if ((got = get_num(o, "sample_rate", 1, 1e6, 1, &d, v)) < 0) goto out;
@@ -482,18 +481,30 @@ static int parse(qv_server *s, struct MHD_Connection *c, const api_key *k, const
     double max_s = s->cfg.max_seconds;
     if ((got = get_num(o, "seed", 0, 9007199254740991.0, 1, &d, v)) < 0) goto out;
     if (got) p->seed = (uint64_t)d;
-    if ((got = get_num(o, "temperature", 1e-3, 10, 0, &d, v)) < 0) goto out;
+    /* the ranges are the library's (qv_params_check, below) */
+    if ((got = get_num(o, "temperature", -FLT_MAX, FLT_MAX, 0, &d, v)) < 0) goto out;
     if (got) p->temperature = (float)d;
-    if ((got = get_num(o, "top_k", 0, 100000, 1, &d, v)) < 0) goto out;
+    if ((got = get_num(o, "top_k", INT_MIN, INT_MAX, 1, &d, v)) < 0) goto out;
     if (got) p->top_k = (int)d;
-    if ((got = get_num(o, "top_p", 1e-6, 1, 0, &d, v)) < 0) goto out;
+    if ((got = get_num(o, "top_p", -FLT_MAX, FLT_MAX, 0, &d, v)) < 0) goto out;
     if (got) p->top_p = (float)d;
-    if ((got = get_num(o, "repetition_penalty", 0.1, 10, 0, &d, v)) < 0) goto out;
+    if ((got = get_num(o, "repetition_penalty", -FLT_MAX, FLT_MAX, 0, &d, v)) < 0) goto out;
     if (got) p->repetition_penalty = (float)d;
     if ((got = get_num(o, "max_new_tokens", 1, 65536, 1, &d, v)) < 0) goto out;
     if (got) p->max_frames = d > 1 ? (int)d - 1 : 1; /* max_seconds still caps the audio */
     if ((got = get_num(o, "max_seconds", 0.08, 1e6, 0, &d, v)) < 0) goto out;
     if (got && (max_s <= 0 || d < max_s)) max_s = d;
+    if (qv_params_check(p)) {
+        const char *e = qv_last_error();
+        static const char *const fields[] = {"temperature", "top_k", "top_p",
+                                             "repetition_penalty"};
+        const char *field = NULL;
+        for (size_t i = 0; i < sizeof fields / sizeof *fields; i++)
+            if (!strncmp(e, fields[i], strlen(fields[i])) && e[strlen(fields[i])] == ':')
+                field = fields[i];
+        qvs_bad(v, 400, "invalid_value", field, "%s", e);
+        goto out;
+    }
     if ((input && !(j->text = strdup(input))) || (lang && !(j->language = strdup(lang))) ||
         (speaker && !(j->speaker = strdup(speaker))) || (instr && !(j->instruct = strdup(instr))) ||
         (voice && !speaker && !(j->voice_path = strdup(path)))) {
@@ -686,6 +697,7 @@ enum MHD_Result qvs_speech_handle(qv_server *s, struct MHD_Connection *c, req *q
     pthread_mutex_init(&j->mu, NULL);
     pthread_cond_init(&j->cv, NULL);
     j->refs = 1;
+    j->pcm.struct_size = sizeof j->pcm;
     j->s = s;
     j->conn = c;
     j->deadline = q->t0 + s->cfg.timeout_s;
@@ -743,19 +755,19 @@ enum MHD_Result qvs_speech_handle(qv_server *s, struct MHD_Connection *c, req *q
     if (j->stream == STREAM_NONE) {
         if (wait_job(j, 0) < 0) return MHD_NO;
         if (j->st) return reply_failure(c, q, j);
-        bytes out = {0};
-        char e[256];
-        if (qvs_encode_all(j->format, j->pcm, j->n_pcm, &out, e, sizeof e)) {
-            free(out.p);
-            return qvs_reply_error(c, q, 500, "server_error", "encoding_failed", NULL, "%s", e);
-        }
+        uint8_t *out;
+        size_t len;
+        if (qv_audio_encode(j->format, j->pcm.pcm, j->pcm.n, &out, &len))
+            return qvs_reply_error(c, q, 500, "server_error", "encoding_failed", NULL,
+                                   "response_format %s", qv_last_error());
         struct MHD_Response *r =
-            MHD_create_response_from_buffer(out.len, out.p, MHD_RESPMEM_MUST_FREE);
+            MHD_create_response_from_buffer_with_free_callback(len, out, qv_free);
         if (!r) {
-            free(out.p);
+            qv_free(out);
             return MHD_NO;
         }
-        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, qvs_format_mime(j->format));
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, qv_format_mime(j->format));
+        if (j->stats.warning[0]) MHD_add_response_header(r, "X-Qvoice-Warning", j->stats.warning);
         enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);
         MHD_destroy_response(r);
         q->status = MHD_HTTP_OK;
@@ -778,7 +790,7 @@ enum MHD_Result qvs_speech_handle(qv_server *s, struct MHD_Connection *c, req *q
     }
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
                             j->stream == STREAM_SSE ? "text/event-stream"
-                                                    : qvs_format_mime(j->format));
+                                                    : qv_format_mime(j->format));
     if (j->stream == STREAM_SSE)
         MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
     enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);

@@ -17,6 +17,7 @@
 
 #include "server/server_impl.h"
 #include "util/fileio.h"
+#include "util/sha256.h"
 #include "voicefmt/qvf.h"
 
 #define FIELD_MAX_BYTES 16384 /* name, transcript, language, consent */
@@ -298,7 +299,7 @@ static enum MHD_Result store_qvoice(qv_server *s, struct MHD_Connection *c, req 
     qvf_voice *v;
     const char *fname = u->filename[0] ? u->filename : "upload";
     /* a raw x-vector (file_version 0) is no voice file, whatever its name */
-    if (memcmp(u->magic, "QVCE", 4))
+    if (qvf_file_kind(NULL, u->magic, sizeof u->magic) != QVF_KIND_QVOICE)
         return qvs_reply_error(c, q, 400, "invalid_request_error", "invalid_voice_file",
                                "audio_sample", "%.128s: not a .qvoice voice file", fname);
     if (qvf_read_file(u->tmp, 0, &v, err, sizeof err))
@@ -433,8 +434,7 @@ enum MHD_Result qvs_upload_finish(qv_server *s, struct MHD_Connection *c, req *q
                                NAME_MAX_BYTES);
     close(u->fd);
     u->fd = -1;
-    size_t fl = strlen(u->filename);
-    int is_qvoice =
-        !memcmp(u->magic, "QVCE", 4) || (fl > 7 && !strcmp(u->filename + fl - 7, ".qvoice"));
-    return is_qvoice ? store_qvoice(s, c, q, u) : clone_upload(s, c, q, u);
+    return qvf_file_kind(u->filename, u->magic, sizeof u->magic) == QVF_KIND_QVOICE
+               ? store_qvoice(s, c, q, u)
+               : clone_upload(s, c, q, u);
 }

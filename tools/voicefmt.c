@@ -167,11 +167,6 @@ static int parse_version(const char *s, int *out) {
     return 0;
 }
 
-static const char *variant_name(uint32_t v) {
-    static const char *const n[] = {"unknown", "base", "custom_voice", "voice_design"};
-    return v < 4 ? n[v] : "invalid";
-}
-
 static const char *wkind_name(uint32_t k) {
     static const char *const n[] = {"delta", "delta (legacy header)", "full"};
     return k < 3 ? n[k] : "invalid";
@@ -203,7 +198,7 @@ static void id_json(cJSON *o, const char *key, const qvf_model_id *id) {
     cJSON_AddNumberToObject(m, "hidden_size", id->hidden_size);
     cJSON_AddNumberToObject(m, "text_hidden_size", id->text_hidden_size);
     cJSON_AddNumberToObject(m, "enc_dim", id->enc_dim);
-    cJSON_AddStringToObject(m, "variant", variant_name(id->variant));
+    cJSON_AddStringToObject(m, "variant", qvf_variant_name(id->variant));
     cJSON_AddStringToObject(m, "fingerprint", fp);
 }
 
@@ -211,7 +206,7 @@ static void id_text(const char *label, const qvf_model_id *id) {
     char fp[65];
     hex(id->fingerprint, 32, fp);
     printf("  %s model: hidden %u, text hidden %u, enc_dim %u, %s, fingerprint %s\n", label,
-           id->hidden_size, id->text_hidden_size, id->enc_dim, variant_name(id->variant), fp);
+           id->hidden_size, id->text_hidden_size, id->enc_dim, qvf_variant_name(id->variant), fp);
 }
 
 static uint64_t wdelta_bytes(const qvf_voice *v, uint64_t *raw) {
@@ -725,8 +720,7 @@ static int list_dir(const char *dir, int *any, int required) {
     struct dirent *e;
     int rc = 0;
     while ((e = readdir(d))) {
-        size_t l = strlen(e->d_name);
-        if (l <= 7 || strcmp(e->d_name + l - 7, ".qvoice")) continue;
+        if (qvf_file_kind(e->d_name, NULL, 0) != QVF_KIND_QVOICE) continue;
         char **nn = realloc(names, (n + 1) * sizeof *names);
         char *name = nn ? strdup(e->d_name) : NULL;
         if (nn) names = nn;
@@ -772,15 +766,9 @@ static int cmd_list(int argc, char **argv) {
         }
         return rc;
     }
-    rc |= list_dir("voices", &any, 0);
-    const char *qp = getenv("QVOICE_PATH");
-    if (qp) {
-        char *copy = strdup(qp), *save = NULL;
-        for (char *tok = copy ? strtok_r(copy, ":", &save) : NULL; tok;
-             tok = strtok_r(NULL, ":", &save))
-            rc |= list_dir(tok, &any, 0);
-        free(copy);
-    }
+    char dir[4096];
+    for (int i = 0; !qvf_voice_dir(i, dir, sizeof dir); i++) /* voices/, then $QVOICE_PATH */
+        rc |= list_dir(dir, &any, 0);
     if (!any) fprintf(stderr, "voicefmt: no .qvoice files in voices/ or $QVOICE_PATH\n");
     return rc;
 }
@@ -939,9 +927,7 @@ static int palette_derive(const char *base_dir, const char *out, char **pairs, i
         const char *files[2] = {pairs[i], colon + 1};
         float *x[2] = {NULL, NULL};
         for (int k = 0; k < 2; k++) {
-            size_t len = strlen(files[k]);
-            int voice = (len > 7 && !strcmp(files[k] + len - 7, ".qvoice")) ||
-                        (len > 4 && !strcmp(files[k] + len - 4, ".bin"));
+            const int voice = qvf_file_kind(files[k], NULL, 0) != QVF_KIND_NONE;
             if (!voice && !cl && !(cl = cloner(base_dir))) break;
             if (!(x[k] = xvector(cl, files[k], &dim))) break;
         }

@@ -1,9 +1,8 @@
-/* crc32c.c — CRC-32C (Castagnoli) for chunk checksums, and SHA-256 through OpenSSL EVP.
+/* crc32c.c — CRC-32C (Castagnoli) for chunk checksums (SHA-256 is util/sha256.c).
  * The SSE4.2 crc32 instruction is used when the CPU has it (checked once at run time; the function
  * carries its own target attribute so this generic file needs no ISA flags); otherwise a
  * slicing-by-1 table. Both give 0xE3069283 for "123456789".
  */
-#include <openssl/evp.h>
 #include <string.h>
 #include "voicefmt/qvf_impl.h"
 
@@ -61,14 +60,4 @@ uint32_t qvf_crc32c(uint32_t crc, const void *buf, size_t n_bytes) {
 
 uint32_t qvf_crc32c_sw(uint32_t crc, const void *buf, size_t n_bytes) {
     return ~crc_table(~crc, buf, n_bytes);
-}
-
-int qvf_sha256(const void *buf, size_t n_bytes, uint8_t out[32]) {
-    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-    unsigned int len = 0;
-    if (!ctx) return QVF_E_NOMEM;
-    int ok = EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) && EVP_DigestUpdate(ctx, buf, n_bytes) &&
-             EVP_DigestFinal_ex(ctx, out, &len);
-    EVP_MD_CTX_free(ctx);
-    return ok ? QVF_OK : QVF_E_NOMEM;
 }

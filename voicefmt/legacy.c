@@ -11,7 +11,7 @@
 
 /* Bounds on what a legacy LZ4 record may decode to, checked when the file is read, before anything
  * is decoded (a v3 → v4 rewrite decodes each record whole, qvf_tensor_reblock). The largest tensor
- * of either legacy talker is the text embedding, [151936 × 2048] bf16 (qvoice-legacy.md §6.4).
+ * of either legacy talker is the text embedding, [151936 × 2048] bf16 (docs/qvoice-format.md §8.4).
  * Real WDELTA streams decode to ≈2.3× their LZ4 bytes (0.6B: ≈1.7 GiB from 769 MB) and ≈1.35×
  * (1.7B: ≈3.6 GiB from 2,876 MB), an unchanged tensor (zeros, ≈255×) being a small part of them; a
  * stream that expands more than 8× its compressed bytes (plus 1 MiB for tiny test models) is an

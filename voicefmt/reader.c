@@ -478,11 +478,6 @@ static int parse_v4(const uint8_t *b, size_t n, const char *name, qvf_voice *v, 
 
 /* ---------------------------------------------------------------- entry points */
 
-static int ends_with(const char *s, const char *suffix) {
-    size_t a = strlen(s), b = strlen(suffix);
-    return a >= b && !strcmp(s + a - b, suffix);
-}
-
 static int read_any(const uint8_t *b, size_t n, const char *name, uint32_t hint, qvf_voice *v,
                     char *err, size_t es) {
     if (n >= 4 && !memcmp(b, "QVCE", 4)) {
@@ -494,7 +489,7 @@ static int read_any(const uint8_t *b, size_t n, const char *name, uint32_t hint,
         if (ver >= 1 && ver <= 3) return qvf_legacy_read(b, n, name, hint, v, err, es);
         return qvf_fail(err, es, QVF_E_VERSION, name, "version %u (expected 1..4)", ver);
     }
-    if (name && ends_with(name, ".qvoice"))
+    if (qvf_file_kind(name, NULL, 0) == QVF_KIND_QVOICE)
         return qvf_fail(err, es, QVF_E_MAGIC, name, "does not start with QVCE");
     return qvf_bin_read(b, n, name, hint, v, err, es);
 }

@@ -243,34 +243,75 @@ int qvf_voice_set_icl(qvf_voice *v, const char *transcript, const uint16_t *code
     return QVF_OK;
 }
 
+static const char *const variant_names[] = {
+    [QVF_VARIANT_UNKNOWN] = "unknown",
+    [QVF_VARIANT_BASE] = "base",
+    [QVF_VARIANT_CUSTOM_VOICE] = "custom_voice",
+    [QVF_VARIANT_VOICE_DESIGN] = "voice_design",
+};
+enum { N_VARIANTS = sizeof variant_names / sizeof *variant_names };
+
+const char *qvf_variant_name(uint32_t variant) {
+    return variant < N_VARIANTS ? variant_names[variant] : "invalid";
+}
+
+enum qvf_variant qvf_variant_from_name(const char *name) {
+    for (int v = QVF_VARIANT_BASE; name && v < N_VARIANTS; v++)
+        if (!strcmp(name, variant_names[v])) return (enum qvf_variant)v;
+    return QVF_VARIANT_UNKNOWN;
+}
+
+static int ends_with(const char *s, size_t n, const char *suffix) {
+    size_t k = strlen(suffix);
+    return n > k && !memcmp(s + n - k, suffix, k);
+}
+
+enum qvf_file_kind qvf_file_kind(const char *name, const void *head, size_t n_head) {
+    size_t n = name ? strlen(name) : 0;
+    if ((head && n_head >= 4 && !memcmp(head, "QVCE", 4)) || ends_with(name, n, ".qvoice"))
+        return QVF_KIND_QVOICE;
+    return ends_with(name, n, ".bin") ? QVF_KIND_BIN : QVF_KIND_NONE;
+}
+
 static int try_path(const char *p, char *path, size_t path_size) {
     if (access(p, R_OK)) return 0;
     return (size_t)snprintf(path, path_size, "%s", p) < path_size;
+}
+
+int qvf_voice_dir(int i, char *dir, size_t dir_size) {
+    if (i == 0) return snprintf(dir, dir_size, "voices") < (int)dir_size ? 0 : -1;
+    const char *qp = getenv("QVOICE_PATH");
+    for (int k = 1; qp && *qp;) {
+        const char *end = strchr(qp, ':');
+        const size_t len = end ? (size_t)(end - qp) : strlen(qp);
+        if (len && k++ == i)
+            return snprintf(dir, dir_size, "%.*s", (int)len, qp) < (int)dir_size ? 0 : -1;
+        qp = end ? end + 1 : NULL;
+    }
+    return -1;
 }
 
 int qvf_voice_find(const char *name, char *path, size_t path_size, char *err, size_t err_size) {
     size_t n = name ? strlen(name) : 0;
     if (!n || !path || !path_size)
         return qvf_fail(err, err_size, QVF_E_ARG, name, "empty voice name");
-    int is_path = strchr(name, '/') || (n > 7 && !strcmp(name + n - 7, ".qvoice")) ||
-                  (n > 4 && !strcmp(name + n - 4, ".bin"));
-    if (is_path) {
+    if (strchr(name, '/') || qvf_file_kind(name, NULL, 0)) {
         if (try_path(name, path, path_size)) return QVF_OK;
         return qvf_fail(err, err_size, QVF_E_IO, name, "no such voice file");
     }
-    char buf[4096];
-    snprintf(buf, sizeof buf, "voices/%s.qvoice", name);
-    if (try_path(buf, path, path_size)) return QVF_OK;
-    const char *qp = getenv("QVOICE_PATH");
-    while (qp && *qp) {
-        const char *end = strchr(qp, ':');
-        size_t len = end ? (size_t)(end - qp) : strlen(qp);
-        if (len) {
-            snprintf(buf, sizeof buf, "%.*s/%s.qvoice", (int)len, qp, name);
-            if (try_path(buf, path, path_size)) return QVF_OK;
-        }
-        qp = end ? end + 1 : NULL;
+    char dir[4096], buf[8192];
+    for (int i = 0; !qvf_voice_dir(i, dir, sizeof dir); i++) {
+        snprintf(buf, sizeof buf, "%s/%s.qvoice", dir, name);
+        if (try_path(buf, path, path_size)) return QVF_OK;
     }
-    return qvf_fail(err, err_size, QVF_E_IO, name, "no voices/%s.qvoice and none in $QVOICE_PATH",
-                    name);
+    /* the one text for a missing voice: every place looked at, in order */
+    size_t o = (size_t)snprintf(buf, sizeof buf,
+                                "voice '%s' not found; looked for voices/%s.qvoice", name, name);
+    for (int i = 1; o < sizeof buf && !qvf_voice_dir(i, dir, sizeof dir); i++)
+        o += (size_t)snprintf(buf + o, sizeof buf - o, "%s%s/%s.qvoice",
+                              i == 1 ? " and, from $QVOICE_PATH, " : ", ", dir, name);
+    if (o < sizeof buf && qvf_voice_dir(1, dir, sizeof dir))
+        snprintf(buf + o, sizeof buf - o, " ($QVOICE_PATH is not set)");
+    if (err && err_size) snprintf(err, err_size, "%s", buf);
+    return QVF_E_IO;
 }

@@ -26,7 +26,7 @@ import tempfile
 import threading
 import urllib.parse
 import urllib.request
-import wave
+import warnings
 import weakref
 
 from . import _capi
@@ -38,7 +38,7 @@ except ImportError:
     _np = None
 
 __all__ = ["Qwen3TTSModel", "VoiceClonePromptItem", "VoiceClonePrompts", "Voice", "QvoiceError",
-           "write_wav", "version", "SAMPLE_RATE"]
+           "write_wav", "write_audio", "version", "SAMPLE_RATE"]
 
 # Markup and style keywords (docs/markup.md): qv_synth_request fields, not generation ones.
 _STYLE_KWARGS = ("style", "style_strength", "style_table", "strict_markup")
@@ -165,14 +165,39 @@ def _as_list(x, n, what):
     return xs
 
 
+def write_audio(path, wav, format=None, loudness=None):
+    """Writes mono 24 kHz float samples with libqvoice's encoder (the one speak and the server
+    use), atomically: format by name or by path's extension (wav, pcm, flac, ogg, opus, mp3);
+    loudness: a target integrated loudness in LUFS (EBU R128, e.g. -23), or None."""
+    lib = _capi.lib()
+    path = os.fspath(path)
+    fmt = lib.qv_format_parse(_b(format)) if format else lib.qv_format_of_path(_b(path))
+    if fmt < 0:
+        raise ValueError("%s: unknown format %r (expected wav, pcm, flac, ogg, opus or mp3)"
+                         % (path, format or os.path.splitext(path)[1]))
+    if _np is not None:  # a copy: loudness scales it in place
+        samples = _np.array(wav, dtype=_np.float32).ravel()
+        buf = samples.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+    else:
+        samples = array.array("f", wav)
+        buf = (ctypes.c_float * len(samples)).from_buffer(samples) if len(samples) else None
+    n = len(samples)
+    if loudness is not None:
+        clipped, lufs = ctypes.c_int64(0), ctypes.c_double(0)
+        st = lib.qv_loudness_normalize(buf, n, float(loudness), ctypes.byref(clipped),
+                                       ctypes.byref(lufs))
+        if st:
+            _raise(st)
+    st = lib.qv_audio_write(_b(path), fmt, buf, n)
+    if st:
+        _raise(st)
+
+
 def write_wav(path, wav, sample_rate=SAMPLE_RATE):
-    """Writes mono float samples in [-1, 1] as a 16-bit PCM WAV (standard library only)."""
-    pcm = array.array("h", (int(max(-1.0, min(1.0, float(x))) * 32767) for x in wav))
-    with wave.open(os.fspath(path), "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(int(sample_rate))
-        w.writeframes(pcm.tobytes())
+    """Writes mono float samples in [-1, 1] as a 16-bit PCM WAV (write_audio)."""
+    if int(sample_rate) != SAMPLE_RATE:
+        raise ValueError("sample_rate %s: libqvoice writes %d Hz audio" % (sample_rate, SAMPLE_RATE))
+    write_audio(path, wav, "wav")
 
 
 class Voice:
@@ -351,6 +376,9 @@ class Qwen3TTSModel:
         if "synth" not in self._h or key != self._synth_key:
             if "synth" in self._h:
                 self._lib.qv_synth_free(self._h.pop("synth"))
+            st = self._lib.qv_params_check(ctypes.byref(p))  # the library's one range check
+            if st:
+                _raise(st)
             h = ctypes.c_void_p()
             st = self._lib.qv_synth_new(ctypes.byref(h), self._m, ctypes.byref(p))
             if st:
@@ -406,8 +434,36 @@ class Qwen3TTSModel:
             self.last_stats["seed"] = self._seed
             if st:
                 _raise(st)
+            if self.last_stats["warning"]:  # e.g. the library dropped a 0.6B CustomVoice instruct
+                warnings.warn("qvoice: " + self.last_stats["warning"], stacklevel=3)
         finally:
             self._lock.release()
+
+    def run_jobs(self, lines, loudness=None, **kw):
+        """speak --batch in-process: each item of lines is one job, a JSON object (or its text) with
+        text, output and optionally speaker/voice, language, instruct, seed (docs/batch.md). Runs
+        them in order with the library's runner, which writes each output atomically, and yields
+        each job's result dict ({"line", "ok", "output", "seconds", ..., or "error"}). Blank lines
+        are no job. kw: generation keywords for every job."""
+        lib = self._lib
+        p = self._params(kw)
+        o = lib.qv_jobs_default_options()
+        o.loudness_lufs = float(loudness or 0)
+        h = ctypes.c_void_p()
+        st = lib.qv_jobs_new(ctypes.byref(h), self._m, ctypes.byref(p), ctypes.byref(o))
+        if st:  # the sampling ranges are checked here (qv_params_check)
+            _raise(st)
+        try:
+            for n, line in enumerate(lines, 1):
+                text = line if isinstance(line, str) else json.dumps(line)
+                res = ctypes.c_void_p()
+                lib.qv_jobs_run_line(h, n, _b(text), ctypes.byref(res))
+                if res.value:
+                    out = json.loads(ctypes.string_at(res.value).decode())
+                    lib.qv_free(res)
+                    yield out
+        finally:
+            lib.qv_jobs_free(h)
 
     def _generate(self, jobs, kw):
         wavs = []

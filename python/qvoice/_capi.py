@@ -32,6 +32,7 @@ class SynthRequest(ctypes.Structure):
     _fields_ = [("struct_size", c_uint32), ("text", c_char_p), ("language", c_char_p), ("speaker", c_char_p),
                 ("voice", c_void_p), ("voice_path", c_char_p), ("instruct", c_char_p),
                 ("use_icl", c_int), ("use_wdelta", c_int), ("force_voice", c_int),
+                ("force_instruct", c_int),
                 ("strict_vocab", c_int), ("max_chunk_chars", c_int), ("guard", c_int), ("trim_lead", c_int),
                 ("max_seconds", c_double), ("codes_only", c_int), ("whole_chunks", c_int),
                 ("verify_model_dir", c_char_p), ("style", c_char_p), ("style_strength", c_float),
@@ -58,9 +59,13 @@ class CloneRequest(ctypes.Structure):
                 ("speaker_threshold", c_double), ("plot_path", c_char_p)]
 
 
+class JobsOptions(ctypes.Structure):
+    _fields_ = [("struct_size", c_uint32), ("request", SynthRequest), ("loudness_lufs", c_double)]
+
+
 # C struct name -> ctypes class, for the layout test.
 STRUCTS = {"qv_params": Params, "qv_synth_request": SynthRequest, "qv_synth_stats": SynthStats,
-           "qv_clone_request": CloneRequest}
+           "qv_clone_request": CloneRequest, "qv_jobs_options": JobsOptions}
 
 PCM_FN = ctypes.CFUNCTYPE(c_int, c_void_p, ctypes.POINTER(c_float), c_int)
 _P = ctypes.POINTER
@@ -98,6 +103,16 @@ PROTOTYPES = {
     "qv_cloner_free": (None, [c_void_p]),
     "qv_cloner_fingerprint": (None, [c_void_p, c_char_p]),
     "qv_clone_run": (c_int, [c_void_p, _P(CloneRequest), c_char_p, _P(c_void_p)]),
+    "qv_params_check": (c_int, [_P(Params)]),
+    "qv_jobs_default_options": (JobsOptions, []),
+    "qv_jobs_new": (c_int, [_P(c_void_p), c_void_p, _P(Params), _P(JobsOptions)]),
+    "qv_jobs_run_line": (c_int, [c_void_p, c_int, c_char_p, _P(c_void_p)]),
+    "qv_jobs_free": (None, [c_void_p]),
+    "qv_format_parse": (c_int, [c_char_p]),
+    "qv_format_of_path": (c_int, [c_char_p]),
+    "qv_loudness_normalize": (c_int, [_P(c_float), ctypes.c_int64, ctypes.c_double,
+                                      _P(ctypes.c_int64), _P(ctypes.c_double)]),
+    "qv_audio_write": (c_int, [c_char_p, c_int, _P(c_float), ctypes.c_int64]),
 }
 
 

@@ -8,6 +8,7 @@ import subprocess
 import tempfile
 import unittest
 import wave
+import warnings
 
 import qvoice
 from qvoice import _capi
@@ -260,6 +261,35 @@ class Synthesis(unittest.TestCase):
         self.assertIn("tag [sad]", str(cm.exception))
         with self.assertRaises(qvoice.QvoiceError):
             self.cv.generate_custom_voice("Hi.", speaker="ryan", style="grumpy", **SHORT)
+
+    def test_library_rules(self):
+        """The sampling range and the 0.6B CustomVoice instruct rule are the library's."""
+        with self.assertRaises(ValueError) as cm:
+            self.cv.generate_custom_voice("Hi.", speaker="ryan", temperature=50, **SHORT)
+        self.assertIn("temperature: expected 0.001..10", str(cm.exception))
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            self.cv.generate_custom_voice("Hi.", speaker="ryan", instruct="Whisper.", **SHORT)
+        self.assertTrue(any("instruct ignored" in str(x.message) for x in w))
+
+    def test_write_audio_and_jobs(self):
+        """write_wav/write_audio and run_jobs write through the library's one encoder: the job's
+        WAV is the file speak's runner writes, and write_wav of the same samples matches it."""
+        with tempfile.TemporaryDirectory() as d:
+            job = {"text": "Hello there.", "speaker": "ryan", "output": os.path.join(d, "j.wav")}
+            res = list(self.cv.run_jobs([job, "", "not json"], seed=3, max_new_tokens=6))
+            self.assertEqual([r["line"] for r in res], [1, 3])
+            self.assertTrue(res[0]["ok"] and not res[1]["ok"])
+            self.assertIn("not valid JSON", res[1]["error"])
+            wavs, _ = self.cv.generate_custom_voice("Hello there.", speaker="ryan", seed=3,
+                                                    max_new_tokens=6)
+            qvoice.write_wav(os.path.join(d, "w.wav"), wavs[0])
+            with open(job["output"], "rb") as a, open(os.path.join(d, "w.wav"), "rb") as b:
+                self.assertEqual(a.read(), b.read())
+            qvoice.write_audio(os.path.join(d, "l.flac"), wavs[0], loudness=-20)
+            self.assertGreater(os.path.getsize(os.path.join(d, "l.flac")), 0)
+            with self.assertRaises(ValueError):
+                qvoice.write_audio(os.path.join(d, "x.aiff"), wavs[0])
 
     def test_voice_design(self):
         vd = model("tiny-vd")

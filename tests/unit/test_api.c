@@ -18,6 +18,7 @@
 
 #include "include/qvoice.h"
 #include "tests/unit/helpers/models.h"
+#include "tests/unit/helpers/run.h"
 
 /* ==== layout ================================================================================= */
 
@@ -80,10 +81,11 @@
     F(qv_synth_request, use_icl, 56) \
     F(qv_synth_request, use_wdelta, 60) \
     F(qv_synth_request, force_voice, 64) \
-    F(qv_synth_request, strict_vocab, 68) \
-    F(qv_synth_request, max_chunk_chars, 72) \
-    F(qv_synth_request, guard, 76) \
-    F(qv_synth_request, trim_lead, 80) \
+    F(qv_synth_request, force_instruct, 68) \
+    F(qv_synth_request, strict_vocab, 72) \
+    F(qv_synth_request, max_chunk_chars, 76) \
+    F(qv_synth_request, guard, 80) \
+    F(qv_synth_request, trim_lead, 84) \
     F(qv_synth_request, max_seconds, 88) \
     F(qv_synth_request, codes_only, 96) \
     F(qv_synth_request, whole_chunks, 100) \
@@ -143,7 +145,17 @@
     F(qv_clone_request, icl_end_s, 112) \
     F(qv_clone_request, allow_xvector_fallback, 120) \
     F(qv_clone_request, speaker_threshold, 128) \
-    F(qv_clone_request, plot_path, 136)
+    F(qv_clone_request, plot_path, 136) \
+    S(qv_jobs_options, 176) \
+    F(qv_jobs_options, struct_size, 0) \
+    F(qv_jobs_options, request, 8) \
+    F(qv_jobs_options, loudness_lufs, 168) \
+    S(qv_pcm_buffer, 40) \
+    F(qv_pcm_buffer, struct_size, 0) \
+    F(qv_pcm_buffer, pcm, 8) \
+    F(qv_pcm_buffer, n, 16) \
+    F(qv_pcm_buffer, cap, 24) \
+    F(qv_pcm_buffer, failed, 32)
 
 
 static void test_layout(void **state) {
@@ -158,7 +170,7 @@ static void test_layout(void **state) {
 #undef S
 #undef F
     printf("  %d public structs: sizes and field offsets as recorded\n", n);
-    assert_int_equal(n, 8);
+    assert_int_equal(n, 10);
 #else
     skip();
 #endif
@@ -194,6 +206,9 @@ static void test_defaults_set_size(void **state) {
     assert_int_equal(qv_default_request().struct_size, sizeof(qv_request));
     assert_int_equal(qv_synth_default_request().struct_size, sizeof(qv_synth_request));
     assert_int_equal(qv_clone_default_request().struct_size, sizeof(qv_clone_request));
+    const qv_jobs_options o = qv_jobs_default_options();
+    assert_int_equal(o.struct_size, sizeof(qv_jobs_options));
+    assert_int_equal(o.request.struct_size, sizeof(qv_synth_request));
 }
 
 static void on_chunk(void *user, const qv_chunk_info *c) {
@@ -255,6 +270,33 @@ static void test_size_checked(void **state) {
     char *report = (char *)1;
     expect_abi(qv_clone_run(NULL, &c, NULL, &report), "qv_clone_request");
     assert_null(report);
+
+    p = qv_model_params(g_m);
+    qv_jobs_options o = qv_jobs_default_options();
+    qv_jobs *j = (qv_jobs *)1;
+    o.struct_size = 0;
+    expect_abi(qv_jobs_new(&j, g_m, &p, &o), "qv_jobs_options");
+    assert_null(j);
+    o = qv_jobs_default_options();
+    o.request.struct_size--;
+    expect_abi(qv_jobs_new(&j, g_m, &p, &o), "qv_synth_request");
+    o = qv_jobs_default_options(), p.struct_size = 0;
+    expect_abi(qv_jobs_new(&j, g_m, &p, &o), "qv_params");
+
+    qv_pcm_buffer k = {0}; /* struct_size left 0: the collector stops and says why */
+    const float x[2] = {0};
+    assert_int_equal(qv_pcm_collect(&k, x, 2), 1);
+    assert_true(k.failed);
+    assert_null(k.pcm);
+    expect_abi(QV_E_ABI, "qv_pcm_buffer");
+    k = (qv_pcm_buffer){.struct_size = sizeof k};
+    assert_int_equal(qv_pcm_collect(&k, x, 2), 0);
+    assert_int_equal(k.n, 2);
+    qv_free(k.pcm);
+
+    memset(&st, 0, sizeof st);
+    assert_null(qv_synth_summary_json("x.wav", 1, &st, 0));
+    expect_abi(QV_E_ABI, "qv_synth_stats");
 }
 
 /* ==== errors ================================================================================= */
@@ -328,14 +370,5 @@ static void test_file_read(void **state) {
     qv_free(NULL);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_layout),
-        cmocka_unit_test(test_defaults_set_size),
-        cmocka_unit_test(test_size_checked),
-        cmocka_unit_test(test_creation_detail),
-        cmocka_unit_test(test_last_error_per_thread),
-        cmocka_unit_test(test_file_read),
-    };
-    return cmocka_run_group_tests(tests, setup, teardown);
-}
+QVT_MAIN(setup, teardown, test_layout, test_defaults_set_size, test_size_checked,
+         test_creation_detail, test_last_error_per_thread, test_file_read)

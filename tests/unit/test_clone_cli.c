@@ -27,6 +27,8 @@
 #include "voicefmt/qvf.h"
 #include "include/qvoice.h"
 #include "checkpoint/safetensors.h"
+#include "tests/unit/helpers/models.h"
+#include "tests/unit/helpers/tmpdir.h"
 
 #define CLIP "tests/audio/en_ohenry_chenevert.wav"
 #define SR 24000
@@ -39,18 +41,6 @@ static uint32_t g_rng = 7;
 static float noise1(void) { /* uniform in [-1, 1) */
     g_rng = g_rng * 1664525u + 1013904223u;
     return (float)(g_rng >> 8) / 8388608.0f - 1.0f;
-}
-
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return strdup("");
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    rewind(f);
-    char *s = calloc(1, (size_t)n + 1);
-    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) s[0] = 0;
-    fclose(f);
-    return s;
 }
 
 /* Runs a shell command with stdout/stderr captured into g_out/g_err; returns the exit status. */
@@ -66,8 +56,8 @@ static int run(const char *fmt, ...) {
     int st = system(full);
     free(g_out);
     free(g_err);
-    g_out = slurp(po);
-    g_err = slurp(pe);
+    g_out = tmp_read(po, NULL);
+    g_err = tmp_read(pe, NULL);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
@@ -104,8 +94,8 @@ static cJSON *json_out(void) {
 
 static int setup(void **state) {
     (void)state;
-    const char *cache = getenv("QVOICE_CACHE");
-    snprintf(g_tiny, sizeof g_tiny, "%s/tiny-base", cache && *cache ? cache : "cache");
+    const char *cache = test_cache_dir();
+    snprintf(g_tiny, sizeof g_tiny, "%s/tiny-base", cache);
     snprintf(g_dir, sizeof g_dir, "/tmp/test_clone_cli_%d", (int)getpid());
     mkdir(g_dir, 0700);
     char err[512];
@@ -172,7 +162,7 @@ static void test_silence_padding(void **state) {
     path(png, sizeof png, "padded.png");
     assert_int_equal(run("bin/clone -m %s %s -o %s --plot %s", g_tiny, wav, out, png), 0);
     assert_non_null(strstr(g_out, "hygiene    trim: kept"));
-    char *img = slurp(png);
+    char *img = tmp_read(png, NULL);
     assert_memory_equal(img, "\x89PNG", 4);
     free(img);
     qvf_voice *v = NULL;

@@ -32,6 +32,7 @@
 #include "engine/tokenizer.h"
 #include "kernels/kernels.h"
 #include "kernels/q4.h"
+#include "tests/unit/helpers/models.h"
 #include "tests/unit/helpers/shell.h"
 #include "tests/unit/helpers/tmpdir.h"
 #include "util/fileio.h"
@@ -785,8 +786,7 @@ static void test_17b(void **st) {
 }
 
 int main(void) {
-    const char *c = getenv("QVOICE_CACHE");
-    snprintf(g_cache, sizeof g_cache, "%s", c && *c ? c : "cache");
+    snprintf(g_cache, sizeof g_cache, "%s", test_cache_dir());
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_f16_narrowing),
         cmocka_unit_test(test_tiny_lossless),     cmocka_unit_test(test_tiny_english_small),

@@ -12,6 +12,7 @@
 
 #include <cmocka.h>
 
+#include "tests/unit/helpers/run.h"
 #include "tests/unit/helpers/shell.h"
 #include "tests/unit/helpers/tmpdir.h"
 
@@ -63,11 +64,5 @@ static void test_repository(void **state) {
     assert_true(rc == 0 || rc == 1);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_clean_tree_passes),
-        cmocka_unit_test(test_bad_includes_fail),
-        cmocka_unit_test(test_repository),
-    };
-    return cmocka_run_group_tests(tests, tmpdir_setup, tmpdir_teardown);
-}
+QVT_MAIN(tmpdir_setup, tmpdir_teardown, test_clean_tree_passes, test_bad_includes_fail,
+         test_repository)

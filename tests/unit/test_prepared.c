@@ -1,5 +1,5 @@
 /* test_prepared.c — the prepared-weights cache (checkpoint/prepared.h) on the tiny models: a
- * speech decoder and an int8 view mapped from the cache compute exactly what freshly prepared
+ * speech decoder and an int8 or q4 view mapped from the cache compute exactly what freshly prepared
  * ones do; a damaged or foreign file is ignored and replaced; saving removes the files of
  * checkpoints that are gone; QVOICE_CACHE="" turns it off.
  * The cache goes to this test's scratch directory (QVOICE_CACHE is pointed there once the model
@@ -23,15 +23,18 @@
 #include "checkpoint/prepared.h"
 #include "engine/model.h"
 #include "engine/speech_decoder.h"
+#include "tests/unit/helpers/models.h"
+#include "tests/unit/helpers/run.h"
 #include "tests/unit/helpers/tmpdir.h"
+#include "tests/unit/helpers/run.h"
 
 #define N_FRAMES 12
 
 static char g_model[1024];
 
 static int setup(void **state) {
-    const char *c = getenv("QVOICE_CACHE");
-    snprintf(g_model, sizeof g_model, "%s/tiny-cv", c && *c ? c : "cache");
+    const char *c = test_cache_dir();
+    snprintf(g_model, sizeof g_model, "%s/tiny-cv", c);
     qvk_init();
     if (tmpdir_setup(state)) return -1;
     return setenv("QVOICE_CACHE", tmp_dir, 1);
@@ -167,6 +170,61 @@ static void test_int8_cached(void **state) {
     free(q1), free(q2), free(s1), free(s2);
 }
 
+/* The q4 view of a fresh model load: its quantized bytes, the first matrix's group scales and
+ * biases, the text projection's rounding (fc1 then fc2) as copies, and whether it was mapped. */
+typedef struct {
+    uint8_t *q;
+    uint16_t *sb, *text;
+    size_t n_q, n_sb, n_text;
+    int mapped;
+} q4_copy;
+
+static q4_copy q4_view(void) {
+    qv_model *m;
+    if (qv_model_load(&m, g_model)) fail_msg("%s", qv_last_error());
+    qvk_pool *pool = qvk_pool_create(2);
+    assert_non_null(pool);
+    assert_int_equal(qve_model_quantize(m, QV_QUANT_Q4, pool), 0);
+    const qve_talker *t = qve_model_talker(m, QV_QUANT_Q4);
+    const qvm_stack_config *c = &t->stack.cfg;
+    const qve_mat *w0 = &t->stack.layers[0].q_proj; /* the first matrix of the view */
+    assert_non_null(w0->q4);
+    q4_copy r = {.n_q = m->q4->n_bytes, .mapped = m->q4->cache != NULL};
+    const size_t n_g = (size_t)c->num_attention_heads * c->head_dim * (c->hidden_size / 64);
+    r.n_sb = 2 * n_g; /* scales, then biases: adjacent for one matrix */
+    r.n_text = (size_t)m->ck->cfg.text_hidden_size * (m->ck->cfg.text_hidden_size + c->hidden_size);
+    r.q = malloc(r.n_q), r.sb = malloc(2 * r.n_sb), r.text = malloc(2 * r.n_text);
+    assert_true(r.q && r.sb && r.text);
+    assert_ptr_equal(w0->q4_b, w0->q4_s + n_g);
+    memcpy(r.q, w0->q4, r.n_q);
+    memcpy(r.sb, w0->q4_s, 2 * r.n_sb);
+    assert_ptr_equal(t->fc2,
+                     t->fc1 + (size_t)m->ck->cfg.text_hidden_size * m->ck->cfg.text_hidden_size);
+    assert_ptr_not_equal(t->fc1, m->talker.fc1); /* the view's q4 rounding, not the file's */
+    memcpy(r.text, t->fc1, 2 * r.n_text);
+    qvk_pool_free(pool);
+    qv_model_free(m);
+    return r;
+}
+
+/* --quant q4 as int8: the second load maps what the first quantized, byte for byte. */
+static void test_q4_cached(void **state) {
+    (void)state;
+    char path[4200];
+    q4_copy a = q4_view();
+    assert_false(a.mapped);
+    assert_string_not_equal(cache_file("q4", path, sizeof path), "");
+    q4_copy b = q4_view();
+    assert_true(b.mapped);
+    assert_int_equal(a.n_q, b.n_q);
+    assert_memory_equal(a.q, b.q, a.n_q);
+    assert_memory_equal(a.sb, b.sb, 2 * a.n_sb);
+    assert_memory_equal(a.text, b.text, 2 * a.n_text);
+    printf("q4: %zu quantized bytes and the text rounding mapped from the cache, identical\n",
+           a.n_q);
+    free(a.q), free(a.sb), free(a.text), free(b.q), free(b.sb), free(b.text);
+}
+
 /* A cache file as the writer lays it out: its header only (prepared.c). */
 static void write_header(const char *path, const char *magic, const char *source) {
     struct {
@@ -242,12 +300,5 @@ static void test_off(void **state) {
     free(q), free(s);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_decoder_cached),
-        cmocka_unit_test(test_int8_cached),
-        cmocka_unit_test(test_sweep),
-        cmocka_unit_test(test_off),
-    };
-    return cmocka_run_group_tests(tests, setup, tmpdir_teardown);
-}
+QVT_MAIN(setup, tmpdir_teardown, test_decoder_cached, test_int8_cached, test_q4_cached, test_sweep,
+         test_off)

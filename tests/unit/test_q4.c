@@ -1,6 +1,7 @@
 /* test_q4.c — 4-bit affine matvec (kernels/q4.h): MLX packing, quantization within half a step,
  * every variant against the scalar reference and a double-precision evaluation of the same
- * quantized product, error against the unquantized product, bit-identical for 1 and 2 threads.
+ * quantized product, error against the unquantized product, bit-identical for 1 and 2 threads
+ * and between the batched and the one-vector matvec.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -15,6 +16,8 @@
 #include "kernels/kernels.h"
 #include "kernels/q4.h"
 #include "tests/unit/helpers/matref.h"
+#include "tests/unit/helpers/run.h"
+#include "tests/unit/helpers/run.h"
 
 enum { N_OUT = 203, N_IN = 1216, N_G = N_IN / QVK_Q4_GROUP }; /* 19 groups: odd, > 16 */
 
@@ -23,14 +26,6 @@ static float *g_x, *g_bias, *g_xs, *g_xsum;
 static uint16_t *g_s, *g_b; /* bf16 */
 static uint8_t *g_q;
 static int8_t *g_xq;
-
-static uint32_t rng_u32(uint32_t *s) {
-    *s ^= *s << 13, *s ^= *s >> 17, *s ^= *s << 5;
-    return *s;
-}
-static float rng_f(uint32_t *s) {
-    return (float)(rng_u32(s) >> 8) / 16777216.0f * 2 - 1;
-}
 
 static int setup(void **st) {
     (void)st;
@@ -48,12 +43,12 @@ static int setup(void **st) {
     for (int r = 0; r < N_OUT; r++) {
         float amp = 0.01f * (1 + r % 7), off = r % 3 ? 0.0f : 0.02f; /* some rows off-centre */
         for (int i = 0; i < N_IN; i++)
-            row[i] = r == 5 ? 0.0f : off + amp * rng_f(&s); /* row 5 all zero */
+            row[i] = r == 5 ? 0.0f : off + amp * matref_rand(&s); /* row 5 all zero */
         qvk_f32_to_bf16(g_w + (size_t)r * N_IN, row, N_IN);
-        g_bias[r] = 0.1f * rng_f(&s);
+        g_bias[r] = 0.1f * matref_rand(&s);
     }
     for (int i = 0; i < N_IN; i++)
-        g_x[i] = rng_f(&s) * (i == 300 ? 20.0f : 1.0f) + 0.1f; /* an outlier and a mean */
+        g_x[i] = matref_rand(&s) * (i == 300 ? 20.0f : 1.0f) + 0.1f; /* an outlier and a mean */
     free(row);
     assert_int_equal(qvk_q4_quantize_bf16(NULL, g_q, g_s, g_b, g_w, N_OUT, N_IN), 0);
     qvk_q4_prepare_x(g_xq, g_xs, g_xsum, g_x, N_IN);
@@ -186,13 +181,75 @@ static void test_threads_identical(void **st) {
     qvk_pool_free(p2);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_packing),
-        cmocka_unit_test(test_quantize_bounds),
-        cmocka_unit_test(test_variants),
-        cmocka_unit_test(test_quantization_error),
-        cmocka_unit_test(test_threads_identical),
-    };
-    return cmocka_run_group_tests(tests, setup, teardown);
+/* x -> int8 per 64-group: xs = max|x| / 127, xq = x / xs rounded half to even (de-interleaved),
+ * xsum within float rounding of the double sum; NaN and infinities give bytes in range. */
+static void test_prepare_x(void **st) {
+    (void)st;
+    double worst = 0;
+    for (int g = 0; g < N_G; g++) {
+        const float *xg = g_x + g * QVK_Q4_GROUP;
+        float amax = 0;
+        double sum = 0, mag = 0;
+        for (int i = 0; i < QVK_Q4_GROUP; i++)
+            amax = fmaxf(amax, fabsf(xg[i])), sum += xg[i], mag += fabs(xg[i]);
+        assert_true(g_xs[g] == amax / 127.0f);
+        for (int i = 0; i < QVK_Q4_GROUP; i++) {
+            const long want = lrintf(fminf(fmaxf(xg[i] * (127.0f / amax), -127.0f), 127.0f));
+            assert_int_equal(g_xq[g * QVK_Q4_GROUP + (i & 1) * 32 + i / 2], want);
+        }
+        if (fabs(g_xsum[g] - sum) / mag > worst) worst = fabs(g_xsum[g] - sum) / mag;
+    }
+    printf("prepare_x: bytes as rint, max |xsum - double| = %.2e of sum|x|\n", worst);
+    assert_true(worst < 1e-6);
+    float bad[QVK_Q4_GROUP] = {NAN, INFINITY, -INFINITY, 1.0f};
+    _Alignas(64) int8_t q[QVK_Q4_GROUP];
+    float xs, xsum;
+    qvk_q4_prepare_x(q, &xs, &xsum, bad, QVK_Q4_GROUP);
+    for (int i = 0; i < QVK_Q4_GROUP; i++)
+        assert_true(q[i] >= -127 && q[i] <= 127);
 }
+
+/* The batched form (prefill, batched streams): every y_k bit-identical to the one-vector matvec
+ * of x_k, for every variant, 1 and 2 threads, with scratch and on the stack (60 vectors: more
+ * than one stack share and than QVK_Q4_BATCH_MAX_X, neither a multiple; the first 2, 3, 5 and 6
+ * alone: every tail of the AVX-512 kernel's blocks of four). */
+enum { N_X = 60 };
+static void test_batch_identical(void **st) {
+    (void)st;
+    static const char *const names[] = {"scalar", "avx2", "avx512"};
+    const char *cur = qvk_variant();
+    float *x = malloc(sizeof(float) * N_X * N_IN), *y = malloc(sizeof(float) * N_X * N_OUT);
+    float *z = malloc(sizeof(float) * N_X * 100), *one = malloc(sizeof(float) * (N_OUT + 100));
+    void *scratch = qvk_alloc(qvk_q4_batch_scratch(N_X, N_IN));
+    qvk_pool *p2 = qvk_pool_create(2);
+    assert_true(x && y && z && one && scratch && p2);
+    uint32_t s = 77;
+    for (int i = 0; i < N_X * N_IN; i++)
+        x[i] = matref_rand(&s) * (i % 97 == 0 ? 8.0f : 1.0f);
+    for (int v = 0; v < 3; v++) {
+        if (qvk_set_variant(names[v])) continue;
+        int diff = 0;
+        static const int n_xs[] = {2, 3, 5, 6, N_X};
+        for (int run = 0; run < 4 * 5; run++) {
+            const int nx = n_xs[run / 4];
+            qvk_q4_mv mv[2] = {{y, g_q, g_s, g_b, g_bias, N_OUT}, {z, g_q, g_s, g_b, NULL, 100}};
+            qvk_q4_matvec_batch(run & 1 ? p2 : NULL, x, nx, N_IN, mv, 2, run & 2 ? scratch : NULL);
+            for (int k = 0; k < nx; k++) {
+                qvk_q4_mv m1[2] = {{one, g_q, g_s, g_b, g_bias, N_OUT},
+                                   {one + N_OUT, g_q, g_s, g_b, NULL, 100}};
+                qvk_q4_matvec_multi(NULL, x + (size_t)k * N_IN, N_IN, m1, 2);
+                diff += memcmp(one, y + (size_t)k * N_OUT, sizeof(float) * N_OUT) != 0;
+                diff += memcmp(one + N_OUT, z + (size_t)k * 100, sizeof(float) * 100) != 0;
+            }
+        }
+        printf("%s: batches of 2, 3, 5, 6, %d vs one at a time: %d outputs differ\n", names[v], N_X, diff);
+        assert_int_equal(diff, 0);
+    }
+    qvk_set_variant(cur);
+    qvk_pool_free(p2);
+    qvk_free(scratch);
+    free(x), free(y), free(z), free(one);
+}
+
+QVT_MAIN(setup, teardown, test_packing, test_quantize_bounds, test_prepare_x, test_variants,
+         test_quantization_error, test_threads_identical, test_batch_identical)

@@ -25,18 +25,15 @@
 
 #include <cmocka.h>
 
+#include "tests/unit/helpers/server_proc.h"
+#include "tests/unit/helpers/models.h"
+#include "tests/unit/helpers/run.h"
 #include "tests/unit/helpers/shell.h"
 #include "tests/unit/helpers/tmpdir.h"
 #include "voicefmt/qvf.h"
 
 #define CLIP "tests/audio/en_ohenry_chenevert.wav"
 #define VOICE_06B "voices/ohenry.qvoice" /* made for 0.6B: fits no tiny model */
-
-typedef struct {
-    pid_t pid;
-    int port, probe; /* probe: --probe-listen's port, 0 without */
-    char log[512];
-} server;
 
 static char g_cv[512], g_base[512];
 static server g_srv; /* the shared server: tiny-cv, max 200 chars, 1 MB uploads, 10 s timeout */
@@ -56,71 +53,6 @@ static void leak_check(void) {
         g_leaks++;
         print_message("leak: %.300s\n", j);
     }
-}
-
-static void sleep_ms(int ms) {
-    struct timespec t = {ms / 1000, (long)(ms % 1000) * 1000000};
-    nanosleep(&t, NULL);
-}
-
-static void slurp(const char *path, char *buf, size_t size) {
-    FILE *f = fopen(path, "rb");
-    size_t n = f ? fread(buf, 1, size - 1, f) : 0;
-    buf[n] = 0;
-    if (f) fclose(f);
-}
-
-static int stop(server *sv);
-
-/* Starts bin/qvoice-server with args; fills sv. 0, or -1 when it did not start listening. */
-static int start(server *sv, const char *name, const char *args) {
-    char cmd[4096];
-    if (sv->pid > 0) stop(sv); /* one left running by a failed test */
-    snprintf(sv->log, sizeof sv->log, "%s/%s.log", tmp_dir, name);
-    /* stdout to /dev/null: a server must never hold the test runner's pipe open */
-    snprintf(cmd, sizeof cmd, "exec bin/qvoice-server %s --listen 127.0.0.1:0 >/dev/null 2>%s", args,
-             sv->log);
-    unlink(sv->log);
-    sv->pid = fork();
-    if (sv->pid == 0) { /* the shell execs the server: sv->pid is the server's */
-        setenv("LSAN_OPTIONS", "suppressions=tests/server/lsan.supp", 1);
-        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-        _exit(127);
-    }
-    for (int i = 0; i < 600; i++) { /* up to 60 s: model load on a busy machine */
-        char text[4096];
-        slurp(sv->log, text, sizeof text);
-        const char *p = strstr(text, "listening on ");
-        if (p && strchr(p, '\n')) {
-            sv->port = atoi(strchr(p + 13, ':') + 1);
-            sleep_ms(100); /* the probe line follows at once */
-            slurp(sv->log, text, sizeof text);
-            p = strstr(text, "probes on ");
-            sv->probe = p ? atoi(strchr(p + 10, ':') + 1) : 0;
-            return sv->port > 0 ? 0 : -1;
-        }
-        if (waitpid(sv->pid, NULL, WNOHANG) == sv->pid) return -1;
-        sleep_ms(100);
-    }
-    return -1;
-}
-
-/* SIGTERM, then waits up to 30 s (then SIGKILL); the exit status, or -1 when killed. */
-static int stop(server *sv) {
-    if (sv->pid <= 0) return -1;
-    kill(sv->pid, SIGTERM);
-    int st = 0;
-    for (int i = 0; i < 300; i++) {
-        if (waitpid(sv->pid, &st, WNOHANG) == sv->pid) {
-            sv->pid = 0;
-            return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-        }
-        sleep_ms(100);
-    }
-    kill(sv->pid, SIGKILL);
-    waitpid(sv->pid, &st, 0);
-    sv->pid = 0;
-    return -1;
 }
 
 /* curl with a time limit: the HTTP status (0: no answer); the body goes to g_body (and to out
@@ -189,9 +121,9 @@ static int count_files(const char *dir, const char *needle) {
 
 static int group_setup(void **state) {
     if (tmpdir_setup(state)) return -1;
-    const char *cache = getenv("QVOICE_CACHE");
-    snprintf(g_cv, sizeof g_cv, "%s/tiny-cv", cache ? cache : "cache");
-    snprintf(g_base, sizeof g_base, "%s/tiny-base", cache ? cache : "cache");
+    const char *cache = test_cache_dir();
+    snprintf(g_cv, sizeof g_cv, "%s/tiny-cv", cache);
+    snprintf(g_base, sizeof g_base, "%s/tiny-base", cache);
     /* leftovers of a killed server (PID 999999999, above any pid_max): removed at start; those of
      * a running one (this test's PID) are kept */
     char dir[512], live[512];
@@ -213,12 +145,12 @@ static int group_setup(void **state) {
     snprintf(args, sizeof args,
              "-m %s --voices %s/voices --max-text-chars 200 --max-upload-mb 1 --timeout 10", g_cv,
              tmp_dir);
-    return start(&g_srv, "main", args);
+    return server_start(&g_srv, "main", args);
 }
 
 static int group_teardown(void **state) {
-    stop(&g_srv);
-    stop(&g_extra);
+    server_stop(&g_srv);
+    server_stop(&g_extra);
     return tmpdir_teardown(state);
 }
 
@@ -483,7 +415,7 @@ static void test_slow_attack(void **state) {
              "-m %s --voices %s/voices --receive-timeout 3 --max-connections 64 "
              "--max-connections-per-ip 16 --probe-listen 127.0.0.1:0",
              g_cv, tmp_dir);
-    assert_int_equal(start(&g_extra, "slow", args), 0);
+    assert_int_equal(server_start(&g_extra, "slow", args), 0);
     assert_true(g_extra.probe > 0);
     cJSON *o = trickle(&g_extra, 100, 1, 8);
     assert_non_null(o);
@@ -520,7 +452,7 @@ static void test_slow_attack(void **state) {
     assert_int_equal(atoi(code), 413);
     assert_true(atof(strchr(code, ' ') + 1) < 10e6);
     assert_string_equal(error_code(), "request_too_large");
-    assert_int_equal(stop(&g_extra), 0);
+    assert_int_equal(server_stop(&g_extra), 0);
 }
 
 static void test_auth(void **state) {
@@ -529,13 +461,13 @@ static void test_auth(void **state) {
     tmp_write(tmp_path("keys"), "# keys\nsecret-1\nsecret-2\n", 25);
     snprintf(args, sizeof args, "-m %s --voices %s/voices --api-key-file %s", g_cv, tmp_dir,
              tmp_path("keys"));
-    assert_int_equal(start(&g_extra, "auth", args), 0);
+    assert_int_equal(server_start(&g_extra, "auth", args), 0);
     assert_int_equal(curl(&g_extra, NULL, "SRV/v1/audio/voices"), 401);
     assert_string_equal(error_code(), "invalid_api_key");
     assert_int_equal(curl(&g_extra, NULL, "-H 'Authorization: Bearer secret-3' SRV/v1/audio/voices"), 401);
     assert_int_equal(curl(&g_extra, NULL, "-H 'Authorization: Bearer secret-2' SRV/v1/audio/voices"), 200);
     assert_int_equal(curl(&g_extra, NULL, "SRV/health"), 200); /* probes need no key */
-    assert_int_equal(stop(&g_extra), 0);
+    assert_int_equal(server_stop(&g_extra), 0);
     /* a missing key file is a start-up error naming it */
     assert_int_equal(sh("bin/qvoice-server -m %s --voices %s/voices --api-key-file %s/none "
                         "2>%s; test $? = 1", g_cv, tmp_dir, tmp_dir, tmp_path("err")), 0);
@@ -570,7 +502,7 @@ static void test_key_owners(void **state) {
     assert_int_equal(sh("rm -rf %s/ov && mkdir %s/ov", tmp_dir, tmp_dir), 0);
     snprintf(args, sizeof args, "-m %s --voices %s/ov --api-key-file %s", g_cv, tmp_dir,
              tmp_path("owners"));
-    assert_int_equal(start(&g_extra, "owners", args), 0);
+    assert_int_equal(server_start(&g_extra, "owners", args), 0);
     const char *up = "-H 'Authorization: Bearer %s' -F audio_sample=@%s -F name=%s -F consent=yes "
                      "SRV/v1/audio/voices";
     assert_int_equal(curl(&g_extra, NULL, "-H 'Authorization: Bearer %s' SRV/v1/audio/voices",
@@ -610,7 +542,7 @@ static void test_key_owners(void **state) {
     assert_int_equal(curl(&g_extra, NULL, "-H 'Authorization: Bearer %s' -X DELETE "
                                           "SRV/v1/audio/voices/shared", longkey), 200);
     assert_int_equal(count_files(tmp_path("ov"), ""), 0); /* owner records go with their voice */
-    assert_int_equal(stop(&g_extra), 0);
+    assert_int_equal(server_stop(&g_extra), 0);
 }
 
 /* The library's index: capped (507), listed from memory (a file damaged in place after it was
@@ -621,7 +553,7 @@ static void test_library(void **state) {
     char args[2048];
     assert_int_equal(sh("rm -rf %s/lib && mkdir %s/lib", tmp_dir, tmp_dir), 0);
     snprintf(args, sizeof args, "-m %s --voices %s/lib --max-voices 2", g_cv, tmp_dir);
-    assert_int_equal(start(&g_extra, "lib", args), 0);
+    assert_int_equal(server_start(&g_extra, "lib", args), 0);
     const char *up = "-F audio_sample=@%s -F name=%s -F consent=yes SRV/v1/audio/voices";
     assert_int_equal(curl(&g_extra, NULL, up, g_voice, "one"), 200);
     cJSON *o = cJSON_Parse(g_body);
@@ -668,7 +600,7 @@ static void test_library(void **state) {
     assert_int_equal(curl(&g_extra, NULL, "-F audio_sample=@%s -F consent=yes "
                                           "SRV/v1/audio/voices", tmp_path("long.qvoice")), 400);
     assert_non_null(strstr(g_body, "META name"));
-    assert_int_equal(stop(&g_extra), 0);
+    assert_int_equal(server_stop(&g_extra), 0);
 }
 
 /* A %0A in a URL is logged escaped, not as a line of its own. */
@@ -803,7 +735,7 @@ static void start_busy(const char *name, const char *more, const char *json, con
     char args[2048];
     snprintf(args, sizeof args, "-m %s --voices %s/voices --max-concurrency 1 %s", g_cv, tmp_dir,
              more);
-    assert_int_equal(start(&g_extra, name, args), 0);
+    assert_int_equal(server_start(&g_extra, name, args), 0);
     busy_request(json, 60);
     background_curl(&g_extra, json, out, rc);
     double active = 0;
@@ -822,7 +754,7 @@ static void test_disconnect_and_limits(void **state) {
     assert_true(file_has(tmp_path("hdr"), "Retry-After: 1"));
     /* SIGTERM under load: the stream in flight ends normally (all of it, a clean chunked end),
      * the server exits 0 */
-    assert_int_equal(stop(&g_extra), 0);
+    assert_int_equal(server_stop(&g_extra), 0);
     assert_true(file_has(g_extra.log, "draining"));
     for (int i = 0; i < 300 && file_bytes(tmp_path("bg.rc")) <= 0; i++) sleep_ms(100);
     assert_true(file_has(tmp_path("bg.rc"), "0\n"));
@@ -834,7 +766,7 @@ static void test_disconnect_and_limits(void **state) {
     snprintf(args, sizeof args,
              "-m %s --voices %s/voices --max-concurrency 1 --max-queue 0 --timeout 2", g_cv,
              tmp_dir);
-    assert_int_equal(start(&g_extra, "gone", args), 0);
+    assert_int_equal(server_start(&g_extra, "gone", args), 0);
     char cmd[1024];
     snprintf(cmd, sizeof cmd,
              "timeout 60 python3 tests/server/client.py %d disconnect \"$(cat %s)\"", g_extra.port,
@@ -848,16 +780,16 @@ static void test_disconnect_and_limits(void **state) {
     /* over the wall time: the full-size 0.6B needs seconds for the frames a sentence may take
      * (its guard allows ~100 frames for it, >= 60 ms each), so --timeout 1 ends it first: 504 (the tiny
      * model finishes or trips its guard within a second on an idle machine) */
-    assert_int_equal(stop(&g_extra), 0);
+    assert_int_equal(server_stop(&g_extra), 0);
     char big[1024];
     snprintf(big, sizeof big, "-m %.500s/q06b-cv --voices %s/voices --timeout 1",
-             getenv("QVOICE_CACHE") ? getenv("QVOICE_CACHE") : "cache", tmp_dir);
-    assert_int_equal(start(&g_extra, "late", big), 0);
+             test_cache_dir(), tmp_dir);
+    assert_int_equal(server_start(&g_extra, "late", big), 0);
     const char *body = "{\"voice\":\"ryan\",\"input\":\"Here is a sentence that takes a while.\"}";
     tmp_write(tmp_path("late.json"), body, strlen(body));
     assert_int_equal(curl(&g_extra, NULL, "-d @%s SRV/v1/audio/speech", tmp_path("late.json")), 504);
     assert_string_equal(error_code(), "timeout");
-    assert_int_equal(stop(&g_extra), 0);
+    assert_int_equal(server_stop(&g_extra), 0);
 }
 
 /* SIGTERM under load: one stream running, one waiting for the only slot. Both are served to the
@@ -892,7 +824,7 @@ static void test_drain_under_load(void **state) {
         assert_true(file_has(tmp_path(rc), "0\n"));
         assert_true(file_bytes(tmp_path(out)) > 0);
     }
-    assert_int_equal(stop(&g_extra), 0);
+    assert_int_equal(server_stop(&g_extra), 0);
     /* both ended after the drain began */
     assert_int_equal(
         sh("sed -n '/draining/,$p' %s | grep -c 'POST /v1/audio/speech 200' | grep -qx 2",
@@ -906,7 +838,7 @@ static void test_clone_upload(void **state) {
     (void)state;
     char args[2048];
     snprintf(args, sizeof args, "-m %s --voices %s/voices --clone-model %s", g_cv, tmp_dir, g_base);
-    assert_int_equal(start(&g_extra, "clone", args), 0);
+    assert_int_equal(server_start(&g_extra, "clone", args), 0);
     assert_int_equal(ready_flag(&g_extra, "cloning"), 1);
     assert_int_equal(py(&g_extra, "upload %s name=clip consent=yes language=english", CLIP), 0);
     assert_true(!strncmp(g_body, "200 ", 4) && strstr(g_body, "\"report\""));
@@ -950,7 +882,7 @@ static void test_clone_upload(void **state) {
                      400);
     assert_string_equal(error_code(), "invalid_audio");
     assert_non_null(strstr(g_body, "sample rate 6000000 Hz"));
-    assert_int_equal(stop(&g_extra), 0);
+    assert_int_equal(server_stop(&g_extra), 0);
     /* one admission path: a clone takes a synthesis slot like a speech request, so with the one
      * slot busy and no queue it is refused (429, Retry-After) instead of running beside it */
     char more[1024];
@@ -962,7 +894,7 @@ static void test_clone_upload(void **state) {
                      429);
     assert_string_equal(error_code(), "busy");
     assert_true(file_has(tmp_path("hdr"), "Retry-After: 1"));
-    assert_int_equal(stop(&g_extra), 0);
+    assert_int_equal(server_stop(&g_extra), 0);
 }
 
 /* ==== scale-out ============================================================================= */
@@ -980,7 +912,7 @@ static void test_ref_audio(void **state) {
     snprintf(args, sizeof args,
              "-m %s --voices %s/voices --clone-model %s --ref-audio-dir %s --ref-cache-mb 1", g_cv,
              tmp_dir, g_base, dir);
-    assert_int_equal(start(&g_extra, "ref", args), 0);
+    assert_int_equal(server_start(&g_extra, "ref", args), 0);
     assert_int_equal(py(&g_extra, "upload %s name=refclip consent=yes", CLIP), 0);
     assert_true(!strncmp(g_body, "200 ", 4));
     const char *common = "\"input\":\"Hello there.\",\"seed\":7,\"response_format\":\"pcm\","
@@ -1069,7 +1001,7 @@ static void test_ref_audio(void **state) {
     char vdir[1024];
     snprintf(vdir, sizeof vdir, "%s/voices", tmp_dir);
     assert_int_equal(count_files(vdir, ".new-"), 0);
-    assert_int_equal(stop(&g_extra), 0);
+    assert_int_equal(server_stop(&g_extra), 0);
 }
 static void test_scale_out(void **state) {
     (void)state;
@@ -1087,26 +1019,7 @@ static void test_scale_out(void **state) {
     assert_true(file_has(tmp_path("lb.out"), " up again"));
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_routes),
-        cmocka_unit_test(test_no_call_cycle),
-        cmocka_unit_test(test_speech_bad_input),
-        cmocka_unit_test(test_voices),
-        cmocka_unit_test(test_slow_client),
-        cmocka_unit_test(test_slow_attack),
-        cmocka_unit_test(test_auth),
-        cmocka_unit_test(test_key_owners),
-        cmocka_unit_test(test_library),
-        cmocka_unit_test(test_metrics),
-        cmocka_unit_test(test_speech),
-        cmocka_unit_test(test_disconnect_and_limits),
-        cmocka_unit_test(test_drain_under_load),
-        cmocka_unit_test(test_clone_upload),
-        cmocka_unit_test(test_ref_audio),
-        cmocka_unit_test(test_scale_out),
-        cmocka_unit_test(test_log_escaped),
-        cmocka_unit_test(test_no_leaks),
-    };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
-}
+QVT_MAIN(group_setup, group_teardown, test_routes, test_no_call_cycle, test_speech_bad_input,
+         test_voices, test_slow_client, test_slow_attack, test_auth, test_key_owners, test_library,
+         test_metrics, test_speech, test_disconnect_and_limits, test_drain_under_load,
+         test_clone_upload, test_ref_audio, test_scale_out, test_log_escaped, test_no_leaks)
