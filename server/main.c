@@ -81,7 +81,7 @@ static void usage(const qv_server_config *d) {
            "                            while the main ones are all taken\n"
            "    -r, --ref-audio-dir DIR speech requests may give ref_audio as a file:// URL of a\n"
            "                            file inside DIR (default: file:// refused)\n"
-           "    -e, --ref-cache-mb N    bytes of per-request reference voices kept, least\n"
+           "    -e, --ref-cache-mb N    MB of per-request reference voices kept, least\n"
            "                            recently used evicted (default %d)\n"
            "    -S, --no-studio         do not serve the studio page (GET / answers 404)\n"
            "    -h, --help              this text\n"

@@ -397,7 +397,7 @@ qv_server_config qv_server_default_config(void) {
                               .max_seconds = 120,
                               .max_text_chars = 4096,
                               .max_upload_mb = 20,
-                              .ref_cache_mb = 64,
+                              .ref_cache_mb = 256,
                               .max_voices = 1000,
                               .max_library_mb = 20480,
                               .timeout_s = 300,
