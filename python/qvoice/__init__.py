@@ -277,6 +277,7 @@ class Qwen3TTSModel:
         self._synth_key = None
         self._lock = threading.Lock()
         self.last_stats = None
+        self._batching = False  # qv_model_set_batching done (by the first list input)
         p = lib.qv_model_params(handle)
 
         def f(x):  # float32 fields: 0.9, not 0.8999999761581421
@@ -391,7 +392,6 @@ class Qwen3TTSModel:
         True to stop. job: text, language, speaker, instruct, voice (Voice), use_icl. kw: the
         generation keywords and the style ones (docs/markup.md): style, style_strength,
         style_table (text of "name = instruct" lines), strict_markup."""
-        lib = self._lib
         kw = dict(kw)
         sty = {k: kw.pop(k) for k in _STYLE_KWARGS if k in kw}
         if not self._lock.acquire(blocking=False):
@@ -402,42 +402,48 @@ class Qwen3TTSModel:
             synth = self._get_synth(p)
             if started is not None:
                 started(synth)
-            r = lib.qv_synth_default_request()
-            r.text = _b(job["text"])
-            r.language = _b((job.get("language") or "auto").lower())
-            r.speaker = _b(job["speaker"].lower()) if job.get("speaker") else None
-            r.instruct = _b(job.get("instruct") or None)
-            voice = job.get("voice")
-            r.voice = voice._h if voice is not None else None
-            r.use_icl = int(job.get("use_icl", 1))
-            r.style = _b(sty.get("style"))
-            r.style_strength = float(sty.get("style_strength") or 0)
-            r.style_table = _b(sty.get("style_table"))
-            r.strict_markup = int(bool(sty.get("strict_markup")))
-            failure = []
-
-            def cb(user, pcm, n):
-                try:
-                    return 1 if on_block(_block(pcm, n)) else 0
-                except BaseException as e:  # noqa: B902 -- re-raised after qv_synth_run
-                    failure.append(e)
-                    return 1
-
-            fn = _capi.PCM_FN(cb)
-            stats = _capi.SynthStats(struct_size=ctypes.sizeof(_capi.SynthStats))
-            st = lib.qv_synth_run(synth, ctypes.byref(r), fn, None, ctypes.byref(stats))
-            if failure:
-                raise failure[0]
-            self.last_stats = {f: (_s(getattr(stats, f)) if isinstance(getattr(stats, f), bytes)
-                                   else getattr(stats, f)) for f, _ in _capi.SynthStats._fields_
-                               if f != "struct_size"}
-            self.last_stats["seed"] = self._seed
-            if st:
-                _raise(st)
-            if self.last_stats["warning"]:  # e.g. the library dropped a 0.6B CustomVoice instruct
-                warnings.warn("qvoice: " + self.last_stats["warning"], stacklevel=3)
+            self._synth_run(synth, job, sty, on_block)
         finally:
             self._lock.release()
+
+    def _synth_run(self, synth, job, sty, on_block):
+        """qv_synth_run of one job on synth (this thread); sets last_stats, raises on failure."""
+        lib = self._lib
+        r = lib.qv_synth_default_request()
+        r.text = _b(job["text"])
+        r.language = _b((job.get("language") or "auto").lower())
+        r.speaker = _b(job["speaker"].lower()) if job.get("speaker") else None
+        r.instruct = _b(job.get("instruct") or None)
+        voice = job.get("voice")
+        r.voice = voice._h if voice is not None else None
+        r.use_icl = int(job.get("use_icl", 1))
+        r.style = _b(sty.get("style"))
+        r.style_strength = float(sty.get("style_strength") or 0)
+        r.style_table = _b(sty.get("style_table"))
+        r.strict_markup = int(bool(sty.get("strict_markup")))
+        failure = []
+
+        def cb(user, pcm, n):
+            try:
+                return 1 if on_block(_block(pcm, n)) else 0
+            except BaseException as e:  # noqa: B902 -- re-raised after qv_synth_run
+                failure.append(e)
+                return 1
+
+        fn = _capi.PCM_FN(cb)
+        stats = _capi.SynthStats(struct_size=ctypes.sizeof(_capi.SynthStats))
+        st = lib.qv_synth_run(synth, ctypes.byref(r), fn, None, ctypes.byref(stats))
+        if failure:
+            raise failure[0]
+        last = {f: (_s(getattr(stats, f)) if isinstance(getattr(stats, f), bytes)
+                    else getattr(stats, f)) for f, _ in _capi.SynthStats._fields_
+                if f != "struct_size"}
+        last["seed"] = self._seed
+        self.last_stats = last
+        if st:
+            _raise(st)
+        if last["warning"]:  # e.g. the library dropped a 0.6B CustomVoice instruct
+            warnings.warn("qvoice: " + last["warning"], stacklevel=4)
 
     def run_jobs(self, lines, loudness=None, **kw):
         """speak --batch in-process: each item of lines is one job, a JSON object (or its text) with
@@ -466,12 +472,66 @@ class Qwen3TTSModel:
             lib.qv_jobs_free(h)
 
     def _generate(self, jobs, kw):
+        if len(jobs) > 1 and self._lib.has("qv_model_set_batching"):
+            return self._generate_batched(jobs, kw), SAMPLE_RATE
         wavs = []
         for job in jobs:
             blocks = []
             self._run(job, kw, lambda b: blocks.append(b))  # None: never stop
             wavs.append(_join(blocks))
         return wavs, SAMPLE_RATE
+
+    def _generate_batched(self, jobs, kw):
+        """List inputs as one batch: each text on its own synthesizer and thread, the model's
+        batched streams stepping up to 8 of them together (each weight read once per step), with
+        the audio of each the same as alone (the same seed for every item, as one by one)."""
+        lib = self._lib
+        kw = dict(kw)
+        sty = {k: kw.pop(k) for k in _STYLE_KWARGS if k in kw}
+        if not self._lock.acquire(blocking=False):
+            raise RuntimeError("another synthesis is running on this model object")
+        try:
+            p = self._params(kw)
+            self._seed = p.seed
+            if not self._batching:
+                st = lib.qv_model_set_batching(self._m, _capi.BATCH_MAX_STREAMS)
+                if st:
+                    _raise(st)
+                self._batching = True
+            out, errors = [None] * len(jobs), []
+
+            def work(i, synth):
+                blocks = []
+                try:
+                    self._synth_run(synth, jobs[i], sty, lambda b: blocks.append(b))
+                    out[i] = _join(blocks)
+                except BaseException as e:  # noqa: B902 -- re-raised on the caller's thread
+                    errors.append((i, e))
+
+            for first in range(0, len(jobs), _capi.BATCH_MAX_STREAMS):
+                group = range(first, min(first + _capi.BATCH_MAX_STREAMS, len(jobs)))
+                synths = []
+                try:
+                    for _ in group:
+                        h = ctypes.c_void_p()
+                        st = lib.qv_synth_new(ctypes.byref(h), self._m, ctypes.byref(p))
+                        if st:
+                            _raise(st)
+                        synths.append(h)
+                    threads = [threading.Thread(target=work, args=(i, s))
+                               for i, s in zip(group, synths)]
+                    for th in threads:
+                        th.start()
+                    for th in threads:
+                        th.join()
+                finally:
+                    for h in synths:
+                        lib.qv_synth_free(h)
+                if errors:
+                    raise min(errors, key=lambda e: e[0])[1]
+            return out
+        finally:
+            self._lock.release()
 
     def _stream(self, job, kw):
         """Generator of PCM blocks: the synthesis runs on a worker thread; closing the generator

@@ -224,6 +224,12 @@ class Synthesis(unittest.TestCase):
         again, _ = self.cv.generate_custom_voice("Hello there.", speaker="ryan", seed=seed_a, **kw)
         self.assertEqual(as_list(again[0]), as_list(a[0]))
 
+    def test_list_is_one_batch_same_as_one_by_one(self):
+        texts = ["One.", "Two words.", "Three is here.", "Four."]
+        batch, _ = self.cv.generate_custom_voice(texts, speaker="eric", **SHORT)
+        alone = [self.cv.generate_custom_voice(x, speaker="eric", **SHORT)[0][0] for x in texts]
+        self.assertEqual([as_list(w) for w in batch], [as_list(w) for w in alone])
+
     def test_text_list(self):
         wavs, _ = self.cv.generate_custom_voice(["One.", "Two."], speaker="eric", **SHORT)
         self.assertEqual(len(wavs), 2)
