@@ -235,6 +235,35 @@ class VoiceClonePromptItem:
         self.icl_mode = not self.x_vector_only_mode
         weakref.finalize(self, shutil.rmtree, tmpdir, True)
 
+    # Pickled by value: the voice file's bytes travel, and unpickling writes them to a private
+    # temporary directory of its own (a pickled path would point at a deleted file).
+    def __getstate__(self):
+        with open(self.path, "rb") as f:
+            return {"voice": f.read(), "ref_text": self.ref_text, "report": self.report,
+                    "x_vector_only_mode": self.x_vector_only_mode}
+
+    def __setstate__(self, state):
+        tmpdir = tempfile.mkdtemp(prefix="qvoice-prompt-")
+        path = os.path.join(tmpdir, "voice.qvoice")
+        with open(path, "wb") as f:
+            f.write(state["voice"])
+        self.__init__(path, tmpdir, state["ref_text"], state["x_vector_only_mode"],
+                      state["report"])
+
+    @property
+    def ref_spk_embedding(self):
+        """The speaker x-vector (float32: a NumPy array, else array('f')), as the official item's
+        ref_spk_embedding."""
+        lib = _capi.lib()
+        ptr, dim = ctypes.c_void_p(), ctypes.c_int()
+        st = lib.qv_clone_xvector(None, _b(self.path), 30.0, ctypes.byref(ptr), ctypes.byref(dim))
+        if st:
+            _raise(st)
+        try:
+            return _block(ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float)), dim.value)
+        finally:
+            lib.qv_free(ptr)
+
     def save(self, path):
         """Writes the voice to path atomically (a temporary file in the same directory, renamed)."""
         path = os.fspath(path)

@@ -105,6 +105,7 @@ PROTOTYPES = {
     "qv_cloner_free": (None, [c_void_p]),
     "qv_cloner_fingerprint": (None, [c_void_p, c_char_p]),
     "qv_clone_run": (c_int, [c_void_p, _P(CloneRequest), c_char_p, _P(c_void_p)]),
+    "qv_clone_xvector": (c_int, [c_void_p, c_char_p, c_double, _P(c_void_p), _P(c_int)]),
     "qv_params_check": (c_int, [_P(Params)]),
     "qv_jobs_default_options": (JobsOptions, []),
     "qv_jobs_new": (c_int, [_P(c_void_p), c_void_p, _P(Params), _P(JobsOptions)]),

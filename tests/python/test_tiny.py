@@ -325,6 +325,26 @@ class Cloning(unittest.TestCase):
         v = qvoice.Voice(path)
         self.assertTrue(v.has_icl)
 
+    def test_prompt_pickled_by_value(self):
+        """A pickled prompt carries its voice: it speaks the same after the original is gone."""
+        import pickle
+        prompt = self.base.create_voice_clone_prompt(CLIP, ref_text=CLIP_TEXT, max_seconds=8)
+        emb = as_list(prompt[0].ref_spk_embedding)
+        self.assertEqual(len(emb), 64)  # tiny-base's x-vector
+        want, _ = self.base.generate_voice_clone("Hi.", voice_clone_prompt=prompt, **SHORT)
+        blob = pickle.dumps(prompt)
+        old = prompt[0].path
+        del prompt
+        import gc
+        gc.collect()
+        self.assertFalse(os.path.exists(old))
+        back = pickle.loads(blob)
+        self.assertNotEqual(back[0].path, old)
+        self.assertTrue(back[0].icl_mode)
+        self.assertEqual(as_list(back[0].ref_spk_embedding), emb)
+        got, _ = self.base.generate_voice_clone("Hi.", voice_clone_prompt=back, **SHORT)
+        self.assertEqual(as_list(got[0]), as_list(want[0]))
+
     def test_icl_window(self):
         """The transcript must match the ICL span: the first 8 s fit CLIP_TEXT, the whole 30 s
         clip does not (refused with the numbers), unless ICL may fall back to the x-vector."""
