@@ -428,8 +428,8 @@ static int load_config(qve_decoder *d, const qvm_codec_config *cc, const char *d
     return 0;
 }
 
-static int load_weights(qve_decoder *d, loader *ld) {
-    int L = d->latent, H = d->hidden, I = d->inter, A = d->n_heads * d->head_dim;
+/* The RVQ codebooks (embedding_sum / cluster_usage, prepared once) and output projections. */
+static int load_quantizers(qve_decoder *d, loader *ld) {
     void *cbp;
     d->codebooks = prepared(ld, (size_t)d->n_q * d->cb_size * d->cb_dim * sizeof(float), &cbp);
     float *cb = cbp;
@@ -452,6 +452,12 @@ static int load_weights(qve_decoder *d, loader *ld) {
                        d->rvq_dim, d->cb_dim);
     d->out_rest = lin(ld, get(ld, 3, d->rvq_dim, d->cb_dim, 1, QVM_T_DEC_REST_OUT, 0, 0),
                       d->rvq_dim, d->cb_dim);
+    return 0; /* a failed projection: load_transformer checks ld->failed after its own */
+}
+
+/* The pre-conv, the transformer and its projections. */
+static int load_transformer(qve_decoder *d, loader *ld) {
+    int L = d->latent, H = d->hidden, I = d->inter, A = d->n_heads * d->head_dim;
     d->pre_w = taps(ld, get(ld, 3, L, d->rvq_dim, PRE_CONV_K, QVM_T_DEC_PRE_CONV_W, 0, 0), L,
                     d->rvq_dim, PRE_CONV_K);
     d->pre_b = get(ld, 1, L, 0, 0, QVM_T_DEC_PRE_CONV_B, 0, 0);
@@ -474,8 +480,12 @@ static int load_weights(qve_decoder *d, loader *ld) {
     d->norm_w = get(ld, 1, H, 0, 0, QVM_T_DEC_NORM, 0, 0);
     d->outp_w = lin(ld, get(ld, 2, L, H, 0, QVM_T_DEC_OUT_PROJ_W, 0, 0), L, H);
     d->outp_b = get(ld, 1, L, 0, 0, QVM_T_DEC_OUT_PROJ_B, 0, 0);
-    if (ld->failed) return -1;
+    return ld->failed ? -1 : 0;
+}
 
+/* The ConvNeXt upsampling stages. */
+static void load_upsample(qve_decoder *d, loader *ld) {
+    int L = d->latent;
     /* ConvNeXt width: the checkpoint's pwconv1 rows (4·latent in the official model). */
     char pw_name[160];
     const qvm_tensor *pw = qvm_st_find(
@@ -497,6 +507,11 @@ static int load_weights(qve_decoder *d, loader *ld) {
         u->pw2_b = get(ld, 1, L, 0, 0, QVM_T_DEC_UP_PW2_B, s, 0);
         u->gamma = get(ld, 1, L, 0, 0, QVM_T_DEC_UP_GAMMA, s, 0);
     }
+}
+
+/* The vocoder: first conv, the upsampling blocks with their residual units, the last conv. */
+static void load_blocks(qve_decoder *d, loader *ld) {
+    int L = d->latent;
     d->d0_w = wino(ld, get(ld, 3, d->dec_dim, L, CONV_K, QVM_T_DEC_CONV0_W, 0, 0), d->dec_dim, L);
     d->d0_b = get(ld, 1, d->dec_dim, 0, 0, QVM_T_DEC_CONV0_B, 0, 0);
     for (int i = 0; i < N_BLOCKS; i++) {
@@ -533,6 +548,12 @@ static int load_weights(qve_decoder *d, loader *ld) {
     d->fb = get(ld, 1, cf, 0, 0, QVM_T_DEC_LAST_BETA, 0, 0);
     d->fw = taps(ld, get(ld, 3, 1, cf, CONV_K, QVM_T_DEC_LAST_W, 0, 0), 1, cf, CONV_K);
     d->fbias = get(ld, 1, 1, 0, 0, QVM_T_DEC_LAST_B, 0, 0);
+}
+
+static int load_weights(qve_decoder *d, loader *ld) {
+    if (load_quantizers(d, ld) || load_transformer(d, ld)) return -1;
+    load_upsample(d, ld);
+    load_blocks(d, ld);
     return ld->failed ? -1 : 0;
 }
 

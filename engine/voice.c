@@ -9,6 +9,10 @@
 #include "engine/voice_load.h"
 #include "engine/voice_verify.h"
 #include "util/api.h"
+#include "voicefmt/qvf.h"
+
+/* A voice file's ICL codes are the model's frames: one count, spelled by both public headers. */
+_Static_assert(QVF_N_CODEBOOKS == QV_N_CODEBOOKS, "voice-file and engine codebook counts");
 
 static enum qv_status voice_open(qv_voice **out, const char *path_or_name, char *err, size_t es) {
     *out = NULL;

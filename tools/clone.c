@@ -303,9 +303,9 @@ static int parse_window(const char *s, qv_clone_request *r) {
 
 enum { OPT_JSON = 1000 };
 
-int main(int argc, char **argv) {
-    options o = {.r = qv_clone_default_request()};
-    int hygiene_flags = 0;
+/* Parses the options into o (*hygiene_flags: one that needs hygiene was given). -1 to go on,
+ * else the exit status: 0 after --help or --version, 2 on a usage error. */
+static int parse_options(int argc, char **argv, options *o, int *hygiene_flags) {
     static const struct option longs[] = {
         {"model", required_argument, 0, 'm'},         {"output", required_argument, 0, 'o'},
         {"ref-text", required_argument, 0, 't'},      {"ref-text-file", required_argument, 0, 'T'},
@@ -325,48 +325,56 @@ int main(int argc, char **argv) {
     while ((ch = getopt_long(argc, argv, ":m:o:t:T:n:l:xc:s:j:p:CHw:FS:A:P:WhV", longs, NULL)) !=
            -1) {
         switch (ch) {
-        case 'm': o.model_dir = optarg; break;
-        case 'o': o.out = optarg; break;
-        case 't': o.r.ref_text = optarg; break;
-        case 'T': o.ref_text_file = optarg; break;
-        case 'n': o.r.name = optarg; break;
-        case 'l': o.r.language = optarg; break;
-        case 'x': o.xvector_only = 1; break;
-        case 'c': o.r.target_cv_dir = optarg; break;
+        case 'm': o->model_dir = optarg; break;
+        case 'o': o->out = optarg; break;
+        case 't': o->r.ref_text = optarg; break;
+        case 'T': o->ref_text_file = optarg; break;
+        case 'n': o->r.name = optarg; break;
+        case 'l': o->r.language = optarg; break;
+        case 'x': o->xvector_only = 1; break;
+        case 'c': o->r.target_cv_dir = optarg; break;
         case 's':
-            if (parse_double(optarg, 3, 3600, &o.r.max_seconds))
+            if (parse_double(optarg, 3, 3600, &o->r.max_seconds))
                 return usage_error("--max-seconds: expected a number of seconds in [3, 3600], found '%s'", optarg);
             break;
-        case OPT_JSON: o.json = 1; break;
+        case OPT_JSON: o->json = 1; break;
         case 'j':
         case 'p': {
             double n;
             if (parse_double(optarg, 1, 256, &n) || n != (int)n)
                 return usage_error("--threads: expected 1..256, found '%s'", optarg);
-            o.threads = (int)n;
+            o->threads = (int)n;
             break;
         }
-        case 'C': o.compare = 1; break;
-        case 'H': o.r.hygiene = 0; break;
+        case 'C': o->compare = 1; break;
+        case 'H': o->r.hygiene = 0; break;
         case 'w':
-            if (parse_window(optarg, &o.r))
+            if (parse_window(optarg, &o->r))
                 return usage_error("--icl-window: expected full, auto or START-END seconds, found '%s'", optarg);
             break;
-        case 'F': o.r.allow_xvector_fallback = 1, hygiene_flags = 1; break;
+        case 'F': o->r.allow_xvector_fallback = 1, *hygiene_flags = 1; break;
         case 'S':
-            if (parse_double(optarg, -1, 1, &o.r.speaker_threshold))
+            if (parse_double(optarg, -1, 1, &o->r.speaker_threshold))
                 return usage_error("--speaker-threshold: expected a cosine in [-1, 1], found '%s'", optarg);
-            hygiene_flags = 1;
+            *hygiene_flags = 1;
             break;
-        case 'A': o.r.consent = optarg; break;
-        case 'P': o.r.plot_path = optarg; break;
-        case 'W': o.r.with_wovr = 0; break;
-        case 'h': usage(stdout, &o.r); return 0;
+        case 'A': o->r.consent = optarg; break;
+        case 'P': o->r.plot_path = optarg; break;
+        case 'W': o->r.with_wovr = 0; break;
+        case 'h': usage(stdout, &o->r); return 0;
         case 'V': printf(TOOL " (qvoice) %s\n", qv_version()); return 0;
         case ':': return usage_error("option '%s' needs an argument", argv[optind - 1]);
         default: return usage_error("unknown option '%s'", argv[optind - 1]);
         }
     }
+    return -1;
+}
+
+int main(int argc, char **argv) {
+    options o = {.r = qv_clone_default_request()};
+    int hygiene_flags = 0;
+    int st = parse_options(argc, argv, &o, &hygiene_flags);
+    if (st >= 0) return st;
     o.threads = qv_threads_resolve(o.threads);
     if (o.compare) {
         if (argc - optind != 2) return usage_error("%s", "--compare needs exactly two files");

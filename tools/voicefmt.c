@@ -293,6 +293,77 @@ static void signature_out(const qvf_signature *sig, cJSON *jo) {
     }
 }
 
+/* inspect --json: one voice's object (jo) from v; comp/raw: its weight delta's stored/raw bytes. */
+static void inspect_json(cJSON *jo, const qvf_voice *v, uint64_t comp, uint64_t raw) {
+    cJSON_AddNumberToObject(jo, "version", v->file_version);
+    id_json(jo, "source_model", &v->source);
+    if (v->has_wdelta) id_json(jo, "target_model", &v->target);
+    cJSON *m = cJSON_AddObjectToObject(jo, "meta");
+    for (int i = 0; i < v->n_meta; i++)
+        cJSON_AddStringToObject(m, v->meta[i].key, v->meta[i].value);
+    cJSON_AddNumberToObject(jo, "enc_dim", v->enc_dim);
+    cJSON_AddNumberToObject(jo, "xvector_norm", xnorm(v));
+    cJSON_AddNumberToObject(jo, "icl_frames", v->n_frames);
+    cJSON_AddNumberToObject(jo, "icl_seconds", v->n_frames / 12.5);
+    cJSON_AddNumberToObject(jo, "transcript_bytes", v->transcript_bytes);
+    cJSON_AddNumberToObject(jo, "tpad_hidden", v->tpad_hidden);
+    if (v->wovr_h) {
+        cJSON *w = cJSON_AddObjectToObject(jo, "wovr");
+        cJSON_AddNumberToObject(w, "h", v->wovr_h);
+        cJSON_AddNumberToObject(w, "th", v->wovr_th);
+        cJSON_AddNumberToObject(w, "cv", v->wovr_cv);
+    }
+    if (v->n_styles) {
+        cJSON *p = cJSON_AddArrayToObject(jo, "palette");
+        for (int i = 0; p && i < v->n_styles; i++) {
+            cJSON *e = cJSON_CreateObject();
+            cJSON_AddStringToObject(e, "name", v->styles[i].name);
+            cJSON_AddStringToObject(e, "kind", v->styles[i].kind == QVF_STYLE_VARIANT
+                                                   ? "variant"
+                                                   : "direction");
+            cJSON_AddNumberToObject(e, "strength", v->styles[i].strength);
+            cJSON_AddItemToArray(p, e);
+        }
+    }
+    if (v->has_wdelta) {
+        cJSON *w = cJSON_AddObjectToObject(jo, "wdelta");
+        cJSON_AddStringToObject(w, "kind", wkind_name(v->wdelta_kind));
+        cJSON_AddNumberToObject(w, "n_tensors", v->n_tensors);
+        cJSON_AddNumberToObject(w, "stored_bytes", (double)comp);
+        cJSON_AddNumberToObject(w, "raw_bytes", (double)raw);
+    }
+}
+
+/* inspect: one voice as text. */
+static void inspect_text(const char *path, const qvf_voice *v, uint64_t comp, uint64_t raw) {
+    const char *name = qvf_meta_get(v, "name"), *lang = qvf_meta_get(v, "language"),
+               *lid = qvf_meta_get(v, "language_id"), *dur = qvf_meta_get(v, "duration_s");
+    printf("%s: qvoice v%d%s, %llu bytes\n", path, v->file_version,
+           v->file_version ? "" : " (raw .bin x-vector)", (unsigned long long)file_size(path));
+    printf("  name: %s   language: %s%s%s%s   duration: %s%s\n", name ? name : "-",
+           lang ? lang : "-", lid ? " (" : "", lid ? lid : "", lid ? ")" : "", dur ? dur : "-",
+           dur ? " s" : "");
+    for (int i = 0; i < v->n_meta; i++)
+        if (strcmp(v->meta[i].key, "name") && strcmp(v->meta[i].key, "language") &&
+            strcmp(v->meta[i].key, "language_id") && strcmp(v->meta[i].key, "duration_s"))
+            printf("  meta %s: %s\n", v->meta[i].key, v->meta[i].value);
+    id_text("source", &v->source);
+    if (v->has_wdelta) id_text("target", &v->target);
+    printf("  x-vector: %u floats, norm %.4f\n", v->enc_dim, xnorm(v));
+    printf("  ICL: %u frames (%.2f s), transcript %u bytes%s%.60s%s\n", v->n_frames,
+           v->n_frames / 12.5, v->transcript_bytes, v->transcript ? ": \"" : "",
+           v->transcript ? v->transcript : "", v->transcript ? "\"" : "");
+    if (v->tpad_hidden) printf("  TPAD: hidden %u\n", v->tpad_hidden);
+    if (v->wovr_h) printf("  WOVR: h %u, th %u, cv %u\n", v->wovr_h, v->wovr_th, v->wovr_cv);
+    for (int i = 0; i < v->n_styles; i++)
+        printf("%s %s (%s %.3g)%s", i ? "," : "  palette:", v->styles[i].name,
+               v->styles[i].kind == QVF_STYLE_VARIANT ? "variant" : "direction",
+               (double)v->styles[i].strength, i + 1 == v->n_styles ? "\n" : "");
+    if (v->has_wdelta)
+        printf("  weights: %s, %u tensors, %.1f MB stored for %.1f MB\n",
+               wkind_name(v->wdelta_kind), v->n_tensors, comp / 1e6, raw / 1e6);
+}
+
 static int inspect_one(const char *path, cJSON *jarr) {
     char err[512];
     qvf_voice *v = NULL;
@@ -313,73 +384,11 @@ static int inspect_one(const char *path, cJSON *jarr) {
         chunks_out(path, jo, &framing_ok);
         return 1;
     }
-    const char *name = qvf_meta_get(v, "name"), *lang = qvf_meta_get(v, "language"),
-               *lid = qvf_meta_get(v, "language_id"), *dur = qvf_meta_get(v, "duration_s");
     uint64_t raw, comp = wdelta_bytes(v, &raw);
-    if (jo) {
-        cJSON_AddNumberToObject(jo, "version", v->file_version);
-        id_json(jo, "source_model", &v->source);
-        if (v->has_wdelta) id_json(jo, "target_model", &v->target);
-        cJSON *m = cJSON_AddObjectToObject(jo, "meta");
-        for (int i = 0; i < v->n_meta; i++)
-            cJSON_AddStringToObject(m, v->meta[i].key, v->meta[i].value);
-        cJSON_AddNumberToObject(jo, "enc_dim", v->enc_dim);
-        cJSON_AddNumberToObject(jo, "xvector_norm", xnorm(v));
-        cJSON_AddNumberToObject(jo, "icl_frames", v->n_frames);
-        cJSON_AddNumberToObject(jo, "icl_seconds", v->n_frames / 12.5);
-        cJSON_AddNumberToObject(jo, "transcript_bytes", v->transcript_bytes);
-        cJSON_AddNumberToObject(jo, "tpad_hidden", v->tpad_hidden);
-        if (v->wovr_h) {
-            cJSON *w = cJSON_AddObjectToObject(jo, "wovr");
-            cJSON_AddNumberToObject(w, "h", v->wovr_h);
-            cJSON_AddNumberToObject(w, "th", v->wovr_th);
-            cJSON_AddNumberToObject(w, "cv", v->wovr_cv);
-        }
-        if (v->n_styles) {
-            cJSON *p = cJSON_AddArrayToObject(jo, "palette");
-            for (int i = 0; p && i < v->n_styles; i++) {
-                cJSON *e = cJSON_CreateObject();
-                cJSON_AddStringToObject(e, "name", v->styles[i].name);
-                cJSON_AddStringToObject(e, "kind", v->styles[i].kind == QVF_STYLE_VARIANT
-                                                       ? "variant"
-                                                       : "direction");
-                cJSON_AddNumberToObject(e, "strength", v->styles[i].strength);
-                cJSON_AddItemToArray(p, e);
-            }
-        }
-        if (v->has_wdelta) {
-            cJSON *w = cJSON_AddObjectToObject(jo, "wdelta");
-            cJSON_AddStringToObject(w, "kind", wkind_name(v->wdelta_kind));
-            cJSON_AddNumberToObject(w, "n_tensors", v->n_tensors);
-            cJSON_AddNumberToObject(w, "stored_bytes", (double)comp);
-            cJSON_AddNumberToObject(w, "raw_bytes", (double)raw);
-        }
-    } else {
-        printf("%s: qvoice v%d%s, %llu bytes\n", path, v->file_version,
-               v->file_version ? "" : " (raw .bin x-vector)", (unsigned long long)file_size(path));
-        printf("  name: %s   language: %s%s%s%s   duration: %s%s\n", name ? name : "-",
-               lang ? lang : "-", lid ? " (" : "", lid ? lid : "", lid ? ")" : "", dur ? dur : "-",
-               dur ? " s" : "");
-        for (int i = 0; i < v->n_meta; i++)
-            if (strcmp(v->meta[i].key, "name") && strcmp(v->meta[i].key, "language") &&
-                strcmp(v->meta[i].key, "language_id") && strcmp(v->meta[i].key, "duration_s"))
-                printf("  meta %s: %s\n", v->meta[i].key, v->meta[i].value);
-        id_text("source", &v->source);
-        if (v->has_wdelta) id_text("target", &v->target);
-        printf("  x-vector: %u floats, norm %.4f\n", v->enc_dim, xnorm(v));
-        printf("  ICL: %u frames (%.2f s), transcript %u bytes%s%.60s%s\n", v->n_frames,
-               v->n_frames / 12.5, v->transcript_bytes, v->transcript ? ": \"" : "",
-               v->transcript ? v->transcript : "", v->transcript ? "\"" : "");
-        if (v->tpad_hidden) printf("  TPAD: hidden %u\n", v->tpad_hidden);
-        if (v->wovr_h) printf("  WOVR: h %u, th %u, cv %u\n", v->wovr_h, v->wovr_th, v->wovr_cv);
-        for (int i = 0; i < v->n_styles; i++)
-            printf("%s %s (%s %.3g)%s", i ? "," : "  palette:", v->styles[i].name,
-                   v->styles[i].kind == QVF_STYLE_VARIANT ? "variant" : "direction",
-                   (double)v->styles[i].strength, i + 1 == v->n_styles ? "\n" : "");
-        if (v->has_wdelta)
-            printf("  weights: %s, %u tensors, %.1f MB stored for %.1f MB\n",
-                   wkind_name(v->wdelta_kind), v->n_tensors, comp / 1e6, raw / 1e6);
-    }
+    if (jo)
+        inspect_json(jo, v, comp, raw);
+    else
+        inspect_text(path, v, comp, raw);
     qvf_signature sig;
     int bad = signature_of(path, &sig);
     signature_out(&sig, jo);
@@ -990,6 +999,46 @@ static int palette_list(const qvf_voice *v) {
     return 0;
 }
 
+/* palette add: a variant (--from AUDIO, its x-vector; refused below min_sim to the voice) or a
+ * direction (--direction FILE, stored normalised) named name, written to out or path. */
+static int palette_add(qvf_voice *v, const char *path, const char *name, const char *from,
+                       const char *dirf, const char *model, const char *out, double strength,
+                       double min_sim) {
+    qv_cloner *cl = from ? cloner(model) : NULL;
+    uint32_t dim = v->enc_dim;
+    float *x = (!from || cl) ? xvector(cl, from ? from : dirf, &dim) : NULL;
+    qv_cloner_free(cl);
+    if (!x) return 1;
+    int rc = 1;
+    const double sim = cosine(x, v->xvector, dim);
+    uint32_t kind = from ? QVF_STYLE_VARIANT : QVF_STYLE_DIRECTION;
+    if (from) printf("%s: speaker similarity to %s: %.4f\n", from, path, sim);
+    if (from && sim < min_sim) {
+        fprintf(stderr,
+                "voicefmt: %s: speaker similarity %.4f to %s is below %.2f: not the same "
+                "voice? (--min-similarity)\n",
+                from, sim, path, min_sim);
+    } else {
+        if (!from) { /* stored normalised */
+            double nn = 0;
+            for (uint32_t k = 0; k < dim; k++)
+                nn += (double)x[k] * x[k];
+            for (uint32_t k = 0; nn > 0 && k < dim; k++)
+                x[k] = (float)(x[k] / sqrt(nn));
+        }
+        if (!strength) strength = from ? 1.0 : 0.25;
+        int e = qvf_palette_set(v, name, kind, (float)strength, x);
+        if (e)
+            fprintf(stderr, "voicefmt: %s: palette entry \"%s\": %s%s\n", path, name,
+                    qvf_strerror(e),
+                    e == QVF_E_ARG ? " (name [a-z][a-z0-9_-]*, at most 31 bytes)" : "");
+        else
+            rc = write_voice(v, out ? out : path, 4);
+    }
+    qv_free(x);
+    return rc;
+}
+
 static int cmd_palette(int argc, char **argv) {
     static const struct option opts[] = {{"name", required_argument, 0, 'n'},
                                          {"from", required_argument, 0, 'f'},
@@ -1049,38 +1098,7 @@ static int cmd_palette(int argc, char **argv) {
         else
             rc = write_voice(v, out ? out : path, 4);
     } else {
-        qv_cloner *cl = from ? cloner(model) : NULL;
-        uint32_t dim = v->enc_dim;
-        float *x = (!from || cl) ? xvector(cl, from ? from : dirf, &dim) : NULL;
-        qv_cloner_free(cl);
-        if (x) {
-            const double sim = cosine(x, v->xvector, dim);
-            uint32_t kind = from ? QVF_STYLE_VARIANT : QVF_STYLE_DIRECTION;
-            if (from) printf("%s: speaker similarity to %s: %.4f\n", from, path, sim);
-            if (from && sim < min_sim) {
-                fprintf(stderr,
-                        "voicefmt: %s: speaker similarity %.4f to %s is below %.2f: not the same "
-                        "voice? (--min-similarity)\n",
-                        from, sim, path, min_sim);
-            } else {
-                if (!from) { /* stored normalised */
-                    double nn = 0;
-                    for (uint32_t k = 0; k < dim; k++)
-                        nn += (double)x[k] * x[k];
-                    for (uint32_t k = 0; nn > 0 && k < dim; k++)
-                        x[k] = (float)(x[k] / sqrt(nn));
-                }
-                if (!strength) strength = from ? 1.0 : 0.25;
-                int e = qvf_palette_set(v, name, kind, (float)strength, x);
-                if (e)
-                    fprintf(stderr, "voicefmt: %s: palette entry \"%s\": %s%s\n", path, name,
-                            qvf_strerror(e),
-                            e == QVF_E_ARG ? " (name [a-z][a-z0-9_-]*, at most 31 bytes)" : "");
-                else
-                    rc = write_voice(v, out ? out : path, 4);
-            }
-            qv_free(x);
-        }
+        rc = palette_add(v, path, name, from, dirf, model, out, strength, min_sim);
     }
     qvf_voice_free(v);
     return rc;

@@ -3,11 +3,12 @@
  * carries its own target attribute so this generic file needs no ISA flags); otherwise a
  * slicing-by-1 table. Both give 0xE3069283 for "123456789".
  */
+#include <pthread.h>
 #include <string.h>
 #include "voicefmt/qvf_impl.h"
 
 static uint32_t table[256];
-static int table_ready;
+static pthread_once_t table_once = PTHREAD_ONCE_INIT; /* readers on many threads (the server) */
 
 static void make_table(void) {
     for (uint32_t i = 0; i < 256; i++) {
@@ -16,11 +17,10 @@ static void make_table(void) {
             c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
         table[i] = c;
     }
-    table_ready = 1;
 }
 
 static uint32_t crc_table(uint32_t c, const uint8_t *p, size_t n) {
-    if (!table_ready) make_table(); /* idempotent, so a benign race between threads */
+    pthread_once(&table_once, make_table);
     while (n--)
         c = table[(c ^ *p++) & 0xFF] ^ (c >> 8);
     return c;

@@ -129,12 +129,20 @@ void qvf_voice_drop_icl(qvf_voice *v) {
     v->n_frames = 0;
 }
 
+static void palette_free(qvf_voice *v) {
+    for (int i = 0; i < v->n_styles; i++)
+        free(v->styles[i].vec);
+    free(v->styles);
+    v->styles = NULL;
+    v->n_styles = 0;
+}
+
 void qvf_voice_free(qvf_voice *v) {
     if (!v) return;
     qvf_voice_drop_wdelta(v);
     qvf_voice_drop_icl(v);
     free(v->xvector);
-    qvf_palette_free(v);
+    palette_free(v);
     for (int i = 0; i < v->n_meta; i++) {
         free(v->meta[i].key);
         free(v->meta[i].value);

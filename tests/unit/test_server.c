@@ -174,15 +174,6 @@ static void test_routes(void **state) {
     assert_int_equal(unlink(g_live_tmp), 0);
 }
 
-/* The router calls the handlers, the handlers the shared replies: no two files of server/ call
- * each other in a circle (read from the objects bin/qvoice-server is linked from). */
-static void test_no_call_cycle(void **state) {
-    (void)state;
-    assert_int_equal(sh("python3 tests/server/callcycle.py build/server/*.o >%s 2>&1",
-                        tmp_path("cycle")), 0);
-    assert_true(file_has(tmp_path("cycle"), "no cycle"));
-}
-
 static void bad_speech(const char *json, int status, const char *code) {
     tmp_write(tmp_path("req.json"), json, strlen(json));
     int got = curl(&g_srv, NULL, "-H 'Content-Type: application/json' --data-binary @%s "
@@ -1019,7 +1010,7 @@ static void test_scale_out(void **state) {
     assert_true(file_has(tmp_path("lb.out"), " up again"));
 }
 
-QVT_MAIN(group_setup, group_teardown, test_routes, test_no_call_cycle, test_speech_bad_input,
+QVT_MAIN(group_setup, group_teardown, test_routes, test_speech_bad_input,
          test_voices, test_slow_client, test_slow_attack, test_auth, test_key_owners, test_library,
          test_metrics, test_speech, test_disconnect_and_limits, test_drain_under_load,
          test_clone_upload, test_ref_audio, test_scale_out, test_log_escaped, test_no_leaks)
