@@ -416,18 +416,28 @@ class Qwen3TTSModel:
             self._h["synth"], self._synth_key = h, key
         return self._h["synth"]
 
-    def _run(self, job, kw, on_block, started=None):
-        """Runs one synthesis on this thread; on_block(block) gets each PCM block and returns
-        True to stop. job: text, language, speaker, instruct, voice (Voice), use_icl. kw: the
-        generation keywords and the style ones (docs/markup.md): style, style_strength,
-        style_table (text of "name = instruct" lines), strict_markup."""
+    def _prepare(self, kw):
+        """The parameters and style keywords of kw, with the model's one-synthesis lock taken
+        (the caller releases it)."""
         kw = dict(kw)
         sty = {k: kw.pop(k) for k in _STYLE_KWARGS if k in kw}
         if not self._lock.acquire(blocking=False):
             raise RuntimeError("another synthesis is running on this model object")
         try:
             p = self._params(kw)
-            self._seed = p.seed  # reported in last_stats: a take can be repeated with seed=
+        except BaseException:
+            self._lock.release()
+            raise
+        self._seed = p.seed  # reported in last_stats: a take can be repeated with seed=
+        return p, sty
+
+    def _run(self, job, kw, on_block, started=None):
+        """Runs one synthesis on this thread; on_block(block) gets each PCM block and returns
+        True to stop. job: text, language, speaker, instruct, voice (Voice), use_icl. kw: the
+        generation keywords and the style ones (docs/markup.md): style, style_strength,
+        style_table (text of "name = instruct" lines), strict_markup."""
+        p, sty = self._prepare(kw)
+        try:
             synth = self._get_synth(p)
             if started is not None:
                 started(synth)
@@ -515,13 +525,8 @@ class Qwen3TTSModel:
         batched streams stepping up to 8 of them together (each weight read once per step), with
         the audio of each the same as alone (the same seed for every item, as one by one)."""
         lib = self._lib
-        kw = dict(kw)
-        sty = {k: kw.pop(k) for k in _STYLE_KWARGS if k in kw}
-        if not self._lock.acquire(blocking=False):
-            raise RuntimeError("another synthesis is running on this model object")
+        p, sty = self._prepare(kw)
         try:
-            p = self._params(kw)
-            self._seed = p.seed
             if not self._batching:
                 st = lib.qv_model_set_batching(self._m, _capi.BATCH_MAX_STREAMS)
                 if st:
