@@ -80,7 +80,7 @@ help:
 	@echo "make install    install tools, libraries, headers, qvoice.pc and man pages into"
 	@echo "                [DESTDIR]PREFIX (PREFIX=$(PREFIX))"
 	@echo "make uninstall  remove what make install installed (same PREFIX and DESTDIR)"
-	@echo "make clean      remove build/, build-asan/, build-tsan/, bin/ and pip's python/qvoice.egg-info/"
+	@echo "make clean      remove build/, build-asan/, build-tsan/ and bin/"
 
 deps:
 	@scripts/deps.sh
@@ -255,6 +255,6 @@ uninstall:
 	  $(addprefix $(DESTDIR)$(INCLUDEDIR)/,$(notdir $(PUBLIC_H)))
 
 clean:
-	rm -rf build build-asan build-tsan bin python/qvoice.egg-info
+	rm -rf build build-asan build-tsan bin
 
 -include $(shell find $(B) -name '*.d' 2>/dev/null)

@@ -121,6 +121,10 @@ enum qv_status qv_cloner_load(qv_cloner **out, const char *base_dir, int n_threa
     return qvu_fail(cloner_load(out, base_dir, n_threads, err, sizeof err), err);
 }
 
+void qv_cloner_fingerprint(const qv_cloner *c, uint8_t out[32]) {
+    memcpy(out, c->ck->fingerprint, 32);
+}
+
 static const qva_speech_encoder *speech_encoder(const qv_cloner *c, char *err, size_t err_size) {
     pthread_mutex_lock(&c->lazy->lock);
     if (!c->lazy->se) c->lazy->se = qva_speech_encoder_load(c->ck, err, err_size);

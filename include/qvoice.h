@@ -548,6 +548,9 @@ typedef struct qv_cloner qv_cloner;
  * so). */
 enum qv_status qv_cloner_load(qv_cloner **out, const char *base_dir, int n_threads);
 void qv_cloner_free(qv_cloner *c); /* accepts NULL */
+/* The SHA-256 fingerprint of c's Base checkpoint (the source a cloned voice file records), for
+ * keying caches of what c clones. */
+void qv_cloner_fingerprint(const qv_cloner *c, uint8_t out[32]);
 
 /* The part of the (trimmed) reference the ICL prompt uses; the transcript must say exactly what
  * is spoken in it (docs/robustness.md). */

@@ -33,6 +33,7 @@ static void usage(const qv_server_config *d) {
            "                  [--max-connections-per-ip N] [--probe-listen HOST:PORT]\n"
            "                  [--max-voices N] [--max-library-mb N] [--no-studio]\n"
            "                  [--no-watermark]\n"
+           "                  [--ref-audio-dir DIR] [--ref-cache-mb N]\n"
            "    qvoice-server --help | --version\n"
            "\n"
            "DESCRIPTION\n"
@@ -81,6 +82,10 @@ static void usage(const qv_server_config *d) {
            "                            a second address serving only /health, /ready and\n"
            "                            /metrics with 16 connections of its own, answerable\n"
            "                            while the main ones are all taken\n"
+           "    -r, --ref-audio-dir DIR speech requests may give ref_audio as a file:// URL of a\n"
+           "                            file inside DIR (default: file:// refused)\n"
+           "    -e, --ref-cache-mb N    MB of per-request reference voices kept, least\n"
+           "                            recently used evicted (default %d)\n"
            "    -S, --no-studio         do not serve the studio page (GET / answers 404)\n"
            "    -W, --no-watermark      audio without the inaudible mark that tells it is synthetic\n"
            "                            (docs/provenance.md; default: marked)\n"
@@ -99,7 +104,7 @@ static void usage(const qv_server_config *d) {
            d->batch_streams, QV_BATCH_MAX_STREAMS,
            d->max_seconds, d->max_text_chars, d->max_upload_mb, d->max_voices, d->max_library_mb,
            d->timeout_s, d->receive_s,
-           d->max_connections, d->max_connections_per_ip);
+           d->max_connections, d->max_connections_per_ip, d->ref_cache_mb);
 }
 
 static int usage_error(const char *fmt, const char *arg) {
@@ -152,12 +157,13 @@ int main(int argc, char **argv) {
         {"probe-listen", required_argument, 0, 'p'}, {"max-voices", required_argument, 0, 'N'},
         {"max-library-mb", required_argument, 0, 'L'}, {"no-studio", no_argument, 0, 'S'},
         {"no-watermark", no_argument, 0, 'W'},
+        {"ref-audio-dir", required_argument, 0, 'r'}, {"ref-cache-mb", required_argument, 0, 'e'},
         {"help", no_argument, 0, 'h'},
         {"version", no_argument, 0, 'V'},           {0, 0, 0, 0}};
     int o;
     char *end;
     opterr = 0;
-    while ((o = getopt_long(argc, argv, ":m:v:c:l:k:j:C:q:B:Q:s:n:u:T:R:M:P:p:N:L:SWhV", opts, NULL)) != -1) {
+    while ((o = getopt_long(argc, argv, ":m:v:c:l:k:j:C:q:B:Q:s:n:u:T:R:M:P:p:N:L:SWr:e:hV", opts, NULL)) != -1) {
         switch (o) {
         case 'm':
             if (c.n_models == MAX_MODELS) return usage_error("-m: at most %s models", "8");
@@ -165,6 +171,11 @@ int main(int argc, char **argv) {
             break;
         case 'v': c.voices_dir = optarg; break;
         case 'c': c.clone_model_dir = optarg; break;
+        case 'r': c.ref_audio_dir = optarg; break;
+        case 'e':
+            if (int_arg(optarg, 0, 1048576, &c.ref_cache_mb))
+                return usage_error("--ref-cache-mb: expected 0..1048576, found '%s'", optarg);
+            break;
         case 'l': c.listen = optarg; break;
         case 'k': c.api_key_file = optarg; break;
         case 'j':

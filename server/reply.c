@@ -173,3 +173,14 @@ enum MHD_Result qvs_reply_cut(struct MHD_Connection *c, req *q, int status, cons
     free(body);
     return MHD_NO;
 }
+
+int qvs_bad(verdict *v, int status, const char *code, const char *param, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(v->msg, sizeof v->msg, fmt, ap);
+    va_end(ap);
+    v->status = status;
+    v->code = code;
+    v->param = param;
+    return -1;
+}

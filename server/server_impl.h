@@ -24,6 +24,7 @@
     X(ROUTE_HEALTH, "health")                                                                      \
     X(ROUTE_READY, "ready")                                                                        \
     X(ROUTE_METRICS, "metrics")                                                                    \
+    X(ROUTE_MODELS, "models")                                                                      \
     X(ROUTE_STUDIO, "studio")                                                                      \
     X(ROUTE_OTHER, "other")
 #define ROUTE_ENUM_(name, text) name,
@@ -55,9 +56,15 @@ typedef struct {
 void qvs_metrics_init(metrics *m);
 void qvs_metrics_request(metrics *m, enum route r, int status);
 void qvs_metrics_synth(metrics *m, const qv_synth_stats *st);
+/* The reference cache's counters (refcache.c). */
+typedef struct {
+    uint64_t hits, misses, evictions;
+    size_t n_bytes;
+    int n_entries;
+} ref_stats;
 /* Prometheus text exposition; malloc'd. batch_*: qv_model_batch_stats summed over the models. */
 char *qvs_metrics_render(metrics *m, int active, int queued, int64_t batch_steps,
-                         int64_t batch_frames);
+                         int64_t batch_frames, const ref_stats *refs);
 
 /* ==== server ================================================================================= */
 
@@ -106,6 +113,7 @@ struct qv_server {
     api_key *keys; /* accepted bearer keys */
     int n_keys;
     struct library *lib;
+    struct refcache *refs; /* refcache.c */
     int n_threads;
 
     pthread_mutex_t mu; /* everything below */
@@ -133,6 +141,16 @@ typedef struct {
 } req;
 
 /* ==== shared by the handlers (reply.c) ======================================================= */
+
+/* A refused request: the HTTP status and OpenAI error code, the field it names (or NULL). */
+typedef struct {
+    int status; /* 0 = valid */
+    const char *code, *param;
+    char msg[512];
+} verdict;
+/* Fills v; returns -1. */
+int qvs_bad(verdict *v, int status, const char *code, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
 
 /* Log one formatted line through cfg.log. */
 void qvs_srv_log(qv_server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -215,6 +233,28 @@ int qvs_library_add(qv_server *s, const api_key *k, const uint8_t *b, size_t n, 
 /* Deletes the voice k names: 0 (id set), 404 none k may use, 403 not k's, 500. */
 int qvs_library_remove(qv_server *s, const api_key *k, const char *id_or_name, char id[65]);
 
+/* ==== per-request references (refcache.c) =================================================== */
+
+/* A request's reference: audio (a data URL, base64, or file:// inside cfg.ref_audio_dir) with
+ * its transcript (NULL: x-vector only), or an x-vector embedding[n_embedding] instead. */
+typedef struct {
+    const char *audio, *text;
+    const float *embedding;
+    int n_embedding;
+} ref_spec;
+typedef struct ref_entry ref_entry;
+
+int qvs_refcache_init(qv_server *s, char *err, size_t err_size); /* 0 or -1 with err */
+void qvs_refcache_free(qv_server *s);
+ref_stats qvs_refcache_stats(qv_server *s);
+/* The voice of r, from the cache or cloned on the clone model (taking a slot up to deadline, as
+ * an upload does) and cached: 0 with *out held (release with qvs_ref_release); else -1 with v
+ * set (v->status -1/-2: no slot, as qvs_slot_take). */
+int qvs_ref_get(qv_server *s, struct MHD_Connection *c, double deadline, const ref_spec *r,
+                ref_entry **out, verdict *v);
+const qv_voice *qvs_ref_voice(const ref_entry *e); /* borrowed while held */
+void qvs_ref_release(qv_server *s, ref_entry *e);  /* accepts NULL */
+
 /* ==== byte buffers (bytes.c) ================================================================= */
 
 typedef struct {
@@ -226,6 +266,9 @@ int qvs_bytes_add(bytes *b, const void *p, size_t n);
 
 /* Base64 of n bytes appended to b. */
 int qvs_base64_add(bytes *b, const uint8_t *p, size_t n);
+/* Standard base64 in[n] (white space skipped) into a malloc'd *out of *n_out bytes; 0, or -1
+ * when it is not base64 (or out of memory). */
+int qvs_base64_decode(const char *in, size_t n, uint8_t **out, size_t *n_out);
 
 /* ==== studio (studio.c) ====================================================================== */
 

@@ -28,6 +28,7 @@ typedef struct job {
     /* request (owned strings) */
     qv_synth_request r;
     char *text, *language, *speaker, *instruct, *voice_path;
+    ref_entry *ref; /* a per-request reference's voice, held */
     /* results, under mu */
     qv_encoder *enc; /* streams: WAV/PCM blocks into out (or SSE events) */
     bytes out;       /* streams: encoded bytes not yet sent, from off */
@@ -55,6 +56,7 @@ static void job_unref(job *j) {
     free(j->speaker);
     free(j->instruct);
     free(j->voice_path);
+    qvs_ref_release(j->s, j->ref);
     free(j->out.p);
     qv_free(j->pcm.pcm);
     qv_encoder_close(j->enc);
@@ -74,7 +76,8 @@ static void job_cancel(job *j, int timed_out) {
 }
 
 static int sse_delta(job *j, const uint8_t *p, size_t n) {
-    static const char head[] = "data: {\"type\":\"speech.audio.delta\",\"audio\":\"";
+    static const char head[] =
+        "event: speech.audio.delta\ndata: {\"type\":\"speech.audio.delta\",\"audio\":\"";
     return qvs_bytes_add(&j->out, head, sizeof head - 1) || qvs_base64_add(&j->out, p, n) ||
            qvs_bytes_add(&j->out, "\"}\n\n", 4);
 }
@@ -180,31 +183,12 @@ static int slot_acquire(qv_server *s, struct MHD_Connection *c, int model, const
 
 /* ==== request parsing ======================================================================== */
 
-typedef struct {
-    int status; /* 0 = valid */
-    const char *code, *param;
-    char msg[512];
-} verdict;
-
-static int bad(verdict *v, int status, const char *code, const char *param, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
-static int bad(verdict *v, int status, const char *code, const char *param, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(v->msg, sizeof v->msg, fmt, ap);
-    va_end(ap);
-    v->status = status;
-    v->code = code;
-    v->param = param;
-    return -1;
-}
-
 /* String field k: NULL when absent or null; -1 (verdict set) when not a string. */
 static int get_str(cJSON *o, const char *k, const char **out, verdict *v) {
     cJSON *x = cJSON_GetObjectItemCaseSensitive(o, k);
     *out = NULL;
     if (!x || cJSON_IsNull(x)) return 0;
-    if (!cJSON_IsString(x)) return bad(v, 400, "invalid_type", k, "%s: expected a string", k);
+    if (!cJSON_IsString(x)) return qvs_bad(v, 400, "invalid_type", k, "%s: expected a string", k);
     *out = x->valuestring;
     return 0;
 }
@@ -214,11 +198,11 @@ static int get_num(cJSON *o, const char *k, double lo, double hi, int integer, d
                    verdict *v) {
     cJSON *x = cJSON_GetObjectItemCaseSensitive(o, k);
     if (!x || cJSON_IsNull(x)) return 0;
-    if (!cJSON_IsNumber(x)) return bad(v, 400, "invalid_type", k, "%s: expected a number", k);
+    if (!cJSON_IsNumber(x)) return qvs_bad(v, 400, "invalid_type", k, "%s: expected a number", k);
     double d = x->valuedouble;
     if (!isfinite(d) || d < lo || d > hi || (integer && d != floor(d)))
-        return bad(v, 400, "invalid_value", k, "%s: %g is not %s in [%g, %g]", k, d,
-                   integer ? "an integer" : "a number", lo, hi);
+        return qvs_bad(v, 400, "invalid_value", k, "%s: %g is not %s in [%g, %g]", k, d,
+                       integer ? "an integer" : "a number", lo, hi);
     *out = d;
     return 1;
 }
@@ -245,78 +229,201 @@ static void list_names(char *buf, size_t size, const char *(*name)(const qv_mode
         n += (size_t)snprintf(buf + n, size - n, "%s%s", i ? ", " : "", name(m, i));
 }
 
-/* Fills j (strings, request, format, stream) and p from the JSON body; model in *model. */
-static int parse(qv_server *s, const api_key *k, const char *body, size_t len, job *j, qv_params *p,
-                 int *model, verdict *v) {
+/* Boolean field k: 0 absent (or null), 1 set (*out), -1 bad (verdict set). */
+static int get_bool(cJSON *o, const char *k, int *out, verdict *v) {
+    cJSON *x = cJSON_GetObjectItemCaseSensitive(o, k);
+    if (!x || cJSON_IsNull(x)) return 0;
+    if (!cJSON_IsBool(x))
+        return qvs_bad(v, 400, "invalid_type", k, "%s: expected true or false", k);
+    *out = cJSON_IsTrue(x);
+    return 1;
+}
+
+/* vLLM-Omni's task_type against the model and the voice asked for: 0 or -1 (verdict set). */
+static int check_task(const char *task, const char *mtype, const char *mname, int cloned,
+                      verdict *v) {
+    static const struct {
+        const char *task;
+        enum qvf_variant variant;
+    } tasks[] = {{"CustomVoice", QVF_VARIANT_CUSTOM_VOICE},
+                 {"VoiceDesign", QVF_VARIANT_VOICE_DESIGN},
+                 {"Base", QVF_VARIANT_BASE}};
+    int i = 0;
+    while (i < 3 && strcmp(task, tasks[i].task))
+        i++;
+    if (i == 3)
+        return qvs_bad(v, 400, "invalid_value", "task_type",
+                       "task_type %s: expected CustomVoice, VoiceDesign or Base", task);
+    /* Base is cloning: a reference or library voice, on the Base model or on CustomVoice
+     * through the voice file's text side (as `clone` makes it) */
+    if (i == 2 && !cloned)
+        return qvs_bad(v, 400, "invalid_value", "task_type",
+                       "task_type Base: needs ref_audio, speaker_embedding or a library voice");
+    if (i == 2 ? !strcmp(mtype, qvf_variant_name(QVF_VARIANT_VOICE_DESIGN))
+               : cloned || strcmp(mtype, qvf_variant_name(tasks[i].variant)))
+        return qvs_bad(v, 400, "invalid_value", "task_type", "task_type %s: model %s is %s%s", task,
+                       mname, mtype, i != 2 && cloned ? " and a cloned voice was given" : "");
+    return 0;
+}
+
+/* speaker_embedding: an array of exactly dim numbers, malloc'd into *out. */
+static int get_embedding(cJSON *o, int dim, float **out, verdict *v) {
+    cJSON *x = cJSON_GetObjectItemCaseSensitive(o, "speaker_embedding"), *e;
+    *out = NULL;
+    if (!x || cJSON_IsNull(x)) return 0;
+    if (!cJSON_IsArray(x) || cJSON_GetArraySize(x) != dim)
+        return qvs_bad(v, 400, "invalid_value", "speaker_embedding",
+                       "speaker_embedding: expected an array of %d numbers (this model's x-vector)",
+                       dim);
+    if (!(*out = malloc((size_t)dim * sizeof **out)))
+        return qvs_bad(v, 503, "out_of_memory", NULL, "out of memory");
+    int i = 0;
+    cJSON_ArrayForEach(e, x) {
+        if (!cJSON_IsNumber(e) || !isfinite(e->valuedouble) || fabs(e->valuedouble) > 1e6) {
+            free(*out);
+            *out = NULL;
+            return qvs_bad(v, 400, "invalid_value", "speaker_embedding",
+                           "speaker_embedding[%d]: not a finite number", i);
+        }
+        (*out)[i++] = (float)e->valuedouble;
+    }
+    return 1;
+}
+
+/* Fills j (strings, request, format, stream, reference) and p from the JSON body; model in
+ * *model. A reference is cloned (or found in the cache) last, once everything else is valid;
+ * verdict status -1/-2: no slot for that clone (qvs_slot_take). */
+static int parse(qv_server *s, struct MHD_Connection *c, const api_key *k, const char *body,
+                 size_t len, job *j, qv_params *p, int *model, verdict *v) {
     /* the whole body is one JSON value: anything after it but white space is malformed (the
      * body is NUL-terminated: len + 1 lets cJSON check that its NUL follows the value) */
     cJSON *o = cJSON_ParseWithLengthOpts(body ? body : "", body ? len + 1 : 1, NULL, 1);
     int rc = -1;
-    const char *input, *mname, *voice, *instr, *fmt, *sfmt, *lang;
+    const char *input, *mname, *voice, *alias, *instr, *fmt, *sfmt, *lang, *task, *ref_audio,
+        *ref_text;
+    float *emb = NULL;
     double d;
     if (!cJSON_IsObject(o)) {
-        bad(v, 400, "invalid_json", NULL, "request body: not a JSON object");
+        qvs_bad(v, 400, "invalid_json", NULL, "request body: not a JSON object");
         goto out;
     }
     if (get_str(o, "input", &input, v) || get_str(o, "model", &mname, v) ||
-        get_str(o, "voice", &voice, v) || get_str(o, "instructions", &instr, v) ||
-        get_str(o, "response_format", &fmt, v) || get_str(o, "stream_format", &sfmt, v) ||
-        get_str(o, "language", &lang, v))
+        get_str(o, "voice", &voice, v) || get_str(o, "speaker", &alias, v) ||
+        get_str(o, "instructions", &instr, v) || get_str(o, "response_format", &fmt, v) ||
+        get_str(o, "stream_format", &sfmt, v) || get_str(o, "language", &lang, v) ||
+        get_str(o, "task_type", &task, v) || get_str(o, "ref_audio", &ref_audio, v) ||
+        get_str(o, "ref_text", &ref_text, v))
         goto out;
     if (!input || !input[0]) {
-        bad(v, 400, "invalid_value", "input", "input: required, non-empty text");
+        qvs_bad(v, 400, "invalid_value", "input", "input: required, non-empty text");
         goto out;
     }
     j->n_chars = utf8_chars(input);
     if (j->n_chars > s->cfg.max_text_chars) {
-        bad(v, 400, "input_too_long", "input", "input: %d characters exceed the limit of %d",
-            j->n_chars, s->cfg.max_text_chars);
+        qvs_bad(v, 400, "input_too_long", "input", "input: %d characters exceed the limit of %d",
+                j->n_chars, s->cfg.max_text_chars);
         goto out;
     }
     if ((*model = qvs_find_model(s, mname)) < 0) {
-        bad(v, 404, "model_not_found", "model", "model %s: not served here (GET /ready lists them)",
-            mname);
+        qvs_bad(v, 404, "model_not_found", "model",
+                "model %s: not served here (GET /ready lists them)", mname);
         goto out;
     }
     const qv_model *m = s->models[*model].model;
+    const char *mtype = qv_model_type(m);
+    /* vLLM-Omni's "speaker" is another name for "voice" */
+    if (alias && voice && strcasecmp(alias, voice)) {
+        qvs_bad(v, 400, "invalid_value", "speaker", "speaker %s: differs from voice %s (one name)",
+                alias, voice);
+        goto out;
+    }
+    if (!voice) voice = alias;
+    int xvec_only = 0, got;
+    if (get_bool(o, "x_vector_only_mode", &xvec_only, v) < 0 ||
+        get_embedding(o, qv_model_hidden_size(m), &emb, v) < 0)
+        goto out;
+    if (ref_audio && emb) {
+        qvs_bad(v, 400, "invalid_value", "speaker_embedding",
+                "speaker_embedding: give either it or ref_audio, not both");
+        goto out;
+    }
+    if ((ref_audio || emb) && voice) {
+        qvs_bad(v, 400, "invalid_value", "voice",
+                "voice %s: a request speaks with a voice or with its own reference (ref_audio, "
+                "speaker_embedding), not both",
+                voice);
+        goto out;
+    }
+    if (!ref_audio && (ref_text || xvec_only)) {
+        qvs_bad(v, 400, "invalid_value", ref_text ? "ref_text" : "x_vector_only_mode",
+                "%s: only with ref_audio", ref_text ? "ref_text" : "x_vector_only_mode");
+        goto out;
+    }
+    if (ref_audio && !xvec_only && (!ref_text || !ref_text[0])) {
+        qvs_bad(
+            v, 400, "invalid_value", "ref_text",
+            "ref_text: the transcript of ref_audio is required unless x_vector_only_mode is true");
+        goto out;
+    }
     char names[1024];
     if (lang && strcasecmp(lang, "auto")) {
         const char *l = find_name(lang, qv_model_language, qv_model_n_languages(m), m);
         if (!l) {
             list_names(names, sizeof names, qv_model_language, qv_model_n_languages(m), m);
-            bad(v, 400, "invalid_value", "language", "language %s: not one of %s", lang, names);
+            qvs_bad(v, 400, "invalid_value", "language", "language %s: not one of %s", lang, names);
             goto out;
         }
         lang = l;
     }
     char path[4096];
     const char *speaker = NULL;
-    if (!voice && qv_model_n_speakers(m) > 0)
+    int has_ref = ref_audio || emb;
+    if (!has_ref && !voice && qv_model_n_speakers(m) > 0)
         speaker = qv_model_speaker(m, 0);
-    else if (!voice && /* a VoiceDesign model has instructions instead */
-             strcmp(qv_model_type(m), qvf_variant_name(QVF_VARIANT_VOICE_DESIGN))) {
-        bad(v, 400, "invalid_value", "voice", "voice: required (a library voice for model %s)",
-            s->models[*model].name);
+    else if (!has_ref && !voice && /* a VoiceDesign model has instructions instead */
+             strcmp(mtype, qvf_variant_name(QVF_VARIANT_VOICE_DESIGN))) {
+        qvs_bad(v, 400, "invalid_value", "voice",
+                "voice: required (a library voice or ref_audio for model %s)",
+                s->models[*model].name);
         goto out;
     } else if (voice && qvs_voice_lookup(s, k, voice, path, sizeof path)) {
         speaker = find_name(voice, qv_model_speaker, qv_model_n_speakers(m), m);
         if (!speaker) {
             list_names(names, sizeof names, qv_model_speaker, qv_model_n_speakers(m), m);
-            bad(v, 400, "voice_not_found", "voice",
-                "voice %s: neither a library voice (GET /v1/audio/voices) nor a preset speaker "
-                "of %s (%s)",
-                voice, s->models[*model].name, names[0] ? names : "none");
+            qvs_bad(v, 400, "voice_not_found", "voice",
+                    "voice %s: neither a library voice (GET /v1/audio/voices) nor a preset speaker "
+                    "of %s (%s)",
+                    voice, s->models[*model].name, names[0] ? names : "none");
             goto out;
         }
     }
+    if (task && check_task(task, mtype, s->models[*model].name, has_ref || (voice && !speaker), v))
+        goto out;
+    /* the text layout is the model's (non-streaming for CustomVoice and VoiceDesign, streaming
+     * for Base, as the official package's defaults); the other one is not offered */
+    int nsm;
+    if ((got = get_bool(o, "non_streaming_mode", &nsm, v)) < 0) goto out;
+    if (got && nsm != !!strcmp(mtype, qvf_variant_name(QVF_VARIANT_BASE))) {
+        qvs_bad(v, 400, "unsupported_value", "non_streaming_mode",
+                "non_streaming_mode %s: model %s feeds its text %s", nsm ? "true" : "false",
+                s->models[*model].name,
+                nsm ? "one token per frame (streaming)" : "whole (non-streaming)");
+        goto out;
+    }
     j->format = QV_FORMAT_WAV;
+    if (fmt && !strcmp(fmt, "aac")) {
+        qvs_bad(v, 400, "unsupported_format", "response_format",
+                "response_format aac: no AAC encoder in this build (libsndfile has none); "
+                "expected " QV_FORMAT_NAMES);
+        goto out;
+    }
     if (fmt && (j->format = qv_format_parse(fmt)) < 0) {
-        bad(v, 400, "invalid_value", "response_format",
+        qvs_bad(v, 400, "invalid_value", "response_format",
             "response_format %s: expected " QV_FORMAT_NAMES, fmt);
         goto out;
     }
     if (!qv_format_writable(j->format)) {
-        bad(v, 400, "unsupported_format", "response_format",
+        qvs_bad(v, 400, "unsupported_format", "response_format",
             "response_format %s: this build's libsndfile cannot write it", fmt);
         goto out;
     }
@@ -325,12 +432,21 @@ static int parse(qv_server *s, const api_key *k, const char *body, size_t len, j
                 : !strcmp(sfmt, "sse")   ? STREAM_SSE
                                          : -1;
     if (j->stream < 0) {
-        bad(v, 400, "invalid_value", "stream_format", "stream_format %s: expected audio or sse",
-            sfmt);
+        qvs_bad(v, 400, "invalid_value", "stream_format", "stream_format %s: expected audio or sse",
+                sfmt);
         goto out;
     }
+    /* vLLM-Omni's stream: true is audio bytes as decoded, or SSE with stream_format sse */
+    int stream;
+    if ((got = get_bool(o, "stream", &stream, v)) < 0) goto out;
+    if (got && !stream && sfmt) {
+        qvs_bad(v, 400, "invalid_value", "stream", "stream false: contradicts stream_format %s",
+                sfmt);
+        goto out;
+    }
+    if (got && stream && !sfmt) j->stream = STREAM_AUDIO;
     if (j->stream && !qv_format_progressive(j->format)) {
-        bad(v, 400, "unsupported_format", "response_format",
+        qvs_bad(v, 400, "unsupported_format", "response_format",
             "response_format %s: streams are wav or pcm (ask without stream_format for %s)",
             qv_format_name(j->format), qv_format_name(j->format));
         goto out;
@@ -338,14 +454,27 @@ static int parse(qv_server *s, const api_key *k, const char *body, size_t len, j
     if (j->stream && qv_encoder_new(&j->enc, j->format,
                                     s->cfg.no_watermark ? QV_WATERMARK_OFF : QV_WATERMARK_DEFAULT,
                                     stream_sink, j, NULL)) {
-        bad(v, 500, "out_of_memory", NULL, "%s", qv_last_error());
+        qvs_bad(v, 500, "out_of_memory", NULL, "%s", qv_last_error());
         goto out;
     }
-    int got = get_num(o, "speed", 0.25, 4, 0, &d, v);
-    if (got < 0) goto out;
+    if ((got = get_num(o, "sample_rate", 1, 1e6, 1, &d, v)) < 0) goto out;
+    if (got && d != QV_SAMPLE_RATE_HZ) {
+        qvs_bad(v, 400, "unsupported_value", "sample_rate",
+                "sample_rate %g: the audio is %d Hz (resample on the client)", d,
+                QV_SAMPLE_RATE_HZ);
+        goto out;
+    }
+    if ((got = get_num(o, "initial_codec_chunk_frames", 0, 65536, 1, &d, v)) < 0) goto out;
+    if (got) {
+        qvs_bad(v, 400, "unsupported_value", "initial_codec_chunk_frames",
+                "initial_codec_chunk_frames: the decoder's block schedule is fixed (the first "
+                "audio after a few frames, then growing blocks)");
+        goto out;
+    }
+    if ((got = get_num(o, "speed", 0.25, 4, 0, &d, v)) < 0) goto out;
     if (got && d != 1.0) {
-        bad(v, 400, "unsupported_value", "speed",
-            "speed %g: only 1.0 is supported (qvoice does not time-stretch its output)", d);
+        qvs_bad(v, 400, "unsupported_value", "speed",
+                "speed %g: only 1.0 is supported (qvoice does not time-stretch its output)", d);
         goto out;
     }
     *p = qv_model_params(m);
@@ -375,18 +504,26 @@ static int parse(qv_server *s, const api_key *k, const char *body, size_t len, j
         for (size_t i = 0; i < sizeof fields / sizeof *fields; i++)
             if (!strncmp(e, fields[i], strlen(fields[i])) && e[strlen(fields[i])] == ':')
                 field = fields[i];
-        bad(v, 400, "invalid_value", field, "%s", e);
+        qvs_bad(v, 400, "invalid_value", field, "%s", e);
         goto out;
     }
     if ((input && !(j->text = strdup(input))) || (lang && !(j->language = strdup(lang))) ||
         (speaker && !(j->speaker = strdup(speaker))) || (instr && !(j->instruct = strdup(instr))) ||
         (voice && !speaker && !(j->voice_path = strdup(path)))) {
-        bad(v, 500, "out_of_memory", NULL, "out of memory");
+        qvs_bad(v, 500, "out_of_memory", NULL, "out of memory");
         goto out;
     }
     j->max_seconds = max_s;
+    if (has_ref) {
+        ref_spec r = {.audio = ref_audio,
+                      .text = xvec_only ? NULL : ref_text,
+                      .embedding = emb,
+                      .n_embedding = emb ? qv_model_hidden_size(m) : 0};
+        if (qvs_ref_get(s, c, j->deadline, &r, &j->ref, v)) goto out;
+    }
     rc = 0;
 out:
+    free(emb);
     cJSON_Delete(o);
     return rc;
 }
@@ -495,7 +632,8 @@ static ssize_t read_stream(void *cls, uint64_t pos, char *buf, size_t max) {
             int status = ok ? 200 : failure_status(j, &type, &code);
             if (ok)
                 snprintf(ev, sizeof ev,
-                         "data: {\"type\":\"speech.audio.done\",\"usage\":{\"input_tokens\":%d,"
+                         "event: speech.audio.done\ndata: {\"type\":\"speech.audio.done\","
+                         "\"usage\":{\"input_tokens\":%d,"
                          "\"output_tokens\":%d,\"total_tokens\":%d}}\n\n",
                          j->n_chars, j->stats.n_frames, j->n_chars + j->stats.n_frames);
             else {
@@ -504,13 +642,14 @@ static ssize_t read_stream(void *cls, uint64_t pos, char *buf, size_t max) {
                 snprintf(msg, sizeof msg, "synthesis failed after audio was sent: %s: %s",
                          qv_strerror(j->st), j->err);
                 qvs_scrub(j->s, msg, sizeof msg);
-                cJSON_AddStringToObject(e, "type", "error");
+                cJSON_AddStringToObject(e, "type", "speech.audio.error");
                 cJSON_AddStringToObject(in, "message", msg);
                 cJSON_AddStringToObject(in, "type", type);
                 cJSON_AddStringToObject(in, "code", code);
                 cJSON_AddNumberToObject(in, "status", status);
                 char *t = cJSON_PrintUnformatted(e);
-                snprintf(ev, sizeof ev, "data: %s\n\n", t ? t : "{\"type\":\"error\"}");
+                snprintf(ev, sizeof ev, "event: speech.audio.error\ndata: %s\n\n",
+                         t ? t : "{\"type\":\"speech.audio.error\"}");
                 free(t);
                 cJSON_Delete(e);
             }
@@ -568,15 +707,18 @@ enum MHD_Result qvs_speech_handle(qv_server *s, struct MHD_Connection *c, req *q
     verdict v = {0};
     qv_params p;
     int model;
-    if (parse(s, q->key, q->body, q->body_len, j, &p, &model, &v))
+    if (parse(s, c, q->key, q->body, q->body_len, j, &p, &model, &v)) {
+        if (v.status < 0) return qvs_reply_not_admitted(s, c, q, v.status, j->deadline);
         return qvs_reply_error(c, q, v.status,
                                v.status >= 500 ? "server_error" : "invalid_request_error", v.code,
                                v.param, "%s", v.msg);
+    }
     j->r = qv_synth_default_request();
     j->r.text = j->text;
     j->r.language = j->language;
     j->r.speaker = j->speaker;
     j->r.voice_path = j->voice_path;
+    j->r.voice = j->ref ? qvs_ref_voice(j->ref) : NULL;
     j->r.instruct = j->instruct;
     j->r.max_seconds = j->max_seconds; /* per chunk in the library; on_pcm caps the total */
     j->max_samples = (int64_t)(j->max_seconds * QV_SAMPLE_RATE_HZ);

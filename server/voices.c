@@ -55,7 +55,9 @@ static enum MHD_Result voice_not_found(struct MHD_Connection *c, req *q, const c
 
 enum MHD_Result qvs_voices_get(qv_server *s, struct MHD_Connection *c, req *q, const char *id) {
     char path[4096];
-    if (!id) { /* the list, and the preset speakers of each model (vLLM-Omni's "voices") */
+    if (!id) { /* vLLM-Omni's shape: "voices" names the presets of each model and the library
+                  voices, "uploaded_voices" describes the library's; "data" is the same
+                  descriptions under OpenAI's list key */
         cJSON *o = cJSON_CreateObject(), *sp = cJSON_AddArrayToObject(o, "voices");
         cJSON_AddStringToObject(o, "object", "list");
         for (int i = 0; i < s->n_models; i++)
@@ -71,7 +73,15 @@ enum MHD_Result qvs_voices_get(qv_server *s, struct MHD_Connection *c, req *q, c
             cJSON_Delete(o);
             return qvs_reply_json(c, q, 500, NULL);
         }
+        cJSON *uploaded = cJSON_Duplicate(data, 1), *x;
+        cJSON_ArrayForEach(x, data) {
+            const char *name = cJSON_GetStringValue(cJSON_GetObjectItem(x, "name"));
+            const char *vid = cJSON_GetStringValue(cJSON_GetObjectItem(x, "id"));
+            if (name || vid)
+                cJSON_AddItemToArray(sp, cJSON_CreateString(name && name[0] ? name : vid));
+        }
         cJSON_AddItemToObject(o, "data", data);
+        cJSON_AddItemToObject(o, "uploaded_voices", uploaded);
         char *body = cJSON_PrintUnformatted(o);
         cJSON_Delete(o);
         return qvs_reply_json(c, q, 200, body);

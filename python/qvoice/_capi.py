@@ -13,6 +13,7 @@ c_int64, c_uint32, c_uint64 = ctypes.c_int64, ctypes.c_uint32, ctypes.c_uint64
 STATUS = ["QV_OK", "QV_E_INVALID", "QV_E_MODEL", "QV_E_NOMEM", "QV_E_SPEAKER", "QV_E_LANGUAGE",
           "QV_E_UNSUPPORTED", "QV_E_LIMIT", "QV_E_STATE", "QV_E_VOICE", "QV_E_FOREIGN_VOICE",
           "QV_E_GUARD", "QV_E_CANCELLED", "QV_E_AUDIO", "QV_E_IO", "QV_E_VOCAB", "QV_E_ABI"]
+BATCH_MAX_STREAMS = 8  # QV_BATCH_MAX_STREAMS
 ICL_WINDOW = {"full": 0, "auto": 1}  # enum qv_icl_window; a (start_s, end_s) pair is QV_ICL_RANGE
 ICL_RANGE = 2
 SAMPLE_RATE = 24000
@@ -97,12 +98,16 @@ PROTOTYPES = {
     "qv_synth_default_request": (SynthRequest, []),
     "qv_synth_new": (c_int, [_P(c_void_p), c_void_p, _P(Params)]),
     "qv_synth_free": (None, [c_void_p]),
+    "qv_synth_set_params": (c_int, [c_void_p, _P(Params)]),
+    "qv_model_set_batching": (c_int, [c_void_p, c_int]),
     "qv_synth_run": (c_int, [c_void_p, _P(SynthRequest), PCM_FN, c_void_p, _P(SynthStats)]),
     "qv_synth_cancel": (None, [c_void_p]),
     "qv_clone_default_request": (CloneRequest, []),
     "qv_cloner_load": (c_int, [_P(c_void_p), c_char_p, c_int]),
     "qv_cloner_free": (None, [c_void_p]),
+    "qv_cloner_fingerprint": (None, [c_void_p, c_char_p]),
     "qv_clone_run": (c_int, [c_void_p, _P(CloneRequest), c_char_p, _P(c_void_p)]),
+    "qv_clone_xvector": (c_int, [c_void_p, c_char_p, c_double, _P(c_void_p), _P(c_int)]),
     "qv_params_check": (c_int, [_P(Params)]),
     "qv_jobs_default_options": (JobsOptions, []),
     "qv_jobs_new": (c_int, [_P(c_void_p), c_void_p, _P(Params), _P(JobsOptions)]),

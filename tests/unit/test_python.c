@@ -32,6 +32,26 @@ static int group_setup(void **st) {
     return 0;
 }
 
+/* The backend needs neither wheel nor a wheel-building setuptools: a venv without the system's
+ * packages (pip only, as a pyenv or python.org interpreter makes it) installs offline too. */
+static void test_pip_install_without_wheel(void **st) {
+    (void)st;
+    QVT_SKIP_IF_SANITIZED();
+    const char *bare = tmp_path("bare"), *log = tmp_path("bare.log");
+    assert_int_equal(sh("%s -m venv %s > %s 2>&1", python, bare, log), 0);
+    assert_int_not_equal(sh("%s/bin/python -c 'import wheel' 2>/dev/null", bare), 0);
+    int rc = sh("%s/bin/pip install --no-index --no-build-isolation . >> %s 2>&1", bare, log);
+    if (rc) {
+        sh("tail -20 %s", log);
+        fail_msg("pip install without wheel failed (%s)", log);
+    }
+    assert_int_equal(sh("cd %s && env -u QVOICE_LIB %s/bin/python -c 'import qvoice; "
+                        "assert qvoice.version()' >> %s 2>&1",
+                        tmp_dir, bare, log), 0);
+    assert_int_equal(sh("%s/bin/pip uninstall -y qvoice >> %s 2>&1", bare, log), 0);
+    assert_int_not_equal(sh("ls %s/lib/python3*/site-packages/qvoice 2>/dev/null", bare), 0);
+}
+
 static void test_pip_install(void **st) {
     (void)st;
     QVT_SKIP_IF_SANITIZED();
@@ -81,5 +101,6 @@ static void test_full_06b(void **st) {
     run_module("test_full.py", 0);
 }
 
-QVT_MAIN(group_setup, tmpdir_teardown, test_pip_install, test_tiny_models,
+QVT_MAIN(group_setup, tmpdir_teardown, test_pip_install, test_pip_install_without_wheel,
+         test_tiny_models,
          test_tiny_models_without_numpy, test_full_06b)

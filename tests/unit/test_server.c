@@ -199,7 +199,42 @@ static void test_speech_bad_input(void **state) {
     bad_speech("{\"input\": \"hi\", \"model\": \"gpt-9\"}", 404, "model_not_found");
     bad_speech("{\"input\": \"hi\", \"speed\": 1.5}", 400, "unsupported_value");
     bad_speech("{\"input\": \"hi\", \"speed\": \"fast\"}", 400, "invalid_type");
-    bad_speech("{\"input\": \"hi\", \"response_format\": \"aac\"}", 400, "invalid_value");
+    bad_speech("{\"input\": \"hi\", \"response_format\": \"aac\"}", 400, "unsupported_format");
+    assert_non_null(strstr(g_body, "no AAC encoder"));
+    /* vLLM-Omni's fields: each honoured or refused naming itself, never ignored */
+    static const struct {
+        const char *json, *code, *param;
+    } omni[] = {
+        {"\"sample_rate\": 16000", "unsupported_value", "sample_rate"},
+        {"\"initial_codec_chunk_frames\": 4", "unsupported_value", "initial_codec_chunk_frames"},
+        {"\"non_streaming_mode\": false", "unsupported_value", "non_streaming_mode"},
+        {"\"non_streaming_mode\": 1", "invalid_type", "non_streaming_mode"},
+        {"\"task_type\": \"VoiceDesign\"", "invalid_value", "task_type"},
+        {"\"task_type\": \"Base\"", "invalid_value", "task_type"},
+        {"\"task_type\": \"Clone\"", "invalid_value", "task_type"},
+        {"\"speaker\": \"ryan\", \"voice\": \"serena\"", "invalid_value", "speaker"},
+        {"\"stream\": false, \"stream_format\": \"sse\"", "invalid_value", "stream"},
+        {"\"stream\": \"yes\"", "invalid_type", "stream"},
+        {"\"stream\": true, \"response_format\": \"mp3\"", "unsupported_format", "response_format"},
+        {"\"ref_text\": \"Hello.\"", "invalid_value", "ref_text"},
+        {"\"x_vector_only_mode\": true", "invalid_value", "x_vector_only_mode"},
+        {"\"ref_audio\": \"data:audio/wav;base64,UklGRg==\"", "invalid_value", "ref_text"},
+        {"\"ref_audio\": \"data:audio/wav;base64,UklGRg==\", \"x_vector_only_mode\": true",
+         "unsupported_value", "ref_audio"}, /* no clone model here */
+        {"\"ref_audio\": \"x\", \"x_vector_only_mode\": true, \"voice\": \"ryan\"", "invalid_value",
+         "voice"},
+        {"\"speaker_embedding\": [1, 2, 3]", "invalid_value", "speaker_embedding"},
+    };
+    for (size_t i = 0; i < sizeof omni / sizeof *omni; i++) {
+        char json[512];
+        snprintf(json, sizeof json, "{\"input\": \"hi\", %s}", omni[i].json);
+        bad_speech(json, 400, omni[i].code);
+        cJSON *o = cJSON_Parse(g_body), *e = cJSON_GetObjectItem(o, "error");
+        const char *param = cJSON_GetStringValue(cJSON_GetObjectItem(e, "param"));
+        if (!param || strcmp(param, omni[i].param))
+            fail_msg("%s: param %s, expected %s", omni[i].json, param ? param : "-", omni[i].param);
+        cJSON_Delete(o);
+    }
     bad_speech("{\"input\": \"hi\", \"response_format\": \"flac\", \"stream_format\": \"sse\"}", 400,
                "unsupported_format");
     bad_speech("{\"input\": \"hi\", \"stream_format\": \"chunks\"}", 400, "invalid_value");
@@ -262,6 +297,25 @@ static void test_voices(void **state) {
     assert_int_equal(curl(&g_srv, NULL, "SRV/v1/audio/voices"), 200);
     assert_non_null(strstr(g_body, "\"henry\""));
     assert_non_null(strstr(g_body, "\"ryan\"")); /* presets of tiny-cv */
+    { /* vLLM-Omni's shape: names of presets and uploads in "voices", uploads in "uploaded_voices"
+       */
+        cJSON *l = cJSON_Parse(g_body), *names = cJSON_GetObjectItem(l, "voices"), *x;
+        int henry = 0, ryan = 0;
+        cJSON_ArrayForEach(x, names) {
+            henry |= !strcmp(cJSON_GetStringValue(x), "henry");
+            ryan |= !strcmp(cJSON_GetStringValue(x), "ryan");
+        }
+        assert_true(henry && ryan);
+        cJSON *up = cJSON_GetObjectItem(l, "uploaded_voices");
+        assert_true(cJSON_IsArray(up) && cJSON_GetArraySize(up) >= 1);
+        assert_int_equal(cJSON_GetArraySize(up),
+                         cJSON_GetArraySize(cJSON_GetObjectItem(l, "data")));
+        cJSON_Delete(l);
+    }
+    assert_int_equal(curl(&g_srv, NULL, "SRV/v1/models"), 200);
+    assert_non_null(strstr(g_body, "\"object\":\"list\""));
+    assert_non_null(strstr(g_body, "\"id\":\"tiny-cv\""));
+    assert_int_equal(curl(&g_srv, NULL, "-X POST SRV/v1/models"), 405);
     assert_int_equal(curl(&g_srv, NULL, "SRV/v1/audio/voices/henry"), 200);
     assert_non_null(strstr(g_body, id));
     assert_int_equal(curl(&g_srv, tmp_path("dl.qvoice"), "'SRV/v1/audio/voices/%s?download=1'", id),
@@ -872,6 +926,110 @@ static void test_clone_upload(void **state) {
 
 /* ==== scale-out ============================================================================= */
 
+/* vLLM-Omni's per-request cloning: ref_audio as a data URL (the openai package passing it
+ * through) speaks exactly as a voice uploaded from the same clip (same seed); the second request
+ * is a cache hit (/metrics); file:// only inside --ref-audio-dir; the cache keeps its byte bound.
+ */
+static void test_ref_audio(void **state) {
+    (void)state;
+    char args[4096], dir[1024];
+    snprintf(dir, sizeof dir, "%s/refs", tmp_dir);
+    mkdir(dir, 0755);
+    assert_int_equal(sh("cp %s %s/clip.wav", CLIP, dir), 0);
+    snprintf(args, sizeof args,
+             "-m %s --voices %s/voices --clone-model %s --ref-audio-dir %s --ref-cache-mb 1", g_cv,
+             tmp_dir, g_base, dir);
+    assert_int_equal(server_start(&g_extra, "ref", args), 0);
+    assert_int_equal(py(&g_extra, "upload %s name=refclip consent=yes", CLIP), 0);
+    assert_true(!strncmp(g_body, "200 ", 4));
+    const char *common = "\"input\":\"Hello there.\",\"seed\":7,\"response_format\":\"pcm\","
+                         "\"max_seconds\":1";
+    assert_int_equal(curl(&g_extra, tmp_path("up.pcm"),
+                          "-H 'Content-Type: application/json' -d '{%s,\"voice\":\"refclip\"}' "
+                          "SRV/v1/audio/speech",
+                          common),
+                     200);
+    assert_true(file_bytes(tmp_path("up.pcm")) > 0);
+    assert_int_equal(
+        sh("{ printf '{%%s,\"ref_audio\":\"data:audio/wav;base64,' '%s'; base64 -w0 %s; "
+           "printf '\",\"x_vector_only_mode\":true,\"task_type\":\"Base\"}'; } > %s",
+           common, CLIP, tmp_path("ref.json")),
+        0);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(curl(&g_extra, tmp_path("ref.pcm"),
+                              "-H 'Content-Type: application/json' --data-binary @%s "
+                              "SRV/v1/audio/speech",
+                              tmp_path("ref.json")),
+                         200);
+        assert_int_equal(sh("cmp -s %s %s", tmp_path("up.pcm"), tmp_path("ref.pcm")), 0);
+    }
+    assert_true(metric(&g_extra, "qvoice_ref_cache_misses_total ") == 1);
+    assert_true(metric(&g_extra, "qvoice_ref_cache_hits_total ") == 1);
+    assert_true(metric(&g_extra, "qvoice_ref_cache_entries ") == 1);
+    if (g_npm) { /* the official client passes vLLM-Omni's fields through: a third hit */
+        assert_int_equal(sh("node tests/server/openai_speech.mjs http://127.0.0.1:%d ref %s %s",
+                            g_extra.port, tmp_path("npm.pcm"), CLIP),
+                         0);
+        assert_int_equal(sh("cmp -s %s %s", tmp_path("up.pcm"), tmp_path("npm.pcm")), 0);
+        assert_true(metric(&g_extra, "qvoice_ref_cache_hits_total ") == 2);
+    }
+    /* file:// inside the allowed directory is the same reference (same key: a hit) */
+    assert_int_equal(curl(&g_extra, tmp_path("file.pcm"),
+                          "-H 'Content-Type: application/json' -d '{%s,\"ref_audio\":"
+                          "\"file://%s/clip.wav\",\"x_vector_only_mode\":true}' "
+                          "SRV/v1/audio/speech",
+                          common, dir),
+                     200);
+    assert_int_equal(sh("cmp -s %s %s", tmp_path("up.pcm"), tmp_path("file.pcm")), 0);
+    /* outside it (also through ..), http(s), and a transcript that does not fit the clip */
+    assert_int_equal(curl(&g_extra, NULL,
+                          "-H 'Content-Type: application/json' -d '{%s,\"ref_audio\":"
+                          "\"file://%s/../voices/x.wav\",\"x_vector_only_mode\":true}' "
+                          "SRV/v1/audio/speech",
+                          common, dir),
+                     400);
+    assert_string_equal(error_code(), "invalid_value");
+    assert_int_equal(curl(&g_extra, NULL,
+                          "-H 'Content-Type: application/json' -d '{%s,\"ref_audio\":"
+                          "\"https://example.com/a.wav\",\"x_vector_only_mode\":true}' "
+                          "SRV/v1/audio/speech",
+                          common),
+                     400);
+    assert_string_equal(error_code(), "unsupported_value");
+    assert_int_equal(curl(&g_extra, NULL,
+                          "-H 'Content-Type: application/json' -d '{%s,\"ref_audio\":"
+                          "\"file://%s/clip.wav\",\"ref_text\":\"Hello world\"}' "
+                          "SRV/v1/audio/speech",
+                          common, dir),
+                     400);
+    assert_non_null(strstr(g_body, "\"ref_text\""));
+    assert_int_equal(curl(&g_extra, NULL,
+                          "-H 'Content-Type: application/json' -d '{%s,\"ref_audio\":"
+                          "\"data:audio/wav;base64,AAAA\",\"x_vector_only_mode\":true}' "
+                          "SRV/v1/audio/speech",
+                          common),
+                     400);
+    assert_string_equal(error_code(), "invalid_audio");
+    /* a speaker_embedding of the model's x-vector size (tiny: 64) is a voice of its own */
+    char emb[2048];
+    size_t n = (size_t)snprintf(emb, sizeof emb, "[");
+    for (int i = 0; i < 64; i++)
+        n += (size_t)snprintf(emb + n, sizeof emb - n, "%s%.3f", i ? "," : "", 0.1 * ((i % 7) - 3));
+    snprintf(emb + n, sizeof emb - n, "]");
+    assert_int_equal(curl(&g_extra, tmp_path("emb.pcm"),
+                          "-H 'Content-Type: application/json' -d '{%s,\"speaker_embedding\":%s}' "
+                          "SRV/v1/audio/speech",
+                          common, emb),
+                     200);
+    assert_true(file_bytes(tmp_path("emb.pcm")) > 0);
+    /* the 1 MB bound: two 0.28 MB references and an embedding fit; the cache never holds more */
+    assert_true(metric(&g_extra, "qvoice_ref_cache_bytes ") <= 1 << 20);
+    /* no temporary is left behind in the voices directory (only the uploaded voice) */
+    char vdir[1024];
+    snprintf(vdir, sizeof vdir, "%s/voices", tmp_dir);
+    assert_int_equal(count_files(vdir, ".new-"), 0);
+    assert_int_equal(server_stop(&g_extra), 0);
+}
 static void test_scale_out(void **state) {
     (void)state;
     if (sh("command -v nginx >/dev/null || test -x /usr/sbin/nginx")) skip(); /* make deps has it */
@@ -891,4 +1049,4 @@ static void test_scale_out(void **state) {
 QVT_MAIN(group_setup, group_teardown, test_routes, test_speech_bad_input,
          test_voices, test_slow_client, test_slow_attack, test_auth, test_key_owners, test_library,
          test_metrics, test_speech, test_q4_streams, test_disconnect_and_limits, test_drain_under_load,
-         test_clone_upload, test_scale_out, test_log_escaped, test_no_leaks)
+         test_clone_upload, test_ref_audio, test_scale_out, test_log_escaped, test_no_leaks)
