@@ -75,7 +75,7 @@ help:
 	@echo "make serve-bench  server TTFA, 1 vs 4 streams, 8-client load (hey), soak (also in make bench)"
 	@echo "make serve-attack slow sockets vs /health probes, list time of a 300-voice library"
 	@echo "make check-layers  check that includes and calls follow docs/architecture.md (no cycle),"
-	@echo "                that no library or tool function is over 100 lines and every docs pointer resolves"
+	@echo "                that no library, server or tool function is over 100 lines and every docs pointer resolves"
 	@echo "make man        man pages of the tools from their --help (build/man/)"
 	@echo "make install    install tools, libraries, headers, qvoice.pc and man pages into"
 	@echo "                [DESTDIR]PREFIX (PREFIX=$(PREFIX))"

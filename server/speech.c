@@ -290,240 +290,257 @@ static int get_embedding(cJSON *o, int dim, float **out, verdict *v) {
     return 1;
 }
 
+/* A request's fields as parse reads them, borrowed from the JSON body (emb is malloc'd), and what
+ * its steps find: the model, the voice's library file or preset speaker, the audio cap. */
+typedef struct fields {
+    const char *input, *mname, *voice, *alias, *instr, *fmt, *sfmt, *lang, *task, *ref_audio,
+        *ref_text;
+    int xvec_only;
+    float *emb;
+    const qv_model *m;
+    const char *mtype, *name; /* the model's type and served name */
+    const char *speaker;      /* a preset speaker, or NULL: a library voice at path */
+    char path[4096];
+    double max_s;
+} fields;
+
+/* input (its length in j->n_chars), model (*model, f->m) and vLLM-Omni's "speaker", another name
+ * for "voice". */
+static int parse_text_model(const qv_server *s, fields *f, job *j, int *model, verdict *v) {
+    if (!f->input || !f->input[0])
+        return qvs_bad(v, 400, "invalid_value", "input", "input: required, non-empty text");
+    j->n_chars = utf8_chars(f->input);
+    if (j->n_chars > s->cfg.max_text_chars)
+        return qvs_bad(v, 400, "input_too_long", "input",
+                       "input: %d characters exceed the limit of %d", j->n_chars,
+                       s->cfg.max_text_chars);
+    if ((*model = qvs_find_model(s, f->mname)) < 0)
+        return qvs_bad(v, 404, "model_not_found", "model",
+                       "model %s: not served here (GET /ready lists them)", f->mname);
+    f->m = s->models[*model].model;
+    f->mtype = qv_model_type(f->m);
+    f->name = s->models[*model].name;
+    if (f->alias && f->voice && strcasecmp(f->alias, f->voice))
+        return qvs_bad(v, 400, "invalid_value", "speaker",
+                       "speaker %s: differs from voice %s (one name)", f->alias, f->voice);
+    if (!f->voice) f->voice = f->alias;
+    return 0;
+}
+
+/* The per-request cloning fields: ref_audio with ref_text (or x_vector_only_mode), or
+ * speaker_embedding, each instead of a voice. */
+static int parse_reference(cJSON *o, fields *f, verdict *v) {
+    if (get_bool(o, "x_vector_only_mode", &f->xvec_only, v) < 0 ||
+        get_embedding(o, qv_model_hidden_size(f->m), &f->emb, v) < 0)
+        return -1;
+    if (f->ref_audio && f->emb)
+        return qvs_bad(v, 400, "invalid_value", "speaker_embedding",
+                       "speaker_embedding: give either it or ref_audio, not both");
+    if ((f->ref_audio || f->emb) && f->voice)
+        return qvs_bad(v, 400, "invalid_value", "voice",
+                       "voice %s: a request speaks with a voice or with its own reference "
+                       "(ref_audio, speaker_embedding), not both",
+                       f->voice);
+    if (!f->ref_audio && (f->ref_text || f->xvec_only))
+        return qvs_bad(v, 400, "invalid_value", f->ref_text ? "ref_text" : "x_vector_only_mode",
+                       "%s: only with ref_audio", f->ref_text ? "ref_text" : "x_vector_only_mode");
+    if (f->ref_audio && !f->xvec_only && (!f->ref_text || !f->ref_text[0]))
+        return qvs_bad(
+            v, 400, "invalid_value", "ref_text",
+            "ref_text: the transcript of ref_audio is required unless x_vector_only_mode is true");
+    return 0;
+}
+
+/* Who speaks, against the model: language (in the model's spelling), the voice (a library voice
+ * at f->path, or a preset speaker), vLLM-Omni's task_type and non_streaming_mode. */
+static int parse_voice(qv_server *s, const api_key *k, cJSON *o, fields *f, verdict *v) {
+    const qv_model *m = f->m;
+    char names[1024];
+    if (f->lang && strcasecmp(f->lang, "auto")) {
+        const char *l = find_name(f->lang, qv_model_language, qv_model_n_languages(m), m);
+        if (!l) {
+            list_names(names, sizeof names, qv_model_language, qv_model_n_languages(m), m);
+            return qvs_bad(v, 400, "invalid_value", "language", "language %s: not one of %s",
+                           f->lang, names);
+        }
+        f->lang = l;
+    }
+    int has_ref = f->ref_audio || f->emb;
+    if (!has_ref && !f->voice && qv_model_n_speakers(m) > 0)
+        f->speaker = qv_model_speaker(m, 0);
+    else if (!has_ref && !f->voice && /* a VoiceDesign model has instructions instead */
+             strcmp(f->mtype, qvf_variant_name(QVF_VARIANT_VOICE_DESIGN)))
+        return qvs_bad(v, 400, "invalid_value", "voice",
+                       "voice: required (a library voice or ref_audio for model %s)", f->name);
+    else if (f->voice && qvs_voice_lookup(s, k, f->voice, f->path, sizeof f->path)) {
+        f->speaker = find_name(f->voice, qv_model_speaker, qv_model_n_speakers(m), m);
+        if (!f->speaker) {
+            list_names(names, sizeof names, qv_model_speaker, qv_model_n_speakers(m), m);
+            return qvs_bad(v, 400, "voice_not_found", "voice",
+                           "voice %s: neither a library voice (GET /v1/audio/voices) nor a preset "
+                           "speaker of %s (%s)",
+                           f->voice, f->name, names[0] ? names : "none");
+        }
+    }
+    if (f->task &&
+        check_task(f->task, f->mtype, f->name, has_ref || (f->voice && !f->speaker), v))
+        return -1;
+    /* the text layout is the model's (non-streaming for CustomVoice and VoiceDesign, streaming
+     * for Base, as the official package's defaults); the other one is not offered */
+    int nsm, got;
+    if ((got = get_bool(o, "non_streaming_mode", &nsm, v)) < 0) return -1;
+    if (got && nsm != !!strcmp(f->mtype, qvf_variant_name(QVF_VARIANT_BASE)))
+        return qvs_bad(v, 400, "unsupported_value", "non_streaming_mode",
+                       "non_streaming_mode %s: model %s feeds its text %s", nsm ? "true" : "false",
+                       f->name, nsm ? "one token per frame (streaming)" : "whole (non-streaming)");
+    return 0;
+}
+
+/* response_format, stream_format and vLLM-Omni's stream into j->format and j->stream, with the
+ * stream's encoder (j->enc). */
+static int parse_format(const qv_server *s, cJSON *o, const fields *f, job *j, verdict *v) {
+    const char *fmt = f->fmt, *sfmt = f->sfmt;
+    j->format = QV_FORMAT_WAV;
+    if (fmt && !strcmp(fmt, "aac"))
+        return qvs_bad(v, 400, "unsupported_format", "response_format",
+                       "response_format aac: no AAC encoder in this build (libsndfile has none); "
+                       "expected " QV_FORMAT_NAMES);
+    if (fmt && (j->format = qv_format_parse(fmt)) < 0)
+        return qvs_bad(v, 400, "invalid_value", "response_format",
+                       "response_format %s: expected " QV_FORMAT_NAMES, fmt);
+    if (!qv_format_writable(j->format))
+        return qvs_bad(v, 400, "unsupported_format", "response_format",
+                       "response_format %s: this build's libsndfile cannot write it", fmt);
+    j->stream = !sfmt                    ? STREAM_NONE
+                : !strcmp(sfmt, "audio") ? STREAM_AUDIO
+                : !strcmp(sfmt, "sse")   ? STREAM_SSE
+                                         : -1;
+    if (j->stream < 0)
+        return qvs_bad(v, 400, "invalid_value", "stream_format",
+                       "stream_format %s: expected audio or sse", sfmt);
+    /* vLLM-Omni's stream: true is audio bytes as decoded, or SSE with stream_format sse */
+    int stream, got;
+    if ((got = get_bool(o, "stream", &stream, v)) < 0) return -1;
+    if (got && !stream && sfmt)
+        return qvs_bad(v, 400, "invalid_value", "stream",
+                       "stream false: contradicts stream_format %s", sfmt);
+    if (got && stream && !sfmt) j->stream = STREAM_AUDIO;
+    if (j->stream && !qv_format_progressive(j->format))
+        return qvs_bad(v, 400, "unsupported_format", "response_format",
+                       "response_format %s: streams are wav or pcm (ask without stream_format for "
+                       "%s)",
+                       qv_format_name(j->format), qv_format_name(j->format));
+    if (j->stream && qv_encoder_new(&j->enc, j->format,
+                                    s->cfg.no_watermark ? QV_WATERMARK_OFF : QV_WATERMARK_DEFAULT,
+                                    stream_sink, j, NULL))
+        return qvs_bad(v, 500, "out_of_memory", NULL, "%s", qv_last_error());
+    return 0;
+}
+
+/* vLLM-Omni's fields qvoice takes only at the one value it produces: sample_rate,
+ * initial_codec_chunk_frames (absent) and speed. */
+static int parse_fixed(cJSON *o, verdict *v) {
+    double d;
+    int got;
+    if ((got = get_num(o, "sample_rate", 1, 1e6, 1, &d, v)) < 0) return -1;
+    if (got && d != QV_SAMPLE_RATE_HZ)
+        return qvs_bad(v, 400, "unsupported_value", "sample_rate",
+                       "sample_rate %g: the audio is %d Hz (resample on the client)", d,
+                       QV_SAMPLE_RATE_HZ);
+    if ((got = get_num(o, "initial_codec_chunk_frames", 0, 65536, 1, &d, v)) < 0) return -1;
+    if (got)
+        return qvs_bad(v, 400, "unsupported_value", "initial_codec_chunk_frames",
+                       "initial_codec_chunk_frames: the decoder's block schedule is fixed (the "
+                       "first audio after a few frames, then growing blocks)");
+    if ((got = get_num(o, "speed", 0.25, 4, 0, &d, v)) < 0) return -1;
+    if (got && d != 1.0)
+        return qvs_bad(v, 400, "unsupported_value", "speed",
+                       "speed %g: only 1.0 is supported (qvoice does not time-stretch its output)",
+                       d);
+    return 0;
+}
+
+/* Sampling: the model's parameters with the request's seed, temperature, top_k, top_p,
+ * repetition_penalty and max_new_tokens into p; max_seconds (under the server's) in f->max_s. */
+static int parse_sampling(const qv_server *s, cJSON *o, fields *f, qv_params *p, verdict *v) {
+    double d;
+    int got;
+    *p = qv_model_params(f->m);
+    p->n_threads = s->n_threads;
+    p->quant = s->cfg.quant;
+    f->max_s = s->cfg.max_seconds;
+    if ((got = get_num(o, "seed", 0, 9007199254740991.0, 1, &d, v)) < 0) return -1;
+    if (got) p->seed = (uint64_t)d;
+    /* the ranges are the library's (qv_params_check, below) */
+    if ((got = get_num(o, "temperature", -FLT_MAX, FLT_MAX, 0, &d, v)) < 0) return -1;
+    if (got) p->temperature = (float)d;
+    if ((got = get_num(o, "top_k", INT_MIN, INT_MAX, 1, &d, v)) < 0) return -1;
+    if (got) p->top_k = (int)d;
+    if ((got = get_num(o, "top_p", -FLT_MAX, FLT_MAX, 0, &d, v)) < 0) return -1;
+    if (got) p->top_p = (float)d;
+    if ((got = get_num(o, "repetition_penalty", -FLT_MAX, FLT_MAX, 0, &d, v)) < 0) return -1;
+    if (got) p->repetition_penalty = (float)d;
+    if ((got = get_num(o, "max_new_tokens", 1, 65536, 1, &d, v)) < 0) return -1;
+    if (got) p->max_frames = d > 1 ? (int)d - 1 : 1; /* max_seconds still caps the audio */
+    if ((got = get_num(o, "max_seconds", 0.08, 1e6, 0, &d, v)) < 0) return -1;
+    if (got && (f->max_s <= 0 || d < f->max_s)) f->max_s = d;
+    if (qv_params_check(p)) {
+        const char *e = qv_last_error();
+        static const char *const names[] = {"temperature", "top_k", "top_p",
+                                            "repetition_penalty"};
+        const char *field = NULL;
+        for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+            if (!strncmp(e, names[i], strlen(names[i])) && e[strlen(names[i])] == ':')
+                field = names[i];
+        return qvs_bad(v, 400, "invalid_value", field, "%s", e);
+    }
+    return 0;
+}
+
 /* Fills j (strings, request, format, stream, reference) and p from the JSON body; model in
- * *model. A reference is cloned (or found in the cache) last, once everything else is valid;
- * verdict status -1/-2: no slot for that clone (qvs_slot_take). */
+ * *model. The fields are checked in the order of the steps above; a reference is cloned (or
+ * found in the cache) last, once everything else is valid; verdict status -1/-2: no slot for that
+ * clone (qvs_slot_take). */
 static int parse(qv_server *s, struct MHD_Connection *c, const api_key *k, const char *body,
                  size_t len, job *j, qv_params *p, int *model, verdict *v) {
     /* the whole body is one JSON value: anything after it but white space is malformed (the
      * body is NUL-terminated: len + 1 lets cJSON check that its NUL follows the value) */
     cJSON *o = cJSON_ParseWithLengthOpts(body ? body : "", body ? len + 1 : 1, NULL, 1);
     int rc = -1;
-    const char *input, *mname, *voice, *alias, *instr, *fmt, *sfmt, *lang, *task, *ref_audio,
-        *ref_text;
-    float *emb = NULL;
-    double d;
+    fields f = {0};
     if (!cJSON_IsObject(o)) {
         qvs_bad(v, 400, "invalid_json", NULL, "request body: not a JSON object");
         goto out;
     }
-    if (get_str(o, "input", &input, v) || get_str(o, "model", &mname, v) ||
-        get_str(o, "voice", &voice, v) || get_str(o, "speaker", &alias, v) ||
-        get_str(o, "instructions", &instr, v) || get_str(o, "response_format", &fmt, v) ||
-        get_str(o, "stream_format", &sfmt, v) || get_str(o, "language", &lang, v) ||
-        get_str(o, "task_type", &task, v) || get_str(o, "ref_audio", &ref_audio, v) ||
-        get_str(o, "ref_text", &ref_text, v))
+    if (get_str(o, "input", &f.input, v) || get_str(o, "model", &f.mname, v) ||
+        get_str(o, "voice", &f.voice, v) || get_str(o, "speaker", &f.alias, v) ||
+        get_str(o, "instructions", &f.instr, v) || get_str(o, "response_format", &f.fmt, v) ||
+        get_str(o, "stream_format", &f.sfmt, v) || get_str(o, "language", &f.lang, v) ||
+        get_str(o, "task_type", &f.task, v) || get_str(o, "ref_audio", &f.ref_audio, v) ||
+        get_str(o, "ref_text", &f.ref_text, v))
         goto out;
-    if (!input || !input[0]) {
-        qvs_bad(v, 400, "invalid_value", "input", "input: required, non-empty text");
+    if (parse_text_model(s, &f, j, model, v) || parse_reference(o, &f, v) ||
+        parse_voice(s, k, o, &f, v) || parse_format(s, o, &f, j, v) || parse_fixed(o, v) ||
+        parse_sampling(s, o, &f, p, v))
         goto out;
-    }
-    j->n_chars = utf8_chars(input);
-    if (j->n_chars > s->cfg.max_text_chars) {
-        qvs_bad(v, 400, "input_too_long", "input", "input: %d characters exceed the limit of %d",
-                j->n_chars, s->cfg.max_text_chars);
-        goto out;
-    }
-    if ((*model = qvs_find_model(s, mname)) < 0) {
-        qvs_bad(v, 404, "model_not_found", "model",
-                "model %s: not served here (GET /ready lists them)", mname);
-        goto out;
-    }
-    const qv_model *m = s->models[*model].model;
-    const char *mtype = qv_model_type(m);
-    /* vLLM-Omni's "speaker" is another name for "voice" */
-    if (alias && voice && strcasecmp(alias, voice)) {
-        qvs_bad(v, 400, "invalid_value", "speaker", "speaker %s: differs from voice %s (one name)",
-                alias, voice);
-        goto out;
-    }
-    if (!voice) voice = alias;
-    int xvec_only = 0, got;
-    if (get_bool(o, "x_vector_only_mode", &xvec_only, v) < 0 ||
-        get_embedding(o, qv_model_hidden_size(m), &emb, v) < 0)
-        goto out;
-    if (ref_audio && emb) {
-        qvs_bad(v, 400, "invalid_value", "speaker_embedding",
-                "speaker_embedding: give either it or ref_audio, not both");
-        goto out;
-    }
-    if ((ref_audio || emb) && voice) {
-        qvs_bad(v, 400, "invalid_value", "voice",
-                "voice %s: a request speaks with a voice or with its own reference (ref_audio, "
-                "speaker_embedding), not both",
-                voice);
-        goto out;
-    }
-    if (!ref_audio && (ref_text || xvec_only)) {
-        qvs_bad(v, 400, "invalid_value", ref_text ? "ref_text" : "x_vector_only_mode",
-                "%s: only with ref_audio", ref_text ? "ref_text" : "x_vector_only_mode");
-        goto out;
-    }
-    if (ref_audio && !xvec_only && (!ref_text || !ref_text[0])) {
-        qvs_bad(
-            v, 400, "invalid_value", "ref_text",
-            "ref_text: the transcript of ref_audio is required unless x_vector_only_mode is true");
-        goto out;
-    }
-    char names[1024];
-    if (lang && strcasecmp(lang, "auto")) {
-        const char *l = find_name(lang, qv_model_language, qv_model_n_languages(m), m);
-        if (!l) {
-            list_names(names, sizeof names, qv_model_language, qv_model_n_languages(m), m);
-            qvs_bad(v, 400, "invalid_value", "language", "language %s: not one of %s", lang, names);
-            goto out;
-        }
-        lang = l;
-    }
-    char path[4096];
-    const char *speaker = NULL;
-    int has_ref = ref_audio || emb;
-    if (!has_ref && !voice && qv_model_n_speakers(m) > 0)
-        speaker = qv_model_speaker(m, 0);
-    else if (!has_ref && !voice && /* a VoiceDesign model has instructions instead */
-             strcmp(mtype, qvf_variant_name(QVF_VARIANT_VOICE_DESIGN))) {
-        qvs_bad(v, 400, "invalid_value", "voice",
-                "voice: required (a library voice or ref_audio for model %s)",
-                s->models[*model].name);
-        goto out;
-    } else if (voice && qvs_voice_lookup(s, k, voice, path, sizeof path)) {
-        speaker = find_name(voice, qv_model_speaker, qv_model_n_speakers(m), m);
-        if (!speaker) {
-            list_names(names, sizeof names, qv_model_speaker, qv_model_n_speakers(m), m);
-            qvs_bad(v, 400, "voice_not_found", "voice",
-                    "voice %s: neither a library voice (GET /v1/audio/voices) nor a preset speaker "
-                    "of %s (%s)",
-                    voice, s->models[*model].name, names[0] ? names : "none");
-            goto out;
-        }
-    }
-    if (task && check_task(task, mtype, s->models[*model].name, has_ref || (voice && !speaker), v))
-        goto out;
-    /* the text layout is the model's (non-streaming for CustomVoice and VoiceDesign, streaming
-     * for Base, as the official package's defaults); the other one is not offered */
-    int nsm;
-    if ((got = get_bool(o, "non_streaming_mode", &nsm, v)) < 0) goto out;
-    if (got && nsm != !!strcmp(mtype, qvf_variant_name(QVF_VARIANT_BASE))) {
-        qvs_bad(v, 400, "unsupported_value", "non_streaming_mode",
-                "non_streaming_mode %s: model %s feeds its text %s", nsm ? "true" : "false",
-                s->models[*model].name,
-                nsm ? "one token per frame (streaming)" : "whole (non-streaming)");
-        goto out;
-    }
-    j->format = QV_FORMAT_WAV;
-    if (fmt && !strcmp(fmt, "aac")) {
-        qvs_bad(v, 400, "unsupported_format", "response_format",
-                "response_format aac: no AAC encoder in this build (libsndfile has none); "
-                "expected " QV_FORMAT_NAMES);
-        goto out;
-    }
-    if (fmt && (j->format = qv_format_parse(fmt)) < 0) {
-        qvs_bad(v, 400, "invalid_value", "response_format",
-            "response_format %s: expected " QV_FORMAT_NAMES, fmt);
-        goto out;
-    }
-    if (!qv_format_writable(j->format)) {
-        qvs_bad(v, 400, "unsupported_format", "response_format",
-            "response_format %s: this build's libsndfile cannot write it", fmt);
-        goto out;
-    }
-    j->stream = !sfmt                    ? STREAM_NONE
-                : !strcmp(sfmt, "audio") ? STREAM_AUDIO
-                : !strcmp(sfmt, "sse")   ? STREAM_SSE
-                                         : -1;
-    if (j->stream < 0) {
-        qvs_bad(v, 400, "invalid_value", "stream_format", "stream_format %s: expected audio or sse",
-                sfmt);
-        goto out;
-    }
-    /* vLLM-Omni's stream: true is audio bytes as decoded, or SSE with stream_format sse */
-    int stream;
-    if ((got = get_bool(o, "stream", &stream, v)) < 0) goto out;
-    if (got && !stream && sfmt) {
-        qvs_bad(v, 400, "invalid_value", "stream", "stream false: contradicts stream_format %s",
-                sfmt);
-        goto out;
-    }
-    if (got && stream && !sfmt) j->stream = STREAM_AUDIO;
-    if (j->stream && !qv_format_progressive(j->format)) {
-        qvs_bad(v, 400, "unsupported_format", "response_format",
-            "response_format %s: streams are wav or pcm (ask without stream_format for %s)",
-            qv_format_name(j->format), qv_format_name(j->format));
-        goto out;
-    }
-    if (j->stream && qv_encoder_new(&j->enc, j->format,
-                                    s->cfg.no_watermark ? QV_WATERMARK_OFF : QV_WATERMARK_DEFAULT,
-                                    stream_sink, j, NULL)) {
-        qvs_bad(v, 500, "out_of_memory", NULL, "%s", qv_last_error());
-        goto out;
-    }
-    if ((got = get_num(o, "sample_rate", 1, 1e6, 1, &d, v)) < 0) goto out;
-    if (got && d != QV_SAMPLE_RATE_HZ) {
-        qvs_bad(v, 400, "unsupported_value", "sample_rate",
-                "sample_rate %g: the audio is %d Hz (resample on the client)", d,
-                QV_SAMPLE_RATE_HZ);
-        goto out;
-    }
-    if ((got = get_num(o, "initial_codec_chunk_frames", 0, 65536, 1, &d, v)) < 0) goto out;
-    if (got) {
-        qvs_bad(v, 400, "unsupported_value", "initial_codec_chunk_frames",
-                "initial_codec_chunk_frames: the decoder's block schedule is fixed (the first "
-                "audio after a few frames, then growing blocks)");
-        goto out;
-    }
-    if ((got = get_num(o, "speed", 0.25, 4, 0, &d, v)) < 0) goto out;
-    if (got && d != 1.0) {
-        qvs_bad(v, 400, "unsupported_value", "speed",
-                "speed %g: only 1.0 is supported (qvoice does not time-stretch its output)", d);
-        goto out;
-    }
-    *p = qv_model_params(m);
-    p->n_threads = s->n_threads;
-    p->quant = s->cfg.quant;
-    double max_s = s->cfg.max_seconds;
-    if ((got = get_num(o, "seed", 0, 9007199254740991.0, 1, &d, v)) < 0) goto out;
-    if (got) p->seed = (uint64_t)d;
-    /* the ranges are the library's (qv_params_check, below) */
-    if ((got = get_num(o, "temperature", -FLT_MAX, FLT_MAX, 0, &d, v)) < 0) goto out;
-    if (got) p->temperature = (float)d;
-    if ((got = get_num(o, "top_k", INT_MIN, INT_MAX, 1, &d, v)) < 0) goto out;
-    if (got) p->top_k = (int)d;
-    if ((got = get_num(o, "top_p", -FLT_MAX, FLT_MAX, 0, &d, v)) < 0) goto out;
-    if (got) p->top_p = (float)d;
-    if ((got = get_num(o, "repetition_penalty", -FLT_MAX, FLT_MAX, 0, &d, v)) < 0) goto out;
-    if (got) p->repetition_penalty = (float)d;
-    if ((got = get_num(o, "max_new_tokens", 1, 65536, 1, &d, v)) < 0) goto out;
-    if (got) p->max_frames = d > 1 ? (int)d - 1 : 1; /* max_seconds still caps the audio */
-    if ((got = get_num(o, "max_seconds", 0.08, 1e6, 0, &d, v)) < 0) goto out;
-    if (got && (max_s <= 0 || d < max_s)) max_s = d;
-    if (qv_params_check(p)) {
-        const char *e = qv_last_error();
-        static const char *const fields[] = {"temperature", "top_k", "top_p",
-                                             "repetition_penalty"};
-        const char *field = NULL;
-        for (size_t i = 0; i < sizeof fields / sizeof *fields; i++)
-            if (!strncmp(e, fields[i], strlen(fields[i])) && e[strlen(fields[i])] == ':')
-                field = fields[i];
-        qvs_bad(v, 400, "invalid_value", field, "%s", e);
-        goto out;
-    }
-    if ((input && !(j->text = strdup(input))) || (lang && !(j->language = strdup(lang))) ||
-        (speaker && !(j->speaker = strdup(speaker))) || (instr && !(j->instruct = strdup(instr))) ||
-        (voice && !speaker && !(j->voice_path = strdup(path)))) {
+    if ((f.input && !(j->text = strdup(f.input))) || (f.lang && !(j->language = strdup(f.lang))) ||
+        (f.speaker && !(j->speaker = strdup(f.speaker))) ||
+        (f.instr && !(j->instruct = strdup(f.instr))) ||
+        (f.voice && !f.speaker && !(j->voice_path = strdup(f.path)))) {
         qvs_bad(v, 500, "out_of_memory", NULL, "out of memory");
         goto out;
     }
-    j->max_seconds = max_s;
-    if (has_ref) {
-        ref_spec r = {.audio = ref_audio,
-                      .text = xvec_only ? NULL : ref_text,
-                      .embedding = emb,
-                      .n_embedding = emb ? qv_model_hidden_size(m) : 0};
+    j->max_seconds = f.max_s;
+    if (f.ref_audio || f.emb) {
+        ref_spec r = {.audio = f.ref_audio,
+                      .text = f.xvec_only ? NULL : f.ref_text,
+                      .embedding = f.emb,
+                      .n_embedding = f.emb ? qv_model_hidden_size(f.m) : 0};
         if (qvs_ref_get(s, c, j->deadline, &r, &j->ref, v)) goto out;
     }
     rc = 0;
 out:
-    free(emb);
+    free(f.emb);
     cJSON_Delete(o);
     return rc;
 }
@@ -706,7 +723,7 @@ enum MHD_Result qvs_speech_handle(qv_server *s, struct MHD_Connection *c, req *q
     q->job = j; /* freed by qvs_speech_release when the request completes */
     verdict v = {0};
     qv_params p;
-    int model;
+    int model = -1; /* set by parse when it succeeds */
     if (parse(s, c, q->key, q->body, q->body_len, j, &p, &model, &v)) {
         if (v.status < 0) return qvs_reply_not_admitted(s, c, q, v.status, j->deadline);
         return qvs_reply_error(c, q, v.status,

@@ -3,8 +3,8 @@
  * its folder and a tool including an internal header each fail naming the file; so do two files
  * of a folder that include or call each other in a circle, and a call into a folder the table
  * does not allow; a clean tree passes, and so does the repository itself.
- * scripts/check-functions.sh fails naming a library or tool function over 100 lines, and passes
- * one of exactly 100 (and the same length outside the folders it covers).
+ * scripts/check-functions.sh fails naming a library, server or tool function over 100 lines, and
+ * passes one of exactly 100 (and the same length outside the folders it covers).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -88,14 +88,14 @@ static void test_call_rules_fail(void **state) {
     assert_true(file_has(out, "kernels/b.o calls qve_up, defined in engine/"));
 }
 
-/* engine/long.c holding one function of n lines, signature to closing brace; tests/ too. */
-static int long_function(const char *name, int n) {
+/* dir/long.c holding one function of n lines, signature to closing brace; tests/ too. */
+static int long_function(const char *name, const char *dir, int n) {
     const char *root = tmp_path(name);
-    if (sh("mkdir -p %s/scripts %s/engine %s/tests && cp scripts/check-functions.sh %s/scripts/ && "
+    if (sh("mkdir -p %s/scripts %s/%s %s/tests && cp scripts/check-functions.sh %s/scripts/ && "
            "{ echo 'static int f(int x) {'; i=2; while [ $i -lt %d ]; do echo '    x++;'; "
-           "i=$((i+1)); done; echo '}'; } > %s/engine/long.c && "
-           "cp %s/engine/long.c %s/tests/ok.c",
-           root, root, root, root, n, root, root, root))
+           "i=$((i+1)); done; echo '}'; } > %s/%s/long.c && "
+           "cp %s/%s/long.c %s/tests/ok.c",
+           root, root, dir, root, root, n, root, dir, root, dir, root))
         fail_msg("cannot set up %s", root);
     int rc = sh("%s/scripts/check-functions.sh > %s 2>&1", root, tmp_path("out"));
     sh("sed 's/^/    /' %s", tmp_path("out"));
@@ -104,10 +104,13 @@ static int long_function(const char *name, int n) {
 
 static void test_long_function_fails(void **state) {
     (void)state;
-    assert_int_equal(long_function("fn100", 100), 0);
+    assert_int_equal(long_function("fn100", "engine", 100), 0);
     assert_true(file_has(tmp_path("out"), "check-functions: ok"));
-    assert_int_equal(long_function("fn101", 101), 1);
+    assert_int_equal(long_function("fn101", "engine", 101), 1);
     assert_true(file_has(tmp_path("out"), "engine/long.c:1: f is 101 lines"));
+    /* the server is an application, outside the library, and held to the same length */
+    assert_int_equal(long_function("srv101", "server", 101), 1);
+    assert_true(file_has(tmp_path("out"), "server/long.c:1: f is 101 lines"));
 }
 
 /* The repository itself passes both (the build's objects, when they are there, included). */
