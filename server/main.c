@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -150,77 +151,54 @@ static const struct option opts[] = {
     {"help", no_argument, 0, 'h'},
     {"version", no_argument, 0, 'V'},           {0, 0, 0, 0}};
 
-/* A numeric option (the server's limits) into c: 0, EXIT_USAGE when its value is out of range,
- * -1 when o is not one of them. */
+/* The whole-number limits: option, range (the error names the unit, if any) and config field. */
+#define LIMIT(o, flag, lo, hi, unit, field) {o, flag, lo, hi, unit, offsetof(qv_server_config, field)}
+static const struct {
+    int opt;
+    const char *flag;
+    int lo, hi;
+    const char *unit;
+    size_t off;
+} limits[] = {
+    LIMIT('e', "--ref-cache-mb", 0, 1048576, "", ref_cache_mb),
+    LIMIT('j', "--threads", 0, 256, "", n_threads),
+    LIMIT('C', "--max-concurrency", 1, 256, "", max_concurrency),
+    LIMIT('q', "--max-queue", 0, 4096, "", max_queue),
+    LIMIT('B', "--batch", 0, QV_BATCH_MAX_STREAMS, "", batch_streams),
+    LIMIT('n', "--max-text-chars", 1, 1000000, "", max_text_chars),
+    LIMIT('u', "--max-upload-mb", 1, 4096, "", max_upload_mb),
+    LIMIT('T', "--timeout", 1, 86400, " seconds", timeout_s),
+    LIMIT('R', "--receive-timeout", 1, 86400, " seconds", receive_s),
+    LIMIT('M', "--max-connections", 1, 65536, "", max_connections),
+    LIMIT('P', "--max-connections-per-ip", 1, 65536, "", max_connections_per_ip),
+    LIMIT('N', "--max-voices", 0, 1000000, "", max_voices),
+    LIMIT('L', "--max-library-mb", 0, 1 << 30, "", max_library_mb),
+};
+
+/* A numeric option (the server's limits, --quant, --max-seconds) into c: 0, EXIT_USAGE when its
+ * value is out of range, -1 when o is not one of them. */
 static int limit_option(int o, const char *arg, qv_server_config *c) {
-    char *end;
+    char *end, msg[256];
+    for (size_t i = 0; i < sizeof limits / sizeof *limits; i++) {
+        if (limits[i].opt != o) continue;
+        if (!int_arg(arg, limits[i].lo, limits[i].hi, (int *)((char *)c + limits[i].off)))
+            return 0;
+        snprintf(msg, sizeof msg, "%s: expected %d..%d%s, found '%s'", limits[i].flag,
+                 limits[i].lo, limits[i].hi, limits[i].unit, arg);
+        return usage_error("%s", msg);
+    }
     switch (o) {
-    case 'e':
-        if (int_arg(arg, 0, 1048576, &c->ref_cache_mb))
-            return usage_error("--ref-cache-mb: expected 0..1048576, found '%s'", arg);
-        break;
-    case 'j':
-        if (int_arg(arg, 0, 256, &c->n_threads))
-            return usage_error("--threads: expected 0..256, found '%s'", arg);
-        break;
-    case 'C':
-        if (int_arg(arg, 1, 256, &c->max_concurrency))
-            return usage_error("--max-concurrency: expected 1..256, found '%s'", arg);
-        break;
-    case 'q':
-        if (int_arg(arg, 0, 4096, &c->max_queue))
-            return usage_error("--max-queue: expected 0..4096, found '%s'", arg);
-        break;
-    case 'B':
-        if (int_arg(arg, 0, QV_BATCH_MAX_STREAMS, &c->batch_streams))
-            return usage_error("--batch: expected 0..8, found '%s'", arg);
-        break;
     case 'Q':
         if ((c->quant = qv_quant_parse(arg)) < 0)
             return usage_error("--quant: expected bf16, int8 or q4, found '%s'", arg);
-        break;
+        return 0;
     case 's':
         c->max_seconds = strtod(arg, &end);
         if (end == arg || *end || !(c->max_seconds >= 0 && c->max_seconds <= 86400))
             return usage_error("--max-seconds: expected 0..86400, found '%s'", arg);
-        break;
-    case 'n':
-        if (int_arg(arg, 1, 1000000, &c->max_text_chars))
-            return usage_error("--max-text-chars: expected 1..1000000, found '%s'", arg);
-        break;
-    case 'u':
-        if (int_arg(arg, 1, 4096, &c->max_upload_mb))
-            return usage_error("--max-upload-mb: expected 1..4096, found '%s'", arg);
-        break;
-    case 'T':
-        if (int_arg(arg, 1, 86400, &c->timeout_s))
-            return usage_error("--timeout: expected 1..86400 seconds, found '%s'", arg);
-        break;
-    case 'R':
-        if (int_arg(arg, 1, 86400, &c->receive_s))
-            return usage_error("--receive-timeout: expected 1..86400 seconds, found '%s'",
-                               arg);
-        break;
-    case 'M':
-        if (int_arg(arg, 1, 65536, &c->max_connections))
-            return usage_error("--max-connections: expected 1..65536, found '%s'", arg);
-        break;
-    case 'P':
-        if (int_arg(arg, 1, 65536, &c->max_connections_per_ip))
-            return usage_error("--max-connections-per-ip: expected 1..65536, found '%s'",
-                               arg);
-        break;
-    case 'N':
-        if (int_arg(arg, 0, 1000000, &c->max_voices))
-            return usage_error("--max-voices: expected 0..1000000, found '%s'", arg);
-        break;
-    case 'L':
-        if (int_arg(arg, 0, 1 << 30, &c->max_library_mb))
-            return usage_error("--max-library-mb: expected 0..1073741824, found '%s'", arg);
-        break;
+        return 0;
     default: return -1;
     }
-    return 0;
 }
 
 /* The command line into c (its models in models): -1 to serve, else the exit status (help,
