@@ -42,6 +42,7 @@ TEST_SRC := $(wildcard tests/unit/test_*.c)
 TESTS    := $(TEST_SRC:tests/unit/%.c=$(B)/tests/%)
 TEST_HELPERS := $(wildcard tests/unit/helpers/*.c)
 BENCH_SRC := $(wildcard tests/bench/*.c)
+BENCH_HELPERS := $(wildcard tests/bench/helpers/*.c)
 BENCHES  := $(BENCH_SRC:tests/bench/%.c=$(B)/bench/%)
 MKMODEL  := $(B)/tools/mkmodel
 MANS     := $(TOOLS:bin/%=$(B)/man/%.1)
@@ -69,22 +70,24 @@ help:
 	@echo "make bench      benchmark table (full-size synthetic 0.6B)"
 	@echo "make bench-kernels  matvec GB/s vs machine read bandwidth"
 	@echo "make demo       end-to-end demo on the synthetic model and the bundled clip"
-	@echo "make serve-demo qvoice-server on the synthetic 0.6B pair: upload a voice, speak over HTTP"
+	@echo "make serve-demo qvoice-server on the synthetic 0.6B pair: upload a voice, speak over HTTP, then the studio (GET /)"
 	@echo "make serve-lb   nginx balancing two qvoice-servers; one is killed mid-run"
 	@echo "make serve-bench  server TTFA, 1 vs 4 streams, 8-client load (hey), soak (also in make bench)"
 	@echo "make serve-attack slow sockets vs /health probes, list time of a 300-voice library"
-	@echo "make check-layers  check that every #include follows docs/architecture.md"
+	@echo "make check-layers  check that includes and calls follow docs/architecture.md (no cycle),"
+	@echo "                that no library, server or tool function is over 100 lines and every docs pointer resolves"
 	@echo "make man        man pages of the tools from their --help (build/man/)"
 	@echo "make install    install tools, libraries, headers, qvoice.pc and man pages into"
 	@echo "                [DESTDIR]PREFIX (PREFIX=$(PREFIX))"
 	@echo "make uninstall  remove what make install installed (same PREFIX and DESTDIR)"
-	@echo "make clean      remove build/, build-asan/, build-tsan/, bin/ and pip's python/qvoice.egg-info/"
+	@echo "make clean      remove build/, build-asan/, build-tsan/ and bin/"
 
 deps:
 	@scripts/deps.sh
 
 check-layers: $(LIB)
-	@mkdir -p $(B) && B=$(B) scripts/check-layers.sh
+	@mkdir -p $(B) && B=$(B) scripts/check-layers.sh && scripts/check-functions.sh
+	@scripts/check-doc-pointers.sh
 
 $(B)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -118,7 +121,16 @@ bin/%: $(B)/tools/%.o $(LIB)
 	@mkdir -p bin
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIB) $(LIBS)
 
-bin/qvoice-server: $(B)/server/main.o $(call app_obj,server) $(LIB)
+# The studio's static files (server/studio/) are compiled into the server (scripts/embed-studio.sh):
+# nothing to install beside the binary, and an edited page needs only a relink.
+STUDIO_FILES := $(sort $(wildcard server/studio/*))
+$(B)/gen/studio_assets.c: $(STUDIO_FILES) scripts/embed-studio.sh
+	@mkdir -p $(dir $@)
+	scripts/embed-studio.sh $(STUDIO_FILES) > $@.tmp && mv $@.tmp $@
+$(B)/gen/studio_assets.o: $(B)/gen/studio_assets.c
+	$(CC) $(CPPFLAGS_ALL) $(WARN) $(CFLAGS) -MMD -MP -c $< -o $@
+
+bin/qvoice-server: $(B)/server/main.o $(call app_obj,server) $(B)/gen/studio_assets.o $(LIB)
 	@mkdir -p bin
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIB) -lmicrohttpd $(LIBS)
 
@@ -128,7 +140,7 @@ bin/qvoice-compress: $(B)/compress/main.o $(call app_obj,compress) $(LIB)
 $(B)/tests/test_compress: $(call app_obj,compress)
 
 # The HTTP fuzz targets' replay (tests/fuzz/fuzz_server.h) runs an in-process server.
-$(B)/tests/test_server_replay: $(B)/tests/unit/test_server_replay.o $(call app_obj,server) $(LIB)
+$(B)/tests/test_server_replay: $(B)/tests/unit/test_server_replay.o $(call app_obj,server) $(B)/gen/studio_assets.o $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIB) -lmicrohttpd $(LIBS) -lcmocka
 
@@ -154,7 +166,7 @@ $(FUZZ_AUDIO): tests/fuzz/fuzz_audio_load.c features/audio.c features/features.h
 	  -lsndfile -lvorbis -logg -lsamplerate -lm
 $(B)/tests/test_audio_fuzz: | $(FUZZ_AUDIO)
 
-$(B)/bench/%: $(B)/tests/bench/%.o $(LIB)
+$(B)/bench/%: $(B)/tests/bench/%.o $(BENCH_HELPERS:%.c=$(B)/%.o) $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LIBS)
 
@@ -248,6 +260,6 @@ uninstall:
 	  $(addprefix $(DESTDIR)$(INCLUDEDIR)/,$(notdir $(PUBLIC_H)))
 
 clean:
-	rm -rf build build-asan build-tsan bin python/qvoice.egg-info
+	rm -rf build build-asan build-tsan bin
 
 -include $(shell find $(B) -name '*.d' 2>/dev/null)

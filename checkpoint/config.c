@@ -331,6 +331,86 @@ static void get_speaker_encoder(rd *r, const cJSON *root, qvm_model_config *c) {
 }
 
 /* config.json's root (consumed) into c. */
+/* MLX's affine quantization (docs/compression.md): only group 64, 4 bits. */
+static void get_quantization(rd *r, const cJSON *root, qvm_model_config *c) {
+    const cJSON *qz = get_obj(r, root, "", "quantization", 1);
+    if (qz) {
+        get_dim(r, qz, "quantization", "group_size", &c->quant_group_size);
+        get_dim(r, qz, "quantization", "bits", &c->quant_bits);
+        if (!r->bad && (c->quant_group_size != 64 || c->quant_bits != 4))
+            rd_fail(r, "key quantization: unsupported (expected group_size 64, bits 4, found %d, "
+                        "%d)",
+                    c->quant_group_size, c->quant_bits);
+    }
+}
+
+/* talker_config: its stack, the text sizes, the codec's special ids and languages; returns it. */
+static const cJSON *get_talker(rd *r, const cJSON *root, qvm_model_config *c) {
+    const char *tp = "talker_config";
+    const cJSON *tc = get_obj(r, root, "", tp, 0);
+    get_stack(r, tc, tp, &c->talker);
+    get_dim(r, tc, tp, "text_hidden_size", &c->text_hidden_size);
+    get_dim(r, tc, tp, "text_vocab_size", &c->text_vocab_size);
+    int vmax = c->talker.vocab_size - 1;
+    get_int(r, tc, tp, "codec_pad_id", 0, vmax, &c->codec_pad_id);
+    get_int(r, tc, tp, "codec_bos_id", 0, vmax, &c->codec_bos_id);
+    get_int(r, tc, tp, "codec_eos_token_id", 0, vmax, &c->codec_eos_token_id);
+    get_int(r, tc, tp, "codec_think_id", 0, vmax, &c->codec_think_id);
+    get_int(r, tc, tp, "codec_nothink_id", 0, vmax, &c->codec_nothink_id);
+    get_int(r, tc, tp, "codec_think_bos_id", 0, vmax, &c->codec_think_bos_id);
+    get_int(r, tc, tp, "codec_think_eos_id", 0, vmax, &c->codec_think_eos_id);
+    const cJSON *langs = get_obj(r, tc, tp, "codec_language_id", 0);
+    if (langs && !r->bad)
+        c->n_languages = get_name_map(r, langs, "talker_config.codec_language_id",
+                                      QVM_MAX_LANGS, c->codec_language_id);
+    for (int i = 0; i < c->n_languages && !r->bad; i++)
+        if (c->codec_language_id[i].id > vmax)
+            rd_fail(r, "key talker_config.codec_language_id.%s: out of range (expected 0..%d, "
+                        "found %d)",
+                    c->codec_language_id[i].name, vmax, c->codec_language_id[i].id);
+    return tc;
+}
+
+/* The variant from tts_model_type and the presets, the speakers, the Base's speaker encoder. */
+static void get_variant(rd *r, const cJSON *root, const cJSON *tc, qvm_model_config *c) {
+    const int vmax = c->talker.vocab_size - 1;
+    if (!r->bad) {
+        c->variant = qvf_variant_from_name(c->tts_model_type);
+        if (c->variant == QVF_VARIANT_UNKNOWN)
+            rd_fail(r, "key tts_model_type: unknown model type (expected %s, %s or %s, found %s)",
+                    qvf_variant_name(QVF_VARIANT_BASE), qvf_variant_name(QVF_VARIANT_CUSTOM_VOICE),
+                    qvf_variant_name(QVF_VARIANT_VOICE_DESIGN), c->tts_model_type);
+    }
+    get_speakers(r, tc, c, c->variant == QVF_VARIANT_CUSTOM_VOICE);
+    for (int i = 0; i < c->n_speakers && !r->bad; i++)
+        if (c->spk_id[i].id > vmax)
+            rd_fail(r, "key talker_config.spk_id.%s: out of range (expected 0..%d, found %d)",
+                    c->spk_id[i].name, vmax, c->spk_id[i].id);
+    /* A CustomVoice-typed config without presets is a VoiceDesign model (the C port's rule). */
+    if (!r->bad && c->variant == QVF_VARIANT_CUSTOM_VOICE && c->n_speakers == 0)
+        c->variant = QVF_VARIANT_VOICE_DESIGN;
+    if (!r->bad && c->variant == QVF_VARIANT_BASE) {
+        c->has_speaker_encoder = 1;
+        get_speaker_encoder(r, root, c);
+    }
+}
+
+/* Sizes are named only when the dimensions are the published ones; anything else (e.g. the tiny
+ * synthetic test models) is OTHER whatever its tts_model_size string says. */
+static enum qvm_size size_from_dims(const qvm_model_config *c) {
+    const qvm_stack_config *t = &c->talker, *q = &c->code_predictor;
+    int std_cp = q->hidden_size == 1024 && q->num_hidden_layers == 5 &&
+                 t->num_hidden_layers == 28 && c->text_vocab_size == 151936 &&
+                 c->text_hidden_size == 2048;
+    if (std_cp && strcmp(c->tts_model_size, "0b6") == 0 && t->hidden_size == 1024 &&
+        t->intermediate_size == 3072)
+        return QVM_SIZE_0B6;
+    if (std_cp && strcmp(c->tts_model_size, "1b7") == 0 && t->hidden_size == 2048 &&
+             t->intermediate_size == 6144)
+        return QVM_SIZE_1B7;
+    return QVM_SIZE_OTHER;
+}
+
 static int model_config_from(qvm_model_config *c, rd *rp, cJSON *root) {
     rd r = *rp;
     if (cJSON_HasObjectItem(root, "tts_model_size"))
@@ -343,84 +423,17 @@ static int model_config_from(qvm_model_config *c, rd *rp, cJSON *root) {
     get_id(&r, root, "", "tts_bos_token_id", &c->tts_bos_token_id);
     get_id(&r, root, "", "tts_eos_token_id", &c->tts_eos_token_id);
 
-    const cJSON *qz = get_obj(&r, root, "", "quantization", 1);
-    if (qz) { /* MLX's affine quantization (docs/compression.md): only group 64, 4 bits */
-        get_dim(&r, qz, "quantization", "group_size", &c->quant_group_size);
-        get_dim(&r, qz, "quantization", "bits", &c->quant_bits);
-        if (!r.bad && (c->quant_group_size != 64 || c->quant_bits != 4))
-            rd_fail(&r, "key quantization: unsupported (expected group_size 64, bits 4, found %d, "
-                        "%d)",
-                    c->quant_group_size, c->quant_bits);
-    }
-
-    const char *tp = "talker_config";
-    const cJSON *tc = get_obj(&r, root, "", tp, 0);
-    get_stack(&r, tc, tp, &c->talker);
-    get_dim(&r, tc, tp, "text_hidden_size", &c->text_hidden_size);
-    get_dim(&r, tc, tp, "text_vocab_size", &c->text_vocab_size);
-    int vmax = c->talker.vocab_size - 1;
-    get_int(&r, tc, tp, "codec_pad_id", 0, vmax, &c->codec_pad_id);
-    get_int(&r, tc, tp, "codec_bos_id", 0, vmax, &c->codec_bos_id);
-    get_int(&r, tc, tp, "codec_eos_token_id", 0, vmax, &c->codec_eos_token_id);
-    get_int(&r, tc, tp, "codec_think_id", 0, vmax, &c->codec_think_id);
-    get_int(&r, tc, tp, "codec_nothink_id", 0, vmax, &c->codec_nothink_id);
-    get_int(&r, tc, tp, "codec_think_bos_id", 0, vmax, &c->codec_think_bos_id);
-    get_int(&r, tc, tp, "codec_think_eos_id", 0, vmax, &c->codec_think_eos_id);
-    const cJSON *langs = get_obj(&r, tc, tp, "codec_language_id", 0);
-    if (langs && !r.bad)
-        c->n_languages = get_name_map(&r, langs, "talker_config.codec_language_id",
-                                      QVM_MAX_LANGS, c->codec_language_id);
-    for (int i = 0; i < c->n_languages && !r.bad; i++)
-        if (c->codec_language_id[i].id > vmax)
-            rd_fail(&r, "key talker_config.codec_language_id.%s: out of range (expected 0..%d, "
-                        "found %d)",
-                    c->codec_language_id[i].name, vmax, c->codec_language_id[i].id);
-
+    get_quantization(&r, root, c);
+    const cJSON *tc = get_talker(&r, root, c);
     const char *cp = "talker_config.code_predictor_config";
-    const cJSON *cpc = get_obj(&r, tc, tp, "code_predictor_config", 0);
+    const cJSON *cpc = get_obj(&r, tc, "talker_config", "code_predictor_config", 0);
     get_stack(&r, cpc, cp, &c->code_predictor);
-
-    if (!r.bad) {
-        if (strcmp(c->tts_model_type, "base") == 0) c->variant = QVM_VARIANT_BASE;
-        else if (strcmp(c->tts_model_type, "custom_voice") == 0)
-            c->variant = QVM_VARIANT_CUSTOM_VOICE;
-        else if (strcmp(c->tts_model_type, "voice_design") == 0)
-            c->variant = QVM_VARIANT_VOICE_DESIGN;
-        else
-            rd_fail(&r, "key tts_model_type: unknown model type (expected base, custom_voice or "
-                        "voice_design, found %s)",
-                    c->tts_model_type);
-    }
-    get_speakers(&r, tc, c, c->variant == QVM_VARIANT_CUSTOM_VOICE);
-    for (int i = 0; i < c->n_speakers && !r.bad; i++)
-        if (c->spk_id[i].id > vmax)
-            rd_fail(&r, "key talker_config.spk_id.%s: out of range (expected 0..%d, found %d)",
-                    c->spk_id[i].name, vmax, c->spk_id[i].id);
-    /* A CustomVoice-typed config without presets is a VoiceDesign model (the C port's rule). */
-    if (!r.bad && c->variant == QVM_VARIANT_CUSTOM_VOICE && c->n_speakers == 0)
-        c->variant = QVM_VARIANT_VOICE_DESIGN;
-    if (!r.bad && c->variant == QVM_VARIANT_BASE) {
-        c->has_speaker_encoder = 1;
-        get_speaker_encoder(&r, root, c);
-    }
+    get_variant(&r, root, tc, c);
     if (!r.bad && c->talker.num_code_groups != c->code_predictor.num_code_groups)
         rd_fail(&r, "key %s.num_code_groups: must equal talker_config.num_code_groups (expected "
                     "%d, found %d)",
                 cp, c->talker.num_code_groups, c->code_predictor.num_code_groups);
-
-    /* Sizes are named only when the dimensions are the published ones; anything else (e.g. the
-     * tiny synthetic test models) is OTHER whatever its tts_model_size string says. */
-    c->size = QVM_SIZE_OTHER;
-    const qvm_stack_config *t = &c->talker, *q = &c->code_predictor;
-    int std_cp = q->hidden_size == 1024 && q->num_hidden_layers == 5 &&
-                 t->num_hidden_layers == 28 && c->text_vocab_size == 151936 &&
-                 c->text_hidden_size == 2048;
-    if (std_cp && strcmp(c->tts_model_size, "0b6") == 0 && t->hidden_size == 1024 &&
-        t->intermediate_size == 3072)
-        c->size = QVM_SIZE_0B6;
-    else if (std_cp && strcmp(c->tts_model_size, "1b7") == 0 && t->hidden_size == 2048 &&
-             t->intermediate_size == 6144)
-        c->size = QVM_SIZE_1B7;
+    c->size = size_from_dims(c);
     cJSON_Delete(root);
     return r.bad ? -1 : 0;
 }

@@ -7,12 +7,13 @@
 
 #include <stddef.h>
 
+#include "voicefmt/qvf.h" /* enum qvf_variant */
+
 #define QVM_MAX_LANGS 32
 #define QVM_MAX_SPEAKERS 64
 #define QVM_NAME_MAX 64
 
 enum qvm_size { QVM_SIZE_0B6, QVM_SIZE_1B7, QVM_SIZE_OTHER };
-enum qvm_variant { QVM_VARIANT_BASE, QVM_VARIANT_CUSTOM_VOICE, QVM_VARIANT_VOICE_DESIGN };
 
 #define QVM_MAX_LAYERS 128
 
@@ -40,7 +41,7 @@ typedef struct {
     char tts_model_size[16];              /* "0b6", "1b7" */
     char tts_model_type[32];              /* "base", "custom_voice", "voice_design" */
     enum qvm_size size;
-    enum qvm_variant variant;
+    enum qvf_variant variant;             /* never QVF_VARIANT_UNKNOWN once loaded */
     int im_start_token_id, im_end_token_id, assistant_token_id;
     int tts_pad_token_id, tts_bos_token_id, tts_eos_token_id;
     /* quantization {group_size, bits} (MLX layout; 0, 0 when absent): q4 linears are the ones

@@ -1,47 +1,34 @@
-/* fingerprint.c — model and tensor SHA-256 via OpenSSL EVP. The stream hashed is specified in
+/* fingerprint.c — model and tensor SHA-256 (util/sha256.c). The stream hashed is specified in
  * fingerprint.h; every integer is serialised byte by byte (explicit little-endian) so the value is
  * the same on any host. Tensors are visited in name order, not header order, so re-serialising
  * or re-sharding a checkpoint leaves the fingerprint unchanged.
  */
 #include "checkpoint/fingerprint.h"
 
-#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "util/fileio.h"
+#include "util/sha256.h"
 
 #define CONFIG_MAX_BYTES ((size_t)16 << 20)
 static const char k_tag[] = "qvoice-model-fingerprint-v1";
 
 /* ==== helpers =============================================================================== */
 
-static int put(EVP_MD_CTX *ctx, const void *p, size_t n) {
-    return EVP_DigestUpdate(ctx, p, n) == 1 ? 0 : -1;
+static int put(qvu_sha256_ctx *ctx, const void *p, size_t n) {
+    return qvu_sha256_add(ctx, p, n);
 }
 
-static int put_le(EVP_MD_CTX *ctx, uint64_t v, int n_bytes) {
+static int put_le(qvu_sha256_ctx *ctx, uint64_t v, int n_bytes) {
     uint8_t b[8];
     for (int i = 0; i < n_bytes; i++) b[i] = (uint8_t)(v >> (8 * i));
     return put(ctx, b, (size_t)n_bytes);
 }
 
 int qvm_tensor_sha256(const qvm_tensor *t, uint8_t out[32]) {
-    unsigned int n = 0;
-    /* EVP_Digest on a zero-length buffer is fine; data may be any pointer then. */
-    int ok = EVP_Digest(t->n_bytes ? t->data : "", t->n_bytes, out, &n, EVP_sha256(), NULL) == 1;
-    return ok && n == 32 ? 0 : -1;
-}
-
-char *qvm_sha256_hex(const uint8_t digest[32], char out[65]) {
-    static const char hex[] = "0123456789abcdef";
-    for (int i = 0; i < 32; i++) {
-        out[2 * i] = hex[digest[i] >> 4];
-        out[2 * i + 1] = hex[digest[i] & 15];
-    }
-    out[64] = 0;
-    return out;
+    return qvu_sha256(t->data, t->n_bytes, out);
 }
 
 /* ==== API =================================================================================== */
@@ -49,12 +36,11 @@ char *qvm_sha256_hex(const uint8_t digest[32], char out[65]) {
 int qvm_fingerprint_st(const qvm_st *st, const void *config_json, size_t config_n_bytes,
                        enum qvm_fingerprint_mode mode, uint8_t out[32], char *err,
                        size_t err_size) {
-    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-    int rc = -1;
-    if (!ctx || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
+    qvu_sha256_ctx *ctx = qvu_sha256_begin();
+    if (!ctx) {
         snprintf(err, err_size, "%s: fingerprint: out of memory or SHA-256 unavailable",
                  qvm_st_file(st, NULL));
-        goto out;
+        return -1;
     }
     uint8_t m = mode == QVM_FINGERPRINT_CONTENT ? 1 : 0;
     int n = qvm_st_count(st), bad = 0;
@@ -80,15 +66,11 @@ int qvm_fingerprint_st(const qvm_st *st, const void *config_json, size_t config_
             bad |= put(ctx, h, 32);
         }
     }
-    unsigned int n_out = 0;
-    if (bad || EVP_DigestFinal_ex(ctx, out, &n_out) != 1 || n_out != 32) {
+    if (qvu_sha256_end(ctx, out) || bad) {
         snprintf(err, err_size, "%s: fingerprint: SHA-256 failed", qvm_st_file(st, NULL));
-        goto out;
+        return -1;
     }
-    rc = 0;
-out:
-    EVP_MD_CTX_free(ctx);
-    return rc;
+    return 0;
 }
 
 int qvm_fingerprint_model(const char *dir, enum qvm_fingerprint_mode mode, uint8_t out[32],

@@ -41,7 +41,4 @@ int qvm_fingerprint_st(const qvm_st *st, const void *config_json, size_t config_
 /* SHA-256 of t's raw data bytes as stored (dtype, shape and name not included). 0 or -1. */
 int qvm_tensor_sha256(const qvm_tensor *t, uint8_t out[32]);
 
-/* Lower-case hex of a 32-byte digest into out[65] (NUL-terminated). Returns out. */
-char *qvm_sha256_hex(const uint8_t digest[32], char out[65]);
-
 #endif

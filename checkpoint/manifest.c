@@ -333,106 +333,134 @@ int qvm_manifest_model(qvm_manifest *m, const qvm_model_config *c, char *err, si
     return b.bad ? -1 : 0;
 }
 
-int qvm_manifest_codec(qvm_manifest *m, const qvm_codec_config *c, char *err, size_t err_size) {
-    memset(m, 0, sizeof *m);
-    builder b = {.m = m, .err = err, .err_size = err_size};
-    const enum qvm_dtype F = QVM_DTYPE_F32;
+/* ---- codec: decoder (§2.2, §6.1) ---- */
 
-    /* ---- decoder (§2.2, §6.1) ---- */
+/* The split RVQ (semantic first, then acoustic) and the pre-transformer conv. */
+static void codec_decoder_quantizers(builder *b, const qvm_codec_config *c) {
+    const enum qvm_dtype F = QVM_DTYPE_F32;
     int64_t cd = c->decoder.codebook_dim, half = cd / 2, cbs = c->decoder.codebook_size;
-    int64_t lat = c->decoder.latent_dim, hid = c->decoder.hidden_size;
-    int64_t qd = (int64_t)c->decoder.num_attention_heads * c->decoder.head_dim;
-    int64_t kvd = (int64_t)c->decoder.num_key_value_heads * c->decoder.head_dim;
-    int64_t inter = c->decoder.intermediate_size;
+    int64_t lat = c->decoder.latent_dim;
     int n_sem = c->decoder.num_semantic_quantizers, n_q = c->decoder.num_quantizers;
     static const enum qvm_tensor_kind rvq[2][4] = {
         {QVM_T_DEC_FIRST_IN, QVM_T_DEC_FIRST_OUT, QVM_T_DEC_FIRST_SUM, QVM_T_DEC_FIRST_USAGE},
         {QVM_T_DEC_REST_IN, QVM_T_DEC_REST_OUT, QVM_T_DEC_REST_SUM, QVM_T_DEC_REST_USAGE}};
     for (int s = 0; s < 2; s++) {
-        addk(&b, F, 3, half, cd, 1, rvq[s][0], 0, 0);
-        addk(&b, F, 3, cd, half, 1, rvq[s][1], 0, 0);
+        addk(b, F, 3, half, cd, 1, rvq[s][0], 0, 0);
+        addk(b, F, 3, cd, half, 1, rvq[s][1], 0, 0);
         int n = s == 0 ? n_sem : n_q - n_sem;
-        if (n < 1) bfail(&b, "manifest: decoder num_quantizers %d <= num_semantic_quantizers %d",
+        if (n < 1) bfail(b, "manifest: decoder num_quantizers %d <= num_semantic_quantizers %d",
                          n_q, n_sem);
         for (int i = 0; i < n; i++) {
-            addk(&b, F, 2, cbs, half, 0, rvq[s][2], i, 0);
-            addk(&b, F, 1, cbs, 0, 0, rvq[s][3], i, 0);
+            addk(b, F, 2, cbs, half, 0, rvq[s][2], i, 0);
+            addk(b, F, 1, cbs, 0, 0, rvq[s][3], i, 0);
         }
     }
-    addk(&b, F, 3, lat, cd, 3, QVM_T_DEC_PRE_CONV_W, 0, 0);
-    addk(&b, F, 1, lat, 0, 0, QVM_T_DEC_PRE_CONV_B, 0, 0);
-    addk(&b, F, 2, hid, lat, 0, QVM_T_DEC_IN_PROJ_W, 0, 0);
-    addk(&b, F, 1, hid, 0, 0, QVM_T_DEC_IN_PROJ_B, 0, 0);
+    addk(b, F, 3, lat, cd, 3, QVM_T_DEC_PRE_CONV_W, 0, 0);
+    addk(b, F, 1, lat, 0, 0, QVM_T_DEC_PRE_CONV_B, 0, 0);
+}
+
+static void codec_decoder_transformer(builder *b, const qvm_codec_config *c) {
+    const enum qvm_dtype F = QVM_DTYPE_F32;
+    int64_t lat = c->decoder.latent_dim, hid = c->decoder.hidden_size;
+    int64_t qd = (int64_t)c->decoder.num_attention_heads * c->decoder.head_dim;
+    int64_t kvd = (int64_t)c->decoder.num_key_value_heads * c->decoder.head_dim;
+    int64_t inter = c->decoder.intermediate_size;
+    addk(b, F, 2, hid, lat, 0, QVM_T_DEC_IN_PROJ_W, 0, 0);
+    addk(b, F, 1, hid, 0, 0, QVM_T_DEC_IN_PROJ_B, 0, 0);
     const layer_tensor dl[] = {
         {QVM_T_DEC_ATTN_NORM, hid, 0}, {QVM_T_DEC_Q, qd, hid},          {QVM_T_DEC_K, kvd, hid},
         {QVM_T_DEC_V, kvd, hid},       {QVM_T_DEC_O, hid, qd},          {QVM_T_DEC_ATTN_SCALE, hid, 0},
         {QVM_T_DEC_MLP_NORM, hid, 0},  {QVM_T_DEC_GATE, inter, hid},    {QVM_T_DEC_UP, inter, hid},
         {QVM_T_DEC_DOWN, hid, inter},  {QVM_T_DEC_MLP_SCALE, hid, 0}};
     for (int i = 0; i < c->decoder.num_hidden_layers; i++)
-        add_layer(&b, dl, (int)(sizeof dl / sizeof *dl), i);
-    addk(&b, F, 1, hid, 0, 0, QVM_T_DEC_NORM, 0, 0);
-    addk(&b, F, 2, lat, hid, 0, QVM_T_DEC_OUT_PROJ_W, 0, 0);
-    addk(&b, F, 1, lat, 0, 0, QVM_T_DEC_OUT_PROJ_B, 0, 0);
+        add_layer(b, dl, (int)(sizeof dl / sizeof *dl), i);
+    addk(b, F, 1, hid, 0, 0, QVM_T_DEC_NORM, 0, 0);
+    addk(b, F, 2, lat, hid, 0, QVM_T_DEC_OUT_PROJ_W, 0, 0);
+    addk(b, F, 1, lat, 0, 0, QVM_T_DEC_OUT_PROJ_B, 0, 0);
+}
+
+/* The two ConvNeXt upsampling stages after the transformer. */
+static void codec_decoder_upsample(builder *b, const qvm_codec_config *c) {
+    const enum qvm_dtype F = QVM_DTYPE_F32;
+    int64_t lat = c->decoder.latent_dim;
     for (int i = 0; i < 2; i++) {
         int64_t r = c->decoder.upsampling_ratios[i];
-        addk(&b, F, 3, lat, lat, r, QVM_T_DEC_UP_CONV_W, i, 0); /* ConvTranspose k = s = r */
-        addk(&b, F, 1, lat, 0, 0, QVM_T_DEC_UP_CONV_B, i, 0);
-        addk(&b, F, 3, lat, 1, 7, QVM_T_DEC_UP_DW_W, i, 0);
-        addk(&b, F, 1, lat, 0, 0, QVM_T_DEC_UP_DW_B, i, 0);
-        addk(&b, F, 1, lat, 0, 0, QVM_T_DEC_UP_NORM_W, i, 0);
-        addk(&b, F, 1, lat, 0, 0, QVM_T_DEC_UP_NORM_B, i, 0);
-        addk(&b, F, 2, 4 * lat, lat, 0, QVM_T_DEC_UP_PW1_W, i, 0);
-        addk(&b, F, 1, 4 * lat, 0, 0, QVM_T_DEC_UP_PW1_B, i, 0);
-        addk(&b, F, 2, lat, 4 * lat, 0, QVM_T_DEC_UP_PW2_W, i, 0);
-        addk(&b, F, 1, lat, 0, 0, QVM_T_DEC_UP_PW2_B, i, 0);
-        addk(&b, F, 1, lat, 0, 0, QVM_T_DEC_UP_GAMMA, i, 0);
+        addk(b, F, 3, lat, lat, r, QVM_T_DEC_UP_CONV_W, i, 0); /* ConvTranspose k = s = r */
+        addk(b, F, 1, lat, 0, 0, QVM_T_DEC_UP_CONV_B, i, 0);
+        addk(b, F, 3, lat, 1, 7, QVM_T_DEC_UP_DW_W, i, 0);
+        addk(b, F, 1, lat, 0, 0, QVM_T_DEC_UP_DW_B, i, 0);
+        addk(b, F, 1, lat, 0, 0, QVM_T_DEC_UP_NORM_W, i, 0);
+        addk(b, F, 1, lat, 0, 0, QVM_T_DEC_UP_NORM_B, i, 0);
+        addk(b, F, 2, 4 * lat, lat, 0, QVM_T_DEC_UP_PW1_W, i, 0);
+        addk(b, F, 1, 4 * lat, 0, 0, QVM_T_DEC_UP_PW1_B, i, 0);
+        addk(b, F, 2, lat, 4 * lat, 0, QVM_T_DEC_UP_PW2_W, i, 0);
+        addk(b, F, 1, lat, 0, 0, QVM_T_DEC_UP_PW2_B, i, 0);
+        addk(b, F, 1, lat, 0, 0, QVM_T_DEC_UP_GAMMA, i, 0);
     }
+}
+
+/* The vocoder: first conv, four upsampling blocks of three residual units, last conv. */
+static void codec_decoder_blocks(builder *b, const qvm_codec_config *c) {
+    const enum qvm_dtype F = QVM_DTYPE_F32;
+    int64_t lat = c->decoder.latent_dim;
     int64_t cin = c->decoder.decoder_dim;
-    addk(&b, F, 3, cin, lat, 7, QVM_T_DEC_CONV0_W, 0, 0);
-    addk(&b, F, 1, cin, 0, 0, QVM_T_DEC_CONV0_B, 0, 0);
+    addk(b, F, 3, cin, lat, 7, QVM_T_DEC_CONV0_W, 0, 0);
+    addk(b, F, 1, cin, 0, 0, QVM_T_DEC_CONV0_B, 0, 0);
     for (int i = 1; i <= 4; i++) {
         int64_t cout = cin / 2, r = c->decoder.upsample_rates[i - 1];
-        addk(&b, F, 1, cin, 0, 0, QVM_T_DEC_BLK_ALPHA, i, 0);
-        addk(&b, F, 1, cin, 0, 0, QVM_T_DEC_BLK_BETA, i, 0);
-        addk(&b, F, 3, cin, cout, 2 * r, QVM_T_DEC_BLK_UP_W, i, 0);
-        addk(&b, F, 1, cout, 0, 0, QVM_T_DEC_BLK_UP_B, i, 0);
+        addk(b, F, 1, cin, 0, 0, QVM_T_DEC_BLK_ALPHA, i, 0);
+        addk(b, F, 1, cin, 0, 0, QVM_T_DEC_BLK_BETA, i, 0);
+        addk(b, F, 3, cin, cout, 2 * r, QVM_T_DEC_BLK_UP_W, i, 0);
+        addk(b, F, 1, cout, 0, 0, QVM_T_DEC_BLK_UP_B, i, 0);
         for (int u = 2; u <= 4; u++) {
-            addk(&b, F, 1, cout, 0, 0, QVM_T_DEC_RES_ALPHA1, i, u);
-            addk(&b, F, 1, cout, 0, 0, QVM_T_DEC_RES_BETA1, i, u);
-            addk(&b, F, 1, cout, 0, 0, QVM_T_DEC_RES_ALPHA2, i, u);
-            addk(&b, F, 1, cout, 0, 0, QVM_T_DEC_RES_BETA2, i, u);
-            addk(&b, F, 3, cout, cout, 7, QVM_T_DEC_RES_CONV1_W, i, u);
-            addk(&b, F, 1, cout, 0, 0, QVM_T_DEC_RES_CONV1_B, i, u);
-            addk(&b, F, 3, cout, cout, 1, QVM_T_DEC_RES_CONV2_W, i, u);
-            addk(&b, F, 1, cout, 0, 0, QVM_T_DEC_RES_CONV2_B, i, u);
+            addk(b, F, 1, cout, 0, 0, QVM_T_DEC_RES_ALPHA1, i, u);
+            addk(b, F, 1, cout, 0, 0, QVM_T_DEC_RES_BETA1, i, u);
+            addk(b, F, 1, cout, 0, 0, QVM_T_DEC_RES_ALPHA2, i, u);
+            addk(b, F, 1, cout, 0, 0, QVM_T_DEC_RES_BETA2, i, u);
+            addk(b, F, 3, cout, cout, 7, QVM_T_DEC_RES_CONV1_W, i, u);
+            addk(b, F, 1, cout, 0, 0, QVM_T_DEC_RES_CONV1_B, i, u);
+            addk(b, F, 3, cout, cout, 1, QVM_T_DEC_RES_CONV2_W, i, u);
+            addk(b, F, 1, cout, 0, 0, QVM_T_DEC_RES_CONV2_B, i, u);
         }
         cin = cout;
     }
-    addk(&b, F, 1, cin, 0, 0, QVM_T_DEC_LAST_ALPHA, 0, 0);
-    addk(&b, F, 1, cin, 0, 0, QVM_T_DEC_LAST_BETA, 0, 0);
-    addk(&b, F, 3, 1, cin, 7, QVM_T_DEC_LAST_W, 0, 0);
-    addk(&b, F, 1, 1, 0, 0, QVM_T_DEC_LAST_B, 0, 0);
+    addk(b, F, 1, cin, 0, 0, QVM_T_DEC_LAST_ALPHA, 0, 0);
+    addk(b, F, 1, cin, 0, 0, QVM_T_DEC_LAST_BETA, 0, 0);
+    addk(b, F, 3, 1, cin, 7, QVM_T_DEC_LAST_W, 0, 0);
+    addk(b, F, 1, 1, 0, 0, QVM_T_DEC_LAST_B, 0, 0);
+}
 
-    /* ---- encoder, the parts §6.2 uses (HF Mimi names) ---- */
+/* ---- codec: encoder, the parts §6.2 uses (HF Mimi names) ---- */
+
+/* The SEANet convolutions; returns their total hop (samples per encoder step). */
+static int64_t codec_encoder_seanet(builder *b, const qvm_codec_config *c) {
+    const enum qvm_dtype F = QVM_DTYPE_F32;
     int64_t nf = c->encoder.num_filters, comp = c->encoder.compress, eh = c->encoder.hidden_size;
     int li = 0;
-    add_conv(&b, F, nf, 1, c->encoder.kernel_size, QVM_T_MIMI_CONV, li++, 0);
+    add_conv(b, F, nf, 1, c->encoder.kernel_size, QVM_T_MIMI_CONV, li++, 0);
     int64_t ch = nf, hop = 1;
     for (int s = 3; s >= 0; s--) { /* Mimi's encoder walks the ratios in reverse */
         int64_t r = c->encoder.upsampling_ratios[s];
         hop *= r;
-        if (ch % comp != 0) bfail(&b, "manifest: encoder channels %lld not divisible by compress",
+        if (ch % comp != 0) bfail(b, "manifest: encoder channels %lld not divisible by compress",
                                   (long long)ch);
         for (int j = 0; j < c->encoder.num_residual_layers; j++, li++) {
-            add_conv(&b, F, ch / comp, ch, c->encoder.residual_kernel_size, QVM_T_MIMI_RES, li, 1);
-            add_conv(&b, F, ch, ch / comp, 1, QVM_T_MIMI_RES, li, 3);
+            add_conv(b, F, ch / comp, ch, c->encoder.residual_kernel_size, QVM_T_MIMI_RES, li, 1);
+            add_conv(b, F, ch, ch / comp, 1, QVM_T_MIMI_RES, li, 3);
         }
         li++; /* ELU */
-        add_conv(&b, F, 2 * ch, ch, 2 * r, QVM_T_MIMI_CONV, li++, 0);
+        add_conv(b, F, 2 * ch, ch, 2 * r, QVM_T_MIMI_CONV, li++, 0);
         ch *= 2;
     }
     li++; /* ELU */
-    add_conv(&b, F, eh, ch, c->encoder.last_kernel_size, QVM_T_MIMI_CONV, li, 0);
+    add_conv(b, F, eh, ch, c->encoder.last_kernel_size, QVM_T_MIMI_CONV, li, 0);
+    return hop;
+}
+
+/* The transformer layers and the downsample to the codec frame hop. */
+static void codec_encoder_transformer(builder *b, const qvm_codec_config *c, int64_t hop) {
+    const enum qvm_dtype F = QVM_DTYPE_F32;
+    int64_t eh = c->encoder.hidden_size;
     int64_t eq = (int64_t)c->encoder.num_attention_heads * c->encoder.head_dim;
     int64_t ekv = (int64_t)c->encoder.num_key_value_heads * c->encoder.head_dim;
     int64_t ei = c->encoder.intermediate_size;
@@ -443,29 +471,45 @@ int qvm_manifest_codec(qvm_manifest *m, const qvm_codec_config *c, char *err, si
         {QVM_T_MIMI_FC2, eh, ei},       {QVM_T_MIMI_ATTN_SCALE, eh, 0},
         {QVM_T_MIMI_MLP_SCALE, eh, 0}};
     for (int i = 0; i < c->encoder.num_hidden_layers; i++)
-        add_layer(&b, el, (int)(sizeof el / sizeof *el), i);
+        add_layer(b, el, (int)(sizeof el / sizeof *el), i);
     /* downsample: SEANet hop → codec frame hop; Mimi uses kernel = 2 × stride. */
-    if (!b.bad && (c->encode_downsample_rate % hop != 0 || c->encode_downsample_rate / hop < 1))
-        bfail(&b, "manifest: encode_downsample_rate %d not a multiple of the encoder hop %lld",
+    if (!b->bad && (c->encode_downsample_rate % hop != 0 || c->encode_downsample_rate / hop < 1))
+        bfail(b, "manifest: encode_downsample_rate %d not a multiple of the encoder hop %lld",
               c->encode_downsample_rate, (long long)hop);
     int64_t stride = hop ? c->encode_downsample_rate / hop : 0;
-    addk(&b, F, 3, eh, eh, 2 * stride, QVM_T_MIMI_DOWNSAMPLE, 0, 0);
+    addk(b, F, 3, eh, eh, 2 * stride, QVM_T_MIMI_DOWNSAMPLE, 0, 0);
+}
+
+static void codec_encoder_quantizers(builder *b, const qvm_codec_config *c) {
+    const enum qvm_dtype F = QVM_DTYPE_F32;
+    int64_t eh = c->encoder.hidden_size;
     int64_t ecd = c->encoder.codebook_dim, ecs = c->encoder.codebook_size;
     int e_sem = c->encoder.num_semantic_quantizers;
     int n_acoustic = c->encoder_valid_num_quantizers - e_sem; /* layers beyond are never used */
-    if (n_acoustic < 0) bfail(&b, "manifest: encoder_valid_num_quantizers below semantic count");
+    if (n_acoustic < 0) bfail(b, "manifest: encoder_valid_num_quantizers below semantic count");
     static const enum qvm_tensor_kind erq[2][4] = {
         {QVM_T_MIMI_SEM_IN, QVM_T_MIMI_SEM_OUT, QVM_T_MIMI_SEM_SUM, QVM_T_MIMI_SEM_USAGE},
         {QVM_T_MIMI_ACO_IN, QVM_T_MIMI_ACO_OUT, QVM_T_MIMI_ACO_SUM, QVM_T_MIMI_ACO_USAGE}};
     for (int s = 0; s < 2; s++) {
-        addk(&b, F, 3, ecd, eh, 1, erq[s][0], 0, 0);
-        addk(&b, F, 3, eh, ecd, 1, erq[s][1], 0, 0);
+        addk(b, F, 3, ecd, eh, 1, erq[s][0], 0, 0);
+        addk(b, F, 3, eh, ecd, 1, erq[s][1], 0, 0);
         int n = s == 0 ? e_sem : n_acoustic;
         for (int i = 0; i < n; i++) {
-            addk(&b, F, 2, ecs, ecd, 0, erq[s][2], i, 0);
-            addk(&b, F, 1, ecs, 0, 0, erq[s][3], i, 0);
+            addk(b, F, 2, ecs, ecd, 0, erq[s][2], i, 0);
+            addk(b, F, 1, ecs, 0, 0, erq[s][3], i, 0);
         }
     }
+}
+
+int qvm_manifest_codec(qvm_manifest *m, const qvm_codec_config *c, char *err, size_t err_size) {
+    memset(m, 0, sizeof *m);
+    builder b = {.m = m, .err = err, .err_size = err_size};
+    codec_decoder_quantizers(&b, c);
+    codec_decoder_transformer(&b, c);
+    codec_decoder_upsample(&b, c);
+    codec_decoder_blocks(&b, c);
+    codec_encoder_transformer(&b, c, codec_encoder_seanet(&b, c));
+    codec_encoder_quantizers(&b, c);
     finish(&b);
     if (b.bad) qvm_manifest_free(m);
     return b.bad ? -1 : 0;

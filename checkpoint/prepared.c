@@ -13,7 +13,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +22,7 @@
 
 #include "checkpoint/fingerprint.h"
 #include "util/fileio.h"
+#include "util/sha256.h"
 
 static const char k_magic[8] = {'Q', 'V', 'P', 'R', 'E', 'P', '0', '2'};
 #define ALIGN 64
@@ -72,35 +72,29 @@ static int mkdirs(char *path) {
 }
 
 /* Adds a file's identity: it changes whenever the file is rewritten or replaced. */
-static int put_ident(EVP_MD_CTX *ctx, const char *path) {
+static int put_ident(qvu_sha256_ctx *ctx, const char *path) {
     struct stat sb;
     uint64_t v[6] = {0};
     if (stat(path, &sb) == 0)
         v[0] = sb.st_dev, v[1] = sb.st_ino, v[2] = (uint64_t)sb.st_size,
         v[3] = (uint64_t)sb.st_mtim.tv_sec, v[4] = (uint64_t)sb.st_mtim.tv_nsec, v[5] = 1;
-    return EVP_DigestUpdate(ctx, v, sizeof v) == 1 ? 0 : -1;
+    return qvu_sha256_add(ctx, v, sizeof v);
 }
 
 int qvm_prep_id_files(qvm_prep_id *id, const char *kind, const char *source,
                       const char *const *files, int n_files, const void *extra, size_t n_extra) {
     char dir[3900];
     if (cache_dir(dir, sizeof dir) || !realpath(source, id->source)) return -1;
-    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
     uint8_t where[32];
-    unsigned n_out = 0;
-    int bad = !ctx || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1 ||
-              EVP_DigestUpdate(ctx, id->source, strlen(id->source)) != 1 ||
-              EVP_DigestFinal_ex(ctx, where, &n_out) != 1;
-    bad = bad || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1 ||
-          EVP_DigestUpdate(ctx, kind, strlen(kind) + 1) != 1;
+    if (qvu_sha256(id->source, strlen(id->source), where)) return -1;
+    qvu_sha256_ctx *ctx = qvu_sha256_begin();
+    int bad = qvu_sha256_add(ctx, kind, strlen(kind) + 1);
     for (int i = 0; i < n_files && !bad; i++)
         bad = put_ident(ctx, files[i]);
-    bad = bad || (n_extra && EVP_DigestUpdate(ctx, extra, n_extra) != 1) ||
-          EVP_DigestFinal_ex(ctx, id->key, &n_out) != 1;
-    EVP_MD_CTX_free(ctx);
-    if (bad) return -1;
+    bad |= qvu_sha256_add(ctx, extra, n_extra);
+    if (qvu_sha256_end(ctx, id->key) || bad) return -1;
     char hex[65];
-    qvm_sha256_hex(where, hex);
+    qvu_sha256_hex(where, hex);
     int k = snprintf(id->path, sizeof id->path, "%s/%s-%.16s.qvprep", dir, kind, hex);
     return k > 0 && (size_t)k < sizeof id->path ? 0 : -1;
 }

@@ -224,40 +224,78 @@ static int parse_entry(const part *pt, const char *name, const cJSON *e, uint64_
 }
 
 /* Validates pt's header and fills pt->tensors / names. */
-static int parse_part(part *pt, char *err, size_t err_size) {
+/* The part's JSON header, checked: length within the file and the limit, valid JSON with
+ * nothing but spaces after it, an object. NULL with err otherwise. */
+static cJSON *parse_header(const part *pt, uint64_t *n_hdr_out, char *err, size_t err_size) {
     const char *f = pt->path;
-    if (pt->n_bytes < 8)
-        return fail(err, err_size, "%s: truncated file (expected at least 8 bytes, found %zu)", f,
-                    pt->n_bytes);
+    if (pt->n_bytes < 8) {
+        fail(err, err_size, "%s: truncated file (expected at least 8 bytes, found %zu)", f,
+             pt->n_bytes);
+        return NULL;
+    }
     uint64_t n_hdr = read_le64(pt->base);
-    if (n_hdr > HEADER_MAX_BYTES)
-        return fail(err, err_size, "%s: header length over limit (expected <= %llu, found %llu)",
-                    f, (unsigned long long)HEADER_MAX_BYTES, (unsigned long long)n_hdr);
-    if (n_hdr > pt->n_bytes - 8)
-        return fail(err, err_size,
-                    "%s: header length exceeds file (expected <= %zu, found %llu)", f,
-                    pt->n_bytes - 8, (unsigned long long)n_hdr);
+    if (n_hdr > HEADER_MAX_BYTES) {
+        fail(err, err_size, "%s: header length over limit (expected <= %llu, found %llu)", f,
+             (unsigned long long)HEADER_MAX_BYTES, (unsigned long long)n_hdr);
+        return NULL;
+    }
+    if (n_hdr > pt->n_bytes - 8) {
+        fail(err, err_size, "%s: header length exceeds file (expected <= %zu, found %llu)", f,
+             pt->n_bytes - 8, (unsigned long long)n_hdr);
+        return NULL;
+    }
     const char *hdr = (const char *)pt->base + 8;
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(hdr, (size_t)n_hdr, &end, 0);
     if (!root) {
         size_t at = end && end >= hdr && end <= hdr + n_hdr ? (size_t)(end - hdr) : 0;
-        return fail(err, err_size, "%s: header is not valid JSON (error near header byte %zu)", f,
-                    at);
+        fail(err, err_size, "%s: header is not valid JSON (error near header byte %zu)", f, at);
+        return NULL;
     }
     for (const char *p = end; p < hdr + n_hdr; p++)
         if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') {
             cJSON_Delete(root);
-            return fail(err, err_size,
-                        "%s: trailing bytes after JSON header (expected spaces, found 0x%02x at "
-                        "header byte %zu)",
-                        f, (unsigned)(uint8_t)*p, (size_t)(p - hdr));
+            fail(err, err_size,
+                 "%s: trailing bytes after JSON header (expected spaces, found 0x%02x at "
+                 "header byte %zu)",
+                 f, (unsigned)(uint8_t)*p, (size_t)(p - hdr));
+            return NULL;
         }
     if (!cJSON_IsObject(root)) {
         cJSON_Delete(root);
-        return fail(err, err_size, "%s: header is not a JSON object", f);
+        fail(err, err_size, "%s: header is not a JSON object", f);
+        return NULL;
     }
+    *n_hdr_out = n_hdr;
+    return root;
+}
 
+/* Empty tensors own no bytes; a non-empty range must start at or after the previous end
+ * (ranges [n] are sorted here). */
+static int check_overlaps(const part *pt, range *ranges, int n, char *err, size_t err_size) {
+    qsort(ranges, (size_t)n, sizeof *ranges, cmp_range);
+    uint64_t prev_end = 0;
+    int prev = -1;
+    for (int k = 0; k < n; k++) {
+        if (ranges[k].begin == ranges[k].end) continue;
+        if (prev >= 0 && ranges[k].begin < prev_end)
+            return fail(err, err_size,
+                        "%s: tensors %s and %s overlap (expected %s to start at >= %llu, found "
+                        "%llu)",
+                        pt->path, pt->tensors[prev].name, pt->tensors[ranges[k].idx].name,
+                        pt->tensors[ranges[k].idx].name, (unsigned long long)prev_end,
+                        (unsigned long long)ranges[k].begin);
+        prev_end = ranges[k].end;
+        prev = ranges[k].idx;
+    }
+    return 0;
+}
+
+static int parse_part(part *pt, char *err, size_t err_size) {
+    const char *f = pt->path;
+    uint64_t n_hdr;
+    cJSON *root = parse_header(pt, &n_hdr, err, err_size);
+    if (!root) return -1;
     int n = 0;
     size_t n_name_bytes = 0;
     const cJSON *e;
@@ -291,24 +329,7 @@ static int parse_part(part *pt, char *err, size_t err_size) {
         i++;
     }
     pt->n_tensors = n;
-    qsort(ranges, (size_t)n, sizeof *ranges, cmp_range);
-    /* Empty tensors own no bytes; a non-empty range must start at or after the previous end. */
-    uint64_t prev_end = 0;
-    int prev = -1;
-    for (int k = 0; k < n; k++) {
-        if (ranges[k].begin == ranges[k].end) continue;
-        if (prev >= 0 && ranges[k].begin < prev_end) {
-            fail(err, err_size,
-                 "%s: tensors %s and %s overlap (expected %s to start at >= %llu, found %llu)", f,
-                 pt->tensors[prev].name, pt->tensors[ranges[k].idx].name,
-                 pt->tensors[ranges[k].idx].name, (unsigned long long)prev_end,
-                 (unsigned long long)ranges[k].begin);
-            goto out;
-        }
-        prev_end = ranges[k].end;
-        prev = ranges[k].idx;
-    }
-    rc = 0;
+    rc = check_overlaps(pt, ranges, n, err, err_size);
 out:
     free(ranges);
     cJSON_Delete(root);
@@ -445,6 +466,93 @@ qvm_st *qvm_st_open_memory(const void *buf, size_t n_bytes, const char *label, c
 
 /* ==== sharded checkpoints =================================================================== */
 
+/* The distinct shard names of weight_map (each a plain file name) into shards, *n_shards. */
+static int list_shards(const char *path, const cJSON *wm, const char **shards, int *n_shards,
+                       char *err, size_t err_size) {
+    const cJSON *e;
+    int n = 0;
+    cJSON_ArrayForEach(e, wm) {
+        if (!cJSON_IsString(e))
+            return fail(err, err_size, "%s: weight_map entry %s is not a string", path, e->string);
+        const char *s = e->valuestring;
+        if (!*s || strchr(s, '/') || strcmp(s, ".") == 0 || strcmp(s, "..") == 0)
+            return fail(err, err_size,
+                        "%s: weight_map entry %s: shard must be a file name in the index's "
+                        "directory (found \"%.64s\")",
+                        path, e->string, s);
+        int j = 0;
+        while (j < n && strcmp(shards[j], s) != 0) j++;
+        if (j == n) shards[n++] = s;
+    }
+    *n_shards = n;
+    if (n == 0)
+        return fail(err, err_size, "%s: weight_map is empty (expected at least one tensor)", path);
+    return 0;
+}
+
+/* Maps and parses every shard, beside the index; an error names the index too. */
+static int open_shards(qvm_st *st, const char *path, const char **shards, int n_shards, char *err,
+                       size_t err_size) {
+    const char *slash = strrchr(path, '/');
+    size_t n_dir = slash ? (size_t)(slash - path) + 1 : 0;
+    for (int j = 0; j < n_shards; j++) {
+        part *pt = &st->parts[j];
+        size_t n_name = strlen(shards[j]);
+        pt->path = malloc(n_dir + n_name + 1);
+        if (!pt->path) return fail(err, err_size, "%s: out of memory", path);
+        memcpy(pt->path, path, n_dir);
+        memcpy(pt->path + n_dir, shards[j], n_name + 1);
+        if (map_file(pt, err, err_size) != 0 || parse_part(pt, err, err_size) != 0) {
+            size_t used = err ? strnlen(err, err_size) : 0;
+            if (err && used + 1 < err_size)
+                snprintf(err + used, err_size - used, " (shard listed in %s)", path);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* weight_map and the shards agree: every listed tensor is in its shard, once; none is unlisted. */
+static int check_weight_map(const qvm_st *st, const char *path, const cJSON *wm,
+                            const char **shards, int n_shards, char *err, size_t err_size) {
+    unsigned char *listed = calloc((size_t)(st->n_tensors ? st->n_tensors : 1), 1);
+    if (!listed) return fail(err, err_size, "%s: out of memory", path);
+    int rc = -1;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, wm) {
+        const qvm_tensor *t = qvm_st_find(st, e->string);
+        const char *want = NULL;
+        for (int j = 0; j < n_shards; j++)
+            if (strcmp(shards[j], e->valuestring) == 0) want = st->parts[j].path;
+        if (!t) {
+            fail(err, err_size, "%s: tensor %s missing (listed for this shard in %s)", want,
+                 e->string, path);
+            goto out;
+        }
+        int i = (int)(t - st->tensors);
+        if (strcmp(st->parts[st->part_of[i]].path, want) != 0) {
+            fail(err, err_size, "%s: tensor %s is in the wrong shard (expected %s, found %s)",
+                 path, e->string, want, st->parts[st->part_of[i]].path);
+            goto out;
+        }
+        if (listed[i]) {
+            fail(err, err_size, "%s: tensor %s listed twice in weight_map", path, e->string);
+            goto out;
+        }
+        listed[i] = 1;
+    }
+    for (int i = 0; i < st->n_tensors; i++)
+        if (!listed[i]) {
+            fail(err, err_size, "%s: tensor %s not listed in %s", st->parts[st->part_of[i]].path,
+                 st->tensors[i].name, path);
+            goto out;
+        }
+    rc = 0;
+out:
+    free(listed);
+    return rc;
+}
+
 static qvm_st *open_index(const char *path, char *err, size_t err_size) {
     size_t n_text;
     char *text = qvu_read_file(path, INDEX_MAX_BYTES, &n_text, err, err_size);
@@ -453,7 +561,6 @@ static qvm_st *open_index(const char *path, char *err, size_t err_size) {
     free(text);
     qvm_st *st = NULL;
     const char **shards = NULL;
-    unsigned char *listed = NULL;
     if (!root) {
         fail(err, err_size, "%s: not valid JSON", path);
         goto bad;
@@ -469,92 +576,20 @@ static qvm_st *open_index(const char *path, char *err, size_t err_size) {
         fail(err, err_size, "%s: out of memory", path);
         goto bad;
     }
-    const cJSON *e;
-    cJSON_ArrayForEach(e, wm) {
-        if (!cJSON_IsString(e)) {
-            fail(err, err_size, "%s: weight_map entry %s is not a string", path, e->string);
-            goto bad;
-        }
-        const char *s = e->valuestring;
-        if (!*s || strchr(s, '/') || strcmp(s, ".") == 0 || strcmp(s, "..") == 0) {
-            fail(err, err_size,
-                 "%s: weight_map entry %s: shard must be a file name in the index's directory "
-                 "(found \"%.64s\")",
-                 path, e->string, s);
-            goto bad;
-        }
-        int j = 0;
-        while (j < n_shards && strcmp(shards[j], s) != 0) j++;
-        if (j == n_shards) shards[n_shards++] = s;
-    }
-    if (n_shards == 0) {
-        fail(err, err_size, "%s: weight_map is empty (expected at least one tensor)", path);
-        goto bad;
-    }
-    const char *slash = strrchr(path, '/');
-    size_t n_dir = slash ? (size_t)(slash - path) + 1 : 0;
+    if (list_shards(path, wm, shards, &n_shards, err, err_size) != 0) goto bad;
     st = new_st(path, n_shards);
     if (!st) {
         fail(err, err_size, "%s: out of memory", path);
         goto bad;
     }
-    for (int j = 0; j < n_shards; j++) {
-        part *pt = &st->parts[j];
-        size_t n_name = strlen(shards[j]);
-        pt->path = malloc(n_dir + n_name + 1);
-        if (!pt->path) {
-            fail(err, err_size, "%s: out of memory", path);
-            goto bad;
-        }
-        memcpy(pt->path, path, n_dir);
-        memcpy(pt->path + n_dir, shards[j], n_name + 1);
-        if (map_file(pt, err, err_size) != 0 || parse_part(pt, err, err_size) != 0) {
-            size_t used = err ? strnlen(err, err_size) : 0;
-            if (err && used + 1 < err_size)
-                snprintf(err + used, err_size - used, " (shard listed in %s)", path);
-            goto bad;
-        }
-    }
-    if (build_table(st, err, err_size) != 0) goto bad;
-    listed = calloc((size_t)(st->n_tensors ? st->n_tensors : 1), 1);
-    if (!listed) {
-        fail(err, err_size, "%s: out of memory", path);
+    if (open_shards(st, path, shards, n_shards, err, err_size) != 0 ||
+        build_table(st, err, err_size) != 0 ||
+        check_weight_map(st, path, wm, shards, n_shards, err, err_size) != 0)
         goto bad;
-    }
-    cJSON_ArrayForEach(e, wm) {
-        const qvm_tensor *t = qvm_st_find(st, e->string);
-        const char *want = NULL;
-        for (int j = 0; j < n_shards; j++)
-            if (strcmp(shards[j], e->valuestring) == 0) want = st->parts[j].path;
-        if (!t) {
-            fail(err, err_size, "%s: tensor %s missing (listed for this shard in %s)", want,
-                 e->string, path);
-            goto bad;
-        }
-        int i = (int)(t - st->tensors);
-        if (strcmp(st->parts[st->part_of[i]].path, want) != 0) {
-            fail(err, err_size, "%s: tensor %s is in the wrong shard (expected %s, found %s)",
-                 path, e->string, want, st->parts[st->part_of[i]].path);
-            goto bad;
-        }
-        if (listed[i]) {
-            fail(err, err_size, "%s: tensor %s listed twice in weight_map", path, e->string);
-            goto bad;
-        }
-        listed[i] = 1;
-    }
-    for (int i = 0; i < st->n_tensors; i++)
-        if (!listed[i]) {
-            fail(err, err_size, "%s: tensor %s not listed in %s", st->parts[st->part_of[i]].path,
-                 st->tensors[i].name, path);
-            goto bad;
-        }
-    free(listed);
     free(shards);
     cJSON_Delete(root);
     return st;
 bad:
-    free(listed);
     free(shards);
     cJSON_Delete(root);
     qvm_st_close(st);

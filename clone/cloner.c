@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <pwd.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,9 +29,11 @@
 #include "clone/plot.h"
 #include "include/qvoice.h"
 #include "util/api.h"
+#include "util/fileio.h"
+#include "util/sha256.h"
 #include "voicefmt/qvf.h"
 
-#define WOVR_CODEC_ROWS 2048 /* codebook rows a voice's WOVR carries (legacy §6.3) */
+#define WOVR_CODEC_ROWS 2048 /* codebook rows a voice's WOVR carries (qvoice-format.md §8.3) */
 
 struct qv_cloner {
     qvm_ckpt *ck; /* the Base checkpoint: config, identity, text side, WDELTA source */
@@ -118,6 +121,10 @@ enum qv_status qv_cloner_load(qv_cloner **out, const char *base_dir, int n_threa
     return qvu_fail(cloner_load(out, base_dir, n_threads, err, sizeof err), err);
 }
 
+void qv_cloner_fingerprint(const qv_cloner *c, uint8_t out[32]) {
+    memcpy(out, c->ck->fingerprint, 32);
+}
+
 static const qva_speech_encoder *speech_encoder(const qv_cloner *c, char *err, size_t err_size) {
     pthread_mutex_lock(&c->lazy->lock);
     if (!c->lazy->se) c->lazy->se = qva_speech_encoder_load(c->ck, err, err_size);
@@ -148,6 +155,7 @@ typedef struct {
     char *err;
     size_t err_size;
     enum qv_status st;
+    char consent_sha256[65]; /* of r->consent_recording, hashed before any work */
 } run;
 
 static int fail(run *u, enum qv_status st, const char *fmt, ...) {
@@ -197,19 +205,12 @@ static int check_output(run *u, const char *out) {
 }
 
 static int file_sha256_hex(const char *path, char hex[65]) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return -1;
-    long n = fseek(f, 0, SEEK_END) ? -1 : ftell(f);
-    rewind(f);
-    unsigned char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
-    int rc = -1;
+    size_t n;
+    char *buf = qvu_read_file(path, SIZE_MAX / 2, &n, NULL, 0);
     uint8_t d[32];
-    if (buf && fread(buf, 1, (size_t)n, f) == (size_t)n && qvf_sha256(buf, (size_t)n, d) == 0) {
-        qvm_sha256_hex(d, hex);
-        rc = 0;
-    }
+    int rc = buf && !qvu_sha256(buf, n, d) ? 0 : -1;
+    if (!rc) qvu_sha256_hex(d, hex);
     free(buf);
-    fclose(f);
     return rc;
 }
 
@@ -230,9 +231,7 @@ static void model_id(qvf_model_id *id, const qvm_model_config *c, const uint8_t 
     id->hidden_size = (uint32_t)c->talker.hidden_size;
     id->text_hidden_size = (uint32_t)c->text_hidden_size;
     id->enc_dim = c->has_speaker_encoder ? (uint32_t)c->enc_dim : 0;
-    id->variant = c->variant == QVM_VARIANT_BASE           ? QVF_VARIANT_BASE
-                  : c->variant == QVM_VARIANT_CUSTOM_VOICE ? QVF_VARIANT_CUSTOM_VOICE
-                                                           : QVF_VARIANT_VOICE_DESIGN;
+    id->variant = c->variant;
     memcpy(id->fingerprint, fp, 32);
 }
 
@@ -294,12 +293,18 @@ static int set_meta(qvf_voice *v, const run *u, const qva_audio *a, int language
     snprintf(buf, sizeof buf, "%g", r->max_seconds);
     rc |= qvf_meta_set(v, "max_ref_duration_s", buf);
     rc |= qvf_meta_set(v, "hygiene", hygiene_json ? hygiene_json : "off");
-    if (r->consent) {
+    if (r->consent || r->consent_recording) {
+        /* The consent record (docs/provenance.md): in META, so a signature covers it. */
         char who[128];
         user_name(who, sizeof who);
-        rc |= qvf_meta_set(v, "consent", r->consent);
-        rc |= qvf_meta_set(v, "consent_by", who);
-        rc |= qvf_meta_set(v, "consent_utc", when);
+        rc |= qvf_meta_set(v, "consent.method", r->consent_recording ? "recording" : "typed");
+        if (r->consent) rc |= qvf_meta_set(v, "consent.statement", r->consent);
+        if (r->consent_speaker) rc |= qvf_meta_set(v, "consent.speaker", r->consent_speaker);
+        if (r->consent_scope) rc |= qvf_meta_set(v, "consent.scope", r->consent_scope);
+        rc |= qvf_meta_set(v, "consent.utc", when);
+        rc |= qvf_meta_set(v, "consent.collected_by", who);
+        if (r->consent_recording)
+            rc |= qvf_meta_set(v, "consent.recording_sha256", u->consent_sha256);
     }
     return rc;
 }
@@ -380,11 +385,8 @@ static int write_with_wdelta(const qvf_voice *v, const char *out, const qvm_st *
  * voicefmt's chunk walker so the report says what is on disk; files over 256 MB are not listed. */
 static void add_sections(cJSON *j, const char *path, long long file_bytes) {
     if (file_bytes <= 0 || file_bytes > (256ll << 20)) return;
-    FILE *f = fopen(path, "rb");
-    if (!f) return;
-    unsigned char *buf = malloc((size_t)file_bytes);
-    size_t n = buf ? fread(buf, 1, (size_t)file_bytes, f) : 0;
-    fclose(f);
+    size_t n = 0;
+    char *buf = qvu_read_file(path, (size_t)file_bytes, &n, NULL, 0);
     enum { MAX_CHUNKS = 4200 }; /* ≤ 4096 WDTN + the fixed chunks */
     qvf_chunk_info *info = malloc(sizeof *info * MAX_CHUNKS);
     int n_chunks = 0;
@@ -475,6 +477,14 @@ static int check_request(run *u, const qv_cloner *c) {
         return fail(u, QV_E_INVALID, "%s: empty transcript", u->label);
     if (r->consent && !*r->consent)
         return fail(u, QV_E_INVALID, "clone request: empty consent statement");
+    if ((r->consent_speaker && !*r->consent_speaker) || (r->consent_scope && !*r->consent_scope))
+        return fail(u, QV_E_INVALID, "clone request: empty consent_speaker or consent_scope");
+    if ((r->consent_speaker || r->consent_scope) && !r->consent && !r->consent_recording)
+        return fail(u, QV_E_INVALID, "clone request: consent_speaker and consent_scope belong to "
+                                     "a consent record (give consent or consent_recording)");
+    if (r->consent_recording && file_sha256_hex(r->consent_recording, u->consent_sha256))
+        return fail(u, QV_E_INVALID, "%.400s: cannot read the consent recording (%s)",
+                    r->consent_recording, strerror(errno));
     if (!(r->speaker_threshold >= -1 && r->speaker_threshold <= 1))
         return fail(u, QV_E_INVALID, "clone request: speaker_threshold %g outside -1..1",
                     r->speaker_threshold);
@@ -573,7 +583,7 @@ static int open_target(run *u, const qv_cloner *c, work *w) {
         return -1;
     }
     const int H = w->cv->cfg.talker.hidden_size, base_H = c->ck->cfg.talker.hidden_size;
-    if (w->cv->cfg.variant == QVM_VARIANT_BASE)
+    if (w->cv->cfg.variant == QVF_VARIANT_BASE)
         return fail(u, QV_E_INVALID,
                     "%s: the weight-delta target must be a CustomVoice (or VoiceDesign) model, "
                     "found a Base model",
@@ -778,7 +788,8 @@ static enum qv_status clone_request(const qv_cloner *c, const qv_clone_request *
              NULL,
              err,
              err_size,
-             QV_OK};
+             QV_OK,
+             ""};
     if (!u.j || !(u.warnings = cJSON_CreateArray())) {
         cJSON_Delete(u.j);
         snprintf(err, err_size, "out of memory");
@@ -821,15 +832,10 @@ enum qv_status qv_clone_run(const qv_cloner *c, const qv_clone_request *r, const
 
 /* ==== similarity ============================================================================ */
 
-static int is_voice_file(const char *path) {
-    size_t n = strlen(path);
-    return (n > 7 && !strcmp(path + n - 7, ".qvoice")) || (n > 4 && !strcmp(path + n - 4, ".bin"));
-}
-
 static enum qv_status xvector_of_path(const qv_cloner *c, const char *path, double max_seconds,
                                       float **xvec, int *dim, char *err, size_t err_size) {
     *xvec = NULL;
-    if (is_voice_file(path)) {
+    if (qvf_file_kind(path, NULL, 0)) {
         qvf_voice *v = NULL;
         if (qvf_read_file(path, 0, &v, err, err_size)) return QV_E_VOICE;
         *dim = (int)v->enc_dim;

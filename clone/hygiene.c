@@ -1,5 +1,5 @@
 /* hygiene.c — reference-audio hygiene (see hygiene.h). Every step works on 10 ms frames from
- * kernels/vad, so trim, level, window choice and the transcript check agree on what "voiced"
+ * features/vad, so trim, level, window choice and the transcript check agree on what "voiced"
  * means. The second-speaker scan clusters window vectors instead of comparing them with the
  * whole-clip vector: attentive statistics pooling adds the between-speaker spread to a mixed
  * clip's vector, which then resembles neither speaker (measured in docs/robustness.md).
@@ -487,6 +487,50 @@ static void centroid(float *c, const float *v, const int *lab, int want, int nw,
     normalize(c, dim);
 }
 
+/* 2-means of the ns unit vectors v [ns, dim] on the unit sphere, seeded with the two most
+ * dissimilar: centroids c[0], c[1] and each vector's label lab [ns]. */
+static void two_means(const float *v, int ns, int dim, float *c[2], int *lab) {
+    int s0 = 0, s1 = 1;
+    double lo = 2;
+    for (int a = 0; a < ns; a++)
+        for (int b = a + 1; b < ns; b++) {
+            double cab = qvk_cosine(v + (size_t)a * dim, v + (size_t)b * dim, dim);
+            if (cab < lo) lo = cab, s0 = a, s1 = b;
+        }
+    memcpy(c[0], v + (size_t)s0 * dim, (size_t)dim * sizeof *v);
+    memcpy(c[1], v + (size_t)s1 * dim, (size_t)dim * sizeof *v);
+    for (int it = 0; it < 20; it++) {
+        int changed = 0;
+        for (int w = 0; w < ns; w++) {
+            int l = qvk_cosine(v + (size_t)w * dim, c[1], dim) >
+                    qvk_cosine(v + (size_t)w * dim, c[0], dim);
+            changed |= it == 0 || l != lab[w];
+            lab[w] = l;
+        }
+        if (!changed) break;
+        centroid(c[0], v, lab, 0, ns, dim);
+        centroid(c[1], v, lab, 1, ns, dim);
+    }
+}
+
+/* The windows scored below threshold (cs [ns], window w at idx[w] * hop, wl samples) as time
+ * ranges in r, windows whose spans touch merged into one. */
+static void flag_ranges(qvc_speaker_report *r, const double *cs, const int *idx, int ns,
+                        int64_t hop, int64_t wl, double threshold) {
+    for (int w = 0; w < ns; w++) {
+        if (cs[w] >= threshold) continue;
+        r->warning = 1;
+        double a = (double)idx[w] * hop / SR, b = a + (double)wl / SR;
+        qvc_time_range *last = r->n_ranges ? &r->ranges[r->n_ranges - 1] : NULL;
+        if (last && a <= last->end_s) {
+            last->end_s = b;
+            if (cs[w] < last->min_cos) last->min_cos = cs[w];
+        } else if (r->n_ranges < QVC_SPK_MAX_RANGES) {
+            r->ranges[r->n_ranges++] = (qvc_time_range){a, b, cs[w]};
+        }
+    }
+}
+
 int qvc_speaker_scan(qvc_speaker_report *r, const float *x, int64_t n, int dim, qvc_xvector_fn fn,
                      void *ctx, const qvc_hygiene_params *p, char *err, size_t err_size) {
     memset(r, 0, sizeof *r);
@@ -530,28 +574,7 @@ int qvc_speaker_scan(qvc_speaker_report *r, const float *x, int64_t n, int dim, 
         rc = 0;
         goto done;
     }
-    /* 2-means on the unit sphere, seeded with the two most dissimilar windows */
-    int s0 = 0, s1 = 1;
-    double lo = 2;
-    for (int a = 0; a < ns; a++)
-        for (int b = a + 1; b < ns; b++) {
-            double cab = qvk_cosine(v + (size_t)a * dim, v + (size_t)b * dim, dim);
-            if (cab < lo) lo = cab, s0 = a, s1 = b;
-        }
-    memcpy(c[0], v + (size_t)s0 * dim, (size_t)dim * sizeof *v);
-    memcpy(c[1], v + (size_t)s1 * dim, (size_t)dim * sizeof *v);
-    for (int it = 0; it < 20; it++) {
-        int changed = 0;
-        for (int w = 0; w < ns; w++) {
-            int l = qvk_cosine(v + (size_t)w * dim, c[1], dim) >
-                    qvk_cosine(v + (size_t)w * dim, c[0], dim);
-            changed |= it == 0 || l != lab[w];
-            lab[w] = l;
-        }
-        if (!changed) break;
-        centroid(c[0], v, lab, 0, ns, dim);
-        centroid(c[1], v, lab, 1, ns, dim);
-    }
+    two_means(v, ns, dim, c, lab);
     int n1 = 0;
     for (int w = 0; w < ns; w++)
         n1 += lab[w];
@@ -564,19 +587,7 @@ int qvc_speaker_scan(qvc_speaker_report *r, const float *x, int64_t n, int dim, 
         cs[w] = qvk_cosine(v + (size_t)w * dim, ref, dim);
         if (cs[w] < r->min_cos) r->min_cos = cs[w];
     }
-    /* merge flagged windows whose spans touch */
-    for (int w = 0; w < ns; w++) {
-        if (cs[w] >= p->spk_threshold) continue;
-        r->warning = 1;
-        double a = (double)idx[w] * hop / SR, b = a + (double)wl / SR;
-        qvc_time_range *last = r->n_ranges ? &r->ranges[r->n_ranges - 1] : NULL;
-        if (last && a <= last->end_s) {
-            last->end_s = b;
-            if (cs[w] < last->min_cos) last->min_cos = cs[w];
-        } else if (r->n_ranges < QVC_SPK_MAX_RANGES) {
-            r->ranges[r->n_ranges++] = (qvc_time_range){a, b, cs[w]};
-        }
-    }
+    flag_ranges(r, cs, idx, ns, hop, wl, p->spk_threshold);
     rc = 0;
 done:
     free(v);

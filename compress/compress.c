@@ -25,6 +25,7 @@
 #include "include/qvoice.h"
 #include "kernels/kernels.h"
 #include "kernels/q4.h"
+#include "util/fileio.h"
 
 #define ALIGN 64
 
@@ -400,18 +401,12 @@ static int write_config(const char *dir, const char *out, const qvm_model_config
                         const qvz_options *o, const int *width, char *err, size_t es) {
     char path[8192];
     snprintf(path, sizeof path, "%s/config.json", dir);
-    FILE *f = fopen(path, "rb");
-    char *txt = NULL;
-    long n = -1;
-    if (f && !fseek(f, 0, SEEK_END) && (n = ftell(f)) >= 0 && !fseek(f, 0, SEEK_SET) &&
-        (txt = malloc((size_t)n + 1)) && fread(txt, 1, (size_t)n, f) == (size_t)n)
-        txt[n] = 0;
-    else
-        n = -1;
-    if (f) fclose(f);
-    cJSON *root = n >= 0 ? cJSON_Parse(txt) : NULL;
+    size_t n;
+    char *txt = qvu_read_file(path, (size_t)16 << 20, &n, err, es);
+    if (!txt) return -1;
+    cJSON *root = cJSON_Parse(txt);
     free(txt);
-    if (!root) return snprintf(err, es, "%s: cannot read", path), -1;
+    if (!root) return snprintf(err, es, "%s: not valid JSON", path), -1;
     cJSON *tc = cJSON_GetObjectItemCaseSensitive(root, "talker_config");
     if (o->prune_layers && tc) {
         const int L = c->talker.num_hidden_layers - o->prune_layers;
@@ -465,6 +460,69 @@ qvz_options qvz_default_options(void) {
     return (qvz_options){.n_threads = 0, .protect_layers = 10};
 }
 
+/* Neuron pruning: calibration activations (*act), then per kept layer the neurons kept (*nkeep)
+ * and the MLP width (*width), all owned by the caller; the counts go to r. 0, or -1 with err. */
+static int select_neurons(qvm_ckpt *ck, const qvz_options *o, int n_keep_layers,
+                          float **act, int32_t ***nkeep, int **width, qvz_report *r, char *err,
+                          size_t es) {
+    const qvm_stack_config *tc = &ck->cfg.talker;
+    *act = malloc(sizeof **act * (size_t)tc->num_hidden_layers * (size_t)tc->intermediate_size);
+    *nkeep = calloc((size_t)n_keep_layers, sizeof **nkeep);
+    *width = calloc((size_t)n_keep_layers, sizeof **width);
+    if (!*act || !*nkeep || !*width) {
+        snprintf(err, es, "out of memory");
+        return -1;
+    }
+    if (qvz_calibrate(ck, qv_threads_resolve(o->n_threads),
+                      o->calib_frames > 0 ? o->calib_frames : QVZ_CALIB_FRAMES, *act, err, es))
+        return -1;
+    if (qvz_neuron_select(*act, tc, n_keep_layers, o->protect_layers, o->prune_neurons, *nkeep,
+                          *width)) {
+        snprintf(err, es, "out of memory");
+        return -1;
+    }
+    for (int l = 0; l < n_keep_layers; l++) {
+        r->neurons_in += qvm_layer_intermediate(tc, l), r->neurons_out += (*width)[l];
+        r->n_neuron_layers += (*width)[l] < qvm_layer_intermediate(tc, l);
+    }
+    return 0;
+}
+
+/* The compressed model directory at tmp (*made once it exists): the small files of dir and its
+ * speech_tokenizer/ copied, config.json rewritten, both safetensors written, all synced. */
+static int write_tree(const char *dir, const char *tmp, const qvm_model_config *c,
+                      const qvz_options *o, const int *width, const plan *pm, const plan *pc,
+                      qvz_report *r, int *made, char *err, size_t es) {
+    char path[4200], to[4200];
+    snprintf(path, sizeof path, "%s/speech_tokenizer", tmp);
+    if (mkdir(tmp, 0755) || (*made = 1, mkdir(path, 0755))) {
+        snprintf(err, es, "%s: cannot create (%s)", *made ? path : tmp, strerror(errno));
+        return -1;
+    }
+    if (copy_small_files(dir, tmp, err, es)) return -1;
+    snprintf(path, sizeof path, "%s/speech_tokenizer", dir);
+    snprintf(to, sizeof to, "%s/speech_tokenizer", tmp);
+    if (copy_small_files(path, to, err, es)) return -1;
+    snprintf(path, sizeof path, "%s/config.json", tmp); /* rewritten */
+    if (unlink(path) || write_config(dir, tmp, c, o, width, err, es)) return -1;
+    snprintf(path, sizeof path, "%s/model.safetensors", tmp);
+    if (write_st(path, pm, &r->model_bytes_out, err, es)) return -1;
+    snprintf(path, sizeof path, "%s/speech_tokenizer/model.safetensors", tmp);
+    if (write_st(path, pc, &r->codec_bytes_out, err, es)) return -1;
+    fsync_path(to);
+    fsync_path(tmp);
+    return 0;
+}
+
+/* Makes a rename of out durable: fsyncs the directory holding it. */
+static void fsync_parent(const char *out) {
+    char parent[4096];
+    snprintf(parent, sizeof parent, "%s", out);
+    char *slash = strrchr(parent, '/');
+    if (slash) *slash = 0;
+    fsync_path(slash ? parent : ".");
+}
+
 int qvz_compress(const char *dir, const char *out, const qvz_options *o, qvz_report *report,
                  char *err, size_t es) {
     qvz_report r_local;
@@ -480,7 +538,7 @@ int qvz_compress(const char *dir, const char *out, const qvz_options *o, qvz_rep
         return -1;
     }
 
-    char tmp[4096], path[4200];
+    char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp-%ld", out, (long)getpid());
     uint8_t *keep = NULL;
     int32_t *rows = NULL;
@@ -503,61 +561,19 @@ int qvz_compress(const char *dir, const char *out, const qvz_options *o, qvz_rep
         snprintf(err, es, "out of memory");
         goto done;
     }
-    if (o->prune_neurons > 0) {
-        const qvm_stack_config *tc = &c->talker;
-        act = malloc(sizeof *act * (size_t)tc->num_hidden_layers * (size_t)tc->intermediate_size);
-        nkeep = calloc((size_t)n_keep_layers, sizeof *nkeep);
-        width = calloc((size_t)n_keep_layers, sizeof *width);
-        if (!act || !nkeep || !width) {
-            snprintf(err, es, "out of memory");
-            goto done;
-        }
-        if (qvz_calibrate(ck, qv_threads_resolve(o->n_threads),
-                          o->calib_frames > 0 ? o->calib_frames : QVZ_CALIB_FRAMES, act, err, es))
-            goto done;
-        if (qvz_neuron_select(act, tc, n_keep_layers, o->protect_layers, o->prune_neurons, nkeep,
-                              width)) {
-            snprintf(err, es, "out of memory");
-            goto done;
-        }
-        for (int l = 0; l < n_keep_layers; l++) {
-            r->neurons_in += qvm_layer_intermediate(tc, l), r->neurons_out += width[l];
-            r->n_neuron_layers += width[l] < qvm_layer_intermediate(tc, l);
-        }
-    }
+    if (o->prune_neurons > 0 &&
+        select_neurons(ck, o, n_keep_layers, &act, &nkeep, &width, r, err, es))
+        goto done;
     if (plan_model(&pm, st, c, o, keep, &rows, nkeep, width, pool, r, err, es) ||
         plan_codec(&pc, cst, o, r, err, es))
         goto done;
-    snprintf(path, sizeof path, "%s/speech_tokenizer", tmp);
-    if (mkdir(tmp, 0755) || (made = 1, mkdir(path, 0755))) {
-        snprintf(err, es, "%s: cannot create (%s)", made ? path : tmp, strerror(errno));
-        goto done;
-    }
-    if (copy_small_files(dir, tmp, err, es)) goto done;
-    snprintf(path, sizeof path, "%s/speech_tokenizer", dir);
-    char to[4200];
-    snprintf(to, sizeof to, "%s/speech_tokenizer", tmp);
-    if (copy_small_files(path, to, err, es)) goto done;
-    snprintf(path, sizeof path, "%s/config.json", tmp); /* rewritten */
-    if (unlink(path) || write_config(dir, tmp, c, o, width, err, es)) goto done;
-    snprintf(path, sizeof path, "%s/model.safetensors", tmp);
-    if (write_st(path, &pm, &r->model_bytes_out, err, es)) goto done;
-    snprintf(path, sizeof path, "%s/speech_tokenizer/model.safetensors", tmp);
-    if (write_st(path, &pc, &r->codec_bytes_out, err, es)) goto done;
-    fsync_path(to);
-    fsync_path(tmp);
+    if (write_tree(dir, tmp, c, o, width, &pm, &pc, r, &made, err, es)) goto done;
     if (rename(tmp, out)) {
         snprintf(err, es, "%s: cannot rename to %s (%s)", tmp, out, strerror(errno));
         goto done;
     }
     made = 0;
-    {
-        char parent[4096];
-        snprintf(parent, sizeof parent, "%s", out);
-        char *slash = strrchr(parent, '/');
-        if (slash) *slash = 0;
-        fsync_path(slash ? parent : ".");
-    }
+    fsync_parent(out);
     rc = 0;
 done:
     if (made) nftw(tmp, rm_entry, 16, FTW_DEPTH | FTW_PHYS);

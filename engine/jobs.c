@@ -24,9 +24,11 @@ typedef struct {
 
 struct qv_jobs {
     const qv_model *m;
-    qv_params p; /* a job's seed replaces p.seed */
+    qv_params p; /* every job's; a job's "seed" replaces p.seed for that job only */
     qv_jobs_options o;
-    qv_synth *syn; /* made for p (a new seed makes a new one: cheap next to the model load) */
+    qv_synth *syn; /* made for seed syn_seed (a new seed makes a new one: cheap next to the
+                      model load) */
+    uint64_t syn_seed;
     qv_synth *volatile running; /* what qv_jobs_cancel stops */
     cached_voice *voices;       /* every voice a job named, opened once */
     int n_voices;
@@ -144,11 +146,11 @@ static enum qv_status job_synth(qv_jobs *b, const cJSON *j, char *err, size_t n)
     qv_params p = b->p;
     const cJSON *seed = cJSON_GetObjectItemCaseSensitive(j, "seed");
     if (seed) p.seed = (uint64_t)seed->valuedouble;
-    if (b->syn && p.seed == b->p.seed) return QV_OK;
+    if (b->syn && p.seed == b->syn_seed) return QV_OK;
     qv_synth_free(b->syn), b->syn = NULL;
     enum qv_status st = qv_synth_new(&b->syn, b->m, &p);
     if (st) return snprintf(err, n, "%s", qv_last_error()), st;
-    b->p.seed = p.seed;
+    b->syn_seed = p.seed;
     return QV_OK;
 }
 
@@ -201,7 +203,7 @@ static enum qv_status job_run(qv_jobs *b, int line_no, const cJSON *j, cJSON *re
     int64_t n_clipped;
     double lufs;
     if (!(st = qv_loudness_normalize(k.pcm, k.n, b->o.loudness_lufs, &n_clipped, &lufs)))
-        st = qv_audio_write(out, qv_format_of_path(out), k.pcm, k.n);
+        st = qv_audio_write(out, qv_format_of_path(out), k.pcm, k.n, b->o.watermark);
     qv_free(k.pcm);
     if (st) return snprintf(err, n, "%s", qv_last_error()), st;
     add_summary(res, out, now_s() - t0, &ss, lufs);
@@ -212,7 +214,8 @@ static enum qv_status job_run(qv_jobs *b, int line_no, const cJSON *j, cJSON *re
 /* ==== API ==================================================================================== */
 
 qv_jobs_options qv_jobs_default_options(void) {
-    qv_jobs_options o = {.struct_size = sizeof o, .request = qv_synth_default_request()};
+    qv_jobs_options o = {.struct_size = sizeof o, .request = qv_synth_default_request(),
+                         .watermark = QV_WATERMARK_DEFAULT};
     return o;
 }
 

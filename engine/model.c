@@ -4,7 +4,8 @@
  * The file is first checked exactly against the manifest built from the config (manifest.h), then
  * each tensor is bound by name. Matrices stay bf16 or packed 4-bit in the mmap (borrowed); norms,
  * biases and q4 group scales are widened to owned f32 copies. The int8 and q4 views quantize the
- * bf16 matrices in RAM once, for the sessions that ask.
+ * bf16 matrices in RAM once, for the sessions that ask. The public accessors (qv_model_type...)
+ * read the checkpoint's config.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -471,4 +472,42 @@ const qve_talker *qve_model_talker(const qv_model *m, int quant) {
 
 const qve_code_predictor *qve_model_cp(const qv_model *m, int quant) {
     return view(m, quant) ? &view(m, quant)->cp : &m->cp;
+}
+
+/* ==== public accessors ======================================================================= */
+
+const char *qv_model_type(const qv_model *m) {
+    return m->ck->cfg.tts_model_type;
+}
+const char *qv_model_size(const qv_model *m) {
+    return m->ck->cfg.tts_model_size;
+}
+int qv_model_hidden_size(const qv_model *m) {
+    return m->ck->cfg.talker.hidden_size;
+}
+int qv_model_text_hidden_size(const qv_model *m) {
+    return m->ck->cfg.text_hidden_size;
+}
+int qv_model_n_speakers(const qv_model *m) {
+    return m->ck->cfg.n_speakers;
+}
+
+const char *qv_model_speaker(const qv_model *m, int i) {
+    return i >= 0 && i < m->ck->cfg.n_speakers ? m->ck->cfg.spk_id[i].name : NULL;
+}
+
+/* Selectable languages: "auto" plus every codec_language_id key that is not a dialect. */
+int qv_model_n_languages(const qv_model *m) {
+    int n = 1;
+    for (int i = 0; i < m->ck->cfg.n_languages; i++)
+        if (!strstr(m->ck->cfg.codec_language_id[i].name, "dialect")) n++;
+    return n;
+}
+
+const char *qv_model_language(const qv_model *m, int i) {
+    if (i == 0) return "auto";
+    for (int j = 0; j < m->ck->cfg.n_languages; j++)
+        if (!strstr(m->ck->cfg.codec_language_id[j].name, "dialect") && --i == 0)
+            return m->ck->cfg.codec_language_id[j].name;
+    return NULL;
 }

@@ -1,5 +1,5 @@
 /* prompt.h — text-id builders for the Qwen3-TTS prompt templates (§3.4 / §7 of
- * qwen3-tts-architecture.md), prefix qve_prompt_. Each builder tokenises the whole template string
+ * docs/architecture.md), prefix qve_prompt_. Each builder tokenises the whole template string
  * with the special-token-aware encoder, exactly as the official wrapper does, and returns the
  * slice of ids the talker consumes. Thread safety: as qve_tok_encode (exclusive use of tok).
  */

@@ -1,4 +1,4 @@
-/* session.c — public API: model handle, parameters, prompt construction (§3.4) and the frame loop
+/* session.c — public API: parameters, sessions, prompt construction (§3.4) and the frame loop
  * (§3.5) mirroring Qwen3TTSForConditionalGeneration.generate.
  *
  * All per-frame buffers are allocated by qv_session_new and all per-utterance ones (KV cache sized
@@ -54,79 +54,6 @@ qv_request qv_default_request(void) {
     r.struct_size = sizeof r;
     r.layout = QV_LAYOUT_DEFAULT;
     return r;
-}
-
-/* ==== model ================================================================================== */
-
-enum qv_status qve_model_new(qv_model **out, qvm_ckpt *ck, char *err, size_t err_size) {
-    *out = NULL;
-    qvk_init();
-    qv_model *m = calloc(1, sizeof *m);
-    if (!m) {
-        snprintf(err, err_size, "%s: out of memory", ck->dir);
-        return QV_E_NOMEM;
-    }
-    if (qve_model_load(m, ck, err, err_size)) {
-        qve_model_unload(m);
-        free(m);
-        return QV_E_MODEL;
-    }
-    *out = m;
-    return QV_OK;
-}
-
-enum qv_status qv_model_load(qv_model **out, const char *dir) {
-    *out = NULL;
-    if (!dir) return qvu_fail(QV_E_INVALID, "qv_model_load: no directory");
-    char err[QVU_DETAIL_SIZE] = "";
-    qvm_ckpt *ck = qvm_ckpt_open(dir, err, sizeof err);
-    if (!ck) return qvu_fail(QV_E_MODEL, err);
-    const enum qv_status st = qve_model_new(out, ck, err, sizeof err);
-    qvm_ckpt_free(ck); /* the model holds its own reference */
-    return st ? qvu_fail(st, err) : QV_OK;
-}
-
-void qv_model_free(qv_model *m) {
-    if (!m) return;
-    qve_batcher_free(m->batch);
-    qve_model_unload(m);
-    free(m);
-}
-
-const char *qv_model_type(const qv_model *m) {
-    return m->ck->cfg.tts_model_type;
-}
-const char *qv_model_size(const qv_model *m) {
-    return m->ck->cfg.tts_model_size;
-}
-int qv_model_hidden_size(const qv_model *m) {
-    return m->ck->cfg.talker.hidden_size;
-}
-int qv_model_text_hidden_size(const qv_model *m) {
-    return m->ck->cfg.text_hidden_size;
-}
-int qv_model_n_speakers(const qv_model *m) {
-    return m->ck->cfg.n_speakers;
-}
-
-const char *qv_model_speaker(const qv_model *m, int i) {
-    return i >= 0 && i < m->ck->cfg.n_speakers ? m->ck->cfg.spk_id[i].name : NULL;
-}
-
-/* Selectable languages: "auto" plus every codec_language_id key that is not a dialect. */
-int qv_model_n_languages(const qv_model *m) {
-    int n = 1;
-    for (int i = 0; i < m->ck->cfg.n_languages; i++)
-        if (!strstr(m->ck->cfg.codec_language_id[i].name, "dialect")) n++;
-    return n;
-}
-
-const char *qv_model_language(const qv_model *m, int i) {
-    if (i == 0) return "auto";
-    for (int j = 0; j < m->ck->cfg.n_languages; j++)
-        if (!strstr(m->ck->cfg.codec_language_id[j].name, "dialect") && --i == 0)
-            return m->ck->cfg.codec_language_id[j].name;
-    return NULL;
 }
 
 /* ==== session lifetime ======================================================================= */
@@ -201,6 +128,14 @@ static enum qv_status check_params(const qv_params *p, char *err, size_t n) {
         return snprintf(err, n, "quant: expected bf16, int8 or q4, found %d", p->quant),
                QV_E_INVALID;
     return QV_OK;
+}
+
+int qv_quant_parse(const char *name) {
+    static const char *const names[] = {[QV_QUANT_BF16] = "bf16", [QV_QUANT_INT8] = "int8",
+                                        [QV_QUANT_Q4] = "q4"};
+    for (int i = 0; name && i < (int)(sizeof names / sizeof *names); i++)
+        if (!strcmp(name, names[i])) return i;
+    return -1;
 }
 
 enum qv_status qv_params_check(const qv_params *p) {
@@ -411,18 +346,20 @@ static enum qv_status spell_vocab(qv_session *s, qv_request *q, qve_tok_ids sp[3
     return QV_OK;
 }
 
-static enum qv_status start_ids(qv_session *s, const qv_request *r) {
+/* The prompt's layout (§3.4): the codec prefix, which rows of the projected text go where, and
+ * how many positions the prefill and the text queue take. */
+typedef struct {
+    int clist[8], n_c;  /* codec prefix K ++ [S] ++ [pad, bos] (SLOT_VECTOR: the caller's vector) */
+    int streaming, icl; /* text fed frame by frame; a reference (ICL) prompt */
+    int Mi, N, Mr;      /* instruct, target text and reference text ids */
+    int o_role, o_txt, o_ref, o_pad, o_bos, o_eos, n_txt; /* rows of the projected text */
+    int Lt, Lc, n_q, L; /* ICL text and codec lengths, queued text rows, prefill positions */
+} prompt_plan;
+
+static enum qv_status check_request(qv_session *s, const qv_request *r) {
     const qv_model *m = s->m;
     const qvm_model_config *c = &m->ck->cfg;
-    const int H = c->talker.hidden_size, TH = c->text_hidden_size;
-    const int CV = c->code_predictor.vocab_size;
-    free_utterance(s);
-    s->state = QVE_FAILED;
-    s->n_frames = 0;
-    memset(s->seen, 0, (size_t)c->talker.vocab_size);
-    qve_rng_seed(&s->rng, s->p.seed);
-
-    /* -- validate -- */
+    const int H = c->talker.hidden_size, CV = c->code_predictor.vocab_size;
     if (!r || !r->text_ids || r->n_text_ids < 1)
         return fail(s, QV_E_INVALID, "request: expected at least one text token id");
     if (!ids_valid(r->text_ids, r->n_text_ids, c->text_vocab_size) ||
@@ -443,8 +380,13 @@ static enum qv_status start_ids(qv_session *s, const qv_request *r) {
     if (r->speaker_vector && r->n_speaker_vector != H)
         return fail(s, QV_E_INVALID, "request: speaker vector: expected %d values, found %d", H,
                     r->n_speaker_vector);
+    return QV_OK;
+}
 
-    /* -- language and speaker: codec prefix K ++ [S] ++ [pad, bos] -- */
+/* Language and speaker: the codec prefix K ++ [S] ++ [pad, bos]. */
+static enum qv_status codec_prefix(qv_session *s, const qv_request *r, prompt_plan *p) {
+    const qv_model *m = s->m;
+    const qvm_model_config *c = &m->ck->cfg;
     char names[1024];
     const char *lang = r->language;
     int is_auto = !lang || !strcasecmp(lang, "auto"), lang_id = -1;
@@ -465,7 +407,7 @@ static enum qv_status start_ids(qv_session *s, const qv_request *r) {
         int d = qvm_language_id(c, spk->dialect); /* dialect rule (§1.3) */
         if (d >= 0) is_auto = 0, lang_id = d;
     }
-    int clist[8], n_c = 0;
+    int *clist = p->clist, n_c = 0;
     if (is_auto) {
         clist[n_c++] = c->codec_nothink_id;
         clist[n_c++] = c->codec_think_bos_id;
@@ -482,85 +424,97 @@ static enum qv_status start_ids(qv_session *s, const qv_request *r) {
         clist[n_c++] = spk->id;
     clist[n_c++] = c->codec_pad_id;
     clist[n_c++] = c->codec_bos_id;
+    p->n_c = n_c;
     for (int j = 0; j < n_c; j++)
         if (clist[j] != SLOT_VECTOR && (clist[j] < 0 || clist[j] >= c->talker.vocab_size))
             return fail(s, QV_E_MODEL, "%s/config.json: codec id %d outside the codec vocabulary",
                         m->ck->dir, clist[j]);
+    return QV_OK;
+}
 
-    /* -- text bridge (a voice file's WOVR): session view of the talker's embeddings -- */
+/* The session's view of the talker's embeddings, with the request's text bridge (a voice file's
+ * WOVR) when it has one. */
+static enum qv_status use_bridge(qv_session *s, const qv_request *r) {
+    const qv_model *m = s->m;
+    const qvm_model_config *c = &m->ck->cfg;
     s->tw = *qve_model_talker(m, s->p.quant);
-    if (r->bridge) {
-        const qv_text_bridge *b = r->bridge;
-        if (!b->fc1_weight || !b->fc1_bias || !b->fc2_weight || !b->fc2_bias ||
-            b->n_codec_rows < 0 || b->n_codec_rows > c->talker.vocab_size ||
-            (b->n_codec_rows && !b->codec_rows))
-            return fail(s, QV_E_INVALID, "request: incomplete text bridge (or %d codec rows > %d)",
-                        b->n_codec_rows, c->talker.vocab_size);
-        s->tw.fc1 = b->fc1_weight, s->tw.fc1_bias = b->fc1_bias;
-        s->tw.fc2 = b->fc2_weight, s->tw.fc2_bias = b->fc2_bias;
-        if (b->n_codec_rows) {
-            const size_t row = (size_t)H * sizeof(uint16_t);
-            s->codec_copy = qvk_alloc((size_t)c->talker.vocab_size * row);
-            if (!s->codec_copy) return fail(s, QV_E_NOMEM, "out of memory for the codec table");
-            memcpy(s->codec_copy, m->talker.codec_embedding, (size_t)c->talker.vocab_size * row);
-            memcpy(s->codec_copy, b->codec_rows, (size_t)b->n_codec_rows * row);
-            s->tw.codec_embedding = s->codec_copy;
-        }
+    if (!r->bridge) return QV_OK;
+    const qv_text_bridge *b = r->bridge;
+    if (!b->fc1_weight || !b->fc1_bias || !b->fc2_weight || !b->fc2_bias || b->n_codec_rows < 0 ||
+        b->n_codec_rows > c->talker.vocab_size || (b->n_codec_rows && !b->codec_rows))
+        return fail(s, QV_E_INVALID, "request: incomplete text bridge (or %d codec rows > %d)",
+                    b->n_codec_rows, c->talker.vocab_size);
+    s->tw.fc1 = b->fc1_weight, s->tw.fc1_bias = b->fc1_bias;
+    s->tw.fc2 = b->fc2_weight, s->tw.fc2_bias = b->fc2_bias;
+    if (b->n_codec_rows) {
+        const size_t row = (size_t)c->talker.hidden_size * sizeof(uint16_t);
+        s->codec_copy = qvk_alloc((size_t)c->talker.vocab_size * row);
+        if (!s->codec_copy) return fail(s, QV_E_NOMEM, "out of memory for the codec table");
+        memcpy(s->codec_copy, m->talker.codec_embedding, (size_t)c->talker.vocab_size * row);
+        memcpy(s->codec_copy, b->codec_rows, (size_t)b->n_codec_rows * row);
+        s->tw.codec_embedding = s->codec_copy;
     }
+    return QV_OK;
+}
 
-    int streaming = r->layout == QV_LAYOUT_STREAMING ||
-                    (r->layout == QV_LAYOUT_DEFAULT && c->variant == QVM_VARIANT_BASE);
-    const int icl = r->n_ref_frames > 0;
-
-    /* -- every text row to project: instruct, role, text, ref, PAD, BOS, EOS -- */
-    const int Mi = r->n_instruct_ids, N = r->n_text_ids, Mr = r->n_ref_text_ids;
-    const int o_role = Mi, o_txt = Mi + 3, o_ref = o_txt + N, o_pad = o_ref + Mr;
-    const int o_bos = o_pad + 1, o_eos = o_pad + 2, n_txt = o_pad + 3;
-    const int Lt = Mr + N + 1, Lc = 1 + r->n_ref_frames;
-    int body, n_q;
-    if (icl) {
-        body = streaming ? Lc : Lt + Lc;
-        n_q = streaming && Lt > Lc ? Lt - Lc : 0;
+/* Every text row to project (instruct, role, text, ref, PAD, BOS, EOS), the prefill's length
+ * (refused past max_position_embeddings) and max_frames cut to the positions left. */
+static enum qv_status plan_positions(qv_session *s, const qv_request *r, prompt_plan *p) {
+    const qvm_model_config *c = &s->m->ck->cfg;
+    p->streaming = r->layout == QV_LAYOUT_STREAMING ||
+                   (r->layout == QV_LAYOUT_DEFAULT && c->variant == QVF_VARIANT_BASE);
+    p->icl = r->n_ref_frames > 0;
+    const int Mi = p->Mi = r->n_instruct_ids, N = p->N = r->n_text_ids,
+              Mr = p->Mr = r->n_ref_text_ids;
+    p->o_role = Mi, p->o_txt = Mi + 3, p->o_ref = p->o_txt + N, p->o_pad = p->o_ref + Mr;
+    p->o_bos = p->o_pad + 1, p->o_eos = p->o_pad + 2, p->n_txt = p->o_pad + 3;
+    const int Lt = p->Lt = Mr + N + 1, Lc = p->Lc = 1 + r->n_ref_frames;
+    int body;
+    if (p->icl) {
+        body = p->streaming ? Lc : Lt + Lc;
+        p->n_q = p->streaming && Lt > Lc ? Lt - Lc : 0;
     } else {
-        body = streaming ? 1 : N + 2;
-        n_q = streaming ? N : 0;
+        body = p->streaming ? 1 : N + 2;
+        p->n_q = p->streaming ? N : 0;
     }
-    const int L = Mi + 3 + (n_c - 1) + body;
+    const int L = p->L = Mi + 3 + (p->n_c - 1) + body;
     const int max_pos = c->talker.max_position_embeddings;
     if (L >= max_pos)
         return fail(s, QV_E_LIMIT, "prompt of %d positions exceeds max_position_embeddings %d", L,
                     max_pos);
-    int max_frames = s->p.max_frames;
-    if (max_frames > max_pos - L) max_frames = max_pos - L;
-    s->p.max_frames = max_frames;
+    if (s->p.max_frames > max_pos - L) s->p.max_frames = max_pos - L;
+    return QV_OK;
+}
 
-    int32_t *ids = malloc((size_t)n_txt * sizeof(int32_t));
-    float *tproj = qvk_alloc((size_t)n_txt * H * sizeof(float));
-    float *tmp = qvk_alloc(2 * (size_t)n_txt * TH * sizeof(float));
-    float *wscr = qvk_alloc(qvk_linear_bf16_scratch(n_txt, TH, TH > H ? TH : H) * sizeof(float));
-    float *xbuf = qvk_alloc((size_t)L * H * sizeof(float));
-    s->prefill = qvk_alloc((size_t)L * H * sizeof(float));
-    s->queue = n_q ? qvk_alloc((size_t)n_q * H * sizeof(float)) : NULL;
-    enum qv_status st = QV_E_NOMEM;
-    if (!ids || !tproj || !tmp || !wscr || !xbuf || !s->prefill || (n_q && !s->queue) ||
-        qve_stack_state_init(&s->talker, &s->tw.stack, L + max_frames, L > 1 ? L : 0)) {
-        fail(s, st, "out of memory for a prompt of %d positions", L);
-        goto done;
-    }
-    s->talker.act_max = s->act_max;
-    if (Mi) memcpy(ids, r->instruct_ids, (size_t)Mi * sizeof(int32_t));
-    memcpy(ids + o_role, s->role_ids, sizeof s->role_ids);
-    memcpy(ids + o_txt, r->text_ids, (size_t)N * sizeof(int32_t));
-    if (Mr) memcpy(ids + o_ref, r->ref_text_ids, (size_t)Mr * sizeof(int32_t));
-    ids[o_pad] = c->tts_pad_token_id;
-    ids[o_bos] = c->tts_bos_token_id;
-    ids[o_eos] = c->tts_eos_token_id;
-    qve_talker_project_text(&s->tw, c, s->pool, tproj, ids, n_txt, tmp, wscr);
+/* Projects every text row of the prompt into tproj [n_txt, H] (ids, tmp and wscr: scratch); the
+ * caller's text_special replaces PAD, BOS, EOS; s->pad keeps the PAD row. */
+static void project_text(qv_session *s, const qv_request *r, const prompt_plan *p, int32_t *ids,
+                         float *tproj, float *tmp, float *wscr) {
+    const qvm_model_config *c = &s->m->ck->cfg;
+    const int H = c->talker.hidden_size;
+    if (p->Mi) memcpy(ids, r->instruct_ids, (size_t)p->Mi * sizeof(int32_t));
+    memcpy(ids + p->o_role, s->role_ids, sizeof s->role_ids);
+    memcpy(ids + p->o_txt, r->text_ids, (size_t)p->N * sizeof(int32_t));
+    if (p->Mr) memcpy(ids + p->o_ref, r->ref_text_ids, (size_t)p->Mr * sizeof(int32_t));
+    ids[p->o_pad] = c->tts_pad_token_id;
+    ids[p->o_bos] = c->tts_bos_token_id;
+    ids[p->o_eos] = c->tts_eos_token_id;
+    qve_talker_project_text(&s->tw, c, s->pool, tproj, ids, p->n_txt, tmp, wscr);
     if (r->text_special)
-        memcpy(tproj + (size_t)o_pad * H, r->text_special, 3 * (size_t)H * sizeof(float));
-    memcpy(s->pad, tproj + (size_t)o_pad * H, (size_t)H * sizeof(float));
+        memcpy(tproj + (size_t)p->o_pad * H, r->text_special, 3 * (size_t)H * sizeof(float));
+    memcpy(s->pad, tproj + (size_t)p->o_pad * H, (size_t)H * sizeof(float));
+}
 
-    /* -- assemble (§3.4) -- */
+/* The prefill embeddings into s->prefill and the queued text rows into s->queue (§3.4), from the
+ * projected text tproj; f is scratch for one frame's embedding. */
+static void assemble(qv_session *s, const qv_request *r, const prompt_plan *p, const float *tproj,
+                     float *f) {
+    const qvm_model_config *c = &s->m->ck->cfg;
+    const int H = c->talker.hidden_size;
+    const int Mi = p->Mi, N = p->N, Mr = p->Mr, n_c = p->n_c, Lt = p->Lt, Lc = p->Lc;
+    const int o_txt = p->o_txt, o_ref = p->o_ref, o_pad = p->o_pad, o_bos = p->o_bos;
+    const int o_eos = p->o_eos, n_q = p->n_q, icl = p->icl, streaming = p->streaming;
+    const int *clist = p->clist;
     float *e = s->prefill;
 #define TROW(i) (tproj + (size_t)(i)*H)
 #define EMIT_TEXT(row) (memcpy(e, (row), (size_t)H * sizeof(float)))
@@ -591,7 +545,6 @@ static enum qv_status start_ids(qv_session *s, const qv_request *r) {
     } else {
         /* Ts = [ref text, target text, EOS]; Cs = [C(bos), F(R_0) ... F(R_{T-1})] */
 #define TS(i) TROW((i) < Mr ? o_ref + (i) : (i) < Mr + N ? o_txt + (i)-Mr : o_eos)
-        float *f = xbuf; /* scratch for one F(R_j) before the prefill uses xbuf */
         if (!streaming) {
             for (int i = 0; i < Lt; i++)
                 EMIT_TEXT(TS(i)), qve_talker_codec_embed(&s->tw, e, c->codec_pad_id, 1), NEXT();
@@ -617,6 +570,39 @@ static enum qv_status start_ids(qv_session *s, const qv_request *r) {
 #undef TROW
 #undef EMIT_TEXT
 #undef NEXT
+}
+
+static enum qv_status start_ids(qv_session *s, const qv_request *r) {
+    const qvm_model_config *c = &s->m->ck->cfg;
+    const int H = c->talker.hidden_size, TH = c->text_hidden_size;
+    free_utterance(s);
+    s->state = QVE_FAILED;
+    s->n_frames = 0;
+    memset(s->seen, 0, (size_t)c->talker.vocab_size);
+    qve_rng_seed(&s->rng, s->p.seed);
+    prompt_plan p;
+    enum qv_status st;
+    if ((st = check_request(s, r)) || (st = codec_prefix(s, r, &p)) || (st = use_bridge(s, r)) ||
+        (st = plan_positions(s, r, &p)))
+        return st;
+
+    const int L = p.L, n_txt = p.n_txt, n_q = p.n_q;
+    int32_t *ids = malloc((size_t)n_txt * sizeof(int32_t));
+    float *tproj = qvk_alloc((size_t)n_txt * H * sizeof(float));
+    float *tmp = qvk_alloc(2 * (size_t)n_txt * TH * sizeof(float));
+    float *wscr = qvk_alloc(qvk_linear_bf16_scratch(n_txt, TH, TH > H ? TH : H) * sizeof(float));
+    float *xbuf = qvk_alloc((size_t)L * H * sizeof(float));
+    s->prefill = qvk_alloc((size_t)L * H * sizeof(float));
+    s->queue = n_q ? qvk_alloc((size_t)n_q * H * sizeof(float)) : NULL;
+    st = QV_E_NOMEM;
+    if (!ids || !tproj || !tmp || !wscr || !xbuf || !s->prefill || (n_q && !s->queue) ||
+        qve_stack_state_init(&s->talker, &s->tw.stack, L + s->p.max_frames, L > 1 ? L : 0)) {
+        fail(s, st, "out of memory for a prompt of %d positions", L);
+        goto done;
+    }
+    s->talker.act_max = s->act_max;
+    project_text(s, r, &p, ids, tproj, tmp, wscr);
+    assemble(s, r, &p, tproj, xbuf); /* xbuf: scratch for one F(R_j) before the prefill uses it */
     s->n_prefill = L;
     s->n_queue = n_q;
 
@@ -715,12 +701,6 @@ enum qv_status qve_session_frame(qv_session *s, int32_t codes[QV_N_CODEBOOKS], i
     const enum qv_status st = qve_session_frame_codes(s, codes, done);
     if (s->step_due) talker_step(s);
     return st;
-}
-
-enum qv_status qv_session_next_frame(qv_session *s, int32_t codes[QV_N_CODEBOOKS], int *done) {
-    const enum qv_status st = s->m->batch ? qve_batch_frame(s->m->batch, s, codes, done)
-                                          : qve_session_frame(s, codes, done);
-    return st ? qvu_fail(st, s->err) : st;
 }
 
 /* ==== text ================================================================================== */

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "checkpoint/ckpt.h"
@@ -214,7 +215,6 @@ typedef struct {
     int save;             /* record what is prepared, for a new cache file */
     qvm_prep_array *made; /* [n_made] prepared arrays, in load order */
     int n_made;
-    int last_f16;         /* the tensor get() returned last is F16 in the checkpoint */
 } loader;
 
 static int keep(loader *ld, float *p) {
@@ -231,27 +231,35 @@ static int keep(loader *ld, float *p) {
     return 0;
 }
 
-/* Borrowed f32 tensor `name` of the given shape; a copy when the file leaves it misaligned. */
-static const float *get(loader *ld, int n_dims, int64_t d0, int64_t d1, int64_t d2,
-                        enum qvm_tensor_kind k, int i, int j) {
+/* The tensor `name` of the given shape, checked but not read: F32 as published, or F16
+ * (qvoice-compress --decoder-f16). A prepared weight found in the cache never reads its source. */
+static const qvm_tensor *find(loader *ld, int n_dims, int64_t d0, int64_t d1, int64_t d2,
+                              enum qvm_tensor_kind k, int i, int j) {
     if (ld->failed) return NULL;
     char name[160];
     qvm_tensor_name(name, sizeof name, k, i, j);
     int64_t shape[3] = {d0, d1, d2};
-    /* F32 as published, or F16 (qvoice-compress --decoder-f16) widened to an owned copy */
     const qvm_tensor *f = qvm_st_find(ld->d->ck->codec_st, name);
     const enum qvm_dtype want = f && f->dtype == QVM_DTYPE_F16 ? QVM_DTYPE_F16 : QVM_DTYPE_F32;
     const qvm_tensor *t =
         qvm_st_expect(ld->d->ck->codec_st, name, want, n_dims, shape, ld->err, ld->err_size);
-    if (!t) {
-        ld->failed = 1;
-        return NULL;
-    }
-    ld->last_f16 = want == QVM_DTYPE_F16;
-    if (want == QVM_DTYPE_F32 && (uintptr_t)t->data % sizeof(float) == 0) return t->data;
+    if (!t) ld->failed = 1;
+    return t;
+}
+
+/* t as f32: borrowed from the mmap, or an owned copy when F16 (widened) or misaligned. */
+static const float *widen(loader *ld, const qvm_tensor *t) {
+    if (!t || ld->failed) return NULL;
+    if (t->dtype == QVM_DTYPE_F32 && (uintptr_t)t->data % sizeof(float) == 0) return t->data;
     float *copy = qvm_tensor_to_f32(t);
     if (copy) qvm_st_drop_pages(t->data, t->n_bytes); /* RSS holds the f32 copy only */
     return keep(ld, copy) == 0 ? copy : NULL;
+}
+
+/* Borrowed f32 tensor `name` of the given shape (see find, widen). */
+static const float *get(loader *ld, int n_dims, int64_t d0, int64_t d1, int64_t d2,
+                        enum qvm_tensor_kind k, int i, int j) {
+    return widen(ld, find(ld, n_dims, d0, d1, d2, k, i, j));
 }
 
 /* n_bytes of prepared weights: the cache file's next array (*fresh = NULL), or a new owned
@@ -286,52 +294,56 @@ static void done_with(loader *ld, const float *w, size_t n) {
 }
 
 /* Conv weight [c_out, c_in, 7] → Winograd-domain panels (qvk_wino_weights). */
-static const float *wino(loader *ld, const float *w, int c_out, int c_in) {
-    if (!w) return NULL;
+static const float *wino(loader *ld, const qvm_tensor *t, int c_out, int c_in) {
+    if (!t) return NULL;
     void *u;
     const float *r =
         prepared(ld, qvk_wino_weights_size(&ld->d->wino, c_out, c_in) * sizeof(float), &u);
-    if (u) qvk_wino_weights(&ld->d->wino, u, w, c_out, c_in);
-    done_with(ld, w, (size_t)c_out * c_in * CONV_K);
+    const float *w = u ? widen(ld, t) : NULL;
+    if (w) qvk_wino_weights(&ld->d->wino, u, w, c_out, c_in);
+    if (w) done_with(ld, w, (size_t)c_out * c_in * CONV_K);
     return r;
 }
 
 /* ConvTranspose1d weight [c_in, c_out, 2r] → Winograd-domain weights of its r output phases. */
-static const float *wino_ct(loader *ld, const float *w, int c_in, int c_out, int r) {
-    if (!w) return NULL;
+static const float *wino_ct(loader *ld, const qvm_tensor *t, int c_in, int c_out, int r) {
+    if (!t) return NULL;
     void *u;
     const float *p =
         prepared(ld, qvk_wino_weights_size(&ld->d->wino_ct, r * c_out, c_in) * sizeof(float), &u);
-    if (u) qvk_wino_weights_ct(&ld->d->wino_ct, u, w, c_in, c_out, r);
-    done_with(ld, w, (size_t)c_in * c_out * 2 * r);
+    const float *w = u ? widen(ld, t) : NULL;
+    if (w) qvk_wino_weights_ct(&ld->d->wino_ct, u, w, c_in, c_out, r);
+    if (w) done_with(ld, w, (size_t)c_in * c_out * 2 * r);
     return p;
 }
 
-/* w [k, n] (row stride ldw; trans: [n, k]), just returned by get() → 48-column panels, in f16
- * when the checkpoint holds the tensor in F16 (its values, so the products are those of f32 panels:
+/* t as w [k, n] (row stride ldw; trans: [n, k]) → 48-column panels, in f16 when the checkpoint
+ * holds the tensor in F16 (its values, so the products are those of f32 panels:
  * qvk_p48w_matmul). */
-static qvk_p48w pack(loader *ld, const float *w, int k, int n, int64_t ldw, int trans) {
+static qvk_p48w pack(loader *ld, const qvm_tensor *t, int k, int n, int64_t ldw, int trans) {
     qvk_p48w r = {NULL, NULL};
-    if (!w) return r;
+    if (!t) return r;
+    const int f16 = t->dtype == QVM_DTYPE_F16;
     void *p;
     const size_t n_el = qvk_p48_size(k, n);
-    const void *c = prepared(ld, n_el * (ld->last_f16 ? sizeof *r.f16 : sizeof *r.f32), &p);
-    if (p && ld->last_f16) qvk_p48_pack_f16(p, w, k, n, ldw, trans);
-    else if (p) qvk_p48_pack(p, w, k, n, ldw, trans);
-    if (ld->last_f16) r.f16 = c;
+    const void *c = prepared(ld, n_el * (f16 ? sizeof *r.f16 : sizeof *r.f32), &p);
+    const float *w = p ? widen(ld, t) : NULL;
+    if (w && f16) qvk_p48_pack_f16(p, w, k, n, ldw, trans);
+    else if (w) qvk_p48_pack(p, w, k, n, ldw, trans);
+    if (f16) r.f16 = c;
     else r.f32 = c;
-    done_with(ld, w, (size_t)k * n);
+    if (w) done_with(ld, w, (size_t)k * n);
     return r;
 }
 
 /* Linear weight [n_out, n_in] → 48-column panels of its transpose (see linear()). */
-static qvk_p48w lin(loader *ld, const float *w, int n_out, int n_in) {
-    return pack(ld, w, n_in, n_out, n_in, 1);
+static qvk_p48w lin(loader *ld, const qvm_tensor *t, int n_out, int n_in) {
+    return pack(ld, t, n_in, n_out, n_in, 1);
 }
 
 /* ConvTranspose1d weight [c_in, c_out, k] viewed as [c_in, c_out·k] → 48-column panels. */
-static qvk_p48w panels(loader *ld, const float *w, int c_in, int n) {
-    return pack(ld, w, c_in, n, n, 0);
+static qvk_p48w panels(loader *ld, const qvm_tensor *t, int c_in, int n) {
+    return pack(ld, t, c_in, n, n, 0);
 }
 
 static void to_taps(float *t, const float *w, int c_out, int c_in, int k) {
@@ -343,13 +355,14 @@ static void to_taps(float *t, const float *w, int c_out, int c_in, int k) {
 
 /* Conv1d weight [c_out, c_in, k] → tap-major [k, c_out, c_in], so that each tap is a plain
  * [c_out, c_in] matrix and the conv runs as k sgemms on shifted views of the input (no im2col). */
-static const float *taps(loader *ld, const float *w, int c_out, int c_in, int k) {
-    if (!w) return NULL;
+static const float *taps(loader *ld, const qvm_tensor *src, int c_out, int c_in, int k) {
+    if (!src) return NULL;
     void *t;
     const size_t n = (size_t)k * c_out * c_in;
     const float *r = prepared(ld, n * sizeof(float), &t);
-    if (t) to_taps(t, w, c_out, c_in, k);
-    done_with(ld, w, n);
+    const float *w = t ? widen(ld, src) : NULL;
+    if (w) to_taps(t, w, c_out, c_in, k);
+    if (w) done_with(ld, w, n);
     return r;
 }
 
@@ -428,19 +441,22 @@ static int load_config(qve_decoder *d, const qvm_codec_config *cc, const char *d
     return 0;
 }
 
-static int load_weights(qve_decoder *d, loader *ld) {
-    int L = d->latent, H = d->hidden, I = d->inter, A = d->n_heads * d->head_dim;
+/* The RVQ codebooks (embedding_sum / cluster_usage, prepared once) and output projections. */
+static int load_quantizers(qve_decoder *d, loader *ld) {
     void *cbp;
     d->codebooks = prepared(ld, (size_t)d->n_q * d->cb_size * d->cb_dim * sizeof(float), &cbp);
     float *cb = cbp;
     for (int g = 0; g < d->n_q; g++) {
         const int l = g ? g - 1 : 0;
-        const float *sum = get(ld, 2, d->cb_size, d->cb_dim, 0,
-                               g ? QVM_T_DEC_REST_SUM : QVM_T_DEC_FIRST_SUM, l, 0);
-        const float *use =
-            get(ld, 1, d->cb_size, 0, 0, g ? QVM_T_DEC_REST_USAGE : QVM_T_DEC_FIRST_USAGE, l, 0);
+        const qvm_tensor *ts = find(ld, 2, d->cb_size, d->cb_dim, 0,
+                                    g ? QVM_T_DEC_REST_SUM : QVM_T_DEC_FIRST_SUM, l, 0);
+        const qvm_tensor *tu =
+            find(ld, 1, d->cb_size, 0, 0, g ? QVM_T_DEC_REST_USAGE : QVM_T_DEC_FIRST_USAGE, l, 0);
         if (ld->failed) return -1;
-        for (int e = 0; cb && e < d->cb_size; e++) {
+        if (!cb) continue; /* from the cache */
+        const float *sum = widen(ld, ts), *use = widen(ld, tu);
+        if (ld->failed) return -1;
+        for (int e = 0; e < d->cb_size; e++) {
             float u = use[e] > 1e-5f ? use[e] : 1e-5f;
             for (int i = 0; i < d->cb_dim; i++)
                 *cb++ = sum[(size_t)e * d->cb_dim + i] / u;
@@ -448,34 +464,44 @@ static int load_weights(qve_decoder *d, loader *ld) {
         done_with(ld, sum, (size_t)d->cb_size * d->cb_dim);
         done_with(ld, use, (size_t)d->cb_size);
     }
-    d->out_first = lin(ld, get(ld, 3, d->rvq_dim, d->cb_dim, 1, QVM_T_DEC_FIRST_OUT, 0, 0),
+    d->out_first = lin(ld, find(ld, 3, d->rvq_dim, d->cb_dim, 1, QVM_T_DEC_FIRST_OUT, 0, 0),
                        d->rvq_dim, d->cb_dim);
-    d->out_rest = lin(ld, get(ld, 3, d->rvq_dim, d->cb_dim, 1, QVM_T_DEC_REST_OUT, 0, 0),
+    d->out_rest = lin(ld, find(ld, 3, d->rvq_dim, d->cb_dim, 1, QVM_T_DEC_REST_OUT, 0, 0),
                       d->rvq_dim, d->cb_dim);
-    d->pre_w = taps(ld, get(ld, 3, L, d->rvq_dim, PRE_CONV_K, QVM_T_DEC_PRE_CONV_W, 0, 0), L,
+    return 0; /* a failed projection: load_transformer checks ld->failed after its own */
+}
+
+/* The pre-conv, the transformer and its projections. */
+static int load_transformer(qve_decoder *d, loader *ld) {
+    int L = d->latent, H = d->hidden, I = d->inter, A = d->n_heads * d->head_dim;
+    d->pre_w = taps(ld, find(ld, 3, L, d->rvq_dim, PRE_CONV_K, QVM_T_DEC_PRE_CONV_W, 0, 0), L,
                     d->rvq_dim, PRE_CONV_K);
     d->pre_b = get(ld, 1, L, 0, 0, QVM_T_DEC_PRE_CONV_B, 0, 0);
-    d->in_w = lin(ld, get(ld, 2, H, L, 0, QVM_T_DEC_IN_PROJ_W, 0, 0), H, L);
+    d->in_w = lin(ld, find(ld, 2, H, L, 0, QVM_T_DEC_IN_PROJ_W, 0, 0), H, L);
     d->in_b = get(ld, 1, H, 0, 0, QVM_T_DEC_IN_PROJ_B, 0, 0);
     for (int l = 0; l < d->n_layers; l++) {
         dec_layer *y = &d->layers[l];
         y->attn_norm = get(ld, 1, H, 0, 0, QVM_T_DEC_ATTN_NORM, l, 0);
-        y->wq = lin(ld, get(ld, 2, A, H, 0, QVM_T_DEC_Q, l, 0), A, H);
-        y->wk = lin(ld, get(ld, 2, A, H, 0, QVM_T_DEC_K, l, 0), A, H);
-        y->wv = lin(ld, get(ld, 2, A, H, 0, QVM_T_DEC_V, l, 0), A, H);
-        y->wo = lin(ld, get(ld, 2, H, A, 0, QVM_T_DEC_O, l, 0), H, A);
+        y->wq = lin(ld, find(ld, 2, A, H, 0, QVM_T_DEC_Q, l, 0), A, H);
+        y->wk = lin(ld, find(ld, 2, A, H, 0, QVM_T_DEC_K, l, 0), A, H);
+        y->wv = lin(ld, find(ld, 2, A, H, 0, QVM_T_DEC_V, l, 0), A, H);
+        y->wo = lin(ld, find(ld, 2, H, A, 0, QVM_T_DEC_O, l, 0), H, A);
         y->attn_scale = get(ld, 1, H, 0, 0, QVM_T_DEC_ATTN_SCALE, l, 0);
         y->mlp_norm = get(ld, 1, H, 0, 0, QVM_T_DEC_MLP_NORM, l, 0);
-        y->w_gate = lin(ld, get(ld, 2, I, H, 0, QVM_T_DEC_GATE, l, 0), I, H);
-        y->w_up = lin(ld, get(ld, 2, I, H, 0, QVM_T_DEC_UP, l, 0), I, H);
-        y->w_down = lin(ld, get(ld, 2, H, I, 0, QVM_T_DEC_DOWN, l, 0), H, I);
+        y->w_gate = lin(ld, find(ld, 2, I, H, 0, QVM_T_DEC_GATE, l, 0), I, H);
+        y->w_up = lin(ld, find(ld, 2, I, H, 0, QVM_T_DEC_UP, l, 0), I, H);
+        y->w_down = lin(ld, find(ld, 2, H, I, 0, QVM_T_DEC_DOWN, l, 0), H, I);
         y->mlp_scale = get(ld, 1, H, 0, 0, QVM_T_DEC_MLP_SCALE, l, 0);
     }
     d->norm_w = get(ld, 1, H, 0, 0, QVM_T_DEC_NORM, 0, 0);
-    d->outp_w = lin(ld, get(ld, 2, L, H, 0, QVM_T_DEC_OUT_PROJ_W, 0, 0), L, H);
+    d->outp_w = lin(ld, find(ld, 2, L, H, 0, QVM_T_DEC_OUT_PROJ_W, 0, 0), L, H);
     d->outp_b = get(ld, 1, L, 0, 0, QVM_T_DEC_OUT_PROJ_B, 0, 0);
-    if (ld->failed) return -1;
+    return ld->failed ? -1 : 0;
+}
 
+/* The ConvNeXt upsampling stages. */
+static void load_upsample(qve_decoder *d, loader *ld) {
+    int L = d->latent;
     /* ConvNeXt width: the checkpoint's pwconv1 rows (4·latent in the official model). */
     char pw_name[160];
     const qvm_tensor *pw = qvm_st_find(
@@ -485,19 +511,24 @@ static int load_weights(qve_decoder *d, loader *ld) {
     for (int s = 0; s < N_UP; s++) {
         dec_upsample *u = &d->up[s];
         int r = d->up_ratio[s];
-        u->up_w = panels(ld, get(ld, 3, L, L, r, QVM_T_DEC_UP_CONV_W, s, 0), L, L * r);
+        u->up_w = panels(ld, find(ld, 3, L, L, r, QVM_T_DEC_UP_CONV_W, s, 0), L, L * r);
         u->up_b = get(ld, 1, L, 0, 0, QVM_T_DEC_UP_CONV_B, s, 0);
         u->dw_w = get(ld, 3, L, 1, CONV_K, QVM_T_DEC_UP_DW_W, s, 0);
         u->dw_b = get(ld, 1, L, 0, 0, QVM_T_DEC_UP_DW_B, s, 0);
         u->ln_w = get(ld, 1, L, 0, 0, QVM_T_DEC_UP_NORM_W, s, 0);
         u->ln_b = get(ld, 1, L, 0, 0, QVM_T_DEC_UP_NORM_B, s, 0);
-        u->pw1_w = lin(ld, get(ld, 2, F, L, 0, QVM_T_DEC_UP_PW1_W, s, 0), F, L);
+        u->pw1_w = lin(ld, find(ld, 2, F, L, 0, QVM_T_DEC_UP_PW1_W, s, 0), F, L);
         u->pw1_b = get(ld, 1, F, 0, 0, QVM_T_DEC_UP_PW1_B, s, 0);
-        u->pw2_w = lin(ld, get(ld, 2, L, F, 0, QVM_T_DEC_UP_PW2_W, s, 0), L, F);
+        u->pw2_w = lin(ld, find(ld, 2, L, F, 0, QVM_T_DEC_UP_PW2_W, s, 0), L, F);
         u->pw2_b = get(ld, 1, L, 0, 0, QVM_T_DEC_UP_PW2_B, s, 0);
         u->gamma = get(ld, 1, L, 0, 0, QVM_T_DEC_UP_GAMMA, s, 0);
     }
-    d->d0_w = wino(ld, get(ld, 3, d->dec_dim, L, CONV_K, QVM_T_DEC_CONV0_W, 0, 0), d->dec_dim, L);
+}
+
+/* The vocoder: first conv, the upsampling blocks with their residual units, the last conv. */
+static void load_blocks(qve_decoder *d, loader *ld) {
+    int L = d->latent;
+    d->d0_w = wino(ld, find(ld, 3, d->dec_dim, L, CONV_K, QVM_T_DEC_CONV0_W, 0, 0), d->dec_dim, L);
     d->d0_b = get(ld, 1, d->dec_dim, 0, 0, QVM_T_DEC_CONV0_B, 0, 0);
     for (int i = 0; i < N_BLOCKS; i++) {
         dec_block *b = &d->blk[i];
@@ -507,7 +538,7 @@ static int load_weights(qve_decoder *d, loader *ld) {
         int ci = b->c_in, co = b->c_out, n = i + 1;
         b->a = get(ld, 1, ci, 0, 0, QVM_T_DEC_BLK_ALPHA, n, 0);
         b->b = get(ld, 1, ci, 0, 0, QVM_T_DEC_BLK_BETA, n, 0);
-        const float *up = get(ld, 3, ci, co, 2 * b->rate, QVM_T_DEC_BLK_UP_W, n, 0);
+        const qvm_tensor *up = find(ld, 3, ci, co, 2 * b->rate, QVM_T_DEC_BLK_UP_W, n, 0);
         /* Winograd (1.25 products per input step instead of 2) while its weights, 2.5x the
          * checkpoint's, stay under UP_WINO_MAX_BYTES */
         b->up_wino = qvk_wino_weights_size(&d->wino_ct, b->rate * co, ci) * sizeof(float) <=
@@ -520,19 +551,25 @@ static int load_weights(qve_decoder *d, loader *ld) {
             int m = r + 2;
             u->a1 = get(ld, 1, co, 0, 0, QVM_T_DEC_RES_ALPHA1, n, m);
             u->b1 = get(ld, 1, co, 0, 0, QVM_T_DEC_RES_BETA1, n, m);
-            u->c1_w = wino(ld, get(ld, 3, co, co, CONV_K, QVM_T_DEC_RES_CONV1_W, n, m), co, co);
+            u->c1_w = wino(ld, find(ld, 3, co, co, CONV_K, QVM_T_DEC_RES_CONV1_W, n, m), co, co);
             u->c1_b = get(ld, 1, co, 0, 0, QVM_T_DEC_RES_CONV1_B, n, m);
             u->a2 = get(ld, 1, co, 0, 0, QVM_T_DEC_RES_ALPHA2, n, m);
             u->b2 = get(ld, 1, co, 0, 0, QVM_T_DEC_RES_BETA2, n, m);
-            u->c2_w = lin(ld, get(ld, 3, co, co, 1, QVM_T_DEC_RES_CONV2_W, n, m), co, co);
+            u->c2_w = lin(ld, find(ld, 3, co, co, 1, QVM_T_DEC_RES_CONV2_W, n, m), co, co);
             u->c2_b = get(ld, 1, co, 0, 0, QVM_T_DEC_RES_CONV2_B, n, m);
         }
     }
     int cf = d->dec_dim >> N_BLOCKS;
     d->fa = get(ld, 1, cf, 0, 0, QVM_T_DEC_LAST_ALPHA, 0, 0);
     d->fb = get(ld, 1, cf, 0, 0, QVM_T_DEC_LAST_BETA, 0, 0);
-    d->fw = taps(ld, get(ld, 3, 1, cf, CONV_K, QVM_T_DEC_LAST_W, 0, 0), 1, cf, CONV_K);
+    d->fw = taps(ld, find(ld, 3, 1, cf, CONV_K, QVM_T_DEC_LAST_W, 0, 0), 1, cf, CONV_K);
     d->fbias = get(ld, 1, 1, 0, 0, QVM_T_DEC_LAST_B, 0, 0);
+}
+
+static int load_weights(qve_decoder *d, loader *ld) {
+    if (load_quantizers(d, ld) || load_transformer(d, ld)) return -1;
+    load_upsample(d, ld);
+    load_blocks(d, ld);
     return ld->failed ? -1 : 0;
 }
 
@@ -561,7 +598,7 @@ qve_decoder *qve_decoder_load(qvm_ckpt *ck, char *err, size_t err_size) {
     if (pr) probe(d, pr);
     const int cached = pr && !qvm_prep_id_make(&id, "decoder", d->ck->codec_st, pr, np * sizeof *pr);
     free(pr);
-    loader ld = {d, path, err, err_size, 0, NULL, 0, NULL, 0, 0};
+    loader ld = {d, path, err, err_size, 0, NULL, 0, NULL, 0};
     if (cached) d->cache = ld.cache = qvm_prep_open(&id);
     ld.save = cached && !ld.cache;
     int rc = load_weights(d, &ld);
@@ -720,6 +757,10 @@ static int state_alloc(dec_state *s, const qve_decoder *d) {
     s->n_slices = 1;
     s->n_kv = (size_t)2 * d->n_layers * s->max_pos * A;
     s->k_cache = qvk_alloc(s->n_kv * f + f);
+    /* 4 KB pages: the KV cache is 21 MB on the 0.6B and a huge page is zeroed whole at its first
+     * write, so the first one-frame block (16 rows, one per layer and K/V, 1.3 MB apart) zeroed
+     * all of it before the first audio; with small pages a block faults in only its rows */
+    if (s->k_cache) madvise(s->k_cache, (s->n_kv * f + f + 4095) & ~(size_t)4095, MADV_NOHUGEPAGE);
     s->v_cache = s->k_cache ? s->k_cache + (size_t)d->n_layers * s->max_pos * A : NULL;
 
     /* conv tails in one block */
@@ -754,15 +795,15 @@ static int state_alloc(dec_state *s, const qve_decoder *d) {
     return 0;
 }
 
-/* Writes every buffer once, so that the first block does not take their page faults (~35 ms
- * CPU of the 0.6B's first one-frame block); a stream's thread does it before its first frame. */
+/* Writes every activation buffer once, so that the first block does not take their page faults
+ * (~35 ms CPU of the 0.6B's first one-frame block); a stream's thread does it before its first
+ * frame. The KV cache is left to fault row by row (state_alloc). */
 static void state_touch(dec_state *s) {
     float *big[] = {s->a, s->b, s->c, s->d, s->cat};
     for (size_t i = 0; i < sizeof big / sizeof *big; i++)
         memset(big[i], 0, s->n_act * sizeof(float));
     memset(s->scratch, 0, s->n_scratch * sizeof(float));
     memset(s->tx, 0, s->n_tm * sizeof(float));
-    memset(s->k_cache, 0, s->n_kv * sizeof(float));
 }
 
 /* Clean state for a new chunk: zero conv padding, RoPE positions from 0 (KV rows are rewritten

@@ -1,6 +1,7 @@
 /* styling.c — what a front end loads for styles and scripts (docs/markup.md): generic style
  * directions from voice files (NAME=FILE), a style table file and a dialogue script, held for the
- * requests that point at them. speak and Python use it; the synthesis reads the request only. */
+ * requests that point at them (speak uses it; any front end may); the synthesis reads the
+ * request only. */
 #include <stdlib.h>
 #include <string.h>
 

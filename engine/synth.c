@@ -341,6 +341,70 @@ static int start_stream(run *c, qve_dec_stream **ds, char *e, size_t es) {
     return *ds ? 0 : fail(c, QV_E_NOMEM, "%s", e);
 }
 
+/* The runaway guard for a piece, sized by its text's token count. 0, or -1 (c->status, c->msg). */
+static int guard_init(run *c, const char *text, piece *pc) {
+    int32_t *ids;
+    int n_ids;
+    if (qv_session_tokenize(c->s->s, text, &ids, &n_ids))
+        return fail(c, QV_E_MODEL, "%s", qv_last_error());
+    qv_free(ids);
+    qve_guard_init(&pc->g, n_ids, NULL);
+    return 0;
+}
+
+/* Appends a frame's codes to the piece's (s->codes, grown by doubling). 0, or -1 (c->status). */
+static int keep_frame(run *c, piece *pc, const int32_t fr[QV_N_CODEBOOKS]) {
+    qv_synth *s = c->s;
+    if ((size_t)pc->n_frames == s->cap_frames) {
+        size_t cap = s->cap_frames ? 2 * s->cap_frames : 256;
+        int32_t *g = realloc(s->codes, cap * QV_N_CODEBOOKS * sizeof *g);
+        if (!g) return fail(c, QV_E_NOMEM, "%s", "out of memory");
+        s->codes = g, s->cap_frames = cap;
+    }
+    memcpy(s->codes + (size_t)pc->n_frames * QV_N_CODEBOOKS, fr, QV_N_CODEBOOKS * sizeof *fr);
+    pc->n_frames++;
+    return 0;
+}
+
+/* Starts the session on text (the prompt's prefill). Streaming, the decoder thread starts
+ * first when the decoder is loaded (it writes its buffers meanwhile instead of during the first
+ * block), else generate starts it after. 0, or -1 (c->status, c->msg); the session's warning
+ * goes to the result. */
+static int start_piece(run *c, const char *text, int streams, qve_dec_stream **ds, char *e,
+                       size_t es) {
+    qv_synth *s = c->s;
+    qv_request q = c->base;
+    q.text = text;
+    s->s->p.max_frames = c->max_frames;
+    pthread_mutex_lock(&s->mu); /* nothing of a tripped attempt may reach its retry */
+    s->q.n = 0;
+    pthread_mutex_unlock(&s->mu);
+    int rc = 0;
+    if (streams && (!c->loading || atomic_load(&c->loaded))) rc = start_stream(c, ds, e, es);
+    enum qv_status st = rc ? QV_OK : qv_session_start(s->s, &q);
+    if (st) rc = fail(c, st, "%s", qv_last_error());
+    if (!rc && *qv_session_warning(s->s) && !c->st->warning[0])
+        snprintf(c->st->warning, sizeof c->st->warning, "%.250s", qv_session_warning(s->s));
+    return rc;
+}
+
+/* After a piece's frames (rc: generate's result so far): the decoder finishes (or, without a
+ * stream, decodes them here) and the last audio is taken. generate's return value. */
+static int finish_piece(run *c, piece *pc, qve_dec_stream *ds, int bg, int rc) {
+    qv_synth *s = c->s;
+    char e[256] = "";
+    /* generation is over: the frames still queued may use every core (each block takes the pool
+       when that measured faster) */
+    if (ds && bg) qve_dec_stream_set_pool(ds, s->full);
+    if (!rc && !ds && !c->r->codes_only && !decoder(c)) rc = -1;
+    int bad = ds ? qve_dec_stream_finish(ds, e, sizeof e)
+                 : !rc && !c->r->codes_only && decode_here(c, pc->n_frames, e, sizeof e);
+    if (bad && !rc)
+        rc = atomic_load(&s->cancel) ? fail(c, QV_E_CANCELLED, "%s", "cancelled")
+                                     : fail(c, QV_E_NOMEM, "%s", e);
+    return rc || c->r->codes_only ? rc : take_audio(c, pc, 1);
+}
+
 /* Generates text as one piece under the guard. Streaming, a decoder thread decodes the frames
  * as they come; until the piece is heard each block is waited for (its audio goes out now, not
  * after the next frame) and, the decoder being idle meanwhile, the pool has every core. Whole
@@ -349,35 +413,18 @@ static int start_stream(run *c, qve_dec_stream **ds, char *e, size_t es) {
  * the decoder). 0, 1 guard trip (c->msg), -1 failure (c->status, c->msg). */
 static int generate(run *c, const char *text, piece *pc) {
     qv_synth *s = c->s;
-    int32_t *ids;
-    int n_ids;
-    if (qv_session_tokenize(s->s, text, &ids, &n_ids))
-        return fail(c, QV_E_MODEL, "%s", qv_last_error());
-    qv_free(ids);
-    qve_guard_init(&pc->g, n_ids, NULL);
+    if (guard_init(c, text, pc)) return -1;
     /* batched streams: the steps wait for this session's prefill (it comes back at its first
        frame) */
     struct qve_batcher *b = s->m->batch;
     if (b) qve_batch_presence(b, s->s, QVE_BATCH_AWAY);
-    qv_request q = c->base;
-    q.text = text;
-    s->s->p.max_frames = c->max_frames;
     char e[256] = "";
     qve_dec_stream *ds = NULL;
     qvk_pool *own = s->s->pool;
     if (s->full) s->s->pool = s->full;
-    pthread_mutex_lock(&s->mu); /* nothing of a tripped attempt may reach its retry */
-    s->q.n = 0;
-    pthread_mutex_unlock(&s->mu);
-    /* streaming: the decoder thread starts before the prefill when the decoder is loaded (it
-       writes its buffers meanwhile instead of during the first block), else after it */
     const int streams = c->stream && !c->r->codes_only;
-    int rc = 0;
-    if (streams && (!c->loading || atomic_load(&c->loaded))) rc = start_stream(c, &ds, e, sizeof e);
-    enum qv_status st = rc ? QV_OK : qv_session_start(s->s, &q);
-    if (st) rc = fail(c, st, "%s", qv_last_error());
-    if (!rc && *qv_session_warning(s->s) && !c->st->warning[0])
-        snprintf(c->st->warning, sizeof c->st->warning, "%.250s", qv_session_warning(s->s));
+    int rc = start_piece(c, text, streams, &ds, e, sizeof e);
+    enum qv_status st;
     /* whole chunks: the decoder thread decodes in the background while every core generates */
     const int bg = !c->stream && s->full;
     int heard = 0;
@@ -424,17 +471,7 @@ static int generate(run *c, const char *text, piece *pc) {
             rc = 1;
             break;
         }
-        if ((size_t)pc->n_frames == s->cap_frames) {
-            size_t cap = s->cap_frames ? 2 * s->cap_frames : 256;
-            int32_t *g = realloc(s->codes, cap * QV_N_CODEBOOKS * sizeof *g);
-            if (!g) {
-                rc = fail(c, QV_E_NOMEM, "%s", "out of memory");
-                break;
-            }
-            s->codes = g, s->cap_frames = cap;
-        }
-        memcpy(s->codes + (size_t)pc->n_frames * QV_N_CODEBOOKS, fr, sizeof fr);
-        pc->n_frames++;
+        if ((rc = keep_frame(c, pc, fr))) break;
         if (!ds) continue;
         if (qve_dec_stream_push(ds, fr)) break; /* the error comes from finish */
         if (!bg && !pc->joined) {
@@ -446,16 +483,7 @@ static int generate(run *c, const char *text, piece *pc) {
     if (b) qve_batch_presence(b, s->s, QVE_BATCH_GONE);
     s->s->pool = own;
     if (s->full) qvk_pool_set_spin(s->full, -1);
-    /* generation is over: the frames still queued may use every core (each block takes the pool
-       when that measured faster) */
-    if (ds && bg) qve_dec_stream_set_pool(ds, s->full);
-    if (!rc && !ds && !c->r->codes_only && !decoder(c)) rc = -1;
-    int bad = ds ? qve_dec_stream_finish(ds, e, sizeof e)
-                 : !rc && !c->r->codes_only && decode_here(c, pc->n_frames, e, sizeof e);
-    if (bad && !rc)
-        rc = atomic_load(&s->cancel) ? fail(c, QV_E_CANCELLED, "%s", "cancelled")
-                                     : fail(c, QV_E_NOMEM, "%s", e);
-    return rc || c->r->codes_only ? rc : take_audio(c, pc, 1);
+    return finish_piece(c, pc, ds, bg, rc);
 }
 
 /* Speaker similarity of a piece's audio to the voice; NAN when too short. */
@@ -538,7 +566,7 @@ static void add_warning(run *c, const char *note) {
 static void drop_instruct(run *c) {
     const qv_model *m = c->s->m;
     if (!c->base.instruct || c->r->force_instruct || c->st->wdelta_applied ||
-        strcmp(m->ck->cfg.tts_model_type, "custom_voice") ||
+        strcmp(m->ck->cfg.tts_model_type, qvf_variant_name(QVF_VARIANT_CUSTOM_VOICE)) ||
         strcmp(m->ck->cfg.tts_model_size, "0b6"))
         return;
     c->base.instruct = NULL;
@@ -631,8 +659,8 @@ __attribute__((format(printf, 2, 3))) static void warn(run *c, const char *fmt, 
  * Base source). The rule speak applies to --instruct. */
 static int instruct_honoured(const qv_model *m) {
     if (m->wdelta_on) return 0;
-    return m->ck->cfg.variant == QVM_VARIANT_VOICE_DESIGN ||
-           (m->ck->cfg.variant == QVM_VARIANT_CUSTOM_VOICE && strcmp(m->ck->cfg.tts_model_size, "0b6"));
+    return m->ck->cfg.variant == QVF_VARIANT_VOICE_DESIGN ||
+           (m->ck->cfg.variant == QVF_VARIANT_CUSTOM_VOICE && strcmp(m->ck->cfg.tts_model_size, "0b6"));
 }
 
 /* What [voice:NAME] names: a preset speaker of the model, else a voice (qv_voice_open's lookup),
@@ -702,7 +730,7 @@ static int apply_span(run *c) {
         c->base = sv->req;
         v = sv->v;
     }
-    if (m->ck->cfg.variant == QVM_VARIANT_CUSTOM_VOICE && !c->base.speaker &&
+    if (m->ck->cfg.variant == QVF_VARIANT_CUSTOM_VOICE && !c->base.speaker &&
         !c->base.speaker_vector)
         return fail(c, QV_E_SPEAKER, "%s: a CustomVoice model needs a preset speaker or a voice "
                     "(for the text before any [voice:NAME] tag)", m->ck->dir);

@@ -1,5 +1,5 @@
 /* tokenizer.h — Qwen2 byte-level BPE text tokenizer (internal, prefix qve_tok_), §7 of
- * docs qwen3-tts-architecture.md. Matches the HF fast tokenizer / transformers.js ids exactly.
+ * docs/architecture.md. Matches the HF fast tokenizer / transformers.js ids exactly.
  * Thread safety: open/free/encode need exclusive use of a qve_tok (encode updates a word cache
  * and scratch buffers); decode, token_to_id, id_to_token, vocab_size, merge_parts and spell only
  * read it.

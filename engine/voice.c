@@ -9,6 +9,10 @@
 #include "engine/voice_load.h"
 #include "engine/voice_verify.h"
 #include "util/api.h"
+#include "voicefmt/qvf.h"
+
+/* A voice file's ICL codes are the model's frames: one count, spelled by both public headers. */
+_Static_assert(QVF_N_CODEBOOKS == QV_N_CODEBOOKS, "voice-file and engine codebook counts");
 
 static enum qv_status voice_open(qv_voice **out, const char *path_or_name, char *err, size_t es) {
     *out = NULL;
@@ -121,7 +125,7 @@ void qve_voice_request(const qv_voice *v, const qv_model *m, int use_icl, qv_req
     r->speaker_vector = f->xvector;
     r->n_speaker_vector = H;
     if (!bridged && f->tpad && (int)f->tpad_hidden == H) r->text_special = f->tpad;
-    if (use_icl && m->ck->cfg.variant == QVM_VARIANT_BASE && qv_voice_has_icl(v)) {
+    if (use_icl && m->ck->cfg.variant == QVF_VARIANT_BASE && qv_voice_has_icl(v)) {
         r->ref_codes = v->codes;
         r->n_ref_frames = (int)f->n_frames;
         r->ref_text = f->transcript;

@@ -14,6 +14,7 @@
 #include "checkpoint/manifest.h"
 #include "engine/model.h"
 #include "engine/voice_load.h"
+#include "util/sha256.h"
 
 typedef struct {
     char name[160];
@@ -111,13 +112,6 @@ static int is_zero(const uint8_t h[32]) {
     return 1;
 }
 
-static const char *variant_name(uint32_t v) {
-    return v == QVF_VARIANT_BASE           ? "Base"
-           : v == QVF_VARIANT_CUSTOM_VOICE ? "CustomVoice"
-           : v == QVF_VARIANT_VOICE_DESIGN ? "VoiceDesign"
-                                           : "unknown";
-}
-
 /* Releases the resident pages of a read-only file-mapped range (checkpoint or voice file) that
  * is no longer needed; they are read back from the file if touched again. Without this a heavy
  * voice would keep both the CustomVoice tensors and their Base copies resident (~4 GB for 0.6B). */
@@ -182,8 +176,8 @@ static int check_record(const qv_model *m, slot_list *l, const qvf_tensor *t, pl
                 return snprintf(err, es,
                                 "weight delta for tensor %s was made against other weights "
                                 "(SHA-256 %.16s…, %s has %.16s…): refusing to apply it",
-                                t->name, qvm_sha256_hex(t->target_sha256, a), m->ck->dir,
-                                qvm_sha256_hex(h, b)),
+                                t->name, qvu_sha256_hex(t->target_sha256, a), m->ck->dir,
+                                qvu_sha256_hex(h, b)),
                        -1;
             p->same = !is_zero(t->result_sha256) && !memcmp(t->result_sha256, h, 32);
         }
@@ -197,7 +191,7 @@ static int check_record(const qv_model *m, slot_list *l, const qvf_tensor *t, pl
 static int check_result(const qvf_tensor *t, const void *buf, char *err, size_t es) {
     uint8_t h[32];
     if (is_zero(t->result_sha256)) return 0;
-    if (qvf_sha256(buf, t->raw_bytes, h))
+    if (qvu_sha256(buf, t->raw_bytes, h))
         return snprintf(err, es, "out of memory hashing %s", t->name), -1;
     if (memcmp(h, t->result_sha256, 32))
         return snprintf(err, es, "weight delta for tensor %s: result SHA-256 mismatch (corrupt "
@@ -252,11 +246,11 @@ int qve_voice_wdelta_fits(const qv_model *m, const qvf_voice *v, enum qve_wdelta
                         "hidden %u, fingerprint %.16s…); %s is fingerprint %.16s…: refusing to "
                         "apply it (use --no-wdelta for the x-vector/ICL only, or recreate the "
                         "voice with clone --target-cv %s)",
-                        variant_name(tg->variant), tg->hidden_size,
-                        qvm_sha256_hex(tg->fingerprint, a), m->ck->dir, qvm_sha256_hex(fp, b), m->ck->dir),
+                        qvf_variant_name(tg->variant), tg->hidden_size,
+                        qvu_sha256_hex(tg->fingerprint, a), m->ck->dir, qvu_sha256_hex(fp, b), m->ck->dir),
                -1;
     if (is_zero(tg->fingerprint)) { /* legacy file: the legacy engine's own checks */
-        if (m->ck->cfg.variant == QVM_VARIANT_BASE)
+        if (m->ck->cfg.variant == QVF_VARIANT_BASE)
             return snprintf(err, es,
                             "the voice's weight delta applies to a CustomVoice model, %s is a "
                             "Base model (use --no-wdelta)",
@@ -314,8 +308,9 @@ int qve_voice_apply_wdelta(qv_model *m, const qvf_voice *v, qve_wdelta_report *r
     memcpy(m->wdelta_source, v->source.fingerprint, 32);
     if (all && v->source.variant == QVF_VARIANT_BASE) {
         /* every weight is now the Base checkpoint's: behave as it (prompt layout, no presets) */
-        m->ck->cfg.variant = QVM_VARIANT_BASE;
-        snprintf(m->ck->cfg.tts_model_type, sizeof m->ck->cfg.tts_model_type, "base");
+        m->ck->cfg.variant = QVF_VARIANT_BASE;
+        snprintf(m->ck->cfg.tts_model_type, sizeof m->ck->cfg.tts_model_type, "%s",
+                 qvf_variant_name(QVF_VARIANT_BASE));
         m->ck->cfg.n_speakers = 0;
         rep->became_source = 1;
     }

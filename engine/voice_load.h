@@ -1,5 +1,5 @@
 /* voice_load.h — applies a voice file's WDELTA (weight delta) to a loaded model (prefix qve_):
- * the legacy semantics of qvoice-legacy.md §6.4 (the CustomVoice weights become the voice's Base
+ * the legacy semantics of qvoice-format.md §8.4 (the CustomVoice weights become the voice's Base
  * weights, bit for bit), but only after checking that the delta was made for exactly this
  * checkpoint: the HEAD target fingerprint and every tensor's recorded target SHA-256.
  */
@@ -34,7 +34,7 @@ int qve_voice_wdelta_fits(const qv_model *m, const qvf_voice *v, enum qve_wdelta
                           char *err, size_t err_size);
 
 /* Checks and applies v's weight stream to m. Refuses (-1, err explains) when the voice's target
- * fingerprint (table mode, engine/fingerprint.h) differs from m's, a record names a tensor m does
+ * fingerprint (table mode, qvm_fingerprint_model) differs from m's, a record names a tensor m does
  * not have or has another dtype/shape, or a record's target SHA-256 differs from m's tensor; all
  * of that is checked before any weight changes. bf16 tensors are reconstructed into owned RAM
  * copies (the checkpoint mmap is read-only) with bounded-memory block decoding and their result
@@ -63,8 +63,9 @@ enum qv_status qve_voice_check(const qv_voice *v, const qv_model *m, int with_de
 
 /* What a voice gives one utterance on m: r's speaker vector, ICL codes + transcript (when the
  * model is Base and use_icl), TPAD and the WOVR bridge (into *bridge; when their sizes fit and m
- * does not carry the voice's weight delta, which supersedes both, legacy §6.2/§6.4). warn gets
- * a one-line note when WOVR does not fit (else ""). The request borrows from v and bridge. */
+ * does not carry the voice's weight delta, which supersedes both: qvoice-format.md §8.3, §8.4).
+ * warn gets a one-line note when WOVR does not fit (else ""). The request borrows from v and
+ * bridge. */
 void qve_voice_request(const qv_voice *v, const qv_model *m, int use_icl, qv_request *r,
                        qv_text_bridge *bridge, char *warn, size_t warn_size);
 

@@ -48,7 +48,7 @@ int main(int argc, char **argv) {
         perror(argv[3]);
         goto out;
     }
-    if (qv_encoder_new(&enc, QV_FORMAT_WAV, NULL, NULL, f)) {
+    if (qv_encoder_new(&enc, QV_FORMAT_WAV, QV_WATERMARK_DEFAULT, NULL, NULL, f)) {
         fprintf(stderr, "stream_wav: %s\n", qv_last_error());
         goto out;
     }

@@ -218,6 +218,60 @@ static int vorbis_headers_broken(const char *path) {
     return broken;
 }
 
+/* a->src_format: libsndfile's names of container and encoding ("WAV, Signed 16 bit PCM"). */
+static void describe_format(qva_audio *a, int format) {
+    SF_FORMAT_INFO major = {.format = format & SF_FORMAT_TYPEMASK};
+    SF_FORMAT_INFO sub = {.format = format & SF_FORMAT_SUBMASK};
+    if (sf_command(NULL, SFC_GET_FORMAT_INFO, &major, sizeof major) == 0 && major.name) {
+        if (sf_command(NULL, SFC_GET_FORMAT_INFO, &sub, sizeof sub) == 0 && sub.name)
+            snprintf(a->src_format, sizeof a->src_format, "%s, %s", major.name, sub.name);
+        else
+            snprintf(a->src_format, sizeof a->src_format, "%s", major.name);
+    }
+}
+
+/* Reads up to n frames of sf downmixed to mono into *mono (the caller frees it), counting the
+ * clipped samples in *clipped. Frames decoded (0: none), or -1 out of memory.
+ * Read in blocks of 64k samples into a mono buffer that grows with what actually decodes: a
+ * header's frame count is only a claim (a 100-byte FLAC can claim 30 s of 8 channels at
+ * 655 kHz, 0.6 GB of floats), so nothing is allocated on its word. */
+static int64_t read_mono(SNDFILE *sf, int channels, int64_t n, float **mono, int64_t *clipped) {
+    enum { BLOCK_SAMPLES = 1 << 16 };
+    sf_count_t block = channels < BLOCK_SAMPLES ? BLOCK_SAMPLES / channels : 1;
+    float *inter = malloc((size_t)block * channels * sizeof(float));
+    int64_t got = 0, cap = 0;
+    int oom = !inter;
+    while (!oom && got < n) {
+        sf_count_t want = n - got < block ? n - got : block;
+        if (got + want > cap) {
+            int64_t grown = cap ? 2 * cap : BLOCK_SAMPLES;
+            if (grown < got + want) grown = got + want;
+            if (grown > n) grown = n;
+            float *m = realloc(*mono, (size_t)grown * sizeof(float));
+            if (!m) {
+                oom = 1;
+                break;
+            }
+            *mono = m;
+            cap = grown;
+        }
+        sf_count_t k = sf_readf_float(sf, inter, want);
+        if (k <= 0) break;
+        for (sf_count_t i = 0; i < k; i++) {
+            float s = 0.0f;
+            for (int c = 0; c < channels; c++) {
+                float v = inter[i * channels + c];
+                *clipped += fabsf(v) >= QVA_CLIP_LEVEL;
+                s += v;
+            }
+            (*mono)[got + i] = channels == 1 ? s : s / (float)channels;
+        }
+        got += k;
+    }
+    free(inter);
+    return oom ? -1 : got;
+}
+
 int qva_audio_load(qva_audio *a, const char *path, double max_seconds, char *err,
                    size_t err_size) {
     memset(a, 0, sizeof *a);
@@ -243,14 +297,7 @@ int qva_audio_load(qva_audio *a, const char *path, double max_seconds, char *err
         sf_close(sf);
         return -1;
     }
-    SF_FORMAT_INFO major = {.format = info.format & SF_FORMAT_TYPEMASK};
-    SF_FORMAT_INFO sub = {.format = info.format & SF_FORMAT_SUBMASK};
-    if (sf_command(NULL, SFC_GET_FORMAT_INFO, &major, sizeof major) == 0 && major.name) {
-        if (sf_command(NULL, SFC_GET_FORMAT_INFO, &sub, sizeof sub) == 0 && sub.name)
-            snprintf(a->src_format, sizeof a->src_format, "%s, %s", major.name, sub.name);
-        else
-            snprintf(a->src_format, sizeof a->src_format, "%s", major.name);
-    }
+    describe_format(a, info.format);
     a->src_rate_hz = info.samplerate;
     a->src_channels = info.channels;
     a->src_seconds = (double)info.frames / info.samplerate;
@@ -264,46 +311,12 @@ int qva_audio_load(qva_audio *a, const char *path, double max_seconds, char *err
         set_err(err, err_size, path, "too long to load (use --max-seconds)");
         return -1;
     }
-    /* Read in blocks of 64k samples into a mono buffer that grows with what actually decodes: a
-     * header's frame count is only a claim (a 100-byte FLAC can claim 30 s of 8 channels at
-     * 655 kHz, 0.6 GB of floats), so nothing is allocated on its word. */
-    enum { BLOCK_SAMPLES = 1 << 16 };
-    sf_count_t block = info.channels < BLOCK_SAMPLES ? BLOCK_SAMPLES / info.channels : 1;
-    float *inter = malloc((size_t)block * info.channels * sizeof(float)), *mono = NULL;
-    int64_t got = 0, cap = 0, clipped = 0;
-    int oom = !inter;
-    while (!oom && got < n) {
-        sf_count_t want = n - got < block ? n - got : block;
-        if (got + want > cap) {
-            int64_t grown = cap ? 2 * cap : BLOCK_SAMPLES;
-            if (grown < got + want) grown = got + want;
-            if (grown > n) grown = n;
-            float *m = realloc(mono, (size_t)grown * sizeof(float));
-            if (!m) {
-                oom = 1;
-                break;
-            }
-            mono = m;
-            cap = grown;
-        }
-        sf_count_t k = sf_readf_float(sf, inter, want);
-        if (k <= 0) break;
-        for (sf_count_t i = 0; i < k; i++) {
-            float s = 0.0f;
-            for (int c = 0; c < info.channels; c++) {
-                float v = inter[i * info.channels + c];
-                clipped += fabsf(v) >= QVA_CLIP_LEVEL;
-                s += v;
-            }
-            mono[got + i] = info.channels == 1 ? s : s / (float)info.channels;
-        }
-        got += k;
-    }
-    free(inter);
+    float *mono = NULL;
+    int64_t clipped = 0, got = read_mono(sf, info.channels, n, &mono, &clipped);
     sf_close(sf);
-    if (oom || got <= 0) {
+    if (got <= 0) {
         free(mono);
-        set_err(err, err_size, path, oom ? "out of memory" : "cannot decode audio frames");
+        set_err(err, err_size, path, got < 0 ? "out of memory" : "cannot decode audio frames");
         return -1;
     }
     n = got;

@@ -114,7 +114,7 @@ static size_t weight_floats(const ecapa_config *c) {
 qva_ecapa *qva_ecapa_load(const qvm_ckpt *ck, char *err, size_t err_size) {
     const qvm_model_config *mc = &ck->cfg;
     const char *dir = ck->dir;
-    if (!mc->has_speaker_encoder || mc->variant != QVM_VARIANT_BASE) {
+    if (!mc->has_speaker_encoder || mc->variant != QVF_VARIANT_BASE) {
         snprintf(err, err_size,
                  "%s: not a Base model (tts_model_type \"%s\"): only Base checkpoints have the "
                  "speaker encoder that cloning needs",

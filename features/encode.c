@@ -1,7 +1,8 @@
 /* encode.c — audio out: the one encoder of 24 kHz mono samples for every front end (speak, the
  * server, Python, the examples). 16-bit WAV and raw PCM are written here (so they can stream: a
  * header of unknown length, then blocks); FLAC, Ogg Vorbis, Opus and MP3 go through libsndfile
- * into memory. qv_pcm_s16le is the only float → 16-bit conversion of the project.
+ * into memory. qv_pcm_s16le is the only float → 16-bit conversion of the project. Every path
+ * marks the samples first (qv_watermark, docs/provenance.md) unless told QV_WATERMARK_OFF.
  */
 #include <errno.h>
 #include <math.h>
@@ -172,11 +173,26 @@ static sf_count_t v_write(const void *src, sf_count_t n, void *u) {
     return n;
 }
 
-static enum qv_status encode_sndfile(int f, const float *pcm, int64_t n, membuf *b) {
+/* Marked output also says so in the container (docs/provenance.md, "Metadata"): libsndfile
+ * writes these as Vorbis comments (FLAC, Ogg Vorbis, Opus) and ID3v2 frames (MP3: COMM). */
+static void set_provenance(SNDFILE *sf, uint32_t mark) {
+    char comment[256];
+    snprintf(comment, sizeof comment,
+             "qvoice provenance: digital_source_type=http://cv.iptc.org/newscodes/"
+             "digitalsourcetype/trainedAlgorithmicMedia; engine=qvoice %s; watermark=%08x",
+             qv_version(), mark);
+    char software[64];
+    snprintf(software, sizeof software, "qvoice %s", qv_version());
+    sf_set_string(sf, SF_STR_SOFTWARE, software);
+    sf_set_string(sf, SF_STR_COMMENT, comment);
+}
+
+static enum qv_status encode_sndfile(int f, const float *pcm, int64_t n, uint32_t mark, membuf *b) {
     SF_VIRTUAL_IO io = {v_len, v_seek, v_read, v_write, v_tell};
     SF_INFO info = {.samplerate = QV_SAMPLE_RATE_HZ, .channels = 1, .format = sf_formats[f]};
     SNDFILE *sf = sf_open_virtual(&io, SFM_WRITE, &info, b);
     if (!sf) return qvu_failf(QV_E_UNSUPPORTED, "%s: %s", names[f], sf_strerror(NULL));
+    if (mark != QV_WATERMARK_OFF) set_provenance(sf, mark);
     sf_count_t w = -1;
     if ((sf_formats[f] & SF_FORMAT_SUBMASK) == SF_FORMAT_PCM_16) { /* 16-bit: our conversion */
         int16_t *s16 = malloc((size_t)n * sizeof *s16 + 1);
@@ -196,8 +212,25 @@ static enum qv_status encode_sndfile(int f, const float *pcm, int64_t n, membuf 
     return QV_OK;
 }
 
-enum qv_status qv_audio_encode(int format, const float *pcm, int64_t n_samples, uint8_t **out,
-                               size_t *n_bytes) {
+/* pcm marked with mark into a new buffer in *marked (NULL, nothing allocated, when mark is
+ * QV_WATERMARK_OFF). */
+static enum qv_status mark_copy(const float *pcm, int64_t n, uint32_t mark, float **marked) {
+    *marked = NULL;
+    if (mark == QV_WATERMARK_OFF || n == 0) return QV_OK;
+    qv_watermark *w;
+    float *y = malloc((size_t)n * sizeof *y);
+    if (!y || qv_watermark_new(&w, mark))
+        return free(y), qvu_failf(QV_E_NOMEM, "%lld samples: out of memory marking them",
+                                  (long long)n);
+    memcpy(y, pcm, (size_t)n * sizeof *y);
+    qv_watermark_apply(w, y, n);
+    qv_watermark_free(w);
+    *marked = y;
+    return QV_OK;
+}
+
+enum qv_status qv_audio_encode(int format, const float *pcm, int64_t n_samples, uint32_t mark,
+                               uint8_t **out, size_t *n_bytes) {
     if (!out || !n_bytes) return qvu_fail(QV_E_INVALID, "qv_audio_encode: NULL argument");
     *out = NULL, *n_bytes = 0;
     if (!valid(format) || n_samples < 0 || (n_samples && !pcm))
@@ -206,7 +239,10 @@ enum qv_status qv_audio_encode(int format, const float *pcm, int64_t n_samples, 
     if ((uint64_t)n_samples > (SIZE_MAX - QV_WAV_HEADER_BYTES) / 2)
         return qvu_failf(QV_E_LIMIT, "%lld samples: too many", (long long)n_samples);
     membuf b = {0};
-    enum qv_status st = QV_OK;
+    float *marked;
+    enum qv_status st = mark_copy(pcm, n_samples, mark, &marked);
+    if (st) return st;
+    if (marked) pcm = marked;
     if (qv_format_progressive(format)) {
         const size_t head = format == QV_FORMAT_WAV ? QV_WAV_HEADER_BYTES : 0;
         if (mem_reserve(&b, head + 2 * (size_t)n_samples)) {
@@ -216,8 +252,9 @@ enum qv_status qv_audio_encode(int format, const float *pcm, int64_t n_samples, 
             qv_pcm_s16le(pcm, n_samples, b.p + head);
         }
     } else {
-        st = encode_sndfile(format, pcm, n_samples, &b);
+        st = encode_sndfile(format, pcm, n_samples, mark, &b);
     }
+    free(marked);
     if (st) return free(b.p), st;
     *out = b.p, *n_bytes = b.len;
     return QV_OK;
@@ -225,10 +262,10 @@ enum qv_status qv_audio_encode(int format, const float *pcm, int64_t n_samples, 
 
 /* qv_audio_write_stream, whose detail names the stream where_ ("stdout", a path). */
 static enum qv_status write_stream(FILE *f, const char *where_, int format, const float *pcm,
-                                   int64_t n_samples) {
+                                   int64_t n_samples, uint32_t mark) {
     uint8_t *buf;
     size_t n;
-    enum qv_status st = qv_audio_encode(format, pcm, n_samples, &buf, &n);
+    enum qv_status st = qv_audio_encode(format, pcm, n_samples, mark, &buf, &n);
     if (st) return st;
     if (fwrite(buf, 1, n, f) != n || fflush(f))
         st = qvu_failf(QV_E_IO, "%s: %s", where_, strerror(errno));
@@ -236,19 +273,21 @@ static enum qv_status write_stream(FILE *f, const char *where_, int format, cons
     return st;
 }
 
-enum qv_status qv_audio_write_stream(FILE *f, int format, const float *pcm, int64_t n_samples) {
+enum qv_status qv_audio_write_stream(FILE *f, int format, const float *pcm, int64_t n_samples,
+                                     uint32_t mark) {
     if (!f) return qvu_fail(QV_E_INVALID, "qv_audio_write_stream: NULL stream");
-    return write_stream(f, f == stdout ? "stdout" : "stream", format, pcm, n_samples);
+    return write_stream(f, f == stdout ? "stdout" : "stream", format, pcm, n_samples, mark);
 }
 
-enum qv_status qv_audio_write(const char *path, int format, const float *pcm, int64_t n_samples) {
+enum qv_status qv_audio_write(const char *path, int format, const float *pcm, int64_t n_samples,
+                              uint32_t mark) {
     qv_outfile *of;
     enum qv_status st = qv_outfile_open(&of, path);
     if (st) return st;
     FILE *f = qv_outfile_stream(of);
     if (!f)
         st = qvu_failf(QV_E_NOMEM, "%s: out of memory", path);
-    else if ((st = write_stream(f, path, format, pcm, n_samples)) && st != QV_E_IO)
+    else if ((st = write_stream(f, path, format, pcm, n_samples, mark)) && st != QV_E_IO)
         qvu_failf(st, "%s: %s", path, qv_last_error()); /* the encoder's detail names the format */
     if (st) return qv_outfile_abort(of), st;
     return qv_outfile_commit(of);
@@ -265,10 +304,13 @@ struct qv_encoder {
     int started;  /* the first block (a WAV's header) went out */
     uint8_t *blk; /* one block: the header (first WAV block) and the samples */
     size_t cap;
+    qv_watermark *mark; /* NULL: QV_WATERMARK_OFF */
+    float *marked;      /* one block of marked samples */
+    size_t marked_cap;
 };
 
-enum qv_status qv_encoder_new(qv_encoder **out, int format, qv_write_fn fn, void *user,
-                              FILE *file) {
+enum qv_status qv_encoder_new(qv_encoder **out, int format, uint32_t mark, qv_write_fn fn,
+                              void *user, FILE *file) {
     if (!out) return qvu_fail(QV_E_INVALID, "qv_encoder_new: NULL argument");
     *out = NULL;
     if (!valid(format) || !fn == !file)
@@ -277,7 +319,8 @@ enum qv_status qv_encoder_new(qv_encoder **out, int format, qv_write_fn fn, void
         return qvu_failf(QV_E_UNSUPPORTED, "%s: progressive output is WAV or PCM only",
                          names[format]);
     qv_encoder *e = calloc(1, sizeof *e);
-    if (!e) return qvu_fail(QV_E_NOMEM, "encoder: out of memory");
+    if (!e || (mark != QV_WATERMARK_OFF && qv_watermark_new(&e->mark, mark)))
+        return free(e), qvu_fail(QV_E_NOMEM, "encoder: out of memory");
     e->format = format, e->fn = fn, e->user = user, e->file = file;
     *out = e;
     return QV_OK;
@@ -309,6 +352,16 @@ enum qv_status qv_encoder_write(qv_encoder *e, const float *pcm, int n_samples) 
         if (!q) return qvu_failf(QV_E_NOMEM, "%s block: out of memory", names[e->format]);
         e->blk = q, e->cap = need;
     }
+    if (e->mark && n_samples) {
+        if ((size_t)n_samples > e->marked_cap) {
+            float *q = realloc(e->marked, (size_t)n_samples * sizeof *q);
+            if (!q) return qvu_failf(QV_E_NOMEM, "%s block: out of memory", names[e->format]);
+            e->marked = q, e->marked_cap = (size_t)n_samples;
+        }
+        memcpy(e->marked, pcm, (size_t)n_samples * sizeof *pcm);
+        qv_watermark_apply(e->mark, e->marked, n_samples);
+        pcm = e->marked;
+    }
     if (head) qv_wav_header(e->blk, -1);
     qv_pcm_s16le(pcm, n_samples, e->blk + head);
     if (emit(e, e->blk, need))
@@ -325,6 +378,8 @@ enum qv_status qv_encoder_close(qv_encoder *e) {
     enum qv_status st = QV_OK;
     if (e->format == QV_FORMAT_WAV && !e->started) st = qv_encoder_write(e, NULL, 0);
     free(e->blk);
+    free(e->marked);
+    qv_watermark_free(e->mark);
     free(e);
     return st;
 }

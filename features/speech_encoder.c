@@ -177,6 +177,91 @@ static int codebook_load(qva_speech_encoder *se, int g, char *err, size_t err_si
     return 0;
 }
 
+/* The SEANet convolutions: the first, per stage its residual units and downsampling conv, the
+ * last (idx counts the checkpoint's module list, ELUs included). */
+static int load_seanet(enc_weights *w, const qvm_st *st, const enc_config *c, char *err,
+                       size_t err_size) {
+    int ch = c->n_filters, idx = 1;
+    int rc = conv_load(w, &w->conv0, st, QVM_T_MIMI_CONV, 0, 0, ch, 1, c->kernel_size, err,
+                       err_size);
+    for (int s = 0; s < N_STAGES && !rc; s++) {
+        int hid = ch / c->compress;
+        for (int j = 0; j < c->n_residual_layers && !rc; j++, idx++) {
+            rc = conv_load(w, &w->stage[s].res[j][0], st, QVM_T_MIMI_RES, idx, 1, hid, ch,
+                           c->residual_kernel_size, err, err_size);
+            if (!rc)
+                rc = conv_load(w, &w->stage[s].res[j][1], st, QVM_T_MIMI_RES, idx, 3, ch, hid, 1,
+                               err, err_size);
+        }
+        idx++; /* ELU */
+        if (!rc)
+            rc = conv_load(w, &w->stage[s].down, st, QVM_T_MIMI_CONV, idx, 0, 2 * ch, ch,
+                           2 * c->ratios[s], err, err_size);
+        idx++;
+        ch *= 2;
+    }
+    idx++; /* ELU */
+    if (!rc)
+        rc = conv_load(w, &w->conv_last, st, QVM_T_MIMI_CONV, idx, 0, c->hidden_size, ch,
+                       c->last_kernel_size, err, err_size);
+    return rc;
+}
+
+/* The transformer layers' tensors. */
+static int load_transformer(enc_weights *w, const qvm_st *st, const enc_config *c, char *err,
+                            size_t err_size) {
+    char p[192];
+    int h = c->hidden_size, f = c->intermediate_size, rc = 0;
+    for (int l = 0; l < c->n_layers && !rc; l++) {
+        layer_w *L = &w->layer[l];
+        struct { const float **dst; enum qvm_tensor_kind k; int nd; int d0, d1; } tab[] = {
+            {&L->ln1_w, QVM_T_MIMI_LN1_W, 1, h, 0},   {&L->ln1_b, QVM_T_MIMI_LN1_B, 1, h, 0},
+            {&L->wq, QVM_T_MIMI_Q, 2, h, h},          {&L->wk, QVM_T_MIMI_K, 2, h, h},
+            {&L->wv, QVM_T_MIMI_V, 2, h, h},          {&L->wo, QVM_T_MIMI_O, 2, h, h},
+            {&L->ls1, QVM_T_MIMI_ATTN_SCALE, 1, h, 0}, {&L->ln2_w, QVM_T_MIMI_LN2_W, 1, h, 0},
+            {&L->ln2_b, QVM_T_MIMI_LN2_B, 1, h, 0},   {&L->fc1, QVM_T_MIMI_FC1, 2, f, h},
+            {&L->fc2, QVM_T_MIMI_FC2, 2, h, f},       {&L->ls2, QVM_T_MIMI_MLP_SCALE, 1, h, 0},
+        };
+        for (size_t i = 0; i < sizeof tab / sizeof tab[0] && !rc; i++) {
+            qvm_tensor_name(p, sizeof p, tab[i].k, l, 0);
+            *tab[i].dst = tensor(st, p, tab[i].nd, tab[i].d0, tab[i].d1, 0, err, err_size);
+            rc = *tab[i].dst ? 0 : -1;
+        }
+    }
+    return rc;
+}
+
+/* The downsampling conv, the quantizer's input projections and its codebooks. */
+static int load_quantizer(qva_speech_encoder *se, const qvm_st *st, char *err, size_t err_size) {
+    enc_weights *w = &se->w;
+    const enc_config *c = &se->cfg;
+    const char *dir = se->ck->dir;
+    char p[192];
+    int h = c->hidden_size, rc = 0;
+    if (!rc) {
+        qvm_tensor_name(p, sizeof p, QVM_T_MIMI_DOWNSAMPLE, 0, 0);
+        w->downsample = conv_weight(w, st, p, h, h, 4, err, err_size);
+        rc = w->downsample ? 0 : -1;
+    }
+    if (!rc) {
+        qvm_tensor_name(p, sizeof p, QVM_T_MIMI_SEM_IN, 0, 0);
+        w->proj_sem = tensor(st, p, 3, c->codebook_dim, h, 1, err, err_size);
+        qvm_tensor_name(p, sizeof p, QVM_T_MIMI_ACO_IN, 0, 0);
+        w->proj_ac = w->proj_sem ? tensor(st, p, 3, c->codebook_dim, h, 1, err, err_size) : NULL;
+        rc = w->proj_ac ? 0 : -1;
+    }
+    if (!rc) {
+        w->codebook = qvk_alloc((size_t)c->n_codes * c->codebook_size * c->codebook_dim * sizeof(float));
+        w->codebook_sq = qvk_alloc((size_t)c->n_codes * c->codebook_size * sizeof(float));
+        if (!w->codebook || !w->codebook_sq) {
+            snprintf(err, err_size, "%s: out of memory", dir);
+            rc = -1;
+        }
+    }
+    for (int g = 0; g < c->n_codes && !rc; g++) rc = codebook_load(se, g, err, err_size);
+    return rc;
+}
+
 qva_speech_encoder *qva_speech_encoder_load(qvm_ckpt *ck, char *err, size_t err_size) {
     const char *dir = ck->dir;
     qva_speech_encoder *se = calloc(1, sizeof *se);
@@ -201,7 +286,6 @@ qva_speech_encoder *qva_speech_encoder_load(qvm_ckpt *ck, char *err, size_t err_
     }
     enc_weights *w = &se->w;
     const qvm_st *st = ck->codec_st;
-    int idx = 0, ch = c->n_filters, rc;
     w->conv_cap = conv_floats(c);
     w->conv_arena = qvk_alloc(w->conv_cap * sizeof(float));
     if (!w->conv_arena) {
@@ -209,66 +293,9 @@ qva_speech_encoder *qva_speech_encoder_load(qvm_ckpt *ck, char *err, size_t err_
         qva_speech_encoder_free(se);
         return NULL;
     }
-    rc = conv_load(w, &w->conv0, st, QVM_T_MIMI_CONV, 0, 0, ch, 1, c->kernel_size, err, err_size);
-    idx = 1;
-    for (int s = 0; s < N_STAGES && !rc; s++) {
-        int hid = ch / c->compress;
-        for (int j = 0; j < c->n_residual_layers && !rc; j++, idx++) {
-            rc = conv_load(w, &w->stage[s].res[j][0], st, QVM_T_MIMI_RES, idx, 1, hid, ch,
-                           c->residual_kernel_size, err, err_size);
-            if (!rc)
-                rc = conv_load(w, &w->stage[s].res[j][1], st, QVM_T_MIMI_RES, idx, 3, ch, hid, 1,
-                               err, err_size);
-        }
-        idx++; /* ELU */
-        if (!rc)
-            rc = conv_load(w, &w->stage[s].down, st, QVM_T_MIMI_CONV, idx, 0, 2 * ch, ch,
-                           2 * c->ratios[s], err, err_size);
-        idx++;
-        ch *= 2;
-    }
-    idx++; /* ELU */
-    if (!rc)
-        rc = conv_load(w, &w->conv_last, st, QVM_T_MIMI_CONV, idx, 0, c->hidden_size, ch,
-                       c->last_kernel_size, err, err_size);
-    int h = c->hidden_size, f = c->intermediate_size;
-    for (int l = 0; l < c->n_layers && !rc; l++) {
-        layer_w *L = &w->layer[l];
-        struct { const float **dst; enum qvm_tensor_kind k; int nd; int d0, d1; } tab[] = {
-            {&L->ln1_w, QVM_T_MIMI_LN1_W, 1, h, 0},   {&L->ln1_b, QVM_T_MIMI_LN1_B, 1, h, 0},
-            {&L->wq, QVM_T_MIMI_Q, 2, h, h},          {&L->wk, QVM_T_MIMI_K, 2, h, h},
-            {&L->wv, QVM_T_MIMI_V, 2, h, h},          {&L->wo, QVM_T_MIMI_O, 2, h, h},
-            {&L->ls1, QVM_T_MIMI_ATTN_SCALE, 1, h, 0}, {&L->ln2_w, QVM_T_MIMI_LN2_W, 1, h, 0},
-            {&L->ln2_b, QVM_T_MIMI_LN2_B, 1, h, 0},   {&L->fc1, QVM_T_MIMI_FC1, 2, f, h},
-            {&L->fc2, QVM_T_MIMI_FC2, 2, h, f},       {&L->ls2, QVM_T_MIMI_MLP_SCALE, 1, h, 0},
-        };
-        for (size_t i = 0; i < sizeof tab / sizeof tab[0] && !rc; i++) {
-            qvm_tensor_name(p, sizeof p, tab[i].k, l, 0);
-            *tab[i].dst = tensor(st, p, tab[i].nd, tab[i].d0, tab[i].d1, 0, err, err_size);
-            rc = *tab[i].dst ? 0 : -1;
-        }
-    }
-    if (!rc) {
-        qvm_tensor_name(p, sizeof p, QVM_T_MIMI_DOWNSAMPLE, 0, 0);
-        w->downsample = conv_weight(w, st, p, h, h, 4, err, err_size);
-        rc = w->downsample ? 0 : -1;
-    }
-    if (!rc) {
-        qvm_tensor_name(p, sizeof p, QVM_T_MIMI_SEM_IN, 0, 0);
-        w->proj_sem = tensor(st, p, 3, c->codebook_dim, h, 1, err, err_size);
-        qvm_tensor_name(p, sizeof p, QVM_T_MIMI_ACO_IN, 0, 0);
-        w->proj_ac = w->proj_sem ? tensor(st, p, 3, c->codebook_dim, h, 1, err, err_size) : NULL;
-        rc = w->proj_ac ? 0 : -1;
-    }
-    if (!rc) {
-        w->codebook = qvk_alloc((size_t)c->n_codes * c->codebook_size * c->codebook_dim * sizeof(float));
-        w->codebook_sq = qvk_alloc((size_t)c->n_codes * c->codebook_size * sizeof(float));
-        if (!w->codebook || !w->codebook_sq) {
-            snprintf(err, err_size, "%s: out of memory", dir);
-            rc = -1;
-        }
-    }
-    for (int g = 0; g < c->n_codes && !rc; g++) rc = codebook_load(se, g, err, err_size);
+    int rc = load_seanet(w, st, c, err, err_size);
+    if (!rc) rc = load_transformer(w, st, c, err, err_size);
+    if (!rc) rc = load_quantizer(se, st, err, err_size);
     if (rc) {
         qva_speech_encoder_free(se);
         return NULL;
@@ -359,6 +386,43 @@ static void stage_lengths(const enc_config *c, int64_t n, int64_t *t) {
     for (int st = 0; st < N_STAGES; st++) t[st + 1] = (t[st] + c->ratios[st] - 1) / c->ratios[st];
 }
 
+/* The most rows any segment of the first SEG_STAGES stages takes (tl: the stages' lengths). */
+static void seg_max_rows(const enc_config *c, const int64_t *tl, int64_t max_rows[SEG_STAGES]) {
+    for (int st = 0; st < SEG_STAGES; st++)
+        max_rows[st] = 0;
+    for (int64_t a = 0; a < tl[SEG_STAGES]; a += SEG_ROWS) {
+        int64_t lo[SEG_STAGES], hi[SEG_STAGES];
+        seg_ranges(c, tl, a, a + SEG_ROWS < tl[SEG_STAGES] ? a + SEG_ROWS : tl[SEG_STAGES], lo, hi);
+        for (int st = 0; st < SEG_STAGES; st++)
+            if (hi[st] - lo[st] > max_rows[st]) max_rows[st] = hi[st] - lo[st];
+    }
+}
+
+/* Carves the segment buffers from s->q and the transformer's (tt steps) from tr, the ping-pong
+ * buffer the last stage leaves free. */
+static void carve_state(enc_state *s, const enc_config *c, const int64_t *max_rows, float *tr,
+                        size_t tt) {
+    const size_t h = (size_t)c->hidden_size, nt = (size_t)s->n_threads;
+    float *at = s->q;
+    int ch = c->n_filters;
+    for (int st = 0; st < SEG_STAGES; st++, ch *= 2) {
+        s->seg_in[st] = carve(&at, (size_t)max_rows[st] * ch);
+        s->seg_hid[st] = carve(&at, (size_t)max_rows[st] * (ch / c->compress));
+    }
+    at = tr;
+    s->x = carve(&at, tt * h);
+    s->hbuf = carve(&at, tt * h);
+    s->qb = carve(&at, tt * h);
+    s->kb = carve(&at, tt * h);
+    s->vb = carve(&at, tt * h);
+    s->att = carve(&at, nt * tt * tt);
+    s->ff = carve(&at, tt * (size_t)c->intermediate_size);
+    s->rope_c = carve(&at, tt * (size_t)c->head_dim / 2);
+    s->rope_s = carve(&at, tt * (size_t)c->head_dim / 2);
+    s->xs = carve(&at, tt * (size_t)c->codebook_dim);
+    s->dist = carve(&at, tt * (size_t)c->codebook_size);
+}
+
 /* Sizes every buffer by walking the SEANet geometry once. Fresh pages cost a fault and a clear
  * each, so only p, q and the conv scratch are allocated: the segment buffers live in q (free
  * while the first stages run into p), the transformer and RVQ buffers in whichever of p and q
@@ -377,13 +441,8 @@ static int enc_state_init(enc_state *s, const enc_config *c, int64_t n, int n_th
 #define ROUND16(v) (((size_t)(v) + 15) / 16 * 16)
     qvk_conv cv = causal(1, ch, c->kernel_size, 1, 1, QVK_ACT_NONE, t);
     SCRATCH(cv);
-    int64_t max_rows[SEG_STAGES] = {0};
-    for (int64_t a = 0; a < tl[SEG_STAGES]; a += SEG_ROWS) {
-        int64_t lo[SEG_STAGES], hi[SEG_STAGES];
-        seg_ranges(c, tl, a, a + SEG_ROWS < tl[SEG_STAGES] ? a + SEG_ROWS : tl[SEG_STAGES], lo, hi);
-        for (int st = 0; st < SEG_STAGES; st++)
-            if (hi[st] - lo[st] > max_rows[st]) max_rows[st] = hi[st] - lo[st];
-    }
+    int64_t max_rows[SEG_STAGES];
+    seg_max_rows(c, tl, max_rows);
     size_t seg_total = 0;
     int cur_p = 1;   /* which ping-pong buffer holds the stage input (stage SEG_STAGES: p) */
     for (int st = 0; st < N_STAGES; st++) {
@@ -431,24 +490,7 @@ static int enc_state_init(enc_state *s, const enc_config *c, int64_t n, int n_th
         enc_state_free(s);
         return -1;
     }
-    float *at = s->q;
-    ch = c->n_filters;
-    for (int st = 0; st < SEG_STAGES; st++, ch *= 2) {
-        s->seg_in[st] = carve(&at, (size_t)max_rows[st] * ch);
-        s->seg_hid[st] = carve(&at, (size_t)max_rows[st] * (ch / c->compress));
-    }
-    at = cur_p ? s->q : s->p;
-    s->x = carve(&at, tt * h);
-    s->hbuf = carve(&at, tt * h);
-    s->qb = carve(&at, tt * h);
-    s->kb = carve(&at, tt * h);
-    s->vb = carve(&at, tt * h);
-    s->att = carve(&at, nt * tt * tt);
-    s->ff = carve(&at, tt * (size_t)c->intermediate_size);
-    s->rope_c = carve(&at, tt * (size_t)c->head_dim / 2);
-    s->rope_s = carve(&at, tt * (size_t)c->head_dim / 2);
-    s->xs = carve(&at, tt * (size_t)c->codebook_dim);
-    s->dist = carve(&at, tt * (size_t)c->codebook_size);
+    carve_state(s, c, max_rows, cur_p ? s->q : s->p, tt);
     return 0;
 }
 

@@ -182,6 +182,9 @@ typedef struct {
  * qvoice-compress --q4 stores it (docs/compression.md; +0.3 GB for 0.6B, prefill widens q4).
  * A checkpoint already stored as q4 runs its q4 weights whatever quant says. */
 enum qv_quant { QV_QUANT_BF16, QV_QUANT_INT8, QV_QUANT_Q4 };
+/* enum qv_quant by its name ("bf16", "int8", "q4"; exact case), or -1: the one spelling of
+ * every front end's --quant. */
+int qv_quant_parse(const char *name);
 
 /* The one range of each sampling parameter, for every front end (speak, the server, Python):
  * temperature 0.001..10 (when sampling), top_k 0..100000 (0 = off), top_p (0, 1], repetition
@@ -507,8 +510,10 @@ typedef struct {
                                  force_*); its speaker, voice_path (a voice path or NAME),
                                  language and instruct are the defaults of a job naming none */
     double loudness_lufs;     /* each output's loudness target (qv_loudness_normalize); 0 none */
+    uint32_t watermark;       /* each output's mark (qv_audio_encode): QV_WATERMARK_OFF or payload */
 } qv_jobs_options;
-qv_jobs_options qv_jobs_default_options(void); /* qv_synth_default_request(), loudness 0 */
+/* qv_synth_default_request(), loudness 0, watermark QV_WATERMARK_DEFAULT */
+qv_jobs_options qv_jobs_default_options(void);
 
 /* p: the params of every job (a job's seed replaces p->seed), checked by qv_params_check.
  * QV_E_INVALID, QV_E_ABI (o's or o->request's struct_size), QV_E_NOMEM. */
@@ -543,6 +548,9 @@ typedef struct qv_cloner qv_cloner;
  * so). */
 enum qv_status qv_cloner_load(qv_cloner **out, const char *base_dir, int n_threads);
 void qv_cloner_free(qv_cloner *c); /* accepts NULL */
+/* The SHA-256 fingerprint of c's Base checkpoint (the source a cloned voice file records), for
+ * keying caches of what c clones. */
+void qv_cloner_fingerprint(const qv_cloner *c, uint8_t out[32]);
 
 /* The part of the (trimmed) reference the ICL prompt uses; the transcript must say exactly what
  * is spoken in it (docs/robustness.md). */
@@ -562,7 +570,8 @@ typedef struct {
     const char *ref_text;     /* transcript of the ICL span: adds ICL codes (NULL: x-vector only) */
     const char *language;     /* stored in the voice (NULL: unset) */
     const char *name;         /* voice name (NULL: the audio file's base name, or none) */
-    const char *consent;      /* consent statement stored in META (NULL: none) */
+    const char *consent;      /* consent record (docs/provenance.md): the statement the speaker
+                                 gave, typed or transcribed (NULL: no record unless recorded) */
     double max_seconds;       /* audio used (30), 3..3600 */
     int hygiene;              /* 1: trim, loudness, ICL span, transcript checks (docs/robustness.md) */
     int with_wovr;            /* 1: carry the Base text side (WOVR) */
@@ -572,6 +581,10 @@ typedef struct {
     int allow_xvector_fallback; /* 1: a transcript that does not fit drops ICL instead of failing */
     double speaker_threshold; /* second-speaker warning below this cosine, -1..1 (0.5) */
     const char *plot_path;    /* also write the log-mel PNG of the reference there, or NULL */
+    const char *consent_speaker;   /* who consented (NULL: not recorded) */
+    const char *consent_scope;     /* to what: the uses agreed to (NULL: not recorded) */
+    const char *consent_recording; /* audio file of the spoken consent: method "recording",
+                                      its SHA-256 stored (NULL: method "typed") */
 } qv_clone_request;
 
 /* hygiene, with_wovr = 1; max_seconds = 30; icl_window FULL; speaker_threshold 0.5; everything
@@ -609,6 +622,56 @@ enum qv_status qv_clone_xvector(const qv_cloner *c, const char *path, double max
  * LUFS; -HUGE_VAL when nothing is above the -70 LUFS absolute gate. QV_OK or QV_E_NOMEM. */
 enum qv_status qv_loudness_lufs(const float *pcm, int64_t n_samples, double *lufs);
 
+/* ==== watermark (docs/provenance.md) ========================================================= */
+
+/* An inaudible mark in the samples: a fixed spread-spectrum ripple 37 dB under the signal in
+ * 422 Hz - 6.98 kHz that carries a 32-bit payload (+ CRC-8). Marking is a linear filter, so a
+ * stream marked call by call equals the whole signal marked at once, with no added delay.
+ * A qv_watermark belongs to one thread at a time; detection keeps no state. */
+#define QV_WATERMARK_SYNTHETIC 0x80000000u /* payload bit: the audio is machine-made */
+typedef struct qv_watermark qv_watermark;
+
+/* The payload tying audio to a voice file and a model: QV_WATERMARK_SYNTHETIC | the first 31
+ * bits of SHA-256(voice_id "\n" model_fingerprint). NULL strings count as "". */
+uint32_t qv_watermark_payload(const char *voice_id, const char *model_fingerprint);
+/* A marker for one stream carrying payload. QV_OK or QV_E_NOMEM. */
+enum qv_status qv_watermark_new(qv_watermark **out, uint32_t payload);
+void qv_watermark_free(qv_watermark *w); /* accepts NULL */
+/* Marks mono 24 kHz pcm[n_samples] in place, continuing the stream of earlier calls. Costs
+ * 1024 multiply-adds per sample; never fails. */
+void qv_watermark_apply(qv_watermark *w, float *pcm, int64_t n_samples);
+
+#define QV_WATERMARK_MAX_RANGES 32
+typedef struct {
+    double start_s, end_s;  /* where the mark is (seconds from the start of the input) */
+    double score;           /* best 3 s window score in the range (presence from 5.0) */
+    int payload_ok;         /* 1: the payload's CRC-8 matched (decoded over the whole range) */
+    uint32_t payload;       /* valid when payload_ok */
+    double payload_score;   /* smallest |score| of the 40 coded bits: how sure the decoding is */
+} qv_watermark_range;
+
+typedef struct {
+    uint32_t struct_size;
+    int present;            /* 1 when some 3 s window, or the whole input, scores 5.0 or more */
+    double score;           /* best 3 s window score (about N(0,1) for unmarked audio) */
+    double score_all;       /* score of the whole input as one window */
+    qv_watermark_range all; /* the whole input, decoded as one range */
+    double seconds;         /* length of the input */
+    int n_ranges;           /* ranges[0..n_ranges), in time order */
+    int ranges_dropped;     /* marked ranges after the first QV_WATERMARK_MAX_RANGES */
+    qv_watermark_range ranges[QV_WATERMARK_MAX_RANGES];
+} qv_watermark_report;
+qv_watermark_report qv_watermark_default_report(void);
+
+/* Looks for the mark in mono 24 kHz pcm: 3 s windows every 1.02 s (the whole input when
+ * shorter). Allocates about 58 KB per second of input (per-phase spectrum sums of each 1.02 s
+ * block). QV_OK (report filled), QV_E_ABI, QV_E_INVALID (pcm NULL), QV_E_NOMEM, QV_E_LIMIT. */
+enum qv_status qv_watermark_detect(const float *pcm, int64_t n_samples, qv_watermark_report *r);
+/* The same on an audio file in any format libsndfile reads (channels averaged, resampled to
+ * 24 kHz; at most max_seconds, <= 0: all). QV_E_AUDIO names the file when it cannot be read or
+ * is under 3 s or silent. */
+enum qv_status qv_watermark_detect_file(const char *path, double max_seconds,
+                                        qv_watermark_report *r);
 /* An output's level: scales pcm in place to an integrated loudness of target_lufs (0: leaves it
  * as generated; else QV_LOUDNESS_MIN_LUFS..MAX: -23 is broadcast, -16 podcasts), clipping samples
  * beyond full scale (counted in *n_clipped), and gives the result's loudness in *lufs (-HUGE_VAL
@@ -652,16 +715,25 @@ void qv_pcm_s16le(const float *pcm, int64_t n, uint8_t *out);
 #define QV_WAV_HEADER_BYTES 44
 void qv_wav_header(uint8_t out[QV_WAV_HEADER_BYTES], int64_t n_samples);
 
-/* A whole file of format from pcm[n_samples] (24 kHz mono) into *out (release with qv_free),
- * *n_bytes long. QV_E_INVALID, QV_E_UNSUPPORTED (this build cannot write the format), QV_E_NOMEM,
+/* Every encoder marks what it writes with the watermark (docs/provenance.md): mark is the 32-bit
+ * payload (QV_WATERMARK_DEFAULT: synthetic, no voice/model id; qv_watermark_payload ties it to a
+ * voice and model), or QV_WATERMARK_OFF for the samples exactly as given. A stream and the whole
+ * audio encoded at once carry the same marked samples. */
+#define QV_WATERMARK_OFF 0u
+#define QV_WATERMARK_DEFAULT QV_WATERMARK_SYNTHETIC
+
+/* A whole file of format from pcm[n_samples] (24 kHz mono), marked with mark, into *out (release
+ * with qv_free), *n_bytes long. QV_E_INVALID, QV_E_UNSUPPORTED (this build cannot write the format), QV_E_NOMEM,
  * QV_E_LIMIT, QV_E_IO (the codec failed); the detail names the format. */
-enum qv_status qv_audio_encode(int format, const float *pcm, int64_t n_samples, uint8_t **out,
-                               size_t *n_bytes);
+enum qv_status qv_audio_encode(int format, const float *pcm, int64_t n_samples, uint32_t mark,
+                               uint8_t **out, size_t *n_bytes);
 /* qv_audio_encode into the stream f (flushed; e.g. stdout). Its statuses, or QV_E_IO. */
-enum qv_status qv_audio_write_stream(FILE *f, int format, const float *pcm, int64_t n_samples);
+enum qv_status qv_audio_write_stream(FILE *f, int format, const float *pcm, int64_t n_samples,
+                                     uint32_t mark);
 /* qv_audio_encode into path, written atomically (qv_outfile). Its statuses, or QV_E_IO; the
  * detail is "PATH: problem". */
-enum qv_status qv_audio_write(const char *path, int format, const float *pcm, int64_t n_samples);
+enum qv_status qv_audio_write(const char *path, int format, const float *pcm, int64_t n_samples,
+                              uint32_t mark);
 
 /* A growing buffer of samples, for output that needs the whole audio first (a one-shot file,
  * loudness): qv_pcm_collect is a qv_pcm_fn with user = a qv_pcm_buffer zeroed but for its
@@ -684,8 +756,8 @@ int qv_pcm_collect(void *user, const float *pcm, int n_samples);
  * three leaves its detail for qv_last_error(). */
 typedef int (*qv_write_fn)(void *user, const void *data, size_t n_bytes); /* 0 ok */
 typedef struct qv_encoder qv_encoder;
-enum qv_status qv_encoder_new(qv_encoder **out, int format, qv_write_fn fn, void *user,
-                              FILE *file);
+enum qv_status qv_encoder_new(qv_encoder **out, int format, uint32_t mark, qv_write_fn fn,
+                              void *user, FILE *file);
 /* Converts and writes one block. QV_E_IO when the sink failed, QV_E_NOMEM. */
 enum qv_status qv_encoder_write(qv_encoder *e, const float *pcm, int n_samples);
 /* Ends the stream (an empty WAV still gets its header) and frees e; accepts NULL. QV_E_IO when

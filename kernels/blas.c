@@ -1,21 +1,24 @@
 /* blas.c — the only caller of OpenBLAS (cblas_sgemm) and the one place setting its thread count:
- * once, to 1, at qvk_init. The library's pools share the work out and each piece runs a
+ * once, to 1, before its first sgemm. The library's pools share the work out and each piece runs a
  * single-threaded sgemm, so OpenBLAS never competes with them for cores and no call changes
  * process-wide state (a server's slots each run their own synthesis).
  */
 #include <cblas.h>
+#include <pthread.h>
 
 #include "kernels/kernels.h"
 
-void qvk_sgemm(int trans_a, int trans_b, int m, int n, int k, float alpha, const float *a, int lda,
-               const float *b, int ldb, float beta, float *c, int ldc) {
-    qvk_init(); /* OpenBLAS single-threaded before its first use, whoever calls first */
-    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-                trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+static void single_threaded(void) {
+    openblas_set_num_threads(1);
 }
 
-void qvk_blas_init(void) {
-    openblas_set_num_threads(1);
+void qvk_sgemm(int trans_a, int trans_b, int m, int n, int k, float alpha, const float *a, int lda,
+               const float *b, int ldb, float beta, float *c, int ldc) {
+    pthread_once(&g_once, single_threaded); /* before OpenBLAS's first use, whoever calls first */
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 static void add_bias(float *y, const float *bias, int n_rows, int n_out) {

@@ -53,13 +53,8 @@ static void pick(void) {
                                 : &qvk_impl_scalar;
 }
 
-static void init_once(void) {
-    pick();
-    qvk_blas_init();
-}
-
 void qvk_init(void) {
-    pthread_once(&g_once, init_once);
+    pthread_once(&g_once, pick);
 }
 
 const qvk_impl *qvk_impl_get(void) {

@@ -138,8 +138,6 @@ void qvk_linear_bf16(qvk_pool *pool, float *restrict y, const float *restrict x,
  * single-threaded (parallelism is the caller's pool). */
 void qvk_sgemm(int trans_a, int trans_b, int m, int n, int k, float alpha, const float *a,
                int lda, const float *b, int ldb, float beta, float *c, int ldc);
-/* Sets OpenBLAS to one thread for the whole process; called once by qvk_init. */
-void qvk_blas_init(void);
 
 /* ---- element-wise and normalisation (in place allowed: y may equal x) ------------------ */
 

@@ -77,36 +77,42 @@ vs_table() {
     echo "|---|---|---|---|"
     vs_row bf16 bf16
     vs_row int8 int8
+    vs_row "4-bit directory vs --int4" q4 "$(q4_dir "$CV")"
 }
 
-# The 1.7B CustomVoice (the instruct model): bf16, the int8 and q4 views (--quant, mapped from
-# the prepared cache after the first run) and the fully compressed 4-bit directory, made once
-# beside the model (qvoice-compress --q4 --strip-encoder --decoder-f16); then the same side by
-# side with the pure-C engine (its --int4 beside our 4-bit directory).
-bench_17b() {
-    CV=$(cd "$CACHE" && pwd)/q17b-cv
-    CVQ=$CV-q4
-    [ -d "$CVQ" ] || bin/qvoice-compress "$CV" -o "$CVQ" --q4 --strip-encoder --decoder-f16 -j "$J" >/dev/null
-    SPEAKER=$(bin/speak -m "$CV" --list-speakers | awk 'NR==1{print $1}')
+# Where the time goes, per model and precision: bf16, the int8 and q4 views (--quant, mapped
+# from the prepared cache after the first run) and the fully compressed 4-bit directory, made
+# once beside the model (qvoice-compress --q4 --strip-encoder --decoder-f16); for the 1.7B
+# CustomVoice (the instruct model) then the same side by side with the pure-C engine (its --int4
+# beside our 4-bit directory; the 0.6B's is vs_table). time_table LABEL MODEL_NAME [vs]
+q4_dir() { # MODEL_DIR -> its 4-bit directory, made once
+    [ -d "$1-q4" ] || bin/qvoice-compress "$1" -o "$1-q4" --q4 --strip-encoder --decoder-f16 -j "$J" >/dev/null
+    echo "$1-q4"
+}
+time_table() {
+    L=$1; N=$2; V=${3:-}
+    M=$(cd "$CACHE" && pwd)/$N
+    MQ=$(q4_dir "$M")
+    SPEAKER=$(bin/speak -m "$M" --list-speakers | awk 'NR==1{print $1}')
     for c in bf16 int8 q4 dir; do
-        if [ $c = dir ]; then m=$CVQ; q=bf16; else m=$CV; q=$c; fi
-        build/bench/bench_speak "$m" "$J" 30 "$RUNS" $([ $c = dir ] && echo q4 || echo $c) >"$TMP/17.$c"
+        if [ $c = dir ]; then m=$MQ; q=bf16; else m=$M; q=$c; fi
+        build/bench/bench_speak "$m" "$J" 30 "$RUNS" $([ $c = dir ] && echo q4 || echo $c) >"$TMP/$N.$c"
         CV=$m
-        set -- $(speak_med 100 $q "" "$RUNS"); echo "rtf100 $1" >>"$TMP/17.$c"
-        echo "cpu100 $2" >>"$TMP/17.$c"; echo "rss100 $(($3 / 1024))" >>"$TMP/17.$c"
-        if [ $c != bf16 ]; then set -- $(speak_med 300 $q "" 1); echo "rtf300 $1" >>"$TMP/17.$c"; fi
+        set -- $(speak_med 100 $q "" "$RUNS"); echo "rtf100 $1" >>"$TMP/$N.$c"
+        echo "cpu100 $2" >>"$TMP/$N.$c"; echo "rss100 $(($3 / 1024))" >>"$TMP/$N.$c"
+        if [ $c != bf16 ]; then set -- $(speak_med 300 $q "" 1); echo "rtf300 $1" >>"$TMP/$N.$c"; fi
         echo "ttfa $(build/bench/bench_ttfa "$RUNS" bin/speak -m "$m" -s "$SPEAKER" -l english -t "$TEXT" \
-            -j "$J" --seed 42 --max-frames 20 --no-guard --stream --quant $q | ttfa)" >>"$TMP/17.$c"
-        CV=$(cd "$CACHE" && pwd)/q17b-cv
+            -j "$J" --seed 42 --max-frames 20 --no-guard --stream --quant $q | ttfa)" >>"$TMP/$N.$c"
+        CV=$M
     done
     row() { # LABEL KEY [SUFFIX]
         printf '| %s |' "$1"
-        for c in bf16 int8 q4 dir; do printf ' %s%s |' "$(key "$2" "$TMP/17.$c")" "${3:-}"; done
+        for c in bf16 int8 q4 dir; do printf ' %s%s |' "$(key "$2" "$TMP/$N.$c")" "${3:-}"; done
         echo
     }
     echo
-    echo "model: full-size synthetic 1.7B CustomVoice ($CV), 4-bit directory $CVQ, medians of $RUNS runs, load average $(uptime | sed 's/.*load average: //')"
-    echo "| 1.7B | bf16 | int8 (--quant int8) | q4 (--quant q4) | 4-bit directory |"
+    echo "where the time goes: full-size synthetic $L ($M), 4-bit directory $MQ, medians of $RUNS runs, load average $(uptime | sed 's/.*load average: //')"
+    echo "| $L | bf16 | int8 (--quant int8) | q4 (--quant q4) | 4-bit directory |"
     echo "|---|---|---|---|---|"
     row "model load (mmap + decoder mapped), s" load_s
     row "start-up: view quantized / mapped from the cache, wall ms" quantize_ms
@@ -125,17 +131,18 @@ bench_17b() {
     row "RTF 300 frames, -o file (1 run)" rtf300
     row "time to first audio (speak --stream), s" ttfa
     row "peak RSS, 100 frames, MB" rss100
-    if [ -n "${QVOICE_REF_ENGINE:-}" ]; then
+    if [ "$V" = vs ] && [ -n "${QVOICE_REF_ENGINE:-}" ]; then
         echo
-        echo "side by side with the pure-C engine ($QVOICE_REF_ENGINE), same run, 1.7B CustomVoice, $J threads"
+        echo "side by side with the pure-C engine ($QVOICE_REF_ENGINE), same run, $L, $J threads"
         mkdir -p "$TMP/neutral"
         echo "| 100 frames, wall incl. load (median of $RUNS) | qvoice | pure-C engine | speed-up |"
         echo "|---|---|---|---|"
         vs_row bf16 bf16
         vs_row int8 int8
-        vs_row "4-bit directory vs --int4" q4 "$CVQ"
+        vs_row "4-bit directory vs --int4" q4 "$MQ"
     fi
 }
+bench_17b() { time_table "1.7B CustomVoice" q17b-cv vs; }
 ttfa() { sed -n 's/^ttfa \([0-9.]*\) s.*/\1/p'; }
 # QV_BENCH_MODELS: which models (default "0.6b 1.7b")
 case " ${QV_BENCH_MODELS:-0.6b 1.7b} " in *" 0.6b "*) ;; *) bench_17b; exit 0 ;; esac
@@ -191,6 +198,7 @@ build/bench/bench_wdelta "$BASE" "$CV" "$TMP/wd.qvoice" >"$TMP/wd"
 wd=$(cat "$TMP/wd")
 build/bench/bench_tokenizer "$CV" >"$TMP/tok"
 tok=$(sed -n 's/^tokenizer *//p' "$TMP/tok" | head -1)
+wm=$(build/bench/bench_watermark | sed -n 's/^watermark: //p')
 
 B="$TMP/bf16"; Q="$TMP/int8"
 cat <<TABLE
@@ -223,6 +231,7 @@ model: full-size synthetic 0.6B CustomVoice ($CV), medians of $RUNS runs
 | write 16 MB file (fsync) | ${w16} s | |
 | tokenizer | $tok | |
 wdelta: $wd
+watermark: $wm
 frames produced per 100-frame run: $b100f (--ignore-eos)
 TABLE
 if [ -n "${QVOICE_REF_ENGINE:-}" ]; then
@@ -232,4 +241,5 @@ if [ -n "${QVOICE_REF_ENGINE:-}" ]; then
 else
     echo "(set QVOICE_REF_ENGINE to the pure-C engine's binary for the side-by-side table)"
 fi
+time_table "0.6B CustomVoice" q06b-cv
 case " ${QV_BENCH_MODELS:-0.6b 1.7b} " in *" 1.7b "*) bench_17b ;; esac

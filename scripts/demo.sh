@@ -81,7 +81,7 @@ has_flag() { "$1" --help 2>/dev/null | grep -q -e "$2"; }
 
 say "qvoice demo: the synthetic full-size 0.6B checkpoints in $cache"
 say ""
-say "  These checkpoints have RANDOM weights (bit-exact to docs/synthetic-checkpoint.md), so every WAV"
+say "  These checkpoints have RANDOM weights (bit-exact to docs/synthetic-checkpoints.md), so every WAV"
 say "  below is noise-like audio, not speech. Every step runs exactly the code that runs with the real"
 say "  Qwen3-TTS weights (README.md: \"Real use\"); only the numbers in the weight files differ."
 say "  A random model essentially never samples the end-of-speech code, so each synthesis is capped"

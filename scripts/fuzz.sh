@@ -60,6 +60,8 @@ for src in $(ls server/*.c | grep -v server/main.c); do
   obj="$B/obj/$(echo "$src" | tr / _ | sed 's/\.c$/.o/')"
   $CC $CFLAGS -fsanitize=fuzzer-no-link -c "$src" -o "$obj" 2>"$obj.log" && sobjs="$sobjs $obj"
 done
+scripts/embed-studio.sh $(ls server/studio/* | sort) > "$B/studio_assets.c" &&
+  $CC $CFLAGS -c "$B/studio_assets.c" -o "$B/obj/studio_assets.o" && sobjs="$sobjs $B/obj/studio_assets.o"
 rm -f "$B/libqvserver-fuzz.a"
 ar rcs "$B/libqvserver-fuzz.a" $sobjs
 

@@ -3,7 +3,9 @@
 # build and `make models-full`): start the server, put the bundled clip's voice in the library
 # (cloned from the clip by the server when libqvoice can clone, else voices/ohenry.qvoice), speak
 # with a preset speaker (whole WAV) and with the library voice (streamed: time to first byte at
-# the client), show the metrics, stop with SIGTERM. Output in out/serve-demo (QVOICE_DEMO_OUT).
+# the client), show the metrics. Then it prints the studio's address (GET /, docs/studio.md), opens
+# it when a desktop is there, and keeps serving until Ctrl-C when run from a terminal; otherwise
+# (or with QVOICE_DEMO_STAY=0) it stops with SIGTERM. Output in out/serve-demo (QVOICE_DEMO_OUT).
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -43,7 +45,18 @@ curl -s -o "$out/ohenry.wav" \
   "$url/v1/audio/speech"
 echo "serve-demo: metrics"
 curl -s "$url/metrics" | grep -E '^qvoice_(requests_total|audio_seconds_total|rtf_(sum|count)|time_to_first_audio_seconds_(sum|count))'
-kill -TERM $pid
-wait $pid
+echo "serve-demo: the studio is at $url/ (record or drop a clip, clone, speak, manage the library)"
+if [ "${QVOICE_DEMO_STAY:-$([ -t 0 ] && echo 1 || echo 0)}" = 1 ]; then
+  if [ -n "${DISPLAY:-}${WAYLAND_DISPLAY:-}" ] && command -v xdg-open >/dev/null; then
+    xdg-open "$url/" >/dev/null 2>&1 || true
+  fi
+  echo "serve-demo: serving until Ctrl-C"
+  trap 'kill -TERM $pid 2>/dev/null || true' INT TERM
+  wait $pid || true
+  wait $pid 2>/dev/null || true
+else
+  kill -TERM $pid
+  wait $pid
+fi
 echo "serve-demo: server log"
 cat "$out/server.log"

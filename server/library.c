@@ -17,6 +17,7 @@
 
 #include "server/server_impl.h"
 #include "util/fileio.h"
+#include "util/sha256.h"
 #include "voicefmt/qvf.h"
 
 /* <id>.qvpart: this header, then the voice file without its text side, which goes back at
@@ -65,11 +66,6 @@ static int id_of(const char *fname, char id[65]) {
     memcpy(id, fname, 64);
     id[64] = 0;
     return qvs_is_id(id) ? 1 + !strcmp(fname + 64, ".qvpart") : 0;
-}
-
-static void hex(const uint8_t h[32], char out[65]) {
-    for (int i = 0; i < 32; i++)
-        snprintf(out + 2 * i, 3, "%02x", h[i]);
 }
 
 static uint64_t rd64(const uint8_t *p) {
@@ -123,7 +119,7 @@ static uint8_t *read_part(const char *dir, const char *id, size_t *n, uint64_t *
     }
     *off = rd64(b + 8);
     *len = rd64(b + 16);
-    hex(b + 24, h);
+    qvu_sha256_hex(b + 24, h);
     return b;
 }
 
@@ -170,7 +166,6 @@ static void textside_unref(struct library *L, const char *h, int gc) {
 static cJSON *describe(const char *id, const qvf_voice *v, const struct stat *st) {
     cJSON *o = cJSON_CreateObject();
     const char *name = qvf_meta_get(v, "name"), *lang = qvf_meta_get(v, "language");
-    static const char *const variants[] = {"unknown", "base", "custom_voice", "voice_design"};
     cJSON_AddStringToObject(o, "id", id);
     cJSON_AddStringToObject(o, "object", "voice");
     cJSON_AddStringToObject(o, "name", name ? name : "");
@@ -182,9 +177,8 @@ static cJSON *describe(const char *id, const qvf_voice *v, const struct stat *st
     cJSON_AddBoolToObject(o, "has_icl", v->n_frames > 0 && v->transcript);
     cJSON_AddNumberToObject(o, "icl_seconds", v->n_frames / QV_FRAME_RATE_HZ);
     cJSON_AddBoolToObject(o, "has_wdelta", v->has_wdelta);
-    cJSON_AddStringToObject(o, "source_variant",
-                            v->source.variant < 4 ? variants[v->source.variant] : "invalid");
-    const char *consent = qvf_meta_get(v, "consent");
+    cJSON_AddStringToObject(o, "source_variant", qvf_variant_name(v->source.variant));
+    const char *consent = qvf_meta_get(v, "consent.method");
     cJSON_AddBoolToObject(o, "consent", consent && consent[0]);
     return o;
 }
@@ -444,8 +438,8 @@ static int store(struct library *L, const char *id, const uint8_t *b, size_t n, 
         return write_atomic(path, b, n);
     }
     uint8_t h[32];
-    if (qvf_sha256(b + off, len, h)) return -1;
-    hex(h, ts);
+    if (qvu_sha256(b + off, len, h)) return -1;
+    qvu_sha256_hex(h, ts);
     snprintf(path, sizeof path, "%s/" TEXTSIDE_DIR, L->dir);
     if (mkdir(path, 0755) && errno != EEXIST) return -1;
     textside_path(L->dir, ts, tpath, sizeof tpath);
@@ -472,11 +466,11 @@ int qvs_library_add(qv_server *s, const api_key *k, const uint8_t *b, size_t n, 
                     char id[65], cJSON **desc, char *why, size_t ws) {
     uint8_t h[32];
     char dst[4096], err[256], ts[65];
-    if (qvf_sha256(b, n, h)) {
+    if (qvu_sha256(b, n, h)) {
         snprintf(why, ws, "cannot hash the voice");
         return 500;
     }
-    hex(h, id);
+    qvu_sha256_hex(h, id);
     struct library *L = s->lib;
     int status = 0;
     pthread_mutex_lock(&L->mu);

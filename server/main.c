@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,19 +28,23 @@ static void usage(const qv_server_config *d) {
            "SYNOPSIS\n"
            "    qvoice-server -m MODEL_DIR [-m MODEL_DIR...] --voices DIR [--clone-model BASE_DIR]\n"
            "                  [--listen HOST:PORT] [--api-key-file F] [--threads N]\n"
-           "                  [--max-concurrency N] [--max-queue N] [--batch N] [--quant bf16|int8]\n"
+           "                  [--max-concurrency N] [--max-queue N] [--batch N] [--quant bf16|int8|q4]\n"
            "                  [--max-seconds S] [--max-text-chars N] [--max-upload-mb N]\n"
            "                  [--timeout S] [--receive-timeout S] [--max-connections N]\n"
            "                  [--max-connections-per-ip N] [--probe-listen HOST:PORT]\n"
-           "                  [--max-voices N] [--max-library-mb N]\n"
+           "                  [--max-voices N] [--max-library-mb N] [--no-studio]\n"
+           "                  [--no-watermark]\n"
+           "                  [--ref-audio-dir DIR] [--ref-cache-mb N]\n"
            "    qvoice-server --help | --version\n"
            "\n"
            "DESCRIPTION\n"
            "    Serves POST /v1/audio/speech (OpenAI's fields; stream_format audio or sse), the\n"
            "    voice library GET/POST /v1/audio/voices and GET/DELETE /v1/audio/voices/{id},\n"
-           "    and GET /health, /ready, /metrics (docs/server.md). Models are loaded once and\n"
-           "    shared by all syntheses. One line per request goes to stderr. SIGTERM or SIGINT\n"
-           "    stops accepting connections, lets requests in flight finish (up to %d s), exits 0.\n"
+           "    GET /health, /ready, /metrics, and the studio, a page to speak, clone and manage\n"
+           "    voices in a browser, at GET / (docs/server.md, docs/studio.md). Models are loaded\n"
+           "    once and shared by all syntheses. One line per request goes to stderr. SIGTERM or\n"
+           "    SIGINT stops accepting connections, lets requests in flight finish (up to %d s),\n"
+           "    exits 0.\n"
            "\n"
            "OPTIONS\n"
            "    -m, --model DIR         a model to serve (repeatable; the first is the default;\n"
@@ -58,7 +63,9 @@ static void usage(const qv_server_config *d) {
            "                            frame by frame, reading each weight once per step for\n"
            "                            all of them (same audio as alone); 0 or 1 turns it off\n"
            "                            (default %d, at most %d)\n"
-           "    -Q, --quant bf16|int8   weights of the per-frame matvecs (default bf16)\n"
+           "    -Q, --quant bf16|int8|q4\n"
+           "                            weights of the matvecs (default bf16; a directory of\n"
+           "                            qvoice-compress --q4 runs q4 whatever it says)\n"
            "    -s, --max-seconds S     cap on audio per request, 0 = none (default %g)\n"
            "    -n, --max-text-chars N  longest input in characters (default %d)\n"
            "    -u, --max-upload-mb N   largest voice upload (default %d)\n"
@@ -76,6 +83,13 @@ static void usage(const qv_server_config *d) {
            "                            a second address serving only /health, /ready and\n"
            "                            /metrics with 16 connections of its own, answerable\n"
            "                            while the main ones are all taken\n"
+           "    -r, --ref-audio-dir DIR speech requests may give ref_audio as a file:// URL of a\n"
+           "                            file inside DIR (default: file:// refused)\n"
+           "    -e, --ref-cache-mb N    MB of per-request reference voices kept, least\n"
+           "                            recently used evicted (default %d)\n"
+           "    -S, --no-studio         do not serve the studio page (GET / answers 404)\n"
+           "    -W, --no-watermark      audio without the inaudible mark that tells it is synthetic\n"
+           "                            (docs/provenance.md; default: marked)\n"
            "    -h, --help              this text\n"
            "    -V, --version           version\n"
            "\n"
@@ -91,7 +105,7 @@ static void usage(const qv_server_config *d) {
            d->batch_streams, QV_BATCH_MAX_STREAMS,
            d->max_seconds, d->max_text_chars, d->max_upload_mb, d->max_voices, d->max_library_mb,
            d->timeout_s, d->receive_s,
-           d->max_connections, d->max_connections_per_ip);
+           d->max_connections, d->max_connections_per_ip, d->ref_cache_mb);
 }
 
 static int usage_error(const char *fmt, const char *arg) {
@@ -119,117 +133,114 @@ static void log_line(void *user, const char *line) {
     fprintf(stderr, "%s %s\n", ts, line);
 }
 
-int main(int argc, char **argv) {
-    /* Every request allocates its buffers (KV caches, decoder state, audio) on new threads. With
-     * glibc's sliding mmap threshold, once the first such buffer is freed the later ones come
-     * from per-thread arenas that keep what is freed: over a 300 s soak the anonymous RSS rose
-     * from 87 to 358 MB and was still rising. A fixed threshold (glibc's starting 128 KiB) maps
-     * and unmaps each large buffer: 100-169 MB, flat (docs/server.md, "Soak RSS"). */
-#ifdef __GLIBC__
-    mallopt(M_MMAP_THRESHOLD, 128 * 1024);
-#endif
-    qv_server_config c = qv_server_default_config();
-    const char *models[MAX_MODELS];
-    static const struct option opts[] = {
-        {"model", required_argument, 0, 'm'},       {"voices", required_argument, 0, 'v'},
-        {"clone-model", required_argument, 0, 'c'}, {"listen", required_argument, 0, 'l'},
-        {"api-key-file", required_argument, 0, 'k'}, {"threads", required_argument, 0, 'j'},
-        {"max-concurrency", required_argument, 0, 'C'}, {"max-queue", required_argument, 0, 'q'},
-        {"batch", required_argument, 0, 'B'},
-        {"quant", required_argument, 0, 'Q'},       {"max-seconds", required_argument, 0, 's'},
-        {"max-text-chars", required_argument, 0, 'n'}, {"max-upload-mb", required_argument, 0, 'u'},
-        {"timeout", required_argument, 0, 'T'},     {"receive-timeout", required_argument, 0, 'R'},
-        {"max-connections", required_argument, 0, 'M'},
-        {"max-connections-per-ip", required_argument, 0, 'P'},
-        {"probe-listen", required_argument, 0, 'p'}, {"max-voices", required_argument, 0, 'N'},
-        {"max-library-mb", required_argument, 0, 'L'}, {"help", no_argument, 0, 'h'},
-        {"version", no_argument, 0, 'V'},           {0, 0, 0, 0}};
-    int o;
-    char *end;
+static const struct option opts[] = {
+    {"model", required_argument, 0, 'm'},       {"voices", required_argument, 0, 'v'},
+    {"clone-model", required_argument, 0, 'c'}, {"listen", required_argument, 0, 'l'},
+    {"api-key-file", required_argument, 0, 'k'}, {"threads", required_argument, 0, 'j'},
+    {"max-concurrency", required_argument, 0, 'C'}, {"max-queue", required_argument, 0, 'q'},
+    {"batch", required_argument, 0, 'B'},
+    {"quant", required_argument, 0, 'Q'},       {"max-seconds", required_argument, 0, 's'},
+    {"max-text-chars", required_argument, 0, 'n'}, {"max-upload-mb", required_argument, 0, 'u'},
+    {"timeout", required_argument, 0, 'T'},     {"receive-timeout", required_argument, 0, 'R'},
+    {"max-connections", required_argument, 0, 'M'},
+    {"max-connections-per-ip", required_argument, 0, 'P'},
+    {"probe-listen", required_argument, 0, 'p'}, {"max-voices", required_argument, 0, 'N'},
+    {"max-library-mb", required_argument, 0, 'L'}, {"no-studio", no_argument, 0, 'S'},
+    {"no-watermark", no_argument, 0, 'W'},
+    {"ref-audio-dir", required_argument, 0, 'r'}, {"ref-cache-mb", required_argument, 0, 'e'},
+    {"help", no_argument, 0, 'h'},
+    {"version", no_argument, 0, 'V'},           {0, 0, 0, 0}};
+
+/* The whole-number limits: option, range (the error names the unit, if any) and config field. */
+#define LIMIT(o, flag, lo, hi, unit, field) {o, flag, lo, hi, unit, offsetof(qv_server_config, field)}
+static const struct {
+    int opt;
+    const char *flag;
+    int lo, hi;
+    const char *unit;
+    size_t off;
+} limits[] = {
+    LIMIT('e', "--ref-cache-mb", 0, 1048576, "", ref_cache_mb),
+    LIMIT('j', "--threads", 0, 256, "", n_threads),
+    LIMIT('C', "--max-concurrency", 1, 256, "", max_concurrency),
+    LIMIT('q', "--max-queue", 0, 4096, "", max_queue),
+    LIMIT('B', "--batch", 0, QV_BATCH_MAX_STREAMS, "", batch_streams),
+    LIMIT('n', "--max-text-chars", 1, 1000000, "", max_text_chars),
+    LIMIT('u', "--max-upload-mb", 1, 4096, "", max_upload_mb),
+    LIMIT('T', "--timeout", 1, 86400, " seconds", timeout_s),
+    LIMIT('R', "--receive-timeout", 1, 86400, " seconds", receive_s),
+    LIMIT('M', "--max-connections", 1, 65536, "", max_connections),
+    LIMIT('P', "--max-connections-per-ip", 1, 65536, "", max_connections_per_ip),
+    LIMIT('N', "--max-voices", 0, 1000000, "", max_voices),
+    LIMIT('L', "--max-library-mb", 0, 1 << 30, "", max_library_mb),
+};
+
+/* A numeric option (the server's limits, --quant, --max-seconds) into c: 0, EXIT_USAGE when its
+ * value is out of range, -1 when o is not one of them. */
+static int limit_option(int o, const char *arg, qv_server_config *c) {
+    char *end, msg[256];
+    for (size_t i = 0; i < sizeof limits / sizeof *limits; i++) {
+        if (limits[i].opt != o) continue;
+        if (!int_arg(arg, limits[i].lo, limits[i].hi, (int *)((char *)c + limits[i].off)))
+            return 0;
+        snprintf(msg, sizeof msg, "%s: expected %d..%d%s, found '%s'", limits[i].flag,
+                 limits[i].lo, limits[i].hi, limits[i].unit, arg);
+        return usage_error("%s", msg);
+    }
+    switch (o) {
+    case 'Q':
+        if ((c->quant = qv_quant_parse(arg)) < 0)
+            return usage_error("--quant: expected bf16, int8 or q4, found '%s'", arg);
+        return 0;
+    case 's':
+        c->max_seconds = strtod(arg, &end);
+        if (end == arg || *end || !(c->max_seconds >= 0 && c->max_seconds <= 86400))
+            return usage_error("--max-seconds: expected 0..86400, found '%s'", arg);
+        return 0;
+    default: return -1;
+    }
+}
+
+/* The command line into c (its models in models): -1 to serve, else the exit status (help,
+ * version, usage error). */
+static int parse_options(int argc, char **argv, qv_server_config *c, const char **models) {
+    int o, rc;
     opterr = 0;
-    while ((o = getopt_long(argc, argv, ":m:v:c:l:k:j:C:q:B:Q:s:n:u:T:R:M:P:p:N:L:hV", opts, NULL)) != -1) {
+    while ((o = getopt_long(argc, argv, ":m:v:c:l:k:j:C:q:B:Q:s:n:u:T:R:M:P:p:N:L:SWr:e:hV", opts,
+                            NULL)) != -1) {
+        if ((rc = limit_option(o, optarg, c)) >= 0) {
+            if (rc) return rc;
+            continue;
+        }
         switch (o) {
         case 'm':
-            if (c.n_models == MAX_MODELS) return usage_error("-m: at most %s models", "8");
-            models[c.n_models++] = optarg;
+            if (c->n_models == MAX_MODELS) return usage_error("-m: at most %s models", "8");
+            models[c->n_models++] = optarg;
             break;
-        case 'v': c.voices_dir = optarg; break;
-        case 'c': c.clone_model_dir = optarg; break;
-        case 'l': c.listen = optarg; break;
-        case 'k': c.api_key_file = optarg; break;
-        case 'j':
-            if (int_arg(optarg, 0, 256, &c.n_threads))
-                return usage_error("--threads: expected 0..256, found '%s'", optarg);
-            break;
-        case 'C':
-            if (int_arg(optarg, 1, 256, &c.max_concurrency))
-                return usage_error("--max-concurrency: expected 1..256, found '%s'", optarg);
-            break;
-        case 'q':
-            if (int_arg(optarg, 0, 4096, &c.max_queue))
-                return usage_error("--max-queue: expected 0..4096, found '%s'", optarg);
-            break;
-        case 'B':
-            if (int_arg(optarg, 0, QV_BATCH_MAX_STREAMS, &c.batch_streams))
-                return usage_error("--batch: expected 0..8, found '%s'", optarg);
-            break;
-        case 'Q':
-            if (!strcmp(optarg, "bf16")) c.quant = QV_QUANT_BF16;
-            else if (!strcmp(optarg, "int8")) c.quant = QV_QUANT_INT8;
-            else return usage_error("--quant: expected bf16 or int8, found '%s'", optarg);
-            break;
-        case 's':
-            c.max_seconds = strtod(optarg, &end);
-            if (end == optarg || *end || !(c.max_seconds >= 0 && c.max_seconds <= 86400))
-                return usage_error("--max-seconds: expected 0..86400, found '%s'", optarg);
-            break;
-        case 'n':
-            if (int_arg(optarg, 1, 1000000, &c.max_text_chars))
-                return usage_error("--max-text-chars: expected 1..1000000, found '%s'", optarg);
-            break;
-        case 'u':
-            if (int_arg(optarg, 1, 4096, &c.max_upload_mb))
-                return usage_error("--max-upload-mb: expected 1..4096, found '%s'", optarg);
-            break;
-        case 'T':
-            if (int_arg(optarg, 1, 86400, &c.timeout_s))
-                return usage_error("--timeout: expected 1..86400 seconds, found '%s'", optarg);
-            break;
-        case 'R':
-            if (int_arg(optarg, 1, 86400, &c.receive_s))
-                return usage_error("--receive-timeout: expected 1..86400 seconds, found '%s'",
-                                   optarg);
-            break;
-        case 'M':
-            if (int_arg(optarg, 1, 65536, &c.max_connections))
-                return usage_error("--max-connections: expected 1..65536, found '%s'", optarg);
-            break;
-        case 'P':
-            if (int_arg(optarg, 1, 65536, &c.max_connections_per_ip))
-                return usage_error("--max-connections-per-ip: expected 1..65536, found '%s'",
-                                   optarg);
-            break;
-        case 'p': c.probe_listen = optarg; break;
-        case 'N':
-            if (int_arg(optarg, 0, 1000000, &c.max_voices))
-                return usage_error("--max-voices: expected 0..1000000, found '%s'", optarg);
-            break;
-        case 'L':
-            if (int_arg(optarg, 0, 1 << 30, &c.max_library_mb))
-                return usage_error("--max-library-mb: expected 0..1073741824, found '%s'", optarg);
-            break;
-        case 'h': usage(&c); return 0;
+        case 'v': c->voices_dir = optarg; break;
+        case 'c': c->clone_model_dir = optarg; break;
+        case 'r': c->ref_audio_dir = optarg; break;
+        case 'l': c->listen = optarg; break;
+        case 'k': c->api_key_file = optarg; break;
+        case 'p': c->probe_listen = optarg; break;
+        case 'S': c->no_studio = 1; break;
+        case 'W': c->no_watermark = 1; break;
+        case 'h': usage(c); return 0;
         case 'V': printf(TOOL " %s\n", qv_version()); return 0;
         case ':': return usage_error("%s needs an argument", argv[optind - 1]);
         default: return usage_error("unknown option '%s'", argv[optind - 1]);
         }
     }
     if (optind < argc) return usage_error("unexpected argument '%s'", argv[optind]);
-    if (!c.n_models) return usage_error("%s", "-m/--model DIR is required");
-    if (!c.voices_dir) return usage_error("%s", "--voices DIR is required");
-    c.model_dirs = models;
-    c.log = log_line;
+    if (!c->n_models) return usage_error("%s", "-m/--model DIR is required");
+    if (!c->voices_dir) return usage_error("%s", "--voices DIR is required");
+    c->model_dirs = models;
+    c->log = log_line;
+    return -1;
+}
 
+/* Serves c until SIGTERM or SIGINT, then drains: the exit status. */
+static int serve(const qv_server_config *c) {
     /* Blocked before the server's threads exist, so they inherit the mask and sigwait here
      * receives the signal. */
     sigset_t set;
@@ -241,17 +252,17 @@ int main(int argc, char **argv) {
 
     qv_server *s;
     char err[1024];
-    if (qv_server_start(&s, &c, err, sizeof err)) {
+    if (qv_server_start(&s, c, err, sizeof err)) {
         fprintf(stderr, TOOL ": %s\n", err);
         return 1;
     }
     char line[512];
-    snprintf(line, sizeof line, "listening on %.*s:%d", (int)(strrchr(c.listen, ':') - c.listen),
-             c.listen, qv_server_port(s));
+    snprintf(line, sizeof line, "listening on %.*s:%d", (int)(strrchr(c->listen, ':') - c->listen),
+             c->listen, qv_server_port(s));
     log_line(NULL, line);
-    if (c.probe_listen) {
+    if (c->probe_listen) {
         snprintf(line, sizeof line, "probes on %.*s:%d",
-                 (int)(strrchr(c.probe_listen, ':') - c.probe_listen), c.probe_listen,
+                 (int)(strrchr(c->probe_listen, ':') - c->probe_listen), c->probe_listen,
                  qv_server_probe_port(s));
         log_line(NULL, line);
     }
@@ -263,4 +274,19 @@ int main(int argc, char **argv) {
     qv_server_free(s);
     log_line(NULL, "stopped");
     return 0;
+}
+
+int main(int argc, char **argv) {
+    /* Every request allocates its buffers (KV caches, decoder state, audio) on new threads. With
+     * glibc's sliding mmap threshold, once the first such buffer is freed the later ones come
+     * from per-thread arenas that keep what is freed: over a 300 s soak the anonymous RSS rose
+     * from 87 to 358 MB and was still rising. A fixed threshold (glibc's starting 128 KiB) maps
+     * and unmaps each large buffer: 100-169 MB, flat (docs/server.md, "Soak RSS"). */
+#ifdef __GLIBC__
+    mallopt(M_MMAP_THRESHOLD, 128 * 1024);
+#endif
+    qv_server_config c = qv_server_default_config();
+    const char *models[MAX_MODELS];
+    int rc = parse_options(argc, argv, &c, models);
+    return rc >= 0 ? rc : serve(&c);
 }

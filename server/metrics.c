@@ -76,7 +76,7 @@ static void hist_out(bytes *b, const char *name, const char *help, const histogr
 }
 
 char *qvs_metrics_render(metrics *m, int active, int queued, int64_t batch_steps,
-                         int64_t batch_frames) {
+                         int64_t batch_frames, const ref_stats *refs) {
     bytes b = {0};
     pthread_mutex_lock(&m->mu);
     out(&b, "# HELP qvoice_requests_total HTTP requests by route and status.\n"
@@ -120,6 +120,19 @@ char *qvs_metrics_render(metrics *m, int active, int queued, int64_t batch_steps
         "# HELP qvoice_batch_frames_total Frames produced by batched frame steps.\n"
         "# TYPE qvoice_batch_frames_total counter\nqvoice_batch_frames_total %lld\n",
         active, queued, (long long)batch_steps, (long long)batch_frames);
+    out(&b,
+        "# HELP qvoice_ref_cache_hits_total Per-request references found in the cache.\n"
+        "# TYPE qvoice_ref_cache_hits_total counter\nqvoice_ref_cache_hits_total %llu\n"
+        "# HELP qvoice_ref_cache_misses_total Per-request references cloned (not cached).\n"
+        "# TYPE qvoice_ref_cache_misses_total counter\nqvoice_ref_cache_misses_total %llu\n"
+        "# HELP qvoice_ref_cache_evictions_total References evicted to keep the byte bound.\n"
+        "# TYPE qvoice_ref_cache_evictions_total counter\nqvoice_ref_cache_evictions_total %llu\n"
+        "# HELP qvoice_ref_cache_bytes Bytes of cached reference voices.\n"
+        "# TYPE qvoice_ref_cache_bytes gauge\nqvoice_ref_cache_bytes %zu\n"
+        "# HELP qvoice_ref_cache_entries Cached reference voices.\n"
+        "# TYPE qvoice_ref_cache_entries gauge\nqvoice_ref_cache_entries %d\n",
+        (unsigned long long)refs->hits, (unsigned long long)refs->misses,
+        (unsigned long long)refs->evictions, refs->n_bytes, refs->n_entries);
     if (qvs_bytes_add(&b, "", 1)) {
         free(b.p);
         return NULL;

@@ -28,6 +28,9 @@ typedef struct {
     int n_models;
     const char *voices_dir;      /* voice library: <sha256>.qvoice files (created if missing) */
     const char *clone_model_dir; /* Base model for POST /v1/audio/voices with audio, or NULL */
+    const char *ref_audio_dir;   /* speech requests may name ref_audio file:// URLs inside it;
+                                    NULL: file:// refused */
+    int ref_cache_mb;            /* MB of per-request reference voices kept (LRU) */
     const char *listen;          /* "HOST:PORT"; port 0 picks a free one (qv_server_port) */
     const char *api_key_file;    /* accepted bearer keys, one per line: "name:admin:KEY" or
                                     "name:user:KEY" (a user key deletes only the voices it
@@ -44,6 +47,7 @@ typedef struct {
     int max_upload_mb;           /* multipart upload size */
     int max_voices;              /* voices in the library; more uploads get 507 */
     int max_library_mb;          /* bytes of the library's voice files; the same */
+    int no_watermark;            /* 1: audio without the synthetic mark (docs/provenance.md) */
     int timeout_s;               /* idle connection timeout and wall time of one request */
     int receive_s;               /* total time to receive one request's headers and body; a
                                     slower client is disconnected (not idle-only: a trickle too) */
@@ -53,14 +57,15 @@ typedef struct {
     const char *probe_listen;    /* "HOST:PORT" of a second listener serving only /health,
                                     /ready and /metrics with a budget of its own, answerable
                                     while listen's connections are all taken; NULL: none */
+    int no_studio;               /* 1: no studio page (GET / and /studio/ answer 404) */
     void (*log)(void *user, const char *line); /* one line, no newline; NULL: silent */
     void *log_user;
 } qv_server_config;
 
 /* listen 127.0.0.1:8080, 1 thread, concurrency 1, queue 4, batches of up to 8 streams, bf16,
- * 120 s cap, 4096 chars, 20 MB uploads, 1000 voices in 20480 MB, 300 s timeout (a 120 s
- * utterance at RTF 2 must fit), 60 s to receive a request, 256 connections, 16 per address; no
- * probe listener, no models, no voices dir, no auth, no log. */
+ * 120 s cap, 4096 chars, 20 MB uploads, 256 MB of per-request references, 1000 voices in
+ * 20480 MB, 300 s timeout (a 120 s utterance at RTF 2 must fit), 60 s to receive a request, 256
+ * connections, 16 per address; no probe listener, no models, no voices dir, no auth, no log. */
 qv_server_config qv_server_default_config(void);
 
 typedef struct qv_server qv_server;

@@ -52,6 +52,7 @@ void qvs_srv_log(qv_server *s, const char *fmt, ...) {
 }
 
 int qvs_peer_gone(struct MHD_Connection *c) {
+    if (!c) return 0; /* no connection (tests/fuzz/fuzz_speech_json.c): no one to lose */
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     if (!ci) return 1;
@@ -172,4 +173,15 @@ enum MHD_Result qvs_reply_cut(struct MHD_Connection *c, req *q, int status, cons
     }
     free(body);
     return MHD_NO;
+}
+
+int qvs_bad(verdict *v, int status, const char *code, const char *param, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(v->msg, sizeof v->msg, fmt, ap);
+    va_end(ap);
+    v->status = status;
+    v->code = code;
+    v->param = param;
+    return -1;
 }

@@ -111,6 +111,9 @@ static enum route route_of(const char *url, const char **id) {
     if (!strcmp(url, "/health")) return ROUTE_HEALTH;
     if (!strcmp(url, "/ready")) return ROUTE_READY;
     if (!strcmp(url, "/metrics")) return ROUTE_METRICS;
+    if (!strcmp(url, "/v1/models")) return ROUTE_MODELS;
+    if (!strcmp(url, "/") || (!strncmp(url, "/studio/", 8) && url[8] && !strchr(url + 8, '/')))
+        return ROUTE_STUDIO;
     return ROUTE_OTHER;
 }
 
@@ -127,6 +130,8 @@ static int route_method(enum route r, const char *method) {
     case ROUTE_HEALTH:
     case ROUTE_READY:
     case ROUTE_METRICS:
+    case ROUTE_MODELS:
+    case ROUTE_STUDIO:
         return get ? (int)r : -1;
     case ROUTE_VOICES_UPLOAD:
     case ROUTE_VOICE_DELETE:
@@ -152,8 +157,11 @@ static int authorized(const qv_server *s, struct MHD_Connection *c, const api_ke
     return *k != NULL;
 }
 
+/* UTF-8 and JSON escapes of the input, other fields (a speaker_embedding of 2048 floats), and
+ * with a clone model a ref_audio of up to max_upload_mb in base64. */
 static size_t body_limit(const qv_server *s) {
-    return 8 * (size_t)s->cfg.max_text_chars + 65536; /* UTF-8 and JSON escapes, other fields */
+    size_t ref = s->cloner ? ((size_t)s->cfg.max_upload_mb << 20) / 3 * 4 + 4096 : 0;
+    return 8 * (size_t)s->cfg.max_text_chars + 65536 + ref;
 }
 
 static enum MHD_Result health(struct MHD_Connection *c, req *q) {
@@ -171,12 +179,35 @@ static enum MHD_Result ready(qv_server *s, struct MHD_Connection *c, req *q) {
         cJSON_AddStringToObject(m, "id", s->models[i].name);
         cJSON_AddStringToObject(m, "type", qv_model_type(s->models[i].model));
         cJSON_AddStringToObject(m, "size", qv_model_size(s->models[i].model));
+        cJSON *langs = cJSON_AddArrayToObject(m, "languages"); /* "auto" first */
+        for (int l = 0; l < qv_model_n_languages(s->models[i].model); l++)
+            cJSON_AddItemToArray(langs,
+                                 cJSON_CreateString(qv_model_language(s->models[i].model, l)));
         cJSON_AddItemToArray(a, m);
     }
     cJSON_AddBoolToObject(o, "cloning", s->cloner != NULL);
     char *body = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return qvs_reply_json(c, q, draining ? MHD_HTTP_SERVICE_UNAVAILABLE : MHD_HTTP_OK, body);
+}
+
+/* OpenAI's model list (what vLLM-Omni clients call first): the served models by the name a
+ * request's "model" takes. */
+static enum MHD_Result models(qv_server *s, struct MHD_Connection *c, req *q) {
+    cJSON *o = cJSON_CreateObject(), *a = cJSON_AddArrayToObject(o, "data");
+    cJSON_AddStringToObject(o, "object", "list");
+    for (int i = 0; i < s->n_models; i++) {
+        cJSON *m = cJSON_CreateObject();
+        cJSON_AddStringToObject(m, "id", s->models[i].name);
+        cJSON_AddStringToObject(m, "object", "model");
+        cJSON_AddNumberToObject(m, "created", 0);
+        cJSON_AddStringToObject(m, "owned_by", "qvoice");
+        cJSON_AddStringToObject(m, "type", qv_model_type(s->models[i].model));
+        cJSON_AddItemToArray(a, m);
+    }
+    char *body = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return qvs_reply_json(c, q, MHD_HTTP_OK, body);
 }
 
 static enum MHD_Result metrics_reply(qv_server *s, struct MHD_Connection *c, req *q) {
@@ -192,7 +223,8 @@ static enum MHD_Result metrics_reply(qv_server *s, struct MHD_Connection *c, req
         qv_model_batch_stats(s->models[i].model, &a, &b);
         steps += a, frames += b;
     }
-    char *text = qvs_metrics_render(&s->met, active, queued, steps, frames);
+    ref_stats refs = qvs_refcache_stats(s);
+    char *text = qvs_metrics_render(&s->met, active, queued, steps, frames, &refs);
     if (!text) return MHD_NO;
     struct MHD_Response *r =
         MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
@@ -267,6 +299,10 @@ static enum MHD_Result finish(qv_server *s, struct MHD_Connection *c, req *q, co
         return ready(s, c, q);
     case ROUTE_METRICS:
         return metrics_reply(s, c, q);
+    case ROUTE_MODELS:
+        return models(s, c, q);
+    case ROUTE_STUDIO:
+        return qvs_studio_get(s, c, q);
     case ROUTE_OTHER:
     case ROUTE_COUNT:
         break;
@@ -361,6 +397,7 @@ qv_server_config qv_server_default_config(void) {
                               .max_seconds = 120,
                               .max_text_chars = 4096,
                               .max_upload_mb = 20,
+                              .ref_cache_mb = 256,
                               .max_voices = 1000,
                               .max_library_mb = 20480,
                               .timeout_s = 300,
@@ -505,10 +542,11 @@ static int start_daemon(qv_server *s, struct MHD_Daemon **d, int *port, const ch
 
 enum qv_status qv_server_start(qv_server **out, const qv_server_config *c, char *err, size_t es) {
     *out = NULL;
-    if (!c->voices_dir || c->max_concurrency < 1 || c->max_queue < 0 ||
-        c->batch_streams < 0 || c->batch_streams > QV_BATCH_MAX_STREAMS || c->max_text_chars < 1 ||
-        c->max_upload_mb < 1 || c->timeout_s < 1 || c->max_seconds < 0 || c->receive_s < 1 || c->max_voices < 0 || c->max_library_mb < 0 ||
-        c->max_connections < 1 || c->max_connections_per_ip < 1) {
+    if (!c->voices_dir || c->max_concurrency < 1 || c->max_queue < 0 || c->batch_streams < 0 ||
+        c->batch_streams > QV_BATCH_MAX_STREAMS || c->max_text_chars < 1 || c->max_upload_mb < 1 ||
+        c->timeout_s < 1 || c->max_seconds < 0 || c->receive_s < 1 || c->max_voices < 0 ||
+        c->max_library_mb < 0 || c->ref_cache_mb < 0 || c->max_connections < 1 ||
+        c->max_connections_per_ip < 1) {
         snprintf(err, es, "server: invalid configuration (voices dir, limits)");
         return QV_E_INVALID;
     }
@@ -537,6 +575,7 @@ enum qv_status qv_server_start(qv_server **out, const qv_server_config *c, char 
         snprintf(err, es, "%s", qv_last_error());
         goto fail;
     }
+    if (qvs_refcache_init(s, err, es)) goto fail;
     if (!(s->slots = calloc((size_t)c->max_concurrency, sizeof *s->slots))) goto nomem;
     s->n_slots = c->max_concurrency;
     for (int i = 0; i < s->n_slots;
@@ -613,6 +652,7 @@ void qv_server_free(qv_server *s) {
     for (int i = 0; i < s->n_slots; i++)
         qv_synth_free(s->slots[i].synth);
     free(s->slots);
+    qvs_refcache_free(s);
     if (s->cloner) qv_cloner_free(s->cloner);
     for (int i = 0; i < s->n_models; i++) {
         qv_model_free(s->models[i].model);

@@ -24,6 +24,8 @@
     X(ROUTE_HEALTH, "health")                                                                      \
     X(ROUTE_READY, "ready")                                                                        \
     X(ROUTE_METRICS, "metrics")                                                                    \
+    X(ROUTE_MODELS, "models")                                                                      \
+    X(ROUTE_STUDIO, "studio")                                                                      \
     X(ROUTE_OTHER, "other")
 #define ROUTE_ENUM_(name, text) name,
 enum route { ROUTE_LIST(ROUTE_ENUM_) ROUTE_COUNT };
@@ -54,9 +56,15 @@ typedef struct {
 void qvs_metrics_init(metrics *m);
 void qvs_metrics_request(metrics *m, enum route r, int status);
 void qvs_metrics_synth(metrics *m, const qv_synth_stats *st);
+/* The reference cache's counters (refcache.c). */
+typedef struct {
+    uint64_t hits, misses, evictions;
+    size_t n_bytes;
+    int n_entries;
+} ref_stats;
 /* Prometheus text exposition; malloc'd. batch_*: qv_model_batch_stats summed over the models. */
 char *qvs_metrics_render(metrics *m, int active, int queued, int64_t batch_steps,
-                         int64_t batch_frames);
+                         int64_t batch_frames, const ref_stats *refs);
 
 /* ==== server ================================================================================= */
 
@@ -105,6 +113,7 @@ struct qv_server {
     api_key *keys; /* accepted bearer keys */
     int n_keys;
     struct library *lib;
+    struct refcache *refs; /* refcache.c */
     int n_threads;
 
     pthread_mutex_t mu; /* everything below */
@@ -133,6 +142,16 @@ typedef struct {
 
 /* ==== shared by the handlers (reply.c) ======================================================= */
 
+/* A refused request: the HTTP status and OpenAI error code, the field it names (or NULL). */
+typedef struct {
+    int status; /* 0 = valid */
+    const char *code, *param;
+    char msg[512];
+} verdict;
+/* Fills v; returns -1. */
+int qvs_bad(verdict *v, int status, const char *code, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
 /* Log one formatted line through cfg.log. */
 void qvs_srv_log(qv_server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 double qvs_now_s(void);
@@ -155,6 +174,7 @@ enum MHD_Result qvs_reply_cut(struct MHD_Connection *c, req *q, int status, cons
     __attribute__((format(printf, 7, 8)));
 /* 1 when the peer has closed the connection (checked without blocking). */
 int qvs_peer_gone(struct MHD_Connection *c);
+
 /* Index of the served model called name (NULL: the default), or -1. */
 int qvs_find_model(const qv_server *s, const char *name);
 
@@ -174,18 +194,14 @@ enum MHD_Result qvs_reply_not_admitted(qv_server *s, struct MHD_Connection *c, r
 /* ==== speech (speech.c) ====================================================================== */
 
 struct job;
-/* An OpenAI-style error found in a request; status 0 when none. */
-typedef struct {
-    int status;
-    const char *code, *param;
-    char msg[512];
-} qvs_verdict;
-/* The speech request body[len] read and checked (model, voice, language, format, sampling) with
- * nothing started: a job to run (free with qvs_speech_job_free) with its model index and
- * parameters, or NULL with v set. What POST /v1/audio/speech runs first, and what
- * tests/fuzz/fuzz_speech_json.c calls without a socket. */
-struct job *qvs_speech_parse(qv_server *s, const api_key *k, const char *body, size_t len,
-                             int *model, qv_params *p, qvs_verdict *v);
+/* The speech request body[len] read and checked (model, voice, language, format, sampling; a
+ * per-request reference cloned or found in the cache, waiting up to deadline, c may be NULL) with
+ * nothing synthesized: a job to run (free with qvs_speech_job_free) with its model index and
+ * parameters, or NULL with v set (status -1/-2: no slot for that clone, qvs_slot_take). What POST
+ * /v1/audio/speech runs first, and what tests/fuzz/fuzz_speech_json.c calls without a socket. */
+struct job *qvs_speech_parse(qv_server *s, struct MHD_Connection *c, const api_key *k,
+                             const char *body, size_t len, double deadline, int *model,
+                             qv_params *p, verdict *v);
 void qvs_speech_job_free(struct job *j);
 /* Handles POST /v1/audio/speech once its JSON body is complete. */
 enum MHD_Result qvs_speech_handle(qv_server *s, struct MHD_Connection *c, req *q);
@@ -234,6 +250,28 @@ int qvs_library_add(qv_server *s, const api_key *k, const uint8_t *b, size_t n, 
 /* Deletes the voice k names: 0 (id set), 404 none k may use, 403 not k's, 500. */
 int qvs_library_remove(qv_server *s, const api_key *k, const char *id_or_name, char id[65]);
 
+/* ==== per-request references (refcache.c) =================================================== */
+
+/* A request's reference: audio (a data URL, base64, or file:// inside cfg.ref_audio_dir) with
+ * its transcript (NULL: x-vector only), or an x-vector embedding[n_embedding] instead. */
+typedef struct {
+    const char *audio, *text;
+    const float *embedding;
+    int n_embedding;
+} ref_spec;
+typedef struct ref_entry ref_entry;
+
+int qvs_refcache_init(qv_server *s, char *err, size_t err_size); /* 0 or -1 with err */
+void qvs_refcache_free(qv_server *s);
+ref_stats qvs_refcache_stats(qv_server *s);
+/* The voice of r, from the cache or cloned on the clone model (taking a slot up to deadline, as
+ * an upload does) and cached: 0 with *out held (release with qvs_ref_release); else -1 with v
+ * set (v->status -1/-2: no slot, as qvs_slot_take). */
+int qvs_ref_get(qv_server *s, struct MHD_Connection *c, double deadline, const ref_spec *r,
+                ref_entry **out, verdict *v);
+const qv_voice *qvs_ref_voice(const ref_entry *e); /* borrowed while held */
+void qvs_ref_release(qv_server *s, ref_entry *e);  /* accepts NULL */
+
 /* ==== byte buffers (bytes.c) ================================================================= */
 
 typedef struct {
@@ -245,5 +283,22 @@ int qvs_bytes_add(bytes *b, const void *p, size_t n);
 
 /* Base64 of n bytes appended to b. */
 int qvs_base64_add(bytes *b, const uint8_t *p, size_t n);
+/* Standard base64 in[n] (white space skipped) into a malloc'd *out of *n_out bytes; 0, or -1
+ * when it is not base64 (or out of memory). */
+int qvs_base64_decode(const char *in, size_t n, uint8_t **out, size_t *n_out);
+
+/* ==== studio (studio.c) ====================================================================== */
+
+/* One embedded file of server/studio/; the table (generated by scripts/embed-studio.sh) ends
+ * with a NULL name. */
+typedef struct {
+    const char *name; /* base name, as in /studio/NAME */
+    const unsigned char *data;
+    size_t size;
+} qvs_asset;
+extern const qvs_asset qvs_studio_assets[];
+/* GET / (index.html) and GET /studio/NAME, with the studio's Content-Security-Policy; 404 when
+ * the name is unknown or cfg.no_studio. */
+enum MHD_Result qvs_studio_get(qv_server *s, struct MHD_Connection *c, req *q);
 
 #endif

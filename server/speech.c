@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "server/server_impl.h"
+#include "voicefmt/qvf.h"
 
 enum stream_kind { STREAM_NONE, STREAM_AUDIO, STREAM_SSE };
 
@@ -28,6 +29,7 @@ typedef struct job {
     qv_synth_request r;
     char *text, *language, *speaker, *instruct, *voice_path;
     qvs_voice_ref voice; /* holds voice_path open when the file is put together in memory */
+    ref_entry *ref; /* a per-request reference's voice, held */
     /* results, under mu */
     qv_encoder *enc; /* streams: WAV/PCM blocks into out (or SSE events) */
     bytes out;       /* streams: encoded bytes not yet sent, from off */
@@ -56,6 +58,7 @@ static void job_unref(job *j) {
     free(j->instruct);
     free(j->voice_path);
     qvs_voice_ref_close(&j->voice);
+    qvs_ref_release(j->s, j->ref);
     free(j->out.p);
     qv_free(j->pcm.pcm);
     qv_encoder_close(j->enc);
@@ -75,7 +78,8 @@ static void job_cancel(job *j, int timed_out) {
 }
 
 static int sse_delta(job *j, const uint8_t *p, size_t n) {
-    static const char head[] = "data: {\"type\":\"speech.audio.delta\",\"audio\":\"";
+    static const char head[] =
+        "event: speech.audio.delta\ndata: {\"type\":\"speech.audio.delta\",\"audio\":\"";
     return qvs_bytes_add(&j->out, head, sizeof head - 1) || qvs_base64_add(&j->out, p, n) ||
            qvs_bytes_add(&j->out, "\"}\n\n", 4);
 }
@@ -181,27 +185,12 @@ static int slot_acquire(qv_server *s, struct MHD_Connection *c, int model, const
 
 /* ==== request parsing ======================================================================== */
 
-typedef qvs_verdict verdict;
-
-static int bad(verdict *v, int status, const char *code, const char *param, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
-static int bad(verdict *v, int status, const char *code, const char *param, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(v->msg, sizeof v->msg, fmt, ap);
-    va_end(ap);
-    v->status = status;
-    v->code = code;
-    v->param = param;
-    return -1;
-}
-
 /* String field k: NULL when absent or null; -1 (verdict set) when not a string. */
 static int get_str(cJSON *o, const char *k, const char **out, verdict *v) {
     cJSON *x = cJSON_GetObjectItemCaseSensitive(o, k);
     *out = NULL;
     if (!x || cJSON_IsNull(x)) return 0;
-    if (!cJSON_IsString(x)) return bad(v, 400, "invalid_type", k, "%s: expected a string", k);
+    if (!cJSON_IsString(x)) return qvs_bad(v, 400, "invalid_type", k, "%s: expected a string", k);
     *out = x->valuestring;
     return 0;
 }
@@ -211,11 +200,11 @@ static int get_num(cJSON *o, const char *k, double lo, double hi, int integer, d
                    verdict *v) {
     cJSON *x = cJSON_GetObjectItemCaseSensitive(o, k);
     if (!x || cJSON_IsNull(x)) return 0;
-    if (!cJSON_IsNumber(x)) return bad(v, 400, "invalid_type", k, "%s: expected a number", k);
+    if (!cJSON_IsNumber(x)) return qvs_bad(v, 400, "invalid_type", k, "%s: expected a number", k);
     double d = x->valuedouble;
     if (!isfinite(d) || d < lo || d > hi || (integer && d != floor(d)))
-        return bad(v, 400, "invalid_value", k, "%s: %g is not %s in [%g, %g]", k, d,
-                   integer ? "an integer" : "a number", lo, hi);
+        return qvs_bad(v, 400, "invalid_value", k, "%s: %g is not %s in [%g, %g]", k, d,
+                       integer ? "an integer" : "a number", lo, hi);
     *out = d;
     return 1;
 }
@@ -242,144 +231,318 @@ static void list_names(char *buf, size_t size, const char *(*name)(const qv_mode
         n += (size_t)snprintf(buf + n, size - n, "%s%s", i ? ", " : "", name(m, i));
 }
 
-/* Fills j (strings, request, format, stream) and p from the JSON body; model in *model. */
-static int parse(qv_server *s, const api_key *k, const char *body, size_t len, job *j, qv_params *p,
-                 int *model, verdict *v) {
-    /* the whole body is one JSON value: anything after it but white space is malformed (the
-     * body is NUL-terminated: len + 1 lets cJSON check that its NUL follows the value) */
-    cJSON *o = cJSON_ParseWithLengthOpts(body ? body : "", body ? len + 1 : 1, NULL, 1);
-    int rc = -1;
-    const char *input, *mname, *voice, *instr, *fmt, *sfmt, *lang;
-    double d;
-    if (!cJSON_IsObject(o)) {
-        bad(v, 400, "invalid_json", NULL, "request body: not a JSON object");
-        goto out;
+/* Boolean field k: 0 absent (or null), 1 set (*out), -1 bad (verdict set). */
+static int get_bool(cJSON *o, const char *k, int *out, verdict *v) {
+    cJSON *x = cJSON_GetObjectItemCaseSensitive(o, k);
+    if (!x || cJSON_IsNull(x)) return 0;
+    if (!cJSON_IsBool(x))
+        return qvs_bad(v, 400, "invalid_type", k, "%s: expected true or false", k);
+    *out = cJSON_IsTrue(x);
+    return 1;
+}
+
+/* vLLM-Omni's task_type against the model and the voice asked for: 0 or -1 (verdict set). */
+static int check_task(const char *task, const char *mtype, const char *mname, int cloned,
+                      verdict *v) {
+    static const struct {
+        const char *task;
+        enum qvf_variant variant;
+    } tasks[] = {{"CustomVoice", QVF_VARIANT_CUSTOM_VOICE},
+                 {"VoiceDesign", QVF_VARIANT_VOICE_DESIGN},
+                 {"Base", QVF_VARIANT_BASE}};
+    int i = 0;
+    while (i < 3 && strcmp(task, tasks[i].task))
+        i++;
+    if (i == 3)
+        return qvs_bad(v, 400, "invalid_value", "task_type",
+                       "task_type %s: expected CustomVoice, VoiceDesign or Base", task);
+    /* Base is cloning: a reference or library voice, on the Base model or on CustomVoice
+     * through the voice file's text side (as `clone` makes it) */
+    if (i == 2 && !cloned)
+        return qvs_bad(v, 400, "invalid_value", "task_type",
+                       "task_type Base: needs ref_audio, speaker_embedding or a library voice");
+    if (i == 2 ? !strcmp(mtype, qvf_variant_name(QVF_VARIANT_VOICE_DESIGN))
+               : cloned || strcmp(mtype, qvf_variant_name(tasks[i].variant)))
+        return qvs_bad(v, 400, "invalid_value", "task_type", "task_type %s: model %s is %s%s", task,
+                       mname, mtype, i != 2 && cloned ? " and a cloned voice was given" : "");
+    return 0;
+}
+
+/* speaker_embedding: an array of exactly dim numbers, malloc'd into *out. */
+static int get_embedding(cJSON *o, int dim, float **out, verdict *v) {
+    cJSON *x = cJSON_GetObjectItemCaseSensitive(o, "speaker_embedding"), *e;
+    *out = NULL;
+    if (!x || cJSON_IsNull(x)) return 0;
+    if (!cJSON_IsArray(x) || cJSON_GetArraySize(x) != dim)
+        return qvs_bad(v, 400, "invalid_value", "speaker_embedding",
+                       "speaker_embedding: expected an array of %d numbers (this model's x-vector)",
+                       dim);
+    if (!(*out = malloc((size_t)dim * sizeof **out)))
+        return qvs_bad(v, 503, "out_of_memory", NULL, "out of memory");
+    int i = 0;
+    cJSON_ArrayForEach(e, x) {
+        if (!cJSON_IsNumber(e) || !isfinite(e->valuedouble) || fabs(e->valuedouble) > 1e6) {
+            free(*out);
+            *out = NULL;
+            return qvs_bad(v, 400, "invalid_value", "speaker_embedding",
+                           "speaker_embedding[%d]: not a finite number", i);
+        }
+        (*out)[i++] = (float)e->valuedouble;
     }
-    if (get_str(o, "input", &input, v) || get_str(o, "model", &mname, v) ||
-        get_str(o, "voice", &voice, v) || get_str(o, "instructions", &instr, v) ||
-        get_str(o, "response_format", &fmt, v) || get_str(o, "stream_format", &sfmt, v) ||
-        get_str(o, "language", &lang, v))
-        goto out;
-    if (!input || !input[0]) {
-        bad(v, 400, "invalid_value", "input", "input: required, non-empty text");
-        goto out;
-    }
-    j->n_chars = utf8_chars(input);
-    if (j->n_chars > s->cfg.max_text_chars) {
-        bad(v, 400, "input_too_long", "input", "input: %d characters exceed the limit of %d",
-            j->n_chars, s->cfg.max_text_chars);
-        goto out;
-    }
-    if ((*model = qvs_find_model(s, mname)) < 0) {
-        bad(v, 404, "model_not_found", "model", "model %s: not served here (GET /ready lists them)",
-            mname);
-        goto out;
-    }
-    const qv_model *m = s->models[*model].model;
+    return 1;
+}
+
+/* A request's fields as parse reads them, borrowed from the JSON body (emb is malloc'd), and what
+ * its steps find: the model, the voice's library file or preset speaker, the audio cap. */
+typedef struct fields {
+    const char *input, *mname, *voice, *alias, *instr, *fmt, *sfmt, *lang, *task, *ref_audio,
+        *ref_text;
+    int xvec_only;
+    float *emb;
+    const qv_model *m;
+    const char *mtype, *name; /* the model's type and served name */
+    const char *speaker;      /* a preset speaker, or NULL: a library voice at path */
+    qvs_voice_ref *vr; /* the job's */
+    double max_s;
+} fields;
+
+/* input (its length in j->n_chars), model (*model, f->m) and vLLM-Omni's "speaker", another name
+ * for "voice". */
+static int parse_text_model(const qv_server *s, fields *f, job *j, int *model, verdict *v) {
+    if (!f->input || !f->input[0])
+        return qvs_bad(v, 400, "invalid_value", "input", "input: required, non-empty text");
+    j->n_chars = utf8_chars(f->input);
+    if (j->n_chars > s->cfg.max_text_chars)
+        return qvs_bad(v, 400, "input_too_long", "input",
+                       "input: %d characters exceed the limit of %d", j->n_chars,
+                       s->cfg.max_text_chars);
+    if ((*model = qvs_find_model(s, f->mname)) < 0)
+        return qvs_bad(v, 404, "model_not_found", "model",
+                       "model %s: not served here (GET /ready lists them)", f->mname);
+    f->m = s->models[*model].model;
+    f->mtype = qv_model_type(f->m);
+    f->name = s->models[*model].name;
+    if (f->alias && f->voice && strcasecmp(f->alias, f->voice))
+        return qvs_bad(v, 400, "invalid_value", "speaker",
+                       "speaker %s: differs from voice %s (one name)", f->alias, f->voice);
+    if (!f->voice) f->voice = f->alias;
+    return 0;
+}
+
+/* The per-request cloning fields: ref_audio with ref_text (or x_vector_only_mode), or
+ * speaker_embedding, each instead of a voice. */
+static int parse_reference(cJSON *o, fields *f, verdict *v) {
+    if (get_bool(o, "x_vector_only_mode", &f->xvec_only, v) < 0 ||
+        get_embedding(o, qv_model_hidden_size(f->m), &f->emb, v) < 0)
+        return -1;
+    if (f->ref_audio && f->emb)
+        return qvs_bad(v, 400, "invalid_value", "speaker_embedding",
+                       "speaker_embedding: give either it or ref_audio, not both");
+    if ((f->ref_audio || f->emb) && f->voice)
+        return qvs_bad(v, 400, "invalid_value", "voice",
+                       "voice %s: a request speaks with a voice or with its own reference "
+                       "(ref_audio, speaker_embedding), not both",
+                       f->voice);
+    if (!f->ref_audio && (f->ref_text || f->xvec_only))
+        return qvs_bad(v, 400, "invalid_value", f->ref_text ? "ref_text" : "x_vector_only_mode",
+                       "%s: only with ref_audio", f->ref_text ? "ref_text" : "x_vector_only_mode");
+    if (f->ref_audio && !f->xvec_only && (!f->ref_text || !f->ref_text[0]))
+        return qvs_bad(
+            v, 400, "invalid_value", "ref_text",
+            "ref_text: the transcript of ref_audio is required unless x_vector_only_mode is true");
+    return 0;
+}
+
+/* Who speaks, against the model: language (in the model's spelling), the voice (a library voice
+ * f->vr, or a preset speaker), vLLM-Omni's task_type and non_streaming_mode. */
+static int parse_voice(qv_server *s, const api_key *k, cJSON *o, fields *f, verdict *v) {
+    const qv_model *m = f->m;
     char names[1024];
-    if (lang && strcasecmp(lang, "auto")) {
-        const char *l = find_name(lang, qv_model_language, qv_model_n_languages(m), m);
+    if (f->lang && strcasecmp(f->lang, "auto")) {
+        const char *l = find_name(f->lang, qv_model_language, qv_model_n_languages(m), m);
         if (!l) {
             list_names(names, sizeof names, qv_model_language, qv_model_n_languages(m), m);
-            bad(v, 400, "invalid_value", "language", "language %s: not one of %s", lang, names);
-            goto out;
+            return qvs_bad(v, 400, "invalid_value", "language", "language %s: not one of %s",
+                           f->lang, names);
         }
-        lang = l;
+        f->lang = l;
     }
-    const char *speaker = NULL;
-    if (!voice && qv_model_n_speakers(m) > 0)
-        speaker = qv_model_speaker(m, 0);
-    else if (!voice && strcmp(qv_model_type(m), "voice_design")) { /* it has instructions */
-        bad(v, 400, "invalid_value", "voice", "voice: required (a library voice for model %s)",
-            s->models[*model].name);
-        goto out;
-    } else if (voice && qvs_voice_lookup(s, k, voice, &j->voice)) {
-        speaker = find_name(voice, qv_model_speaker, qv_model_n_speakers(m), m);
-        if (!speaker) {
+    int has_ref = f->ref_audio || f->emb;
+    if (!has_ref && !f->voice && qv_model_n_speakers(m) > 0)
+        f->speaker = qv_model_speaker(m, 0);
+    else if (!has_ref && !f->voice && /* a VoiceDesign model has instructions instead */
+             strcmp(f->mtype, qvf_variant_name(QVF_VARIANT_VOICE_DESIGN)))
+        return qvs_bad(v, 400, "invalid_value", "voice",
+                       "voice: required (a library voice or ref_audio for model %s)", f->name);
+    else if (f->voice && qvs_voice_lookup(s, k, f->voice, f->vr)) {
+        f->speaker = find_name(f->voice, qv_model_speaker, qv_model_n_speakers(m), m);
+        if (!f->speaker) {
             list_names(names, sizeof names, qv_model_speaker, qv_model_n_speakers(m), m);
-            bad(v, 400, "voice_not_found", "voice",
-                "voice %s: neither a library voice (GET /v1/audio/voices) nor a preset speaker "
-                "of %s (%s)",
-                voice, s->models[*model].name, names[0] ? names : "none");
-            goto out;
+            return qvs_bad(v, 400, "voice_not_found", "voice",
+                           "voice %s: neither a library voice (GET /v1/audio/voices) nor a preset "
+                           "speaker of %s (%s)",
+                           f->voice, f->name, names[0] ? names : "none");
         }
     }
+    if (f->task &&
+        check_task(f->task, f->mtype, f->name, has_ref || (f->voice && !f->speaker), v))
+        return -1;
+    /* the text layout is the model's (non-streaming for CustomVoice and VoiceDesign, streaming
+     * for Base, as the official package's defaults); the other one is not offered */
+    int nsm, got;
+    if ((got = get_bool(o, "non_streaming_mode", &nsm, v)) < 0) return -1;
+    if (got && nsm != !!strcmp(f->mtype, qvf_variant_name(QVF_VARIANT_BASE)))
+        return qvs_bad(v, 400, "unsupported_value", "non_streaming_mode",
+                       "non_streaming_mode %s: model %s feeds its text %s", nsm ? "true" : "false",
+                       f->name, nsm ? "one token per frame (streaming)" : "whole (non-streaming)");
+    return 0;
+}
+
+/* response_format, stream_format and vLLM-Omni's stream into j->format and j->stream, with the
+ * stream's encoder (j->enc). */
+static int parse_format(const qv_server *s, cJSON *o, const fields *f, job *j, verdict *v) {
+    const char *fmt = f->fmt, *sfmt = f->sfmt;
     j->format = QV_FORMAT_WAV;
-    if (fmt && (j->format = qv_format_parse(fmt)) < 0) {
-        bad(v, 400, "invalid_value", "response_format",
-            "response_format %s: expected " QV_FORMAT_NAMES, fmt);
-        goto out;
-    }
-    if (!qv_format_writable(j->format)) {
-        bad(v, 400, "unsupported_format", "response_format",
-            "response_format %s: this build's libsndfile cannot write it", fmt);
-        goto out;
-    }
+    if (fmt && !strcmp(fmt, "aac"))
+        return qvs_bad(v, 400, "unsupported_format", "response_format",
+                       "response_format aac: no AAC encoder in this build (libsndfile has none); "
+                       "expected " QV_FORMAT_NAMES);
+    if (fmt && (j->format = qv_format_parse(fmt)) < 0)
+        return qvs_bad(v, 400, "invalid_value", "response_format",
+                       "response_format %s: expected " QV_FORMAT_NAMES, fmt);
+    if (!qv_format_writable(j->format))
+        return qvs_bad(v, 400, "unsupported_format", "response_format",
+                       "response_format %s: this build's libsndfile cannot write it", fmt);
     j->stream = !sfmt                    ? STREAM_NONE
                 : !strcmp(sfmt, "audio") ? STREAM_AUDIO
                 : !strcmp(sfmt, "sse")   ? STREAM_SSE
                                          : -1;
-    if (j->stream < 0) {
-        bad(v, 400, "invalid_value", "stream_format", "stream_format %s: expected audio or sse",
-            sfmt);
-        goto out;
-    }
-    if (j->stream && !qv_format_progressive(j->format)) {
-        bad(v, 400, "unsupported_format", "response_format",
-            "response_format %s: streams are wav or pcm (ask without stream_format for %s)",
-            qv_format_name(j->format), qv_format_name(j->format));
-        goto out;
-    }
-    if (j->stream && qv_encoder_new(&j->enc, j->format, stream_sink, j, NULL)) {
-        bad(v, 500, "out_of_memory", NULL, "%s", qv_last_error());
-        goto out;
-    }
-    int got = get_num(o, "speed", 0.25, 4, 0, &d, v);
-    if (got < 0) goto out;
-    if (got && d != 1.0) {
-        bad(v, 400, "unsupported_value", "speed",
-            "speed %g: only 1.0 is supported (qvoice does not time-stretch its output)", d);
-        goto out;
-    }
-    *p = qv_model_params(m);
+    if (j->stream < 0)
+        return qvs_bad(v, 400, "invalid_value", "stream_format",
+                       "stream_format %s: expected audio or sse", sfmt);
+    /* vLLM-Omni's stream: true is audio bytes as decoded, or SSE with stream_format sse */
+    int stream, got;
+    if ((got = get_bool(o, "stream", &stream, v)) < 0) return -1;
+    if (got && !stream && sfmt)
+        return qvs_bad(v, 400, "invalid_value", "stream",
+                       "stream false: contradicts stream_format %s", sfmt);
+    if (got && stream && !sfmt) j->stream = STREAM_AUDIO;
+    if (j->stream && !qv_format_progressive(j->format))
+        return qvs_bad(v, 400, "unsupported_format", "response_format",
+                       "response_format %s: streams are wav or pcm (ask without stream_format for "
+                       "%s)",
+                       qv_format_name(j->format), qv_format_name(j->format));
+    if (j->stream && qv_encoder_new(&j->enc, j->format,
+                                    s->cfg.no_watermark ? QV_WATERMARK_OFF : QV_WATERMARK_DEFAULT,
+                                    stream_sink, j, NULL))
+        return qvs_bad(v, 500, "out_of_memory", NULL, "%s", qv_last_error());
+    return 0;
+}
+
+/* vLLM-Omni's fields qvoice takes only at the one value it produces: sample_rate,
+ * initial_codec_chunk_frames (absent) and speed. */
+static int parse_fixed(cJSON *o, verdict *v) {
+    double d;
+    int got;
+    if ((got = get_num(o, "sample_rate", 1, 1e6, 1, &d, v)) < 0) return -1;
+    if (got && d != QV_SAMPLE_RATE_HZ)
+        return qvs_bad(v, 400, "unsupported_value", "sample_rate",
+                       "sample_rate %g: the audio is %d Hz (resample on the client)", d,
+                       QV_SAMPLE_RATE_HZ);
+    if ((got = get_num(o, "initial_codec_chunk_frames", 0, 65536, 1, &d, v)) < 0) return -1;
+    if (got)
+        return qvs_bad(v, 400, "unsupported_value", "initial_codec_chunk_frames",
+                       "initial_codec_chunk_frames: the decoder's block schedule is fixed (the "
+                       "first audio after a few frames, then growing blocks)");
+    if ((got = get_num(o, "speed", 0.25, 4, 0, &d, v)) < 0) return -1;
+    if (got && d != 1.0)
+        return qvs_bad(v, 400, "unsupported_value", "speed",
+                       "speed %g: only 1.0 is supported (qvoice does not time-stretch its output)",
+                       d);
+    return 0;
+}
+
+/* Sampling: the model's parameters with the request's seed, temperature, top_k, top_p,
+ * repetition_penalty and max_new_tokens into p; max_seconds (under the server's) in f->max_s. */
+static int parse_sampling(const qv_server *s, cJSON *o, fields *f, qv_params *p, verdict *v) {
+    double d;
+    int got;
+    *p = qv_model_params(f->m);
     p->n_threads = s->n_threads;
     p->quant = s->cfg.quant;
-    double max_s = s->cfg.max_seconds;
-    if ((got = get_num(o, "seed", 0, 9007199254740991.0, 1, &d, v)) < 0) goto out;
+    f->max_s = s->cfg.max_seconds;
+    if ((got = get_num(o, "seed", 0, 9007199254740991.0, 1, &d, v)) < 0) return -1;
     if (got) p->seed = (uint64_t)d;
     /* the ranges are the library's (qv_params_check, below) */
-    if ((got = get_num(o, "temperature", -FLT_MAX, FLT_MAX, 0, &d, v)) < 0) goto out;
+    if ((got = get_num(o, "temperature", -FLT_MAX, FLT_MAX, 0, &d, v)) < 0) return -1;
     if (got) p->temperature = (float)d;
-    if ((got = get_num(o, "top_k", INT_MIN, INT_MAX, 1, &d, v)) < 0) goto out;
+    if ((got = get_num(o, "top_k", INT_MIN, INT_MAX, 1, &d, v)) < 0) return -1;
     if (got) p->top_k = (int)d;
-    if ((got = get_num(o, "top_p", -FLT_MAX, FLT_MAX, 0, &d, v)) < 0) goto out;
+    if ((got = get_num(o, "top_p", -FLT_MAX, FLT_MAX, 0, &d, v)) < 0) return -1;
     if (got) p->top_p = (float)d;
-    if ((got = get_num(o, "repetition_penalty", -FLT_MAX, FLT_MAX, 0, &d, v)) < 0) goto out;
+    if ((got = get_num(o, "repetition_penalty", -FLT_MAX, FLT_MAX, 0, &d, v)) < 0) return -1;
     if (got) p->repetition_penalty = (float)d;
-    if ((got = get_num(o, "max_new_tokens", 1, 65536, 1, &d, v)) < 0) goto out;
+    if ((got = get_num(o, "max_new_tokens", 1, 65536, 1, &d, v)) < 0) return -1;
     if (got) p->max_frames = d > 1 ? (int)d - 1 : 1; /* max_seconds still caps the audio */
-    if ((got = get_num(o, "max_seconds", 0.08, 1e6, 0, &d, v)) < 0) goto out;
-    if (got && (max_s <= 0 || d < max_s)) max_s = d;
+    if ((got = get_num(o, "max_seconds", 0.08, 1e6, 0, &d, v)) < 0) return -1;
+    if (got && (f->max_s <= 0 || d < f->max_s)) f->max_s = d;
     if (qv_params_check(p)) {
         const char *e = qv_last_error();
-        static const char *const fields[] = {"temperature", "top_k", "top_p",
-                                             "repetition_penalty"};
+        static const char *const names[] = {"temperature", "top_k", "top_p",
+                                            "repetition_penalty"};
         const char *field = NULL;
-        for (size_t i = 0; i < sizeof fields / sizeof *fields; i++)
-            if (!strncmp(e, fields[i], strlen(fields[i])) && e[strlen(fields[i])] == ':')
-                field = fields[i];
-        bad(v, 400, "invalid_value", field, "%s", e);
+        for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+            if (!strncmp(e, names[i], strlen(names[i])) && e[strlen(names[i])] == ':')
+                field = names[i];
+        return qvs_bad(v, 400, "invalid_value", field, "%s", e);
+    }
+    return 0;
+}
+
+/* Fills j (strings, request, format, stream, reference) and p from the JSON body; model in
+ * *model. The fields are checked in the order of the steps above; a reference is cloned (or
+ * found in the cache) last, once everything else is valid; verdict status -1/-2: no slot for that
+ * clone (qvs_slot_take). */
+static int parse(qv_server *s, struct MHD_Connection *c, const api_key *k, const char *body,
+                 size_t len, job *j, qv_params *p, int *model, verdict *v) {
+    /* the whole body is one JSON value: anything after it but white space is malformed (the
+     * body is NUL-terminated: len + 1 lets cJSON check that its NUL follows the value) */
+    cJSON *o = cJSON_ParseWithLengthOpts(body ? body : "", body ? len + 1 : 1, NULL, 1);
+    int rc = -1;
+    fields f = {.vr = &j->voice};
+    if (!cJSON_IsObject(o)) {
+        qvs_bad(v, 400, "invalid_json", NULL, "request body: not a JSON object");
         goto out;
     }
-    if ((input && !(j->text = strdup(input))) || (lang && !(j->language = strdup(lang))) ||
-        (speaker && !(j->speaker = strdup(speaker))) || (instr && !(j->instruct = strdup(instr))) ||
-        (voice && !speaker && !(j->voice_path = strdup(j->voice.path)))) {
-        bad(v, 500, "out_of_memory", NULL, "out of memory");
+    if (get_str(o, "input", &f.input, v) || get_str(o, "model", &f.mname, v) ||
+        get_str(o, "voice", &f.voice, v) || get_str(o, "speaker", &f.alias, v) ||
+        get_str(o, "instructions", &f.instr, v) || get_str(o, "response_format", &f.fmt, v) ||
+        get_str(o, "stream_format", &f.sfmt, v) || get_str(o, "language", &f.lang, v) ||
+        get_str(o, "task_type", &f.task, v) || get_str(o, "ref_audio", &f.ref_audio, v) ||
+        get_str(o, "ref_text", &f.ref_text, v))
+        goto out;
+    if (parse_text_model(s, &f, j, model, v) || parse_reference(o, &f, v) ||
+        parse_voice(s, k, o, &f, v) || parse_format(s, o, &f, j, v) || parse_fixed(o, v) ||
+        parse_sampling(s, o, &f, p, v))
+        goto out;
+    if ((f.input && !(j->text = strdup(f.input))) || (f.lang && !(j->language = strdup(f.lang))) ||
+        (f.speaker && !(j->speaker = strdup(f.speaker))) ||
+        (f.instr && !(j->instruct = strdup(f.instr))) ||
+        (f.voice && !f.speaker && !(j->voice_path = strdup(f.vr->path)))) {
+        qvs_bad(v, 500, "out_of_memory", NULL, "out of memory");
         goto out;
     }
-    j->max_seconds = max_s;
+    j->max_seconds = f.max_s;
+    if (f.ref_audio || f.emb) {
+        ref_spec r = {.audio = f.ref_audio,
+                      .text = f.xvec_only ? NULL : f.ref_text,
+                      .embedding = f.emb,
+                      .n_embedding = f.emb ? qv_model_hidden_size(f.m) : 0};
+        if (qvs_ref_get(s, c, j->deadline, &r, &j->ref, v)) goto out;
+    }
     rc = 0;
 out:
+    free(f.emb);
     cJSON_Delete(o);
     return rc;
 }
@@ -488,7 +651,8 @@ static ssize_t read_stream(void *cls, uint64_t pos, char *buf, size_t max) {
             int status = ok ? 200 : failure_status(j, &type, &code);
             if (ok)
                 snprintf(ev, sizeof ev,
-                         "data: {\"type\":\"speech.audio.done\",\"usage\":{\"input_tokens\":%d,"
+                         "event: speech.audio.done\ndata: {\"type\":\"speech.audio.done\","
+                         "\"usage\":{\"input_tokens\":%d,"
                          "\"output_tokens\":%d,\"total_tokens\":%d}}\n\n",
                          j->n_chars, j->stats.n_frames, j->n_chars + j->stats.n_frames);
             else {
@@ -497,13 +661,14 @@ static ssize_t read_stream(void *cls, uint64_t pos, char *buf, size_t max) {
                 snprintf(msg, sizeof msg, "synthesis failed after audio was sent: %s: %s",
                          qv_strerror(j->st), j->err);
                 qvs_scrub(j->s, msg, sizeof msg);
-                cJSON_AddStringToObject(e, "type", "error");
+                cJSON_AddStringToObject(e, "type", "speech.audio.error");
                 cJSON_AddStringToObject(in, "message", msg);
                 cJSON_AddStringToObject(in, "type", type);
                 cJSON_AddStringToObject(in, "code", code);
                 cJSON_AddNumberToObject(in, "status", status);
                 char *t = cJSON_PrintUnformatted(e);
-                snprintf(ev, sizeof ev, "data: %s\n\n", t ? t : "{\"type\":\"error\"}");
+                snprintf(ev, sizeof ev, "event: speech.audio.error\ndata: %s\n\n",
+                         t ? t : "{\"type\":\"speech.audio.error\"}");
                 free(t);
                 cJSON_Delete(e);
             }
@@ -547,12 +712,14 @@ void qvs_speech_release(qv_server *s, req *q) {
     q->job = NULL;
 }
 
-job *qvs_speech_parse(qv_server *s, const api_key *k, const char *body, size_t len, int *model,
-                      qv_params *p, qvs_verdict *v) {
+job *qvs_speech_parse(qv_server *s, struct MHD_Connection *c, const api_key *k,
+                      const char *body, size_t len, double deadline, int *model, qv_params *p,
+                      verdict *v) {
     memset(v, 0, sizeof *v);
+    *model = -1; /* set by parse when it succeeds */
     job *j = calloc(1, sizeof *j);
     if (!j) {
-        bad(v, 503, "out_of_memory", NULL, "out of memory");
+        qvs_bad(v, 503, "out_of_memory", NULL, "out of memory");
         return NULL;
     }
     pthread_mutex_init(&j->mu, NULL);
@@ -561,7 +728,9 @@ job *qvs_speech_parse(qv_server *s, const api_key *k, const char *body, size_t l
     j->voice.fd = -1;
     j->pcm.struct_size = sizeof j->pcm;
     j->s = s;
-    if (parse(s, k, body, len, j, p, model, v)) {
+    j->conn = c;
+    j->deadline = deadline;
+    if (parse(s, c, k, body, len, j, p, model, v)) {
         job_unref(j);
         return NULL;
     }
@@ -576,19 +745,21 @@ enum MHD_Result qvs_speech_handle(qv_server *s, struct MHD_Connection *c, req *q
     verdict v;
     qv_params p;
     int model;
-    job *j = qvs_speech_parse(s, q->key, q->body, q->body_len, &model, &p, &v);
-    if (!j)
+    double deadline = q->t0 + s->cfg.timeout_s;
+    job *j = qvs_speech_parse(s, c, q->key, q->body, q->body_len, deadline, &model, &p, &v);
+    if (!j) {
+        if (v.status < 0) return qvs_reply_not_admitted(s, c, q, v.status, deadline);
         return qvs_reply_error(c, q, v.status,
                                v.status >= 500 ? "server_error" : "invalid_request_error", v.code,
                                v.param, "%s", v.msg);
-    j->conn = c;
-    j->deadline = q->t0 + s->cfg.timeout_s;
+    }
     q->job = j; /* freed by qvs_speech_release when the request completes */
     j->r = qv_synth_default_request();
     j->r.text = j->text;
     j->r.language = j->language;
     j->r.speaker = j->speaker;
     j->r.voice_path = j->voice_path;
+    j->r.voice = j->ref ? qvs_ref_voice(j->ref) : NULL;
     j->r.instruct = j->instruct;
     j->r.max_seconds = j->max_seconds; /* per chunk in the library; on_pcm caps the total */
     j->max_samples = (int64_t)(j->max_seconds * QV_SAMPLE_RATE_HZ);
@@ -629,7 +800,9 @@ enum MHD_Result qvs_speech_handle(qv_server *s, struct MHD_Connection *c, req *q
         if (j->st) return reply_failure(c, q, j);
         uint8_t *out;
         size_t len;
-        if (qv_audio_encode(j->format, j->pcm.pcm, j->pcm.n, &out, &len))
+        if (qv_audio_encode(j->format, j->pcm.pcm, j->pcm.n,
+                            s->cfg.no_watermark ? QV_WATERMARK_OFF : QV_WATERMARK_DEFAULT, &out,
+                            &len))
             return qvs_reply_error(c, q, 500, "server_error", "encoding_failed", NULL,
                                    "response_format %s", qv_last_error());
         struct MHD_Response *r =

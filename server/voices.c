@@ -17,6 +17,7 @@
 
 #include "server/server_impl.h"
 #include "util/fileio.h"
+#include "util/sha256.h"
 #include "voicefmt/qvf.h"
 
 #define FIELD_MAX_BYTES 16384 /* name, transcript, language, consent */
@@ -57,7 +58,9 @@ static enum MHD_Result voice_not_found(struct MHD_Connection *c, req *q, const c
 }
 
 enum MHD_Result qvs_voices_get(qv_server *s, struct MHD_Connection *c, req *q, const char *id) {
-    if (!id) { /* the list, and the preset speakers of each model (vLLM-Omni's "voices") */
+    if (!id) { /* vLLM-Omni's shape: "voices" names the presets of each model and the library
+                  voices, "uploaded_voices" describes the library's; "data" is the same
+                  descriptions under OpenAI's list key */
         cJSON *o = cJSON_CreateObject(), *sp = cJSON_AddArrayToObject(o, "voices");
         cJSON_AddStringToObject(o, "object", "list");
         for (int i = 0; i < s->n_models; i++)
@@ -73,7 +76,15 @@ enum MHD_Result qvs_voices_get(qv_server *s, struct MHD_Connection *c, req *q, c
             cJSON_Delete(o);
             return qvs_reply_json(c, q, 500, NULL);
         }
+        cJSON *uploaded = cJSON_Duplicate(data, 1), *x;
+        cJSON_ArrayForEach(x, data) {
+            const char *name = cJSON_GetStringValue(cJSON_GetObjectItem(x, "name"));
+            const char *vid = cJSON_GetStringValue(cJSON_GetObjectItem(x, "id"));
+            if (name || vid)
+                cJSON_AddItemToArray(sp, cJSON_CreateString(name && name[0] ? name : vid));
+        }
         cJSON_AddItemToObject(o, "data", data);
+        cJSON_AddItemToObject(o, "uploaded_voices", uploaded);
         char *body = cJSON_PrintUnformatted(o);
         cJSON_Delete(o);
         return qvs_reply_json(c, q, 200, body);
@@ -293,7 +304,7 @@ static enum MHD_Result store_qvoice(qv_server *s, struct MHD_Connection *c, req 
     qvf_voice *v;
     const char *fname = u->filename[0] ? u->filename : "upload";
     /* a raw x-vector (file_version 0) is no voice file, whatever its name */
-    if (memcmp(u->magic, "QVCE", 4))
+    if (qvf_file_kind(NULL, u->magic, sizeof u->magic) != QVF_KIND_QVOICE)
         return qvs_reply_error(c, q, 400, "invalid_request_error", "invalid_voice_file",
                                "audio_sample", "%.128s: not a .qvoice voice file", fname);
     if (qvf_read_file(u->tmp, 0, &v, err, sizeof err))
@@ -335,7 +346,7 @@ static enum MHD_Result store_qvoice(qv_server *s, struct MHD_Connection *c, req 
         }
     }
     const char *name = field(u, F_NAME), *consent = field(u, F_CONSENT);
-    const char *old = qvf_meta_get(v, "name"), *old_consent = qvf_meta_get(v, "consent");
+    const char *old = qvf_meta_get(v, "name"), *old_consent = qvf_meta_get(v, "consent.method");
     int rewrite = (name && (!old || strcmp(old, name))) || !old_consent || !old_consent[0];
     if (!name) name = old;
     snprintf(out, sizeof out, "%s", u->tmp);
@@ -343,7 +354,9 @@ static enum MHD_Result store_qvoice(qv_server *s, struct MHD_Connection *c, req 
         int fd;
         snprintf(out, sizeof out, "%s/.new-%d-XXXXXX", s->voices_dir, (int)getpid());
         if ((fd = mkstemp(out)) < 0 || close(fd) || qvf_meta_set(v, "name", name) ||
-            (!old_consent && qvf_meta_set(v, "consent", consent)) ||
+            (!old_consent && (qvf_meta_set(v, "consent.method", "typed") ||
+                              qvf_meta_set(v, "consent.statement", consent) ||
+                              qvf_meta_set(v, "consent.collected_by", "qvoice-server upload"))) ||
             qvf_write_file(v, out, 4, err, sizeof err)) {
             unlink(out);
             qvf_voice_free(v);
@@ -428,8 +441,7 @@ enum MHD_Result qvs_upload_finish(qv_server *s, struct MHD_Connection *c, req *q
                                NAME_MAX_BYTES);
     close(u->fd);
     u->fd = -1;
-    size_t fl = strlen(u->filename);
-    int is_qvoice =
-        !memcmp(u->magic, "QVCE", 4) || (fl > 7 && !strcmp(u->filename + fl - 7, ".qvoice"));
-    return is_qvoice ? store_qvoice(s, c, q, u) : clone_upload(s, c, q, u);
+    return qvf_file_kind(u->filename, u->magic, sizeof u->magic) == QVF_KIND_QVOICE
+               ? store_qvoice(s, c, q, u)
+               : clone_upload(s, c, q, u);
 }

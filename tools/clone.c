@@ -78,8 +78,13 @@ static void usage(FILE *f, const qv_clone_request *d) {
             "                              instead of failing (default: fail)\n"
             "    -S, --speaker-threshold C second-speaker warning below this cosine to the main\n"
             "                              speaker, -1..1 (default %.2f; for a trained encoder)\n"
-            "    -A, --consent TEXT        consent statement stored in META with the user name and\n"
-            "                              UTC time (documented, not enforced; default: none)\n"
+            "    -A, --consent TEXT        the consent record (docs/provenance.md), stored in META\n"
+            "                              consent.* with the UTC time and the user running clone:\n"
+            "                              the statement the speaker gave (method typed)\n"
+            "    -K, --consent-speaker WHO who consented (default: not recorded)\n"
+            "    -G, --consent-scope TEXT  to what: the uses agreed to (default: not recorded)\n"
+            "    -R, --consent-recording F audio file of the spoken consent: method recording, its\n"
+            "                              SHA-256 stored (default: none; method typed)\n"
             "    -P, --plot FILE.png       also write the reference's log-mel spectrogram as a PNG,\n"
             "                              the part used for the x-vector marked (default: none)\n"
             "        --json                print the JSON report instead of the summary (off)\n"
@@ -146,6 +151,11 @@ static const char *str(const cJSON *j, const char *k) {
     const cJSON *o = at(j, k);
     return cJSON_IsString(o) ? o->valuestring : "";
 }
+/* A META value of the report (META keys may hold dots, so not through at()). */
+static const char *meta_str(const cJSON *j, const char *key) {
+    const char *s = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(at(j, "meta"), key));
+    return s ? s : "";
+}
 
 /* The hygiene lines, "  hygiene    " before the first. */
 static void print_hygiene(FILE *f, const cJSON *j) {
@@ -199,8 +209,12 @@ static void print_summary(const cJSON *j, const options *o) {
                num(j, "hygiene.transcript.fallback_xvector_only")
                    ? ": transcript implausible, --allow-xvector-fallback"
                    : "");
-    if (o->r.consent)
-        printf("  consent    \"%s\" (%s)\n", o->r.consent, str(j, "meta.consent_by"));
+    if (o->r.consent || o->r.consent_recording)
+        printf("  consent    %s by %s for %s, collected by %s%s%s%s\n", meta_str(j, "consent.method"),
+               o->r.consent_speaker ? o->r.consent_speaker : "(speaker not recorded)",
+               o->r.consent_scope ? o->r.consent_scope : "(scope not recorded)",
+               meta_str(j, "consent.collected_by"), o->r.consent ? ": \"" : "",
+               o->r.consent ? o->r.consent : "", o->r.consent ? "\"" : "");
     if (o->out) {
         printf("  sections  ");
         const cJSON *s, *secs = at(j, "sections");
@@ -303,9 +317,9 @@ static int parse_window(const char *s, qv_clone_request *r) {
 
 enum { OPT_JSON = 1000 };
 
-int main(int argc, char **argv) {
-    options o = {.r = qv_clone_default_request()};
-    int hygiene_flags = 0;
+/* Parses the options into o (*hygiene_flags: one that needs hygiene was given). -1 to go on,
+ * else the exit status: 0 after --help or --version, 2 on a usage error. */
+static int parse_options(int argc, char **argv, options *o, int *hygiene_flags) {
     static const struct option longs[] = {
         {"model", required_argument, 0, 'm'},         {"output", required_argument, 0, 'o'},
         {"ref-text", required_argument, 0, 't'},      {"ref-text-file", required_argument, 0, 'T'},
@@ -317,56 +331,70 @@ int main(int argc, char **argv) {
         {"allow-xvector-fallback", no_argument, 0, 'F'},
         {"speaker-threshold", required_argument, 0, 'S'},
         {"consent", required_argument, 0, 'A'},       {"plot", required_argument, 0, 'P'},
+        {"consent-speaker", required_argument, 0, 'K'},
+        {"consent-scope", required_argument, 0, 'G'},
+        {"consent-recording", required_argument, 0, 'R'},
         {"no-wovr", no_argument, 0, 'W'},
         {"help", no_argument, 0, 'h'},                {"version", no_argument, 0, 'V'},
         {0, 0, 0, 0}};
     opterr = 0; /* unknown options are reported below, in one line */
     int ch;
-    while ((ch = getopt_long(argc, argv, ":m:o:t:T:n:l:xc:s:j:p:CHw:FS:A:P:WhV", longs, NULL)) !=
+    while ((ch = getopt_long(argc, argv, ":m:o:t:T:n:l:xc:s:j:p:CHw:FS:A:K:G:R:P:WhV", longs, NULL)) !=
            -1) {
         switch (ch) {
-        case 'm': o.model_dir = optarg; break;
-        case 'o': o.out = optarg; break;
-        case 't': o.r.ref_text = optarg; break;
-        case 'T': o.ref_text_file = optarg; break;
-        case 'n': o.r.name = optarg; break;
-        case 'l': o.r.language = optarg; break;
-        case 'x': o.xvector_only = 1; break;
-        case 'c': o.r.target_cv_dir = optarg; break;
+        case 'm': o->model_dir = optarg; break;
+        case 'o': o->out = optarg; break;
+        case 't': o->r.ref_text = optarg; break;
+        case 'T': o->ref_text_file = optarg; break;
+        case 'n': o->r.name = optarg; break;
+        case 'l': o->r.language = optarg; break;
+        case 'x': o->xvector_only = 1; break;
+        case 'c': o->r.target_cv_dir = optarg; break;
         case 's':
-            if (parse_double(optarg, 3, 3600, &o.r.max_seconds))
+            if (parse_double(optarg, 3, 3600, &o->r.max_seconds))
                 return usage_error("--max-seconds: expected a number of seconds in [3, 3600], found '%s'", optarg);
             break;
-        case OPT_JSON: o.json = 1; break;
+        case OPT_JSON: o->json = 1; break;
         case 'j':
         case 'p': {
             double n;
             if (parse_double(optarg, 1, 256, &n) || n != (int)n)
                 return usage_error("--threads: expected 1..256, found '%s'", optarg);
-            o.threads = (int)n;
+            o->threads = (int)n;
             break;
         }
-        case 'C': o.compare = 1; break;
-        case 'H': o.r.hygiene = 0; break;
+        case 'C': o->compare = 1; break;
+        case 'H': o->r.hygiene = 0; break;
         case 'w':
-            if (parse_window(optarg, &o.r))
+            if (parse_window(optarg, &o->r))
                 return usage_error("--icl-window: expected full, auto or START-END seconds, found '%s'", optarg);
             break;
-        case 'F': o.r.allow_xvector_fallback = 1, hygiene_flags = 1; break;
+        case 'F': o->r.allow_xvector_fallback = 1, *hygiene_flags = 1; break;
         case 'S':
-            if (parse_double(optarg, -1, 1, &o.r.speaker_threshold))
+            if (parse_double(optarg, -1, 1, &o->r.speaker_threshold))
                 return usage_error("--speaker-threshold: expected a cosine in [-1, 1], found '%s'", optarg);
-            hygiene_flags = 1;
+            *hygiene_flags = 1;
             break;
-        case 'A': o.r.consent = optarg; break;
-        case 'P': o.r.plot_path = optarg; break;
-        case 'W': o.r.with_wovr = 0; break;
-        case 'h': usage(stdout, &o.r); return 0;
+        case 'A': o->r.consent = optarg; break;
+        case 'K': o->r.consent_speaker = optarg; break;
+        case 'G': o->r.consent_scope = optarg; break;
+        case 'R': o->r.consent_recording = optarg; break;
+        case 'P': o->r.plot_path = optarg; break;
+        case 'W': o->r.with_wovr = 0; break;
+        case 'h': usage(stdout, &o->r); return 0;
         case 'V': printf(TOOL " (qvoice) %s\n", qv_version()); return 0;
         case ':': return usage_error("option '%s' needs an argument", argv[optind - 1]);
         default: return usage_error("unknown option '%s'", argv[optind - 1]);
         }
     }
+    return -1;
+}
+
+int main(int argc, char **argv) {
+    options o = {.r = qv_clone_default_request()};
+    int hygiene_flags = 0;
+    int st = parse_options(argc, argv, &o, &hygiene_flags);
+    if (st >= 0) return st;
     o.threads = qv_threads_resolve(o.threads);
     if (o.compare) {
         if (argc - optind != 2) return usage_error("%s", "--compare needs exactly two files");
@@ -381,6 +409,9 @@ int main(int argc, char **argv) {
     if (!o.out && !(o.r.icl_window == QV_ICL_AUTO && !o.r.ref_text && !o.ref_text_file))
         return usage_error("%s", "-o VOICE.qvoice is required");
     if (o.r.consent && !*o.r.consent) return usage_error("%s", "--consent: empty statement");
+    if ((o.r.consent_speaker || o.r.consent_scope) && !o.r.consent && !o.r.consent_recording)
+        return usage_error("%s", "--consent-speaker and --consent-scope need --consent or "
+                                 "--consent-recording");
     if (!o.r.hygiene && (hygiene_flags || o.r.icl_window != QV_ICL_FULL))
         return usage_error("%s", "--allow-xvector-fallback, --speaker-threshold and --icl-window "
                                  "need hygiene (no --no-hygiene)");

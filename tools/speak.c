@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "include/qvoice.h"
+#include "voicefmt/qvf.h"
 
 #define TOOL "speak"
 
@@ -30,6 +31,7 @@ typedef struct {
     const char *batch; /* --batch: JSON Lines jobs file, "-" = stdin (docs/batch.md) */
     int format;        /* enum qv_format of -o: --format, else the extension; -1 unset */
     int json, verify, stream, greedy, tokens, list_speakers, list_languages, quiet, ignore_eos;
+    int no_watermark;  /* --no-watermark: the samples exactly as synthesized */
     int help, version, threads, quant;
     double temperature, top_k, top_p, repetition_penalty, max_frames, loudness; /* NAN: unset */
     const char *style_table, *script, *style_dirs[16]; /* styles and scripts (docs/markup.md) */
@@ -78,6 +80,8 @@ static const opt opts[] = {
        "normalise the integrated loudness (EBU R128), e.g. -23"),
     FL("json", 0, json, "a JSON summary on stdout (output, seconds, rtf, frames, ...)"),
     FL("stream", 0, stream, "raw s16le to stdout, or a WAV/PCM -o file, as decoded"),
+    FL("no-watermark", 0, no_watermark,
+       "leave out the inaudible mark that tells the audio is synthetic (docs/provenance.md)"),
     NU("max-frames", 0, WHOLE, max_frames, 1, 1000000, "N", "at most N frames of 80 ms per chunk"),
     NU("max-seconds", 0, NUM, r.max_seconds, 0.08, 80000, "S",
        "at most S seconds of audio per chunk"),
@@ -242,10 +246,9 @@ static qv_params params_over(const options *o, qv_params p) {
 
 /* Values that are not plain numbers, and the sampling bounds (the library's). 0 or 2. */
 static int check_values(options *o) {
-    static const char *const quants[] = {[QV_QUANT_BF16] = "bf16", "int8", "q4"};
-    for (o->quant = 0; o->quant_name && strcmp(o->quant_name, quants[o->quant]);)
-        if (++o->quant == 3)
-            return usage_error("--quant: expected bf16, int8 or q4, found '%s'", o->quant_name);
+    o->quant = o->quant_name ? qv_quant_parse(o->quant_name) : QV_QUANT_BF16;
+    if (o->quant < 0)
+        return usage_error("--quant: expected bf16, int8 or q4, found '%s'", o->quant_name);
     char *end;
     errno = 0;
     if (o->seed &&
@@ -342,8 +345,9 @@ static int emit(const options *o, const char *path, int fmt, float *wav, int64_t
     if (n_clipped && !o->quiet)
         fprintf(stderr, TOOL ": %s: warning: --loudness %g clipped %lld sample(s)\n", path,
                 o->loudness, (long long)n_clipped);
-    if (strcmp(path, "-")) return qv_audio_write(path, fmt, wav, n) ? -1 : 0;
-    return qv_audio_write_stream(stdout, fmt, wav, n) ? -1 : 0;
+    const uint32_t mark = o->no_watermark ? QV_WATERMARK_OFF : QV_WATERMARK_DEFAULT;
+    if (strcmp(path, "-")) return qv_audio_write(path, fmt, wav, n, mark) ? -1 : 0;
+    return qv_audio_write_stream(stdout, fmt, wav, n, mark) ? -1 : 0;
 }
 
 static double now_s(void) {
@@ -394,6 +398,7 @@ static void on_job(void *user, int line_no, enum qv_status st, const char *res, 
 static int run_batch(options *o, const qv_model *m, FILE *in) {
     qv_jobs_options jo = qv_jobs_default_options();
     jo.request = o->r, jo.loudness_lufs = isnan(o->loudness) ? 0 : o->loudness;
+    jo.watermark = o->no_watermark ? QV_WATERMARK_OFF : QV_WATERMARK_DEFAULT;
     const qv_params p = params_over(o, qv_model_params(m));
     qv_jobs *jobs;
     int n_jobs, n_failed;
@@ -463,7 +468,9 @@ static int run_open(const options *o, const qv_model *m, run *x) {
     if (o->dump_codes && !(x->dump = open_out(o->dump_codes, &x->dump_file))) return -1;
     if (!o->stream) return 0;
     FILE *to = open_out(o->out_path ? o->out_path : "-", &x->out_file);
-    if (!to || qv_encoder_new(&x->enc, o->out_path ? o->format : QV_FORMAT_PCM, NULL, NULL, to))
+    if (!to || qv_encoder_new(&x->enc, o->out_path ? o->format : QV_FORMAT_PCM,
+                              o->no_watermark ? QV_WATERMARK_OFF : QV_WATERMARK_DEFAULT, NULL,
+                              NULL, to))
         return to ? fprintf(stderr, TOOL ": %s\n", qv_last_error()), -1 : -1;
     return 0;
 }

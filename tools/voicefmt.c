@@ -38,6 +38,7 @@ static const char *usage_text =
     "    voicefmt palette derive -m BASE_DIR -o OUT.bin NEUTRAL:EMOTIONAL...\n"
     "    voicefmt keygen -o PREFIX\n"
     "    voicefmt sign --key KEY.pem [--signer NAME] [-o OUT] FILE\n"
+    "    voicefmt detect [--json] [--max-seconds S] AUDIO...\n"
     "    voicefmt --help | --version\n"
     "\n"
     "DESCRIPTION\n"
@@ -46,8 +47,8 @@ static const char *usage_text =
     "    write is atomic (nothing is left at or beside OUT on failure or kill).\n"
     "\n"
     "COMMANDS AND OPTIONS\n"
-    "    inspect     version, chunks with sizes and CRC status, name, language, duration, model\n"
-    "                identity, x-vector norm, ICL frames, weight stream.\n"
+    "    inspect     version, chunks with sizes and CRC status, name, language, duration, the\n"
+    "                consent record, model identity, x-vector norm, ICL frames, weight stream.\n"
     "        -j, --json          one JSON array of objects on stdout instead of text\n"
     "    verify      full structural check (lengths, CRCs, order, limits, LZ4 blocks) and the\n"
     "                signature, when the file has one (an edit after signing fails).\n"
@@ -102,6 +103,12 @@ static const char *usage_text =
     "        -k, --key KEY.pem   private key (voicefmt keygen, or openssl genpkey -algorithm ed25519)\n"
     "        -s, --signer NAME   who signs, stored in the signature (default: none)\n"
     "        -o, --output OUT    output file (default: FILE itself, replaced atomically)\n"
+    "    detect      look for qvoice's audio watermark (docs/provenance.md) in audio files of any\n"
+    "                format libsndfile reads: presence, the 32-bit payload and where the mark is\n"
+    "                (3 s windows every 1.02 s; the whole file as one window too). Exit 0 when\n"
+    "                every file carries the mark, 1 when one does not or cannot be read.\n"
+    "        -j, --json          one JSON array of objects on stdout instead of text\n"
+    "        -M, --max-seconds S read at most S seconds of each file (default 1200)\n"
     "    -h, --help              this text\n"
     "    -V, --version           version\n"
     "\n"
@@ -167,11 +174,6 @@ static int parse_version(const char *s, int *out) {
     return 0;
 }
 
-static const char *variant_name(uint32_t v) {
-    static const char *const n[] = {"unknown", "base", "custom_voice", "voice_design"};
-    return v < 4 ? n[v] : "invalid";
-}
-
 static const char *wkind_name(uint32_t k) {
     static const char *const n[] = {"delta", "delta (legacy header)", "full"};
     return k < 3 ? n[k] : "invalid";
@@ -203,7 +205,7 @@ static void id_json(cJSON *o, const char *key, const qvf_model_id *id) {
     cJSON_AddNumberToObject(m, "hidden_size", id->hidden_size);
     cJSON_AddNumberToObject(m, "text_hidden_size", id->text_hidden_size);
     cJSON_AddNumberToObject(m, "enc_dim", id->enc_dim);
-    cJSON_AddStringToObject(m, "variant", variant_name(id->variant));
+    cJSON_AddStringToObject(m, "variant", qvf_variant_name(id->variant));
     cJSON_AddStringToObject(m, "fingerprint", fp);
 }
 
@@ -211,7 +213,7 @@ static void id_text(const char *label, const qvf_model_id *id) {
     char fp[65];
     hex(id->fingerprint, 32, fp);
     printf("  %s model: hidden %u, text hidden %u, enc_dim %u, %s, fingerprint %s\n", label,
-           id->hidden_size, id->text_hidden_size, id->enc_dim, variant_name(id->variant), fp);
+           id->hidden_size, id->text_hidden_size, id->enc_dim, qvf_variant_name(id->variant), fp);
 }
 
 static uint64_t wdelta_bytes(const qvf_voice *v, uint64_t *raw) {
@@ -298,6 +300,94 @@ static void signature_out(const qvf_signature *sig, cJSON *jo) {
     }
 }
 
+/* inspect --json: one voice's object (jo) from v; comp/raw: its weight delta's stored/raw bytes. */
+static void inspect_json(cJSON *jo, const qvf_voice *v, uint64_t comp, uint64_t raw) {
+    cJSON_AddNumberToObject(jo, "version", v->file_version);
+    id_json(jo, "source_model", &v->source);
+    if (v->has_wdelta) id_json(jo, "target_model", &v->target);
+    cJSON *m = cJSON_AddObjectToObject(jo, "meta");
+    for (int i = 0; i < v->n_meta; i++)
+        cJSON_AddStringToObject(m, v->meta[i].key, v->meta[i].value);
+    cJSON_AddNumberToObject(jo, "enc_dim", v->enc_dim);
+    cJSON_AddNumberToObject(jo, "xvector_norm", xnorm(v));
+    cJSON_AddNumberToObject(jo, "icl_frames", v->n_frames);
+    cJSON_AddNumberToObject(jo, "icl_seconds", v->n_frames / 12.5);
+    cJSON_AddNumberToObject(jo, "transcript_bytes", v->transcript_bytes);
+    cJSON_AddNumberToObject(jo, "tpad_hidden", v->tpad_hidden);
+    if (v->wovr_h) {
+        cJSON *w = cJSON_AddObjectToObject(jo, "wovr");
+        cJSON_AddNumberToObject(w, "h", v->wovr_h);
+        cJSON_AddNumberToObject(w, "th", v->wovr_th);
+        cJSON_AddNumberToObject(w, "cv", v->wovr_cv);
+    }
+    if (v->n_styles) {
+        cJSON *p = cJSON_AddArrayToObject(jo, "palette");
+        for (int i = 0; p && i < v->n_styles; i++) {
+            cJSON *e = cJSON_CreateObject();
+            cJSON_AddStringToObject(e, "name", v->styles[i].name);
+            cJSON_AddStringToObject(e, "kind", v->styles[i].kind == QVF_STYLE_VARIANT
+                                                   ? "variant"
+                                                   : "direction");
+            cJSON_AddNumberToObject(e, "strength", v->styles[i].strength);
+            cJSON_AddItemToArray(p, e);
+        }
+    }
+    if (v->has_wdelta) {
+        cJSON *w = cJSON_AddObjectToObject(jo, "wdelta");
+        cJSON_AddStringToObject(w, "kind", wkind_name(v->wdelta_kind));
+        cJSON_AddNumberToObject(w, "n_tensors", v->n_tensors);
+        cJSON_AddNumberToObject(w, "stored_bytes", (double)comp);
+        cJSON_AddNumberToObject(w, "raw_bytes", (double)raw);
+    }
+}
+
+/* inspect: one voice as text. */
+/* The consent record (META consent.*, docs/qvoice-format.md §4.3), when there is one. */
+static void consent_text(const qvf_voice *v) {
+    const char *cm = qvf_meta_get(v, "consent.method");
+    if (!cm) return;
+    const char *who = qvf_meta_get(v, "consent.speaker"), *scope = qvf_meta_get(v, "consent.scope"),
+               *utc = qvf_meta_get(v, "consent.utc"), *by = qvf_meta_get(v, "consent.collected_by"),
+               *st = qvf_meta_get(v, "consent.statement"),
+               *sha = qvf_meta_get(v, "consent.recording_sha256");
+    printf("  consent: %s, speaker %s, scope %s, %s, collected by %s\n", cm,
+           who ? who : "(not recorded)", scope ? scope : "(not recorded)", utc ? utc : "-",
+           by ? by : "-");
+    if (st) printf("    statement: \"%s\"\n", st);
+    if (sha) printf("    recording SHA-256: %s\n", sha);
+}
+
+static void inspect_text(const char *path, const qvf_voice *v, uint64_t comp, uint64_t raw) {
+    const char *name = qvf_meta_get(v, "name"), *lang = qvf_meta_get(v, "language"),
+               *lid = qvf_meta_get(v, "language_id"), *dur = qvf_meta_get(v, "duration_s");
+    printf("%s: qvoice v%d%s, %llu bytes\n", path, v->file_version,
+           v->file_version ? "" : " (raw .bin x-vector)", (unsigned long long)file_size(path));
+    printf("  name: %s   language: %s%s%s%s   duration: %s%s\n", name ? name : "-",
+           lang ? lang : "-", lid ? " (" : "", lid ? lid : "", lid ? ")" : "", dur ? dur : "-",
+           dur ? " s" : "");
+    consent_text(v);
+    for (int i = 0; i < v->n_meta; i++)
+        if (strcmp(v->meta[i].key, "name") && strcmp(v->meta[i].key, "language") &&
+            strcmp(v->meta[i].key, "language_id") && strcmp(v->meta[i].key, "duration_s") &&
+            strncmp(v->meta[i].key, "consent.", 8))
+            printf("  meta %s: %s\n", v->meta[i].key, v->meta[i].value);
+    id_text("source", &v->source);
+    if (v->has_wdelta) id_text("target", &v->target);
+    printf("  x-vector: %u floats, norm %.4f\n", v->enc_dim, xnorm(v));
+    printf("  ICL: %u frames (%.2f s), transcript %u bytes%s%.60s%s\n", v->n_frames,
+           v->n_frames / 12.5, v->transcript_bytes, v->transcript ? ": \"" : "",
+           v->transcript ? v->transcript : "", v->transcript ? "\"" : "");
+    if (v->tpad_hidden) printf("  TPAD: hidden %u\n", v->tpad_hidden);
+    if (v->wovr_h) printf("  WOVR: h %u, th %u, cv %u\n", v->wovr_h, v->wovr_th, v->wovr_cv);
+    for (int i = 0; i < v->n_styles; i++)
+        printf("%s %s (%s %.3g)%s", i ? "," : "  palette:", v->styles[i].name,
+               v->styles[i].kind == QVF_STYLE_VARIANT ? "variant" : "direction",
+               (double)v->styles[i].strength, i + 1 == v->n_styles ? "\n" : "");
+    if (v->has_wdelta)
+        printf("  weights: %s, %u tensors, %.1f MB stored for %.1f MB\n",
+               wkind_name(v->wdelta_kind), v->n_tensors, comp / 1e6, raw / 1e6);
+}
+
 static int inspect_one(const char *path, cJSON *jarr) {
     char err[512];
     qvf_voice *v = NULL;
@@ -318,73 +408,11 @@ static int inspect_one(const char *path, cJSON *jarr) {
         chunks_out(path, jo, &framing_ok);
         return 1;
     }
-    const char *name = qvf_meta_get(v, "name"), *lang = qvf_meta_get(v, "language"),
-               *lid = qvf_meta_get(v, "language_id"), *dur = qvf_meta_get(v, "duration_s");
     uint64_t raw, comp = wdelta_bytes(v, &raw);
-    if (jo) {
-        cJSON_AddNumberToObject(jo, "version", v->file_version);
-        id_json(jo, "source_model", &v->source);
-        if (v->has_wdelta) id_json(jo, "target_model", &v->target);
-        cJSON *m = cJSON_AddObjectToObject(jo, "meta");
-        for (int i = 0; i < v->n_meta; i++)
-            cJSON_AddStringToObject(m, v->meta[i].key, v->meta[i].value);
-        cJSON_AddNumberToObject(jo, "enc_dim", v->enc_dim);
-        cJSON_AddNumberToObject(jo, "xvector_norm", xnorm(v));
-        cJSON_AddNumberToObject(jo, "icl_frames", v->n_frames);
-        cJSON_AddNumberToObject(jo, "icl_seconds", v->n_frames / 12.5);
-        cJSON_AddNumberToObject(jo, "transcript_bytes", v->transcript_bytes);
-        cJSON_AddNumberToObject(jo, "tpad_hidden", v->tpad_hidden);
-        if (v->wovr_h) {
-            cJSON *w = cJSON_AddObjectToObject(jo, "wovr");
-            cJSON_AddNumberToObject(w, "h", v->wovr_h);
-            cJSON_AddNumberToObject(w, "th", v->wovr_th);
-            cJSON_AddNumberToObject(w, "cv", v->wovr_cv);
-        }
-        if (v->n_styles) {
-            cJSON *p = cJSON_AddArrayToObject(jo, "palette");
-            for (int i = 0; p && i < v->n_styles; i++) {
-                cJSON *e = cJSON_CreateObject();
-                cJSON_AddStringToObject(e, "name", v->styles[i].name);
-                cJSON_AddStringToObject(e, "kind", v->styles[i].kind == QVF_STYLE_VARIANT
-                                                       ? "variant"
-                                                       : "direction");
-                cJSON_AddNumberToObject(e, "strength", v->styles[i].strength);
-                cJSON_AddItemToArray(p, e);
-            }
-        }
-        if (v->has_wdelta) {
-            cJSON *w = cJSON_AddObjectToObject(jo, "wdelta");
-            cJSON_AddStringToObject(w, "kind", wkind_name(v->wdelta_kind));
-            cJSON_AddNumberToObject(w, "n_tensors", v->n_tensors);
-            cJSON_AddNumberToObject(w, "stored_bytes", (double)comp);
-            cJSON_AddNumberToObject(w, "raw_bytes", (double)raw);
-        }
-    } else {
-        printf("%s: qvoice v%d%s, %llu bytes\n", path, v->file_version,
-               v->file_version ? "" : " (raw .bin x-vector)", (unsigned long long)file_size(path));
-        printf("  name: %s   language: %s%s%s%s   duration: %s%s\n", name ? name : "-",
-               lang ? lang : "-", lid ? " (" : "", lid ? lid : "", lid ? ")" : "", dur ? dur : "-",
-               dur ? " s" : "");
-        for (int i = 0; i < v->n_meta; i++)
-            if (strcmp(v->meta[i].key, "name") && strcmp(v->meta[i].key, "language") &&
-                strcmp(v->meta[i].key, "language_id") && strcmp(v->meta[i].key, "duration_s"))
-                printf("  meta %s: %s\n", v->meta[i].key, v->meta[i].value);
-        id_text("source", &v->source);
-        if (v->has_wdelta) id_text("target", &v->target);
-        printf("  x-vector: %u floats, norm %.4f\n", v->enc_dim, xnorm(v));
-        printf("  ICL: %u frames (%.2f s), transcript %u bytes%s%.60s%s\n", v->n_frames,
-               v->n_frames / 12.5, v->transcript_bytes, v->transcript ? ": \"" : "",
-               v->transcript ? v->transcript : "", v->transcript ? "\"" : "");
-        if (v->tpad_hidden) printf("  TPAD: hidden %u\n", v->tpad_hidden);
-        if (v->wovr_h) printf("  WOVR: h %u, th %u, cv %u\n", v->wovr_h, v->wovr_th, v->wovr_cv);
-        for (int i = 0; i < v->n_styles; i++)
-            printf("%s %s (%s %.3g)%s", i ? "," : "  palette:", v->styles[i].name,
-                   v->styles[i].kind == QVF_STYLE_VARIANT ? "variant" : "direction",
-                   (double)v->styles[i].strength, i + 1 == v->n_styles ? "\n" : "");
-        if (v->has_wdelta)
-            printf("  weights: %s, %u tensors, %.1f MB stored for %.1f MB\n",
-                   wkind_name(v->wdelta_kind), v->n_tensors, comp / 1e6, raw / 1e6);
-    }
+    if (jo)
+        inspect_json(jo, v, comp, raw);
+    else
+        inspect_text(path, v, comp, raw);
     qvf_signature sig;
     int bad = signature_of(path, &sig);
     signature_out(&sig, jo);
@@ -725,8 +753,7 @@ static int list_dir(const char *dir, int *any, int required) {
     struct dirent *e;
     int rc = 0;
     while ((e = readdir(d))) {
-        size_t l = strlen(e->d_name);
-        if (l <= 7 || strcmp(e->d_name + l - 7, ".qvoice")) continue;
+        if (qvf_file_kind(e->d_name, NULL, 0) != QVF_KIND_QVOICE) continue;
         char **nn = realloc(names, (n + 1) * sizeof *names);
         char *name = nn ? strdup(e->d_name) : NULL;
         if (nn) names = nn;
@@ -933,9 +960,7 @@ static int palette_derive(const char *base_dir, const char *out, char **pairs, i
         const char *files[2] = {pairs[i], colon + 1};
         float *x[2] = {NULL, NULL};
         for (int k = 0; k < 2; k++) {
-            size_t len = strlen(files[k]);
-            int voice = (len > 7 && !strcmp(files[k] + len - 7, ".qvoice")) ||
-                        (len > 4 && !strcmp(files[k] + len - 4, ".bin"));
+            const int voice = qvf_file_kind(files[k], NULL, 0) != QVF_KIND_NONE;
             if (!voice && !cl && !(cl = cloner(base_dir))) break;
             if (!(x[k] = xvector(cl, files[k], &dim))) break;
         }
@@ -998,6 +1023,46 @@ static int palette_list(const qvf_voice *v) {
     return 0;
 }
 
+/* palette add: a variant (--from AUDIO, its x-vector; refused below min_sim to the voice) or a
+ * direction (--direction FILE, stored normalised) named name, written to out or path. */
+static int palette_add(qvf_voice *v, const char *path, const char *name, const char *from,
+                       const char *dirf, const char *model, const char *out, double strength,
+                       double min_sim) {
+    qv_cloner *cl = from ? cloner(model) : NULL;
+    uint32_t dim = v->enc_dim;
+    float *x = (!from || cl) ? xvector(cl, from ? from : dirf, &dim) : NULL;
+    qv_cloner_free(cl);
+    if (!x) return 1;
+    int rc = 1;
+    const double sim = cosine(x, v->xvector, dim);
+    uint32_t kind = from ? QVF_STYLE_VARIANT : QVF_STYLE_DIRECTION;
+    if (from) printf("%s: speaker similarity to %s: %.4f\n", from, path, sim);
+    if (from && sim < min_sim) {
+        fprintf(stderr,
+                "voicefmt: %s: speaker similarity %.4f to %s is below %.2f: not the same "
+                "voice? (--min-similarity)\n",
+                from, sim, path, min_sim);
+    } else {
+        if (!from) { /* stored normalised */
+            double nn = 0;
+            for (uint32_t k = 0; k < dim; k++)
+                nn += (double)x[k] * x[k];
+            for (uint32_t k = 0; nn > 0 && k < dim; k++)
+                x[k] = (float)(x[k] / sqrt(nn));
+        }
+        if (!strength) strength = from ? 1.0 : 0.25;
+        int e = qvf_palette_set(v, name, kind, (float)strength, x);
+        if (e)
+            fprintf(stderr, "voicefmt: %s: palette entry \"%s\": %s%s\n", path, name,
+                    qvf_strerror(e),
+                    e == QVF_E_ARG ? " (name [a-z][a-z0-9_-]*, at most 31 bytes)" : "");
+        else
+            rc = write_voice(v, out ? out : path, 4);
+    }
+    qv_free(x);
+    return rc;
+}
+
 static int cmd_palette(int argc, char **argv) {
     static const struct option opts[] = {{"name", required_argument, 0, 'n'},
                                          {"from", required_argument, 0, 'f'},
@@ -1057,38 +1122,7 @@ static int cmd_palette(int argc, char **argv) {
         else
             rc = write_voice(v, out ? out : path, 4);
     } else {
-        qv_cloner *cl = from ? cloner(model) : NULL;
-        uint32_t dim = v->enc_dim;
-        float *x = (!from || cl) ? xvector(cl, from ? from : dirf, &dim) : NULL;
-        qv_cloner_free(cl);
-        if (x) {
-            const double sim = cosine(x, v->xvector, dim);
-            uint32_t kind = from ? QVF_STYLE_VARIANT : QVF_STYLE_DIRECTION;
-            if (from) printf("%s: speaker similarity to %s: %.4f\n", from, path, sim);
-            if (from && sim < min_sim) {
-                fprintf(stderr,
-                        "voicefmt: %s: speaker similarity %.4f to %s is below %.2f: not the same "
-                        "voice? (--min-similarity)\n",
-                        from, sim, path, min_sim);
-            } else {
-                if (!from) { /* stored normalised */
-                    double nn = 0;
-                    for (uint32_t k = 0; k < dim; k++)
-                        nn += (double)x[k] * x[k];
-                    for (uint32_t k = 0; nn > 0 && k < dim; k++)
-                        x[k] = (float)(x[k] / sqrt(nn));
-                }
-                if (!strength) strength = from ? 1.0 : 0.25;
-                int e = qvf_palette_set(v, name, kind, (float)strength, x);
-                if (e)
-                    fprintf(stderr, "voicefmt: %s: palette entry \"%s\": %s%s\n", path, name,
-                            qvf_strerror(e),
-                            e == QVF_E_ARG ? " (name [a-z][a-z0-9_-]*, at most 31 bytes)" : "");
-                else
-                    rc = write_voice(v, out ? out : path, 4);
-            }
-            qv_free(x);
-        }
+        rc = palette_add(v, path, name, from, dirf, model, out, strength, min_sim);
     }
     qvf_voice_free(v);
     return rc;
@@ -1163,6 +1197,103 @@ done:
     return rc;
 }
 
+/* ---------------------------------------------------------------- detect */
+
+static void range_out(const qv_watermark_range *g, cJSON *jo) {
+    char hexid[16];
+    snprintf(hexid, sizeof hexid, "%08x", g->payload);
+    if (jo) {
+        cJSON_AddNumberToObject(jo, "start_s", g->start_s);
+        cJSON_AddNumberToObject(jo, "end_s", g->end_s);
+        cJSON_AddNumberToObject(jo, "score", g->score);
+        cJSON_AddBoolToObject(jo, "payload_ok", g->payload_ok);
+        if (g->payload_ok) {
+            cJSON_AddStringToObject(jo, "payload", hexid);
+            cJSON_AddBoolToObject(jo, "synthetic", (g->payload & QV_WATERMARK_SYNTHETIC) != 0);
+        }
+        cJSON_AddNumberToObject(jo, "payload_score", g->payload_score);
+        return;
+    }
+    printf("  %8.2f - %8.2f s  score %5.1f  ", g->start_s, g->end_s, g->score);
+    if (g->payload_ok)
+        printf("payload %s (%s)\n", hexid,
+               g->payload & QV_WATERMARK_SYNTHETIC ? "synthetic" : "synthetic flag clear");
+    else
+        printf("payload not recovered (weakest bit %.1f; longer audio helps)\n", g->payload_score);
+}
+
+static int cmd_detect(int argc, char **argv) {
+    static const struct option opts[] = {{"json", no_argument, 0, 'j'},
+                                         {"max-seconds", required_argument, 0, 'M'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    int json = 0, c;
+    double max_seconds = 1200.0;
+    while ((c = getopt_long(argc, argv, "jM:h", opts, NULL)) != -1) {
+        if (c == 'j') {
+            json = 1;
+        } else if (c == 'M') {
+            char *end;
+            errno = 0;
+            max_seconds = strtod(optarg, &end);
+            if (errno || *end || !(max_seconds >= 3.0 && max_seconds <= 86400.0))
+                return usage_error("detect: --max-seconds must be a number from 3 to 86400");
+        } else if (c == 'h') {
+            return fputs(usage_text, stdout), 0;
+        } else {
+            return usage_error("detect: unknown option");
+        }
+    }
+    if (optind >= argc) return usage_error("detect: no AUDIO file");
+    cJSON *jarr = json ? cJSON_CreateArray() : NULL;
+    int rc = 0;
+    for (int i = optind; i < argc; i++) {
+        qv_watermark_report r = qv_watermark_default_report();
+        if (qv_watermark_detect_file(argv[i], max_seconds, &r)) {
+            fprintf(stderr, "voicefmt: %s\n", qv_last_error());
+            rc = 1;
+            continue;
+        }
+        if (!r.present) rc = 1;
+        if (jarr) {
+            cJSON *jo = cJSON_CreateObject(), *ja = cJSON_CreateArray();
+            cJSON_AddStringToObject(jo, "file", argv[i]);
+            cJSON_AddNumberToObject(jo, "seconds", r.seconds);
+            cJSON_AddBoolToObject(jo, "present", r.present);
+            cJSON_AddNumberToObject(jo, "score", r.score);
+            cJSON_AddNumberToObject(jo, "score_all", r.score_all);
+            cJSON *jall = cJSON_CreateObject();
+            range_out(&r.all, jall);
+            cJSON_AddItemToObject(jo, "whole", jall);
+            for (int k = 0; k < r.n_ranges; k++) {
+                cJSON *jr = cJSON_CreateObject();
+                range_out(&r.ranges[k], jr);
+                cJSON_AddItemToArray(ja, jr);
+            }
+            cJSON_AddItemToObject(jo, "ranges", ja);
+            cJSON_AddNumberToObject(jo, "ranges_dropped", r.ranges_dropped);
+            cJSON_AddItemToArray(jarr, jo);
+            continue;
+        }
+        printf("%s: %.2f s, mark %s (best 3 s window %.1f, whole file %.1f; present from 5.0)\n",
+               argv[i], r.seconds, r.present ? "present" : "not found", r.score, r.score_all);
+        if (r.present) {
+            printf("  whole file:\n");
+            range_out(&r.all, NULL);
+        }
+        if (r.n_ranges) printf("  marked ranges:\n");
+        for (int k = 0; k < r.n_ranges; k++) range_out(&r.ranges[k], NULL);
+        if (r.ranges_dropped) printf("  (%d more marked ranges)\n", r.ranges_dropped);
+    }
+    if (jarr) {
+        char *txt = cJSON_Print(jarr);
+        if (txt) puts(txt);
+        free(txt);
+        cJSON_Delete(jarr);
+    }
+    return rc;
+}
+
 /* ---------------------------------------------------------------- main */
 
 int main(int argc, char **argv) {
@@ -1185,6 +1316,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "palette")) return cmd_palette(argc, argv);
     if (!strcmp(cmd, "keygen")) return cmd_keygen(argc, argv);
     if (!strcmp(cmd, "sign")) return cmd_sign(argc, argv);
+    if (!strcmp(cmd, "detect")) return cmd_detect(argc, argv);
     fprintf(stderr, "voicefmt: unknown command '%s' (see voicefmt --help)\n", cmd);
     return EXIT_USAGE;
 }

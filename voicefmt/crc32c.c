@@ -1,14 +1,14 @@
-/* crc32c.c — CRC-32C (Castagnoli) for chunk checksums, and SHA-256 through OpenSSL EVP.
+/* crc32c.c — CRC-32C (Castagnoli) for chunk checksums (SHA-256 is util/sha256.c).
  * The SSE4.2 crc32 instruction is used when the CPU has it (checked once at run time; the function
  * carries its own target attribute so this generic file needs no ISA flags); otherwise a
  * slicing-by-1 table. Both give 0xE3069283 for "123456789".
  */
-#include <openssl/evp.h>
+#include <pthread.h>
 #include <string.h>
 #include "voicefmt/qvf_impl.h"
 
 static uint32_t table[256];
-static int table_ready;
+static pthread_once_t table_once = PTHREAD_ONCE_INIT; /* readers on many threads (the server) */
 
 static void make_table(void) {
     for (uint32_t i = 0; i < 256; i++) {
@@ -17,11 +17,10 @@ static void make_table(void) {
             c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
         table[i] = c;
     }
-    table_ready = 1;
 }
 
 static uint32_t crc_table(uint32_t c, const uint8_t *p, size_t n) {
-    if (!table_ready) make_table(); /* idempotent, so a benign race between threads */
+    pthread_once(&table_once, make_table);
     while (n--)
         c = table[(c ^ *p++) & 0xFF] ^ (c >> 8);
     return c;
@@ -61,14 +60,4 @@ uint32_t qvf_crc32c(uint32_t crc, const void *buf, size_t n_bytes) {
 
 uint32_t qvf_crc32c_sw(uint32_t crc, const void *buf, size_t n_bytes) {
     return ~crc_table(~crc, buf, n_bytes);
-}
-
-int qvf_sha256(const void *buf, size_t n_bytes, uint8_t out[32]) {
-    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-    unsigned int len = 0;
-    if (!ctx) return QVF_E_NOMEM;
-    int ok = EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) && EVP_DigestUpdate(ctx, buf, n_bytes) &&
-             EVP_DigestFinal_ex(ctx, out, &len);
-    EVP_MD_CTX_free(ctx);
-    return ok ? QVF_OK : QVF_E_NOMEM;
 }

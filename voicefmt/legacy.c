@@ -11,7 +11,7 @@
 
 /* Bounds on what a legacy LZ4 record may decode to, checked when the file is read, before anything
  * is decoded (a v3 → v4 rewrite decodes each record whole, qvf_tensor_reblock). The largest tensor
- * of either legacy talker is the text embedding, [151936 × 2048] bf16 (qvoice-legacy.md §6.4).
+ * of either legacy talker is the text embedding, [151936 × 2048] bf16 (docs/qvoice-format.md §8.4).
  * Real WDELTA streams decode to ≈2.3× their LZ4 bytes (0.6B: ≈1.7 GiB from 769 MB) and ≈1.35×
  * (1.7B: ≈3.6 GiB from 2,876 MB), an unchanged tensor (zeros, ≈255×) being a small part of them; a
  * stream that expands more than 8× its compressed bytes (plus 1 MiB for tiny test models) is an
@@ -247,24 +247,8 @@ static int read_weights(qvf_cur *c, const char *name, qvf_voice *v, char *err, s
  * payload (128 B), u32 meta_bytes + a v4 META payload, u32 n_tensors + per tensor: u32 name_bytes,
  * name, u32 dtype, u32 n_dims, u64 shape[4], target SHA-256, result SHA-256. */
 
-static int read_trailer(const uint8_t *buf, size_t n, size_t off, const char *name, qvf_voice *v,
-                        char *err, size_t es) {
-    if (n - off < 8 || memcmp(buf + off, "QV4X", 4)) return QVF_OK;
-    uint32_t len = rd32(buf + off + 4);
-    if ((uint64_t)len + 4 > n - off - 8)
-        return qvf_fail(err, es, QVF_E_TRUNCATED, name,
-                        "QV4X trailer at offset %zu: truncated (%u bytes + CRC, %zu left)", off,
-                        len, n - off - 8);
-    uint32_t crc = qvf_crc32c(0, buf + off, 8ull + len);
-#ifndef FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION
-    if (crc != rd32(buf + off + 8 + len))
-        return qvf_fail(err, es, QVF_E_CRC, name,
-                        "QV4X trailer at offset %zu: CRC mismatch (stored 0x%08x, computed 0x%08x)",
-                        off, rd32(buf + off + 8 + len), crc);
-#endif
-    qvf_cur cur = {buf + off + 8, len, 0}, *c = &cur;
-    NEED(c, QVF_HEAD_BYTES + 4, "QV4X HEAD");
-    const uint8_t *h = c->p;
+/* The trailer's HEAD copy (h): the model identity fields the v4 chunks left zero. */
+static int trailer_identity(const uint8_t *h, qvf_voice *v, const char *name, char *err, size_t es) {
     qvf_model_id src, tgt;
     memcpy(&src, &v->source, sizeof src);
     memcpy(&tgt, &v->target, sizeof tgt);
@@ -285,7 +269,11 @@ static int read_trailer(const uint8_t *buf, size_t n, size_t off, const char *na
                         "QV4X trailer: model identity does not match the file");
     v->source = src;
     v->target = tgt;
-    c->off += QVF_HEAD_BYTES;
+    return QVF_OK;
+}
+
+/* The trailer's META (at the cursor): keys the v4 chunks did not set. */
+static int trailer_meta(qvf_cur *c, qvf_voice *v, const char *name, char *err, size_t es) {
     uint32_t mb = take32(c);
     NEED(c, mb, "QV4X META");
     if (mb) {
@@ -300,6 +288,63 @@ static int read_trailer(const uint8_t *buf, size_t n, size_t off, const char *na
         if (rc) return rc == QVF_E_NOMEM ? qvf_fail(err, es, rc, name, "QV4X META") : rc;
         c->off += mb;
     }
+    return QVF_OK;
+}
+
+/* One trailer tensor entry (p: name of nl bytes, then dtype, dims, shape, digests): the dtype,
+ * shape and digests of the WDTN tensor of that name. */
+static int trailer_tensor(const uint8_t *p, uint32_t nl, qvf_voice *v, const char *name, char *err,
+                          size_t es) {
+    uint32_t dtype = rd32(p + nl), nd = rd32(p + nl + 4);
+    uint64_t shape[4];
+    for (int j = 0; j < 4; j++)
+        shape[j] = rd64(p + nl + 8 + 8 * j);
+    for (uint32_t j = 0; j < v->n_tensors; j++) {
+        qvf_tensor *t = &v->tensors[j];
+        if (strlen(t->name) != nl || memcmp(t->name, p, nl)) continue;
+        uint64_t esz = dtype == QVF_DTYPE_BF16 ? 2 : 4, el = qvf_shape_elems(nd, shape);
+        if ((dtype != QVF_DTYPE_BF16 && dtype != QVF_DTYPE_F32) || !el ||
+            el > t->raw_bytes / esz || el * esz != t->raw_bytes ||
+            (t->encoding == QVF_ENC_DELTA16_LZ4 && dtype != QVF_DTYPE_BF16))
+            return qvf_fail(err, es, QVF_E_MISMATCH, name,
+                            "QV4X trailer: tensor %s: dtype/shape do not match %llu bytes",
+                            t->name, (unsigned long long)t->raw_bytes);
+        for (uint32_t d = nd; d < 4; d++)
+            if (shape[d])
+                return qvf_fail(err, es, QVF_E_RESERVED, name,
+                                "QV4X trailer: tensor %s: unused shape entry not zero",
+                                t->name);
+        t->dtype = dtype;
+        t->n_dims = nd;
+        memcpy(t->shape, shape, sizeof shape);
+        memcpy(t->target_sha256, p + nl + 40, 32);
+        memcpy(t->result_sha256, p + nl + 72, 32);
+    }
+    return QVF_OK;
+}
+
+static int read_trailer(const uint8_t *buf, size_t n, size_t off, const char *name, qvf_voice *v,
+                        char *err, size_t es) {
+    if (n - off < 8 || memcmp(buf + off, "QV4X", 4)) return QVF_OK;
+    uint32_t len = rd32(buf + off + 4);
+    if ((uint64_t)len + 4 > n - off - 8)
+        return qvf_fail(err, es, QVF_E_TRUNCATED, name,
+                        "QV4X trailer at offset %zu: truncated (%u bytes + CRC, %zu left)", off,
+                        len, n - off - 8);
+    uint32_t crc = qvf_crc32c(0, buf + off, 8ull + len);
+#ifndef FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION
+    if (crc != rd32(buf + off + 8 + len))
+        return qvf_fail(err, es, QVF_E_CRC, name,
+                        "QV4X trailer at offset %zu: CRC mismatch (stored 0x%08x, computed 0x%08x)",
+                        off, rd32(buf + off + 8 + len), crc);
+#endif
+    qvf_cur cur = {buf + off + 8, len, 0}, *c = &cur;
+    NEED(c, QVF_HEAD_BYTES + 4, "QV4X HEAD");
+    const uint8_t *h = c->p;
+    int rc = trailer_identity(h, v, name, err, es);
+    if (rc) return rc;
+    c->off += QVF_HEAD_BYTES;
+    if ((rc = trailer_meta(c, v, name, err, es))) return rc;
     NEED(c, 4, "QV4X tensor table");
     uint32_t k = take32(c);
     for (uint32_t i = 0; i < k; i++) {
@@ -308,31 +353,7 @@ static int read_trailer(const uint8_t *buf, size_t n, size_t off, const char *na
         NEED(c, nl + 112ull, "QV4X tensor entry");
         const uint8_t *p = c->p + c->off;
         c->off += nl + 112ull;
-        uint32_t dtype = rd32(p + nl), nd = rd32(p + nl + 4);
-        uint64_t shape[4];
-        for (int j = 0; j < 4; j++)
-            shape[j] = rd64(p + nl + 8 + 8 * j);
-        for (uint32_t j = 0; j < v->n_tensors; j++) {
-            qvf_tensor *t = &v->tensors[j];
-            if (strlen(t->name) != nl || memcmp(t->name, p, nl)) continue;
-            uint64_t esz = dtype == QVF_DTYPE_BF16 ? 2 : 4, el = qvf_shape_elems(nd, shape);
-            if ((dtype != QVF_DTYPE_BF16 && dtype != QVF_DTYPE_F32) || !el ||
-                el > t->raw_bytes / esz || el * esz != t->raw_bytes ||
-                (t->encoding == QVF_ENC_DELTA16_LZ4 && dtype != QVF_DTYPE_BF16))
-                return qvf_fail(err, es, QVF_E_MISMATCH, name,
-                                "QV4X trailer: tensor %s: dtype/shape do not match %llu bytes",
-                                t->name, (unsigned long long)t->raw_bytes);
-            for (uint32_t d = nd; d < 4; d++)
-                if (shape[d])
-                    return qvf_fail(err, es, QVF_E_RESERVED, name,
-                                    "QV4X trailer: tensor %s: unused shape entry not zero",
-                                    t->name);
-            t->dtype = dtype;
-            t->n_dims = nd;
-            memcpy(t->shape, shape, sizeof shape);
-            memcpy(t->target_sha256, p + nl + 40, 32);
-            memcpy(t->result_sha256, p + nl + 72, 32);
-        }
+        if ((rc = trailer_tensor(p, nl, v, name, err, es))) return rc;
     }
     return QVF_OK;
 }

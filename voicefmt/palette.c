@@ -78,14 +78,6 @@ int qvf_palette_remove(qvf_voice *v, const char *name) {
     return QVF_OK;
 }
 
-void qvf_palette_free(qvf_voice *v) {
-    for (int i = 0; i < v->n_styles; i++)
-        free(v->styles[i].vec);
-    free(v->styles);
-    v->styles = NULL;
-    v->n_styles = 0;
-}
-
 int qvf_style_apply(uint32_t kind, float strength, const float *x, const float *vec, uint32_t dim,
                     float *out) {
     const double s = strength, nx = norm(x, dim), nv = norm(vec, dim);

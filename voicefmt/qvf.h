@@ -63,12 +63,20 @@ const char *qvf_errname(int code);
 /* Library version string (QVF_VERSION_STRING). */
 const char *qvf_version(void);
 
+/* The model variants, the one enum (checkpoint/config.h uses it too). A voice file records
+ * them by number; their names are config.json's tts_model_type values. */
 enum qvf_variant {
     QVF_VARIANT_UNKNOWN,
     QVF_VARIANT_BASE,
     QVF_VARIANT_CUSTOM_VOICE,
     QVF_VARIANT_VOICE_DESIGN
 };
+/* "base", "custom_voice", "voice_design"; "unknown" for QVF_VARIANT_UNKNOWN, "invalid" for any
+ * other number (a hostile file's). */
+const char *qvf_variant_name(uint32_t variant);
+/* The variant called name (case-sensitive, as in config.json); QVF_VARIANT_UNKNOWN for any other
+ * name or NULL. */
+enum qvf_variant qvf_variant_from_name(const char *name);
 
 /* Identity of a checkpoint; zero fields mean unknown. fingerprint = qvm_fingerprint_model(). */
 typedef struct {
@@ -249,6 +257,13 @@ int qvf_wdelta_apply(const qvf_tensor *t, const void *target, void *out, int ver
 /* Frees what a tensor owns and zeroes it; accepts NULL. */
 void qvf_tensor_free(qvf_tensor *t);
 
+/* What a file is, by the one rule every reader, lookup, upload and listing uses: QVF_KIND_QVOICE
+ * when head (its first n_head bytes; NULL with 0 when unknown) starts with "QVCE" or name ends in
+ * ".qvoice"; QVF_KIND_BIN when name ends in ".bin" (a raw x-vector); QVF_KIND_NONE otherwise (an
+ * audio clip, or a voice by name). name may be NULL. */
+enum qvf_file_kind { QVF_KIND_NONE, QVF_KIND_QVOICE, QVF_KIND_BIN };
+enum qvf_file_kind qvf_file_kind(const char *name, const void *head, size_t n_head);
+
 /* ---- voice library ----
  * Resolves what a user typed for --voice: an existing file path (contains '/' or ends in .qvoice /
  * .bin) is used as is; otherwise NAME is looked up as voices/NAME.qvoice, then DIR/NAME.qvoice for
@@ -298,7 +313,5 @@ int qvf_signature_read(const void *buf, size_t n_bytes, const char *name, qvf_si
 int qvf_signature_trusted(const qvf_signature *sig, const uint8_t (*keys)[32], int n_keys);
 
 uint32_t qvf_crc32c(uint32_t crc, const void *buf, size_t n_bytes); /* crc = 0 to start */
-/* SHA-256 of a buffer (OpenSSL EVP). 0 or QVF_E_NOMEM. */
-int qvf_sha256(const void *buf, size_t n_bytes, uint8_t out[32]);
 
 #endif

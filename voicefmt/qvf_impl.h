@@ -115,9 +115,8 @@ uint64_t qvf_out_meta_len(const qvf_voice *v);
 void qvf_out_meta(qvf_out *o, const qvf_voice *v);
 int qvf_meta_parse(const qvf_chunk_ctx *c, const uint8_t *p, uint64_t n, qvf_voice *v);
 
-/* palette.c: the PALT chunk (§4.10) and helpers voice.c needs. */
+/* palette.c: the PALT chunk (§4.10) and the style-name rule. */
 int qvf_style_name_ok(const char *name);
-void qvf_palette_free(qvf_voice *v);
 uint64_t qvf_palt_len(const qvf_voice *v);
 void qvf_out_palt(qvf_out *o, const qvf_voice *v);
 int qvf_palt_parse(const qvf_chunk_ctx *c, const uint8_t *p, uint64_t n, qvf_voice *v);

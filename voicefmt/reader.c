@@ -174,6 +174,41 @@ static int parse_wdhd(const qvf_chunk_ctx *c, const uint8_t *p, uint64_t n, uint
     return QVF_OK;
 }
 
+/* A WDTN's shape (4 u64 at p): nd entries non-zero, the rest zero. */
+static int read_shape(const qvf_chunk_ctx *c, const uint8_t *p, uint32_t nd, uint64_t shape[4]) {
+    for (int i = 0; i < 4; i++)
+        shape[i] = rd64(p + 8 * i);
+    for (uint32_t i = nd; i < 4; i++)
+        if (shape[i]) return QVF_FAIL(c, QVF_E_RESERVED, "unused shape entry %u not zero", i);
+    for (uint32_t i = 0; i < nd; i++)
+        if (!shape[i]) return QVF_FAIL(c, QVF_E_RANGE, "shape entry %u is zero", i);
+    return QVF_OK;
+}
+
+/* The LZ4 block table at tab (nblk u32 compressed sizes, blocks of bb raw bytes out of raw) into
+ * t->block_offsets: every size plausible for its block, the sizes summing to data_bytes. */
+static int read_block_table(const qvf_chunk_ctx *c, const uint8_t *tab, uint32_t nblk, uint32_t bb,
+                            uint64_t raw, uint64_t data_bytes, qvf_tensor *t) {
+    if (!(t->block_offsets = malloc(8ull * (nblk + 1))))
+        return QVF_FAIL(c, QVF_E_NOMEM, "block table");
+    uint64_t sum = 0;
+    for (uint32_t i = 0; i < nblk; i++) {
+        uint32_t cs = rd32(tab + 4ull * i);
+        uint64_t blk = (i + 1 < nblk) ? bb : raw - (uint64_t)bb * (nblk - 1);
+        if (cs < 1 || cs > (uint64_t)LZ4_compressBound((int)blk) ||
+            blk > 255ull * cs + 64) /* LZ4 expands <= ~255x */
+            return QVF_FAIL(c, QVF_E_RANGE, "block %u: compressed size %u (expected 1..%d)", i, cs,
+                            LZ4_compressBound((int)blk));
+        t->block_offsets[i] = sum;
+        sum += cs;
+    }
+    t->block_offsets[nblk] = sum;
+    if (sum != data_bytes)
+        return QVF_FAIL(c, QVF_E_CHUNK_SIZE, "blocks total %llu bytes, data is %llu",
+                        (unsigned long long)sum, (unsigned long long)data_bytes);
+    return QVF_OK;
+}
+
 static int parse_wdtn(const qvf_chunk_ctx *c, const uint8_t *p, uint64_t n, qvf_tensor *t) {
     if (n < 136)
         return QVF_FAIL(c, QVF_E_CHUNK_SIZE, "payload is %llu bytes (minimum 136)",
@@ -190,12 +225,8 @@ static int parse_wdtn(const qvf_chunk_ctx *c, const uint8_t *p, uint64_t n, qvf_
         return QVF_FAIL(c, QVF_E_MISMATCH, "bit-delta encoding on a non-bf16 tensor");
     if (nd < 1 || nd > 4) return QVF_FAIL(c, QVF_E_RANGE, "%u dims (expected 1..4)", nd);
     uint64_t shape[4];
-    for (int i = 0; i < 4; i++)
-        shape[i] = rd64(p + 16 + 8 * i);
-    for (uint32_t i = nd; i < 4; i++)
-        if (shape[i]) return QVF_FAIL(c, QVF_E_RESERVED, "unused shape entry %u not zero", i);
-    for (uint32_t i = 0; i < nd; i++)
-        if (!shape[i]) return QVF_FAIL(c, QVF_E_RANGE, "shape entry %u is zero", i);
+    int rc = read_shape(c, p + 16, nd, shape);
+    if (rc) return rc;
     uint64_t elems = qvf_shape_elems(nd, shape), esz = dtype == QVF_DTYPE_BF16 ? 2 : 4;
     if (!elems || elems > QVF_MAX_TENSOR_BYTES)
         return QVF_FAIL(c, QVF_E_OVERFLOW, "shape product overflows");
@@ -236,24 +267,8 @@ static int parse_wdtn(const qvf_chunk_ctx *c, const uint8_t *p, uint64_t n, qvf_
         if (data_bytes != raw)
             return QVF_FAIL(c, QVF_E_CHUNK_SIZE, "raw data of %llu bytes (expected %llu)",
                             (unsigned long long)data_bytes, (unsigned long long)raw);
-    } else {
-        if (!(t->block_offsets = malloc(8ull * (nblk + 1))))
-            return QVF_FAIL(c, QVF_E_NOMEM, "block table");
-        uint64_t sum = 0;
-        for (uint32_t i = 0; i < nblk; i++) {
-            uint32_t cs = rd32(p + tab + 4ull * i);
-            uint64_t blk = (i + 1 < nblk) ? bb : raw - (uint64_t)bb * (nblk - 1);
-            if (cs < 1 || cs > (uint64_t)LZ4_compressBound((int)blk) ||
-                blk > 255ull * cs + 64) /* LZ4 expands <= ~255x */
-                return QVF_FAIL(c, QVF_E_RANGE, "block %u: compressed size %u (expected 1..%d)", i,
-                                cs, LZ4_compressBound((int)blk));
-            t->block_offsets[i] = sum;
-            sum += cs;
-        }
-        t->block_offsets[nblk] = sum;
-        if (sum != data_bytes)
-            return QVF_FAIL(c, QVF_E_CHUNK_SIZE, "blocks total %llu bytes, data is %llu",
-                            (unsigned long long)sum, (unsigned long long)data_bytes);
+    } else if ((rc = read_block_table(c, p + tab, nblk, bb, raw, data_bytes, t))) {
+        return rc;
     }
     if (!(t->name = strndup((const char *)np, nb))) return QVF_FAIL(c, QVF_E_NOMEM, "name");
     t->dtype = dtype;
@@ -354,6 +369,98 @@ int qvf_list_chunks(const void *buf, size_t n, const char *name, qvf_chunk_info 
     }
 }
 
+/* A chunk's frame: flags known, the kind's criticality and size, then the CRC over tag, length
+ * and payload (p: the payload, len bytes, the stored CRC after it). */
+static int check_chunk_frame(const qvf_chunk_ctx *c, const chunk_kind *k, uint32_t flags,
+                             uint64_t len, const uint8_t *chunk, const uint8_t *p) {
+    if (flags & ~1u) return QVF_FAIL(c, QVF_E_RESERVED, "flags 0x%x has reserved bits set", flags);
+    if (!k && (flags & 1)) return QVF_FAIL(c, QVF_E_UNKNOWN_CRITICAL, "unknown critical chunk");
+    if (k && (int)(flags & 1) != k->critical)
+        return QVF_FAIL(c, QVF_E_FLAGS, "marked %s (expected %s)",
+                        (flags & 1) ? "critical" : "ancillary",
+                        k->critical ? "critical" : "ancillary");
+    if (k && k->fixed && len != k->max_bytes)
+        return QVF_FAIL(c, QVF_E_CHUNK_SIZE, "payload of %llu bytes (expected %llu)",
+                        (unsigned long long)len, (unsigned long long)k->max_bytes);
+    if (k && len > k->max_bytes)
+        return QVF_FAIL(c, QVF_E_LIMIT, "payload of %llu bytes (maximum %llu)",
+                        (unsigned long long)len, (unsigned long long)k->max_bytes);
+    uint32_t crc = qvf_crc32c(0, chunk, 16 + len), stored = rd32(p + len);
+    if (CHECK_CRC && crc != stored)
+        return QVF_FAIL(c, QVF_E_CRC, "CRC mismatch (stored 0x%08x, computed 0x%08x)", stored,
+                        crc);
+    return QVF_OK;
+}
+
+/* A known chunk's place: ranks never go back, one of each but WDTN, WDTNs after their WDHD
+ * and all of them before the next kind, XVEC before anything ranked after it. */
+static int check_chunk_order(const qvf_chunk_ctx *c, const chunk_kind *k, int last_rank,
+                             const qvf_voice *v, uint32_t wdtn_expected) {
+    if (k->rank < last_rank) return QVF_FAIL(c, QVF_E_ORDER, "comes after a later chunk");
+    if (k->rank == last_rank && k->rank != R_WDTN)
+        return QVF_FAIL(c, QVF_E_DUPLICATE, "second %s chunk", k->tag);
+    if (k->rank == R_WDTN && !v->has_wdelta)
+        return QVF_FAIL(c, QVF_E_ORDER, "WDTN without a WDHD before it");
+    if (last_rank == R_WDHD || last_rank == R_WDTN) {
+        if (k->rank != R_WDTN && v->n_tensors < wdtn_expected)
+            return QVF_FAIL(c, QVF_E_MISSING, "only %u of %u WDTN chunks before it", v->n_tensors,
+                            wdtn_expected);
+    }
+    if (k->rank > R_XVEC && last_rank < R_XVEC)
+        return QVF_FAIL(c, QVF_E_MISSING, "no XVEC chunk before it");
+    return QVF_OK;
+}
+
+/* A WDTN chunk into the next of the tensors WDHD announced; names are unique. */
+static int add_wdtn(const qvf_chunk_ctx *c, const uint8_t *p, uint64_t len, qvf_voice *v,
+                    uint32_t wdtn_expected) {
+    if (v->n_tensors >= wdtn_expected)
+        return QVF_FAIL(c, QVF_E_DUPLICATE, "more WDTN chunks than WDHD announced (%u)",
+                        wdtn_expected);
+    int rc = parse_wdtn(c, p, len, &v->tensors[v->n_tensors]);
+    v->n_tensors++; /* counted even on failure so qvf_voice_free releases it */
+    if (!rc)
+        for (uint32_t i = 0; i + 1 < v->n_tensors; i++)
+            if (!strcmp(v->tensors[i].name, v->tensors[v->n_tensors - 1].name))
+                return QVF_FAIL(c, QVF_E_DUPLICATE, "tensor %s appears twice", v->tensors[i].name);
+    return rc;
+}
+
+/* A known chunk's payload p (len bytes; rest: the file's bytes after the chunk) into v. */
+static int parse_chunk(const qvf_chunk_ctx *c, const chunk_kind *k, const uint8_t *p, uint64_t len,
+                       uint64_t rest, qvf_voice *v, uint32_t *wdtn_expected) {
+    switch (k->rank) {
+    case R_HEAD:
+        return parse_head(c, p, len, v);
+    case R_XVEC:
+        return parse_xvec(c, p, len, v);
+    case R_META:
+        return qvf_meta_parse(c, p, len, v);
+    case R_ICLR:
+        return parse_iclr(c, p, len, v);
+    case R_TPAD:
+        return qvf_tpad_read(c, p, len, 1, v, NULL);
+    case R_WOVR:
+        return qvf_wovr_read(c, p, len, 1, v, NULL);
+    case R_PALT:
+        return qvf_palt_parse(c, p, len, v);
+    case R_WDHD: {
+        int rc = parse_wdhd(c, p, len, rest, v);
+        *wdtn_expected = rd32(p);
+        return rc;
+    }
+    case R_WDTN:
+        return add_wdtn(c, p, len, v, *wdtn_expected);
+    case R_QEND:
+        if (len)
+            return QVF_FAIL(c, QVF_E_CHUNK_SIZE, "payload is %llu bytes (expected 0)",
+                            (unsigned long long)len);
+        return QVF_OK;
+    default:
+        return QVF_OK;
+    }
+}
+
 static int parse_v4(const uint8_t *b, size_t n, const char *name, qvf_voice *v, char *err,
                     size_t es) {
     int rc = check_file_header(b, n, name, err, es);
@@ -370,88 +477,15 @@ static int parse_v4(const uint8_t *b, size_t n, const char *name, qvf_voice *v, 
         tag_text(b + off, c.tag);
         const uint8_t *p = b + off + 16;
         const chunk_kind *k = find_kind(b + off);
-        if (flags & ~1u)
-            return QVF_FAIL(&c, QVF_E_RESERVED, "flags 0x%x has reserved bits set", flags);
-        if (!k && (flags & 1))
-            return QVF_FAIL(&c, QVF_E_UNKNOWN_CRITICAL, "unknown critical chunk");
-        if (k && (int)(flags & 1) != k->critical)
-            return QVF_FAIL(&c, QVF_E_FLAGS, "marked %s (expected %s)",
-                            (flags & 1) ? "critical" : "ancillary",
-                            k->critical ? "critical" : "ancillary");
-        if (k && k->fixed && len != k->max_bytes)
-            return QVF_FAIL(&c, QVF_E_CHUNK_SIZE, "payload of %llu bytes (expected %llu)",
-                            (unsigned long long)len, (unsigned long long)k->max_bytes);
-        if (k && len > k->max_bytes)
-            return QVF_FAIL(&c, QVF_E_LIMIT, "payload of %llu bytes (maximum %llu)",
-                            (unsigned long long)len, (unsigned long long)k->max_bytes);
-        uint32_t crc = qvf_crc32c(0, b + off, 16 + len), stored = rd32(p + len);
-        if (CHECK_CRC && crc != stored)
-            return QVF_FAIL(&c, QVF_E_CRC, "CRC mismatch (stored 0x%08x, computed 0x%08x)", stored,
-                            crc);
+        if ((rc = check_chunk_frame(&c, k, flags, len, b + off, p))) return rc;
         if (n_chunks == 0 && (!k || k->rank != R_HEAD))
             return QVF_FAIL(&c, QVF_E_ORDER, "first chunk must be HEAD");
         n_chunks++;
         if (k) {
-            if (k->rank < last_rank) return QVF_FAIL(&c, QVF_E_ORDER, "comes after a later chunk");
-            if (k->rank == last_rank && k->rank != R_WDTN)
-                return QVF_FAIL(&c, QVF_E_DUPLICATE, "second %s chunk", k->tag);
-            if (k->rank == R_WDTN && !v->has_wdelta)
-                return QVF_FAIL(&c, QVF_E_ORDER, "WDTN without a WDHD before it");
-            if (last_rank == R_WDHD || last_rank == R_WDTN) {
-                if (k->rank != R_WDTN && v->n_tensors < wdtn_expected)
-                    return QVF_FAIL(&c, QVF_E_MISSING, "only %u of %u WDTN chunks before it",
-                                    v->n_tensors, wdtn_expected);
-            }
-            if (k->rank > R_XVEC && last_rank < R_XVEC)
-                return QVF_FAIL(&c, QVF_E_MISSING, "no XVEC chunk before it");
+            if ((rc = check_chunk_order(&c, k, last_rank, v, wdtn_expected))) return rc;
             last_rank = k->rank;
-            switch (k->rank) {
-            case R_HEAD:
-                rc = parse_head(&c, p, len, v);
-                break;
-            case R_XVEC:
-                rc = parse_xvec(&c, p, len, v);
-                break;
-            case R_META:
-                rc = qvf_meta_parse(&c, p, len, v);
-                break;
-            case R_ICLR:
-                rc = parse_iclr(&c, p, len, v);
-                break;
-            case R_TPAD:
-                rc = qvf_tpad_read(&c, p, len, 1, v, NULL);
-                break;
-            case R_WOVR:
-                rc = qvf_wovr_read(&c, p, len, 1, v, NULL);
-                break;
-            case R_PALT:
-                rc = qvf_palt_parse(&c, p, len, v);
-                break;
-            case R_WDHD:
-                rc = parse_wdhd(&c, p, len, n - (off + 20 + len), v);
-                wdtn_expected = rd32(p);
-                break;
-            case R_WDTN:
-                if (v->n_tensors >= wdtn_expected)
-                    return QVF_FAIL(&c, QVF_E_DUPLICATE,
-                                    "more WDTN chunks than WDHD announced (%u)", wdtn_expected);
-                rc = parse_wdtn(&c, p, len, &v->tensors[v->n_tensors]);
-                v->n_tensors++; /* counted even on failure so qvf_voice_free releases it */
-                if (!rc)
-                    for (uint32_t i = 0; i + 1 < v->n_tensors; i++)
-                        if (!strcmp(v->tensors[i].name, v->tensors[v->n_tensors - 1].name))
-                            return QVF_FAIL(&c, QVF_E_DUPLICATE, "tensor %s appears twice",
-                                            v->tensors[i].name);
-                break;
-            case R_QEND:
-                if (len)
-                    return QVF_FAIL(&c, QVF_E_CHUNK_SIZE, "payload is %llu bytes (expected 0)",
-                                    (unsigned long long)len);
-                break;
-            default:
-                break;
-            }
-            if (rc) return rc;
+            if ((rc = parse_chunk(&c, k, p, len, n - (off + 20 + len), v, &wdtn_expected)))
+                return rc;
         }
         uint64_t end = off + 16 + len + 4;
         if (k && k->rank == R_QEND) {
@@ -478,11 +512,6 @@ static int parse_v4(const uint8_t *b, size_t n, const char *name, qvf_voice *v, 
 
 /* ---------------------------------------------------------------- entry points */
 
-static int ends_with(const char *s, const char *suffix) {
-    size_t a = strlen(s), b = strlen(suffix);
-    return a >= b && !strcmp(s + a - b, suffix);
-}
-
 static int read_any(const uint8_t *b, size_t n, const char *name, uint32_t hint, qvf_voice *v,
                     char *err, size_t es) {
     if (n >= 4 && !memcmp(b, "QVCE", 4)) {
@@ -494,7 +523,7 @@ static int read_any(const uint8_t *b, size_t n, const char *name, uint32_t hint,
         if (ver >= 1 && ver <= 3) return qvf_legacy_read(b, n, name, hint, v, err, es);
         return qvf_fail(err, es, QVF_E_VERSION, name, "version %u (expected 1..4)", ver);
     }
-    if (name && ends_with(name, ".qvoice"))
+    if (qvf_file_kind(name, NULL, 0) == QVF_KIND_QVOICE)
         return qvf_fail(err, es, QVF_E_MAGIC, name, "does not start with QVCE");
     return qvf_bin_read(b, n, name, hint, v, err, es);
 }

@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 
 #include "util/fileio.h"
+#include "util/sha256.h"
 #include "voicefmt/qvf_impl.h"
 
 #define SIGN_FIXED 128u /* fixed fields, then the signer name */
@@ -67,7 +68,7 @@ static uint8_t *message(const uint8_t *file, uint64_t sign_off, const uint8_t *p
 
 static void key_id(const uint8_t pub[32], uint8_t id[8]) {
     uint8_t h[32];
-    qvf_sha256(pub, 32, h);
+    qvu_sha256(pub, 32, h);
     memcpy(id, h, 8);
 }
 

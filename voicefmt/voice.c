@@ -129,12 +129,20 @@ void qvf_voice_drop_icl(qvf_voice *v) {
     v->n_frames = 0;
 }
 
+static void palette_free(qvf_voice *v) {
+    for (int i = 0; i < v->n_styles; i++)
+        free(v->styles[i].vec);
+    free(v->styles);
+    v->styles = NULL;
+    v->n_styles = 0;
+}
+
 void qvf_voice_free(qvf_voice *v) {
     if (!v) return;
     qvf_voice_drop_wdelta(v);
     qvf_voice_drop_icl(v);
     free(v->xvector);
-    qvf_palette_free(v);
+    palette_free(v);
     for (int i = 0; i < v->n_meta; i++) {
         free(v->meta[i].key);
         free(v->meta[i].value);
@@ -243,6 +251,36 @@ int qvf_voice_set_icl(qvf_voice *v, const char *transcript, const uint16_t *code
     return QVF_OK;
 }
 
+static const char *const variant_names[] = {
+    [QVF_VARIANT_UNKNOWN] = "unknown",
+    [QVF_VARIANT_BASE] = "base",
+    [QVF_VARIANT_CUSTOM_VOICE] = "custom_voice",
+    [QVF_VARIANT_VOICE_DESIGN] = "voice_design",
+};
+enum { N_VARIANTS = sizeof variant_names / sizeof *variant_names };
+
+const char *qvf_variant_name(uint32_t variant) {
+    return variant < N_VARIANTS ? variant_names[variant] : "invalid";
+}
+
+enum qvf_variant qvf_variant_from_name(const char *name) {
+    for (int v = QVF_VARIANT_BASE; name && v < N_VARIANTS; v++)
+        if (!strcmp(name, variant_names[v])) return (enum qvf_variant)v;
+    return QVF_VARIANT_UNKNOWN;
+}
+
+static int ends_with(const char *s, size_t n, const char *suffix) {
+    size_t k = strlen(suffix);
+    return n > k && !memcmp(s + n - k, suffix, k);
+}
+
+enum qvf_file_kind qvf_file_kind(const char *name, const void *head, size_t n_head) {
+    size_t n = name ? strlen(name) : 0;
+    if ((head && n_head >= 4 && !memcmp(head, "QVCE", 4)) || ends_with(name, n, ".qvoice"))
+        return QVF_KIND_QVOICE;
+    return ends_with(name, n, ".bin") ? QVF_KIND_BIN : QVF_KIND_NONE;
+}
+
 static int try_path(const char *p, char *path, size_t path_size) {
     if (access(p, R_OK)) return 0;
     return (size_t)snprintf(path, path_size, "%s", p) < path_size;
@@ -265,9 +303,7 @@ int qvf_voice_find(const char *name, char *path, size_t path_size, char *err, si
     size_t n = name ? strlen(name) : 0;
     if (!n || !path || !path_size)
         return qvf_fail(err, err_size, QVF_E_ARG, name, "empty voice name");
-    int is_path = strchr(name, '/') || (n > 7 && !strcmp(name + n - 7, ".qvoice")) ||
-                  (n > 4 && !strcmp(name + n - 4, ".bin"));
-    if (is_path) {
+    if (strchr(name, '/') || qvf_file_kind(name, NULL, 0)) {
         if (try_path(name, path, path_size)) return QVF_OK;
         return qvf_fail(err, err_size, QVF_E_IO, name, "no such voice file");
     }

@@ -5,6 +5,7 @@
 #include <lz4.h>
 #include <stdlib.h>
 #include <string.h>
+#include "util/sha256.h"
 #include "voicefmt/qvf_impl.h"
 
 static uint64_t block_len(const qvf_tensor *t, uint32_t i) {
@@ -78,9 +79,9 @@ int qvf_wdelta_encode(const char *name, uint32_t dtype, uint32_t n_dims, const u
     out->n_dims = n_dims;
     memcpy(out->shape, shape, n_dims * sizeof *shape);
     out->raw_bytes = elems * esz;
-    int rc = qvf_sha256(result, out->raw_bytes, out->result_sha256);
+    int rc = qvu_sha256(result, out->raw_bytes, out->result_sha256) ? QVF_E_NOMEM : QVF_OK;
     if (!rc && dtype == QVF_DTYPE_BF16 && target) {
-        rc = qvf_sha256(target, out->raw_bytes, out->target_sha256);
+        rc = qvu_sha256(target, out->raw_bytes, out->target_sha256) ? QVF_E_NOMEM : QVF_OK;
         if (!rc)
             rc = compress_blocks(out, result, target, block_bytes, name, err, es);
         else
@@ -129,7 +130,7 @@ static int check_hash(const void *buf, uint64_t n, const uint8_t want[32], const
                       const char *what, char *err, size_t es) {
     uint8_t got[32];
     if (qvf_is_zero(want, 32)) return QVF_OK;
-    if (qvf_sha256(buf, n, got)) return qvf_fail(err, es, QVF_E_NOMEM, name, "SHA-256");
+    if (qvu_sha256(buf, n, got)) return qvf_fail(err, es, QVF_E_NOMEM, name, "SHA-256");
     if (memcmp(got, want, 32))
         return qvf_fail(err, es, QVF_E_HASH, name,
                         "%s tensor SHA-256 differs from the one recorded", what);

@@ -20,6 +20,7 @@ import ctypes
 import json
 import os
 import queue
+import random
 import shutil
 import tempfile
 import threading
@@ -50,7 +51,48 @@ _GEN_KWARGS = {"do_sample": "do_sample", "temperature": "temperature", "top_k": 
                "subtalker_top_k": "subtalker_top_k", "subtalker_top_p": "subtalker_top_p",
                "max_new_tokens": None, "seed": "seed"}
 # from_pretrained keywords of the official (GPU/torch) loader that mean nothing here.
+_SEEDS = random.SystemRandom()
 _IGNORED_LOAD_KWARGS = {"device_map", "dtype", "torch_dtype", "attn_implementation"}
+
+
+def _hub_cache(cache_dir=None):
+    """The Hugging Face hub cache, as huggingface_hub finds it: cache_dir, $HF_HUB_CACHE,
+    $HF_HOME/hub, or ~/.cache/huggingface/hub."""
+    if cache_dir:
+        return os.fspath(cache_dir)
+    if os.environ.get("HF_HUB_CACHE"):
+        return os.environ["HF_HUB_CACHE"]
+    home = os.environ.get("HF_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
+        "huggingface")
+    return os.path.join(home, "hub")
+
+
+def resolve_model_dir(name_or_path, revision=None, cache_dir=None):
+    """A model directory: name_or_path itself when it is one, else the snapshot of hub id
+    "Org/Name" in the local Hugging Face cache (models--Org--Name/snapshots/COMMIT, the commit
+    read from refs/REVISION, "main" by default, or revision given as a commit). Nothing is
+    downloaded: FileNotFoundError names the `hf download` command that would fetch it."""
+    path = os.fspath(name_or_path)
+    if os.path.isdir(path):
+        return path
+    parts = path.split("/")
+    rev = revision or "main"
+    fetch = "hf download %s%s" % (path, " --revision %s" % revision if revision else "")
+    if len(parts) != 2 or not all(parts) or path.startswith((".", "~")):
+        raise FileNotFoundError("%s: no such model directory, and not a hub id Org/Name "
+                                "(download one with: hf download Org/Name --local-dir DIR)" % path)
+    repo = os.path.join(_hub_cache(cache_dir), "models--%s--%s" % tuple(parts))
+    commit = rev
+    ref = os.path.join(repo, "refs", rev)
+    if os.path.isfile(ref):
+        with open(ref) as f:
+            commit = f.read().strip()
+    snap = os.path.join(repo, "snapshots", commit)
+    if commit and "/" not in commit and os.path.isfile(os.path.join(snap, "config.json")):
+        return snap
+    raise FileNotFoundError("%s (revision %s): not in the local Hugging Face cache %s; fetch it "
+                            "with: %s" % (path, rev, os.path.dirname(repo), fetch))
 
 
 class QvoiceError(RuntimeError):
@@ -123,10 +165,15 @@ def _as_list(x, n, what):
     return xs
 
 
-def write_audio(path, wav, format=None, loudness=None):
+_WATERMARK_DEFAULT = 0x80000000  # QV_WATERMARK_DEFAULT: synthetic, no voice/model id
+
+
+def write_audio(path, wav, format=None, loudness=None, watermark=True):
     """Writes mono 24 kHz float samples with libqvoice's encoder (the one speak and the server
     use), atomically: format by name or by path's extension (wav, pcm, flac, ogg, opus, mp3);
-    loudness: a target integrated loudness in LUFS (EBU R128, e.g. -23), or None."""
+    loudness: a target integrated loudness in LUFS (EBU R128, e.g. -23), or None; watermark:
+    True marks the samples as synthetic (docs/provenance.md), False writes them as given, an
+    int is the 32-bit payload to mark with."""
     lib = _capi.lib()
     path = os.fspath(path)
     fmt = lib.qv_format_parse(_b(format)) if format else lib.qv_format_of_path(_b(path))
@@ -146,16 +193,18 @@ def write_audio(path, wav, format=None, loudness=None):
                                        ctypes.byref(lufs))
         if st:
             _raise(st)
-    st = lib.qv_audio_write(_b(path), fmt, buf, n)
+    mark = (_WATERMARK_DEFAULT if watermark is True else 0 if watermark is False
+            else int(watermark) & 0xFFFFFFFF)
+    st = lib.qv_audio_write(_b(path), fmt, buf, n, mark)
     if st:
         _raise(st)
 
 
-def write_wav(path, wav, sample_rate=SAMPLE_RATE):
+def write_wav(path, wav, sample_rate=SAMPLE_RATE, watermark=True):
     """Writes mono float samples in [-1, 1] as a 16-bit PCM WAV (write_audio)."""
     if int(sample_rate) != SAMPLE_RATE:
         raise ValueError("sample_rate %s: libqvoice writes %d Hz audio" % (sample_rate, SAMPLE_RATE))
-    write_audio(path, wav, "wav")
+    write_audio(path, wav, "wav", watermark=watermark)
 
 
 class Voice:
@@ -192,6 +241,35 @@ class VoiceClonePromptItem:
         self.x_vector_only_mode = bool(x_vector_only_mode)
         self.icl_mode = not self.x_vector_only_mode
         weakref.finalize(self, shutil.rmtree, tmpdir, True)
+
+    # Pickled by value: the voice file's bytes travel, and unpickling writes them to a private
+    # temporary directory of its own (a pickled path would point at a deleted file).
+    def __getstate__(self):
+        with open(self.path, "rb") as f:
+            return {"voice": f.read(), "ref_text": self.ref_text, "report": self.report,
+                    "x_vector_only_mode": self.x_vector_only_mode}
+
+    def __setstate__(self, state):
+        tmpdir = tempfile.mkdtemp(prefix="qvoice-prompt-")
+        path = os.path.join(tmpdir, "voice.qvoice")
+        with open(path, "wb") as f:
+            f.write(state["voice"])
+        self.__init__(path, tmpdir, state["ref_text"], state["x_vector_only_mode"],
+                      state["report"])
+
+    @property
+    def ref_spk_embedding(self):
+        """The speaker x-vector (float32: a NumPy array, else array('f')), as the official item's
+        ref_spk_embedding."""
+        lib = _capi.lib()
+        ptr, dim = ctypes.c_void_p(), ctypes.c_int()
+        st = lib.qv_clone_xvector(None, _b(self.path), 30.0, ctypes.byref(ptr), ctypes.byref(dim))
+        if st:
+            _raise(st)
+        try:
+            return _block(ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float)), dim.value)
+        finally:
+            lib.qv_free(ptr)
 
     def save(self, path):
         """Writes the voice to path atomically (a temporary file in the same directory, renamed)."""
@@ -235,6 +313,7 @@ class Qwen3TTSModel:
         self._synth_key = None
         self._lock = threading.Lock()
         self.last_stats = None
+        self._batching = False  # qv_model_set_batching done (by the first list input)
         p = lib.qv_model_params(handle)
 
         def f(x):  # float32 fields: 0.9, not 0.8999999761581421
@@ -257,23 +336,25 @@ class Qwen3TTSModel:
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, threads=0, quant="bf16",
-                        clone_model=None, **kwargs):
+                        clone_model=None, revision=None, cache_dir=None, local_files_only=None,
+                        **kwargs):
         """Loads a model directory (config.json, model.safetensors, tokenizer, speech_tokenizer/).
-        threads: compute threads, 0 = all online CPUs. quant: "bf16" or "int8" (per-frame
-        matrices quantized on first use). clone_model: a Base model directory whose speaker and
+        threads: compute threads, 0 = all online CPUs. quant: "bf16", "int8" or "q4" (matrices
+        quantized on first use, kept in the prepared-weights cache). clone_model: a Base model directory whose speaker and
         speech encoders create_voice_clone_prompt uses (default: this model, if it is a Base
-        one). A hub id is not downloaded: fetch it first with `hf download`."""
+        one). A hub id "Org/Name" is found in the local Hugging Face cache (HF_HUB_CACHE, HF_HOME;
+        revision, cache_dir as huggingface_hub takes them) and never downloaded (every load is
+        local_files_only): fetch it first with `hf download`."""
         bad = set(kwargs) - _IGNORED_LOAD_KWARGS
         if bad:
             raise TypeError("from_pretrained: unexpected keyword argument(s) %s" % sorted(bad))
-        if quant not in _capi.QUANT:
-            raise ValueError("quant: %r is not one of %s" % (quant, sorted(_capi.QUANT)))
-        path = os.fspath(pretrained_model_name_or_path)
-        if not os.path.isdir(path):
-            raise FileNotFoundError(
-                "%s: no such model directory (download it first: hf download %s --local-dir DIR)"
-                % (path, path))
         lib = _capi.lib()
+        q = lib.qv_quant_parse(_b(quant)) if isinstance(quant, str) else -1
+        if q < 0:
+            raise ValueError("quant: %r is not one of bf16, int8, q4" % (quant,))
+        path = resolve_model_dir(pretrained_model_name_or_path, revision, cache_dir)
+        if clone_model is not None:
+            clone_model = resolve_model_dir(clone_model, None, cache_dir)
         h = ctypes.c_void_p()
         st = lib.qv_model_load(ctypes.byref(h), _b(path))
         if st:
@@ -282,7 +363,7 @@ class Qwen3TTSModel:
             threads = lib.qv_threads_resolve(int(threads))
         elif threads <= 0:
             threads = os.cpu_count() or 1
-        return cls(h, path, int(threads), _capi.QUANT[quant], clone_model)
+        return cls(h, path, int(threads), q, clone_model)
 
     def close(self):
         """Frees the model now (also done when the object is garbage-collected)."""
@@ -312,6 +393,8 @@ class Qwen3TTSModel:
             raise TypeError("unexpected generation keyword argument(s) %s" % sorted(bad))
         p = self._lib.qv_model_params(self._m)
         p.n_threads, p.quant = self._threads, self._quant
+        # a fresh take per call, as the official package samples (reproducible with seed=)
+        p.seed = _SEEDS.getrandbits(63)
         for k, v in kw.items():
             if v is None or k in _STYLE_KWARGS:
                 continue  # official rule: None means the model's default
@@ -325,6 +408,9 @@ class Qwen3TTSModel:
 
     def _get_synth(self, p):
         key = bytes(p)  # a synthesizer is made for one parameter set; reused while it holds
+        if ("synth" in self._h and key != self._synth_key and self._lib.has("qv_synth_set_params")
+                and not self._lib.qv_synth_set_params(self._h["synth"], ctypes.byref(p))):
+            self._synth_key = key  # new seed or sampling: same session, pools and tokenizer
         if "synth" not in self._h or key != self._synth_key:
             if "synth" in self._h:
                 self._lib.qv_synth_free(self._h.pop("synth"))
@@ -338,55 +424,73 @@ class Qwen3TTSModel:
             self._h["synth"], self._synth_key = h, key
         return self._h["synth"]
 
-    def _run(self, job, kw, on_block, started=None):
-        """Runs one synthesis on this thread; on_block(block) gets each PCM block and returns
-        True to stop. job: text, language, speaker, instruct, voice (Voice), use_icl. kw: the
-        generation keywords and the style ones (docs/markup.md): style, style_strength,
-        style_table (text of "name = instruct" lines), strict_markup."""
-        lib = self._lib
+    def _prepare(self, kw):
+        """The parameters and style keywords of kw, with the model's one-synthesis lock taken
+        (the caller releases it)."""
         kw = dict(kw)
         sty = {k: kw.pop(k) for k in _STYLE_KWARGS if k in kw}
         if not self._lock.acquire(blocking=False):
             raise RuntimeError("another synthesis is running on this model object")
         try:
-            synth = self._get_synth(self._params(kw))
+            p = self._params(kw)
+        except BaseException:
+            self._lock.release()
+            raise
+        self._seed = p.seed  # reported in last_stats: a take can be repeated with seed=
+        return p, sty
+
+    def _run(self, job, kw, on_block, started=None):
+        """Runs one synthesis on this thread; on_block(block) gets each PCM block and returns
+        True to stop. job: text, language, speaker, instruct, voice (Voice), use_icl. kw: the
+        generation keywords and the style ones (docs/markup.md): style, style_strength,
+        style_table (text of "name = instruct" lines), strict_markup."""
+        p, sty = self._prepare(kw)
+        try:
+            synth = self._get_synth(p)
             if started is not None:
                 started(synth)
-            r = lib.qv_synth_default_request()
-            r.text = _b(job["text"])
-            r.language = _b((job.get("language") or "auto").lower())
-            r.speaker = _b(job["speaker"].lower()) if job.get("speaker") else None
-            r.instruct = _b(job.get("instruct") or None)
-            voice = job.get("voice")
-            r.voice = voice._h if voice is not None else None
-            r.use_icl = int(job.get("use_icl", 1))
-            r.style = _b(sty.get("style"))
-            r.style_strength = float(sty.get("style_strength") or 0)
-            r.style_table = _b(sty.get("style_table"))
-            r.strict_markup = int(bool(sty.get("strict_markup")))
-            failure = []
-
-            def cb(user, pcm, n):
-                try:
-                    return 1 if on_block(_block(pcm, n)) else 0
-                except BaseException as e:  # noqa: B902 -- re-raised after qv_synth_run
-                    failure.append(e)
-                    return 1
-
-            fn = _capi.PCM_FN(cb)
-            stats = _capi.SynthStats(struct_size=ctypes.sizeof(_capi.SynthStats))
-            st = lib.qv_synth_run(synth, ctypes.byref(r), fn, None, ctypes.byref(stats))
-            if failure:
-                raise failure[0]
-            self.last_stats = {f: (_s(getattr(stats, f)) if isinstance(getattr(stats, f), bytes)
-                                   else getattr(stats, f)) for f, _ in _capi.SynthStats._fields_
-                               if f != "struct_size"}
-            if st:
-                _raise(st)
-            if self.last_stats["warning"]:  # e.g. the library dropped a 0.6B CustomVoice instruct
-                warnings.warn("qvoice: " + self.last_stats["warning"], stacklevel=3)
+            self._synth_run(synth, job, sty, on_block)
         finally:
             self._lock.release()
+
+    def _synth_run(self, synth, job, sty, on_block):
+        """qv_synth_run of one job on synth (this thread); sets last_stats, raises on failure."""
+        lib = self._lib
+        r = lib.qv_synth_default_request()
+        r.text = _b(job["text"])
+        r.language = _b((job.get("language") or "auto").lower())
+        r.speaker = _b(job["speaker"].lower()) if job.get("speaker") else None
+        r.instruct = _b(job.get("instruct") or None)
+        voice = job.get("voice")
+        r.voice = voice._h if voice is not None else None
+        r.use_icl = int(job.get("use_icl", 1))
+        r.style = _b(sty.get("style"))
+        r.style_strength = float(sty.get("style_strength") or 0)
+        r.style_table = _b(sty.get("style_table"))
+        r.strict_markup = int(bool(sty.get("strict_markup")))
+        failure = []
+
+        def cb(user, pcm, n):
+            try:
+                return 1 if on_block(_block(pcm, n)) else 0
+            except BaseException as e:  # noqa: B902 -- re-raised after qv_synth_run
+                failure.append(e)
+                return 1
+
+        fn = _capi.PCM_FN(cb)
+        stats = _capi.SynthStats(struct_size=ctypes.sizeof(_capi.SynthStats))
+        st = lib.qv_synth_run(synth, ctypes.byref(r), fn, None, ctypes.byref(stats))
+        if failure:
+            raise failure[0]
+        last = {f: (_s(getattr(stats, f)) if isinstance(getattr(stats, f), bytes)
+                    else getattr(stats, f)) for f, _ in _capi.SynthStats._fields_
+                if f != "struct_size"}
+        last["seed"] = self._seed
+        self.last_stats = last
+        if st:
+            _raise(st)
+        if last["warning"]:  # e.g. the library dropped a 0.6B CustomVoice instruct
+            warnings.warn("qvoice: " + last["warning"], stacklevel=4)
 
     def run_jobs(self, lines, loudness=None, **kw):
         """speak --batch in-process: each item of lines is one job, a JSON object (or its text) with
@@ -415,12 +519,61 @@ class Qwen3TTSModel:
             lib.qv_jobs_free(h)
 
     def _generate(self, jobs, kw):
+        if len(jobs) > 1 and self._lib.has("qv_model_set_batching"):
+            return self._generate_batched(jobs, kw), SAMPLE_RATE
         wavs = []
         for job in jobs:
             blocks = []
             self._run(job, kw, lambda b: blocks.append(b))  # None: never stop
             wavs.append(_join(blocks))
         return wavs, SAMPLE_RATE
+
+    def _generate_batched(self, jobs, kw):
+        """List inputs as one batch: each text on its own synthesizer and thread, the model's
+        batched streams stepping up to 8 of them together (each weight read once per step), with
+        the audio of each the same as alone (the same seed for every item, as one by one)."""
+        lib = self._lib
+        p, sty = self._prepare(kw)
+        try:
+            if not self._batching:
+                st = lib.qv_model_set_batching(self._m, _capi.BATCH_MAX_STREAMS)
+                if st:
+                    _raise(st)
+                self._batching = True
+            out, errors = [None] * len(jobs), []
+
+            def work(i, synth):
+                blocks = []
+                try:
+                    self._synth_run(synth, jobs[i], sty, lambda b: blocks.append(b))
+                    out[i] = _join(blocks)
+                except BaseException as e:  # noqa: B902 -- re-raised on the caller's thread
+                    errors.append((i, e))
+
+            for first in range(0, len(jobs), _capi.BATCH_MAX_STREAMS):
+                group = range(first, min(first + _capi.BATCH_MAX_STREAMS, len(jobs)))
+                synths = []
+                try:
+                    for _ in group:
+                        h = ctypes.c_void_p()
+                        st = lib.qv_synth_new(ctypes.byref(h), self._m, ctypes.byref(p))
+                        if st:
+                            _raise(st)
+                        synths.append(h)
+                    threads = [threading.Thread(target=work, args=(i, s))
+                               for i, s in zip(group, synths)]
+                    for th in threads:
+                        th.start()
+                    for th in threads:
+                        th.join()
+                finally:
+                    for h in synths:
+                        lib.qv_synth_free(h)
+                if errors:
+                    raise min(errors, key=lambda e: e[0])[1]
+            return out
+        finally:
+            self._lock.release()
 
     def _stream(self, job, kw):
         """Generator of PCM blocks: the synthesis runs on a worker thread; closing the generator
@@ -598,7 +751,8 @@ class Qwen3TTSModel:
     def create_voice_clone_prompt(self, ref_audio, ref_text=None, x_vector_only_mode=False, *,
                                   language=None, name=None, consent=None, max_seconds=30.0,
                                   hygiene=True, with_wovr=True, target_cv=None, icl_window="full",
-                                  allow_xvector_fallback=False):
+                                  allow_xvector_fallback=False, consent_speaker=None,
+                                  consent_scope=None, consent_recording=None):
         """Clones each reference (Base speaker and speech encoders: this model if Base, else
         from_pretrained's clone_model). ICL (ref codes + transcript) unless x_vector_only_mode;
         ICL needs ref_text, as in qwen_tts. Returns VoiceClonePrompts (a list, one item per
@@ -608,7 +762,9 @@ class Qwen3TTSModel:
         with_wovr (Base text side), target_cv (CustomVoice dir: add a weight delta), icl_window:
         the part of the clip ref_text transcribes ("full": the whole trimmed clip, at most 30 s;
         "auto": the cleanest 10-15 s, reported in .report; or (start_s, end_s)),
-        allow_xvector_fallback (a transcript that does not fit drops ICL instead of failing)."""
+        allow_xvector_fallback (a transcript that does not fit drops ICL instead of failing);
+        consent with consent_speaker (who), consent_scope (to what) and consent_recording (a file
+        of the spoken consent, hashed) make the voice's consent record (docs/provenance.md)."""
         if isinstance(icl_window, tuple) and len(icl_window) == 2:
             window, (icl_start, icl_end) = _capi.ICL_RANGE, map(float, icl_window)
         elif icl_window in _capi.ICL_WINDOW:
@@ -636,6 +792,8 @@ class Qwen3TTSModel:
                     r.n_samples, r.sample_rate_hz = len(pcm), sr
                 r.ref_text = None if xo else _b(t)
                 r.language, r.name, r.consent = _b(language), _b(name), _b(consent)
+                r.consent_speaker, r.consent_scope = _b(consent_speaker), _b(consent_scope)
+                r.consent_recording = _b(consent_recording)
                 r.max_seconds, r.hygiene, r.with_wovr = max_seconds, int(hygiene), int(with_wovr)
                 r.target_cv_dir = _b(target_cv)
                 r.icl_window, r.icl_start_s, r.icl_end_s = window, icl_start, icl_end

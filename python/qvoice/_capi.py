@@ -13,7 +13,7 @@ c_int64, c_uint32, c_uint64 = ctypes.c_int64, ctypes.c_uint32, ctypes.c_uint64
 STATUS = ["QV_OK", "QV_E_INVALID", "QV_E_MODEL", "QV_E_NOMEM", "QV_E_SPEAKER", "QV_E_LANGUAGE",
           "QV_E_UNSUPPORTED", "QV_E_LIMIT", "QV_E_STATE", "QV_E_VOICE", "QV_E_FOREIGN_VOICE",
           "QV_E_GUARD", "QV_E_CANCELLED", "QV_E_AUDIO", "QV_E_IO", "QV_E_VOCAB", "QV_E_ABI"]
-QUANT = {"bf16": 0, "int8": 1, "q4": 2}
+BATCH_MAX_STREAMS = 8  # QV_BATCH_MAX_STREAMS
 ICL_WINDOW = {"full": 0, "auto": 1}  # enum qv_icl_window; a (start_s, end_s) pair is QV_ICL_RANGE
 ICL_RANGE = 2
 SAMPLE_RATE = 24000
@@ -56,11 +56,14 @@ class CloneRequest(ctypes.Structure):
                 ("max_seconds", c_double), ("hygiene", c_int), ("with_wovr", c_int),
                 ("target_cv_dir", c_char_p), ("icl_window", c_int), ("icl_start_s", c_double),
                 ("icl_end_s", c_double), ("allow_xvector_fallback", c_int),
-                ("speaker_threshold", c_double), ("plot_path", c_char_p)]
+                ("speaker_threshold", c_double), ("plot_path", c_char_p),
+                ("consent_speaker", c_char_p), ("consent_scope", c_char_p),
+                ("consent_recording", c_char_p)]
 
 
 class JobsOptions(ctypes.Structure):
-    _fields_ = [("struct_size", c_uint32), ("request", SynthRequest), ("loudness_lufs", c_double)]
+    _fields_ = [("struct_size", c_uint32), ("request", SynthRequest), ("loudness_lufs", c_double),
+                ("watermark", c_uint32)]
 
 
 # C struct name -> ctypes class, for the layout test.
@@ -95,22 +98,27 @@ PROTOTYPES = {
     "qv_synth_default_request": (SynthRequest, []),
     "qv_synth_new": (c_int, [_P(c_void_p), c_void_p, _P(Params)]),
     "qv_synth_free": (None, [c_void_p]),
+    "qv_synth_set_params": (c_int, [c_void_p, _P(Params)]),
+    "qv_model_set_batching": (c_int, [c_void_p, c_int]),
     "qv_synth_run": (c_int, [c_void_p, _P(SynthRequest), PCM_FN, c_void_p, _P(SynthStats)]),
     "qv_synth_cancel": (None, [c_void_p]),
     "qv_clone_default_request": (CloneRequest, []),
     "qv_cloner_load": (c_int, [_P(c_void_p), c_char_p, c_int]),
     "qv_cloner_free": (None, [c_void_p]),
+    "qv_cloner_fingerprint": (None, [c_void_p, c_char_p]),
     "qv_clone_run": (c_int, [c_void_p, _P(CloneRequest), c_char_p, _P(c_void_p)]),
+    "qv_clone_xvector": (c_int, [c_void_p, c_char_p, c_double, _P(c_void_p), _P(c_int)]),
     "qv_params_check": (c_int, [_P(Params)]),
     "qv_jobs_default_options": (JobsOptions, []),
     "qv_jobs_new": (c_int, [_P(c_void_p), c_void_p, _P(Params), _P(JobsOptions)]),
     "qv_jobs_run_line": (c_int, [c_void_p, c_int, c_char_p, _P(c_void_p)]),
     "qv_jobs_free": (None, [c_void_p]),
     "qv_format_parse": (c_int, [c_char_p]),
+    "qv_quant_parse": (c_int, [c_char_p]),
     "qv_format_of_path": (c_int, [c_char_p]),
     "qv_loudness_normalize": (c_int, [_P(c_float), ctypes.c_int64, ctypes.c_double,
                                       _P(ctypes.c_int64), _P(ctypes.c_double)]),
-    "qv_audio_write": (c_int, [c_char_p, c_int, _P(c_float), ctypes.c_int64]),
+    "qv_audio_write": (c_int, [c_char_p, c_int, _P(c_float), ctypes.c_int64, c_uint32]),
 }
 
 

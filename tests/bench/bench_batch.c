@@ -14,21 +14,7 @@
 #include <time.h>
 
 #include "engine/model.h"
-
-static double clock_s(clockid_t c) {
-    struct timespec t;
-    clock_gettime(c, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static double now_s(void) {
-    return clock_s(CLOCK_MONOTONIC);
-}
-
-static int cmp(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
+#include "tests/bench/helpers/measure.h"
 
 static qv_session *start(const qv_model *m, int quant, int i, int frames) {
     qv_params p = qv_model_params(m);
@@ -67,31 +53,29 @@ int main(int argc, char **argv) {
         enum qv_status st[QV_BATCH_MAX_STREAMS];
         for (int i = 0; i < B; i++)
             s[i] = start(m, quant, i, frames);
-        double t0 = now_s();
+        double t0 = bench_clock_s(CLOCK_MONOTONIC);
         for (int i = 0; i < B; i++)
             for (int f = 0; f < frames; f++)
                 qve_batch_step(m->batch, &s[i], 1, pool, &codes[i], &done[i], &st[i]);
-        alone[r] = (now_s() - t0) / (B * frames);
+        alone[r] = (bench_clock_s(CLOCK_MONOTONIC) - t0) / (B * frames);
         for (int i = 0; i < B; i++) {
             qv_session_free(s[i]);
             s[i] = start(m, quant, i, frames);
         }
-        t0 = now_s();
-        const double c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
+        t0 = bench_clock_s(CLOCK_MONOTONIC);
+        const double c0 = bench_clock_s(CLOCK_PROCESS_CPUTIME_ID);
         for (int f = 0; f < frames; f++)
             qve_batch_step(m->batch, s, B, pool, codes, done, st);
-        batched[r] = (now_s() - t0) / (B * frames);
-        cpu[r] = (clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0) / frames;
+        batched[r] = (bench_clock_s(CLOCK_MONOTONIC) - t0) / (B * frames);
+        cpu[r] = (bench_clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0) / frames;
         for (int i = 0; i < B; i++)
             qv_session_free(s[i]);
     }
-    qsort(alone, (size_t)rounds, sizeof *alone, cmp);
-    qsort(batched, (size_t)rounds, sizeof *batched, cmp);
-    qsort(cpu, (size_t)rounds, sizeof *cpu, cmp);
-    const double a = alone[rounds / 2], b = batched[rounds / 2];
+    const double a = bench_median(alone, rounds), b = bench_median(batched, rounds);
     printf("batch %s B=%d threads=%d: alone %.1f ms/frame, batched %.1f ms/frame (step %.1f ms, "
            "CPU %.1f ms), speed-up %.2fx (median of %d)\n",
-           argv[3], B, nth, 1e3 * a, 1e3 * b, 1e3 * b * B, 1e3 * cpu[rounds / 2], a / b, rounds);
+           argv[3], B, nth, 1e3 * a, 1e3 * b, 1e3 * b * B, 1e3 * bench_median(cpu, rounds), a / b,
+           rounds);
     qvk_pool_free(pool);
     qv_model_free(m);
     return 0;

@@ -12,24 +12,7 @@
 #include "checkpoint/ckpt.h"
 #include "features/speech_encoder.h"
 #include "kernels/kernels.h"
-
-static double wall_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
-
-static double cpu_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
-
-static double thread_cpu_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
+#include "tests/bench/helpers/measure.h"
 
 int main(int argc, char **argv) {
     int threads = argc > 1 ? atoi(argv[1]) : 2;
@@ -57,17 +40,23 @@ int main(int argc, char **argv) {
     qva_mel *m = qva_mel_create();
     double best_w = 1e9, best_c = 0, best_m = 0, best_w2 = 1e9, best_c2 = 0, best_m2 = 0;
     for (int r = 0; r < 3; r++) {
-        double w0 = wall_s(), c0 = cpu_s(), m0 = thread_cpu_s();
+        double w0 = bench_clock_s(CLOCK_MONOTONIC), c0 = bench_clock_s(CLOCK_PROCESS_CPUTIME_ID),
+               m0 = bench_clock_s(CLOCK_THREAD_CPUTIME_ID);
         qva_mel_compute(m, mel, a.samples, a.n_samples);
         if (qva_ecapa_forward(e, pool, xvec, mel, nf, err, sizeof err)) return 1;
-        double w = wall_s() - w0;
-        if (w < best_w) best_w = w, best_c = cpu_s() - c0, best_m = thread_cpu_s() - m0;
+        double w = bench_clock_s(CLOCK_MONOTONIC) - w0;
+        if (w < best_w)
+            best_w = w, best_c = bench_clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0,
+            best_m = bench_clock_s(CLOCK_THREAD_CPUTIME_ID) - m0;
     }
     for (int r = 0; r < 3; r++) {
-        double w0 = wall_s(), c0 = cpu_s(), m0 = thread_cpu_s();
+        double w0 = bench_clock_s(CLOCK_MONOTONIC), c0 = bench_clock_s(CLOCK_PROCESS_CPUTIME_ID),
+               m0 = bench_clock_s(CLOCK_THREAD_CPUTIME_ID);
         if (qva_speech_encoder_encode(se, pool, codes, a.samples, a.n_samples, err, sizeof err)) return 1;
-        double w = wall_s() - w0;
-        if (w < best_w2) best_w2 = w, best_c2 = cpu_s() - c0, best_m2 = thread_cpu_s() - m0;
+        double w = bench_clock_s(CLOCK_MONOTONIC) - w0;
+        if (w < best_w2)
+            best_w2 = w, best_c2 = bench_clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0,
+            best_m2 = bench_clock_s(CLOCK_THREAD_CPUTIME_ID) - m0;
     }
     printf("clone bench: 30 s clip, %d threads, kernels %s\n", threads, qvk_variant());
     printf("  mel + ECAPA      %.3f s wall (%.3f s CPU; caller %.3f s, workers %.3f s)   target <= 0.3 s\n",

@@ -9,12 +9,7 @@
 
 #include "kernels/kernels.h"
 #include "engine/speech_decoder.h"
-
-static double now_s(clockid_t id) {
-    struct timespec ts;
-    clock_gettime(id, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
+#include "tests/bench/helpers/measure.h"
 
 static int sink(void *user, const float *pcm, int n) {
     (void)pcm;
@@ -48,12 +43,12 @@ int main(int argc, char **argv) {
         x = x * 1103515245u + 12345u;
         codes[i] = (int)((x >> 8) % (unsigned)qve_decoder_codebook_size(d));
     }
-    double t0 = now_s(CLOCK_MONOTONIC), c0 = now_s(CLOCK_PROCESS_CPUTIME_ID);
+    double t0 = bench_clock_s(CLOCK_MONOTONIC), c0 = bench_clock_s(CLOCK_PROCESS_CPUTIME_ID);
     if (qve_decoder_decode(d, codes, n, wav, err, sizeof err) != 0) {
         fprintf(stderr, "bench_decoder: %s\n", err);
         return 1;
     }
-    double t1 = now_s(CLOCK_MONOTONIC), c1 = now_s(CLOCK_PROCESS_CPUTIME_ID);
+    double t1 = bench_clock_s(CLOCK_MONOTONIC), c1 = bench_clock_s(CLOCK_PROCESS_CPUTIME_ID);
     long got = 0;
     qve_dec_stream *s = qve_dec_stream_start(d, 1, sink, &got, err, sizeof err);
     for (int f = 0; s && f < n; f++)
@@ -62,21 +57,21 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_decoder: %s\n", err);
         return 1;
     }
-    double t2 = now_s(CLOCK_MONOTONIC), c2 = now_s(CLOCK_PROCESS_CPUTIME_ID);
+    double t2 = bench_clock_s(CLOCK_MONOTONIC), c2 = bench_clock_s(CLOCK_PROCESS_CPUTIME_ID);
     /* first-audio latency: a synchronous stream decodes frame 0 alone inside the first push */
-    double c3 = now_s(CLOCK_PROCESS_CPUTIME_ID);
+    double c3 = bench_clock_s(CLOCK_PROCESS_CPUTIME_ID);
     long first = 0;
     s = qve_dec_stream_start(d, 0, sink, &first, err, sizeof err);
     if (!s || qve_dec_stream_push(s, codes) != 0) {
         fprintf(stderr, "bench_decoder: first block failed\n");
         return 1;
     }
-    double c4 = now_s(CLOCK_PROCESS_CPUTIME_ID);
+    double c4 = bench_clock_s(CLOCK_PROCESS_CPUTIME_ID);
     qve_dec_stream_finish(s, err, sizeof err);
     /* the same with a 2-thread pool: all frames, then the first block alone (wall time) */
     qvk_pool *pool = qvk_pool_create(2);
     long got2 = 0, first2 = 0;
-    double t5 = now_s(CLOCK_MONOTONIC), c5 = now_s(CLOCK_PROCESS_CPUTIME_ID);
+    double t5 = bench_clock_s(CLOCK_MONOTONIC), c5 = bench_clock_s(CLOCK_PROCESS_CPUTIME_ID);
     s = pool ? qve_dec_stream_start(d, 0, sink, &got2, err, sizeof err) : NULL;
     if (s) qve_dec_stream_set_pool(s, pool);
     for (int f = 0; s && f < n; f++)
@@ -85,15 +80,15 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_decoder: pooled stream failed\n");
         return 1;
     }
-    double t6 = now_s(CLOCK_MONOTONIC), c6 = now_s(CLOCK_PROCESS_CPUTIME_ID);
+    double t6 = bench_clock_s(CLOCK_MONOTONIC), c6 = bench_clock_s(CLOCK_PROCESS_CPUTIME_ID);
     s = qve_dec_stream_start(d, 0, sink, &first2, err, sizeof err);
     if (s) qve_dec_stream_set_pool(s, pool);
-    double t7 = now_s(CLOCK_MONOTONIC);
+    double t7 = bench_clock_s(CLOCK_MONOTONIC);
     if (!s || qve_dec_stream_push(s, codes) != 0) {
         fprintf(stderr, "bench_decoder: first pooled block failed\n");
         return 1;
     }
-    double t8 = now_s(CLOCK_MONOTONIC);
+    double t8 = bench_clock_s(CLOCK_MONOTONIC);
     qve_dec_stream_finish(s, err, sizeof err);
     qvk_pool_free(pool);
     printf("speech decoder (%s kernels, block %d frames): %d frames\n", qvk_variant(),

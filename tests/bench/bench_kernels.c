@@ -17,6 +17,7 @@
 #include "kernels/kernels.h"
 #include "kernels/q4.h"
 #include "kernels/q8.h"
+#include "tests/bench/helpers/measure.h"
 
 #define N_PASSES 7
 /* Matrix set per shape: default 384 MB, twelve times this VM's 32 MiB L3; QV_BENCH_SET_MB
@@ -33,22 +34,6 @@ static int want(const char *section) {
     return 0;
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return v[n / 2];
-}
-
 /* ---- FMA peak (each thread runs the probe) ---------------------------------------------- */
 
 struct fma_job {
@@ -61,34 +46,10 @@ static void fma_run(int ith, int nth, void *arg) {
     j->macs[ith] = qvk_fma_probe(j->n_iter);
 }
 
-/* ---- read bandwidth --------------------------------------------------------------------- */
+/* ---- pool round trip -------------------------------------------------------------------- */
 
-struct sum_job {
-    const uint64_t *p;
-    size_t n;
-    uint64_t out[64];
-};
-
-/* Each thread reads a contiguous share at full vector width (qvk_mem_read). */
-static void sum_run(int ith, int nth, void *arg) {
-    struct sum_job *j = arg;
-    size_t per = (j->n / (size_t)nth) & ~(size_t)7;
-    size_t n = ith == nth - 1 ? j->n - per * (size_t)ith : per;
-    j->out[ith] = qvk_mem_read(j->p + per * (size_t)ith, n * 8);
-}
-
-static double read_bw(qvk_pool *pool, const uint64_t *buf, size_t n_bytes, int n_rep) {
-    struct sum_job j = {buf, n_bytes / 8, {0}};
-    double t[N_PASSES * 4];
-    uint64_t sink = 0;
-    for (int r = 0; r < n_rep; r++) {
-        double t0 = now_s();
-        qvk_pool_run(pool, sum_run, &j);
-        t[r] = now_s() - t0;
-        sink += j.out[0];
-    }
-    if (sink == 42) printf(" ");
-    return n_bytes / median(t, n_rep) / 1e9;
+static void empty_run(int ith, int nth, void *arg) {
+    (void)ith, (void)nth, (void)arg;
 }
 
 /* ---- matvec ----------------------------------------------------------------------------- */
@@ -172,27 +133,20 @@ static struct result bench(qvk_pool *pool, const struct workload *wl, int fmt) {
     double t_mv[N_PASSES], ratio[N_PASSES];
     const size_t copy = copy_bytes(wl, fmt);
     const char *base = (const char *)wl->w; /* the probe reads as many bytes as the matvec */
-    uint64_t sink = 0;
     for (int r = 0; r < N_PASSES + 1; r++) {
         double rd = 0, mv = 0;
         for (int s = 0; s < wl->n_set; s++) {
-            struct sum_job j = {(const uint64_t *)(base + copy * ((s + wl->n_set / 2) % wl->n_set)),
-                                copy / 8, {0}};
-            double t0 = now_s();
-            qvk_pool_run(pool, sum_run, &j);
-            double t1 = now_s();
+            rd += bench_read_s(pool, base + copy * ((s + wl->n_set / 2) % wl->n_set), copy);
+            double t1 = bench_clock_s(CLOCK_MONOTONIC);
             run_copy(pool, wl, s, fmt);
-            double t2 = now_s();
-            sink += j.out[0];
-            rd += t1 - t0, mv += t2 - t1;
+            mv += bench_clock_s(CLOCK_MONOTONIC) - t1;
         }
         if (r == 0) continue; /* warm-up: page tables, pool, frequency */
         t_mv[r - 1] = mv;
         ratio[r - 1] = rd / mv;
     }
-    if (sink == 42) printf(" ");
-    return (struct result){copy * wl->n_set / median(t_mv, N_PASSES) / 1e9,
-                           median(ratio, N_PASSES)};
+    return (struct result){copy * wl->n_set / bench_median(t_mv, N_PASSES) / 1e9,
+                           bench_median(ratio, N_PASSES)};
 }
 
 /* Small bf16 values around ±1, different per row; pages really touched. */
@@ -275,12 +229,12 @@ static void bench_quantize(qvk_pool *pool2) {
     for (int th = 1; th <= 2; th++) {
         double t[N_PASSES];
         for (int r = 0; r < N_PASSES; r++) {
-            double t0 = now_s();
+            double t0 = bench_clock_s(CLOCK_MONOTONIC);
             for (size_t done = 0; done < total; done += rows * n_in)
                 qvk_q8_quantize_bf16(th == 1 ? NULL : pool2, q, sc, w, (int)rows, n_in);
-            t[r] = now_s() - t0;
+            t[r] = bench_clock_s(CLOCK_MONOTONIC) - t0;
         }
-        printf("   %d thr %.3f", th, median(t, N_PASSES));
+        printf("   %d thr %.3f", th, bench_median(t, N_PASSES));
     }
     printf("\n");
     qvk_free(w);
@@ -311,9 +265,9 @@ int main(int argc, char **argv) {
         return 1;
     }
     memset(buf, 1, bw_bytes);
-    double bw1 = read_bw(NULL, buf, bw_bytes, 5);
-    double bw2 = read_bw(pool2, buf, bw_bytes, 5);
-    double bw_l2_1 = read_bw(NULL, buf, (size_t)256 << 10, 25);
+    double bw1 = bench_read_gbs(NULL, buf, bw_bytes, 5);
+    double bw2 = bench_read_gbs(pool2, buf, bw_bytes, 5);
+    double bw_l2_1 = bench_read_gbs(NULL, buf, (size_t)256 << 10, 25);
     qvk_free(buf);
     printf("read bandwidth (qvk_mem_read of 1 GiB, %s): 1 thread %.1f GB/s, 2 threads %.1f GB/s"
            "   (same loop in L2: %.1f GB/s, so the loop is not the limit)\n\n",
@@ -349,15 +303,15 @@ int main(int argc, char **argv) {
                 for (int r = 0; r < N_PASSES; r++) {
                     for (size_t i = 0; i < (size_t)C * T; i++)
                         eb[i] = (float)((i * 7919) % 2001) * 1e-3f - 1.0f;
-                    double t0 = now_s();
+                    double t0 = bench_clock_s(CLOCK_MONOTONIC);
                     if (op == 0) qvk_snakebeta(eb, C, T, C, la, lb);
                     if (op == 1) qvk_silu(eb, C * T);
                     if (op == 2)
                         for (int c = 0; c < C; c++)
                             qvk_softmax(eb + (size_t)c * T, T);
-                    t[r] = now_s() - t0;
+                    t[r] = bench_clock_s(CLOCK_MONOTONIC) - t0;
                 }
-                printf(" %8.2f", median(t, N_PASSES) / (C * T) * 1e9);
+                printf(" %8.2f", bench_median(t, N_PASSES) / (C * T) * 1e9);
             }
             printf("\n");
         }
@@ -388,15 +342,15 @@ int main(int argc, char **argv) {
             for (int th = 1; th <= 2; th++) {
                 double t[N_PASSES];
                 for (int r = 0; r < N_PASSES; r++) {
-                    double t0 = now_s();
+                    double t0 = bench_clock_s(CLOCK_MONOTONIC);
                     for (int l = 0; l < NL; l++) {
                         const float *k = kv + per_layer * 2 * l;
                         qvk_attend(th == 1 ? NULL : pool2, o, q, k, k + per_layer, CTX, NKV * HD,
                                    NH, NKV, HD, 0.088f, sc);
                     }
-                    t[r] = now_s() - t0;
+                    t[r] = bench_clock_s(CLOCK_MONOTONIC) - t0;
                 }
-                double m = median(t, N_PASSES);
+                double m = bench_median(t, N_PASSES);
                 printf("   %d thr %6.2f ms %5.1f GB/s", th, m * 1e3,
                        (double)per_layer * 2 * NL * 4 / m / 1e9);
             }
@@ -457,18 +411,18 @@ int main(int argc, char **argv) {
                         /* a probe about as long as the GEMM (192 multiply-adds per AVX-512
                          * round, 96 per AVX2 round) */
                         struct fma_job fj = {(long)(flop / 2 / 192 / th), {0}};
-                        double t0 = now_s();
+                        double t0 = bench_clock_s(CLOCK_MONOTONIC);
                         qvk_pool_run(p, fma_run, &fj);
-                        double tp = now_s() - t0;
+                        double tp = bench_clock_s(CLOCK_MONOTONIC) - t0;
                         uint64_t macs = 0;
                         for (int i = 0; i < th; i++)
                             macs += fj.macs[i];
                         const double peak = 2.0 * (double)macs / tp;
                         best_peak = peak > best_peak ? peak : best_peak;
-                        t0 = now_s();
+                        t0 = bench_clock_s(CLOCK_MONOTONIC);
                         qvk_linear_bf16_multi(p, x, GEMM_ROWS, sh[k].n_in, mv, sh[k].n_mv,
                                               scratch);
-                        double tg = now_s() - t0;
+                        double tg = bench_clock_s(CLOCK_MONOTONIC) - t0;
                         best = tg < best ? tg : best;
                     }
                     printf("   %d thr %6.2f ms %6.1f GFLOP/s", th, best * 1e3, flop / best / 1e9);
@@ -486,11 +440,11 @@ int main(int argc, char **argv) {
 
     /* pool dispatch round trip with an empty job */
     if (want("pool")) {
-        struct sum_job j = {NULL, 0, {0}};
-        double t0 = now_s();
+        double t0 = bench_clock_s(CLOCK_MONOTONIC);
         for (int r = 0; r < 20000; r++)
-            qvk_pool_run(pool2, sum_run, &j);
-        printf("\npool round trip (2 threads, empty job): %.2f us\n", (now_s() - t0) / 20000 * 1e6);
+            qvk_pool_run(pool2, empty_run, NULL);
+        printf("\npool round trip (2 threads, empty job): %.2f us\n",
+               (bench_clock_s(CLOCK_MONOTONIC) - t0) / 20000 * 1e6);
     }
     qvk_set_variant(picked);
     qvk_pool_free(pool2);

@@ -17,22 +17,7 @@
 
 #include "engine/model.h"
 #include "engine/speech_decoder.h"
-
-static double now_s(clockid_t id) {
-    struct timespec ts;
-    clock_gettime(id, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+#include "tests/bench/helpers/measure.h"
 
 static int pick_argmax(const float *l, int n, void *ctx) {
     (void)ctx;
@@ -50,18 +35,6 @@ static double stack_bytes(const qvm_stack_config *c) {
            (qd * H * 2 * 2 + kvd * H * 2 * 2 + I * H * 2 * 3); /* q,o k,v mlp */
 }
 
-struct bw_job {
-    const char *buf;
-    size_t n;
-    uint64_t sum[64];
-};
-
-static void bw_run(int ith, int nth, void *p) {
-    struct bw_job *j = p;
-    size_t per = j->n / (size_t)nth;
-    j->sum[ith] = qvk_mem_read(j->buf + per * (size_t)ith, per);
-}
-
 /* Read bandwidth with `threads` threads over a 1 GiB buffer (above this VM's L3), median of 5. */
 static double read_bandwidth(int threads) {
     const size_t n = (size_t)1 << 30;
@@ -69,16 +42,10 @@ static double read_bandwidth(int threads) {
     qvk_pool *pool = qvk_pool_create(threads);
     if (!buf || !pool) return 0;
     memset(buf, 1, n);
-    struct bw_job j = {buf, n, {0}};
-    double v[5];
-    for (int k = 0; k < 5; k++) {
-        double t = now_s(CLOCK_MONOTONIC);
-        qvk_pool_run(pool, bw_run, &j);
-        v[k] = n / (now_s(CLOCK_MONOTONIC) - t) / 1e9;
-    }
+    const double gbs = bench_read_gbs(pool, buf, n, 5);
     qvk_pool_free(pool);
     qvk_free(buf);
-    return median(v, 5);
+    return gbs;
 }
 
 /* Start-up pieces: "KEY wall" and "KEY_cpu CPU" (process CPU, all threads) in ms, so that a
@@ -88,7 +55,7 @@ typedef struct {
 } stamp;
 
 static stamp mark(void) {
-    return (stamp){now_s(CLOCK_MONOTONIC), now_s(CLOCK_PROCESS_CPUTIME_ID)};
+    return (stamp){bench_clock_s(CLOCK_MONOTONIC), bench_clock_s(CLOCK_PROCESS_CPUTIME_ID)};
 }
 
 static void print_since(const char *key, stamp t) {
@@ -163,7 +130,7 @@ int main(int argc, char **argv) {
     free(saved);
     qve_decoder_free(dec);
     qve_decoder_free(dec = qve_decoder_load(ck, err, sizeof err));
-    const double t1 = now_s(CLOCK_MONOTONIC);
+    const double t1 = bench_clock_s(CLOCK_MONOTONIC);
     t0 = mark();
     dec = qve_decoder_load(ck, err, sizeof err);
     print_since("decoder_mapped_ms", t0);
@@ -173,7 +140,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_speak: %s\n", qv_last_error());
         return 1;
     }
-    printf("load_s %.3f\n", now_s(CLOCK_MONOTONIC) - t1);
+    printf("load_s %.3f\n", bench_clock_s(CLOCK_MONOTONIC) - t1);
     first_block(dec, 0, "first_block_cold_ms");
     first_block(dec, 1, "first_block_ms");
     qve_decoder_free(dec);
@@ -229,28 +196,28 @@ int main(int argc, char **argv) {
     for (int i = 0; i < H; i++)
         z[i] = (float)((i * 7919) % 201 - 100) / 100.0f;
     for (int k = 0; k < runs; k++) {
-        double t = now_s(CLOCK_MONOTONIC);
+        double t = bench_clock_s(CLOCK_MONOTONIC);
         if (qv_session_start(s, &r)) {
             fprintf(stderr, "bench_speak: %s\n", qv_last_error());
             return 1;
         }
-        pre[k] = now_s(CLOCK_MONOTONIC) - t;
-        double c0 = now_s(CLOCK_PROCESS_CPUTIME_ID);
-        t = now_s(CLOCK_MONOTONIC);
+        pre[k] = bench_clock_s(CLOCK_MONOTONIC) - t;
+        double c0 = bench_clock_s(CLOCK_PROCESS_CPUTIME_ID);
+        t = bench_clock_s(CLOCK_MONOTONIC);
         int n = 0;
         while (n < frames && !qv_session_next_frame(s, codes, &done) && !done)
             n++;
-        fw[k] = (now_s(CLOCK_MONOTONIC) - t) / n;
-        fc[k] = (now_s(CLOCK_PROCESS_CPUTIME_ID) - c0) / n;
+        fw[k] = (bench_clock_s(CLOCK_MONOTONIC) - t) / n;
+        fc[k] = (bench_clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0) / n;
         const int n_cp = 10;
-        c0 = now_s(CLOCK_PROCESS_CPUTIME_ID);
-        t = now_s(CLOCK_MONOTONIC);
+        c0 = bench_clock_s(CLOCK_PROCESS_CPUTIME_ID);
+        t = bench_clock_s(CLOCK_MONOTONIC);
         for (int i = 0; i < n_cp; i++)
             qve_cp_frame(&cps, m, &m->talker, s->pool, z, 7 * i, codes, pick_argmax, NULL);
-        cw[k] = (now_s(CLOCK_MONOTONIC) - t) / n_cp;
-        cc[k] = (now_s(CLOCK_PROCESS_CPUTIME_ID) - c0) / n_cp;
+        cw[k] = (bench_clock_s(CLOCK_MONOTONIC) - t) / n_cp;
+        cc[k] = (bench_clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0) / n_cp;
     }
-    const double frame_w = median(fw, runs), cp_w = median(cw, runs);
+    const double frame_w = bench_median(fw, runs), cp_w = bench_median(cw, runs);
     /* weight bytes relative to bf16 (q4: 4 bits + a bf16 scale and bias per 64) */
     const double bpw = !strcmp(quant, "int8") ? 0.5 : !strcmp(quant, "q4") ? 0.28125 : 1.0;
     const double talker_gb =
@@ -260,12 +227,12 @@ int main(int argc, char **argv) {
         (16.0 * stack_bytes(&m->ck->cfg.code_predictor) +
          15.0 * 2 * m->ck->cfg.code_predictor.vocab_size * m->ck->cfg.code_predictor.hidden_size) *
         bpw / 1e9;
-    printf("prefill_ms %.1f\n", 1e3 * median(pre, runs));
+    printf("prefill_ms %.1f\n", 1e3 * bench_median(pre, runs));
     printf("prefill_positions %d\n", s->n_prefill);
     printf("frame_ms %.1f\n", 1e3 * frame_w);
-    printf("frame_cpu_ms %.1f\n", 1e3 * median(fc, runs));
+    printf("frame_cpu_ms %.1f\n", 1e3 * bench_median(fc, runs));
     printf("cp_ms %.1f\n", 1e3 * cp_w);
-    printf("cp_cpu_ms %.1f\n", 1e3 * median(cc, runs));
+    printf("cp_cpu_ms %.1f\n", 1e3 * bench_median(cc, runs));
     printf("talker_ms %.1f\n", 1e3 * (frame_w - cp_w));
     printf("talker_gb_per_frame %.3f\n", talker_gb);
     printf("cp_gb_per_frame %.3f\n", cp_gb);

@@ -10,13 +10,7 @@
 #include <time.h>
 
 #include "engine/tokenizer.h"
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+#include "tests/bench/helpers/measure.h"
 
 int main(int argc, char **argv)
 {
@@ -31,13 +25,13 @@ int main(int argc, char **argv)
     }
     qve_tok *tok = NULL;
     const char *used = NULL;
-    double t0 = now_s();
+    double t0 = bench_clock_s(CLOCK_MONOTONIC);
     for (int i = 0; i < n_dirs && !tok; i++) tok = qve_tok_open(used = dirs[i], err, sizeof err);
     if (!tok) {
         fprintf(stderr, "bench_tokenizer: %s\n", err);
         return 1;
     }
-    double t_open = now_s() - t0;
+    double t_open = bench_clock_s(CLOCK_MONOTONIC) - t0;
     /* the corpus lines joined by "\n": one mixed text */
     FILE *f = fopen("tests/tokenizer/corpus.jsonl", "rb");
     if (!f) {
@@ -61,12 +55,12 @@ int main(int argc, char **argv)
     double best = 0, cold = 0;
     for (int pass = 0; pass < 30; pass++) {
         ids.n_ids = 0;
-        t0 = now_s();
+        t0 = bench_clock_s(CLOCK_MONOTONIC);
         if (qve_tok_encode(tok, text, n, &ids, err, sizeof err)) {
             fprintf(stderr, "bench_tokenizer: %s\n", err);
             return 1;
         }
-        double mbs = (double)n / 1e6 / (now_s() - t0);
+        double mbs = (double)n / 1e6 / (bench_clock_s(CLOCK_MONOTONIC) - t0);
         if (pass == 0) cold = mbs;
         else if (mbs > best) best = mbs;
     }

@@ -14,17 +14,13 @@
 #include <time.h>
 #include <unistd.h>
 
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
+#include "tests/bench/helpers/measure.h"
 
 /* One run: *first = seconds to the first stdout byte (-1 if none), *total = to exit. */
 static int run(char **cmd, double *first, double *total, long *bytes) {
     int fd[2];
     if (pipe(fd)) return -1;
-    const double t0 = now_s();
+    const double t0 = bench_clock_s(CLOCK_MONOTONIC);
     pid_t pid = fork();
     if (pid < 0) return -1;
     if (pid == 0) {
@@ -42,13 +38,13 @@ static int run(char **cmd, double *first, double *total, long *bytes) {
     *first = -1;
     *bytes = 0;
     while ((n = read(fd[0], buf, sizeof buf)) > 0) {
-        if (*first < 0) *first = now_s() - t0;
+        if (*first < 0) *first = bench_clock_s(CLOCK_MONOTONIC) - t0;
         *bytes += n;
     }
     close(fd[0]);
     int st;
     waitpid(pid, &st, 0);
-    *total = now_s() - t0;
+    *total = bench_clock_s(CLOCK_MONOTONIC) - t0;
     return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
 }
 

@@ -11,12 +11,7 @@
 #include <time.h>
 #include "voicefmt/qvf.h"
 #include "checkpoint/safetensors.h"
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + t.tv_nsec * 1e-9;
-}
+#include "tests/bench/helpers/measure.h"
 
 int main(int argc, char **argv) {
     if (argc < 3) {
@@ -41,7 +36,7 @@ int main(int argc, char **argv) {
     float x[16] = {1};
     qvf_voice_set_xvector(v, x, 16);
     qvf_writer *w;
-    double t0 = now_s();
+    double t0 = bench_clock_s(CLOCK_MONOTONIC);
     if (qvf_writer_open(&w, out, v, (uint32_t)n, QVF_WKIND_DELTA, err, sizeof err)) {
         fprintf(stderr, "bench_wdelta: %s\n", err);
         return 1;
@@ -71,24 +66,24 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_wdelta: %s\n", err);
         return 1;
     }
-    double t1 = now_s();
+    double t1 = bench_clock_s(CLOCK_MONOTONIC);
     qvf_voice *r;
     if (qvf_read_file(out, 0, &r, err, sizeof err)) {
         fprintf(stderr, "bench_wdelta: %s\n", err);
         return 1;
     }
-    double t2 = now_s();
+    double t2 = bench_clock_s(CLOCK_MONOTONIC);
     int exact = 0;
     double t_apply = 0;
     for (uint32_t i = 0; i < r->n_tensors; i++) {
         const qvf_tensor *t = &r->tensors[i];
         void *o = malloc(t->raw_bytes);
-        double a = now_s();
+        double a = bench_clock_s(CLOCK_MONOTONIC);
         if (!o || qvf_wdelta_apply(t, qvm_st_find(cs, t->name)->data, o, 0, err, sizeof err)) {
             fprintf(stderr, "bench_wdelta: %s\n", o ? err : "out of memory");
             return 1;
         }
-        t_apply += now_s() - a;
+        t_apply += bench_clock_s(CLOCK_MONOTONIC) - a;
         exact += !memcmp(o, qvm_st_find(bs, t->name)->data, t->raw_bytes);
         free(o);
     }

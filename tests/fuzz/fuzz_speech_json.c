@@ -16,13 +16,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!s) return 0;
     int model;
     qv_params p;
-    qvs_verdict v;
-    struct job *j = qvs_speech_parse(s, NULL, (const char *)data, size, &model, &p, &v);
+    verdict v;
+    struct job *j = qvs_speech_parse(s, NULL, NULL, (const char *)data, size, qvs_now_s() + 10,
+                                     &model, &p, &v);
     if (j) {
         if (model < 0 || model >= s->n_models) abort();
         qvs_speech_job_free(j);
     } else {
-        if (v.status < 400 || v.status > 599 || !v.code) abort();
+        if ((v.status < 400 && v.status != -1 && v.status != -2) || v.status > 599) abort();
         qvs_scrub(s, v.msg, sizeof v.msg); /* as qvs_reply_error does */
         fuzz_no_path(v.msg);
     }

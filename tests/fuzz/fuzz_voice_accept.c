@@ -57,7 +57,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     size_t n = 0;
     FILE *sink = open_memstream(&out, &n);
     if (sink) {
-        if (!qvf_meta_set(v, "name", "fuzz") && !qvf_meta_set(v, "consent", "fuzz"))
+        if (!qvf_meta_set(v, "name", "fuzz") && !qvf_meta_set(v, "consent.method", "typed") &&
+            !qvf_meta_set(v, "consent.statement", "fuzz"))
             (void)qvf_write_stream(v, sink, 4, "rewrite.qvoice", err, sizeof err);
         fclose(sink);
     }

@@ -115,8 +115,14 @@ class Loading(unittest.TestCase):
             m.get_supported_speakers()
 
     def test_load_errors(self):
-        with self.assertRaises(FileNotFoundError):
-            qvoice.Qwen3TTSModel.from_pretrained("Qwen/Qwen3-TTS-12Hz-0.6B-Base")
+        with tempfile.TemporaryDirectory() as hub:
+            os.environ["HF_HUB_CACHE"] = hub
+            try:
+                with self.assertRaisesRegex(FileNotFoundError,
+                                            "hf download Qwen/Qwen3-TTS-12Hz-0.6B-Base"):
+                    qvoice.Qwen3TTSModel.from_pretrained("Qwen/Qwen3-TTS-12Hz-0.6B-Base")
+            finally:
+                del os.environ["HF_HUB_CACHE"]
         with tempfile.TemporaryDirectory() as d:
             with self.assertRaises(qvoice.QvoiceError) as cm:
                 qvoice.Qwen3TTSModel.from_pretrained(d)
@@ -126,6 +132,44 @@ class Loading(unittest.TestCase):
             model("tiny-cv", trust_remote_code=True)
         with self.assertRaises(ValueError):
             model("tiny-cv", quant="q3")
+
+    def test_hub_cache(self):
+        """A hub id resolves in a local Hugging Face cache laid out as `hf download` leaves it:
+        models--Org--Name/refs/main holds the commit, snapshots/COMMIT/ links into blobs/."""
+        repo_id = "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice"
+        commit = "0123456789abcdef0123456789abcdef01234567"
+        saved = {k: os.environ.pop(k, None) for k in ("HF_HOME", "HF_HUB_CACHE")}
+        try:
+            with tempfile.TemporaryDirectory() as home:
+                repo = os.path.join(home, "hub", "models--Qwen--Qwen3-TTS-12Hz-0.6B-CustomVoice")
+                snap = os.path.join(repo, "snapshots", commit)
+                os.makedirs(os.path.join(repo, "blobs"))
+                os.makedirs(snap)
+                os.makedirs(os.path.join(repo, "refs"))
+                src = os.path.join(CACHE, "tiny-cv")
+                for i, name in enumerate(sorted(os.listdir(src))):
+                    blob = os.path.join(repo, "blobs", "%040x" % i)
+                    os.symlink(os.path.join(src, name), blob)
+                    os.symlink(os.path.relpath(blob, snap), os.path.join(snap, name))
+                with open(os.path.join(repo, "refs", "main"), "w") as f:
+                    f.write(commit)
+                os.environ["HF_HOME"] = home
+                m = qvoice.Qwen3TTSModel.from_pretrained(repo_id, local_files_only=True)
+                self.assertEqual((m.model_type, m.model_dir), ("custom_voice", snap))
+                m.close()
+                os.environ.pop("HF_HOME")
+                os.environ["HF_HUB_CACHE"] = os.path.join(home, "hub")
+                m = qvoice.Qwen3TTSModel.from_pretrained(repo_id, revision=commit)
+                self.assertEqual(m.model_dir, snap)
+                m.close()
+                with self.assertRaisesRegex(FileNotFoundError,
+                                            "hf download %s --revision v9" % repo_id):
+                    qvoice.Qwen3TTSModel.from_pretrained(repo_id, revision="v9")
+        finally:
+            for k, v in saved.items():
+                os.environ.pop(k, None)
+                if v is not None:
+                    os.environ[k] = v
 
     def test_bad_generation_kwargs(self):
         with self.assertRaises(TypeError):
@@ -168,6 +212,23 @@ class Synthesis(unittest.TestCase):
                                                  max_new_tokens=6, seed=8)
         self.assertNotEqual(as_list(other[0]), as_list(wavs[0]))
         self.assertGreater(self.cv.last_stats["n_frames"], 0)
+
+    def test_fresh_take_per_call(self):
+        """No seed: each call is another take (its seed in last_stats); seed= repeats one."""
+        kw = dict(max_new_tokens=6)
+        a, _ = self.cv.generate_custom_voice("Hello there.", speaker="ryan", **kw)
+        seed_a = self.cv.last_stats["seed"]
+        b, _ = self.cv.generate_custom_voice("Hello there.", speaker="ryan", **kw)
+        self.assertNotEqual(seed_a, self.cv.last_stats["seed"])
+        self.assertNotEqual(as_list(a[0]), as_list(b[0]))
+        again, _ = self.cv.generate_custom_voice("Hello there.", speaker="ryan", seed=seed_a, **kw)
+        self.assertEqual(as_list(again[0]), as_list(a[0]))
+
+    def test_list_is_one_batch_same_as_one_by_one(self):
+        texts = ["One.", "Two words.", "Three is here.", "Four."]
+        batch, _ = self.cv.generate_custom_voice(texts, speaker="eric", **SHORT)
+        alone = [self.cv.generate_custom_voice(x, speaker="eric", **SHORT)[0][0] for x in texts]
+        self.assertEqual([as_list(w) for w in batch], [as_list(w) for w in alone])
 
     def test_text_list(self):
         wavs, _ = self.cv.generate_custom_voice(["One.", "Two."], speaker="eric", **SHORT)
@@ -263,6 +324,26 @@ class Cloning(unittest.TestCase):
             self.assertEqual(f.read(4), b"QVCE")
         v = qvoice.Voice(path)
         self.assertTrue(v.has_icl)
+
+    def test_prompt_pickled_by_value(self):
+        """A pickled prompt carries its voice: it speaks the same after the original is gone."""
+        import pickle
+        prompt = self.base.create_voice_clone_prompt(CLIP, ref_text=CLIP_TEXT, max_seconds=8)
+        emb = as_list(prompt[0].ref_spk_embedding)
+        self.assertEqual(len(emb), 64)  # tiny-base's x-vector
+        want, _ = self.base.generate_voice_clone("Hi.", voice_clone_prompt=prompt, **SHORT)
+        blob = pickle.dumps(prompt)
+        old = prompt[0].path
+        del prompt
+        import gc
+        gc.collect()
+        self.assertFalse(os.path.exists(old))
+        back = pickle.loads(blob)
+        self.assertNotEqual(back[0].path, old)
+        self.assertTrue(back[0].icl_mode)
+        self.assertEqual(as_list(back[0].ref_spk_embedding), emb)
+        got, _ = self.base.generate_voice_clone("Hi.", voice_clone_prompt=back, **SHORT)
+        self.assertEqual(as_list(got[0]), as_list(want[0]))
 
     def test_icl_window(self):
         """The transcript must match the ICL span: the first 8 s fit CLIP_TEXT, the whole 30 s

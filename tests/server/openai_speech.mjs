@@ -4,11 +4,14 @@
 //   MODE wav:       audio.speech.create, whole body -> OUT
 //   MODE stream:    stream_format "audio", body read chunk by chunk -> OUT; prints the chunk count
 //   MODE sse:       stream_format "sse", speech.audio.delta events decoded -> OUT; checks the done event
+//                   and that each event's `event:` line names its type
+//   MODE ref:       vLLM-Omni's per-request clone: ref_audio (a data URL of REF_WAV) with
+//                   x_vector_only_mode, pcm -> OUT
 // Exit 0 when the call behaved as expected, 1 otherwise (one line on stderr says why).
 import fs from 'node:fs';
 import OpenAI from 'openai';
 
-const [base, mode, out] = process.argv.slice(2);
+const [base, mode, out, refWav] = process.argv.slice(2);
 const client = new OpenAI({ baseURL: base + '/v1', apiKey: process.env.QV_API_KEY || 'none', maxRetries: 0, timeout: 60000 });
 // max_seconds (a qvoice extension, passed through by the package) keeps the tiny test model short
 const req = { model: 'tts-1', voice: 'ryan', input: 'Hello from the openai package.', response_format: 'wav', max_seconds: 2, seed: 3 };
@@ -36,13 +39,25 @@ try {
   } else if (mode === 'sse') {
     const r = await client.audio.speech.create({ ...req, response_format: 'pcm', stream_format: 'sse' });
     const text = Buffer.from(await r.arrayBuffer()).toString();
-    const events = text.split('\n\n').filter((e) => e.startsWith('data: ')).map((e) => JSON.parse(e.slice(6)));
+    const events = text.split('\n\n').filter((e) => e.trim()).map((block) => {
+      const lines = block.split('\n');
+      const name = lines.find((l) => l.startsWith('event: '));
+      const data = lines.find((l) => l.startsWith('data: '));
+      const e = JSON.parse(data.slice(6));
+      if (!name || name.slice(7) !== e.type) fail(`event line ${name} for type ${e.type}`);
+      return e;
+    });
     const deltas = events.filter((e) => e.type === 'speech.audio.delta');
     const done = events.filter((e) => e.type === 'speech.audio.done');
     if (!deltas.length || done.length !== 1 || events[events.length - 1] !== done[0]) fail('expected deltas then one done event');
     if (!(done[0].usage && done[0].usage.output_tokens > 0)) fail('done event without usage');
     fs.writeFileSync(out, Buffer.concat(deltas.map((e) => Buffer.from(e.audio, 'base64'))));
     console.log(`deltas ${deltas.length}`);
+  } else if (mode === 'ref') {
+    const ref = 'data:audio/wav;base64,' + fs.readFileSync(refWav).toString('base64');
+    const r = await client.audio.speech.create({ model: 'tts-1', input: 'Hello there.', response_format: 'pcm',
+      ref_audio: ref, x_vector_only_mode: true, task_type: 'Base', seed: 7, max_seconds: 1 });
+    fs.writeFileSync(out, Buffer.from(await r.arrayBuffer()));
   } else {
     fail('unknown mode ' + mode);
   }

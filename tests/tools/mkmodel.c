@@ -1,4 +1,4 @@
-/* mkmodel — synthetic Qwen3-TTS checkpoint generator (docs: synthetic-checkpoint.md v1, synthetic-tiny.md).
+/* mkmodel — synthetic Qwen3-TTS checkpoint generator (synthetic-checkpoints.md v1).
  * Tensor names and shapes are derived from the config files it writes, so the tiny and full-size
  * configurations share one code path. Values come from a stateless counter hash, so 2 threads fill
  * chunks in any order with identical bytes; files are written atomically (util/fileio.h) and a stamp file
@@ -555,7 +555,7 @@ static void codec_tensors(const cJSON *cfg, tensor_list *l) {
     }
 }
 
-/* ==== value rules (synthetic-checkpoint.md §1, §2) ==== */
+/* ==== value rules (docs/synthetic-checkpoints.md §1, §2) ==== */
 
 static int ends_with(const char *s, const char *suffix) {
     size_t n = strlen(s), m = strlen(suffix);
@@ -758,7 +758,7 @@ static uint64_t write_safetensors(gen_job *job, const char *path, int n_threads)
     return total;
 }
 
-/* ==== tokenizer files (synthetic-checkpoint.md §3) ==== */
+/* ==== tokenizer files (docs/synthetic-checkpoints.md §3) ==== */
 
 static const char *const TTS_SPECIALS[7] = {"<|audio_start|>", "<|audio_end|>", "<tts_pad>", "<tts_text_bos>",
                                             "<tts_text_eod>", "<tts_text_bos_single>", "<|audio_pad|>"};
@@ -854,7 +854,7 @@ typedef struct {
 static void usage(FILE *f) {
     fprintf(f,
             "usage: mkmodel [OPTIONS] -c CONFIG_DIR -t TOKENIZER_DIR OUT_DIR\n"
-            "Writes a synthetic Qwen3-TTS checkpoint directory (synthetic-checkpoint.md v1).\n"
+            "Writes a synthetic Qwen3-TTS checkpoint directory (synthetic-checkpoints.md v1).\n"
             "  -c, --config-dir DIR    reference config files (config.json, generation_config.json,\n"
             "                          preprocessor_config.json, speech_tokenizer/*.json); the variant\n"
             "                          (base / custom_voice) is its config.json's tts_model_type\n"

@@ -18,6 +18,7 @@
 
 #include "include/qvoice.h"
 #include "tests/unit/helpers/models.h"
+#include "tests/unit/helpers/run.h"
 
 /* ==== layout ================================================================================= */
 
@@ -125,7 +126,7 @@
     F(qv_chunk_info, codes, 16) \
     F(qv_chunk_info, n_frames, 24) \
     F(qv_chunk_info, verify, 32) \
-    S(qv_clone_request, 144) \
+    S(qv_clone_request, 168) \
     F(qv_clone_request, struct_size, 0) \
     F(qv_clone_request, audio_path, 8) \
     F(qv_clone_request, pcm, 16) \
@@ -145,10 +146,14 @@
     F(qv_clone_request, allow_xvector_fallback, 120) \
     F(qv_clone_request, speaker_threshold, 128) \
     F(qv_clone_request, plot_path, 136) \
-    S(qv_jobs_options, 176) \
+    F(qv_clone_request, consent_speaker, 144) \
+    F(qv_clone_request, consent_scope, 152) \
+    F(qv_clone_request, consent_recording, 160) \
+    S(qv_jobs_options, 184) \
     F(qv_jobs_options, struct_size, 0) \
     F(qv_jobs_options, request, 8) \
     F(qv_jobs_options, loudness_lufs, 168) \
+    F(qv_jobs_options, watermark, 176) \
     S(qv_pcm_buffer, 40) \
     F(qv_pcm_buffer, struct_size, 0) \
     F(qv_pcm_buffer, pcm, 8) \
@@ -369,14 +374,5 @@ static void test_file_read(void **state) {
     qv_free(NULL);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_layout),
-        cmocka_unit_test(test_defaults_set_size),
-        cmocka_unit_test(test_size_checked),
-        cmocka_unit_test(test_creation_detail),
-        cmocka_unit_test(test_last_error_per_thread),
-        cmocka_unit_test(test_file_read),
-    };
-    return cmocka_run_group_tests(tests, setup, teardown);
-}
+QVT_MAIN(setup, teardown, test_layout, test_defaults_set_size, test_size_checked,
+         test_creation_detail, test_last_error_per_thread, test_file_read)

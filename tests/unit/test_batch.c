@@ -15,6 +15,8 @@
 #include <cJSON.h>
 #include <cmocka.h>
 
+#include "tests/unit/helpers/models.h"
+#include "tests/unit/helpers/run.h"
 #include "tests/unit/helpers/shell.h"
 #include "tests/unit/helpers/tmpdir.h"
 
@@ -22,7 +24,7 @@ static char model[1100];
 
 static int group_setup(void **st) {
     if (tmpdir_setup(st)) return -1;
-    const char *cache = getenv("QVOICE_CACHE") ? getenv("QVOICE_CACHE") : "cache";
+    const char *cache = test_cache_dir();
     snprintf(model, sizeof model, "%s/tiny-cv", cache);
     return 0;
 }
@@ -99,10 +101,4 @@ static void test_batch_all_ok_and_usage(void **st) {
     assert_int_equal(sh("bin/speak -m %s -t x --batch %s > /dev/null 2>&1", model, jobs), 2);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_batch_with_failing_lines),
-        cmocka_unit_test(test_batch_all_ok_and_usage),
-    };
-    return cmocka_run_group_tests(tests, group_setup, tmpdir_teardown);
-}
+QVT_MAIN(group_setup, tmpdir_teardown, test_batch_with_failing_lines, test_batch_all_ok_and_usage)

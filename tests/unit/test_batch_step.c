@@ -22,6 +22,7 @@
 #include <cmocka.h>
 
 #include "tests/unit/helpers/models.h"
+#include "tests/unit/helpers/run.h"
 
 #include "engine/model.h"
 #include "kernels/q8.h"
@@ -251,13 +252,7 @@ typedef struct {
 
 static int on_pcm(void *user, const float *x, int n) {
     job *j = user;
-    if (j->n + n > j->cap) {
-        j->cap = 2 * (j->n + n);
-        j->x = realloc(j->x, (size_t)j->cap * sizeof *j->x);
-        assert_non_null(j->x);
-    }
-    memcpy(j->x + j->n, x, (size_t)n * sizeof *x);
-    j->n += n;
+    test_pcm_append(&j->x, &j->n, &j->cap, x, n);
     return 0;
 }
 
@@ -362,14 +357,6 @@ static void test_rendezvous_waits_for_away(void **st) {
     qv_model_free(m);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_kernels_batch_equal_alone),
-        cmocka_unit_test(test_step_tiny_every_variant),
-        cmocka_unit_test(test_step_06b_int8_bf16),
-        cmocka_unit_test(test_step_17b),
-        cmocka_unit_test(test_rendezvous_synth),
-        cmocka_unit_test(test_rendezvous_waits_for_away),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+QVT_MAIN(NULL, NULL, test_kernels_batch_equal_alone, test_step_tiny_every_variant,
+         test_step_06b_int8_bf16, test_step_17b, test_rendezvous_synth,
+         test_rendezvous_waits_for_away)

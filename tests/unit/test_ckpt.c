@@ -18,7 +18,9 @@
 #include "checkpoint/fingerprint.h"
 #include "engine/model.h"
 #include "include/qvoice.h"
+#include "tests/unit/helpers/models.h"
 #include "tests/unit/helpers/tmpdir.h"
+#include "tests/unit/helpers/run.h"
 
 #define CLIP "tests/audio/en_ohenry_chenevert.wav"
 #define TEXT12                                                                                     \
@@ -28,8 +30,7 @@
 static char g_base[1024], g_cv[1024];
 
 static int setup(void **state) {
-    const char *cache = getenv("QVOICE_CACHE");
-    if (!cache || !*cache) cache = "cache";
+    const char *cache = test_cache_dir();
     snprintf(g_base, sizeof g_base, "%s/tiny-base", cache);
     snprintf(g_cv, sizeof g_cv, "%s/tiny-cv", cache);
     return tmpdir_setup(state);
@@ -133,12 +134,5 @@ static void test_cloner_opens_once(void **state) {
     assert_int_equal(qvm_st_n_opened() - n0, 2);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_open),
-        cmocka_unit_test(test_bad_dirs),
-        cmocka_unit_test(test_model_opens_once),
-        cmocka_unit_test(test_cloner_opens_once),
-    };
-    return cmocka_run_group_tests(tests, setup, tmpdir_teardown);
-}
+QVT_MAIN(setup, tmpdir_teardown, test_open, test_bad_dirs, test_model_opens_once,
+         test_cloner_opens_once)

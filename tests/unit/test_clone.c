@@ -21,7 +21,7 @@
 
 #include "checkpoint/ckpt.h"
 #include "tests/unit/helpers/models.h"
-
+#include "tests/unit/helpers/npy.h"
 #include "tests/unit/helpers/shell.h"
 
 #include "features/speech_encoder.h"
@@ -38,39 +38,10 @@ static char g_base[1024], g_cv[1024], g_tiny[1024];
 static qvk_pool *g_pool;   /* 2 threads, OpenBLAS single-threaded */
 
 static void model_paths(void) {
-    const char *cache = getenv("QVOICE_CACHE");
-    if (!cache || !*cache) cache = "cache";
+    const char *cache = test_cache_dir();
     snprintf(g_base, sizeof g_base, "%s/q06b-base", cache);
     snprintf(g_cv, sizeof g_cv, "%s/q06b-cv", cache);
     snprintf(g_tiny, sizeof g_tiny, "%s/tiny-base", cache);
-}
-
-/* Minimal .npy v1 reader (little-endian, C order): returns the data, element count in *n. */
-static void *npy_load(const char *path, const char *descr, size_t elem_bytes, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    unsigned char h[10];
-    void *data = NULL;
-    if (fread(h, 1, 10, f) == 10 && !memcmp(h, "\x93NUMPY", 6)) {
-        size_t hl = h[8] | (size_t)h[9] << 8;
-        char *hdr = calloc(1, hl + 1);
-        if (hdr && fread(hdr, 1, hl, f) == hl && strstr(hdr, descr)) {
-            long pos = ftell(f);
-            fseek(f, 0, SEEK_END);
-            size_t bytes = (size_t)(ftell(f) - pos);
-            fseek(f, pos, SEEK_SET);
-            data = malloc(bytes);
-            if (data && fread(data, 1, bytes, f) == bytes) {
-                *n = bytes / elem_bytes;
-            } else {
-                free(data);
-                data = NULL;
-            }
-        }
-        free(hdr);
-    }
-    fclose(f);
-    return data;
 }
 
 static float *xvector_pool(const qva_ecapa *e, const qva_audio *a, qvk_pool *pool) {
@@ -129,9 +100,10 @@ static int teardown_full(void **state) {
 /* ---- goldens ---------------------------------------------------------------------------- */
 
 static void test_golden_mel(void **state) {
-    size_t n = 0;
-    float *ref = npy_load(GOLDEN "spk_mel.npy", "<f4", 4, &n);
-    assert_non_null(ref);
+    npy_array gold;
+    npy_load(GOLDEN "spk_mel.npy", NPY_F32, &gold);
+    float *ref = gold.data;
+    const size_t n = gold.n_elems;
     int nf = qva_mel_n_frames(g_clip.n_samples);
     assert_int_equal((size_t)nf * QVA_MEL_BINS, n);
     float *mel = malloc(sizeof(float) * n);
@@ -147,9 +119,10 @@ static void test_golden_mel(void **state) {
 }
 
 static void test_golden_xvector(void **state) {
-    size_t n = 0;
-    float *ref = npy_load(GOLDEN "spk_xvector.npy", "<f4", 4, &n);
-    assert_non_null(ref);
+    npy_array gold;
+    npy_load(GOLDEN "spk_xvector.npy", NPY_F32, &gold);
+    float *ref = gold.data;
+    const size_t n = gold.n_elems;
     assert_int_equal(n, (size_t)qva_ecapa_dim(g_ecapa));
     float *x = xvector_of(g_ecapa, &g_clip);
     double num = 0.0, den = 0.0, md = 0.0;
@@ -175,9 +148,10 @@ static void test_golden_xvector(void **state) {
 
 static void test_golden_codes(void **state) {
     char err[512];
-    size_t n = 0;
-    int64_t *ref = npy_load(GOLDEN "codes_enc.npy", "<i8", 8, &n);
-    assert_non_null(ref);
+    npy_array gold;
+    npy_load(GOLDEN "codes_enc.npy", NPY_I64, &gold);
+    int64_t *ref = gold.data;
+    const size_t n = gold.n_elems;
     qvm_ckpt *ck_se = test_ckpt_open(g_base);
     qva_speech_encoder *se = qva_speech_encoder_load(ck_se, err, sizeof err);
     qvm_ckpt_free(ck_se);

@@ -27,6 +27,8 @@
 #include "voicefmt/qvf.h"
 #include "include/qvoice.h"
 #include "checkpoint/safetensors.h"
+#include "tests/unit/helpers/models.h"
+#include "tests/unit/helpers/tmpdir.h"
 
 #define CLIP "tests/audio/en_ohenry_chenevert.wav"
 #define SR 24000
@@ -39,18 +41,6 @@ static uint32_t g_rng = 7;
 static float noise1(void) { /* uniform in [-1, 1) */
     g_rng = g_rng * 1664525u + 1013904223u;
     return (float)(g_rng >> 8) / 8388608.0f - 1.0f;
-}
-
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return strdup("");
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    rewind(f);
-    char *s = calloc(1, (size_t)n + 1);
-    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) s[0] = 0;
-    fclose(f);
-    return s;
 }
 
 /* Runs a shell command with stdout/stderr captured into g_out/g_err; returns the exit status. */
@@ -66,8 +56,8 @@ static int run(const char *fmt, ...) {
     int st = system(full);
     free(g_out);
     free(g_err);
-    g_out = slurp(po);
-    g_err = slurp(pe);
+    g_out = tmp_read(po, NULL);
+    g_err = tmp_read(pe, NULL);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
@@ -104,8 +94,8 @@ static cJSON *json_out(void) {
 
 static int setup(void **state) {
     (void)state;
-    const char *cache = getenv("QVOICE_CACHE");
-    snprintf(g_tiny, sizeof g_tiny, "%s/tiny-base", cache && *cache ? cache : "cache");
+    const char *cache = test_cache_dir();
+    snprintf(g_tiny, sizeof g_tiny, "%s/tiny-base", cache);
     snprintf(g_dir, sizeof g_dir, "/tmp/test_clone_cli_%d", (int)getpid());
     mkdir(g_dir, 0700);
     char err[512];
@@ -172,7 +162,7 @@ static void test_silence_padding(void **state) {
     path(png, sizeof png, "padded.png");
     assert_int_equal(run("bin/clone -m %s %s -o %s --plot %s", g_tiny, wav, out, png), 0);
     assert_non_null(strstr(g_out, "hygiene    trim: kept"));
-    char *img = slurp(png);
+    char *img = tmp_read(png, NULL);
     assert_memory_equal(img, "\x89PNG", 4);
     free(img);
     qvf_voice *v = NULL;
@@ -443,21 +433,41 @@ static void test_consent(void **state) {
     (void)state;
     char out[256];
     path(out, sizeof out, "consent.qvoice");
-    assert_int_equal(run("USER=tester bin/clone -m %s %s -o %s --consent 'I, the speaker, agree.'",
+    assert_int_equal(run("USER=tester bin/clone -m %s %s -o %s --consent 'I, the speaker, agree.' "
+                         "--consent-speaker 'Henry Chenevert' --consent-scope 'audiobook narration'",
                          g_tiny, CLIP, out), 0);
     qvf_voice *v = NULL;
     char err[512];
     assert_int_equal(qvf_read_file(out, 0, &v, err, sizeof err), 0);
-    assert_string_equal(qvf_meta_get(v, "consent"), "I, the speaker, agree.");
-    assert_string_equal(qvf_meta_get(v, "consent_by"), "tester");
-    const char *when = qvf_meta_get(v, "consent_utc");
+    assert_string_equal(qvf_meta_get(v, "consent.method"), "typed");
+    assert_string_equal(qvf_meta_get(v, "consent.statement"), "I, the speaker, agree.");
+    assert_string_equal(qvf_meta_get(v, "consent.speaker"), "Henry Chenevert");
+    assert_string_equal(qvf_meta_get(v, "consent.scope"), "audiobook narration");
+    assert_string_equal(qvf_meta_get(v, "consent.collected_by"), "tester");
+    assert_null(qvf_meta_get(v, "consent.recording_sha256"));
+    const char *when = qvf_meta_get(v, "consent.utc");
     assert_non_null(when);
     assert_int_equal(strlen(when), 20);
     assert_int_equal(when[19], 'Z');
     qvf_voice_free(v);
     assert_int_equal(run("bin/voicefmt inspect %s", out), 0);
-    assert_non_null(strstr(g_out, "consent: I, the speaker, agree."));
-    assert_non_null(strstr(g_out, "consent_by: tester"));
+    assert_non_null(strstr(g_out, "consent: typed, speaker Henry Chenevert, scope audiobook narration"));
+    assert_non_null(strstr(g_out, "collected by tester"));
+    assert_non_null(strstr(g_out, "statement: \"I, the speaker, agree.\""));
+    /* a recording: its SHA-256 (of the bundled clip, as the consent recording here) is stored */
+    assert_int_equal(run("bin/clone -m %s %s -o %s --consent-recording %s --consent-speaker H",
+                         g_tiny, CLIP, out, CLIP), 0);
+    assert_int_equal(qvf_read_file(out, 0, &v, err, sizeof err), 0);
+    assert_string_equal(qvf_meta_get(v, "consent.method"), "recording");
+    const char *sha = qvf_meta_get(v, "consent.recording_sha256");
+    assert_non_null(sha);
+    assert_string_equal(sha, qvf_meta_get(v, "source_sha256"));
+    qvf_voice_free(v);
+    /* a speaker or scope without a statement or recording is no record */
+    assert_int_equal(run("bin/clone -m %s %s -o %s --consent-speaker H", g_tiny, CLIP, out), 2);
+    assert_int_equal(run("bin/clone -m %s %s -o %s --consent-recording /nonexistent.wav", g_tiny,
+                         CLIP, out), 1);
+    assert_non_null(strstr(g_err, "/nonexistent.wav: cannot read the consent recording"));
 }
 
 /* max |a - b| over n floats; *same = bit-identical. */

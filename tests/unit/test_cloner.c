@@ -23,6 +23,8 @@
 
 #include "include/qvoice.h"
 #include "voicefmt/qvf.h"
+#include "tests/unit/helpers/models.h"
+#include "tests/unit/helpers/run.h"
 
 #define CLIP "tests/audio/en_ohenry_chenevert.wav"
 #define TEXT12                                                                                     \
@@ -36,8 +38,7 @@ static qv_cloner *g_c;
 
 static int setup(void **state) {
     (void)state;
-    const char *cache = getenv("QVOICE_CACHE");
-    if (!cache || !*cache) cache = "cache";
+    const char *cache = test_cache_dir();
     snprintf(g_tiny, sizeof g_tiny, "%s/tiny-base", cache);
     snprintf(g_cv, sizeof g_cv, "%s/tiny-cv", cache);
     snprintf(g_dir, sizeof g_dir, "/tmp/test_cloner_%d", (int)getpid());
@@ -210,12 +211,4 @@ static void test_concurrent(void **state) {
     assert_true(cs > 0.5 && cs < 1.0);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_not_base),
-        cmocka_unit_test(test_pcm_icl),
-        cmocka_unit_test(test_misfit),
-        cmocka_unit_test(test_concurrent),
-    };
-    return cmocka_run_group_tests(tests, setup, teardown);
-}
+QVT_MAIN(setup, teardown, test_not_base, test_pcm_icl, test_misfit, test_concurrent)

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <cmocka.h>
 
@@ -32,6 +33,7 @@
 #include "engine/tokenizer.h"
 #include "kernels/kernels.h"
 #include "kernels/q4.h"
+#include "tests/unit/helpers/models.h"
 #include "tests/unit/helpers/shell.h"
 #include "tests/unit/helpers/tmpdir.h"
 #include "util/fileio.h"
@@ -503,6 +505,16 @@ static void test_tiny_lossless(void **st) {
     /* f16 keeps 11 mantissa bits: PCM within 1e-3 of f32 (measured ~1e-5 on random weights) */
     assert_true(decoder_delta(model("tiny-cv"), tmp_path("tiny-vocab")) < 1e-3);
     f16_panels_identical(tmp_path("tiny-vocab"), tmp_path("tiny-wide"));
+    /* an empty cache: the first load packs the f16 decoder and saves it, the second maps it
+     * without reading (widening) the f16 tensors; the same PCM */
+    char *cache = getenv("QVOICE_CACHE") ? strdup(getenv("QVOICE_CACHE")) : NULL;
+    mkdir(tmp_path("f16-prep"), 0755);
+    setenv("QVOICE_CACHE", tmp_path("f16-prep"), 1);
+    assert_true(decoder_delta(tmp_path("tiny-vocab"), tmp_path("tiny-vocab")) == 0.0);
+    assert_int_equal(sh("ls %s/prepared/decoder-*.qvprep >/dev/null 2>&1", tmp_path("f16-prep")), 0);
+    if (cache) setenv("QVOICE_CACHE", cache, 1);
+    else unsetenv("QVOICE_CACHE");
+    free(cache);
 }
 
 /* --vocab english-small (Debian wamerican-small) keeps fewer ids than english, and the texts the
@@ -785,8 +797,7 @@ static void test_17b(void **st) {
 }
 
 int main(void) {
-    const char *c = getenv("QVOICE_CACHE");
-    snprintf(g_cache, sizeof g_cache, "%s", c && *c ? c : "cache");
+    snprintf(g_cache, sizeof g_cache, "%s", test_cache_dir());
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_f16_narrowing),
         cmocka_unit_test(test_tiny_lossless),     cmocka_unit_test(test_tiny_english_small),

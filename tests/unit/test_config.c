@@ -16,19 +16,10 @@
 #include <cmocka.h>
 
 #include "checkpoint/config.h"
+#include "tests/unit/helpers/run.h"
 #include "tests/unit/helpers/tmpdir.h"
 
 #define GOLD "tests/golden/configs"
-
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) fail_msg("cannot open %s (tests run from the repo root)", path);
-    static char buf[1 << 16];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    return buf;
-}
 
 static void spit(const char *dir, const char *name, const char *text) {
     char p[256];
@@ -44,17 +35,30 @@ static void spit_json(const char *dir, const char *name, const cJSON *j) {
     free(t);
 }
 
+/* tmp_dir/name := the file at path, byte for byte. */
+static void spit_copy(const char *path, const char *name) {
+    char *t = tmp_read(path, NULL);
+    spit(tmp_dir, name, t);
+    free(t);
+}
+
+static cJSON *parse_file(const char *path) {
+    char *t = tmp_read(path, NULL);
+    cJSON *j = cJSON_Parse(t);
+    free(t);
+    assert_non_null(j);
+    return j;
+}
+
 /* A fresh copy of GOLD/variant in tmp_dir; returns the parsed config.json for mutation. */
 static cJSON *fresh(const char *variant) {
     char p[256];
     snprintf(p, sizeof p, GOLD "/%s/speech_tokenizer/config.json", variant);
-    spit(tmp_dir, "speech_tokenizer/config.json", slurp(p));
+    spit_copy(p, "speech_tokenizer/config.json");
     snprintf(p, sizeof p, GOLD "/%s/generation_config.json", variant);
-    spit(tmp_dir, "generation_config.json", slurp(p));
+    spit_copy(p, "generation_config.json");
     snprintf(p, sizeof p, GOLD "/%s/config.json", variant);
-    cJSON *j = cJSON_Parse(slurp(p));
-    assert_non_null(j);
-    return j;
+    return parse_file(p);
 }
 
 static void expect_model_fail(const cJSON *j, const char *want) {
@@ -74,7 +78,7 @@ static void test_base(void **state) {
     char err[512] = "";
     if (qvm_model_config_load(&c, GOLD "/q06b-base", err, sizeof err) != 0) fail_msg("%s", err);
     assert_int_equal(c.size, QVM_SIZE_0B6);
-    assert_int_equal(c.variant, QVM_VARIANT_BASE);
+    assert_int_equal(c.variant, QVF_VARIANT_BASE);
     assert_int_equal(c.tts_pad_token_id, 151671);
     assert_int_equal(c.assistant_token_id, 77091);
     assert_int_equal(c.talker.hidden_size, 1024);
@@ -105,7 +109,7 @@ static void test_custom_voice(void **state) {
     qvm_model_config c;
     char err[512] = "";
     if (qvm_model_config_load(&c, GOLD "/q06b-cv", err, sizeof err) != 0) fail_msg("%s", err);
-    assert_int_equal(c.variant, QVM_VARIANT_CUSTOM_VOICE);
+    assert_int_equal(c.variant, QVF_VARIANT_CUSTOM_VOICE);
     assert_int_equal(c.size, QVM_SIZE_0B6);
     assert_false(c.has_speaker_encoder);
     assert_int_equal(c.n_speakers, 9);
@@ -125,13 +129,13 @@ static void test_17b(void **state) {
     char err[512] = "";
     if (qvm_model_config_load(&c, GOLD "/q17b-base", err, sizeof err) != 0) fail_msg("%s", err);
     assert_int_equal(c.size, QVM_SIZE_1B7);
-    assert_int_equal(c.variant, QVM_VARIANT_BASE);
+    assert_int_equal(c.variant, QVF_VARIANT_BASE);
     assert_int_equal(c.talker.hidden_size, 2048);
     assert_int_equal(c.code_predictor.hidden_size, 1024);
     assert_int_equal(c.enc_dim, 2048);
     if (qvm_model_config_load(&c, GOLD "/q17b-cv", err, sizeof err) != 0) fail_msg("%s", err);
     assert_int_equal(c.size, QVM_SIZE_1B7);
-    assert_int_equal(c.variant, QVM_VARIANT_CUSTOM_VOICE);
+    assert_int_equal(c.variant, QVF_VARIANT_CUSTOM_VOICE);
     assert_int_equal(c.talker.intermediate_size, 6144);
 }
 
@@ -146,11 +150,11 @@ static void test_variant_and_size(void **state) {
     cJSON_ReplaceItemInObject(tc, "spk_is_dialect", cJSON_CreateObject());
     spit_json(tmp_dir, "config.json", j);
     assert_int_equal(qvm_model_config_load(&c, tmp_dir, err, sizeof err), 0);
-    assert_int_equal(c.variant, QVM_VARIANT_VOICE_DESIGN);
+    assert_int_equal(c.variant, QVF_VARIANT_VOICE_DESIGN);
     cJSON_ReplaceItemInObject(j, "tts_model_type", cJSON_CreateString("voice_design"));
     spit_json(tmp_dir, "config.json", j);
     assert_int_equal(qvm_model_config_load(&c, tmp_dir, err, sizeof err), 0);
-    assert_int_equal(c.variant, QVM_VARIANT_VOICE_DESIGN);
+    assert_int_equal(c.variant, QVF_VARIANT_VOICE_DESIGN);
     /* Tiny dimensions with a "0b6" label: OTHER. */
     cJSON_ReplaceItemInObject(tc, "hidden_size", cJSON_CreateNumber(64));
     cJSON_ReplaceItemInObject(tc, "num_hidden_layers", cJSON_CreateNumber(2));
@@ -275,7 +279,7 @@ static void test_codec(void **state) {
     assert_int_equal(c.encoder.sliding_window, 250);
     assert_int_equal(c.encoder.intermediate_size, 2048);
 
-    cJSON *j = cJSON_Parse(slurp(GOLD "/q06b-base/speech_tokenizer/config.json"));
+    cJSON *j = parse_file(GOLD "/q06b-base/speech_tokenizer/config.json");
     cJSON_DeleteItemFromObject(cJSON_GetObjectItem(j, "encoder_config"), "num_filters");
     spit_json(tmp_dir, "speech_tokenizer/config.json", j);
     assert_int_equal(qvm_codec_config_load(&c, tmp_dir, err, sizeof err), -1);
@@ -285,12 +289,5 @@ static void test_codec(void **state) {
     cJSON_Delete(j);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_base),        cmocka_unit_test(test_custom_voice),
-        cmocka_unit_test(test_17b),         cmocka_unit_test(test_variant_and_size),
-        cmocka_unit_test(test_missing_key), cmocka_unit_test(test_wrong_type),
-        cmocka_unit_test(test_generation),  cmocka_unit_test(test_codec),
-    };
-    return cmocka_run_group_tests(tests, tmpdir_setup, tmpdir_teardown);
-}
+QVT_MAIN(tmpdir_setup, tmpdir_teardown, test_base, test_custom_voice, test_17b,
+         test_variant_and_size, test_missing_key, test_wrong_type, test_generation, test_codec)

@@ -17,6 +17,7 @@
 #include "tests/unit/helpers/models.h"
 #include "tests/unit/helpers/npy.h"
 #include "checkpoint/ckpt.h"
+#include "tests/unit/helpers/run.h"
 #include "kernels/kernels.h"
 #include "engine/speech_decoder.h"
 
@@ -24,14 +25,9 @@
 
 static qve_decoder *g_full, *g_tiny;
 
-static const char *cache_dir(void) {
-    const char *c = getenv("QVOICE_CACHE");
-    return c && *c ? c : "cache";
-}
-
 static qve_decoder *load(const char *model) {
     char dir[1024], err[512];
-    snprintf(dir, sizeof dir, "%s/%s", cache_dir(), model);
+    snprintf(dir, sizeof dir, "%s/%s", test_cache_dir(), model);
     qvm_ckpt *ck = qvm_ckpt_open(dir, err, sizeof err);
     qve_decoder *d = ck ? qve_decoder_load(ck, err, sizeof err) : NULL;
     qvm_ckpt_free(ck);
@@ -57,9 +53,9 @@ static int teardown(void **state) {
 /* ---- helpers ----------------------------------------------------------------------------- */
 
 static void read_npy(const char *name, enum npy_dtype dt, npy_array *a) {
-    char err[512], path[512];
+    char path[512];
     snprintf(path, sizeof path, GOLDEN "%s", name);
-    if (npy_read_typed(path, dt, a, err, sizeof err) != 0) fail_msg("%s", err);
+    npy_load(path, dt, a);
 }
 
 /* int64 codes → int frames [n_frames][16]; cb_major: the array is [16, T] (else [T, 16]). */
@@ -427,7 +423,7 @@ static void test_small_dec_dim(void **state) {
     (void)state;
     char dir[] = "/tmp/qv-test-decoder-XXXXXX", cmd[4096], err[512];
     assert_non_null(mkdtemp(dir));
-    const char *c = cache_dir();
+    const char *c = test_cache_dir();
     snprintf(cmd, sizeof cmd,
              "mkdir -p %s/cfg/speech_tokenizer && cp %s/tiny-base/*.json %s/cfg/ && "
              "cp %s/tiny-base/speech_tokenizer/*.json %s/cfg/speech_tokenizer/ && "
@@ -484,20 +480,12 @@ static void test_errors(void **state) {
         assert_non_null(strstr(err, "callback"));
     }
     char dir[1024];
-    snprintf(dir, sizeof dir, "%s/no-such-model", cache_dir());
+    snprintf(dir, sizeof dir, "%s/no-such-model", test_cache_dir());
     assert_null(qvm_ckpt_open(dir, err, sizeof err));
     printf("  missing model: %s\n", err);
     free(wav);
     free(f);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_golden_dec),       cmocka_unit_test(test_golden_cv),
-        cmocka_unit_test(test_golden_icl_chunk), cmocka_unit_test(test_tiny_stream),
-        cmocka_unit_test(test_tiny_chunks),      cmocka_unit_test(test_tiny_boundary),
-        cmocka_unit_test(test_pool_threads),     cmocka_unit_test(test_small_dec_dim),
-        cmocka_unit_test(test_errors),
-    };
-    return cmocka_run_group_tests(tests, setup, teardown);
-}
+QVT_MAIN(setup, teardown, test_golden_dec, test_golden_cv, test_golden_icl_chunk, test_tiny_stream,
+         test_tiny_chunks, test_tiny_boundary, test_pool_threads, test_small_dec_dim, test_errors)

@@ -18,6 +18,7 @@
 
 #include "include/qvoice.h"
 #include "voicefmt/qvf.h"
+#include "tests/unit/helpers/run.h"
 
 /* n samples of a 220 Hz tone at amplitude a, with the ends pushed past full scale. */
 static float *tone(int n, float a) {
@@ -78,20 +79,36 @@ static int append(void *user, const void *p, size_t n) {
 }
 
 /* A WAV streamed in uneven blocks to a seekable file equals the one-shot file; to a function it
- * differs only in the header's unknown length. */
+ * differs only in the header's unknown length. Both carry the default watermark: the samples are
+ * the tone marked by qv_watermark_apply, and QV_WATERMARK_OFF gives the tone itself. */
 static void test_stream_equals_whole(void **st) {
     (void)st;
     const int n = 24000;
     float *x = tone(n, 0.8f);
     uint8_t *whole;
     size_t n_whole;
-    assert_int_equal(qv_audio_encode(QV_FORMAT_WAV, x, n, &whole, &n_whole), 0);
+    assert_int_equal(qv_audio_encode(QV_FORMAT_WAV, x, n, QV_WATERMARK_DEFAULT, &whole, &n_whole), 0);
     assert_int_equal(n_whole, 44 + 2 * (size_t)n);
+    float *y = malloc((size_t)n * sizeof *y);
+    uint8_t *s16 = malloc(2 * (size_t)n), *plain;
+    size_t n_plain;
+    qv_watermark *w;
+    memcpy(y, x, (size_t)n * sizeof *y);
+    assert_int_equal(qv_watermark_new(&w, QV_WATERMARK_DEFAULT), 0);
+    qv_watermark_apply(w, y, n);
+    qv_watermark_free(w);
+    qv_pcm_s16le(y, n, s16);
+    assert_memory_equal(whole + 44, s16, 2 * (size_t)n);
+    assert_int_equal(qv_audio_encode(QV_FORMAT_WAV, x, n, QV_WATERMARK_OFF, &plain, &n_plain), 0);
+    qv_pcm_s16le(x, n, s16);
+    assert_memory_equal(plain + 44, s16, 2 * (size_t)n);
+    assert_memory_not_equal(plain + 44, whole + 44, 2 * (size_t)n);
+    qv_free(plain), free(s16), free(y);
     FILE *f = tmpfile();
     mem m = {0};
     qv_encoder *ef, *em;
-    assert_int_equal(qv_encoder_new(&ef, QV_FORMAT_WAV, NULL, NULL, f), 0);
-    assert_int_equal(qv_encoder_new(&em, QV_FORMAT_WAV, append, &m, NULL), 0);
+    assert_int_equal(qv_encoder_new(&ef, QV_FORMAT_WAV, QV_WATERMARK_DEFAULT, NULL, NULL, f), 0);
+    assert_int_equal(qv_encoder_new(&em, QV_FORMAT_WAV, QV_WATERMARK_DEFAULT, append, &m, NULL), 0);
     assert_int_equal(qv_encoder_write(ef, x, 0), 0); /* an empty block: still one header */
     assert_int_equal(qv_encoder_write(em, x, 0), 0);
     for (int i = 0, b = 1; i < n; i += b, b = b * 3 + 1) {
@@ -109,7 +126,7 @@ static void test_stream_equals_whole(void **st) {
     assert_memory_equal(m.p + 44, whole + 44, n_whole - 44);
     assert_int_equal(m.p[40], 0xFF);
     FILE *g = tmpfile(); /* no audio at all: a complete empty WAV */
-    assert_int_equal(qv_encoder_new(&ef, QV_FORMAT_WAV, NULL, NULL, g), 0);
+    assert_int_equal(qv_encoder_new(&ef, QV_FORMAT_WAV, QV_WATERMARK_DEFAULT, NULL, NULL, g), 0);
     assert_int_equal(qv_encoder_close(ef), 0);
     assert_int_equal(ftell(g), 44);
     rewind(g);
@@ -117,7 +134,8 @@ static void test_stream_equals_whole(void **st) {
     assert_int_equal(back[40] | back[41] | back[42] | back[43], 0);
     fclose(g);
     qv_encoder *bad;
-    assert_int_equal(qv_encoder_new(&bad, QV_FORMAT_FLAC, append, &m, NULL), QV_E_UNSUPPORTED);
+    assert_int_equal(qv_encoder_new(&bad, QV_FORMAT_FLAC, QV_WATERMARK_OFF, append, &m, NULL),
+                     QV_E_UNSUPPORTED);
     assert_non_null(strstr(qv_last_error(), "WAV or PCM"));
     fclose(f);
     free(back), free(m.p), qv_free(whole), free(x);
@@ -135,7 +153,7 @@ static void test_every_format(void **st) {
     for (int f = 0; f < QV_FORMAT_COUNT; f++) {
         if (f == QV_FORMAT_PCM || !qv_format_writable(f)) continue;
         snprintf(path, sizeof path, "/tmp/qv_test_encode_%d.%s", (int)getpid(), qv_format_name(f));
-        assert_int_equal(qv_audio_write(path, f, x, n), 0);
+        assert_int_equal(qv_audio_write(path, f, x, n, QV_WATERMARK_OFF), 0);
         SF_INFO info = {0};
         SNDFILE *sf = sf_open(path, SFM_READ, &info);
         assert_non_null(sf);
@@ -154,7 +172,30 @@ static void test_every_format(void **st) {
         sf_close(sf);
         unlink(path);
     }
-    assert_int_equal(qv_audio_write("/nonexistent-dir/x.wav", QV_FORMAT_WAV, x, n), QV_E_IO);
+    assert_int_equal(qv_audio_write("/nonexistent-dir/x.wav", QV_FORMAT_WAV, x, n, QV_WATERMARK_OFF),
+                     QV_E_IO);
+    /* marked FLAC/Ogg/Opus/MP3 name their origin in the container; unmarked ones do not */
+    for (int f = QV_FORMAT_FLAC; f < QV_FORMAT_COUNT; f++) {
+        if (!qv_format_writable(f)) continue;
+        for (int marked = 0; marked < 2; marked++) {
+            snprintf(path, sizeof path, "/tmp/qv_test_encode_%d.%s", (int)getpid(), qv_format_name(f));
+            assert_int_equal(qv_audio_write(path, f, x, n, marked ? 0x8abcdef1u : QV_WATERMARK_OFF), 0);
+            SF_INFO info = {0};
+            SNDFILE *sf = sf_open(path, SFM_READ, &info);
+            assert_non_null(sf);
+            const char *c = sf_get_string(sf, SF_STR_COMMENT);
+            if (marked) {
+                printf("  %-4s comment: %s\n", qv_format_name(f), c ? c : "(none)");
+                assert_non_null(c);
+                assert_non_null(strstr(c, "digitalsourcetype/trainedAlgorithmicMedia"));
+                assert_non_null(strstr(c, "watermark=8abcdef1"));
+            } else {
+                assert_true(!c || !strstr(c, "trainedAlgorithmicMedia"));
+            }
+            sf_close(sf);
+            unlink(path);
+        }
+    }
     assert_non_null(strstr(qv_last_error(), "/nonexistent-dir"));
     free(s16), free(x);
 }
@@ -265,13 +306,5 @@ static void test_voice_lookup(void **st) {
     assert_non_null(strstr(err, "($QVOICE_PATH is not set)"));
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_s16),          cmocka_unit_test(test_wav_header),
-        cmocka_unit_test(test_formats),      cmocka_unit_test(test_stream_equals_whole),
-        cmocka_unit_test(test_every_format), cmocka_unit_test(test_loudness),
-        cmocka_unit_test(test_codes),        cmocka_unit_test(test_params_check),
-        cmocka_unit_test(test_voice_lookup),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+QVT_MAIN(NULL, NULL, test_s16, test_wav_header, test_formats, test_stream_equals_whole,
+         test_every_format, test_loudness, test_codes, test_params_check, test_voice_lookup)

@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "tests/unit/helpers/models.h"
+#include "tests/unit/helpers/run.h"
 
 #include "engine/model.h"
 
@@ -315,13 +316,6 @@ static void test_api_errors(void **st) {
     assert_null(m);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_topk_keeps_ties),       cmocka_unit_test(test_topp),
-        cmocka_unit_test(test_greedy_and_processing), cmocka_unit_test(test_rng_repeatable),
-        cmocka_unit_test(test_prompt_customvoice),    cmocka_unit_test(test_prompt_voicedesign),
-        cmocka_unit_test(test_prompt_base),           cmocka_unit_test(test_text_bridge),
-        cmocka_unit_test(test_seed_determinism),      cmocka_unit_test(test_api_errors),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+QVT_MAIN(NULL, NULL, test_topk_keeps_ties, test_topp, test_greedy_and_processing,
+         test_rng_repeatable, test_prompt_customvoice, test_prompt_voicedesign, test_prompt_base,
+         test_text_bridge, test_seed_determinism, test_api_errors)

@@ -16,11 +16,12 @@
 #include <cmocka.h>
 
 #include "engine/model.h"
+#include "tests/unit/helpers/models.h"
+#include "tests/unit/helpers/run.h"
 
 static qv_model *load_or_skip(const char *name) {
-    const char *cache = getenv("QVOICE_CACHE");
     char dir[1024], path[1100];
-    snprintf(dir, sizeof dir, "%s/%s", cache ? cache : "cache", name);
+    snprintf(dir, sizeof dir, "%s/%s", test_cache_dir(), name);
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     struct stat sb;
     if (stat(path, &sb)) {
@@ -96,10 +97,4 @@ static void test_17b_base_xvector(void **st) {
     qv_model_free(m);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_17b_customvoice),
-        cmocka_unit_test(test_17b_base_xvector),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+QVT_MAIN(NULL, NULL, test_17b_customvoice, test_17b_base_xvector)

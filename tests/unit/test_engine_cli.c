@@ -19,6 +19,8 @@
 
 #include <cmocka.h>
 
+#include "tests/unit/helpers/models.h"
+#include "tests/unit/helpers/run.h"
 #include "tests/unit/helpers/shell.h"
 #include "tests/unit/helpers/tmpdir.h"
 
@@ -34,22 +36,9 @@ static int run(const char *fmt, ...) {
     return rc;
 }
 
-static int same_file(const char *a, const char *b, long skip_a) {
-    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
-    int same = fa && fb && fseek(fa, skip_a, SEEK_SET) == 0;
-    while (same) {
-        int ca = fgetc(fa), cb = fgetc(fb);
-        if (ca != cb) same = 0;
-        if (ca == EOF || cb == EOF) break;
-    }
-    if (fa) fclose(fa);
-    if (fb) fclose(fb);
-    return same;
-}
-
 static int setup(void **st) {
     (void)st;
-    snprintf(cache, sizeof cache, "%s", getenv("QVOICE_CACHE") ? getenv("QVOICE_CACHE") : "cache");
+    snprintf(cache, sizeof cache, "%s", test_cache_dir());
     snprintf(model, sizeof model, "%s/tiny-cv", cache);
     snprintf(tmp, sizeof tmp, "/tmp/qv_cli_%d", (int)getpid());
     if (mkdir(tmp, 0700)) return -1;
@@ -99,8 +88,8 @@ static void test_speakers_languages_stream(void **st) {
         printf("%-9s %-10s wav %ld bytes, stream wav %ld, raw %ld\n", spk, lang, n, file_bytes(b),
                n_raw);
         assert_true(n > 44 && n_raw > 0 && n_raw % (1920 * 2) == 0 && n_raw <= 8 * 1920 * 2);
-        assert_true(same_file(a, b, 0));
-        assert_true(same_file(a, raw, n - n_raw)); /* PCM-16 WAV data == raw s16le */
+        assert_true(tmp_first_diff(a, 0, b) < 0);
+        assert_true(tmp_first_diff(a, (size_t)(n - n_raw), raw) < 0); /* PCM-16 WAV data == raw s16le */
     }
 }
 
@@ -116,9 +105,9 @@ static void test_threads_codes_roundtrip(void **st) {
                          a, codes),
                      0);
     assert_int_equal(run("-q -s ryan -t 'Threads.' --max-seconds 0.8 --seed 9 -j 3 -o %s", b), 0);
-    assert_true(same_file(a, b, 0));
+    assert_true(tmp_first_diff(a, 0, b) < 0);
     assert_int_equal(run("-q --decode-codes %s -o %s", codes, c), 0);
-    assert_true(same_file(a, c, 0));
+    assert_true(tmp_first_diff(a, 0, c) < 0);
 }
 
 /* Beyond 300 frames the decoder switches to the reference's chunking: streaming must still match.
@@ -132,7 +121,7 @@ static void test_long_stream(void **st) {
     assert_int_equal(run("-q -s ryan -t 'Long.' --max-frames 340 --seed 2 --no-guard --stream -o %s", b), 0);
     printf("long: %ld bytes\n", file_bytes(a));
     assert_true(file_bytes(a) > 44 + 301 * 1920 * 2);
-    assert_true(same_file(a, b, 0));
+    assert_true(tmp_first_diff(a, 0, b) < 0);
 }
 
 /* 0.6B CustomVoice: --instruct is dropped with a warning unless --force-instruct. */
@@ -150,8 +139,8 @@ static void test_instruct_policy(void **st) {
                          "--greedy -o %s",
                          c),
                      0);
-    assert_true(same_file(a, b, 0));
-    assert_false(same_file(a, c, 0));
+    assert_true(tmp_first_diff(a, 0, b) < 0);
+    assert_true(tmp_first_diff(a, 0, c) >= 0);
     FILE *f = fopen(warn, "r");
     char line[512] = "";
     assert_non_null(f);
@@ -212,7 +201,7 @@ static void test_batch_wdelta(void **st) {
     assert_true(file_has(res, "{\"line\":2,\"ok\":true"));
     assert_true(file_has(res, "{\"line\":3,\"ok\":false,\"error\":\"speaker ryan: line 1's voice "
                               "rewrote the model"));
-    assert_true(file_bytes(b[0]) > 44 && same_file(b[0], b[1], 0));
+    assert_true(file_bytes(b[0]) > 44 && tmp_first_diff(b[0], 0, b[1]) < 0);
     assert_int_equal(file_bytes(b[2]), -1);
 }
 
@@ -288,7 +277,7 @@ static void test_wdelta(void **st) {
                          "-o %s",
                          voice, nod),
                      0);
-    int same = same_file(base, cv, 0), differs = !same_file(base, nod, 0);
+    int same = tmp_first_diff(base, 0, cv) < 0, differs = tmp_first_diff(base, 0, nod) >= 0;
     printf("tiny WDELTA: CustomVoice + delta == Base: %s; without the delta: %s\n",
            same ? "byte-identical" : "DIFFERENT", differs ? "different" : "SAME");
     assert_true(file_bytes(base) > 44 && same && differs);
@@ -301,8 +290,9 @@ static void test_wdelta(void **st) {
                          "-o %s",
                          voice, cv),
                      0);
-    printf("tiny WDELTA, --quant int8: %s\n", same_file(base, cv, 0) ? "byte-identical" : "DIFFERENT");
-    assert_true(same_file(base, cv, 0));
+    printf("tiny WDELTA, --quant int8: %s\n",
+           tmp_first_diff(base, 0, cv) < 0 ? "byte-identical" : "DIFFERENT");
+    assert_true(tmp_first_diff(base, 0, cv) < 0);
 
     snprintf(mod, sizeof mod, "%s/mod_config", tmp);
     modified_model(mod, 0);
@@ -335,7 +325,7 @@ static void test_voice_instruct(void **st) {
     assert_int_equal(
         run("-q --voice %s -t 'Hi.' -i 'Speak slowly.' --greedy --max-frames 6 -o %s", voice, b),
         0);
-    assert_true(file_bytes(b) > 44 && !same_file(a, b, 0));
+    assert_true(file_bytes(b) > 44 && tmp_first_diff(a, 0, b) >= 0);
 }
 
 /* ---- long text and the runaway guard (issue 9) ---------------------------------------------- */
@@ -379,8 +369,8 @@ static void test_longtext_guard(void **st) {
         run("-q -s ryan -t '%s' --seed 1 --max-frames 6 --stream -o %s", text, str), 0);
     assert_int_equal(run("-q -s ryan -t '%s' --seed 1 --max-frames 6 --stream > %s", text, raw),
                      0);
-    assert_true(same_file(out, str, 0));
-    assert_true(same_file(out, raw, 44));
+    assert_true(tmp_first_diff(out, 0, str) < 0);
+    assert_true(tmp_first_diff(out, 44, raw) < 0);
     /* --no-chunk: one text chunk (the pause still splits) */
     assert_int_equal(run("-s ryan -t '%s' --seed 1 --max-frames 6 --no-chunk -o %s 2> %s", text,
                          out, log),
@@ -409,19 +399,6 @@ static void test_verify(void **st) {
     assert_true(file_has(log, "--verify-model"));
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_speakers_languages_stream),
-        cmocka_unit_test(test_threads_codes_roundtrip),
-        cmocka_unit_test(test_long_stream),
-        cmocka_unit_test(test_instruct_policy),
-        cmocka_unit_test(test_errors_and_info),
-        cmocka_unit_test(test_voice_lookup),
-        cmocka_unit_test(test_wdelta),
-        cmocka_unit_test(test_batch_wdelta),
-        cmocka_unit_test(test_voice_instruct),
-        cmocka_unit_test(test_longtext_guard),
-        cmocka_unit_test(test_verify),
-    };
-    return cmocka_run_group_tests(tests, setup, teardown);
-}
+QVT_MAIN(setup, teardown, test_speakers_languages_stream, test_threads_codes_roundtrip,
+         test_long_stream, test_instruct_policy, test_errors_and_info, test_voice_lookup,
+         test_wdelta, test_batch_wdelta, test_voice_instruct, test_longtext_guard, test_verify)

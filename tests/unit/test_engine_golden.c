@@ -15,7 +15,10 @@
 
 #include <cmocka.h>
 
+#include "tests/unit/helpers/models.h"
 #include "tests/unit/helpers/npy.h"
+#include "tests/unit/helpers/run.h"
+#include "tests/unit/helpers/tmpdir.h"
 #include "engine/model.h"
 
 #define GOLD "tests/golden/engine/"
@@ -38,24 +41,15 @@ static double max_abs_diff(const float *a, const float *b, size_t n) {
 }
 
 static void load_npy(const char *run_name, const char *suffix, enum npy_dtype dt, npy_array *a) {
-    char path[512], err[512];
+    char path[512];
     snprintf(path, sizeof path, GOLD "%s_%s.npy", run_name, suffix);
-    if (npy_read_typed(path, dt, a, err, sizeof err)) fail_msg("%s", err);
+    npy_load(path, dt, a);
 }
 
 static cJSON *load_meta(const char *run_name) {
     char path[512];
     snprintf(path, sizeof path, GOLD "%s_meta.json", run_name);
-    FILE *f = fopen(path, "rb");
-    if (!f) fail_msg("%s: cannot open", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    assert_non_null(buf);
-    assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
-    buf[n] = 0;
-    fclose(f);
+    char *buf = tmp_read(path, NULL);
     cJSON *j = cJSON_Parse(buf);
     free(buf);
     if (!j) fail_msg("%s: bad JSON", path);
@@ -80,12 +74,7 @@ static qv_model *models[2];
 
 static qv_model *get_model(const char *name) {
     int i = strcmp(name, "q06b-cv") ? 1 : 0;
-    if (!models[i]) {
-        const char *cache = getenv("QVOICE_CACHE");
-        char dir[1024];
-        snprintf(dir, sizeof dir, "%s/%s", cache ? cache : "cache", name);
-        if (qv_model_load(&models[i], dir)) fail_msg("%s", qv_last_error());
-    }
+    if (!models[i]) models[i] = test_model_load(name);
     return models[i];
 }
 
@@ -229,11 +218,4 @@ static int teardown(void **st) {
     return 0;
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_cv),       cmocka_unit_test(test_cv_instruct),
-        cmocka_unit_test(test_cv_rp1),   cmocka_unit_test(test_base_xvec),
-        cmocka_unit_test(test_base_icl),
-    };
-    return cmocka_run_group_tests(tests, NULL, teardown);
-}
+QVT_MAIN(NULL, teardown, test_cv, test_cv_instruct, test_cv_rp1, test_base_xvec, test_base_icl)

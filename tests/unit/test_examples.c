@@ -15,6 +15,8 @@
 
 #include <cmocka.h>
 
+#include "tests/unit/helpers/models.h"
+#include "tests/unit/helpers/run.h"
 #include "tests/unit/helpers/shell.h"
 
 static uint32_t le32(const unsigned char *p) {
@@ -31,7 +33,7 @@ static void test_public_includes(void **st) {
 
 static void test_stream_wav(void **st) {
     (void)st;
-    const char *cache = getenv("QVOICE_CACHE") ? getenv("QVOICE_CACHE") : "cache";
+    const char *cache = test_cache_dir();
     char out[256];
     snprintf(out, sizeof out, "/tmp/qv_example_%d.wav", (int)getpid());
     assert_int_equal(sh("build/examples/stream_wav %s/q06b-base voices/ohenry.qvoice %s", cache, out),
@@ -65,10 +67,4 @@ static void test_stream_wav(void **st) {
     unlink(out);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_public_includes),
-        cmocka_unit_test(test_stream_wav),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+QVT_MAIN(NULL, NULL, test_public_includes, test_stream_wav)

@@ -21,6 +21,7 @@
 #include <cmocka.h>
 
 #include "features/features.h"
+#include "tests/unit/helpers/run.h"
 
 #define N_THREADS 4
 #define N_ITERS 40
@@ -112,9 +113,4 @@ static void test_concurrent_plans(void **state) {
     free(g_ref);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_concurrent_plans),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+QVT_MAIN(NULL, NULL, test_concurrent_plans)

@@ -2,7 +2,8 @@
  * mid-write (new file and overwrite), replaces an old file only on commit, removes temp files of
  * dead writers and keeps those of live ones; on the fallback path (no /proc: run under unshare
  * with /proc hidden, when allowed) a killed writer's temp file is removed by the next write; the
- * whole-file reader on files, pipes and limits. `test_fileio --write PATH` and
+ * whole-file reader on files, pipes and limits; SHA-256 (FIPS 180-2 known answers, one-shot and
+ * streamed alike). `test_fileio --write PATH` and
  * `--write-slowly PATH` are the writers those runs use.
  */
 #include <dirent.h>
@@ -24,6 +25,7 @@
 #include "tests/unit/helpers/shell.h"
 #include "tests/unit/helpers/tmpdir.h"
 #include "util/fileio.h"
+#include "util/sha256.h"
 
 static char err[4400];
 static const char *self; /* this binary (argv[0]): the writer the fallback test runs */
@@ -297,6 +299,30 @@ static void test_fallback_path(void **state) {
     free(b);
 }
 
+static void test_sha256(void **state) {
+    (void)state;
+    uint8_t d[32], s[32];
+    char hex[65];
+    assert_int_equal(qvu_sha256("abc", 3, d), 0);
+    assert_string_equal(qvu_sha256_hex(d, hex),
+                        "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    assert_int_equal(qvu_sha256(NULL, 0, d), 0);
+    assert_string_equal(qvu_sha256_hex(d, hex),
+                        "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+    const char *m = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
+    qvu_sha256_ctx *c = qvu_sha256_begin();
+    for (size_t i = 0; i < strlen(m); i += 5) /* pieces of 5 and an empty add */
+        assert_int_equal(qvu_sha256_add(c, m + i, strlen(m) - i < 5 ? strlen(m) - i : 5), 0);
+    assert_int_equal(qvu_sha256_add(c, NULL, 0), 0);
+    assert_int_equal(qvu_sha256_end(c, s), 0);
+    assert_int_equal(qvu_sha256(m, strlen(m), d), 0);
+    assert_memory_equal(s, d, 32);
+    assert_string_equal(qvu_sha256_hex(s, hex),
+                        "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+    assert_int_equal(qvu_sha256_add(NULL, "x", 1), -1);
+    assert_int_equal(qvu_sha256_end(NULL, s), -1);
+}
+
 /* The writers test_fallback_path runs: --write commits "done", --write-slowly never ends. */
 static int writer_main(const char *mode, const char *path) {
     static char block[1 << 16];
@@ -323,6 +349,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_stale_temp_removed),
         cmocka_unit_test(test_fallback_path),
         cmocka_unit_test(test_read_file),
+        cmocka_unit_test(test_sha256),
     };
     return cmocka_run_group_tests(tests, tmpdir_setup, tmpdir_teardown);
 }

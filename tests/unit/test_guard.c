@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "engine/guard.h"
+#include "tests/unit/helpers/run.h"
 
 static uint32_t rng = 12345;
 static int32_t rnd_code(void) {
@@ -159,11 +160,4 @@ static void test_silence(void **state) {
     assert_int_equal(g.silence_start, 12);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_budget),
-        cmocka_unit_test(test_loops),
-        cmocka_unit_test(test_silence),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+QVT_MAIN(NULL, NULL, test_budget, test_loops, test_silence)

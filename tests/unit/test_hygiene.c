@@ -21,6 +21,7 @@
 #include "features/speech_encoder.h"
 #include "clone/hygiene.h"
 #include "include/qvoice.h"
+#include "tests/unit/helpers/models.h"
 
 #define SR 24000
 #define CLIP "tests/audio/en_ohenry_chenevert.wav"
@@ -326,9 +327,9 @@ static qva_mel *g_mel;
 
 static int setup_ecapa(void **state) {
     (void)state;
-    const char *cache = getenv("QVOICE_CACHE");
+    const char *cache = test_cache_dir();
     char dir[1024], err[512];
-    snprintf(dir, sizeof dir, "%s/tiny-base", cache && *cache ? cache : "cache");
+    snprintf(dir, sizeof dir, "%s/tiny-base", cache);
     qvm_ckpt *ck_g_ecapa = test_ckpt_open(dir);
     g_ecapa = qva_ecapa_load(ck_g_ecapa, err, sizeof err);
     qvm_ckpt_free(ck_g_ecapa);

@@ -17,16 +17,10 @@
 
 #include <cmocka.h>
 
+#include "tests/unit/helpers/models.h"
+#include "tests/unit/helpers/run.h"
 #include "tests/unit/helpers/shell.h"
 #include "tests/unit/helpers/tmpdir.h"
-
-#if defined(__SANITIZE_ADDRESS__)
-#define SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define SANITIZED 1
-#endif
-#endif
 
 /* make from inside make test: the outer make's jobserver and flags must not leak in. */
 #define MAKE "env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make --no-print-directory -s"
@@ -36,15 +30,13 @@ static char prefix[128], cache[1024];
 static int group_setup(void **st) {
     if (tmpdir_setup(st)) return -1;
     snprintf(prefix, sizeof prefix, "%s", tmp_path("prefix"));
-    snprintf(cache, sizeof cache, "%s", getenv("QVOICE_CACHE") ? getenv("QVOICE_CACHE") : "cache");
+    snprintf(cache, sizeof cache, "%s", test_cache_dir());
     return 0;
 }
 
 static void test_install_layout(void **st) {
     (void)st;
-#ifdef SANITIZED
-    skip();
-#endif
+    QVT_SKIP_IF_SANITIZED();
     assert_int_equal(sh(MAKE " install PREFIX=%s >%s 2>&1", prefix, tmp_path("install.log")), 0);
     const char *files[] = {"bin/speak", "bin/clone", "bin/voicefmt", "lib/libqvoice.a",
                            "lib/libqvoice.so.0.1.0", "lib/libqvoice.so.0", "lib/libqvoice.so",
@@ -67,9 +59,7 @@ static void test_install_layout(void **st) {
  * implemented; and no internal prefix leaks. */
 static void test_exports(void **st) {
     (void)st;
-#ifdef SANITIZED
-    skip();
-#endif
+    QVT_SKIP_IF_SANITIZED();
     assert_int_equal(sh("scripts/exports.sh include/qvoice.h voicefmt/qvf.h | sed -n 's/^ *\\(qv.*\\);$/\\1/p' "
                         "> %s", tmp_path("public.txt")), 0);
     assert_int_equal(sh("nm -D --defined-only %s/lib/libqvoice.so | awk '$2 ~ /^[TDBRW]$/ {print $3}' "
@@ -83,9 +73,7 @@ static void test_exports(void **st) {
 
 static void test_pkgconfig_shared(void **st) {
     (void)st;
-#ifdef SANITIZED
-    skip();
-#endif
+    QVT_SKIP_IF_SANITIZED();
     const char *ex = tmp_path("model_info");
     assert_int_equal(sh("PKG_CONFIG_PATH=%s/lib/pkgconfig; export PKG_CONFIG_PATH; "
                         "cc examples/model_info.c $(pkg-config --cflags --libs qvoice) -o %s",
@@ -104,9 +92,7 @@ static void test_pkgconfig_shared(void **st) {
 
 static void test_pkgconfig_static(void **st) {
     (void)st;
-#ifdef SANITIZED
-    skip();
-#endif
+    QVT_SKIP_IF_SANITIZED();
     const char *ex = tmp_path("model_info_static");
     assert_int_equal(sh("rm -f %s/lib/libqvoice.so*", prefix), 0);
     assert_int_equal(sh("PKG_CONFIG_PATH=%s/lib/pkgconfig; export PKG_CONFIG_PATH; "
@@ -119,9 +105,7 @@ static void test_pkgconfig_static(void **st) {
 
 static void test_destdir_uninstall(void **st) {
     (void)st;
-#ifdef SANITIZED
-    skip();
-#endif
+    QVT_SKIP_IF_SANITIZED();
     const char *stage = tmp_path("stage");
     assert_int_equal(sh(MAKE " install DESTDIR=%s PREFIX=/opt/qv >/dev/null 2>&1", stage), 0);
     assert_true(file_has(tmp_path("stage/opt/qv/lib/pkgconfig/qvoice.pc"), "prefix=/opt/qv\n"));
@@ -132,13 +116,5 @@ static void test_destdir_uninstall(void **st) {
     assert_int_equal(sh("test -z \"$(find %s ! -type d)\"", prefix), 0);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_install_layout),
-        cmocka_unit_test(test_exports),
-        cmocka_unit_test(test_pkgconfig_shared),
-        cmocka_unit_test(test_pkgconfig_static),
-        cmocka_unit_test(test_destdir_uninstall),
-    };
-    return cmocka_run_group_tests(tests, group_setup, tmpdir_teardown);
-}
+QVT_MAIN(group_setup, tmpdir_teardown, test_install_layout, test_exports, test_pkgconfig_shared,
+         test_pkgconfig_static, test_destdir_uninstall)

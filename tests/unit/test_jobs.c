@@ -1,6 +1,6 @@
 /* test_jobs.c — the library's batch runner (engine/jobs.c) on the tiny CustomVoice model: a job's
  * result line and file, a failing line that writes nothing and does not stop the next, blank lines,
- * a job's own seed, and the 0.6B-style instruct rule's warning in the result.
+ * a job's own seed (for that job only), and the 0.6B-style instruct rule's warning in the result.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,13 +15,15 @@
 #include <cmocka.h>
 
 #include "include/qvoice.h"
+#include "tests/unit/helpers/models.h"
+#include "tests/unit/helpers/run.h"
 
 static qv_model *g_m;
 static char g_dir[64];
 
 static int setup(void **st) {
     (void)st;
-    const char *cache = getenv("QVOICE_CACHE") ? getenv("QVOICE_CACHE") : "cache";
+    const char *cache = test_cache_dir();
     char dir[512];
     snprintf(dir, sizeof dir, "%s/tiny-cv", cache);
     snprintf(g_dir, sizeof g_dir, "/tmp/qv_test_jobs_%d", (int)getpid());
@@ -93,6 +95,16 @@ static void test_lines(void **st) {
     assert_non_null(strstr(res, "\"warning\":\"instruct ignored"));
     qv_free(res);
     assert_true(file_size(b) > 44);
+
+    /* a job without "seed" after one with its own: the base seed again, so the first job's file
+     * comes out the same */
+    char c[128], cmd[320];
+    snprintf(c, sizeof c, "%s/c.wav", g_dir);
+    snprintf(line, sizeof line, "{\"text\": \"Hello there.\", \"output\": \"%s\"}", c);
+    assert_int_equal(qv_jobs_run_line(j, 5, line, &res), QV_OK);
+    qv_free(res);
+    snprintf(cmd, sizeof cmd, "cmp -s %s %s", a, c);
+    assert_int_equal(system(cmd), 0);
     qv_jobs_free(j);
 }
 
@@ -124,10 +136,4 @@ static void test_file(void **st) {
     qv_jobs_free(j);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_lines),
-        cmocka_unit_test(test_file),
-    };
-    return cmocka_run_group_tests(tests, setup, teardown);
-}
+QVT_MAIN(setup, teardown, test_lines, test_file)

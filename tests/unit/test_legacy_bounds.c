@@ -18,6 +18,7 @@
 #include <lz4.h>
 
 #include "voicefmt/qvf_impl.h"
+#include "tests/unit/helpers/run.h"
 
 #define DIM 1024
 #define NAME "talker.model.text_embedding.weight"
@@ -29,7 +30,7 @@ typedef struct {
     size_t n;
 } buf;
 
-/* A v3 voice (qvoice-legacy.md §6): x-vector, no ICL, META (no consent), no TPAD/WOVR (the two
+/* A v3 voice (qvoice-format.md §8.3): x-vector, no ICL, META (no consent), no TPAD/WOVR (the two
  * probes consume 4 bytes each), then a current WDLT stream of one LZ4 record. */
 static buf legacy_file(uint32_t raw, const uint8_t *lz4, uint32_t lz4_bytes) {
     buf b = {0};
@@ -177,11 +178,4 @@ static void test_real_shape_accepted(void **state) {
     free(d);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_claims_2gb),
-        cmocka_unit_test(test_expands_255x),
-        cmocka_unit_test(test_real_shape_accepted),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+QVT_MAIN(NULL, NULL, test_claims_2gb, test_expands_255x, test_real_shape_accepted)

@@ -20,6 +20,8 @@
 #include "checkpoint/config.h"
 #include "checkpoint/manifest.h"
 #include "checkpoint/safetensors.h"
+#include "tests/unit/helpers/models.h"
+#include "tests/unit/helpers/run.h"
 #include "tests/unit/helpers/tmpdir.h"
 
 #define GOLD "tests/golden/configs"
@@ -243,8 +245,7 @@ static void check_model_dir(const char *dir, int *n_checked) {
 
 static void test_cache_models(void **state) {
     (void)state;
-    const char *cache = getenv("QVOICE_CACHE");
-    if (!cache || !*cache) cache = "cache";
+    const char *cache = test_cache_dir();
     static const char *const names[] = {"tiny-base", "tiny-cv",   "tiny-vd", "q06b-base",
                                         "q06b-cv",   "q17b-base", "q17b-cv", "q17b-vd"};
     int n = 0;
@@ -256,11 +257,4 @@ static void test_cache_models(void **state) {
     if (n == 0) printf("    note: no synthetic models in %s; nothing checked\n", cache);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_counts),
-        cmocka_unit_test(test_check_small),
-        cmocka_unit_test(test_cache_models),
-    };
-    return cmocka_run_group_tests(tests, tmpdir_setup, tmpdir_teardown);
-}
+QVT_MAIN(tmpdir_setup, tmpdir_teardown, test_counts, test_check_small, test_cache_models)

@@ -18,6 +18,7 @@
 #include "engine/textchunk.h"
 #include "include/qvoice.h"
 #include "tests/unit/helpers/models.h"
+#include "tests/unit/helpers/run.h"
 
 /* ==== parser ================================================================================= */
 
@@ -339,13 +340,5 @@ static void test_cannot_honour(void **state) {
     qv_model_free(m);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_tags),
-        cmocka_unit_test(test_hostile_100k),
-        cmocka_unit_test(test_span_instruct),
-        cmocka_unit_test(test_span_voice_lang),
-        cmocka_unit_test(test_cannot_honour),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+QVT_MAIN(NULL, NULL, test_tags, test_hostile_100k, test_span_instruct, test_span_voice_lang,
+         test_cannot_honour)

@@ -1,4 +1,4 @@
-/* test_mkmodel — the synthetic checkpoints in $QVOICE_CACHE against synthetic-checkpoint.md v1:
+/* test_mkmodel — the synthetic checkpoints in $QVOICE_CACHE against synthetic-checkpoints.md v1:
  * every SHA-256 of tests/golden/checksums*.txt (whole files and single tensors), byte-identical
  * reference configs, the tiny models' layout, and single elements against values worked out by hand
  * from the spec's formulas (an independent Python transcription, numbers pasted below).
@@ -14,11 +14,13 @@
 #include <sys/stat.h>
 
 #include <cmocka.h>
-#include <openssl/evp.h>
 
 #include "checkpoint/config.h"
 #include "checkpoint/manifest.h"
 #include "checkpoint/safetensors.h"
+#include "tests/unit/helpers/models.h"
+#include "tests/unit/helpers/tmpdir.h"
+#include "util/sha256.h"
 
 static char cache_dir[1024];
 
@@ -48,39 +50,27 @@ static int have_models(const char *first, ...) {
     return 1;
 }
 
-static void hex(const unsigned char *d, unsigned n, char *out) {
-    for (unsigned i = 0; i < n; i++) sprintf(out + 2 * i, "%02x", d[i]);
-}
-
 static void sha256_bytes(const void *data, size_t n, char out[65]) {
-    unsigned char md[32];
-    unsigned len = 0;
-    EVP_MD_CTX *c = EVP_MD_CTX_new();
-    assert_non_null(c);
-    assert_int_equal(EVP_DigestInit_ex(c, EVP_sha256(), NULL), 1);
-    assert_int_equal(EVP_DigestUpdate(c, data, n), 1);
-    assert_int_equal(EVP_DigestFinal_ex(c, md, &len), 1);
-    EVP_MD_CTX_free(c);
-    hex(md, len, out);
+    uint8_t md[32];
+    assert_int_equal(qvu_sha256(data, n, md), 0);
+    qvu_sha256_hex(md, out);
 }
 
+/* Streamed: the 1.7B checkpoints are larger than a test should hold in memory. */
 static void sha256_file(const char *path, char out[65]) {
     FILE *f = fopen(path, "rb");
     if (!f) fail_msg("%s: cannot open", path);
     enum { BUF = 8 << 20 };
-    unsigned char *buf = malloc(BUF), md[32];
+    unsigned char *buf = malloc(BUF);
+    uint8_t md[32];
     assert_non_null(buf);
-    unsigned len = 0;
-    EVP_MD_CTX *c = EVP_MD_CTX_new();
-    assert_non_null(c);
-    assert_int_equal(EVP_DigestInit_ex(c, EVP_sha256(), NULL), 1);
+    qvu_sha256_ctx *c = qvu_sha256_begin();
     size_t n;
-    while ((n = fread(buf, 1, BUF, f)) > 0) assert_int_equal(EVP_DigestUpdate(c, buf, n), 1);
+    while ((n = fread(buf, 1, BUF, f)) > 0) assert_int_equal(qvu_sha256_add(c, buf, n), 0);
     fclose(f);
-    assert_int_equal(EVP_DigestFinal_ex(c, md, &len), 1);
-    EVP_MD_CTX_free(c);
     free(buf);
-    hex(md, len, out);
+    assert_int_equal(qvu_sha256_end(c, md), 0);
+    qvu_sha256_hex(md, out);
 }
 
 static qvm_st *open_st(const char *rel) {
@@ -155,19 +145,6 @@ static void test_checksums_17b(void **state) {
     check_checksums("tests/golden/checksums-1.7b.txt", "q17b");
 }
 
-static char *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    rewind(f);
-    char *d = malloc((size_t)len + 1);
-    assert_non_null(d);
-    assert_int_equal(fread(d, 1, (size_t)len, f), (size_t)len);
-    fclose(f);
-    *n = (size_t)len;
-    return d;
-}
 
 static void check_configs(const char *model) {
     static const char *const files[] = {"config.json",
@@ -181,8 +158,7 @@ static void check_configs(const char *model) {
         size_t n_ref, n_got;
         snprintf(ref, sizeof ref, "tests/golden/configs/%s/%s", model, files[i]);
         snprintf(got, sizeof got, "%s/%s/%s", cache_dir, model, files[i]);
-        char *a = slurp(ref, &n_ref), *b = slurp(got, &n_got);
-        if (!a || !b) fail_msg("cannot read %s or %s", ref, got);
+        char *a = tmp_read(ref, &n_ref), *b = tmp_read(got, &n_got);
         if (n_ref != n_got || memcmp(a, b, n_ref)) fail_msg("%s differs from %s", got, ref);
         free(a);
         free(b);
@@ -370,8 +346,7 @@ static void test_engine_manifest(void **state) {
 }
 
 int main(void) {
-    const char *c = getenv("QVOICE_CACHE");
-    snprintf(cache_dir, sizeof cache_dir, "%s", c && *c ? c : "cache");
+    snprintf(cache_dir, sizeof cache_dir, "%s", test_cache_dir());
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_elements_by_hand), cmocka_unit_test(test_cv_derivation),
         cmocka_unit_test(test_tiny_layout),      cmocka_unit_test(test_engine_manifest),

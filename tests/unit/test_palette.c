@@ -23,6 +23,7 @@
 #include "tests/unit/helpers/shell.h"
 #include "tests/unit/helpers/tmpdir.h"
 #include "voicefmt/qvf.h"
+#include "tests/unit/helpers/run.h"
 
 enum { DIM = 64 }; /* the tiny models' x-vector */
 
@@ -424,7 +425,7 @@ static void test_tool(void **state) {
     assert_int_equal(sh("bin/voicefmt palette list %s > %s", tmp_path("u.qvoice"), log), 0);
     assert_true(file_has(log, "(no palette)"));
     /* --from: the x-vector of a recording, refused when it is not the voice's speaker */
-    const char *cache = getenv("QVOICE_CACHE") ? getenv("QVOICE_CACHE") : "cache";
+    const char *cache = test_cache_dir();
     assert_int_equal(sh("bin/clone -m %s/tiny-base -s 6 tests/audio/en_ohenry_chenevert.wav -o %s "
                         "> /dev/null 2>&1",
                         cache, v),
@@ -480,7 +481,7 @@ static void test_script(void **state) {
     }
     assert_non_null(strstr(qv_last_error(), "no \"NAME: text\" line"));
     /* speak --script: one output, a progress line per script line */
-    const char *cache = getenv("QVOICE_CACHE") ? getenv("QVOICE_CACHE") : "cache";
+    const char *cache = test_cache_dir();
     const char *s = tmp_path("pod.txt"), *log = tmp_path("pod.log");
     const char script[] = "ryan: Welcome back.\n\nserena: [whisper] Thanks.\nryan: Bye!\n";
     tmp_write(s, script, sizeof script - 1);
@@ -501,11 +502,5 @@ static void test_script(void **state) {
     assert_int_equal(file_bytes(tmp_path("pod2.wav")), -1);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_arithmetic), cmocka_unit_test(test_chunk),
-        cmocka_unit_test(test_synthesis),  cmocka_unit_test(test_derive),
-        cmocka_unit_test(test_tool),       cmocka_unit_test(test_script),
-    };
-    return cmocka_run_group_tests(tests, tmpdir_setup, tmpdir_teardown);
-}
+QVT_MAIN(tmpdir_setup, tmpdir_teardown, test_arithmetic, test_chunk, test_synthesis, test_derive,
+         test_tool, test_script)

@@ -17,6 +17,7 @@
 
 #include "features/speech_encoder.h"
 #include "clone/plot.h"
+#include "tests/unit/helpers/run.h"
 
 #define CLIP "tests/audio/en_ohenry_chenevert.wav"
 
@@ -182,12 +183,5 @@ static void test_errors_leave_nothing(void **state) {
     assert_int_not_equal(system(cmd), 0);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_png_marks),
-        cmocka_unit_test(test_long_input_pooled),
-        cmocka_unit_test(test_real_clip),
-        cmocka_unit_test(test_errors_leave_nothing),
-    };
-    return cmocka_run_group_tests(tests, setup, teardown);
-}
+QVT_MAIN(setup, teardown, test_png_marks, test_long_input_pooled, test_real_clip,
+         test_errors_leave_nothing)

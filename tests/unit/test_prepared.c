@@ -23,15 +23,18 @@
 #include "checkpoint/prepared.h"
 #include "engine/model.h"
 #include "engine/speech_decoder.h"
+#include "tests/unit/helpers/models.h"
+#include "tests/unit/helpers/run.h"
 #include "tests/unit/helpers/tmpdir.h"
+#include "tests/unit/helpers/run.h"
 
 #define N_FRAMES 12
 
 static char g_model[1024];
 
 static int setup(void **state) {
-    const char *c = getenv("QVOICE_CACHE");
-    snprintf(g_model, sizeof g_model, "%s/tiny-cv", c && *c ? c : "cache");
+    const char *c = test_cache_dir();
+    snprintf(g_model, sizeof g_model, "%s/tiny-cv", c);
     qvk_init();
     if (tmpdir_setup(state)) return -1;
     return setenv("QVOICE_CACHE", tmp_dir, 1);
@@ -297,13 +300,5 @@ static void test_off(void **state) {
     free(q), free(s);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_decoder_cached),
-        cmocka_unit_test(test_int8_cached),
-        cmocka_unit_test(test_q4_cached),
-        cmocka_unit_test(test_sweep),
-        cmocka_unit_test(test_off),
-    };
-    return cmocka_run_group_tests(tests, setup, tmpdir_teardown);
-}
+QVT_MAIN(setup, tmpdir_teardown, test_decoder_cached, test_int8_cached, test_q4_cached, test_sweep,
+         test_off)

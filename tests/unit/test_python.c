@@ -17,16 +17,9 @@
 
 #include <cmocka.h>
 
+#include "tests/unit/helpers/run.h"
 #include "tests/unit/helpers/shell.h"
 #include "tests/unit/helpers/tmpdir.h"
-
-#if defined(__SANITIZE_ADDRESS__)
-#define SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define SANITIZED 1
-#endif
-#endif
 
 static char repo[1024], python[256], venv[128];
 
@@ -39,11 +32,29 @@ static int group_setup(void **st) {
     return 0;
 }
 
+/* The backend needs neither wheel nor a wheel-building setuptools: a venv without the system's
+ * packages (pip only, as a pyenv or python.org interpreter makes it) installs offline too. */
+static void test_pip_install_without_wheel(void **st) {
+    (void)st;
+    QVT_SKIP_IF_SANITIZED();
+    const char *bare = tmp_path("bare"), *log = tmp_path("bare.log");
+    assert_int_equal(sh("%s -m venv %s > %s 2>&1", python, bare, log), 0);
+    assert_int_not_equal(sh("%s/bin/python -c 'import wheel' 2>/dev/null", bare), 0);
+    int rc = sh("%s/bin/pip install --no-index --no-build-isolation . >> %s 2>&1", bare, log);
+    if (rc) {
+        sh("tail -20 %s", log);
+        fail_msg("pip install without wheel failed (%s)", log);
+    }
+    assert_int_equal(sh("cd %s && env -u QVOICE_LIB %s/bin/python -c 'import qvoice; "
+                        "assert qvoice.version()' >> %s 2>&1",
+                        tmp_dir, bare, log), 0);
+    assert_int_equal(sh("%s/bin/pip uninstall -y qvoice >> %s 2>&1", bare, log), 0);
+    assert_int_not_equal(sh("ls %s/lib/python3*/site-packages/qvoice 2>/dev/null", bare), 0);
+}
+
 static void test_pip_install(void **st) {
     (void)st;
-#ifdef SANITIZED
-    skip();
-#endif
+    QVT_SKIP_IF_SANITIZED();
     const char *log = tmp_path("pip.log");
     int rc = sh("%s -m venv --system-site-packages %s > %s 2>&1 && "
                 "%s/bin/pip install --no-index --no-build-isolation . >> %s 2>&1",
@@ -74,34 +85,22 @@ static void run_module(const char *module, int block_numpy) {
 
 static void test_tiny_models(void **st) {
     (void)st;
-#ifdef SANITIZED
-    skip();
-#endif
+    QVT_SKIP_IF_SANITIZED();
     run_module("test_tiny.py", 0);
 }
 
 static void test_tiny_models_without_numpy(void **st) {
     (void)st;
-#ifdef SANITIZED
-    skip();
-#endif
+    QVT_SKIP_IF_SANITIZED();
     run_module("test_tiny.py", 1);
 }
 
 static void test_full_06b(void **st) {
     (void)st;
-#ifdef SANITIZED
-    skip();
-#endif
+    QVT_SKIP_IF_SANITIZED();
     run_module("test_full.py", 0);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_pip_install),
-        cmocka_unit_test(test_tiny_models),
-        cmocka_unit_test(test_tiny_models_without_numpy),
-        cmocka_unit_test(test_full_06b),
-    };
-    return cmocka_run_group_tests(tests, group_setup, tmpdir_teardown);
-}
+QVT_MAIN(group_setup, tmpdir_teardown, test_pip_install, test_pip_install_without_wheel,
+         test_tiny_models,
+         test_tiny_models_without_numpy, test_full_06b)

@@ -16,6 +16,8 @@
 #include "kernels/kernels.h"
 #include "kernels/q4.h"
 #include "tests/unit/helpers/matref.h"
+#include "tests/unit/helpers/run.h"
+#include "tests/unit/helpers/run.h"
 
 enum { N_OUT = 203, N_IN = 1216, N_G = N_IN / QVK_Q4_GROUP }; /* 19 groups: odd, > 16 */
 
@@ -24,14 +26,6 @@ static float *g_x, *g_bias, *g_xs, *g_xsum;
 static uint16_t *g_s, *g_b; /* bf16 */
 static uint8_t *g_q;
 static int8_t *g_xq;
-
-static uint32_t rng_u32(uint32_t *s) {
-    *s ^= *s << 13, *s ^= *s >> 17, *s ^= *s << 5;
-    return *s;
-}
-static float rng_f(uint32_t *s) {
-    return (float)(rng_u32(s) >> 8) / 16777216.0f * 2 - 1;
-}
 
 static int setup(void **st) {
     (void)st;
@@ -49,12 +43,12 @@ static int setup(void **st) {
     for (int r = 0; r < N_OUT; r++) {
         float amp = 0.01f * (1 + r % 7), off = r % 3 ? 0.0f : 0.02f; /* some rows off-centre */
         for (int i = 0; i < N_IN; i++)
-            row[i] = r == 5 ? 0.0f : off + amp * rng_f(&s); /* row 5 all zero */
+            row[i] = r == 5 ? 0.0f : off + amp * matref_rand(&s); /* row 5 all zero */
         qvk_f32_to_bf16(g_w + (size_t)r * N_IN, row, N_IN);
-        g_bias[r] = 0.1f * rng_f(&s);
+        g_bias[r] = 0.1f * matref_rand(&s);
     }
     for (int i = 0; i < N_IN; i++)
-        g_x[i] = rng_f(&s) * (i == 300 ? 20.0f : 1.0f) + 0.1f; /* an outlier and a mean */
+        g_x[i] = matref_rand(&s) * (i == 300 ? 20.0f : 1.0f) + 0.1f; /* an outlier and a mean */
     free(row);
     assert_int_equal(qvk_q4_quantize_bf16(NULL, g_q, g_s, g_b, g_w, N_OUT, N_IN), 0);
     qvk_q4_prepare_x(g_xq, g_xs, g_xsum, g_x, N_IN);
@@ -231,7 +225,7 @@ static void test_batch_identical(void **st) {
     assert_true(x && y && z && one && scratch && p2);
     uint32_t s = 77;
     for (int i = 0; i < N_X * N_IN; i++)
-        x[i] = rng_f(&s) * (i % 97 == 0 ? 8.0f : 1.0f);
+        x[i] = matref_rand(&s) * (i % 97 == 0 ? 8.0f : 1.0f);
     for (int v = 0; v < 3; v++) {
         if (qvk_set_variant(names[v])) continue;
         int diff = 0;
@@ -257,15 +251,5 @@ static void test_batch_identical(void **st) {
     free(x), free(y), free(z), free(one);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_packing),
-        cmocka_unit_test(test_quantize_bounds),
-        cmocka_unit_test(test_prepare_x),
-        cmocka_unit_test(test_variants),
-        cmocka_unit_test(test_quantization_error),
-        cmocka_unit_test(test_threads_identical),
-        cmocka_unit_test(test_batch_identical),
-    };
-    return cmocka_run_group_tests(tests, setup, teardown);
-}
+QVT_MAIN(setup, teardown, test_packing, test_quantize_bounds, test_prepare_x, test_variants,
+         test_quantization_error, test_threads_identical, test_batch_identical)

@@ -15,6 +15,7 @@
 #include "kernels/kernels.h"
 #include "kernels/q8.h"
 #include "tests/unit/helpers/matref.h"
+#include "tests/unit/helpers/run.h"
 
 enum { N_OUT = 203, N_IN = 768 }; /* odd row count: blocked rows plus tails */
 
@@ -22,14 +23,6 @@ static uint16_t *g_w;
 static float *g_x, *g_bias;
 static int8_t *g_q, *g_xq;
 static float *g_scale, *g_xs;
-
-static uint32_t rng_u32(uint32_t *s) {
-    *s ^= *s << 13, *s ^= *s >> 17, *s ^= *s << 5;
-    return *s;
-}
-static float rng_f(uint32_t *s) {
-    return (float)(rng_u32(s) >> 8) / 16777216.0f * 2 - 1;
-}
 
 static int setup(void **st) {
     (void)st;
@@ -45,15 +38,15 @@ static int setup(void **st) {
     for (int r = 0; r < N_OUT; r++) {
         float amp = 0.01f * (1 + r % 7); /* rows of different magnitude */
         for (int i = 0; i < N_IN; i++)
-            row[i] = amp * rng_f(&s);
+            row[i] = amp * matref_rand(&s);
         if (r == 5)
             for (int i = 0; i < N_IN; i++)
                 row[i] = 0; /* an all-zero row */
         qvk_f32_to_bf16(g_w + (size_t)r * N_IN, row, N_IN);
-        g_bias[r] = 0.1f * rng_f(&s);
+        g_bias[r] = 0.1f * matref_rand(&s);
     }
     for (int i = 0; i < N_IN; i++)
-        g_x[i] = rng_f(&s) * (i == 300 ? 20.0f : 1.0f); /* one outlier, in group 2 */
+        g_x[i] = matref_rand(&s) * (i == 300 ? 20.0f : 1.0f); /* one outlier, in group 2 */
     free(row);
     assert_int_equal(qvk_q8_quantize_bf16(NULL, g_q, g_scale, g_w, N_OUT, N_IN), 0);
     qvk_q8_quantize_x(g_xq, g_xs, g_x, N_IN);
@@ -183,12 +176,5 @@ static void test_threads_identical(void **st) {
     qvk_pool_free(pools[2]);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_quantize_bounds),
-        cmocka_unit_test(test_variants),
-        cmocka_unit_test(test_quantization_error),
-        cmocka_unit_test(test_threads_identical),
-    };
-    return cmocka_run_group_tests(tests, setup, teardown);
-}
+QVT_MAIN(setup, teardown, test_quantize_bounds, test_variants, test_quantization_error,
+         test_threads_identical)

@@ -1,5 +1,5 @@
 /* test_qvf.c — voicefmt library: CRC-32C known answers, v4 and v3 round trips, WDELTA encode/apply,
- * legacy v1/v2/v3/.bin files built from the byte maps of qvoice-legacy.md §5–§7, atomic writes.
+ * legacy v1/v2/v3/.bin files built from the byte maps of docs/qvoice-format.md §8, atomic writes.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -30,6 +30,33 @@ static void test_crc32c_known_answer(void **state) {
         assert_int_equal(qvf_crc32c(0, big + off, 1000 - 2 * off),
                          qvf_crc32c_sw(0, big + off, 1000 - 2 * off));
     assert_int_equal(qvf_crc32c(0, "", 0), 0);
+}
+
+/* The one "is this a voice file?" rule: magic first, then the name's ending. */
+static void test_file_kind(void **state) {
+    (void)state;
+    assert_int_equal(qvf_file_kind("a/b.qvoice", NULL, 0), QVF_KIND_QVOICE);
+    assert_int_equal(qvf_file_kind("upload.wav", "QVCE\4\0\0\0", 8), QVF_KIND_QVOICE);
+    assert_int_equal(qvf_file_kind("upload.wav", "QVC", 3), QVF_KIND_NONE);
+    assert_int_equal(qvf_file_kind("x.bin", NULL, 0), QVF_KIND_BIN);
+    assert_int_equal(qvf_file_kind("x.bin", "QVCE", 4), QVF_KIND_QVOICE);
+    assert_int_equal(qvf_file_kind(".qvoice", NULL, 0), QVF_KIND_NONE);
+    assert_int_equal(qvf_file_kind("ryan", NULL, 0), QVF_KIND_NONE);
+    assert_int_equal(qvf_file_kind("clip.qvoice.wav", NULL, 0), QVF_KIND_NONE);
+    assert_int_equal(qvf_file_kind(NULL, NULL, 0), QVF_KIND_NONE);
+}
+
+/* The one table of variant names: every name maps back to its number, and no other does. */
+static void test_variant_names(void **state) {
+    (void)state;
+    for (uint32_t v = QVF_VARIANT_BASE; v <= QVF_VARIANT_VOICE_DESIGN; v++)
+        assert_int_equal(qvf_variant_from_name(qvf_variant_name(v)), v);
+    assert_string_equal(qvf_variant_name(QVF_VARIANT_CUSTOM_VOICE), "custom_voice");
+    assert_string_equal(qvf_variant_name(QVF_VARIANT_UNKNOWN), "unknown");
+    assert_string_equal(qvf_variant_name(99), "invalid");
+    assert_int_equal(qvf_variant_from_name("unknown"), QVF_VARIANT_UNKNOWN);
+    assert_int_equal(qvf_variant_from_name("Base"), QVF_VARIANT_UNKNOWN);
+    assert_int_equal(qvf_variant_from_name(NULL), QVF_VARIANT_UNKNOWN);
 }
 
 static void test_errors_named(void **state) {
@@ -148,7 +175,7 @@ static void test_wdelta_apply(void **state) {
                      QVF_E_ARG);
 }
 
-/* ---- legacy files from the byte maps of qvoice-legacy.md ---- */
+/* ---- legacy files from the byte maps of docs/qvoice-format.md §8 ---- */
 
 typedef struct {
     uint8_t *p;
@@ -173,7 +200,7 @@ static void putz(bb *b, size_t k) {
         put(b, "", 1);
 }
 
-/* 0.6B graft (§7): QVCE 3 1024, x-vector, L=0, N=0, META, TPAD(1024), WOVR(1024, 2048, 2048). */
+/* 0.6B graft (§8): QVCE 3 1024, x-vector, L=0, N=0, META, TPAD(1024), WOVR(1024, 2048, 2048). */
 static bb graft06(void) {
     bb b = {0};
     put(&b, "QVCE", 4);
@@ -272,7 +299,7 @@ static void test_legacy_v3_graft_byte_map(void **state) {
     qvf_voice_free(v4);
 }
 
-/* 1.7B graft (§7): x-vector 12..8203, ref_text_len 8204, frames 8208, META 8212, TPAD 8316, WOVR
+/* 1.7B graft (§8): x-vector 12..8203, ref_text_len 8204, frames 8208, META 8212, TPAD 8316, WOVR
  * 32900, total 25 215 124 — produced by our v3 writer from a voice with those dimensions. */
 static void test_legacy_v3_graft_17b_offsets(void **state) {
     (void)state;
@@ -536,6 +563,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_crc32c_known_answer),
         cmocka_unit_test(test_errors_named),
+        cmocka_unit_test(test_file_kind),
+        cmocka_unit_test(test_variant_names),
         cmocka_unit_test(test_v4_roundtrip_memory),
         cmocka_unit_test(test_v4_v3_v4_keeps_everything),
         cmocka_unit_test(test_wdelta_apply),

@@ -128,13 +128,7 @@ static void save(const char *sub, const char *name, const void *b, size_t n) {
 static int read_all(const uint8_t *b, size_t n, const char *name) {
     qvf_voice *v = NULL;
     int rc = qvf_read_mem(b, n, name, 0, &v, err, sizeof err);
-    for (uint32_t i = 0; !rc && i < v->n_tensors; i++) {
-        const qvf_tensor *t = &v->tensors[i];
-        uint8_t *z = calloc(1, t->raw_bytes), *o = malloc(t->raw_bytes);
-        rc = qvf_wdelta_apply(t, z, o, 0, err, sizeof err);
-        free(z);
-        free(o);
-    }
+    if (!rc) rc = qvf_sample_decode_all(v, err, sizeof err);
     qvf_voice_free(v);
     return rc;
 }

@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "tests/unit/helpers/models.h"
 #include "tests/unit/helpers/shell.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,9 +28,9 @@ static char err[512], base_dir[512], cv_dir[512];
 
 static int setup(void **state) {
     (void)state;
-    const char *c = getenv("QVOICE_CACHE");
-    snprintf(base_dir, sizeof base_dir, "%s/tiny-base", c ? c : "cache");
-    snprintf(cv_dir, sizeof cv_dir, "%s/tiny-cv", c ? c : "cache");
+    const char *c = test_cache_dir();
+    snprintf(base_dir, sizeof base_dir, "%s/tiny-base", c);
+    snprintf(cv_dir, sizeof cv_dir, "%s/tiny-cv", c);
     return 0;
 }
 
@@ -44,8 +45,7 @@ static void id_of(const char *dir, const qvm_model_config *cfg, qvf_model_id *id
     id->hidden_size = (uint32_t)cfg->talker.hidden_size;
     id->text_hidden_size = (uint32_t)cfg->text_hidden_size;
     id->enc_dim = cfg->has_speaker_encoder ? (uint32_t)cfg->enc_dim : 0;
-    id->variant =
-        (uint32_t)cfg->variant + 1; /* qvm_variant order is base, custom_voice, voice_design */
+    id->variant = cfg->variant;
     assert_int_equal(
         qvm_fingerprint_model(dir, QVM_FINGERPRINT_TABLE, id->fingerprint, err, sizeof err), 0);
 }

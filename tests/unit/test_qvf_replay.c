@@ -39,6 +39,11 @@
 #endif
 #define LLVMFuzzerTestOneInput fuzz_tok_cache_one
 #include "tests/fuzz/fuzz_tok_cache.c"
+#include "tests/unit/helpers/models.h"
+#include "tests/unit/helpers/qvf_sample.h"
+#undef LLVMFuzzerTestOneInput
+#define LLVMFuzzerTestOneInput fuzz_watermark_one
+#include "tests/fuzz/fuzz_watermark.c"
 #undef LLVMFuzzerTestOneInput
 #define LLVMFuzzerTestOneInput fuzz_markup_one
 #include "tests/fuzz/fuzz_markup.c"
@@ -54,6 +59,7 @@ static const struct {
 } targets[] = {
     {"fuzz_qvf_read", fuzz_qvf_read_one},       {"fuzz_legacy_read", fuzz_legacy_read_one},
     {"fuzz_roundtrip", fuzz_roundtrip_one},     {"fuzz_tok_cache", fuzz_tok_cache_one},
+    {"fuzz_watermark", fuzz_watermark_one},
     {"fuzz_markup", fuzz_markup_one},
     {"fuzz_voice_accept", fuzz_voice_accept_one},
 #ifdef HAVE_FUZZ_SAFETENSORS
@@ -69,12 +75,12 @@ static const struct {
  * without one) are replayed only when that data is there. */
 static int target_ready(const char *name) {
     if (strcmp(name, "fuzz_tokenizer")) return 1;
-    const char *cache = getenv("QVOICE_CACHE");
+    const char *cache = test_cache_dir();
     char p[1024];
     if (getenv("QVOICE_TOK_DIR")) return 1;
-    snprintf(p, sizeof p, "%s/tiny-cv/vocab.json", cache ? cache : "cache");
+    snprintf(p, sizeof p, "%s/tiny-cv/vocab.json", cache);
     if (!access(p, R_OK)) return 1;
-    snprintf(p, sizeof p, "%s/tokref/vm", cache ? cache : "cache");
+    snprintf(p, sizeof p, "%s/tokref/vm", cache);
     if (!access(p, R_OK)) return 1;
     printf("replay: %s skipped (no tokenizer in $QVOICE_CACHE)\n", name);
     return 0;
@@ -154,13 +160,7 @@ static void test_hostile_qvf_expected(void **state) {
         snprintf(path, sizeof path, "tests/hostile/qvf/%s", file);
         qvf_voice *v = NULL;
         int rc = qvf_read_file(path, 0, &v, err, sizeof err);
-        for (uint32_t i = 0; !rc && i < v->n_tensors; i++) { /* decode, as `voicefmt verify` does */
-            const qvf_tensor *t = &v->tensors[i];
-            void *z = calloc(1, t->raw_bytes), *o = malloc(t->raw_bytes);
-            rc = qvf_wdelta_apply(t, z, o, 0, err, sizeof err);
-            free(z);
-            free(o);
-        }
+        if (!rc) rc = qvf_sample_decode_all(v, err, sizeof err);
         qvf_voice_free(v);
         if (strcmp(qvf_errname(rc), code)) {
             printf("%s: got %s (%s), expected %s\n", file, qvf_errname(rc), rc ? err : "", code);
@@ -181,19 +181,12 @@ static void test_shipped_voices(void **state) {
     int n = 0;
     struct dirent *e;
     while (d && (e = readdir(d))) {
-        size_t l = strlen(e->d_name);
-        if (l <= 7 || strcmp(e->d_name + l - 7, ".qvoice")) continue;
+        if (qvf_file_kind(e->d_name, NULL, 0) != QVF_KIND_QVOICE) continue;
         char path[512], err[512];
         snprintf(path, sizeof path, "voices/%s", e->d_name);
         qvf_voice *v = NULL;
         int rc = qvf_read_file(path, 0, &v, err, sizeof err);
-        for (uint32_t i = 0; !rc && i < v->n_tensors; i++) {
-            const qvf_tensor *t = &v->tensors[i];
-            void *z = calloc(1, t->raw_bytes), *o = malloc(t->raw_bytes);
-            rc = qvf_wdelta_apply(t, z, o, 0, err, sizeof err);
-            free(z);
-            free(o);
-        }
+        if (!rc) rc = qvf_sample_decode_all(v, err, sizeof err);
         qvf_voice_free(v);
         if (rc) fail_msg("%s", err);
         n++;

@@ -15,6 +15,7 @@
 
 #include "kernels/kernels.h"
 #include "checkpoint/safetensors.h"
+#include "tests/unit/helpers/run.h"
 #include "tests/unit/helpers/tmpdir.h"
 
 /* Opens path expecting failure; asserts every substring in the NULL-terminated list. */
@@ -301,13 +302,5 @@ static void test_hostile(void **state) {
     assert_true(n >= 20);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_valid),     cmocka_unit_test(test_memory),
-        cmocka_unit_test(test_truncated), cmocka_unit_test(test_header_len),
-        cmocka_unit_test(test_bad_json),  cmocka_unit_test(test_dtype),
-        cmocka_unit_test(test_offsets),   cmocka_unit_test(test_shape_size),
-        cmocka_unit_test(test_sharded),   cmocka_unit_test(test_hostile),
-    };
-    return cmocka_run_group_tests(tests, tmpdir_setup, tmpdir_teardown);
-}
+QVT_MAIN(tmpdir_setup, tmpdir_teardown, test_valid, test_memory, test_truncated, test_header_len,
+         test_bad_json, test_dtype, test_offsets, test_shape_size, test_sharded, test_hostile)

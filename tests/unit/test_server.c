@@ -25,18 +25,15 @@
 
 #include <cmocka.h>
 
+#include "tests/unit/helpers/server_proc.h"
+#include "tests/unit/helpers/models.h"
+#include "tests/unit/helpers/run.h"
 #include "tests/unit/helpers/shell.h"
 #include "tests/unit/helpers/tmpdir.h"
 #include "voicefmt/qvf.h"
 
 #define CLIP "tests/audio/en_ohenry_chenevert.wav"
 #define VOICE_06B "voices/ohenry.qvoice" /* made for 0.6B: fits no tiny model */
-
-typedef struct {
-    pid_t pid;
-    int port, probe; /* probe: --probe-listen's port, 0 without */
-    char log[512];
-} server;
 
 static char g_cv[512], g_base[512];
 static server g_srv; /* the shared server: tiny-cv, max 200 chars, 1 MB uploads, 10 s timeout */
@@ -56,71 +53,6 @@ static void leak_check(void) {
         g_leaks++;
         print_message("leak: %.300s\n", j);
     }
-}
-
-static void sleep_ms(int ms) {
-    struct timespec t = {ms / 1000, (long)(ms % 1000) * 1000000};
-    nanosleep(&t, NULL);
-}
-
-static void slurp(const char *path, char *buf, size_t size) {
-    FILE *f = fopen(path, "rb");
-    size_t n = f ? fread(buf, 1, size - 1, f) : 0;
-    buf[n] = 0;
-    if (f) fclose(f);
-}
-
-static int stop(server *sv);
-
-/* Starts bin/qvoice-server with args; fills sv. 0, or -1 when it did not start listening. */
-static int start(server *sv, const char *name, const char *args) {
-    char cmd[4096];
-    if (sv->pid > 0) stop(sv); /* one left running by a failed test */
-    snprintf(sv->log, sizeof sv->log, "%s/%s.log", tmp_dir, name);
-    /* stdout to /dev/null: a server must never hold the test runner's pipe open */
-    snprintf(cmd, sizeof cmd, "exec bin/qvoice-server %s --listen 127.0.0.1:0 >/dev/null 2>%s", args,
-             sv->log);
-    unlink(sv->log);
-    sv->pid = fork();
-    if (sv->pid == 0) { /* the shell execs the server: sv->pid is the server's */
-        setenv("LSAN_OPTIONS", "suppressions=tests/server/lsan.supp", 1);
-        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-        _exit(127);
-    }
-    for (int i = 0; i < 600; i++) { /* up to 60 s: model load on a busy machine */
-        char text[4096];
-        slurp(sv->log, text, sizeof text);
-        const char *p = strstr(text, "listening on ");
-        if (p && strchr(p, '\n')) {
-            sv->port = atoi(strchr(p + 13, ':') + 1);
-            sleep_ms(100); /* the probe line follows at once */
-            slurp(sv->log, text, sizeof text);
-            p = strstr(text, "probes on ");
-            sv->probe = p ? atoi(strchr(p + 10, ':') + 1) : 0;
-            return sv->port > 0 ? 0 : -1;
-        }
-        if (waitpid(sv->pid, NULL, WNOHANG) == sv->pid) return -1;
-        sleep_ms(100);
-    }
-    return -1;
-}
-
-/* SIGTERM, then waits up to 30 s (then SIGKILL); the exit status, or -1 when killed. */
-static int stop(server *sv) {
-    if (sv->pid <= 0) return -1;
-    kill(sv->pid, SIGTERM);
-    int st = 0;
-    for (int i = 0; i < 300; i++) {
-        if (waitpid(sv->pid, &st, WNOHANG) == sv->pid) {
-            sv->pid = 0;
-            return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-        }
-        sleep_ms(100);
-    }
-    kill(sv->pid, SIGKILL);
-    waitpid(sv->pid, &st, 0);
-    sv->pid = 0;
-    return -1;
 }
 
 /* curl with a time limit: the HTTP status (0: no answer); the body goes to g_body (and to out
@@ -189,9 +121,9 @@ static int count_files(const char *dir, const char *needle) {
 
 static int group_setup(void **state) {
     if (tmpdir_setup(state)) return -1;
-    const char *cache = getenv("QVOICE_CACHE");
-    snprintf(g_cv, sizeof g_cv, "%s/tiny-cv", cache ? cache : "cache");
-    snprintf(g_base, sizeof g_base, "%s/tiny-base", cache ? cache : "cache");
+    const char *cache = test_cache_dir();
+    snprintf(g_cv, sizeof g_cv, "%s/tiny-cv", cache);
+    snprintf(g_base, sizeof g_base, "%s/tiny-base", cache);
     /* leftovers of a killed server (PID 999999999, above any pid_max): removed at start; those of
      * a running one (this test's PID) are kept */
     char dir[512], live[512];
@@ -213,12 +145,12 @@ static int group_setup(void **state) {
     snprintf(args, sizeof args,
              "-m %s --voices %s/voices --max-text-chars 200 --max-upload-mb 1 --timeout 10", g_cv,
              tmp_dir);
-    return start(&g_srv, "main", args);
+    return server_start(&g_srv, "main", args);
 }
 
 static int group_teardown(void **state) {
-    stop(&g_srv);
-    stop(&g_extra);
+    server_stop(&g_srv);
+    server_stop(&g_extra);
     return tmpdir_teardown(state);
 }
 
@@ -240,15 +172,6 @@ static void test_routes(void **state) {
     snprintf(dir, sizeof dir, "%s/voices", tmp_dir);
     assert_int_equal(count_files(dir, "."), 1);
     assert_int_equal(unlink(g_live_tmp), 0);
-}
-
-/* The router calls the handlers, the handlers the shared replies: no two files of server/ call
- * each other in a circle (read from the objects bin/qvoice-server is linked from). */
-static void test_no_call_cycle(void **state) {
-    (void)state;
-    assert_int_equal(sh("python3 tests/server/callcycle.py build/server/*.o >%s 2>&1",
-                        tmp_path("cycle")), 0);
-    assert_true(file_has(tmp_path("cycle"), "no cycle"));
 }
 
 static void bad_speech(const char *json, int status, const char *code) {
@@ -276,7 +199,42 @@ static void test_speech_bad_input(void **state) {
     bad_speech("{\"input\": \"hi\", \"model\": \"gpt-9\"}", 404, "model_not_found");
     bad_speech("{\"input\": \"hi\", \"speed\": 1.5}", 400, "unsupported_value");
     bad_speech("{\"input\": \"hi\", \"speed\": \"fast\"}", 400, "invalid_type");
-    bad_speech("{\"input\": \"hi\", \"response_format\": \"aac\"}", 400, "invalid_value");
+    bad_speech("{\"input\": \"hi\", \"response_format\": \"aac\"}", 400, "unsupported_format");
+    assert_non_null(strstr(g_body, "no AAC encoder"));
+    /* vLLM-Omni's fields: each honoured or refused naming itself, never ignored */
+    static const struct {
+        const char *json, *code, *param;
+    } omni[] = {
+        {"\"sample_rate\": 16000", "unsupported_value", "sample_rate"},
+        {"\"initial_codec_chunk_frames\": 4", "unsupported_value", "initial_codec_chunk_frames"},
+        {"\"non_streaming_mode\": false", "unsupported_value", "non_streaming_mode"},
+        {"\"non_streaming_mode\": 1", "invalid_type", "non_streaming_mode"},
+        {"\"task_type\": \"VoiceDesign\"", "invalid_value", "task_type"},
+        {"\"task_type\": \"Base\"", "invalid_value", "task_type"},
+        {"\"task_type\": \"Clone\"", "invalid_value", "task_type"},
+        {"\"speaker\": \"ryan\", \"voice\": \"serena\"", "invalid_value", "speaker"},
+        {"\"stream\": false, \"stream_format\": \"sse\"", "invalid_value", "stream"},
+        {"\"stream\": \"yes\"", "invalid_type", "stream"},
+        {"\"stream\": true, \"response_format\": \"mp3\"", "unsupported_format", "response_format"},
+        {"\"ref_text\": \"Hello.\"", "invalid_value", "ref_text"},
+        {"\"x_vector_only_mode\": true", "invalid_value", "x_vector_only_mode"},
+        {"\"ref_audio\": \"data:audio/wav;base64,UklGRg==\"", "invalid_value", "ref_text"},
+        {"\"ref_audio\": \"data:audio/wav;base64,UklGRg==\", \"x_vector_only_mode\": true",
+         "unsupported_value", "ref_audio"}, /* no clone model here */
+        {"\"ref_audio\": \"x\", \"x_vector_only_mode\": true, \"voice\": \"ryan\"", "invalid_value",
+         "voice"},
+        {"\"speaker_embedding\": [1, 2, 3]", "invalid_value", "speaker_embedding"},
+    };
+    for (size_t i = 0; i < sizeof omni / sizeof *omni; i++) {
+        char json[512];
+        snprintf(json, sizeof json, "{\"input\": \"hi\", %s}", omni[i].json);
+        bad_speech(json, 400, omni[i].code);
+        cJSON *o = cJSON_Parse(g_body), *e = cJSON_GetObjectItem(o, "error");
+        const char *param = cJSON_GetStringValue(cJSON_GetObjectItem(e, "param"));
+        if (!param || strcmp(param, omni[i].param))
+            fail_msg("%s: param %s, expected %s", omni[i].json, param ? param : "-", omni[i].param);
+        cJSON_Delete(o);
+    }
     bad_speech("{\"input\": \"hi\", \"response_format\": \"flac\", \"stream_format\": \"sse\"}", 400,
                "unsupported_format");
     bad_speech("{\"input\": \"hi\", \"stream_format\": \"chunks\"}", 400, "invalid_value");
@@ -339,6 +297,25 @@ static void test_voices(void **state) {
     assert_int_equal(curl(&g_srv, NULL, "SRV/v1/audio/voices"), 200);
     assert_non_null(strstr(g_body, "\"henry\""));
     assert_non_null(strstr(g_body, "\"ryan\"")); /* presets of tiny-cv */
+    { /* vLLM-Omni's shape: names of presets and uploads in "voices", uploads in "uploaded_voices"
+       */
+        cJSON *l = cJSON_Parse(g_body), *names = cJSON_GetObjectItem(l, "voices"), *x;
+        int henry = 0, ryan = 0;
+        cJSON_ArrayForEach(x, names) {
+            henry |= !strcmp(cJSON_GetStringValue(x), "henry");
+            ryan |= !strcmp(cJSON_GetStringValue(x), "ryan");
+        }
+        assert_true(henry && ryan);
+        cJSON *up = cJSON_GetObjectItem(l, "uploaded_voices");
+        assert_true(cJSON_IsArray(up) && cJSON_GetArraySize(up) >= 1);
+        assert_int_equal(cJSON_GetArraySize(up),
+                         cJSON_GetArraySize(cJSON_GetObjectItem(l, "data")));
+        cJSON_Delete(l);
+    }
+    assert_int_equal(curl(&g_srv, NULL, "SRV/v1/models"), 200);
+    assert_non_null(strstr(g_body, "\"object\":\"list\""));
+    assert_non_null(strstr(g_body, "\"id\":\"tiny-cv\""));
+    assert_int_equal(curl(&g_srv, NULL, "-X POST SRV/v1/models"), 405);
     assert_int_equal(curl(&g_srv, NULL, "SRV/v1/audio/voices/henry"), 200);
     assert_non_null(strstr(g_body, id));
     assert_int_equal(curl(&g_srv, tmp_path("dl.qvoice"), "'SRV/v1/audio/voices/%s?download=1'", id),
@@ -433,7 +410,7 @@ static void test_slow_attack(void **state) {
              "-m %s --voices %s/voices --receive-timeout 3 --max-connections 64 "
              "--max-connections-per-ip 16 --probe-listen 127.0.0.1:0",
              g_cv, tmp_dir);
-    assert_int_equal(start(&g_extra, "slow", args), 0);
+    assert_int_equal(server_start(&g_extra, "slow", args), 0);
     assert_true(g_extra.probe > 0);
     cJSON *o = trickle(&g_extra, 100, 1, 8);
     assert_non_null(o);
@@ -470,7 +447,7 @@ static void test_slow_attack(void **state) {
     assert_int_equal(atoi(code), 413);
     assert_true(atof(strchr(code, ' ') + 1) < 10e6);
     assert_string_equal(error_code(), "request_too_large");
-    assert_int_equal(stop(&g_extra), 0);
+    assert_int_equal(server_stop(&g_extra), 0);
 }
 
 static void test_auth(void **state) {
@@ -479,13 +456,13 @@ static void test_auth(void **state) {
     tmp_write(tmp_path("keys"), "# keys\nsecret-1\nsecret-2\n", 25);
     snprintf(args, sizeof args, "-m %s --voices %s/voices --api-key-file %s", g_cv, tmp_dir,
              tmp_path("keys"));
-    assert_int_equal(start(&g_extra, "auth", args), 0);
+    assert_int_equal(server_start(&g_extra, "auth", args), 0);
     assert_int_equal(curl(&g_extra, NULL, "SRV/v1/audio/voices"), 401);
     assert_string_equal(error_code(), "invalid_api_key");
     assert_int_equal(curl(&g_extra, NULL, "-H 'Authorization: Bearer secret-3' SRV/v1/audio/voices"), 401);
     assert_int_equal(curl(&g_extra, NULL, "-H 'Authorization: Bearer secret-2' SRV/v1/audio/voices"), 200);
     assert_int_equal(curl(&g_extra, NULL, "SRV/health"), 200); /* probes need no key */
-    assert_int_equal(stop(&g_extra), 0);
+    assert_int_equal(server_stop(&g_extra), 0);
     /* a missing key file is a start-up error naming it */
     assert_int_equal(sh("bin/qvoice-server -m %s --voices %s/voices --api-key-file %s/none "
                         "2>%s; test $? = 1", g_cv, tmp_dir, tmp_dir, tmp_path("err")), 0);
@@ -520,7 +497,7 @@ static void test_key_owners(void **state) {
     assert_int_equal(sh("rm -rf %s/ov && mkdir %s/ov", tmp_dir, tmp_dir), 0);
     snprintf(args, sizeof args, "-m %s --voices %s/ov --api-key-file %s", g_cv, tmp_dir,
              tmp_path("owners"));
-    assert_int_equal(start(&g_extra, "owners", args), 0);
+    assert_int_equal(server_start(&g_extra, "owners", args), 0);
     const char *up = "-H 'Authorization: Bearer %s' -F audio_sample=@%s -F name=%s -F consent=yes "
                      "SRV/v1/audio/voices";
     assert_int_equal(curl(&g_extra, NULL, "-H 'Authorization: Bearer %s' SRV/v1/audio/voices",
@@ -562,7 +539,7 @@ static void test_key_owners(void **state) {
     /* owner records go with their voice, the text side with the last voice using it */
     assert_int_equal(count_files(tmp_path("ov"), "\\.qvpart\\|\\.owner"), 0);
     assert_int_equal(count_files(tmp_path("ov/.textside"), ""), 0);
-    assert_int_equal(stop(&g_extra), 0);
+    assert_int_equal(server_stop(&g_extra), 0);
 }
 
 /* The library's index: capped (507), listed from memory (a file damaged in place after it was
@@ -573,7 +550,7 @@ static void test_library(void **state) {
     char args[2048];
     assert_int_equal(sh("rm -rf %s/lib && mkdir %s/lib", tmp_dir, tmp_dir), 0);
     snprintf(args, sizeof args, "-m %s --voices %s/lib --max-voices 2", g_cv, tmp_dir);
-    assert_int_equal(start(&g_extra, "lib", args), 0);
+    assert_int_equal(server_start(&g_extra, "lib", args), 0);
     const char *up = "-F audio_sample=@%s -F name=%s -F consent=yes SRV/v1/audio/voices";
     assert_int_equal(curl(&g_extra, NULL, up, g_voice, "one"), 200);
     cJSON *o = cJSON_Parse(g_body);
@@ -620,7 +597,7 @@ static void test_library(void **state) {
     assert_int_equal(curl(&g_extra, NULL, "-F audio_sample=@%s -F consent=yes "
                                           "SRV/v1/audio/voices", tmp_path("long.qvoice")), 400);
     assert_non_null(strstr(g_body, "META name"));
-    assert_int_equal(stop(&g_extra), 0);
+    assert_int_equal(server_stop(&g_extra), 0);
 }
 
 /* The text side (TPAD + WOVR) is stored once: two voices of one model take one shared file and
@@ -633,7 +610,7 @@ static void test_textside(void **state) {
     assert_int_equal(sh("rm -rf %s/ts %s/ts2 && mkdir %s/ts %s/ts2", tmp_dir, tmp_dir, tmp_dir,
                         tmp_dir), 0);
     snprintf(args, sizeof args, "-m %s --voices %s/ts", g_cv, tmp_dir);
-    assert_int_equal(start(&g_extra, "ts", args), 0);
+    assert_int_equal(server_start(&g_extra, "ts", args), 0);
     for (int i = 0; i < 2; i++) {
         char up[64];
         snprintf(up, sizeof up, "ts-%s.qvoice", name[i]);
@@ -682,13 +659,13 @@ static void test_textside(void **state) {
     assert_int_equal(curl(&g_extra, NULL, "-X DELETE SRV/v1/audio/voices/b"), 200);
     assert_int_equal(sh("test $(ls %s/ts/.textside | wc -l) -eq 0", tmp_dir), 0);
     assert_int_equal(sh("test $(ls %s/ts | wc -l) -eq 0", tmp_dir), 0);
-    assert_int_equal(stop(&g_extra), 0);
+    assert_int_equal(server_stop(&g_extra), 0);
     /* the whole file, as another server (or an older one) leaves it */
     assert_int_equal(sh("cp %s %s/ts2/%s.qvoice", tmp_path("ts-a.qvoice"), tmp_dir, id[0]), 0);
     snprintf(args, sizeof args, "-m %s --voices %s/ts2", g_cv, tmp_dir);
-    assert_int_equal(start(&g_extra, "ts2", args), 0);
+    assert_int_equal(server_start(&g_extra, "ts2", args), 0);
     assert_int_equal(curl(&g_extra, tmp_path("ts-whole.wav"), speak), 200);
-    assert_int_equal(stop(&g_extra), 0);
+    assert_int_equal(server_stop(&g_extra), 0);
     assert_int_equal(sh("cmp -s %s %s", tmp_path("ts-part.wav"), tmp_path("ts-whole.wav")), 0);
 }
 
@@ -824,13 +801,49 @@ static void start_busy(const char *name, const char *more, const char *json, con
     char args[2048];
     snprintf(args, sizeof args, "-m %s --voices %s/voices --max-concurrency 1 %s", g_cv, tmp_dir,
              more);
-    assert_int_equal(start(&g_extra, name, args), 0);
+    assert_int_equal(server_start(&g_extra, name, args), 0);
     busy_request(json, 60);
     background_curl(&g_extra, json, out, rc);
     double active = 0;
     for (int i = 0; i < 100 && (active = metric(&g_extra, "qvoice_active_sessions ")) < 1; i++)
         sleep_ms(100);
     assert_true(active >= 1);
+}
+
+/* --quant q4: a q4 server answers, and two concurrent streams, advanced together as one batch,
+ * give each the same bytes as the same request alone (seeded: the batch is exact per stream). */
+static void test_q4_streams(void **state) {
+    (void)state;
+    char args[2048];
+    snprintf(args, sizeof args, "-m %s --voices %s/voices --quant q4 --max-concurrency 2 --batch 2",
+             g_cv, tmp_dir);
+    assert_int_equal(sh("bin/qvoice-server -m %s --voices x --quant q5 2>&1 | "
+                        "grep -q 'expected bf16, int8 or q4'", g_cv), 0);
+    assert_int_equal(server_start(&g_extra, "q4", args), 0);
+    char json[1024];
+    int k = snprintf(json, sizeof json,
+                     "{\"input\":\"A first sentence for the four-bit model. And a second one, "
+                     "a little longer.\",\"voice\":\"ryan\",\"seed\":7,\"stream_format\":"
+                     "\"audio\",\"response_format\":\"pcm\",\"max_new_tokens\":60}");
+    tmp_write(tmp_path("q4.json"), json, (size_t)k);
+    assert_int_equal(curl(&g_extra, tmp_path("q4-alone.pcm"), "-d @%s SRV/v1/audio/speech",
+                          tmp_path("q4.json")),
+                     200);
+    assert_true(file_bytes(tmp_path("q4-alone.pcm")) > 0);
+    background_curl(&g_extra, tmp_path("q4.json"), tmp_path("q4-a.pcm"), tmp_path("q4-a.rc"));
+    background_curl(&g_extra, tmp_path("q4.json"), tmp_path("q4-b.pcm"), tmp_path("q4-b.rc"));
+    for (int i = 0; i < 1200 && (file_bytes(tmp_path("q4-a.rc")) <= 0 ||
+                                 file_bytes(tmp_path("q4-b.rc")) <= 0); i++)
+        sleep_ms(100);
+    assert_true(file_has(tmp_path("q4-a.rc"), "0"));
+    assert_true(file_has(tmp_path("q4-b.rc"), "0"));
+    const double steps = metric(&g_extra, "qvoice_batch_steps_total ");
+    print_message("q4 server: %ld bytes alone, batched steps %g\n",
+                  file_bytes(tmp_path("q4-alone.pcm")), steps);
+    assert_int_equal(sh("cmp -s %s %s", tmp_path("q4-alone.pcm"), tmp_path("q4-a.pcm")), 0);
+    assert_int_equal(sh("cmp -s %s %s", tmp_path("q4-alone.pcm"), tmp_path("q4-b.pcm")), 0);
+    assert_true(steps >= 1); /* the two ran as one batch for at least a step */
+    assert_int_equal(server_stop(&g_extra), 0);
 }
 
 static void test_disconnect_and_limits(void **state) {
@@ -843,7 +856,7 @@ static void test_disconnect_and_limits(void **state) {
     assert_true(file_has(tmp_path("hdr"), "Retry-After: 1"));
     /* SIGTERM under load: the stream in flight ends normally (all of it, a clean chunked end),
      * the server exits 0 */
-    assert_int_equal(stop(&g_extra), 0);
+    assert_int_equal(server_stop(&g_extra), 0);
     assert_true(file_has(g_extra.log, "draining"));
     for (int i = 0; i < 300 && file_bytes(tmp_path("bg.rc")) <= 0; i++) sleep_ms(100);
     assert_true(file_has(tmp_path("bg.rc"), "0\n"));
@@ -855,7 +868,7 @@ static void test_disconnect_and_limits(void **state) {
     snprintf(args, sizeof args,
              "-m %s --voices %s/voices --max-concurrency 1 --max-queue 0 --timeout 2", g_cv,
              tmp_dir);
-    assert_int_equal(start(&g_extra, "gone", args), 0);
+    assert_int_equal(server_start(&g_extra, "gone", args), 0);
     char cmd[1024];
     snprintf(cmd, sizeof cmd,
              "timeout 60 python3 tests/server/client.py %d disconnect \"$(cat %s)\"", g_extra.port,
@@ -869,16 +882,16 @@ static void test_disconnect_and_limits(void **state) {
     /* over the wall time: the full-size 0.6B needs seconds for the frames a sentence may take
      * (its guard allows ~100 frames for it, >= 60 ms each), so --timeout 1 ends it first: 504 (the tiny
      * model finishes or trips its guard within a second on an idle machine) */
-    assert_int_equal(stop(&g_extra), 0);
+    assert_int_equal(server_stop(&g_extra), 0);
     char big[1024];
     snprintf(big, sizeof big, "-m %.500s/q06b-cv --voices %s/voices --timeout 1",
-             getenv("QVOICE_CACHE") ? getenv("QVOICE_CACHE") : "cache", tmp_dir);
-    assert_int_equal(start(&g_extra, "late", big), 0);
+             test_cache_dir(), tmp_dir);
+    assert_int_equal(server_start(&g_extra, "late", big), 0);
     const char *body = "{\"voice\":\"ryan\",\"input\":\"Here is a sentence that takes a while.\"}";
     tmp_write(tmp_path("late.json"), body, strlen(body));
     assert_int_equal(curl(&g_extra, NULL, "-d @%s SRV/v1/audio/speech", tmp_path("late.json")), 504);
     assert_string_equal(error_code(), "timeout");
-    assert_int_equal(stop(&g_extra), 0);
+    assert_int_equal(server_stop(&g_extra), 0);
 }
 
 /* SIGTERM under load: one stream running, one waiting for the only slot. Both are served to the
@@ -913,7 +926,7 @@ static void test_drain_under_load(void **state) {
         assert_true(file_has(tmp_path(rc), "0\n"));
         assert_true(file_bytes(tmp_path(out)) > 0);
     }
-    assert_int_equal(stop(&g_extra), 0);
+    assert_int_equal(server_stop(&g_extra), 0);
     /* both ended after the drain began */
     assert_int_equal(
         sh("sed -n '/draining/,$p' %s | grep -c 'POST /v1/audio/speech 200' | grep -qx 2",
@@ -927,7 +940,7 @@ static void test_clone_upload(void **state) {
     (void)state;
     char args[2048];
     snprintf(args, sizeof args, "-m %s --voices %s/voices --clone-model %s", g_cv, tmp_dir, g_base);
-    assert_int_equal(start(&g_extra, "clone", args), 0);
+    assert_int_equal(server_start(&g_extra, "clone", args), 0);
     assert_int_equal(ready_flag(&g_extra, "cloning"), 1);
     assert_int_equal(py(&g_extra, "upload %s name=clip consent=yes language=english", CLIP), 0);
     assert_true(!strncmp(g_body, "200 ", 4) && strstr(g_body, "\"report\""));
@@ -971,7 +984,7 @@ static void test_clone_upload(void **state) {
                      400);
     assert_string_equal(error_code(), "invalid_audio");
     assert_non_null(strstr(g_body, "sample rate 6000000 Hz"));
-    assert_int_equal(stop(&g_extra), 0);
+    assert_int_equal(server_stop(&g_extra), 0);
     /* one admission path: a clone takes a synthesis slot like a speech request, so with the one
      * slot busy and no queue it is refused (429, Retry-After) instead of running beside it */
     char more[1024];
@@ -983,11 +996,115 @@ static void test_clone_upload(void **state) {
                      429);
     assert_string_equal(error_code(), "busy");
     assert_true(file_has(tmp_path("hdr"), "Retry-After: 1"));
-    assert_int_equal(stop(&g_extra), 0);
+    assert_int_equal(server_stop(&g_extra), 0);
 }
 
 /* ==== scale-out ============================================================================= */
 
+/* vLLM-Omni's per-request cloning: ref_audio as a data URL (the openai package passing it
+ * through) speaks exactly as a voice uploaded from the same clip (same seed); the second request
+ * is a cache hit (/metrics); file:// only inside --ref-audio-dir; the cache keeps its byte bound.
+ */
+static void test_ref_audio(void **state) {
+    (void)state;
+    char args[4096], dir[1024];
+    snprintf(dir, sizeof dir, "%s/refs", tmp_dir);
+    mkdir(dir, 0755);
+    assert_int_equal(sh("cp %s %s/clip.wav", CLIP, dir), 0);
+    snprintf(args, sizeof args,
+             "-m %s --voices %s/voices --clone-model %s --ref-audio-dir %s --ref-cache-mb 1", g_cv,
+             tmp_dir, g_base, dir);
+    assert_int_equal(server_start(&g_extra, "ref", args), 0);
+    assert_int_equal(py(&g_extra, "upload %s name=refclip consent=yes", CLIP), 0);
+    assert_true(!strncmp(g_body, "200 ", 4));
+    const char *common = "\"input\":\"Hello there.\",\"seed\":7,\"response_format\":\"pcm\","
+                         "\"max_seconds\":1";
+    assert_int_equal(curl(&g_extra, tmp_path("up.pcm"),
+                          "-H 'Content-Type: application/json' -d '{%s,\"voice\":\"refclip\"}' "
+                          "SRV/v1/audio/speech",
+                          common),
+                     200);
+    assert_true(file_bytes(tmp_path("up.pcm")) > 0);
+    assert_int_equal(
+        sh("{ printf '{%%s,\"ref_audio\":\"data:audio/wav;base64,' '%s'; base64 -w0 %s; "
+           "printf '\",\"x_vector_only_mode\":true,\"task_type\":\"Base\"}'; } > %s",
+           common, CLIP, tmp_path("ref.json")),
+        0);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(curl(&g_extra, tmp_path("ref.pcm"),
+                              "-H 'Content-Type: application/json' --data-binary @%s "
+                              "SRV/v1/audio/speech",
+                              tmp_path("ref.json")),
+                         200);
+        assert_int_equal(sh("cmp -s %s %s", tmp_path("up.pcm"), tmp_path("ref.pcm")), 0);
+    }
+    assert_true(metric(&g_extra, "qvoice_ref_cache_misses_total ") == 1);
+    assert_true(metric(&g_extra, "qvoice_ref_cache_hits_total ") == 1);
+    assert_true(metric(&g_extra, "qvoice_ref_cache_entries ") == 1);
+    if (g_npm) { /* the official client passes vLLM-Omni's fields through: a third hit */
+        assert_int_equal(sh("node tests/server/openai_speech.mjs http://127.0.0.1:%d ref %s %s",
+                            g_extra.port, tmp_path("npm.pcm"), CLIP),
+                         0);
+        assert_int_equal(sh("cmp -s %s %s", tmp_path("up.pcm"), tmp_path("npm.pcm")), 0);
+        assert_true(metric(&g_extra, "qvoice_ref_cache_hits_total ") == 2);
+    }
+    /* file:// inside the allowed directory is the same reference (same key: a hit) */
+    assert_int_equal(curl(&g_extra, tmp_path("file.pcm"),
+                          "-H 'Content-Type: application/json' -d '{%s,\"ref_audio\":"
+                          "\"file://%s/clip.wav\",\"x_vector_only_mode\":true}' "
+                          "SRV/v1/audio/speech",
+                          common, dir),
+                     200);
+    assert_int_equal(sh("cmp -s %s %s", tmp_path("up.pcm"), tmp_path("file.pcm")), 0);
+    /* outside it (also through ..), http(s), and a transcript that does not fit the clip */
+    assert_int_equal(curl(&g_extra, NULL,
+                          "-H 'Content-Type: application/json' -d '{%s,\"ref_audio\":"
+                          "\"file://%s/../voices/x.wav\",\"x_vector_only_mode\":true}' "
+                          "SRV/v1/audio/speech",
+                          common, dir),
+                     400);
+    assert_string_equal(error_code(), "invalid_value");
+    assert_int_equal(curl(&g_extra, NULL,
+                          "-H 'Content-Type: application/json' -d '{%s,\"ref_audio\":"
+                          "\"https://example.com/a.wav\",\"x_vector_only_mode\":true}' "
+                          "SRV/v1/audio/speech",
+                          common),
+                     400);
+    assert_string_equal(error_code(), "unsupported_value");
+    assert_int_equal(curl(&g_extra, NULL,
+                          "-H 'Content-Type: application/json' -d '{%s,\"ref_audio\":"
+                          "\"file://%s/clip.wav\",\"ref_text\":\"Hello world\"}' "
+                          "SRV/v1/audio/speech",
+                          common, dir),
+                     400);
+    assert_non_null(strstr(g_body, "\"ref_text\""));
+    assert_int_equal(curl(&g_extra, NULL,
+                          "-H 'Content-Type: application/json' -d '{%s,\"ref_audio\":"
+                          "\"data:audio/wav;base64,AAAA\",\"x_vector_only_mode\":true}' "
+                          "SRV/v1/audio/speech",
+                          common),
+                     400);
+    assert_string_equal(error_code(), "invalid_audio");
+    /* a speaker_embedding of the model's x-vector size (tiny: 64) is a voice of its own */
+    char emb[2048];
+    size_t n = (size_t)snprintf(emb, sizeof emb, "[");
+    for (int i = 0; i < 64; i++)
+        n += (size_t)snprintf(emb + n, sizeof emb - n, "%s%.3f", i ? "," : "", 0.1 * ((i % 7) - 3));
+    snprintf(emb + n, sizeof emb - n, "]");
+    assert_int_equal(curl(&g_extra, tmp_path("emb.pcm"),
+                          "-H 'Content-Type: application/json' -d '{%s,\"speaker_embedding\":%s}' "
+                          "SRV/v1/audio/speech",
+                          common, emb),
+                     200);
+    assert_true(file_bytes(tmp_path("emb.pcm")) > 0);
+    /* the 1 MB bound: two 0.28 MB references and an embedding fit; the cache never holds more */
+    assert_true(metric(&g_extra, "qvoice_ref_cache_bytes ") <= 1 << 20);
+    /* no temporary is left behind in the voices directory (only the uploaded voice) */
+    char vdir[1024];
+    snprintf(vdir, sizeof vdir, "%s/voices", tmp_dir);
+    assert_int_equal(count_files(vdir, ".new-"), 0);
+    assert_int_equal(server_stop(&g_extra), 0);
+}
 static void test_scale_out(void **state) {
     (void)state;
     if (sh("command -v nginx >/dev/null || test -x /usr/sbin/nginx")) skip(); /* make deps has it */
@@ -1004,26 +1121,8 @@ static void test_scale_out(void **state) {
     assert_true(file_has(tmp_path("lb.out"), " up again"));
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_routes),
-        cmocka_unit_test(test_no_call_cycle),
-        cmocka_unit_test(test_speech_bad_input),
-        cmocka_unit_test(test_voices),
-        cmocka_unit_test(test_slow_client),
-        cmocka_unit_test(test_slow_attack),
-        cmocka_unit_test(test_auth),
-        cmocka_unit_test(test_key_owners),
-        cmocka_unit_test(test_library),
-        cmocka_unit_test(test_textside),
-        cmocka_unit_test(test_metrics),
-        cmocka_unit_test(test_speech),
-        cmocka_unit_test(test_disconnect_and_limits),
-        cmocka_unit_test(test_drain_under_load),
-        cmocka_unit_test(test_clone_upload),
-        cmocka_unit_test(test_scale_out),
-        cmocka_unit_test(test_log_escaped),
-        cmocka_unit_test(test_no_leaks),
-    };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
-}
+QVT_MAIN(group_setup, group_teardown, test_routes, test_speech_bad_input,
+         test_voices, test_slow_client, test_slow_attack, test_auth, test_key_owners, test_library,
+         test_textside,
+         test_metrics, test_speech, test_q4_streams, test_disconnect_and_limits, test_drain_under_load,
+         test_clone_upload, test_ref_audio, test_scale_out, test_log_escaped, test_no_leaks)

@@ -19,16 +19,13 @@
 #include "checkpoint/sibling.h"
 #include "engine/model.h"
 #include "include/qvoice.h"
+#include "tests/unit/helpers/models.h"
+#include "tests/unit/helpers/run.h"
 #include "tests/unit/helpers/shell.h"
 #include "tests/unit/helpers/tmpdir.h"
 #include "voicefmt/qvf.h"
 
 static char err[1024], why[512];
-
-static const char *cache(void) {
-    const char *c = getenv("QVOICE_CACHE");
-    return c && *c ? c : "cache";
-}
 
 static void fill(float *x, int n, uint32_t seed) {
     for (int i = 0; i < n; i++) {
@@ -91,10 +88,10 @@ static enum qvm_kinship judge_on(const char *dir, const qvf_voice *v, double *cs
 static void test_ohenry_on_the_synthetic_pair(void **state) {
     (void)state;
     char base[512], cv[512];
-    snprintf(base, sizeof base, "%s/q06b-base", cache());
-    snprintf(cv, sizeof cv, "%s/q06b-cv", cache());
+    snprintf(base, sizeof base, "%s/q06b-base", test_cache_dir());
+    snprintf(cv, sizeof cv, "%s/q06b-cv", test_cache_dir());
     if (access(base, R_OK) || access(cv, R_OK)) {
-        printf("  no q06b models in %s: skipped\n", cache());
+        printf("  no q06b models in %s: skipped\n", test_cache_dir());
         skip();
     }
     qvf_voice *v;
@@ -112,7 +109,7 @@ static void test_ohenry_on_the_synthetic_pair(void **state) {
 /* A voice made with tiny-base: its TPAD rows are tiny-base's (as clone computes them). */
 static void write_tiny_voice(const char *path, int with_tpad) {
     char dir[512];
-    snprintf(dir, sizeof dir, "%s/tiny-base", cache());
+    snprintf(dir, sizeof dir, "%s/tiny-base", test_cache_dir());
     qv_model *m;
     if (qv_model_load(&m, dir)) fail_msg("%s", qv_last_error());
     int H = qv_model_hidden_size(m);
@@ -135,11 +132,11 @@ static void write_tiny_voice(const char *path, int with_tpad) {
 static void test_tiny_foreign_voice(void **state) {
     (void)state;
     char base[512], cv[512], other[512], tok[512];
-    snprintf(base, sizeof base, "%s/tiny-base", cache());
-    snprintf(cv, sizeof cv, "%s/tiny-cv", cache());
-    snprintf(tok, sizeof tok, "%s/npm/tokenizer-qwen3/package/models", cache());
+    snprintf(base, sizeof base, "%s/tiny-base", test_cache_dir());
+    snprintf(cv, sizeof cv, "%s/tiny-cv", test_cache_dir());
+    snprintf(tok, sizeof tok, "%s/npm/tokenizer-qwen3/package/models", test_cache_dir());
     if (access(base, R_OK) || access(cv, R_OK) || access(tok, R_OK)) {
-        printf("  no tiny models in %s: skipped\n", cache());
+        printf("  no tiny models in %s: skipped\n", test_cache_dir());
         skip();
     }
     /* an unrelated checkpoint of the same size: tiny-base's config, another seed */
@@ -175,11 +172,5 @@ static void test_tiny_foreign_voice(void **state) {
     assert_true(file_has(log, "warning: no TPAD or WOVR rows: cannot tell"));
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_judge_rows),
-        cmocka_unit_test(test_ohenry_on_the_synthetic_pair),
-        cmocka_unit_test(test_tiny_foreign_voice),
-    };
-    return cmocka_run_group_tests(tests, tmpdir_setup, tmpdir_teardown);
-}
+QVT_MAIN(tmpdir_setup, tmpdir_teardown, test_judge_rows, test_ohenry_on_the_synthetic_pair,
+         test_tiny_foreign_voice)

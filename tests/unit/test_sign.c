@@ -16,6 +16,7 @@
 #include "tests/unit/helpers/qvf_sample.h"
 #include "tests/unit/helpers/tmpdir.h"
 #include "voicefmt/qvf.h"
+#include "tests/unit/helpers/run.h"
 
 static uint8_t *g_plain, *g_signed;
 static size_t g_n_plain, g_n_signed;
@@ -165,11 +166,5 @@ static void test_resign_and_trailing(void **state) {
     free(v3);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_signed_reads_and_verifies),
-        cmocka_unit_test(test_every_edit_is_caught),
-        cmocka_unit_test(test_resign_and_trailing),
-    };
-    return cmocka_run_group_tests(tests, setup, teardown);
-}
+QVT_MAIN(setup, teardown, test_signed_reads_and_verifies, test_every_edit_is_caught,
+         test_resign_and_trailing)

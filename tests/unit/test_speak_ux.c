@@ -21,6 +21,8 @@
 #include <sndfile.h>
 
 #include "include/qvoice.h"
+#include "tests/unit/helpers/models.h"
+#include "tests/unit/helpers/run.h"
 #include "tests/unit/helpers/shell.h"
 #include "tests/unit/helpers/tmpdir.h"
 
@@ -28,7 +30,7 @@ static char speak[1200]; /* "bin/speak -m MODEL -s ryan --seed 3 --max-seconds 1
 
 static int group_setup(void **st) {
     if (tmpdir_setup(st)) return -1;
-    const char *cache = getenv("QVOICE_CACHE") ? getenv("QVOICE_CACHE") : "cache";
+    const char *cache = test_cache_dir();
     snprintf(speak, sizeof speak,
              "bin/speak -m %s/tiny-cv -s ryan --seed 3 --max-seconds 1 -q -t 'Hello there.'",
              cache);
@@ -181,7 +183,7 @@ static void test_version(void **st) {
 /* Jobs from stdin; a malformed line is a failed job and stderr names its line number. */
 static void test_batch_stdin(void **st) {
     (void)st;
-    const char *cache = getenv("QVOICE_CACHE") ? getenv("QVOICE_CACHE") : "cache";
+    const char *cache = test_cache_dir();
     const char *res = tmp_path("res.jsonl"), *log = tmp_path("batch.log");
     int rc = sh(
         "printf '%%s\\n' '{\"text\": \"Hello there.\", \"speaker\": \"ryan\", \"output\": \"%s\"}' "
@@ -198,11 +200,5 @@ static void test_batch_stdin(void **st) {
     assert_int_equal(info.samplerate, 24000);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_usage_errors), cmocka_unit_test(test_version),
-        cmocka_unit_test(test_formats),      cmocka_unit_test(test_stdout),
-        cmocka_unit_test(test_loudness),     cmocka_unit_test(test_batch_stdin),
-    };
-    return cmocka_run_group_tests(tests, group_setup, tmpdir_teardown);
-}
+QVT_MAIN(group_setup, tmpdir_teardown, test_usage_errors, test_version, test_formats, test_stdout,
+         test_loudness, test_batch_stdin)

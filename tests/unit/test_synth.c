@@ -20,6 +20,8 @@
 #include <cmocka.h>
 
 #include "include/qvoice.h"
+#include "tests/unit/helpers/models.h"
+#include "tests/unit/helpers/run.h"
 #include "tests/unit/helpers/shell.h"
 
 static qv_model *g_m;
@@ -34,13 +36,7 @@ typedef struct {
 
 static int on_pcm(void *user, const float *x, int n) {
     pcm *p = user;
-    if (p->n + n > p->cap) {
-        p->cap = 2 * (p->n + n);
-        p->x = realloc(p->x, (size_t)p->cap * sizeof *p->x);
-        assert_non_null(p->x);
-    }
-    memcpy(p->x + p->n, x, (size_t)n * sizeof *x);
-    p->n += n;
+    test_pcm_append(&p->x, &p->n, &p->cap, x, n);
     if (!p->n_calls++) p->first = n;
     if (n > p->largest) p->largest = n;
     if (p->cancel_after_first) qv_synth_cancel(p->cancel_after_first);
@@ -78,7 +74,7 @@ static void *run_job(void *arg) {
 
 static int setup(void **st) {
     (void)st;
-    snprintf(g_cache, sizeof g_cache, "%s", getenv("QVOICE_CACHE") ? getenv("QVOICE_CACHE") : "cache");
+    snprintf(g_cache, sizeof g_cache, "%s", test_cache_dir());
     char dir[1100];
     snprintf(dir, sizeof dir, "%s/tiny-cv", g_cache);
     snprintf(g_tmp, sizeof g_tmp, "/tmp/qv_synth_%d", (int)getpid());
@@ -304,12 +300,4 @@ static void test_voices(void **st) {
     qv_voice_free(v);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_concurrent),
-        cmocka_unit_test(test_set_params),
-        cmocka_unit_test(test_guard_and_cancel),
-        cmocka_unit_test(test_voices),
-    };
-    return cmocka_run_group_tests(tests, setup, teardown);
-}
+QVT_MAIN(setup, teardown, test_concurrent, test_set_params, test_guard_and_cancel, test_voices)

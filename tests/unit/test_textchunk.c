@@ -14,6 +14,7 @@
 #include <utf8proc.h>
 
 #include "engine/textchunk.h"
+#include "tests/unit/helpers/run.h"
 
 static int n_cp(const char *s) {
     int n = 0;
@@ -269,12 +270,5 @@ static void test_random_texts(void **state) {
     }
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_sentences_packed), cmocka_unit_test(test_long_sentence_split),
-        cmocka_unit_test(test_cjk_sentences),    cmocka_unit_test(test_pauses),
-        cmocka_unit_test(test_bisect),           cmocka_unit_test(test_audio_join_trim),
-        cmocka_unit_test(test_random_texts),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+QVT_MAIN(NULL, NULL, test_sentences_packed, test_long_sentence_split, test_cjk_sentences,
+         test_pauses, test_bisect, test_audio_join_trim, test_random_texts)

@@ -22,6 +22,7 @@
 
 #include "engine/prompt.h"
 #include "engine/tokenizer.h"
+#include "tests/unit/helpers/models.h"
 #include "tests/unit/helpers/tmpdir.h"
 
 #define CORPUS "tests/tokenizer/corpus.jsonl"
@@ -35,22 +36,6 @@ static char g_err[512];
 static qve_tok *g_vm, *g_json;     /* vocab+merges form, tokenizer.json form */
 
 /* ==== helpers ====================================================================== */
-
-static char *slurp(const char *path, size_t *n_out)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    for (size_t k; buf && (k = fread(buf + n, 1, cap - n - 1, f)) > 0;) {
-        n += k;
-        if (cap - n < 2) buf = realloc(buf, cap *= 2);
-    }
-    fclose(f);
-    if (buf) buf[n] = 0;
-    if (n_out) *n_out = n;
-    return buf;
-}
 
 static char *run_capture(const char *cmd)
 {
@@ -120,7 +105,7 @@ typedef struct {
 static void corpus_load(corpus *c, const char *path)
 {
     memset(c, 0, sizeof *c);
-    c->buf = slurp(path, NULL);
+    c->buf = tmp_read(path, NULL);
     if (!c->buf) fail_msg("cannot read %s (tests run from the repo root)", path);
     c->n = split_lines(c->buf, &c->lines);
     c->text = calloc(c->n, sizeof *c->text);
@@ -246,7 +231,7 @@ static void test_golden_text_ids(void **state)
 {
     (void)state;
     need_tokenizers();
-    char *buf = slurp(GOLD "/text_ids.json", NULL);
+    char *buf = tmp_read(GOLD "/text_ids.json", NULL);
     assert_non_null(buf);
     cJSON *root = cJSON_Parse(buf);
     assert_non_null(root);
@@ -291,7 +276,7 @@ static void test_prompt_golden(void **state)
 {
     (void)state;
     need_tokenizers();
-    char *buf = slurp(GOLD "/meta_token_ids.json", NULL);
+    char *buf = tmp_read(GOLD "/meta_token_ids.json", NULL);
     assert_non_null(buf);
     cJSON *meta = cJSON_Parse(buf);
     assert_non_null(meta);
@@ -404,7 +389,7 @@ static void test_corpus_committed(void **state)
     corpus c;
     corpus_load(&c, CORPUS);
     assert_true(c.n >= 2000);
-    char *buf = slurp(CORPUS_IDS, NULL), **lines;
+    char *buf = tmp_read(CORPUS_IDS, NULL), **lines;
     assert_non_null(buf);
     size_t n = split_lines(buf, &lines);
     assert_int_equal(compare_ids(g_vm, &c, lines, n, "corpus vs committed ids (vocab+merges)"),
@@ -429,7 +414,7 @@ static void test_corpus_node(void **state)
     if (!out) fail_msg("node reference failed: %s", cmd);
     size_t n = split_lines(out, &lines);
     assert_int_equal(compare_ids(g_vm, &c, lines, n, "corpus vs transformers.js (node)"), c.n);
-    char *committed = slurp(CORPUS_IDS, NULL), **cl;
+    char *committed = tmp_read(CORPUS_IDS, NULL), **cl;
     size_t nc = split_lines(committed, &cl), same = 0;
     for (size_t i = 0; i < n && i < nc; i++) same += strcmp(lines[i], cl[i]) == 0;
     print_message("committed ids vs node now: %zu/%zu lines identical\n", same, n);
@@ -449,7 +434,7 @@ static void test_divergent(void **state)
     need_tokenizers();
     corpus c;
     corpus_load(&c, DIVERGENT);
-    char *buf = slurp(DIVERGENT_IDS, NULL), **lines;
+    char *buf = tmp_read(DIVERGENT_IDS, NULL), **lines;
     assert_non_null(buf);
     size_t n = split_lines(buf, &lines);
     assert_int_equal(compare_ids(g_vm, &c, lines, n, "divergent vs committed ids"), c.n);
@@ -480,9 +465,9 @@ static void test_divergent(void **state)
 static void test_model_dir(void **state)
 {
     (void)state;
-    const char *cache = getenv("QVOICE_CACHE");
+    const char *cache = test_cache_dir();
     char dir[1200];
-    snprintf(dir, sizeof dir, "%s/tiny-cv", cache ? cache : "cache");
+    snprintf(dir, sizeof dir, "%s/tiny-cv", cache);
     char probe[1300];
     snprintf(probe, sizeof probe, "%s/vocab.json", dir);
     if (access(probe, R_OK) != 0) {
@@ -493,7 +478,7 @@ static void test_model_dir(void **state)
     if (!t) fail_msg("%s", g_err);
     corpus c;
     corpus_load(&c, CORPUS);
-    char *buf = slurp(CORPUS_IDS, NULL), **lines;
+    char *buf = tmp_read(CORPUS_IDS, NULL), **lines;
     size_t n = split_lines(buf, &lines);
     assert_int_equal(compare_ids(t, &c, lines, n, "corpus vs committed ids (tiny-cv)"), c.n);
     free(lines);
@@ -886,7 +871,7 @@ static void test_cache(void **state)
     setenv("QVOICE_CACHE", cdir, 1);
     corpus c;
     corpus_load(&c, CORPUS);
-    char *buf = slurp(CORPUS_IDS, NULL), **lines;
+    char *buf = tmp_read(CORPUS_IDS, NULL), **lines;
     size_t n_lines = split_lines(buf, &lines);
     static const char *const forms[] = {"vm", "json"};
     for (int f = 0; f < 2; f++) {
@@ -913,7 +898,7 @@ static void test_cache(void **state)
     qve_tok_free(qve_tok_open(dir, g_err, sizeof g_err));
     cache_file(cdir, file, sizeof file);
     size_t n = 0;
-    uint8_t *good = (uint8_t *)slurp(file, &n), *bad = malloc(n);
+    uint8_t *good = (uint8_t *)tmp_read(file, &n), *bad = malloc(n);
     assert_non_null(good);
     assert_non_null(bad);
     uint64_t nb;

@@ -17,31 +17,15 @@
 
 #include <cmocka.h>
 
+#include "tests/unit/helpers/models.h"
 #include "tests/unit/helpers/shell.h"
+#include "tests/unit/helpers/tmpdir.h"
 
 static char cache[1024], tmp[256], voice[512];
 
-/* Index of the first differing byte, or -1 when the files are identical. */
-static long first_diff(const char *a, const char *b) {
-    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
-    long pos = 0, d = fa && fb ? -1 : 0;
-    while (fa && fb) {
-        int ca = fgetc(fa), cb = fgetc(fb);
-        if (ca != cb) {
-            d = pos;
-            break;
-        }
-        if (ca == EOF) break;
-        pos++;
-    }
-    if (fa) fclose(fa);
-    if (fb) fclose(fb);
-    return d;
-}
-
 static int setup(void **st) {
     (void)st;
-    snprintf(cache, sizeof cache, "%s", getenv("QVOICE_CACHE") ? getenv("QVOICE_CACHE") : "cache");
+    snprintf(cache, sizeof cache, "%s", test_cache_dir());
     snprintf(tmp, sizeof tmp, "/tmp/qv_wdp_%d", (int)getpid());
     snprintf(voice, sizeof voice, "%s/heavy.qvoice", tmp);
     if (mkdir(tmp, 0700) || access("bin/speak", X_OK) || access("bin/clone", X_OK)) {
@@ -89,7 +73,7 @@ static void test_promise(void **st) {
     assert_int_equal(sh("bin/speak -q -m %s/q06b-cv --voice %s --no-wdelta %s -o %s", cache,
                         voice, args, nod),
                      0);
-    long d = first_diff(base, cv), dn = first_diff(base, nod);
+    long d = tmp_first_diff(base, 0, cv), dn = tmp_first_diff(base, 0, nod);
     printf("0.6B WDELTA: CustomVoice + delta vs Base: %s (%ld bytes); without the delta: %s\n",
            d < 0 ? "byte-identical" : "DIFFERENT", file_bytes(base),
            dn < 0 ? "SAME" : "different");

@@ -19,3 +19,8 @@ double matref_worst_rel_err(const float *y, const uint16_t *w, const float *x, c
     }
     return worst;
 }
+
+float matref_rand(uint32_t *s) {
+    *s ^= *s << 13, *s ^= *s >> 17, *s ^= *s << 5;
+    return (float)(*s >> 8) / 16777216.0f * 2 - 1;
+}

@@ -6,18 +6,33 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <cmocka.h>
 
 #include "checkpoint/ckpt.h"
 
+const char *test_cache_dir(void) {
+    const char *c = getenv("QVOICE_CACHE");
+    return c && *c ? c : "cache";
+}
+
 qv_model *test_model_load(const char *name) {
-    const char *cache = getenv("QVOICE_CACHE");
     char dir[1024];
-    snprintf(dir, sizeof dir, "%s/%s", cache ? cache : "cache", name);
+    snprintf(dir, sizeof dir, "%s/%s", test_cache_dir(), name);
     qv_model *m;
     if (qv_model_load(&m, dir)) fail_msg("%s", qv_last_error());
     return m;
+}
+
+void test_pcm_append(float **buf, int64_t *n, int64_t *cap, const float *x, int k) {
+    if (*n + k > *cap) {
+        *cap = 2 * (*n + k);
+        *buf = realloc(*buf, (size_t)*cap * sizeof **buf);
+        assert_non_null(*buf);
+    }
+    memcpy(*buf + *n, x, (size_t)k * sizeof *x);
+    *n += k;
 }
 
 struct qvm_ckpt *test_ckpt_open(const char *dir) {

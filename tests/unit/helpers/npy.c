@@ -3,16 +3,20 @@
  */
 #include "tests/unit/helpers/npy.h"
 
+#include <setjmp.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <cmocka.h>
 
 #include "util/fileio.h"
 
 #define NPY_MAX_FILE_BYTES ((size_t)1 << 31)
 
-static int fail(char *err, size_t err_len, const char *path, const char *fmt, ...) {
+static int refuse(char *err, size_t err_len, const char *path, const char *fmt, ...) {
     if (err && err_len) {
         int n = snprintf(err, err_len, "%s: ", path);
         if (n >= 0 && (size_t)n < err_len) {
@@ -101,7 +105,7 @@ int npy_read(const char *path, npy_array *a, char *err, size_t err_len) {
     int rc = -1;
     const char *why = NULL;
     if (size < 10 || memcmp(buf, "\x93NUMPY", 6) != 0) {
-        fail(err, err_len, path, "not a .npy file (bad magic)");
+        refuse(err, err_len, path, "not a .npy file (bad magic)");
         goto out;
     }
     unsigned major = buf[6];
@@ -111,33 +115,33 @@ int npy_read(const char *path, npy_array *a, char *err, size_t err_len) {
         hoff = 10;
     } else if (major == 2 || major == 3) {
         if (size < 12) {
-            fail(err, err_len, path, "truncated header");
+            refuse(err, err_len, path, "truncated header");
             goto out;
         }
         hlen = (size_t)buf[8] | (size_t)buf[9] << 8 | (size_t)buf[10] << 16 | (size_t)buf[11] << 24;
         hoff = 12;
     } else {
-        fail(err, err_len, path, "unsupported .npy version %u (expected 1, 2 or 3)", major);
+        refuse(err, err_len, path, "unsupported .npy version %u (expected 1, 2 or 3)", major);
         goto out;
     }
     if (hlen > size - hoff) {
-        fail(err, err_len, path, "header length %zu exceeds file size %zu", hlen, size);
+        refuse(err, err_len, path, "header length %zu exceeds file size %zu", hlen, size);
         goto out;
     }
     if (parse_header((const char *)buf + hoff, hlen, a, &why) != 0) {
-        fail(err, err_len, path, "%s", why);
+        refuse(err, err_len, path, "%s", why);
         goto out;
     }
     size_t elem = a->dtype == NPY_F32 ? 4 : 8;
     size_t data_off = hoff + hlen;
     if (a->n_elems > (size - data_off) / elem || a->n_elems * elem != size - data_off) {
-        fail(err, err_len, path, "payload is %zu bytes (expected %zu elements of %zu bytes)",
+        refuse(err, err_len, path, "payload is %zu bytes (expected %zu elements of %zu bytes)",
              size - data_off, a->n_elems, elem);
         goto out;
     }
     a->data = malloc(a->n_elems ? a->n_elems * elem : 1);
     if (!a->data) {
-        fail(err, err_len, path, "out of memory");
+        refuse(err, err_len, path, "out of memory");
         goto out;
     }
     /* little-endian payload decoded byte by byte, independent of host order */
@@ -167,10 +171,15 @@ int npy_read_typed(const char *path, enum npy_dtype want, npy_array *a, char *er
     if (npy_read(path, a, err, err_len) != 0) return -1;
     if (a->dtype != want) {
         npy_free(a);
-        return fail(err, err_len, path, "dtype is %s (expected %s)",
+        return refuse(err, err_len, path, "dtype is %s (expected %s)",
                     want == NPY_F32 ? "<i8" : "<f4", want == NPY_F32 ? "<f4" : "<i8");
     }
     return 0;
+}
+
+void npy_load(const char *path, enum npy_dtype want, npy_array *a) {
+    char err[600];
+    if (npy_read_typed(path, want, a, err, sizeof err)) fail_msg("%s", err);
 }
 
 void npy_free(npy_array *a) {

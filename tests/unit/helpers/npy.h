@@ -24,6 +24,8 @@ typedef struct {
 int npy_read(const char *path, npy_array *a, char *err, size_t err_len);
 /* Same, but also fails unless the dtype is want (convenience for tests). */
 int npy_read_typed(const char *path, enum npy_dtype want, npy_array *a, char *err, size_t err_len);
+/* npy_read_typed for a file the test needs: fails the running test (cmocka) with the error. */
+void npy_load(const char *path, enum npy_dtype want, npy_array *a);
 /* Accepts a zeroed or already freed array. */
 void npy_free(npy_array *a);
 

@@ -167,3 +167,15 @@ uint8_t *qvf_sample_serialize(const qvf_voice *v, int version, size_t *n_bytes) 
     *n_bytes = n;
     return (uint8_t *)buf;
 }
+
+int qvf_sample_decode_all(const qvf_voice *v, char *err, size_t err_size) {
+    int rc = 0;
+    for (uint32_t i = 0; !rc && i < v->n_tensors; i++) {
+        const qvf_tensor *t = &v->tensors[i];
+        void *z = calloc(1, t->raw_bytes), *o = malloc(t->raw_bytes);
+        rc = qvf_wdelta_apply(t, z, o, 0, err, err_size);
+        free(z);
+        free(o);
+    }
+    return rc;
+}

@@ -15,6 +15,9 @@ qvf_voice *qvf_sample_voice(int with_wdelta);
 /* 1 if a and b hold the same voice content (tensors compared decoded); else 0 with the first
  * difference in why. ids: also compare model identities. */
 int qvf_sample_equal(const qvf_voice *a, const qvf_voice *b, int ids, char *why, size_t why_size);
+/* Decodes every tensor of v over a zero target, as `voicefmt verify` does: 0, or the first
+ * error code with err set. */
+int qvf_sample_decode_all(const qvf_voice *v, char *err, size_t err_size);
 /* Serialises v (version 3 or 4) into a malloc'd buffer; NULL on failure. */
 uint8_t *qvf_sample_serialize(const qvf_voice *v, int version, size_t *n_bytes);
 

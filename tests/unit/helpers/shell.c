@@ -7,6 +7,8 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
+#include "util/fileio.h"
+
 int vsh(const char *prefix, const char *fmt, va_list ap) {
     char cmd[8192];
     int n = snprintf(cmd, sizeof cmd, "%s", prefix);
@@ -26,13 +28,11 @@ int sh(const char *fmt, ...) {
 }
 
 int file_has(const char *path, const char *needle) {
-    static char buf[1 << 16];
-    FILE *f = fopen(path, "r");
-    if (!f) return 0;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    return strstr(buf, needle) != NULL;
+    size_t n;
+    char *buf = qvu_read_file(path, (size_t)1 << 30, &n, NULL, 0);
+    const int has = buf && strstr(buf, needle) != NULL;
+    free(buf);
+    return has;
 }
 
 long file_bytes(const char *path) {

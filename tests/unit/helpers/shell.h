@@ -11,7 +11,8 @@
 int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Same with the literal prefix prepended to the formatted command (e.g. "bin/speak -m DIR "). */
 int vsh(const char *prefix, const char *fmt, va_list ap);
-/* 1 if the first 64 KiB of the file at path contain needle; 0 otherwise or when unreadable. */
+/* 1 if the file at path (up to 1 GiB, read with util's reader) contains needle; 0 otherwise or
+ * when it cannot be read. */
 int file_has(const char *path, const char *needle);
 /* Size of the file in bytes, or -1 when it does not exist. */
 long file_bytes(const char *path);

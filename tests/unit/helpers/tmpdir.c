@@ -78,11 +78,31 @@ void tmp_write_st(const char *path, const char *header, const void *data, size_t
     close_or_fail(f, path);
 }
 
+char *tmp_read(const char *path, size_t *n_bytes) {
+    char err[600];
+    size_t n;
+    char *buf = qvu_read_file(path, (size_t)1 << 32, &n, err, sizeof err);
+    if (!buf) fail_msg("%s (tests run from the repo root)", err);
+    if (n_bytes) *n_bytes = n;
+    return buf;
+}
+
+long tmp_first_diff(const char *a, size_t skip_a, const char *b) {
+    size_t na, nb, i = 0;
+    char *x = tmp_read(a, &na), *y = tmp_read(b, &nb);
+    if (skip_a > na) skip_a = na;
+    const size_t n = na - skip_a < nb ? na - skip_a : nb;
+    while (i < n && x[skip_a + i] == y[i]) i++;
+    const long d = i == n && na - skip_a == nb ? -1 : (long)i;
+    free(x);
+    free(y);
+    return d;
+}
+
 long tmp_st_offset(const char *path, const char *tensor) {
     char err[512];
     size_t n;
-    uint8_t *buf = (uint8_t *)qvu_read_file(path, (size_t)1 << 32, &n, err, sizeof err);
-    if (!buf) fail_msg("%s", err);
+    uint8_t *buf = (uint8_t *)tmp_read(path, &n);
     qvm_st *st = qvm_st_open_memory(buf, n, path, err, sizeof err);
     if (!st) fail_msg("%s", err);
     const qvm_tensor *t = qvm_st_find(st, tensor);

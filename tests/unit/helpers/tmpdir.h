@@ -19,6 +19,12 @@ int tmpdir_teardown(void **state);
 /* "<tmp_dir>/<name>" in one of 8 rotating static buffers: valid until 8 more calls. Not
  * thread-safe (tests are single-threaded). */
 const char *tmp_path(const char *name);
+/* The whole file at path (util's reader, up to 4 GiB) in a malloc'd buffer with a NUL after its
+ * *n_bytes bytes (n_bytes may be NULL); fails the running test, naming the file, when it cannot. */
+char *tmp_read(const char *path, size_t *n_bytes);
+/* Where the file at a, from byte skip_a on, first differs from the whole file at b (an offset into
+ * b), or -1 when they are the same bytes; fails the running test when either cannot be read. */
+long tmp_first_diff(const char *a, size_t skip_a, const char *b);
 /* Writes the n bytes at data to path (created or truncated). */
 void tmp_write(const char *path, const void *data, size_t n);
 /* Writes a safetensors file: 8-byte little-endian header length, header padded with spaces to a

@@ -1,0 +1,32 @@
+/* run.c — QVT_MAIN's runner: turns the stringised list of test functions back into names and
+ * hands cmocka the same table cmocka_unit_test would have built.
+ */
+#include "tests/unit/helpers/run.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+int qvt_run(const qvt_test_fn *fns, size_t n, const char *names, qvt_fixture_fn setup,
+            qvt_fixture_fn teardown) {
+    struct CMUnitTest *t = calloc(n, sizeof *t);
+    char *list = strdup(names), *save = NULL;
+    if (!t || !list) {
+        fprintf(stderr, "qvt_run: out of memory\n");
+        return 1;
+    }
+    char *name = strtok_r(list, ", \t\n", &save);
+    for (size_t i = 0; i < n; i++, name = strtok_r(NULL, ", \t\n", &save)) {
+        t[i].name = name ? name : "?";
+        t[i].test_func = fns[i];
+    }
+    int rc = _cmocka_run_group_tests("tests", t, n, setup, teardown);
+    free(list);
+    free(t);
+    return rc;
+}

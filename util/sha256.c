@@ -1,0 +1,60 @@
+/* sha256.c — SHA-256 over OpenSSL's EVP interface (the library links libcrypto anyway, and its
+ * implementation uses the CPU's SHA extensions where present). A failed step makes the whole
+ * digest fail, so callers test once at the end.
+ */
+#include "util/sha256.h"
+
+#include <openssl/evp.h>
+#include <stdlib.h>
+
+struct qvu_sha256_ctx {
+    EVP_MD_CTX *md;
+    int bad;
+};
+
+int qvu_sha256(const void *buf, size_t n_bytes, uint8_t out[32]) {
+    unsigned int n = 0;
+    int ok = EVP_Digest(n_bytes ? buf : "", n_bytes, out, &n, EVP_sha256(), NULL) == 1;
+    return ok && n == 32 ? 0 : -1;
+}
+
+qvu_sha256_ctx *qvu_sha256_begin(void) {
+    EVP_MD_CTX *md = EVP_MD_CTX_new();
+    if (!md) return NULL;
+    if (EVP_DigestInit_ex(md, EVP_sha256(), NULL) != 1) {
+        EVP_MD_CTX_free(md);
+        return NULL;
+    }
+    qvu_sha256_ctx *c = calloc(1, sizeof *c);
+    if (!c) {
+        EVP_MD_CTX_free(md);
+        return NULL;
+    }
+    c->md = md;
+    return c;
+}
+
+int qvu_sha256_add(qvu_sha256_ctx *ctx, const void *buf, size_t n_bytes) {
+    if (!ctx) return -1;
+    if (!ctx->bad && n_bytes && EVP_DigestUpdate(ctx->md, buf, n_bytes) != 1) ctx->bad = 1;
+    return ctx->bad ? -1 : 0;
+}
+
+int qvu_sha256_end(qvu_sha256_ctx *ctx, uint8_t out[32]) {
+    if (!ctx) return -1;
+    unsigned int n = 0;
+    int ok = !ctx->bad && EVP_DigestFinal_ex(ctx->md, out, &n) == 1 && n == 32;
+    EVP_MD_CTX_free(ctx->md);
+    free(ctx);
+    return ok ? 0 : -1;
+}
+
+char *qvu_sha256_hex(const uint8_t digest[32], char out[65]) {
+    static const char hex[] = "0123456789abcdef";
+    for (int i = 0; i < 32; i++) {
+        out[2 * i] = hex[digest[i] >> 4];
+        out[2 * i + 1] = hex[digest[i] & 15];
+    }
+    out[64] = 0;
+    return out;
+}
