@@ -59,9 +59,9 @@ static void job_unref(job *j) {
     free(j->voice_path);
     qvs_voice_ref_close(&j->voice);
     qvs_ref_release(j->s, j->ref);
+    qv_encoder_close(j->enc); /* it may flush into out (found by fuzz_speech_json) */
     free(j->out.p);
     qv_free(j->pcm.pcm);
-    qv_encoder_close(j->enc);
     free(j);
 }
 

@@ -348,7 +348,10 @@ static enum MHD_Result store_qvoice(qv_server *s, struct MHD_Connection *c, req 
     const char *name = field(u, F_NAME), *consent = field(u, F_CONSENT);
     const char *old = qvf_meta_get(v, "name"), *old_consent = qvf_meta_get(v, "consent.method");
     int rewrite = (name && (!old || strcmp(old, name))) || !old_consent || !old_consent[0];
-    if (!name) name = old;
+    /* a copy: name may be META's own value, which qvf_meta_set frees (found by fuzz_upload) */
+    char name_copy[512];
+    snprintf(name_copy, sizeof name_copy, "%s", name ? name : old ? old : "");
+    name = name_copy[0] ? name_copy : NULL;
     snprintf(out, sizeof out, "%s", u->tmp);
     if (rewrite) {
         int fd;
@@ -364,8 +367,6 @@ static enum MHD_Result store_qvoice(qv_server *s, struct MHD_Connection *c, req 
             return qvs_reply_error(c, q, 500, "server_error", "io_error", NULL, "%s", err);
         }
     }
-    char name_copy[512];
-    snprintf(name_copy, sizeof name_copy, "%s", name ? name : "");
     qvf_voice_free(v);
     return store(s, c, q, out, name_copy[0] ? name_copy : NULL, report);
 }
