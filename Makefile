@@ -85,7 +85,7 @@ help:
 deps:
 	@scripts/deps.sh
 
-check-layers: $(LIB)
+check-layers: all
 	@mkdir -p $(B) && B=$(B) scripts/check-layers.sh && scripts/check-functions.sh
 	@scripts/check-doc-pointers.sh
 

@@ -60,7 +60,11 @@ done | sed 's/\.h$//' | tsort > /dev/null 2> "$out" ||
 apps="server compress tools"
 objs=""
 for dir in $(printf '%s\n' "$rules" | cut -d: -f1); do
-  [ -d "${B:-build}/$dir" ] && objs="$objs $(ls "${B:-build}/$dir"/*.o 2>/dev/null)"
+  # only objects whose source is still there: a build dir outlives moved or deleted files
+  for o in $(ls "${B:-build}/$dir"/*.o 2>/dev/null); do
+    src=${o#"${B:-build}/"}
+    [ -f "${src%.o}.c" ] && objs="$objs $o"
+  done
 done
 if [ -n "$objs" ]; then
   map="${B:-build}/qvoice.map"
