@@ -38,10 +38,10 @@
 #define N_CODED 48         /* 32 payload bits + CRC-16; each is sent N_PAY times a period */
 /* Lattice step of a projection (nepers of tile energy). A projection moves by at most STEP/2,
  * uniformly: per tile (STEP²/12)/SLOT_TILES in log energy, a quarter of it in log amplitude:
- * STEP²/(48·34) = −36.6 dB of the signal in every tile on average; the edges of the frames'
- * windows take some of each shift, so third-octave bands of speech measure −35.4 dB or lower
- * (test_watermark). */
-#define STEP 0.6
+ * STEP²/(48·34) = −37.6 dB of the signal in every tile on average; the edges of the frames'
+ * windows take some of each shift, so third-octave bands of speech measure −35.5 dB or lower
+ * (test_watermark, docs/provenance.md). */
+#define STEP 0.53
 #define KEY 0x71766f6963652d32ull /* "qvoice-2": the public key of the chips and dithers */
 /* Blocks whose band energy is under that of −70 dBFS white noise carry no mark (and are not
  * scored): a log energy there says nothing. Σ over frames and band bins of |X|², for unit-
@@ -49,8 +49,9 @@
 #define GATE (1e-7 * BLOCK_FRAMES * N_TILES * TILE_BINS * (N_FFT / 2))
 #define FLOOR_REL 1e-6    /* of the block's mean tile energy, added before the log */
 /* Bound of a slot's shift (log energy per unit chip; a tile's amplitude changes by at most
- * 10 %): a block whose tiles barely answer stays off its lattice rather than get a loud mark. */
-#define MAX_SHIFT 0.2
+ * 3 %, −30 dB): a block whose tiles barely answer stays off its lattice rather than get a
+ * loud mark. */
+#define MAX_SHIFT 0.06
 /* Stream delay: a block is marked once all of it is in. */
 #define DELAY QV_WATERMARK_DELAY
 _Static_assert(QV_WATERMARK_DELAY == BLOCK, "the public delay is one block");
@@ -60,10 +61,12 @@ _Static_assert(QV_WATERMARK_DELAY == BLOCK, "the public delay is one block");
 #define SUB 64
 #define N_OFFSETS (BLOCK / SUB)
 #define WINDOW_BLOCKS 27   /* the blocks a 3 s excerpt holds whole at any offset */
+#define CHASE_BITS 3      /* payload bits the decoder may flip to meet the CRC */
 #define MIN_ACTIVE 12      /* scored blocks (1 s) a window needs before it says anything */
 /* Presence: the best of N_OFFSETS × PERIOD = 1920 scores, each about N(0, 1) for unmarked
- * audio; 5.5 keeps the false positives under 1 in 10,000 windows (docs/provenance.md). */
-#define Z_PRESENT 5.5
+ * audio (20,000 windows of unmarked speech, noise and music reach 5.5 at most); marked speech
+ * scores 8 or more, after gain or resampling too (docs/provenance.md). */
+#define Z_PRESENT 6.0
 
 /* ==== the pattern ============================================================================ */
 
@@ -377,7 +380,10 @@ static double span_score(const grid *g, const pattern *p, int o, int ph, int64_t
 }
 
 /* The payload of blocks [m0, m1) at offset o and phase ph: each coded bit from the sum of its
- * blocks' payload-slot cosines (+: 0, −: 1), accepted when the CRC-16 matches. */
+ * blocks' payload-slot cosines (+: 0, −: 1). Accepted when the CRC-16 matches, trying the
+ * hard decision and the flips of its CHASE_BITS least sure bits (Chase decoding): a wrong
+ * word then passes with probability 2^CHASE_BITS / 2^16 = 1.2e-4, and only where the mark is
+ * present. payload_score: the smallest |soft sum| of the accepted word's unflipped bits. */
 static void decode(const grid *g, const pattern *p, int o, int ph, int64_t m0, int64_t m1,
                    qv_watermark_range *r) {
     double soft[N_CODED] = {0};
@@ -386,18 +392,34 @@ static void decode(const grid *g, const pattern *p, int o, int ph, int64_t m0, i
         for (int k = N_SYNC; k < N_SLOTS && g->active[i]; k++)
             soft[bit_index(m + ph, k)] += lattice_cos(g->proj[i * N_SLOTS + k], p->dither[(m + ph) % PERIOD][k]);
     }
-    uint32_t v = 0;
-    uint16_t crc = 0;
-    double smin = INFINITY;
-    for (int i = 0; i < N_CODED; i++) {
-        int b = soft[i] < 0;
-        if (i < 32) v = v << 1 | (uint32_t)b;
-        else crc = (uint16_t)(crc << 1 | b);
-        if (fabs(soft[i]) < smin) smin = fabs(soft[i]);
+    uint64_t word = 0;
+    int weak[CHASE_BITS];
+    for (int i = 0; i < N_CODED; i++) word = word << 1 | (uint64_t)(soft[i] < 0);
+    for (int w = 0; w < CHASE_BITS; w++) { /* the least sure bits, in order */
+        weak[w] = -1;
+        for (int i = 0; i < N_CODED; i++) {
+            int taken = 0;
+            for (int u = 0; u < w; u++) taken |= weak[u] == i;
+            if (!taken && (weak[w] < 0 || fabs(soft[i]) < fabs(soft[weak[w]]))) weak[w] = i;
+        }
     }
-    r->payload_ok = crc16(v) == crc && smin > 0.0;
-    r->payload = r->payload_ok ? v : 0;
-    r->payload_score = smin;
+    r->payload_ok = 0, r->payload = 0, r->payload_score = 0.0;
+    for (int f = 0; f < 1 << CHASE_BITS; f++) {
+        uint64_t c = word;
+        for (int w = 0; w < CHASE_BITS; w++)
+            if (f >> w & 1) c ^= 1ull << (N_CODED - 1 - weak[w]);
+        const uint32_t v = (uint32_t)(c >> 16);
+        if (crc16(v) != (uint16_t)c) continue;
+        double smin = INFINITY;
+        for (int i = 0; i < N_CODED; i++) {
+            int flipped = 0;
+            for (int w = 0; w < CHASE_BITS; w++) flipped |= (f >> w & 1) && weak[w] == i;
+            if (!flipped && fabs(soft[i]) < smin) smin = fabs(soft[i]);
+        }
+        if (smin == 0.0) return; /* a bit no block carried: too little to say */
+        r->payload_ok = 1, r->payload = v, r->payload_score = smin;
+        return;
+    }
 }
 
 /* Tile energies of frames every SUB samples, summed into blocks for each of the N_OFFSETS grid

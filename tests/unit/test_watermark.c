@@ -320,7 +320,7 @@ static void test_false_positives(void **state) {
     }
     windows += null_run(y, n, "chords", &zmax);
     free(y);
-    printf("  %lld 3 s windows of unmarked audio, none found; best score %.2f (presence 5.5)\n",
+    printf("  %lld 3 s windows of unmarked audio, none found; best score %.2f (presence 6.0)\n",
            (long long)windows, zmax);
     if (sh("command -v espeak-ng >/dev/null") == 0) assert_true(windows >= 10000);
 }
