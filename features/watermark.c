@@ -29,12 +29,13 @@
 #define BIN_LO 18          /* 421.9 Hz: above what hum filters and telephone cuts touch */
 #define TILE_BINS 2
 #define N_TILES 136
-#define BIN_HI (BIN_LO + N_TILES * TILE_BINS - 1) /* 289: 6.8 kHz, under 8 kHz (16 kHz resampling) */
+/* 289: 6.8 kHz, under the 8 kHz a 16 kHz resampling keeps */
+#define BIN_HI (BIN_LO + N_TILES * TILE_BINS - 1)
 #define N_SLOTS 4          /* projections per block: N_SYNC sync slots, then payload slots */
 #define N_SYNC 2
 #define N_PAY (N_SLOTS - N_SYNC)
 #define SLOT_TILES (N_TILES / N_SLOTS) /* 34: half +1 and half -1, so gain does not move them */
-#define PERIOD 48          /* blocks in the pattern (4.1 s): dithers and the payload bit cycle */
+#define PERIOD 48          /* blocks in the pattern (5.1 s): dithers and the payload bits cycle */
 #define N_CODED 48         /* 32 payload bits + CRC-16; each is sent N_PAY times a period */
 /* Lattice step of a projection (nepers of tile energy). A projection moves by at most STEP/2,
  * uniformly: per tile (STEP²/12)/SLOT_TILES in log energy, a quarter of it in log amplitude:
@@ -62,7 +63,7 @@ _Static_assert(QV_WATERMARK_DELAY == BLOCK, "the public delay is one block");
 #define N_OFFSETS (BLOCK / SUB)
 #define WINDOW_BLOCKS 27   /* the blocks a 3 s excerpt holds whole at any offset */
 #define CHASE_BITS 3      /* payload bits the decoder may flip to meet the CRC */
-#define MIN_ACTIVE 12      /* scored blocks (1 s) a window needs before it says anything */
+#define MIN_ACTIVE 12      /* scored blocks (1.3 s) a window needs before it says anything */
 /* Presence: the best of N_OFFSETS × PERIOD = 1920 scores, each about N(0, 1) for unmarked
  * audio (20,000 windows of unmarked speech, noise and music reach 5.5 at most); marked speech
  * scores 8 or more, after gain or resampling too (docs/provenance.md). */
@@ -113,7 +114,8 @@ static void pattern_make(pattern *p) {
     }
 }
 
-static uint16_t crc16(uint32_t v) { /* CRC-16/CCITT (0x1021, init 0xffff) of the 4 bytes, MSB first */
+/* CRC-16/CCITT (0x1021, init 0xffff) of the 4 bytes, most significant first. */
+static uint16_t crc16(uint32_t v) {
     uint16_t crc = 0xffff;
     for (int i = 3; i >= 0; i--) {
         crc ^= (uint16_t)((v >> (8 * i)) & 0xff) << 8;
@@ -127,7 +129,7 @@ static int coded_bit(uint32_t payload, int i) {
 }
 
 /* The coded bit payload slot k (N_SYNC..) of pattern block b carries: bit i goes in blocks
- * i / N_PAY and that + PERIOD / N_PAY, 2 s apart. */
+ * i / N_PAY and that + PERIOD / N_PAY, 2.6 s apart. */
 static int bit_index(int64_t b, int k) {
     return (int)(((b % PERIOD) * N_PAY + k - N_SYNC) % N_CODED);
 }
@@ -165,7 +167,8 @@ static void sqrt_hann(float *w) {
 
 /* ==== embedding ============================================================================= */
 
-/* A block's 4 spectra sit SPEC_STRIDE apart: FFTW's new-array execute wants the plan's alignment. */
+/* A block's 4 spectra sit SPEC_STRIDE apart: FFTW's new-array execute wants the plan's
+ * alignment. */
 #define SPEC_STRIDE (N_FFT / 2 + 8)
 
 struct qv_watermark {
@@ -221,7 +224,8 @@ enum qv_status qv_watermark_new(qv_watermark **out, uint32_t payload) {
     w->mod = fftwf_alloc_complex(N_FFT / 2 + 1);
     w->fwd = w->in && w->spec ? qva_fft_plan_r2c(N_FFT, 1, w->in, w->spec) : NULL;
     w->inv = w->mod && w->out ? qva_fft_plan_c2r(N_FFT, w->mod, w->out) : NULL;
-    if (!w->fwd || !w->inv) return qv_watermark_free(w), qvu_fail(QV_E_NOMEM, "watermark: out of memory");
+    if (!w->fwd || !w->inv)
+        return qv_watermark_free(w), qvu_fail(QV_E_NOMEM, "watermark: out of memory");
     w->payload = payload;
     w->n_fifo = DELAY;
     pattern_make(&w->pat);
@@ -276,7 +280,8 @@ static void mark_block(qv_watermark *w) {
         fftwf_complex host[BLOCK_FRAMES * SPEC_STRIDE];
         memcpy(host, w->spec, sizeof host);
         for (int k = 0; k < N_SLOTS; k++) {
-            double t = w->pat.dither[w->block % PERIOD][k] + 0.5 * STEP * symbol(w->payload, w->block, k);
+            double t = w->pat.dither[w->block % PERIOD][k] +
+                       0.5 * STEP * symbol(w->payload, w->block, k);
             target[k] = t + STEP * nearbyint((p0[k] - t) / STEP);
             shift[k] = 1.5 * (target[k] - p0[k]) / sqrt((double)SLOT_TILES);
         }
@@ -289,7 +294,7 @@ static void mark_block(qv_watermark *w) {
             for (int k = 0; k < N_SLOTS; k++) /* secant through (0, p0) and (shift, p) */
                 if (fabs(p[k] - p0[k]) > 1e-9) {
                     shift[k] *= (target[k] - p0[k]) / (p[k] - p0[k]);
-                    shift[k] = shift[k] > MAX_SHIFT ? MAX_SHIFT : shift[k] < -MAX_SHIFT ? -MAX_SHIFT : shift[k];
+                    shift[k] = fmax(-MAX_SHIFT, fmin(MAX_SHIFT, shift[k]));
                 }
         }
         synth_mark(w, host, shift, sens);
@@ -363,7 +368,8 @@ static double vote(const grid *g, const pattern *p, int o, int64_t m, int ph) {
     const int64_t i = (int64_t)o * g->n_blocks + m;
     if (!g->active[i]) return 0.0;
     double v = 0.0;
-    for (int k = 0; k < N_SYNC; k++) v += lattice_cos(g->proj[i * N_SLOTS + k], p->dither[(m + ph) % PERIOD][k]);
+    for (int k = 0; k < N_SYNC; k++)
+        v += lattice_cos(g->proj[i * N_SLOTS + k], p->dither[(m + ph) % PERIOD][k]);
     return v;
 }
 
@@ -390,7 +396,8 @@ static void decode(const grid *g, const pattern *p, int o, int ph, int64_t m0, i
     for (int64_t m = m0; m < m1; m++) {
         const int64_t i = (int64_t)o * g->n_blocks + m;
         for (int k = N_SYNC; k < N_SLOTS && g->active[i]; k++)
-            soft[bit_index(m + ph, k)] += lattice_cos(g->proj[i * N_SLOTS + k], p->dither[(m + ph) % PERIOD][k]);
+            soft[bit_index(m + ph, k)] +=
+                lattice_cos(g->proj[i * N_SLOTS + k], p->dither[(m + ph) % PERIOD][k]);
     }
     uint64_t word = 0;
     int weak[CHASE_BITS];
@@ -497,7 +504,7 @@ enum qv_status qv_watermark_detect(const float *pcm, int64_t n_samples, qv_water
     if (!pcm || n_samples < 0) return qvu_fail(QV_E_INVALID, "watermark: no samples");
     rep->seconds = (double)n_samples / QVA_SAMPLE_RATE_HZ;
     grid g = {.n_blocks = n_samples / BLOCK};
-    if (g.n_blocks < MIN_ACTIVE) return QV_OK; /* under 1.1 s: nothing to say */
+    if (g.n_blocks < MIN_ACTIVE) return QV_OK; /* under 1.3 s: nothing to say */
     if ((uint64_t)g.n_blocks > SIZE_MAX / (N_OFFSETS * N_SLOTS * sizeof(double)))
         return qvu_failf(QV_E_LIMIT, "watermark: %lld samples: too many", (long long)n_samples);
     pattern *p = malloc(sizeof *p);

@@ -625,8 +625,8 @@ enum qv_status qv_loudness_lufs(const float *pcm, int64_t n_samples, double *luf
 /* ==== watermark (docs/provenance.md) ========================================================= */
 
 /* An inaudible mark in the samples: spread-transform dither modulation of the log energies of
- * 2-bin × 4-frame STFT tiles over 422 Hz - 6.8 kHz, 36 dB under the signal, carrying a 32-bit
- * payload (+ CRC-16) every 4.1 s. Marking a block needs all of it, so a stream comes out
+ * 2-bin × 4-frame STFT tiles over 422 Hz - 6.8 kHz, 35 dB or more under the signal, carrying
+ * a 32-bit payload (+ CRC-16) every 5.1 s. Marking a block needs all of it, so a stream comes out
  * QV_WATERMARK_DELAY samples late (107 ms) and equals the whole signal marked at once, delayed.
  * A qv_watermark belongs to one thread at a time; detection keeps no state. */
 #define QV_WATERMARK_SYNTHETIC 0x80000000u /* payload bit: the audio is machine-made */
@@ -671,9 +671,10 @@ typedef struct {
 } qv_watermark_report;
 qv_watermark_report qv_watermark_default_report(void);
 
-/* Looks for the mark in mono 24 kHz pcm: 34-block (2.9 s) windows every 85 ms block (the
- * whole input when shorter; under 1.1 s nothing is said). Allocates about 3.5 KB per second of
- * input (the projections of every block at 16 grid offsets). QV_OK (report filled), QV_E_ABI, QV_E_INVALID (pcm NULL), QV_E_NOMEM, QV_E_LIMIT. */
+/* Looks for the mark in mono 24 kHz pcm: 27-block (2.9 s) windows every 107 ms block (the
+ * whole input when shorter; under 1.3 s nothing is said). Allocates about 12 KB per second of
+ * input (the projections of every block at 40 grid offsets). QV_OK (report filled), QV_E_ABI,
+ * QV_E_INVALID (pcm NULL), QV_E_NOMEM, QV_E_LIMIT. */
 enum qv_status qv_watermark_detect(const float *pcm, int64_t n_samples, qv_watermark_report *r);
 /* The same on an audio file in any format libsndfile reads (channels averaged, resampled to
  * 24 kHz; at most max_seconds, <= 0: all). QV_E_AUDIO names the file when it cannot be read or

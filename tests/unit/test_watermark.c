@@ -41,7 +41,8 @@ static int setup(void **state) {
     qva_audio a[2];
     char err[512];
     for (int i = 0; i < 2; i++)
-        if (qva_audio_load(&a[i], clips[i], 0, err, sizeof err)) return fprintf(stderr, "%s\n", err), -1;
+        if (qva_audio_load(&a[i], clips[i], 0, err, sizeof err))
+            return fprintf(stderr, "%s\n", err), -1;
     g_n = a[0].n_samples + a[1].n_samples;
     g_speech = malloc((size_t)g_n * sizeof *g_speech);
     g_marked = malloc((size_t)g_n * sizeof *g_marked);
@@ -120,7 +121,8 @@ static void test_mark_level(void **state) {
     double worst = -INFINITY;
     printf("  mark power under the speech, third-octave bands:\n");
     for (double fc = 500.0; fc <= 6400.0; fc *= pow(2.0, 1.0 / 3.0)) {
-        int k0 = (int)ceil(fc / pow(2.0, 1.0 / 6.0) * N / 24000.0), k1 = (int)(fc * pow(2.0, 1.0 / 6.0) * N / 24000.0);
+        int k0 = (int)ceil(fc / pow(2.0, 1.0 / 6.0) * N / 24000.0),
+            k1 = (int)(fc * pow(2.0, 1.0 / 6.0) * N / 24000.0);
         double m = 0.0, sp = 0.0;
         for (int k = k0; k <= k1; k++) m += pm[k], sp += ps[k];
         double db = 10.0 * log10(m / sp);
@@ -149,8 +151,8 @@ static void excerpts(const float *x, int64_t n, const char *what, int strict) {
         decoded += payload_found(&r);
     }
     qv_watermark_report all = detect(x, n);
-    printf("  %-28s 3 s: %3d/%3d found (lowest score %5.2f); 10 s: payload %2d/%2d; whole: %6.2f%s\n",
-           what, found, n3, zmin, decoded, n10, all.score_all,
+    printf("  %-28s 3 s: %3d/%3d found (lowest score %5.2f); 10 s: payload %2d/%2d; "
+           "whole: %6.2f%s\n", what, found, n3, zmin, decoded, n10, all.score_all,
            all.all.payload_ok && all.all.payload == payload ? ", payload" : "");
     if (strict) {
         assert_true(found >= 0.99 * n3);
@@ -164,8 +166,9 @@ static void noisy(const float *x, float *y, int64_t n, double snr_db) {
     double sd = sqrt(e / (double)n / pow(10.0, snr_db / 10.0));
     uint64_t s = 12345;
     for (int64_t i = 0; i < n; i++) {
-        double u1 = ((s = s * 6364136223846793005ull + 1442695040888963407ull) >> 11) * 0x1.0p-53 + 1e-300;
-        double u2 = ((s = s * 6364136223846793005ull + 1442695040888963407ull) >> 11) * 0x1.0p-53;
+        double u1 = (double)((s = s * 6364136223846793005ull + 1442695040888963407ull) >> 11);
+        double u2 = (double)((s = s * 6364136223846793005ull + 1442695040888963407ull) >> 11);
+        u1 = u1 * 0x1.0p-53 + 1e-300, u2 *= 0x1.0p-53;
         y[i] = (float)(x[i] + sd * sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2));
     }
 }
@@ -221,8 +224,10 @@ static void test_codecs(void **state) {
     write_wav(tmp_path("m.wav"), g_marked, g_n);
     write_wav(tmp_path("u.wav"), g_speech, g_n);
     assert_int_equal(sh("cd %s && lame --quiet -b 64 m.wav m.mp3 && lame --quiet -b 64 u.wav u.mp3 "
-                        "&& opusenc --quiet --bitrate 32 m.wav m.opus && opusdec --quiet m.opus mo.wav "
-                        "&& opusenc --quiet --bitrate 32 u.wav u.opus && opusdec --quiet u.opus uo.wav",
+                        "&& opusenc --quiet --bitrate 32 m.wav m.opus "
+                        "&& opusdec --quiet m.opus mo.wav "
+                        "&& opusenc --quiet --bitrate 32 u.wav u.opus "
+                        "&& opusdec --quiet u.opus uo.wav",
                         tmp_dir),
                      0);
     static const char *const files[] = {"m.mp3", "mo.wav", "u.mp3", "uo.wav"};
@@ -300,10 +305,12 @@ static void test_false_positives(void **state) {
     assert_non_null(y);
     uint64_t s = 99;
     for (int64_t i = 0; i < n; i++)
-        y[i] = (float)(0.1 * ((double)((s = s * 6364136223846793005ull + 1) >> 11) * 0x1.0p-53 - 0.5));
+        y[i] = (float)(0.1 * ((double)((s = s * 6364136223846793005ull + 1) >> 11) * 0x1.0p-53 -
+                              0.5));
     windows += null_run(y, n, "white noise", &zmax);
     for (int64_t i = 0; i < n; i++)
-        y[i] = (float)(0.2 * sin(2.0 * M_PI * 1000.0 * i / SR) + 0.1 * sin(2.0 * M_PI * 2637.0 * i / SR));
+        y[i] = (float)(0.2 * sin(2.0 * M_PI * 1000.0 * i / SR) +
+                       0.1 * sin(2.0 * M_PI * 2637.0 * i / SR));
     windows += null_run(y, n, "tones 1000 + 2637 Hz", &zmax);
     for (int64_t i = 0; i < n; i++) {
         double t = (double)(i % (30 * SR)) / SR;
@@ -344,7 +351,8 @@ static void test_arguments(void **state) {
     assert_int_equal(qv_watermark_mark(payload, nan_buf, 0), QV_OK);
     assert_int_equal(qv_watermark_detect_file("tests/audio/missing.wav", 0, &r), QV_E_AUDIO);
     assert_non_null(strstr(qv_last_error(), "missing.wav"));
-    uint32_t a = qv_watermark_payload("voice", "model"), b = qv_watermark_payload("voice", "model2");
+    uint32_t a = qv_watermark_payload("voice", "model");
+    uint32_t b = qv_watermark_payload("voice", "model2");
     assert_true(a & QV_WATERMARK_SYNTHETIC);
     assert_int_equal(a, qv_watermark_payload("voice", "model"));
     assert_int_not_equal(a, b);
