@@ -283,6 +283,7 @@ static void mark_block(qv_watermark *w) {
             double t = w->pat.dither[w->block % PERIOD][k] +
                        0.5 * STEP * symbol(w->payload, w->block, k);
             target[k] = t + STEP * nearbyint((p0[k] - t) / STEP);
+            /* first guess: the frames' window edges take about a third of a shift */
             shift[k] = 1.5 * (target[k] - p0[k]) / sqrt((double)SLOT_TILES);
         }
         for (int it = 0; it < 2; it++) {
@@ -306,8 +307,8 @@ static void mark_block(qv_watermark *w) {
 
 /* Takes n input samples from pcm and writes the marked samples that are ready over them (in
  * place: each output position has been read). Returns how many were written. */
-static int64_t run(qv_watermark *w, float *pcm, int64_t n, int64_t out_at) {
-    int64_t at = 0;
+static int64_t run(qv_watermark *w, float *pcm, int64_t n) {
+    int64_t at = 0, out_at = 0;
     while (at < n) {
         int m = BLOCK - w->n_in;
         if (m > n - at) m = (int)(n - at);
@@ -327,12 +328,12 @@ static int64_t run(qv_watermark *w, float *pcm, int64_t n, int64_t out_at) {
 /* The stream starts with DELAY zeros in the queue, so every call gives back as many samples as
  * it takes; blocks are marked the same whatever the calls' sizes. */
 void qv_watermark_apply(qv_watermark *w, float *pcm, int64_t n_samples) {
-    run(w, pcm, n_samples, 0);
+    run(w, pcm, n_samples);
 }
 
 void qv_watermark_flush(qv_watermark *w, float tail[QV_WATERMARK_DELAY]) {
     memset(tail, 0, DELAY * sizeof *tail);
-    run(w, tail, DELAY, 0);
+    run(w, tail, DELAY);
 }
 
 enum qv_status qv_watermark_mark(uint32_t payload, float *pcm, int64_t n_samples) {
@@ -341,9 +342,9 @@ enum qv_status qv_watermark_mark(uint32_t payload, float *pcm, int64_t n_samples
     enum qv_status st = qv_watermark_new(&w, payload);
     if (st) return st;
     w->n_fifo = 0; /* no leading zeros: the output catches up with the input at the end */
-    int64_t done = run(w, pcm, n_samples, 0);
+    int64_t done = run(w, pcm, n_samples);
     float tail[DELAY] = {0}; /* the end: zeros push the last block through */
-    run(w, tail, DELAY, 0);
+    run(w, tail, DELAY);
     memcpy(pcm + done, tail, (size_t)(n_samples - done) * sizeof *pcm);
     qv_watermark_free(w);
     return QV_OK;
