@@ -67,7 +67,7 @@ _Static_assert(QV_WATERMARK_DELAY == BLOCK, "the public delay is one block");
 /* Presence: the best of N_OFFSETS × PERIOD = 1920 scores, each about N(0, 1) for unmarked
  * audio (20,000 windows of unmarked speech, noise and music reach 5.5 at most); marked speech
  * scores 8 or more, after gain or resampling too (docs/provenance.md). */
-#define Z_PRESENT 6.0
+#define Z_PRESENT QV_WATERMARK_PRESENT
 
 /* ==== the pattern ============================================================================ */
 

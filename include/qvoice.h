@@ -631,6 +631,7 @@ enum qv_status qv_loudness_lufs(const float *pcm, int64_t n_samples, double *luf
  * A qv_watermark belongs to one thread at a time; detection keeps no state. */
 #define QV_WATERMARK_SYNTHETIC 0x80000000u /* payload bit: the audio is machine-made */
 #define QV_WATERMARK_DELAY 2560            /* samples a stream's marked output lags its input */
+#define QV_WATERMARK_PRESENT 6.0           /* a window's score from which the mark is present */
 typedef struct qv_watermark qv_watermark;
 
 /* The payload tying audio to a voice file and a model: QV_WATERMARK_SYNTHETIC | the first 31
@@ -651,7 +652,7 @@ enum qv_status qv_watermark_mark(uint32_t payload, float *pcm, int64_t n_samples
 #define QV_WATERMARK_MAX_RANGES 32
 typedef struct {
     double start_s, end_s;  /* where the mark is (seconds from the start of the input) */
-    double score;           /* best 3 s window score in the range (presence from 6.0) */
+    double score;           /* best 3 s window score in the range (QV_WATERMARK_PRESENT on) */
     int payload_ok;         /* 1: the payload's CRC-16 matched (decoded over the whole range) */
     uint32_t payload;       /* valid when payload_ok */
     double payload_score;   /* smallest |soft sum| of the 48 coded bits: how sure the decoding is */
@@ -659,7 +660,8 @@ typedef struct {
 
 typedef struct {
     uint32_t struct_size;
-    int present;            /* 1 when some 3 s window, or the whole input, scores 6.0 or more */
+    int present;            /* 1 when some 3 s window, or the whole input, scores
+                               QV_WATERMARK_PRESENT or more */
     double score;           /* best 3 s window score (the best of 768 about-N(0,1) scores for
                                unmarked audio) */
     double score_all;       /* score of the whole input as one window */
