@@ -377,7 +377,7 @@ enum qv_status qv_encoder_write(qv_encoder *e, const float *pcm, int n_samples) 
         const int drop = e->mark_lag < n_samples ? (int)e->mark_lag : n_samples;
         e->mark_lag -= drop;
         pcm = e->marked + drop, n_samples -= drop;
-        if (n_samples == 0 && e->started) return QV_OK;
+        if (n_samples == 0 && (e->started || e->format != QV_FORMAT_WAV)) return QV_OK;
     }
     return write_block(e, pcm, n_samples);
 }
