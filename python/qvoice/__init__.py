@@ -16,6 +16,7 @@ Standard library only; one synthesis at a time per model object.
 """
 import array
 import base64
+import bisect
 import ctypes
 import json
 import os
@@ -612,7 +613,15 @@ class Qwen3TTSModel:
 
         fn = _capi.PCM_FN(cb)
         stats = _capi.SynthStats(struct_size=ctypes.sizeof(_capi.SynthStats))
-        st = lib.qv_synth_run(synth, ctypes.byref(r), fn, None, ctypes.byref(stats))
+        on_chunk = job.get("on_chunk")
+        if on_chunk is not None:
+            chunk_fn = _capi.CHUNK_FN(lambda user, info: on_chunk(info.contents.text_offset))
+            lib.qv_synth_set_chunk_fn(synth, chunk_fn, None)
+        try:
+            st = lib.qv_synth_run(synth, ctypes.byref(r), fn, None, ctypes.byref(stats))
+        finally:
+            if on_chunk is not None:
+                lib.qv_synth_set_chunk_fn(synth, _capi.CHUNK_FN(), None)
         if failure:
             raise failure[0]
         last = {f: (_s(getattr(stats, f)) if isinstance(getattr(stats, f), bytes)
@@ -820,6 +829,57 @@ class Qwen3TTSModel:
         jobs = [dict(text=t, voice=v, language=l, use_icl=icl) for t, (v, icl), l in
                 zip(texts, voices, _as_list(language, n, "language"))]
         return self._generate(jobs, kwargs)
+
+    # ---- dialogue scripts (docs/markup.md), as speak --script ----
+
+    def _script_job(self, script, language, pause_ms, on_line):
+        """The job of a dialogue script: its markup text (qv_script_to_markup) and, when on_line
+        is given, a chunk callback calling on_line(line, index, n_lines) once per script line."""
+        if isinstance(script, os.PathLike) or (isinstance(script, str) and "\n" not in script
+                                                and os.path.isfile(script)):
+            with open(script, encoding="utf-8") as f:
+                script = f.read()
+        lib = self._lib
+        markup, offs, lines, n = (ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p(),
+                                  ctypes.c_int())
+        st = lib.qv_script_to_markup(_b(script), int(pause_ms), ctypes.byref(markup),
+                                     ctypes.byref(offs), ctypes.byref(lines), ctypes.byref(n))
+        if st:
+            _raise(st)
+        try:
+            text = _s(ctypes.string_at(markup.value))
+            ints = ctypes.POINTER(ctypes.c_int)
+            starts = ctypes.cast(offs, ints)[:n.value]
+            numbers = ctypes.cast(lines, ints)[:n.value]
+        finally:
+            for p in (markup, offs, lines):
+                lib.qv_free(p)
+        job = dict(text=text, language=language)
+        if on_line is not None:
+            seen = [0]
+
+            def on_chunk(text_offset):
+                i = bisect.bisect_right(starts, text_offset)
+                if i and i != seen[0]:
+                    seen[0] = i
+                    on_line(numbers[i - 1], i, n.value)
+
+            job["on_chunk"] = on_chunk
+        return job
+
+    def speak_script(self, script, language=None, pause_ms=600, on_line=None, **kwargs):
+        """speak --script: a dialogue (its text, or the path of a file) of lines "NAME: text",
+        NAME a preset speaker or a voice name (voices/NAME.qvoice, $QVOICE_PATH), the text with
+        optional markup tags; a blank line is a pause of pause_ms; '#' lines are comments. One
+        take for the whole script: returns (wavs, sample_rate) with one wav. on_line(line,
+        index, n_lines) is called as each script line's first chunk completes (speak's progress
+        line). Style keywords (style, style_strength, style_table, strict_markup) and generation
+        keywords as for the other methods."""
+        return self._generate([self._script_job(script, language, pause_ms, on_line)], kwargs)
+
+    def stream_script(self, script, language=None, pause_ms=600, on_line=None, **kwargs):
+        """speak_script's audio as blocks, as they are decoded."""
+        return self._stream(self._script_job(script, language, pause_ms, on_line), kwargs)
 
     # ---- streaming: one text, audio blocks as they are decoded ----
 

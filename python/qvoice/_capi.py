@@ -66,11 +66,18 @@ class JobsOptions(ctypes.Structure):
                 ("watermark", c_uint32)]
 
 
+class ChunkInfo(ctypes.Structure):
+    _fields_ = [("struct_size", c_uint32), ("index", c_int), ("text_offset", c_int),
+                ("codes", ctypes.POINTER(ctypes.c_int32)), ("n_frames", c_int), ("verify", c_double)]
+
+
 # C struct name -> ctypes class, for the layout test.
 STRUCTS = {"qv_params": Params, "qv_synth_request": SynthRequest, "qv_synth_stats": SynthStats,
-           "qv_clone_request": CloneRequest, "qv_jobs_options": JobsOptions}
+           "qv_clone_request": CloneRequest, "qv_jobs_options": JobsOptions,
+           "qv_chunk_info": ChunkInfo}
 
 PCM_FN = ctypes.CFUNCTYPE(c_int, c_void_p, ctypes.POINTER(c_float), c_int)
+CHUNK_FN = ctypes.CFUNCTYPE(None, c_void_p, ctypes.POINTER(ChunkInfo))
 _P = ctypes.POINTER
 PROTOTYPES = {
     "qv_version": (c_char_p, []),
@@ -110,6 +117,9 @@ PROTOTYPES = {
     "qv_model_set_batching": (c_int, [c_void_p, c_int]),
     "qv_synth_run": (c_int, [c_void_p, _P(SynthRequest), PCM_FN, c_void_p, _P(SynthStats)]),
     "qv_synth_cancel": (None, [c_void_p]),
+    "qv_synth_set_chunk_fn": (None, [c_void_p, CHUNK_FN, c_void_p]),
+    "qv_script_to_markup": (c_int, [c_char_p, c_int, _P(c_void_p), _P(c_void_p), _P(c_void_p),
+                                    _P(c_int)]),
     "qv_clone_default_request": (CloneRequest, []),
     "qv_cloner_load": (c_int, [_P(c_void_p), c_char_p, c_int]),
     "qv_cloner_free": (None, [c_void_p]),

@@ -269,6 +269,29 @@ class Synthesis(unittest.TestCase):
         with self.assertRaises(qvoice.QvoiceError):
             self.cv.generate_custom_voice("Hi.", speaker="ryan", style="grumpy", **SHORT)
 
+    def test_script(self):
+        """speak --script in Python: one take whose lines switch speaker as the markup the
+        library makes of it, a progress call per script line, bad lines named."""
+        script = "# a comment\nryan: Hello there.\n\nserena: [sad] Hi.\neric: Bye.\n"
+        lines = []
+        wavs, sr = self.cv.speak_script(script, on_line=lambda *a: lines.append(a), **SHORT)
+        self.assertEqual((len(wavs), sr), (1, 24000))
+        self.assertEqual(lines, [(2, 1, 3), (4, 2, 3), (5, 3, 3)])
+        self.assertIn("tag [sad]", self.cv.last_stats["warning"])
+        self.assertEqual(self.cv.last_stats["n_chunks"], 3)
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "show.txt")
+            with open(path, "w") as f:
+                f.write(script)
+            again, _ = self.cv.speak_script(path, **SHORT)
+            blocks = list(self.cv.stream_script(path, **SHORT))
+        self.assertEqual(as_list(again[0]), as_list(wavs[0]))
+        self.assertEqual([x for b in blocks for x in as_list(b)], as_list(wavs[0]))
+        with self.assertRaisesRegex(ValueError, "script line 2"):
+            self.cv.speak_script("ryan: fine.\nno speaker here\n", **SHORT)
+        with self.assertRaises(qvoice.QvoiceError):
+            self.cv.speak_script("ryan: [sad] Hi.\n", strict_markup=True, **SHORT)
+
     def test_library_rules(self):
         """The sampling range and the 0.6B CustomVoice instruct rule are the library's."""
         with self.assertRaises(ValueError) as cm:
@@ -410,6 +433,39 @@ class Cloning(unittest.TestCase):
             qvoice.Voice.from_bytes(b"QVCE not a voice", "junk")
         self.assertEqual(cm.exception.status, "QV_E_VOICE")
         self.assertIn("junk", str(cm.exception))
+
+    @unittest.skipUnless(os.access(os.path.join(REPO, "bin", "voicefmt"), os.X_OK), "no bin/voicefmt")
+    def test_palette(self):
+        """A voice's palette is read (Voice.styles) and used by style= and markup tags; a style
+        nothing can apply raises."""
+        (item,) = self.base.create_voice_clone_prompt(CLIP, x_vector_only_mode=True,
+                                                      max_seconds=8)
+        path = item.save(os.path.join(self.tmp.name, "pal.qvoice"))
+        direction = array.array("f", [1.0] + [0.0] * 63)
+        with open(os.path.join(self.tmp.name, "sad.bin"), "wb") as f:
+            direction.tofile(f)
+        subprocess.run([os.path.join(REPO, "bin", "voicefmt"), "palette", "add", path, "--name",
+                        "sad", "--direction", os.path.join(self.tmp.name, "sad.bin"),
+                        "--strength", "0.5"], check=True, stdout=subprocess.DEVNULL)
+        voice = qvoice.Voice(path)
+        self.assertEqual(voice.styles, {"sad": {"kind": "direction", "strength": 0.5}})
+        self.assertEqual(qvoice.Voice(item.save(os.path.join(self.tmp.name, "p.qvoice"))).styles,
+                         {})
+        plain, _ = self.base.generate_voice_clone("Hi.", voice_clone_prompt=voice, **SHORT)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # the palette applies: no warning
+            sad, _ = self.base.generate_voice_clone("Hi.", voice_clone_prompt=voice, style="sad",
+                                                    **SHORT)
+            tagged, _ = self.base.generate_voice_clone("[sad]Hi.", voice_clone_prompt=voice,
+                                                       **SHORT)
+        self.assertNotEqual(as_list(sad[0]), as_list(plain[0]))
+        self.assertEqual(as_list(tagged[0]), as_list(sad[0]))
+        weaker, _ = self.base.generate_voice_clone("Hi.", voice_clone_prompt=voice, style="sad",
+                                                   style_strength=0.1, **SHORT)
+        self.assertNotEqual(as_list(weaker[0]), as_list(sad[0]))
+        with self.assertRaisesRegex(qvoice.QvoiceError, "happy"):
+            self.base.generate_voice_clone("Hi.", voice_clone_prompt=voice, style="happy",
+                                           **SHORT)
 
     def test_icl_window(self):
         """The transcript must match the ICL span: the first 8 s fit CLIP_TEXT, the whole 30 s
