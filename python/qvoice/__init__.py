@@ -583,7 +583,7 @@ class Qwen3TTSModel:
             synth = self._get_synth(p)
             if started is not None:
                 started(synth)
-            self._synth_run(synth, job, sty, on_block)
+            return self._synth_run(synth, job, sty, on_block)
         finally:
             self._lock.release()
 
@@ -631,8 +631,7 @@ class Qwen3TTSModel:
         self.last_stats = last
         if st:
             _raise(st)
-        if last["warning"]:  # e.g. the library dropped a 0.6B CustomVoice instruct
-            warnings.warn("qvoice: " + last["warning"], stacklevel=4)
+        return last["warning"]  # warned on the caller's thread (_warn)
 
     def run_jobs(self, lines, loudness=None, **kw):
         """speak --batch in-process: each item of lines is one job, a JSON object (or its text) with
@@ -660,14 +659,22 @@ class Qwen3TTSModel:
         finally:
             lib.qv_jobs_free(h)
 
+    @staticmethod
+    def _warn(warning, stacklevel):
+        if warning:  # e.g. the library dropped a 0.6B CustomVoice instruct, or a markup tag
+            warnings.warn("qvoice: " + warning, stacklevel=stacklevel + 1)
+
     def _generate(self, jobs, kw):
         if len(jobs) > 1 and self._lib.has("qv_model_set_batching"):
-            return self._generate_batched(jobs, kw), SAMPLE_RATE
-        wavs = []
-        for job in jobs:
-            blocks = []
-            self._run(job, kw, lambda b: blocks.append(b))  # None: never stop
-            wavs.append(_join(blocks))
+            wavs, notes = self._generate_batched(jobs, kw)
+        else:
+            wavs, notes = [], []
+            for job in jobs:
+                blocks = []
+                notes.append(self._run(job, kw, lambda b: blocks.append(b)))  # never stop
+                wavs.append(_join(blocks))
+        for w in notes:
+            self._warn(w, 3)  # at the line that called generate_*
         return wavs, SAMPLE_RATE
 
     def _generate_batched(self, jobs, kw):
@@ -682,12 +689,12 @@ class Qwen3TTSModel:
                 if st:
                     _raise(st)
                 self._batching = True
-            out, errors = [None] * len(jobs), []
+            out, notes, errors = [None] * len(jobs), [""] * len(jobs), []
 
             def work(i, synth):
                 blocks = []
                 try:
-                    self._synth_run(synth, jobs[i], sty, lambda b: blocks.append(b))
+                    notes[i] = self._synth_run(synth, jobs[i], sty, lambda b: blocks.append(b))
                     out[i] = _join(blocks)
                 except BaseException as e:  # noqa: B902 -- re-raised on the caller's thread
                     errors.append((i, e))
@@ -713,7 +720,7 @@ class Qwen3TTSModel:
                         lib.qv_synth_free(h)
                 if errors:
                     raise min(errors, key=lambda e: e[0])[1]
-            return out
+            return out, notes
         finally:
             self._lock.release()
 
@@ -731,7 +738,7 @@ class Qwen3TTSModel:
 
         def work():
             try:
-                self._run(job, kw, on_block, started)
+                box["warning"] = self._run(job, kw, on_block, started)
             except BaseException as e:  # noqa: B902 -- handed to the consumer
                 box["error"] = e
             q.put(None)
@@ -752,6 +759,7 @@ class Qwen3TTSModel:
         err = box.get("error")
         if err is not None and not (stop.is_set() and getattr(err, "status", "") == "QV_E_CANCELLED"):
             raise err
+        self._warn(box.get("warning"), 2)  # at the consumer's next()
 
     @staticmethod
     def _layout(non_streaming_mode, default):

@@ -11,6 +11,7 @@ import unittest
 import wave
 import warnings
 
+import hfcache
 import qvoice
 from qvoice import _capi
 
@@ -138,22 +139,11 @@ class Loading(unittest.TestCase):
         """A hub id resolves in a local Hugging Face cache laid out as `hf download` leaves it:
         models--Org--Name/refs/main holds the commit, snapshots/COMMIT/ links into blobs/."""
         repo_id = "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice"
-        commit = "0123456789abcdef0123456789abcdef01234567"
+        commit = hfcache.COMMIT
         saved = {k: os.environ.pop(k, None) for k in ("HF_HOME", "HF_HUB_CACHE")}
         try:
             with tempfile.TemporaryDirectory() as home:
-                repo = os.path.join(home, "hub", "models--Qwen--Qwen3-TTS-12Hz-0.6B-CustomVoice")
-                snap = os.path.join(repo, "snapshots", commit)
-                os.makedirs(os.path.join(repo, "blobs"))
-                os.makedirs(snap)
-                os.makedirs(os.path.join(repo, "refs"))
-                src = os.path.join(CACHE, "tiny-cv")
-                for i, name in enumerate(sorted(os.listdir(src))):
-                    blob = os.path.join(repo, "blobs", "%040x" % i)
-                    os.symlink(os.path.join(src, name), blob)
-                    os.symlink(os.path.relpath(blob, snap), os.path.join(snap, name))
-                with open(os.path.join(repo, "refs", "main"), "w") as f:
-                    f.write(commit)
+                snap = hfcache.add_model(home, repo_id, os.path.join(CACHE, "tiny-cv"))
                 os.environ["HF_HOME"] = home
                 m = qvoice.Qwen3TTSModel.from_pretrained(repo_id, local_files_only=True)
                 self.assertEqual((m.model_type, m.model_dir), ("custom_voice", snap))
