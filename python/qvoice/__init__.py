@@ -42,7 +42,7 @@ __all__ = ["Qwen3TTSModel", "VoiceClonePromptItem", "VoiceClonePrompts", "Voice"
            "write_wav", "write_audio", "version", "SAMPLE_RATE"]
 
 # Markup and style keywords (docs/markup.md): qv_synth_request fields, not generation ones.
-_STYLE_KWARGS = ("style", "style_strength", "style_table", "strict_markup")
+_STYLE_KWARGS = ("style", "style_strength", "style_table", "strict_markup", "style_dirs")
 
 # Official generation keyword -> qv_params field (None: handled apart).
 _GEN_KWARGS = {"do_sample": "do_sample", "temperature": "temperature", "top_k": "top_k",
@@ -331,6 +331,22 @@ class Voice:
         return "Voice(%r)" % self.path
 
 
+def _style_dirs(dirs):
+    """qv_style_dir entries of style_dirs, {name: direction}: a vector (the unit shift in
+    x-vector space, any norm), or the path of a .bin or .qvoice holding it (voicefmt palette
+    derive); strength 0.25 unless style_strength is given (docs/markup.md)."""
+    if not dirs:
+        return []
+    out = (_capi.StyleDir * len(dirs))()
+    for d, (name, vec) in zip(out, dirs.items()):
+        if isinstance(vec, (str, os.PathLike)):
+            vec = Voice(vec).xvector
+        xs, _ = _flat(vec, "style_dirs[%r]" % name)
+        d.struct_size, d.name, d.dim = ctypes.sizeof(d), _b(name), len(xs)
+        d.direction = (ctypes.c_float * len(xs))(*xs)
+    return out
+
+
 class VoiceClonePromptItem:
     """One cloned voice with the official item's fields: ref_code (frames x 16 int32, None in
     x-vector-only mode), ref_spk_embedding (float32; NumPy arrays when NumPy is importable, else
@@ -577,7 +593,8 @@ class Qwen3TTSModel:
         """Runs one synthesis on this thread; on_block(block) gets each PCM block and returns
         True to stop. job: text, language, speaker, instruct, voice (Voice), use_icl. kw: the
         generation keywords and the style ones (docs/markup.md): style, style_strength,
-        style_table (text of "name = instruct" lines), strict_markup."""
+        style_table (text of "name = instruct" lines), strict_markup, style_dirs ({name:
+        direction vector or .bin path}, speak's --style-dir)."""
         p, sty = self._prepare(kw)
         try:
             synth = self._get_synth(p)
@@ -602,6 +619,9 @@ class Qwen3TTSModel:
         r.style_strength = float(sty.get("style_strength") or 0)
         r.style_table = _b(sty.get("style_table"))
         r.strict_markup = int(bool(sty.get("strict_markup")))
+        dirs = _style_dirs(sty.get("style_dirs"))  # kept alive through the run
+        r.style_dirs = ctypes.cast(dirs, ctypes.c_void_p) if dirs else None
+        r.n_style_dirs = len(dirs)
         failure = []
 
         def cb(user, pcm, n):

@@ -66,6 +66,11 @@ class JobsOptions(ctypes.Structure):
                 ("watermark", c_uint32)]
 
 
+class StyleDir(ctypes.Structure):
+    _fields_ = [("struct_size", c_uint32), ("name", c_char_p), ("direction", ctypes.POINTER(c_float)),
+                ("dim", c_int), ("strength", c_float)]
+
+
 class ChunkInfo(ctypes.Structure):
     _fields_ = [("struct_size", c_uint32), ("index", c_int), ("text_offset", c_int),
                 ("codes", ctypes.POINTER(ctypes.c_int32)), ("n_frames", c_int), ("verify", c_double)]
@@ -74,7 +79,7 @@ class ChunkInfo(ctypes.Structure):
 # C struct name -> ctypes class, for the layout test.
 STRUCTS = {"qv_params": Params, "qv_synth_request": SynthRequest, "qv_synth_stats": SynthStats,
            "qv_clone_request": CloneRequest, "qv_jobs_options": JobsOptions,
-           "qv_chunk_info": ChunkInfo}
+           "qv_chunk_info": ChunkInfo, "qv_style_dir": StyleDir}
 
 PCM_FN = ctypes.CFUNCTYPE(c_int, c_void_p, ctypes.POINTER(c_float), c_int)
 CHUNK_FN = ctypes.CFUNCTYPE(None, c_void_p, ctypes.POINTER(ChunkInfo))

@@ -456,6 +456,12 @@ class Cloning(unittest.TestCase):
         with self.assertRaisesRegex(qvoice.QvoiceError, "happy"):
             self.base.generate_voice_clone("Hi.", voice_clone_prompt=voice, style="happy",
                                            **SHORT)
+        # a generic direction (speak --style-dir) on a voice without a palette: the same shift
+        for d in (os.path.join(self.tmp.name, "sad.bin"), direction):
+            generic, _ = self.base.generate_voice_clone("Hi.", voice_clone_prompt=item,
+                                                        style="sad", style_strength=0.5,
+                                                        style_dirs={"sad": d}, **SHORT)
+            self.assertEqual(as_list(generic[0]), as_list(sad[0]))
 
     def test_icl_window(self):
         """The transcript must match the ICL span: the first 8 s fit CLIP_TEXT, the whole 30 s
