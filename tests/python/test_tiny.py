@@ -204,6 +204,19 @@ class Synthesis(unittest.TestCase):
         self.assertNotEqual(as_list(other[0]), as_list(wavs[0]))
         self.assertGreater(self.cv.last_stats["n_frames"], 0)
 
+    def test_quant(self):
+        """quant="int8" and "q4" run the library's quantized views: the same length, other
+        samples than bf16 (lossy weights), repeatable."""
+        want, _ = self.cv.generate_custom_voice("Hello there.", speaker="ryan", **SHORT)
+        for q in ("int8", "q4"):
+            m = model("tiny-cv", quant=q)
+            a, _ = m.generate_custom_voice("Hello there.", speaker="ryan", **SHORT)
+            b, _ = m.generate_custom_voice("Hello there.", speaker="ryan", **SHORT)
+            self.assertEqual(len(a[0]), len(want[0]))
+            self.assertNotEqual(as_list(a[0]), as_list(want[0]))
+            self.assertEqual(as_list(a[0]), as_list(b[0]))
+            m.close()
+
     def test_fresh_take_per_call(self):
         """No seed: each call is another take (its seed in last_stats); seed= repeats one."""
         kw = dict(max_new_tokens=6)
