@@ -302,7 +302,8 @@ enum qv_status qv_voice_open(qv_voice **out, const char *path_or_name);
 void qv_voice_free(qv_voice *v); /* accepts NULL */
 const char *qv_voice_name(const qv_voice *v);     /* "" when unnamed; borrowed */
 const char *qv_voice_language(const qv_voice *v); /* "" when unset; borrowed */
-const char *qv_voice_path(const qv_voice *v);     /* the file it was opened from; borrowed */
+const char *qv_voice_path(const qv_voice *v);     /* the file it was opened from (else the
+                                                     name given, or "parts"); borrowed */
 int qv_voice_has_icl(const qv_voice *v);          /* reference codes + transcript present */
 int qv_voice_has_wdelta(const qv_voice *v);       /* carries a weight delta */
 
@@ -318,8 +319,9 @@ enum qv_status qv_voice_open_memory(qv_voice **out, const void *data, size_t n_b
 enum qv_status qv_voice_from_parts(qv_voice **out, const float *xvector, int dim,
                                    const int32_t *ref_codes, int n_ref_frames,
                                    const char *ref_text, const char *language);
-/* Writes v as a voice file (format v4) to path, atomically. QV_E_IO ("PATH: problem"),
- * QV_E_INVALID (v cannot be stored), QV_E_NOMEM. */
+/* Writes v as a voice file (format v4) to path, atomically; a signature is not kept (a rewrite
+ * drops it, as voicefmt's do). QV_E_IO ("PATH: problem"), QV_E_INVALID (v cannot be stored),
+ * QV_E_NOMEM. */
 enum qv_status qv_voice_save(const qv_voice *v, const char *path);
 /* A voice's parts, borrowed while v lives: the x-vector (*dim floats), the ICL frames
  * ([*n_frames][16], NULL and 0 when none) and their transcript (NULL when none). */
