@@ -626,16 +626,22 @@ class Qwen3TTSModel:
 
         def cb(user, pcm, n):
             try:
-                return 1 if on_block(_block(pcm, n)) else 0
+                return 1 if failure or on_block(_block(pcm, n)) else 0
             except BaseException as e:  # noqa: B902 -- re-raised after qv_synth_run
                 failure.append(e)
                 return 1
+
+        def chunk_cb(user, info):  # a failing on_chunk stops the synthesis at the next block
+            try:
+                on_chunk(info.contents.text_offset)
+            except BaseException as e:  # noqa: B902 -- re-raised after qv_synth_run
+                failure.append(e)
 
         fn = _capi.PCM_FN(cb)
         stats = _capi.SynthStats(struct_size=ctypes.sizeof(_capi.SynthStats))
         on_chunk = job.get("on_chunk")
         if on_chunk is not None:
-            chunk_fn = _capi.CHUNK_FN(lambda user, info: on_chunk(info.contents.text_offset))
+            chunk_fn = _capi.CHUNK_FN(chunk_cb)
             lib.qv_synth_set_chunk_fn(synth, chunk_fn, None)
         try:
             st = lib.qv_synth_run(synth, ctypes.byref(r), fn, None, ctypes.byref(stats))

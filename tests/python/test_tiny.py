@@ -290,6 +290,11 @@ class Synthesis(unittest.TestCase):
             blocks = list(self.cv.stream_script(path, **SHORT))
         self.assertEqual(as_list(again[0]), as_list(wavs[0]))
         self.assertEqual([x for b in blocks for x in as_list(b)], as_list(wavs[0]))
+        def stop(*a):
+            raise KeyboardInterrupt
+
+        with self.assertRaises(KeyboardInterrupt):  # on_line's exception ends the take
+            self.cv.speak_script(script, on_line=stop, **SHORT)
         with self.assertRaisesRegex(ValueError, "script line 2"):
             self.cv.speak_script("ryan: fine.\nno speaker here\n", **SHORT)
         with self.assertRaises(qvoice.QvoiceError):
