@@ -86,7 +86,7 @@ static enum qv_status voice_from_parts(qv_voice **out, const float *xvector, int
             return snprintf(err, es, "parts: x-vector value %d is not finite", i), QV_E_INVALID;
     const size_t n = (size_t)n_ref_frames * QV_N_CODEBOOKS;
     for (size_t i = 0; i < n; i++)
-        if (ref_codes[i] < 0 || ref_codes[i] >= 2048)
+        if (ref_codes[i] < 0 || ref_codes[i] >= QV_CODEBOOK_SIZE)
             return snprintf(err, es, "parts: reference code %d (frame %zu, codebook %zu) outside "
                                      "[0, 2048)", (int)ref_codes[i], i / QV_N_CODEBOOKS,
                             i % QV_N_CODEBOOKS), QV_E_INVALID;

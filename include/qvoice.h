@@ -62,6 +62,7 @@ extern "C" {
 const char *qv_version(void);
 
 #define QV_N_CODEBOOKS 16     /* codes per frame: c0 (talker) + c1..c15 (code predictor) */
+#define QV_CODEBOOK_SIZE 2048 /* a code is in [0, QV_CODEBOOK_SIZE) */
 #define QV_FRAME_RATE_HZ 12.5 /* frames per second of audio */
 #define QV_SAMPLE_RATE_HZ 24000
 #define QV_SAMPLES_PER_FRAME 1920 /* samples of one frame */
