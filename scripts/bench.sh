@@ -201,9 +201,9 @@ tok=$(sed -n 's/^tokenizer *//p' "$TMP/tok" | head -1)
 wm=$(build/bench/bench_watermark | sed -n 's/^watermark: //p')
 # Python list input (4 texts, 40 frames each) vs 4 calls one by one, same model and threads
 PYTHONPATH=python QVOICE_LIB=build/libqvoice.so.0 python3 tests/bench/bench_python_batch.py "$CV" "$J" 40 >"$TMP/py" || true
-pyb=$(awk '$1=="python_one_by_one_s"{a=$2" ("$3" CPU)"} $1=="python_list_s"{b=$2" ("$3" CPU)"}
+pyb=$(awk '$1=="python_one_by_one_s"{a=$2" s ("$3" s CPU)"} $1=="python_list_s"{b=$2" s ("$3" s CPU)"}
     $1=="python_list_ratio"{r=$2} $1=="python_list_identical"{i=$2} $1=="python_batch_audio_s"{s=$2}
-    END {printf "%s s of audio: %s s one by one, %s s as a list: %sx (goal >= 2x), same samples: %s", s, a, b, r, i}' "$TMP/py")
+    END {printf "%s s of audio: %s one by one, %s as a list: %sx (goal >= 2x), same samples: %s", s, a, b, r, i}' "$TMP/py")
 
 B="$TMP/bf16"; Q="$TMP/int8"
 cat <<TABLE
