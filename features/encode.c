@@ -5,6 +5,7 @@
  * marks the samples first (qv_watermark, docs/provenance.md) unless told QV_WATERMARK_OFF.
  */
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <sndfile.h>
 #include <stdio.h>
@@ -302,9 +303,8 @@ struct qv_encoder {
     uint8_t *blk; /* one block: the header (first WAV block) and the samples */
     size_t cap;
     qv_watermark *mark; /* NULL: QV_WATERMARK_OFF */
-    float *marked;      /* one block of marked samples */
+    float *marked;      /* the marked samples a write releases */
     size_t marked_cap;
-    int64_t mark_lag;   /* marked samples still to drop: the marker's delay (zeros) */
 };
 
 enum qv_status qv_encoder_new(qv_encoder **out, int format, uint32_t mark, qv_write_fn fn,
@@ -320,7 +320,6 @@ enum qv_status qv_encoder_new(qv_encoder **out, int format, uint32_t mark, qv_wr
     if (!e || (mark != QV_WATERMARK_OFF && qv_watermark_new(&e->mark, mark)))
         return free(e), qvu_fail(QV_E_NOMEM, "encoder: out of memory");
     e->format = format, e->fn = fn, e->user = user, e->file = file;
-    e->mark_lag = e->mark ? QV_WATERMARK_DELAY : 0;
     *out = e;
     return QV_OK;
 }
@@ -361,22 +360,24 @@ static enum qv_status write_block(qv_encoder *e, const float *pcm, int n_samples
     return QV_OK;
 }
 
-/* Marked output lags by QV_WATERMARK_DELAY: its first samples (zeros) are dropped here and the
- * last ones come at close, so the stream equals the whole signal marked (qv_audio_encode). */
+/* Marked output goes out as the marker releases it: the first block at once, later ones whole
+ * when complete, the held rest at close; the stream equals the whole signal marked
+ * (qv_audio_encode). */
 enum qv_status qv_encoder_write(qv_encoder *e, const float *pcm, int n_samples) {
     if (!e || n_samples < 0)
         return qvu_failf(QV_E_INVALID, "qv_encoder_write: %s", e ? "negative length" : "NULL");
     if (e->mark && n_samples) {
-        if ((size_t)n_samples > e->marked_cap) {
-            float *q = realloc(e->marked, (size_t)n_samples * sizeof *q);
+        if (n_samples > INT_MAX - QV_WATERMARK_DELAY)
+            return qvu_failf(QV_E_LIMIT, "%s block: %d samples: too many", names[e->format],
+                             n_samples);
+        const size_t need = (size_t)n_samples + QV_WATERMARK_DELAY;
+        if (need > e->marked_cap) {
+            float *q = realloc(e->marked, need * sizeof *q);
             if (!q) return qvu_failf(QV_E_NOMEM, "%s block: out of memory", names[e->format]);
-            e->marked = q, e->marked_cap = (size_t)n_samples;
+            e->marked = q, e->marked_cap = need;
         }
-        memcpy(e->marked, pcm, (size_t)n_samples * sizeof *pcm);
-        qv_watermark_apply(e->mark, e->marked, n_samples);
-        const int drop = e->mark_lag < n_samples ? (int)e->mark_lag : n_samples;
-        e->mark_lag -= drop;
-        pcm = e->marked + drop, n_samples -= drop;
+        n_samples = (int)qv_watermark_apply(e->mark, pcm, n_samples, e->marked);
+        pcm = e->marked;
         if (n_samples == 0 && (e->started || e->format != QV_FORMAT_WAV)) return QV_OK;
     }
     return write_block(e, pcm, n_samples);
@@ -385,13 +386,9 @@ enum qv_status qv_encoder_write(qv_encoder *e, const float *pcm, int n_samples) 
 enum qv_status qv_encoder_close(qv_encoder *e) {
     if (!e) return QV_OK;
     enum qv_status st = QV_OK;
-    if (e->mark) { /* the marker's last samples: as many as were taken and not yet given */
-        float tail[QV_WATERMARK_DELAY];
-        qv_watermark_flush(e->mark, tail);
-        st = write_block(e, tail + e->mark_lag, QV_WATERMARK_DELAY - (int)e->mark_lag);
-    } else if (e->format == QV_FORMAT_WAV && !e->started) {
-        st = write_block(e, NULL, 0);
-    }
+    float tail[QV_WATERMARK_DELAY];
+    const int n = e->mark ? qv_watermark_flush(e->mark, tail) : 0; /* the held samples */
+    if (n || (e->format == QV_FORMAT_WAV && !e->started)) st = write_block(e, tail, n);
     free(e->blk);
     free(e->marked);
     qv_watermark_free(e->mark);

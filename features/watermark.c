@@ -53,8 +53,7 @@
  * 3 %, −30 dB): a block whose tiles barely answer stays off its lattice rather than get a
  * loud mark. */
 #define MAX_SHIFT 0.06
-/* Stream delay: a block is marked once all of it is in. */
-#define DELAY QV_WATERMARK_DELAY
+/* A block is marked once all of it is in; the first block of a stream goes out unmarked. */
 _Static_assert(QV_WATERMARK_DELAY == BLOCK, "the public delay is one block");
 
 /* Detector: frames every SUB samples (8 per hop) give every block grid offset in SUB steps
@@ -173,13 +172,11 @@ static void sqrt_hann(float *w) {
 
 struct qv_watermark {
     uint32_t payload;
-    int64_t block;              /* blocks marked so far */
-    int n_in;                   /* samples in x */
+    int64_t block;              /* blocks complete so far (the first one passed unmarked) */
+    int n_in;                   /* samples of the current block taken (held in x after the first) */
     float x[BLOCK];             /* the block's input */
     float y[BLOCK];             /* x with the block's mark: what the detector will see */
     float mark[BLOCK];
-    float fifo[DELAY + BLOCK];  /* marked samples waiting to go out */
-    int n_fifo;
     pattern pat;
     float win[N_FFT];
     float *in, *out;
@@ -227,7 +224,6 @@ enum qv_status qv_watermark_new(qv_watermark **out, uint32_t payload) {
     if (!w->fwd || !w->inv)
         return qv_watermark_free(w), qvu_fail(QV_E_NOMEM, "watermark: out of memory");
     w->payload = payload;
-    w->n_fifo = DELAY;
     pattern_make(&w->pat);
     sqrt_hann(w->win);
     *out = w;
@@ -267,11 +263,10 @@ static void synth_mark(qv_watermark *w, const fftwf_complex *host, const double 
     }
 }
 
-/* Marks the full block in w->x: each slot's projection goes to the nearest point of its
- * symbol's lattice. The projection's response to a shift is nearly linear; two secant steps,
- * each measured on the block as the detector will see it, settle it. Then the first BLOCK
- * samples are final. */
-static void mark_block(qv_watermark *w) {
+/* Marks the full block in w->x into out[BLOCK]: each slot's projection goes to the nearest
+ * point of its symbol's lattice. The projection's response to a shift is nearly linear; two
+ * secant steps, each measured on the block as the detector will see it, settle it. */
+static void mark_block(qv_watermark *w, float *out) {
     double e[N_TILES], p0[N_SLOTS], p[N_SLOTS], target[N_SLOTS], shift[N_SLOTS];
     block_tiles(w, w->x, e);
     memset(w->mark, 0, sizeof w->mark);
@@ -300,40 +295,49 @@ static void mark_block(qv_watermark *w) {
         }
         synth_mark(w, host, shift, sens);
     }
-    for (int i = 0; i < BLOCK; i++) w->fifo[w->n_fifo++] = w->x[i] + w->mark[i];
+    for (int i = 0; i < BLOCK; i++) out[i] = w->x[i] + w->mark[i];
     w->n_in = 0;
     w->block++;
 }
 
-/* Takes n input samples from pcm and writes the marked samples that are ready over them (in
- * place: each output position has been read). Returns how many were written. */
-static int64_t run(qv_watermark *w, float *pcm, int64_t n) {
+/* Takes n input samples from pcm and writes to out the samples that are final; returns how many.
+ * The first block goes out as it comes, unmarked: a stream's first audio waits for nothing, and
+ * the detector, which scores 27-block windows, loses one block of the first. Later samples wait
+ * until their block is complete. Blocks are cut and marked the same whatever the calls' sizes.
+ * out may be pcm when no samples are held at the call (each write lands on samples read). */
+static int64_t run(qv_watermark *w, const float *pcm, int64_t n, float *out) {
     int64_t at = 0, out_at = 0;
+    if (w->block == 0) {
+        at = out_at = BLOCK - w->n_in < n ? BLOCK - w->n_in : n;
+        memmove(out, pcm, (size_t)at * sizeof *pcm);
+        w->n_in += (int)at;
+        if (w->n_in == BLOCK) w->n_in = 0, w->block = 1;
+    }
     while (at < n) {
         int m = BLOCK - w->n_in;
         if (m > n - at) m = (int)(n - at);
         memcpy(w->x + w->n_in, pcm + at, (size_t)m * sizeof *pcm);
         w->n_in += m;
         at += m;
-        if (w->n_in == BLOCK) mark_block(w);
-        int k = w->n_fifo < at - out_at ? w->n_fifo : (int)(at - out_at);
-        memcpy(pcm + out_at, w->fifo, (size_t)k * sizeof *pcm);
-        memmove(w->fifo, w->fifo + k, (size_t)(w->n_fifo - k) * sizeof *w->fifo);
-        w->n_fifo -= k;
-        out_at += k;
+        if (w->n_in == BLOCK) {
+            mark_block(w, out + out_at);
+            out_at += BLOCK;
+        }
     }
     return out_at;
 }
 
-/* The stream starts with DELAY zeros in the queue, so every call gives back as many samples as
- * it takes; blocks are marked the same whatever the calls' sizes. */
-void qv_watermark_apply(qv_watermark *w, float *pcm, int64_t n_samples) {
-    run(w, pcm, n_samples);
+int64_t qv_watermark_apply(qv_watermark *w, const float *pcm, int64_t n_samples, float *out) {
+    return n_samples > 0 ? run(w, pcm, n_samples, out) : 0;
 }
 
-void qv_watermark_flush(qv_watermark *w, float tail[QV_WATERMARK_DELAY]) {
-    memset(tail, 0, DELAY * sizeof *tail);
-    run(w, tail, DELAY);
+/* The held samples of the last block, marked with zeros after them (as a whole signal ends). */
+int qv_watermark_flush(qv_watermark *w, float tail[QV_WATERMARK_DELAY]) {
+    const int n = w->block == 0 ? 0 : w->n_in;
+    if (n == 0) return 0;
+    memset(w->x + n, 0, (size_t)(BLOCK - n) * sizeof *w->x);
+    mark_block(w, tail);
+    return n;
 }
 
 enum qv_status qv_watermark_mark(uint32_t payload, float *pcm, int64_t n_samples) {
@@ -341,11 +345,10 @@ enum qv_status qv_watermark_mark(uint32_t payload, float *pcm, int64_t n_samples
     qv_watermark *w;
     enum qv_status st = qv_watermark_new(&w, payload);
     if (st) return st;
-    w->n_fifo = 0; /* no leading zeros: the output catches up with the input at the end */
-    int64_t done = run(w, pcm, n_samples);
-    float tail[DELAY] = {0}; /* the end: zeros push the last block through */
-    run(w, tail, DELAY);
-    memcpy(pcm + done, tail, (size_t)(n_samples - done) * sizeof *pcm);
+    const int64_t done = run(w, pcm, n_samples, pcm); /* a new marker holds nothing: in place */
+    float tail[BLOCK];
+    const int k = qv_watermark_flush(w, tail);
+    memcpy(pcm + done, tail, (size_t)k * sizeof *pcm);
     qv_watermark_free(w);
     return QV_OK;
 }

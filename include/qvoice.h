@@ -654,11 +654,14 @@ enum qv_status qv_loudness_lufs(const float *pcm, int64_t n_samples, double *luf
 
 /* An inaudible mark in the samples: spread-transform dither modulation of the log energies of
  * 2-bin × 4-frame STFT tiles over 422 Hz - 6.8 kHz, 35 dB or more under the signal, carrying
- * a 32-bit payload (+ CRC-16) every 5.1 s. Marking a block needs all of it, so a stream comes out
- * QV_WATERMARK_DELAY samples late (107 ms) and equals the whole signal marked at once, delayed.
+ * a 32-bit payload (+ CRC-16) every 5.1 s, in blocks of QV_WATERMARK_DELAY samples (107 ms).
+ * Marking a block needs all of it. The first block of a signal is left unmarked and a stream
+ * gives it back at once, so the mark costs a stream's first audio nothing; each later sample
+ * comes out when its block is complete, at most QV_WATERMARK_DELAY - 1 samples after it went
+ * in. A stream equals the whole signal marked at once (qv_watermark_mark), sample for sample.
  * A qv_watermark belongs to one thread at a time; detection keeps no state. */
 #define QV_WATERMARK_SYNTHETIC 0x80000000u /* payload bit: the audio is machine-made */
-#define QV_WATERMARK_DELAY 2560            /* samples a stream's marked output lags its input */
+#define QV_WATERMARK_DELAY 2560            /* samples in a block: a stream holds fewer back */
 #define QV_WATERMARK_PRESENT 6.0           /* a window's score from which the mark is present */
 typedef struct qv_watermark qv_watermark;
 
@@ -668,13 +671,17 @@ uint32_t qv_watermark_payload(const char *voice_id, const char *model_fingerprin
 /* A marker for one stream carrying payload. QV_OK or QV_E_NOMEM. */
 enum qv_status qv_watermark_new(qv_watermark **out, uint32_t payload);
 void qv_watermark_free(qv_watermark *w); /* accepts NULL */
-/* Marks mono 24 kHz pcm[n_samples] in place, continuing the stream of earlier calls: pcm gets
- * the marked stream QV_WATERMARK_DELAY samples late (zeros first). Never fails. */
-void qv_watermark_apply(qv_watermark *w, float *pcm, int64_t n_samples);
-/* Ends a stream: the last QV_WATERMARK_DELAY marked samples into tail. */
-void qv_watermark_flush(qv_watermark *w, float tail[QV_WATERMARK_DELAY]);
-/* Marks a whole signal in place, without delay (the stream's output, advanced). QV_OK,
- * QV_E_INVALID (pcm NULL), QV_E_NOMEM. */
+/* Takes mono 24 kHz pcm[n_samples], continuing the stream of earlier calls, and writes the
+ * stream's next final samples to out: all of those taken while the first block lasts, then each
+ * later block whole once its last sample is in. Returns how many (0 to n_samples +
+ * QV_WATERMARK_DELAY - 1); out, not overlapping pcm, has room for n_samples +
+ * QV_WATERMARK_DELAY. Never fails. */
+int64_t qv_watermark_apply(qv_watermark *w, const float *pcm, int64_t n_samples, float *out);
+/* Ends a stream: the samples still held (0 to QV_WATERMARK_DELAY - 1), marked, into tail;
+ * returns how many. */
+int qv_watermark_flush(qv_watermark *w, float tail[QV_WATERMARK_DELAY]);
+/* Marks a whole signal in place, as a stream of it comes out. QV_OK, QV_E_INVALID (pcm NULL),
+ * QV_E_NOMEM. */
 enum qv_status qv_watermark_mark(uint32_t payload, float *pcm, int64_t n_samples);
 
 #define QV_WATERMARK_MAX_RANGES 32

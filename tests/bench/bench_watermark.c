@@ -26,9 +26,11 @@ int main(int argc, char **argv) {
     qv_watermark *w;
     if (qv_watermark_new(&w, QV_WATERMARK_DEFAULT)) return fprintf(stderr, "%s\n", qv_last_error()), 1;
     double t0 = cpu_s();
+    float out[QV_SAMPLES_PER_FRAME + QV_WATERMARK_DELAY];
     for (int64_t i = 0; i < a.n_samples; i += QV_SAMPLES_PER_FRAME) /* frame by frame, as streamed */
         qv_watermark_apply(w, a.samples + i,
-                           a.n_samples - i < QV_SAMPLES_PER_FRAME ? a.n_samples - i : QV_SAMPLES_PER_FRAME);
+                           a.n_samples - i < QV_SAMPLES_PER_FRAME ? a.n_samples - i : QV_SAMPLES_PER_FRAME,
+                           out);
     const double t_mark = cpu_s() - t0;
     qv_watermark_free(w);
     qv_watermark_report r = qv_watermark_default_report();

@@ -39,7 +39,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (!(r.ranges[i].start_s >= 0.0 && r.ranges[i].end_s <= r.seconds + 1e-9)) abort();
     qv_watermark *w;
     if (qv_watermark_new(&w, 0x8abcdef1u) != QV_OK) abort();
-    qv_watermark_apply(w, x, (int64_t)(n < 24000 ? n : 24000));
+    static float out[24000 + QV_WATERMARK_DELAY];
+    const int64_t m = (int64_t)(n < 24000 ? n : 24000);
+    if (qv_watermark_apply(w, x, m, out) > m) abort(); /* a new marker holds nothing back */
+    if (qv_watermark_flush(w, out) >= QV_WATERMARK_DELAY) abort();
     qv_watermark_free(w);
     free(x);
     return 0;
