@@ -22,8 +22,8 @@ typedef struct job {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     qv_server *s;
-    int slot, refs, format, stream, n_chars;
-    double deadline, max_seconds;
+    int slot, refs, format, stream, n_tokens; /* n_tokens: usage.input_tokens */
+    double deadline, max_seconds, speed;
     struct MHD_Connection *conn; /* for disconnect checks while waiting */
     /* request (owned strings) */
     qv_synth_request r;
@@ -306,15 +306,15 @@ typedef struct fields {
     double max_s;
 } fields;
 
-/* input (its length in j->n_chars), model (*model, f->m) and vLLM-Omni's "speaker", another name
+/* input (at most --max-text-chars), model (*model, f->m) and vLLM-Omni's "speaker", another name
  * for "voice". */
-static int parse_text_model(const qv_server *s, fields *f, job *j, int *model, verdict *v) {
+static int parse_text_model(const qv_server *s, fields *f, int *model, verdict *v) {
     if (!f->input || !f->input[0])
         return qvs_bad(v, 400, "invalid_value", "input", "input: required, non-empty text");
-    j->n_chars = utf8_chars(f->input);
-    if (j->n_chars > s->cfg.max_text_chars)
+    const int n_chars = utf8_chars(f->input);
+    if (n_chars > s->cfg.max_text_chars)
         return qvs_bad(v, 400, "input_too_long", "input",
-                       "input: %d characters exceed the limit of %d", j->n_chars,
+                       "input: %d characters exceed the limit of %d", n_chars,
                        s->cfg.max_text_chars);
     if ((*model = qvs_find_model(s, f->mname)) < 0)
         return qvs_bad(v, 404, "model_not_found", "model",
@@ -439,9 +439,9 @@ static int parse_format(const qv_server *s, cJSON *o, const fields *f, job *j, v
     return 0;
 }
 
-/* vLLM-Omni's fields qvoice takes only at the one value it produces: sample_rate,
- * initial_codec_chunk_frames (absent) and speed. */
-static int parse_fixed(cJSON *o, verdict *v) {
+/* vLLM-Omni's fields qvoice takes only at the one value it produces: sample_rate and
+ * initial_codec_chunk_frames (absent); and speed (*speed, default 1). */
+static int parse_fixed(cJSON *o, double *speed, verdict *v) {
     double d;
     int got;
     if ((got = get_num(o, "sample_rate", 1, 1e6, 1, &d, v)) < 0) return -1;
@@ -454,11 +454,9 @@ static int parse_fixed(cJSON *o, verdict *v) {
         return qvs_bad(v, 400, "unsupported_value", "initial_codec_chunk_frames",
                        "initial_codec_chunk_frames: the decoder's block schedule is fixed (the "
                        "first audio after a few frames, then growing blocks)");
-    if ((got = get_num(o, "speed", 0.25, 4, 0, &d, v)) < 0) return -1;
-    if (got && d != 1.0)
-        return qvs_bad(v, 400, "unsupported_value", "speed",
-                       "speed %g: only 1.0 is supported (qvoice does not time-stretch its output)",
-                       d);
+    /* speed: the library's pitch-preserving time stretch, streams included */
+    if ((got = get_num(o, "speed", QV_SPEED_MIN, QV_SPEED_MAX, 0, &d, v)) < 0) return -1;
+    if (got) *speed = d;
     return 0;
 }
 
@@ -499,6 +497,27 @@ static int parse_sampling(const qv_server *s, cJSON *o, fields *f, qv_params *p,
     return 0;
 }
 
+/* usage.input_tokens: the input and the instructions in the model's own tokens, as vLLM-Omni
+ * counts its text_tokens (a reference clip's codes are not counted). */
+static int count_tokens(const fields *f, job *j, verdict *v) {
+    const char *const texts[2] = {f->input, f->instr};
+    const char *const names[2] = {"input", "instructions"};
+    j->n_tokens = 0;
+    for (int i = 0; i < 2; i++) {
+        int32_t *ids;
+        int n;
+        if (!texts[i]) continue;
+        enum qv_status st = qv_model_tokenize(f->m, texts[i], &ids, &n);
+        if (st)
+            return qvs_bad(v, st == QV_E_INVALID ? 400 : 503,
+                           st == QV_E_INVALID ? "invalid_value" : "server_error", names[i],
+                           "%s: %s", names[i], qv_last_error());
+        qv_free(ids);
+        j->n_tokens += n;
+    }
+    return 0;
+}
+
 /* Fills j (strings, request, format, stream, reference) and p from the JSON body; model in
  * *model. The fields are checked in the order of the steps above; a reference is cloned (or
  * found in the cache) last, once everything else is valid; verdict status -1/-2: no slot for that
@@ -521,8 +540,8 @@ static int parse(qv_server *s, struct MHD_Connection *c, const api_key *k, const
         get_str(o, "task_type", &f.task, v) || get_str(o, "ref_audio", &f.ref_audio, v) ||
         get_str(o, "ref_text", &f.ref_text, v))
         goto out;
-    if (parse_text_model(s, &f, j, model, v) || parse_reference(o, &f, v) ||
-        parse_voice(s, k, o, &f, v) || parse_format(s, o, &f, j, v) || parse_fixed(o, v) ||
+    if (parse_text_model(s, &f, model, v) || parse_reference(o, &f, v) ||
+        parse_voice(s, k, o, &f, v) || parse_format(s, o, &f, j, v) || parse_fixed(o, &j->speed, v) ||
         parse_sampling(s, o, &f, p, v))
         goto out;
     if ((f.input && !(j->text = strdup(f.input))) || (f.lang && !(j->language = strdup(f.lang))) ||
@@ -533,6 +552,7 @@ static int parse(qv_server *s, struct MHD_Connection *c, const api_key *k, const
         goto out;
     }
     j->max_seconds = f.max_s;
+    if (count_tokens(&f, j, v)) goto out;
     if (f.ref_audio || f.emb) {
         ref_spec r = {.audio = f.ref_audio,
                       .text = f.xvec_only ? NULL : f.ref_text,
@@ -654,7 +674,7 @@ static ssize_t read_stream(void *cls, uint64_t pos, char *buf, size_t max) {
                          "event: speech.audio.done\ndata: {\"type\":\"speech.audio.done\","
                          "\"usage\":{\"input_tokens\":%d,"
                          "\"output_tokens\":%d,\"total_tokens\":%d}}\n\n",
-                         j->n_chars, j->stats.n_frames, j->n_chars + j->stats.n_frames);
+                         j->n_tokens, j->stats.n_frames, j->n_tokens + j->stats.n_frames);
             else {
                 cJSON *e = cJSON_CreateObject(), *in = cJSON_AddObjectToObject(e, "error");
                 char msg[700];
@@ -689,6 +709,17 @@ static ssize_t read_stream(void *cls, uint64_t pos, char *buf, size_t max) {
     }
     pthread_mutex_unlock(&j->mu);
     return n;
+}
+
+/* A whole file's usage, in vLLM-Omni's headers (the body is audio). */
+static void add_usage_headers(struct MHD_Response *r, const job *j) {
+    char n[3][16];
+    snprintf(n[0], sizeof n[0], "%d", j->n_tokens);
+    snprintf(n[1], sizeof n[1], "%d", j->stats.n_frames);
+    snprintf(n[2], sizeof n[2], "%d", j->n_tokens + j->stats.n_frames);
+    MHD_add_response_header(r, "x-vllm-omni-input-tokens", n[0]);
+    MHD_add_response_header(r, "x-vllm-omni-output-tokens", n[1]);
+    MHD_add_response_header(r, "x-vllm-omni-total-tokens", n[2]);
 }
 
 static void free_stream(void *cls) {
@@ -730,6 +761,7 @@ job *qvs_speech_parse(qv_server *s, struct MHD_Connection *c, const api_key *k,
     j->s = s;
     j->conn = c;
     j->deadline = deadline;
+    j->speed = 1;
     if (parse(s, c, k, body, len, j, p, model, v)) {
         job_unref(j);
         return NULL;
@@ -762,6 +794,7 @@ enum MHD_Result qvs_speech_handle(qv_server *s, struct MHD_Connection *c, req *q
     j->r.voice = j->ref ? qvs_ref_voice(j->ref) : NULL;
     j->r.instruct = j->instruct;
     j->r.max_seconds = j->max_seconds; /* per chunk in the library; on_pcm caps the total */
+    j->r.speed = j->speed;
     j->max_samples = (int64_t)(j->max_seconds * QV_SAMPLE_RATE_HZ);
     /* A weight delta rewrites the shared model for good: not in a server. The voice's x-vector
      * (and ICL) still apply. */
@@ -813,6 +846,7 @@ enum MHD_Result qvs_speech_handle(qv_server *s, struct MHD_Connection *c, req *q
         }
         MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, qv_format_mime(j->format));
         if (j->stats.warning[0]) MHD_add_response_header(r, "X-Qvoice-Warning", j->stats.warning);
+        add_usage_headers(r, j);
         enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);
         MHD_destroy_response(r);
         q->status = MHD_HTTP_OK;
