@@ -770,22 +770,12 @@ job *qvs_speech_parse(qv_server *s, struct MHD_Connection *c, const api_key *k,
 }
 
 void qvs_speech_job_free(job *j) {
-    job_unref(j);
+    if (j) job_unref(j);
 }
 
-enum MHD_Result qvs_speech_handle(qv_server *s, struct MHD_Connection *c, req *q) {
-    verdict v;
-    qv_params p;
-    int model;
-    double deadline = q->t0 + s->cfg.timeout_s;
-    job *j = qvs_speech_parse(s, c, q->key, q->body, q->body_len, deadline, &model, &p, &v);
-    if (!j) {
-        if (v.status < 0) return qvs_reply_not_admitted(s, c, q, v.status, deadline);
-        return qvs_reply_error(c, q, v.status,
-                               v.status >= 500 ? "server_error" : "invalid_request_error", v.code,
-                               v.param, "%s", v.msg);
-    }
-    q->job = j; /* freed by qvs_speech_release when the request completes */
+/* Starts j's synthesis on a slot of model: 0, or qvs_slot_take's -1 (queue full) / -2 (gone,
+ * late, stopping), -3 no synthesizer for p, -4 no thread (the last two: out of memory). */
+int qvs_job_start(qv_server *s, struct MHD_Connection *c, job *j, int model, const qv_params *p) {
     j->r = qv_synth_default_request();
     j->r.text = j->text;
     j->r.language = j->language;
@@ -802,13 +792,10 @@ enum MHD_Result qvs_speech_handle(qv_server *s, struct MHD_Connection *c, req *q
     /* A whole response can wait for each chunk to pass the guard, so a trip is retried instead
      * of failing the request; a stream sends audio as it is decoded. */
     j->r.whole_chunks = j->stream == STREAM_NONE;
-    j->slot = slot_acquire(s, c, model, &p, j->deadline);
-    if (j->slot == -1 || j->slot == -2) return qvs_reply_not_admitted(s, c, q, j->slot, j->deadline);
-    if (j->slot == -3)
-        return qvs_reply_error(c, q, 503, "server_error", "out_of_memory", NULL,
-                               "cannot create a synthesizer for these parameters");
+    j->slot = slot_acquire(s, c, model, p, j->deadline);
+    if (j->slot < 0) return j->slot;
     pthread_t th;
-    j->refs = 2; /* the request and the worker */
+    j->refs++; /* the worker's */
     j->running = 1;
     pthread_mutex_lock(&s->mu);
     s->n_workers++; /* qv_server_free waits for them */
@@ -819,33 +806,88 @@ enum MHD_Result qvs_speech_handle(qv_server *s, struct MHD_Connection *c, req *q
     int err = pthread_create(&th, &at, worker, j);
     pthread_attr_destroy(&at);
     if (err) {
-        j->refs = 1;
+        j->refs--;
         j->running = 0;
         pthread_mutex_lock(&s->mu);
         s->n_workers--;
         pthread_mutex_unlock(&s->mu);
         qvs_slot_release(s, j->slot);
-        return qvs_reply_error(c, q, 503, "server_error", "out_of_memory", NULL,
-                               "cannot start a synthesis thread");
+        return -4;
     }
+    return 0;
+}
+
+void qvs_job_cancel(job *j) {
+    job_cancel(j, 0);
+}
+
+int qvs_job_is_stream(const job *j) {
+    return j->stream != STREAM_NONE;
+}
+
+int qvs_job_finish(job *j, qvs_job_result *res) {
+    memset(res, 0, sizeof *res);
+    if (wait_job(j, 0) < 0) return -1;
+    res->input_tokens = j->n_tokens;
+    res->output_tokens = j->stats.n_frames;
+    snprintf(res->warning, sizeof res->warning, "%s", j->stats.warning);
+    res->media_type = qv_format_mime(j->format);
+    if (j->st) {
+        const char *type;
+        res->status = failure_status(j, &type, &res->code);
+        snprintf(res->msg, sizeof res->msg, "synthesis failed: %s: %s", qv_strerror(j->st),
+                 j->err[0] ? j->err : "-");
+        return 0;
+    }
+    if (qv_audio_encode(j->format, j->pcm.pcm, j->pcm.n,
+                        j->s->cfg.no_watermark ? QV_WATERMARK_OFF : QV_WATERMARK_DEFAULT,
+                        &res->audio, &res->n_bytes)) {
+        res->status = 500;
+        res->code = "encoding_failed";
+        snprintf(res->msg, sizeof res->msg, "response_format %s", qv_last_error());
+    }
+    return 0;
+}
+
+/* The reply for qvs_job_start's failures. */
+static enum MHD_Result reply_not_started(qv_server *s, struct MHD_Connection *c, req *q,
+                                         const job *j, int why) {
+    if (why == -1 || why == -2) return qvs_reply_not_admitted(s, c, q, why, j->deadline);
+    return qvs_reply_error(c, q, 503, "server_error", "out_of_memory", NULL, "%s",
+                           why == -3 ? "cannot create a synthesizer for these parameters"
+                                     : "cannot start a synthesis thread");
+}
+
+enum MHD_Result qvs_speech_handle(qv_server *s, struct MHD_Connection *c, req *q) {
+    verdict v;
+    qv_params p;
+    int model;
+    double deadline = q->t0 + s->cfg.timeout_s;
+    job *j = qvs_speech_parse(s, c, q->key, q->body, q->body_len, deadline, &model, &p, &v);
+    if (!j) {
+        if (v.status < 0) return qvs_reply_not_admitted(s, c, q, v.status, deadline);
+        return qvs_reply_error(c, q, v.status,
+                               v.status >= 500 ? "server_error" : "invalid_request_error", v.code,
+                               v.param, "%s", v.msg);
+    }
+    q->job = j; /* freed by qvs_speech_release when the request completes */
+    int why = qvs_job_start(s, c, j, model, &p);
+    if (why) return reply_not_started(s, c, q, j, why);
     if (j->stream == STREAM_NONE) {
-        if (wait_job(j, 0) < 0) return MHD_NO;
-        if (j->st) return reply_failure(c, q, j);
-        uint8_t *out;
-        size_t len;
-        if (qv_audio_encode(j->format, j->pcm.pcm, j->pcm.n,
-                            s->cfg.no_watermark ? QV_WATERMARK_OFF : QV_WATERMARK_DEFAULT, &out,
-                            &len))
-            return qvs_reply_error(c, q, 500, "server_error", "encoding_failed", NULL,
-                                   "response_format %s", qv_last_error());
+        qvs_job_result res;
+        if (qvs_job_finish(j, &res) < 0) return MHD_NO;
+        if (res.status)
+            return qvs_reply_error(c, q, res.status,
+                                   res.status >= 500 ? "server_error" : "invalid_request_error",
+                                   res.code, NULL, "%s", res.msg);
         struct MHD_Response *r =
-            MHD_create_response_from_buffer_with_free_callback(len, out, qv_free);
+            MHD_create_response_from_buffer_with_free_callback(res.n_bytes, res.audio, qv_free);
         if (!r) {
-            qv_free(out);
+            qv_free(res.audio);
             return MHD_NO;
         }
-        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, qv_format_mime(j->format));
-        if (j->stats.warning[0]) MHD_add_response_header(r, "X-Qvoice-Warning", j->stats.warning);
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, res.media_type);
+        if (res.warning[0]) MHD_add_response_header(r, "X-Qvoice-Warning", res.warning);
         add_usage_headers(r, j);
         enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);
         MHD_destroy_response(r);
