@@ -4,7 +4,7 @@
 //   MODE wav:       audio.speech.create, whole body -> OUT
 //   MODE stream:    stream_format "audio", body read chunk by chunk -> OUT; prints the chunk count
 //   MODE sse:       stream_format "sse", speech.audio.delta events decoded -> OUT; checks the done event
-//                   and that each event's `event:` line names its type
+//                   (its usage.input_tokens: 7 tokens) and that each event's `event:` line names its type
 //   MODE ref:       vLLM-Omni's per-request clone: ref_audio (a data URL of REF_WAV) with
 //                   x_vector_only_mode, pcm -> OUT
 //   MODE speed:     OpenAI's speed 2 (time-stretched), pcm -> OUT
@@ -55,6 +55,8 @@ try {
     const done = events.filter((e) => e.type === 'speech.audio.done');
     if (!deltas.length || done.length !== 1 || events[events.length - 1] !== done[0]) fail('expected deltas then one done event');
     if (!(done[0].usage && done[0].usage.output_tokens > 0)) fail('done event without usage');
+    // the input's tokens with the model's tokenizer (7), not its 30 characters
+    if (done[0].usage.input_tokens !== 7) fail(`usage.input_tokens ${done[0].usage.input_tokens}, expected 7`);
     fs.writeFileSync(out, Buffer.concat(deltas.map((e) => Buffer.from(e.audio, 'base64'))));
     console.log(`deltas ${deltas.length}`);
   } else if (mode === 'ref') {
