@@ -909,10 +909,10 @@ enum qv_status qv_synth_run(qv_synth *s, const qv_synth_request *r, qv_pcm_fn fn
     if (!(r->speed >= QV_SPEED_MIN && r->speed <= QV_SPEED_MAX) || (r->codes_only && r->speed != 1))
         return qvu_failf(QV_E_INVALID, "speed %g: expected %g to %g%s", r->speed, QV_SPEED_MIN,
                          QV_SPEED_MAX, r->codes_only ? ", and 1 with codes_only" : "");
-    if (r->speed != 1 && !(c.stretch = qva_stretch_new(r->speed)))
-        return qvu_fail(QV_E_NOMEM, "speed: out of memory for the time stretcher");
     enum qv_status st = s->s ? QV_OK : new_session(s); /* lost to a failed weight delta */
     if (st) return st;
+    if (r->speed != 1 && !(c.stretch = qva_stretch_new(r->speed)))
+        return qvu_fail(QV_E_NOMEM, "speed: out of memory for the time stretcher");
     qv_voice *opened = NULL;
     const qv_voice *v = r->voice;
     qv_text_bridge bridge;

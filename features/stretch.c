@@ -15,14 +15,16 @@
 
 #define BLOCK 2048 /* samples handed to Rubber Band per call (its max process size) */
 
+static const float zeros[BLOCK]; /* the start pad, and the end's padding */
+
 /* ==== types ================================================================================== */
 
 struct qva_stretch {
     RubberBandState rb;
     double speed;
-    int64_t n_in, n_out;   /* samples taken, samples handed on */
-    int64_t skip;          /* output samples still to drop (the start delay) */
-    float out[4 * BLOCK];  /* one retrieval */
+    int64_t n_in, n_out;  /* samples taken, samples handed on */
+    int64_t skip;         /* output samples still to drop (the start delay) */
+    float out[4 * BLOCK]; /* one retrieval */
 };
 
 /* ==== helpers ================================================================================ */
@@ -56,14 +58,13 @@ qva_stretch *qva_stretch_new(double speed) {
     if (!t) return NULL;
     t->speed = speed;
     /* real-time mode: output follows input block by block (streams); the pitch stays */
-    t->rb = rubberband_new(QVA_SAMPLE_RATE_HZ, 1, RubberBandOptionProcessRealTime, 1.0 / speed,
-                           1.0);
+    t->rb =
+        rubberband_new(QVA_SAMPLE_RATE_HZ, 1, RubberBandOptionProcessRealTime, 1.0 / speed, 1.0);
     if (!t->rb) return free(t), NULL;
     rubberband_set_max_process_size(t->rb, BLOCK);
     /* the pad primes the stretcher so the first input sample is the first output sample once
      * the start delay is dropped */
-    float zero[BLOCK] = {0};
-    const float *z = zero;
+    const float *z = zeros;
     for (unsigned pad = rubberband_get_preferred_start_pad(t->rb); pad > 0;) {
         unsigned n = pad < BLOCK ? pad : BLOCK;
         rubberband_process(t->rb, &z, n, 0);
@@ -85,15 +86,13 @@ int qva_stretch_run(qva_stretch *t, const float *x, int64_t n, int final, qva_st
     }
     if (rc || !final) return rc;
     const int64_t want = llround((double)t->n_in / t->speed);
-    float none = 0;
-    const float *p = &none;
-    rubberband_process(t->rb, &p, 0, 1);
+    const float *z = zeros;
+    rubberband_process(t->rb, &z, 0, 1);
     if ((rc = drain(t, want, fn, user))) return rc;
     /* what the stretcher keeps back at its end is short of the exact length: silence */
-    static const float zero[BLOCK];
     while (t->n_out < want && !rc) {
         const int k = (int)(want - t->n_out < BLOCK ? want - t->n_out : BLOCK);
-        rc = fn(user, zero, k);
+        rc = fn(user, zeros, k);
         t->n_out += k;
     }
     return rc;

@@ -101,7 +101,8 @@ static void test_tone(void **st) {
     for (size_t i = 0; i < sizeof speeds / sizeof *speeds; i++) {
         buf b = stretch(x, n, speeds[i], 4800);
         const double f = f0(b.x, b.n), c = centroid(b.x, b.n);
-        printf("  speed %.2f: %lld -> %lld samples, F0 %.1f Hz (in %.1f), centroid %.0f Hz (in %.0f)\n",
+        printf("  speed %.2f: %lld -> %lld samples, F0 %.1f Hz (in %.1f), centroid %.0f Hz (in "
+               "%.0f)\n",
                speeds[i], (long long)n, (long long)b.n, f, f_in, c, c_in);
         assert_int_equal(b.n, llround((double)n / speeds[i]));
         assert_true(fabs(f / f_in - 1) < 0.02);
