@@ -9,6 +9,7 @@
 #include "engine/voice_load.h"
 #include "engine/voice_verify.h"
 #include "util/api.h"
+#include "util/sha256.h"
 #include "voicefmt/qvf.h"
 
 /* A voice file's ICL codes are the model's frames: one count, spelled by both public headers. */
@@ -33,6 +34,13 @@ static enum qv_status voice_open(qv_voice **out, const char *path_or_name, char 
         free(v);
         return QV_E_VOICE;
     }
+    uint8_t d[32];
+    if (qvu_sha256_file(v->path, d)) {
+        snprintf(err, es, "%.400s: cannot hash the file", v->path);
+        qv_voice_free(v);
+        return QV_E_VOICE;
+    }
+    qvu_sha256_hex(d, v->id);
     const qvf_voice *f = v->f;
     if (f->n_frames && f->codes) {
         const size_t n = (size_t)f->n_frames * QV_N_CODEBOOKS;
@@ -65,6 +73,18 @@ const char *qv_voice_language(const qv_voice *v) {
 }
 const char *qv_voice_path(const qv_voice *v) {
     return v->path;
+}
+const char *qv_voice_id(const qv_voice *v) {
+    return v->id;
+}
+qv_provenance qv_provenance_of(const qv_model *m, const qv_voice *v, const char *speaker) {
+    qv_provenance p = qv_provenance_default();
+    if (m) qv_model_fingerprint(m, p.model_fingerprint);
+    if (v)
+        snprintf(p.voice_id, sizeof p.voice_id, "%s", v->id);
+    else if (speaker && *speaker)
+        snprintf(p.voice_id, sizeof p.voice_id, "speaker:%s", speaker);
+    return p;
 }
 int qv_voice_has_icl(const qv_voice *v) {
     return v->codes && v->f->transcript;

@@ -113,6 +113,9 @@ void qv_model_free(qv_model *m); /* accepts NULL */
 const char *qv_model_type(const qv_model *m);
 const char *qv_model_size(const qv_model *m);
 int qv_model_hidden_size(const qv_model *m); /* length of a speaker (x-)vector */
+/* The checkpoint's SHA-256 fingerprint (the one a voice file records as its source), as 64
+ * lower-case hex digits + NUL into hex: what an output's provenance names as its model. */
+void qv_model_fingerprint(const qv_model *m, char hex[65]);
 int qv_model_text_hidden_size(const qv_model *m);
 /* Preset speakers (CustomVoice; 0 otherwise) and selectable languages ("auto" first, dialects
  * excluded). Names are borrowed; i out of range gives NULL. */
@@ -303,6 +306,9 @@ void qv_voice_free(qv_voice *v); /* accepts NULL */
 const char *qv_voice_name(const qv_voice *v);     /* "" when unnamed; borrowed */
 const char *qv_voice_language(const qv_voice *v); /* "" when unset; borrowed */
 const char *qv_voice_path(const qv_voice *v);     /* the file it was opened from; borrowed */
+/* The voice file's id: SHA-256 of its bytes as 64 lower-case hex digits (the id qvoice-server's
+ * library gives the same file), hashed once on open; borrowed. */
+const char *qv_voice_id(const qv_voice *v);
 int qv_voice_has_icl(const qv_voice *v);          /* reference codes + transcript present */
 int qv_voice_has_wdelta(const qv_voice *v);       /* carries a weight delta */
 
@@ -510,7 +516,8 @@ typedef struct {
                                  force_*); its speaker, voice_path (a voice path or NAME),
                                  language and instruct are the defaults of a job naming none */
     double loudness_lufs;     /* each output's loudness target (qv_loudness_normalize); 0 none */
-    uint32_t watermark;       /* each output's mark (qv_audio_encode): QV_WATERMARK_OFF or payload */
+    uint32_t watermark;       /* QV_WATERMARK_OFF: outputs unmarked (still tagged); else each is
+                                 marked for its job's voice and the model (qv_provenance_of) */
 } qv_jobs_options;
 /* qv_synth_default_request(), loudness 0, watermark QV_WATERMARK_DEFAULT */
 qv_jobs_options qv_jobs_default_options(void);
@@ -672,6 +679,12 @@ enum qv_status qv_watermark_detect(const float *pcm, int64_t n_samples, qv_water
  * is under 3 s or silent. */
 enum qv_status qv_watermark_detect_file(const char *path, double max_seconds,
                                         qv_watermark_report *r);
+/* r as one line of JSON (release with qv_free): {"seconds","present","score","score_all",
+ * "whole" (a range),"ranges" [...],"ranges_dropped"}, a range being {"start_s","end_s","score",
+ * "payload_ok","payload" (8 hex digits) and "synthetic" (when payload_ok),"payload_score"}: what
+ * `voicefmt detect --json` and the server's POST /v1/audio/detect report. NULL (qv_last_error)
+ * for another struct_size or out of memory. */
+char *qv_watermark_report_json(const qv_watermark_report *r);
 /* An output's level: scales pcm in place to an integrated loudness of target_lufs (0: leaves it
  * as generated; else QV_LOUDNESS_MIN_LUFS..MAX: -23 is broadcast, -16 podcasts), clipping samples
  * beyond full scale (counted in *n_clipped), and gives the result's loudness in *lufs (-HUGE_VAL
@@ -710,30 +723,44 @@ int qv_format_progressive(int format);   /* 1 for WAV and PCM: written as it com
 /* The one float -> 16-bit conversion: each sample clamped to [-1, 1], x * 32767 rounded to
  * nearest, little-endian into out[2 * n]. */
 void qv_pcm_s16le(const float *pcm, int64_t n, uint8_t *out);
-/* The 44-byte header of a 16-bit mono 24 kHz WAV of n_samples; n_samples < 0 (or more than a RIFF
- * size holds): unknown length, as a stream writes it. */
-#define QV_WAV_HEADER_BYTES 44
-void qv_wav_header(uint8_t out[QV_WAV_HEADER_BYTES], int64_t n_samples);
 
-/* Every encoder marks what it writes with the watermark (docs/provenance.md): mark is the 32-bit
- * payload (QV_WATERMARK_DEFAULT: synthetic, no voice/model id; qv_watermark_payload ties it to a
- * voice and model), or QV_WATERMARK_OFF for the samples exactly as given. A stream and the whole
- * audio encoded at once carry the same marked samples. */
+/* Payloads for qv_watermark_new, and qv_jobs_options.watermark's off switch. */
 #define QV_WATERMARK_OFF 0u
 #define QV_WATERMARK_DEFAULT QV_WATERMARK_SYNTHETIC
 
-/* A whole file of format from pcm[n_samples] (24 kHz mono), marked with mark, into *out (release
- * with qv_free), *n_bytes long. QV_E_INVALID, QV_E_UNSUPPORTED (this build cannot write the format), QV_E_NOMEM,
- * QV_E_LIMIT, QV_E_IO (the codec failed); the detail names the format. */
-enum qv_status qv_audio_encode(int format, const float *pcm, int64_t n_samples, uint32_t mark,
-                               uint8_t **out, size_t *n_bytes);
+/* Where an output came from (docs/provenance.md, "Metadata"): every encoder marks the samples
+ * with the watermark of payload qv_watermark_payload(voice_id, model_fingerprint) (the synthetic
+ * flag alone when both are empty) unless watermark is 0, and writes the provenance tags into the
+ * container (WAV LIST/INFO and a `qvpr` chunk, Vorbis comments, ID3v2; raw PCM has no
+ * container). A NULL qv_provenance is raw output: the samples exactly as given, no tags. In the
+ * tags, bytes of an id outside printable ASCII (and ';') become '?'. */
+#define QV_PROVENANCE_MAX_ID 128
+typedef struct {
+    uint32_t struct_size; /* sizeof(qv_provenance), set by qv_provenance_default */
+    int watermark;        /* 1: mark the samples; 0: tags only */
+    char voice_id[QV_PROVENANCE_MAX_ID + 1]; /* qv_voice_id, "speaker:NAME" for a preset, or "" */
+    char model_fingerprint[65];              /* qv_model_fingerprint, or "" (unknown) */
+    int64_t utc;          /* creation time, seconds since 1970; < 0: not written */
+} qv_provenance;
+/* watermark 1, no ids, utc now — or $SOURCE_DATE_EPOCH when set (reproducible output). */
+qv_provenance qv_provenance_default(void);
+/* The same with the ids of a synthesis on m (may be NULL) with voice v, or else the preset
+ * speaker (may be NULL). */
+qv_provenance qv_provenance_of(const qv_model *m, const qv_voice *v, const char *speaker);
+
+/* A whole file of format from pcm[n_samples] (24 kHz mono) with provenance prov (NULL: raw),
+ * into *out (release with qv_free), *n_bytes long. QV_E_INVALID, QV_E_UNSUPPORTED (this build
+ * cannot write the format), QV_E_NOMEM, QV_E_LIMIT, QV_E_IO (the codec failed), QV_E_ABI (prov's
+ * struct_size); the detail names the format. */
+enum qv_status qv_audio_encode(int format, const float *pcm, int64_t n_samples,
+                               const qv_provenance *prov, uint8_t **out, size_t *n_bytes);
 /* qv_audio_encode into the stream f (flushed; e.g. stdout). Its statuses, or QV_E_IO. */
 enum qv_status qv_audio_write_stream(FILE *f, int format, const float *pcm, int64_t n_samples,
-                                     uint32_t mark);
+                                     const qv_provenance *prov);
 /* qv_audio_encode into path, written atomically (qv_outfile). Its statuses, or QV_E_IO; the
  * detail is "PATH: problem". */
 enum qv_status qv_audio_write(const char *path, int format, const float *pcm, int64_t n_samples,
-                              uint32_t mark);
+                              const qv_provenance *prov);
 
 /* A growing buffer of samples, for output that needs the whole audio first (a one-shot file,
  * loudness): qv_pcm_collect is a qv_pcm_fn with user = a qv_pcm_buffer zeroed but for its
@@ -756,8 +783,8 @@ int qv_pcm_collect(void *user, const float *pcm, int n_samples);
  * three leaves its detail for qv_last_error(). */
 typedef int (*qv_write_fn)(void *user, const void *data, size_t n_bytes); /* 0 ok */
 typedef struct qv_encoder qv_encoder;
-enum qv_status qv_encoder_new(qv_encoder **out, int format, uint32_t mark, qv_write_fn fn,
-                              void *user, FILE *file);
+enum qv_status qv_encoder_new(qv_encoder **out, int format, const qv_provenance *prov,
+                              qv_write_fn fn, void *user, FILE *file);
 /* Converts and writes one block. QV_E_IO when the sink failed, QV_E_NOMEM. */
 enum qv_status qv_encoder_write(qv_encoder *e, const float *pcm, int n_samples);
 /* Ends the stream (an empty WAV still gets its header) and frees e; accepts NULL. QV_E_IO when

@@ -102,6 +102,7 @@ static enum route route_of(const char *url, const char **id) {
     static const char voices[] = "/v1/audio/voices";
     *id = NULL;
     if (!strcmp(url, "/v1/audio/speech")) return ROUTE_SPEECH;
+    if (!strcmp(url, "/v1/audio/detect")) return ROUTE_DETECT;
     if (!strcmp(url, voices)) return ROUTE_VOICES_LIST;
     if (!strncmp(url, voices, sizeof voices - 1) && url[sizeof voices - 1] == '/' &&
         url[sizeof voices] && !strchr(url + sizeof voices, '/')) {
@@ -122,6 +123,7 @@ static int route_method(enum route r, const char *method) {
     int get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), post = !strcmp(method, "POST");
     switch (r) {
     case ROUTE_SPEECH:
+    case ROUTE_DETECT:
         return post ? (int)r : -1;
     case ROUTE_VOICES_LIST:
         return get ? (int)r : post ? ROUTE_VOICES_UPLOAD : -1;
@@ -270,11 +272,12 @@ static enum MHD_Result begin(qv_server *s, struct MHD_Connection *c, req *q, con
         return qvs_reply_error(c, q, MHD_HTTP_CONTENT_TOO_LARGE, "invalid_request_error",
                                "request_too_large", NULL, "request body of %llu bytes exceeds %zu",
                                len, body_limit(s));
-    if (q->route == ROUTE_VOICES_UPLOAD) {
+    if (q->route == ROUTE_VOICES_UPLOAD || q->route == ROUTE_DETECT) {
         if (len > (unsigned long long)s->cfg.max_upload_mb << 20)
             return qvs_reply_error(c, q, MHD_HTTP_CONTENT_TOO_LARGE, "invalid_request_error",
                                    "upload_too_large", NULL, "upload of %llu bytes exceeds %d MB",
                                    len, s->cfg.max_upload_mb);
+        if (q->route == ROUTE_DETECT) return MHD_YES; /* a raw body, kept whole */
         return qvs_upload_begin(s, c, q);
     }
     (void)id;
@@ -303,6 +306,8 @@ static enum MHD_Result finish(qv_server *s, struct MHD_Connection *c, req *q, co
         return models(s, c, q);
     case ROUTE_STUDIO:
         return qvs_studio_get(s, c, q);
+    case ROUTE_DETECT:
+        return qvs_detect_handle(s, c, q);
     case ROUTE_OTHER:
     case ROUTE_COUNT:
         break;
@@ -339,10 +344,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     if (*size) {
         if (q->route == ROUTE_VOICES_UPLOAD) return qvs_upload_data(c, q, data, size);
-        if (q->body_len + *size > body_limit(s)) { /* chunked: no length to refuse it by */
+        const size_t limit = q->route == ROUTE_DETECT ? (size_t)s->cfg.max_upload_mb << 20
+                                                      : body_limit(s);
+        if (q->body_len + *size > limit) { /* chunked: no length to refuse it by */
             return qvs_reply_cut(c, q, MHD_HTTP_CONTENT_TOO_LARGE, "invalid_request_error",
                                  "request_too_large", NULL, "request body exceeds %zu bytes",
-                                 body_limit(s));
+                                 limit);
         }
         {
             bytes b = {(uint8_t *)q->body, q->body_len, q->body_cap};

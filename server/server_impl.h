@@ -26,6 +26,7 @@
     X(ROUTE_METRICS, "metrics")                                                                    \
     X(ROUTE_MODELS, "models")                                                                      \
     X(ROUTE_STUDIO, "studio")                                                                      \
+    X(ROUTE_DETECT, "detect")                                                                      \
     X(ROUTE_OTHER, "other")
 #define ROUTE_ENUM_(name, text) name,
 enum route { ROUTE_LIST(ROUTE_ENUM_) ROUTE_COUNT };
@@ -220,6 +221,8 @@ enum MHD_Result qvs_upload_data(struct MHD_Connection *c, req *q, const char *da
                                 size_t *size);
 enum MHD_Result qvs_upload_finish(qv_server *s, struct MHD_Connection *c, req *q);
 void qvs_upload_free(struct upload *u);
+/* POST /v1/audio/detect (detect.c): the watermark report of the audio in the request body. */
+enum MHD_Result qvs_detect_handle(qv_server *s, struct MHD_Connection *c, req *q);
 /* Removes temporary files a killed server left in dir. */
 void qvs_voices_clean(const char *dir);
 

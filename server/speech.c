@@ -31,6 +31,7 @@ typedef struct job {
     qvs_voice_ref voice; /* holds voice_path open when the file is put together in memory */
     ref_entry *ref; /* a per-request reference's voice, held */
     /* results, under mu */
+    qv_provenance prov; /* what every output of the job says of its voice and model */
     qv_encoder *enc; /* streams: WAV/PCM blocks into out (or SSE events) */
     bytes out;       /* streams: encoded bytes not yet sent, from off */
     size_t off;
@@ -398,9 +399,8 @@ static int parse_voice(qv_server *s, const api_key *k, cJSON *o, fields *f, verd
     return 0;
 }
 
-/* response_format, stream_format and vLLM-Omni's stream into j->format and j->stream, with the
- * stream's encoder (j->enc). */
-static int parse_format(const qv_server *s, cJSON *o, const fields *f, job *j, verdict *v) {
+/* response_format, stream_format and vLLM-Omni's stream into j->format and j->stream. */
+static int parse_format(cJSON *o, const fields *f, job *j, verdict *v) {
     const char *fmt = f->fmt, *sfmt = f->sfmt;
     j->format = QV_FORMAT_WAV;
     if (fmt && !strcmp(fmt, "aac"))
@@ -432,10 +432,6 @@ static int parse_format(const qv_server *s, cJSON *o, const fields *f, job *j, v
                        "response_format %s: streams are wav or pcm (ask without stream_format for "
                        "%s)",
                        qv_format_name(j->format), qv_format_name(j->format));
-    if (j->stream && qv_encoder_new(&j->enc, j->format,
-                                    s->cfg.no_watermark ? QV_WATERMARK_OFF : QV_WATERMARK_DEFAULT,
-                                    stream_sink, j, NULL))
-        return qvs_bad(v, 500, "out_of_memory", NULL, "%s", qv_last_error());
     return 0;
 }
 
@@ -522,7 +518,7 @@ static int parse(qv_server *s, struct MHD_Connection *c, const api_key *k, const
         get_str(o, "ref_text", &f.ref_text, v))
         goto out;
     if (parse_text_model(s, &f, j, model, v) || parse_reference(o, &f, v) ||
-        parse_voice(s, k, o, &f, v) || parse_format(s, o, &f, j, v) || parse_fixed(o, v) ||
+        parse_voice(s, k, o, &f, v) || parse_format(o, &f, j, v) || parse_fixed(o, v) ||
         parse_sampling(s, o, &f, p, v))
         goto out;
     if ((f.input && !(j->text = strdup(f.input))) || (f.lang && !(j->language = strdup(f.lang))) ||
@@ -539,6 +535,15 @@ static int parse(qv_server *s, struct MHD_Connection *c, const api_key *k, const
                       .embedding = f.emb,
                       .n_embedding = f.emb ? qv_model_hidden_size(f.m) : 0};
         if (qvs_ref_get(s, c, j->deadline, &r, &j->ref, v)) goto out;
+    }
+    /* the outputs name the voice: a library voice by its id (its file's SHA-256, as
+     * qv_voice_id), a reference by its cached voice's, a preset speaker by name */
+    j->prov = qv_provenance_of(f.m, j->ref ? qvs_ref_voice(j->ref) : NULL, f.speaker);
+    if (f.voice && !f.speaker) snprintf(j->prov.voice_id, sizeof j->prov.voice_id, "%s", f.vr->id);
+    j->prov.watermark = !s->cfg.no_watermark;
+    if (j->stream && qv_encoder_new(&j->enc, j->format, &j->prov, stream_sink, j, NULL)) {
+        qvs_bad(v, 500, "out_of_memory", NULL, "%s", qv_last_error());
+        goto out;
     }
     rc = 0;
 out:
@@ -800,9 +805,7 @@ enum MHD_Result qvs_speech_handle(qv_server *s, struct MHD_Connection *c, req *q
         if (j->st) return reply_failure(c, q, j);
         uint8_t *out;
         size_t len;
-        if (qv_audio_encode(j->format, j->pcm.pcm, j->pcm.n,
-                            s->cfg.no_watermark ? QV_WATERMARK_OFF : QV_WATERMARK_DEFAULT, &out,
-                            &len))
+        if (qv_audio_encode(j->format, j->pcm.pcm, j->pcm.n, &j->prov, &out, &len))
             return qvs_reply_error(c, q, 500, "server_error", "encoding_failed", NULL,
                                    "response_format %s", qv_last_error());
         struct MHD_Response *r =

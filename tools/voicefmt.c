@@ -1199,21 +1199,9 @@ done:
 
 /* ---------------------------------------------------------------- detect */
 
-static void range_out(const qv_watermark_range *g, cJSON *jo) {
+static void range_out(const qv_watermark_range *g) {
     char hexid[16];
     snprintf(hexid, sizeof hexid, "%08x", g->payload);
-    if (jo) {
-        cJSON_AddNumberToObject(jo, "start_s", g->start_s);
-        cJSON_AddNumberToObject(jo, "end_s", g->end_s);
-        cJSON_AddNumberToObject(jo, "score", g->score);
-        cJSON_AddBoolToObject(jo, "payload_ok", g->payload_ok);
-        if (g->payload_ok) {
-            cJSON_AddStringToObject(jo, "payload", hexid);
-            cJSON_AddBoolToObject(jo, "synthetic", (g->payload & QV_WATERMARK_SYNTHETIC) != 0);
-        }
-        cJSON_AddNumberToObject(jo, "payload_score", g->payload_score);
-        return;
-    }
     printf("  %8.2f - %8.2f s  score %5.1f  ", g->start_s, g->end_s, g->score);
     if (g->payload_ok)
         printf("payload %s (%s)\n", hexid,
@@ -1255,23 +1243,14 @@ static int cmd_detect(int argc, char **argv) {
             continue;
         }
         if (!r.present) rc = 1;
-        if (jarr) {
-            cJSON *jo = cJSON_CreateObject(), *ja = cJSON_CreateArray();
+        if (jarr) { /* the library's report, with the file's name first */
+            char *txt = qv_watermark_report_json(&r);
+            cJSON *rep = txt ? cJSON_Parse(txt) : NULL, *jo = cJSON_CreateObject();
+            qv_free(txt);
             cJSON_AddStringToObject(jo, "file", argv[i]);
-            cJSON_AddNumberToObject(jo, "seconds", r.seconds);
-            cJSON_AddBoolToObject(jo, "present", r.present);
-            cJSON_AddNumberToObject(jo, "score", r.score);
-            cJSON_AddNumberToObject(jo, "score_all", r.score_all);
-            cJSON *jall = cJSON_CreateObject();
-            range_out(&r.all, jall);
-            cJSON_AddItemToObject(jo, "whole", jall);
-            for (int k = 0; k < r.n_ranges; k++) {
-                cJSON *jr = cJSON_CreateObject();
-                range_out(&r.ranges[k], jr);
-                cJSON_AddItemToArray(ja, jr);
-            }
-            cJSON_AddItemToObject(jo, "ranges", ja);
-            cJSON_AddNumberToObject(jo, "ranges_dropped", r.ranges_dropped);
+            for (cJSON *e; rep && (e = rep->child);) /* moved over, key copied */
+                cJSON_AddItemToObject(jo, e->string, cJSON_DetachItemViaPointer(rep, e));
+            cJSON_Delete(rep);
             cJSON_AddItemToArray(jarr, jo);
             continue;
         }
@@ -1279,10 +1258,10 @@ static int cmd_detect(int argc, char **argv) {
                argv[i], r.seconds, r.present ? "present" : "not found", r.score, r.score_all);
         if (r.present) {
             printf("  whole file:\n");
-            range_out(&r.all, NULL);
+            range_out(&r.all);
         }
         if (r.n_ranges) printf("  marked ranges:\n");
-        for (int k = 0; k < r.n_ranges; k++) range_out(&r.ranges[k], NULL);
+        for (int k = 0; k < r.n_ranges; k++) range_out(&r.ranges[k]);
         if (r.ranges_dropped) printf("  (%d more marked ranges)\n", r.ranges_dropped);
     }
     if (jarr) {

@@ -66,9 +66,15 @@ class JobsOptions(ctypes.Structure):
                 ("watermark", c_uint32)]
 
 
+class Provenance(ctypes.Structure):
+    _fields_ = [("struct_size", c_uint32), ("watermark", c_int), ("voice_id", ctypes.c_char * 129),
+                ("model_fingerprint", ctypes.c_char * 65), ("utc", c_int64)]
+
+
 # C struct name -> ctypes class, for the layout test.
 STRUCTS = {"qv_params": Params, "qv_synth_request": SynthRequest, "qv_synth_stats": SynthStats,
-           "qv_clone_request": CloneRequest, "qv_jobs_options": JobsOptions}
+           "qv_clone_request": CloneRequest, "qv_jobs_options": JobsOptions,
+           "qv_provenance": Provenance}
 
 PCM_FN = ctypes.CFUNCTYPE(c_int, c_void_p, ctypes.POINTER(c_float), c_int)
 _P = ctypes.POINTER
@@ -93,6 +99,9 @@ PROTOTYPES = {
     "qv_voice_name": (c_char_p, [c_void_p]),
     "qv_voice_language": (c_char_p, [c_void_p]),
     "qv_voice_path": (c_char_p, [c_void_p]),
+    "qv_voice_id": (c_char_p, [c_void_p]),
+    "qv_model_fingerprint": (None, [c_void_p, c_char_p]),
+    "qv_provenance_default": (Provenance, []),
     "qv_voice_has_icl": (c_int, [c_void_p]),
     "qv_voice_has_wdelta": (c_int, [c_void_p]),
     "qv_synth_default_request": (SynthRequest, []),
@@ -118,7 +127,7 @@ PROTOTYPES = {
     "qv_format_of_path": (c_int, [c_char_p]),
     "qv_loudness_normalize": (c_int, [_P(c_float), ctypes.c_int64, ctypes.c_double,
                                       _P(ctypes.c_int64), _P(ctypes.c_double)]),
-    "qv_audio_write": (c_int, [c_char_p, c_int, _P(c_float), ctypes.c_int64, c_uint32]),
+    "qv_audio_write": (c_int, [c_char_p, c_int, _P(c_float), ctypes.c_int64, _P(Provenance)]),
 }
 
 
