@@ -178,8 +178,9 @@ static cJSON *describe(const char *id, const qvf_voice *v, const struct stat *st
     cJSON_AddNumberToObject(o, "icl_seconds", v->n_frames / QV_FRAME_RATE_HZ);
     cJSON_AddBoolToObject(o, "has_wdelta", v->has_wdelta);
     cJSON_AddStringToObject(o, "source_variant", qvf_variant_name(v->source.variant));
-    const char *consent = qvf_meta_get(v, "consent.method");
-    cJSON_AddBoolToObject(o, "consent", consent && consent[0]);
+    const qvf_consent cr = qvf_consent_get(v); /* a legacy note reads as method "note" */
+    cJSON_AddBoolToObject(o, "consent", cr.method != NULL);
+    if (cr.method) cJSON_AddStringToObject(o, "consent_method", cr.method);
     return o;
 }
 

@@ -344,17 +344,14 @@ static void inspect_json(cJSON *jo, const qvf_voice *v, uint64_t comp, uint64_t 
 /* inspect: one voice as text. */
 /* The consent record (META consent.*, docs/qvoice-format.md §4.3), when there is one. */
 static void consent_text(const qvf_voice *v) {
-    const char *cm = qvf_meta_get(v, "consent.method");
-    if (!cm) return;
-    const char *who = qvf_meta_get(v, "consent.speaker"), *scope = qvf_meta_get(v, "consent.scope"),
-               *utc = qvf_meta_get(v, "consent.utc"), *by = qvf_meta_get(v, "consent.collected_by"),
-               *st = qvf_meta_get(v, "consent.statement"),
-               *sha = qvf_meta_get(v, "consent.recording_sha256");
-    printf("  consent: %s, speaker %s, scope %s, %s, collected by %s\n", cm,
-           who ? who : "(not recorded)", scope ? scope : "(not recorded)", utc ? utc : "-",
-           by ? by : "-");
-    if (st) printf("    statement: \"%s\"\n", st);
-    if (sha) printf("    recording SHA-256: %s\n", sha);
+    const qvf_consent c = qvf_consent_get(v);
+    if (!c.method) return;
+    printf("  consent: %s%s, speaker %s, scope %s, %s, collected by %s\n", c.method,
+           c.legacy ? " (legacy note)" : "", c.speaker ? c.speaker : "(not recorded)",
+           c.scope ? c.scope : "(not recorded)", c.utc ? c.utc : "-",
+           c.collected_by ? c.collected_by : "-");
+    if (c.statement) printf("    statement: \"%s\"\n", c.statement);
+    if (c.recording_sha256) printf("    recording SHA-256: %s\n", c.recording_sha256);
 }
 
 static void inspect_text(const char *path, const qvf_voice *v, uint64_t comp, uint64_t raw) {

@@ -709,6 +709,14 @@ static long wav_frames(const char *path) {
     return info.samplerate == 24000 && info.channels == 1 ? (long)info.frames : -2;
 }
 
+/* tiny-cv's fingerprint, as the server's outputs name it. */
+static void model_fingerprint(char fp[65]) {
+    qv_model *m;
+    assert_int_equal(qv_model_load(&m, g_cv), 0);
+    qv_model_fingerprint(m, fp);
+    qv_model_free(m);
+}
+
 static void test_speech(void **state) {
     (void)state;
     const char *req = "-H 'Content-Type: application/json' -d '{\"input\":\"Hello there.\","
@@ -742,6 +750,17 @@ static void test_speech(void **state) {
                                                      "\"max_seconds\":1}' SRV/v1/audio/speech"),
                      200);
     assert_true(wav_frames(tmp_path("lib.wav")) > 0);
+    /* every output names its voice and model (docs/provenance.md): a preset speaker, a library
+     * voice by its id (the file's SHA-256), a stream */
+    char fp[65], id[65];
+    model_fingerprint(fp);
+    assert_int_equal(wav_check_provenance(tmp_path("a.wav"), "speaker:ryan", fp), 0);
+    assert_int_equal(sh("sha256sum < %s | cut -c1-64 | tr -d '\\n' > %s", g_voice, tmp_path("id")), 0);
+    slurp(tmp_path("id"), id, sizeof id);
+    assert_int_equal(wav_check_provenance(tmp_path("lib.wav"), id, fp), 0);
+    snprintf(fmtreq, sizeof fmtreq, req, "wav", ",\"stream_format\":\"audio\"");
+    assert_int_equal(curl(&g_srv, tmp_path("s.wav"), "%s", fmtreq), 200);
+    assert_int_equal(wav_check_provenance(tmp_path("s.wav"), "speaker:ryan", fp), 0);
     /* no cap: the tiny model's random codes may run into the runaway guard, which must be a 500
      * (never a 200 with the partial audio) and counted */
     int st = curl(&g_srv, NULL, "-d '{\"input\":\"Hello there.\",\"voice\":\"ryan\"}' "
@@ -766,6 +785,44 @@ static void test_speech(void **state) {
     assert_int_equal(sh("node tests/server/openai_speech.mjs %s sse %s >/dev/null", base,
                         tmp_path("o.pcm")), 0);
     assert_int_equal(sh("cmp -s -i %ld:0 %s %s", head, tmp_path("o.wav"), tmp_path("o.pcm")), 0);
+}
+
+/* POST /v1/audio/detect: a raw audio body, the upload limit, the report of voicefmt detect
+ * --json and a "match" (null: no payload recovered from audio this short). */
+static void test_detect(void **state) {
+    (void)state;
+    const int n = 20 * 24000; /* 20 s: under the 1 MB upload limit as a WAV */
+    float *x = malloc((size_t)n * sizeof *x);
+    uint32_t r = 1;
+    for (int i = 0; i < n; i++) /* noise at -20 dBFS, then the mark */
+        r = r * 1664525u + 1013904223u, x[i] = 0.1f * ((float)(r >> 8) / 8388608.0f - 1.0f);
+    qv_provenance p = qv_provenance_default();
+    snprintf(p.voice_id, sizeof p.voice_id, "speaker:ryan");
+    model_fingerprint(p.model_fingerprint);
+    assert_int_equal(qv_audio_write(tmp_path("marked.wav"), QV_FORMAT_WAV, x, n, &p), 0);
+    free(x);
+    assert_int_equal(curl(&g_srv, NULL, "-H 'Content-Type: audio/wav' --data-binary @%s "
+                                        "SRV/v1/audio/detect", tmp_path("marked.wav")),
+                     200);
+    printf("  detect: %.300s\n", g_body);
+    cJSON *o = cJSON_Parse(g_body);
+    assert_non_null(o);
+    assert_true(cJSON_IsBool(cJSON_GetObjectItem(o, "present")));
+    assert_true(cJSON_GetNumberValue(cJSON_GetObjectItem(o, "seconds")) > 19.9);
+    assert_true(cJSON_IsArray(cJSON_GetObjectItem(o, "ranges")));
+    assert_non_null(cJSON_GetObjectItem(cJSON_GetObjectItem(o, "whole"), "payload_score"));
+    assert_non_null(cJSON_GetObjectItem(o, "match"));
+    cJSON_Delete(o);
+    assert_int_equal(curl(&g_srv, NULL, "-X POST SRV/v1/audio/detect"), 400);
+    assert_string_equal(error_code(), "missing_field");
+    assert_int_equal(curl(&g_srv, NULL, "--data-binary 'not audio at all' SRV/v1/audio/detect"),
+                     400);
+    assert_string_equal(error_code(), "invalid_audio");
+    assert_int_equal(sh("head -c 1100000 /dev/zero > %s", tmp_path("big.bin")), 0);
+    assert_int_equal(curl(&g_srv, NULL, "--data-binary @%s SRV/v1/audio/detect",
+                          tmp_path("big.bin")),
+                     413);
+    assert_int_equal(curl(&g_srv, NULL, "SRV/v1/audio/detect"), 405);
 }
 
 /* A streamed request that keeps the tiny model's slot busy for a while. */
@@ -1129,4 +1186,5 @@ QVT_MAIN(group_setup, group_teardown, test_routes, test_speech_bad_input,
          test_voices, test_slow_client, test_slow_attack, test_auth, test_key_owners, test_library,
          test_textside,
          test_metrics, test_speech, test_q4_streams, test_disconnect_and_limits, test_drain_under_load,
-         test_clone_upload, test_ref_audio, test_scale_out, test_log_escaped, test_no_leaks)
+         test_clone_upload, test_ref_audio, test_scale_out, test_detect, test_log_escaped,
+         test_no_leaks)
