@@ -363,10 +363,14 @@ static void inspect_text(const char *path, const qvf_voice *v, uint64_t comp, ui
            lang ? lang : "-", lid ? " (" : "", lid ? lid : "", lid ? ")" : "", dur ? dur : "-",
            dur ? " s" : "");
     consent_text(v);
+    const int legacy = qvf_consent_get(v).legacy;
     for (int i = 0; i < v->n_meta; i++)
         if (strcmp(v->meta[i].key, "name") && strcmp(v->meta[i].key, "language") &&
             strcmp(v->meta[i].key, "language_id") && strcmp(v->meta[i].key, "duration_s") &&
-            strncmp(v->meta[i].key, "consent.", 8))
+            strncmp(v->meta[i].key, "consent.", 8) &&
+            !(legacy && (!strcmp(v->meta[i].key, "consent") ||
+                         !strcmp(v->meta[i].key, "consent_by") ||
+                         !strcmp(v->meta[i].key, "consent_utc")))) /* shown as the record */
             printf("  meta %s: %s\n", v->meta[i].key, v->meta[i].value);
     id_text("source", &v->source);
     if (v->has_wdelta) id_text("target", &v->target);
