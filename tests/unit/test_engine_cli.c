@@ -432,6 +432,19 @@ static void test_provenance(void **st) {
     assert_int_equal(wav_check_provenance(a, id, fp), 0);
     assert_int_equal(run("-q --voice %s -t 'Hi.' --max-frames 4 --stream -o %s", voice, b), 0);
     assert_int_equal(wav_check_provenance(b, id, fp), 0);
+    /* the samples carry that payload: the unmarked output marked with it gives them (to the
+     * rounding of the unmarked file), another payload does not */
+    char plain[512];
+    snprintf(plain, sizeof plain, "%s/prov_plain.wav", tmp);
+    assert_int_equal(run("-q --voice %s -t 'Hi.' --max-frames 4 --no-watermark -o %s", voice,
+                         plain),
+                     0);
+    const int right = wav_mark_distance(a, plain, qv_watermark_payload(id, fp)),
+              wrong = wav_mark_distance(a, plain, qv_watermark_payload(id, ""));
+    printf("  marked vs unmarked + mark: %d step(s) with the voice/model payload, %d with "
+           "another\n", right, wrong);
+    assert_true(right >= 0 && right <= 1 && wrong > 1);
+    assert_true(wav_mark_distance(b, plain, qv_watermark_payload(id, fp)) <= 1);
     assert_int_equal(run("-q -s ryan -t 'Hi.' --max-frames 4 -o %s", a), 0);
     assert_int_equal(wav_check_provenance(a, "speaker:ryan", fp), 0);
     snprintf(jobs, sizeof jobs, "%s/prov.jsonl", tmp);

@@ -2,6 +2,7 @@
 #include "tests/unit/helpers/wav.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "include/qvoice.h"
@@ -66,4 +67,49 @@ int wav_check_provenance(const char *path, const char *voice_id, const char *mod
             return -1;
         }
     return 0;
+}
+
+/* The samples of the WAV at path (malloc'd, *n of them), or NULL. */
+static int16_t *wav_samples(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    const long size = ftell(f);
+    rewind(f);
+    uint8_t *b = size > 0 ? malloc((size_t)size) : NULL;
+    const size_t got = b ? fread(b, 1, (size_t)size, f) : 0;
+    fclose(f);
+    uint32_t data;
+    const long at = b ? wav_data_offset(b, got, &data) : -1;
+    int16_t *x = NULL;
+    if (at > 0 && (size_t)at + data <= got && (x = malloc(data + 2))) {
+        *n = data / 2;
+        for (size_t i = 0; i < *n; i++)
+            x[i] = (int16_t)(b[at + 2 * i] | b[at + 2 * i + 1] << 8);
+    }
+    free(b);
+    return x;
+}
+
+int wav_mark_distance(const char *marked, const char *plain, uint32_t payload) {
+    size_t n, np;
+    int16_t *m = wav_samples(marked, &n), *p = wav_samples(plain, &np);
+    float *y = p && m && n == np ? malloc(n * sizeof *y + 1) : NULL;
+    uint8_t *q = y ? malloc(2 * n + 1) : NULL;
+    qv_watermark *w = NULL;
+    int worst = -1;
+    if (q && !qv_watermark_new(&w, payload)) {
+        for (size_t i = 0; i < n; i++)
+            y[i] = (float)p[i] / 32767.0f;
+        qv_watermark_apply(w, y, (int64_t)n);
+        qv_pcm_s16le(y, (int64_t)n, q);
+        worst = 0;
+        for (size_t i = 0; i < n; i++) {
+            const int d = abs((int16_t)(q[2 * i] | q[2 * i + 1] << 8) - m[i]);
+            if (d > worst) worst = d;
+        }
+    }
+    qv_watermark_free(w);
+    free(q), free(y), free(m), free(p);
+    return worst;
 }
