@@ -190,8 +190,9 @@ static size_t wav_header(uint8_t h[WAV_HEADER_MAX_BYTES], int64_t n_samples, con
         tags_text(t, "; ", text);
         put_text_chunk(h, &n, "ICMT", text, 1);
         put32(h + list + 4, (uint32_t)(n - list - 8));
-        tags_text(t, "\n", text);
-        strcat(text, "\n");
+        tags_text(t, "\n", text); /* at most ~470 bytes: room for the last newline */
+        const size_t k = strlen(text);
+        if (k + 1 < sizeof text) text[k] = '\n', text[k + 1] = 0;
         put_text_chunk(h, &n, "qvpr", text, 0);
     }
     const uint64_t head = n + 8;
