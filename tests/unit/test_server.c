@@ -581,6 +581,23 @@ static void test_library(void **state) {
     assert_int_equal(sh("cd %s/lib && mv .x \"$(sha256sum < .x | cut -c1-64).qvoice\"", tmp_dir),
                      0);
     assert_int_equal(curl(&g_extra, NULL, "SRV/v1/audio/voices/other"), 200);
+    /* a voice from before the consent record: its legacy note lists as consent of method note */
+    qvf_voice *lv;
+    char err[256];
+    assert_int_equal(qvf_read_file(g_voice, 0, &lv, err, sizeof err), 0);
+    static const char *const record[] = {"consent.method", "consent.statement", "consent.speaker",
+                                         "consent.scope", "consent.utc", "consent.collected_by"};
+    for (size_t i = 0; i < sizeof record / sizeof *record; i++)
+        assert_int_equal(qvf_meta_set(lv, record[i], NULL), 0);
+    assert_int_equal(qvf_meta_set(lv, "name", "legacy"), 0);
+    assert_int_equal(qvf_meta_set(lv, "consent", "agreed on the phone"), 0);
+    assert_int_equal(qvf_write_file(lv, tmp_path("lib/.x"), 4, err, sizeof err), 0);
+    qvf_voice_free(lv);
+    assert_int_equal(sh("cd %s/lib && mv .x \"$(sha256sum < .x | cut -c1-64).qvoice\"", tmp_dir),
+                     0);
+    assert_int_equal(curl(&g_extra, NULL, "SRV/v1/audio/voices/legacy"), 200);
+    assert_non_null(strstr(g_body, "\"consent\":true"));
+    assert_non_null(strstr(g_body, "\"consent_method\":\"note\""));
     /* refused uploads */
     static float raw[1024];
     for (int i = 0; i < 1024; i++) raw[i] = 0.01f * (float)(i % 7);
