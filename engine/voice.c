@@ -1,6 +1,7 @@
 /* voice.c — qv_voice: a voice file opened by path or name, checked against a model, and mapped
  * onto an utterance's request (voice_load.h).
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,14 @@
 #include "util/api.h"
 #include "util/sha256.h"
 #include "voicefmt/qvf.h"
+
+/* A voice file's id, hashed when first asked for: a synthesis never needs it, and a voice with a
+ * weight delta is hundreds of MB (the server opens a library voice per request). */
+struct voice_id {
+    pthread_mutex_t mu;
+    int done;
+    char hex[65];
+};
 
 /* A voice file's ICL codes are the model's frames: one count, spelled by both public headers. */
 _Static_assert(QVF_N_CODEBOOKS == QV_N_CODEBOOKS, "voice-file and engine codebook counts");
@@ -34,13 +43,12 @@ static enum qv_status voice_open(qv_voice **out, const char *path_or_name, char 
         free(v);
         return QV_E_VOICE;
     }
-    uint8_t d[32];
-    if (qvu_sha256_file(v->path, d)) {
-        snprintf(err, es, "%.400s: cannot hash the file", v->path);
+    if (!(v->id = calloc(1, sizeof *v->id)) || pthread_mutex_init(&v->id->mu, NULL)) {
+        free(v->id), v->id = NULL;
+        snprintf(err, es, "%.400s: out of memory", v->path);
         qv_voice_free(v);
-        return QV_E_VOICE;
+        return QV_E_NOMEM;
     }
-    qvu_sha256_hex(d, v->id);
     const qvf_voice *f = v->f;
     if (f->n_frames && f->codes) {
         const size_t n = (size_t)f->n_frames * QV_N_CODEBOOKS;
@@ -60,6 +68,8 @@ void qv_voice_free(qv_voice *v) {
     if (!v) return;
     qvf_voice_free(v->f);
     free(v->codes);
+    if (v->id) pthread_mutex_destroy(&v->id->mu);
+    free(v->id);
     free(v);
 }
 
@@ -75,13 +85,19 @@ const char *qv_voice_path(const qv_voice *v) {
     return v->path;
 }
 const char *qv_voice_id(const qv_voice *v) {
-    return v->id;
+    struct voice_id *d = v->id;
+    pthread_mutex_lock(&d->mu);
+    uint8_t h[32];
+    if (!d->done && !qvu_sha256_file(v->path, h)) qvu_sha256_hex(h, d->hex);
+    d->done = 1; /* an unreadable file stays "" */
+    pthread_mutex_unlock(&d->mu);
+    return d->hex;
 }
 qv_provenance qv_provenance_of(const qv_model *m, const qv_voice *v, const char *speaker) {
     qv_provenance p = qv_provenance_default();
     if (m) qv_model_fingerprint(m, p.model_fingerprint);
     if (v)
-        snprintf(p.voice_id, sizeof p.voice_id, "%s", v->id);
+        snprintf(p.voice_id, sizeof p.voice_id, "%s", qv_voice_id(v));
     else if (speaker && *speaker)
         snprintf(p.voice_id, sizeof p.voice_id, "speaker:%s", speaker);
     return p;

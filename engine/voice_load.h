@@ -53,7 +53,7 @@ int qve_voice_apply_wdelta(qv_model *m, const qvf_voice *v, qve_wdelta_report *r
 struct qv_voice {
     qvf_voice *f;
     char path[4096];
-    char id[65];    /* SHA-256 of the file's bytes, hex (qv_voice_id) */
+    struct voice_id *id; /* qv_voice_id's, hashed on first use (voice.c) */
     int32_t *codes; /* the ICL codes widened once to the engine's code type, or NULL */
 };
 

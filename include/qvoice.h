@@ -307,7 +307,8 @@ const char *qv_voice_name(const qv_voice *v);     /* "" when unnamed; borrowed *
 const char *qv_voice_language(const qv_voice *v); /* "" when unset; borrowed */
 const char *qv_voice_path(const qv_voice *v);     /* the file it was opened from; borrowed */
 /* The voice file's id: SHA-256 of its bytes as 64 lower-case hex digits (the id qvoice-server's
- * library gives the same file), hashed once on open; borrowed. */
+ * library gives the same file), hashed on the first call (thread-safe); "" when the file can no
+ * longer be read. Borrowed. */
 const char *qv_voice_id(const qv_voice *v);
 int qv_voice_has_icl(const qv_voice *v);          /* reference codes + transcript present */
 int qv_voice_has_wdelta(const qv_voice *v);       /* carries a weight delta */

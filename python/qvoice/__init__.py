@@ -242,9 +242,13 @@ class Voice:
         self.name = _s(lib.qv_voice_name(h))
         self.language = _s(lib.qv_voice_language(h))
         self.path = _s(lib.qv_voice_path(h))
-        self.id = _s(lib.qv_voice_id(h))  # SHA-256 of the file, hex
         self.has_icl = bool(lib.qv_voice_has_icl(h))
         self.has_wdelta = bool(lib.qv_voice_has_wdelta(h))
+
+    @property
+    def id(self):
+        """The voice file's id: SHA-256 of its bytes, hex (hashed on first use)."""
+        return _s(_capi.lib().qv_voice_id(self._h))
 
     def close(self):
         self._free()

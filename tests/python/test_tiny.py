@@ -331,6 +331,10 @@ class Cloning(unittest.TestCase):
             self.assertEqual(f.read(4), b"QVCE")
         v = qvoice.Voice(path)
         self.assertTrue(v.has_icl)
+        import hashlib  # the voice id is the file's SHA-256, for a Voice and a prompt item alike
+        with open(path, "rb") as f:
+            self.assertEqual(v.id, hashlib.sha256(f.read()).hexdigest())
+        self.assertEqual(qvoice._voice_id(prompt[0]), qvoice._voice_id(v))
 
     def test_prompt_pickled_by_value(self):
         """A pickled prompt carries its voice: it speaks the same after the original is gone."""
