@@ -145,12 +145,19 @@ static void tags_text(const tags *t, const char *sep, char out[TAG_TEXT_BYTES]) 
             n += (size_t)snprintf(out + n, TAG_TEXT_BYTES - n, "%s%s=%s", sep, keys[i], vals[i]);
 }
 
+/* The container comment: "qvoice provenance: " and the key set joined by "; ". */
+static void comment_text(const tags *t, char out[TAG_TEXT_BYTES + 32]) {
+    char text[TAG_TEXT_BYTES];
+    tags_text(t, "; ", text);
+    snprintf(out, TAG_TEXT_BYTES + 32, "qvoice provenance: %s", text);
+}
+
 /* ==== the WAV header ========================================================================= */
 
-/* RIFF, fmt, then with tags LIST/INFO (ISFT software, ICRD time, ICMT the key set on one line)
+/* RIFF, fmt, then with tags LIST/INFO (ISFT software, ICRD time, ICMT the comment)
  * and the `qvpr` chunk (the key set, one "key=value\n" each), then the data chunk's header. */
 #define WAV_PLAIN_BYTES 44
-#define WAV_HEADER_MAX_BYTES (WAV_PLAIN_BYTES + 64 + 3 * TAG_TEXT_BYTES)
+#define WAV_HEADER_MAX_BYTES (WAV_PLAIN_BYTES + 128 + 3 * TAG_TEXT_BYTES)
 
 static void put32(uint8_t *p, uint32_t v) {
     for (int i = 0; i < 4; i++)
@@ -187,8 +194,9 @@ static size_t wav_header(uint8_t h[WAV_HEADER_MAX_BYTES], int64_t n_samples, con
         snprintf(software, sizeof software, "qvoice %s", qv_version());
         put_text_chunk(h, &n, "ISFT", software, 1);
         if (t->created[0]) put_text_chunk(h, &n, "ICRD", t->created, 1);
-        tags_text(t, "; ", text);
-        put_text_chunk(h, &n, "ICMT", text, 1);
+        char comment[TAG_TEXT_BYTES + 32];
+        comment_text(t, comment);
+        put_text_chunk(h, &n, "ICMT", comment, 1);
         put32(h + list + 4, (uint32_t)(n - list - 8));
         tags_text(t, "\n", text); /* at most ~470 bytes: room for the last newline */
         const size_t k = strlen(text);
@@ -283,9 +291,8 @@ static sf_count_t v_write(const void *src, sf_count_t n, void *u) {
 /* libsndfile writes these as Vorbis comments (FLAC, Ogg Vorbis, Opus: SOFTWARE/ENCODER, DATE,
  * COMMENT) and ID3v2 frames (MP3: TYER from the date, COMM; lame sets its own TSSE). */
 static void set_tags(SNDFILE *sf, const tags *t) {
-    char comment[TAG_TEXT_BYTES + 32], text[TAG_TEXT_BYTES], software[64];
-    tags_text(t, "; ", text);
-    snprintf(comment, sizeof comment, "qvoice provenance: %s", text);
+    char comment[TAG_TEXT_BYTES + 32], software[64];
+    comment_text(t, comment);
     snprintf(software, sizeof software, "qvoice %s", qv_version());
     sf_set_string(sf, SF_STR_SOFTWARE, software);
     if (t->created[0]) sf_set_string(sf, SF_STR_DATE, t->created);
