@@ -82,7 +82,7 @@ void qv_pcm_s16le(const float *x, int64_t n, uint8_t *out) {
 /* ==== provenance tags ======================================================================== */
 
 #define SOURCE_TYPE "http://cv.iptc.org/newscodes/digitalsourcetype/trainedAlgorithmicMedia"
-#define TAG_TEXT_BYTES 1024 /* the key set with two ids of QV_PROVENANCE_MAX_ID bytes fits */
+#define TAG_TEXT_BYTES QV_PROVENANCE_TEXT_BYTES /* the key set with two ids of 128 bytes: ~470 */
 
 /* A qv_provenance checked and copied: what every container says of an output. */
 typedef struct {
@@ -150,6 +150,14 @@ static void comment_text(const tags *t, char out[TAG_TEXT_BYTES + 32]) {
     char text[TAG_TEXT_BYTES];
     tags_text(t, "; ", text);
     snprintf(out, TAG_TEXT_BYTES + 32, "qvoice provenance: %s", text);
+}
+
+enum qv_status qv_provenance_text(const qv_provenance *p, char out[QV_PROVENANCE_TEXT_BYTES]) {
+    if (!p || !out) return qvu_fail(QV_E_INVALID, "qv_provenance_text: NULL argument");
+    tags t;
+    const enum qv_status st = tags_of(p, &t);
+    if (!st) tags_text(&t, "; ", out);
+    return st;
 }
 
 /* ==== the WAV header ========================================================================= */

@@ -745,6 +745,10 @@ typedef struct {
 } qv_provenance;
 /* watermark 1, no ids, utc now — or $SOURCE_DATE_EPOCH when set (reproducible output). */
 qv_provenance qv_provenance_default(void);
+/* p's key set as the containers carry it, "key=value" joined by "; " (for a transport without a
+ * container, e.g. an HTTP header of raw PCM), into out. QV_OK, QV_E_INVALID (NULL), QV_E_ABI. */
+#define QV_PROVENANCE_TEXT_BYTES 1024
+enum qv_status qv_provenance_text(const qv_provenance *p, char out[QV_PROVENANCE_TEXT_BYTES]);
 /* The same with the ids of a synthesis on m (may be NULL) with voice v, or else the preset
  * speaker (may be NULL). */
 qv_provenance qv_provenance_of(const qv_model *m, const qv_voice *v, const char *speaker);

@@ -554,6 +554,12 @@ out:
 
 /* ==== replies ================================================================================ */
 
+/* The provenance tags as a header too: raw PCM and SSE have no container to carry them. */
+static void add_provenance(struct MHD_Response *r, const job *j) {
+    char text[QV_PROVENANCE_TEXT_BYTES];
+    if (!qv_provenance_text(&j->prov, text)) MHD_add_response_header(r, "X-Qvoice-Provenance", text);
+}
+
 /* HTTP status for a failed synthesis. */
 static int failure_status(const job *j, const char **type, const char **code) {
     *type = "invalid_request_error";
@@ -815,6 +821,7 @@ enum MHD_Result qvs_speech_handle(qv_server *s, struct MHD_Connection *c, req *q
             return MHD_NO;
         }
         MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, qv_format_mime(j->format));
+        add_provenance(r, j);
         if (j->stats.warning[0]) MHD_add_response_header(r, "X-Qvoice-Warning", j->stats.warning);
         enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);
         MHD_destroy_response(r);
@@ -839,6 +846,7 @@ enum MHD_Result qvs_speech_handle(qv_server *s, struct MHD_Connection *c, req *q
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
                             j->stream == STREAM_SSE ? "text/event-stream"
                                                     : qv_format_mime(j->format));
+    add_provenance(r, j);
     if (j->stream == STREAM_SSE)
         MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
     enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);

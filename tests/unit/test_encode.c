@@ -88,6 +88,10 @@ static void test_wav_header(void **st) {
     assert_int_equal(wav_data_offset(w, n, &data), 44);
     assert_null(wav_chunk(w, n, "LIST", &len));
     qv_free(w);
+    char text[QV_PROVENANCE_TEXT_BYTES]; /* the same key set on one line, for HTTP headers */
+    assert_int_equal(qv_provenance_text(&p, text), 0);
+    assert_non_null(strstr(text, "; voice_id=speaker:ryan; watermark="));
+    assert_int_equal(qv_provenance_text(NULL, text), QV_E_INVALID);
     qv_provenance bad = p;
     bad.struct_size--;
     assert_int_equal(qv_audio_encode(QV_FORMAT_WAV, x, 1000, &bad, &w, &n), QV_E_ABI);

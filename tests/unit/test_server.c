@@ -745,7 +745,11 @@ static void test_speech(void **state) {
     long n = wav_frames(tmp_path("a.wav"));
     assert_true(n > 0 && n <= 2 * 24000 + 2000);
     snprintf(fmtreq, sizeof fmtreq, req, "pcm", "");
-    assert_int_equal(curl(&g_srv, tmp_path("a.pcm"), "%s", fmtreq), 200);
+    assert_int_equal(curl(&g_srv, tmp_path("a.pcm"), "-D %s %s", tmp_path("pcm.hdr"), fmtreq),
+                     200);
+    /* raw PCM has no container: the provenance comes as a header */
+    assert_true(file_has(tmp_path("pcm.hdr"), "X-Qvoice-Provenance: digital_source_type="));
+    assert_true(file_has(tmp_path("pcm.hdr"), "; voice_id=speaker:ryan; watermark="));
     assert_int_equal(file_bytes(tmp_path("a.pcm")), 2 * n); /* same seed, same samples */
     snprintf(fmtreq, sizeof fmtreq, req, "pcm", ",\"stream_format\":\"audio\"");
     assert_int_equal(curl(&g_srv, tmp_path("s.pcm"), "%s", fmtreq), 200);
