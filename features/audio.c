@@ -218,6 +218,26 @@ static int vorbis_headers_broken(const char *path) {
     return broken;
 }
 
+int qva_audio_comment(const char *path, char *out, size_t size, char *err, size_t err_size) {
+    if (size) out[0] = 0;
+    if (vorbis_headers_broken(path)) {
+        set_err(err, err_size, path, "cannot read audio (Ogg Vorbis headers missing or corrupt)");
+        return -1;
+    }
+    SF_INFO info = {0};
+    SNDFILE *sf = sf_open(path, SFM_READ, &info);
+    if (!sf) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "cannot read audio (%s)", sf_strerror(NULL));
+        set_err(err, err_size, path, msg);
+        return -1;
+    }
+    const char *c = sf_get_string(sf, SF_STR_COMMENT);
+    if (c && size) snprintf(out, size, "%s", c);
+    sf_close(sf);
+    return 0;
+}
+
 /* a->src_format: libsndfile's names of container and encoding ("WAV, Signed 16 bit PCM"). */
 static void describe_format(qva_audio *a, int format) {
     SF_FORMAT_INFO major = {.format = format & SF_FORMAT_TYPEMASK};

@@ -15,6 +15,7 @@
 #include <strings.h>
 #include <time.h>
 
+#include "features/features.h"
 #include "include/qvoice.h"
 #include "util/api.h"
 
@@ -158,6 +159,20 @@ enum qv_status qv_provenance_text(const qv_provenance *p, char out[QV_PROVENANCE
     const enum qv_status st = tags_of(p, &t);
     if (!st) tags_text(&t, "; ", out);
     return st;
+}
+
+_Static_assert(QV_PROVENANCE_TEXT_BYTES == 1024, "qv_provenance_read's %.1023s");
+
+enum qv_status qv_provenance_read(const char *path, char out[QV_PROVENANCE_TEXT_BYTES]) {
+    if (!path || !out) return qvu_fail(QV_E_INVALID, "qv_provenance_read: NULL argument");
+    static const char prefix[] = "qvoice provenance: ";
+    char comment[TAG_TEXT_BYTES + 32], err[QVU_DETAIL_SIZE];
+    out[0] = 0;
+    if (qva_audio_comment(path, comment, sizeof comment, err, sizeof err))
+        return qvu_fail(QV_E_AUDIO, err);
+    if (!strncmp(comment, prefix, sizeof prefix - 1))
+        snprintf(out, QV_PROVENANCE_TEXT_BYTES, "%.1023s", comment + sizeof prefix - 1);
+    return QV_OK;
 }
 
 /* ==== the WAV header ========================================================================= */

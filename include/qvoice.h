@@ -749,6 +749,12 @@ qv_provenance qv_provenance_default(void);
  * container, e.g. an HTTP header of raw PCM), into out. QV_OK, QV_E_INVALID (NULL), QV_E_ABI. */
 #define QV_PROVENANCE_TEXT_BYTES 1024
 enum qv_status qv_provenance_text(const qv_provenance *p, char out[QV_PROVENANCE_TEXT_BYTES]);
+/* The key set a qvoice output's container says of it (its comment after "qvoice provenance: ")
+ * of the audio file at path (any format libsndfile reads) into out; "" when it says none (raw
+ * output, stripped tags, another program's file). Tags are what a file claims, easily removed
+ * or forged; the watermark is in the samples. QV_OK, QV_E_INVALID (NULL), QV_E_AUDIO (cannot
+ * be read: the detail names path). */
+enum qv_status qv_provenance_read(const char *path, char out[QV_PROVENANCE_TEXT_BYTES]);
 /* The same with the ids of a synthesis on m (may be NULL) with voice v, or else the preset
  * speaker (may be NULL). */
 qv_provenance qv_provenance_of(const qv_model *m, const qv_voice *v, const char *speaker);

@@ -1,7 +1,8 @@
 /* detect.c — POST /v1/audio/detect: the body is an audio file (any format the library reads, up
  * to --max-upload-mb, through admission like an upload); the reply is the watermark report of
  * `voicefmt detect --json`, plus the library voice (or preset speaker) and model whose
- * qv_watermark_payload the recovered payload is, when one is (docs/provenance.md).
+ * qv_watermark_payload the recovered payload is, when one is, and the container's provenance
+ * tags (docs/provenance.md).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -79,7 +80,9 @@ enum MHD_Result qvs_detect_handle(qv_server *s, struct MHD_Connection *c, req *q
         return qvs_reply_not_admitted(s, c, q, sl, deadline);
     }
     qv_watermark_report r = qv_watermark_default_report();
+    char tags[QV_PROVENANCE_TEXT_BYTES];
     const enum qv_status st = qv_watermark_detect_file(path, DETECT_MAX_SECONDS, &r);
+    if (st || qv_provenance_read(path, tags)) tags[0] = 0;
     qvs_slot_release(s, sl);
     unlink(path);
     if (st) /* the detail names the temporary, which qvs_scrub hides as for uploads */
@@ -95,6 +98,7 @@ enum MHD_Result qvs_detect_handle(qv_server *s, struct MHD_Connection *c, req *q
     uint32_t payload;
     cJSON *hit = payload_of(&r, &payload) ? match(s, q->key, payload) : NULL;
     cJSON_AddItemToObject(o, "match", hit ? hit : cJSON_CreateNull());
+    cJSON_AddStringToObject(o, "tags", tags);
     char *body = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     if (!body)

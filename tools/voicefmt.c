@@ -105,8 +105,10 @@ static const char *usage_text =
     "        -o, --output OUT    output file (default: FILE itself, replaced atomically)\n"
     "    detect      look for qvoice's audio watermark (docs/provenance.md) in audio files of any\n"
     "                format libsndfile reads: presence, the 32-bit payload and where the mark is\n"
-    "                (3 s windows every 1.02 s; the whole file as one window too). Exit 0 when\n"
-    "                every file carries the mark, 1 when one does not or cannot be read.\n"
+    "                (3 s windows every 1.02 s; the whole file as one window too), and the\n"
+    "                provenance tags its container claims (what made it: model, voice, time).\n"
+    "                Exit 0 when every file carries the mark, 1 when one does not or cannot be\n"
+    "                read.\n"
     "        -j, --json          one JSON array of objects on stdout instead of text\n"
     "        -M, --max-seconds S read at most S seconds of each file (default 1200)\n"
     "    -h, --help              this text\n"
@@ -1244,11 +1246,14 @@ static int cmd_detect(int argc, char **argv) {
             continue;
         }
         if (!r.present) rc = 1;
-        if (jarr) { /* the library's report, with the file's name first */
+        char tags[QV_PROVENANCE_TEXT_BYTES]; /* what the container claims, beside the mark */
+        if (qv_provenance_read(argv[i], tags)) tags[0] = 0;
+        if (jarr) { /* the library's report, with the file's name and its tags first */
             char *txt = qv_watermark_report_json(&r);
             cJSON *rep = txt ? cJSON_Parse(txt) : NULL, *jo = cJSON_CreateObject();
             qv_free(txt);
             cJSON_AddStringToObject(jo, "file", argv[i]);
+            cJSON_AddStringToObject(jo, "tags", tags);
             for (cJSON *e; rep && (e = rep->child);) /* moved over, key copied */
                 cJSON_AddItemToObject(jo, e->string, cJSON_DetachItemViaPointer(rep, e));
             cJSON_Delete(rep);
@@ -1257,6 +1262,7 @@ static int cmd_detect(int argc, char **argv) {
         }
         printf("%s: %.2f s, mark %s (best 3 s window %.1f, whole file %.1f; present from 5.0)\n",
                argv[i], r.seconds, r.present ? "present" : "not found", r.score, r.score_all);
+        printf("  tags: %s\n", tags[0] ? tags : "none");
         if (r.present) {
             printf("  whole file:\n");
             range_out(&r.all);

@@ -92,6 +92,8 @@ static void test_wav_header(void **st) {
     assert_int_equal(qv_provenance_text(&p, text), 0);
     assert_non_null(strstr(text, "; voice_id=speaker:ryan; watermark="));
     assert_int_equal(qv_provenance_text(NULL, text), QV_E_INVALID);
+    assert_int_equal(qv_provenance_read("/nonexistent.wav", text), QV_E_AUDIO);
+    assert_non_null(strstr(qv_last_error(), "/nonexistent.wav"));
     qv_provenance bad = p;
     bad.struct_size--;
     assert_int_equal(qv_audio_encode(QV_FORMAT_WAV, x, 1000, &bad, &w, &n), QV_E_ABI);
@@ -297,6 +299,10 @@ static void test_provenance_tags(void **st) {
                 if (file_has(tags, want[i]) != tagged)
                     fail_msg("%s: %s %s", path, want[i], tagged ? "missing" : "present untagged");
             assert_int_equal(file_has(tags, "2023"), tagged); /* the date field of the format */
+            char back[QV_PROVENANCE_TEXT_BYTES], want_text[QV_PROVENANCE_TEXT_BYTES];
+            assert_int_equal(qv_provenance_read(path, back), 0); /* the library's own reader */
+            assert_int_equal(qv_provenance_text(&p, want_text), 0);
+            assert_string_equal(back, tagged ? want_text : "");
             unlink(tags), unlink(path);
         }
     }

@@ -835,6 +835,8 @@ static void test_detect(void **state) {
     assert_true(cJSON_IsArray(cJSON_GetObjectItem(o, "ranges")));
     assert_non_null(cJSON_GetObjectItem(cJSON_GetObjectItem(o, "whole"), "payload_score"));
     assert_non_null(cJSON_GetObjectItem(o, "match"));
+    const char *tags = cJSON_GetStringValue(cJSON_GetObjectItem(o, "tags"));
+    assert_true(tags && strstr(tags, "; voice_id=speaker:ryan; watermark="));
     cJSON_Delete(o);
     assert_int_equal(curl(&g_srv, NULL, "-X POST SRV/v1/audio/detect"), 400);
     assert_string_equal(error_code(), "missing_field");
