@@ -53,8 +53,9 @@ int qve_voice_apply_wdelta(qv_model *m, const qvf_voice *v, qve_wdelta_report *r
 struct qv_voice {
     qvf_voice *f;
     char path[4096];
-    struct voice_id *id; /* qv_voice_id's, hashed on first use (voice.c) */
+    struct voice_id *id; /* qv_voice_id's (voice.c) */
     int32_t *codes; /* the ICL codes widened once to the engine's code type, or NULL */
+    void *bytes;    /* qv_voice_open_memory: the file's bytes f borrows from, or NULL */
 };
 
 /* qv_voice_check, with the weight delta's fingerprint checked only when with_delta (a voice
