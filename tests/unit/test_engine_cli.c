@@ -428,23 +428,38 @@ static void test_provenance(void **st) {
     assert_int_equal(sh("test \"$(sha256sum < %s | cut -c1-64)\" = %s", voice, id), 0);
     snprintf(a, sizeof a, "%s/prov_file.wav", tmp);
     snprintf(b, sizeof b, "%s/prov_stream.wav", tmp);
-    assert_int_equal(run("-q --voice %s -t 'Hi.' --max-frames 4 -o %s", voice, a), 0);
+    /* 8 s: the mark's payload repeats every 5.1 s, shorter audio carries only part of it */
+    const char *say = "-q --voice %s -t 'One dollar and eighty seven cents. That was all. And "
+                      "sixty cents of it was in pennies.' --max-seconds 8 --seed 3";
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "%s -o %%s", say);
+    assert_int_equal(run(cmd, voice, a), 0);
     assert_int_equal(wav_check_provenance(a, id, fp), 0);
-    assert_int_equal(run("-q --voice %s -t 'Hi.' --max-frames 4 --stream -o %s", voice, b), 0);
+    snprintf(cmd, sizeof cmd, "%s --stream -o %%s", say);
+    assert_int_equal(run(cmd, voice, b), 0);
     assert_int_equal(wav_check_provenance(b, id, fp), 0);
     /* the samples carry that payload: the unmarked output marked with it gives them (to the
      * rounding of the unmarked file), another payload does not */
     char plain[512];
     snprintf(plain, sizeof plain, "%s/prov_plain.wav", tmp);
-    assert_int_equal(run("-q --voice %s -t 'Hi.' --max-frames 4 --no-watermark -o %s", voice,
-                         plain),
-                     0);
+    snprintf(cmd, sizeof cmd, "%s --no-watermark -o %%s", say);
+    assert_int_equal(run(cmd, voice, plain), 0);
     const int right = wav_mark_distance(a, plain, qv_watermark_payload(id, fp)),
               wrong = wav_mark_distance(a, plain, qv_watermark_payload(id, ""));
     printf("  marked vs unmarked + mark: %d step(s) with the voice/model payload, %d with "
            "another\n", right, wrong);
     assert_true(right >= 0 && right <= 1 && wrong > 1);
     assert_true(wav_mark_distance(b, plain, qv_watermark_payload(id, fp)) <= 1);
+    /* and the detector reads it back from the file and the stream: the voice/model payload */
+    const char *const marked[] = {a, b};
+    for (int i = 0; i < 2; i++) {
+        qv_watermark_report r = qv_watermark_default_report();
+        assert_int_equal(qv_watermark_detect_file(marked[i], 0, &r), 0);
+        printf("  %s: present %d, payload %s%08x\n", i ? "stream" : "file", r.present,
+               r.all.payload_ok ? "" : "(not recovered) ", r.all.payload);
+        assert_true(r.present && r.all.payload_ok);
+        assert_int_equal(r.all.payload, qv_watermark_payload(id, fp));
+    }
     assert_int_equal(run("-q -s ryan -t 'Hi.' --max-frames 4 -o %s", a), 0);
     assert_int_equal(wav_check_provenance(a, "speaker:ryan", fp), 0);
     snprintf(jobs, sizeof jobs, "%s/prov.jsonl", tmp);

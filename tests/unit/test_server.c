@@ -811,7 +811,7 @@ static void test_speech(void **state) {
 }
 
 /* POST /v1/audio/detect: a raw audio body, the upload limit, the report of voicefmt detect
- * --json and a "match" (null: no payload recovered from audio this short). */
+ * --json, the tags and the "match": the voice and model the recovered payload names. */
 static void test_detect(void **state) {
     (void)state;
     const int n = 20 * 24000; /* 20 s: under the 1 MB upload limit as a WAV */
@@ -834,7 +834,16 @@ static void test_detect(void **state) {
     assert_true(cJSON_GetNumberValue(cJSON_GetObjectItem(o, "seconds")) > 19.9);
     assert_true(cJSON_IsArray(cJSON_GetObjectItem(o, "ranges")));
     assert_non_null(cJSON_GetObjectItem(cJSON_GetObjectItem(o, "whole"), "payload_score"));
-    assert_non_null(cJSON_GetObjectItem(o, "match"));
+    /* the payload read back names the voice and the served model it was marked for */
+    const cJSON *match = cJSON_GetObjectItem(o, "match");
+    char *mt = cJSON_PrintUnformatted(match);
+    printf("  detect: payload %s, match %s\n",
+           cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(o, "whole"), "payload")),
+           mt);
+    free(mt);
+    assert_true(cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetObjectItem(o, "whole"), "payload_ok")));
+    assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(match, "voice")), "speaker:ryan");
+    assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(match, "model")), "tiny-cv");
     const char *tags = cJSON_GetStringValue(cJSON_GetObjectItem(o, "tags"));
     assert_true(tags && strstr(tags, "; voice_id=speaker:ryan; watermark="));
     cJSON_Delete(o);

@@ -96,12 +96,12 @@ int wav_mark_distance(const char *marked, const char *plain, uint32_t payload) {
     int16_t *m = wav_samples(marked, &n), *p = wav_samples(plain, &np);
     float *y = p && m && n == np ? malloc(n * sizeof *y + 1) : NULL;
     uint8_t *q = y ? malloc(2 * n + 1) : NULL;
-    qv_watermark *w = NULL;
     int worst = -1;
-    if (q && !qv_watermark_new(&w, payload)) {
+    if (q) {
         for (size_t i = 0; i < n; i++)
             y[i] = (float)p[i] / 32767.0f;
-        qv_watermark_apply(w, y, (int64_t)n);
+    }
+    if (q && !qv_watermark_mark(payload, y, (int64_t)n)) {
         qv_pcm_s16le(y, (int64_t)n, q);
         worst = 0;
         for (size_t i = 0; i < n; i++) {
@@ -109,7 +109,6 @@ int wav_mark_distance(const char *marked, const char *plain, uint32_t payload) {
             if (d > worst) worst = d;
         }
     }
-    qv_watermark_free(w);
     free(q), free(y), free(m), free(p);
     return worst;
 }
