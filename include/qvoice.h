@@ -455,6 +455,19 @@ enum qv_status qv_synth_run(qv_synth *s, const qv_synth_request *r, qv_pcm_fn fn
 enum qv_status qv_script_to_markup(const char *script, int pause_ms, char **markup,
                                    int **line_offsets, int **line_numbers, int *n_lines);
 
+/* Text that arrives in pieces (an LLM's tokens), spoken sentence by sentence as each is complete,
+ * with the chunker's rules: a sentence ends after . ! ? … (and closing quotes) followed by white
+ * space, after 。！？, or at a blank line; never inside a markup tag, nor before a '[' whose tag
+ * may still be arriving. *n_bytes gets the length of text's longest prefix of whole sentences (0:
+ * none yet; the last one needs what follows it, so "3." is not cut before "14"). carry
+ * [carry_size >= QV_TEXT_CARRY_BYTES] gets the markup tags in force at that point, the last
+ * voice, language and style tag as written ("" when none; style names of the built-in table or
+ * [style:…]): carry followed by the rest speaks as the rest does in the whole text.
+ * QV_E_INVALID (invalid UTF-8, a malformed tag with its character offset), QV_E_NOMEM. */
+#define QV_TEXT_CARRY_BYTES 769 /* three tags of at most 256 bytes and a NUL */
+enum qv_status qv_text_sentences(const char *text, size_t *n_bytes, char *carry,
+                                 size_t carry_size);
+
 /* What a front end loads for styles and scripts (docs/markup.md), held while requests point at
  * it: generic style directions "NAME=FILE" (the x-vector of a .qvoice or .bin, e.g. from voicefmt
  * palette derive; strength 0.25), a style table file ("name = instruct text" lines), a dialogue
