@@ -387,13 +387,16 @@ typedef struct {
        style_dirs, and its instruct text in style_table then the built-in table */
     const char *style;        /* style of the whole text (a markup tag replaces it), or NULL;
                                  one that nothing can apply is an error (QV_E_UNSUPPORTED) */
-    float style_strength;     /* > 0: overrides the palette entry's / direction's strength */
+    float style_strength;     /* > 0: overrides the palette entry's / direction's strength
+                                 (at most QV_STYLE_STRENGTH_MAX) */
     const qv_style_dir *style_dirs; /* generic directions, or NULL */
     int n_style_dirs;
     const char *style_table;  /* extra "name = instruct text" lines, or NULL */
     int strict_markup;        /* 1: a tag the model and voice cannot honour is an error
                                  (QV_E_UNSUPPORTED); 0: a warning in stats.warning */
 } qv_synth_request;
+
+#define QV_STYLE_STRENGTH_MAX 4.0 /* speak --style-strength and the server's style_strength */
 
 #define QV_INSTRUCT_DROPPED                                                                        \
     "instruct ignored: the 0.6B CustomVoice model was not trained for instructions "              \

@@ -203,6 +203,14 @@ struct job *qvs_speech_parse(qv_server *s, struct MHD_Connection *c, const api_k
                              const char *body, size_t len, double deadline, int *model,
                              qv_params *p, verdict *v);
 void qvs_speech_job_free(struct job *j);
+/* Runs a parsed job on the calling thread (the WebSocket's sentences, ws_speech.c): a slot for
+ * (model, p) taken up to the job's deadline, the audio through fn as it is decoded (fn returning
+ * non-zero stops it; the request's cap applies), the metrics counted. 0, or -1 with v set
+ * (status -1/-2: no slot, as qvs_slot_take; else the failure's status and message). */
+int qvs_speech_run(qv_server *s, struct job *j, int model, const qv_params *p, qv_pcm_fn fn,
+                   void *user, qv_synth_stats *st, verdict *v);
+/* Stops qvs_speech_run's synthesis from another thread (also before it starts). */
+void qvs_speech_cancel(struct job *j);
 /* Handles POST /v1/audio/speech once its JSON body is complete. */
 enum MHD_Result qvs_speech_handle(qv_server *s, struct MHD_Connection *c, req *q);
 /* The connection is gone (or finished): stop the synthesis if it still runs, drop the job. */

@@ -16,7 +16,7 @@
 #include "server/server_impl.h"
 #include "voicefmt/qvf.h"
 
-enum stream_kind { STREAM_NONE, STREAM_AUDIO, STREAM_SSE };
+enum stream_kind { STREAM_NONE, STREAM_AUDIO, STREAM_SSE, STREAM_FN /* qvs_speech_run */ };
 
 typedef struct job {
     pthread_mutex_t mu;
@@ -27,7 +27,11 @@ typedef struct job {
     struct MHD_Connection *conn; /* for disconnect checks while waiting */
     /* request (owned strings) */
     qv_synth_request r;
-    char *text, *language, *speaker, *instruct, *voice_path;
+    char *text, *language, *speaker, *instruct, *voice_path, *style;
+    float style_strength;
+    int strict_markup;
+    qv_pcm_fn fn; /* STREAM_FN: the caller's, called without mu */
+    void *fn_user;
     qvs_voice_ref voice; /* holds voice_path open when the file is put together in memory */
     ref_entry *ref; /* a per-request reference's voice, held */
     /* results, under mu */
@@ -57,6 +61,7 @@ static void job_unref(job *j) {
     free(j->speaker);
     free(j->instruct);
     free(j->voice_path);
+    free(j->style);
     qvs_voice_ref_close(&j->voice);
     qvs_ref_release(j->s, j->ref);
     qv_encoder_close(j->enc); /* it may flush into out (found by fuzz_speech_json) */
@@ -106,6 +111,11 @@ static int on_pcm(void *user, const float *x, int n) {
         stop = 1;
     } else if (j->stream == STREAM_NONE) {
         fail = qv_pcm_collect(&j->pcm, x, n);
+    } else if (j->stream == STREAM_FN) { /* a slow reader must not hold up job_cancel */
+        pthread_mutex_unlock(&j->mu);
+        fail = j->fn(j->fn_user, x, n) ? -1 : 0;
+        pthread_mutex_lock(&j->mu);
+        stop = fail, fail = 0; /* the caller stopped: not out of memory */
     } else {
         fail = qv_encoder_write(j->enc, x, n) != QV_OK;
     }
@@ -462,6 +472,24 @@ static int parse_fixed(cJSON *o, verdict *v) {
     return 0;
 }
 
+/* Styles (docs/markup.md): style (the voice's palette entry, else the built-in style table),
+ * style_strength and strict_markup, as speak's --style, --style-strength, --strict-markup. */
+static int parse_style(cJSON *o, job *j, verdict *v) {
+    const char *style;
+    double d;
+    int got;
+    if (get_str(o, "style", &style, v) ||
+        (got = get_num(o, "style_strength", 1e-6, QV_STYLE_STRENGTH_MAX, 0, &d, v)) < 0 ||
+        get_bool(o, "strict_markup", &j->strict_markup, v) < 0)
+        return -1;
+    if (got) j->style_strength = (float)d;
+    if (style && !style[0])
+        return qvs_bad(v, 400, "invalid_value", "style", "style: empty (omit it for none)");
+    if (style && !(j->style = strdup(style)))
+        return qvs_bad(v, 500, "out_of_memory", NULL, "out of memory");
+    return 0;
+}
+
 /* Sampling: the model's parameters with the request's seed, temperature, top_k, top_p,
  * repetition_penalty and max_new_tokens into p; max_seconds (under the server's) in f->max_s. */
 static int parse_sampling(const qv_server *s, cJSON *o, fields *f, qv_params *p, verdict *v) {
@@ -523,7 +551,7 @@ static int parse(qv_server *s, struct MHD_Connection *c, const api_key *k, const
         goto out;
     if (parse_text_model(s, &f, j, model, v) || parse_reference(o, &f, v) ||
         parse_voice(s, k, o, &f, v) || parse_format(s, o, &f, j, v) || parse_fixed(o, v) ||
-        parse_sampling(s, o, &f, p, v))
+        parse_style(o, j, v) || parse_sampling(s, o, &f, p, v))
         goto out;
     if ((f.input && !(j->text = strdup(f.input))) || (f.lang && !(j->language = strdup(f.lang))) ||
         (f.speaker && !(j->speaker = strdup(f.speaker))) ||
@@ -601,10 +629,16 @@ static int failure_status(const job *j, const char **type, const char **code) {
     return 500;
 }
 
+/* The field a refused style names: the request's style, or a markup tag of its input. */
+static const char *failure_param(const job *j) {
+    if (j->st != QV_E_UNSUPPORTED) return NULL;
+    return !strncmp(j->err, "style \"", 7) ? "style" : !strncmp(j->err, "tag [", 5) ? "input" : NULL;
+}
+
 static enum MHD_Result reply_failure(struct MHD_Connection *c, req *q, const job *j) {
     const char *type, *code;
     int status = failure_status(j, &type, &code);
-    return qvs_reply_error(c, q, status, type, code, NULL, "synthesis failed: %s: %s",
+    return qvs_reply_error(c, q, status, type, code, failure_param(j), "synthesis failed: %s: %s",
                            qv_strerror(j->st), j->err[0] ? j->err : "-");
 }
 
@@ -649,6 +683,19 @@ static ssize_t read_stream(void *cls, uint64_t pos, char *buf, size_t max) {
             char ev[1024];
             const char *type, *code;
             int status = ok ? 200 : failure_status(j, &type, &code);
+            if (ok && j->stats.warning[0]) { /* a markup tag the model cannot honour, ... */
+                cJSON *w = cJSON_CreateObject();
+                cJSON_AddStringToObject(w, "type", "speech.audio.warning");
+                cJSON_AddStringToObject(w, "message", j->stats.warning);
+                char *t = cJSON_PrintUnformatted(w);
+                if (t) {
+                    qvs_bytes_add(&j->out, "event: speech.audio.warning\ndata: ", 34);
+                    qvs_bytes_add(&j->out, t, strlen(t));
+                    qvs_bytes_add(&j->out, "\n\n", 2);
+                }
+                free(t);
+                cJSON_Delete(w);
+            }
             if (ok)
                 snprintf(ev, sizeof ev,
                          "event: speech.audio.done\ndata: {\"type\":\"speech.audio.done\","
@@ -712,6 +759,28 @@ void qvs_speech_release(qv_server *s, req *q) {
     q->job = NULL;
 }
 
+/* The library request of a parsed job. */
+static void job_request(job *j) {
+    j->r = qv_synth_default_request();
+    j->r.text = j->text;
+    j->r.language = j->language;
+    j->r.speaker = j->speaker;
+    j->r.voice_path = j->voice_path;
+    j->r.voice = j->ref ? qvs_ref_voice(j->ref) : NULL;
+    j->r.instruct = j->instruct;
+    j->r.style = j->style;
+    j->r.style_strength = j->style_strength;
+    j->r.strict_markup = j->strict_markup;
+    j->r.max_seconds = j->max_seconds; /* per chunk in the library; on_pcm caps the total */
+    j->max_samples = (int64_t)(j->max_seconds * QV_SAMPLE_RATE_HZ);
+    /* A weight delta rewrites the shared model for good: not in a server. The voice's x-vector
+     * (and ICL) still apply. */
+    j->r.use_wdelta = 0;
+    /* A whole response can wait for each chunk to pass the guard, so a trip is retried instead
+     * of failing the request; a stream sends audio as it is decoded. */
+    j->r.whole_chunks = j->stream == STREAM_NONE;
+}
+
 job *qvs_speech_parse(qv_server *s, struct MHD_Connection *c, const api_key *k,
                       const char *body, size_t len, double deadline, int *model, qv_params *p,
                       verdict *v) {
@@ -754,21 +823,7 @@ enum MHD_Result qvs_speech_handle(qv_server *s, struct MHD_Connection *c, req *q
                                v.param, "%s", v.msg);
     }
     q->job = j; /* freed by qvs_speech_release when the request completes */
-    j->r = qv_synth_default_request();
-    j->r.text = j->text;
-    j->r.language = j->language;
-    j->r.speaker = j->speaker;
-    j->r.voice_path = j->voice_path;
-    j->r.voice = j->ref ? qvs_ref_voice(j->ref) : NULL;
-    j->r.instruct = j->instruct;
-    j->r.max_seconds = j->max_seconds; /* per chunk in the library; on_pcm caps the total */
-    j->max_samples = (int64_t)(j->max_seconds * QV_SAMPLE_RATE_HZ);
-    /* A weight delta rewrites the shared model for good: not in a server. The voice's x-vector
-     * (and ICL) still apply. */
-    j->r.use_wdelta = 0;
-    /* A whole response can wait for each chunk to pass the guard, so a trip is retried instead
-     * of failing the request; a stream sends audio as it is decoded. */
-    j->r.whole_chunks = j->stream == STREAM_NONE;
+    job_request(j);
     j->slot = slot_acquire(s, c, model, &p, j->deadline);
     if (j->slot == -1 || j->slot == -2) return qvs_reply_not_admitted(s, c, q, j->slot, j->deadline);
     if (j->slot == -3)
@@ -842,4 +897,57 @@ enum MHD_Result qvs_speech_handle(qv_server *s, struct MHD_Connection *c, req *q
     MHD_destroy_response(r);
     q->status = MHD_HTTP_OK;
     return ret;
+}
+
+int qvs_speech_run(qv_server *s, job *j, int model, const qv_params *p, qv_pcm_fn fn,
+                   void *user, qv_synth_stats *st, verdict *v) {
+    memset(v, 0, sizeof *v);
+    j->stream = STREAM_FN;
+    j->fn = fn;
+    j->fn_user = user;
+    job_request(j);
+    j->r.whole_chunks = 0;
+    int si = slot_acquire(s, NULL, model, p, j->deadline);
+    if (si == -1 || si == -2) {
+        v->status = si;
+        return -1;
+    }
+    if (si == -3)
+        return qvs_bad(v, 503, "out_of_memory", NULL,
+                       "cannot create a synthesizer for these parameters");
+    pthread_mutex_lock(&j->mu);
+    j->slot = si;
+    j->running = 1;
+    int cancelled = j->cancel;
+    pthread_mutex_unlock(&j->mu);
+    qv_synth_stats local = {.struct_size = sizeof local};
+    if (!st) st = &local;
+    enum qv_status rc =
+        cancelled ? QV_E_CANCELLED : qv_synth_run(s->slots[si].synth, &j->r, on_pcm, j, st);
+    pthread_mutex_lock(&j->mu);
+    if (rc == QV_E_CANCELLED && j->capped && !j->cancel) rc = QV_OK, st->capped = 1;
+    j->st = rc;
+    if (rc && !j->err[0]) snprintf(j->err, sizeof j->err, "%s", qv_last_error());
+    j->done = 1;
+    pthread_mutex_unlock(&j->mu);
+    qvs_metrics_synth(&s->met, st);
+    pthread_mutex_lock(&s->met.mu);
+    s->met.guard_failures += rc == QV_E_GUARD;
+    s->met.cancelled += rc == QV_E_CANCELLED;
+    pthread_mutex_unlock(&s->met.mu);
+    qvs_slot_release(s, si);
+    if (!rc) return 0;
+    const char *type, *code;
+    int status = failure_status(j, &type, &code);
+    qvs_bad(v, status, code, failure_param(j), "synthesis failed: %s: %s", qv_strerror(rc),
+            j->err[0] ? j->err : "-");
+    qvs_scrub(s, v->msg, sizeof v->msg);
+    return -1;
+}
+
+void qvs_speech_cancel(job *j) {
+    pthread_mutex_lock(&j->mu);
+    if (!j->cancel && j->running && !j->done) qv_synth_cancel(j->s->slots[j->slot].synth);
+    j->cancel = 1; /* before the synthesis starts too: on_pcm then stops it */
+    pthread_mutex_unlock(&j->mu);
 }
