@@ -513,6 +513,15 @@ static void *session_main(void *arg) {
         }
         if (k > 0) done = on_frames(w);
     }
+    /* after our close frame the client may still be sending: read it away until its close or
+     * LINGER_S, so that closing the socket with unread bytes does not reset the connection
+     * before our close frame is read */
+    for (double end = qvs_now_s() + LINGER_S; w->close_sent && !w->broken && qvs_now_s() < end;) {
+        struct pollfd pf = {.fd = w->fd, .events = POLLIN};
+        uint8_t buf[16384];
+        ssize_t k = poll(&pf, 1, 100) > 0 ? recv(w->fd, buf, sizeof buf, MSG_DONTWAIT) : 1;
+        if (k == 0 || (k < 0 && errno != EAGAIN && errno != EINTR)) break;
+    }
     pthread_mutex_lock(&w->mu);
     w->closing = 1;
     if (w->cur) qvs_speech_cancel(w->cur); /* counted in the metrics' cancelled */
