@@ -344,11 +344,10 @@ int qvs_ws_send(int fd, int opcode, const void *p, size_t n, double deadline);
 /* ==== WS /v1/audio/speech/stream (ws_speech.c) ================================================ */
 
 /* Answers the upgrade request (101 with the accept key, or a 4xx naming the header) and runs
- * the session on a thread of its own once upgraded. */
-enum MHD_Result qvs_ws_speech_upgrade(qv_server *s, struct MHD_Connection *c, req *q);
-/* Bytes of a JSON body or WebSocket message: the input's UTF-8 and escapes, the other fields,
- * and with a clone model a base64 ref_audio of up to max_upload_mb. */
-size_t qvs_body_limit(const qv_server *s);
+ * the session on a thread of its own once upgraded; a message may have max_message bytes (the
+ * speech body's limit). */
+enum MHD_Result qvs_ws_speech_upgrade(qv_server *s, struct MHD_Connection *c, req *q,
+                                      size_t max_message);
 
 /* ==== studio (studio.c) ====================================================================== */
 

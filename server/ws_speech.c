@@ -471,6 +471,29 @@ static int on_frames(session *w) {
 
 /* ==== the session ============================================================================ */
 
+/* Closes the socket (MHD closes it once told) and frees the session. */
+static void session_end(session *w) {
+    qv_server *s = w->s;
+    while (w->head) {
+        item *it = w->head;
+        w->head = it->next;
+        item_free(it);
+    }
+    MHD_upgrade_action(w->urh, MHD_UPGRADE_ACTION_CLOSE);
+    qvs_ws_reader_free(&w->rd);
+    cJSON_Delete(w->config);
+    free(w->pending);
+    free(w->acc.p);
+    pthread_mutex_destroy(&w->mu);
+    pthread_mutex_destroy(&w->wmu);
+    pthread_cond_destroy(&w->cv);
+    free(w);
+    pthread_mutex_lock(&s->mu);
+    s->n_ws--;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
 static void *session_main(void *arg) {
     session *w = arg;
     qv_server *s = w->s;
@@ -528,24 +551,7 @@ static void *session_main(void *arg) {
     pthread_cond_broadcast(&w->cv);
     pthread_mutex_unlock(&w->mu);
     if (speaking) pthread_join(sp, NULL);
-    while (w->head) {
-        item *it = w->head;
-        w->head = it->next;
-        item_free(it);
-    }
-    MHD_upgrade_action(w->urh, MHD_UPGRADE_ACTION_CLOSE);
-    qvs_ws_reader_free(&w->rd);
-    cJSON_Delete(w->config);
-    free(w->pending);
-    free(w->acc.p);
-    pthread_mutex_destroy(&w->mu);
-    pthread_mutex_destroy(&w->wmu);
-    pthread_cond_destroy(&w->cv);
-    free(w);
-    pthread_mutex_lock(&s->mu);
-    s->n_ws--;
-    pthread_cond_broadcast(&s->cv);
-    pthread_mutex_unlock(&s->mu);
+    session_end(w);
     return NULL;
 }
 
@@ -565,18 +571,8 @@ static void on_upgrade(void *cls, struct MHD_Connection *c, void *con_cls, const
     s->n_ws++;
     pthread_mutex_unlock(&s->mu);
     if ((n_extra && qvs_ws_reader_add(&w->rd, extra, n_extra)) ||
-        pthread_create(&th, &at, session_main, w)) {
-        MHD_upgrade_action(urh, MHD_UPGRADE_ACTION_CLOSE);
-        qvs_ws_reader_free(&w->rd);
-        pthread_mutex_destroy(&w->mu);
-        pthread_mutex_destroy(&w->wmu);
-        pthread_cond_destroy(&w->cv);
-        free(w);
-        pthread_mutex_lock(&s->mu);
-        s->n_ws--;
-        pthread_cond_broadcast(&s->cv);
-        pthread_mutex_unlock(&s->mu);
-    }
+        pthread_create(&th, &at, session_main, w))
+        session_end(w);
     pthread_attr_destroy(&at);
 }
 
@@ -592,7 +588,8 @@ static int has_token(const char *h, const char *token) {
     return 0;
 }
 
-enum MHD_Result qvs_ws_speech_upgrade(qv_server *s, struct MHD_Connection *c, req *q) {
+enum MHD_Result qvs_ws_speech_upgrade(qv_server *s, struct MHD_Connection *c, req *q,
+                                      size_t max_message) {
     const char *up = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_UPGRADE),
                *co = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONNECTION),
                *ver = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Sec-WebSocket-Version"),
@@ -623,7 +620,7 @@ enum MHD_Result qvs_ws_speech_upgrade(qv_server *s, struct MHD_Connection *c, re
     pthread_mutex_init(&w->mu, NULL);
     pthread_mutex_init(&w->wmu, NULL);
     pthread_cond_init(&w->cv, NULL);
-    qvs_ws_reader_init(&w->rd, qvs_body_limit(s));
+    qvs_ws_reader_init(&w->rd, max_message);
     struct MHD_Response *r = MHD_create_response_for_upgrade(on_upgrade, w);
     if (!r) {
         qvs_ws_reader_free(&w->rd);
