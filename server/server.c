@@ -372,7 +372,9 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
     qv_server *s = cls;
     req *q = *con_cls;
-    conn_receiving(s, c, 1); /* the next request on this connection */
+    /* the next request on this connection; an upgraded one (a WebSocket) has none, and its
+     * session keeps its own time (ws_speech.c) */
+    conn_receiving(s, c, !(q && q->status == MHD_HTTP_SWITCHING_PROTOCOLS));
     if (!q) return;
     qvs_speech_release(s, q); /* a disconnect cancels the synthesis at once */
     qvs_upload_free(q->up);
@@ -635,7 +637,7 @@ void qv_server_drain(qv_server *s, double timeout_s) {
     if (fd != MHD_INVALID_SOCKET) close(fd);
     double end = qvs_now_s() + timeout_s;
     pthread_mutex_lock(&s->mu);
-    while (s->n_inflight > 0 && qvs_now_s() < end) {
+    while ((s->n_inflight > 0 || s->n_ws > 0) && qvs_now_s() < end) {
         qvs_wait_tick(s);
     }
     pthread_mutex_unlock(&s->mu);

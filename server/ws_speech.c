@@ -505,11 +505,14 @@ static void *session_main(void *arg) {
     if (!speaking) send_close(w, 1011, "cannot start the session");
     while (!done) {
         pthread_mutex_lock(&s->mu);
-        int stopping = s->draining == 2;
+        int draining = s->draining;
         pthread_mutex_unlock(&s->mu);
         double now = qvs_now_s();
         pthread_mutex_lock(&w->mu);
-        int idle = !w->head && !w->busy && now - w->last_in > s->cfg.receive_s;
+        int quiet = !w->head && !w->busy;
+        int idle = quiet && now - w->last_in > s->cfg.receive_s;
+        /* a draining server lets a session finish what it was given, then closes it */
+        int stopping = draining == 2 || (draining && quiet && w->n_pending <= w->carry_len);
         int broken = w->broken;
         pthread_mutex_unlock(&w->mu);
         if (broken) break;

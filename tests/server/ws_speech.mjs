@@ -4,6 +4,7 @@
 //   node ws_speech.mjs errors URL                         every refusal as an error event
 //   node ws_speech.mjs oversize URL BYTES                 one text message of BYTES: the close code
 //   node ws_speech.mjs abort URL CONFIG_JSON TEXT         leaves abruptly after the first audio
+//   node ws_speech.mjs idle URL                           sends nothing: the close code
 //   node ws_speech.mjs handshake URL                      the upgrade's HTTP status or "open"
 import { writeFileSync } from 'node:fs';
 import WebSocket from 'ws';
@@ -135,6 +136,13 @@ async function abort() {
     out({ audio: !!b });
 }
 
+async function idle() {
+    const ws = await open();
+    const { until } = collect(ws);
+    const c = await until((e) => e.type === 'closed', 30000);
+    out({ close: c ? c.code : null });
+}
+
 async function handshake() {
     try {
         const ws = await open();
@@ -145,9 +153,9 @@ async function handshake() {
     }
 }
 
-const modes = { stream, errors, oversize, abort, handshake };
+const modes = { stream, errors, oversize, abort, idle, handshake };
 if (!modes[mode]) {
-    console.error('usage: node ws_speech.mjs stream|errors|oversize|abort|handshake URL ...');
+    console.error('usage: node ws_speech.mjs stream|errors|oversize|abort|idle|handshake URL ...');
     process.exit(2);
 }
 modes[mode]().catch((e) => { console.log(JSON.stringify({ fail: String(e.message) })); process.exit(1); });

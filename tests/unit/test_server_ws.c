@@ -307,6 +307,32 @@ static void test_auth(void **state) {
     assert_int_equal(server_stop(&sv), 0);
 }
 
+/* A session outlives --receive-timeout while messages keep coming (the slow-client watchdog
+ * does not cut an upgraded connection), and an idle one is closed after it (1008). */
+static void test_long_session(void **state) {
+    (void)state;
+    if (!g_npm) skip();
+    server sv = {0};
+    char args[1024];
+    snprintf(args, sizeof args, "-m %s --voices %s --receive-timeout 2 --timeout 60", g_cv,
+             tmp_dir);
+    assert_int_equal(server_start(&sv, "wslong", args), 0);
+    const char *text = "One two three four five six seven eight nine ten. Eleven twelve thirteen "
+                       "fourteen fifteen sixteen seventeen eighteen nineteen twenty. Twenty-one "
+                       "twenty-two twenty-three twenty-four twenty-five twenty-six twenty-seven "
+                       "twenty-eight twenty-nine thirty. Thirty-one thirty-two thirty-three "
+                       "thirty-four thirty-five thirty-six thirty-seven thirty-eight thirty-nine "
+                       "forty. Forty-one forty-two forty-three forty-four forty-five.";
+    cJSON *o = client(&sv, "", "stream '%s' '%s' %s", CONFIG, text, tmp_dir);
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(o, "sentences")), 5);
+    assert_int_equal(cJSON_GetObjectItem(o, "close")->valueint, 1000);
+    cJSON_Delete(o);
+    o = client(&sv, "", "idle");
+    assert_int_equal(cJSON_GetObjectItem(o, "close")->valueint, 1008);
+    cJSON_Delete(o);
+    assert_int_equal(server_stop(&sv), 0);
+}
+
 /* The style fields of POST /v1/audio/speech: refused values name their field, a tag the model
  * cannot honour is a warning (header, SSE event) or with strict_markup a 400 naming input. */
 static void test_http_style(void **state) {
@@ -338,4 +364,5 @@ static void test_http_style(void **state) {
 }
 
 QVT_MAIN(group_setup, group_teardown, test_reader, test_corpus_replay, test_stream,
-         test_markup_spans, test_errors, test_abort, test_auth, test_http_style)
+         test_markup_spans, test_errors, test_abort, test_auth, test_long_session,
+         test_http_style)
