@@ -50,7 +50,7 @@ typedef struct {
     struct job *cur;     /* the sentence being spoken */
     int busy;            /* the speaker holds an item */
     int closing;         /* the session ends: the speaker stops */
-    int close_sent, broken;
+    int close_sent, broken; /* under wmu (send_state) */
     double last_in;      /* the last message received (idle timeout) */
     /* the speaker's own */
     int utterance, sentence;
@@ -68,6 +68,14 @@ static int send_frame(session *w, int op, const void *p, size_t n) {
     if (op == QVS_WS_OP_CLOSE) w->close_sent = 1;
     pthread_mutex_unlock(&w->wmu);
     return rc;
+}
+
+/* close_sent + 2 * broken, read under wmu */
+static int send_state(session *w) {
+    pthread_mutex_lock(&w->wmu);
+    int st = w->close_sent + 2 * w->broken;
+    pthread_mutex_unlock(&w->wmu);
+    return st;
 }
 
 static int send_json(session *w, cJSON *o) {
@@ -456,7 +464,7 @@ static int on_frames(session *w) {
         case QVS_WS_MORE:
             break;
         case QVS_WS_CLOSE: /* echo its code; what is still being spoken is cancelled */
-            if (!w->close_sent) {
+            if (!(send_state(w) & 1)) {
                 uint8_t b[2] = {(uint8_t)(e.close_code >> 8), (uint8_t)e.close_code};
                 send_frame(w, QVS_WS_OP_CLOSE, b, e.close_code == 1005 ? 0 : 2);
             }
@@ -513,12 +521,12 @@ static void *session_main(void *arg) {
         int idle = quiet && now - w->last_in > s->cfg.receive_s;
         /* a draining server lets a session finish what it was given, then closes it */
         int stopping = draining == 2 || (draining && quiet && w->n_pending <= w->carry_len);
-        int broken = w->broken;
         pthread_mutex_unlock(&w->mu);
-        if (broken) break;
-        if (w->close_sent && !linger) linger = now + LINGER_S;
+        int st = send_state(w), close_sent = st & 1;
+        if (st & 2) break;
+        if (close_sent && !linger) linger = now + LINGER_S;
         if (linger && now > linger) break;
-        if (!w->close_sent && (stopping || idle || now - t0 > s->cfg.timeout_s)) {
+        if (!close_sent && (stopping || idle || now - t0 > s->cfg.timeout_s)) {
             send_close(w, stopping ? 1001 : 1008,
                        stopping ? "server shutting down"
                        : idle   ? "idle: no message within the receive timeout"
@@ -542,7 +550,7 @@ static void *session_main(void *arg) {
     /* after our close frame the client may still be sending: read it away until its close or
      * LINGER_S, so that closing the socket with unread bytes does not reset the connection
      * before our close frame is read */
-    for (double end = qvs_now_s() + LINGER_S; w->close_sent && !w->broken && qvs_now_s() < end;) {
+    for (double end = qvs_now_s() + LINGER_S; send_state(w) == 1 && qvs_now_s() < end;) {
         struct pollfd pf = {.fd = w->fd, .events = POLLIN};
         uint8_t buf[16384];
         ssize_t k = poll(&pf, 1, 100) > 0 ? recv(w->fd, buf, sizeof buf, MSG_DONTWAIT) : 1;

@@ -145,7 +145,7 @@ static cJSON *client(const server *sv, const char *query, const char *fmt, ...) 
                 "ws://127.0.0.1:%d/v1/audio/speech/stream%s %s > %s",
                 mode, sv->port, query, rest + strlen(mode), tmp_path("client.json"));
     slurp(tmp_path("client.json"), g_out, sizeof g_out);
-    print_message("%s: rc %d: %.600s", mode, rc, g_out);
+    print_message("%s: rc %d: %.600s\n", mode, rc, g_out);
     cJSON *o = cJSON_Parse(g_out);
     assert_non_null(o);
     return o;
