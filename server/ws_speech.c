@@ -123,14 +123,17 @@ static int audio_sink(void *user, const void *p, size_t n) {
     return qvs_bytes_add(&w->acc, p, n);
 }
 
-typedef struct {
-    session *w;
-    qv_encoder *enc;
-} pcm_ctx;
+static int on_pcm(void *user, const float *x, int n) { /* user: the sentence's encoder */
+    return qv_encoder_write(user, x, n) != QV_OK;
+}
 
-static int on_pcm(void *user, const float *x, int n) {
-    pcm_ctx *c = user;
-    return qv_encoder_write(c->enc, x, n) != QV_OK;
+/* qvs_slot_take's -1 (queue full) and -2 (no slot in time) as the statuses a POST gets. */
+static void no_slot(verdict *v, const qv_server *s) {
+    if (v->status == -1)
+        qvs_bad(v, 429, "busy", NULL, "all %d slots busy and %d requests queued; retry later",
+                s->n_slots, s->cfg.max_queue);
+    else if (v->status == -2)
+        qvs_bad(v, 504, "timeout", NULL, "no synthesis slot within the timeout");
 }
 
 static cJSON *sentence_event(const session *w, const char *type, int sentence) {
@@ -150,11 +153,7 @@ static void speak(session *w, const item *it) {
     struct job *j = qvs_speech_parse(s, NULL, w->key, it->body, strlen(it->body), deadline,
                                      &model, &p, &v);
     if (!j) {
-        if (v.status == -1)
-            qvs_bad(&v, 429, "busy", NULL, "all %d slots busy and %d requests queued; retry later",
-                    s->n_slots, s->cfg.max_queue);
-        else if (v.status == -2)
-            qvs_bad(&v, 504, "timeout", NULL, "no slot for the reference's clone in time");
+        no_slot(&v, s);
         send_error(w, &v, index);
         return;
     }
@@ -163,7 +162,7 @@ static void speak(session *w, const item *it) {
     cJSON_AddStringToObject(o, "format", qv_format_name(w->format));
     cJSON_AddNumberToObject(o, "sample_rate", QV_SAMPLE_RATE_HZ);
     send_json(w, o);
-    pcm_ctx c = {w, NULL};
+    qv_encoder *enc = NULL;
     w->acc.len = 0;
     w->sent = 0;
     qv_synth_stats st = {.struct_size = sizeof st};
@@ -173,13 +172,13 @@ static void speak(session *w, const item *it) {
     if (go) w->cur = j;
     pthread_mutex_unlock(&w->mu);
     if (!go) goto out;
-    if (qv_encoder_new(&c.enc, w->format,
+    if (qv_encoder_new(&enc, w->format,
                        s->cfg.no_watermark ? QV_WATERMARK_OFF : QV_WATERMARK_DEFAULT, audio_sink,
                        w, NULL)) {
         qvs_bad(&v, 503, "out_of_memory", NULL, "%s", qv_last_error());
     } else {
-        rc = qvs_speech_run(s, j, model, &p, on_pcm, &c, &st, &v);
-        if (qv_encoder_close(c.enc) && !rc)
+        rc = qvs_speech_run(s, j, model, &p, on_pcm, enc, &st, &v);
+        if (qv_encoder_close(enc) && !rc)
             rc = qvs_bad(&v, 500, "encoding_failed", NULL, "%s", qv_last_error());
     }
     pthread_mutex_lock(&w->mu);
@@ -189,9 +188,7 @@ static void speak(session *w, const item *it) {
     if (!go) goto out;
     if (!w->stream_audio && w->acc.len) send_frame(w, QVS_WS_OP_BINARY, w->acc.p, w->acc.len);
     if (rc) {
-        if (v.status == -1 || v.status == -2)
-            qvs_bad(&v, v.status == -1 ? 429 : 504, v.status == -1 ? "busy" : "timeout", NULL,
-                    "no synthesis slot (%d busy, %d queued)", s->n_slots, s->cfg.max_queue);
+        no_slot(&v, s);
         send_error(w, &v, index);
     }
     if (st.warning[0]) { /* a markup tag the model cannot honour, ... */
@@ -366,9 +363,7 @@ static int configure(session *w, cJSON *o) {
     free(body);
     if (!j) {
         cJSON_Delete(c);
-        if (v.status < 0)
-            qvs_bad(&v, v.status == -1 ? 429 : 504, v.status == -1 ? "busy" : "timeout", NULL,
-                    "session.config: no slot to clone ref_audio");
+        no_slot(&v, w->s);
         send_error(w, &v, -1);
         return 0;
     }
