@@ -21,6 +21,7 @@
 #include "server/server_impl.h"
 
 #define LINGER_S 1.0 /* after our close frame, how long the client's reply is awaited */
+#define QUEUED_MAX 8    /* text waiting to be spoken, in buffers of the pending limit */
 
 /* ==== types ================================================================================== */
 
@@ -47,6 +48,7 @@ typedef struct {
     char *pending;       /* carry + text not yet spoken */
     size_t n_pending, carry_len;
     item *head, *tail;
+    size_t n_queued;     /* bytes of the queued sentences' text */
     struct job *cur;     /* the sentence being spoken */
     int busy;            /* the speaker holds an item */
     int closing;         /* the session ends: the speaker stops */
@@ -221,6 +223,7 @@ static void *speaker(void *arg) {
         item *it = w->head;
         w->head = it->next;
         if (!w->head) w->tail = NULL;
+        w->n_queued -= it->text ? strlen(it->text) : 0;
         w->busy = 1;
         pthread_mutex_unlock(&w->mu);
         if (it->kind == ITEM_SENTENCE) {
@@ -264,6 +267,7 @@ static int enqueue(session *w, enum item_kind kind, const char *text, size_t n) 
             item_free(it);
             return -1;
         }
+        w->n_queued += n;
     }
     if (w->tail) w->tail->next = it;
     else w->head = it;
@@ -388,11 +392,14 @@ static int add_text(session *w, cJSON *o) {
     size_t limit = 4 * (size_t)w->s->cfg.max_text_chars + QV_TEXT_CARRY_BYTES;
     pthread_mutex_lock(&w->mu);
     int rc = 0;
-    if (w->n_pending + n > limit) {
+    if (w->n_pending + n > limit || w->n_queued > QUEUED_MAX * limit) {
+        int queued = w->n_queued > QUEUED_MAX * limit;
         pthread_mutex_unlock(&w->mu);
         return refuse(w, "input_too_long", "text",
-                      "input.text: the buffered text exceeds the limit without a sentence end "
-                      "(the piece is dropped)");
+                      queued ? "input.text: too much text waits to be spoken (the piece is "
+                               "dropped; send more after audio.done events)"
+                             : "input.text: the buffered text exceeds the limit without a "
+                               "sentence end (the piece is dropped)");
     }
     char *np = realloc(w->pending, w->n_pending + n + 1);
     if (!np) {

@@ -4,6 +4,7 @@
 //   node ws_speech.mjs errors URL                         every refusal as an error event
 //   node ws_speech.mjs oversize URL BYTES                 one text message of BYTES: the close code
 //   node ws_speech.mjs abort URL CONFIG_JSON TEXT         leaves abruptly after the first audio
+//   node ws_speech.mjs flood URL                          100 sentences at once: the queue's limit
 //   node ws_speech.mjs idle URL                           sends nothing: the close code
 //   node ws_speech.mjs handshake URL                      the upgrade's HTTP status or "open"
 import { writeFileSync } from 'node:fs';
@@ -136,6 +137,17 @@ async function abort() {
     out({ audio: !!b });
 }
 
+async function flood() {
+    const ws = await open();
+    const { ev, until } = collect(ws);
+    ws.send(JSON.stringify({ type: 'session.config', max_seconds: 0.2 }));
+    const sentence = `${'word '.repeat(39)}end. `; // 200 characters
+    for (let i = 0; i < 100; i++) ws.send(JSON.stringify({ type: 'input.text', text: sentence }));
+    const e = await until((x) => x.type === 'error', 20000);
+    ws.terminate();
+    out({ error: e ? `${e.code}:${e.param}` : null, spoken: ev.filter((x) => x.type === 'audio.start').length });
+}
+
 async function idle() {
     const ws = await open();
     const { until } = collect(ws);
@@ -153,9 +165,9 @@ async function handshake() {
     }
 }
 
-const modes = { stream, errors, oversize, abort, idle, handshake };
+const modes = { stream, errors, oversize, abort, flood, idle, handshake };
 if (!modes[mode]) {
-    console.error('usage: node ws_speech.mjs stream|errors|oversize|abort|idle|handshake URL ...');
+    console.error('usage: node ws_speech.mjs stream|errors|oversize|abort|flood|idle|handshake URL ...');
     process.exit(2);
 }
 modes[mode]().catch((e) => { console.log(JSON.stringify({ fail: String(e.message) })); process.exit(1); });

@@ -251,6 +251,10 @@ static void test_errors(void **state) {
     o = client(&g_srv, "", "oversize 200000");
     assert_int_equal(cJSON_GetObjectItem(o, "close")->valueint, 1009);
     cJSON_Delete(o);
+    /* 100 sentences of 200 characters at once: more than 8 buffers of text wait, refused */
+    o = client(&g_srv, "", "flood");
+    assert_string_equal(cJSON_GetObjectItem(o, "error")->valuestring, "input_too_long:text");
+    cJSON_Delete(o);
     /* not a WebSocket: 426; the WebSocket path with POST: 405 */
     assert_int_equal(sh("test $(curl -s -o /dev/null -w '%%{http_code}' "
                         "http://127.0.0.1:%d/v1/audio/speech/stream) = 426",
