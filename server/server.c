@@ -376,6 +376,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
      * session keeps its own time (ws_speech.c) */
     conn_receiving(s, c, !(q && q->status == MHD_HTTP_SWITCHING_PROTOCOLS));
     if (!q) return;
+    if (q->ws) qvs_ws_speech_release(q->ws, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK);
     qvs_speech_release(s, q); /* a disconnect cancels the synthesis at once */
     qvs_upload_free(q->up);
     if (q->pp) MHD_destroy_post_processor(q->pp);

@@ -138,6 +138,7 @@ typedef struct {
     struct MHD_PostProcessor *pp; /* multipart upload */
     struct upload *up;
     struct job *job; /* speech synthesis in progress */
+    struct ws_session *ws; /* an upgrade to WS /v1/audio/speech/stream (ws_speech.c) */
     const api_key *key;  /* the request's key; NULL without auth */
     char note[64];   /* added to the log line */
 } req;
@@ -348,6 +349,9 @@ int qvs_ws_send(int fd, int opcode, const void *p, size_t n, double deadline);
  * speech body's limit). */
 enum MHD_Result qvs_ws_speech_upgrade(qv_server *s, struct MHD_Connection *c, req *q,
                                       size_t max_message);
+/* The request of an upgrade completed: upgraded (its session runs, or ran) or not (the 101 did not
+ * go out, and the session never starts). */
+void qvs_ws_speech_release(struct ws_session *w, int upgraded);
 
 /* ==== studio (studio.c) ====================================================================== */
 

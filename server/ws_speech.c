@@ -34,9 +34,10 @@ typedef struct item {
     struct item *next;
 } item;
 
-typedef struct {
+typedef struct ws_session {
     qv_server *s;
     const api_key *key;
+    int refs; /* the request's and the upgrade's (under mu): MHD may fail to upgrade */
     int fd;
     struct MHD_UpgradeResponseHandle *urh;
     qvs_ws_reader rd;
@@ -481,15 +482,17 @@ static int on_frames(session *w) {
 
 /* ==== the session ============================================================================ */
 
-/* Closes the socket (MHD closes it once told) and frees the session. */
-static void session_end(session *w) {
-    qv_server *s = w->s;
+/* Drops n references; the last frees the session. */
+static void session_unref(session *w, int n) {
+    pthread_mutex_lock(&w->mu);
+    int last = (w->refs -= n) == 0;
+    pthread_mutex_unlock(&w->mu);
+    if (!last) return;
     while (w->head) {
         item *it = w->head;
         w->head = it->next;
         item_free(it);
     }
-    MHD_upgrade_action(w->urh, MHD_UPGRADE_ACTION_CLOSE);
     qvs_ws_reader_free(&w->rd);
     cJSON_Delete(w->config);
     free(w->pending);
@@ -498,6 +501,17 @@ static void session_end(session *w) {
     pthread_mutex_destroy(&w->wmu);
     pthread_cond_destroy(&w->cv);
     free(w);
+}
+
+void qvs_ws_speech_release(session *w, int upgraded) {
+    session_unref(w, upgraded ? 1 : 2); /* not upgraded: on_upgrade never runs */
+}
+
+/* Closes the socket (MHD closes it once told) and drops the upgrade's reference. */
+static void session_end(session *w) {
+    qv_server *s = w->s;
+    MHD_upgrade_action(w->urh, MHD_UPGRADE_ACTION_CLOSE);
+    session_unref(w, 1);
     pthread_mutex_lock(&s->mu);
     s->n_ws--;
     pthread_cond_broadcast(&s->cv);
@@ -626,6 +640,7 @@ enum MHD_Result qvs_ws_speech_upgrade(qv_server *s, struct MHD_Connection *c, re
                                "Sec-WebSocket-Key: expected the base64 of 16 bytes");
     session *w = calloc(1, sizeof *w);
     if (!w) return MHD_NO;
+    w->refs = 2;
     w->s = s;
     w->key = q->key;
     w->fd = -1;
@@ -636,10 +651,10 @@ enum MHD_Result qvs_ws_speech_upgrade(qv_server *s, struct MHD_Connection *c, re
     qvs_ws_reader_init(&w->rd, max_message);
     struct MHD_Response *r = MHD_create_response_for_upgrade(on_upgrade, w);
     if (!r) {
-        qvs_ws_reader_free(&w->rd);
-        free(w);
+        session_unref(w, 2);
         return MHD_NO;
     }
+    q->ws = w; /* released when the request completes */
     MHD_add_response_header(r, MHD_HTTP_HEADER_UPGRADE, "websocket");
     MHD_add_response_header(r, "Sec-WebSocket-Accept", accept);
     enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_SWITCHING_PROTOCOLS, r);
