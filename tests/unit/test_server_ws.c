@@ -174,6 +174,7 @@ static void http_pcm(const char *text, const char *extra, const char *path) {
 static void test_stream(void **state) {
     (void)state;
     if (!g_npm) skip();
+    assert_int_equal(sh("mkdir -p %s", tmp_path("wav")), 0);
     cJSON *o = client(&g_srv, "", "stream '%s' '%s' %s", CONFIG,
                       "Hello there my friend. How are you today? Fine thanks", tmp_dir);
     assert_true(cJSON_IsTrue(cJSON_GetObjectItem(o, "first_audio_before_done")));
@@ -195,6 +196,32 @@ static void test_stream(void **state) {
         http_pcm(texts[i], SAME, tmp_path(http));
         assert_int_equal(sh("cmp -s %s %s", tmp_path(ws_pcm), tmp_path(http)), 0);
     }
+    /* wav without stream_audio: one binary frame per sentence, a WAV whose samples are the
+     * same as the pcm's */
+    cJSON *w = client(&g_srv, "", "stream '%s' '%s' %s",
+                      "{\"response_format\":\"wav\",\"seed\":7,\"max_seconds\":0.4}",
+                      "Hello there my friend. How are you today?", tmp_path("wav"));
+    cJSON *ws = cJSON_GetObjectItem(w, "sentences");
+    assert_int_equal(cJSON_GetArraySize(ws), 2);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(cJSON_GetObjectItem(cJSON_GetArrayItem(ws, i), "frames")->valueint, 1);
+        char wav[64], pcm[64];
+        snprintf(wav, sizeof wav, "wav/s%d.pcm", i);
+        snprintf(pcm, sizeof pcm, "s%d.pcm", i);
+        size_t n_wav, n_pcm;
+        char *a = qvu_read_file(tmp_path(wav), 1 << 24, &n_wav, NULL, 0);
+        char *b = qvu_read_file(tmp_path(pcm), 1 << 24, &n_pcm, NULL, 0);
+        assert_non_null(a);
+        assert_non_null(b);
+        const char *data = memmem(a, n_wav < 200 ? n_wav : 200, "data", 4);
+        assert_true(!memcmp(a, "RIFF", 4) && data);
+        size_t head = (size_t)(data - a) + 8;
+        assert_int_equal(n_wav - head, n_pcm);
+        assert_memory_equal(a + head, b, n_pcm);
+        free(a);
+        free(b);
+    }
+    cJSON_Delete(w);
     /* one session.done, then our session.close is answered with a normal close */
     cJSON *types = cJSON_GetObjectItem(o, "types");
     int done = 0;
