@@ -632,7 +632,9 @@ static int failure_status(const job *j, const char **type, const char **code) {
 /* The field a refused style names: the request's style, or a markup tag of its input. */
 static const char *failure_param(const job *j) {
     if (j->st != QV_E_UNSUPPORTED) return NULL;
-    return !strncmp(j->err, "style \"", 7) ? "style" : !strncmp(j->err, "tag [", 5) ? "input" : NULL;
+    return !strncmp(j->err, "style \"", 7) ? "style"
+           : !strncmp(j->err, "tag [", 5)    ? "input"
+                                              : NULL;
 }
 
 static enum MHD_Result reply_failure(struct MHD_Connection *c, req *q, const job *j) {

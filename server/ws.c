@@ -62,7 +62,9 @@ int qvs_ws_reader_add(qvs_ws_reader *r, const void *p, size_t n) {
     return qvs_bytes_add(&r->in, p, n);
 }
 
-static int violation(qvs_ws_event *e, int code, const char *why) {
+/* A protocol violation: the reader stays failed with code. */
+static int violation(qvs_ws_reader *r, qvs_ws_event *e, int code, const char *why) {
+    r->failed = code;
     e->close_code = code;
     e->why = why;
     return e->kind = QVS_WS_ERROR;
@@ -70,7 +72,7 @@ static int violation(qvs_ws_event *e, int code, const char *why) {
 
 int qvs_ws_next(qvs_ws_reader *r, qvs_ws_event *e) {
     memset(e, 0, sizeof *e);
-    if (r->failed) return violation(e, r->failed, "the connection already failed");
+    if (r->failed) return violation(r, e, r->failed, "the connection already failed");
     for (;;) {
         const uint8_t *b = r->in.p + r->off;
         size_t have = r->in.len - r->off;
@@ -78,14 +80,14 @@ int qvs_ws_next(qvs_ws_reader *r, qvs_ws_event *e) {
         int fin = b[0] >> 7, rsv = b[0] & 0x70, op = b[0] & 0x0F, masked = b[1] >> 7;
         uint64_t len = b[1] & 0x7F;
         size_t head = 2;
-        if (rsv) return r->failed = 1002, violation(e, 1002, "RSV bits set (no extension)");
-        if (!masked) return r->failed = 1002, violation(e, 1002, "client frame not masked");
+        if (rsv) return violation(r, e, 1002, "RSV bits set (no extension)");
+        if (!masked) return violation(r, e, 1002, "client frame not masked");
         if (op != QVS_WS_OP_CONT && op != QVS_WS_OP_TEXT && op != QVS_WS_OP_BINARY &&
             op != QVS_WS_OP_CLOSE && op != QVS_WS_OP_PING && op != QVS_WS_OP_PONG)
-            return r->failed = 1002, violation(e, 1002, "unknown opcode");
+            return violation(r, e, 1002, "unknown opcode");
         int control = op >= QVS_WS_OP_CLOSE;
         if (control && (!fin || len > 125))
-            return r->failed = 1002, violation(e, 1002, "control frame fragmented or over 125 bytes");
+            return violation(r, e, 1002, "control frame fragmented or over 125 bytes");
         if (len == 126) {
             if (have < 4) return e->kind = QVS_WS_MORE;
             len = (uint64_t)b[2] << 8 | b[3];
@@ -96,16 +98,16 @@ int qvs_ws_next(qvs_ws_reader *r, qvs_ws_event *e) {
             for (int i = 0; i < 8; i++)
                 len = len << 8 | b[2 + i];
             head = 10;
-            if (len >> 63) return r->failed = 1002, violation(e, 1002, "frame length over 2^63");
+            if (len >> 63) return violation(r, e, 1002, "frame length over 2^63");
         }
         /* refused from its header, before its payload is buffered */
         size_t assembled = r->msg_op ? r->msg.len : 0;
         if (!control && len > r->max_message - assembled)
-            return r->failed = 1009, violation(e, 1009, "message over the size limit");
+            return violation(r, e, 1009, "message over the size limit");
         if (!control && op != QVS_WS_OP_CONT && r->msg_op)
-            return r->failed = 1002, violation(e, 1002, "new message inside a fragmented one");
+            return violation(r, e, 1002, "new message inside a fragmented one");
         if (op == QVS_WS_OP_CONT && !r->msg_op)
-            return r->failed = 1002, violation(e, 1002, "continuation without a message");
+            return violation(r, e, 1002, "continuation without a message");
         if (have - head < 4 + len) return e->kind = QVS_WS_MORE;
         const uint8_t *mask = b + head;
         uint8_t *pay = r->in.p + r->off + head + 4;
@@ -119,12 +121,12 @@ int qvs_ws_next(qvs_ws_reader *r, qvs_ws_event *e) {
             e->p = pay;
             e->n = (size_t)len;
             if (op == QVS_WS_OP_CLOSE) {
-                if (len == 1) return r->failed = 1002, violation(e, 1002, "close payload of 1 byte");
+                if (len == 1) return violation(r, e, 1002, "close payload of 1 byte");
                 e->close_code = len >= 2 ? pay[0] << 8 | pay[1] : 1005;
                 int c = e->close_code;
                 if (len >= 2 && (c < 1000 || c == 1004 || c == 1005 || c == 1006 ||
                                  (c > 1011 && c < 3000) || c > 4999))
-                    return r->failed = 1002, violation(e, 1002, "invalid close code");
+                    return violation(r, e, 1002, "invalid close code");
             }
             return e->kind;
         }
@@ -135,8 +137,7 @@ int qvs_ws_next(qvs_ws_reader *r, qvs_ws_event *e) {
             return e->kind;
         }
         if (!r->msg_op) r->msg_op = op, r->msg.len = 0;
-        if (qvs_bytes_add(&r->msg, pay, (size_t)len))
-            return r->failed = 1011, violation(e, 1011, "out of memory");
+        if (qvs_bytes_add(&r->msg, pay, (size_t)len)) return violation(r, e, 1011, "out of memory");
         if (fin) {
             e->kind = r->msg_op == QVS_WS_OP_TEXT ? QVS_WS_TEXT : QVS_WS_BINARY;
             e->p = r->msg.p;

@@ -21,7 +21,7 @@
 #include "server/server_impl.h"
 
 #define LINGER_S 1.0 /* after our close frame, how long the client's reply is awaited */
-#define QUEUED_MAX 8    /* text waiting to be spoken, in buffers of the pending limit */
+#define QUEUED_MAX 8 /* text waiting to be spoken, in buffers of the pending limit */
 
 /* ==== types ================================================================================== */
 
@@ -44,21 +44,21 @@ typedef struct ws_session {
     pthread_mutex_t wmu; /* frames leave one at a time */
     pthread_mutex_t mu;  /* everything below */
     pthread_cond_t cv;
-    cJSON *config;       /* the session's request fields (no input), NULL: none sent yet */
+    cJSON *config; /* the session's request fields (no input), NULL: none sent yet */
     int stream_audio, format;
-    char *pending;       /* carry + text not yet spoken */
+    char *pending; /* carry + text not yet spoken */
     size_t n_pending, carry_len;
     item *head, *tail;
-    size_t n_queued;     /* bytes of the queued sentences' text */
-    struct job *cur;     /* the sentence being spoken */
-    int busy;            /* the speaker holds an item */
-    int closing;         /* the session ends: the speaker stops */
+    size_t n_queued;        /* bytes of the queued sentences' text */
+    struct job *cur;        /* the sentence being spoken */
+    int busy;               /* the speaker holds an item */
+    int closing;            /* the session ends: the speaker stops */
     int close_sent, broken; /* under wmu (send_state) */
-    double last_in;      /* the last message received (idle timeout) */
+    double last_in;         /* the last message received (idle timeout) */
     /* the speaker's own */
     int utterance, sentence;
-    bytes acc;           /* a sentence's audio when not stream_audio */
-    int64_t sent;        /* its bytes */
+    bytes acc;    /* a sentence's audio when not stream_audio */
+    int64_t sent; /* its bytes */
 } session;
 
 /* ==== sending ================================================================================ */
@@ -153,8 +153,8 @@ static void speak(session *w, const item *it) {
     qv_params p;
     int model, index = w->sentence++;
     double deadline = qvs_now_s() + s->cfg.timeout_s;
-    struct job *j = qvs_speech_parse(s, NULL, w->key, it->body, strlen(it->body), deadline,
-                                     &model, &p, &v);
+    struct job *j =
+        qvs_speech_parse(s, NULL, w->key, it->body, strlen(it->body), deadline, &model, &p, &v);
     if (!j) {
         no_slot(&v, s);
         send_error(w, &v, index);
@@ -176,8 +176,8 @@ static void speak(session *w, const item *it) {
     pthread_mutex_unlock(&w->mu);
     if (!go) goto out;
     if (qv_encoder_new(&enc, w->format,
-                       s->cfg.no_watermark ? QV_WATERMARK_OFF : QV_WATERMARK_DEFAULT, audio_sink,
-                       w, NULL)) {
+                       s->cfg.no_watermark ? QV_WATERMARK_OFF : QV_WATERMARK_DEFAULT, audio_sink, w,
+                       NULL)) {
         qvs_bad(&v, 503, "out_of_memory", NULL, "%s", qv_last_error());
     } else {
         rc = qvs_speech_run(s, j, model, &p, on_pcm, enc, &st, &v);
@@ -270,8 +270,10 @@ static int enqueue(session *w, enum item_kind kind, const char *text, size_t n) 
         }
         w->n_queued += n;
     }
-    if (w->tail) w->tail->next = it;
-    else w->head = it;
+    if (w->tail)
+        w->tail->next = it;
+    else
+        w->head = it;
     w->tail = it;
     pthread_cond_signal(&w->cv);
     return 0;
@@ -426,8 +428,7 @@ static int on_message(session *w, const uint8_t *p, size_t n) {
         rc = configure(w, o);
     } else if (!strcmp(t->valuestring, "input.text")) {
         rc = add_text(w, o);
-    } else if (!strcmp(t->valuestring, "input.done") ||
-               !strcmp(t->valuestring, "session.close")) {
+    } else if (!strcmp(t->valuestring, "input.done") || !strcmp(t->valuestring, "session.close")) {
         /* session.close speaks what input.text left too, then closes */
         int close = t->valuestring[0] == 's';
         pthread_mutex_lock(&w->mu);

@@ -41,8 +41,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 if (e.n > 125 || e.close_code < 1000 || e.close_code > 4999) abort();
                 break;
             case QVS_WS_ERROR:
-                if (e.close_code != 1002 && e.close_code != 1009 && e.close_code != 1011)
-                    abort();
+                if (e.close_code != 1002 && e.close_code != 1009 && e.close_code != 1011) abort();
                 failed = e.close_code;
                 break;
             case QVS_WS_MORE:

@@ -53,7 +53,8 @@ static void test_reader(void **state) {
     qvs_ws_reader r;
     qvs_ws_event e;
     /* RFC 6455 §5.7: a masked "Hello", arriving one byte at a time */
-    static const uint8_t hello[] = {0x81, 0x85, 0x37, 0xfa, 0x21, 0x3d, 0x7f, 0x9f, 0x4d, 0x51, 0x58};
+    static const uint8_t hello[] = {0x81, 0x85, 0x37, 0xfa, 0x21, 0x3d,
+                                    0x7f, 0x9f, 0x4d, 0x51, 0x58};
     qvs_ws_reader_init(&r, 64);
     for (size_t i = 0; i + 1 < sizeof hello; i++)
         assert_int_equal(next_kind(&r, hello + i, 1, &e), QVS_WS_MORE);
@@ -61,8 +62,8 @@ static void test_reader(void **state) {
     assert_int_equal(e.n, 5);
     assert_memory_equal(e.p, "Hello", 5);
     /* fragmented "Hel" + "lo" (mask 0) with a ping between the fragments */
-    static const uint8_t frag[] = {0x01, 0x83, 0, 0, 0, 0, 'H', 'e', 'l', 0x89, 0x81, 0, 0, 0, 0,
-                                   'p', 0x80, 0x82, 0, 0, 0, 0, 'l', 'o'};
+    static const uint8_t frag[] = {0x01, 0x83, 0, 0,   0,    0,    'H', 'e', 'l', 0x89, 0x81, 0,
+                                   0,    0,    0, 'p', 0x80, 0x82, 0,   0,   0,   0,    'l',  'o'};
     assert_int_equal(next_kind(&r, frag, sizeof frag, &e), QVS_WS_PING);
     assert_int_equal(e.n, 1);
     assert_int_equal(qvs_ws_next(&r, &e), QVS_WS_TEXT);
@@ -264,9 +265,10 @@ static void test_errors(void **state) {
     (void)state;
     if (!g_npm) skip();
     cJSON *o = client(&g_srv, "", "errors");
-    static const char *const want[] = {"type", "type", "input", "response_format", "stream_audio",
-                                       "temperature", "voice", "style_strength", "text", "text",
-                                       "invalid_type"};
+    static const char *const want[] = {
+        "type",         "type",        "input",       "response_format",
+        "stream_audio", "temperature", "voice",       "style_strength",
+        "text",         "text",        "invalid_type"};
     cJSON *e = cJSON_GetObjectItem(o, "errors");
     assert_int_equal(cJSON_GetArraySize(e), 11);
     for (int i = 0; i < 11; i++)
@@ -303,8 +305,9 @@ static void test_abort(void **state) {
     cJSON_Delete(o);
     int cancelled = 0;
     for (int i = 0; i < 100 && !cancelled; i++) {
-        cancelled = !sh("curl -s http://127.0.0.1:%d/metrics | grep -q '^qvoice_cancelled_total [1-9]'",
-                        g_srv.port);
+        cancelled =
+            !sh("curl -s http://127.0.0.1:%d/metrics | grep -q '^qvoice_cancelled_total [1-9]'",
+                g_srv.port);
         if (!cancelled) sleep_ms(100);
     }
     assert_true(cancelled);
@@ -329,12 +332,13 @@ static void test_auth(void **state) {
     assert_string_equal(cJSON_GetObjectItem(o, "status")->valuestring, "open");
     cJSON_Delete(o);
     /* the bearer header, as the HTTP routes take it */
-    assert_int_equal(sh("test $(curl -s -o /dev/null -w '%%{http_code}' -H 'Authorization: Bearer "
-                        "sesame' -H 'Connection: Upgrade' -H 'Upgrade: websocket' -H "
-                        "'Sec-WebSocket-Version: 13' -H 'Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==' "
-                        "--max-time 2 http://127.0.0.1:%d/v1/audio/speech/stream) = 101",
-                        sv.port),
-                     0);
+    assert_int_equal(
+        sh("test $(curl -s -o /dev/null -w '%%{http_code}' -H 'Authorization: Bearer "
+           "sesame' -H 'Connection: Upgrade' -H 'Upgrade: websocket' -H "
+           "'Sec-WebSocket-Version: 13' -H 'Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==' "
+           "--max-time 2 http://127.0.0.1:%d/v1/audio/speech/stream) = 101",
+           sv.port),
+        0);
     assert_int_equal(server_stop(&sv), 0);
 }
 
@@ -374,8 +378,10 @@ static void test_http_style(void **state) {
     struct {
         const char *body, *status, *needle;
     } cases[] = {
-        {"{\"input\":\"Hi [sad] there.\",\"max_seconds\":0.3}", "200", "X-Qvoice-Warning: tag [sad]"},
-        {"{\"input\":\"Hi [sad] there.\",\"strict_markup\":true,\"max_seconds\":0.3}", "400", "\"param\":\"input\""},
+        {"{\"input\":\"Hi [sad] there.\",\"max_seconds\":0.3}", "200",
+         "X-Qvoice-Warning: tag [sad]"},
+        {"{\"input\":\"Hi [sad] there.\",\"strict_markup\":true,\"max_seconds\":0.3}", "400",
+         "\"param\":\"input\""},
         {"{\"input\":\"Hi\",\"style\":\"sad\"}", "400", "\"param\":\"style\""},
         {"{\"input\":\"Hi\",\"style_strength\":5}", "400", "\"param\":\"style_strength\""},
         {"{\"input\":\"Hi\",\"strict_markup\":1}", "400", "\"param\":\"strict_markup\""},
@@ -383,8 +389,8 @@ static void test_http_style(void **state) {
          "event: speech.audio.warning"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        snprintf(cmd, sizeof cmd, base, tmp_path("out"), tmp_path("hdr"), g_srv.port,
-                 cases[i].body, tmp_path("code"));
+        snprintf(cmd, sizeof cmd, base, tmp_path("out"), tmp_path("hdr"), g_srv.port, cases[i].body,
+                 tmp_path("code"));
         assert_int_equal(sh("%s", cmd), 0);
         char code[16];
         slurp(tmp_path("code"), code, sizeof code);
@@ -395,5 +401,4 @@ static void test_http_style(void **state) {
 }
 
 QVT_MAIN(group_setup, group_teardown, test_reader, test_corpus_replay, test_stream,
-         test_markup_spans, test_errors, test_abort, test_auth, test_long_session,
-         test_http_style)
+         test_markup_spans, test_errors, test_abort, test_auth, test_long_session, test_http_style)

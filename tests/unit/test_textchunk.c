@@ -288,7 +288,8 @@ static void test_text_sentences(void **state) {
     assert_int_equal(ready("Hello. Wor", c), 6); /* the space decides */
     assert_int_equal(ready("He said \"Go!\" and", c), 13); /* the closing quote is in */
     assert_int_equal(ready("One. Two? Three", c), 9);
-    assert_int_equal(ready("\xe4\xbd\xa0\xe5\xa5\xbd\xe3\x80\x82\xe5\x86\x8d", c), 9); /* after 。 */
+    /* after 。 */
+    assert_int_equal(ready("\xe4\xbd\xa0\xe5\xa5\xbd\xe3\x80\x82\xe5\x86\x8d", c), 9);
     assert_int_equal(ready("A line\n\nnext", c), 8);                 /* a blank line */
     /* tags: the last of each kind before the cut carries; a pause does not */
     assert_int_equal(ready("[voice:bob][sad]Hi. [pause:200ms]More. [joy]x", c), 38);
