@@ -575,7 +575,7 @@ static void *session_main(void *arg) {
     }
     pthread_mutex_lock(&w->mu);
     w->closing = 1;
-    if (w->cur) qvs_speech_cancel(w->cur); /* counted in the metrics' cancelled */
+    if (w->cur) qvs_job_cancel(w->cur); /* counted in the metrics' cancelled */
     pthread_cond_broadcast(&w->cv);
     pthread_mutex_unlock(&w->mu);
     if (speaking) pthread_join(sp, NULL);
