@@ -16,7 +16,7 @@
 #include "server/server_impl.h"
 #include "voicefmt/qvf.h"
 
-enum stream_kind { STREAM_NONE, STREAM_AUDIO, STREAM_SSE };
+enum stream_kind { STREAM_NONE, STREAM_AUDIO, STREAM_SSE, STREAM_FN /* qvs_speech_run */ };
 
 typedef struct job {
     pthread_mutex_t mu;
@@ -27,7 +27,11 @@ typedef struct job {
     struct MHD_Connection *conn; /* for disconnect checks while waiting */
     /* request (owned strings) */
     qv_synth_request r;
-    char *text, *language, *speaker, *instruct, *voice_path;
+    char *text, *language, *speaker, *instruct, *voice_path, *style;
+    float style_strength;
+    int strict_markup;
+    qv_pcm_fn fn; /* STREAM_FN: the caller's, called without mu */
+    void *fn_user;
     qvs_voice_ref voice; /* holds voice_path open when the file is put together in memory */
     ref_entry *ref; /* a per-request reference's voice, held */
     /* results, under mu */
@@ -58,6 +62,7 @@ static void job_unref(job *j) {
     free(j->speaker);
     free(j->instruct);
     free(j->voice_path);
+    free(j->style);
     qvs_voice_ref_close(&j->voice);
     qvs_ref_release(j->s, j->ref);
     qv_encoder_close(j->enc); /* it may flush into out (found by fuzz_speech_json) */
@@ -107,6 +112,11 @@ static int on_pcm(void *user, const float *x, int n) {
         stop = 1;
     } else if (j->stream == STREAM_NONE) {
         fail = qv_pcm_collect(&j->pcm, x, n);
+    } else if (j->stream == STREAM_FN) { /* a slow reader must not hold up job_cancel */
+        pthread_mutex_unlock(&j->mu);
+        fail = j->fn(j->fn_user, x, n) ? -1 : 0;
+        pthread_mutex_lock(&j->mu);
+        stop = fail, fail = 0; /* the caller stopped: not out of memory */
     } else {
         fail = qv_encoder_write(j->enc, x, n) != QV_OK;
     }
@@ -461,6 +471,24 @@ static int parse_fixed(cJSON *o, double *speed, verdict *v) {
     return 0;
 }
 
+/* Styles (docs/markup.md): style (the voice's palette entry, else the built-in style table),
+ * style_strength and strict_markup, as speak's --style, --style-strength, --strict-markup. */
+static int parse_style(cJSON *o, job *j, verdict *v) {
+    const char *style;
+    double d;
+    int got;
+    if (get_str(o, "style", &style, v) ||
+        (got = get_num(o, "style_strength", 1e-6, QV_STYLE_STRENGTH_MAX, 0, &d, v)) < 0 ||
+        get_bool(o, "strict_markup", &j->strict_markup, v) < 0)
+        return -1;
+    if (got) j->style_strength = (float)d;
+    if (style && !style[0])
+        return qvs_bad(v, 400, "invalid_value", "style", "style: empty (omit it for none)");
+    if (style && !(j->style = strdup(style)))
+        return qvs_bad(v, 500, "out_of_memory", NULL, "out of memory");
+    return 0;
+}
+
 /* Sampling: the model's parameters with the request's seed, temperature, top_k, top_p,
  * repetition_penalty and max_new_tokens into p; max_seconds (under the server's) in f->max_s. */
 static int parse_sampling(const qv_server *s, cJSON *o, fields *f, qv_params *p, verdict *v) {
@@ -542,8 +570,8 @@ static int parse(qv_server *s, struct MHD_Connection *c, const api_key *k, const
         get_str(o, "ref_text", &f.ref_text, v))
         goto out;
     if (parse_text_model(s, &f, model, v) || parse_reference(o, &f, v) ||
-        parse_voice(s, k, o, &f, v) || parse_format(o, &f, j, v) || parse_fixed(o, &j->speed, v) ||
-        parse_sampling(s, o, &f, p, v))
+        parse_voice(s, k, o, &f, v) || parse_format(o, &f, j, v) ||
+        parse_fixed(o, &j->speed, v) || parse_style(o, j, v) || parse_sampling(s, o, &f, p, v))
         goto out;
     if ((f.input && !(j->text = strdup(f.input))) || (f.lang && !(j->language = strdup(f.lang))) ||
         (f.speaker && !(j->speaker = strdup(f.speaker))) ||
@@ -637,10 +665,18 @@ static int failure_status(const job *j, const char **type, const char **code) {
     return 500;
 }
 
+/* The field a refused style names: the request's style, or a markup tag of its input. */
+static const char *failure_param(const job *j) {
+    if (j->st != QV_E_UNSUPPORTED) return NULL;
+    return !strncmp(j->err, "style \"", 7) ? "style"
+           : !strncmp(j->err, "tag [", 5)    ? "input"
+                                              : NULL;
+}
+
 static enum MHD_Result reply_failure(struct MHD_Connection *c, req *q, const job *j) {
     const char *type, *code;
     int status = failure_status(j, &type, &code);
-    return qvs_reply_error(c, q, status, type, code, NULL, "synthesis failed: %s: %s",
+    return qvs_reply_error(c, q, status, type, code, failure_param(j), "synthesis failed: %s: %s",
                            qv_strerror(j->st), j->err[0] ? j->err : "-");
 }
 
@@ -685,6 +721,19 @@ static ssize_t read_stream(void *cls, uint64_t pos, char *buf, size_t max) {
             char ev[1024];
             const char *type, *code;
             int status = ok ? 200 : failure_status(j, &type, &code);
+            if (ok && j->stats.warning[0]) { /* a markup tag the model cannot honour, ... */
+                cJSON *w = cJSON_CreateObject();
+                cJSON_AddStringToObject(w, "type", "speech.audio.warning");
+                cJSON_AddStringToObject(w, "message", j->stats.warning);
+                char *t = cJSON_PrintUnformatted(w);
+                if (t) {
+                    qvs_bytes_add(&j->out, "event: speech.audio.warning\ndata: ", 34);
+                    qvs_bytes_add(&j->out, t, strlen(t));
+                    qvs_bytes_add(&j->out, "\n\n", 2);
+                }
+                free(t);
+                cJSON_Delete(w);
+            }
             if (ok)
                 snprintf(ev, sizeof ev,
                          "event: speech.audio.done\ndata: {\"type\":\"speech.audio.done\","
@@ -759,6 +808,29 @@ void qvs_speech_release(qv_server *s, req *q) {
     q->job = NULL;
 }
 
+/* The library request of a parsed job. */
+static void job_request(job *j) {
+    j->r = qv_synth_default_request();
+    j->r.text = j->text;
+    j->r.language = j->language;
+    j->r.speaker = j->speaker;
+    j->r.voice_path = j->voice_path;
+    j->r.voice = j->ref ? qvs_ref_voice(j->ref) : NULL;
+    j->r.instruct = j->instruct;
+    j->r.style = j->style;
+    j->r.style_strength = j->style_strength;
+    j->r.strict_markup = j->strict_markup;
+    j->r.max_seconds = j->max_seconds; /* per chunk in the library; on_pcm caps the total */
+    j->r.speed = j->speed;
+    j->max_samples = (int64_t)(j->max_seconds * QV_SAMPLE_RATE_HZ);
+    /* A weight delta rewrites the shared model for good: not in a server. The voice's x-vector
+     * (and ICL) still apply. */
+    j->r.use_wdelta = 0;
+    /* A whole response can wait for each chunk to pass the guard, so a trip is retried instead
+     * of failing the request; a stream sends audio as it is decoded. */
+    j->r.whole_chunks = j->stream == STREAM_NONE;
+}
+
 job *qvs_speech_parse(qv_server *s, struct MHD_Connection *c, const api_key *k,
                       const char *body, size_t len, double deadline, int *model, qv_params *p,
                       verdict *v) {
@@ -792,22 +864,7 @@ void qvs_speech_job_free(job *j) {
 /* Starts j's synthesis on a slot of model: 0, or qvs_slot_take's -1 (queue full) / -2 (gone,
  * late, stopping), -3 no synthesizer for p, -4 no thread (the last two: out of memory). */
 int qvs_job_start(qv_server *s, struct MHD_Connection *c, job *j, int model, const qv_params *p) {
-    j->r = qv_synth_default_request();
-    j->r.text = j->text;
-    j->r.language = j->language;
-    j->r.speaker = j->speaker;
-    j->r.voice_path = j->voice_path;
-    j->r.voice = j->ref ? qvs_ref_voice(j->ref) : NULL;
-    j->r.instruct = j->instruct;
-    j->r.max_seconds = j->max_seconds; /* per chunk in the library; on_pcm caps the total */
-    j->r.speed = j->speed;
-    j->max_samples = (int64_t)(j->max_seconds * QV_SAMPLE_RATE_HZ);
-    /* A weight delta rewrites the shared model for good: not in a server. The voice's x-vector
-     * (and ICL) still apply. */
-    j->r.use_wdelta = 0;
-    /* A whole response can wait for each chunk to pass the guard, so a trip is retried instead
-     * of failing the request; a stream sends audio as it is decoded. */
-    j->r.whole_chunks = j->stream == STREAM_NONE;
+    job_request(j);
     j->slot = slot_acquire(s, c, model, p, j->deadline);
     if (j->slot < 0) return j->slot;
     pthread_t th;
@@ -834,11 +891,18 @@ int qvs_job_start(qv_server *s, struct MHD_Connection *c, job *j, int model, con
 }
 
 void qvs_job_cancel(job *j) {
-    job_cancel(j, 0);
+    pthread_mutex_lock(&j->mu);
+    if (!j->cancel && j->running && !j->done) qv_synth_cancel(j->s->slots[j->slot].synth);
+    j->cancel = 1; /* before the synthesis starts too: on_pcm then stops it */
+    pthread_mutex_unlock(&j->mu);
 }
 
 int qvs_job_is_stream(const job *j) {
     return j->stream != STREAM_NONE;
+}
+
+const qv_provenance *qvs_job_provenance(const job *j) {
+    return &j->prov;
 }
 
 int qvs_job_finish(job *j, qvs_job_result *res) {
@@ -851,6 +915,7 @@ int qvs_job_finish(job *j, qvs_job_result *res) {
     if (j->st) {
         const char *type;
         res->status = failure_status(j, &type, &res->code);
+        res->param = failure_param(j);
         snprintf(res->msg, sizeof res->msg, "synthesis failed: %s: %s", qv_strerror(j->st),
                  j->err[0] ? j->err : "-");
         return 0;
@@ -893,7 +958,7 @@ enum MHD_Result qvs_speech_handle(qv_server *s, struct MHD_Connection *c, req *q
         if (res.status)
             return qvs_reply_error(c, q, res.status,
                                    res.status >= 500 ? "server_error" : "invalid_request_error",
-                                   res.code, NULL, "%s", res.msg);
+                                   res.code, res.param, "%s", res.msg);
         struct MHD_Response *r =
             MHD_create_response_from_buffer_with_free_callback(res.n_bytes, res.audio, qv_free);
         if (!r) {
@@ -935,3 +1000,50 @@ enum MHD_Result qvs_speech_handle(qv_server *s, struct MHD_Connection *c, req *q
     q->status = MHD_HTTP_OK;
     return ret;
 }
+
+int qvs_speech_run(qv_server *s, job *j, int model, const qv_params *p, qv_pcm_fn fn,
+                   void *user, qv_synth_stats *st, verdict *v) {
+    memset(v, 0, sizeof *v);
+    j->stream = STREAM_FN;
+    j->fn = fn;
+    j->fn_user = user;
+    job_request(j);
+    j->r.whole_chunks = 0;
+    int si = slot_acquire(s, NULL, model, p, j->deadline);
+    if (si == -1 || si == -2) {
+        v->status = si;
+        return -1;
+    }
+    if (si == -3)
+        return qvs_bad(v, 503, "out_of_memory", NULL,
+                       "cannot create a synthesizer for these parameters");
+    pthread_mutex_lock(&j->mu);
+    j->slot = si;
+    j->running = 1;
+    int cancelled = j->cancel;
+    pthread_mutex_unlock(&j->mu);
+    qv_synth_stats local = {.struct_size = sizeof local};
+    if (!st) st = &local;
+    enum qv_status rc =
+        cancelled ? QV_E_CANCELLED : qv_synth_run(s->slots[si].synth, &j->r, on_pcm, j, st);
+    pthread_mutex_lock(&j->mu);
+    if (rc == QV_E_CANCELLED && j->capped && !j->cancel) rc = QV_OK, st->capped = 1;
+    j->st = rc;
+    if (rc && !j->err[0]) snprintf(j->err, sizeof j->err, "%s", qv_last_error());
+    j->done = 1;
+    pthread_mutex_unlock(&j->mu);
+    qvs_metrics_synth(&s->met, st);
+    pthread_mutex_lock(&s->met.mu);
+    s->met.guard_failures += rc == QV_E_GUARD;
+    s->met.cancelled += rc == QV_E_CANCELLED;
+    pthread_mutex_unlock(&s->met.mu);
+    qvs_slot_release(s, si);
+    if (!rc) return 0;
+    const char *type, *code;
+    int status = failure_status(j, &type, &code);
+    qvs_bad(v, status, code, failure_param(j), "synthesis failed: %s: %s", qv_strerror(rc),
+            j->err[0] ? j->err : "-");
+    qvs_scrub(s, v->msg, sizeof v->msg);
+    return -1;
+}
+

@@ -93,7 +93,7 @@ static const opt opts[] = {
     UN("no-guard", r.guard, "disable the runaway guard (docs/robustness.md)"),
     ST("style", 0, r.style, "NAME", "style of the whole text: the voice's palette entry, else a "
        "--style-dir, plus its instruct text where the model takes one (docs/markup.md)"),
-    NU("style-strength", 0, NUM, style_strength, 1e-6, 4, "S",
+    NU("style-strength", 0, NUM, style_strength, 1e-6, QV_STYLE_STRENGTH_MAX, "S",
        "strength of palette entries and directions (default: each entry's own)"),
     {"style-dir", 0, DIRS, O(style_dirs), 0, 0, "NAME=FILE",
      "a generic style direction (voicefmt palette derive); repeatable, 16"},
