@@ -18,7 +18,7 @@ WARN     = -std=c11 -Wall -Wextra -Wshadow -Wcast-qual -Wstrict-prototypes -Wswi
            -Wno-unused-parameter $(WERROR)
 CPPFLAGS_ALL = -D_GNU_SOURCE -I. -I/usr/include/cjson $(CPPFLAGS)
 LIBS     = -lopenblas -llz4 -lsndfile -lvorbis -logg -lsamplerate -lcjson -lpcre2-8 -lutf8proc -lfftw3f -lcrypto \
-           -lpng -lebur128 -lpthread -lm
+           -lpng -lebur128 -lrubberband -lpthread -lm
 AVX2_FLAGS   = -mavx2 -mfma -mf16c
 AVX512_FLAGS = -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512bf16 -mavx512vnni
 
@@ -139,8 +139,9 @@ bin/qvoice-compress: $(B)/compress/main.o $(call app_obj,compress) $(LIB)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIB) $(LIBS)
 $(B)/tests/test_compress: $(call app_obj,compress)
 
-# The HTTP fuzz targets' replay (tests/fuzz/fuzz_server.h) runs an in-process server.
-$(B)/tests/test_server_replay: $(B)/tests/unit/test_server_replay.o $(call app_obj,server) $(B)/gen/studio_assets.o $(LIB)
+# The HTTP fuzz targets' replay (tests/fuzz/fuzz_server.h) runs an in-process server; the
+# WebSocket test replays fuzz_ws_frame on server/ws.c.
+$(B)/tests/test_server_replay $(B)/tests/test_server_ws: $(B)/tests/%: $(B)/tests/unit/%.o $(call app_obj,server) $(B)/gen/studio_assets.o $(TEST_HELPERS:%.c=$(B)/%.o) $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIB) -lmicrohttpd $(LIBS) -lcmocka
 

@@ -280,6 +280,9 @@ int qv_session_n_frames(const qv_session *s); /* frames produced in this utteran
  * directory). *ids: release with qv_free. QV_E_MODEL if the tokenizer files are bad,
  * QV_E_INVALID for invalid UTF-8. */
 enum qv_status qv_session_tokenize(qv_session *s, const char *text, int32_t **ids, int *n_ids);
+/* The same without a session (any thread: the model's tokenizer is shared under its lock); e.g.
+ * a server's usage.input_tokens. */
+enum qv_status qv_model_tokenize(const qv_model *m, const char *text, int32_t **ids, int *n_ids);
 /* One-line non-fatal note of the last qv_session_start (borrowed, "" when none): e.g. the ids and
  * text a pruned vocabulary lacks. */
 const char *qv_session_warning(const qv_session *s);
@@ -415,13 +418,21 @@ typedef struct {
        style_dirs, and its instruct text in style_table then the built-in table */
     const char *style;        /* style of the whole text (a markup tag replaces it), or NULL;
                                  one that nothing can apply is an error (QV_E_UNSUPPORTED) */
-    float style_strength;     /* > 0: overrides the palette entry's / direction's strength */
+    float style_strength;     /* > 0: overrides the palette entry's / direction's strength
+                                 (at most QV_STYLE_STRENGTH_MAX) */
     const qv_style_dir *style_dirs; /* generic directions, or NULL */
     int n_style_dirs;
     const char *style_table;  /* extra "name = instruct text" lines, or NULL */
     int strict_markup;        /* 1: a tag the model and voice cannot honour is an error
                                  (QV_E_UNSUPPORTED); 0: a warning in stats.warning */
+    double speed;             /* QV_SPEED_MIN..QV_SPEED_MAX (1: as generated): the audio is
+                                 time-stretched, pitch kept, before it reaches fn (streamed too);
+                                 the encoder's watermark goes on after it. Not with codes_only */
 } qv_synth_request;
+
+#define QV_STYLE_STRENGTH_MAX 4.0 /* speak --style-strength and the server's style_strength */
+#define QV_SPEED_MIN 0.25
+#define QV_SPEED_MAX 4.0
 
 #define QV_INSTRUCT_DROPPED                                                                        \
     "instruct ignored: the 0.6B CustomVoice model was not trained for instructions "              \
@@ -482,6 +493,19 @@ enum qv_status qv_synth_run(qv_synth *s, const qv_synth_request *r, qv_pcm_fn fn
  * QV_E_NOMEM. */
 enum qv_status qv_script_to_markup(const char *script, int pause_ms, char **markup,
                                    int **line_offsets, int **line_numbers, int *n_lines);
+
+/* Text that arrives in pieces (an LLM's tokens), spoken sentence by sentence as each is complete,
+ * with the chunker's rules: a sentence ends after . ! ? … (and closing quotes) followed by white
+ * space, after 。！？, or at a blank line; never inside a markup tag, nor before a '[' whose tag
+ * may still be arriving. *n_bytes gets the length of text's longest prefix of whole sentences (0:
+ * none yet; the last one needs what follows it, so "3." is not cut before "14"). carry
+ * [carry_size >= QV_TEXT_CARRY_BYTES] gets the markup tags in force at that point, the last
+ * voice, language and style tag as written ("" when none; style names of the built-in table or
+ * [style:…]): carry followed by the rest speaks as the rest does in the whole text.
+ * QV_E_INVALID (invalid UTF-8, a malformed tag with its character offset), QV_E_NOMEM. */
+#define QV_TEXT_CARRY_BYTES 769 /* three tags of at most 256 bytes and a NUL */
+enum qv_status qv_text_sentences(const char *text, size_t *n_bytes, char *carry,
+                                 size_t carry_size);
 
 /* What a front end loads for styles and scripts (docs/markup.md), held while requests point at
  * it: generic style directions "NAME=FILE" (the x-vector of a .qvoice or .bin, e.g. from voicefmt

@@ -11,7 +11,7 @@ JOBS=${FUZZ_JOBS:-1}
 CFLAGS="-g -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined \
  -DFUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION -D_GNU_SOURCE -std=c11 -I. \
  -I/usr/include/cjson"
-LIBS="-lopenblas -llz4 -lsndfile -lvorbis -logg -lsamplerate -lcjson -lpcre2-8 -lutf8proc -lfftw3f -lcrypto -lpng -lebur128 -lpthread -lm"
+LIBS="-lopenblas -llz4 -lsndfile -lvorbis -logg -lsamplerate -lcjson -lpcre2-8 -lutf8proc -lfftw3f -lcrypto -lpng -lebur128 -lrubberband -lpthread -lm"
 AVX2="-mavx2 -mfma -mf16c"
 AVX512="$AVX2 -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512bf16 -mavx512vnni"
 command -v "$CC" >/dev/null || { echo "fuzz.sh: $CC not found (apt-get install clang)" >&2; exit 1; }
@@ -53,7 +53,7 @@ if [ -n "${FUZZ_SNDFILE_SRC:-}" ]; then
   SNDFILE="$sb/libsndfile.a -lFLAC -lvorbisenc -lopus -lmpg123 -lmp3lame"
 fi
 
-# The HTTP targets (they include tests/fuzz/fuzz_server.h) run an in-process server: server/'s
+# The server targets (they include tests/fuzz/fuzz_server.h or server/server_impl.h) link server/'s
 # objects, without its main, and libmicrohttpd.
 sobjs=""
 for src in $(ls server/*.c | grep -v server/main.c); do
@@ -72,7 +72,7 @@ for t in tests/fuzz/fuzz_*.c; do
   if [ -n "${FUZZ_TARGETS:-}" ] && ! echo " $FUZZ_TARGETS " | grep -q " $name "; then continue; fi
   bin="$B/$name"
   server=""
-  grep -q fuzz_server.h "$t" && server="$B/libqvserver-fuzz.a -lmicrohttpd"
+  grep -qE "fuzz_server.h|server/server_impl.h" "$t" && server="$B/libqvserver-fuzz.a -lmicrohttpd"
   if ! $CC $CFLAGS -fsanitize=fuzzer "$t" $server "$B/libqvoice-fuzz.a" $SNDFILE $LIBS -o "$bin" 2>"$bin.log"; then
     summary="$summary\n$name: NOT BUILT (see $bin.log)"
     status=1

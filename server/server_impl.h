@@ -17,6 +17,8 @@
 
 #define ROUTE_LIST(X)                                                                              \
     X(ROUTE_SPEECH, "speech")                                                                      \
+    X(ROUTE_SPEECH_STREAM, "speech_stream")                                                        \
+    X(ROUTE_SPEECH_BATCH, "speech_batch")                                                          \
     X(ROUTE_VOICES_LIST, "voices_list")                                                            \
     X(ROUTE_VOICES_UPLOAD, "voices_upload")                                                        \
     X(ROUTE_VOICE_GET, "voice_get")                                                                \
@@ -120,6 +122,7 @@ struct qv_server {
     pthread_cond_t cv;  /* slot freed, request finished */
     slot *slots;
     int n_slots, n_queued, n_inflight, n_workers, draining;
+    int n_ws; /* WebSocket sessions running (ws_speech.c); qv_server_free waits for them */
     metrics met;
 };
 
@@ -136,6 +139,7 @@ typedef struct {
     struct MHD_PostProcessor *pp; /* multipart upload */
     struct upload *up;
     struct job *job; /* speech synthesis in progress */
+    struct ws_session *ws; /* an upgrade to WS /v1/audio/speech/stream (ws_speech.c) */
     const api_key *key;  /* the request's key; NULL without auth */
     char note[64];   /* added to the log line */
 } req;
@@ -202,11 +206,46 @@ struct job;
 struct job *qvs_speech_parse(qv_server *s, struct MHD_Connection *c, const api_key *k,
                              const char *body, size_t len, double deadline, int *model,
                              qv_params *p, verdict *v);
-void qvs_speech_job_free(struct job *j);
+/* Runs a parsed job on the calling thread (the WebSocket's sentences, ws_speech.c): a slot for
+ * (model, p) taken up to the job's deadline, the audio through fn as it is decoded (fn returning
+ * non-zero stops it; the request's cap applies), the metrics counted. 0, or -1 with v set
+ * (status -1/-2: no slot, as qvs_slot_take; else the failure's status and message). */
+int qvs_speech_run(qv_server *s, struct job *j, int model, const qv_params *p, qv_pcm_fn fn,
+                   void *user, qv_synth_stats *st, verdict *v);
+void qvs_speech_job_free(struct job *j); /* accepts NULL */
+/* Starts a parsed job's synthesis on a slot of model (the one admission path): 0, or
+ * qvs_slot_take's -1 (queue full) / -2 (client gone, past deadline, stopping), -3 no
+ * synthesizer for p, -4 no thread. */
+int qvs_job_start(qv_server *s, struct MHD_Connection *c, struct job *j, int model,
+                  const qv_params *p);
+int qvs_job_is_stream(const struct job *j); /* asked for a stream (stream, stream_format) */
+/* Stops a job's synthesis if it still runs (from another thread), or before it starts. */
+void qvs_job_cancel(struct job *j);
+/* A whole (non-streamed) job's outcome, once it has ended. */
+typedef struct {
+    int status;             /* 0: audio (audio[n_bytes], free with qv_free), else HTTP status */
+    const char *code;       /* the error's code (status != 0) */
+    const char *param;      /* the field it names, or NULL */
+    char msg[600];          /* the error's message (status != 0) */
+    uint8_t *audio;         /* the encoded file */
+    size_t n_bytes;
+    const char *media_type; /* of its response_format */
+    char warning[512];      /* "" or the synthesis's warning (instruct dropped, ...) */
+    int input_tokens, output_tokens; /* usage */
+} qvs_job_result;
+/* Waits for a started whole job (cancelling it when the client leaves or the deadline passes)
+ * and encodes its audio: 0 (*res set), -1 the client left. */
+int qvs_job_finish(struct job *j, qvs_job_result *res);
 /* Handles POST /v1/audio/speech once its JSON body is complete. */
 enum MHD_Result qvs_speech_handle(qv_server *s, struct MHD_Connection *c, req *q);
 /* The connection is gone (or finished): stop the synthesis if it still runs, drop the job. */
 void qvs_speech_release(qv_server *s, req *q);
+
+/* ==== batches (batch.c) ====================================================================== */
+
+#define QVS_BATCH_MAX_ITEMS 32 /* vLLM-Omni's tts_batch_max_items default */
+/* Handles POST /v1/audio/speech/batch once its JSON body is complete. */
+enum MHD_Result qvs_batch_handle(qv_server *s, struct MHD_Connection *c, req *q);
 
 /* ==== voices (voices.c) ====================================================================== */
 
@@ -244,9 +283,13 @@ void qvs_voice_ref_close(qvs_voice_ref *r); /* accepts a ref already closed */
  * an admin); else that voice's description, or NULL. Caller frees. */
 cJSON *qvs_library_describe(qv_server *s, const api_key *k, const char *id_or_name);
 /* Stores the voice file b[n] as <sha256>.qvoice owned by k (a user key), atomically with the
- * duplicate-name check and the caps: 0 (id, *desc set), 409 name taken, 507 full, 500; why set. */
+ * name check and the caps: 0 (id, *desc set; replaced: the id of the voice of that name it
+ * replaced, as vLLM-Omni does, or ""), 403 the name is a voice k may not manage, 507 full, 500;
+ * why set. */
 int qvs_library_add(qv_server *s, const api_key *k, const uint8_t *b, size_t n, const char *name,
-                    char id[65], cJSON **desc, char *why, size_t why_size);
+                    char id[65], char replaced[65], cJSON **desc, char *why, size_t why_size);
+/* The META key of vLLM-Omni's speaker_description (free text given at upload, listed). */
+#define QVS_META_DESCRIPTION "speaker_description"
 /* Deletes the voice k names: 0 (id set), 404 none k may use, 403 not k's, 500. */
 int qvs_library_remove(qv_server *s, const api_key *k, const char *id_or_name, char id[65]);
 
@@ -286,6 +329,61 @@ int qvs_base64_add(bytes *b, const uint8_t *p, size_t n);
 /* Standard base64 in[n] (white space skipped) into a malloc'd *out of *n_out bytes; 0, or -1
  * when it is not base64 (or out of memory). */
 int qvs_base64_decode(const char *in, size_t n, uint8_t **out, size_t *n_out);
+
+/* ==== WebSocket framing (ws.c) ============================================================== */
+
+enum { QVS_WS_OP_CONT = 0, QVS_WS_OP_TEXT = 1, QVS_WS_OP_BINARY = 2, QVS_WS_OP_CLOSE = 8,
+       QVS_WS_OP_PING = 9, QVS_WS_OP_PONG = 10 };
+#define QVS_WS_ACCEPT_SIZE 29 /* base64 of a SHA-1 and a NUL */
+#define QVS_WS_HEADER_MAX 10
+
+/* Sec-WebSocket-Accept for the client's Sec-WebSocket-Key: 0, or -1 when key is no base64 of
+ * 16 bytes. */
+int qvs_ws_accept(const char *key, char out[QVS_WS_ACCEPT_SIZE]);
+
+/* Received bytes turned into messages. A message (all its fragments) over max_message is
+ * refused from the header that makes it so, before its payload is buffered. */
+typedef struct {
+    bytes in;   /* received, from off */
+    size_t off;
+    bytes msg;  /* a fragmented message being put together */
+    int msg_op; /* its opcode, 0 none */
+    size_t max_message;
+    int failed; /* the close code of a violation: every later call repeats it */
+} qvs_ws_reader;
+enum qvs_ws_kind { QVS_WS_MORE, QVS_WS_TEXT, QVS_WS_BINARY, QVS_WS_PING, QVS_WS_PONG,
+                   QVS_WS_CLOSE, QVS_WS_ERROR };
+typedef struct {
+    enum qvs_ws_kind kind;
+    const uint8_t *p; /* TEXT, BINARY, PING, PONG, CLOSE: the unmasked payload, valid until the
+                         next qvs_ws_reader_add */
+    size_t n;
+    int close_code;   /* CLOSE: the peer's (1005 none); ERROR: the one to close with (1002
+                         protocol error, 1009 too big, 1011 out of memory) */
+    const char *why;  /* ERROR */
+} qvs_ws_event;
+void qvs_ws_reader_init(qvs_ws_reader *r, size_t max_message);
+void qvs_ws_reader_free(qvs_ws_reader *r);
+int qvs_ws_reader_add(qvs_ws_reader *r, const void *p, size_t n); /* 0 or -1 out of memory */
+/* The next event of the bytes added so far (its kind, also in e->kind): QVS_WS_MORE when they
+ * hold no whole frame. */
+int qvs_ws_next(qvs_ws_reader *r, qvs_ws_event *e);
+/* An unmasked, unfragmented server frame: the header of an n-byte payload in h (its length). */
+size_t qvs_ws_header(uint8_t h[QVS_WS_HEADER_MAX], int opcode, size_t n);
+/* Sends one frame on fd, giving up at deadline (qvs_now_s) on a reader that does not read: 0 or
+ * -1. Callers serialise their frames. */
+int qvs_ws_send(int fd, int opcode, const void *p, size_t n, double deadline);
+
+/* ==== WS /v1/audio/speech/stream (ws_speech.c) ================================================ */
+
+/* Answers the upgrade request (101 with the accept key, or a 4xx naming the header) and runs
+ * the session on a thread of its own once upgraded; a message may have max_message bytes (the
+ * speech body's limit). */
+enum MHD_Result qvs_ws_speech_upgrade(qv_server *s, struct MHD_Connection *c, req *q,
+                                      size_t max_message);
+/* The request of an upgrade completed: upgraded (its session runs, or ran) or not (the 101 did not
+ * go out, and the session never starts). */
+void qvs_ws_speech_release(struct ws_session *w, int upgraded);
 
 /* ==== studio (studio.c) ====================================================================== */
 
