@@ -81,10 +81,15 @@ typedef struct {
 } served_model;
 
 /* An open connection on listen, watched until its request has arrived (server.c). */
+enum conn_state {
+    CONN_DONE,    /* the request has arrived (or been answered) */
+    CONN_REQUEST, /* a request is arriving: cut with a 408 at the deadline */
+    CONN_IDLE     /* keep-alive, between requests: closed without a reply at the deadline */
+};
 typedef struct conn {
     int fd;
     double deadline; /* of the request being received */
-    int receiving;   /* 0 once the body is complete, until the next request starts */
+    enum conn_state state;
     struct conn *prev, *next;
 } conn;
 

@@ -381,8 +381,11 @@ static void test_voices(void **state) {
 
 static void test_slow_client(void **state) {
     (void)state;
-    assert_int_equal(py(&g_srv, "slow"), 0); /* dropped after --timeout 10 */
+    /* dropped after the idle --timeout 10, before the total receive time (60 s): no reply */
+    assert_int_equal(py(&g_srv, "slow"), 0);
+    assert_string_equal(g_body, "closed\n");
     assert_int_equal(py(&g_srv, "slowbody"), 0); /* a body that stops arriving: the same */
+    assert_string_equal(g_body, "closed\n");
     assert_int_equal(curl(&g_srv, NULL, "SRV/health"), 200);
 }
 
@@ -412,6 +415,16 @@ static void test_slow_attack(void **state) {
              g_cv, tmp_dir);
     assert_int_equal(server_start(&g_extra, "slow", args), 0);
     assert_true(g_extra.probe > 0);
+    /* headers, then a body, not received within the 3 s: a 408 with the JSON error, then cut */
+    assert_int_equal(py(&g_extra, "slow"), 0);
+    print_message("slow headers: %s", g_body);
+    assert_int_equal(atoi(g_body), 408);
+    memmove(g_body, g_body + 4, strlen(g_body + 4) + 1);
+    assert_string_equal(error_code(), "request_timeout");
+    assert_int_equal(py(&g_extra, "slowbody"), 0);
+    assert_int_equal(atoi(g_body), 408);
+    memmove(g_body, g_body + 4, strlen(g_body + 4) + 1);
+    assert_string_equal(error_code(), "request_timeout");
     cJSON *o = trickle(&g_extra, 100, 1, 8);
     assert_non_null(o);
     print_message("one address: %s\n", g_body);
