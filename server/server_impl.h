@@ -199,7 +199,7 @@ enum MHD_Result qvs_reply_not_admitted(qv_server *s, struct MHD_Connection *c, r
 /* ==== speech (speech.c) ====================================================================== */
 
 struct job;
-/* The speech request body[len] read and checked (model, voice, language, format, sampling; a
+/* The speech request body[len] (NUL-terminated: body[len] is read) read and checked (model, voice, language, format, sampling; a
  * per-request reference cloned or found in the cache, waiting up to deadline, c may be NULL) with
  * nothing synthesized: a job to run (free with qvs_speech_job_free) with its model index and
  * parameters, or NULL with v set (status -1/-2: no slot for that clone, qvs_slot_take). What POST

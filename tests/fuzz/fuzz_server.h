@@ -1,5 +1,5 @@
 /* fuzz_server.h — what the HTTP fuzz targets share: one qv_server per process, started in-process
- * on 127.0.0.1:0 with $QVOICE_CACHE/tiny-cv and a voices directory of its own under /tmp (one
+ * on 127.0.0.1:0 with $QVOICE_CACHE/tiny-cv and a voices directory of its own in /dev/shm (one
  * voice uploaded by the upload target stays for the rest of the run), and the check that a reply
  * names no server path. Included by the targets and by tests/unit/test_server_replay.c.
  */
@@ -31,9 +31,11 @@ static qv_server *fuzz_server(void) {
     tried = 1;
     const char *cache = getenv("QVOICE_CACHE");
     snprintf(fuzz_model_dir, sizeof fuzz_model_dir, "%s/tiny-cv", cache ? cache : "cache");
-    snprintf(fuzz_voices_dir, sizeof fuzz_voices_dir, "/tmp/qvoice-fuzz-server.XXXXXX");
+    /* in memory when it can be: every accepted upload is written with fsyncs */
+    snprintf(fuzz_voices_dir, sizeof fuzz_voices_dir, "%s/qvoice-fuzz-server.XXXXXX",
+             access("/dev/shm", W_OK) ? "/tmp" : "/dev/shm");
     if (!mkdtemp(fuzz_voices_dir)) {
-        perror("fuzz_server: mkdtemp /tmp/qvoice-fuzz-server.XXXXXX");
+        perror(fuzz_voices_dir);
         exit(1);
     }
     signal(SIGPIPE, SIG_IGN); /* as server/main.c: a client that left is not a reason to die */

@@ -14,9 +14,9 @@ typedef struct {
 } server;
 
 /* Starts bin/qvoice-server with args (a running sv is stopped first); fills sv. 0, or -1 when it
- * did not start listening within 60 s. */
+ * did not start listening within 60 s (times QVU_SLOWDOWN, util/slowdown.h). */
 int server_start(server *sv, const char *name, const char *args);
-/* SIGTERM, then waits up to 30 s (then SIGKILL); the exit status, or -1 when killed or not
+/* SIGTERM, then waits up to 30 s times QVU_SLOWDOWN (then SIGKILL); the exit status, or -1 when killed or not
  * running. */
 int server_stop(server *sv);
 /* The file's first size - 1 bytes, NUL-terminated ("" when it cannot be read). */
