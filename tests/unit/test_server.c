@@ -41,6 +41,7 @@
 static char g_cv[512], g_base[512];
 static server g_srv; /* the shared server: tiny-cv, max 200 chars, 1 MB uploads, 10 s timeout */
 static server g_extra; /* one started by a test (stopped by the teardown if a test fails) */
+static server g_extra2; /* a second one, sharing a voices directory with g_extra */
 static char g_voice[512]; /* a tiny-base clone of the bundled clip: fits tiny-cv */
 static int g_npm;    /* the openai package is installed */
 static char g_body[1 << 16];
@@ -156,6 +157,7 @@ static int group_teardown(void **state) {
     int rc = g_srv.pid > 0 ? server_stop(&g_srv) : 0;
     if (rc) fprintf(stderr, "test_server: the shared server exited %d (see its log)\n", rc);
     server_stop(&g_extra);
+    server_stop(&g_extra2);
     return tmpdir_teardown(state) || rc ? -1 : 0;
 }
 
@@ -688,6 +690,51 @@ static void test_textside(void **state) {
 }
 
 /* A %0A in a URL is logged escaped, not as a line of its own. */
+/* Two servers on one voices directory, uploading and deleting voices of one model at once: A
+ * deletes each of its uploads at once (its index keeps dropping to no user of the shared text
+ * side, which it used to remove then) while B's uploads need that text side. Afterwards each of
+ * B's 20 voices downloads whole through A (sha256 = id), the one text side is there, and it goes
+ * with the last voice. */
+static void test_textside_shared(void **state) {
+    (void)state;
+    char args[2048];
+    assert_int_equal(sh("rm -rf %s/ts3 && mkdir %s/ts3", tmp_dir, tmp_dir), 0);
+    snprintf(args, sizeof args, "-m %s --voices %s/ts3", g_cv, tmp_dir);
+    assert_int_equal(server_start(&g_extra, "ts3a", args), 0);
+    assert_int_equal(server_start(&g_extra2, "ts3b", args), 0);
+    char up[1024];
+    snprintf(up, sizeof up, "curl -s -o /dev/null --max-time %d -F audio_sample=@%s -F consent=yes",
+             WAIT(60), g_voice);
+    assert_int_equal(
+        sh("(for i in $(seq 20); do %s -F name=a$i http://127.0.0.1:%d/v1/audio/voices; "
+           "curl -s -o /dev/null -X DELETE http://127.0.0.1:%d/v1/audio/voices/a$i; done) & "
+           "(for i in $(seq 20); do %s -F name=b$i http://127.0.0.1:%d/v1/audio/voices; done) & "
+           "wait",
+           up, g_extra.port, g_extra.port, up, g_extra2.port),
+        0);
+    for (int i = 1; i <= 20; i++) {
+        assert_int_equal(curl(&g_extra, NULL, "SRV/v1/audio/voices/b%d", i), 200);
+        cJSON *o = cJSON_Parse(g_body);
+        char id[65];
+        snprintf(id, sizeof id, "%s", cJSON_GetStringValue(cJSON_GetObjectItem(o, "id")));
+        cJSON_Delete(o);
+        assert_int_equal(curl(&g_extra, tmp_path("ts3.qvoice"),
+                              "'SRV/v1/audio/voices/b%d?download=1'", i),
+                         200);
+        assert_int_equal(
+            sh("test \"$(sha256sum < %s | cut -c1-64)\" = %s", tmp_path("ts3.qvoice"), id), 0);
+    }
+    assert_int_equal(curl(&g_extra, NULL, "SRV/v1/audio/voices/a1"), 404);
+    assert_int_equal(sh("test $(ls %s/ts3/.textside | wc -l) -eq 1", tmp_dir), 0);
+    for (int i = 1; i <= 20; i++)
+        assert_int_equal(curl(i % 2 ? &g_extra : &g_extra2, NULL,
+                              "-X DELETE SRV/v1/audio/voices/b%d", i),
+                         200);
+    assert_int_equal(sh("test $(ls %s/ts3/.textside | wc -l) -eq 0", tmp_dir), 0);
+    assert_int_equal(server_stop(&g_extra2), 0);
+    assert_int_equal(server_stop(&g_extra), 0);
+}
+
 static void test_log_escaped(void **state) {
     (void)state;
     assert_int_equal(curl(&g_srv, NULL, "'SRV/nope%%0A2026-01-01T00:00:00Z%%20GET%%20/forged'"),
@@ -1190,6 +1237,6 @@ static void test_scale_out(void **state) {
 
 QVT_MAIN(group_setup, group_teardown, test_routes, test_speech_bad_input,
          test_voices, test_slow_client, test_slow_attack, test_auth, test_key_owners, test_library,
-         test_textside,
+         test_textside, test_textside_shared,
          test_metrics, test_speech, test_q4_streams, test_disconnect_and_limits, test_drain_under_load,
          test_clone_upload, test_parallel_clones, test_ref_audio, test_scale_out, test_log_escaped, test_no_leaks)
