@@ -994,7 +994,7 @@ static void test_drain_under_load(void **state) {
         assert_true(file_has(tmp_path(rc), "0\n"));
         assert_true(file_bytes(tmp_path(out)) > 0);
     }
-    assert_int_equal(server_stop(&g_extra), 0);
+    assert_int_equal(server_wait(&g_extra), 0); /* it had its SIGTERM */
     /* both ended after the drain began */
     assert_int_equal(
         sh("sed -n '/draining/,$p' %s | grep -c 'POST /v1/audio/speech 200' | grep -qx 2",

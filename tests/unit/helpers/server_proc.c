@@ -56,9 +56,8 @@ int server_start(server *sv, const char *name, const char *args) {
     return -1;
 }
 
-int server_stop(server *sv) {
+int server_wait(server *sv) {
     if (sv->pid <= 0) return -1;
-    kill(sv->pid, SIGTERM);
     int st = 0;
     for (int i = 0; i < 300 * QVU_SLOWDOWN; i++) {
         if (waitpid(sv->pid, &st, WNOHANG) == sv->pid) {
@@ -71,4 +70,10 @@ int server_stop(server *sv) {
     waitpid(sv->pid, &st, 0);
     sv->pid = 0;
     return -1;
+}
+
+int server_stop(server *sv) {
+    if (sv->pid <= 0) return -1;
+    kill(sv->pid, SIGTERM);
+    return server_wait(sv);
 }
