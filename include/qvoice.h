@@ -62,6 +62,7 @@ extern "C" {
 const char *qv_version(void);
 
 #define QV_N_CODEBOOKS 16     /* codes per frame: c0 (talker) + c1..c15 (code predictor) */
+#define QV_CODEBOOK_SIZE 2048 /* a code is in [0, QV_CODEBOOK_SIZE) */
 #define QV_FRAME_RATE_HZ 12.5 /* frames per second of audio */
 #define QV_SAMPLE_RATE_HZ 24000
 #define QV_SAMPLES_PER_FRAME 1920 /* samples of one frame */
@@ -279,6 +280,9 @@ int qv_session_n_frames(const qv_session *s); /* frames produced in this utteran
  * directory). *ids: release with qv_free. QV_E_MODEL if the tokenizer files are bad,
  * QV_E_INVALID for invalid UTF-8. */
 enum qv_status qv_session_tokenize(qv_session *s, const char *text, int32_t **ids, int *n_ids);
+/* The same without a session (any thread: the model's tokenizer is shared under its lock); e.g.
+ * a server's usage.input_tokens. */
+enum qv_status qv_model_tokenize(const qv_model *m, const char *text, int32_t **ids, int *n_ids);
 /* One-line non-fatal note of the last qv_session_start (borrowed, "" when none): e.g. the ids and
  * text a pruned vocabulary lacks. */
 const char *qv_session_warning(const qv_session *s);
@@ -302,9 +306,36 @@ enum qv_status qv_voice_open(qv_voice **out, const char *path_or_name);
 void qv_voice_free(qv_voice *v); /* accepts NULL */
 const char *qv_voice_name(const qv_voice *v);     /* "" when unnamed; borrowed */
 const char *qv_voice_language(const qv_voice *v); /* "" when unset; borrowed */
-const char *qv_voice_path(const qv_voice *v);     /* the file it was opened from; borrowed */
+const char *qv_voice_path(const qv_voice *v);     /* the file it was opened from (else the
+                                                     name given, or "parts"); borrowed */
 int qv_voice_has_icl(const qv_voice *v);          /* reference codes + transcript present */
 int qv_voice_has_wdelta(const qv_voice *v);       /* carries a weight delta */
+
+/* A voice from the bytes of a voice file (what qv_voice_open reads; copied, so data may be freed
+ * after the call), named name in details and by qv_voice_path. No file is involved: a voice
+ * carried by value (Python's pickled prompt items). QV_E_VOICE ("NAME: problem"), QV_E_NOMEM. */
+enum qv_status qv_voice_open_memory(qv_voice **out, const void *data, size_t n_bytes,
+                                    const char *name);
+/* A voice from its parts, as a clone would store them (no text side, no weight delta): the
+ * x-vector xvector[dim], and for ICL the reference frames ref_codes[n_ref_frames][16] (codes in
+ * [0, 2048)) with ref_text, their transcript (both or neither); language may be NULL. Named
+ * "parts" in details. QV_E_INVALID naming the argument, QV_E_LIMIT, QV_E_NOMEM. */
+enum qv_status qv_voice_from_parts(qv_voice **out, const float *xvector, int dim,
+                                   const int32_t *ref_codes, int n_ref_frames,
+                                   const char *ref_text, const char *language);
+/* Writes v as a voice file (format v4) to path, atomically; a signature is not kept (a rewrite
+ * drops it, as voicefmt's do). QV_E_IO ("PATH: problem"), QV_E_INVALID (v cannot be stored),
+ * QV_E_NOMEM. */
+enum qv_status qv_voice_save(const qv_voice *v, const char *path);
+/* A voice's parts, borrowed while v lives: the x-vector (*dim floats), the ICL frames
+ * ([*n_frames][16], NULL and 0 when none) and their transcript (NULL when none). */
+const float *qv_voice_xvector(const qv_voice *v, int *dim);
+const int32_t *qv_voice_ref_codes(const qv_voice *v, int *n_frames);
+const char *qv_voice_ref_text(const qv_voice *v);
+/* The i-th entry of the voice's style palette (docs/markup.md): its name (borrowed), or NULL past
+ * the last; *is_direction (1: a unit direction, 0: a variant x-vector) and *strength, its default
+ * strength (either may be NULL). */
+const char *qv_voice_style(const qv_voice *v, int i, int *is_direction, float *strength);
 
 /* Whether v can speak on m: the x-vector length, the weight delta's target fingerprint, and
  * whether the voice's source checkpoint is m's sibling (the Base/CustomVoice pair of one
@@ -393,7 +424,13 @@ typedef struct {
     const char *style_table;  /* extra "name = instruct text" lines, or NULL */
     int strict_markup;        /* 1: a tag the model and voice cannot honour is an error
                                  (QV_E_UNSUPPORTED); 0: a warning in stats.warning */
+    double speed;             /* QV_SPEED_MIN..QV_SPEED_MAX (1: as generated): the audio is
+                                 time-stretched, pitch kept, before it reaches fn (streamed too);
+                                 the encoder's watermark goes on after it. Not with codes_only */
 } qv_synth_request;
+
+#define QV_SPEED_MIN 0.25
+#define QV_SPEED_MAX 4.0
 
 #define QV_INSTRUCT_DROPPED                                                                        \
     "instruct ignored: the 0.6B CustomVoice model was not trained for instructions "              \
@@ -624,11 +661,14 @@ enum qv_status qv_loudness_lufs(const float *pcm, int64_t n_samples, double *luf
 
 /* ==== watermark (docs/provenance.md) ========================================================= */
 
-/* An inaudible mark in the samples: a fixed spread-spectrum ripple 37 dB under the signal in
- * 422 Hz - 6.98 kHz that carries a 32-bit payload (+ CRC-8). Marking is a linear filter, so a
- * stream marked call by call equals the whole signal marked at once, with no added delay.
+/* An inaudible mark in the samples: spread-transform dither modulation of the log energies of
+ * 2-bin × 4-frame STFT tiles over 422 Hz - 6.8 kHz, 35 dB or more under the signal, carrying
+ * a 32-bit payload (+ CRC-16) every 5.1 s. Marking a block needs all of it, so a stream comes out
+ * QV_WATERMARK_DELAY samples late (107 ms) and equals the whole signal marked at once, delayed.
  * A qv_watermark belongs to one thread at a time; detection keeps no state. */
 #define QV_WATERMARK_SYNTHETIC 0x80000000u /* payload bit: the audio is machine-made */
+#define QV_WATERMARK_DELAY 2560            /* samples a stream's marked output lags its input */
+#define QV_WATERMARK_PRESENT 6.0           /* a window's score from which the mark is present */
 typedef struct qv_watermark qv_watermark;
 
 /* The payload tying audio to a voice file and a model: QV_WATERMARK_SYNTHETIC | the first 31
@@ -637,23 +677,30 @@ uint32_t qv_watermark_payload(const char *voice_id, const char *model_fingerprin
 /* A marker for one stream carrying payload. QV_OK or QV_E_NOMEM. */
 enum qv_status qv_watermark_new(qv_watermark **out, uint32_t payload);
 void qv_watermark_free(qv_watermark *w); /* accepts NULL */
-/* Marks mono 24 kHz pcm[n_samples] in place, continuing the stream of earlier calls. Costs
- * 1024 multiply-adds per sample; never fails. */
+/* Marks mono 24 kHz pcm[n_samples] in place, continuing the stream of earlier calls: pcm gets
+ * the marked stream QV_WATERMARK_DELAY samples late (zeros first). Never fails. */
 void qv_watermark_apply(qv_watermark *w, float *pcm, int64_t n_samples);
+/* Ends a stream: the last QV_WATERMARK_DELAY marked samples into tail. */
+void qv_watermark_flush(qv_watermark *w, float tail[QV_WATERMARK_DELAY]);
+/* Marks a whole signal in place, without delay (the stream's output, advanced). QV_OK,
+ * QV_E_INVALID (pcm NULL), QV_E_NOMEM. */
+enum qv_status qv_watermark_mark(uint32_t payload, float *pcm, int64_t n_samples);
 
 #define QV_WATERMARK_MAX_RANGES 32
 typedef struct {
     double start_s, end_s;  /* where the mark is (seconds from the start of the input) */
-    double score;           /* best 3 s window score in the range (presence from 5.0) */
-    int payload_ok;         /* 1: the payload's CRC-8 matched (decoded over the whole range) */
+    double score;           /* best 3 s window score in the range (QV_WATERMARK_PRESENT on) */
+    int payload_ok;         /* 1: the payload's CRC-16 matched (decoded over the whole range) */
     uint32_t payload;       /* valid when payload_ok */
-    double payload_score;   /* smallest |score| of the 40 coded bits: how sure the decoding is */
+    double payload_score;   /* smallest |soft sum| of the 48 coded bits: how sure the decoding is */
 } qv_watermark_range;
 
 typedef struct {
     uint32_t struct_size;
-    int present;            /* 1 when some 3 s window, or the whole input, scores 5.0 or more */
-    double score;           /* best 3 s window score (about N(0,1) for unmarked audio) */
+    int present;            /* 1 when some 3 s window, or the whole input, scores
+                               QV_WATERMARK_PRESENT or more */
+    double score;           /* best 3 s window score (the best of 768 about-N(0,1) scores for
+                               unmarked audio) */
     double score_all;       /* score of the whole input as one window */
     qv_watermark_range all; /* the whole input, decoded as one range */
     double seconds;         /* length of the input */
@@ -663,9 +710,10 @@ typedef struct {
 } qv_watermark_report;
 qv_watermark_report qv_watermark_default_report(void);
 
-/* Looks for the mark in mono 24 kHz pcm: 3 s windows every 1.02 s (the whole input when
- * shorter). Allocates about 58 KB per second of input (per-phase spectrum sums of each 1.02 s
- * block). QV_OK (report filled), QV_E_ABI, QV_E_INVALID (pcm NULL), QV_E_NOMEM, QV_E_LIMIT. */
+/* Looks for the mark in mono 24 kHz pcm: 27-block (2.9 s) windows every 107 ms block (the
+ * whole input when shorter; under 1.3 s nothing is said). Allocates about 12 KB per second of
+ * input (the projections of every block at 40 grid offsets). QV_OK (report filled), QV_E_ABI,
+ * QV_E_INVALID (pcm NULL), QV_E_NOMEM, QV_E_LIMIT. */
 enum qv_status qv_watermark_detect(const float *pcm, int64_t n_samples, qv_watermark_report *r);
 /* The same on an audio file in any format libsndfile reads (channels averaged, resampled to
  * 24 kHz; at most max_seconds, <= 0: all). QV_E_AUDIO names the file when it cannot be read or
