@@ -139,8 +139,9 @@ bin/qvoice-compress: $(B)/compress/main.o $(call app_obj,compress) $(LIB)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIB) $(LIBS)
 $(B)/tests/test_compress: $(call app_obj,compress)
 
-# The HTTP fuzz targets' replay (tests/fuzz/fuzz_server.h) runs an in-process server.
-$(B)/tests/test_server_replay: $(B)/tests/unit/test_server_replay.o $(call app_obj,server) $(B)/gen/studio_assets.o $(LIB)
+# The HTTP fuzz targets' replay (tests/fuzz/fuzz_server.h) runs an in-process server; the
+# WebSocket test replays fuzz_ws_frame on server/ws.c.
+$(B)/tests/test_server_replay $(B)/tests/test_server_ws: $(B)/tests/%: $(B)/tests/unit/%.o $(call app_obj,server) $(B)/gen/studio_assets.o $(TEST_HELPERS:%.c=$(B)/%.o) $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIB) -lmicrohttpd $(LIBS) -lcmocka
 
@@ -191,8 +192,12 @@ asan:
 
 # The tests that run threads over shared state (one cloner serving concurrent clones, FFTW
 # planning, concurrent syntheses on one model and shared voices, cancellation, the batch step's
-# rendezvous, the batch runner), built and run under ThreadSanitizer; tools relinked as for asan.
-TSAN_TESTS := $(addprefix build-tsan/tests/,test_fft test_cloner test_synth test_batch_step test_batch)
+# rendezvous, the batch runner; the server: 8 parallel clone uploads x 5 rounds, concurrent
+# streams, disconnects, the drain, two servers on one library), built and run under
+# ThreadSanitizer; tools relinked as for asan. A race makes a test fail, or a server exit 66.
+# Waits scale with util/slowdown.h. test_server alone: 16 min at a load of 20 on 2 cores.
+TSAN_TESTS := $(addprefix build-tsan/tests/,test_fft test_cloner test_synth test_batch_step test_batch \
+  test_server)
 tsan:
 	@rm -f $(TOOLS); $(MAKE) --no-print-directory B=build-tsan OPT=-O1 \
 	  CFLAGS="-O1 -g -fsanitize=thread -fno-omit-frame-pointer" LDFLAGS="-fsanitize=thread" \

@@ -15,11 +15,14 @@
 
 #include "include/qvoice.h"
 #include "server/qvserver.h"
+#include "util/slowdown.h"
 
 #define TOOL "qvoice-server"
 #define EXIT_USAGE 2
 #define MAX_MODELS 8
-#define DRAIN_SECONDS 60
+/* in-flight requests finish within this after SIGTERM (longer in a sanitizer build, which runs
+ * them several times slower: the drain test checks they end in full) */
+#define DRAIN_SECONDS (60 * QVU_SLOWDOWN)
 
 static void usage(const qv_server_config *d) {
     printf("NAME\n"
@@ -38,7 +41,8 @@ static void usage(const qv_server_config *d) {
            "    qvoice-server --help | --version\n"
            "\n"
            "DESCRIPTION\n"
-           "    Serves POST /v1/audio/speech (OpenAI's fields; stream_format audio or sse), the\n"
+           "    Serves POST /v1/audio/speech (OpenAI's fields; stream_format audio or sse),\n"
+           "    WS /v1/audio/speech/stream (text in pieces, spoken sentence by sentence), the\n"
            "    voice library GET/POST /v1/audio/voices and GET/DELETE /v1/audio/voices/{id},\n"
            "    GET /health, /ready, /metrics, and the studio, a page to speak, clone and manage\n"
            "    voices in a browser, at GET / (docs/server.md, docs/studio.md). Models are loaded\n"

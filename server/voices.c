@@ -440,7 +440,7 @@ static enum MHD_Result clone_upload(qv_server *s, struct MHD_Connection *c, req 
     r.audio_path = u->tmp;
     r.ref_text = field(u, F_TRANSCRIPT);
     r.language = field(u, F_LANGUAGE);
-    r.name = field(u, F_NAME);
+    r.name = field(u, F_NAME) ? field(u, F_NAME) : ""; /* not the temporary's name (NULL) */
     r.consent = field(u, F_CONSENT);
     char *report = NULL;
     double deadline = q->t0 + s->cfg.timeout_s;
