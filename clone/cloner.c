@@ -145,6 +145,23 @@ qv_clone_request qv_clone_default_request(void) {
     return r;
 }
 
+enum qv_status qv_icl_window_parse(const char *s, qv_clone_request *r) {
+    char *end;
+    if (!s || !r) return qvu_fail(QV_E_INVALID, "qv_icl_window_parse: NULL argument");
+    if (!strcmp(s, "full")) return r->icl_window = QV_ICL_FULL, QV_OK;
+    if (!strcmp(s, "auto")) return r->icl_window = QV_ICL_AUTO, QV_OK;
+    errno = 0;
+    double a = strtod(s, &end), b = 0;
+    const char *p = end + 1;
+    int ok = !errno && end != s && *end == '-';
+    if (ok) b = strtod(p, &end);
+    if (!ok || errno || end == p || *end || !(a >= 0 && b > a && b <= 3600))
+        return qvu_failf(QV_E_INVALID,
+                         "ICL window '%.64s': expected full, auto or START-END seconds", s);
+    r->icl_window = QV_ICL_RANGE, r->icl_start_s = a, r->icl_end_s = b;
+    return QV_OK;
+}
+
 /* ==== one run =============================================================================== */
 
 typedef struct {
@@ -835,7 +852,12 @@ enum qv_status qv_clone_run(const qv_cloner *c, const qv_clone_request *r, const
 static enum qv_status xvector_of_path(const qv_cloner *c, const char *path, double max_seconds,
                                       float **xvec, int *dim, char *err, size_t err_size) {
     *xvec = NULL;
-    if (qvf_file_kind(path, NULL, 0)) {
+    /* by name or by magic: a server hands over a descriptor path (/proc/self/fd/N) */
+    uint8_t head[4] = {0};
+    FILE *f = fopen(path, "rb");
+    size_t n_head = f ? fread(head, 1, sizeof head, f) : 0;
+    if (f) fclose(f);
+    if (qvf_file_kind(path, head, n_head)) {
         qvf_voice *v = NULL;
         if (qvf_read_file(path, 0, &v, err, err_size)) return QV_E_VOICE;
         *dim = (int)v->enc_dim;

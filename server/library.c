@@ -180,6 +180,9 @@ static cJSON *describe(const char *id, const qvf_voice *v, const struct stat *st
     cJSON_AddStringToObject(o, "source_variant", qvf_variant_name(v->source.variant));
     const char *consent = qvf_meta_get(v, "consent.method");
     cJSON_AddBoolToObject(o, "consent", consent && consent[0]);
+    cJSON *styles = cJSON_AddArrayToObject(o, "styles"); /* its palette: a request's style */
+    for (int i = 0; i < v->n_styles; i++)
+        cJSON_AddItemToArray(styles, cJSON_CreateString(v->styles[i].name));
     return o;
 }
 

@@ -21,6 +21,9 @@
     X(ROUTE_VOICES_UPLOAD, "voices_upload")                                                        \
     X(ROUTE_VOICE_GET, "voice_get")                                                                \
     X(ROUTE_VOICE_DELETE, "voice_delete")                                                          \
+    X(ROUTE_VOICE_REFERENCE, "voice_reference")                                                    \
+    X(ROUTE_VOICE_FIT, "voice_fit")                                                                \
+    X(ROUTE_VOICE_SIMILARITY, "voice_similarity")                                                  \
     X(ROUTE_HEALTH, "health")                                                                      \
     X(ROUTE_READY, "ready")                                                                        \
     X(ROUTE_METRICS, "metrics")                                                                    \
@@ -137,6 +140,7 @@ typedef struct {
     struct upload *up;
     struct job *job; /* speech synthesis in progress */
     const api_key *key;  /* the request's key; NULL without auth */
+    char id[256];        /* the voice id or name of a /v1/audio/voices/ID[/...] route */
     char note[64];   /* added to the log line */
 } req;
 
@@ -214,6 +218,13 @@ struct upload;
 /* GET /v1/audio/voices, GET/DELETE /v1/audio/voices/{id}. */
 enum MHD_Result qvs_voices_get(qv_server *s, struct MHD_Connection *c, req *q, const char *id);
 enum MHD_Result qvs_voices_delete(qv_server *s, struct MHD_Connection *c, req *q, const char *id);
+/* GET /v1/audio/voices/{id}/reference (the ICL codes decoded: what the file holds), .../fit
+ * (qv_voice_check against each served model), .../similarity?to=ID (x-vector cosine). */
+enum MHD_Result qvs_voice_reference(qv_server *s, struct MHD_Connection *c, req *q,
+                                    const char *id);
+enum MHD_Result qvs_voice_fit(qv_server *s, struct MHD_Connection *c, req *q, const char *id);
+enum MHD_Result qvs_voice_similarity(qv_server *s, struct MHD_Connection *c, req *q,
+                                     const char *id);
 /* POST /v1/audio/voices: first call sets up the multipart parser (0 or an error queued). */
 enum MHD_Result qvs_upload_begin(qv_server *s, struct MHD_Connection *c, req *q);
 enum MHD_Result qvs_upload_data(struct MHD_Connection *c, req *q, const char *data,

@@ -298,23 +298,6 @@ static int parse_double(const char *s, double lo, double hi, double *out) {
     return 0;
 }
 
-/* "full", "auto" or "START-END" (seconds). */
-static int parse_window(const char *s, qv_clone_request *r) {
-    if (!strcmp(s, "full")) r->icl_window = QV_ICL_FULL;
-    else if (!strcmp(s, "auto")) r->icl_window = QV_ICL_AUTO;
-    else {
-        char *end;
-        errno = 0;
-        double a = strtod(s, &end);
-        if (errno || end == s || *end != '-') return -1;
-        const char *p = end + 1;
-        double b = strtod(p, &end);
-        if (errno || end == p || *end || !(a >= 0 && b > a && b <= 3600)) return -1;
-        r->icl_window = QV_ICL_RANGE, r->icl_start_s = a, r->icl_end_s = b;
-    }
-    return 0;
-}
-
 enum { OPT_JSON = 1000 };
 
 /* Parses the options into o (*hygiene_flags: one that needs hygiene was given). -1 to go on,
@@ -366,7 +349,7 @@ static int parse_options(int argc, char **argv, options *o, int *hygiene_flags) 
         case 'C': o->compare = 1; break;
         case 'H': o->r.hygiene = 0; break;
         case 'w':
-            if (parse_window(optarg, &o->r))
+            if (qv_icl_window_parse(optarg, &o->r))
                 return usage_error("--icl-window: expected full, auto or START-END seconds, found '%s'", optarg);
             break;
         case 'F': o->r.allow_xvector_fallback = 1, *hygiene_flags = 1; break;
