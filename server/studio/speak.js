@@ -282,6 +282,7 @@ function addTake(take) {
   li.dataset.firstSoundMs = Math.round(take.firstMs);
   li.dataset.playedBeforeEnd = take.streamEndCtx !== undefined && take.streamEndCtx > take.t0 ? '1' : '0';
   li.dataset.stopped = take.stopped ? '1' : '0';
+  if (take.progress) li.dataset.progress = `${take.progress.done}/${take.progress.total}`;
   const label = document.createElement('span');
   label.textContent = `Take ${take.n}: ${secs.toFixed(2)} s, voice ${take.voiceLabel}` +
     `${take.stopped ? ' (stopped)' : ''}, first sound after ${Math.round(take.firstMs)} ms `;

@@ -63,8 +63,9 @@ static int group_setup(void **state) {
         return -1;
     snprintf(g_icl, sizeof g_icl, "%s/icl.qvoice", tmp_dir);
     if (sh("bin/clone -m %s %s -o %s --consent test --icl-window 0-12 -t '" CLIP_12S
-           "' >/dev/null 2>&1",
-           g_base, CLIP, g_icl))
+           "' >/dev/null 2>&1 && bin/voicefmt palette add %s --name sad --direction %s "
+           "--strength 0.25 >/dev/null 2>&1",
+           g_base, CLIP, g_icl, g_icl, g_other))
         return -1;
     /* make deps installs chromium; a machine where it cannot be installed skips the browser test */
     if (access(CHROMIUM, X_OK) && getuid() == 0)
@@ -141,6 +142,7 @@ static void test_voice_routes(void **state) {
     char form[2048];
     snprintf(form, sizeof form, "-F audio_sample=@%s -F consent=test -F name=icl-ref", g_icl);
     assert_int_equal(post_form(&g_srv, form, "/v1/audio/voices"), 200);
+    assert_true(file_has(tmp_path("body"), "\"styles\":[\"sad\"]")); /* its palette */
     snprintf(form, sizeof form, "-F audio_sample=@%s -F consent=test -F name=plain-ref", g_other);
     assert_int_equal(post_form(&g_srv, form, "/v1/audio/voices"), 200);
     assert_true(file_has(tmp_path("body"), "\"styles\":[]"));
@@ -186,6 +188,18 @@ static void test_voice_routes(void **state) {
     assert_true(cosine > -1 && cosine < 0.9999 && fabs(cosine - expect) < 1e-5);
     assert_int_equal(get(&g_srv, "GET", "/v1/audio/voices/icl-ref/similarity"), 400);
     assert_int_equal(get(&g_srv, "GET", "/v1/audio/voices/icl-ref/similarity?to=missing"), 404);
+
+    /* an SSE stream reports its progress through the text: part k of n after each part (12
+       frames each: the random model would not end one by itself) */
+    assert_int_equal(sh("curl -s --max-time 60 -o %s http://127.0.0.1:%d/v1/audio/speech -H "
+                        "'Content-Type: application/json' -d '{\"input\": \"%s %s %s\", "
+                        "\"voice\": \"icl-ref\", \"response_format\": \"pcm\", "
+                        "\"stream_format\": \"sse\", \"max_new_tokens\": 12, \"seed\": 1}'",
+                        tmp_path("sse"), g_srv.port, CLIP_12S, CLIP_12S, CLIP_12S),
+                     0);
+    assert_true(file_has(tmp_path("sse"), "\"type\":\"speech.progress\",\"done\":1,\"total\":3}"));
+    assert_true(file_has(tmp_path("sse"), "\"type\":\"speech.progress\",\"done\":3,\"total\":3}"));
+    assert_true(file_has(tmp_path("sse"), "event: speech.audio.done"));
 
     /* a clone without a transcript: the report suggests the window to transcribe; a bad window
        is refused by its field */
