@@ -428,7 +428,8 @@ static void add_sections(cJSON *j, const char *path, long long file_bytes) {
     free(buf);
 }
 
-/* --plot: the log-mel of the clip as loaded, the part the x-vector used (after trimming) marked. */
+/* --plot: the log-mel of the clip as loaded, the part the x-vector used (after trimming) and the
+ * ICL window (used, or picked by --icl-window auto without a transcript) marked. */
 static int write_plot(run *u, const qva_audio *a, const qvc_hygiene_report *h) {
     const char *png = u->r->plot_path;
     int nf = qva_mel_n_frames(a->n_samples);
@@ -438,14 +439,19 @@ static int write_plot(run *u, const qva_audio *a, const qvc_hygiene_report *h) {
     if (!mel || !m || nf <= 0 || qva_mel_compute(mel, m, a->samples, a->n_samples)) {
         fail(u, QV_E_NOMEM, "%s: cannot compute the spectrogram (out of memory?)", png);
     } else {
-        int s = 0, e = nf;
+        qvc_plot_marks k = {0, nf, 0, -1, 0};
         if (h && h->clean) {
-            s = (int)(h->trim.start / QVA_MEL_HOP);
-            e = (int)((h->trim.end + QVA_MEL_HOP - 1) / QVA_MEL_HOP);
-            if (e > nf) e = nf;
-            if (s >= e) s = e - 1;
+            k.used_start = (int)(h->trim.start / QVA_MEL_HOP);
+            k.used_end = (int)((h->trim.end + QVA_MEL_HOP - 1) / QVA_MEL_HOP);
+            if (k.used_end > nf) k.used_end = nf;
+            if (k.used_start >= k.used_end) k.used_start = k.used_end - 1;
         }
-        rc = qvc_plot_mel_png(png, m, nf, s, e, u->err, u->err_size);
+        if (h && h->has_window) { /* window offsets count from the trimmed clip's start */
+            k.icl_start = (int)((h->trim.start + h->window.start) / QVA_MEL_HOP);
+            k.icl_end = (int)((h->trim.start + h->window.end + QVA_MEL_HOP - 1) / QVA_MEL_HOP);
+            k.icl_used = h->has_icl;
+        }
+        rc = qvc_plot_mel_png(png, m, nf, &k, u->err, u->err_size);
         if (rc) u->st = QV_E_IO;
     }
     free(m);

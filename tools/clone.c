@@ -85,8 +85,9 @@ static void usage(FILE *f, const qv_clone_request *d) {
             "    -G, --consent-scope TEXT  to what: the uses agreed to (default: not recorded)\n"
             "    -R, --consent-recording F audio file of the spoken consent: method recording, its\n"
             "                              SHA-256 stored (default: none; method typed)\n"
-            "    -P, --plot FILE.png       also write the reference's log-mel spectrogram as a PNG,\n"
-            "                              the part used for the x-vector marked (default: none)\n"
+            "    -P, --plot FILE.png       also write the reference's log-mel spectrogram as a PNG:\n"
+            "                              seconds and Hz axes, the kept span and the ICL window\n"
+            "                              marked, a legend (default: none)\n"
             "        --json                print the JSON report instead of the summary (off)\n"
             "    -j, --threads N           threads, 1..256 (default: all online CPUs; -p is the\n"
             "                              older spelling)\n"
@@ -230,7 +231,7 @@ static void print_summary(const cJSON *j, const options *o) {
         printf("\n  file       %.0f bytes%s\n", num(j, "file_bytes"),
                num(j, "wdelta_tensors") ? " (with the WDELTA weight stream)" : "");
     }
-    if (o->r.plot_path) printf("  plot       %s (log-mel, the part used marked)\n", o->r.plot_path);
+    if (o->r.plot_path) printf("  plot       %s (log-mel, the kept span and ICL window marked)\n", o->r.plot_path);
     printf("  timings    load %.2f s, audio %.2f s, hygiene %.2f s, mel+ECAPA %.2f s, speech "
            "encoder %.2f s, write %.2f s\n",
            num(j, "timings_s.load"), num(j, "timings_s.audio"), num(j, "timings_s.hygiene"),
