@@ -415,6 +415,16 @@ cJSON *qvs_library_describe(qv_server *s, const api_key *k, const char *id_or_na
     return a;
 }
 
+void qvs_library_note_fit(qv_server *s, const char *id, int fits) {
+    pthread_mutex_lock(&s->lib->mu);
+    entry *e = find_id(s->lib, id);
+    if (e) {
+        cJSON_DeleteItemFromObjectCaseSensitive(e->desc, "fits");
+        cJSON_AddBoolToObject(e->desc, "fits", fits);
+    }
+    pthread_mutex_unlock(&s->lib->mu);
+}
+
 /* util's atomic writer (temp, fsync, rename, fsync of the directory); 0 or -1. */
 static int write_atomic(const char *path, const void *p, size_t n) {
     char err[512];

@@ -254,6 +254,9 @@ void qvs_voice_ref_close(qvs_voice_ref *r); /* accepts a ref already closed */
 /* id_or_name NULL: an array describing every voice k may use (with "deletable", and "owner" for
  * an admin); else that voice's description, or NULL. Caller frees. */
 cJSON *qvs_library_describe(qv_server *s, const api_key *k, const char *id_or_name);
+/* Records in voice id's description whether it fits a served model ("fits"; what GET .../fit
+ * found: the served models do not change while the server runs), so later lists carry it. */
+void qvs_library_note_fit(qv_server *s, const char *id, int fits);
 /* Stores the voice file b[n] as <sha256>.qvoice owned by k (a user key), atomically with the
  * duplicate-name check and the caps: 0 (id, *desc set), 409 name taken, 507 full, 500; why set. */
 int qvs_library_add(qv_server *s, const api_key *k, const uint8_t *b, size_t n, const char *name,

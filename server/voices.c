@@ -559,6 +559,7 @@ enum MHD_Result qvs_voice_fit(qv_server *s, struct MHD_Connection *c, req *q, co
         any |= !st;
     }
     cJSON_AddBoolToObject(o, "fits", any);
+    qvs_library_note_fit(s, vr.id, any);
     qv_voice_free(v);
     qvs_voice_ref_close(&vr);
     char *body = cJSON_PrintUnformatted(o);

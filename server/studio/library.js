@@ -14,12 +14,21 @@ function button(text, onClick) {
 }
 
 const fits = new Map(); // voice id -> the server's fit check (GET .../fit), asked once per id
+let fitQueue = Promise.resolve(); // one check at a time: each opens the voice file on the server
 
-// The "Fits model" cell: filled when the server's check answers; the reason on hover and for
-// screen readers.
+// The "Fits model" cell: a voice the server found fitting says so in the list ("fits"); otherwise
+// filled when the server's check answers, with the reason on hover and for screen readers.
 async function fitCell(td, v) {
-  if (!fits.has(v.id))
-    fits.set(v.id, apiJson(`/v1/audio/voices/${encodeURIComponent(v.id)}/fit`).catch((e) => ({ error: e.message })));
+  if (v.fits === true && !fits.has(v.id)) {
+    td.textContent = 'yes';
+    td.dataset.fit = 'fits';
+    return;
+  }
+  if (!fits.has(v.id)) {
+    fitQueue = fitQueue.then(() => apiJson(`/v1/audio/voices/${encodeURIComponent(v.id)}/fit`))
+      .catch((e) => ({ error: e.message }));
+    fits.set(v.id, fitQueue);
+  }
   td.textContent = 'checking…';
   const f = await fits.get(v.id);
   const m = f.models && f.models[0];
