@@ -155,6 +155,7 @@ async function speak() {
   $('speak-stop').disabled = false;
   $('speak-status').textContent = 'synthesizing…';
   $('speak-progress').hidden = true;
+  $('speak-warning').textContent = '';
   animate(take);
   let r;
   try {
@@ -205,6 +206,9 @@ async function readEvents(reader, take) {
         play(take, bytes);
       } else if (e.type === 'speech.progress') {
         progress(take, e.done, e.total);
+      } else if (e.type === 'speech.audio.warning') { // e.g. a markup tag the model cannot honour
+        take.warning = e.message;
+        $('speak-warning').textContent = `Warning: ${e.message}`;
       } else if (e.type === 'speech.audio.error') {
         throw new Error(e.error && e.error.message ? e.error.message : 'the synthesis failed');
       }
@@ -283,6 +287,7 @@ function addTake(take) {
   li.dataset.playedBeforeEnd = take.streamEndCtx !== undefined && take.streamEndCtx > take.t0 ? '1' : '0';
   li.dataset.stopped = take.stopped ? '1' : '0';
   if (take.progress) li.dataset.progress = `${take.progress.done}/${take.progress.total}`;
+  if (take.warning) li.dataset.warning = take.warning;
   const label = document.createElement('span');
   label.textContent = `Take ${take.n}: ${secs.toFixed(2)} s, voice ${take.voiceLabel}` +
     `${take.stopped ? ' (stopped)' : ''}, first sound after ${Math.round(take.firstMs)} ms `;
