@@ -40,14 +40,20 @@ static server g_plain; /* the same with --no-studio */
 static server g_keyed; /* tiny-cv with --api-key-file */
 static int g_browser;  /* chromium and puppeteer-core are there */
 
-/* GET (or -X METHOD) of path with curl: the status; headers and body go to tmp files. */
-static int get(const server *sv, const char *method, const char *path) {
+/* curl with args (a method, form fields) to path: the status; headers and body go to tmp files. */
+static int request(const server *sv, const char *args, const char *path) {
     char code[32];
-    if (sh("curl -s --max-time 30 -X %s -D %s -o %s -w '%%{http_code}' http://127.0.0.1:%d%s > %s",
-           method, tmp_path("headers"), tmp_path("body"), sv->port, path, tmp_path("code")))
+    if (sh("curl -s --max-time 60 %s -D %s -o %s -w '%%{http_code}' http://127.0.0.1:%d%s > %s",
+           args, tmp_path("headers"), tmp_path("body"), sv->port, path, tmp_path("code")))
         return 0;
     slurp(tmp_path("code"), code, sizeof code);
     return atoi(code);
+}
+
+static int get(const server *sv, const char *method, const char *path) {
+    char args[32];
+    snprintf(args, sizeof args, "-X %s", method);
+    return request(sv, args, path);
 }
 
 static int group_setup(void **state) {
@@ -124,16 +130,6 @@ static void test_routes(void **state) {
                      1);
 }
 
-/* POST of a multipart form (curl -F arguments) to path: the status, the body in tmp "body". */
-static int post_form(const server *sv, const char *form, const char *path) {
-    char code[32];
-    if (sh("curl -s --max-time 60 %s -o %s -w '%%{http_code}' http://127.0.0.1:%d%s > %s", form,
-           tmp_path("body"), sv->port, path, tmp_path("code")))
-        return 0;
-    slurp(tmp_path("code"), code, sizeof code);
-    return atoi(code);
-}
-
 /* What the library page asks of a voice: its reference (the ICL codes decoded: the same bytes as
  * speak --decode-codes of the codes voicefmt extracts), its fit to the served model, the
  * similarity of two voices; and a clone without a transcript suggests the ICL window. */
@@ -141,10 +137,10 @@ static void test_voice_routes(void **state) {
     (void)state;
     char form[2048];
     snprintf(form, sizeof form, "-F audio_sample=@%s -F consent=test -F name=icl-ref", g_icl);
-    assert_int_equal(post_form(&g_srv, form, "/v1/audio/voices"), 200);
+    assert_int_equal(request(&g_srv, form, "/v1/audio/voices"), 200);
     assert_true(file_has(tmp_path("body"), "\"styles\":[\"sad\"]")); /* its palette */
     snprintf(form, sizeof form, "-F audio_sample=@%s -F consent=test -F name=plain-ref", g_other);
-    assert_int_equal(post_form(&g_srv, form, "/v1/audio/voices"), 200);
+    assert_int_equal(request(&g_srv, form, "/v1/audio/voices"), 200);
     assert_true(file_has(tmp_path("body"), "\"styles\":[]"));
 
     assert_int_equal(get(&g_srv, "GET", "/v1/audio/voices/icl-ref/reference?response_format=wav"),
@@ -206,19 +202,19 @@ static void test_voice_routes(void **state) {
     /* a clone without a transcript: the report suggests the window to transcribe; a bad window
        is refused by its field */
     snprintf(form, sizeof form, "-F audio_sample=@%s -F consent=test -F name=suggest", CLIP);
-    assert_int_equal(post_form(&g_srv, form, "/v1/audio/voices"), 200);
+    assert_int_equal(request(&g_srv, form, "/v1/audio/voices"), 200);
     assert_true(file_has(tmp_path("body"), "\"icl_window\":{\"mode\":\"auto\""));
     assert_true(file_has(tmp_path("body"), "\"has_icl\":false"));
     snprintf(form, sizeof form,
              "-F audio_sample=@%s -F consent=test -F name=window -F icl_window=0-12 "
              "-F 'transcript=" CLIP_12S "'",
              CLIP);
-    assert_int_equal(post_form(&g_srv, form, "/v1/audio/voices"), 200);
+    assert_int_equal(request(&g_srv, form, "/v1/audio/voices"), 200);
     assert_true(file_has(tmp_path("body"), "\"has_icl\":true"));
     assert_true(file_has(tmp_path("body"), "\"mode\":\"range\""));
     snprintf(form, sizeof form,
              "-F audio_sample=@%s -F consent=test -F icl_window=12-3 -F transcript=Hello", CLIP);
-    assert_int_equal(post_form(&g_srv, form, "/v1/audio/voices"), 400);
+    assert_int_equal(request(&g_srv, form, "/v1/audio/voices"), 400);
     assert_true(file_has(tmp_path("body"), "\"param\":\"icl_window\""));
 }
 
