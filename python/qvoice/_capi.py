@@ -95,6 +95,7 @@ PROTOTYPES = {
     "qv_voice_path": (c_char_p, [c_void_p]),
     "qv_voice_has_icl": (c_int, [c_void_p]),
     "qv_voice_has_wdelta": (c_int, [c_void_p]),
+    "qv_voice_reference_audio": (c_int, [c_void_p, c_void_p, c_int, _P(c_void_p), _P(c_int64)]),
     "qv_synth_default_request": (SynthRequest, []),
     "qv_synth_new": (c_int, [_P(c_void_p), c_void_p, _P(Params)]),
     "qv_synth_free": (None, [c_void_p]),
