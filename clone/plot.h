@@ -16,7 +16,7 @@
 
 #include <stddef.h>
 
-#define QVC_PLOT_MAX_WIDTH 1600 /* longer spectrograms are pooled (max) to at most this many columns */
+#define QVC_PLOT_MAX_WIDTH 1600 /* longer spectrograms are pooled (max) to this many columns */
 #define QVC_PLOT_BIN_PX 2       /* pixel rows per mel bin */
 #define QVC_PLOT_LEFT_PX 52     /* frequency labels left of the spectrogram */
 #define QVC_PLOT_RIGHT_PX 12
@@ -35,7 +35,8 @@ typedef struct {
 void qvc_plot_size(int n_frames, int *width_px, int *height_px);
 /* Image column that frame f (0 <= f <= n_frames) falls in (the left margin included; clamped to
  * the last spectrogram column): the kept span's cyan lines are at the columns of used_start and
- * used_end, so a caller or a test can find them. The spectrogram's rows start at QVC_PLOT_TOP_PX. */
+ * used_end, so a caller or a test can find them. The spectrogram's rows start at
+ * QVC_PLOT_TOP_PX. */
 int qvc_plot_column(int n_frames, int frame);
 
 /* Writes path as an 8-bit RGB PNG of mel [n_frames, 128] (time-major, natural-log values as

@@ -862,8 +862,8 @@ static int speak_text(run *c) {
         if (rc) {
             char m[QVE_ERR_MAX];
             snprintf(m, sizeof m, "%s", c->msg);
-            snprintf(c->msg, sizeof c->msg, "chunk %d/%d: %.440s%s", c->text_chunk, c->n_text_chunks, m,
-                     rc > 0 && split ? " (after splitting it in two)" : "");
+            snprintf(c->msg, sizeof c->msg, "chunk %d/%d: %.440s%s", c->text_chunk,
+                     c->n_text_chunks, m, rc > 0 && split ? " (after splitting it in two)" : "");
             if (rc > 0) c->status = QV_E_GUARD;
         }
     }

@@ -308,7 +308,8 @@ int qv_voice_has_wdelta(const qv_voice *v);       /* carries a weight delta */
 
 /* What the voice file holds as its ICL reference: its codes decoded with m's speech decoder
  * (qv_model_decode_codes), *pcm [*n_samples] 24 kHz (release with qv_free). QV_E_VOICE when the
- * voice has no reference codes, else qv_model_decode_codes's statuses; the detail names the file. */
+ * voice has no reference codes, else qv_model_decode_codes's statuses; the detail names the
+ * file. */
 enum qv_status qv_voice_reference_audio(const qv_voice *v, const qv_model *m, int n_threads,
                                         float **pcm, int64_t *n_samples);
 

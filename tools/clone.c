@@ -231,7 +231,8 @@ static void print_summary(const cJSON *j, const options *o) {
         printf("\n  file       %.0f bytes%s\n", num(j, "file_bytes"),
                num(j, "wdelta_tensors") ? " (with the WDELTA weight stream)" : "");
     }
-    if (o->r.plot_path) printf("  plot       %s (log-mel, the kept span and ICL window marked)\n", o->r.plot_path);
+    if (o->r.plot_path)
+        printf("  plot       %s (log-mel, the kept span and ICL window marked)\n", o->r.plot_path);
     printf("  timings    load %.2f s, audio %.2f s, hygiene %.2f s, mel+ECAPA %.2f s, speech "
            "encoder %.2f s, write %.2f s\n",
            num(j, "timings_s.load"), num(j, "timings_s.audio"), num(j, "timings_s.hygiene"),
