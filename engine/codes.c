@@ -13,7 +13,6 @@
 #include "util/api.h"
 #include "voicefmt/qvf.h"
 
-#define CODEBOOK_SIZE 2048
 #define MAX_FILE_BYTES ((size_t)1 << 30) /* 1 GiB: ~12 M frames, a day of audio */
 
 enum qv_status qv_codes_write(FILE *f, const int32_t *codes, int n_frames) {
@@ -38,7 +37,7 @@ static int parse_frame(const char *p, const char *end, int32_t *out) {
         if (p == end || *p < '0' || *p > '9') return -1;
         long v = 0;
         for (; p < end && *p >= '0' && *p <= '9'; p++)
-            if ((v = v * 10 + (*p - '0')) >= CODEBOOK_SIZE) return -1;
+            if ((v = v * 10 + (*p - '0')) >= QV_CODEBOOK_SIZE) return -1;
         if (p < end && !blank(*p)) return -1;
         out[g] = (int32_t)v;
     }
@@ -75,7 +74,7 @@ enum qv_status qv_codes_read(const char *path, int32_t **codes, int *n_frames) {
             }
             if (parse_frame(q, end, c + nf * QV_N_CODEBOOKS))
                 st = qvu_failf(QV_E_INVALID, "%s:%d: expected %d codes in [0, %d)", path, line_no,
-                               QV_N_CODEBOOKS, CODEBOOK_SIZE);
+                               QV_N_CODEBOOKS, QV_CODEBOOK_SIZE);
             nf++;
         }
         p = eol ? eol + 1 : stop;

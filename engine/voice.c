@@ -1,6 +1,7 @@
 /* voice.c — qv_voice: a voice file opened by path or name, checked against a model, and mapped
  * onto an utterance's request (voice_load.h).
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,44 +15,103 @@
 /* A voice file's ICL codes are the model's frames: one count, spelled by both public headers. */
 _Static_assert(QVF_N_CODEBOOKS == QV_N_CODEBOOKS, "voice-file and engine codebook counts");
 
+/* Takes f into a new voice named name: its ICL codes widened once to the engine's type. */
+static enum qv_status voice_adopt(qv_voice **out, qvf_voice *f, const char *name, void *bytes,
+                                  char *err, size_t es) {
+    qv_voice *v = calloc(1, sizeof *v);
+    int32_t *codes = NULL;
+    const size_t n = f->codes ? (size_t)f->n_frames * QV_N_CODEBOOKS : 0;
+    if (!v || (n && !(codes = malloc(n * sizeof *codes)))) {
+        snprintf(err, es, "%.400s: out of memory", name);
+        free(v);
+        qvf_voice_free(f);
+        free(bytes);
+        return QV_E_NOMEM;
+    }
+    for (size_t i = 0; i < n; i++)
+        codes[i] = f->codes[i];
+    snprintf(v->path, sizeof v->path, "%s", name);
+    v->f = f, v->codes = codes, v->bytes = bytes;
+    *out = v;
+    return QV_OK;
+}
+
 static enum qv_status voice_open(qv_voice **out, const char *path_or_name, char *err, size_t es) {
     *out = NULL;
     if (!path_or_name || !*path_or_name) {
         snprintf(err, es, "voice: empty name");
         return QV_E_VOICE;
     }
-    qv_voice *v = calloc(1, sizeof *v);
-    if (!v) {
-        snprintf(err, es, "%s: out of memory", path_or_name);
+    char path[sizeof((qv_voice *)0)->path];
+    qvf_voice *f;
+    if (qvf_voice_find(path_or_name, path, sizeof path, err, es) ||
+        qvf_read_file(path, 0, &f, err, es))
+        return QV_E_VOICE;
+    return voice_adopt(out, f, path, NULL, err, es);
+}
+
+static enum qv_status voice_open_memory(qv_voice **out, const void *data, size_t n_bytes,
+                                        const char *name, char *err, size_t es) {
+    *out = NULL;
+    if (!name || !*name) name = "memory";
+    if (!data || !n_bytes) {
+        snprintf(err, es, "%.400s: no voice bytes", name);
+        return QV_E_VOICE;
+    }
+    void *copy = malloc(n_bytes); /* the voice borrows tensor data from it */
+    if (!copy) {
+        snprintf(err, es, "%.400s: out of memory", name);
         return QV_E_NOMEM;
     }
-    if (qvf_voice_find(path_or_name, v->path, sizeof v->path, err, es)) {
-        free(v);
+    memcpy(copy, data, n_bytes);
+    qvf_voice *f;
+    if (qvf_read_mem(copy, n_bytes, name, 0, &f, err, es)) {
+        free(copy);
         return QV_E_VOICE;
     }
-    if (qvf_read_file(v->path, 0, &v->f, err, es)) {
-        free(v);
-        return QV_E_VOICE;
+    return voice_adopt(out, f, name, copy, err, es);
+}
+
+static enum qv_status voice_from_parts(qv_voice **out, const float *xvector, int dim,
+                                       const int32_t *ref_codes, int n_ref_frames,
+                                       const char *ref_text, const char *language, char *err,
+                                       size_t es) {
+    *out = NULL;
+    if (!xvector || dim < 1) return snprintf(err, es, "parts: no x-vector"), QV_E_INVALID;
+    if (n_ref_frames < 0 || (n_ref_frames && !ref_codes) || !(ref_text && *ref_text) != !n_ref_frames)
+        return snprintf(err, es, "parts: ICL needs both reference codes and ref_text (or "
+                                 "neither)"), QV_E_INVALID;
+    for (int i = 0; i < dim; i++)
+        if (!isfinite(xvector[i]))
+            return snprintf(err, es, "parts: x-vector value %d is not finite", i), QV_E_INVALID;
+    const size_t n = (size_t)n_ref_frames * QV_N_CODEBOOKS;
+    for (size_t i = 0; i < n; i++)
+        if (ref_codes[i] < 0 || ref_codes[i] >= QV_CODEBOOK_SIZE)
+            return snprintf(err, es, "parts: reference code %d (frame %zu, codebook %zu) outside "
+                                     "[0, 2048)", (int)ref_codes[i], i / QV_N_CODEBOOKS,
+                            i % QV_N_CODEBOOKS), QV_E_INVALID;
+    qvf_voice *f = qvf_voice_new();
+    uint16_t *narrow = n ? malloc(n * sizeof *narrow) : NULL;
+    int rc = !f || (n && !narrow) ? QVF_E_NOMEM : QVF_OK;
+    for (size_t i = 0; !rc && i < n; i++)
+        narrow[i] = (uint16_t)ref_codes[i];
+    if (!rc) rc = qvf_voice_set_xvector(f, xvector, (uint32_t)dim);
+    if (!rc && n) rc = qvf_voice_set_icl(f, ref_text, narrow, (uint32_t)n_ref_frames);
+    if (!rc && language && *language) rc = qvf_meta_set(f, "language", language);
+    free(narrow);
+    if (rc) {
+        qvf_voice_free(f);
+        snprintf(err, es, "parts: %s", qvf_strerror(rc));
+        return rc == QVF_E_NOMEM ? QV_E_NOMEM : rc == QVF_E_LIMIT ? QV_E_LIMIT : QV_E_INVALID;
     }
-    const qvf_voice *f = v->f;
-    if (f->n_frames && f->codes) {
-        const size_t n = (size_t)f->n_frames * QV_N_CODEBOOKS;
-        if (!(v->codes = malloc(n * sizeof *v->codes))) {
-            snprintf(err, es, "%.400s: out of memory", v->path);
-            qv_voice_free(v);
-            return QV_E_NOMEM;
-        }
-        for (size_t i = 0; i < n; i++)
-            v->codes[i] = f->codes[i];
-    }
-    *out = v;
-    return QV_OK;
+    return voice_adopt(out, f, "parts", NULL, err, es);
 }
 
 void qv_voice_free(qv_voice *v) {
     if (!v) return;
     qvf_voice_free(v->f);
     free(v->codes);
+    free(v->bytes);
     free(v);
 }
 
@@ -76,6 +136,48 @@ int qv_voice_has_wdelta(const qv_voice *v) {
 enum qv_status qv_voice_open(qv_voice **out, const char *path_or_name) {
     char err[QVU_DETAIL_SIZE] = "";
     return qvu_fail(voice_open(out, path_or_name, err, sizeof err), err);
+}
+
+enum qv_status qv_voice_open_memory(qv_voice **out, const void *data, size_t n_bytes,
+                                    const char *name) {
+    char err[QVU_DETAIL_SIZE] = "";
+    return qvu_fail(voice_open_memory(out, data, n_bytes, name, err, sizeof err), err);
+}
+
+enum qv_status qv_voice_from_parts(qv_voice **out, const float *xvector, int dim,
+                                   const int32_t *ref_codes, int n_ref_frames,
+                                   const char *ref_text, const char *language) {
+    char err[QVU_DETAIL_SIZE] = "";
+    return qvu_fail(voice_from_parts(out, xvector, dim, ref_codes, n_ref_frames, ref_text,
+                                     language, err, sizeof err), err);
+}
+
+enum qv_status qv_voice_save(const qv_voice *v, const char *path) {
+    char err[QVU_DETAIL_SIZE] = "";
+    if (!v || !path) return qvu_fail(QV_E_INVALID, "qv_voice_save: NULL argument");
+    const int rc = qvf_write_file(v->f, path, 4, err, sizeof err);
+    return qvu_fail(!rc ? QV_OK : rc == QVF_E_NOMEM ? QV_E_NOMEM : rc == QVF_E_IO ? QV_E_IO
+                                                                                  : QV_E_INVALID,
+                    err);
+}
+
+const float *qv_voice_xvector(const qv_voice *v, int *dim) {
+    *dim = (int)v->f->enc_dim;
+    return v->f->xvector;
+}
+const int32_t *qv_voice_ref_codes(const qv_voice *v, int *n_frames) {
+    *n_frames = v->codes ? (int)v->f->n_frames : 0;
+    return v->codes;
+}
+const char *qv_voice_ref_text(const qv_voice *v) {
+    return v->f->transcript;
+}
+const char *qv_voice_style(const qv_voice *v, int i, int *is_direction, float *strength) {
+    if (i < 0 || i >= v->f->n_styles) return NULL;
+    const qvf_style *s = &v->f->styles[i];
+    if (is_direction) *is_direction = s->kind == QVF_STYLE_DIRECTION;
+    if (strength) *strength = s->strength;
+    return s->name;
 }
 
 enum qv_status qv_voice_check(const qv_voice *v, const qv_model *m, char **warning) {

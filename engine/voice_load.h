@@ -54,6 +54,7 @@ struct qv_voice {
     qvf_voice *f;
     char path[4096];
     int32_t *codes; /* the ICL codes widened once to the engine's code type, or NULL */
+    void *bytes;    /* qv_voice_open_memory: the file's bytes f borrows from, or NULL */
 };
 
 /* qv_voice_check, with the weight delta's fingerprint checked only when with_delta (a voice

@@ -62,6 +62,7 @@ extern "C" {
 const char *qv_version(void);
 
 #define QV_N_CODEBOOKS 16     /* codes per frame: c0 (talker) + c1..c15 (code predictor) */
+#define QV_CODEBOOK_SIZE 2048 /* a code is in [0, QV_CODEBOOK_SIZE) */
 #define QV_FRAME_RATE_HZ 12.5 /* frames per second of audio */
 #define QV_SAMPLE_RATE_HZ 24000
 #define QV_SAMPLES_PER_FRAME 1920 /* samples of one frame */
@@ -302,7 +303,8 @@ enum qv_status qv_voice_open(qv_voice **out, const char *path_or_name);
 void qv_voice_free(qv_voice *v); /* accepts NULL */
 const char *qv_voice_name(const qv_voice *v);     /* "" when unnamed; borrowed */
 const char *qv_voice_language(const qv_voice *v); /* "" when unset; borrowed */
-const char *qv_voice_path(const qv_voice *v);     /* the file it was opened from; borrowed */
+const char *qv_voice_path(const qv_voice *v);     /* the file it was opened from (else the
+                                                     name given, or "parts"); borrowed */
 int qv_voice_has_icl(const qv_voice *v);          /* reference codes + transcript present */
 int qv_voice_has_wdelta(const qv_voice *v);       /* carries a weight delta */
 
@@ -312,6 +314,31 @@ int qv_voice_has_wdelta(const qv_voice *v);       /* carries a weight delta */
  * file. */
 enum qv_status qv_voice_reference_audio(const qv_voice *v, const qv_model *m, int n_threads,
                                         float **pcm, int64_t *n_samples);
+/* A voice from the bytes of a voice file (what qv_voice_open reads; copied, so data may be freed
+ * after the call), named name in details and by qv_voice_path. No file is involved: a voice
+ * carried by value (Python's pickled prompt items). QV_E_VOICE ("NAME: problem"), QV_E_NOMEM. */
+enum qv_status qv_voice_open_memory(qv_voice **out, const void *data, size_t n_bytes,
+                                    const char *name);
+/* A voice from its parts, as a clone would store them (no text side, no weight delta): the
+ * x-vector xvector[dim], and for ICL the reference frames ref_codes[n_ref_frames][16] (codes in
+ * [0, 2048)) with ref_text, their transcript (both or neither); language may be NULL. Named
+ * "parts" in details. QV_E_INVALID naming the argument, QV_E_LIMIT, QV_E_NOMEM. */
+enum qv_status qv_voice_from_parts(qv_voice **out, const float *xvector, int dim,
+                                   const int32_t *ref_codes, int n_ref_frames,
+                                   const char *ref_text, const char *language);
+/* Writes v as a voice file (format v4) to path, atomically; a signature is not kept (a rewrite
+ * drops it, as voicefmt's do). QV_E_IO ("PATH: problem"), QV_E_INVALID (v cannot be stored),
+ * QV_E_NOMEM. */
+enum qv_status qv_voice_save(const qv_voice *v, const char *path);
+/* A voice's parts, borrowed while v lives: the x-vector (*dim floats), the ICL frames
+ * ([*n_frames][16], NULL and 0 when none) and their transcript (NULL when none). */
+const float *qv_voice_xvector(const qv_voice *v, int *dim);
+const int32_t *qv_voice_ref_codes(const qv_voice *v, int *n_frames);
+const char *qv_voice_ref_text(const qv_voice *v);
+/* The i-th entry of the voice's style palette (docs/markup.md): its name (borrowed), or NULL past
+ * the last; *is_direction (1: a unit direction, 0: a variant x-vector) and *strength, its default
+ * strength (either may be NULL). */
+const char *qv_voice_style(const qv_voice *v, int i, int *is_direction, float *strength);
 
 /* Whether v can speak on m: the x-vector length, the weight delta's target fingerprint, and
  * whether the voice's source checkpoint is m's sibling (the Base/CustomVoice pair of one

@@ -199,6 +199,11 @@ wd=$(cat "$TMP/wd")
 build/bench/bench_tokenizer "$CV" >"$TMP/tok"
 tok=$(sed -n 's/^tokenizer *//p' "$TMP/tok" | head -1)
 wm=$(build/bench/bench_watermark | sed -n 's/^watermark: //p')
+# Python list input (4 texts, 40 frames each) vs 4 calls one by one, same model and threads
+PYTHONPATH=python QVOICE_LIB=build/libqvoice.so.0 python3 tests/bench/bench_python_batch.py "$CV" "$J" 40 >"$TMP/py" || true
+pyb=$(awk '$1=="python_one_by_one_s"{a=$2" s ("$3" s CPU)"} $1=="python_list_s"{b=$2" s ("$3" s CPU)"}
+    $1=="python_list_ratio"{r=$2} $1=="python_list_identical"{i=$2} $1=="python_batch_audio_s"{s=$2}
+    END {printf "%s s of audio: %s one by one, %s as a list: %sx (goal >= 2x), same samples: %s", s, a, b, r, i}' "$TMP/py")
 
 B="$TMP/bf16"; Q="$TMP/int8"
 cat <<TABLE
@@ -230,6 +235,7 @@ model: full-size synthetic 0.6B CustomVoice ($CV), medians of $RUNS runs
 | clone: Mimi encoder, 30 s clip (wall CPU, s) | $enc | |
 | write 16 MB file (fsync) | ${w16} s | |
 | tokenizer | $tok | |
+| Python list input of 4 texts vs 4 calls one by one (wall s, throughput) | $pyb | |
 wdelta: $wd
 watermark: $wm
 frames produced per 100-frame run: $b100f (--ignore-eos)

@@ -285,26 +285,10 @@ static int clone_ref(qv_server *s, struct MHD_Connection *c, double deadline, co
     return 0;
 }
 
-/* An x-vector of n floats as a raw .bin voice. */
-static int embedding_voice(qv_server *s, const float *x, int n, qv_voice **v, verdict *w) {
-    char path[4096];
-    int fd;
-    uint8_t *b = malloc((size_t)n * 4);
-    if (!b) return qvs_bad(w, 503, "out_of_memory", NULL, "out of memory");
-    for (int i = 0; i < n; i++) {
-        uint32_t u;
-        memcpy(&u, &x[i], 4);
-        for (int k = 0; k < 4; k++)
-            b[4 * i + k] = (uint8_t)(u >> (8 * k));
-    }
-    if (temp_path(s, path, sizeof path, &fd)) {
-        free(b);
-        return qvs_bad(w, 500, "io_error", NULL, "temporary file");
-    }
-    int bad = write_close(fd, b, (size_t)n * 4);
-    free(b);
-    enum qv_status st = bad ? QV_E_IO : qv_voice_open(v, path);
-    unlink(path);
+/* An x-vector of n floats as a voice, made in memory. */
+static int embedding_voice(const float *x, int n, qv_voice **v, verdict *w) {
+    const enum qv_status st = qv_voice_from_parts(v, x, n, NULL, 0, NULL, NULL);
+    if (st == QV_E_NOMEM) return qvs_bad(w, 503, "out_of_memory", NULL, "out of memory");
     if (st)
         return qvs_bad(w, 400, "invalid_value", "speaker_embedding", "speaker_embedding: %s",
                        qv_strerror(st));
@@ -323,7 +307,7 @@ int qvs_ref_get(qv_server *s, struct MHD_Connection *c, double deadline, const r
         if (ref_key(rc, 1, NULL, r->embedding, (size_t)r->n_embedding * sizeof(float), key))
             return qvs_bad(w, 503, "out_of_memory", NULL, "out of memory");
         if ((*out = lookup(rc, key))) return 0;
-        if ((rv = embedding_voice(s, r->embedding, r->n_embedding, &v, w))) goto done;
+        if ((rv = embedding_voice(r->embedding, r->n_embedding, &v, w))) goto done;
         n_bytes = (size_t)r->n_embedding * sizeof(float);
     } else {
         if (!s->cloner) {

@@ -16,6 +16,7 @@ Standard library only; one synthesis at a time per model object.
 """
 import array
 import base64
+import bisect
 import ctypes
 import json
 import os
@@ -41,7 +42,7 @@ __all__ = ["Qwen3TTSModel", "VoiceClonePromptItem", "VoiceClonePrompts", "Voice"
            "write_wav", "write_audio", "version", "SAMPLE_RATE"]
 
 # Markup and style keywords (docs/markup.md): qv_synth_request fields, not generation ones.
-_STYLE_KWARGS = ("style", "style_strength", "style_table", "strict_markup")
+_STYLE_KWARGS = ("style", "style_strength", "style_table", "strict_markup", "style_dirs")
 
 # Official generation keyword -> qv_params field (None: handled apart).
 _GEN_KWARGS = {"do_sample": "do_sample", "temperature": "temperature", "top_k": "top_k",
@@ -207,13 +208,72 @@ def write_wav(path, wav, sample_rate=SAMPLE_RATE, watermark=True):
     write_audio(path, wav, "wav", watermark=watermark)
 
 
+def _flat(x, what):
+    """The numbers of x (a NumPy array, a torch tensor, nested lists) as a flat list, and the
+    number of rows (len(x); 0 for an empty input)."""
+    if hasattr(x, "detach"):  # torch: leave the graph and the device
+        x = x.detach().cpu()
+    if hasattr(x, "tolist"):
+        x = x.tolist()
+    if not isinstance(x, (list, tuple)):
+        raise TypeError("%s: expected an array or a list, got %s" % (what, type(x).__name__))
+    rows = len(x)
+    flat = [v for row in x for v in row] if rows and isinstance(x[0], (list, tuple)) else list(x)
+    return flat, rows
+
+
+def _array(ptr, shape, typecode):
+    """A copy of the numbers at ptr: a NumPy array of shape (float32 or int32), else a list (of
+    lists for two dimensions)."""
+    n = 1
+    for d in shape:
+        n *= d
+    if _np is not None:
+        if not n:
+            return _np.zeros(shape, _np.float32 if typecode == "f" else _np.int32)
+        return _np.ctypeslib.as_array(ptr, shape=(n,)).reshape(shape).copy()
+    flat = list(ptr[:n]) if n else []
+    if len(shape) == 1:
+        return flat
+    w = shape[1]
+    return [flat[i:i + w] for i in range(0, n, w)]
+
+
 class Voice:
-    """An opened .qvoice file (or voice NAME found as voices/NAME.qvoice or in $QVOICE_PATH)."""
+    """An opened voice: a .qvoice file (or voice NAME found as voices/NAME.qvoice or in
+    $QVOICE_PATH); Voice.from_bytes and Voice.from_parts make one in memory, without a file."""
 
     def __init__(self, path_or_name):
-        lib = _capi.lib()
         h = ctypes.c_void_p()
-        st = lib.qv_voice_open(ctypes.byref(h), _b(os.fspath(path_or_name)))
+        self._adopt(_capi.lib().qv_voice_open(ctypes.byref(h), _b(os.fspath(path_or_name))), h)
+
+    @classmethod
+    def from_bytes(cls, data, name="memory"):
+        """The voice whose voice file's bytes are data (copied); name is used in messages."""
+        v, h = cls.__new__(cls), ctypes.c_void_p()
+        data = bytes(data)
+        v._adopt(_capi.lib().qv_voice_open_memory(ctypes.byref(h), data, len(data), _b(name)), h)
+        return v
+
+    @classmethod
+    def from_parts(cls, xvector, ref_code=None, ref_text=None, language=None):
+        """A voice from an x-vector (the official ref_spk_embedding) and, for ICL, its reference
+        codes (frames x 16, the official ref_code) with their transcript ref_text."""
+        xs, _ = _flat(xvector, "ref_spk_embedding")
+        codes, n_frames = ([], 0) if ref_code is None else _flat(ref_code, "ref_code")
+        if len(codes) != 16 * n_frames:
+            raise ValueError("ref_code: expected frames of 16 codes, got %d values in %d rows"
+                             % (len(codes), n_frames))
+        v, h = cls.__new__(cls), ctypes.c_void_p()
+        st = _capi.lib().qv_voice_from_parts(
+            ctypes.byref(h), (ctypes.c_float * len(xs))(*xs), len(xs),
+            (ctypes.c_int32 * len(codes))(*[int(c) for c in codes]) if codes else None,
+            n_frames, _b(ref_text or None), _b(language))
+        v._adopt(st, h)
+        return v
+
+    def _adopt(self, st, h):
+        lib = _capi.lib()
         if st:
             _raise(st)
         self._h = h
@@ -224,6 +284,46 @@ class Voice:
         self.has_icl = bool(lib.qv_voice_has_icl(h))
         self.has_wdelta = bool(lib.qv_voice_has_wdelta(h))
 
+    @property
+    def xvector(self):
+        """The speaker x-vector (float32: a NumPy array, else a list)."""
+        dim = ctypes.c_int()
+        ptr = _capi.lib().qv_voice_xvector(self._h, ctypes.byref(dim))
+        return _array(ptr, (dim.value,), "f")
+
+    @property
+    def ref_code(self):
+        """The ICL reference frames (frames x 16 int32: a NumPy array, else lists), or None."""
+        n = ctypes.c_int()
+        ptr = _capi.lib().qv_voice_ref_codes(self._h, ctypes.byref(n))
+        return _array(ptr, (n.value, 16), "i") if n.value else None
+
+    @property
+    def ref_text(self):
+        t = _capi.lib().qv_voice_ref_text(self._h)
+        return None if t is None else _s(t)
+
+    @property
+    def styles(self):
+        """The voice's style palette (docs/markup.md): {name: {"kind": "variant" | "direction",
+        "strength": default strength}}, the names style= and markup tags find."""
+        lib, out, i = _capi.lib(), {}, 0
+        is_dir, strength = ctypes.c_int(), ctypes.c_float()
+        while True:
+            name = lib.qv_voice_style(self._h, i, ctypes.byref(is_dir), ctypes.byref(strength))
+            if name is None:
+                return out
+            out[_s(name)] = {"kind": "direction" if is_dir.value else "variant",
+                             "strength": round(strength.value, 6)}
+            i += 1
+
+    def save(self, path):
+        """Writes the voice to path as a .qvoice file, atomically."""
+        st = _capi.lib().qv_voice_save(self._h, _b(os.fspath(path)))
+        if st:
+            _raise(st)
+        return os.fspath(path)
+
     def close(self):
         self._free()
 
@@ -231,60 +331,110 @@ class Voice:
         return "Voice(%r)" % self.path
 
 
+def _style_dirs(dirs):
+    """qv_style_dir entries of style_dirs, {name: direction}: a vector (the unit shift in
+    x-vector space, any norm), or the path of a .bin or .qvoice holding it (voicefmt palette
+    derive); strength 0.25 unless style_strength is given (docs/markup.md)."""
+    if not dirs:
+        return []
+    out = (_capi.StyleDir * len(dirs))()
+    for d, (name, vec) in zip(out, dirs.items()):
+        if isinstance(vec, (str, os.PathLike)):
+            vec = Voice(vec).xvector
+        xs, _ = _flat(vec, "style_dirs[%r]" % name)
+        d.struct_size, d.name, d.dim = ctypes.sizeof(d), _b(name), len(xs)
+        d.direction = (ctypes.c_float * len(xs))(*xs)
+    return out
+
+
 class VoiceClonePromptItem:
-    """One cloned voice, as create_voice_clone_prompt returns it: a .qvoice file kept in a
-    private temporary directory until .save() copies it somewhere lasting. `report` is the
-    cloner's JSON report (used span, transcript fit, level, warnings) as a dict."""
+    """One cloned voice with the official item's fields: ref_code (frames x 16 int32, None in
+    x-vector-only mode), ref_spk_embedding (float32; NumPy arrays when NumPy is importable, else
+    lists), x_vector_only_mode, icl_mode, ref_text. Constructed from those fields as the official
+    dataclass is, or by create_voice_clone_prompt, which also keeps the cloned voice file's bytes
+    (voice_bytes: its text side, language, consent record) and the cloner's report (a dict).
+    Everything is held by value: a pickled item speaks the same in another process."""
 
-    def __init__(self, path, tmpdir, ref_text, x_vector_only_mode, report):
-        self.path, self.ref_text, self.report = path, ref_text, report
+    def __init__(self, ref_code=None, ref_spk_embedding=None, x_vector_only_mode=False,
+                 icl_mode=None, ref_text=None, *, voice_bytes=None, report=None):
+        self.voice_bytes = None if voice_bytes is None else bytes(voice_bytes)
+        self.report = report
+        self._voice = None
+        if self.voice_bytes is not None:
+            v = self.voice()
+            ref_spk_embedding = v.xvector if ref_spk_embedding is None else ref_spk_embedding
+            if ref_code is None and not x_vector_only_mode:
+                ref_code, ref_text = v.ref_code, v.ref_text
+        if ref_spk_embedding is None:
+            raise ValueError("VoiceClonePromptItem: ref_spk_embedding is required")
+        self.ref_code, self.ref_spk_embedding, self.ref_text = ref_code, ref_spk_embedding, ref_text
         self.x_vector_only_mode = bool(x_vector_only_mode)
-        self.icl_mode = not self.x_vector_only_mode
-        weakref.finalize(self, shutil.rmtree, tmpdir, True)
+        self.icl_mode = (not self.x_vector_only_mode) if icl_mode is None else bool(icl_mode)
+        if self.icl_mode and (ref_code is None or not ref_text):
+            raise ValueError("VoiceClonePromptItem: icl_mode needs ref_code and ref_text (the "
+                             "transcript of the reference); use x_vector_only_mode=True without")
 
-    # Pickled by value: the voice file's bytes travel, and unpickling writes them to a private
-    # temporary directory of its own (a pickled path would point at a deleted file).
+    def voice(self):
+        """The Voice this item speaks with, made in memory once: from voice_bytes when the item
+        has them, else from its ref_spk_embedding (and ref_code + ref_text in ICL mode)."""
+        if self._voice is None:
+            if self.voice_bytes is not None:
+                self._voice = Voice.from_bytes(self.voice_bytes, "voice_clone_prompt item")
+            else:
+                icl = self.icl_mode
+                self._voice = Voice.from_parts(self.ref_spk_embedding,
+                                               self.ref_code if icl else None,
+                                               self.ref_text if icl else None)
+        return self._voice
+
     def __getstate__(self):
-        with open(self.path, "rb") as f:
-            return {"voice": f.read(), "ref_text": self.ref_text, "report": self.report,
-                    "x_vector_only_mode": self.x_vector_only_mode}
-
-    def __setstate__(self, state):
-        tmpdir = tempfile.mkdtemp(prefix="qvoice-prompt-")
-        path = os.path.join(tmpdir, "voice.qvoice")
-        with open(path, "wb") as f:
-            f.write(state["voice"])
-        self.__init__(path, tmpdir, state["ref_text"], state["x_vector_only_mode"],
-                      state["report"])
-
-    @property
-    def ref_spk_embedding(self):
-        """The speaker x-vector (float32: a NumPy array, else array('f')), as the official item's
-        ref_spk_embedding."""
-        lib = _capi.lib()
-        ptr, dim = ctypes.c_void_p(), ctypes.c_int()
-        st = lib.qv_clone_xvector(None, _b(self.path), 30.0, ctypes.byref(ptr), ctypes.byref(dim))
-        if st:
-            _raise(st)
-        try:
-            return _block(ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float)), dim.value)
-        finally:
-            lib.qv_free(ptr)
+        state = dict(self.__dict__)
+        state["_voice"] = None  # a library handle; remade on first use
+        return state
 
     def save(self, path):
-        """Writes the voice to path atomically (a temporary file in the same directory, renamed)."""
-        path = os.fspath(path)
-        fd, tmp = tempfile.mkstemp(prefix=".qvoice-", dir=os.path.dirname(path) or ".")
-        try:
-            with os.fdopen(fd, "wb") as out, open(self.path, "rb") as src:
-                shutil.copyfileobj(src, out)
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            os.unlink(tmp)
-            raise
-        return path
+        """Writes the voice to path as a .qvoice file (atomically) that speak, the server and
+        Voice(path) read."""
+        return self.voice().save(path)
+
+    def __repr__(self):
+        n = 0 if self.ref_code is None else len(self.ref_code)
+        return ("VoiceClonePromptItem(ref_code=<%d frames>, ref_spk_embedding=<%d>, "
+                "x_vector_only_mode=%r, icl_mode=%r, ref_text=%r)"
+                % (n, len(self.ref_spk_embedding), self.x_vector_only_mode, self.icl_mode,
+                   self.ref_text))
+
+
+_PROMPT_KEYS = ("ref_code", "ref_spk_embedding", "x_vector_only_mode", "icl_mode")
+
+
+def _prompt_items(prompt):
+    """The items of the official dict form {ref_code: [...], ref_spk_embedding: [...],
+    x_vector_only_mode: [...], icl_mode: [...]} (one entry per text), with ref_text: [...] as
+    qvoice's addition: ICL entries need their transcript, which the official dict lacks."""
+    bad = set(prompt) - set(_PROMPT_KEYS) - {"ref_text"}
+    if bad:
+        raise ValueError("voice_clone_prompt: unknown field(s) %s" % sorted(bad))
+    if "ref_spk_embedding" not in prompt:
+        raise ValueError("voice_clone_prompt: ref_spk_embedding is required")
+    n = len(prompt["ref_spk_embedding"])
+    cols = {k: list(prompt.get(k) if prompt.get(k) is not None else [None] * n)
+            for k in _PROMPT_KEYS + ("ref_text",)}
+    if any(len(c) != n for c in cols.values()):
+        raise ValueError("Batch size mismatch in `voice_clone_prompt` fields: %s"
+                         % {k: len(c) for k, c in cols.items()})
+    items = []
+    for i in range(n):
+        xo = bool(cols["x_vector_only_mode"][i])
+        icl = cols["icl_mode"][i]
+        icl = (not xo) if icl is None else bool(icl)
+        if icl and not cols["ref_text"][i]:
+            raise ValueError("voice_clone_prompt: entry %d is icl_mode without its transcript: "
+                             "add ref_text=[...] to the dict, or pass the prompt items" % i)
+        items.append(VoiceClonePromptItem(cols["ref_code"][i] if icl else None,
+                                          cols["ref_spk_embedding"][i], xo, icl,
+                                          cols["ref_text"][i] if icl else None))
+    return items
 
 
 class VoiceClonePrompts(list):
@@ -458,13 +608,14 @@ class Qwen3TTSModel:
         """Runs one synthesis on this thread; on_block(block) gets each PCM block and returns
         True to stop. job: text, language, speaker, instruct, voice (Voice), use_icl. kw: the
         generation keywords and the style ones (docs/markup.md): style, style_strength,
-        style_table (text of "name = instruct" lines), strict_markup."""
+        style_table (text of "name = instruct" lines), strict_markup, style_dirs ({name:
+        direction vector or .bin path}, speak's --style-dir)."""
         p, sty = self._prepare(kw)
         try:
             synth = self._get_synth(p)
             if started is not None:
                 started(synth)
-            self._synth_run(synth, job, sty, on_block)
+            return self._synth_run(synth, job, sty, on_block)
         finally:
             self._lock.release()
 
@@ -483,18 +634,35 @@ class Qwen3TTSModel:
         r.style_strength = float(sty.get("style_strength") or 0)
         r.style_table = _b(sty.get("style_table"))
         r.strict_markup = int(bool(sty.get("strict_markup")))
+        dirs = _style_dirs(sty.get("style_dirs"))  # kept alive through the run
+        r.style_dirs = ctypes.cast(dirs, ctypes.c_void_p) if dirs else None
+        r.n_style_dirs = len(dirs)
         failure = []
 
         def cb(user, pcm, n):
             try:
-                return 1 if on_block(_block(pcm, n)) else 0
+                return 1 if failure or on_block(_block(pcm, n)) else 0
             except BaseException as e:  # noqa: B902 -- re-raised after qv_synth_run
                 failure.append(e)
                 return 1
 
+        def chunk_cb(user, info):  # a failing on_chunk stops the synthesis at the next block
+            try:
+                on_chunk(info.contents.text_offset)
+            except BaseException as e:  # noqa: B902 -- re-raised after qv_synth_run
+                failure.append(e)
+
         fn = _capi.PCM_FN(cb)
         stats = _capi.SynthStats(struct_size=ctypes.sizeof(_capi.SynthStats))
-        st = lib.qv_synth_run(synth, ctypes.byref(r), fn, None, ctypes.byref(stats))
+        on_chunk = job.get("on_chunk")
+        if on_chunk is not None:
+            chunk_fn = _capi.CHUNK_FN(chunk_cb)
+            lib.qv_synth_set_chunk_fn(synth, chunk_fn, None)
+        try:
+            st = lib.qv_synth_run(synth, ctypes.byref(r), fn, None, ctypes.byref(stats))
+        finally:
+            if on_chunk is not None:
+                lib.qv_synth_set_chunk_fn(synth, _capi.CHUNK_FN(), None)
         if failure:
             raise failure[0]
         last = {f: (_s(getattr(stats, f)) if isinstance(getattr(stats, f), bytes)
@@ -504,8 +672,7 @@ class Qwen3TTSModel:
         self.last_stats = last
         if st:
             _raise(st)
-        if last["warning"]:  # e.g. the library dropped a 0.6B CustomVoice instruct
-            warnings.warn("qvoice: " + last["warning"], stacklevel=4)
+        return last["warning"]  # warned on the caller's thread (_warn)
 
     def run_jobs(self, lines, loudness=None, **kw):
         """speak --batch in-process: each item of lines is one job, a JSON object (or its text) with
@@ -533,14 +700,22 @@ class Qwen3TTSModel:
         finally:
             lib.qv_jobs_free(h)
 
+    @staticmethod
+    def _warn(warning, stacklevel):
+        if warning:  # e.g. the library dropped a 0.6B CustomVoice instruct, or a markup tag
+            warnings.warn("qvoice: " + warning, stacklevel=stacklevel + 1)
+
     def _generate(self, jobs, kw):
         if len(jobs) > 1 and self._lib.has("qv_model_set_batching"):
-            return self._generate_batched(jobs, kw), SAMPLE_RATE
-        wavs = []
-        for job in jobs:
-            blocks = []
-            self._run(job, kw, lambda b: blocks.append(b))  # None: never stop
-            wavs.append(_join(blocks))
+            wavs, notes = self._generate_batched(jobs, kw)
+        else:
+            wavs, notes = [], []
+            for job in jobs:
+                blocks = []
+                notes.append(self._run(job, kw, lambda b: blocks.append(b)))  # never stop
+                wavs.append(_join(blocks))
+        for w in notes:
+            self._warn(w, 3)  # at the line that called generate_*
         return wavs, SAMPLE_RATE
 
     def _generate_batched(self, jobs, kw):
@@ -555,12 +730,12 @@ class Qwen3TTSModel:
                 if st:
                     _raise(st)
                 self._batching = True
-            out, errors = [None] * len(jobs), []
+            out, notes, errors = [None] * len(jobs), [""] * len(jobs), []
 
             def work(i, synth):
                 blocks = []
                 try:
-                    self._synth_run(synth, jobs[i], sty, lambda b: blocks.append(b))
+                    notes[i] = self._synth_run(synth, jobs[i], sty, lambda b: blocks.append(b))
                     out[i] = _join(blocks)
                 except BaseException as e:  # noqa: B902 -- re-raised on the caller's thread
                     errors.append((i, e))
@@ -586,7 +761,7 @@ class Qwen3TTSModel:
                         lib.qv_synth_free(h)
                 if errors:
                     raise min(errors, key=lambda e: e[0])[1]
-            return out
+            return out, notes
         finally:
             self._lock.release()
 
@@ -604,7 +779,7 @@ class Qwen3TTSModel:
 
         def work():
             try:
-                self._run(job, kw, on_block, started)
+                box["warning"] = self._run(job, kw, on_block, started)
             except BaseException as e:  # noqa: B902 -- handed to the consumer
                 box["error"] = e
             q.put(None)
@@ -625,6 +800,7 @@ class Qwen3TTSModel:
         err = box.get("error")
         if err is not None and not (stop.is_set() and getattr(err, "status", "") == "QV_E_CANCELLED"):
             raise err
+        self._warn(box.get("warning"), 2)  # at the consumer's next()
 
     @staticmethod
     def _layout(non_streaming_mode, default):
@@ -662,42 +838,97 @@ class Qwen3TTSModel:
         return self._generate(jobs, kwargs)
 
     def _voices(self, voice_clone_prompt, ref_audio, ref_text, x_vector_only_mode):
+        """(Voice, use_icl) per prompt entry: items (a list, one, or the official dict form),
+        Voice objects, .qvoice paths or voice names, or a clone of ref_audio made now."""
         if voice_clone_prompt is None:
             if ref_audio is None:
                 raise ValueError("Either `voice_clone_prompt` or `ref_audio` must be provided.")
             voice_clone_prompt = self.create_voice_clone_prompt(ref_audio, ref_text,
                                                                 x_vector_only_mode)
+        if isinstance(voice_clone_prompt, dict):
+            voice_clone_prompt = _prompt_items(voice_clone_prompt)
         items = (list(voice_clone_prompt) if isinstance(voice_clone_prompt, (list, tuple))
                  else [voice_clone_prompt])
         out = []
         for it in items:
             if isinstance(it, VoiceClonePromptItem):
-                out.append(Voice(it.path))
+                out.append((it.voice(), it.icl_mode))
             elif isinstance(it, Voice):
-                out.append(it)
+                out.append((it, not x_vector_only_mode))
             elif isinstance(it, (str, os.PathLike)):
-                out.append(Voice(it))
+                out.append((Voice(it), not x_vector_only_mode))
             else:
-                raise TypeError("voice_clone_prompt: %s is not a prompt item, a Voice or a "
-                                ".qvoice path" % type(it).__name__)
+                raise TypeError("voice_clone_prompt: %s is not a prompt item, the official dict, "
+                                "a Voice or a .qvoice path" % type(it).__name__)
         return out
 
     def generate_voice_clone(self, text, language=None, ref_audio=None, ref_text=None,
                              x_vector_only_mode=False, voice_clone_prompt=None,
                              non_streaming_mode=None, **kwargs):
         """A cloned voice: voice_clone_prompt is what create_voice_clone_prompt returned, one of
-        its items, a .qvoice path or voice name (or a list of them, one per text); or pass
-        ref_audio/ref_text to clone on the fly. Any model the voice fits can speak it (a
-        CustomVoice model uses the voice's Base text side). Returns (wavs, sample_rate)."""
+        its items, the official dict form, a Voice, a .qvoice path or voice name (or a list,
+        one per text); or pass ref_audio/ref_text to clone on the fly. Any model the voice fits
+        can speak it (a CustomVoice model uses the voice's Base text side). Returns
+        (wavs, sample_rate)."""
         self._layout(non_streaming_mode, self.model_type != "base")
         texts = [text] if isinstance(text, str) else list(text)
         n = len(texts)
         voices = _as_list(self._voices(voice_clone_prompt, ref_audio, ref_text,
                                        x_vector_only_mode), n, "voice_clone_prompt")
-        use_icl = not (voice_clone_prompt is not None and x_vector_only_mode)
-        jobs = [dict(text=t, voice=v, language=l, use_icl=use_icl) for t, v, l in
+        jobs = [dict(text=t, voice=v, language=l, use_icl=icl) for t, (v, icl), l in
                 zip(texts, voices, _as_list(language, n, "language"))]
         return self._generate(jobs, kwargs)
+
+    # ---- dialogue scripts (docs/markup.md), as speak --script ----
+
+    def _script_job(self, script, language, pause_ms, on_line):
+        """The job of a dialogue script: its markup text (qv_script_to_markup) and, when on_line
+        is given, a chunk callback calling on_line(line, index, n_lines) once per script line."""
+        if isinstance(script, os.PathLike) or (isinstance(script, str) and "\n" not in script
+                                                and os.path.isfile(script)):
+            with open(script, encoding="utf-8") as f:
+                script = f.read()
+        lib = self._lib
+        markup, offs, lines, n = (ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p(),
+                                  ctypes.c_int())
+        st = lib.qv_script_to_markup(_b(script), int(pause_ms), ctypes.byref(markup),
+                                     ctypes.byref(offs), ctypes.byref(lines), ctypes.byref(n))
+        if st:
+            _raise(st)
+        try:
+            text = _s(ctypes.string_at(markup.value))
+            ints = ctypes.POINTER(ctypes.c_int)
+            starts = ctypes.cast(offs, ints)[:n.value]
+            numbers = ctypes.cast(lines, ints)[:n.value]
+        finally:
+            for p in (markup, offs, lines):
+                lib.qv_free(p)
+        job = dict(text=text, language=language)
+        if on_line is not None:
+            seen = [0]
+
+            def on_chunk(text_offset):
+                i = bisect.bisect_right(starts, text_offset)
+                if i and i != seen[0]:
+                    seen[0] = i
+                    on_line(numbers[i - 1], i, n.value)
+
+            job["on_chunk"] = on_chunk
+        return job
+
+    def speak_script(self, script, language=None, pause_ms=600, on_line=None, **kwargs):
+        """speak --script: a dialogue (its text, or the path of a file) of lines "NAME: text",
+        NAME a preset speaker or a voice name (voices/NAME.qvoice, $QVOICE_PATH), the text with
+        optional markup tags; a blank line is a pause of pause_ms; '#' lines are comments. One
+        take for the whole script: returns (wavs, sample_rate) with one wav. on_line(line,
+        index, n_lines) is called as each script line's first chunk completes (speak's progress
+        line). Style keywords (style, style_strength, style_table, strict_markup) and generation
+        keywords as for the other methods."""
+        return self._generate([self._script_job(script, language, pause_ms, on_line)], kwargs)
+
+    def stream_script(self, script, language=None, pause_ms=600, on_line=None, **kwargs):
+        """speak_script's audio as blocks, as they are decoded."""
+        return self._stream(self._script_job(script, language, pause_ms, on_line), kwargs)
 
     # ---- streaming: one text, audio blocks as they are decoded ----
 
@@ -713,9 +944,9 @@ class Qwen3TTSModel:
         return self._stream(dict(text=text, instruct=instruct, language=language), kwargs)
 
     def stream_voice_clone(self, text, voice_clone_prompt, language=None, **kwargs):
-        (voice,) = _as_list(self._voices(voice_clone_prompt, None, None, False), 1,
-                            "voice_clone_prompt")
-        return self._stream(dict(text=text, voice=voice, language=language), kwargs)
+        ((voice, icl),) = _as_list(self._voices(voice_clone_prompt, None, None, False), 1,
+                                   "voice_clone_prompt")
+        return self._stream(dict(text=text, voice=voice, language=language, use_icl=icl), kwargs)
 
     # ---- cloning ----
 
@@ -824,8 +1055,12 @@ class Qwen3TTSModel:
                     self._lib.qv_free(report)
                 if st:
                     _raise(st, detail)
-            except BaseException:
+                with open(voice_path, "rb") as f:
+                    data = f.read()
+            finally:  # the item holds the voice by value: nothing is left on disk
                 shutil.rmtree(tmpdir, True)
-                raise
-            out.append(VoiceClonePromptItem(voice_path, tmpdir, None if xo else t, xo, rep))
+            # without ICL when asked, or when the transcript fell back to the x-vector
+            icl = Voice.from_bytes(data).has_icl
+            out.append(VoiceClonePromptItem(x_vector_only_mode=not icl, voice_bytes=data,
+                                            report=rep))
         return out

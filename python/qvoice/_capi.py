@@ -66,11 +66,24 @@ class JobsOptions(ctypes.Structure):
                 ("watermark", c_uint32)]
 
 
+class StyleDir(ctypes.Structure):
+    _fields_ = [("struct_size", c_uint32), ("name", c_char_p), ("direction", ctypes.POINTER(c_float)),
+                ("dim", c_int), ("strength", c_float)]
+
+
+class ChunkInfo(ctypes.Structure):
+    _fields_ = [("struct_size", c_uint32), ("index", c_int), ("text_offset", c_int),
+                ("codes", ctypes.POINTER(ctypes.c_int32)), ("n_frames", c_int), ("verify", c_double),
+                ("text_chunk", c_int), ("n_text_chunks", c_int)]
+
+
 # C struct name -> ctypes class, for the layout test.
 STRUCTS = {"qv_params": Params, "qv_synth_request": SynthRequest, "qv_synth_stats": SynthStats,
-           "qv_clone_request": CloneRequest, "qv_jobs_options": JobsOptions}
+           "qv_clone_request": CloneRequest, "qv_jobs_options": JobsOptions,
+           "qv_chunk_info": ChunkInfo, "qv_style_dir": StyleDir}
 
 PCM_FN = ctypes.CFUNCTYPE(c_int, c_void_p, ctypes.POINTER(c_float), c_int)
+CHUNK_FN = ctypes.CFUNCTYPE(None, c_void_p, ctypes.POINTER(ChunkInfo))
 _P = ctypes.POINTER
 PROTOTYPES = {
     "qv_version": (c_char_p, []),
@@ -96,6 +109,14 @@ PROTOTYPES = {
     "qv_voice_has_icl": (c_int, [c_void_p]),
     "qv_voice_has_wdelta": (c_int, [c_void_p]),
     "qv_voice_reference_audio": (c_int, [c_void_p, c_void_p, c_int, _P(c_void_p), _P(c_int64)]),
+    "qv_voice_open_memory": (c_int, [_P(c_void_p), c_char_p, ctypes.c_size_t, c_char_p]),
+    "qv_voice_from_parts": (c_int, [_P(c_void_p), _P(c_float), c_int, _P(ctypes.c_int32), c_int,
+                                    c_char_p, c_char_p]),
+    "qv_voice_save": (c_int, [c_void_p, c_char_p]),
+    "qv_voice_xvector": (_P(c_float), [c_void_p, _P(c_int)]),
+    "qv_voice_ref_codes": (_P(ctypes.c_int32), [c_void_p, _P(c_int)]),
+    "qv_voice_ref_text": (c_char_p, [c_void_p]),
+    "qv_voice_style": (c_char_p, [c_void_p, c_int, _P(c_int), _P(c_float)]),
     "qv_synth_default_request": (SynthRequest, []),
     "qv_synth_new": (c_int, [_P(c_void_p), c_void_p, _P(Params)]),
     "qv_synth_free": (None, [c_void_p]),
@@ -103,12 +124,14 @@ PROTOTYPES = {
     "qv_model_set_batching": (c_int, [c_void_p, c_int]),
     "qv_synth_run": (c_int, [c_void_p, _P(SynthRequest), PCM_FN, c_void_p, _P(SynthStats)]),
     "qv_synth_cancel": (None, [c_void_p]),
+    "qv_synth_set_chunk_fn": (None, [c_void_p, CHUNK_FN, c_void_p]),
+    "qv_script_to_markup": (c_int, [c_char_p, c_int, _P(c_void_p), _P(c_void_p), _P(c_void_p),
+                                    _P(c_int)]),
     "qv_clone_default_request": (CloneRequest, []),
     "qv_cloner_load": (c_int, [_P(c_void_p), c_char_p, c_int]),
     "qv_cloner_free": (None, [c_void_p]),
     "qv_cloner_fingerprint": (None, [c_void_p, c_char_p]),
     "qv_clone_run": (c_int, [c_void_p, _P(CloneRequest), c_char_p, _P(c_void_p)]),
-    "qv_clone_xvector": (c_int, [c_void_p, c_char_p, c_double, _P(c_void_p), _P(c_int)]),
     "qv_params_check": (c_int, [_P(Params)]),
     "qv_jobs_default_options": (JobsOptions, []),
     "qv_jobs_new": (c_int, [_P(c_void_p), c_void_p, _P(Params), _P(JobsOptions)]),

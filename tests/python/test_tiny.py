@@ -5,11 +5,13 @@ Synthesis and cloning tests skip when the loaded libqvoice lacks qv_synth_run / 
 import array
 import os
 import subprocess
+import sys
 import tempfile
 import unittest
 import wave
 import warnings
 
+import hfcache
 import qvoice
 from qvoice import _capi
 
@@ -137,22 +139,11 @@ class Loading(unittest.TestCase):
         """A hub id resolves in a local Hugging Face cache laid out as `hf download` leaves it:
         models--Org--Name/refs/main holds the commit, snapshots/COMMIT/ links into blobs/."""
         repo_id = "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice"
-        commit = "0123456789abcdef0123456789abcdef01234567"
+        commit = hfcache.COMMIT
         saved = {k: os.environ.pop(k, None) for k in ("HF_HOME", "HF_HUB_CACHE")}
         try:
             with tempfile.TemporaryDirectory() as home:
-                repo = os.path.join(home, "hub", "models--Qwen--Qwen3-TTS-12Hz-0.6B-CustomVoice")
-                snap = os.path.join(repo, "snapshots", commit)
-                os.makedirs(os.path.join(repo, "blobs"))
-                os.makedirs(snap)
-                os.makedirs(os.path.join(repo, "refs"))
-                src = os.path.join(CACHE, "tiny-cv")
-                for i, name in enumerate(sorted(os.listdir(src))):
-                    blob = os.path.join(repo, "blobs", "%040x" % i)
-                    os.symlink(os.path.join(src, name), blob)
-                    os.symlink(os.path.relpath(blob, snap), os.path.join(snap, name))
-                with open(os.path.join(repo, "refs", "main"), "w") as f:
-                    f.write(commit)
+                snap = hfcache.add_model(home, repo_id, os.path.join(CACHE, "tiny-cv"))
                 os.environ["HF_HOME"] = home
                 m = qvoice.Qwen3TTSModel.from_pretrained(repo_id, local_files_only=True)
                 self.assertEqual((m.model_type, m.model_dir), ("custom_voice", snap))
@@ -213,6 +204,19 @@ class Synthesis(unittest.TestCase):
         self.assertNotEqual(as_list(other[0]), as_list(wavs[0]))
         self.assertGreater(self.cv.last_stats["n_frames"], 0)
 
+    def test_quant(self):
+        """quant="int8" and "q4" run the library's quantized views: the same length, other
+        samples than bf16 (lossy weights), repeatable."""
+        want, _ = self.cv.generate_custom_voice("Hello there.", speaker="ryan", **SHORT)
+        for q in ("int8", "q4"):
+            m = model("tiny-cv", quant=q)
+            a, _ = m.generate_custom_voice("Hello there.", speaker="ryan", **SHORT)
+            b, _ = m.generate_custom_voice("Hello there.", speaker="ryan", **SHORT)
+            self.assertEqual(len(a[0]), len(want[0]))
+            self.assertNotEqual(as_list(a[0]), as_list(want[0]))
+            self.assertEqual(as_list(a[0]), as_list(b[0]))
+            m.close()
+
     def test_fresh_take_per_call(self):
         """No seed: each call is another take (its seed in last_stats); seed= repeats one."""
         kw = dict(max_new_tokens=6)
@@ -267,6 +271,34 @@ class Synthesis(unittest.TestCase):
         self.assertIn("tag [sad]", str(cm.exception))
         with self.assertRaises(qvoice.QvoiceError):
             self.cv.generate_custom_voice("Hi.", speaker="ryan", style="grumpy", **SHORT)
+
+    def test_script(self):
+        """speak --script in Python: one take whose lines switch speaker as the markup the
+        library makes of it, a progress call per script line, bad lines named."""
+        script = "# a comment\nryan: Hello there.\n\nserena: [sad] Hi.\neric: Bye.\n"
+        lines = []
+        wavs, sr = self.cv.speak_script(script, on_line=lambda *a: lines.append(a), **SHORT)
+        self.assertEqual((len(wavs), sr), (1, 24000))
+        self.assertEqual(lines, [(2, 1, 3), (4, 2, 3), (5, 3, 3)])
+        self.assertIn("tag [sad]", self.cv.last_stats["warning"])
+        self.assertEqual(self.cv.last_stats["n_chunks"], 3)
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "show.txt")
+            with open(path, "w") as f:
+                f.write(script)
+            again, _ = self.cv.speak_script(path, **SHORT)
+            blocks = list(self.cv.stream_script(path, **SHORT))
+        self.assertEqual(as_list(again[0]), as_list(wavs[0]))
+        self.assertEqual([x for b in blocks for x in as_list(b)], as_list(wavs[0]))
+        def stop(*a):
+            raise KeyboardInterrupt
+
+        with self.assertRaises(KeyboardInterrupt):  # on_line's exception ends the take
+            self.cv.speak_script(script, on_line=stop, **SHORT)
+        with self.assertRaisesRegex(ValueError, "script line 2"):
+            self.cv.speak_script("ryan: fine.\nno speaker here\n", **SHORT)
+        with self.assertRaises(qvoice.QvoiceError):
+            self.cv.speak_script("ryan: [sad] Hi.\n", strict_markup=True, **SHORT)
 
     def test_library_rules(self):
         """The sampling range and the 0.6B CustomVoice instruct rule are the library's."""
@@ -324,36 +356,140 @@ class Cloning(unittest.TestCase):
             self.assertEqual(f.read(4), b"QVCE")
         v = qvoice.Voice(path)
         self.assertTrue(v.has_icl)
+        self.assertEqual(as_list(v.xvector), as_list(prompt[0].ref_spk_embedding))
+
+    def test_prompt_item_fields(self):
+        """The official item's fields, arrays (NumPy when importable, else lists), no file."""
+        (item,) = self.base.create_voice_clone_prompt(CLIP, ref_text=CLIP_TEXT, max_seconds=8)
+        self.assertEqual((item.x_vector_only_mode, item.icl_mode), (False, True))
+        self.assertEqual(len(item.ref_spk_embedding), 64)  # tiny-base's x-vector
+        codes = item.ref_code
+        self.assertGreater(len(codes), 10)
+        if qvoice._np is not None:
+            self.assertEqual((codes.shape[1], str(codes.dtype)), (16, "int32"))
+            self.assertEqual(str(item.ref_spk_embedding.dtype), "float32")
+        else:
+            self.assertIsInstance(codes, list)
+            self.assertTrue(all(len(f) == 16 for f in codes))
+        self.assertTrue(all(0 <= c < 2048 for f in as_list(codes) for c in as_list(f)))
+        self.assertTrue(item.ref_text)
+        self.assertFalse(any(isinstance(v, str) and os.path.exists(v)
+                             for v in vars(item).values()))  # no file path inside
+        (xo,) = self.base.create_voice_clone_prompt(CLIP, x_vector_only_mode=True, max_seconds=8)
+        self.assertEqual((xo.x_vector_only_mode, xo.icl_mode, xo.ref_code), (True, False, None))
 
     def test_prompt_pickled_by_value(self):
-        """A pickled prompt carries its voice: it speaks the same after the original is gone."""
+        """A pickled prompt carries its voice: unpickled in another process, it speaks the same
+        samples."""
         import pickle
         prompt = self.base.create_voice_clone_prompt(CLIP, ref_text=CLIP_TEXT, max_seconds=8)
-        emb = as_list(prompt[0].ref_spk_embedding)
-        self.assertEqual(len(emb), 64)  # tiny-base's x-vector
         want, _ = self.base.generate_voice_clone("Hi.", voice_clone_prompt=prompt, **SHORT)
-        blob = pickle.dumps(prompt)
-        old = prompt[0].path
-        del prompt
-        import gc
-        gc.collect()
-        self.assertFalse(os.path.exists(old))
-        back = pickle.loads(blob)
-        self.assertNotEqual(back[0].path, old)
-        self.assertTrue(back[0].icl_mode)
-        self.assertEqual(as_list(back[0].ref_spk_embedding), emb)
-        got, _ = self.base.generate_voice_clone("Hi.", voice_clone_prompt=back, **SHORT)
+        with tempfile.TemporaryDirectory() as d:
+            blob, out = os.path.join(d, "prompt.pkl"), os.path.join(d, "wav.pkl")
+            with open(blob, "wb") as f:
+                pickle.dump(prompt, f)
+            code = ("import pickle, sys, qvoice\n"
+                    "prompt = pickle.load(open(sys.argv[1], 'rb'))\n"
+                    "m = qvoice.Qwen3TTSModel.from_pretrained(sys.argv[2], threads=2)\n"
+                    "wavs, _ = m.generate_voice_clone('Hi.', voice_clone_prompt=prompt, "
+                    "max_new_tokens=6, seed=7)\n"
+                    "w = wavs[0]\n"
+                    "pickle.dump([float(x) for x in w], open(sys.argv[3], 'wb'))\n")
+            env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+                [os.path.dirname(os.path.dirname(qvoice.__file__))] +
+                [p for p in [os.environ.get("PYTHONPATH")] if p]))
+            subprocess.run([sys.executable, "-c", code, blob, os.path.join(CACHE, "tiny-base"),
+                            out], check=True, env=env)
+            with open(out, "rb") as f:
+                got = pickle.load(f)
+        self.assertEqual(got, [float(x) for x in as_list(want[0])])
+
+    def test_official_dict_and_items_from_arrays(self):
+        """The official dict form and items built from arrays speak as the cloned prompt does
+        on the Base model (ICL: codes + transcript; x-vector only: the embedding)."""
+        (item,) = self.base.create_voice_clone_prompt(CLIP, ref_text=CLIP_TEXT, max_seconds=8)
+        want, _ = self.base.generate_voice_clone("Hi.", voice_clone_prompt=[item], **SHORT)
+        made = qvoice.VoiceClonePromptItem(item.ref_code, item.ref_spk_embedding, False, True,
+                                           item.ref_text)
+        got, _ = self.base.generate_voice_clone("Hi.", voice_clone_prompt=[made], **SHORT)
         self.assertEqual(as_list(got[0]), as_list(want[0]))
+        lists = {"ref_code": [[as_list(f) for f in as_list(item.ref_code)]],
+                 "ref_spk_embedding": [as_list(item.ref_spk_embedding)],
+                 "x_vector_only_mode": [False], "icl_mode": [True], "ref_text": [item.ref_text]}
+        got, _ = self.base.generate_voice_clone("Hi.", voice_clone_prompt=lists, **SHORT)
+        self.assertEqual(as_list(got[0]), as_list(want[0]))
+        xo = {"ref_code": [None], "ref_spk_embedding": [item.ref_spk_embedding],
+              "x_vector_only_mode": [True], "icl_mode": [False]}
+        a, _ = self.base.generate_voice_clone("Hi.", voice_clone_prompt=xo, **SHORT)
+        whole = qvoice.VoiceClonePromptItem(x_vector_only_mode=True, voice_bytes=item.voice_bytes)
+        b, _ = self.base.generate_voice_clone("Hi.", voice_clone_prompt=whole, **SHORT)
+        self.assertEqual(as_list(a[0]), as_list(b[0]))
+        self.assertNotEqual(as_list(a[0]), as_list(want[0]))  # no ICL: another prompt
+        with self.assertRaisesRegex(ValueError, "entry 0 is icl_mode without its transcript"):
+            self.base.generate_voice_clone("Hi.", voice_clone_prompt=dict(lists, ref_text=[None]))
+        with self.assertRaisesRegex(ValueError, "Batch size mismatch"):
+            self.base.generate_voice_clone("Hi.", voice_clone_prompt=dict(xo, icl_mode=[]))
+        with self.assertRaisesRegex(ValueError, "unknown field"):
+            self.base.generate_voice_clone("Hi.", voice_clone_prompt=dict(xo, speaker=["x"]))
+        bad = [[5000] * 16]
+        with self.assertRaises(qvoice.QvoiceError) as cm:
+            qvoice.VoiceClonePromptItem(bad, item.ref_spk_embedding, False, True, "x").voice()
+        self.assertIn("outside [0, 2048)", str(cm.exception))
+        with self.assertRaisesRegex(ValueError, "frames of 16"):
+            qvoice.Voice.from_parts(item.ref_spk_embedding, [[1, 2, 3]], "x")
+        with self.assertRaises(qvoice.QvoiceError) as cm:
+            qvoice.Voice.from_bytes(b"QVCE not a voice", "junk")
+        self.assertEqual(cm.exception.status, "QV_E_VOICE")
+        self.assertIn("junk", str(cm.exception))
+
+    @unittest.skipUnless(os.access(os.path.join(REPO, "bin", "voicefmt"), os.X_OK), "no bin/voicefmt")
+    def test_palette(self):
+        """A voice's palette is read (Voice.styles) and used by style= and markup tags; a style
+        nothing can apply raises."""
+        (item,) = self.base.create_voice_clone_prompt(CLIP, x_vector_only_mode=True,
+                                                      max_seconds=8)
+        path = item.save(os.path.join(self.tmp.name, "pal.qvoice"))
+        direction = array.array("f", [1.0] + [0.0] * 63)
+        with open(os.path.join(self.tmp.name, "sad.bin"), "wb") as f:
+            direction.tofile(f)
+        subprocess.run([os.path.join(REPO, "bin", "voicefmt"), "palette", "add", path, "--name",
+                        "sad", "--direction", os.path.join(self.tmp.name, "sad.bin"),
+                        "--strength", "0.5"], check=True, stdout=subprocess.DEVNULL)
+        voice = qvoice.Voice(path)
+        self.assertEqual(voice.styles, {"sad": {"kind": "direction", "strength": 0.5}})
+        self.assertEqual(qvoice.Voice(item.save(os.path.join(self.tmp.name, "p.qvoice"))).styles,
+                         {})
+        plain, _ = self.base.generate_voice_clone("Hi.", voice_clone_prompt=voice, **SHORT)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # the palette applies: no warning
+            sad, _ = self.base.generate_voice_clone("Hi.", voice_clone_prompt=voice, style="sad",
+                                                    **SHORT)
+            tagged, _ = self.base.generate_voice_clone("[sad]Hi.", voice_clone_prompt=voice,
+                                                       **SHORT)
+        self.assertNotEqual(as_list(sad[0]), as_list(plain[0]))
+        self.assertEqual(as_list(tagged[0]), as_list(sad[0]))
+        weaker, _ = self.base.generate_voice_clone("Hi.", voice_clone_prompt=voice, style="sad",
+                                                   style_strength=0.1, **SHORT)
+        self.assertNotEqual(as_list(weaker[0]), as_list(sad[0]))
+        with self.assertRaisesRegex(qvoice.QvoiceError, "happy"):
+            self.base.generate_voice_clone("Hi.", voice_clone_prompt=voice, style="happy",
+                                           **SHORT)
+        # a generic direction (speak --style-dir) on a voice without a palette: the same shift
+        for d in (os.path.join(self.tmp.name, "sad.bin"), direction):
+            generic, _ = self.base.generate_voice_clone("Hi.", voice_clone_prompt=item,
+                                                        style="sad", style_strength=0.5,
+                                                        style_dirs={"sad": d}, **SHORT)
+            self.assertEqual(as_list(generic[0]), as_list(sad[0]))
 
     def test_icl_window(self):
         """The transcript must match the ICL span: the first 8 s fit CLIP_TEXT, the whole 30 s
         clip does not (refused with the numbers), unless ICL may fall back to the x-vector."""
         prompt = self.base.create_voice_clone_prompt(CLIP, ref_text=CLIP_TEXT,
                                                      icl_window=(0.0, 8.0))
-        self.assertTrue(qvoice.Voice(prompt[0].path).has_icl)
+        self.assertTrue(prompt[0].voice().has_icl)
         self.assertIsInstance(prompt[0].report, dict)
         # what the file holds: its ICL codes decoded (whole 80 ms frames of 1920 samples)
-        ref, sr = self.base.reference_audio(prompt[0].path)
+        ref, sr = self.base.reference_audio(prompt[0].voice())
         self.assertEqual(sr, 24000)
         self.assertGreater(len(ref), 8 * 24000)
         self.assertEqual(len(ref) % 1920, 0)
@@ -362,7 +498,8 @@ class Cloning(unittest.TestCase):
         self.assertIn("transcript", str(cm.exception))
         fallback = self.base.create_voice_clone_prompt(CLIP, ref_text=CLIP_TEXT,
                                                        allow_xvector_fallback=True)
-        self.assertFalse(qvoice.Voice(fallback[0].path).has_icl)
+        self.assertFalse(fallback[0].voice().has_icl)
+        self.assertEqual((fallback[0].icl_mode, fallback[0].ref_code), (False, None))
         with self.assertRaises(ValueError):
             self.base.create_voice_clone_prompt(CLIP, ref_text=CLIP_TEXT, icl_window="best")
 
@@ -373,9 +510,9 @@ class Cloning(unittest.TestCase):
     def test_samples_and_xvector_only(self):
         prompt = self.base.create_voice_clone_prompt(clip_samples(5), x_vector_only_mode=True)
         self.assertFalse(prompt[0].icl_mode)
-        self.assertFalse(qvoice.Voice(prompt[0].path).has_icl)
+        self.assertFalse(prompt[0].voice().has_icl)
         with self.assertRaises(qvoice.QvoiceError):  # no ICL codes to decode
-            self.base.reference_audio(prompt[0].path)
+            self.base.reference_audio(prompt[0].voice())
 
     def test_bad_audio(self):
         missing = os.path.join(self.tmp.name, "missing.wav")

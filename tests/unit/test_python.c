@@ -2,8 +2,9 @@
  * into a fresh venv with Debian's python3 (--no-build-isolation; --system-site-packages for
  * Debian's wheel and numpy), carrying its own copy of build/libqvoice.so; then
  * tests/python/test_tiny.py (tiny synthetic models; once with numpy, once with numpy blocked so
- * that the array('f') path runs) and test_full.py (the full-size synthetic 0.6B) run on it with
- * unittest. Runs with cwd = repo root; skipped in sanitizer builds (an ASan
+ * that the array('f') path runs), test_official.py (the official package's README examples as
+ * written, the hub ids in a local Hugging Face cache) and test_full.py (the full-size synthetic
+ * 0.6B) run on it with unittest. Runs with cwd = repo root; skipped in sanitizer builds (an ASan
  * library cannot load into python3). PYTHON overrides the interpreter.
  */
 #include <setjmp.h>
@@ -95,6 +96,13 @@ static void test_tiny_models_without_numpy(void **st) {
     run_module("test_tiny.py", 1);
 }
 
+/* The official qwen_tts README's examples, unchanged, on a local Hugging Face cache. */
+static void test_official_readme(void **st) {
+    (void)st;
+    QVT_SKIP_IF_SANITIZED();
+    run_module("test_official.py", 0);
+}
+
 static void test_full_06b(void **st) {
     (void)st;
     QVT_SKIP_IF_SANITIZED();
@@ -103,4 +111,4 @@ static void test_full_06b(void **st) {
 
 QVT_MAIN(group_setup, tmpdir_teardown, test_pip_install, test_pip_install_without_wheel,
          test_tiny_models,
-         test_tiny_models_without_numpy, test_full_06b)
+         test_tiny_models_without_numpy, test_official_readme, test_full_06b)

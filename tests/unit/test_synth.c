@@ -3,7 +3,8 @@
  * samples bit for bit; streamed delivery starts with a one-frame block, grows, and equals
  * whole-chunk delivery; a synthesizer given new parameters equals a new one; the guard's
  * semantics once audio went out; cancellation; a weight delta refused on a shared model; a voice
- * of an unrelated checkpoint refused unless forced; voice lookup errors.
+ * of an unrelated checkpoint refused unless forced; voice lookup errors; voices made in memory
+ * (from a voice file's bytes, from parts) and saved.
  */
 #include <math.h>
 #include <pthread.h>
@@ -300,4 +301,72 @@ static void test_voices(void **st) {
     qv_voice_free(v);
 }
 
-QVT_MAIN(setup, teardown, test_concurrent, test_set_params, test_guard_and_cancel, test_voices)
+/* A voice without a file: the bytes of a voice file (qv_voice_open_memory) and the parts a clone
+ * stores (qv_voice_from_parts) give the file's x-vector, ICL codes and transcript; a parts voice
+ * saved and reopened keeps them; bad bytes and bad parts are refused naming what is wrong. */
+static void test_voice_in_memory(void **st) {
+    (void)st;
+    char path[600], saved[600];
+    snprintf(path, sizeof path, "%s/icl.qvoice", g_tmp);
+    snprintf(saved, sizeof saved, "%s/parts.qvoice", g_tmp);
+    assert_int_equal(sh("bin/clone -m %s/tiny-base -s 8 -t 'One dollar and eighty seven cents. "
+                        "That was all. And sixty cents of it was in pennies saved one and two "
+                        "at a time.' tests/audio/en_ohenry_chenevert.wav -o %s > /dev/null 2>&1",
+                        g_cache, path),
+                     0);
+    qv_voice *file, *mem, *parts, *back;
+    char *bytes;
+    size_t n;
+    assert_int_equal(qv_voice_open(&file, path), QV_OK);
+    assert_int_equal(qv_file_read(path, 1 << 26, &bytes, &n), QV_OK);
+    assert_int_equal(qv_voice_open_memory(&mem, bytes, n, "item"), QV_OK);
+    assert_int_equal(qv_voice_open_memory(&back, bytes, n / 2, "half"), QV_E_VOICE);
+    assert_null(back);
+    assert_non_null(strstr(qv_last_error(), "half"));
+    qv_free(bytes); /* the voice keeps its own copy */
+    assert_string_equal(qv_voice_path(mem), "item");
+    int dim, dim2, nf, nf2;
+    const float *x = qv_voice_xvector(file, &dim);
+    const int32_t *c = qv_voice_ref_codes(file, &nf);
+    assert_int_equal(dim, 64);
+    assert_true(nf > 10 && qv_voice_has_icl(mem));
+    assert_memory_equal(qv_voice_xvector(mem, &dim2), x, dim * sizeof *x);
+    assert_memory_equal(qv_voice_ref_codes(mem, &nf2), c, (size_t)nf * 16 * sizeof *c);
+    assert_int_equal(nf2, nf);
+    assert_string_equal(qv_voice_ref_text(mem), qv_voice_ref_text(file));
+
+    assert_int_equal(qv_voice_from_parts(&parts, x, dim, c, nf, qv_voice_ref_text(file), "english"),
+                     QV_OK);
+    assert_true(qv_voice_has_icl(parts));
+    assert_string_equal(qv_voice_language(parts), "english");
+    assert_int_equal(qv_voice_save(parts, saved), QV_OK);
+    assert_int_equal(qv_voice_open(&back, saved), QV_OK);
+    assert_memory_equal(qv_voice_xvector(back, &dim2), x, dim * sizeof *x);
+    assert_memory_equal(qv_voice_ref_codes(back, &nf2), c, (size_t)nf * 16 * sizeof *c);
+    assert_string_equal(qv_voice_ref_text(back), qv_voice_ref_text(file));
+    assert_null(qv_voice_style(back, 0, NULL, NULL));
+    qv_voice_free(back);
+
+    int32_t bad[16] = {0};
+    bad[5] = 2048;
+    assert_int_equal(qv_voice_from_parts(&back, x, dim, bad, 1, "x", NULL), QV_E_INVALID);
+    assert_null(back);
+    assert_non_null(strstr(qv_last_error(), "2048"));
+    assert_int_equal(qv_voice_from_parts(&back, x, dim, c, nf, NULL, NULL), QV_E_INVALID);
+    assert_int_equal(qv_voice_from_parts(&back, x, dim, NULL, 0, "text alone", NULL), QV_E_INVALID);
+    float nan_x[64];
+    memcpy(nan_x, x, sizeof nan_x);
+    nan_x[3] = NAN;
+    assert_int_equal(qv_voice_from_parts(&back, nan_x, dim, NULL, 0, NULL, NULL), QV_E_INVALID);
+    assert_int_equal(qv_voice_from_parts(&back, x, dim, NULL, 0, NULL, NULL), QV_OK);
+    assert_false(qv_voice_has_icl(back));
+    assert_null(qv_voice_ref_codes(back, &nf2));
+    assert_int_equal(nf2, 0);
+    qv_voice_free(back);
+    qv_voice_free(parts);
+    qv_voice_free(mem);
+    qv_voice_free(file);
+}
+
+QVT_MAIN(setup, teardown, test_concurrent, test_set_params, test_guard_and_cancel, test_voices,
+         test_voice_in_memory)
