@@ -217,14 +217,11 @@ static enum qv_status encode_sndfile(int f, const float *pcm, int64_t n, uint32_
 static enum qv_status mark_copy(const float *pcm, int64_t n, uint32_t mark, float **marked) {
     *marked = NULL;
     if (mark == QV_WATERMARK_OFF || n == 0) return QV_OK;
-    qv_watermark *w;
     float *y = malloc((size_t)n * sizeof *y);
-    if (!y || qv_watermark_new(&w, mark))
-        return free(y), qvu_failf(QV_E_NOMEM, "%lld samples: out of memory marking them",
-                                  (long long)n);
+    if (!y) return qvu_failf(QV_E_NOMEM, "%lld samples: out of memory marking them", (long long)n);
     memcpy(y, pcm, (size_t)n * sizeof *y);
-    qv_watermark_apply(w, y, n);
-    qv_watermark_free(w);
+    enum qv_status st = qv_watermark_mark(mark, y, n);
+    if (st) return free(y), st;
     *marked = y;
     return QV_OK;
 }
@@ -307,6 +304,7 @@ struct qv_encoder {
     qv_watermark *mark; /* NULL: QV_WATERMARK_OFF */
     float *marked;      /* one block of marked samples */
     size_t marked_cap;
+    int64_t mark_lag;   /* marked samples still to drop: the marker's delay (zeros) */
 };
 
 enum qv_status qv_encoder_new(qv_encoder **out, int format, uint32_t mark, qv_write_fn fn,
@@ -322,6 +320,7 @@ enum qv_status qv_encoder_new(qv_encoder **out, int format, uint32_t mark, qv_wr
     if (!e || (mark != QV_WATERMARK_OFF && qv_watermark_new(&e->mark, mark)))
         return free(e), qvu_fail(QV_E_NOMEM, "encoder: out of memory");
     e->format = format, e->fn = fn, e->user = user, e->file = file;
+    e->mark_lag = e->mark ? QV_WATERMARK_DELAY : 0;
     *out = e;
     return QV_OK;
 }
@@ -342,25 +341,14 @@ static int update_header(qv_encoder *e) {
     return fwrite(h, 1, sizeof h, e->file) != sizeof h || fseek(e->file, end, SEEK_SET) ? -1 : 0;
 }
 
-enum qv_status qv_encoder_write(qv_encoder *e, const float *pcm, int n_samples) {
-    if (!e || n_samples < 0)
-        return qvu_failf(QV_E_INVALID, "qv_encoder_write: %s", e ? "negative length" : "NULL");
+/* One block of final samples to the sink (the first WAV one with the header). */
+static enum qv_status write_block(qv_encoder *e, const float *pcm, int n_samples) {
     const size_t head = e->format == QV_FORMAT_WAV && !e->started ? QV_WAV_HEADER_BYTES : 0;
     const size_t need = head + 2 * (size_t)n_samples;
     if (need > e->cap) {
         uint8_t *q = realloc(e->blk, need);
         if (!q) return qvu_failf(QV_E_NOMEM, "%s block: out of memory", names[e->format]);
         e->blk = q, e->cap = need;
-    }
-    if (e->mark && n_samples) {
-        if ((size_t)n_samples > e->marked_cap) {
-            float *q = realloc(e->marked, (size_t)n_samples * sizeof *q);
-            if (!q) return qvu_failf(QV_E_NOMEM, "%s block: out of memory", names[e->format]);
-            e->marked = q, e->marked_cap = (size_t)n_samples;
-        }
-        memcpy(e->marked, pcm, (size_t)n_samples * sizeof *pcm);
-        qv_watermark_apply(e->mark, e->marked, n_samples);
-        pcm = e->marked;
     }
     if (head) qv_wav_header(e->blk, -1);
     qv_pcm_s16le(pcm, n_samples, e->blk + head);
@@ -373,10 +361,37 @@ enum qv_status qv_encoder_write(qv_encoder *e, const float *pcm, int n_samples) 
     return QV_OK;
 }
 
+/* Marked output lags by QV_WATERMARK_DELAY: its first samples (zeros) are dropped here and the
+ * last ones come at close, so the stream equals the whole signal marked (qv_audio_encode). */
+enum qv_status qv_encoder_write(qv_encoder *e, const float *pcm, int n_samples) {
+    if (!e || n_samples < 0)
+        return qvu_failf(QV_E_INVALID, "qv_encoder_write: %s", e ? "negative length" : "NULL");
+    if (e->mark && n_samples) {
+        if ((size_t)n_samples > e->marked_cap) {
+            float *q = realloc(e->marked, (size_t)n_samples * sizeof *q);
+            if (!q) return qvu_failf(QV_E_NOMEM, "%s block: out of memory", names[e->format]);
+            e->marked = q, e->marked_cap = (size_t)n_samples;
+        }
+        memcpy(e->marked, pcm, (size_t)n_samples * sizeof *pcm);
+        qv_watermark_apply(e->mark, e->marked, n_samples);
+        const int drop = e->mark_lag < n_samples ? (int)e->mark_lag : n_samples;
+        e->mark_lag -= drop;
+        pcm = e->marked + drop, n_samples -= drop;
+        if (n_samples == 0 && (e->started || e->format != QV_FORMAT_WAV)) return QV_OK;
+    }
+    return write_block(e, pcm, n_samples);
+}
+
 enum qv_status qv_encoder_close(qv_encoder *e) {
     if (!e) return QV_OK;
     enum qv_status st = QV_OK;
-    if (e->format == QV_FORMAT_WAV && !e->started) st = qv_encoder_write(e, NULL, 0);
+    if (e->mark) { /* the marker's last samples: as many as were taken and not yet given */
+        float tail[QV_WATERMARK_DELAY];
+        qv_watermark_flush(e->mark, tail);
+        st = write_block(e, tail + e->mark_lag, QV_WATERMARK_DELAY - (int)e->mark_lag);
+    } else if (e->format == QV_FORMAT_WAV && !e->started) {
+        st = write_block(e, NULL, 0);
+    }
     free(e->blk);
     free(e->marked);
     qv_watermark_free(e->mark);

@@ -23,3 +23,10 @@ void qva_fft_destroy(fftwf_plan p) {
     fftwf_destroy_plan(p);
     pthread_mutex_unlock(&g_planner);
 }
+
+fftwf_plan qva_fft_plan_c2r(int n, fftwf_complex *in, float *out) {
+    pthread_mutex_lock(&g_planner);
+    fftwf_plan p = fftwf_plan_dft_c2r_1d(n, in, out, FFTW_ESTIMATE);
+    pthread_mutex_unlock(&g_planner);
+    return p;
+}

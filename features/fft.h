@@ -14,7 +14,11 @@
  * FFTW_ESTIMATE (in and out are not touched). NULL if FFTW cannot plan it. Thread-safe. */
 fftwf_plan qva_fft_plan_r2c(int n, int howmany, float *in, fftwf_complex *out);
 
-/* Destroys a plan from qva_fft_plan_r2c; NULL is a no-op. Thread-safe. */
+/* One inverse real transform of length n, in[n/2+1] → out[n], unnormalised, FFTW_ESTIMATE (it
+ * overwrites in when executed). NULL if FFTW cannot plan it. Thread-safe. */
+fftwf_plan qva_fft_plan_c2r(int n, fftwf_complex *in, float *out);
+
+/* Destroys a plan from qva_fft_plan_r2c or qva_fft_plan_c2r; NULL is a no-op. Thread-safe. */
 void qva_fft_destroy(fftwf_plan p);
 
 #endif

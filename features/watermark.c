@@ -1,9 +1,12 @@
 /* watermark.c — the inaudible mark in qvoice's output audio and its detector (docs/provenance.md).
- * The mark is a spread-spectrum spectral ripple: y = x ± g∗x with a 1024-tap FIR g whose response
- * is ±1 chips on a 23.4 Hz grid over 422 Hz – 6.98 kHz, 37 dB under the signal; the ± flips every
- * 0.256 s of stream time. The detector averages log-power spectra of the two flip halves (trying
- * every flip phase) and correlates their difference with the chips, so excerpts at any offset,
- * resampled or re-encoded, are scored; a stream marked call by call equals the whole file marked.
+ * Spread-transform dither modulation (Chen & Wornell 2001) in a frame-synchronous STFT domain:
+ * each 107 ms block of the signal is cut into tiles of 2 bins × 4 frames over 422 Hz – 6.8 kHz,
+ * and the block's log tile energies, projected on four ±1 chip vectors, are moved to the nearest
+ * point of a dithered lattice (informed embedding: the host's own projection is cancelled, not
+ * fought). Two slots of every block carry a known sync symbol, two carry coded payload bits.
+ * The detector searches the block grid (40 offsets of 64 samples) and the 48-block pattern
+ * phase, scores the agreement of the sync projections with their lattice over 3 s windows,
+ * and decodes the payload from the blocks of a marked range.
  */
 #include <math.h>
 #include <openssl/evp.h>
@@ -17,40 +20,56 @@
 
 /* ==== constants ============================================================================= */
 
-#define TAPS 1024          /* FIR length; chip grid = 24000 / 1024 = 23.4375 Hz */
-#define DELAY (TAPS / 2)   /* the FIR is symmetric about this tap (linear phase) */
-#define CHIP_LO 18         /* 421.9 Hz: above the range hum filters and telephone cuts touch */
-#define CHIP_HI 298        /* 6984 Hz: below 8 kHz, so resampling to 16 kHz keeps every chip */
-#define N_CHIPS (CHIP_HI - CHIP_LO + 1)
-#define N_BITS 40          /* 32 payload bits + CRC-8 */
-#define BITS_CHIPS 3       /* chips per payload bit; the other chips carry the sync pattern */
-#define LEVEL_DB (-37.0)   /* mark power relative to the signal in the band; third-octave bands
-                              of speech then measure 35.4 dB or more under (test_watermark) */
-#define KEY 0x71766f6963652d31ull /* "qvoice-1": the public key of the chip pattern */
-#define CHUNK 4096         /* samples filtered per pass over the history buffer */
-/* The ripple's sign flips every FLIP samples (0.256 s): the detector takes the difference of
- * the two halves, which cancels what the host's spectrum keeps still (room, microphone, a codec's
- * banding, the speaker's long-term shape) and leaves the mark. */
-#define FLIP 6144
-#define RAMP 480           /* 20 ms turn at each flip */
+#define N_FFT 1024         /* sqrt-Hann frames, 23.4 Hz bins; hop N_FFT/2 reconstructs exactly */
+#define HOP (N_FFT / 2)
+#define BLOCK_FRAMES 4     /* frames per block: the chips are constant over a block */
+/* A block is 5 hops (2560 samples, 107 ms): its 4 frames lie inside it, so neither a block's
+ * analysis nor its mark (which fades out with the frames' windows) overlaps another block's. */
+#define BLOCK ((BLOCK_FRAMES + 1) * HOP)
+#define BIN_LO 18          /* 421.9 Hz: above what hum filters and telephone cuts touch */
+#define TILE_BINS 2
+#define N_TILES 136
+/* 289: 6.8 kHz, under the 8 kHz a 16 kHz resampling keeps */
+#define BIN_HI (BIN_LO + N_TILES * TILE_BINS - 1)
+#define N_SLOTS 4          /* projections per block: N_SYNC sync slots, then payload slots */
+#define N_SYNC 2
+#define N_PAY (N_SLOTS - N_SYNC)
+#define SLOT_TILES (N_TILES / N_SLOTS) /* 34: half +1 and half -1, so gain does not move them */
+#define PERIOD 48          /* blocks in the pattern (5.1 s): dithers and the payload bits cycle */
+#define N_CODED 48         /* 32 payload bits + CRC-16; each is sent N_PAY times a period */
+/* Lattice step of a projection (nepers of tile energy). A projection moves by at most STEP/2,
+ * uniformly: per tile (STEP²/12)/SLOT_TILES in log energy, a quarter of it in log amplitude:
+ * STEP²/(48·34) = −37.6 dB of the signal in every tile on average; the edges of the frames'
+ * windows take some of each shift, so third-octave bands of speech measure −35.5 dB or lower
+ * (test_watermark, docs/provenance.md). */
+#define STEP 0.53
+#define KEY 0x71766f6963652d32ull /* "qvoice-2": the public key of the chips and dithers */
+/* Blocks whose band energy is under that of −70 dBFS white noise carry no mark (and are not
+ * scored): a log energy there says nothing. Σ over frames and band bins of |X|², for unit-
+ * variance noise, is frames × bins × Σw² = frames × bins × N_FFT/2. */
+#define GATE (1e-7 * BLOCK_FRAMES * N_TILES * TILE_BINS * (N_FFT / 2))
+#define FLOOR_REL 1e-6    /* of the block's mean tile energy, added before the log */
+/* Bound of a slot's shift (log energy per unit chip; a tile's amplitude changes by at most
+ * 3 %, −30 dB): a block whose tiles barely answer stays off its lattice rather than get a
+ * loud mark. */
+#define MAX_SHIFT 0.06
+/* Stream delay: a block is marked once all of it is in. */
+#define DELAY QV_WATERMARK_DELAY
+_Static_assert(QV_WATERMARK_DELAY == BLOCK, "the public delay is one block");
 
-/* Detector: Hann frames of 2048 (11.7 Hz bins: chip k sits on bin 2k), hop 512; frames are
- * summed in blocks of 48 (1.02 s) per flip phase and scored over windows of 3 blocks (3 s excerpts). */
-#define N_FFT 2048
-#define HOP 512
-#define BIN_LO (2 * CHIP_LO - 16)
-#define BIN_HI (2 * CHIP_HI + 16)
-#define N_DBINS (BIN_HI - BIN_LO + 1)
-#define DETREND 8          /* half-width of the moving average taken off the log spectrum */
-#define BLOCK_FRAMES 48     /* a multiple of PHASES */
-#define PHASES (2 * FLIP / HOP) /* flip phases tried: a frame's sign is fixed by (frame + phase) % PHASES */
-#define WINDOW_BLOCKS 3
-#define Z_PRESENT 5.0      /* score for presence; see docs/provenance.md for the null figures */
-#define SIGMA_MIN 0.01     /* nepers: steady tones leave almost no spread; a mark leaves 0.06 */
-#define POWER_FLOOR 1e-9   /* of the frame's power, added to each bin: near-empty bins read steady */
-#define ACTIVE_POWER 1e-7  /* mean windowed power (−70 dBFS) below which a frame is skipped */
+/* Detector: frames every SUB samples (8 per hop) give every block grid offset in SUB steps
+ * (a misalignment of up to 32 samples costs little; of 64, some 3 s windows fail). */
+#define SUB 64
+#define N_OFFSETS (BLOCK / SUB)
+#define WINDOW_BLOCKS 27   /* the blocks a 3 s excerpt holds whole at any offset */
+#define CHASE_BITS 3      /* payload bits the decoder may flip to meet the CRC */
+#define MIN_ACTIVE 12      /* scored blocks (1.3 s) a window needs before it says anything */
+/* Presence: the best of N_OFFSETS × PERIOD = 1920 scores, each about N(0, 1) for unmarked
+ * audio (20,000 windows of unmarked speech, noise and music reach 5.5 at most); marked speech
+ * scores 8 or more, after gain or resampling too (docs/provenance.md). */
+#define Z_PRESENT QV_WATERMARK_PRESENT
 
-/* ==== the chip pattern ====================================================================== */
+/* ==== the pattern ============================================================================ */
 
 static uint64_t splitmix(uint64_t *s) {
     uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
@@ -59,75 +78,113 @@ static uint64_t splitmix(uint64_t *s) {
     return z ^ (z >> 31);
 }
 
-/* role[c] = -1 (sync) or the payload bit that chip c carries; sign[c] = ±1. Fixed by KEY. */
-static void chip_layout(int role[N_CHIPS], int sign[N_CHIPS]) {
-    uint64_t s = KEY;
-    int perm[N_CHIPS];
-    for (int c = 0; c < N_CHIPS; c++) perm[c] = c;
-    for (int c = N_CHIPS - 1; c > 0; c--) {
-        int j = (int)(splitmix(&s) % (uint64_t)(c + 1)), t = perm[c];
-        perm[c] = perm[j];
-        perm[j] = t;
+/* Fixed by KEY: tile t belongs to slot[t] with chip sign[t] (±1, balanced within each slot);
+ * dither[b][k] in [0, STEP) for block b % PERIOD and slot k. */
+typedef struct {
+    int slot[N_TILES];
+    float sign[N_TILES];
+    double dither[PERIOD][N_SLOTS];
+} pattern;
+
+/* a[0..n) = 0..n-1 in a keyed order (Fisher–Yates on the key's stream s). */
+static void keyed_order(int *a, int n, uint64_t *s) {
+    for (int i = 0; i < n; i++) a[i] = i;
+    for (int i = n - 1; i > 0; i--) {
+        int j = (int)(splitmix(s) % (uint64_t)(i + 1)), x = a[i];
+        a[i] = a[j];
+        a[j] = x;
     }
-    for (int i = 0; i < N_CHIPS; i++) role[perm[i]] = i < N_BITS * BITS_CHIPS ? i / BITS_CHIPS : -1;
-    for (int c = 0; c < N_CHIPS; c++) sign[c] = (splitmix(&s) >> 63) ? 1 : -1;
 }
 
-static uint8_t crc8(uint32_t v) {
-    uint8_t crc = 0;
+static void pattern_make(pattern *p) {
+    uint64_t s = KEY;
+    int perm[N_TILES];
+    keyed_order(perm, N_TILES, &s);
+    for (int i = 0; i < N_TILES; i++) {
+        p->slot[perm[i]] = i / SLOT_TILES;
+        p->sign[perm[i]] = i % SLOT_TILES < SLOT_TILES / 2 ? 1.0f : -1.0f;
+    }
+    /* A slot's dithers over the period are the PERIOD equally spaced points of [0, STEP) in a
+     * keyed order: a projection that does not change (a steady tone) then votes exactly 0 over
+     * a period, and its window sums stay those of a random sample. */
+    for (int k = 0; k < N_SLOTS; k++) {
+        int order[PERIOD];
+        keyed_order(order, PERIOD, &s);
+        for (int b = 0; b < PERIOD; b++) p->dither[b][k] = STEP * (order[b] + 0.5) / PERIOD;
+    }
+}
+
+/* CRC-16/CCITT (0x1021, init 0xffff) of the 4 bytes, most significant first. */
+static uint16_t crc16(uint32_t v) {
+    uint16_t crc = 0xffff;
     for (int i = 3; i >= 0; i--) {
-        crc ^= (uint8_t)(v >> (8 * i));
-        for (int b = 0; b < 8; b++) crc = (uint8_t)(crc & 0x80 ? (crc << 1) ^ 0x07 : crc << 1);
+        crc ^= (uint16_t)((v >> (8 * i)) & 0xff) << 8;
+        for (int b = 0; b < 8; b++) crc = (uint16_t)(crc & 0x8000 ? (crc << 1) ^ 0x1021 : crc << 1);
     }
     return crc;
 }
 
 static int coded_bit(uint32_t payload, int i) {
-    return i < 32 ? (int)(payload >> (31 - i)) & 1 : (crc8(payload) >> (39 - i)) & 1;
+    return i < 32 ? (int)(payload >> (31 - i)) & 1 : (crc16(payload) >> (47 - i)) & 1;
 }
 
-/* cs[i] = cos(2πi / N_FFT): every angle below is a multiple of 2π / N_FFT (TAPS divides N_FFT),
- * so one table of 2048 values replaces millions of cos() calls. */
-typedef struct {
-    double cs[N_FFT];
-} cos_table;
-
-static void cos_table_init(cos_table *t) {
-    for (int i = 0; i < N_FFT; i++) t->cs[i] = cos(2.0 * M_PI * i / N_FFT);
+/* The coded bit payload slot k (N_SYNC..) of pattern block b carries: bit i goes in blocks
+ * i / N_PAY and that + PERIOD / N_PAY, 2.6 s apart. */
+static int bit_index(int64_t b, int k) {
+    return (int)(((b % PERIOD) * N_PAY + k - N_SYNC) % N_CODED);
 }
 
-/* cos(2π·x / N_FFT) for any integer x. */
-static double cos_at(const cos_table *t, int64_t x) {
-    return t->cs[((x % N_FFT) + N_FFT) % N_FFT];
+/* The symbol slot k of block b carries: 0 for sync, a coded bit for the payload. */
+static int symbol(uint32_t payload, int64_t b, int k) {
+    return k < N_SYNC ? 0 : coded_bit(payload, bit_index(b, k));
 }
 
-/* FIR taps of the chips spec[c] (zero-phase spectrum → centred on DELAY, Hann-tapered). */
-static void fir_from_chips(double *g, const double spec[N_CHIPS], const cos_table *t) {
-    for (int j = 0; j < TAPS; j++) {
-        double acc = 0.0;
-        for (int c = 0; c < N_CHIPS; c++)
-            acc += spec[c] * cos_at(t, (int64_t)2 * (CHIP_LO + c) * (j - DELAY));
-        double taper = 0.5 - 0.5 * cos_at(t, 2 * j);
-        g[j] = 2.0 * acc / TAPS * taper;
+/* Projections of a block's tile energies e[N_TILES] (Σ|X|² per tile) on the slots' chips, of
+ * log(e + floor) with the floor FLOOR_REL of the block's mean tile, so empty tiles stay finite
+ * and do not count. With sens, each tile's d log(e + floor) / d log e: the share of a shift the
+ * tile's projection sees. 0 when the block is under GATE (nothing to say), else 1. */
+static int project(const pattern *p, const double *e, double proj[N_SLOTS], float *sens) {
+    double sum = 0.0;
+    for (int t = 0; t < N_TILES; t++) sum += e[t];
+    if (!(sum >= GATE) || !isfinite(sum)) return 0;
+    const double fl = FLOOR_REL * sum / N_TILES;
+    for (int k = 0; k < N_SLOTS; k++) proj[k] = 0.0;
+    for (int t = 0; t < N_TILES; t++) {
+        proj[p->slot[t]] += p->sign[t] * log(e[t] + fl);
+        if (sens) sens[t] = (float)(e[t] / (e[t] + fl));
     }
+    for (int k = 0; k < N_SLOTS; k++) proj[k] /= sqrt((double)SLOT_TILES);
+    return 1;
 }
 
-/* Re G(ω_m) at detector bin m: the log-power ripple the FIR leaves there (its phase, e^{-iωD},
- * turns into cos(πm/2): even bins carry it, odd bins do not). */
-static void fir_template(float *p, const double *g, const cos_table *t) {
-    for (int m = BIN_LO; m <= BIN_HI; m++) {
-        double re = 0.0;
-        for (int j = 0; j < TAPS; j++) re += g[j] * t->cs[(m * j) % N_FFT];
-        p[m - BIN_LO] = (float)re;
-    }
+/* Where a projection sits against the lattice of symbol 0: cos(2π(x − dither)/STEP), +1 on the
+ * lattice, −1 half a step off (symbol 1). */
+static double lattice_cos(double x, double dither) { return cos(2.0 * M_PI * (x - dither) / STEP); }
+
+static void sqrt_hann(float *w) {
+    for (int i = 0; i < N_FFT; i++) w[i] = (float)sqrt(0.5 - 0.5 * cos(2.0 * M_PI * i / N_FFT));
 }
 
 /* ==== embedding ============================================================================= */
 
+/* A block's 4 spectra sit SPEC_STRIDE apart: FFTW's new-array execute wants the plan's
+ * alignment. */
+#define SPEC_STRIDE (N_FFT / 2 + 8)
+
 struct qv_watermark {
-    int64_t pos;               /* samples marked so far: where the stream is in the flip pattern */
-    float taps_rev[TAPS];      /* g reversed, scaled to LEVEL_DB: y[i] = x[i] + Σ taps_rev · x[i−1023..i] */
-    float buf[TAPS - 1 + CHUNK]; /* the last TAPS−1 inputs, then the chunk being filtered */
+    uint32_t payload;
+    int64_t block;              /* blocks marked so far */
+    int n_in;                   /* samples in x */
+    float x[BLOCK];             /* the block's input */
+    float y[BLOCK];             /* x with the block's mark: what the detector will see */
+    float mark[BLOCK];
+    float fifo[DELAY + BLOCK];  /* marked samples waiting to go out */
+    int n_fifo;
+    pattern pat;
+    float win[N_FFT];
+    float *in, *out;
+    fftwf_complex *spec, *mod;
+    fftwf_plan fwd, inv;
 };
 
 uint32_t qv_watermark_payload(const char *voice_id, const char *model_fingerprint) {
@@ -146,221 +203,296 @@ uint32_t qv_watermark_payload(const char *voice_id, const char *model_fingerprin
     return QV_WATERMARK_SYNTHETIC | (id & ~QV_WATERMARK_SYNTHETIC);
 }
 
+void qv_watermark_free(qv_watermark *w) {
+    if (!w) return;
+    qva_fft_destroy(w->fwd);
+    qva_fft_destroy(w->inv);
+    fftwf_free(w->in);
+    fftwf_free(w->out);
+    fftwf_free(w->spec);
+    fftwf_free(w->mod);
+    free(w);
+}
+
 enum qv_status qv_watermark_new(qv_watermark **out, uint32_t payload) {
     *out = NULL;
     qv_watermark *w = calloc(1, sizeof *w);
-    double *g = malloc(TAPS * sizeof *g);
-    cos_table *ct = malloc(sizeof *ct);
-    if (!w || !g || !ct)
-        return free(w), free(g), free(ct), qvu_fail(QV_E_NOMEM, "watermark: out of memory");
-    cos_table_init(ct);
-    int role[N_CHIPS], sign[N_CHIPS];
-    chip_layout(role, sign);
-    double spec[N_CHIPS];
-    for (int c = 0; c < N_CHIPS; c++)
-        spec[c] = sign[c] * (role[c] < 0 || coded_bit(payload, role[c]) ? 1.0 : -1.0);
-    fir_from_chips(g, spec, ct);
-    /* Scale so that the mean |G|² over the chip band is 10^(LEVEL_DB/10): a host with a smooth
-     * spectrum then gets a mark LEVEL_DB under it in any band of a few chips or more. */
-    double mean = 0.0;
-    for (int k = 2 * CHIP_LO; k <= 2 * CHIP_HI; k++) {
-        double re = 0.0, im = 0.0;
-        for (int j = 0; j < TAPS; j++) {
-            re += g[j] * ct->cs[(k * j) % N_FFT];
-            im -= g[j] * cos_at(ct, (int64_t)k * j - N_FFT / 4); /* sin */
-        }
-        mean += re * re + im * im;
-    }
-    mean /= 2 * (CHIP_HI - CHIP_LO) + 1;
-    double scale = pow(10.0, LEVEL_DB / 20.0) / sqrt(mean);
-    for (int j = 0; j < TAPS; j++) w->taps_rev[TAPS - 1 - j] = (float)(g[j] * scale);
-    free(g);
-    free(ct);
+    if (!w) return qvu_fail(QV_E_NOMEM, "watermark: out of memory");
+    w->in = fftwf_alloc_real(N_FFT);
+    w->out = fftwf_alloc_real(N_FFT);
+    w->spec = fftwf_alloc_complex(BLOCK_FRAMES * SPEC_STRIDE);
+    w->mod = fftwf_alloc_complex(N_FFT / 2 + 1);
+    w->fwd = w->in && w->spec ? qva_fft_plan_r2c(N_FFT, 1, w->in, w->spec) : NULL;
+    w->inv = w->mod && w->out ? qva_fft_plan_c2r(N_FFT, w->mod, w->out) : NULL;
+    if (!w->fwd || !w->inv)
+        return qv_watermark_free(w), qvu_fail(QV_E_NOMEM, "watermark: out of memory");
+    w->payload = payload;
+    w->n_fifo = DELAY;
+    pattern_make(&w->pat);
+    sqrt_hann(w->win);
     *out = w;
     return QV_OK;
 }
 
-void qv_watermark_free(qv_watermark *w) { free(w); }
-
-/* +1 in even flip blocks, -1 in odd ones, with a raised-cosine turn over the first RAMP samples. */
-static float flip_sign(int64_t n) {
-    int64_t k = n / FLIP, i = n % FLIP;
-    float cur = (k & 1) ? -1.0f : 1.0f;
-    if (k == 0 || i >= RAMP) return cur;
-    return cur * (float)(-cos(M_PI * (double)i / RAMP));
+/* Tile energies of the block's 4 frames of src into e; the spectra stay in w->spec. */
+static void block_tiles(qv_watermark *w, const float *src, double e[N_TILES]) {
+    memset(e, 0, N_TILES * sizeof *e);
+    for (int j = 0; j < BLOCK_FRAMES; j++) {
+        for (int i = 0; i < N_FFT; i++) w->in[i] = src[j * HOP + i] * w->win[i];
+        fftwf_complex *c = w->spec + j * SPEC_STRIDE;
+        fftwf_execute_dft_r2c(w->fwd, w->in, c);
+        for (int m = 0; m < N_TILES * TILE_BINS; m++)
+            e[m / TILE_BINS] += (double)c[BIN_LO + m][0] * c[BIN_LO + m][0] +
+                                (double)c[BIN_LO + m][1] * c[BIN_LO + m][1];
+    }
 }
 
-/* Each output sample is one dot product in a fixed order, so the result does not depend on how
- * the stream is cut into calls. */
-void qv_watermark_apply(qv_watermark *w, float *pcm, int64_t n_samples) {
-    float *hist = w->buf;
-    while (n_samples > 0) {
-        int n = n_samples < CHUNK ? (int)n_samples : CHUNK;
-        memcpy(hist + TAPS - 1, pcm, (size_t)n * sizeof *pcm);
-        for (int i = 0; i < n; i++) {
-            const float *x = hist + i, *t = w->taps_rev;
-            float a[8] = {0};
-            for (int j = 0; j < TAPS; j += 8)
-                for (int l = 0; l < 8; l++) a[l] += t[j + l] * x[j + l];
-            pcm[i] += flip_sign(w->pos + i) *
-                      (((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7])));
+/* w->mark from the host spectra: each tile of the 4 frames scaled by exp(shift[slot] · sign / 2)
+ * (shift: log energy per unit chip), as a difference, overlap-added with the frames' windows. */
+static void synth_mark(qv_watermark *w, const fftwf_complex *host, const double shift[N_SLOTS],
+                       const float *sens) {
+    float g[N_TILES]; /* amplitude factor − 1 of each tile */
+    for (int t = 0; t < N_TILES; t++)
+        g[t] = (float)expm1(0.5 * shift[w->pat.slot[t]] * w->pat.sign[t] * sens[t]);
+    memset(w->mark, 0, sizeof w->mark);
+    for (int j = 0; j < BLOCK_FRAMES; j++) {
+        const fftwf_complex *c = host + j * SPEC_STRIDE;
+        memset(w->mod, 0, (N_FFT / 2 + 1) * sizeof *w->mod);
+        for (int m = BIN_LO; m <= BIN_HI; m++) {
+            w->mod[m][0] = g[(m - BIN_LO) / TILE_BINS] * c[m][0];
+            w->mod[m][1] = g[(m - BIN_LO) / TILE_BINS] * c[m][1];
         }
-        w->pos += n;
-        memmove(hist, hist + n, (TAPS - 1) * sizeof *hist);
-        pcm += n;
-        n_samples -= n;
+        fftwf_execute(w->inv);
+        for (int i = 0; i < N_FFT; i++) w->mark[j * HOP + i] += w->out[i] * w->win[i] / N_FFT;
     }
+}
+
+/* Marks the full block in w->x: each slot's projection goes to the nearest point of its
+ * symbol's lattice. The projection's response to a shift is nearly linear; two secant steps,
+ * each measured on the block as the detector will see it, settle it. Then the first BLOCK
+ * samples are final. */
+static void mark_block(qv_watermark *w) {
+    double e[N_TILES], p0[N_SLOTS], p[N_SLOTS], target[N_SLOTS], shift[N_SLOTS];
+    block_tiles(w, w->x, e);
+    memset(w->mark, 0, sizeof w->mark);
+    float sens[N_TILES];
+    if (project(&w->pat, e, p0, sens)) {
+        fftwf_complex host[BLOCK_FRAMES * SPEC_STRIDE];
+        memcpy(host, w->spec, sizeof host);
+        for (int k = 0; k < N_SLOTS; k++) {
+            double t = w->pat.dither[w->block % PERIOD][k] +
+                       0.5 * STEP * symbol(w->payload, w->block, k);
+            target[k] = t + STEP * nearbyint((p0[k] - t) / STEP);
+            /* first guess: the frames' window edges take about a third of a shift */
+            shift[k] = 1.5 * (target[k] - p0[k]) / sqrt((double)SLOT_TILES);
+        }
+        for (int it = 0; it < 2; it++) {
+            synth_mark(w, host, shift, sens);
+            memcpy(w->y, w->x, sizeof w->y);
+            for (int i = 0; i < BLOCK; i++) w->y[i] += w->mark[i];
+            block_tiles(w, w->y, e);
+            if (!project(&w->pat, e, p, NULL)) break;
+            for (int k = 0; k < N_SLOTS; k++) /* secant through (0, p0) and (shift, p) */
+                if (fabs(p[k] - p0[k]) > 1e-9) {
+                    shift[k] *= (target[k] - p0[k]) / (p[k] - p0[k]);
+                    shift[k] = fmax(-MAX_SHIFT, fmin(MAX_SHIFT, shift[k]));
+                }
+        }
+        synth_mark(w, host, shift, sens);
+    }
+    for (int i = 0; i < BLOCK; i++) w->fifo[w->n_fifo++] = w->x[i] + w->mark[i];
+    w->n_in = 0;
+    w->block++;
+}
+
+/* Takes n input samples from pcm and writes the marked samples that are ready over them (in
+ * place: each output position has been read). Returns how many were written. */
+static int64_t run(qv_watermark *w, float *pcm, int64_t n) {
+    int64_t at = 0, out_at = 0;
+    while (at < n) {
+        int m = BLOCK - w->n_in;
+        if (m > n - at) m = (int)(n - at);
+        memcpy(w->x + w->n_in, pcm + at, (size_t)m * sizeof *pcm);
+        w->n_in += m;
+        at += m;
+        if (w->n_in == BLOCK) mark_block(w);
+        int k = w->n_fifo < at - out_at ? w->n_fifo : (int)(at - out_at);
+        memcpy(pcm + out_at, w->fifo, (size_t)k * sizeof *pcm);
+        memmove(w->fifo, w->fifo + k, (size_t)(w->n_fifo - k) * sizeof *w->fifo);
+        w->n_fifo -= k;
+        out_at += k;
+    }
+    return out_at;
+}
+
+/* The stream starts with DELAY zeros in the queue, so every call gives back as many samples as
+ * it takes; blocks are marked the same whatever the calls' sizes. */
+void qv_watermark_apply(qv_watermark *w, float *pcm, int64_t n_samples) {
+    run(w, pcm, n_samples);
+}
+
+void qv_watermark_flush(qv_watermark *w, float tail[QV_WATERMARK_DELAY]) {
+    memset(tail, 0, DELAY * sizeof *tail);
+    run(w, tail, DELAY);
+}
+
+enum qv_status qv_watermark_mark(uint32_t payload, float *pcm, int64_t n_samples) {
+    if (!pcm || n_samples < 0) return qvu_fail(QV_E_INVALID, "watermark: no samples");
+    qv_watermark *w;
+    enum qv_status st = qv_watermark_new(&w, payload);
+    if (st) return st;
+    w->n_fifo = 0; /* no leading zeros: the output catches up with the input at the end */
+    int64_t done = run(w, pcm, n_samples);
+    float tail[DELAY] = {0}; /* the end: zeros push the last block through */
+    run(w, tail, DELAY);
+    memcpy(pcm + done, tail, (size_t)(n_samples - done) * sizeof *pcm);
+    qv_watermark_free(w);
+    return QV_OK;
 }
 
 /* ==== detection ============================================================================= */
 
-/* One Hann-windowed real frame and its spectrum; the plan comes from features/fft.c, the one
- * owner of FFTW planning. */
-typedef struct {
-    float *in, win[N_FFT];
-    fftwf_complex *out;
-    fftwf_plan plan;
-} fft_ctx;
-
-static int fft_open(fft_ctx *f) {
-    f->in = fftwf_alloc_real(N_FFT);
-    f->out = fftwf_alloc_complex(N_FFT / 2 + 1);
-    f->plan = f->in && f->out ? qva_fft_plan_r2c(N_FFT, 1, f->in, f->out) : NULL;
-    for (int i = 0; i < N_FFT; i++) f->win[i] = (float)(0.5 - 0.5 * cos(2.0 * M_PI * i / N_FFT));
-    return f->plan ? 0 : -1;
-}
-
-static void fft_close(fft_ctx *f) {
-    if (!f) return;
-    qva_fft_destroy(f->plan);
-    fftwf_free(f->in);
-    fftwf_free(f->out);
-}
-
-typedef struct {
-    float sync[N_DBINS];          /* template of the sync chips */
-    float bit[N_BITS][N_DBINS];   /* template of each payload bit's chips, sign +1 */
-    double sync_norm, bit_norm[N_BITS];
-} templates;
-
-static int templates_make(templates *t) {
-    double *g = malloc(TAPS * sizeof *g);
-    cos_table *ct = malloc(sizeof *ct);
-    if (!g || !ct) return free(g), free(ct), -1;
-    cos_table_init(ct);
-    int role[N_CHIPS], sign[N_CHIPS];
-    chip_layout(role, sign);
-    double spec[N_CHIPS];
-    for (int r = -1; r < N_BITS; r++) {
-        for (int c = 0; c < N_CHIPS; c++) spec[c] = role[c] == r ? sign[c] : 0.0;
-        fir_from_chips(g, spec, ct);
-        float *p = r < 0 ? t->sync : t->bit[r];
-        fir_template(p, g, ct);
-        double n2 = 0.0;
-        for (int m = 0; m < N_DBINS; m++) n2 += (double)p[m] * p[m];
-        *(r < 0 ? &t->sync_norm : &t->bit_norm[r]) = sqrt(n2);
-    }
-    free(g);
-    free(ct);
-    return 0;
-}
-
-static int cmp_float(const void *a, const void *b) {
-    float x = *(const float *)a, y = *(const float *)b;
-    return (x > y) - (x < y);
-}
-
-/* Normalised correlation of the detrended spectrum difference d with each template: z[0] sync,
- * and with bits, z[1 + i] payload bit i. Under no mark each is about N(0, 1). */
-static void score(const templates *t, const double *d, int bits, double z[1 + N_BITS]) {
-    float r[N_DBINS], dev[N_DBINS];
-    double run = 0.0; /* sum of d over [m - DETREND, m + DETREND], clipped to the band */
-    for (int k = 0; k < DETREND && k < N_DBINS; k++) run += d[k];
-    for (int m = 0; m < N_DBINS; m++) {
-        int lo = m - DETREND < 0 ? 0 : m - DETREND, hi = m + DETREND >= N_DBINS ? N_DBINS - 1 : m + DETREND;
-        if (m + DETREND < N_DBINS) run += d[m + DETREND];
-        if (m - DETREND - 1 >= 0) run -= d[m - DETREND - 1];
-        r[m] = (float)(d[m] - run / (hi - lo + 1));
-        dev[m] = fabsf(r[m]);
-    }
-    /* Spread from the median absolute deviation, so a tone's few bins do not set the scale;
-     * residuals beyond 4 spreads are clipped for the same reason. */
-    qsort(dev, N_DBINS, sizeof *dev, cmp_float);
-    double sigma = 1.4826 * dev[N_DBINS / 2];
-    if (sigma < SIGMA_MIN) sigma = SIGMA_MIN;
-    for (int m = 0; m < N_DBINS; m++) {
-        double lim = 4.0 * sigma;
-        r[m] = (float)(r[m] > lim ? lim : r[m] < -lim ? -lim : r[m]);
-    }
-    for (int i = -1; i < (bits ? N_BITS : 0); i++) {
-        const float *p = i < 0 ? t->sync : t->bit[i];
-        double acc = 0.0;
-        for (int m = 0; m < N_DBINS; m++) acc += (double)p[m] * r[m];
-        z[1 + i] = acc / (sigma * (i < 0 ? t->sync_norm : t->bit_norm[i]));
-    }
-}
-
-/* Frames are summed per block and per residue fr % PHASES (the flip phase a frame sits at).
- * Scores blocks [b0, b1) under every flip phase, keeping the best: z of that phase, 0 when the
- * blocks hold too few loud frames. */
-typedef struct {
-    const templates *t;
-    const float *bsum;        /* [n_blocks][PHASES][N_DBINS] */
-    const int64_t *bcount;    /* [n_blocks][PHASES] */
-} sums;
-
-static double score_span(const sums *s, int64_t b0, int64_t b1, double z[1 + N_BITS]) {
-    static const double none[1 + N_BITS];
-    double acc[PHASES][N_DBINS];
-    int64_t cnt[PHASES] = {0}, total = 0;
-    memset(acc, 0, sizeof acc);
-    for (int64_t b = b0; b < b1; b++)
-        for (int r = 0; r < PHASES; r++) {
-            const float *src = s->bsum + (b * PHASES + r) * N_DBINS;
-            for (int m = 0; m < N_DBINS; m++) acc[r][m] += src[m];
-            cnt[r] += s->bcount[b * PHASES + r];
-            total += s->bcount[b * PHASES + r];
-        }
-    memcpy(z, none, sizeof none);
-    if (total < BLOCK_FRAMES / 2) return 0.0;
-    double best = -INFINITY, d[N_DBINS], best_d[N_DBINS], zh[1 + N_BITS];
-    for (int h = 0; h < PHASES; h++) {
-        double plus[N_DBINS] = {0}, minus[N_DBINS] = {0};
-        int64_t np = 0, nm = 0;
-        for (int r = 0; r < PHASES; r++) {
-            /* a frame's centre is HOP·(r + N_FFT / 2 / HOP) into the pattern, shifted by h */
-            int neg = (((r + h + N_FFT / 2 / HOP) % PHASES) * HOP / FLIP) & 1;
-            double *dst = neg ? minus : plus;
-            for (int m = 0; m < N_DBINS; m++) dst[m] += acc[r][m];
-            *(neg ? &nm : &np) += cnt[r];
-        }
-        if (np == 0 || nm == 0) continue;
-        for (int m = 0; m < N_DBINS; m++) d[m] = plus[m] / (double)np - minus[m] / (double)nm;
-        score(s->t, d, 0, zh);
-        if (zh[0] > best) best = zh[0], memcpy(best_d, d, sizeof d);
-    }
-    if (best == -INFINITY) return 0.0;
-    score(s->t, best_d, 1, z); /* the payload bits under the best phase only */
-    return best > 0.0 ? best : 0.0;
-}
-
-static void decode(const double z[1 + N_BITS], qv_watermark_range *g) {
-    uint32_t v = 0;
-    uint8_t crc = 0;
-    double zmin = INFINITY;
-    for (int i = 0; i < N_BITS; i++) {
-        int b = z[1 + i] > 0;
-        if (i < 32) v = v << 1 | (uint32_t)b;
-        else crc = (uint8_t)(crc << 1 | b);
-        if (fabs(z[1 + i]) < zmin) zmin = fabs(z[1 + i]);
-    }
-    g->payload_ok = crc8(v) == crc;
-    g->payload = g->payload_ok ? v : 0;
-    g->payload_score = zmin;
-}
-
 qv_watermark_report qv_watermark_default_report(void) {
     return (qv_watermark_report){.struct_size = sizeof(qv_watermark_report)};
+}
+
+/* Per grid offset o (in SUB steps) and block m: the slots' projections, and whether the block
+ * was loud enough to score. */
+typedef struct {
+    int64_t n_blocks;          /* per offset */
+    double *proj;              /* [N_OFFSETS][n_blocks][N_SLOTS] */
+    unsigned char *active;     /* [N_OFFSETS][n_blocks] */
+} grid;
+
+/* Sync agreement of block m at offset o under pattern phase ph: Σ cos against the sync lattices. */
+static double vote(const grid *g, const pattern *p, int o, int64_t m, int ph) {
+    const int64_t i = (int64_t)o * g->n_blocks + m;
+    if (!g->active[i]) return 0.0;
+    double v = 0.0;
+    for (int k = 0; k < N_SYNC; k++)
+        v += lattice_cos(g->proj[i * N_SLOTS + k], p->dither[(m + ph) % PERIOD][k]);
+    return v;
+}
+
+/* Score of blocks [m0, m1) at offset o and phase ph: Σ votes / sqrt(n/2), about N(0, 1) for
+ * unmarked audio; 0 with fewer than MIN_ACTIVE scored blocks. */
+static double span_score(const grid *g, const pattern *p, int o, int ph, int64_t m0, int64_t m1) {
+    double s = 0.0;
+    int64_t n = 0;
+    for (int64_t m = m0; m < m1; m++) {
+        s += vote(g, p, o, m, ph);
+        n += g->active[(int64_t)o * g->n_blocks + m];
+    }
+    return n >= MIN_ACTIVE ? s / sqrt(0.5 * N_SYNC * (double)n) : 0.0;
+}
+
+/* The payload of blocks [m0, m1) at offset o and phase ph: each coded bit from the sum of its
+ * blocks' payload-slot cosines (+: 0, −: 1). Accepted when the CRC-16 matches, trying the
+ * hard decision and the flips of its CHASE_BITS least sure bits (Chase decoding): a wrong
+ * word then passes with probability 2^CHASE_BITS / 2^16 = 1.2e-4, and only where the mark is
+ * present. payload_score: the smallest |soft sum| of the accepted word's unflipped bits. */
+static void decode(const grid *g, const pattern *p, int o, int ph, int64_t m0, int64_t m1,
+                   qv_watermark_range *r) {
+    double soft[N_CODED] = {0};
+    for (int64_t m = m0; m < m1; m++) {
+        const int64_t i = (int64_t)o * g->n_blocks + m;
+        for (int k = N_SYNC; k < N_SLOTS && g->active[i]; k++)
+            soft[bit_index(m + ph, k)] +=
+                lattice_cos(g->proj[i * N_SLOTS + k], p->dither[(m + ph) % PERIOD][k]);
+    }
+    uint64_t word = 0;
+    int weak[CHASE_BITS];
+    for (int i = 0; i < N_CODED; i++) word = word << 1 | (uint64_t)(soft[i] < 0);
+    for (int w = 0; w < CHASE_BITS; w++) { /* the least sure bits, in order */
+        weak[w] = -1;
+        for (int i = 0; i < N_CODED; i++) {
+            int taken = 0;
+            for (int u = 0; u < w; u++) taken |= weak[u] == i;
+            if (!taken && (weak[w] < 0 || fabs(soft[i]) < fabs(soft[weak[w]]))) weak[w] = i;
+        }
+    }
+    r->payload_ok = 0, r->payload = 0, r->payload_score = 0.0;
+    for (int f = 0; f < 1 << CHASE_BITS; f++) {
+        uint64_t c = word;
+        for (int w = 0; w < CHASE_BITS; w++)
+            if (f >> w & 1) c ^= 1ull << (N_CODED - 1 - weak[w]);
+        const uint32_t v = (uint32_t)(c >> 16);
+        if (crc16(v) != (uint16_t)c) continue;
+        double smin = INFINITY;
+        for (int i = 0; i < N_CODED; i++) {
+            int flipped = 0;
+            for (int w = 0; w < CHASE_BITS; w++) flipped |= (f >> w & 1) && weak[w] == i;
+            if (!flipped && fabs(soft[i]) < smin) smin = fabs(soft[i]);
+        }
+        if (smin == 0.0) return; /* a bit no block carried: too little to say */
+        r->payload_ok = 1, r->payload = v, r->payload_score = smin;
+        return;
+    }
+}
+
+/* Tile energies of frames every SUB samples, summed into blocks for each of the N_OFFSETS grid
+ * offsets; each finished block is projected. */
+static enum qv_status grid_fill(grid *g, const pattern *p, const float *pcm, int64_t n) {
+    const int nb = N_FFT / 2 + 1;
+    float *in = fftwf_alloc_real(N_FFT), win[N_FFT];
+    fftwf_complex *out = fftwf_alloc_complex(nb);
+    double(*acc)[N_TILES] = calloc(N_OFFSETS, sizeof *acc);
+    fftwf_plan plan = in && out ? qva_fft_plan_r2c(N_FFT, 1, in, out) : NULL;
+    if (!plan || !acc) {
+        qva_fft_destroy(plan), fftwf_free(in), fftwf_free(out), free(acc);
+        return QV_E_NOMEM;
+    }
+    sqrt_hann(win);
+    const int64_t n_frames = n >= N_FFT ? (n - N_FFT) / SUB + 1 : 0;
+    const int per_hop = HOP / SUB, per_block = BLOCK / SUB;
+    for (int64_t f = 0; f < n_frames; f++) {
+        const float *x = pcm + f * SUB;
+        for (int i = 0; i < N_FFT; i++) in[i] = isfinite(x[i]) ? x[i] * win[i] : 0.0f;
+        fftwf_execute(plan);
+        double e[N_TILES] = {0};
+        for (int m = 0; m < N_TILES * TILE_BINS; m++)
+            e[m / TILE_BINS] += (double)out[BIN_LO + m][0] * out[BIN_LO + m][0] +
+                                (double)out[BIN_LO + m][1] * out[BIN_LO + m][1];
+        /* frame f is frame j of block m at offset o when f = o + per_block·m + per_hop·j */
+        for (int o = (int)(f % per_hop); o < N_OFFSETS && o <= f; o += per_hop) {
+            int64_t m = (f - o) / per_block, j = (f - o) % per_block / per_hop;
+            if (j >= BLOCK_FRAMES) continue;
+            for (int k = 0; k < N_TILES; k++) acc[o][k] += e[k];
+            if (j != BLOCK_FRAMES - 1) continue;
+            if (m < g->n_blocks) {
+                const int64_t i = (int64_t)o * g->n_blocks + m;
+                g->active[i] = (unsigned char)project(p, acc[o], g->proj + i * N_SLOTS, NULL);
+            }
+            memset(acc[o], 0, sizeof acc[o]);
+        }
+    }
+    qva_fft_destroy(plan);
+    fftwf_free(in), fftwf_free(out), free(acc);
+    return QV_OK;
+}
+
+/* The windows of a range reach up to a window's length past the marked blocks at each end. The
+ * marked stretch is the run of blocks [m0, m1) maximising Σ (vote − half the range's mean
+ * vote): marked blocks gain, unmarked ones (mean vote 0) lose. Kept when it holds MIN_ACTIVE
+ * blocks or more. */
+static void trim(const grid *g, const pattern *p, int o, int ph, int64_t *m0, int64_t *m1) {
+    double mean = 0.0;
+    for (int64_t m = *m0; m < *m1; m++) mean += vote(g, p, o, m, ph);
+    const double c = 0.5 * mean / (double)(*m1 - *m0);
+    double run = 0.0, top = -INFINITY;
+    int64_t start = *m0, b0 = *m0, b1 = *m1;
+    for (int64_t m = *m0; m < *m1; m++) {
+        if (run <= 0.0) run = 0.0, start = m;
+        run += vote(g, p, o, m, ph) - c;
+        if (run > top) top = run, b0 = start, b1 = m + 1;
+    }
+    if (b1 - b0 >= MIN_ACTIVE) *m0 = b0, *m1 = b1;
+}
+
+static void range_times(int o, int64_t m0, int64_t m1, double seconds, qv_watermark_range *r) {
+    r->start_s = (double)((int64_t)o * SUB + m0 * BLOCK) / QVA_SAMPLE_RATE_HZ;
+    double end = (double)((int64_t)o * SUB + m1 * BLOCK) / QVA_SAMPLE_RATE_HZ;
+    r->end_s = end < seconds ? end : seconds;
 }
 
 enum qv_status qv_watermark_detect(const float *pcm, int64_t n_samples, qv_watermark_report *rep) {
@@ -372,76 +504,73 @@ enum qv_status qv_watermark_detect(const float *pcm, int64_t n_samples, qv_water
     rep->struct_size = size;
     if (!pcm || n_samples < 0) return qvu_fail(QV_E_INVALID, "watermark: no samples");
     rep->seconds = (double)n_samples / QVA_SAMPLE_RATE_HZ;
-    int64_t n_frames = n_samples >= N_FFT ? (n_samples - N_FFT) / HOP + 1 : 0;
-    int64_t n_blocks = (n_frames + BLOCK_FRAMES - 1) / BLOCK_FRAMES;
-    if (n_blocks == 0) return QV_OK; /* under 85 ms: nothing to say */
-    if ((uint64_t)n_blocks > SIZE_MAX / (PHASES * N_DBINS * sizeof(float)))
+    grid g = {.n_blocks = n_samples / BLOCK};
+    if (g.n_blocks < MIN_ACTIVE) return QV_OK; /* under 1.3 s: nothing to say */
+    if ((uint64_t)g.n_blocks > SIZE_MAX / (N_OFFSETS * N_SLOTS * sizeof(double)))
         return qvu_failf(QV_E_LIMIT, "watermark: %lld samples: too many", (long long)n_samples);
-    fft_ctx *f = calloc(1, sizeof *f);
-    templates *t = malloc(sizeof *t);
-    float *bsum = calloc((size_t)n_blocks * PHASES * N_DBINS, sizeof *bsum);
-    int64_t *bcount = calloc((size_t)n_blocks * PHASES, sizeof *bcount);
-    if (!f || !t || !bsum || !bcount || fft_open(f) || templates_make(t)) {
-        fft_close(f);
-        free(f), free(t), free(bsum), free(bcount);
+    pattern *p = malloc(sizeof *p);
+    g.proj = calloc((size_t)(N_OFFSETS * g.n_blocks * N_SLOTS), sizeof *g.proj);
+    g.active = calloc((size_t)(N_OFFSETS * g.n_blocks), 1);
+    const int64_t w = g.n_blocks < WINDOW_BLOCKS ? g.n_blocks : WINDOW_BLOCKS;
+    const int64_t n_win = g.n_blocks - w + 1;
+    double *best = malloc((size_t)n_win * sizeof *best);       /* per window start: best score */
+    int *best_at = malloc((size_t)n_win * sizeof *best_at);     /* and its o·PERIOD + phase */
+    if (p) pattern_make(p);
+    if (!p || !g.proj || !g.active || !best || !best_at || grid_fill(&g, p, pcm, n_samples)) {
+        free(p), free(g.proj), free(g.active), free(best), free(best_at);
         return qvu_failf(QV_E_NOMEM, "watermark: out of memory for %.1f s of audio", rep->seconds);
     }
-    for (int64_t fr = 0; fr < n_frames; fr++) {
-        const float *x = pcm + fr * HOP;
-        double pw = 0.0;
-        for (int i = 0; i < N_FFT; i++) {
-            f->in[i] = x[i] * f->win[i];
-            pw += (double)f->in[i] * f->in[i];
-        }
-        if (!(pw / N_FFT >= ACTIVE_POWER) || !isfinite(pw)) continue;
-        fftwf_execute(f->plan);
-        double floor_pw = POWER_FLOOR * pw + 1e-30;
-        int64_t slot = (fr / BLOCK_FRAMES) * PHASES + fr % PHASES;
-        float *dst = bsum + slot * N_DBINS;
-        for (int m = 0; m < N_DBINS; m++) {
-            float a = f->out[BIN_LO + m][0], b = f->out[BIN_LO + m][1];
-            dst[m] += (float)log((double)a * a + (double)b * b + floor_pw);
-        }
-        bcount[slot]++;
-    }
-    /* Slide a window of WINDOW_BLOCKS blocks (the whole input when shorter); windows scoring
-     * Z_PRESENT or more are merged into ranges, each decoded from the blocks it covers. */
-    sums sm = {t, bsum, bcount};
-    int64_t w = n_blocks < WINDOW_BLOCKS ? n_blocks : WINDOW_BLOCKS;
-    double z[1 + N_BITS];
-    const double sec_per_block = (double)BLOCK_FRAMES * HOP / QVA_SAMPLE_RATE_HZ;
-    int64_t run_start = -1;
-    double run_z = 0.0;
-    for (int64_t b0 = 0; b0 + w <= n_blocks + 1; b0++) {
-        double zs = b0 + w <= n_blocks ? score_span(&sm, b0, b0 + w, z) : 0.0;
-        int present = zs >= Z_PRESENT;
-        if (zs > rep->score) rep->score = zs;
-        if (present && run_start < 0) run_start = b0, run_z = zs;
-        else if (present && zs > run_z) run_z = zs;
-        if (!present && run_start >= 0) {
-            int64_t b1 = b0 - 1 + w; /* the run covers blocks [run_start, b1) */
-            if (rep->n_ranges < QV_WATERMARK_MAX_RANGES) {
-                qv_watermark_range *g = &rep->ranges[rep->n_ranges++];
-                score_span(&sm, run_start, b1, z);
-                decode(z, g);
-                g->start_s = (double)run_start * sec_per_block;
-                double end = (double)b1 * sec_per_block + (double)(N_FFT - HOP) / QVA_SAMPLE_RATE_HZ;
-                g->end_s = end < rep->seconds ? end : rep->seconds;
-                g->score = run_z;
-            } else {
-                rep->ranges_dropped++;
+    for (int64_t i = 0; i < n_win; i++) best[i] = 0.0, best_at[i] = 0;
+    /* Sliding sums of votes and active counts over w blocks, for every offset and phase; the
+     * whole input is scored as one span alongside. */
+    int all_at = 0;
+    rep->score_all = 0.0;
+    for (int o = 0; o < N_OFFSETS; o++)
+        for (int ph = 0; ph < PERIOD; ph++) {
+            double s = 0.0, s_all;
+            int64_t n = 0;
+            const unsigned char *act = g.active + (int64_t)o * g.n_blocks;
+            for (int64_t m = 0; m < g.n_blocks; m++) {
+                s += vote(&g, p, o, m, ph), n += act[m];
+                if (m >= w) s -= vote(&g, p, o, m - w, ph), n -= act[m - w];
+                if (m < w - 1) continue;
+                double z = n >= MIN_ACTIVE ? s / sqrt(0.5 * N_SYNC * (double)n) : 0.0;
+                if (z > best[m - w + 1]) best[m - w + 1] = z, best_at[m - w + 1] = o * PERIOD + ph;
             }
-            run_start = -1;
+            s_all = span_score(&g, p, o, ph, 0, g.n_blocks);
+            if (s_all > rep->score_all) rep->score_all = s_all, all_at = o * PERIOD + ph;
         }
+    for (int64_t i = 0; i < n_win; i++)
+        if (best[i] > rep->score) rep->score = best[i];
+    /* Windows at Z_PRESENT or more merge into ranges, each decoded at its best window's grid. */
+    for (int64_t i = 0; i < n_win;) {
+        if (best[i] < Z_PRESENT) {
+            i++;
+            continue;
+        }
+        int64_t j = i, top = i;
+        while (j < n_win && best[j] >= Z_PRESENT) {
+            if (best[j] > best[top]) top = j;
+            j++;
+        }
+        if (rep->n_ranges < QV_WATERMARK_MAX_RANGES) {
+            qv_watermark_range *r = &rep->ranges[rep->n_ranges++];
+            const int o = best_at[top] / PERIOD, ph = best_at[top] % PERIOD;
+            int64_t m0 = i, m1 = j - 1 + w;
+            trim(&g, p, o, ph, &m0, &m1);
+            decode(&g, p, o, ph, m0, m1, r);
+            range_times(o, m0, m1, rep->seconds, r);
+            r->score = best[top];
+        } else {
+            rep->ranges_dropped++;
+        }
+        i = j;
     }
-    /* The whole input as one window: a long file too faint for any 3 s window may still show it. */
-    rep->score_all = score_span(&sm, 0, n_blocks, z);
-    decode(z, &rep->all);
+    decode(&g, p, all_at / PERIOD, all_at % PERIOD, 0, g.n_blocks, &rep->all);
     rep->all.end_s = rep->seconds;
     rep->all.score = rep->score_all;
     rep->present = rep->n_ranges > 0 || rep->ranges_dropped > 0 || rep->score_all >= Z_PRESENT;
-    fft_close(f);
-    free(f), free(t), free(bsum), free(bcount);
+    free(p), free(g.proj), free(g.active), free(best), free(best_at);
     return QV_OK;
 }
 

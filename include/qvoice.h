@@ -665,11 +665,14 @@ enum qv_status qv_loudness_lufs(const float *pcm, int64_t n_samples, double *luf
 
 /* ==== watermark (docs/provenance.md) ========================================================= */
 
-/* An inaudible mark in the samples: a fixed spread-spectrum ripple 37 dB under the signal in
- * 422 Hz - 6.98 kHz that carries a 32-bit payload (+ CRC-8). Marking is a linear filter, so a
- * stream marked call by call equals the whole signal marked at once, with no added delay.
+/* An inaudible mark in the samples: spread-transform dither modulation of the log energies of
+ * 2-bin × 4-frame STFT tiles over 422 Hz - 6.8 kHz, 35 dB or more under the signal, carrying
+ * a 32-bit payload (+ CRC-16) every 5.1 s. Marking a block needs all of it, so a stream comes out
+ * QV_WATERMARK_DELAY samples late (107 ms) and equals the whole signal marked at once, delayed.
  * A qv_watermark belongs to one thread at a time; detection keeps no state. */
 #define QV_WATERMARK_SYNTHETIC 0x80000000u /* payload bit: the audio is machine-made */
+#define QV_WATERMARK_DELAY 2560            /* samples a stream's marked output lags its input */
+#define QV_WATERMARK_PRESENT 6.0           /* a window's score from which the mark is present */
 typedef struct qv_watermark qv_watermark;
 
 /* The payload tying audio to a voice file and a model: QV_WATERMARK_SYNTHETIC | the first 31
@@ -678,23 +681,30 @@ uint32_t qv_watermark_payload(const char *voice_id, const char *model_fingerprin
 /* A marker for one stream carrying payload. QV_OK or QV_E_NOMEM. */
 enum qv_status qv_watermark_new(qv_watermark **out, uint32_t payload);
 void qv_watermark_free(qv_watermark *w); /* accepts NULL */
-/* Marks mono 24 kHz pcm[n_samples] in place, continuing the stream of earlier calls. Costs
- * 1024 multiply-adds per sample; never fails. */
+/* Marks mono 24 kHz pcm[n_samples] in place, continuing the stream of earlier calls: pcm gets
+ * the marked stream QV_WATERMARK_DELAY samples late (zeros first). Never fails. */
 void qv_watermark_apply(qv_watermark *w, float *pcm, int64_t n_samples);
+/* Ends a stream: the last QV_WATERMARK_DELAY marked samples into tail. */
+void qv_watermark_flush(qv_watermark *w, float tail[QV_WATERMARK_DELAY]);
+/* Marks a whole signal in place, without delay (the stream's output, advanced). QV_OK,
+ * QV_E_INVALID (pcm NULL), QV_E_NOMEM. */
+enum qv_status qv_watermark_mark(uint32_t payload, float *pcm, int64_t n_samples);
 
 #define QV_WATERMARK_MAX_RANGES 32
 typedef struct {
     double start_s, end_s;  /* where the mark is (seconds from the start of the input) */
-    double score;           /* best 3 s window score in the range (presence from 5.0) */
-    int payload_ok;         /* 1: the payload's CRC-8 matched (decoded over the whole range) */
+    double score;           /* best 3 s window score in the range (QV_WATERMARK_PRESENT on) */
+    int payload_ok;         /* 1: the payload's CRC-16 matched (decoded over the whole range) */
     uint32_t payload;       /* valid when payload_ok */
-    double payload_score;   /* smallest |score| of the 40 coded bits: how sure the decoding is */
+    double payload_score;   /* smallest |soft sum| of the 48 coded bits: how sure the decoding is */
 } qv_watermark_range;
 
 typedef struct {
     uint32_t struct_size;
-    int present;            /* 1 when some 3 s window, or the whole input, scores 5.0 or more */
-    double score;           /* best 3 s window score (about N(0,1) for unmarked audio) */
+    int present;            /* 1 when some 3 s window, or the whole input, scores
+                               QV_WATERMARK_PRESENT or more */
+    double score;           /* best 3 s window score (the best of 768 about-N(0,1) scores for
+                               unmarked audio) */
     double score_all;       /* score of the whole input as one window */
     qv_watermark_range all; /* the whole input, decoded as one range */
     double seconds;         /* length of the input */
@@ -704,9 +714,10 @@ typedef struct {
 } qv_watermark_report;
 qv_watermark_report qv_watermark_default_report(void);
 
-/* Looks for the mark in mono 24 kHz pcm: 3 s windows every 1.02 s (the whole input when
- * shorter). Allocates about 58 KB per second of input (per-phase spectrum sums of each 1.02 s
- * block). QV_OK (report filled), QV_E_ABI, QV_E_INVALID (pcm NULL), QV_E_NOMEM, QV_E_LIMIT. */
+/* Looks for the mark in mono 24 kHz pcm: 27-block (2.9 s) windows every 107 ms block (the
+ * whole input when shorter; under 1.3 s nothing is said). Allocates about 12 KB per second of
+ * input (the projections of every block at 40 grid offsets). QV_OK (report filled), QV_E_ABI,
+ * QV_E_INVALID (pcm NULL), QV_E_NOMEM, QV_E_LIMIT. */
 enum qv_status qv_watermark_detect(const float *pcm, int64_t n_samples, qv_watermark_report *r);
 /* The same on an audio file in any format libsndfile reads (channels averaged, resampled to
  * 24 kHz; at most max_seconds, <= 0: all). QV_E_AUDIO names the file when it cannot be read or

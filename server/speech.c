@@ -156,6 +156,11 @@ static void *worker(void *arg) {
     s->met.cancelled += rc == QV_E_CANCELLED;
     pthread_mutex_unlock(&s->met.mu);
     pthread_mutex_lock(&j->mu);
+    if (j->enc) { /* a stream's last samples (the watermark's delay) go out before its end */
+        const enum qv_status closed = qv_encoder_close(j->enc);
+        j->enc = NULL;
+        if (!rc) rc = closed;
+    }
     j->st = rc;
     j->stats = st;
     if (rc && !j->err[0]) snprintf(j->err, sizeof j->err, "%s", qv_last_error());

@@ -105,7 +105,7 @@ static const char *usage_text =
     "        -o, --output OUT    output file (default: FILE itself, replaced atomically)\n"
     "    detect      look for qvoice's audio watermark (docs/provenance.md) in audio files of any\n"
     "                format libsndfile reads: presence, the 32-bit payload and where the mark is\n"
-    "                (3 s windows every 1.02 s; the whole file as one window too). Exit 0 when\n"
+    "                (3 s windows every 107 ms; the whole file as one window too). Exit 0 when\n"
     "                every file carries the mark, 1 when one does not or cannot be read.\n"
     "        -j, --json          one JSON array of objects on stdout instead of text\n"
     "        -M, --max-seconds S read at most S seconds of each file (default 1200)\n"
@@ -1275,8 +1275,9 @@ static int cmd_detect(int argc, char **argv) {
             cJSON_AddItemToArray(jarr, jo);
             continue;
         }
-        printf("%s: %.2f s, mark %s (best 3 s window %.1f, whole file %.1f; present from 5.0)\n",
-               argv[i], r.seconds, r.present ? "present" : "not found", r.score, r.score_all);
+        printf("%s: %.2f s, mark %s (best 3 s window %.1f, whole file %.1f; present from %.1f)\n",
+               argv[i], r.seconds, r.present ? "present" : "not found", r.score, r.score_all,
+               QV_WATERMARK_PRESENT);
         if (r.present) {
             printf("  whole file:\n");
             range_out(&r.all, NULL);

@@ -80,7 +80,7 @@ static int append(void *user, const void *p, size_t n) {
 
 /* A WAV streamed in uneven blocks to a seekable file equals the one-shot file; to a function it
  * differs only in the header's unknown length. Both carry the default watermark: the samples are
- * the tone marked by qv_watermark_apply, and QV_WATERMARK_OFF gives the tone itself. */
+ * the tone marked by qv_watermark_mark, and QV_WATERMARK_OFF gives the tone itself. */
 static void test_stream_equals_whole(void **st) {
     (void)st;
     const int n = 24000;
@@ -92,11 +92,8 @@ static void test_stream_equals_whole(void **st) {
     float *y = malloc((size_t)n * sizeof *y);
     uint8_t *s16 = malloc(2 * (size_t)n), *plain;
     size_t n_plain;
-    qv_watermark *w;
     memcpy(y, x, (size_t)n * sizeof *y);
-    assert_int_equal(qv_watermark_new(&w, QV_WATERMARK_DEFAULT), 0);
-    qv_watermark_apply(w, y, n);
-    qv_watermark_free(w);
+    assert_int_equal(qv_watermark_mark(QV_WATERMARK_DEFAULT, y, n), 0);
     qv_pcm_s16le(y, n, s16);
     assert_memory_equal(whole + 44, s16, 2 * (size_t)n);
     assert_int_equal(qv_audio_encode(QV_FORMAT_WAV, x, n, QV_WATERMARK_OFF, &plain, &n_plain), 0);

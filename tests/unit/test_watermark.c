@@ -1,10 +1,14 @@
 /* test_watermark.c — the audio watermark (features/watermark.c, docs/provenance.md): a stream
- * marked in uneven blocks equals the whole signal marked; the mark stays 35 dB or more under
- * the speech in every third-octave band it uses (printed); the detector finds it in marked
- * speech, also after gain ±6 dB, resampling to 16 kHz and back and noise at 20 dB SNR (scores
- * printed), and not in unmarked speech, noise or tones; through MP3 64 kbit/s and Opus 32
- * kbit/s (lame, opusenc, sox from scripts/deps.sh) the scores are printed and unmarked audio must
- * stay unmarked; bad arguments are refused. */
+ * marked in uneven blocks equals the whole signal marked, QV_WATERMARK_DELAY samples late; the
+ * mark stays 35 dB or more under the speech in every third-octave band it uses (printed); over
+ * the two bundled clips marked back to back, the share of 3 s excerpts (every 1 s) where it is
+ * found and of 10 s excerpts (every 2 s) whose payload is recovered, after gain ±6 dB and
+ * resampling to 16 kHz and back (asserted at issue 28's goals: 99 % and 100 %), and after noise
+ * at 20 dB SNR, MP3 64 kbit/s and Opus 32 kbit/s (lame, opusenc from scripts/deps.sh: printed,
+ * the goals are not met there, see docs/provenance.md); a marked stretch between unmarked audio
+ * is reported where it is; no window of unmarked audio (espeak-ng speech of 6 voices reading
+ * fixed texts, cached under build/, the clips, noise, tones, sweeps, chords; over 10,000 3 s
+ * windows) is found marked, also after MP3; bad arguments are refused. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -25,6 +29,7 @@
 #include "tests/unit/helpers/shell.h"
 #include "tests/unit/helpers/tmpdir.h"
 
+#define SR 24000
 static const char *const clips[] = {"tests/audio/en_ohenry_chenevert.wav",
                                     "tests/audio/it_galatea_fasol.wav"};
 static float *g_speech, *g_marked; /* both clips, one after the other */
@@ -36,7 +41,8 @@ static int setup(void **state) {
     qva_audio a[2];
     char err[512];
     for (int i = 0; i < 2; i++)
-        if (qva_audio_load(&a[i], clips[i], 0, err, sizeof err)) return fprintf(stderr, "%s\n", err), -1;
+        if (qva_audio_load(&a[i], clips[i], 0, err, sizeof err))
+            return fprintf(stderr, "%s\n", err), -1;
     g_n = a[0].n_samples + a[1].n_samples;
     g_speech = malloc((size_t)g_n * sizeof *g_speech);
     g_marked = malloc((size_t)g_n * sizeof *g_marked);
@@ -46,11 +52,7 @@ static int setup(void **state) {
     qva_audio_free(&a[0]);
     qva_audio_free(&a[1]);
     memcpy(g_marked, g_speech, (size_t)g_n * sizeof *g_marked);
-    qv_watermark *w;
-    if (qv_watermark_new(&w, payload)) return -1;
-    qv_watermark_apply(w, g_marked, g_n);
-    qv_watermark_free(w);
-    return 0;
+    return qv_watermark_mark(payload, g_marked, g_n) ? -1 : 0;
 }
 
 static int teardown(void **state) {
@@ -59,22 +61,26 @@ static int teardown(void **state) {
     return tmpdir_teardown(state);
 }
 
-static qv_watermark_report detect(const float *x, int64_t n, const char *what) {
+static qv_watermark_report detect(const float *x, int64_t n) {
     qv_watermark_report r = qv_watermark_default_report();
     assert_int_equal(qv_watermark_detect(x, n, &r), QV_OK);
-    printf("  %-34s best 3 s window %5.2f, whole %5.2f -> %s\n", what, r.score, r.score_all,
-           r.present ? "present" : "not found");
     return r;
+}
+
+static int payload_found(const qv_watermark_report *r) {
+    for (int i = 0; i < r->n_ranges; i++)
+        if (r->ranges[i].payload_ok && r->ranges[i].payload == payload) return 1;
+    return 0;
 }
 
 static void test_stream_equals_whole(void **state) {
     (void)state;
-    float *y = malloc((size_t)g_n * sizeof *y);
+    float *y = malloc((size_t)g_n * sizeof *y), tail[QV_WATERMARK_DELAY];
     assert_non_null(y);
     memcpy(y, g_speech, (size_t)g_n * sizeof *y);
     qv_watermark *w;
     assert_int_equal(qv_watermark_new(&w, payload), QV_OK);
-    static const int64_t cuts[] = {1, 7, 1000, 1920, 4095, 4096, 4097, 6143, 6145, 23999};
+    static const int64_t cuts[] = {1, 7, 1000, 1920, 2559, 2560, 2561, 4095, 6145, 23999};
     int64_t at = 0;
     for (int i = 0; at < g_n; i++) {
         int64_t n = cuts[i % 10];
@@ -82,8 +88,12 @@ static void test_stream_equals_whole(void **state) {
         qv_watermark_apply(w, y + at, n);
         at += n;
     }
+    qv_watermark_flush(w, tail);
     qv_watermark_free(w);
-    assert_memory_equal(y, g_marked, (size_t)g_n * sizeof *y);
+    for (int i = 0; i < QV_WATERMARK_DELAY; i++) assert_true(y[i] == 0.0f);
+    assert_memory_equal(y + QV_WATERMARK_DELAY, g_marked,
+                        (size_t)(g_n - QV_WATERMARK_DELAY) * sizeof *y);
+    assert_memory_equal(tail, g_marked + g_n - QV_WATERMARK_DELAY, sizeof tail);
     free(y);
 }
 
@@ -111,7 +121,8 @@ static void test_mark_level(void **state) {
     double worst = -INFINITY;
     printf("  mark power under the speech, third-octave bands:\n");
     for (double fc = 500.0; fc <= 6400.0; fc *= pow(2.0, 1.0 / 3.0)) {
-        int k0 = (int)ceil(fc / pow(2.0, 1.0 / 6.0) * N / 24000.0), k1 = (int)(fc * pow(2.0, 1.0 / 6.0) * N / 24000.0);
+        int k0 = (int)ceil(fc / pow(2.0, 1.0 / 6.0) * N / 24000.0),
+            k1 = (int)(fc * pow(2.0, 1.0 / 6.0) * N / 24000.0);
         double m = 0.0, sp = 0.0;
         for (int k = k0; k <= k1; k++) m += pm[k], sp += ps[k];
         double db = 10.0 * log10(m / sp);
@@ -125,86 +136,83 @@ static void test_mark_level(void **state) {
     fftwf_free(out);
 }
 
-static void test_detects_marked_speech(void **state) {
+/* Shares of 3 s excerpts (every 1 s) found marked and of 10 s excerpts (every 2 s) whose payload
+ * is recovered; printed, and asserted at the goals when strict. */
+static void excerpts(const float *x, int64_t n, const char *what, int strict) {
+    int n3 = 0, found = 0, n10 = 0, decoded = 0;
+    double zmin = INFINITY;
+    for (int64_t a = 0; a + 3 * SR <= n; a += SR, n3++) {
+        qv_watermark_report r = detect(x + a, 3 * SR);
+        found += r.present;
+        if (r.score < zmin) zmin = r.score;
+    }
+    for (int64_t a = 0; a + 10 * SR <= n; a += 2 * SR, n10++) {
+        qv_watermark_report r = detect(x + a, 10 * SR);
+        decoded += payload_found(&r);
+    }
+    qv_watermark_report all = detect(x, n);
+    printf("  %-28s 3 s: %3d/%3d found (lowest score %5.2f); 10 s: payload %2d/%2d; "
+           "whole: %6.2f%s\n", what, found, n3, zmin, decoded, n10, all.score_all,
+           all.all.payload_ok && all.all.payload == payload ? ", payload" : "");
+    if (strict) {
+        assert_true(found >= 0.99 * n3);
+        assert_int_equal(decoded, n10);
+    }
+}
+
+static void noisy(const float *x, float *y, int64_t n, double snr_db) {
+    double e = 0.0;
+    for (int64_t i = 0; i < n; i++) e += (double)x[i] * x[i];
+    double sd = sqrt(e / (double)n / pow(10.0, snr_db / 10.0));
+    uint64_t s = 12345;
+    for (int64_t i = 0; i < n; i++) {
+        double u1 = (double)((s = s * 6364136223846793005ull + 1442695040888963407ull) >> 11);
+        double u2 = (double)((s = s * 6364136223846793005ull + 1442695040888963407ull) >> 11);
+        u1 = u1 * 0x1.0p-53 + 1e-300, u2 *= 0x1.0p-53;
+        y[i] = (float)(x[i] + sd * sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2));
+    }
+}
+
+static void test_transformations(void **state) {
     (void)state;
-    qv_watermark_report r = detect(g_marked, g_n, "marked speech, 60 s");
-    assert_true(r.present);
-    assert_true(r.score_all >= 5.0);
-    float *y = malloc((size_t)g_n * sizeof *y);
+    float *y = malloc((size_t)g_n * sizeof *y), *lo = malloc((size_t)g_n * sizeof *lo);
     assert_non_null(y);
+    assert_non_null(lo);
+    excerpts(g_marked, g_n, "marked", 1);
     for (int g = -1; g <= 1; g += 2) {
         double gain = pow(10.0, g * 6.0 / 20.0);
         for (int64_t i = 0; i < g_n; i++) y[i] = (float)(g_marked[i] * gain);
-        r = detect(y, g_n, g < 0 ? "gain -6 dB" : "gain +6 dB");
-        assert_true(r.present);
+        excerpts(y, g_n, g < 0 ? "gain -6 dB" : "gain +6 dB", 1);
     }
-    /* white noise at 20 dB SNR (of the whole signal), fixed seed */
-    double e = 0.0;
-    for (int64_t i = 0; i < g_n; i++) e += (double)g_marked[i] * g_marked[i];
-    double sd = sqrt(e / (double)g_n / 100.0);
-    uint64_t s = 12345;
-    for (int64_t i = 0; i < g_n; i++) {
-        double u1 = ((s = s * 6364136223846793005ull + 1442695040888963407ull) >> 11) * 0x1.0p-53 + 1e-300;
-        double u2 = ((s = s * 6364136223846793005ull + 1442695040888963407ull) >> 11) * 0x1.0p-53;
-        y[i] = (float)(g_marked[i] + sd * sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2));
-    }
-    detect(y, g_n, "noise at 20 dB SNR (seed 12345)");
-    /* 24 kHz -> 16 kHz -> 24 kHz */
-    float *lo = malloc((size_t)g_n * sizeof *lo);
-    assert_non_null(lo);
     SRC_DATA d = {.data_in = g_marked, .input_frames = (long)g_n, .data_out = lo,
                   .output_frames = (long)g_n, .src_ratio = 16000.0 / 24000.0};
     assert_int_equal(src_simple(&d, SRC_SINC_MEDIUM_QUALITY, 1), 0);
     SRC_DATA u = {.data_in = lo, .input_frames = d.output_frames_gen, .data_out = y,
                   .output_frames = (long)g_n, .src_ratio = 24000.0 / 16000.0};
     assert_int_equal(src_simple(&u, SRC_SINC_MEDIUM_QUALITY, 1), 0);
-    r = detect(y, u.output_frames_gen, "resampled 16 kHz and back");
-    assert_true(r.present);
+    excerpts(y, u.output_frames_gen, "resampled 16 kHz and back", 1);
+    noisy(g_marked, y, g_n, 20.0);
+    excerpts(y, g_n, "white noise at 20 dB SNR", 0);
+    noisy(g_speech, y, g_n, 20.0);
+    assert_false(detect(y, g_n).present);
     free(lo);
     free(y);
 }
 
-static void test_unmarked_is_not_found(void **state) {
-    (void)state;
-    qv_watermark_report r = detect(g_speech, g_n, "unmarked speech, 60 s");
-    assert_false(r.present);
-    int64_t n = 30 * 24000;
-    float *y = malloc((size_t)n * sizeof *y);
-    assert_non_null(y);
-    uint64_t s = 99;
-    for (int64_t i = 0; i < n; i++)
-        y[i] = (float)(0.1 * ((double)((s = s * 6364136223846793005ull + 1) >> 11) * 0x1.0p-53 - 0.5));
-    r = detect(y, n, "white noise, 30 s");
-    assert_false(r.present);
-    for (int64_t i = 0; i < n; i++)
-        y[i] = (float)(0.2 * sin(2.0 * M_PI * 1000.0 * i / 24000.0) + 0.1 * sin(2.0 * M_PI * 2637.0 * i / 24000.0));
-    r = detect(y, n, "tones 1000 + 2637 Hz, 30 s");
-    assert_false(r.present);
-    for (int64_t i = 0; i < n; i++) {
-        double t = (double)i / 24000.0;
-        y[i] = (float)(0.3 * sin(2.0 * M_PI * (200.0 * t + 100.0 * t * t)));
-    }
-    r = detect(y, n, "sweep 200 Hz - 6.2 kHz, 30 s");
-    assert_false(r.present);
-    free(y);
-}
-
 static void write_wav(const char *path, const float *x, int64_t n) {
-    SF_INFO si = {.samplerate = 24000, .channels = 1, .format = SF_FORMAT_WAV | SF_FORMAT_PCM_16};
+    SF_INFO si = {.samplerate = SR, .channels = 1, .format = SF_FORMAT_WAV | SF_FORMAT_PCM_16};
     SNDFILE *f = sf_open(path, SFM_WRITE, &si);
     assert_non_null(f);
     assert_int_equal(sf_writef_float(f, x, n), n);
     sf_close(f);
 }
 
-static qv_watermark_report detect_file(const char *name, const char *what) {
-    qv_watermark_report r = qv_watermark_default_report();
-    enum qv_status st = qv_watermark_detect_file(tmp_path(name), 0, &r);
-    if (st) fprintf(stderr, "%s\n", qv_last_error());
-    assert_int_equal(st, QV_OK);
-    printf("  %-34s best 3 s window %5.2f, whole %5.2f -> %s\n", what, r.score, r.score_all,
-           r.present ? "present" : "not found");
-    return r;
+static float *load(const char *path, int64_t *n) {
+    qva_audio a;
+    char err[512];
+    if (qva_audio_load(&a, path, 0, err, sizeof err)) fail_msg("%s", err);
+    *n = a.n_samples;
+    return a.samples;
 }
 
 static void test_codecs(void **state) {
@@ -216,14 +224,138 @@ static void test_codecs(void **state) {
     write_wav(tmp_path("m.wav"), g_marked, g_n);
     write_wav(tmp_path("u.wav"), g_speech, g_n);
     assert_int_equal(sh("cd %s && lame --quiet -b 64 m.wav m.mp3 && lame --quiet -b 64 u.wav u.mp3 "
-                        "&& opusenc --quiet --bitrate 32 m.wav m.opus && opusdec --quiet m.opus mo.wav "
-                        "&& opusenc --quiet --bitrate 32 u.wav u.opus && opusdec --quiet u.opus uo.wav",
+                        "&& opusenc --quiet --bitrate 32 m.wav m.opus "
+                        "&& opusdec --quiet m.opus mo.wav "
+                        "&& opusenc --quiet --bitrate 32 u.wav u.opus "
+                        "&& opusdec --quiet u.opus uo.wav",
                         tmp_dir),
                      0);
-    detect_file("m.mp3", "marked, MP3 64 kbit/s");
-    detect_file("mo.wav", "marked, Opus 32 kbit/s");
-    assert_false(detect_file("u.mp3", "unmarked, MP3 64 kbit/s").present);
-    assert_false(detect_file("uo.wav", "unmarked, Opus 32 kbit/s").present);
+    static const char *const files[] = {"m.mp3", "mo.wav", "u.mp3", "uo.wav"};
+    static const char *const what[] = {"MP3 64 kbit/s", "Opus 32 kbit/s"};
+    for (int i = 0; i < 4; i++) {
+        int64_t n;
+        float *x = load(tmp_path(files[i]), &n);
+        if (i < 2) excerpts(x, n, what[i], 0);
+        else assert_false(detect(x, n).present);
+        free(x);
+    }
+}
+
+/* 10 s unmarked, 20 s marked, 10 s unmarked: one range, about where the marked part is. */
+static void test_concatenation(void **state) {
+    (void)state;
+    const int64_t n = 40 * SR;
+    float *y = malloc((size_t)n * sizeof *y);
+    assert_non_null(y);
+    memcpy(y, g_speech + 35 * SR, 10 * SR * sizeof *y);
+    memcpy(y + 10 * SR, g_marked + 5 * SR, 20 * SR * sizeof *y);
+    memcpy(y + 30 * SR, g_speech + 45 * SR, 10 * SR * sizeof *y);
+    qv_watermark_report r = detect(y, n);
+    for (int i = 0; i < r.n_ranges; i++)
+        printf("  range %.2f - %.2f s, score %.2f, payload %s %08x\n", r.ranges[i].start_s,
+               r.ranges[i].end_s, r.ranges[i].score, r.ranges[i].payload_ok ? "ok" : "not found",
+               r.ranges[i].payload);
+    assert_int_equal(r.n_ranges, 1);
+    assert_true(fabs(r.ranges[0].start_s - 10.0) <= 1.5);
+    assert_true(fabs(r.ranges[0].end_s - 30.0) <= 1.5);
+    assert_true(payload_found(&r));
+    free(y);
+}
+
+/* Unmarked audio of many kinds, as one long signal per kind: the detector scores every 3 s
+ * window (one every 107 ms block) and none may reach presence. The espeak-ng speech is made
+ * once into build/test_watermark/ (the test runs from the repo root; remove the directory to
+ * remake it). */
+static int64_t null_run(const float *x, int64_t n, const char *what, double *zmax) {
+    qv_watermark_report r = detect(x, n);
+    int64_t windows = n / QV_WATERMARK_DELAY - 26;
+    printf("  %-34s %6.0f s, %5lld windows: best %5.2f%s\n", what, (double)n / SR,
+           (long long)(windows > 0 ? windows : 0), r.score, r.present ? " FOUND" : "");
+    assert_false(r.present);
+    if (r.score > *zmax) *zmax = r.score;
+    return windows > 0 ? windows : 0;
+}
+
+/* 640 words drawn with a fixed seed from a small vocabulary, in sentences of 4 to 15 words:
+ * the same speech on every machine, whatever the docs say. */
+static void write_text(const char *path, uint64_t seed) {
+    static const char *const words[] = {
+        "the", "voice", "of", "a", "river", "morning", "quiet", "station", "seven", "people",
+        "never", "listen", "before", "winter", "strong", "coffee", "yesterday", "market", "under",
+        "bridge", "we", "found", "simple", "answer", "music", "through", "open", "window", "and",
+        "travel", "north", "garden", "light", "question", "because", "everyone", "remembers",
+        "small", "houses", "near", "water", "children", "laugh", "while", "teacher", "reads",
+        "history", "tomorrow", "perhaps", "machine", "will", "speak", "clearly", "about",
+        "weather", "mountains", "silver", "number", "thirty", "eight"};
+    FILE *f = fopen(path, "w");
+    if (!f) fail_msg("%s: cannot write", path);
+    uint64_t s = seed * 0x9e3779b97f4a7c15ull;
+    for (int i = 0, left = 0; i < 640; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        if (left == 0) left = 4 + (int)((s >> 33) % 12);
+        fprintf(f, "%s%s", words[(s >> 40) % (sizeof words / sizeof *words)],
+                --left ? " " : (s >> 20) % 4 ? ".\n" : "?\n");
+    }
+    fclose(f);
+}
+
+static void test_false_positives(void **state) {
+    (void)state;
+    static const char *const voices[] = {"en-us", "en+f3", "de", "fr+m3", "es+f2", "it"};
+    int64_t windows = 0;
+    double zmax = 0.0;
+    if (sh("command -v espeak-ng >/dev/null") == 0) {
+        assert_int_equal(sh("mkdir -p build/test_watermark"), 0);
+        for (int v = 0; v < 6; v++) {
+            char path[64], what[64];
+            snprintf(path, sizeof path, "build/test_watermark/%d.txt", v);
+            write_text(path, (uint64_t)v + 1);
+            /* each voice reads its own text at its own rate and pitch, 4-5 minutes */
+            if (sh("test -s build/test_watermark/%d.wav || espeak-ng -v %s -s %d -p %d "
+                   "-f build/test_watermark/%d.txt -w build/test_watermark/%d.wav",
+                   v, voices[v], 140 + 12 * v, 35 + 6 * v, v, v) != 0)
+                fail_msg("espeak-ng could not write build/test_watermark/%d.wav", v);
+            snprintf(path, sizeof path, "build/test_watermark/%d.wav", v);
+            snprintf(what, sizeof what, "espeak-ng %s", voices[v]);
+            int64_t n;
+            float *x = load(path, &n);
+            windows += null_run(x, n, what, &zmax);
+            free(x);
+        }
+    } else {
+        printf("  espeak-ng missing (scripts/deps.sh installs it): its speech is left out\n");
+    }
+    windows += null_run(g_speech, g_n, "the bundled clips", &zmax);
+    const int64_t n = 120 * SR;
+    float *y = malloc((size_t)n * sizeof *y);
+    assert_non_null(y);
+    uint64_t s = 99;
+    for (int64_t i = 0; i < n; i++)
+        y[i] = (float)(0.1 * ((double)((s = s * 6364136223846793005ull + 1) >> 11) * 0x1.0p-53 -
+                              0.5));
+    windows += null_run(y, n, "white noise", &zmax);
+    for (int64_t i = 0; i < n; i++)
+        y[i] = (float)(0.2 * sin(2.0 * M_PI * 1000.0 * i / SR) +
+                       0.1 * sin(2.0 * M_PI * 2637.0 * i / SR));
+    windows += null_run(y, n, "tones 1000 + 2637 Hz", &zmax);
+    for (int64_t i = 0; i < n; i++) {
+        double t = (double)(i % (30 * SR)) / SR;
+        y[i] = (float)(0.3 * sin(2.0 * M_PI * (200.0 * t + 100.0 * t * t)));
+    }
+    windows += null_run(y, n, "sweeps 200 Hz - 6.2 kHz", &zmax);
+    for (int64_t i = 0; i < n; i++) { /* a chord of 3 harmonic notes, changing every 0.5 s */
+        static const double root[] = {220.0, 246.9, 261.6, 293.7, 329.6, 349.2, 392.0};
+        double f0 = root[(i / (SR / 2)) % 7], v = 0.0, t = (double)i / SR;
+        for (int k = 1; k <= 8; k++)
+            v += (sin(2 * M_PI * f0 * k * t) + sin(2 * M_PI * f0 * 1.26 * k * t) +
+                  sin(2 * M_PI * f0 * 1.5 * k * t)) / (k * 10.0);
+        y[i] = (float)v;
+    }
+    windows += null_run(y, n, "chords", &zmax);
+    free(y);
+    printf("  %lld 3 s windows of unmarked audio, none found; best score %.2f (presence 6.0)\n",
+           (long long)windows, zmax);
+    if (sh("command -v espeak-ng >/dev/null") == 0) assert_true(windows >= 10000);
 }
 
 static void test_arguments(void **state) {
@@ -237,13 +369,16 @@ static void test_arguments(void **state) {
     r = qv_watermark_default_report();
     assert_int_equal(qv_watermark_detect(g_speech, 100, &r), QV_OK); /* too short to say */
     assert_false(r.present);
-    float nan_buf[8192];
-    for (int i = 0; i < 8192; i++) nan_buf[i] = i % 3 ? NAN : INFINITY;
-    assert_int_equal(qv_watermark_detect(nan_buf, 8192, &r), QV_OK);
+    static float nan_buf[48000];
+    for (int i = 0; i < 48000; i++) nan_buf[i] = i % 3 ? NAN : INFINITY;
+    assert_int_equal(qv_watermark_detect(nan_buf, 48000, &r), QV_OK);
     assert_false(r.present);
+    assert_int_equal(qv_watermark_mark(payload, NULL, 10), QV_E_INVALID);
+    assert_int_equal(qv_watermark_mark(payload, nan_buf, 0), QV_OK);
     assert_int_equal(qv_watermark_detect_file("tests/audio/missing.wav", 0, &r), QV_E_AUDIO);
     assert_non_null(strstr(qv_last_error(), "missing.wav"));
-    uint32_t a = qv_watermark_payload("voice", "model"), b = qv_watermark_payload("voice", "model2");
+    uint32_t a = qv_watermark_payload("voice", "model");
+    uint32_t b = qv_watermark_payload("voice", "model2");
     assert_true(a & QV_WATERMARK_SYNTHETIC);
     assert_int_equal(a, qv_watermark_payload("voice", "model"));
     assert_int_not_equal(a, b);
@@ -254,9 +389,10 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stream_equals_whole),
         cmocka_unit_test(test_mark_level),
-        cmocka_unit_test(test_detects_marked_speech),
-        cmocka_unit_test(test_unmarked_is_not_found),
+        cmocka_unit_test(test_transformations),
         cmocka_unit_test(test_codecs),
+        cmocka_unit_test(test_concatenation),
+        cmocka_unit_test(test_false_positives),
         cmocka_unit_test(test_arguments),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
