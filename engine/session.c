@@ -705,26 +705,32 @@ enum qv_status qve_session_frame(qv_session *s, int32_t codes[QV_N_CODEBOOKS], i
 
 /* ==== text ================================================================================== */
 
-static enum qv_status tok_status(qv_session *s, int st) {
+/* A tokenizer failure's status, its detail in err (a default when empty). */
+static enum qv_status tok_code(int st, char *err, size_t err_size) {
     if (st == QVE_TOK_OK) return QV_OK;
-    if (!s->err[0]) snprintf(s->err, sizeof s->err, "tokenizer: %s", qve_tok_strerror(st));
+    if (!err[0]) snprintf(err, err_size, "tokenizer: %s", qve_tok_strerror(st));
     return st == QVE_TOK_E_NOMEM      ? QV_E_NOMEM
            : st == QVE_TOK_E_BAD_UTF8 ? QV_E_INVALID
                                       : QV_E_MODEL;
 }
 
-enum qv_status qv_session_tokenize(qv_session *s, const char *text, int32_t **ids, int *n_ids) {
+static enum qv_status tok_status(qv_session *s, int st) {
+    return tok_code(st, s->err, sizeof s->err);
+}
+
+enum qv_status qv_model_tokenize(const qv_model *m, const char *text, int32_t **ids, int *n_ids) {
+    if (!m || !text || !ids || !n_ids) return qvu_fail(QV_E_INVALID, "qv_model_tokenize: NULL");
     *ids = NULL;
     *n_ids = 0;
-    qve_tok *tok = qve_model_tok(s->m, s->err, sizeof s->err);
-    if (!tok) return qvu_fail(QV_E_MODEL, s->err);
+    char err[QVE_ERR_MAX] = "";
+    qve_tok *tok = qve_model_tok(m, err, sizeof err);
+    if (!tok) return qvu_fail(QV_E_MODEL, err);
     qve_tok_ids v = {0};
-    s->err[0] = 0;
-    int st = qve_tok_encode(tok, text, strlen(text), &v, s->err, sizeof s->err);
-    qve_model_tok_done(s->m);
+    int st = qve_tok_encode(tok, text, strlen(text), &v, err, sizeof err);
+    qve_model_tok_done(m);
     if (st != QVE_TOK_OK) {
         qve_tok_ids_free(&v);
-        return qvu_fail(tok_status(s, st), s->err);
+        return qvu_fail(tok_code(st, err, sizeof err), err);
     }
     if (v.n_ids > (1u << 24)) {
         qve_tok_ids_free(&v);
@@ -733,6 +739,12 @@ enum qv_status qv_session_tokenize(qv_session *s, const char *text, int32_t **id
     *ids = v.ids;
     *n_ids = (int)v.n_ids;
     return QV_OK;
+}
+
+enum qv_status qv_session_tokenize(qv_session *s, const char *text, int32_t **ids, int *n_ids) {
+    enum qv_status st = qv_model_tokenize(s->m, text, ids, n_ids);
+    if (st) snprintf(s->err, sizeof s->err, "%s", qv_last_error());
+    return st;
 }
 
 /* The request's strings where ids are not given, with the reference's templates (prompt.h: the

@@ -104,6 +104,7 @@ qv_synth_request qv_synth_default_request(void) {
     r.struct_size = sizeof r;
     r.use_icl = r.use_wdelta = r.guard = r.trim_lead = 1;
     r.max_chunk_chars = QVE_MAX_CHUNK_CHARS_DEFAULT;
+    r.speed = 1.0;
     return r;
 }
 
@@ -205,6 +206,7 @@ typedef struct {
     int max_frames, stream, n_pieces, n_text_chunks, text_chunk;
     qv_pcm_fn fn;
     void *user;
+    qva_stretch *stretch; /* speed != 1: between the joined output and fn */
     qv_synth_stats *st;
     double t0;
     qve_audio_buf out; /* joined audio not yet delivered */
@@ -250,19 +252,34 @@ __attribute__((format(printf, 3, 4))) static int fail(run *c, enum qv_status st,
     return -1;
 }
 
-/* Delivers the joined output except its last keep samples. */
-static int deliver(run *c, int64_t keep) {
-    int64_t n = c->out.n - keep;
+/* qva_stretch_fn, and the plain path: samples to the caller's fn. */
+static int hand_on(void *user, const float *x, int n) {
+    run *c = user;
     if (n <= 0) return 0;
-    if (atomic_load(&c->s->cancel) || (c->fn && c->fn(c->user, c->out.x, (int)n))) {
+    if (atomic_load(&c->s->cancel) || (c->fn && c->fn(c->user, x, n))) return 1;
+    if (!c->st->n_samples) c->st->first_audio_s = now_s() - c->t0;
+    c->st->n_samples += n;
+    return 0;
+}
+
+/* Delivers the joined output except its last keep samples (through the stretcher when the
+ * speed is not 1; final: the synthesis has ended, so the stretcher flushes). */
+static int deliver_final(run *c, int64_t keep, int final) {
+    int64_t n = c->out.n - keep;
+    if (n < 0 || (n == 0 && !(final && c->stretch))) return 0;
+    int stop = c->stretch ? qva_stretch_run(c->stretch, c->out.x, n, final, hand_on, c)
+                          : hand_on(c, c->out.x, (int)n);
+    if (stop) {
         atomic_store(&c->s->cancel, 1);
         return fail(c, QV_E_CANCELLED, "%s", "cancelled");
     }
-    if (!c->st->n_samples) c->st->first_audio_s = now_s() - c->t0;
-    c->st->n_samples += n;
     memmove(c->out.x, c->out.x + n, (size_t)keep * sizeof *c->out.x);
     c->out.n = keep;
     return 0;
+}
+
+static int deliver(run *c, int64_t keep) {
+    return deliver_final(c, keep, 0);
 }
 
 /* Decoder thread: queue the audio for the synthesis thread; stop when cancelled. */
@@ -868,7 +885,7 @@ static int speak_text(run *c) {
         }
     }
     qve_chunk_list_free(&l);
-    return rc ? -1 : deliver(c, 0);
+    return rc ? -1 : deliver_final(c, 0, 1);
 }
 
 enum qv_status qv_synth_run(qv_synth *s, const qv_synth_request *r, qv_pcm_fn fn, void *user,
@@ -889,8 +906,13 @@ enum qv_status qv_synth_run(qv_synth *s, const qv_synth_request *r, qv_pcm_fn fn
     c.stream = r && !r->whole_chunks;
     atomic_store(&s->cancel, 0);
     if (!r || !r->text) return qvu_fail(QV_E_INVALID, "synth: no text");
+    if (!(r->speed >= QV_SPEED_MIN && r->speed <= QV_SPEED_MAX) || (r->codes_only && r->speed != 1))
+        return qvu_failf(QV_E_INVALID, "speed %g: expected %g to %g%s", r->speed, QV_SPEED_MIN,
+                         QV_SPEED_MAX, r->codes_only ? ", and 1 with codes_only" : "");
     enum qv_status st = s->s ? QV_OK : new_session(s); /* lost to a failed weight delta */
     if (st) return st;
+    if (r->speed != 1 && !(c.stretch = qva_stretch_new(r->speed)))
+        return qvu_fail(QV_E_NOMEM, "speed: out of memory for the time stretcher");
     qv_voice *opened = NULL;
     const qv_voice *v = r->voice;
     qv_text_bridge bridge;
@@ -918,6 +940,7 @@ enum qv_status qv_synth_run(qv_synth *s, const qv_synth_request *r, qv_pcm_fn fn
     spans_free(&c);
     qv_voice_free(opened);
     qve_audio_buf_free(&c.out);
+    qva_stretch_free(c.stretch);
     qv_synth_stats *o = c.st;
     o->n_chunks = c.n_text_chunks;
     o->audio_seconds = (double)o->n_samples / QV_SAMPLE_RATE_HZ;

@@ -94,6 +94,20 @@ int qva_ecapa_dim(const qva_ecapa *e);   /* enc_dim: 1024 (0.6B) or 2048 (1.7B) 
 int qva_ecapa_forward(const qva_ecapa *e, qvk_pool *pool, float *xvec, const float *mel,
                       int n_frames, char *err, size_t err_size);
 
+/* ---- speed (stretch.c) ---------------------------------------------------------------------- */
+
+/* A pitch-preserving time stretch by speed (QV_SPEED_MIN..MAX; 2 = twice as fast) over samples
+ * given in blocks of any size (Rubber Band, real-time mode). A stretcher is used by one thread. */
+typedef struct qva_stretch qva_stretch;
+typedef int (*qva_stretch_fn)(void *user, const float *pcm, int n); /* non-zero: stop */
+qva_stretch *qva_stretch_new(double speed); /* NULL: speed out of range, or out of memory */
+/* x[n] in; the stretched samples so far out through fn (any number of calls). final: the input
+ * has ended, so the rest is flushed, and the output totals round(n_in / speed) samples. Returns
+ * 0 or fn's non-zero return. */
+int qva_stretch_run(qva_stretch *t, const float *x, int64_t n, int final, qva_stretch_fn fn,
+                    void *user);
+void qva_stretch_free(qva_stretch *t); /* accepts NULL */
+
 /* ---- helpers ---------------------------------------------------------------------------- */
 
 double qva_l2norm(const float *a, int n);

@@ -280,6 +280,9 @@ int qv_session_n_frames(const qv_session *s); /* frames produced in this utteran
  * directory). *ids: release with qv_free. QV_E_MODEL if the tokenizer files are bad,
  * QV_E_INVALID for invalid UTF-8. */
 enum qv_status qv_session_tokenize(qv_session *s, const char *text, int32_t **ids, int *n_ids);
+/* The same without a session (any thread: the model's tokenizer is shared under its lock); e.g.
+ * a server's usage.input_tokens. */
+enum qv_status qv_model_tokenize(const qv_model *m, const char *text, int32_t **ids, int *n_ids);
 /* One-line non-fatal note of the last qv_session_start (borrowed, "" when none): e.g. the ids and
  * text a pruned vocabulary lacks. */
 const char *qv_session_warning(const qv_session *s);
@@ -427,7 +430,13 @@ typedef struct {
     const char *style_table;  /* extra "name = instruct text" lines, or NULL */
     int strict_markup;        /* 1: a tag the model and voice cannot honour is an error
                                  (QV_E_UNSUPPORTED); 0: a warning in stats.warning */
+    double speed;             /* QV_SPEED_MIN..QV_SPEED_MAX (1: as generated): the audio is
+                                 time-stretched, pitch kept, before it reaches fn (streamed too);
+                                 the encoder's watermark goes on after it. Not with codes_only */
 } qv_synth_request;
+
+#define QV_SPEED_MIN 0.25
+#define QV_SPEED_MAX 4.0
 
 #define QV_INSTRUCT_DROPPED                                                                        \
     "instruct ignored: the 0.6B CustomVoice model was not trained for instructions "              \

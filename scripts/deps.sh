@@ -11,7 +11,7 @@ INSTALL_PKGS="help2man libmp3lame-dev libunistring-dev python3 python3-venv pyth
 python3-wheel python3-numpy lame opus-tools sox espeak-ng"
 
 PKGS="gcc make pkg-config liblz4-dev libsndfile1-dev libvorbis-dev libogg-dev libsamplerate0-dev libopenblas-pthread-dev
-libcjson-dev libpcre2-dev libutf8proc-dev libfftw3-dev libcmocka-dev libssl-dev libpng-dev libebur128-dev
+libcjson-dev libpcre2-dev libutf8proc-dev libfftw3-dev libcmocka-dev libssl-dev libpng-dev libebur128-dev librubberband-dev
 clang libclang-rt-14-dev wamerican wamerican-small libmicrohttpd-dev nginx-light hey chromium"
 missing=""
 for p in $PKGS $INSTALL_PKGS; do

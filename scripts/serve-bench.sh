@@ -7,6 +7,9 @@
 #      requests vs one alone; then the batched generation step alone (bench_batch)
 #   3. load: hey with 8 concurrent clients (--max-concurrency 4, --max-queue 2: the rest get
 #      429): failures other than 429 (goal 0), p50/p95 latency
+#   5. (run before 4) ref_audio: time to first byte of a request carrying its reference (issue 24),
+#      the first (plus one clone) and the next (reference cache hits; goal: within 50 ms of the
+#      same request with the voice uploaded from the same clip)
 #   4. soak: mixed requests (speech whole/streamed/SSE, a client leaving mid-stream, voices
 #      list/upload/get/delete, bad requests and a corrupt audio upload that must get their 4xx,
 #      metrics) for QV_SOAK_SECONDS; the server's RSS (and its anonymous part) and open
@@ -17,7 +20,7 @@
 # (seconds per request, 4), QV_SERVE_TTFA_RUNS (20), QV_SOAK_SECONDS (600), QV_SOAK_SAMPLE (5),
 # QV_SOAK_SAMPLES (a file to keep the soak's samples in: RSS kB, anonymous RSS kB, open fds),
 # QV_SERVE_QUANT (int8), QV_SERVE_BATCH (the server's --batch: 8; 0 measures the streams unbatched),
-# QV_SERVE_SECTIONS (which of "ttfa ratio load soak" to run: all), QV_SERVE_BIN (the server binary:
+# QV_SERVE_SECTIONS (which of "ttfa ratio load ref soak" to run: all), QV_SERVE_BIN (the server binary:
 # bin/qvoice-server; another build's, to compare two in one sitting).
 # Figures depend on the machine's load: the load average is printed with them. Exit 1 when a
 # step fails outright (a failed load request or an unexpected soak status is printed, not fatal).
@@ -31,7 +34,7 @@ SOAK=${QV_SOAK_SECONDS:-600}
 SAMPLE=${QV_SOAK_SAMPLE:-5}
 QUANT=${QV_SERVE_QUANT:-int8}
 BATCH=${QV_SERVE_BATCH:-8}
-SECTIONS=${QV_SERVE_SECTIONS:-ttfa ratio load soak}
+SECTIONS=${QV_SERVE_SECTIONS:-ttfa ratio load ref soak}
 SERVER=${QV_SERVE_BIN:-bin/qvoice-server}
 PATH=$PATH:/usr/sbin
 W=$(mktemp -d /tmp/qvoice-bench.XXXXXX)
@@ -118,6 +121,39 @@ load_section() {
   echo "serve-bench: load, 8 clients x 2 requests: status $codes; failed (not 200/429, or no response) $failed (goal 0); latency of the 200s p50 $(pct 0.5 < "$W/lat200") s, p95 $(pct 0.95 < "$W/lat200") s; all $(wc -l < "$W/hey.rows") p50 $(cut -d, -f1 "$W/hey.rows" | pct 0.5) s, p95 $(cut -d, -f1 "$W/hey.rows" | pct 0.95) s (load $(load))"
 }
 want load && load_section
+
+# 5. a per-request reference (issue 24): time to first byte of a streamed request with ref_audio
+# (the bundled clip as a data URL, x-vector only), the first (a clone, then cached) and the next
+# ones (reference cache hits), against the same request with the voice uploaded from that clip
+ref_section() {
+  [ -n "$CLONE" ] || { echo "serve-bench: ref: skipped (no ${MODEL%-cv}-base to clone on)"; return 0; }
+  clip=tests/audio/en_ohenry_chenevert.wav
+  curl -s --max-time 300 -o /dev/null -F audio_sample=@"$clip" -F consent=bench -F name=refbench \
+    "$URL/v1/audio/voices"
+  # seconds from sending the request to the first audio byte (curl 7.88's time_starttransfer is
+  # taken when a large body starts to go out, not when the reply's first byte comes back)
+  ttfb() { python3 -c 'import http.client, sys, time
+body = open(sys.argv[2], "rb").read()
+c = http.client.HTTPConnection("127.0.0.1", int(sys.argv[1]), timeout=300)
+t = time.monotonic()
+c.request("POST", "/v1/audio/speech", body=body, headers={"Content-Type": "application/json"})
+r = c.getresponse()
+r.read(1)
+print("%.3f" % (time.monotonic() - t) if r.status == 200 else "failed %d" % r.status)
+r.read()' "$PORT" "$1"; }
+  printf '{"input":"%s","voice":"refbench","seed":5,"max_seconds":%s,"response_format":"pcm","stream":true}' \
+    "$TEXT" "$AUDIO" > "$W/stored.json"
+  { printf '{"input":"%s","seed":5,"max_seconds":%s,"response_format":"pcm","stream":true,' "$TEXT" "$AUDIO"
+    printf '"x_vector_only_mode":true,"ref_audio":"data:audio/wav;base64,'
+    base64 -w0 "$clip"; printf '"}'; } > "$W/ref.json"
+  ttfb "$W/stored.json" > /dev/null # warm: decoder, weights
+  : > "$W/stored"; : > "$W/hits"
+  first=$(ttfb "$W/ref.json")
+  for _ in 1 2 3 4 5; do ttfb "$W/stored.json" >> "$W/stored"; ttfb "$W/ref.json" >> "$W/hits"; done
+  stored=$(pct 0.5 < "$W/stored"); hit=$(pct 0.5 < "$W/hits")
+  echo "serve-bench: ref_audio, time to first byte: first request $first s (a clone, then cached), next ones p50 $hit s (max $(pct 1 < "$W/hits")), stored voice p50 $stored s; hit - stored $(awk -v a="$hit" -v b="$stored" 'BEGIN { printf "%+.3f", a - b }') s (goal <= +0.050); cache hits $(metric qvoice_ref_cache_hits_total), misses $(metric qvoice_ref_cache_misses_total); load $(load)"
+}
+want ref && ref_section
 
 # 4. soak
 # resident kB: all, and the anonymous part (heap, caches; the rest is the weights' file pages)

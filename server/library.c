@@ -183,6 +183,12 @@ static cJSON *describe(const char *id, const qvf_voice *v, const struct stat *st
     cJSON *styles = cJSON_AddArrayToObject(o, "styles"); /* its palette: a request's style */
     for (int i = 0; i < v->n_styles; i++)
         cJSON_AddItemToArray(styles, cJSON_CreateString(v->styles[i].name));
+    /* what vLLM-Omni's listing shows of an upload, when the file has it */
+    const char *statement = qvf_meta_get(v, "consent.statement");
+    const char *about = qvf_meta_get(v, QVS_META_DESCRIPTION);
+    if (statement) cJSON_AddStringToObject(o, "consent_statement", statement);
+    if (v->transcript) cJSON_AddStringToObject(o, "ref_text", v->transcript);
+    if (about) cJSON_AddStringToObject(o, "speaker_description", about);
     return o;
 }
 
@@ -336,6 +342,11 @@ static int may_use(const qv_server *s, const api_key *k, const entry *e) {
     return 0; /* a key no longer in the file: its voices stay private */
 }
 
+/* May key k delete or replace e? An admin any voice, a user key its own (k NULL: no auth). */
+static int may_manage(const api_key *k, const entry *e) {
+    return !k || k->admin || (e->owner && !strcmp(e->owner, k->name));
+}
+
 static entry *find(qv_server *s, const api_key *k, const char *id_or_name) {
     struct library *L = s->lib;
     refresh(L);
@@ -403,8 +414,7 @@ cJSON *qvs_library_describe(qv_server *s, const api_key *k, const char *id_or_na
             entry *x = &s->lib->v[i];
             if (!may_use(s, k, x)) continue;
             cJSON *o = cJSON_Duplicate(x->desc, 1);
-            cJSON_AddBoolToObject(o, "deletable", !k || k->admin ||
-                                                      (x->owner && !strcmp(x->owner, k->name)));
+            cJSON_AddBoolToObject(o, "deletable", may_manage(k, x));
             if (!k || k->admin) cJSON_AddStringToObject(o, "owner", x->owner ? x->owner : "");
             cJSON_AddItemToArray(a, o);
         }
@@ -423,6 +433,17 @@ void qvs_library_note_fit(qv_server *s, const char *id, int fits) {
         cJSON_AddBoolToObject(e->desc, "fits", fits);
     }
     pthread_mutex_unlock(&s->lib->mu);
+}
+
+/* Removes e's files and its entry (under the lock): 0, or 500 when its file stays. */
+static int unlink_entry(qv_server *s, entry *e) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s.%s", s->voices_dir, e->id, e->ts[0] ? "qvpart" : "qvoice");
+    if (unlink(path) && errno != ENOENT) return 500;
+    snprintf(path, sizeof path, "%s/%s.owner", s->voices_dir, e->id);
+    unlink(path);
+    drop(s->lib, (int)(e - s->lib->v), 1);
+    return 0;
 }
 
 /* util's atomic writer (temp, fsync, rename, fsync of the directory); 0 or -1. */
@@ -476,7 +497,7 @@ static int store(struct library *L, const char *id, const uint8_t *b, size_t n, 
 }
 
 int qvs_library_add(qv_server *s, const api_key *k, const uint8_t *b, size_t n, const char *name,
-                    char id[65], cJSON **desc, char *why, size_t ws) {
+                    char id[65], char replaced[65], cJSON **desc, char *why, size_t ws) {
     uint8_t h[32];
     char dst[4096], err[256], ts[65];
     if (qvu_sha256(b, n, h)) {
@@ -486,17 +507,22 @@ int qvs_library_add(qv_server *s, const api_key *k, const uint8_t *b, size_t n, 
     qvu_sha256_hex(h, id);
     struct library *L = s->lib;
     int status = 0;
+    replaced[0] = 0;
     pthread_mutex_lock(&L->mu);
     refresh(L);
-    entry *old = find_id(L, id);
+    entry *old = find_id(L, id), *prev = NULL; /* prev: the voice of that name, replaced */
     for (int i = 0; name && i < L->n; i++)
-        if (L->v[i].name && !strcmp(L->v[i].name, name) && strcmp(L->v[i].id, id)) {
-            snprintf(why, ws, "name %s: another library voice has it (DELETE it first)", name);
-            status = 409;
-            goto out;
-        }
-    if (!old && (L->n >= s->cfg.max_voices ||
-                 L->bytes + (int64_t)n > (int64_t)s->cfg.max_library_mb << 20)) {
+        if (L->v[i].name && !strcmp(L->v[i].name, name) && strcmp(L->v[i].id, id))
+            prev = &L->v[i];
+    if (prev && !may_manage(k, prev)) {
+        snprintf(why, ws, "name %s: another key's voice has it", name);
+        status = 403;
+        goto out;
+    }
+    if (prev) snprintf(replaced, 65, "%s", prev->id);
+    if (!old && (L->n - !!prev >= s->cfg.max_voices ||
+                 L->bytes - (prev ? prev->bytes : 0) + (int64_t)n >
+                     (int64_t)s->cfg.max_library_mb << 20)) {
         snprintf(why, ws, "the voice library is full (%d voices, %lld MB; limits %d, %d MB)",
                  L->n, (long long)(L->bytes >> 20), s->cfg.max_voices, s->cfg.max_library_mb);
         status = 507;
@@ -528,6 +554,10 @@ int qvs_library_add(qv_server *s, const api_key *k, const uint8_t *b, size_t n, 
         qvf_voice_free(v);
     }
     *desc = old ? cJSON_Duplicate(old->desc, 1) : cJSON_CreateObject();
+    /* vLLM-Omni's rule: a name uploaded again replaces its voice (the new one is stored first;
+       the index moved: look it up again) */
+    if (prev && (prev = find_id(L, replaced)) && unlink_entry(s, prev))
+        replaced[0] = 0;
 out:
     pthread_mutex_unlock(&L->mu);
     return status;
@@ -535,25 +565,16 @@ out:
 
 int qvs_library_remove(qv_server *s, const api_key *k, const char *id_or_name, char id[65]) {
     struct library *L = s->lib;
-    char path[4096];
     pthread_mutex_lock(&L->mu);
     entry *e = find(s, k, id_or_name);
     int status = 0;
     if (!e)
         status = 404;
-    else if (k && !k->admin && (!e->owner || strcmp(e->owner, k->name)))
+    else if (!may_manage(k, e))
         status = 403;
     else {
         memcpy(id, e->id, 65);
-        snprintf(path, sizeof path, "%s/%s.%s", s->voices_dir, e->id,
-                 e->ts[0] ? "qvpart" : "qvoice");
-        if (unlink(path) && errno != ENOENT) {
-            status = 500;
-        } else {
-            snprintf(path, sizeof path, "%s/%s.owner", s->voices_dir, e->id);
-            unlink(path);
-            drop(L, (int)(e - L->v), 1);
-        }
+        status = unlink_entry(s, e);
     }
     pthread_mutex_unlock(&L->mu);
     return status;

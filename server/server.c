@@ -110,6 +110,7 @@ static enum route route_of(const char *url, char *id, size_t id_size) {
                 {"/similarity", ROUTE_VOICE_SIMILARITY}};
     id[0] = 0;
     if (!strcmp(url, "/v1/audio/speech")) return ROUTE_SPEECH;
+    if (!strcmp(url, "/v1/audio/speech/batch")) return ROUTE_SPEECH_BATCH;
     if (!strcmp(url, voices)) return ROUTE_VOICES_LIST;
     if (!strncmp(url, voices, sizeof voices - 1) && url[sizeof voices - 1] == '/' &&
         url[sizeof voices] && url[sizeof voices] != '/') {
@@ -137,6 +138,7 @@ static int route_method(enum route r, const char *method) {
     int get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), post = !strcmp(method, "POST");
     switch (r) {
     case ROUTE_SPEECH:
+    case ROUTE_SPEECH_BATCH:
         return post ? (int)r : -1;
     case ROUTE_VOICES_LIST:
         return get ? (int)r : post ? ROUTE_VOICES_UPLOAD : -1;
@@ -177,9 +179,10 @@ static int authorized(const qv_server *s, struct MHD_Connection *c, const api_ke
 
 /* UTF-8 and JSON escapes of the input, other fields (a speaker_embedding of 2048 floats), and
  * with a clone model a ref_audio of up to max_upload_mb in base64. */
-static size_t body_limit(const qv_server *s) {
+static size_t body_limit(const qv_server *s, enum route r) {
     size_t ref = s->cloner ? ((size_t)s->cfg.max_upload_mb << 20) / 3 * 4 + 4096 : 0;
-    return 8 * (size_t)s->cfg.max_text_chars + 65536 + ref;
+    size_t one = 8 * (size_t)s->cfg.max_text_chars + 65536; /* a batch: that per item, one ref */
+    return (r == ROUTE_SPEECH_BATCH ? QVS_BATCH_MAX_ITEMS : 1) * one + ref;
 }
 
 static enum MHD_Result health(struct MHD_Connection *c, req *q) {
@@ -284,10 +287,11 @@ static enum MHD_Result begin(qv_server *s, struct MHD_Connection *c, req *q) {
     const char *cl =
         MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
     unsigned long long len = cl ? strtoull(cl, NULL, 10) : 0;
-    if (q->route == ROUTE_SPEECH && len > body_limit(s))
+    if ((q->route == ROUTE_SPEECH || q->route == ROUTE_SPEECH_BATCH) &&
+        len > body_limit(s, q->route))
         return qvs_reply_error(c, q, MHD_HTTP_CONTENT_TOO_LARGE, "invalid_request_error",
                                "request_too_large", NULL, "request body of %llu bytes exceeds %zu",
-                               len, body_limit(s));
+                               len, body_limit(s, q->route));
     if (q->route == ROUTE_VOICES_UPLOAD) {
         if (len > (unsigned long long)s->cfg.max_upload_mb << 20)
             return qvs_reply_error(c, q, MHD_HTTP_CONTENT_TOO_LARGE, "invalid_request_error",
@@ -303,6 +307,8 @@ static enum MHD_Result finish(qv_server *s, struct MHD_Connection *c, req *q, co
     switch (q->route) {
     case ROUTE_SPEECH:
         return qvs_speech_handle(s, c, q);
+    case ROUTE_SPEECH_BATCH:
+        return qvs_batch_handle(s, c, q);
     case ROUTE_VOICES_LIST:
     case ROUTE_VOICE_GET:
         return qvs_voices_get(s, c, q, id);
@@ -361,10 +367,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     if (*size) {
         if (q->route == ROUTE_VOICES_UPLOAD) return qvs_upload_data(c, q, data, size);
-        if (q->body_len + *size > body_limit(s)) { /* chunked: no length to refuse it by */
+        if (q->body_len + *size > body_limit(s, q->route)) { /* chunked: no length to check */
             return qvs_reply_cut(c, q, MHD_HTTP_CONTENT_TOO_LARGE, "invalid_request_error",
                                  "request_too_large", NULL, "request body exceeds %zu bytes",
-                                 body_limit(s));
+                                 body_limit(s, q->route));
         }
         {
             bytes b = {(uint8_t *)q->body, q->body_len, q->body_cap};

@@ -17,6 +17,7 @@
 
 #define ROUTE_LIST(X)                                                                              \
     X(ROUTE_SPEECH, "speech")                                                                      \
+    X(ROUTE_SPEECH_BATCH, "speech_batch")                                                          \
     X(ROUTE_VOICES_LIST, "voices_list")                                                            \
     X(ROUTE_VOICES_UPLOAD, "voices_upload")                                                        \
     X(ROUTE_VOICE_GET, "voice_get")                                                                \
@@ -206,11 +207,38 @@ struct job;
 struct job *qvs_speech_parse(qv_server *s, struct MHD_Connection *c, const api_key *k,
                              const char *body, size_t len, double deadline, int *model,
                              qv_params *p, verdict *v);
-void qvs_speech_job_free(struct job *j);
+void qvs_speech_job_free(struct job *j); /* accepts NULL */
+/* Starts a parsed job's synthesis on a slot of model (the one admission path): 0, or
+ * qvs_slot_take's -1 (queue full) / -2 (client gone, past deadline, stopping), -3 no
+ * synthesizer for p, -4 no thread. */
+int qvs_job_start(qv_server *s, struct MHD_Connection *c, struct job *j, int model,
+                  const qv_params *p);
+int qvs_job_is_stream(const struct job *j); /* asked for a stream (stream, stream_format) */
+void qvs_job_cancel(struct job *j); /* stops a started job's synthesis if it still runs */
+/* A whole (non-streamed) job's outcome, once it has ended. */
+typedef struct {
+    int status;             /* 0: audio (audio[n_bytes], free with qv_free), else HTTP status */
+    const char *code;       /* the error's code (status != 0) */
+    char msg[600];          /* the error's message (status != 0) */
+    uint8_t *audio;         /* the encoded file */
+    size_t n_bytes;
+    const char *media_type; /* of its response_format */
+    char warning[512];      /* "" or the synthesis's warning (instruct dropped, ...) */
+    int input_tokens, output_tokens; /* usage */
+} qvs_job_result;
+/* Waits for a started whole job (cancelling it when the client leaves or the deadline passes)
+ * and encodes its audio: 0 (*res set), -1 the client left. */
+int qvs_job_finish(struct job *j, qvs_job_result *res);
 /* Handles POST /v1/audio/speech once its JSON body is complete. */
 enum MHD_Result qvs_speech_handle(qv_server *s, struct MHD_Connection *c, req *q);
 /* The connection is gone (or finished): stop the synthesis if it still runs, drop the job. */
 void qvs_speech_release(qv_server *s, req *q);
+
+/* ==== batches (batch.c) ====================================================================== */
+
+#define QVS_BATCH_MAX_ITEMS 32 /* vLLM-Omni's tts_batch_max_items default */
+/* Handles POST /v1/audio/speech/batch once its JSON body is complete. */
+enum MHD_Result qvs_batch_handle(qv_server *s, struct MHD_Connection *c, req *q);
 
 /* ==== voices (voices.c) ====================================================================== */
 
@@ -258,9 +286,13 @@ cJSON *qvs_library_describe(qv_server *s, const api_key *k, const char *id_or_na
  * found: the served models do not change while the server runs), so later lists carry it. */
 void qvs_library_note_fit(qv_server *s, const char *id, int fits);
 /* Stores the voice file b[n] as <sha256>.qvoice owned by k (a user key), atomically with the
- * duplicate-name check and the caps: 0 (id, *desc set), 409 name taken, 507 full, 500; why set. */
+ * name check and the caps: 0 (id, *desc set; replaced: the id of the voice of that name it
+ * replaced, as vLLM-Omni does, or ""), 403 the name is a voice k may not manage, 507 full, 500;
+ * why set. */
 int qvs_library_add(qv_server *s, const api_key *k, const uint8_t *b, size_t n, const char *name,
-                    char id[65], cJSON **desc, char *why, size_t why_size);
+                    char id[65], char replaced[65], cJSON **desc, char *why, size_t why_size);
+/* The META key of vLLM-Omni's speaker_description (free text given at upload, listed). */
+#define QVS_META_DESCRIPTION "speaker_description"
 /* Deletes the voice k names: 0 (id set), 404 none k may use, 403 not k's, 500. */
 int qvs_library_remove(qv_server *s, const api_key *k, const char *id_or_name, char id[65]);
 

@@ -22,8 +22,8 @@ typedef struct job {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     qv_server *s;
-    int slot, refs, format, stream, n_chars;
-    double deadline, max_seconds;
+    int slot, refs, format, stream, n_tokens; /* n_tokens: usage.input_tokens */
+    double deadline, max_seconds, speed;
     struct MHD_Connection *conn; /* for disconnect checks while waiting */
     /* request (owned strings) */
     qv_synth_request r;
@@ -327,15 +327,15 @@ typedef struct fields {
     double max_s;
 } fields;
 
-/* input (its length in j->n_chars), model (*model, f->m) and vLLM-Omni's "speaker", another name
+/* input (at most --max-text-chars), model (*model, f->m) and vLLM-Omni's "speaker", another name
  * for "voice". */
-static int parse_text_model(const qv_server *s, fields *f, job *j, int *model, verdict *v) {
+static int parse_text_model(const qv_server *s, fields *f, int *model, verdict *v) {
     if (!f->input || !f->input[0])
         return qvs_bad(v, 400, "invalid_value", "input", "input: required, non-empty text");
-    j->n_chars = utf8_chars(f->input);
-    if (j->n_chars > s->cfg.max_text_chars)
+    const int n_chars = utf8_chars(f->input);
+    if (n_chars > s->cfg.max_text_chars)
         return qvs_bad(v, 400, "input_too_long", "input",
-                       "input: %d characters exceed the limit of %d", j->n_chars,
+                       "input: %d characters exceed the limit of %d", n_chars,
                        s->cfg.max_text_chars);
     if ((*model = qvs_find_model(s, f->mname)) < 0)
         return qvs_bad(v, 404, "model_not_found", "model",
@@ -460,9 +460,9 @@ static int parse_format(const qv_server *s, cJSON *o, const fields *f, job *j, v
     return 0;
 }
 
-/* vLLM-Omni's fields qvoice takes only at the one value it produces: sample_rate,
- * initial_codec_chunk_frames (absent) and speed. */
-static int parse_fixed(cJSON *o, verdict *v) {
+/* vLLM-Omni's fields qvoice takes only at the one value it produces: sample_rate and
+ * initial_codec_chunk_frames (absent); and speed (*speed, default 1). */
+static int parse_fixed(cJSON *o, double *speed, verdict *v) {
     double d;
     int got;
     if ((got = get_num(o, "sample_rate", 1, 1e6, 1, &d, v)) < 0) return -1;
@@ -475,11 +475,9 @@ static int parse_fixed(cJSON *o, verdict *v) {
         return qvs_bad(v, 400, "unsupported_value", "initial_codec_chunk_frames",
                        "initial_codec_chunk_frames: the decoder's block schedule is fixed (the "
                        "first audio after a few frames, then growing blocks)");
-    if ((got = get_num(o, "speed", 0.25, 4, 0, &d, v)) < 0) return -1;
-    if (got && d != 1.0)
-        return qvs_bad(v, 400, "unsupported_value", "speed",
-                       "speed %g: only 1.0 is supported (qvoice does not time-stretch its output)",
-                       d);
+    /* speed: the library's pitch-preserving time stretch, streams included */
+    if ((got = get_num(o, "speed", QV_SPEED_MIN, QV_SPEED_MAX, 0, &d, v)) < 0) return -1;
+    if (got) *speed = d;
     return 0;
 }
 
@@ -520,6 +518,27 @@ static int parse_sampling(const qv_server *s, cJSON *o, fields *f, qv_params *p,
     return 0;
 }
 
+/* usage.input_tokens: the input and the instructions in the model's own tokens, as vLLM-Omni
+ * counts its text_tokens (a reference clip's codes are not counted). */
+static int count_tokens(const fields *f, job *j, verdict *v) {
+    const char *const texts[2] = {f->input, f->instr};
+    const char *const names[2] = {"input", "instructions"};
+    j->n_tokens = 0;
+    for (int i = 0; i < 2; i++) {
+        int32_t *ids;
+        int n;
+        if (!texts[i]) continue;
+        enum qv_status st = qv_model_tokenize(f->m, texts[i], &ids, &n);
+        if (st)
+            return qvs_bad(v, st == QV_E_INVALID ? 400 : 503,
+                           st == QV_E_INVALID ? "invalid_value" : "server_error", names[i],
+                           "%s: %s", names[i], qv_last_error());
+        qv_free(ids);
+        j->n_tokens += n;
+    }
+    return 0;
+}
+
 /* Fills j (strings, request, format, stream, reference) and p from the JSON body; model in
  * *model. The fields are checked in the order of the steps above; a reference is cloned (or
  * found in the cache) last, once everything else is valid; verdict status -1/-2: no slot for that
@@ -542,8 +561,8 @@ static int parse(qv_server *s, struct MHD_Connection *c, const api_key *k, const
         get_str(o, "task_type", &f.task, v) || get_str(o, "ref_audio", &f.ref_audio, v) ||
         get_str(o, "ref_text", &f.ref_text, v))
         goto out;
-    if (parse_text_model(s, &f, j, model, v) || parse_reference(o, &f, v) ||
-        parse_voice(s, k, o, &f, v) || parse_format(s, o, &f, j, v) || parse_fixed(o, v) ||
+    if (parse_text_model(s, &f, model, v) || parse_reference(o, &f, v) ||
+        parse_voice(s, k, o, &f, v) || parse_format(s, o, &f, j, v) || parse_fixed(o, &j->speed, v) ||
         parse_sampling(s, o, &f, p, v))
         goto out;
     if ((f.input && !(j->text = strdup(f.input))) || (f.lang && !(j->language = strdup(f.lang))) ||
@@ -554,6 +573,7 @@ static int parse(qv_server *s, struct MHD_Connection *c, const api_key *k, const
         goto out;
     }
     j->max_seconds = f.max_s;
+    if (count_tokens(&f, j, v)) goto out;
     if (f.ref_audio || f.emb) {
         ref_spec r = {.audio = f.ref_audio,
                       .text = f.xvec_only ? NULL : f.ref_text,
@@ -675,7 +695,7 @@ static ssize_t read_stream(void *cls, uint64_t pos, char *buf, size_t max) {
                          "event: speech.audio.done\ndata: {\"type\":\"speech.audio.done\","
                          "\"usage\":{\"input_tokens\":%d,"
                          "\"output_tokens\":%d,\"total_tokens\":%d}}\n\n",
-                         j->n_chars, j->stats.n_frames, j->n_chars + j->stats.n_frames);
+                         j->n_tokens, j->stats.n_frames, j->n_tokens + j->stats.n_frames);
             else {
                 cJSON *e = cJSON_CreateObject(), *in = cJSON_AddObjectToObject(e, "error");
                 char msg[700];
@@ -710,6 +730,17 @@ static ssize_t read_stream(void *cls, uint64_t pos, char *buf, size_t max) {
     }
     pthread_mutex_unlock(&j->mu);
     return n;
+}
+
+/* A whole file's usage, in vLLM-Omni's headers (the body is audio). */
+static void add_usage_headers(struct MHD_Response *r, const job *j) {
+    char n[3][16];
+    snprintf(n[0], sizeof n[0], "%d", j->n_tokens);
+    snprintf(n[1], sizeof n[1], "%d", j->stats.n_frames);
+    snprintf(n[2], sizeof n[2], "%d", j->n_tokens + j->stats.n_frames);
+    MHD_add_response_header(r, "x-vllm-omni-input-tokens", n[0]);
+    MHD_add_response_header(r, "x-vllm-omni-output-tokens", n[1]);
+    MHD_add_response_header(r, "x-vllm-omni-total-tokens", n[2]);
 }
 
 static void free_stream(void *cls) {
@@ -751,6 +782,7 @@ job *qvs_speech_parse(qv_server *s, struct MHD_Connection *c, const api_key *k,
     j->s = s;
     j->conn = c;
     j->deadline = deadline;
+    j->speed = 1;
     if (parse(s, c, k, body, len, j, p, model, v)) {
         job_unref(j);
         return NULL;
@@ -759,7 +791,92 @@ job *qvs_speech_parse(qv_server *s, struct MHD_Connection *c, const api_key *k,
 }
 
 void qvs_speech_job_free(job *j) {
-    job_unref(j);
+    if (j) job_unref(j);
+}
+
+/* Starts j's synthesis on a slot of model: 0, or qvs_slot_take's -1 (queue full) / -2 (gone,
+ * late, stopping), -3 no synthesizer for p, -4 no thread (the last two: out of memory). */
+int qvs_job_start(qv_server *s, struct MHD_Connection *c, job *j, int model, const qv_params *p) {
+    j->r = qv_synth_default_request();
+    j->r.text = j->text;
+    j->r.language = j->language;
+    j->r.speaker = j->speaker;
+    j->r.voice_path = j->voice_path;
+    j->r.voice = j->ref ? qvs_ref_voice(j->ref) : NULL;
+    j->r.instruct = j->instruct;
+    j->r.max_seconds = j->max_seconds; /* per chunk in the library; on_pcm caps the total */
+    j->r.speed = j->speed;
+    j->max_samples = (int64_t)(j->max_seconds * QV_SAMPLE_RATE_HZ);
+    /* A weight delta rewrites the shared model for good: not in a server. The voice's x-vector
+     * (and ICL) still apply. */
+    j->r.use_wdelta = 0;
+    /* A whole response can wait for each chunk to pass the guard, so a trip is retried instead
+     * of failing the request; a stream sends audio as it is decoded. */
+    j->r.whole_chunks = j->stream == STREAM_NONE;
+    j->slot = slot_acquire(s, c, model, p, j->deadline);
+    if (j->slot < 0) return j->slot;
+    pthread_t th;
+    j->refs++; /* the worker's */
+    j->running = 1;
+    pthread_mutex_lock(&s->mu);
+    s->n_workers++; /* qv_server_free waits for them */
+    pthread_mutex_unlock(&s->mu);
+    pthread_attr_t at;
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    int err = pthread_create(&th, &at, worker, j);
+    pthread_attr_destroy(&at);
+    if (err) {
+        j->refs--;
+        j->running = 0;
+        pthread_mutex_lock(&s->mu);
+        s->n_workers--;
+        pthread_mutex_unlock(&s->mu);
+        qvs_slot_release(s, j->slot);
+        return -4;
+    }
+    return 0;
+}
+
+void qvs_job_cancel(job *j) {
+    job_cancel(j, 0);
+}
+
+int qvs_job_is_stream(const job *j) {
+    return j->stream != STREAM_NONE;
+}
+
+int qvs_job_finish(job *j, qvs_job_result *res) {
+    memset(res, 0, sizeof *res);
+    if (wait_job(j, 0) < 0) return -1;
+    res->input_tokens = j->n_tokens;
+    res->output_tokens = j->stats.n_frames;
+    snprintf(res->warning, sizeof res->warning, "%s", j->stats.warning);
+    res->media_type = qv_format_mime(j->format);
+    if (j->st) {
+        const char *type;
+        res->status = failure_status(j, &type, &res->code);
+        snprintf(res->msg, sizeof res->msg, "synthesis failed: %s: %s", qv_strerror(j->st),
+                 j->err[0] ? j->err : "-");
+        return 0;
+    }
+    if (qv_audio_encode(j->format, j->pcm.pcm, j->pcm.n,
+                        j->s->cfg.no_watermark ? QV_WATERMARK_OFF : QV_WATERMARK_DEFAULT,
+                        &res->audio, &res->n_bytes)) {
+        res->status = 500;
+        res->code = "encoding_failed";
+        snprintf(res->msg, sizeof res->msg, "response_format %s", qv_last_error());
+    }
+    return 0;
+}
+
+/* The reply for qvs_job_start's failures. */
+static enum MHD_Result reply_not_started(qv_server *s, struct MHD_Connection *c, req *q,
+                                         const job *j, int why) {
+    if (why == -1 || why == -2) return qvs_reply_not_admitted(s, c, q, why, j->deadline);
+    return qvs_reply_error(c, q, 503, "server_error", "out_of_memory", NULL, "%s",
+                           why == -3 ? "cannot create a synthesizer for these parameters"
+                                     : "cannot start a synthesis thread");
 }
 
 enum MHD_Result qvs_speech_handle(qv_server *s, struct MHD_Connection *c, req *q) {
@@ -775,65 +892,24 @@ enum MHD_Result qvs_speech_handle(qv_server *s, struct MHD_Connection *c, req *q
                                v.param, "%s", v.msg);
     }
     q->job = j; /* freed by qvs_speech_release when the request completes */
-    j->r = qv_synth_default_request();
-    j->r.text = j->text;
-    j->r.language = j->language;
-    j->r.speaker = j->speaker;
-    j->r.voice_path = j->voice_path;
-    j->r.voice = j->ref ? qvs_ref_voice(j->ref) : NULL;
-    j->r.instruct = j->instruct;
-    j->r.max_seconds = j->max_seconds; /* per chunk in the library; on_pcm caps the total */
-    j->max_samples = (int64_t)(j->max_seconds * QV_SAMPLE_RATE_HZ);
-    /* A weight delta rewrites the shared model for good: not in a server. The voice's x-vector
-     * (and ICL) still apply. */
-    j->r.use_wdelta = 0;
-    /* A whole response can wait for each chunk to pass the guard, so a trip is retried instead
-     * of failing the request; a stream sends audio as it is decoded. */
-    j->r.whole_chunks = j->stream == STREAM_NONE;
-    j->slot = slot_acquire(s, c, model, &p, j->deadline);
-    if (j->slot == -1 || j->slot == -2) return qvs_reply_not_admitted(s, c, q, j->slot, j->deadline);
-    if (j->slot == -3)
-        return qvs_reply_error(c, q, 503, "server_error", "out_of_memory", NULL,
-                               "cannot create a synthesizer for these parameters");
-    pthread_t th;
-    j->refs = 2; /* the request and the worker */
-    j->running = 1;
-    pthread_mutex_lock(&s->mu);
-    s->n_workers++; /* qv_server_free waits for them */
-    pthread_mutex_unlock(&s->mu);
-    pthread_attr_t at;
-    pthread_attr_init(&at);
-    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-    int err = pthread_create(&th, &at, worker, j);
-    pthread_attr_destroy(&at);
-    if (err) {
-        j->refs = 1;
-        j->running = 0;
-        pthread_mutex_lock(&s->mu);
-        s->n_workers--;
-        pthread_mutex_unlock(&s->mu);
-        qvs_slot_release(s, j->slot);
-        return qvs_reply_error(c, q, 503, "server_error", "out_of_memory", NULL,
-                               "cannot start a synthesis thread");
-    }
+    int why = qvs_job_start(s, c, j, model, &p);
+    if (why) return reply_not_started(s, c, q, j, why);
     if (j->stream == STREAM_NONE) {
-        if (wait_job(j, 0) < 0) return MHD_NO;
-        if (j->st) return reply_failure(c, q, j);
-        uint8_t *out;
-        size_t len;
-        if (qv_audio_encode(j->format, j->pcm.pcm, j->pcm.n,
-                            s->cfg.no_watermark ? QV_WATERMARK_OFF : QV_WATERMARK_DEFAULT, &out,
-                            &len))
-            return qvs_reply_error(c, q, 500, "server_error", "encoding_failed", NULL,
-                                   "response_format %s", qv_last_error());
+        qvs_job_result res;
+        if (qvs_job_finish(j, &res) < 0) return MHD_NO;
+        if (res.status)
+            return qvs_reply_error(c, q, res.status,
+                                   res.status >= 500 ? "server_error" : "invalid_request_error",
+                                   res.code, NULL, "%s", res.msg);
         struct MHD_Response *r =
-            MHD_create_response_from_buffer_with_free_callback(len, out, qv_free);
+            MHD_create_response_from_buffer_with_free_callback(res.n_bytes, res.audio, qv_free);
         if (!r) {
-            qv_free(out);
+            qv_free(res.audio);
             return MHD_NO;
         }
-        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, qv_format_mime(j->format));
-        if (j->stats.warning[0]) MHD_add_response_header(r, "X-Qvoice-Warning", j->stats.warning);
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, res.media_type);
+        if (res.warning[0]) MHD_add_response_header(r, "X-Qvoice-Warning", res.warning);
+        add_usage_headers(r, j);
         enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);
         MHD_destroy_response(r);
         q->status = MHD_HTTP_OK;

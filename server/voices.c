@@ -20,7 +20,7 @@
 #include "util/sha256.h"
 #include "voicefmt/qvf.h"
 
-#define FIELD_MAX_BYTES 16384 /* name, transcript, language, consent, icl_window */
+#define FIELD_MAX_BYTES 16384 /* name, transcript, language, consent, description, icl_window */
 #define NAME_MAX_BYTES 128
 
 /* 1 when p starts with the decimal id of a process that no longer exists. */
@@ -52,6 +52,25 @@ void qvs_voices_clean(const char *dir) {
     }
 }
 
+/* vLLM-Omni's description of an uploaded voice (its list and its upload reply) from qvoice's
+ * (library.c describe): consent is the consent statement; what is stored is a voice file. */
+static cJSON *vllm_entry(const cJSON *d) {
+    cJSON *o = cJSON_CreateObject();
+    static const char *const same[][2] = {{"id", "id"},
+                                          {"name", "name"},
+                                          {"consent", "consent_statement"},
+                                          {"created_at", "created_at"},
+                                          {"file_size", "bytes"},
+                                          {"ref_text", "ref_text"},
+                                          {"speaker_description", "speaker_description"}};
+    for (size_t i = 0; i < sizeof same / sizeof *same; i++) {
+        const cJSON *x = cJSON_GetObjectItemCaseSensitive(d, same[i][1]);
+        if (x) cJSON_AddItemToObject(o, same[i][0], cJSON_Duplicate(x, 1));
+    }
+    cJSON_AddStringToObject(o, "mime_type", "application/octet-stream");
+    return o;
+}
+
 static enum MHD_Result voice_not_found(struct MHD_Connection *c, req *q, const char *id) {
     return qvs_reply_error(c, q, MHD_HTTP_NOT_FOUND, "invalid_request_error", "voice_not_found",
                            "voice_id", "voice %s: not in the library", id);
@@ -59,8 +78,8 @@ static enum MHD_Result voice_not_found(struct MHD_Connection *c, req *q, const c
 
 enum MHD_Result qvs_voices_get(qv_server *s, struct MHD_Connection *c, req *q, const char *id) {
     if (!id) { /* vLLM-Omni's shape: "voices" names the presets of each model and the library
-                  voices, "uploaded_voices" describes the library's; "data" is the same
-                  descriptions under OpenAI's list key */
+                  voices, "uploaded_voices" describes the library's as vLLM-Omni does; "data"
+                  holds qvoice's full descriptions under OpenAI's list key */
         cJSON *o = cJSON_CreateObject(), *sp = cJSON_AddArrayToObject(o, "voices");
         cJSON_AddStringToObject(o, "object", "list");
         for (int i = 0; i < s->n_models; i++)
@@ -76,7 +95,8 @@ enum MHD_Result qvs_voices_get(qv_server *s, struct MHD_Connection *c, req *q, c
             cJSON_Delete(o);
             return qvs_reply_json(c, q, 500, NULL);
         }
-        cJSON *uploaded = cJSON_Duplicate(data, 1), *x;
+        cJSON *uploaded = cJSON_CreateArray(), *x;
+        cJSON_ArrayForEach(x, data) cJSON_AddItemToArray(uploaded, vllm_entry(x));
         cJSON_ArrayForEach(x, data) {
             const char *name = cJSON_GetStringValue(cJSON_GetObjectItem(x, "name"));
             const char *vid = cJSON_GetStringValue(cJSON_GetObjectItem(x, "id"));
@@ -131,14 +151,23 @@ enum MHD_Result qvs_voices_delete(qv_server *s, struct MHD_Connection *c, req *q
     if (st)
         return qvs_reply_error(c, q, 500, "server_error", "io_error", NULL,
                                "voice %s: cannot delete it", id);
-    char body[160];
-    snprintf(body, sizeof body, "{\"id\":\"%s\",\"object\":\"voice\",\"deleted\":true}", vid);
-    return qvs_reply_json(c, q, 200, strdup(body));
+    /* OpenAI's deleted-object shape and vLLM-Omni's success and message */
+    cJSON *o = cJSON_CreateObject();
+    char msg[200];
+    snprintf(msg, sizeof msg, "Voice '%.150s' deleted successfully", id);
+    cJSON_AddStringToObject(o, "id", vid);
+    cJSON_AddStringToObject(o, "object", "voice");
+    cJSON_AddBoolToObject(o, "deleted", 1);
+    cJSON_AddBoolToObject(o, "success", 1);
+    cJSON_AddStringToObject(o, "message", msg);
+    char *body = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return qvs_reply_json(c, q, 200, body);
 }
 
 /* ==== upload ================================================================================= */
 
-enum { F_NAME, F_TRANSCRIPT, F_LANGUAGE, F_CONSENT, F_ICL_WINDOW, N_FIELDS };
+enum { F_NAME, F_TRANSCRIPT, F_LANGUAGE, F_CONSENT, F_DESCRIPTION, F_ICL_WINDOW, N_FIELDS };
 
 struct upload {
     qv_server *s;
@@ -162,9 +191,12 @@ void qvs_upload_free(struct upload *u) {
 }
 
 static int field_index(const char *key) {
-    static const char *const names[][2] = {
-        {"name", NULL},    {"transcript", "ref_text"}, {"language", NULL},
-        {"consent", NULL}, {"icl_window", NULL}};
+    static const char *const names[][2] = {{"name", NULL},
+                                           {"transcript", "ref_text"},
+                                           {"language", NULL},
+                                           {"consent", NULL},
+                                           {"speaker_description", "description"},
+                                           {"icl_window", NULL}};
     for (int i = 0; i < N_FIELDS; i++)
         if (!strcmp(key, names[i][0]) || (names[i][1] && !strcmp(key, names[i][1]))) return i;
     return -1;
@@ -268,23 +300,28 @@ static const char *field(struct upload *u, int f) {
  * with its description and the report. */
 static enum MHD_Result store(qv_server *s, struct MHD_Connection *c, req *q, const char *src,
                              const char *name, cJSON *report) {
-    char id[65], why[256], err[512];
+    char id[65], replaced[65], why[256], err[512];
     size_t n;
     char *b = qvu_read_file(src, (size_t)s->cfg.max_upload_mb << 21, &n, err, sizeof err);
     unlink(src);
     cJSON *o = NULL;
-    int st = b ? qvs_library_add(s, q->key, (const uint8_t *)b, n, name, id, &o, why, sizeof why)
+    int st = b ? qvs_library_add(s, q->key, (const uint8_t *)b, n, name, id, replaced, &o, why,
+                                 sizeof why)
                : 500;
     free(b);
     if (st) {
         cJSON_Delete(report);
         if (!b) snprintf(why, sizeof why, "cannot read the new voice");
-        return qvs_reply_error(c, q, st, st == 409 ? "invalid_request_error" : "server_error",
-                               st == 409   ? "voice_exists"
+        return qvs_reply_error(c, q, st, st == 403 ? "invalid_request_error" : "server_error",
+                               st == 403   ? "permission_denied"
                                : st == 507 ? "library_full"
                                            : "io_error",
-                               st == 409 ? "name" : NULL, "%s", why);
+                               st == 403 ? "name" : NULL, "%s", why);
     }
+    /* qvoice's description, plus vLLM-Omni's success and voice */
+    cJSON_AddBoolToObject(o, "success", 1);
+    cJSON_AddItemToObject(o, "voice", vllm_entry(o));
+    if (replaced[0]) cJSON_AddStringToObject(o, "replaced", replaced);
     if (report) cJSON_AddItemToObject(o, "report", report);
     char *body = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
@@ -347,8 +384,10 @@ static enum MHD_Result store_qvoice(qv_server *s, struct MHD_Connection *c, req 
         }
     }
     const char *name = field(u, F_NAME), *consent = field(u, F_CONSENT);
+    const char *about = field(u, F_DESCRIPTION), *old_about = qvf_meta_get(v, QVS_META_DESCRIPTION);
     const char *old = qvf_meta_get(v, "name"), *old_consent = qvf_meta_get(v, "consent.method");
-    int rewrite = (name && (!old || strcmp(old, name))) || !old_consent || !old_consent[0];
+    int rewrite = (name && (!old || strcmp(old, name))) || !old_consent || !old_consent[0] ||
+                  (about && (!old_about || strcmp(old_about, about)));
     /* a copy: name may be META's own value, which qvf_meta_set frees (found by fuzz_upload) */
     char name_copy[512];
     snprintf(name_copy, sizeof name_copy, "%s", name ? name : old ? old : "");
@@ -358,6 +397,7 @@ static enum MHD_Result store_qvoice(qv_server *s, struct MHD_Connection *c, req 
         int fd;
         snprintf(out, sizeof out, "%s/.new-%d-XXXXXX", s->voices_dir, (int)getpid());
         if ((fd = mkstemp(out)) < 0 || close(fd) || qvf_meta_set(v, "name", name) ||
+            (about && qvf_meta_set(v, QVS_META_DESCRIPTION, about)) ||
             (!old_consent && (qvf_meta_set(v, "consent.method", "typed") ||
                               qvf_meta_set(v, "consent.statement", consent) ||
                               qvf_meta_set(v, "consent.collected_by", "qvoice-server upload"))) ||
@@ -370,6 +410,19 @@ static enum MHD_Result store_qvoice(qv_server *s, struct MHD_Connection *c, req 
     }
     qvf_voice_free(v);
     return store(s, c, q, out, name_copy[0] ? name_copy : NULL, report);
+}
+
+/* The voice file at path gets vLLM-Omni's speaker_description in its META (rewritten
+ * atomically). 0 or -1 (err set). */
+static int describe_file(const char *path, const char *about, char *err, size_t err_size) {
+    qvf_voice *v;
+    err[0] = 0;
+    if (qvf_read_file(path, 0, &v, err, err_size)) return -1;
+    int rc = qvf_meta_set(v, QVS_META_DESCRIPTION, about) ||
+             qvf_write_file(v, path, v->file_version, err, err_size);
+    if (rc && !err[0]) snprintf(err, err_size, "speaker_description: out of memory");
+    qvf_voice_free(v);
+    return rc ? -1 : 0;
 }
 
 static enum MHD_Result clone_upload(qv_server *s, struct MHD_Connection *c, req *q,
@@ -408,6 +461,12 @@ static enum MHD_Result clone_upload(qv_server *s, struct MHD_Connection *c, req 
     }
     enum qv_status st = qv_clone_run(s->cloner, &r, out, &report);
     qvs_slot_release(s, sl);
+    const char *about = field(u, F_DESCRIPTION);
+    if (!st && about && describe_file(out, about, err, sizeof err)) {
+        unlink(out);
+        qv_free(report);
+        return qvs_reply_error(c, q, 500, "server_error", "io_error", NULL, "%s", err);
+    }
     if (st) {
         snprintf(err, sizeof err, "%s", qv_last_error());
         unlink(out);

@@ -85,6 +85,8 @@ static const opt opts[] = {
     NU("max-frames", 0, WHOLE, max_frames, 1, 1000000, "N", "at most N frames of 80 ms per chunk"),
     NU("max-seconds", 0, NUM, r.max_seconds, 0.08, 80000, "S",
        "at most S seconds of audio per chunk"),
+    NU("speed", 0, NUM, r.speed, QV_SPEED_MIN, QV_SPEED_MAX, "X",
+       "speak X times as fast, pitch kept (time stretch; default %s)"),
     NU("max-chunk-chars", 0, INT, r.max_chunk_chars, 1, 1000000, "N",
        "chunks of at most N characters at sentence ends (default %s)"),
     UN("no-chunk", r.max_chunk_chars, "one chunk (only [pause:500ms] tags split the text)"),
@@ -133,6 +135,7 @@ static const char *default_text(const opt *p, char *buf, size_t n) {
              : !strcmp(f, "top-p")              ? d.top_p
              : !strcmp(f, "repetition-penalty") ? d.repetition_penalty
              : !strcmp(f, "seed")               ? (double)d.seed
+             : !strcmp(f, "speed")              ? qv_synth_default_request().speed
                                                 : qv_synth_default_request().max_chunk_chars);
     return buf;
 }
@@ -269,6 +272,8 @@ static int check_modes(options *o) {
         return usage_error("%s", "--voice and --speaker are exclusive");
     if (o->decode_codes && !o->out_path && !o->stream)
         return usage_error("%s", "--decode-codes needs -o FILE or --stream");
+    if (o->r.speed != 1 && (o->decode_codes || o->dump_codes))
+        return usage_error("%s", "--speed stretches synthesized audio: not with codes");
     if (o->format_name && !o->out_path)
         return usage_error("--format %s: needs -o FILE or -o -", o->format_name);
     if (!o->out_path && !o->stream && !o->dump_codes && !o->verify && !o->verify_model &&

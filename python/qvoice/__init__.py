@@ -41,8 +41,9 @@ except ImportError:
 __all__ = ["Qwen3TTSModel", "VoiceClonePromptItem", "VoiceClonePrompts", "Voice", "QvoiceError",
            "write_wav", "write_audio", "version", "SAMPLE_RATE"]
 
-# Markup and style keywords (docs/markup.md): qv_synth_request fields, not generation ones.
-_STYLE_KWARGS = ("style", "style_strength", "style_table", "strict_markup", "style_dirs")
+# Markup and style keywords (docs/markup.md) and speed (0.25..4, a pitch-preserving time
+# stretch): qv_synth_request fields, not generation ones.
+_STYLE_KWARGS = ("style", "style_strength", "style_table", "strict_markup", "style_dirs", "speed")
 
 # Official generation keyword -> qv_params field (None: handled apart).
 _GEN_KWARGS = {"do_sample": "do_sample", "temperature": "temperature", "top_k": "top_k",
@@ -634,6 +635,7 @@ class Qwen3TTSModel:
         r.style_strength = float(sty.get("style_strength") or 0)
         r.style_table = _b(sty.get("style_table"))
         r.strict_markup = int(bool(sty.get("strict_markup")))
+        r.speed = float(sty.get("speed", 1.0))
         dirs = _style_dirs(sty.get("style_dirs"))  # kept alive through the run
         r.style_dirs = ctypes.cast(dirs, ctypes.c_void_p) if dirs else None
         r.n_style_dirs = len(dirs)

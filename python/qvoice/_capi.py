@@ -37,7 +37,7 @@ class SynthRequest(ctypes.Structure):
                 ("max_seconds", c_double), ("codes_only", c_int), ("whole_chunks", c_int),
                 ("verify_model_dir", c_char_p), ("style", c_char_p), ("style_strength", c_float),
                 ("style_dirs", c_void_p), ("n_style_dirs", c_int), ("style_table", c_char_p),
-                ("strict_markup", c_int)]
+                ("strict_markup", c_int), ("speed", c_double)]
 
 
 class SynthStats(ctypes.Structure):

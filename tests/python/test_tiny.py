@@ -228,6 +228,15 @@ class Synthesis(unittest.TestCase):
         again, _ = self.cv.generate_custom_voice("Hello there.", speaker="ryan", seed=seed_a, **kw)
         self.assertEqual(as_list(again[0]), as_list(a[0]))
 
+    def test_speed(self):
+        """speed=2: the same take in half the samples (pitch-preserving stretch); 0.25..4 only."""
+        kw = dict(max_new_tokens=20, seed=3)
+        one, _ = self.cv.generate_custom_voice("Hello there.", speaker="ryan", **kw)
+        two, _ = self.cv.generate_custom_voice("Hello there.", speaker="ryan", speed=2, **kw)
+        self.assertEqual(len(two[0]), (len(one[0]) + 1) // 2)
+        with self.assertRaises(ValueError):
+            self.cv.generate_custom_voice("Hello there.", speaker="ryan", speed=5, **kw)
+
     def test_list_is_one_batch_same_as_one_by_one(self):
         texts = ["One.", "Two words.", "Three is here.", "Four."]
         batch, _ = self.cv.generate_custom_voice(texts, speaker="eric", **SHORT)

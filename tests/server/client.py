@@ -15,9 +15,14 @@ usage: client.py PORT upload FILE [field=value ...]   multipart POST /v1/audio/v
                                                       every 0.25 s on PROBE_PORT and on PORT
        client.py PORT disconnect JSON                 POST /v1/audio/speech, read the first bytes of
                                                       the streamed body, then close the socket
-Prints "STATUS BODY" (upload, truncated), a JSON summary (trickle), "closed" (slow, slowbody) or "read N" (disconnect); exit
+       client.py PORT batch JSON                      POST /v1/audio/speech/batch; prints a JSON
+                                                      summary: the status, total, succeeded,
+                                                      failed, and per result its status and the
+                                                      decoded audio's length (or its error)
+Prints "STATUS BODY" (upload, truncated), a JSON summary (trickle, batch), "closed" (slow, slowbody) or "read N" (disconnect); exit
 0, or 1 when the server did not behave (slow, slowbody: still open after 30 s).
 """
+import base64
 import http.client
 import json
 import os
@@ -166,6 +171,21 @@ def main():
         c.close()
         print('read', n)
         return 0 if n > 0 else 1
+    if mode == 'batch':
+        c = http.client.HTTPConnection('127.0.0.1', port, timeout=120)
+        c.request('POST', '/v1/audio/speech/batch', body=sys.argv[3].encode(),
+                  headers={'Content-Type': 'application/json'})
+        r = c.getresponse()
+        reply = json.loads(r.read())
+        c.close()
+        results = [{'index': x['index'], 'status': x['status'],
+                    'bytes': len(base64.b64decode(x['audio_data'])) if x['status'] == 'success' else 0,
+                    'media_type': x.get('media_type'), 'usage': x.get('usage'), 'error': x.get('error')}
+                   for x in reply.get('results', [])]
+        print(json.dumps({'status': r.status, 'id': reply.get('id'), 'total': reply.get('total'),
+                          'succeeded': reply.get('succeeded'), 'failed': reply.get('failed'),
+                          'results': results}))
+        return 0 if r.status == 200 else 1
     print('unknown mode', mode, file=sys.stderr)
     return 2
 

@@ -4,9 +4,13 @@
 //   MODE wav:       audio.speech.create, whole body -> OUT
 //   MODE stream:    stream_format "audio", body read chunk by chunk -> OUT; prints the chunk count
 //   MODE sse:       stream_format "sse", speech.audio.delta events decoded -> OUT; checks the done event
-//                   and that each event's `event:` line names its type
+//                   (its usage.input_tokens: 7 tokens) and that each event's `event:` line names its type
 //   MODE ref:       vLLM-Omni's per-request clone: ref_audio (a data URL of REF_WAV) with
 //                   x_vector_only_mode, pcm -> OUT
+//   MODE speed:     OpenAI's speed 2 (time-stretched), pcm -> OUT
+//   MODE batch:     vLLM-Omni's POST /v1/audio/speech/batch through the package's client.post:
+//                   two items (the second with an unknown voice: its own error), the first's
+//                   audio decoded -> OUT
 // Exit 0 when the call behaved as expected, 1 otherwise (one line on stderr says why).
 import fs from 'node:fs';
 import OpenAI from 'openai';
@@ -51,6 +55,8 @@ try {
     const done = events.filter((e) => e.type === 'speech.audio.done');
     if (!deltas.length || done.length !== 1 || events[events.length - 1] !== done[0]) fail('expected deltas then one done event');
     if (!(done[0].usage && done[0].usage.output_tokens > 0)) fail('done event without usage');
+    // the input's tokens with the model's tokenizer (7), not its 30 characters
+    if (done[0].usage.input_tokens !== 7) fail(`usage.input_tokens ${done[0].usage.input_tokens}, expected 7`);
     fs.writeFileSync(out, Buffer.concat(deltas.map((e) => Buffer.from(e.audio, 'base64'))));
     console.log(`deltas ${deltas.length}`);
   } else if (mode === 'ref') {
@@ -58,6 +64,17 @@ try {
     const r = await client.audio.speech.create({ model: 'tts-1', input: 'Hello there.', response_format: 'pcm',
       ref_audio: ref, x_vector_only_mode: true, task_type: 'Base', seed: 7, max_seconds: 1 });
     fs.writeFileSync(out, Buffer.from(await r.arrayBuffer()));
+  } else if (mode === 'speed') {
+    const r = await client.audio.speech.create({ ...req, response_format: 'pcm', speed: 2 });
+    fs.writeFileSync(out, Buffer.from(await r.arrayBuffer()));
+  } else if (mode === 'batch') {
+    const r = await client.post('/audio/speech/batch', { body: { voice: 'ryan', seed: 3, max_seconds: 2,
+      items: [{ input: req.input }, { input: 'Who?', voice: 'no-such-voice' }] } });
+    if (r.total !== 2 || r.succeeded !== 1 || r.failed !== 1) fail(`batch counts ${JSON.stringify(r)}`);
+    const [a, b] = r.results;
+    if (a.status !== 'success' || a.media_type !== 'audio/wav' || !(a.usage.input_tokens > 0)) fail('first item');
+    if (b.status !== 'error' || !b.error.includes('no-such-voice')) fail('second item: ' + JSON.stringify(b));
+    fs.writeFileSync(out, Buffer.from(a.audio_data, 'base64'));
   } else {
     fail('unknown mode ' + mode);
   }

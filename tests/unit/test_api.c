@@ -70,7 +70,7 @@
     F(qv_request, bridge, 136) \
     F(qv_request, layout, 144) \
     F(qv_request, strict_vocab, 148) \
-    S(qv_synth_request, 160) \
+    S(qv_synth_request, 168) \
     F(qv_synth_request, struct_size, 0) \
     F(qv_synth_request, text, 8) \
     F(qv_synth_request, language, 16) \
@@ -96,6 +96,7 @@
     F(qv_synth_request, n_style_dirs, 136) \
     F(qv_synth_request, style_table, 144) \
     F(qv_synth_request, strict_markup, 152) \
+    F(qv_synth_request, speed, 160) \
     S(qv_style_dir, 32) \
     F(qv_style_dir, struct_size, 0) \
     F(qv_style_dir, name, 8) \
@@ -151,11 +152,11 @@
     F(qv_clone_request, consent_speaker, 144) \
     F(qv_clone_request, consent_scope, 152) \
     F(qv_clone_request, consent_recording, 160) \
-    S(qv_jobs_options, 184) \
+    S(qv_jobs_options, 192) \
     F(qv_jobs_options, struct_size, 0) \
     F(qv_jobs_options, request, 8) \
-    F(qv_jobs_options, loudness_lufs, 168) \
-    F(qv_jobs_options, watermark, 176) \
+    F(qv_jobs_options, loudness_lufs, 176) \
+    F(qv_jobs_options, watermark, 184) \
     S(qv_pcm_buffer, 40) \
     F(qv_pcm_buffer, struct_size, 0) \
     F(qv_pcm_buffer, pcm, 8) \

@@ -40,7 +40,7 @@ static server g_srv; /* the shared server: tiny-cv, max 200 chars, 1 MB uploads,
 static server g_extra; /* one started by a test (stopped by the teardown if a test fails) */
 static char g_voice[512]; /* a tiny-base clone of the bundled clip: fits tiny-cv */
 static int g_npm;    /* the openai package is installed */
-static char g_body[1 << 16];
+static char g_body[1 << 20]; /* a batch reply carries base64 audio */
 static char g_live_tmp[1024]; /* a running process's temporary in the shared voices dir */
 static int g_leaks, g_replies; /* JSON replies naming a server path, JSON replies seen */
 
@@ -197,7 +197,8 @@ static void test_speech_bad_input(void **state) {
     bad_speech("{\"input\": \"hi\", \"voice\": \"nobody\"}", 400, "voice_not_found");
     bad_speech("{\"input\": \"hi\", \"voice\": [\"ryan\"]}", 400, "invalid_type");
     bad_speech("{\"input\": \"hi\", \"model\": \"gpt-9\"}", 404, "model_not_found");
-    bad_speech("{\"input\": \"hi\", \"speed\": 1.5}", 400, "unsupported_value");
+    bad_speech("{\"input\": \"hi\", \"speed\": 4.5}", 400, "invalid_value"); /* 0.25..4 */
+    bad_speech("{\"input\": \"hi\", \"speed\": 0.2}", 400, "invalid_value");
     bad_speech("{\"input\": \"hi\", \"speed\": \"fast\"}", 400, "invalid_type");
     bad_speech("{\"input\": \"hi\", \"response_format\": \"aac\"}", 400, "unsupported_format");
     assert_non_null(strstr(g_body, "no AAC encoder"));
@@ -274,6 +275,18 @@ static int py(const server *sv, const char *fmt, ...) {
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+/* g_voice rewritten to path with edit applied (its META name, its x-vector). */
+static void edited_voice(const char *path, const char *name, float x0) {
+    qvf_voice *v;
+    char err[256];
+    assert_int_equal(qvf_read_file(g_voice, 0, &v, err, sizeof err), 0);
+    if (name) assert_int_equal(qvf_meta_set(v, "name", name), 0);
+    v->xvector[0] = x0;
+    int rc = qvf_write_file(v, path, 4, err, sizeof err);
+    qvf_voice_free(v);
+    if (rc) fail_msg("%s", err);
+}
+
 static void test_voices(void **state) {
     (void)state;
     char dir[512], stored[1024], id[65] = "";
@@ -294,6 +307,52 @@ static void test_voices(void **state) {
     /* the same voice again: the same id, no conflict */
     assert_int_equal(py(&g_srv, "upload %s name=henry consent=yes", g_voice), 0);
     assert_non_null(strstr(g_body, id));
+    /* vLLM-Omni's upload reply: success and voice {name, consent, created_at, file_size,
+     * mime_type, ref_text, speaker_description}; a name uploaded again with other bytes replaces
+     * its voice (the old id is gone, one "henry" listed) */
+    edited_voice(tmp_path("henry2.qvoice"), "henry", 0.125f);
+    assert_int_equal(py(&g_srv, "upload %s name=henry consent=agreed "
+                                "'speaker_description=warm narrator'",
+                        tmp_path("henry2.qvoice")),
+                     0);
+    assert_true(!strncmp(g_body, "200 ", 4));
+    o = cJSON_Parse(g_body + 4);
+    cJSON *voice = cJSON_GetObjectItem(o, "voice");
+    assert_true(cJSON_IsTrue(cJSON_GetObjectItem(o, "success")));
+    assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(o, "replaced")), id);
+    assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(voice, "name")), "henry");
+    /* a .qvoice keeps its own consent record (bin/clone --consent test) */
+    assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(voice, "consent")), "test");
+    assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(voice, "speaker_description")),
+                        "warm narrator");
+    assert_true(cJSON_IsNumber(cJSON_GetObjectItem(voice, "created_at")) &&
+                cJSON_IsNumber(cJSON_GetObjectItem(voice, "file_size")) &&
+                cJSON_IsString(cJSON_GetObjectItem(voice, "mime_type")));
+    assert_null(cJSON_GetObjectItem(voice, "ref_text")); /* omitted: cloned without a transcript */
+    char old_id[65];
+    snprintf(old_id, sizeof old_id, "%s", id);
+    snprintf(id, sizeof id, "%s", cJSON_GetStringValue(cJSON_GetObjectItem(o, "id")));
+    assert_string_not_equal(id, old_id);
+    cJSON_Delete(o);
+    assert_int_equal(curl(&g_srv, NULL, "SRV/v1/audio/voices/%s", old_id), 404);
+    assert_int_equal(curl(&g_srv, NULL, "SRV/v1/audio/voices"), 200);
+    {
+        cJSON *l = cJSON_Parse(g_body), *x;
+        int n_henry = 0, described = 0;
+        cJSON_ArrayForEach(x, cJSON_GetObjectItem(l, "uploaded_voices")) {
+            n_henry += !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(x, "name")), "henry");
+            const char *d =
+                cJSON_GetStringValue(cJSON_GetObjectItem(x, "speaker_description"));
+            described += d && !strcmp(d, "warm narrator");
+        }
+        assert_int_equal(n_henry, 1);
+        assert_int_equal(described, 1);
+        cJSON_Delete(l);
+    }
+    /* and back to the first file (the rest of this test deletes it by id) */
+    assert_int_equal(py(&g_srv, "upload %s name=henry consent='I agree'", g_voice), 0);
+    assert_non_null(strstr(g_body, old_id));
+    snprintf(id, sizeof id, "%s", old_id);
     assert_int_equal(curl(&g_srv, NULL, "SRV/v1/audio/voices"), 200);
     assert_non_null(strstr(g_body, "\"henry\""));
     assert_non_null(strstr(g_body, "\"ryan\"")); /* presets of tiny-cv */
@@ -369,8 +428,14 @@ static void test_voices(void **state) {
     assert_string_equal(error_code(), "missing_field");
     assert_int_equal(curl(&g_srv, NULL, "-H 'Content-Type: text/plain' -d x SRV/v1/audio/voices"), 400);
     assert_string_equal(error_code(), "invalid_content_type");
-    /* delete */
+    /* delete: OpenAI's deleted object with vLLM-Omni's success and message */
     assert_int_equal(curl(&g_srv, NULL, "-X DELETE SRV/v1/audio/voices/%s", id), 200);
+    o = cJSON_Parse(g_body);
+    assert_true(cJSON_IsTrue(cJSON_GetObjectItem(o, "success")) &&
+                cJSON_IsTrue(cJSON_GetObjectItem(o, "deleted")));
+    assert_non_null(strstr(cJSON_GetStringValue(cJSON_GetObjectItem(o, "message")),
+                           "deleted successfully"));
+    cJSON_Delete(o);
     assert_int_equal(curl(&g_srv, NULL, "-X DELETE SRV/v1/audio/voices/%s", id), 404);
     assert_string_equal(error_code(), "voice_not_found");
     /* no temporaries left by any of the above; the text side went with the last voice */
@@ -471,18 +536,6 @@ static void test_auth(void **state) {
     assert_int_equal(sh("bin/qvoice-server --help | grep -q '^SYNOPSIS'"), 0);
 }
 
-/* g_voice rewritten to path with edit applied (its META name, its x-vector). */
-static void edited_voice(const char *path, const char *name, float x0) {
-    qvf_voice *v;
-    char err[256];
-    assert_int_equal(qvf_read_file(g_voice, 0, &v, err, sizeof err), 0);
-    if (name) assert_int_equal(qvf_meta_set(v, "name", name), 0);
-    v->xvector[0] = x0;
-    int rc = qvf_write_file(v, path, 4, err, sizeof err);
-    qvf_voice_free(v);
-    if (rc) fail_msg("%s", err);
-}
-
 /* Keys with owners: a user key's uploads are its own (others neither see nor delete them), an
  * admin's are shared and only admins delete them; a plain line is an admin key; a 2000-byte key
  * is one key. */
@@ -529,6 +582,13 @@ static void test_key_owners(void **state) {
     assert_string_equal(error_code(), "permission_denied");
     assert_int_equal(curl(&g_extra, NULL, "-H 'Authorization: Bearer ka' -X DELETE "
                                           "SRV/v1/audio/voices/shared"), 403);
+    /* a name uploaded again replaces its voice only for a key that may manage it */
+    edited_voice(tmp_path("mine2.qvoice"), NULL, 0.375f);
+    assert_int_equal(curl(&g_extra, NULL, up, "kb", tmp_path("mine2.qvoice"), "mine"), 403);
+    assert_string_equal(error_code(), "permission_denied");
+    assert_int_equal(curl(&g_extra, NULL, up, "ka", tmp_path("mine2.qvoice"), "shared"), 403);
+    assert_int_equal(curl(&g_extra, NULL, up, "ka", tmp_path("mine2.qvoice"), "mine"), 200);
+    assert_non_null(strstr(g_body, "\"replaced\""));
     assert_int_equal(curl(&g_extra, NULL, "-H 'Authorization: Bearer kr' SRV/v1/audio/voices"),
                      200);
     assert_non_null(strstr(g_body, "\"owner\":\"alice\""));
@@ -808,6 +868,146 @@ static void start_busy(const char *name, const char *more, const char *json, con
     for (int i = 0; i < 100 && (active = metric(&g_extra, "qvoice_active_sessions ")) < 1; i++)
         sleep_ms(100);
     assert_true(active >= 1);
+}
+
+/* The audio of batch result i of the JSON reply in g_body, base64-decoded into path. */
+static void batch_audio(int i, const char *path) {
+    cJSON *o = cJSON_Parse(g_body);
+    cJSON *r = cJSON_GetArrayItem(cJSON_GetObjectItem(o, "results"), i);
+    const char *b64 = cJSON_GetStringValue(cJSON_GetObjectItem(r, "audio_data"));
+    assert_non_null(b64);
+    tmp_write(tmp_path("b64"), b64, strlen(b64));
+    cJSON_Delete(o);
+    assert_int_equal(sh("base64 -d %s > %s", tmp_path("b64"), path), 0);
+}
+
+/* vLLM-Omni's POST /v1/audio/speech/batch (curl, Python's http.client, the openai package's
+ * client.post): the batch's fields under each item's own, one result per item in order, an item's
+ * error its own; an item's audio is the single request's, byte for byte; usage counts tokens
+ * (3 for "Hello there.", not 12 characters); speed 2 is half the samples (streamed too). */
+static void test_batch_and_speed(void **state) {
+    (void)state;
+    const char *batch = "-d '{\"voice\":\"ryan\",\"seed\":1,\"max_seconds\":2,\"items\":["
+                        "{\"input\":\"Hello there.\"},"
+                        "{\"input\":\"Hello there.\",\"response_format\":\"pcm\",\"speed\":2},"
+                        "{\"input\":\"\"}, 5, {\"input\":\"Hi\",\"voice\":\"nobody\"}]}' "
+                        "SRV/v1/audio/speech/batch";
+    assert_int_equal(curl(&g_srv, NULL, "%s", batch), 200);
+    cJSON *o = cJSON_Parse(g_body), *res = cJSON_GetObjectItem(o, "results");
+    assert_int_equal(cJSON_GetNumberValue(cJSON_GetObjectItem(o, "total")), 5);
+    assert_int_equal(cJSON_GetNumberValue(cJSON_GetObjectItem(o, "succeeded")), 2);
+    assert_int_equal(cJSON_GetNumberValue(cJSON_GetObjectItem(o, "failed")), 3);
+    assert_non_null(strstr(cJSON_GetStringValue(cJSON_GetObjectItem(o, "id")), "speech-batch-"));
+    static const char *const status[] = {"success", "success", "error", "error", "error"};
+    for (int i = 0; i < 5; i++) {
+        cJSON *r = cJSON_GetArrayItem(res, i);
+        assert_int_equal(cJSON_GetNumberValue(cJSON_GetObjectItem(r, "index")), i);
+        assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(r, "status")), status[i]);
+    }
+    cJSON *u = cJSON_GetObjectItem(cJSON_GetArrayItem(res, 0), "usage");
+    assert_int_equal(cJSON_GetNumberValue(cJSON_GetObjectItem(u, "input_tokens")), 3);
+    assert_true(cJSON_GetNumberValue(cJSON_GetObjectItem(u, "output_tokens")) > 0);
+    assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetArrayItem(res, 1),
+                                                                 "media_type")),
+                        "audio/pcm");
+    assert_non_null(strstr(cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetArrayItem(res, 2),
+                                                                     "error")),
+                           "input"));
+    assert_non_null(strstr(cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetArrayItem(res, 3),
+                                                                     "error")),
+                           "items[3]"));
+    assert_non_null(strstr(cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetArrayItem(res, 4),
+                                                                     "error")),
+                           "nobody"));
+    cJSON_Delete(o);
+    /* item 0 is test_speech's a.wav (same fields and seed); item 1 that audio at speed 2 */
+    batch_audio(0, tmp_path("b0.wav"));
+    assert_int_equal(sh("cmp -s %s %s", tmp_path("a.wav"), tmp_path("b0.wav")), 0);
+    batch_audio(1, tmp_path("b1.pcm"));
+    const long n = wav_frames(tmp_path("a.wav"));
+    assert_int_equal(file_bytes(tmp_path("b1.pcm")), 2 * ((n + 1) / 2));
+    /* the single request at speed 2, streamed: the same length; usage in vLLM-Omni's headers */
+    assert_int_equal(curl(&g_srv, tmp_path("sp.pcm"),
+                          "-d '{\"input\":\"Hello there.\",\"voice\":\"ryan\",\"seed\":1,"
+                          "\"max_seconds\":2,\"response_format\":\"pcm\",\"speed\":2,"
+                          "\"stream\":true}' SRV/v1/audio/speech"),
+                     200);
+    assert_int_equal(file_bytes(tmp_path("sp.pcm")), 2 * ((n + 1) / 2));
+    assert_int_equal(curl(&g_srv, NULL,
+                          "-D %s -d '{\"input\":\"Hello there.\",\"voice\":\"ryan\",\"seed\":1,"
+                          "\"max_seconds\":2}' SRV/v1/audio/speech",
+                          tmp_path("hdr")),
+                     200);
+    assert_int_equal(sh("grep -qi '^x-vllm-omni-input-tokens: 3' %s", tmp_path("hdr")), 0);
+    /* refused batches */
+    static const struct {
+        const char *body, *code, *param;
+    } bad[] = {{"{}", "invalid_type", "items"},
+               {"{\"items\":[]}", "invalid_value", "items"},
+               {"{\"items\":[{\"input\":\"x\"}],\"stream\":true}", "invalid_value", "stream"},
+               {"[1]", "invalid_json", NULL}};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        tmp_write(tmp_path("batch.json"), bad[i].body, strlen(bad[i].body));
+        assert_int_equal(curl(&g_srv, NULL, "--data-binary @%s SRV/v1/audio/speech/batch",
+                              tmp_path("batch.json")),
+                         400);
+        assert_string_equal(error_code(), bad[i].code);
+    }
+    char many[2048] = "{\"items\":[";
+    for (int i = 0; i <= 32; i++) /* one over the 32 items */
+        strcat(many, i ? ",{\"input\":\"x\"}" : "{\"input\":\"x\"}");
+    strcat(many, "]}");
+    tmp_write(tmp_path("batch.json"), many, strlen(many));
+    assert_int_equal(
+        curl(&g_srv, NULL, "--data-binary @%s SRV/v1/audio/speech/batch", tmp_path("batch.json")),
+        400);
+    assert_int_equal(curl(&g_srv, NULL, "SRV/v1/audio/speech/batch"), 405);
+    /* Python's standard library */
+    assert_int_equal(py(&g_srv,
+                        "batch '{\"voice\":\"serena\",\"max_seconds\":1,\"items\":"
+                        "[{\"input\":\"One.\"},{\"input\":\"Two.\",\"response_format\":\"pcm\"}]}'"),
+                     0);
+    o = cJSON_Parse(g_body);
+    assert_int_equal(cJSON_GetNumberValue(cJSON_GetObjectItem(o, "succeeded")), 2);
+    res = cJSON_GetObjectItem(o, "results");
+    assert_true(cJSON_GetNumberValue(cJSON_GetObjectItem(cJSON_GetArrayItem(res, 1), "bytes")) >
+                0);
+    cJSON_Delete(o);
+    /* 4 items on 2 slots and no queue: the batch waits for its own items instead of failing
+     * (429) the next; the two running at a time advance in one batched step; each item is
+     * the same request alone, byte for byte */
+    char args[2048];
+    snprintf(args, sizeof args, "-m %s --voices %s/voices --max-concurrency 2 --max-queue 0 "
+             "--batch 2", g_cv, tmp_dir);
+    assert_int_equal(server_start(&g_extra, "batch", args), 0);
+    const char *item = "{\"input\":\"Hello there.\",\"voice\":\"ryan\",\"seed\":4,"
+                       "\"max_seconds\":1}";
+    assert_int_equal(curl(&g_extra, tmp_path("alone.wav"), "-d '%s' SRV/v1/audio/speech", item), 200);
+    assert_int_equal(curl(&g_extra, NULL, "-d '{\"items\":[%s,%s,%s,%s]}' SRV/v1/audio/speech/batch",
+                          item, item, item, item),
+                     200);
+    o = cJSON_Parse(g_body);
+    assert_int_equal(cJSON_GetNumberValue(cJSON_GetObjectItem(o, "succeeded")), 4);
+    cJSON_Delete(o);
+    for (int i = 0; i < 4; i++) {
+        batch_audio(i, tmp_path("bi.wav"));
+        assert_int_equal(sh("cmp -s %s %s", tmp_path("alone.wav"), tmp_path("bi.wav")), 0);
+    }
+    const double steps = metric(&g_extra, "qvoice_batch_steps_total "),
+                 frames = metric(&g_extra, "qvoice_batch_frames_total ");
+    print_message("batch of 4 on 2 slots: %g frames in %g batched steps\n", frames, steps);
+    assert_true(steps >= 1 && frames > steps);
+    assert_int_equal(server_stop(&g_extra), 0);
+    if (!g_npm) return;
+    char base[64];
+    snprintf(base, sizeof base, "http://127.0.0.1:%d", g_srv.port);
+    assert_int_equal(sh("node tests/server/openai_speech.mjs %s batch %s", base,
+                        tmp_path("ob.wav")), 0);
+    assert_int_equal(sh("cmp -s %s %s", tmp_path("o.wav"), tmp_path("ob.wav")), 0);
+    assert_int_equal(sh("node tests/server/openai_speech.mjs %s speed %s", base,
+                        tmp_path("os2.pcm")), 0);
+    const long no = wav_frames(tmp_path("o.wav"));
+    assert_int_equal(file_bytes(tmp_path("os2.pcm")), 2 * ((no + 1) / 2));
 }
 
 /* --quant q4: a q4 server answers, and two concurrent streams, advanced together as one batch,
@@ -1124,5 +1324,5 @@ static void test_scale_out(void **state) {
 QVT_MAIN(group_setup, group_teardown, test_routes, test_speech_bad_input,
          test_voices, test_slow_client, test_slow_attack, test_auth, test_key_owners, test_library,
          test_textside,
-         test_metrics, test_speech, test_q4_streams, test_disconnect_and_limits, test_drain_under_load,
+         test_metrics, test_speech, test_batch_and_speed, test_q4_streams, test_disconnect_and_limits, test_drain_under_load,
          test_clone_upload, test_ref_audio, test_scale_out, test_log_escaped, test_no_leaks)

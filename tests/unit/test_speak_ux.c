@@ -166,6 +166,8 @@ static void test_usage_errors(void **st) {
     usage("--json -o - --format wav", "--json");
     usage("--threads -2 -o x.wav", "--threads");
     usage("--batch - -o x.wav", "--batch");
+    usage("--speed 5 -o x.wav", "--speed: expected");
+    usage("--speed 2 --dump-codes x.codes", "--speed");
 }
 
 static void test_version(void **st) {
