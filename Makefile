@@ -139,8 +139,9 @@ bin/qvoice-compress: $(B)/compress/main.o $(call app_obj,compress) $(LIB)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIB) $(LIBS)
 $(B)/tests/test_compress: $(call app_obj,compress)
 
-# The HTTP fuzz targets' replay (tests/fuzz/fuzz_server.h) runs an in-process server.
-$(B)/tests/test_server_replay: $(B)/tests/unit/test_server_replay.o $(call app_obj,server) $(B)/gen/studio_assets.o $(LIB)
+# The HTTP fuzz targets' replay (tests/fuzz/fuzz_server.h) runs an in-process server; the
+# WebSocket test replays fuzz_ws_frame on server/ws.c.
+$(B)/tests/test_server_replay $(B)/tests/test_server_ws: $(B)/tests/%: $(B)/tests/unit/%.o $(call app_obj,server) $(B)/gen/studio_assets.o $(TEST_HELPERS:%.c=$(B)/%.o) $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIB) -lmicrohttpd $(LIBS) -lcmocka
 

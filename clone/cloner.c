@@ -222,13 +222,10 @@ static int check_output(run *u, const char *out) {
 }
 
 static int file_sha256_hex(const char *path, char hex[65]) {
-    size_t n;
-    char *buf = qvu_read_file(path, SIZE_MAX / 2, &n, NULL, 0);
     uint8_t d[32];
-    int rc = buf && !qvu_sha256(buf, n, d) ? 0 : -1;
-    if (!rc) qvu_sha256_hex(d, hex);
-    free(buf);
-    return rc;
+    if (qvu_sha256_file(path, d)) return -1;
+    qvu_sha256_hex(d, hex);
+    return 0;
 }
 
 static void user_name(char *buf, size_t size) {

@@ -62,7 +62,6 @@ struct qve_batcher {
     int n_waiting;
     int64_t n_steps, n_frames; /* steps run and the frames they served (qv_model_batch_stats) */
     qve_batch_scratch bs;
-    float *mem; /* every row of bs */
 };
 
 /* ==== setup ================================================================================== */
@@ -71,38 +70,8 @@ void qve_batcher_free(struct qve_batcher *b) {
     if (!b) return;
     pthread_mutex_destroy(&b->mu);
     pthread_cond_destroy(&b->cv);
-    qvk_free(b->mem);
+    qve_batch_scratch_free(&b->bs);
     free(b);
-}
-
-static size_t max2(size_t a, size_t b) {
-    return a > b ? a : b;
-}
-
-/* Rows for the widest of the talker and the code predictor, carved from one block. */
-static int scratch_init(struct qve_batcher *b, const qv_model *m) {
-    const qvm_stack_config *t = &m->ck->cfg.talker, *c = &m->ck->cfg.code_predictor;
-    const size_t H = max2((size_t)t->hidden_size, (size_t)c->hidden_size);
-    const size_t qd = max2((size_t)t->num_attention_heads * t->head_dim,
-                           (size_t)c->num_attention_heads * c->head_dim);
-    const size_t kvd = max2((size_t)t->num_key_value_heads * t->head_dim,
-                            (size_t)c->num_key_value_heads * c->head_dim);
-    const size_t I = max2((size_t)t->intermediate_size, (size_t)c->intermediate_size);
-    const size_t V = max2((size_t)t->vocab_size, (size_t)c->vocab_size);
-    /* rows rounded to 16 floats (64 bytes) */
-    const size_t w[12] = {H, H, qd, kvd, kvd, qd, I, I, H, H, H, V};
-    float **dst[12] = {&b->bs.x,    &b->bs.h,  &b->bs.q,  &b->bs.k, &b->bs.v,      &b->bs.att,
-                       &b->bs.gate, &b->bs.up, &b->bs.in, &b->bs.z, &b->bs.normed, &b->bs.logits};
-    size_t total = 0;
-    for (int i = 0; i < 12; i++)
-        total += (w[i] + 15) / 16 * 16 * QVK_BATCH_MAX;
-    if (!(b->mem = qvk_alloc(total * sizeof(float)))) return -1;
-    float *p = b->mem;
-    for (int i = 0; i < 12; i++) {
-        *dst[i] = p;
-        p += (w[i] + 15) / 16 * 16 * QVK_BATCH_MAX;
-    }
-    return 0;
 }
 
 enum qv_status qv_model_set_batching(qv_model *m, int max_streams) {
@@ -129,7 +98,7 @@ enum qv_status qv_model_set_batching(qv_model *m, int max_streams) {
     pthread_mutex_init(&b->mu, NULL);
     b->max_streams = max_streams;
     b->tail = &b->head;
-    if (scratch_init(b, m)) {
+    if (qve_batch_scratch_init(&b->bs, &m->ck->cfg, QVK_BATCH_MAX)) {
         qve_batcher_free(b);
         return qvu_failf(QV_E_NOMEM, "%s: batch scratch for %d streams: out of memory", m->ck->dir,
                          max_streams);

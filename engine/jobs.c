@@ -200,10 +200,12 @@ static enum qv_status job_run(qv_jobs *b, int line_no, const cJSON *j, cJSON *re
         return qv_free(k.pcm), st;
     }
     const char *out = job_str(j, "output", NULL);
+    qv_provenance prov = qv_provenance_of(b->m, r.voice, r.speaker);
+    prov.watermark = b->o.watermark != QV_WATERMARK_OFF;
     int64_t n_clipped;
     double lufs;
     if (!(st = qv_loudness_normalize(k.pcm, k.n, b->o.loudness_lufs, &n_clipped, &lufs)))
-        st = qv_audio_write(out, qv_format_of_path(out), k.pcm, k.n, b->o.watermark);
+        st = qv_audio_write(out, qv_format_of_path(out), k.pcm, k.n, &prov);
     qv_free(k.pcm);
     if (st) return snprintf(err, n, "%s", qv_last_error()), st;
     add_summary(res, out, now_s() - t0, &ss, lufs);

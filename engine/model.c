@@ -19,6 +19,7 @@
 #include "engine/speech_decoder.h"
 #include "engine/tokenizer.h"
 #include "kernels/q8.h"
+#include "util/sha256.h"
 
 /* ==== tensor lookup helpers ================================================================== */
 
@@ -481,6 +482,9 @@ const char *qv_model_type(const qv_model *m) {
 }
 const char *qv_model_size(const qv_model *m) {
     return m->ck->cfg.tts_model_size;
+}
+void qv_model_fingerprint(const qv_model *m, char hex[65]) {
+    qvu_sha256_hex(m->ck->fingerprint, hex);
 }
 int qv_model_hidden_size(const qv_model *m) {
     return m->ck->cfg.talker.hidden_size;

@@ -191,15 +191,22 @@ typedef struct {
 } qve_mv;
 void qve_matvec(qvk_pool *pool, const float *x, int n_in, const qve_mv *mv, int n_mv);
 
-/* Activation rows of a batched step (batch.c), QVK_BATCH_MAX rows each as wide as the widest
- * stack of the model needs; one set per model, used by one step at a time. */
+/* Activation rows of a batched step: QVK_BATCH_MAX rows each as wide as the widest stack of the
+ * model needs, one set per model used by one step at a time (batch.c); two rows in each code
+ * predictor state for its 2-position start (code_predictor.c). */
 typedef struct {
     float *x, *h, *q, *k, *v, *att, *gate, *up; /* decoder stack, as in qve_stack_state */
     float *in;                                  /* [talker H] code-predictor input */
     float *z;                                   /* [talker H] the frames' z */
     float *normed;                              /* [cp H] */
     float *logits;                              /* [max(talker, cp) vocab] */
+    float *mem;                                 /* the one block every row is carved from */
 } qve_batch_scratch;
+
+/* Rows for n_rows tokens of either stack of c. 0 / -1 (out of memory, bs left empty);
+ * qve_batch_scratch_free accepts an empty or zeroed bs. */
+int qve_batch_scratch_init(qve_batch_scratch *bs, const qvm_model_config *c, int n_rows);
+void qve_batch_scratch_free(qve_batch_scratch *bs);
 
 /* qve_matvec for several x [n_x, n_in] through the same matrices, each mv.y [n_x, n_out]:
  * every row as qve_matvec computes it alone, each weight read once for all. n_x <= QVK_BATCH_MAX. */
@@ -229,6 +236,7 @@ typedef struct { /* per-frame code-predictor working set */
     float *x;       /* [1024] */
     float *proj_in; /* [H_talker] */
     float *logits;  /* [15][2048] raw logits of the current frame */
+    qve_batch_scratch start; /* two rows: positions 0 and 1 run as one step */
 } qve_cp_state;
 
 int qve_cp_state_init(qve_cp_state *s, const qv_model *m);

@@ -141,6 +141,42 @@ void qve_matvec_batch(qvk_pool *pool, const float *x, int n_x, int n_in, const q
     }
 }
 
+static size_t max2(size_t a, size_t b) {
+    return a > b ? a : b;
+}
+
+int qve_batch_scratch_init(qve_batch_scratch *bs, const qvm_model_config *cfg, int n_rows) {
+    const qvm_stack_config *t = &cfg->talker, *c = &cfg->code_predictor;
+    const size_t H = max2((size_t)t->hidden_size, (size_t)c->hidden_size);
+    const size_t qd = max2((size_t)t->num_attention_heads * t->head_dim,
+                           (size_t)c->num_attention_heads * c->head_dim);
+    const size_t kvd = max2((size_t)t->num_key_value_heads * t->head_dim,
+                            (size_t)c->num_key_value_heads * c->head_dim);
+    const size_t I = max2((size_t)t->intermediate_size, (size_t)c->intermediate_size);
+    const size_t V = max2((size_t)t->vocab_size, (size_t)c->vocab_size);
+    /* rows rounded to 16 floats (64 bytes) */
+    const size_t w[12] = {H, H, qd, kvd, kvd, qd, I, I, H, H, H, V};
+    float **dst[12] = {&bs->x,    &bs->h,  &bs->q,  &bs->k, &bs->v,      &bs->att,
+                       &bs->gate, &bs->up, &bs->in, &bs->z, &bs->normed, &bs->logits};
+    memset(bs, 0, sizeof *bs);
+    size_t total = 0;
+    for (int i = 0; i < 12; i++)
+        total += (w[i] + 15) / 16 * 16 * (size_t)n_rows;
+    if (!(bs->mem = qvk_alloc(total * sizeof(float)))) return -1;
+    float *p = bs->mem;
+    for (int i = 0; i < 12; i++) {
+        *dst[i] = p;
+        p += (w[i] + 15) / 16 * 16 * (size_t)n_rows;
+    }
+    return 0;
+}
+
+void qve_batch_scratch_free(qve_batch_scratch *bs) {
+    if (!bs) return;
+    qvk_free(bs->mem);
+    memset(bs, 0, sizeof *bs);
+}
+
 /* The offset of layer l's K (and V) row of position pos: the caches are position-major, so a
  * prompt's rows of every layer are one block (51 positions on 0.6B: 5.7 MB each for K and V)
  * instead of the first 2 MB huge page of each layer's region (112 MB zeroed at the first touch,

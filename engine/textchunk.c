@@ -5,6 +5,9 @@
  */
 #include "engine/textchunk.h"
 
+#include "include/qvoice.h"
+#include "util/api.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -193,6 +196,21 @@ static int emit_long(builder *bl, const decoded *d, int64_t a, int64_t b, int ma
     }
 }
 
+/* The run of sentence-end marks and closers that starts at the mark cp[k], within [k, j): its end
+ * in *m; 1 when it ends a sentence (a CJK mark in it, or white space after it), 2 when it runs
+ * into j (a sentence end if j ends the text or a run), 0 not (as in "3.14"). */
+static int term_run(const decoded *d, int64_t k, int64_t j, int64_t *m) {
+    int cjk = 0;
+    int64_t e = k;
+    while (e < j && (is_term_latin(d->cp[e]) || is_term_cjk(d->cp[e]) ||
+                     is_closer(d->cp[e]))) {
+        cjk |= is_term_cjk(d->cp[e]);
+        e++;
+    }
+    *m = e;
+    return cjk || (e < j && is_space(d->cp[e])) ? 1 : e == j ? 2 : 0;
+}
+
 typedef struct {
     int64_t a, b;
     int n_chars;
@@ -227,14 +245,8 @@ static int emit_run(builder *bl, const decoded *d, int64_t i, int64_t j, int max
             }
         }
         if (is_term_latin(c) || is_term_cjk(c)) {
-            int cjk = is_term_cjk(c);
-            int64_t m = k + 1;
-            while (m < j &&
-                   (is_term_latin(d->cp[m]) || is_term_cjk(d->cp[m]) || is_closer(d->cp[m]))) {
-                cjk |= is_term_cjk(d->cp[m]);
-                m++;
-            }
-            if (cjk || m == j || is_space(d->cp[m])) {
+            int64_t m;
+            if (term_run(d, k, j, &m)) {
                 u[n_u++] = (unit){start, m, 0, 0};
                 start = -1;
             }
@@ -332,6 +344,93 @@ fail:
     decoded_free(&d);
     qve_chunk_list_free(out);
     return -1;
+}
+
+/* ==== text arriving in pieces ================================================================ */
+
+_Static_assert(QV_TEXT_CARRY_BYTES >= 3 * QVE_TAG_MAX_BYTES + 1, "carry holds three tags");
+
+/* Keeps the source of the last tag of t's kind (voice, language, style) in last[3]. */
+static void keep_tag(const char *last[3], size_t len[3], const qve_tag *t, const char *src,
+                     size_t n) {
+    int i = t->kind == QVE_TAG_VOICE ? 0 : t->kind == QVE_TAG_LANG ? 1 : 2;
+    last[i] = src;
+    len[i] = n;
+}
+
+/* The end (byte offset) of the last whole sentence of [a, b): a run of text between tags, or the
+ * text's tail (tail: a mark at b may still be followed by more marks or closers); 0 when none. */
+static size_t last_sentence_end(const decoded *d, int64_t a, int64_t b, int tail) {
+    size_t cut = 0;
+    for (int64_t k = a; k < b; k++) {
+        int32_t c = d->cp[k];
+        if (c == '\n') { /* a blank line ends a paragraph */
+            int64_t m = k + 1;
+            while (m < b && is_space(d->cp[m]) && d->cp[m] != '\n')
+                m++;
+            if (m < b && d->cp[m] == '\n') cut = d->off[m + 1], k = m;
+            continue;
+        }
+        if (!is_term_latin(c) && !is_term_cjk(c)) continue;
+        int64_t m;
+        int e = term_run(d, k, b, &m);
+        if (e == 1 || (e == 2 && !tail)) cut = d->off[m];
+        k = m - 1;
+    }
+    return cut;
+}
+
+enum qv_status qv_text_sentences(const char *text, size_t *n_bytes, char *carry,
+                                 size_t carry_size) {
+    if (!text || !n_bytes || !carry || carry_size < QV_TEXT_CARRY_BYTES)
+        return qvu_fail(QV_E_INVALID, "qv_text_sentences: NULL argument or carry too small");
+    char err[QVU_DETAIL_SIZE] = "";
+    decoded d = {0};
+    *n_bytes = 0;
+    carry[0] = 0;
+    if (decode(&d, text, err, sizeof err)) {
+        decoded_free(&d);
+        return qvu_fail(strstr(err, "memory") ? QV_E_NOMEM : QV_E_INVALID, err);
+    }
+    const char *last[3] = {0}, *at_cut[3] = {0};
+    size_t len[3] = {0}, len_cut[3] = {0}, cut = 0;
+    int64_t run = 0;
+    for (int64_t k = 0; k <= d.n; k++) {
+        if (k < d.n && d.cp[k] != '[') continue;
+        qve_tag t;
+        long n = 0;
+        if (k < d.n) {
+            /* a '[' whose tag may still be arriving: nothing after it is decided yet */
+            if (!memchr(text + d.off[k], ']', d.off[d.n] - d.off[k]) &&
+                d.off[d.n] - d.off[k] < QVE_TAG_MAX_BYTES) {
+                size_t e = last_sentence_end(&d, run, k, 1);
+                if (e) cut = e, memcpy(at_cut, last, sizeof last), memcpy(len_cut, len, sizeof len);
+                break;
+            }
+            n = qve_markup_tag(text + d.off[k], d.off[d.n] - d.off[k], (long)k, NULL, &t, err,
+                               sizeof err);
+            if (n < 0) {
+                decoded_free(&d);
+                return qvu_fail(QV_E_INVALID, err);
+            }
+            if (!n) continue;
+        }
+        size_t e = last_sentence_end(&d, run, k, k == d.n);
+        if (e) cut = e, memcpy(at_cut, last, sizeof last), memcpy(len_cut, len, sizeof len);
+        if (k == d.n) break;
+        if (t.kind != QVE_TAG_PAUSE) keep_tag(last, len, &t, text + d.off[k], (size_t)n);
+        const size_t end = d.off[k] + (size_t)n;
+        while (k + 1 < d.n && d.off[k + 1] < end)
+            k++;
+        run = k + 1;
+    }
+    decoded_free(&d);
+    size_t w = 0;
+    for (int i = 0; i < 3; i++)
+        if (at_cut[i]) memcpy(carry + w, at_cut[i], len_cut[i]), w += len_cut[i];
+    carry[w] = 0;
+    *n_bytes = cut;
+    return QV_OK;
 }
 
 void qve_chunk_list_free(qve_chunk_list *l) {

@@ -2,6 +2,7 @@
  * onto an utterance's request (voice_load.h).
  */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,20 +11,33 @@
 #include "engine/voice_load.h"
 #include "engine/voice_verify.h"
 #include "util/api.h"
+#include "util/sha256.h"
 #include "voicefmt/qvf.h"
+
+/* A voice's id (qv_voice_id). A file's is hashed when first asked for: a synthesis never needs
+ * it, and a voice with a weight delta is hundreds of MB (the server opens a library voice per
+ * request); a voice from memory or parts gets its id when made. */
+struct voice_id {
+    pthread_mutex_t mu;
+    int done;
+    char hex[72]; /* 64 hex digits, or "parts:" and 64 */
+};
 
 /* A voice file's ICL codes are the model's frames: one count, spelled by both public headers. */
 _Static_assert(QVF_N_CODEBOOKS == QV_N_CODEBOOKS, "voice-file and engine codebook counts");
 
-/* Takes f into a new voice named name: its ICL codes widened once to the engine's type. */
+/* Takes f into a new voice named name: its ICL codes widened once to the engine's type; its id
+ * is id (NULL: the file at name's, hashed on first use). */
 static enum qv_status voice_adopt(qv_voice **out, qvf_voice *f, const char *name, void *bytes,
-                                  char *err, size_t es) {
+                                  const char *id, char *err, size_t es) {
     qv_voice *v = calloc(1, sizeof *v);
+    struct voice_id *d = calloc(1, sizeof *d);
     int32_t *codes = NULL;
     const size_t n = f->codes ? (size_t)f->n_frames * QV_N_CODEBOOKS : 0;
-    if (!v || (n && !(codes = malloc(n * sizeof *codes)))) {
+    if (!v || !d || (n && !(codes = malloc(n * sizeof *codes))) ||
+        pthread_mutex_init(&d->mu, NULL)) {
         snprintf(err, es, "%.400s: out of memory", name);
-        free(v);
+        free(v), free(d), free(codes);
         qvf_voice_free(f);
         free(bytes);
         return QV_E_NOMEM;
@@ -31,7 +45,8 @@ static enum qv_status voice_adopt(qv_voice **out, qvf_voice *f, const char *name
     for (size_t i = 0; i < n; i++)
         codes[i] = f->codes[i];
     snprintf(v->path, sizeof v->path, "%s", name);
-    v->f = f, v->codes = codes, v->bytes = bytes;
+    if (id) snprintf(d->hex, sizeof d->hex, "%s", id), d->done = 1;
+    v->f = f, v->codes = codes, v->bytes = bytes, v->id = d;
     *out = v;
     return QV_OK;
 }
@@ -47,7 +62,7 @@ static enum qv_status voice_open(qv_voice **out, const char *path_or_name, char 
     if (qvf_voice_find(path_or_name, path, sizeof path, err, es) ||
         qvf_read_file(path, 0, &f, err, es))
         return QV_E_VOICE;
-    return voice_adopt(out, f, path, NULL, err, es);
+    return voice_adopt(out, f, path, NULL, NULL, err, es);
 }
 
 static enum qv_status voice_open_memory(qv_voice **out, const void *data, size_t n_bytes,
@@ -65,11 +80,19 @@ static enum qv_status voice_open_memory(qv_voice **out, const void *data, size_t
     }
     memcpy(copy, data, n_bytes);
     qvf_voice *f;
+    uint8_t h[32];
+    char id[65];
     if (qvf_read_mem(copy, n_bytes, name, 0, &f, err, es)) {
         free(copy);
         return QV_E_VOICE;
     }
-    return voice_adopt(out, f, name, copy, err, es);
+    if (qvu_sha256(copy, n_bytes, h)) { /* the file's id: these are its bytes */
+        snprintf(err, es, "%.400s: out of memory", name);
+        qvf_voice_free(f);
+        free(copy);
+        return QV_E_NOMEM;
+    }
+    return voice_adopt(out, f, name, copy, qvu_sha256_hex(h, id), err, es);
 }
 
 static enum qv_status voice_from_parts(qv_voice **out, const float *xvector, int dim,
@@ -104,7 +127,19 @@ static enum qv_status voice_from_parts(qv_voice **out, const float *xvector, int
         snprintf(err, es, "parts: %s", qvf_strerror(rc));
         return rc == QVF_E_NOMEM ? QV_E_NOMEM : rc == QVF_E_LIMIT ? QV_E_LIMIT : QV_E_INVALID;
     }
-    return voice_adopt(out, f, "parts", NULL, err, es);
+    /* no file: the id names what the voice is made of */
+    qvu_sha256_ctx *c = qvu_sha256_begin();
+    qvu_sha256_add(c, xvector, (size_t)dim * sizeof *xvector);
+    qvu_sha256_add(c, ref_codes, n * sizeof *ref_codes);
+    qvu_sha256_add(c, ref_text, ref_text ? strlen(ref_text) : 0);
+    uint8_t h[32];
+    char hex[65], id[72];
+    if (qvu_sha256_end(c, h)) {
+        qvf_voice_free(f);
+        return snprintf(err, es, "parts: out of memory"), QV_E_NOMEM;
+    }
+    snprintf(id, sizeof id, "parts:%s", qvu_sha256_hex(h, hex));
+    return voice_adopt(out, f, "parts", NULL, id, err, es);
 }
 
 void qv_voice_free(qv_voice *v) {
@@ -112,6 +147,8 @@ void qv_voice_free(qv_voice *v) {
     qvf_voice_free(v->f);
     free(v->codes);
     free(v->bytes);
+    if (v->id) pthread_mutex_destroy(&v->id->mu);
+    free(v->id);
     free(v);
 }
 
@@ -125,6 +162,24 @@ const char *qv_voice_language(const qv_voice *v) {
 }
 const char *qv_voice_path(const qv_voice *v) {
     return v->path;
+}
+const char *qv_voice_id(const qv_voice *v) {
+    struct voice_id *d = v->id;
+    pthread_mutex_lock(&d->mu);
+    uint8_t h[32];
+    if (!d->done && !qvu_sha256_file(v->path, h)) qvu_sha256_hex(h, d->hex);
+    d->done = 1; /* an unreadable file stays "" */
+    pthread_mutex_unlock(&d->mu);
+    return d->hex;
+}
+qv_provenance qv_provenance_of(const qv_model *m, const qv_voice *v, const char *speaker) {
+    qv_provenance p = qv_provenance_default();
+    if (m) qv_model_fingerprint(m, p.model_fingerprint);
+    if (v)
+        snprintf(p.voice_id, sizeof p.voice_id, "%s", qv_voice_id(v));
+    else if (speaker && *speaker)
+        snprintf(p.voice_id, sizeof p.voice_id, "speaker:%s", speaker);
+    return p;
 }
 int qv_voice_has_icl(const qv_voice *v) {
     return v->codes && v->f->transcript;

@@ -53,6 +53,7 @@ int qve_voice_apply_wdelta(qv_model *m, const qvf_voice *v, qve_wdelta_report *r
 struct qv_voice {
     qvf_voice *f;
     char path[4096];
+    struct voice_id *id; /* qv_voice_id's (voice.c) */
     int32_t *codes; /* the ICL codes widened once to the engine's code type, or NULL */
     void *bytes;    /* qv_voice_open_memory: the file's bytes f borrows from, or NULL */
 };

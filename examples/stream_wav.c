@@ -48,7 +48,9 @@ int main(int argc, char **argv) {
         perror(argv[3]);
         goto out;
     }
-    if (qv_encoder_new(&enc, QV_FORMAT_WAV, QV_WATERMARK_DEFAULT, NULL, NULL, f)) {
+    /* marked and tagged for this voice and model (docs/provenance.md) */
+    const qv_provenance prov = qv_provenance_of(m, v, NULL);
+    if (qv_encoder_new(&enc, QV_FORMAT_WAV, &prov, NULL, NULL, f)) {
         fprintf(stderr, "stream_wav: %s\n", qv_last_error());
         goto out;
     }

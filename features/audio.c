@@ -218,6 +218,34 @@ static int vorbis_headers_broken(const char *path) {
     return broken;
 }
 
+/* libsndfile's handle on path (NULL with "PATH: problem" in err), Ogg Vorbis with broken headers
+ * refused first. */
+static SNDFILE *open_audio(const char *path, SF_INFO *info, char *err, size_t err_size) {
+    if (vorbis_headers_broken(path)) {
+        set_err(err, err_size, path, "cannot read audio (Ogg Vorbis headers missing or corrupt)");
+        return NULL;
+    }
+    memset(info, 0, sizeof *info);
+    SNDFILE *sf = sf_open(path, SFM_READ, info);
+    if (!sf) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "cannot read audio (%s)", sf_strerror(NULL));
+        set_err(err, err_size, path, msg);
+    }
+    return sf;
+}
+
+int qva_audio_comment(const char *path, char *out, size_t size, char *err, size_t err_size) {
+    if (size) out[0] = 0;
+    SF_INFO info;
+    SNDFILE *sf = open_audio(path, &info, err, err_size);
+    if (!sf) return -1;
+    const char *c = sf_get_string(sf, SF_STR_COMMENT);
+    if (c && size) snprintf(out, size, "%s", c);
+    sf_close(sf);
+    return 0;
+}
+
 /* a->src_format: libsndfile's names of container and encoding ("WAV, Signed 16 bit PCM"). */
 static void describe_format(qva_audio *a, int format) {
     SF_FORMAT_INFO major = {.format = format & SF_FORMAT_TYPEMASK};
@@ -275,18 +303,9 @@ static int64_t read_mono(SNDFILE *sf, int channels, int64_t n, float **mono, int
 int qva_audio_load(qva_audio *a, const char *path, double max_seconds, char *err,
                    size_t err_size) {
     memset(a, 0, sizeof *a);
-    if (vorbis_headers_broken(path)) {
-        set_err(err, err_size, path, "cannot read audio (Ogg Vorbis headers missing or corrupt)");
-        return -1;
-    }
-    SF_INFO info = {0};
-    SNDFILE *sf = sf_open(path, SFM_READ, &info);
-    if (!sf) {
-        char msg[256];
-        snprintf(msg, sizeof msg, "cannot read audio (%s)", sf_strerror(NULL));
-        set_err(err, err_size, path, msg);
-        return -1;
-    }
+    SF_INFO info;
+    SNDFILE *sf = open_audio(path, &info, err, err_size);
+    if (!sf) return -1;
     if (info.samplerate <= 0 || info.channels <= 0 || info.frames <= 0) {
         sf_close(sf);
         set_err(err, err_size, path, "no audio frames in the file");

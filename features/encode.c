@@ -2,7 +2,9 @@
  * server, Python, the examples). 16-bit WAV and raw PCM are written here (so they can stream: a
  * header of unknown length, then blocks); FLAC, Ogg Vorbis, Opus and MP3 go through libsndfile
  * into memory. qv_pcm_s16le is the only float → 16-bit conversion of the project. Every path
- * marks the samples first (qv_watermark, docs/provenance.md) unless told QV_WATERMARK_OFF.
+ * marks the samples first (qv_watermark) and tags the container with the output's provenance
+ * (docs/provenance.md), unless given no qv_provenance; a WAV's tags sit before its data chunk so
+ * that a stream carries them too.
  */
 #include <errno.h>
 #include <math.h>
@@ -11,7 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
+#include "features/features.h"
 #include "include/qvoice.h"
 #include "util/api.h"
 
@@ -76,25 +80,159 @@ void qv_pcm_s16le(const float *x, int64_t n, uint8_t *out) {
     }
 }
 
+/* ==== provenance tags ======================================================================== */
+
+#define SOURCE_TYPE "http://cv.iptc.org/newscodes/digitalsourcetype/trainedAlgorithmicMedia"
+#define TAG_TEXT_BYTES QV_PROVENANCE_TEXT_BYTES /* the key set with two ids of 128 bytes: ~470 */
+
+/* A qv_provenance checked and copied: what every container says of an output. */
+typedef struct {
+    int on;                 /* 0: raw output, no tags */
+    uint32_t mark;          /* the watermark payload, or QV_WATERMARK_OFF */
+    char voice[QV_PROVENANCE_MAX_ID + 1], model[QV_PROVENANCE_MAX_ID + 1];
+    char created[32];       /* YYYY-MM-DDThh:mm:ssZ, or "" */
+} tags;
+
+qv_provenance qv_provenance_default(void) {
+    qv_provenance p = {.struct_size = sizeof p, .watermark = 1, .utc = (int64_t)time(NULL)};
+    const char *e = getenv("SOURCE_DATE_EPOCH"); /* reproducible-builds.org's convention */
+    char *end;
+    if (e && *e) {
+        errno = 0;
+        const long long t = strtoll(e, &end, 10);
+        if (!*end && !errno && t >= 0) p.utc = t;
+    }
+    return p;
+}
+
+/* s[0..size) up to its NUL, anything but printable ASCII (and ';', the comment's separator) as
+ * '?'. */
+static void clean_id(const char *s, size_t size, char out[QV_PROVENANCE_MAX_ID + 1]) {
+    size_t n = 0;
+    for (; n < size && n < QV_PROVENANCE_MAX_ID && s[n]; n++)
+        out[n] = s[n] > ' ' && s[n] < 0x7f && s[n] != ';' ? s[n] : '?';
+    out[n] = 0;
+}
+
+static enum qv_status tags_of(const qv_provenance *p, tags *t) {
+    memset(t, 0, sizeof *t);
+    t->mark = QV_WATERMARK_OFF;
+    if (!p) return QV_OK;
+    if (p->struct_size != sizeof *p) return qvu_check_size("qv_provenance", p->struct_size, sizeof *p);
+    t->on = 1;
+    clean_id(p->voice_id, sizeof p->voice_id, t->voice);
+    clean_id(p->model_fingerprint, sizeof p->model_fingerprint, t->model);
+    if (p->watermark) /* no id at all: the synthetic flag alone */
+        t->mark = t->voice[0] || t->model[0] ? qv_watermark_payload(t->voice, t->model)
+                                             : QV_WATERMARK_DEFAULT;
+    struct tm tm;
+    const time_t when = (time_t)p->utc;
+    if (p->utc >= 0 && gmtime_r(&when, &tm))
+        strftime(t->created, sizeof t->created, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    return QV_OK;
+}
+
+/* The documented key set (docs/provenance.md), "key=value" joined by sep; keys without a value
+ * are left out. */
+static void tags_text(const tags *t, const char *sep, char out[TAG_TEXT_BYTES]) {
+    char mark[16] = "off";
+    if (t->mark != QV_WATERMARK_OFF) snprintf(mark, sizeof mark, "%08x", t->mark);
+    size_t n = (size_t)snprintf(out, TAG_TEXT_BYTES, "digital_source_type=%s%sengine=qvoice %s",
+                                SOURCE_TYPE, sep, qv_version());
+    const char *const keys[] = {"model_fingerprint", "voice_id", "watermark", "created"};
+    const char *const vals[] = {t->model, t->voice, mark, t->created};
+    for (int i = 0; i < 4; i++)
+        if (vals[i][0] && n < TAG_TEXT_BYTES)
+            n += (size_t)snprintf(out + n, TAG_TEXT_BYTES - n, "%s%s=%s", sep, keys[i], vals[i]);
+}
+
+/* The container comment: "qvoice provenance: " and the key set joined by "; ". */
+static void comment_text(const tags *t, char out[TAG_TEXT_BYTES + 32]) {
+    char text[TAG_TEXT_BYTES];
+    tags_text(t, "; ", text);
+    snprintf(out, TAG_TEXT_BYTES + 32, "qvoice provenance: %s", text);
+}
+
+enum qv_status qv_provenance_text(const qv_provenance *p, char out[QV_PROVENANCE_TEXT_BYTES]) {
+    if (!p || !out) return qvu_fail(QV_E_INVALID, "qv_provenance_text: NULL argument");
+    tags t;
+    const enum qv_status st = tags_of(p, &t);
+    if (!st) tags_text(&t, "; ", out);
+    return st;
+}
+
+_Static_assert(QV_PROVENANCE_TEXT_BYTES == 1024, "qv_provenance_read's %.1023s");
+
+enum qv_status qv_provenance_read(const char *path, char out[QV_PROVENANCE_TEXT_BYTES]) {
+    if (!path || !out) return qvu_fail(QV_E_INVALID, "qv_provenance_read: NULL argument");
+    static const char prefix[] = "qvoice provenance: ";
+    char comment[TAG_TEXT_BYTES + 32], err[QVU_DETAIL_SIZE];
+    out[0] = 0;
+    if (qva_audio_comment(path, comment, sizeof comment, err, sizeof err))
+        return qvu_fail(QV_E_AUDIO, err);
+    if (!strncmp(comment, prefix, sizeof prefix - 1))
+        snprintf(out, QV_PROVENANCE_TEXT_BYTES, "%.1023s", comment + sizeof prefix - 1);
+    return QV_OK;
+}
+
+/* ==== the WAV header ========================================================================= */
+
+/* RIFF, fmt, then with tags LIST/INFO (ISFT software, ICRD time, ICMT the comment)
+ * and the `qvpr` chunk (the key set, one "key=value\n" each), then the data chunk's header. */
+#define WAV_PLAIN_BYTES 44
+#define WAV_HEADER_MAX_BYTES (WAV_PLAIN_BYTES + 128 + 3 * TAG_TEXT_BYTES)
+
 static void put32(uint8_t *p, uint32_t v) {
     for (int i = 0; i < 4; i++)
         p[i] = (uint8_t)(v >> (8 * i));
 }
 
-void qv_wav_header(uint8_t h[QV_WAV_HEADER_BYTES], int64_t n_samples) {
-    /* a length a RIFF size cannot hold is written as unknown, as a stream's */
-    const int unknown = n_samples < 0 || n_samples > (int64_t)(UINT32_MAX - 36) / 2;
-    const uint32_t data = unknown ? 0xFFFFFFFFu : (uint32_t)(n_samples * 2);
+/* A chunk id, its size and text at h[*n] (a NUL ends an INFO string; both pad to even). */
+static void put_text_chunk(uint8_t *h, size_t *n, const char *id, const char *text, int nul) {
+    const size_t len = strlen(text) + (size_t)nul;
+    memcpy(h + *n, id, 4);
+    put32(h + *n + 4, (uint32_t)len);
+    memcpy(h + *n + 8, text, len - (size_t)nul);
+    if (nul) h[*n + 8 + len - 1] = 0;
+    *n += 8 + len;
+    if (len & 1) h[(*n)++] = 0;
+}
+
+/* The header of a 16-bit mono 24 kHz WAV of n_samples (< 0, or more than a RIFF size holds:
+ * unknown length, as a stream writes it) into h; returns its length, the same for any n_samples. */
+static size_t wav_header(uint8_t h[WAV_HEADER_MAX_BYTES], int64_t n_samples, const tags *t) {
+    size_t n = 36;
     memcpy(h, "RIFF", 4);
-    put32(h + 4, unknown ? 0xFFFFFFFFu : 36 + data);
     memcpy(h + 8, "WAVEfmt ", 8);
     put32(h + 16, 16);
     put32(h + 20, 1 | (1u << 16)); /* PCM, mono */
     put32(h + 24, QV_SAMPLE_RATE_HZ);
     put32(h + 28, QV_SAMPLE_RATE_HZ * 2);
     put32(h + 32, 2 | (16u << 16)); /* block align, bits */
-    memcpy(h + 36, "data", 4);
-    put32(h + 40, data);
+    if (t->on) {
+        char text[TAG_TEXT_BYTES], software[64];
+        const size_t list = n;
+        memcpy(h + n, "LISTxxxxINFO", 12);
+        n += 12;
+        snprintf(software, sizeof software, "qvoice %s", qv_version());
+        put_text_chunk(h, &n, "ISFT", software, 1);
+        if (t->created[0]) put_text_chunk(h, &n, "ICRD", t->created, 1);
+        char comment[TAG_TEXT_BYTES + 32];
+        comment_text(t, comment);
+        put_text_chunk(h, &n, "ICMT", comment, 1);
+        put32(h + list + 4, (uint32_t)(n - list - 8));
+        tags_text(t, "\n", text); /* at most ~470 bytes: room for the last newline */
+        const size_t k = strlen(text);
+        if (k + 1 < sizeof text) text[k] = '\n', text[k + 1] = 0;
+        put_text_chunk(h, &n, "qvpr", text, 0);
+    }
+    const uint64_t head = n + 8;
+    const int unknown = n_samples < 0 || (uint64_t)n_samples > (UINT32_MAX - head) / 2;
+    const uint32_t data = unknown ? 0xFFFFFFFFu : (uint32_t)(n_samples * 2);
+    put32(h + 4, unknown ? 0xFFFFFFFFu : (uint32_t)(head - 8 + data));
+    memcpy(h + n, "data", 4);
+    put32(h + n + 4, data);
+    return n + 8;
 }
 
 int qv_pcm_collect(void *user, const float *pcm, int n) {
@@ -173,26 +311,23 @@ static sf_count_t v_write(const void *src, sf_count_t n, void *u) {
     return n;
 }
 
-/* Marked output also says so in the container (docs/provenance.md, "Metadata"): libsndfile
- * writes these as Vorbis comments (FLAC, Ogg Vorbis, Opus) and ID3v2 frames (MP3: COMM). */
-static void set_provenance(SNDFILE *sf, uint32_t mark) {
-    char comment[256];
-    snprintf(comment, sizeof comment,
-             "qvoice provenance: digital_source_type=http://cv.iptc.org/newscodes/"
-             "digitalsourcetype/trainedAlgorithmicMedia; engine=qvoice %s; watermark=%08x",
-             qv_version(), mark);
-    char software[64];
+/* libsndfile writes these as Vorbis comments (FLAC, Ogg Vorbis, Opus: SOFTWARE/ENCODER, DATE,
+ * COMMENT) and ID3v2 frames (MP3: TYER from the date, COMM; lame sets its own TSSE). */
+static void set_tags(SNDFILE *sf, const tags *t) {
+    char comment[TAG_TEXT_BYTES + 32], software[64];
+    comment_text(t, comment);
     snprintf(software, sizeof software, "qvoice %s", qv_version());
     sf_set_string(sf, SF_STR_SOFTWARE, software);
+    if (t->created[0]) sf_set_string(sf, SF_STR_DATE, t->created);
     sf_set_string(sf, SF_STR_COMMENT, comment);
 }
 
-static enum qv_status encode_sndfile(int f, const float *pcm, int64_t n, uint32_t mark, membuf *b) {
+static enum qv_status encode_sndfile(int f, const float *pcm, int64_t n, const tags *t, membuf *b) {
     SF_VIRTUAL_IO io = {v_len, v_seek, v_read, v_write, v_tell};
     SF_INFO info = {.samplerate = QV_SAMPLE_RATE_HZ, .channels = 1, .format = sf_formats[f]};
     SNDFILE *sf = sf_open_virtual(&io, SFM_WRITE, &info, b);
     if (!sf) return qvu_failf(QV_E_UNSUPPORTED, "%s: %s", names[f], sf_strerror(NULL));
-    if (mark != QV_WATERMARK_OFF) set_provenance(sf, mark);
+    if (t->on) set_tags(sf, t);
     sf_count_t w = -1;
     if ((sf_formats[f] & SF_FORMAT_SUBMASK) == SF_FORMAT_PCM_16) { /* 16-bit: our conversion */
         int16_t *s16 = malloc((size_t)n * sizeof *s16 + 1);
@@ -226,30 +361,33 @@ static enum qv_status mark_copy(const float *pcm, int64_t n, uint32_t mark, floa
     return QV_OK;
 }
 
-enum qv_status qv_audio_encode(int format, const float *pcm, int64_t n_samples, uint32_t mark,
-                               uint8_t **out, size_t *n_bytes) {
+enum qv_status qv_audio_encode(int format, const float *pcm, int64_t n_samples,
+                               const qv_provenance *prov, uint8_t **out, size_t *n_bytes) {
     if (!out || !n_bytes) return qvu_fail(QV_E_INVALID, "qv_audio_encode: NULL argument");
     *out = NULL, *n_bytes = 0;
     if (!valid(format) || n_samples < 0 || (n_samples && !pcm))
         return qvu_failf(QV_E_INVALID, "format %d, %lld samples: invalid", format,
                          (long long)n_samples);
-    if ((uint64_t)n_samples > (SIZE_MAX - QV_WAV_HEADER_BYTES) / 2)
+    if ((uint64_t)n_samples > (SIZE_MAX - WAV_HEADER_MAX_BYTES) / 2)
         return qvu_failf(QV_E_LIMIT, "%lld samples: too many", (long long)n_samples);
+    tags t;
+    enum qv_status st = tags_of(prov, &t);
+    if (st) return st;
     membuf b = {0};
     float *marked;
-    enum qv_status st = mark_copy(pcm, n_samples, mark, &marked);
-    if (st) return st;
+    if ((st = mark_copy(pcm, n_samples, t.mark, &marked))) return st;
     if (marked) pcm = marked;
     if (qv_format_progressive(format)) {
-        const size_t head = format == QV_FORMAT_WAV ? QV_WAV_HEADER_BYTES : 0;
+        uint8_t h[WAV_HEADER_MAX_BYTES];
+        const size_t head = format == QV_FORMAT_WAV ? wav_header(h, n_samples, &t) : 0;
         if (mem_reserve(&b, head + 2 * (size_t)n_samples)) {
             st = qvu_failf(QV_E_NOMEM, "%s: out of memory", names[format]);
         } else {
-            if (head) qv_wav_header(b.p, n_samples);
+            memcpy(b.p, h, head);
             qv_pcm_s16le(pcm, n_samples, b.p + head);
         }
     } else {
-        st = encode_sndfile(format, pcm, n_samples, mark, &b);
+        st = encode_sndfile(format, pcm, n_samples, &t, &b);
     }
     free(marked);
     if (st) return free(b.p), st;
@@ -259,10 +397,10 @@ enum qv_status qv_audio_encode(int format, const float *pcm, int64_t n_samples, 
 
 /* qv_audio_write_stream, whose detail names the stream where_ ("stdout", a path). */
 static enum qv_status write_stream(FILE *f, const char *where_, int format, const float *pcm,
-                                   int64_t n_samples, uint32_t mark) {
+                                   int64_t n_samples, const qv_provenance *prov) {
     uint8_t *buf;
     size_t n;
-    enum qv_status st = qv_audio_encode(format, pcm, n_samples, mark, &buf, &n);
+    enum qv_status st = qv_audio_encode(format, pcm, n_samples, prov, &buf, &n);
     if (st) return st;
     if (fwrite(buf, 1, n, f) != n || fflush(f))
         st = qvu_failf(QV_E_IO, "%s: %s", where_, strerror(errno));
@@ -271,20 +409,20 @@ static enum qv_status write_stream(FILE *f, const char *where_, int format, cons
 }
 
 enum qv_status qv_audio_write_stream(FILE *f, int format, const float *pcm, int64_t n_samples,
-                                     uint32_t mark) {
+                                     const qv_provenance *prov) {
     if (!f) return qvu_fail(QV_E_INVALID, "qv_audio_write_stream: NULL stream");
-    return write_stream(f, f == stdout ? "stdout" : "stream", format, pcm, n_samples, mark);
+    return write_stream(f, f == stdout ? "stdout" : "stream", format, pcm, n_samples, prov);
 }
 
 enum qv_status qv_audio_write(const char *path, int format, const float *pcm, int64_t n_samples,
-                              uint32_t mark) {
+                              const qv_provenance *prov) {
     qv_outfile *of;
     enum qv_status st = qv_outfile_open(&of, path);
     if (st) return st;
     FILE *f = qv_outfile_stream(of);
     if (!f)
         st = qvu_failf(QV_E_NOMEM, "%s: out of memory", path);
-    else if ((st = write_stream(f, path, format, pcm, n_samples, mark)) && st != QV_E_IO)
+    else if ((st = write_stream(f, path, format, pcm, n_samples, prov)) && st != QV_E_IO)
         qvu_failf(st, "%s: %s", path, qv_last_error()); /* the encoder's detail names the format */
     if (st) return qv_outfile_abort(of), st;
     return qv_outfile_commit(of);
@@ -299,6 +437,7 @@ struct qv_encoder {
     FILE *file; /* seekable: the WAV header is rewritten after each block */
     int64_t n_samples;
     int started;  /* the first block (a WAV's header) went out */
+    tags tags;
     uint8_t *blk; /* one block: the header (first WAV block) and the samples */
     size_t cap;
     qv_watermark *mark; /* NULL: QV_WATERMARK_OFF */
@@ -307,8 +446,8 @@ struct qv_encoder {
     int64_t mark_lag;   /* marked samples still to drop: the marker's delay (zeros) */
 };
 
-enum qv_status qv_encoder_new(qv_encoder **out, int format, uint32_t mark, qv_write_fn fn,
-                              void *user, FILE *file) {
+enum qv_status qv_encoder_new(qv_encoder **out, int format, const qv_provenance *prov,
+                              qv_write_fn fn, void *user, FILE *file) {
     if (!out) return qvu_fail(QV_E_INVALID, "qv_encoder_new: NULL argument");
     *out = NULL;
     if (!valid(format) || !fn == !file)
@@ -316,9 +455,13 @@ enum qv_status qv_encoder_new(qv_encoder **out, int format, uint32_t mark, qv_wr
     if (!qv_format_progressive(format))
         return qvu_failf(QV_E_UNSUPPORTED, "%s: progressive output is WAV or PCM only",
                          names[format]);
+    tags t;
+    const enum qv_status st = tags_of(prov, &t);
+    if (st) return st;
     qv_encoder *e = calloc(1, sizeof *e);
-    if (!e || (mark != QV_WATERMARK_OFF && qv_watermark_new(&e->mark, mark)))
+    if (!e || (t.mark != QV_WATERMARK_OFF && qv_watermark_new(&e->mark, t.mark)))
         return free(e), qvu_fail(QV_E_NOMEM, "encoder: out of memory");
+    e->tags = t;
     e->format = format, e->fn = fn, e->user = user, e->file = file;
     e->mark_lag = e->mark ? QV_WATERMARK_DELAY : 0;
     *out = e;
@@ -336,21 +479,22 @@ static int update_header(qv_encoder *e) {
     if (e->format != QV_FORMAT_WAV || !e->file) return 0;
     const long end = ftell(e->file);
     if (end < 0 || fseek(e->file, 0, SEEK_SET)) return 0; /* a pipe keeps the unknown length */
-    uint8_t h[QV_WAV_HEADER_BYTES];
-    qv_wav_header(h, e->n_samples);
-    return fwrite(h, 1, sizeof h, e->file) != sizeof h || fseek(e->file, end, SEEK_SET) ? -1 : 0;
+    uint8_t h[WAV_HEADER_MAX_BYTES];
+    const size_t n = wav_header(h, e->n_samples, &e->tags);
+    return fwrite(h, 1, n, e->file) != n || fseek(e->file, end, SEEK_SET) ? -1 : 0;
 }
 
 /* One block of final samples to the sink (the first WAV one with the header). */
 static enum qv_status write_block(qv_encoder *e, const float *pcm, int n_samples) {
-    const size_t head = e->format == QV_FORMAT_WAV && !e->started ? QV_WAV_HEADER_BYTES : 0;
+    uint8_t h[WAV_HEADER_MAX_BYTES];
+    const size_t head = e->format == QV_FORMAT_WAV && !e->started ? wav_header(h, -1, &e->tags) : 0;
     const size_t need = head + 2 * (size_t)n_samples;
     if (need > e->cap) {
         uint8_t *q = realloc(e->blk, need);
         if (!q) return qvu_failf(QV_E_NOMEM, "%s block: out of memory", names[e->format]);
         e->blk = q, e->cap = need;
     }
-    if (head) qv_wav_header(e->blk, -1);
+    memcpy(e->blk, h, head);
     qv_pcm_s16le(pcm, n_samples, e->blk + head);
     if (emit(e, e->blk, need))
         return qvu_failf(QV_E_IO, "%s stream: write failed", names[e->format]);

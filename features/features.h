@@ -59,6 +59,9 @@ int qva_audio_load(qva_audio *a, const char *path, double max_seconds, char *err
 int qva_audio_from_mono(qva_audio *a, const float *x, int64_t n, int rate_hz, const char *name,
                         char *err, size_t err_size);
 void qva_audio_free(qva_audio *a); /* accepts zeroed structs */
+/* The comment of the audio file at path as libsndfile reads it (WAV LIST/INFO ICMT, Vorbis
+ * COMMENT, ID3 COMM) into out[size] ("" when none). 0, or -1 with "PATH: problem" in err. */
+int qva_audio_comment(const char *path, char *out, size_t size, char *err, size_t err_size);
 
 /* ---- log-mel front end (§5.1) ----------------------------------------------------------- */
 

@@ -114,6 +114,9 @@ void qv_model_free(qv_model *m); /* accepts NULL */
 const char *qv_model_type(const qv_model *m);
 const char *qv_model_size(const qv_model *m);
 int qv_model_hidden_size(const qv_model *m); /* length of a speaker (x-)vector */
+/* The checkpoint's SHA-256 fingerprint (the one a voice file records as its source), as 64
+ * lower-case hex digits + NUL into hex: what an output's provenance names as its model. */
+void qv_model_fingerprint(const qv_model *m, char hex[65]);
 int qv_model_text_hidden_size(const qv_model *m);
 /* Preset speakers (CustomVoice; 0 otherwise) and selectable languages ("auto" first, dialects
  * excluded). Names are borrowed; i out of range gives NULL. */
@@ -308,6 +311,12 @@ const char *qv_voice_name(const qv_voice *v);     /* "" when unnamed; borrowed *
 const char *qv_voice_language(const qv_voice *v); /* "" when unset; borrowed */
 const char *qv_voice_path(const qv_voice *v);     /* the file it was opened from (else the
                                                      name given, or "parts"); borrowed */
+/* The voice's id: SHA-256 of its file's bytes as 64 lower-case hex digits (the id qvoice-server's
+ * library gives the same file; for qv_voice_open_memory, of the bytes given, so a file and its
+ * bytes have one id), hashed on the first call (thread-safe; "" when the file can no longer be
+ * read); for qv_voice_from_parts, "parts:" + SHA-256 of its x-vector, reference codes and
+ * transcript. Borrowed. */
+const char *qv_voice_id(const qv_voice *v);
 int qv_voice_has_icl(const qv_voice *v);          /* reference codes + transcript present */
 int qv_voice_has_wdelta(const qv_voice *v);       /* carries a weight delta */
 
@@ -424,7 +433,8 @@ typedef struct {
        style_dirs, and its instruct text in style_table then the built-in table */
     const char *style;        /* style of the whole text (a markup tag replaces it), or NULL;
                                  one that nothing can apply is an error (QV_E_UNSUPPORTED) */
-    float style_strength;     /* > 0: overrides the palette entry's / direction's strength */
+    float style_strength;     /* > 0: overrides the palette entry's / direction's strength
+                                 (at most QV_STYLE_STRENGTH_MAX) */
     const qv_style_dir *style_dirs; /* generic directions, or NULL */
     int n_style_dirs;
     const char *style_table;  /* extra "name = instruct text" lines, or NULL */
@@ -435,6 +445,7 @@ typedef struct {
                                  the encoder's watermark goes on after it. Not with codes_only */
 } qv_synth_request;
 
+#define QV_STYLE_STRENGTH_MAX 4.0 /* speak --style-strength and the server's style_strength */
 #define QV_SPEED_MIN 0.25
 #define QV_SPEED_MAX 4.0
 
@@ -498,6 +509,19 @@ enum qv_status qv_synth_run(qv_synth *s, const qv_synth_request *r, qv_pcm_fn fn
 enum qv_status qv_script_to_markup(const char *script, int pause_ms, char **markup,
                                    int **line_offsets, int **line_numbers, int *n_lines);
 
+/* Text that arrives in pieces (an LLM's tokens), spoken sentence by sentence as each is complete,
+ * with the chunker's rules: a sentence ends after . ! ? … (and closing quotes) followed by white
+ * space, after 。！？, or at a blank line; never inside a markup tag, nor before a '[' whose tag
+ * may still be arriving. *n_bytes gets the length of text's longest prefix of whole sentences (0:
+ * none yet; the last one needs what follows it, so "3." is not cut before "14"). carry
+ * [carry_size >= QV_TEXT_CARRY_BYTES] gets the markup tags in force at that point, the last
+ * voice, language and style tag as written ("" when none; style names of the built-in table or
+ * [style:…]): carry followed by the rest speaks as the rest does in the whole text.
+ * QV_E_INVALID (invalid UTF-8, a malformed tag with its character offset), QV_E_NOMEM. */
+#define QV_TEXT_CARRY_BYTES 769 /* three tags of at most 256 bytes and a NUL */
+enum qv_status qv_text_sentences(const char *text, size_t *n_bytes, char *carry,
+                                 size_t carry_size);
+
 /* What a front end loads for styles and scripts (docs/markup.md), held while requests point at
  * it: generic style directions "NAME=FILE" (the x-vector of a .qvoice or .bin, e.g. from voicefmt
  * palette derive; strength 0.25), a style table file ("name = instruct text" lines), a dialogue
@@ -556,7 +580,8 @@ typedef struct {
                                  force_*); its speaker, voice_path (a voice path or NAME),
                                  language and instruct are the defaults of a job naming none */
     double loudness_lufs;     /* each output's loudness target (qv_loudness_normalize); 0 none */
-    uint32_t watermark;       /* each output's mark (qv_audio_encode): QV_WATERMARK_OFF or payload */
+    uint32_t watermark;       /* QV_WATERMARK_OFF: outputs unmarked (still tagged); else each is
+                                 marked for its job's voice and the model (qv_provenance_of) */
 } qv_jobs_options;
 /* qv_synth_default_request(), loudness 0, watermark QV_WATERMARK_DEFAULT */
 qv_jobs_options qv_jobs_default_options(void);
@@ -733,6 +758,12 @@ enum qv_status qv_watermark_detect(const float *pcm, int64_t n_samples, qv_water
  * is under 3 s or silent. */
 enum qv_status qv_watermark_detect_file(const char *path, double max_seconds,
                                         qv_watermark_report *r);
+/* r as one line of JSON (release with qv_free): {"seconds","present","score","score_all",
+ * "whole" (a range),"ranges" [...],"ranges_dropped"}, a range being {"start_s","end_s","score",
+ * "payload_ok","payload" (8 hex digits) and "synthetic" (when payload_ok),"payload_score"}: what
+ * `voicefmt detect --json` and the server's POST /v1/audio/detect report. NULL (qv_last_error)
+ * for another struct_size or out of memory. */
+char *qv_watermark_report_json(const qv_watermark_report *r);
 /* An output's level: scales pcm in place to an integrated loudness of target_lufs (0: leaves it
  * as generated; else QV_LOUDNESS_MIN_LUFS..MAX: -23 is broadcast, -16 podcasts), clipping samples
  * beyond full scale (counted in *n_clipped), and gives the result's loudness in *lufs (-HUGE_VAL
@@ -771,30 +802,54 @@ int qv_format_progressive(int format);   /* 1 for WAV and PCM: written as it com
 /* The one float -> 16-bit conversion: each sample clamped to [-1, 1], x * 32767 rounded to
  * nearest, little-endian into out[2 * n]. */
 void qv_pcm_s16le(const float *pcm, int64_t n, uint8_t *out);
-/* The 44-byte header of a 16-bit mono 24 kHz WAV of n_samples; n_samples < 0 (or more than a RIFF
- * size holds): unknown length, as a stream writes it. */
-#define QV_WAV_HEADER_BYTES 44
-void qv_wav_header(uint8_t out[QV_WAV_HEADER_BYTES], int64_t n_samples);
 
-/* Every encoder marks what it writes with the watermark (docs/provenance.md): mark is the 32-bit
- * payload (QV_WATERMARK_DEFAULT: synthetic, no voice/model id; qv_watermark_payload ties it to a
- * voice and model), or QV_WATERMARK_OFF for the samples exactly as given. A stream and the whole
- * audio encoded at once carry the same marked samples. */
+/* Payloads for qv_watermark_new, and qv_jobs_options.watermark's off switch. */
 #define QV_WATERMARK_OFF 0u
 #define QV_WATERMARK_DEFAULT QV_WATERMARK_SYNTHETIC
 
-/* A whole file of format from pcm[n_samples] (24 kHz mono), marked with mark, into *out (release
- * with qv_free), *n_bytes long. QV_E_INVALID, QV_E_UNSUPPORTED (this build cannot write the format), QV_E_NOMEM,
- * QV_E_LIMIT, QV_E_IO (the codec failed); the detail names the format. */
-enum qv_status qv_audio_encode(int format, const float *pcm, int64_t n_samples, uint32_t mark,
-                               uint8_t **out, size_t *n_bytes);
+/* Where an output came from (docs/provenance.md, "Metadata"): every encoder marks the samples
+ * with the watermark of payload qv_watermark_payload(voice_id, model_fingerprint) (the synthetic
+ * flag alone when both are empty) unless watermark is 0, and writes the provenance tags into the
+ * container (WAV LIST/INFO and a `qvpr` chunk, Vorbis comments, ID3v2; raw PCM has no
+ * container). A NULL qv_provenance is raw output: the samples exactly as given, no tags. In the
+ * tags, bytes of an id outside printable ASCII (and ';') become '?'. */
+#define QV_PROVENANCE_MAX_ID 128
+typedef struct {
+    uint32_t struct_size; /* sizeof(qv_provenance), set by qv_provenance_default */
+    int watermark;        /* 1: mark the samples; 0: tags only */
+    char voice_id[QV_PROVENANCE_MAX_ID + 1]; /* qv_voice_id, "speaker:NAME" for a preset, or "" */
+    char model_fingerprint[65];              /* qv_model_fingerprint, or "" (unknown) */
+    int64_t utc;          /* creation time, seconds since 1970; < 0: not written */
+} qv_provenance;
+/* watermark 1, no ids, utc now — or $SOURCE_DATE_EPOCH when set (reproducible output). */
+qv_provenance qv_provenance_default(void);
+/* p's key set as the containers carry it, "key=value" joined by "; " (for a transport without a
+ * container, e.g. an HTTP header of raw PCM), into out. QV_OK, QV_E_INVALID (NULL), QV_E_ABI. */
+#define QV_PROVENANCE_TEXT_BYTES 1024
+enum qv_status qv_provenance_text(const qv_provenance *p, char out[QV_PROVENANCE_TEXT_BYTES]);
+/* The key set a qvoice output's container says of it (its comment after "qvoice provenance: ")
+ * of the audio file at path (any format libsndfile reads) into out; "" when it says none (raw
+ * output, stripped tags, another program's file). Tags are what a file claims, easily removed
+ * or forged; the watermark is in the samples. QV_OK, QV_E_INVALID (NULL), QV_E_AUDIO (cannot
+ * be read: the detail names path). */
+enum qv_status qv_provenance_read(const char *path, char out[QV_PROVENANCE_TEXT_BYTES]);
+/* The same with the ids of a synthesis on m (may be NULL) with voice v, or else the preset
+ * speaker (may be NULL). */
+qv_provenance qv_provenance_of(const qv_model *m, const qv_voice *v, const char *speaker);
+
+/* A whole file of format from pcm[n_samples] (24 kHz mono) with provenance prov (NULL: raw),
+ * into *out (release with qv_free), *n_bytes long. QV_E_INVALID, QV_E_UNSUPPORTED (this build
+ * cannot write the format), QV_E_NOMEM, QV_E_LIMIT, QV_E_IO (the codec failed), QV_E_ABI (prov's
+ * struct_size); the detail names the format. */
+enum qv_status qv_audio_encode(int format, const float *pcm, int64_t n_samples,
+                               const qv_provenance *prov, uint8_t **out, size_t *n_bytes);
 /* qv_audio_encode into the stream f (flushed; e.g. stdout). Its statuses, or QV_E_IO. */
 enum qv_status qv_audio_write_stream(FILE *f, int format, const float *pcm, int64_t n_samples,
-                                     uint32_t mark);
+                                     const qv_provenance *prov);
 /* qv_audio_encode into path, written atomically (qv_outfile). Its statuses, or QV_E_IO; the
  * detail is "PATH: problem". */
 enum qv_status qv_audio_write(const char *path, int format, const float *pcm, int64_t n_samples,
-                              uint32_t mark);
+                              const qv_provenance *prov);
 
 /* A growing buffer of samples, for output that needs the whole audio first (a one-shot file,
  * loudness): qv_pcm_collect is a qv_pcm_fn with user = a qv_pcm_buffer zeroed but for its
@@ -817,8 +872,8 @@ int qv_pcm_collect(void *user, const float *pcm, int n_samples);
  * three leaves its detail for qv_last_error(). */
 typedef int (*qv_write_fn)(void *user, const void *data, size_t n_bytes); /* 0 ok */
 typedef struct qv_encoder qv_encoder;
-enum qv_status qv_encoder_new(qv_encoder **out, int format, uint32_t mark, qv_write_fn fn,
-                              void *user, FILE *file);
+enum qv_status qv_encoder_new(qv_encoder **out, int format, const qv_provenance *prov,
+                              qv_write_fn fn, void *user, FILE *file);
 /* Converts and writes one block. QV_E_IO when the sink failed, QV_E_NOMEM. */
 enum qv_status qv_encoder_write(qv_encoder *e, const float *pcm, int n_samples);
 /* Ends the stream (an empty WAV still gets its header) and frees e; accepts NULL. QV_E_IO when

@@ -52,6 +52,21 @@ static inline __m512 row_scales(float *restrict cs, const uint16_t *s, const uin
     return c;
 }
 
+/* The scales and biases of rows [r, r + n) into L2, a block ahead of row_scales: they are two
+ * streams of their own (MLX stores them as separate tensors), ~1/16 of the packed bytes each,
+ * which the hardware prefetcher did not follow; without this the loads of row_scales were ~15 %
+ * of the kernel's samples in a 1.7B 4-bit run. Clipped at the matrix's last row. */
+static inline __attribute__((always_inline)) void prefetch_sb(const qvk_q4_mv *mv, int r, int n,
+                                                              int n_g) {
+    if (r + n > mv->n_out) n = mv->n_out - r;
+    if (n <= 0) return;
+    const size_t o = (size_t)r * n_g, len = (size_t)n * n_g * 2;
+    for (size_t l = 0; l < len; l += 64) {
+        __builtin_prefetch((const char *)(mv->s + o) + l, 0, 2);
+        __builtin_prefetch((const char *)(mv->b + o) + l, 0, 2);
+    }
+}
+
 /* [cs[0] ×8 | cs[1] ×8] */
 static inline __m512 pair_scale(const float *cs) {
     const __m512i idx = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
@@ -86,6 +101,7 @@ rows_block(int NR, const qvk_q4_mv *mv, const int8_t *restrict xp, __m512i xlast
     const char *next = (const char *)(q0 + (size_t)NR * rb);
     _Alignas(64) float cs[ROWS][QVK_Q4_MAX_IN / G];
     __m512 f[ROWS], c[ROWS];
+    if (NR > 1 && pf) prefetch_sb(mv, r + NR, NR, n_g);
 #pragma GCC unroll 8
     for (int k = 0; k < NR; k++) {
         c[k] = row_scales(cs[k], mv->s + (size_t)(r + k) * n_g, mv->b + (size_t)(r + k) * n_g, xs,
@@ -141,6 +157,7 @@ block_nx(int NR, int NX, const qvk_q4_mv *mv, const int8_t *restrict xp, const _
     const char *next = (const char *)(q0 + (size_t)NR * rb);
     const __m512i m = _mm512_set1_epi8(15);
     __m512 f[4][4], c[4][4];
+    if (NR > 1) prefetch_sb(mv, r + NR, NR, n_g);
 #pragma GCC unroll 4
     for (int k = 0; k < NR; k++)
 #pragma GCC unroll 4

@@ -5,10 +5,12 @@ set -e
 # help2man: make install's man pages. libmp3lame-dev, libunistring-dev: sndfile.pc and gnutls.pc
 # (through libmicrohttpd) list -lmp3lame and -lunistring for `pkg-config --static`, and their -dev
 # packages do not pull them in. lame, opus-tools, sox, espeak-ng: test_watermark runs marked audio
-# through the codecs shared audio goes through. python3-*: the Python package is
+# through the codecs shared audio goes through. libimage-exiftool-perl: test_encode reads every
+# container's provenance tags back with exiftool. python3-*: the Python package is
 # pip-installed offline into a venv by its test (which runs it with and without numpy).
 INSTALL_PKGS="help2man libmp3lame-dev libunistring-dev python3 python3-venv python3-setuptools
-python3-wheel python3-numpy lame opus-tools sox espeak-ng"
+python3-wheel python3-numpy lame opus-tools sox espeak-ng
+libimage-exiftool-perl"
 
 PKGS="gcc make pkg-config liblz4-dev libsndfile1-dev libvorbis-dev libogg-dev libsamplerate0-dev libopenblas-pthread-dev
 libcjson-dev libpcre2-dev libutf8proc-dev libfftw3-dev libcmocka-dev libssl-dev libpng-dev libebur128-dev librubberband-dev

@@ -53,7 +53,7 @@ if [ -n "${FUZZ_SNDFILE_SRC:-}" ]; then
   SNDFILE="$sb/libsndfile.a -lFLAC -lvorbisenc -lopus -lmpg123 -lmp3lame"
 fi
 
-# The HTTP targets (they include tests/fuzz/fuzz_server.h) run an in-process server: server/'s
+# The server targets (they include tests/fuzz/fuzz_server.h or server/server_impl.h) link server/'s
 # objects, without its main, and libmicrohttpd.
 sobjs=""
 for src in $(ls server/*.c | grep -v server/main.c); do
@@ -72,7 +72,7 @@ for t in tests/fuzz/fuzz_*.c; do
   if [ -n "${FUZZ_TARGETS:-}" ] && ! echo " $FUZZ_TARGETS " | grep -q " $name "; then continue; fi
   bin="$B/$name"
   server=""
-  grep -q fuzz_server.h "$t" && server="$B/libqvserver-fuzz.a -lmicrohttpd"
+  grep -qE "fuzz_server.h|server/server_impl.h" "$t" && server="$B/libqvserver-fuzz.a -lmicrohttpd"
   if ! $CC $CFLAGS -fsanitize=fuzzer "$t" $server "$B/libqvoice-fuzz.a" $SNDFILE $LIBS -o "$bin" 2>"$bin.log"; then
     summary="$summary\n$name: NOT BUILT (see $bin.log)"
     status=1

@@ -7,6 +7,12 @@
 #      requests vs one alone; then the batched generation step alone (bench_batch)
 #   3. load: hey with 8 concurrent clients (--max-concurrency 4, --max-queue 2: the rest get
 #      429): failures other than 429 (goal 0), p50/p95 latency
+#   ws. the WebSocket (WS /v1/audio/speech/stream, the ws npm package): text fed word by word at
+#      15 tokens/s, the first audio after the piece that ends the first sentence: p50/max of
+#      QV_WS_RUNS sessions (goal <= 0.5 s)
+#   dialogue. a 20-line, 3-voice dialogue as markup ([voice:NAME][neutral] per line, 6 style
+#      tags) vs a plain request of its first line: time to the first audio byte, p50 of
+#      QV_WS_RUNS each, alternated (goal: within 50 ms)
 #   5. (run before 4) ref_audio: time to first byte of a request carrying its reference (issue 24),
 #      the first (plus one clone) and the next (reference cache hits; goal: within 50 ms of the
 #      same request with the voice uploaded from the same clip)
@@ -20,7 +26,8 @@
 # (seconds per request, 4), QV_SERVE_TTFA_RUNS (20), QV_SOAK_SECONDS (600), QV_SOAK_SAMPLE (5),
 # QV_SOAK_SAMPLES (a file to keep the soak's samples in: RSS kB, anonymous RSS kB, open fds),
 # QV_SERVE_QUANT (int8), QV_SERVE_BATCH (the server's --batch: 8; 0 measures the streams unbatched),
-# QV_SERVE_SECTIONS (which of "ttfa ratio load ref soak" to run: all), QV_SERVE_BIN (the server binary:
+# QV_SERVE_SECTIONS (which of "ttfa ratio load ref ws dialogue soak" to run: all), QV_WS_RUNS (5),
+# QV_SERVE_BIN (the server binary:
 # bin/qvoice-server; another build's, to compare two in one sitting).
 # Figures depend on the machine's load: the load average is printed with them. Exit 1 when a
 # step fails outright (a failed load request or an unexpected soak status is printed, not fatal).
@@ -34,7 +41,8 @@ SOAK=${QV_SOAK_SECONDS:-600}
 SAMPLE=${QV_SOAK_SAMPLE:-5}
 QUANT=${QV_SERVE_QUANT:-int8}
 BATCH=${QV_SERVE_BATCH:-8}
-SECTIONS=${QV_SERVE_SECTIONS:-ttfa ratio load ref soak}
+SECTIONS=${QV_SERVE_SECTIONS:-ttfa ratio load ref ws dialogue soak}
+WS_RUNS=${QV_WS_RUNS:-5}
 SERVER=${QV_SERVE_BIN:-bin/qvoice-server}
 PATH=$PATH:/usr/sbin
 W=$(mktemp -d /tmp/qvoice-bench.XXXXXX)
@@ -154,6 +162,46 @@ r.read()' "$PORT" "$1"; }
   echo "serve-bench: ref_audio, time to first byte: first request $first s (a clone, then cached), next ones p50 $hit s (max $(pct 1 < "$W/hits")), stored voice p50 $stored s; hit - stored $(awk -v a="$hit" -v b="$stored" 'BEGIN { printf "%+.3f", a - b }') s (goal <= +0.050); cache hits $(metric qvoice_ref_cache_hits_total), misses $(metric qvoice_ref_cache_misses_total); load $(load)"
 }
 want ref && ref_section
+
+# ws. text arriving at 15 tokens/s over the WebSocket
+ws_section() {
+  [ -d tests/server/node_modules/ws ] || (cd tests/server && timeout 300 npm install --no-audit --no-fund --silent >/dev/null 2>&1) || true
+  [ -d tests/server/node_modules/ws ] || { echo "serve-bench: ws: no ws npm package (npm install in tests/server)"; return; }
+  mkdir -p "$W/ws"
+  : > "$W/ws.ms"
+  for i in $(seq "$WS_RUNS"); do
+    node tests/server/ws_speech.mjs stream "ws://127.0.0.1:$PORT/v1/audio/speech/stream" \
+      "{\"voice\":\"ryan\",\"seed\":$i,\"max_seconds\":$AUDIO,\"response_format\":\"pcm\",\"stream_audio\":true}" \
+      "$TEXT It was a long climb. " "$W/ws" | sed -n 's/.*"first_audio_after_sentence_end_ms":\([0-9.]*\).*/\1/p' >> "$W/ws.ms"
+  done
+  echo "serve-bench: WebSocket, text at 15 tokens/s: first audio after the first sentence's end arrived p50 $(pct 0.5 < "$W/ws.ms" | xargs printf %.0f) ms, max $(pct 1 < "$W/ws.ms" | xargs printf %.0f) ms ($(wc -l < "$W/ws.ms") sessions; goal <= 500 ms; load $(load))"
+}
+want ws && ws_section
+
+# dialogue: a 20-line, 3-voice script with 6 style switches as one markup request
+dialogue_section() {
+  python3 - "$W/dialogue.json" "$W/plain.json" "$AUDIO" <<'PY'
+import json, sys
+voices = ["ryan", "vivian", "aiden"]
+styles = {2: "sad", 5: "joy", 8: "whisper", 11: "angry", 14: "tired", 17: "excited"}
+lines = []
+for i in range(20):
+    tag = "[%s] " % styles[i] if i in styles else ""
+    lines.append("[voice:%s][neutral]%sLine %d of the dialogue is spoken here." % (voices[i % 3], tag, i + 1))
+first = "Line 1 of the dialogue is spoken here."
+for path, text, voice in ((sys.argv[1], " ".join(lines), "ryan"), (sys.argv[2], first, "ryan")):
+    json.dump({"input": text, "voice": voice, "seed": 1, "max_seconds": float(sys.argv[3]),
+               "response_format": "pcm", "stream_format": "audio"}, open(path, "w"))
+PY
+  : > "$W/d.s"; : > "$W/p.s"
+  for i in $(seq "$WS_RUNS"); do
+    curl -s --max-time 300 -o /dev/null -w '%{time_starttransfer}\n' -d @"$W/dialogue.json" "$URL/v1/audio/speech" >> "$W/d.s"
+    curl -s --max-time 300 -o /dev/null -w '%{time_starttransfer}\n' -d @"$W/plain.json" "$URL/v1/audio/speech" >> "$W/p.s"
+  done
+  d=$(pct 0.5 < "$W/d.s"); p=$(pct 0.5 < "$W/p.s")
+  echo "serve-bench: dialogue (20 lines, 3 voices, 6 style tags, one markup request) vs its first line alone: time to first audio byte p50 $d s vs $p s, difference $(awk -v a="$d" -v b="$p" 'BEGIN { printf "%+.0f", (a - b) * 1000 }') ms ($WS_RUNS each, alternated; goal within 50 ms; load $(load))"
+}
+want dialogue && dialogue_section
 
 # 4. soak
 # resident kB: all, and the anonymous part (heap, caches; the rest is the weights' file pages)

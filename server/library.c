@@ -178,15 +178,15 @@ static cJSON *describe(const char *id, const qvf_voice *v, const struct stat *st
     cJSON_AddNumberToObject(o, "icl_seconds", v->n_frames / QV_FRAME_RATE_HZ);
     cJSON_AddBoolToObject(o, "has_wdelta", v->has_wdelta);
     cJSON_AddStringToObject(o, "source_variant", qvf_variant_name(v->source.variant));
-    const char *consent = qvf_meta_get(v, "consent.method");
-    cJSON_AddBoolToObject(o, "consent", consent && consent[0]);
+    const qvf_consent cr = qvf_consent_get(v); /* a legacy note reads as method "note" */
+    cJSON_AddBoolToObject(o, "consent", cr.method != NULL);
+    if (cr.method) cJSON_AddStringToObject(o, "consent_method", cr.method);
     cJSON *styles = cJSON_AddArrayToObject(o, "styles"); /* its palette: a request's style */
     for (int i = 0; i < v->n_styles; i++)
         cJSON_AddItemToArray(styles, cJSON_CreateString(v->styles[i].name));
     /* what vLLM-Omni's listing shows of an upload, when the file has it */
-    const char *statement = qvf_meta_get(v, "consent.statement");
     const char *about = qvf_meta_get(v, QVS_META_DESCRIPTION);
-    if (statement) cJSON_AddStringToObject(o, "consent_statement", statement);
+    if (cr.statement) cJSON_AddStringToObject(o, "consent_statement", cr.statement);
     if (v->transcript) cJSON_AddStringToObject(o, "ref_text", v->transcript);
     if (about) cJSON_AddStringToObject(o, "speaker_description", about);
     return o;

@@ -1,5 +1,6 @@
 /* qvserver.h — the HTTP server module of bin/qvoice-server (prefix qv_server_; not part of libqvoice): OpenAI's
- * POST /v1/audio/speech, a voice library under /v1/audio/voices, /health, /ready, /metrics.
+ * POST /v1/audio/speech, WS /v1/audio/speech/stream (text in pieces, vLLM-Omni's protocol), a
+ * voice library under /v1/audio/voices, /health, /ready, /metrics.
  * Built on libmicrohttpd (one thread per connection); docs/server.md describes the routes.
  *
  * Usage:

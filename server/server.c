@@ -110,6 +110,8 @@ static enum route route_of(const char *url, char *id, size_t id_size) {
                 {"/similarity", ROUTE_VOICE_SIMILARITY}};
     id[0] = 0;
     if (!strcmp(url, "/v1/audio/speech")) return ROUTE_SPEECH;
+    if (!strcmp(url, "/v1/audio/detect")) return ROUTE_DETECT;
+    if (!strcmp(url, "/v1/audio/speech/stream")) return ROUTE_SPEECH_STREAM;
     if (!strcmp(url, "/v1/audio/speech/batch")) return ROUTE_SPEECH_BATCH;
     if (!strcmp(url, voices)) return ROUTE_VOICES_LIST;
     if (!strncmp(url, voices, sizeof voices - 1) && url[sizeof voices - 1] == '/' &&
@@ -138,8 +140,11 @@ static int route_method(enum route r, const char *method) {
     int get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), post = !strcmp(method, "POST");
     switch (r) {
     case ROUTE_SPEECH:
+    case ROUTE_DETECT:
     case ROUTE_SPEECH_BATCH:
         return post ? (int)r : -1;
+    case ROUTE_SPEECH_STREAM:
+        return !strcmp(method, "GET") ? (int)r : -1;
     case ROUTE_VOICES_LIST:
         return get ? (int)r : post ? ROUTE_VOICES_UPLOAD : -1;
     case ROUTE_VOICE_GET:
@@ -164,12 +169,18 @@ static int route_method(enum route r, const char *method) {
 
 /* 1 with *k the request's key (NULL when the server has none), 0 when refused. Every key is
  * compared in constant time. */
-static int authorized(const qv_server *s, struct MHD_Connection *c, const api_key **k) {
+/* The bearer key of the Authorization header; on the WebSocket route also ?api_key=KEY, as a
+ * browser's WebSocket cannot send headers. */
+static int authorized(const qv_server *s, struct MHD_Connection *c, enum route r,
+                      const api_key **k) {
     *k = NULL;
     if (!s->n_keys) return 1;
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-    if (!h || strncmp(h, "Bearer ", 7)) return 0;
-    h += 7;
+    if (h && !strncmp(h, "Bearer ", 7))
+        h += 7;
+    else if (!(r == ROUTE_SPEECH_STREAM &&
+               (h = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "api_key"))))
+        return 0;
     size_t n = strlen(h);
     for (int i = 0; i < s->n_keys; i++)
         if (strlen(s->keys[i].key) == n && !CRYPTO_memcmp(s->keys[i].key, h, n) && !*k)
@@ -180,6 +191,7 @@ static int authorized(const qv_server *s, struct MHD_Connection *c, const api_ke
 /* UTF-8 and JSON escapes of the input, other fields (a speaker_embedding of 2048 floats), and
  * with a clone model a ref_audio of up to max_upload_mb in base64. */
 static size_t body_limit(const qv_server *s, enum route r) {
+    if (r == ROUTE_DETECT) return (size_t)s->cfg.max_upload_mb << 20; /* an audio file */
     size_t ref = s->cloner ? ((size_t)s->cfg.max_upload_mb << 20) / 3 * 4 + 4096 : 0;
     size_t one = 8 * (size_t)s->cfg.max_text_chars + 65536; /* a batch: that per item, one ref */
     return (r == ROUTE_SPEECH_BATCH ? QVS_BATCH_MAX_ITEMS : 1) * one + ref;
@@ -280,7 +292,7 @@ static enum MHD_Result begin(qv_server *s, struct MHD_Connection *c, req *q) {
                                "method_not_allowed", NULL, "%s %s: method not allowed", q->method,
                                q->url);
     q->route = (enum route)r;
-    if (!strncmp(q->url, "/v1/", 4) && !authorized(s, c, &q->key))
+    if (!strncmp(q->url, "/v1/", 4) && !authorized(s, c, q->route, &q->key))
         return qvs_reply_error(c, q, MHD_HTTP_UNAUTHORIZED, "invalid_request_error",
                                "invalid_api_key", NULL,
                                "missing or invalid bearer key (Authorization: Bearer KEY)");
@@ -292,11 +304,12 @@ static enum MHD_Result begin(qv_server *s, struct MHD_Connection *c, req *q) {
         return qvs_reply_error(c, q, MHD_HTTP_CONTENT_TOO_LARGE, "invalid_request_error",
                                "request_too_large", NULL, "request body of %llu bytes exceeds %zu",
                                len, body_limit(s, q->route));
-    if (q->route == ROUTE_VOICES_UPLOAD) {
+    if (q->route == ROUTE_VOICES_UPLOAD || q->route == ROUTE_DETECT) {
         if (len > (unsigned long long)s->cfg.max_upload_mb << 20)
             return qvs_reply_error(c, q, MHD_HTTP_CONTENT_TOO_LARGE, "invalid_request_error",
                                    "upload_too_large", NULL, "upload of %llu bytes exceeds %d MB",
                                    len, s->cfg.max_upload_mb);
+        if (q->route == ROUTE_DETECT) return MHD_YES; /* a raw body, kept whole */
         return qvs_upload_begin(s, c, q);
     }
     return MHD_YES;
@@ -307,6 +320,8 @@ static enum MHD_Result finish(qv_server *s, struct MHD_Connection *c, req *q, co
     switch (q->route) {
     case ROUTE_SPEECH:
         return qvs_speech_handle(s, c, q);
+    case ROUTE_SPEECH_STREAM:
+        return qvs_ws_speech_upgrade(s, c, q, body_limit(s, ROUTE_SPEECH));
     case ROUTE_SPEECH_BATCH:
         return qvs_batch_handle(s, c, q);
     case ROUTE_VOICES_LIST:
@@ -332,6 +347,8 @@ static enum MHD_Result finish(qv_server *s, struct MHD_Connection *c, req *q, co
         return models(s, c, q);
     case ROUTE_STUDIO:
         return qvs_studio_get(s, c, q);
+    case ROUTE_DETECT:
+        return qvs_detect_handle(s, c, q);
     case ROUTE_OTHER:
     case ROUTE_COUNT:
         break;
@@ -389,8 +406,11 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
     qv_server *s = cls;
     req *q = *con_cls;
-    conn_receiving(s, c, 1); /* the next request on this connection */
+    /* the next request on this connection; an upgraded one (a WebSocket) has none, and its
+     * session keeps its own time (ws_speech.c) */
+    conn_receiving(s, c, !(q && q->status == MHD_HTTP_SWITCHING_PROTOCOLS));
     if (!q) return;
+    if (q->ws) qvs_ws_speech_release(q->ws, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK);
     qvs_speech_release(s, q); /* a disconnect cancels the synthesis at once */
     qvs_upload_free(q->up);
     if (q->pp) MHD_destroy_post_processor(q->pp);
@@ -550,6 +570,7 @@ static int start_daemon(qv_server *s, struct MHD_Daemon **d, int *port, const ch
     struct sockaddr_storage ss;
     if (parse_listen(listen, &ss, err, es)) return -1;
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
+                     MHD_ALLOW_UPGRADE |
                      MHD_USE_AUTO | MHD_USE_ITC | MHD_USE_ERROR_LOG |
                      (ss.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0);
     *d = MHD_start_daemon(
@@ -651,7 +672,7 @@ void qv_server_drain(qv_server *s, double timeout_s) {
     if (fd != MHD_INVALID_SOCKET) close(fd);
     double end = qvs_now_s() + timeout_s;
     pthread_mutex_lock(&s->mu);
-    while (s->n_inflight > 0 && qvs_now_s() < end) {
+    while ((s->n_inflight > 0 || s->n_ws > 0) && qvs_now_s() < end) {
         qvs_wait_tick(s);
     }
     pthread_mutex_unlock(&s->mu);
@@ -670,6 +691,10 @@ void qv_server_free(qv_server *s) {
     if (s->daemon) {
         pthread_mutex_lock(&s->mu);
         s->draining = 2; /* requests still running give up (speech.c) */
+        /* WebSocket sessions own their sockets: they see draining 2 within a poll and end
+         * (the daemon must not close an upgraded socket under them) */
+        while (s->n_ws > 0)
+            qvs_wait_tick(s);
         pthread_mutex_unlock(&s->mu);
         MHD_stop_daemon(s->daemon); /* closing the connections cancels their syntheses */
         pthread_mutex_lock(&s->mu);

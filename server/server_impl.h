@@ -17,6 +17,7 @@
 
 #define ROUTE_LIST(X)                                                                              \
     X(ROUTE_SPEECH, "speech")                                                                      \
+    X(ROUTE_SPEECH_STREAM, "speech_stream")                                                        \
     X(ROUTE_SPEECH_BATCH, "speech_batch")                                                          \
     X(ROUTE_VOICES_LIST, "voices_list")                                                            \
     X(ROUTE_VOICES_UPLOAD, "voices_upload")                                                        \
@@ -30,6 +31,7 @@
     X(ROUTE_METRICS, "metrics")                                                                    \
     X(ROUTE_MODELS, "models")                                                                      \
     X(ROUTE_STUDIO, "studio")                                                                      \
+    X(ROUTE_DETECT, "detect")                                                                      \
     X(ROUTE_OTHER, "other")
 #define ROUTE_ENUM_(name, text) name,
 enum route { ROUTE_LIST(ROUTE_ENUM_) ROUTE_COUNT };
@@ -124,6 +126,7 @@ struct qv_server {
     pthread_cond_t cv;  /* slot freed, request finished */
     slot *slots;
     int n_slots, n_queued, n_inflight, n_workers, draining;
+    int n_ws; /* WebSocket sessions running (ws_speech.c); qv_server_free waits for them */
     metrics met;
 };
 
@@ -140,6 +143,7 @@ typedef struct {
     struct MHD_PostProcessor *pp; /* multipart upload */
     struct upload *up;
     struct job *job; /* speech synthesis in progress */
+    struct ws_session *ws; /* an upgrade to WS /v1/audio/speech/stream (ws_speech.c) */
     const api_key *key;  /* the request's key; NULL without auth */
     char id[256];        /* the voice id or name of a /v1/audio/voices/ID[/...] route */
     char note[64];   /* added to the log line */
@@ -207,6 +211,12 @@ struct job;
 struct job *qvs_speech_parse(qv_server *s, struct MHD_Connection *c, const api_key *k,
                              const char *body, size_t len, double deadline, int *model,
                              qv_params *p, verdict *v);
+/* Runs a parsed job on the calling thread (the WebSocket's sentences, ws_speech.c): a slot for
+ * (model, p) taken up to the job's deadline, the audio through fn as it is decoded (fn returning
+ * non-zero stops it; the request's cap applies), the metrics counted. 0, or -1 with v set
+ * (status -1/-2: no slot, as qvs_slot_take; else the failure's status and message). */
+int qvs_speech_run(qv_server *s, struct job *j, int model, const qv_params *p, qv_pcm_fn fn,
+                   void *user, qv_synth_stats *st, verdict *v);
 void qvs_speech_job_free(struct job *j); /* accepts NULL */
 /* Starts a parsed job's synthesis on a slot of model (the one admission path): 0, or
  * qvs_slot_take's -1 (queue full) / -2 (client gone, past deadline, stopping), -3 no
@@ -214,11 +224,15 @@ void qvs_speech_job_free(struct job *j); /* accepts NULL */
 int qvs_job_start(qv_server *s, struct MHD_Connection *c, struct job *j, int model,
                   const qv_params *p);
 int qvs_job_is_stream(const struct job *j); /* asked for a stream (stream, stream_format) */
-void qvs_job_cancel(struct job *j); /* stops a started job's synthesis if it still runs */
+/* What every output of j says of its voice and model (the encoder's qv_provenance). */
+const qv_provenance *qvs_job_provenance(const struct job *j);
+/* Stops a job's synthesis if it still runs (from another thread), or before it starts. */
+void qvs_job_cancel(struct job *j);
 /* A whole (non-streamed) job's outcome, once it has ended. */
 typedef struct {
     int status;             /* 0: audio (audio[n_bytes], free with qv_free), else HTTP status */
     const char *code;       /* the error's code (status != 0) */
+    const char *param;      /* the field it names, or NULL */
     char msg[600];          /* the error's message (status != 0) */
     uint8_t *audio;         /* the encoded file */
     size_t n_bytes;
@@ -259,6 +273,8 @@ enum MHD_Result qvs_upload_data(struct MHD_Connection *c, req *q, const char *da
                                 size_t *size);
 enum MHD_Result qvs_upload_finish(qv_server *s, struct MHD_Connection *c, req *q);
 void qvs_upload_free(struct upload *u);
+/* POST /v1/audio/detect (detect.c): the watermark report of the audio in the request body. */
+enum MHD_Result qvs_detect_handle(qv_server *s, struct MHD_Connection *c, req *q);
 /* Removes temporary files a killed server left in dir. */
 void qvs_voices_clean(const char *dir);
 
@@ -332,6 +348,61 @@ int qvs_base64_add(bytes *b, const uint8_t *p, size_t n);
 /* Standard base64 in[n] (white space skipped) into a malloc'd *out of *n_out bytes; 0, or -1
  * when it is not base64 (or out of memory). */
 int qvs_base64_decode(const char *in, size_t n, uint8_t **out, size_t *n_out);
+
+/* ==== WebSocket framing (ws.c) ============================================================== */
+
+enum { QVS_WS_OP_CONT = 0, QVS_WS_OP_TEXT = 1, QVS_WS_OP_BINARY = 2, QVS_WS_OP_CLOSE = 8,
+       QVS_WS_OP_PING = 9, QVS_WS_OP_PONG = 10 };
+#define QVS_WS_ACCEPT_SIZE 29 /* base64 of a SHA-1 and a NUL */
+#define QVS_WS_HEADER_MAX 10
+
+/* Sec-WebSocket-Accept for the client's Sec-WebSocket-Key: 0, or -1 when key is no base64 of
+ * 16 bytes. */
+int qvs_ws_accept(const char *key, char out[QVS_WS_ACCEPT_SIZE]);
+
+/* Received bytes turned into messages. A message (all its fragments) over max_message is
+ * refused from the header that makes it so, before its payload is buffered. */
+typedef struct {
+    bytes in;   /* received, from off */
+    size_t off;
+    bytes msg;  /* a fragmented message being put together */
+    int msg_op; /* its opcode, 0 none */
+    size_t max_message;
+    int failed; /* the close code of a violation: every later call repeats it */
+} qvs_ws_reader;
+enum qvs_ws_kind { QVS_WS_MORE, QVS_WS_TEXT, QVS_WS_BINARY, QVS_WS_PING, QVS_WS_PONG,
+                   QVS_WS_CLOSE, QVS_WS_ERROR };
+typedef struct {
+    enum qvs_ws_kind kind;
+    const uint8_t *p; /* TEXT, BINARY, PING, PONG, CLOSE: the unmasked payload, valid until the
+                         next qvs_ws_reader_add */
+    size_t n;
+    int close_code;   /* CLOSE: the peer's (1005 none); ERROR: the one to close with (1002
+                         protocol error, 1009 too big, 1011 out of memory) */
+    const char *why;  /* ERROR */
+} qvs_ws_event;
+void qvs_ws_reader_init(qvs_ws_reader *r, size_t max_message);
+void qvs_ws_reader_free(qvs_ws_reader *r);
+int qvs_ws_reader_add(qvs_ws_reader *r, const void *p, size_t n); /* 0 or -1 out of memory */
+/* The next event of the bytes added so far (its kind, also in e->kind): QVS_WS_MORE when they
+ * hold no whole frame. */
+int qvs_ws_next(qvs_ws_reader *r, qvs_ws_event *e);
+/* An unmasked, unfragmented server frame: the header of an n-byte payload in h (its length). */
+size_t qvs_ws_header(uint8_t h[QVS_WS_HEADER_MAX], int opcode, size_t n);
+/* Sends one frame on fd, giving up at deadline (qvs_now_s) on a reader that does not read: 0 or
+ * -1. Callers serialise their frames. */
+int qvs_ws_send(int fd, int opcode, const void *p, size_t n, double deadline);
+
+/* ==== WS /v1/audio/speech/stream (ws_speech.c) ================================================ */
+
+/* Answers the upgrade request (101 with the accept key, or a 4xx naming the header) and runs
+ * the session on a thread of its own once upgraded; a message may have max_message bytes (the
+ * speech body's limit). */
+enum MHD_Result qvs_ws_speech_upgrade(qv_server *s, struct MHD_Connection *c, req *q,
+                                      size_t max_message);
+/* The request of an upgrade completed: upgraded (its session runs, or ran) or not (the 101 did not
+ * go out, and the session never starts). */
+void qvs_ws_speech_release(struct ws_session *w, int upgraded);
 
 /* ==== studio (studio.c) ====================================================================== */
 

@@ -16,7 +16,7 @@
 #include "server/server_impl.h"
 #include "voicefmt/qvf.h"
 
-enum stream_kind { STREAM_NONE, STREAM_AUDIO, STREAM_SSE };
+enum stream_kind { STREAM_NONE, STREAM_AUDIO, STREAM_SSE, STREAM_FN /* qvs_speech_run */ };
 
 typedef struct job {
     pthread_mutex_t mu;
@@ -27,10 +27,15 @@ typedef struct job {
     struct MHD_Connection *conn; /* for disconnect checks while waiting */
     /* request (owned strings) */
     qv_synth_request r;
-    char *text, *language, *speaker, *instruct, *voice_path;
+    char *text, *language, *speaker, *instruct, *voice_path, *style;
+    float style_strength;
+    int strict_markup;
+    qv_pcm_fn fn; /* STREAM_FN: the caller's, called without mu */
+    void *fn_user;
     qvs_voice_ref voice; /* holds voice_path open when the file is put together in memory */
     ref_entry *ref; /* a per-request reference's voice, held */
     /* results, under mu */
+    qv_provenance prov; /* what every output of the job says of its voice and model */
     qv_encoder *enc; /* streams: WAV/PCM blocks into out (or SSE events) */
     bytes out;       /* streams: encoded bytes not yet sent, from off */
     size_t off;
@@ -57,6 +62,7 @@ static void job_unref(job *j) {
     free(j->speaker);
     free(j->instruct);
     free(j->voice_path);
+    free(j->style);
     qvs_voice_ref_close(&j->voice);
     qvs_ref_release(j->s, j->ref);
     qv_encoder_close(j->enc); /* it may flush into out (found by fuzz_speech_json) */
@@ -106,6 +112,11 @@ static int on_pcm(void *user, const float *x, int n) {
         stop = 1;
     } else if (j->stream == STREAM_NONE) {
         fail = qv_pcm_collect(&j->pcm, x, n);
+    } else if (j->stream == STREAM_FN) { /* a slow reader must not hold up job_cancel */
+        pthread_mutex_unlock(&j->mu);
+        fail = j->fn(j->fn_user, x, n) ? -1 : 0;
+        pthread_mutex_lock(&j->mu);
+        stop = fail, fail = 0; /* the caller stopped: not out of memory */
     } else {
         fail = qv_encoder_write(j->enc, x, n) != QV_OK;
     }
@@ -419,9 +430,8 @@ static int parse_voice(qv_server *s, const api_key *k, cJSON *o, fields *f, verd
     return 0;
 }
 
-/* response_format, stream_format and vLLM-Omni's stream into j->format and j->stream, with the
- * stream's encoder (j->enc). */
-static int parse_format(const qv_server *s, cJSON *o, const fields *f, job *j, verdict *v) {
+/* response_format, stream_format and vLLM-Omni's stream into j->format and j->stream. */
+static int parse_format(cJSON *o, const fields *f, job *j, verdict *v) {
     const char *fmt = f->fmt, *sfmt = f->sfmt;
     j->format = QV_FORMAT_WAV;
     if (fmt && !strcmp(fmt, "aac"))
@@ -453,10 +463,6 @@ static int parse_format(const qv_server *s, cJSON *o, const fields *f, job *j, v
                        "response_format %s: streams are wav or pcm (ask without stream_format for "
                        "%s)",
                        qv_format_name(j->format), qv_format_name(j->format));
-    if (j->stream && qv_encoder_new(&j->enc, j->format,
-                                    s->cfg.no_watermark ? QV_WATERMARK_OFF : QV_WATERMARK_DEFAULT,
-                                    stream_sink, j, NULL))
-        return qvs_bad(v, 500, "out_of_memory", NULL, "%s", qv_last_error());
     return 0;
 }
 
@@ -478,6 +484,24 @@ static int parse_fixed(cJSON *o, double *speed, verdict *v) {
     /* speed: the library's pitch-preserving time stretch, streams included */
     if ((got = get_num(o, "speed", QV_SPEED_MIN, QV_SPEED_MAX, 0, &d, v)) < 0) return -1;
     if (got) *speed = d;
+    return 0;
+}
+
+/* Styles (docs/markup.md): style (the voice's palette entry, else the built-in style table),
+ * style_strength and strict_markup, as speak's --style, --style-strength, --strict-markup. */
+static int parse_style(cJSON *o, job *j, verdict *v) {
+    const char *style;
+    double d;
+    int got;
+    if (get_str(o, "style", &style, v) ||
+        (got = get_num(o, "style_strength", 1e-6, QV_STYLE_STRENGTH_MAX, 0, &d, v)) < 0 ||
+        get_bool(o, "strict_markup", &j->strict_markup, v) < 0)
+        return -1;
+    if (got) j->style_strength = (float)d;
+    if (style && !style[0])
+        return qvs_bad(v, 400, "invalid_value", "style", "style: empty (omit it for none)");
+    if (style && !(j->style = strdup(style)))
+        return qvs_bad(v, 500, "out_of_memory", NULL, "out of memory");
     return 0;
 }
 
@@ -562,8 +586,8 @@ static int parse(qv_server *s, struct MHD_Connection *c, const api_key *k, const
         get_str(o, "ref_text", &f.ref_text, v))
         goto out;
     if (parse_text_model(s, &f, model, v) || parse_reference(o, &f, v) ||
-        parse_voice(s, k, o, &f, v) || parse_format(s, o, &f, j, v) || parse_fixed(o, &j->speed, v) ||
-        parse_sampling(s, o, &f, p, v))
+        parse_voice(s, k, o, &f, v) || parse_format(o, &f, j, v) ||
+        parse_fixed(o, &j->speed, v) || parse_style(o, j, v) || parse_sampling(s, o, &f, p, v))
         goto out;
     if ((f.input && !(j->text = strdup(f.input))) || (f.lang && !(j->language = strdup(f.lang))) ||
         (f.speaker && !(j->speaker = strdup(f.speaker))) ||
@@ -581,6 +605,15 @@ static int parse(qv_server *s, struct MHD_Connection *c, const api_key *k, const
                       .n_embedding = f.emb ? qv_model_hidden_size(f.m) : 0};
         if (qvs_ref_get(s, c, j->deadline, &r, &j->ref, v)) goto out;
     }
+    /* the outputs name the voice: a library voice by its id (its file's SHA-256, as
+     * qv_voice_id), a reference by its cached voice's, a preset speaker by name */
+    j->prov = qv_provenance_of(f.m, j->ref ? qvs_ref_voice(j->ref) : NULL, f.speaker);
+    if (f.voice && !f.speaker) snprintf(j->prov.voice_id, sizeof j->prov.voice_id, "%s", f.vr->id);
+    j->prov.watermark = !s->cfg.no_watermark;
+    if (j->stream && qv_encoder_new(&j->enc, j->format, &j->prov, stream_sink, j, NULL)) {
+        qvs_bad(v, 500, "out_of_memory", NULL, "%s", qv_last_error());
+        goto out;
+    }
     rc = 0;
 out:
     free(f.emb);
@@ -589,6 +622,12 @@ out:
 }
 
 /* ==== replies ================================================================================ */
+
+/* The provenance tags as a header too: raw PCM and SSE have no container to carry them. */
+static void add_provenance(struct MHD_Response *r, const job *j) {
+    char text[QV_PROVENANCE_TEXT_BYTES];
+    if (!qv_provenance_text(&j->prov, text)) MHD_add_response_header(r, "X-Qvoice-Provenance", text);
+}
 
 /* HTTP status for a failed synthesis. */
 static int failure_status(const job *j, const char **type, const char **code) {
@@ -642,10 +681,18 @@ static int failure_status(const job *j, const char **type, const char **code) {
     return 500;
 }
 
+/* The field a refused style names: the request's style, or a markup tag of its input. */
+static const char *failure_param(const job *j) {
+    if (j->st != QV_E_UNSUPPORTED) return NULL;
+    return !strncmp(j->err, "style \"", 7) ? "style"
+           : !strncmp(j->err, "tag [", 5)    ? "input"
+                                              : NULL;
+}
+
 static enum MHD_Result reply_failure(struct MHD_Connection *c, req *q, const job *j) {
     const char *type, *code;
     int status = failure_status(j, &type, &code);
-    return qvs_reply_error(c, q, status, type, code, NULL, "synthesis failed: %s: %s",
+    return qvs_reply_error(c, q, status, type, code, failure_param(j), "synthesis failed: %s: %s",
                            qv_strerror(j->st), j->err[0] ? j->err : "-");
 }
 
@@ -690,6 +737,19 @@ static ssize_t read_stream(void *cls, uint64_t pos, char *buf, size_t max) {
             char ev[1024];
             const char *type, *code;
             int status = ok ? 200 : failure_status(j, &type, &code);
+            if (ok && j->stats.warning[0]) { /* a markup tag the model cannot honour, ... */
+                cJSON *w = cJSON_CreateObject();
+                cJSON_AddStringToObject(w, "type", "speech.audio.warning");
+                cJSON_AddStringToObject(w, "message", j->stats.warning);
+                char *t = cJSON_PrintUnformatted(w);
+                if (t) {
+                    qvs_bytes_add(&j->out, "event: speech.audio.warning\ndata: ", 34);
+                    qvs_bytes_add(&j->out, t, strlen(t));
+                    qvs_bytes_add(&j->out, "\n\n", 2);
+                }
+                free(t);
+                cJSON_Delete(w);
+            }
             if (ok)
                 snprintf(ev, sizeof ev,
                          "event: speech.audio.done\ndata: {\"type\":\"speech.audio.done\","
@@ -764,6 +824,29 @@ void qvs_speech_release(qv_server *s, req *q) {
     q->job = NULL;
 }
 
+/* The library request of a parsed job. */
+static void job_request(job *j) {
+    j->r = qv_synth_default_request();
+    j->r.text = j->text;
+    j->r.language = j->language;
+    j->r.speaker = j->speaker;
+    j->r.voice_path = j->voice_path;
+    j->r.voice = j->ref ? qvs_ref_voice(j->ref) : NULL;
+    j->r.instruct = j->instruct;
+    j->r.style = j->style;
+    j->r.style_strength = j->style_strength;
+    j->r.strict_markup = j->strict_markup;
+    j->r.max_seconds = j->max_seconds; /* per chunk in the library; on_pcm caps the total */
+    j->r.speed = j->speed;
+    j->max_samples = (int64_t)(j->max_seconds * QV_SAMPLE_RATE_HZ);
+    /* A weight delta rewrites the shared model for good: not in a server. The voice's x-vector
+     * (and ICL) still apply. */
+    j->r.use_wdelta = 0;
+    /* A whole response can wait for each chunk to pass the guard, so a trip is retried instead
+     * of failing the request; a stream sends audio as it is decoded. */
+    j->r.whole_chunks = j->stream == STREAM_NONE;
+}
+
 job *qvs_speech_parse(qv_server *s, struct MHD_Connection *c, const api_key *k,
                       const char *body, size_t len, double deadline, int *model, qv_params *p,
                       verdict *v) {
@@ -797,22 +880,7 @@ void qvs_speech_job_free(job *j) {
 /* Starts j's synthesis on a slot of model: 0, or qvs_slot_take's -1 (queue full) / -2 (gone,
  * late, stopping), -3 no synthesizer for p, -4 no thread (the last two: out of memory). */
 int qvs_job_start(qv_server *s, struct MHD_Connection *c, job *j, int model, const qv_params *p) {
-    j->r = qv_synth_default_request();
-    j->r.text = j->text;
-    j->r.language = j->language;
-    j->r.speaker = j->speaker;
-    j->r.voice_path = j->voice_path;
-    j->r.voice = j->ref ? qvs_ref_voice(j->ref) : NULL;
-    j->r.instruct = j->instruct;
-    j->r.max_seconds = j->max_seconds; /* per chunk in the library; on_pcm caps the total */
-    j->r.speed = j->speed;
-    j->max_samples = (int64_t)(j->max_seconds * QV_SAMPLE_RATE_HZ);
-    /* A weight delta rewrites the shared model for good: not in a server. The voice's x-vector
-     * (and ICL) still apply. */
-    j->r.use_wdelta = 0;
-    /* A whole response can wait for each chunk to pass the guard, so a trip is retried instead
-     * of failing the request; a stream sends audio as it is decoded. */
-    j->r.whole_chunks = j->stream == STREAM_NONE;
+    job_request(j);
     j->slot = slot_acquire(s, c, model, p, j->deadline);
     if (j->slot < 0) return j->slot;
     pthread_t th;
@@ -839,11 +907,18 @@ int qvs_job_start(qv_server *s, struct MHD_Connection *c, job *j, int model, con
 }
 
 void qvs_job_cancel(job *j) {
-    job_cancel(j, 0);
+    pthread_mutex_lock(&j->mu);
+    if (!j->cancel && j->running && !j->done) qv_synth_cancel(j->s->slots[j->slot].synth);
+    j->cancel = 1; /* before the synthesis starts too: on_pcm then stops it */
+    pthread_mutex_unlock(&j->mu);
 }
 
 int qvs_job_is_stream(const job *j) {
     return j->stream != STREAM_NONE;
+}
+
+const qv_provenance *qvs_job_provenance(const job *j) {
+    return &j->prov;
 }
 
 int qvs_job_finish(job *j, qvs_job_result *res) {
@@ -856,13 +931,12 @@ int qvs_job_finish(job *j, qvs_job_result *res) {
     if (j->st) {
         const char *type;
         res->status = failure_status(j, &type, &res->code);
+        res->param = failure_param(j);
         snprintf(res->msg, sizeof res->msg, "synthesis failed: %s: %s", qv_strerror(j->st),
                  j->err[0] ? j->err : "-");
         return 0;
     }
-    if (qv_audio_encode(j->format, j->pcm.pcm, j->pcm.n,
-                        j->s->cfg.no_watermark ? QV_WATERMARK_OFF : QV_WATERMARK_DEFAULT,
-                        &res->audio, &res->n_bytes)) {
+    if (qv_audio_encode(j->format, j->pcm.pcm, j->pcm.n, &j->prov, &res->audio, &res->n_bytes)) {
         res->status = 500;
         res->code = "encoding_failed";
         snprintf(res->msg, sizeof res->msg, "response_format %s", qv_last_error());
@@ -900,7 +974,7 @@ enum MHD_Result qvs_speech_handle(qv_server *s, struct MHD_Connection *c, req *q
         if (res.status)
             return qvs_reply_error(c, q, res.status,
                                    res.status >= 500 ? "server_error" : "invalid_request_error",
-                                   res.code, NULL, "%s", res.msg);
+                                   res.code, res.param, "%s", res.msg);
         struct MHD_Response *r =
             MHD_create_response_from_buffer_with_free_callback(res.n_bytes, res.audio, qv_free);
         if (!r) {
@@ -908,6 +982,7 @@ enum MHD_Result qvs_speech_handle(qv_server *s, struct MHD_Connection *c, req *q
             return MHD_NO;
         }
         MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, res.media_type);
+        add_provenance(r, j);
         if (res.warning[0]) MHD_add_response_header(r, "X-Qvoice-Warning", res.warning);
         add_usage_headers(r, j);
         enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);
@@ -933,6 +1008,7 @@ enum MHD_Result qvs_speech_handle(qv_server *s, struct MHD_Connection *c, req *q
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
                             j->stream == STREAM_SSE ? "text/event-stream"
                                                     : qv_format_mime(j->format));
+    add_provenance(r, j);
     if (j->stream == STREAM_SSE)
         MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
     enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);
@@ -940,3 +1016,50 @@ enum MHD_Result qvs_speech_handle(qv_server *s, struct MHD_Connection *c, req *q
     q->status = MHD_HTTP_OK;
     return ret;
 }
+
+int qvs_speech_run(qv_server *s, job *j, int model, const qv_params *p, qv_pcm_fn fn,
+                   void *user, qv_synth_stats *st, verdict *v) {
+    memset(v, 0, sizeof *v);
+    j->stream = STREAM_FN;
+    j->fn = fn;
+    j->fn_user = user;
+    job_request(j);
+    j->r.whole_chunks = 0;
+    int si = slot_acquire(s, NULL, model, p, j->deadline);
+    if (si == -1 || si == -2) {
+        v->status = si;
+        return -1;
+    }
+    if (si == -3)
+        return qvs_bad(v, 503, "out_of_memory", NULL,
+                       "cannot create a synthesizer for these parameters");
+    pthread_mutex_lock(&j->mu);
+    j->slot = si;
+    j->running = 1;
+    int cancelled = j->cancel;
+    pthread_mutex_unlock(&j->mu);
+    qv_synth_stats local = {.struct_size = sizeof local};
+    if (!st) st = &local;
+    enum qv_status rc =
+        cancelled ? QV_E_CANCELLED : qv_synth_run(s->slots[si].synth, &j->r, on_pcm, j, st);
+    pthread_mutex_lock(&j->mu);
+    if (rc == QV_E_CANCELLED && j->capped && !j->cancel) rc = QV_OK, st->capped = 1;
+    j->st = rc;
+    if (rc && !j->err[0]) snprintf(j->err, sizeof j->err, "%s", qv_last_error());
+    j->done = 1;
+    pthread_mutex_unlock(&j->mu);
+    qvs_metrics_synth(&s->met, st);
+    pthread_mutex_lock(&s->met.mu);
+    s->met.guard_failures += rc == QV_E_GUARD;
+    s->met.cancelled += rc == QV_E_CANCELLED;
+    pthread_mutex_unlock(&s->met.mu);
+    qvs_slot_release(s, si);
+    if (!rc) return 0;
+    const char *type, *code;
+    int status = failure_status(j, &type, &code);
+    qvs_bad(v, status, code, failure_param(j), "synthesis failed: %s: %s", qv_strerror(rc),
+            j->err[0] ? j->err : "-");
+    qvs_scrub(s, v->msg, sizeof v->msg);
+    return -1;
+}
+

@@ -572,10 +572,10 @@ enum MHD_Result qvs_voice_reference(qv_server *s, struct MHD_Connection *c, req 
     qvs_voice_ref_close(&vr);
     uint8_t *out = NULL;
     size_t len;
-    if (!st) {
-        st = qv_audio_encode(format, pcm, n,
-                             s->cfg.no_watermark ? QV_WATERMARK_OFF : QV_WATERMARK_DEFAULT, &out,
-                             &len);
+    if (!st) { /* marked as the model's decoding of codes, as speak --decode-codes marks it */
+        qv_provenance prov = qv_provenance_of(s->models[model].model, NULL, NULL);
+        prov.watermark = !s->cfg.no_watermark;
+        st = qv_audio_encode(format, pcm, n, &prov, &out, &len);
         qv_free(pcm);
     }
     if (st)

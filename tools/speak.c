@@ -93,7 +93,7 @@ static const opt opts[] = {
     UN("no-guard", r.guard, "disable the runaway guard (docs/robustness.md)"),
     ST("style", 0, r.style, "NAME", "style of the whole text: the voice's palette entry, else a "
        "--style-dir, plus its instruct text where the model takes one (docs/markup.md)"),
-    NU("style-strength", 0, NUM, style_strength, 1e-6, 4, "S",
+    NU("style-strength", 0, NUM, style_strength, 1e-6, QV_STYLE_STRENGTH_MAX, "S",
        "strength of palette entries and directions (default: each entry's own)"),
     {"style-dir", 0, DIRS, O(style_dirs), 0, 0, "NAME=FILE",
      "a generic style direction (voicefmt palette derive); repeatable, 16"},
@@ -343,16 +343,23 @@ static int commit_out(qv_outfile **of) {
 
 /* --loudness, then the file: writes wav[n] (scaled in place) as fmt to path ("-": stdout) and
  * its integrated loudness to *lufs. 0, or -1 with qv_last_error(). */
-static int emit(const options *o, const char *path, int fmt, float *wav, int64_t n, double *lufs) {
+static int emit(const options *o, const qv_provenance *prov, const char *path, int fmt, float *wav,
+                int64_t n, double *lufs) {
     int64_t n_clipped;
     if (qv_loudness_normalize(wav, n, isnan(o->loudness) ? 0 : o->loudness, &n_clipped, lufs))
         return -1;
     if (n_clipped && !o->quiet)
         fprintf(stderr, TOOL ": %s: warning: --loudness %g clipped %lld sample(s)\n", path,
                 o->loudness, (long long)n_clipped);
-    const uint32_t mark = o->no_watermark ? QV_WATERMARK_OFF : QV_WATERMARK_DEFAULT;
-    if (strcmp(path, "-")) return qv_audio_write(path, fmt, wav, n, mark) ? -1 : 0;
-    return qv_audio_write_stream(stdout, fmt, wav, n, mark) ? -1 : 0;
+    if (strcmp(path, "-")) return qv_audio_write(path, fmt, wav, n, prov) ? -1 : 0;
+    return qv_audio_write_stream(stdout, fmt, wav, n, prov) ? -1 : 0;
+}
+
+/* What the outputs of a synthesis on m with voice v (else the preset speaker) say of it. */
+static qv_provenance provenance(const options *o, const qv_model *m, const qv_voice *v) {
+    qv_provenance p = qv_provenance_of(m, v, o->r.speaker);
+    p.watermark = !o->no_watermark;
+    return p;
 }
 
 static double now_s(void) {
@@ -367,8 +374,9 @@ static int decode_only(const options *o, const qv_model *m) {
     int64_t n;
     double lufs;
     const char *path = strcmp(o->decode_codes, "-") ? o->decode_codes : "/dev/stdin";
+    const qv_provenance prov = provenance(o, m, NULL);
     int rc = qv_codes_decode(m, path, qv_threads_resolve(o->threads), &wav, &n) ||
-             emit(o, o->out_path, o->format, wav, n, &lufs);
+             emit(o, &prov, o->out_path, o->format, wav, n, &lufs);
     if (rc) fprintf(stderr, TOOL ": %s\n", qv_last_error());
     qv_free(wav);
     return rc;
@@ -425,6 +433,7 @@ typedef struct {
     qv_outfile *out_file, *dump_file;
     qv_encoder *enc;   /* --stream: WAV/PCM to a file or raw s16le to stdout, as it comes */
     qv_pcm_buffer all; /* else everything, for a one-shot -o */
+    qv_provenance prov;
     FILE *dump;        /* --dump-codes */
     int failed, dump_failed, verify, n_chunks, lowest; /* lowest: least similar chunk, or 0 */
     double lowest_cos;
@@ -470,11 +479,11 @@ static int run_open(const options *o, const qv_model *m, run *x) {
         return fprintf(stderr, TOOL ": %s\n", qv_last_error()), -1;
     if ((st = qv_synth_new(&x->syn, m, &p)))
         return fprintf(stderr, TOOL ": %s: %s\n", qv_strerror(st), qv_last_error()), -1;
+    x->prov = provenance(o, m, x->voice);
     if (o->dump_codes && !(x->dump = open_out(o->dump_codes, &x->dump_file))) return -1;
     if (!o->stream) return 0;
     FILE *to = open_out(o->out_path ? o->out_path : "-", &x->out_file);
-    if (!to || qv_encoder_new(&x->enc, o->out_path ? o->format : QV_FORMAT_PCM,
-                              o->no_watermark ? QV_WATERMARK_OFF : QV_WATERMARK_DEFAULT, NULL,
+    if (!to || qv_encoder_new(&x->enc, o->out_path ? o->format : QV_FORMAT_PCM, &x->prov, NULL,
                               NULL, to))
         return to ? fprintf(stderr, TOOL ": %s\n", qv_last_error()), -1 : -1;
     return 0;
@@ -492,7 +501,8 @@ static int run_finish(const options *o, run *x, double *lufs) {
                -1;
     if (commit_out(&x->out_file)) return -1;
     *lufs = -HUGE_VAL;
-    if (o->out_path && !o->stream && emit(o, o->out_path, o->format, x->all.pcm, x->all.n, lufs))
+    if (o->out_path && !o->stream &&
+        emit(o, &x->prov, o->out_path, o->format, x->all.pcm, x->all.n, lufs))
         return fprintf(stderr, TOOL ": %s\n", qv_last_error()), -1;
     return 0;
 }

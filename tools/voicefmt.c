@@ -105,8 +105,10 @@ static const char *usage_text =
     "        -o, --output OUT    output file (default: FILE itself, replaced atomically)\n"
     "    detect      look for qvoice's audio watermark (docs/provenance.md) in audio files of any\n"
     "                format libsndfile reads: presence, the 32-bit payload and where the mark is\n"
-    "                (3 s windows every 107 ms; the whole file as one window too). Exit 0 when\n"
-    "                every file carries the mark, 1 when one does not or cannot be read.\n"
+    "                (3 s windows every 107 ms; the whole file as one window too), and the\n"
+    "                provenance tags its container claims (what made it: model, voice, time).\n"
+    "                Exit 0 when every file carries the mark, 1 when one does not or cannot be\n"
+    "                read.\n"
     "        -j, --json          one JSON array of objects on stdout instead of text\n"
     "        -M, --max-seconds S read at most S seconds of each file (default 1200)\n"
     "    -h, --help              this text\n"
@@ -344,17 +346,14 @@ static void inspect_json(cJSON *jo, const qvf_voice *v, uint64_t comp, uint64_t 
 /* inspect: one voice as text. */
 /* The consent record (META consent.*, docs/qvoice-format.md §4.3), when there is one. */
 static void consent_text(const qvf_voice *v) {
-    const char *cm = qvf_meta_get(v, "consent.method");
-    if (!cm) return;
-    const char *who = qvf_meta_get(v, "consent.speaker"), *scope = qvf_meta_get(v, "consent.scope"),
-               *utc = qvf_meta_get(v, "consent.utc"), *by = qvf_meta_get(v, "consent.collected_by"),
-               *st = qvf_meta_get(v, "consent.statement"),
-               *sha = qvf_meta_get(v, "consent.recording_sha256");
-    printf("  consent: %s, speaker %s, scope %s, %s, collected by %s\n", cm,
-           who ? who : "(not recorded)", scope ? scope : "(not recorded)", utc ? utc : "-",
-           by ? by : "-");
-    if (st) printf("    statement: \"%s\"\n", st);
-    if (sha) printf("    recording SHA-256: %s\n", sha);
+    const qvf_consent c = qvf_consent_get(v);
+    if (!c.method) return;
+    printf("  consent: %s%s, speaker %s, scope %s, %s, collected by %s\n", c.method,
+           c.legacy ? " (legacy note)" : "", c.speaker ? c.speaker : "(not recorded)",
+           c.scope ? c.scope : "(not recorded)", c.utc ? c.utc : "-",
+           c.collected_by ? c.collected_by : "-");
+    if (c.statement) printf("    statement: \"%s\"\n", c.statement);
+    if (c.recording_sha256) printf("    recording SHA-256: %s\n", c.recording_sha256);
 }
 
 static void inspect_text(const char *path, const qvf_voice *v, uint64_t comp, uint64_t raw) {
@@ -366,10 +365,14 @@ static void inspect_text(const char *path, const qvf_voice *v, uint64_t comp, ui
            lang ? lang : "-", lid ? " (" : "", lid ? lid : "", lid ? ")" : "", dur ? dur : "-",
            dur ? " s" : "");
     consent_text(v);
+    const int legacy = qvf_consent_get(v).legacy;
     for (int i = 0; i < v->n_meta; i++)
         if (strcmp(v->meta[i].key, "name") && strcmp(v->meta[i].key, "language") &&
             strcmp(v->meta[i].key, "language_id") && strcmp(v->meta[i].key, "duration_s") &&
-            strncmp(v->meta[i].key, "consent.", 8))
+            strncmp(v->meta[i].key, "consent.", 8) &&
+            !(legacy && (!strcmp(v->meta[i].key, "consent") ||
+                         !strcmp(v->meta[i].key, "consent_by") ||
+                         !strcmp(v->meta[i].key, "consent_utc")))) /* shown as the record */
             printf("  meta %s: %s\n", v->meta[i].key, v->meta[i].value);
     id_text("source", &v->source);
     if (v->has_wdelta) id_text("target", &v->target);
@@ -1199,21 +1202,9 @@ done:
 
 /* ---------------------------------------------------------------- detect */
 
-static void range_out(const qv_watermark_range *g, cJSON *jo) {
+static void range_out(const qv_watermark_range *g) {
     char hexid[16];
     snprintf(hexid, sizeof hexid, "%08x", g->payload);
-    if (jo) {
-        cJSON_AddNumberToObject(jo, "start_s", g->start_s);
-        cJSON_AddNumberToObject(jo, "end_s", g->end_s);
-        cJSON_AddNumberToObject(jo, "score", g->score);
-        cJSON_AddBoolToObject(jo, "payload_ok", g->payload_ok);
-        if (g->payload_ok) {
-            cJSON_AddStringToObject(jo, "payload", hexid);
-            cJSON_AddBoolToObject(jo, "synthetic", (g->payload & QV_WATERMARK_SYNTHETIC) != 0);
-        }
-        cJSON_AddNumberToObject(jo, "payload_score", g->payload_score);
-        return;
-    }
     printf("  %8.2f - %8.2f s  score %5.1f  ", g->start_s, g->end_s, g->score);
     if (g->payload_ok)
         printf("payload %s (%s)\n", hexid,
@@ -1255,35 +1246,30 @@ static int cmd_detect(int argc, char **argv) {
             continue;
         }
         if (!r.present) rc = 1;
-        if (jarr) {
-            cJSON *jo = cJSON_CreateObject(), *ja = cJSON_CreateArray();
+        char tags[QV_PROVENANCE_TEXT_BYTES]; /* what the container claims, beside the mark */
+        if (qv_provenance_read(argv[i], tags)) tags[0] = 0;
+        if (jarr) { /* the library's report, with the file's name and its tags first */
+            char *txt = qv_watermark_report_json(&r);
+            cJSON *rep = txt ? cJSON_Parse(txt) : NULL, *jo = cJSON_CreateObject();
+            qv_free(txt);
             cJSON_AddStringToObject(jo, "file", argv[i]);
-            cJSON_AddNumberToObject(jo, "seconds", r.seconds);
-            cJSON_AddBoolToObject(jo, "present", r.present);
-            cJSON_AddNumberToObject(jo, "score", r.score);
-            cJSON_AddNumberToObject(jo, "score_all", r.score_all);
-            cJSON *jall = cJSON_CreateObject();
-            range_out(&r.all, jall);
-            cJSON_AddItemToObject(jo, "whole", jall);
-            for (int k = 0; k < r.n_ranges; k++) {
-                cJSON *jr = cJSON_CreateObject();
-                range_out(&r.ranges[k], jr);
-                cJSON_AddItemToArray(ja, jr);
-            }
-            cJSON_AddItemToObject(jo, "ranges", ja);
-            cJSON_AddNumberToObject(jo, "ranges_dropped", r.ranges_dropped);
+            cJSON_AddStringToObject(jo, "tags", tags);
+            for (cJSON *e; rep && (e = rep->child);) /* moved over, key copied */
+                cJSON_AddItemToObject(jo, e->string, cJSON_DetachItemViaPointer(rep, e));
+            cJSON_Delete(rep);
             cJSON_AddItemToArray(jarr, jo);
             continue;
         }
         printf("%s: %.2f s, mark %s (best 3 s window %.1f, whole file %.1f; present from %.1f)\n",
                argv[i], r.seconds, r.present ? "present" : "not found", r.score, r.score_all,
                QV_WATERMARK_PRESENT);
+        printf("  tags: %s\n", tags[0] ? tags : "none");
         if (r.present) {
             printf("  whole file:\n");
-            range_out(&r.all, NULL);
+            range_out(&r.all);
         }
         if (r.n_ranges) printf("  marked ranges:\n");
-        for (int k = 0; k < r.n_ranges; k++) range_out(&r.ranges[k], NULL);
+        for (int k = 0; k < r.n_ranges; k++) range_out(&r.ranges[k]);
         if (r.ranges_dropped) printf("  (%d more marked ranges)\n", r.ranges_dropped);
     }
     if (jarr) {

@@ -5,6 +5,7 @@
 #include "util/sha256.h"
 
 #include <openssl/evp.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 struct qvu_sha256_ctx {
@@ -47,6 +48,22 @@ int qvu_sha256_end(qvu_sha256_ctx *ctx, uint8_t out[32]) {
     EVP_MD_CTX_free(ctx->md);
     free(ctx);
     return ok ? 0 : -1;
+}
+
+int qvu_sha256_file(const char *path, uint8_t out[32]) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    qvu_sha256_ctx *c = qvu_sha256_begin();
+    static const size_t block = 1 << 20;
+    char *buf = malloc(block);
+    size_t n;
+    while (c && buf && (n = fread(buf, 1, block, f)) > 0)
+        qvu_sha256_add(c, buf, n);
+    const int bad = !buf || ferror(f);
+    free(buf);
+    fclose(f);
+    if (bad) return qvu_sha256_end(c, out), -1;
+    return qvu_sha256_end(c, out);
 }
 
 char *qvu_sha256_hex(const uint8_t digest[32], char out[65]) {

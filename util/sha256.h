@@ -18,6 +18,9 @@ qvu_sha256_ctx *qvu_sha256_begin(void);
 int qvu_sha256_add(qvu_sha256_ctx *ctx, const void *buf, size_t n_bytes);
 int qvu_sha256_end(qvu_sha256_ctx *ctx, uint8_t out[32]);
 
+/* SHA-256 of the file at path, read in blocks. 0, or -1 (cannot open or read it; errno set). */
+int qvu_sha256_file(const char *path, uint8_t out[32]);
+
 /* Lower-case hex of a 32-byte digest into out[65] (NUL-terminated). Returns out. */
 char *qvu_sha256_hex(const uint8_t digest[32], char out[65]);
 

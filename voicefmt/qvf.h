@@ -166,6 +166,16 @@ qvf_voice *qvf_voice_new(void);
 void qvf_voice_free(qvf_voice *v);
 /* Value of META key, borrowed, or NULL. */
 const char *qvf_meta_get(const qvf_voice *v, const char *key);
+/* A voice's consent record (META consent.*, docs/qvoice-format.md §4.3), values borrowed from v
+ * (NULL when not recorded). A file from before the record carries only the legacy note
+ * (`consent`, `consent_by`, `consent_utc`): it reads as method "note" with legacy = 1, a typed
+ * statement nobody signed for. method NULL: no consent at all. */
+typedef struct {
+    const char *method; /* "typed", "recording", "note" (legacy), or NULL */
+    const char *statement, *speaker, *scope, *utc, *collected_by, *recording_sha256;
+    int legacy;
+} qvf_consent;
+qvf_consent qvf_consent_get(const qvf_voice *v);
 /* Sets (replaces) META key to value (copied). value NULL removes the key. 0 or QVF_E_NOMEM/ARG. */
 int qvf_meta_set(qvf_voice *v, const char *key, const char *value);
 /* Helpers that copy into owned buffers (replacing old contents). 0 or QVF_E_NOMEM/QVF_E_LIMIT. */

@@ -38,7 +38,11 @@ static int find_tail(const uint8_t *buf, size_t n, const char *name, uint64_t *s
     *qend_off = 0;
     for (int i = 0; !rc && i < n_ch; i++) {
         if (!ch[i].crc_ok) rc = qvf_fail(err, es, QVF_E_CRC, name, "chunk %s", ch[i].tag);
-        else if (strcmp(ch[i].tag, "QEND") == 0) *qend_off = ch[i].offset;
+        else if (strcmp(ch[i].tag, "QEND") == 0) {
+            *qend_off = ch[i].offset;
+            if (ch[i].flags != 1 || ch[i].payload_bytes) /* not signed: it must be the fixed one */
+                rc = qvf_fail(err, es, QVF_E_FLAGS, name, "QEND: not the fixed end chunk");
+        }
         else if (strcmp(ch[i].tag, "SIGN") == 0) {
             if (*sign_len || i != n_ch - 2)
                 rc = qvf_fail(err, es, QVF_E_ORDER, name, "SIGN must be the one chunk before QEND");
@@ -50,6 +54,11 @@ static int find_tail(const uint8_t *buf, size_t n, const char *name, uint64_t *s
     }
     if (!rc && strcmp(ch[n_ch - 1].tag, "QEND") != 0)
         rc = qvf_fail(err, es, QVF_E_MISSING, name, "QEND");
+    /* SIGN's padding is the one part of the file neither signed nor under a CRC: it must be
+     * zero, or a checker that reads only the signature would pass bytes an editor changed
+     * (found by test_every_byte_flipped) */
+    for (uint64_t b = *sign_off + 16 + *sign_len + 4; !rc && *sign_len && b < *qend_off; b++)
+        if (buf[b]) rc = qvf_fail(err, es, QVF_E_RESERVED, name, "SIGN: padding not zero");
     free(ch);
     return rc;
 }

@@ -167,6 +167,27 @@ const char *qvf_meta_get(const qvf_voice *v, const char *key) {
     return NULL;
 }
 
+qvf_consent qvf_consent_get(const qvf_voice *v) {
+    qvf_consent c = {0};
+    const char *m = qvf_meta_get(v, "consent.method");
+    if (m && *m) {
+        c.method = m;
+        c.statement = qvf_meta_get(v, "consent.statement");
+        c.speaker = qvf_meta_get(v, "consent.speaker");
+        c.scope = qvf_meta_get(v, "consent.scope");
+        c.utc = qvf_meta_get(v, "consent.utc");
+        c.collected_by = qvf_meta_get(v, "consent.collected_by");
+        c.recording_sha256 = qvf_meta_get(v, "consent.recording_sha256");
+    } else if ((c.statement = qvf_meta_get(v, "consent")) && *c.statement) {
+        c.method = "note", c.legacy = 1;
+        c.utc = qvf_meta_get(v, "consent_utc");
+        c.collected_by = qvf_meta_get(v, "consent_by");
+    } else {
+        c.statement = NULL;
+    }
+    return c;
+}
+
 static int key_valid(const char *k) {
     size_t n = strlen(k);
     if (n < 1 || n > QVF_MAX_KEY_BYTES) return 0;

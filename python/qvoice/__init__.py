@@ -18,6 +18,7 @@ import array
 import base64
 import bisect
 import ctypes
+import hashlib
 import json
 import os
 import queue
@@ -167,15 +168,32 @@ def _as_list(x, n, what):
     return xs
 
 
-_WATERMARK_DEFAULT = 0x80000000  # QV_WATERMARK_DEFAULT: synthetic, no voice/model id
+def _voice_id(voice):
+    """The voice id (qv_voice_id) of a Voice, a VoiceClonePromptItem or a voice file path; a str
+    that is no file is taken as the id itself (e.g. "speaker:ryan" for a preset speaker)."""
+    if voice is None:
+        return ""
+    if isinstance(voice, VoiceClonePromptItem):
+        voice = voice.voice()
+    if isinstance(voice, Voice):
+        return voice.id
+    if os.path.isfile(voice):
+        h = hashlib.sha256()
+        with open(voice, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+        return h.hexdigest()
+    return str(voice)
 
 
-def write_audio(path, wav, format=None, loudness=None, watermark=True):
+def write_audio(path, wav, format=None, loudness=None, watermark=True, model=None, voice=None):
     """Writes mono 24 kHz float samples with libqvoice's encoder (the one speak and the server
     use), atomically: format by name or by path's extension (wav, pcm, flac, ogg, opus, mp3);
-    loudness: a target integrated loudness in LUFS (EBU R128, e.g. -23), or None; watermark:
-    True marks the samples as synthetic (docs/provenance.md), False writes them as given, an
-    int is the 32-bit payload to mark with."""
+    loudness: a target integrated loudness in LUFS (EBU R128, e.g. -23), or None. The file
+    says where it came from (docs/provenance.md): the model (a Qwen3TTSModel or its fingerprint)
+    and the voice (a Voice, a VoiceClonePromptItem, a voice file path, or an id such as
+    "speaker:ryan") go into its tags and the watermark's payload; watermark=False leaves the
+    samples unmarked (the tags stay)."""
     lib = _capi.lib()
     path = os.fspath(path)
     fmt = lib.qv_format_parse(_b(format)) if format else lib.qv_format_of_path(_b(path))
@@ -195,18 +213,21 @@ def write_audio(path, wav, format=None, loudness=None, watermark=True):
                                        ctypes.byref(lufs))
         if st:
             _raise(st)
-    mark = (_WATERMARK_DEFAULT if watermark is True else 0 if watermark is False
-            else int(watermark) & 0xFFFFFFFF)
-    st = lib.qv_audio_write(_b(path), fmt, buf, n, mark)
+    prov = lib.qv_provenance_default()
+    prov.watermark = 1 if watermark else 0
+    prov.voice_id = _b(_voice_id(voice))[:128]
+    fp = model.fingerprint if isinstance(model, Qwen3TTSModel) else (model or "")
+    prov.model_fingerprint = _b(fp)[:64]
+    st = lib.qv_audio_write(_b(path), fmt, buf, n, ctypes.byref(prov))
     if st:
         _raise(st)
 
 
-def write_wav(path, wav, sample_rate=SAMPLE_RATE, watermark=True):
+def write_wav(path, wav, sample_rate=SAMPLE_RATE, watermark=True, model=None, voice=None):
     """Writes mono float samples in [-1, 1] as a 16-bit PCM WAV (write_audio)."""
     if int(sample_rate) != SAMPLE_RATE:
         raise ValueError("sample_rate %s: libqvoice writes %d Hz audio" % (sample_rate, SAMPLE_RATE))
-    write_audio(path, wav, "wav", watermark=watermark)
+    write_audio(path, wav, "wav", watermark=watermark, model=model, voice=voice)
 
 
 def _flat(x, what):
@@ -284,6 +305,11 @@ class Voice:
         self.path = _s(lib.qv_voice_path(h))
         self.has_icl = bool(lib.qv_voice_has_icl(h))
         self.has_wdelta = bool(lib.qv_voice_has_wdelta(h))
+
+    @property
+    def id(self):
+        """The voice's id (qv_voice_id): SHA-256 of its file's bytes, hex."""
+        return _s(_capi.lib().qv_voice_id(self._h))
 
     @property
     def xvector(self):
@@ -458,6 +484,9 @@ class Qwen3TTSModel:
         self._free = weakref.finalize(self, _free_handles, lib, self._h)
         self.model_type = _s(lib.qv_model_type(handle))  # base / custom_voice / voice_design
         self.model_size = _s(lib.qv_model_size(handle))
+        fp = ctypes.create_string_buffer(65)
+        lib.qv_model_fingerprint(handle, fp)
+        self.fingerprint = _s(fp.value)  # SHA-256 fingerprint of the checkpoint, hex
         self.sample_rate = SAMPLE_RATE
         self._threads, self._quant = threads, quant
         self._clone_dir = clone_model or (model_dir if self.model_type == "base" else None)

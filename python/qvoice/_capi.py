@@ -66,6 +66,11 @@ class JobsOptions(ctypes.Structure):
                 ("watermark", c_uint32)]
 
 
+class Provenance(ctypes.Structure):
+    _fields_ = [("struct_size", c_uint32), ("watermark", c_int), ("voice_id", ctypes.c_char * 129),
+                ("model_fingerprint", ctypes.c_char * 65), ("utc", c_int64)]
+
+
 class StyleDir(ctypes.Structure):
     _fields_ = [("struct_size", c_uint32), ("name", c_char_p), ("direction", ctypes.POINTER(c_float)),
                 ("dim", c_int), ("strength", c_float)]
@@ -80,7 +85,7 @@ class ChunkInfo(ctypes.Structure):
 # C struct name -> ctypes class, for the layout test.
 STRUCTS = {"qv_params": Params, "qv_synth_request": SynthRequest, "qv_synth_stats": SynthStats,
            "qv_clone_request": CloneRequest, "qv_jobs_options": JobsOptions,
-           "qv_chunk_info": ChunkInfo, "qv_style_dir": StyleDir}
+           "qv_chunk_info": ChunkInfo, "qv_style_dir": StyleDir, "qv_provenance": Provenance}
 
 PCM_FN = ctypes.CFUNCTYPE(c_int, c_void_p, ctypes.POINTER(c_float), c_int)
 CHUNK_FN = ctypes.CFUNCTYPE(None, c_void_p, ctypes.POINTER(ChunkInfo))
@@ -106,6 +111,9 @@ PROTOTYPES = {
     "qv_voice_name": (c_char_p, [c_void_p]),
     "qv_voice_language": (c_char_p, [c_void_p]),
     "qv_voice_path": (c_char_p, [c_void_p]),
+    "qv_voice_id": (c_char_p, [c_void_p]),
+    "qv_model_fingerprint": (None, [c_void_p, c_char_p]),
+    "qv_provenance_default": (Provenance, []),
     "qv_voice_has_icl": (c_int, [c_void_p]),
     "qv_voice_has_wdelta": (c_int, [c_void_p]),
     "qv_voice_reference_audio": (c_int, [c_void_p, c_void_p, c_int, _P(c_void_p), _P(c_int64)]),
@@ -142,7 +150,7 @@ PROTOTYPES = {
     "qv_format_of_path": (c_int, [c_char_p]),
     "qv_loudness_normalize": (c_int, [_P(c_float), ctypes.c_int64, ctypes.c_double,
                                       _P(ctypes.c_int64), _P(ctypes.c_double)]),
-    "qv_audio_write": (c_int, [c_char_p, c_int, _P(c_float), ctypes.c_int64, c_uint32]),
+    "qv_audio_write": (c_int, [c_char_p, c_int, _P(c_float), ctypes.c_int64, _P(Provenance)]),
 }
 
 

@@ -2,7 +2,9 @@
  * the one entry point synthesis uses). The first byte picks the chunk size (0 = no chunking) and
  * whether a user style table is in force; the rest is the text. Every result must hold: TEXT
  * chunks non-empty valid UTF-8 within the limit, pauses in (0, QVE_PAUSE_MAX_MS], tag values
- * non-empty and shorter than a tag; a failure must leave an empty list and a message. Anything
+ * non-empty and shorter than a tag; a failure must leave an empty list and a message. The same
+ * text as if it arrived in pieces (qv_text_sentences): a cut within the text at a code point
+ * boundary, a carry shorter than its bound, and no failure where the chunker succeeds. Anything
  * else aborts.
  */
 #include <stddef.h>
@@ -12,6 +14,7 @@
 #include <utf8proc.h>
 
 #include "engine/textchunk.h"
+#include "include/qvoice.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -32,9 +35,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     text[size - 1] = 0;
     qve_chunk_list l;
     err[0] = 0;
+    size_t cut;
+    char carry[QV_TEXT_CARRY_BYTES];
+    int pieces = qv_text_sentences(text, &cut, carry, sizeof carry);
+    if (!pieces && (cut > strlen(text) || (text[cut] & 0xC0) == 0x80 ||
+                    strlen(carry) >= QV_TEXT_CARRY_BYTES || (carry[0] && carry[0] != '[')))
+        abort();
     if (qve_text_chunk(&l, text, max, sp, err, sizeof err)) {
         if (l.n_chunks || !err[0]) abort();
     } else {
+        if (pieces == QV_E_INVALID && !sp) abort(); /* whole, the text parses */
         for (int i = 0; i < l.n_chunks; i++) {
             const qve_chunk *c = &l.chunks[i];
             switch (c->kind) {

@@ -22,6 +22,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             free(z);
             free(o);
         }
+        const qvf_consent c = qvf_consent_get(v); /* the record, or the legacy note mapped */
+        if (c.method && !c.statement && c.legacy) __builtin_trap();
         qvf_voice_free(v);
     }
     qvf_chunk_info ch[16];

@@ -330,9 +330,16 @@ class Synthesis(unittest.TestCase):
             self.assertIn("not valid JSON", res[1]["error"])
             wavs, _ = self.cv.generate_custom_voice("Hello there.", speaker="ryan", seed=3,
                                                     max_new_tokens=6)
-            qvoice.write_wav(os.path.join(d, "w.wav"), wavs[0])
+            # the same provenance as the job's: this model, the preset speaker (docs/provenance.md)
+            qvoice.write_wav(os.path.join(d, "w.wav"), wavs[0], model=self.cv,
+                             voice="speaker:ryan")
             with open(job["output"], "rb") as a, open(os.path.join(d, "w.wav"), "rb") as b:
                 self.assertEqual(a.read(), b.read())
+            self.assertEqual(len(self.cv.fingerprint), 64)
+            with open(job["output"], "rb") as a:
+                head = a.read(4096)
+            self.assertIn(b"model_fingerprint=" + self.cv.fingerprint.encode(), head)
+            self.assertIn(b"voice_id=speaker:ryan\n", head)
             qvoice.write_audio(os.path.join(d, "l.flac"), wavs[0], loudness=-20)
             self.assertGreater(os.path.getsize(os.path.join(d, "l.flac")), 0)
             with self.assertRaises(ValueError):
@@ -366,6 +373,11 @@ class Cloning(unittest.TestCase):
         v = qvoice.Voice(path)
         self.assertTrue(v.has_icl)
         self.assertEqual(as_list(v.xvector), as_list(prompt[0].ref_spk_embedding))
+        import hashlib  # the voice id is the file's SHA-256, for a Voice, the file and the item
+        with open(path, "rb") as f:
+            self.assertEqual(v.id, hashlib.sha256(f.read()).hexdigest())
+        self.assertEqual(qvoice._voice_id(prompt[0]), v.id)
+        self.assertEqual(qvoice._voice_id(path), v.id)
 
     def test_prompt_item_fields(self):
         """The official item's fields, arrays (NumPy when importable, else lists), no file."""

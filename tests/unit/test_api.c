@@ -162,7 +162,13 @@
     F(qv_pcm_buffer, pcm, 8) \
     F(qv_pcm_buffer, n, 16) \
     F(qv_pcm_buffer, cap, 24) \
-    F(qv_pcm_buffer, failed, 32)
+    F(qv_pcm_buffer, failed, 32) \
+    S(qv_provenance, 216) \
+    F(qv_provenance, struct_size, 0) \
+    F(qv_provenance, watermark, 4) \
+    F(qv_provenance, voice_id, 8) \
+    F(qv_provenance, model_fingerprint, 137) \
+    F(qv_provenance, utc, 208)
 
 
 static void test_layout(void **state) {
@@ -177,7 +183,7 @@ static void test_layout(void **state) {
 #undef S
 #undef F
     printf("  %d public structs: sizes and field offsets as recorded\n", n);
-    assert_int_equal(n, 10);
+    assert_int_equal(n, 11);
 #else
     skip();
 #endif
@@ -216,6 +222,8 @@ static void test_defaults_set_size(void **state) {
     const qv_jobs_options o = qv_jobs_default_options();
     assert_int_equal(o.struct_size, sizeof(qv_jobs_options));
     assert_int_equal(o.request.struct_size, sizeof(qv_synth_request));
+    assert_int_equal(qv_provenance_default().struct_size, sizeof(qv_provenance));
+    assert_int_equal(qv_provenance_of(g_m, NULL, "ryan").struct_size, sizeof(qv_provenance));
 }
 
 static void on_chunk(void *user, const qv_chunk_info *c) {

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -19,6 +20,8 @@
 #include "include/qvoice.h"
 #include "voicefmt/qvf.h"
 #include "tests/unit/helpers/run.h"
+#include "tests/unit/helpers/shell.h"
+#include "tests/unit/helpers/wav.h"
 
 /* n samples of a 220 Hz tone at amplitude a, with the ends pushed past full scale. */
 static float *tone(int n, float a) {
@@ -39,18 +42,90 @@ static void test_s16(void **st) {
         assert_int_equal((int16_t)(out[2 * i] | out[2 * i + 1] << 8), want[i]);
 }
 
+/* A fixed provenance: a voice, a model, 2023-11-14T22:13:20Z. */
+static qv_provenance fixed_provenance(void) {
+    qv_provenance p = qv_provenance_default();
+    snprintf(p.voice_id, sizeof p.voice_id, "%s", "speaker:ryan");
+    snprintf(p.model_fingerprint, sizeof p.model_fingerprint, "%064d", 7);
+    p.utc = 1700000000;
+    return p;
+}
+
+#define QVPR_TEXT                                                                                  \
+    "digital_source_type=http://cv.iptc.org/newscodes/digitalsourcetype/trainedAlgorithmicMedia\n" \
+    "engine=qvoice %s\nmodel_fingerprint=%064d\nvoice_id=speaker:ryan\nwatermark=%08x\n"           \
+    "created=2023-11-14T22:13:20Z\n"
+
+/* The WAV layout: RIFF, fmt, LIST/INFO (ISFT, ICRD, ICMT), qvpr, data, read by the tests' own
+ * RIFF walk; without provenance the plain 44-byte header. */
 static void test_wav_header(void **st) {
     (void)st;
-    uint8_t h[QV_WAV_HEADER_BYTES];
-    qv_wav_header(h, 1000);
-    assert_memory_equal(h, "RIFF", 4);
-    assert_int_equal(h[4] | h[5] << 8, 36 + 2000);
-    assert_memory_equal(h + 8, "WAVEfmt ", 8);
-    assert_int_equal(h[24] | h[25] << 8 | h[26] << 16, 24000);
-    assert_int_equal(h[40] | h[41] << 8, 2000);
-    qv_wav_header(h, -1); /* a stream: unknown length */
-    for (int i = 40; i < 44; i++)
-        assert_int_equal(h[i], 0xFF);
+    float x[1000] = {0};
+    const qv_provenance p = fixed_provenance();
+    uint8_t *w;
+    size_t n;
+    uint32_t data, len;
+    assert_int_equal(qv_audio_encode(QV_FORMAT_WAV, x, 1000, &p, &w, &n), 0);
+    const long at = wav_data_offset(w, n, &data);
+    printf("  tagged WAV header: %ld bytes\n", at);
+    assert_int_equal(data, 2000);
+    assert_int_equal(at + 2000, n);
+    assert_int_equal(w[4] | w[5] << 8, n - 8); /* RIFF size */
+    assert_int_equal(w[24] | w[25] << 8 | w[26] << 16, 24000);
+    const uint8_t *list = wav_chunk(w, n, "LIST", &len);
+    assert_non_null(list);
+    assert_memory_equal(list, "INFOISFT", 8);
+    char want[1024];
+    snprintf(want, sizeof want, QVPR_TEXT, qv_version(), 7,
+             qv_watermark_payload("speaker:ryan", p.model_fingerprint));
+    const uint8_t *pr = wav_chunk(w, n, "qvpr", &len);
+    assert_non_null(pr);
+    assert_int_equal(len, strlen(want));
+    assert_memory_equal(pr, want, len);
+    qv_free(w);
+    assert_int_equal(qv_audio_encode(QV_FORMAT_WAV, x, 1000, NULL, &w, &n), 0);
+    assert_int_equal(n, 44 + 2000);
+    assert_int_equal(wav_data_offset(w, n, &data), 44);
+    assert_null(wav_chunk(w, n, "LIST", &len));
+    qv_free(w);
+    char text[QV_PROVENANCE_TEXT_BYTES]; /* the same key set on one line, for HTTP headers */
+    assert_int_equal(qv_provenance_text(&p, text), 0);
+    assert_non_null(strstr(text, "; voice_id=speaker:ryan; watermark="));
+    assert_int_equal(qv_provenance_text(NULL, text), QV_E_INVALID);
+    assert_int_equal(qv_provenance_read("/nonexistent.wav", text), QV_E_AUDIO);
+    assert_non_null(strstr(qv_last_error(), "/nonexistent.wav"));
+    qv_provenance bad = p;
+    bad.struct_size--;
+    assert_int_equal(qv_audio_encode(QV_FORMAT_WAV, x, 1000, &bad, &w, &n), QV_E_ABI);
+    /* hostile ids: cut, and nothing but printable ASCII reaches the tags */
+    memset(bad.voice_id, 'a', sizeof bad.voice_id); /* no NUL */
+    bad.struct_size = sizeof bad;
+    bad.model_fingerprint[0] = '\n', bad.model_fingerprint[1] = ';', bad.model_fingerprint[2] = 0;
+    assert_int_equal(qv_audio_encode(QV_FORMAT_WAV, x, 1000, &bad, &w, &n), 0);
+    pr = wav_chunk(w, n, "qvpr", &len);
+    assert_non_null(pr);
+    assert_non_null(memmem(pr, len, "model_fingerprint=??\n", 21));
+    char cut[160];
+    snprintf(cut, sizeof cut, "voice_id=%.*s\n", QV_PROVENANCE_MAX_ID,
+             "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+             "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa");
+    assert_non_null(memmem(pr, len, cut, strlen(cut)));
+    qv_free(w);
+}
+
+/* SOURCE_DATE_EPOCH fixes the time (reproducible output); without it the time is now. */
+static void test_provenance_time(void **st) {
+    (void)st;
+    char *was = getenv("SOURCE_DATE_EPOCH") ? strdup(getenv("SOURCE_DATE_EPOCH")) : NULL;
+    setenv("SOURCE_DATE_EPOCH", "1700000000", 1);
+    assert_int_equal(qv_provenance_default().utc, 1700000000);
+    setenv("SOURCE_DATE_EPOCH", "soon", 1);
+    assert_true(llabs(qv_provenance_default().utc - (int64_t)time(NULL)) < 5);
+    unsetenv("SOURCE_DATE_EPOCH");
+    const qv_provenance p = qv_provenance_default();
+    assert_true(p.watermark == 1 && !p.voice_id[0] && !p.model_fingerprint[0]);
+    if (was) setenv("SOURCE_DATE_EPOCH", was, 1);
+    free(was);
 }
 
 static void test_formats(void **st) {
@@ -87,25 +162,37 @@ static void test_stream_equals_whole(void **st) {
     float *x = tone(n, 0.8f);
     uint8_t *whole;
     size_t n_whole;
-    assert_int_equal(qv_audio_encode(QV_FORMAT_WAV, x, n, QV_WATERMARK_DEFAULT, &whole, &n_whole), 0);
-    assert_int_equal(n_whole, 44 + 2 * (size_t)n);
+    const qv_provenance prov = fixed_provenance();
+    assert_int_equal(qv_audio_encode(QV_FORMAT_WAV, x, n, &prov, &whole, &n_whole), 0);
+    uint32_t data;
+    const long h = wav_data_offset(whole, n_whole, &data);
+    assert_int_equal(n_whole, (size_t)h + 2 * (size_t)n);
     float *y = malloc((size_t)n * sizeof *y);
     uint8_t *s16 = malloc(2 * (size_t)n), *plain;
     size_t n_plain;
     memcpy(y, x, (size_t)n * sizeof *y);
-    assert_int_equal(qv_watermark_mark(QV_WATERMARK_DEFAULT, y, n), 0);
+    assert_int_equal(
+        qv_watermark_mark(qv_watermark_payload(prov.voice_id, prov.model_fingerprint), y, n), 0);
     qv_pcm_s16le(y, n, s16);
-    assert_memory_equal(whole + 44, s16, 2 * (size_t)n);
-    assert_int_equal(qv_audio_encode(QV_FORMAT_WAV, x, n, QV_WATERMARK_OFF, &plain, &n_plain), 0);
+    assert_memory_equal(whole + h, s16, 2 * (size_t)n);
+    qv_provenance off = prov; /* tags only */
+    off.watermark = 0;
+    assert_int_equal(qv_audio_encode(QV_FORMAT_WAV, x, n, &off, &plain, &n_plain), 0);
+    const long hp = wav_data_offset(plain, n_plain, &data);
+    assert_int_equal(n_plain, (size_t)hp + 2 * (size_t)n);
     qv_pcm_s16le(x, n, s16);
-    assert_memory_equal(plain + 44, s16, 2 * (size_t)n);
-    assert_memory_not_equal(plain + 44, whole + 44, 2 * (size_t)n);
+    assert_memory_equal(plain + hp, s16, 2 * (size_t)n);
+    assert_memory_not_equal(plain + hp, whole + h, 2 * (size_t)n);
+    uint32_t len;
+    const uint8_t *pr = wav_chunk(plain, n_plain, "qvpr", &len);
+    assert_non_null(pr);
+    assert_non_null(memmem(pr, len, "watermark=off\n", 14));
     qv_free(plain), free(s16), free(y);
     FILE *f = tmpfile();
     mem m = {0};
     qv_encoder *ef, *em;
-    assert_int_equal(qv_encoder_new(&ef, QV_FORMAT_WAV, QV_WATERMARK_DEFAULT, NULL, NULL, f), 0);
-    assert_int_equal(qv_encoder_new(&em, QV_FORMAT_WAV, QV_WATERMARK_DEFAULT, append, &m, NULL), 0);
+    assert_int_equal(qv_encoder_new(&ef, QV_FORMAT_WAV, &prov, NULL, NULL, f), 0);
+    assert_int_equal(qv_encoder_new(&em, QV_FORMAT_WAV, &prov, append, &m, NULL), 0);
     assert_int_equal(qv_encoder_write(ef, x, 0), 0); /* an empty block: still one header */
     assert_int_equal(qv_encoder_write(em, x, 0), 0);
     for (int i = 0, b = 1; i < n; i += b, b = b * 3 + 1) {
@@ -120,18 +207,20 @@ static void test_stream_equals_whole(void **st) {
     assert_int_equal(fread(back, 1, n_whole + 1, f), n_whole);
     assert_memory_equal(back, whole, n_whole);
     assert_int_equal(m.n, n_whole);
-    assert_memory_equal(m.p + 44, whole + 44, n_whole - 44);
-    assert_int_equal(m.p[40], 0xFF);
+    assert_memory_equal(m.p + 8, whole + 8, (size_t)h - 12); /* all but the lengths */
+    assert_memory_equal(m.p + h, whole + h, n_whole - (size_t)h);
+    assert_int_equal(m.p[h - 4] & m.p[h - 3] & m.p[h - 2] & m.p[h - 1], 0xFF);
     FILE *g = tmpfile(); /* no audio at all: a complete empty WAV */
-    assert_int_equal(qv_encoder_new(&ef, QV_FORMAT_WAV, QV_WATERMARK_DEFAULT, NULL, NULL, g), 0);
+    assert_int_equal(qv_encoder_new(&ef, QV_FORMAT_WAV, &prov, NULL, NULL, g), 0);
     assert_int_equal(qv_encoder_close(ef), 0);
-    assert_int_equal(ftell(g), 44);
+    assert_int_equal(ftell(g), h);
     rewind(g);
-    assert_int_equal(fread(back, 1, 44, g), 44);
-    assert_int_equal(back[40] | back[41] | back[42] | back[43], 0);
+    assert_int_equal(fread(back, 1, (size_t)h, g), (size_t)h);
+    assert_int_equal(wav_data_offset(back, (size_t)h, &data), h);
+    assert_int_equal(data, 0);
     fclose(g);
     qv_encoder *bad;
-    assert_int_equal(qv_encoder_new(&bad, QV_FORMAT_FLAC, QV_WATERMARK_OFF, append, &m, NULL),
+    assert_int_equal(qv_encoder_new(&bad, QV_FORMAT_FLAC, NULL, append, &m, NULL),
                      QV_E_UNSUPPORTED);
     assert_non_null(strstr(qv_last_error(), "WAV or PCM"));
     fclose(f);
@@ -150,7 +239,7 @@ static void test_every_format(void **st) {
     for (int f = 0; f < QV_FORMAT_COUNT; f++) {
         if (f == QV_FORMAT_PCM || !qv_format_writable(f)) continue;
         snprintf(path, sizeof path, "/tmp/qv_test_encode_%d.%s", (int)getpid(), qv_format_name(f));
-        assert_int_equal(qv_audio_write(path, f, x, n, QV_WATERMARK_OFF), 0);
+        assert_int_equal(qv_audio_write(path, f, x, n, NULL), 0);
         SF_INFO info = {0};
         SNDFILE *sf = sf_open(path, SFM_READ, &info);
         assert_non_null(sf);
@@ -169,32 +258,53 @@ static void test_every_format(void **st) {
         sf_close(sf);
         unlink(path);
     }
-    assert_int_equal(qv_audio_write("/nonexistent-dir/x.wav", QV_FORMAT_WAV, x, n, QV_WATERMARK_OFF),
-                     QV_E_IO);
-    /* marked FLAC/Ogg/Opus/MP3 name their origin in the container; unmarked ones do not */
-    for (int f = QV_FORMAT_FLAC; f < QV_FORMAT_COUNT; f++) {
-        if (!qv_format_writable(f)) continue;
-        for (int marked = 0; marked < 2; marked++) {
-            snprintf(path, sizeof path, "/tmp/qv_test_encode_%d.%s", (int)getpid(), qv_format_name(f));
-            assert_int_equal(qv_audio_write(path, f, x, n, marked ? 0x8abcdef1u : QV_WATERMARK_OFF), 0);
-            SF_INFO info = {0};
-            SNDFILE *sf = sf_open(path, SFM_READ, &info);
-            assert_non_null(sf);
-            const char *c = sf_get_string(sf, SF_STR_COMMENT);
-            if (marked) {
-                printf("  %-4s comment: %s\n", qv_format_name(f), c ? c : "(none)");
-                assert_non_null(c);
-                assert_non_null(strstr(c, "digitalsourcetype/trainedAlgorithmicMedia"));
-                assert_non_null(strstr(c, "watermark=8abcdef1"));
-            } else {
-                assert_true(!c || !strstr(c, "trainedAlgorithmicMedia"));
-            }
-            sf_close(sf);
-            unlink(path);
-        }
-    }
+    assert_int_equal(qv_audio_write("/nonexistent-dir/x.wav", QV_FORMAT_WAV, x, n, NULL), QV_E_IO);
     assert_non_null(strstr(qv_last_error(), "/nonexistent-dir"));
     free(s16), free(x);
+}
+
+/* Every container carries the key set, read back by an independent reader: exiftool (RIFF INFO,
+ * Vorbis comments, ID3v2) and the tests' own RIFF walk for the qvpr chunk; raw output has none. */
+static void test_provenance_tags(void **st) {
+    (void)st;
+    if (sh("exiftool -ver >/dev/null 2>&1")) {
+        printf("  exiftool missing (make deps): skipped\n");
+        skip();
+    }
+    const int n = 24000;
+    float *x = tone(n, 0.5f);
+    const qv_provenance p = fixed_provenance();
+    char path[64], line[160];
+    snprintf(line, sizeof line, "watermark=%08x",
+             qv_watermark_payload("speaker:ryan", p.model_fingerprint));
+    for (int f = 0; f < QV_FORMAT_COUNT; f++) {
+        if (f == QV_FORMAT_PCM || !qv_format_writable(f)) continue;
+        for (int tagged = 0; tagged < 2; tagged++) {
+            snprintf(path, sizeof path, "/tmp/qv_test_tags_%d.%s", (int)getpid(), qv_format_name(f));
+            assert_int_equal(qv_audio_write(path, f, x, n, tagged ? &p : NULL), 0);
+            /* every tag, one "Name: value" line each */
+            const int rc = sh("exiftool -S -Comment -Software -Encoder -DateCreated -Date -Year "
+                              "-CreateDate %s > %s.tags", path, path);
+            assert_int_equal(rc, 0);
+            char tags[128];
+            snprintf(tags, sizeof tags, "%s.tags", path);
+            sh("sed 's/^/    /' %s", tags);
+            const char *const want[] = {"digitalsourcetype/trainedAlgorithmicMedia",
+                                        "engine=qvoice", "voice_id=speaker:ryan",
+                                        "model_fingerprint=0000000000000000", line,
+                                        "created=2023-11-14T22:13:20Z"};
+            for (size_t i = 0; i < sizeof want / sizeof *want; i++)
+                if (file_has(tags, want[i]) != tagged)
+                    fail_msg("%s: %s %s", path, want[i], tagged ? "missing" : "present untagged");
+            assert_int_equal(file_has(tags, "2023"), tagged); /* the date field of the format */
+            char back[QV_PROVENANCE_TEXT_BYTES], want_text[QV_PROVENANCE_TEXT_BYTES];
+            assert_int_equal(qv_provenance_read(path, back), 0); /* the library's own reader */
+            assert_int_equal(qv_provenance_text(&p, want_text), 0);
+            assert_string_equal(back, tagged ? want_text : "");
+            unlink(tags), unlink(path);
+        }
+    }
+    free(x);
 }
 
 static void test_loudness(void **st) {
@@ -303,5 +413,6 @@ static void test_voice_lookup(void **st) {
     assert_non_null(strstr(err, "($QVOICE_PATH is not set)"));
 }
 
-QVT_MAIN(NULL, NULL, test_s16, test_wav_header, test_formats, test_stream_equals_whole,
+QVT_MAIN(NULL, NULL, test_s16, test_wav_header, test_provenance_time, test_provenance_tags,
+         test_formats, test_stream_equals_whole,
          test_every_format, test_loudness, test_codes, test_params_check, test_voice_lookup)

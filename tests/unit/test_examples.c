@@ -18,6 +18,7 @@
 #include "tests/unit/helpers/models.h"
 #include "tests/unit/helpers/run.h"
 #include "tests/unit/helpers/shell.h"
+#include "tests/unit/helpers/wav.h"
 
 static uint32_t le32(const unsigned char *p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
@@ -40,18 +41,26 @@ static void test_stream_wav(void **st) {
                      0);
     FILE *f = fopen(out, "rb");
     assert_non_null(f);
-    unsigned char h[44];
-    assert_int_equal(fread(h, 1, 44, f), 44);
+    static unsigned char h[4096];
+    const size_t got = fread(h, 1, sizeof h, f);
     assert_memory_equal(h, "RIFF", 4);
     assert_memory_equal(h + 8, "WAVEfmt ", 8);
     assert_int_equal(le32(h + 24), 24000);
     assert_int_equal(h[22], 1);  /* mono */
     assert_int_equal(h[34], 16); /* bits */
-    const uint32_t n = le32(h + 40) / 2;
+    uint32_t data;
+    const long head = wav_data_offset(h, got, &data);
+    assert_true(head > 44);
+    const uint32_t n = data / 2;
     long size = file_bytes(out);
-    printf("  %u samples (%.2f s), %ld bytes\n", n, n / 24000.0, size);
-    assert_int_equal(size, 44 + 2L * n);
-    assert_int_equal(le32(h + 4), 36 + 2 * n);
+    printf("  %u samples (%.2f s), %ld bytes, a %ld-byte header\n", n, n / 24000.0, size, head);
+    assert_int_equal(size, head + 2L * n);
+    assert_int_equal(le32(h + 4), (uint32_t)(size - 8));
+    /* tagged with the voice's id (the SHA-256 of its file) */
+    assert_int_equal(sh("grep -aq \"voice_id=$(sha256sum < voices/ohenry.qvoice | cut -c1-64)\" %s",
+                        out),
+                     0);
+    assert_int_equal(fseek(f, head, SEEK_SET), 0);
     /* 15 frames (1.2 s) at most, the lead trim cuts at most a part of it; not silent */
     assert_true(n > 8 * 1920 && n <= 15 * 1920);
     double e = 0;

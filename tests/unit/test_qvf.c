@@ -559,9 +559,34 @@ static void test_atomic_write(void **state) {
     qvf_voice_free(v);
 }
 
+/* The consent record, and a file from before it: its legacy note reads as method "note". */
+static void test_consent_record(void **state) {
+    (void)state;
+    qvf_voice *v = qvf_voice_new();
+    assert_non_null(v);
+    assert_null(qvf_consent_get(v).method);
+    assert_int_equal(qvf_meta_set(v, "consent", "Alice agreed on the phone"), 0);
+    assert_int_equal(qvf_meta_set(v, "consent_by", "bob"), 0);
+    qvf_consent c = qvf_consent_get(v);
+    assert_string_equal(c.method, "note");
+    assert_true(c.legacy);
+    assert_string_equal(c.statement, "Alice agreed on the phone");
+    assert_string_equal(c.collected_by, "bob");
+    assert_null(c.speaker);
+    assert_int_equal(qvf_meta_set(v, "consent.method", "typed"), 0); /* the record wins */
+    assert_int_equal(qvf_meta_set(v, "consent.statement", "I agree"), 0);
+    c = qvf_consent_get(v);
+    assert_string_equal(c.method, "typed");
+    assert_false(c.legacy);
+    assert_string_equal(c.statement, "I agree");
+    assert_null(c.collected_by);
+    qvf_voice_free(v);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_crc32c_known_answer),
+        cmocka_unit_test(test_consent_record),
         cmocka_unit_test(test_errors_named),
         cmocka_unit_test(test_file_kind),
         cmocka_unit_test(test_variant_names),

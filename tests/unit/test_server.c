@@ -29,6 +29,7 @@
 #include "tests/unit/helpers/models.h"
 #include "tests/unit/helpers/run.h"
 #include "tests/unit/helpers/shell.h"
+#include "tests/unit/helpers/wav.h"
 #include "tests/unit/helpers/tmpdir.h"
 #include "voicefmt/qvf.h"
 
@@ -640,6 +641,23 @@ static void test_library(void **state) {
     assert_int_equal(sh("cd %s/lib && mv .x \"$(sha256sum < .x | cut -c1-64).qvoice\"", tmp_dir),
                      0);
     assert_int_equal(curl(&g_extra, NULL, "SRV/v1/audio/voices/other"), 200);
+    /* a voice from before the consent record: its legacy note lists as consent of method note */
+    qvf_voice *lv;
+    char err[256];
+    assert_int_equal(qvf_read_file(g_voice, 0, &lv, err, sizeof err), 0);
+    static const char *const record[] = {"consent.method", "consent.statement", "consent.speaker",
+                                         "consent.scope", "consent.utc", "consent.collected_by"};
+    for (size_t i = 0; i < sizeof record / sizeof *record; i++)
+        assert_int_equal(qvf_meta_set(lv, record[i], NULL), 0);
+    assert_int_equal(qvf_meta_set(lv, "name", "legacy"), 0);
+    assert_int_equal(qvf_meta_set(lv, "consent", "agreed on the phone"), 0);
+    assert_int_equal(qvf_write_file(lv, tmp_path("lib/.x"), 4, err, sizeof err), 0);
+    qvf_voice_free(lv);
+    assert_int_equal(sh("cd %s/lib && mv .x \"$(sha256sum < .x | cut -c1-64).qvoice\"", tmp_dir),
+                     0);
+    assert_int_equal(curl(&g_extra, NULL, "SRV/v1/audio/voices/legacy"), 200);
+    assert_non_null(strstr(g_body, "\"consent\":true"));
+    assert_non_null(strstr(g_body, "\"consent_method\":\"note\""));
     /* refused uploads */
     static float raw[1024];
     for (int i = 0; i < 1024; i++) raw[i] = 0.01f * (float)(i % 7);
@@ -768,6 +786,14 @@ static long wav_frames(const char *path) {
     return info.samplerate == 24000 && info.channels == 1 ? (long)info.frames : -2;
 }
 
+/* tiny-cv's fingerprint, as the server's outputs name it. */
+static void model_fingerprint(char fp[65]) {
+    qv_model *m;
+    assert_int_equal(qv_model_load(&m, g_cv), 0);
+    qv_model_fingerprint(m, fp);
+    qv_model_free(m);
+}
+
 static void test_speech(void **state) {
     (void)state;
     const char *req = "-H 'Content-Type: application/json' -d '{\"input\":\"Hello there.\","
@@ -779,7 +805,11 @@ static void test_speech(void **state) {
     long n = wav_frames(tmp_path("a.wav"));
     assert_true(n > 0 && n <= 2 * 24000 + 2000);
     snprintf(fmtreq, sizeof fmtreq, req, "pcm", "");
-    assert_int_equal(curl(&g_srv, tmp_path("a.pcm"), "%s", fmtreq), 200);
+    assert_int_equal(curl(&g_srv, tmp_path("a.pcm"), "-D %s %s", tmp_path("pcm.hdr"), fmtreq),
+                     200);
+    /* raw PCM has no container: the provenance comes as a header */
+    assert_true(file_has(tmp_path("pcm.hdr"), "X-Qvoice-Provenance: digital_source_type="));
+    assert_true(file_has(tmp_path("pcm.hdr"), "; voice_id=speaker:ryan; watermark="));
     assert_int_equal(file_bytes(tmp_path("a.pcm")), 2 * n); /* same seed, same samples */
     snprintf(fmtreq, sizeof fmtreq, req, "pcm", ",\"stream_format\":\"audio\"");
     assert_int_equal(curl(&g_srv, tmp_path("s.pcm"), "%s", fmtreq), 200);
@@ -797,10 +827,23 @@ static void test_speech(void **state) {
     /* a library voice by name */
     assert_int_equal(py(&g_srv, "upload %s name=lib consent=yes", g_voice), 0);
     assert_true(!strncmp(g_body, "200 ", 4));
+    char lib_id[65] = ""; /* its id: the stored file's SHA-256 */
+    const char *at = strstr(g_body, "\"id\":\"");
+    if (at) snprintf(lib_id, sizeof lib_id, "%.64s", at + 6);
     assert_int_equal(curl(&g_srv, tmp_path("lib.wav"), "-d '{\"input\":\"Hi.\",\"voice\":\"lib\","
                                                      "\"max_seconds\":1}' SRV/v1/audio/speech"),
                      200);
     assert_true(wav_frames(tmp_path("lib.wav")) > 0);
+    /* every output names its voice and model (docs/provenance.md): a preset speaker, a library
+     * voice by its id (the file's SHA-256), a stream */
+    char fp[65];
+    model_fingerprint(fp);
+    assert_int_equal(wav_check_provenance(tmp_path("a.wav"), "speaker:ryan", fp), 0);
+    assert_int_equal(strlen(lib_id), 64);
+    assert_int_equal(wav_check_provenance(tmp_path("lib.wav"), lib_id, fp), 0);
+    snprintf(fmtreq, sizeof fmtreq, req, "wav", ",\"stream_format\":\"audio\"");
+    assert_int_equal(curl(&g_srv, tmp_path("s.wav"), "%s", fmtreq), 200);
+    assert_int_equal(wav_check_provenance(tmp_path("s.wav"), "speaker:ryan", fp), 0);
     /* no cap: the tiny model's random codes may run into the runaway guard, which must be a 500
      * (never a 200 with the partial audio) and counted */
     int st = curl(&g_srv, NULL, "-d '{\"input\":\"Hello there.\",\"voice\":\"ryan\"}' "
@@ -818,10 +861,62 @@ static void test_speech(void **state) {
     assert_int_equal(sh("node tests/server/openai_speech.mjs %s stream %s >/dev/null", base,
                         tmp_path("os.wav")), 0);
     assert_int_equal(sh("cmp -s %s %s", tmp_path("o.wav"), tmp_path("os.wav")) == 0, 0); /* header */
-    assert_int_equal(sh("cmp -s -i 44 %s %s", tmp_path("o.wav"), tmp_path("os.wav")), 0);
+    uint32_t data; /* the header carries the provenance tags (docs/provenance.md) */
+    const long head = wav_file_data_offset(tmp_path("o.wav"), &data);
+    assert_true(head > 44);
+    assert_int_equal(sh("cmp -s -i %ld %s %s", head, tmp_path("o.wav"), tmp_path("os.wav")), 0);
     assert_int_equal(sh("node tests/server/openai_speech.mjs %s sse %s >/dev/null", base,
                         tmp_path("o.pcm")), 0);
-    assert_int_equal(sh("cmp -s -i 44:0 %s %s", tmp_path("o.wav"), tmp_path("o.pcm")), 0);
+    assert_int_equal(sh("cmp -s -i %ld:0 %s %s", head, tmp_path("o.wav"), tmp_path("o.pcm")), 0);
+}
+
+/* POST /v1/audio/detect: a raw audio body, the upload limit, the report of voicefmt detect
+ * --json, the tags and the "match": the voice and model the recovered payload names. */
+static void test_detect(void **state) {
+    (void)state;
+    const int n = 20 * 24000; /* 20 s: under the 1 MB upload limit as a WAV */
+    float *x = malloc((size_t)n * sizeof *x);
+    uint32_t r = 1;
+    for (int i = 0; i < n; i++) /* noise at -20 dBFS, then the mark */
+        r = r * 1664525u + 1013904223u, x[i] = 0.1f * ((float)(r >> 8) / 8388608.0f - 1.0f);
+    qv_provenance p = qv_provenance_default();
+    snprintf(p.voice_id, sizeof p.voice_id, "speaker:ryan");
+    model_fingerprint(p.model_fingerprint);
+    assert_int_equal(qv_audio_write(tmp_path("marked.wav"), QV_FORMAT_WAV, x, n, &p), 0);
+    free(x);
+    assert_int_equal(curl(&g_srv, NULL, "-H 'Content-Type: audio/wav' --data-binary @%s "
+                                        "SRV/v1/audio/detect", tmp_path("marked.wav")),
+                     200);
+    printf("  detect: %.300s\n", g_body);
+    cJSON *o = cJSON_Parse(g_body);
+    assert_non_null(o);
+    assert_true(cJSON_IsBool(cJSON_GetObjectItem(o, "present")));
+    assert_true(cJSON_GetNumberValue(cJSON_GetObjectItem(o, "seconds")) > 19.9);
+    assert_true(cJSON_IsArray(cJSON_GetObjectItem(o, "ranges")));
+    assert_non_null(cJSON_GetObjectItem(cJSON_GetObjectItem(o, "whole"), "payload_score"));
+    /* the payload read back names the voice and the served model it was marked for */
+    const cJSON *match = cJSON_GetObjectItem(o, "match");
+    char *mt = cJSON_PrintUnformatted(match);
+    printf("  detect: payload %s, match %s\n",
+           cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(o, "whole"), "payload")),
+           mt);
+    free(mt);
+    assert_true(cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetObjectItem(o, "whole"), "payload_ok")));
+    assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(match, "voice")), "speaker:ryan");
+    assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(match, "model")), "tiny-cv");
+    const char *tags = cJSON_GetStringValue(cJSON_GetObjectItem(o, "tags"));
+    assert_true(tags && strstr(tags, "; voice_id=speaker:ryan; watermark="));
+    cJSON_Delete(o);
+    assert_int_equal(curl(&g_srv, NULL, "-X POST SRV/v1/audio/detect"), 400);
+    assert_string_equal(error_code(), "missing_field");
+    assert_int_equal(curl(&g_srv, NULL, "--data-binary 'not audio at all' SRV/v1/audio/detect"),
+                     400);
+    assert_string_equal(error_code(), "invalid_audio");
+    assert_int_equal(sh("head -c 1100000 /dev/zero > %s", tmp_path("big.bin")), 0);
+    assert_int_equal(curl(&g_srv, NULL, "--data-binary @%s SRV/v1/audio/detect",
+                          tmp_path("big.bin")),
+                     413);
+    assert_int_equal(curl(&g_srv, NULL, "SRV/v1/audio/detect"), 405);
 }
 
 /* A streamed request that keeps the tiny model's slot busy for a while. */
@@ -1211,9 +1306,12 @@ static void test_ref_audio(void **state) {
     snprintf(dir, sizeof dir, "%s/refs", tmp_dir);
     mkdir(dir, 0755);
     assert_int_equal(sh("cp %s %s/clip.wav", CLIP, dir), 0);
+    /* unmarked: the two watermark payloads name two voice files (the upload's has a name and a
+     * consent record), while the samples are the same */
     snprintf(args, sizeof args,
-             "-m %s --voices %s/voices --clone-model %s --ref-audio-dir %s --ref-cache-mb 1", g_cv,
-             tmp_dir, g_base, dir);
+             "-m %s --voices %s/voices --clone-model %s --ref-audio-dir %s --ref-cache-mb 1 "
+             "--no-watermark",
+             g_cv, tmp_dir, g_base, dir);
     assert_int_equal(server_start(&g_extra, "ref", args), 0);
     assert_int_equal(py(&g_extra, "upload %s name=refclip consent=yes", CLIP), 0);
     assert_true(!strncmp(g_body, "200 ", 4));
@@ -1324,5 +1422,6 @@ static void test_scale_out(void **state) {
 QVT_MAIN(group_setup, group_teardown, test_routes, test_speech_bad_input,
          test_voices, test_slow_client, test_slow_attack, test_auth, test_key_owners, test_library,
          test_textside,
-         test_metrics, test_speech, test_batch_and_speed, test_q4_streams, test_disconnect_and_limits, test_drain_under_load,
-         test_clone_upload, test_ref_audio, test_scale_out, test_log_escaped, test_no_leaks)
+         test_metrics, test_speech, test_batch_and_speed, test_q4_streams,
+         test_disconnect_and_limits, test_drain_under_load, test_clone_upload, test_ref_audio,
+         test_scale_out, test_detect, test_log_escaped, test_no_leaks)

@@ -1,7 +1,8 @@
 /* test_sign.c — signed voice files (voicefmt/sign.c, docs/qvoice-format.md §4.10): a signed file
  * still reads as the same voice (the SIGN chunk is ancillary), verifies, and names its key; every
  * edit after signing is caught even when the attacker fixes the chunk CRCs (each chunk's payload
- * and header fields, the file header, and each field of the SIGN chunk itself); a re-signature
+ * and header fields, the file header, and each field of the SIGN chunk itself; and bytes of
+ * every region flipped one at a time, padding and QEND included); a re-signature
  * replaces the old one; trust is by public key. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -135,6 +136,46 @@ static void test_every_edit_is_caught(void **state) {
     printf("  %d edits (CRCs recomputed after each): every one caught\n", n_edits);
 }
 
+/* Bytes of the signed file flipped one at a time, CRCs recomputed: the result never verifies as
+ * signed. Every byte of the file header, each chunk header, CRC padding, META and SIGN; every
+ * 61st byte of the larger payloads (tensors). The CRC fields themselves are not edits (fix_crcs
+ * writes them back). An edit of SIGN's tag leaves an unknown ancillary chunk: the file then reads
+ * as unsigned (as one whose signature was dropped), which a check for a trusted signer refuses. */
+static void test_every_byte_flipped(void **state) {
+    (void)state;
+    qvf_chunk_info ch[64];
+    int nc = 0;
+    char err[512];
+    assert_int_equal(qvf_list_chunks(g_signed, g_n_signed, "s", ch, 64, &nc, err, sizeof err), 0);
+    uint8_t *skip = calloc(g_n_signed, 1), *b = malloc(g_n_signed);
+    assert_true(skip && b);
+    memset(skip + 12, 1, 4);
+    for (int i = 0; i < nc && i < 64; i++) {
+        const uint64_t crc = ch[i].offset + 16 + ch[i].payload_bytes;
+        if (crc + 4 <= g_n_signed) memset(skip + crc, 1, 4);
+        if (ch[i].payload_bytes > 1024) /* a tensor: sampled */
+            for (uint64_t k = 0; k < ch[i].payload_bytes; k++)
+                skip[ch[i].offset + 16 + k] = k % 61 != 0;
+    }
+    int n_edits = 0, n_unsigned = 0;
+    for (size_t off = 0; off < g_n_signed; off++) {
+        if (skip[off]) continue;
+        memcpy(b, g_signed, g_n_signed);
+        b[off] ^= 0x01;
+        fix_crcs(b, g_n_signed);
+        qvf_signature sig;
+        if (sig_of(b, g_n_signed, &sig) == 0 && sig.present && sig.valid)
+            fail_msg("byte %zu of %zu flipped: the signature still verifies", off, g_n_signed);
+        n_unsigned += sig_of(b, g_n_signed, &sig) == 0 && !sig.present;
+        n_edits++;
+    }
+    free(b), free(skip);
+    printf("  %d single-byte edits of a %zu-byte signed file: none verifies (%d read as "
+           "unsigned: SIGN's tag edited)\n",
+           n_edits, g_n_signed, n_unsigned);
+    assert_true(n_unsigned <= 4);
+}
+
 static void test_resign_and_trailing(void **state) {
     (void)state;
     char err[512];
@@ -167,4 +208,5 @@ static void test_resign_and_trailing(void **state) {
 }
 
 QVT_MAIN(setup, teardown, test_signed_reads_and_verifies, test_every_edit_is_caught,
+         test_every_byte_flipped,
          test_resign_and_trailing)

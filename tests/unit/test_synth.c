@@ -338,6 +338,14 @@ static void test_voice_in_memory(void **st) {
     assert_int_equal(qv_voice_from_parts(&parts, x, dim, c, nf, qv_voice_ref_text(file), "english"),
                      QV_OK);
     assert_true(qv_voice_has_icl(parts));
+    /* ids (docs/provenance.md): a file and its bytes in memory share one, the file's SHA-256;
+     * a voice of parts is named by what it is made of */
+    assert_int_equal(strlen(qv_voice_id(file)), 64);
+    assert_string_equal(qv_voice_id(mem), qv_voice_id(file));
+    assert_int_equal(sh("test \"$(sha256sum < %s | cut -c1-64)\" = %s", path, qv_voice_id(file)),
+                     0);
+    assert_int_equal(strncmp(qv_voice_id(parts), "parts:", 6), 0);
+    assert_int_equal(strlen(qv_voice_id(parts)), 70);
     assert_string_equal(qv_voice_language(parts), "english");
     assert_int_equal(qv_voice_save(parts, saved), QV_OK);
     assert_int_equal(qv_voice_open(&back, saved), QV_OK);

@@ -14,6 +14,7 @@
 #include <utf8proc.h>
 
 #include "engine/textchunk.h"
+#include "include/qvoice.h"
 #include "tests/unit/helpers/run.h"
 
 static int n_cp(const char *s) {
@@ -270,5 +271,43 @@ static void test_random_texts(void **state) {
     }
 }
 
+/* qv_text_sentences: the prefix of whole sentences of text arriving in pieces, and the tags that
+ * carry over to the rest. */
+static size_t ready(const char *t, char carry[QV_TEXT_CARRY_BYTES]) {
+    size_t n = 99;
+    assert_int_equal(qv_text_sentences(t, &n, carry, QV_TEXT_CARRY_BYTES), QV_OK);
+    return n;
+}
+
+static void test_text_sentences(void **state) {
+    (void)state;
+    char c[QV_TEXT_CARRY_BYTES];
+    assert_int_equal(ready("Hello", c), 0);
+    assert_int_equal(ready("Hello.", c), 0);       /* "3." may become "3.14" */
+    assert_int_equal(ready("Pi is 3.14", c), 0);
+    assert_int_equal(ready("Hello. Wor", c), 6); /* the space decides */
+    assert_int_equal(ready("He said \"Go!\" and", c), 13); /* the closing quote is in */
+    assert_int_equal(ready("One. Two? Three", c), 9);
+    /* after 。 */
+    assert_int_equal(ready("\xe4\xbd\xa0\xe5\xa5\xbd\xe3\x80\x82\xe5\x86\x8d", c), 9);
+    assert_int_equal(ready("A line\n\nnext", c), 8);                 /* a blank line */
+    /* tags: the last of each kind before the cut carries; a pause does not */
+    assert_int_equal(ready("[voice:bob][sad]Hi. [pause:200ms]More. [joy]x", c), 38);
+    assert_string_equal(c, "[voice:bob][sad]");
+    assert_int_equal(ready("[lang:English][style: slow. calm] Go. on", c), 37);
+    assert_string_equal(c, "[lang:English][style: slow. calm]");
+    assert_int_equal(ready("[sad]A. [neutral]B. C", c), 19);
+    assert_string_equal(c, "[neutral]");
+    /* a '[' whose tag may still arrive stops the scan: "[style: a. b" is no cut at ". " */
+    assert_int_equal(ready("Hi. [style: a. b", c), 3);
+    assert_string_equal(c, "");
+    assert_int_equal(ready("Hi.[sad] x", c), 3); /* a tag ends the run, as in the chunker */
+    size_t n;
+    assert_int_equal(qv_text_sentences("[pause:xx] a. b", &n, c, sizeof c), QV_E_INVALID);
+    assert_int_equal(qv_text_sentences("\xff. b", &n, c, sizeof c), QV_E_INVALID);
+    assert_int_equal(qv_text_sentences("a. b", &n, c, 10), QV_E_INVALID);
+}
+
 QVT_MAIN(NULL, NULL, test_sentences_packed, test_long_sentence_split, test_cjk_sentences,
-         test_pauses, test_bisect, test_audio_join_trim, test_random_texts)
+         test_pauses, test_bisect, test_audio_join_trim, test_random_texts,
+         test_text_sentences)

@@ -1,6 +1,7 @@
 /* run.h — the one main() of a cmocka test file: QVT_MAIN(setup, teardown, test_a, test_b, ...)
  * runs the listed tests in order as one group (setup/teardown: group fixtures or NULL), with each
- * test named by its function as cmocka_unit_test would. Include after <cmocka.h>.
+ * test named by its function as cmocka_unit_test would, with $SOURCE_DATE_EPOCH set (when unset)
+ * so that outputs are reproducible. Include after <cmocka.h>.
  */
 #ifndef QV_TEST_RUN_H
 #define QV_TEST_RUN_H
