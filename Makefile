@@ -192,8 +192,12 @@ asan:
 
 # The tests that run threads over shared state (one cloner serving concurrent clones, FFTW
 # planning, concurrent syntheses on one model and shared voices, cancellation, the batch step's
-# rendezvous, the batch runner), built and run under ThreadSanitizer; tools relinked as for asan.
-TSAN_TESTS := $(addprefix build-tsan/tests/,test_fft test_cloner test_synth test_batch_step test_batch)
+# rendezvous, the batch runner; the server: 8 parallel clone uploads x 5 rounds, concurrent
+# streams, disconnects, the drain, two servers on one library), built and run under
+# ThreadSanitizer; tools relinked as for asan. A race makes a test fail, or a server exit 66.
+# Waits scale with util/slowdown.h. test_server alone: 16 min at a load of 20 on 2 cores.
+TSAN_TESTS := $(addprefix build-tsan/tests/,test_fft test_cloner test_synth test_batch_step test_batch \
+  test_server)
 tsan:
 	@rm -f $(TOOLS); $(MAKE) --no-print-directory B=build-tsan OPT=-O1 \
 	  CFLAGS="-O1 -g -fsanitize=thread -fno-omit-frame-pointer" LDFLAGS="-fsanitize=thread" \

@@ -228,12 +228,14 @@ static int file_sha256_hex(const char *path, char hex[65]) {
     return 0;
 }
 
+/* The reentrant lookup: clones run concurrently on one cloner (qvoice-server's uploads), and
+ * getpwuid's static record raced between them (ThreadSanitizer, test_parallel_clones). */
 static void user_name(char *buf, size_t size) {
     const char *who = getenv("USER");
-    if (!who || !*who) {
-        struct passwd *pw = getpwuid(geteuid());
-        who = pw ? pw->pw_name : NULL;
-    }
+    struct passwd pwd, *pw = NULL;
+    char rec[1024];
+    if ((!who || !*who) && !getpwuid_r(geteuid(), &pwd, rec, sizeof rec, &pw) && pw)
+        who = pw->pw_name;
     if (who && *who)
         snprintf(buf, size, "%s", who);
     else

@@ -4,12 +4,16 @@
  * (TPAD + WOVR, 16.8 MB of a 16.8 MB 0.6B voice, the same bytes in every voice of one model) is
  * stored once in DIR/.textside/<sha256>.qvoice-part; a voice keeps the rest in <id>.qvpart and is
  * put back together byte for byte to be downloaded or spoken with. Owners live in <id>.owner.
+ * Servers sharing DIR store and remove text sides under an flock on DIR/.textside/.lock, and a
+ * text side goes only when no part on disk names it (not when this server's index has none).
  */
 #include <cJSON.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -147,20 +151,60 @@ static int textside_ref(struct library *L, const char *h) {
     return 0;
 }
 
-/* One user of h fewer; the last one removes its file when gc (not at shutdown). */
-static void textside_unref(struct library *L, const char *h, int gc) {
+/* One user of h fewer in the index (the file is textside_gc's). */
+static void textside_unref(struct library *L, const char *h) {
     for (int i = 0; i < L->n_ts; i++)
         if (!strcmp(L->ts[i].h, h)) {
             if (--L->ts[i].refs) return;
-            if (gc) {
-                char path[4096];
-                textside_path(L->dir, h, path, sizeof path);
-                unlink(path);
-            }
             L->bytes -= L->ts[i].bytes;
             L->ts[i] = L->ts[--L->n_ts];
             return;
         }
+}
+
+/* The text sides' lock, shared by every server on DIR (flock: released when fd closes, so a
+ * killed server never leaves it held): an fd, or -1 (no .textside/, cannot lock). */
+static int textside_lock(const char *dir, int create) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/" TEXTSIDE_DIR, dir);
+    if (create && mkdir(path, 0755) && errno != EEXIST) return -1;
+    snprintf(path, sizeof path, "%s/" TEXTSIDE_DIR "/.lock", dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd >= 0 && flock(fd, LOCK_EX)) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
+}
+
+/* Removes text side h unless a part in DIR names it; under the lock, so no server adds one that
+ * names it meanwhile (store writes a text side and its part under the same lock). Reads the head
+ * of every part: ~1,000 small reads for a full library, once per delete. */
+static void textside_gc(const char *dir, const char *h) {
+    int lk = textside_lock(dir, 0);
+    if (lk < 0) return;
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    char id[65], path[4096], ph[65];
+    int used = !d;
+    while (d && !used && (de = readdir(d))) {
+        if (id_of(de->d_name, id) != 2) continue;
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        uint8_t head[PART_HEAD];
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) continue;
+        ssize_t got = read(fd, head, sizeof head);
+        close(fd);
+        if (got != PART_HEAD || memcmp(head, PART_MAGIC, 4)) continue;
+        qvu_sha256_hex(head + 24, ph);
+        used = !strcmp(ph, h);
+    }
+    if (d) closedir(d);
+    if (!used) {
+        textside_path(dir, h, path, sizeof path);
+        unlink(path);
+    }
+    close(lk);
 }
 
 static cJSON *describe(const char *id, const qvf_voice *v, const struct stat *st) {
@@ -198,10 +242,13 @@ static entry *find_id(struct library *L, const char *id) {
     return NULL;
 }
 
-/* Removes entry i; gc: its text side's file too when no other voice uses it. */
+/* Removes entry i; gc: its text side's file too when no part on disk uses it. */
 static void drop(struct library *L, int i, int gc) {
     L->bytes -= L->v[i].bytes;
-    if (L->v[i].ts[0]) textside_unref(L, L->v[i].ts, gc);
+    if (L->v[i].ts[0]) {
+        textside_unref(L, L->v[i].ts);
+        if (gc) textside_gc(L->dir, L->v[i].ts);
+    }
     free(L->v[i].name);
     free(L->v[i].owner);
     cJSON_Delete(L->v[i].desc);
@@ -302,7 +349,7 @@ static void refresh(struct library *L) {
     }
     closedir(d);
     for (int i = L->n - 1; i >= 0; i--)
-        if (!L->v[i].seen) drop(L, i, 1);
+        if (!L->v[i].seen) drop(L, i, 0); /* gone: the server that deleted it collected */
 }
 
 int qvs_library_open(qv_server *s, char *err, size_t es) {
@@ -474,13 +521,15 @@ static int store(struct library *L, const char *id, const uint8_t *b, size_t n, 
     uint8_t h[32];
     if (qvu_sha256(b + off, len, h)) return -1;
     qvu_sha256_hex(h, ts);
-    snprintf(path, sizeof path, "%s/" TEXTSIDE_DIR, L->dir);
-    if (mkdir(path, 0755) && errno != EEXIST) return -1;
     textside_path(L->dir, ts, tpath, sizeof tpath);
-    if (access(tpath, F_OK) && write_atomic(tpath, b + off, len)) return -1;
     size_t pn = PART_HEAD + n - len;
     uint8_t *p = malloc(pn);
-    if (!p) return -1;
+    int lk = p ? textside_lock(L->dir, 1) : -1; /* the text side, then its part, as one step */
+    if (lk < 0 || (access(tpath, F_OK) && write_atomic(tpath, b + off, len))) {
+        if (lk >= 0) close(lk);
+        free(p);
+        return -1;
+    }
     memcpy(p, PART_MAGIC "\x01\0\0\0", 8);
     wr64(p + 8, off);
     wr64(p + 16, len);
@@ -489,9 +538,8 @@ static int store(struct library *L, const char *id, const uint8_t *b, size_t n, 
     memcpy(p + PART_HEAD + off, b + off + len, n - off - len);
     snprintf(path, sizeof path, "%s/%s.qvpart", L->dir, id);
     int rc = write_atomic(path, p, pn);
+    close(lk);
     free(p);
-    /* another server sharing DIR may have removed the text side as unused meanwhile */
-    if (!rc && access(tpath, F_OK)) rc = write_atomic(tpath, b + off, len);
     *disk = (int64_t)pn;
     return rc;
 }

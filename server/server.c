@@ -30,9 +30,12 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
 
 /* libmicrohttpd's timeout counts idle time only: a client sending a header byte every few seconds
  * would hold its connection (and its thread) for ever. Each connection is watched from its start
- * until its request has arrived whole; one not received within receive_s is shut down (its
- * thread's read returns 0 and the daemon closes it). The daemon reports CLOSED before it closes
- * the descriptor, and both sides hold conn_mu, so a shut-down descriptor is never a reused one. */
+ * until its request has arrived whole; one not received within receive_s gets a 408 (when its
+ * socket takes it at once) and is shut down (its thread's read returns 0 and the daemon closes
+ * it). A keep-alive connection idle between requests is closed without a reply, as nginx does: a
+ * 408 there could be read as the answer to a request the client sends at that moment. The daemon
+ * reports CLOSED before it closes the descriptor, and both sides hold conn_mu, so a shut-down
+ * descriptor is never a reused one. */
 static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
                           enum MHD_ConnectionNotificationCode code) {
     qv_server *s = cls;
@@ -43,7 +46,7 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
         if (!ci || !(k = calloc(1, sizeof *k))) return; /* unwatched: the idle timeout still holds */
         k->fd = ci->connect_fd;
         k->deadline = qvs_now_s() + s->cfg.receive_s;
-        k->receiving = 1;
+        k->state = CONN_REQUEST;
         pthread_mutex_lock(&s->conn_mu);
         k->next = s->conns;
         if (s->conns) s->conns->prev = k;
@@ -61,16 +64,33 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
     }
 }
 
-/* receiving 1: a request starts arriving (its clock starts now); 0: it has arrived. */
-static void conn_receiving(qv_server *s, struct MHD_Connection *c, int receiving) {
+/* CONN_IDLE: a request ended, the next one's clock starts now; CONN_REQUEST: its headers have
+ * arrived (the clock runs on); CONN_DONE: it has arrived whole. */
+static void conn_set(qv_server *s, struct MHD_Connection *c, enum conn_state state) {
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     conn *k = ci ? ci->socket_context : NULL;
     if (!k) return;
     pthread_mutex_lock(&s->conn_mu);
-    k->receiving = receiving;
-    k->deadline = qvs_now_s() + s->cfg.receive_s;
+    if (state != CONN_REQUEST) k->deadline = qvs_now_s() + s->cfg.receive_s;
+    k->state = state;
     pthread_mutex_unlock(&s->conn_mu);
+}
+
+/* The 408 of a request not received in time, written without blocking (a client that reads
+ * nothing does not hold the watchdog); best effort, the connection is cut either way. */
+static void send_timeout(const qv_server *s, int fd) {
+    char body[256], reply[512];
+    int bn = snprintf(body, sizeof body,
+                      "{\"error\":{\"message\":\"request not received within %d s\","
+                      "\"type\":\"invalid_request_error\",\"param\":null,"
+                      "\"code\":\"request_timeout\"}}",
+                      s->cfg.receive_s);
+    int n = snprintf(reply, sizeof reply,
+                     "HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\n"
+                     "Content-Length: %d\r\nConnection: close\r\n\r\n%s",
+                     bn, body);
+    (void)!send(fd, reply, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL);
 }
 
 static void *watchdog(void *arg) {
@@ -80,9 +100,10 @@ static void *watchdog(void *arg) {
         double now = qvs_now_s();
         int cut = 0;
         for (conn *k = s->conns; k; k = k->next)
-            if (k->receiving && now > k->deadline) {
+            if (k->state != CONN_DONE && now > k->deadline) {
+                if (k->state == CONN_REQUEST) send_timeout(s, k->fd);
                 shutdown(k->fd, SHUT_RDWR);
-                k->receiving = 0;
+                k->state = CONN_DONE;
                 cut++;
             }
         if (cut) {
@@ -316,7 +337,7 @@ static enum MHD_Result begin(qv_server *s, struct MHD_Connection *c, req *q) {
 }
 
 static enum MHD_Result finish(qv_server *s, struct MHD_Connection *c, req *q, const char *id) {
-    conn_receiving(s, c, 0);
+    conn_set(s, c, CONN_DONE);
     switch (q->route) {
     case ROUTE_SPEECH:
         return qvs_speech_handle(s, c, q);
@@ -371,6 +392,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         q->t0 = qvs_now_s();
         snprintf(q->method, sizeof q->method, "%s", method);
         q->route = route_of(url, q->id, sizeof q->id);
+        conn_set(s, c, CONN_REQUEST);
         pthread_mutex_lock(&s->mu);
         s->n_inflight++;
         pthread_mutex_unlock(&s->mu);
@@ -378,7 +400,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     const char *id = q->id[0] ? q->id : NULL;
     if (q->status) { /* answered already: the rest of the body is discarded */
-        conn_receiving(s, c, 0);
+        conn_set(s, c, CONN_DONE);
         *size = 0;
         return MHD_YES;
     }
@@ -406,9 +428,9 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
     qv_server *s = cls;
     req *q = *con_cls;
-    /* the next request on this connection; an upgraded one (a WebSocket) has none, and its
-     * session keeps its own time (ws_speech.c) */
-    conn_receiving(s, c, !(q && q->status == MHD_HTTP_SWITCHING_PROTOCOLS));
+    /* the next request on this connection starts its clock now; an upgraded one (a WebSocket)
+     * has none, and its session keeps its own time (ws_speech.c) */
+    conn_set(s, c, q && q->status == MHD_HTTP_SWITCHING_PROTOCOLS ? CONN_DONE : CONN_IDLE);
     if (!q) return;
     if (q->ws) qvs_ws_speech_release(q->ws, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK);
     qvs_speech_release(s, q); /* a disconnect cancels the synthesis at once */

@@ -87,10 +87,15 @@ typedef struct {
 } served_model;
 
 /* An open connection on listen, watched until its request has arrived (server.c). */
+enum conn_state {
+    CONN_DONE,    /* the request has arrived (or been answered) */
+    CONN_REQUEST, /* a request is arriving: cut with a 408 at the deadline */
+    CONN_IDLE     /* keep-alive, between requests: closed without a reply at the deadline */
+};
 typedef struct conn {
     int fd;
     double deadline; /* of the request being received */
-    int receiving;   /* 0 once the body is complete, until the next request starts */
+    enum conn_state state;
     struct conn *prev, *next;
 } conn;
 
@@ -203,7 +208,7 @@ enum MHD_Result qvs_reply_not_admitted(qv_server *s, struct MHD_Connection *c, r
 /* ==== speech (speech.c) ====================================================================== */
 
 struct job;
-/* The speech request body[len] read and checked (model, voice, language, format, sampling; a
+/* The speech request body[len] (NUL-terminated: body[len] is read) read and checked (model, voice, language, format, sampling; a
  * per-request reference cloned or found in the cache, waiting up to deadline, c may be NULL) with
  * nothing synthesized: a job to run (free with qvs_speech_job_free) with its model index and
  * parameters, or NULL with v set (status -1/-2: no slot for that clone, qvs_slot_take). What POST

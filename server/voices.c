@@ -441,7 +441,7 @@ static enum MHD_Result clone_upload(qv_server *s, struct MHD_Connection *c, req 
     r.audio_path = u->tmp;
     r.ref_text = field(u, F_TRANSCRIPT);
     r.language = field(u, F_LANGUAGE);
-    r.name = field(u, F_NAME);
+    r.name = field(u, F_NAME) ? field(u, F_NAME) : ""; /* not the temporary's name (NULL) */
     r.consent = field(u, F_CONSENT);
     /* without a transcript the cleanest window is picked anyway: the report suggests the span
        to transcribe (hygiene.icl_window); the voice is the same (no ICL) */

@@ -43,10 +43,17 @@ __attribute__((target("sse4.2"))) static uint32_t crc_sse42(uint32_t c, const ui
         c = _mm_crc32_u8(c, *p++);
     return c;
 }
+/* Cached with relaxed atomics: threads checking at once (concurrent clones writing their voice
+ * files) store the same value, and a plain int was a data race (ThreadSanitizer,
+ * test_parallel_clones). */
 static int have_sse42(void) {
     static int cached = -1;
-    if (cached < 0) cached = __builtin_cpu_supports("sse4.2") ? 1 : 0;
-    return cached;
+    int v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+    if (v < 0) {
+        v = __builtin_cpu_supports("sse4.2") ? 1 : 0;
+        __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
+    }
+    return v;
 }
 #endif
 

@@ -175,7 +175,7 @@ int qvf_sign(const void *buf_, size_t n, const char *name, void *key, const char
     key_id(p + 16, p + 8);
     wr64(p + 48, signed_utc);
     wr32(p + 56, (uint32_t)s_len);
-    memcpy(p + SIGN_FIXED, signer, s_len);
+    if (s_len) memcpy(p + SIGN_FIXED, signer, s_len); /* signer may be NULL (none) */
     size_t m_len;
     uint8_t *m = message(f, start, p, p_len, &m_len);
     EVP_MD_CTX *c = EVP_MD_CTX_new();

@@ -6,6 +6,8 @@
  */
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "tests/fuzz/fuzz_server.h"
 
@@ -13,12 +15,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     qv_server *s = fuzz_server();
-    if (!s) return 0;
     int model;
     qv_params p;
     verdict v;
-    struct job *j = qvs_speech_parse(s, NULL, NULL, (const char *)data, size, qvs_now_s() + 10,
-                                     &model, &p, &v);
+    /* NUL-terminated as the server keeps a body (server.c): the parser reads body[len] */
+    char *body = malloc(size + 1);
+    if (!body) return 0;
+    memcpy(body, data, size);
+    body[size] = 0;
+    struct job *j = qvs_speech_parse(s, NULL, NULL, body, size, qvs_now_s() + 10, &model, &p, &v);
     if (j) {
         if (model < 0 || model >= s->n_models) abort();
         qvs_speech_job_free(j);
@@ -27,5 +32,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         qvs_scrub(s, v.msg, sizeof v.msg); /* as qvs_reply_error does */
         fuzz_no_path(v.msg);
     }
+    free(body);
     return 0;
 }

@@ -12,7 +12,6 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    qv_server *s = fuzz_server();
-    if (s) fuzz_post(s, "/v1/audio/voices", "multipart/form-data; boundary=qvfuzz", data, size);
+    fuzz_post(fuzz_server(), "/v1/audio/voices", "multipart/form-data; boundary=qvfuzz", data, size);
     return 0;
 }

@@ -1,6 +1,7 @@
 /* fuzz_voice_accept.c — libFuzzer target: the acceptance path of an uploaded voice file, as
  * POST /v1/audio/voices runs it: the structural read (qvf_read_mem), qv_voice_open + the fit and
- * kinship check (qv_voice_check) against the tiny CustomVoice model when $QVOICE_CACHE has it, and
+ * kinship check (qv_voice_check) against the tiny CustomVoice model ($QVOICE_CACHE/tiny-cv: the run
+ * stops with a message without it, rather than pass every input unchecked), and
  * the rewrite to v4 with name and consent in META (to a memory sink). Input = the file. fuzz.sh
  * runs it with -malloc_limit_mb=4, so an input making the path allocate more than a real voice
  * needs (a legacy LZ4 record decoded whole) is a finding, not just a slow run.
@@ -17,7 +18,7 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-/* The served model, loaded once; NULL (the check is skipped) without $QVOICE_CACHE/tiny-cv. */
+/* The served model, loaded once; exits with a message when it does not load. */
 static qv_model *served(void) {
     static int tried;
     static qv_model *m;
@@ -26,18 +27,26 @@ static qv_model *served(void) {
     const char *cache = getenv("QVOICE_CACHE");
     char dir[1024];
     snprintf(dir, sizeof dir, "%s/tiny-cv", cache ? cache : "cache");
-    if (qv_model_load(&m, dir)) m = NULL;
+    if (qv_model_load(&m, dir)) {
+        fprintf(stderr, "fuzz_voice_accept: needs the tiny model (make models): %s\n",
+                qv_last_error());
+        exit(1);
+    }
     return m;
 }
 
-/* The upload as the server stores it: a file with a .qvoice name (one per process, reused). */
+/* The upload as the server stores it: a file with a .qvoice name (one per process, reused), in
+ * memory when /dev/shm is there (one write and read per input). */
 static const char *upload_path(void) {
     static char path[64];
-    if (!path[0]) snprintf(path, sizeof path, "/tmp/fuzz_voice_accept_%d.qvoice", (int)getpid());
+    if (!path[0])
+        snprintf(path, sizeof path, "%s/fuzz_voice_accept_%d.qvoice",
+                 access("/dev/shm", W_OK) ? "/tmp" : "/dev/shm", (int)getpid());
     return path;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    qv_model *m = served(); /* first: no input runs without the model */
     char err[256];
     qvf_voice *v = NULL;
     if (qvf_read_mem(data, size, "upload.qvoice", 0, &v, err, sizeof err)) return 0;
@@ -48,7 +57,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     qv_voice *qv;
     if (written && !qv_voice_open(&qv, path)) {
         char *warning = NULL;
-        if (served()) (void)qv_voice_check(qv, served(), &warning);
+        (void)qv_voice_check(qv, m, &warning);
         qv_free(warning);
         qv_voice_free(qv);
     }

@@ -4,7 +4,7 @@
 usage: client.py PORT upload FILE [field=value ...]   multipart POST /v1/audio/voices (http.client)
        client.py PORT truncated FILE                  the same body cut before its closing boundary
        client.py PORT slow                            sends half a request line, then waits for the
-                                                      server to drop the connection
+                                                      server to drop the connection (reading any reply)
        client.py PORT slowbody                        sends a speech request's headers and a tenth of
                                                       its body, then waits for the server to drop it
        client.py PORT trickle N ADDRS SECONDS PROBE_PORT
@@ -19,7 +19,8 @@ usage: client.py PORT upload FILE [field=value ...]   multipart POST /v1/audio/v
                                                       summary: the status, total, succeeded,
                                                       failed, and per result its status and the
                                                       decoded audio's length (or its error)
-Prints "STATUS BODY" (upload, truncated), a JSON summary (trickle, batch), "closed" (slow, slowbody) or "read N" (disconnect); exit
+Prints "STATUS BODY" (upload, truncated; slow, slowbody when the server replied before closing), a
+JSON summary (trickle, batch), "closed" (slow, slowbody: no reply) or "read N" (disconnect); exit
 0, or 1 when the server did not behave (slow, slowbody: still open after 30 s).
 """
 import base64
@@ -152,12 +153,25 @@ def main():
         else:
             s.sendall(b'POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n'
                       b'Content-Length: 100\r\n\r\n{"input":')
+        got = b''
         try:
-            return 0 if s.recv(4096) == b'' and print('closed') is None else 1
+            while True:
+                b = s.recv(4096)
+                if not b:
+                    break
+                got += b
         except socket.timeout:
             return 1
+        except OSError:
+            pass  # reset after the reply
         finally:
             s.close()
+        if not got:
+            print('closed')
+        else:  # the reply the server sent before closing: "STATUS BODY"
+            head, _, body = got.partition(b'\r\n\r\n')
+            print(head.split(b' ')[1].decode(), body.decode(errors='replace'))
+        return 0
     if mode == 'trickle':
         return trickle(port, int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5]),
                        int(sys.argv[6]))

@@ -418,7 +418,7 @@ static void test_pool_threads(void **state) {
 /* The smallest decoder_dim the config allows (16: one channel after the last block): the final
  * conv's [window, 7] product is then larger than every stage's activation, and the state must
  * still hold it (a heap overflow before; the ASan build catches it). A checkpoint like tiny-base
- * with decoder_dim 16, made by build/tools/mkmodel. */
+ * with decoder_dim 16, made by mkmodel (test_built). */
 static void test_small_dec_dim(void **state) {
     (void)state;
     char dir[] = "/tmp/qv-test-decoder-XXXXXX", cmd[4096], err[512];
@@ -430,9 +430,8 @@ static void test_small_dec_dim(void **state) {
              "sed -i -E 's/(\"decoder_dim\":[[:space:]]*)96/\\116/' "
              "%s/cfg/speech_tokenizer/config.json && "
              "grep -Eq '\"decoder_dim\":[[:space:]]*16,' %s/cfg/speech_tokenizer/config.json && "
-             "build/tools/mkmodel -t %s/npm/tokenizer-qwen3/package/models -c %s/cfg %s/m "
-             "> /dev/null",
-             dir, c, dir, c, dir, dir, dir, c, dir, dir);
+             "%s -t %s/npm/tokenizer-qwen3/package/models -c %s/cfg %s/m > /dev/null",
+             dir, c, dir, c, dir, dir, dir, test_built("tools/mkmodel"), c, dir, dir);
     assert_int_equal(system(cmd), 0);
     snprintf(cmd, sizeof cmd, "%s/m", dir);
     qvm_ckpt *ck = test_ckpt_open(cmd);

@@ -37,7 +37,8 @@ static void test_stream_wav(void **st) {
     const char *cache = test_cache_dir();
     char out[256];
     snprintf(out, sizeof out, "/tmp/qv_example_%d.wav", (int)getpid());
-    assert_int_equal(sh("build/examples/stream_wav %s/q06b-base voices/ohenry.qvoice %s", cache, out),
+    assert_int_equal(sh("%s %s/q06b-base voices/ohenry.qvoice %s", test_built("examples/stream_wav"),
+                        cache, out),
                      0);
     FILE *f = fopen(out, "rb");
     assert_non_null(f);

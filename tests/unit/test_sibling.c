@@ -141,9 +141,9 @@ static void test_tiny_foreign_voice(void **state) {
     }
     /* an unrelated checkpoint of the same size: tiny-base's config, another seed */
     snprintf(other, sizeof other, "%s/other-seed", tmp_dir);
-    assert_int_equal(sh("build/tools/mkmodel -t %s -c tests/golden/configs/q06b-base --tiny "
+    assert_int_equal(sh("%s -t %s -c tests/golden/configs/q06b-base --tiny "
                         "--seed-model 9 %s >/dev/null",
-                        tok, other),
+                        test_built("tools/mkmodel"), tok, other),
                      0);
     const char *voice = tmp_path("tiny.qvoice"), *bare = tmp_path("bare.qvoice");
     write_tiny_voice(voice, 1);

@@ -281,9 +281,9 @@ static void test_voices(void **st) {
     /* an unrelated checkpoint of the same size (tiny-base's config, another seed): the voice is
        foreign there (without its delta, which names tiny-cv); used only when forced */
     snprintf(dir, sizeof dir, "%s/other-seed", g_tmp);
-    assert_int_equal(sh("build/tools/mkmodel -t %s/npm/tokenizer-qwen3/package/models -c "
+    assert_int_equal(sh("%s -t %s/npm/tokenizer-qwen3/package/models -c "
                         "tests/golden/configs/q06b-base --tiny --seed-model 9 %s > /dev/null",
-                        g_cache, dir),
+                        test_built("tools/mkmodel"), g_cache, dir),
                      0);
     assert_int_equal(qv_model_load(&m, dir), QV_OK);
     assert_int_equal(qv_synth_new(&a, m, &p), QV_OK);

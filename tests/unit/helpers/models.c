@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -15,6 +16,17 @@
 const char *test_cache_dir(void) {
     const char *c = getenv("QVOICE_CACHE");
     return c && *c ? c : "cache";
+}
+
+const char *test_built(const char *rel) {
+    static char path[4096];
+    char exe[4000];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    exe[n > 0 ? n : 0] = 0;
+    char *slash = strrchr(exe, '/');
+    if (slash) *slash = 0; /* <build dir>/tests */
+    snprintf(path, sizeof path, "%s/../%s", exe[0] ? exe : "build/tests", rel);
+    return path;
 }
 
 qv_model *test_model_load(const char *name) {

@@ -8,6 +8,10 @@
 
 /* Where the synthetic checkpoints are: $QVOICE_CACHE, or "cache" when it is unset or empty. */
 const char *test_cache_dir(void);
+/* rel ("tools/mkmodel", "examples/stream_wav") in the build this test belongs to: the build
+ * dir holds <build dir>/tests/<this test> (build/, or build-asan/ under make asan, where build/
+ * may not exist). A static buffer, valid until the next call. */
+const char *test_built(const char *rel);
 /* Loads $QVOICE_CACHE/<name>; fails the running test (cmocka fail_msg) when it cannot. */
 qv_model *test_model_load(const char *name);
 /* Opens the model directory dir (checkpoint/ckpt.h); fails the running test when it cannot. The

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "tests/unit/helpers/tmpdir.h"
+#include "util/slowdown.h"
 
 void sleep_ms(int ms) {
     struct timespec t = {ms / 1000, (long)(ms % 1000) * 1000000};
@@ -37,7 +38,7 @@ int server_start(server *sv, const char *name, const char *args) {
         execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
         _exit(127);
     }
-    for (int i = 0; i < 600; i++) { /* up to 60 s: model load on a busy machine */
+    for (int i = 0; i < 600 * QVU_SLOWDOWN; i++) { /* 60 s: model load on a busy machine */
         char text[4096];
         slurp(sv->log, text, sizeof text);
         const char *p = strstr(text, "listening on ");
@@ -55,11 +56,10 @@ int server_start(server *sv, const char *name, const char *args) {
     return -1;
 }
 
-int server_stop(server *sv) {
+int server_wait(server *sv) {
     if (sv->pid <= 0) return -1;
-    kill(sv->pid, SIGTERM);
     int st = 0;
-    for (int i = 0; i < 300; i++) {
+    for (int i = 0; i < 300 * QVU_SLOWDOWN; i++) {
         if (waitpid(sv->pid, &st, WNOHANG) == sv->pid) {
             sv->pid = 0;
             return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
@@ -70,4 +70,10 @@ int server_stop(server *sv) {
     waitpid(sv->pid, &st, 0);
     sv->pid = 0;
     return -1;
+}
+
+int server_stop(server *sv) {
+    if (sv->pid <= 0) return -1;
+    kill(sv->pid, SIGTERM);
+    return server_wait(sv);
 }
