@@ -145,6 +145,23 @@ qv_clone_request qv_clone_default_request(void) {
     return r;
 }
 
+enum qv_status qv_icl_window_parse(const char *s, qv_clone_request *r) {
+    char *end;
+    if (!s || !r) return qvu_fail(QV_E_INVALID, "qv_icl_window_parse: NULL argument");
+    if (!strcmp(s, "full")) return r->icl_window = QV_ICL_FULL, QV_OK;
+    if (!strcmp(s, "auto")) return r->icl_window = QV_ICL_AUTO, QV_OK;
+    errno = 0;
+    double a = strtod(s, &end), b = 0;
+    const char *p = end + 1;
+    int ok = !errno && end != s && *end == '-';
+    if (ok) b = strtod(p, &end);
+    if (!ok || errno || end == p || *end || !(a >= 0 && b > a && b <= 3600))
+        return qvu_failf(QV_E_INVALID,
+                         "ICL window '%.64s': expected full, auto or START-END seconds", s);
+    r->icl_window = QV_ICL_RANGE, r->icl_start_s = a, r->icl_end_s = b;
+    return QV_OK;
+}
+
 /* ==== one run =============================================================================== */
 
 typedef struct {
@@ -410,7 +427,8 @@ static void add_sections(cJSON *j, const char *path, long long file_bytes) {
     free(buf);
 }
 
-/* --plot: the log-mel of the clip as loaded, the part the x-vector used (after trimming) marked. */
+/* --plot: the log-mel of the clip as loaded, the part the x-vector used (after trimming) and the
+ * ICL window (used, or picked by --icl-window auto without a transcript) marked. */
 static int write_plot(run *u, const qva_audio *a, const qvc_hygiene_report *h) {
     const char *png = u->r->plot_path;
     int nf = qva_mel_n_frames(a->n_samples);
@@ -420,14 +438,19 @@ static int write_plot(run *u, const qva_audio *a, const qvc_hygiene_report *h) {
     if (!mel || !m || nf <= 0 || qva_mel_compute(mel, m, a->samples, a->n_samples)) {
         fail(u, QV_E_NOMEM, "%s: cannot compute the spectrogram (out of memory?)", png);
     } else {
-        int s = 0, e = nf;
+        qvc_plot_marks k = {0, nf, 0, -1, 0};
         if (h && h->clean) {
-            s = (int)(h->trim.start / QVA_MEL_HOP);
-            e = (int)((h->trim.end + QVA_MEL_HOP - 1) / QVA_MEL_HOP);
-            if (e > nf) e = nf;
-            if (s >= e) s = e - 1;
+            k.used_start = (int)(h->trim.start / QVA_MEL_HOP);
+            k.used_end = (int)((h->trim.end + QVA_MEL_HOP - 1) / QVA_MEL_HOP);
+            if (k.used_end > nf) k.used_end = nf;
+            if (k.used_start >= k.used_end) k.used_start = k.used_end - 1;
         }
-        rc = qvc_plot_mel_png(png, m, nf, s, e, u->err, u->err_size);
+        if (h && h->has_window) { /* window offsets count from the trimmed clip's start */
+            k.icl_start = (int)((h->trim.start + h->window.start) / QVA_MEL_HOP);
+            k.icl_end = (int)((h->trim.start + h->window.end + QVA_MEL_HOP - 1) / QVA_MEL_HOP);
+            k.icl_used = h->has_icl;
+        }
+        rc = qvc_plot_mel_png(png, m, nf, &k, u->err, u->err_size);
         if (rc) u->st = QV_E_IO;
     }
     free(m);
@@ -834,7 +857,12 @@ enum qv_status qv_clone_run(const qv_cloner *c, const qv_clone_request *r, const
 static enum qv_status xvector_of_path(const qv_cloner *c, const char *path, double max_seconds,
                                       float **xvec, int *dim, char *err, size_t err_size) {
     *xvec = NULL;
-    if (qvf_file_kind(path, NULL, 0)) {
+    /* by name or by magic: a server hands over a descriptor path (/proc/self/fd/N) */
+    uint8_t head[4] = {0};
+    FILE *f = fopen(path, "rb");
+    size_t n_head = f ? fread(head, 1, sizeof head, f) : 0;
+    if (f) fclose(f);
+    if (qvf_file_kind(path, head, n_head)) {
         qvf_voice *v = NULL;
         if (qvf_read_file(path, 0, &v, err, err_size)) return QV_E_VOICE;
         *dim = (int)v->enc_dim;

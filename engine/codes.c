@@ -1,14 +1,17 @@
 /* codes.c — the codes text format (speak --dump-codes / --decode-codes): one 80 ms frame per line,
  * its 16 codes as decimal integers in [0, 2048) separated by blanks; blank lines and lines
  * starting with # are skipped. Read whole through the library's one file reader, strictly (a
- * line with fewer or more codes, or anything else on it, is an error naming the line).
+ * line with fewer or more codes, or anything else on it, is an error naming the line). Codes
+ * decode to audio here too: a codes file's, and a voice file's ICL codes.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/voice_load.h"
 #include "include/qvoice.h"
 #include "util/api.h"
+#include "voicefmt/qvf.h"
 
 #define MAX_FILE_BYTES ((size_t)1 << 30) /* 1 GiB: ~12 M frames, a day of audio */
 
@@ -83,6 +86,19 @@ enum qv_status qv_codes_read(const char *path, int32_t **codes, int *n_frames) {
     return QV_OK;
 }
 
+/* codes [n_frames][16] decoded into *pcm [*n_samples] (release with qv_free); label names them
+ * in a detail. */
+static enum qv_status decode(const qv_model *m, const int32_t *codes, int n_frames, int n_threads,
+                             const char *label, float **pcm, int64_t *n_samples) {
+    const int64_t n = (int64_t)n_frames * QV_SAMPLES_PER_FRAME;
+    float *wav = malloc((size_t)n * sizeof *wav);
+    if (!wav) return qvu_failf(QV_E_NOMEM, "%s: out of memory", label);
+    enum qv_status st = qv_model_decode_codes(m, codes, n_frames, n_threads, wav);
+    if (st) return free(wav), st;
+    *pcm = wav, *n_samples = n;
+    return QV_OK;
+}
+
 enum qv_status qv_codes_decode(const qv_model *m, const char *path, int n_threads, float **pcm,
                                int64_t *n_samples) {
     int32_t *codes;
@@ -90,13 +106,17 @@ enum qv_status qv_codes_decode(const qv_model *m, const char *path, int n_thread
     *pcm = NULL, *n_samples = 0;
     enum qv_status st = qv_codes_read(path, &codes, &n_frames);
     if (st) return st;
-    const int64_t n = (int64_t)n_frames * QV_SAMPLES_PER_FRAME;
-    float *wav = malloc((size_t)n * sizeof *wav);
-    if (!wav)
-        st = qvu_failf(QV_E_NOMEM, "%s: out of memory", path);
-    else if (!(st = qv_model_decode_codes(m, codes, n_frames, n_threads, wav)))
-        *pcm = wav, *n_samples = n, wav = NULL;
-    free(wav);
+    st = decode(m, codes, n_frames, n_threads, path, pcm, n_samples);
     free(codes);
     return st;
+}
+
+/* A voice file's ICL codes are codes like any other: "what the file holds" (the studio's
+ * reference player) is this decoder's output for them. */
+enum qv_status qv_voice_reference_audio(const qv_voice *v, const qv_model *m, int n_threads,
+                                        float **pcm, int64_t *n_samples) {
+    *pcm = NULL, *n_samples = 0;
+    if (!v || !m) return qvu_fail(QV_E_INVALID, "qv_voice_reference_audio: NULL argument");
+    if (!v->codes) return qvu_failf(QV_E_VOICE, "%s: no ICL reference codes", v->path);
+    return decode(m, v->codes, (int)v->f->n_frames, n_threads, v->path, pcm, n_samples);
 }

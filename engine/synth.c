@@ -203,7 +203,7 @@ typedef struct {
     atomic_int loaded; /* the loader has finished */
     char dec_err[256];
     const float *ref_xvec; /* the voice's x-vector when verifying */
-    int max_frames, stream, n_pieces, n_text_chunks;
+    int max_frames, stream, n_pieces, n_text_chunks, text_chunk;
     qv_pcm_fn fn;
     void *user;
     qva_stretch *stretch; /* speed != 1: between the joined output and fn */
@@ -526,8 +526,8 @@ static int synth_piece(run *c, const char *text, int depth, int *split) {
     pc.start = c->r->trim_lead ? -1 : 0;
     int rc = generate(c, text, &pc);
     if (rc == 0) {
-        qv_chunk_info ci = {sizeof ci, ++c->n_pieces, c->span_offset, c->s->codes, pc.n_frames,
-                            NAN};
+        qv_chunk_info ci = {sizeof ci,     ++c->n_pieces, c->span_offset, c->s->codes,
+                            pc.n_frames,   NAN,           c->text_chunk,  c->n_text_chunks};
         if (c->ref_xvec) {
             ci.verify = verify(c, &pc);
             if (!isnan(ci.verify)) {
@@ -850,7 +850,7 @@ static int speak_text(run *c) {
         return fail(c, QV_E_INVALID, "%s", e);
     for (int i = 0; i < l.n_chunks; i++)
         c->n_text_chunks += l.chunks[i].kind == QVE_CHUNK_TEXT;
-    int rc = 0, ti = 0;
+    int rc = 0;
     c->span_dirty = 1;
     for (int i = 0; i < l.n_chunks && !rc; i++) {
         const qve_chunk *k = &l.chunks[i];
@@ -874,13 +874,13 @@ static int speak_text(run *c) {
         if (c->span_dirty && (rc = apply_span(c))) break;
         c->span_dirty = 0;
         int split = 0;
-        ti++;
+        c->text_chunk++;
         rc = synth_piece(c, k->text, c->r->guard ? 1 : 0, &split);
         if (rc) {
             char m[QVE_ERR_MAX];
             snprintf(m, sizeof m, "%s", c->msg);
-            snprintf(c->msg, sizeof c->msg, "chunk %d/%d: %.440s%s", ti, c->n_text_chunks, m,
-                     rc > 0 && split ? " (after splitting it in two)" : "");
+            snprintf(c->msg, sizeof c->msg, "chunk %d/%d: %.440s%s", c->text_chunk,
+                     c->n_text_chunks, m, rc > 0 && split ? " (after splitting it in two)" : "");
             if (rc > 0) c->status = QV_E_GUARD;
         }
     }

@@ -79,6 +79,8 @@ void qva_mel_free(qva_mel *m);
 int qva_mel_n_frames(int64_t n_samples);
 /* out [n_frames, 128] time-major (as the reference returns it). Returns 0, -1 if too short. */
 int qva_mel_compute(qva_mel *m, float *out, const float *x, int64_t n_samples);
+/* Centre frequency in Hz of mel bin 0..127 (the filterbank's: Slaney, 0 to 12 kHz), for labels. */
+double qva_mel_bin_hz(int bin);
 
 /* ---- ECAPA-TDNN speaker encoder (§5.2) --------------------------------------------------- */
 

@@ -41,12 +41,22 @@ static double mel_to_hz(double m) {
     return f_sp * m;
 }
 
-static void build_fbank(float *fb) {
-    enum { N_PTS = QVA_MEL_BINS + 2 };
-    double mel_f[N_PTS], fdiff[N_PTS - 1], fft_hz[N_BINS];
+enum { N_PTS = QVA_MEL_BINS + 2 }; /* filter edges: bin m spans points m..m+2, peaks at m+1 */
+
+/* Point i of the filterbank's edges in Hz. */
+static double edge_hz(int i) {
     double lo = hz_to_mel(0.0), hi = hz_to_mel(QVA_SAMPLE_RATE_HZ / 2.0);
     double step = (hi - lo) / (N_PTS - 1);      /* numpy.linspace: i·step + start, last = stop */
-    for (int i = 0; i < N_PTS; i++) mel_f[i] = mel_to_hz(i == N_PTS - 1 ? hi : i * step + lo);
+    return mel_to_hz(i == N_PTS - 1 ? hi : i * step + lo);
+}
+
+double qva_mel_bin_hz(int bin) {
+    return edge_hz(bin + 1);
+}
+
+static void build_fbank(float *fb) {
+    double mel_f[N_PTS], fdiff[N_PTS - 1], fft_hz[N_BINS];
+    for (int i = 0; i < N_PTS; i++) mel_f[i] = edge_hz(i);
     for (int i = 0; i < N_PTS - 1; i++) fdiff[i] = mel_f[i + 1] - mel_f[i];
     for (int k = 0; k < N_BINS; k++) fft_hz[k] = k * ((double)QVA_SAMPLE_RATE_HZ / QVA_MEL_N_FFT);
     for (int m = 0; m < QVA_MEL_BINS; m++) {

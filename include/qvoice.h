@@ -320,6 +320,12 @@ const char *qv_voice_id(const qv_voice *v);
 int qv_voice_has_icl(const qv_voice *v);          /* reference codes + transcript present */
 int qv_voice_has_wdelta(const qv_voice *v);       /* carries a weight delta */
 
+/* What the voice file holds as its ICL reference: its codes decoded with m's speech decoder
+ * (qv_model_decode_codes), *pcm [*n_samples] 24 kHz (release with qv_free). QV_E_VOICE when the
+ * voice has no reference codes, else qv_model_decode_codes's statuses; the detail names the
+ * file. */
+enum qv_status qv_voice_reference_audio(const qv_voice *v, const qv_model *m, int n_threads,
+                                        float **pcm, int64_t *n_samples);
 /* A voice from the bytes of a voice file (what qv_voice_open reads; copied, so data may be freed
  * after the call), named name in details and by qv_voice_path. No file is involved: a voice
  * carried by value (Python's pickled prompt items). QV_E_VOICE ("NAME: problem"), QV_E_NOMEM. */
@@ -542,6 +548,9 @@ typedef struct {
     const int32_t *codes;
     int n_frames;
     double verify;
+    int text_chunk;    /* which text chunk of the request (1, 2, ...; the halves of a split one
+                          share it): progress for long text */
+    int n_text_chunks; /* text chunks of the request (sentences packed up to max_chunk_chars) */
 } qv_chunk_info;
 typedef void (*qv_chunk_fn)(void *user, const qv_chunk_info *c);
 /* Calls fn after each completed chunk of the next syntheses (NULL: none). */
@@ -652,6 +661,10 @@ typedef struct {
 /* hygiene, with_wovr = 1; max_seconds = 30; icl_window FULL; speaker_threshold 0.5; everything
  * else 0/NULL. */
 qv_clone_request qv_clone_default_request(void);
+/* Sets r's icl_window (and icl_start_s, icl_end_s) from "full", "auto" or "START-END" seconds
+ * (0 <= START < END <= 3600), as `clone --icl-window` and the server's upload field take it.
+ * QV_E_INVALID naming the text. */
+enum qv_status qv_icl_window_parse(const char *s, qv_clone_request *r);
 
 /* Clones r into out_path, written atomically (nothing is left behind on failure or kill; the plot
  * neither). out_path NULL: everything but the writing (e.g. to see the QV_ICL_AUTO span first).

@@ -1,7 +1,8 @@
 #!/bin/sh
 # serve-demo.sh — qvoice-server on the synthetic 0.6B pair (called by `make serve-demo` after the
 # build and `make models-full`): start the server, put the bundled clip's voice in the library
-# (cloned from the clip by the server when libqvoice can clone, else voices/ohenry.qvoice), speak
+# (cloned from the clip by the server when libqvoice can clone, with its first 12 s transcribed as
+# the ICL window, else voices/ohenry.qvoice) and show its fit to the served model, speak
 # with a preset speaker (whole WAV) and with the library voice (streamed: time to first byte at
 # the client), show the metrics. Then it prints the studio's address (GET /, docs/studio.md), opens
 # it when a desktop is there, and keeps serving until Ctrl-C when run from a terminal; otherwise
@@ -24,15 +25,22 @@ url=http://127.0.0.1:$port
 echo "serve-demo: $(sed -n 's/.*\(listening on .*\)/\1/p' "$out/server.log"); GET /ready:"
 curl -s "$url/ready"; echo
 
+# cloned by the server: with the transcript of the clip's first 12 s as its ICL window, so the
+# studio's library can play the reference the voice holds
+icl=""
 if curl -s "$url/ready" | grep -q '"cloning":true'; then
   src=tests/audio/en_ohenry_chenevert.wav
+  icl="One dollar and eighty-seven cents. That was all. And sixty cents of it was in pennies, saved one and two at a time by bulldozing the grocer."
 else
   src=voices/ohenry.qvoice
 fi
 echo "serve-demo: POST /v1/audio/voices with $src"
 curl -s -F audio_sample=@"$src" -F name=ohenry -F language=english \
+  ${icl:+-F icl_window=0-12 -F "transcript=$icl"} \
   -F consent="LibriVox recording in the public domain (tests/audio/ATTRIBUTION.md)" \
   "$url/v1/audio/voices" | head -c 600; echo
+echo "serve-demo: GET /v1/audio/voices/ohenry/fit"
+curl -s "$url/v1/audio/voices/ohenry/fit"; echo
 
 text="Hello. This is qvoice, a voice-cloning workbench written in C."
 echo "serve-demo: preset speaker ryan, whole WAV -> $out/ryan.wav"

@@ -225,6 +225,9 @@ static cJSON *describe(const char *id, const qvf_voice *v, const struct stat *st
     const qvf_consent cr = qvf_consent_get(v); /* a legacy note reads as method "note" */
     cJSON_AddBoolToObject(o, "consent", cr.method != NULL);
     if (cr.method) cJSON_AddStringToObject(o, "consent_method", cr.method);
+    cJSON *styles = cJSON_AddArrayToObject(o, "styles"); /* its palette: a request's style */
+    for (int i = 0; i < v->n_styles; i++)
+        cJSON_AddItemToArray(styles, cJSON_CreateString(v->styles[i].name));
     /* what vLLM-Omni's listing shows of an upload, when the file has it */
     const char *about = qvf_meta_get(v, QVS_META_DESCRIPTION);
     if (cr.statement) cJSON_AddStringToObject(o, "consent_statement", cr.statement);
@@ -467,6 +470,16 @@ cJSON *qvs_library_describe(qv_server *s, const api_key *k, const char *id_or_na
     }
     pthread_mutex_unlock(&s->lib->mu);
     return a;
+}
+
+void qvs_library_note_fit(qv_server *s, const char *id, int fits) {
+    pthread_mutex_lock(&s->lib->mu);
+    entry *e = find_id(s->lib, id);
+    if (e) {
+        cJSON_DeleteItemFromObjectCaseSensitive(e->desc, "fits");
+        cJSON_AddBoolToObject(e->desc, "fits", fits);
+    }
+    pthread_mutex_unlock(&s->lib->mu);
 }
 
 /* Removes e's files and its entry (under the lock): 0, or 500 when its file stays. */

@@ -119,18 +119,33 @@ static void *watchdog(void *arg) {
 
 /* ==== routes ================================================================================= */
 
-static enum route route_of(const char *url, const char **id) {
+/* The route of url; a /v1/audio/voices/ID[/SUB] route copies ID into id[id_size]. */
+static enum route route_of(const char *url, char *id, size_t id_size) {
     static const char voices[] = "/v1/audio/voices";
-    *id = NULL;
+    static const struct {
+        const char *sub;
+        enum route r;
+    } subs[] = {{"", ROUTE_VOICE_GET},
+                {"/reference", ROUTE_VOICE_REFERENCE},
+                {"/fit", ROUTE_VOICE_FIT},
+                {"/similarity", ROUTE_VOICE_SIMILARITY}};
+    id[0] = 0;
     if (!strcmp(url, "/v1/audio/speech")) return ROUTE_SPEECH;
     if (!strcmp(url, "/v1/audio/detect")) return ROUTE_DETECT;
     if (!strcmp(url, "/v1/audio/speech/stream")) return ROUTE_SPEECH_STREAM;
     if (!strcmp(url, "/v1/audio/speech/batch")) return ROUTE_SPEECH_BATCH;
     if (!strcmp(url, voices)) return ROUTE_VOICES_LIST;
     if (!strncmp(url, voices, sizeof voices - 1) && url[sizeof voices - 1] == '/' &&
-        url[sizeof voices] && !strchr(url + sizeof voices, '/')) {
-        *id = url + sizeof voices;
-        return ROUTE_VOICE_GET;
+        url[sizeof voices] && url[sizeof voices] != '/') {
+        const char *p = url + sizeof voices, *slash = strchr(p, '/');
+        size_t n = slash ? (size_t)(slash - p) : strlen(p);
+        for (size_t i = 0; n < id_size && i < sizeof subs / sizeof *subs; i++)
+            if (!strcmp(p + n, subs[i].sub)) {
+                memcpy(id, p, n);
+                id[n] = 0;
+                return subs[i].r;
+            }
+        return ROUTE_OTHER;
     }
     if (!strcmp(url, "/health")) return ROUTE_HEALTH;
     if (!strcmp(url, "/ready")) return ROUTE_READY;
@@ -160,6 +175,9 @@ static int route_method(enum route r, const char *method) {
     case ROUTE_METRICS:
     case ROUTE_MODELS:
     case ROUTE_STUDIO:
+    case ROUTE_VOICE_REFERENCE:
+    case ROUTE_VOICE_FIT:
+    case ROUTE_VOICE_SIMILARITY:
         return get ? (int)r : -1;
     case ROUTE_VOICES_UPLOAD:
     case ROUTE_VOICE_DELETE:
@@ -276,7 +294,7 @@ static enum MHD_Result metrics_reply(qv_server *s, struct MHD_Connection *c, req
 }
 
 /* First call of a request: headers only. Refusals that need no body are answered here. */
-static enum MHD_Result begin(qv_server *s, struct MHD_Connection *c, req *q, const char *id) {
+static enum MHD_Result begin(qv_server *s, struct MHD_Connection *c, req *q) {
     pthread_mutex_lock(&s->mu);
     int draining = s->draining;
     pthread_mutex_unlock(&s->mu);
@@ -315,7 +333,6 @@ static enum MHD_Result begin(qv_server *s, struct MHD_Connection *c, req *q, con
         if (q->route == ROUTE_DETECT) return MHD_YES; /* a raw body, kept whole */
         return qvs_upload_begin(s, c, q);
     }
-    (void)id;
     return MHD_YES;
 }
 
@@ -333,6 +350,12 @@ static enum MHD_Result finish(qv_server *s, struct MHD_Connection *c, req *q, co
         return qvs_voices_get(s, c, q, id);
     case ROUTE_VOICE_DELETE:
         return qvs_voices_delete(s, c, q, id);
+    case ROUTE_VOICE_REFERENCE:
+        return qvs_voice_reference(s, c, q, id);
+    case ROUTE_VOICE_FIT:
+        return qvs_voice_fit(s, c, q, id);
+    case ROUTE_VOICE_SIMILARITY:
+        return qvs_voice_similarity(s, c, q, id);
     case ROUTE_VOICES_UPLOAD:
         return qvs_upload_finish(s, c, q);
     case ROUTE_HEALTH:
@@ -359,7 +382,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                                   size_t *size, void **con_cls) {
     qv_server *s = cls;
     req *q = *con_cls;
-    const char *id;
     if (!q) {
         if (!(q = calloc(1, sizeof *q)) || !(q->url = strdup(url))) {
             free(q);
@@ -369,14 +391,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         q->srv = s;
         q->t0 = qvs_now_s();
         snprintf(q->method, sizeof q->method, "%s", method);
-        q->route = route_of(url, &id);
+        q->route = route_of(url, q->id, sizeof q->id);
         conn_set(s, c, CONN_REQUEST);
         pthread_mutex_lock(&s->mu);
         s->n_inflight++;
         pthread_mutex_unlock(&s->mu);
-        return begin(s, c, q, id);
+        return begin(s, c, q);
     }
-    route_of(url, &id);
+    const char *id = q->id[0] ? q->id : NULL;
     if (q->status) { /* answered already: the rest of the body is discarded */
         conn_set(s, c, CONN_DONE);
         *size = 0;

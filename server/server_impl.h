@@ -23,6 +23,9 @@
     X(ROUTE_VOICES_UPLOAD, "voices_upload")                                                        \
     X(ROUTE_VOICE_GET, "voice_get")                                                                \
     X(ROUTE_VOICE_DELETE, "voice_delete")                                                          \
+    X(ROUTE_VOICE_REFERENCE, "voice_reference")                                                    \
+    X(ROUTE_VOICE_FIT, "voice_fit")                                                                \
+    X(ROUTE_VOICE_SIMILARITY, "voice_similarity")                                                  \
     X(ROUTE_HEALTH, "health")                                                                      \
     X(ROUTE_READY, "ready")                                                                        \
     X(ROUTE_METRICS, "metrics")                                                                    \
@@ -147,6 +150,7 @@ typedef struct {
     struct job *job; /* speech synthesis in progress */
     struct ws_session *ws; /* an upgrade to WS /v1/audio/speech/stream (ws_speech.c) */
     const api_key *key;  /* the request's key; NULL without auth */
+    char id[256];        /* the voice id or name of a /v1/audio/voices/ID[/...] route */
     char note[64];   /* added to the log line */
 } req;
 
@@ -261,6 +265,13 @@ struct upload;
 /* GET /v1/audio/voices, GET/DELETE /v1/audio/voices/{id}. */
 enum MHD_Result qvs_voices_get(qv_server *s, struct MHD_Connection *c, req *q, const char *id);
 enum MHD_Result qvs_voices_delete(qv_server *s, struct MHD_Connection *c, req *q, const char *id);
+/* GET /v1/audio/voices/{id}/reference (the ICL codes decoded: what the file holds), .../fit
+ * (qv_voice_check against each served model), .../similarity?to=ID (x-vector cosine). */
+enum MHD_Result qvs_voice_reference(qv_server *s, struct MHD_Connection *c, req *q,
+                                    const char *id);
+enum MHD_Result qvs_voice_fit(qv_server *s, struct MHD_Connection *c, req *q, const char *id);
+enum MHD_Result qvs_voice_similarity(qv_server *s, struct MHD_Connection *c, req *q,
+                                     const char *id);
 /* POST /v1/audio/voices: first call sets up the multipart parser (0 or an error queued). */
 enum MHD_Result qvs_upload_begin(qv_server *s, struct MHD_Connection *c, req *q);
 enum MHD_Result qvs_upload_data(struct MHD_Connection *c, req *q, const char *data,
@@ -292,6 +303,9 @@ void qvs_voice_ref_close(qvs_voice_ref *r); /* accepts a ref already closed */
 /* id_or_name NULL: an array describing every voice k may use (with "deletable", and "owner" for
  * an admin); else that voice's description, or NULL. Caller frees. */
 cJSON *qvs_library_describe(qv_server *s, const api_key *k, const char *id_or_name);
+/* Records in voice id's description whether it fits a served model ("fits"; what GET .../fit
+ * found: the served models do not change while the server runs), so later lists carry it. */
+void qvs_library_note_fit(qv_server *s, const char *id, int fits);
 /* Stores the voice file b[n] as <sha256>.qvoice owned by k (a user key), atomically with the
  * name check and the caps: 0 (id, *desc set; replaced: the id of the voice of that name it
  * replaced, as vLLM-Omni does, or ""), 403 the name is a voice k may not manage, 507 full, 500;

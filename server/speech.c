@@ -130,13 +130,29 @@ static int on_pcm(void *user, const float *x, int n) {
     return stop || fail;
 }
 
+/* qv_chunk_fn of an SSE stream: progress through long text, text chunks done of total. */
+static void on_chunk(void *user, const qv_chunk_info *ci) {
+    job *j = user;
+    char ev[160];
+    int n = snprintf(ev, sizeof ev,
+                     "event: speech.progress\ndata: {\"type\":\"speech.progress\",\"done\":%d,"
+                     "\"total\":%d}\n\n",
+                     ci->text_chunk, ci->n_text_chunks);
+    pthread_mutex_lock(&j->mu);
+    qvs_bytes_add(&j->out, ev, (size_t)n); /* out of memory: one progress event less */
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+}
+
 static void *worker(void *arg) {
     job *j = arg;
     qv_server *s = j->s;
     int j_slot = j->slot;
     qv_synth *sy = s->slots[j_slot].synth;
     qv_synth_stats st = {.struct_size = sizeof st};
+    qv_synth_set_chunk_fn(sy, j->stream == STREAM_SSE ? on_chunk : NULL, j);
     enum qv_status rc = qv_synth_run(sy, &j->r, on_pcm, j, &st);
+    qv_synth_set_chunk_fn(sy, NULL, NULL);
     pthread_mutex_lock(&j->mu);
     int capped = j->capped && !j->cancel;
     pthread_mutex_unlock(&j->mu);

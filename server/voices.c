@@ -20,7 +20,7 @@
 #include "util/sha256.h"
 #include "voicefmt/qvf.h"
 
-#define FIELD_MAX_BYTES 16384 /* name, transcript, language, consent, description */
+#define FIELD_MAX_BYTES 16384 /* name, transcript, language, consent, description, icl_window */
 #define NAME_MAX_BYTES 128
 
 /* 1 when p starts with the decimal id of a process that no longer exists. */
@@ -167,7 +167,7 @@ enum MHD_Result qvs_voices_delete(qv_server *s, struct MHD_Connection *c, req *q
 
 /* ==== upload ================================================================================= */
 
-enum { F_NAME, F_TRANSCRIPT, F_LANGUAGE, F_CONSENT, F_DESCRIPTION, N_FIELDS };
+enum { F_NAME, F_TRANSCRIPT, F_LANGUAGE, F_CONSENT, F_DESCRIPTION, F_ICL_WINDOW, N_FIELDS };
 
 struct upload {
     qv_server *s;
@@ -195,7 +195,8 @@ static int field_index(const char *key) {
                                            {"transcript", "ref_text"},
                                            {"language", NULL},
                                            {"consent", NULL},
-                                           {"speaker_description", "description"}};
+                                           {"speaker_description", "description"},
+                                           {"icl_window", NULL}};
     for (int i = 0; i < N_FIELDS; i++)
         if (!strcmp(key, names[i][0]) || (names[i][1] && !strcmp(key, names[i][1]))) return i;
     return -1;
@@ -442,6 +443,15 @@ static enum MHD_Result clone_upload(qv_server *s, struct MHD_Connection *c, req 
     r.language = field(u, F_LANGUAGE);
     r.name = field(u, F_NAME) ? field(u, F_NAME) : ""; /* not the temporary's name (NULL) */
     r.consent = field(u, F_CONSENT);
+    /* without a transcript the cleanest window is picked anyway: the report suggests the span
+       to transcribe (hygiene.icl_window); the voice is the same (no ICL) */
+    const char *win = field(u, F_ICL_WINDOW);
+    if (!win && !r.ref_text) r.icl_window = QV_ICL_AUTO;
+    if (win && qv_icl_window_parse(win, &r)) {
+        unlink(out);
+        return qvs_reply_error(c, q, 400, "invalid_request_error", "invalid_value", "icl_window",
+                               "%s", qv_last_error());
+    }
     char *report = NULL;
     double deadline = q->t0 + s->cfg.timeout_s;
     int sl = qvs_slot_take(s, c, -1, NULL, deadline);
@@ -504,4 +514,141 @@ enum MHD_Result qvs_upload_finish(qv_server *s, struct MHD_Connection *c, req *q
     return qvf_file_kind(u->filename, u->magic, sizeof u->magic) == QVF_KIND_QVOICE
                ? store_qvoice(s, c, q, u)
                : clone_upload(s, c, q, u);
+}
+
+/* ==== what a voice holds: its reference, its fit, its likeness =============================== */
+
+/* The voice id (from the library) opened as a qv_voice in *v, its file held by vr; 0, or an
+ * error reply queued (returned in *ret). */
+static int open_voice(qv_server *s, struct MHD_Connection *c, req *q, const char *id,
+                      qvs_voice_ref *vr, qv_voice **v, enum MHD_Result *ret) {
+    if (qvs_voice_lookup(s, q->key, id, vr)) return *ret = voice_not_found(c, q, id), -1;
+    if (!qv_voice_open(v, vr->path)) return 0;
+    char err[512];
+    snprintf(err, sizeof err, "%s", qv_last_error());
+    qvs_voice_ref_close(vr);
+    *ret = qvs_reply_error(c, q, 500, "server_error", "invalid_voice_file", "voice_id",
+                           "voice %s: %s", id, without_path(err, vr->path));
+    return -1;
+}
+
+enum MHD_Result qvs_voice_reference(qv_server *s, struct MHD_Connection *c, req *q,
+                                    const char *id) {
+    const char *fmt = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "response_format");
+    const char *mname = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "model");
+    int format = fmt ? qv_format_parse(fmt) : QV_FORMAT_WAV, model = qvs_find_model(s, mname);
+    if (format < 0 || !qv_format_writable(format))
+        return qvs_reply_error(c, q, 400, "invalid_request_error", "invalid_value",
+                               "response_format",
+                               "response_format %.64s: expected " QV_FORMAT_NAMES
+                               " (one this build writes)",
+                               fmt);
+    if (model < 0)
+        return qvs_reply_error(c, q, 404, "invalid_request_error", "model_not_found", "model",
+                               "model %.128s: not served", mname);
+    qvs_voice_ref vr;
+    qv_voice *v;
+    enum MHD_Result ret;
+    if (open_voice(s, c, q, id, &vr, &v, &ret)) return ret;
+    if (!qv_voice_has_icl(v)) {
+        qv_voice_free(v);
+        qvs_voice_ref_close(&vr);
+        return qvs_reply_error(c, q, 404, "invalid_request_error", "no_reference", "voice_id",
+                               "voice %s: holds no ICL reference (cloned without a transcript)",
+                               id);
+    }
+    double deadline = q->t0 + s->cfg.timeout_s;
+    int sl = qvs_slot_take(s, c, -1, NULL, deadline); /* decoding costs what a synthesis does */
+    if (sl < 0) {
+        qv_voice_free(v);
+        qvs_voice_ref_close(&vr);
+        return qvs_reply_not_admitted(s, c, q, sl, deadline);
+    }
+    float *pcm;
+    int64_t n;
+    enum qv_status st = qv_voice_reference_audio(v, s->models[model].model, s->n_threads, &pcm, &n);
+    qvs_slot_release(s, sl);
+    qv_voice_free(v);
+    qvs_voice_ref_close(&vr);
+    uint8_t *out = NULL;
+    size_t len;
+    if (!st) { /* marked as the model's decoding of codes, as speak --decode-codes marks it */
+        qv_provenance prov = qv_provenance_of(s->models[model].model, NULL, NULL);
+        prov.watermark = !s->cfg.no_watermark;
+        st = qv_audio_encode(format, pcm, n, &prov, &out, &len);
+        qv_free(pcm);
+    }
+    if (st)
+        return qvs_reply_error(c, q, 500, "server_error", "decoding_failed", NULL, "voice %s: %s",
+                               id, qv_last_error());
+    struct MHD_Response *r = MHD_create_response_from_buffer_with_free_callback(len, out, qv_free);
+    if (!r) {
+        qv_free(out);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, qv_format_mime(format));
+    ret = MHD_queue_response(c, MHD_HTTP_OK, r);
+    MHD_destroy_response(r);
+    q->status = MHD_HTTP_OK;
+    return ret;
+}
+
+enum MHD_Result qvs_voice_fit(qv_server *s, struct MHD_Connection *c, req *q, const char *id) {
+    qvs_voice_ref vr;
+    qv_voice *v;
+    enum MHD_Result ret;
+    if (open_voice(s, c, q, id, &vr, &v, &ret)) return ret;
+    cJSON *o = cJSON_CreateObject(), *a = cJSON_AddArrayToObject(o, "models");
+    cJSON_AddStringToObject(o, "id", vr.id);
+    int any = 0;
+    for (int i = 0; i < s->n_models; i++) {
+        char *warn = NULL, detail[512] = "";
+        enum qv_status st = qv_voice_check(v, s->models[i].model, &warn);
+        if (st || warn) snprintf(detail, sizeof detail, "%s", st ? qv_last_error() : warn);
+        qv_free(warn);
+        snprintf(detail, sizeof detail, "%s", without_path(detail, vr.path));
+        qvs_scrub(s, detail, sizeof detail);
+        cJSON *m = cJSON_CreateObject();
+        cJSON_AddStringToObject(m, "model", s->models[i].name);
+        cJSON_AddStringToObject(m, "fit", !st                        ? "fits"
+                                          : st == QV_E_FOREIGN_VOICE ? "foreign"
+                                                                     : "unusable");
+        if (detail[0]) cJSON_AddStringToObject(m, "detail", detail);
+        cJSON_AddItemToArray(a, m);
+        any |= !st;
+    }
+    cJSON_AddBoolToObject(o, "fits", any);
+    qvs_library_note_fit(s, vr.id, any);
+    qv_voice_free(v);
+    qvs_voice_ref_close(&vr);
+    char *body = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return qvs_reply_json(c, q, 200, body);
+}
+
+enum MHD_Result qvs_voice_similarity(qv_server *s, struct MHD_Connection *c, req *q,
+                                     const char *id) {
+    const char *to = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "to");
+    if (!to || !to[0])
+        return qvs_reply_error(c, q, 400, "invalid_request_error", "missing_field", "to",
+                               "to: required (the voice to compare with)");
+    qvs_voice_ref a, b;
+    if (qvs_voice_lookup(s, q->key, id, &a)) return voice_not_found(c, q, id);
+    if (qvs_voice_lookup(s, q->key, to, &b)) {
+        qvs_voice_ref_close(&a);
+        return voice_not_found(c, q, to);
+    }
+    double cosine;
+    enum qv_status st = qv_clone_similarity(NULL, a.path, b.path, 0, &cosine, NULL);
+    char err[512];
+    snprintf(err, sizeof err, "%s", st ? qv_last_error() : "");
+    qvs_voice_ref_close(&a);
+    qvs_voice_ref_close(&b);
+    if (st)
+        return qvs_reply_error(c, q, 400, "invalid_request_error", "not_comparable", "to",
+                               "voices %s and %s: %s", a.id, b.id, err);
+    char body[256];
+    snprintf(body, sizeof body, "{\"object\":\"voice.similarity\",\"a\":\"%s\",\"b\":\"%s\","
+             "\"cosine\":%.6f}", a.id, b.id, cosine);
+    return qvs_reply_json(c, q, 200, strdup(body));
 }

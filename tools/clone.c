@@ -85,8 +85,9 @@ static void usage(FILE *f, const qv_clone_request *d) {
             "    -G, --consent-scope TEXT  to what: the uses agreed to (default: not recorded)\n"
             "    -R, --consent-recording F audio file of the spoken consent: method recording, its\n"
             "                              SHA-256 stored (default: none; method typed)\n"
-            "    -P, --plot FILE.png       also write the reference's log-mel spectrogram as a PNG,\n"
-            "                              the part used for the x-vector marked (default: none)\n"
+            "    -P, --plot FILE.png       also write the reference's log-mel spectrogram as a PNG:\n"
+            "                              seconds and Hz axes, the kept span and the ICL window\n"
+            "                              marked, a legend (default: none)\n"
             "        --json                print the JSON report instead of the summary (off)\n"
             "    -j, --threads N           threads, 1..256 (default: all online CPUs; -p is the\n"
             "                              older spelling)\n"
@@ -230,7 +231,8 @@ static void print_summary(const cJSON *j, const options *o) {
         printf("\n  file       %.0f bytes%s\n", num(j, "file_bytes"),
                num(j, "wdelta_tensors") ? " (with the WDELTA weight stream)" : "");
     }
-    if (o->r.plot_path) printf("  plot       %s (log-mel, the part used marked)\n", o->r.plot_path);
+    if (o->r.plot_path)
+        printf("  plot       %s (log-mel, the kept span and ICL window marked)\n", o->r.plot_path);
     printf("  timings    load %.2f s, audio %.2f s, hygiene %.2f s, mel+ECAPA %.2f s, speech "
            "encoder %.2f s, write %.2f s\n",
            num(j, "timings_s.load"), num(j, "timings_s.audio"), num(j, "timings_s.hygiene"),
@@ -298,23 +300,6 @@ static int parse_double(const char *s, double lo, double hi, double *out) {
     return 0;
 }
 
-/* "full", "auto" or "START-END" (seconds). */
-static int parse_window(const char *s, qv_clone_request *r) {
-    if (!strcmp(s, "full")) r->icl_window = QV_ICL_FULL;
-    else if (!strcmp(s, "auto")) r->icl_window = QV_ICL_AUTO;
-    else {
-        char *end;
-        errno = 0;
-        double a = strtod(s, &end);
-        if (errno || end == s || *end != '-') return -1;
-        const char *p = end + 1;
-        double b = strtod(p, &end);
-        if (errno || end == p || *end || !(a >= 0 && b > a && b <= 3600)) return -1;
-        r->icl_window = QV_ICL_RANGE, r->icl_start_s = a, r->icl_end_s = b;
-    }
-    return 0;
-}
-
 enum { OPT_JSON = 1000 };
 
 /* Parses the options into o (*hygiene_flags: one that needs hygiene was given). -1 to go on,
@@ -366,7 +351,7 @@ static int parse_options(int argc, char **argv, options *o, int *hygiene_flags) 
         case 'C': o->compare = 1; break;
         case 'H': o->r.hygiene = 0; break;
         case 'w':
-            if (parse_window(optarg, &o->r))
+            if (qv_icl_window_parse(optarg, &o->r))
                 return usage_error("--icl-window: expected full, auto or START-END seconds, found '%s'", optarg);
             break;
         case 'F': o->r.allow_xvector_fallback = 1, *hygiene_flags = 1; break;

@@ -556,6 +556,21 @@ class Qwen3TTSModel:
     def __exit__(self, *exc):
         self.close()
 
+    def reference_audio(self, voice):
+        """What a voice file holds as its ICL reference: its codes decoded by this model's speech
+        decoder, (wav, 24000). voice: a Voice, a path or a voice NAME. QvoiceError (QV_E_VOICE)
+        for a voice without ICL codes (cloned without a transcript)."""
+        v = voice if isinstance(voice, Voice) else Voice(voice)
+        ptr, n = ctypes.c_void_p(), ctypes.c_int64()
+        st = self._lib.qv_voice_reference_audio(v._h, self._m, self._threads, ctypes.byref(ptr),
+                                                ctypes.byref(n))
+        if st:
+            _raise(st)
+        try:
+            return _block(ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float)), n.value), SAMPLE_RATE
+        finally:
+            self._lib.qv_free(ptr)
+
     def get_supported_speakers(self):
         lib = self._lib
         return [_s(lib.qv_model_speaker(self._m, i)) for i in range(lib.qv_model_n_speakers(self._m))]

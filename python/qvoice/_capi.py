@@ -78,7 +78,8 @@ class StyleDir(ctypes.Structure):
 
 class ChunkInfo(ctypes.Structure):
     _fields_ = [("struct_size", c_uint32), ("index", c_int), ("text_offset", c_int),
-                ("codes", ctypes.POINTER(ctypes.c_int32)), ("n_frames", c_int), ("verify", c_double)]
+                ("codes", ctypes.POINTER(ctypes.c_int32)), ("n_frames", c_int), ("verify", c_double),
+                ("text_chunk", c_int), ("n_text_chunks", c_int)]
 
 
 # C struct name -> ctypes class, for the layout test.
@@ -115,6 +116,7 @@ PROTOTYPES = {
     "qv_provenance_default": (Provenance, []),
     "qv_voice_has_icl": (c_int, [c_void_p]),
     "qv_voice_has_wdelta": (c_int, [c_void_p]),
+    "qv_voice_reference_audio": (c_int, [c_void_p, c_void_p, c_int, _P(c_void_p), _P(c_int64)]),
     "qv_voice_open_memory": (c_int, [_P(c_void_p), c_char_p, ctypes.c_size_t, c_char_p]),
     "qv_voice_from_parts": (c_int, [_P(c_void_p), _P(c_float), c_int, _P(ctypes.c_int32), c_int,
                                     c_char_p, c_char_p]),

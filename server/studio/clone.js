@@ -89,6 +89,14 @@ function showReport(voice) {
   const sp = hy.speakers;
   if (sp) add('Second speaker', sp.flagged_s && sp.flagged_s.length ? `flagged at ${sp.flagged_s.map((s) => f(s)).join(', ')} s` : 'none found', sp.flagged_s && sp.flagged_s.length ? 'warn' : '');
   add('ICL', rep.icl_seconds ? `${f(rep.icl_seconds, 2)} s of reference codes with the transcript` : 'none (x-vector only)');
+  const win = hy.icl_window;
+  if (win && !rep.icl_seconds) { // the server's pick: what to transcribe for an ICL clone
+    const span = `${f(win.start_s, 2)}-${f(win.end_s, 2)}`;
+    add('Suggested ICL window', `${span} s (${f(win.seconds)} s, ${f(win.voiced_s)} s voiced, SNR ${f(win.snr_db)} dB): ` +
+        'transcribe what is said there, then clone again with this window');
+    if (!$('clone-icl-window').value) $('clone-icl-window').value = span;
+    $('clone-icl-why').textContent = `Suggested: ${span} s, the cleanest span of the clip. Give the transcript of exactly that span.`;
+  }
   add('Hygiene', rep.hygiene_text);
   for (const w of rep.warnings || []) add('Warning', w, 'warn');
   const all = document.createElement('details'), sum = document.createElement('summary'), pre = document.createElement('pre');
@@ -185,9 +193,15 @@ async function drawReport(rep) {
     g.fillRect(X(trim.end_s), top, W - X(trim.end_s), ph);
     g.fillStyle = '#4cd964';
     g.fillRect(X(trim.start_s), top - 4, X(trim.end_s) - X(trim.start_s), 3);
-    if (rep.icl_seconds) {
-      g.fillStyle = '#5ac8fa';
-      g.fillRect(X(trim.start_s), top - 8, X(rep.icl_seconds), 3);
+  }
+  const win = hy.icl_window;
+  if (win && typeof win.start_s === 'number') { // used: a solid bar; only suggested: dashed
+    g.fillStyle = g.strokeStyle = '#5ac8fa';
+    if (rep.icl_seconds) g.fillRect(X(win.start_s), top - 8, X(win.end_s) - X(win.start_s), 3);
+    else {
+      g.setLineDash([6, 4]);
+      g.strokeRect(X(win.start_s) + 1, top + 1, X(win.end_s) - X(win.start_s) - 2, ph - 2);
+      g.setLineDash([]);
     }
   }
   for (const s of (hy.speakers && hy.speakers.flagged_s) || []) {
@@ -204,7 +218,8 @@ async function drawReport(rep) {
     g.fillRect(X(s), H - axis, 1, 4);
     g.fillText(`${s} s`, X(s) + 2, H - 4);
   }
-  const legend = [['#4cd964', 'kept span'], ['#5ac8fa', 'ICL window'], ['#ff3b30', 'second speaker']];
+  const legend = [['#4cd964', 'kept span'], ['#5ac8fa', rep.icl_seconds ? 'ICL window' : 'suggested ICL window (dashed)'],
+                  ['#ff3b30', 'second speaker']];
   let lx = 4;
   for (const [c, t] of legend) {
     g.fillStyle = c;
@@ -230,6 +245,8 @@ async function clone(e) {
   fd.append('language', $('clone-language').value);
   const tr = $('clone-transcript').value.trim();
   if (tr) fd.append('transcript', tr);
+  const win = $('clone-icl-window').value.trim();
+  if (tr && win) fd.append('icl_window', win);
   fd.append('consent', $('clone-consent').value);
   $('clone').disabled = true;
   $('clone-status').textContent = 'cloning…';

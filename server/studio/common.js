@@ -82,8 +82,10 @@ export function onVoices(f) { listeners.push(f); }
 
 export async function refreshVoices() {
   const j = await apiJson('/v1/audio/voices');
-  state.presets = j.voices || [];
   state.voices = j.data || [];
+  // "voices" names the presets and then the library's voices: keep the presets
+  const library = new Set(state.voices.map((v) => v.name || v.id));
+  state.presets = (j.voices || []).filter((n) => !library.has(n));
   listeners.forEach((f) => f());
 }
 

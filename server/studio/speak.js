@@ -1,7 +1,10 @@
-// speak.js — the Speak page. A take is streamed as raw PCM (stream_format "audio",
-// response_format "pcm": 16-bit mono 24 kHz) and each chunk is scheduled on Web Audio as it
-// arrives, so playback starts with the first decoded audio; the waveform is drawn as it comes.
-// Stop aborts the fetch: the server sees the disconnect and cancels the synthesis.
+// speak.js — the Speak page. A take is streamed as server-sent events (stream_format "sse",
+// response_format "pcm": each speech.audio.delta carries 16-bit mono 24 kHz samples) and each
+// block is scheduled on Web Audio as it arrives, so playback starts with the first decoded audio;
+// the waveform is drawn as it comes, and speech.progress events give the parts of the text done
+// (the server's chunks: whole sentences, packed up to 200 characters).
+// Stop aborts the fetch: the server sees the disconnect and cancels the synthesis. Style, its
+// strength and strict markup go to the server as style, style_strength and strict_markup.
 import { $, api, errorText, saveBlob, wavBlob, state, onVoices } from './common.js';
 
 const RATE = 24000;
@@ -40,6 +43,27 @@ function fillVoices() {
   if ([...sel.options].some((o) => o.value === keep)) sel.value = keep;
 }
 
+// The Style choices: the selected library voice's palette (its styles), else none.
+function fillStyles() {
+  const sel = $('speak-style'), keep = sel.value;
+  const v = state.voices.find((x) => x.id === $('speak-voice').value);
+  const names = (v && v.styles) || [];
+  const none = document.createElement('option');
+  none.value = '';
+  none.textContent = '(none)';
+  sel.replaceChildren(none, ...names.map((n) => {
+    const o = document.createElement('option');
+    o.value = o.textContent = n;
+    return o;
+  }));
+  if (names.includes(keep)) sel.value = keep;
+  sel.disabled = !names.length;
+  $('speak-style-why').textContent = names.length ? ''
+    : v ? 'This voice has no styles in its palette (voicefmt palette add); markup tags still work.'
+      : 'Preset speakers have no palette; markup tags still work.';
+  $('speak-style-strength').disabled = !sel.value;
+}
+
 function fillLanguages() {
   const sel = $('speak-language');
   const langs = (state.models[0] && state.models[0].languages) || ['auto'];
@@ -54,9 +78,11 @@ function fillLanguages() {
 function request(format, streamed) {
   const b = { input: $('speak-text').value, voice: $('speak-voice').value,
               language: $('speak-language').value, response_format: format };
-  if (streamed) b.stream_format = 'audio';
+  if (streamed) b.stream_format = 'sse';
   const instr = $('speak-instruction');
   if (!instr.disabled && instr.value.trim()) b.instructions = instr.value.trim();
+  if ($('speak-style').value) b.style = $('speak-style').value;
+  if ($('speak-strict').checked) b.strict_markup = true;
   const num = (id, key, int) => {
     const v = $(id).value;
     if (v !== '') b[key] = int ? parseInt(v, 10) : parseFloat(v);
@@ -66,6 +92,7 @@ function request(format, streamed) {
   num('speak-top-k', 'top_k', true);
   num('speak-top-p', 'top_p');
   num('speak-max-seconds', 'max_seconds');
+  if (b.style) num('speak-style-strength', 'style_strength');
   return b;
 }
 
@@ -127,18 +154,15 @@ async function speak() {
   $('speak').disabled = true;
   $('speak-stop').disabled = false;
   $('speak-status').textContent = 'synthesizing…';
+  $('speak-progress').hidden = true;
+  $('speak-warning').textContent = '';
   animate(take);
   let r;
   try {
     r = await api('/v1/audio/speech', { method: 'POST', headers: { 'Content-Type': 'application/json' },
                                         body: JSON.stringify(body), signal: take.abort.signal });
     if (!r.ok) throw new Error(await errorText(r));
-    const reader = r.body.getReader();
-    for (;;) {
-      const { done, value } = await reader.read();
-      if (done) break;
-      play(take, value);
-    }
+    await readEvents(r.body.getReader(), take);
     take.streamEndCtx = ctx.currentTime;
     $('speak-status').textContent = 'done';
   } catch (e) {
@@ -159,6 +183,57 @@ async function speak() {
     $('speak-stop').disabled = true;
   }
   if (take.pcm.length) addTake(take);
+}
+
+// The SSE stream: audio blocks played as they come, progress shown, an error event thrown.
+async function readEvents(reader, take) {
+  const dec = new TextDecoder();
+  let buf = '';
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    buf += dec.decode(value, { stream: true });
+    let end;
+    while ((end = buf.indexOf('\n\n')) >= 0) {
+      const ev = buf.slice(0, end);
+      buf = buf.slice(end + 2);
+      const data = ev.split('\n').find((l) => l.startsWith('data: '));
+      if (!data) continue;
+      const e = JSON.parse(data.slice(6));
+      if (e.type === 'speech.audio.delta') {
+        const bin = atob(e.audio), bytes = new Uint8Array(bin.length);
+        for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
+        play(take, bytes);
+      } else if (e.type === 'speech.progress') {
+        progress(take, e.done, e.total);
+      } else if (e.type === 'speech.audio.warning') { // e.g. a markup tag the model cannot honour
+        take.warning = e.message;
+        $('speak-warning').textContent = `Warning: ${e.message}`;
+      } else if (e.type === 'speech.audio.error') {
+        throw new Error(e.error && e.error.message ? e.error.message : 'the synthesis failed');
+      }
+    }
+  }
+}
+
+// Parts of the text done of total (the server's chunks: whole sentences packed up to 200
+// characters).
+function progress(take, done, total) {
+  take.progress = { done, total };
+  const p = $('speak-progress');
+  p.max = total;
+  p.value = done;
+  p.hidden = false;
+  p.setAttribute('aria-valuetext', `${done} of ${total} parts`);
+  status(take);
+}
+
+function status(take) {
+  const pr = take.progress && take.progress.total > 1
+    ? `, part ${take.progress.done} of ${take.progress.total} done` : '';
+  $('speak-status').textContent = take.firstMs === null ? `synthesizing${pr}…`
+    : `playing (first sound ${Math.round(take.firstMs)} ms after Speak), ` +
+      `${(take.floats.length / RATE).toFixed(1)} s received${pr}…`;
 }
 
 // Schedules one network chunk (any byte count: an odd byte waits for the next chunk).
@@ -190,8 +265,7 @@ function play(take, bytes) {
     take.tEnd = take.t0;
     take.firstMs = performance.now() + 50 - take.clickMs;
   }
-  $('speak-status').textContent = `playing (first sound ${Math.round(take.firstMs)} ms after Speak), ` +
-    `${(take.floats.length / RATE).toFixed(1)} s received…`;
+  status(take);
   const at = Math.max(take.tEnd, ctx.currentTime + 0.02);
   src.start(at);
   take.tEnd = at + buf.duration;
@@ -212,6 +286,8 @@ function addTake(take) {
   li.dataset.firstSoundMs = Math.round(take.firstMs);
   li.dataset.playedBeforeEnd = take.streamEndCtx !== undefined && take.streamEndCtx > take.t0 ? '1' : '0';
   li.dataset.stopped = take.stopped ? '1' : '0';
+  if (take.progress) li.dataset.progress = `${take.progress.done}/${take.progress.total}`;
+  if (take.warning) li.dataset.warning = take.warning;
   const label = document.createElement('span');
   label.textContent = `Take ${take.n}: ${secs.toFixed(2)} s, voice ${take.voiceLabel}` +
     `${take.stopped ? ' (stopped)' : ''}, first sound after ${Math.round(take.firstMs)} ms `;
@@ -247,6 +323,7 @@ function addTake(take) {
 export function speakWith(voiceId) {
   fillVoices();
   $('speak-voice').value = voiceId;
+  fillStyles();
   $('speak').click();
 }
 
@@ -254,6 +331,11 @@ export function initSpeak() {
   instructionRule();
   fillLanguages();
   onVoices(fillVoices);
+  onVoices(fillStyles);
+  $('speak-voice').addEventListener('change', fillStyles);
+  $('speak-style').addEventListener('change', () => {
+    $('speak-style-strength').disabled = !$('speak-style').value;
+  });
   $('speak-form').addEventListener('submit', (e) => {
     e.preventDefault();
     if (!current) speak();

@@ -509,6 +509,11 @@ class Cloning(unittest.TestCase):
                                                      icl_window=(0.0, 8.0))
         self.assertTrue(prompt[0].voice().has_icl)
         self.assertIsInstance(prompt[0].report, dict)
+        # what the file holds: its ICL codes decoded (whole 80 ms frames of 1920 samples)
+        ref, sr = self.base.reference_audio(prompt[0].voice())
+        self.assertEqual(sr, 24000)
+        self.assertGreater(len(ref), 8 * 24000)
+        self.assertEqual(len(ref) % 1920, 0)
         with self.assertRaises(ValueError) as cm:
             self.base.create_voice_clone_prompt(CLIP, ref_text=CLIP_TEXT)
         self.assertIn("transcript", str(cm.exception))
@@ -527,6 +532,8 @@ class Cloning(unittest.TestCase):
         prompt = self.base.create_voice_clone_prompt(clip_samples(5), x_vector_only_mode=True)
         self.assertFalse(prompt[0].icl_mode)
         self.assertFalse(prompt[0].voice().has_icl)
+        with self.assertRaises(qvoice.QvoiceError):  # no ICL codes to decode
+            self.base.reference_audio(prompt[0].voice())
 
     def test_bad_audio(self):
         missing = os.path.join(self.tmp.name, "missing.wav")

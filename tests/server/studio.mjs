@@ -1,9 +1,12 @@
 // studio.mjs — the studio page (GET /) in Debian's headless chromium, driven by puppeteer-core
 // (run by tests/unit/test_studio.c). Controls are found by their accessible names, as a screen
-// reader would. The fake microphone plays MIC_WAV. Record, clone with consent, the voice in the
-// library (filter, download), the XSS-named voice as text and deleted, speak with the clone
-// (playback before the stream ended), Stop a long take (the server's cancel counter), no console
-// error.
+// reader would. The fake microphone plays MIC_WAV. Record, clone with consent (the suggested ICL
+// window shown and filled in), the voice in the library (filter, fits the model, download), hear
+// the reference of a voice with ICL codes, compare two voices, the XSS-named voice as text and
+// deleted, speak with the clone (playback before the stream ended), the style controls (palette
+// style, strength, strict markup sent), progress through a text of three parts, Stop a long take
+// (the server's cancel counter), no console error.
+// The library must hold icl-ref (ICL codes, a palette style "sad") and plain-ref (another voice).
 // usage: node studio.mjs BASE_URL MIC_WAV XSS_VOICE OUT_DIR SHOT_DIR
 //   XSS_VOICE: a .qvoice that fits the served model, uploaded here under the name
 //   <img src=x onerror=alert(1)>; OUT_DIR gets the downloads, SHOT_DIR the screenshots studio-*.png.
@@ -129,7 +132,8 @@ async function main() {
 
   // Every control the issue names is there by its accessible name.
   for (const [n, r] of [['Text', 'textbox'], ['Voice', 'combobox'], ['Instruction', 'textbox'],
-                        ['Speak', 'button'], ['Stop', 'button']])
+                        ['Style', 'combobox'], ['Style strength', 'spinbutton'], ['Strict markup', 'checkbox'],
+                        ['Markup help', null], ['Speak', 'button'], ['Stop', 'button']])
     await byName(n, r).catch(() => fail(`no control named ${n} (${r})`));
   const instrDisabled = await (await byName('Instruction', 'textbox')).evaluate((e) => e.disabled);
   check(instrDisabled, 'Instruction is enabled on a 0.6B CustomVoice model');
@@ -137,7 +141,7 @@ async function main() {
   // ---- Clone: record from the fake microphone, consent, clone.
   await (await byName('Clone', 'tab')).click();
   for (const [n, r] of [['Reference audio', null], ['Record', 'button'], ['Transcript', 'textbox'],
-                        ['Consent', 'textbox'], ['Clone', 'button']])
+                        ['ICL window', 'textbox'], ['Consent', 'textbox'], ['Clone', 'button']])
     await byName(n, r).catch(() => fail(`no control named ${n}`));
   // Reference audio opens the file picker; a picked file becomes the clip (then a recording
   // replaces it).
@@ -168,6 +172,11 @@ async function main() {
   figures.clone_ms = Date.now() - cloneT0;
   const report = await page.$eval('#clone-report', (e) => e.textContent);
   check(report.includes(NAME), 'the report does not name the new voice');
+  // cloned without a transcript: the server's suggested ICL window, in the report and the field
+  check(report.includes('Suggested ICL window'), 'no suggested ICL window in the report');
+  const win = await page.$eval('#clone-icl-window', (e) => e.value);
+  check(/^\d+\.\d+-\d+\.\d+$/.test(win), `the ICL window field was not filled in: '${win}'`);
+  figures.suggested_icl_window = win;
   await page.screenshot({ path: path.join(shotDir, 'studio-clone.png'), fullPage: true });
 
   // ---- Library: the new voice and the XSS name as text.
@@ -185,6 +194,31 @@ async function main() {
   const qv = await waitFile(outDir, '.qvoice', 10000);
   check(qv, 'the .qvoice download did not arrive');
   figures.downloaded_voice = qv;
+  // the server's fit check: the clone fits the served model; no ICL, so no reference to hear
+  await page.waitForFunction(() => document.querySelector('#library tr[data-id] td.fit').dataset.fit, { timeout: 20000 });
+  const fit = await page.$eval('#library tr[data-id] td.fit', (td) => td.textContent);
+  check(fit === 'yes', `Fits model of the clone: '${fit}'`);
+  check(await (await row.waitForSelector('aria/Hear reference[role="button"]')).evaluate((b) => b.disabled),
+        'Hear reference is enabled for a voice without ICL codes');
+  // hear the reference of the voice with ICL codes: the decoded codes play
+  await page.$eval('#library-filter', (e) => { e.value = 'icl-ref'; e.dispatchEvent(new Event('input')); });
+  const iclRow = await page.waitForSelector('#library tr[data-id]');
+  await (await iclRow.waitForSelector('aria/Hear reference[role="button"]')).click();
+  await page.waitForFunction(() => { const a = document.getElementById('library-player');
+    return !a.hidden && a.duration > 1; }, { timeout: 60000 });
+  figures.reference_seconds = await page.$eval('#library-player', (a) => a.duration);
+  // compare two voices
+  const pick = (id, name) => page.$eval(`#${id}`, (sel, n) => {
+    sel.value = [...sel.options].find((o) => o.textContent === n).value;
+  }, name);
+  await pick('compare-a', 'icl-ref');
+  await pick('compare-b', 'plain-ref');
+  await (await byName('Compare voices', 'button')).click();
+  await page.waitForFunction(() => document.getElementById('compare-result').dataset.cosine ||
+                                   document.getElementById('compare-result').className === 'error', { timeout: 20000 });
+  const cosine = Number(await page.$eval('#compare-result', (e) => e.dataset.cosine));
+  check(cosine > -1 && cosine <= 1, `compare: ${await page.$eval('#compare-result', (e) => e.textContent)}`);
+  figures.compare_cosine = cosine;
   await page.$eval('#library-filter', (e) => { e.value = ''; e.dispatchEvent(new Event('input')); });
   await page.screenshot({ path: path.join(shotDir, 'studio-library.png'), fullPage: true });
   // Delete (asked twice) the XSS-named voice.
@@ -216,9 +250,43 @@ async function main() {
   check(!speakErr, `speak failed: ${speakErr}`);
   check(take.playedBeforeEnd === '1', `playback had not started before the stream ended (${JSON.stringify(take)})`);
   figures.first_sound_ms = Number(take.firstSoundMs);
-  await page.screenshot({ path: path.join(shotDir, 'studio-speak.png'), fullPage: true });
   await (await (await page.$('#takes li')).waitForSelector('aria/Download[role="button"]')).click();
   check(await waitFile(outDir, '.wav', 10000), 'the take download did not arrive');
+
+  // ---- Style controls and progress: icl-ref's palette style, its strength, strict markup go in
+  // the request; a text of three parts shows part k of 3 (12 frames a part, added to the request
+  // here: the random model would not end a part by itself).
+  await page.$eval('#library-filter', (e) => { e.value = 'icl-ref'; e.dispatchEvent(new Event('input')); });
+  await voiceSel.select(await page.$eval('#library tr[data-id]', (tr) => tr.dataset.id));
+  const styles = await page.$$eval('#speak-style option', (o) => o.map((x) => x.value));
+  check(styles.includes('sad'), `Style offers ${JSON.stringify(styles)}, not the palette's sad`);
+  await (await byName('Style', 'combobox')).select('sad');
+  await (await byName('Style strength', 'spinbutton')).type('0.3');
+  await (await byName('Strict markup', 'checkbox')).click();
+  let sent = null;
+  await page.setRequestInterception(true);
+  const onRequest = (rq) => {
+    if (!rq.url().endsWith('/v1/audio/speech')) return rq.continue();
+    sent = JSON.parse(rq.postData());
+    rq.continue({ postData: JSON.stringify({ ...sent, max_new_tokens: 12 }) });
+  };
+  page.on('request', onRequest);
+  const clip12 = 'One dollar and eighty-seven cents. That was all. And sixty cents of it was in pennies, saved one and two at a time by bulldozing the grocer.';
+  await page.$eval('#speak-text', (e, v) => { e.value = v; }, [clip12, clip12, clip12].join(' '));
+  const nTakes = await page.$$eval('#takes li', (l) => l.length);
+  await (await byName('Speak', 'button')).click();
+  await page.waitForFunction((k) => document.querySelectorAll('#takes li').length > k, { timeout: 120000 }, nTakes);
+  page.off('request', onRequest);
+  await page.setRequestInterception(false);
+  check(sent && sent.style === 'sad' && sent.style_strength === 0.3 && sent.strict_markup === true,
+        `the style controls were not sent: ${JSON.stringify(sent)}`);
+  const styled = await page.$eval('#takes li', (li) => ({ ...li.dataset }));
+  const styledErr = await page.$eval('#speak-error', (e) => e.textContent);
+  check(!styledErr, `styled take failed: ${styledErr}`);
+  check(styled.progress === '3/3', `progress of a three-part text: ${JSON.stringify(styled)}`);
+  await page.screenshot({ path: path.join(shotDir, 'studio-speak.png'), fullPage: true });
+  await page.$eval('#speak-style', (e) => { e.value = ''; e.dispatchEvent(new Event('change')); });
+  await page.$eval('#speak-strict', (e) => { e.checked = false; });
 
   // ---- Stop a long take: the server counts a cancelled synthesis.
   const cancelled0 = await metric('qvoice_cancelled_total');

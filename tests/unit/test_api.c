@@ -120,13 +120,15 @@
     F(qv_synth_stats, verify_min, 88) \
     F(qv_synth_stats, verify_mean, 96) \
     F(qv_synth_stats, warning, 104) \
-    S(qv_chunk_info, 40) \
+    S(qv_chunk_info, 48) \
     F(qv_chunk_info, struct_size, 0) \
     F(qv_chunk_info, index, 4) \
     F(qv_chunk_info, text_offset, 8) \
     F(qv_chunk_info, codes, 16) \
     F(qv_chunk_info, n_frames, 24) \
     F(qv_chunk_info, verify, 32) \
+    F(qv_chunk_info, text_chunk, 40) \
+    F(qv_chunk_info, n_text_chunks, 44) \
     S(qv_clone_request, 168) \
     F(qv_clone_request, struct_size, 0) \
     F(qv_clone_request, audio_path, 8) \

@@ -140,6 +140,7 @@ typedef struct {
     int32_t *codes;
     int n_frames, n_chunks;
     int offsets[16];
+    int progress[16][2]; /* text_chunk, n_text_chunks of each chunk */
 } codes_log;
 
 static void on_chunk(void *user, const qv_chunk_info *c) {
@@ -149,7 +150,11 @@ static void on_chunk(void *user, const qv_chunk_info *c) {
     memcpy(g->codes + (size_t)g->n_frames * QV_N_CODEBOOKS, c->codes,
            (size_t)c->n_frames * QV_N_CODEBOOKS * 4);
     g->n_frames += c->n_frames;
-    if (g->n_chunks < 16) g->offsets[g->n_chunks] = c->text_offset;
+    if (g->n_chunks < 16) {
+        g->offsets[g->n_chunks] = c->text_offset;
+        g->progress[g->n_chunks][0] = c->text_chunk;
+        g->progress[g->n_chunks][1] = c->n_text_chunks;
+    }
     g->n_chunks++;
 }
 
@@ -245,6 +250,10 @@ static void test_span_instruct(void **state) {
     assert_int_equal(all.c.n_chunks, 3);
     assert_int_equal(all.c.offsets[0], 0);
     assert_int_equal(all.c.offsets[1], 38); /* the [happy] tag's character offset */
+    for (int i = 0; i < 3; i++) { /* progress through the text: chunk i + 1 of 3 */
+        assert_int_equal(all.c.progress[i][0], i + 1);
+        assert_int_equal(all.c.progress[i][1], 3);
+    }
     result parts[3];
     const char *texts[3] = {"Good morning.", "How are you?", "Fine."};
     const char *ins[3] = {"A calm old man.", "Speak in a happy, cheerful tone.", NULL};

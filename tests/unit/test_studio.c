@@ -8,6 +8,7 @@
  * long take (qvoice_cancelled_total), and logs no console error; with bearer keys it asks once.
  * Screenshots go to build/studio-*.png.
  */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -28,20 +29,31 @@
 #define CLIP "tests/audio/en_ohenry_chenevert.wav"
 #define CHROMIUM "/usr/bin/chromium"
 
-static char g_cv[512], g_base[512], g_xss[512];
+/* what the first 12 s of CLIP say: the ICL voice's transcript */
+#define CLIP_12S                                                                                   \
+    "One dollar and eighty-seven cents. That was all. And sixty cents of it was in pennies, "     \
+    "saved one and two at a time by bulldozing the grocer."
+
+static char g_cv[512], g_base[512], g_xss[512], g_icl[512], g_other[512];
 static server g_srv;   /* tiny-cv speaking, tiny-base cloning, the studio on */
 static server g_plain; /* the same with --no-studio */
 static server g_keyed; /* tiny-cv with --api-key-file */
 static int g_browser;  /* chromium and puppeteer-core are there */
 
-/* GET (or -X METHOD) of path with curl: the status; headers and body go to tmp files. */
-static int get(const server *sv, const char *method, const char *path) {
+/* curl with args (a method, form fields) to path: the status; headers and body go to tmp files. */
+static int request(const server *sv, const char *args, const char *path) {
     char code[32];
-    if (sh("curl -s --max-time 30 -X %s -D %s -o %s -w '%%{http_code}' http://127.0.0.1:%d%s > %s",
-           method, tmp_path("headers"), tmp_path("body"), sv->port, path, tmp_path("code")))
+    if (sh("curl -s --max-time 60 %s -D %s -o %s -w '%%{http_code}' http://127.0.0.1:%d%s > %s",
+           args, tmp_path("headers"), tmp_path("body"), sv->port, path, tmp_path("code")))
         return 0;
     slurp(tmp_path("code"), code, sizeof code);
     return atoi(code);
+}
+
+static int get(const server *sv, const char *method, const char *path) {
+    char args[32];
+    snprintf(args, sizeof args, "-X %s", method);
+    return request(sv, args, path);
 }
 
 static int group_setup(void **state) {
@@ -50,6 +62,16 @@ static int group_setup(void **state) {
     snprintf(g_base, sizeof g_base, "%s/tiny-base", test_cache_dir());
     snprintf(g_xss, sizeof g_xss, "%s/xss.qvoice", tmp_dir);
     if (sh("bin/clone -m %s %s -o %s -n xss --consent test >/dev/null 2>&1", g_base, CLIP, g_xss))
+        return -1;
+    snprintf(g_other, sizeof g_other, "%s/other.qvoice", tmp_dir); /* another speaker */
+    if (sh("bin/clone -m %s tests/audio/it_galatea_fasol.wav -o %s --consent test >/dev/null 2>&1",
+           g_base, g_other))
+        return -1;
+    snprintf(g_icl, sizeof g_icl, "%s/icl.qvoice", tmp_dir);
+    if (sh("bin/clone -m %s %s -o %s --consent test --icl-window 0-12 -t '" CLIP_12S
+           "' >/dev/null 2>&1 && bin/voicefmt palette add %s --name sad --direction %s "
+           "--strength 0.25 >/dev/null 2>&1",
+           g_base, CLIP, g_icl, g_icl, g_other))
         return -1;
     /* make deps installs chromium; a machine where it cannot be installed skips the browser test */
     if (access(CHROMIUM, X_OK) && getuid() == 0)
@@ -108,6 +130,94 @@ static void test_routes(void **state) {
                      1);
 }
 
+/* What the library page asks of a voice: its reference (the ICL codes decoded: the same bytes as
+ * speak --decode-codes of the codes voicefmt extracts), its fit to the served model, the
+ * similarity of two voices; and a clone without a transcript suggests the ICL window. */
+static void test_voice_routes(void **state) {
+    (void)state;
+    char form[2048];
+    snprintf(form, sizeof form, "-F audio_sample=@%s -F consent=test -F name=icl-ref", g_icl);
+    assert_int_equal(request(&g_srv, form, "/v1/audio/voices"), 200);
+    assert_true(file_has(tmp_path("body"), "\"styles\":[\"sad\"]")); /* its palette */
+    snprintf(form, sizeof form, "-F audio_sample=@%s -F consent=test -F name=plain-ref", g_other);
+    assert_int_equal(request(&g_srv, form, "/v1/audio/voices"), 200);
+    assert_true(file_has(tmp_path("body"), "\"styles\":[]"));
+
+    assert_int_equal(get(&g_srv, "GET", "/v1/audio/voices/icl-ref/reference?response_format=wav"),
+                     200);
+    assert_true(file_has(tmp_path("headers"), "Content-Type: audio/wav"));
+    assert_int_equal(sh("bin/voicefmt extract --codes %s %s && bin/speak -m %s --decode-codes %s "
+                        "-o %s >/dev/null 2>&1 && cmp -s %s %s",
+                        tmp_path("codes.txt"), g_icl, g_cv, tmp_path("codes.txt"),
+                        tmp_path("decoded.wav"), tmp_path("decoded.wav"), tmp_path("body")),
+                     0);
+    assert_int_equal(get(&g_srv, "GET", "/v1/audio/voices/plain-ref/reference"), 404);
+    assert_true(file_has(tmp_path("body"), "\"code\":\"no_reference\""));
+    assert_int_equal(get(&g_srv, "GET", "/v1/audio/voices/icl-ref/reference?response_format=aac"),
+                     400);
+    assert_int_equal(get(&g_srv, "GET", "/v1/audio/voices/icl-ref/reference?model=nope"), 404);
+    assert_int_equal(get(&g_srv, "POST", "/v1/audio/voices/icl-ref/reference"), 405);
+    assert_int_equal(get(&g_srv, "GET", "/v1/audio/voices/icl-ref/nope"), 404);
+    assert_int_equal(get(&g_srv, "GET", "/v1/audio/voices/missing/reference"), 404);
+    assert_true(file_has(tmp_path("body"), "\"code\":\"voice_not_found\""));
+
+    assert_int_equal(get(&g_srv, "GET", "/v1/audio/voices/icl-ref/fit"), 200);
+    assert_true(file_has(tmp_path("body"), "\"model\":\"tiny-cv\",\"fit\":\"fits\""));
+    assert_true(file_has(tmp_path("body"), "\"fits\":true"));
+    assert_false(file_has(tmp_path("body"), tmp_dir)); /* no server path */
+    assert_int_equal(get(&g_srv, "GET", "/v1/audio/voices"), 200); /* remembered for the list */
+    assert_true(file_has(tmp_path("body"), "\"fits\":true")); /* only icl-ref was checked */
+
+    assert_int_equal(get(&g_srv, "GET", "/v1/audio/voices/icl-ref/similarity?to=plain-ref"), 200);
+    char body[1024];
+    slurp(tmp_path("body"), body, sizeof body);
+    const char *cs = strstr(body, "\"cosine\":");
+    assert_non_null(cs);
+    double cosine = atof(cs + 9), expect = 0;
+    /* the same number as clone --compare of the two files */
+    assert_int_equal(sh("bin/clone --compare %s %s > %s 2>&1", g_icl, g_other, tmp_path("cmp")), 0);
+    char line[512];
+    slurp(tmp_path("cmp"), line, sizeof line);
+    const char *c2 = strstr(line, "cosine");
+    assert_non_null(c2);
+    while (*c2 && !(*c2 == '-' || (*c2 >= '0' && *c2 <= '9'))) c2++;
+    expect = atof(c2);
+    printf("  similarity over HTTP %.6f, clone --compare %.6f\n", cosine, expect);
+    assert_true(cosine > -1 && cosine < 0.9999 && fabs(cosine - expect) < 1e-5);
+    assert_int_equal(get(&g_srv, "GET", "/v1/audio/voices/icl-ref/similarity"), 400);
+    assert_int_equal(get(&g_srv, "GET", "/v1/audio/voices/icl-ref/similarity?to=missing"), 404);
+
+    /* an SSE stream reports its progress through the text: part k of n after each part (12
+       frames each: the random model would not end one by itself) */
+    assert_int_equal(sh("curl -s --max-time 60 -o %s http://127.0.0.1:%d/v1/audio/speech -H "
+                        "'Content-Type: application/json' -d '{\"input\": \"%s %s %s\", "
+                        "\"voice\": \"icl-ref\", \"response_format\": \"pcm\", "
+                        "\"stream_format\": \"sse\", \"max_new_tokens\": 12, \"seed\": 1}'",
+                        tmp_path("sse"), g_srv.port, CLIP_12S, CLIP_12S, CLIP_12S),
+                     0);
+    assert_true(file_has(tmp_path("sse"), "\"type\":\"speech.progress\",\"done\":1,\"total\":3}"));
+    assert_true(file_has(tmp_path("sse"), "\"type\":\"speech.progress\",\"done\":3,\"total\":3}"));
+    assert_true(file_has(tmp_path("sse"), "event: speech.audio.done"));
+
+    /* a clone without a transcript: the report suggests the window to transcribe; a bad window
+       is refused by its field */
+    snprintf(form, sizeof form, "-F audio_sample=@%s -F consent=test -F name=suggest", CLIP);
+    assert_int_equal(request(&g_srv, form, "/v1/audio/voices"), 200);
+    assert_true(file_has(tmp_path("body"), "\"icl_window\":{\"mode\":\"auto\""));
+    assert_true(file_has(tmp_path("body"), "\"has_icl\":false"));
+    snprintf(form, sizeof form,
+             "-F audio_sample=@%s -F consent=test -F name=window -F icl_window=0-12 "
+             "-F 'transcript=" CLIP_12S "'",
+             CLIP);
+    assert_int_equal(request(&g_srv, form, "/v1/audio/voices"), 200);
+    assert_true(file_has(tmp_path("body"), "\"has_icl\":true"));
+    assert_true(file_has(tmp_path("body"), "\"mode\":\"range\""));
+    snprintf(form, sizeof form,
+             "-F audio_sample=@%s -F consent=test -F icl_window=12-3 -F transcript=Hello", CLIP);
+    assert_int_equal(request(&g_srv, form, "/v1/audio/voices"), 400);
+    assert_true(file_has(tmp_path("body"), "\"param\":\"icl_window\""));
+}
+
 /* The whole page in chromium (tests/server/studio.mjs); then the downloaded voice is verified. */
 static void test_browser(void **state) {
     (void)state;
@@ -148,4 +258,4 @@ static void test_key(void **state) {
                      0);
 }
 
-QVT_MAIN(group_setup, group_teardown, test_routes, test_browser, test_key)
+QVT_MAIN(group_setup, group_teardown, test_routes, test_voice_routes, test_browser, test_key)
