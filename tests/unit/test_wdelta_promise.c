@@ -57,12 +57,14 @@ static void test_promise(void **st) {
                      0);
     printf("heavy voice: %ld bytes\n", file_bytes(voice));
     char base[512], cv[512], nod[512], log[512], x[512];
-    snprintf(base, sizeof base, "%s/base.wav", tmp);
-    snprintf(cv, sizeof cv, "%s/cv.wav", tmp);
-    snprintf(nod, sizeof nod, "%s/nodelta.wav", tmp);
+    snprintf(base, sizeof base, "%s/base.pcm", tmp);
+    snprintf(cv, sizeof cv, "%s/cv.pcm", tmp);
+    snprintf(nod, sizeof nod, "%s/nodelta.pcm", tmp);
     snprintf(log, sizeof log, "%s/speak.log", tmp);
     snprintf(x, sizeof x, "%s/refused.wav", tmp);
-    const char *args = "-t 'Hello world.' --seed 11 --max-frames 8";
+    /* the samples as synthesized: the mark's payload and the provenance tags name the model,
+     * which differs here by design (docs/provenance.md) */
+    const char *args = "-t 'Hello world.' --seed 11 --max-frames 8 --no-watermark";
     assert_int_equal(sh("bin/speak -q -m %s/q06b-base --voice %s %s -o %s", cache, voice, args,
                         base),
                      0);
@@ -77,7 +79,7 @@ static void test_promise(void **st) {
     printf("0.6B WDELTA: CustomVoice + delta vs Base: %s (%ld bytes); without the delta: %s\n",
            d < 0 ? "byte-identical" : "DIFFERENT", file_bytes(base),
            dn < 0 ? "SAME" : "different");
-    assert_true(file_bytes(base) > 44);
+    assert_true(file_bytes(base) > 0);
     assert_int_equal(d, -1);
     assert_true(dn >= 0);
     /* another checkpoint refuses it and writes nothing */
