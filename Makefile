@@ -201,7 +201,7 @@ TSAN_TESTS := $(addprefix build-tsan/tests/,test_fft test_cloner test_synth test
 tsan:
 	@rm -f $(TOOLS); $(MAKE) --no-print-directory B=build-tsan OPT=-O1 \
 	  CFLAGS="-O1 -g -fsanitize=thread -fno-omit-frame-pointer" LDFLAGS="-fsanitize=thread" \
-	  $(TOOLS) $(TSAN_TESTS) && \
+	  $(TOOLS) build-tsan/tools/mkmodel $(TSAN_TESTS) && \
 	  TSAN_OPTIONS="second_deadlock_stack=1 $$TSAN_OPTIONS" tests/run.sh $(TSAN_TESTS); rc=$$?; rm -f $(TOOLS); exit $$rc
 
 fuzz:
