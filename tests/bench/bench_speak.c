@@ -112,7 +112,8 @@ static void decoder_rate(const qve_decoder *dec, int threads) {
         const stamp e = mark();
         if (k) printf("decoder_frame_pool_ms %.1f\n", 1e3 * (e.w - t.w) / 24);
         else printf("decoder_frame_ms_cpu %.1f\n", 1e3 * (e.c - t.c) / 24);
-        if (!st || qve_dec_stream_finish(st, err, sizeof err)) fprintf(stderr, "bench_speak: %s\n", err);
+        if (!st || qve_dec_stream_finish(st, err, sizeof err))
+            fprintf(stderr, "bench_speak: %s\n", err);
     }
     qvk_pool_free(pool);
 }
