@@ -434,16 +434,12 @@ static int parse_voice(qv_server *s, const api_key *k, cJSON *o, fields *f, verd
 static int parse_format(cJSON *o, const fields *f, job *j, verdict *v) {
     const char *fmt = f->fmt, *sfmt = f->sfmt;
     j->format = QV_FORMAT_WAV;
-    if (fmt && !strcmp(fmt, "aac"))
-        return qvs_bad(v, 400, "unsupported_format", "response_format",
-                       "response_format aac: no AAC encoder in this build (libsndfile has none); "
-                       "expected " QV_FORMAT_NAMES);
     if (fmt && (j->format = qv_format_parse(fmt)) < 0)
         return qvs_bad(v, 400, "invalid_value", "response_format",
                        "response_format %s: expected " QV_FORMAT_NAMES, fmt);
-    if (!qv_format_writable(j->format))
-        return qvs_bad(v, 400, "unsupported_format", "response_format",
-                       "response_format %s: this build's libsndfile cannot write it", fmt);
+    if (!qv_format_writable(j->format)) /* the detail says why (aac: libavcodec missing) */
+        return qvs_bad(v, 400, "unsupported_format", "response_format", "response_format %s",
+                       qv_last_error());
     j->stream = !sfmt                    ? STREAM_NONE
                 : !strcmp(sfmt, "audio") ? STREAM_AUDIO
                 : !strcmp(sfmt, "sse")   ? STREAM_SSE
@@ -460,8 +456,8 @@ static int parse_format(cJSON *o, const fields *f, job *j, verdict *v) {
     if (got && stream && !sfmt) j->stream = STREAM_AUDIO;
     if (j->stream && !qv_format_progressive(j->format))
         return qvs_bad(v, 400, "unsupported_format", "response_format",
-                       "response_format %s: streams are wav or pcm (ask without stream_format for "
-                       "%s)",
+                       "response_format %s: streams are wav, pcm or aac (ask without stream_format "
+                       "for %s)",
                        qv_format_name(j->format), qv_format_name(j->format));
     return 0;
 }

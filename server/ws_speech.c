@@ -351,7 +351,7 @@ static int configure(session *w, cJSON *o) {
     int format = QV_FORMAT_WAV;
     if (cJSON_IsString(rf) && !qv_format_progressive(format = qv_format_parse(rf->valuestring)))
         return refuse(w, "unsupported_format", "response_format",
-                      "response_format: the WebSocket sends wav or pcm");
+                      "response_format: the WebSocket sends wav, pcm or aac");
     cJSON *c = cJSON_Duplicate(o, 1);
     if (!c) return -1;
     cJSON_DeleteItemFromObjectCaseSensitive(c, "type");

@@ -344,6 +344,16 @@ class Synthesis(unittest.TestCase):
             self.assertGreater(os.path.getsize(os.path.join(d, "l.flac")), 0)
             with self.assertRaises(ValueError):
                 qvoice.write_audio(os.path.join(d, "x.aiff"), wavs[0])
+            # aac by name (ADTS behind an ID3v2 tag, through libavcodec): the bytes of the
+            # library's encoder, as speak -o x.aac writes them
+            qvoice.write_audio(os.path.join(d, "a.out"), wavs[0], "aac", model=self.cv,
+                               voice="speaker:ryan")
+            with open(os.path.join(d, "a.out"), "rb") as a:
+                head = a.read()
+            self.assertTrue(head.startswith(b"ID3\x04"))
+            self.assertIn(b"voice_id=speaker:ryan", head)
+            tag = 10 + (head[6] << 21 | head[7] << 14 | head[8] << 7 | head[9])
+            self.assertEqual(head[tag:tag + 2], b"\xff\xf1")  # the first ADTS frame
 
     def test_voice_design(self):
         vd = model("tiny-vd")

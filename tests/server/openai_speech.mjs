@@ -8,6 +8,8 @@
 //   MODE ref:       vLLM-Omni's per-request clone: ref_audio (a data URL of REF_WAV) with
 //                   x_vector_only_mode, pcm -> OUT
 //   MODE speed:     OpenAI's speed 2 (time-stretched), pcm -> OUT
+//   MODE aac, aac-stream, aac-sse: response_format "aac" whole, with stream: true (vLLM-Omni's), and
+//                   as SSE deltas (decoded and joined) -> OUT
 //   MODE batch:     vLLM-Omni's POST /v1/audio/speech/batch through the package's client.post:
 //                   two items (the second with an unknown voice: its own error), the first's
 //                   audio decoded -> OUT
@@ -64,6 +66,17 @@ try {
     const r = await client.audio.speech.create({ model: 'tts-1', input: 'Hello there.', response_format: 'pcm',
       ref_audio: ref, x_vector_only_mode: true, task_type: 'Base', seed: 7, max_seconds: 1 });
     fs.writeFileSync(out, Buffer.from(await r.arrayBuffer()));
+  } else if (mode === 'aac' || mode === 'aac-stream') {
+    const r = await client.audio.speech.create({ ...req, response_format: 'aac', ...(mode === 'aac' ? {} : { stream: true }) });
+    if (r.headers.get('content-type') !== 'audio/aac') fail(`content-type ${r.headers.get('content-type')}`);
+    fs.writeFileSync(out, Buffer.from(await r.arrayBuffer()));
+  } else if (mode === 'aac-sse') {
+    const r = await client.audio.speech.create({ ...req, response_format: 'aac', stream_format: 'sse' });
+    const text = Buffer.from(await r.arrayBuffer()).toString();
+    const deltas = text.split('\n\n').map((b) => b.split('\n').find((l) => l.startsWith('data: ')))
+      .filter(Boolean).map((d) => JSON.parse(d.slice(6))).filter((e) => e.type === 'speech.audio.delta');
+    if (!deltas.length) fail('no speech.audio.delta event');
+    fs.writeFileSync(out, Buffer.concat(deltas.map((e) => Buffer.from(e.audio, 'base64'))));
   } else if (mode === 'speed') {
     const r = await client.audio.speech.create({ ...req, response_format: 'pcm', speed: 2 });
     fs.writeFileSync(out, Buffer.from(await r.arrayBuffer()));
