@@ -162,6 +162,7 @@ static int check_batch(const cJSON *o, verdict *v) {
     if (n < 1 || n > QVS_BATCH_MAX_ITEMS)
         return qvs_bad(v, 400, "invalid_value", "items", "items: %d given, expected 1 to %d", n,
                        QVS_BATCH_MAX_ITEMS);
+    if (qvs_speech_fields(o, "items", v)) return -1; /* the items' own: each item's parse */
     static const char *const no[] = {"stream", "stream_format"};
     for (int i = 0; i < 2; i++)
         if (cJSON_HasObjectItem(o, no[i]))

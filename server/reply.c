@@ -182,6 +182,7 @@ int qvs_bad(verdict *v, int status, const char *code, const char *param, const c
     va_end(ap);
     v->status = status;
     v->code = code;
-    v->param = param;
+    v->param = NULL;
+    if (param) snprintf(v->field, sizeof v->field, "%s", param), v->param = v->field;
     return -1;
 }

@@ -156,11 +156,12 @@ typedef struct {
 
 /* ==== shared by the handlers (reply.c) ======================================================= */
 
-/* A refused request: the HTTP status and OpenAI error code, the field it names (or NULL). */
+/* A refused request: the HTTP status and OpenAI error code, the field it names (or NULL: param
+ * points into field, a copy, so a name from a parsed body outlives the body). */
 typedef struct {
     int status; /* 0 = valid */
     const char *code, *param;
-    char msg[512];
+    char msg[512], field[64];
 } verdict;
 /* Fills v; returns -1. */
 int qvs_bad(verdict *v, int status, const char *code, const char *param, const char *fmt, ...)
@@ -208,6 +209,11 @@ enum MHD_Result qvs_reply_not_admitted(qv_server *s, struct MHD_Connection *c, r
 /* ==== speech (speech.c) ====================================================================== */
 
 struct job;
+/* A speech request's fields (o, a JSON object) against the names it may carry: OpenAI's,
+ * vLLM-Omni's and qvoice's (docs/server.md), plus extra (NULL: none; the batch's "items"), each
+ * once. 0, or -1 with v set: 400 unknown_field or duplicate_field naming it. A field the server
+ * accepts is honoured or refused, never ignored. */
+int qvs_speech_fields(const cJSON *o, const char *extra, verdict *v);
 /* The speech request body[len] (NUL-terminated: body[len] is read) read and checked (model, voice, language, format, sampling; a
  * per-request reference cloned or found in the cache, waiting up to deadline, c may be NULL) with
  * nothing synthesized: a job to run (free with qvs_speech_job_free) with its model index and

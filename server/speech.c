@@ -217,6 +217,31 @@ static int slot_acquire(qv_server *s, struct MHD_Connection *c, int model, const
 
 /* ==== request parsing ======================================================================== */
 
+/* Every field parse reads: OpenAI's (input .. stream_format), vLLM-Omni's (speaker ..
+ * repetition_penalty), qvoice's (style .. max_seconds). */
+static const char *const speech_fields[] = {
+    "input", "model", "voice", "instructions", "response_format", "speed", "stream_format",
+    "speaker", "language", "task_type", "ref_audio", "ref_text", "x_vector_only_mode",
+    "speaker_embedding", "non_streaming_mode", "sample_rate", "initial_codec_chunk_frames",
+    "stream", "max_new_tokens", "seed", "temperature", "top_k", "top_p", "repetition_penalty",
+    "style", "style_strength", "strict_markup", "max_seconds"};
+
+int qvs_speech_fields(const cJSON *o, const char *extra, verdict *v) {
+    const cJSON *f, *g;
+    cJSON_ArrayForEach(f, o) {
+        int known = extra && !strcmp(f->string, extra);
+        for (size_t i = 0; !known && i < sizeof speech_fields / sizeof *speech_fields; i++)
+            known = !strcmp(f->string, speech_fields[i]);
+        if (!known)
+            return qvs_bad(v, 400, "unknown_field", f->string, "unknown field '%.64s'", f->string);
+        for (g = o->child; g != f; g = g->next) /* cJSON keeps both; the reader sees the first */
+            if (!strcmp(g->string, f->string))
+                return qvs_bad(v, 400, "duplicate_field", f->string, "duplicate field '%s'",
+                               f->string);
+    }
+    return 0;
+}
+
 /* String field k: NULL when absent or null; -1 (verdict set) when not a string. */
 static int get_str(cJSON *o, const char *k, const char **out, verdict *v) {
     cJSON *x = cJSON_GetObjectItemCaseSensitive(o, k);
@@ -574,6 +599,7 @@ static int parse(qv_server *s, struct MHD_Connection *c, const api_key *k, const
         qvs_bad(v, 400, "invalid_json", NULL, "request body: not a JSON object");
         goto out;
     }
+    if (qvs_speech_fields(o, NULL, v)) goto out;
     if (get_str(o, "input", &f.input, v) || get_str(o, "model", &f.mname, v) ||
         get_str(o, "voice", &f.voice, v) || get_str(o, "speaker", &f.alias, v) ||
         get_str(o, "instructions", &f.instr, v) || get_str(o, "response_format", &f.fmt, v) ||

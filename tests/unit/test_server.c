@@ -233,6 +233,12 @@ static void test_speech_bad_input(void **state) {
         {"\"ref_audio\": \"x\", \"x_vector_only_mode\": true, \"voice\": \"ryan\"", "invalid_value",
          "voice"},
         {"\"speaker_embedding\": [1, 2, 3]", "invalid_value", "speaker_embedding"},
+        /* a field of neither API, a name in another case, a field given twice, the WebSocket's
+         * own: never ignored */
+        {"\"colour\": \"red\"", "unknown_field", "colour"},
+        {"\"Input\": \"x\"", "unknown_field", "Input"},
+        {"\"input\": \"again\"", "duplicate_field", "input"},
+        {"\"stream_audio\": true", "unknown_field", "stream_audio"},
     };
     for (size_t i = 0; i < sizeof omni / sizeof *omni; i++) {
         char json[512];
@@ -244,6 +250,8 @@ static void test_speech_bad_input(void **state) {
             fail_msg("%s: param %s, expected %s", omni[i].json, param ? param : "-", omni[i].param);
         cJSON_Delete(o);
     }
+    bad_speech("{\"input\": \"hi\", \"colour\": \"red\"}", 400, "unknown_field");
+    assert_non_null(strstr(g_body, "\"message\":\"unknown field 'colour'\""));
     bad_speech("{\"input\": \"hi\", \"response_format\": \"flac\", \"stream_format\": \"sse\"}", 400,
                "unsupported_format");
     bad_speech("{\"input\": \"hi\", \"stream_format\": \"chunks\"}", 400, "invalid_value");
@@ -1208,6 +1216,7 @@ static void test_batch_and_speed(void **state) {
     } bad[] = {{"{}", "invalid_type", "items"},
                {"{\"items\":[]}", "invalid_value", "items"},
                {"{\"items\":[{\"input\":\"x\"}],\"stream\":true}", "invalid_value", "stream"},
+               {"{\"items\":[{\"input\":\"x\"}],\"colour\":1}", "unknown_field", "colour"},
                {"[1]", "invalid_json", NULL}};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         tmp_write(tmp_path("batch.json"), bad[i].body, strlen(bad[i].body));
@@ -1216,6 +1225,15 @@ static void test_batch_and_speed(void **state) {
                          400);
         assert_string_equal(error_code(), bad[i].code);
     }
+    /* an item's unknown field is that item's error */
+    const char *odd = "{\"voice\":\"ryan\",\"max_seconds\":0.5,\"items\":[{\"input\":\"x\"},"
+                      "{\"input\":\"y\",\"colour\":1}]}";
+    tmp_write(tmp_path("batch.json"), odd, strlen(odd));
+    assert_int_equal(
+        curl(&g_srv, NULL, "--data-binary @%s SRV/v1/audio/speech/batch", tmp_path("batch.json")),
+        200);
+    assert_non_null(strstr(g_body, "\"succeeded\":1"));
+    assert_non_null(strstr(g_body, "items[1]: unknown field 'colour'"));
     char many[2048] = "{\"items\":[";
     for (int i = 0; i <= 32; i++) /* one over the 32 items */
         strcat(many, i ? ",{\"input\":\"x\"}" : "{\"input\":\"x\"}");

@@ -268,12 +268,12 @@ static void test_errors(void **state) {
     if (!g_npm) skip();
     cJSON *o = client(&g_srv, "", "errors");
     static const char *const want[] = {
-        "type",         "type",        "input",       "response_format",
-        "stream_audio", "temperature", "voice",       "style_strength",
-        "text",         "text",        "invalid_type"};
+        "type",           "type",   "input", "response_format", "stream_audio", "temperature",
+        "voice",          "style_strength",  "colour", /* a field of no API: never ignored */
+        "text",           "text",   "invalid_type"};
     cJSON *e = cJSON_GetObjectItem(o, "errors");
-    assert_int_equal(cJSON_GetArraySize(e), 11);
-    for (int i = 0; i < 11; i++)
+    assert_int_equal(cJSON_GetArraySize(e), 12);
+    for (int i = 0; i < 12; i++)
         assert_string_equal(str_at(e, i), want[i]);
     assert_string_equal(cJSON_GetObjectItem(o, "pong")->valuestring, "hi");
     assert_int_equal(cJSON_GetObjectItem(o, "close")->valueint, 1000);
