@@ -585,8 +585,10 @@ class Qwen3TTSModel:
 
     def _params(self, kw):
         bad = set(kw) - set(_GEN_KWARGS) - set(_STYLE_KWARGS)
-        if bad:
-            raise TypeError("unexpected generation keyword argument(s) %s" % sorted(bad))
+        if bad:  # never ignored: a misspelt keyword would otherwise sample with the default
+            raise TypeError("unexpected generation keyword argument(s) %s (known: %s)"
+                            % (", ".join(repr(k) for k in sorted(bad)),
+                               ", ".join(sorted(_GEN_KWARGS) + sorted(_STYLE_KWARGS))))
         p = self._lib.qv_model_params(self._m)
         p.n_threads, p.quant = self._threads, self._quant
         # a fresh take per call, as the official package samples (reproducible with seed=)
