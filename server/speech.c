@@ -226,14 +226,36 @@ static const char *const speech_fields[] = {
     "stream", "max_new_tokens", "seed", "temperature", "top_k", "top_p", "repetition_penalty",
     "style", "style_strength", "strict_markup", "max_seconds"};
 
+/* vLLM-Omni's request fields for its other models or features qvoice does not have: refused by
+ * name with the reason (word_timestamps false, the default, asks for nothing). */
+static const char *const omni_refused[][2] = {
+    {"ref_audio_2", "a second reference for two-speaker dialogue (MOSS-TTSD); qvoice speaks "
+                    "dialogue with markup ([voice:NAME], docs/markup.md)"},
+    {"ambient_sound", "sound effects (MOSS-SoundEffect) are not speech"},
+    {"duration_seconds", "a target duration (MOSS-SoundEffect); use speed or max_seconds"},
+    {"references", "Higgs Audio's reference list; send ref_audio and ref_text"},
+    {"extra_params", "model-specific arguments: every parameter qvoice takes is a field of its own"},
+    {"word_timestamps", "no forced aligner: word timestamps are not produced"}};
+
+/* The reason vLLM-Omni's field name is refused, or NULL. */
+static const char *omni_reason(const char *name) {
+    for (size_t i = 0; i < sizeof omni_refused / sizeof *omni_refused; i++)
+        if (!strcmp(name, omni_refused[i][0])) return omni_refused[i][1];
+    return NULL;
+}
+
 int qvs_speech_fields(const cJSON *o, const char *extra, verdict *v) {
     const cJSON *f, *g;
     cJSON_ArrayForEach(f, o) {
-        int known = extra && !strcmp(f->string, extra);
+        const char *why = omni_reason(f->string);
+        int known = (extra && !strcmp(f->string, extra)) || why;
         for (size_t i = 0; !known && i < sizeof speech_fields / sizeof *speech_fields; i++)
             known = !strcmp(f->string, speech_fields[i]);
         if (!known)
             return qvs_bad(v, 400, "unknown_field", f->string, "unknown field '%.64s'", f->string);
+        /* null is absent, as for every field; word_timestamps false asks for nothing */
+        if (why && !cJSON_IsNull(f) && !(cJSON_IsFalse(f) && !strcmp(f->string, "word_timestamps")))
+            return qvs_bad(v, 400, "unsupported_value", f->string, "%s: %s", f->string, why);
         for (g = o->child; g != f; g = g->next) /* cJSON keeps both; the reader sees the first */
             if (!strcmp(g->string, f->string))
                 return qvs_bad(v, 400, "duplicate_field", f->string, "duplicate field '%s'",
@@ -249,6 +271,18 @@ static int get_str(cJSON *o, const char *k, const char **out, verdict *v) {
     if (!x || cJSON_IsNull(x)) return 0;
     if (!cJSON_IsString(x)) return qvs_bad(v, 400, "invalid_type", k, "%s: expected a string", k);
     *out = x->valuestring;
+    return 0;
+}
+
+/* voice: a name, or OpenAI's voice object {"id": NAME} (vLLM-Omni reads its id). */
+static int get_voice(cJSON *o, const char **out, verdict *v) {
+    cJSON *x = cJSON_GetObjectItemCaseSensitive(o, "voice");
+    if (!cJSON_IsObject(x)) return get_str(o, "voice", out, v);
+    cJSON *id = cJSON_GetObjectItemCaseSensitive(x, "id");
+    if (!cJSON_IsString(id) || cJSON_GetArraySize(x) != 1)
+        return qvs_bad(v, 400, "invalid_value", "voice",
+                       "voice: expected a name or an object {\"id\": NAME}");
+    *out = id->valuestring;
     return 0;
 }
 
@@ -472,13 +506,14 @@ static int parse_format(cJSON *o, const fields *f, job *j, verdict *v) {
     if (j->stream < 0)
         return qvs_bad(v, 400, "invalid_value", "stream_format",
                        "stream_format %s: expected audio or sse", sfmt);
-    /* vLLM-Omni's stream: true is audio bytes as decoded, or SSE with stream_format sse */
+    /* vLLM-Omni's stream: true alone is SSE (its protocol's is_sse_stream); with stream_format
+     * audio, the bytes as decoded */
     int stream, got;
     if ((got = get_bool(o, "stream", &stream, v)) < 0) return -1;
     if (got && !stream && sfmt)
         return qvs_bad(v, 400, "invalid_value", "stream",
                        "stream false: contradicts stream_format %s", sfmt);
-    if (got && stream && !sfmt) j->stream = STREAM_AUDIO;
+    if (got && stream && !sfmt) j->stream = STREAM_SSE;
     if (j->stream && !qv_format_progressive(j->format))
         return qvs_bad(v, 400, "unsupported_format", "response_format",
                        "response_format %s: streams are wav, pcm or aac (ask without stream_format "
@@ -601,7 +636,7 @@ static int parse(qv_server *s, struct MHD_Connection *c, const api_key *k, const
     }
     if (qvs_speech_fields(o, NULL, v)) goto out;
     if (get_str(o, "input", &f.input, v) || get_str(o, "model", &f.mname, v) ||
-        get_str(o, "voice", &f.voice, v) || get_str(o, "speaker", &f.alias, v) ||
+        get_voice(o, &f.voice, v) || get_str(o, "speaker", &f.alias, v) ||
         get_str(o, "instructions", &f.instr, v) || get_str(o, "response_format", &f.fmt, v) ||
         get_str(o, "stream_format", &f.sfmt, v) || get_str(o, "language", &f.lang, v) ||
         get_str(o, "task_type", &f.task, v) || get_str(o, "ref_audio", &f.ref_audio, v) ||

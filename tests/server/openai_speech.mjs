@@ -8,8 +8,8 @@
 //   MODE ref:       vLLM-Omni's per-request clone: ref_audio (a data URL of REF_WAV) with
 //                   x_vector_only_mode, pcm -> OUT
 //   MODE speed:     OpenAI's speed 2 (time-stretched), pcm -> OUT
-//   MODE aac, aac-stream, aac-sse: response_format "aac" whole, with stream: true (vLLM-Omni's), and
-//                   as SSE deltas (decoded and joined) -> OUT
+//   MODE aac, aac-stream, aac-sse: response_format "aac" whole, streamed (stream_format "audio"),
+//                   and as SSE deltas (vLLM-Omni's stream: true; decoded and joined) -> OUT
 //   MODE batch:     vLLM-Omni's POST /v1/audio/speech/batch through the package's client.post:
 //                   two items (the second with an unknown voice: its own error), the first's
 //                   audio decoded -> OUT
@@ -67,11 +67,11 @@ try {
       ref_audio: ref, x_vector_only_mode: true, task_type: 'Base', seed: 7, max_seconds: 1 });
     fs.writeFileSync(out, Buffer.from(await r.arrayBuffer()));
   } else if (mode === 'aac' || mode === 'aac-stream') {
-    const r = await client.audio.speech.create({ ...req, response_format: 'aac', ...(mode === 'aac' ? {} : { stream: true }) });
+    const r = await client.audio.speech.create({ ...req, response_format: 'aac', ...(mode === 'aac' ? {} : { stream_format: 'audio' }) });
     if (r.headers.get('content-type') !== 'audio/aac') fail(`content-type ${r.headers.get('content-type')}`);
     fs.writeFileSync(out, Buffer.from(await r.arrayBuffer()));
   } else if (mode === 'aac-sse') {
-    const r = await client.audio.speech.create({ ...req, response_format: 'aac', stream_format: 'sse' });
+    const r = await client.audio.speech.create({ ...req, response_format: 'aac', stream: true });
     const text = Buffer.from(await r.arrayBuffer()).toString();
     const deltas = text.split('\n\n').map((b) => b.split('\n').find((l) => l.startsWith('data: ')))
       .filter(Boolean).map((d) => JSON.parse(d.slice(6))).filter((e) => e.type === 'speech.audio.delta');

@@ -239,6 +239,11 @@ static void test_speech_bad_input(void **state) {
         {"\"Input\": \"x\"", "unknown_field", "Input"},
         {"\"input\": \"again\"", "duplicate_field", "input"},
         {"\"stream_audio\": true", "unknown_field", "stream_audio"},
+        /* vLLM-Omni's fields of its other models and features: refused by name */
+        {"\"ref_audio_2\": \"x\"", "unsupported_value", "ref_audio_2"},
+        {"\"word_timestamps\": true", "unsupported_value", "word_timestamps"},
+        {"\"extra_params\": {}", "unsupported_value", "extra_params"},
+        {"\"voice\": {\"id\": 5}", "invalid_value", "voice"},
     };
     for (size_t i = 0; i < sizeof omni / sizeof *omni; i++) {
         char json[512];
@@ -250,6 +255,19 @@ static void test_speech_bad_input(void **state) {
             fail_msg("%s: param %s, expected %s", omni[i].json, param ? param : "-", omni[i].param);
         cJSON_Delete(o);
     }
+    /* their absent values are no request: null, word_timestamps false; OpenAI's voice object */
+    assert_int_equal(curl(&g_srv, NULL, "-d '{\"input\":\"Hi.\",\"voice\":{\"id\":\"ryan\"},"
+                                        "\"max_seconds\":0.3,\"word_timestamps\":false,"
+                                        "\"ref_audio_2\":null}' SRV/v1/audio/speech"),
+                     200);
+    /* vLLM-Omni's stream: true alone is SSE */
+    assert_int_equal(curl(&g_srv, NULL, "-D %s -d '{\"input\":\"Hi.\",\"max_seconds\":0.3,"
+                                        "\"response_format\":\"pcm\",\"stream\":true}' "
+                                        "SRV/v1/audio/speech",
+                          tmp_path("sse.hdr")),
+                     200);
+    assert_true(file_has(tmp_path("sse.hdr"), "text/event-stream"));
+    assert_non_null(strstr(g_body, "event: speech.audio.done"));
     bad_speech("{\"input\": \"hi\", \"colour\": \"red\"}", 400, "unknown_field");
     assert_non_null(strstr(g_body, "\"message\":\"unknown field 'colour'\""));
     bad_speech("{\"input\": \"hi\", \"response_format\": \"flac\", \"stream_format\": \"sse\"}", 400,
@@ -995,7 +1013,7 @@ static void test_aac(void **state) {
     assert_true(file_has(tmp_path("aac.hdr"), "Content-Type: audio/aac"));
     snprintf(r, sizeof r, req, "wav", "");
     assert_int_equal(curl(&g_srv, tmp_path("aac.wav"), "%s", r), 200);
-    snprintf(r, sizeof r, req, "aac", ",\"stream\":true");
+    snprintf(r, sizeof r, req, "aac", ",\"stream_format\":\"audio\"");
     assert_int_equal(curl(&g_srv, tmp_path("s.aac"), "%s", r), 200);
     assert_int_equal(aac_cmp(tmp_path("a.aac"), tmp_path("s.aac")), 0);
     assert_int_equal(sh("ffprobe -v error -show_entries stream=codec_name,sample_rate,channels:"
@@ -1201,7 +1219,7 @@ static void test_batch_and_speed(void **state) {
     assert_int_equal(curl(&g_srv, tmp_path("sp.pcm"),
                           "-d '{\"input\":\"Hello there.\",\"voice\":\"ryan\",\"seed\":1,"
                           "\"max_seconds\":2,\"response_format\":\"pcm\",\"speed\":2,"
-                          "\"stream\":true}' SRV/v1/audio/speech"),
+                          "\"stream\":true,\"stream_format\":\"audio\"}' SRV/v1/audio/speech"),
                      200);
     assert_int_equal(file_bytes(tmp_path("sp.pcm")), 2 * ((n + 1) / 2));
     assert_int_equal(curl(&g_srv, NULL,
