@@ -182,6 +182,11 @@ enum MHD_Result qvs_reply_error(struct MHD_Connection *c, req *q, int status, co
 /* msg without server paths: the voices directory (and the temporaries in it), the model
  * directories become what a client knows them as. Every error reply goes through it. */
 void qvs_scrub(const qv_server *s, char *msg, size_t size);
+/* The same error with vLLM-Omni's top-level fields of a failed voice route beside the error
+ * object: "success": false and "detail" (the message, where FastAPI's HTTPException puts it). */
+enum MHD_Result qvs_reply_error_omni(struct MHD_Connection *c, req *q, int status,
+                                     const char *type, const char *code, const char *param,
+                                     const char *fmt, ...) __attribute__((format(printf, 7, 8)));
 /* The same error while a request body still arrives: written at once and the connection
  * closed (returns MHD_NO). */
 enum MHD_Result qvs_reply_cut(struct MHD_Connection *c, req *q, int status, const char *type,

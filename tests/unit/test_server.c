@@ -407,7 +407,8 @@ static void test_voices(void **state) {
     }
     assert_int_equal(curl(&g_srv, NULL, "SRV/v1/models"), 200);
     assert_non_null(strstr(g_body, "\"object\":\"list\""));
-    assert_non_null(strstr(g_body, "\"id\":\"tiny-cv\""));
+    assert_non_null(strstr(g_body, "\"id\":\"tiny-cv\",\"object\":\"model\""));
+    assert_non_null(strstr(g_body, "\"root\":\"tiny-cv\",\"parent\":null"));
     assert_int_equal(curl(&g_srv, NULL, "-X POST SRV/v1/models"), 405);
     assert_int_equal(curl(&g_srv, NULL, "SRV/v1/audio/voices/henry"), 200);
     assert_non_null(strstr(g_body, id));
@@ -472,6 +473,11 @@ static void test_voices(void **state) {
     cJSON_Delete(o);
     assert_int_equal(curl(&g_srv, NULL, "-X DELETE SRV/v1/audio/voices/%s", id), 404);
     assert_string_equal(error_code(), "voice_not_found");
+    /* and vLLM-Omni's 404: success false, FastAPI's detail "Voice 'NAME' not found" */
+    o = cJSON_Parse(g_body);
+    assert_true(cJSON_IsFalse(cJSON_GetObjectItem(o, "success")));
+    assert_non_null(strstr(cJSON_GetStringValue(cJSON_GetObjectItem(o, "detail")), "not found"));
+    cJSON_Delete(o);
     /* no temporaries left by any of the above; the text side went with the last voice */
     assert_int_equal(count_files(dir, ""), 1);
     snprintf(stored, sizeof stored, "%s/.textside", dir);
