@@ -112,6 +112,9 @@ static cJSON *result_json(int i, const qvs_job_result *r) {
     cJSON_AddNumberToObject(u, "input_tokens", r->input_tokens);
     cJSON_AddNumberToObject(u, "output_tokens", r->output_tokens);
     cJSON_AddNumberToObject(u, "total_tokens", r->input_tokens + r->output_tokens);
+    cJSON *d = cJSON_AddObjectToObject(u, "input_token_details");
+    cJSON_AddNumberToObject(d, "text_tokens", r->input_tokens - r->audio_tokens);
+    cJSON_AddNumberToObject(d, "audio_tokens", r->audio_tokens);
     if (r->warning[0]) cJSON_AddStringToObject(o, "warning", r->warning);
     return o;
 }

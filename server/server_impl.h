@@ -255,6 +255,7 @@ typedef struct {
     const char *media_type; /* of its response_format */
     char warning[512];      /* "" or the synthesis's warning (instruct dropped, ...) */
     int input_tokens, output_tokens; /* usage */
+    int audio_tokens;                /* of input_tokens: the ICL reference's frames */
 } qvs_job_result;
 /* Waits for a started whole job (cancelling it when the client leaves or the deadline passes)
  * and encodes its audio: 0 (*res set), -1 the client left. */
@@ -306,6 +307,7 @@ typedef struct {
     char path[4096];
     char id[65];
     int fd;
+    int icl_frames; /* its ICL reference's frames (usage's audio_tokens); 0 without ICL */
 } qvs_voice_ref;
 /* The library voice with this id or META name that key k may use; 0, or -1 when none (or it
  * cannot be put together). Close r with qvs_voice_ref_close. */

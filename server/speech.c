@@ -23,6 +23,7 @@ typedef struct job {
     pthread_cond_t cv;
     qv_server *s;
     int slot, refs, format, stream, n_tokens; /* n_tokens: usage.input_tokens */
+    int n_audio_tokens; /* of n_tokens: the ICL reference's frames (vLLM-Omni's audio_tokens) */
     double deadline, max_seconds, speed;
     struct MHD_Connection *conn; /* for disconnect checks while waiting */
     /* request (owned strings) */
@@ -598,8 +599,8 @@ static int parse_sampling(const qv_server *s, cJSON *o, fields *f, qv_params *p,
     return 0;
 }
 
-/* usage.input_tokens: the input and the instructions in the model's own tokens, as vLLM-Omni
- * counts its text_tokens (a reference clip's codes are not counted). */
+/* usage's text tokens: the input and the instructions in the model's own tokens, as vLLM-Omni
+ * counts its text_tokens (parse adds the reference's frames, its audio_tokens). */
 static int count_tokens(const fields *f, job *j, verdict *v) {
     const char *const texts[2] = {f->input, f->instr};
     const char *const names[2] = {"input", "instructions"};
@@ -662,6 +663,13 @@ static int parse(qv_server *s, struct MHD_Connection *c, const api_key *k, const
                       .n_embedding = f.emb ? qv_model_hidden_size(f.m) : 0};
         if (qvs_ref_get(s, c, j->deadline, &r, &j->ref, v)) goto out;
     }
+    /* vLLM-Omni's input_token_details.audio_tokens: the reference frames ICL puts in the prompt
+     * (0 for a preset, an x-vector-only reference or voice) */
+    if (j->ref && qv_voice_has_icl(qvs_ref_voice(j->ref)))
+        qv_voice_ref_codes(qvs_ref_voice(j->ref), &j->n_audio_tokens);
+    else if (f.voice && !f.speaker)
+        j->n_audio_tokens = f.vr->icl_frames;
+    j->n_tokens += j->n_audio_tokens;
     /* the outputs name the voice: a library voice by its id (its file's SHA-256, as
      * qv_voice_id), a reference by its cached voice's, a preset speaker by name */
     j->prov = qv_provenance_of(f.m, j->ref ? qvs_ref_voice(j->ref) : NULL, f.speaker);
@@ -811,8 +819,10 @@ static ssize_t read_stream(void *cls, uint64_t pos, char *buf, size_t max) {
                 snprintf(ev, sizeof ev,
                          "event: speech.audio.done\ndata: {\"type\":\"speech.audio.done\","
                          "\"usage\":{\"input_tokens\":%d,"
-                         "\"output_tokens\":%d,\"total_tokens\":%d}}\n\n",
-                         j->n_tokens, j->stats.n_frames, j->n_tokens + j->stats.n_frames);
+                         "\"output_tokens\":%d,\"total_tokens\":%d,\"input_token_details\":"
+                         "{\"text_tokens\":%d,\"audio_tokens\":%d}}}\n\n",
+                         j->n_tokens, j->stats.n_frames, j->n_tokens + j->stats.n_frames,
+                         j->n_tokens - j->n_audio_tokens, j->n_audio_tokens);
             else {
                 cJSON *e = cJSON_CreateObject(), *in = cJSON_AddObjectToObject(e, "error");
                 char msg[700];
@@ -982,6 +992,7 @@ int qvs_job_finish(job *j, qvs_job_result *res) {
     memset(res, 0, sizeof *res);
     if (wait_job(j, 0) < 0) return -1;
     res->input_tokens = j->n_tokens;
+    res->audio_tokens = j->n_audio_tokens;
     res->output_tokens = j->stats.n_frames;
     snprintf(res->warning, sizeof res->warning, "%s", j->stats.warning);
     res->media_type = qv_format_mime(j->format);

@@ -59,6 +59,9 @@ try {
     if (!(done[0].usage && done[0].usage.output_tokens > 0)) fail('done event without usage');
     // the input's tokens with the model's tokenizer (7), not its 30 characters
     if (done[0].usage.input_tokens !== 7) fail(`usage.input_tokens ${done[0].usage.input_tokens}, expected 7`);
+    // vLLM-Omni's split: all text, no reference frames for a preset speaker
+    const d = done[0].usage.input_token_details;
+    if (!d || d.text_tokens !== 7 || d.audio_tokens !== 0) fail(`input_token_details ${JSON.stringify(d)}`);
     fs.writeFileSync(out, Buffer.concat(deltas.map((e) => Buffer.from(e.audio, 'base64'))));
     console.log(`deltas ${deltas.length}`);
   } else if (mode === 'ref') {

@@ -1597,6 +1597,29 @@ static void test_ref_audio(void **state) {
     assert_true(metric(&g_extra, "qvoice_ref_cache_misses_total ") == 1);
     assert_true(metric(&g_extra, "qvoice_ref_cache_hits_total ") == 1);
     assert_true(metric(&g_extra, "qvoice_ref_cache_entries ") == 1);
+    /* vLLM-Omni's usage: an ICL voice's reference frames are input_token_details.audio_tokens
+     * (the ~12 s window: 140-160 frames), counted in input_tokens beside the text's 3 */
+    assert_int_equal(sh("bin/clone -m %s %s -o %s/icl.qvoice --consent test --icl-window 0-12 -t "
+                        "'One dollar and eighty-seven cents. That was all. And sixty cents of it "
+                        "was in pennies, saved one and two at a time by bulldozing the grocer.' "
+                        ">/dev/null 2>&1",
+                        g_base, CLIP, tmp_dir),
+                     0);
+    snprintf(args, sizeof args, "%s/icl.qvoice", tmp_dir);
+    assert_int_equal(py(&g_extra, "upload %s name=iclvoice consent=yes", args), 0);
+    assert_true(!strncmp(g_body, "200 ", 4));
+    assert_int_equal(curl(&g_extra, NULL, "-d '{\"input\":\"Hello there.\",\"voice\":\"iclvoice\","
+                                          "\"max_seconds\":0.3,\"response_format\":\"pcm\","
+                                          "\"stream\":true}' SRV/v1/audio/speech"),
+                     200);
+    const char *u = strstr(g_body, "\"usage\":{\"input_tokens\":");
+    int in = 0, text = 0, audio = 0;
+    assert_true(u && sscanf(u, "\"usage\":{\"input_tokens\":%d,", &in) == 1);
+    u = strstr(u, "\"input_token_details\":");
+    assert_true(u && sscanf(u, "\"input_token_details\":{\"text_tokens\":%d,\"audio_tokens\":%d",
+                            &text, &audio) == 2);
+    print_message("ICL voice: input_tokens %d = text %d + audio %d\n", in, text, audio);
+    assert_true(text == 3 && audio >= 140 && audio <= 160 && in == text + audio);
     if (g_npm) { /* the official client passes vLLM-Omni's fields through: a third hit */
         assert_int_equal(sh("node tests/server/openai_speech.mjs http://127.0.0.1:%d ref %s %s",
                             g_extra.port, tmp_path("npm.pcm"), CLIP),
