@@ -270,10 +270,10 @@ static void test_errors(void **state) {
     static const char *const want[] = {
         "type",           "type",   "input", "response_format", "stream_audio", "temperature",
         "voice",          "style_strength",  "colour", /* a field of no API: never ignored */
-        "text",           "text",   "invalid_type"};
+        "split_granularity", "text",        "text",  "invalid_type"};
     cJSON *e = cJSON_GetObjectItem(o, "errors");
-    assert_int_equal(cJSON_GetArraySize(e), 12);
-    for (int i = 0; i < 12; i++)
+    assert_int_equal(cJSON_GetArraySize(e), 13);
+    for (int i = 0; i < 13; i++)
         assert_string_equal(str_at(e, i), want[i]);
     assert_string_equal(cJSON_GetObjectItem(o, "pong")->valuestring, "hi");
     assert_int_equal(cJSON_GetObjectItem(o, "close")->valueint, 1000);
@@ -409,7 +409,8 @@ static void test_aac(void **state) {
     if (!g_npm || sh("ffprobe -version >/dev/null 2>&1")) skip();
     assert_int_equal(sh("rm -f %s/s*.pcm", tmp_dir), 0);
     cJSON *o = client(&g_srv, "", "stream '%s' '%s' %s",
-                      "{\"response_format\":\"aac\",\"seed\":7,\"max_seconds\":0.4}",
+                      "{\"response_format\":\"aac\",\"seed\":7,\"max_seconds\":0.4,"
+                      "\"split_granularity\":\"sentence\"}",
                       "Hello there. How are you?", tmp_dir);
     assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(o, "sentences")), 2);
     assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(o, "errors")), 0);
