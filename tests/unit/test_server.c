@@ -799,19 +799,84 @@ static void test_textside(void **state) {
     assert_int_equal(sh("cmp -s %s %s", tmp_path("ts-part.wav"), tmp_path("ts-whole.wav")), 0);
 }
 
-/* A %0A in a URL is logged escaped, not as a line of its own. */
-/* Two servers on one voices directory, uploading and deleting voices of one model at once: A
- * deletes each of its uploads at once (its index keeps dropping to no user of the shared text
- * side, which it used to remove then) while B's uploads need that text side. Afterwards each of
- * B's 20 voices downloads whole through A (sha256 = id), the one text side is there, and it goes
- * with the last voice. */
+/* Starts sv as server_start does, with tests/tools/slow_textside.c preloaded: its removals of a
+ * shared text side announce themselves in tmp_dir/ts-unlink and take ms longer. ASan must not
+ * insist on coming first in the library list (the shim carries no sanitizer). */
+static int server_start_slow_textside(server *sv, const char *name, const char *args, int ms) {
+    char delay[32], asan[1024];
+    const char *old = getenv("ASAN_OPTIONS");
+    snprintf(asan, sizeof asan, "%s%sverify_asan_link_order=0", old ? old : "", old ? ":" : "");
+    char *saved = old ? strdup(old) : NULL;
+    snprintf(delay, sizeof delay, "%d", ms);
+    setenv("LD_PRELOAD", test_built("tests/tools/slow_textside.so"), 1);
+    setenv("QV_SLOW_TEXTSIDE_MS", delay, 1);
+    setenv("QV_SLOW_TEXTSIDE_MARK", tmp_path("ts-unlink"), 1);
+    setenv("ASAN_OPTIONS", asan, 1);
+    int rc = server_start(sv, name, args);
+    unsetenv("LD_PRELOAD");
+    unsetenv("QV_SLOW_TEXTSIDE_MS");
+    unsetenv("QV_SLOW_TEXTSIDE_MARK");
+    if (saved) setenv("ASAN_OPTIONS", saved, 1);
+    else unsetenv("ASAN_OPTIONS");
+    free(saved);
+    return rc;
+}
+
+/* Two servers on one voices directory, uploading and deleting voices of one model at once, each
+ * removal of the shared text side slowed by the shim (1.5 s: the window between a server's
+ * decision to remove it and the removal, microseconds in production).
+ * Aimed: A deletes its only voice (no part on disk names the text side any more) and, while its
+ * removal is under way, B stores a voice of the same model. B's voice must download whole: B
+ * either finds the text side before A decides (A then sees B's part and keeps it) or writes it
+ * after A removed it. The code before the lock on DIR/.textside/.lock failed here: A's index had
+ * no user left, B found the file still there and wrote only its part, A removed the file.
+ * Then at random: A uploads and deletes 20 voices while B uploads 20; each of B's voices
+ * downloads whole through A (sha256 = id), the one text side is there, and it goes with the last
+ * voice. */
 static void test_textside_shared(void **state) {
     (void)state;
     char args[2048];
     assert_int_equal(sh("rm -rf %s/ts3 && mkdir %s/ts3", tmp_dir, tmp_dir), 0);
     snprintf(args, sizeof args, "-m %s --voices %s/ts3", g_cv, tmp_dir);
-    assert_int_equal(server_start(&g_extra, "ts3a", args), 0);
-    assert_int_equal(server_start(&g_extra2, "ts3b", args), 0);
+    assert_int_equal(server_start_slow_textside(&g_extra, "ts3a", args, WAIT(1500)), 0);
+    assert_int_equal(server_start_slow_textside(&g_extra2, "ts3b", args, WAIT(1500)), 0);
+    edited_voice(tmp_path("ts3-ra.qvoice"), "ra", 0.5f);
+    edited_voice(tmp_path("ts3-rb.qvoice"), "rb", 0.75f);
+    assert_int_equal(curl(&g_extra, NULL, "-F audio_sample=@%s -F consent=yes "
+                                          "SRV/v1/audio/voices", tmp_path("ts3-ra.qvoice")), 200);
+    unlink(tmp_path("ts-unlink"));
+    assert_int_equal(
+        sh("(curl -s -o /dev/null -w '%%{http_code}' --max-time %d -X DELETE "
+           "http://127.0.0.1:%d/v1/audio/voices/ra > %s) & "
+           "for i in $(seq %d); do [ -e %s ] && break; sleep 0.1; done; [ -e %s ] && "
+           "curl -s -o %s -w '%%{http_code}' --max-time %d -F audio_sample=@%s -F consent=yes "
+           "http://127.0.0.1:%d/v1/audio/voices > %s; rc=$?; wait; exit $rc",
+           WAIT(60), g_extra.port, tmp_path("ts3-del"), WAIT(300), tmp_path("ts-unlink"),
+           tmp_path("ts-unlink"), tmp_path("ts3-up.json"), WAIT(60), tmp_path("ts3-rb.qvoice"),
+           g_extra2.port, tmp_path("ts3-up")),
+        0);
+    char code[16], reply[1024];
+    slurp(tmp_path("ts3-del"), code, sizeof code);
+    assert_string_equal(code, "200");
+    slurp(tmp_path("ts3-up"), code, sizeof code);
+    assert_string_equal(code, "200");
+    slurp(tmp_path("ts3-up.json"), reply, sizeof reply);
+    cJSON *uploaded = cJSON_Parse(reply);
+    char rb[65] = "";
+    snprintf(rb, sizeof rb, "%s",
+             uploaded ? cJSON_GetStringValue(cJSON_GetObjectItem(uploaded, "id")) : "");
+    cJSON_Delete(uploaded);
+    assert_int_equal(strlen(rb), 64);
+    for (int k = 0; k < 2; k++) {
+        assert_int_equal(curl(k ? &g_extra2 : &g_extra, tmp_path("ts3.qvoice"),
+                              "'SRV/v1/audio/voices/rb?download=1'"),
+                         200);
+        assert_int_equal(
+            sh("test \"$(sha256sum < %s | cut -c1-64)\" = %s", tmp_path("ts3.qvoice"), rb), 0);
+    }
+    assert_int_equal(sh("test $(ls %s/ts3/.textside | wc -l) -eq 1", tmp_dir), 0);
+    assert_int_equal(curl(&g_extra2, NULL, "-X DELETE SRV/v1/audio/voices/rb"), 200);
+    assert_int_equal(sh("test $(ls %s/ts3/.textside | wc -l) -eq 0", tmp_dir), 0);
     char up[1024];
     snprintf(up, sizeof up, "curl -s -o /dev/null --max-time %d -F audio_sample=@%s -F consent=yes",
              WAIT(60), g_voice);
@@ -845,6 +910,7 @@ static void test_textside_shared(void **state) {
     assert_int_equal(server_stop(&g_extra), 0);
 }
 
+/* A %0A in a URL is logged escaped, not as a line of its own. */
 static void test_log_escaped(void **state) {
     (void)state;
     assert_int_equal(curl(&g_srv, NULL, "'SRV/nope%%0A2026-01-01T00:00:00Z%%20GET%%20/forged'"),
