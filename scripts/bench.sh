@@ -53,7 +53,7 @@ gen_med() {
 # wall + decoder CPU - wall of the 100-frame run with audio) / decoder CPU, clamped to [0, 1]
 hidden_of() { awk -v g="$1" -v d="$2" -v s="$3" 'BEGIN {
     dt = d * 100 / 1000; h = (g + dt - s * 8) / dt; if (h < 0) h = 0; if (h > 1) h = 1;
-    printf "%.0f %%", 100 * h }'; }
+    printf "%.0f%%", 100 * h }'; }
 
 # Side by side with the pure-C engine (QVOICE_REF_ENGINE: its binary, built outside this repo; it
 # is only a stopwatch). Same model, text, speaker, threads and 100 frames, output to a file, wall
