@@ -44,9 +44,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                     strlen(carry) >= QV_TEXT_CARRY_BYTES || (carry[0] && carry[0] != '[')))
         abort();
     if (clauses != pieces ||
-        (!clauses && (cut_c < cut || cut_c > strlen(text) || (text[cut_c] & 0xC0) == 0x80 ||
-                      strlen(carry_c) >= QV_TEXT_CARRY_BYTES ||
-                      (cut_c == cut && strcmp(carry, carry_c)))))
+        (!clauses &&
+         (cut_c < cut || cut_c > strlen(text) || (text[cut_c] & 0xC0) == 0x80 ||
+          strlen(carry_c) >= QV_TEXT_CARRY_BYTES || (cut_c == cut && strcmp(carry, carry_c)))))
         abort();
     if (qve_text_chunk(&l, text, max, sp, err, sizeof err)) {
         if (l.n_chunks || !err[0]) abort();
