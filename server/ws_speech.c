@@ -24,6 +24,7 @@
 
 #define LINGER_S 1.0 /* after our close frame, how long the client's reply is awaited */
 #define QUEUED_MAX 8 /* text waiting to be spoken, in buffers of the pending limit */
+#define SPACES " \t\r\n\f\v" /* trimmed from a piece's ends */
 
 /* ==== types ================================================================================== */
 
@@ -262,9 +263,9 @@ static int enqueue(session *w, enum item_kind kind, const char *text, size_t n) 
     if (!it) return -1;
     it->kind = kind;
     if (kind == ITEM_SENTENCE) {
-        while (n && strchr(" \t\r\n\f\v", text[n - 1]))
+        while (n && strchr(SPACES, text[n - 1]))
             n--;
-        while (n && strchr(" \t\r\n\f\v", *text))
+        while (n && strchr(SPACES, *text))
             text++, n--;
         cJSON *o = w->config ? cJSON_Duplicate(w->config, 1) : cJSON_CreateObject();
         it->text = strndup(text, n);
@@ -296,7 +297,7 @@ static int refuse(session *w, const char *code, const char *param, const char *m
 /* Is pending[from, n) all white space? */
 static int blank(const char *p, size_t from, size_t n) {
     for (size_t i = from; i < n; i++)
-        if (!strchr(" \t\r\n\f\v", p[i])) return 0;
+        if (!strchr(SPACES, p[i])) return 0;
     return 1;
 }
 
@@ -364,10 +365,11 @@ static int configure(session *w, cJSON *o) {
     cJSON *sg = cJSON_GetObjectItemCaseSensitive(o, "split_granularity");
     enum split split = SPLIT_SENTENCE;
     if (sg && !cJSON_IsNull(sg)) {
+        const int n = sizeof split_names / sizeof *split_names;
         int i = 0;
-        while (cJSON_IsString(sg) && i < 3 && strcmp(sg->valuestring, split_names[i]))
+        while (cJSON_IsString(sg) && i < n && strcmp(sg->valuestring, split_names[i]))
             i++;
-        if (!cJSON_IsString(sg) || i == 3)
+        if (!cJSON_IsString(sg) || i == n)
             return refuse(w, "invalid_value", "split_granularity",
                           "split_granularity: expected none, sentence or clause");
         split = (enum split)i;
@@ -416,7 +418,7 @@ static int configure(session *w, cJSON *o) {
 static void count_chars(const char *p, size_t *n_chars, size_t *n_spoken) {
     for (; *p; p++) {
         if (((unsigned char)*p & 0xC0) == 0x80) continue;
-        int space = strchr(" \t\r\n\f\v", *p) != NULL;
+        int space = strchr(SPACES, *p) != NULL;
         if (space && !*n_chars) continue;
         ++*n_chars;
         if (!space) *n_spoken = *n_chars;
