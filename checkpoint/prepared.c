@@ -6,8 +6,8 @@
  *   64-byte aligned offset.
  * Saving a file also removes the files of its kind whose checkpoint path no longer exists
  * (models made in temporary directories by tests and tools would otherwise leave ~0.5 GB each).
- * Files are written and read so that the page cache holds them in 2 MB folios, which a mapping
- * takes one page-table entry each (mapping 555 MB: 45 ms of CPU in 4 KB pages, 0.5 ms so).
+ * Files are written (qvu_wfile_stream_large) and read (MADV_HUGEPAGE) so that the page cache
+ * holds them in 2 MB folios, which a mapping takes one page-table entry each.
  */
 #include "checkpoint/prepared.h"
 
@@ -29,7 +29,6 @@
 static const char k_magic[8] = {'Q', 'V', 'P', 'R', 'E', 'P', '0', '2'};
 #define ALIGN 64
 #define MAX_ARRAYS 4096
-#define FOLIO ((size_t)2 << 20) /* x86-64's huge page: the page cache's largest folio */
 
 typedef struct {
     char magic[8];
@@ -225,13 +224,10 @@ int qvm_prep_save(const qvm_prep_id *id, const qvm_prep_array *a, int n) {
     h.file_size = off;
     qvu_wfile *w = NULL;
     FILE *f = NULL;
-    /* A buffer of one folio: stdio then writes whole folios at folio-aligned offsets, and the
-     * page cache keeps what it wrote in 2 MB folios (written array by array, the arrays'
-     * unaligned ends broke it into small ones, mapped 4 KB at a time by every later load). */
-    char *buf = malloc(FOLIO);
-    int bad = !buf || mkdirs(dir) || qvu_wfile_open(&w, id->path, err, sizeof err) ||
-              !(f = qvu_wfile_stream(w)) || setvbuf(f, buf, _IOFBF, FOLIO) ||
-              fwrite(&h, sizeof h, 1, f) != 1 ||
+    /* large: written array by array through stdio's 4 KB buffer, the arrays' unaligned ends
+     * broke the page cache's folios into small ones, mapped 4 KB at a time by every load */
+    int bad = mkdirs(dir) || qvu_wfile_open(&w, id->path, err, sizeof err) ||
+              !(f = qvu_wfile_stream_large(w)) || fwrite(&h, sizeof h, 1, f) != 1 ||
               fwrite(tab, sizeof *tab * 2, (size_t)n, f) != (size_t)n;
     static const char zeros[ALIGN];
     size_t at = sizeof h + sizeof *tab * 2 * (size_t)n;
@@ -244,11 +240,8 @@ int qvm_prep_save(const qvm_prep_id *id, const qvm_prep_array *a, int n) {
     free(tab);
     if (bad) {
         qvu_wfile_abort(w);
-        free(buf);
         return -1;
     }
     sweep(dir, slash + 1);
-    const int rc = qvu_wfile_commit(w, err, sizeof err) ? -1 : 0;
-    free(buf); /* after the stream's close in commit */
-    return rc;
+    return qvu_wfile_commit(w, err, sizeof err) ? -1 : 0;
 }
