@@ -145,6 +145,15 @@ $(B)/tests/test_server_replay $(B)/tests/test_server_ws: $(B)/tests/%: $(B)/test
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIB) -lmicrohttpd $(LIBS) -lcmocka
 
+# test_server's text-side race: an LD_PRELOAD shim that slows the removal of a shared text side
+# (tests/tools/slow_textside.c), built without the sanitizers whatever CFLAGS say, as it is
+# loaded in front of them.
+SLOW_TEXTSIDE := $(B)/tests/tools/slow_textside.so
+$(SLOW_TEXTSIDE): tests/tools/slow_textside.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS_ALL) $(WARN) -O1 -g -fPIC -shared -o $@ $< -ldl
+$(B)/tests/test_server: | $(SLOW_TEXTSIDE)
+
 $(B)/examples/%: $(B)/examples/%.o $(LIB)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIB) $(LIBS)
 
