@@ -113,23 +113,26 @@ enum qv_status qva_aac_available(void) {
 
 #if HAVE_AVCODEC
 #define ADTS_BYTES 7
-#define SF_INDEX_24K 6 /* ISO 14496-3 §1.6.3.4: 96000, 88200, 64000, 48000, 44100, 32000, 24000 */
+/* ISO 14496-3 §1.6.3.4: the sampling frequency index is the position in this table */
+static const int adts_rates[] = {96000, 88200, 64000, 48000, 44100, 32000, 24000,
+                                 22050, 16000, 12000, 11025, 8000,  7350};
 
 struct qva_aac {
     AVCodecContext *ctx;
     AVFrame *frame;
     AVPacket *pkt;
-    int filled;  /* samples in frame */
+    int rate_index; /* in adts_rates */
+    int filled;     /* samples in frame */
     int64_t pts; /* samples sent */
 };
 
 /* One ADTS header (ISO 14496-3 §1.A.2.2: MPEG-4, no CRC, AAC LC, one channel) before a
  * payload of n bytes. */
-static void adts_header(uint8_t h[ADTS_BYTES], int n) {
+static void adts_header(uint8_t h[ADTS_BYTES], int rate_index, int n) {
     const unsigned len = (unsigned)n + ADTS_BYTES;
     h[0] = 0xFF;
     h[1] = 0xF1;                                       /* sync, MPEG-4, layer 0, no CRC */
-    h[2] = (uint8_t)((2 - 1) << 6 | SF_INDEX_24K << 2); /* profile LC, 24 kHz, channels' top bit 0 */
+    h[2] = (uint8_t)((2 - 1) << 6 | rate_index << 2); /* profile LC, the rate, channels' top bit 0 */
     h[3] = (uint8_t)(1 << 6 | len >> 11);               /* one channel, frame length's top bits */
     h[4] = (uint8_t)(len >> 3);
     h[5] = (uint8_t)((len & 7) << 5 | 0x1F); /* buffer fullness 0x7FF: variable rate */
@@ -142,7 +145,7 @@ static enum qv_status drain(qva_aac *a, qv_write_fn fn, void *user) {
     while ((rc = av.avcodec_receive_packet(a->ctx, a->pkt)) == 0) {
         uint8_t h[ADTS_BYTES];
         const int n = a->pkt->size;
-        adts_header(h, n);
+        adts_header(h, a->rate_index, n);
         const int bad = n > 8191 - ADTS_BYTES || fn(user, h, ADTS_BYTES) ||
                         fn(user, a->pkt->data, (size_t)n);
         av.av_packet_unref(a->pkt);
@@ -163,22 +166,28 @@ static enum qv_status send_frame(qva_aac *a, qv_write_fn fn, void *user) {
     return drain(a, fn, user);
 }
 
-enum qv_status qva_aac_new(qva_aac **out, int bit_rate) {
+enum qv_status qva_aac_new(qva_aac **out, int bit_rate, int sample_rate_hz) {
     *out = NULL;
     enum qv_status st = qva_aac_available();
     if (st) return st;
+    int index = 0;
+    while (index < (int)(sizeof adts_rates / sizeof *adts_rates) && adts_rates[index] != sample_rate_hz)
+        index++;
+    if (index == (int)(sizeof adts_rates / sizeof *adts_rates))
+        return qvu_failf(QV_E_UNSUPPORTED, "aac: no ADTS index for %d Hz", sample_rate_hz);
     qva_aac *a = calloc(1, sizeof *a);
     const AVCodec *codec = av.avcodec_find_encoder(AV_CODEC_ID_AAC);
     if (!a || !(a->ctx = av.avcodec_alloc_context3(codec)) || !(a->frame = av.av_frame_alloc()) ||
         !(a->pkt = av.av_packet_alloc()))
         return qva_aac_free(a), qvu_fail(QV_E_NOMEM, "aac: out of memory");
+    a->rate_index = index;
     AVCodecContext *c = a->ctx;
     c->sample_fmt = AV_SAMPLE_FMT_FLTP; /* planar float: mono is one plane of our samples */
-    c->sample_rate = QVA_SAMPLE_RATE_HZ;
+    c->sample_rate = sample_rate_hz;
     c->ch_layout = (AVChannelLayout)AV_CHANNEL_LAYOUT_MONO;
     c->bit_rate = bit_rate;
     c->thread_count = 1; /* one thread: the same bytes every time (streamed == whole) */
-    c->time_base = (AVRational){1, QVA_SAMPLE_RATE_HZ};
+    c->time_base = (AVRational){1, sample_rate_hz};
     if (av.avcodec_open2(c, codec, NULL) < 0)
         return qva_aac_free(a), qvu_failf(QV_E_UNSUPPORTED, "aac: cannot open the encoder at %d "
                                                             "bit/s", bit_rate);
@@ -230,7 +239,7 @@ void qva_aac_free(qva_aac *a) {
 struct qva_aac {
     int unused;
 };
-enum qv_status qva_aac_new(qva_aac **out, int bit_rate) {
+enum qv_status qva_aac_new(qva_aac **out, int bit_rate, int sample_rate_hz) {
     *out = NULL;
     return qva_aac_available();
 }

@@ -4,11 +4,13 @@
  * into memory; AAC through aac.c's frames (streamable too), behind an ID3v2 tag written here. qv_pcm_s16le is the only float → 16-bit conversion of the project. Every path
  * marks the samples first (qv_watermark) and tags the container with the output's provenance
  * (docs/provenance.md), unless given no qv_provenance; a WAV's tags sit before its data chunk so
- * that a stream carries them too.
+ * that a stream carries them too. Another output rate is made last, from the marked 24 kHz
+ * samples, by one streaming resampler for whole files and streams alike.
  */
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <samplerate.h>
 #include <sndfile.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,6 +69,29 @@ int qv_format_writable(int f) {
     if (!sf_formats[f] || sf_format_check(&info)) return 1;
     qvu_failf(QV_E_UNSUPPORTED, "%s: this build's libsndfile cannot write it", names[f]);
     return 0;
+}
+
+/* The rates lame (MPEG-1, 2, 2.5 layer III) and AAC's ADTS index share within our bounds, and
+ * Opus's (RFC 6716 §2). */
+static const int mpeg_rates[] = {8000, 11025, 12000, 16000, 22050, 24000, 32000, 44100, 48000, 0};
+static const int opus_rates[] = {8000, 12000, 16000, 24000, 48000, 0};
+
+enum qv_status qv_format_rate_check(int f, int hz) {
+    if (!valid(f)) return qvu_failf(QV_E_INVALID, "format %d: unknown", f);
+    if (hz < QV_OUT_RATE_MIN_HZ || hz > QV_OUT_RATE_MAX_HZ)
+        return qvu_failf(QV_E_INVALID, "sample_rate %d: expected %d to %d", hz, QV_OUT_RATE_MIN_HZ,
+                         QV_OUT_RATE_MAX_HZ);
+    const int *set = f == QV_FORMAT_OPUS                         ? opus_rates
+                     : f == QV_FORMAT_MP3 || f == QV_FORMAT_AAC ? mpeg_rates
+                                                                 : NULL;
+    if (!set) return QV_OK;
+    char list[128];
+    size_t n = 0;
+    for (int i = 0; set[i]; i++) {
+        if (set[i] == hz) return QV_OK;
+        n += (size_t)snprintf(list + n, sizeof list - n, "%s%d", i ? ", " : "", set[i]);
+    }
+    return qvu_failf(QV_E_INVALID, "sample_rate %d: %s takes %s", hz, names[f], list);
 }
 
 int qv_format_progressive(int f) {
@@ -202,16 +227,17 @@ static void put_text_chunk(uint8_t *h, size_t *n, const char *id, const char *te
     if (len & 1) h[(*n)++] = 0;
 }
 
-/* The header of a 16-bit mono 24 kHz WAV of n_samples (< 0, or more than a RIFF size holds:
+/* The header of a 16-bit mono WAV at hz of n_samples (< 0, or more than a RIFF size holds:
  * unknown length, as a stream writes it) into h; returns its length, the same for any n_samples. */
-static size_t wav_header(uint8_t h[WAV_HEADER_MAX_BYTES], int64_t n_samples, const tags *t) {
+static size_t wav_header(uint8_t h[WAV_HEADER_MAX_BYTES], int hz, int64_t n_samples,
+                         const tags *t) {
     size_t n = 36;
     memcpy(h, "RIFF", 4);
     memcpy(h + 8, "WAVEfmt ", 8);
     put32(h + 16, 16);
     put32(h + 20, 1 | (1u << 16)); /* PCM, mono */
-    put32(h + 24, QV_SAMPLE_RATE_HZ);
-    put32(h + 28, QV_SAMPLE_RATE_HZ * 2);
+    put32(h + 24, (uint32_t)hz);
+    put32(h + 28, (uint32_t)hz * 2);
     put32(h + 32, 2 | (16u << 16)); /* block align, bits */
     if (t->on) {
         char text[TAG_TEXT_BYTES], software[64];
@@ -244,7 +270,7 @@ static size_t wav_header(uint8_t h[WAV_HEADER_MAX_BYTES], int64_t n_samples, con
 /* ID3v2.4 (id3.org/id3v2.4.0-structure) in front of the ADTS frames, as an MP3 carries it and
  * FFmpeg's ADTS reader skips and reads (ffprobe shows it): TSSE the software, TDRC the creation
  * time, COMM the comment with the key set. UTF-8 text (the key set is ASCII). */
-#define AAC_BIT_RATE 96000 /* AAC-LC, mono speech at 24 kHz */
+#define AAC_BIT_RATE 96000 /* AAC-LC, mono speech at 24 kHz (and the other rates) */
 #define ID3_MAX_BYTES (10 + (11 + 64) + (11 + 32) + (15 + TAG_TEXT_BYTES + 32)) /* TSSE TDRC COMM */
 
 static void put_syncsafe(uint8_t *p, size_t v) { /* 7 bits per byte, big-endian */
@@ -370,9 +396,9 @@ static int mem_append(void *u, const void *p, size_t n) {
 }
 
 /* An AAC file: the tag (unless raw), then the frames of pcm. */
-static enum qv_status encode_aac(const float *pcm, int64_t n, const tags *t, membuf *b) {
+static enum qv_status encode_aac(int hz, const float *pcm, int64_t n, const tags *t, membuf *b) {
     qva_aac *a;
-    enum qv_status st = qva_aac_new(&a, AAC_BIT_RATE);
+    enum qv_status st = qva_aac_new(&a, AAC_BIT_RATE, hz);
     if (st) return st;
     uint8_t h[ID3_MAX_BYTES];
     if (t->on && mem_append(b, h, id3_tag(h, t)))
@@ -394,9 +420,10 @@ static void set_tags(SNDFILE *sf, const tags *t) {
     sf_set_string(sf, SF_STR_COMMENT, comment);
 }
 
-static enum qv_status encode_sndfile(int f, const float *pcm, int64_t n, const tags *t, membuf *b) {
+static enum qv_status encode_sndfile(int f, int hz, const float *pcm, int64_t n, const tags *t,
+                                     membuf *b) {
     SF_VIRTUAL_IO io = {v_len, v_seek, v_read, v_write, v_tell};
-    SF_INFO info = {.samplerate = QV_SAMPLE_RATE_HZ, .channels = 1, .format = sf_formats[f]};
+    SF_INFO info = {.samplerate = hz, .channels = 1, .format = sf_formats[f]};
     SNDFILE *sf = sf_open_virtual(&io, SFM_WRITE, &info, b);
     if (!sf) return qvu_failf(QV_E_UNSUPPORTED, "%s: %s", names[f], sf_strerror(NULL));
     if (t->on) set_tags(sf, t);
@@ -419,6 +446,58 @@ static enum qv_status encode_sndfile(int f, const float *pcm, int64_t n, const t
     return QV_OK;
 }
 
+/* ==== another output rate =================================================================== */
+
+/* libsamplerate's medium sinc (SNR ~ 121 dB, ~ 90 % of the band) from 24 kHz; its state carries
+ * over from block to block, so a stream's output equals one call on the whole (tested). */
+typedef struct {
+    SRC_STATE *src; /* NULL: 24 kHz out, no resampling */
+    double ratio;
+    float *y; /* the last call's output */
+    size_t cap;
+} resampler;
+
+static enum qv_status resampler_init(resampler *r, int hz) {
+    memset(r, 0, sizeof *r);
+    if (hz == QV_SAMPLE_RATE_HZ) return QV_OK;
+    int err = 0;
+    if (!(r->src = src_new(SRC_SINC_MEDIUM_QUALITY, 1, &err)))
+        return qvu_failf(QV_E_NOMEM, "sample_rate %d: %s", hz, src_strerror(err));
+    r->ratio = (double)hz / QV_SAMPLE_RATE_HZ;
+    return QV_OK;
+}
+
+static void resampler_free(resampler *r) {
+    if (r->src) src_delete(r->src);
+    free(r->y);
+    memset(r, 0, sizeof *r);
+}
+
+/* x[n] (final: the input ends, the converter's delay drained) resampled into r->y; the count
+ * through *n_out. QV_E_NOMEM, QV_E_LIMIT. */
+static enum qv_status resample(resampler *r, const float *x, int64_t n, int final, int64_t *n_out) {
+    size_t got = 0;
+    for (;;) {
+        const size_t need = got + (size_t)((double)n * r->ratio) + 1024;
+        if (need > r->cap) {
+            if (need > SIZE_MAX / (2 * sizeof *r->y)) return qvu_fail(QV_E_LIMIT, "resampling: too many samples");
+            float *q = realloc(r->y, 2 * need * sizeof *q);
+            if (!q) return qvu_failf(QV_E_NOMEM, "resampling %lld samples: out of memory",
+                                     (long long)n);
+            r->y = q, r->cap = 2 * need;
+        }
+        SRC_DATA d = {.data_in = x, .input_frames = (long)n, .data_out = r->y + got,
+                      .output_frames = (long)(r->cap - got), .end_of_input = final,
+                      .src_ratio = r->ratio};
+        const int err = src_process(r->src, &d);
+        if (err) return qvu_failf(QV_E_IO, "resampling: %s", src_strerror(err));
+        x += d.input_frames_used, n -= d.input_frames_used, got += (size_t)d.output_frames_gen;
+        if (n == 0 && (!final || d.output_frames_gen == 0)) break;
+    }
+    *n_out = (int64_t)got;
+    return QV_OK;
+}
+
 /* pcm marked with mark into a new buffer in *marked (NULL, nothing allocated, when mark is
  * QV_WATERMARK_OFF). */
 static enum qv_status mark_copy(const float *pcm, int64_t n, uint32_t mark, float **marked) {
@@ -435,25 +514,37 @@ static enum qv_status mark_copy(const float *pcm, int64_t n, uint32_t mark, floa
 
 enum qv_status qv_audio_encode(int format, const float *pcm, int64_t n_samples,
                                const qv_provenance *prov, uint8_t **out, size_t *n_bytes) {
+    return qv_audio_encode_at(format, QV_SAMPLE_RATE_HZ, pcm, n_samples, prov, out, n_bytes);
+}
+
+enum qv_status qv_audio_encode_at(int format, int hz, const float *pcm, int64_t n_samples,
+                                  const qv_provenance *prov, uint8_t **out, size_t *n_bytes) {
     if (!out || !n_bytes) return qvu_fail(QV_E_INVALID, "qv_audio_encode: NULL argument");
     *out = NULL, *n_bytes = 0;
     if (!valid(format) || n_samples < 0 || (n_samples && !pcm))
         return qvu_failf(QV_E_INVALID, "format %d, %lld samples: invalid", format,
                          (long long)n_samples);
-    if ((uint64_t)n_samples > (SIZE_MAX - WAV_HEADER_MAX_BYTES) / 2)
+    enum qv_status st = qv_format_rate_check(format, hz);
+    if (st) return st;
+    /* at most twice as many samples out (48 kHz) */
+    if ((uint64_t)n_samples > (SIZE_MAX - WAV_HEADER_MAX_BYTES) / 4)
         return qvu_failf(QV_E_LIMIT, "%lld samples: too many", (long long)n_samples);
     tags t;
-    enum qv_status st = tags_of(prov, &t);
-    if (st) return st;
+    if ((st = tags_of(prov, &t))) return st;
     membuf b = {0};
     float *marked;
     if ((st = mark_copy(pcm, n_samples, t.mark, &marked))) return st;
     if (marked) pcm = marked;
-    if (format == QV_FORMAT_AAC) {
-        st = encode_aac(pcm, n_samples, &t, &b);
+    resampler r;
+    if (!(st = resampler_init(&r, hz)) && r.src &&
+        !(st = resample(&r, pcm, n_samples, 1, &n_samples)))
+        pcm = r.y;
+    if (st) {
+    } else if (format == QV_FORMAT_AAC) {
+        st = encode_aac(hz, pcm, n_samples, &t, &b);
     } else if (qv_format_progressive(format)) {
         uint8_t h[WAV_HEADER_MAX_BYTES];
-        const size_t head = format == QV_FORMAT_WAV ? wav_header(h, n_samples, &t) : 0;
+        const size_t head = format == QV_FORMAT_WAV ? wav_header(h, hz, n_samples, &t) : 0;
         if (mem_reserve(&b, head + 2 * (size_t)n_samples)) {
             st = qvu_failf(QV_E_NOMEM, "%s: out of memory", names[format]);
         } else {
@@ -461,8 +552,9 @@ enum qv_status qv_audio_encode(int format, const float *pcm, int64_t n_samples,
             qv_pcm_s16le(pcm, n_samples, b.p + head);
         }
     } else {
-        st = encode_sndfile(format, pcm, n_samples, &t, &b);
+        st = encode_sndfile(format, hz, pcm, n_samples, &t, &b);
     }
+    resampler_free(&r);
     free(marked);
     if (st) return free(b.p), st;
     *out = b.p, *n_bytes = b.len;
@@ -505,11 +597,13 @@ enum qv_status qv_audio_write(const char *path, int format, const float *pcm, in
 /* ==== streams ================================================================================ */
 
 struct qv_encoder {
-    int format;
+    int format, hz;  /* hz: the output rate */
+    resampler rs;    /* to hz from 24 kHz */
     qv_write_fn fn; /* or: */
     void *user;
     FILE *file; /* seekable: the WAV header is rewritten after each block */
-    int64_t n_samples;
+    int64_t n_samples; /* out */
+    int64_t n_in;      /* given */
     int started;  /* the first block (a WAV's header) went out */
     tags tags;
     uint8_t *blk; /* one block: the header (first WAV block) and the samples */
@@ -533,14 +627,31 @@ enum qv_status qv_encoder_new(qv_encoder **out, int format, const qv_provenance 
     enum qv_status st = tags_of(prov, &t);
     if (st) return st;
     qva_aac *aac = NULL;
-    if (format == QV_FORMAT_AAC && (st = qva_aac_new(&aac, AAC_BIT_RATE))) return st;
+    if (format == QV_FORMAT_AAC && (st = qva_aac_new(&aac, AAC_BIT_RATE, QV_SAMPLE_RATE_HZ)))
+        return st;
     qv_encoder *e = calloc(1, sizeof *e);
     if (!e || (t.mark != QV_WATERMARK_OFF && qv_watermark_new(&e->mark, t.mark)))
         return free(e), qva_aac_free(aac), qvu_fail(QV_E_NOMEM, "encoder: out of memory");
     e->aac = aac;
     e->tags = t;
-    e->format = format, e->fn = fn, e->user = user, e->file = file;
+    e->format = format, e->hz = QV_SAMPLE_RATE_HZ, e->fn = fn, e->user = user, e->file = file;
     *out = e;
+    return QV_OK;
+}
+
+enum qv_status qv_encoder_set_rate(qv_encoder *e, int hz) {
+    if (!e) return qvu_fail(QV_E_INVALID, "qv_encoder_set_rate: NULL");
+    if (e->n_in)
+        return qvu_fail(QV_E_INVALID, "sample_rate: set before the first block");
+    enum qv_status st = qv_format_rate_check(e->format, hz);
+    if (st || hz == e->hz) return st;
+    qva_aac *aac = NULL;
+    resampler rs;
+    if (e->aac && (st = qva_aac_new(&aac, AAC_BIT_RATE, hz))) return st;
+    if ((st = resampler_init(&rs, hz))) return qva_aac_free(aac), st;
+    if (e->aac) qva_aac_free(e->aac), e->aac = aac;
+    resampler_free(&e->rs);
+    e->rs = rs, e->hz = hz;
     return QV_OK;
 }
 
@@ -556,7 +667,7 @@ static int update_header(qv_encoder *e) {
     const long end = ftell(e->file);
     if (end < 0 || fseek(e->file, 0, SEEK_SET)) return 0; /* a pipe keeps the unknown length */
     uint8_t h[WAV_HEADER_MAX_BYTES];
-    const size_t n = wav_header(h, e->n_samples, &e->tags);
+    const size_t n = wav_header(h, e->hz, e->n_samples, &e->tags);
     return fwrite(h, 1, n, e->file) != n || fseek(e->file, end, SEEK_SET) ? -1 : 0;
 }
 
@@ -585,7 +696,8 @@ static enum qv_status aac_block(qv_encoder *e, const float *pcm, int n_samples, 
 static enum qv_status write_block(qv_encoder *e, const float *pcm, int n_samples) {
     if (e->aac) return aac_block(e, pcm, n_samples, 0);
     uint8_t h[WAV_HEADER_MAX_BYTES];
-    const size_t head = e->format == QV_FORMAT_WAV && !e->started ? wav_header(h, -1, &e->tags) : 0;
+    const size_t head =
+        e->format == QV_FORMAT_WAV && !e->started ? wav_header(h, e->hz, -1, &e->tags) : 0;
     const size_t need = head + 2 * (size_t)n_samples;
     if (need > e->cap) {
         uint8_t *q = realloc(e->blk, need);
@@ -603,12 +715,18 @@ static enum qv_status write_block(qv_encoder *e, const float *pcm, int n_samples
     return QV_OK;
 }
 
+/* Nothing to send yet: a WAV's header still goes out with the first call. */
+static int nothing_yet(const qv_encoder *e, int64_t n_samples) {
+    return n_samples == 0 && (e->started || e->format != QV_FORMAT_WAV);
+}
+
 /* Marked output goes out as the marker releases it: the first block at once, later ones whole
- * when complete, the held rest at close; the stream equals the whole signal marked
- * (qv_audio_encode). */
+ * when complete, the held rest at close; then resampled as the converter releases it. The stream
+ * equals the whole signal marked and resampled (qv_audio_encode_at). */
 enum qv_status qv_encoder_write(qv_encoder *e, const float *pcm, int n_samples) {
     if (!e || n_samples < 0)
         return qvu_failf(QV_E_INVALID, "qv_encoder_write: %s", e ? "negative length" : "NULL");
+    e->n_in += n_samples;
     if (e->mark && n_samples) {
         if (n_samples > INT_MAX - QV_WATERMARK_DELAY)
             return qvu_failf(QV_E_LIMIT, "%s block: %d samples: too many", names[e->format],
@@ -621,7 +739,14 @@ enum qv_status qv_encoder_write(qv_encoder *e, const float *pcm, int n_samples) 
         }
         n_samples = (int)qv_watermark_apply(e->mark, pcm, n_samples, e->marked);
         pcm = e->marked;
-        if (n_samples == 0 && (e->started || e->format != QV_FORMAT_WAV)) return QV_OK;
+        if (nothing_yet(e, n_samples)) return QV_OK;
+    }
+    if (e->rs.src && n_samples) {
+        int64_t n;
+        const enum qv_status st = resample(&e->rs, pcm, n_samples, 0, &n);
+        if (st) return st;
+        if (nothing_yet(e, n)) return QV_OK;
+        pcm = e->rs.y, n_samples = (int)n;
     }
     return write_block(e, pcm, n_samples);
 }
@@ -630,12 +755,15 @@ enum qv_status qv_encoder_close(qv_encoder *e) {
     if (!e) return QV_OK;
     enum qv_status st = QV_OK;
     float tail[QV_WATERMARK_DELAY];
-    const int n = e->mark ? qv_watermark_flush(e->mark, tail) : 0; /* the held samples */
-    if (e->aac)
-        st = aac_block(e, tail, n, 1);
-    else if (n || (e->format == QV_FORMAT_WAV && !e->started))
-        st = write_block(e, tail, n);
+    const float *last = tail;
+    int64_t n = e->mark ? qv_watermark_flush(e->mark, tail) : 0; /* the held samples */
+    if (e->rs.src && !(st = resample(&e->rs, tail, n, 1, &n))) last = e->rs.y;
+    if (!st && e->aac)
+        st = aac_block(e, last, (int)n, 1);
+    else if (!st && (n || (e->format == QV_FORMAT_WAV && !e->started)))
+        st = write_block(e, last, (int)n);
     qva_aac_free(e->aac);
+    resampler_free(&e->rs);
     free(e->blk);
     free(e->marked);
     qv_watermark_free(e->mark);

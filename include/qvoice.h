@@ -65,6 +65,10 @@ const char *qv_version(void);
 #define QV_CODEBOOK_SIZE 2048 /* a code is in [0, QV_CODEBOOK_SIZE) */
 #define QV_FRAME_RATE_HZ 12.5 /* frames per second of audio */
 #define QV_SAMPLE_RATE_HZ 24000
+/* Output rates the encoders resample to (qv_audio_encode_at, qv_encoder_set_rate): the model
+ * makes QV_SAMPLE_RATE_HZ, marked there, then resampled on the way out. */
+#define QV_OUT_RATE_MIN_HZ 8000
+#define QV_OUT_RATE_MAX_HZ 48000
 #define QV_SAMPLES_PER_FRAME 1920 /* samples of one frame */
 
 /* ==== status ================================================================================= */
@@ -860,6 +864,17 @@ qv_provenance qv_provenance_of(const qv_model *m, const qv_voice *v, const char 
  * struct_size); the detail names the format. */
 enum qv_status qv_audio_encode(int format, const float *pcm, int64_t n_samples,
                                const qv_provenance *prov, uint8_t **out, size_t *n_bytes);
+/* QV_OK when format can be written at sample_rate_hz: QV_OUT_RATE_MIN_HZ..MAX_HZ, and for opus
+ * one of 8000, 12000, 16000, 24000, 48000, for mp3 and aac one of the MPEG rates (8000, 11025,
+ * 12000, 16000, 22050, 24000, 32000, 44100, 48000). Else QV_E_INVALID, the detail
+ * "sample_rate N: ..." naming the values allowed. */
+enum qv_status qv_format_rate_check(int format, int sample_rate_hz);
+/* qv_audio_encode with the marked 24 kHz samples resampled to sample_rate_hz (libsamplerate's
+ * medium sinc; QV_SAMPLE_RATE_HZ: none) before the codec; qv_format_rate_check's statuses too.
+ * qv_audio_encode is this at QV_SAMPLE_RATE_HZ. */
+enum qv_status qv_audio_encode_at(int format, int sample_rate_hz, const float *pcm,
+                                  int64_t n_samples, const qv_provenance *prov, uint8_t **out,
+                                  size_t *n_bytes);
 /* qv_audio_encode into the stream f (flushed; e.g. stdout). Its statuses, or QV_E_IO. */
 enum qv_status qv_audio_write_stream(FILE *f, int format, const float *pcm, int64_t n_samples,
                                      const qv_provenance *prov);
@@ -893,6 +908,10 @@ typedef int (*qv_write_fn)(void *user, const void *data, size_t n_bytes); /* 0 o
 typedef struct qv_encoder qv_encoder;
 enum qv_status qv_encoder_new(qv_encoder **out, int format, const qv_provenance *prov,
                               qv_write_fn fn, void *user, FILE *file);
+/* The stream's output rate (default QV_SAMPLE_RATE_HZ), before the first write: blocks are
+ * marked at 24 kHz, then resampled with state kept across blocks, so the stream's samples equal
+ * qv_audio_encode_at's of the whole. qv_format_rate_check's statuses; QV_E_INVALID after a write. */
+enum qv_status qv_encoder_set_rate(qv_encoder *e, int sample_rate_hz);
 /* Converts and writes one block. QV_E_IO when the sink failed, QV_E_NOMEM. */
 enum qv_status qv_encoder_write(qv_encoder *e, const float *pcm, int n_samples);
 /* Ends the stream (an empty WAV still gets its header, an empty AAC its tag) and frees e; accepts NULL. QV_E_IO when

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <samplerate.h>
 #include <sndfile.h>
 
 #include "include/qvoice.h"
@@ -271,6 +272,120 @@ static void test_every_format(void **st) {
     free(s16), free(x);
 }
 
+/* sample_rate: the marked 24 kHz samples resampled on the way out. Each format takes its rates
+ * (opus and mp3/aac a fixed set, refused naming sample_rate and the values); a 16 kHz WAV streamed
+ * in uneven blocks equals the whole file, lasts as long as the 24 kHz one, and resampled back to
+ * 24 kHz (SRC_SINC_BEST) matches the marked samples; every writable format reads back at the rate. */
+static void test_sample_rate(void **st) {
+    (void)st;
+    assert_int_equal(qv_format_rate_check(QV_FORMAT_OPUS, 44100), QV_E_INVALID);
+    assert_string_equal(qv_last_error(),
+                        "sample_rate 44100: opus takes 8000, 12000, 16000, 24000, 48000");
+    assert_int_equal(qv_format_rate_check(QV_FORMAT_MP3, 37000), QV_E_INVALID);
+    assert_non_null(strstr(qv_last_error(), "mp3 takes 8000, 11025, 12000"));
+    assert_int_equal(qv_format_rate_check(QV_FORMAT_WAV, 7999), QV_E_INVALID);
+    assert_string_equal(qv_last_error(), "sample_rate 7999: expected 8000 to 48000");
+    assert_int_equal(qv_format_rate_check(QV_FORMAT_WAV, 48001), QV_E_INVALID);
+    assert_int_equal(qv_format_rate_check(QV_FORMAT_WAV, 37000), QV_OK);
+    assert_int_equal(qv_format_rate_check(QV_FORMAT_AAC, 44100), QV_OK);
+    const int n = 24000 + 777, hz = 16000;
+    float *x = malloc((size_t)n * sizeof *x);
+    for (int i = 0; i < n; i++)
+        x[i] = 0.3f * sinf(2.0f * (float)M_PI * 220.0f * (float)i / QV_SAMPLE_RATE_HZ) +
+               0.2f * sinf(2.0f * (float)M_PI * 3000.0f * (float)i / QV_SAMPLE_RATE_HZ);
+    const qv_provenance prov = fixed_provenance();
+    uint8_t *whole, *marked;
+    size_t n_whole, n_marked;
+    assert_int_equal(qv_audio_encode_at(QV_FORMAT_OPUS, 44100, x, n, &prov, &whole, &n_whole),
+                     QV_E_INVALID);
+    assert_int_equal(qv_audio_encode_at(QV_FORMAT_WAV, hz, x, n, &prov, &whole, &n_whole), 0);
+    assert_int_equal(qv_audio_encode(QV_FORMAT_PCM, x, n, &prov, &marked, &n_marked), 0);
+    uint32_t data;
+    const long h = wav_data_offset(whole, n_whole, &data);
+    assert_int_equal(whole[24] | whole[25] << 8 | whole[26] << 16, hz); /* fmt: rate */
+    assert_int_equal(whole[28] | whole[29] << 8 | whole[30] << 16, 2 * hz); /* bytes/s */
+    const long m = (long)data / 2, want = lround((double)n * hz / QV_SAMPLE_RATE_HZ);
+    printf("  16 kHz: %ld samples for %d at 24 kHz (%ld expected)\n", m, n, want);
+    assert_true(labs(m - want) <= 2); /* the same duration, well within a frame */
+    /* back to 24 kHz: close to the marked samples (the 3 kHz tone is inside both bands) */
+    float *y = malloc((size_t)m * sizeof *y), *z = malloc((size_t)n * sizeof *z);
+    for (long i = 0; i < m; i++)
+        y[i] = (int16_t)(whole[h + 2 * i] | whole[h + 2 * i + 1] << 8) / 32767.0f;
+    SRC_DATA d = {.data_in = y, .input_frames = m, .data_out = z, .output_frames = n,
+                  .src_ratio = (double)QV_SAMPLE_RATE_HZ / hz};
+    assert_int_equal(src_simple(&d, SRC_SINC_BEST_QUALITY, 1), 0);
+    double sig = 0, err = 0;
+    for (long i = 200; i < d.output_frames_gen - 200; i++) { /* the edges ring */
+        const double a = (int16_t)(marked[2 * i] | marked[2 * i + 1] << 8) / 32767.0;
+        sig += a * a, err += (z[i] - a) * (z[i] - a);
+    }
+    const double snr = 10 * log10(sig / err);
+    printf("  16 kHz and back: SNR %.1f dB against the marked 24 kHz samples\n", snr);
+    assert_true(snr > 40);
+    /* streamed in uneven blocks: the same samples; WAV and AAC */
+    for (int f = QV_FORMAT_WAV; f < QV_FORMAT_COUNT; f++) {
+        if (!qv_format_progressive(f) || !qv_format_writable(f)) continue;
+        uint8_t *one;
+        size_t n_one;
+        assert_int_equal(qv_audio_encode_at(f, hz, x, n, &prov, &one, &n_one), 0);
+        FILE *file = tmpfile();
+        mem s = {0};
+        qv_encoder *ef, *em;
+        assert_int_equal(qv_encoder_new(&ef, f, &prov, NULL, NULL, file), 0);
+        assert_int_equal(qv_encoder_new(&em, f, &prov, append, &s, NULL), 0);
+        assert_int_equal(qv_encoder_set_rate(ef, hz), 0);
+        assert_int_equal(qv_encoder_set_rate(em, hz), 0);
+        stream_both(ef, em, x, n);
+        uint8_t *back = malloc(n_one + 1);
+        rewind(file);
+        assert_int_equal(fread(back, 1, n_one + 1, file), n_one);
+        assert_memory_equal(back, one, n_one);
+        assert_int_equal(s.n, n_one);
+        const size_t head = f == QV_FORMAT_WAV ? (size_t)h : 0;
+        assert_memory_equal(s.p + head, one + head, n_one - head);
+        if (f == QV_FORMAT_AAC) { /* ADTS: sampling frequency index 8 (16 kHz) */
+            const size_t tag = 10 + (size_t)(one[6] << 21 | one[7] << 14 | one[8] << 7 | one[9]);
+            assert_int_equal(one[tag + 2] >> 2 & 0xF, 8);
+        }
+        printf("  %s at 16 kHz: streamed == whole (%zu bytes)\n", qv_format_name(f), n_one);
+        fclose(file);
+        free(back), free(s.p), qv_free(one);
+    }
+    qv_encoder *late;
+    assert_int_equal(qv_encoder_new(&late, QV_FORMAT_PCM, &prov, append, &(mem){0}, NULL), 0);
+    assert_int_equal(qv_encoder_set_rate(late, 44100), 0);
+    assert_int_equal(qv_encoder_write(late, x, 10), 0);
+    assert_int_equal(qv_encoder_set_rate(late, 16000), QV_E_INVALID);
+    assert_non_null(strstr(qv_last_error(), "before the first block"));
+    assert_int_equal(qv_encoder_close(late), 0);
+    /* every format this build writes reads back at the rate it was asked for */
+    char path[64];
+    for (int f = 0; f < QV_FORMAT_COUNT; f++) {
+        if (f == QV_FORMAT_PCM || f == QV_FORMAT_AAC || !qv_format_writable(f)) continue;
+        const int rates[] = {8000, 16000, 37000, 44100, 48000};
+        for (int r = 0; r < 5; r++) {
+            if (qv_format_rate_check(f, rates[r])) continue;
+            uint8_t *b;
+            size_t nb;
+            assert_int_equal(qv_audio_encode_at(f, rates[r], x, n, &prov, &b, &nb), 0);
+            snprintf(path, sizeof path, "/tmp/qv_test_rate_%d.%s", (int)getpid(), qv_format_name(f));
+            FILE *o = fopen(path, "wb");
+            assert_int_equal(fwrite(b, 1, nb, o), nb);
+            fclose(o);
+            SF_INFO info = {0};
+            SNDFILE *sf = sf_open(path, SFM_READ, &info);
+            assert_non_null(sf);
+            printf("  %-4s %6lld frames at %d Hz\n", qv_format_name(f), (long long)info.frames,
+                   info.samplerate);
+            assert_int_equal(info.samplerate, rates[r]);
+            sf_close(sf);
+            unlink(path);
+            qv_free(b);
+        }
+    }
+    free(y), free(z), qv_free(marked), qv_free(whole), free(x);
+}
+
 /* Every container libsndfile reads carries the key set, read back by an independent reader:
  * exiftool (RIFF INFO, Vorbis comments, ID3v2) and the tests' own RIFF walk for the qvpr chunk;
  * raw output has none. AAC's tag: test_aac. */
@@ -517,4 +632,4 @@ static void test_voice_lookup(void **st) {
 
 QVT_MAIN(NULL, NULL, test_s16, test_wav_header, test_provenance_time, test_provenance_tags,
          test_formats, test_stream_equals_whole, test_aac,
-         test_every_format, test_loudness, test_codes, test_params_check, test_voice_lookup)
+         test_every_format, test_sample_rate, test_loudness, test_codes, test_params_check, test_voice_lookup)
