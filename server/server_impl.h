@@ -242,6 +242,7 @@ int qvs_job_start(qv_server *s, struct MHD_Connection *c, struct job *j, int mod
 int qvs_job_is_stream(const struct job *j); /* asked for a stream (stream, stream_format) */
 /* What every output of j says of its voice and model (the encoder's qv_provenance). */
 const qv_provenance *qvs_job_provenance(const struct job *j);
+int qvs_job_rate(const struct job *j); /* the output's sample rate: sample_rate, else 24000 */
 /* Stops a job's synthesis if it still runs (from another thread), or before it starts. */
 void qvs_job_cancel(struct job *j);
 /* A whole (non-streamed) job's outcome, once it has ended. */

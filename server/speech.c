@@ -25,6 +25,7 @@ typedef struct job {
     int slot, refs, format, stream, n_tokens; /* n_tokens: usage.input_tokens */
     int n_audio_tokens; /* of n_tokens: the ICL reference's frames (vLLM-Omni's audio_tokens) */
     double deadline, max_seconds, speed;
+    int hz; /* sample_rate: the output's, resampled by the encoder from 24 kHz */
     struct MHD_Connection *conn; /* for disconnect checks while waiting */
     /* request (owned strings) */
     qv_synth_request r;
@@ -523,16 +524,16 @@ static int parse_format(cJSON *o, const fields *f, job *j, verdict *v) {
     return 0;
 }
 
-/* vLLM-Omni's fields qvoice takes only at the one value it produces: sample_rate and
- * initial_codec_chunk_frames (absent); and speed (*speed, default 1). */
-static int parse_fixed(cJSON *o, double *speed, verdict *v) {
+/* vLLM-Omni's sample_rate (j->hz, after parse_format: the format's rates), speed (j->speed,
+ * default 1) and initial_codec_chunk_frames (absent only). */
+static int parse_fixed(cJSON *o, job *j, verdict *v) {
     double d;
     int got;
-    if ((got = get_num(o, "sample_rate", 1, 1e6, 1, &d, v)) < 0) return -1;
-    if (got && d != QV_SAMPLE_RATE_HZ)
-        return qvs_bad(v, 400, "unsupported_value", "sample_rate",
-                       "sample_rate %g: the audio is %d Hz (resample on the client)", d,
-                       QV_SAMPLE_RATE_HZ);
+    if ((got = get_num(o, "sample_rate", QV_OUT_RATE_MIN_HZ, QV_OUT_RATE_MAX_HZ, 1, &d, v)) < 0)
+        return -1;
+    if (got && qv_format_rate_check(j->format, (int)d)) /* opus, mp3 and aac: a set of rates */
+        return qvs_bad(v, 400, "unsupported_value", "sample_rate", "%s", qv_last_error());
+    if (got) j->hz = (int)d;
     if ((got = get_num(o, "initial_codec_chunk_frames", 0, 65536, 1, &d, v)) < 0) return -1;
     if (got)
         return qvs_bad(v, 400, "unsupported_value", "initial_codec_chunk_frames",
@@ -540,7 +541,7 @@ static int parse_fixed(cJSON *o, double *speed, verdict *v) {
                        "first audio after a few frames, then growing blocks)");
     /* speed: the library's pitch-preserving time stretch, streams included */
     if ((got = get_num(o, "speed", QV_SPEED_MIN, QV_SPEED_MAX, 0, &d, v)) < 0) return -1;
-    if (got) *speed = d;
+    if (got) j->speed = d;
     return 0;
 }
 
@@ -645,7 +646,7 @@ static int parse(qv_server *s, struct MHD_Connection *c, const api_key *k, const
         goto out;
     if (parse_text_model(s, &f, model, v) || parse_reference(o, &f, v) ||
         parse_voice(s, k, o, &f, v) || parse_format(o, &f, j, v) ||
-        parse_fixed(o, &j->speed, v) || parse_style(o, j, v) || parse_sampling(s, o, &f, p, v))
+        parse_fixed(o, j, v) || parse_style(o, j, v) || parse_sampling(s, o, &f, p, v))
         goto out;
     if ((f.input && !(j->text = strdup(f.input))) || (f.lang && !(j->language = strdup(f.lang))) ||
         (f.speaker && !(j->speaker = strdup(f.speaker))) ||
@@ -675,7 +676,8 @@ static int parse(qv_server *s, struct MHD_Connection *c, const api_key *k, const
     j->prov = qv_provenance_of(f.m, j->ref ? qvs_ref_voice(j->ref) : NULL, f.speaker);
     if (f.voice && !f.speaker) snprintf(j->prov.voice_id, sizeof j->prov.voice_id, "%s", f.vr->id);
     j->prov.watermark = !s->cfg.no_watermark;
-    if (j->stream && qv_encoder_new(&j->enc, j->format, &j->prov, stream_sink, j, NULL)) {
+    if (j->stream && (qv_encoder_new(&j->enc, j->format, &j->prov, stream_sink, j, NULL) ||
+                      qv_encoder_set_rate(j->enc, j->hz))) {
         qvs_bad(v, 500, "out_of_memory", NULL, "%s", qv_last_error());
         goto out;
     }
@@ -933,6 +935,7 @@ job *qvs_speech_parse(qv_server *s, struct MHD_Connection *c, const api_key *k,
     j->conn = c;
     j->deadline = deadline;
     j->speed = 1;
+    j->hz = QV_SAMPLE_RATE_HZ;
     if (parse(s, c, k, body, len, j, p, model, v)) {
         job_unref(j);
         return NULL;
@@ -988,6 +991,10 @@ const qv_provenance *qvs_job_provenance(const job *j) {
     return &j->prov;
 }
 
+int qvs_job_rate(const job *j) {
+    return j->hz;
+}
+
 int qvs_job_finish(job *j, qvs_job_result *res) {
     memset(res, 0, sizeof *res);
     if (wait_job(j, 0) < 0) return -1;
@@ -1004,7 +1011,8 @@ int qvs_job_finish(job *j, qvs_job_result *res) {
                  j->err[0] ? j->err : "-");
         return 0;
     }
-    if (qv_audio_encode(j->format, j->pcm.pcm, j->pcm.n, &j->prov, &res->audio, &res->n_bytes)) {
+    if (qv_audio_encode_at(j->format, j->hz, j->pcm.pcm, j->pcm.n, &j->prov, &res->audio,
+                           &res->n_bytes)) {
         res->status = 500;
         res->code = "encoding_failed";
         snprintf(res->msg, sizeof res->msg, "response_format %s", qv_last_error());

@@ -173,7 +173,7 @@ static void speak(session *w, const item *it) {
     cJSON *o = sentence_event(w, "audio.start", index);
     cJSON_AddStringToObject(o, "sentence_text", it->text);
     cJSON_AddStringToObject(o, "format", qv_format_name(w->format));
-    cJSON_AddNumberToObject(o, "sample_rate", QV_SAMPLE_RATE_HZ);
+    cJSON_AddNumberToObject(o, "sample_rate", qvs_job_rate(j));
     send_json(w, o);
     qv_encoder *enc = NULL;
     w->acc.len = 0;
@@ -185,8 +185,10 @@ static void speak(session *w, const item *it) {
     if (go) w->cur = j;
     pthread_mutex_unlock(&w->mu);
     if (!go) goto out;
-    if (qv_encoder_new(&enc, w->format, qvs_job_provenance(j), audio_sink, w, NULL)) {
+    if (qv_encoder_new(&enc, w->format, qvs_job_provenance(j), audio_sink, w, NULL) ||
+        qv_encoder_set_rate(enc, qvs_job_rate(j))) { /* the rate was checked: out of memory */
         qvs_bad(&v, 503, "out_of_memory", NULL, "%s", qv_last_error());
+        qv_encoder_close(enc);
     } else {
         rc = qvs_speech_run(s, j, model, &p, on_pcm, enc, &st, &v);
         if (qv_encoder_close(enc) && !rc)
