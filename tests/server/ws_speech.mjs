@@ -76,13 +76,13 @@ async function stream() {
     const sentences = [];
     let cur = null;
     for (const e of ev) {
-        if (e.type === 'audio.start') cur = { text: e.sentence_text, chunks: [] };
+        if (e.type === 'audio.start') cur = { text: e.sentence_text, rate: e.sample_rate, chunks: [] };
         else if (e.type === 'binary' && cur) cur.chunks.push(e.data);
         else if (e.type === 'audio.done' && cur) {
             const buf = Buffer.concat(cur.chunks);
             writeFileSync(`${outdir}/s${sentences.length}.pcm`, buf);
             sentences.push({ text: cur.text, bytes: buf.length, total_bytes: e.total_bytes,
-                             error: e.error, frames: cur.chunks.length });
+                             error: e.error, frames: cur.chunks.length, sample_rate: cur.rate });
             cur = null;
         }
     }

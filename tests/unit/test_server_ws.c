@@ -472,6 +472,31 @@ static void test_http_style(void **state) {
 
 /* response_format aac on the WebSocket: each sentence one tagged ADTS stream (ID3v2, then frames)
  * that ffprobe reads as 24 kHz mono AAC. */
+/* sample_rate in session.config: audio.start says it, and each sentence's streamed bytes are the
+ * HTTP request's at that rate (the encoder resamples with state across the WebSocket's blocks). */
+static void test_sample_rate(void **state) {
+    (void)state;
+    if (!g_npm) skip();
+    assert_int_equal(sh("rm -f %s/s*.pcm", tmp_dir), 0);
+    cJSON *o = client(&g_srv, "", "stream '%s' '%s' %s",
+                      "{\"response_format\":\"pcm\",\"stream_audio\":true,\"seed\":7,"
+                      "\"max_seconds\":0.4,\"sample_rate\":16000}",
+                      "Hello there my friend. How are you today?", tmp_dir);
+    cJSON *ss = cJSON_GetObjectItem(o, "sentences");
+    assert_int_equal(cJSON_GetArraySize(ss), 2);
+    static const char *const texts[] = {"Hello there my friend.", "How are you today?"};
+    for (int i = 0; i < 2; i++) {
+        cJSON *s = cJSON_GetArrayItem(ss, i);
+        assert_int_equal(cJSON_GetObjectItem(s, "sample_rate")->valueint, 16000);
+        assert_true(cJSON_GetObjectItem(s, "bytes")->valuedouble > 0);
+        char ws_pcm[64];
+        snprintf(ws_pcm, sizeof ws_pcm, "s%d.pcm", i);
+        http_pcm(texts[i], SAME ",\"sample_rate\":16000", tmp_path("h.pcm"));
+        assert_int_equal(sh("cmp -s %s %s", tmp_path(ws_pcm), tmp_path("h.pcm")), 0);
+    }
+    cJSON_Delete(o);
+}
+
 static void test_aac(void **state) {
     (void)state;
     if (!g_npm || sh("ffprobe -version >/dev/null 2>&1")) skip();
@@ -495,5 +520,5 @@ static void test_aac(void **state) {
 }
 
 QVT_MAIN(group_setup, group_teardown, test_reader, test_corpus_replay, test_stream,
-         test_split_granularity, test_aac, test_markup_spans, test_errors, test_abort, test_auth,
+         test_split_granularity, test_aac, test_sample_rate, test_markup_spans, test_errors, test_abort, test_auth,
          test_long_session, test_http_style)
