@@ -33,6 +33,7 @@ typedef struct {
     int json, verify, stream, greedy, tokens, list_speakers, list_languages, quiet, ignore_eos;
     int no_watermark;  /* --no-watermark: the samples exactly as synthesized */
     int help, version, threads, quant;
+    int sample_rate;   /* --sample-rate: the output's, resampled by the encoder */
     double temperature, top_k, top_p, repetition_penalty, max_frames, loudness; /* NAN: unset */
     const char *style_table, *script, *style_dirs[16]; /* styles and scripts (docs/markup.md) */
     int n_style_dirs;
@@ -78,6 +79,8 @@ static const opt opts[] = {
     ST("format", 0, format_name, "F", QV_FORMAT_NAMES " (needed with -o -)"),
     NU("loudness", 0, NUM, loudness, QV_LOUDNESS_MIN_LUFS, QV_LOUDNESS_MAX_LUFS, "LUFS",
        "normalise the integrated loudness (EBU R128), e.g. -23"),
+    NU("sample-rate", 0, INT, sample_rate, QV_OUT_RATE_MIN_HZ, QV_OUT_RATE_MAX_HZ, "HZ",
+       "output sample rate, resampled from the model's (default %s)"),
     FL("json", 0, json, "a JSON summary on stdout (output, seconds, rtf, frames, ...)"),
     FL("stream", 0, stream, "raw s16le to stdout, or a WAV/PCM -o file, as decoded"),
     FL("no-watermark", 0, no_watermark,
@@ -136,6 +139,7 @@ static const char *default_text(const opt *p, char *buf, size_t n) {
              : !strcmp(f, "repetition-penalty") ? d.repetition_penalty
              : !strcmp(f, "seed")               ? (double)d.seed
              : !strcmp(f, "speed")              ? qv_synth_default_request().speed
+             : !strcmp(f, "sample-rate")        ? QV_SAMPLE_RATE_HZ
                                                 : qv_synth_default_request().max_chunk_chars);
     return buf;
 }
@@ -297,6 +301,11 @@ static int check_modes(options *o) {
     if (o->stream && o->out_path && !qv_format_progressive(o->format))
         return usage_error("--stream -o %s: progressive output is WAV, PCM or AAC only",
                            o->out_path);
+    if (o->sample_rate != QV_SAMPLE_RATE_HZ && o->batch)
+        return usage_error("%s", "--sample-rate: not with --batch (jobs write 24 kHz files)");
+    if ((o->out_path || o->stream) &&
+        qv_format_rate_check(o->out_path ? o->format : QV_FORMAT_PCM, o->sample_rate))
+        return usage_error("--sample-rate: %s", qv_last_error()); /* the values the format takes */
     if (o->stream && !isnan(o->loudness))
         return usage_error("%s", "--loudness needs the whole audio: not with --stream");
     if (o->dump_codes && !strcmp(o->dump_codes, "-") &&
@@ -311,6 +320,7 @@ static int parse_args(int argc, char **argv, options *o) {
     o->format = -1;
     o->temperature = o->top_k = o->top_p = o->repetition_penalty = NAN;
     o->max_frames = o->loudness = NAN;
+    o->sample_rate = QV_SAMPLE_RATE_HZ;
     o->r = qv_synth_default_request();
     o->r.force_voice = 1; /* a voice made with an unrelated checkpoint: a warning (stats.warning) */
     int rc = read_options(argc, argv, o);
@@ -341,18 +351,29 @@ static int commit_out(qv_outfile **of) {
     return fprintf(stderr, TOOL ": %s\n", qv_last_error()), -1;
 }
 
-/* --loudness, then the file: writes wav[n] (scaled in place) as fmt to path ("-": stdout) and
- * its integrated loudness to *lufs. 0, or -1 with qv_last_error(). */
+/* --loudness, then the file: writes wav[n] (scaled in place) as fmt at --sample-rate to path
+ * ("-": stdout; a file through the atomic writer) and its integrated loudness to *lufs. 0, or -1
+ * after printing why. */
 static int emit(const options *o, const qv_provenance *prov, const char *path, int fmt, float *wav,
                 int64_t n, double *lufs) {
     int64_t n_clipped;
-    if (qv_loudness_normalize(wav, n, isnan(o->loudness) ? 0 : o->loudness, &n_clipped, lufs))
-        return -1;
+    uint8_t *buf;
+    size_t n_bytes;
+    if (qv_loudness_normalize(wav, n, isnan(o->loudness) ? 0 : o->loudness, &n_clipped, lufs) ||
+        qv_audio_encode_at(fmt, o->sample_rate, wav, n, prov, &buf, &n_bytes))
+        return fprintf(stderr, TOOL ": %s: %s\n", path, qv_last_error()), -1;
     if (n_clipped && !o->quiet)
         fprintf(stderr, TOOL ": %s: warning: --loudness %g clipped %lld sample(s)\n", path,
                 o->loudness, (long long)n_clipped);
-    if (strcmp(path, "-")) return qv_audio_write(path, fmt, wav, n, prov) ? -1 : 0;
-    return qv_audio_write_stream(stdout, fmt, wav, n, prov) ? -1 : 0;
+    qv_outfile *of = NULL;
+    FILE *f = open_out(path, &of);
+    int rc = f ? 0 : -1;
+    if (f && (fwrite(buf, 1, n_bytes, f) != n_bytes || fflush(f)))
+        rc = -1, fprintf(stderr, TOOL ": %s: %s\n", strcmp(path, "-") ? path : "stdout",
+                         strerror(errno));
+    qv_free(buf);
+    if (rc) return qv_outfile_abort(of), -1;
+    return commit_out(&of);
 }
 
 /* What the outputs of a synthesis on m with voice v (else the preset speaker) say of it. */
@@ -375,9 +396,11 @@ static int decode_only(const options *o, const qv_model *m) {
     double lufs;
     const char *path = strcmp(o->decode_codes, "-") ? o->decode_codes : "/dev/stdin";
     const qv_provenance prov = provenance(o, m, NULL);
-    int rc = qv_codes_decode(m, path, qv_threads_resolve(o->threads), &wav, &n) ||
-             emit(o, &prov, o->out_path, o->format, wav, n, &lufs);
-    if (rc) fprintf(stderr, TOOL ": %s\n", qv_last_error());
+    int rc = 0;
+    if (qv_codes_decode(m, path, qv_threads_resolve(o->threads), &wav, &n))
+        rc = 1, fprintf(stderr, TOOL ": %s\n", qv_last_error());
+    else if (emit(o, &prov, o->out_path, o->format, wav, n, &lufs))
+        rc = 1;
     qv_free(wav);
     return rc;
 }
@@ -483,8 +506,10 @@ static int run_open(const options *o, const qv_model *m, run *x) {
     if (o->dump_codes && !(x->dump = open_out(o->dump_codes, &x->dump_file))) return -1;
     if (!o->stream) return 0;
     FILE *to = open_out(o->out_path ? o->out_path : "-", &x->out_file);
-    if (!to || qv_encoder_new(&x->enc, o->out_path ? o->format : QV_FORMAT_PCM, &x->prov, NULL,
-                              NULL, to))
+    if (!to ||
+        qv_encoder_new(&x->enc, o->out_path ? o->format : QV_FORMAT_PCM, &x->prov, NULL, NULL,
+                       to) ||
+        qv_encoder_set_rate(x->enc, o->sample_rate))
         return to ? fprintf(stderr, TOOL ": %s\n", qv_last_error()), -1 : -1;
     return 0;
 }
@@ -503,7 +528,7 @@ static int run_finish(const options *o, run *x, double *lufs) {
     *lufs = -HUGE_VAL;
     if (o->out_path && !o->stream &&
         emit(o, &x->prov, o->out_path, o->format, x->all.pcm, x->all.n, lufs))
-        return fprintf(stderr, TOOL ": %s\n", qv_last_error()), -1;
+        return -1;
     return 0;
 }
 

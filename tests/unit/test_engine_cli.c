@@ -127,6 +127,37 @@ static void test_long_stream(void **st) {
     assert_true(tmp_first_diff(a, 0, b) < 0);
 }
 
+/* --sample-rate: the file's header says it, a --stream file is the same bytes, raw --stream is
+ * its data, and a rate the format's codec lacks (opus at 44.1 kHz) is a usage error naming it. */
+static void test_sample_rate(void **st) {
+    (void)st;
+    char a[512], b[512], raw[512], err[512];
+    snprintf(a, sizeof a, "%s/r16.wav", tmp);
+    snprintf(b, sizeof b, "%s/r16_stream.wav", tmp);
+    snprintf(raw, sizeof raw, "%s/r16.raw", tmp);
+    snprintf(err, sizeof err, "%s/r16.err", tmp);
+    const char *req = "-q -s ryan -t 'Hello world.' --max-frames 8 --seed 5 --sample-rate 16000";
+    assert_int_equal(run("%s -o %s", req, a), 0);
+    assert_int_equal(run("%s --stream -o %s", req, b), 0);
+    assert_int_equal(run("%s --stream > %s", req, raw), 0);
+    uint32_t data;
+    const long head = wav_file_data_offset(a, &data);
+    uint8_t fmt[4];
+    FILE *f = fopen(a, "rb");
+    assert_true(f && !fseek(f, 24, SEEK_SET) && fread(fmt, 1, 4, f) == 4);
+    fclose(f);
+    assert_int_equal(fmt[0] | fmt[1] << 8 | fmt[2] << 16, 16000);
+    printf("16 kHz: %u samples\n", data / 2);
+    assert_true(data > 0 && data / 2 <= 8 * 1280 + 2);
+    assert_true(tmp_first_diff(a, 0, b) < 0);
+    assert_int_equal(file_bytes(raw), (long)data);
+    assert_true(tmp_first_diff(a, (size_t)head, raw) < 0);
+    assert_int_equal(run("%s -o %s/x.opus 2> %s", req, tmp, err), 0); /* opus takes 16 kHz */
+    assert_int_equal(run("-q -s ryan -t hi --sample-rate 44100 -o %s/x.opus 2> %s", tmp, err), 2);
+    assert_true(file_has(err, "--sample-rate: sample_rate 44100: opus takes 8000, 12000"));
+    assert_int_equal(run("-q -s ryan -t hi --sample-rate 7000 -o %s/x.wav 2> %s", tmp, err), 2);
+}
+
 /* 0.6B CustomVoice: --instruct is dropped with a warning unless --force-instruct. */
 static void test_instruct_policy(void **st) {
     (void)st;
@@ -472,6 +503,7 @@ static void test_provenance(void **st) {
 }
 
 QVT_MAIN(setup, teardown, test_speakers_languages_stream, test_threads_codes_roundtrip,
+         test_sample_rate,
          test_long_stream, test_instruct_policy, test_errors_and_info, test_voice_lookup,
          test_wdelta, test_batch_wdelta, test_voice_instruct, test_longtext_guard, test_verify,
          test_provenance)
