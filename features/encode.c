@@ -561,12 +561,12 @@ enum qv_status qv_audio_encode_at(int format, int hz, const float *pcm, int64_t 
     return QV_OK;
 }
 
-/* qv_audio_write_stream, whose detail names the stream where_ ("stdout", a path). */
-static enum qv_status write_stream(FILE *f, const char *where_, int format, const float *pcm,
-                                   int64_t n_samples, const qv_provenance *prov) {
+/* qv_audio_write_stream at hz, whose detail names the stream where_ ("stdout", a path). */
+static enum qv_status write_stream(FILE *f, const char *where_, int format, int hz,
+                                   const float *pcm, int64_t n_samples, const qv_provenance *prov) {
     uint8_t *buf;
     size_t n;
-    enum qv_status st = qv_audio_encode(format, pcm, n_samples, prov, &buf, &n);
+    enum qv_status st = qv_audio_encode_at(format, hz, pcm, n_samples, prov, &buf, &n);
     if (st) return st;
     if (fwrite(buf, 1, n, f) != n || fflush(f))
         st = qvu_failf(QV_E_IO, "%s: %s", where_, strerror(errno));
@@ -577,18 +577,24 @@ static enum qv_status write_stream(FILE *f, const char *where_, int format, cons
 enum qv_status qv_audio_write_stream(FILE *f, int format, const float *pcm, int64_t n_samples,
                                      const qv_provenance *prov) {
     if (!f) return qvu_fail(QV_E_INVALID, "qv_audio_write_stream: NULL stream");
-    return write_stream(f, f == stdout ? "stdout" : "stream", format, pcm, n_samples, prov);
+    return write_stream(f, f == stdout ? "stdout" : "stream", format, QV_SAMPLE_RATE_HZ, pcm,
+                        n_samples, prov);
 }
 
 enum qv_status qv_audio_write(const char *path, int format, const float *pcm, int64_t n_samples,
                               const qv_provenance *prov) {
+    return qv_audio_write_at(path, format, QV_SAMPLE_RATE_HZ, pcm, n_samples, prov);
+}
+
+enum qv_status qv_audio_write_at(const char *path, int format, int hz, const float *pcm,
+                                 int64_t n_samples, const qv_provenance *prov) {
     qv_outfile *of;
     enum qv_status st = qv_outfile_open(&of, path);
     if (st) return st;
     FILE *f = qv_outfile_stream(of);
     if (!f)
         st = qvu_failf(QV_E_NOMEM, "%s: out of memory", path);
-    else if ((st = write_stream(f, path, format, pcm, n_samples, prov)) && st != QV_E_IO)
+    else if ((st = write_stream(f, path, format, hz, pcm, n_samples, prov)) && st != QV_E_IO)
         qvu_failf(st, "%s: %s", path, qv_last_error()); /* the encoder's detail names the format */
     if (st) return qv_outfile_abort(of), st;
     return qv_outfile_commit(of);

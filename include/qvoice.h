@@ -882,6 +882,9 @@ enum qv_status qv_audio_write_stream(FILE *f, int format, const float *pcm, int6
  * detail is "PATH: problem". */
 enum qv_status qv_audio_write(const char *path, int format, const float *pcm, int64_t n_samples,
                               const qv_provenance *prov);
+/* qv_audio_write with the samples resampled to sample_rate_hz (qv_audio_encode_at). */
+enum qv_status qv_audio_write_at(const char *path, int format, int sample_rate_hz,
+                                 const float *pcm, int64_t n_samples, const qv_provenance *prov);
 
 /* A growing buffer of samples, for output that needs the whole audio first (a one-shot file,
  * loudness): qv_pcm_collect is a qv_pcm_fn with user = a qv_pcm_buffer zeroed but for its

@@ -186,10 +186,13 @@ def _voice_id(voice):
     return str(voice)
 
 
-def write_audio(path, wav, format=None, loudness=None, watermark=True, model=None, voice=None):
+def write_audio(path, wav, format=None, loudness=None, watermark=True, model=None, voice=None,
+                sample_rate=None):
     """Writes mono 24 kHz float samples with libqvoice's encoder (the one speak and the server
     use), atomically: format by name or by path's extension (wav, pcm, flac, ogg, opus, mp3,
-    aac: AAC-LC 96 kbit/s in ADTS, through libavcodec when installed);
+    aac: AAC-LC 96 kbit/s in ADTS, through libavcodec when installed); sample_rate: the file's
+    rate, 8000-48000 (None: 24000), the marked samples resampled by the encoder (opus takes 8,
+    12, 16, 24 or 48 kHz, mp3 and aac the MPEG rates: another raises naming them);
     loudness: a target integrated loudness in LUFS (EBU R128, e.g. -23), or None. The file
     says where it came from (docs/provenance.md): the model (a Qwen3TTSModel or its fingerprint)
     and the voice (a Voice, a VoiceClonePromptItem, a voice file path, or an id such as
@@ -219,7 +222,10 @@ def write_audio(path, wav, format=None, loudness=None, watermark=True, model=Non
     prov.voice_id = _b(_voice_id(voice))[:128]
     fp = model.fingerprint if isinstance(model, Qwen3TTSModel) else (model or "")
     prov.model_fingerprint = _b(fp)[:64]
-    st = lib.qv_audio_write(_b(path), fmt, buf, n, ctypes.byref(prov))
+    rate = SAMPLE_RATE if sample_rate is None else int(sample_rate)
+    if sample_rate is not None and rate != sample_rate:
+        raise ValueError("sample_rate %r: expected an integer number of Hz" % (sample_rate,))
+    st = lib.qv_audio_write_at(_b(path), fmt, rate, buf, n, ctypes.byref(prov))
     if st:
         _raise(st)
 

@@ -150,7 +150,8 @@ PROTOTYPES = {
     "qv_format_of_path": (c_int, [c_char_p]),
     "qv_loudness_normalize": (c_int, [_P(c_float), ctypes.c_int64, ctypes.c_double,
                                       _P(ctypes.c_int64), _P(ctypes.c_double)]),
-    "qv_audio_write": (c_int, [c_char_p, c_int, _P(c_float), ctypes.c_int64, _P(Provenance)]),
+    "qv_audio_write_at": (c_int, [c_char_p, c_int, c_int, _P(c_float), ctypes.c_int64,
+                                  _P(Provenance)]),
 }
 
 

@@ -377,6 +377,15 @@ class Synthesis(unittest.TestCase):
             self.assertIn(b"voice_id=speaker:ryan", head)
             tag = 10 + (head[6] << 21 | head[7] << 14 | head[8] << 7 | head[9])
             self.assertEqual(head[tag:tag + 2], b"\xff\xf1")  # the first ADTS frame
+            # sample_rate: the file's rate, resampled by the encoder; one the codec lacks raises
+            qvoice.write_audio(os.path.join(d, "r.wav"), wavs[0], sample_rate=16000)
+            with open(os.path.join(d, "r.wav"), "rb") as a:
+                head = a.read(44)
+            self.assertEqual(int.from_bytes(head[24:28], "little"), 16000)
+            with self.assertRaisesRegex(qvoice.QvoiceError, "opus takes 8000, 12000"):
+                qvoice.write_audio(os.path.join(d, "r.opus"), wavs[0], sample_rate=44100)
+            with self.assertRaises(ValueError):
+                qvoice.write_audio(os.path.join(d, "r.wav"), wavs[0], sample_rate=16000.5)
 
     def test_voice_design(self):
         vd = model("tiny-vd")
