@@ -132,7 +132,7 @@ static void adts_header(uint8_t h[ADTS_BYTES], int rate_index, int n) {
     const unsigned len = (unsigned)n + ADTS_BYTES;
     h[0] = 0xFF;
     h[1] = 0xF1;                                       /* sync, MPEG-4, layer 0, no CRC */
-    h[2] = (uint8_t)((2 - 1) << 6 | rate_index << 2); /* profile LC, the rate, channels' top bit 0 */
+    h[2] = (uint8_t)((2 - 1) << 6 | rate_index << 2); /* LC, the rate, channels' top bit 0 */
     h[3] = (uint8_t)(1 << 6 | len >> 11);               /* one channel, frame length's top bits */
     h[4] = (uint8_t)(len >> 3);
     h[5] = (uint8_t)((len & 7) << 5 | 0x1F); /* buffer fullness 0x7FF: variable rate */
@@ -170,10 +170,11 @@ enum qv_status qva_aac_new(qva_aac **out, int bit_rate, int sample_rate_hz) {
     *out = NULL;
     enum qv_status st = qva_aac_available();
     if (st) return st;
+    const int n_rates = (int)(sizeof adts_rates / sizeof *adts_rates);
     int index = 0;
-    while (index < (int)(sizeof adts_rates / sizeof *adts_rates) && adts_rates[index] != sample_rate_hz)
+    while (index < n_rates && adts_rates[index] != sample_rate_hz)
         index++;
-    if (index == (int)(sizeof adts_rates / sizeof *adts_rates))
+    if (index == n_rates)
         return qvu_failf(QV_E_UNSUPPORTED, "aac: no ADTS index for %d Hz", sample_rate_hz);
     qva_aac *a = calloc(1, sizeof *a);
     const AVCodec *codec = av.avcodec_find_encoder(AV_CODEC_ID_AAC);

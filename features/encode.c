@@ -81,9 +81,9 @@ enum qv_status qv_format_rate_check(int f, int hz) {
     if (hz < QV_OUT_RATE_MIN_HZ || hz > QV_OUT_RATE_MAX_HZ)
         return qvu_failf(QV_E_INVALID, "sample_rate %d: expected %d to %d", hz, QV_OUT_RATE_MIN_HZ,
                          QV_OUT_RATE_MAX_HZ);
-    const int *set = f == QV_FORMAT_OPUS                         ? opus_rates
+    const int *set = f == QV_FORMAT_OPUS                        ? opus_rates
                      : f == QV_FORMAT_MP3 || f == QV_FORMAT_AAC ? mpeg_rates
-                                                                 : NULL;
+                                                                : NULL;
     if (!set) return QV_OK;
     char list[128];
     size_t n = 0;
@@ -480,7 +480,8 @@ static enum qv_status resample(resampler *r, const float *x, int64_t n, int fina
     for (;;) {
         const size_t need = got + (size_t)((double)n * r->ratio) + 1024;
         if (need > r->cap) {
-            if (need > SIZE_MAX / (2 * sizeof *r->y)) return qvu_fail(QV_E_LIMIT, "resampling: too many samples");
+            if (need > SIZE_MAX / (2 * sizeof *r->y))
+                return qvu_fail(QV_E_LIMIT, "resampling: too many samples");
             float *q = realloc(r->y, 2 * need * sizeof *q);
             if (!q) return qvu_failf(QV_E_NOMEM, "resampling %lld samples: out of memory",
                                      (long long)n);
@@ -512,6 +513,20 @@ static enum qv_status mark_copy(const float *pcm, int64_t n, uint32_t mark, floa
     return QV_OK;
 }
 
+/* The final samples pcm[n] (marked, at hz) as a whole file of format with tags t, into b. */
+static enum qv_status encode_final(int format, int hz, const float *pcm, int64_t n, const tags *t,
+                                   membuf *b) {
+    if (format == QV_FORMAT_AAC) return encode_aac(hz, pcm, n, t, b);
+    if (!qv_format_progressive(format)) return encode_sndfile(format, hz, pcm, n, t, b);
+    uint8_t h[WAV_HEADER_MAX_BYTES];
+    const size_t head = format == QV_FORMAT_WAV ? wav_header(h, hz, n, t) : 0;
+    if (mem_reserve(b, head + 2 * (size_t)n))
+        return qvu_failf(QV_E_NOMEM, "%s: out of memory", names[format]);
+    memcpy(b->p, h, head);
+    qv_pcm_s16le(pcm, n, b->p + head);
+    return QV_OK;
+}
+
 enum qv_status qv_audio_encode(int format, const float *pcm, int64_t n_samples,
                                const qv_provenance *prov, uint8_t **out, size_t *n_bytes) {
     return qv_audio_encode_at(format, QV_SAMPLE_RATE_HZ, pcm, n_samples, prov, out, n_bytes);
@@ -539,21 +554,7 @@ enum qv_status qv_audio_encode_at(int format, int hz, const float *pcm, int64_t 
     if (!(st = resampler_init(&r, hz)) && r.src &&
         !(st = resample(&r, pcm, n_samples, 1, &n_samples)))
         pcm = r.y;
-    if (st) {
-    } else if (format == QV_FORMAT_AAC) {
-        st = encode_aac(hz, pcm, n_samples, &t, &b);
-    } else if (qv_format_progressive(format)) {
-        uint8_t h[WAV_HEADER_MAX_BYTES];
-        const size_t head = format == QV_FORMAT_WAV ? wav_header(h, hz, n_samples, &t) : 0;
-        if (mem_reserve(&b, head + 2 * (size_t)n_samples)) {
-            st = qvu_failf(QV_E_NOMEM, "%s: out of memory", names[format]);
-        } else {
-            memcpy(b.p, h, head);
-            qv_pcm_s16le(pcm, n_samples, b.p + head);
-        }
-    } else {
-        st = encode_sndfile(format, hz, pcm, n_samples, &t, &b);
-    }
+    if (!st) st = encode_final(format, hz, pcm, n_samples, &t, &b);
     resampler_free(&r);
     free(marked);
     if (st) return free(b.p), st;
@@ -603,8 +604,8 @@ enum qv_status qv_audio_write_at(const char *path, int format, int hz, const flo
 /* ==== streams ================================================================================ */
 
 struct qv_encoder {
-    int format, hz;  /* hz: the output rate */
-    resampler rs;    /* to hz from 24 kHz */
+    int format, hz; /* hz: the output rate */
+    resampler rs;   /* to hz from 24 kHz */
     qv_write_fn fn; /* or: */
     void *user;
     FILE *file; /* seekable: the WAV header is rewritten after each block */

@@ -113,7 +113,8 @@ void qva_stretch_free(qva_stretch *t); /* accepts NULL */
 
 /* ---- AAC (aac.c) ---------------------------------------------------------------------------- */
 
-/* AAC-LC in ADTS frames of mono at a rate with an ADTS index (8000..96000), through libavcodec loaded at run time (encode.c's `aac`).
+/* AAC-LC in ADTS frames of mono at a rate with an ADTS index (8000..96000), through libavcodec
+ * loaded at run time (encode.c's `aac`).
  * qva_aac_available: QV_OK, or QV_E_UNSUPPORTED with a detail naming the library or package
  * missing (loads it once; thread-safe). An encoder is used by one thread; its output goes to fn
  * (QV_E_IO when fn fails) as whole ADTS frames. Samples are taken in blocks of any size; a frame

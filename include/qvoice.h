@@ -913,7 +913,8 @@ enum qv_status qv_encoder_new(qv_encoder **out, int format, const qv_provenance 
                               qv_write_fn fn, void *user, FILE *file);
 /* The stream's output rate (default QV_SAMPLE_RATE_HZ), before the first write: blocks are
  * marked at 24 kHz, then resampled with state kept across blocks, so the stream's samples equal
- * qv_audio_encode_at's of the whole. qv_format_rate_check's statuses; QV_E_INVALID after a write. */
+ * qv_audio_encode_at's of the whole. qv_format_rate_check's statuses; QV_E_INVALID after a
+ * write; QV_E_NOMEM. */
 enum qv_status qv_encoder_set_rate(qv_encoder *e, int sample_rate_hz);
 /* Converts and writes one block. QV_E_IO when the sink failed, QV_E_NOMEM. */
 enum qv_status qv_encoder_write(qv_encoder *e, const float *pcm, int n_samples);

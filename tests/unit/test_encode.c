@@ -1,6 +1,7 @@
 /* test_encode.c — audio out (features/encode.c, loudness.c) and the codes format (engine/codes.c):
  * the one float -> s16 conversion, the WAV header, whole files against streamed ones, every format
- * round-tripping through libsndfile, loudness targets, the codes text format's strict reader, the
+ * round-tripping through libsndfile, other output rates (resampled, streamed == whole), loudness
+ * targets, the codes text format's strict reader, the
  * one range check of the sampling parameters, and the one voice-lookup error text.
  */
 #include <math.h>
@@ -168,6 +169,32 @@ static void stream_both(qv_encoder *ef, qv_encoder *em, const float *x, int n) {
     assert_int_equal(qv_encoder_close(em), 0);
 }
 
+/* x[n] streamed as format at hz (after an empty block) to a seekable file and to a function, in
+ * stream_both's blocks: the file is whole[n_whole] byte for byte, the function's bytes as long and
+ * the same from byte head on (a WAV's header has the unknown length). Returns the latter. */
+static mem stream_check(int format, int hz, const qv_provenance *prov, const float *x, int n,
+                        const uint8_t *whole, size_t n_whole, size_t head) {
+    FILE *f = tmpfile();
+    mem m = {0};
+    qv_encoder *ef, *em;
+    assert_int_equal(qv_encoder_new(&ef, format, prov, NULL, NULL, f), 0);
+    assert_int_equal(qv_encoder_new(&em, format, prov, append, &m, NULL), 0);
+    assert_int_equal(qv_encoder_set_rate(ef, hz), 0);
+    assert_int_equal(qv_encoder_set_rate(em, hz), 0);
+    assert_int_equal(qv_encoder_write(ef, x, 0), 0); /* an empty block: still one header */
+    assert_int_equal(qv_encoder_write(em, x, 0), 0);
+    stream_both(ef, em, x, n);
+    uint8_t *back = malloc(n_whole + 1);
+    rewind(f);
+    assert_int_equal(fread(back, 1, n_whole + 1, f), n_whole);
+    assert_memory_equal(back, whole, n_whole);
+    assert_int_equal(m.n, n_whole);
+    assert_memory_equal(m.p + head, whole + head, n_whole - head);
+    fclose(f);
+    free(back);
+    return m;
+}
+
 /* A WAV streamed in uneven blocks to a seekable file equals the one-shot file; to a function it
  * differs only in the header's unknown length. Both carry the default watermark: the samples are
  * the tone marked by qv_watermark_mark, and QV_WATERMARK_OFF gives the tone itself. */
@@ -203,22 +230,11 @@ static void test_stream_equals_whole(void **st) {
     assert_non_null(pr);
     assert_non_null(memmem(pr, len, "watermark=off\n", 14));
     qv_free(plain), free(s16), free(y);
-    FILE *f = tmpfile();
-    mem m = {0};
-    qv_encoder *ef, *em;
-    assert_int_equal(qv_encoder_new(&ef, QV_FORMAT_WAV, &prov, NULL, NULL, f), 0);
-    assert_int_equal(qv_encoder_new(&em, QV_FORMAT_WAV, &prov, append, &m, NULL), 0);
-    assert_int_equal(qv_encoder_write(ef, x, 0), 0); /* an empty block: still one header */
-    assert_int_equal(qv_encoder_write(em, x, 0), 0);
-    stream_both(ef, em, x, n);
-    uint8_t *back = malloc(n_whole + 1);
-    rewind(f);
-    assert_int_equal(fread(back, 1, n_whole + 1, f), n_whole);
-    assert_memory_equal(back, whole, n_whole);
-    assert_int_equal(m.n, n_whole);
+    mem m = stream_check(QV_FORMAT_WAV, QV_SAMPLE_RATE_HZ, &prov, x, n, whole, n_whole, (size_t)h);
     assert_memory_equal(m.p + 8, whole + 8, (size_t)h - 12); /* all but the lengths */
-    assert_memory_equal(m.p + h, whole + h, n_whole - (size_t)h);
     assert_int_equal(m.p[h - 4] & m.p[h - 3] & m.p[h - 2] & m.p[h - 1], 0xFF);
+    uint8_t *back = malloc(n_whole + 1);
+    qv_encoder *ef;
     FILE *g = tmpfile(); /* no audio at all: a complete empty WAV */
     assert_int_equal(qv_encoder_new(&ef, QV_FORMAT_WAV, &prov, NULL, NULL, g), 0);
     assert_int_equal(qv_encoder_close(ef), 0);
@@ -232,7 +248,6 @@ static void test_stream_equals_whole(void **st) {
     assert_int_equal(qv_encoder_new(&bad, QV_FORMAT_FLAC, NULL, append, &m, NULL),
                      QV_E_UNSUPPORTED);
     assert_non_null(strstr(qv_last_error(), "WAV, PCM or AAC"));
-    fclose(f);
     free(back), free(m.p), qv_free(whole), free(x);
 }
 
@@ -328,28 +343,13 @@ static void test_sample_rate(void **st) {
         uint8_t *one;
         size_t n_one;
         assert_int_equal(qv_audio_encode_at(f, hz, x, n, &prov, &one, &n_one), 0);
-        FILE *file = tmpfile();
-        mem s = {0};
-        qv_encoder *ef, *em;
-        assert_int_equal(qv_encoder_new(&ef, f, &prov, NULL, NULL, file), 0);
-        assert_int_equal(qv_encoder_new(&em, f, &prov, append, &s, NULL), 0);
-        assert_int_equal(qv_encoder_set_rate(ef, hz), 0);
-        assert_int_equal(qv_encoder_set_rate(em, hz), 0);
-        stream_both(ef, em, x, n);
-        uint8_t *back = malloc(n_one + 1);
-        rewind(file);
-        assert_int_equal(fread(back, 1, n_one + 1, file), n_one);
-        assert_memory_equal(back, one, n_one);
-        assert_int_equal(s.n, n_one);
-        const size_t head = f == QV_FORMAT_WAV ? (size_t)h : 0;
-        assert_memory_equal(s.p + head, one + head, n_one - head);
+        mem s = stream_check(f, hz, &prov, x, n, one, n_one, f == QV_FORMAT_WAV ? (size_t)h : 0);
         if (f == QV_FORMAT_AAC) { /* ADTS: sampling frequency index 8 (16 kHz) */
             const size_t tag = 10 + (size_t)(one[6] << 21 | one[7] << 14 | one[8] << 7 | one[9]);
             assert_int_equal(one[tag + 2] >> 2 & 0xF, 8);
         }
         printf("  %s at 16 kHz: streamed == whole (%zu bytes)\n", qv_format_name(f), n_one);
-        fclose(file);
-        free(back), free(s.p), qv_free(one);
+        free(s.p), qv_free(one);
     }
     qv_encoder *late;
     assert_int_equal(qv_encoder_new(&late, QV_FORMAT_PCM, &prov, append, &(mem){0}, NULL), 0);
@@ -496,19 +496,7 @@ static void test_aac(void **st) {
     printf("  aac: SNR %.1f dB against the marked samples (delay 1024)\n", snr);
     assert_true(snr > 20);
     /* streamed in uneven blocks: the same bytes */
-    FILE *f = tmpfile();
-    mem s = {0};
-    qv_encoder *ef, *em;
-    assert_int_equal(qv_encoder_new(&ef, QV_FORMAT_AAC, &prov, NULL, NULL, f), 0);
-    assert_int_equal(qv_encoder_new(&em, QV_FORMAT_AAC, &prov, append, &s, NULL), 0);
-    stream_both(ef, em, x, n);
-    assert_int_equal(s.n, n_whole);
-    assert_memory_equal(s.p, whole, n_whole);
-    uint8_t *back = malloc(n_whole + 1);
-    rewind(f);
-    assert_int_equal(fread(back, 1, n_whole + 1, f), n_whole);
-    assert_memory_equal(back, whole, n_whole);
-    fclose(f);
+    mem s = stream_check(QV_FORMAT_AAC, QV_SAMPLE_RATE_HZ, &prov, x, n, whole, n_whole, 0);
     /* raw: no tag, frames from the first byte */
     uint8_t *raw;
     size_t n_raw;
@@ -521,7 +509,7 @@ static void test_aac(void **st) {
     sh("sed 's/^/    /' %s", cmd);
     assert_true(file_has(cmd, "aac: cannot load libqv-missing.so.0 (install Debian's libavcodec"));
     sh("rm -f %s %s.probe %s.raw %s.err", path, path, path, path);
-    qv_free(raw), free(back), free(s.p), free(y), qv_free(marked), qv_free(whole), free(x);
+    qv_free(raw), free(s.p), free(y), qv_free(marked), qv_free(whole), free(x);
 }
 
 static void test_loudness(void **st) {
