@@ -132,7 +132,7 @@ static int job_check(const cJSON *j, char *err, size_t n) {
                         out),
                -1;
     if (!qv_format_writable(fmt))
-        return snprintf(err, n, "output: %s: this build of libsndfile cannot write it", out), -1;
+        return snprintf(err, n, "output: %s: %s", out, qv_last_error()), -1;
     if (cJSON_GetObjectItemCaseSensitive(j, "speaker") &&
         cJSON_GetObjectItemCaseSensitive(j, "voice"))
         return snprintf(err, n, "speaker and voice are exclusive"), -1;

@@ -1,7 +1,7 @@
 /* encode.c — audio out: the one encoder of 24 kHz mono samples for every front end (speak, the
  * server, Python, the examples). 16-bit WAV and raw PCM are written here (so they can stream: a
  * header of unknown length, then blocks); FLAC, Ogg Vorbis, Opus and MP3 go through libsndfile
- * into memory. qv_pcm_s16le is the only float → 16-bit conversion of the project. Every path
+ * into memory; AAC through aac.c's frames (streamable too), behind an ID3v2 tag written here. qv_pcm_s16le is the only float → 16-bit conversion of the project. Every path
  * marks the samples first (qv_watermark) and tags the container with the output's provenance
  * (docs/provenance.md), unless given no qv_provenance; a WAV's tags sit before its data chunk so
  * that a stream carries them too.
@@ -61,13 +61,16 @@ const char *qv_format_mime(int f) {
 }
 
 int qv_format_writable(int f) {
-    if (!valid(f)) return 0;
+    if (!valid(f)) return qvu_failf(QV_E_INVALID, "format %d: unknown", f), 0;
+    if (f == QV_FORMAT_AAC) return qva_aac_available() == QV_OK;
     SF_INFO info = {.samplerate = QV_SAMPLE_RATE_HZ, .channels = 1, .format = sf_formats[f]};
-    return !sf_formats[f] || sf_format_check(&info);
+    if (!sf_formats[f] || sf_format_check(&info)) return 1;
+    qvu_failf(QV_E_UNSUPPORTED, "%s: this build's libsndfile cannot write it", names[f]);
+    return 0;
 }
 
 int qv_format_progressive(int f) {
-    return f == QV_FORMAT_WAV || f == QV_FORMAT_PCM;
+    return f == QV_FORMAT_WAV || f == QV_FORMAT_PCM || f == QV_FORMAT_AAC;
 }
 
 /* ==== 16-bit PCM and the WAV header ========================================================== */
@@ -236,6 +239,51 @@ static size_t wav_header(uint8_t h[WAV_HEADER_MAX_BYTES], int64_t n_samples, con
     return n + 8;
 }
 
+/* ==== the ID3v2 tag of an AAC stream ========================================================== */
+
+/* ID3v2.4 (id3.org/id3v2.4.0-structure) in front of the ADTS frames, as an MP3 carries it and
+ * FFmpeg's ADTS reader skips and reads (ffprobe shows it): TSSE the software, TDRC the creation
+ * time, COMM the comment with the key set. UTF-8 text (the key set is ASCII). */
+#define AAC_BIT_RATE 96000 /* AAC-LC, mono speech at 24 kHz */
+#define ID3_MAX_BYTES (10 + (11 + 64) + (11 + 32) + (15 + TAG_TEXT_BYTES + 32)) /* TSSE TDRC COMM */
+
+static void put_syncsafe(uint8_t *p, size_t v) { /* 7 bits per byte, big-endian */
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (7 * (3 - i)) & 0x7F);
+}
+
+/* A frame: id, size, no flags, then UTF-8 (3), the COMM's language and empty description, text. */
+static void put_id3_frame(uint8_t *h, size_t *n, const char *id, const char *text) {
+    const int comm = !strcmp(id, "COMM");
+    const size_t len = strlen(text), size = 1 + (comm ? 4 : 0) + len;
+    memcpy(h + *n, id, 4);
+    put_syncsafe(h + *n + 4, size);
+    h[*n + 8] = h[*n + 9] = 0;
+    h[*n + 10] = 3;
+    *n += 11;
+    if (comm) memcpy(h + *n, "eng", 4), *n += 4; /* the language, then the description's NUL */
+    memcpy(h + *n, text, len);
+    *n += len;
+}
+
+static size_t id3_tag(uint8_t h[ID3_MAX_BYTES], const tags *t) {
+    char software[64], comment[TAG_TEXT_BYTES + 32], date[32];
+    size_t n = 10;
+    snprintf(software, sizeof software, "qvoice %s", qv_version());
+    put_id3_frame(h, &n, "TSSE", software);
+    if (t->created[0]) { /* ID3's timestamps have no zone: UTC without the Z */
+        snprintf(date, sizeof date, "%.19s", t->created);
+        put_id3_frame(h, &n, "TDRC", date);
+    }
+    comment_text(t, comment);
+    put_id3_frame(h, &n, "COMM", comment);
+    memcpy(h, "ID3\x04\x00\x00", 6); /* version 2.4.0, no flags */
+    put_syncsafe(h + 6, n - 10);
+    return n;
+}
+
+/* ==== sample buffers ========================================================================= */
+
 int qv_pcm_collect(void *user, const float *pcm, int n) {
     qv_pcm_buffer *b = user;
     if (b->struct_size != sizeof *b)
@@ -312,6 +360,29 @@ static sf_count_t v_write(const void *src, sf_count_t n, void *u) {
     return n;
 }
 
+/* qv_write_fn appending to a membuf (aac.c's frames). */
+static int mem_append(void *u, const void *p, size_t n) {
+    membuf *b = u;
+    const size_t at = b->len;
+    if (mem_reserve(b, at + n)) return b->failed = 1, -1;
+    memcpy(b->p + at, p, n);
+    return 0;
+}
+
+/* An AAC file: the tag (unless raw), then the frames of pcm. */
+static enum qv_status encode_aac(const float *pcm, int64_t n, const tags *t, membuf *b) {
+    qva_aac *a;
+    enum qv_status st = qva_aac_new(&a, AAC_BIT_RATE);
+    if (st) return st;
+    uint8_t h[ID3_MAX_BYTES];
+    if (t->on && mem_append(b, h, id3_tag(h, t)))
+        st = qvu_fail(QV_E_NOMEM, "aac: out of memory");
+    if (!st) st = qva_aac_write(a, pcm, n, mem_append, b);
+    if (!st) st = qva_aac_finish(a, mem_append, b);
+    qva_aac_free(a);
+    return b->failed ? qvu_fail(QV_E_NOMEM, "aac: out of memory") : st;
+}
+
 /* libsndfile writes these as Vorbis comments (FLAC, Ogg Vorbis, Opus: SOFTWARE/ENCODER, DATE,
  * COMMENT) and ID3v2 frames (MP3: TYER from the date, COMM; lame sets its own TSSE). */
 static void set_tags(SNDFILE *sf, const tags *t) {
@@ -378,7 +449,9 @@ enum qv_status qv_audio_encode(int format, const float *pcm, int64_t n_samples,
     float *marked;
     if ((st = mark_copy(pcm, n_samples, t.mark, &marked))) return st;
     if (marked) pcm = marked;
-    if (qv_format_progressive(format)) {
+    if (format == QV_FORMAT_AAC) {
+        st = encode_aac(pcm, n_samples, &t, &b);
+    } else if (qv_format_progressive(format)) {
         uint8_t h[WAV_HEADER_MAX_BYTES];
         const size_t head = format == QV_FORMAT_WAV ? wav_header(h, n_samples, &t) : 0;
         if (mem_reserve(&b, head + 2 * (size_t)n_samples)) {
@@ -441,6 +514,7 @@ struct qv_encoder {
     tags tags;
     uint8_t *blk; /* one block: the header (first WAV block) and the samples */
     size_t cap;
+    qva_aac *aac;       /* AAC: the codec */
     qv_watermark *mark; /* NULL: QV_WATERMARK_OFF */
     float *marked;      /* the marked samples a write releases */
     size_t marked_cap;
@@ -453,14 +527,17 @@ enum qv_status qv_encoder_new(qv_encoder **out, int format, const qv_provenance 
     if (!valid(format) || !fn == !file)
         return qvu_fail(QV_E_INVALID, "encoder: a format and either a write function or a file");
     if (!qv_format_progressive(format))
-        return qvu_failf(QV_E_UNSUPPORTED, "%s: progressive output is WAV or PCM only",
+        return qvu_failf(QV_E_UNSUPPORTED, "%s: progressive output is WAV, PCM or AAC only",
                          names[format]);
     tags t;
-    const enum qv_status st = tags_of(prov, &t);
+    enum qv_status st = tags_of(prov, &t);
     if (st) return st;
+    qva_aac *aac = NULL;
+    if (format == QV_FORMAT_AAC && (st = qva_aac_new(&aac, AAC_BIT_RATE))) return st;
     qv_encoder *e = calloc(1, sizeof *e);
     if (!e || (t.mark != QV_WATERMARK_OFF && qv_watermark_new(&e->mark, t.mark)))
-        return free(e), qvu_fail(QV_E_NOMEM, "encoder: out of memory");
+        return free(e), qva_aac_free(aac), qvu_fail(QV_E_NOMEM, "encoder: out of memory");
+    e->aac = aac;
     e->tags = t;
     e->format = format, e->fn = fn, e->user = user, e->file = file;
     *out = e;
@@ -483,8 +560,30 @@ static int update_header(qv_encoder *e) {
     return fwrite(h, 1, n, e->file) != n || fseek(e->file, end, SEEK_SET) ? -1 : 0;
 }
 
+/* AAC: the frames n_samples complete (final: all of them, the encoder drained), after the tag in
+ * the first block, to the sink in one call; nothing when no frame is ready. */
+static enum qv_status aac_block(qv_encoder *e, const float *pcm, int n_samples, int final) {
+    membuf b = {.p = e->blk, .cap = e->cap};
+    uint8_t h[ID3_MAX_BYTES];
+    enum qv_status st = QV_OK;
+    if (!e->started && e->tags.on && mem_append(&b, h, id3_tag(h, &e->tags)))
+        st = qvu_fail(QV_E_NOMEM, "aac block: out of memory");
+    const size_t head = b.len;
+    if (!st) st = qva_aac_write(e->aac, pcm, n_samples, mem_append, &b);
+    if (!st && final) st = qva_aac_finish(e->aac, mem_append, &b);
+    e->blk = b.p, e->cap = b.cap;
+    if (b.failed) return qvu_fail(QV_E_NOMEM, "aac block: out of memory");
+    if (st) return st;
+    e->n_samples += n_samples;
+    if (b.len == head && !final) return QV_OK; /* the tag waits for the first frame */
+    if (emit(e, b.p, b.len)) return qvu_fail(QV_E_IO, "aac stream: write failed");
+    e->started = 1;
+    return e->file && fflush(e->file) ? qvu_failf(QV_E_IO, "aac file: %s", strerror(errno)) : QV_OK;
+}
+
 /* One block of final samples to the sink (the first WAV one with the header). */
 static enum qv_status write_block(qv_encoder *e, const float *pcm, int n_samples) {
+    if (e->aac) return aac_block(e, pcm, n_samples, 0);
     uint8_t h[WAV_HEADER_MAX_BYTES];
     const size_t head = e->format == QV_FORMAT_WAV && !e->started ? wav_header(h, -1, &e->tags) : 0;
     const size_t need = head + 2 * (size_t)n_samples;
@@ -532,7 +631,11 @@ enum qv_status qv_encoder_close(qv_encoder *e) {
     enum qv_status st = QV_OK;
     float tail[QV_WATERMARK_DELAY];
     const int n = e->mark ? qv_watermark_flush(e->mark, tail) : 0; /* the held samples */
-    if (n || (e->format == QV_FORMAT_WAV && !e->started)) st = write_block(e, tail, n);
+    if (e->aac)
+        st = aac_block(e, tail, n, 1);
+    else if (n || (e->format == QV_FORMAT_WAV && !e->started))
+        st = write_block(e, tail, n);
+    qva_aac_free(e->aac);
     free(e->blk);
     free(e->marked);
     qv_watermark_free(e->mark);

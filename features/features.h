@@ -111,6 +111,21 @@ int qva_stretch_run(qva_stretch *t, const float *x, int64_t n, int final, qva_st
                     void *user);
 void qva_stretch_free(qva_stretch *t); /* accepts NULL */
 
+/* ---- AAC (aac.c) ---------------------------------------------------------------------------- */
+
+/* AAC-LC in ADTS frames of 24 kHz mono, through libavcodec loaded at run time (encode.c's `aac`).
+ * qva_aac_available: QV_OK, or QV_E_UNSUPPORTED with a detail naming the library or package
+ * missing (loads it once; thread-safe). An encoder is used by one thread; its output goes to fn
+ * (QV_E_IO when fn fails) as whole ADTS frames. Samples are taken in blocks of any size; a frame
+ * (1024 samples) is encoded when complete, and finish pads the last one with silence and drains
+ * the encoder's delay. The bytes depend only on the samples, not on how they were split. */
+typedef struct qva_aac qva_aac;
+enum qv_status qva_aac_available(void);
+enum qv_status qva_aac_new(qva_aac **out, int bit_rate); /* QV_E_UNSUPPORTED, QV_E_NOMEM */
+enum qv_status qva_aac_write(qva_aac *a, const float *pcm, int64_t n, qv_write_fn fn, void *user);
+enum qv_status qva_aac_finish(qva_aac *a, qv_write_fn fn, void *user);
+void qva_aac_free(qva_aac *a); /* accepts NULL */
+
 /* ---- helpers ---------------------------------------------------------------------------- */
 
 double qva_l2norm(const float *a, int n);

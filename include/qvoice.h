@@ -785,26 +785,31 @@ enum qv_status qv_loudness_normalize(float *pcm, int64_t n_samples, double targe
 /* ==== audio out: the one encoder ============================================================= */
 
 /* Output formats of 24 kHz mono audio: name (also the file extension) and MIME type. WAV and PCM
- * are 16-bit (PCM raw s16le) and can stream; FLAC is 16-bit; Ogg Vorbis, Opus and MP3 depend on
- * how libsndfile was built (qv_format_writable). */
+ * are 16-bit (PCM raw s16le); FLAC is 16-bit; Ogg Vorbis, Opus and MP3 depend on how libsndfile
+ * was built (qv_format_writable); AAC is AAC-LC at 64 kbit/s in ADTS frames (an ID3v2 tag in
+ * front), through libavcodec loaded at run time the first time it is asked for (Debian's
+ * libavcodec59; $QV_AVCODEC names another library). WAV, PCM and AAC can stream. */
 #define QV_FORMAT_LIST(X)                                                                          \
     X(QV_FORMAT_WAV, "wav", "audio/wav")                                                           \
     X(QV_FORMAT_PCM, "pcm", "audio/pcm")                                                           \
     X(QV_FORMAT_FLAC, "flac", "audio/flac")                                                        \
     X(QV_FORMAT_OGG, "ogg", "audio/ogg")                                                           \
     X(QV_FORMAT_OPUS, "opus", "audio/ogg")                                                         \
-    X(QV_FORMAT_MP3, "mp3", "audio/mpeg")
+    X(QV_FORMAT_MP3, "mp3", "audio/mpeg")                                                          \
+    X(QV_FORMAT_AAC, "aac", "audio/aac")
 #define QV_FORMAT_ENUM_(id, name, mime) id,
 enum qv_format { QV_FORMAT_LIST(QV_FORMAT_ENUM_) QV_FORMAT_COUNT };
 #undef QV_FORMAT_ENUM_
-#define QV_FORMAT_NAMES "wav, pcm, flac, ogg, opus or mp3" /* for error texts */
+#define QV_FORMAT_NAMES "wav, pcm, flac, ogg, opus, mp3 or aac" /* for error texts */
 
 int qv_format_parse(const char *name);   /* enum qv_format by name (any case), or -1 */
 int qv_format_of_path(const char *path); /* by the file's extension, or -1 */
 const char *qv_format_name(int format);  /* static; NULL out of range */
 const char *qv_format_mime(int format);  /* static; NULL out of range */
-int qv_format_writable(int format);      /* 1 when this build can write it */
-int qv_format_progressive(int format);   /* 1 for WAV and PCM: written as it comes */
+/* 1 when this build can write it; 0 leaves the reason for qv_last_error() (e.g. "aac: cannot
+ * load libavcodec.so.59 (install Debian's libavcodec59 ...)"). */
+int qv_format_writable(int format);
+int qv_format_progressive(int format);   /* 1 for WAV, PCM and AAC: written as it comes */
 
 /* The one float -> 16-bit conversion: each sample clamped to [-1, 1], x * 32767 rounded to
  * nearest, little-endian into out[2 * n]. */
@@ -871,19 +876,21 @@ typedef struct {
 } qv_pcm_buffer;
 int qv_pcm_collect(void *user, const float *pcm, int n_samples);
 
-/* A stream of WAV or PCM, written block by block as audio arrives (a WAV starts with a header of
- * unknown length). The sink is either fn (each qv_encoder_write calls it once with the block:
- * the first WAV block carries the header) or file: a seekable file gets the header rewritten with
- * the length so far after each block (playable while it grows, complete at the end). One thread at
- * a time. QV_E_UNSUPPORTED for other formats, QV_E_INVALID, QV_E_NOMEM. Every failure of these
- * three leaves its detail for qv_last_error(). */
+/* A stream of WAV, PCM or AAC, written block by block as audio arrives (a WAV starts with a header
+ * of unknown length; an AAC stream with its ID3v2 tag, then each 1024-sample frame once encoded,
+ * the last ones at close). The sink is either fn (each qv_encoder_write calls it at most once
+ * with the block: the first WAV or AAC block carries the header or tag; an AAC call that completes
+ * no frame passes nothing) or file: a seekable file gets a WAV header rewritten with the length so
+ * far after each block (playable while it grows, complete at the end). One thread at a time.
+ * QV_E_UNSUPPORTED for other formats (and for aac without libavcodec), QV_E_INVALID, QV_E_NOMEM.
+ * Every failure of these three leaves its detail for qv_last_error(). */
 typedef int (*qv_write_fn)(void *user, const void *data, size_t n_bytes); /* 0 ok */
 typedef struct qv_encoder qv_encoder;
 enum qv_status qv_encoder_new(qv_encoder **out, int format, const qv_provenance *prov,
                               qv_write_fn fn, void *user, FILE *file);
 /* Converts and writes one block. QV_E_IO when the sink failed, QV_E_NOMEM. */
 enum qv_status qv_encoder_write(qv_encoder *e, const float *pcm, int n_samples);
-/* Ends the stream (an empty WAV still gets its header) and frees e; accepts NULL. QV_E_IO when
+/* Ends the stream (an empty WAV still gets its header, an empty AAC its tag) and frees e; accepts NULL. QV_E_IO when
  * that last write failed. Does not close file. */
 enum qv_status qv_encoder_close(qv_encoder *e);
 

@@ -7,13 +7,17 @@ set -e
 # packages do not pull them in. lame, opus-tools, sox, espeak-ng: test_watermark runs marked audio
 # through the codecs shared audio goes through. libimage-exiftool-perl: test_encode reads every
 # container's provenance tags back with exiftool. python3-*: the Python package is
-# pip-installed offline into a venv by its test (which runs it with and without numpy).
+# pip-installed offline into a venv by its test (which runs it with and without numpy). ffmpeg:
+# the tests decode `aac` output with ffmpeg and read its tags with ffprobe. libavcodec-dev: the
+# headers `aac` is compiled against (libqvoice loads libavcodec itself only when aac is asked
+# for, so a program that never asks does not need it installed).
 INSTALL_PKGS="help2man libmp3lame-dev libunistring-dev python3 python3-venv python3-setuptools
 python3-wheel python3-numpy lame opus-tools sox espeak-ng
-libimage-exiftool-perl"
+libimage-exiftool-perl ffmpeg"
 
 PKGS="gcc make pkg-config liblz4-dev libsndfile1-dev libvorbis-dev libogg-dev libsamplerate0-dev libopenblas-pthread-dev
 libcjson-dev libpcre2-dev libutf8proc-dev libfftw3-dev libcmocka-dev libssl-dev libpng-dev libebur128-dev librubberband-dev
+libavcodec-dev
 clang libclang-rt-14-dev wamerican wamerican-small libmicrohttpd-dev nginx-light hey chromium"
 missing=""
 for p in $PKGS $INSTALL_PKGS; do

@@ -149,9 +149,9 @@ r = c.getresponse()
 r.read(1)
 print("%.3f" % (time.monotonic() - t) if r.status == 200 else "failed %d" % r.status)
 r.read()' "$PORT" "$1"; }
-  printf '{"input":"%s","voice":"refbench","seed":5,"max_seconds":%s,"response_format":"pcm","stream":true}' \
+  printf '{"input":"%s","voice":"refbench","seed":5,"max_seconds":%s,"response_format":"pcm","stream":true,"stream_format":"audio"}' \
     "$TEXT" "$AUDIO" > "$W/stored.json"
-  { printf '{"input":"%s","seed":5,"max_seconds":%s,"response_format":"pcm","stream":true,' "$TEXT" "$AUDIO"
+  { printf '{"input":"%s","seed":5,"max_seconds":%s,"response_format":"pcm","stream":true,"stream_format":"audio",' "$TEXT" "$AUDIO"
     printf '"x_vector_only_mode":true,"ref_audio":"data:audio/wav;base64,'
     base64 -w0 "$clip"; printf '"}'; } > "$W/ref.json"
   ttfb "$W/stored.json" > /dev/null # warm: decoder, weights

@@ -112,6 +112,9 @@ static cJSON *result_json(int i, const qvs_job_result *r) {
     cJSON_AddNumberToObject(u, "input_tokens", r->input_tokens);
     cJSON_AddNumberToObject(u, "output_tokens", r->output_tokens);
     cJSON_AddNumberToObject(u, "total_tokens", r->input_tokens + r->output_tokens);
+    cJSON *d = cJSON_AddObjectToObject(u, "input_token_details");
+    cJSON_AddNumberToObject(d, "text_tokens", r->input_tokens - r->audio_tokens);
+    cJSON_AddNumberToObject(d, "audio_tokens", r->audio_tokens);
     if (r->warning[0]) cJSON_AddStringToObject(o, "warning", r->warning);
     return o;
 }
@@ -162,6 +165,7 @@ static int check_batch(const cJSON *o, verdict *v) {
     if (n < 1 || n > QVS_BATCH_MAX_ITEMS)
         return qvs_bad(v, 400, "invalid_value", "items", "items: %d given, expected 1 to %d", n,
                        QVS_BATCH_MAX_ITEMS);
+    if (qvs_speech_fields(o, "items", v)) return -1; /* the items' own: each item's parse */
     static const char *const no[] = {"stream", "stream_format"};
     for (int i = 0; i < 2; i++)
         if (cJSON_HasObjectItem(o, no[i]))

@@ -11,6 +11,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
@@ -434,6 +435,11 @@ int qvs_voice_lookup(qv_server *s, const api_key *k, const char *id_or_name, qvs
     if (e) {
         memcpy(r->id, e->id, 65);
         memcpy(ts, e->ts, 65);
+        r->icl_frames = cJSON_IsTrue(cJSON_GetObjectItem(e->desc, "has_icl"))
+                            ? (int)lround(cJSON_GetNumberValue(cJSON_GetObjectItem(
+                                              e->desc, "icl_seconds")) *
+                                          QV_FRAME_RATE_HZ)
+                            : 0;
         snprintf(r->path, sizeof r->path, "%s/%s.qvoice", s->voices_dir, e->id);
     }
     pthread_mutex_unlock(&s->lib->mu);

@@ -118,13 +118,17 @@ void qvs_scrub(const qv_server *s, char *msg, size_t size) {
 
 /* {"error":{"message","type","param","code"}}, malloc'd (NULL: out of memory); no server path
  * in the message (qvs_scrub). */
-static char *error_body(req *q, const char *type, const char *code, const char *param,
+static char *error_body(req *q, const char *type, const char *code, const char *param, int omni,
                         const char *fmt, va_list ap) {
     char msg[1024];
     vsnprintf(msg, sizeof msg, fmt, ap);
     qvs_scrub(q->srv, msg, sizeof msg);
     snprintf(q->note, sizeof q->note, "%.63s", code ? code : type);
     cJSON *o = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(o, "error");
+    if (omni) { /* beside OpenAI's object: vLLM-Omni's failed voice route, and FastAPI's detail */
+        cJSON_AddFalseToObject(o, "success");
+        cJSON_AddStringToObject(o, "detail", msg);
+    }
     cJSON_AddStringToObject(e, "message", msg);
     cJSON_AddStringToObject(e, "type", type);
     if (param)
@@ -144,7 +148,17 @@ enum MHD_Result qvs_reply_error(struct MHD_Connection *c, req *q, int status, co
                                 const char *code, const char *param, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    char *body = error_body(q, type, code, param, fmt, ap);
+    char *body = error_body(q, type, code, param, 0, fmt, ap);
+    va_end(ap);
+    return qvs_reply_json(c, q, status, body);
+}
+
+enum MHD_Result qvs_reply_error_omni(struct MHD_Connection *c, req *q, int status,
+                                     const char *type, const char *code, const char *param,
+                                     const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    char *body = error_body(q, type, code, param, 1, fmt, ap);
     va_end(ap);
     return qvs_reply_json(c, q, status, body);
 }
@@ -156,7 +170,7 @@ enum MHD_Result qvs_reply_cut(struct MHD_Connection *c, req *q, int status, cons
                               const char *code, const char *param, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    char *body = error_body(q, type, code, param, fmt, ap);
+    char *body = error_body(q, type, code, param, 0, fmt, ap);
     va_end(ap);
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
@@ -182,6 +196,7 @@ int qvs_bad(verdict *v, int status, const char *code, const char *param, const c
     va_end(ap);
     v->status = status;
     v->code = code;
-    v->param = param;
+    v->param = NULL;
+    if (param) snprintf(v->field, sizeof v->field, "%s", param), v->param = v->field;
     return -1;
 }

@@ -246,7 +246,7 @@ static enum MHD_Result ready(qv_server *s, struct MHD_Connection *c, req *q) {
 }
 
 /* OpenAI's model list (what vLLM-Omni clients call first): the served models by the name a
- * request's "model" takes. */
+ * request's "model" takes, with vLLM's ModelCard root and parent (no path: the name). */
 static enum MHD_Result models(qv_server *s, struct MHD_Connection *c, req *q) {
     cJSON *o = cJSON_CreateObject(), *a = cJSON_AddArrayToObject(o, "data");
     cJSON_AddStringToObject(o, "object", "list");
@@ -256,6 +256,8 @@ static enum MHD_Result models(qv_server *s, struct MHD_Connection *c, req *q) {
         cJSON_AddStringToObject(m, "object", "model");
         cJSON_AddNumberToObject(m, "created", 0);
         cJSON_AddStringToObject(m, "owned_by", "qvoice");
+        cJSON_AddStringToObject(m, "root", s->models[i].name);
+        cJSON_AddNullToObject(m, "parent");
         cJSON_AddStringToObject(m, "type", qv_model_type(s->models[i].model));
         cJSON_AddItemToArray(a, m);
     }

@@ -156,11 +156,12 @@ typedef struct {
 
 /* ==== shared by the handlers (reply.c) ======================================================= */
 
-/* A refused request: the HTTP status and OpenAI error code, the field it names (or NULL). */
+/* A refused request: the HTTP status and OpenAI error code, the field it names (or NULL: param
+ * points into field, a copy, so a name from a parsed body outlives the body). */
 typedef struct {
     int status; /* 0 = valid */
     const char *code, *param;
-    char msg[512];
+    char msg[512], field[64];
 } verdict;
 /* Fills v; returns -1. */
 int qvs_bad(verdict *v, int status, const char *code, const char *param, const char *fmt, ...)
@@ -181,6 +182,11 @@ enum MHD_Result qvs_reply_error(struct MHD_Connection *c, req *q, int status, co
 /* msg without server paths: the voices directory (and the temporaries in it), the model
  * directories become what a client knows them as. Every error reply goes through it. */
 void qvs_scrub(const qv_server *s, char *msg, size_t size);
+/* The same error with vLLM-Omni's top-level fields of a failed voice route beside the error
+ * object: "success": false and "detail" (the message, where FastAPI's HTTPException puts it). */
+enum MHD_Result qvs_reply_error_omni(struct MHD_Connection *c, req *q, int status,
+                                     const char *type, const char *code, const char *param,
+                                     const char *fmt, ...) __attribute__((format(printf, 7, 8)));
 /* The same error while a request body still arrives: written at once and the connection
  * closed (returns MHD_NO). */
 enum MHD_Result qvs_reply_cut(struct MHD_Connection *c, req *q, int status, const char *type,
@@ -208,6 +214,11 @@ enum MHD_Result qvs_reply_not_admitted(qv_server *s, struct MHD_Connection *c, r
 /* ==== speech (speech.c) ====================================================================== */
 
 struct job;
+/* A speech request's fields (o, a JSON object) against the names it may carry: OpenAI's,
+ * vLLM-Omni's and qvoice's (docs/server.md), plus extra (NULL: none; the batch's "items"), each
+ * once. 0, or -1 with v set: 400 unknown_field or duplicate_field naming it. A field the server
+ * accepts is honoured or refused, never ignored. */
+int qvs_speech_fields(const cJSON *o, const char *extra, verdict *v);
 /* The speech request body[len] (NUL-terminated: body[len] is read) read and checked (model, voice, language, format, sampling; a
  * per-request reference cloned or found in the cache, waiting up to deadline, c may be NULL) with
  * nothing synthesized: a job to run (free with qvs_speech_job_free) with its model index and
@@ -244,6 +255,7 @@ typedef struct {
     const char *media_type; /* of its response_format */
     char warning[512];      /* "" or the synthesis's warning (instruct dropped, ...) */
     int input_tokens, output_tokens; /* usage */
+    int audio_tokens;                /* of input_tokens: the ICL reference's frames */
 } qvs_job_result;
 /* Waits for a started whole job (cancelling it when the client leaves or the deadline passes)
  * and encodes its audio: 0 (*res set), -1 the client left. */
@@ -295,6 +307,7 @@ typedef struct {
     char path[4096];
     char id[65];
     int fd;
+    int icl_frames; /* its ICL reference's frames (usage's audio_tokens); 0 without ICL */
 } qvs_voice_ref;
 /* The library voice with this id or META name that key k may use; 0, or -1 when none (or it
  * cannot be put together). Close r with qvs_voice_ref_close. */

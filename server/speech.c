@@ -23,6 +23,7 @@ typedef struct job {
     pthread_cond_t cv;
     qv_server *s;
     int slot, refs, format, stream, n_tokens; /* n_tokens: usage.input_tokens */
+    int n_audio_tokens; /* of n_tokens: the ICL reference's frames (vLLM-Omni's audio_tokens) */
     double deadline, max_seconds, speed;
     struct MHD_Connection *conn; /* for disconnect checks while waiting */
     /* request (owned strings) */
@@ -217,6 +218,53 @@ static int slot_acquire(qv_server *s, struct MHD_Connection *c, int model, const
 
 /* ==== request parsing ======================================================================== */
 
+/* Every field parse reads: OpenAI's (input .. stream_format), vLLM-Omni's (speaker ..
+ * repetition_penalty), qvoice's (style .. max_seconds). */
+static const char *const speech_fields[] = {
+    "input", "model", "voice", "instructions", "response_format", "speed", "stream_format",
+    "speaker", "language", "task_type", "ref_audio", "ref_text", "x_vector_only_mode",
+    "speaker_embedding", "non_streaming_mode", "sample_rate", "initial_codec_chunk_frames",
+    "stream", "max_new_tokens", "seed", "temperature", "top_k", "top_p", "repetition_penalty",
+    "style", "style_strength", "strict_markup", "max_seconds"};
+
+/* vLLM-Omni's request fields for its other models or features qvoice does not have: refused by
+ * name with the reason (word_timestamps false, the default, asks for nothing). */
+static const char *const omni_refused[][2] = {
+    {"ref_audio_2", "a second reference for two-speaker dialogue (MOSS-TTSD); qvoice speaks "
+                    "dialogue with markup ([voice:NAME], docs/markup.md)"},
+    {"ambient_sound", "sound effects (MOSS-SoundEffect) are not speech"},
+    {"duration_seconds", "a target duration (MOSS-SoundEffect); use speed or max_seconds"},
+    {"references", "Higgs Audio's reference list; send ref_audio and ref_text"},
+    {"extra_params", "model-specific arguments: every parameter qvoice takes is a field of its own"},
+    {"word_timestamps", "no forced aligner: word timestamps are not produced"}};
+
+/* The reason vLLM-Omni's field name is refused, or NULL. */
+static const char *omni_reason(const char *name) {
+    for (size_t i = 0; i < sizeof omni_refused / sizeof *omni_refused; i++)
+        if (!strcmp(name, omni_refused[i][0])) return omni_refused[i][1];
+    return NULL;
+}
+
+int qvs_speech_fields(const cJSON *o, const char *extra, verdict *v) {
+    const cJSON *f, *g;
+    cJSON_ArrayForEach(f, o) {
+        const char *why = omni_reason(f->string);
+        int known = (extra && !strcmp(f->string, extra)) || why;
+        for (size_t i = 0; !known && i < sizeof speech_fields / sizeof *speech_fields; i++)
+            known = !strcmp(f->string, speech_fields[i]);
+        if (!known)
+            return qvs_bad(v, 400, "unknown_field", f->string, "unknown field '%.64s'", f->string);
+        /* null is absent, as for every field; word_timestamps false asks for nothing */
+        if (why && !cJSON_IsNull(f) && !(cJSON_IsFalse(f) && !strcmp(f->string, "word_timestamps")))
+            return qvs_bad(v, 400, "unsupported_value", f->string, "%s: %s", f->string, why);
+        for (g = o->child; g != f; g = g->next) /* cJSON keeps both; the reader sees the first */
+            if (!strcmp(g->string, f->string))
+                return qvs_bad(v, 400, "duplicate_field", f->string, "duplicate field '%s'",
+                               f->string);
+    }
+    return 0;
+}
+
 /* String field k: NULL when absent or null; -1 (verdict set) when not a string. */
 static int get_str(cJSON *o, const char *k, const char **out, verdict *v) {
     cJSON *x = cJSON_GetObjectItemCaseSensitive(o, k);
@@ -224,6 +272,18 @@ static int get_str(cJSON *o, const char *k, const char **out, verdict *v) {
     if (!x || cJSON_IsNull(x)) return 0;
     if (!cJSON_IsString(x)) return qvs_bad(v, 400, "invalid_type", k, "%s: expected a string", k);
     *out = x->valuestring;
+    return 0;
+}
+
+/* voice: a name, or OpenAI's voice object {"id": NAME} (vLLM-Omni reads its id). */
+static int get_voice(cJSON *o, const char **out, verdict *v) {
+    cJSON *x = cJSON_GetObjectItemCaseSensitive(o, "voice");
+    if (!cJSON_IsObject(x)) return get_str(o, "voice", out, v);
+    cJSON *id = cJSON_GetObjectItemCaseSensitive(x, "id");
+    if (!cJSON_IsString(id) || cJSON_GetArraySize(x) != 1)
+        return qvs_bad(v, 400, "invalid_value", "voice",
+                       "voice: expected a name or an object {\"id\": NAME}");
+    *out = id->valuestring;
     return 0;
 }
 
@@ -434,16 +494,12 @@ static int parse_voice(qv_server *s, const api_key *k, cJSON *o, fields *f, verd
 static int parse_format(cJSON *o, const fields *f, job *j, verdict *v) {
     const char *fmt = f->fmt, *sfmt = f->sfmt;
     j->format = QV_FORMAT_WAV;
-    if (fmt && !strcmp(fmt, "aac"))
-        return qvs_bad(v, 400, "unsupported_format", "response_format",
-                       "response_format aac: no AAC encoder in this build (libsndfile has none); "
-                       "expected " QV_FORMAT_NAMES);
     if (fmt && (j->format = qv_format_parse(fmt)) < 0)
         return qvs_bad(v, 400, "invalid_value", "response_format",
                        "response_format %s: expected " QV_FORMAT_NAMES, fmt);
-    if (!qv_format_writable(j->format))
-        return qvs_bad(v, 400, "unsupported_format", "response_format",
-                       "response_format %s: this build's libsndfile cannot write it", fmt);
+    if (!qv_format_writable(j->format)) /* the detail says why (aac: libavcodec missing) */
+        return qvs_bad(v, 400, "unsupported_format", "response_format", "response_format %s",
+                       qv_last_error());
     j->stream = !sfmt                    ? STREAM_NONE
                 : !strcmp(sfmt, "audio") ? STREAM_AUDIO
                 : !strcmp(sfmt, "sse")   ? STREAM_SSE
@@ -451,17 +507,18 @@ static int parse_format(cJSON *o, const fields *f, job *j, verdict *v) {
     if (j->stream < 0)
         return qvs_bad(v, 400, "invalid_value", "stream_format",
                        "stream_format %s: expected audio or sse", sfmt);
-    /* vLLM-Omni's stream: true is audio bytes as decoded, or SSE with stream_format sse */
+    /* vLLM-Omni's stream: true alone is SSE (its protocol's is_sse_stream); with stream_format
+     * audio, the bytes as decoded */
     int stream, got;
     if ((got = get_bool(o, "stream", &stream, v)) < 0) return -1;
     if (got && !stream && sfmt)
         return qvs_bad(v, 400, "invalid_value", "stream",
                        "stream false: contradicts stream_format %s", sfmt);
-    if (got && stream && !sfmt) j->stream = STREAM_AUDIO;
+    if (got && stream && !sfmt) j->stream = STREAM_SSE;
     if (j->stream && !qv_format_progressive(j->format))
         return qvs_bad(v, 400, "unsupported_format", "response_format",
-                       "response_format %s: streams are wav or pcm (ask without stream_format for "
-                       "%s)",
+                       "response_format %s: streams are wav, pcm or aac (ask without stream_format "
+                       "for %s)",
                        qv_format_name(j->format), qv_format_name(j->format));
     return 0;
 }
@@ -542,8 +599,8 @@ static int parse_sampling(const qv_server *s, cJSON *o, fields *f, qv_params *p,
     return 0;
 }
 
-/* usage.input_tokens: the input and the instructions in the model's own tokens, as vLLM-Omni
- * counts its text_tokens (a reference clip's codes are not counted). */
+/* usage's text tokens: the input and the instructions in the model's own tokens, as vLLM-Omni
+ * counts its text_tokens (parse adds the reference's frames, its audio_tokens). */
 static int count_tokens(const fields *f, job *j, verdict *v) {
     const char *const texts[2] = {f->input, f->instr};
     const char *const names[2] = {"input", "instructions"};
@@ -578,8 +635,9 @@ static int parse(qv_server *s, struct MHD_Connection *c, const api_key *k, const
         qvs_bad(v, 400, "invalid_json", NULL, "request body: not a JSON object");
         goto out;
     }
+    if (qvs_speech_fields(o, NULL, v)) goto out;
     if (get_str(o, "input", &f.input, v) || get_str(o, "model", &f.mname, v) ||
-        get_str(o, "voice", &f.voice, v) || get_str(o, "speaker", &f.alias, v) ||
+        get_voice(o, &f.voice, v) || get_str(o, "speaker", &f.alias, v) ||
         get_str(o, "instructions", &f.instr, v) || get_str(o, "response_format", &f.fmt, v) ||
         get_str(o, "stream_format", &f.sfmt, v) || get_str(o, "language", &f.lang, v) ||
         get_str(o, "task_type", &f.task, v) || get_str(o, "ref_audio", &f.ref_audio, v) ||
@@ -605,6 +663,13 @@ static int parse(qv_server *s, struct MHD_Connection *c, const api_key *k, const
                       .n_embedding = f.emb ? qv_model_hidden_size(f.m) : 0};
         if (qvs_ref_get(s, c, j->deadline, &r, &j->ref, v)) goto out;
     }
+    /* vLLM-Omni's input_token_details.audio_tokens: the reference frames ICL puts in the prompt
+     * (0 for a preset, an x-vector-only reference or voice) */
+    if (j->ref && qv_voice_has_icl(qvs_ref_voice(j->ref)))
+        qv_voice_ref_codes(qvs_ref_voice(j->ref), &j->n_audio_tokens);
+    else if (f.voice && !f.speaker)
+        j->n_audio_tokens = f.vr->icl_frames;
+    j->n_tokens += j->n_audio_tokens;
     /* the outputs name the voice: a library voice by its id (its file's SHA-256, as
      * qv_voice_id), a reference by its cached voice's, a preset speaker by name */
     j->prov = qv_provenance_of(f.m, j->ref ? qvs_ref_voice(j->ref) : NULL, f.speaker);
@@ -754,8 +819,10 @@ static ssize_t read_stream(void *cls, uint64_t pos, char *buf, size_t max) {
                 snprintf(ev, sizeof ev,
                          "event: speech.audio.done\ndata: {\"type\":\"speech.audio.done\","
                          "\"usage\":{\"input_tokens\":%d,"
-                         "\"output_tokens\":%d,\"total_tokens\":%d}}\n\n",
-                         j->n_tokens, j->stats.n_frames, j->n_tokens + j->stats.n_frames);
+                         "\"output_tokens\":%d,\"total_tokens\":%d,\"input_token_details\":"
+                         "{\"text_tokens\":%d,\"audio_tokens\":%d}}}\n\n",
+                         j->n_tokens, j->stats.n_frames, j->n_tokens + j->stats.n_frames,
+                         j->n_tokens - j->n_audio_tokens, j->n_audio_tokens);
             else {
                 cJSON *e = cJSON_CreateObject(), *in = cJSON_AddObjectToObject(e, "error");
                 char msg[700];
@@ -925,6 +992,7 @@ int qvs_job_finish(job *j, qvs_job_result *res) {
     memset(res, 0, sizeof *res);
     if (wait_job(j, 0) < 0) return -1;
     res->input_tokens = j->n_tokens;
+    res->audio_tokens = j->n_audio_tokens;
     res->output_tokens = j->stats.n_frames;
     snprintf(res->warning, sizeof res->warning, "%s", j->stats.warning);
     res->media_type = qv_format_mime(j->format);

@@ -71,9 +71,10 @@ static cJSON *vllm_entry(const cJSON *d) {
     return o;
 }
 
+/* vLLM-Omni's "Voice 'NAME' not found", with its success and detail beside OpenAI's error. */
 static enum MHD_Result voice_not_found(struct MHD_Connection *c, req *q, const char *id) {
-    return qvs_reply_error(c, q, MHD_HTTP_NOT_FOUND, "invalid_request_error", "voice_not_found",
-                           "voice_id", "voice %s: not in the library", id);
+    return qvs_reply_error_omni(c, q, MHD_HTTP_NOT_FOUND, "invalid_request_error",
+                                "voice_not_found", "voice_id", "Voice '%s' not found", id);
 }
 
 enum MHD_Result qvs_voices_get(qv_server *s, struct MHD_Connection *c, req *q, const char *id) {

@@ -347,15 +347,22 @@ static int configure(session *w, cJSON *o) {
     cJSON *sa = cJSON_GetObjectItemCaseSensitive(o, "stream_audio");
     if (sa && !cJSON_IsBool(sa) && !cJSON_IsNull(sa))
         return refuse(w, "invalid_type", "stream_audio", "stream_audio: expected true or false");
+    /* vLLM-Omni's split_granularity: this session splits at sentence ends, always */
+    cJSON *sg = cJSON_GetObjectItemCaseSensitive(o, "split_granularity");
+    if (sg && !cJSON_IsNull(sg) && !(cJSON_IsString(sg) && !strcmp(sg->valuestring, "sentence")))
+        return refuse(w, "unsupported_value", "split_granularity",
+                      "split_granularity: the session speaks each sentence as it completes "
+                      "(sentence); none and clause are not offered");
     cJSON *rf = cJSON_GetObjectItemCaseSensitive(o, "response_format");
     int format = QV_FORMAT_WAV;
     if (cJSON_IsString(rf) && !qv_format_progressive(format = qv_format_parse(rf->valuestring)))
         return refuse(w, "unsupported_format", "response_format",
-                      "response_format: the WebSocket sends wav or pcm");
+                      "response_format: the WebSocket sends wav, pcm or aac");
     cJSON *c = cJSON_Duplicate(o, 1);
     if (!c) return -1;
     cJSON_DeleteItemFromObjectCaseSensitive(c, "type");
     cJSON_DeleteItemFromObjectCaseSensitive(c, "stream_audio");
+    cJSON_DeleteItemFromObjectCaseSensitive(c, "split_granularity");
     cJSON_AddStringToObject(c, "input", "."); /* checked as a request */
     char *body = cJSON_PrintUnformatted(c);
     cJSON_DeleteItemFromObjectCaseSensitive(c, "input");

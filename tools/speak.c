@@ -291,12 +291,12 @@ static int check_modes(options *o) {
     if (o->out_path && o->format < 0 && (o->format = qv_format_of_path(o->out_path)) < 0)
         return usage_error("-o %s: unknown extension (give --format)", o->out_path);
     if (o->format >= 0 && !qv_format_writable(o->format))
-        return usage_error("--format %s: this build of libsndfile cannot write it",
-                           qv_format_name(o->format));
+        return usage_error("--format: %s", qv_last_error()); /* names the format, and why */
     if (o->stream && o->out_path && !strcmp(o->out_path, "-") && o->format != QV_FORMAT_PCM)
         return usage_error("%s", "--stream -o -: streams raw s16le only (--format pcm)");
     if (o->stream && o->out_path && !qv_format_progressive(o->format))
-        return usage_error("--stream -o %s: progressive output is WAV or PCM only", o->out_path);
+        return usage_error("--stream -o %s: progressive output is WAV, PCM or AAC only",
+                           o->out_path);
     if (o->stream && !isnan(o->loudness))
         return usage_error("%s", "--loudness needs the whole audio: not with --stream");
     if (o->dump_codes && !strcmp(o->dump_codes, "-") &&

@@ -188,7 +188,8 @@ def _voice_id(voice):
 
 def write_audio(path, wav, format=None, loudness=None, watermark=True, model=None, voice=None):
     """Writes mono 24 kHz float samples with libqvoice's encoder (the one speak and the server
-    use), atomically: format by name or by path's extension (wav, pcm, flac, ogg, opus, mp3);
+    use), atomically: format by name or by path's extension (wav, pcm, flac, ogg, opus, mp3,
+    aac: AAC-LC 96 kbit/s in ADTS, through libavcodec when installed);
     loudness: a target integrated loudness in LUFS (EBU R128, e.g. -23), or None. The file
     says where it came from (docs/provenance.md): the model (a Qwen3TTSModel or its fingerprint)
     and the voice (a Voice, a VoiceClonePromptItem, a voice file path, or an id such as
@@ -198,7 +199,7 @@ def write_audio(path, wav, format=None, loudness=None, watermark=True, model=Non
     path = os.fspath(path)
     fmt = lib.qv_format_parse(_b(format)) if format else lib.qv_format_of_path(_b(path))
     if fmt < 0:
-        raise ValueError("%s: unknown format %r (expected wav, pcm, flac, ogg, opus or mp3)"
+        raise ValueError("%s: unknown format %r (expected wav, pcm, flac, ogg, opus, mp3 or aac)"
                          % (path, format or os.path.splitext(path)[1]))
     if _np is not None:  # a copy: loudness scales it in place
         samples = _np.array(wav, dtype=_np.float32).ravel()
@@ -584,8 +585,10 @@ class Qwen3TTSModel:
 
     def _params(self, kw):
         bad = set(kw) - set(_GEN_KWARGS) - set(_STYLE_KWARGS)
-        if bad:
-            raise TypeError("unexpected generation keyword argument(s) %s" % sorted(bad))
+        if bad:  # never ignored: a misspelt keyword would otherwise sample with the default
+            raise TypeError("unexpected generation keyword argument(s) %s (known: %s)"
+                            % (", ".join(repr(k) for k in sorted(bad)),
+                               ", ".join(sorted(_GEN_KWARGS) + sorted(_STYLE_KWARGS))))
         p = self._lib.qv_model_params(self._m)
         p.n_threads, p.quant = self._threads, self._quant
         # a fresh take per call, as the official package samples (reproducible with seed=)

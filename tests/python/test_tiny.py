@@ -163,12 +163,35 @@ class Loading(unittest.TestCase):
                     os.environ[k] = v
 
     def test_bad_generation_kwargs(self):
-        with self.assertRaises(TypeError):
-            self.cv.generate_custom_voice("Hi.", speaker="ryan", num_beams=2)
+        """An unknown keyword is a TypeError naming it, on every entry point (one text, a list
+        run as a batch, a stream, a jobs run), before anything is synthesized."""
+        calls = [lambda **k: self.cv.generate_custom_voice("Hi.", speaker="ryan", **k),
+                 lambda **k: self.cv.generate_custom_voice(["Hi.", "Ho."], speaker="ryan", **k),
+                 lambda **k: next(self.cv.stream_custom_voice("Hi.", speaker="ryan", **k)),
+                 lambda **k: list(self.cv.run_jobs([], **k))]
+        for call in calls:
+            with self.assertRaisesRegex(TypeError, "'num_beams'"):
+                call(num_beams=2, **SHORT)
+            with self.assertRaisesRegex(TypeError, "'temprature'"):  # a misspelt official one
+                call(temprature=0.5, **SHORT)
         with self.assertRaises(ValueError):
             self.cv.generate_custom_voice("Hi.", speaker="ryan", max_new_tokens=1)
         with self.assertRaises(ValueError):
             self.cv.generate_custom_voice("Hi.", speaker="ryan", non_streaming_mode=False)
+
+    def test_official_generation_kwargs(self):
+        """Every generation keyword of the official package is taken and honoured: with both
+        samplers off (do_sample, subtalker_dosample False) the seed no longer matters; with them
+        on, it does."""
+        official = dict(do_sample=True, top_k=50, top_p=1.0, temperature=0.9,
+                        repetition_penalty=1.05, subtalker_dosample=True, subtalker_top_k=50,
+                        subtalker_top_p=1.0, subtalker_temperature=0.9, max_new_tokens=6)
+        self.assertEqual(set(official) | {"seed"}, set(qvoice._GEN_KWARGS))
+        say = lambda **k: self.cv.generate_custom_voice("Hi.", speaker="ryan", **k)[0][0]
+        a, b = say(seed=1, **official), say(seed=2, **official)
+        self.assertNotEqual(list(a), list(b))
+        greedy = dict(official, do_sample=False, subtalker_dosample=False)
+        self.assertEqual(list(say(seed=1, **greedy)), list(say(seed=2, **greedy)))
 
     def test_wrong_model_type(self):
         with self.assertRaises(ValueError):
@@ -344,6 +367,16 @@ class Synthesis(unittest.TestCase):
             self.assertGreater(os.path.getsize(os.path.join(d, "l.flac")), 0)
             with self.assertRaises(ValueError):
                 qvoice.write_audio(os.path.join(d, "x.aiff"), wavs[0])
+            # aac by name (ADTS behind an ID3v2 tag, through libavcodec): the bytes of the
+            # library's encoder, as speak -o x.aac writes them
+            qvoice.write_audio(os.path.join(d, "a.out"), wavs[0], "aac", model=self.cv,
+                               voice="speaker:ryan")
+            with open(os.path.join(d, "a.out"), "rb") as a:
+                head = a.read()
+            self.assertTrue(head.startswith(b"ID3\x04"))
+            self.assertIn(b"voice_id=speaker:ryan", head)
+            tag = 10 + (head[6] << 21 | head[7] << 14 | head[8] << 7 | head[9])
+            self.assertEqual(head[tag:tag + 2], b"\xff\xf1")  # the first ADTS frame
 
     def test_voice_design(self):
         vd = model("tiny-vd")

@@ -8,6 +8,8 @@
 //   MODE ref:       vLLM-Omni's per-request clone: ref_audio (a data URL of REF_WAV) with
 //                   x_vector_only_mode, pcm -> OUT
 //   MODE speed:     OpenAI's speed 2 (time-stretched), pcm -> OUT
+//   MODE aac, aac-stream, aac-sse: response_format "aac" whole, streamed (stream_format "audio"),
+//                   and as SSE deltas (vLLM-Omni's stream: true; decoded and joined) -> OUT
 //   MODE batch:     vLLM-Omni's POST /v1/audio/speech/batch through the package's client.post:
 //                   two items (the second with an unknown voice: its own error), the first's
 //                   audio decoded -> OUT
@@ -57,6 +59,9 @@ try {
     if (!(done[0].usage && done[0].usage.output_tokens > 0)) fail('done event without usage');
     // the input's tokens with the model's tokenizer (7), not its 30 characters
     if (done[0].usage.input_tokens !== 7) fail(`usage.input_tokens ${done[0].usage.input_tokens}, expected 7`);
+    // vLLM-Omni's split: all text, no reference frames for a preset speaker
+    const d = done[0].usage.input_token_details;
+    if (!d || d.text_tokens !== 7 || d.audio_tokens !== 0) fail(`input_token_details ${JSON.stringify(d)}`);
     fs.writeFileSync(out, Buffer.concat(deltas.map((e) => Buffer.from(e.audio, 'base64'))));
     console.log(`deltas ${deltas.length}`);
   } else if (mode === 'ref') {
@@ -64,6 +69,17 @@ try {
     const r = await client.audio.speech.create({ model: 'tts-1', input: 'Hello there.', response_format: 'pcm',
       ref_audio: ref, x_vector_only_mode: true, task_type: 'Base', seed: 7, max_seconds: 1 });
     fs.writeFileSync(out, Buffer.from(await r.arrayBuffer()));
+  } else if (mode === 'aac' || mode === 'aac-stream') {
+    const r = await client.audio.speech.create({ ...req, response_format: 'aac', ...(mode === 'aac' ? {} : { stream_format: 'audio' }) });
+    if (r.headers.get('content-type') !== 'audio/aac') fail(`content-type ${r.headers.get('content-type')}`);
+    fs.writeFileSync(out, Buffer.from(await r.arrayBuffer()));
+  } else if (mode === 'aac-sse') {
+    const r = await client.audio.speech.create({ ...req, response_format: 'aac', stream: true });
+    const text = Buffer.from(await r.arrayBuffer()).toString();
+    const deltas = text.split('\n\n').map((b) => b.split('\n').find((l) => l.startsWith('data: ')))
+      .filter(Boolean).map((d) => JSON.parse(d.slice(6))).filter((e) => e.type === 'speech.audio.delta');
+    if (!deltas.length) fail('no speech.audio.delta event');
+    fs.writeFileSync(out, Buffer.concat(deltas.map((e) => Buffer.from(e.audio, 'base64'))));
   } else if (mode === 'speed') {
     const r = await client.audio.speech.create({ ...req, response_format: 'pcm', speed: 2 });
     fs.writeFileSync(out, Buffer.from(await r.arrayBuffer()));

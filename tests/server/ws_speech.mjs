@@ -103,6 +103,8 @@ async function errors() {
         JSON.stringify({ type: 'session.config', temperature: -1 }),
         JSON.stringify({ type: 'session.config', voice: 'nobody' }),
         JSON.stringify({ type: 'session.config', style_strength: 99 }),
+        JSON.stringify({ type: 'session.config', colour: 'red' }),
+        JSON.stringify({ type: 'session.config', split_granularity: 'clause' }),
         JSON.stringify({ type: 'input.text', text: 5 }),
         JSON.stringify({ type: 'input.text', text: 'bad [pause:xx] tag. ' }),
     ];

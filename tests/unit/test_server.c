@@ -9,6 +9,7 @@
  * test that started it.
  */
 #include <cJSON.h>
+#include <math.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <sndfile.h>
@@ -208,8 +209,7 @@ static void test_speech_bad_input(void **state) {
     bad_speech("{\"input\": \"hi\", \"speed\": 4.5}", 400, "invalid_value"); /* 0.25..4 */
     bad_speech("{\"input\": \"hi\", \"speed\": 0.2}", 400, "invalid_value");
     bad_speech("{\"input\": \"hi\", \"speed\": \"fast\"}", 400, "invalid_type");
-    bad_speech("{\"input\": \"hi\", \"response_format\": \"aac\"}", 400, "unsupported_format");
-    assert_non_null(strstr(g_body, "no AAC encoder"));
+    bad_speech("{\"input\": \"hi\", \"response_format\": \"aiff\"}", 400, "invalid_value");
     /* vLLM-Omni's fields: each honoured or refused naming itself, never ignored */
     static const struct {
         const char *json, *code, *param;
@@ -233,6 +233,17 @@ static void test_speech_bad_input(void **state) {
         {"\"ref_audio\": \"x\", \"x_vector_only_mode\": true, \"voice\": \"ryan\"", "invalid_value",
          "voice"},
         {"\"speaker_embedding\": [1, 2, 3]", "invalid_value", "speaker_embedding"},
+        /* a field of neither API, a name in another case, a field given twice, the WebSocket's
+         * own: never ignored */
+        {"\"colour\": \"red\"", "unknown_field", "colour"},
+        {"\"Input\": \"x\"", "unknown_field", "Input"},
+        {"\"input\": \"again\"", "duplicate_field", "input"},
+        {"\"stream_audio\": true", "unknown_field", "stream_audio"},
+        /* vLLM-Omni's fields of its other models and features: refused by name */
+        {"\"ref_audio_2\": \"x\"", "unsupported_value", "ref_audio_2"},
+        {"\"word_timestamps\": true", "unsupported_value", "word_timestamps"},
+        {"\"extra_params\": {}", "unsupported_value", "extra_params"},
+        {"\"voice\": {\"id\": 5}", "invalid_value", "voice"},
     };
     for (size_t i = 0; i < sizeof omni / sizeof *omni; i++) {
         char json[512];
@@ -244,6 +255,21 @@ static void test_speech_bad_input(void **state) {
             fail_msg("%s: param %s, expected %s", omni[i].json, param ? param : "-", omni[i].param);
         cJSON_Delete(o);
     }
+    /* their absent values are no request: null, word_timestamps false; OpenAI's voice object */
+    assert_int_equal(curl(&g_srv, NULL, "-d '{\"input\":\"Hi.\",\"voice\":{\"id\":\"ryan\"},"
+                                        "\"max_seconds\":0.3,\"word_timestamps\":false,"
+                                        "\"ref_audio_2\":null}' SRV/v1/audio/speech"),
+                     200);
+    /* vLLM-Omni's stream: true alone is SSE */
+    assert_int_equal(curl(&g_srv, NULL, "-D %s -d '{\"input\":\"Hi.\",\"max_seconds\":0.3,"
+                                        "\"response_format\":\"pcm\",\"stream\":true}' "
+                                        "SRV/v1/audio/speech",
+                          tmp_path("sse.hdr")),
+                     200);
+    assert_true(file_has(tmp_path("sse.hdr"), "text/event-stream"));
+    assert_non_null(strstr(g_body, "event: speech.audio.done"));
+    bad_speech("{\"input\": \"hi\", \"colour\": \"red\"}", 400, "unknown_field");
+    assert_non_null(strstr(g_body, "\"message\":\"unknown field 'colour'\""));
     bad_speech("{\"input\": \"hi\", \"response_format\": \"flac\", \"stream_format\": \"sse\"}", 400,
                "unsupported_format");
     bad_speech("{\"input\": \"hi\", \"stream_format\": \"chunks\"}", 400, "invalid_value");
@@ -381,7 +407,8 @@ static void test_voices(void **state) {
     }
     assert_int_equal(curl(&g_srv, NULL, "SRV/v1/models"), 200);
     assert_non_null(strstr(g_body, "\"object\":\"list\""));
-    assert_non_null(strstr(g_body, "\"id\":\"tiny-cv\""));
+    assert_non_null(strstr(g_body, "\"id\":\"tiny-cv\",\"object\":\"model\""));
+    assert_non_null(strstr(g_body, "\"root\":\"tiny-cv\",\"parent\":null"));
     assert_int_equal(curl(&g_srv, NULL, "-X POST SRV/v1/models"), 405);
     assert_int_equal(curl(&g_srv, NULL, "SRV/v1/audio/voices/henry"), 200);
     assert_non_null(strstr(g_body, id));
@@ -446,6 +473,11 @@ static void test_voices(void **state) {
     cJSON_Delete(o);
     assert_int_equal(curl(&g_srv, NULL, "-X DELETE SRV/v1/audio/voices/%s", id), 404);
     assert_string_equal(error_code(), "voice_not_found");
+    /* and vLLM-Omni's 404: success false, FastAPI's detail "Voice 'NAME' not found" */
+    o = cJSON_Parse(g_body);
+    assert_true(cJSON_IsFalse(cJSON_GetObjectItem(o, "success")));
+    assert_non_null(strstr(cJSON_GetStringValue(cJSON_GetObjectItem(o, "detail")), "not found"));
+    cJSON_Delete(o);
     /* no temporaries left by any of the above; the text side went with the last voice */
     assert_int_equal(count_files(dir, ""), 1);
     snprintf(stored, sizeof stored, "%s/.textside", dir);
@@ -1001,6 +1033,108 @@ static void test_speech(void **state) {
     assert_int_equal(sh("cmp -s -i %ld:0 %s %s", head, tmp_path("o.wav"), tmp_path("o.pcm")), 0);
 }
 
+/* The mean square of a and, in *err, of b - a: n 16-bit samples of a (a WAV's data) against
+ * those of b from sample skip on (decoded AAC: 1024 samples of ADTS priming first). */
+static double s16_diff(const char *wav, const char *raw, long skip, double *err) {
+    uint32_t data;
+    const long head = wav_file_data_offset(wav, &data);
+    FILE *fa = fopen(wav, "rb"), *fb = fopen(raw, "rb");
+    double sig = 0;
+    int16_t a, b;
+    *err = 0;
+    assert_true(head > 0 && fa && fb && !fseek(fa, head, SEEK_SET) && !fseek(fb, 2 * skip, SEEK_SET));
+    for (uint32_t i = 0; i < data / 2; i++) {
+        assert_true(fread(&a, 2, 1, fa) == 1 && fread(&b, 2, 1, fb) == 1);
+        sig += (double)a * a, *err += ((double)b - a) * ((double)b - a);
+    }
+    fclose(fa), fclose(fb);
+    return sig;
+}
+
+/* 0 when the AAC files a and b have the same frames: the bytes after their ID3v2 tags (which
+ * differ in the creation time when the requests fall in different seconds). */
+static int aac_cmp(const char *a, const char *b) {
+    long tag[2];
+    for (int i = 0; i < 2; i++) {
+        uint8_t h[10];
+        FILE *f = fopen(i ? b : a, "rb");
+        assert_true(f && fread(h, 1, 10, f) == 10 && !memcmp(h, "ID3", 3));
+        fclose(f);
+        tag[i] = 10 + (h[6] << 21 | h[7] << 14 | h[8] << 7 | h[9]);
+    }
+    return sh("cmp -i %ld:%ld %s %s", tag[0], tag[1], a, b);
+}
+
+/* response_format aac (features/aac.c): audio/aac, the same frames whole, streamed (chunked and
+ * SSE) and through the openai package; ADTS that ffprobe reads as 24 kHz mono AAC with the
+ * provenance tag; decoded by ffmpeg, the WAV of the same request after the 1024-sample priming
+ * delay at an SNR above 12 dB (the tiny model's noise-like audio at 96 kbit/s; measured 19-20
+ * dB); a server that cannot load libavcodec answers 400 naming the package. */
+static void test_aac(void **state) {
+    (void)state;
+    if (sh("ffmpeg -version >/dev/null 2>&1")) {
+        printf("  ffmpeg missing (make deps): skipped\n");
+        skip();
+    }
+    const char *req = "-H 'Content-Type: application/json' -d '{\"input\":\"Hello there.\","
+                      "\"voice\":\"ryan\",\"seed\":1,\"max_seconds\":2,\"response_format\":\"%s\"%s}'"
+                      " SRV/v1/audio/speech";
+    char r[1024];
+    snprintf(r, sizeof r, req, "aac", "");
+    assert_int_equal(curl(&g_srv, tmp_path("a.aac"), "-D %s %s", tmp_path("aac.hdr"), r), 200);
+    assert_true(file_has(tmp_path("aac.hdr"), "Content-Type: audio/aac"));
+    snprintf(r, sizeof r, req, "wav", "");
+    assert_int_equal(curl(&g_srv, tmp_path("aac.wav"), "%s", r), 200);
+    snprintf(r, sizeof r, req, "aac", ",\"stream_format\":\"audio\"");
+    assert_int_equal(curl(&g_srv, tmp_path("s.aac"), "%s", r), 200);
+    assert_int_equal(aac_cmp(tmp_path("a.aac"), tmp_path("s.aac")), 0);
+    assert_int_equal(sh("ffprobe -v error -show_entries stream=codec_name,sample_rate,channels:"
+                        "format_tags=comment -of default=nw=1 %s > %s",
+                        tmp_path("a.aac"), tmp_path("aac.probe")), 0);
+    const char *const want[] = {"codec_name=aac", "sample_rate=24000", "channels=1",
+                                "; voice_id=speaker:ryan; watermark="};
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++)
+        if (!file_has(tmp_path("aac.probe"), want[i])) fail_msg("ffprobe: no %s", want[i]);
+    assert_int_equal(sh("ffmpeg -v error -y -i %s -f s16le %s", tmp_path("a.aac"),
+                        tmp_path("aac.raw")), 0);
+    uint32_t data;
+    wav_file_data_offset(tmp_path("aac.wav"), &data);
+    const long decoded = file_bytes(tmp_path("aac.raw")) / 2, n = data / 2;
+    double err, sig = s16_diff(tmp_path("aac.wav"), tmp_path("aac.raw"), 1024, &err);
+    const double snr = 10 * log10(sig / err);
+    printf("  aac: %ld bytes; %ld samples decoded of %ld; SNR %.1f dB against the WAV\n",
+           file_bytes(tmp_path("a.aac")), decoded, n, snr);
+    assert_true(n > 0 && decoded >= n + 1024 && decoded <= n + 3 * 1024);
+    assert_true(snr > 12);
+    if (g_npm) {
+        char base[64];
+        snprintf(base, sizeof base, "http://127.0.0.1:%d", g_srv.port);
+        const char *const modes[] = {"aac", "aac-stream", "aac-sse"};
+        for (int i = 0; i < 3; i++) {
+            assert_int_equal(sh("node tests/server/openai_speech.mjs %s %s %s", base, modes[i],
+                                tmp_path("o.aac")), 0);
+            assert_true(file_bytes(tmp_path("o.aac")) > 1000);
+            if (i) assert_int_equal(aac_cmp(tmp_path("o.aac"), tmp_path("o0.aac")), 0);
+            else sh("cp %s %s", tmp_path("o.aac"), tmp_path("o0.aac"));
+        }
+    }
+    /* a server without the library: the request is refused naming the package */
+    setenv("QV_AVCODEC", "libqv-missing.so.0", 1);
+    char args[1024];
+    snprintf(args, sizeof args, "-m %s --voices %s/voices --timeout 10", g_cv, tmp_dir);
+    const int started = server_start(&g_extra, "noavcodec", args);
+    unsetenv("QV_AVCODEC");
+    assert_int_equal(started, 0);
+    snprintf(r, sizeof r, req, "aac", "");
+    assert_int_equal(curl(&g_extra, NULL, "%s", r), 400);
+    assert_string_equal(error_code(), "unsupported_format");
+    assert_non_null(strstr(g_body, "libqv-missing.so.0 (install Debian's libavcodec"));
+    assert_non_null(strstr(g_body, "\"param\":\"response_format\""));
+    snprintf(r, sizeof r, req, "wav", "");
+    assert_int_equal(curl(&g_extra, NULL, "%s", r), 200);
+    assert_int_equal(server_stop(&g_extra), 0);
+}
+
 /* POST /v1/audio/detect: a raw audio body, the upload limit, the report of voicefmt detect
  * --json, the tags and the "match": the voice and model the recovered payload names. */
 static void test_detect(void **state) {
@@ -1157,7 +1291,7 @@ static void test_batch_and_speed(void **state) {
     assert_int_equal(curl(&g_srv, tmp_path("sp.pcm"),
                           "-d '{\"input\":\"Hello there.\",\"voice\":\"ryan\",\"seed\":1,"
                           "\"max_seconds\":2,\"response_format\":\"pcm\",\"speed\":2,"
-                          "\"stream\":true}' SRV/v1/audio/speech"),
+                          "\"stream\":true,\"stream_format\":\"audio\"}' SRV/v1/audio/speech"),
                      200);
     assert_int_equal(file_bytes(tmp_path("sp.pcm")), 2 * ((n + 1) / 2));
     assert_int_equal(curl(&g_srv, NULL,
@@ -1172,6 +1306,7 @@ static void test_batch_and_speed(void **state) {
     } bad[] = {{"{}", "invalid_type", "items"},
                {"{\"items\":[]}", "invalid_value", "items"},
                {"{\"items\":[{\"input\":\"x\"}],\"stream\":true}", "invalid_value", "stream"},
+               {"{\"items\":[{\"input\":\"x\"}],\"colour\":1}", "unknown_field", "colour"},
                {"[1]", "invalid_json", NULL}};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         tmp_write(tmp_path("batch.json"), bad[i].body, strlen(bad[i].body));
@@ -1180,6 +1315,15 @@ static void test_batch_and_speed(void **state) {
                          400);
         assert_string_equal(error_code(), bad[i].code);
     }
+    /* an item's unknown field is that item's error */
+    const char *odd = "{\"voice\":\"ryan\",\"max_seconds\":0.5,\"items\":[{\"input\":\"x\"},"
+                      "{\"input\":\"y\",\"colour\":1}]}";
+    tmp_write(tmp_path("batch.json"), odd, strlen(odd));
+    assert_int_equal(
+        curl(&g_srv, NULL, "--data-binary @%s SRV/v1/audio/speech/batch", tmp_path("batch.json")),
+        200);
+    assert_non_null(strstr(g_body, "\"succeeded\":1"));
+    assert_non_null(strstr(g_body, "items[1]: unknown field 'colour'"));
     char many[2048] = "{\"items\":[";
     for (int i = 0; i <= 32; i++) /* one over the 32 items */
         strcat(many, i ? ",{\"input\":\"x\"}" : "{\"input\":\"x\"}");
@@ -1519,6 +1663,29 @@ static void test_ref_audio(void **state) {
     assert_true(metric(&g_extra, "qvoice_ref_cache_misses_total ") == 1);
     assert_true(metric(&g_extra, "qvoice_ref_cache_hits_total ") == 1);
     assert_true(metric(&g_extra, "qvoice_ref_cache_entries ") == 1);
+    /* vLLM-Omni's usage: an ICL voice's reference frames are input_token_details.audio_tokens
+     * (the ~12 s window: 140-160 frames), counted in input_tokens beside the text's 3 */
+    assert_int_equal(sh("bin/clone -m %s %s -o %s/icl.qvoice --consent test --icl-window 0-12 -t "
+                        "'One dollar and eighty-seven cents. That was all. And sixty cents of it "
+                        "was in pennies, saved one and two at a time by bulldozing the grocer.' "
+                        ">/dev/null 2>&1",
+                        g_base, CLIP, tmp_dir),
+                     0);
+    snprintf(args, sizeof args, "%s/icl.qvoice", tmp_dir);
+    assert_int_equal(py(&g_extra, "upload %s name=iclvoice consent=yes", args), 0);
+    assert_true(!strncmp(g_body, "200 ", 4));
+    assert_int_equal(curl(&g_extra, NULL, "-d '{\"input\":\"Hello there.\",\"voice\":\"iclvoice\","
+                                          "\"max_seconds\":0.3,\"response_format\":\"pcm\","
+                                          "\"stream\":true}' SRV/v1/audio/speech"),
+                     200);
+    const char *u = strstr(g_body, "\"usage\":{\"input_tokens\":");
+    int in = 0, text = 0, audio = 0;
+    assert_true(u && sscanf(u, "\"usage\":{\"input_tokens\":%d,", &in) == 1);
+    u = strstr(u, "\"input_token_details\":");
+    assert_true(u && sscanf(u, "\"input_token_details\":{\"text_tokens\":%d,\"audio_tokens\":%d",
+                            &text, &audio) == 2);
+    print_message("ICL voice: input_tokens %d = text %d + audio %d\n", in, text, audio);
+    assert_true(text == 3 && audio >= 140 && audio <= 160 && in == text + audio);
     if (g_npm) { /* the official client passes vLLM-Omni's fields through: a third hit */
         assert_int_equal(sh("node tests/server/openai_speech.mjs http://127.0.0.1:%d ref %s %s",
                             g_extra.port, tmp_path("npm.pcm"), CLIP),
@@ -1602,6 +1769,6 @@ static void test_scale_out(void **state) {
 QVT_MAIN(group_setup, group_teardown, test_routes, test_speech_bad_input,
          test_voices, test_slow_client, test_slow_attack, test_auth, test_key_owners, test_library,
          test_textside, test_textside_shared,
-         test_metrics, test_speech, test_batch_and_speed, test_q4_streams, test_disconnect_and_limits,
+         test_metrics, test_speech, test_aac, test_batch_and_speed, test_q4_streams, test_disconnect_and_limits,
          test_drain_under_load, test_clone_upload, test_parallel_clones, test_ref_audio, test_scale_out,
          test_detect, test_log_escaped, test_no_leaks)

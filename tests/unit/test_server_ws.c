@@ -268,12 +268,12 @@ static void test_errors(void **state) {
     if (!g_npm) skip();
     cJSON *o = client(&g_srv, "", "errors");
     static const char *const want[] = {
-        "type",         "type",        "input",       "response_format",
-        "stream_audio", "temperature", "voice",       "style_strength",
-        "text",         "text",        "invalid_type"};
+        "type",           "type",   "input", "response_format", "stream_audio", "temperature",
+        "voice",          "style_strength",  "colour", /* a field of no API: never ignored */
+        "split_granularity", "text",        "text",  "invalid_type"};
     cJSON *e = cJSON_GetObjectItem(o, "errors");
-    assert_int_equal(cJSON_GetArraySize(e), 11);
-    for (int i = 0; i < 11; i++)
+    assert_int_equal(cJSON_GetArraySize(e), 13);
+    for (int i = 0; i < 13; i++)
         assert_string_equal(str_at(e, i), want[i]);
     assert_string_equal(cJSON_GetObjectItem(o, "pong")->valuestring, "hi");
     assert_int_equal(cJSON_GetObjectItem(o, "close")->valueint, 1000);
@@ -402,5 +402,29 @@ static void test_http_style(void **state) {
     }
 }
 
-QVT_MAIN(group_setup, group_teardown, test_reader, test_corpus_replay, test_stream,
+/* response_format aac on the WebSocket: each sentence one tagged ADTS stream (ID3v2, then frames)
+ * that ffprobe reads as 24 kHz mono AAC. */
+static void test_aac(void **state) {
+    (void)state;
+    if (!g_npm || sh("ffprobe -version >/dev/null 2>&1")) skip();
+    assert_int_equal(sh("rm -f %s/s*.pcm", tmp_dir), 0);
+    cJSON *o = client(&g_srv, "", "stream '%s' '%s' %s",
+                      "{\"response_format\":\"aac\",\"seed\":7,\"max_seconds\":0.4,"
+                      "\"split_granularity\":\"sentence\"}",
+                      "Hello there. How are you?", tmp_dir);
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(o, "sentences")), 2);
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(o, "errors")), 0);
+    cJSON_Delete(o);
+    for (int i = 0; i < 2; i++) {
+        char p[64];
+        snprintf(p, sizeof p, "s%d.pcm", i); /* the client's name for a sentence's bytes */
+        assert_int_equal(sh("head -c 3 %s | grep -q ID3", tmp_path(p)), 0);
+        assert_int_equal(sh("ffprobe -v error -show_entries stream=codec_name,sample_rate,channels "
+                            "-of csv=p=0 %s | grep -qx 'aac,24000,1'",
+                            tmp_path(p)),
+                         0);
+    }
+}
+
+QVT_MAIN(group_setup, group_teardown, test_reader, test_corpus_replay, test_stream, test_aac,
          test_markup_spans, test_errors, test_abort, test_auth, test_long_session, test_http_style)

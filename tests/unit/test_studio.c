@@ -153,7 +153,7 @@ static void test_voice_routes(void **state) {
                      0);
     assert_int_equal(get(&g_srv, "GET", "/v1/audio/voices/plain-ref/reference"), 404);
     assert_true(file_has(tmp_path("body"), "\"code\":\"no_reference\""));
-    assert_int_equal(get(&g_srv, "GET", "/v1/audio/voices/icl-ref/reference?response_format=aac"),
+    assert_int_equal(get(&g_srv, "GET", "/v1/audio/voices/icl-ref/reference?response_format=aiff"),
                      400);
     assert_int_equal(get(&g_srv, "GET", "/v1/audio/voices/icl-ref/reference?model=nope"), 404);
     assert_int_equal(get(&g_srv, "POST", "/v1/audio/voices/icl-ref/reference"), 405);
