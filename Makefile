@@ -179,6 +179,8 @@ $(B)/tests/test_audio_fuzz: | $(FUZZ_AUDIO)
 $(B)/bench/%: $(B)/tests/bench/%.o $(BENCH_HELPERS:%.c=$(B)/%.o) $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LIBS)
+# bench_watermark --channels adds the tests' noise (one generator for both)
+$(B)/bench/bench_watermark: $(B)/tests/unit/helpers/noise.o
 
 # Synthetic checkpoints: tiny for unit tests, full-size 0.6B for the golden checks.
 models: $(MKMODEL)

@@ -6,6 +6,8 @@
  *   64-byte aligned offset.
  * Saving a file also removes the files of its kind whose checkpoint path no longer exists
  * (models made in temporary directories by tests and tools would otherwise leave ~0.5 GB each).
+ * Files are written (qvu_wfile_stream_large) and read (MADV_HUGEPAGE) so that the page cache
+ * holds them in 2 MB folios, which a mapping takes one page-table entry each.
  */
 #include "checkpoint/prepared.h"
 
@@ -127,11 +129,18 @@ qvm_prep *qvm_prep_open(const qvm_prep_id *id) {
     struct stat sb;
     if (fd < 0) return NULL;
     void *map = fstat(fd, &sb) == 0 && (size_t)sb.st_size >= sizeof(header)
-                    ? mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0)
+                    ? mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_SHARED, fd, 0)
                     : MAP_FAILED;
     close(fd);
     if (map == MAP_FAILED) return NULL;
     const size_t n = (size_t)sb.st_size;
+    /* Hints, so failure changes nothing: what is read from disk comes in as 2 MB folios (the
+     * kernel then maps a whole folio per entry), and everything is mapped now, in one call,
+     * rather than fault by fault while the model computes (as MAP_POPULATE did). */
+    madvise(map, n, MADV_HUGEPAGE);
+#ifdef MADV_POPULATE_READ
+    madvise(map, n, MADV_POPULATE_READ);
+#endif
     const header *h = map;
     qvm_prep *p = NULL;
     int ok = !memcmp(h->magic, k_magic, sizeof k_magic) && h->n_arrays <= MAX_ARRAYS &&
@@ -215,8 +224,10 @@ int qvm_prep_save(const qvm_prep_id *id, const qvm_prep_array *a, int n) {
     h.file_size = off;
     qvu_wfile *w = NULL;
     FILE *f = NULL;
+    /* large: written array by array through stdio's 4 KB buffer, the arrays' unaligned ends
+     * broke the page cache's folios into small ones, mapped 4 KB at a time by every load */
     int bad = mkdirs(dir) || qvu_wfile_open(&w, id->path, err, sizeof err) ||
-              !(f = qvu_wfile_stream(w)) || fwrite(&h, sizeof h, 1, f) != 1 ||
+              !(f = qvu_wfile_stream_large(w)) || fwrite(&h, sizeof h, 1, f) != 1 ||
               fwrite(tab, sizeof *tab * 2, (size_t)n, f) != (size_t)n;
     static const char zeros[ALIGN];
     size_t at = sizeof h + sizeof *tab * 2 * (size_t)n;

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "checkpoint/prepared.h"
 #include "kernels/q4.h"
 
 static const uint16_t *matrix(const qvm_st *st, const char *name, int64_t rows, int64_t cols,
@@ -31,12 +32,13 @@ static int widen_q4(uint16_t *dst, const uint8_t *q, const uint16_t *s, const ui
 
 /* A text-projection weight [rows, cols]: bf16 from the mmap, or MLX q4 (NAME.scales present;
  * MLX's quantize writes every linear so, and so does qvoice-compress --q4) widened into copy as
- * bf16. The projection runs once per text token, and the prompt rows, TPAD and WOVR bridges all
+ * bf16, or taken as cached (its widening from the prepared cache) once the tensors are checked.
+ * The projection runs once per text token, and the prompt rows, TPAD and WOVR bridges all
  * read bf16, so one widened copy serves them; rounding s·q + b to bf16 adds 2^-9 relative to
  * q4's own error. The manifest has fixed the q4 tensors' shapes and their bf16 scales. */
 static const uint16_t *linear(const qvm_st *st, const qvm_model_config *c, const char *name,
-                              int64_t rows, int64_t cols, uint16_t *copy, char *err,
-                              size_t err_size) {
+                              int64_t rows, int64_t cols, uint16_t *copy, const uint16_t *cached,
+                              char *err, size_t err_size) {
     char sn[96], bn[96];
     const size_t n = strlen(name) - strlen(".weight");
     snprintf(sn, sizeof sn, "%.*s.scales", (int)n, name);
@@ -45,6 +47,7 @@ static const uint16_t *linear(const qvm_st *st, const qvm_model_config *c, const
     if (!s) return matrix(st, name, rows, cols, err, err_size);
     const int64_t shape[2] = {rows, cols / 8};
     const qvm_tensor *q = qvm_st_expect(st, name, QVM_DTYPE_U32, 2, shape, err, err_size);
+    if (q && b && cached) return cached;
     if (q && b && !widen_q4(copy, q->data, s->data, b->data, rows, cols)) return copy;
     if (q) snprintf(err, err_size, "%s: %s: %s", qvm_st_file(st, q), name,
                     b ? "out of memory" : "q4 biases missing");
@@ -85,6 +88,20 @@ static int vector(const qvm_st *st, const char *name, int64_t n, float *dst, cha
     return 0;
 }
 
+/* The prepared-cache id of st's widened q4 text projection; its probe is a fixed q4 row widened
+ * by widen_q4 (a change of the rounding makes old files stale). 0, or -1: not cached. */
+static int text_id(const qvm_st *st, qvm_prep_id *id) {
+    uint8_t q[QVK_Q4_GROUP / 2];
+    const uint16_t s = 0x3c00, b = 0xbb80; /* 2^-7 and -2^-8 in bf16 */
+    uint16_t out[QVK_Q4_GROUP];
+    for (int i = 0; i < QVK_Q4_GROUP / 2; i++)
+        q[i] = (uint8_t)(i * 37 + 11);
+    return widen_q4(out, q, &s, &b, 1, QVK_Q4_GROUP) ||
+                   qvm_prep_id_make(id, "text", st, out, sizeof out)
+               ? -1
+               : 0;
+}
+
 int qvm_textside_bind(qvm_textside *ts, const qvm_st *st, const qvm_model_config *c, char *err,
                       size_t err_size) {
     memset(ts, 0, sizeof *ts);
@@ -93,8 +110,18 @@ int qvm_textside_bind(qvm_textside *ts, const qvm_st *st, const qvm_model_config
     ts->text_vocab = c->text_vocab_size, ts->codec_vocab = c->talker.vocab_size;
     const int q4 = c->quant_bits && (qvm_st_find(st, "talker.text_projection.linear_fc1.scales") ||
                                      qvm_st_find(st, "talker.text_projection.linear_fc2.scales"));
+    /* a q4 projection's widening: mapped from the prepared cache (widening the 1.7B's into new
+       memory was ~30 ms of CPU on the main thread at every load, mostly the kernel zeroing it),
+       else made here and saved there */
+    const size_t n_w = (size_t)(TH + H) * (size_t)TH * sizeof(uint16_t);
+    qvm_prep_id id;
+    const int cacheable = q4 && !text_id(st, &id);
+    const uint16_t *cached = cacheable && (ts->cache = qvm_prep_open(&id))
+                                 ? qvm_prep_take(ts->cache, n_w)
+                                 : NULL;
+    if (ts->cache && !cached) qvm_prep_close(ts->cache), ts->cache = NULL; /* another layout */
     if (!(ts->owned = qvk_alloc((size_t)(TH + H) * sizeof(float))) ||
-        (q4 && !(ts->owned_w = qvk_alloc((size_t)(TH + H) * TH * sizeof(uint16_t))))) {
+        (q4 && !cached && !(ts->owned_w = qvk_alloc(n_w)))) {
         qvm_textside_free(ts);
         snprintf(err, err_size, "%s: out of memory", qvm_st_file(st, NULL));
         return -1;
@@ -126,16 +153,19 @@ int qvm_textside_bind(qvm_textside *ts, const qvm_st *st, const qvm_model_config
     if (!(ts->text_embedding = matrix(st, "talker.model.text_embedding.weight", ts->n_text_rows,
                                       TH, err, err_size)) ||
         !(ts->fc1 = linear(st, c, "talker.text_projection.linear_fc1.weight", TH, TH, ts->owned_w,
-                           err, err_size)) ||
+                           cached, err, err_size)) ||
         vector(st, "talker.text_projection.linear_fc1.bias", TH, ts->owned, err, err_size) ||
         !(ts->fc2 = linear(st, c, "talker.text_projection.linear_fc2.weight", H, TH,
-                           ts->owned_w ? ts->owned_w + TH * TH : NULL, err, err_size)) ||
+                           ts->owned_w ? ts->owned_w + TH * TH : NULL,
+                           cached ? cached + TH * TH : NULL, err, err_size)) ||
         vector(st, "talker.text_projection.linear_fc2.bias", H, ts->owned + TH, err, err_size) ||
         !(ts->codec_embedding = matrix(st, "talker.model.codec_embedding.weight", ts->codec_vocab,
                                        H, err, err_size))) {
         qvm_textside_free(ts);
         return -1;
     }
+    if (cacheable && !cached && ts->owned_w && ts->fc1 == ts->owned_w)
+        qvm_prep_save(&id, (qvm_prep_array[]){{ts->owned_w, n_w}}, 1); /* a failure costs time only */
     return 0;
 }
 
@@ -143,6 +173,7 @@ void qvm_textside_free(qvm_textside *ts) {
     if (!ts) return;
     qvk_free(ts->owned);
     qvk_free(ts->owned_w);
+    qvm_prep_close(ts->cache);
     memset(ts, 0, sizeof *ts);
 }
 

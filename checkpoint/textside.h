@@ -32,6 +32,7 @@ typedef struct {
     const uint16_t *codec_embedding; /* [codec_vocab, hidden] talker.model.codec_embedding */
     float *owned;                    /* the two bias copies, one allocation */
     uint16_t *owned_w;               /* fc1 then fc2 widened from MLX q4, or NULL (bf16 views) */
+    struct qvm_prep *cache;          /* that widening mapped from the prepared cache, or NULL */
 } qvm_textside;
 
 /* Binds the tensors of st (bf16 matrices borrowed from the mmap, a q4 text projection widened to

@@ -88,33 +88,35 @@ static int write_all(int fd, const void *buf, size_t n) {
     return 0;
 }
 
-static int write_tensor(int fd, const out_tensor *t) {
+static int put(FILE *f, const void *buf, size_t n) {
+    return fwrite(buf, 1, n, f) == n ? 0 : -1;
+}
+
+static int write_tensor(FILE *f, const out_tensor *t) {
     static const char zeros[ALIGN * 64];
     switch (t->kind) {
-    case SRC_COPY: return write_all(fd, t->src->data, t->n_bytes);
-    case SRC_OWNED: return write_all(fd, t->owned, t->n_bytes);
+    case SRC_COPY: return put(f, t->src->data, t->n_bytes);
+    case SRC_OWNED: return put(f, t->owned, t->n_bytes);
     case SRC_ROWS: {
         const size_t row = t->n_bytes / (size_t)t->shape[0];
         for (int64_t r = 0; r < t->shape[0]; r++) {
             const int32_t s = t->rows[r];
             for (size_t off = 0; s < 0 && off < row; off += sizeof zeros)
-                if (write_all(fd, zeros, row - off < sizeof zeros ? row - off : sizeof zeros))
-                    return -1;
-            if (s >= 0 && write_all(fd, (const char *)t->src->data + (size_t)s * row, row))
-                return -1;
+                if (put(f, zeros, row - off < sizeof zeros ? row - off : sizeof zeros)) return -1;
+            if (s >= 0 && put(f, (const char *)t->src->data + (size_t)s * row, row)) return -1;
         }
         return 0;
     }
     case SRC_F16: {
         enum { CHUNK = 16384 };
-        float f[CHUNK];
+        float x[CHUNK];
         uint16_t h[CHUNK];
         const size_t n = t->n_bytes / 2;
         for (size_t i = 0; i < n; i += CHUNK) {
             const size_t k = n - i < CHUNK ? n - i : CHUNK;
-            memcpy(f, (const float *)t->src->data + i, k * sizeof(float));
-            qvk_f32_to_f16(h, f, k);
-            if (write_all(fd, h, k * 2)) return -1;
+            memcpy(x, (const float *)t->src->data + i, k * sizeof(float));
+            qvk_f32_to_f16(h, x, k);
+            if (put(f, h, k * 2)) return -1;
         }
         return 0;
     }
@@ -146,29 +148,39 @@ static int write_st(const char *path, const plan *p, uint64_t *n_bytes, char *er
     /* header padded with spaces so that the data starts 64-byte aligned in the file */
     const size_t n_js = strlen(js), n_hdr = (8 + n_js + ALIGN - 1) / ALIGN * ALIGN - 8;
     char *hdr = malloc(n_hdr + 8);
-    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0644), rc = -1;
-    if (hdr && fd >= 0) {
-        for (int i = 0; i < 8; i++)
-            hdr[i] = (char)((uint64_t)n_hdr >> (8 * i));
-        memcpy(hdr + 8, js, n_js);
-        memset(hdr + 8 + n_js, ' ', n_hdr - n_js);
-        rc = write_all(fd, hdr, n_hdr + 8);
-        uint64_t pos = 0;
-        static const char zeros[ALIGN];
-        for (int i = 0; i < p->n && !rc; i++) {
-            rc = write_tensor(fd, &p->t[i]);
-            pos += p->t[i].n_bytes;
-            const uint64_t pad = (ALIGN - pos % ALIGN) % ALIGN;
-            if (!rc && i + 1 < p->n && pad) rc = write_all(fd, zeros, pad);
-            pos += pad;
-        }
-        if (!rc) rc = fsync(fd);
-        *n_bytes = off;
+    qvu_wfile *w = NULL;
+    FILE *f = NULL;
+    /* large: the page cache keeps the file in 2 MB folios, which every load maps one entry at a
+       time (written tensor by tensor and row by row, it held 4 KB ones, and the prefill of the
+       1.7B 4-bit directory spent ~0.1 s of CPU in page faults) */
+    if (!hdr || qvu_wfile_open(&w, path, err, es) || !(f = qvu_wfile_stream_large(w))) {
+        if (!hdr || w) snprintf(err, es, "%s: out of memory", path);
+        qvu_wfile_abort(w);
+        free(hdr);
+        free(js);
+        return -1;
     }
-    if (rc) snprintf(err, es, "%s: cannot write (%s)", path, strerror(errno ? errno : EIO));
-    if (fd >= 0 && close(fd) && !rc) {
-        snprintf(err, es, "%s: close failed", path);
-        rc = -1;
+    for (int i = 0; i < 8; i++)
+        hdr[i] = (char)((uint64_t)n_hdr >> (8 * i));
+    memcpy(hdr + 8, js, n_js);
+    memset(hdr + 8 + n_js, ' ', n_hdr - n_js);
+    errno = 0;
+    int rc = put(f, hdr, n_hdr + 8);
+    uint64_t pos = 0;
+    static const char zeros[ALIGN];
+    for (int i = 0; i < p->n && !rc; i++) {
+        rc = write_tensor(f, &p->t[i]);
+        pos += p->t[i].n_bytes;
+        const uint64_t pad = (ALIGN - pos % ALIGN) % ALIGN;
+        if (!rc && i + 1 < p->n && pad) rc = put(f, zeros, pad);
+        pos += pad;
+    }
+    *n_bytes = off;
+    if (rc) {
+        snprintf(err, es, "%s: cannot write (%s)", path, strerror(errno ? errno : EIO));
+        qvu_wfile_abort(w);
+    } else {
+        rc = qvu_wfile_commit(w, err, es); /* flushed, fsync'd, linked into the directory */
     }
     free(hdr);
     free(js);

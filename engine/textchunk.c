@@ -34,9 +34,23 @@ static int is_closer(int32_t c) {
     return c == '"' || c == '\'' || c == ')' || c == ']' || c == '}' || c == 0x00BB ||
            c == 0x2019 || c == 0x201D || c == 0x300D || c == 0x300F || c == 0x3011 || c == 0xFF09;
 }
+/* ends a clause (qv_text_clauses) when followed by whitespace: a colon is left out ("Note: x"
+ * reads as one phrase, and times as 12: 30 are common in transcripts) */
+static int is_clause_latin(int32_t c) {
+    return c == ',' || c == ';';
+}
+/* ends a clause wherever it stands, as 。 a sentence: ，；：、 */
+static int is_clause_cjk(int32_t c) {
+    return c == 0xFF0C || c == 0xFF1B || c == 0xFF1A || c == 0x3001;
+}
 static int is_comma(int32_t c) {
-    return c == ',' || c == ';' || c == ':' || c == 0xFF0C || c == 0x3001 || c == 0xFF1B ||
-           c == 0xFF1A;
+    return is_clause_latin(c) || c == ':' || is_clause_cjk(c);
+}
+/* A mark that may end a piece: 1 when whitespace must follow it (. ! ? …, and , ; for clauses),
+ * 2 when it ends one wherever it stands (。！？, and ，；：、 for clauses), else 0. */
+static int end_mark(int32_t c, int clauses) {
+    if (is_term_cjk(c) || (clauses && is_clause_cjk(c))) return 2;
+    return is_term_latin(c) || (clauses && is_clause_latin(c));
 }
 
 /* ==== decoded text ========================================================================== */
@@ -196,15 +210,15 @@ static int emit_long(builder *bl, const decoded *d, int64_t a, int64_t b, int ma
     }
 }
 
-/* The run of sentence-end marks and closers that starts at the mark cp[k], within [k, j): its end
- * in *m; 1 when it ends a sentence (a CJK mark in it, or white space after it), 2 when it runs
- * into j (a sentence end if j ends the text or a run), 0 not (as in "3.14"). */
-static int term_run(const decoded *d, int64_t k, int64_t j, int64_t *m) {
-    int cjk = 0;
+/* The run of end marks (end_mark with clauses) and closers that starts at the mark cp[k], within
+ * [k, j): its end in *m; 1 when it ends a sentence or clause (a CJK mark in it, or white space
+ * after it), 2 when it runs into j (an end if j ends the text or a run), 0 not (as in "3.14",
+ * "1,000"). */
+static int term_run(const decoded *d, int64_t k, int64_t j, int clauses, int64_t *m) {
+    int cjk = 0, t;
     int64_t e = k;
-    while (e < j && (is_term_latin(d->cp[e]) || is_term_cjk(d->cp[e]) ||
-                     is_closer(d->cp[e]))) {
-        cjk |= is_term_cjk(d->cp[e]);
+    while (e < j && ((t = end_mark(d->cp[e], clauses)) || is_closer(d->cp[e]))) {
+        cjk |= t == 2;
         e++;
     }
     *m = e;
@@ -244,9 +258,9 @@ static int emit_run(builder *bl, const decoded *d, int64_t i, int64_t j, int max
                 continue;
             }
         }
-        if (is_term_latin(c) || is_term_cjk(c)) {
+        if (end_mark(c, 0)) {
             int64_t m;
-            if (term_run(d, k, j, &m)) {
+            if (term_run(d, k, j, 0, &m)) {
                 u[n_u++] = (unit){start, m, 0, 0};
                 start = -1;
             }
@@ -358,9 +372,10 @@ static void keep_tag(const char *last[3], size_t len[3], const qve_tag *t, const
     len[i] = n;
 }
 
-/* The end (byte offset) of the last whole sentence of [a, b): a run of text between tags, or the
- * text's tail (tail: a mark at b may still be followed by more marks or closers); 0 when none. */
-static size_t last_sentence_end(const decoded *d, int64_t a, int64_t b, int tail) {
+/* The end (byte offset) of the last whole sentence (or clause) of [a, b): a run of text between
+ * tags, or the text's tail (tail: a mark at b may still be followed by more marks or closers); 0
+ * when none. */
+static size_t last_piece_end(const decoded *d, int64_t a, int64_t b, int tail, int clauses) {
     size_t cut = 0;
     for (int64_t k = a; k < b; k++) {
         int32_t c = d->cp[k];
@@ -371,19 +386,20 @@ static size_t last_sentence_end(const decoded *d, int64_t a, int64_t b, int tail
             if (m < b && d->cp[m] == '\n') cut = d->off[m + 1], k = m;
             continue;
         }
-        if (!is_term_latin(c) && !is_term_cjk(c)) continue;
+        if (!end_mark(c, clauses)) continue;
         int64_t m;
-        int e = term_run(d, k, b, &m);
+        int e = term_run(d, k, b, clauses, &m);
         if (e == 1 || (e == 2 && !tail)) cut = d->off[m];
         k = m - 1;
     }
     return cut;
 }
 
-enum qv_status qv_text_sentences(const char *text, size_t *n_bytes, char *carry,
-                                 size_t carry_size) {
+/* qv_text_sentences, and with clauses qv_text_clauses (fn: its name, for the detail). */
+static enum qv_status whole_pieces(const char *fn, const char *text, size_t *n_bytes, char *carry,
+                                   size_t carry_size, int clauses) {
     if (!text || !n_bytes || !carry || carry_size < QV_TEXT_CARRY_BYTES)
-        return qvu_fail(QV_E_INVALID, "qv_text_sentences: NULL argument or carry too small");
+        return qvu_failf(QV_E_INVALID, "%s: NULL argument or carry too small", fn);
     char err[QVU_DETAIL_SIZE] = "";
     decoded d = {0};
     *n_bytes = 0;
@@ -403,7 +419,7 @@ enum qv_status qv_text_sentences(const char *text, size_t *n_bytes, char *carry,
             /* a '[' whose tag may still be arriving: nothing after it is decided yet */
             if (!memchr(text + d.off[k], ']', d.off[d.n] - d.off[k]) &&
                 d.off[d.n] - d.off[k] < QVE_TAG_MAX_BYTES) {
-                size_t e = last_sentence_end(&d, run, k, 1);
+                size_t e = last_piece_end(&d, run, k, 1, clauses);
                 if (e) cut = e, memcpy(at_cut, last, sizeof last), memcpy(len_cut, len, sizeof len);
                 break;
             }
@@ -415,7 +431,7 @@ enum qv_status qv_text_sentences(const char *text, size_t *n_bytes, char *carry,
             }
             if (!n) continue;
         }
-        size_t e = last_sentence_end(&d, run, k, k == d.n);
+        size_t e = last_piece_end(&d, run, k, k == d.n, clauses);
         if (e) cut = e, memcpy(at_cut, last, sizeof last), memcpy(len_cut, len, sizeof len);
         if (k == d.n) break;
         if (t.kind != QVE_TAG_PAUSE) keep_tag(last, len, &t, text + d.off[k], (size_t)n);
@@ -431,6 +447,15 @@ enum qv_status qv_text_sentences(const char *text, size_t *n_bytes, char *carry,
     carry[w] = 0;
     *n_bytes = cut;
     return QV_OK;
+}
+
+enum qv_status qv_text_sentences(const char *text, size_t *n_bytes, char *carry,
+                                 size_t carry_size) {
+    return whole_pieces("qv_text_sentences", text, n_bytes, carry, carry_size, 0);
+}
+
+enum qv_status qv_text_clauses(const char *text, size_t *n_bytes, char *carry, size_t carry_size) {
+    return whole_pieces("qv_text_clauses", text, n_bytes, carry, carry_size, 1);
 }
 
 void qve_chunk_list_free(qve_chunk_list *l) {

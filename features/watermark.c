@@ -1,12 +1,12 @@
 /* watermark.c — the inaudible mark in qvoice's output audio and its detector (docs/provenance.md).
  * Spread-transform dither modulation (Chen & Wornell 2001) in a frame-synchronous STFT domain:
- * each 107 ms block of the signal is cut into tiles of 2 bins × 4 frames over 422 Hz – 6.8 kHz,
- * and the block's log tile energies, projected on four ±1 chip vectors, are moved to the nearest
- * point of a dithered lattice (informed embedding: the host's own projection is cancelled, not
- * fought). Two slots of every block carry a known sync symbol, two carry coded payload bits.
- * The detector searches the block grid (40 offsets of 64 samples) and the 48-block pattern
- * phase, scores the agreement of the sync projections with their lattice over 3 s windows,
- * and decodes the payload from the blocks of a marked range.
+ * each 107 ms block of the signal is cut into tiles of one third-octave-wide band × one 10.7 ms
+ * frame over 422 Hz – 6.8 kHz, and the block's log tile energies, projected on nine ±1 chip
+ * vectors, are moved to the nearest point of a dithered lattice (informed embedding: the host's
+ * own projection is cancelled, not fought). Five slots of every block carry a known sync symbol,
+ * four carry coded payload bits. The detector searches the block grid (80 offsets of 32 samples)
+ * and the 48-block pattern phase, scores the agreement of the sync projections with their
+ * lattice over 3 s windows, and decodes the payload from the blocks of a marked range.
  */
 #include <math.h>
 #include <openssl/evp.h>
@@ -20,52 +20,56 @@
 
 /* ==== constants ============================================================================= */
 
-#define N_FFT 1024         /* sqrt-Hann frames, 23.4 Hz bins; hop N_FFT/2 reconstructs exactly */
-#define HOP (N_FFT / 2)
-#define BLOCK_FRAMES 4     /* frames per block: the chips are constant over a block */
-/* A block is 5 hops (2560 samples, 107 ms): its 4 frames lie inside it, so neither a block's
+#define N_FFT 512          /* sqrt-Hann frames, 46.9 Hz bins; hop N_FFT/2 reconstructs exactly */
+#define HOP (N_FFT / 2)    /* 10.7 ms */
+#define BLOCK_FRAMES 9
+/* A block is 10 hops (2560 samples, 107 ms): its 9 frames lie inside it, so neither a block's
  * analysis nor its mark (which fades out with the frames' windows) overlaps another block's. */
 #define BLOCK ((BLOCK_FRAMES + 1) * HOP)
-#define BIN_LO 18          /* 421.9 Hz: above what hum filters and telephone cuts touch */
-#define TILE_BINS 2
-#define N_TILES 136
-/* 289: 6.8 kHz, under the 8 kHz a 16 kHz resampling keeps */
-#define BIN_HI (BIN_LO + N_TILES * TILE_BINS - 1)
-#define N_SLOTS 4          /* projections per block: N_SYNC sync slots, then payload slots */
-#define N_SYNC 2
+#define N_BANDS 12
+/* Third-octave-wide bands (bin edges) from 422 Hz (above what hum filters and telephone cuts
+ * touch) to 6.8 kHz (under the 8 kHz a 16 kHz resampling keeps). A tile is one band of one
+ * frame: MP3 and added noise change a band's energy over 10.7 ms far less, against a mark of the
+ * same power, than that of 2 bins over 107 ms (`bench_watermark --channels`, docs/provenance.md). */
+static const int band_edge[N_BANDS + 1] = {9, 11, 14, 18, 23, 29, 36, 45, 57, 72, 91, 115, 146};
+#define BIN_LO 9
+#define BIN_HI 145
+#define N_TILES (N_BANDS * BLOCK_FRAMES)
+#define N_SLOTS 9          /* projections per block: N_SYNC sync slots, then payload slots */
+#define N_SYNC 5           /* many short sync projections: a 3 s window holds 135 votes */
 #define N_PAY (N_SLOTS - N_SYNC)
-#define SLOT_TILES (N_TILES / N_SLOTS) /* 34: half +1 and half -1, so gain does not move them */
+#define SLOT_TILES (N_TILES / N_SLOTS) /* 12: half +1 and half -1, so gain does not move them */
 #define PERIOD 48          /* blocks in the pattern (5.1 s): dithers and the payload bits cycle */
 #define N_CODED 48         /* 32 payload bits + CRC-16; each is sent N_PAY times a period */
-/* Lattice step of a projection (nepers of tile energy). A projection moves by at most STEP/2,
- * uniformly: per tile (STEP²/12)/SLOT_TILES in log energy, a quarter of it in log amplitude:
- * STEP²/(48·34) = −37.6 dB of the signal in every tile on average; the edges of the frames'
- * windows take some of each shift, so third-octave bands of speech measure −35.5 dB or lower
- * (test_watermark, docs/provenance.md). */
-#define STEP 0.53
+/* Lattice step of a projection (nepers of tile energy). What bounds the mark's level is
+ * MAX_SHIFT on the loud tiles that carry it (the floor below leaves the quiet ones nearly
+ * unmoved): third-octave bands of speech measure −35.5 dB or lower (test_watermark). */
+#define STEP 0.2
 #define KEY 0x71766f6963652d32ull /* "qvoice-2": the public key of the chips and dithers */
 /* Blocks whose band energy is under that of −70 dBFS white noise carry no mark (and are not
  * scored): a log energy there says nothing. Σ over frames and band bins of |X|², for unit-
  * variance noise, is frames × bins × Σw² = frames × bins × N_FFT/2. */
-#define GATE (1e-7 * BLOCK_FRAMES * N_TILES * TILE_BINS * (N_FFT / 2))
-#define FLOOR_REL 1e-6    /* of the block's mean tile energy, added before the log */
+#define GATE (1e-7 * BLOCK_FRAMES * (BIN_HI - BIN_LO + 1) * (N_FFT / 2))
+/* A tile's log energy is taken over a floor of FLOOR_REL of the block's mean energy per bin
+ * (times the tile's bins): tiles 10 dB or more under it, the ones a codec or noise rewrites
+ * first, barely count and barely carry the mark. */
+#define FLOOR_REL 0.1
 /* Bound of a slot's shift (log energy per unit chip; a tile's amplitude changes by at most
- * 3 %, −30 dB): a block whose tiles barely answer stays off its lattice rather than get a
- * loud mark. */
-#define MAX_SHIFT 0.06
+ * 2.5 %): a block whose tiles barely answer stays off its lattice rather than get a loud mark. */
+#define MAX_SHIFT 0.05
 /* A block is marked once all of it is in; the first block of a stream goes out unmarked. */
 _Static_assert(QV_WATERMARK_DELAY == BLOCK, "the public delay is one block");
 
 /* Detector: frames every SUB samples (8 per hop) give every block grid offset in SUB steps
- * (a misalignment of up to 32 samples costs little; of 64, some 3 s windows fail). */
-#define SUB 64
+ * (a misalignment of up to 16 samples costs little). */
+#define SUB 32
 #define N_OFFSETS (BLOCK / SUB)
 #define WINDOW_BLOCKS 27   /* the blocks a 3 s excerpt holds whole at any offset */
 #define CHASE_BITS 3      /* payload bits the decoder may flip to meet the CRC */
 #define MIN_ACTIVE 12      /* scored blocks (1.3 s) a window needs before it says anything */
-/* Presence: the best of N_OFFSETS × PERIOD = 1920 scores, each about N(0, 1) for unmarked
- * audio (20,000 windows of unmarked speech, noise and music reach 5.5 at most); marked speech
- * scores 8 or more, after gain or resampling too (docs/provenance.md). */
+/* Presence: the best of N_OFFSETS × PERIOD = 3840 scores, each about N(0, 1) for unmarked
+ * audio (docs/provenance.md: the false-positive runs); marked speech scores 8 or more, after
+ * gain or resampling too. */
 #define Z_PRESENT QV_WATERMARK_PRESENT
 
 /* ==== the pattern ============================================================================ */
@@ -83,6 +87,7 @@ typedef struct {
     int slot[N_TILES];
     float sign[N_TILES];
     double dither[PERIOD][N_SLOTS];
+    float dphase[PERIOD][N_SLOTS][2]; /* cos, sin of 2π·dither/STEP: the detector's side */
 } pattern;
 
 /* a[0..n) = 0..n-1 in a keyed order (Fisher–Yates on the key's stream s). */
@@ -109,7 +114,11 @@ static void pattern_make(pattern *p) {
     for (int k = 0; k < N_SLOTS; k++) {
         int order[PERIOD];
         keyed_order(order, PERIOD, &s);
-        for (int b = 0; b < PERIOD; b++) p->dither[b][k] = STEP * (order[b] + 0.5) / PERIOD;
+        for (int b = 0; b < PERIOD; b++) {
+            p->dither[b][k] = STEP * (order[b] + 0.5) / PERIOD;
+            p->dphase[b][k][0] = (float)cos(2.0 * M_PI * (order[b] + 0.5) / PERIOD);
+            p->dphase[b][k][1] = (float)sin(2.0 * M_PI * (order[b] + 0.5) / PERIOD);
+        }
     }
 }
 
@@ -138,27 +147,34 @@ static int symbol(uint32_t payload, int64_t b, int k) {
     return k < N_SYNC ? 0 : coded_bit(payload, bit_index(b, k));
 }
 
-/* Projections of a block's tile energies e[N_TILES] (Σ|X|² per tile) on the slots' chips, of
- * log(e + floor) with the floor FLOOR_REL of the block's mean tile, so empty tiles stay finite
- * and do not count. With sens, each tile's d log(e + floor) / d log e: the share of a shift the
+/* Projections of a block's tile energies e[N_TILES] (Σ|X|² per tile, frame-major) on the slots'
+ * chips, of log(e + floor) with the floor FLOOR_REL of the block's mean energy per bin times the
+ * tile's bins, so empty and quiet tiles stay finite and barely count. With sens, each tile's d log(e + floor) / d log e: the share of a shift the
  * tile's projection sees. 0 when the block is under GATE (nothing to say), else 1. */
 static int project(const pattern *p, const double *e, double proj[N_SLOTS], float *sens) {
     double sum = 0.0;
     for (int t = 0; t < N_TILES; t++) sum += e[t];
     if (!(sum >= GATE) || !isfinite(sum)) return 0;
-    const double fl = FLOOR_REL * sum / N_TILES;
+    const double fl = FLOOR_REL * sum / (BLOCK_FRAMES * (BIN_HI - BIN_LO + 1));
     for (int k = 0; k < N_SLOTS; k++) proj[k] = 0.0;
     for (int t = 0; t < N_TILES; t++) {
-        proj[p->slot[t]] += p->sign[t] * log(e[t] + fl);
-        if (sens) sens[t] = (float)(e[t] / (e[t] + fl));
+        const double f = fl * (band_edge[t % N_BANDS + 1] - band_edge[t % N_BANDS]);
+        proj[p->slot[t]] += p->sign[t] * log(e[t] + f);
+        if (sens) sens[t] = (float)(e[t] / (e[t] + f));
     }
     for (int k = 0; k < N_SLOTS; k++) proj[k] /= sqrt((double)SLOT_TILES);
     return 1;
 }
 
-/* Where a projection sits against the lattice of symbol 0: cos(2π(x − dither)/STEP), +1 on the
- * lattice, −1 half a step off (symbol 1). */
-static double lattice_cos(double x, double dither) { return cos(2.0 * M_PI * (x - dither) / STEP); }
+
+/* Σ |X|² over each band of a spectrum. */
+static void band_energies(const fftwf_complex *c, double e[N_BANDS]) {
+    for (int b = 0; b < N_BANDS; b++) {
+        e[b] = 0.0;
+        for (int m = band_edge[b]; m < band_edge[b + 1]; m++)
+            e[b] += (double)c[m][0] * c[m][0] + (double)c[m][1] * c[m][1];
+    }
+}
 
 static void sqrt_hann(float *w) {
     for (int i = 0; i < N_FFT; i++) w[i] = (float)sqrt(0.5 - 0.5 * cos(2.0 * M_PI * i / N_FFT));
@@ -166,7 +182,7 @@ static void sqrt_hann(float *w) {
 
 /* ==== embedding ============================================================================= */
 
-/* A block's 4 spectra sit SPEC_STRIDE apart: FFTW's new-array execute wants the plan's
+/* A block's spectra sit SPEC_STRIDE apart: FFTW's new-array execute wants the plan's
  * alignment. */
 #define SPEC_STRIDE (N_FFT / 2 + 8)
 
@@ -230,20 +246,18 @@ enum qv_status qv_watermark_new(qv_watermark **out, uint32_t payload) {
     return QV_OK;
 }
 
-/* Tile energies of the block's 4 frames of src into e; the spectra stay in w->spec. */
+/* Tile energies of the block's frames of src into e; the spectra stay in w->spec. */
 static void block_tiles(qv_watermark *w, const float *src, double e[N_TILES]) {
     memset(e, 0, N_TILES * sizeof *e);
     for (int j = 0; j < BLOCK_FRAMES; j++) {
         for (int i = 0; i < N_FFT; i++) w->in[i] = src[j * HOP + i] * w->win[i];
         fftwf_complex *c = w->spec + j * SPEC_STRIDE;
         fftwf_execute_dft_r2c(w->fwd, w->in, c);
-        for (int m = 0; m < N_TILES * TILE_BINS; m++)
-            e[m / TILE_BINS] += (double)c[BIN_LO + m][0] * c[BIN_LO + m][0] +
-                                (double)c[BIN_LO + m][1] * c[BIN_LO + m][1];
+        band_energies(c, e + j * N_BANDS);
     }
 }
 
-/* w->mark from the host spectra: each tile of the 4 frames scaled by exp(shift[slot] · sign / 2)
+/* w->mark from the host spectra: each tile of the frames scaled by exp(shift[slot] · sign / 2)
  * (shift: log energy per unit chip), as a difference, overlap-added with the frames' windows. */
 static void synth_mark(qv_watermark *w, const fftwf_complex *host, const double shift[N_SLOTS],
                        const float *sens) {
@@ -254,10 +268,11 @@ static void synth_mark(qv_watermark *w, const fftwf_complex *host, const double 
     for (int j = 0; j < BLOCK_FRAMES; j++) {
         const fftwf_complex *c = host + j * SPEC_STRIDE;
         memset(w->mod, 0, (N_FFT / 2 + 1) * sizeof *w->mod);
-        for (int m = BIN_LO; m <= BIN_HI; m++) {
-            w->mod[m][0] = g[(m - BIN_LO) / TILE_BINS] * c[m][0];
-            w->mod[m][1] = g[(m - BIN_LO) / TILE_BINS] * c[m][1];
-        }
+        for (int b = 0; b < N_BANDS; b++)
+            for (int m = band_edge[b]; m < band_edge[b + 1]; m++) {
+                w->mod[m][0] = g[j * N_BANDS + b] * c[m][0];
+                w->mod[m][1] = g[j * N_BANDS + b] * c[m][1];
+            }
         fftwf_execute(w->inv);
         for (int i = 0; i < N_FFT; i++) w->mark[j * HOP + i] += w->out[i] * w->win[i] / N_FFT;
     }
@@ -278,7 +293,7 @@ static void mark_block(qv_watermark *w, float *out) {
             double t = w->pat.dither[w->block % PERIOD][k] +
                        0.5 * STEP * symbol(w->payload, w->block, k);
             target[k] = t + STEP * nearbyint((p0[k] - t) / STEP);
-            /* first guess: the frames' window edges take about a third of a shift */
+            /* first guess; the secant steps below correct it */
             shift[k] = 1.5 * (target[k] - p0[k]) / sqrt((double)SLOT_TILES);
         }
         for (int it = 0; it < 2; it++) {
@@ -363,9 +378,17 @@ qv_watermark_report qv_watermark_default_report(void) {
  * was loud enough to score. */
 typedef struct {
     int64_t n_blocks;          /* per offset */
-    double *proj;              /* [N_OFFSETS][n_blocks][N_SLOTS] */
+    float *proj;               /* [N_OFFSETS][n_blocks][N_SLOTS][2]: cos, sin of 2π·projection/STEP */
     unsigned char *active;     /* [N_OFFSETS][n_blocks] */
 } grid;
+
+/* Where slot k's projection of block m at offset o sits against the lattice of symbol 0 under
+ * pattern phase ph: cos(2π(projection − dither)/STEP), +1 on the lattice, −1 half a step off
+ * (symbol 1). */
+static double lattice_cos(const grid *g, const pattern *p, int64_t i, int64_t m, int ph, int k) {
+    const float *a = g->proj + (i * N_SLOTS + k) * 2, *d = p->dphase[(m + ph) % PERIOD][k];
+    return (double)a[0] * d[0] + (double)a[1] * d[1];
+}
 
 /* Sync agreement of block m at offset o under pattern phase ph: Σ cos against the sync lattices. */
 static double vote(const grid *g, const pattern *p, int o, int64_t m, int ph) {
@@ -373,7 +396,7 @@ static double vote(const grid *g, const pattern *p, int o, int64_t m, int ph) {
     if (!g->active[i]) return 0.0;
     double v = 0.0;
     for (int k = 0; k < N_SYNC; k++)
-        v += lattice_cos(g->proj[i * N_SLOTS + k], p->dither[(m + ph) % PERIOD][k]);
+        v += lattice_cos(g, p, i, m, ph, k);
     return v;
 }
 
@@ -401,7 +424,7 @@ static void decode(const grid *g, const pattern *p, int o, int ph, int64_t m0, i
         const int64_t i = (int64_t)o * g->n_blocks + m;
         for (int k = N_SYNC; k < N_SLOTS && g->active[i]; k++)
             soft[bit_index(m + ph, k)] +=
-                lattice_cos(g->proj[i * N_SLOTS + k], p->dither[(m + ph) % PERIOD][k]);
+                lattice_cos(g, p, i, m, ph, k);
     }
     uint64_t word = 0;
     int weak[CHASE_BITS];
@@ -452,19 +475,22 @@ static enum qv_status grid_fill(grid *g, const pattern *p, const float *pcm, int
         const float *x = pcm + f * SUB;
         for (int i = 0; i < N_FFT; i++) in[i] = isfinite(x[i]) ? x[i] * win[i] : 0.0f;
         fftwf_execute(plan);
-        double e[N_TILES] = {0};
-        for (int m = 0; m < N_TILES * TILE_BINS; m++)
-            e[m / TILE_BINS] += (double)out[BIN_LO + m][0] * out[BIN_LO + m][0] +
-                                (double)out[BIN_LO + m][1] * out[BIN_LO + m][1];
+        double e[N_BANDS];
+        band_energies(out, e);
         /* frame f is frame j of block m at offset o when f = o + per_block·m + per_hop·j */
         for (int o = (int)(f % per_hop); o < N_OFFSETS && o <= f; o += per_hop) {
             int64_t m = (f - o) / per_block, j = (f - o) % per_block / per_hop;
             if (j >= BLOCK_FRAMES) continue;
-            for (int k = 0; k < N_TILES; k++) acc[o][k] += e[k];
+            for (int k = 0; k < N_BANDS; k++) acc[o][j * N_BANDS + k] = e[k];
             if (j != BLOCK_FRAMES - 1) continue;
             if (m < g->n_blocks) {
                 const int64_t i = (int64_t)o * g->n_blocks + m;
-                g->active[i] = (unsigned char)project(p, acc[o], g->proj + i * N_SLOTS, NULL);
+                double pr[N_SLOTS];
+                g->active[i] = (unsigned char)project(p, acc[o], pr, NULL);
+                for (int k = 0; k < N_SLOTS; k++) {
+                    g->proj[(i * N_SLOTS + k) * 2] = (float)cos(2.0 * M_PI * pr[k] / STEP);
+                    g->proj[(i * N_SLOTS + k) * 2 + 1] = (float)sin(2.0 * M_PI * pr[k] / STEP);
+                }
             }
             memset(acc[o], 0, sizeof acc[o]);
         }
@@ -509,10 +535,10 @@ enum qv_status qv_watermark_detect(const float *pcm, int64_t n_samples, qv_water
     rep->seconds = (double)n_samples / QVA_SAMPLE_RATE_HZ;
     grid g = {.n_blocks = n_samples / BLOCK};
     if (g.n_blocks < MIN_ACTIVE) return QV_OK; /* under 1.3 s: nothing to say */
-    if ((uint64_t)g.n_blocks > SIZE_MAX / (N_OFFSETS * N_SLOTS * sizeof(double)))
+    if ((uint64_t)g.n_blocks > SIZE_MAX / (N_OFFSETS * N_SLOTS * 2 * sizeof(float)))
         return qvu_failf(QV_E_LIMIT, "watermark: %lld samples: too many", (long long)n_samples);
     pattern *p = malloc(sizeof *p);
-    g.proj = calloc((size_t)(N_OFFSETS * g.n_blocks * N_SLOTS), sizeof *g.proj);
+    g.proj = calloc((size_t)(N_OFFSETS * g.n_blocks * N_SLOTS * 2), sizeof *g.proj);
     g.active = calloc((size_t)(N_OFFSETS * g.n_blocks), 1);
     const int64_t w = g.n_blocks < WINDOW_BLOCKS ? g.n_blocks : WINDOW_BLOCKS;
     const int64_t n_win = g.n_blocks - w + 1;

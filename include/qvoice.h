@@ -521,6 +521,10 @@ enum qv_status qv_script_to_markup(const char *script, int pause_ms, char **mark
 #define QV_TEXT_CARRY_BYTES 769 /* three tags of at most 256 bytes and a NUL */
 enum qv_status qv_text_sentences(const char *text, size_t *n_bytes, char *carry,
                                  size_t carry_size);
+/* qv_text_sentences cutting at clauses too (vLLM-Omni's split_granularity "clause": less to wait
+ * for before the first audio): also after , ; (and closing quotes) followed by white space, and
+ * after ，；：、 wherever they stand; "1," is not cut before "000". Same carry, same statuses. */
+enum qv_status qv_text_clauses(const char *text, size_t *n_bytes, char *carry, size_t carry_size);
 
 /* What a front end loads for styles and scripts (docs/markup.md), held while requests point at
  * it: generic style directions "NAME=FILE" (the x-vector of a .qvoice or .bin, e.g. from voicefmt
@@ -700,8 +704,9 @@ enum qv_status qv_loudness_lufs(const float *pcm, int64_t n_samples, double *luf
 /* ==== watermark (docs/provenance.md) ========================================================= */
 
 /* An inaudible mark in the samples: spread-transform dither modulation of the log energies of
- * 2-bin × 4-frame STFT tiles over 422 Hz - 6.8 kHz, 35 dB or more under the signal, carrying
- * a 32-bit payload (+ CRC-16) every 5.1 s, in blocks of QV_WATERMARK_DELAY samples (107 ms).
+ * third-octave-band × 10.7 ms STFT tiles over 422 Hz - 6.8 kHz, 35 dB or more under the signal,
+ * carrying a 32-bit payload (+ CRC-16) every 5.1 s, in blocks of QV_WATERMARK_DELAY samples
+ * (107 ms).
  * Marking a block needs all of it. The first block of a signal is left unmarked and a stream
  * gives it back at once, so the mark costs a stream's first audio nothing; each later sample
  * comes out when its block is complete, at most QV_WATERMARK_DELAY - 1 samples after it went
@@ -744,7 +749,7 @@ typedef struct {
     uint32_t struct_size;
     int present;            /* 1 when some 3 s window, or the whole input, scores
                                QV_WATERMARK_PRESENT or more */
-    double score;           /* best 3 s window score (the best of 768 about-N(0,1) scores for
+    double score;           /* best 3 s window score (the best of 3840 about-N(0,1) scores for
                                unmarked audio) */
     double score_all;       /* score of the whole input as one window */
     qv_watermark_range all; /* the whole input, decoded as one range */
@@ -756,8 +761,8 @@ typedef struct {
 qv_watermark_report qv_watermark_default_report(void);
 
 /* Looks for the mark in mono 24 kHz pcm: 27-block (2.9 s) windows every 107 ms block (the
- * whole input when shorter; under 1.3 s nothing is said). Allocates about 12 KB per second of
- * input (the projections of every block at 40 grid offsets). QV_OK (report filled), QV_E_ABI,
+ * whole input when shorter; under 1.3 s nothing is said). Allocates about 55 KB per second of
+ * input (the projections of every block at 80 grid offsets). QV_OK (report filled), QV_E_ABI,
  * QV_E_INVALID (pcm NULL), QV_E_NOMEM, QV_E_LIMIT. */
 enum qv_status qv_watermark_detect(const float *pcm, int64_t n_samples, qv_watermark_report *r);
 /* The same on an audio file in any format libsndfile reads (channels averaged, resampled to

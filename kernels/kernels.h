@@ -67,6 +67,11 @@ void qvk_pool_set_spin(qvk_pool *pool, int iters);
 int qvk_pool_threads(const qvk_pool *pool);
 /* Runs fn on every thread and returns when all are done. Not re-entrant. */
 void qvk_pool_run(qvk_pool *pool, qvk_job fn, void *arg);
+/* qvk_pool_run for a job whose threads take all their work from a shared queue (any thread may
+ * do any part, a thread finding none left returns): when the caller's fn returns, only the workers
+ * that have already started are waited for, and a worker still waking up skips the job. A late
+ * worker (asleep, or preempted on a busy machine) then costs the caller nothing. */
+void qvk_pool_run_queued(qvk_pool *pool, qvk_job fn, void *arg);
 
 /* ---- conversions ------------------------------------------------------------------------ */
 

@@ -91,7 +91,7 @@ void qvk_matvec_bf16_batch(qvk_pool *pool, const float *restrict x, int n_x, int
     for (int m = 0; m < n_mv; m++)
         n_total += mv[m].n_out;
     qvk_row_queue_init(&j.rows, n_total, (size_t)n_in * 2);
-    qvk_pool_run(pool, multi_run, &j);
+    qvk_pool_run_queued(pool, multi_run, &j);
 }
 
 void qvk_matvec_bf16_multi(qvk_pool *pool, const float *restrict x, int n_in, const qvk_mv *mv,

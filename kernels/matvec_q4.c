@@ -231,7 +231,7 @@ static void batch(qvk_pool *pool, const float *restrict x, int n_x, int n_in, co
     /* chunks by work, not bytes: a prompt's rows cost n_x times more each, and a last 256 KB
      * chunk of 50 positions would keep one thread busy while the other waits */
     qvk_row_queue_init(&j.queue, n_total, ((size_t)n_in / 2 + (size_t)n_g * 4) * (size_t)n_x);
-    qvk_pool_run(pool, mv_run, &j);
+    qvk_pool_run_queued(pool, mv_run, &j);
 }
 
 void qvk_q4_matvec_batch(qvk_pool *pool, const float *restrict x, int n_x, int n_in,

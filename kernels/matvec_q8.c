@@ -177,7 +177,7 @@ void qvk_q8_matvec_batch(qvk_pool *pool, const float *restrict x, int n_x, int n
     for (int m = 0; m < n_mv; m++)
         n_total += mv[m].n_out;
     qvk_row_queue_init(&j.queue, n_total, (size_t)n_in);
-    qvk_pool_run(pool, mv_run, &j);
+    qvk_pool_run_queued(pool, mv_run, &j);
 }
 
 void qvk_q8_matvec_multi(qvk_pool *pool, const float *restrict x, int n_in, const qvk_q8_mv *mv,

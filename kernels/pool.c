@@ -1,6 +1,8 @@
 /* pool.c — persistent worker threads; a job is fn(ith, nth, arg) and the caller runs ith = 0.
  * Wake-up is a generation counter: workers spin on it briefly (decode jobs arrive every few tens
  * of µs), then sleep on it with a futex; the caller only pays for FUTEX_WAKE when someone sleeps.
+ * A worker joins a job through its ticket; a queued job (qvk_pool_run_queued) is closed when the
+ * caller is done, so a worker still waking up then is not waited for.
  */
 #include <limits.h>
 #include <linux/futex.h>
@@ -15,6 +17,9 @@
 
 /* ~20-50 µs of polling before sleeping; the machine is shared, so not longer. */
 #define SPIN_ITERS 2000
+/* ticket: the job's generation in the high 32 bits, CLOSED, then the workers that joined it */
+#define TICKET_CLOSED ((uint64_t)1 << 31)
+#define TICKET_JOINED (TICKET_CLOSED - 1)
 
 struct qvk_pool {
     int n_threads;
@@ -23,6 +28,7 @@ struct qvk_pool {
     qvk_job fn;
     void *arg;
     _Atomic uint32_t gen;    /* bumped once per job (futex word for workers) */
+    _Atomic uint64_t ticket; /* generation << 32 | TICKET_CLOSED | workers joined */
     _Atomic uint32_t n_done; /* workers finished with the current job (futex word for caller) */
     _Atomic int n_sleeping;  /* workers blocked in FUTEX_WAIT on gen */
     _Atomic int caller_sleeping;
@@ -49,6 +55,15 @@ static void futex_wake(_Atomic uint32_t *addr) {
     syscall(SYS_futex, (uint32_t *)(uintptr_t)addr, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
 }
 
+/* Whether this worker takes part in job g: no when a newer job was posted or g was closed. */
+static int join(struct qvk_pool *pool, uint32_t g) {
+    uint64_t t = atomic_load(&pool->ticket);
+    for (;;) {
+        if ((uint32_t)(t >> 32) != g || (t & TICKET_CLOSED)) return 0;
+        if (atomic_compare_exchange_weak(&pool->ticket, &t, t + 1)) return 1;
+    }
+}
+
 static void *worker_main(void *p) {
     struct worker_arg *wa = p;
     struct qvk_pool *pool = wa->pool;
@@ -68,15 +83,17 @@ static void *worker_main(void *p) {
         }
         seen = g;
         if (atomic_load(&pool->stop)) break;
+        if (!join(pool, g)) continue;
         pool->fn(wa->ith, pool->n_threads, pool->arg);
-        uint32_t done = atomic_fetch_add(&pool->n_done, 1) + 1;
-        if (done == (uint32_t)pool->n_threads - 1 && atomic_load(&pool->caller_sleeping))
-            futex_wake(&pool->n_done);
+        atomic_fetch_add(&pool->n_done, 1); /* seq_cst: pairs with caller_sleeping */
+        if (atomic_load(&pool->caller_sleeping)) futex_wake(&pool->n_done);
     }
     return NULL;
 }
 
 static void wake_workers(struct qvk_pool *pool) {
+    const uint32_t g = atomic_load_explicit(&pool->gen, memory_order_relaxed) + 1;
+    atomic_store(&pool->ticket, (uint64_t)g << 32); /* before gen: a worker seeing g sees it */
     atomic_fetch_add(&pool->gen, 1); /* seq_cst: pairs with n_sleeping++ in the worker */
     if (atomic_load(&pool->n_sleeping) > 0) futex_wake(&pool->gen);
 }
@@ -124,17 +141,20 @@ int qvk_pool_threads(const qvk_pool *pool) {
     return pool ? pool->n_threads : 1;
 }
 
-void qvk_pool_run(qvk_pool *pool, qvk_job fn, void *arg) {
+static void run(qvk_pool *pool, qvk_job fn, void *arg, int queued) {
     if (!pool || pool->n_threads == 1) {
         fn(0, 1, arg);
         return;
     }
-    uint32_t want = (uint32_t)pool->n_threads - 1;
     pool->fn = fn;
     pool->arg = arg;
     atomic_store(&pool->n_done, 0);
     wake_workers(pool);
     fn(0, pool->n_threads, arg);
+    /* a queued job is done when the caller is: only the workers that joined it are waited for */
+    const uint32_t want = queued ? (uint32_t)(atomic_fetch_or(&pool->ticket, TICKET_CLOSED) &
+                                              TICKET_JOINED)
+                                 : (uint32_t)pool->n_threads - 1;
     uint32_t d = atomic_load_explicit(&pool->n_done, memory_order_acquire);
     const int spin = atomic_load_explicit(&pool->spin, memory_order_relaxed);
     for (int i = 0; i < spin && d != want; i++) {
@@ -147,4 +167,12 @@ void qvk_pool_run(qvk_pool *pool, qvk_job fn, void *arg) {
             futex_wait(&pool->n_done, d);
         atomic_store(&pool->caller_sleeping, 0);
     }
+}
+
+void qvk_pool_run(qvk_pool *pool, qvk_job fn, void *arg) {
+    run(pool, fn, arg, 0);
+}
+
+void qvk_pool_run_queued(qvk_pool *pool, qvk_job fn, void *arg) {
+    run(pool, fn, arg, 1);
 }

@@ -39,6 +39,22 @@ speak_med() {
     echo "$rtf $cpu $rss $fr"
 }
 
+# gen_med QUANT RUNS: median wall of generation alone (codes only, no decoder), 100 frames of $CV
+gen_med() {
+    : >"$TMP/gen"
+    i=0; while [ $i -lt "$2" ]; do
+        /usr/bin/time -f "%e" -o "$TMP/time" bin/speak -m "$CV" -s "$SPEAKER" -t "$TEXT" -j "$J" \
+            --max-frames 100 --ignore-eos --no-guard --no-chunk --quant "$1" --dump-codes "$TMP/codes" -q
+        cat "$TMP/time" >>"$TMP/gen"; i=$((i + 1))
+    done
+    median <"$TMP/gen"
+}
+# hidden_of GEN_S DEC_MS RTF: share of the decoder's work hidden behind generation, (codes-only
+# wall + decoder CPU - wall of the 100-frame run with audio) / decoder CPU, clamped to [0, 1]
+hidden_of() { awk -v g="$1" -v d="$2" -v s="$3" 'BEGIN {
+    dt = d * 100 / 1000; h = (g + dt - s * 8) / dt; if (h < 0) h = 0; if (h > 1) h = 1;
+    printf "%.0f%%", 100 * h }'; }
+
 # Side by side with the pure-C engine (QVOICE_REF_ENGINE: its binary, built outside this repo; it
 # is only a stopwatch). Same model, text, speaker, threads and 100 frames, output to a file, wall
 # clock including load; runs interleaved (ours, theirs, ours, ...) so both see the same machine.
@@ -100,9 +116,13 @@ time_table() {
         CV=$m
         set -- $(speak_med 100 $q "" "$RUNS"); echo "rtf100 $1" >>"$TMP/$N.$c"
         echo "cpu100 $2" >>"$TMP/$N.$c"; echo "rss100 $(($3 / 1024))" >>"$TMP/$N.$c"
+        g=$(gen_med $q "$RUNS"); echo "gen100 $g" >>"$TMP/$N.$c"
+        echo "hidden $(hidden_of "$g" "$(key decoder_frame_ms_cpu "$TMP/$N.$c")" "$1")" >>"$TMP/$N.$c"
         if [ $c != bf16 ]; then set -- $(speak_med 300 $q "" 1); echo "rtf300 $1" >>"$TMP/$N.$c"; fi
-        echo "ttfa $(build/bench/bench_ttfa "$RUNS" bin/speak -m "$m" -s "$SPEAKER" -l english -t "$TEXT" \
-            -j "$J" --seed 42 --max-frames 20 --no-guard --stream --quant $q | ttfa)" >>"$TMP/$N.$c"
+        build/bench/bench_ttfa "$RUNS" bin/speak -m "$m" -s "$SPEAKER" -l english -t "$TEXT" \
+            -j "$J" --seed 42 --max-frames 20 --no-guard --stream --quant $q >"$TMP/ttfa"
+        echo "ttfa $(ttfa <"$TMP/ttfa")" >>"$TMP/$N.$c"
+        echo "ttfa_cpu $(ttfa_cpu <"$TMP/ttfa")" >>"$TMP/$N.$c"
         CV=$M
     done
     row() { # LABEL KEY [SUFFIX]
@@ -126,10 +146,15 @@ time_table() {
     row "code predictor per frame, wall ms" cp_ms
     row "  weights read per frame, GB" cp_gb_per_frame
     row "  achieved, GB/s" cp_gbs
+    row "speech decoder per frame, one thread, CPU ms" decoder_frame_ms_cpu
+    row "  on the $J-thread pool (the frames left when generation ends), wall ms" decoder_frame_pool_ms
     row "RTF 100 frames, -o file (wall incl. load)" rtf100
     row "CPU s, 100 frames" cpu100
+    row "codes only, 100 frames (no decoder), wall s" gen100
+    row "decoder work hidden behind generation, -o file" hidden
     row "RTF 300 frames, -o file (1 run)" rtf300
     row "time to first audio (speak --stream), s" ttfa
+    row "  CPU used by then (every thread), s" ttfa_cpu
     row "peak RSS, 100 frames, MB" rss100
     if [ "$V" = vs ] && [ -n "${QVOICE_REF_ENGINE:-}" ]; then
         echo
@@ -144,6 +169,7 @@ time_table() {
 }
 bench_17b() { time_table "1.7B CustomVoice" q17b-cv vs; }
 ttfa() { sed -n 's/^ttfa \([0-9.]*\) s.*/\1/p'; }
+ttfa_cpu() { sed -n 's/.*CPU to the first byte \([0-9.]*\) s.*/\1/p'; } # bench_ttfa's second figure
 # QV_BENCH_MODELS: which models (default "0.6b 1.7b")
 case " ${QV_BENCH_MODELS:-0.6b 1.7b} " in *" 0.6b "*) ;; *) bench_17b; exit 0 ;; esac
 
@@ -160,35 +186,27 @@ set -- $(speak_med 100 bf16 --stream "$RUNS"); s100=$1; s100cpu=$2
 set -- $(speak_med 300 bf16 "" 1); b300=$1
 set -- $(speak_med 100 int8 "" "$RUNS"); i100=$1; i100cpu=$2; rss8=$3
 set -- $(speak_med 300 int8 "" 1); i300=$1
-# generation alone (codes only) for the decoder overlap
-: >"$TMP/gen"
-i=0; while [ $i -lt "$RUNS" ]; do
-    /usr/bin/time -f "%e" -o "$TMP/time" bin/speak -m "$CV" -s "$SPEAKER" -t "$TEXT" -j "$J" \
-        --max-frames 100 --ignore-eos --no-guard --no-chunk --dump-codes "$TMP/codes" -q
-    cat "$TMP/time" >>"$TMP/gen"; i=$((i + 1))
-done
-gen=$(median <"$TMP/gen")
-# share of the decoder's work hidden behind generation: (codes-only wall + decoder CPU − wall of
-# the run with audio) / decoder CPU, clamped to [0, 1]; for -o (decoder thread at idle priority
-# beside the whole pool) and for --stream
-hidden_of() { awk -v g="$gen" -v d="$dec_ms" -v s="$1" 'BEGIN {
-    dt = d * 100 / 1000; h = (g + dt - s * 8) / dt; if (h < 0) h = 0; if (h > 1) h = 1;
-    printf "%.0f %%", 100 * h }'; }
-hidden=$(hidden_of "$s100")
-hidden_o=$(hidden_of "$b100")
+# generation alone (codes only) for the decoder overlap: -o (decoder thread at idle priority
+# beside the whole pool) and --stream
+gen=$(gen_med bf16 "$RUNS")
+hidden=$(hidden_of "$gen" "$dec_ms" "$s100")
+hidden_o=$(hidden_of "$gen" "$dec_ms" "$b100")
 # time to first audio as a user sees it: process start -> first PCM byte of speak --stream on
 # stdout (warm page cache: bench_ttfa runs once unmeasured first); beside it, when
 # QVOICE_REF_ENGINE names the pure-C engine's binary (built outside this repo), its --stdout mode
-ours=$(build/bench/bench_ttfa "$RUNS" bin/speak -m "$CV" -s "$SPEAKER" -l english -t "$TEXT" -j "$J" \
-    --seed 42 --max-frames 20 --no-guard --stream | ttfa)
-ours8=$(build/bench/bench_ttfa "$RUNS" bin/speak -m "$CV" -s "$SPEAKER" -l english -t "$TEXT" -j "$J" \
-    --seed 42 --max-frames 20 --no-guard --stream --quant int8 | ttfa)
+o=$(build/bench/bench_ttfa "$RUNS" bin/speak -m "$CV" -s "$SPEAKER" -l english -t "$TEXT" -j "$J" \
+    --seed 42 --max-frames 20 --no-guard --stream)
+ours=$(echo "$o" | ttfa); ours_cpu=$(echo "$o" | ttfa_cpu)
+o=$(build/bench/bench_ttfa "$RUNS" bin/speak -m "$CV" -s "$SPEAKER" -l english -t "$TEXT" -j "$J" \
+    --seed 42 --max-frames 20 --no-guard --stream --quant int8)
+ours8=$(echo "$o" | ttfa); ours8_cpu=$(echo "$o" | ttfa_cpu)
 ref="not measured (set QVOICE_REF_ENGINE)"
 if [ -n "${QVOICE_REF_ENGINE:-}" ]; then
     mkdir -p "$TMP/neutral" # it falls back to ./config.json: run it where there is none
-    r=$(build/bench/bench_ttfa "$RUNS" sh -c 'cd "$0" && exec "$@"' "$TMP/neutral" "$QVOICE_REF_ENGINE" -d "$CV" -s "$SPEAKER" -l English -j "$J" \
-        --seed 42 --max-tokens 20 --stdout --text "$TEXT" | ttfa)
-    ref="$r s ($(awk -v a="$ours" -v b="$r" 'BEGIN {printf "ours / theirs = %.2f", a / b}'))"
+    o=$(build/bench/bench_ttfa "$RUNS" sh -c 'cd "$0" && exec "$@"' "$TMP/neutral" "$QVOICE_REF_ENGINE" -d "$CV" -s "$SPEAKER" -l English -j "$J" \
+        --seed 42 --max-tokens 20 --stdout --text "$TEXT")
+    r=$(echo "$o" | ttfa)
+    ref="$r s, CPU $(echo "$o" | ttfa_cpu) s ($(awk -v a="$ours" -v b="$r" 'BEGIN {printf "ours / theirs = %.2f", a / b}'))"
 fi
 build/bench/bench_clone "$J" >"$TMP/clone"
 ecapa=$(sed -n 's/.*mel + ECAPA *\([0-9.]*\) s wall (\([0-9.]*\) s CPU[;)].*/\1 \2/p' "$TMP/clone")
@@ -228,7 +246,7 @@ model: full-size synthetic 0.6B CustomVoice ($CV), medians of $RUNS runs
 | codes only, 100 frames (no decoder), wall | $gen s | |
 | decoder work hidden behind generation, -o file / --stream | $hidden_o / $hidden | |
 | RTF 300 frames, -o file (1 run) | $b300 | $i300 |
-| time to first audio: process start -> first PCM byte of speak --stream | $ours s | $ours8 s |
+| time to first audio: process start -> first PCM byte of speak --stream (CPU used by then) | $ours s ($ours_cpu s) | $ours8 s ($ours8_cpu s) |
 | the same for the pure-C engine's --stdout | $ref | |
 | peak RSS, 100 frames | $((rss / 1024)) MB | $((rss8 / 1024)) MB |
 | clone: mel + ECAPA, 30 s clip (wall CPU, s) | $ecapa | |

@@ -9,7 +9,9 @@
 #      429): failures other than 429 (goal 0), p50/p95 latency
 #   ws. the WebSocket (WS /v1/audio/speech/stream, the ws npm package): text fed word by word at
 #      15 tokens/s, the first audio after the piece that ends the first sentence: p50/max of
-#      QV_WS_RUNS sessions (goal <= 0.5 s)
+#      QV_WS_RUNS sessions (goal <= 0.5 s); then split_granularity sentence, clause and none on
+#      a text whose first sentence has two commas: the first audio after the first input.text,
+#      p50 of QV_WS_RUNS each (1 s of audio per request: only the first audio is timed)
 #   dialogue. a 20-line, 3-voice dialogue as markup ([voice:NAME][neutral] per line, 6 style
 #      tags) vs a plain request of its first line: time to the first audio byte, p50 of
 #      QV_WS_RUNS each, alternated (goal: within 50 ms)
@@ -175,6 +177,16 @@ ws_section() {
       "$TEXT It was a long climb. " "$W/ws" | sed -n 's/.*"first_audio_after_sentence_end_ms":\([0-9.]*\).*/\1/p' >> "$W/ws.ms"
   done
   echo "serve-bench: WebSocket, text at 15 tokens/s: first audio after the first sentence's end arrived p50 $(pct 0.5 < "$W/ws.ms" | xargs printf %.0f) ms, max $(pct 1 < "$W/ws.ms" | xargs printf %.0f) ms ($(wc -l < "$W/ws.ms") sessions; goal <= 500 ms; load $(load))"
+  for g in sentence clause none; do
+    : > "$W/ws.$g"
+    for i in $(seq "$WS_RUNS"); do
+      node tests/server/ws_speech.mjs stream "ws://127.0.0.1:$PORT/v1/audio/speech/stream" \
+        "{\"voice\":\"ryan\",\"seed\":$i,\"max_seconds\":1,\"response_format\":\"pcm\",\"stream_audio\":true,\"split_granularity\":\"$g\"}" \
+        "Every evening, when the wind had dropped, the old keeper climbed the stairs and lit the lamp. It was a long climb. " \
+        "$W/ws" | sed -n 's/.*"first_audio_ms":\([0-9.]*\).*/\1/p' >> "$W/ws.$g"
+    done
+  done
+  echo "serve-bench: WebSocket split_granularity, first audio after the first input.text (text at 15 tokens/s, commas after words 2 and 7, the sentence ends after word 17), p50 of $WS_RUNS: sentence $(pct 0.5 < "$W/ws.sentence" | xargs printf %.0f) ms, clause $(pct 0.5 < "$W/ws.clause" | xargs printf %.0f) ms, none $(pct 0.5 < "$W/ws.none" | xargs printf %.0f) ms (load $(load))"
 }
 want ws && ws_section
 

@@ -2,12 +2,14 @@
  * config (the speech request's fields without input), text in pieces (input.text), input.done
  * (speak what is left; the connection stays open for the next utterance) and session.close. Text
  * is spoken sentence by sentence as soon as each is complete (qv_text_sentences, the chunker's
- * rules, with the markup tags in force carried to the next sentence); each sentence is one
- * speech request (qvs_speech_parse + qvs_speech_run: the same fields, admission and limits as
- * POST /v1/audio/speech) whose audio leaves as binary frames, as decoded with stream_audio, else
- * one frame per sentence. Two threads per session: the reader (this connection's frames,
- * timeouts, the close handshake) and the speaker (one sentence after another); a client that
- * leaves cancels the sentence being spoken.
+ * rules, with the markup tags in force carried to the next sentence), or with vLLM-Omni's
+ * split_granularity clause by clause (qv_text_clauses), or none: all of it at input.done, one
+ * request (timbre and prosody run on across sentences); each piece is one speech request
+ * (qvs_speech_parse + qvs_speech_run: the same fields, admission and limits as POST
+ * /v1/audio/speech) whose audio leaves as binary frames, as decoded with stream_audio, else one
+ * frame per piece. Two threads per session: the reader (this connection's frames, timeouts, the
+ * close handshake) and the speaker (one piece after another); a client that leaves cancels the
+ * piece being spoken.
  */
 #include <cJSON.h>
 #include <errno.h>
@@ -22,8 +24,13 @@
 
 #define LINGER_S 1.0 /* after our close frame, how long the client's reply is awaited */
 #define QUEUED_MAX 8 /* text waiting to be spoken, in buffers of the pending limit */
+#define SPACES " \t\r\n\f\v" /* trimmed from a piece's ends */
 
 /* ==== types ================================================================================== */
+
+/* split_granularity: where buffered text is cut into requests (names: split_names) */
+enum split { SPLIT_NONE, SPLIT_SENTENCE, SPLIT_CLAUSE };
+static const char *const split_names[] = {"none", "sentence", "clause"};
 
 /* A queued piece of work: a sentence (its request body and the text it speaks), the end of an
  * utterance (input.done) or of the session (session.close). */
@@ -46,8 +53,11 @@ typedef struct ws_session {
     pthread_cond_t cv;
     cJSON *config; /* the session's request fields (no input), NULL: none sent yet */
     int stream_audio, format;
+    enum split split;
     char *pending; /* carry + text not yet spoken */
     size_t n_pending, carry_len;
+    size_t n_chars, n_spoken; /* split none: code points of pending from its first non-space
+                               * character, to its end and to its last non-space one */
     item *head, *tail;
     size_t n_queued;        /* bytes of the queued sentences' text */
     struct job *cur;        /* the sentence being spoken */
@@ -253,9 +263,9 @@ static int enqueue(session *w, enum item_kind kind, const char *text, size_t n) 
     if (!it) return -1;
     it->kind = kind;
     if (kind == ITEM_SENTENCE) {
-        while (n && strchr(" \t\r\n\f\v", text[n - 1]))
+        while (n && strchr(SPACES, text[n - 1]))
             n--;
-        while (n && strchr(" \t\r\n\f\v", *text))
+        while (n && strchr(SPACES, *text))
             text++, n--;
         cJSON *o = w->config ? cJSON_Duplicate(w->config, 1) : cJSON_CreateObject();
         it->text = strndup(text, n);
@@ -287,15 +297,18 @@ static int refuse(session *w, const char *code, const char *param, const char *m
 /* Is pending[from, n) all white space? */
 static int blank(const char *p, size_t from, size_t n) {
     for (size_t i = from; i < n; i++)
-        if (!strchr(" \t\r\n\f\v", p[i])) return 0;
+        if (!strchr(SPACES, p[i])) return 0;
     return 1;
 }
 
-/* Queues the whole sentences of the pending text; the rest waits, after the tags in force. */
+/* Queues the whole sentences (or clauses) of the pending text; the rest waits, after the tags in
+ * force. With split none everything waits for input.done. */
 static int take_sentences(session *w) {
     size_t cut;
     char carry[QV_TEXT_CARRY_BYTES];
-    if (qv_text_sentences(w->pending, &cut, carry, sizeof carry)) {
+    if (w->split == SPLIT_NONE) return 0;
+    if ((w->split == SPLIT_CLAUSE ? qv_text_clauses : qv_text_sentences)(w->pending, &cut, carry,
+                                                                         sizeof carry)) {
         char m[512];
         snprintf(m, sizeof m, "input.text: %s (the buffered text is dropped)", qv_last_error());
         w->n_pending = w->carry_len = 0;
@@ -322,7 +335,7 @@ static int flush_pending(session *w) {
     if (w->n_pending && !blank(w->pending, w->carry_len, w->n_pending) &&
         enqueue(w, ITEM_SENTENCE, w->pending, w->n_pending))
         return -1;
-    w->n_pending = w->carry_len = 0;
+    w->n_pending = w->carry_len = w->n_chars = w->n_spoken = 0;
     if (w->pending) w->pending[0] = 0;
     return enqueue(w, ITEM_DONE, NULL, 0);
 }
@@ -347,12 +360,20 @@ static int configure(session *w, cJSON *o) {
     cJSON *sa = cJSON_GetObjectItemCaseSensitive(o, "stream_audio");
     if (sa && !cJSON_IsBool(sa) && !cJSON_IsNull(sa))
         return refuse(w, "invalid_type", "stream_audio", "stream_audio: expected true or false");
-    /* vLLM-Omni's split_granularity: this session splits at sentence ends, always */
+    /* vLLM-Omni's split_granularity; absent, sentence (vLLM-Omni's default is none): text that
+     * is still being written is spoken as each sentence completes */
     cJSON *sg = cJSON_GetObjectItemCaseSensitive(o, "split_granularity");
-    if (sg && !cJSON_IsNull(sg) && !(cJSON_IsString(sg) && !strcmp(sg->valuestring, "sentence")))
-        return refuse(w, "unsupported_value", "split_granularity",
-                      "split_granularity: the session speaks each sentence as it completes "
-                      "(sentence); none and clause are not offered");
+    enum split split = SPLIT_SENTENCE;
+    if (sg && !cJSON_IsNull(sg)) {
+        const int n = sizeof split_names / sizeof *split_names;
+        int i = 0;
+        while (cJSON_IsString(sg) && i < n && strcmp(sg->valuestring, split_names[i]))
+            i++;
+        if (!cJSON_IsString(sg) || i == n)
+            return refuse(w, "invalid_value", "split_granularity",
+                          "split_granularity: expected none, sentence or clause");
+        split = (enum split)i;
+    }
     cJSON *rf = cJSON_GetObjectItemCaseSensitive(o, "response_format");
     int format = QV_FORMAT_WAV;
     if (cJSON_IsString(rf) && !qv_format_progressive(format = qv_format_parse(rf->valuestring)))
@@ -385,10 +406,23 @@ static int configure(session *w, cJSON *o) {
     w->config = c;
     w->stream_audio = cJSON_IsTrue(sa);
     w->format = format;
-    w->n_pending = w->carry_len = 0;
+    w->split = split;
+    w->n_pending = w->carry_len = w->n_chars = w->n_spoken = 0;
     if (w->pending) w->pending[0] = 0;
     pthread_mutex_unlock(&w->mu);
     return 0;
+}
+
+/* Counts p's code points into *n_chars and *n_spoken (session: split none), as the request's
+ * input will be: without the white space enqueue trims at either end. */
+static void count_chars(const char *p, size_t *n_chars, size_t *n_spoken) {
+    for (; *p; p++) {
+        if (((unsigned char)*p & 0xC0) == 0x80) continue;
+        int space = strchr(SPACES, *p) != NULL;
+        if (space && !*n_chars) continue;
+        ++*n_chars;
+        if (!space) *n_spoken = *n_chars;
+    }
 }
 
 /* input.text: appended, its whole sentences queued. */
@@ -397,9 +431,21 @@ static int add_text(session *w, cJSON *o) {
     if (!cJSON_IsString(t)) return refuse(w, "invalid_type", "text", "text: expected a string");
     size_t n = strlen(t->valuestring);
     /* a sentence may not grow past the request limit (UTF-8: up to 4 bytes a character) */
-    size_t limit = 4 * (size_t)w->s->cfg.max_text_chars + QV_TEXT_CARRY_BYTES;
+    const int max = w->s->cfg.max_text_chars;
+    size_t limit = 4 * (size_t)max + QV_TEXT_CARRY_BYTES;
     pthread_mutex_lock(&w->mu);
     int rc = 0;
+    size_t n_chars = w->n_chars, n_spoken = w->n_spoken;
+    if (w->split == SPLIT_NONE) count_chars(t->valuestring, &n_chars, &n_spoken);
+    if (n_spoken > (size_t)max) { /* split none: the utterance is one request */
+        pthread_mutex_unlock(&w->mu);
+        char m[256];
+        snprintf(m, sizeof m,
+                 "input.text: the buffered text, %zu characters, exceeds the limit of %d of its "
+                 "one request (split_granularity none; the piece is dropped)",
+                 n_spoken, max);
+        return refuse(w, "input_too_long", "text", m);
+    }
     if (w->n_pending + n > limit || w->n_queued > QUEUED_MAX * limit) {
         int queued = w->n_queued > QUEUED_MAX * limit;
         pthread_mutex_unlock(&w->mu);
@@ -416,6 +462,8 @@ static int add_text(session *w, cJSON *o) {
         w->pending = np;
         memcpy(np + w->n_pending, t->valuestring, n + 1);
         w->n_pending += n;
+        w->n_chars = n_chars;
+        w->n_spoken = n_spoken;
         rc = take_sentences(w);
     }
     pthread_mutex_unlock(&w->mu);
@@ -651,6 +699,7 @@ enum MHD_Result qvs_ws_speech_upgrade(qv_server *s, struct MHD_Connection *c, re
     w->key = q->key;
     w->fd = -1;
     w->format = QV_FORMAT_WAV;
+    w->split = SPLIT_SENTENCE; /* when session.config does not say */
     pthread_mutex_init(&w->mu, NULL);
     pthread_mutex_init(&w->wmu, NULL);
     pthread_cond_init(&w->cv, NULL);

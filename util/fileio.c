@@ -19,6 +19,7 @@
 struct qvu_wfile {
     int fd;
     FILE *f;    /* stream on fd, or NULL */
+    char *buf;  /* f's buffer (qvu_wfile_stream_large), or NULL: freed after f is closed */
     char *path; /* destination */
     char *dir;  /* its directory */
     char *tmp;  /* the named temp file (fallback), or NULL for an O_TMPFILE */
@@ -93,6 +94,7 @@ static void wfile_free(qvu_wfile *w) {
         fclose(w->f);
     else if (w->fd >= 0)
         close(w->fd);
+    free(w->buf);
     if (w->tmp) unlink(w->tmp);
     free(w->tmp);
     free(w->dir);
@@ -140,6 +142,14 @@ int qvu_wfile_fd(const qvu_wfile *w) {
 FILE *qvu_wfile_stream(qvu_wfile *w) {
     if (!w->f) w->f = fdopen(w->fd, "wb");
     return w->f;
+}
+
+FILE *qvu_wfile_stream_large(qvu_wfile *w) {
+    enum { FOLIO = 2 << 20 }; /* x86-64's huge page: the page cache's largest folio */
+    if (!w->buf && !w->f && (w->buf = malloc(FOLIO)) &&
+        (!qvu_wfile_stream(w) || setvbuf(w->f, w->buf, _IOFBF, FOLIO)))
+        return NULL;
+    return w->buf ? w->f : NULL;
 }
 
 /* Puts the unnamed file at w->path: a direct link when the path is free, else a link to a temp

@@ -20,6 +20,12 @@ int qvu_wfile_fd(const qvu_wfile *w);
 /* A stdio stream on the descriptor, made on first call and owned by w (do not fclose). NULL
  * when out of memory. */
 FILE *qvu_wfile_stream(qvu_wfile *w);
+/* The stream of qvu_wfile_stream with a 2 MB buffer (owned by w), for large files that are
+ * mapped later (cache files, checkpoints): stdio then writes whole 2 MB blocks at 2 MB-aligned
+ * offsets, so the page cache keeps the file in 2 MB folios, which a mapping takes with one
+ * page-table entry each instead of 512 (populating 555 MB: 45 ms of CPU, 0.5 ms so). Call it
+ * before anything is written. NULL when out of memory. */
+FILE *qvu_wfile_stream_large(qvu_wfile *w);
 /* Flushes, fsyncs, puts the file at its path (atomically replacing an old one), fsyncs the
  * directory, and frees w. 0, or -1 with err set and nothing left at or beside the path. */
 int qvu_wfile_commit(qvu_wfile *w, char *err, size_t err_size);

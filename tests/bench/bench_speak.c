@@ -4,7 +4,8 @@
  * alone; the talker is the difference), achieved weight GB/s, and the start-up pieces of the time
  * to first audio: decoder weights prepared vs mapped from the prepared cache (checkpoint/prepared.h),
  * tokenizer open, the first one-frame decoder block, the int8 or q4 view quantized vs mapped. (Time to
- * first audio as a user sees it: bench_ttfa on speak --stream.)
+ * first audio as a user sees it: bench_ttfa on speak --stream.), and the speech decoder's CPU per
+ * frame alone and its wall per frame on THREADS threads.
  * usage: bench_speak MODEL_DIR [THREADS [FRAMES [RUNS [QUANT]]]]  (defaults 2, 30, 3, bf16;
  * QUANT bf16, int8 or q4; q4 for a directory written with --q4)
  * bf16 runs first measure the read bandwidth (1 GiB, THREADS threads). Prints "key value" lines
@@ -90,6 +91,33 @@ static void first_block(const qve_decoder *dec, int threaded, const char *key) {
     if (!st || qve_dec_stream_finish(st, err, sizeof err)) fprintf(stderr, "bench_speak: %s\n", err);
 }
 
+/* The speech decoder's steady cost per 80 ms frame: 24 frames in three full blocks, after the
+ * start-up blocks of 1, 1, 2, 4 and 8 frames, decoded on this thread (CPU per frame: what the
+ * decoder takes from generation when they share the cores) and then on a pool of `threads` (wall
+ * per frame: how fast the frames still queued when generation ends are decoded). */
+static void decoder_rate(const qve_decoder *dec, int threads) {
+    char err[256];
+    int32_t frame[QV_N_CODEBOOKS];
+    qvk_pool *pool = threads > 1 ? qvk_pool_create(threads) : NULL;
+    for (int k = 0; k < 2; k++) {
+        qve_dec_stream *st = qve_dec_stream_start(dec, 0, drop_audio, NULL, err, sizeof err);
+        if (st && k) qve_dec_stream_set_pool(st, pool);
+        stamp t = mark();
+        for (int f = 0; st && f < 40; f++) {
+            if (f == 16) t = mark();
+            for (int g = 0; g < QV_N_CODEBOOKS; g++)
+                frame[g] = (100 + 37 * g + 11 * f) % qve_decoder_codebook_size(dec);
+            qve_dec_stream_push(st, frame);
+        }
+        const stamp e = mark();
+        if (k) printf("decoder_frame_pool_ms %.1f\n", 1e3 * (e.w - t.w) / 24);
+        else printf("decoder_frame_ms_cpu %.1f\n", 1e3 * (e.c - t.c) / 24);
+        if (!st || qve_dec_stream_finish(st, err, sizeof err))
+            fprintf(stderr, "bench_speak: %s\n", err);
+    }
+    qvk_pool_free(pool);
+}
+
 static void fill_request(qv_request *r, const qv_model *m, int32_t *ids) {
     for (int i = 0; i < 40; i++)
         ids[i] = 1000 + 37 * i; /* 40 ordinary text tokens */
@@ -143,6 +171,7 @@ int main(int argc, char **argv) {
     printf("load_s %.3f\n", bench_clock_s(CLOCK_MONOTONIC) - t1);
     first_block(dec, 0, "first_block_cold_ms");
     first_block(dec, 1, "first_block_ms");
+    decoder_rate(dec, threads);
     qve_decoder_free(dec);
     qv_params p = qv_model_params(m);
     /* the model's frame budget, as speak has it: the prefill then allocates and first-touches

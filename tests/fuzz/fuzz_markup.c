@@ -4,8 +4,9 @@
  * chunks non-empty valid UTF-8 within the limit, pauses in (0, QVE_PAUSE_MAX_MS], tag values
  * non-empty and shorter than a tag; a failure must leave an empty list and a message. The same
  * text as if it arrived in pieces (qv_text_sentences): a cut within the text at a code point
- * boundary, a carry shorter than its bound, and no failure where the chunker succeeds. Anything
- * else aborts.
+ * boundary, a carry shorter than its bound, and no failure where the chunker succeeds; cut at
+ * clauses too (qv_text_clauses), the same verdict, a cut no earlier, and at the same cut the same
+ * carry. Anything else aborts.
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -35,11 +36,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     text[size - 1] = 0;
     qve_chunk_list l;
     err[0] = 0;
-    size_t cut;
-    char carry[QV_TEXT_CARRY_BYTES];
+    size_t cut, cut_c;
+    char carry[QV_TEXT_CARRY_BYTES], carry_c[QV_TEXT_CARRY_BYTES];
     int pieces = qv_text_sentences(text, &cut, carry, sizeof carry);
+    int clauses = qv_text_clauses(text, &cut_c, carry_c, sizeof carry_c);
     if (!pieces && (cut > strlen(text) || (text[cut] & 0xC0) == 0x80 ||
                     strlen(carry) >= QV_TEXT_CARRY_BYTES || (carry[0] && carry[0] != '[')))
+        abort();
+    if (clauses != pieces ||
+        (!clauses &&
+         (cut_c < cut || cut_c > strlen(text) || (text[cut_c] & 0xC0) == 0x80 ||
+          strlen(carry_c) >= QV_TEXT_CARRY_BYTES || (cut_c == cut && strcmp(carry, carry_c)))))
         abort();
     if (qve_text_chunk(&l, text, max, sp, err, sizeof err)) {
         if (l.n_chunks || !err[0]) abort();

@@ -1,6 +1,10 @@
 // ws_speech.mjs — a real WebSocket client (the ws npm package) for WS /v1/audio/speech/stream,
-// driven by tests/unit/test_server.c and tests/bench/ws_bench.sh. Prints one JSON line.
+// driven by tests/unit/test_server_ws.c and scripts/serve-bench.sh. Prints one JSON line.
 //   node ws_speech.mjs stream URL CONFIG_JSON TEXT OUTDIR  text fed word by word at 15 tokens/s
+//                                                         (the first audio after the first end,
+//                                                         a sentence's or with split_granularity
+//                                                         clause a clause's; and after the first
+//                                                         input.text: first_audio_ms)
 //   node ws_speech.mjs errors URL                         every refusal as an error event
 //   node ws_speech.mjs oversize URL BYTES                 one text message of BYTES: the close code
 //   node ws_speech.mjs abort URL CONFIG_JSON TEXT         leaves abruptly after the first audio
@@ -54,11 +58,13 @@ async function stream() {
     const { ev, until } = collect(ws);
     ws.send(JSON.stringify({ type: 'session.config', ...JSON.parse(config) }));
     const words = text.split(/(?<= )/); // LLM-like pieces, each with its trailing space
+    const end = JSON.parse(config).split_granularity === 'clause' ? /[.!?,;]\s$/ : /[.!?]\s$/;
     let firstEnd = null;
+    const t0 = now();
     for (const w of words) {
         ws.send(JSON.stringify({ type: 'input.text', text: w }));
-        // the first sentence is complete once the piece after its end mark has arrived
-        if (firstEnd === null && /[.!?]\s$/.test(w)) firstEnd = now();
+        // the first sentence (clause) is complete once the piece after its end mark has arrived
+        if (firstEnd === null && end.test(w)) firstEnd = now();
         await sleep(TOKEN_MS);
     }
     const doneAt = now();
@@ -85,6 +91,7 @@ async function stream() {
         sentences,
         first_audio_before_done: bins.length > 0 && bins[0].t < doneAt,
         first_audio_after_sentence_end_ms: bins.length && firstEnd ? bins[0].t - firstEnd : null,
+        first_audio_ms: bins.length ? bins[0].t - t0 : null,
         warnings: ev.filter((e) => e.type === 'warning').map((e) => e.message),
         errors: ev.filter((e) => e.type === 'error').map((e) => e.param || e.code),
         close: ev.find((e) => e.type === 'closed')?.code ?? null,
@@ -104,7 +111,7 @@ async function errors() {
         JSON.stringify({ type: 'session.config', voice: 'nobody' }),
         JSON.stringify({ type: 'session.config', style_strength: 99 }),
         JSON.stringify({ type: 'session.config', colour: 'red' }),
-        JSON.stringify({ type: 'session.config', split_granularity: 'clause' }),
+        JSON.stringify({ type: 'session.config', split_granularity: 'word' }),
         JSON.stringify({ type: 'input.text', text: 5 }),
         JSON.stringify({ type: 'input.text', text: 'bad [pause:xx] tag. ' }),
     ];

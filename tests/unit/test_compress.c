@@ -563,11 +563,26 @@ static void test_tiny_q4(void **st) {
 }
 
 /* --q4 quantizes the text projection too (as MLX's quantize does every linear): tiny-q4 stores
- * it as U32 + scales + biases, and binding widens it to bf16 rows, exactly s·q + b rounded. */
+ * it as U32 + scales + biases, and binding widens it to bf16 rows, exactly s·q + b rounded. The
+ * widening test_tiny_q4's load saved in the prepared cache is mapped now, the same bytes as one
+ * made with the cache off. */
 static void test_tiny_q4_text_projection(void **st) {
     (void)st;
     if (!exists(tmp_path("tiny-q4"))) skip();
+    char *cache = getenv("QVOICE_CACHE") ? strdup(getenv("QVOICE_CACHE")) : NULL;
     qv_model *b = load(tmp_path("tiny-q4"));
+    setenv("QVOICE_CACHE", "", 1);
+    qv_model *fresh = load(tmp_path("tiny-q4"));
+    if (cache) setenv("QVOICE_CACHE", cache, 1);
+    else unsetenv("QVOICE_CACHE");
+    assert_true(!fresh->text.cache && fresh->text.owned_w);
+    if (!cache || *cache) assert_true(b->text.cache && !b->text.owned_w); /* caching on */
+    const size_t n_fc = (size_t)b->text.text_hidden * (size_t)b->text.text_hidden * 2;
+    assert_memory_equal(b->text.fc1, fresh->text.fc1, n_fc);
+    assert_memory_equal(b->text.fc2, fresh->text.fc2,
+                        (size_t)b->text.hidden * (size_t)b->text.text_hidden * 2);
+    qv_model_free(fresh);
+    free(cache);
     const int TH = b->text.text_hidden;
     float w[4096], r[4096];
     qvk_bf16_to_f32(w, b->text.fc1 + 3 * TH, (size_t)TH); /* row 3 of fc1 */

@@ -3,7 +3,8 @@
  * dead writers and keeps those of live ones; on the fallback path (no /proc: run under unshare
  * with /proc hidden, when allowed) a killed writer's temp file is removed by the next write; the
  * whole-file reader on files, pipes and limits; SHA-256 (FIPS 180-2 known answers, one-shot and
- * streamed alike). `test_fileio --write PATH` and
+ * streamed alike); the large-buffered stream writes what it is given, in pieces of any size.
+ * `test_fileio --write PATH` and
  * `--write-slowly PATH` are the writers those runs use.
  */
 #include <dirent.h>
@@ -323,6 +324,41 @@ static void test_sha256(void **state) {
     assert_int_equal(qvu_sha256_end(NULL, s), -1);
 }
 
+/* qvu_wfile_stream_large: 5 MiB + 3 in pieces of odd sizes (through the 2 MB buffer and past
+ * it), read back the same; asked for after the plain stream was made, it refuses. */
+static void test_large_stream(void **state) {
+    (void)state;
+    const size_t n = (5 << 20) + 3;
+    unsigned char *data = malloc(n);
+    assert_non_null(data);
+    for (size_t i = 0; i < n; i++)
+        data[i] = (unsigned char)(i * 2654435761u >> 13);
+    const char *path = tmp_path("large.bin");
+    qvu_wfile *w;
+    assert_int_equal(qvu_wfile_open(&w, path, err, sizeof err), 0);
+    FILE *f = qvu_wfile_stream_large(w);
+    assert_non_null(f);
+    assert_ptr_equal(qvu_wfile_stream_large(w), f); /* same stream on a second call */
+    static const size_t piece[] = {4160, 1, 3 << 20, 77, 65536};
+    for (size_t at = 0, k = 0; at < n; k++) {
+        size_t m = piece[k % 5] < n - at ? piece[k % 5] : n - at;
+        assert_int_equal(fwrite(data + at, 1, m, f), m);
+        at += m;
+    }
+    assert_int_equal(qvu_wfile_commit(w, err, sizeof err), 0);
+    size_t got;
+    char *b = qvu_read_file(path, n + 1, &got, err, sizeof err);
+    assert_non_null(b);
+    assert_int_equal(got, n);
+    assert_memory_equal(b, data, n);
+    free(b);
+    free(data);
+    assert_int_equal(qvu_wfile_open(&w, path, err, sizeof err), 0);
+    assert_non_null(qvu_wfile_stream(w));
+    assert_null(qvu_wfile_stream_large(w)); /* its buffer must come before any I/O */
+    qvu_wfile_abort(w);
+}
+
 /* The writers test_fallback_path runs: --write commits "done", --write-slowly never ends. */
 static int writer_main(const char *mode, const char *path) {
     static char block[1 << 16];
@@ -350,6 +386,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_fallback_path),
         cmocka_unit_test(test_read_file),
         cmocka_unit_test(test_sha256),
+        cmocka_unit_test(test_large_stream),
     };
     return cmocka_run_group_tests(tests, tmpdir_setup, tmpdir_teardown);
 }

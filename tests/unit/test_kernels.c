@@ -7,6 +7,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -310,7 +311,7 @@ struct count_arg {
 static void count_job(int ith, int nth, void *p) {
     struct count_arg *a = p;
     a->counts[ith]++;
-    a->nth_seen = nth;
+    if (ith == 0) a->nth_seen = nth; /* one writer: ThreadSanitizer */
 }
 
 static void test_pool(void **state) {
@@ -332,6 +333,52 @@ static void test_pool(void **state) {
             assert_int_equal(a.counts[i], 0);
         assert_int_equal(a.nth_seen, n);
         qvk_pool_free(pool);
+    }
+}
+
+/* A queued job: threads take items from a shared counter; each item is marked by its taker. */
+struct queue_arg {
+    _Atomic int next;
+    int n_items;
+    int taken[256];
+};
+
+static void queue_job(int ith, int nth, void *p) {
+    struct queue_arg *a = p;
+    (void)nth;
+    for (int i; (i = atomic_fetch_add(&a->next, 1)) < a->n_items;)
+        a->taken[i] = 1 + ith;
+}
+
+/* Queued jobs (a late worker is not waited for and skips the job) interleaved with ordinary
+ * ones: every item done, and nothing past them touched, when the call returns; every thread still
+ * runs every ordinary job; with workers polling and with workers sleeping at once. */
+static void test_pool_queued(void **state) {
+    (void)state;
+    for (int n = 1; n <= 4; n++) {
+        for (int spin = 0; spin < 2; spin++) {
+            qvk_pool *pool = qvk_pool_create(n);
+            assert_non_null(pool);
+            qvk_pool_set_spin(pool, spin ? -1 : 0);
+            struct count_arg c = {{0}, 0};
+            int by_worker = 0;
+            for (int r = 0; r < 3000; r++) {
+                struct queue_arg q = {.n_items = 1 + r % 256};
+                atomic_init(&q.next, 0);
+                qvk_pool_run_queued(pool, queue_job, &q);
+                for (int i = 0; i < q.n_items; i++) {
+                    assert_in_range(q.taken[i], 1, n);
+                    by_worker += q.taken[i] > 1;
+                }
+                for (int i = q.n_items; i < 256; i++)
+                    assert_int_equal(q.taken[i], 0);
+                if (r % 3 == 0) qvk_pool_run(pool, count_job, &c);
+            }
+            for (int i = 0; i < n; i++)
+                assert_int_equal(c.counts[i], 1000);
+            if (n == 1) assert_int_equal(by_worker, 0);
+            qvk_pool_free(pool);
+        }
     }
 }
 
@@ -1206,6 +1253,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_conversions),
         cmocka_unit_test(test_pool),
+        cmocka_unit_test(test_pool_queued),
         cmocka_unit_test(test_mem_read),
         cmocka_unit_test(test_matvec_vs_reference),
         cmocka_unit_test(test_matvec_threads_bit_identical),

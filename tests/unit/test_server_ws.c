@@ -4,7 +4,9 @@
  * client, the ws npm package (tests/server/ws_speech.mjs, installed by npm into
  * tests/server/node_modules): text fed word by word at 15 tokens/s is spoken sentence by
  * sentence, the first audio before input.done, each sentence's audio the same bytes as the HTTP
- * request of that sentence with the same seed; markup spans across sentences, refusals as error
+ * request of that sentence with the same seed; split_granularity none (one request at input.done)
+ * and clause (cut at commas too), each piece's audio that of its POST; markup spans across
+ * sentences, refusals as error
  * events, bearer and ?api_key= auth, an oversize message (close 1009), and a client that leaves
  * (the server's cancelled counter).
  */
@@ -235,6 +237,72 @@ static void test_stream(void **state) {
     cJSON_Delete(o);
 }
 
+/* The pieces of the stream client's output o: each one's text as texts[i], its audio (s<i>.pcm)
+ * the same bytes as the POST of that text with the same seed. */
+static void expect_pieces(cJSON *o, const char *const *texts, int n) {
+    cJSON *ss = cJSON_GetObjectItem(o, "sentences");
+    assert_int_equal(cJSON_GetArraySize(ss), n);
+    int starts = 0;
+    cJSON *types = cJSON_GetObjectItem(o, "types");
+    for (int i = 0; i < cJSON_GetArraySize(types); i++)
+        starts += !strcmp(str_at(types, i), "audio.start");
+    assert_int_equal(starts, n);
+    for (int i = 0; i < n; i++) {
+        cJSON *s = cJSON_GetArrayItem(ss, i);
+        assert_string_equal(cJSON_GetObjectItem(s, "text")->valuestring, texts[i]);
+        assert_true(cJSON_GetObjectItem(s, "bytes")->valuedouble > 0);
+        assert_true(cJSON_IsFalse(cJSON_GetObjectItem(s, "error")));
+        char ws_pcm[64];
+        snprintf(ws_pcm, sizeof ws_pcm, "s%d.pcm", i);
+        http_pcm(texts[i], SAME, tmp_path("h.pcm"));
+        assert_int_equal(sh("cmp -s %s %s", tmp_path(ws_pcm), tmp_path("h.pcm")), 0);
+    }
+}
+
+/* vLLM-Omni's split_granularity: none buffers until input.done and speaks one request (no audio
+ * before it; over the request's limit the piece is refused naming text, the rest spoken);
+ * clause cuts at commas too. */
+static void test_split_granularity(void **state) {
+    (void)state;
+    if (!g_npm) skip();
+    const char *text = "Hello there my friend. How are you today? Fine thanks";
+    cJSON *o = client(&g_srv, "", "stream '%s' '%s' %s",
+                      "{\"response_format\":\"pcm\",\"stream_audio\":true,\"seed\":7,"
+                      "\"max_seconds\":0.4,\"split_granularity\":\"none\"}",
+                      text, tmp_dir);
+    expect_pieces(o, &text, 1);
+    assert_true(cJSON_IsFalse(cJSON_GetObjectItem(o, "first_audio_before_done")));
+    cJSON_Delete(o);
+    /* 41 words of 5 characters: the piece that takes the text past 200 characters is refused,
+     * and each after it; the first 200 are spoken */
+    char long_text[512] = "", spoken[512] = "";
+    for (int i = 0; i < 41; i++) {
+        snprintf(long_text + strlen(long_text), 16, "w%03d ", i);
+        if (i < 40) snprintf(spoken + strlen(spoken), 16, i ? " w%03d" : "w%03d", i);
+    }
+    o = client(&g_srv, "", "stream '%s' '%s' %s",
+               "{\"response_format\":\"pcm\",\"seed\":7,\"max_seconds\":0.4,"
+               "\"split_granularity\":\"none\"}",
+               long_text, tmp_dir);
+    cJSON *e = cJSON_GetObjectItem(o, "errors");
+    assert_int_equal(cJSON_GetArraySize(e), 1);
+    assert_string_equal(str_at(e, 0), "text");
+    cJSON *ss = cJSON_GetObjectItem(o, "sentences");
+    assert_int_equal(cJSON_GetArraySize(ss), 1);
+    assert_string_equal(cJSON_GetObjectItem(cJSON_GetArrayItem(ss, 0), "text")->valuestring,
+                        spoken);
+    cJSON_Delete(o);
+    static const char *const clauses[] = {"Well,", "hello there,", "my friend;", "the rest.",
+                                          "How are you?"};
+    o = client(&g_srv, "", "stream '%s' '%s' %s",
+               "{\"response_format\":\"pcm\",\"stream_audio\":true,\"seed\":7,"
+               "\"max_seconds\":0.4,\"split_granularity\":\"clause\"}",
+               "Well, hello there, my friend; the rest. How are you?", tmp_dir);
+    expect_pieces(o, clauses, 5);
+    assert_true(cJSON_IsTrue(cJSON_GetObjectItem(o, "first_audio_before_done")));
+    cJSON_Delete(o);
+}
+
 /* Markup spans sentences: a tag stays in force in the sentences after it (the carry); a tag
  * the model cannot honour is a warning event per sentence, or with strict_markup an error event
  * naming input. The tiny CustomVoice model takes no instruct and a preset has no palette. */
@@ -426,5 +494,6 @@ static void test_aac(void **state) {
     }
 }
 
-QVT_MAIN(group_setup, group_teardown, test_reader, test_corpus_replay, test_stream, test_aac,
-         test_markup_spans, test_errors, test_abort, test_auth, test_long_session, test_http_style)
+QVT_MAIN(group_setup, group_teardown, test_reader, test_corpus_replay, test_stream,
+         test_split_granularity, test_aac, test_markup_spans, test_errors, test_abort, test_auth,
+         test_long_session, test_http_style)

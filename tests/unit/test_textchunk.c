@@ -271,12 +271,19 @@ static void test_random_texts(void **state) {
     }
 }
 
-/* qv_text_sentences: the prefix of whole sentences of text arriving in pieces, and the tags that
- * carry over to the rest. */
-static size_t ready(const char *t, char carry[QV_TEXT_CARRY_BYTES]) {
+/* qv_text_sentences (and qv_text_clauses): the prefix of whole sentences of text arriving in
+ * pieces, and the tags that carry over to the rest. */
+typedef enum qv_status (*whole_fn)(const char *, size_t *, char *, size_t);
+static size_t ready_by(whole_fn f, const char *t, char carry[QV_TEXT_CARRY_BYTES]) {
     size_t n = 99;
-    assert_int_equal(qv_text_sentences(t, &n, carry, QV_TEXT_CARRY_BYTES), QV_OK);
+    assert_int_equal(f(t, &n, carry, QV_TEXT_CARRY_BYTES), QV_OK);
     return n;
+}
+static size_t ready(const char *t, char *carry) {
+    return ready_by(qv_text_sentences, t, carry);
+}
+static size_t ready_clauses(const char *t, char *carry) {
+    return ready_by(qv_text_clauses, t, carry);
 }
 
 static void test_text_sentences(void **state) {
@@ -308,6 +315,31 @@ static void test_text_sentences(void **state) {
     assert_int_equal(qv_text_sentences("a. b", &n, c, 10), QV_E_INVALID);
 }
 
+/* qv_text_clauses: sentence ends and clause ends alike, with the same carry. */
+static void test_text_clauses(void **state) {
+    (void)state;
+    char c[QV_TEXT_CARRY_BYTES];
+    assert_int_equal(ready_clauses("Well, hello", c), 5);
+    assert_int_equal(ready("Well, hello", c), 0); /* sentences do not cut there */
+    assert_int_equal(ready_clauses("One; two, three. Four", c), 16);
+    assert_int_equal(ready_clauses("Well,", c), 0); /* "1," may become "1,000" */
+    assert_int_equal(ready_clauses("It cost 1,000 now", c), 0);
+    assert_int_equal(ready_clauses("Note: this", c), 0);       /* a colon is no clause end */
+    assert_int_equal(ready_clauses("\"Yes,\" he said", c), 6); /* the closing quote is in */
+    /* after ， and 、 wherever they stand */
+    assert_int_equal(ready_clauses("\xe4\xbd\xa0\xe5\xa5\xbd\xef\xbc\x8c\xe5\x86\x8d\xe8\xa7\x81"
+                                   "\xe3\x80\x81\xe5\xa5\xbd",
+                                   c),
+                     18);
+    assert_int_equal(ready_clauses("[sad]A, [pause:100ms][voice:bob]B, C", c), 34);
+    assert_string_equal(c, "[voice:bob][sad]");
+    assert_int_equal(ready_clauses("Hi, [style: a, b", c), 3);
+    size_t n;
+    assert_int_equal(qv_text_clauses("a, b", &n, c, 10), QV_E_INVALID);
+    assert_non_null(strstr(qv_last_error(), "qv_text_clauses"));
+    assert_int_equal(qv_text_clauses("\xff, b", &n, c, sizeof c), QV_E_INVALID);
+}
+
 QVT_MAIN(NULL, NULL, test_sentences_packed, test_long_sentence_split, test_cjk_sentences,
-         test_pauses, test_bisect, test_audio_join_trim, test_random_texts,
-         test_text_sentences)
+         test_pauses, test_bisect, test_audio_join_trim, test_random_texts, test_text_sentences,
+         test_text_clauses)

@@ -91,24 +91,23 @@ static int16_t *wav_samples(const char *path, size_t *n) {
     return x;
 }
 
-int wav_mark_distance(const char *marked, const char *plain, uint32_t payload) {
+int wav_mark_mismatch(const char *marked, const char *plain, uint32_t payload) {
     size_t n, np;
     int16_t *m = wav_samples(marked, &n), *p = wav_samples(plain, &np);
-    float *y = p && m && n == np ? malloc(n * sizeof *y + 1) : NULL;
-    uint8_t *q = y ? malloc(2 * n + 1) : NULL;
-    int worst = -1;
+    float *y = p && m && n == np && n ? malloc(n * sizeof *y) : NULL;
+    uint8_t *q = y ? malloc(2 * n) : NULL;
+    int permille = -1;
     if (q) {
         for (size_t i = 0; i < n; i++)
             y[i] = (float)p[i] / 32767.0f;
     }
     if (q && !qv_watermark_mark(payload, y, (int64_t)n)) {
         qv_pcm_s16le(y, (int64_t)n, q);
-        worst = 0;
-        for (size_t i = 0; i < n; i++) {
-            const int d = abs((int16_t)(q[2 * i] | q[2 * i + 1] << 8) - m[i]);
-            if (d > worst) worst = d;
-        }
+        size_t off = 0;
+        for (size_t i = 0; i < n; i++)
+            off += abs((int16_t)(q[2 * i] | q[2 * i + 1] << 8) - m[i]) > 1;
+        permille = (int)(1000 * off / n);
     }
     free(q), free(y), free(m), free(p);
-    return worst;
+    return permille;
 }

@@ -20,10 +20,11 @@ const uint8_t *wav_chunk(const uint8_t *p, size_t n, const char *id, uint32_t *l
  * their qv_watermark_payload; else -1 after printing what differs. */
 int wav_check_provenance(const char *path, const char *voice_id, const char *model_fingerprint);
 
-/* The largest difference, in 16-bit steps, between the samples of the WAV marked and those of
- * the unmarked WAV plain marked here with payload (qv_watermark_mark, then qv_pcm_s16le): 0 or 1
- * (plain was rounded before marking) when marked carries that payload. -1 when a file cannot be
- * read or the lengths differ. */
-int wav_mark_distance(const char *marked, const char *plain, uint32_t payload);
+/* Per mille of samples of the WAV marked that differ by more than one 16-bit step from the
+ * unmarked WAV plain marked here with payload (qv_watermark_mark, then qv_pcm_s16le). Near 0
+ * when marked carries that payload: plain was rounded before marking, and a slot's projection
+ * that lands near the middle between two lattice points may round the other way and move its
+ * block's loud tiles. -1 when a file cannot be read or the lengths differ. */
+int wav_mark_mismatch(const char *marked, const char *plain, uint32_t payload);
 
 #endif
