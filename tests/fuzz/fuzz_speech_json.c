@@ -30,7 +30,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     } else {
         if ((v.status < 400 && v.status != -1 && v.status != -2) || v.status > 599) abort();
         qvs_scrub(s, v.msg, sizeof v.msg); /* as qvs_reply_error does */
-        fuzz_no_path(v.msg);
+        fuzz_no_path(v.msg, data, size);
     }
     free(body);
     return 0;
