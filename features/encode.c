@@ -733,6 +733,7 @@ static int nothing_yet(const qv_encoder *e, int64_t n_samples) {
 enum qv_status qv_encoder_write(qv_encoder *e, const float *pcm, int n_samples) {
     if (!e || n_samples < 0)
         return qvu_failf(QV_E_INVALID, "qv_encoder_write: %s", e ? "negative length" : "NULL");
+    if (nothing_yet(e, n_samples)) return QV_OK;
     e->n_in += n_samples;
     if (e->mark && n_samples) {
         if (n_samples > INT_MAX - QV_WATERMARK_DELAY)
