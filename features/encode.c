@@ -648,7 +648,7 @@ enum qv_status qv_encoder_new(qv_encoder **out, int format, const qv_provenance 
 
 enum qv_status qv_encoder_set_rate(qv_encoder *e, int hz) {
     if (!e) return qvu_fail(QV_E_INVALID, "qv_encoder_set_rate: NULL");
-    if (e->n_in)
+    if (e->n_in || e->started) /* samples taken, or a WAV header sent by an empty block */
         return qvu_fail(QV_E_INVALID, "sample_rate: set before the first block");
     enum qv_status st = qv_format_rate_check(e->format, hz);
     if (st || hz == e->hz) return st;

@@ -360,6 +360,11 @@ static void test_sample_rate(void **st) {
     assert_non_null(strstr(qv_last_error(), "before the first block"));
     assert_int_equal(qv_encoder_close(late), 0);
     assert_true(lm.n > 0 && lm.n < 2 * 30); /* 10 samples at 44.1 kHz, the converter drained */
+    lm.n = 0;
+    assert_int_equal(qv_encoder_new(&late, QV_FORMAT_WAV, &prov, append, &lm, NULL), 0);
+    assert_int_equal(qv_encoder_write(late, x, 0), 0); /* the header went out, at 24 kHz */
+    assert_int_equal(qv_encoder_set_rate(late, 16000), QV_E_INVALID);
+    assert_int_equal(qv_encoder_close(late), 0);
     free(lm.p);
     /* every format this build writes reads back at the rate it was asked for */
     char path[64];
