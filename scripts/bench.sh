@@ -72,7 +72,8 @@ vs_run() { # engine quant [model] -> "wall_s maxrss_kb samples"; ours reads mode
             -d "$CV" -s "$SPEAKER" -l English -j "$J" --seed 42 --max-tokens 100 $fl --text "$TEXT" \
             -o "$TMP/vs.wav" >/dev/null 2>&1)
     fi
-    echo "$(cat "$TMP/vs.time") $(( ($(stat -c %s "$TMP/vs.wav" 2>/dev/null || echo 44) - 44) / 2 ))"
+    # samples from the WAV's header (ours carries provenance chunks before its data)
+    echo "$(cat "$TMP/vs.time") $(soxi -s "$TMP/vs.wav" 2>/dev/null || echo 0)"
 }
 # vs_row LABEL QUANT [MODEL]: one row, runs interleaved; QUANT q4 is the pure-C engine's --int4
 vs_row() {
