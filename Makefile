@@ -132,7 +132,7 @@ $(B)/gen/studio_assets.o: $(B)/gen/studio_assets.c
 
 bin/qvoice-server: $(B)/server/main.o $(call app_obj,server) $(B)/gen/studio_assets.o $(LIB)
 	@mkdir -p bin
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIB) -lmicrohttpd $(LIBS)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIB) -lmicrohttpd -lcurl $(LIBS)
 
 bin/qvoice-compress: $(B)/compress/main.o $(call app_obj,compress) $(LIB)
 	@mkdir -p bin
@@ -143,7 +143,7 @@ $(B)/tests/test_compress: $(call app_obj,compress)
 # WebSocket test replays fuzz_ws_frame on server/ws.c.
 $(B)/tests/test_server_replay $(B)/tests/test_server_ws: $(B)/tests/%: $(B)/tests/unit/%.o $(call app_obj,server) $(B)/gen/studio_assets.o $(TEST_HELPERS:%.c=$(B)/%.o) $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIB) -lmicrohttpd $(LIBS) -lcmocka
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIB) -lmicrohttpd -lcurl $(LIBS) -lcmocka
 
 # test_server's text-side race: an LD_PRELOAD shim that slows the removal of a shared text side
 # (tests/tools/slow_textside.c), built without the sanitizers whatever CFLAGS say, as it is

@@ -18,7 +18,7 @@ libimage-exiftool-perl ffmpeg"
 PKGS="gcc make pkg-config liblz4-dev libsndfile1-dev libvorbis-dev libogg-dev libsamplerate0-dev libopenblas-pthread-dev
 libcjson-dev libpcre2-dev libutf8proc-dev libfftw3-dev libcmocka-dev libssl-dev libpng-dev libebur128-dev librubberband-dev
 libavcodec-dev
-clang libclang-rt-14-dev wamerican wamerican-small libmicrohttpd-dev nginx-light hey chromium"
+clang libclang-rt-14-dev wamerican wamerican-small libmicrohttpd-dev libcurl4-openssl-dev nginx-light hey chromium"
 missing=""
 for p in $PKGS $INSTALL_PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -79,7 +79,7 @@ for t in tests/fuzz/fuzz_*.c; do
     continue
   fi
   server=""
-  grep -qE "fuzz_server.h|server/server_impl.h" "$t" && server="$B/libqvserver-fuzz.a -lmicrohttpd"
+  grep -qE "fuzz_server.h|server/server_impl.h" "$t" && server="$B/libqvserver-fuzz.a -lmicrohttpd -lcurl"
   if ! $CC $CFLAGS -fsanitize=fuzzer "$t" $server "$B/libqvoice-fuzz.a" $SNDFILE $LIBS -o "$bin" 2>"$bin.log"; then
     summary="$summary\n$name: NOT BUILT (see $bin.log)"
     status=1

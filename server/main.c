@@ -90,6 +90,11 @@ static void usage(const qv_server_config *d) {
            "                            while the main ones are all taken\n"
            "    -r, --ref-audio-dir DIR speech requests may give ref_audio as a file:// URL of a\n"
            "                            file inside DIR (default: file:// refused)\n"
+           "    -U, --ref-audio-urls P1[,P2...]\n"
+           "                            ref_audio may be an http(s) URL starting with one of\n"
+           "                            these prefixes, each ending in '/' after its host;\n"
+           "                            fetched whole within 10 s, up to --max-upload-mb, no\n"
+           "                            redirects (default: http(s) refused)\n"
            "    -e, --ref-cache-mb N    MB of per-request reference voices kept, least\n"
            "                            recently used evicted (default %d)\n"
            "    -S, --no-studio         do not serve the studio page (GET / answers 404)\n"
@@ -118,6 +123,18 @@ static int usage_error(const char *fmt, const char *arg) {
     fprintf(stderr, fmt, arg);
     fprintf(stderr, " (see " TOOL " --help)\n");
     return EXIT_USAGE;
+}
+
+/* Each prefix names its host whole: http(s)://HOST[:PORT]/ and then anything. */
+static int url_prefixes_ok(const char *list) {
+    for (const char *p = list;;) {
+        const char *host = !strncmp(p, "http://", 7) ? p + 7 : !strncmp(p, "https://", 8) ? p + 8 : 0;
+        const char *end = strchr(p, ','), *slash = host ? strchr(host, '/') : NULL;
+        if (!slash || slash == host || (end && slash > end) || memchr(host, '@', (size_t)(slash - host)))
+            return 0;
+        if (!end) return 1;
+        p = end + 1;
+    }
 }
 
 /* Whole number in [lo, hi], or -1 on a usage error. */
@@ -152,7 +169,8 @@ static const struct option opts[] = {
     {"probe-listen", required_argument, 0, 'p'}, {"max-voices", required_argument, 0, 'N'},
     {"max-library-mb", required_argument, 0, 'L'}, {"no-studio", no_argument, 0, 'S'},
     {"no-watermark", no_argument, 0, 'W'},
-    {"ref-audio-dir", required_argument, 0, 'r'}, {"ref-cache-mb", required_argument, 0, 'e'},
+    {"ref-audio-dir", required_argument, 0, 'r'},
+    {"ref-audio-urls", required_argument, 0, 'U'}, {"ref-cache-mb", required_argument, 0, 'e'},
     {"help", no_argument, 0, 'h'},
     {"version", no_argument, 0, 'V'},           {0, 0, 0, 0}};
 
@@ -211,7 +229,7 @@ static int limit_option(int o, const char *arg, qv_server_config *c) {
 static int parse_options(int argc, char **argv, qv_server_config *c, const char **models) {
     int o, rc;
     opterr = 0;
-    while ((o = getopt_long(argc, argv, ":m:v:c:l:k:j:C:q:B:Q:s:n:u:T:R:M:P:p:N:L:SWr:e:hV", opts,
+    while ((o = getopt_long(argc, argv, ":m:v:c:l:k:j:C:q:B:Q:s:n:u:T:R:M:P:p:N:L:SWr:U:e:hV", opts,
                             NULL)) != -1) {
         if ((rc = limit_option(o, optarg, c)) >= 0) {
             if (rc) return rc;
@@ -225,6 +243,12 @@ static int parse_options(int argc, char **argv, qv_server_config *c, const char 
         case 'v': c->voices_dir = optarg; break;
         case 'c': c->clone_model_dir = optarg; break;
         case 'r': c->ref_audio_dir = optarg; break;
+        case 'U':
+            if (!url_prefixes_ok(optarg))
+                return usage_error("--ref-audio-urls: expected http(s)://HOST[:PORT]/... prefixes, "
+                                   "comma-separated, found '%s'", optarg);
+            c->ref_audio_urls = optarg;
+            break;
         case 'l': c->listen = optarg; break;
         case 'k': c->api_key_file = optarg; break;
         case 'p': c->probe_listen = optarg; break;

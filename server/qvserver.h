@@ -31,6 +31,8 @@ typedef struct {
     const char *clone_model_dir; /* Base model for POST /v1/audio/voices with audio, or NULL */
     const char *ref_audio_dir;   /* speech requests may name ref_audio file:// URLs inside it;
                                     NULL: file:// refused */
+    const char *ref_audio_urls;  /* comma-separated http(s) URL prefixes (each with a '/' after
+                                    its host) ref_audio may be fetched from; NULL: refused */
     int ref_cache_mb;            /* MB of per-request reference voices kept (LRU) */
     const char *listen;          /* "HOST:PORT"; port 0 picks a free one (qv_server_port) */
     const char *api_key_file;    /* accepted bearer keys, one per line: "name:admin:KEY" or

@@ -13,6 +13,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <curl/curl.h>
+
 #include "server/server_impl.h"
 #include "util/fileio.h"
 #include "util/sha256.h"
@@ -41,6 +43,11 @@ int qvs_refcache_init(qv_server *s, char *err, size_t err_size) {
     struct refcache *rc = calloc(1, sizeof *rc);
     if (!rc) {
         snprintf(err, err_size, "reference cache: out of memory");
+        return -1;
+    }
+    if (s->cfg.ref_audio_urls && curl_global_init(CURL_GLOBAL_DEFAULT)) {
+        free(rc);
+        snprintf(err, err_size, "--ref-audio-urls: libcurl did not start");
         return -1;
     }
     pthread_mutex_init(&rc->mu, NULL);
@@ -93,6 +100,7 @@ void qvs_refcache_free(qv_server *s) {
     pthread_mutex_destroy(&rc->mu);
     free(rc);
     s->refs = NULL;
+    if (s->cfg.ref_audio_urls) curl_global_cleanup();
 }
 
 ref_stats qvs_refcache_stats(qv_server *s) {
@@ -184,14 +192,91 @@ static int read_allowed_file(qv_server *s, const char *url, size_t max, uint8_t 
     return 0;
 }
 
-/* The reference's bytes: a data URL, plain base64, or an allowed file:// path. */
+/* An http(s) URL under one of cfg.ref_audio_urls' comma-separated prefixes (each ends in a '/'
+ * after its host, so the host is the prefix's), fetched whole: no redirects, at most max bytes,
+ * within REF_FETCH_SECONDS. Off by default: a fetch on a client's behalf reaches what the server
+ * can reach (SSRF), so the operator names what may be fetched. */
+#define REF_FETCH_SECONDS 10
+static int url_allowed(const char *prefixes, const char *url) {
+    for (const char *p = prefixes; p && *p;) {
+        const char *end = strchr(p, ',');
+        size_t n = end ? (size_t)(end - p) : strlen(p);
+        if (n && !strncmp(url, p, n)) return 1;
+        p = end ? end + 1 : NULL;
+    }
+    return 0;
+}
+
+struct fetch_buf {
+    uint8_t *p;
+    size_t n, max;
+    int over;
+};
+
+static size_t fetch_write(char *data, size_t size, size_t nmemb, void *user) {
+    struct fetch_buf *b = user;
+    size_t n = size * nmemb;
+    if (n > b->max - b->n) {
+        b->over = 1;
+        return 0; /* aborts the transfer */
+    }
+    uint8_t *q = realloc(b->p, b->n + n);
+    if (!q) return 0;
+    memcpy(q + b->n, data, n);
+    b->p = q;
+    b->n += n;
+    return n;
+}
+
+static int fetch_url(qv_server *s, const char *url, size_t max, uint8_t **out, size_t *n_out,
+                     verdict *w) {
+    if (!s->cfg.ref_audio_urls || !url_allowed(s->cfg.ref_audio_urls, url))
+        return qvs_bad(w, 400, "unsupported_value", "ref_audio",
+                       "ref_audio: this URL is not under a prefix the server may fetch "
+                       "(--ref-audio-urls); send the audio as a base64 data URL "
+                       "(data:audio/wav;base64,...)");
+    struct fetch_buf b = {NULL, 0, max, 0};
+    long status = 0;
+    CURL *c = curl_easy_init();
+    CURLcode rc = CURLE_FAILED_INIT;
+    if (c) {
+        curl_easy_setopt(c, CURLOPT_URL, url);
+        curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+        curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
+        curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L); /* many threads: no SIGALRM timeouts */
+        curl_easy_setopt(c, CURLOPT_TIMEOUT, (long)REF_FETCH_SECONDS);
+        curl_easy_setopt(c, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)max);
+        curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, fetch_write);
+        curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
+        rc = curl_easy_perform(c);
+        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+        curl_easy_cleanup(c);
+    }
+    if (rc == CURLE_OK && status == 200 && b.n) {
+        *out = b.p, *n_out = b.n;
+        return 0;
+    }
+    free(b.p);
+    if (b.over || rc == CURLE_FILESIZE_EXCEEDED)
+        return qvs_bad(w, 413, "request_too_large", "ref_audio",
+                       "ref_audio: the URL's audio is over the %d MB upload limit",
+                       s->cfg.max_upload_mb);
+    if (rc == CURLE_OPERATION_TIMEDOUT)
+        return qvs_bad(w, 504, "upstream_timeout", "ref_audio",
+                       "ref_audio: the URL did not deliver within %d s", REF_FETCH_SECONDS);
+    if (rc == CURLE_OK)
+        return qvs_bad(w, 502, "upstream_error", "ref_audio",
+                       "ref_audio: the URL answered HTTP %ld (redirects are not followed)", status);
+    return qvs_bad(w, 502, "upstream_error", "ref_audio",
+                   "ref_audio: the URL could not be fetched (%s)", curl_easy_strerror(rc));
+}
+
+/* The reference's bytes: a data URL, plain base64, an allowed file:// path or http(s) URL. */
 static int ref_bytes(qv_server *s, const char *a, uint8_t **out, size_t *n, verdict *w) {
     size_t max = (size_t)s->cfg.max_upload_mb << 20;
     if (!strncmp(a, "file://", 7)) return read_allowed_file(s, a, max, out, n, w);
     if (!strncmp(a, "http://", 7) || !strncmp(a, "https://", 8))
-        return qvs_bad(w, 400, "unsupported_value", "ref_audio",
-                       "ref_audio: http(s) URLs are not fetched by this server; send the audio "
-                       "as a base64 data URL (data:audio/wav;base64,...)");
+        return fetch_url(s, a, max, out, n, w);
     const char *b64 = a;
     if (!strncmp(a, "data:", 5)) {
         const char *comma = strchr(a, ',');

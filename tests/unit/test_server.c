@@ -1735,10 +1735,26 @@ static void test_ref_audio(void **state) {
     assert_int_equal(sh("cp %s %s/clip.wav", CLIP, dir), 0);
     /* unmarked: the two watermark payloads name two voice files (the upload's has a name and a
      * consent record), while the samples are the same */
+    /* a plain HTTP server on loopback (Python's standard library) serving the clip: the URL
+     * prefix the server may fetch from */
+    assert_int_equal(sh("python3 -c 'import functools, http.server, sys; "
+                        "h = functools.partial(http.server.SimpleHTTPRequestHandler, "
+                        "directory=sys.argv[1]); s = http.server.HTTPServer((\"127.0.0.1\", 0), h); "
+                        "open(sys.argv[2] + \".tmp\", \"w\").write(str(s.server_port)); "
+                        "__import__(\"os\").rename(sys.argv[2] + \".tmp\", sys.argv[2]); "
+                        "s.serve_forever()' %s %s >/dev/null 2>&1 & echo $! > %s",
+                        dir, tmp_path("http.port"), tmp_path("http.pid")),
+                     0);
+    char port[16] = "";
+    for (int i = 0; i < 100 && !port[0]; i++) {
+        usleep(50000);
+        slurp(tmp_path("http.port"), port, sizeof port);
+    }
+    assert_true(port[0] != 0);
     snprintf(args, sizeof args,
              "-m %s --voices %s/voices --clone-model %s --ref-audio-dir %s --ref-cache-mb 1 "
-             "--no-watermark",
-             g_cv, tmp_dir, g_base, dir);
+             "--no-watermark --ref-audio-urls http://127.0.0.1:%s/",
+             g_cv, tmp_dir, g_base, dir, port);
     assert_int_equal(server_start(&g_extra, "ref", args), 0);
     assert_int_equal(py(&g_extra, "upload %s name=refclip consent=yes", CLIP), 0);
     assert_true(!strncmp(g_body, "200 ", 4));
@@ -1804,7 +1820,26 @@ static void test_ref_audio(void **state) {
                           common, dir),
                      200);
     assert_int_equal(sh("cmp -s %s %s", tmp_path("up.pcm"), tmp_path("file.pcm")), 0);
-    /* outside it (also through ..), http(s), and a transcript that does not fit the clip */
+    /* an http URL under --ref-audio-urls: fetched, the same reference again; a missing one is
+     * the fetch's 502 */
+    assert_int_equal(curl(&g_extra, tmp_path("url.pcm"),
+                          "-H 'Content-Type: application/json' -d '{%s,\"ref_audio\":"
+                          "\"http://127.0.0.1:%s/clip.wav\",\"x_vector_only_mode\":true}' "
+                          "SRV/v1/audio/speech",
+                          common, port),
+                     200);
+    assert_int_equal(sh("cmp -s %s %s", tmp_path("up.pcm"), tmp_path("url.pcm")), 0);
+    assert_int_equal(curl(&g_extra, NULL,
+                          "-H 'Content-Type: application/json' -d '{%s,\"ref_audio\":"
+                          "\"http://127.0.0.1:%s/missing.wav\",\"x_vector_only_mode\":true}' "
+                          "SRV/v1/audio/speech",
+                          common, port),
+                     502);
+    assert_string_equal(error_code(), "upstream_error");
+    assert_null(strstr(g_body, tmp_dir)); /* the fetched server's paths are not echoed */
+    sh("kill $(cat %s)", tmp_path("http.pid"));
+    /* outside it (also through ..), http(s) not under the prefix, and a transcript that does not
+     * fit the clip */
     assert_int_equal(curl(&g_extra, NULL,
                           "-H 'Content-Type: application/json' -d '{%s,\"ref_audio\":"
                           "\"file://%s/../voices/x.wav\",\"x_vector_only_mode\":true}' "
