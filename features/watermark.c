@@ -1,7 +1,7 @@
 /* watermark.c — the inaudible mark in qvoice's output audio and its detector (docs/provenance.md).
  * Spread-transform dither modulation (Chen & Wornell 2001) in a frame-synchronous STFT domain:
  * each 107 ms block of the signal is cut into tiles of one third-octave-wide band × one 10.7 ms
- * frame over 422 Hz – 6.8 kHz, and the block's log tile energies, projected on nine ±1 chip
+ * frame over 141 Hz – 6.8 kHz, and the block's log tile energies, projected on nine ±1 chip
  * vectors, are moved to the nearest point of a dithered lattice (informed embedding: the host's
  * own projection is cancelled, not fought). Five slots of every block carry a known sync symbol,
  * four carry coded payload bits. The detector searches the block grid (80 offsets of 32 samples)
@@ -27,36 +27,44 @@
  * analysis nor its mark (which fades out with the frames' windows) overlaps another block's. */
 #define BLOCK ((BLOCK_FRAMES + 1) * HOP)
 #define N_BANDS 12
-/* Third-octave-wide bands (bin edges) from 422 Hz (above what hum filters and telephone cuts
- * touch) to 6.8 kHz (under the 8 kHz a 16 kHz resampling keeps). A tile is one band of one
- * frame: MP3 and added noise change a band's energy over 10.7 ms far less, against a mark of the
- * same power, than that of 2 bins over 107 ms (`bench_watermark --channels`, docs/provenance.md). */
-static const int band_edge[N_BANDS + 1] = {9, 11, 14, 18, 23, 29, 36, 45, 57, 72, 91, 115, 146};
-#define BIN_LO 9
+/* Bands of equal width in log frequency (bin edges, 3·(146/3)^(i/12)) from 141 Hz (above mains hum
+ * and its first harmonic) to 6.8 kHz (under the 8 kHz a 16 kHz resampling keeps). The bands under
+ * 500 Hz are where voiced speech is loudest against added noise and what codecs spend their bits
+ * on: they carry most of what survives MP3, noise and Opus (`bench_watermark --channels`,
+ * docs/provenance.md). A tile is one band of one frame. */
+static const int band_edge[N_BANDS + 1] = {3, 4, 6, 8, 11, 15, 21, 29, 40, 55, 76, 106, 146};
+#define BIN_LO 3
 #define BIN_HI 145
 #define N_TILES (N_BANDS * BLOCK_FRAMES)
-#define N_SLOTS 9          /* projections per block: N_SYNC sync slots, then payload slots */
-#define N_SYNC 5           /* many short sync projections: a 3 s window holds 135 votes */
+/* Tiles are paired within a band, frames 2q and 2q + 1 (frame 8 carries nothing): a pair's
+ * difference of log energies does not see the band's gain, so a codec's tilt or an equaliser
+ * leaves it alone whatever weight the pair gets in its projection. */
+#define N_PAIRS (N_BANDS * (BLOCK_FRAMES / 2))
+#define N_SLOTS 8          /* projections per block: N_SYNC sync slots, then payload slots */
+#define N_SYNC 4           /* many short sync projections: a 3 s window holds 108 votes */
 #define N_PAY (N_SLOTS - N_SYNC)
-#define SLOT_TILES (N_TILES / N_SLOTS) /* 12: half +1 and half -1, so gain does not move them */
+#define SLOT_PAIRS (N_PAIRS / N_SLOTS) /* 6: half of them +1, half -1 */
 #define PERIOD 48          /* blocks in the pattern (5.1 s): dithers and the payload bits cycle */
 #define N_CODED 48         /* 32 payload bits + CRC-16; each is sent N_PAY times a period */
 /* Lattice step of a projection (nepers of tile energy). What bounds the mark's level is
  * MAX_SHIFT on the loud tiles that carry it (the floor below leaves the quiet ones nearly
  * unmoved): third-octave bands of speech measure −35.5 dB or lower (test_watermark). */
 #define STEP 0.2
-#define KEY 0x71766f6963652d32ull /* "qvoice-2": the public key of the chips and dithers */
+#define KEY 0x71766f6963652d33ull /* "qvoice-3": the public key of the chips and dithers */
 /* Blocks whose band energy is under that of −70 dBFS white noise carry no mark (and are not
  * scored): a log energy there says nothing. Σ over frames and band bins of |X|², for unit-
  * variance noise, is frames × bins × Σw² = frames × bins × N_FFT/2. */
 #define GATE (1e-7 * BLOCK_FRAMES * (BIN_HI - BIN_LO + 1) * (N_FFT / 2))
 /* A tile's log energy is taken over a floor of FLOOR_REL of the block's mean energy per bin
- * (times the tile's bins): tiles 10 dB or more under it, the ones a codec or noise rewrites
+ * (times the tile's bins): tiles 7 dB or more under it, the ones a codec or noise rewrites
  * first, barely count and barely carry the mark. */
 #define FLOOR_REL 0.1
+/* A pair weighs as much as its weaker tile stands over PAIR_FLOOR floors: 10 dB over the floor,
+ * half. */
+#define PAIR_FLOOR 10.0
 /* Bound of a slot's shift (log energy per unit chip; a tile's amplitude changes by at most
  * 2.5 %): a block whose tiles barely answer stays off its lattice rather than get a loud mark. */
-#define MAX_SHIFT 0.05
+#define MAX_SHIFT 0.065
 /* A block is marked once all of it is in; the first block of a stream goes out unmarked. */
 _Static_assert(QV_WATERMARK_DELAY == BLOCK, "the public delay is one block");
 
@@ -81,9 +89,12 @@ static uint64_t splitmix(uint64_t *s) {
     return z ^ (z >> 31);
 }
 
-/* Fixed by KEY: tile t belongs to slot[t] with chip sign[t] (±1, balanced within each slot);
+/* Fixed by KEY: pair i (tiles pa[i], pb[i]) belongs to slot pslot[i] with chip psign[i]; tile
+ * t moves with slot[t] by sign[t] (the pair's chip, negated on its second tile; 0 for frame 8);
  * dither[b][k] in [0, STEP) for block b % PERIOD and slot k. */
 typedef struct {
+    int pa[N_PAIRS], pb[N_PAIRS], pslot[N_PAIRS];
+    float psign[N_PAIRS];
     int slot[N_TILES];
     float sign[N_TILES];
     double dither[PERIOD][N_SLOTS];
@@ -102,11 +113,17 @@ static void keyed_order(int *a, int n, uint64_t *s) {
 
 static void pattern_make(pattern *p) {
     uint64_t s = KEY;
-    int perm[N_TILES];
-    keyed_order(perm, N_TILES, &s);
-    for (int i = 0; i < N_TILES; i++) {
-        p->slot[perm[i]] = i / SLOT_TILES;
-        p->sign[perm[i]] = i % SLOT_TILES < SLOT_TILES / 2 ? 1.0f : -1.0f;
+    int perm[N_PAIRS];
+    keyed_order(perm, N_PAIRS, &s);
+    memset(p->slot, 0, sizeof p->slot);
+    memset(p->sign, 0, sizeof p->sign);
+    for (int i = 0; i < N_PAIRS; i++) {
+        const int band = perm[i] % N_BANDS, q = perm[i] / N_BANDS;
+        p->pa[i] = 2 * q * N_BANDS + band, p->pb[i] = p->pa[i] + N_BANDS;
+        p->pslot[i] = i / SLOT_PAIRS;
+        p->psign[i] = i % 2 ? -1.0f : 1.0f;
+        p->slot[p->pa[i]] = p->slot[p->pb[i]] = p->pslot[i];
+        p->sign[p->pa[i]] = p->psign[i], p->sign[p->pb[i]] = -p->psign[i];
     }
     /* A slot's dithers over the period are the PERIOD equally spaced points of [0, STEP) in a
      * keyed order: a projection that does not change (a steady tone) then votes exactly 0 over
@@ -148,21 +165,31 @@ static int symbol(uint32_t payload, int64_t b, int k) {
 }
 
 /* Projections of a block's tile energies e[N_TILES] (Σ|X|² per tile, frame-major) on the slots'
- * chips, of log(e + floor) with the floor FLOOR_REL of the block's mean energy per bin times the
- * tile's bins, so empty and quiet tiles stay finite and barely count. With sens, each tile's d log(e + floor) / d log e: the share of a shift the
- * tile's projection sees. 0 when the block is under GATE (nothing to say), else 1. */
+ * chips: Σ chip · w · (log(e_a + f) − log(e_b + f)) / √(2 Σ w²) over the slot's pairs, f the floor
+ * FLOOR_REL of the block's mean energy per bin times the band's bins (empty and quiet tiles stay
+ * finite and barely count), w = e_min / (e_min + PAIR_FLOOR·f) of the pair's weaker tile: a pair
+ * noise or a codec rewrites (its weaker tile near the floor) barely counts, so the loud pairs'
+ * agreement is not drowned. With sens, each tile's d log(e + f) / d log e: the share of a shift
+ * the tile's projection sees. 0 when the block is under GATE (nothing to say), else 1. */
 static int project(const pattern *p, const double *e, double proj[N_SLOTS], float *sens) {
     double sum = 0.0;
     for (int t = 0; t < N_TILES; t++) sum += e[t];
     if (!(sum >= GATE) || !isfinite(sum)) return 0;
     const double fl = FLOOR_REL * sum / (BLOCK_FRAMES * (BIN_HI - BIN_LO + 1));
+    double w2[N_SLOTS] = {0};
     for (int k = 0; k < N_SLOTS; k++) proj[k] = 0.0;
-    for (int t = 0; t < N_TILES; t++) {
-        const double f = fl * (band_edge[t % N_BANDS + 1] - band_edge[t % N_BANDS]);
-        proj[p->slot[t]] += p->sign[t] * log(e[t] + f);
-        if (sens) sens[t] = (float)(e[t] / (e[t] + f));
+    for (int i = 0; i < N_PAIRS; i++) {
+        const int a = p->pa[i], b = p->pb[i], band = a % N_BANDS;
+        const double f = fl * (band_edge[band + 1] - band_edge[band]);
+        const double lo = e[a] < e[b] ? e[a] : e[b], w = lo / (lo + PAIR_FLOOR * f);
+        proj[p->pslot[i]] += p->psign[i] * w * (log(e[a] + f) - log(e[b] + f));
+        w2[p->pslot[i]] += 2.0 * w * w;
     }
-    for (int k = 0; k < N_SLOTS; k++) proj[k] /= sqrt((double)SLOT_TILES);
+    for (int k = 0; k < N_SLOTS; k++) proj[k] = w2[k] > 0.0 ? proj[k] / sqrt(w2[k]) : 0.0;
+    for (int t = 0; t < N_TILES && sens; t++) {
+        const double f = fl * (band_edge[t % N_BANDS + 1] - band_edge[t % N_BANDS]);
+        sens[t] = (float)(e[t] / (e[t] + f));
+    }
     return 1;
 }
 
@@ -294,7 +321,7 @@ static void mark_block(qv_watermark *w, float *out) {
                        0.5 * STEP * symbol(w->payload, w->block, k);
             target[k] = t + STEP * nearbyint((p0[k] - t) / STEP);
             /* first guess; the secant steps below correct it */
-            shift[k] = 1.5 * (target[k] - p0[k]) / sqrt((double)SLOT_TILES);
+            shift[k] = 1.5 * (target[k] - p0[k]) / sqrt(2.0 * SLOT_PAIRS);
         }
         for (int it = 0; it < 2; it++) {
             synth_mark(w, host, shift, sens);
@@ -577,11 +604,14 @@ enum qv_status qv_watermark_detect(const float *pcm, int64_t n_samples, qv_water
             i++;
             continue;
         }
-        int64_t j = i, top = i;
-        while (j < n_win && best[j] >= Z_PRESENT) {
+        /* A dip under Z_PRESENT shorter than a window (at the edge of a mark, the windows that
+         * still hold part of it) does not end the range. */
+        int64_t j = i, top = i, gap = 0;
+        for (; j < n_win && gap < w; j++) {
+            gap = best[j] >= Z_PRESENT ? 0 : gap + 1;
             if (best[j] > best[top]) top = j;
-            j++;
         }
+        j -= gap;
         if (rep->n_ranges < QV_WATERMARK_MAX_RANGES) {
             qv_watermark_range *r = &rep->ranges[rep->n_ranges++];
             const int o = best_at[top] / PERIOD, ph = best_at[top] % PERIOD;
