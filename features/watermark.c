@@ -1,10 +1,11 @@
 /* watermark.c — the inaudible mark in qvoice's output audio and its detector (docs/provenance.md).
  * Spread-transform dither modulation (Chen & Wornell 2001) in a frame-synchronous STFT domain:
- * each 107 ms block of the signal is cut into tiles of one third-octave-wide band × one 10.7 ms
- * frame over 141 Hz – 6.8 kHz, and the block's log tile energies, projected on nine ±1 chip
- * vectors, are moved to the nearest point of a dithered lattice (informed embedding: the host's
- * own projection is cancelled, not fought). Five slots of every block carry a known sync symbol,
- * four carry coded payload bits. The detector searches the block grid (80 offsets of 32 samples)
+ * each 107 ms block of the signal is cut into tiles of one of 12 log-spaced bands × one 10.7 ms
+ * frame over 188 Hz – 6.8 kHz; tiles of the same band in neighbouring frames form pairs, and the
+ * block's weighted pair differences of log energy, projected on eight ±1 chip vectors, are moved
+ * to the nearest point of a dithered lattice (informed embedding: the host's own projection is
+ * cancelled, not fought). Four slots of every block carry a known sync symbol, four carry coded
+ * payload bits. The detector searches the block grid (80 offsets of 32 samples)
  * and the 48-block pattern phase, scores the agreement of the sync projections with their
  * lattice over 3 s windows, and decodes the payload from the blocks of a marked range.
  */
@@ -27,13 +28,15 @@
  * analysis nor its mark (which fades out with the frames' windows) overlaps another block's. */
 #define BLOCK ((BLOCK_FRAMES + 1) * HOP)
 #define N_BANDS 12
-/* Bands of equal width in log frequency (bin edges, 3·(146/3)^(i/12)) from 141 Hz (above mains hum
- * and its first harmonic) to 6.8 kHz (under the 8 kHz a 16 kHz resampling keeps). The bands under
- * 500 Hz are where voiced speech is loudest against added noise and what codecs spend their bits
- * on: they carry most of what survives MP3, noise and Opus (`bench_watermark --channels`,
- * docs/provenance.md). A tile is one band of one frame. */
-static const int band_edge[N_BANDS + 1] = {3, 4, 6, 8, 11, 15, 21, 29, 40, 55, 76, 106, 146};
-#define BIN_LO 3
+/* Bands of equal width in log frequency (bin edges 4·(146/4)^(i/12)) from 188 Hz to 6.8 kHz (under
+ * the 8 kHz a 16 kHz resampling keeps). The bands under 500 Hz are where voiced speech is loudest
+ * against added noise and what codecs spend their bits on: they carry most of what survives MP3,
+ * noise and Opus (`bench_watermark --channels`, docs/provenance.md). Lower, the band under a low
+ * voice's fundamental can be empty, and the mark's spill into it would not be 35 dB under it
+ * (espeak-ng's voice: −28.6 dB in the 125 Hz third octave with bands from 141 Hz). A tile is one
+ * band of one frame. */
+static const int band_edge[N_BANDS + 1] = {4, 5, 7, 10, 13, 18, 24, 33, 44, 59, 80, 108, 146};
+#define BIN_LO 4
 #define BIN_HI 145
 #define N_TILES (N_BANDS * BLOCK_FRAMES)
 /* Tiles are paired within a band, frames 2q and 2q + 1 (frame 8 carries nothing): a pair's
@@ -48,7 +51,7 @@ static const int band_edge[N_BANDS + 1] = {3, 4, 6, 8, 11, 15, 21, 29, 40, 55, 7
 #define N_CODED 48         /* 32 payload bits + CRC-16; each is sent N_PAY times a period */
 /* Lattice step of a projection (nepers of tile energy). What bounds the mark's level is
  * MAX_SHIFT on the loud tiles that carry it (the floor below leaves the quiet ones nearly
- * unmoved): third-octave bands of speech measure −35.5 dB or lower (test_watermark). */
+ * unmoved): third-octave bands of speech measure −35.8 dB or lower (test_watermark). */
 #define STEP 0.2
 #define KEY 0x71766f6963652d33ull /* "qvoice-3": the public key of the chips and dithers */
 /* Blocks whose band energy is under that of −70 dBFS white noise carry no mark (and are not

@@ -5,13 +5,14 @@
  *   build/bench/bench_watermark --channels [AUDIO...]   (default: both bundled clips)
  * What the lossy channels of issue 28 leave of the mark (docs/provenance.md): the clips are
  * marked, then sent through MP3 64 kbit/s (lame), Opus 32 kbit/s (opusenc/opusdec) and white
- * noise at 20 dB SNR. In two tile grids over 422 Hz - 6.8 kHz (the current mark's tile, a
- * third-octave-wide band x one 512-point frame, and the first design's, 2 bins x 4 frames of
- * 1024), per class of tile loudness against its row's mean over the input, it prints the
+ * noise at 20 dB SNR. In two tile grids (the current mark's tile, one of 12 log-spaced bands over
+ * 188 Hz - 6.8 kHz x one 512-point frame, and the first design's, 2 bins x 4 frames of 1024 over
+ * 422 Hz - 6.8 kHz), per class of tile loudness against its row's mean over the input, it prints the
  * mark's size in log energy, the share of it the channel delivers (the same channel applied to
  * the unmarked clip is the reference), the channel's own change of a tile's log energy (its
  * static spectral tilt removed), and the z a detector with the host fully cancelled could reach
- * on 3 s: sqrt(tiles per 3 s x (gain x mark / change)^2), summed over the classes.
+ * on 3 s: sqrt(tiles per 3 s x (gain x mark / change)^2), summed over the classes of each tile
+ * row (band, or band and frame) apart.
  */
 #include <fftw3.h>
 #include <math.h>
@@ -33,7 +34,7 @@ static double cpu_s(void) {
 }
 
 /* Two tile grids to measure in, both in blocks of 2560 samples: the old mark's 2 bins x 4 frames
- * of a 1024-point STFT, and the current one's third-octave-wide band x one 512-point frame. */
+ * of a 1024-point STFT, and the current one's log-spaced band x one 512-point frame. */
 enum { MAX_TILES = 136, CLASSES = 4 };
 typedef struct {
     const char *name;
@@ -178,10 +179,10 @@ static int channels(int argc, char **argv) {
     if (system(cmd) != 0) fprintf(stderr, "%s: not removed\n", dir);
     static layout ly[2] = {{.name = "2 bins x 4 frames of 1024 (the old tile)", .nf = 1024,
                             .frames = 4, .n_bands = 136},
-                           {.name = "third-octave band x 1 frame of 512 (the current tile)",
+                           {.name = "band from 188 Hz x 1 frame of 512 (the current tile)",
                             .nf = 512, .frames = 9, .per_frame = 1, .n_bands = 12}};
     for (int t = 0; t <= 136; t++) ly[0].edge[t] = 18 + 2 * t; /* 422 Hz - 6.8 kHz */
-    for (int t = 0; t <= 12; t++) ly[1].edge[t] = (int)lround(3.0 * pow(146.0 / 3.0, t / 12.0));
+    for (int t = 0; t <= 12; t++) ly[1].edge[t] = (int)lround(4.0 * pow(146.0 / 4.0, t / 12.0));
     for (int l = 0; l < 2; l++) {
         double *lu, *lm;
         const int64_t nbk = tiles(&ly[l], x, n, &lu);

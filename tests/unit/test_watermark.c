@@ -6,8 +6,8 @@
  * found and of 10 s excerpts (every 2 s) whose payload is recovered, after gain ±6 dB and
  * resampling to 16 kHz and back (asserted at issue 28's goals: 99 % and 100 %), and after noise
  * at 20 dB SNR, MP3 64 kbit/s and Opus 32 kbit/s (lame, opusenc from scripts/deps.sh: printed,
- * the goals are not met there, see docs/provenance.md; the whole 60 s after MP3 must be found
- * with its payload); the encoder's 16 kHz output (marked at 24 kHz, then resampled) is found
+ * the goals are not met there, see docs/provenance.md; the whole 60 s after MP3 and after noise
+ * must be found with its payload); the encoder's 16 kHz output (marked at 24 kHz, then resampled) is found
  * by voicefmt detect with its payload; a marked stretch between unmarked audio
  * is reported where it is; no window of unmarked audio (espeak-ng speech of 6 voices reading
  * fixed texts, cached under build/, the clips, noise, tones, sweeps, chords; over 10,000 3 s
@@ -191,6 +191,9 @@ static void test_transformations(void **state) {
     excerpts(y, u.output_frames_gen, "resampled 16 kHz and back", 1);
     add_white_noise(g_marked, y, g_n, 20.0);
     excerpts(y, g_n, "white noise at 20 dB SNR", 0);
+    qv_watermark_report r = detect(y, g_n); /* the whole 60 s: score about 20, the payload */
+    assert_true(r.score_all >= 2.0 * QV_WATERMARK_PRESENT);
+    assert_true(r.all.payload_ok && r.all.payload == payload);
     add_white_noise(g_speech, y, g_n, 20.0);
     assert_false(detect(y, g_n).present);
     free(lo);
@@ -235,9 +238,9 @@ static void test_codecs(void **state) {
         float *x = load(tmp_path(files[i]), &n);
         if (i < 2) excerpts(x, n, what[i], 0);
         else assert_false(detect(x, n).present);
-        if (i == 0) { /* MP3: the whole 60 s is found and carries the payload (score about 20) */
+        if (i == 0) { /* MP3: the whole 60 s is found and carries the payload (score about 31) */
             qv_watermark_report r = detect(x, n);
-            assert_true(r.score_all >= 2.0 * QV_WATERMARK_PRESENT);
+            assert_true(r.score_all >= 3.0 * QV_WATERMARK_PRESENT);
             assert_true(r.all.payload_ok && r.all.payload == payload);
         }
         free(x);
