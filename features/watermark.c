@@ -173,8 +173,11 @@ static int symbol(uint32_t payload, int64_t b, int k) {
  * finite and barely count), w = e_min / (e_min + PAIR_FLOOR·f) of the pair's weaker tile: a pair
  * noise or a codec rewrites (its weaker tile near the floor) barely counts, so the loud pairs'
  * agreement is not drowned. With sens, each tile's d log(e + f) / d log e: the share of a shift
- * the tile's projection sees. 0 when the block is under GATE (nothing to say), else 1. */
-static int project(const pattern *p, const double *e, double proj[N_SLOTS], float *sens) {
+ * the tile's projection sees; with rel, each slot's RMS pair weight, how far its projection can
+ * be trusted (the detector weighs its vote by it). 0 when the block is under GATE (nothing to
+ * say), else 1. */
+static int project(const pattern *p, const double *e, double proj[N_SLOTS], float *sens,
+                   float *rel) {
     double sum = 0.0;
     for (int t = 0; t < N_TILES; t++) sum += e[t];
     if (!(sum >= GATE) || !isfinite(sum)) return 0;
@@ -189,6 +192,7 @@ static int project(const pattern *p, const double *e, double proj[N_SLOTS], floa
         w2[p->pslot[i]] += 2.0 * w * w;
     }
     for (int k = 0; k < N_SLOTS; k++) proj[k] = w2[k] > 0.0 ? proj[k] / sqrt(w2[k]) : 0.0;
+    for (int k = 0; k < N_SLOTS && rel; k++) rel[k] = (float)sqrt(w2[k] / (2.0 * SLOT_PAIRS));
     for (int t = 0; t < N_TILES && sens; t++) {
         const double f = fl * (band_edge[t % N_BANDS + 1] - band_edge[t % N_BANDS]);
         sens[t] = (float)(e[t] / (e[t] + f));
@@ -316,7 +320,7 @@ static void mark_block(qv_watermark *w, float *out) {
     block_tiles(w, w->x, e);
     memset(w->mark, 0, sizeof w->mark);
     float sens[N_TILES];
-    if (project(&w->pat, e, p0, sens)) {
+    if (project(&w->pat, e, p0, sens, NULL)) {
         fftwf_complex host[BLOCK_FRAMES * SPEC_STRIDE];
         memcpy(host, w->spec, sizeof host);
         for (int k = 0; k < N_SLOTS; k++) {
@@ -331,7 +335,7 @@ static void mark_block(qv_watermark *w, float *out) {
             memcpy(w->y, w->x, sizeof w->y);
             for (int i = 0; i < BLOCK; i++) w->y[i] += w->mark[i];
             block_tiles(w, w->y, e);
-            if (!project(&w->pat, e, p, NULL)) break;
+            if (!project(&w->pat, e, p, NULL, NULL)) break;
             for (int k = 0; k < N_SLOTS; k++) /* secant through (0, p0) and (shift, p) */
                 if (fabs(p[k] - p0[k]) > 1e-9) {
                     shift[k] *= (target[k] - p0[k]) / (p[k] - p0[k]);
@@ -409,37 +413,50 @@ qv_watermark_report qv_watermark_default_report(void) {
 typedef struct {
     int64_t n_blocks;          /* per offset */
     float *proj;               /* [N_OFFSETS][n_blocks][N_SLOTS][2]: cos, sin of 2π·projection/STEP */
+    float *rel;                /* [N_OFFSETS][n_blocks][N_SLOTS]: the projection's weight (0: silent) */
     unsigned char *active;     /* [N_OFFSETS][n_blocks] */
 } grid;
 
 /* Where slot k's projection of block m at offset o sits against the lattice of symbol 0 under
- * pattern phase ph: cos(2π(projection − dither)/STEP), +1 on the lattice, −1 half a step off
- * (symbol 1). */
+ * pattern phase ph, times the projection's weight: cos(2π(projection − dither)/STEP), +1 on the
+ * lattice, −1 half a step off (symbol 1). The weight is set by the block's own energies, never by
+ * the projection, so unmarked audio still votes cos of a uniform phase: mean 0, variance 1/2. */
 static double lattice_cos(const grid *g, const pattern *p, int64_t i, int64_t m, int ph, int k) {
     const float *a = g->proj + (i * N_SLOTS + k) * 2, *d = p->dphase[(m + ph) % PERIOD][k];
-    return (double)a[0] * d[0] + (double)a[1] * d[1];
+    return g->rel[i * N_SLOTS + k] * ((double)a[0] * d[0] + (double)a[1] * d[1]);
 }
 
-/* Sync agreement of block m at offset o under pattern phase ph: Σ cos against the sync lattices. */
+/* Sync agreement of block m at offset o under pattern phase ph: Σ weighted cos against the sync
+ * lattices. */
 static double vote(const grid *g, const pattern *p, int o, int64_t m, int ph) {
     const int64_t i = (int64_t)o * g->n_blocks + m;
-    if (!g->active[i]) return 0.0;
     double v = 0.0;
-    for (int k = 0; k < N_SYNC; k++)
-        v += lattice_cos(g, p, i, m, ph, k);
+    for (int k = 0; k < N_SYNC && g->active[i]; k++) v += lattice_cos(g, p, i, m, ph, k);
     return v;
 }
 
-/* Score of blocks [m0, m1) at offset o and phase ph: Σ votes / sqrt(n/2), about N(0, 1) for
- * unmarked audio; 0 with fewer than MIN_ACTIVE scored blocks. */
+/* Σ of the squared weights of block m's sync votes: twice their variance on unmarked audio. */
+static double vote_w2(const grid *g, int o, int64_t m) {
+    const float *r = g->rel + ((int64_t)o * g->n_blocks + m) * N_SLOTS;
+    double q = 0.0;
+    for (int k = 0; k < N_SYNC; k++) q += (double)r[k] * r[k];
+    return q;
+}
+
+/* A window's score from its Σ votes s, Σ squared weights q and n scored blocks: s / sqrt(q/2),
+ * about N(0, 1) for unmarked audio; 0 with fewer than MIN_ACTIVE scored blocks. */
+static double window_z(double s, double q, int64_t n) {
+    return n >= MIN_ACTIVE && q > 0.0 ? s / sqrt(0.5 * q) : 0.0;
+}
+
 static double span_score(const grid *g, const pattern *p, int o, int ph, int64_t m0, int64_t m1) {
-    double s = 0.0;
+    double s = 0.0, q = 0.0;
     int64_t n = 0;
     for (int64_t m = m0; m < m1; m++) {
-        s += vote(g, p, o, m, ph);
+        s += vote(g, p, o, m, ph), q += vote_w2(g, o, m);
         n += g->active[(int64_t)o * g->n_blocks + m];
     }
-    return n >= MIN_ACTIVE ? s / sqrt(0.5 * N_SYNC * (double)n) : 0.0;
+    return window_z(s, q, n);
 }
 
 /* The payload of blocks [m0, m1) at offset o and phase ph: each coded bit from the sum of its
@@ -453,8 +470,7 @@ static void decode(const grid *g, const pattern *p, int o, int ph, int64_t m0, i
     for (int64_t m = m0; m < m1; m++) {
         const int64_t i = (int64_t)o * g->n_blocks + m;
         for (int k = N_SYNC; k < N_SLOTS && g->active[i]; k++)
-            soft[bit_index(m + ph, k)] +=
-                lattice_cos(g, p, i, m, ph, k);
+            soft[bit_index(m + ph, k)] += lattice_cos(g, p, i, m, ph, k);
     }
     uint64_t word = 0;
     int weak[CHASE_BITS];
@@ -516,7 +532,7 @@ static enum qv_status grid_fill(grid *g, const pattern *p, const float *pcm, int
             if (m < g->n_blocks) {
                 const int64_t i = (int64_t)o * g->n_blocks + m;
                 double pr[N_SLOTS];
-                g->active[i] = (unsigned char)project(p, acc[o], pr, NULL);
+                g->active[i] = (unsigned char)project(p, acc[o], pr, NULL, g->rel + i * N_SLOTS);
                 for (int k = 0; k < N_SLOTS; k++) {
                     g->proj[(i * N_SLOTS + k) * 2] = (float)cos(2.0 * M_PI * pr[k] / STEP);
                     g->proj[(i * N_SLOTS + k) * 2 + 1] = (float)sin(2.0 * M_PI * pr[k] / STEP);
@@ -565,18 +581,20 @@ enum qv_status qv_watermark_detect(const float *pcm, int64_t n_samples, qv_water
     rep->seconds = (double)n_samples / QVA_SAMPLE_RATE_HZ;
     grid g = {.n_blocks = n_samples / BLOCK};
     if (g.n_blocks < MIN_ACTIVE) return QV_OK; /* under 1.3 s: nothing to say */
-    if ((uint64_t)g.n_blocks > SIZE_MAX / (N_OFFSETS * N_SLOTS * 2 * sizeof(float)))
+    if ((uint64_t)g.n_blocks > SIZE_MAX / (N_OFFSETS * N_SLOTS * 3 * sizeof(float)))
         return qvu_failf(QV_E_LIMIT, "watermark: %lld samples: too many", (long long)n_samples);
     pattern *p = malloc(sizeof *p);
     g.proj = calloc((size_t)(N_OFFSETS * g.n_blocks * N_SLOTS * 2), sizeof *g.proj);
+    g.rel = calloc((size_t)(N_OFFSETS * g.n_blocks * N_SLOTS), sizeof *g.rel);
     g.active = calloc((size_t)(N_OFFSETS * g.n_blocks), 1);
     const int64_t w = g.n_blocks < WINDOW_BLOCKS ? g.n_blocks : WINDOW_BLOCKS;
     const int64_t n_win = g.n_blocks - w + 1;
     double *best = malloc((size_t)n_win * sizeof *best);       /* per window start: best score */
     int *best_at = malloc((size_t)n_win * sizeof *best_at);     /* and its o·PERIOD + phase */
     if (p) pattern_make(p);
-    if (!p || !g.proj || !g.active || !best || !best_at || grid_fill(&g, p, pcm, n_samples)) {
-        free(p), free(g.proj), free(g.active), free(best), free(best_at);
+    if (!p || !g.proj || !g.rel || !g.active || !best || !best_at ||
+        grid_fill(&g, p, pcm, n_samples)) {
+        free(p), free(g.proj), free(g.rel), free(g.active), free(best), free(best_at);
         return qvu_failf(QV_E_NOMEM, "watermark: out of memory for %.1f s of audio", rep->seconds);
     }
     for (int64_t i = 0; i < n_win; i++) best[i] = 0.0, best_at[i] = 0;
@@ -586,14 +604,15 @@ enum qv_status qv_watermark_detect(const float *pcm, int64_t n_samples, qv_water
     rep->score_all = 0.0;
     for (int o = 0; o < N_OFFSETS; o++)
         for (int ph = 0; ph < PERIOD; ph++) {
-            double s = 0.0, s_all;
+            double s = 0.0, q = 0.0, s_all;
             int64_t n = 0;
             const unsigned char *act = g.active + (int64_t)o * g.n_blocks;
             for (int64_t m = 0; m < g.n_blocks; m++) {
-                s += vote(&g, p, o, m, ph), n += act[m];
-                if (m >= w) s -= vote(&g, p, o, m - w, ph), n -= act[m - w];
+                s += vote(&g, p, o, m, ph), q += vote_w2(&g, o, m), n += act[m];
+                if (m >= w)
+                    s -= vote(&g, p, o, m - w, ph), q -= vote_w2(&g, o, m - w), n -= act[m - w];
                 if (m < w - 1) continue;
-                double z = n >= MIN_ACTIVE ? s / sqrt(0.5 * N_SYNC * (double)n) : 0.0;
+                const double z = window_z(s, q, n);
                 if (z > best[m - w + 1]) best[m - w + 1] = z, best_at[m - w + 1] = o * PERIOD + ph;
             }
             s_all = span_score(&g, p, o, ph, 0, g.n_blocks);
@@ -632,7 +651,7 @@ enum qv_status qv_watermark_detect(const float *pcm, int64_t n_samples, qv_water
     rep->all.end_s = rep->seconds;
     rep->all.score = rep->score_all;
     rep->present = rep->n_ranges > 0 || rep->ranges_dropped > 0 || rep->score_all >= Z_PRESENT;
-    free(p), free(g.proj), free(g.active), free(best), free(best_at);
+    free(p), free(g.proj), free(g.rel), free(g.active), free(best), free(best_at);
     return QV_OK;
 }
 
