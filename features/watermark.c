@@ -71,14 +71,16 @@ static const int band_edge[N_BANDS + 1] = {4, 5, 7, 10, 13, 18, 24, 33, 44, 59, 
 /* A block is marked once all of it is in; the first block of a stream goes out unmarked. */
 _Static_assert(QV_WATERMARK_DELAY == BLOCK, "the public delay is one block");
 
-/* Detector: frames every SUB samples (8 per hop) give every block grid offset in SUB steps
- * (a misalignment of up to 16 samples costs little). */
-#define SUB 32
+/* Detector: frames every SUB samples give every block grid offset in SUB steps. A pair's
+ * difference of log energies moves with the frames' position at a word's onset: an excerpt 8
+ * samples off the grid scores 40 % less, 4 samples off 15 % (16 off: 60 %). */
+#define SUB 8
+#define PER_HOP (HOP / SUB)
 #define N_OFFSETS (BLOCK / SUB)
 #define WINDOW_BLOCKS 27   /* the blocks a 3 s excerpt holds whole at any offset */
 #define CHASE_BITS 3      /* payload bits the decoder may flip to meet the CRC */
 #define MIN_ACTIVE 12      /* scored blocks (1.3 s) a window needs before it says anything */
-/* Presence: the best of N_OFFSETS × PERIOD = 3840 scores, each about N(0, 1) for unmarked
+/* Presence: the best of N_OFFSETS × PERIOD = 15,360 scores, each about N(0, 1) for unmarked
  * audio (docs/provenance.md: the false-positive runs); marked speech scores 8 or more, after
  * gain or resampling too. */
 #define Z_PRESENT QV_WATERMARK_PRESENT
@@ -408,13 +410,22 @@ qv_watermark_report qv_watermark_default_report(void) {
     return (qv_watermark_report){.struct_size = sizeof(qv_watermark_report)};
 }
 
-/* Per grid offset o (in SUB steps) and block m: the slots' projections, and whether the block
- * was loud enough to score. */
+/* The block grids whose offsets (in samples) are base + j · HOP (0 <= base < HOP, j = 0 ..
+ * GRID_OFFSETS − 1): their frames all fall on one lattice of hops, so one pass of FFTs serves
+ * them all. Per offset j and block m of [f0, f1): the slots' projections and their weights, and
+ * whether the block was loud enough to score. The detector fills the bases one after the other:
+ * its memory stays that of 10 offsets, not of all N_OFFSETS. */
+#define GRID_OFFSETS (BLOCK / HOP)
 typedef struct {
     int64_t n_blocks;          /* per offset */
-    float *proj;               /* [N_OFFSETS][n_blocks][N_SLOTS][2]: cos, sin of 2π·projection/STEP */
-    float *rel;                /* [N_OFFSETS][n_blocks][N_SLOTS]: the projection's weight (0: silent) */
-    unsigned char *active;     /* [N_OFFSETS][n_blocks] */
+    int base;                  /* the offsets filled, -1 none */
+    int64_t f0, f1;            /* the blocks filled */
+    float *proj;               /* [GRID_OFFSETS][n_blocks][N_SLOTS][2]: cos, sin of 2π·projection/STEP */
+    float *rel;                /* [GRID_OFFSETS][n_blocks][N_SLOTS]: the projection's weight (0: silent) */
+    unsigned char *active;     /* [GRID_OFFSETS][n_blocks] */
+    float *in, win[N_FFT];
+    fftwf_complex *out;
+    fftwf_plan plan;
 } grid;
 
 /* Where slot k's projection of block m at offset o sits against the lattice of symbol 0 under
@@ -502,48 +513,67 @@ static void decode(const grid *g, const pattern *p, int o, int ph, int64_t m0, i
     }
 }
 
-/* Tile energies of frames every SUB samples, summed into blocks for each of the N_OFFSETS grid
- * offsets; each finished block is projected. */
-static enum qv_status grid_fill(grid *g, const pattern *p, const float *pcm, int64_t n) {
-    const int nb = N_FFT / 2 + 1;
-    float *in = fftwf_alloc_real(N_FFT), win[N_FFT];
-    fftwf_complex *out = fftwf_alloc_complex(nb);
-    double(*acc)[N_TILES] = calloc(N_OFFSETS, sizeof *acc);
-    fftwf_plan plan = in && out ? qva_fft_plan_r2c(N_FFT, 1, in, out) : NULL;
-    if (!plan || !acc) {
-        qva_fft_destroy(plan), fftwf_free(in), fftwf_free(out), free(acc);
-        return QV_E_NOMEM;
-    }
-    sqrt_hann(win);
-    const int64_t n_frames = n >= N_FFT ? (n - N_FFT) / SUB + 1 : 0;
-    const int per_hop = HOP / SUB, per_block = BLOCK / SUB;
-    for (int64_t f = 0; f < n_frames; f++) {
-        const float *x = pcm + f * SUB;
-        for (int i = 0; i < N_FFT; i++) in[i] = isfinite(x[i]) ? x[i] * win[i] : 0.0f;
-        fftwf_execute(plan);
+/* Fills g with the offsets base + j · HOP over blocks [f0, f1): frames every HOP from base, their
+ * tile energies summed into the blocks of each offset, each finished block projected. */
+static void grid_fill(grid *g, const pattern *p, const float *pcm, int64_t n, int base, int64_t f0,
+                      int64_t f1) {
+    double acc[GRID_OFFSETS][N_TILES];
+    const int64_t cells = GRID_OFFSETS * g->n_blocks;
+    memset(g->rel, 0, (size_t)(cells * N_SLOTS) * sizeof *g->rel);
+    memset(g->active, 0, (size_t)cells);
+    g->base = base, g->f0 = f0, g->f1 = f1;
+    /* frame k is frame jf of block m at grid offset j when k = j + GRID_OFFSETS · m + jf */
+    for (int64_t k = GRID_OFFSETS * f0; k < GRID_OFFSETS * (f1 + 1) && base + k * HOP + N_FFT <= n;
+         k++) {
+        const float *x = pcm + base + k * HOP;
+        for (int i = 0; i < N_FFT; i++) g->in[i] = isfinite(x[i]) ? x[i] * g->win[i] : 0.0f;
+        fftwf_execute(g->plan);
         double e[N_BANDS];
-        band_energies(out, e);
-        /* frame f is frame j of block m at offset o when f = o + per_block·m + per_hop·j */
-        for (int o = (int)(f % per_hop); o < N_OFFSETS && o <= f; o += per_hop) {
-            int64_t m = (f - o) / per_block, j = (f - o) % per_block / per_hop;
-            if (j >= BLOCK_FRAMES) continue;
-            for (int k = 0; k < N_BANDS; k++) acc[o][j * N_BANDS + k] = e[k];
-            if (j != BLOCK_FRAMES - 1) continue;
-            if (m < g->n_blocks) {
-                const int64_t i = (int64_t)o * g->n_blocks + m;
-                double pr[N_SLOTS];
-                g->active[i] = (unsigned char)project(p, acc[o], pr, NULL, g->rel + i * N_SLOTS);
-                for (int k = 0; k < N_SLOTS; k++) {
-                    g->proj[(i * N_SLOTS + k) * 2] = (float)cos(2.0 * M_PI * pr[k] / STEP);
-                    g->proj[(i * N_SLOTS + k) * 2 + 1] = (float)sin(2.0 * M_PI * pr[k] / STEP);
-                }
+        band_energies(g->out, e);
+        for (int j = 0; j < GRID_OFFSETS && j <= k; j++) {
+            const int64_t m = (k - j) / GRID_OFFSETS;
+            const int jf = (int)((k - j) % GRID_OFFSETS);
+            if (jf >= BLOCK_FRAMES || m < f0) continue;
+            memcpy(acc[j] + jf * N_BANDS, e, sizeof e);
+            if (jf != BLOCK_FRAMES - 1 || m >= f1) continue;
+            const int64_t i = (int64_t)j * g->n_blocks + m;
+            double pr[N_SLOTS];
+            g->active[i] = (unsigned char)project(p, acc[j], pr, NULL, g->rel + i * N_SLOTS);
+            for (int s = 0; s < N_SLOTS; s++) {
+                g->proj[(i * N_SLOTS + s) * 2] = (float)cos(2.0 * M_PI * pr[s] / STEP);
+                g->proj[(i * N_SLOTS + s) * 2 + 1] = (float)sin(2.0 * M_PI * pr[s] / STEP);
             }
-            memset(acc[o], 0, sizeof acc[o]);
         }
     }
-    qva_fft_destroy(plan);
-    fftwf_free(in), fftwf_free(out), free(acc);
-    return QV_OK;
+}
+
+static void grid_free(grid *g) {
+    qva_fft_destroy(g->plan);
+    fftwf_free(g->in), fftwf_free(g->out);
+    free(g->proj), free(g->rel), free(g->active);
+}
+
+/* g filled at sample offset off over blocks [m0, m1); returns off's index in it. */
+static int grid_at(grid *g, const pattern *p, const float *pcm, int64_t n, int off, int64_t m0,
+                   int64_t m1) {
+    if (g->base != off % HOP || g->f0 > m0 || g->f1 < m1) grid_fill(g, p, pcm, n, off % HOP, m0, m1);
+    return off / HOP;
+}
+
+/* The sample offset, within half a search step of o · SUB, where blocks [m0, m1) score best:
+ * a pair's difference of log energies is sensitive to where the frames fall, and the payload
+ * is read there. */
+static int refine(grid *g, const pattern *p, const float *pcm, int64_t n, int o, int ph,
+                  int64_t m0, int64_t m1) {
+    int off = o * SUB;
+    double top = -INFINITY;
+    for (int d = -SUB / 2; d <= SUB / 2; d += 2) {
+        const int at = o * SUB + d;
+        if (at < 0 || at >= BLOCK) continue;
+        const double z = span_score(g, p, grid_at(g, p, pcm, n, at, m0, m1), ph, m0, m1);
+        if (z > top) top = z, off = at;
+    }
+    return off;
 }
 
 /* The windows of a range reach up to a window's length past the marked blocks at each end. The
@@ -564,9 +594,9 @@ static void trim(const grid *g, const pattern *p, int o, int ph, int64_t *m0, in
     if (b1 - b0 >= MIN_ACTIVE) *m0 = b0, *m1 = b1;
 }
 
-static void range_times(int o, int64_t m0, int64_t m1, double seconds, qv_watermark_range *r) {
-    r->start_s = (double)((int64_t)o * SUB + m0 * BLOCK) / QVA_SAMPLE_RATE_HZ;
-    double end = (double)((int64_t)o * SUB + m1 * BLOCK) / QVA_SAMPLE_RATE_HZ;
+static void range_times(int off, int64_t m0, int64_t m1, double seconds, qv_watermark_range *r) {
+    r->start_s = (double)(off + m0 * BLOCK) / QVA_SAMPLE_RATE_HZ;
+    double end = (double)(off + m1 * BLOCK) / QVA_SAMPLE_RATE_HZ;
     r->end_s = end < seconds ? end : seconds;
 }
 
@@ -579,45 +609,51 @@ enum qv_status qv_watermark_detect(const float *pcm, int64_t n_samples, qv_water
     rep->struct_size = size;
     if (!pcm || n_samples < 0) return qvu_fail(QV_E_INVALID, "watermark: no samples");
     rep->seconds = (double)n_samples / QVA_SAMPLE_RATE_HZ;
-    grid g = {.n_blocks = n_samples / BLOCK};
+    grid g = {.n_blocks = n_samples / BLOCK, .base = -1};
     if (g.n_blocks < MIN_ACTIVE) return QV_OK; /* under 1.3 s: nothing to say */
-    if ((uint64_t)g.n_blocks > SIZE_MAX / (N_OFFSETS * N_SLOTS * 3 * sizeof(float)))
+    if ((uint64_t)g.n_blocks > SIZE_MAX / (GRID_OFFSETS * N_SLOTS * 3 * sizeof(float)))
         return qvu_failf(QV_E_LIMIT, "watermark: %lld samples: too many", (long long)n_samples);
     pattern *p = malloc(sizeof *p);
-    g.proj = calloc((size_t)(N_OFFSETS * g.n_blocks * N_SLOTS * 2), sizeof *g.proj);
-    g.rel = calloc((size_t)(N_OFFSETS * g.n_blocks * N_SLOTS), sizeof *g.rel);
-    g.active = calloc((size_t)(N_OFFSETS * g.n_blocks), 1);
+    g.proj = calloc((size_t)(GRID_OFFSETS * g.n_blocks * N_SLOTS * 2), sizeof *g.proj);
+    g.rel = calloc((size_t)(GRID_OFFSETS * g.n_blocks * N_SLOTS), sizeof *g.rel);
+    g.active = calloc((size_t)(GRID_OFFSETS * g.n_blocks), 1);
+    g.in = fftwf_alloc_real(N_FFT);
+    g.out = fftwf_alloc_complex(N_FFT / 2 + 1);
+    g.plan = g.in && g.out ? qva_fft_plan_r2c(N_FFT, 1, g.in, g.out) : NULL;
+    sqrt_hann(g.win);
     const int64_t w = g.n_blocks < WINDOW_BLOCKS ? g.n_blocks : WINDOW_BLOCKS;
     const int64_t n_win = g.n_blocks - w + 1;
-    double *best = malloc((size_t)n_win * sizeof *best);       /* per window start: best score */
-    int *best_at = malloc((size_t)n_win * sizeof *best_at);     /* and its o·PERIOD + phase */
-    if (p) pattern_make(p);
-    if (!p || !g.proj || !g.rel || !g.active || !best || !best_at ||
-        grid_fill(&g, p, pcm, n_samples)) {
-        free(p), free(g.proj), free(g.rel), free(g.active), free(best), free(best_at);
+    double *best = calloc((size_t)n_win, sizeof *best);     /* per window start: best score */
+    int *best_at = calloc((size_t)n_win, sizeof *best_at);  /* and its o·PERIOD + phase */
+    if (!p || !g.proj || !g.rel || !g.active || !g.plan || !best || !best_at) {
+        grid_free(&g), free(p), free(best), free(best_at);
         return qvu_failf(QV_E_NOMEM, "watermark: out of memory for %.1f s of audio", rep->seconds);
     }
-    for (int64_t i = 0; i < n_win; i++) best[i] = 0.0, best_at[i] = 0;
-    /* Sliding sums of votes and active counts over w blocks, for every offset and phase; the
-     * whole input is scored as one span alongside. */
+    pattern_make(p);
+    /* Sliding sums of votes, squared weights and active counts over w blocks, for every offset
+     * and phase; the whole input is scored as one span alongside. */
     int all_at = 0;
     rep->score_all = 0.0;
-    for (int o = 0; o < N_OFFSETS; o++)
-        for (int ph = 0; ph < PERIOD; ph++) {
-            double s = 0.0, q = 0.0, s_all;
-            int64_t n = 0;
-            const unsigned char *act = g.active + (int64_t)o * g.n_blocks;
-            for (int64_t m = 0; m < g.n_blocks; m++) {
-                s += vote(&g, p, o, m, ph), q += vote_w2(&g, o, m), n += act[m];
-                if (m >= w)
-                    s -= vote(&g, p, o, m - w, ph), q -= vote_w2(&g, o, m - w), n -= act[m - w];
-                if (m < w - 1) continue;
-                const double z = window_z(s, q, n);
-                if (z > best[m - w + 1]) best[m - w + 1] = z, best_at[m - w + 1] = o * PERIOD + ph;
+    for (int r = 0; r < PER_HOP; r++) {
+        grid_fill(&g, p, pcm, n_samples, r * SUB, 0, g.n_blocks);
+        for (int j = 0; j < GRID_OFFSETS; j++)
+            for (int ph = 0; ph < PERIOD; ph++) {
+                const int at = (r + PER_HOP * j) * PERIOD + ph;
+                double s = 0.0, q = 0.0;
+                int64_t n = 0;
+                const unsigned char *act = g.active + (int64_t)j * g.n_blocks;
+                for (int64_t m = 0; m < g.n_blocks; m++) {
+                    s += vote(&g, p, j, m, ph), q += vote_w2(&g, j, m), n += act[m];
+                    if (m >= w)
+                        s -= vote(&g, p, j, m - w, ph), q -= vote_w2(&g, j, m - w), n -= act[m - w];
+                    if (m < w - 1) continue;
+                    const double z = window_z(s, q, n);
+                    if (z > best[m - w + 1]) best[m - w + 1] = z, best_at[m - w + 1] = at;
+                }
+                const double s_all = span_score(&g, p, j, ph, 0, g.n_blocks);
+                if (s_all > rep->score_all) rep->score_all = s_all, all_at = at;
             }
-            s_all = span_score(&g, p, o, ph, 0, g.n_blocks);
-            if (s_all > rep->score_all) rep->score_all = s_all, all_at = o * PERIOD + ph;
-        }
+    }
     for (int64_t i = 0; i < n_win; i++)
         if (best[i] > rep->score) rep->score = best[i];
     /* Windows at Z_PRESENT or more merge into ranges, each decoded at its best window's grid. */
@@ -636,22 +672,30 @@ enum qv_status qv_watermark_detect(const float *pcm, int64_t n_samples, qv_water
         j -= gap;
         if (rep->n_ranges < QV_WATERMARK_MAX_RANGES) {
             qv_watermark_range *r = &rep->ranges[rep->n_ranges++];
-            const int o = best_at[top] / PERIOD, ph = best_at[top] % PERIOD;
+            const int ph = best_at[top] % PERIOD;
             int64_t m0 = i, m1 = j - 1 + w;
-            trim(&g, p, o, ph, &m0, &m1);
-            decode(&g, p, o, ph, m0, m1, r);
-            range_times(o, m0, m1, rep->seconds, r);
+            const int off = refine(&g, p, pcm, n_samples, best_at[top] / PERIOD, ph, m0, m1);
+            const int k = grid_at(&g, p, pcm, n_samples, off, m0, m1);
+            trim(&g, p, k, ph, &m0, &m1);
+            decode(&g, p, k, ph, m0, m1, r);
+            range_times(off, m0, m1, rep->seconds, r);
             r->score = best[top];
         } else {
             rep->ranges_dropped++;
         }
         i = j;
     }
-    decode(&g, p, all_at / PERIOD, all_at % PERIOD, 0, g.n_blocks, &rep->all);
+    rep->present = rep->n_ranges > 0 || rep->ranges_dropped > 0 || rep->score_all >= Z_PRESENT;
+    /* The whole input as one range: decoded only where a mark is present, so that unmarked audio
+     * never shows a payload (a CRC passes by chance 1 time in 8,000). */
+    if (rep->present) {
+        const int ph = all_at % PERIOD;
+        const int off = refine(&g, p, pcm, n_samples, all_at / PERIOD, ph, 0, g.n_blocks);
+        decode(&g, p, grid_at(&g, p, pcm, n_samples, off, 0, g.n_blocks), ph, 0, g.n_blocks, &rep->all);
+    }
     rep->all.end_s = rep->seconds;
     rep->all.score = rep->score_all;
-    rep->present = rep->n_ranges > 0 || rep->ranges_dropped > 0 || rep->score_all >= Z_PRESENT;
-    free(p), free(g.proj), free(g.rel), free(g.active), free(best), free(best_at);
+    grid_free(&g), free(p), free(best), free(best_at);
     return QV_OK;
 }
 

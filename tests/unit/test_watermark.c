@@ -3,8 +3,9 @@
  * at once, every later sample as soon as its block is complete; the
  * mark stays 35 dB or more under the speech in every third-octave band it uses (printed); over
  * the two bundled clips marked back to back, the share of 3 s excerpts (every 1 s) where it is
- * found and of 10 s excerpts (every 2 s) whose payload is recovered, after gain ±6 dB and
- * resampling to 16 kHz and back (asserted at issue 28's goals: 99 % and 100 %), and after noise
+ * found and of 10 s excerpts (every 2 s) whose payload is recovered, as marked, 4 samples off
+ * the detector's grid (its worst case), after gain ±6 dB and resampling to 16 kHz and back
+ * (asserted at issue 28's goals: 99 % and 100 %), and after noise
  * at 20 dB SNR, MP3 64 kbit/s and Opus 32 kbit/s (lame, opusenc from scripts/deps.sh: printed,
  * the goals are not met there, see docs/provenance.md; the whole 60 s after MP3 and after noise
  * must be found with its payload); the encoder's 16 kHz output (marked at 24 kHz, then resampled) is found
@@ -71,7 +72,10 @@ static qv_watermark_report detect(const float *x, int64_t n) {
     return r;
 }
 
+/* The payload, from a marked range or, where the mark is present, the whole input's decoding
+ * (what `voicefmt detect` shows for a file: a 10 s excerpt is one range or none). */
 static int payload_found(const qv_watermark_report *r) {
+    if (r->present && r->all.payload_ok && r->all.payload == payload) return 1;
     for (int i = 0; i < r->n_ranges; i++)
         if (r->ranges[i].payload_ok && r->ranges[i].payload == payload) return 1;
     return 0;
@@ -162,7 +166,7 @@ static void excerpts(const float *x, int64_t n, const char *what, int strict) {
         found10 += r.present;
     }
     qv_watermark_report all = detect(x, n);
-    printf("  %-26s 3 s: %3d/%3d found (lowest score %5.2f); 10 s: %2d/%2d found, payload "
+    printf("  %-27s 3 s: %3d/%3d found (lowest score %5.2f); 10 s: %2d/%2d found, payload "
            "%2d/%2d; whole: %6.2f%s\n", what, found, n3, zmin, found10, n10, decoded, n10, all.score_all,
            all.all.payload_ok && all.all.payload == payload ? ", payload" : "");
     if (strict) {
@@ -177,6 +181,8 @@ static void test_transformations(void **state) {
     assert_non_null(y);
     assert_non_null(lo);
     excerpts(g_marked, g_n, "marked", 1);
+    /* an excerpt starts anywhere: 4 samples off the detector's grid of 8 is its worst case */
+    excerpts(g_marked + 4, g_n - 4, "marked, 4 samples off grid", 1);
     for (int g = -1; g <= 1; g += 2) {
         double gain = pow(10.0, g * 6.0 / 20.0);
         for (int64_t i = 0; i < g_n; i++) y[i] = (float)(g_marked[i] * gain);
