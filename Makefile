@@ -179,8 +179,8 @@ $(B)/tests/test_audio_fuzz: | $(FUZZ_AUDIO)
 $(B)/bench/%: $(B)/tests/bench/%.o $(BENCH_HELPERS:%.c=$(B)/%.o) $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LIBS)
-# bench_watermark --channels adds the tests' noise (one generator for both)
-$(B)/bench/bench_watermark: $(B)/tests/unit/helpers/noise.o
+# bench_watermark adds the tests' noise and reads their texts (one generator of each for both)
+$(B)/bench/bench_watermark: $(B)/tests/unit/helpers/noise.o $(B)/tests/unit/helpers/speech_text.o
 
 # Synthetic checkpoints: tiny for unit tests, full-size 0.6B for the golden checks.
 models: $(MKMODEL)

@@ -218,6 +218,8 @@ wd=$(cat "$TMP/wd")
 build/bench/bench_tokenizer "$CV" >"$TMP/tok"
 tok=$(sed -n 's/^tokenizer *//p' "$TMP/tok" | head -1)
 wm=$(build/bench/bench_watermark | sed -n 's/^watermark: //p')
+# issue 28's false-positive goal on its own terms: 10,000 windows that share no sample
+wmfp=$(build/bench/bench_watermark --false-positives 10000 | sed -n 's/^watermark false positives: //p')
 # Python list input (4 texts, 40 frames each) vs 4 calls one by one, same model and threads
 PYTHONPATH=python QVOICE_LIB=build/libqvoice.so.0 python3 tests/bench/bench_python_batch.py "$CV" "$J" 40 >"$TMP/py" || true
 pyb=$(awk '$1=="python_one_by_one_s"{a=$2" s ("$3" s CPU)"} $1=="python_list_s"{b=$2" s ("$3" s CPU)"}
@@ -257,6 +259,7 @@ model: full-size synthetic 0.6B CustomVoice ($CV), medians of $RUNS runs
 | Python list input of 4 texts vs 4 calls one by one (wall s, throughput) | $pyb | |
 wdelta: $wd
 watermark: $wm
+watermark false positives: $wmfp
 frames produced per 100-frame run: $b100f (--ignore-eos)
 TABLE
 if [ -n "${QVOICE_REF_ENGINE:-}" ]; then

@@ -32,6 +32,7 @@
 #include "include/qvoice.h"
 #include "tests/unit/helpers/noise.h"
 #include "tests/unit/helpers/shell.h"
+#include "tests/unit/helpers/speech_text.h"
 #include "tests/unit/helpers/tmpdir.h"
 
 #define SR 24000
@@ -321,29 +322,6 @@ static int64_t null_run(const float *x, int64_t n, const char *what, double *zma
     return windows > 0 ? windows : 0;
 }
 
-/* 640 words drawn with a fixed seed from a small vocabulary, in sentences of 4 to 15 words:
- * the same speech on every machine, whatever the docs say. */
-static void write_text(const char *path, uint64_t seed) {
-    static const char *const words[] = {
-        "the", "voice", "of", "a", "river", "morning", "quiet", "station", "seven", "people",
-        "never", "listen", "before", "winter", "strong", "coffee", "yesterday", "market", "under",
-        "bridge", "we", "found", "simple", "answer", "music", "through", "open", "window", "and",
-        "travel", "north", "garden", "light", "question", "because", "everyone", "remembers",
-        "small", "houses", "near", "water", "children", "laugh", "while", "teacher", "reads",
-        "history", "tomorrow", "perhaps", "machine", "will", "speak", "clearly", "about",
-        "weather", "mountains", "silver", "number", "thirty", "eight"};
-    FILE *f = fopen(path, "w");
-    if (!f) fail_msg("%s: cannot write", path);
-    uint64_t s = seed * 0x9e3779b97f4a7c15ull;
-    for (int i = 0, left = 0; i < 640; i++) {
-        s = s * 6364136223846793005ull + 1442695040888963407ull;
-        if (left == 0) left = 4 + (int)((s >> 33) % 12);
-        fprintf(f, "%s%s", words[(s >> 40) % (sizeof words / sizeof *words)],
-                --left ? " " : (s >> 20) % 4 ? ".\n" : "?\n");
-    }
-    fclose(f);
-}
-
 static void test_false_positives(void **state) {
     (void)state;
     static const char *const voices[] = {"en-us", "en+f3", "de", "fr+m3", "es+f2", "it"};
@@ -354,7 +332,7 @@ static void test_false_positives(void **state) {
         for (int v = 0; v < 6; v++) {
             char path[64], what[64];
             snprintf(path, sizeof path, "build/test_watermark/%d.txt", v);
-            write_text(path, (uint64_t)v + 1);
+            if (write_speech_text(path, (uint64_t)v + 1)) fail_msg("%s: cannot write", path);
             /* each voice reads its own text at its own rate and pitch, 4-5 minutes */
             if (sh("test -s build/test_watermark/%d.wav || espeak-ng -v %s -s %d -p %d "
                    "-f build/test_watermark/%d.txt -w build/test_watermark/%d.wav",
