@@ -5,7 +5,7 @@
  * block's weighted pair differences of log energy, projected on eight ±1 chip vectors, are moved
  * to the nearest point of a dithered lattice (informed embedding: the host's own projection is
  * cancelled, not fought). Four slots of every block carry a known sync symbol, four carry coded
- * payload bits. The detector searches the block grid (80 offsets of 32 samples)
+ * payload bits. The detector searches the block grid (320 offsets of 8 samples)
  * and the 48-block pattern phase, scores the agreement of the sync projections with their
  * lattice over 3 s windows, and decodes the payload from the blocks of a marked range.
  */

@@ -753,10 +753,10 @@ typedef struct {
     uint32_t struct_size;
     int present;            /* 1 when some 3 s window, or the whole input, scores
                                QV_WATERMARK_PRESENT or more */
-    double score;           /* best 3 s window score (the best of 3840 about-N(0,1) scores for
-                               unmarked audio) */
+    double score;           /* best 3 s window score (the best of 15,360 about-N(0,1) scores
+                               for unmarked audio) */
     double score_all;       /* score of the whole input as one window */
-    qv_watermark_range all; /* the whole input, decoded as one range */
+    qv_watermark_range all; /* the whole input as one range (its payload decoded when present) */
     double seconds;         /* length of the input */
     int n_ranges;           /* ranges[0..n_ranges), in time order */
     int ranges_dropped;     /* marked ranges after the first QV_WATERMARK_MAX_RANGES */
@@ -765,8 +765,9 @@ typedef struct {
 qv_watermark_report qv_watermark_default_report(void);
 
 /* Looks for the mark in mono 24 kHz pcm: 27-block (2.9 s) windows every 107 ms block (the
- * whole input when shorter; under 1.3 s nothing is said). Allocates about 55 KB per second of
- * input (the projections of every block at 80 grid offsets). QV_OK (report filled), QV_E_ABI,
+ * whole input when shorter; under 1.3 s nothing is said), at block grids every 8 samples.
+ * Allocates about 10 KB per second of input (the projections of every block at 10 of the 320
+ * grid offsets at a time). QV_OK (report filled), QV_E_ABI,
  * QV_E_INVALID (pcm NULL), QV_E_NOMEM, QV_E_LIMIT. */
 enum qv_status qv_watermark_detect(const float *pcm, int64_t n_samples, qv_watermark_report *r);
 /* The same on an audio file in any format libsndfile reads (channels averaged, resampled to
