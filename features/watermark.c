@@ -66,7 +66,7 @@ static const int band_edge[N_BANDS + 1] = {4, 5, 7, 10, 13, 18, 24, 33, 44, 59, 
  * half. */
 #define PAIR_FLOOR 10.0
 /* Bound of a slot's shift (log energy per unit chip; a tile's amplitude changes by at most
- * 2.5 %): a block whose tiles barely answer stays off its lattice rather than get a loud mark. */
+ * 3.3 %): a block whose tiles barely answer stays off its lattice rather than get a loud mark. */
 #define MAX_SHIFT 0.065
 /* A block is marked once all of it is in; the first block of a stream goes out unmarked. */
 _Static_assert(QV_WATERMARK_DELAY == BLOCK, "the public delay is one block");
@@ -76,11 +76,10 @@ _Static_assert(QV_WATERMARK_DELAY == BLOCK, "the public delay is one block");
  * samples off the grid scores 40 % less, 4 samples off 15 % (16 off: 60 %). */
 #define SUB 8
 #define PER_HOP (HOP / SUB)
-#define N_OFFSETS (BLOCK / SUB)
 #define WINDOW_BLOCKS 27   /* the blocks a 3 s excerpt holds whole at any offset */
 #define CHASE_BITS 3      /* payload bits the decoder may flip to meet the CRC */
 #define MIN_ACTIVE 12      /* scored blocks (1.3 s) a window needs before it says anything */
-/* Presence: the best of N_OFFSETS × PERIOD = 15,360 scores, each about N(0, 1) for unmarked
+/* Presence: the best of BLOCK / SUB × PERIOD = 320 × 48 = 15,360 scores, each about N(0, 1) for unmarked
  * audio (docs/provenance.md: the false-positive runs); marked speech scores 8 or more, after
  * gain or resampling too. */
 #define Z_PRESENT QV_WATERMARK_PRESENT
@@ -180,12 +179,12 @@ static int symbol(uint32_t payload, int64_t b, int k) {
  * say), else 1. */
 static int project(const pattern *p, const double *e, double proj[N_SLOTS], float *sens,
                    float *rel) {
-    double sum = 0.0;
+    double sum = 0.0, w2[N_SLOTS] = {0};
+    for (int k = 0; k < N_SLOTS; k++) proj[k] = 0.0;
+    for (int k = 0; k < N_SLOTS && rel; k++) rel[k] = 0.0f;
     for (int t = 0; t < N_TILES; t++) sum += e[t];
     if (!(sum >= GATE) || !isfinite(sum)) return 0;
     const double fl = FLOOR_REL * sum / (BLOCK_FRAMES * (BIN_HI - BIN_LO + 1));
-    double w2[N_SLOTS] = {0};
-    for (int k = 0; k < N_SLOTS; k++) proj[k] = 0.0;
     for (int i = 0; i < N_PAIRS; i++) {
         const int a = p->pa[i], b = p->pb[i], band = a % N_BANDS;
         const double f = fl * (band_edge[band + 1] - band_edge[band]);
@@ -414,7 +413,7 @@ qv_watermark_report qv_watermark_default_report(void) {
  * GRID_OFFSETS − 1): their frames all fall on one lattice of hops, so one pass of FFTs serves
  * them all. Per offset j and block m of [f0, f1): the slots' projections and their weights, and
  * whether the block was loud enough to score. The detector fills the bases one after the other:
- * its memory stays that of 10 offsets, not of all N_OFFSETS. */
+ * its memory stays that of 10 offsets, not of all 320. */
 #define GRID_OFFSETS (BLOCK / HOP)
 typedef struct {
     int64_t n_blocks;          /* per offset */
@@ -455,9 +454,11 @@ static double vote_w2(const grid *g, int o, int64_t m) {
 }
 
 /* A window's score from its Σ votes s, Σ squared weights q and n scored blocks: s / sqrt(q/2),
- * about N(0, 1) for unmarked audio; 0 with fewer than MIN_ACTIVE scored blocks. */
+ * about N(0, 1) for unmarked audio; 0 with fewer than MIN_ACTIVE scored blocks, or when the
+ * weights are all but 0 (q under Q_MIN: a sliding sum's rounding would then be the score). */
+#define Q_MIN 1e-6
 static double window_z(double s, double q, int64_t n) {
-    return n >= MIN_ACTIVE && q > 0.0 ? s / sqrt(0.5 * q) : 0.0;
+    return n >= MIN_ACTIVE && q >= Q_MIN ? s / sqrt(0.5 * q) : 0.0;
 }
 
 static double span_score(const grid *g, const pattern *p, int o, int ph, int64_t m0, int64_t m1) {
@@ -523,8 +524,8 @@ static void grid_fill(grid *g, const pattern *p, const float *pcm, int64_t n, in
     memset(g->active, 0, (size_t)cells);
     g->base = base, g->f0 = f0, g->f1 = f1;
     /* frame k is frame jf of block m at grid offset j when k = j + GRID_OFFSETS · m + jf */
-    for (int64_t k = GRID_OFFSETS * f0; k < GRID_OFFSETS * (f1 + 1) && base + k * HOP + N_FFT <= n;
-         k++) {
+    for (int64_t k = GRID_OFFSETS * f0;
+         k < GRID_OFFSETS * f1 + BLOCK_FRAMES - 1 && base + k * HOP + N_FFT <= n; k++) {
         const float *x = pcm + base + k * HOP;
         for (int i = 0; i < N_FFT; i++) g->in[i] = isfinite(x[i]) ? x[i] * g->win[i] : 0.0f;
         fftwf_execute(g->plan);
@@ -566,10 +567,10 @@ static int grid_at(grid *g, const pattern *p, const float *pcm, int64_t n, int o
 static int refine(grid *g, const pattern *p, const float *pcm, int64_t n, int o, int ph,
                   int64_t m0, int64_t m1) {
     int off = o * SUB;
-    double top = -INFINITY;
+    double top = span_score(g, p, grid_at(g, p, pcm, n, off, m0, m1), ph, m0, m1);
     for (int d = -SUB / 2; d <= SUB / 2; d += 2) {
         const int at = o * SUB + d;
-        if (at < 0 || at >= BLOCK) continue;
+        if (d == 0 || at < 0 || at >= BLOCK) continue;
         const double z = span_score(g, p, grid_at(g, p, pcm, n, at, m0, m1), ph, m0, m1);
         if (z > top) top = z, off = at;
     }
@@ -594,6 +595,16 @@ static void trim(const grid *g, const pattern *p, int o, int ph, int64_t *m0, in
     if (b1 - b0 >= MIN_ACTIVE) *m0 = b0, *m1 = b1;
 }
 
+/* Whether two windows' best trials (o · PERIOD + phase) are one mark: the same phase, grids at
+ * most a search step apart. The grid wraps: a block of offset BLOCK / SUB − 1 lies next to the
+ * following block of offset 0, whose pattern block is the same when the phase is one more. */
+static int same_mark(int a, int b) {
+    const int oa = a / PERIOD, ob = b / PERIOD, n = BLOCK / SUB;
+    if (a % PERIOD == b % PERIOD) return abs(oa - ob) <= 1;
+    return (oa == 0 && ob == n - 1 && b % PERIOD == (a % PERIOD + 1) % PERIOD) ||
+           (ob == 0 && oa == n - 1 && a % PERIOD == (b % PERIOD + 1) % PERIOD);
+}
+
 static void range_times(int off, int64_t m0, int64_t m1, double seconds, qv_watermark_range *r) {
     r->start_s = (double)(off + m0 * BLOCK) / QVA_SAMPLE_RATE_HZ;
     double end = (double)(off + m1 * BLOCK) / QVA_SAMPLE_RATE_HZ;
@@ -609,6 +620,7 @@ enum qv_status qv_watermark_detect(const float *pcm, int64_t n_samples, qv_water
     rep->struct_size = size;
     if (!pcm || n_samples < 0) return qvu_fail(QV_E_INVALID, "watermark: no samples");
     rep->seconds = (double)n_samples / QVA_SAMPLE_RATE_HZ;
+    rep->all.end_s = rep->seconds;
     grid g = {.n_blocks = n_samples / BLOCK, .base = -1};
     if (g.n_blocks < MIN_ACTIVE) return QV_OK; /* under 1.3 s: nothing to say */
     if ((uint64_t)g.n_blocks > SIZE_MAX / (GRID_OFFSETS * N_SLOTS * 3 * sizeof(float)))
@@ -663,9 +675,12 @@ enum qv_status qv_watermark_detect(const float *pcm, int64_t n_samples, qv_water
             continue;
         }
         /* A dip under Z_PRESENT shorter than a window (at the edge of a mark, the windows that
-         * still hold part of it) does not end the range. */
+         * still hold part of it) does not end the range, unless the windows after it are another
+         * mark: another pattern phase, or a grid more than a search step away (two outputs
+         * joined). */
         int64_t j = i, top = i, gap = 0;
         for (; j < n_win && gap < w; j++) {
+            if (best[j] >= Z_PRESENT && gap > 0 && !same_mark(best_at[j], best_at[top])) break;
             gap = best[j] >= Z_PRESENT ? 0 : gap + 1;
             if (best[j] > best[top]) top = j;
         }

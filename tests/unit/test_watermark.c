@@ -287,7 +287,8 @@ static void test_output_rate(void **state) {
     assert_true(score[1] > 0.8 * score[0]);
 }
 
-/* 10 s unmarked, 20 s marked, 10 s unmarked: one range, about where the marked part is. */
+/* 10 s unmarked, 20 s marked, 10 s unmarked: one range, about where the marked part is; two
+ * outputs joined: two ranges, one payload each. */
 static void test_concatenation(void **state) {
     (void)state;
     const int64_t n = 40 * SR;
@@ -305,6 +306,21 @@ static void test_concatenation(void **state) {
     assert_true(fabs(r.ranges[0].start_s - 10.0) <= 1.5);
     assert_true(fabs(r.ranges[0].end_s - 30.0) <= 1.5);
     assert_true(payload_found(&r));
+    /* two outputs joined, each marked on its own (the first 20.05 s long, so the second's grid
+     * is not the first's): two ranges, each with its own payload */
+    const int64_t n1 = 20 * SR + 1234, n2 = n - n1;
+    memcpy(y, g_speech, (size_t)(n1 + n2) * sizeof *y);
+    assert_int_equal(qv_watermark_mark(payload, y, n1), QV_OK);
+    assert_int_equal(qv_watermark_mark(payload ^ 0x00ff00ffu, y + n1, n2), QV_OK);
+    r = detect(y, n1 + n2);
+    for (int i = 0; i < r.n_ranges; i++)
+        printf("  joined: range %.2f - %.2f s, score %.2f, payload %s %08x\n", r.ranges[i].start_s,
+               r.ranges[i].end_s, r.ranges[i].score, r.ranges[i].payload_ok ? "ok" : "not found",
+               r.ranges[i].payload);
+    assert_int_equal(r.n_ranges, 2);
+    assert_true(r.ranges[0].payload_ok && r.ranges[0].payload == payload);
+    assert_true(r.ranges[1].payload_ok && r.ranges[1].payload == (payload ^ 0x00ff00ffu));
+    assert_true(fabs(r.ranges[0].end_s - 20.05) <= 1.5 && fabs(r.ranges[1].start_s - 20.05) <= 1.5);
     free(y);
 }
 
