@@ -637,34 +637,41 @@ enum qv_status qv_watermark_detect(const float *pcm, int64_t n_samples, qv_water
     const int64_t n_win = g.n_blocks - w + 1;
     double *best = calloc((size_t)n_win, sizeof *best);     /* per window start: best score */
     int *best_at = calloc((size_t)n_win, sizeof *best_at);  /* and its o·PERIOD + phase */
-    if (!p || !g.proj || !g.rel || !g.active || !g.plan || !best || !best_at) {
-        grid_free(&g), free(p), free(best), free(best_at);
+    double *vb = malloc((size_t)g.n_blocks * sizeof *vb);    /* one offset and phase's votes */
+    double *qb = malloc((size_t)g.n_blocks * sizeof *qb);    /* and their squared weights */
+    if (!p || !g.proj || !g.rel || !g.active || !g.plan || !best || !best_at || !vb || !qb) {
+        grid_free(&g), free(p), free(best), free(best_at), free(vb), free(qb);
         return qvu_failf(QV_E_NOMEM, "watermark: out of memory for %.1f s of audio", rep->seconds);
     }
     pattern_make(p);
     /* Sliding sums of votes, squared weights and active counts over w blocks, for every offset
-     * and phase; the whole input is scored as one span alongside. */
+     * and phase (each vote computed once); the whole input is scored as one span alongside. */
     int all_at = 0;
     rep->score_all = 0.0;
     for (int r = 0; r < PER_HOP; r++) {
         grid_fill(&g, p, pcm, n_samples, r * SUB, 0, g.n_blocks);
-        for (int j = 0; j < GRID_OFFSETS; j++)
+        for (int j = 0; j < GRID_OFFSETS; j++) {
+            const unsigned char *act = g.active + (int64_t)j * g.n_blocks;
+            double q_all = 0.0;
+            int64_t n_all = 0;
+            for (int64_t m = 0; m < g.n_blocks; m++) /* the weights do not depend on the phase */
+                qb[m] = vote_w2(&g, j, m), q_all += qb[m], n_all += act[m];
             for (int ph = 0; ph < PERIOD; ph++) {
                 const int at = (r + PER_HOP * j) * PERIOD + ph;
-                double s = 0.0, q = 0.0;
+                double s = 0.0, q = 0.0, s_all = 0.0;
                 int64_t n = 0;
-                const unsigned char *act = g.active + (int64_t)j * g.n_blocks;
                 for (int64_t m = 0; m < g.n_blocks; m++) {
-                    s += vote(&g, p, j, m, ph), q += vote_w2(&g, j, m), n += act[m];
-                    if (m >= w)
-                        s -= vote(&g, p, j, m - w, ph), q -= vote_w2(&g, j, m - w), n -= act[m - w];
+                    vb[m] = vote(&g, p, j, m, ph);
+                    s += vb[m], q += qb[m], n += act[m], s_all += vb[m];
+                    if (m >= w) s -= vb[m - w], q -= qb[m - w], n -= act[m - w];
                     if (m < w - 1) continue;
                     const double z = window_z(s, q, n);
                     if (z > best[m - w + 1]) best[m - w + 1] = z, best_at[m - w + 1] = at;
                 }
-                const double s_all = span_score(&g, p, j, ph, 0, g.n_blocks);
-                if (s_all > rep->score_all) rep->score_all = s_all, all_at = at;
+                const double z_all = window_z(s_all, q_all, n_all);
+                if (z_all > rep->score_all) rep->score_all = z_all, all_at = at;
             }
+        }
     }
     for (int64_t i = 0; i < n_win; i++)
         if (best[i] > rep->score) rep->score = best[i];
@@ -710,7 +717,7 @@ enum qv_status qv_watermark_detect(const float *pcm, int64_t n_samples, qv_water
     }
     rep->all.end_s = rep->seconds;
     rep->all.score = rep->score_all;
-    grid_free(&g), free(p), free(best), free(best_at);
+    grid_free(&g), free(p), free(best), free(best_at), free(vb), free(qb);
     return QV_OK;
 }
 
