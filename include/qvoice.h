@@ -766,7 +766,7 @@ qv_watermark_report qv_watermark_default_report(void);
 
 /* Looks for the mark in mono 24 kHz pcm: 27-block (2.9 s) windows every 107 ms block (the
  * whole input when shorter; under 1.3 s nothing is said), at block grids every 8 samples.
- * Allocates about 10 KB per second of input (the projections of every block at 10 of the 320
+ * Allocates about 14 KB per second of input (the projections of every block at 10 of the 320
  * grid offsets at a time). QV_OK (report filled), QV_E_ABI,
  * QV_E_INVALID (pcm NULL), QV_E_NOMEM, QV_E_LIMIT. */
 enum qv_status qv_watermark_detect(const float *pcm, int64_t n_samples, qv_watermark_report *r);

@@ -269,6 +269,8 @@ int main(int argc, char **argv) {
                            out);
     const double t_mark = cpu_s() - t0;
     qv_watermark_free(w);
+    if (qv_watermark_mark(QV_WATERMARK_DEFAULT, a.samples, a.n_samples))
+        return fprintf(stderr, "%s\n", qv_last_error()), 1;
     qv_watermark_report r = qv_watermark_default_report();
     t0 = cpu_s();
     if (qv_watermark_detect(a.samples, a.n_samples, &r)) return fprintf(stderr, "%s\n", qv_last_error()), 1;
