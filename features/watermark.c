@@ -89,7 +89,8 @@ _Static_assert(QV_WATERMARK_DELAY == BLOCK, "the public delay is one block");
 #define SUB 8
 #define PER_HOP (HOP / SUB)
 #define WINDOW_BLOCKS 27   /* the blocks a 3 s excerpt holds whole at any offset */
-#define CHASE_BITS 3      /* payload bits the decoder may flip to meet the CRC */
+#define CHASE_BITS 4      /* the least sure payload bits the decoder may flip to meet the CRC, */
+#define CHASE_FLIPS 2     /* at most this many of them at once: 11 words tried */
 #define MIN_ACTIVE 12      /* scored blocks (1.3 s) a window needs before it says anything */
 /* Presence: the best of BLOCK / SUB × PERIOD = 320 × 48 = 15,360 scores, each about N(0, 1) for unmarked
  * audio (docs/provenance.md: the false-positive runs); marked speech scores 8 or more, after
@@ -499,9 +500,11 @@ static double span_score(const grid *g, const pattern *p, int o, int ph, int64_t
 
 /* The payload of blocks [m0, m1) at offset o and phase ph: each coded bit from the sum of its
  * blocks' payload-slot cosines (+: 0, −: 1). Accepted when the CRC-16 matches, trying the
- * hard decision and the flips of its CHASE_BITS least sure bits (Chase decoding): a wrong
- * word then passes with probability 2^CHASE_BITS / 2^16 = 1.2e-4, and only where the mark is
- * present. payload_score: the smallest |soft sum| of the accepted word's unflipped bits. */
+ * hard decision and the flips of one or two of its CHASE_BITS least sure bits (Chase decoding):
+ * a wrong word then passes with probability 11 / 2^16 = 1.7e-4, and only where the mark is
+ * present. (A single wrong bit is often the 4th least sure after MP3; flipping all 16 subsets
+ * would double the chance of a wrong word for little more.) payload_score: the smallest |soft
+ * sum| of the accepted word's unflipped bits. */
 static void decode(const grid *g, const pattern *p, int o, int ph, int64_t m0, int64_t m1,
                    qv_watermark_range *r) {
     double soft[N_CODED] = {0};
@@ -523,6 +526,9 @@ static void decode(const grid *g, const pattern *p, int o, int ph, int64_t m0, i
     }
     r->payload_ok = 0, r->payload = 0, r->payload_score = 0.0;
     for (int f = 0; f < 1 << CHASE_BITS; f++) {
+        int flips = 0;
+        for (int w = 0; w < CHASE_BITS; w++) flips += f >> w & 1;
+        if (flips > CHASE_FLIPS) continue;
         uint64_t c = word;
         for (int w = 0; w < CHASE_BITS; w++)
             if (f >> w & 1) c ^= 1ull << (N_CODED - 1 - weak[w]);
@@ -735,7 +741,7 @@ enum qv_status qv_watermark_detect(const float *pcm, int64_t n_samples, qv_water
     }
     rep->present = rep->n_ranges > 0 || rep->ranges_dropped > 0 || rep->score_all >= Z_PRESENT;
     /* The whole input as one range: decoded only where a mark is present, so that unmarked audio
-     * never shows a payload (a CRC passes by chance 1 time in 8,000). */
+     * never shows a payload (a CRC passes by chance 1 time in 6,000). */
     if (rep->present) {
         const int ph = all_at % PERIOD;
         const int off = refine(&g, p, pcm, n_samples, all_at / PERIOD, ph, 0, g.n_blocks);

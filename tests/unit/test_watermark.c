@@ -8,7 +8,7 @@
  * (asserted at issue 28's goals: 99 % and 100 %), and after noise
  * at 20 dB SNR, MP3 64 kbit/s and Opus 32 kbit/s (lame, opusenc from scripts/deps.sh: printed,
  * the goals are not met there, see docs/provenance.md; the whole 60 s after MP3 and after noise
- * must be found with its payload); the encoder's 16 kHz output (marked at 24 kHz, then resampled) is found
+ * must be found with its payload, and every 10 s excerpt's payload after MP3); the encoder's 16 kHz output (marked at 24 kHz, then resampled) is found
  * by voicefmt detect with its payload; a marked stretch between unmarked audio
  * is reported where it is; no window of unmarked audio (espeak-ng speech of 6 voices reading
  * fixed texts, as spoken and after MP3 64 kbit/s, cached under build/; the clips, also after MP3
@@ -153,8 +153,9 @@ static void test_mark_level(void **state) {
 }
 
 /* Shares of 3 s excerpts (every 1 s) found marked and of 10 s excerpts (every 2 s) found and
- * whose payload is recovered; printed, and asserted at the goals when strict. */
-static void excerpts(const float *x, int64_t n, const char *what, int strict) {
+ * whose payload is recovered; printed, and asserted at the goals when strict. Returns whether
+ * every 10 s payload was recovered. */
+static int excerpts(const float *x, int64_t n, const char *what, int strict) {
     int n3 = 0, found = 0, n10 = 0, found10 = 0, decoded = 0;
     double zmin = INFINITY;
     for (int64_t a = 0; a + 3 * SR <= n; a += SR, n3++) {
@@ -175,6 +176,7 @@ static void excerpts(const float *x, int64_t n, const char *what, int strict) {
         assert_true(found >= 0.99 * n3);
         assert_int_equal(decoded, n10);
     }
+    return decoded == n10;
 }
 
 static void test_transformations(void **state) {
@@ -244,7 +246,8 @@ static void test_codecs(void **state) {
     for (int i = 0; i < 4; i++) {
         int64_t n;
         float *x = load(tmp_path(files[i]), &n);
-        if (i < 2) excerpts(x, n, what[i], 0);
+        /* MP3: every 10 s payload of the clips is recovered (26/26; espeak-ng's speech: 36/56) */
+        if (i < 2) assert_true(excerpts(x, n, what[i], 0) || i == 1);
         else assert_false(detect(x, n).present);
         if (i == 0) { /* MP3: the whole 60 s is found and carries the payload (score about 36) */
             qv_watermark_report r = detect(x, n);
