@@ -106,7 +106,7 @@ static uint64_t splitmix(uint64_t *s) {
     return z ^ (z >> 31);
 }
 
-/* Pair i (tiles pa[i], pb[i]) belongs to slot pslot[i] with chip psign[i] (the sign keyed); tile
+/* Pair i (tiles pa[i], pb[i]) belongs to slot pslot[i] with chip psign[i] (both keyed); tile
  * t moves with slot[t] by sign[t] (the pair's chip, negated on its second tile; 0 for frame 8);
  * dither[b][k] in [0, STEP) for block b % PERIOD and slot k. */
 typedef struct {

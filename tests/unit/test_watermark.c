@@ -246,10 +246,11 @@ static void test_codecs(void **state) {
     for (int i = 0; i < 4; i++) {
         int64_t n;
         float *x = load(tmp_path(files[i]), &n);
-        /* MP3: every 10 s payload of the clips is recovered (26/26; espeak-ng's speech: 36/56) */
-        if (i < 2) assert_true(excerpts(x, n, what[i], 0) || i == 1);
-        else assert_false(detect(x, n).present);
-        if (i == 0) { /* MP3: the whole 60 s is found and carries the payload (score about 36) */
+        const int every_payload = i < 2 ? excerpts(x, n, what[i], 0) : 0;
+        if (i >= 2) assert_false(detect(x, n).present);
+        if (i == 0) { /* MP3: every 10 s payload of the clips is recovered (26/26; espeak-ng's
+                       * speech: 36/56), the whole 60 s is found with it (score about 36) */
+            assert_true(every_payload);
             qv_watermark_report r = detect(x, n);
             assert_true(r.score_all >= 3.0 * QV_WATERMARK_PRESENT);
             assert_true(r.all.payload_ok && r.all.payload == payload);
