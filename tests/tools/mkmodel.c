@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -718,14 +719,30 @@ static void *fill_worker(void *arg) {
     return NULL;
 }
 
+/* Refuses before writing when the file system holding path has less than n bytes free: the file
+ * is sized first and filled later, so a full disk would otherwise fail only gigabytes in. */
+static void need_space(const char *path, uint64_t n) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = 0;
+    struct statvfs v;
+    if (statvfs(slash ? dir : ".", &v) != 0) return; /* open_atomic reports a missing directory */
+    const uint64_t avail = (uint64_t)v.f_bavail * v.f_frsize;
+    if (avail < n)
+        die("%s: needs %.2f GB, only %.2f GB free on its file system", path, (double)n / 1e9,
+            (double)avail / 1e9);
+}
+
 /* Writes one safetensors file atomically; returns total bytes. */
 static uint64_t write_safetensors(gen_job *job, const char *path, int n_threads) {
     size_t hlen;
     uint64_t data_bytes;
     char *header = build_header(&job->list, &hlen, &data_bytes);
+    uint64_t total = 8 + hlen + data_bytes;
+    need_space(path, total);
     qvu_wfile *w = open_atomic(path);
     int fd = qvu_wfile_fd(w);
-    uint64_t total = 8 + hlen + data_bytes;
     if (ftruncate(fd, (off_t)total) != 0) die("%s: cannot size to %" PRIu64 " bytes (%s)", path, total, strerror(errno));
     unsigned char len8[8];
     for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)hlen >> (8 * i));
