@@ -10,10 +10,10 @@
  * the goals are not met there, see docs/provenance.md; the whole 60 s after MP3 and after noise
  * must be found with its payload, and every 10 s excerpt's payload after MP3); the encoder's 16 kHz output (marked at 24 kHz, then resampled) is found
  * by voicefmt detect with its payload; a marked stretch between unmarked audio
- * is reported where it is; no window of unmarked audio (espeak-ng speech of 6 voices reading
- * fixed texts, as spoken and after MP3 64 kbit/s, cached under build/; the clips, also after MP3
- * and Opus; noise, tones, sweeps, chords; over 30,000 3 s windows) is found marked; bad arguments
- * are refused. */
+ * is reported where it is; of unmarked audio (espeak-ng speech of 6 voices reading fixed texts,
+ * as spoken and after MP3 64 kbit/s, cached under build/; the clips, also after MP3 and Opus;
+ * noise, tones, sweeps, chords; over 30,000 3 s windows) no input is found as a whole and at most
+ * 1 window in 10,000 (issue 28's bound); bad arguments are refused. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -330,24 +330,35 @@ static void test_concatenation(void **state) {
 }
 
 /* Unmarked audio of many kinds, as one long signal per kind: the detector scores every 3 s
- * window (one every 107 ms block) and none may reach presence. The espeak-ng speech is made
- * once into build/test_watermark/ (the test runs from the repo root; remove the directory to
- * remake it). */
-static int64_t null_run(const float *x, int64_t n, const char *what, double *zmax) {
+ * window (one every 107 ms block). Issue 28 allows 1 window in 10,000 found: the windows in and
+ * around a range found are detected one by one and counted; the whole input must not be found.
+ * The espeak-ng speech is made once into build/test_watermark/ (the test runs from the repo
+ * root; remove the directory to remake it). */
+typedef struct {
+    int64_t windows, found;
+    double zmax;
+} null_tally;
+
+static void null_run(const float *x, int64_t n, const char *what, null_tally *t) {
     qv_watermark_report r = detect(x, n);
-    int64_t windows = n / QV_WATERMARK_DELAY - 26;
-    printf("  %-34s %6.0f s, %5lld windows: best %5.2f%s\n", what, (double)n / SR,
-           (long long)(windows > 0 ? windows : 0), r.score, r.present ? " FOUND" : "");
-    assert_false(r.present);
-    if (r.score > *zmax) *zmax = r.score;
-    return windows > 0 ? windows : 0;
+    const int64_t windows = n / QV_WATERMARK_DELAY - 26, w = 3 * SR;
+    int64_t found = 0;
+    for (int i = 0; i < r.n_ranges; i++)
+        for (int64_t a = (int64_t)((r.ranges[i].start_s - 3.0) * SR);
+             a + w <= (int64_t)((r.ranges[i].end_s + 3.0) * SR); a += QV_WATERMARK_DELAY)
+            if (a >= 0 && a + w <= n) found += detect(x + a, w).present;
+    printf("  %-34s %6.0f s, %5lld windows: best %5.2f, %lld found\n", what, (double)n / SR,
+           (long long)(windows > 0 ? windows : 0), r.score, (long long)found);
+    assert_true(r.score_all < QV_WATERMARK_PRESENT);
+    assert_int_equal(r.ranges_dropped, 0);
+    if (r.score > t->zmax) t->zmax = r.score;
+    t->windows += windows > 0 ? windows : 0, t->found += found;
 }
 
 static void test_false_positives(void **state) {
     (void)state;
     static const char *const voices[] = {"en-us", "en+f3", "de", "fr+m3", "es+f2", "it"};
-    int64_t windows = 0;
-    double zmax = 0.0;
+    null_tally nt = {0};
     if (sh("command -v espeak-ng >/dev/null") == 0) {
         assert_int_equal(sh("mkdir -p build/test_watermark"), 0);
         for (int v = 0; v < 6; v++) {
@@ -363,7 +374,7 @@ static void test_false_positives(void **state) {
             snprintf(what, sizeof what, "espeak-ng %s", voices[v]);
             int64_t n;
             float *x = load(path, &n);
-            windows += null_run(x, n, what, &zmax);
+            null_run(x, n, what, &nt);
             free(x);
             /* the same speech after MP3 64 kbit/s: a codec's frames must not look like a mark */
             if (sh("command -v lame >/dev/null") != 0) continue;
@@ -373,13 +384,13 @@ static void test_false_positives(void **state) {
             snprintf(path, sizeof path, "build/test_watermark/%d.mp3", v);
             snprintf(what, sizeof what, "espeak-ng %s, MP3 64 kbit/s", voices[v]);
             x = load(path, &n);
-            windows += null_run(x, n, what, &zmax);
+            null_run(x, n, what, &nt);
             free(x);
         }
     } else {
         printf("  espeak-ng missing (scripts/deps.sh installs it): its speech is left out\n");
     }
-    windows += null_run(g_speech, g_n, "the bundled clips", &zmax);
+    null_run(g_speech, g_n, "the bundled clips", &nt);
     const int64_t n = 120 * SR;
     float *y = malloc((size_t)n * sizeof *y);
     assert_non_null(y);
@@ -387,16 +398,16 @@ static void test_false_positives(void **state) {
     for (int64_t i = 0; i < n; i++)
         y[i] = (float)(0.1 * ((double)((s = s * 6364136223846793005ull + 1) >> 11) * 0x1.0p-53 -
                               0.5));
-    windows += null_run(y, n, "white noise", &zmax);
+    null_run(y, n, "white noise", &nt);
     for (int64_t i = 0; i < n; i++)
         y[i] = (float)(0.2 * sin(2.0 * M_PI * 1000.0 * i / SR) +
                        0.1 * sin(2.0 * M_PI * 2637.0 * i / SR));
-    windows += null_run(y, n, "tones 1000 + 2637 Hz", &zmax);
+    null_run(y, n, "tones 1000 + 2637 Hz", &nt);
     for (int64_t i = 0; i < n; i++) {
         double t = (double)(i % (30 * SR)) / SR;
         y[i] = (float)(0.3 * sin(2.0 * M_PI * (200.0 * t + 100.0 * t * t)));
     }
-    windows += null_run(y, n, "sweeps 200 Hz - 6.2 kHz", &zmax);
+    null_run(y, n, "sweeps 200 Hz - 6.2 kHz", &nt);
     for (int64_t i = 0; i < n; i++) { /* a chord of 3 harmonic notes, changing every 0.5 s */
         static const double root[] = {220.0, 246.9, 261.6, 293.7, 329.6, 349.2, 392.0};
         double f0 = root[(i / (SR / 2)) % 7], v = 0.0, t = (double)i / SR;
@@ -405,11 +416,12 @@ static void test_false_positives(void **state) {
                   sin(2 * M_PI * f0 * 1.5 * k * t)) / (k * 10.0);
         y[i] = (float)v;
     }
-    windows += null_run(y, n, "chords", &zmax);
+    null_run(y, n, "chords", &nt);
     free(y);
-    printf("  %lld 3 s windows of unmarked audio, none found; best score %.2f (presence 6.0)\n",
-           (long long)windows, zmax);
-    if (sh("command -v espeak-ng >/dev/null") == 0) assert_true(windows >= 10000);
+    printf("  %lld 3 s windows of unmarked audio, %lld found; best score %.2f (presence 6.0)\n",
+           (long long)nt.windows, (long long)nt.found, nt.zmax);
+    assert_true(nt.found * 10000 <= nt.windows);
+    if (sh("command -v espeak-ng >/dev/null") == 0) assert_true(nt.windows >= 10000);
 }
 
 static void test_arguments(void **state) {
