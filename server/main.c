@@ -20,6 +20,7 @@
 #define TOOL "qvoice-server"
 #define EXIT_USAGE 2
 #define MAX_MODELS 8
+#define MAX_TRUSTED 64
 /* in-flight requests finish within this after SIGTERM (longer in a sanitizer build, which runs
  * them several times slower: the drain test checks they end in full) */
 #define DRAIN_SECONDS (60 * QVU_SLOWDOWN)
@@ -36,7 +37,8 @@ static void usage(const qv_server_config *d) {
            "                  [--timeout S] [--receive-timeout S] [--max-connections N]\n"
            "                  [--max-connections-per-ip N] [--probe-listen HOST:PORT]\n"
            "                  [--max-voices N] [--max-library-mb N] [--no-studio]\n"
-           "                  [--no-watermark]\n"
+           "                  [--no-watermark] [--sign-key KEY.pem [--signer NAME]]\n"
+           "                  [--trusted PUB.pem...]\n"
            "                  [--ref-audio-dir DIR] [--ref-cache-mb N]\n"
            "    qvoice-server --help | --version\n"
            "\n"
@@ -100,6 +102,13 @@ static void usage(const qv_server_config *d) {
            "    -S, --no-studio         do not serve the studio page (GET / answers 404)\n"
            "    -W, --no-watermark      audio without the inaudible mark that tells it is synthetic\n"
            "                            (docs/provenance.md; default: marked)\n"
+           "    -K, --sign-key KEY.pem  sign the voices the server makes (cloned from audio, or an\n"
+           "                            upload whose name, consent or description it rewrote)\n"
+           "                            with this Ed25519 private key (voicefmt keygen)\n"
+           "    -G, --signer NAME       the signer name in those signatures\n"
+           "    -t, --trusted PUB.pem   take .qvoice uploads only when signed by this public key\n"
+           "                            (repeatable: any of them; default: signed or not). A\n"
+           "                            signature that does not verify is refused either way\n"
            "    -h, --help              this text\n"
            "    -V, --version           version\n"
            "\n"
@@ -169,6 +178,8 @@ static const struct option opts[] = {
     {"probe-listen", required_argument, 0, 'p'}, {"max-voices", required_argument, 0, 'N'},
     {"max-library-mb", required_argument, 0, 'L'}, {"no-studio", no_argument, 0, 'S'},
     {"no-watermark", no_argument, 0, 'W'},
+    {"sign-key", required_argument, 0, 'K'},    {"signer", required_argument, 0, 'G'},
+    {"trusted", required_argument, 0, 't'},
     {"ref-audio-dir", required_argument, 0, 'r'},
     {"ref-audio-urls", required_argument, 0, 'U'}, {"ref-cache-mb", required_argument, 0, 'e'},
     {"help", no_argument, 0, 'h'},
@@ -226,10 +237,11 @@ static int limit_option(int o, const char *arg, qv_server_config *c) {
 
 /* The command line into c (its models in models): -1 to serve, else the exit status (help,
  * version, usage error). */
-static int parse_options(int argc, char **argv, qv_server_config *c, const char **models) {
+static int parse_options(int argc, char **argv, qv_server_config *c, const char **models,
+                         const char **trusted) {
     int o, rc;
     opterr = 0;
-    while ((o = getopt_long(argc, argv, ":m:v:c:l:k:j:C:q:B:Q:s:n:u:T:R:M:P:p:N:L:SWr:U:e:hV", opts,
+    while ((o = getopt_long(argc, argv, ":m:v:c:l:k:j:C:q:B:Q:s:n:u:T:R:M:P:p:N:L:SWK:G:t:r:U:e:hV", opts,
                             NULL)) != -1) {
         if ((rc = limit_option(o, optarg, c)) >= 0) {
             if (rc) return rc;
@@ -254,6 +266,13 @@ static int parse_options(int argc, char **argv, qv_server_config *c, const char 
         case 'p': c->probe_listen = optarg; break;
         case 'S': c->no_studio = 1; break;
         case 'W': c->no_watermark = 1; break;
+        case 'K': c->sign_key = optarg; break;
+        case 'G': c->signer = optarg; break;
+        case 't':
+            if (c->n_trusted_keys == MAX_TRUSTED)
+                return usage_error("--trusted: at most %s keys", "64");
+            trusted[c->n_trusted_keys++] = optarg;
+            break;
         case 'h': usage(c); return 0;
         case 'V': printf(TOOL " %s\n", qv_version()); return 0;
         case ':': return usage_error("%s needs an argument", argv[optind - 1]);
@@ -263,7 +282,9 @@ static int parse_options(int argc, char **argv, qv_server_config *c, const char 
     if (optind < argc) return usage_error("unexpected argument '%s'", argv[optind]);
     if (!c->n_models) return usage_error("%s", "-m/--model DIR is required");
     if (!c->voices_dir) return usage_error("%s", "--voices DIR is required");
+    if (c->signer && !c->sign_key) return usage_error("%s", "--signer needs --sign-key");
     c->model_dirs = models;
+    c->trusted_keys = trusted;
     c->log = log_line;
     return -1;
 }
@@ -315,7 +336,7 @@ int main(int argc, char **argv) {
     mallopt(M_MMAP_THRESHOLD, 128 * 1024);
 #endif
     qv_server_config c = qv_server_default_config();
-    const char *models[MAX_MODELS];
-    int rc = parse_options(argc, argv, &c, models);
+    const char *models[MAX_MODELS], *trusted[MAX_TRUSTED];
+    int rc = parse_options(argc, argv, &c, models, trusted);
     return rc >= 0 ? rc : serve(&c);
 }

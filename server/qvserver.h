@@ -61,6 +61,11 @@ typedef struct {
                                     /ready and /metrics with a budget of its own, answerable
                                     while listen's connections are all taken; NULL: none */
     int no_studio;               /* 1: no studio page (GET / and /studio/ answer 404) */
+    const char *sign_key;        /* private Ed25519 key (PEM): the voices the server makes (cloned,
+                                    or an upload it rewrote) are signed with it; NULL: unsigned */
+    const char *signer;          /* the signer name those signatures carry; NULL: none */
+    const char *const *trusted_keys; /* public keys (PEM): a .qvoice upload must carry a valid */
+    int n_trusted_keys;              /* signature by one of them; 0: signed or not */
     void (*log)(void *user, const char *line); /* one line, no newline; NULL: silent */
     void *log_user;
 } qv_server_config;

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "server/server_impl.h"
+#include "voicefmt/qvf.h"
 
 static void mhd_log(void *cls, const char *fmt, va_list ap) {
     qv_server *s = cls;
@@ -613,13 +614,31 @@ static int start_daemon(qv_server *s, struct MHD_Daemon **d, int *port, const ch
     return 0;
 }
 
+/* The signing key and the trusted public keys of c, each named in err when it cannot be
+ * loaded. 0 or -1. */
+static int load_signing(qv_server *s, const qv_server_config *c, char *err, size_t es) {
+    uint8_t pub[32];
+    if (c->sign_key && qvf_key_load(c->sign_key, 1, &s->sign_key, pub, err, es)) return -1;
+    if (c->n_trusted_keys > 0 &&
+        !(s->trusted = calloc((size_t)c->n_trusted_keys, sizeof *s->trusted))) {
+        snprintf(err, es, "server: out of memory");
+        return -1;
+    }
+    for (int i = 0; i < c->n_trusted_keys; i++) {
+        void *k = NULL;
+        if (qvf_key_load(c->trusted_keys[i], 0, &k, s->trusted[i], err, es)) return -1;
+        qvf_key_free(k);
+    }
+    return 0;
+}
+
 enum qv_status qv_server_start(qv_server **out, const qv_server_config *c, char *err, size_t es) {
     *out = NULL;
     if (!c->voices_dir || c->max_concurrency < 1 || c->max_queue < 0 || c->batch_streams < 0 ||
         c->batch_streams > QV_BATCH_MAX_STREAMS || c->max_text_chars < 1 || c->max_upload_mb < 1 ||
         c->timeout_s < 1 || c->max_seconds < 0 || c->receive_s < 1 || c->max_voices < 0 ||
         c->max_library_mb < 0 || c->ref_cache_mb < 0 || c->max_connections < 1 ||
-        c->max_connections_per_ip < 1) {
+        c->max_connections_per_ip < 1 || c->n_trusted_keys < 0) {
         snprintf(err, es, "server: invalid configuration (voices dir, limits)");
         return QV_E_INVALID;
     }
@@ -641,6 +660,7 @@ enum qv_status qv_server_start(qv_server **out, const qv_server_config *c, char 
     }
     qvs_voices_clean(s->voices_dir);
     if (c->api_key_file && read_keys(s, c->api_key_file, err, es)) goto fail;
+    if (load_signing(s, c, err, es)) goto fail;
     if (qvs_library_open(s, err, es)) goto fail;
     s->n_threads = qv_threads_resolve(c->n_threads);
     if (c->clone_model_dir &&
@@ -742,6 +762,8 @@ void qv_server_free(qv_server *s) {
         free(s->keys[i].key);
     }
     free(s->keys);
+    qvf_key_free(s->sign_key);
+    free(s->trusted);
     qvs_library_free(s);
     free(s->voices_dir);
     pthread_cond_destroy(&s->cv);

@@ -123,6 +123,8 @@ struct qv_server {
     char *voices_dir;
     api_key *keys; /* accepted bearer keys */
     int n_keys;
+    void *sign_key;          /* cfg.sign_key loaded (qvf_key_load), or NULL */
+    uint8_t (*trusted)[32];  /* cfg.trusted_keys' raw public keys */
     struct library *lib;
     struct refcache *refs; /* refcache.c */
     int n_threads;

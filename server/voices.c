@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "server/server_impl.h"
@@ -298,13 +299,24 @@ static const char *field(struct upload *u, int f) {
 }
 
 /* Puts the finished voice file src into the library (qvs_library_add) and removes src; replies
- * with its description and the report. */
+ * with its description and the report. made: the server made the file (cloned it, or rewrote an
+ * upload), so it signs it with its key, when it has one. */
 static enum MHD_Result store(qv_server *s, struct MHD_Connection *c, req *q, const char *src,
-                             const char *name, cJSON *report) {
+                             const char *name, cJSON *report, int made) {
     char id[65], replaced[65], why[256], err[512];
     size_t n;
     char *b = qvu_read_file(src, (size_t)s->cfg.max_upload_mb << 21, &n, err, sizeof err);
     unlink(src);
+    void *sig = NULL;
+    size_t n_sig;
+    if (b && made && s->sign_key &&
+        qvf_sign(b, n, src, s->sign_key, s->cfg.signer ? s->cfg.signer : "", (uint64_t)time(NULL),
+                 &sig, &n_sig, err, sizeof err)) {
+        free(b);
+        cJSON_Delete(report);
+        return qvs_reply_error(c, q, 500, "server_error", "io_error", NULL, "%s", err);
+    }
+    if (sig) free(b), b = sig, n = n_sig;
     cJSON *o = NULL;
     int st = b ? qvs_library_add(s, q->key, (const uint8_t *)b, n, name, id, replaced, &o, why,
                                  sizeof why)
@@ -335,6 +347,37 @@ static const char *without_path(const char *err, const char *path) {
     return !strncmp(err, path, n) && !strncmp(err + n, ": ", 2) ? err + n + 2 : err;
 }
 
+/* An uploaded voice file's signature: one that does not verify (an edit after signing) is
+ * refused, and with trusted keys so is a file not signed by one of them. 1 with *reply set when
+ * refused. */
+static int signature_refused(qv_server *s, struct MHD_Connection *c, req *q, struct upload *u,
+                             const char *fname, enum MHD_Result *reply) {
+    char err[512];
+    size_t n;
+    qvf_signature sig;
+    char *b = qvu_read_file(u->tmp, (size_t)s->cfg.max_upload_mb << 21, &n, err, sizeof err);
+    int rc = b ? qvf_signature_read(b, n, fname, &sig, err, sizeof err) : -1;
+    free(b);
+    if (rc) {
+        *reply = qvs_reply_error(c, q, 400, "invalid_request_error", "invalid_signature",
+                                 "audio_sample", "%s", without_path(err, u->tmp));
+        return 1;
+    }
+    if (s->cfg.n_trusted_keys <= 0 || qvf_signature_trusted(&sig, s->trusted, s->cfg.n_trusted_keys))
+        return 0;
+    char id[17] = "";
+    for (int i = 0; sig.present && i < 8; i++) snprintf(id + 2 * i, 3, "%02x", sig.key_id[i]);
+    if (sig.present)
+        *reply = qvs_reply_error(c, q, 403, "invalid_request_error", "untrusted_signer",
+                                 "audio_sample", "%.128s: signed by key %s (signer \"%.64s\"), "
+                                 "not one of this server's trusted keys", fname, id, sig.signer);
+    else
+        *reply = qvs_reply_error(c, q, 403, "invalid_request_error", "untrusted_signer",
+                                 "audio_sample", "%.128s: not signed; this server takes voice "
+                                 "files signed by its trusted keys only", fname);
+    return 1;
+}
+
 /* An uploaded .qvoice: the structural check of qvf_read_file, then qv_voice_check against the
  * served models (it must fit one of them). name/consent from the form are written into META. */
 static enum MHD_Result store_qvoice(qv_server *s, struct MHD_Connection *c, req *q,
@@ -349,6 +392,11 @@ static enum MHD_Result store_qvoice(qv_server *s, struct MHD_Connection *c, req 
     if (qvf_read_file(u->tmp, 0, &v, err, sizeof err))
         return qvs_reply_error(c, q, 400, "invalid_request_error", "invalid_voice_file",
                                "audio_sample", "%.128s: %s", fname, without_path(err, u->tmp));
+    enum MHD_Result refused;
+    if (signature_refused(s, c, q, u, fname, &refused)) {
+        qvf_voice_free(v);
+        return refused;
+    }
     const char *meta_name = qvf_meta_get(v, "name");
     int finite = 1;
     for (uint32_t i = 0; i < v->enc_dim; i++)
@@ -410,7 +458,7 @@ static enum MHD_Result store_qvoice(qv_server *s, struct MHD_Connection *c, req 
         }
     }
     qvf_voice_free(v);
-    return store(s, c, q, out, name_copy[0] ? name_copy : NULL, report);
+    return store(s, c, q, out, name_copy[0] ? name_copy : NULL, report, rewrite);
 }
 
 /* The voice file at path gets vLLM-Omni's speaker_description in its META (rewritten
@@ -484,7 +532,7 @@ static enum MHD_Result clone_upload(qv_server *s, struct MHD_Connection *c, req 
     static const char *const internal[] = {"output", "audio", "model"}; /* server paths */
     for (int i = 0; i < 3; i++)
         cJSON_DeleteItemFromObjectCaseSensitive(rep, internal[i]);
-    return store(s, c, q, out, r.name, rep);
+    return store(s, c, q, out, r.name, rep, 1);
 }
 
 enum MHD_Result qvs_upload_finish(qv_server *s, struct MHD_Connection *c, req *q) {

@@ -1675,6 +1675,65 @@ static void test_clone_upload(void **state) {
     assert_int_equal(server_stop(&g_extra), 0);
 }
 
+/* Signed voices (issue 28). With --sign-key the voices the server makes are signed with it: a
+ * clone from audio, and an upload whose name it rewrote, downloaded, verify against its public
+ * key. With --trusted a .qvoice upload must carry a valid signature by a trusted key: an unsigned
+ * file and one signed by another key are refused (403, naming that signer); a trusted upload the
+ * server keeps as it is keeps its signer. A key file that cannot be read stops the start. */
+static void upload_id(char id[65]) {
+    cJSON *o = cJSON_Parse(g_body + 4);
+    const char *v = cJSON_GetStringValue(cJSON_GetObjectItem(o, "id"));
+    snprintf(id, 65, "%s", v ? v : "");
+    cJSON_Delete(o);
+}
+
+static void verify_download(const char *id, const char *pub, const char *signer) {
+    assert_int_equal(curl(&g_extra, tmp_path("signed.qvoice"),
+                          "'SRV/v1/audio/voices/%s?download=1'", id), 200);
+    assert_int_equal(sh("bin/voicefmt verify --trusted %s %s > %s 2>&1", pub,
+                        tmp_path("signed.qvoice"), tmp_path("verify.txt")), 0);
+    assert_true(file_has(tmp_path("verify.txt"), signer));
+}
+
+static void test_signed_voices(void **state) {
+    (void)state;
+    const char *d = tmp_dir;
+    char args[4096], id[65];
+    assert_int_equal(sh("for k in srv alice mallory; do bin/voicefmt keygen -o %s/$k >/dev/null "
+                        "|| exit 1; done", d), 0);
+    assert_int_equal(sh("bin/voicefmt sign --key %s/alice.pem --signer alice -o %s/alice.qvoice "
+                        "%s && bin/voicefmt sign --key %s/mallory.pem --signer mallory -o "
+                        "%s/mallory.qvoice %s", d, d, g_voice, d, d, g_voice), 0);
+    snprintf(args, sizeof args, "-m %s --voices %s/signed --clone-model %s --sign-key %s/srv.pem "
+             "--signer 'test server' --trusted %s/alice.pub.pem", g_cv, d, g_base, d, d);
+    assert_int_equal(server_start(&g_extra, "signed", args), 0);
+    assert_int_equal(py(&g_extra, "upload %s name=clip consent=yes language=english", CLIP), 0);
+    assert_true(!strncmp(g_body, "200 ", 4));
+    upload_id(id);
+    verify_download(id, tmp_path("srv.pub.pem"), "test server");
+    assert_int_equal(py(&g_extra, "upload %s consent=yes", g_voice), 0);
+    assert_true(!strncmp(g_body, "403 ", 4) && strstr(g_body, "untrusted_signer") &&
+                strstr(g_body, "not signed"));
+    assert_int_equal(py(&g_extra, "upload %s/mallory.qvoice consent=yes", d), 0);
+    assert_true(!strncmp(g_body, "403 ", 4) && strstr(g_body, "untrusted_signer") &&
+                strstr(g_body, "mallory"));
+    assert_int_equal(py(&g_extra, "upload %s/alice.qvoice consent=yes", d), 0); /* kept as is */
+    assert_true(!strncmp(g_body, "200 ", 4));
+    upload_id(id);
+    verify_download(id, tmp_path("alice.pub.pem"), "alice");
+    assert_int_equal(py(&g_extra, "upload %s/alice.qvoice name=renamed consent=yes", d), 0);
+    assert_true(!strncmp(g_body, "200 ", 4)); /* rewritten: now the server's */
+    upload_id(id);
+    verify_download(id, tmp_path("srv.pub.pem"), "test server");
+    assert_int_equal(sh("bin/voicefmt verify --trusted %s/alice.pub.pem %s >/dev/null 2>&1", d,
+                        tmp_path("signed.qvoice")), 1);
+    assert_int_equal(server_stop(&g_extra), 0);
+    /* a key that cannot be used: the server does not start, and says which file */
+    assert_int_equal(sh("bin/qvoice-server -m %s --voices %s/signed --sign-key %s/alice.pub.pem "
+                        "> %s 2>&1", g_cv, d, d, tmp_path("badkey.txt")), 1);
+    assert_true(file_has(tmp_path("badkey.txt"), "alice.pub.pem: not an Ed25519 private key"));
+}
+
 /* Eight clone uploads at once, five rounds, on four slots and one cloner (what make tsan and
  * make asan run for races and memory errors): each is answered 200, its voice named "" when the
  * form gives no name (it was the upload's temporary name), and the library holds one file per
@@ -1908,5 +1967,5 @@ QVT_MAIN(group_setup, group_teardown, test_routes, test_speech_bad_input,
          test_voices, test_slow_client, test_slow_attack, test_auth, test_key_owners, test_library,
          test_textside, test_textside_shared,
          test_metrics, test_speech, test_sample_rate, test_aac, test_batch_and_speed, test_q4_streams, test_disconnect_and_limits,
-         test_drain_under_load, test_clone_upload, test_parallel_clones, test_ref_audio, test_scale_out,
+         test_drain_under_load, test_clone_upload, test_signed_voices, test_parallel_clones, test_ref_audio, test_scale_out,
          test_detect, test_log_escaped, test_no_leaks)
