@@ -27,6 +27,7 @@
 
 #include <cmocka.h>
 
+#include "tests/unit/helpers/qvf_sample.h"
 #include "tests/unit/helpers/server_proc.h"
 #include "tests/unit/helpers/models.h"
 #include "tests/unit/helpers/run.h"
@@ -1678,8 +1679,8 @@ static void test_clone_upload(void **state) {
 /* Signed voices (issue 28). With --sign-key the voices the server makes are signed with it: a
  * clone from audio, and an upload whose name it rewrote, downloaded, verify against its public
  * key. With --trusted a .qvoice upload must carry a valid signature by a trusted key: an unsigned
- * file and one signed by another key are refused (403, naming that signer); a trusted upload the
- * server keeps as it is keeps its signer. A key file that cannot be read stops the start. */
+ * file and one signed by another key are refused (403, naming that signer), one edited after
+ * signing too (400); a trusted upload the server keeps as it is keeps its signer. A key file that cannot be read stops the start. */
 static void upload_id(char id[65]) {
     cJSON *o = cJSON_Parse(g_body + 4);
     const char *v = cJSON_GetStringValue(cJSON_GetObjectItem(o, "id"));
@@ -1717,6 +1718,18 @@ static void test_signed_voices(void **state) {
     assert_int_equal(py(&g_extra, "upload %s/mallory.qvoice consent=yes", d), 0);
     assert_true(!strncmp(g_body, "403 ", 4) && strstr(g_body, "untrusted_signer") &&
                 strstr(g_body, "mallory"));
+    { /* alice's file edited after signing (its name), the CRCs made good again */
+        size_t n;
+        uint8_t *b = (uint8_t *)tmp_read(tmp_path("alice.qvoice"), &n);
+        uint8_t *at = memmem(b, n, "tiny", 4);
+        assert_non_null(at);
+        at[3] = 'z';
+        qvf_sample_fix_crcs(b, n);
+        tmp_write(tmp_path("edited.qvoice"), b, n);
+        free(b);
+    }
+    assert_int_equal(py(&g_extra, "upload %s/edited.qvoice consent=yes", d), 0);
+    assert_true(!strncmp(g_body, "400 ", 4) && strstr(g_body, "invalid_signature"));
     assert_int_equal(py(&g_extra, "upload %s/alice.qvoice consent=yes", d), 0); /* kept as is */
     assert_true(!strncmp(g_body, "200 ", 4));
     upload_id(id);

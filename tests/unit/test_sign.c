@@ -82,21 +82,6 @@ static void test_signed_reads_and_verifies(void **state) {
            g_n_plain, g_n_signed);
 }
 
-/* Recomputes every chunk CRC, as an attacker who edits a file would. */
-static void fix_crcs(uint8_t *b, size_t n) {
-    qvf_chunk_info ch[64];
-    int nc = 0;
-    char err[512];
-    uint32_t c0 = qvf_crc32c(0, b, 12);
-    memcpy(b + 12, &c0, 4);
-    if (qvf_list_chunks(b, n, "t", ch, 64, &nc, err, sizeof err)) return; /* framing caught it */
-    for (int i = 0; i < nc && i < 64; i++) {
-        uint8_t *h = b + ch[i].offset;
-        uint32_t c = qvf_crc32c(0, h, 16 + (size_t)ch[i].payload_bytes);
-        memcpy(h + 16 + ch[i].payload_bytes, &c, 4); /* little-endian host */
-    }
-}
-
 static void test_every_edit_is_caught(void **state) {
     (void)state;
     qvf_chunk_info ch[64];
@@ -115,7 +100,7 @@ static void test_every_edit_is_caught(void **state) {
         for (int j = 0; j < n_at; j++) {
             memcpy(b, g_signed, g_n_signed);
             b[at[j]] ^= 0x01;
-            fix_crcs(b, g_n_signed);
+            qvf_sample_fix_crcs(b, g_n_signed);
             qvf_signature sig;
             int rc = sig_of(b, g_n_signed, &sig);
             if (rc == 0) fail_msg("edit at byte %llu of chunk %s not caught",
@@ -127,7 +112,7 @@ static void test_every_edit_is_caught(void **state) {
     for (size_t off = 8; off < 12; off++) {
         memcpy(b, g_signed, g_n_signed);
         b[off] ^= 0x80;
-        fix_crcs(b, g_n_signed);
+        qvf_sample_fix_crcs(b, g_n_signed);
         qvf_signature sig;
         assert_int_not_equal(sig_of(b, g_n_signed, &sig), 0);
         n_edits++;
@@ -138,7 +123,7 @@ static void test_every_edit_is_caught(void **state) {
 
 /* Bytes of the signed file flipped one at a time, CRCs recomputed: the result never verifies as
  * signed. Every byte of the file header, each chunk header, CRC padding, META and SIGN; every
- * 61st byte of the larger payloads (tensors). The CRC fields themselves are not edits (fix_crcs
+ * 61st byte of the larger payloads (tensors). The CRC fields themselves are not edits (qvf_sample_fix_crcs
  * writes them back). An edit of SIGN's tag leaves an unknown ancillary chunk: the file then reads
  * as unsigned (as one whose signature was dropped), which a check for a trusted signer refuses. */
 static void test_every_byte_flipped(void **state) {
@@ -162,7 +147,7 @@ static void test_every_byte_flipped(void **state) {
         if (skip[off]) continue;
         memcpy(b, g_signed, g_n_signed);
         b[off] ^= 0x01;
-        fix_crcs(b, g_n_signed);
+        qvf_sample_fix_crcs(b, g_n_signed);
         qvf_signature sig;
         if (sig_of(b, g_n_signed, &sig) == 0 && sig.present && sig.valid)
             fail_msg("byte %zu of %zu flipped: the signature still verifies", off, g_n_signed);

@@ -179,3 +179,17 @@ int qvf_sample_decode_all(const qvf_voice *v, char *err, size_t err_size) {
     }
     return rc;
 }
+
+void qvf_sample_fix_crcs(uint8_t *b, size_t n) {
+    qvf_chunk_info ch[64];
+    int nc = 0;
+    char err[512];
+    uint32_t c0 = qvf_crc32c(0, b, 12);
+    memcpy(b + 12, &c0, 4);
+    if (qvf_list_chunks(b, n, "t", ch, 64, &nc, err, sizeof err)) return;
+    for (int i = 0; i < nc && i < 64; i++) {
+        uint8_t *h = b + ch[i].offset;
+        uint32_t c = qvf_crc32c(0, h, 16 + (size_t)ch[i].payload_bytes);
+        memcpy(h + 16 + ch[i].payload_bytes, &c, 4); /* little-endian host */
+    }
+}

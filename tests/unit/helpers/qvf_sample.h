@@ -18,6 +18,9 @@ int qvf_sample_equal(const qvf_voice *a, const qvf_voice *b, int ids, char *why,
 /* Decodes every tensor of v over a zero target, as `voicefmt verify` does: 0, or the first
  * error code with err set. */
 int qvf_sample_decode_all(const qvf_voice *v, char *err, size_t err_size);
+/* Recomputes the header's and every chunk's CRC of the v4 file b, as an attacker who edits a
+ * file would (a file whose framing no longer parses keeps its CRCs). */
+void qvf_sample_fix_crcs(uint8_t *b, size_t n);
 /* Serialises v (version 3 or 4) into a malloc'd buffer; NULL on failure. */
 uint8_t *qvf_sample_serialize(const qvf_voice *v, int version, size_t *n_bytes);
 
