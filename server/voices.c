@@ -298,6 +298,12 @@ static const char *field(struct upload *u, int f) {
     return (const char *)u->field[f].p;
 }
 
+/* err without its leading "PATH: " (the client knows the file by its own name). */
+static const char *without_path(const char *err, const char *path) {
+    size_t n = strlen(path);
+    return !strncmp(err, path, n) && !strncmp(err + n, ": ", 2) ? err + n + 2 : err;
+}
+
 /* Puts the finished voice file src into the library (qvs_library_add) and removes src; replies
  * with its description and the report. made: the server made the file (cloned it, or rewrote an
  * upload), so it signs it with its key, when it has one. */
@@ -314,7 +320,8 @@ static enum MHD_Result store(qv_server *s, struct MHD_Connection *c, req *q, con
                  &sig, &n_sig, err, sizeof err)) {
         free(b);
         cJSON_Delete(report);
-        return qvs_reply_error(c, q, 500, "server_error", "io_error", NULL, "%s", err);
+        return qvs_reply_error(c, q, 500, "server_error", "sign_failed", NULL, "%s",
+                               without_path(err, src));
     }
     if (sig) free(b), b = sig, n = n_sig;
     cJSON *o = NULL;
@@ -339,12 +346,6 @@ static enum MHD_Result store(qv_server *s, struct MHD_Connection *c, req *q, con
     char *body = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return qvs_reply_json(c, q, 200, body);
-}
-
-/* err without its leading "PATH: " (the client knows the file by its own name). */
-static const char *without_path(const char *err, const char *path) {
-    size_t n = strlen(path);
-    return !strncmp(err, path, n) && !strncmp(err + n, ": ", 2) ? err + n + 2 : err;
 }
 
 /* An uploaded voice file's signature: one that does not verify (an edit after signing) is
