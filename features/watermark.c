@@ -559,8 +559,8 @@ static double span_score(const grid *g, const pattern *p, int o, int ph, int64_t
  * blocks' payload-slot cosines (+: 0, −: 1; the tally's soft bits). Accepted when the CRC-16
  * matches, trying the hard decision and the flips of one or two of its CHASE_BITS least sure
  * bits (Chase decoding): a wrong word then passes with probability 11 / 2^16 = 1.7e-4, and only
- * where the mark is present. (A single wrong bit is often the 4th least sure after MP3; flipping all 16 subsets
- * would double the chance of a wrong word for little more.) payload_score: the smallest |soft
+ * where the mark is present. (A single wrong bit is often the 4th least sure after MP3;
+ * flipping all 16 subsets would double the chance of a wrong word for little more.) payload_score: the smallest |soft
  * sum| of the accepted word's unflipped bits. */
 static void decode(const grid *g, const pattern *p, int o, int ph, int64_t m0, int64_t m1,
                    qv_watermark_range *r) {
