@@ -6,8 +6,8 @@
  * moved most of the way to the nearest point of a dithered lattice (informed embedding: the host's
  * own projection is cancelled, not fought). Six slots of every block carry a known sync symbol,
  * six carry coded payload bits. The detector searches the block grid (320 offsets of 8 samples)
- * and the 48-block pattern phase, scores the agreement of the sync projections with their
- * lattice over 3 s windows, and decodes the payload from the blocks of a marked range.
+ * and the dither phase (2), scores the agreement of the sync projections with their lattice over
+ * 3 s windows, and decodes the payload from the blocks of a marked range.
  */
 #include <math.h>
 #include <openssl/evp.h>
@@ -52,8 +52,14 @@ static const int band_edge[N_BANDS + 1] = {4, 5, 7, 10, 13, 18, 24, 33, 44, 59, 
  * pair: every slot holds loud low bands and survives a channel about as well as the others
  * (slots of keyed random pairs, some all high bands, voted less after noise or MP3). */
 #define QUARTERS 4
-#define PERIOD 48          /* blocks in the pattern (5.1 s): dithers and the payload bits cycle */
-#define N_CODED 48         /* 32 payload bits + CRC-16; each is sent N_PAY times a period */
+/* A slot's dither alternates between two points half a step apart, block by block: a projection
+ * that does not change (a steady tone) then votes exactly 0 over any two blocks, and the detector
+ * has only two phases to try. Each phase tried is another chance for unmarked audio to score; a
+ * period of 48 blocks (48 phases) put the best of 10,000 unmarked windows 0.6 higher, which the
+ * threshold had to clear (docs/provenance.md). */
+#define DITHERS 2
+#define N_CODED 48         /* 32 payload bits + CRC-16 */
+#define BIT_BLOCKS (N_CODED / N_PAY) /* 8 blocks (0.85 s) carry every coded bit once */
 /* Lattice step of a projection (nepers of tile energy). What bounds the mark's level is
  * MAX_SHIFT on the loud tiles that carry it (the floor below leaves the quiet ones nearly
  * unmoved): third-octave bands of speech measure −35.7 dB or lower (test_watermark). */
@@ -92,9 +98,9 @@ _Static_assert(QV_WATERMARK_DELAY == BLOCK, "the public delay is one block");
 #define CHASE_BITS 4      /* the least sure payload bits the decoder may flip to meet the CRC, */
 #define CHASE_FLIPS 2     /* at most this many of them at once: 11 words tried */
 #define MIN_ACTIVE 12      /* scored blocks (1.3 s) a window needs before it says anything */
-/* Presence: the best of BLOCK / SUB × PERIOD = 320 × 48 = 15,360 scores, each about N(0, 1) for unmarked
- * audio (docs/provenance.md: the false-positive runs); marked speech scores 8 or more, after
- * gain or resampling too. */
+/* Presence: the best of BLOCK / SUB × DITHERS = 320 × 2 = 640 scores, each about N(0, 1) for
+ * unmarked audio (docs/provenance.md: the false-positive runs); marked speech scores 8 or more,
+ * after gain or resampling too. */
 #define Z_PRESENT QV_WATERMARK_PRESENT
 
 /* ==== the pattern ============================================================================ */
@@ -108,14 +114,14 @@ static uint64_t splitmix(uint64_t *s) {
 
 /* Pair i (tiles pa[i], pb[i]) belongs to slot pslot[i] with chip psign[i] (both keyed); tile
  * t moves with slot[t] by sign[t] (the pair's chip, negated on its second tile; 0 for frame 8);
- * dither[b][k] in [0, STEP) for block b % PERIOD and slot k. */
+ * dither[b][k] in [0, STEP) for block b % DITHERS and slot k. */
 typedef struct {
     int pa[N_PAIRS], pb[N_PAIRS], pslot[N_PAIRS];
     float psign[N_PAIRS];
     int slot[N_TILES];
     float sign[N_TILES];
-    double dither[PERIOD][N_SLOTS];
-    float dphase[PERIOD][N_SLOTS][2]; /* cos, sin of 2π·dither/STEP: the detector's side */
+    double dither[DITHERS][N_SLOTS];
+    float dphase[DITHERS][N_SLOTS][2]; /* cos, sin of 2π·dither/STEP: the detector's side */
 } pattern;
 
 /* a[0..n) = 0..n-1 in a keyed order (Fisher–Yates on the key's stream s). */
@@ -156,16 +162,15 @@ static void pattern_make(pattern *p) {
             p->sign[p->pa[i]] = p->psign[i], p->sign[p->pb[i]] = -p->psign[i];
         }
     }
-    /* A slot's dithers over the period are the PERIOD equally spaced points of [0, STEP) in a
-     * keyed order: a projection that does not change (a steady tone) then votes exactly 0 over
-     * a period, and its window sums stay those of a random sample. */
+    /* A slot's dithers are the DITHERS equally spaced points of [0, STEP) in a keyed order: a
+     * projection that does not change votes exactly 0 over DITHERS blocks. */
     for (int k = 0; k < N_SLOTS; k++) {
-        int order[PERIOD];
-        keyed_order(order, PERIOD, &s);
-        for (int b = 0; b < PERIOD; b++) {
-            p->dither[b][k] = STEP * (order[b] + 0.5) / PERIOD;
-            p->dphase[b][k][0] = (float)cos(2.0 * M_PI * (order[b] + 0.5) / PERIOD);
-            p->dphase[b][k][1] = (float)sin(2.0 * M_PI * (order[b] + 0.5) / PERIOD);
+        int order[DITHERS];
+        keyed_order(order, DITHERS, &s);
+        for (int b = 0; b < DITHERS; b++) {
+            p->dither[b][k] = STEP * (order[b] + 0.5) / DITHERS;
+            p->dphase[b][k][0] = (float)cos(2.0 * M_PI * (order[b] + 0.5) / DITHERS);
+            p->dphase[b][k][1] = (float)sin(2.0 * M_PI * (order[b] + 0.5) / DITHERS);
         }
     }
 }
@@ -184,10 +189,10 @@ static int coded_bit(uint32_t payload, int i) {
     return i < 32 ? (int)(payload >> (31 - i)) & 1 : (crc16(payload) >> (47 - i)) & 1;
 }
 
-/* The coded bit payload slot k (N_SYNC..) of pattern block b carries: bit i goes in blocks
- * i / N_PAY and that + PERIOD / N_PAY, 2.6 s apart. */
+/* The coded bit payload slot k (N_SYNC..) of pattern block b carries: bit i goes in the blocks
+ * b ≡ i / N_PAY (mod BIT_BLOCKS), every 0.85 s. */
 static int bit_index(int64_t b, int k) {
-    return (int)(((b % PERIOD) * N_PAY + k - N_SYNC) % N_CODED);
+    return (int)((b % BIT_BLOCKS) * N_PAY + k - N_SYNC);
 }
 
 /* The symbol slot k of block b carries: 0 for sync, a coded bit for the payload. */
@@ -352,7 +357,7 @@ static void mark_block(qv_watermark *w, float *out) {
         fftwf_complex host[BLOCK_FRAMES * SPEC_STRIDE];
         memcpy(host, w->spec, sizeof host);
         for (int k = 0; k < N_SLOTS; k++) {
-            double t = w->pat.dither[w->block % PERIOD][k] +
+            double t = w->pat.dither[w->block % DITHERS][k] +
                        0.5 * STEP * symbol(w->payload, w->block, k);
             target[k] = p0[k] + ALPHA * (t + STEP * nearbyint((p0[k] - t) / STEP) - p0[k]);
             /* first guess; the secant steps below correct it */
@@ -459,7 +464,7 @@ typedef struct {
  * lattice, −1 half a step off (symbol 1). The weight is set by the block's own energies, never by
  * the projection, so unmarked audio still votes cos of a uniform phase: mean 0, variance 1/2. */
 static double lattice_cos(const grid *g, const pattern *p, int64_t i, int64_t m, int ph, int k) {
-    const float *a = g->proj + (i * N_SLOTS + k) * 2, *d = p->dphase[(m + ph) % PERIOD][k];
+    const float *a = g->proj + (i * N_SLOTS + k) * 2, *d = p->dphase[(m + ph) % DITHERS][k];
     return g->rel[i * N_SLOTS + k] * ((double)a[0] * d[0] + (double)a[1] * d[1]);
 }
 
@@ -555,18 +560,12 @@ static double span_score(const grid *g, const pattern *p, int o, int ph, int64_t
     return window_z(t.s, t.q, t.n);
 }
 
-/* The payload of blocks [m0, m1) at offset o and phase ph: each coded bit from the sum of its
- * blocks' payload-slot cosines (+: 0, −: 1; the tally's soft bits). Accepted when the CRC-16
- * matches, trying the hard decision and the flips of one or two of its CHASE_BITS least sure
- * bits (Chase decoding): a wrong word then passes with probability 11 / 2^16 = 1.7e-4, and only
- * where the mark is present. (A single wrong bit is often the 4th least sure after MP3;
- * flipping all 16 subsets would double the chance of a wrong word for little more.) payload_score: the smallest |soft
- * sum| of the accepted word's unflipped bits. */
-static void decode(const grid *g, const pattern *p, int o, int ph, int64_t m0, int64_t m1,
-                   qv_watermark_range *r) {
-    tally t;
-    span_tally(g, p, o, ph, m0, m1, &t);
-    const double *soft = t.bit;
+/* The word in soft bits soft[N_CODED] (+: 0, −: 1): accepted when the CRC-16 matches, trying the
+ * hard decision and the flips of one or two of its CHASE_BITS least sure bits (Chase decoding; a
+ * single wrong bit is often the 4th least sure after MP3, and flipping all 16 subsets would
+ * double the chance of a wrong word for little more). Returns the flips the accepted word took,
+ * -1 for none; payload_score: the smallest |soft sum| of its unflipped bits. */
+static int chase(const double *soft, qv_watermark_range *r) {
     uint64_t word = 0;
     int weak[CHASE_BITS];
     for (int i = 0; i < N_CODED; i++) word = word << 1 | (uint64_t)(soft[i] < 0);
@@ -578,25 +577,48 @@ static void decode(const grid *g, const pattern *p, int o, int ph, int64_t m0, i
             if (!taken && (weak[w] < 0 || fabs(soft[i]) < fabs(soft[weak[w]]))) weak[w] = i;
         }
     }
-    r->payload_ok = 0, r->payload = 0, r->payload_score = 0.0;
-    for (int f = 0; f < 1 << CHASE_BITS; f++) {
-        int flips = 0;
-        for (int w = 0; w < CHASE_BITS; w++) flips += f >> w & 1;
-        if (flips > CHASE_FLIPS) continue;
-        uint64_t c = word;
-        for (int w = 0; w < CHASE_BITS; w++)
-            if (f >> w & 1) c ^= 1ull << (N_CODED - 1 - weak[w]);
-        const uint32_t v = (uint32_t)(c >> 16);
-        if (crc16(v) != (uint16_t)c) continue;
-        double smin = INFINITY;
-        for (int i = 0; i < N_CODED; i++) {
-            int flipped = 0;
-            for (int w = 0; w < CHASE_BITS; w++) flipped |= (f >> w & 1) && weak[w] == i;
-            if (!flipped && fabs(soft[i]) < smin) smin = fabs(soft[i]);
+    for (int want = 0; want <= CHASE_FLIPS; want++)
+        for (int f = 0; f < 1 << CHASE_BITS; f++) {
+            int flips = 0;
+            for (int w = 0; w < CHASE_BITS; w++) flips += f >> w & 1;
+            if (flips != want) continue;
+            uint64_t c = word;
+            for (int w = 0; w < CHASE_BITS; w++)
+                if (f >> w & 1) c ^= 1ull << (N_CODED - 1 - weak[w]);
+            const uint32_t v = (uint32_t)(c >> 16);
+            if (crc16(v) != (uint16_t)c) continue;
+            double smin = INFINITY;
+            for (int i = 0; i < N_CODED; i++) {
+                int flipped = 0;
+                for (int w = 0; w < CHASE_BITS; w++) flipped |= (f >> w & 1) && weak[w] == i;
+                if (!flipped && fabs(soft[i]) < smin) smin = fabs(soft[i]);
+            }
+            if (smin == 0.0) return -1; /* a bit no block carried: too little to say */
+            r->payload = v, r->payload_score = smin;
+            return flips;
         }
-        if (smin == 0.0) return; /* a bit no block carried: too little to say */
-        r->payload_ok = 1, r->payload = v, r->payload_score = smin;
-        return;
+    return -1;
+}
+
+/* The payload of blocks [m0, m1) at offset o and phase ph: each coded bit from the sum of its
+ * blocks' payload-slot cosines (the tally's soft bits). The dither phase fixes which slots carry
+ * one bit, not which bit: the word starts in one of BIT_BLOCKS / DITHERS = 4 blocks, each a
+ * rotation of the soft bits by DITHERS · N_PAY, and the CRC tells them apart; the rotation
+ * accepted with the fewest flips is kept. A wrong word passes with probability 4 · 11 / 2^16 =
+ * 6.7e-4, and only where the mark is present. */
+static void decode(const grid *g, const pattern *p, int o, int ph, int64_t m0, int64_t m1,
+                   qv_watermark_range *r) {
+    tally t;
+    span_tally(g, p, o, ph, m0, m1, &t);
+    r->payload_ok = 0, r->payload = 0, r->payload_score = 0.0;
+    int fewest = CHASE_FLIPS + 1;
+    for (int rot = 0; rot < BIT_BLOCKS / DITHERS; rot++) {
+        double soft[N_CODED];
+        for (int i = 0; i < N_CODED; i++)
+            soft[(i + rot * DITHERS * N_PAY) % N_CODED] = t.bit[i];
+        qv_watermark_range got = *r;
+        const int flips = chase(soft, &got);
+        if (flips >= 0 && flips < fewest) fewest = flips, *r = got, r->payload_ok = 1;
     }
 }
 
@@ -681,14 +703,14 @@ static void trim(const grid *g, const pattern *p, int o, int ph, int64_t *m0, in
     if (b1 - b0 >= MIN_ACTIVE) *m0 = b0, *m1 = b1;
 }
 
-/* Whether two windows' best trials (o · PERIOD + phase) are one mark: the same phase, grids at
+/* Whether two windows' best trials (o · DITHERS + phase) are one mark: the same phase, grids at
  * most a search step apart. The grid wraps: a block of offset BLOCK / SUB − 1 lies next to the
  * following block of offset 0, whose pattern block is the same when the phase is one more. */
 static int same_mark(int a, int b) {
-    const int oa = a / PERIOD, ob = b / PERIOD, n = BLOCK / SUB;
-    if (a % PERIOD == b % PERIOD) return abs(oa - ob) <= 1;
-    return (oa == 0 && ob == n - 1 && b % PERIOD == (a % PERIOD + 1) % PERIOD) ||
-           (ob == 0 && oa == n - 1 && a % PERIOD == (b % PERIOD + 1) % PERIOD);
+    const int oa = a / DITHERS, ob = b / DITHERS, n = BLOCK / SUB;
+    if (a % DITHERS == b % DITHERS) return abs(oa - ob) <= 1;
+    return (oa == 0 && ob == n - 1 && b % DITHERS == (a % DITHERS + 1) % DITHERS) ||
+           (ob == 0 && oa == n - 1 && a % DITHERS == (b % DITHERS + 1) % DITHERS);
 }
 
 static void range_times(int off, int64_t m0, int64_t m1, double seconds, qv_watermark_range *r) {
@@ -722,7 +744,7 @@ enum qv_status qv_watermark_detect(const float *pcm, int64_t n_samples, qv_water
     const int64_t w = g.n_blocks < WINDOW_BLOCKS ? g.n_blocks : WINDOW_BLOCKS;
     const int64_t n_win = g.n_blocks - w + 1;
     double *best = calloc((size_t)n_win, sizeof *best);     /* per window start: best score */
-    int *best_at = calloc((size_t)n_win, sizeof *best_at);  /* and its o·PERIOD + phase */
+    int *best_at = calloc((size_t)n_win, sizeof *best_at);  /* and its o·DITHERS + phase */
     double *vb = malloc((size_t)g.n_blocks * sizeof *vb);    /* one offset and phase's votes */
     double *qb = malloc((size_t)g.n_blocks * sizeof *qb);    /* and their squared weights */
     if (!p || !g.proj || !g.rel || !g.active || !g.plan || !best || !best_at || !vb || !qb) {
@@ -745,8 +767,8 @@ enum qv_status qv_watermark_detect(const float *pcm, int64_t n_samples, qv_water
             int64_t n_all = 0;
             for (int64_t m = 0; m < g.n_blocks; m++) /* the weights do not depend on the phase */
                 qb[m] = vote_w2(&g, j, m), q_all += qb[m], n_all += act[m];
-            for (int ph = 0; ph < PERIOD; ph++) {
-                const int at = (r + PER_HOP * j) * PERIOD + ph;
+            for (int ph = 0; ph < DITHERS; ph++) {
+                const int at = (r + PER_HOP * j) * DITHERS + ph;
                 double s = 0.0, q = 0.0, s_all = 0.0;
                 int64_t n = 0;
                 for (int64_t m = 0; m < g.n_blocks; m++) {
@@ -783,9 +805,9 @@ enum qv_status qv_watermark_detect(const float *pcm, int64_t n_samples, qv_water
         j -= gap;
         if (rep->n_ranges < QV_WATERMARK_MAX_RANGES) {
             qv_watermark_range *r = &rep->ranges[rep->n_ranges++];
-            const int ph = best_at[top] % PERIOD;
+            const int ph = best_at[top] % DITHERS;
             int64_t m0 = i, m1 = j - 1 + w;
-            const int off = refine(&g, p, pcm, n_samples, best_at[top] / PERIOD, ph, m0, m1);
+            const int off = refine(&g, p, pcm, n_samples, best_at[top] / DITHERS, ph, m0, m1);
             const int k = grid_at(&g, p, pcm, n_samples, off, m0, m1);
             trim(&g, p, k, ph, &m0, &m1);
             decode(&g, p, k, ph, m0, m1, r);
@@ -796,12 +818,16 @@ enum qv_status qv_watermark_detect(const float *pcm, int64_t n_samples, qv_water
         }
         i = j;
     }
-    rep->present = rep->n_ranges > 0 || rep->ranges_dropped > 0 || rep->score_all >= Z_PRESENT;
+    /* The whole input says more than its windows only when it holds two of them or more; as one
+     * more set of trials on a short input (its sync term alone, which the payload term does not
+     * temper) it would only add false positives. */
+    rep->present = rep->n_ranges > 0 || rep->ranges_dropped > 0 ||
+                   (rep->score_all >= Z_PRESENT && g.n_blocks >= 2 * WINDOW_BLOCKS);
     /* The whole input as one range: decoded only where a mark is present, so that unmarked audio
      * never shows a payload (a CRC passes by chance 1 time in 6,000). */
     if (rep->present) {
-        const int ph = all_at % PERIOD;
-        const int off = refine(&g, p, pcm, n_samples, all_at / PERIOD, ph, 0, g.n_blocks);
+        const int ph = all_at % DITHERS;
+        const int off = refine(&g, p, pcm, n_samples, all_at / DITHERS, ph, 0, g.n_blocks);
         decode(&g, p, grid_at(&g, p, pcm, n_samples, off, 0, g.n_blocks), ph, 0, g.n_blocks, &rep->all);
     }
     rep->all.end_s = rep->seconds;

@@ -718,7 +718,7 @@ enum qv_status qv_loudness_lufs(const float *pcm, int64_t n_samples, double *luf
  * A qv_watermark belongs to one thread at a time; detection keeps no state. */
 #define QV_WATERMARK_SYNTHETIC 0x80000000u /* payload bit: the audio is machine-made */
 #define QV_WATERMARK_DELAY 2560            /* samples in a block: a stream holds fewer back */
-#define QV_WATERMARK_PRESENT 6.0           /* a window's score from which the mark is present */
+#define QV_WATERMARK_PRESENT 5.4           /* a window's score from which the mark is present */
 typedef struct qv_watermark qv_watermark;
 
 /* The payload tying audio to a voice file and a model: QV_WATERMARK_SYNTHETIC | the first 31
@@ -751,10 +751,10 @@ typedef struct {
 
 typedef struct {
     uint32_t struct_size;
-    int present;            /* 1 when some 3 s window, or the whole input, scores
-                               QV_WATERMARK_PRESENT or more */
-    double score;           /* best 3 s window score (the best of 15,360 about-N(0,1) scores
-                               for unmarked audio) */
+    int present;            /* 1 when some 3 s window, or the whole input if it holds two
+                               windows or more, scores QV_WATERMARK_PRESENT or more */
+    double score;           /* best 3 s window score (the best of 640 about-N(0,1) scores per
+                               window for unmarked audio) */
     double score_all;       /* score of the whole input as one window */
     qv_watermark_range all; /* the whole input as one range (its payload decoded when present) */
     double seconds;         /* length of the input */
