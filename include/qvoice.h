@@ -709,7 +709,7 @@ enum qv_status qv_loudness_lufs(const float *pcm, int64_t n_samples, double *luf
 
 /* An inaudible mark in the samples: spread-transform dither modulation of the log energies of
  * band × 10.7 ms STFT tiles over 188 Hz - 6.8 kHz, 35 dB or more under the signal,
- * carrying a 32-bit payload (+ CRC-16) every 5.1 s, in blocks of QV_WATERMARK_DELAY samples
+ * carrying a 32-bit payload (+ CRC-16) every 0.85 s, in blocks of QV_WATERMARK_DELAY samples
  * (107 ms).
  * Marking a block needs all of it. The first block of a signal is left unmarked and a stream
  * gives it back at once, so the mark costs a stream's first audio nothing; each later sample
