@@ -62,7 +62,7 @@ static const int band_edge[N_BANDS + 1] = {4, 5, 7, 10, 13, 18, 24, 33, 44, 59, 
 #define BIT_BLOCKS (N_CODED / N_PAY) /* 8 blocks (0.85 s) carry every coded bit once */
 /* Lattice step of a projection (nepers of tile energy). What bounds the mark's level is
  * MAX_SHIFT on the loud tiles that carry it (the floor below leaves the quiet ones nearly
- * unmoved): third-octave bands of speech measure −35.7 dB or lower (test_watermark). */
+ * unmoved): third-octave bands of speech measure −35.3 dB or lower (test_watermark). */
 #define STEP 0.2
 /* Distortion compensation (Chen & Wornell 2001, §V): a projection is moved ALPHA of the way to its
  * lattice point, not all of it. The shift a block can take is bounded (MAX_SHIFT), so the lattice
@@ -610,12 +610,11 @@ static int chase(const double *soft, qv_watermark_range *r) {
     return -1;
 }
 
-/* The payload of blocks [m0, m1) at offset o and phase ph: each coded bit from the tally's soft
- * bit. The dither phase fixes which slots carry
- * one bit, not which bit: the word starts in one of BIT_BLOCKS / DITHERS = 4 blocks, each a
- * rotation of the soft bits by DITHERS · N_PAY, and the CRC tells them apart; the rotation
- * accepted with the fewest flips is kept. A wrong word passes with probability 4 · 11 / 2^16 =
- * 6.7e-4, and only where the mark is present. */
+/* The payload of blocks [m0, m1) at offset o and phase ph, from the tally's soft bits. The dither
+ * phase fixes which slots carry one bit, not which bit: the word starts in one of BIT_BLOCKS /
+ * DITHERS = 4 blocks, each a rotation of the soft bits by DITHERS · N_PAY, and the CRC tells them
+ * apart; the rotation accepted with the fewest flips is kept. A wrong word passes with
+ * probability 4 · 11 / 2^16 = 6.7e-4, and only where the mark is present. */
 static void decode(const grid *g, const pattern *p, int o, int ph, int64_t m0, int64_t m1,
                    qv_watermark_range *r) {
     tally t;
