@@ -460,7 +460,7 @@ typedef struct {
 } grid;
 
 /* Where slot k's projection of block m at offset o sits against the lattice of symbol 0 under
- * pattern phase ph, times the projection's weight: cos(2π(projection − dither)/STEP), +1 on the
+ * dither phase ph, times the projection's weight: cos(2π(projection − dither)/STEP), +1 on the
  * lattice, −1 half a step off (symbol 1). The weight is set by the block's own energies, never by
  * the projection, so unmarked audio still votes cos of a uniform phase: mean 0, variance 1/2. */
 static double lattice_cos(const grid *g, const pattern *p, int64_t i, int64_t m, int ph, int k) {
@@ -468,7 +468,7 @@ static double lattice_cos(const grid *g, const pattern *p, int64_t i, int64_t m,
     return g->rel[i * N_SLOTS + k] * ((double)a[0] * d[0] + (double)a[1] * d[1]);
 }
 
-/* Sync agreement of block m at offset o under pattern phase ph: Σ weighted cos against the sync
+/* Sync agreement of block m at offset o under dither phase ph: Σ weighted cos against the sync
  * lattices. */
 static double vote(const grid *g, const pattern *p, int o, int64_t m, int ph) {
     const int64_t i = (int64_t)o * g->n_blocks + m;
@@ -803,7 +803,7 @@ enum qv_status qv_watermark_detect(const float *pcm, int64_t n_samples, qv_water
         }
         /* A dip under Z_PRESENT shorter than a window (at the edge of a mark, the windows that
          * still hold part of it) does not end the range; a window found at another mark's trial
-         * does, dip or not: another pattern phase, or a grid more than a search step away (two
+         * does, dip or not: another dither phase, or a grid more than a search step away (two
          * outputs joined). */
         int64_t j = i, top = i, gap = 0;
         for (; j < n_win && gap < w; j++) {
