@@ -534,11 +534,11 @@ static void span_tally(const grid *g, const pattern *p, int o, int ph, int64_t m
  * are known on unmarked audio. Its tail is far heavier than a Gaussian's (standardised, it reached
  * 6.25 in 16 million trials on white noise, where a Gaussian of its spread would reach about 4.7), so it
  * is made Gaussian first: X is a weighted sum of χ²₁, taken as g·χ²_h with h = (Σ bq)² / Σ bq²
- * (Satterthwaite), and χ²_h turned into N(0, 1) by its cube root (Wilson–Hilferty). With it the
- * clips' 3 s excerpts score 13 % more after MP3 and 6 % after noise (mean score; every third
- * excerpt), and unmarked audio's best windows less (the false-positive runs). The payload term is worked out only where the sync term reaches PAY_GATE,
- * and taken as its mean on unmarked audio, 0, elsewhere: such a window cannot reach presence, and
- * the gate spares the search all but about 0.1 % of that work. */
+ * (Satterthwaite), and χ²_h turned into N(0, 1) by its cube root (Wilson–Hilferty). With it 3 s
+ * excerpts score about a quarter more after MP3 or noise (mean score; docs/provenance.md). The
+ * payload term is worked out only where the sync term reaches PAY_GATE, and taken as its mean on
+ * unmarked audio, 0, elsewhere: such a window cannot reach presence, and the gate spares the
+ * search all but about 0.1 % of that work. */
 #define PAY_WEIGHT 0.5
 #define PAY_GATE 3.0
 static double combined_z(double sync, const tally *t) {
