@@ -55,8 +55,8 @@ static const int band_edge[N_BANDS + 1] = {4, 5, 7, 10, 13, 18, 24, 33, 44, 59, 
 /* A slot's dither alternates between two points half a step apart, block by block: a projection
  * that does not change (a steady tone) then votes exactly 0 over any two blocks, and the detector
  * has only two phases to try. Each phase tried is another chance for unmarked audio to score; a
- * period of 48 blocks (48 phases) put the best of 10,000 unmarked windows 0.6 higher, which the
- * threshold had to clear (docs/provenance.md). */
+ * period of 48 blocks (48 phases) put the best of 10,000 unmarked windows 0.4-0.7 higher, which
+ * the threshold had to clear (docs/provenance.md). */
 #define DITHERS 2
 #define N_CODED 48         /* 32 payload bits + CRC-16 */
 #define BIT_BLOCKS (N_CODED / N_PAY) /* 8 blocks (0.85 s) carry every coded bit once */
