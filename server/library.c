@@ -49,6 +49,7 @@ typedef struct {
 struct library {
     pthread_mutex_t mu;
     const char *dir;
+    const qv_server *srv; /* its keys: which signatures are trusted */
     entry *v;
     int n, cap;
     textside *ts;
@@ -126,6 +127,43 @@ static uint8_t *read_part(const char *dir, const char *id, size_t *n, uint64_t *
     *len = rd64(b + 16);
     qvu_sha256_hex(b + 24, h);
     return b;
+}
+
+/* The whole voice file of a part, put back together (malloc'd, *n bytes), or NULL. */
+static uint8_t *whole(const char *dir, const char *id, size_t *n) {
+    size_t pn, tn;
+    uint64_t off, len;
+    char h[65], path[4096], err[512];
+    uint8_t *part = read_part(dir, id, &pn, &off, &len, h), *b = NULL;
+    textside_path(dir, h, path, sizeof path);
+    char *t = part ? qvu_read_file(path, (size_t)1 << 31, &tn, err, sizeof err) : NULL;
+    if (t && tn == len && (b = malloc(pn - PART_HEAD + tn))) {
+        const uint8_t *body = part + PART_HEAD;
+        memcpy(b, body, off);
+        memcpy(b + off, t, tn);
+        memcpy(b + off + tn, body + off, pn - PART_HEAD - off);
+        *n = pn - PART_HEAD + tn;
+    }
+    free(part);
+    free(t);
+    return b;
+}
+
+/* The signature of voice id, whose bytes are b[n] (a part's: without its text side, so a signed
+ * part is verified once put back together). Unsigned parts cost no text side read. */
+static void signature_of(const char *dir, const char *id, const uint8_t *b, size_t n, int part,
+                         qvf_signature *sig) {
+    char err[256];
+    int rc = qvf_signature_read(b, n, id, sig, err, sizeof err);
+    if (part && sig->present) {
+        size_t wn;
+        uint8_t *w = whole(dir, id, &wn);
+        qvf_signature got;
+        rc = w ? qvf_signature_read(w, wn, id, &got, err, sizeof err) : -1;
+        if (w) *sig = got;
+        free(w);
+    }
+    if (rc) sig->valid = 0;
 }
 
 /* The text side h counted once more (refs); its size from the file when new. 0 or -1 (missing,
@@ -208,7 +246,26 @@ static void textside_gc(const char *dir, const char *h) {
     close(lk);
 }
 
-static cJSON *describe(const char *id, const qvf_voice *v, const struct stat *st) {
+/* The signature of a voice as the list shows it: null when unsigned; trusted when it verifies
+ * and is by one of the --trusted keys or by this server's own signing key. */
+static cJSON *describe_signature(const qv_server *s, const qvf_signature *sig) {
+    if (!sig->present) return cJSON_CreateNull();
+    cJSON *o = cJSON_CreateObject();
+    char id[17];
+    for (int i = 0; i < 8; i++)
+        snprintf(id + 2 * i, 3, "%02x", sig->key_id[i]);
+    int own = s->sign_key && sig->valid && !memcmp(sig->public_key, s->sign_pub, 32);
+    cJSON_AddStringToObject(o, "signer", sig->signer);
+    cJSON_AddStringToObject(o, "key_id", id);
+    cJSON_AddNumberToObject(o, "signed_at", (double)sig->signed_utc);
+    cJSON_AddBoolToObject(o, "valid", sig->valid);
+    cJSON_AddBoolToObject(o, "trusted",
+                          own || qvf_signature_trusted(sig, s->trusted, s->cfg.n_trusted_keys));
+    return o;
+}
+
+static cJSON *describe(const struct library *L, const char *id, const qvf_voice *v,
+                       const struct stat *st, const qvf_signature *sig) {
     cJSON *o = cJSON_CreateObject();
     const char *name = qvf_meta_get(v, "name"), *lang = qvf_meta_get(v, "language");
     cJSON_AddStringToObject(o, "id", id);
@@ -234,6 +291,7 @@ static cJSON *describe(const char *id, const qvf_voice *v, const struct stat *st
     if (cr.statement) cJSON_AddStringToObject(o, "consent_statement", cr.statement);
     if (v->transcript) cJSON_AddStringToObject(o, "ref_text", v->transcript);
     if (about) cJSON_AddStringToObject(o, "speaker_description", about);
+    cJSON_AddItemToObject(o, "signature", describe_signature(L->srv, sig));
     return o;
 }
 
@@ -256,10 +314,11 @@ static void drop(struct library *L, int i, int gc) {
     L->v[i] = L->v[--L->n];
 }
 
-/* Adds the voice v (file id, stat st of the whole file) with owner, kept as a part of disk bytes
- * using the text side ts ("" for a whole file); 0 or -1 (out of memory, text side missing). */
+/* Adds the voice v (file id, stat st of the whole file, its signature sig) with owner, kept as a
+ * part of disk bytes using the text side ts ("" for a whole file); 0 or -1 (out of memory, text
+ * side missing). */
 static int insert(struct library *L, const char *id, const qvf_voice *v, const struct stat *st,
-                  const char *owner, const char *ts, int64_t disk) {
+                  const qvf_signature *sig, const char *owner, const char *ts, int64_t disk) {
     if (L->n == L->cap) {
         int cap = L->cap ? 2 * L->cap : 64;
         entry *e = realloc(L->v, (size_t)cap * sizeof *e);
@@ -275,7 +334,7 @@ static int insert(struct library *L, const char *id, const qvf_voice *v, const s
     e->owner = owner && owner[0] ? strdup(owner) : NULL;
     e->bytes = disk;
     memcpy(e->ts, ts, strlen(ts) + 1);
-    e->desc = describe(id, v, st);
+    e->desc = describe(L, id, v, st, sig);
     e->seen = 1;
     if (!e->desc || (name && name[0] && !e->name) || (owner && owner[0] && !e->owner) ||
         (ts[0] && textside_ref(L, ts))) {
@@ -325,28 +384,31 @@ static void refresh(struct library *L) {
         snprintf(path, sizeof path, "%s/%s", L->dir, de->d_name);
         qvf_voice *v;
         struct stat st;
-        uint8_t *part = NULL;
+        uint8_t *b = NULL; /* the file (a part: with its header) */
         size_t n = 0;
         uint64_t off = 0, len = 0;
         char h[65] = "";
+        const size_t head = kind == 2 ? PART_HEAD : 0;
         if (stat(path, &st)) continue;
-        if (kind == 2 ? !(part = read_part(L->dir, id, &n, &off, &len, h)) ||
-                            qvf_read_mem(part + PART_HEAD, n - PART_HEAD, id, 0, &v, err,
-                                         sizeof err)
-                      : qvf_read_file(path, 0, &v, err, sizeof err) != 0) {
-            free(part);
+        if (!(b = kind == 2 ? read_part(L->dir, id, &n, &off, &len, h)
+                            : (uint8_t *)qvu_read_file(path, (size_t)1 << 31, &n, err, sizeof err)) ||
+            qvf_read_mem(b + head, n - head, id, 0, &v, err, sizeof err)) {
+            free(b);
             continue;
         }
         if (v->file_version == 0) { /* a raw x-vector named .qvoice is not a library voice */
             qvf_voice_free(v);
+            free(b);
             continue;
         }
+        qvf_signature sig;
+        signature_of(L->dir, id, b + head, n - head, kind == 2, &sig);
         int64_t disk = st.st_size;
-        st.st_size = (off_t)(disk - (kind == 2 ? PART_HEAD : 0) + (int64_t)len); /* as served */
+        st.st_size = (off_t)(disk - (int64_t)head + (int64_t)len); /* as served */
         read_owner(L->dir, id, owner, sizeof owner);
-        insert(L, id, v, &st, owner, h, disk);
+        insert(L, id, v, &st, &sig, owner, h, disk);
         qvf_voice_free(v);
-        free(part);
+        free(b);
     }
     closedir(d);
     for (int i = L->n - 1; i >= 0; i--)
@@ -361,6 +423,7 @@ int qvs_library_open(qv_server *s, char *err, size_t es) {
     }
     pthread_mutex_init(&L->mu, NULL);
     L->dir = s->voices_dir;
+    L->srv = s;
     L->mtime.tv_nsec = -1; /* never equal: the first refresh reads */
     s->lib = L;
     pthread_mutex_lock(&L->mu);
@@ -409,21 +472,14 @@ static entry *find(qv_server *s, const api_key *k, const char *id_or_name) {
 
 /* The whole voice file of a part, put together in a memfd: its descriptor, or -1. */
 static int assemble(const char *dir, const char *id) {
-    size_t n, tn;
-    uint64_t off, len;
-    char h[65], path[4096], err[512];
-    uint8_t *part = read_part(dir, id, &n, &off, &len, h);
-    textside_path(dir, h, path, sizeof path);
-    char *t = part ? qvu_read_file(path, (size_t)1 << 31, &tn, err, sizeof err) : NULL;
-    int fd = t && tn == len ? memfd_create(id, MFD_CLOEXEC) : -1;
-    const uint8_t *body = part ? part + PART_HEAD : NULL;
-    if (fd >= 0 && (write(fd, body, off) != (ssize_t)off || write(fd, t, tn) != (ssize_t)tn ||
-                    write(fd, body + off, n - PART_HEAD - off) != (ssize_t)(n - PART_HEAD - off))) {
+    size_t n;
+    uint8_t *b = whole(dir, id, &n);
+    int fd = b ? memfd_create(id, MFD_CLOEXEC) : -1;
+    if (fd >= 0 && write(fd, b, n) != (ssize_t)n) {
         close(fd);
         fd = -1;
     }
-    free(part);
-    free(t);
+    free(b);
     return fd;
 }
 
@@ -603,7 +659,9 @@ int qvs_library_add(qv_server *s, const api_key *k, const uint8_t *b, size_t n, 
     st.st_size = (off_t)n;
     st.st_mtime = time(NULL);
     if (!old && !qvf_read_mem(b, n, id, 0, &v, err, sizeof err)) {
-        if (insert(L, id, v, &st, k && !k->admin ? k->name : NULL, ts, disk) == 0)
+        qvf_signature sig;
+        signature_of(L->dir, id, b, n, 0, &sig);
+        if (insert(L, id, v, &st, &sig, k && !k->admin ? k->name : NULL, ts, disk) == 0)
             old = &L->v[L->n - 1];
         qvf_voice_free(v);
     }

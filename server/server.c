@@ -617,8 +617,7 @@ static int start_daemon(qv_server *s, struct MHD_Daemon **d, int *port, const ch
 /* The signing key and the trusted public keys of c, each named in err when it cannot be
  * loaded. 0 or -1. */
 static int load_signing(qv_server *s, const qv_server_config *c, char *err, size_t es) {
-    uint8_t pub[32];
-    if (c->sign_key && qvf_key_load(c->sign_key, 1, &s->sign_key, pub, err, es)) return -1;
+    if (c->sign_key && qvf_key_load(c->sign_key, 1, &s->sign_key, s->sign_pub, err, es)) return -1;
     if (c->n_trusted_keys > 0 &&
         !(s->trusted = calloc((size_t)c->n_trusted_keys, sizeof *s->trusted))) {
         snprintf(err, es, "server: out of memory");

@@ -124,6 +124,7 @@ struct qv_server {
     api_key *keys; /* accepted bearer keys */
     int n_keys;
     void *sign_key;          /* cfg.sign_key loaded (qvf_key_load), or NULL */
+    uint8_t sign_pub[32];    /* its raw public key: the voices this server signed are trusted */
     uint8_t (*trusted)[32];  /* cfg.trusted_keys' raw public keys */
     struct library *lib;
     struct refcache *refs; /* refcache.c */

@@ -348,20 +348,16 @@ static enum MHD_Result store(qv_server *s, struct MHD_Connection *c, req *q, con
     return qvs_reply_json(c, q, 200, body);
 }
 
-/* An uploaded voice file's signature: one that does not verify (an edit after signing) is
- * refused, and with trusted keys so is a file not signed by one of them. 1 with *reply set when
- * refused. */
-static int signature_refused(qv_server *s, struct MHD_Connection *c, req *q, struct upload *u,
-                             const char *fname, enum MHD_Result *reply) {
+/* The signature of an uploaded voice file b[n]: one that does not verify (an edit after
+ * signing) is refused, and with trusted keys so is a file not signed by one of them. 1 with
+ * *reply set when refused. */
+static int signature_refused(qv_server *s, struct MHD_Connection *c, req *q, const char *b,
+                             size_t n, const char *fname, enum MHD_Result *reply) {
     char err[512];
-    size_t n;
     qvf_signature sig;
-    char *b = qvu_read_file(u->tmp, (size_t)s->cfg.max_upload_mb << 21, &n, err, sizeof err);
-    int rc = b ? qvf_signature_read(b, n, fname, &sig, err, sizeof err) : -1;
-    free(b);
-    if (rc) {
+    if (qvf_signature_read(b, n, fname, &sig, err, sizeof err)) {
         *reply = qvs_reply_error(c, q, 400, "invalid_request_error", "invalid_signature",
-                                 "audio_sample", "%s", without_path(err, u->tmp));
+                                 "audio_sample", "%s", err);
         return 1;
     }
     if (s->cfg.n_trusted_keys <= 0 || qvf_signature_trusted(&sig, s->trusted, s->cfg.n_trusted_keys))
@@ -385,17 +381,25 @@ static enum MHD_Result store_qvoice(qv_server *s, struct MHD_Connection *c, req 
                                     struct upload *u) {
     char err[512], out[4096];
     qvf_voice *v;
+    size_t n;
+    char *b;
     const char *fname = u->filename[0] ? u->filename : "upload";
     /* a raw x-vector (file_version 0) is no voice file, whatever its name */
     if (qvf_file_kind(NULL, u->magic, sizeof u->magic) != QVF_KIND_QVOICE)
         return qvs_reply_error(c, q, 400, "invalid_request_error", "invalid_voice_file",
                                "audio_sample", "%.128s: not a .qvoice voice file", fname);
-    if (qvf_read_file(u->tmp, 0, &v, err, sizeof err))
+    /* read once: the structure and the signature are checked on the same bytes */
+    if (!(b = qvu_read_file(u->tmp, (size_t)s->cfg.max_upload_mb << 21, &n, err, sizeof err)))
+        return qvs_reply_error(c, q, 500, "server_error", "io_error", NULL, "%s", err);
+    if (qvf_read_mem(b, n, u->tmp, 0, &v, err, sizeof err)) {
+        free(b);
         return qvs_reply_error(c, q, 400, "invalid_request_error", "invalid_voice_file",
                                "audio_sample", "%.128s: %s", fname, without_path(err, u->tmp));
+    }
     enum MHD_Result refused;
-    if (signature_refused(s, c, q, u, fname, &refused)) {
+    if (signature_refused(s, c, q, b, n, fname, &refused)) {
         qvf_voice_free(v);
+        free(b);
         return refused;
     }
     const char *meta_name = qvf_meta_get(v, "name");
@@ -404,6 +408,7 @@ static enum MHD_Result store_qvoice(qv_server *s, struct MHD_Connection *c, req 
         finite &= isfinite(v->xvector[i]) != 0;
     if (!finite || (meta_name && strlen(meta_name) > NAME_MAX_BYTES)) {
         qvf_voice_free(v);
+        free(b);
         return qvs_reply_error(c, q, 400, "invalid_request_error", "invalid_voice_file",
                                "audio_sample", "%.128s: %s", fname,
                                finite ? "its META name is longer than 128 bytes"
@@ -426,6 +431,7 @@ static enum MHD_Result store_qvoice(qv_server *s, struct MHD_Connection *c, req 
         if (!st) qv_voice_free(qv);
         if (st || fit) {
             qvf_voice_free(v);
+            free(b);
             cJSON_Delete(report);
             return qvs_reply_error(c, q, 400, "invalid_request_error", "voice_unusable",
                                    "audio_sample", "%s: fits none of the served models: %s",
@@ -454,11 +460,13 @@ static enum MHD_Result store_qvoice(qv_server *s, struct MHD_Connection *c, req 
             qvf_write_file(v, out, 4, err, sizeof err)) {
             unlink(out);
             qvf_voice_free(v);
+            free(b);
             cJSON_Delete(report);
             return qvs_reply_error(c, q, 500, "server_error", "io_error", NULL, "%s", err);
         }
     }
     qvf_voice_free(v);
+    free(b);
     return store(s, c, q, out, name_copy[0] ? name_copy : NULL, report, rewrite);
 }
 

@@ -1,5 +1,5 @@
 // library.js — the Library page: every voice of the server's library (name, language, created,
-// consent, size, ICL, whether it fits the served model), a text filter, hear its reference (the
+// consent, signer, size, ICL, whether it fits the served model), a text filter, hear its reference (the
 // ICL codes decoded by the server: what the file holds), download of the .qvoice, upload of one,
 // delete (asked twice), "Speak" with a voice, and the similarity of two voices.
 import { $, api, apiJson, errorText, saveBlob, state, onVoices, refreshVoices, showPage } from './common.js';
@@ -94,6 +94,16 @@ async function compare(e) {
   }
 }
 
+// The "Signed" cell: who signed the file and whether this server trusts that key (one of its
+// --trusted keys or its own); a signature that does not verify says so.
+function signedCell(td, s) {
+  if (!s) { td.textContent = 'no'; return; }
+  const who = s.signer || `key ${s.key_id}`;
+  td.textContent = !s.valid ? 'invalid signature' : s.trusted ? `${who} (trusted)` : `${who} (not a trusted key)`;
+  td.dataset.signature = !s.valid ? 'invalid' : s.trusted ? 'trusted' : 'untrusted';
+  td.title = `key ${s.key_id}, signed ${new Date(s.signed_at * 1000).toISOString().slice(0, 16).replace('T', ' ')} UTC`;
+}
+
 function kib(n) { return n >= 1048576 ? `${(n / 1048576).toFixed(1)} MiB` : `${Math.ceil(n / 1024)} KiB`; }
 
 function render() {
@@ -115,6 +125,7 @@ function render() {
     cell(v.language || '—');
     cell(v.created_at ? new Date(v.created_at * 1000).toISOString().slice(0, 16).replace('T', ' ') : '—');
     cell(v.consent ? 'yes' : 'no');
+    signedCell(cell('', 'signed'), v.signature);
     cell(kib(v.bytes || 0));
     cell(v.has_icl ? `${(v.icl_seconds || 0).toFixed(1)} s` : 'no');
     fitCell(cell('', 'fit'), v);

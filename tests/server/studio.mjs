@@ -198,6 +198,9 @@ async function main() {
   await page.waitForFunction(() => document.querySelector('#library tr[data-id] td.fit').dataset.fit, { timeout: 20000 });
   const fit = await page.$eval('#library tr[data-id] td.fit', (td) => td.textContent);
   check(fit === 'yes', `Fits model of the clone: '${fit}'`);
+  // the server signed its clone with its own key; the XSS voice was uploaded unsigned
+  const signed = await page.$eval('#library tr[data-id] td.signed', (td) => [td.textContent, td.dataset.signature]);
+  check(signed[0] === 'studio test (trusted)' && signed[1] === 'trusted', `Signed cell of the clone: ${JSON.stringify(signed)}`);
   check(await (await row.waitForSelector('aria/Hear reference[role="button"]')).evaluate((b) => b.disabled),
         'Hear reference is enabled for a voice without ICL codes');
   // hear the reference of the voice with ICL codes: the decoded codes play

@@ -1731,15 +1731,47 @@ static void test_signed_voices(void **state) {
     assert_int_equal(py(&g_extra, "upload %s/edited.qvoice consent=yes", d), 0);
     assert_true(!strncmp(g_body, "400 ", 4) && strstr(g_body, "invalid_signature"));
     assert_int_equal(py(&g_extra, "upload %s/alice.qvoice consent=yes", d), 0); /* kept as is */
-    assert_true(!strncmp(g_body, "200 ", 4));
+    assert_true(!strncmp(g_body, "200 ", 4) && strstr(g_body, "\"signer\":\"alice\"") &&
+                strstr(g_body, "\"valid\":true,\"trusted\":true"));
     upload_id(id);
     verify_download(id, tmp_path("alice.pub.pem"), "alice");
+    char alice_id[65];
+    memcpy(alice_id, id, 65);
     assert_int_equal(py(&g_extra, "upload %s/alice.qvoice name=renamed consent=yes", d), 0);
     assert_true(!strncmp(g_body, "200 ", 4)); /* rewritten: now the server's */
     upload_id(id);
     verify_download(id, tmp_path("srv.pub.pem"), "test server");
     assert_int_equal(sh("bin/voicefmt verify --trusted %s/alice.pub.pem %s >/dev/null 2>&1", d,
                         tmp_path("signed.qvoice")), 1);
+    /* the list shows each voice's signer, read from the files the server finds on disk (after a
+       restart: alice's voice is a part, verified put back together with its text side) */
+    assert_int_equal(sh("cp %s/mallory.qvoice %s/signed/%064d.qvoice && cp %s/edited.qvoice "
+                        "%s/signed/%064d.qvoice", d, d, 1, d, d, 2), 0);
+    assert_int_equal(server_stop(&g_extra), 0);
+    assert_int_equal(server_start(&g_extra, "signed", args), 0);
+    assert_int_equal(curl(&g_extra, tmp_path("list.json"), "SRV/v1/audio/voices"), 200);
+    size_t n_list;
+    char *text = tmp_read(tmp_path("list.json"), &n_list);
+    cJSON *list = cJSON_ParseWithLength(text, n_list);
+    free(text);
+    int seen = 0;
+    cJSON *e;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItem(list, "data")) {
+        const char *vid = cJSON_GetStringValue(cJSON_GetObjectItem(e, "id"));
+        cJSON *sig = cJSON_GetObjectItem(e, "signature");
+        const char *who = cJSON_GetStringValue(cJSON_GetObjectItem(sig, "signer"));
+        int valid = cJSON_IsTrue(cJSON_GetObjectItem(sig, "valid"));
+        int trusted = cJSON_IsTrue(cJSON_GetObjectItem(sig, "trusted"));
+        assert_non_null(who); /* every voice here is signed */
+        if (!strcmp(vid, alice_id)) seen |= 1, assert_true(!strcmp(who, "alice") && valid && trusted);
+        if (strspn(vid, "0") == 63 && vid[63] == '1')
+            seen |= 2, assert_true(!strcmp(who, "mallory") && valid && !trusted);
+        if (strspn(vid, "0") == 63 && vid[63] == '2')
+            seen |= 4, assert_true(!strcmp(who, "alice") && !valid && !trusted);
+        if (!strcmp(who, "test server")) seen |= 8, assert_true(valid && trusted);
+    }
+    cJSON_Delete(list);
+    assert_int_equal(seen, 15);
     assert_int_equal(server_stop(&g_extra), 0);
     /* a key that cannot be used: the server does not start, and says which file */
     assert_int_equal(sh("bin/qvoice-server -m %s --voices %s/signed --sign-key %s/alice.pub.pem "

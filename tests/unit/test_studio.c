@@ -84,8 +84,9 @@ static int group_setup(void **state) {
         fprintf(stderr, "test_studio: %s or the puppeteer-core npm package cannot be installed: "
                         "the browser test is skipped\n", CHROMIUM);
     char args[2048];
-    snprintf(args, sizeof args, "-m %s --clone-model %s --voices %s/voices --timeout 60", g_cv,
-             g_base, tmp_dir);
+    if (sh("bin/voicefmt keygen -o %s/studio >/dev/null", tmp_dir)) return -1;
+    snprintf(args, sizeof args, "-m %s --clone-model %s --voices %s/voices --timeout 60 "
+             "--sign-key %s/studio.pem --signer 'studio test'", g_cv, g_base, tmp_dir, tmp_dir);
     if (server_start(&g_srv, "studio", args)) return -1;
     snprintf(args, sizeof args, "-m %s --voices %s/plain --no-studio", g_cv, tmp_dir);
     if (server_start(&g_plain, "plain", args)) return -1;
