@@ -618,6 +618,8 @@ int qvs_library_add(qv_server *s, const api_key *k, const uint8_t *b, size_t n, 
     struct library *L = s->lib;
     int status = 0;
     replaced[0] = 0;
+    qvf_signature sig; /* outside the lock: a signed 0.6B voice is 17 MB to verify (~25 ms) */
+    signature_of(L->dir, id, b, n, 0, &sig);
     pthread_mutex_lock(&L->mu);
     refresh(L);
     entry *old = find_id(L, id), *prev = NULL; /* prev: the voice of that name, replaced */
@@ -659,8 +661,6 @@ int qvs_library_add(qv_server *s, const api_key *k, const uint8_t *b, size_t n, 
     st.st_size = (off_t)n;
     st.st_mtime = time(NULL);
     if (!old && !qvf_read_mem(b, n, id, 0, &v, err, sizeof err)) {
-        qvf_signature sig;
-        signature_of(L->dir, id, b, n, 0, &sig);
         if (insert(L, id, v, &st, &sig, k && !k->admin ? k->name : NULL, ts, disk) == 0)
             old = &L->v[L->n - 1];
         qvf_voice_free(v);
