@@ -153,7 +153,7 @@ static void test_mark_level(void **state) {
 }
 
 typedef struct {
-    int n3, found, n10, decoded;
+    int n3, found, n10, found10, decoded;
 } shares;
 
 /* Shares of 3 s excerpts (every 1 s) found marked and of 10 s excerpts (every 2 s) found and
@@ -179,7 +179,7 @@ static shares excerpts(const float *x, int64_t n, const char *what, int strict) 
         assert_true(found >= 0.99 * n3);
         assert_int_equal(decoded, n10);
     }
-    return (shares){n3, found, n10, decoded};
+    return (shares){n3, found, n10, found10, decoded};
 }
 
 static void test_transformations(void **state) {
@@ -203,8 +203,12 @@ static void test_transformations(void **state) {
     assert_int_equal(src_simple(&u, SRC_SINC_MEDIUM_QUALITY, 1), 0);
     excerpts(y, u.output_frames_gen, "resampled 16 kHz and back", 1);
     add_white_noise(g_marked, y, g_n, 20.0);
-    excerpts(y, g_n, "white noise at 20 dB SNR", 0);
-    qv_watermark_report r = detect(y, g_n); /* the whole 60 s: score about 24, the payload */
+    /* the detector weighs each vote by what the noise leaves of it: 49/58 3 s excerpts found
+       (34/58 without), every 10 s excerpt found, 19/26 payloads */
+    const shares noisy = excerpts(y, g_n, "white noise at 20 dB SNR", 0);
+    assert_true(noisy.found >= 0.8 * noisy.n3);
+    assert_int_equal(noisy.found10, noisy.n10);
+    qv_watermark_report r = detect(y, g_n); /* the whole 60 s: score about 31, the payload */
     assert_true(r.score_all >= 2.0 * QV_WATERMARK_PRESENT);
     assert_true(r.all.payload_ok && r.all.payload == payload);
     add_white_noise(g_speech, y, g_n, 20.0);
@@ -378,9 +382,15 @@ static void test_false_positives(void **state) {
             snprintf(path, sizeof path, "build/test_watermark/%d.wav", v);
             snprintf(what, sizeof what, "espeak-ng %s", voices[v]);
             int64_t n;
-            float *x = load(path, &n);
+            float *x = load(path, &n), *y = malloc((size_t)n * sizeof *y);
+            assert_non_null(y);
             null_run(x, n, what, &nt);
-            free(x);
+            /* with white noise at 20 dB SNR: the detector then weighs the votes by what the
+               noise leaves of them, and few loud tiles carry a window */
+            add_white_noise(x, y, n, 20.0);
+            snprintf(what, sizeof what, "espeak-ng %s, noise 20 dB SNR", voices[v]);
+            null_run(y, n, what, &nt);
+            free(x), free(y);
             /* the same speech after MP3 64 kbit/s: a codec's frames must not look like a mark */
             if (sh("command -v lame >/dev/null") != 0) continue;
             if (sh("test -s build/test_watermark/%d.mp3 || lame --quiet -b 64 "
