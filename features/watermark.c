@@ -213,7 +213,7 @@ static int symbol(uint32_t payload, int64_t b, int k) {
  * cos of a lattice phase blurred by σ, σ² = Σ w² (v_a + v_b) / Σ w² over the slot's pairs and v =
  * (2c + c²) / bins for a tile whose energy is 1/c times the noise's, the variance noise adds to a
  * log energy (clamped at c = 1). Noise-filled blocks then barely vote instead of voting as loud
- * as speech (after white noise at 20 dB SNR, 3 s excerpts of the clips found 34/58 -> 49/58,
+ * as speech (after white noise at 20 dB SNR, 3 s excerpts of the clips found 34/58 -> 47/58,
  * docs/provenance.md). 0 when the block is under GATE (nothing to say), else 1. */
 static int project(const pattern *p, const double *e, double proj[N_SLOTS], float *sens,
                    float *rel, const double *noise) {
@@ -746,11 +746,15 @@ static int cmp_float(const void *a, const void *b) {
 
 /* The input's stationary noise per tile of each band: the NOISE_QUANTILE of its frames' band
  * energies (the quietest 2 %: pauses, where only the noise is left; in clean speech nearly 0,
- * which changes nothing). 0, or -1 when out of memory. */
+ * which changes nothing). Only an input with pauses has a floor to tell from its signal: when its
+ * quietest frames (all bands) are within NOISE_GAP of its median frame, it is taken as all
+ * signal, noise 0 (a marked steady sound, or noise-like output, would otherwise weigh its own
+ * votes away). 0, or -1 when out of memory. */
 #define NOISE_QUANTILE 0.02
+#define NOISE_GAP 0.2 /* 7 dB */
 static int noise_floor(grid *g, const float *pcm, int64_t n) {
     const int64_t nf = (n - N_FFT) / HOP + 1; /* n >= MIN_ACTIVE blocks */
-    float *be = malloc((size_t)nf * N_BANDS * sizeof *be);
+    float *be = malloc((size_t)nf * (N_BANDS + 1) * sizeof *be), *tot = be + nf * N_BANDS;
     if (!be) return -1;
     for (int64_t k = 0; k < nf; k++) {
         for (int i = 0; i < N_FFT; i++)
@@ -758,11 +762,15 @@ static int noise_floor(grid *g, const float *pcm, int64_t n) {
         fftwf_execute(g->plan);
         double e[N_BANDS];
         band_energies(g->out, e);
-        for (int b = 0; b < N_BANDS; b++) be[b * nf + k] = (float)e[b];
+        tot[k] = 0.0f;
+        for (int b = 0; b < N_BANDS; b++) be[b * nf + k] = (float)e[b], tot[k] += (float)e[b];
     }
+    const int64_t q = (int64_t)(NOISE_QUANTILE * (double)(nf - 1));
+    qsort(tot, (size_t)nf, sizeof *tot, cmp_float);
+    const int pauses = tot[q] < NOISE_GAP * tot[nf / 2];
     for (int b = 0; b < N_BANDS; b++) {
         qsort(be + b * nf, (size_t)nf, sizeof *be, cmp_float);
-        g->noise[b] = be[b * nf + (int64_t)(NOISE_QUANTILE * (double)(nf - 1))];
+        g->noise[b] = pauses ? be[b * nf + q] : 0.0;
     }
     free(be);
     return 0;

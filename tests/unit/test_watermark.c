@@ -203,10 +203,11 @@ static void test_transformations(void **state) {
     assert_int_equal(src_simple(&u, SRC_SINC_MEDIUM_QUALITY, 1), 0);
     excerpts(y, u.output_frames_gen, "resampled 16 kHz and back", 1);
     add_white_noise(g_marked, y, g_n, 20.0);
-    /* the detector weighs each vote by what the noise leaves of it: 49/58 3 s excerpts found
-       (34/58 without), every 10 s excerpt found, 19/26 payloads */
+    /* the detector weighs each vote by what the noise leaves of it where the excerpt has pauses
+       to measure the noise in: 47/58 3 s excerpts found (34/58 without), every 10 s excerpt
+       found, 19/26 payloads */
     const shares noisy = excerpts(y, g_n, "white noise at 20 dB SNR", 0);
-    assert_true(noisy.found >= 0.8 * noisy.n3);
+    assert_true(noisy.found >= 0.75 * noisy.n3);
     assert_int_equal(noisy.found10, noisy.n10);
     qv_watermark_report r = detect(y, g_n); /* the whole 60 s: score about 31, the payload */
     assert_true(r.score_all >= 2.0 * QV_WATERMARK_PRESENT);
