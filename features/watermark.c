@@ -754,8 +754,9 @@ static int cmp_float(const void *a, const void *b) {
 #define NOISE_GAP 0.2 /* 7 dB */
 static int noise_floor(grid *g, const float *pcm, int64_t n) {
     const int64_t nf = (n - N_FFT) / HOP + 1; /* n >= MIN_ACTIVE blocks */
-    float *be = malloc((size_t)nf * (N_BANDS + 1) * sizeof *be), *tot = be + nf * N_BANDS;
+    float *be = malloc((size_t)nf * (N_BANDS + 1) * sizeof *be), *tot;
     if (!be) return -1;
+    tot = be + nf * N_BANDS; /* each frame's energy over all bands */
     for (int64_t k = 0; k < nf; k++) {
         for (int i = 0; i < N_FFT; i++)
             g->in[i] = isfinite(pcm[k * HOP + i]) ? pcm[k * HOP + i] * g->win[i] : 0.0f;
