@@ -647,6 +647,13 @@ static void decode(const grid *g, const pattern *p, int o, int ph, int64_t m0, i
     }
 }
 
+/* The band energies of the frame of N_FFT samples at x (non-finite samples taken as 0). */
+static void frame_bands(grid *g, const float *x, double e[N_BANDS]) {
+    for (int i = 0; i < N_FFT; i++) g->in[i] = isfinite(x[i]) ? x[i] * g->win[i] : 0.0f;
+    fftwf_execute(g->plan);
+    band_energies(g->out, e);
+}
+
 /* Fills g with the offsets base + j · HOP over blocks [f0, f1): frames every HOP from base, their
  * tile energies summed into the blocks of each offset, each finished block projected. */
 static void grid_fill(grid *g, const pattern *p, const float *pcm, int64_t n, int base, int64_t f0,
@@ -659,11 +666,8 @@ static void grid_fill(grid *g, const pattern *p, const float *pcm, int64_t n, in
     /* frame k is frame jf of block m at grid offset j when k = j + GRID_OFFSETS · m + jf */
     for (int64_t k = GRID_OFFSETS * f0;
          k < GRID_OFFSETS * f1 + BLOCK_FRAMES - 1 && base + k * HOP + N_FFT <= n; k++) {
-        const float *x = pcm + base + k * HOP;
-        for (int i = 0; i < N_FFT; i++) g->in[i] = isfinite(x[i]) ? x[i] * g->win[i] : 0.0f;
-        fftwf_execute(g->plan);
         double e[N_BANDS];
-        band_energies(g->out, e);
+        frame_bands(g, pcm + base + k * HOP, e);
         for (int j = 0; j < GRID_OFFSETS && j <= k; j++) {
             const int64_t m = (k - j) / GRID_OFFSETS;
             const int jf = (int)((k - j) % GRID_OFFSETS);
@@ -758,11 +762,8 @@ static int noise_floor(grid *g, const float *pcm, int64_t n) {
     if (!be) return -1;
     tot = be + nf * N_BANDS; /* each frame's energy over all bands */
     for (int64_t k = 0; k < nf; k++) {
-        for (int i = 0; i < N_FFT; i++)
-            g->in[i] = isfinite(pcm[k * HOP + i]) ? pcm[k * HOP + i] * g->win[i] : 0.0f;
-        fftwf_execute(g->plan);
         double e[N_BANDS];
-        band_energies(g->out, e);
+        frame_bands(g, pcm + k * HOP, e);
         tot[k] = 0.0f;
         for (int b = 0; b < N_BANDS; b++) be[b * nf + k] = (float)e[b], tot[k] += (float)e[b];
     }
