@@ -29,14 +29,17 @@
  * analysis nor its mark (which fades out with the frames' windows) overlaps another block's. */
 #define BLOCK ((BLOCK_FRAMES + 1) * HOP)
 #define N_BANDS 12
-/* Bands of equal width in log frequency (bin edges 4·(146/4)^(i/12)) from 188 Hz to 6.8 kHz (under
- * the 8 kHz a 16 kHz resampling keeps). The bands under 500 Hz are where voiced speech is loudest
- * against added noise and what codecs spend their bits on: they carry most of what survives MP3,
- * noise and Opus (`bench_watermark --channels`, docs/provenance.md). Lower, the band under a low
- * voice's fundamental can be empty, and the mark's spill into it would not be 35 dB under it
- * (espeak-ng's voice: −28.6 dB in the 125 Hz third octave with bands from 141 Hz). A tile is one
- * band of one frame. */
-static const int band_edge[N_BANDS + 1] = {4, 5, 7, 10, 13, 18, 24, 33, 44, 59, 80, 108, 146};
+/* Bands of equal width in log frequency (bin edges 4·(146/4)^(i/12)), but at least 2 bins wide,
+ * from 188 Hz to 6.8 kHz (under the 8 kHz a 16 kHz resampling keeps). A band of one bin (188–234
+ * Hz) was too unsure a log energy: the frames' position, the mark's spill into the next band and
+ * a codec all move it, and the four slots holding its pairs kept 0.66–0.74 of the mark on clean
+ * audio against 0.77–0.83 for the others (after MP3 they made most of the payload's bit errors).
+ * The bands under 500 Hz are where voiced speech is loudest against added noise and what codecs
+ * spend their bits on: they carry most of what survives MP3, noise and Opus (`bench_watermark
+ * --channels`, docs/provenance.md). Lower, the band under a low voice's fundamental can be empty,
+ * and the mark's spill into it would not be 35 dB under it (espeak-ng's voice: −28.6 dB in the
+ * 125 Hz third octave with bands from 141 Hz). A tile is one band of one frame. */
+static const int band_edge[N_BANDS + 1] = {4, 6, 8, 11, 14, 18, 24, 33, 44, 59, 80, 108, 146};
 #define BIN_LO 4
 #define BIN_HI 145
 #define N_TILES (N_BANDS * BLOCK_FRAMES)
@@ -81,8 +84,10 @@ static const int band_edge[N_BANDS + 1] = {4, 5, 7, 10, 13, 18, 24, 33, 44, 59, 
  * (times the tile's bins): tiles 7 dB or more under it, the ones a codec or noise rewrites
  * first, barely count and barely carry the mark. */
 #define FLOOR_REL 0.1
-/* A pair weighs as much as its weaker tile stands over PAIR_FLOOR floors: 10 dB over the floor,
- * half. */
+/* A pair weighs as much as its weaker tile stands over PAIR_FLOOR floors (10 dB over the floor,
+ * half), times bins / (bins + 1) of its band: part of a pair's spread falls with its bins (their
+ * energies' own fluctuation), part does not (what a channel changes), and taking the two as
+ * equal at one bin weighs the narrow low bands down a little (2 bins: 0.67, 38: 0.97). */
 #define PAIR_FLOOR 10.0
 /* Bound of a slot's shift (log energy per unit chip; a tile's amplitude changes by at most
  * 3.3 %): a block whose tiles barely answer stays off its lattice rather than get a loud mark. */
@@ -204,16 +209,16 @@ static int symbol(uint32_t payload, int64_t b, int k) {
 /* Projections of a block's tile energies e[N_TILES] (Σ|X|² per tile, frame-major) on the slots'
  * chips: Σ chip · w · (log(e_a + f) − log(e_b + f)) / √(2 Σ w²) over the slot's pairs, f the floor
  * FLOOR_REL of the block's mean energy per bin times the band's bins (empty and quiet tiles stay
- * finite and barely count), w = e_min / (e_min + PAIR_FLOOR·f) of the pair's weaker tile: a pair
- * noise or a codec rewrites (its weaker tile near the floor) barely counts, so the loud pairs'
- * agreement is not drowned. With sens, each tile's d log(e + f) / d log e: the share of a shift
+ * finite and barely count), w = e_min / (e_min + PAIR_FLOOR·f) of the pair's weaker tile, times
+ * bins / (bins + 1): a pair noise or a codec rewrites (its weaker tile near the floor) barely
+ * counts, so the loud pairs' agreement is not drowned. With sens, each tile's d log(e + f) / d log e: the share of a shift
  * the tile's projection sees; with rel, each slot's RMS pair weight, how far its projection can
  * be trusted (the detector weighs its vote by it), times, with noise (the input's stationary
  * noise per tile of each band), what that noise leaves of a vote: exp(−2π²σ²/STEP²), the mean
  * cos of a lattice phase blurred by σ, σ² = Σ w² (v_a + v_b) / Σ w² over the slot's pairs and v =
  * (2c + c²) / bins for a tile whose energy is 1/c times the noise's, the variance noise adds to a
  * log energy (clamped at c = 1). Noise-filled blocks then barely vote instead of voting as loud
- * as speech (after white noise at 20 dB SNR, 3 s excerpts of the clips found 34/58 -> 47/58,
+ * as speech (after white noise at 20 dB SNR, 3 s excerpts of the clips found 36/58 -> 47/58,
  * docs/provenance.md). 0 when the block is under GATE (nothing to say), else 1. */
 static int project(const pattern *p, const double *e, double proj[N_SLOTS], float *sens,
                    float *rel, const double *noise) {
@@ -225,14 +230,15 @@ static int project(const pattern *p, const double *e, double proj[N_SLOTS], floa
     const double fl = FLOOR_REL * sum / (BLOCK_FRAMES * (BIN_HI - BIN_LO + 1));
     for (int i = 0; i < N_PAIRS; i++) {
         const int a = p->pa[i], b = p->pb[i], band = a % N_BANDS;
-        const double f = fl * (band_edge[band + 1] - band_edge[band]);
-        const double lo = e[a] < e[b] ? e[a] : e[b], w = lo / (lo + PAIR_FLOOR * f);
+        const int bins = band_edge[band + 1] - band_edge[band];
+        const double f = fl * bins;
+        const double lo = e[a] < e[b] ? e[a] : e[b];
+        const double w = lo / (lo + PAIR_FLOOR * f) * bins / (bins + 1.0);
         proj[p->pslot[i]] += p->psign[i] * w * (log(e[a] + f) - log(e[b] + f));
         w2[p->pslot[i]] += 2.0 * w * w;
         if (noise) {
             const double ca = fmin(1.0, noise[band] / e[a]), cb = fmin(1.0, noise[band] / e[b]);
-            v2[p->pslot[i]] += w * w * (2.0 * (ca + cb) + ca * ca + cb * cb) /
-                               (band_edge[band + 1] - band_edge[band]);
+            v2[p->pslot[i]] += w * w * (2.0 * (ca + cb) + ca * ca + cb * cb) / bins;
         }
     }
     for (int k = 0; k < N_SLOTS; k++) proj[k] = w2[k] > 0.0 ? proj[k] / sqrt(w2[k]) : 0.0;
@@ -512,9 +518,9 @@ static double window_z(double s, double q, int64_t n) {
 /* A span's sums: sync votes s and their squared weights q, scored blocks n; per coded bit its
  * soft sum (bit) and the Σ of its squared weights (bq), each cosine weighted by 1 + the weighted
  * mean of its block's sync cosines (0 to 2): six known symbols say how well a block kept the mark.
- * (10 s payloads after MP3: the clips' 25/26 -> 26/26, espeak-ng's 32/56 -> 38/56; after noise
- * 11/26 -> 12/26, 25/56 -> 30/56; 3 s excerpts found after noise through the square-law term:
- * 32/58 -> 34/58 and 112/118 -> 113/118, unmarked windows' scores as before.) */
+ * (When it came in, 10 s payloads after MP3: the clips' 25/26 -> 26/26, espeak-ng's 32/56 ->
+ * 38/56; after noise 11/26 -> 12/26, 25/56 -> 30/56; 3 s excerpts found after noise through the
+ * square-law term: 32/58 -> 34/58 and 112/118 -> 113/118, unmarked windows' scores as before.) */
 typedef struct {
     double s, q;
     int64_t n;

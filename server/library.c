@@ -252,8 +252,7 @@ static cJSON *describe_signature(const qv_server *s, const qvf_signature *sig) {
     if (!sig->present) return cJSON_CreateNull();
     cJSON *o = cJSON_CreateObject();
     char id[17];
-    for (int i = 0; i < 8; i++)
-        snprintf(id + 2 * i, 3, "%02x", sig->key_id[i]);
+    qvf_hex(sig->key_id, sizeof sig->key_id, id);
     int own = s->sign_key && sig->valid && !memcmp(sig->public_key, s->sign_pub, 32);
     cJSON_AddStringToObject(o, "signer", sig->signer);
     cJSON_AddStringToObject(o, "key_id", id);

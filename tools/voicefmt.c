@@ -181,11 +181,6 @@ static const char *wkind_name(uint32_t k) {
     return k < 3 ? n[k] : "invalid";
 }
 
-static void hex(const uint8_t *d, int n, char *out) {
-    for (int i = 0; i < n; i++)
-        sprintf(out + 2 * i, "%02x", d[i]);
-}
-
 static double xnorm(const qvf_voice *v) {
     double s = 0;
     for (uint32_t i = 0; i < v->enc_dim; i++)
@@ -202,7 +197,7 @@ static uint64_t file_size(const char *path) {
 
 static void id_json(cJSON *o, const char *key, const qvf_model_id *id) {
     char fp[65];
-    hex(id->fingerprint, 32, fp);
+    qvf_hex(id->fingerprint, 32, fp);
     cJSON *m = cJSON_AddObjectToObject(o, key);
     cJSON_AddNumberToObject(m, "hidden_size", id->hidden_size);
     cJSON_AddNumberToObject(m, "text_hidden_size", id->text_hidden_size);
@@ -213,7 +208,7 @@ static void id_json(cJSON *o, const char *key, const qvf_model_id *id) {
 
 static void id_text(const char *label, const qvf_model_id *id) {
     char fp[65];
-    hex(id->fingerprint, 32, fp);
+    qvf_hex(id->fingerprint, 32, fp);
     printf("  %s model: hidden %u, text hidden %u, enc_dim %u, %s, fingerprint %s\n", label,
            id->hidden_size, id->text_hidden_size, id->enc_dim, qvf_variant_name(id->variant), fp);
 }
@@ -284,7 +279,7 @@ static void signature_out(const qvf_signature *sig, cJSON *jo) {
     char id[17], when[32] = "?";
     time_t t = (time_t)sig->signed_utc;
     struct tm tm;
-    hex(sig->key_id, 8, id);
+    qvf_hex(sig->key_id, 8, id);
     if (gmtime_r(&t, &tm)) strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
     if (jo) {
         cJSON *o = cJSON_AddObjectToObject(jo, "signature");
@@ -533,7 +528,7 @@ static int cmd_verify(int argc, char **argv) {
         }
         if (!bad) {
             char id[17] = "";
-            hex(sig.key_id, 8, id);
+            qvf_hex(sig.key_id, 8, id);
             printf("%s: ok (v%d%s%s%s%s%s%s)\n", argv[i], v->file_version, model ? ", fits " : "",
                    model ? model : "", sig.present ? ", signed by key " : "", sig.present ? id : "",
                    sig.signer[0] ? " " : "", sig.signer);
@@ -1150,7 +1145,7 @@ static int cmd_keygen(int argc, char **argv) {
     snprintf(priv, sizeof priv, "%s.pem", prefix);
     snprintf(pub, sizeof pub, "%s.pub.pem", prefix);
     if (qvf_keygen(priv, pub, kid, err, sizeof err)) return fprintf(stderr, "voicefmt: %s\n", err), 1;
-    hex(kid, 8, id);
+    qvf_hex(kid, 8, id);
     printf("%s (private), %s (public): key id %s\n", priv, pub, id);
     return 0;
 }

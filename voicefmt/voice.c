@@ -307,6 +307,13 @@ static int try_path(const char *p, char *path, size_t path_size) {
     return (size_t)snprintf(path, path_size, "%s", p) < path_size;
 }
 
+void qvf_hex(const void *bytes, size_t n, char *out) {
+    static const char digit[] = "0123456789abcdef";
+    const uint8_t *b = bytes;
+    for (size_t i = 0; i < n; i++) out[2 * i] = digit[b[i] >> 4], out[2 * i + 1] = digit[b[i] & 15];
+    out[2 * n] = '\0';
+}
+
 int qvf_voice_dir(int i, char *dir, size_t dir_size) {
     if (i == 0) return snprintf(dir, dir_size, "voices") < (int)dir_size ? 0 : -1;
     const char *qp = getenv("QVOICE_PATH");

@@ -188,7 +188,8 @@ static int channels(int argc, char **argv) {
                            {.name = "band from 188 Hz x 1 frame of 512 (the current tile)",
                             .nf = 512, .frames = 9, .per_frame = 1, .n_bands = 12}};
     for (int t = 0; t <= 136; t++) ly[0].edge[t] = 18 + 2 * t; /* 422 Hz - 6.8 kHz */
-    for (int t = 0; t <= 12; t++) ly[1].edge[t] = (int)lround(4.0 * pow(146.0 / 4.0, t / 12.0));
+    static const int band_edge[13] = {4, 6, 8, 11, 14, 18, 24, 33, 44, 59, 80, 108, 146};
+    memcpy(ly[1].edge, band_edge, sizeof band_edge); /* features/watermark.c's bands */
     for (int l = 0; l < 2; l++) {
         double *lu, *lm;
         const int64_t nbk = tiles(&ly[l], x, n, &lu);
