@@ -96,7 +96,7 @@ int qvm_prep_id_files(qvm_prep_id *id, const char *kind, const char *source,
     bad |= qvu_sha256_add(ctx, extra, n_extra);
     if (qvu_sha256_end(ctx, id->key) || bad) return -1;
     char hex[65];
-    qvu_sha256_hex(where, hex);
+    qvu_hex(where, 32, hex);
     int k = snprintf(id->path, sizeof id->path, "%s/%s-%.16s.qvprep", dir, kind, hex);
     return k > 0 && (size_t)k < sizeof id->path ? 0 : -1;
 }

@@ -224,7 +224,7 @@ static int check_output(run *u, const char *out) {
 static int file_sha256_hex(const char *path, char hex[65]) {
     uint8_t d[32];
     if (qvu_sha256_file(path, d)) return -1;
-    qvu_sha256_hex(d, hex);
+    qvu_hex(d, 32, hex);
     return 0;
 }
 

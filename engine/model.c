@@ -484,7 +484,7 @@ const char *qv_model_size(const qv_model *m) {
     return m->ck->cfg.tts_model_size;
 }
 void qv_model_fingerprint(const qv_model *m, char hex[65]) {
-    qvu_sha256_hex(m->ck->fingerprint, hex);
+    qvu_hex(m->ck->fingerprint, 32, hex);
 }
 int qv_model_hidden_size(const qv_model *m) {
     return m->ck->cfg.talker.hidden_size;

@@ -92,7 +92,7 @@ static enum qv_status voice_open_memory(qv_voice **out, const void *data, size_t
         free(copy);
         return QV_E_NOMEM;
     }
-    return voice_adopt(out, f, name, copy, qvu_sha256_hex(h, id), err, es);
+    return voice_adopt(out, f, name, copy, qvu_hex(h, 32, id), err, es);
 }
 
 static enum qv_status voice_from_parts(qv_voice **out, const float *xvector, int dim,
@@ -138,7 +138,7 @@ static enum qv_status voice_from_parts(qv_voice **out, const float *xvector, int
         qvf_voice_free(f);
         return snprintf(err, es, "parts: out of memory"), QV_E_NOMEM;
     }
-    snprintf(id, sizeof id, "parts:%s", qvu_sha256_hex(h, hex));
+    snprintf(id, sizeof id, "parts:%s", qvu_hex(h, 32, hex));
     return voice_adopt(out, f, "parts", NULL, id, err, es);
 }
 
@@ -167,7 +167,7 @@ const char *qv_voice_id(const qv_voice *v) {
     struct voice_id *d = v->id;
     pthread_mutex_lock(&d->mu);
     uint8_t h[32];
-    if (!d->done && !qvu_sha256_file(v->path, h)) qvu_sha256_hex(h, d->hex);
+    if (!d->done && !qvu_sha256_file(v->path, h)) qvu_hex(h, 32, d->hex);
     d->done = 1; /* an unreadable file stays "" */
     pthread_mutex_unlock(&d->mu);
     return d->hex;

@@ -176,8 +176,8 @@ static int check_record(const qv_model *m, slot_list *l, const qvf_tensor *t, pl
                 return snprintf(err, es,
                                 "weight delta for tensor %s was made against other weights "
                                 "(SHA-256 %.16s…, %s has %.16s…): refusing to apply it",
-                                t->name, qvu_sha256_hex(t->target_sha256, a), m->ck->dir,
-                                qvu_sha256_hex(h, b)),
+                                t->name, qvu_hex(t->target_sha256, 32, a), m->ck->dir,
+                                qvu_hex(h, 32, b)),
                        -1;
             p->same = !is_zero(t->result_sha256) && !memcmp(t->result_sha256, h, 32);
         }
@@ -247,7 +247,7 @@ int qve_voice_wdelta_fits(const qv_model *m, const qvf_voice *v, enum qve_wdelta
                         "apply it (use --no-wdelta for the x-vector/ICL only, or recreate the "
                         "voice with clone --target-cv %s)",
                         qvf_variant_name(tg->variant), tg->hidden_size,
-                        qvu_sha256_hex(tg->fingerprint, a), m->ck->dir, qvu_sha256_hex(fp, b), m->ck->dir),
+                        qvu_hex(tg->fingerprint, 32, a), m->ck->dir, qvu_hex(fp, 32, b), m->ck->dir),
                -1;
     if (is_zero(tg->fingerprint)) { /* legacy file: the legacy engine's own checks */
         if (m->ck->cfg.variant == QVF_VARIANT_BASE)

@@ -125,7 +125,7 @@ static uint8_t *read_part(const char *dir, const char *id, size_t *n, uint64_t *
     }
     *off = rd64(b + 8);
     *len = rd64(b + 16);
-    qvu_sha256_hex(b + 24, h);
+    qvu_hex(b + 24, 32, h);
     return b;
 }
 
@@ -235,7 +235,7 @@ static void textside_gc(const char *dir, const char *h) {
         ssize_t got = read(fd, head, sizeof head);
         close(fd);
         if (got != PART_HEAD || memcmp(head, PART_MAGIC, 4)) continue;
-        qvu_sha256_hex(head + 24, ph);
+        qvu_hex(head + 24, 32, ph);
         used = !strcmp(ph, h);
     }
     if (d) closedir(d);
@@ -252,7 +252,7 @@ static cJSON *describe_signature(const qv_server *s, const qvf_signature *sig) {
     if (!sig->present) return cJSON_CreateNull();
     cJSON *o = cJSON_CreateObject();
     char id[17];
-    qvf_hex(sig->key_id, sizeof sig->key_id, id);
+    qvu_hex(sig->key_id, sizeof sig->key_id, id);
     int own = s->sign_key && sig->valid && !memcmp(sig->public_key, s->sign_pub, 32);
     cJSON_AddStringToObject(o, "signer", sig->signer);
     cJSON_AddStringToObject(o, "key_id", id);
@@ -581,7 +581,7 @@ static int store(struct library *L, const char *id, const uint8_t *b, size_t n, 
     }
     uint8_t h[32];
     if (qvu_sha256(b + off, len, h)) return -1;
-    qvu_sha256_hex(h, ts);
+    qvu_hex(h, 32, ts);
     textside_path(L->dir, ts, tpath, sizeof tpath);
     size_t pn = PART_HEAD + n - len;
     uint8_t *p = malloc(pn);
@@ -613,7 +613,7 @@ int qvs_library_add(qv_server *s, const api_key *k, const uint8_t *b, size_t n, 
         snprintf(why, ws, "cannot hash the voice");
         return 500;
     }
-    qvu_sha256_hex(h, id);
+    qvu_hex(h, 32, id);
     struct library *L = s->lib;
     int status = 0;
     replaced[0] = 0;

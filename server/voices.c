@@ -363,7 +363,7 @@ static int signature_refused(qv_server *s, struct MHD_Connection *c, req *q, con
     if (s->cfg.n_trusted_keys <= 0 || qvf_signature_trusted(&sig, s->trusted, s->cfg.n_trusted_keys))
         return 0;
     char id[17];
-    qvf_hex(sig.key_id, sizeof sig.key_id, id);
+    qvu_hex(sig.key_id, sizeof sig.key_id, id);
     if (sig.present)
         *reply = qvs_reply_error(c, q, 403, "invalid_request_error", "untrusted_signer",
                                  "audio_sample", "%.128s: signed by key %s (signer \"%.64s\"), "

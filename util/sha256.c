@@ -66,12 +66,12 @@ int qvu_sha256_file(const char *path, uint8_t out[32]) {
     return qvu_sha256_end(c, out);
 }
 
-char *qvu_sha256_hex(const uint8_t digest[32], char out[65]) {
+char *qvu_hex(const uint8_t *bytes, size_t n, char *out) {
     static const char hex[] = "0123456789abcdef";
-    for (int i = 0; i < 32; i++) {
-        out[2 * i] = hex[digest[i] >> 4];
-        out[2 * i + 1] = hex[digest[i] & 15];
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = hex[bytes[i] >> 4];
+        out[2 * i + 1] = hex[bytes[i] & 15];
     }
-    out[64] = 0;
+    out[2 * n] = 0;
     return out;
 }

@@ -21,7 +21,8 @@ int qvu_sha256_end(qvu_sha256_ctx *ctx, uint8_t out[32]);
 /* SHA-256 of the file at path, read in blocks. 0, or -1 (cannot open or read it; errno set). */
 int qvu_sha256_file(const char *path, uint8_t out[32]);
 
-/* Lower-case hex of a 32-byte digest into out[65] (NUL-terminated). Returns out. */
-char *qvu_sha256_hex(const uint8_t digest[32], char out[65]);
+/* Lower-case hex of n bytes (a digest, or a prefix of one such as a signing key's id) into
+ * out[2n + 1] (NUL-terminated). Returns out. */
+char *qvu_hex(const uint8_t *bytes, size_t n, char *out);
 
 #endif

@@ -289,8 +289,9 @@ int qvf_voice_find(const char *name, char *path, size_t path_size, char *err, si
 int qvf_voice_dir(int i, char *dir, size_t dir_size);
 
 /* ---- utilities ---- */
-/* bytes[0..n) as 2n lowercase hex digits and a NUL into out (2n + 1 bytes): key ids, fingerprints. */
-void qvf_hex(const void *bytes, size_t n, char *out);
+/* Lower-case hex of n bytes into out[2n + 1] (NUL-terminated), for key ids and fingerprints: the
+ * library's one hex writer (qvu_hex), given to tools here. Returns out. */
+char *qvf_hex(const uint8_t *bytes, size_t n, char *out);
 
 /* ---- signatures (docs/qvoice-format.md §4.10) ----
  * An optional SIGN chunk, last before QEND: Ed25519 over every byte before it plus its own fixed

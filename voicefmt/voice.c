@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
+#include "util/sha256.h"
 #include "voicefmt/qvf_impl.h"
 
 #define QVF_TEXT_(name, text) text,
@@ -307,12 +308,7 @@ static int try_path(const char *p, char *path, size_t path_size) {
     return (size_t)snprintf(path, path_size, "%s", p) < path_size;
 }
 
-void qvf_hex(const void *bytes, size_t n, char *out) {
-    static const char digit[] = "0123456789abcdef";
-    const uint8_t *b = bytes;
-    for (size_t i = 0; i < n; i++) out[2 * i] = digit[b[i] >> 4], out[2 * i + 1] = digit[b[i] & 15];
-    out[2 * n] = '\0';
-}
+char *qvf_hex(const uint8_t *bytes, size_t n, char *out) { return qvu_hex(bytes, n, out); }
 
 int qvf_voice_dir(int i, char *dir, size_t dir_size) {
     if (i == 0) return snprintf(dir, dir_size, "voices") < (int)dir_size ? 0 : -1;

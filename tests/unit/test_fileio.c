@@ -305,10 +305,10 @@ static void test_sha256(void **state) {
     uint8_t d[32], s[32];
     char hex[65];
     assert_int_equal(qvu_sha256("abc", 3, d), 0);
-    assert_string_equal(qvu_sha256_hex(d, hex),
+    assert_string_equal(qvu_hex(d, 32, hex),
                         "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
     assert_int_equal(qvu_sha256(NULL, 0, d), 0);
-    assert_string_equal(qvu_sha256_hex(d, hex),
+    assert_string_equal(qvu_hex(d, 32, hex),
                         "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
     const char *m = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
     qvu_sha256_ctx *c = qvu_sha256_begin();
@@ -318,7 +318,7 @@ static void test_sha256(void **state) {
     assert_int_equal(qvu_sha256_end(c, s), 0);
     assert_int_equal(qvu_sha256(m, strlen(m), d), 0);
     assert_memory_equal(s, d, 32);
-    assert_string_equal(qvu_sha256_hex(s, hex),
+    assert_string_equal(qvu_hex(s, 32, hex),
                         "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
     assert_int_equal(qvu_sha256_add(NULL, "x", 1), -1);
     assert_int_equal(qvu_sha256_end(NULL, s), -1);

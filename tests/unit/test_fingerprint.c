@@ -116,11 +116,11 @@ static void test_tensor_sha(void **state) {
     uint8_t h[32];
     char hex[65];
     assert_int_equal(qvm_tensor_sha256(&t, h), 0);
-    assert_string_equal(qvu_sha256_hex(h, hex),
+    assert_string_equal(qvu_hex(h, 32, hex),
                         "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
     t.n_bytes = 0;
     assert_int_equal(qvm_tensor_sha256(&t, h), 0);
-    assert_string_equal(qvu_sha256_hex(h, hex),
+    assert_string_equal(qvu_hex(h, 32, hex),
                         "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
 }
 
@@ -132,8 +132,8 @@ static void test_stream(void **state) {
     for (int content = 0; content <= 1; content++) {
         fp(content ? QVM_FINGERPRINT_CONTENT : QVM_FINGERPRINT_TABLE, got);
         expected_fp(content, want);
-        printf("    mode %d: %s\n", content, qvu_sha256_hex(got, hg));
-        assert_string_equal(hg, qvu_sha256_hex(want, hw));
+        printf("    mode %d: %s\n", content, qvu_hex(got, 32, hg));
+        assert_string_equal(hg, qvu_hex(want, 32, hw));
     }
     /* Header order, offsets and __metadata__ do not matter. */
     make_model(1);
@@ -213,7 +213,7 @@ static void test_golden_tensors(void **state) {
         assert_non_null(t);
         uint8_t h[32];
         assert_int_equal(qvm_tensor_sha256(t, h), 0);
-        assert_string_equal(qvu_sha256_hex(h, hex), ref[i].hex);
+        assert_string_equal(qvu_hex(h, 32, hex), ref[i].hex);
         qvm_st_close(st);
         n++;
     }
@@ -225,8 +225,8 @@ static void test_golden_tensors(void **state) {
     uint8_t f1[32], f2[32];
     if (qvm_fingerprint_model(d1, QVM_FINGERPRINT_CONTENT, f1, err, sizeof err) == 0 &&
         qvm_fingerprint_model(d2, QVM_FINGERPRINT_CONTENT, f2, err, sizeof err) == 0) {
-        printf("    tiny-base %s\n", qvu_sha256_hex(f1, hex));
-        printf("    tiny-cv   %s\n", qvu_sha256_hex(f2, hex));
+        printf("    tiny-base %s\n", qvu_hex(f1, 32, hex));
+        printf("    tiny-cv   %s\n", qvu_hex(f2, 32, hex));
         assert_memory_not_equal(f1, f2, 32);
     } else {
         printf("    note: tiny models absent (%s), skipped\n", err);

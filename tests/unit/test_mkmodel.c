@@ -53,7 +53,7 @@ static int have_models(const char *first, ...) {
 static void sha256_bytes(const void *data, size_t n, char out[65]) {
     uint8_t md[32];
     assert_int_equal(qvu_sha256(data, n, md), 0);
-    qvu_sha256_hex(md, out);
+    qvu_hex(md, 32, out);
 }
 
 /* Streamed: the 1.7B checkpoints are larger than a test should hold in memory. */
@@ -70,7 +70,7 @@ static void sha256_file(const char *path, char out[65]) {
     fclose(f);
     free(buf);
     assert_int_equal(qvu_sha256_end(c, md), 0);
-    qvu_sha256_hex(md, out);
+    qvu_hex(md, 32, out);
 }
 
 static qvm_st *open_st(const char *rel) {
