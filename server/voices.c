@@ -391,10 +391,10 @@ static enum MHD_Result store_qvoice(qv_server *s, struct MHD_Connection *c, req 
     /* read once: the structure and the signature are checked on the same bytes */
     if (!(b = qvu_read_file(u->tmp, (size_t)s->cfg.max_upload_mb << 21, &n, err, sizeof err)))
         return qvs_reply_error(c, q, 500, "server_error", "io_error", NULL, "%s", err);
-    if (qvf_read_mem(b, n, u->tmp, 0, &v, err, sizeof err)) {
+    if (qvf_read_mem(b, n, fname, 0, &v, err, sizeof err)) {
         free(b);
         return qvs_reply_error(c, q, 400, "invalid_request_error", "invalid_voice_file",
-                               "audio_sample", "%.128s: %s", fname, without_path(err, u->tmp));
+                               "audio_sample", "%.128s: %s", fname, without_path(err, fname));
     }
     enum MHD_Result refused;
     if (signature_refused(s, c, q, b, n, fname, &refused)) {
@@ -417,7 +417,7 @@ static enum MHD_Result store_qvoice(qv_server *s, struct MHD_Connection *c, req 
     cJSON *report = cJSON_CreateObject();
     {
         qv_voice *qv;
-        enum qv_status st = qv_voice_open(&qv, u->tmp), fit = QV_E_VOICE;
+        enum qv_status st = qv_voice_open_memory(&qv, b, n, fname), fit = QV_E_VOICE;
         if (st) snprintf(err, sizeof err, "%s", qv_last_error());
         cJSON *fits = cJSON_AddArrayToObject(report, "fits_models");
         for (int i = 0; !st && i < s->n_models; i++) {
@@ -434,9 +434,8 @@ static enum MHD_Result store_qvoice(qv_server *s, struct MHD_Connection *c, req 
             free(b);
             cJSON_Delete(report);
             return qvs_reply_error(c, q, 400, "invalid_request_error", "voice_unusable",
-                                   "audio_sample", "%s: fits none of the served models: %s",
-                                   u->filename[0] ? u->filename : "upload",
-                                   without_path(err, u->tmp));
+                                   "audio_sample", "%.128s: fits none of the served models: %s",
+                                   fname, without_path(err, fname));
         }
     }
     const char *name = field(u, F_NAME), *consent = field(u, F_CONSENT);

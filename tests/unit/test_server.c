@@ -464,6 +464,8 @@ static void test_voices(void **state) {
     assert_true(!strncmp(g_body, "400 ", 4) && strstr(g_body, "\"name\""));
     assert_int_equal(py(&g_srv, "upload %s consent=yes", VOICE_06B), 0); /* another model's voice */
     assert_true(!strncmp(g_body, "400 ", 4) && strstr(g_body, "voice_unusable"));
+    /* named as the client sent it, once; the server's own upload path is not shown */
+    assert_true(strstr(g_body, "ohenry.qvoice: fits none") && !strstr(g_body, ".upload-"));
     assert_int_equal(curl(&g_srv, NULL, "-F x=1 SRV/v1/audio/voices"), 400);
     assert_string_equal(error_code(), "missing_field");
     assert_int_equal(curl(&g_srv, NULL, "-H 'Content-Type: text/plain' -d x SRV/v1/audio/voices"), 400);
