@@ -759,9 +759,13 @@ static int cmp_float(const void *a, const void *b) {
  * which changes nothing). Only an input with pauses has a floor to tell from its signal: when its
  * quietest frames (all bands) are within NOISE_GAP of its median frame, it is taken as all
  * signal, noise 0 (a marked steady sound, or noise-like output, would otherwise weigh its own
- * votes away). 0, or -1 when out of memory. */
+ * votes away). Nor is a floor that is not steady, as noise is: the quietest 0.5 % of frames more
+ * than NOISE_STEADY under the quietest 2 % are a fade or an onset (a steady output 4.5 s long
+ * whose first 100 ms fade in took the fade as its noise, and its every vote was weighed to 0).
+ * 0, or -1 when out of memory. */
 #define NOISE_QUANTILE 0.02
-#define NOISE_GAP 0.2 /* 7 dB */
+#define NOISE_GAP 0.2     /* 7 dB */
+#define NOISE_STEADY 0.35 /* 4.6 dB */
 static int noise_floor(grid *g, const float *pcm, int64_t n) {
     const int64_t nf = (n - N_FFT) / HOP + 1; /* n >= MIN_ACTIVE blocks */
     float *be = malloc((size_t)nf * (N_BANDS + 1) * sizeof *be), *tot;
@@ -775,7 +779,7 @@ static int noise_floor(grid *g, const float *pcm, int64_t n) {
     }
     const int64_t q = (int64_t)(NOISE_QUANTILE * (double)(nf - 1));
     qsort(tot, (size_t)nf, sizeof *tot, cmp_float);
-    const int pauses = tot[q] < NOISE_GAP * tot[nf / 2];
+    const int pauses = tot[q] < NOISE_GAP * tot[nf / 2] && tot[q / 4] > NOISE_STEADY * tot[q];
     for (int b = 0; b < N_BANDS; b++) {
         qsort(be + b * nf, (size_t)nf, sizeof *be, cmp_float);
         g->noise[b] = pauses ? be[b * nf + q] : 0.0;
