@@ -229,7 +229,11 @@ static SNDFILE *open_audio(const char *path, SF_INFO *info, char *err, size_t er
     SNDFILE *sf = sf_open(path, SFM_READ, info);
     if (!sf) {
         char msg[256];
-        snprintf(msg, sizeof msg, "cannot read audio (%s)", sf_strerror(NULL));
+        if (sf_error(NULL) == SF_ERR_UNRECOGNISED_FORMAT) /* say what would do */
+            snprintf(msg, sizeof msg, "cannot read audio (%s): reads WAV, FLAC, Ogg Vorbis, Opus "
+                     "and MP3 (not AAC)", sf_strerror(NULL));
+        else
+            snprintf(msg, sizeof msg, "cannot read audio (%s)", sf_strerror(NULL));
         set_err(err, err_size, path, msg);
     }
     return sf;

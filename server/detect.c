@@ -57,7 +57,7 @@ static cJSON *match(qv_server *s, const api_key *k, uint32_t payload) {
 
 enum MHD_Result qvs_detect_handle(qv_server *s, struct MHD_Connection *c, req *q) {
     if (!q->body_len)
-        return qvs_reply_error(c, q, 400, "invalid_request_error", "missing_field", "file",
+        return qvs_reply_error(c, q, 400, "invalid_request_error", "missing_field", NULL,
                                "request body: the audio file to examine (any format qvoice reads)");
     char path[4096];
     snprintf(path, sizeof path, "%s/.upload-%d-XXXXXX", s->voices_dir ? s->voices_dir : "/tmp",
@@ -85,11 +85,15 @@ enum MHD_Result qvs_detect_handle(qv_server *s, struct MHD_Connection *c, req *q
     if (st || qv_provenance_read(path, tags)) tags[0] = 0;
     qvs_slot_release(s, sl);
     unlink(path);
-    if (st) /* the detail names the temporary, which qvs_scrub hides as for uploads */
+    if (st) { /* the detail names the temporary: the client knows it as the request body */
+        const char *e = qv_last_error();
+        const size_t n = strlen(path);
+        if (!strncmp(e, path, n) && !strncmp(e + n, ": ", 2)) e += n + 2;
         return qvs_reply_error(c, q, st == QV_E_AUDIO ? 400 : 500,
                                st == QV_E_AUDIO ? "invalid_request_error" : "server_error",
-                               st == QV_E_AUDIO ? "invalid_audio" : "detect_failed", "file", "%s",
-                               qv_last_error());
+                               st == QV_E_AUDIO ? "invalid_audio" : "detect_failed", NULL,
+                               "request body: %s", e);
+    }
     char *text = qv_watermark_report_json(&r);
     cJSON *o = text ? cJSON_Parse(text) : NULL;
     qv_free(text);

@@ -359,7 +359,9 @@ static void read_owner(const char *dir, const char *id, char *out, size_t size) 
 }
 
 /* Re-reads the directory's names when its mtime moved (L->mu held): new files are read and
- * checked, vanished ones dropped. A file that does not read cleanly is left out. */
+ * checked, vanished ones dropped. A file that does not read cleanly is left out; on the first
+ * read (the server's start) that, and a .qvoice not named by its id, is logged: a directory of
+ * named voices given as the library must not look empty for no reason. */
 static void refresh(struct library *L) {
     struct stat ds;
     if (stat(L->dir, &ds) || (ds.st_mtim.tv_sec == L->mtime.tv_sec &&
@@ -367,6 +369,7 @@ static void refresh(struct library *L) {
         return;
     DIR *d = opendir(L->dir);
     if (!d) return;
+    const int first = L->mtime.tv_nsec == -1;
     L->mtime = ds.st_mtim;
     for (int i = 0; i < L->n; i++)
         L->v[i].seen = 0;
@@ -374,6 +377,11 @@ static void refresh(struct library *L) {
     char id[65], path[4096], err[256], owner[256];
     while ((de = readdir(d))) {
         int kind = id_of(de->d_name, id);
+        const size_t nl = strlen(de->d_name);
+        if (!kind && first && nl > 7 && !strcmp(de->d_name + nl - 7, ".qvoice"))
+            qvs_srv_log(L->srv, "voices: %s/%s is not in the library, whose files are named by "
+                        "their SHA-256 (<id>.qvoice): upload it (POST /v1/audio/voices)",
+                        L->dir, de->d_name);
         if (!kind) continue;
         entry *e = find_id(L, id);
         if (e) {
@@ -389,9 +397,11 @@ static void refresh(struct library *L) {
         char h[65] = "";
         const size_t head = kind == 2 ? PART_HEAD : 0;
         if (stat(path, &st)) continue;
+        snprintf(err, sizeof err, "its text side cannot be read");
         if (!(b = kind == 2 ? read_part(L->dir, id, &n, &off, &len, h)
                             : (uint8_t *)qvu_read_file(path, (size_t)1 << 31, &n, err, sizeof err)) ||
             qvf_read_mem(b + head, n - head, id, 0, &v, err, sizeof err)) {
+            if (first) qvs_srv_log(L->srv, "voices: %s left out: %s", path, err);
             free(b);
             continue;
         }

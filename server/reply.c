@@ -34,7 +34,7 @@ double qvs_now_s(void) {
 }
 
 /* Control bytes are written \xNN: a URL's %0A must not start a forged log line. */
-void qvs_srv_log(qv_server *s, const char *fmt, ...) {
+void qvs_srv_log(const qv_server *s, const char *fmt, ...) {
     if (!s->cfg.log) return;
     char line[1024], out[4 * sizeof line];
     va_list ap;

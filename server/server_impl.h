@@ -171,7 +171,7 @@ int qvs_bad(verdict *v, int status, const char *code, const char *param, const c
     __attribute__((format(printf, 5, 6)));
 
 /* Log one formatted line through cfg.log. */
-void qvs_srv_log(qv_server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void qvs_srv_log(const qv_server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 double qvs_now_s(void);
 /* pthread_cond_timedwait for a signal or ms milliseconds (mu held). */
 void qvs_timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu, int ms);

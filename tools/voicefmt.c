@@ -24,7 +24,7 @@ static const char *usage_text =
     "\n"
     "SYNOPSIS\n"
     "    voicefmt inspect [--json] FILE...\n"
-    "    voicefmt verify [--model DIR [--deep] [--force]] FILE...\n"
+    "    voicefmt verify [--model DIR [--deep] [--force]] [--trusted PUB.pem]... FILE...\n"
     "    voicefmt diff A B\n"
     "    voicefmt convert --to v3|v4 -o OUT FILE\n"
     "    voicefmt extract (--xvector OUT.bin | --codes OUT.txt | --transcript OUT.txt) FILE\n"
@@ -522,8 +522,13 @@ static int cmd_verify(int argc, char **argv) {
         if (!bad && model)
             bad = verify_model(argv[i], model, (deep ? QV_VERIFY_DEEP : 0) | (force ? QV_VERIFY_FORCE : 0));
         if (!bad && n_trusted && !qvf_signature_trusted(&sig, (const uint8_t(*)[32])trusted, n_trusted)) {
-            fprintf(stderr, "voicefmt: %s: %s\n", argv[i],
-                    sig.present ? "signed by a key that is not trusted" : "not signed");
+            char id[17];
+            qvf_hex(sig.key_id, 8, id);
+            if (sig.present)
+                fprintf(stderr, "voicefmt: %s: signed by key %s (signer \"%s\"), not one of the "
+                        "trusted keys\n", argv[i], id, sig.signer);
+            else
+                fprintf(stderr, "voicefmt: %s: not signed\n", argv[i]);
             bad = 1;
         }
         if (!bad) {
@@ -1255,7 +1260,7 @@ static int cmd_detect(int argc, char **argv) {
             cJSON_AddItemToArray(jarr, jo);
             continue;
         }
-        printf("%s: %.2f s, mark %s (best 3 s window %.1f, whole file %.1f; present from %.1f)\n",
+        printf("%s: %.2f s, mark %s (best 3 s window %.2f, whole file %.2f; present from %.1f)\n",
                argv[i], r.seconds, r.present ? "present" : "not found", r.score, r.score_all,
                QV_WATERMARK_PRESENT);
         printf("  tags: %s\n", tags[0] ? tags : "none");

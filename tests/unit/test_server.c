@@ -1283,6 +1283,9 @@ static void test_detect(void **state) {
     assert_int_equal(curl(&g_srv, NULL, "--data-binary 'not audio at all' SRV/v1/audio/detect"),
                      400);
     assert_string_equal(error_code(), "invalid_audio");
+    /* named as the client knows it, with the formats read; no server path, no form field */
+    assert_true(strstr(g_body, "request body: cannot read audio") && strstr(g_body, "not AAC") &&
+                !strstr(g_body, "voice library") && strstr(g_body, "\"param\":null"));
     assert_int_equal(sh("head -c 1100000 /dev/zero > %s", tmp_path("big.bin")), 0);
     assert_int_equal(curl(&g_srv, NULL, "--data-binary @%s SRV/v1/audio/detect",
                           tmp_path("big.bin")),
@@ -1745,12 +1748,22 @@ static void test_signed_voices(void **state) {
     verify_download(id, tmp_path("srv.pub.pem"), "test server");
     assert_int_equal(sh("bin/voicefmt verify --trusted %s/alice.pub.pem %s >/dev/null 2>&1", d,
                         tmp_path("signed.qvoice")), 1);
+    /* the refusal names the key and the signer, as the server's 403 does */
+    assert_int_equal(sh("bin/voicefmt verify --trusted %s/alice.pub.pem %s 2>&1 | grep -Eq "
+                        "'signed by key [0-9a-f]{16} \\(signer \"test server\"\\), not one of'",
+                        d, tmp_path("signed.qvoice")), 0);
     /* the list shows each voice's signer, read from the files the server finds on disk (after a
        restart: alice's voice is a part, verified put back together with its text side) */
     assert_int_equal(sh("cp %s/mallory.qvoice %s/signed/%064d.qvoice && cp %s/edited.qvoice "
                         "%s/signed/%064d.qvoice", d, d, 1, d, d, 2), 0);
+    /* a voice under its own name and a file that does not read: not listed, each logged */
+    assert_int_equal(sh("cp %s/mallory.qvoice %s/signed/mallory.qvoice && echo broken > "
+                        "%s/signed/%064d.qvoice", d, d, d, 3), 0);
     assert_int_equal(server_stop(&g_extra), 0);
     assert_int_equal(server_start(&g_extra, "signed", args), 0);
+    assert_true(file_has(g_extra.log, "signed/mallory.qvoice is not in the library, whose files "
+                                      "are named by their SHA-256"));
+    assert_true(file_has(g_extra.log, "0003.qvoice left out: "));
     assert_int_equal(curl(&g_extra, tmp_path("list.json"), "SRV/v1/audio/voices"), 200);
     size_t n_list;
     char *text = tmp_read(tmp_path("list.json"), &n_list);
