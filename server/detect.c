@@ -86,13 +86,10 @@ enum MHD_Result qvs_detect_handle(qv_server *s, struct MHD_Connection *c, req *q
     qvs_slot_release(s, sl);
     unlink(path);
     if (st) { /* the detail names the temporary: the client knows it as the request body */
-        const char *e = qv_last_error();
-        const size_t n = strlen(path);
-        if (!strncmp(e, path, n) && !strncmp(e + n, ": ", 2)) e += n + 2;
         return qvs_reply_error(c, q, st == QV_E_AUDIO ? 400 : 500,
                                st == QV_E_AUDIO ? "invalid_request_error" : "server_error",
                                st == QV_E_AUDIO ? "invalid_audio" : "detect_failed", NULL,
-                               "request body: %s", e);
+                               "request body: %s", qvs_without_path(qv_last_error(), path));
     }
     char *text = qv_watermark_report_json(&r);
     cJSON *o = text ? cJSON_Parse(text) : NULL;

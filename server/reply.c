@@ -33,6 +33,11 @@ double qvs_now_s(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
+const char *qvs_without_path(const char *err, const char *path) {
+    size_t n = strlen(path);
+    return !strncmp(err, path, n) && !strncmp(err + n, ": ", 2) ? err + n + 2 : err;
+}
+
 /* Control bytes are written \xNN: a URL's %0A must not start a forged log line. */
 void qvs_srv_log(const qv_server *s, const char *fmt, ...) {
     if (!s->cfg.log) return;

@@ -170,6 +170,9 @@ typedef struct {
 int qvs_bad(verdict *v, int status, const char *code, const char *param, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 
+/* err without its leading "PATH: " (the client knows the file by its own name, or as the
+ * request body). */
+const char *qvs_without_path(const char *err, const char *path);
 /* Log one formatted line through cfg.log. */
 void qvs_srv_log(const qv_server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 double qvs_now_s(void);

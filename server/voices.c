@@ -298,12 +298,6 @@ static const char *field(struct upload *u, int f) {
     return (const char *)u->field[f].p;
 }
 
-/* err without its leading "PATH: " (the client knows the file by its own name). */
-static const char *without_path(const char *err, const char *path) {
-    size_t n = strlen(path);
-    return !strncmp(err, path, n) && !strncmp(err + n, ": ", 2) ? err + n + 2 : err;
-}
-
 /* Puts the finished voice file src into the library (qvs_library_add) and removes src; replies
  * with its description and the report. made: the server made the file (cloned it, or rewrote an
  * upload), so it signs it with its key, when it has one. */
@@ -321,7 +315,7 @@ static enum MHD_Result store(qv_server *s, struct MHD_Connection *c, req *q, con
         free(b);
         cJSON_Delete(report);
         return qvs_reply_error(c, q, 500, "server_error", "sign_failed", NULL, "%s",
-                               without_path(err, src));
+                               qvs_without_path(err, src));
     }
     if (sig) free(b), b = sig, n = n_sig;
     cJSON *o = NULL;
@@ -394,7 +388,7 @@ static enum MHD_Result store_qvoice(qv_server *s, struct MHD_Connection *c, req 
     if (qvf_read_mem(b, n, fname, 0, &v, err, sizeof err)) {
         free(b);
         return qvs_reply_error(c, q, 400, "invalid_request_error", "invalid_voice_file",
-                               "audio_sample", "%.128s: %s", fname, without_path(err, fname));
+                               "audio_sample", "%.128s: %s", fname, qvs_without_path(err, fname));
     }
     enum MHD_Result refused;
     if (signature_refused(s, c, q, b, n, fname, &refused)) {
@@ -435,7 +429,7 @@ static enum MHD_Result store_qvoice(qv_server *s, struct MHD_Connection *c, req 
             cJSON_Delete(report);
             return qvs_reply_error(c, q, 400, "invalid_request_error", "voice_unusable",
                                    "audio_sample", "%.128s: fits none of the served models: %s",
-                                   fname, without_path(err, fname));
+                                   fname, qvs_without_path(err, fname));
         }
     }
     const char *name = field(u, F_NAME), *consent = field(u, F_CONSENT);
@@ -533,7 +527,7 @@ static enum MHD_Result clone_upload(qv_server *s, struct MHD_Connection *c, req 
             c, q, status, status == 400 ? "invalid_request_error" : "server_error",
             st == QV_E_AUDIO ? "invalid_audio" : "clone_failed",
             st == QV_E_AUDIO ? "audio_sample" : NULL, "%s: %s: %s",
-            u->filename[0] ? u->filename : "upload", qv_strerror(st), without_path(err, u->tmp));
+            u->filename[0] ? u->filename : "upload", qv_strerror(st), qvs_without_path(err, u->tmp));
     }
     cJSON *rep = report ? cJSON_Parse(report) : NULL;
     qv_free(report);
@@ -585,7 +579,7 @@ static int open_voice(qv_server *s, struct MHD_Connection *c, req *q, const char
     snprintf(err, sizeof err, "%s", qv_last_error());
     qvs_voice_ref_close(vr);
     *ret = qvs_reply_error(c, q, 500, "server_error", "invalid_voice_file", "voice_id",
-                           "voice %s: %s", id, without_path(err, vr->path));
+                           "voice %s: %s", id, qvs_without_path(err, vr->path));
     return -1;
 }
 
@@ -663,7 +657,7 @@ enum MHD_Result qvs_voice_fit(qv_server *s, struct MHD_Connection *c, req *q, co
         enum qv_status st = qv_voice_check(v, s->models[i].model, &warn);
         if (st || warn) snprintf(detail, sizeof detail, "%s", st ? qv_last_error() : warn);
         qv_free(warn);
-        snprintf(detail, sizeof detail, "%s", without_path(detail, vr.path));
+        snprintf(detail, sizeof detail, "%s", qvs_without_path(detail, vr.path));
         qvs_scrub(s, detail, sizeof detail);
         cJSON *m = cJSON_CreateObject();
         cJSON_AddStringToObject(m, "model", s->models[i].name);
