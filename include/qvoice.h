@@ -709,14 +709,14 @@ enum qv_status qv_loudness_lufs(const float *pcm, int64_t n_samples, double *luf
 
 /* An inaudible mark in the samples: spread-transform dither modulation of the log energies of
  * band × 10.7 ms STFT tiles over 188 Hz - 6.8 kHz, 35 dB or more under the signal,
- * carrying a 32-bit payload (+ CRC-16) every 0.85 s, in blocks of QV_WATERMARK_DELAY samples
- * (107 ms).
+ * carrying a 32-bit payload (+ CRC-16, in a rate-1/2 convolutional code) every 2.1 s, in blocks
+ * of QV_WATERMARK_DELAY samples (107 ms).
  * Marking a block needs all of it. The first block of a signal is left unmarked and a stream
  * gives it back at once, so the mark costs a stream's first audio nothing; each later sample
  * comes out when its block is complete, at most QV_WATERMARK_DELAY - 1 samples after it went
  * in. A stream equals the whole signal marked at once (qv_watermark_mark), sample for sample.
  * A qv_watermark belongs to one thread at a time; detection keeps no state. */
-#define QV_WATERMARK_SYNTHETIC 0x80000000u /* payload bit: the audio is machine-made */
+#define QV_WATERMARK_SYNTHETIC 0x80000000u /* payload bit: the audio is machine-made (always set) */
 #define QV_WATERMARK_DELAY 2560            /* samples in a block: a stream holds fewer back */
 #define QV_WATERMARK_PRESENT 5.4           /* a window's score from which the mark is present */
 typedef struct qv_watermark qv_watermark;
@@ -724,7 +724,8 @@ typedef struct qv_watermark qv_watermark;
 /* The payload tying audio to a voice file and a model: QV_WATERMARK_SYNTHETIC | the first 31
  * bits of SHA-256(voice_id "\n" model_fingerprint). NULL strings count as "". */
 uint32_t qv_watermark_payload(const char *voice_id, const char *model_fingerprint);
-/* A marker for one stream carrying payload. QV_OK or QV_E_NOMEM. */
+/* A marker for one stream carrying payload, which must have QV_WATERMARK_SYNTHETIC set (the
+ * detector takes it as known). QV_OK, QV_E_INVALID (flag clear) or QV_E_NOMEM. */
 enum qv_status qv_watermark_new(qv_watermark **out, uint32_t payload);
 void qv_watermark_free(qv_watermark *w); /* accepts NULL */
 /* Takes mono 24 kHz pcm[n_samples], continuing the stream of earlier calls, and writes the
@@ -736,8 +737,8 @@ int64_t qv_watermark_apply(qv_watermark *w, const float *pcm, int64_t n_samples,
 /* Ends a stream: the samples still held (0 to QV_WATERMARK_DELAY - 1), marked, into tail;
  * returns how many. */
 int qv_watermark_flush(qv_watermark *w, float tail[QV_WATERMARK_DELAY]);
-/* Marks a whole signal in place, as a stream of it comes out. QV_OK, QV_E_INVALID (pcm NULL),
- * QV_E_NOMEM. */
+/* Marks a whole signal in place, as a stream of it comes out. QV_OK, QV_E_INVALID (pcm NULL, or
+ * the flag clear), QV_E_NOMEM. */
 enum qv_status qv_watermark_mark(uint32_t payload, float *pcm, int64_t n_samples);
 
 #define QV_WATERMARK_MAX_RANGES 32
@@ -746,14 +747,15 @@ typedef struct {
     double score;           /* best 3 s window score in the range (QV_WATERMARK_PRESENT on) */
     int payload_ok;         /* 1: the payload's CRC-16 matched (decoded over the whole range) */
     uint32_t payload;       /* valid when payload_ok */
-    double payload_score;   /* smallest |soft sum| of the 48 coded bits: how sure the decoding is */
+    double payload_score;   /* when payload_ok, how sure: the soft symbols' agreement with the
+                               payload's code, in standard deviations of unmarked audio's */
 } qv_watermark_range;
 
 typedef struct {
     uint32_t struct_size;
     int present;            /* 1 when some 3 s window, or the whole input if it holds two
                                windows or more, scores QV_WATERMARK_PRESENT or more */
-    double score;           /* best 3 s window score (the best of 640 about-N(0,1) scores per
+    double score;           /* best 3 s window score (the best of 1280 about-N(0,1) scores per
                                window for unmarked audio) */
     double score_all;       /* score of the whole input as one window */
     qv_watermark_range all; /* the whole input as one range (its payload decoded when present) */

@@ -1206,11 +1206,10 @@ static void range_out(const qv_watermark_range *g) {
     char hexid[16];
     snprintf(hexid, sizeof hexid, "%08x", g->payload);
     printf("  %8.2f - %8.2f s  score %5.1f  ", g->start_s, g->end_s, g->score);
-    if (g->payload_ok)
-        printf("payload %s (%s)\n", hexid,
-               g->payload & QV_WATERMARK_SYNTHETIC ? "synthetic" : "synthetic flag clear");
+    if (g->payload_ok) /* the detector takes the synthetic flag as set */
+        printf("payload %s (synthetic)\n", hexid);
     else
-        printf("payload not recovered (weakest bit %.1f; longer audio helps)\n", g->payload_score);
+        printf("payload not recovered (longer audio helps)\n");
 }
 
 static int cmd_detect(int argc, char **argv) {
