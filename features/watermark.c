@@ -5,10 +5,10 @@
  * block's weighted pair differences of log energy, projected on twelve ±1 chip vectors, are
  * moved most of the way to the nearest point of a dithered lattice (informed embedding: the host's
  * own projection is cancelled, not fought). Seven slots of every block carry a known sync symbol,
- * five carry the payload in a convolutional code. The detector searches the block grid (320 offsets of 8 samples)
- * and the dither phase (2), scores the agreement of the sync projections with their lattice over
- * 3 s windows (each vote weighed by what the input's stationary noise leaves of it), and decodes
- * the payload from the blocks of a marked range by Viterbi's algorithm.
+ * five the payload in a convolutional code. The detector searches the block grid (320 offsets of
+ * 8 samples) and the dither phase (4), scores the agreement of the sync projections with their
+ * lattice over 3 s windows (each vote weighed by what the input's stationary noise leaves of it),
+ * and decodes the payload from the blocks of a marked range by Viterbi's algorithm.
  */
 #include <math.h>
 #include <openssl/evp.h>

@@ -13,7 +13,10 @@
  * is reported where it is; of unmarked audio (espeak-ng speech of 6 voices reading fixed texts,
  * as spoken and after MP3 64 kbit/s, cached under build/; the clips, also after MP3 and Opus;
  * noise, tones, sweeps, chords; over 30,000 3 s windows) no input is found as a whole and at most
- * 1 window in 10,000 (issue 28's bound); bad arguments are refused. */
+ * 1 window in 10,000 (issue 28's bound); bad arguments are refused.
+ * QVT_SPEECH=FILE measures the excerpt tables on the first 120 s of FILE in place of the clips,
+ * printed, with no goal asserted (docs/provenance.md's espeak-ng figures: build/test_watermark/
+ * 0.wav ... 5.wav, each run with QVT_FILTER=test_transformations and then test_codecs). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -40,14 +43,31 @@
 #define SR 24000
 static const char *const clips[] = {"tests/audio/en_ohenry_chenevert.wav",
                                     "tests/audio/it_galatea_fasol.wav"};
-static float *g_speech, *g_marked; /* both clips, one after the other */
+static float *g_speech, *g_marked; /* both clips, one after the other (or QVT_SPEECH's) */
 static int64_t g_n;
+static int g_clips = 1; /* 0: QVT_SPEECH's audio, measured only */
+
+/* A goal of issue 28 on the clips; on QVT_SPEECH's audio the figures are printed, not asserted. */
+#define assert_goal(x)                  \
+    do {                                \
+        if (g_clips) assert_true(x);    \
+    } while (0)
 static const uint32_t payload = 0x8abcdef1u;
 
 static int setup(void **state) {
     if (tmpdir_setup(state)) return -1;
     qva_audio a[2];
     char err[512];
+    const char *speech = getenv("QVT_SPEECH");
+    if (speech) {
+        if (qva_audio_load(&a[0], speech, 120.0, err, sizeof err))
+            return fprintf(stderr, "%s\n", err), -1;
+        g_clips = 0, g_n = a[0].n_samples, g_speech = a[0].samples;
+        g_marked = malloc((size_t)g_n * sizeof *g_marked);
+        if (!g_marked) return -1;
+        memcpy(g_marked, g_speech, (size_t)g_n * sizeof *g_marked);
+        return qv_watermark_mark(payload, g_marked, g_n) ? -1 : 0;
+    }
     for (int i = 0; i < 2; i++)
         if (qva_audio_load(&a[i], clips[i], 0, err, sizeof err))
             return fprintf(stderr, "%s\n", err), -1;
@@ -177,8 +197,8 @@ static shares excerpts(const float *x, int64_t n, const char *what, int strict) 
            "%2d/%2d; whole: %6.2f%s\n", what, found, n3, zmin, found10, n10, decoded, n10, all.score_all,
            all.all.payload_ok && all.all.payload == payload ? ", payload" : "");
     if (strict) {
-        assert_true(found >= 0.99 * n3);
-        assert_int_equal(decoded, n10);
+        assert_goal(found >= 0.99 * n3);
+        assert_goal(decoded == n10);
     }
     return (shares){n3, found, n10, found10, decoded};
 }
@@ -208,12 +228,12 @@ static void test_transformations(void **state) {
        to measure the noise in: 49/58 3 s excerpts found, every 10 s excerpt found, 19/26
        payloads (espeak-ng's six voices: 708/708 and 336/336, docs/provenance.md) */
     const shares noisy = excerpts(y, g_n, "white noise at 20 dB SNR", 0);
-    assert_true(noisy.found >= 0.75 * noisy.n3);
-    assert_int_equal(noisy.found10, noisy.n10);
-    assert_true(noisy.decoded >= 0.7 * noisy.n10);
+    assert_goal(noisy.found >= 0.75 * noisy.n3);
+    assert_goal(noisy.found10 == noisy.n10);
+    assert_goal(noisy.decoded >= 0.7 * noisy.n10);
     qv_watermark_report r = detect(y, g_n); /* the whole 60 s: score about 33, the payload */
-    assert_true(r.score_all >= 2.0 * QV_WATERMARK_PRESENT);
-    assert_true(r.all.payload_ok && r.all.payload == payload);
+    assert_goal(r.score_all >= 2.0 * QV_WATERMARK_PRESENT);
+    assert_goal(r.all.payload_ok && r.all.payload == payload);
     add_white_noise(g_speech, y, g_n, 20.0);
     assert_false(detect(y, g_n).present);
     /* noise that comes and goes, 10 dB louder in one second than in the next (20 dB SNR on
@@ -221,9 +241,9 @@ static void test_transformations(void **state) {
        than their noise would, but more than plain weights do (54/58 found, 23/26 payloads) */
     add_swinging_noise(g_marked, y, g_n, 20.0, 10.0, SR);
     const shares swing = excerpts(y, g_n, "noise 20 dB, 10 dB swing", 0);
-    assert_true(swing.found >= 0.8 * swing.n3);
-    assert_int_equal(swing.found10, swing.n10);
-    assert_true(swing.decoded >= 0.75 * swing.n10);
+    assert_goal(swing.found >= 0.8 * swing.n3);
+    assert_goal(swing.found10 == swing.n10);
+    assert_goal(swing.decoded >= 0.75 * swing.n10);
     add_swinging_noise(g_speech, y, g_n, 20.0, 10.0, SR);
     assert_false(detect(y, g_n).present);
     free(lo);
@@ -271,11 +291,11 @@ static void test_codecs(void **state) {
         if (i == 0) { /* MP3: 57/58 of the clips' 3 s excerpts found (espeak-ng's six voices:
                        * 699/708), every 10 s payload (espeak-ng: 332/336), the whole 60 s with its
                        * payload (score about 41) */
-            assert_true(got.found >= 0.98 * got.n3);
-            assert_int_equal(got.decoded, got.n10);
+            assert_goal(got.found >= 0.98 * got.n3);
+            assert_goal(got.decoded == got.n10);
             qv_watermark_report r = detect(x, n);
-            assert_true(r.score_all >= 3.0 * QV_WATERMARK_PRESENT);
-            assert_true(r.all.payload_ok && r.all.payload == payload);
+            assert_goal(r.score_all >= 3.0 * QV_WATERMARK_PRESENT);
+            assert_goal(r.all.payload_ok && r.all.payload == payload);
         }
         free(x);
     }
@@ -307,8 +327,8 @@ static void test_own_codecs(void **state) {
         snprintf(what, sizeof what, "qvoice %s, %.0f kbit/s", qv_format_name(formats[i]),
                  8.0 * (double)nb / ((double)g_n / SR) / 1000.0);
         const shares got = excerpts(x, n, what, 0);
-        assert_true(got.found >= 0.99 * got.n3);
-        assert_int_equal(got.decoded, got.n10);
+        assert_goal(got.found >= 0.99 * got.n3);
+        assert_goal(got.decoded == got.n10);
         free(x);
     }
 }
