@@ -78,7 +78,7 @@ static int dither_of(int64_t b) {
 #define N_CODED (BIT_BLOCKS * N_PAY)
 /* Lattice step of a projection (nepers of tile energy). What bounds the mark's level is
  * MAX_SHIFT on the loud tiles that carry it (the floor below leaves the quiet ones nearly
- * unmoved): third-octave bands of speech measure −35.3 dB or lower (test_watermark). */
+ * unmoved) and, where a voice's spectrum has gaps, the level limiter (below). */
 #define STEP 0.2
 /* Distortion compensation (Chen & Wornell 2001, §V): a projection is moved ALPHA of the way to its
  * lattice point, not all of it. The shift a block can take is bounded (MAX_SHIFT), so the lattice
@@ -314,6 +314,22 @@ static void sqrt_hann(float *w) {
  * alignment. */
 #define SPEC_STRIDE (N_FFT / 2 + 8)
 
+/* The level limiter. The tiles' gains change frame by frame, so each harmonic of a voice gets
+ * sidebands ±47 Hz away; where a voice's harmonics lie further apart than a third octave is wide
+ * (under about 500 Hz for a high voice), a sideband can fall in a band that holds little else,
+ * and MAX_SHIFT alone left the mark 25-31 dB under espeak-ng's voices there. So in every third
+ * octave the mark is held LVL_LIMIT under the speech, as a budget over about 10 s (leaky sums
+ * kept LVL_KEEP a block: the level is a measure over a signal, not a block): a block may add
+ * LVL_LIMIT × the speech's sum less the mark's sum. The bands are LVL_SETS sets of third octaves
+ * a ninth of an octave apart, so that the level holds in third octaves placed anywhere; a bin's
+ * gain is the least of its bands'. Energies are measured on one Hann-windowed FFT of the block
+ * (its spectrum resolves 9.4 Hz). The limit is 1 dB under the goal: the measures differ. */
+#define LVL_LIMIT 2.5e-4 /* −36 dB */
+#define LVL_KEEP 0.99
+#define LVL_SETS 3
+#define LVL_MIN_BINS 3   /* under 125 Hz the bands are 3 bins (28 Hz) at the least */
+#define MAX_LVL_BANDS (LVL_SETS * 24)
+
 struct qv_watermark {
     unsigned char coded[N_CODED]; /* the payload's code */
     int64_t block;              /* blocks complete so far (the first one passed unmarked) */
@@ -326,6 +342,14 @@ struct qv_watermark {
     float *in, *out;
     fftwf_complex *spec, *mod;
     fftwf_plan fwd, inv;
+    /* the level limiter: bins [lvl_lo, lvl_hi) of each band of BLOCK's spectrum, the leaky
+     * sums of the speech's and the mark's energy in it */
+    int n_lvl, lvl_lo[MAX_LVL_BANDS], lvl_hi[MAX_LVL_BANDS];
+    double lvl_host[MAX_LVL_BANDS], lvl_mark[MAX_LVL_BANDS];
+    float ramp[BLOCK]; /* Σ of the frames' windows squared: 1, fading at the block's ends */
+    float *lvl_in;
+    fftwf_complex *lvl_spec;
+    fftwf_plan lvl_fwd, lvl_inv;
 };
 
 uint32_t qv_watermark_payload(const char *voice_id, const char *model_fingerprint) {
@@ -352,7 +376,26 @@ void qv_watermark_free(qv_watermark *w) {
     fftwf_free(w->out);
     fftwf_free(w->spec);
     fftwf_free(w->mod);
+    qva_fft_destroy(w->lvl_fwd);
+    qva_fft_destroy(w->lvl_inv);
+    fftwf_free(w->lvl_in);
+    fftwf_free(w->lvl_spec);
     free(w);
+}
+
+/* The limiter's bands: set s holds the third octaves around 125 · 2^((i + s/LVL_SETS)/3) Hz, the
+ * first from bin 1, the last to the top, none under LVL_MIN_BINS wide. */
+static void lvl_bands(qv_watermark *w) {
+    w->n_lvl = 0;
+    for (int set = 0; set < LVL_SETS; set++)
+        for (int i = 0, lo = 1; lo <= BLOCK / 2 && w->n_lvl < MAX_LVL_BANDS; i++) {
+            const double f = 125.0 * pow(2.0, (i - 0.5 + (double)set / LVL_SETS) / 3.0);
+            int hi = (int)lround(f * BLOCK / QVA_SAMPLE_RATE_HZ);
+            if (hi > BLOCK / 2 - LVL_MIN_BINS) hi = BLOCK / 2 + 1;
+            if (hi < lo + LVL_MIN_BINS) continue;
+            w->lvl_lo[w->n_lvl] = lo, w->lvl_hi[w->n_lvl++] = hi;
+            lo = hi;
+        }
 }
 
 enum qv_status qv_watermark_new(qv_watermark **out, uint32_t payload) {
@@ -368,11 +411,20 @@ enum qv_status qv_watermark_new(qv_watermark **out, uint32_t payload) {
     w->mod = fftwf_alloc_complex(N_FFT / 2 + 1);
     w->fwd = w->in && w->spec ? qva_fft_plan_r2c(N_FFT, 1, w->in, w->spec) : NULL;
     w->inv = w->mod && w->out ? qva_fft_plan_c2r(N_FFT, w->mod, w->out) : NULL;
-    if (!w->fwd || !w->inv)
+    w->lvl_in = fftwf_alloc_real(BLOCK);
+    w->lvl_spec = fftwf_alloc_complex(BLOCK / 2 + 1);
+    if (w->lvl_in && w->lvl_spec) {
+        w->lvl_fwd = qva_fft_plan_r2c(BLOCK, 1, w->lvl_in, w->lvl_spec);
+        w->lvl_inv = qva_fft_plan_c2r(BLOCK, w->lvl_spec, w->lvl_in);
+    }
+    if (!w->fwd || !w->inv || !w->lvl_fwd || !w->lvl_inv)
         return qv_watermark_free(w), qvu_fail(QV_E_NOMEM, "watermark: out of memory");
     code_word(payload, w->coded);
     pattern_make(&w->pat);
     sqrt_hann(w->win);
+    lvl_bands(w);
+    for (int j = 0; j < BLOCK_FRAMES; j++)
+        for (int i = 0; i < N_FFT; i++) w->ramp[j * HOP + i] += w->win[i] * w->win[i];
     *out = w;
     return QV_OK;
 }
@@ -386,6 +438,44 @@ static void block_tiles(qv_watermark *w, const float *src, double e[N_TILES]) {
         fftwf_execute_dft_r2c(w->fwd, w->in, c);
         band_energies(c, e + j * N_BANDS);
     }
+}
+
+/* Energy per limiter band of src's Hann-windowed spectrum into e; src's own spectrum stays in
+ * lvl_spec (a Hann window's spectrum is the rectangular one smoothed by −1/4, 1/2, −1/4). */
+static void lvl_energies(qv_watermark *w, const float *src, double *e) {
+    memcpy(w->lvl_in, src, BLOCK * sizeof *src);
+    fftwf_execute_dft_r2c(w->lvl_fwd, w->lvl_in, w->lvl_spec);
+    const fftwf_complex *c = w->lvl_spec;
+    for (int b = 0; b < w->n_lvl; b++) {
+        e[b] = 0.0;
+        for (int k = w->lvl_lo[b]; k < w->lvl_hi[b] && k < BLOCK / 2; k++) {
+            const double re = 0.5 * c[k][0] - 0.25 * ((double)c[k - 1][0] + c[k + 1][0]);
+            const double im = 0.5 * c[k][1] - 0.25 * ((double)c[k - 1][1] + c[k + 1][1]);
+            e[b] += re * re + im * im;
+        }
+    }
+}
+
+/* Scales w->mark down where a band has no room left (the limiter above) and fades it out with
+ * the frames' windows again, so that it stays inside its block. */
+static void limit_mark(qv_watermark *w) {
+    double e[MAX_LVL_BANDS];
+    float g[BLOCK / 2 + 1];
+    lvl_energies(w, w->mark, e);
+    int any = 0;
+    for (int k = 0; k <= BLOCK / 2; k++) g[k] = 1.0f;
+    for (int b = 0; b < w->n_lvl; b++) {
+        const double room = LVL_LIMIT * w->lvl_host[b] - w->lvl_mark[b];
+        if (e[b] <= room) continue;
+        const float a = room > 0.0 ? (float)sqrt(room / e[b]) : 0.0f;
+        for (int k = w->lvl_lo[b]; k < w->lvl_hi[b]; k++) g[k] = fminf(g[k], a);
+        any = 1;
+    }
+    if (!any) return;
+    fftwf_complex *c = w->lvl_spec;
+    for (int k = 0; k <= BLOCK / 2; k++) c[k][0] *= g[k] / BLOCK, c[k][1] *= g[k] / BLOCK;
+    fftwf_execute_dft_c2r(w->lvl_inv, c, w->lvl_in);
+    for (int i = 0; i < BLOCK; i++) w->mark[i] = w->lvl_in[i] * w->ramp[i];
 }
 
 /* w->mark from the host spectra: each tile of the frames scaled by exp(shift[slot] · sign / 2)
@@ -407,6 +497,7 @@ static void synth_mark(qv_watermark *w, const fftwf_complex *host, const double 
         fftwf_execute(w->inv);
         for (int i = 0; i < N_FFT; i++) w->mark[j * HOP + i] += w->out[i] * w->win[i] / N_FFT;
     }
+    limit_mark(w);
 }
 
 /* Marks the full block in w->x into out[BLOCK]: each slot's projection goes ALPHA of the way to
@@ -418,6 +509,10 @@ static void mark_block(qv_watermark *w, float *out) {
     memset(w->mark, 0, sizeof w->mark);
     float sens[N_TILES];
     if (project(&w->pat, e, p0, sens, NULL, NULL)) {
+        double e_lvl[MAX_LVL_BANDS];
+        lvl_energies(w, w->x, e_lvl);
+        for (int b = 0; b < w->n_lvl; b++)
+            w->lvl_host[b] = LVL_KEEP * w->lvl_host[b] + e_lvl[b], w->lvl_mark[b] *= LVL_KEEP;
         fftwf_complex host[BLOCK_FRAMES * SPEC_STRIDE];
         memcpy(host, w->spec, sizeof host);
         for (int k = 0; k < N_SLOTS; k++) {
@@ -440,6 +535,8 @@ static void mark_block(qv_watermark *w, float *out) {
                 }
         }
         synth_mark(w, host, shift, sens);
+        lvl_energies(w, w->mark, e_lvl);
+        for (int b = 0; b < w->n_lvl; b++) w->lvl_mark[b] += e_lvl[b];
     }
     for (int i = 0; i < BLOCK; i++) out[i] = w->x[i] + w->mark[i];
     w->n_in = 0;

@@ -189,7 +189,7 @@ def _voice_id(voice):
 def write_audio(path, wav, format=None, loudness=None, watermark=True, model=None, voice=None,
                 sample_rate=None):
     """Writes mono 24 kHz float samples with libqvoice's encoder (the one speak and the server
-    use), atomically: format by name or by path's extension (wav, pcm, flac, ogg ~95 kbit/s,
+    use), atomically: format by name or by path's extension (wav, pcm, flac, ogg ~99 kbit/s,
     opus 133 kbit/s, mp3 80 kbit/s, aac: AAC-LC 96 kbit/s in ADTS, through libavcodec when
     installed; rates the watermark survives); sample_rate: the file's
     rate, 8000-48000 (None: 24000), the marked samples resampled by the encoder (opus takes 8,
