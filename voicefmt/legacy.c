@@ -482,10 +482,15 @@ int qvf_legacy_check_v3(const qvf_voice *v, const char *name, char *err, size_t 
     return QVF_OK;
 }
 
+/* s (valid UTF-8) NUL-padded into a field of cap bytes; a longer s is cut at a character's start,
+ * so that the reader, which checks the field's UTF-8, takes it back. */
 static void put_fixed(qvf_out *o, const char *s, size_t cap) {
     char b[64] = {0};
     size_t l = s ? strlen(s) : 0;
-    if (l > cap - 1) l = cap - 1;
+    if (l > cap - 1) {
+        l = cap - 1;
+        while (l > 0 && ((unsigned char)s[l] & 0xC0) == 0x80) l--;
+    }
     if (l) memcpy(b, s, l);
     qvf_out_write(o, b, cap);
 }

@@ -129,6 +129,26 @@ static void test_v4_v3_v4_keeps_everything(void **state) {
     qvf_voice_free(v);
 }
 
+/* v3's META holds the voice name in 64 bytes: a longer name is cut at a character's start, so
+ * that the export reads back (a cut inside "ö" left invalid UTF-8: a fuzz_roundtrip finding). */
+static void test_v3_name_cut_at_character(void **state) {
+    (void)state;
+    char name[80];
+    memset(name, 'a', 62);
+    strcpy(name + 62, "\xc3\xb6tail"); /* "ö" at bytes 62-63: the field keeps 63 */
+    qvf_voice *v = qvf_sample_voice(1), *r = NULL;
+    assert_int_equal(qvf_meta_set(v, "name", name), 0);
+    size_t n;
+    uint8_t *b = qvf_sample_serialize(v, 3, &n);
+    assert_non_null(b);
+    const int rc = qvf_read_mem(b, n, "rt.qvoice", 0, &r, err, sizeof err);
+    if (rc) fail_msg("%s", err);
+    assert_string_equal(qvf_meta_get(r, "name"), "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa");
+    qvf_voice_free(r);
+    qvf_voice_free(v);
+    free(b);
+}
+
 static void test_wdelta_apply(void **state) {
     (void)state;
     enum { N = 10000 };
@@ -592,6 +612,7 @@ int main(void) {
         cmocka_unit_test(test_variant_names),
         cmocka_unit_test(test_v4_roundtrip_memory),
         cmocka_unit_test(test_v4_v3_v4_keeps_everything),
+        cmocka_unit_test(test_v3_name_cut_at_character),
         cmocka_unit_test(test_wdelta_apply),
         cmocka_unit_test(test_legacy_v3_graft_byte_map),
         cmocka_unit_test(test_legacy_v3_graft_17b_offsets),
