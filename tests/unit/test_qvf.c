@@ -143,7 +143,8 @@ static void test_v3_name_cut_at_character(void **state) {
     assert_non_null(b);
     const int rc = qvf_read_mem(b, n, "rt.qvoice", 0, &r, err, sizeof err);
     if (rc) fail_msg("%s", err);
-    assert_string_equal(qvf_meta_get(r, "name"), "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa");
+    name[62] = '\0'; /* the 62 bytes before the "ö" */
+    assert_string_equal(qvf_meta_get(r, "name"), name);
     qvf_voice_free(r);
     qvf_voice_free(v);
     free(b);
