@@ -320,15 +320,20 @@ static void sqrt_hann(float *w) {
  * and MAX_SHIFT alone left the mark 25-31 dB under espeak-ng's voices there. So in every third
  * octave the mark is held LVL_LIMIT under the speech, as a budget over about 10 s (leaky sums
  * kept LVL_KEEP a block: the level is a measure over a signal, not a block): a block may add
- * LVL_LIMIT × the speech's sum less the mark's sum. The bands are LVL_SETS sets of third octaves
- * a ninth of an octave apart, so that the level holds in third octaves placed anywhere; a bin's
- * gain is the least of its bands'. Energies are measured on one Hann-windowed FFT of the block
- * (its spectrum resolves 9.4 Hz). The limit is 1 dB under the goal: the measures differ. */
-#define LVL_LIMIT 2.5e-4 /* −36 dB */
+ * LVL_LIMIT × the speech's sum less the mark's sum. Energies are kept per bin of a 2560-point
+ * spectrum (9.4 Hz), from two Hann windows a block: one on the block, one across its start (the
+ * previous block's second half and its first): Hann windows half a block apart weigh every
+ * sample alike, and the mark is not spread evenly over its block (under 190 Hz, a third of it
+ * lies in the block's first 30 %; a measure of the block's own window alone read 2 dB low there).
+ * A band is every run of bins that a third octave placed anywhere holds whole (from a bin lo, the
+ * runs up to each bin some third octave from (lo − 1, lo] ends in; LVL_MIN_BINS at the least),
+ * and a bin's gain is the least of its bands'. LVL_LIMIT stays 0.5 dB under the goal for what a
+ * measure at other frequencies and times than these bins and windows reads. */
+#define LVL_LIMIT 2.818e-4 /* −35.5 dB */
 #define LVL_KEEP 0.99
-#define LVL_SETS 3
 #define LVL_MIN_BINS 3   /* under 125 Hz the bands are 3 bins (28 Hz) at the least */
-#define MAX_LVL_BANDS (LVL_SETS * 24)
+#define LVL_BINS (BLOCK / 2 + 1)
+#define LVL_RUNS 3       /* bands from each bin: a third octave's top can fall in 3 bins */
 
 struct qv_watermark {
     unsigned char coded[N_CODED]; /* the payload's code */
@@ -342,10 +347,12 @@ struct qv_watermark {
     float *in, *out;
     fftwf_complex *spec, *mod;
     fftwf_plan fwd, inv;
-    /* the level limiter: bins [lvl_lo, lvl_hi) of each band of BLOCK's spectrum, the leaky
-     * sums of the speech's and the mark's energy in it */
-    int n_lvl, lvl_lo[MAX_LVL_BANDS], lvl_hi[MAX_LVL_BANDS];
-    double lvl_host[MAX_LVL_BANDS], lvl_mark[MAX_LVL_BANDS];
+    /* the level limiter: the leaky sums of the speech's and the mark's energy per bin of BLOCK's
+     * spectrum, their running totals (scratch), the previous block's second half (speech, mark)
+     * and where each band ends: band i holds bins i / LVL_RUNS to lvl_hi[i] − 1 */
+    double lvl_host[LVL_BINS], lvl_mark[LVL_BINS], cum_host[LVL_BINS + 1], cum_mark[LVL_BINS + 1];
+    float prev_x[BLOCK / 2], prev_mark[BLOCK / 2];
+    int lvl_hi[LVL_RUNS * LVL_BINS];
     float ramp[BLOCK]; /* Σ of the frames' windows squared: 1, fading at the block's ends */
     float *lvl_in;
     fftwf_complex *lvl_spec;
@@ -383,19 +390,16 @@ void qv_watermark_free(qv_watermark *w) {
     free(w);
 }
 
-/* The limiter's bands: set s holds the third octaves around 125 · 2^((i + s/LVL_SETS)/3) Hz, the
- * first from bin 1, the last to the top, none under LVL_MIN_BINS wide. */
+/* The limiter's bands: from each bin lo, the runs lo..h that hold whole the third octaves
+ * [f, f·2^(1/3)] starting in (lo − 1, lo] (in bins), h from ⌊(lo − 1)·2^(1/3)⌋ to ⌊lo·2^(1/3)⌋. */
 static void lvl_bands(qv_watermark *w) {
-    w->n_lvl = 0;
-    for (int set = 0; set < LVL_SETS; set++)
-        for (int i = 0, lo = 1; lo <= BLOCK / 2 && w->n_lvl < MAX_LVL_BANDS; i++) {
-            const double f = 125.0 * pow(2.0, (i - 0.5 + (double)set / LVL_SETS) / 3.0);
-            int hi = (int)lround(f * BLOCK / QVA_SAMPLE_RATE_HZ);
-            if (hi > BLOCK / 2 - LVL_MIN_BINS) hi = BLOCK / 2 + 1;
-            if (hi < lo + LVL_MIN_BINS) continue;
-            w->lvl_lo[w->n_lvl] = lo, w->lvl_hi[w->n_lvl++] = hi;
-            lo = hi;
-        }
+    for (int i = 0; i < LVL_RUNS * LVL_BINS; i++) {
+        const int lo = i / LVL_RUNS, top = (int)floor(lo * cbrt(2.0)) + 1;
+        int hi = (int)floor((lo - 1) * cbrt(2.0)) + 1 + i % LVL_RUNS;
+        if (hi > top) hi = top;
+        if (hi < lo + LVL_MIN_BINS) hi = lo + LVL_MIN_BINS;
+        w->lvl_hi[i] = hi > LVL_BINS - 1 ? LVL_BINS - 1 : hi;
+    }
 }
 
 enum qv_status qv_watermark_new(qv_watermark **out, uint32_t payload) {
@@ -440,48 +444,62 @@ static void block_tiles(qv_watermark *w, const float *src, double e[N_TILES]) {
     }
 }
 
-/* Energy per limiter band of src's Hann-windowed spectrum into e; src's own spectrum stays in
- * lvl_spec (a Hann window's spectrum is the rectangular one smoothed by −1/4, 1/2, −1/4). */
-static void lvl_energies(qv_watermark *w, const float *src, double *e) {
-    memcpy(w->lvl_in, src, BLOCK * sizeof *src);
+/* Adds the energies per bin of lvl_in's Hann-windowed spectrum to e; lvl_in's own spectrum stays
+ * in lvl_spec (a Hann window's spectrum is the rectangular one smoothed by −1/4, 1/2, −1/4). */
+static void lvl_add(qv_watermark *w, double *e) {
     fftwf_execute_dft_r2c(w->lvl_fwd, w->lvl_in, w->lvl_spec);
     const fftwf_complex *c = w->lvl_spec;
-    for (int b = 0; b < w->n_lvl; b++) {
-        e[b] = 0.0;
-        for (int k = w->lvl_lo[b]; k < w->lvl_hi[b] && k < BLOCK / 2; k++) {
-            const double re = 0.5 * c[k][0] - 0.25 * ((double)c[k - 1][0] + c[k + 1][0]);
-            const double im = 0.5 * c[k][1] - 0.25 * ((double)c[k - 1][1] + c[k + 1][1]);
-            e[b] += re * re + im * im;
-        }
+    for (int k = 1; k < LVL_BINS - 1; k++) {
+        const double re = 0.5 * c[k][0] - 0.25 * ((double)c[k - 1][0] + c[k + 1][0]);
+        const double im = 0.5 * c[k][1] - 0.25 * ((double)c[k - 1][1] + c[k + 1][1]);
+        e[k] += re * re + im * im;
     }
+}
+
+/* The limiter's energies per bin of the block src (whose previous block ended in prev): its
+ * window across the blocks' joint, then its own, whose spectrum stays in lvl_spec. */
+static void lvl_energies(qv_watermark *w, const float *prev, const float *src, double e[LVL_BINS]) {
+    memset(e, 0, LVL_BINS * sizeof *e);
+    memcpy(w->lvl_in, prev, BLOCK / 2 * sizeof *prev);
+    memcpy(w->lvl_in + BLOCK / 2, src, BLOCK / 2 * sizeof *src);
+    lvl_add(w, e);
+    memcpy(w->lvl_in, src, BLOCK * sizeof *src);
+    lvl_add(w, e);
 }
 
 /* Scales w->mark down where a band has no room left (the limiter above) and fades it out with
- * the frames' windows again, so that it stays inside its block. */
-static void limit_mark(qv_watermark *w) {
-    double e[MAX_LVL_BANDS];
-    float g[BLOCK / 2 + 1];
-    lvl_energies(w, w->mark, e);
+ * the frames' windows again, so that it stays inside its block. e: the mark's energies per bin,
+ * as they were when it returns 0, stale when it returns 1 (the mark was scaled). */
+static int limit_mark(qv_watermark *w, double e[LVL_BINS]) {
+    double cum[LVL_BINS + 1];
+    float g[LVL_BINS];
+    lvl_energies(w, w->prev_mark, w->mark, e);
+    cum[0] = 0.0;
+    for (int k = 0; k < LVL_BINS; k++) cum[k + 1] = cum[k] + e[k], g[k] = 1.0f;
     int any = 0;
-    for (int k = 0; k <= BLOCK / 2; k++) g[k] = 1.0f;
-    for (int b = 0; b < w->n_lvl; b++) {
-        const double room = LVL_LIMIT * w->lvl_host[b] - w->lvl_mark[b];
-        if (e[b] <= room) continue;
-        const float a = room > 0.0 ? (float)sqrt(room / e[b]) : 0.0f;
-        for (int k = w->lvl_lo[b]; k < w->lvl_hi[b]; k++) g[k] = fminf(g[k], a);
+    for (int i = 0; i < LVL_RUNS * LVL_BINS; i++) {
+        const int lo = i / LVL_RUNS < 1 ? 1 : i / LVL_RUNS, hi = w->lvl_hi[i];
+        const double eb = cum[hi] - cum[lo];
+        const double room = LVL_LIMIT * (w->cum_host[hi] - w->cum_host[lo]) -
+                            (w->cum_mark[hi] - w->cum_mark[lo]);
+        if (eb <= room) continue;
+        const float a = room > 0.0 ? (float)sqrt(room / eb) : 0.0f;
+        for (int k = lo - 1; k <= hi; k++) g[k] = fminf(g[k], a); /* with the Hann's reach */
         any = 1;
     }
-    if (!any) return;
+    if (!any) return 0;
     fftwf_complex *c = w->lvl_spec;
-    for (int k = 0; k <= BLOCK / 2; k++) c[k][0] *= g[k] / BLOCK, c[k][1] *= g[k] / BLOCK;
+    for (int k = 0; k < LVL_BINS; k++) c[k][0] *= g[k] / BLOCK, c[k][1] *= g[k] / BLOCK;
     fftwf_execute_dft_c2r(w->lvl_inv, c, w->lvl_in);
     for (int i = 0; i < BLOCK; i++) w->mark[i] = w->lvl_in[i] * w->ramp[i];
+    return 1;
 }
 
 /* w->mark from the host spectra: each tile of the frames scaled by exp(shift[slot] · sign / 2)
- * (shift: log energy per unit chip), as a difference, overlap-added with the frames' windows. */
-static void synth_mark(qv_watermark *w, const fftwf_complex *host, const double shift[N_SLOTS],
-                       const float *sens) {
+ * (shift: log energy per unit chip), as a difference, overlap-added with the frames' windows,
+ * then limited (e and the result: limit_mark's). */
+static int synth_mark(qv_watermark *w, const fftwf_complex *host, const double shift[N_SLOTS],
+                      const float *sens, double e[LVL_BINS]) {
     float g[N_TILES]; /* amplitude factor − 1 of each tile */
     for (int t = 0; t < N_TILES; t++)
         g[t] = (float)expm1(0.5 * shift[w->pat.slot[t]] * w->pat.sign[t] * sens[t]);
@@ -497,7 +515,7 @@ static void synth_mark(qv_watermark *w, const fftwf_complex *host, const double 
         fftwf_execute(w->inv);
         for (int i = 0; i < N_FFT; i++) w->mark[j * HOP + i] += w->out[i] * w->win[i] / N_FFT;
     }
-    limit_mark(w);
+    return limit_mark(w, e);
 }
 
 /* Marks the full block in w->x into out[BLOCK]: each slot's projection goes ALPHA of the way to
@@ -509,10 +527,14 @@ static void mark_block(qv_watermark *w, float *out) {
     memset(w->mark, 0, sizeof w->mark);
     float sens[N_TILES];
     if (project(&w->pat, e, p0, sens, NULL, NULL)) {
-        double e_lvl[MAX_LVL_BANDS];
-        lvl_energies(w, w->x, e_lvl);
-        for (int b = 0; b < w->n_lvl; b++)
-            w->lvl_host[b] = LVL_KEEP * w->lvl_host[b] + e_lvl[b], w->lvl_mark[b] *= LVL_KEEP;
+        double e_lvl[LVL_BINS];
+        lvl_energies(w, w->prev_x, w->x, e_lvl);
+        w->cum_host[0] = w->cum_mark[0] = 0.0;
+        for (int k = 0; k < LVL_BINS; k++) {
+            w->lvl_host[k] = LVL_KEEP * w->lvl_host[k] + e_lvl[k], w->lvl_mark[k] *= LVL_KEEP;
+            w->cum_host[k + 1] = w->cum_host[k] + w->lvl_host[k];
+            w->cum_mark[k + 1] = w->cum_mark[k] + w->lvl_mark[k];
+        }
         fftwf_complex host[BLOCK_FRAMES * SPEC_STRIDE];
         memcpy(host, w->spec, sizeof host);
         for (int k = 0; k < N_SLOTS; k++) {
@@ -523,7 +545,7 @@ static void mark_block(qv_watermark *w, float *out) {
             shift[k] = 1.5 * (target[k] - p0[k]) / sqrt(2.0 * SLOT_PAIRS);
         }
         for (int it = 0; it < 2; it++) {
-            synth_mark(w, host, shift, sens);
+            synth_mark(w, host, shift, sens, e_lvl);
             memcpy(w->y, w->x, sizeof w->y);
             for (int i = 0; i < BLOCK; i++) w->y[i] += w->mark[i];
             block_tiles(w, w->y, e);
@@ -534,11 +556,12 @@ static void mark_block(qv_watermark *w, float *out) {
                     shift[k] = fmax(-MAX_SHIFT, fmin(MAX_SHIFT, shift[k]));
                 }
         }
-        synth_mark(w, host, shift, sens);
-        lvl_energies(w, w->mark, e_lvl);
-        for (int b = 0; b < w->n_lvl; b++) w->lvl_mark[b] += e_lvl[b];
+        if (synth_mark(w, host, shift, sens, e_lvl)) lvl_energies(w, w->prev_mark, w->mark, e_lvl);
+        for (int k = 0; k < LVL_BINS; k++) w->lvl_mark[k] += e_lvl[k];
     }
     for (int i = 0; i < BLOCK; i++) out[i] = w->x[i] + w->mark[i];
+    memcpy(w->prev_x, w->x + BLOCK / 2, sizeof w->prev_x);
+    memcpy(w->prev_mark, w->mark + BLOCK / 2, sizeof w->prev_mark);
     w->n_in = 0;
     w->block++;
 }

@@ -176,10 +176,12 @@ static void chords(float *y, int64_t n) {
 
 /* The mark's level: the power of marked − host against the host's in third-octave bands
  * (centres 125 Hz - 6.3 kHz), summed over Hann frames of 2048, in the standard bands and in
- * bands a ninth and two ninths of an octave higher (a harmonic sound's level depends on where
- * a band falls); the worst band in dB. The standard bands are printed when asked. */
+ * bands placed a 27th, two 27ths, ... eight 27ths of an octave higher (a harmonic sound's level
+ * depends on where a band falls); a bin counts by the share of its 11.7 Hz a band covers, so a
+ * band is exactly a third octave wide whatever its edges. The worst band in dB. The standard
+ * bands are printed when asked. */
 static double mark_level(const float *host, const float *marked, int64_t n, int print) {
-    enum { N = 2048 };
+    enum { N = 2048, PLACES = 9 };
     float *in = fftwf_alloc_real(N);
     fftwf_complex *out = fftwf_alloc_complex(N / 2 + 1);
     fftwf_plan p = fftwf_plan_dft_r2c_1d(N, in, out, FFTW_ESTIMATE);
@@ -198,16 +200,18 @@ static double mark_level(const float *host, const float *marked, int64_t n, int 
         }
     double worst = -INFINITY;
     if (print) printf("  mark power under the speech, third-octave bands:\n");
-    for (int set = 0; set < 3; set++)
+    for (int place = 0; place < PLACES; place++)
         for (int i = 0; i <= 17; i++) {
-            const double fc = 125.0 * pow(2.0, i / 3.0 + set / 9.0);
-            int k0 = (int)ceil(fc / pow(2.0, 1.0 / 6.0) * N / SR),
-                k1 = (int)(fc * pow(2.0, 1.0 / 6.0) * N / SR);
+            const double fc = 125.0 * pow(2.0, (i + (double)place / PLACES) / 3.0);
+            const double f0 = fc / pow(2.0, 1.0 / 6.0) * N / SR, f1 = fc * pow(2.0, 1.0 / 6.0) * N / SR;
             double m = 0.0, sp = 0.0;
-            for (int k = k0; k <= k1; k++) m += pm[k], sp += ps[k];
+            for (int k = (int)f0; k <= (int)f1 + 1 && k <= N / 2; k++) {
+                const double share = fmin(k + 0.5, f1) - fmax(k - 0.5, f0);
+                if (share > 0.0) m += share * pm[k], sp += share * ps[k];
+            }
             double db = 10.0 * log10(m / sp);
             if (db > worst) worst = db;
-            if (print && set == 0) printf("    %6.0f Hz  %6.1f dB\n", fc, db);
+            if (print && place == 0) printf("    %6.0f Hz  %6.1f dB\n", fc, db);
         }
     fftwf_destroy_plan(p);
     fftwf_free(in);
@@ -221,7 +225,7 @@ static double mark_level(const float *host, const float *marked, int64_t n, int 
 static void test_mark_level(void **state) {
     (void)state;
     double worst = mark_level(g_speech, g_marked, g_n, 1);
-    printf("  worst band %.1f dB (goal <= -35; the bands above and two sets offset)\n", worst);
+    printf("  worst band %.1f dB (goal <= -35; the bands above and eight placements between)\n", worst);
     assert_true(worst <= -35.0);
     if (!g_clips) return;
     if (sh("command -v espeak-ng >/dev/null") != 0)
@@ -293,25 +297,25 @@ static void test_transformations(void **state) {
     excerpts(y, u.output_frames_gen, "resampled 16 kHz and back", 1);
     add_white_noise(g_marked, y, g_n, 20.0);
     /* the detector weighs each vote by what the noise leaves of it where the excerpt has pauses
-       to measure the noise in: 41/58 3 s excerpts found, every 10 s excerpt found, 14/26
+       to measure the noise in: 46/58 3 s excerpts found, every 10 s excerpt found, 16/26
        payloads (espeak-ng's six voices: 694/708 and 320/336, docs/provenance.md) */
     const shares noisy = excerpts(y, g_n, "white noise at 20 dB SNR", 0);
-    assert_goal(noisy.found >= 0.65 * noisy.n3);
+    assert_goal(noisy.found >= 0.75 * noisy.n3);
     assert_goal(noisy.found10 == noisy.n10);
-    assert_goal(noisy.decoded >= 0.5 * noisy.n10);
-    qv_watermark_report r = detect(y, g_n); /* the whole 60 s: score about 29, the payload */
+    assert_goal(noisy.decoded >= 0.55 * noisy.n10);
+    qv_watermark_report r = detect(y, g_n); /* the whole 60 s: score about 32, the payload */
     assert_goal(r.score_all >= 2.0 * QV_WATERMARK_PRESENT);
     assert_goal(r.all.payload_ok && r.all.payload == payload);
     add_white_noise(g_speech, y, g_n, 20.0);
     assert_false(detect(y, g_n).present);
     /* noise that comes and goes, 10 dB louder in one second than in the next (20 dB SNR on
        average): an excerpt's floor is its quieter noise, which weighs the loud seconds down less
-       than their noise would, but more than plain weights do (46/58 found, 18/26 payloads) */
+       than their noise would, but more than plain weights do (51/58 found, 19/26 payloads) */
     add_swinging_noise(g_marked, y, g_n, 20.0, 10.0, SR);
     const shares swing = excerpts(y, g_n, "noise 20 dB, 10 dB swing", 0);
-    assert_goal(swing.found >= 0.75 * swing.n3);
+    assert_goal(swing.found >= 0.8 * swing.n3);
     assert_goal(swing.found10 == swing.n10);
-    assert_goal(swing.decoded >= 0.6 * swing.n10);
+    assert_goal(swing.decoded >= 0.65 * swing.n10);
     add_swinging_noise(g_speech, y, g_n, 20.0, 10.0, SR);
     assert_false(detect(y, g_n).present);
     free(lo);
@@ -348,11 +352,11 @@ static void test_codecs(void **state) {
         float *x = load(tmp_path(files[i]), &n);
         const shares got = i < 2 ? excerpts(x, n, what[i], 0) : (shares){0};
         if (i >= 2) assert_false(detect(x, n).present);
-        if (i == 0) { /* MP3: 52/58 of the clips' 3 s excerpts found (espeak-ng's six voices:
+        if (i == 0) { /* MP3: 57/58 of the clips' 3 s excerpts found (espeak-ng's six voices:
                        * 646/708), 20/26 10 s payloads (espeak-ng: 300/336), the whole 60 s with
-                       * its payload (score about 34) */
-            assert_goal(got.found >= 0.85 * got.n3);
-            assert_goal(got.decoded >= 0.7 * got.n10);
+                       * its payload (score about 37) */
+            assert_goal(got.found >= 0.93 * got.n3);
+            assert_goal(got.decoded >= 0.8 * got.n10);
             qv_watermark_report r = detect(x, n);
             assert_goal(r.score_all >= 3.0 * QV_WATERMARK_PRESENT);
             assert_goal(r.all.payload_ok && r.all.payload == payload);
