@@ -330,8 +330,8 @@ static void sqrt_hann(float *w) {
  * lies in the block's first 30 %; a measure of the block's own window alone read 2 dB low there).
  * A band is every run of bins that a third octave placed anywhere holds whole (from a bin lo, the
  * runs up to each bin some third octave from (lo − 1, lo] ends in; LVL_MIN_BINS at the least),
- * and a bin's gain is the least of its bands'. LVL_LIMIT stays 0.5 dB under the goal for what a
- * measure at other frequencies and times than these bins and windows reads. */
+ * and a bin's gain is the least of its bands'. LVL_LIMIT is 0.5 dB under the goal: a measurement's
+ * bins and windows fall elsewhere than these (test_mark_level reads up to 0.2 dB more). */
 #define LVL_LIMIT 2.818e-4 /* −35.5 dB */
 #define LVL_KEEP 0.99
 #define LVL_MIN_BINS 3   /* under 125 Hz the bands are 3 bins (28 Hz) at the least */
