@@ -336,7 +336,7 @@ static void sqrt_hann(float *w) {
 #define LVL_KEEP 0.99
 #define LVL_MIN_BINS 3   /* under 125 Hz the bands are 3 bins (28 Hz) at the least */
 #define LVL_BINS (BLOCK / 2 + 1)
-#define LVL_RUNS 3       /* bands from each bin: a third octave's top can fall in 3 bins */
+#define LVL_RUNS 3       /* bands from each bin, at most: a third octave's top can fall in 3 bins */
 
 struct qv_watermark {
     unsigned char coded[N_CODED]; /* the payload's code */
@@ -352,10 +352,10 @@ struct qv_watermark {
     fftwf_plan fwd, inv;
     /* the level limiter: the leaky sums of the speech's and the mark's energy per bin of BLOCK's
      * spectrum, their running totals (scratch), the previous block's second half (speech, mark)
-     * and where each band ends: band i holds bins i / LVL_RUNS to lvl_hi[i] − 1 */
+     * and the n_lvl bands: band i holds bins lvl_lo[i] to lvl_hi[i] − 1 */
     double lvl_host[LVL_BINS], lvl_mark[LVL_BINS], cum_host[LVL_BINS + 1], cum_mark[LVL_BINS + 1];
     float prev_x[BLOCK / 2], prev_mark[BLOCK / 2];
-    int lvl_hi[LVL_RUNS * LVL_BINS];
+    int n_lvl, lvl_lo[LVL_RUNS * LVL_BINS], lvl_hi[LVL_RUNS * LVL_BINS];
     float ramp[BLOCK]; /* Σ of the frames' windows squared: 1, fading at the block's ends */
     float *lvl_in;
     fftwf_complex *lvl_spec;
@@ -396,12 +396,15 @@ void qv_watermark_free(qv_watermark *w) {
 /* The limiter's bands: from each bin lo, the runs lo..h that hold whole the third octaves
  * [f, f·2^(1/3)] starting in (lo − 1, lo] (in bins), h from ⌊(lo − 1)·2^(1/3)⌋ to ⌊lo·2^(1/3)⌋. */
 static void lvl_bands(qv_watermark *w) {
-    for (int i = 0; i < LVL_RUNS * LVL_BINS; i++) {
-        const int lo = i / LVL_RUNS, top = (int)floor(lo * cbrt(2.0)) + 1;
-        int hi = (int)floor((lo - 1) * cbrt(2.0)) + 1 + i % LVL_RUNS;
-        if (hi > top) hi = top;
-        if (hi < lo + LVL_MIN_BINS) hi = lo + LVL_MIN_BINS;
-        w->lvl_hi[i] = hi > LVL_BINS - 1 ? LVL_BINS - 1 : hi;
+    w->n_lvl = 0;
+    for (int lo = 0; lo < LVL_BINS - 1; lo++) {
+        const int top = (int)floor(lo * cbrt(2.0)) + 1;
+        for (int hi = (int)floor((lo - 1) * cbrt(2.0)) + 1, last = 0; hi <= top; hi++) {
+            int h = hi < lo + LVL_MIN_BINS ? lo + LVL_MIN_BINS : hi;
+            if (h > LVL_BINS - 1) h = LVL_BINS - 1;
+            if (h == last) continue; /* the same run again */
+            w->lvl_lo[w->n_lvl] = lo < 1 ? 1 : lo, w->lvl_hi[w->n_lvl++] = last = h;
+        }
     }
 }
 
@@ -480,8 +483,8 @@ static int limit_mark(qv_watermark *w, double e[LVL_BINS]) {
     cum[0] = 0.0;
     for (int k = 0; k < LVL_BINS; k++) cum[k + 1] = cum[k] + e[k], g[k] = 1.0f;
     int any = 0;
-    for (int i = 0; i < LVL_RUNS * LVL_BINS; i++) {
-        const int lo = i / LVL_RUNS < 1 ? 1 : i / LVL_RUNS, hi = w->lvl_hi[i];
+    for (int i = 0; i < w->n_lvl; i++) {
+        const int lo = w->lvl_lo[i], hi = w->lvl_hi[i];
         const double eb = cum[hi] - cum[lo];
         const double room = LVL_LIMIT * (w->cum_host[hi] - w->cum_host[lo]) -
                             (w->cum_mark[hi] - w->cum_mark[lo]);
