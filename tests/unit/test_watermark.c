@@ -297,12 +297,12 @@ static void test_transformations(void **state) {
     excerpts(y, u.output_frames_gen, "resampled 16 kHz and back", 1);
     add_white_noise(g_marked, y, g_n, 20.0);
     /* the detector weighs each vote by what the noise leaves of it where the excerpt has pauses
-       to measure the noise in: 48/58 3 s excerpts found, every 10 s excerpt found, 18/26
-       payloads (espeak-ng's six voices: 706/708 and 331/336, docs/provenance.md) */
+       to measure the noise in: 48/58 3 s excerpts found, every 10 s excerpt found, 22/26
+       payloads (espeak-ng's six voices: 706/708 and 335/336, docs/provenance.md) */
     const shares noisy = excerpts(y, g_n, "white noise at 20 dB SNR", 0);
     assert_goal(noisy.found >= 0.78 * noisy.n3);
     assert_goal(noisy.found10 == noisy.n10);
-    assert_goal(noisy.decoded >= 0.6 * noisy.n10);
+    assert_goal(noisy.decoded >= 0.8 * noisy.n10);
     qv_watermark_report r = detect(y, g_n); /* the whole 60 s: score about 33, the payload */
     assert_goal(r.score_all >= 2.0 * QV_WATERMARK_PRESENT);
     assert_goal(r.all.payload_ok && r.all.payload == payload);
@@ -310,12 +310,12 @@ static void test_transformations(void **state) {
     assert_false(detect(y, g_n).present);
     /* noise that comes and goes, 10 dB louder in one second than in the next (20 dB SNR on
        average): an excerpt's floor is its quieter noise, which weighs the loud seconds down less
-       than their noise would, but more than plain weights do (52/58 found, 23/26 payloads) */
+       than their noise would, but more than plain weights do (52/58 found, 26/26 payloads) */
     add_swinging_noise(g_marked, y, g_n, 20.0, 10.0, SR);
     const shares swing = excerpts(y, g_n, "noise 20 dB, 10 dB swing", 0);
     assert_goal(swing.found >= 0.85 * swing.n3);
     assert_goal(swing.found10 == swing.n10);
-    assert_goal(swing.decoded >= 0.8 * swing.n10);
+    assert_goal(swing.decoded >= 0.9 * swing.n10);
     add_swinging_noise(g_speech, y, g_n, 20.0, 10.0, SR);
     assert_false(detect(y, g_n).present);
     free(lo);
@@ -353,10 +353,10 @@ static void test_codecs(void **state) {
         const shares got = i < 2 ? excerpts(x, n, what[i], 0) : (shares){0};
         if (i >= 2) assert_false(detect(x, n).present);
         if (i == 0) { /* MP3: 58/58 of the clips' 3 s excerpts found (espeak-ng's six voices:
-                       * 699/708), 26/26 10 s payloads (espeak-ng: 330/336), the whole 60 s with
+                       * 699/708), 26/26 10 s payloads (espeak-ng: 334/336), the whole 60 s with
                        * its payload (score about 40) */
             assert_goal(got.found >= 0.95 * got.n3);
-            assert_goal(got.decoded >= 0.9 * got.n10);
+            assert_goal(got.decoded >= 0.95 * got.n10);
             qv_watermark_report r = detect(x, n);
             assert_goal(r.score_all >= 3.0 * QV_WATERMARK_PRESENT);
             assert_goal(r.all.payload_ok && r.all.payload == payload);
