@@ -756,6 +756,7 @@ static int candidates(const double *soft, uint64_t word[CANDIDATES]) {
         for (int n = 0; n < CODE_STATES; n++) {
             const int b = n >> (CODE_K - 2); /* the input bit that leads into state n */
             double best = -INFINITY;
+            from[t][n] = 0; /* a state no path reaches (the flag taken as 1) is still read back */
             for (int low = 0; low < 2; low++) {
                 const int s = (n << 1 & (CODE_STATES - 1)) | low;
                 const double v = m[s] + (code_out(s, b, 0) ? -y[0] : y[0]) +
