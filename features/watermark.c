@@ -742,9 +742,9 @@ static double span_score(const grid *g, const pattern *p, int o, int ph, int64_t
 #define CANDIDATES (N_WORD * CODE_STATES)
 
 /* Candidate words for soft symbols soft[N_MOTHER] (+: 0, −: 1; 0 for a bit not heard): Viterbi's
- * algorithm around the circle, three turns from all states alike (the start state of a
- * tail-biting code is not known; the turn before settles it), and from every state at every step
- * of the middle turn, the best path into it read back one turn: the best word, and each word that
+ * algorithm around the circle twice from all states alike (the start state of a tail-biting code
+ * is not known; the first turn settles it), and from every state at every step of the second
+ * turn, the best path into it read back one turn: the best word, and each word that
  * leaves it in one error event ending there. Words whose bit 0, the synthetic flag, is 0 are left
  * out. The count. */
 static int candidates(const double *soft, uint64_t word[CANDIDATES]) {
