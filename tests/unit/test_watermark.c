@@ -46,7 +46,7 @@
 static const char *const clips[] = {"tests/audio/en_ohenry_chenevert.wav",
                                     "tests/audio/it_galatea_fasol.wav"};
 static float *g_speech, *g_marked; /* both clips, one after the other (or QVT_SPEECH's) */
-static int64_t g_n;
+static int64_t g_n, g_split; /* g_split: where the second clip starts (g_n with QVT_SPEECH) */
 static int g_clips = 1; /* 0: QVT_SPEECH's audio, measured only */
 
 /* A goal of issue 28 on the clips; on QVT_SPEECH's audio the figures are printed, not asserted. */
@@ -64,7 +64,7 @@ static int setup(void **state) {
     if (speech) {
         if (qva_audio_load(&a[0], speech, 120.0, err, sizeof err))
             return fprintf(stderr, "%s\n", err), -1;
-        g_clips = 0, g_n = a[0].n_samples, g_speech = a[0].samples;
+        g_clips = 0, g_n = g_split = a[0].n_samples, g_speech = a[0].samples;
         g_marked = malloc((size_t)g_n * sizeof *g_marked);
         if (!g_marked) return -1;
         memcpy(g_marked, g_speech, (size_t)g_n * sizeof *g_marked);
@@ -73,7 +73,7 @@ static int setup(void **state) {
     for (int i = 0; i < 2; i++)
         if (qva_audio_load(&a[i], clips[i], 0, err, sizeof err))
             return fprintf(stderr, "%s\n", err), -1;
-    g_n = a[0].n_samples + a[1].n_samples;
+    g_n = a[0].n_samples + a[1].n_samples, g_split = a[0].n_samples;
     g_speech = malloc((size_t)g_n * sizeof *g_speech);
     g_marked = malloc((size_t)g_n * sizeof *g_marked);
     if (!g_speech || !g_marked) return -1;
@@ -275,6 +275,14 @@ static shares excerpts(const float *x, int64_t n, const char *what, int strict) 
     return (shares){n3, found, n10, found10, decoded};
 }
 
+/* Noise at 20 dB SNR (swing_db: 10 dB louder in one second than in the next) under each clip's
+ * own power: the English clip is 4.4 dB quieter than the Italian one, and under the two clips'
+ * mean power its noise would stand 17.3 dB under it. */
+static void add_noise(const float *x, float *y, double swing_db) {
+    add_swinging_noise(x, y, g_split, 20.0, swing_db, SR);
+    add_swinging_noise(x + g_split, y + g_split, g_n - g_split, 20.0, swing_db, SR);
+}
+
 static void test_transformations(void **state) {
     (void)state;
     float *y = malloc((size_t)g_n * sizeof *y), *lo = malloc((size_t)g_n * sizeof *lo);
@@ -295,28 +303,29 @@ static void test_transformations(void **state) {
                   .output_frames = (long)g_n, .src_ratio = 24000.0 / 16000.0};
     assert_int_equal(src_simple(&u, SRC_SINC_MEDIUM_QUALITY, 1), 0);
     excerpts(y, u.output_frames_gen, "resampled 16 kHz and back", 1);
-    add_white_noise(g_marked, y, g_n, 20.0);
+    add_noise(g_marked, y, 0.0);
     /* the detector weighs each vote by what the noise leaves of it where the excerpt has pauses
-       to measure the noise in: 48/58 3 s excerpts found, every 10 s excerpt found, 22/26
-       payloads (espeak-ng's six voices: 706/708 and 335/336, docs/provenance.md) */
+       to measure the noise in: 52/58 3 s excerpts found (those missed lie where a clip is
+       quieter than its mean), every 10 s excerpt found and its payload recovered (espeak-ng's
+       six voices: 706/708 and 335/336, docs/provenance.md) */
     const shares noisy = excerpts(y, g_n, "white noise at 20 dB SNR", 0);
-    assert_goal(noisy.found >= 0.78 * noisy.n3);
+    assert_goal(noisy.found >= 0.85 * noisy.n3);
     assert_goal(noisy.found10 == noisy.n10);
-    assert_goal(noisy.decoded >= 0.8 * noisy.n10);
+    assert_goal(noisy.decoded == noisy.n10);
     qv_watermark_report r = detect(y, g_n); /* the whole 60 s: score about 33, the payload */
     assert_goal(r.score_all >= 2.0 * QV_WATERMARK_PRESENT);
     assert_goal(r.all.payload_ok && r.all.payload == payload);
-    add_white_noise(g_speech, y, g_n, 20.0);
+    add_noise(g_speech, y, 0.0);
     assert_false(detect(y, g_n).present);
     /* noise that comes and goes, 10 dB louder in one second than in the next (20 dB SNR on
        average): an excerpt's floor is its quieter noise, which weighs the loud seconds down less
-       than their noise would, but more than plain weights do (52/58 found, 26/26 payloads) */
-    add_swinging_noise(g_marked, y, g_n, 20.0, 10.0, SR);
+       than their noise would, but more than plain weights do (54/58 found, 26/26 payloads) */
+    add_noise(g_marked, y, 10.0);
     const shares swing = excerpts(y, g_n, "noise 20 dB, 10 dB swing", 0);
-    assert_goal(swing.found >= 0.85 * swing.n3);
+    assert_goal(swing.found >= 0.9 * swing.n3);
     assert_goal(swing.found10 == swing.n10);
-    assert_goal(swing.decoded >= 0.9 * swing.n10);
-    add_swinging_noise(g_speech, y, g_n, 20.0, 10.0, SR);
+    assert_goal(swing.decoded == swing.n10);
+    add_noise(g_speech, y, 10.0);
     assert_false(detect(y, g_n).present);
     free(lo);
     free(y);
