@@ -134,8 +134,10 @@ static int channels(int argc, char **argv) {
     const char *const *paths = argc > 0 ? (const char *const *)argv : dflt;
     const int np = argc > 0 ? argc : 2;
     float *x = NULL;
-    int64_t n = 0;
+    int64_t n = 0, *start = malloc((size_t)(np + 1) * sizeof *start); /* clip i from start[i] */
+    if (!start) return fprintf(stderr, "out of memory\n"), 1;
     for (int i = 0; i < np; i++) { /* the clips back to back */
+        start[i] = n;
         qva_audio a;
         char err[512];
         if (qva_audio_load(&a, paths[i], 0, err, sizeof err)) return fprintf(stderr, "%s\n", err), 1;
@@ -144,6 +146,7 @@ static int channels(int argc, char **argv) {
         n += a.n_samples;
         qva_audio_free(&a);
     }
+    start[np] = n;
     float *m = malloc((size_t)n * sizeof *m);
     memcpy(m, x, (size_t)n * sizeof *m);
     if (qv_watermark_mark(0x8abcdef1u, m, n)) return fprintf(stderr, "%s\n", qv_last_error()), 1;
@@ -154,7 +157,9 @@ static int channels(int argc, char **argv) {
     int64_t ch_n[N_CH][2] = {{0}};
     for (int v = 0; v < 2; v++) {
         ch[0][v] = malloc((size_t)n * sizeof(float));
-        add_white_noise(v ? m : x, ch[0][v], n, 20.0);
+        for (int i = 0; i < np; i++) /* under each clip's own power, as test_watermark */
+            add_white_noise((v ? m : x) + start[i], ch[0][v] + start[i],
+                            start[i + 1] - start[i], 20.0);
         ch_n[0][v] = n;
     }
     char dir[] = "/tmp/qvwmXXXXXX", cmd[512];
@@ -208,7 +213,7 @@ static int channels(int argc, char **argv) {
         free(lu), free(lm);
     }
     for (int c = 0; c < N_CH; c++) free(ch[c][0]), free(ch[c][1]);
-    free(x), free(m);
+    free(x), free(m), free(start);
     return 0;
 }
 
