@@ -122,6 +122,14 @@ _Static_assert(QV_WATERMARK_DELAY == BLOCK, "the public delay is one block");
  * unmarked audio (docs/provenance.md: the false-positive runs); marked speech scores 8 or more,
  * after gain or resampling too. */
 #define Z_PRESENT QV_WATERMARK_PRESENT
+/* Ranges found in longer windows join those of a mark whose grid is within NEAR_STEPS search
+ * steps: after a codec the best grid of a window wanders by a few. */
+#define NEAR_STEPS 4
+/* Presence in a window longer than 3 s: unmarked speech's longer windows scored up to 5.71 (109
+ * files of espeak-ng speech, 4.5 min each, and make test's unmarked inputs: 5.60), over more
+ * trials than a 3 s excerpt's; a marked minute after Opus 32 kbit/s scores 7.2-14.3 in them. */
+#define Z_LONG QV_WATERMARK_PRESENT_LONG
+#define MAX_SCALES 12 /* windows up to WINDOW_BLOCKS · 2^11 blocks (1.6 h) */
 
 /* ==== the pattern ============================================================================ */
 
@@ -934,13 +942,14 @@ static void trim(const grid *g, const pattern *p, int o, int ph, int64_t *m0, in
 }
 
 /* Whether two windows' best trials (o · PHASES + phase) are one mark: the same phase, grids at
- * most a search step apart. The grid wraps: a block of offset BLOCK / SUB − 1 lies next to the
- * following block of offset 0, whose pattern block is the same when the phase is one more. */
-static int same_mark(int a, int b) {
+ * most `steps` search steps apart. The grid wraps: a block of offset BLOCK / SUB − 1 lies next to
+ * the following block of offset 0, whose pattern block is the same when the phase is one more,
+ * so offsets near both ends are as near as the wrap makes them. */
+static int same_mark(int a, int b, int steps) {
     const int oa = a / PHASES, ob = b / PHASES, n = BLOCK / SUB;
-    if (a % PHASES == b % PHASES) return abs(oa - ob) <= 1;
-    return (oa == 0 && ob == n - 1 && b % PHASES == (a % PHASES + 1) % PHASES) ||
-           (ob == 0 && oa == n - 1 && a % PHASES == (b % PHASES + 1) % PHASES);
+    if (a % PHASES == b % PHASES) return abs(oa - ob) <= steps;
+    return (oa + n - ob <= steps && b % PHASES == (a % PHASES + 1) % PHASES) ||
+           (ob + n - oa <= steps && a % PHASES == (b % PHASES + 1) % PHASES);
 }
 
 static int cmp_float(const void *a, const void *b) {
@@ -988,6 +997,97 @@ static void range_times(int off, int64_t m0, int64_t m1, double seconds, qv_wate
     r->end_s = end < seconds ? end : seconds;
 }
 
+/* A marked range found: its best window's trial (o · PHASES + phase) and score, its windows'
+ * length w and the blocks [m0, m1) its windows cover on that trial's grid. */
+typedef struct {
+    int at;
+    int64_t m0, m1, w;
+    double score, score3; /* its best window's; its best 3 s window's (0: none) */
+} span;
+
+/* Windows of w blocks (n_win of them, best[i] the best score of the one from block i, best_at[i]
+ * its trial) at z or more merge into ranges, added to sp[*n_sp] up to cap; the count of those
+ * past it. A range of windows longer than 3 s is trimmed to its marked blocks here (its windows
+ * reach far past them, and merged with others it would be trimmed among unmarked blocks). */
+static int find_ranges(grid *g, const pattern *p, const float *pcm, int64_t n_samples,
+                       const double *best, const int *best_at, int64_t n_win, int64_t w, double z,
+                       span *sp, int *n_sp, int cap) {
+    int dropped = 0;
+    for (int64_t i = 0; i < n_win;) {
+        if (best[i] < z) {
+            i++;
+            continue;
+        }
+        /* A dip under z shorter than a window (at the edge of a mark, the windows that
+         * still hold part of it) does not end the range; a window found at another mark's trial
+         * does, dip or not: another dither phase, or a grid more than a search step away (two
+         * outputs joined). */
+        int64_t j = i, top = i, gap = 0;
+        for (; j < n_win && gap < w; j++) {
+            if (best[j] >= z && !same_mark(best_at[j], best_at[top], 1)) break;
+            gap = best[j] >= z ? 0 : gap + 1;
+            if (best[j] > best[top]) top = j;
+        }
+        j -= gap;
+        if (*n_sp < cap) {
+            span *r = &sp[(*n_sp)++];
+            *r = (span){.at = best_at[top], .score = best[top], .w = w, .m0 = i, .m1 = j - 1 + w,
+                        .score3 = w > WINDOW_BLOCKS ? 0.0 : best[top]};
+            if (w > WINDOW_BLOCKS)
+                trim(g, p, grid_at(g, p, pcm, n_samples, r->at / PHASES * SUB, r->m0, r->m1),
+                     r->at % PHASES, &r->m0, &r->m1);
+        } else {
+            dropped++;
+        }
+        i = j;
+    }
+    return dropped;
+}
+
+static int64_t span_start(const span *r) { return r->at / PHASES * SUB + r->m0 * BLOCK; }
+static int64_t span_end(const span *r) { return r->at / PHASES * SUB + r->m1 * BLOCK; }
+
+static int span_cmp(const void *a, const void *b) {
+    const int64_t x = span_start(a), y = span_start(b);
+    return x < y ? -1 : x > y;
+}
+
+/* The ranges of every scale as one list, sp[n] (shortest windows first) in place: a range that
+ * overlaps another mark's range found in shorter windows is left out (those tell two outputs
+ * apart more closely); ranges of one mark that overlap or lie less than the longer one's window
+ * apart, one of them found in longer windows than 3 s, are one (the pieces of a long stretch that
+ * a codec left under presence in places). In order of time; the count. */
+static int merge_spans(span *sp, int n) {
+    int kept = 0;
+    for (int i = 0; i < n; i++) {
+        int keep = 1;
+        for (int j = 0; j < kept && keep; j++)
+            keep = !(sp[j].w < sp[i].w && !same_mark(sp[j].at, sp[i].at, NEAR_STEPS) &&
+                     span_start(&sp[j]) < span_end(&sp[i]) &&
+                     span_start(&sp[i]) < span_end(&sp[j]));
+        if (keep) sp[kept++] = sp[i];
+    }
+    qsort(sp, (size_t)kept, sizeof *sp, span_cmp);
+    int out = 0;
+    for (int i = 0; i < kept; i++) {
+        span *r = &sp[out];
+        if (out > 0 && same_mark(sp[out - 1].at, sp[i].at, NEAR_STEPS) &&
+            (sp[out - 1].w > WINDOW_BLOCKS || sp[i].w > WINDOW_BLOCKS)) {
+            span *q = &sp[out - 1];
+            const int64_t w = q->w > sp[i].w ? q->w : sp[i].w;
+            if (span_start(&sp[i]) < span_end(q) + w * BLOCK) {
+                const int64_t end = span_end(&sp[i]) > span_end(q) ? span_end(&sp[i]) : span_end(q);
+                q->m1 = (end - q->at / PHASES * SUB + BLOCK - 1) / BLOCK, q->w = w;
+                if (sp[i].score > q->score) q->score = sp[i].score;
+                if (sp[i].score3 > q->score3) q->score3 = sp[i].score3;
+                continue;
+            }
+        }
+        *r = sp[i], out++;
+    }
+    return out;
+}
+
 enum qv_status qv_watermark_detect(const float *pcm, int64_t n_samples, qv_watermark_report *rep) {
     enum qv_status st = qvu_check_size("qv_watermark_report", rep ? rep->struct_size : 0,
                                        sizeof *rep);
@@ -1010,10 +1110,19 @@ enum qv_status qv_watermark_detect(const float *pcm, int64_t n_samples, qv_water
     g.out = fftwf_alloc_complex(N_FFT / 2 + 1);
     g.plan = g.in && g.out ? qva_fft_plan_r2c(N_FFT, 1, g.in, g.out) : NULL;
     sqrt_hann(g.win);
-    const int64_t w = g.n_blocks < WINDOW_BLOCKS ? g.n_blocks : WINDOW_BLOCKS;
-    const int64_t n_win = g.n_blocks - w + 1;
-    double *best = calloc((size_t)n_win, sizeof *best);     /* per window start: best score */
-    int *best_at = calloc((size_t)n_win, sizeof *best_at);  /* and its o·PHASES + phase */
+    /* Windows of WINDOW_BLOCKS · 2^s blocks, s = 0 .. n_scales - 1: a longer one where the input
+     * holds two of it (as the whole input), so that a long marked stretch whose 3 s windows a
+     * codec left under presence is still found where it is. */
+    int n_scales = 1;
+    while (n_scales < MAX_SCALES && (int64_t)WINDOW_BLOCKS << (n_scales + 1) <= g.n_blocks)
+        n_scales++;
+    int64_t w[MAX_SCALES], n_win[MAX_SCALES], total = 0;
+    for (int s = 0; s < n_scales; s++) {
+        w[s] = g.n_blocks < (int64_t)WINDOW_BLOCKS << s ? g.n_blocks : (int64_t)WINDOW_BLOCKS << s;
+        n_win[s] = g.n_blocks - w[s] + 1, total += n_win[s];
+    }
+    double *best = calloc((size_t)total, sizeof *best);    /* per scale and window start: best */
+    int *best_at = calloc((size_t)total, sizeof *best_at); /* score, and its o·PHASES + phase */
     double *vb = malloc((size_t)g.n_blocks * sizeof *vb);    /* one offset and phase's votes */
     double *qb = malloc((size_t)g.n_blocks * sizeof *qb);    /* and their squared weights */
     if (!p || !g.proj || !g.rel || !g.active || !g.plan || !best || !best_at || !vb || !qb ||
@@ -1022,8 +1131,9 @@ enum qv_status qv_watermark_detect(const float *pcm, int64_t n_samples, qv_water
         return qvu_failf(QV_E_NOMEM, "watermark: out of memory for %.1f s of audio", rep->seconds);
     }
     pattern_make(p);
-    /* Sliding sums of sync votes, squared weights and active counts over w blocks, for every
-     * offset and phase (each vote computed once); the whole input is scored as one span alongside. */
+    /* Sliding sums of sync votes, squared weights and active counts over each scale's windows,
+     * for every offset and phase (each vote computed once); the whole input is scored as one
+     * span alongside. */
     int all_at = 0;
     rep->score_all = 0.0;
     for (int r = 0; r < PER_HOP; r++) {
@@ -1041,49 +1151,59 @@ enum qv_status qv_watermark_detect(const float *pcm, int64_t n_samples, qv_water
                 for (int64_t m = 0; m < g.n_blocks; m++) {
                     vb[m] = vote(&g, p, j, m, ph);
                     s += vb[m], q += qb[m], n += act[m], s_all += vb[m];
-                    if (m >= w) s -= vb[m - w], q -= qb[m - w], n -= act[m - w];
-                    if (m < w - 1) continue;
+                    if (m >= w[0]) s -= vb[m - w[0]], q -= qb[m - w[0]], n -= act[m - w[0]];
+                    if (m < w[0] - 1) continue;
                     const double z = window_z(s, q, n);
-                    if (z > best[m - w + 1]) best[m - w + 1] = z, best_at[m - w + 1] = at;
+                    if (z > best[m - w[0] + 1]) best[m - w[0] + 1] = z, best_at[m - w[0] + 1] = at;
+                }
+                double *bs = best + n_win[0];
+                int *ba = best_at + n_win[0];
+                for (int k = 1; k < n_scales; bs += n_win[k], ba += n_win[k], k++) {
+                    s = q = 0.0, n = 0;
+                    for (int64_t m = 0; m < g.n_blocks; m++) {
+                        s += vb[m], q += qb[m], n += act[m];
+                        if (m >= w[k]) s -= vb[m - w[k]], q -= qb[m - w[k]], n -= act[m - w[k]];
+                        const int64_t i = m - w[k] + 1;
+                        /* most trials do not beat the best: tell them without a square root */
+                        if (i < 0 || s <= 0.0 || s * s <= bs[i] * bs[i] * 0.5 * q) continue;
+                        const double z = window_z(s, q, n);
+                        if (z > bs[i]) bs[i] = z, ba[i] = at;
+                    }
                 }
                 const double z_all = window_z(s_all, q_all, n_all);
                 if (z_all > rep->score_all) rep->score_all = z_all, all_at = at;
             }
         }
     }
-    for (int64_t i = 0; i < n_win; i++)
+    for (int64_t i = 0; i < n_win[0]; i++)
         if (best[i] > rep->score) rep->score = best[i];
-    /* Windows at Z_PRESENT or more merge into ranges, each decoded at its best window's grid. */
-    for (int64_t i = 0; i < n_win;) {
-        if (best[i] < Z_PRESENT) {
-            i++;
+    /* Windows at presence merge into ranges, in each scale, then over the scales; each range is
+     * trimmed to its marked blocks and decoded at its best window's grid. */
+    span sp[MAX_SCALES * QV_WATERMARK_MAX_RANGES];
+    int n_sp = 0;
+    const double *bs = best;
+    const int *ba = best_at;
+    for (int k = 0; k < n_scales; bs += n_win[k], ba += n_win[k], k++) {
+        const int dropped = find_ranges(&g, p, pcm, n_samples, bs, ba, n_win[k], w[k],
+                                        k ? Z_LONG : Z_PRESENT, sp, &n_sp,
+                                        n_sp + QV_WATERMARK_MAX_RANGES);
+        if (k == 0) rep->ranges_dropped = dropped;
+    }
+    n_sp = merge_spans(sp, n_sp);
+    for (int i = 0; i < n_sp; i++) {
+        if (rep->n_ranges == QV_WATERMARK_MAX_RANGES) {
+            rep->ranges_dropped++;
             continue;
         }
-        /* A dip under Z_PRESENT shorter than a window (at the edge of a mark, the windows that
-         * still hold part of it) does not end the range; a window found at another mark's trial
-         * does, dip or not: another dither phase, or a grid more than a search step away (two
-         * outputs joined). */
-        int64_t j = i, top = i, gap = 0;
-        for (; j < n_win && gap < w; j++) {
-            if (best[j] >= Z_PRESENT && !same_mark(best_at[j], best_at[top])) break;
-            gap = best[j] >= Z_PRESENT ? 0 : gap + 1;
-            if (best[j] > best[top]) top = j;
-        }
-        j -= gap;
-        if (rep->n_ranges < QV_WATERMARK_MAX_RANGES) {
-            qv_watermark_range *r = &rep->ranges[rep->n_ranges++];
-            const int ph = best_at[top] % PHASES;
-            int64_t m0 = i, m1 = j - 1 + w;
-            const int off = refine(&g, p, pcm, n_samples, best_at[top] / PHASES, ph, m0, m1);
-            const int k = grid_at(&g, p, pcm, n_samples, off, m0, m1);
-            trim(&g, p, k, ph, &m0, &m1);
-            decode(&g, p, k, ph, m0, m1, r);
-            range_times(off, m0, m1, rep->seconds, r);
-            r->score = best[top];
-        } else {
-            rep->ranges_dropped++;
-        }
-        i = j;
+        qv_watermark_range *r = &rep->ranges[rep->n_ranges++];
+        const int ph = sp[i].at % PHASES;
+        int64_t m0 = sp[i].m0, m1 = sp[i].m1 < g.n_blocks ? sp[i].m1 : g.n_blocks;
+        const int off = refine(&g, p, pcm, n_samples, sp[i].at / PHASES, ph, m0, m1);
+        const int k = grid_at(&g, p, pcm, n_samples, off, m0, m1);
+        trim(&g, p, k, ph, &m0, &m1);
+        decode(&g, p, k, ph, m0, m1, r);
+        range_times(off, m0, m1, rep->seconds, r);
+        r->score = sp[i].score3 > 0.0 ? sp[i].score3 : sp[i].score;
     }
     /* The whole input says more than its windows only when it holds two of them or more; as one
      * more set of trials on a short input it would only add false positives. */

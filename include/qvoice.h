@@ -719,6 +719,7 @@ enum qv_status qv_loudness_lufs(const float *pcm, int64_t n_samples, double *luf
 #define QV_WATERMARK_SYNTHETIC 0x80000000u /* payload bit: the audio is machine-made (always set) */
 #define QV_WATERMARK_DELAY 2560            /* samples in a block: a stream holds fewer back */
 #define QV_WATERMARK_PRESENT 5.4           /* a window's score from which the mark is present */
+#define QV_WATERMARK_PRESENT_LONG 6.5      /* the same for a window longer than 3 s */
 typedef struct qv_watermark qv_watermark;
 
 /* The payload tying audio to a voice file and a model: QV_WATERMARK_SYNTHETIC | the first 31
@@ -744,7 +745,9 @@ enum qv_status qv_watermark_mark(uint32_t payload, float *pcm, int64_t n_samples
 #define QV_WATERMARK_MAX_RANGES 32
 typedef struct {
     double start_s, end_s;  /* where the mark is (seconds from the start of the input) */
-    double score;           /* best 3 s window score in the range (QV_WATERMARK_PRESENT on) */
+    double score;           /* best 3 s window score in the range (QV_WATERMARK_PRESENT on); in
+                               a range no 3 s window finds, its best longer window's
+                               (QV_WATERMARK_PRESENT_LONG on) */
     int payload_ok;         /* 1: the payload's CRC-16 matched (decoded over the whole range) */
     uint32_t payload;       /* valid when payload_ok */
     double payload_score;   /* when payload_ok, how sure: the soft symbols' agreement with the
@@ -754,7 +757,8 @@ typedef struct {
 typedef struct {
     uint32_t struct_size;
     int present;            /* 1 when some 3 s window, or the whole input if it holds two
-                               windows or more, scores QV_WATERMARK_PRESENT or more */
+                               windows or more, scores QV_WATERMARK_PRESENT or more, or a
+                               longer window QV_WATERMARK_PRESENT_LONG or more */
     double score;           /* best 3 s window score (the best of 1280 about-N(0,1) scores per
                                window for unmarked audio) */
     double score_all;       /* score of the whole input as one window */
@@ -767,7 +771,9 @@ typedef struct {
 qv_watermark_report qv_watermark_default_report(void);
 
 /* Looks for the mark in mono 24 kHz pcm: 27-block (2.9 s) windows every 107 ms block (the
- * whole input when shorter; under 1.3 s nothing is said), at block grids every 8 samples.
+ * whole input when shorter; under 1.3 s nothing is said), at block grids every 8 samples; and,
+ * where the input holds two of them, windows of 54, 108, 216... blocks (a long marked stretch
+ * that a codec left too little of for 3 s: Opus at 32 kbit/s), one range where they overlap.
  * Allocates about 14 KB per second of input (the projections of every block at 10 of the 320
  * grid offsets at a time). QV_OK (report filled), QV_E_ABI,
  * QV_E_INVALID (pcm NULL), QV_E_NOMEM, QV_E_LIMIT. */
