@@ -1259,9 +1259,10 @@ static int cmd_detect(int argc, char **argv) {
             cJSON_AddItemToArray(jarr, jo);
             continue;
         }
-        printf("%s: %.2f s, mark %s (best 3 s window %.2f, whole file %.2f; present from %.1f)\n",
+        printf("%s: %.2f s, mark %s (best 3 s window %.2f, whole file %.2f; present from %.1f, "
+               "in longer windows from %.1f)\n",
                argv[i], r.seconds, r.present ? "present" : "not found", r.score, r.score_all,
-               QV_WATERMARK_PRESENT);
+               QV_WATERMARK_PRESENT, QV_WATERMARK_PRESENT_LONG);
         printf("  tags: %s\n", tags[0] ? tags : "none");
         if (r.present) {
             printf("  whole file:\n");
