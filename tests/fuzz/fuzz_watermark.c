@@ -1,9 +1,10 @@
 /* fuzz_watermark.c — libFuzzer target: the watermark detector (features/watermark.c) on hostile
  * samples, and the marker on the same samples. Byte 0 picks the sample format (bit 0: f32, else
  * s16, both little-endian; NaN and infinities reach the detector as they are), byte 1 a tiling
- * factor: the samples after the 2-byte header repeat 16·(byte 1 + 1) times, at most 6 s, so a
- * small input reaches the 3 s windows and the range merging (6 s holds 30 windows) while each
- * run stays short enough under ASan for many executions. Anything but QV_OK aborts.
+ * factor: the samples after the 2-byte header repeat 16·(byte 1 + 1) times, at most 12 s, so a
+ * small input reaches the 3 s windows, the longer windows (12 s holds 112 blocks: windows of 54
+ * blocks from 108) and the range merging while each run stays short enough under ASan for many
+ * executions. Anything but QV_OK aborts, and so do ranges out of the input or out of time order.
  */
 #include <math.h>
 #include <stddef.h>
@@ -21,7 +22,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     size_t width = is_f32 ? 4 : 2, n_in = (size - 2) / width;
     if (n_in == 0) return 0;
     size_t n = n_in * 16 * ((size_t)data[1] + 1);
-    if (n > 6 * 24000) n = 6 * 24000;
+    if (n > 12 * 24000) n = 12 * 24000;
     float *x = malloc(n * sizeof *x);
     if (!x) return 0;
     for (size_t i = 0; i < n; i++) {
@@ -37,7 +38,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (qv_watermark_detect(x, (int64_t)n, &r) != QV_OK) abort();
     if (r.n_ranges < 0 || r.n_ranges > QV_WATERMARK_MAX_RANGES) abort();
     for (int i = 0; i < r.n_ranges; i++)
-        if (!(r.ranges[i].start_s >= 0.0 && r.ranges[i].end_s <= r.seconds + 1e-9)) abort();
+        if (!(r.ranges[i].start_s >= 0.0 && r.ranges[i].end_s <= r.seconds + 1e-9) ||
+            (i > 0 && r.ranges[i].start_s < r.ranges[i - 1].start_s))
+            abort();
     qv_watermark *w;
     if (qv_watermark_new(&w, 0x8abcdef1u) != QV_OK) abort();
     static float out[24000 + QV_WATERMARK_DELAY];
