@@ -1146,28 +1146,19 @@ enum qv_status qv_watermark_detect(const float *pcm, int64_t n_samples, qv_water
                 qb[m] = vote_w2(&g, j, m), q_all += qb[m], n_all += act[m];
             for (int ph = 0; ph < PHASES; ph++) {
                 const int at = (r + PER_HOP * j) * PHASES + ph;
-                double s = 0.0, q = 0.0, s_all = 0.0;
-                int64_t n = 0;
-                for (int64_t m = 0; m < g.n_blocks; m++) {
-                    vb[m] = vote(&g, p, j, m, ph);
-                    s += vb[m], q += qb[m], n += act[m], s_all += vb[m];
-                    if (m >= w[0]) s -= vb[m - w[0]], q -= qb[m - w[0]], n -= act[m - w[0]];
-                    if (m < w[0] - 1) continue;
-                    const double z = window_z(s, q, n);
-                    if (z > best[m - w[0] + 1]) best[m - w[0] + 1] = z, best_at[m - w[0] + 1] = at;
-                }
-                double *bs = best + n_win[0];
-                int *ba = best_at + n_win[0];
-                for (int k = 1; k < n_scales; bs += n_win[k], ba += n_win[k], k++) {
-                    s = q = 0.0, n = 0;
+                double s_all = 0.0;
+                for (int64_t m = 0; m < g.n_blocks; m++) vb[m] = vote(&g, p, j, m, ph), s_all += vb[m];
+                double *bs = best;
+                int *ba = best_at;
+                for (int k = 0; k < n_scales; bs += n_win[k], ba += n_win[k], k++) {
+                    double s = 0.0, q = 0.0;
+                    int64_t n = 0;
                     for (int64_t m = 0; m < g.n_blocks; m++) {
                         s += vb[m], q += qb[m], n += act[m];
                         if (m >= w[k]) s -= vb[m - w[k]], q -= qb[m - w[k]], n -= act[m - w[k]];
-                        const int64_t i = m - w[k] + 1;
-                        /* most trials do not beat the best: tell them without a square root */
-                        if (i < 0 || s <= 0.0 || s * s <= bs[i] * bs[i] * 0.5 * q) continue;
+                        if (m < w[k] - 1) continue;
                         const double z = window_z(s, q, n);
-                        if (z > bs[i]) bs[i] = z, ba[i] = at;
+                        if (z > bs[m - w[k] + 1]) bs[m - w[k] + 1] = z, ba[m - w[k] + 1] = at;
                     }
                 }
                 const double z_all = window_z(s_all, q_all, n_all);
