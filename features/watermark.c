@@ -67,7 +67,7 @@ static const int band_edge[N_BANDS + 1] = {4, 6, 8, 11, 14, 18, 24, 33, 44, 59, 
  * scored 5.99; now 4.10. Each phase tried is another chance for unmarked audio to score; a keyed
  * period of 48 blocks put the best of 10,000 unmarked windows 0.4-0.7 higher, which the
  * threshold had to clear (docs/provenance.md). */
-#define DITHERS 2
+#define DITHERS 2 /* a quarter step either side of a lattice point: votes are ±sin */
 #define PHASES 4
 static int dither_of(int64_t b) {
     return (int)(0x6 >> (b % PHASES) & 1); /* a b b a */
@@ -149,7 +149,7 @@ typedef struct {
     int slot[N_TILES];
     float sign[N_TILES];
     double dither[DITHERS][N_SLOTS];
-    float dphase[DITHERS][N_SLOTS][2]; /* cos, sin of 2π·dither/STEP: the detector's side */
+    float dsign[DITHERS][N_SLOTS]; /* sin(2π·dither/STEP), ±1: the detector's side */
 } pattern;
 
 /* a[0..n) = 0..n-1 in a keyed order (Fisher–Yates on the key's stream s). */
@@ -196,8 +196,7 @@ static void pattern_make(pattern *p) {
         keyed_order(order, DITHERS, &s);
         for (int b = 0; b < DITHERS; b++) {
             p->dither[b][k] = STEP * (order[b] + 0.5) / DITHERS;
-            p->dphase[b][k][0] = (float)cos(2.0 * M_PI * (order[b] + 0.5) / DITHERS);
-            p->dphase[b][k][1] = (float)sin(2.0 * M_PI * (order[b] + 0.5) / DITHERS);
+            p->dsign[b][k] = order[b] ? -1.0f : 1.0f; /* sin(π/2), sin(3π/2) */
         }
     }
 }
@@ -293,10 +292,11 @@ static int project(const pattern *p, const double *e, double proj[N_SLOTS], floa
         const double f = fl * bins;
         const double lo = e[a] < e[b] ? e[a] : e[b];
         const double w = lo / (lo + PAIR_FLOOR * f) * bins / (bins + 1.0);
-        proj[p->pslot[i]] += p->psign[i] * w * (log(e[a] + f) - log(e[b] + f));
+        proj[p->pslot[i]] += p->psign[i] * w * log((e[a] + f) / (e[b] + f));
         w2[p->pslot[i]] += 2.0 * w * w;
         if (noise) {
-            const double ca = fmin(1.0, noise[band] / e[a]), cb = fmin(1.0, noise[band] / e[b]);
+            double ca = noise[band] / e[a], cb = noise[band] / e[b];
+            ca = ca < 1.0 ? ca : 1.0, cb = cb < 1.0 ? cb : 1.0; /* a libm call costs more */
             v2[p->pslot[i]] += w * w * (2.0 * (ca + cb) + ca * ca + cb * cb) / bins;
         }
     }
@@ -656,7 +656,7 @@ typedef struct {
     int64_t n_blocks;          /* per offset */
     int base;                  /* the offsets filled, -1 none */
     int64_t f0, f1;            /* the blocks filled */
-    float *proj;               /* [GRID_OFFSETS][n_blocks][N_SLOTS][2]: cos, sin of 2π·projection/STEP */
+    float *proj;               /* [GRID_OFFSETS][n_blocks][N_SLOTS]: sin(2π·projection/STEP) */
     float *rel;                /* [GRID_OFFSETS][n_blocks][N_SLOTS]: the projection's weight (0: silent) */
     unsigned char *active;     /* [GRID_OFFSETS][n_blocks] */
     float *in, win[N_FFT];
@@ -668,10 +668,12 @@ typedef struct {
 /* Where slot k's projection of block m at offset o sits against the lattice of symbol 0 under
  * dither phase ph, times the projection's weight: cos(2π(projection − dither)/STEP), +1 on the
  * lattice, −1 half a step off (symbol 1). The weight is set by the block's own energies, never by
- * the projection, so unmarked audio still votes cos of a uniform phase: mean 0, variance 1/2. */
+ * the projection, so unmarked audio still votes cos of a uniform phase: mean 0, variance 1/2.
+ * The two dithers lie a quarter and three quarters of a step on, where the cos is ±sin(2π ·
+ * projection/STEP): the grid keeps that sine alone and the dither gives its sign. */
 static double lattice_cos(const grid *g, const pattern *p, int64_t i, int64_t m, int ph, int k) {
-    const float *a = g->proj + (i * N_SLOTS + k) * 2, *d = p->dphase[dither_of(m + ph)][k];
-    return g->rel[i * N_SLOTS + k] * ((double)a[0] * d[0] + (double)a[1] * d[1]);
+    const float d = p->dsign[dither_of(m + ph)][k];
+    return (double)g->rel[i * N_SLOTS + k] * g->proj[i * N_SLOTS + k] * d;
 }
 
 /* Sync agreement of block m at offset o under dither phase ph: Σ weighted cos against the sync
@@ -886,10 +888,8 @@ static void grid_fill(grid *g, const pattern *p, const float *pcm, int64_t n, in
             double pr[N_SLOTS];
             g->active[i] =
                 (unsigned char)project(p, acc[j], pr, NULL, g->rel + i * N_SLOTS, g->noise);
-            for (int s = 0; s < N_SLOTS; s++) {
-                g->proj[(i * N_SLOTS + s) * 2] = (float)cos(2.0 * M_PI * pr[s] / STEP);
-                g->proj[(i * N_SLOTS + s) * 2 + 1] = (float)sin(2.0 * M_PI * pr[s] / STEP);
-            }
+            for (int s = 0; s < N_SLOTS; s++)
+                g->proj[i * N_SLOTS + s] = (float)sin(2.0 * M_PI * pr[s] / STEP);
         }
     }
 }
@@ -1100,10 +1100,10 @@ enum qv_status qv_watermark_detect(const float *pcm, int64_t n_samples, qv_water
     rep->all.end_s = rep->seconds;
     grid g = {.n_blocks = n_samples / BLOCK, .base = -1};
     if (g.n_blocks < MIN_ACTIVE) return QV_OK; /* under 1.3 s: nothing to say */
-    if ((uint64_t)g.n_blocks > SIZE_MAX / (GRID_OFFSETS * N_SLOTS * 3 * sizeof(float)))
+    if ((uint64_t)g.n_blocks > SIZE_MAX / (GRID_OFFSETS * N_SLOTS * 2 * sizeof(float)))
         return qvu_failf(QV_E_LIMIT, "watermark: %lld samples: too many", (long long)n_samples);
     pattern *p = malloc(sizeof *p);
-    g.proj = calloc((size_t)(GRID_OFFSETS * g.n_blocks * N_SLOTS * 2), sizeof *g.proj);
+    g.proj = calloc((size_t)(GRID_OFFSETS * g.n_blocks * N_SLOTS), sizeof *g.proj);
     g.rel = calloc((size_t)(GRID_OFFSETS * g.n_blocks * N_SLOTS), sizeof *g.rel);
     g.active = calloc((size_t)(GRID_OFFSETS * g.n_blocks), 1);
     g.in = fftwf_alloc_real(N_FFT);
