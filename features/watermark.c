@@ -260,7 +260,7 @@ static void code_word(uint32_t payload, unsigned char coded[N_CODED]) {
  * noise, a consonant a codec smears): in code order, one block lost 5 of any 14 consecutive
  * symbols (the 7 input bits a code bit depends on) and three blocks all 14. Interleaved, a run of
  * 1, 2, 3, 4 or 6 blocks loses at most 1, 2, 3, 3 or 5 of any 14, the least any multiplier
- * coprime with 100 gives (19, 43, 57 and 81 tie; 19 recovered the most payloads of 6 s and 8 s
+ * coprime with 100 gives (19, 43, 57 and 81 tie; 19 recovered the most payloads of 6 s
  * excerpts of the four, docs/provenance.md). The map is linear: a period that starts 4 blocks
  * later moves every symbol by the same amount, so the decoder still tries the period's starts as
  * rotations of the symbols. */
